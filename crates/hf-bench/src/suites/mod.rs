@@ -1,0 +1,9 @@
+//! The suites. Each module runs one workload family and reports through [`crate::Report`].
+
+use crate::{Opts, Report};
+
+/// A suite's entry point.
+pub type SuiteFn = fn(&Opts, &mut Report) -> anyhow::Result<()>;
+
+/// (name, one-line description, entry point), in the order `all` runs them.
+pub const ALL: &[(&str, &str, SuiteFn)] = &[];

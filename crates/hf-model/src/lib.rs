@@ -1,0 +1,1 @@
+//! hf-model: typed OVN NB and SB rows generated from `schemas/` at build time.
