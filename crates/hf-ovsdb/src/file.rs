@@ -1,0 +1,326 @@
+//! OVSDB's standalone database file format, so that `ovsdb-tool` reads holdfast's files and
+//! holdfast reads files `ovsdb-tool create` wrote.
+//!
+//! A file is a sequence of records, each a header line `OVSDB JSON <length> <sha1>\n` followed by
+//! `<length>` bytes: one JSON value and a newline, whose SHA-1 is `<sha1>` in hex. The first
+//! record is the schema; each later record is one committed transaction:
+//! `{"<table>": {"<uuid>": <row> | null}, "_date": <ms>, "_comment": "..."}`, where a new row
+//! lists its non-default columns and a modified row lists its changed columns with their full
+//! new values (holdfast never writes `"_is_diff"`, but reads it). A compacted file is the schema
+//! followed by one record that inserts every row.
+//!
+//! Sans-I/O: encoding returns bytes, decoding takes bytes; `hf-ovsdb-net` owns the file.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+use sha1::{Digest, Sha1};
+use uuid::Uuid;
+
+use crate::atom::parse_uuid;
+use crate::datum::Datum;
+use crate::db::{Database, Row, RowChange, TxnDelta};
+use crate::error::{OvsdbError, Result};
+use crate::schema::Schema;
+
+const MAGIC: &str = "OVSDB JSON";
+
+/// Encode one record (header and body).
+pub fn encode_record(v: &Value) -> Vec<u8> {
+    let mut body = v.to_string().into_bytes();
+    body.push(b'\n');
+    let sha = Sha1::digest(&body);
+    let mut out = format!("{MAGIC} {} {}\n", body.len(), hex(&sha)).into_bytes();
+    out.extend_from_slice(&body);
+    out
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The transaction id holdfast gives a record: the first 16 bytes of the SHA-1 of its body, as a
+/// UUID. It is recomputed from the file on restart, so `monitor_cond_since` history survives.
+pub fn record_txn_id(record: &[u8]) -> Uuid {
+    let body_start = record.iter().position(|&b| b == b'\n').map_or(0, |p| p + 1);
+    let sha = Sha1::digest(&record[body_start..]);
+    let mut b = [0u8; 16];
+    b.copy_from_slice(&sha[..16]);
+    uuid::Builder::from_random_bytes(b).into_uuid()
+}
+
+/// Why a file could not be read.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FileError {
+    /// The last record is incomplete (a crash during a write): everything before `valid_len` is
+    /// good and the tail can be truncated.
+    #[error("incomplete record at byte offset {valid_len} (the file ends inside it)")]
+    Truncated {
+        /// Length of the valid prefix.
+        valid_len: usize,
+    },
+    /// A complete record is damaged: the file needs repair by hand.
+    #[error("corrupt record at byte offset {offset}: {reason}")]
+    Corrupt {
+        /// Offset of the bad record's header.
+        offset: usize,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Iterates the records of a file's bytes.
+#[derive(Debug)]
+pub struct RecordReader<'a> {
+    data: &'a [u8],
+    pos: usize,
+}
+
+/// One record.
+#[derive(Debug)]
+pub struct Record {
+    /// The JSON value.
+    pub json: Value,
+    /// Byte offset of its header.
+    pub offset: usize,
+    /// Byte offset just past it.
+    pub end: usize,
+    /// Its transaction id (see [`record_txn_id`]).
+    pub txn_id: Uuid,
+}
+
+impl<'a> RecordReader<'a> {
+    /// A reader over a whole file.
+    pub fn new(data: &'a [u8]) -> Self {
+        RecordReader { data, pos: 0 }
+    }
+
+    /// Offset of the first byte not yet read.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+}
+
+impl Iterator for RecordReader<'_> {
+    type Item = Result<Record, FileError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.pos >= self.data.len() {
+            return None;
+        }
+        let start = self.pos;
+        let rest = &self.data[start..];
+        let corrupt = |reason: String| {
+            Some(Err(FileError::Corrupt {
+                offset: start,
+                reason,
+            }))
+        };
+        let Some(nl) = rest.iter().position(|&b| b == b'\n') else {
+            return Some(Err(FileError::Truncated { valid_len: start }));
+        };
+        let Ok(header) = std::str::from_utf8(&rest[..nl]) else {
+            return corrupt("header is not UTF-8".into());
+        };
+        let Some(h) = header.strip_prefix(MAGIC).and_then(|h| h.strip_prefix(' ')) else {
+            return corrupt(format!("header does not start with \"{MAGIC}\""));
+        };
+        let mut parts = h.split(' ');
+        let (Some(len), Some(sha), None) = (parts.next(), parts.next(), parts.next()) else {
+            return corrupt("header is not \"OVSDB JSON <length> <sha1>\"".into());
+        };
+        let Ok(len) = len.parse::<usize>() else {
+            return corrupt(format!("bad length \"{len}\" in header"));
+        };
+        let body_start = nl + 1;
+        let Some(body_end) = body_start.checked_add(len) else {
+            return corrupt("length overflows".into());
+        };
+        if body_end > rest.len() {
+            return Some(Err(FileError::Truncated { valid_len: start }));
+        }
+        let body = &rest[body_start..body_end];
+        if hex(&Sha1::digest(body)) != sha {
+            return corrupt("SHA-1 does not match the record".into());
+        }
+        let json: Value = match serde_json::from_slice(body) {
+            Ok(v) => v,
+            Err(e) => return corrupt(format!("record is not JSON: {e}")),
+        };
+        self.pos = start + body_end;
+        Some(Ok(Record {
+            json,
+            offset: start,
+            end: self.pos,
+            txn_id: record_txn_id(&rest[..body_end]),
+        }))
+    }
+}
+
+/// The record for a committed delta. `date_ms` is wall-clock milliseconds (the caller's clock).
+pub fn delta_record(schema: &Schema, delta: &TxnDelta, date_ms: u64) -> Value {
+    let mut m = Map::new();
+    for (t, changes) in &delta.tables {
+        let ts = &schema.tables[*t];
+        let mut rows = Map::new();
+        for ch in changes {
+            let v = match (&ch.old, &ch.new) {
+                (_, None) => Value::Null,
+                (None, Some(n)) => {
+                    let mut r = Map::new();
+                    for (c, cs) in ts.columns.iter().enumerate() {
+                        if cs.ephemeral || n.cols[c] == cs.ty.default_datum() {
+                            continue;
+                        }
+                        r.insert(cs.name.clone(), n.cols[c].to_json(&cs.ty));
+                    }
+                    Value::Object(r)
+                }
+                (Some(o), Some(n)) => {
+                    let mut r = Map::new();
+                    for (c, cs) in ts.columns.iter().enumerate() {
+                        if cs.ephemeral || n.cols[c] == o.cols[c] {
+                            continue;
+                        }
+                        r.insert(cs.name.clone(), n.cols[c].to_json(&cs.ty));
+                    }
+                    if r.is_empty() {
+                        continue; // only ephemeral columns changed
+                    }
+                    Value::Object(r)
+                }
+            };
+            rows.insert(ch.uuid.to_string(), v);
+        }
+        if !rows.is_empty() {
+            m.insert(ts.name.clone(), Value::Object(rows));
+        }
+    }
+    m.insert("_date".into(), json!(date_ms));
+    if let Some(c) = &delta.comment {
+        m.insert("_comment".into(), json!(c));
+    }
+    Value::Object(m)
+}
+
+/// The delta a transaction record describes, relative to `db`'s current contents.
+pub fn record_delta(db: &mut Database, v: &Value) -> Result<TxnDelta> {
+    let obj = v
+        .as_object()
+        .ok_or_else(|| OvsdbError::syntax("transaction record must be an object"))?;
+    let is_diff = obj
+        .get("_is_diff")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let schema = db.schema.clone();
+    let mut tables: Vec<(usize, Vec<RowChange>)> = Vec::new();
+    let mut no_named = |n: &str| -> Result<Uuid> {
+        Err(OvsdbError::syntax(format!(
+            "named-uuid \"{n}\" in a database file"
+        )))
+    };
+    for (k, rows) in obj {
+        if k.starts_with('_') {
+            continue;
+        }
+        let t = schema.require_table(k)?;
+        let ts = &schema.tables[t];
+        let rows = rows
+            .as_object()
+            .ok_or_else(|| OvsdbError::syntax(format!("table {k} in record must be an object")))?;
+        let mut changes = Vec::with_capacity(rows.len());
+        for (us, rv) in rows {
+            let uuid = parse_uuid(us)?;
+            let old = db.row(t, &uuid).cloned();
+            let new = match rv {
+                Value::Null => None,
+                Value::Object(cols) => {
+                    let mut row = match &old {
+                        Some(o) => Row::clone(o),
+                        None => Row {
+                            uuid,
+                            version: Uuid::nil(),
+                            cols: ts.columns.iter().map(|c| c.ty.default_datum()).collect(),
+                        },
+                    };
+                    for (cn, cv) in cols {
+                        let c = ts.column_index(cn).ok_or_else(|| {
+                            OvsdbError::syntax(format!(
+                                "record names unknown column {cn} of table {k}"
+                            ))
+                        })?;
+                        let ty = &ts.columns[c].ty;
+                        let d = Datum::from_json_unchecked(ty, cv, &mut no_named)?;
+                        row.cols[c] = if is_diff && old.is_some() {
+                            row.cols[c].apply_diff(&d, ty)
+                        } else {
+                            d
+                        };
+                    }
+                    row.version = db.uuids.next_uuid();
+                    Some(Arc::new(row))
+                }
+                _ => {
+                    return Err(OvsdbError::syntax(format!(
+                        "row {us} in record must be an object or null"
+                    )));
+                }
+            };
+            changes.push(RowChange { uuid, old, new });
+        }
+        changes.sort_by_key(|c| c.uuid);
+        tables.push((t, changes));
+    }
+    tables.sort_by_key(|(t, _)| *t);
+    Ok(TxnDelta {
+        tables,
+        comment: obj
+            .get("_comment")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        durable: false,
+    })
+}
+
+/// A compacted file: the schema record and one record inserting every row.
+pub fn snapshot_file(db: &Database, date_ms: u64) -> Vec<u8> {
+    let mut out = encode_record(db.schema.to_json());
+    let delta = db.snapshot_delta();
+    if !delta.is_empty() {
+        out.extend(encode_record(&delta_record(&db.schema, &delta, date_ms)));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_roundtrip_and_truncation() {
+        let a = encode_record(&json!({"x": 1}));
+        let b = encode_record(&json!({"y": [1, 2]}));
+        let mut f = a.clone();
+        f.extend_from_slice(&b);
+        let recs: Vec<_> = RecordReader::new(&f)
+            .collect::<std::result::Result<_, _>>()
+            .unwrap();
+        assert_eq!(recs.len(), 2);
+        assert_eq!(recs[1].json, json!({"y": [1, 2]}));
+        assert_eq!(recs[1].end, f.len());
+        for cut in a.len() + 1..f.len() {
+            let mut r = RecordReader::new(&f[..cut]);
+            assert!(r.next().unwrap().is_ok());
+            assert_eq!(
+                r.next().unwrap().unwrap_err(),
+                FileError::Truncated { valid_len: a.len() }
+            );
+        }
+        let mut bad = f.clone();
+        let last = bad.len() - 3;
+        bad[last] ^= 1;
+        let mut r = RecordReader::new(&bad);
+        r.next();
+        assert!(matches!(r.next(), Some(Err(FileError::Corrupt { .. }))));
+    }
+}

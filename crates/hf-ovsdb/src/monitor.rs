@@ -1,0 +1,435 @@
+//! Monitors: `monitor` (RFC 7047 4.1.5), `monitor_cond`, `monitor_cond_change` and
+//! `monitor_cond_since` (ovsdb-server(7) 4.1.12-4.1.16): parsing requests, the initial contents,
+//! and turning committed [`TxnDelta`]s into `<table-updates>` / `<table-updates2>`.
+//!
+//! Sans-I/O: the server owns sessions and sockets; this module only computes JSON.
+
+use std::sync::Arc;
+
+use hashbrown::HashMap;
+use serde_json::{Map, Value, json};
+use uuid::Uuid;
+
+use crate::condition::MonitorCondition;
+use crate::datum::Datum;
+use crate::db::{Database, Row, RowChange, TxnDelta};
+use crate::error::{OvsdbError, Result};
+use crate::schema::{ColumnRef, Schema, TableSchema};
+
+/// Which notification format a monitor uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MonitorVersion {
+    /// `monitor`: `update` notifications with old/new rows.
+    V1,
+    /// `monitor_cond`: `update2` notifications with row diffs.
+    V2,
+    /// `monitor_cond_since`: `update3` notifications (update2 plus the transaction id).
+    V3,
+}
+
+/// Which kinds of change a table monitor reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Select {
+    /// Initial contents.
+    pub initial: bool,
+    /// Inserted rows.
+    pub insert: bool,
+    /// Deleted rows.
+    pub delete: bool,
+    /// Modified rows.
+    pub modify: bool,
+}
+
+impl Select {
+    const ALL: Select = Select {
+        initial: true,
+        insert: true,
+        delete: true,
+        modify: true,
+    };
+    const NONE: Select = Select {
+        initial: false,
+        insert: false,
+        delete: false,
+        modify: false,
+    };
+
+    fn from_json(v: Option<&Value>) -> Result<Self> {
+        let Some(v) = v else { return Ok(Select::ALL) };
+        let o = v
+            .as_object()
+            .ok_or_else(|| OvsdbError::syntax("\"select\" must be an object"))?;
+        let flag = |k: &str| -> Result<bool> {
+            match o.get(k) {
+                None => Ok(true),
+                Some(Value::Bool(b)) => Ok(*b),
+                Some(_) => Err(OvsdbError::syntax(format!(
+                    "\"select\" member \"{k}\" must be a boolean"
+                ))),
+            }
+        };
+        Ok(Select {
+            initial: flag("initial")?,
+            insert: flag("insert")?,
+            delete: flag("delete")?,
+            modify: flag("modify")?,
+        })
+    }
+
+    fn or(self, o: Select) -> Select {
+        Select {
+            initial: self.initial || o.initial,
+            insert: self.insert || o.insert,
+            delete: self.delete || o.delete,
+            modify: self.modify || o.modify,
+        }
+    }
+}
+
+/// What one monitor watches in one table.
+#[derive(Debug, Clone)]
+pub struct TableMonitor {
+    /// Table index.
+    pub table: usize,
+    /// Monitored user columns (sorted).
+    pub columns: Vec<usize>,
+    /// Reported change kinds.
+    pub select: Select,
+    /// Row filter (conditional monitors; empty = all rows).
+    pub condition: MonitorCondition,
+    defaults: Vec<Datum>,
+}
+
+/// A parsed monitor request.
+#[derive(Debug, Clone)]
+pub struct Monitor {
+    /// Notification format.
+    pub version: MonitorVersion,
+    /// Per-table parts, in table order.
+    pub tables: Vec<TableMonitor>,
+}
+
+impl Monitor {
+    /// Parse `<monitor-requests>` (or `<monitor-cond-requests>`) for `schema`.
+    pub fn from_json(schema: &Schema, v: &Value, version: MonitorVersion) -> Result<Self> {
+        let obj = v.as_object().ok_or_else(|| {
+            OvsdbError::syntax("monitor requests must be an object mapping table names to requests")
+        })?;
+        let mut tables = Vec::with_capacity(obj.len());
+        for (tname, reqs) in obj {
+            let t = schema.require_table(tname)?;
+            let ts = &schema.tables[t];
+            let reqs: Vec<&Value> = match reqs {
+                Value::Array(a) => a.iter().collect(),
+                other => vec![other],
+            };
+            let mut columns: Vec<usize> = Vec::new();
+            let mut select = Select::NONE;
+            let mut condition = MonitorCondition::default();
+            let mut all_cols = false;
+            for r in reqs {
+                let ro = r
+                    .as_object()
+                    .ok_or_else(|| OvsdbError::syntax("a monitor request must be an object"))?;
+                for k in ro.keys() {
+                    if !matches!(k.as_str(), "columns" | "select" | "where") {
+                        return Err(OvsdbError::syntax(format!(
+                            "unexpected member \"{k}\" in monitor request"
+                        )));
+                    }
+                }
+                match ro.get("columns") {
+                    None => all_cols = true,
+                    Some(c) => {
+                        let arr = c
+                            .as_array()
+                            .ok_or_else(|| OvsdbError::syntax("\"columns\" must be an array"))?;
+                        for n in arr {
+                            let n = n.as_str().ok_or_else(|| {
+                                OvsdbError::syntax("column names must be strings")
+                            })?;
+                            // _uuid is always reported; _version may be asked for and is ignored.
+                            if let ColumnRef::User(i) = ts.column_ref(n)? {
+                                columns.push(i);
+                            }
+                        }
+                    }
+                }
+                select = select.or(Select::from_json(ro.get("select"))?);
+                if let Some(w) = ro.get("where") {
+                    if version == MonitorVersion::V1 {
+                        return Err(OvsdbError::syntax(
+                            "\"where\" is only valid in monitor_cond requests",
+                        ));
+                    }
+                    condition
+                        .clauses
+                        .extend(MonitorCondition::from_json(ts, w)?.clauses);
+                    if condition.clauses.is_empty() {
+                        // An explicit empty list still means "every row".
+                    }
+                }
+            }
+            if all_cols {
+                columns = (0..ts.columns.len()).collect();
+            }
+            columns.sort_unstable();
+            columns.dedup();
+            let defaults = ts.columns.iter().map(|c| c.ty.default_datum()).collect();
+            tables.push(TableMonitor {
+                table: t,
+                columns,
+                select,
+                condition,
+                defaults,
+            });
+        }
+        tables.sort_by_key(|t| t.table);
+        Ok(Monitor { version, tables })
+    }
+
+    /// The initial contents (the reply to the monitor request).
+    pub fn initial(&self, db: &Database) -> Value {
+        let schema = &db.schema;
+        let mut out = Map::new();
+        for tm in &self.tables {
+            if !tm.select.initial {
+                continue;
+            }
+            let ts = &schema.tables[tm.table];
+            let mut rows = Map::new();
+            for r in db.tables[tm.table].rows.values() {
+                if !tm.condition.eval(r) {
+                    continue;
+                }
+                let v = match self.version {
+                    MonitorVersion::V1 => json!({"new": tm.row_json(ts, r, false)}),
+                    _ => json!({"initial": tm.row_json(ts, r, true)}),
+                };
+                rows.insert(r.uuid.to_string(), v);
+            }
+            if !rows.is_empty() {
+                out.insert(ts.name.clone(), Value::Object(rows));
+            }
+        }
+        Value::Object(out)
+    }
+
+    /// The updates one committed delta causes for this monitor; None when there are none.
+    pub fn updates(&self, schema: &Schema, delta: &TxnDelta) -> Option<Value> {
+        let mut out = Map::new();
+        let mut di = 0;
+        for tm in &self.tables {
+            while di < delta.tables.len() && delta.tables[di].0 < tm.table {
+                di += 1;
+            }
+            let Some((t, changes)) = delta.tables.get(di) else {
+                break;
+            };
+            if *t != tm.table {
+                continue;
+            }
+            let ts = &schema.tables[tm.table];
+            let mut rows = Map::new();
+            for ch in changes {
+                if let Some(v) = tm.change_json(ts, ch, self.version) {
+                    rows.insert(ch.uuid.to_string(), v);
+                }
+            }
+            if !rows.is_empty() {
+                out.insert(ts.name.clone(), Value::Object(rows));
+            }
+        }
+        if out.is_empty() {
+            None
+        } else {
+            Some(Value::Object(out))
+        }
+    }
+
+    /// Replace conditions (`monitor_cond_change`). Returns the `<table-updates2>` for rows that
+    /// enter or leave the monitored set, or None if none do.
+    pub fn change_conditions(&mut self, db: &Database, v: &Value) -> Result<Option<Value>> {
+        if self.version == MonitorVersion::V1 {
+            return Err(OvsdbError::syntax(
+                "monitor_cond_change needs a monitor_cond or monitor_cond_since monitor",
+            ));
+        }
+        let obj = v
+            .as_object()
+            .ok_or_else(|| OvsdbError::syntax("monitor_cond_change requests must be an object"))?;
+        let schema = &db.schema;
+        let mut new_conds: Vec<(usize, MonitorCondition)> = Vec::new();
+        for (tname, reqs) in obj {
+            let t = schema.require_table(tname)?;
+            let ts = &schema.tables[t];
+            if !self.tables.iter().any(|tm| tm.table == t) {
+                return Err(OvsdbError::syntax(format!(
+                    "table {tname} is not monitored by this monitor"
+                )));
+            }
+            let reqs: Vec<&Value> = match reqs {
+                Value::Array(a) => a.iter().collect(),
+                other => vec![other],
+            };
+            let mut cond = MonitorCondition::default();
+            for r in reqs {
+                let ro = r
+                    .as_object()
+                    .ok_or_else(|| OvsdbError::syntax("a condition update must be an object"))?;
+                if ro.contains_key("columns") {
+                    return Err(OvsdbError::syntax(
+                        "changing monitored columns is not supported",
+                    ));
+                }
+                if let Some(w) = ro.get("where") {
+                    cond.clauses
+                        .extend(MonitorCondition::from_json(ts, w)?.clauses);
+                }
+            }
+            new_conds.push((t, cond));
+        }
+        let mut out = Map::new();
+        for (t, cond) in new_conds {
+            let Some(tm) = self.tables.iter_mut().find(|tm| tm.table == t) else {
+                continue;
+            };
+            let ts = &schema.tables[t];
+            let mut rows = Map::new();
+            for r in db.tables[t].rows.values() {
+                let was = tm.condition.eval(r);
+                let is = cond.eval(r);
+                if is && !was && tm.select.insert {
+                    rows.insert(
+                        r.uuid.to_string(),
+                        json!({"insert": tm.row_json(ts, r, true)}),
+                    );
+                } else if was && !is && tm.select.delete {
+                    rows.insert(r.uuid.to_string(), json!({"delete": null}));
+                }
+            }
+            tm.condition = cond;
+            if !rows.is_empty() {
+                out.insert(ts.name.clone(), Value::Object(rows));
+            }
+        }
+        Ok(if out.is_empty() {
+            None
+        } else {
+            Some(Value::Object(out))
+        })
+    }
+}
+
+impl TableMonitor {
+    fn row_json(&self, ts: &TableSchema, r: &Row, skip_defaults: bool) -> Value {
+        let mut m = Map::new();
+        for &c in &self.columns {
+            if skip_defaults && r.cols[c] == self.defaults[c] {
+                continue;
+            }
+            m.insert(
+                ts.columns[c].name.clone(),
+                r.cols[c].to_json(&ts.columns[c].ty),
+            );
+        }
+        Value::Object(m)
+    }
+
+    fn change_json(
+        &self,
+        ts: &TableSchema,
+        ch: &RowChange,
+        version: MonitorVersion,
+    ) -> Option<Value> {
+        let old = ch.old.as_deref().filter(|r| self.condition.eval(r));
+        let new = ch.new.as_deref().filter(|r| self.condition.eval(r));
+        match (old, new, version) {
+            (None, None, _) => None,
+            (None, Some(n), MonitorVersion::V1) => self
+                .select
+                .insert
+                .then(|| json!({"new": self.row_json(ts, n, false)})),
+            (None, Some(n), _) => self
+                .select
+                .insert
+                .then(|| json!({"insert": self.row_json(ts, n, true)})),
+            (Some(o), None, MonitorVersion::V1) => self
+                .select
+                .delete
+                .then(|| json!({"old": self.row_json(ts, o, false)})),
+            (Some(_), None, _) => self.select.delete.then(|| json!({"delete": null})),
+            (Some(o), Some(n), v) => {
+                if !self.select.modify {
+                    return None;
+                }
+                let changed: Vec<usize> = self
+                    .columns
+                    .iter()
+                    .copied()
+                    .filter(|&c| o.cols[c] != n.cols[c])
+                    .collect();
+                if changed.is_empty() {
+                    return None;
+                }
+                if v == MonitorVersion::V1 {
+                    let mut old_m = Map::new();
+                    for &c in &changed {
+                        old_m.insert(
+                            ts.columns[c].name.clone(),
+                            o.cols[c].to_json(&ts.columns[c].ty),
+                        );
+                    }
+                    Some(json!({"old": old_m, "new": self.row_json(ts, n, false)}))
+                } else {
+                    let mut m = Map::new();
+                    for &c in &changed {
+                        let ty = &ts.columns[c].ty;
+                        m.insert(
+                            ts.columns[c].name.clone(),
+                            Datum::diff(&o.cols[c], &n.cols[c], ty).to_json(ty),
+                        );
+                    }
+                    Some(json!({"modify": m}))
+                }
+            }
+        }
+    }
+}
+
+/// Merge consecutive deltas into one: per row, the first `old` and the last `new`; rows that
+/// were inserted and then deleted vanish.
+pub fn merge_deltas(deltas: &[Arc<TxnDelta>]) -> TxnDelta {
+    let mut per_table: std::collections::BTreeMap<usize, HashMap<Uuid, RowChange>> =
+        Default::default();
+    for d in deltas {
+        for (t, changes) in &d.tables {
+            let m = per_table.entry(*t).or_default();
+            for ch in changes {
+                match m.get_mut(&ch.uuid) {
+                    Some(existing) => existing.new = ch.new.clone(),
+                    None => {
+                        m.insert(ch.uuid, ch.clone());
+                    }
+                }
+            }
+        }
+    }
+    let mut tables = Vec::new();
+    for (t, m) in per_table {
+        let mut changes: Vec<RowChange> = m
+            .into_values()
+            .filter(|c| c.old.is_some() || c.new.is_some())
+            .collect();
+        if changes.is_empty() {
+            continue;
+        }
+        changes.sort_by_key(|c| c.uuid);
+        tables.push((t, changes));
+    }
+    TxnDelta {
+        tables,
+        comment: None,
+        durable: false,
+    }
+}
