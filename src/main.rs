@@ -1,16 +1,34 @@
 //! `holdfast`: the command-line entry point. Thin: parses arguments and wires crates together.
 
-use clap::Parser;
+mod db;
 
+use clap::{Parser, Subcommand};
+
+/// Network virtualization that speaks OVN's language and keeps established connections alive.
 #[derive(Debug, Parser)]
-#[command(
-    name = "holdfast",
-    version,
-    about = "Network virtualization that speaks OVN's language"
-)]
-struct Cli {}
+#[command(name = "holdfast", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-fn main() -> anyhow::Result<()> {
-    let _cli = Cli::parse();
-    Ok(())
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The OVSDB server: serves the NB and SB databases (and any other) to ovn-nbctl,
+    /// ovsdb-client, OVS's IDLs and holdfast's own components.
+    Db(db::DbArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.command {
+        Command::Db(args) => db::run(args),
+    };
+    match r {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
 }

@@ -1,1 +1,17 @@
-//! hf-ovsdb-net: JSON-RPC 1.0 over streams for OVSDB, and the holdfast OVSDB server.
+//! hf-ovsdb-net: OVSDB over streams.
+//!
+//! What it does: JSON-RPC 1.0 framing of back-to-back JSON values ([`framing`]) and message
+//! classification ([`jsonrpc`]); the OVSDB server: a sans-I/O protocol core ([`server::Core`],
+//! every method of RFC 7047 and ovsdb-server(7): transactions, the three monitor kinds,
+//! `monitor_cond_change`, locks, `echo` both ways, `_Server`) with database files
+//! ([`storage`]) and a tokio shell ([`serve`]) that listens on `ptcp:`/`punix:` remotes and
+//! applies backpressure.
+//!
+//! What it does not do: the database semantics themselves (those are `hf-ovsdb`), or
+//! clustering (holdfast scales out on a real `ovsdb-server` Raft cluster instead).
+
+pub mod framing;
+pub mod jsonrpc;
+pub mod serve;
+pub mod server;
+pub mod storage;

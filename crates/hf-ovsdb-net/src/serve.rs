@@ -1,0 +1,409 @@
+//! The tokio shell around [`Core`]: listeners (`ptcp:`, `punix:`), one reader and one writer
+//! task per connection, a timer task, and backpressure.
+//!
+//! Backpressure: each connection counts the bytes queued for it. Above `max_backlog / 2` the
+//! server stops reading that client's requests until its queue drains (a client that sends but
+//! never reads cannot make the server buffer replies without bound); above `max_backlog` (monitor
+//! updates caused by other clients keep coming) the connection is dropped, as a client that far
+//! behind must resync anyway.
+// The I/O shell is where the clock is read and tasks are spawned.
+#![allow(clippy::disallowed_methods)]
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use hashbrown::HashMap;
+use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::{Notify, mpsc};
+
+use crate::framing::Framer;
+use crate::server::{Core, Now, Output, SessionId};
+
+/// A passive remote to listen on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Remote {
+    /// `ptcp:PORT[:IP]`
+    Tcp(std::net::SocketAddr),
+    /// `punix:PATH`
+    Unix(PathBuf),
+}
+
+impl FromStr for Remote {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Some(rest) = s.strip_prefix("ptcp:") {
+            let (port, ip) = match rest.split_once(':') {
+                Some((p, ip)) => (p, ip.trim_start_matches('[').trim_end_matches(']')),
+                None => (rest, "0.0.0.0"),
+            };
+            let port: u16 = port
+                .parse()
+                .map_err(|_| format!("`{s}`: \"{port}\" is not a TCP port number"))?;
+            let ip: std::net::IpAddr = ip
+                .parse()
+                .map_err(|_| format!("`{s}`: \"{ip}\" is not an IP address"))?;
+            Ok(Remote::Tcp(std::net::SocketAddr::new(ip, port)))
+        } else if let Some(path) = s.strip_prefix("punix:") {
+            if path.is_empty() {
+                return Err(format!("`{s}`: punix: needs a socket path"));
+            }
+            Ok(Remote::Unix(PathBuf::from(path)))
+        } else {
+            Err(format!("`{s}`: a remote is ptcp:PORT[:IP] or punix:PATH"))
+        }
+    }
+}
+
+/// Shell settings.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Largest accepted message, in bytes.
+    pub max_message: usize,
+    /// Bytes queued for one client before it is disconnected.
+    pub max_backlog: usize,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            max_message: 64 << 20,
+            max_backlog: 64 << 20,
+        }
+    }
+}
+
+struct Conn {
+    tx: mpsc::UnboundedSender<Vec<u8>>,
+    backlog: Arc<AtomicUsize>,
+    closed: Arc<AtomicBool>,
+    wake: Arc<Notify>,
+}
+
+struct State {
+    core: Core,
+    conns: HashMap<SessionId, Conn>,
+}
+
+/// A running server.
+pub struct Server {
+    state: Arc<Mutex<State>>,
+    start: Instant,
+    opts: ServeOptions,
+    local: Vec<String>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("listening", &self.local)
+            .finish()
+    }
+}
+
+impl Server {
+    /// The addresses actually bound (`tcp:IP:PORT`, `unix:PATH`), in remote order.
+    pub fn local_addrs(&self) -> &[String] {
+        &self.local
+    }
+
+    fn now(start: Instant) -> Now {
+        let wall_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        Now {
+            mono_ms: start.elapsed().as_millis() as u64,
+            wall_ms,
+        }
+    }
+
+    /// Run a closure against the core (e.g. to inspect state in tests), then deliver outputs.
+    pub fn with_core<R>(&self, f: impl FnOnce(&mut Core, Now) -> R) -> R {
+        let mut st = self.state.lock();
+        let r = f(&mut st.core, Self::now(self.start));
+        dispatch(&mut st, &self.opts);
+        r
+    }
+}
+
+/// Bind every remote and start serving on the current tokio runtime.
+pub async fn start(core: Core, remotes: &[Remote], opts: ServeOptions) -> std::io::Result<Server> {
+    let start = Instant::now();
+    let state = Arc::new(Mutex::new(State {
+        core,
+        conns: HashMap::new(),
+    }));
+    let mut local = Vec::new();
+    for r in remotes {
+        match r {
+            Remote::Tcp(addr) => {
+                let l = TcpListener::bind(addr).await?;
+                let a = l.local_addr()?;
+                local.push(format!("tcp:{}:{}", fmt_ip(a.ip()), a.port()));
+                let (state, opts) = (state.clone(), opts.clone());
+                tokio::spawn(async move {
+                    loop {
+                        match l.accept().await {
+                            Ok((s, _)) => {
+                                let _ = s.set_nodelay(true);
+                                let (rd, wr) = s.into_split();
+                                tokio::spawn(connection(
+                                    state.clone(),
+                                    rd,
+                                    wr,
+                                    start,
+                                    opts.clone(),
+                                ));
+                            }
+                            Err(e) => {
+                                tracing::warn!("accept on {a} failed: {e}");
+                                tokio::time::sleep(Duration::from_millis(100)).await;
+                            }
+                        }
+                    }
+                });
+            }
+            Remote::Unix(path) => {
+                if path.exists() {
+                    // A stale socket from a previous run; ovsdb-server replaces it the same way.
+                    let _ = std::fs::remove_file(path);
+                }
+                let l = UnixListener::bind(path)?;
+                local.push(format!("unix:{}", path.display()));
+                let (state, opts) = (state.clone(), opts.clone());
+                tokio::spawn(async move {
+                    loop {
+                        match l.accept().await {
+                            Ok((s, _)) => {
+                                let (rd, wr) = s.into_split();
+                                tokio::spawn(connection(
+                                    state.clone(),
+                                    rd,
+                                    wr,
+                                    start,
+                                    opts.clone(),
+                                ));
+                            }
+                            Err(e) => {
+                                tracing::warn!("accept on unix socket failed: {e}");
+                                tokio::time::sleep(Duration::from_millis(100)).await;
+                            }
+                        }
+                    }
+                });
+            }
+        }
+    }
+    {
+        let (state, opts) = (state.clone(), opts.clone());
+        tokio::spawn(async move {
+            loop {
+                let wait = {
+                    let st = state.lock();
+                    let now = Server::now(start).mono_ms;
+                    st.core
+                        .poll_timeout()
+                        .map_or(100, |t| t.saturating_sub(now).min(100))
+                };
+                tokio::time::sleep(Duration::from_millis(wait.max(1))).await;
+                let mut st = state.lock();
+                st.core.tick(Server::now(start));
+                dispatch(&mut st, &opts);
+            }
+        });
+    }
+    Ok(Server {
+        state,
+        start,
+        opts,
+        local,
+    })
+}
+
+fn fmt_ip(ip: std::net::IpAddr) -> String {
+    match ip {
+        std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+        v4 => v4.to_string(),
+    }
+}
+
+/// Deliver the core's outputs.
+fn dispatch(st: &mut State, opts: &ServeOptions) {
+    let outputs: Vec<Output> = st.core.poll_output().collect();
+    let mut dropped = Vec::new();
+    for o in outputs {
+        match o {
+            Output::Send(sid, bytes) => {
+                let Some(c) = st.conns.get(&sid) else {
+                    continue;
+                };
+                let n = bytes.len();
+                let queued = c.backlog.fetch_add(n, Ordering::AcqRel) + n;
+                if queued > opts.max_backlog {
+                    tracing::warn!(
+                        "session {sid}: {queued} bytes queued exceed the {}-byte backlog limit; disconnecting the slow reader",
+                        opts.max_backlog
+                    );
+                    dropped.push(sid);
+                    continue;
+                }
+                let _ = c.tx.send(bytes);
+            }
+            Output::Close(sid, reason) => {
+                tracing::info!("session {sid}: closing: {reason}");
+                dropped.push(sid);
+            }
+            Output::Log(line) => tracing::warn!("{line}"),
+        }
+    }
+    for sid in dropped {
+        if let Some(c) = st.conns.remove(&sid) {
+            c.closed.store(true, Ordering::Release);
+            c.wake.notify_one();
+        }
+        st.core.disconnect(sid);
+    }
+    // Disconnects can queue lock hand-overs for others.
+    let again: Vec<Output> = st.core.poll_output().collect();
+    for o in again {
+        if let Output::Send(sid, bytes) = o
+            && let Some(c) = st.conns.get(&sid)
+        {
+            c.backlog.fetch_add(bytes.len(), Ordering::AcqRel);
+            let _ = c.tx.send(bytes);
+        }
+    }
+}
+
+async fn connection<R, W>(
+    state: Arc<Mutex<State>>,
+    mut rd: R,
+    wr: W,
+    start: Instant,
+    opts: ServeOptions,
+) where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (tx, rx) = mpsc::unbounded_channel();
+    let backlog = Arc::new(AtomicUsize::new(0));
+    let closed = Arc::new(AtomicBool::new(false));
+    let wake = Arc::new(Notify::new());
+    let sid = {
+        let mut st = state.lock();
+        let sid = st.core.connect(Server::now(start));
+        st.conns.insert(
+            sid,
+            Conn {
+                tx,
+                backlog: backlog.clone(),
+                closed: closed.clone(),
+                wake: wake.clone(),
+            },
+        );
+        sid
+    };
+    tracing::debug!("session {sid}: connected");
+    let writer = tokio::spawn(writer(
+        wr,
+        rx,
+        backlog.clone(),
+        wake.clone(),
+        closed.clone(),
+    ));
+    let mut framer = Framer::new(opts.max_message);
+    let mut buf = vec![0u8; 64 * 1024];
+    let high = opts.max_backlog / 2;
+    let mut reason = "client closed the connection".to_string();
+    'conn: loop {
+        while backlog.load(Ordering::Acquire) > high && !closed.load(Ordering::Acquire) {
+            wake.notified().await;
+        }
+        if closed.load(Ordering::Acquire) {
+            reason = "closed by server".into();
+            break;
+        }
+        let n = tokio::select! {
+            r = rd.read(&mut buf) => match r {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) => { reason = format!("read error: {e}"); break }
+            },
+            _ = wake.notified() => continue,
+        };
+        framer.push(&buf[..n]);
+        let mut msgs = Vec::new();
+        let mut frame_error = None;
+        while let Some(m) = framer.next_message() {
+            match m {
+                Ok(v) => msgs.push(v),
+                Err(e) => {
+                    frame_error = Some(e);
+                    break;
+                }
+            }
+        }
+        if !msgs.is_empty() {
+            let mut st = state.lock();
+            let now = Server::now(start);
+            for m in msgs {
+                st.core.handle(sid, m, now);
+            }
+            dispatch(&mut st, &opts);
+            if !st.conns.contains_key(&sid) {
+                reason = "closed by server".into();
+                break 'conn;
+            }
+        }
+        if let Some(e) = frame_error {
+            reason = format!("protocol error: {e}");
+            break;
+        }
+    }
+    tracing::debug!("session {sid}: disconnected ({reason})");
+    {
+        let mut st = state.lock();
+        st.conns.remove(&sid);
+        st.core.disconnect(sid);
+        dispatch(&mut st, &opts);
+    }
+    // The writer flushes what is queued (an error reply, say) unless the server dropped the
+    // client for being too slow.
+    let _ = writer.await;
+}
+
+async fn writer<W: AsyncWrite + Unpin>(
+    mut wr: W,
+    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    backlog: Arc<AtomicUsize>,
+    wake: Arc<Notify>,
+    closed: Arc<AtomicBool>,
+) {
+    let mut out = Vec::with_capacity(64 * 1024);
+    while let Some(first) = rx.recv().await {
+        out.clear();
+        out.extend_from_slice(&first);
+        while out.len() < 1 << 20 {
+            match rx.try_recv() {
+                Ok(more) => out.extend_from_slice(&more),
+                Err(_) => break,
+            }
+        }
+        if closed.load(Ordering::Acquire) {
+            break;
+        }
+        if wr.write_all(&out).await.is_err() {
+            closed.store(true, Ordering::Release);
+            wake.notify_one();
+            break;
+        }
+        backlog.fetch_sub(out.len(), Ordering::AcqRel);
+        wake.notify_one();
+    }
+    let _ = wr.shutdown().await;
+}

@@ -1,0 +1,779 @@
+//! The OVSDB server's protocol core: every JSON-RPC method of RFC 7047 and ovsdb-server(7) over
+//! any number of databases and sessions. Sans-I/O apart from the injected [`Storage`]: it takes
+//! messages and time, and queues [`Output`]s (bytes for a session, or a session to close) that
+//! the shell ([`crate::serve`]) delivers.
+//!
+//! Call contract: [`Core::connect`] gives a session id; feed each framed message with
+//! [`Core::handle`]; call [`Core::tick`] at or after [`Core::poll_timeout`]; after every call
+//! drain [`Core::poll_output`]; call [`Core::disconnect`] when a connection ends. Time is
+//! monotonic milliseconds plus wall-clock milliseconds (for file records only).
+
+mod locks;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use hashbrown::HashMap;
+use hf_ovsdb::file::{delta_record, encode_record, record_txn_id, snapshot_file};
+use hf_ovsdb::monitor::merge_deltas;
+use hf_ovsdb::server_db::{database_row, server_schema};
+use hf_ovsdb::txn::{TxnEnv, TxnOutcome, execute};
+use hf_ovsdb::{Database, ErrorKind, Monitor, MonitorVersion, OvsdbError, TxnDelta, Uuid};
+use serde_json::{Value, json};
+
+use crate::jsonrpc::{Message, notification_bytes, reply_bytes};
+pub use locks::Locks;
+
+/// A connection's id.
+pub type SessionId = u64;
+
+/// Where a database's committed transactions go.
+pub trait Storage: Send {
+    /// Append one record; when `durable`, make it survive power loss before returning.
+    fn append(&mut self, record: &[u8], durable: bool) -> std::io::Result<()>;
+    /// Current size in bytes.
+    fn size(&self) -> u64;
+    /// Atomically replace the whole contents (compaction).
+    fn replace(&mut self, contents: &[u8]) -> std::io::Result<()>;
+}
+
+/// Time as the core sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Now {
+    /// Monotonic milliseconds (timeouts, probes).
+    pub mono_ms: u64,
+    /// Wall-clock milliseconds since the epoch (the `_date` of file records).
+    pub wall_ms: u64,
+}
+
+/// Server settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Keep at most this many transactions for `monitor_cond_since`.
+    pub history_txns: usize,
+    /// Keep at most this many row changes in that history.
+    pub history_rows: usize,
+    /// Compact a database file once it exceeds this size and four times its last snapshot.
+    pub compact_min_bytes: u64,
+    /// Send an echo to a session silent for this long, and drop it after as long again
+    /// without an answer. None disables probes.
+    pub probe_interval_ms: Option<u64>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            history_txns: 1000,
+            history_rows: 200_000,
+            compact_min_bytes: 10 << 20,
+            probe_interval_ms: Some(5_000),
+        }
+    }
+}
+
+/// Something the shell must do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    /// Send bytes (one JSON message) to a session.
+    Send(SessionId, Vec<u8>),
+    /// Close a session, logging the reason.
+    Close(SessionId, String),
+    /// A log line for the operator (warnings: compaction, I/O errors).
+    Log(String),
+}
+
+struct DbEntry {
+    db: Database,
+    storage: Option<Box<dyn Storage>>,
+    history: VecDeque<(Uuid, Arc<TxnDelta>)>,
+    history_rows: usize,
+    last_txn: Uuid,
+    snapshot_size: u64,
+}
+
+struct MonitorEntry {
+    db: usize,
+    id: Value,
+    monitor: Monitor,
+}
+
+#[derive(Default)]
+struct Session {
+    monitors: HashMap<String, MonitorEntry>,
+    last_rx_ms: u64,
+    probe_sent_ms: Option<u64>,
+}
+
+struct Pending {
+    session: SessionId,
+    id: Value,
+    db: usize,
+    ops: Vec<Value>,
+    deadline_ms: Option<u64>,
+}
+
+/// The server core.
+pub struct Core {
+    cfg: Config,
+    dbs: Vec<DbEntry>,
+    sessions: HashMap<SessionId, Session>,
+    next_session: SessionId,
+    locks: Locks,
+    pending: Vec<Pending>,
+    out: Vec<Output>,
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Core")
+            .field(
+                "databases",
+                &self
+                    .dbs
+                    .iter()
+                    .map(|d| d.db.schema.name.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .field("sessions", &self.sessions.len())
+            .finish()
+    }
+}
+
+struct SessionEnv<'a> {
+    locks: &'a Locks,
+    sid: SessionId,
+    expired: bool,
+}
+
+impl TxnEnv for SessionEnv<'_> {
+    fn owns_lock(&self, name: &str) -> bool {
+        self.locks.owns(self.sid, name)
+    }
+    fn wait_expired(&self) -> bool {
+        self.expired
+    }
+}
+
+fn err_json(kind: ErrorKind, details: impl Into<String>) -> Value {
+    OvsdbError::new(kind, details).to_json()
+}
+
+fn syntax(details: impl Into<String>) -> Value {
+    err_json(ErrorKind::Syntax, details)
+}
+
+const SERVER_DB: usize = 0;
+
+impl Core {
+    /// A server with no databases but `_Server`. `seed` seeds UUID generation.
+    pub fn new(cfg: Config, seed: u64) -> Self {
+        let server = Database::new(server_schema(), seed);
+        Core {
+            cfg,
+            dbs: vec![DbEntry {
+                db: server,
+                storage: None,
+                history: VecDeque::new(),
+                history_rows: 0,
+                last_txn: Uuid::nil(),
+                snapshot_size: 0,
+            }],
+            sessions: HashMap::new(),
+            next_session: 1,
+            locks: Locks::default(),
+            pending: Vec::new(),
+            out: Vec::new(),
+        }
+    }
+
+    /// Serve `db`, persisting to `storage`. `history` is the tail of transactions read back from
+    /// the file (oldest first), so `monitor_cond_since` works across restarts.
+    pub fn add_database(
+        &mut self,
+        db: Database,
+        storage: Option<Box<dyn Storage>>,
+        history: Vec<(Uuid, Arc<TxnDelta>)>,
+    ) -> Result<(), String> {
+        let name = db.schema.name.clone();
+        if self.db_index(&name).is_some() {
+            return Err(format!("database {name} is served twice"));
+        }
+        let row = database_row(&mut self.dbs[SERVER_DB].db, &db.schema);
+        self.dbs[SERVER_DB].db.apply(&row);
+        let snapshot_size = storage.as_ref().map_or(0, |s| s.size());
+        let last_txn = history.last().map_or(Uuid::nil(), |h| h.0);
+        let history_rows = history.iter().map(|(_, d)| d.len()).sum();
+        self.dbs.push(DbEntry {
+            db,
+            storage,
+            history: history.into(),
+            history_rows,
+            last_txn,
+            snapshot_size,
+        });
+        self.trim_history(self.dbs.len() - 1);
+        Ok(())
+    }
+
+    /// Names of served databases, `_Server` included.
+    pub fn database_names(&self) -> Vec<String> {
+        self.dbs.iter().map(|d| d.db.schema.name.clone()).collect()
+    }
+
+    /// Read access to a served database.
+    pub fn database(&self, name: &str) -> Option<&Database> {
+        self.db_index(name).map(|i| &self.dbs[i].db)
+    }
+
+    fn db_index(&self, name: &str) -> Option<usize> {
+        self.dbs.iter().position(|d| d.db.schema.name == name)
+    }
+
+    /// A new session.
+    pub fn connect(&mut self, now: Now) -> SessionId {
+        let sid = self.next_session;
+        self.next_session += 1;
+        self.sessions.insert(
+            sid,
+            Session {
+                last_rx_ms: now.mono_ms,
+                ..Default::default()
+            },
+        );
+        sid
+    }
+
+    /// A session ended: cancel its monitors and pending transactions, release its locks.
+    pub fn disconnect(&mut self, sid: SessionId) {
+        if self.sessions.remove(&sid).is_none() {
+            return;
+        }
+        self.pending.retain(|p| p.session != sid);
+        for (name, owner) in self.locks.release_all(sid) {
+            self.notify(owner, "locked", &json!([name]));
+        }
+    }
+
+    /// Number of connected sessions.
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Take the queued outputs.
+    pub fn poll_output(&mut self) -> std::vec::Drain<'_, Output> {
+        self.out.drain(..)
+    }
+
+    /// When [`Core::tick`] must next be called (monotonic ms), if ever.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        let probes = self.cfg.probe_interval_ms.and_then(|p| {
+            self.sessions
+                .values()
+                .map(|s| s.probe_sent_ms.unwrap_or(s.last_rx_ms).saturating_add(p))
+                .min()
+        });
+        let waits = self.pending.iter().filter_map(|p| p.deadline_ms).min();
+        match (probes, waits) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Handle timers: inactivity probes and `wait` timeouts.
+    pub fn tick(&mut self, now: Now) {
+        if let Some(p) = self.cfg.probe_interval_ms {
+            let mut probe = Vec::new();
+            let mut close = Vec::new();
+            for (sid, s) in &mut self.sessions {
+                match s.probe_sent_ms {
+                    Some(t) if now.mono_ms >= t + p => close.push(*sid),
+                    None if now.mono_ms >= s.last_rx_ms + p => {
+                        s.probe_sent_ms = Some(now.mono_ms);
+                        probe.push(*sid);
+                    }
+                    _ => {}
+                }
+            }
+            for sid in probe {
+                let m = Message::Request {
+                    method: "echo".into(),
+                    params: vec![],
+                    id: json!("echo"),
+                };
+                self.out.push(Output::Send(sid, m.to_bytes()));
+            }
+            for sid in close {
+                self.out.push(Output::Close(
+                    sid,
+                    format!("no reply to inactivity probe after {p} ms"),
+                ));
+                self.disconnect(sid);
+            }
+        }
+        let expired: Vec<usize> = self
+            .pending
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.deadline_ms.is_some_and(|d| now.mono_ms >= d))
+            .map(|(i, _)| i)
+            .collect();
+        for i in expired.into_iter().rev() {
+            let p = self.pending.remove(i);
+            self.run_txn(p.session, p.id, p.db, p.ops, now, true, None);
+        }
+    }
+
+    /// Handle one message from session `sid`.
+    pub fn handle(&mut self, sid: SessionId, msg: Value, now: Now) {
+        let Some(s) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        s.last_rx_ms = now.mono_ms;
+        s.probe_sent_ms = None;
+        let msg = match Message::from_json(msg) {
+            Ok(m) => m,
+            Err(e) => {
+                self.out.push(Output::Close(sid, e.to_string()));
+                self.disconnect(sid);
+                return;
+            }
+        };
+        match msg {
+            Message::Request { method, params, id } => self.request(sid, &method, params, id, now),
+            Message::Notification { method, params } => {
+                // `cancel` is the only notification a client sends; others are ignored as
+                // ovsdb-server ignores them.
+                if method == "cancel" {
+                    self.cancel(sid, &params);
+                }
+            }
+            // Replies to our echo probes.
+            Message::Reply { .. } | Message::Error { .. } => {}
+        }
+    }
+
+    fn reply(&mut self, sid: SessionId, id: &Value, result: &Value) {
+        self.out.push(Output::Send(sid, reply_bytes(id, result)));
+    }
+
+    fn error(&mut self, sid: SessionId, id: Value, error: Value) {
+        self.out
+            .push(Output::Send(sid, Message::Error { error, id }.to_bytes()));
+    }
+
+    fn notify(&mut self, sid: SessionId, method: &str, params: &Value) {
+        self.out
+            .push(Output::Send(sid, notification_bytes(method, params)));
+    }
+
+    fn request(&mut self, sid: SessionId, method: &str, params: Vec<Value>, id: Value, now: Now) {
+        match method {
+            "echo" => self.reply(sid, &id, &Value::Array(params)),
+            "list_dbs" => {
+                let names = json!(self.database_names());
+                self.reply(sid, &id, &names)
+            }
+            "get_schema" => match params
+                .first()
+                .and_then(Value::as_str)
+                .map(|n| self.db_index(n))
+            {
+                Some(Some(i)) => {
+                    let s = self.dbs[i].db.schema.to_json().clone();
+                    self.reply(sid, &id, &s)
+                }
+                Some(None) => {
+                    let e = err_json(
+                        ErrorKind::UnknownDatabase,
+                        format!("get_schema asks for unknown database {}", params[0]),
+                    );
+                    self.error(sid, id, e)
+                }
+                None => self.error(sid, id, syntax("get_schema needs [<db-name>]")),
+            },
+            "transact" => self.transact(sid, params, id, now),
+            "cancel" => self.cancel(sid, &params),
+            "monitor" => self.monitor(sid, params, id, MonitorVersion::V1),
+            "monitor_cond" => self.monitor(sid, params, id, MonitorVersion::V2),
+            "monitor_cond_since" => self.monitor(sid, params, id, MonitorVersion::V3),
+            "monitor_cond_change" => self.monitor_cond_change(sid, params, id),
+            "monitor_cancel" => self.monitor_cancel(sid, params, id),
+            "lock" | "steal" | "unlock" => self.lock_request(sid, method, params, id),
+            "set_db_change_aware" => match params.as_slice() {
+                [Value::Bool(_)] => self.reply(sid, &id, &json!({})),
+                _ => self.error(sid, id, syntax("set_db_change_aware needs [<boolean>]")),
+            },
+            _ => self.error(sid, id, json!("unknown method")),
+        }
+    }
+
+    fn transact(&mut self, sid: SessionId, params: Vec<Value>, id: Value, now: Now) {
+        let Some(Value::String(name)) = params.first() else {
+            return self.error(sid, id, syntax("transact needs [<db-name>, <operation>*]"));
+        };
+        let Some(dbi) = self.db_index(name) else {
+            let e = err_json(
+                ErrorKind::UnknownDatabase,
+                format!("transact request specifies unknown database {name}"),
+            );
+            return self.error(sid, id, e);
+        };
+        let ops = params[1..].to_vec();
+        self.run_txn(sid, id, dbi, ops, now, false, None);
+    }
+
+    /// Execute (or re-execute) a transaction and reply, commit, publish, and retry waiters.
+    #[allow(clippy::too_many_arguments)]
+    fn run_txn(
+        &mut self,
+        sid: SessionId,
+        id: Value,
+        dbi: usize,
+        ops: Vec<Value>,
+        now: Now,
+        expired: bool,
+        deadline: Option<u64>,
+    ) {
+        let env = SessionEnv {
+            locks: &self.locks,
+            sid,
+            expired,
+        };
+        let outcome = execute(&mut self.dbs[dbi].db, &ops, &env);
+        match outcome {
+            TxnOutcome::Commit { mut results, delta } => {
+                if !delta.is_empty() {
+                    if dbi == SERVER_DB {
+                        results.push(err_json(
+                            ErrorKind::Constraint,
+                            "the _Server database is read-only",
+                        ));
+                        return self.reply(sid, &id, &Value::Array(results));
+                    }
+                    if let Err(e) = self.commit(dbi, delta, now) {
+                        results.push(err_json(
+                            ErrorKind::Io,
+                            format!("writing the database file failed: {e}"),
+                        ));
+                        return self.reply(sid, &id, &Value::Array(results));
+                    }
+                    self.reply(sid, &id, &Value::Array(results));
+                    self.retry_pending(dbi, now);
+                    return;
+                }
+                self.reply(sid, &id, &Value::Array(results))
+            }
+            TxnOutcome::Failed { results, .. } => self.reply(sid, &id, &Value::Array(results)),
+            TxnOutcome::Blocked { timeout_ms } => {
+                let deadline_ms =
+                    deadline.or_else(|| timeout_ms.map(|t| now.mono_ms.saturating_add(t)));
+                self.pending.push(Pending {
+                    session: sid,
+                    id,
+                    db: dbi,
+                    ops,
+                    deadline_ms,
+                });
+            }
+        }
+    }
+
+    fn retry_pending(&mut self, dbi: usize, now: Now) {
+        // Each retry may commit and wake others; a pass that commits nothing ends the loop.
+        loop {
+            let before = self.dbs[dbi].last_txn;
+            let mine: Vec<Pending> = {
+                let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
+                    .into_iter()
+                    .partition(|p| p.db == dbi);
+                self.pending = rest;
+                mine
+            };
+            if mine.is_empty() {
+                return;
+            }
+            for p in mine {
+                self.run_txn(p.session, p.id, p.db, p.ops, now, false, p.deadline_ms);
+            }
+            if self.dbs[dbi].last_txn == before {
+                return;
+            }
+        }
+    }
+
+    /// Persist, apply and publish a validated delta.
+    fn commit(&mut self, dbi: usize, delta: TxnDelta, now: Now) -> std::io::Result<()> {
+        let entry = &mut self.dbs[dbi];
+        let record = encode_record(&delta_record(&entry.db.schema, &delta, now.wall_ms));
+        let txn_id = record_txn_id(&record);
+        if let Some(st) = &mut entry.storage {
+            st.append(&record, delta.durable)?;
+        }
+        entry.db.apply(&delta);
+        let delta = Arc::new(delta);
+        entry.history_rows += delta.len();
+        entry.history.push_back((txn_id, delta.clone()));
+        entry.last_txn = txn_id;
+        self.trim_history(dbi);
+        self.publish(dbi, &delta, txn_id);
+        self.maybe_compact(dbi, now);
+        Ok(())
+    }
+
+    fn trim_history(&mut self, dbi: usize) {
+        let (max_txns, max_rows) = (self.cfg.history_txns, self.cfg.history_rows);
+        let e = &mut self.dbs[dbi];
+        while e.history.len() > max_txns || (e.history_rows > max_rows && e.history.len() > 1) {
+            if let Some((_, d)) = e.history.pop_front() {
+                e.history_rows -= d.len();
+            }
+        }
+    }
+
+    fn maybe_compact(&mut self, dbi: usize, now: Now) {
+        let min = self.cfg.compact_min_bytes;
+        let e = &mut self.dbs[dbi];
+        let Some(st) = &mut e.storage else { return };
+        let size = st.size();
+        if size < min || size < e.snapshot_size.saturating_mul(4) {
+            return;
+        }
+        let snap = snapshot_file(&e.db, now.wall_ms);
+        let name = e.db.schema.name.clone();
+        match st.replace(&snap) {
+            Ok(()) => {
+                e.snapshot_size = snap.len() as u64;
+                self.out.push(Output::Log(format!(
+                    "compacted database {name}: {size} bytes -> {} bytes",
+                    snap.len()
+                )));
+            }
+            Err(err) => self.out.push(Output::Log(format!(
+                "compacting database {name} failed: {err}"
+            ))),
+        }
+    }
+
+    /// Compact every database now (e.g. on operator request).
+    pub fn compact_all(&mut self, now: Now) {
+        for dbi in 1..self.dbs.len() {
+            let e = &mut self.dbs[dbi];
+            if let Some(st) = &mut e.storage {
+                let snap = snapshot_file(&e.db, now.wall_ms);
+                if st.replace(&snap).is_ok() {
+                    e.snapshot_size = snap.len() as u64;
+                }
+            }
+        }
+    }
+
+    fn publish(&mut self, dbi: usize, delta: &TxnDelta, txn_id: Uuid) {
+        let schema = self.dbs[dbi].db.schema.clone();
+        let txn = json!(txn_id.to_string());
+        for (sid, s) in &self.sessions {
+            for m in s.monitors.values() {
+                if m.db != dbi {
+                    continue;
+                }
+                let Some(updates) = m.monitor.updates(&schema, delta) else {
+                    continue;
+                };
+                let bytes = match m.monitor.version {
+                    MonitorVersion::V1 => notification_bytes("update", &json!([m.id, updates])),
+                    MonitorVersion::V2 => notification_bytes("update2", &json!([m.id, updates])),
+                    MonitorVersion::V3 => {
+                        notification_bytes("update3", &json!([m.id, txn, updates]))
+                    }
+                };
+                self.out.push(Output::Send(*sid, bytes));
+            }
+        }
+    }
+
+    fn cancel(&mut self, sid: SessionId, params: &[Value]) {
+        let Some(target) = params.first() else { return };
+        if let Some(i) = self
+            .pending
+            .iter()
+            .position(|p| p.session == sid && &p.id == target)
+        {
+            let p = self.pending.remove(i);
+            self.error(
+                sid,
+                p.id,
+                err_json(ErrorKind::Canceled, "transaction canceled by request"),
+            );
+        }
+    }
+
+    fn monitor(&mut self, sid: SessionId, params: Vec<Value>, id: Value, version: MonitorVersion) {
+        let want = if version == MonitorVersion::V3 { 4 } else { 3 };
+        if params.len() != want {
+            return self.error(
+                sid,
+                id,
+                syntax(format!(
+                    "monitor request needs {want} parameters, got {}",
+                    params.len()
+                )),
+            );
+        }
+        let Some(name) = params[0].as_str() else {
+            return self.error(sid, id, syntax("monitor: database name must be a string"));
+        };
+        let Some(dbi) = self.db_index(name) else {
+            let e = err_json(
+                ErrorKind::UnknownDatabase,
+                format!("monitor request specifies unknown database {name}"),
+            );
+            return self.error(sid, id, e);
+        };
+        let key = params[1].to_string();
+        if self
+            .sessions
+            .get(&sid)
+            .is_some_and(|s| s.monitors.contains_key(&key))
+        {
+            return self.error(sid, id, json!("duplicate monitor ID"));
+        }
+        let entry = &self.dbs[dbi];
+        let monitor = match Monitor::from_json(&entry.db.schema, &params[2], version) {
+            Ok(m) => m,
+            Err(e) => return self.error(sid, id, e.to_json()),
+        };
+        let result = if version == MonitorVersion::V3 {
+            let last = params[3].as_str().and_then(|s| Uuid::parse_str(s).ok());
+            let found = last.and_then(|l| {
+                if l == entry.last_txn && !l.is_nil() {
+                    Some(entry.history.len())
+                } else {
+                    entry
+                        .history
+                        .iter()
+                        .position(|(t, _)| *t == l)
+                        .map(|i| i + 1)
+                }
+            });
+            match found {
+                Some(from) => {
+                    let deltas: Vec<Arc<TxnDelta>> = entry
+                        .history
+                        .iter()
+                        .skip(from)
+                        .map(|(_, d)| d.clone())
+                        .collect();
+                    let merged = merge_deltas(&deltas);
+                    let updates = monitor
+                        .updates(&entry.db.schema, &merged)
+                        .unwrap_or_else(|| json!({}));
+                    json!([true, entry.last_txn.to_string(), updates])
+                }
+                None => json!([
+                    false,
+                    entry.last_txn.to_string(),
+                    monitor.initial(&entry.db)
+                ]),
+            }
+        } else {
+            monitor.initial(&entry.db)
+        };
+        if let Some(s) = self.sessions.get_mut(&sid) {
+            s.monitors.insert(
+                key,
+                MonitorEntry {
+                    db: dbi,
+                    id: params[1].clone(),
+                    monitor,
+                },
+            );
+        }
+        self.reply(sid, &id, &result);
+    }
+
+    fn monitor_cond_change(&mut self, sid: SessionId, params: Vec<Value>, id: Value) {
+        let [old_id, new_id, reqs] = params.as_slice() else {
+            return self.error(
+                sid,
+                id,
+                syntax("monitor_cond_change needs [<monitor-id>, <new-monitor-id>, <requests>]"),
+            );
+        };
+        let Some(s) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        let Some(mut entry) = s.monitors.remove(&old_id.to_string()) else {
+            return self.error(sid, id, json!("unknown monitor"));
+        };
+        if old_id != new_id && s.monitors.contains_key(&new_id.to_string()) {
+            s.monitors.insert(old_id.to_string(), entry);
+            return self.error(sid, id, json!("duplicate monitor ID"));
+        }
+        let db = &self.dbs[entry.db];
+        let changed = entry.monitor.change_conditions(&db.db, reqs);
+        let last_txn = db.last_txn;
+        match changed {
+            Err(e) => {
+                s.monitors.insert(old_id.to_string(), entry);
+                self.error(sid, id, e.to_json())
+            }
+            Ok(updates) => {
+                entry.id = new_id.clone();
+                let version = entry.monitor.version;
+                s.monitors.insert(new_id.to_string(), entry);
+                if let Some(u) = updates {
+                    match version {
+                        MonitorVersion::V3 => {
+                            self.notify(sid, "update3", &json!([new_id, last_txn.to_string(), u]))
+                        }
+                        _ => self.notify(sid, "update2", &json!([new_id, u])),
+                    }
+                }
+                self.reply(sid, &id, &json!({}));
+            }
+        }
+    }
+
+    fn monitor_cancel(&mut self, sid: SessionId, params: Vec<Value>, id: Value) {
+        let [mid] = params.as_slice() else {
+            return self.error(sid, id, syntax("monitor_cancel needs [<monitor-id>]"));
+        };
+        let removed = self
+            .sessions
+            .get_mut(&sid)
+            .and_then(|s| s.monitors.remove(&mid.to_string()));
+        match removed {
+            Some(_) => self.reply(sid, &id, &json!({})),
+            None => self.error(sid, id, json!("unknown monitor")),
+        }
+    }
+
+    fn lock_request(&mut self, sid: SessionId, method: &str, params: Vec<Value>, id: Value) {
+        let name = match params.as_slice() {
+            [Value::String(n)] if !n.is_empty() => n.clone(),
+            _ => return self.error(sid, id, syntax(format!("{method} needs [<lock-name>]"))),
+        };
+        match method {
+            "lock" => {
+                let locked = self.locks.lock(sid, &name);
+                self.reply(sid, &id, &json!({"locked": locked}));
+            }
+            "steal" => {
+                if let Some(victim) = self.locks.steal(sid, &name) {
+                    self.notify(victim, "stolen", &json!([name]));
+                }
+                self.reply(sid, &id, &json!({"locked": true}));
+            }
+            _ => {
+                let new_owner = self.locks.unlock(sid, &name);
+                self.reply(sid, &id, &json!({}));
+                if let Some(o) = new_owner {
+                    self.notify(o, "locked", &json!([name]));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;

@@ -1,0 +1,187 @@
+//! Database files on disk: loading (with recovery of a torn last record), appending, and
+//! atomic replacement for compaction.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use hf_ovsdb::file::{FileError, RecordReader, encode_record, record_delta};
+use hf_ovsdb::{Database, Schema, TxnDelta, Uuid};
+
+use crate::server::Storage;
+
+/// Why a database file could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// The file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The file is not an OVSDB standalone database.
+    #[error("{path}: {reason}")]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// A database file opened for appending.
+#[derive(Debug)]
+pub struct FileStorage {
+    path: PathBuf,
+    file: File,
+    size: u64,
+}
+
+/// What [`open`] read.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The database contents.
+    pub db: Database,
+    /// The file, ready for appends.
+    pub storage: FileStorage,
+    /// The last transactions (oldest first) with their ids.
+    pub history: Vec<(Uuid, Arc<TxnDelta>)>,
+    /// A warning to log (a torn last record was truncated).
+    pub warning: Option<String>,
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> OpenError + '_ {
+    move |source| OpenError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Create a new database file holding only `schema`. Refuses to overwrite.
+pub fn create(path: &Path, schema_text: &str) -> Result<Schema, OpenError> {
+    let schema = Schema::parse(schema_text).map_err(|e| OpenError::Format {
+        path: path.to_path_buf(),
+        reason: format!("invalid schema: {e}"),
+    })?;
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(io_err(path))?;
+    f.write_all(&encode_record(schema.to_json()))
+        .map_err(io_err(path))?;
+    f.sync_all().map_err(io_err(path))?;
+    Ok(schema)
+}
+
+/// Open and load a database file. `keep_history` bounds how many of the last transactions are
+/// returned for `monitor_cond_since`.
+pub fn open(path: &Path, seed: u64, keep_history: usize) -> Result<Loaded, OpenError> {
+    let data = std::fs::read(path).map_err(io_err(path))?;
+    let fmt = |reason: String| OpenError::Format {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let mut reader = RecordReader::new(&data);
+    let first = match reader.next() {
+        Some(Ok(r)) => r,
+        Some(Err(e)) => return Err(fmt(format!("cannot read the schema record: {e}"))),
+        None => {
+            return Err(fmt(
+                "file is empty (create it with `holdfast db create FILE SCHEMA`)".into(),
+            ));
+        }
+    };
+    let schema =
+        Schema::from_json(&first.json).map_err(|e| fmt(format!("invalid schema record: {e}")))?;
+    let mut db = Database::new(Arc::new(schema), seed);
+    let mut history: std::collections::VecDeque<(Uuid, Arc<TxnDelta>)> = Default::default();
+    let mut valid_len = first.end;
+    let mut warning = None;
+    for (n, rec) in reader.by_ref().enumerate() {
+        match rec {
+            Ok(r) => {
+                let delta = record_delta(&mut db, &r.json)
+                    .map_err(|e| fmt(format!("record {} at byte {}: {e}", n + 2, r.offset)))?;
+                db.apply(&delta);
+                history.push_back((r.txn_id, Arc::new(delta)));
+                if history.len() > keep_history {
+                    history.pop_front();
+                }
+                valid_len = r.end;
+            }
+            Err(FileError::Truncated { valid_len: v }) => {
+                warning = Some(format!(
+                    "{}: the last record is incomplete (a crash during a write?); truncating {} bytes at offset {v}",
+                    path.display(),
+                    data.len() - v
+                ));
+                valid_len = v;
+                break;
+            }
+            Err(e @ FileError::Corrupt { .. }) => return Err(fmt(e.to_string())),
+        }
+    }
+    let file = OpenOptions::new()
+        .append(true)
+        .open(path)
+        .map_err(io_err(path))?;
+    if valid_len < data.len() {
+        file.set_len(valid_len as u64).map_err(io_err(path))?;
+        file.sync_all().map_err(io_err(path))?;
+    }
+    Ok(Loaded {
+        db,
+        storage: FileStorage {
+            path: path.to_path_buf(),
+            file,
+            size: valid_len as u64,
+        },
+        history: history.into(),
+        warning,
+    })
+}
+
+impl Storage for FileStorage {
+    fn append(&mut self, record: &[u8], durable: bool) -> std::io::Result<()> {
+        self.file.write_all(record)?;
+        self.size += record.len() as u64;
+        if durable {
+            self.file.sync_data()?;
+        }
+        Ok(())
+    }
+
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn replace(&mut self, contents: &[u8]) -> std::io::Result<()> {
+        let mut tmp = self.path.clone().into_os_string();
+        tmp.push(".tmp");
+        let tmp = PathBuf::from(tmp);
+        {
+            let mut f = File::create(&tmp)?;
+            f.write_all(contents)?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, &self.path)?;
+        if let Some(dir) = self.path.parent() {
+            // Make the rename itself durable; not all filesystems allow syncing a directory.
+            if let Ok(d) = File::open(if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            }) {
+                let _ = d.sync_all();
+            }
+        }
+        self.file = OpenOptions::new().append(true).open(&self.path)?;
+        self.size = contents.len() as u64;
+        Ok(())
+    }
+}

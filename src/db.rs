@@ -1,0 +1,273 @@
+//! `holdfast db`: command-line wiring of the OVSDB server (hf-ovsdb-net), in the style of
+//! ovsdb-server: `holdfast db --remote ptcp:6641:127.0.0.1 --remote punix:PATH nb.db sb.db`,
+//! and `holdfast db create FILE SCHEMA`.
+// The binary is an I/O shell: it reads the clock and seeds randomness.
+#![allow(clippy::disallowed_methods)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use hf_ovsdb_net::serve::{Remote, ServeOptions};
+use hf_ovsdb_net::server::{Config, Core};
+use hf_ovsdb_net::storage;
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct DbArgs {
+    #[command(subcommand)]
+    action: Option<DbAction>,
+
+    /// Database files to serve (create them with `holdfast db create`).
+    #[arg(value_name = "DATABASE")]
+    databases: Vec<PathBuf>,
+
+    /// Listen on a passive remote: `ptcp:PORT[:IP]` (port 0 picks a free one) or
+    /// `punix:PATH`. Repeatable. Every database is served on every remote.
+    #[arg(
+        long = "remote",
+        value_name = "REMOTE",
+        default_value = "ptcp:6641:127.0.0.1"
+    )]
+    remotes: Vec<String>,
+
+    /// Write the process id to FILE (removed on clean exit).
+    #[arg(long, value_name = "FILE")]
+    pidfile: Option<PathBuf>,
+
+    /// Write log messages to FILE instead of stderr.
+    #[arg(long, value_name = "FILE")]
+    log_file: Option<PathBuf>,
+
+    /// Run in the background once every remote is listening; the foreground process prints the
+    /// bound addresses and exits.
+    #[arg(long)]
+    detach: bool,
+
+    /// Milliseconds of silence before the server probes a client with `echo` (the client is
+    /// dropped after as long again without any message). 0 disables probes.
+    #[arg(long, value_name = "MS", default_value_t = 5000)]
+    inactivity_probe: u64,
+
+    /// Bytes queued for one client before it is disconnected as a slow reader.
+    #[arg(long, value_name = "BYTES", default_value_t = 64 << 20)]
+    max_backlog: usize,
+
+    /// Largest accepted JSON-RPC message, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = 64 << 20)]
+    max_message: usize,
+
+    /// Compact a database file once it is this large and four times its last compacted size.
+    #[arg(long, value_name = "BYTES", default_value_t = 10 << 20)]
+    compact_threshold: u64,
+}
+
+#[derive(Debug, Subcommand)]
+enum DbAction {
+    /// Create a database file holding only SCHEMA (an .ovsschema file), like
+    /// `ovsdb-tool create`.
+    Create {
+        /// The database file to create (must not exist).
+        file: PathBuf,
+        /// The schema file.
+        schema: PathBuf,
+    },
+    /// Compact database files offline: rewrite each as its schema plus one snapshot record.
+    Compact {
+        /// Database files.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+}
+
+fn seed() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    t ^ (u64::from(std::process::id()) << 32) ^ u64::from_le_bytes(*uuid_bytes())
+}
+
+fn uuid_bytes() -> &'static [u8; 8] {
+    static B: std::sync::OnceLock<[u8; 8]> = std::sync::OnceLock::new();
+    B.get_or_init(|| {
+        let mut b = [0u8; 8];
+        if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+            let _ = std::io::Read::read_exact(&mut f, &mut b);
+        }
+        b
+    })
+}
+
+pub fn run(args: DbArgs) -> anyhow::Result<ExitCode> {
+    match args.action {
+        Some(DbAction::Create { file, schema }) => {
+            let text = std::fs::read_to_string(&schema)
+                .with_context(|| format!("cannot read schema file {}", schema.display()))?;
+            let s = storage::create(&file, &text)?;
+            println!("created {} ({} {})", file.display(), s.name, s.version);
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(DbAction::Compact { files }) => {
+            for f in files {
+                let mut loaded = storage::open(&f, seed(), 0)?;
+                if let Some(w) = loaded.warning {
+                    eprintln!("warning: {w}");
+                }
+                let snap = hf_ovsdb::file::snapshot_file(&loaded.db, wall_ms());
+                hf_ovsdb_net::server::Storage::replace(&mut loaded.storage, &snap)
+                    .with_context(|| format!("compacting {}", f.display()))?;
+                println!("compacted {} to {} bytes", f.display(), snap.len());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        None => serve(args),
+    }
+}
+
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn serve(args: DbArgs) -> anyhow::Result<ExitCode> {
+    if args.databases.is_empty() {
+        bail!(
+            "no database files given\n  = help: create them first, e.g.\n      holdfast db create nb.db schemas/ovn-nb.ovsschema\n  and then run `holdfast db --remote ptcp:6641:127.0.0.1 nb.db`"
+        );
+    }
+    let remotes: Vec<Remote> = args
+        .remotes
+        .iter()
+        .map(|r| {
+            r.parse::<Remote>()
+                .map_err(|e| anyhow::anyhow!("invalid --remote {e}"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let cfg = Config {
+        probe_interval_ms: (args.inactivity_probe > 0).then_some(args.inactivity_probe),
+        compact_min_bytes: args.compact_threshold,
+        ..Config::default()
+    };
+    // Load every file before anything else, so that a bad file fails fast and loudly.
+    let mut core = Core::new(cfg.clone(), seed());
+    let mut warnings = Vec::new();
+    for path in &args.databases {
+        let loaded = storage::open(path, seed(), cfg.history_txns)
+            .with_context(|| format!("cannot open database {}", path.display()))?;
+        if let Some(w) = loaded.warning {
+            warnings.push(w);
+        }
+        core.add_database(loaded.db, Some(Box::new(loaded.storage)), loaded.history)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    }
+    // With --detach, fork before the runtime starts; the parent waits for the child to say it
+    // is listening (or why it failed) over a pipe.
+    let mut ready_pipe = None;
+    if args.detach {
+        let (r, w) = nix::unistd::pipe().context("pipe")?;
+        // SAFETY: no other threads exist yet (the tokio runtime is built after the fork).
+        match unsafe { nix::unistd::fork() }.context("fork")? {
+            nix::unistd::ForkResult::Parent { .. } => {
+                drop(w);
+                let mut msg = String::new();
+                let mut f = std::fs::File::from(r);
+                std::io::Read::read_to_string(&mut f, &mut msg).ok();
+                print!("{msg}");
+                return Ok(if msg.contains("listening on") {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(1)
+                });
+            }
+            nix::unistd::ForkResult::Child => {
+                drop(r);
+                nix::unistd::setsid().ok();
+                ready_pipe = Some(std::fs::File::from(w));
+            }
+        }
+    }
+    init_logging(args.log_file.as_deref())?;
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+    if let Some(p) = &args.pidfile {
+        std::fs::write(p, format!("{}\n", std::process::id()))
+            .with_context(|| format!("cannot write pidfile {}", p.display()))?;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting tokio")?;
+    let opts = ServeOptions {
+        max_message: args.max_message,
+        max_backlog: args.max_backlog,
+    };
+    let result = rt.block_on(async {
+        let server = match hf_ovsdb_net::serve::start(core, &remotes, opts).await {
+            Ok(s) => s,
+            Err(e) => {
+                let msg = format!("error: cannot listen: {e}\n");
+                if let Some(mut p) = ready_pipe.take() {
+                    let _ = p.write_all(msg.as_bytes());
+                }
+                return Err(anyhow::anyhow!("cannot listen: {e}"));
+            }
+        };
+        let mut banner = String::new();
+        for a in server.local_addrs() {
+            banner.push_str(&format!("listening on {a}\n"));
+        }
+        print!("{banner}");
+        let _ = std::io::stdout().flush();
+        if let Some(mut p) = ready_pipe.take() {
+            let _ = p.write_all(banner.as_bytes());
+        }
+        tracing::info!(
+            "serving {} on {}",
+            server.with_core(|c, _| c.database_names().join(", ")),
+            server.local_addrs().join(", ")
+        );
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {},
+            _ = term.recv() => {},
+        }
+        tracing::info!("exiting on signal");
+        Ok(())
+    });
+    for r in &remotes {
+        if let Remote::Unix(p) = r {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+    if let Some(p) = &args.pidfile {
+        let _ = std::fs::remove_file(p);
+    }
+    result.map(|()| ExitCode::SUCCESS)
+}
+
+fn init_logging(log_file: Option<&Path>) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HOLDFAST_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
+    match log_file {
+        Some(p) => {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .with_context(|| format!("cannot open log file {}", p.display()))?;
+            builder
+                .with_ansi(false)
+                .with_writer(std::sync::Mutex::new(f))
+                .init();
+        }
+        None => builder.with_writer(std::io::stderr).init(),
+    }
+    Ok(())
+}
