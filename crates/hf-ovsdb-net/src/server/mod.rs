@@ -99,7 +99,7 @@ struct MonitorEntry {
 
 #[derive(Default)]
 struct Session {
-    monitors: HashMap<String, MonitorEntry>,
+    monitors: std::collections::BTreeMap<String, MonitorEntry>,
     last_rx_ms: u64,
     probe_sent_ms: Option<u64>,
 }
@@ -116,7 +116,7 @@ struct Pending {
 pub struct Core {
     cfg: Config,
     dbs: Vec<DbEntry>,
-    sessions: HashMap<SessionId, Session>,
+    sessions: std::collections::BTreeMap<SessionId, Session>,
     next_session: SessionId,
     locks: Locks,
     pending: Vec<Pending>,
@@ -178,7 +178,7 @@ impl Core {
                 last_txn: Uuid::nil(),
                 snapshot_size: 0,
             }],
-            sessions: HashMap::new(),
+            sessions: Default::default(),
             next_session: 1,
             locks: Locks::default(),
             pending: Vec::new(),

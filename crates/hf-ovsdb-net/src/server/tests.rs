@@ -1,1 +1,410 @@
+//! The protocol core driven directly, without sockets: monitors, history, locks, probes, waits.
 
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::*;
+
+const SCHEMA: &str = r#"{"name": "T", "version": "1.0.0", "tables": {
+  "S": {"isRoot": true, "columns": {"name": {"type": "string"}, "n": {"type": "integer"},
+        "m": {"type": {"key": "string", "value": "string", "min": 0, "max": "unlimited"}}}}}}"#;
+
+fn core() -> Core {
+    let mut c = Core::new(
+        Config {
+            probe_interval_ms: Some(1000),
+            ..Config::default()
+        },
+        7,
+    );
+    let db = Database::new(Arc::new(hf_ovsdb::Schema::parse(SCHEMA).unwrap()), 1);
+    c.add_database(db, None, vec![]).unwrap();
+    c
+}
+
+fn now(ms: u64) -> Now {
+    Now {
+        mono_ms: ms,
+        wall_ms: 1_000_000 + ms,
+    }
+}
+
+/// Every message sent to `sid` since the last call, parsed.
+/// Messages for other sessions stay queued.
+fn sent(c: &mut Core, sid: SessionId) -> Vec<Value> {
+    let all: Vec<Output> = c.poll_output().collect();
+    let mut mine = Vec::new();
+    for o in all {
+        match o {
+            Output::Send(s, b) if s == sid => mine.push(serde_json::from_slice(&b).unwrap()),
+            other => c.out.push(other),
+        }
+    }
+    mine
+}
+
+fn req(c: &mut Core, sid: SessionId, method: &str, params: Value, id: u64) {
+    c.handle(
+        sid,
+        json!({"method": method, "params": params, "id": id}),
+        now(0),
+    );
+}
+
+fn insert(c: &mut Core, sid: SessionId, name: &str, id: u64) -> String {
+    req(
+        c,
+        sid,
+        "transact",
+        json!(["T", {"op": "insert", "table": "S", "row": {"name": name}}]),
+        id,
+    );
+    let msgs = sent(c, sid);
+    let reply = msgs.iter().find(|m| m["id"] == id).unwrap();
+    reply["result"][0]["uuid"][1].as_str().unwrap().to_string()
+}
+
+#[test]
+fn unknown_method_is_the_exact_string_the_idl_falls_back_on() {
+    let mut c = core();
+    let s = c.connect(now(0));
+    req(&mut c, s, "frobnicate", json!([]), 1);
+    let m = sent(&mut c, s);
+    assert_eq!(m, vec![json!({"id": 1, "error": "unknown method"})]);
+}
+
+#[test]
+fn list_dbs_and_server_database() {
+    let mut c = core();
+    let s = c.connect(now(0));
+    req(&mut c, s, "list_dbs", json!([]), 1);
+    assert_eq!(sent(&mut c, s)[0]["result"], json!(["_Server", "T"]));
+    req(
+        &mut c,
+        s,
+        "transact",
+        json!(["_Server", {"op": "select", "table": "Database", "where": [["name", "==", "T"]], "columns": ["model", "connected", "leader"]}]),
+        2,
+    );
+    let r = &sent(&mut c, s)[0]["result"][0]["rows"][0];
+    assert_eq!(
+        r,
+        &json!({"model": "standalone", "connected": true, "leader": true})
+    );
+    req(&mut c, s, "transact", json!(["Nope"]), 3);
+    assert_eq!(sent(&mut c, s)[0]["error"]["error"], "unknown database");
+}
+
+#[test]
+fn monitors_of_every_version_see_inserts_updates_and_deletes() {
+    let mut c = core();
+    let w = c.connect(now(0));
+    let m = c.connect(now(0));
+    req(
+        &mut c,
+        m,
+        "monitor",
+        json!(["T", "v1", {"S": {"columns": ["name", "n"]}}]),
+        1,
+    );
+    req(
+        &mut c,
+        m,
+        "monitor_cond",
+        json!(["T", "v2", {"S": [{"columns": ["name", "n"], "where": [["n", ">", 5]]}]}]),
+        2,
+    );
+    req(
+        &mut c,
+        m,
+        "monitor_cond_since",
+        json!(["T", "v3", {"S": [{"columns": ["name", "m"]}]}, "00000000-0000-0000-0000-000000000000"]),
+        3,
+    );
+    let init = sent(&mut c, m);
+    assert_eq!(init.len(), 3);
+    assert_eq!(init[2]["result"][0], false);
+
+    let u = insert(&mut c, w, "a", 10);
+    let msgs = sent(&mut c, m);
+    let methods: Vec<&str> = msgs.iter().map(|x| x["method"].as_str().unwrap()).collect();
+    assert_eq!(
+        methods,
+        vec!["update", "update3"],
+        "the v2 monitor filters n > 5"
+    );
+    assert_eq!(msgs[0]["params"][1]["S"][&u]["new"]["name"], "a");
+    assert_eq!(
+        msgs[1]["params"][2]["S"][&u]["insert"],
+        json!({"name": "a"})
+    );
+
+    // Modify: n 0 -> 9 brings the row into the v2 monitor's condition (an insert for it).
+    req(
+        &mut c,
+        w,
+        "transact",
+        json!(["T", {"op": "update", "table": "S", "where": [], "row": {"n": 9, "m": ["map", [["k", "v"]]]}}]),
+        11,
+    );
+    let msgs = sent(&mut c, m);
+    let by: std::collections::HashMap<&str, &Value> = msgs
+        .iter()
+        .map(|x| (x["method"].as_str().unwrap(), &x["params"]))
+        .collect();
+    assert_eq!(by["update"][1]["S"][&u]["old"], json!({"n": 0}));
+    assert_eq!(
+        by["update2"][1]["S"][&u]["insert"],
+        json!({"name": "a", "n": 9})
+    );
+    assert_eq!(
+        by["update3"][2]["S"][&u]["modify"],
+        json!({"m": ["map", [["k", "v"]]]})
+    );
+
+    req(
+        &mut c,
+        w,
+        "transact",
+        json!(["T", {"op": "delete", "table": "S", "where": []}]),
+        12,
+    );
+    let msgs = sent(&mut c, m);
+    let by: std::collections::HashMap<&str, &Value> = msgs
+        .iter()
+        .map(|x| (x["method"].as_str().unwrap(), &x["params"]))
+        .collect();
+    assert_eq!(by["update"][1]["S"][&u]["old"]["name"], "a");
+    assert_eq!(by["update2"][1]["S"][&u], json!({"delete": null}));
+    assert_eq!(by["update3"][2]["S"][&u], json!({"delete": null}));
+}
+
+#[test]
+fn monitor_cond_since_resends_only_missed_changes() {
+    let mut c = core();
+    let w = c.connect(now(0));
+    let m = c.connect(now(0));
+    insert(&mut c, w, "a", 1);
+    req(
+        &mut c,
+        m,
+        "monitor_cond_since",
+        json!(["T", "x", {"S": [{}]}, "00000000-0000-0000-0000-000000000000"]),
+        2,
+    );
+    let r = sent(&mut c, m).remove(0);
+    let last = r["result"][1].as_str().unwrap().to_string();
+    assert_eq!(r["result"][2]["S"].as_object().unwrap().len(), 1);
+    c.disconnect(m);
+    // Two changes while the client is away.
+    insert(&mut c, w, "b", 3);
+    insert(&mut c, w, "c", 4);
+    let m2 = c.connect(now(0));
+    req(
+        &mut c,
+        m2,
+        "monitor_cond_since",
+        json!(["T", "x", {"S": [{}]}, last]),
+        5,
+    );
+    let r = sent(&mut c, m2).remove(0);
+    assert_eq!(r["result"][0], true, "the server still has the history");
+    let rows = r["result"][2]["S"].as_object().unwrap();
+    assert_eq!(rows.len(), 2, "only the two missed rows are sent");
+    assert!(rows.values().all(|v| v.get("insert").is_some()));
+    // Up to date: found, nothing to send.
+    let last = r["result"][1].clone();
+    let m3 = c.connect(now(0));
+    req(
+        &mut c,
+        m3,
+        "monitor_cond_since",
+        json!(["T", "x", {"S": [{}]}, last]),
+        6,
+    );
+    let r = sent(&mut c, m3).remove(0);
+    assert_eq!(r["result"][0], true);
+    assert_eq!(r["result"][2], json!({}));
+    // Unknown id: everything, found false.
+    let m4 = c.connect(now(0));
+    req(
+        &mut c,
+        m4,
+        "monitor_cond_since",
+        json!(["T", "x", {"S": [{}]}, "11111111-1111-4111-8111-111111111111"]),
+        7,
+    );
+    let r = sent(&mut c, m4).remove(0);
+    assert_eq!(r["result"][0], false);
+    assert_eq!(r["result"][2]["S"].as_object().unwrap().len(), 3);
+}
+
+#[test]
+fn monitor_cond_change_sends_rows_entering_and_leaving() {
+    let mut c = core();
+    let w = c.connect(now(0));
+    let a = insert(&mut c, w, "a", 1);
+    let b = insert(&mut c, w, "b", 2);
+    let m = c.connect(now(0));
+    req(
+        &mut c,
+        m,
+        "monitor_cond",
+        json!(["T", "x", {"S": [{"where": [["name", "==", "a"]]}]}]),
+        3,
+    );
+    let r = sent(&mut c, m).remove(0);
+    assert_eq!(
+        r["result"]["S"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        vec![&a]
+    );
+    req(
+        &mut c,
+        m,
+        "monitor_cond_change",
+        json!(["x", "y", {"S": [{"where": [["name", "==", "b"]]}]}]),
+        4,
+    );
+    let msgs = sent(&mut c, m);
+    assert_eq!(msgs.len(), 2, "the update comes before the reply");
+    assert_eq!(msgs[0]["method"], "update2");
+    assert_eq!(msgs[0]["params"][0], "y");
+    assert_eq!(msgs[0]["params"][1]["S"][&a], json!({"delete": null}));
+    assert_eq!(msgs[0]["params"][1]["S"][&b]["insert"]["name"], "b");
+    assert_eq!(msgs[1]["result"], json!({}));
+    req(&mut c, m, "monitor_cancel", json!(["x"]), 5);
+    assert_eq!(sent(&mut c, m)[0]["error"], "unknown monitor");
+    req(&mut c, m, "monitor_cancel", json!(["y"]), 6);
+    assert_eq!(sent(&mut c, m)[0]["result"], json!({}));
+}
+
+#[test]
+fn locks_hand_over_on_unlock_and_disconnect() {
+    let mut c = core();
+    let a = c.connect(now(0));
+    let b = c.connect(now(0));
+    req(&mut c, a, "lock", json!(["l"]), 1);
+    assert_eq!(sent(&mut c, a)[0]["result"], json!({"locked": true}));
+    req(&mut c, b, "lock", json!(["l"]), 2);
+    assert_eq!(sent(&mut c, b)[0]["result"], json!({"locked": false}));
+    // assert works only for the owner.
+    req(
+        &mut c,
+        b,
+        "transact",
+        json!(["T", {"op": "assert", "lock": "l"}]),
+        3,
+    );
+    assert_eq!(sent(&mut c, b)[0]["result"][0]["error"], "not owner");
+    c.disconnect(a);
+    let out: Vec<Output> = c.poll_output().collect();
+    assert!(out.iter().any(|o| matches!(o, Output::Send(x, m) if *x == b && String::from_utf8_lossy(m).contains("\"locked\""))));
+    req(
+        &mut c,
+        b,
+        "transact",
+        json!(["T", {"op": "assert", "lock": "l"}]),
+        4,
+    );
+    assert_eq!(sent(&mut c, b)[0]["result"], json!([{}]));
+    let s = c.connect(now(0));
+    req(&mut c, s, "steal", json!(["l"]), 5);
+    let out: Vec<Output> = c.poll_output().collect();
+    assert!(out.iter().any(|o| matches!(o, Output::Send(x, m) if *x == b && String::from_utf8_lossy(m).contains("\"stolen\""))));
+}
+
+#[test]
+fn inactivity_probe_then_disconnect() {
+    let mut c = core();
+    let s = c.connect(now(0));
+    assert_eq!(c.poll_timeout(), Some(1000));
+    c.tick(now(1000));
+    let m = sent(&mut c, s);
+    assert_eq!(m[0]["method"], "echo");
+    c.tick(now(1500));
+    assert_eq!(c.session_count(), 1);
+    c.tick(now(2000));
+    assert_eq!(c.session_count(), 0, "no answer to the probe: dropped");
+    // A session that answers stays.
+    let s = c.connect(now(3000));
+    c.tick(now(4000));
+    c.handle(
+        s,
+        json!({"id": "echo", "result": [], "error": null}),
+        now(4100),
+    );
+    c.tick(now(5000));
+    assert_eq!(c.session_count(), 1);
+}
+
+#[test]
+fn blocked_wait_completes_after_a_commit_or_times_out() {
+    let mut c = core();
+    let w = c.connect(now(0));
+    let s = c.connect(now(0));
+    let wait = json!(["T", {"op": "wait", "timeout": 500, "table": "S", "where": [], "columns": ["name"], "until": "==", "rows": [{"name": "a"}]},
+                          {"op": "insert", "table": "S", "row": {"name": "after-wait"}}]);
+    c.handle(
+        s,
+        json!({"method": "transact", "params": wait, "id": 1}),
+        now(0),
+    );
+    assert!(sent(&mut c, s).is_empty(), "blocked");
+    insert(&mut c, w, "a", 2);
+    let m = sent(&mut c, s);
+    assert_eq!(m.len(), 1);
+    assert!(
+        m[0]["result"][1]["uuid"].is_array(),
+        "the waiting transaction ran after the commit: {m:?}"
+    );
+    // Times out.
+    let wait = json!(["T", {"op": "wait", "timeout": 500, "table": "S", "where": [], "columns": ["name"], "until": "==", "rows": []}]);
+    c.handle(
+        s,
+        json!({"method": "transact", "params": wait, "id": 3}),
+        now(1000),
+    );
+    c.tick(now(1499));
+    assert!(sent(&mut c, s).is_empty());
+    c.tick(now(1500));
+    assert_eq!(sent(&mut c, s)[0]["result"][0]["error"], "timed out");
+    // Cancel.
+    let wait = json!(["T", {"op": "wait", "table": "S", "where": [], "columns": ["name"], "until": "==", "rows": []}]);
+    c.handle(
+        s,
+        json!({"method": "transact", "params": wait, "id": 4}),
+        now(2000),
+    );
+    c.handle(
+        s,
+        json!({"method": "cancel", "params": [4], "id": null}),
+        now(2000),
+    );
+    assert_eq!(sent(&mut c, s)[0]["error"]["error"], "canceled");
+}
+
+#[test]
+fn invalid_messages_close_only_their_session() {
+    let mut c = core();
+    let bad = c.connect(now(0));
+    let good = c.connect(now(0));
+    c.handle(bad, json!({"neither": 1}), now(0));
+    let out: Vec<Output> = c.poll_output().collect();
+    assert!(matches!(&out[0], Output::Close(s, _) if *s == bad));
+    assert_eq!(c.session_count(), 1);
+    req(&mut c, good, "echo", json!(["hi"]), 1);
+    assert_eq!(sent(&mut c, good)[0]["result"], json!(["hi"]));
+    for (params, needle) in [
+        (json!([]), "get_schema needs"),
+        (json!([1]), "get_schema needs"),
+    ] {
+        req(&mut c, good, "get_schema", params, 2);
+        let m = sent(&mut c, good);
+        assert!(m[0]["error"]["details"].as_str().unwrap().contains(needle));
+    }
+}
