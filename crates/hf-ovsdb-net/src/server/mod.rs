@@ -10,10 +10,9 @@
 
 mod locks;
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use hashbrown::HashMap;
 use hf_ovsdb::file::{delta_record, encode_record, record_txn_id, snapshot_file};
 use hf_ovsdb::monitor::merge_deltas;
 use hf_ovsdb::server_db::{database_row, server_schema};
@@ -99,7 +98,7 @@ struct MonitorEntry {
 
 #[derive(Default)]
 struct Session {
-    monitors: std::collections::BTreeMap<String, MonitorEntry>,
+    monitors: BTreeMap<String, MonitorEntry>,
     last_rx_ms: u64,
     probe_sent_ms: Option<u64>,
 }
@@ -116,7 +115,7 @@ struct Pending {
 pub struct Core {
     cfg: Config,
     dbs: Vec<DbEntry>,
-    sessions: std::collections::BTreeMap<SessionId, Session>,
+    sessions: BTreeMap<SessionId, Session>,
     next_session: SessionId,
     locks: Locks,
     pending: Vec<Pending>,
