@@ -1,0 +1,345 @@
+//! holdfast's schemas (`schemas/*.ovsschema`) against OVN 23.03's installed ones.
+//!
+//! Every difference, table by table and column by column, is printed; the test fails when a
+//! difference is not listed in `schemas/README.md`, or when a listed one no longer exists.
+//! Needs `/usr/share/ovn/*.ovsschema` (Debian's `ovn-common`) and `ovsdb-tool`
+//! (`openvswitch-common`): without them it prints a skip line, or fails when `CI=true`.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use hf_ovsdb::{Schema, TableSchema};
+
+const SCHEMAS: [&str; 2] = ["ovn-nb.ovsschema", "ovn-sb.ovsschema"];
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// Skip (or fail in CI) when a prerequisite is missing.
+fn missing(what: &str) {
+    assert!(!in_ci(), "CI=true but {what} is missing");
+    eprintln!("SKIP: {what} is missing (install OVN 23.03: scripts/test.sh does)");
+}
+
+fn ours(file: &str) -> Schema {
+    let path = repo().join("schemas").join(file);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    Schema::parse(&text).unwrap_or_else(|e| panic!("{} does not parse: {e}", path.display()))
+}
+
+fn installed(file: &str) -> Option<Schema> {
+    let path = Path::new("/usr/share/ovn").join(file);
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        missing(&path.display().to_string());
+        return None;
+    };
+    Some(Schema::parse(&text).unwrap_or_else(|e| panic!("{} does not parse: {e}", path.display())))
+}
+
+/// One difference: (schema, table, column, change), as spelled in README.md.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Key {
+    schema: String,
+    table: String,
+    column: String,
+    change: String,
+}
+
+#[derive(Debug)]
+struct Difference {
+    key: Key,
+    detail: String,
+}
+
+fn key(schema: &str, table: &str, column: &str, change: &str) -> Key {
+    Key {
+        schema: schema.into(),
+        table: table.into(),
+        column: column.into(),
+        change: change.into(),
+    }
+}
+
+fn index_names(t: &TableSchema) -> BTreeSet<Vec<String>> {
+    t.indexes
+        .iter()
+        .map(|ix| {
+            let mut names: Vec<String> = ix.iter().map(|c| t.columns[*c].name.clone()).collect();
+            names.sort();
+            names
+        })
+        .collect()
+}
+
+/// Every difference between `ours` and `theirs` (OVN's).
+fn differences(ours: &Schema, theirs: &Schema) -> Vec<Difference> {
+    let db = theirs.name.as_str();
+    let mut out = Vec::new();
+    let mut push = |k: Key, detail: String| out.push(Difference { key: k, detail });
+    if ours.name != theirs.name {
+        push(
+            key(db, "-", "-", "name"),
+            format!("{} vs {}", ours.name, theirs.name),
+        );
+    }
+    if ours.version != theirs.version {
+        push(
+            key(db, "-", "-", "version"),
+            format!("ours {} vs OVN {}", ours.version, theirs.version),
+        );
+    }
+    for t in &theirs.tables {
+        let Some(o) = ours.table(&t.name) else {
+            push(key(db, &t.name, "-", "table-removed"), String::new());
+            continue;
+        };
+        if o.is_root != t.is_root || o.max_rows != t.max_rows || index_names(o) != index_names(t) {
+            push(
+                key(db, &t.name, "-", "table-attr"),
+                format!(
+                    "ours isRoot={} maxRows={:?} indexes={:?}; OVN isRoot={} maxRows={:?} \
+                     indexes={:?}",
+                    o.is_root,
+                    o.max_rows,
+                    index_names(o),
+                    t.is_root,
+                    t.max_rows,
+                    index_names(t)
+                ),
+            );
+        }
+        for c in &t.columns {
+            let Some(oc) = o.column_index(&c.name).map(|i| &o.columns[i]) else {
+                push(
+                    key(db, &t.name, &c.name, "column-removed"),
+                    c.ty.to_json().to_string(),
+                );
+                continue;
+            };
+            if oc.ty.to_json() != c.ty.to_json()
+                || oc.ephemeral != c.ephemeral
+                || oc.mutable != c.mutable
+            {
+                push(
+                    key(db, &t.name, &c.name, "column-type"),
+                    format!(
+                        "ours {} (ephemeral={}, mutable={}); OVN {} (ephemeral={}, mutable={})",
+                        oc.ty.to_json(),
+                        oc.ephemeral,
+                        oc.mutable,
+                        c.ty.to_json(),
+                        c.ephemeral,
+                        c.mutable
+                    ),
+                );
+            }
+        }
+        for oc in &o.columns {
+            if t.column_index(&oc.name).is_none() {
+                push(
+                    key(db, &t.name, &oc.name, "column-added"),
+                    oc.ty.to_json().to_string(),
+                );
+            }
+        }
+    }
+    for o in &ours.tables {
+        if theirs.table(&o.name).is_none() {
+            push(key(db, &o.name, "-", "table-added"), String::new());
+        }
+    }
+    out
+}
+
+/// The machine-readable list in README.md: table rows between the two markers.
+fn listed() -> Vec<Key> {
+    let path = repo().join("schemas/README.md");
+    let text = std::fs::read_to_string(&path).expect("schemas/README.md");
+    let begin = text
+        .find("<!-- differences:begin -->")
+        .expect("README.md has <!-- differences:begin -->");
+    let end = text
+        .find("<!-- differences:end -->")
+        .expect("README.md has <!-- differences:end -->");
+    let mut keys = Vec::new();
+    for line in text[begin..end].lines() {
+        let cells: Vec<&str> = line
+            .trim()
+            .trim_matches('|')
+            .split('|')
+            .map(str::trim)
+            .collect();
+        if cells.len() < 5 || cells[0] == "schema" || cells[0].starts_with("---") {
+            continue;
+        }
+        assert!(
+            !cells[4].is_empty(),
+            "README.md lists {cells:?} without a reason"
+        );
+        keys.push(key(cells[0], cells[1], cells[2], cells[3]));
+    }
+    keys
+}
+
+fn check_against_ovn(file: &str) {
+    let Some(theirs) = installed(file) else {
+        return;
+    };
+    let ours = ours(file);
+    let found = differences(&ours, &theirs);
+    let listed: Vec<Key> = listed()
+        .into_iter()
+        .filter(|k| k.schema == theirs.name)
+        .collect();
+    println!("{} differences from OVN's {file}:", found.len());
+    for d in &found {
+        println!(
+            "  {} {} {} {}: {}",
+            d.key.schema, d.key.table, d.key.column, d.key.change, d.detail
+        );
+    }
+    let unlisted: Vec<&Difference> = found.iter().filter(|d| !listed.contains(&d.key)).collect();
+    let stale: Vec<&Key> = listed
+        .iter()
+        .filter(|k| !found.iter().any(|d| &d.key == *k))
+        .collect();
+    assert!(
+        unlisted.is_empty(),
+        "differences not listed in schemas/README.md: {unlisted:#?}"
+    );
+    assert!(
+        stale.is_empty(),
+        "schemas/README.md lists differences that no longer exist: {stale:#?}"
+    );
+}
+
+#[test]
+fn nb_differences_from_ovn_are_listed() {
+    check_against_ovn("ovn-nb.ovsschema");
+}
+
+#[test]
+fn sb_differences_from_ovn_are_listed() {
+    check_against_ovn("ovn-sb.ovsschema");
+}
+
+/// The comparison itself finds each kind of difference (on our own schema, so this runs
+/// everywhere).
+#[test]
+fn differences_detects_each_kind() {
+    let base = ours("ovn-nb.ovsschema");
+    let mut v = base.to_json().clone();
+    let tables = v["tables"].as_object_mut().expect("tables");
+    tables
+        .remove("Chassis_Template_Var")
+        .expect("Chassis_Template_Var");
+    tables.insert(
+        "Extra".into(),
+        serde_json::json!({"columns": {"x": {"type": "integer"}}}),
+    );
+    let acl = tables["ACL"]["columns"].as_object_mut().expect("ACL");
+    acl.remove("label");
+    acl.insert("extra".into(), serde_json::json!({"type": "string"}));
+    acl["priority"] = serde_json::json!({"type": "integer"});
+    tables["Meter"]["isRoot"] = serde_json::json!(false);
+    let changed = Schema::from_json(&v).expect("changed schema parses");
+    let mut got: Vec<Key> = differences(&changed, &base)
+        .into_iter()
+        .map(|d| d.key)
+        .collect();
+    got.sort();
+    let mut want = vec![
+        key("OVN_Northbound", "ACL", "extra", "column-added"),
+        key("OVN_Northbound", "ACL", "label", "column-removed"),
+        key("OVN_Northbound", "ACL", "priority", "column-type"),
+        key(
+            "OVN_Northbound",
+            "Chassis_Template_Var",
+            "-",
+            "table-removed",
+        ),
+        key("OVN_Northbound", "Extra", "-", "table-added"),
+        key("OVN_Northbound", "Meter", "-", "table-attr"),
+    ];
+    want.sort();
+    assert_eq!(got, want);
+    assert!(differences(&base, &base).is_empty());
+}
+
+/// The extensions have OVN 24.09's types, whatever OVN is installed.
+#[test]
+fn nat_match_and_priority_have_ovn_24_09_types() {
+    let nb = ours("ovn-nb.ovsschema");
+    let nat = nb.table("NAT").expect("NAT table");
+    let col = |n: &str| {
+        &nat.columns[nat
+            .column_index(n)
+            .unwrap_or_else(|| panic!("NAT.{n} missing"))]
+    };
+    assert_eq!(col("match").ty.to_json(), serde_json::json!("string"));
+    let p = &col("priority").ty;
+    assert!(p.is_scalar());
+    assert_eq!(p.key.atomic, hf_ovsdb::AtomicType::Integer);
+    assert_eq!(
+        (p.key.min_integer, p.key.max_integer),
+        (Some(0), Some(32767))
+    );
+    assert!(p.key.check(&hf_ovsdb::Atom::Integer(32768)).is_err());
+}
+
+#[test]
+fn ovsdb_tool_creates_databases_from_both_schemas() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for file in SCHEMAS {
+        let db = dir.path().join(file.replace(".ovsschema", ".db"));
+        let out = match Command::new("ovsdb-tool")
+            .arg("create")
+            .arg(&db)
+            .arg(repo().join("schemas").join(file))
+            .output()
+        {
+            Ok(out) => out,
+            Err(_) => return missing("ovsdb-tool"),
+        };
+        assert!(
+            out.status.success(),
+            "ovsdb-tool create rejects {file}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let name = Command::new("ovsdb-tool")
+            .arg("db-name")
+            .arg(&db)
+            .output()
+            .expect("ovsdb-tool db-name");
+        assert_eq!(
+            String::from_utf8_lossy(&name.stdout).trim(),
+            ours(file).name,
+            "{file}"
+        );
+    }
+}
+
+/// The .ovsschema files are what gen.py makes of the .tables files.
+#[test]
+fn generated_schemas_are_current() {
+    let out = match Command::new("python3")
+        .arg(repo().join("schemas/gen.py"))
+        .arg("--check")
+        .output()
+    {
+        Ok(out) => out,
+        Err(_) => return missing("python3"),
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
