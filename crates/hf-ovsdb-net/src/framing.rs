@@ -55,6 +55,8 @@ pub struct Framer {
     /// How far the scanner has looked (absolute index in `buf`).
     scan: usize,
     depth: usize,
+    /// One bit per open bracket, innermost lowest: 1 for `[`, 0 for `{`.
+    kinds: u128,
     in_string: bool,
     escape: bool,
     /// A message is in progress (its first byte was seen).
@@ -76,6 +78,7 @@ impl Framer {
             start: 0,
             scan: 0,
             depth: 0,
+            kinds: 0,
             in_string: false,
             escape: false,
             in_message: false,
@@ -146,6 +149,7 @@ impl Framer {
                     b'"' => self.in_string = true,
                     b'{' | b'[' => {
                         self.depth += 1;
+                        self.kinds = (self.kinds << 1) | u128::from(b == b'[');
                         if self.depth > MAX_DEPTH {
                             return Some(Err(FrameError::TooDeep {
                                 limit: MAX_DEPTH,
@@ -154,7 +158,19 @@ impl Framer {
                         }
                     }
                     b'}' | b']' => {
-                        self.depth = self.depth.saturating_sub(1);
+                        let open_is_bracket = self.kinds & 1 == 1;
+                        if self.depth == 0 || open_is_bracket != (b == b']') {
+                            return Some(Err(FrameError::Malformed {
+                                offset: self.base + self.start as u64,
+                                reason: format!(
+                                    "`{}` at stream offset {} closes nothing that is open",
+                                    b as char,
+                                    self.base + i as u64
+                                ),
+                            }));
+                        }
+                        self.depth -= 1;
+                        self.kinds >>= 1;
                         if self.depth == 0 {
                             let end = i + 1;
                             let msg = &buf[self.start..end];

@@ -1,0 +1,377 @@
+//! Helpers shared by the integration binaries: finding tools, temporary directories, and
+//! processes (holdfast's and real OVN's) that are always stopped, also when a test fails.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `holdfast` binary under test.
+pub fn holdfast() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_holdfast"))
+}
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// holdfast's NB schema.
+pub fn nb_schema() -> PathBuf {
+    repo().join("schemas/ovn-nb.ovsschema")
+}
+
+/// holdfast's SB schema.
+pub fn sb_schema() -> PathBuf {
+    repo().join("schemas/ovn-sb.ovsschema")
+}
+
+/// Whether every tool is on PATH (or is an existing path). When one is missing: under `CI=true`
+/// the test fails; otherwise it prints why it skips and returns false.
+pub fn require(test: &str, tools: &[&str]) -> bool {
+    let missing: Vec<&str> = tools
+        .iter()
+        .copied()
+        .filter(|t| {
+            if t.starts_with('/') {
+                !Path::new(t).exists()
+            } else {
+                Command::new("sh")
+                    .arg("-c")
+                    .arg(format!("command -v {t}"))
+                    .output()
+                    .map_or(true, |o| !o.status.success())
+            }
+        })
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    let msg = format!(
+        "{test}: missing {} (scripts/test.sh installs them)",
+        missing.join(", ")
+    );
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{msg}");
+    }
+    eprintln!("SKIP {msg}");
+    false
+}
+
+/// Run a command to completion with a timeout; panics with its output if it cannot run.
+pub fn run(cmd: &mut Command, timeout: Duration) -> Output {
+    let desc = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {desc}: {e}"));
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(_status) = child.try_wait().expect("wait") {
+            return child.wait_with_output().expect("output");
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "timed out after {timeout:?}: {desc}\nstdout: {}\nstderr: {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Run and require success; returns stdout.
+pub fn run_ok(cmd: &mut Command) -> String {
+    let desc = format!("{cmd:?}");
+    let out = run(cmd, Duration::from_secs(60));
+    assert!(
+        out.status.success(),
+        "{desc} failed: {}\nstdout: {}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A `holdfast db` process; killed on drop.
+pub struct HoldfastDb {
+    child: Option<Child>,
+    /// `tcp:127.0.0.1:PORT`.
+    pub tcp: String,
+    /// `unix:PATH`.
+    pub unix: String,
+    /// The database files.
+    pub files: Vec<PathBuf>,
+    extra: Vec<String>,
+    dir: PathBuf,
+}
+
+impl HoldfastDb {
+    /// Create (if missing) one database file per `(file name, schema)` in `dir` and serve them.
+    pub fn start(dir: &Path, dbs: &[(&str, &Path)], extra: &[&str]) -> Self {
+        let mut files = Vec::new();
+        for (name, schema) in dbs {
+            let f = dir.join(name);
+            if !f.exists() {
+                run_ok(
+                    Command::new(holdfast())
+                        .arg("db")
+                        .arg("create")
+                        .arg(&f)
+                        .arg(schema),
+                );
+            }
+            files.push(f);
+        }
+        let mut s = HoldfastDb {
+            child: None,
+            tcp: String::new(),
+            unix: String::new(),
+            files,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            dir: dir.to_path_buf(),
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let sock = self.dir.join("db.sock");
+        let mut child = Command::new(holdfast())
+            .arg("db")
+            .arg("--remote")
+            .arg("ptcp:0:127.0.0.1")
+            .arg("--remote")
+            .arg(format!("punix:{}", sock.display()))
+            .args(&self.extra)
+            .args(&self.files)
+            .env("HOLDFAST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn holdfast db");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let mut addrs = Vec::new();
+        while addrs.len() < 2 {
+            match lines.next() {
+                Some(Ok(l)) => {
+                    if let Some(a) = l.strip_prefix("listening on ") {
+                        addrs.push(a.to_string());
+                    }
+                }
+                _ => {
+                    let st = child.wait();
+                    panic!("holdfast db exited before listening: {st:?}");
+                }
+            }
+        }
+        // Keep draining stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        self.tcp = addrs[0].clone();
+        self.unix = addrs[1].clone();
+        self.child = Some(child);
+    }
+
+    /// The server's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// SIGKILL the server (no clean shutdown).
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Start again on the same files (new ports).
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+
+    /// The TCP address as `IP:PORT`.
+    pub fn tcp_addr(&self) -> String {
+        self.tcp.trim_start_matches("tcp:").to_string()
+    }
+}
+
+impl Drop for HoldfastDb {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A real `ovsdb-server` serving one database file over a unix socket; stopped on drop.
+pub struct OvsdbServer {
+    pidfile: PathBuf,
+    /// `unix:PATH`.
+    pub remote: String,
+}
+
+impl OvsdbServer {
+    /// Create `dir/name` from `schema` with ovsdb-tool and serve it.
+    pub fn start(dir: &Path, name: &str, schema: &Path) -> Self {
+        let db = dir.join(name);
+        run_ok(
+            Command::new("ovsdb-tool")
+                .arg("create")
+                .arg(&db)
+                .arg(schema),
+        );
+        let sock = dir.join(format!("{name}.sock"));
+        let pidfile = dir.join(format!("{name}.pid"));
+        run_ok(
+            Command::new("ovsdb-server")
+                .arg("--detach")
+                .arg(format!("--pidfile={}", pidfile.display()))
+                .arg(format!(
+                    "--log-file={}",
+                    dir.join(format!("{name}.log")).display()
+                ))
+                .arg(format!(
+                    "--unixctl={}",
+                    dir.join(format!("{name}.ctl")).display()
+                ))
+                .arg(format!("--remote=punix:{}", sock.display()))
+                .arg(&db),
+        );
+        OvsdbServer {
+            pidfile,
+            remote: format!("unix:{}", sock.display()),
+        }
+    }
+}
+
+impl Drop for OvsdbServer {
+    fn drop(&mut self) {
+        if let Ok(p) = std::fs::read_to_string(&self.pidfile)
+            && let Ok(pid) = p.trim().parse::<i32>()
+        {
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+        }
+    }
+}
+
+/// Replace every UUID in `s` using `names` (unknown ones become `<uuid>`).
+pub fn map_uuids(s: &str, names: &std::collections::HashMap<String, String>) -> String {
+    let b = s.as_bytes();
+    let mut out = String::with_capacity(s.len());
+    let mut i = 0;
+    while i < b.len() {
+        if i + 36 <= b.len() && is_uuid(&b[i..i + 36]) {
+            let u = &s[i..i + 36];
+            out.push_str(names.get(u).map_or("<uuid>", String::as_str));
+            i += 36;
+        } else {
+            let ch = s[i..].chars().next().unwrap_or(' ');
+            out.push(ch);
+            i += ch.len_utf8();
+        }
+    }
+    out
+}
+
+fn is_uuid(b: &[u8]) -> bool {
+    b.iter().enumerate().all(|(i, c)| match i {
+        8 | 13 | 18 | 23 => *c == b'-',
+        _ => c.is_ascii_hexdigit(),
+    })
+}
+
+/// A minimal synchronous JSON-RPC client for poking the server with exact bytes.
+pub struct Rpc {
+    pub stream: std::net::TcpStream,
+    framer: hf_ovsdb_net::framing::Framer,
+    next_id: u64,
+    /// Notifications received while waiting for replies.
+    pub notifications: Vec<serde_json::Value>,
+}
+
+impl Rpc {
+    /// Connect to `IP:PORT`.
+    pub fn connect(addr: &str) -> Self {
+        let stream = std::net::TcpStream::connect(addr).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        Rpc {
+            stream,
+            framer: hf_ovsdb_net::framing::Framer::new(1 << 30),
+            next_id: 1,
+            notifications: Vec::new(),
+        }
+    }
+
+    /// Send raw bytes.
+    pub fn send_raw(&mut self, b: &[u8]) -> std::io::Result<()> {
+        std::io::Write::write_all(&mut self.stream, b)
+    }
+
+    /// Next message, or None on EOF/error.
+    pub fn recv(&mut self) -> Option<serde_json::Value> {
+        let mut buf = [0u8; 65536];
+        loop {
+            if let Some(m) = self.framer.next_message() {
+                return m.ok();
+            }
+            match std::io::Read::read(&mut self.stream, &mut buf) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.framer.push(&buf[..n]),
+            }
+        }
+    }
+
+    /// Call and wait for the matching reply (the whole reply object).
+    pub fn call(&mut self, method: &str, params: serde_json::Value) -> Option<serde_json::Value> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let msg = serde_json::json!({"method": method, "params": params, "id": id});
+        self.send_raw(msg.to_string().as_bytes()).ok()?;
+        loop {
+            let m = self.recv()?;
+            if m["id"] == id {
+                return Some(m);
+            }
+            self.notifications.push(m);
+        }
+    }
+
+    /// Whether the server closed the connection (reads until EOF, discarding data).
+    pub fn closed_within(&mut self, t: Duration) -> bool {
+        let deadline = Instant::now() + t;
+        let mut buf = [0u8; 65536];
+        while Instant::now() < deadline {
+            match std::io::Read::read(&mut self.stream, &mut buf) {
+                Ok(0) => return true,
+                Ok(_) => continue,
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut =>
+                {
+                    continue;
+                }
+                Err(_) => return true,
+            }
+        }
+        false
+    }
+}
+
+/// Resident memory of a process, in bytes.
+pub fn rss_bytes(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
