@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::{Args, Subcommand};
 use hf_ovsdb_net::serve::{Remote, ServeOptions};
 use hf_ovsdb_net::server::{Config, Core};
@@ -20,17 +20,25 @@ pub struct DbArgs {
     #[command(subcommand)]
     action: Option<DbAction>,
 
-    /// Database files to serve (create them with `holdfast db create`).
+    /// Database files to serve (create them with `holdfast db create`). Without any, serves
+    /// OVN_Northbound and OVN_Southbound from `--data-dir`, created from holdfast's embedded
+    /// schemas on first use.
     #[arg(value_name = "DATABASE")]
     databases: Vec<PathBuf>,
 
-    /// Listen on a passive remote: `ptcp:PORT[:IP]` (port 0 picks a free one) or
-    /// `punix:PATH`. Repeatable. Every database is served on every remote.
+    /// Where the default NB and SB files live when no DATABASE is given.
     #[arg(
-        long = "remote",
-        value_name = "REMOTE",
-        default_value = "ptcp:6641:127.0.0.1"
+        long,
+        value_name = "DIR",
+        env = "HOLDFAST_DATA_DIR",
+        default_value = "holdfast-data"
     )]
+    data_dir: PathBuf,
+
+    /// Listen on a passive remote: `ptcp:PORT[:IP]` (port 0 picks a free one) or
+    /// `punix:PATH`. Repeatable. Every database is served on every remote. Default:
+    /// `ptcp:6641:127.0.0.1` and `ptcp:6642:127.0.0.1` (OVN's NB and SB ports).
+    #[arg(long = "remote", value_name = "REMOTE")]
     remotes: Vec<String>,
 
     /// Write the process id to FILE (removed on clean exit).
@@ -132,11 +140,32 @@ fn wall_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-fn serve(args: DbArgs) -> anyhow::Result<ExitCode> {
+/// holdfast's own schemas, embedded so that `holdfast db` works from any directory.
+const NB_SCHEMA: &str = include_str!("../schemas/ovn-nb.ovsschema");
+const SB_SCHEMA: &str = include_str!("../schemas/ovn-sb.ovsschema");
+
+/// The default NB and SB files in `dir`, created from the embedded schemas when missing.
+fn default_databases(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create data directory {}", dir.display()))?;
+    let mut files = Vec::new();
+    for (name, schema) in [("ovnnb_db.db", NB_SCHEMA), ("ovnsb_db.db", SB_SCHEMA)] {
+        let f = dir.join(name);
+        if !f.exists() {
+            storage::create(&f, schema)?;
+            eprintln!("created {}", f.display());
+        }
+        files.push(f);
+    }
+    Ok(files)
+}
+
+fn serve(mut args: DbArgs) -> anyhow::Result<ExitCode> {
     if args.databases.is_empty() {
-        bail!(
-            "no database files given\n  = help: create them first, e.g.\n      holdfast db create nb.db schemas/ovn-nb.ovsschema\n  and then run `holdfast db --remote ptcp:6641:127.0.0.1 nb.db`"
-        );
+        args.databases = default_databases(&args.data_dir)?;
+    }
+    if args.remotes.is_empty() {
+        args.remotes = vec!["ptcp:6641:127.0.0.1".into(), "ptcp:6642:127.0.0.1".into()];
     }
     let remotes: Vec<Remote> = args
         .remotes

@@ -11,6 +11,8 @@
 //! clustering (holdfast scales out on a real `ovsdb-server` Raft cluster instead).
 
 pub mod framing;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod jsonrpc;
 pub mod serve;
 pub mod server;
