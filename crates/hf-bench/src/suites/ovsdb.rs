@@ -49,10 +49,10 @@ impl Target {
 
 impl Drop for Target {
     fn drop(&mut self) {
-        if let Target::Ovsdb { pidfile, .. } = self {
-            if let Ok(p) = std::fs::read_to_string(pidfile) {
-                let _ = Command::new("kill").arg(p.trim()).status();
-            }
+        if let Target::Ovsdb { pidfile, .. } = self
+            && let Ok(p) = std::fs::read_to_string(pidfile)
+        {
+            let _ = Command::new("kill").arg(p.trim()).status();
         }
     }
 }
