@@ -493,7 +493,7 @@ impl<'a> Gen<'a> {
         };
         let _ = writeln!(
             o,
-            "/// A row of `{}`{attrs}.\n#[derive(Debug, Clone, PartialEq, Default)]\npub struct {ty} {{\n    /// `_uuid`.\n    pub uuid: Uuid,",
+            "/// A row of `{}`{attrs}.\n#[derive(Debug, Clone, PartialEq)]\npub struct {ty} {{\n    /// `_uuid`.\n    pub uuid: Uuid,",
             t.name
         );
         for c in &t.columns {
@@ -507,6 +507,24 @@ impl<'a> Gen<'a> {
             );
         }
         let _ = writeln!(o, "}}\n");
+
+        // Default: OVSDB's default row (a set or map with at least one element holds one
+        // default element, as OVSDB's default datum does).
+        let _ = writeln!(
+            o,
+            "/// Every column at OVSDB's default (what `insert` gives a column it does not name).\n\
+             impl Default for {ty} {{\n fn default() -> Self {{\n Self {{\n uuid: Uuid::nil(),"
+        );
+        for c in &t.columns {
+            let value = match Kind::of(&c.ty) {
+                Kind::Set | Kind::Map if c.ty.min > 0 => {
+                    "[Default::default()].into_iter().collect()"
+                }
+                _ => "Default::default()",
+            };
+            let _ = writeln!(o, "            {}: {value},", field(&c.name));
+        }
+        let _ = writeln!(o, "        }}\n    }}\n}}\n");
 
         // Column enum.
         assert!(
@@ -837,6 +855,18 @@ impl<'a> Gen<'a> {
              /// This table's rows in `s`.\n fn rows(s: &Snapshot) -> &BTreeMap<Uuid, Self>;\n\
              /// This table's changes in `d`.\n fn changes(d: &Delta) -> &[RowDelta<Self>];\n}}\n"
         );
+        let _ = writeln!(
+            o,
+            "/// Something to do with each table type of this schema (see [`for_each_table`]).\n\
+             pub trait TableVisitor {{\n\
+             /// Called once per table.\n fn visit<T: SnapshotTable>(&mut self);\n}}\n\n\
+             /// Call `visitor.visit::<T>()` for every table `T`, in schema order.\n\
+             pub fn for_each_table(visitor: &mut impl TableVisitor) {{"
+        );
+        for t in &s.tables {
+            let _ = writeln!(o, "    visitor.visit::<{}>();", camel(&t.name));
+        }
+        let _ = writeln!(o, "}}\n");
         for t in &s.tables {
             let (tn, ty) = (snake(&t.name), camel(&t.name));
             let _ = writeln!(
