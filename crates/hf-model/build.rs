@@ -653,7 +653,9 @@ impl<'a> Gen<'a> {
         let _ = writeln!(
             o,
             "/// A row of any table of `{}`, for code that handles tables by name.\n\
-             #[derive(Debug, Clone, PartialEq)]\n#[non_exhaustive]\npub enum AnyRow {{",
+             #[derive(Debug, Clone, PartialEq)]\n#[non_exhaustive]\n\
+             #[allow(clippy::large_enum_variant, reason = \"rows are moved rarely; boxing would cost every access\")]\n\
+             pub enum AnyRow {{",
             s.name
         );
         for t in &s.tables {
@@ -763,6 +765,16 @@ impl<'a> Gen<'a> {
                 snake(&t.name),
                 camel(&t.name),
                 snake(&t.name)
+            );
+        }
+        for t in s.tables.iter().filter(|t| t.max_rows == Some(1)) {
+            let _ = writeln!(
+                o,
+                "    /// The `{}` row (the table holds at most one), if there is one.\n\
+                 pub fn {tn}_row(&self) -> Option<&{}> {{\n self.{tn}.values().next()\n }}\n",
+                t.name,
+                camel(&t.name),
+                tn = snake(&t.name)
             );
         }
         for (t, c) in &indexes {

@@ -49,21 +49,11 @@ pub use row_ref::RowRef;
 pub use table::{Column, RowDelta, Table};
 
 /// holdfast's `OVN_Northbound` tables (generated from `schemas/ovn-nb.ovsschema`).
-#[allow(
-    clippy::too_many_lines,
-    clippy::large_enum_variant,
-    reason = "generated: one arm or field per table or column"
-)]
 pub mod nb {
     include!(concat!(env!("OUT_DIR"), "/nb.rs"));
 }
 
 /// holdfast's `OVN_Southbound` tables (generated from `schemas/ovn-sb.ovsschema`).
-#[allow(
-    clippy::too_many_lines,
-    clippy::large_enum_variant,
-    reason = "generated: one arm or field per table or column"
-)]
 pub mod sb {
     include!(concat!(env!("OUT_DIR"), "/sb.rs"));
 }

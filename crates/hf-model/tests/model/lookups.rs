@@ -116,6 +116,10 @@ fn sb_port_binding_by_logical_port_and_typed_refs() {
         Some(Uuid::from_u128(1))
     );
     assert_eq!(s.rows::<sb::Chassis>().len(), 1);
+    assert!(s.sb_global_row().is_none());
+    s.apply_updates2(&json!({"SB_Global": {u(9): {"insert": {"nb_cfg": 4}}}}))
+        .expect("insert");
+    assert_eq!(s.sb_global_row().map(|g| g.nb_cfg), Some(4));
     assert_eq!(format!("{dp:?}"), format!("Datapath_Binding({})", u(2)));
 }
 
