@@ -294,54 +294,50 @@ fn nat_match_and_priority_have_ovn_24_09_types() {
     assert!(p.key.check(&hf_ovsdb::Atom::Integer(32768)).is_err());
 }
 
+/// Run `program` with `args` and return its stdout, failing the test if it fails; `None` (after
+/// the skip line, or a failure in CI) when `program` is not installed.
+fn run<I, A>(program: &str, args: I) -> Option<String>
+where
+    I: IntoIterator<Item = A>,
+    A: AsRef<std::ffi::OsStr>,
+{
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+    let Ok(out) = Command::new(program).args(&args).output() else {
+        missing(program);
+        return None;
+    };
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 #[test]
 fn ovsdb_tool_creates_databases_from_both_schemas() {
     let dir = tempfile::tempdir().expect("tempdir");
     for file in SCHEMAS {
         let db = dir.path().join(file.replace(".ovsschema", ".db"));
-        let out = match Command::new("ovsdb-tool")
-            .arg("create")
-            .arg(&db)
-            .arg(repo().join("schemas").join(file))
-            .output()
+        let schema = repo().join("schemas").join(file);
+        if run(
+            "ovsdb-tool",
+            ["create".as_ref(), db.as_os_str(), schema.as_os_str()],
+        )
+        .is_none()
         {
-            Ok(out) => out,
-            Err(_) => return missing("ovsdb-tool"),
-        };
-        assert!(
-            out.status.success(),
-            "ovsdb-tool create rejects {file}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let name = Command::new("ovsdb-tool")
-            .arg("db-name")
-            .arg(&db)
-            .output()
-            .expect("ovsdb-tool db-name");
-        assert_eq!(
-            String::from_utf8_lossy(&name.stdout).trim(),
-            ours(file).name,
-            "{file}"
-        );
+            return;
+        }
+        let name = run("ovsdb-tool", ["db-name".as_ref(), db.as_os_str()]).unwrap_or_default();
+        assert_eq!(name.trim(), ours(file).name, "{file}");
     }
 }
 
 /// The .ovsschema files are what gen.py makes of the .tables files.
 #[test]
 fn generated_schemas_are_current() {
-    let out = match Command::new("python3")
-        .arg(repo().join("schemas/gen.py"))
-        .arg("--check")
-        .output()
-    {
-        Ok(out) => out,
-        Err(_) => return missing("python3"),
-    };
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let gen_py = repo().join("schemas/gen.py");
+    run("python3", [gen_py.as_os_str(), "--check".as_ref()]);
 }
 
 /// A real ovsdb-server serving a database of one of our schemas, on a unix socket in a
@@ -356,15 +352,11 @@ impl Server {
     fn start(file: &str) -> Option<Server> {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = dir.path().join("db");
-        let created = Command::new("ovsdb-tool")
-            .arg("create")
-            .arg(&db)
-            .arg(repo().join("schemas").join(file))
-            .status();
-        if created.is_err() {
-            missing("ovsdb-tool");
-            return None;
-        }
+        let schema = repo().join("schemas").join(file);
+        run(
+            "ovsdb-tool",
+            ["create".as_ref(), db.as_os_str(), schema.as_os_str()],
+        )?;
         let sock = dir.path().join("sock");
         let child = match Command::new("ovsdb-server")
             .arg(format!("--remote=punix:{}", sock.display()))
@@ -396,23 +388,24 @@ impl Server {
 
     /// Run `tool --db=REMOTE args...`; its stdout, or a panic with its stderr.
     fn run(&self, tool: &str, args: &[&str]) -> Option<String> {
-        let out = match Command::new(tool)
-            .arg(format!("--db={}", self.remote))
-            .args(args)
-            .output()
-        {
-            Ok(out) => out,
-            Err(_) => {
-                missing(tool);
-                return None;
-            }
-        };
-        assert!(
-            out.status.success(),
-            "{tool} {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Some(String::from_utf8_lossy(&out.stdout).into_owned())
+        let db = format!("--db={}", self.remote);
+        run(
+            tool,
+            std::iter::once(db.as_str()).chain(args.iter().copied()),
+        )
+    }
+
+    /// Run each command; false when the tool is missing.
+    fn run_all(&self, tool: &str, commands: &[&[&str]]) -> bool {
+        commands.iter().all(|c| self.run(tool, c).is_some())
+    }
+
+    /// `TOOL show` prints every one of `wanted`.
+    fn show_contains(&self, tool: &str, wanted: &[&str]) {
+        let show = self.run(tool, &["show"]).unwrap_or_default();
+        for want in wanted {
+            assert!(show.contains(want), "{tool} show lacks {want:?}:\n{show}");
+        }
     }
 }
 
@@ -453,38 +446,25 @@ fn ovn_nbctl_works_on_our_nb_schema() {
         &["lb-add", "lb0", "10.96.0.1:80", "10.0.0.1:8080", "tcp"],
         &["ls-lb-add", "sw0", "lb0"],
     ];
-    for c in commands {
-        if nbctl(c).is_none() {
-            return;
-        }
+    if !server.run_all("ovn-nbctl", commands) {
+        return;
     }
-    let show = nbctl(&["show"]).unwrap_or_default();
-    for want in [
+    let wanted = [
         "switch",
         "(sw0)",
         "port p1",
         "router",
         "(lr0)",
         "172.16.0.1",
-    ] {
-        assert!(
-            show.contains(want),
-            "ovn-nbctl show lacks {want:?}:\n{show}"
-        );
-    }
-    let out = Command::new("ovsdb-client")
-        .args(["transact", &server.remote])
-        .arg(
-            r#"["OVN_Northbound",
-                {"op": "update", "table": "NAT", "where": [],
-                 "row": {"match": "ip4.dst != 10.0.0.0/8", "priority": 100}},
-                {"op": "select", "table": "NAT", "where": [], "columns": ["match", "priority"]}]"#,
-        )
-        .output();
-    let Ok(out) = out else {
-        return missing("ovsdb-client");
+    ];
+    server.show_contains("ovn-nbctl", &wanted);
+    let txn = r#"["OVN_Northbound",
+        {"op": "update", "table": "NAT", "where": [],
+         "row": {"match": "ip4.dst != 10.0.0.0/8", "priority": 100}},
+        {"op": "select", "table": "NAT", "where": [], "columns": ["match", "priority"]}]"#;
+    let Some(text) = run("ovsdb-client", ["transact", &server.remote, txn]) else {
+        return;
     };
-    let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains(r#"{"match":"ip4.dst != 10.0.0.0/8","priority":100}"#),
         "{text}"
@@ -501,27 +481,16 @@ fn ovn_sbctl_works_on_our_sb_schema() {
         return;
     };
     let sbctl = |args: &[&str]| server.run("ovn-sbctl", args);
-    for c in [
-        &["init"][..],
+    let features = "other_config:holdfast-features=ct-commit-block";
+    let commands: &[&[&str]] = &[
+        &["init"],
         &["chassis-add", "hv1", "geneve", "192.168.0.1"],
-        &[
-            "set",
-            "Chassis",
-            "hv1",
-            "other_config:holdfast-features=ct-commit-block",
-        ],
-    ] {
-        if sbctl(c).is_none() {
-            return;
-        }
+        &["set", "Chassis", "hv1", features],
+    ];
+    if !server.run_all("ovn-sbctl", commands) {
+        return;
     }
-    let show = sbctl(&["show"]).unwrap_or_default();
-    for want in ["Chassis hv1", "geneve", "192.168.0.1"] {
-        assert!(
-            show.contains(want),
-            "ovn-sbctl show lacks {want:?}:\n{show}"
-        );
-    }
+    server.show_contains("ovn-sbctl", &["Chassis hv1", "geneve", "192.168.0.1"]);
     let feats =
         sbctl(&["get", "Chassis", "hv1", "other_config:holdfast-features"]).unwrap_or_default();
     assert_eq!(feats.trim(), "ct-commit-block");

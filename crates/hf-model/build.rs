@@ -96,6 +96,20 @@ fn field(name: &str) -> String {
     }
 }
 
+/// One line per table: `template` with `{Table}` (schema name, quoted), `{Ty}` (Rust type) and
+/// `{tn}` (snake-case field) replaced.
+fn each_table(o: &mut String, tables: &[TableSchema], template: &str) {
+    for t in tables {
+        let line = template
+            .replace("{Table}", &format!("{:?}", t.name))
+            .replace("{Name}", &t.name)
+            .replace("{Ty}", &camel(&t.name))
+            .replace("{tn}", &snake(&t.name));
+        o.push_str(&line);
+        o.push('\n');
+    }
+}
+
 /// How a column is held in Rust.
 #[derive(Clone, Copy, PartialEq)]
 enum Kind {
@@ -658,22 +672,16 @@ impl<'a> Gen<'a> {
              pub enum AnyRow {{",
             s.name
         );
-        for t in &s.tables {
-            let _ = writeln!(
-                o,
-                "    /// A `{}` row.\n    {}({}),",
-                t.name,
-                camel(&t.name),
-                camel(&t.name)
-            );
-        }
+        each_table(
+            &mut o,
+            &s.tables,
+            "    /// A `{Name}` row.\n    {Ty}({Ty}),",
+        );
         let _ = writeln!(
             o,
             "}}\n\n/// Run `$body` with `$r` bound to the typed row inside an `AnyRow`.\nmacro_rules! any_row_dispatch {{\n    ($any:expr, $r:ident => $body:expr) => {{\n        match $any {{"
         );
-        for t in &s.tables {
-            let _ = writeln!(o, "            AnyRow::{}($r) => $body,", camel(&t.name));
-        }
+        each_table(&mut o, &s.tables, "            AnyRow::{Ty}($r) => $body,");
         let _ = writeln!(o, "        }}\n    }};\n}}\n");
         let _ = writeln!(
             o,
@@ -682,14 +690,11 @@ impl<'a> Gen<'a> {
              pub fn from_row(ts: &TableSchema, row: &Row) -> Result<Option<Self>, ModelError> {{\n\
              Ok(Some(match ts.name.as_str() {{"
         );
-        for t in &s.tables {
-            let c = camel(&t.name);
-            let _ = writeln!(
-                o,
-                "            {:?} => Self::{c}({c}::from_row(ts, row)?),",
-                t.name
-            );
-        }
+        each_table(
+            &mut o,
+            &s.tables,
+            "            {Table} => Self::{Ty}({Ty}::from_row(ts, row)?),",
+        );
         let _ = writeln!(
             o,
             "            _ => return Ok(None),\n        }}))\n    }}\n\n\
@@ -697,14 +702,11 @@ impl<'a> Gen<'a> {
              pub fn from_json_row(table: &str, uuid: Uuid, row: &Map<String, Value>) -> Result<Option<Self>, ModelError> {{\n\
              Ok(Some(match table {{"
         );
-        for t in &s.tables {
-            let c = camel(&t.name);
-            let _ = writeln!(
-                o,
-                "            {:?} => Self::{c}({c}::from_json_row(uuid, row)?),",
-                t.name
-            );
-        }
+        each_table(
+            &mut o,
+            &s.tables,
+            "            {Table} => Self::{Ty}({Ty}::from_json_row(uuid, row)?),",
+        );
         let _ = writeln!(
             o,
             "            _ => return Ok(None),\n        }}))\n    }}\n\n\
@@ -712,10 +714,11 @@ impl<'a> Gen<'a> {
              /// schema lacks.\n\
              pub fn default_for(table: &str) -> Option<Self> {{\n Some(match table {{"
         );
-        for t in &s.tables {
-            let c = camel(&t.name);
-            let _ = writeln!(o, "            {:?} => Self::{c}({c}::default()),", t.name);
-        }
+        each_table(
+            &mut o,
+            &s.tables,
+            "            {Table} => Self::{Ty}({Ty}::default()),",
+        );
         let _ = writeln!(
             o,
             "            _ => return None,\n        }})\n    }}\n\n\
@@ -742,14 +745,7 @@ impl<'a> Gen<'a> {
              #[derive(Debug, Clone, Default, PartialEq)]\npub struct Snapshot {{",
             name = s.name
         );
-        for t in &s.tables {
-            let _ = writeln!(
-                o,
-                "    {}: BTreeMap<Uuid, {}>,",
-                snake(&t.name),
-                camel(&t.name)
-            );
-        }
+        each_table(&mut o, &s.tables, "    {tn}: BTreeMap<Uuid, {Ty}>,");
         for (t, c) in &indexes {
             let _ = writeln!(o, "    {}_by_{}: Index,", snake(&t.name), c.name);
         }
@@ -757,16 +753,11 @@ impl<'a> Gen<'a> {
             o,
             "}}\n\nimpl Snapshot {{\n    /// An empty snapshot.\n    pub fn new() -> Self {{\n        Self::default()\n    }}\n"
         );
-        for t in &s.tables {
-            let _ = writeln!(
-                o,
-                "    /// The rows of `{}`.\n    pub fn {}(&self) -> &BTreeMap<Uuid, {}> {{\n        &self.{}\n    }}\n",
-                t.name,
-                snake(&t.name),
-                camel(&t.name),
-                snake(&t.name)
-            );
-        }
+        each_table(
+            &mut o,
+            &s.tables,
+            "    /// The rows of `{Name}`.\n    pub fn {tn}(&self) -> &BTreeMap<Uuid, {Ty}> {\n        &self.{tn}\n    }\n",
+        );
         for t in s.tables.iter().filter(|t| t.max_rows == Some(1)) {
             let _ = writeln!(
                 o,
@@ -848,14 +839,11 @@ impl<'a> Gen<'a> {
              let mut delta = Delta::default();\n\
              for (name, rows) in tables {{\n match name.as_str() {{"
         );
-        for t in &s.tables {
-            let tn = snake(&t.name);
-            let _ = writeln!(
-                o,
-                "                {:?} => delta.{tn} = table_updates2(&self.{tn}, rows)?,",
-                t.name
-            );
-        }
+        each_table(
+            &mut o,
+            &s.tables,
+            "                {Table} => delta.{tn} = table_updates2(&self.{tn}, rows)?,",
+        );
         let _ = writeln!(
             o,
             "                _ => {{}}\n            }}\n        }}\n        self.apply(&delta);\n        Ok(delta)\n    }}\n}}\n"
@@ -875,17 +863,13 @@ impl<'a> Gen<'a> {
              /// Call `visitor.visit::<T>()` for every table `T`, in schema order.\n\
              pub fn for_each_table(visitor: &mut impl TableVisitor) {{"
         );
-        for t in &s.tables {
-            let _ = writeln!(o, "    visitor.visit::<{}>();", camel(&t.name));
-        }
+        each_table(&mut o, &s.tables, "    visitor.visit::<{Ty}>();");
         let _ = writeln!(o, "}}\n");
-        for t in &s.tables {
-            let (tn, ty) = (snake(&t.name), camel(&t.name));
-            let _ = writeln!(
-                o,
-                "impl SnapshotTable for {ty} {{\n fn rows(s: &Snapshot) -> &BTreeMap<Uuid, Self> {{\n &s.{tn}\n }}\n fn changes(d: &Delta) -> &[RowDelta<Self>] {{\n &d.{tn}\n }}\n}}\n"
-            );
-        }
+        each_table(
+            &mut o,
+            &s.tables,
+            "impl SnapshotTable for {Ty} {\n fn rows(s: &Snapshot) -> &BTreeMap<Uuid, Self> {\n &s.{tn}\n }\n fn changes(d: &Delta) -> &[RowDelta<Self>] {\n &d.{tn}\n }\n}\n",
+        );
         self.out.push_str(&o);
     }
 
@@ -899,15 +883,11 @@ impl<'a> Gen<'a> {
              #[derive(Debug, Clone, Default, PartialEq)]\npub struct Delta {{",
             s.name
         );
-        for t in &s.tables {
-            let _ = writeln!(
-                o,
-                "    /// Changes to `{}`.\n    pub {}: Vec<RowDelta<{}>>,",
-                t.name,
-                snake(&t.name),
-                camel(&t.name)
-            );
-        }
+        each_table(
+            &mut o,
+            &s.tables,
+            "    /// Changes to `{Name}`.\n    pub {tn}: Vec<RowDelta<{Ty}>>,",
+        );
         let sum = s
             .tables
             .iter()
@@ -922,14 +902,11 @@ impl<'a> Gen<'a> {
              /// The changes to table `T`.\n pub fn changes<T: SnapshotTable>(&self) -> &[RowDelta<T>] {{\n T::changes(self)\n }}\n\n\
              /// The names of the tables with changes, in schema order.\n pub fn changed_tables(&self) -> Vec<&'static str> {{\n let mut out = Vec::new();"
         );
-        for t in &s.tables {
-            let _ = writeln!(
-                o,
-                "        if !self.{}.is_empty() {{ out.push({:?}); }}",
-                snake(&t.name),
-                t.name
-            );
-        }
+        each_table(
+            &mut o,
+            &s.tables,
+            "        if !self.{tn}.is_empty() { out.push({Table}); }",
+        );
         let _ = writeln!(
             o,
             "        out\n    }}\n\n\
@@ -942,14 +919,11 @@ impl<'a> Gen<'a> {
              let Some(ts) = schema.tables.get(*t) else {{ continue }};\n\
              match ts.name.as_str() {{"
         );
-        for t in &s.tables {
-            let tn = snake(&t.name);
-            let _ = writeln!(
-                o,
-                "                {:?} => out.{tn}.extend(table_changes(ts, changes)?),",
-                t.name
-            );
-        }
+        each_table(
+            &mut o,
+            &s.tables,
+            "                {Table} => out.{tn}.extend(table_changes(ts, changes)?),",
+        );
         let _ = writeln!(
             o,
             "                _ => {{}}\n            }}\n        }}\n        Ok(out)\n    }}\n}}"
