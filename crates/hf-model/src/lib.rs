@@ -19,6 +19,9 @@
 //!   `<table-updates2>` JSON a client receives.
 //! - `nb::Delta`/`sb::Delta` ([`NbDelta`], [`SbDelta`]): per table a list of [`RowDelta`]s,
 //!   from an [`hf_ovsdb::TxnDelta`] or from `apply_updates2`; a snapshot applies them.
+//! - For code that handles tables by name or generically: `nb::AnyRow` (a row of any table),
+//!   `nb::for_each_table` with a `nb::TableVisitor` (once per table type), `nb::schema()`
+//!   (holdfast's parsed schema), and the same in [`sb`].
 //!
 //! What it does not do: talk to a server (that is `hf-ovsdb-net`'s replica, which feeds
 //! `apply_updates2`), check referential integrity or schema constraints (the server does),
@@ -48,12 +51,14 @@ pub use error::ModelError;
 pub use row_ref::RowRef;
 pub use table::{Column, RowDelta, Table};
 
-/// holdfast's `OVN_Northbound` tables (generated from `schemas/ovn-nb.ovsschema`).
+/// holdfast's `OVN_Northbound` tables (generated from `schemas/ovn-nb.ovsschema`): OVN 23.03's
+/// NB 7.0.0 plus the extensions listed in `schemas/README.md` (`NAT.match`, `NAT.priority`).
 pub mod nb {
     include!(concat!(env!("OUT_DIR"), "/nb.rs"));
 }
 
-/// holdfast's `OVN_Southbound` tables (generated from `schemas/ovn-sb.ovsschema`).
+/// holdfast's `OVN_Southbound` tables (generated from `schemas/ovn-sb.ovsschema`): OVN 23.03's
+/// SB 20.27.0.
 pub mod sb {
     include!(concat!(env!("OUT_DIR"), "/sb.rs"));
 }

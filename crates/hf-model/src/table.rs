@@ -168,7 +168,7 @@ pub(crate) fn parse_datum(
     })
 }
 
-/// One row's change.
+/// One row's change. Deliberately exhaustive: a consumer handles all three.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RowDelta<T> {
     /// A new row.
