@@ -90,6 +90,40 @@ pub trait Table: Clone + Debug + PartialEq + Default + 'static {
         self.json_columns(&self.changed_columns(old))
     }
 
+    /// An `insert` operation for this row. A non-nil `uuid` goes into the operation's `uuid`
+    /// member, so that the row keeps it and other rows of the same transaction can refer to it
+    /// (ovsdb-server and hf-ovsdb accept it); columns at their default are left out.
+    fn insert_op(&self) -> Value {
+        let ts = Self::schema();
+        let row: Map<String, Value> = ts
+            .columns
+            .iter()
+            .zip(self.to_datums())
+            .filter(|(c, d)| *d != c.ty.default_datum())
+            .map(|(c, d)| (c.name.clone(), d.to_json(&c.ty)))
+            .collect();
+        let mut op = json!({"op": "insert", "table": Self::NAME, "row": row});
+        if !self.uuid().is_nil() {
+            op["uuid"] = json!(self.uuid().to_string());
+        }
+        op
+    }
+
+    /// An `update` operation that turns row `old` (same UUID) into `self`; `None` when no
+    /// column changed.
+    fn update_op(&self, old: &Self) -> Option<Value> {
+        let row = self.update_json_row(old);
+        (!row.is_empty()).then(|| {
+            json!({"op": "update", "table": Self::NAME, "where": uuid_where(self.uuid()),
+                   "row": row})
+        })
+    }
+
+    /// A `delete` operation for this row.
+    fn delete_op(&self) -> Value {
+        json!({"op": "delete", "table": Self::NAME, "where": uuid_where(self.uuid())})
+    }
+
     /// Parse a JSON row object (as `select` returns it, or the `initial`/`insert` member of an
     /// update2 notification) of holdfast's schema. Missing columns take their defaults; `_uuid`,
     /// `_version` and unknown columns are skipped.
@@ -143,6 +177,11 @@ pub trait Column: Copy + Debug + Eq + Ord + 'static {
     fn condition(self, op: &str, value: Value) -> Value {
         json!([self.name(), op, value])
     }
+}
+
+/// `[["_uuid", "==", ["uuid", UUID]]]`.
+fn uuid_where(uuid: Uuid) -> Value {
+    json!([["_uuid", "==", ["uuid", uuid.to_string()]]])
 }
 
 /// Parse one column's JSON value (a value or an update2 diff). Only atom types are checked

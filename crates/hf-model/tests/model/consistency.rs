@@ -40,6 +40,8 @@ macro_rules! harness {
             monitor: Monitor,
             via_updates: $snap,
             via_deltas: $snap,
+            /// A client that connected later: its snapshot began with `initial` rows.
+            late: Option<$snap>,
             steps: usize,
         }
 
@@ -56,6 +58,7 @@ macro_rules! harness {
                     monitor,
                     via_updates,
                     via_deltas: <$snap>::new(),
+                    late: None,
                     steps: 0,
                 }
             }
@@ -66,13 +69,17 @@ macro_rules! harness {
                     return false;
                 };
                 self.steps += 1;
-                let from_updates = match self.monitor.updates(&self.db.schema, &delta) {
+                let updates = self.monitor.updates(&self.db.schema, &delta);
+                let from_updates = match &updates {
                     Some(u) => self
                         .via_updates
-                        .apply_updates2(&u)
+                        .apply_updates2(u)
                         .unwrap_or_else(|e| panic!("step {}: {e}\n{u:#}", self.steps)),
                     None => <$delta>::default(),
                 };
+                if let (Some(late), Some(u)) = (self.late.as_mut(), &updates) {
+                    late.apply_updates2(u).expect("late client's update");
+                }
                 let typed = <$delta>::from_txn(&self.db.schema, &delta).expect("typed delta");
                 self.via_deltas.apply(&typed);
                 assert_eq!(from_updates.len(), typed.len(), "step {}", self.steps);
@@ -89,7 +96,24 @@ macro_rules! harness {
                     "step {}: delta snapshot differs from the database's",
                     self.steps
                 );
+                if let Some(late) = &self.late {
+                    assert!(
+                        late == &expected,
+                        "step {}: late client differs",
+                        self.steps
+                    );
+                }
                 true
+            }
+
+            /// Start the late client from the monitor's `initial` rows.
+            fn join(&mut self) {
+                let mut late = <$snap>::new();
+                let d = late
+                    .apply_updates2(&self.monitor.initial(&self.db))
+                    .expect("initial");
+                assert_eq!(d.len(), self.db.row_count());
+                self.late = Some(late);
             }
 
             /// A fresh snapshot from the monitor's initial contents equals the database's.
@@ -175,6 +199,7 @@ fn nb_scripted_sequence_matches_database() {
     for ops in steps {
         assert!(h.step(&ops), "{ops:#?}");
     }
+    h.join();
     let ls = uuid_of(&h, "Logical_Switch", "sw0");
     let p1 = uuid_of(&h, "Logical_Switch_Port", "lsp1");
     let p2 = uuid_of(&h, "Logical_Switch_Port", "lsp2");
@@ -332,7 +357,10 @@ macro_rules! random_test {
             let mut h = $harness::new($schema.clone());
             let mut rng = Rng::new($seed);
             let mut committed = 0;
-            for _ in 0..400 {
+            for i in 0..400 {
+                if i == 100 {
+                    h.join();
+                }
                 let ops: Vec<Value> = (0..=rng.below(3))
                     .filter_map(|_| random_op(&h.db, &mut rng))
                     .collect();
@@ -363,3 +391,78 @@ random_test!(
     hf_model::sb::schema(),
     11
 );
+
+/// Operations built from typed rows (`insert_op`, `update_op`, `delete_op`) do to a database
+/// what the typed rows say.
+#[test]
+fn typed_operations_reproduce_typed_rows() {
+    use hf_model::{RowRef, Table, nb};
+    use hf_ovsdb::Uuid;
+    let mut h = nb_harness();
+    let lsp = nb::LogicalSwitchPort {
+        uuid: Uuid::from_u128(0x10),
+        name: "lsp1".into(),
+        addresses: ["00:00:00:00:00:01 10.0.0.1".to_string()].into(),
+        tag_request: Some(5),
+        ..Default::default()
+    };
+    let ls = nb::LogicalSwitch {
+        uuid: Uuid::from_u128(0x20),
+        name: "sw0".into(),
+        ports: [RowRef::new(lsp.uuid)].into(),
+        ..Default::default()
+    };
+    let acl = nb::Acl {
+        uuid: Uuid::from_u128(0x30),
+        action: nb::AclAction::Drop,
+        direction: nb::AclDirection::FromLport,
+        priority: 100,
+        match_: "ip4".into(),
+        ..Default::default()
+    };
+    let pg = nb::PortGroup {
+        uuid: Uuid::from_u128(0x40),
+        name: "pg".into(),
+        ports: [RowRef::new(lsp.uuid)].into(),
+        acls: [RowRef::new(acl.uuid)].into(),
+        ..Default::default()
+    };
+    assert!(h.step(&[
+        lsp.insert_op(),
+        ls.insert_op(),
+        acl.insert_op(),
+        pg.insert_op()
+    ]));
+    let snap = &h.via_updates;
+    assert_eq!(snap.logical_switch_by_name("sw0"), Some(&ls));
+    assert_eq!(
+        snap.get(RowRef::<nb::LogicalSwitchPort>::new(lsp.uuid)),
+        Some(&lsp)
+    );
+    assert_eq!(snap.port_group_by_name("pg"), Some(&pg));
+    assert_eq!(snap.acl().get(&acl.uuid), Some(&acl));
+
+    let mut lsp2 = lsp.clone();
+    lsp2.addresses.insert("unknown".into());
+    lsp2.tag_request = None;
+    lsp2.options
+        .insert("requested-chassis".into(), "hv1".into());
+    let op = lsp2.update_op(&lsp).expect("changed");
+    assert_eq!(
+        op["row"].as_object().map(|r| r.len()),
+        Some(3),
+        "only the changed columns: {op}"
+    );
+    assert!(lsp.update_op(&lsp).is_none());
+    assert!(h.step(&[op]));
+    assert_eq!(
+        h.via_updates.logical_switch_port_by_name("lsp1"),
+        Some(&lsp2)
+    );
+
+    assert!(h.step(&[pg.delete_op(), ls.delete_op()]));
+    assert!(
+        h.via_updates.is_empty(),
+        "ports and ACLs were garbage collected"
+    );
+}
