@@ -10,8 +10,10 @@ use std::path::{Path, PathBuf};
 
 use hf_ovsdb::{AtomicType, BaseType, ColumnSchema, ColumnType, RefType, Schema, TableSchema};
 
-/// (schema file, module, extra lookup indexes as (table, column)). Every table with a scalar
-/// string `name` column gets a by-name index too.
+/// One database: schema file, module, and its lookup indexes beyond by-name ones, as
+/// (table, column). A scalar string column gives a by-value index; a reference column gives a
+/// parent index (from a referenced row to the rows that refer to it). Every table with a
+/// scalar string `name` column gets a by-name index too.
 type Database = (
     &'static str,
     &'static str,
@@ -19,11 +21,39 @@ type Database = (
 );
 
 const DATABASES: [Database; 2] = [
-    ("ovn-nb.ovsschema", "nb", &[]),
+    (
+        "ovn-nb.ovsschema",
+        "nb",
+        &[
+            // Parents: which switch, router or port group holds a row. northd's flow identity
+            // names a NAT row by its router and an ACL by its switch or port group.
+            ("Logical_Switch", "ports"),
+            ("Logical_Switch", "acls"),
+            ("Logical_Switch", "qos_rules"),
+            ("Logical_Switch", "load_balancer"),
+            ("Logical_Router", "ports"),
+            ("Logical_Router", "nat"),
+            ("Logical_Router", "static_routes"),
+            ("Logical_Router", "policies"),
+            ("Logical_Router", "load_balancer"),
+            ("Port_Group", "ports"),
+            ("Port_Group", "acls"),
+            ("Logical_Router_Port", "gateway_chassis"),
+            ("HA_Chassis_Group", "ha_chassis"),
+        ],
+    ),
     (
         "ovn-sb.ovsschema",
         "sb",
-        &[("Port_Binding", "logical_port")],
+        &[
+            ("Port_Binding", "logical_port"),
+            ("Port_Binding", "datapath"),
+            ("Port_Binding", "chassis"),
+            ("Logical_Flow", "logical_datapath"),
+            ("Logical_Flow", "logical_dp_group"),
+            ("Multicast_Group", "datapath"),
+            ("Chassis", "encaps"),
+        ],
     ),
 ];
 
@@ -138,6 +168,35 @@ impl Kind {
             Kind::Optional => "optional",
             Kind::Set => "set",
             Kind::Map => "map",
+        }
+    }
+}
+
+/// A lookup index of a snapshot: by a scalar string column's value, or by the row a reference
+/// column points at (a parent index).
+struct IndexDef<'a> {
+    table: &'a TableSchema,
+    column: &'a ColumnSchema,
+}
+
+impl IndexDef<'_> {
+    /// The snapshot field and method name: `logical_switch_by_name`.
+    fn name(&self) -> String {
+        format!("{}_by_{}", snake(&self.table.name), self.column.name)
+    }
+
+    /// The referenced table, for a parent index.
+    fn target(&self) -> Option<&str> {
+        self.column.ty.key.ref_table.as_deref()
+    }
+
+    /// The index's keys of row `r`, as an iterator expression.
+    fn keys(&self) -> String {
+        let f = field(&self.column.name);
+        match (self.target(), Kind::of(&self.column.ty)) {
+            (None, _) => format!("std::iter::once(r.{f}.clone())"),
+            (Some(_), Kind::Scalar) => format!("std::iter::once(r.{f}.uuid())"),
+            (Some(_), _) => format!("r.{f}.iter().map(|t| t.uuid())"),
         }
     }
 }
@@ -318,27 +377,39 @@ impl<'a> Gen<'a> {
         out
     }
 
-    /// Lookup indexes: (table, column) for scalar string columns.
-    fn indexes(&self) -> Vec<(&'a TableSchema, &'a ColumnSchema)> {
+    /// Lookup indexes: by-name ones, then the database's extra ones.
+    fn indexes(&self) -> Vec<IndexDef<'a>> {
         let mut out = Vec::new();
         for t in &self.schema.tables {
-            for c in &t.columns {
-                let wanted = c.name == "name"
-                    || self
-                        .extra_indexes
-                        .iter()
-                        .any(|(tn, cn)| *tn == t.name && *cn == c.name);
-                if wanted && c.ty.is_scalar() && c.ty.key.atomic == AtomicType::String {
-                    out.push((t, c));
-                }
+            if let Some(c) = t.column_index("name").map(|i| &t.columns[i])
+                && c.ty.is_scalar()
+                && c.ty.key.atomic == AtomicType::String
+            {
+                out.push(IndexDef {
+                    table: t,
+                    column: c,
+                });
             }
         }
         for (tn, cn) in self.extra_indexes {
+            let t = self
+                .schema
+                .table(tn)
+                .unwrap_or_else(|| panic!("index on unknown table {tn} of {}", self.file));
+            let c = &t.columns[t
+                .column_index(cn)
+                .unwrap_or_else(|| panic!("index on unknown column {tn}.{cn}"))];
+            let ok = !c.ty.is_map()
+                && (c.ty.key.ref_table.is_some()
+                    || (c.ty.is_scalar() && c.ty.key.atomic == AtomicType::String));
             assert!(
-                out.iter().any(|(t, c)| t.name == *tn && c.name == *cn),
-                "{tn}.{cn} is not a scalar string column of {}",
-                self.file
+                ok,
+                "{tn}.{cn}: indexes need a scalar string or a reference column"
             );
+            out.push(IndexDef {
+                table: t,
+                column: c,
+            });
         }
         out
     }
@@ -361,7 +432,7 @@ impl<'a> Gen<'a> {
              use serde_json::{Map, Value};\n\
              use uuid::Uuid;\n\n\
              use crate::convert::{Atomic, RowReader, map_datum, optional_datum, scalar_datum, set_datum};\n\
-             use crate::update::{Index, IndexKey, apply_rows, table_changes, table_updates2};\n\
+             use crate::update::{Index, apply_rows, table_changes, table_updates2};\n\
              use crate::{Column, ModelError, RowDelta, RowRef, Table};\n",
         );
         self.line(&format!(
@@ -746,8 +817,13 @@ impl<'a> Gen<'a> {
             name = s.name
         );
         each_table(&mut o, &s.tables, "    {tn}: BTreeMap<Uuid, {Ty}>,");
-        for (t, c) in &indexes {
-            let _ = writeln!(o, "    {}_by_{}: Index,", snake(&t.name), c.name);
+        for ix in &indexes {
+            let key = if ix.target().is_some() {
+                "Uuid"
+            } else {
+                "String"
+            };
+            let _ = writeln!(o, "    {}: Index<{key}>,", ix.name());
         }
         let _ = writeln!(
             o,
@@ -768,19 +844,31 @@ impl<'a> Gen<'a> {
                 tn = snake(&t.name)
             );
         }
-        for (t, c) in &indexes {
-            let (tn, cn, ty, f) = (snake(&t.name), &c.name, camel(&t.name), field(&c.name));
+        for ix in &indexes {
+            let (t, cn, tn, ty, name) = (
+                &ix.table.name,
+                &ix.column.name,
+                snake(&ix.table.name),
+                camel(&ix.table.name),
+                ix.name(),
+            );
+            let (arg, what, key) = match ix.target() {
+                Some(target) => (
+                    format!("RowRef<{}>", camel(target)),
+                    format!("refers to `target` (a `{target}` row) in `{cn}`"),
+                    "&target.uuid()",
+                ),
+                None => ("&str".to_string(), format!("`{cn}` is `target`"), "target"),
+            };
             let _ = writeln!(
                 o,
-                "    /// The `{t}` row whose `{cn}` is `key`; `None` when no row or several rows have it\n\
+                "    /// The `{t}` row that {what}; `None` when no row or several rows do\n\
                  /// (see [`Snapshot::{tn}_all_by_{cn}`]).\n\
-                 pub fn {tn}_by_{cn}(&self, key: &str) -> Option<&{ty}> {{\n\
-                 self.{tn}_by_{cn}.unique(key).and_then(|u| self.{tn}.get(&u))\n }}\n\n\
-                 /// Every `{t}` row whose `{cn}` is `key`, in UUID order.\n\
-                 pub fn {tn}_all_by_{cn}<'s>(&'s self, key: &'s str) -> impl Iterator<Item = &'s {ty}> + 's {{\n\
-                 self.{tn}_by_{cn}.get(key).filter_map(|u| self.{tn}.get(&u))\n }}\n\n\
-                 fn {tn}_{cn}_key(r: &{ty}) -> &str {{\n &r.{f}\n }}\n",
-                t = t.name
+                 pub fn {name}(&self, target: {arg}) -> Option<&{ty}> {{\n\
+                 self.{name}.unique({key}).and_then(|u| self.{tn}.get(&u))\n }}\n\n\
+                 /// Every `{t}` row that {what}, in UUID order.\n\
+                 pub fn {tn}_all_by_{cn}(&self, target: {arg}) -> impl Iterator<Item = &{ty}> + use<'_> {{\n\
+                 self.{name}.get({key}).filter_map(|u| self.{tn}.get(&u))\n }}\n"
             );
         }
         let _ = writeln!(
@@ -807,23 +895,30 @@ impl<'a> Gen<'a> {
         );
         for t in &s.tables {
             let tn = snake(&t.name);
-            let idx: Vec<String> = indexes
+            let mine: Vec<&IndexDef> = indexes
                 .iter()
-                .filter(|(it, _)| it.name == t.name)
-                .map(|(_, c)| {
-                    format!(
-                        "(&mut self.{tn}_by_{}, Self::{tn}_{}_key as IndexKey<{}>)",
-                        c.name,
-                        c.name,
-                        camel(&t.name)
-                    )
-                })
+                .filter(|ix| ix.table.name == t.name)
                 .collect();
+            if mine.is_empty() {
+                let _ = writeln!(
+                    o,
+                    "        apply_rows(&mut self.{tn}, &delta.{tn}, |_, _| {{}});"
+                );
+                continue;
+            }
             let _ = writeln!(
                 o,
-                "        apply_rows(&mut self.{tn}, &delta.{tn}, &mut [{}]);",
-                idx.join(", ")
+                "        apply_rows(&mut self.{tn}, &delta.{tn}, |r, add| {{"
             );
+            for ix in mine {
+                let _ = writeln!(
+                    o,
+                    "            for key in {} {{ self.{}.set(key, r.uuid, add); }}",
+                    ix.keys(),
+                    ix.name()
+                );
+            }
+            let _ = writeln!(o, "        }});");
         }
         let _ = writeln!(
             o,

@@ -14,9 +14,13 @@
 //!   [`Table`]: conversion from an [`hf_ovsdb::Row`] and back, and to the JSON row objects of
 //!   `insert`/`update` operations.
 //! - `nb::Snapshot`/`sb::Snapshot` ([`NbSnapshot`], [`SbSnapshot`]): every row by UUID in
-//!   `BTreeMap`s (deterministic iteration) with lookup indexes (`logical_switch_by_name`,
-//!   `port_binding_by_logical_port`, ...), built from an [`hf_ovsdb::Database`] or from the
-//!   `<table-updates2>` JSON a client receives.
+//!   `BTreeMap`s (deterministic iteration) with lookup indexes, built from an
+//!   [`hf_ovsdb::Database`] or from the `<table-updates2>` JSON a client receives. Indexes:
+//!   by name for every table with a `name` column (`logical_switch_by_name`), by value
+//!   (`port_binding_by_logical_port`), and by parent for the references consumers follow
+//!   backwards (`logical_router_by_nat`: the router holding a NAT row; `port_group_by_acls`;
+//!   `port_binding_all_by_datapath`); the list is `DATABASES` in `build.rs`. Each has a
+//!   unique form (`None` when several rows match) and an `_all_by_` form.
 //! - `nb::Delta`/`sb::Delta` ([`NbDelta`], [`SbDelta`]): per table a list of [`RowDelta`]s,
 //!   from an [`hf_ovsdb::TxnDelta`] or from `apply_updates2`; a snapshot applies them.
 //! - For code that handles tables by name or generically: `nb::AnyRow` (a row of any table),

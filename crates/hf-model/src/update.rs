@@ -2,7 +2,8 @@
 //! database tables to typed row changes. The generated `Snapshot`/`Delta` types dispatch on the
 //! table name and call these.
 
-use std::collections::BTreeMap;
+use std::borrow::Borrow;
+use std::collections::{BTreeMap, BTreeSet};
 
 use hf_ovsdb::{RowChange, TableSchema};
 use serde_json::Value;
@@ -111,59 +112,67 @@ pub(crate) fn table_changes<T: Table>(
     Ok(out)
 }
 
-/// How an index finds a row's key.
-pub(crate) type IndexKey<T> = fn(&T) -> &str;
-
-/// Apply one table's row changes to `rows`, keeping the table's lookup indexes in step.
+/// Apply one table's row changes to `rows`; `reindex(row, false)` is called for each row
+/// removed or replaced and `reindex(row, true)` for each row added, so that the snapshot's
+/// lookup indexes follow.
 pub(crate) fn apply_rows<T: Table>(
     rows: &mut BTreeMap<Uuid, T>,
     deltas: &[RowDelta<T>],
-    indexes: &mut [(&mut Index, IndexKey<T>)],
+    mut reindex: impl FnMut(&T, bool),
 ) {
     for d in deltas {
         if let Some(old) = rows.remove(&d.uuid()) {
-            for (ix, key) in indexes.iter_mut() {
-                ix.remove(key(&old), old.uuid());
-            }
+            reindex(&old, false);
         }
         if let Some(new) = d.after() {
-            for (ix, key) in indexes.iter_mut() {
-                ix.insert(key(new), new.uuid());
-            }
+            reindex(new, true);
             rows.insert(new.uuid(), new.clone());
         }
     }
 }
 
-/// A by-value lookup index: value → UUIDs of the rows holding it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Index {
-    map: BTreeMap<String, std::collections::BTreeSet<Uuid>>,
+/// A lookup index: key → UUIDs of the rows holding it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Index<K> {
+    map: BTreeMap<K, BTreeSet<Uuid>>,
 }
 
-impl Index {
-    /// Record that row `uuid` holds `key`.
-    pub(crate) fn insert(&mut self, key: &str, uuid: Uuid) {
-        self.map.entry(key.to_string()).or_default().insert(uuid);
+impl<K> Default for Index<K> {
+    fn default() -> Self {
+        Index {
+            map: BTreeMap::new(),
+        }
     }
+}
 
-    /// Forget that row `uuid` holds `key`.
-    pub(crate) fn remove(&mut self, key: &str, uuid: Uuid) {
-        if let Some(set) = self.map.get_mut(key) {
+impl<K: Ord> Index<K> {
+    /// Record (`add`) or forget that row `uuid` holds `key`.
+    pub(crate) fn set(&mut self, key: K, uuid: Uuid, add: bool) {
+        if add {
+            self.map.entry(key).or_default().insert(uuid);
+        } else if let Some(set) = self.map.get_mut(&key) {
             set.remove(&uuid);
             if set.is_empty() {
-                self.map.remove(key);
+                self.map.remove(&key);
             }
         }
     }
 
     /// The rows holding `key`, in UUID order.
-    pub(crate) fn get(&self, key: &str) -> impl Iterator<Item = Uuid> + '_ {
+    pub(crate) fn get<'a, Q>(&'a self, key: &Q) -> impl Iterator<Item = Uuid> + use<'a, K, Q>
+    where
+        K: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
         self.map.get(key).into_iter().flatten().copied()
     }
 
     /// The only row holding `key`; `None` when no row or several rows hold it.
-    pub(crate) fn unique(&self, key: &str) -> Option<Uuid> {
+    pub(crate) fn unique<Q>(&self, key: &Q) -> Option<Uuid>
+    where
+        K: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
         match self.map.get(key) {
             Some(set) if set.len() == 1 => set.first().copied(),
             _ => None,

@@ -135,3 +135,89 @@ fn column_identifiers_build_conditions() {
         json!(["name", "==", "sw0"])
     );
 }
+
+#[test]
+fn parent_indexes_follow_reference_changes() {
+    let mut s = NbSnapshot::new();
+    let uuid = |n: u128| json!(["uuid", u(n)]);
+    s.apply_updates2(&json!({
+        "NAT": {
+            u(11): {"initial": {"type": "snat", "logical_ip": "10.0.0.0/24"}},
+            u(12): {"initial": {"type": "dnat", "logical_ip": "10.0.0.5"}},
+        },
+        "ACL": {u(21): {"initial": {"action": "drop", "direction": "to-lport"}}},
+        "Logical_Router": {u(1): {"initial": {"name": "lr0",
+            "nat": ["set", [uuid(11), uuid(12)]]}}},
+        "Port_Group": {u(2): {"initial": {"name": "pg0", "acls": uuid(21)}}},
+    }))
+    .expect("initial");
+    let nat = |n: u128| RowRef::<nb::Nat>::new(Uuid::from_u128(n));
+    let router_of = |s: &NbSnapshot, n| s.logical_router_by_nat(nat(n)).map(|r| r.name.clone());
+    assert_eq!(router_of(&s, 11).as_deref(), Some("lr0"));
+    assert_eq!(router_of(&s, 12).as_deref(), Some("lr0"));
+    let acl = RowRef::<nb::Acl>::new(Uuid::from_u128(21));
+    assert_eq!(
+        s.port_group_by_acls(acl).map(|p| p.name.as_str()),
+        Some("pg0")
+    );
+    assert!(s.logical_switch_by_acls(acl).is_none());
+
+    // The router drops one NAT row (an update2 set diff toggles it), a second router takes it.
+    s.apply_updates2(&json!({
+        "Logical_Router": {
+            u(1): {"modify": {"nat": uuid(12)}},
+            u(3): {"insert": {"name": "lr1", "nat": uuid(12)}},
+        },
+    }))
+    .expect("modify");
+    assert_eq!(router_of(&s, 11).as_deref(), Some("lr0"));
+    assert_eq!(router_of(&s, 12).as_deref(), Some("lr1"));
+
+    // Two routers holding the same row: the unique lookup refuses, the plural one lists both.
+    s.apply_updates2(&json!({"Logical_Router": {u(4): {"insert": {"name": "lr2",
+        "nat": uuid(12)}}}}))
+        .expect("insert");
+    assert_eq!(router_of(&s, 12), None);
+    let holders: Vec<&str> = s
+        .logical_router_all_by_nat(nat(12))
+        .map(|r| r.name.as_str())
+        .collect();
+    assert_eq!(holders, vec!["lr1", "lr2"]);
+
+    // Deleting the port group forgets its ACL.
+    s.apply_updates2(&json!({"Port_Group": {u(2): {"delete": null}}}))
+        .expect("delete");
+    assert!(s.port_group_by_acls(acl).is_none());
+}
+
+#[test]
+fn sb_parent_indexes() {
+    let mut s = SbSnapshot::new();
+    s.apply_updates2(&json!({
+        "Datapath_Binding": {u(1): {"initial": {"tunnel_key": 1}},
+                             u(2): {"initial": {"tunnel_key": 2}}},
+        "Port_Binding": {
+            u(11): {"initial": {"logical_port": "a", "datapath": ["uuid", u(1)], "tunnel_key": 1}},
+            u(12): {"initial": {"logical_port": "b", "datapath": ["uuid", u(1)], "tunnel_key": 2}},
+            u(13): {"initial": {"logical_port": "c", "datapath": ["uuid", u(2)], "tunnel_key": 1}},
+        },
+        "Logical_Flow": {u(21): {"initial": {"logical_datapath": ["uuid", u(2)],
+            "pipeline": "ingress", "match": "1", "actions": "next;"}}},
+    }))
+    .expect("initial");
+    let dp = |n: u128| RowRef::<sb::DatapathBinding>::new(Uuid::from_u128(n));
+    let ports = |s: &SbSnapshot, n| -> Vec<String> {
+        s.port_binding_all_by_datapath(dp(n))
+            .map(|p| p.logical_port.clone())
+            .collect()
+    };
+    assert_eq!(ports(&s, 1), vec!["a", "b"]);
+    assert_eq!(ports(&s, 2), vec!["c"]);
+    assert_eq!(s.logical_flow_all_by_logical_datapath(dp(2)).count(), 1);
+    assert_eq!(s.logical_flow_all_by_logical_datapath(dp(1)).count(), 0);
+    // A port moves to the other datapath.
+    s.apply_updates2(&json!({"Port_Binding": {u(12): {"modify": {"datapath": ["uuid", u(2)]}}}}))
+        .expect("modify");
+    assert_eq!(ports(&s, 1), vec!["a"]);
+    assert_eq!(ports(&s, 2), vec!["b", "c"]);
+}
