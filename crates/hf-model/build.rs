@@ -1005,6 +1005,19 @@ impl<'a> Gen<'a> {
         let _ = writeln!(
             o,
             "        out\n    }}\n\n\
+             /// The operations of one transaction that makes these changes (see [`RowDelta::to_op`]),\n\
+             /// table by table in schema order. OVSDB checks references when the transaction\n\
+             /// commits, so the order of the operations does not matter.\n\
+             pub fn to_ops(&self) -> Vec<Value> {{\n let mut out = Vec::with_capacity(self.len());"
+        );
+        each_table(
+            &mut o,
+            &s.tables,
+            "        out.extend(self.{tn}.iter().filter_map(RowDelta::to_op));",
+        );
+        let _ = writeln!(
+            o,
+            "        out\n    }}\n\n\
              /// The typed form of a transaction's changes to a database of `schema` (another version\n\
              /// of this schema is fine: tables and columns are matched by name). Changes that touch\n\
              /// only columns this schema lacks are dropped.\n\

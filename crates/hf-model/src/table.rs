@@ -240,6 +240,17 @@ impl<T: Table> RowDelta<T> {
         }
     }
 
+    /// The operation that makes this change in a database that holds the rows as `before`
+    /// says (`insert` with the row's UUID, `update` of the changed columns, or `delete`);
+    /// `None` for an update that changes nothing.
+    pub fn to_op(&self) -> Option<Value> {
+        match self {
+            RowDelta::Insert(new) => Some(new.insert_op()),
+            RowDelta::Update { old, new } => new.update_op(old),
+            RowDelta::Delete(old) => Some(old.delete_op()),
+        }
+    }
+
     /// The row after the change, if it still exists.
     pub fn after(&self) -> Option<&T> {
         match self {

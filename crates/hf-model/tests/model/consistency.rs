@@ -42,12 +42,15 @@ macro_rules! harness {
             via_deltas: $snap,
             /// A client that connected later: its snapshot began with `initial` rows.
             late: Option<$snap>,
+            /// A second database that receives each typed delta as operations (`to_ops`).
+            mirror: Database,
             steps: usize,
         }
 
         impl $name {
             fn new(schema: Arc<Schema>) -> Self {
                 let db = Database::new(schema.clone(), 42);
+                let mirror = Database::new(schema.clone(), 43);
                 let monitor = monitor_all(&schema);
                 let mut via_updates = <$snap>::new();
                 via_updates
@@ -59,6 +62,7 @@ macro_rules! harness {
                     via_updates,
                     via_deltas: <$snap>::new(),
                     late: None,
+                    mirror,
                     steps: 0,
                 }
             }
@@ -94,6 +98,17 @@ macro_rules! harness {
                 assert!(
                     self.via_deltas == expected,
                     "step {}: delta snapshot differs from the database's",
+                    self.steps
+                );
+                let ops = typed.to_ops();
+                assert!(
+                    ops.is_empty() || commit(&mut self.mirror, &ops).is_some(),
+                    "step {}: the typed delta's operations fail: {ops:#?}",
+                    self.steps
+                );
+                assert!(
+                    <$snap>::from_db(&self.mirror).expect("mirror") == expected,
+                    "step {}: mirror differs",
                     self.steps
                 );
                 if let Some(late) = &self.late {
