@@ -294,52 +294,204 @@ fn nat_match_and_priority_have_ovn_24_09_types() {
     assert!(p.key.check(&hf_ovsdb::Atom::Integer(32768)).is_err());
 }
 
+/// Run `program` with `args` and return its stdout, failing the test if it fails; `None` (after
+/// the skip line, or a failure in CI) when `program` is not installed.
+fn run<I, A>(program: &str, args: I) -> Option<String>
+where
+    I: IntoIterator<Item = A>,
+    A: AsRef<std::ffi::OsStr>,
+{
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+    let Ok(out) = Command::new(program).args(&args).output() else {
+        missing(program);
+        return None;
+    };
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 #[test]
 fn ovsdb_tool_creates_databases_from_both_schemas() {
     let dir = tempfile::tempdir().expect("tempdir");
     for file in SCHEMAS {
         let db = dir.path().join(file.replace(".ovsschema", ".db"));
-        let out = match Command::new("ovsdb-tool")
-            .arg("create")
-            .arg(&db)
-            .arg(repo().join("schemas").join(file))
-            .output()
+        let schema = repo().join("schemas").join(file);
+        if run(
+            "ovsdb-tool",
+            ["create".as_ref(), db.as_os_str(), schema.as_os_str()],
+        )
+        .is_none()
         {
-            Ok(out) => out,
-            Err(_) => return missing("ovsdb-tool"),
-        };
-        assert!(
-            out.status.success(),
-            "ovsdb-tool create rejects {file}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let name = Command::new("ovsdb-tool")
-            .arg("db-name")
-            .arg(&db)
-            .output()
-            .expect("ovsdb-tool db-name");
-        assert_eq!(
-            String::from_utf8_lossy(&name.stdout).trim(),
-            ours(file).name,
-            "{file}"
-        );
+            return;
+        }
+        let name = run("ovsdb-tool", ["db-name".as_ref(), db.as_os_str()]).unwrap_or_default();
+        assert_eq!(name.trim(), ours(file).name, "{file}");
     }
 }
 
 /// The .ovsschema files are what gen.py makes of the .tables files.
 #[test]
 fn generated_schemas_are_current() {
-    let out = match Command::new("python3")
-        .arg(repo().join("schemas/gen.py"))
-        .arg("--check")
-        .output()
-    {
-        Ok(out) => out,
-        Err(_) => return missing("python3"),
+    let gen_py = repo().join("schemas/gen.py");
+    run("python3", [gen_py.as_os_str(), "--check".as_ref()]);
+}
+
+/// A real ovsdb-server serving a database of one of our schemas, on a unix socket in a
+/// temporary directory; killed when dropped.
+struct Server {
+    child: std::process::Child,
+    remote: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn start(file: &str) -> Option<Server> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("db");
+        let schema = repo().join("schemas").join(file);
+        run(
+            "ovsdb-tool",
+            ["create".as_ref(), db.as_os_str(), schema.as_os_str()],
+        )?;
+        let sock = dir.path().join("sock");
+        let child = match Command::new("ovsdb-server")
+            .arg(format!("--remote=punix:{}", sock.display()))
+            .arg(format!("--unixctl={}", dir.path().join("ctl").display()))
+            .arg("--no-chdir")
+            .arg(&db)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+        {
+            Ok(c) => c,
+            Err(_) => {
+                missing("ovsdb-server");
+                return None;
+            }
+        };
+        let server = Server {
+            child,
+            remote: format!("unix:{}", sock.display()),
+            _dir: dir,
+        };
+        for _ in 0..100 {
+            if sock.exists() {
+                return Some(server);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("ovsdb-server did not create {}", sock.display());
+    }
+
+    /// Run `tool --db=REMOTE args...`; its stdout, or a panic with its stderr.
+    fn run(&self, tool: &str, args: &[&str]) -> Option<String> {
+        let db = format!("--db={}", self.remote);
+        run(
+            tool,
+            std::iter::once(db.as_str()).chain(args.iter().copied()),
+        )
+    }
+
+    /// Run each command; false when the tool is missing.
+    fn run_all(&self, tool: &str, commands: &[&[&str]]) -> bool {
+        commands.iter().all(|c| self.run(tool, c).is_some())
+    }
+
+    /// `TOOL show` prints every one of `wanted`.
+    fn show_contains(&self, tool: &str, wanted: &[&str]) {
+        let show = self.run(tool, &["show"]).unwrap_or_default();
+        for want in wanted {
+            assert!(show.contains(want), "{tool} show lacks {want:?}:\n{show}");
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// OVN 23.03's ovn-nbctl drives our NB schema on a real ovsdb-server, and the extension columns
+/// are reachable with ovsdb-client.
+#[test]
+fn ovn_nbctl_works_on_our_nb_schema() {
+    let Some(server) = Server::start("ovn-nb.ovsschema") else {
+        return;
+    };
+    let nbctl = |args: &[&str]| server.run("ovn-nbctl", args);
+    let commands: &[&[&str]] = &[
+        &["init"],
+        &["ls-add", "sw0"],
+        &["lsp-add", "sw0", "p1"],
+        &["lsp-set-addresses", "p1", "00:00:00:00:00:01 10.0.0.1"],
+        &["lsp-set-port-security", "p1", "00:00:00:00:00:01 10.0.0.1"],
+        &["lr-add", "lr0"],
+        &[
+            "lrp-add",
+            "lr0",
+            "lrp0",
+            "00:00:00:00:ff:01",
+            "10.0.0.254/24",
+        ],
+        &["lrp-set-gateway-chassis", "lrp0", "hv1", "10"],
+        &["lr-nat-add", "lr0", "snat", "172.16.0.1", "10.0.0.0/24"],
+        &["lr-route-add", "lr0", "0.0.0.0/0", "172.16.0.254"],
+        &["pg-add", "pg1", "p1"],
+        &["acl-add", "pg1", "to-lport", "1001", "ip4", "allow-related"],
+        &["lb-add", "lb0", "10.96.0.1:80", "10.0.0.1:8080", "tcp"],
+        &["ls-lb-add", "sw0", "lb0"],
+    ];
+    if !server.run_all("ovn-nbctl", commands) {
+        return;
+    }
+    let wanted = [
+        "switch",
+        "(sw0)",
+        "port p1",
+        "router",
+        "(lr0)",
+        "172.16.0.1",
+    ];
+    server.show_contains("ovn-nbctl", &wanted);
+    let txn = r#"["OVN_Northbound",
+        {"op": "update", "table": "NAT", "where": [],
+         "row": {"match": "ip4.dst != 10.0.0.0/8", "priority": 100}},
+        {"op": "select", "table": "NAT", "where": [], "columns": ["match", "priority"]}]"#;
+    let Some(text) = run("ovsdb-client", ["transact", &server.remote, txn]) else {
+        return;
     };
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        text.contains(r#"{"match":"ip4.dst != 10.0.0.0/8","priority":100}"#),
+        "{text}"
     );
+    // ovn-nbctl still lists the NAT row, ignoring the columns it does not know.
+    let nat = nbctl(&["lr-nat-list", "lr0"]).unwrap_or_default();
+    assert!(nat.contains("10.0.0.0/24"), "{nat}");
+}
+
+/// OVN 23.03's ovn-sbctl works on our SB schema.
+#[test]
+fn ovn_sbctl_works_on_our_sb_schema() {
+    let Some(server) = Server::start("ovn-sb.ovsschema") else {
+        return;
+    };
+    let sbctl = |args: &[&str]| server.run("ovn-sbctl", args);
+    let features = "other_config:holdfast-features=ct-commit-block";
+    let commands: &[&[&str]] = &[
+        &["init"],
+        &["chassis-add", "hv1", "geneve", "192.168.0.1"],
+        &["set", "Chassis", "hv1", features],
+    ];
+    if !server.run_all("ovn-sbctl", commands) {
+        return;
+    }
+    server.show_contains("ovn-sbctl", &["Chassis hv1", "geneve", "192.168.0.1"]);
+    let feats =
+        sbctl(&["get", "Chassis", "hv1", "other_config:holdfast-features"]).unwrap_or_default();
+    assert_eq!(feats.trim(), "ct-commit-block");
 }
