@@ -6,9 +6,9 @@
 //!   flight; transactions per second.
 //! - `txn_insert_100rows_pipelined4`: transactions of 100 `Logical_Switch_Port` inserts, 4 in
 //!   flight; transactions per second.
-//! - `monitor_fanout_50clients`: 50 clients hold a `monitor_cond` on `Logical_Switch`; one client
-//!   commits single-row inserts; rate of updates delivered to all monitors (inserts × 50 / time
-//!   until the last monitor has seen the last insert).
+//! - `monitor_fanout_50clients`: 50 clients hold a `monitor_cond` on `Address_Set` (empty at the
+//!   start); one client commits single-row inserts, 32 in flight; rate of updates delivered to
+//!   all monitors (inserts × 50 / time until the last monitor has seen the last insert).
 // A benchmark is an I/O shell: it reads the clock and spawns threads.
 #![allow(clippy::disallowed_methods)]
 
@@ -104,7 +104,7 @@ fn start_ovsdb_server(dir: &Path) -> anyhow::Result<Target> {
     let ok = Command::new("ovsdb-server")
         .arg("--detach")
         .arg(format!("--pidfile={}", pidfile.display()))
-        .arg(format!("--log-file={}", dir.join("ovs.log").display()))
+        .arg("--log-file=/tmp/hf-bench-ovsdb-server.log")
         .arg(format!("--unixctl={}", dir.join("ovs.ctl").display()))
         .arg(format!("--remote=ptcp:{port}:127.0.0.1"))
         .arg(&db)
@@ -229,32 +229,47 @@ fn batch_insert(i: usize) -> Value {
     Value::Array(ops)
 }
 
-/// 50 monitors, one writer; returns elapsed time until every monitor saw every insert.
+/// `clients` monitors, one writer; returns elapsed time until every monitor saw every insert.
+/// The monitored table (`Address_Set`) is empty before, so the measure is the fan-out itself.
 fn fanout(addr: &str, clients: usize, inserts: usize) -> anyhow::Result<Duration> {
-    let barrier = std::sync::Arc::new(std::sync::Barrier::new(clients + 1));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut handles = Vec::new();
     for k in 0..clients {
-        let (addr, barrier) = (addr.to_string(), barrier.clone());
+        let (addr, ready) = (addr.to_string(), ready_tx.clone());
         handles.push(std::thread::spawn(move || -> anyhow::Result<Instant> {
             let mut c = Conn::new(&addr)?;
-            c.send(&json!({"method": "monitor_cond", "params": ["OVN_Northbound", format!("m{k}"), {"Logical_Switch": [{"columns": ["name", "external_ids"], "where": [["name", "!=", ""]]}]}], "id": "mon"}))?;
+            let req = json!({"method": "monitor_cond", "params": ["OVN_Northbound", format!("m{k}"),
+                {"Address_Set": [{"columns": ["name", "addresses"]}]}], "id": "mon"});
+            c.send(&req)?;
             c.reply(&json!("mon"))?;
-            barrier.wait();
+            let _ = ready.send(());
             let mut seen = 0;
             while seen < inserts {
                 let m = c.recv()?;
                 match m.get("method").and_then(Value::as_str) {
-                    Some("update2") => seen += m["params"][1]["Logical_Switch"].as_object().map_or(0, |o| o.len()),
-                    Some("echo") => c.send(&json!({"id": m["id"], "result": m["params"], "error": null}))?,
+                    Some("update2") => {
+                        seen += m["params"][1]["Address_Set"]
+                            .as_object()
+                            .map_or(0, |o| o.len())
+                    }
+                    Some("echo") => {
+                        c.send(&json!({"id": m["id"], "result": m["params"], "error": null}))?
+                    }
                     _ => {}
                 }
             }
             Ok(Instant::now())
         }));
     }
-    barrier.wait();
+    drop(ready_tx);
+    for _ in 0..clients {
+        ready_rx.recv().context("a monitor failed to start")?;
+    }
     let start = Instant::now();
-    pipelined(addr, inserts, 32, single_insert("fan"))?;
+    pipelined(addr, inserts, 32, |i| {
+        json!(["OVN_Northbound", {"op": "insert", "table": "Address_Set", "row": {
+            "name": format!("as{i}"), "addresses": ["set", [format!("10.1.{}.{}", i / 250, i % 250), "10.2.0.1"]]}}])
+    })?;
     let mut last = start;
     for h in handles {
         let t = h
@@ -271,7 +286,7 @@ struct Figures {
     fanout_ups: f64,
 }
 
-fn measure(t: &Target, opts: &Opts) -> anyhow::Result<Figures> {
+fn measure(t: &Target, opts: &Opts, report: &Report) -> anyhow::Result<Figures> {
     let (n1, nb, nf, clients) = if opts.tiny {
         (200, 5, 20, 5)
     } else {
@@ -281,9 +296,16 @@ fn measure(t: &Target, opts: &Opts) -> anyhow::Result<Figures> {
         Target::Holdfast { .. } => "hf",
         Target::Ovsdb { .. } => "ovs",
     };
-    let d1 = pipelined(t.addr(), n1, 32, single_insert(tag))?;
-    let d2 = pipelined(t.addr(), nb, 4, batch_insert)?;
-    let d3 = fanout(t.addr(), clients, nf)?;
+    let d1 = pipelined(t.addr(), n1, 32, single_insert(tag))
+        .with_context(|| format!("{tag}: single-row inserts"))?;
+    report.note(&format!("{tag}: {n1} single-row inserts in {d1:?}"));
+    let d2 = pipelined(t.addr(), nb, 4, batch_insert)
+        .with_context(|| format!("{tag}: 100-row inserts"))?;
+    report.note(&format!("{tag}: {nb} 100-row transactions in {d2:?}"));
+    let d3 = fanout(t.addr(), clients, nf).with_context(|| format!("{tag}: monitor fan-out"))?;
+    report.note(&format!(
+        "{tag}: {nf} inserts to {clients} monitors in {d3:?}"
+    ));
     Ok(Figures {
         single_tps: n1 as f64 / d1.as_secs_f64(),
         batch_tps: nb as f64 / d2.as_secs_f64(),
@@ -296,7 +318,7 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let hf = {
         let t = start_holdfast(dir.path())?;
-        measure(&t, opts)?
+        measure(&t, opts, report)?
     };
     let have_ovs = Command::new("ovsdb-server")
         .arg("--version")
@@ -304,7 +326,7 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         .is_ok_and(|o| o.status.success());
     let ovs = if have_ovs {
         let t = start_ovsdb_server(dir.path())?;
-        Some(measure(&t, opts)?)
+        Some(measure(&t, opts, report)?)
     } else {
         report.note("ovsdb-server not found: printing holdfast's figures without a baseline (install openvswitch-common)");
         None
