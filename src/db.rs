@@ -184,8 +184,8 @@ fn serve(mut args: DbArgs) -> anyhow::Result<ExitCode> {
     let mut core = Core::new(cfg.clone(), seed());
     let mut warnings = Vec::new();
     for path in &args.databases {
-        let loaded = storage::open(path, seed(), cfg.history_txns)
-            .with_context(|| format!("cannot open database {}", path.display()))?;
+        let loaded =
+            storage::open(path, seed(), cfg.history_txns).context("cannot open database")?;
         if let Some(w) = loaded.warning {
             warnings.push(w);
         }
@@ -249,10 +249,15 @@ fn serve(mut args: DbArgs) -> anyhow::Result<ExitCode> {
         for a in server.local_addrs() {
             banner.push_str(&format!("listening on {a}\n"));
         }
-        print!("{banner}");
-        let _ = std::io::stdout().flush();
-        if let Some(mut p) = ready_pipe.take() {
-            let _ = p.write_all(banner.as_bytes());
+        // Detached: the foreground process prints the banner it reads from the pipe.
+        match ready_pipe.take() {
+            Some(mut p) => {
+                let _ = p.write_all(banner.as_bytes());
+            }
+            None => {
+                print!("{banner}");
+                let _ = std::io::stdout().flush();
+            }
         }
         tracing::info!(
             "serving {} on {}",

@@ -16,12 +16,12 @@ use crate::server::Storage;
 #[non_exhaustive]
 pub enum OpenError {
     /// The file could not be read or written.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}{}", hint(error))]
     Io {
         /// The file.
         path: PathBuf,
         /// The OS error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The file is not an OVSDB standalone database.
     #[error("{path}: {reason}")]
@@ -55,9 +55,21 @@ pub struct Loaded {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> OpenError + '_ {
-    move |source| OpenError::Io {
+    move |error| OpenError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
+    }
+}
+
+fn hint(e: &std::io::Error) -> &'static str {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            "\n  = help: create it with `holdfast db create FILE SCHEMA` (or give no file names to serve the defaults)"
+        }
+        std::io::ErrorKind::AlreadyExists => {
+            "\n  = help: the file exists already; remove it to start over"
+        }
+        _ => "",
     }
 }
 
