@@ -7,12 +7,27 @@ use std::path::PathBuf;
 fn ovsdb_rpc_corpus_replays_without_panic() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/ovsdb_rpc");
     let mut n = 0;
+    let mut total = hf_ovsdb_net::fuzzing::RunStats::default();
     for e in std::fs::read_dir(&dir).expect("corpus directory") {
-        let data = std::fs::read(e.expect("entry").path()).expect("read");
-        hf_ovsdb_net::fuzzing::rpc_stream(&data);
+        let path = e.expect("entry").path();
+        let data = std::fs::read(&path).expect("read");
+        let s = hf_ovsdb_net::fuzzing::rpc_stream(&data);
+        if path
+            .file_name()
+            .is_some_and(|f| f == "insert_named" || f == "delete_gc" || f == "mutate_wait")
+        {
+            assert!(
+                s.updates > 0,
+                "seed {} commits changes the monitor sees: {s:?}",
+                path.display()
+            );
+        }
+        total.replies += s.replies;
+        total.updates += s.updates;
         n += 1;
     }
     assert!(n >= 5, "the corpus has its seeds ({n} files)");
+    assert!(total.replies >= 20, "the seeds get replies: {total:?}");
 }
 
 proptest::proptest! {
