@@ -1,0 +1,1512 @@
+//! The action syntax tree and its parser: every action ovn-northd 23.03 emits and every action
+//! holdfast's northd emits. Parsing and typing only; executing actions belongs to `hf-pipeline`.
+
+use crate::ast::{FieldRef, Value};
+use crate::constant::{Constant, Format};
+use crate::diag::{ErrorKind, ParseError, Result, Span};
+use crate::lexer::Tok;
+use crate::parser::Cursor;
+
+/// `ingress` or `egress`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Pipeline {
+    /// The ingress pipeline.
+    Ingress,
+    /// The egress pipeline.
+    Egress,
+}
+
+/// The arguments of `next`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NextArgs {
+    /// `next;`
+    Plain,
+    /// `next(N);`
+    Table(u32),
+    /// `next(pipeline=P, table=N);` with either part optional.
+    Named {
+        /// The pipeline, if given.
+        pipeline: Option<Pipeline>,
+        /// The table, if given.
+        table: Option<u32>,
+    },
+}
+
+/// The three spellings of `ct_commit`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CtCommit {
+    /// `ct_commit;`
+    Bare,
+    /// `ct_commit { ct_mark.blocked = 1; ... };` (OVN 20.09 and later).
+    Block(Vec<Action>),
+    /// `ct_commit(ct_mark=V[/M], ct_label=V[/M]);` (OVN 20.06 and earlier).
+    Legacy {
+        /// The value (and mask) for `ct_mark`.
+        mark: Option<Constant>,
+        /// The value (and mask) for `ct_label`.
+        label: Option<Constant>,
+    },
+}
+
+/// Which NAT action.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NatKind {
+    /// `ct_dnat`
+    Dnat,
+    /// `ct_snat`
+    Snat,
+    /// `ct_dnat_in_czone`
+    DnatInCzone,
+    /// `ct_snat_in_czone`
+    SnatInCzone,
+}
+
+impl NatKind {
+    /// The action's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            NatKind::Dnat => "ct_dnat",
+            NatKind::Snat => "ct_snat",
+            NatKind::DnatInCzone => "ct_dnat_in_czone",
+            NatKind::SnatInCzone => "ct_snat_in_czone",
+        }
+    }
+}
+
+/// `IP[, PORT-PORT][, flag...]` of a NAT action.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct NatTarget {
+    /// The address to translate to.
+    pub addr: Constant,
+    /// A port range.
+    pub ports: Option<(u16, u16)>,
+    /// `random`, `hash`, `persistent`.
+    pub flags: Vec<String>,
+}
+
+/// One load-balancer backend: `ip[:port]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Backend {
+    /// The address.
+    pub ip: Constant,
+    /// The port.
+    pub port: Option<u16>,
+}
+
+/// Arguments of `ct_lb`/`ct_lb_mark`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CtLbArgs {
+    /// The backends.
+    pub backends: Vec<Backend>,
+    /// `hash_fields="..."`.
+    pub hash_fields: Option<String>,
+    /// `skip_snat` or `force_snat`.
+    pub flag: Option<String>,
+    /// Written in the old `ct_lb(ip:port, ...)` form, without `backends=`.
+    pub legacy: bool,
+}
+
+/// Actions that replace the packet (or copy it) and run a nested list on the result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NestedKind {
+    /// `arp { }`
+    Arp,
+    /// `nd_ns { }`
+    NdNs,
+    /// `nd_na { }`
+    NdNa,
+    /// `nd_na_router { }`
+    NdNaRouter,
+    /// `icmp4 { }`
+    Icmp4,
+    /// `icmp4_error { }`
+    Icmp4Error,
+    /// `icmp6 { }`
+    Icmp6,
+    /// `icmp6_error { }`
+    Icmp6Error,
+    /// `tcp_reset { }`
+    TcpReset,
+    /// `sctp_abort { }`
+    SctpAbort,
+    /// `reject { }`
+    Reject,
+    /// `clone { }`
+    Clone,
+}
+
+const NESTED: &[(&str, NestedKind)] = &[
+    ("arp", NestedKind::Arp),
+    ("nd_ns", NestedKind::NdNs),
+    ("nd_na", NestedKind::NdNa),
+    ("nd_na_router", NestedKind::NdNaRouter),
+    ("icmp4", NestedKind::Icmp4),
+    ("icmp4_error", NestedKind::Icmp4Error),
+    ("icmp6", NestedKind::Icmp6),
+    ("icmp6_error", NestedKind::Icmp6Error),
+    ("tcp_reset", NestedKind::TcpReset),
+    ("sctp_abort", NestedKind::SctpAbort),
+    ("reject", NestedKind::Reject),
+    ("clone", NestedKind::Clone),
+];
+
+impl NestedKind {
+    /// The action's name.
+    pub fn name(self) -> &'static str {
+        NESTED
+            .iter()
+            .find(|(_, k)| *k == self)
+            .map_or("?", |(n, _)| n)
+    }
+}
+
+/// A value of a DHCP or RA option.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum OptValue {
+    /// A constant.
+    Const(Constant),
+    /// A string.
+    Str(String),
+    /// `{a, b, ...}`
+    Set(Vec<OptValue>),
+    /// A field.
+    Field(FieldRef),
+}
+
+/// The functions whose result is stored in a field: `R = f(...)`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ResultFn {
+    /// `lookup_arp(P, A, M)`
+    LookupArp {
+        /// Port.
+        port: FieldRef,
+        /// IPv4 address.
+        ip: FieldRef,
+        /// Ethernet address.
+        mac: FieldRef,
+    },
+    /// `lookup_arp_ip(P, A)`
+    LookupArpIp {
+        /// Port.
+        port: FieldRef,
+        /// IPv4 address.
+        ip: FieldRef,
+    },
+    /// `lookup_nd(P, A, M)`
+    LookupNd {
+        /// Port.
+        port: FieldRef,
+        /// IPv6 address.
+        ip: FieldRef,
+        /// Ethernet address.
+        mac: FieldRef,
+    },
+    /// `lookup_nd_ip(P, A)`
+    LookupNdIp {
+        /// Port.
+        port: FieldRef,
+        /// IPv6 address.
+        ip: FieldRef,
+    },
+    /// `get_fdb(M)`: the port learnt for a MAC.
+    GetFdb {
+        /// Ethernet address.
+        mac: FieldRef,
+    },
+    /// `lookup_fdb(P, M)`
+    LookupFdb {
+        /// Port.
+        port: FieldRef,
+        /// Ethernet address.
+        mac: FieldRef,
+    },
+    /// `put_dhcp_opts(...)` or `put_dhcpv6_opts(...)`.
+    PutDhcpOpts {
+        /// DHCPv6.
+        v6: bool,
+        /// The options, in order.
+        opts: Vec<(String, OptValue)>,
+    },
+    /// `put_nd_ra_opts(...)`
+    PutNdRaOpts {
+        /// The options, in order.
+        opts: Vec<(String, OptValue)>,
+    },
+    /// `dns_lookup()`
+    DnsLookup,
+    /// `chk_lb_hairpin()`
+    ChkLbHairpin,
+    /// `chk_lb_hairpin_reply()`
+    ChkLbHairpinReply,
+    /// `check_in_port_sec()`
+    CheckInPortSec,
+    /// `check_out_port_sec()`
+    CheckOutPortSec,
+    /// `check_pkt_larger(L)`
+    CheckPktLarger {
+        /// Length in bytes.
+        len: u32,
+    },
+    /// `chk_ecmp_nh_mac()`
+    ChkEcmpNhMac,
+    /// `chk_ecmp_nh()`
+    ChkEcmpNh,
+    /// `chk_lb_aff()`
+    ChkLbAff,
+}
+
+const NO_ARG_FNS: &[(&str, ResultFn)] = &[
+    ("dns_lookup", ResultFn::DnsLookup),
+    ("chk_lb_hairpin", ResultFn::ChkLbHairpin),
+    ("chk_lb_hairpin_reply", ResultFn::ChkLbHairpinReply),
+    ("check_in_port_sec", ResultFn::CheckInPortSec),
+    ("check_out_port_sec", ResultFn::CheckOutPortSec),
+    ("chk_ecmp_nh_mac", ResultFn::ChkEcmpNhMac),
+    ("chk_ecmp_nh", ResultFn::ChkEcmpNh),
+    ("chk_lb_aff", ResultFn::ChkLbAff),
+];
+
+const RESULT_FNS: &[&str] = &[
+    "lookup_arp",
+    "lookup_arp_ip",
+    "lookup_nd",
+    "lookup_nd_ip",
+    "get_fdb",
+    "lookup_fdb",
+    "put_dhcp_opts",
+    "put_dhcpv6_opts",
+    "put_nd_ra_opts",
+    "check_pkt_larger",
+    "select",
+];
+
+impl ResultFn {
+    /// The function's name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ResultFn::LookupArp { .. } => "lookup_arp",
+            ResultFn::LookupArpIp { .. } => "lookup_arp_ip",
+            ResultFn::LookupNd { .. } => "lookup_nd",
+            ResultFn::LookupNdIp { .. } => "lookup_nd_ip",
+            ResultFn::GetFdb { .. } => "get_fdb",
+            ResultFn::LookupFdb { .. } => "lookup_fdb",
+            ResultFn::PutDhcpOpts { v6: false, .. } => "put_dhcp_opts",
+            ResultFn::PutDhcpOpts { v6: true, .. } => "put_dhcpv6_opts",
+            ResultFn::PutNdRaOpts { .. } => "put_nd_ra_opts",
+            ResultFn::CheckPktLarger { .. } => "check_pkt_larger",
+            other => NO_ARG_FNS
+                .iter()
+                .find(|(_, f)| f == other)
+                .map_or("?", |(n, _)| n),
+        }
+    }
+}
+
+/// `log(...)` arguments.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LogArgs {
+    /// `name="..."`
+    pub name: Option<String>,
+    /// `severity=alert|warning|notice|info|debug`
+    pub severity: Option<String>,
+    /// `verdict=allow|drop|reject`
+    pub verdict: Option<String>,
+    /// `meter="..."`
+    pub meter: Option<String>,
+}
+
+/// One action.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Action {
+    /// `next;`, `next(N);`, `next(pipeline=P, table=N);`
+    Next {
+        /// Arguments.
+        args: NextArgs,
+        /// Span.
+        span: Span,
+    },
+    /// `output;`
+    Output {
+        /// Span.
+        span: Span,
+    },
+    /// `drop;`
+    Drop {
+        /// Span.
+        span: Span,
+    },
+    /// `field = constant;` or `field = "string";`
+    Assign {
+        /// Destination.
+        dst: FieldRef,
+        /// Value.
+        value: Value,
+        /// Span.
+        span: Span,
+    },
+    /// `field1 = field2;`
+    Move {
+        /// Destination.
+        dst: FieldRef,
+        /// Source.
+        src: FieldRef,
+        /// Span.
+        span: Span,
+    },
+    /// `field1 <-> field2;`
+    Exchange {
+        /// One side.
+        a: FieldRef,
+        /// The other.
+        b: FieldRef,
+        /// Span.
+        span: Span,
+    },
+    /// `push(field);`
+    Push {
+        /// Field.
+        field: FieldRef,
+        /// Span.
+        span: Span,
+    },
+    /// `pop(field);`
+    Pop {
+        /// Field.
+        field: FieldRef,
+        /// Span.
+        span: Span,
+    },
+    /// `ip.ttl--;`
+    DecTtl {
+        /// Span.
+        span: Span,
+    },
+    /// `ct_next;`
+    CtNext {
+        /// Span.
+        span: Span,
+    },
+    /// `ct_commit` in any of its spellings.
+    CtCommit {
+        /// Form and arguments.
+        args: CtCommit,
+        /// Span.
+        span: Span,
+    },
+    /// `ct_dnat`, `ct_snat`, `ct_dnat_in_czone`, `ct_snat_in_czone`, with or without a target.
+    CtNat {
+        /// Which.
+        kind: NatKind,
+        /// Target address.
+        target: Option<NatTarget>,
+        /// Span.
+        span: Span,
+    },
+    /// `ct_clear;`
+    CtClear {
+        /// Span.
+        span: Span,
+    },
+    /// `ct_snat_to_vip;`
+    CtSnatToVip {
+        /// Span.
+        span: Span,
+    },
+    /// `ct_commit_nat;`
+    CtCommitNat {
+        /// Span.
+        span: Span,
+    },
+    /// `ct_lb` (`mark: false`) or `ct_lb_mark` (`mark: true`).
+    CtLb {
+        /// `ct_lb_mark`.
+        mark: bool,
+        /// Arguments.
+        args: Option<CtLbArgs>,
+        /// Span.
+        span: Span,
+    },
+    /// `arp {}`, `icmp4 {}`, `reject {}`, `clone {}` ...
+    Nested {
+        /// Which.
+        kind: NestedKind,
+        /// The nested actions.
+        body: Vec<Action>,
+        /// Span.
+        span: Span,
+    },
+    /// `get_arp(P, A);`
+    GetArp {
+        /// Port.
+        port: FieldRef,
+        /// Address.
+        ip: FieldRef,
+        /// Span.
+        span: Span,
+    },
+    /// `put_arp(P, A, M);`
+    PutArp {
+        /// Port.
+        port: FieldRef,
+        /// Address.
+        ip: FieldRef,
+        /// MAC.
+        mac: FieldRef,
+        /// Span.
+        span: Span,
+    },
+    /// `get_nd(P, A);`
+    GetNd {
+        /// Port.
+        port: FieldRef,
+        /// Address.
+        ip: FieldRef,
+        /// Span.
+        span: Span,
+    },
+    /// `put_nd(P, A, M);`
+    PutNd {
+        /// Port.
+        port: FieldRef,
+        /// Address.
+        ip: FieldRef,
+        /// MAC.
+        mac: FieldRef,
+        /// Span.
+        span: Span,
+    },
+    /// `put_fdb(P, M);`
+    PutFdb {
+        /// Port.
+        port: FieldRef,
+        /// MAC.
+        mac: FieldRef,
+        /// Span.
+        span: Span,
+    },
+    /// `R = f(...);`
+    Result {
+        /// Where the result goes.
+        dst: FieldRef,
+        /// The function.
+        func: ResultFn,
+        /// Span.
+        span: Span,
+    },
+    /// `R = select(N1[=W1], N2[=W2], ...);`
+    Select {
+        /// Where the result goes.
+        dst: FieldRef,
+        /// (value, weight).
+        choices: Vec<(u16, Option<u16>)>,
+        /// Span.
+        span: Span,
+    },
+    /// `set_queue(N);`
+    SetQueue {
+        /// Queue number.
+        queue: u16,
+        /// Span.
+        span: Span,
+    },
+    /// `set_meter(rate[, burst]);`
+    SetMeter {
+        /// kbps.
+        rate: u64,
+        /// kbps.
+        burst: Option<u64>,
+        /// Span.
+        span: Span,
+    },
+    /// `log(...);`
+    Log {
+        /// Arguments.
+        args: LogArgs,
+        /// Span.
+        span: Span,
+    },
+    /// `fwd_group(liveness=B, childports="p1", "p2");`
+    FwdGroup {
+        /// Liveness.
+        liveness: Option<bool>,
+        /// Child ports.
+        ports: Vec<String>,
+        /// Span.
+        span: Span,
+    },
+    /// `trigger_event(event = "...", key = "...", ...);`
+    TriggerEvent {
+        /// (key, value) pairs in order, `event` first.
+        args: Vec<(String, String)>,
+        /// Span.
+        span: Span,
+    },
+    /// `igmp;`
+    Igmp {
+        /// Span.
+        span: Span,
+    },
+    /// `handle_dhcpv6_reply;`
+    HandleDhcpv6Reply {
+        /// Span.
+        span: Span,
+    },
+    /// `bind_vport("V", P);`
+    BindVport {
+        /// The virtual port.
+        vport: String,
+        /// The parent port field.
+        parent: FieldRef,
+        /// Span.
+        span: Span,
+    },
+    /// `handle_svc_check(P);`
+    HandleSvcCheck {
+        /// Port.
+        port: FieldRef,
+        /// Span.
+        span: Span,
+    },
+    /// `commit_ecmp_nh(ipv6 = B, proto = P);`
+    CommitEcmpNh {
+        /// IPv6.
+        ipv6: bool,
+        /// `tcp`, `udp` or `sctp`.
+        proto: String,
+        /// Span.
+        span: Span,
+    },
+    /// `commit_lb_aff(vip = "...", backend = "...", proto = P, timeout = N);`
+    CommitLbAff {
+        /// VIP `ip:port`.
+        vip: String,
+        /// Backend `ip:port`.
+        backend: String,
+        /// Protocol.
+        proto: String,
+        /// Seconds.
+        timeout: u32,
+        /// Span.
+        span: Span,
+    },
+    /// `sample(probability=N, collector_set=N, obs_domain=N, obs_point=N);`
+    Sample {
+        /// (key, value) in order.
+        args: Vec<(String, Constant)>,
+        /// Span.
+        span: Span,
+    },
+}
+
+/// Every action keyword, for "did you mean" help.
+pub const ACTION_NAMES: &[&str] = &[
+    "next",
+    "output",
+    "drop",
+    "push",
+    "pop",
+    "ct_next",
+    "ct_commit",
+    "ct_dnat",
+    "ct_snat",
+    "ct_dnat_in_czone",
+    "ct_snat_in_czone",
+    "ct_clear",
+    "ct_snat_to_vip",
+    "ct_commit_nat",
+    "ct_lb",
+    "ct_lb_mark",
+    "arp",
+    "nd_ns",
+    "nd_na",
+    "nd_na_router",
+    "icmp4",
+    "icmp4_error",
+    "icmp6",
+    "icmp6_error",
+    "tcp_reset",
+    "sctp_abort",
+    "reject",
+    "clone",
+    "get_arp",
+    "put_arp",
+    "get_nd",
+    "put_nd",
+    "put_fdb",
+    "set_queue",
+    "set_meter",
+    "log",
+    "fwd_group",
+    "trigger_event",
+    "igmp",
+    "handle_dhcpv6_reply",
+    "bind_vport",
+    "handle_svc_check",
+    "commit_ecmp_nh",
+    "commit_lb_aff",
+    "sample",
+];
+
+/// Parses action text. An empty text (or one that is only comments) is an empty list.
+pub fn parse_actions_text(src: &str) -> Result<Vec<Action>> {
+    let mut c = Cursor::new(src)?;
+    let v = parse_list(&mut c, &Tok::End)?;
+    Ok(v)
+}
+
+fn parse_list(c: &mut Cursor, end: &Tok) -> Result<Vec<Action>> {
+    let mut out = Vec::new();
+    while c.peek() != end {
+        if *c.peek() == Tok::End {
+            return Err(c.error("`}`"));
+        }
+        let a = parse_action(c)?;
+        c.expect(&Tok::Semicolon, "`;`")?;
+        out.push(a);
+    }
+    Ok(out)
+}
+
+fn syntax(span: Span, msg: impl Into<String>) -> ParseError {
+    ParseError::new(ErrorKind::Syntax, span, msg)
+}
+
+fn parse_action(c: &mut Cursor) -> Result<Action> {
+    let start = c.span();
+    let Tok::Ident(name) = c.peek().clone() else {
+        return Err(c.error("an action"));
+    };
+    let next = c.peek_at(1).clone();
+    let mk = |c: &Cursor| start.to(c.prev_span());
+    let simple = match name.as_str() {
+        "next"
+        | "output"
+        | "drop"
+        | "ct_next"
+        | "ct_clear"
+        | "ct_commit_nat"
+        | "igmp"
+        | "ct_snat_to_vip"
+        | "handle_dhcpv6_reply"
+        | "ct_commit"
+        | "ct_dnat"
+        | "ct_snat"
+        | "ct_dnat_in_czone"
+        | "ct_snat_in_czone"
+        | "ct_lb"
+        | "ct_lb_mark"
+            if next == Tok::Semicolon =>
+        {
+            c.bump();
+            let span = mk(c);
+            Some(match name.as_str() {
+                "next" => Action::Next {
+                    args: NextArgs::Plain,
+                    span,
+                },
+                "output" => Action::Output { span },
+                "drop" => Action::Drop { span },
+                "ct_next" => Action::CtNext { span },
+                "ct_clear" => Action::CtClear { span },
+                "ct_commit_nat" => Action::CtCommitNat { span },
+                "ct_snat_to_vip" => Action::CtSnatToVip { span },
+                "igmp" => Action::Igmp { span },
+                "handle_dhcpv6_reply" => Action::HandleDhcpv6Reply { span },
+                "ct_commit" => Action::CtCommit {
+                    args: CtCommit::Bare,
+                    span,
+                },
+                "ct_lb" | "ct_lb_mark" => Action::CtLb {
+                    mark: name == "ct_lb_mark",
+                    args: None,
+                    span,
+                },
+                _ => Action::CtNat {
+                    kind: nat_kind(&name),
+                    target: None,
+                    span,
+                },
+            })
+        }
+        _ => None,
+    };
+    if let Some(a) = simple {
+        return Ok(a);
+    }
+    if next == Tok::LBrace {
+        if let Some((_, kind)) = NESTED.iter().find(|(n, _)| *n == name) {
+            c.bump();
+            let body = parse_block(c)?;
+            return Ok(Action::Nested {
+                kind: *kind,
+                body,
+                span: mk(c),
+            });
+        }
+        if name == "ct_commit" {
+            c.bump();
+            let body = parse_block(c)?;
+            return Ok(Action::CtCommit {
+                args: CtCommit::Block(body),
+                span: mk(c),
+            });
+        }
+    }
+    if next == Tok::LParen && ACTION_NAMES.contains(&name.as_str()) {
+        c.bump();
+        c.bump();
+        let a = parse_call(c, &name, start)?;
+        return Ok(a);
+    }
+    if ACTION_NAMES.contains(&name.as_str()) {
+        c.bump();
+        return Err(c.error(match next {
+            Tok::LBrace => "`;` or `(` (this action takes no `{ }` block)",
+            _ => "`;`",
+        }));
+    }
+    if matches!(next, Tok::Semicolon | Tok::LParen | Tok::LBrace) {
+        let e = ParseError::new(
+            ErrorKind::UnknownAction,
+            start,
+            format!("unknown action `{name}`"),
+        );
+        return Err(match suggest_action(&name) {
+            Some(s) => e.with_help(format!("did you mean `{s}`?")),
+            None => e.with_help("see ovn-sb(5), Logical_Flow actions"),
+        });
+    }
+    // A field statement.
+    let dst = c.field_ref()?;
+    match c.peek().clone() {
+        Tok::Decrement => {
+            c.bump();
+            if dst.name != "ip.ttl" || dst.sub.is_some() {
+                return Err(ParseError::new(
+                    ErrorKind::Type,
+                    dst.span,
+                    format!("`--` applies only to `ip.ttl`, not `{dst}`"),
+                ));
+            }
+            Ok(Action::DecTtl { span: mk(c) })
+        }
+        Tok::Exchange => {
+            c.bump();
+            let b = c.field_ref()?;
+            Ok(Action::Exchange {
+                a: dst,
+                b,
+                span: mk(c),
+            })
+        }
+        Tok::Assign => {
+            c.bump();
+            parse_assign_rhs(c, dst, start)
+        }
+        Tok::Eq => Err(c.error("`=` (assignment is `=`, `==` is for matches)")),
+        _ => Err(c.error("`=`, `<->` or `--`")),
+    }
+}
+
+fn suggest_action(name: &str) -> Option<&'static str> {
+    ACTION_NAMES
+        .iter()
+        .copied()
+        .find(|n| n.starts_with(name) || name.starts_with(n) || levenshtein1(n, name))
+}
+
+fn levenshtein1(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len().abs_diff(b.len()) > 1 {
+        return false;
+    }
+    let p = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let s = a[p..]
+        .iter()
+        .rev()
+        .zip(b[p..].iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count();
+    a.len().max(b.len()) - p - s <= 1
+}
+
+fn nat_kind(name: &str) -> NatKind {
+    match name {
+        "ct_dnat" => NatKind::Dnat,
+        "ct_snat" => NatKind::Snat,
+        "ct_dnat_in_czone" => NatKind::DnatInCzone,
+        _ => NatKind::SnatInCzone,
+    }
+}
+
+fn parse_block(c: &mut Cursor) -> Result<Vec<Action>> {
+    c.expect(&Tok::LBrace, "`{`")?;
+    c.enter()?;
+    let body = parse_list(c, &Tok::RBrace)?;
+    c.expect(&Tok::RBrace, "`}`")?;
+    c.depth -= 1;
+    Ok(body)
+}
+
+fn parse_assign_rhs(c: &mut Cursor, dst: FieldRef, start: Span) -> Result<Action> {
+    if let Tok::Ident(name) = c.peek().clone() {
+        let call = *c.peek_at(1) == Tok::LParen;
+        if call {
+            if let Some((_, f)) = NO_ARG_FNS.iter().find(|(n, _)| *n == name) {
+                c.bump();
+                c.bump();
+                c.expect(&Tok::RParen, &format!("`)` ({name}() takes no arguments)"))?;
+                return Ok(Action::Result {
+                    dst,
+                    func: f.clone(),
+                    span: start.to(c.prev_span()),
+                });
+            }
+            if RESULT_FNS.contains(&name.as_str()) {
+                c.bump();
+                c.bump();
+                return parse_result_call(c, dst, &name, start);
+            }
+            let e = ParseError::new(
+                ErrorKind::UnknownAction,
+                c.span(),
+                format!("unknown function `{name}()`"),
+            );
+            return Err(e.with_help("functions that store a result: lookup_arp, lookup_nd, get_fdb, lookup_fdb, put_dhcp_opts, put_dhcpv6_opts, put_nd_ra_opts, dns_lookup, chk_lb_hairpin, check_pkt_larger, select, ..."));
+        }
+        let src = c.field_ref()?;
+        return Ok(Action::Move {
+            dst,
+            src,
+            span: start.to(c.prev_span()),
+        });
+    }
+    match c.term() {
+        Some(t) => match t.value {
+            Value::AddrSet(_) | Value::PortGroup(_) => Err(ParseError::new(
+                ErrorKind::Type,
+                t.span,
+                "a set cannot be assigned to a field",
+            )),
+            value => Ok(Action::Assign {
+                dst,
+                value,
+                span: start.to(c.prev_span()),
+            }),
+        },
+        None => Err(c.error("a constant, string, field or function")),
+    }
+}
+
+fn args_fields(c: &mut Cursor, n: usize) -> Result<Vec<FieldRef>> {
+    let mut v = Vec::with_capacity(n);
+    for i in 0..n {
+        if i > 0 {
+            c.expect(&Tok::Comma, "`,`")?;
+        }
+        v.push(c.field_ref()?);
+    }
+    c.expect(&Tok::RParen, "`)`")?;
+    Ok(v)
+}
+
+fn int_arg(c: &mut Cursor, what: &str, max: u128) -> Result<u128> {
+    match c.peek() {
+        Tok::Const(k) if k.mask.is_none() && matches!(k.format, Format::Decimal | Format::Hex) => {
+            let v = k.value;
+            let span = c.bump().span;
+            if v > max {
+                return Err(ParseError::new(
+                    ErrorKind::Width,
+                    span,
+                    format!("{what} {v} is out of range (at most {max})"),
+                ));
+            }
+            Ok(v)
+        }
+        _ => Err(c.error(what)),
+    }
+}
+
+fn string_arg(c: &mut Cursor, what: &str) -> Result<String> {
+    match c.peek().clone() {
+        Tok::Str(s) => {
+            c.bump();
+            Ok(s)
+        }
+        _ => Err(c.error(what)),
+    }
+}
+
+fn key(c: &mut Cursor) -> Result<(String, Span)> {
+    let k = c.ident("a `key=value` argument")?;
+    c.expect(&Tok::Assign, "`=`")?;
+    Ok(k)
+}
+
+fn ident_or_string(c: &mut Cursor, what: &str) -> Result<String> {
+    match c.peek().clone() {
+        Tok::Ident(s) | Tok::Str(s) => {
+            c.bump();
+            Ok(s)
+        }
+        _ => Err(c.error(what)),
+    }
+}
+
+fn parse_result_call(c: &mut Cursor, dst: FieldRef, name: &str, start: Span) -> Result<Action> {
+    let func = match name {
+        "lookup_arp" | "lookup_nd" => {
+            let mut a = args_fields(c, 3)?.into_iter();
+            let (port, ip, mac) = (next_f(&mut a), next_f(&mut a), next_f(&mut a));
+            if name == "lookup_arp" {
+                ResultFn::LookupArp { port, ip, mac }
+            } else {
+                ResultFn::LookupNd { port, ip, mac }
+            }
+        }
+        "lookup_arp_ip" | "lookup_nd_ip" => {
+            let mut a = args_fields(c, 2)?.into_iter();
+            let (port, ip) = (next_f(&mut a), next_f(&mut a));
+            if name == "lookup_arp_ip" {
+                ResultFn::LookupArpIp { port, ip }
+            } else {
+                ResultFn::LookupNdIp { port, ip }
+            }
+        }
+        "get_fdb" => {
+            let mut a = args_fields(c, 1)?.into_iter();
+            ResultFn::GetFdb {
+                mac: next_f(&mut a),
+            }
+        }
+        "lookup_fdb" => {
+            let mut a = args_fields(c, 2)?.into_iter();
+            let (port, mac) = (next_f(&mut a), next_f(&mut a));
+            ResultFn::LookupFdb { port, mac }
+        }
+        "put_dhcp_opts" | "put_dhcpv6_opts" | "put_nd_ra_opts" => {
+            let mut opts = Vec::new();
+            while *c.peek() != Tok::RParen {
+                if !opts.is_empty() {
+                    c.expect(&Tok::Comma, "`,` or `)`")?;
+                }
+                let (k, _) = key(c)?;
+                opts.push((k, opt_value(c, 0)?));
+            }
+            c.bump();
+            if name == "put_nd_ra_opts" {
+                ResultFn::PutNdRaOpts { opts }
+            } else {
+                ResultFn::PutDhcpOpts {
+                    v6: name == "put_dhcpv6_opts",
+                    opts,
+                }
+            }
+        }
+        "check_pkt_larger" => {
+            let len = int_arg(c, "a packet length", u128::from(u32::MAX))? as u32;
+            c.expect(&Tok::RParen, "`)`")?;
+            ResultFn::CheckPktLarger { len }
+        }
+        _ => {
+            // select
+            let mut choices = Vec::new();
+            while *c.peek() != Tok::RParen {
+                if !choices.is_empty() {
+                    c.expect(&Tok::Comma, "`,` or `)`")?;
+                }
+                let v = int_arg(c, "a choice (0 to 65535)", 65535)? as u16;
+                let w = if c.eat(&Tok::Assign) {
+                    Some(int_arg(c, "a weight (1 to 65535)", 65535)? as u16)
+                } else {
+                    None
+                };
+                choices.push((v, w));
+            }
+            c.bump();
+            return Ok(Action::Select {
+                dst,
+                choices,
+                span: start.to(c.prev_span()),
+            });
+        }
+    };
+    Ok(Action::Result {
+        dst,
+        func,
+        span: start.to(c.prev_span()),
+    })
+}
+
+fn next_f(it: &mut impl Iterator<Item = FieldRef>) -> FieldRef {
+    it.next().unwrap_or_else(|| FieldRef::new(""))
+}
+
+fn opt_value(c: &mut Cursor, depth: usize) -> Result<OptValue> {
+    match c.peek().clone() {
+        Tok::Const(k) => {
+            c.bump();
+            Ok(OptValue::Const(k))
+        }
+        Tok::Str(s) => {
+            c.bump();
+            Ok(OptValue::Str(s))
+        }
+        Tok::Ident(_) => Ok(OptValue::Field(c.field_ref()?)),
+        Tok::LBrace if depth == 0 => {
+            c.bump();
+            let mut v = Vec::new();
+            while *c.peek() != Tok::RBrace {
+                v.push(opt_value(c, 1)?);
+                c.eat(&Tok::Comma);
+            }
+            c.bump();
+            Ok(OptValue::Set(v))
+        }
+        _ => Err(c.error("an option value")),
+    }
+}
+
+fn pipeline(c: &mut Cursor) -> Result<Pipeline> {
+    match c.peek() {
+        Tok::Ident(s) if s == "ingress" => {
+            c.bump();
+            Ok(Pipeline::Ingress)
+        }
+        Tok::Ident(s) if s == "egress" => {
+            c.bump();
+            Ok(Pipeline::Egress)
+        }
+        _ => Err(c.error("`ingress` or `egress`")),
+    }
+}
+
+fn ip_const(c: &mut Cursor, what: &str) -> Result<Constant> {
+    match c.peek() {
+        Tok::Const(k) if matches!(k.format, Format::Ipv4 | Format::Ipv6) && k.mask.is_none() => {
+            let k = *k;
+            c.bump();
+            Ok(k)
+        }
+        _ => Err(c.error(what)),
+    }
+}
+
+fn port(c: &mut Cursor) -> Result<u16> {
+    Ok(int_arg(c, "a port number", 65535)? as u16)
+}
+
+fn backend(c: &mut Cursor) -> Result<Backend> {
+    if c.eat(&Tok::LSquare) {
+        let ip = ip_const(c, "an IPv6 address")?;
+        c.expect(&Tok::RSquare, "`]`")?;
+        c.expect(&Tok::Colon, "`:` and a port")?;
+        return Ok(Backend {
+            ip,
+            port: Some(port(c)?),
+        });
+    }
+    let ip = ip_const(c, "a backend address")?;
+    let port = if ip.format == Format::Ipv4 && c.eat(&Tok::Colon) {
+        Some(port(c)?)
+    } else {
+        None
+    };
+    Ok(Backend { ip, port })
+}
+
+fn parse_call(c: &mut Cursor, name: &str, start: Span) -> Result<Action> {
+    let fin = |c: &mut Cursor| -> Result<Span> {
+        c.expect(&Tok::RParen, "`)`")?;
+        Ok(start.to(c.prev_span()))
+    };
+    match name {
+        "next" => {
+            let args = if matches!(c.peek(), Tok::Const(_)) {
+                NextArgs::Table(int_arg(c, "a table number", 255)? as u32)
+            } else {
+                let mut pipe = None;
+                let mut table = None;
+                loop {
+                    let (k, ks) = key(c)?;
+                    match k.as_str() {
+                        "pipeline" if pipe.is_none() => pipe = Some(pipeline(c)?),
+                        "table" if table.is_none() => {
+                            table = Some(int_arg(c, "a table number", 255)? as u32)
+                        }
+                        _ => {
+                            return Err(syntax(ks, format!("unexpected `{k}=` in next()"))
+                                .with_help("next() takes `pipeline=ingress|egress` and `table=N`, each once"));
+                        }
+                    }
+                    if !c.eat(&Tok::Comma) {
+                        break;
+                    }
+                }
+                NextArgs::Named {
+                    pipeline: pipe,
+                    table,
+                }
+            };
+            Ok(Action::Next {
+                args,
+                span: fin(c)?,
+            })
+        }
+        "ct_commit" => {
+            let (mut mark, mut label) = (None, None);
+            while *c.peek() != Tok::RParen {
+                if mark.is_some() || label.is_some() {
+                    c.expect(&Tok::Comma, "`,` or `)`")?;
+                }
+                let (k, ks) = key(c)?;
+                let v = match c.peek() {
+                    Tok::Const(k) => *k,
+                    _ => return Err(c.error("a constant (value[/mask])")),
+                };
+                c.bump();
+                match k.as_str() {
+                    "ct_mark" if mark.is_none() => mark = Some(v),
+                    "ct_label" if label.is_none() => label = Some(v),
+                    _ => {
+                        return Err(syntax(ks, format!("unexpected `{k}=` in ct_commit()"))
+                            .with_help("ct_commit() takes `ct_mark=` and `ct_label=`, each once"));
+                    }
+                }
+            }
+            Ok(Action::CtCommit {
+                args: CtCommit::Legacy { mark, label },
+                span: fin(c)?,
+            })
+        }
+        "ct_dnat" | "ct_snat" | "ct_dnat_in_czone" | "ct_snat_in_czone" => {
+            let addr = ip_const(c, "an IPv4 or IPv6 address")?;
+            let mut ports = None;
+            let mut flags = Vec::new();
+            while c.eat(&Tok::Comma) {
+                if let Tok::Ident(f) = c.peek().clone() {
+                    c.bump();
+                    flags.push(f);
+                } else {
+                    let lo = port(c)?;
+                    let hi = if c.eat(&Tok::Minus) { port(c)? } else { lo };
+                    ports = Some((lo, hi));
+                }
+            }
+            Ok(Action::CtNat {
+                kind: nat_kind(name),
+                target: Some(NatTarget { addr, ports, flags }),
+                span: fin(c)?,
+            })
+        }
+        "ct_lb" | "ct_lb_mark" => {
+            let mut args = CtLbArgs {
+                backends: Vec::new(),
+                hash_fields: None,
+                flag: None,
+                legacy: true,
+            };
+            if matches!(c.peek(), Tok::Ident(s) if s == "backends") {
+                c.bump();
+                c.expect(&Tok::Assign, "`=`")?;
+                args.legacy = false;
+            }
+            loop {
+                args.backends.push(backend(c)?);
+                if !c.eat(&Tok::Comma) {
+                    break;
+                }
+            }
+            while !args.legacy && c.eat(&Tok::Semicolon) {
+                let (k, ks) = c.ident("`hash_fields=`, `skip_snat` or `force_snat`")?;
+                match k.as_str() {
+                    "hash_fields" if args.hash_fields.is_none() => {
+                        c.expect(&Tok::Assign, "`=`")?;
+                        args.hash_fields = Some(string_arg(c, "a quoted list of fields")?);
+                    }
+                    "skip_snat" | "force_snat" if args.flag.is_none() => args.flag = Some(k),
+                    _ => return Err(syntax(ks, format!("unexpected `{k}` in {name}()"))),
+                }
+            }
+            Ok(Action::CtLb {
+                mark: name == "ct_lb_mark",
+                args: Some(args),
+                span: fin(c)?,
+            })
+        }
+        "push" | "pop" => {
+            let field = c.field_ref()?;
+            let span = fin(c)?;
+            Ok(if name == "push" {
+                Action::Push { field, span }
+            } else {
+                Action::Pop { field, span }
+            })
+        }
+        "get_arp" | "get_nd" => {
+            let mut a = args_fields(c, 2)?.into_iter();
+            let (port, ip) = (next_f(&mut a), next_f(&mut a));
+            let span = start.to(c.prev_span());
+            Ok(if name == "get_arp" {
+                Action::GetArp { port, ip, span }
+            } else {
+                Action::GetNd { port, ip, span }
+            })
+        }
+        "put_arp" | "put_nd" => {
+            let mut a = args_fields(c, 3)?.into_iter();
+            let (port, ip, mac) = (next_f(&mut a), next_f(&mut a), next_f(&mut a));
+            let span = start.to(c.prev_span());
+            Ok(if name == "put_arp" {
+                Action::PutArp {
+                    port,
+                    ip,
+                    mac,
+                    span,
+                }
+            } else {
+                Action::PutNd {
+                    port,
+                    ip,
+                    mac,
+                    span,
+                }
+            })
+        }
+        "put_fdb" => {
+            let mut a = args_fields(c, 2)?.into_iter();
+            let (port, mac) = (next_f(&mut a), next_f(&mut a));
+            Ok(Action::PutFdb {
+                port,
+                mac,
+                span: start.to(c.prev_span()),
+            })
+        }
+        "set_queue" => {
+            let queue = int_arg(c, "a queue number (0 to 61440)", 61440)? as u16;
+            Ok(Action::SetQueue {
+                queue,
+                span: fin(c)?,
+            })
+        }
+        "set_meter" => {
+            let rate = int_arg(c, "a rate in kbps", u128::from(u64::MAX))? as u64;
+            let burst = if c.eat(&Tok::Comma) {
+                Some(int_arg(c, "a burst in kbps", u128::from(u64::MAX))? as u64)
+            } else {
+                None
+            };
+            Ok(Action::SetMeter {
+                rate,
+                burst,
+                span: fin(c)?,
+            })
+        }
+        "log" => {
+            let mut args = LogArgs::default();
+            while *c.peek() != Tok::RParen {
+                if args != LogArgs::default() {
+                    c.expect(&Tok::Comma, "`,` or `)`")?;
+                }
+                let (k, ks) = key(c)?;
+                let slot = match k.as_str() {
+                    "name" => &mut args.name,
+                    "severity" => &mut args.severity,
+                    "verdict" => &mut args.verdict,
+                    "meter" => &mut args.meter,
+                    _ => {
+                        return Err(syntax(ks, format!("unknown log() argument `{k}`"))
+                            .with_help("log() takes name=, severity=, verdict= and meter="));
+                    }
+                };
+                let v = ident_or_string(c, "a value")?;
+                let ok = match k.as_str() {
+                    "severity" => {
+                        ["alert", "warning", "notice", "info", "debug"].contains(&v.as_str())
+                    }
+                    "verdict" => ["allow", "drop", "reject"].contains(&v.as_str()),
+                    _ => true,
+                };
+                if !ok || slot.is_some() {
+                    return Err(ParseError::new(
+                        ErrorKind::Type,
+                        c.prev_span(),
+                        format!("invalid or repeated log() {k} `{v}`"),
+                    )
+                    .with_help(
+                        "severity is alert|warning|notice|info|debug; verdict is allow|drop|reject",
+                    ));
+                }
+                *slot = Some(v);
+            }
+            Ok(Action::Log {
+                args,
+                span: fin(c)?,
+            })
+        }
+        "fwd_group" => {
+            let mut liveness = None;
+            let mut ports = Vec::new();
+            if matches!(c.peek(), Tok::Ident(s) if s == "liveness") {
+                key(c)?;
+                let v = ident_or_string(c, "`true` or `false`")?;
+                liveness = Some(match v.as_str() {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(c.error("`true` or `false`")),
+                });
+                c.expect(&Tok::Comma, "`,`")?;
+            }
+            let (k, ks) = key(c)?;
+            if k != "childports" {
+                return Err(syntax(ks, "expected `childports=`"));
+            }
+            loop {
+                ports.push(string_arg(c, "a port name string")?);
+                if !c.eat(&Tok::Comma) {
+                    break;
+                }
+            }
+            Ok(Action::FwdGroup {
+                liveness,
+                ports,
+                span: fin(c)?,
+            })
+        }
+        "trigger_event" => {
+            let mut args = Vec::new();
+            while *c.peek() != Tok::RParen {
+                if !args.is_empty() {
+                    c.expect(&Tok::Comma, "`,` or `)`")?;
+                }
+                let (k, ks) = key(c)?;
+                if args.is_empty() && k != "event" {
+                    return Err(syntax(ks, "trigger_event() starts with `event=`"));
+                }
+                args.push((k, string_arg(c, "a quoted string")?));
+            }
+            if args.is_empty() {
+                return Err(c.error("`event=`"));
+            }
+            Ok(Action::TriggerEvent {
+                args,
+                span: fin(c)?,
+            })
+        }
+        "bind_vport" => {
+            let vport = string_arg(c, "the virtual port's name")?;
+            c.expect(&Tok::Comma, "`,`")?;
+            let parent = c.field_ref()?;
+            Ok(Action::BindVport {
+                vport,
+                parent,
+                span: fin(c)?,
+            })
+        }
+        "handle_svc_check" => {
+            let port = c.field_ref()?;
+            Ok(Action::HandleSvcCheck {
+                port,
+                span: fin(c)?,
+            })
+        }
+        "commit_ecmp_nh" => {
+            let (mut ipv6, mut proto) = (None, None);
+            while *c.peek() != Tok::RParen {
+                if ipv6.is_some() || proto.is_some() {
+                    c.expect(&Tok::Comma, "`,` or `)`")?;
+                }
+                let (k, ks) = key(c)?;
+                let v = ident_or_string(c, "a value")?;
+                match k.as_str() {
+                    "ipv6" => ipv6 = Some(v == "true"),
+                    "proto" => proto = Some(v),
+                    _ => {
+                        return Err(syntax(
+                            ks,
+                            format!("unknown commit_ecmp_nh() argument `{k}`"),
+                        ));
+                    }
+                }
+            }
+            Ok(Action::CommitEcmpNh {
+                ipv6: ipv6.unwrap_or(false),
+                proto: proto.unwrap_or_default(),
+                span: fin(c)?,
+            })
+        }
+        "commit_lb_aff" => {
+            let (mut vip, mut backend, mut proto, mut timeout) = (None, None, None, None);
+            let mut first = true;
+            while *c.peek() != Tok::RParen {
+                if !first {
+                    c.expect(&Tok::Comma, "`,` or `)`")?;
+                }
+                first = false;
+                let (k, ks) = key(c)?;
+                match k.as_str() {
+                    "vip" => vip = Some(string_arg(c, "a quoted ip:port")?),
+                    "backend" => backend = Some(string_arg(c, "a quoted ip:port")?),
+                    "proto" => proto = Some(ident_or_string(c, "a protocol")?),
+                    "timeout" => {
+                        timeout =
+                            Some(int_arg(c, "a timeout in seconds", u128::from(u32::MAX))? as u32)
+                    }
+                    _ => {
+                        return Err(syntax(
+                            ks,
+                            format!("unknown commit_lb_aff() argument `{k}`"),
+                        ));
+                    }
+                }
+            }
+            let span = fin(c)?;
+            match (vip, backend, proto, timeout) {
+                (Some(vip), Some(backend), Some(proto), Some(timeout)) => Ok(Action::CommitLbAff {
+                    vip,
+                    backend,
+                    proto,
+                    timeout,
+                    span,
+                }),
+                _ => Err(syntax(
+                    span,
+                    "commit_lb_aff() needs vip=, backend=, proto= and timeout=",
+                )),
+            }
+        }
+        "sample" => {
+            let mut args = Vec::new();
+            while *c.peek() != Tok::RParen {
+                if !args.is_empty() {
+                    c.expect(&Tok::Comma, "`,` or `)`")?;
+                }
+                let (k, _) = key(c)?;
+                let v = match c.peek() {
+                    Tok::Const(k) if k.mask.is_none() => *k,
+                    _ => return Err(c.error("an integer")),
+                };
+                c.bump();
+                args.push((k, v));
+            }
+            Ok(Action::Sample {
+                args,
+                span: fin(c)?,
+            })
+        }
+        _ => Err(ParseError::new(
+            ErrorKind::Syntax,
+            start,
+            format!("`{name}` takes no parenthesized arguments"),
+        )),
+    }
+}
