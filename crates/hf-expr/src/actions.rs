@@ -927,7 +927,7 @@ fn int_arg(c: &mut Cursor, what: &str, max: u128) -> Result<u128> {
                 return Err(ParseError::new(
                     ErrorKind::Width,
                     span,
-                    format!("{what} {v} is out of range (at most {max})"),
+                    format!("{v} is out of range for {what} (at most {max})"),
                 ));
             }
             Ok(v)

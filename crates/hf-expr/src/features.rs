@@ -993,8 +993,8 @@ fn block_to_legacy(body: &[Action], span: Span) -> Result<CtCommit> {
             mask: (m != width_mask(width)).then_some(Mask::Bits(m, Format::Hex)),
         })
     };
-    Ok(CtCommit::Legacy {
-        mark: konst(mark, 32),
-        label: konst(label, 128),
+    Ok(match (konst(mark, 32), konst(label, 128)) {
+        (None, None) => CtCommit::Bare,
+        (mark, label) => CtCommit::Legacy { mark, label },
     })
 }

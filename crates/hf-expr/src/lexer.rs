@@ -203,14 +203,14 @@ pub fn tokenize(src: &str) -> Result<Vec<Token>> {
             }
             if j == i + 1 || b[i + 1].is_ascii_digit() {
                 let what = match c {
-                    b'$' => "address set",
-                    b'@' => "port group",
-                    _ => "template variable",
+                    b'$' => "an address set",
+                    b'@' => "a port group",
+                    _ => "a template variable",
                 };
                 return Err(ParseError::new(
                     ErrorKind::Lex,
                     Span::new(i, j.max(i + 1)),
-                    format!("`{}` must be followed by a {what} name", c as char),
+                    format!("`{}` must be followed by {what} name", c as char),
                 ));
             }
             let name = src[i + 1..j].to_string();

@@ -409,18 +409,67 @@ impl<'a> Normalizer<'a> {
                 multis.push(p);
             }
         }
-        let product = multis
+        let Some(mut base) = simplify(base) else {
+            return Ok(Vec::new());
+        };
+        // Prune each disjunction against what is already known, and factor out the atoms all of
+        // its conjunctions share, so that `ip4.src == {...}` under `ip4` is a plain list of
+        // alternatives again (and can become a conjunctive-match dimension).
+        let mut reduced = Vec::with_capacity(multis.len());
+        for p in multis {
+            let mut kept: Vec<Conj> = Vec::with_capacity(p.len());
+            for mut c in p {
+                if c.atoms.iter().any(|a| !compatible(&base.atoms, a)) {
+                    continue;
+                }
+                c.atoms.retain(|a| !implied(&base.atoms, a));
+                kept.push(c);
+            }
+            if kept.is_empty() {
+                return Ok(Vec::new());
+            }
+            if kept.iter().any(|c| c.atoms.is_empty() && c.dims.is_empty()) {
+                continue; // one alternative is already true
+            }
+            let common: Vec<Atom> = kept[0]
+                .atoms
+                .iter()
+                .filter(|a| kept.iter().all(|c| c.atoms.contains(a)))
+                .cloned()
+                .collect();
+            if !common.is_empty() {
+                for c in &mut kept {
+                    c.atoms.retain(|a| !common.contains(a));
+                }
+                base.atoms.extend(common);
+                match simplify(base) {
+                    Some(b) => base = b,
+                    None => return Ok(Vec::new()),
+                }
+            }
+            if kept.len() == 1 {
+                let Some(c) = kept.pop() else { continue };
+                base.atoms.extend(c.atoms);
+                base.dims.extend(c.dims);
+                match simplify(base) {
+                    Some(b) => base = b,
+                    None => return Ok(Vec::new()),
+                }
+            } else {
+                reduced.push(kept);
+            }
+        }
+        let product = reduced
             .iter()
             .fold(1usize, |acc, p| acc.saturating_mul(p.len()));
-        let mut dims: Vec<Vec<Atom>> = Vec::new();
         let mut cross = Vec::new();
         if product <= self.limits.max_cross {
-            cross = multis;
+            cross = reduced;
         } else {
-            for p in multis {
+            for p in reduced {
                 let simple = p.iter().all(|c| c.atoms.len() == 1 && c.dims.is_empty());
                 if simple {
-                    dims.push(
+                    base.dims.push(
                         p.into_iter()
                             .filter_map(|c| c.atoms.into_iter().next())
                             .collect(),
@@ -431,7 +480,6 @@ impl<'a> Normalizer<'a> {
             }
         }
         let mut acc: Vec<Conj> = Vec::new();
-        base.dims.extend(dims);
         if let Some(c) = simplify(base) {
             acc.push(c);
         }
@@ -454,6 +502,17 @@ impl<'a> Normalizer<'a> {
             acc = next;
         }
         Ok(acc)
+    }
+}
+
+/// Whether `a` adds nothing to `atoms`.
+fn implied(atoms: &[Atom], a: &Atom) -> bool {
+    match a {
+        Atom::Bits { field, value, mask } => atoms.iter().any(|x| {
+            matches!(x, Atom::Bits { field: f, value: v, mask: m }
+                if f == field && m & mask == *mask && (v ^ value) & mask == 0)
+        }),
+        _ => atoms.contains(a),
     }
 }
 
