@@ -610,18 +610,46 @@ fn simplify(mut c: Conj) -> Option<Conj> {
     Some(c)
 }
 
+/// Whether `a` can hold together with all of `atoms` (the test [`add_atom`] makes, without
+/// building anything).
 fn compatible(atoms: &[Atom], a: &Atom) -> bool {
-    let mut tmp: Vec<Atom> = atoms.iter().filter(|x| same_key(x, a)).cloned().collect();
-    add_atom(&mut tmp, a.clone())
-}
-
-fn same_key(x: &Atom, y: &Atom) -> bool {
-    match (x, y) {
-        (Atom::Bits { field: a, .. }, Atom::Bits { field: b, .. }) => a == b,
-        (Atom::Str { field: a, .. }, Atom::Str { field: b, .. }) => a == b,
-        (Atom::Resident { port: a, .. }, Atom::Resident { port: b, .. }) => a == b,
-        _ => false,
-    }
+    atoms.iter().all(|x| match (x, a) {
+        (
+            Atom::Bits {
+                field: f1,
+                value: v1,
+                mask: m1,
+            },
+            Atom::Bits {
+                field: f2,
+                value: v2,
+                mask: m2,
+            },
+        ) => f1 != f2 || (v1 ^ v2) & m1 & m2 == 0,
+        (
+            Atom::Str {
+                field: f1,
+                value: v1,
+                positive: p1,
+            },
+            Atom::Str {
+                field: f2,
+                value: v2,
+                positive: p2,
+            },
+        ) => f1 != f2 || if v1 == v2 { p1 == p2 } else { !(*p1 && *p2) },
+        (
+            Atom::Resident {
+                port: a1,
+                positive: p1,
+            },
+            Atom::Resident {
+                port: a2,
+                positive: p2,
+            },
+        ) => a1 != a2 || p1 == p2,
+        _ => true,
+    })
 }
 
 /// Adds `a` to `atoms`, merging; false on contradiction.

@@ -44,12 +44,24 @@ impl Cursor {
         self.toks[self.pos.saturating_sub(1).min(self.toks.len() - 1)].span
     }
 
+    /// Consumes the current token and returns it (tokens are never revisited, so it is moved
+    /// out rather than cloned; its span stays behind for [`Cursor::prev_span`]).
     pub(crate) fn bump(&mut self) -> Token {
-        let t = self.toks[self.pos.min(self.toks.len() - 1)].clone();
-        if self.pos < self.toks.len() - 1 {
+        let last = self.toks.len() - 1;
+        if self.pos < last {
+            let slot = &mut self.toks[self.pos];
+            let span = slot.span;
             self.pos += 1;
+            std::mem::replace(
+                slot,
+                Token {
+                    tok: Tok::End,
+                    span,
+                },
+            )
+        } else {
+            self.toks[last].clone()
         }
-        t
     }
 
     pub(crate) fn eat(&mut self, t: &Tok) -> bool {
@@ -252,15 +264,34 @@ fn parse_not(c: &mut Cursor) -> Result<Expr> {
 }
 
 fn parse_primary(c: &mut Cursor) -> Result<Expr> {
-    match c.peek().clone() {
+    if matches!(c.peek(), Tok::Ident(_)) {
+        let t = c.bump();
+        let Tok::Ident(name) = t.tok else {
+            return Err(c.error("a field"));
+        };
+        return parse_ident_primary(c, name, t.span);
+    }
+    match c.peek() {
         Tok::LParen => {
             c.bump();
             let e = parse_or_and(c)?;
             c.expect(&Tok::RParen, "`)`")?;
             Ok(e)
         }
-        Tok::Ident(name) if name == "is_chassis_resident" && *c.peek_at(1) == Tok::LParen => {
-            let start = c.bump().span;
+        Tok::Const(_) | Tok::Str(_) | Tok::AddrSet(_) | Tok::PortGroup(_) | Tok::Template(_) => {
+            parse_const_first(c)
+        }
+        Tok::LBrace => {
+            Err(c.error("a field or constant (a set `{...}` must follow a relational operator)"))
+        }
+        _ => Err(c.error("a field, constant, `!` or `(`")),
+    }
+}
+
+fn parse_ident_primary(c: &mut Cursor, name: String, span: Span) -> Result<Expr> {
+    match name.as_str() {
+        "is_chassis_resident" if *c.peek() == Tok::LParen => {
+            let start = span;
             c.bump();
             let port = match c.bump() {
                 Token {
@@ -284,8 +315,7 @@ fn parse_primary(c: &mut Cursor) -> Result<Expr> {
                 span: start.to(end),
             })
         }
-        Tok::Ident(name) => {
-            let span = c.bump().span;
+        _ => {
             let field = c.field_rest(name, span)?;
             let Some(op) = relop(c.peek()) else {
                 return Ok(Expr::Field(field));
@@ -294,7 +324,12 @@ fn parse_primary(c: &mut Cursor) -> Result<Expr> {
             let rhs = parse_rhs(c)?;
             Ok(Expr::Cmp { field, op, rhs })
         }
-        Tok::Const(_) | Tok::Str(_) | Tok::AddrSet(_) | Tok::PortGroup(_) | Tok::Template(_) => {
+    }
+}
+
+fn parse_const_first(c: &mut Cursor) -> Result<Expr> {
+    {
+        {
             let low = c.term().ok_or_else(|| c.error("a constant"))?;
             let Some(op) = relop(c.peek()) else {
                 return match low.value {
@@ -342,10 +377,6 @@ fn parse_primary(c: &mut Cursor) -> Result<Expr> {
                 rhs: Rhs::One(low),
             })
         }
-        Tok::LBrace => {
-            Err(c.error("a field or constant (a set `{...}` must follow a relational operator)"))
-        }
-        _ => Err(c.error("a field, constant, `!` or `(`")),
     }
 }
 

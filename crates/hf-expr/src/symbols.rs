@@ -270,10 +270,35 @@ pub struct Symbol {
     pub prereq: Option<Box<Expr>>,
 }
 
-/// The symbol table. Build once with [`SymbolTable::ovn`] and share.
+/// FNV-1a: symbol names are short and trusted-length, and lookups are on the parser's hot path.
+#[derive(Clone, Copy, Debug, Default)]
+struct Fnv(u64);
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+type FnvMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<Fnv>>;
+
+/// The symbol table. Build once with [`SymbolTable::ovn`] (or use [`SymbolTable::shared`]).
 #[derive(Clone, Debug)]
 pub struct SymbolTable {
-    symbols: HashMap<&'static str, Symbol>,
+    symbols: FnvMap<&'static str, Symbol>,
     names: Vec<&'static str>,
 }
 
@@ -286,7 +311,7 @@ fn must_parse(text: &'static str) -> Box<Expr> {
 impl SymbolTable {
     /// The symbols of OVN 23.03.
     pub fn ovn() -> Self {
-        let mut symbols = HashMap::new();
+        let mut symbols = FnvMap::default();
         let mut names = Vec::new();
         let mut add = |s: Symbol| {
             names.push(s.name);
