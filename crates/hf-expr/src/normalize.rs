@@ -663,8 +663,7 @@ fn add_atom(atoms: &mut Vec<Atom>, a: Atom) -> bool {
                     value: v2,
                     mask: m2,
                 } = x
-                {
-                    if *f2 == field {
+                    && *f2 == field {
                         if (*v2 ^ value) & *m2 & mask != 0 {
                             return false;
                         }
@@ -672,7 +671,6 @@ fn add_atom(atoms: &mut Vec<Atom>, a: Atom) -> bool {
                         *m2 |= mask;
                         return true;
                     }
-                }
             }
             atoms.push(Atom::Bits { field, value, mask });
             true
@@ -688,8 +686,7 @@ fn add_atom(atoms: &mut Vec<Atom>, a: Atom) -> bool {
                     value: v2,
                     positive: p2,
                 } = x
-                {
-                    if *f2 == field {
+                    && *f2 == field {
                         let same = v2 == value;
                         if (positive && *p2 && !same) || (same && positive != *p2) {
                             return false;
@@ -698,7 +695,6 @@ fn add_atom(atoms: &mut Vec<Atom>, a: Atom) -> bool {
                             return true;
                         }
                     }
-                }
             }
             atoms.push(a);
             true
@@ -709,11 +705,9 @@ fn add_atom(atoms: &mut Vec<Atom>, a: Atom) -> bool {
                     port: p2,
                     positive: q,
                 } = x
-                {
-                    if p2 == port {
+                    && p2 == port {
                         return *q == positive;
                     }
-                }
             }
             atoms.push(a);
             true

@@ -498,15 +498,14 @@ fn check_action(symtab: &SymbolTable, a: &Action, ctx: Ctx) -> Result<()> {
             args: CtCommit::Legacy { mark, label },
             span,
         } => {
-            if let Some(m) = mark {
-                if m.bits_needed() > 32 {
+            if let Some(m) = mark
+                && m.bits_needed() > 32 {
                     return Err(err(
                         ErrorKind::Width,
                         *span,
                         format!("ct_mark value `{m}` exceeds 32 bits"),
                     ));
                 }
-            }
             let _ = label;
             Ok(())
         }
@@ -526,15 +525,14 @@ fn check_action(symtab: &SymbolTable, a: &Action, ctx: Ctx) -> Result<()> {
                     format!("`{addr}` is not an IPv4 or IPv6 address"),
                 ));
             }
-            if let Some((lo, hi)) = ports {
-                if lo > hi || *lo == 0 {
+            if let Some((lo, hi)) = ports
+                && (lo > hi || *lo == 0) {
                     return Err(err(
                         ErrorKind::Type,
                         *span,
                         format!("invalid port range {lo}-{hi}"),
                     ));
                 }
-            }
             Ok(())
         }
         Action::CtLb {

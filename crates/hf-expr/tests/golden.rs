@@ -105,14 +105,13 @@ fn parse_file(text: &str) -> Vec<Case> {
                 input: input.to_string(),
                 expected: String::new(),
             });
-        } else if let Some(c) = cases.last_mut() {
-            if !line.is_empty() {
+        } else if let Some(c) = cases.last_mut()
+            && !line.is_empty() {
                 if !c.expected.is_empty() {
                     c.expected.push('\n');
                 }
                 c.expected.push_str(line);
             }
-        }
     }
     cases
 }

@@ -155,7 +155,7 @@ fn every_ovn_release_in_the_registry_orders_and_levels_consistently() {
     for f in features::REGISTRY {
         let hf1 = f.ovn <= OvnRelease::new(20, 6);
         assert_eq!(f.hf == Level::Hf1, hf1, "{}", f.name);
-        assert_eq!(FeatureSet::ovn(f.ovn).contains(f.name), true);
+        assert!(FeatureSet::ovn(f.ovn).contains(f.name), "{}", f.name);
         assert!(f.ovn <= OvnRelease::new(23, 3), "{}", f.name);
         if f.hf == Level::Hf2 && f.kind != FeatureKind::SbLayout {
             assert!(
