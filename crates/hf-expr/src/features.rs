@@ -677,9 +677,10 @@ fn action_features(a: &Action, out: &mut Vec<Use>) {
                 K::DnatInCzone | K::SnatInCzone => push(out, "ct-nat-in-czone", *span),
             }
             if let Some(NatTarget { ports, flags, .. }) = target
-                && (ports.is_some() || !flags.is_empty()) {
-                    push(out, "ct-nat-port-range", *span);
-                }
+                && (ports.is_some() || !flags.is_empty())
+            {
+                push(out, "ct-nat-port-range", *span);
+            }
         }
         Action::CtClear { span } => push(out, "ct-clear", *span),
         Action::CtCommitNat { span } => push(out, "ct-commit-nat", *span),

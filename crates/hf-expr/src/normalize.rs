@@ -663,14 +663,15 @@ fn add_atom(atoms: &mut Vec<Atom>, a: Atom) -> bool {
                     value: v2,
                     mask: m2,
                 } = x
-                    && *f2 == field {
-                        if (*v2 ^ value) & *m2 & mask != 0 {
-                            return false;
-                        }
-                        *v2 |= value;
-                        *m2 |= mask;
-                        return true;
+                    && *f2 == field
+                {
+                    if (*v2 ^ value) & *m2 & mask != 0 {
+                        return false;
                     }
+                    *v2 |= value;
+                    *m2 |= mask;
+                    return true;
+                }
             }
             atoms.push(Atom::Bits { field, value, mask });
             true
@@ -686,15 +687,16 @@ fn add_atom(atoms: &mut Vec<Atom>, a: Atom) -> bool {
                     value: v2,
                     positive: p2,
                 } = x
-                    && *f2 == field {
-                        let same = v2 == value;
-                        if (positive && *p2 && !same) || (same && positive != *p2) {
-                            return false;
-                        }
-                        if same {
-                            return true;
-                        }
+                    && *f2 == field
+                {
+                    let same = v2 == value;
+                    if (positive && *p2 && !same) || (same && positive != *p2) {
+                        return false;
                     }
+                    if same {
+                        return true;
+                    }
+                }
             }
             atoms.push(a);
             true
@@ -705,9 +707,10 @@ fn add_atom(atoms: &mut Vec<Atom>, a: Atom) -> bool {
                     port: p2,
                     positive: q,
                 } = x
-                    && p2 == port {
-                        return *q == positive;
-                    }
+                    && p2 == port
+                {
+                    return *q == positive;
+                }
             }
             atoms.push(a);
             true

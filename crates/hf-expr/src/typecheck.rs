@@ -499,13 +499,14 @@ fn check_action(symtab: &SymbolTable, a: &Action, ctx: Ctx) -> Result<()> {
             span,
         } => {
             if let Some(m) = mark
-                && m.bits_needed() > 32 {
-                    return Err(err(
-                        ErrorKind::Width,
-                        *span,
-                        format!("ct_mark value `{m}` exceeds 32 bits"),
-                    ));
-                }
+                && m.bits_needed() > 32
+            {
+                return Err(err(
+                    ErrorKind::Width,
+                    *span,
+                    format!("ct_mark value `{m}` exceeds 32 bits"),
+                ));
+            }
             let _ = label;
             Ok(())
         }
@@ -526,13 +527,14 @@ fn check_action(symtab: &SymbolTable, a: &Action, ctx: Ctx) -> Result<()> {
                 ));
             }
             if let Some((lo, hi)) = ports
-                && (lo > hi || *lo == 0) {
-                    return Err(err(
-                        ErrorKind::Type,
-                        *span,
-                        format!("invalid port range {lo}-{hi}"),
-                    ));
-                }
+                && (lo > hi || *lo == 0)
+            {
+                return Err(err(
+                    ErrorKind::Type,
+                    *span,
+                    format!("invalid port range {lo}-{hi}"),
+                ));
+            }
             Ok(())
         }
         Action::CtLb {

@@ -106,12 +106,13 @@ fn parse_file(text: &str) -> Vec<Case> {
                 expected: String::new(),
             });
         } else if let Some(c) = cases.last_mut()
-            && !line.is_empty() {
-                if !c.expected.is_empty() {
-                    c.expected.push('\n');
-                }
-                c.expected.push_str(line);
+            && !line.is_empty()
+        {
+            if !c.expected.is_empty() {
+                c.expected.push('\n');
             }
+            c.expected.push_str(line);
+        }
     }
     cases
 }
