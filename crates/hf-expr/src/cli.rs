@@ -39,16 +39,12 @@ pub fn check_flow(
             };
         }
     };
-    let mut uses = features::used_by_expr(&e);
-    let action_uses = features::used_by_actions(&a);
-    let release = features::required_release(&[uses.clone(), action_uses.clone()].concat());
+    let uses = [features::used_by_expr(&e), features::used_by_actions(&a)].concat();
+    let release = features::required_release(&uses);
     let error = allowed.and_then(|set| {
-        if let Some(u) = uses.iter().find(|u| !set.contains(u.feature.name)) {
-            let err = features::check_expr(&e, set).err();
-            let _ = u;
-            return err.map(|err| err.render(match_text, "match"));
+        if let Err(err) = features::check_expr(&e, set) {
+            return Some(err.render(match_text, "match"));
         }
-        uses.clear();
         features::check_actions(&a, set)
             .err()
             .map(|err| err.render(action_text, "action"))

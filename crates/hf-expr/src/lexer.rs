@@ -523,3 +523,98 @@ fn lex_string(src: &str, start: usize) -> Result<(String, usize)> {
     )
     .with_help("close the string with `\"`"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toks(s: &str) -> Vec<Tok> {
+        tokenize(s)
+            .expect("lexes")
+            .into_iter()
+            .map(|t| t.tok)
+            .collect()
+    }
+
+    #[test]
+    fn addresses_starting_with_letters_are_constants_and_names_are_not() {
+        assert!(matches!(
+            toks("fe80::1")[0],
+            Tok::Const(Constant {
+                format: Format::Ipv6,
+                ..
+            })
+        ));
+        assert!(matches!(
+            toks("aef0::11")[0],
+            Tok::Const(Constant {
+                format: Format::Ipv6,
+                ..
+            })
+        ));
+        assert!(matches!(
+            toks("ff:ff:ff:ff:ff:ff")[0],
+            Tok::Const(Constant {
+                format: Format::Mac,
+                ..
+            })
+        ));
+        assert_eq!(toks("dead")[0], Tok::Ident("dead".into()));
+        assert_eq!(toks("face.b")[0], Tok::Ident("face.b".into()));
+    }
+
+    #[test]
+    fn backends_ranges_and_ports_split_where_ovn_splits_them() {
+        let t = toks("10.0.0.11:8080,[aef0::11]:80 reg0[0..15] 1-2");
+        let kinds: Vec<String> = t.iter().map(Tok::describe).collect();
+        assert_eq!(
+            kinds,
+            [
+                "`10.0.0.11`",
+                "`:`",
+                "`8080`",
+                "`,`",
+                "`[`",
+                "`aef0::11`",
+                "`]`",
+                "`:`",
+                "`80`",
+                "`reg0`",
+                "`[`",
+                "`0`",
+                "`..`",
+                "`15`",
+                "`]`",
+                "`1`",
+                "`-`",
+                "`2`",
+                "end of input"
+            ]
+        );
+    }
+
+    #[test]
+    fn masks_and_prefixes() {
+        let Tok::Const(c) = &toks("10.0.0.0/8")[0] else {
+            panic!()
+        };
+        assert_eq!(c.mask, Some(Mask::Prefix(8)));
+        let Tok::Const(c) = &toks("0x10/0xf0")[0] else {
+            panic!()
+        };
+        assert_eq!(c.mask, Some(Mask::Bits(0xf0, Format::Hex)));
+        assert_eq!(
+            tokenize("1 // c\n /* d */ 2").map(|v| v.len()).ok(),
+            Some(3)
+        );
+    }
+
+    #[test]
+    fn strings_decode_json_escapes() {
+        assert_eq!(toks(r#""a\"b\\c\u00e9""#)[0], Tok::Str("a\"b\\cé".into()));
+        assert_eq!(
+            tokenize("\"\\u12\"").map_err(|e| e.kind),
+            Err(ErrorKind::Lex)
+        );
+    }
+}

@@ -125,3 +125,43 @@ fn parse_flow(l: &str) -> Option<Flow> {
         line: 0,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_headers_padded_stages_uuids_and_two_digit_tables() {
+        let text = "Datapath: \"sw0\" (b8430069-da5a-4e5e-a255-1111f8daebde)  Pipeline: ingress\n  \
+            table=0 (ls_in_port_sec_l2  ), priority=100  , match=(eth.src[40]), action=(drop;)\n  \
+            uuid=0x1a2b3c4d, table=18(ls_in_stateful     ), priority=100  , match=(reg0[1] == 1), action=(ct_commit { ct_label.blocked = 0; }; next;)\n\
+            Datapath: \"lr0\" (f2f022f7-00e5-4243-aae9-97324b6ae7f3)  Pipeline: egress\n  \
+            table=2 (lr_out_snat        ), priority=0    , match=(1), action=(next;)\n";
+        let (flows, errors) = parse_dump(text);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(flows.len(), 3);
+        assert_eq!(
+            (flows[1].table, flows[1].stage.as_str(), flows[1].priority),
+            (18, "ls_in_stateful", 100)
+        );
+        assert_eq!(
+            flows[1].actions,
+            "ct_commit { ct_label.blocked = 0; }; next;"
+        );
+        assert_eq!(
+            (flows[2].datapath.as_str(), flows[2].pipeline.as_str()),
+            ("lr0", "egress")
+        );
+        assert_eq!(flows[2].line, 5);
+    }
+
+    #[test]
+    fn garbage_lines_are_errors_not_flows() {
+        let (flows, errors) = parse_dump("Datapath: sw0\n  table=x\n");
+        assert!(flows.is_empty());
+        assert_eq!(
+            errors.iter().map(|e| e.line).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+    }
+}

@@ -800,3 +800,33 @@ impl fmt::Display for Normalized {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prefixes(a: u128, b: u128, w: u32) -> Vec<(u128, u128)> {
+        let mut v = Vec::new();
+        range_prefixes(a, b, w, &mut |x, m| v.push((x, m)));
+        v
+    }
+
+    #[test]
+    fn ranges_become_minimal_prefix_covers() {
+        assert_eq!(prefixes(0, 1023, 16), vec![(0, 0xfc00)]);
+        assert_eq!(
+            prefixes(5432, 5440, 16),
+            vec![(0x1538, 0xfff8), (0x1540, 0xffff)]
+        );
+        assert_eq!(prefixes(0, 0xffff, 16), vec![(0, 0)]);
+        assert_eq!(prefixes(0, u128::MAX, 128), vec![(0, 0)]);
+        // Every value in range is covered exactly once, nothing outside is.
+        for (a, b) in [(3u128, 200u128), (1, 254), (17, 17)] {
+            let p = prefixes(a, b, 8);
+            for x in 0u128..256 {
+                let hits = p.iter().filter(|(v, m)| x & m == *v).count();
+                assert_eq!(hits, usize::from((a..=b).contains(&x)), "{x} in [{a},{b}]");
+            }
+        }
+    }
+}

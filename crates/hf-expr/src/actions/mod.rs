@@ -656,4 +656,3 @@ pub const ACTION_NAMES: &[&str] = &[
     "commit_lb_aff",
     "sample",
 ];
-
