@@ -101,6 +101,10 @@ fn term() -> impl Strategy<Value = Term> {
     value().prop_map(Term::new)
 }
 
+fn proto() -> impl Strategy<Value = String> {
+    prop_oneof![Just("tcp"), Just("udp"), Just("sctp")].prop_map(str::to_string)
+}
+
 fn relop() -> impl Strategy<Value = RelOp> {
     prop_oneof![
         Just(RelOp::Eq),
@@ -382,12 +386,12 @@ fn simple_action() -> BoxedStrategy<Action> {
             span: s()
         }),
         field_ref().prop_map(move |port| Action::HandleSvcCheck { port, span: s() }),
-        (any::<bool>(), ident()).prop_map(move |(ipv6, proto)| Action::CommitEcmpNh {
+        (any::<bool>(), proto()).prop_map(move |(ipv6, proto)| Action::CommitEcmpNh {
             ipv6,
             proto,
             span: s()
         }),
-        (any::<String>(), any::<String>(), ident(), any::<u32>()).prop_map(
+        (any::<String>(), any::<String>(), proto(), any::<u32>()).prop_map(
             move |(vip, backend, proto, timeout)| Action::CommitLbAff {
                 vip,
                 backend,

@@ -317,6 +317,20 @@ fn ident_or_string(c: &mut Cursor, what: &str) -> Result<String> {
     }
 }
 
+/// `tcp`, `udp` or `sctp`, bare or quoted.
+fn proto_arg(c: &mut Cursor) -> Result<String> {
+    let v = ident_or_string(c, "`tcp`, `udp` or `sctp`")?;
+    if !["tcp", "udp", "sctp"].contains(&v.as_str()) {
+        return Err(ParseError::new(
+            ErrorKind::Type,
+            c.prev_span(),
+            format!("unknown protocol `{v}`"),
+        )
+        .with_help("proto= takes `tcp`, `udp` or `sctp`"));
+    }
+    Ok(v)
+}
+
 fn parse_result_call(c: &mut Cursor, dst: FieldRef, name: &str, start: Span) -> Result<Action> {
     let func = match name {
         "lookup_arp" | "lookup_nd" => {
@@ -781,10 +795,17 @@ fn parse_call(c: &mut Cursor, name: &str, start: Span) -> Result<Action> {
                     c.expect(&Tok::Comma, "`,` or `)`")?;
                 }
                 let (k, ks) = key(c)?;
-                let v = ident_or_string(c, "a value")?;
                 match k.as_str() {
-                    "ipv6" => ipv6 = Some(v == "true"),
-                    "proto" => proto = Some(v),
+                    "ipv6" => {
+                        ipv6 = Some(match ident_or_string(c, "`true` or `false`")?.as_str() {
+                            "true" => true,
+                            "false" => false,
+                            _ => {
+                                return Err(syntax(c.prev_span(), "ipv6= takes `true` or `false`"));
+                            }
+                        });
+                    }
+                    "proto" => proto = Some(proto_arg(c)?),
                     _ => {
                         return Err(syntax(
                             ks,
@@ -793,11 +814,11 @@ fn parse_call(c: &mut Cursor, name: &str, start: Span) -> Result<Action> {
                     }
                 }
             }
-            Ok(Action::CommitEcmpNh {
-                ipv6: ipv6.unwrap_or(false),
-                proto: proto.unwrap_or_default(),
-                span: fin(c)?,
-            })
+            let span = fin(c)?;
+            match (ipv6, proto) {
+                (Some(ipv6), Some(proto)) => Ok(Action::CommitEcmpNh { ipv6, proto, span }),
+                _ => Err(syntax(span, "commit_ecmp_nh() needs ipv6= and proto=")),
+            }
         }
         "commit_lb_aff" => {
             let (mut vip, mut backend, mut proto, mut timeout) = (None, None, None, None);
@@ -811,7 +832,7 @@ fn parse_call(c: &mut Cursor, name: &str, start: Span) -> Result<Action> {
                 match k.as_str() {
                     "vip" => vip = Some(string_arg(c, "a quoted ip:port")?),
                     "backend" => backend = Some(string_arg(c, "a quoted ip:port")?),
-                    "proto" => proto = Some(ident_or_string(c, "a protocol")?),
+                    "proto" => proto = Some(proto_arg(c)?),
                     "timeout" => {
                         timeout =
                             Some(int_arg(c, "a timeout in seconds", u128::from(u32::MAX))? as u32)
