@@ -126,8 +126,14 @@ impl ParseError {
     ///   = help: ...
     /// ```
     pub fn render(&self, src: &str, origin: &str) -> String {
-        let start = self.span.start.min(src.len());
-        let end = self.span.end.clamp(start, src.len());
+        let mut start = self.span.start.min(src.len());
+        while !src.is_char_boundary(start) {
+            start -= 1;
+        }
+        let mut end = self.span.end.clamp(start, src.len());
+        while !src.is_char_boundary(end) {
+            end += 1;
+        }
         let line_start = src[..start].rfind('\n').map_or(0, |i| i + 1);
         let line_end = src[start..].find('\n').map_or(src.len(), |i| start + i);
         let line_no = src[..start].matches('\n').count() + 1;

@@ -60,8 +60,6 @@ pub fn eval_expr(symtab: &SymbolTable, e: &Expr, p: &Packet, sets: &Sets) -> boo
         Expr::ChassisResident { port, .. } => p.resident.contains(port),
         Expr::Field(f) => relation(symtab, f, p, sets, &|x, _| x == 1, &|_| false),
         Expr::Cmp { field, op, rhs } => {
-            let consts: Vec<(u128, u128, bool)> = Vec::new();
-            let _ = consts;
             let test = |x: u128, width: u32| -> bool {
                 let hit = |v: &Value| -> bool {
                     match v {
@@ -152,10 +150,7 @@ fn relation(
             let b = eval_expr(symtab, e, p, sets);
             test(u128::from(b), 1)
         }
-        (_, Some((id, lo, hi))) if r.symbol.string => {
-            let _ = (lo, hi);
-            stest(p.port(id))
-        }
+        (_, Some((id, _, _))) if r.symbol.string => stest(p.port(id)),
         (_, Some((id, lo, hi))) => {
             let w = hi - lo + 1;
             test((p.get(id) >> lo) & width_mask(w), w)

@@ -430,13 +430,9 @@ fn lex_constant(src: &str, i: usize) -> Result<(Constant, usize)> {
         j += 1;
     }
     if j == i {
-        return bad(
-            run_end.max(i + 1),
-            format!(
-                "invalid constant `{}`",
-                &src[i..run_end.max(i + 1).min(b.len())]
-            ),
-        );
+        // Not a number at all: quote the whole (possibly multi-byte) character.
+        let end = run_end.max(i + src[i..].chars().next().map_or(1, char::len_utf8));
+        return bad(end, format!("invalid constant `{}`", &src[i..end]));
     }
     if j < b.len() && (is_id1(b[j]) && b[j] != b'.' || b[j] == b':') {
         let mut k = j;

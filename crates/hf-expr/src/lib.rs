@@ -88,29 +88,51 @@ pub fn fuzz_one(symtab: &SymbolTable, data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Ok(e) = parser::parse_match_text(text) {
-        let printed = e.to_string();
-        let again = parser::parse_match_text(&printed);
-        assert_eq!(
-            again.as_ref(),
-            Ok(&e),
-            "match print→parse changed the tree: {printed}"
-        );
-        if typecheck::check_match(symtab, &e).is_ok() {
+    match parser::parse_match_text(text) {
+        Err(err) => {
+            let _ = err.render(text, "match");
+        }
+        Ok(e) => fuzz_match(symtab, e),
+    }
+    match actions::parse_actions_text(text) {
+        Err(err) => {
+            let _ = err.render(text, "action");
+        }
+        Ok(a) => fuzz_actions(symtab, a),
+    }
+}
+
+fn fuzz_match(symtab: &SymbolTable, e: Expr) {
+    let printed = e.to_string();
+    let again = parser::parse_match_text(&printed);
+    assert_eq!(
+        again.as_ref(),
+        Ok(&e),
+        "match print→parse changed the tree: {printed}"
+    );
+    match typecheck::check_match(symtab, &e) {
+        Ok(()) => {
             let _ = features::used_by_expr(&e);
+            let _ = features::lower_expr(&e, &FeatureSet::level(Level::Hf1));
             let _ = normalize::normalize(symtab, &e, &Sets::default(), &normalize::Limits::fuzz());
         }
+        Err(err) => {
+            let _ = err.render(&printed, "match");
+        }
     }
-    if let Ok(a) = actions::parse_actions_text(text) {
-        let printed = printer::actions_to_string(&a);
-        let again = actions::parse_actions_text(&printed);
-        assert_eq!(
-            again.as_ref(),
-            Ok(&a),
-            "actions print→parse changed the tree: {printed}"
-        );
-        let _ = typecheck::check_actions(symtab, &a);
-        let _ = features::used_by_actions(&a);
-        let _ = features::lower_actions(&a, &FeatureSet::level(Level::Hf1));
+}
+
+fn fuzz_actions(symtab: &SymbolTable, a: Vec<Action>) {
+    let printed = printer::actions_to_string(&a);
+    let again = actions::parse_actions_text(&printed);
+    assert_eq!(
+        again.as_ref(),
+        Ok(&a),
+        "actions print→parse changed the tree: {printed}"
+    );
+    if let Err(err) = typecheck::check_actions(symtab, &a) {
+        let _ = err.render(&printed, "action");
     }
+    let _ = features::used_by_actions(&a);
+    let _ = features::lower_actions(&a, &FeatureSet::level(Level::Hf1));
 }

@@ -261,7 +261,7 @@ impl<'a> Normalizer<'a> {
             return self.cached(sym.name, neg == truth, exp, sets);
         }
         let effective = if neg { op.negate() } else { op };
-        let mut core = self.relation(&r, f, effective, rhs, sets)?;
+        let mut core = self.relation(&r, effective, rhs, sets)?;
         if let Some(p) = &sym.prereq {
             let pd = self.cached(sym.name, neg, p, sets)?;
             core = if neg {
@@ -276,7 +276,6 @@ impl<'a> Normalizer<'a> {
     fn relation(
         &mut self,
         r: &crate::typecheck::Resolved<'_>,
-        f: &FieldRef,
         op: RelOp,
         rhs: &Rhs,
         sets: &Sets,
@@ -318,7 +317,6 @@ impl<'a> Normalizer<'a> {
                 Value::Template(name) => parts.push(set_atom(fid, lo, hi, format!("^{name}"), op)),
             }
         }
-        let _ = f;
         if op == RelOp::Ne {
             self.and_all(parts)
         } else {
