@@ -180,5 +180,24 @@ nb lsp-add sw1 vm7 -- lsp-set-addresses vm7 "50:54:00:00:01:07 20.0.0.17" \
   -- lsp-set-options vm7 pkt_clone_type=mc_unknown
 nb set logical_router_port lr0-public options:gateway_mtu=1400
 nb set logical_router lr0 options:always_learn_from_arp_request=false
+# Gateway router: ECMP with symmetric replies, stateless dnat_and_snat, SNAT with a port range.
+nb --ecmp-symmetric-reply lr-route-add gr0 50.0.0.0/24 172.169.0.10
+nb --ecmp-symmetric-reply lr-route-add gr0 50.0.0.0/24 172.169.0.11
+nb --stateless lr-nat-add gr0 dnat_and_snat 172.169.0.130 10.0.0.15
+nb --portrange lr-nat-add gr0 snat 172.169.0.3 10.1.0.0/16 1000-2000
+# ECMP reroute policy.
+nb lr-policy-add lr0 700 "ip4.src == 10.0.0.13" reroute 172.168.0.21,172.168.0.22
+# Controller events for load balancers without backends; a skip_snat load balancer.
+nb set nb_global . options:controller_event=true
+nb lb-add lb-empty 10.0.0.104:80 "" tcp
+nb ls-lb-add sw0 lb-empty
+nb lb-add lb-skip 172.169.0.201:80 "10.0.0.11:80" tcp
+nb set load_balancer lb-skip options:skip_snat=true
+nb lr-lb-add gr0 lb-skip
+# A forwarding group, a port bound on two chassis with RARP activation, prefix delegation.
+nb --liveness fwd-group-add fg1 sw1 20.0.0.50 00:00:00:00:01:50 vm4 vm5
+nb set logical_switch_port vm7 options:requested-chassis=hv1,gw1 options:activation-strategy=rarp
+nb set logical_router_port lr0-public options:prefix_delegation=true
+nb set logical_router_port lr0-sw1 options:prefix=true
 nb --wait=sb sync
 sb lflow-list
