@@ -145,11 +145,12 @@ pub fn tokenize(src: &str) -> Result<Vec<Token>> {
             continue;
         }
         let start = i;
-        let two = |s: &str| src[i..].starts_with(s);
-        let tok = if two("//") {
+        let next = b.get(i + 1).copied().unwrap_or(0);
+        if c == b'/' && next == b'/' {
             i = src[i..].find('\n').map_or(b.len(), |n| i + n);
             continue;
-        } else if two("/*") {
+        }
+        if c == b'/' && next == b'*' {
             match src[i + 2..].find("*/") {
                 Some(n) => i += n + 4,
                 None => {
@@ -162,36 +163,23 @@ pub fn tokenize(src: &str) -> Result<Vec<Token>> {
                 }
             }
             continue;
-        } else if two("<->") {
-            i += 3;
-            Tok::Exchange
-        } else if two("==") {
-            i += 2;
-            Tok::Eq
-        } else if two("!=") {
-            i += 2;
-            Tok::Ne
-        } else if two("<=") {
-            i += 2;
-            Tok::Le
-        } else if two(">=") {
-            i += 2;
-            Tok::Ge
-        } else if two("&&") {
-            i += 2;
-            Tok::And
-        } else if two("||") {
-            i += 2;
-            Tok::Or
-        } else if two("..") {
-            i += 2;
-            Tok::Ellipsis
-        } else if two("--") {
-            i += 2;
-            Tok::Decrement
-        } else if c == b':' && !two("::") {
-            i += 1;
-            Tok::Colon
+        }
+        let punct = match (c, next) {
+            (b'<', b'-') if b.get(i + 2) == Some(&b'>') => Some((Tok::Exchange, 3)),
+            (b'=', b'=') => Some((Tok::Eq, 2)),
+            (b'!', b'=') => Some((Tok::Ne, 2)),
+            (b'<', b'=') => Some((Tok::Le, 2)),
+            (b'>', b'=') => Some((Tok::Ge, 2)),
+            (b'&', b'&') => Some((Tok::And, 2)),
+            (b'|', b'|') => Some((Tok::Or, 2)),
+            (b'.', b'.') => Some((Tok::Ellipsis, 2)),
+            (b'-', b'-') => Some((Tok::Decrement, 2)),
+            (b':', n) if n != b':' => Some((Tok::Colon, 1)),
+            _ => None,
+        };
+        let tok = if let Some((t, n)) = punct {
+            i += n;
+            t
         } else if c == b'"' {
             let (s, n) = lex_string(src, i)?;
             i = n;
@@ -416,8 +404,10 @@ fn lex_constant(src: &str, i: usize) -> Result<(Constant, usize)> {
         j += 1;
     }
     // `0..15` is two integers and an ellipsis, not an address.
-    let dotted = src[i..j].split("..").next().unwrap_or("");
-    if dotted.matches('.').count() == 3 && !src[i..j].contains("..") {
+    let dotted = &src[i..j];
+    let dots = dotted.bytes().filter(|&d| d == b'.').count();
+    let ellipsis = dotted.as_bytes().windows(2).any(|w| w == b"..");
+    if dots == 3 && !ellipsis {
         return match dotted.parse::<Ipv4Addr>() {
             Ok(a) if !(j < b.len() && is_idn(b[j])) => {
                 Ok((Constant::new(u128::from(u32::from(a)), Format::Ipv4), j))

@@ -284,6 +284,13 @@ impl<'a> Normalizer<'a> {
             return Ok(t());
         };
         let width = hi - lo + 1;
+        if let Rhs::One(Term {
+            value: Value::Const(c),
+            ..
+        }) = rhs
+        {
+            return self.constant(fid, lo, width, op, c);
+        }
         let mut parts: Vec<Dnf> = Vec::new();
         for term in rhs.terms() {
             match &term.value {
@@ -378,7 +385,10 @@ impl<'a> Normalizer<'a> {
         })
     }
 
-    fn or_all(&self, parts: Vec<Dnf>) -> Result<Dnf> {
+    fn or_all(&self, mut parts: Vec<Dnf>) -> Result<Dnf> {
+        if parts.len() == 1 {
+            return Ok(parts.pop().unwrap_or_default());
+        }
         let total: usize = parts.iter().map(Vec::len).sum();
         if total > self.limits.max_conj {
             return Err(too_big(total, &self.limits));
