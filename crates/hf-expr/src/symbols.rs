@@ -92,11 +92,6 @@ pub const FIELDS: &[FieldDef] = &[
     f("arp.tpa", 32, true, Some("arp")),
     f("arp.sha", 48, true, Some("arp")),
     f("arp.tha", 48, true, Some("arp")),
-    f("rarp.op", 16, false, Some("rarp")),
-    f("rarp.spa", 32, true, Some("rarp")),
-    f("rarp.tpa", 32, true, Some("rarp")),
-    f("rarp.sha", 48, true, Some("rarp")),
-    f("rarp.tha", 48, true, Some("rarp")),
     f("tcp.src", 16, true, Some("tcp")),
     f("tcp.dst", 16, true, Some("tcp")),
     ro(f("tcp.flags", 12, true, Some("tcp"))),
@@ -116,7 +111,7 @@ pub const FIELDS: &[FieldDef] = &[
     ro(f("ct_state", 8, true, None)),
     // OVN fields: assignable inside icmp4_error/icmp6_error, never matched.
     f("icmp4.frag_mtu", 16, false, Some("icmp4")),
-    f("icmp6.frag_mtu", 16, false, Some("icmp6")),
+    f("icmp6.frag_mtu", 32, false, Some("icmp6")),
 ];
 
 /// (name, field, lowest bit, highest bit, prerequisite). Registers overlay the wide registers as
@@ -140,9 +135,14 @@ const SUBFIELDS: &[(&str, &str, u32, u32, Option<&str>)] = &[
     ("flags.force_snat_for_dnat", "flags", 2, 2, None),
     ("flags.force_snat_for_lb", "flags", 3, 3, None),
     ("flags.skip_snat_for_lb", "flags", 9, 9, None),
-    ("flags.localport", "flags", 10, 10, None),
     ("flags.use_snat_zone", "flags", 11, 11, None),
     ("eth.mcast", "eth.dst", 40, 40, None),
+    // RARP uses ARP's layout: the same fields under another prerequisite.
+    ("rarp.op", "arp.op", 0, 15, Some("rarp")),
+    ("rarp.spa", "arp.spa", 0, 31, Some("rarp")),
+    ("rarp.tpa", "arp.tpa", 0, 31, Some("rarp")),
+    ("rarp.sha", "arp.sha", 0, 47, Some("rarp")),
+    ("rarp.tha", "arp.tha", 0, 47, Some("rarp")),
     ("vlan.present", "vlan.tci", 12, 12, None),
     ("vlan.pcp", "vlan.tci", 13, 15, Some("vlan.present")),
     ("vlan.vid", "vlan.tci", 0, 11, Some("vlan.present")),
@@ -335,7 +335,8 @@ impl SymbolTable {
                 name,
                 kind: SymbolKind::Subfield { field: id, lo, hi },
                 width: hi - lo + 1,
-                ordinal: true,
+                // Subfields are ordinal; a whole-field alias (`rarp.op`) keeps its field's level.
+                ordinal: d.ordinal || lo != 0 || hi + 1 != d.width,
                 string: false,
                 writable: d.writable && !name.starts_with("ct."),
                 prereq: prereq.or(d.prereq).map(must_parse),
