@@ -334,6 +334,7 @@ pub const REGISTRY: &[Feature] = &[
         "`R = lookup_arp_ip(...)`, `R = lookup_nd_ip(...)`",
         Needed,
     ),
+    feat("handle-bfd-msg", A, 21, 3, "`handle_bfd_msg()`", Needed),
     feat(
         "fdb",
         A,
@@ -752,6 +753,7 @@ fn action_features(a: &Action, out: &mut Vec<Use>) {
         Action::TriggerEvent { span, .. } => push(out, "trigger-event", *span),
         Action::Igmp { span } => push(out, "igmp", *span),
         Action::HandleDhcpv6Reply { span } => push(out, "handle-dhcpv6-reply", *span),
+        Action::HandleBfdMsg { span } => push(out, "handle-bfd-msg", *span),
         Action::BindVport { span, .. } => push(out, "bind-vport", *span),
         Action::HandleSvcCheck { span, .. } => push(out, "handle-svc-check", *span),
         Action::CommitEcmpNh { span, .. } => push(out, "ecmp-symmetric-reply", *span),

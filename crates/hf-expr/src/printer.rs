@@ -403,6 +403,7 @@ impl Display for Action {
             }
             Action::Igmp { .. } => f.write_str("igmp"),
             Action::HandleDhcpv6Reply { .. } => f.write_str("handle_dhcpv6_reply"),
+            Action::HandleBfdMsg { .. } => f.write_str("handle_bfd_msg()"),
             Action::BindVport { vport, parent, .. } => {
                 f.write_str("bind_vport(")?;
                 write_str_lit(f, vport)?;

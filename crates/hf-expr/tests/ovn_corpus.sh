@@ -183,6 +183,8 @@ nb set logical_router lr0 options:always_learn_from_arp_request=false
 # Gateway router: ECMP with symmetric replies, stateless dnat_and_snat, SNAT with a port range.
 nb --ecmp-symmetric-reply lr-route-add gr0 50.0.0.0/24 172.169.0.10
 nb --ecmp-symmetric-reply lr-route-add gr0 50.0.0.0/24 172.169.0.11
+nb create bfd logical_port=gr0-ext dst_ip=172.169.0.12 >/dev/null
+nb --bfd lr-route-add gr0 60.0.0.0/24 172.169.0.12
 nb --stateless lr-nat-add gr0 dnat_and_snat 172.169.0.130 10.0.0.15
 nb --portrange lr-nat-add gr0 snat 172.169.0.3 10.1.0.0/16 1000-2000
 # ECMP reroute policy.

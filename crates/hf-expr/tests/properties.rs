@@ -229,7 +229,7 @@ fn simple_action() -> BoxedStrategy<Action> {
         ]
         .prop_map(move |args| Action::Next { args, span: s() }),
         Just(Action::Output { span: s() }),
-        Just(Action::Drop { span: s() }),
+        Just(Action::HandleBfdMsg { span: s() }),
         (
             field_ref(),
             prop_oneof![
@@ -414,7 +414,11 @@ fn simple_action() -> BoxedStrategy<Action> {
 
 fn action() -> impl Strategy<Value = Action> {
     simple_action().prop_recursive(3, 24, 4, |inner| {
-        let body = proptest::collection::vec(inner, 0..4);
+        // `drop;` is only valid alone in its list.
+        let body = prop_oneof![
+            4 => proptest::collection::vec(inner, 0..4),
+            1 => Just(vec![Action::Drop { span: Default::default() }]),
+        ];
         prop_oneof![
             body.clone().prop_map(|b| Action::CtCommit {
                 args: CtCommit::Block(b),

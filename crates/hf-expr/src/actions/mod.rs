@@ -340,7 +340,7 @@ pub enum Action {
         /// Span.
         span: Span,
     },
-    /// `drop;`
+    /// `drop;`, which is only valid as the whole of an action list.
     Drop {
         /// Span.
         span: Span,
@@ -556,6 +556,11 @@ pub enum Action {
         /// Span.
         span: Span,
     },
+    /// `handle_bfd_msg();`
+    HandleBfdMsg {
+        /// Span.
+        span: Span,
+    },
     /// `handle_dhcpv6_reply;`
     HandleDhcpv6Reply {
         /// Span.
@@ -650,6 +655,7 @@ pub const ACTION_NAMES: &[&str] = &[
     "trigger_event",
     "igmp",
     "handle_dhcpv6_reply",
+    "handle_bfd_msg",
     "bind_vport",
     "handle_svc_check",
     "commit_ecmp_nh",

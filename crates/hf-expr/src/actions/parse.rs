@@ -19,6 +19,21 @@ pub fn parse_actions_text(src: &str) -> Result<Vec<Action>> {
 
 fn parse_list(c: &mut Cursor, end: &Tok) -> Result<Vec<Action>> {
     let mut out = Vec::new();
+    // `drop;` is a valid list on its own (the same as an empty one) but combines with nothing.
+    if matches!(c.peek(), Tok::Ident(s) if s == "drop") && *c.peek_at(1) == Tok::Semicolon {
+        let span = c.bump().span;
+        c.bump();
+        if c.peek() != end {
+            return Err(ParseError::new(
+                ErrorKind::Syntax,
+                c.span(),
+                "`drop;` must be the only action in its list",
+            )
+            .with_help("remove `drop;`: a list without an output action drops the packet anyway"));
+        }
+        out.push(Action::Drop { span });
+        return Ok(out);
+    }
     while c.peek() != end {
         if *c.peek() == Tok::End {
             return Err(c.error("`}`"));
@@ -41,60 +56,47 @@ fn parse_action(c: &mut Cursor) -> Result<Action> {
     };
     let next = c.peek_at(1).clone();
     let mk = |c: &Cursor| start.to(c.prev_span());
-    let simple = match name.as_str() {
-        "next"
-        | "output"
-        | "drop"
-        | "ct_next"
-        | "ct_clear"
-        | "ct_commit_nat"
-        | "igmp"
-        | "ct_snat_to_vip"
-        | "handle_dhcpv6_reply"
-        | "ct_commit"
-        | "ct_dnat"
-        | "ct_snat"
-        | "ct_dnat_in_czone"
-        | "ct_snat_in_czone"
-        | "ct_lb"
-        | "ct_lb_mark"
-            if next == Tok::Semicolon =>
-        {
+    if next == Tok::Semicolon {
+        let span = c.span();
+        let simple = match name.as_str() {
+            "next" => Some(Action::Next {
+                args: NextArgs::Plain,
+                span,
+            }),
+            "output" => Some(Action::Output { span }),
+            "ct_next" => Some(Action::CtNext { span }),
+            "ct_clear" => Some(Action::CtClear { span }),
+            "ct_commit_nat" => Some(Action::CtCommitNat { span }),
+            "ct_snat_to_vip" => Some(Action::CtSnatToVip { span }),
+            "igmp" => Some(Action::Igmp { span }),
+            "handle_dhcpv6_reply" => Some(Action::HandleDhcpv6Reply { span }),
+            "ct_commit" => Some(Action::CtCommit {
+                args: CtCommit::Bare,
+                span,
+            }),
+            "ct_lb" | "ct_lb_mark" => Some(Action::CtLb {
+                mark: name == "ct_lb_mark",
+                args: None,
+                span,
+            }),
+            _ => nat_kind(&name).map(|kind| Action::CtNat {
+                kind,
+                target: None,
+                span,
+            }),
+        };
+        if let Some(a) = simple {
             c.bump();
-            let span = mk(c);
-            Some(match name.as_str() {
-                "next" => Action::Next {
-                    args: NextArgs::Plain,
-                    span,
-                },
-                "output" => Action::Output { span },
-                "drop" => Action::Drop { span },
-                "ct_next" => Action::CtNext { span },
-                "ct_clear" => Action::CtClear { span },
-                "ct_commit_nat" => Action::CtCommitNat { span },
-                "ct_snat_to_vip" => Action::CtSnatToVip { span },
-                "igmp" => Action::Igmp { span },
-                "handle_dhcpv6_reply" => Action::HandleDhcpv6Reply { span },
-                "ct_commit" => Action::CtCommit {
-                    args: CtCommit::Bare,
-                    span,
-                },
-                "ct_lb" | "ct_lb_mark" => Action::CtLb {
-                    mark: name == "ct_lb_mark",
-                    args: None,
-                    span,
-                },
-                _ => Action::CtNat {
-                    kind: nat_kind(&name),
-                    target: None,
-                    span,
-                },
-            })
+            return Ok(a);
         }
-        _ => None,
-    };
-    if let Some(a) = simple {
-        return Ok(a);
+        if name == "drop" {
+            return Err(ParseError::new(
+                ErrorKind::Syntax,
+                span,
+                "`drop;` must be the only action in its list",
+            )
+            .with_help("remove `drop;`: a list without an output action drops the packet anyway"));
+        }
     }
     if next == Tok::LBrace {
         if let Some((_, kind)) = NESTED.iter().find(|(n, _)| *n == name) {
@@ -193,13 +195,14 @@ fn levenshtein1(a: &str, b: &str) -> bool {
     a.len().max(b.len()) - p - s <= 1
 }
 
-fn nat_kind(name: &str) -> NatKind {
-    match name {
+fn nat_kind(name: &str) -> Option<NatKind> {
+    Some(match name {
         "ct_dnat" => NatKind::Dnat,
         "ct_snat" => NatKind::Snat,
         "ct_dnat_in_czone" => NatKind::DnatInCzone,
-        _ => NatKind::SnatInCzone,
-    }
+        "ct_snat_in_czone" => NatKind::SnatInCzone,
+        _ => return None,
+    })
 }
 
 fn parse_block(c: &mut Cursor) -> Result<Vec<Action>> {
@@ -557,7 +560,8 @@ fn parse_call(c: &mut Cursor, name: &str, start: Span) -> Result<Action> {
                 span: fin(c)?,
             })
         }
-        "ct_dnat" | "ct_snat" | "ct_dnat_in_czone" | "ct_snat_in_czone" => {
+        _ if nat_kind(name).is_some() => {
+            let kind = nat_kind(name).unwrap_or(NatKind::Dnat);
             let addr = ip_const(c, "an IPv4 or IPv6 address")?;
             let mut ports = None;
             let mut flags = Vec::new();
@@ -572,7 +576,7 @@ fn parse_call(c: &mut Cursor, name: &str, start: Span) -> Result<Action> {
                 }
             }
             Ok(Action::CtNat {
-                kind: nat_kind(name),
+                kind,
                 target: Some(NatTarget { addr, ports, flags }),
                 span: fin(c)?,
             })
@@ -781,6 +785,7 @@ fn parse_call(c: &mut Cursor, name: &str, start: Span) -> Result<Action> {
                 span: fin(c)?,
             })
         }
+        "handle_bfd_msg" => Ok(Action::HandleBfdMsg { span: fin(c)? }),
         "handle_svc_check" => {
             let port = c.field_ref()?;
             Ok(Action::HandleSvcCheck {
