@@ -50,9 +50,13 @@ fn lflow(args: LflowArgs) -> anyhow::Result<i32> {
             if file == "-" {
                 hf_expr::cli::check(features.as_deref(), std::io::stdin().lock(), &mut out)?
             } else {
-                let f = std::fs::File::open(&file)
-                    .map_err(|e| anyhow::anyhow!("cannot open {file}: {e}"))?;
-                hf_expr::cli::check(features.as_deref(), f, &mut out)?
+                match std::fs::File::open(&file) {
+                    Ok(f) => hf_expr::cli::check(features.as_deref(), f, &mut out)?,
+                    Err(e) => {
+                        eprintln!("error: cannot open {file}: {e}");
+                        2
+                    }
+                }
             }
         }
         LflowCommand::Normalize { r#match } => hf_expr::cli::normalize(&r#match, &mut out)?,

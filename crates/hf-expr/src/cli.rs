@@ -25,17 +25,23 @@ pub fn check_flow(
     allowed: Option<&FeatureSet>,
 ) -> FlowReport {
     let m = parser::parse_match_text(match_text)
-        .and_then(|e| typecheck::check_match(symtab, &e).map(|()| e))
-        .map_err(|e| ("match", match_text, e));
+        .and_then(|e| typecheck::check_match(symtab, &e).map(|()| e));
     let a = actions::parse_actions_text(action_text)
-        .and_then(|a| typecheck::check_actions(symtab, &a).map(|()| a))
-        .map_err(|e| ("action", action_text, e));
+        .and_then(|a| typecheck::check_actions(symtab, &a).map(|()| a));
     let (e, a) = match (m, a) {
         (Ok(e), Ok(a)) => (e, a),
-        (Err((what, src, err)), _) | (_, Err((what, src, err))) => {
+        (m, a) => {
+            // Report both halves when both fail.
+            let mut error = String::new();
+            if let Err(err) = m {
+                error.push_str(&err.render(match_text, "match"));
+            }
+            if let Err(err) = a {
+                error.push_str(&err.render(action_text, "action"));
+            }
             return FlowReport {
                 release: None,
-                error: Some(err.render(src, what)),
+                error: Some(error),
             };
         }
     };

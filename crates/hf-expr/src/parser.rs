@@ -207,7 +207,12 @@ pub fn parse_match_text(src: &str) -> Result<Expr> {
             Tok::RParen => "an operator or end of input (unbalanced `)`)",
             _ => "`&&`, `||` or end of input",
         };
-        return Err(c.error(msg));
+        let e = c.error(msg);
+        return Err(if *c.peek() == Tok::Assign {
+            e.with_help("comparisons are written `==`; `=` assigns, in actions")
+        } else {
+            e
+        });
     }
     Ok(e)
 }

@@ -38,6 +38,9 @@ fn bad_flows_are_reported_with_their_place_and_fail_the_run() {
     text.push_str("Datapath: \"sw9\" (00000000-0000-0000-0000-000000000000)  Pipeline: egress\n");
     text.push_str("  uuid=0xdeadbeef, table=3 (ls_out_acl_hint    ), priority=7    , match=(tcp.dts == 80), action=(next;)\n");
     text.push_str("  table=12(ls_out_acl         ), priority=1001 , match=(ip4), action=(frobnicate; next;)\n");
+    text.push_str(
+        "  table=13(ls_out_acl         ), priority=1002 , match=(ip4 ==), action=(next(;)\n",
+    );
     let (flows, _) = parse_dump(&text);
     let (code, out) = run_check(None, &text);
     assert_eq!(code, 1);
@@ -54,9 +57,18 @@ fn bad_flows_are_reported_with_their_place_and_fail_the_run() {
         "{out}"
     );
     assert!(out.contains("unknown action `frobnicate`"), "{out}");
+    // A flow whose match and actions both fail shows both errors.
+    let both = out
+        .split("priority=1002")
+        .nth(1)
+        .expect("third flow reported");
+    assert!(
+        both.contains("--> match:1:7") && both.contains("--> action:1:6"),
+        "{both}"
+    );
     assert_eq!(
         out.lines().last(),
-        Some(format!("checked {} flows: 2 errors", flows.len()).as_str())
+        Some(format!("checked {} flows: 3 errors", flows.len()).as_str())
     );
 }
 
