@@ -557,6 +557,27 @@ impl FeatureSet {
         Ok(set)
     }
 
+    /// The features in both sets: what northd may emit for a group of chassis.
+    #[must_use]
+    pub fn intersection(&self, other: &FeatureSet) -> FeatureSet {
+        FeatureSet(self.0 & other.0)
+    }
+
+    /// The features in either set.
+    #[must_use]
+    pub fn union(&self, other: &FeatureSet) -> FeatureSet {
+        FeatureSet(self.0 | other.0)
+    }
+
+    /// The newest holdfast level whose every feature is in the set, if any.
+    pub fn level_covered(&self) -> Option<Level> {
+        Level::ALL
+            .iter()
+            .rev()
+            .copied()
+            .find(|l| FeatureSet::level(*l).0 & !self.0 == 0)
+    }
+
     /// The advertisement string: names joined by commas.
     pub fn to_list(&self) -> String {
         self.iter().map(|f| f.name).collect::<Vec<_>>().join(",")
@@ -999,4 +1020,37 @@ fn block_to_legacy(body: &[Action], span: Span) -> Result<CtCommit> {
         (None, None) => CtCommit::Bare,
         (mark, label) => CtCommit::Legacy { mark, label },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn releases_parse_print_and_order() {
+        assert_eq!(OvnRelease::parse("v20.09"), Some(OvnRelease::new(20, 9)));
+        assert_eq!(OvnRelease::parse("ovn-2.12"), Some(OvnRelease::new(2, 12)));
+        assert_eq!(OvnRelease::new(20, 9).to_string(), "20.09");
+        assert_eq!(OvnRelease::new(2, 6).to_string(), "2.6");
+        assert!(OvnRelease::new(2, 12) < OvnRelease::new(20, 3));
+        assert_eq!(OvnRelease::parse("twenty"), None);
+    }
+
+    #[test]
+    fn set_operations_and_levels() {
+        let hf1 = FeatureSet::level(Level::Hf1);
+        let hf2 = FeatureSet::level(Level::Hf2);
+        assert_eq!(hf1.intersection(&hf2), hf1);
+        assert_eq!(hf1.union(&hf2), hf2);
+        assert_eq!(hf2, FeatureSet::all());
+        assert_eq!(hf2.level_covered(), Some(Level::Hf2));
+        assert_eq!(hf1.level_covered(), Some(Level::Hf1));
+        let mut partial = hf1;
+        assert!(partial.insert("ct-commit-block"));
+        assert!(!partial.insert("no-such-feature"));
+        assert_eq!(partial.level_covered(), Some(Level::Hf1));
+        assert_eq!(FeatureSet::default().level_covered(), None);
+        // A chassis advertising its list round-trips through the advertisement string.
+        assert_eq!(FeatureSet::parse(&partial.to_list()), Ok(partial));
+    }
 }
