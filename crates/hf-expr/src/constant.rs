@@ -102,20 +102,19 @@ impl Constant {
         }
     }
 
-    /// The number of significant bits in the value and mask.
+    /// The width of field the constant needs, as OVN reckons it: the mask's width when masked;
+    /// otherwise 32, 128 or 48 bits for an address, and the value's significant bits for a number.
     pub fn bits_needed(&self) -> u32 {
-        let m = match self.mask {
-            Some(Mask::Bits(m, _)) => m,
-            _ => 0,
-        };
-        let natural = match self.format {
+        let significant = |v: u128| 128 - v.leading_zeros();
+        if self.mask.is_some() {
+            return significant(self.mask_bits(128) | self.value);
+        }
+        match self.format {
             Format::Ipv4 => 32,
             Format::Ipv6 => 128,
             Format::Mac => 48,
-            _ => 0,
-        };
-        let v = self.value | m;
-        (128 - v.leading_zeros()).max(if self.mask.is_some() { natural } else { 0 })
+            _ => significant(self.value),
+        }
     }
 }
 

@@ -51,14 +51,23 @@ impl Packet {
 }
 
 /// Evaluates a type-checked match. Unknown sets are empty.
+///
+/// Negation is pushed into the comparisons and each comparison then requires its field's
+/// prerequisites, as OVN does: `!(tcp.dst == 80)` holds for TCP packets to other ports only.
 pub fn eval_expr(symtab: &SymbolTable, e: &Expr, p: &Packet, sets: &Sets) -> bool {
+    eval(symtab, e, false, p, sets)
+}
+
+fn eval(symtab: &SymbolTable, e: &Expr, neg: bool, p: &Packet, sets: &Sets) -> bool {
     match e {
-        Expr::Bool(b) => *b,
-        Expr::Not(x) => !eval_expr(symtab, x, p, sets),
-        Expr::And(v) => v.iter().all(|x| eval_expr(symtab, x, p, sets)),
-        Expr::Or(v) => v.iter().any(|x| eval_expr(symtab, x, p, sets)),
-        Expr::ChassisResident { port, .. } => p.resident.contains(port),
-        Expr::Field(f) => relation(symtab, f, p, sets, &|x, _| x == 1, &|_| false),
+        Expr::Bool(b) => *b != neg,
+        Expr::Not(x) => eval(symtab, x, !neg, p, sets),
+        Expr::And(v) if !neg => v.iter().all(|x| eval(symtab, x, neg, p, sets)),
+        Expr::And(v) => v.iter().any(|x| eval(symtab, x, neg, p, sets)),
+        Expr::Or(v) if !neg => v.iter().any(|x| eval(symtab, x, neg, p, sets)),
+        Expr::Or(v) => v.iter().all(|x| eval(symtab, x, neg, p, sets)),
+        Expr::ChassisResident { port, .. } => p.resident.contains(port) != neg,
+        Expr::Field(f) => relation(symtab, f, neg, p, sets, &|x, _| x != 0, &|_| false),
         Expr::Cmp { field, op, rhs } => {
             let test = |x: u128, width: u32| -> bool {
                 let hit = |v: &Value| -> bool {
@@ -99,7 +108,7 @@ pub fn eval_expr(symtab: &SymbolTable, e: &Expr, p: &Packet, sets: &Sets) -> boo
                 });
                 if *op == RelOp::Ne { !hit } else { hit }
             };
-            relation(symtab, field, p, sets, &test, &stest)
+            relation(symtab, field, neg, p, sets, &test, &stest)
         }
         Expr::Range {
             field,
@@ -128,15 +137,17 @@ pub fn eval_expr(symtab: &SymbolTable, e: &Expr, p: &Packet, sets: &Sets) -> boo
                 };
                 first && second
             };
-            relation(symtab, field, p, sets, &test, &|_| false)
+            relation(symtab, field, neg, p, sets, &test, &|_| false)
         }
     }
 }
 
-/// Evaluates a use of `f`: the test on its bits, and its prerequisites.
+/// Evaluates a use of `f`: the (possibly negated) test on its bits, and, positively, its
+/// prerequisites.
 fn relation(
     symtab: &SymbolTable,
     f: &FieldRef,
+    neg: bool,
     p: &Packet,
     sets: &Sets,
     test: &dyn Fn(u128, u32) -> bool,
@@ -147,13 +158,21 @@ fn relation(
     };
     let holds = match (&r.symbol.kind, r.bits) {
         (SymbolKind::Predicate(e), _) => {
-            let b = eval_expr(symtab, e, p, sets);
-            test(u128::from(b), 1)
+            // `pred OP v` is `pred` or `!pred`: evaluate the expansion with the negation pushed
+            // into it.
+            let want_true = test(1, 1);
+            let want_false = test(0, 1);
+            match (want_true, want_false) {
+                (true, true) => !neg,
+                (false, false) => neg,
+                (true, false) => eval(symtab, e, neg, p, sets),
+                (false, true) => eval(symtab, e, !neg, p, sets),
+            }
         }
-        (_, Some((id, _, _))) if r.symbol.string => stest(p.port(id)),
+        (_, Some((id, _, _))) if r.symbol.string => stest(p.port(id)) != neg,
         (_, Some((id, lo, hi))) => {
             let w = hi - lo + 1;
-            test((p.get(id) >> lo) & width_mask(w), w)
+            test((p.get(id) >> lo) & width_mask(w), w) != neg
         }
         _ => false,
     };
@@ -161,7 +180,7 @@ fn relation(
         && r.symbol
             .prereq
             .as_ref()
-            .is_none_or(|pre| eval_expr(symtab, pre, p, sets))
+            .is_none_or(|pre| eval(symtab, pre, false, p, sets))
 }
 
 fn eval_atom(a: &Atom, p: &Packet) -> bool {

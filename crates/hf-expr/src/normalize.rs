@@ -7,10 +7,12 @@
 //! `|big| * 3` conjunctions. A classifier implements a conjunction with dimensions either with
 //! conjunction ids (OpenFlow `conjunction(id, k/n)`) or by expanding them itself.
 //!
-//! Semantics follow OVN: every use of a field carries its prerequisites (`tcp.dst == 80` means
-//! `tcp.dst == 80 && ip.proto == 6 && (eth.type == 0x800 || eth.type == 0x86dd)`), negation is
-//! pushed to the leaves, `!=` on a masked value becomes one single-bit test per mask bit, and
-//! ordered relations become prefix (masked) ranges.
+//! Semantics follow OVN: negation is pushed into the comparisons, and every comparison then
+//! carries its field's prerequisites, positively (`tcp.dst == 80` means `tcp.dst == 80 &&
+//! ip.proto == 6 && (eth.type == 0x800 || eth.type == 0x86dd)`, and `!(tcp.dst == 80)` means
+//! `tcp.dst != 80 && ip.proto == 6 && ...`; `!ct.est` means `ct.trk && !ct.est`). `!=` on a
+//! masked value becomes one single-bit test per mask bit, and ordered relations become prefix
+//! (masked) ranges.
 
 use crate::ast::{Expr, FieldRef, RelOp, Rhs, Term, Value};
 use crate::constant::{Constant, width_mask};
@@ -211,8 +213,9 @@ impl<'a> Normalizer<'a> {
                 dims: Vec::new(),
             }]),
             Expr::Field(f) => {
-                let one = Rhs::One(Term::new(Value::Const(Constant::dec(1))));
-                self.cmp(f, RelOp::Eq, &one, neg, sets)
+                // A bare field means `f != 0` (for one bit, `f == 1`).
+                let zero = Rhs::One(Term::new(Value::Const(Constant::dec(0))));
+                self.cmp(f, RelOp::Ne, &zero, neg, sets)
             }
             Expr::Cmp { field, op, rhs } => self.cmp(field, *op, rhs, neg, sets),
             Expr::Range {
@@ -262,13 +265,11 @@ impl<'a> Normalizer<'a> {
         }
         let effective = if neg { op.negate() } else { op };
         let mut core = self.relation(&r, effective, rhs, sets)?;
+        // Prerequisites hold whatever the test: OVN pushes `!` into the comparison while parsing
+        // and adds prerequisites afterwards, so `!ct.est` is `ct.trk && !ct.est`.
         if let Some(p) = &sym.prereq {
-            let pd = self.cached(sym.name, neg, p, sets)?;
-            core = if neg {
-                self.or_all(vec![core, pd])?
-            } else {
-                self.and_all(vec![core, pd])?
-            };
+            let pd = self.cached(sym.name, false, p, sets)?;
+            core = self.and_all(vec![core, pd])?;
         }
         Ok(core)
     }

@@ -340,7 +340,7 @@ fn parse_const_first(c: &mut Cursor) -> Result<Expr> {
                 return match low.value {
                     Value::Const(Constant {
                         value: v @ (0 | 1),
-                        format: Format::Decimal | Format::Hex,
+                        format: Format::Decimal,
                         mask: None,
                     }) => Ok(Expr::Bool(v == 1)),
                     Value::Const(_) => Err(ParseError::new(

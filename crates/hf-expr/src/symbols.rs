@@ -268,6 +268,9 @@ pub struct Symbol {
     pub writable: bool,
     /// The prerequisite, parsed.
     pub prereq: Option<Box<Expr>>,
+    /// A nominal predicate (its expansion tests a nominal field, like `ip4`'s `eth.type`): it
+    /// may only be tested positively (`ip4`, `ip4 == 1`, never `!ip4` or `ip4 == 0`).
+    pub positive_only: bool,
 }
 
 /// FNV-1a: symbol names are short and trusted-length, and lookups are on the parser's hot path.
@@ -326,6 +329,7 @@ impl SymbolTable {
                 string: d.string,
                 writable: d.writable,
                 prereq: d.prereq.map(must_parse),
+                positive_only: false,
             });
         }
         for &(name, field, lo, hi, prereq) in SUBFIELDS {
@@ -340,6 +344,7 @@ impl SymbolTable {
                 string: false,
                 writable: d.writable && !name.starts_with("ct."),
                 prereq: prereq.or(d.prereq).map(must_parse),
+                positive_only: false,
             });
         }
         for &(name, text) in PREDICATES {
@@ -351,9 +356,21 @@ impl SymbolTable {
                 string: false,
                 writable: false,
                 prereq: None,
+                positive_only: false,
             });
         }
         names.sort_unstable();
+        // A predicate is nominal when its expansion tests a nominal field or a nominal
+        // predicate; expansions only name earlier entries, so one pass in order suffices.
+        for &(name, _) in PREDICATES {
+            let nominal = match symbols.get(name).map(|s| &s.kind) {
+                Some(SymbolKind::Predicate(e)) => tests_nominal(&symbols, e),
+                _ => false,
+            };
+            if let Some(s) = symbols.get_mut(name) {
+                s.positive_only = nominal;
+            }
+        }
         Self { symbols, names }
     }
 
@@ -381,6 +398,22 @@ impl SymbolTable {
             .filter(|(d, n)| *d <= 2.max(n.len() / 4))
             .min()
             .map(|(_, n)| n)
+    }
+}
+
+fn tests_nominal(symbols: &FnvMap<&'static str, Symbol>, e: &Expr) -> bool {
+    let sym_nominal = |name: &str| {
+        symbols.get(name).is_some_and(|s| match s.kind {
+            SymbolKind::Predicate(_) => s.positive_only,
+            _ => !s.ordinal,
+        })
+    };
+    match e {
+        Expr::Field(f) => sym_nominal(&f.name),
+        Expr::Cmp { field, .. } | Expr::Range { field, .. } => sym_nominal(&field.name),
+        Expr::Not(x) => tests_nominal(symbols, x),
+        Expr::And(v) | Expr::Or(v) => v.iter().any(|x| tests_nominal(symbols, x)),
+        _ => false,
     }
 }
 
@@ -445,5 +478,18 @@ mod tests {
         );
         assert_eq!(t.get("xxreg1").expect("xxreg1").width, 128);
         assert_eq!(t.suggest("tcp.dts"), Some("tcp.dst"));
+        // Predicates over nominal fields may only be tested positively; others are boolean.
+        for (name, nominal) in [
+            ("ip4", true),
+            ("ip", true),
+            ("tcp", true),
+            ("nd_ns", true),
+            ("icmp", true),
+            ("ip.later_frag", false),
+            ("eth.bcast", false),
+            ("ip4.mcast", false),
+        ] {
+            assert_eq!(t.get(name).expect(name).positive_only, nominal, "{name}");
+        }
     }
 }

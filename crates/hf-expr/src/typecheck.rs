@@ -69,7 +69,8 @@ pub fn resolve<'a>(symtab: &'a SymbolTable, f: &FieldRef) -> Result<Resolved<'a>
             format!("string field `{}` cannot be subscripted", f.name),
         ));
     }
-    if !symbol.ordinal {
+    let (lo, hi) = sub.bounds();
+    if !symbol.ordinal && (lo != 0 || hi + 1 != width) {
         return Err(err(
             ErrorKind::Type,
             f.span,
@@ -77,7 +78,6 @@ pub fn resolve<'a>(symtab: &'a SymbolTable, f: &FieldRef) -> Result<Resolved<'a>
         )
         .with_help("only ordinal (maskable) fields have subfields"));
     }
-    let (lo, hi) = sub.bounds();
     if hi >= width {
         return Err(err(
             ErrorKind::Width,
@@ -119,7 +119,9 @@ fn check_expr(symtab: &SymbolTable, e: &Expr, negated: bool) -> Result<()> {
                     f.name
                 )));
             }
-            if r.width != 1 {
+            // A bare field means `f != 0`; OVN insists on writing that out for multibit
+            // fields, except under `!` (where `!reg0` reads naturally as `reg0 == 0`).
+            if r.width != 1 && !negated {
                 return Err(err(
                     ErrorKind::Type,
                     f.span,
@@ -132,6 +134,9 @@ fn check_expr(symtab: &SymbolTable, e: &Expr, negated: bool) -> Result<()> {
                     "an explicit `{} != 0` is required to test a multibit field against 0",
                     f.name
                 )));
+            }
+            if r.symbol.positive_only && negated {
+                return Err(nominal_predicate(f));
             }
             Ok(())
         }
@@ -154,6 +159,16 @@ fn check_expr(symtab: &SymbolTable, e: &Expr, negated: bool) -> Result<()> {
             Ok(())
         }
     }
+}
+
+fn nominal_predicate(f: &FieldRef) -> ParseError {
+    let n = &f.name;
+    err(
+        ErrorKind::Type,
+        f.span,
+        format!("nominal predicate `{n}` may only be tested positively (taking enclosing `!` into account)"),
+    )
+    .with_help(format!("write `{n}` or `{n} == 1`, not `!{n}` or `{n} == 0`; match the alternatives positively instead"))
 }
 
 fn check_ordinal_const(r: &Resolved<'_>, field: &FieldRef, t: &Term) -> Result<()> {
@@ -239,6 +254,12 @@ fn check_cmp(
     }
     for t in rhs.terms() {
         check_value(&r, field, op, t)?;
+        if let (true, Value::Const(c)) = (r.symbol.positive_only, &t.value) {
+            let positive = ((c.value & 1 == 1) != (op == RelOp::Ne)) != negated;
+            if !positive {
+                return Err(nominal_predicate(field));
+            }
+        }
     }
     Ok(())
 }
