@@ -839,15 +839,54 @@ fn rename_ct_mark(f: &FieldRef) -> FieldRef {
 }
 
 /// Rewrites a match into the spellings `target` understands (`ct_mark.*` subfields into the
-/// same `ct_label` bits when `ct-mark-subfields` is missing), then checks what is left.
+/// same `ct_label` bits when `ct-mark-subfields` is missing, `ip4.src_mcast` into its expansion
+/// when `ip4-src-mcast` is), then checks what is left.
 pub fn lower_expr(e: &Expr, target: &FeatureSet) -> Result<Expr> {
-    let lowered = if target.contains("ct-mark-subfields") {
+    let mut lowered = if target.contains("ct-mark-subfields") {
         e.clone()
     } else {
         map_fields(e, &rename_ct_mark)
     };
+    if !target.contains("ip4-src-mcast") {
+        lowered = expand_src_mcast(&lowered);
+    }
     check_expr(&lowered, target).map_err(as_lowering)?;
     Ok(lowered)
+}
+
+/// `ip4.src_mcast` is `ip4.src[28..31] == 0xe`.
+fn expand_src_mcast(e: &Expr) -> Expr {
+    let expansion = || Expr::Cmp {
+        field: FieldRef::bits("ip4.src", 28, 31),
+        op: crate::ast::RelOp::Eq,
+        rhs: crate::ast::Rhs::One(crate::ast::Term::new(Value::Const(Constant::new(
+            0xe,
+            Format::Hex,
+        )))),
+    };
+    match e {
+        Expr::Field(f) if f.name == "ip4.src_mcast" && f.sub.is_none() => expansion(),
+        // `ip4.src_mcast == 1`, `!= 0`, `== 0`, `!= 1`.
+        Expr::Cmp {
+            field,
+            op,
+            rhs:
+                crate::ast::Rhs::One(crate::ast::Term {
+                    value: Value::Const(c),
+                    ..
+                }),
+        } if field.name == "ip4.src_mcast" && field.sub.is_none() => {
+            if (c.value == 1) == (*op == crate::ast::RelOp::Eq) {
+                expansion()
+            } else {
+                Expr::Not(Box::new(expansion()))
+            }
+        }
+        Expr::Not(x) => Expr::Not(Box::new(expand_src_mcast(x))),
+        Expr::And(v) => Expr::And(v.iter().map(expand_src_mcast).collect()),
+        Expr::Or(v) => Expr::Or(v.iter().map(expand_src_mcast).collect()),
+        other => other.clone(),
+    }
 }
 
 fn as_lowering(mut e: ParseError) -> ParseError {
@@ -886,7 +925,8 @@ fn map_fields(e: &Expr, m: &impl Fn(&FieldRef) -> FieldRef) -> Expr {
 
 /// Rewrites an action list into the spellings `target` understands, then checks what is left:
 /// `ct_mark.*` subfields become `ct_label.*` without `ct-mark-subfields`; `ct_lb_mark` becomes
-/// `ct_lb` without `ct-lb-mark`; the block form of `ct_commit` becomes `ct_commit(ct_mark=V/M,
+/// `ct_lb` without `ct-lb-mark`; `ct_lb(backends=...)` without hash fields or flags becomes
+/// `ct_lb(ip:port, ...)` without `ct-lb-backends`; the block form of `ct_commit` becomes `ct_commit(ct_mark=V/M,
 /// ct_label=V/M)` without `ct-commit-block` (when the block only assigns constants).
 pub fn lower_actions(actions: &[Action], target: &FeatureSet) -> Result<Vec<Action>> {
     let mut out = Vec::with_capacity(actions.len());
@@ -910,15 +950,22 @@ fn lower_action(a: &Action, target: &FeatureSet) -> Result<Action> {
             src: rename_ct_mark(src),
             span: *span,
         },
-        Action::CtLb {
-            mark: true,
-            args,
-            span,
-        } if !target.contains("ct-lb-mark") => Action::CtLb {
-            mark: false,
-            args: args.clone(),
-            span: *span,
-        },
+        Action::CtLb { mark, args, span } => {
+            let mark = *mark && target.contains("ct-lb-mark");
+            let mut args = args.clone();
+            // `backends=` without hash fields or flags has the old positional spelling.
+            if let Some(a) = &mut args {
+                if !target.contains("ct-lb-backends") && a.hash_fields.is_none() && a.flag.is_none()
+                {
+                    a.legacy = true;
+                }
+            }
+            Action::CtLb {
+                mark,
+                args,
+                span: *span,
+            }
+        }
         Action::Nested { kind, body, span } => Action::Nested {
             kind: *kind,
             body: body
