@@ -954,11 +954,12 @@ fn lower_action(a: &Action, target: &FeatureSet) -> Result<Action> {
             let mark = *mark && target.contains("ct-lb-mark");
             let mut args = args.clone();
             // `backends=` without hash fields or flags has the old positional spelling.
-            if let Some(a) = &mut args {
-                if !target.contains("ct-lb-backends") && a.hash_fields.is_none() && a.flag.is_none()
-                {
-                    a.legacy = true;
-                }
+            if let Some(a) = &mut args
+                && !target.contains("ct-lb-backends")
+                && a.hash_fields.is_none()
+                && a.flag.is_none()
+            {
+                a.legacy = true;
             }
             Action::CtLb {
                 mark,
