@@ -298,14 +298,13 @@ fn every_older_spelling_in_the_registry_has_a_lowering() {
         if *is_match {
             let e = hf_expr::parse_match(symtab, text).expect("example parses");
             assert!(
-                features::check_expr(&e, &hf1).is_err(),
+                features::check_expr(&e, hf1).is_err(),
                 "{text} needs lowering"
             );
-            let l =
-                features::lower_expr(&e, &hf1).unwrap_or_else(|err| panic!("{}: {err}", f.name));
+            let l = features::lower_expr(&e, hf1).unwrap_or_else(|err| panic!("{}: {err}", f.name));
             let printed = l.to_string();
             assert!(
-                hf_expr::parse_match_with(symtab, &printed, &hf1).is_ok(),
+                hf_expr::parse_match_with(symtab, &printed, hf1).is_ok(),
                 "{printed}"
             );
             if f.name == "ip4-src-mcast" {
@@ -317,14 +316,14 @@ fn every_older_spelling_in_the_registry_has_a_lowering() {
         } else {
             let a = parse_actions(symtab, text).expect("example parses");
             assert!(
-                features::check_actions(&a, &hf1).is_err(),
+                features::check_actions(&a, hf1).is_err(),
                 "{text} needs lowering"
             );
             let l =
-                features::lower_actions(&a, &hf1).unwrap_or_else(|err| panic!("{}: {err}", f.name));
+                features::lower_actions(&a, hf1).unwrap_or_else(|err| panic!("{}: {err}", f.name));
             let printed = hf_expr::printer::actions_to_string(&l);
             assert!(
-                parse_actions_with(symtab, &printed, &hf1).is_ok(),
+                parse_actions_with(symtab, &printed, hf1).is_ok(),
                 "{printed}"
             );
         }
