@@ -201,5 +201,26 @@ nb --liveness fwd-group-add fg1 sw1 20.0.0.50 00:00:00:00:01:50 vm4 vm5
 nb set logical_switch_port vm7 options:requested-chassis=hv1,gw1 options:activation-strategy=rarp
 nb set logical_router_port lr0-public options:prefix_delegation=true
 nb set logical_router_port lr0-sw1 options:prefix=true
+# An external port behind an HA chassis group, a source-IP route, a route table, a load
+# balancer group, IPv6 reject ACLs, SNAT for a router with several gateways' worth of options.
+nb ha-chassis-group-add hagrp
+nb ha-chassis-group-add-chassis hagrp gw1 30
+nb ha-chassis-group-add-chassis hagrp gw2 20
+hag=$(nb --bare --columns=_uuid find ha_chassis_group name=hagrp)
+nb lsp-add sw1 ext1 -- lsp-set-type ext1 external \
+  -- lsp-set-addresses ext1 "50:54:00:00:01:08 20.0.0.18" \
+  -- set logical_switch_port ext1 ha_chassis_group="$hag"
+nb --policy=src-ip lr-route-add lr0 20.0.0.64/26 172.168.0.30
+nb lr-route-add lr0 70.0.0.0/24 172.168.0.31 -- set logical_router_port lr0-sw1 options:route_table=rtb1
+nb --route-table=rtb1 lr-route-add lr0 80.0.0.0/24 172.168.0.32
+nb lb-add lb-grp 10.0.0.105:8443 "10.0.0.11:8443" tcp
+lbgrp=$(nb --bare --columns=_uuid find load_balancer name=lb-grp)
+lbg=$(nb create load_balancer_group name=lbg1 load_balancer="$lbgrp")
+nb add logical_switch sw1 load_balancer_group "$lbg"
+nb add logical_router gr0 load_balancer_group "$lbg"
+nb acl-add sw1 from-lport 1100 'ip6 && tcp.dst == 22' reject
+nb acl-add sw1 to-lport 1100 'ip6 && udp' reject
+nb lsp-add sw0 vm8 -- lsp-set-addresses vm8 "50:54:00:00:00:08 10.0.0.18 aef0::18" \
+  -- lsp-set-port-security vm8 "50:54:00:00:00:08 10.0.0.18/24 aef0::/64"
 nb --wait=sb sync
 sb lflow-list
