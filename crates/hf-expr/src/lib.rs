@@ -18,6 +18,35 @@
 //! - [`lflow_list`] reads `ovn-sbctl lflow-list` output and [`cli`] implements
 //!   `holdfast lflow check|normalize` over a reader and a writer.
 //!
+//! ```
+//! use hf_expr::{Action, Constant, Expr, FieldRef, SymbolTable, Value};
+//! use hf_expr::normalize::{Limits, Normalizer, Sets};
+//! use hf_expr::printer::actions_to_string;
+//!
+//! let symtab = SymbolTable::shared();
+//! // A controller: parse and type-check SB text, normalise the match for the classifier.
+//! let m = hf_expr::parse_match(symtab, "ip4.src == {10.0.0.1, 10.0.0.2} && tcp.dst == 80").unwrap();
+//! let n = Normalizer::new(symtab, Limits::default()).normalize(&m, &Sets::default()).unwrap();
+//! assert_eq!(n.disjuncts.len(), 2);
+//!
+//! // northd: build typed trees and print them as SB text.
+//! let actions = vec![
+//!     Action::ct_commit_block(vec![Action::assign(
+//!         FieldRef::new("ct_label.blocked"),
+//!         Value::Const(Constant::dec(0)),
+//!     )]),
+//!     Action::next(),
+//! ];
+//! let text = actions_to_string(&actions);
+//! assert_eq!(text, "ct_commit { ct_label.blocked = 0; }; next;");
+//! assert_eq!(hf_expr::parse_actions(symtab, &text).unwrap(), actions);
+//!
+//! // Speaking down to an hf-1 chassis (incident B): the block form has an older spelling.
+//! let old = hf_expr::features::lower_actions(&actions, &hf_expr::FeatureSet::level(hf_expr::Level::Hf1)).unwrap();
+//! assert_eq!(actions_to_string(&old), "ct_commit(ct_label=0x0/0x1); next;");
+//! # let _ = Expr::Bool(true);
+//! ```
+//!
 //! What it does not do: execute actions (that is `hf-pipeline`), talk to databases, or read
 //! files, sockets or clocks (the CLI helper takes a reader and a writer). No input makes it
 //! panic; recursion is bounded by [`parser::MAX_DEPTH`].

@@ -613,6 +613,84 @@ pub enum Action {
     },
 }
 
+/// Constructors for the actions northd builds most, without spans.
+impl Action {
+    /// `next;`
+    pub fn next() -> Action {
+        Action::Next {
+            args: NextArgs::Plain,
+            span: Span::default(),
+        }
+    }
+
+    /// `next(pipeline=P, table=N);`
+    pub fn next_table(pipeline: Option<Pipeline>, table: u32) -> Action {
+        Action::Next {
+            args: NextArgs::Named {
+                pipeline,
+                table: Some(table),
+            },
+            span: Span::default(),
+        }
+    }
+
+    /// `output;`
+    pub fn output() -> Action {
+        Action::Output {
+            span: Span::default(),
+        }
+    }
+
+    /// `drop;` (valid only as the whole list).
+    pub fn drop() -> Action {
+        Action::Drop {
+            span: Span::default(),
+        }
+    }
+
+    /// `dst = value;`
+    pub fn assign(dst: FieldRef, value: Value) -> Action {
+        Action::Assign {
+            dst,
+            value,
+            span: Span::default(),
+        }
+    }
+
+    /// `dst = src;`
+    pub fn move_field(dst: FieldRef, src: FieldRef) -> Action {
+        Action::Move {
+            dst,
+            src,
+            span: Span::default(),
+        }
+    }
+
+    /// `ct_commit { body };`
+    pub fn ct_commit_block(body: Vec<Action>) -> Action {
+        Action::CtCommit {
+            args: CtCommit::Block(body),
+            span: Span::default(),
+        }
+    }
+
+    /// `ct_next;`
+    pub fn ct_next() -> Action {
+        Action::CtNext {
+            span: Span::default(),
+        }
+    }
+
+    /// A nested action: `kind { body };`
+    pub fn nested(kind: NestedKind, body: Vec<Action>) -> Action {
+        Action::Nested {
+            kind,
+            body,
+            span: Span::default(),
+        }
+    }
+}
+
 /// Every action keyword, for "did you mean" help.
 pub const ACTION_NAMES: &[&str] = &[
     "next",
