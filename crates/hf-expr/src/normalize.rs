@@ -813,11 +813,37 @@ impl fmt::Display for Normalized {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::SymbolTable;
 
     fn prefixes(a: u128, b: u128, w: u32) -> Vec<(u128, u128)> {
         let mut v = Vec::new();
         range_prefixes(a, b, w, &mut |x, m| v.push((x, m)));
         v
+    }
+
+    #[test]
+    fn large_sets_become_dimensions_not_cross_products() {
+        let symtab = SymbolTable::shared();
+        let mut sets = Sets::default();
+        let big: Vec<Constant> = (0..10_000u128)
+            .map(|i| Constant::new(0x0a00_0000 + i, crate::constant::Format::Ipv4))
+            .collect();
+        sets.addr_sets.insert("big".into(), big);
+        sets.port_groups
+            .insert("pg".into(), (0..50).map(|i| format!("p{i}")).collect());
+        let e = crate::parse_match(
+            symtab,
+            "outport == @pg && ip4 && ip4.src == $big && tcp.dst == {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}",
+        )
+        .expect("parses");
+        let n = Normalizer::new(symtab, Limits::default())
+            .normalize(&e, &sets)
+            .expect("normalises");
+        // 50 x 10,000 x 10 = 5,000,000 conjunctions if multiplied out; as dimensions it stays
+        // one conjunction with about 10,060 atoms.
+        assert_eq!(n.disjuncts.len(), 1, "{}", n.disjuncts.len());
+        assert_eq!(n.disjuncts[0].dims.len(), 3);
+        assert!(n.atom_count() < 10_100, "{}", n.atom_count());
     }
 
     #[test]
