@@ -1,6 +1,7 @@
 //! `holdfast`: the command-line entry point. Thin: parses arguments and wires crates together.
 
 mod db;
+mod lflow;
 
 use clap::{Parser, Subcommand};
 
@@ -17,12 +18,15 @@ enum Command {
     /// The OVSDB server: serves the NB and SB databases (and any other) to ovn-nbctl,
     /// ovsdb-client, OVS's IDLs and holdfast's own components.
     Db(db::DbArgs),
+    /// Check and explain OVN logical flows (match/action language).
+    Lflow(lflow::LflowArgs),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
         Command::Db(args) => db::run(args),
+        Command::Lflow(args) => lflow::run(args).map(|code| std::process::ExitCode::from(u8::try_from(code).unwrap_or(1))),
     };
     match r {
         Ok(code) => code,

@@ -1,5 +1,6 @@
 //! The suites. Each module runs one workload family and reports through [`crate::Report`].
 
+pub mod expr;
 pub mod ovsdb;
 
 use crate::{Opts, Report};
@@ -8,8 +9,15 @@ use crate::{Opts, Report};
 pub type SuiteFn = fn(&Opts, &mut Report) -> anyhow::Result<()>;
 
 /// (name, one-line description, entry point), in the order `all` runs them.
-pub const ALL: &[(&str, &str, SuiteFn)] = &[(
-    "ovsdb",
-    "holdfast db vs ovsdb-server: insert transactions/s and monitor fan-out",
-    ovsdb::run,
-)];
+pub const ALL: &[(&str, &str, SuiteFn)] = &[
+    (
+        "ovsdb",
+        "holdfast db vs ovsdb-server: insert transactions/s and monitor fan-out",
+        ovsdb::run,
+    ),
+    (
+        "expr",
+        "hf-expr parse + type-check + normalise throughput over real OVN 23.03 flows",
+        expr::run,
+    ),
+];
