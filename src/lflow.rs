@@ -47,4 +47,3 @@ pub fn run(args: LflowArgs) -> anyhow::Result<i32> {
         LflowCommand::Normalize { r#match } => hf_expr::cli::normalize(&r#match, &mut out)?,
     })
 }
-

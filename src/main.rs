@@ -26,7 +26,8 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
         Command::Db(args) => db::run(args),
-        Command::Lflow(args) => lflow::run(args).map(|code| std::process::ExitCode::from(u8::try_from(code).unwrap_or(1))),
+        Command::Lflow(args) => lflow::run(args)
+            .map(|code| std::process::ExitCode::from(u8::try_from(code).unwrap_or(1))),
     };
     match r {
         Ok(code) => code,
