@@ -153,7 +153,9 @@ pub struct NatRequest {
 
 /// Who committed a connection: a tag the controller chooses (e.g. its id). [`Owner::NONE`] is
 /// the absence of a tag. Flushing by owner removes exactly the connections committed with it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
+)]
 pub struct Owner(pub u32);
 
 impl Owner {

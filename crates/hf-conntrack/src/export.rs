@@ -14,9 +14,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::action::Owner;
-use crate::table::{
-    Conntrack, Entry, F_ASSURED, F_DNAT, F_LIVE, F_SEEN_REPLY, F_SNAT, NIL, ms,
-};
+use crate::table::{Conntrack, Entry, F_ASSURED, F_DNAT, F_LIVE, F_SEEN_REPLY, F_SNAT, NIL, ms};
 use crate::tcp::{TcpConn, TcpPeer, TcpState};
 use crate::tuple::Tuple;
 
@@ -166,7 +164,8 @@ fn well_formed(c: &ConnState) -> bool {
         && o.proto == r.proto
         && o.v6 == r.v6
         && (o.proto == hf_wire::ip_proto::TCP) == c.tcp.is_some()
-        && c.tcp.is_none_or(|t| TcpState::from_u8(t.state as u8) == Some(t.state))
+        && c.tcp
+            .is_none_or(|t| TcpState::from_u8(t.state as u8) == Some(t.state))
 }
 
 impl Conntrack {

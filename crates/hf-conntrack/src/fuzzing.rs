@@ -140,7 +140,11 @@ pub fn check_invariants(ct: &Conntrack) -> Result<(), String> {
         return Err(format!("len {} but {} live entries", ct.len, live.len()));
     }
     if ct.index.len() != 2 * ct.len {
-        return Err(format!("index holds {} tuples for {} entries", ct.index.len(), ct.len));
+        return Err(format!(
+            "index holds {} tuples for {} entries",
+            ct.index.len(),
+            ct.len
+        ));
     }
     let mut zones = vec![0u32; 1 << 16];
     let mut claims = 0;
@@ -164,7 +168,10 @@ pub fn check_invariants(ct: &Conntrack) -> Result<(), String> {
         zones[usize::from(e.orig.zone)] += 1;
     }
     if claims != ct.claims.len() {
-        return Err(format!("{} claims indexed, {claims} flagged", ct.claims.len()));
+        return Err(format!(
+            "{} claims indexed, {claims} flagged",
+            ct.claims.len()
+        ));
     }
     if zones != ct.zone_counts {
         return Err("zone counts disagree with the entries".into());
@@ -174,7 +181,9 @@ pub fn check_invariants(ct: &Conntrack) -> Result<(), String> {
     while i != NIL {
         let e = &ct.entries[i as usize];
         if !e.live() || e.flags & F_ASSURED != 0 {
-            return Err(format!("entry {i} on the unestablished list but dead or assured"));
+            return Err(format!(
+                "entry {i} on the unestablished list but dead or assured"
+            ));
         }
         unest += 1;
         if unest > ct.len {
@@ -187,7 +196,9 @@ pub fn check_invariants(ct: &Conntrack) -> Result<(), String> {
         .filter(|&&i| ct.entries[i as usize].flags & F_ASSURED == 0)
         .count();
     if unest != want {
-        return Err(format!("{unest} on the unestablished list, {want} unestablished"));
+        return Err(format!(
+            "{unest} on the unestablished list, {want} unestablished"
+        ));
     }
     let mut timed = 0;
     for slot in 0..crate::timer::SLOTS as usize {
@@ -195,7 +206,9 @@ pub fn check_invariants(ct: &Conntrack) -> Result<(), String> {
         while i != NIL {
             let e = &ct.entries[i as usize];
             if !e.live() || usize::from(e.slot) != slot {
-                return Err(format!("entry {i} in timer slot {slot} but dead or misfiled"));
+                return Err(format!(
+                    "entry {i} in timer slot {slot} but dead or misfiled"
+                ));
             }
             timed += 1;
             if timed > ct.len {

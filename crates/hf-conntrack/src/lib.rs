@@ -73,12 +73,10 @@ mod tcp;
 mod timer;
 mod tuple;
 
-pub use action::{
-    CommitRefused, CtAction, CtResult, CtState, Masked, NatRange, NatRequest, Owner,
-};
+pub use action::{CommitRefused, CtAction, CtResult, CtState, Masked, NatRange, NatRequest, Owner};
 pub use config::{Config, Timeouts};
 pub use export::{
-    CtExport, ConnState, EXPORT_VERSION, ImportError, ImportReport, Selection, TcpExport,
+    ConnState, CtExport, EXPORT_VERSION, ImportError, ImportReport, Selection, TcpExport,
 };
 pub use flush::FlushError;
 pub use table::{Conntrack, Stats};

@@ -107,9 +107,9 @@ impl Conntrack {
         let mut a = 0u128;
         while a < n_addrs && attempts < MAX_ATTEMPTS {
             cand.dst = (lo + (a0 + a) % n_addrs).to_be_bytes();
-            let ports = std::iter::once(orig_port).filter(|_| keep).chain(
-                (0..n_ports).map(|k| pmin + ((p0 + k) % n_ports) as u16),
-            );
+            let ports = std::iter::once(orig_port)
+                .filter(|_| keep)
+                .chain((0..n_ports).map(|k| pmin + ((p0 + k) % n_ports) as u16));
             for port in ports {
                 attempts += 1;
                 if attempts > MAX_ATTEMPTS {
@@ -134,7 +134,11 @@ impl Conntrack {
 
 /// The rewrite that makes a packet with tuple `cur` look like the inverse of `other`.
 pub(crate) fn rewrite_tuples(orig: &Tuple, reply: &Tuple, dir: usize) -> NatRewrite {
-    let (cur, other) = if dir == 0 { (orig, reply) } else { (reply, orig) };
+    let (cur, other) = if dir == 0 {
+        (orig, reply)
+    } else {
+        (reply, orig)
+    };
     let target = other.invert();
     let mut rw = NatRewrite::default();
     if target.src != cur.src {
@@ -162,7 +166,11 @@ pub(crate) fn rewrite(e: &Entry, dir: usize) -> NatRewrite {
 /// translated) back to how its sender sent it.
 pub(crate) fn related_rewrite(e: &Entry, dir: usize) -> NatRewrite {
     let outer = rewrite(e, dir);
-    let (cur, other) = if dir == 0 { (&e.orig, &e.reply) } else { (&e.reply, &e.orig) };
+    let (cur, other) = if dir == 0 {
+        (&e.orig, &e.reply)
+    } else {
+        (&e.reply, &e.orig)
+    };
     let quoted = cur.invert();
     let mut rw = NatRewrite {
         src: outer.src,

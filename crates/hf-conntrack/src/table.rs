@@ -248,7 +248,9 @@ impl Conntrack {
     pub(crate) fn find(&self, t: &Tuple) -> Option<(u32, usize)> {
         let entries = &self.entries;
         self.index
-            .find(self.hash(t), |&v| entries[(v >> 1) as usize].tuple((v & 1) as usize) == t)
+            .find(self.hash(t), |&v| {
+                entries[(v >> 1) as usize].tuple((v & 1) as usize) == t
+            })
             .map(|&v| (v >> 1, (v & 1) as usize))
     }
 
@@ -257,7 +259,12 @@ impl Conntrack {
         let entries = &self.entries;
         let key = Tuple { zone: 0, ..*t };
         self.claims
-            .find(self.claim_hash(t), |&v| Tuple { zone: 0, ..entries[v as usize].reply } == key)
+            .find(self.claim_hash(t), |&v| {
+                Tuple {
+                    zone: 0,
+                    ..entries[v as usize].reply
+                } == key
+            })
             .copied()
     }
 
@@ -331,7 +338,11 @@ impl Conntrack {
             if e.expires <= now {
                 stale = Some(idx);
             } else if !is_tcp {
-                return Plan::Hit { idx, dir, tcp: None };
+                return Plan::Hit {
+                    idx,
+                    dir,
+                    tcp: None,
+                };
             } else {
                 let mut c = e.tcp;
                 match c.update(dir, &p.tcp, flags, self.cfg.tcp_liberal) {
@@ -342,7 +353,13 @@ impl Conntrack {
                             tcp: Some(c),
                         };
                     }
-                    TcpVerdict::Ignored => return Plan::Hit { idx, dir, tcp: None },
+                    TcpVerdict::Ignored => {
+                        return Plan::Hit {
+                            idx,
+                            dir,
+                            tcp: None,
+                        };
+                    }
                     TcpVerdict::Invalid => {
                         let mut r = self.result(idx, dir, &CtAction::default(), false);
                         r.state = CtState::TRK | CtState::INV;
@@ -494,11 +511,17 @@ impl Conntrack {
             }
         };
         let (entries, hasher) = (&self.entries, &self.hasher);
-        let rehash = |v: &u32| hasher.hash_one(entries[(*v >> 1) as usize].tuple((*v & 1) as usize));
+        let rehash =
+            |v: &u32| hasher.hash_one(entries[(*v >> 1) as usize].tuple((*v & 1) as usize));
         self.index.insert_unique(h0, idx << 1, rehash);
         self.index.insert_unique(h1, (idx << 1) | 1, rehash);
         if claim {
-            let rehash = |v: &u32| hasher.hash_one(Tuple { zone: 0, ..entries[*v as usize].reply });
+            let rehash = |v: &u32| {
+                hasher.hash_one(Tuple {
+                    zone: 0,
+                    ..entries[*v as usize].reply
+                })
+            };
             self.claims.insert_unique(ch, idx, rehash);
         }
         self.zone_counts[zone] += 1;
@@ -573,7 +596,6 @@ impl Conntrack {
             refused: None,
         }
     }
-
 }
 
 /// `snat`/`dnat` bits for a packet in direction `dir` of a connection with NAT `flags`: the bit

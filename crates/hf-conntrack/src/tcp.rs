@@ -230,7 +230,13 @@ impl TcpConn {
 
     /// Runs one packet in direction `dir` (0 original, 1 reply) through the state table and the
     /// window check. `liberal` accepts out-of-window packets (without learning from them).
-    pub fn update(&mut self, dir: usize, seg: &TcpSegment, flags: u16, liberal: bool) -> TcpVerdict {
+    pub fn update(
+        &mut self,
+        dir: usize,
+        seg: &TcpSegment,
+        flags: u16,
+        liberal: bool,
+    ) -> TcpVerdict {
         if !flags_valid(flags) {
             return TcpVerdict::Invalid;
         }

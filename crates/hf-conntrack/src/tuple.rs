@@ -157,7 +157,10 @@ pub(crate) fn extract(zone: u16, p: &Parsed) -> Extracted {
     let (src, dst) = if v6 {
         (k.ip6_src.octets(), k.ip6_dst.octets())
     } else {
-        (k.ip4_src.to_ipv6_mapped().octets(), k.ip4_dst.to_ipv6_mapped().octets())
+        (
+            k.ip4_src.to_ipv6_mapped().octets(),
+            k.ip4_dst.to_ipv6_mapped().octets(),
+        )
     };
     let mut t = Tuple {
         src,
