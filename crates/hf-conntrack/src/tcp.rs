@@ -268,7 +268,6 @@ impl TcpConn {
         let syn = flags & tcp_flags::SYN != 0;
         let rst = flags & tcp_flags::RST != 0;
         let ackf = flags & tcp_flags::ACK != 0;
-        let fin = flags & tcp_flags::FIN != 0;
         let [a, b] = &mut self.peers;
         let (s, r) = if dir == 0 { (a, b) } else { (b, a) };
         let mut seq = seg.seq;
@@ -286,7 +285,8 @@ impl TcpConn {
                     s.scale = 0;
                     r.scale = 0;
                 }
-                if !fin {
+                if !ackf {
+                    // A SYN without ACK (simultaneous open): nothing to check yet.
                     return true;
                 }
             } else {

@@ -1,0 +1,220 @@
+//! `conntrack`: `hf-conntrack` on one core.
+//!
+//! - `new_connections/...`: commits of TCP SYNs with distinct tuples into an empty table, plain
+//!   and with SNAT port allocation (conn/s; goal at least 1 M/s).
+//! - `lookups/...`: `ct_next`-style lookups (with TCP window tracking) of packets drawn uniformly
+//!   at random, both directions, across 10,000 established connections (lookups/s).
+//! - `bytes_per_entry/...`: heap growth over one million connections divided by one million,
+//!   measured with hf-bench's counting allocator (goal at most 256).
+//!
+//! Packets are parsed once up front; the loops time conntrack alone.
+
+use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+
+use hf_conntrack::fuzzing::{Seg, tcp_frame};
+use hf_conntrack::{Config, Conntrack, CtAction, NatRange, Owner};
+use hf_wire::{Parsed, parse, tcp_flags};
+
+use crate::report::Better;
+use crate::{Opts, Report};
+
+/// Runs `f` and says how long it took (benchmarks are the one place that reads the clock).
+#[allow(clippy::disallowed_methods)]
+fn timed<R>(f: impl FnOnce() -> R) -> (R, Duration) {
+    let t = Instant::now();
+    let r = f();
+    (r, t.elapsed())
+}
+
+fn segment(
+    src: IpAddr,
+    sport: u16,
+    dst: IpAddr,
+    dport: u16,
+    flags: u16,
+    seq: u32,
+    ack: u32,
+    len: usize,
+) -> anyhow::Result<Parsed> {
+    let f = tcp_frame(&Seg {
+        src,
+        dst,
+        sport,
+        dport,
+        flags,
+        seq,
+        ack,
+        win: 65535,
+        payload: len,
+    });
+    Ok(parse(&f, 0, 0)?)
+}
+
+/// Commits `n` SYNs with distinct tuples; returns (elapsed, heap growth in bytes).
+fn commit_many(n: u32, snat: bool) -> anyhow::Result<(Duration, usize, usize)> {
+    let syn = segment(
+        Ipv4Addr::new(10, 0, 0, 1).into(),
+        1,
+        Ipv4Addr::new(192, 0, 2, 1).into(),
+        80,
+        tcp_flags::SYN,
+        1,
+        0,
+        0,
+    )?;
+    let act = if snat {
+        CtAction::commit(Owner(1)).snat(NatRange {
+            addr_min: Ipv4Addr::new(198, 51, 100, 1).into(),
+            addr_max: Ipv4Addr::new(198, 51, 100, 4).into(),
+            port_min: 1024,
+            port_max: 65535,
+        })
+    } else {
+        CtAction::commit(Owner(1))
+    };
+    let before = crate::alloc::live_bytes();
+    let mut ct = Conntrack::new(Config {
+        max_connections: n as usize * 2,
+        ..Config::default()
+    });
+    let now = Duration::from_secs(1);
+    let mut p = syn;
+    let ((), el) = timed(|| {
+        for i in 0..n {
+            // 16 sources per /24, 4,096 ports each; with SNAT, 16 peers share the external range.
+            p.key.ip4_src = Ipv4Addr::from(0x0a00_0000 | (i >> 12));
+            p.key.tp_src = 1024 + (i & 0xfff) as u16;
+            p.key.ip4_dst = Ipv4Addr::from(0xc000_0200 | (i & 0xf));
+            black_box(ct.process(1, black_box(&p), now, &act));
+        }
+    });
+    let grown = crate::alloc::live_bytes().saturating_sub(before);
+    let len = ct.len();
+    drop(ct);
+    Ok((el, grown, len))
+}
+
+pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
+    let (n_new, n_est, n_lookups) = if opts.tiny {
+        (10_000u32, 1_000u32, 100_000usize)
+    } else {
+        (1_000_000, 10_000, 20_000_000)
+    };
+    let label = if opts.tiny { "10k" } else { "1M" };
+
+    let (el, grown, len) = commit_many(n_new, false)?;
+    anyhow::ensure!(
+        len == n_new as usize,
+        "only {len} of {n_new} connections were created"
+    );
+    report.result(
+        &format!("new_connections/tcp-syn-commit,{label}-distinct,empty-table"),
+        f64::from(n_new) / el.as_secs_f64(),
+        "conn/s",
+    );
+    report.compare(
+        &format!("bytes_per_entry/tcp,{label}-entries"),
+        grown as f64 / f64::from(n_new),
+        "bytes",
+        Better::Lower,
+        "goal",
+        256.0,
+    );
+    let (el, _, len) = commit_many(n_new, true)?;
+    anyhow::ensure!(
+        len == n_new as usize,
+        "only {len} of {n_new} SNAT connections were created"
+    );
+    report.result(
+        &format!("new_connections/tcp-syn-commit-snat-4-ips,{label}-distinct,empty-table"),
+        f64::from(n_new) / el.as_secs_f64(),
+        "conn/s",
+    );
+
+    // 10,000 established connections, then packets drawn uniformly at random across them.
+    let mut ct = Conntrack::new(Config::default());
+    let now = Duration::from_secs(1);
+    let server: IpAddr = Ipv4Addr::new(192, 0, 2, 1).into();
+    let mut pkts = Vec::with_capacity(2 * n_est as usize);
+    for i in 0..n_est {
+        let client: IpAddr = Ipv4Addr::from(0x0a00_0000 | (i >> 8)).into();
+        let port = 20_000 + (i & 0xff) as u16;
+        let (c, s) = (1_000u32, 9_000u32);
+        let steps = [
+            segment(client, port, server, 80, tcp_flags::SYN, c, 0, 0)?,
+            segment(
+                server,
+                80,
+                client,
+                port,
+                tcp_flags::SYN | tcp_flags::ACK,
+                s,
+                c + 1,
+                0,
+            )?,
+            segment(client, port, server, 80, tcp_flags::ACK, c + 1, s + 1, 0)?,
+        ];
+        for p in &steps {
+            ct.process(1, p, now, &CtAction::commit(Owner(1)));
+        }
+        pkts.push(segment(
+            client,
+            port,
+            server,
+            80,
+            tcp_flags::ACK,
+            c + 1,
+            s + 1,
+            100,
+        )?);
+        pkts.push(segment(
+            server,
+            80,
+            client,
+            port,
+            tcp_flags::ACK,
+            s + 1,
+            c + 1,
+            100,
+        )?);
+    }
+    anyhow::ensure!(
+        ct.len() == n_est as usize,
+        "handshakes left {} connections",
+        ct.len()
+    );
+    // Uniform random draws (xorshift64*), precomputed so the loop times conntrack only.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let draws: Vec<u32> = (0..n_lookups.min(1 << 20))
+        .map(|_| {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u32 % (2 * n_est)
+        })
+        .collect();
+    let act = CtAction::lookup();
+    let (invalid, el) = timed(|| {
+        let mut invalid = 0u64;
+        for k in 0..n_lookups {
+            let p = &pkts[draws[k % draws.len()] as usize];
+            let r = ct.process(1, black_box(p), now, &act);
+            invalid += u64::from(r.state.contains(hf_conntrack::CtState::INV));
+        }
+        invalid
+    });
+    anyhow::ensure!(invalid == 0, "{invalid} lookups were invalid");
+    report.result(
+        &format!("lookups/tcp-est-window-tracked,{n_est}-conns,uniform-random,both-dirs"),
+        n_lookups as f64 / el.as_secs_f64(),
+        "lookups/s",
+    );
+    report.note(
+        "Linux conntrack baseline not measured: it needs netfilter rules and a packet generator \
+         in a network namespace, and per-packet kernel figures are not comparable to this \
+         in-process loop without them",
+    );
+    Ok(())
+}
