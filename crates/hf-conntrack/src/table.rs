@@ -124,10 +124,12 @@ pub struct Conntrack {
     pub(crate) cfg: Config,
     pub(crate) entries: Vec<Entry>,
     pub(crate) free: Vec<u32>,
-    pub(crate) index: HashTable<u32>,
+    /// Tuple index: `(hash32 << 32) | (slot << 1) | direction`. Keeping the hash in the value
+    /// means growing the table never reads the slab.
+    pub(crate) index: HashTable<u64>,
     /// SNAT claims: reply tuples with the zone zeroed, so an external address/port/peer is handed
     /// to at most one connection across all zones.
-    pub(crate) claims: HashTable<u32>,
+    pub(crate) claims: HashTable<u64>,
     pub(crate) hasher: DefaultHashBuilder,
     pub(crate) len: usize,
     pub(crate) zone_counts: Vec<u32>,
@@ -135,6 +137,7 @@ pub struct Conntrack {
     pub(crate) unest: ListHead,
     pub(crate) wheel: Wheel,
     pub(crate) stats: Stats,
+    pub(crate) tmo: TimeoutTable,
 }
 
 /// What the read-only phase decided; the write phase carries it out.
@@ -151,7 +154,7 @@ enum Plan {
     /// An ICMP error related to an existing connection.
     Related { idx: u32, dir: usize },
     /// Create a connection (commit on a miss).
-    Create(Box<Create>),
+    Create(Create),
 }
 
 #[derive(Debug)]
@@ -166,14 +169,42 @@ struct Create {
     victim: Option<u32>,
 }
 
+/// A 32-bit hash as the 64 bits hashbrown wants: its low bits pick the bucket and its top seven
+/// the control byte, both taken from the 32 bits (independent up to 2^25 buckets).
+#[inline]
+pub(crate) fn spread(h: u32) -> u64 {
+    u64::from(h) << 32 | u64::from(h)
+}
+
 pub(crate) fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+    d.as_secs()
+        .saturating_mul(1000)
+        .saturating_add(u64::from(d.subsec_millis()))
+}
+
+/// Timeouts in milliseconds, indexed as [`timeout_of`] does: TCP states by number, then UDP unreplied,
+/// UDP replied, ICMP, other.
+pub(crate) type TimeoutTable = [u64; 14];
+
+fn timeout_table(t: &crate::config::Timeouts) -> TimeoutTable {
+    let mut out = [0; 14];
+    for (i, slot) in out.iter_mut().enumerate().take(10) {
+        if let Some(s) = TcpState::from_u8(i as u8) {
+            *slot = ms(t.tcp(s));
+        }
+    }
+    out[10] = ms(t.udp_unreplied);
+    out[11] = ms(t.udp_replied);
+    out[12] = ms(t.icmp);
+    out[13] = ms(t.generic);
+    out
 }
 
 impl Conntrack {
     /// An empty table.
     pub fn new(cfg: Config) -> Conntrack {
         Conntrack {
+            tmo: timeout_table(&cfg.timeouts),
             cfg,
             entries: Vec::new(),
             free: Vec::new(),
@@ -236,36 +267,35 @@ impl Conntrack {
             .or(self.cfg.default_zone_limit)
     }
 
-    pub(crate) fn hash(&self, t: &Tuple) -> u64 {
-        self.hasher.hash_one(t)
+    pub(crate) fn hash(&self, t: &Tuple) -> u32 {
+        (self.hasher.hash_one(t) >> 32) as u32
     }
 
-    pub(crate) fn claim_hash(&self, t: &Tuple) -> u64 {
-        self.hasher.hash_one(Tuple { zone: 0, ..*t })
+    pub(crate) fn claim_hash(&self, t: &Tuple) -> u32 {
+        self.hash(&Tuple { zone: 0, ..*t })
     }
 
     /// Finds the entry owning `t`: its index and direction.
     pub(crate) fn find(&self, t: &Tuple) -> Option<(u32, usize)> {
         let entries = &self.entries;
+        let h = self.hash(t);
         self.index
-            .find(self.hash(t), |&v| {
-                entries[(v >> 1) as usize].tuple((v & 1) as usize) == t
+            .find(spread(h), |&v| {
+                (v >> 32) as u32 == h && entries[(v as u32 >> 1) as usize].tuple((v & 1) as usize) == t
             })
-            .map(|&v| (v >> 1, (v & 1) as usize))
+            .map(|&v| (v as u32 >> 1, (v & 1) as usize))
     }
 
     /// The connection claiming `t` as its SNAT reply tuple, in any zone.
     pub(crate) fn claimer(&self, t: &Tuple) -> Option<u32> {
         let entries = &self.entries;
         let key = Tuple { zone: 0, ..*t };
-        self.claims
-            .find(self.claim_hash(t), |&v| {
-                Tuple {
-                    zone: 0,
-                    ..entries[v as usize].reply
-                } == key
-            })
-            .copied()
+        let h = self.claim_hash(t);
+        let same = |v: &u64| {
+            let reply = entries[*v as u32 as usize].reply;
+            (*v >> 32) as u32 == h && Tuple { zone: 0, ..reply } == key
+        };
+        self.claims.find(spread(h), same).map(|&v| v as u32)
     }
 
     pub(crate) fn claimed(&self, t: &Tuple) -> bool {
@@ -289,7 +319,7 @@ impl Conntrack {
             }
             Plan::Hit { idx, dir, tcp } => self.execute_hit(idx, dir, tcp, now, act),
             Plan::Related { idx, dir } => self.result(idx, dir, act, true),
-            Plan::Create(c) => self.execute_create(zone, *c, now, act),
+            Plan::Create(c) => self.execute_create(zone, c, now, act),
         }
     }
 
@@ -414,14 +444,14 @@ impl Conntrack {
             Ok(x) => x,
             Err(why) => return refuse(why),
         };
-        Plan::Create(Box::new(Create {
+        Plan::Create(Create {
             orig: tuple,
             reply,
             nat_flags,
             tcp,
             stale,
             victim,
-        }))
+        })
     }
 
     fn execute_hit(
@@ -432,7 +462,7 @@ impl Conntrack {
         now: u64,
         act: &CtAction,
     ) -> CtResult {
-        let timeouts = self.cfg.timeouts;
+        let tmo = &self.tmo;
         let e = &mut self.entries[idx as usize];
         if dir == 1 {
             e.flags |= F_SEEN_REPLY;
@@ -451,7 +481,7 @@ impl Conntrack {
                 e.set_label(v);
             }
         }
-        e.expires = now.saturating_add(ms(timeout_of(e, &timeouts)));
+        e.expires = now.saturating_add(timeout_of(e, tmo));
         if assured && e.flags & F_ASSURED == 0 {
             e.flags |= F_ASSURED;
             list_unlink(&mut self.entries, &mut self.unest, L_UNEST, idx);
@@ -483,7 +513,7 @@ impl Conntrack {
             flags: F_LIVE | c.nat_flags,
         };
         e.set_label(act.label.map_or(0, |m| m.apply(0)));
-        e.expires = now.saturating_add(ms(timeout_of(&e, &self.cfg.timeouts)));
+        e.expires = now.saturating_add(timeout_of(&e, &self.tmo));
         self.insert(e);
         self.stats.created += 1;
         new_result(zone, &c.orig, &c.reply, c.nat_flags, act)
@@ -510,19 +540,12 @@ impl Conntrack {
                 (self.entries.len() - 1) as u32
             }
         };
-        let (entries, hasher) = (&self.entries, &self.hasher);
-        let rehash =
-            |v: &u32| hasher.hash_one(entries[(*v >> 1) as usize].tuple((*v & 1) as usize));
-        self.index.insert_unique(h0, idx << 1, rehash);
-        self.index.insert_unique(h1, (idx << 1) | 1, rehash);
+        let rehash = |v: &u64| spread((*v >> 32) as u32);
+        let val = |h: u32, low: u32| u64::from(h) << 32 | u64::from(low);
+        self.index.insert_unique(spread(h0), val(h0, idx << 1), rehash);
+        self.index.insert_unique(spread(h1), val(h1, (idx << 1) | 1), rehash);
         if claim {
-            let rehash = |v: &u32| {
-                hasher.hash_one(Tuple {
-                    zone: 0,
-                    ..entries[*v as usize].reply
-                })
-            };
-            self.claims.insert_unique(ch, idx, rehash);
+            self.claims.insert_unique(spread(ch), val(ch, idx), rehash);
         }
         self.zone_counts[zone] += 1;
         self.len += 1;
@@ -541,15 +564,15 @@ impl Conntrack {
         }
         let (orig, reply) = (self.entries[i].orig, self.entries[i].reply);
         let (h0, h1) = (self.hash(&orig), self.hash(&reply));
-        if let Ok(o) = self.index.find_entry(h0, |&v| v == idx << 1) {
+        if let Ok(o) = self.index.find_entry(spread(h0), |&v| v as u32 == idx << 1) {
             o.remove();
         }
-        if let Ok(o) = self.index.find_entry(h1, |&v| v == (idx << 1) | 1) {
+        if let Ok(o) = self.index.find_entry(spread(h1), |&v| v as u32 == (idx << 1) | 1) {
             o.remove();
         }
         if self.entries[i].flags & F_CLAIM != 0 {
             let ch = self.claim_hash(&reply);
-            if let Ok(o) = self.claims.find_entry(ch, |&v| v == idx) {
+            if let Ok(o) = self.claims.find_entry(spread(ch), |&v| v as u32 == idx) {
                 o.remove();
             }
         }
@@ -631,17 +654,13 @@ fn new_result(zone: u16, orig: &Tuple, reply: &Tuple, nat_flags: u8, act: &CtAct
     }
 }
 
-pub(crate) fn timeout_of(e: &Entry, t: &crate::config::Timeouts) -> Duration {
-    match e.orig.proto {
-        ip_proto::TCP => t.tcp(e.tcp.state),
-        ip_proto::UDP => {
-            if e.flags & F_SEEN_REPLY != 0 {
-                t.udp_replied
-            } else {
-                t.udp_unreplied
-            }
-        }
-        ip_proto::ICMP | ip_proto::ICMPV6 => t.icmp,
-        _ => t.generic,
-    }
+pub(crate) fn timeout_of(e: &Entry, t: &TimeoutTable) -> u64 {
+    let slot = match e.orig.proto {
+        ip_proto::TCP => e.tcp.state as usize,
+        ip_proto::UDP if e.flags & F_SEEN_REPLY != 0 => 11,
+        ip_proto::UDP => 10,
+        ip_proto::ICMP | ip_proto::ICMPV6 => 12,
+        _ => 13,
+    };
+    t[slot]
 }
