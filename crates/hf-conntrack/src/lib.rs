@@ -68,6 +68,7 @@ mod config;
 mod export;
 mod flush;
 mod nat;
+mod slab;
 mod table;
 mod tcp;
 mod timer;

@@ -10,6 +10,7 @@ use hf_wire::{NatRewrite, Parsed, ip_proto};
 use crate::action::{CommitRefused, CtAction, CtResult, CtState};
 use crate::config::Config;
 use crate::tcp::{TcpConn, TcpState, TcpVerdict};
+use crate::slab::Slab;
 use crate::timer::Wheel;
 use crate::tuple::{Extracted, Tuple, extract};
 
@@ -77,7 +78,7 @@ impl ListHead {
     };
 }
 
-pub(crate) fn list_push_back(entries: &mut [Entry], l: &mut ListHead, kind: usize, i: u32) {
+pub(crate) fn list_push_back(entries: &mut Slab, l: &mut ListHead, kind: usize, i: u32) {
     entries[i as usize].links[kind] = [l.tail, NIL];
     if l.tail == NIL {
         l.head = i;
@@ -87,7 +88,7 @@ pub(crate) fn list_push_back(entries: &mut [Entry], l: &mut ListHead, kind: usiz
     l.tail = i;
 }
 
-pub(crate) fn list_unlink(entries: &mut [Entry], l: &mut ListHead, kind: usize, i: u32) {
+pub(crate) fn list_unlink(entries: &mut Slab, l: &mut ListHead, kind: usize, i: u32) {
     let [prev, next] = entries[i as usize].links[kind];
     if prev == NIL {
         l.head = next;
@@ -122,7 +123,7 @@ pub struct Stats {
 #[derive(Debug)]
 pub struct Conntrack {
     pub(crate) cfg: Config,
-    pub(crate) entries: Vec<Entry>,
+    pub(crate) entries: Slab,
     pub(crate) free: Vec<u32>,
     /// Tuple index: `(hash32 << 32) | (slot << 1) | direction`. Keeping the hash in the value
     /// means growing the table never reads the slab.
@@ -206,7 +207,7 @@ impl Conntrack {
         Conntrack {
             tmo: timeout_table(&cfg.timeouts),
             cfg,
-            entries: Vec::new(),
+            entries: Slab::default(),
             free: Vec::new(),
             index: HashTable::new(),
             claims: HashTable::new(),
@@ -288,6 +289,9 @@ impl Conntrack {
 
     /// The connection claiming `t` as its SNAT reply tuple, in any zone.
     pub(crate) fn claimer(&self, t: &Tuple) -> Option<u32> {
+        if self.claims.is_empty() {
+            return None;
+        }
         let entries = &self.entries;
         let key = Tuple { zone: 0, ..*t };
         let h = self.claim_hash(t);
