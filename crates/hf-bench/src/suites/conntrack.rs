@@ -20,12 +20,52 @@ use hf_wire::{Parsed, parse, tcp_flags};
 use crate::report::Better;
 use crate::{Opts, Report};
 
+/// Nanoseconds this thread has run on a CPU (Linux `schedstat`), if the kernel says.
+fn thread_cpu_ns() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
+/// How long a timed section took: on-CPU time of this thread when the kernel reports it (the
+/// machine is shared with builds, so wall time would measure them too), and wall time.
+#[derive(Debug, Clone, Copy)]
+struct Took {
+    cpu: Option<Duration>,
+    wall: Duration,
+}
+
+impl Took {
+    /// The time rates are computed from: on-CPU time when known, wall time otherwise.
+    fn secs(&self) -> f64 {
+        self.cpu.unwrap_or(self.wall).as_secs_f64()
+    }
+}
+
 /// Runs `f` and says how long it took (benchmarks are the one place that reads the clock).
 #[allow(clippy::disallowed_methods)]
-fn timed<R>(f: impl FnOnce() -> R) -> (R, Duration) {
+fn timed<R>(f: impl FnOnce() -> R) -> (R, Took) {
+    let c0 = thread_cpu_ns();
     let t = Instant::now();
     let r = f();
-    (r, t.elapsed())
+    let wall = t.elapsed();
+    let cpu = c0
+        .zip(thread_cpu_ns())
+        .map(|(a, b)| Duration::from_nanos(b.saturating_sub(a)));
+    (r, Took { cpu, wall })
+}
+
+/// A note with both clocks, so a reader can see how loaded the machine was.
+fn clocks_note(report: &Report, what: &str, n: f64, took: Took) {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load = load.split_whitespace().next().unwrap_or("?").to_string();
+    report.note(&format!(
+        "{what}: {:.0}/s by on-CPU time ({}), {:.0}/s by wall time ({:.3} s); load average {load}",
+        took.cpu.map_or(f64::NAN, |c| n / c.as_secs_f64()),
+        took.cpu
+            .map_or("unknown".into(), |c| format!("{:.3} s", c.as_secs_f64())),
+        n / took.wall.as_secs_f64(),
+        took.wall.as_secs_f64(),
+    ));
 }
 
 fn segment(
@@ -53,7 +93,7 @@ fn segment(
 }
 
 /// Commits `n` SYNs with distinct tuples; returns (elapsed, heap growth in bytes).
-fn commit_many(n: u32, snat: bool) -> anyhow::Result<(Duration, usize, usize)> {
+fn commit_many(n: u32, snat: bool) -> anyhow::Result<(Took, usize, usize)> {
     let syn = segment(
         Ipv4Addr::new(10, 0, 0, 1).into(),
         1,
@@ -111,9 +151,10 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     );
     report.result(
         &format!("new_connections/tcp-syn-commit,{label}-distinct,empty-table"),
-        f64::from(n_new) / el.as_secs_f64(),
+        f64::from(n_new) / el.secs(),
         "conn/s",
     );
+    clocks_note(report, "new_connections", f64::from(n_new), el);
     report.compare(
         &format!("bytes_per_entry/tcp,{label}-entries"),
         grown as f64 / f64::from(n_new),
@@ -129,9 +170,10 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     );
     report.result(
         &format!("new_connections/tcp-syn-commit-snat-4-ips,{label}-distinct,empty-table"),
-        f64::from(n_new) / el.as_secs_f64(),
+        f64::from(n_new) / el.secs(),
         "conn/s",
     );
+    clocks_note(report, "new_connections with SNAT", f64::from(n_new), el);
 
     // 10,000 established connections, then packets drawn uniformly at random across them.
     let mut ct = Conntrack::new(Config::default());
@@ -197,9 +239,10 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     anyhow::ensure!(invalid == 0, "{invalid} lookups were invalid");
     report.result(
         &format!("lookups/tcp-est-window-tracked,{n_est}-conns,uniform-random,both-dirs"),
-        n_lookups as f64 / el.as_secs_f64(),
+        n_lookups as f64 / el.secs(),
         "lookups/s",
     );
+    clocks_note(report, "lookups", n_lookups as f64, el);
     report.note(
         "Linux conntrack baseline not measured: it needs netfilter rules and a packet generator \
          in a network namespace, and per-packet kernel figures are not comparable to this \
