@@ -23,7 +23,7 @@ impl Slab {
 
     /// Appends an entry in a new slot.
     pub fn push(&mut self, e: Entry) {
-        if self.len % CHUNK == 0 {
+        if self.len.is_multiple_of(CHUNK) {
             self.chunks.push(Vec::with_capacity(CHUNK));
         }
         if let Some(c) = self.chunks.last_mut() {
