@@ -69,13 +69,10 @@ fn clocks_note(report: &Report, what: &str, n: f64, took: Took) {
 }
 
 fn segment(
-    src: IpAddr,
-    sport: u16,
-    dst: IpAddr,
-    dport: u16,
+    (src, sport): (IpAddr, u16),
+    (dst, dport): (IpAddr, u16),
     flags: u16,
-    seq: u32,
-    ack: u32,
+    (seq, ack): (u32, u32),
     len: usize,
 ) -> anyhow::Result<Parsed> {
     let f = tcp_frame(&Seg {
@@ -95,13 +92,10 @@ fn segment(
 /// Commits `n` SYNs with distinct tuples; returns (elapsed, heap growth in bytes).
 fn commit_many(n: u32, snat: bool) -> anyhow::Result<(Took, usize, usize)> {
     let syn = segment(
-        Ipv4Addr::new(10, 0, 0, 1).into(),
-        1,
-        Ipv4Addr::new(192, 0, 2, 1).into(),
-        80,
+        (Ipv4Addr::new(10, 0, 0, 1).into(), 1),
+        (Ipv4Addr::new(192, 0, 2, 1).into(), 80),
         tcp_flags::SYN,
-        1,
-        0,
+        (1, 0),
         0,
     )?;
     let act = if snat {
@@ -189,9 +183,9 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         let cl: IpAddr = client.into();
         let synack = tcp_flags::SYN | tcp_flags::ACK;
         let steps = [
-            segment(cl, port, server, 80, tcp_flags::SYN, c, 0, 0)?,
-            segment(server, 80, cl, port, synack, s, c + 1, 0)?,
-            segment(cl, port, server, 80, tcp_flags::ACK, c + 1, s + 1, 0)?,
+            segment((cl, port), (server, 80), tcp_flags::SYN, (c, 0), 0)?,
+            segment((server, 80), (cl, port), synack, (s, c + 1), 0)?,
+            segment((cl, port), (server, 80), tcp_flags::ACK, (c + 1, s + 1), 0)?,
         ];
         for p in &steps {
             ct.process(1, p, now, &CtAction::commit(Owner(1)));
@@ -199,8 +193,20 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         conns.push((client, port));
     }
     let mut templates = [
-        segment(server, 1, server, 80, tcp_flags::ACK, c + 1, s + 1, 100)?,
-        segment(server, 80, server, 1, tcp_flags::ACK, s + 1, c + 1, 100)?,
+        segment(
+            (server, 1),
+            (server, 80),
+            tcp_flags::ACK,
+            (c + 1, s + 1),
+            100,
+        )?,
+        segment(
+            (server, 80),
+            (server, 1),
+            tcp_flags::ACK,
+            (s + 1, c + 1),
+            100,
+        )?,
     ];
     anyhow::ensure!(
         ct.len() == n_est as usize,
