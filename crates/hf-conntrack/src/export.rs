@@ -161,6 +161,7 @@ fn conn_state(e: &Entry, now: u64) -> ConnState {
 fn well_formed(c: &ConnState) -> bool {
     let (o, r) = (&c.orig, &c.reply);
     o.zone == r.zone
+        && o != r
         && o.proto == r.proto
         && o.v6 == r.v6
         && (o.proto == hf_wire::ip_proto::TCP) == c.tcp.is_some()

@@ -84,7 +84,7 @@ impl Conntrack {
             }
         }
         let Some(r) = req.src else {
-            return if self.reply_free(&reply, ignore) {
+            return if reply != *orig && self.reply_free(&reply, ignore) {
                 Ok((reply, flags))
             } else {
                 Err(CommitRefused::TupleTaken)
@@ -120,7 +120,7 @@ impl Conntrack {
                 } else {
                     cand.dport = port;
                 }
-                if self.reply_free(&cand, ignore) {
+                if cand != *orig && self.reply_free(&cand, ignore) {
                     // Even an identity mapping is flagged (and so claimed): the external
                     // address/port must not go to a connection in another zone.
                     return Ok((cand, flags | F_SNAT));

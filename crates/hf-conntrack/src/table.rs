@@ -364,6 +364,11 @@ impl Conntrack {
             }
             Extracted::Own { tuple, query_reply } => (tuple, query_reply),
         };
+        if tuple == tuple.invert() {
+            // Source and destination are the same endpoint (a LAND packet): both directions would
+            // be one tuple, so no connection can describe it.
+            return invalid;
+        }
         let is_tcp = tuple.proto == ip_proto::TCP;
         let flags = p.key.tcp_flags;
         let mut stale = None;

@@ -235,3 +235,16 @@ fn simultaneous_open_and_ipv6() {
     assert_eq!(r.state, TRK | EST | RPL);
     assert_eq!(state_of(&ct, &t, now), Some(TcpState::SynSent2));
 }
+
+#[test]
+fn land_packets_are_invalid_and_create_nothing() {
+    // Found by the conntrack fuzzer: a packet from an endpoint to itself has one tuple for both
+    // directions.
+    let mut ct = Conntrack::new(Config::default());
+    let mut t = Tcp::new(v4(10, 0, 0, 1), 7, v4(10, 0, 0, 1), 7);
+    let r = run(&mut ct, 1, &t.seg(0, SYN, 0), secs(1), &commit());
+    assert_eq!(r.state, CtState::TRK | CtState::INV);
+    let r = ct.process(1, &udp(v4(10, 0, 0, 1), 9, v4(10, 0, 0, 1), 9), secs(1), &commit());
+    assert_eq!(r.state, CtState::TRK | CtState::INV);
+    assert!(ct.is_empty());
+}
