@@ -49,23 +49,26 @@ fn mix(t: &Tuple) -> u64 {
 }
 
 impl Conntrack {
-    /// True when `t` is free to be a new connection's reply tuple. `ignore` is an entry about to
-    /// be removed (an expired or reopened connection with the same tuple).
-    fn reply_free(&self, t: &Tuple, ignore: Option<u32>) -> bool {
-        match self.find(t) {
-            Some((idx, _)) if Some(idx) != ignore => return false,
+    /// `t`'s hash when `t` is free to be a new connection's reply tuple. `ignore` is an entry
+    /// about to be removed (an expired or reopened connection with the same tuple).
+    fn reply_free(&self, t: &Tuple, ignore: Option<u32>) -> Option<u32> {
+        let h = self.hash(t);
+        match self.find_h(t, h) {
+            Some((idx, _)) if Some(idx) != ignore => return None,
             _ => {}
         }
-        !self.claimed(t) || ignore.is_some_and(|i| self.entries[i as usize].reply == *t)
+        (!self.claimed(t) || ignore.is_some_and(|i| self.entries[i as usize].reply == *t))
+            .then_some(h)
     }
 
-    /// The reply tuple for a new connection `orig` under `nat`, and the NAT flags.
+    /// The reply tuple for a new connection `orig` under `nat`, the NAT flags, and the reply
+    /// tuple's hash.
     pub(crate) fn alloc_reply(
         &self,
         orig: &Tuple,
         nat: Option<&NatRequest>,
         ignore: Option<u32>,
-    ) -> Result<(Tuple, u8), CommitRefused> {
+    ) -> Result<(Tuple, u8, u32), CommitRefused> {
         let mut reply = orig.invert();
         let mut flags = 0;
         let icmp = orig.is_icmp();
@@ -84,10 +87,9 @@ impl Conntrack {
             }
         }
         let Some(r) = req.src else {
-            return if reply != *orig && self.reply_free(&reply, ignore) {
-                Ok((reply, flags))
-            } else {
-                Err(CommitRefused::TupleTaken)
+            return match self.reply_free(&reply, ignore) {
+                Some(h) if reply != *orig => Ok((reply, flags, h)),
+                _ => Err(CommitRefused::TupleTaken),
             };
         };
         let (lo, hi) = addr_range(&r, orig.v6)?;
@@ -120,10 +122,13 @@ impl Conntrack {
                 } else {
                     cand.dport = port;
                 }
-                if cand != *orig && self.reply_free(&cand, ignore) {
+                if cand == *orig {
+                    continue;
+                }
+                if let Some(h) = self.reply_free(&cand, ignore) {
                     // Even an identity mapping is flagged (and so claimed): the external
                     // address/port must not go to a connection in another zone.
-                    return Ok((cand, flags | F_SNAT));
+                    return Ok((cand, flags | F_SNAT, h));
                 }
             }
             a += 1;

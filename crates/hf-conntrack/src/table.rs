@@ -9,8 +9,8 @@ use hf_wire::{NatRewrite, Parsed, ip_proto};
 
 use crate::action::{CommitRefused, CtAction, CtResult, CtState};
 use crate::config::Config;
-use crate::tcp::{TcpConn, TcpState, TcpVerdict};
 use crate::slab::Slab;
+use crate::tcp::{TcpConn, TcpState, TcpVerdict};
 use crate::timer::Wheel;
 use crate::tuple::{Extracted, Tuple, extract};
 
@@ -162,6 +162,8 @@ enum Plan {
 struct Create {
     orig: Tuple,
     reply: Tuple,
+    /// The tuples' hashes, computed while looking them up.
+    hashes: (u32, u32),
     nat_flags: u8,
     tcp: Option<TcpConn>,
     /// An expired or reopened entry with the same tuple, to remove first.
@@ -262,6 +264,9 @@ impl Conntrack {
 
     /// `zone`'s effective limit.
     pub fn zone_limit(&self, zone: u16) -> Option<u32> {
+        if self.zone_limits.is_empty() {
+            return self.cfg.default_zone_limit;
+        }
         self.zone_limits
             .get(&zone)
             .copied()
@@ -278,11 +283,16 @@ impl Conntrack {
 
     /// Finds the entry owning `t`: its index and direction.
     pub(crate) fn find(&self, t: &Tuple) -> Option<(u32, usize)> {
+        self.find_h(t, self.hash(t))
+    }
+
+    /// [`Conntrack::find`] with the tuple's hash already computed.
+    pub(crate) fn find_h(&self, t: &Tuple, h: u32) -> Option<(u32, usize)> {
         let entries = &self.entries;
-        let h = self.hash(t);
         self.index
             .find(spread(h), |&v| {
-                (v >> 32) as u32 == h && entries[(v as u32 >> 1) as usize].tuple((v & 1) as usize) == t
+                (v >> 32) as u32 == h
+                    && entries[(v as u32 >> 1) as usize].tuple((v & 1) as usize) == t
             })
             .map(|&v| (v as u32 >> 1, (v & 1) as usize))
     }
@@ -372,7 +382,8 @@ impl Conntrack {
         let is_tcp = tuple.proto == ip_proto::TCP;
         let flags = p.key.tcp_flags;
         let mut stale = None;
-        if let Some((idx, dir)) = self.find(&tuple) {
+        let h_orig = self.hash(&tuple);
+        if let Some((idx, dir)) = self.find_h(&tuple, h_orig) {
             let e = &self.entries[idx as usize];
             if e.expires <= now {
                 stale = Some(idx);
@@ -449,13 +460,14 @@ impl Conntrack {
             }
             victim = Some(v);
         }
-        let (reply, nat_flags) = match self.alloc_reply(&tuple, act.nat.as_ref(), stale) {
+        let (reply, nat_flags, h_reply) = match self.alloc_reply(&tuple, act.nat.as_ref(), stale) {
             Ok(x) => x,
             Err(why) => return refuse(why),
         };
         Plan::Create(Create {
             orig: tuple,
             reply,
+            hashes: (h_orig, h_reply),
             nat_flags,
             tcp,
             stale,
@@ -523,14 +535,19 @@ impl Conntrack {
         };
         e.set_label(act.label.map_or(0, |m| m.apply(0)));
         e.expires = now.saturating_add(timeout_of(&e, &self.tmo));
-        self.insert(e);
+        self.insert_hashed(e, c.hashes);
         self.stats.created += 1;
         new_result(zone, &c.orig, &c.reply, c.nat_flags, act)
     }
 
     /// Links a new entry into every structure. The caller has checked limits and tuples.
-    pub(crate) fn insert(&mut self, mut e: Entry) -> u32 {
-        let (h0, h1) = (self.hash(&e.orig), self.hash(&e.reply));
+    pub(crate) fn insert(&mut self, e: Entry) -> u32 {
+        let hashes = (self.hash(&e.orig), self.hash(&e.reply));
+        self.insert_hashed(e, hashes)
+    }
+
+    /// [`Conntrack::insert`] with the tuples' hashes already computed.
+    fn insert_hashed(&mut self, mut e: Entry, (h0, h1): (u32, u32)) -> u32 {
         let claim = e.flags & F_SNAT != 0;
         if claim {
             e.flags |= F_CLAIM;
@@ -551,8 +568,10 @@ impl Conntrack {
         };
         let rehash = |v: &u64| spread((*v >> 32) as u32);
         let val = |h: u32, low: u32| u64::from(h) << 32 | u64::from(low);
-        self.index.insert_unique(spread(h0), val(h0, idx << 1), rehash);
-        self.index.insert_unique(spread(h1), val(h1, (idx << 1) | 1), rehash);
+        self.index
+            .insert_unique(spread(h0), val(h0, idx << 1), rehash);
+        self.index
+            .insert_unique(spread(h1), val(h1, (idx << 1) | 1), rehash);
         if claim {
             self.claims.insert_unique(spread(ch), val(ch, idx), rehash);
         }
@@ -576,7 +595,10 @@ impl Conntrack {
         if let Ok(o) = self.index.find_entry(spread(h0), |&v| v as u32 == idx << 1) {
             o.remove();
         }
-        if let Ok(o) = self.index.find_entry(spread(h1), |&v| v as u32 == (idx << 1) | 1) {
+        if let Ok(o) = self
+            .index
+            .find_entry(spread(h1), |&v| v as u32 == (idx << 1) | 1)
+        {
             o.remove();
         }
         if self.entries[i].flags & F_CLAIM != 0 {

@@ -244,7 +244,12 @@ fn land_packets_are_invalid_and_create_nothing() {
     let mut t = Tcp::new(v4(10, 0, 0, 1), 7, v4(10, 0, 0, 1), 7);
     let r = run(&mut ct, 1, &t.seg(0, SYN, 0), secs(1), &commit());
     assert_eq!(r.state, CtState::TRK | CtState::INV);
-    let r = ct.process(1, &udp(v4(10, 0, 0, 1), 9, v4(10, 0, 0, 1), 9), secs(1), &commit());
+    let r = ct.process(
+        1,
+        &udp(v4(10, 0, 0, 1), 9, v4(10, 0, 0, 1), 9),
+        secs(1),
+        &commit(),
+    );
     assert_eq!(r.state, CtState::TRK | CtState::INV);
     assert!(ct.is_empty());
 }
