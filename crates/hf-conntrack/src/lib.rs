@@ -47,6 +47,26 @@
 //! [`Conntrack::poll_timeout`] says. Everything else (limits, flush, export, import) is control
 //! traffic between packets.
 //!
+//! # OVN's conntrack actions in terms of [`CtAction`]
+//!
+//! What `ovn-controller` would compile each logical action into (ovn-sb(5), ovs-actions(7)), so
+//! the pipeline interpreter calls [`Conntrack::process`] with the same meaning:
+//!
+//! | logical action | `ct()` | [`CtAction`] |
+//! |---|---|---|
+//! | `ct_next` | `ct(zone=Z)` | `CtAction::lookup()` |
+//! | `ct_commit { ct_mark.x = v; ct_label.y = w; }` | `ct(commit, zone=Z, exec(set_field...))` | `CtAction { mark: Some(Masked {..}), label: .., ..CtAction::commit(owner) }` |
+//! | `ct_dnat` (no argument, un-DNAT replies) / `ct_snat` | `ct(zone=Z, nat)` | `CtAction::lookup().with_nat()` |
+//! | `ct_dnat(IP[:PORT])` | `ct(commit, zone=Z, nat(dst=IP[:PORT]))` | `CtAction::commit(o).dnat(NatRange::addr_port(ip, port))` |
+//! | `ct_snat(IP[:PORTS])` | `ct(commit, zone=Z, nat(src=IP[:PORTS]))` | `CtAction::commit(o).snat(NatRange {..})` |
+//! | `ct_lb_mark(backends=...)` | `ct(commit, zone=Z, nat(dst=BACKEND))` for a new connection, `ct(nat)` for an existing one | the pipeline picks the backend (`select`), then `commit(o).dnat(..)`; an established connection keeps its backend whatever the range says |
+//! | `ct_commit_nat` / `*_in_czone` | `ct(commit, nat)` in the chosen zone | `CtAction::commit(o).with_nat()` with that zone |
+//!
+//! `ct_state`'s `new`/`est`/`rel`/`rpl`/`inv`/`trk`/`snat`/`dnat` bits come back in
+//! [`CtResult::state`] with OVS's values; a connection is `new` in the original direction until a
+//! reply is seen, as in the kernel and OVS datapaths. `ct_clear` is the pipeline forgetting the
+//! result; conntrack keeps no per-packet state.
+//!
 //! ```
 //! use std::time::Duration;
 //! use hf_conntrack::{Config, Conntrack, CtAction, CtState, Owner};
@@ -62,6 +82,8 @@
 //! ct.process(5, &pkt, now, &CtAction::commit(Owner(7)));
 //! assert_eq!(ct.len(), 1);
 //! ```
+
+#![deny(clippy::iter_over_hash_type)]
 
 mod action;
 mod config;

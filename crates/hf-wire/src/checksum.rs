@@ -31,7 +31,7 @@ pub fn checksum(data: &[u8]) -> u16 {
 }
 
 /// The one's-complement sum of the TCP/UDP/ICMPv6 pseudo-header (not inverted): add the L4 bytes
-/// with [`sum_words`] and invert the fold to get the checksum.
+/// as 16-bit words, fold, and invert to get the checksum.
 pub fn pseudo_header_sum(src: IpAddr, dst: IpAddr, proto: u8, l4_len: u32) -> u32 {
     let mut acc = 0;
     match (src, dst) {

@@ -25,6 +25,19 @@
 //! - Checksums stay valid: a rewrite of a packet whose checksums verified leaves checksums that
 //!   verify (property-tested).
 //!
+//! # Views and representations
+//!
+//! smoltcp separates a checked view over bytes (`Packet`) from a value holding only valid fields
+//! (`Repr`). Here the per-packet path is one pass, [`parse`], that checks every length it reads
+//! and returns [`Parsed`], a `Copy` value (the representation) with the offsets of each header, so
+//! later steps (conntrack, [`apply_nat`], the builders) never re-walk the frame. [`geneve`] has
+//! the full pair: [`geneve::GenevePacket`] (no accessor panics after `new_checked`) and
+//! [`geneve::GeneveRepr`].
+//!
+//! [`FlowKey`] is plain `Copy` data with one field per matchable header field (OVS's `struct
+//! flow`, without registers): the pipeline keeps its registers, metadata and conntrack results in
+//! its own packet context next to it, and a megaflow cache can mask and hash it directly.
+//!
 //! # Call contract
 //!
 //! `parse(frame, in_port, metadata)` once per received frame; keep the [`Parsed`] next to the frame
