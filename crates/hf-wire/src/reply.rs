@@ -44,22 +44,25 @@ fn emit_eth(out: &mut Vec<u8>, dst: EthAddr, src: EthAddr, ty: u16) {
     out.extend_from_slice(&ty.to_be_bytes());
 }
 
-fn emit_ipv4(out: &mut Vec<u8>, src: Ipv4Addr, dst: Ipv4Addr, proto: u8, payload: usize) {
+/// TTL / hop limit of generated replies (ND requires 255; OVN uses it for its replies too).
+const REPLY_TTL: u8 = 255;
+
+fn emit_ipv4(out: &mut Vec<u8>, src: Ipv4Addr, dst: Ipv4Addr, proto: u8, payload: usize, ttl: u8) {
     let start = out.len();
     let total = (20 + payload) as u16;
     out.extend_from_slice(&[0x45, 0]);
     out.extend_from_slice(&total.to_be_bytes());
-    out.extend_from_slice(&[0, 0, 0x40, 0, 255, proto, 0, 0]);
+    out.extend_from_slice(&[0, 0, 0x40, 0, ttl, proto, 0, 0]);
     out.extend_from_slice(&src.octets());
     out.extend_from_slice(&dst.octets());
     let cs = checksum(&out[start..start + 20]);
     out[start + 10..start + 12].copy_from_slice(&cs.to_be_bytes());
 }
 
-fn emit_ipv6(out: &mut Vec<u8>, src: Ipv6Addr, dst: Ipv6Addr, nh: u8, payload: usize) {
+fn emit_ipv6(out: &mut Vec<u8>, src: Ipv6Addr, dst: Ipv6Addr, nh: u8, payload: usize, hlim: u8) {
     out.extend_from_slice(&[0x60, 0, 0, 0]);
     out.extend_from_slice(&(payload as u16).to_be_bytes());
-    out.extend_from_slice(&[nh, 255]);
+    out.extend_from_slice(&[nh, hlim]);
     out.extend_from_slice(&src.octets());
     out.extend_from_slice(&dst.octets());
 }
@@ -90,6 +93,52 @@ pub fn arp_request(out: &mut Vec<u8>, sha: EthAddr, spa: Ipv4Addr, tpa: Ipv4Addr
     emit_eth(out, EthAddr::BROADCAST, sha, ethertype::ARP);
     emit_arp(out, 1, sha, spa, EthAddr::ZERO, tpa);
     out.len() - start
+}
+
+/// An Ethernet frame carrying one IP datagram (TTL/hop limit 64) from `src` to `dst` with
+/// protocol `proto` and L4 bytes `l4`, whose checksum (TCP, UDP, ICMP, ICMPv6) is computed and
+/// filled in. For generated packets, the simulator and tests.
+pub fn ip_packet(
+    out: &mut Vec<u8>,
+    eth_src: EthAddr,
+    eth_dst: EthAddr,
+    src: IpAddr,
+    dst: IpAddr,
+    proto: u8,
+    l4: &[u8],
+) -> Result<usize, BuildError> {
+    let start = out.len();
+    let v6 = match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            emit_eth(out, eth_dst, eth_src, ethertype::IPV4);
+            emit_ipv4(out, s, d, proto, l4.len(), 64);
+            false
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            emit_eth(out, eth_dst, eth_src, ethertype::IPV6);
+            emit_ipv6(out, s, d, proto, l4.len(), 64);
+            true
+        }
+        _ => return Err(BuildError::NotIp),
+    };
+    let at = match proto {
+        ip_proto::TCP => Some((16, true)),
+        ip_proto::UDP => Some((6, true)),
+        ip_proto::ICMP if !v6 => Some((2, false)),
+        ip_proto::ICMPV6 if v6 => Some((2, true)),
+        _ => None,
+    };
+    let off = out.len();
+    out.extend_from_slice(l4);
+    if let Some((at, pseudo)) = at.filter(|(at, _)| at + 2 <= l4.len()) {
+        out[off + at..off + at + 2].copy_from_slice(&[0, 0]);
+        finish_l4(out, off, at, pseudo.then_some((src, dst, proto)));
+        if proto == ip_proto::UDP && out[off + at..off + at + 2] == [0, 0] {
+            // A computed UDP checksum of zero is sent as all ones (RFC 768).
+            out[off + at..off + at + 2].copy_from_slice(&[0xff, 0xff]);
+        }
+    }
+    Ok(out.len() - start)
 }
 
 /// The ARP reply to `request` saying that `request.arp_tpa` is at `mac` (OVN's ARP responder).
@@ -161,20 +210,7 @@ pub fn icmp4_error(
     icmp_code: u8,
     rest: u32,
 ) -> Result<usize, BuildError> {
-    if !p.key.is_ipv4() {
-        return Err(BuildError::NotIp);
-    }
-    let dg = datagram(frame, p)?;
-    let quote = &dg[..dg.len().min(ICMP4_ERROR_MAX - 20 - 8)];
-    let start = out.len();
-    emit_eth(out, p.key.eth_src, p.key.eth_dst, ethertype::IPV4);
-    emit_ipv4(out, src_ip, p.key.ip4_src, ip_proto::ICMP, 8 + quote.len());
-    let l4 = out.len();
-    out.extend_from_slice(&[icmp_type, icmp_code, 0, 0]);
-    out.extend_from_slice(&rest.to_be_bytes());
-    out.extend_from_slice(quote);
-    finish_l4(out, l4, 2, None);
-    Ok(out.len() - start)
+    icmp_error(out, frame, p, src_ip.into(), [icmp_type, icmp_code], rest)
 }
 
 /// An ICMPv6 error (e.g. 1/4 port unreachable, 3/0 hop limit exceeded, 2/0 packet too big with
@@ -188,26 +224,38 @@ pub fn icmp6_error(
     icmp_code: u8,
     rest: u32,
 ) -> Result<usize, BuildError> {
-    if !p.key.is_ipv6() {
-        return Err(BuildError::NotIp);
-    }
+    icmp_error(out, frame, p, src_ip.into(), [icmp_type, icmp_code], rest)
+}
+
+fn icmp_error(
+    out: &mut Vec<u8>,
+    frame: &[u8],
+    p: &Parsed,
+    src: IpAddr,
+    type_code: [u8; 2],
+    rest: u32,
+) -> Result<usize, BuildError> {
+    let to = p.key.ip_src().ok_or(BuildError::NotIp)?;
+    let (max, hdr, proto) = match (src, to) {
+        (IpAddr::V4(_), IpAddr::V4(_)) => (ICMP4_ERROR_MAX, 20, ip_proto::ICMP),
+        (IpAddr::V6(_), IpAddr::V6(_)) => (ICMP6_ERROR_MAX, 40, ip_proto::ICMPV6),
+        _ => return Err(BuildError::NotIp),
+    };
     let dg = datagram(frame, p)?;
-    let quote = &dg[..dg.len().min(ICMP6_ERROR_MAX - 40 - 8)];
+    let quote = &dg[..dg.len().min(max - hdr - 8)];
     let start = out.len();
-    emit_eth(out, p.key.eth_src, p.key.eth_dst, ethertype::IPV6);
-    emit_ipv6(
-        out,
-        src_ip,
-        p.key.ip6_src,
-        ip_proto::ICMPV6,
-        8 + quote.len(),
-    );
+    emit_eth(out, p.key.eth_src, p.key.eth_dst, p.key.eth_type);
+    match (src, to) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => emit_ipv4(out, s, d, proto, 8 + quote.len(), REPLY_TTL),
+        (IpAddr::V6(s), IpAddr::V6(d)) => emit_ipv6(out, s, d, proto, 8 + quote.len(), REPLY_TTL),
+        _ => return Err(BuildError::NotIp),
+    }
     let l4 = out.len();
-    out.extend_from_slice(&[icmp_type, icmp_code, 0, 0]);
+    out.extend_from_slice(&type_code);
+    out.extend_from_slice(&[0, 0]);
     out.extend_from_slice(&rest.to_be_bytes());
     out.extend_from_slice(quote);
-    let pseudo = (src_ip.into(), p.key.ip6_src.into(), ip_proto::ICMPV6);
-    finish_l4(out, l4, 2, Some(pseudo));
+    finish_l4(out, l4, 2, src.is_ipv6().then_some((src, to, proto)));
     Ok(out.len() - start)
 }
 
@@ -230,7 +278,7 @@ pub fn nd_ns(out: &mut Vec<u8>, src_mac: EthAddr, src_ip: Ipv6Addr, target: Ipv6
     let start = out.len();
     let dst = solicited_node(target);
     emit_eth(out, multicast_mac(dst), src_mac, ethertype::IPV6);
-    emit_ipv6(out, src_ip, dst, ip_proto::ICMPV6, 32);
+    emit_ipv6(out, src_ip, dst, ip_proto::ICMPV6, 32, REPLY_TTL);
     let l4 = out.len();
     out.extend_from_slice(&[135, 0, 0, 0, 0, 0, 0, 0]);
     out.extend_from_slice(&target.octets());
@@ -275,7 +323,7 @@ pub fn nd_na(
     let start = out.len();
     let src = ns.nd_target;
     emit_eth(out, eth_dst, mac, ethertype::IPV6);
-    emit_ipv6(out, src, dst, ip_proto::ICMPV6, 32);
+    emit_ipv6(out, src, dst, ip_proto::ICMPV6, 32, REPLY_TTL);
     let l4 = out.len();
     out.extend_from_slice(&[136, 0, 0, 0, flags, 0, 0, 0]);
     out.extend_from_slice(&src.octets());

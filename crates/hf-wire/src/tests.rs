@@ -13,18 +13,6 @@ use crate::*;
 const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
 const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
 
-fn eth(ty: u16, vlan: Option<u16>) -> Vec<u8> {
-    let mut f = Vec::new();
-    f.extend_from_slice(&MAC_B);
-    f.extend_from_slice(&MAC_A);
-    if let Some(tci) = vlan {
-        f.extend_from_slice(&0x8100u16.to_be_bytes());
-        f.extend_from_slice(&tci.to_be_bytes());
-    }
-    f.extend_from_slice(&ty.to_be_bytes());
-    f
-}
-
 /// An L4 segment: TCP (20-byte header + options) or UDP, checksum left zero.
 fn l4(proto: u8, sport: u16, dport: u16, flags: u16, opts: &[u8], payload: &[u8]) -> Vec<u8> {
     let mut s = Vec::new();
@@ -53,41 +41,26 @@ fn csum_at(proto: u8) -> usize {
     }
 }
 
-fn ip_frame(src: IpAddr, dst: IpAddr, proto: u8, mut seg: Vec<u8>, vlan: Option<u16>) -> Vec<u8> {
-    let pseudo = proto != ip_proto::ICMP;
-    let mut acc = sum_words(0, &seg);
-    if pseudo {
-        acc = acc.wrapping_add(pseudo_header_sum(src, dst, proto, seg.len() as u32));
+fn ip_frame(src: IpAddr, dst: IpAddr, proto: u8, seg: Vec<u8>, vlan: Option<u16>) -> Vec<u8> {
+    let mut f = Vec::new();
+    reply::ip_packet(
+        &mut f,
+        EthAddr(MAC_A),
+        EthAddr(MAC_B),
+        src,
+        dst,
+        proto,
+        &seg,
+    )
+    .expect("one address family");
+    if let Some(tci) = vlan {
+        let ty = [f[12], f[13]];
+        f.splice(
+            12..14,
+            [0x81, 0x00, (tci >> 8) as u8, tci as u8, ty[0], ty[1]],
+        );
     }
-    let cs = !fold(acc);
-    let at = csum_at(proto);
-    seg[at..at + 2].copy_from_slice(&cs.to_be_bytes());
-    match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let mut f = eth(ethertype::IPV4, vlan);
-            let mut h = vec![0x45, 0x10];
-            h.extend_from_slice(&((20 + seg.len()) as u16).to_be_bytes());
-            h.extend_from_slice(&[0, 1, 0x40, 0, 64, proto, 0, 0]);
-            h.extend_from_slice(&s.octets());
-            h.extend_from_slice(&d.octets());
-            let c = checksum(&h);
-            h[10..12].copy_from_slice(&c.to_be_bytes());
-            f.extend_from_slice(&h);
-            f.extend_from_slice(&seg);
-            f
-        }
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            let mut f = eth(ethertype::IPV6, vlan);
-            f.extend_from_slice(&[0x60, 0, 0, 0]);
-            f.extend_from_slice(&(seg.len() as u16).to_be_bytes());
-            f.extend_from_slice(&[proto, 64]);
-            f.extend_from_slice(&s.octets());
-            f.extend_from_slice(&d.octets());
-            f.extend_from_slice(&seg);
-            f
-        }
-        _ => unreachable!("test frames use one family"),
-    }
+    f
 }
 
 fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
@@ -128,13 +101,20 @@ fn checksums_ok(frame: &[u8]) -> bool {
 fn tcp4_frame() -> Vec<u8> {
     let opts = [2, 4, 0x05, 0xb4, 1, 3, 3, 7, 4, 2, 0, 0];
     let seg = l4(ip_proto::TCP, 40000, 80, tcp_flags::SYN, &opts, b"hi");
-    ip_frame(
+    let mut f = ip_frame(
         v4(10, 0, 0, 1),
         v4(192, 0, 2, 7),
         ip_proto::TCP,
         seg,
         Some(0x2064),
-    )
+    );
+    // DSCP AF21-ish TOS 0x10, with the IPv4 header checksum adjusted to match.
+    let l3 = 18;
+    let cs = u16::from_be_bytes([f[l3 + 10], f[l3 + 11]]);
+    let cs = checksum_adjust(cs, &[0x45, f[l3 + 1]], &[0x45, 0x10]);
+    f[l3 + 1] = 0x10;
+    f[l3 + 10..l3 + 12].copy_from_slice(&cs.to_be_bytes());
+    f
 }
 
 fn icmp_echo(v6_: bool) -> Vec<u8> {
@@ -451,8 +431,8 @@ fn geneve_round_trip_v4_and_v6() {
     }
 }
 
-#[test]
-fn geneve_refuses_unknown_critical_options() {
+/// A tunnel between two IPv4 chassis carrying datapath 5 from port 1 to port 2.
+fn small_tunnel() -> (TunnelOuter, OvnMetadata) {
     let outer = TunnelOuter {
         eth_src: EthAddr(MAC_A),
         eth_dst: EthAddr(MAC_B),
@@ -468,6 +448,12 @@ fn geneve_refuses_unknown_critical_options() {
             egress: 2,
         }),
     };
+    (outer, meta)
+}
+
+#[test]
+fn geneve_refuses_unknown_critical_options() {
+    let (outer, meta) = small_tunnel();
     let mut out = Vec::new();
     geneve::encapsulate(&mut out, &outer, &meta, &tcp4_frame()).expect("encapsulates");
     let class = 14 + 20 + 8 + 8;
@@ -597,21 +583,7 @@ fn write_seed_corpus() {
     seeds.push(e6);
     seeds.push(u);
     let mut g = Vec::new();
-    let outer = TunnelOuter {
-        eth_src: EthAddr(MAC_A),
-        eth_dst: EthAddr(MAC_B),
-        src: v4(10, 1, 0, 1),
-        dst: v4(10, 1, 0, 2),
-        udp_src: 1,
-        ttl: 64,
-    };
-    let meta = OvnMetadata {
-        datapath: 5,
-        ports: Some(PortKeys {
-            ingress: 1,
-            egress: 2,
-        }),
-    };
+    let (outer, meta) = small_tunnel();
     geneve::encapsulate(&mut g, &outer, &meta, &t).expect("encap");
     seeds.push(g);
     for (i, s) in seeds.iter().enumerate() {
