@@ -165,3 +165,70 @@ fn write_seed_corpus() {
         std::fs::write(dir.join(format!("seed-{i:02}")), s).expect("write");
     }
 }
+
+/// The three kinds of first packet the NAT round trip uses, and the answer to each.
+fn first_and_answer(
+    kind: u8,
+    (a, ap): (IpAddr, u16),
+    (b, bp): (IpAddr, u16),
+) -> (Vec<u8>, Vec<u8>) {
+    match kind {
+        0 => {
+            let mut t = Tcp::new(a, ap, b, bp);
+            let syn = t.seg(0, SYN, 0);
+            (syn, t.seg(1, SYN | ACK, 0))
+        }
+        1 => (udp_frame(a, ap, b, bp), udp_frame(b, bp, a, ap)),
+        _ => (icmp_echo(a, b, ap, false), icmp_echo(b, a, ap, true)),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Whatever NAT a connection gets, the first packet's rewrite keeps checksums valid, and the
+    /// answer to the translated packet is translated back to exactly the original endpoints.
+    #[test]
+    fn nat_round_trip_restores_the_endpoints(
+        kind in 0u8..3,
+        inside in any::<u32>(), peer in any::<u32>(),
+        ap in 1u16.., bp in 1u16..,
+        nat in 0u8..3,
+        ports in (1024u16..2048, 0u16..64),
+    ) {
+        let (a, b) = (IpAddr::from(Ipv4Addr::from(inside)), IpAddr::from(Ipv4Addr::from(peer)));
+        prop_assume!(a != b);
+        let ext = v4(198, 51, 100, 7);
+        let backend = v4(10, 200, 0, 9);
+        let snat = NatRange { addr_min: ext, addr_max: ext, port_min: ports.0, port_max: ports.0 + ports.1 };
+        let act = match nat {
+            0 => commit().snat(snat),
+            1 => commit().dnat(NatRange::addr_port(backend, 8443)),
+            _ => commit().dnat(NatRange::addr_port(backend, 8443)).snat(snat),
+        };
+        let mut ct = Conntrack::new(Config::default());
+        let (first, _) = first_and_answer(kind, (a, ap), (b, bp));
+        let mut f = first.clone();
+        let mut p = parsed(&f);
+        let r = ct.process(1, &p, secs(1), &act);
+        prop_assert_eq!(r.refused, None);
+        hf_wire::apply_nat(&mut f, &mut p, &r.rewrite).expect("applies");
+        prop_assert!(hf_wire::checksums_valid(&f, &p));
+        // The far side answers the packet it saw.
+        let seen = (p.key.ip_src().expect("ip"), p.key.ip_dst().expect("ip"));
+        let (sp, dp) = if kind == 2 { (p.icmp_id, p.icmp_id) } else { (p.key.tp_src, p.key.tp_dst) };
+        let (_, answer) = first_and_answer(kind, (seen.0, sp), (seen.1, dp));
+        let mut g = answer.clone();
+        let mut q = parsed(&g);
+        let r = ct.process(1, &q, secs(2), &CtAction::lookup().with_nat());
+        prop_assert!(r.state.contains(CtState::EST | CtState::RPL), "{:?}", r.state);
+        hf_wire::apply_nat(&mut g, &mut q, &r.rewrite).expect("applies");
+        prop_assert!(hf_wire::checksums_valid(&g, &q));
+        prop_assert_eq!((q.key.ip_src(), q.key.ip_dst()), (Some(b), Some(a)));
+        if kind == 2 {
+            prop_assert_eq!(q.icmp_id, ap);
+        } else {
+            prop_assert_eq!((q.key.tp_src, q.key.tp_dst), (bp, ap));
+        }
+    }
+}
