@@ -105,10 +105,8 @@ pub fn checksums_valid(frame: &[u8], p: &crate::Parsed) -> bool {
         return true;
     }
     let mut acc = sum_words(0, seg);
-    if pseudo {
-        if let (Some(s), Some(d)) = (p.key.ip_src(), p.key.ip_dst()) {
-            acc = acc.wrapping_add(pseudo_header_sum(s, d, proto, seg.len() as u32));
-        }
+    if pseudo && let (Some(s), Some(d)) = (p.key.ip_src(), p.key.ip_dst()) {
+        acc = acc.wrapping_add(pseudo_header_sum(s, d, proto, seg.len() as u32));
     }
     fold(acc) == 0xffff
 }
