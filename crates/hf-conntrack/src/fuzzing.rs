@@ -135,6 +135,16 @@ pub fn check_invariants(ct: &Conntrack) -> Result<(), String> {
             ct.claims.len()
         ));
     }
+    let mut nat_zones = vec![0u32; 1 << 16];
+    for &i in &live {
+        let e = &ct.entries[i as usize];
+        if e.flags & (crate::table::F_SNAT | crate::table::F_DNAT) != 0 {
+            nat_zones[usize::from(e.orig.zone)] += 1;
+        }
+    }
+    if nat_zones != ct.nat_zone_counts {
+        return Err("NAT zone counts disagree with the entries".into());
+    }
     if zones != ct.zone_counts {
         return Err("zone counts disagree with the entries".into());
     }

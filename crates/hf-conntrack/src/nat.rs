@@ -87,6 +87,14 @@ impl Conntrack {
             }
         }
         let Some(r) = req.src else {
+            if flags == 0
+                && self.nat_zone_counts[usize::from(orig.zone)] == 0
+                && !self.claimed(&reply)
+            {
+                // No translation here and none in the zone: the reply tuple is the inverse of
+                // `orig`, which nobody owns, so no connection can own the reply tuple either.
+                return Ok((reply, flags, self.hash(&reply)));
+            }
             return match self.reply_free(&reply, ignore) {
                 Some(h) if reply != *orig => Ok((reply, flags, h)),
                 _ => Err(CommitRefused::TupleTaken),

@@ -134,6 +134,9 @@ pub struct Conntrack {
     pub(crate) hasher: DefaultHashBuilder,
     pub(crate) len: usize,
     pub(crate) zone_counts: Vec<u32>,
+    /// Connections with SNAT or DNAT, per zone. In a zone without any, a new connection's
+    /// reply tuple (the inverse of a tuple nobody owns) cannot be taken, so its lookup is skipped.
+    pub(crate) nat_zone_counts: Vec<u32>,
     pub(crate) zone_limits: HashMap<u16, u32>,
     pub(crate) unest: ListHead,
     pub(crate) wheel: Wheel,
@@ -216,6 +219,7 @@ impl Conntrack {
             hasher: DefaultHashBuilder::default(),
             len: 0,
             zone_counts: vec![0; 1 << 16],
+            nat_zone_counts: vec![0; 1 << 16],
             zone_limits: HashMap::new(),
             unest: ListHead::EMPTY,
             wheel: Wheel::new(),
@@ -549,6 +553,7 @@ impl Conntrack {
     /// [`Conntrack::insert`] with the tuples' hashes already computed.
     fn insert_hashed(&mut self, mut e: Entry, (h0, h1): (u32, u32)) -> u32 {
         let claim = e.flags & F_SNAT != 0;
+        let nat = e.flags & (F_SNAT | F_DNAT) != 0;
         if claim {
             e.flags |= F_CLAIM;
         }
@@ -576,6 +581,9 @@ impl Conntrack {
             self.claims.insert_unique(spread(ch), val(ch, idx), rehash);
         }
         self.zone_counts[zone] += 1;
+        if nat {
+            self.nat_zone_counts[zone] += 1;
+        }
         self.len += 1;
         if !assured {
             list_push_back(&mut self.entries, &mut self.unest, L_UNEST, idx);
@@ -612,6 +620,9 @@ impl Conntrack {
         }
         self.wheel_remove(idx);
         self.zone_counts[usize::from(orig.zone)] -= 1;
+        if self.entries[i].flags & (F_SNAT | F_DNAT) != 0 {
+            self.nat_zone_counts[usize::from(orig.zone)] -= 1;
+        }
         self.len -= 1;
         self.entries[i].flags = 0;
         self.free.push(idx);

@@ -54,6 +54,21 @@ fn timed<R>(f: impl FnOnce() -> R) -> (R, Took) {
     (r, Took { cpu, wall })
 }
 
+/// Runs `f` `reps` times and keeps the fastest run's result.
+fn best_of<T>(
+    reps: usize,
+    mut f: impl FnMut() -> anyhow::Result<(Took, T, usize)>,
+) -> anyhow::Result<(Took, T, usize)> {
+    let mut best = f()?;
+    for _ in 1..reps {
+        let r = f()?;
+        if r.0.secs() < best.0.secs() {
+            best = r;
+        }
+    }
+    Ok(best)
+}
+
 /// A note with both clocks, so a reader can see how loaded the machine was.
 fn clocks_note(report: &Report, what: &str, n: f64, took: Took) {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -134,11 +149,13 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     let (n_new, n_est, n_lookups) = if opts.tiny {
         (10_000u32, 1_000u32, 100_000usize)
     } else {
-        (1_000_000, 10_000, 20_000_000)
+        (1_000_000, 10_000, 10_000_000)
     };
     let label = if opts.tiny { "10k" } else { "1M" };
 
-    let (el, grown, len) = commit_many(n_new, false)?;
+    // Best of `reps` runs: the machine is shared, and a slow run measures the neighbours.
+    let reps = if opts.tiny { 1 } else { 3 };
+    let (el, grown, len) = best_of(reps, || commit_many(n_new, false))?;
     anyhow::ensure!(
         len == n_new as usize,
         "only {len} of {n_new} connections were created"
@@ -157,7 +174,7 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         "goal",
         256.0,
     );
-    let (el, _, len) = commit_many(n_new, true)?;
+    let (el, _, len) = best_of(reps, || commit_many(n_new, true))?;
     anyhow::ensure!(
         len == n_new as usize,
         "only {len} of {n_new} SNAT connections were created"
@@ -224,25 +241,35 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         })
         .collect();
     let act = CtAction::lookup();
-    let (invalid, el) = timed(|| {
-        let mut invalid = 0u64;
-        for k in 0..n_lookups {
-            let d = draws[k % draws.len()] as usize;
-            let (client, port) = conns[d >> 1];
-            let p = &mut templates[d & 1];
-            if d & 1 == 0 {
-                p.key.ip4_src = client;
-                p.key.tp_src = port;
-            } else {
-                p.key.ip4_dst = client;
-                p.key.tp_dst = port;
+    let mut lookup_pass = || {
+        timed(|| {
+            let mut invalid = 0u64;
+            for k in 0..n_lookups {
+                let d = draws[k % draws.len()] as usize;
+                let (client, port) = conns[d >> 1];
+                let p = &mut templates[d & 1];
+                if d & 1 == 0 {
+                    p.key.ip4_src = client;
+                    p.key.tp_src = port;
+                } else {
+                    p.key.ip4_dst = client;
+                    p.key.tp_dst = port;
+                }
+                let r = ct.process(1, black_box(p), now, &act);
+                invalid += u64::from(r.state.contains(hf_conntrack::CtState::INV));
             }
-            let r = ct.process(1, black_box(p), now, &act);
-            invalid += u64::from(r.state.contains(hf_conntrack::CtState::INV));
+            invalid
+        })
+    };
+    let mut best: Option<Took> = None;
+    for _ in 0..reps {
+        let (invalid, took) = lookup_pass();
+        anyhow::ensure!(invalid == 0, "{invalid} lookups were invalid");
+        if best.is_none_or(|b| took.secs() < b.secs()) {
+            best = Some(took);
         }
-        invalid
-    });
-    anyhow::ensure!(invalid == 0, "{invalid} lookups were invalid");
+    }
+    let el = best.ok_or_else(|| anyhow::anyhow!("no lookup pass ran"))?;
     report.result(
         &format!("lookups/tcp-est-window-tracked,{n_est}-conns,uniform-random,both-dirs"),
         n_lookups as f64 / el.secs(),
