@@ -18,6 +18,7 @@ pub fn wire(data: &[u8]) {
     let _ = reply::echo_reply(&mut out, data, &p);
     let _ = reply::nd_na(&mut out, &p.key, EthAddr([2, 0, 0, 0, 0, 1]), true);
     let _ = reply::icmp4_error(&mut out, data, &p, Ipv4Addr::new(10, 0, 0, 1), 3, 3, 0);
+    let _ = reply::tcp_reset(&mut out, &p);
     let _ = reply::icmp6_error(&mut out, data, &p, Ipv6Addr::LOCALHOST, 1, 4, 0);
     let v6 = p.key.is_ipv6();
     let (a, b): (IpAddr, IpAddr) = if v6 {

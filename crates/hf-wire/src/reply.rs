@@ -1,6 +1,7 @@
 //! Builders for the packets OVN's actions generate: ARP requests and replies (`arp {}`, the ARP
-//! responder), ICMP/ICMPv6 echo replies, ICMP/ICMPv6 errors (`icmp4 {}`, `icmp6 {}`), and ND
-//! solicitations and advertisements (`nd_ns {}`, `nd_na {}`, `nd_na_router {}`).
+//! responder), ICMP/ICMPv6 echo replies, ICMP/ICMPv6 errors (`icmp4 {}`, `icmp6 {}`), TCP resets
+//! (`tcp_reset {}`, `reject {}`), and ND solicitations and advertisements (`nd_ns {}`,
+//! `nd_na {}`, `nd_na_router {}`).
 //!
 //! Each builder appends one complete Ethernet frame (untagged) to `out`, with valid checksums, and
 //! returns its length. The pipeline then applies the action's own field assignments to it. These
@@ -9,7 +10,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::checksum::{checksum, checksum_adjust, fold, pseudo_header_sum, sum_words};
-use crate::key::{EthAddr, FlowKey};
+use crate::key::{EthAddr, FlowKey, tcp_flags};
 use crate::parse::{Parsed, ethertype, ip_proto};
 
 /// Why a builder refused: the request is not the kind of packet the builder answers.
@@ -25,6 +26,9 @@ pub enum BuildError {
     /// A neighbor advertisement needs a neighbor solicitation.
     #[error("not a neighbor solicitation")]
     NotNeighborSolicitation,
+    /// A TCP reset needs a TCP segment that is not itself a reset.
+    #[error("not a TCP segment that can be reset")]
+    NotTcp,
     /// An ICMP error needs an IP packet of the matching family.
     #[error("not an IP packet of the right family")]
     NotIp,
@@ -257,6 +261,39 @@ fn icmp_error(
     out.extend_from_slice(quote);
     finish_l4(out, l4, 2, src.is_ipv6().then_some((src, to, proto)));
     Ok(out.len() - start)
+}
+
+/// The TCP reset answering the segment in `frame` (RFC 9293 §3.10.7.1), from its destination
+/// back to its source: if the segment carried an ACK, the reset has that sequence number and no
+/// ACK; otherwise sequence 0 and an ACK of everything the segment occupied. A reset is never
+/// answered with a reset.
+pub fn tcp_reset(out: &mut Vec<u8>, p: &Parsed) -> Result<usize, BuildError> {
+    let k = &p.key;
+    if k.ip_proto != ip_proto::TCP || !p.has_l4() || k.tcp_flags & tcp_flags::RST != 0 {
+        return Err(BuildError::NotTcp);
+    }
+    let (Some(src), Some(dst)) = (k.ip_dst(), k.ip_src()) else {
+        return Err(BuildError::NotIp);
+    };
+    let occupied = u32::from(p.tcp.payload_len)
+        + u32::from(k.tcp_flags & tcp_flags::SYN != 0)
+        + u32::from(k.tcp_flags & tcp_flags::FIN != 0);
+    let (seq, ack, flags) = if k.tcp_flags & tcp_flags::ACK != 0 {
+        (p.tcp.ack, 0, tcp_flags::RST)
+    } else {
+        (
+            0,
+            p.tcp.seq.wrapping_add(occupied),
+            tcp_flags::RST | tcp_flags::ACK,
+        )
+    };
+    let mut seg = [0u8; 20];
+    seg[0..2].copy_from_slice(&k.tp_dst.to_be_bytes());
+    seg[2..4].copy_from_slice(&k.tp_src.to_be_bytes());
+    seg[4..8].copy_from_slice(&seq.to_be_bytes());
+    seg[8..12].copy_from_slice(&ack.to_be_bytes());
+    seg[12..14].copy_from_slice(&((5u16 << 12) | flags).to_be_bytes());
+    ip_packet(out, k.eth_dst, k.eth_src, src, dst, ip_proto::TCP, &seg)
 }
 
 /// The solicited-node multicast address of `target` (RFC 4291 §2.7.1).

@@ -273,6 +273,53 @@ fn icmp_errors_quote_the_packet_and_parse_back() {
 }
 
 #[test]
+fn tcp_resets_answer_syns_and_acks() {
+    // A SYN (no ACK) is answered with RST|ACK acknowledging the SYN and its payload.
+    let f = tcp4_frame();
+    let p = parse(&f, 0, 0).expect("parses");
+    let mut out = Vec::new();
+    reply::tcp_reset(&mut out, &p).expect("resets a SYN");
+    assert!(checksums_ok(&out));
+    let r = parse(&out, 0, 0).expect("reset parses");
+    assert_eq!(r.key.tcp_flags, tcp_flags::RST | tcp_flags::ACK);
+    assert_eq!((r.tcp.seq, r.tcp.ack), (0, 1000 + 1 + 2));
+    assert_eq!(
+        (r.key.ip_src(), r.key.ip_dst()),
+        (p.key.ip_dst(), p.key.ip_src())
+    );
+    assert_eq!(
+        (r.key.tp_src, r.key.tp_dst, r.key.eth_dst),
+        (80, 40000, p.key.eth_src)
+    );
+    // A segment with an ACK is answered with a bare RST at the acknowledged sequence number.
+    let seg = l4(ip_proto::TCP, 1, 2, tcp_flags::ACK, &[], b"data");
+    let g = ip_frame(v6(1), v6(2), ip_proto::TCP, seg, None);
+    let q = parse(&g, 0, 0).expect("parses");
+    let mut out = Vec::new();
+    reply::tcp_reset(&mut out, &q).expect("resets an ACK");
+    assert!(checksums_ok(&out));
+    let r = parse(&out, 0, 0).expect("reset parses");
+    assert_eq!((r.key.tcp_flags, r.tcp.seq), (tcp_flags::RST, 2000));
+    // Never a reset for a reset, nor for UDP.
+    assert_eq!(
+        reply::tcp_reset(&mut out, &r),
+        Err(reply::BuildError::NotTcp)
+    );
+    let u = ip_frame(
+        v4(1, 1, 1, 1),
+        v4(2, 2, 2, 2),
+        ip_proto::UDP,
+        l4(ip_proto::UDP, 1, 2, 0, &[], b""),
+        None,
+    );
+    let u = parse(&u, 0, 0).expect("parses");
+    assert_eq!(
+        reply::tcp_reset(&mut out, &u),
+        Err(reply::BuildError::NotTcp)
+    );
+}
+
+#[test]
 fn fragments_have_no_l4() {
     let seg = l4(ip_proto::UDP, 1, 2, 0, &[], &[0; 16]);
     let mut f = ip_frame(v4(1, 1, 1, 1), v4(2, 2, 2, 2), ip_proto::UDP, seg, None);
