@@ -195,11 +195,15 @@ proptest! {
         ap in 1u16.., bp in 1u16..,
         nat in 0u8..3,
         ports in (1024u16..2048, 0u16..64),
+        six in any::<bool>(),
     ) {
-        let (a, b) = (IpAddr::from(Ipv4Addr::from(inside)), IpAddr::from(Ipv4Addr::from(peer)));
-        prop_assume!(a != b);
-        let ext = v4(198, 51, 100, 7);
-        let backend = v4(10, 200, 0, 9);
+        let (a, b, ext, backend) = if six {
+            let v6 = |x: u32| IpAddr::from(std::net::Ipv6Addr::from(0xfd00_u128 << 112 | u128::from(x)));
+            (v6(inside), v6(peer), v6(0xfffe_0007), v6(0xfffe_0009))
+        } else {
+            (Ipv4Addr::from(inside).into(), Ipv4Addr::from(peer).into(), v4(198, 51, 100, 7), v4(10, 200, 0, 9))
+        };
+        prop_assume!(a != b && a != ext && b != ext && b != backend && a != backend);
         let snat = NatRange { addr_min: ext, addr_max: ext, port_min: ports.0, port_max: ports.0 + ports.1 };
         let act = match nat {
             0 => commit().snat(snat),
