@@ -277,6 +277,7 @@ impl Conntrack {
             .or(self.cfg.default_zone_limit)
     }
 
+    #[inline]
     pub(crate) fn hash(&self, t: &Tuple) -> u32 {
         (self.hasher.hash_one(t) >> 32) as u32
     }
@@ -291,6 +292,7 @@ impl Conntrack {
     }
 
     /// [`Conntrack::find`] with the tuple's hash already computed.
+    #[inline]
     pub(crate) fn find_h(&self, t: &Tuple, h: u32) -> Option<(u32, usize)> {
         let entries = &self.entries;
         self.index

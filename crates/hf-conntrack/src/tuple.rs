@@ -31,6 +31,7 @@ pub struct Tuple {
 }
 
 impl Hash for Tuple {
+    #[inline]
     fn hash<H: Hasher>(&self, h: &mut H) {
         h.write_u128(u128::from_ne_bytes(self.src));
         h.write_u128(u128::from_ne_bytes(self.dst));
@@ -148,6 +149,7 @@ pub(crate) enum Extracted {
 }
 
 /// Extracts the conntrack view of a parsed packet.
+#[inline(always)]
 pub(crate) fn extract(zone: u16, p: &Parsed) -> Extracted {
     let k = &p.key;
     let v6 = k.is_ipv6();
