@@ -23,8 +23,17 @@
 //!
 //! No clock, no threads, no sockets, no packet bytes: it reads an [`hf_wire::Parsed`] and returns
 //! an [`hf_wire::NatRewrite`] for the caller to apply. No IP defragmentation (fragments get `inv`),
-//! no ALGs (FTP, SIP), no SCTP state machine (SCTP is tracked like UDP), no `force` and no
-//! expectation tables.
+//! no ALGs (FTP, SIP), no SCTP state machine (SCTP and other protocols are tracked by their
+//! tuple with the generic 600 s timeout, and SCTP ports are not translated), no `force`, no
+//! expectation tables, no per-zone timeout policies, and no "changed since" export (a final
+//! migration delta re-exports the selection).
+//!
+//! # Memory and speed
+//!
+//! A connection costs one 176-byte slab entry plus two 8-byte index slots (three with SNAT),
+//! about 215 bytes of heap at a million connections; the per-packet path (lookups, rewrites,
+//! related and invalid packets) never allocates (`tests/no_alloc.rs`). `hf-bench conntrack`
+//! measures both.
 //!
 //! # Invariants
 //!
@@ -34,6 +43,8 @@
 //!   [`Conntrack::handle_timeout`] has collected it yet.
 //! - A packet without `commit` never creates a connection.
 //! - Zone 0 is never flushed.
+//! - A packet from an endpoint to itself (a LAND packet) is `inv`: both directions would be one
+//!   tuple.
 //!
 //! # Call contract
 //!
