@@ -165,8 +165,7 @@ fn well_formed(c: &ConnState) -> bool {
         && o.proto == r.proto
         && o.v6 == r.v6
         && (o.proto == hf_wire::ip_proto::TCP) == c.tcp.is_some()
-        && c.tcp
-            .is_none_or(|t| TcpState::from_u8(t.state as u8) == Some(t.state))
+        && c.tcp.is_none_or(|t| t.peers.iter().all(|p| p.scale <= 14))
 }
 
 impl Conntrack {

@@ -291,7 +291,7 @@ impl TcpConn {
                 }
             } else {
                 s.end = end;
-                s.maxwin = (win << s.scale).max(1);
+                s.maxwin = (win << s.scale.min(14)).max(1);
                 s.maxend = end.wrapping_add(s.maxwin);
                 if r.maxwin == 0 {
                     r.end = ack;
@@ -327,7 +327,7 @@ impl TcpConn {
         if !fits {
             return false;
         }
-        let win = if syn { win } else { win << s.scale };
+        let win = if syn { win } else { win << s.scale.min(14) };
         if s.maxwin < win {
             s.maxwin = win;
         }

@@ -236,3 +236,109 @@ proptest! {
         }
     }
 }
+
+fn any_tuple() -> impl Strategy<Value = Tuple> {
+    (
+        0u16..3,
+        prop::sample::select(vec![6u8, 17, 1]),
+        0u8..4,
+        0u8..4,
+        0u16..3,
+        0u16..3,
+    )
+        .prop_map(|(zone, proto, s, d, sp, dp)| {
+            Tuple::new(zone, proto, v4(10, 0, 0, s), sp, v4(10, 0, 0, d), dp)
+        })
+}
+
+fn any_peer() -> impl Strategy<Value = TcpPeer> {
+    (
+        any::<u32>(),
+        any::<u32>(),
+        any::<u32>(),
+        any::<u32>(),
+        any::<u8>(),
+        any::<u8>(),
+    )
+        .prop_map(|(end, maxend, maxwin, maxack, scale, flags)| TcpPeer {
+            end,
+            maxend,
+            maxwin,
+            maxack,
+            scale,
+            flags,
+        })
+}
+
+fn any_conn() -> impl Strategy<Value = ConnState> {
+    (
+        any_tuple(),
+        any_tuple(),
+        any::<[bool; 4]>(),
+        (any_peer(), any_peer(), 0usize..10),
+        0u64..200_000,
+    )
+        .prop_map(|(orig, reply, f, (a, b, st), exp)| {
+            let states = [
+                TcpState::None,
+                TcpState::SynSent,
+                TcpState::SynRecv,
+                TcpState::Established,
+                TcpState::FinWait,
+                TcpState::CloseWait,
+                TcpState::LastAck,
+                TcpState::TimeWait,
+                TcpState::Close,
+                TcpState::SynSent2,
+            ];
+            ConnState {
+                orig,
+                reply,
+                mark: 1,
+                label: 2,
+                owner: Owner(3),
+                expires_in_ms: exp,
+                seen_reply: f[0],
+                assured: f[1],
+                snat: f[2],
+                dnat: f[3],
+                tcp: (orig.proto == 6).then_some(TcpExport {
+                    state: states[st],
+                    peers: [a, b],
+                }),
+            }
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Imports of arbitrary (possibly conflicting or inconsistent) connections never panic, keep
+    /// the table consistent, and leave every tuple answering for at most one connection; packets
+    /// then run against the imported state without panicking.
+    #[test]
+    fn arbitrary_imports_keep_the_table_consistent(
+        conns in prop::collection::vec(any_conn(), 0..40),
+        cap in 1usize..30,
+    ) {
+        let mut ct = Conntrack::new(Config { max_connections: cap, ..Config::default() });
+        let data = CtExport { version: EXPORT_VERSION, conns: conns.clone() };
+        let rep = ct.import(&data, |z| z, secs(1)).expect("same version");
+        prop_assert_eq!(rep.imported + rep.malformed + rep.refused, conns.len());
+        prop_assert!(ct.len() <= cap);
+        if let Err(e) = crate::fuzzing::check_invariants(&ct) {
+            return Err(TestCaseError::fail(e));
+        }
+        for c in &conns {
+            let mut t = Tcp::new(c.orig.src_ip(), c.orig.sport, c.orig.dst_ip(), c.orig.dport);
+            for (from, flags) in [(0, ACK), (1, ACK), (0, FIN | ACK), (1, RST)] {
+                let p = parsed(&t.seg(from, flags, 5));
+                let r = ct.process(c.orig.zone, &p, secs(2), &CtAction::lookup().with_nat());
+                prop_assert!(r.state.contains(CtState::TRK));
+            }
+        }
+        if let Err(e) = crate::fuzzing::check_invariants(&ct) {
+            return Err(TestCaseError::fail(e));
+        }
+    }
+}
