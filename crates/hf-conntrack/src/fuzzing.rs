@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use hf_wire::{EthAddr, ip_proto, parse, tcp_flags};
 
-use crate::table::{Conntrack, F_ASSURED, F_CLAIM, L_TIMER, L_UNEST, NIL};
+use crate::table::{Conntrack, F_ASSURED, F_CLAIM, F_SHARED, L_TIMER, L_UNEST, NIL};
 use crate::{Config, CtAction, CtState, Masked, NatRange, Owner, Selection};
 
 /// A TCP segment to build.
@@ -101,12 +101,27 @@ pub fn check_invariants(ct: &Conntrack) -> Result<(), String> {
     if live.len() != ct.len {
         return Err(format!("len {} but {} live entries", ct.len, live.len()));
     }
-    if ct.index.len() != 2 * ct.len {
+    let slots: usize = live
+        .iter()
+        .map(|&i| {
+            if ct.entries[i as usize].flags & F_SHARED != 0 {
+                1
+            } else {
+                2
+            }
+        })
+        .sum();
+    if ct.index.len() != slots {
         return Err(format!(
-            "index holds {} tuples for {} entries",
-            ct.index.len(),
-            ct.len
+            "index holds {} slots, entries need {slots}",
+            ct.index.len()
         ));
+    }
+    for &i in &live {
+        let e = &ct.entries[i as usize];
+        if (e.flags & F_SHARED != 0) != (e.reply == e.orig.invert()) {
+            return Err(format!("entry {i}: shared flag disagrees with its tuples"));
+        }
     }
     let mut zones = vec![0u32; 1 << 16];
     let mut claims = 0;

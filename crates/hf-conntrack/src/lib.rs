@@ -30,15 +30,18 @@
 //!
 //! # Memory and speed
 //!
-//! A connection costs one 176-byte slab entry plus two 8-byte index slots (three with SNAT),
-//! about 215 bytes of heap at a million connections; the per-packet path (lookups, rewrites,
+//! A connection costs one 176-byte slab entry plus one 8-byte index slot (the index hashes the
+//! direction-independent form of a tuple, so both directions of an untranslated connection share
+//! it; a translated one has two, plus an SNAT claim), about 200 bytes of heap at a million
+//! connections; the per-packet path (lookups, rewrites,
 //! related and invalid packets) never allocates (`tests/no_alloc.rs`). `hf-bench conntrack`
 //! measures both.
 //!
 //! # Invariants
 //!
-//! - Each live connection has both its tuples in the index, and no tuple belongs to two
-//!   connections in a zone; an SNAT reply tuple is claimed once across all zones.
+//! - Each live connection is found by both its tuples (one shared index slot without NAT, two
+//!   with), and no tuple belongs to two connections in a zone; an SNAT reply tuple is claimed once
+//!   across all zones.
 //! - A lookup never returns a connection whose timeout has passed, whether or not
 //!   [`Conntrack::handle_timeout`] has collected it yet.
 //! - A packet without `commit` never creates a connection.

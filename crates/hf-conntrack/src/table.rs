@@ -27,6 +27,8 @@ pub(crate) const F_ASSURED: u8 = 0x04;
 pub(crate) const F_SNAT: u8 = 0x08;
 pub(crate) const F_DNAT: u8 = 0x10;
 pub(crate) const F_CLAIM: u8 = 0x20;
+/// The reply tuple is the original's inverse (no translation): one index slot serves both.
+pub(crate) const F_SHARED: u8 = 0x40;
 
 /// One connection. Kept small: the benchmark's budget is 256 bytes of heap per connection.
 #[derive(Debug, Clone)]
@@ -277,9 +279,13 @@ impl Conntrack {
             .or(self.cfg.default_zone_limit)
     }
 
+    /// The hash of `t`'s direction-independent form (the smaller of `t` and its inverse), so a
+    /// connection without translation needs one index slot for both directions.
     #[inline]
     pub(crate) fn hash(&self, t: &Tuple) -> u32 {
-        (self.hasher.hash_one(t) >> 32) as u32
+        let inv = t.invert();
+        let canonical = if *t <= inv { t } else { &inv };
+        (self.hasher.hash_one(canonical) >> 32) as u32
     }
 
     pub(crate) fn claim_hash(&self, t: &Tuple) -> u32 {
@@ -295,12 +301,16 @@ impl Conntrack {
     #[inline]
     pub(crate) fn find_h(&self, t: &Tuple, h: u32) -> Option<(u32, usize)> {
         let entries = &self.entries;
-        self.index
-            .find(spread(h), |&v| {
-                (v >> 32) as u32 == h
-                    && entries[(v as u32 >> 1) as usize].tuple((v & 1) as usize) == t
-            })
-            .map(|&v| (v as u32 >> 1, (v & 1) as usize))
+        let owns = |v: &u64| {
+            let e = &entries[(*v as u32 >> 1) as usize];
+            (*v >> 32) as u32 == h
+                && (e.tuple((*v & 1) as usize) == t || (e.flags & F_SHARED != 0 && e.reply == *t))
+        };
+        self.index.find(spread(h), owns).map(|&v| {
+            let idx = v as u32 >> 1;
+            let dir = usize::from(v & 1 == 1 || entries[idx as usize].orig != *t);
+            (idx, dir)
+        })
     }
 
     /// The connection claiming `t` as its SNAT reply tuple, in any zone.
@@ -556,6 +566,10 @@ impl Conntrack {
     fn insert_hashed(&mut self, mut e: Entry, (h0, h1): (u32, u32)) -> u32 {
         let claim = e.flags & F_SNAT != 0;
         let nat = e.flags & (F_SNAT | F_DNAT) != 0;
+        let shared = e.reply == e.orig.invert();
+        if shared {
+            e.flags |= F_SHARED;
+        }
         if claim {
             e.flags |= F_CLAIM;
         }
@@ -577,8 +591,10 @@ impl Conntrack {
         let val = |h: u32, low: u32| u64::from(h) << 32 | u64::from(low);
         self.index
             .insert_unique(spread(h0), val(h0, idx << 1), rehash);
-        self.index
-            .insert_unique(spread(h1), val(h1, (idx << 1) | 1), rehash);
+        if !shared {
+            self.index
+                .insert_unique(spread(h1), val(h1, (idx << 1) | 1), rehash);
+        }
         if claim {
             self.claims.insert_unique(spread(ch), val(ch, idx), rehash);
         }
@@ -601,15 +617,16 @@ impl Conntrack {
             return;
         }
         let (orig, reply) = (self.entries[i].orig, self.entries[i].reply);
-        let (h0, h1) = (self.hash(&orig), self.hash(&reply));
+        let h0 = self.hash(&orig);
         if let Ok(o) = self.index.find_entry(spread(h0), |&v| v as u32 == idx << 1) {
             o.remove();
         }
-        if let Ok(o) = self
-            .index
-            .find_entry(spread(h1), |&v| v as u32 == (idx << 1) | 1)
-        {
-            o.remove();
+        if self.entries[i].flags & F_SHARED == 0 {
+            let h1 = self.hash(&reply);
+            let slot = (idx << 1) | 1;
+            if let Ok(o) = self.index.find_entry(spread(h1), |&v| v as u32 == slot) {
+                o.remove();
+            }
         }
         if self.entries[i].flags & F_CLAIM != 0 {
             let ch = self.claim_hash(&reply);

@@ -130,7 +130,7 @@ fn fuzz_corpus_replays() {
 
 #[test]
 fn an_entry_fits_the_memory_budget() {
-    // bytes_per_entry's goal is 256: one slab entry plus two or three 8-byte index slots at the
+    // bytes_per_entry's goal is 256: one slab entry plus one to three 8-byte index slots at the
     // index's load factor. Growing the entry past 176 bytes needs a new look at that budget.
     let size = std::mem::size_of::<crate::table::Entry>();
     assert!(size <= 176, "Entry is {size} bytes");
