@@ -32,6 +32,29 @@ pub struct Seg {
     pub payload: usize,
 }
 
+impl Seg {
+    /// A segment from `src` to `dst` with a 65,535-byte window.
+    pub fn new(
+        (src, sport): (IpAddr, u16),
+        (dst, dport): (IpAddr, u16),
+        flags: u16,
+        (seq, ack): (u32, u32),
+        payload: usize,
+    ) -> Seg {
+        Seg {
+            src,
+            dst,
+            sport,
+            dport,
+            flags,
+            seq,
+            ack,
+            win: 65535,
+            payload,
+        }
+    }
+}
+
 fn frame(src: IpAddr, dst: IpAddr, proto: u8, l4: Vec<u8>) -> Vec<u8> {
     let mut f = Vec::new();
     let (a, b) = (EthAddr([2, 0, 0, 0, 0, 1]), EthAddr([2, 0, 0, 0, 0, 2]));

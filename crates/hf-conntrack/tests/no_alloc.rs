@@ -2,8 +2,6 @@
 //! directions, with NAT rewrites), related ICMP errors and invalid packets are counted with a
 //! counting global allocator. Commits may allocate (the table grows).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
@@ -11,32 +9,11 @@ use hf_conntrack::fuzzing::{Seg, tcp_frame};
 use hf_conntrack::{Config, Conntrack, CtAction, CtState, NatRange, Owner};
 use hf_wire::{parse, tcp_flags};
 
-thread_local! {
-    static ALLOCS: Cell<usize> = const { Cell::new(0) };
-}
-
-struct Counting;
-
-// SAFETY: forwards every call to `System` unchanged; the thread-local counter is bookkeeping
-// (a `const` thread-local `Cell` never allocates).
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.with(|c| c.set(c.get() + 1));
-        // SAFETY: the caller's layout is passed through.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System.alloc` with `layout`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: hf_wire::fuzzing::CountingAlloc = hf_wire::fuzzing::CountingAlloc;
 
 fn allocs() -> usize {
-    ALLOCS.with(Cell::get)
+    hf_wire::fuzzing::allocations()
 }
 
 fn seg(
@@ -48,17 +25,7 @@ fn seg(
     seq: u32,
     ack: u32,
 ) -> Vec<u8> {
-    tcp_frame(&Seg {
-        src,
-        dst,
-        sport,
-        dport,
-        flags,
-        seq,
-        ack,
-        win: 65535,
-        payload: 10,
-    })
+    tcp_frame(&Seg::new((src, sport), (dst, dport), flags, (seq, ack), 10))
 }
 
 #[test]

@@ -65,3 +65,32 @@ pub fn wire(data: &[u8]) {
     let mut frame = data.to_vec();
     let _ = apply_nat(&mut frame, &mut p, &NatRewrite::default());
 }
+
+thread_local! {
+    static ALLOCATIONS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// A global allocator that counts allocations per thread, for tests that prove a path does
+/// not allocate (`#[global_allocator] static A: CountingAlloc = CountingAlloc;`).
+#[derive(Debug)]
+pub struct CountingAlloc;
+
+// SAFETY: every call is forwarded to `System` unchanged; the thread-local counter is only
+// bookkeeping (a `const` thread-local `Cell` never allocates).
+unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        ALLOCATIONS.with(|c| c.set(c.get() + 1));
+        // SAFETY: the caller's layout is passed through.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: `ptr` came from `System.alloc` with `layout`.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+}
+
+/// Allocations made by this thread through [`CountingAlloc`] so far.
+pub fn allocations() -> usize {
+    ALLOCATIONS.with(std::cell::Cell::get)
+}

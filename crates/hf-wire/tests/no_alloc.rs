@@ -1,36 +1,13 @@
 //! Parsing, NAT rewrites and Geneve decapsulation never allocate (a counting global allocator
 //! watches them); only the builders write into a caller's `Vec`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::net::{IpAddr, Ipv4Addr};
 
 use hf_wire::geneve::{self, OvnMetadata, PortKeys, TunnelOuter};
 use hf_wire::{EthAddr, NatRewrite, apply_nat, ip_proto, parse, reply};
 
-thread_local! {
-    static ALLOCS: Cell<usize> = const { Cell::new(0) };
-}
-
-struct Counting;
-
-// SAFETY: forwards every call to `System` unchanged; the thread-local counter is bookkeeping
-// (a `const` thread-local `Cell` never allocates).
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.with(|c| c.set(c.get() + 1));
-        // SAFETY: the caller's layout is passed through.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System.alloc` with `layout`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: hf_wire::fuzzing::CountingAlloc = hf_wire::fuzzing::CountingAlloc;
 
 #[test]
 fn parse_rewrite_and_decapsulate_do_not_allocate() {
@@ -73,7 +50,7 @@ fn parse_rewrite_and_decapsulate_do_not_allocate() {
         sport: Some(2000),
         ..NatRewrite::default()
     };
-    let before = ALLOCS.with(Cell::get);
+    let before = hf_wire::fuzzing::allocations();
     let mut rewritten = 0;
     for _ in 0..1000 {
         let mut p = parse(&frame, 1, 7).expect("parses");
@@ -83,7 +60,7 @@ fn parse_rewrite_and_decapsulate_do_not_allocate() {
         assert_eq!(d.meta, meta);
     }
     assert_eq!(
-        ALLOCS.with(Cell::get) - before,
+        hf_wire::fuzzing::allocations() - before,
         0,
         "the per-packet path allocated"
     );

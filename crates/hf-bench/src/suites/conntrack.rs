@@ -84,24 +84,17 @@ fn clocks_note(report: &Report, what: &str, n: f64, took: Took) {
 }
 
 fn segment(
-    (src, sport): (IpAddr, u16),
-    (dst, dport): (IpAddr, u16),
+    from: (IpAddr, u16),
+    to: (IpAddr, u16),
     flags: u16,
-    (seq, ack): (u32, u32),
+    seq_ack: (u32, u32),
     len: usize,
 ) -> anyhow::Result<Parsed> {
-    let f = tcp_frame(&Seg {
-        src,
-        dst,
-        sport,
-        dport,
-        flags,
-        seq,
-        ack,
-        win: 65535,
-        payload: len,
-    });
-    Ok(parse(&f, 0, 0)?)
+    Ok(parse(
+        &tcp_frame(&Seg::new(from, to, flags, seq_ack, len)),
+        0,
+        0,
+    )?)
 }
 
 /// Commits `n` SYNs with distinct tuples; returns (elapsed, heap growth in bytes).

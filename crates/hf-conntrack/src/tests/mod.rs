@@ -72,17 +72,13 @@ impl Tcp {
         };
         let adv = len as u32 + u32::from(flags & (SYN | FIN) != 0);
         self.seq[from] = seq.wrapping_add(adv);
-        tcp_frame(&Seg {
-            src,
-            dst,
-            sport,
-            dport,
+        tcp_frame(&Seg::new(
+            (src, sport),
+            (dst, dport),
             flags,
-            seq,
-            ack,
-            win: 65535,
-            payload: len,
-        })
+            (seq, ack),
+            len,
+        ))
     }
 
     pub fn tuple(&self, zone: u16) -> Tuple {
