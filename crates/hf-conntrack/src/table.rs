@@ -376,6 +376,7 @@ impl Conntrack {
         }
     }
 
+    #[inline(always)]
     fn plan(&self, zone: u16, p: &Parsed, now: u64, act: &CtAction) -> Plan {
         let invalid = Plan::Done(CtResult::untracked(zone, CtState::TRK | CtState::INV));
         let (tuple, query_reply) = match extract(zone, p) {
@@ -491,6 +492,7 @@ impl Conntrack {
         })
     }
 
+    #[inline(always)]
     fn execute_hit(
         &mut self,
         idx: u32,
@@ -648,6 +650,7 @@ impl Conntrack {
     }
 
     /// The result for a packet of an existing connection in direction `dir`.
+    #[inline(always)]
     fn result(&self, idx: u32, dir: usize, act: &CtAction, related: bool) -> CtResult {
         let e = &self.entries[idx as usize];
         let mut state = CtState::TRK;
