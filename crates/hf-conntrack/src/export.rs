@@ -14,7 +14,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::action::Owner;
-use crate::table::{Conntrack, Entry, F_ASSURED, F_DNAT, F_LIVE, F_SEEN_REPLY, F_SNAT, NIL, ms};
+use crate::table::{
+    Conntrack, Entry, F_ASSURED, F_DNAT, F_LIVE, F_SEEN_REPLY, F_SNAT, NIL, TimeoutTable, ms,
+    timeout_of,
+};
 use crate::tcp::{TcpConn, TcpPeer, TcpState};
 use crate::tuple::Tuple;
 
@@ -76,6 +79,10 @@ pub struct Selection {
     /// Connections in a zone whose tuples involve an address (router SNAT/DNAT entries of a
     /// migrating port's addresses), as `(zone, address)`.
     pub addresses: Vec<(u16, IpAddr)>,
+    /// Only connections a packet or commit touched at or after this time (the final delta of a
+    /// migration after its pre-copy). Removals are not reported: a connection that ended since
+    /// stays on the receiving side until it times out there.
+    pub touched_since: Option<Duration>,
 }
 
 impl Selection {
@@ -101,7 +108,21 @@ impl Selection {
         self
     }
 
-    fn matches(&self, e: &Entry) -> bool {
+    /// Adds the condition that a connection was touched at or after `t`.
+    #[must_use]
+    pub fn touched_since(mut self, t: Duration) -> Selection {
+        self.touched_since = Some(t);
+        self
+    }
+
+    fn matches(&self, e: &Entry, tmo: &TimeoutTable) -> bool {
+        // Every touch sets `expires = now + timeout(state)`, so the last touch is recoverable
+        // without storing it.
+        if let Some(t) = self.touched_since
+            && e.expires.saturating_sub(timeout_of(e, tmo)) < ms(t)
+        {
+            return false;
+        }
         let z = e.orig.zone;
         self.all
             || self.zones.contains(&z)
@@ -194,7 +215,7 @@ impl Conntrack {
             conns: self
                 .entries
                 .iter()
-                .filter(|e| e.live() && e.expires > n && sel.matches(e))
+                .filter(|e| e.live() && e.expires > n && sel.matches(e, &self.tmo))
                 .map(|e| conn_state(e, n))
                 .collect(),
         }

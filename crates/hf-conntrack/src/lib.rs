@@ -25,8 +25,8 @@
 //! an [`hf_wire::NatRewrite`] for the caller to apply. No IP defragmentation (fragments get `inv`),
 //! no ALGs (FTP, SIP), no SCTP state machine (SCTP and other protocols are tracked by their
 //! tuple with the generic 600 s timeout, and SCTP ports are not translated), no `force`, no
-//! expectation tables, no per-zone timeout policies, and no "changed since" export (a final
-//! migration delta re-exports the selection).
+//! expectation tables, and no per-zone timeout policies. A migration's final delta
+//! ([`Selection::touched_since`]) carries what changed since the pre-copy but not what ended.
 //!
 //! # Memory and speed
 //!

@@ -354,3 +354,24 @@ fn import_replaces_older_state_for_the_same_tuples() {
     assert_eq!(dst.len(), src.len());
     crate::fuzzing::check_invariants(&dst).expect("invariants");
 }
+
+#[test]
+fn a_final_delta_selects_what_was_touched_since_the_pre_copy() {
+    let mut ct = Conntrack::new(Config::default());
+    let quiet = udp(v4(10, 0, 0, 1), 1, v4(8, 8, 8, 8), 53);
+    let busy = udp(v4(10, 0, 0, 1), 2, v4(8, 8, 8, 8), 53);
+    ct.process(4, &quiet, secs(10), &commit());
+    ct.process(4, &busy, secs(10), &commit());
+    let pre_copy = ct.export(&Selection::default().zone(4), secs(11));
+    assert_eq!(pre_copy.conns.len(), 2);
+    // After the pre-copy: one connection sees a packet, a new one starts.
+    ct.process(4, &busy, secs(15), &CtAction::lookup());
+    let late = udp(v4(10, 0, 0, 1), 3, v4(8, 8, 8, 8), 53);
+    ct.process(4, &late, secs(16), &commit());
+    let delta = ct.export(
+        &Selection::default().zone(4).touched_since(secs(11)),
+        secs(17),
+    );
+    let ports: Vec<u16> = delta.conns.iter().map(|c| c.orig.sport).collect();
+    assert_eq!(ports, vec![2, 3]);
+}
