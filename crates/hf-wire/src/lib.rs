@@ -6,8 +6,8 @@
 //! [`FlowKey`] (what a classifier matches on) plus the offsets and TCP details that conntrack and
 //! NAT need ([`Parsed`]), rewrites headers for NAT with incremental checksum updates
 //! ([RFC 1624](https://www.rfc-editor.org/rfc/rfc1624)), builds the packets OVN's actions generate
-//! (ARP requests and replies, ICMP echo replies and errors, ND solicitations and advertisements),
-//! and encapsulates/decapsulates Geneve as OVN uses it ([`geneve`]).
+//! (ARP requests and replies, ICMP echo replies and errors, TCP resets, ND solicitations and
+//! advertisements), and encapsulates/decapsulates Geneve as OVN uses it ([`geneve`]).
 //!
 //! # What it does not do
 //!
