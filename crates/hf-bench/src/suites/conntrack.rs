@@ -17,7 +17,6 @@ use hf_conntrack::fuzzing::{Seg, tcp_frame};
 use hf_conntrack::{Config, Conntrack, CtAction, NatRange, Owner};
 use hf_wire::{Parsed, parse, tcp_flags};
 
-use crate::report::Better;
 use crate::{Opts, Report};
 
 /// Nanoseconds this thread has run on a CPU (Linux `schedstat`), if the kernel says.
@@ -159,14 +158,15 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         "conn/s",
     );
     clocks_note(report, "new_connections", f64::from(n_new), el);
-    report.compare(
+    let per_entry = grown as f64 / f64::from(n_new);
+    report.result(
         &format!("bytes_per_entry/tcp,{label}-entries"),
-        grown as f64 / f64::from(n_new),
+        per_entry,
         "bytes",
-        Better::Lower,
-        "goal",
-        256.0,
     );
+    report.note(&format!(
+        "bytes_per_entry: heap growth {grown} bytes over {n_new} connections (goal: at most 256)"
+    ));
     let (el, _, len) = best_of(reps, || commit_many(n_new, true))?;
     anyhow::ensure!(
         len == n_new as usize,
