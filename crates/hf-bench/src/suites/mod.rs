@@ -1,9 +1,12 @@
 //! The suites. Each module runs one workload family and reports through [`crate::Report`].
 
+pub mod conntrack;
 pub mod expr;
 pub mod ovsdb;
 
 use crate::{Opts, Report};
+
+pub mod conntrack;
 
 /// A suite's entry point.
 pub type SuiteFn = fn(&Opts, &mut Report) -> anyhow::Result<()>;
@@ -14,6 +17,11 @@ pub const ALL: &[(&str, &str, SuiteFn)] = &[
         "ovsdb",
         "holdfast db vs ovsdb-server: insert transactions/s and monitor fan-out",
         ovsdb::run,
+    ),
+    (
+        "conntrack",
+        "hf-conntrack: new connections/s, lookups/s over 10k established, heap bytes per entry",
+        conntrack::run,
     ),
     (
         "expr",
