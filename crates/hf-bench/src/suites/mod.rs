@@ -6,8 +6,6 @@ pub mod ovsdb;
 
 use crate::{Opts, Report};
 
-pub mod conntrack;
-
 /// A suite's entry point.
 pub type SuiteFn = fn(&Opts, &mut Report) -> anyhow::Result<()>;
 
