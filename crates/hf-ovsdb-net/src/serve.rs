@@ -140,31 +140,20 @@ pub async fn start(core: Core, remotes: &[Remote], opts: ServeOptions) -> std::i
     }));
     let mut local = Vec::new();
     for r in remotes {
+        let (state, opts) = (state.clone(), opts.clone());
         match r {
             Remote::Tcp(addr) => {
                 let l = TcpListener::bind(addr).await?;
                 let a = l.local_addr()?;
-                local.push(format!("tcp:{}:{}", fmt_ip(a.ip()), a.port()));
-                let (state, opts) = (state.clone(), opts.clone());
-                tokio::spawn(async move {
-                    loop {
-                        match l.accept().await {
-                            Ok((s, _)) => {
-                                let _ = s.set_nodelay(true);
-                                let (rd, wr) = s.into_split();
-                                tokio::spawn(connection(
-                                    state.clone(),
-                                    rd,
-                                    wr,
-                                    start,
-                                    opts.clone(),
-                                ));
-                            }
-                            Err(e) => {
-                                tracing::warn!("accept on {a} failed: {e}");
-                                tokio::time::sleep(Duration::from_millis(100)).await;
-                            }
-                        }
+                let name = format!("tcp:{}:{}", fmt_ip(a.ip()), a.port());
+                local.push(name.clone());
+                let l = Arc::new(l);
+                accept_loop(name, state, start, opts, move || {
+                    let l = l.clone();
+                    async move {
+                        let (s, _) = l.accept().await?;
+                        let _ = s.set_nodelay(true);
+                        Ok(s.into_split())
                     }
                 });
             }
@@ -174,27 +163,12 @@ pub async fn start(core: Core, remotes: &[Remote], opts: ServeOptions) -> std::i
                     let _ = std::fs::remove_file(path);
                 }
                 let l = UnixListener::bind(path)?;
-                local.push(format!("unix:{}", path.display()));
-                let (state, opts) = (state.clone(), opts.clone());
-                tokio::spawn(async move {
-                    loop {
-                        match l.accept().await {
-                            Ok((s, _)) => {
-                                let (rd, wr) = s.into_split();
-                                tokio::spawn(connection(
-                                    state.clone(),
-                                    rd,
-                                    wr,
-                                    start,
-                                    opts.clone(),
-                                ));
-                            }
-                            Err(e) => {
-                                tracing::warn!("accept on unix socket failed: {e}");
-                                tokio::time::sleep(Duration::from_millis(100)).await;
-                            }
-                        }
-                    }
+                let name = format!("unix:{}", path.display());
+                local.push(name.clone());
+                let l = Arc::new(l);
+                accept_loop(name, state, start, opts, move || {
+                    let l = l.clone();
+                    async move { Ok(l.accept().await?.0.into_split()) }
                 });
             }
         }
@@ -223,6 +197,34 @@ pub async fn start(core: Core, remotes: &[Remote], opts: ServeOptions) -> std::i
         opts,
         local,
     })
+}
+
+/// Accept connections forever, one reader/writer pair of tasks each.
+fn accept_loop<F, Fut, R, W>(
+    name: String,
+    state: Arc<Mutex<State>>,
+    start: Instant,
+    opts: ServeOptions,
+    accept: F,
+) where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = std::io::Result<(R, W)>> + Send,
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        loop {
+            match accept().await {
+                Ok((rd, wr)) => {
+                    tokio::spawn(connection(state.clone(), rd, wr, start, opts.clone()));
+                }
+                Err(e) => {
+                    tracing::warn!("accept on {name} failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    });
 }
 
 fn fmt_ip(ip: std::net::IpAddr) -> String {
