@@ -129,7 +129,7 @@ pub trait Table: Clone + Debug + PartialEq + Default + 'static {
     /// `_version` and unknown columns are skipped.
     fn from_json_row(uuid: Uuid, row: &Map<String, Value>) -> Result<Self, ModelError> {
         let ts = Self::schema();
-        let mut cols: Vec<Datum> = ts.columns.iter().map(|c| c.ty.default_datum()).collect();
+        let mut cols: Vec<Datum> = ts.defaults().to_vec();
         for (name, v) in row {
             let Some(i) = ts.column_index(name) else {
                 continue;

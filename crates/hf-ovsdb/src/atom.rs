@@ -128,6 +128,31 @@ impl Atom {
         }
     }
 
+    /// Append the wire form to `out` (the same text `to_json().to_string()` gives, without
+    /// building a `Value`).
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        use std::io::Write;
+        match self {
+            Atom::Integer(i) => {
+                let _ = write!(out, "{i}");
+            }
+            // serde_json's float formatting, so the text is identical to `to_json`'s.
+            Atom::Real(_) => {
+                let _ = serde_json::to_writer(&mut *out, &self.to_json());
+            }
+            Atom::Boolean(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+            Atom::String(s) => {
+                let _ = serde_json::to_writer(&mut *out, &**s);
+            }
+            Atom::Uuid(u) => {
+                out.extend_from_slice(b"[\"uuid\",\"");
+                let mut buf = [0u8; 36];
+                out.extend_from_slice(u.hyphenated().encode_lower(&mut buf).as_bytes());
+                out.extend_from_slice(b"\"]");
+            }
+        }
+    }
+
     /// Parse the wire form of an atom of type `ty`. `named` resolves `["named-uuid", NAME]`
     /// (only inside transactions); without it a named UUID is a syntax error.
     pub fn from_json(

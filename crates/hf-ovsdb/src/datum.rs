@@ -188,6 +188,35 @@ impl Datum {
         }
     }
 
+    /// Append the wire form to `out`, identical to `to_json(ty).to_string()`.
+    pub fn write_json(&self, ty: &ColumnType, out: &mut Vec<u8>) {
+        if ty.is_map() {
+            out.extend_from_slice(b"[\"map\",[");
+            for (i, (k, v)) in self.pairs().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.push(b'[');
+                k.write_json(out);
+                out.push(b',');
+                v.write_json(out);
+                out.push(b']');
+            }
+            out.extend_from_slice(b"]]");
+        } else if self.keys.len() == 1 {
+            self.keys[0].write_json(out);
+        } else {
+            out.extend_from_slice(b"[\"set\",[");
+            for (i, k) in self.keys.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                k.write_json(out);
+            }
+            out.extend_from_slice(b"]]");
+        }
+    }
+
     /// Check element count and every atom against `ty`.
     pub fn check(&self, ty: &ColumnType) -> Result<()> {
         self.check_atoms(ty)?;
@@ -497,6 +526,43 @@ mod tests {
         let d = Datum::diff(&old, &new, &s);
         assert_eq!(d.keys, vec![Atom::string("a"), Atom::string("c")]);
         assert_eq!(old.apply_diff(&d, &s), new);
+    }
+
+    #[test]
+    fn write_json_matches_to_json() {
+        let m = map_ty();
+        let d = Datum::from_json(
+            &m,
+            &json!(["map", [["a\"b", "\u{1}é"], ["c", "d"]]]),
+            &mut no_named,
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        d.write_json(&m, &mut out);
+        assert_eq!(String::from_utf8(out).unwrap(), d.to_json(&m).to_string());
+        let r =
+            ColumnType::from_json(&json!({"key": "real", "min": 0, "max": "unlimited"})).unwrap();
+        let d = Datum::from_json(&r, &json!(["set", [1.0, 2.5, -0.0001]]), &mut no_named).unwrap();
+        let mut out = Vec::new();
+        d.write_json(&r, &mut out);
+        assert_eq!(String::from_utf8(out).unwrap(), d.to_json(&r).to_string());
+        let u =
+            ColumnType::from_json(&json!({"key": "uuid", "min": 0, "max": "unlimited"})).unwrap();
+        let d = Datum::from_json(
+            &u,
+            &json!([
+                "set",
+                [
+                    ["uuid", "8b7f2b9a-0000-4000-8000-00000000000a"],
+                    ["uuid", "8b7f2b9a-0000-4000-8000-00000000000b"]
+                ]
+            ]),
+            &mut no_named,
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        d.write_json(&u, &mut out);
+        assert_eq!(String::from_utf8(out).unwrap(), d.to_json(&u).to_string());
     }
 
     #[test]

@@ -175,7 +175,7 @@ impl Monitor {
             }
             columns.sort_unstable();
             columns.dedup();
-            let defaults = ts.columns.iter().map(|c| c.ty.default_datum()).collect();
+            let defaults = ts.defaults().to_vec();
             tables.push(TableMonitor {
                 table: t,
                 columns,

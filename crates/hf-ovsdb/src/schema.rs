@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use crate::atom::describe_json;
+use crate::datum::Datum;
 use crate::error::{OvsdbError, Result};
 use crate::types::ColumnType;
 
@@ -37,6 +38,8 @@ pub struct TableSchema {
     pub is_root: bool,
     /// Each index: column indexes whose combined values must be unique.
     pub indexes: Vec<Vec<usize>>,
+    /// Each column's default value, computed once (inserts and file records use them per row).
+    defaults: Vec<Datum>,
 }
 
 /// One column.
@@ -301,6 +304,7 @@ impl TableSchema {
                 )));
             }
         }
+        let defaults = columns.iter().map(|c| c.ty.default_datum()).collect();
         Ok(TableSchema {
             name: name.to_string(),
             columns,
@@ -308,7 +312,13 @@ impl TableSchema {
             max_rows,
             is_root,
             indexes,
+            defaults,
         })
+    }
+
+    /// Every column's default value, in column order (a new row's contents).
+    pub fn defaults(&self) -> &[Datum] {
+        &self.defaults
     }
 
     /// A user column's index.

@@ -43,7 +43,7 @@ pub fn database_row(server: &mut Database, schema: &Schema) -> TxnDelta {
     let ts = &server.schema.tables[0];
     let uuid = server.uuids.next_uuid();
     let version = server.uuids.next_uuid();
-    let mut cols: Vec<Datum> = ts.columns.iter().map(|c| c.ty.default_datum()).collect();
+    let mut cols: Vec<Datum> = ts.defaults().to_vec();
     let set = |cols: &mut Vec<Datum>, name: &str, a: Atom| {
         if let Some(i) = ts.column_index(name) {
             cols[i] = Datum::scalar(a);

@@ -387,7 +387,7 @@ impl<'a> Exec<'a> {
                 format!("row {uuid} already exists in table {}", ts.name),
             ));
         }
-        let mut cols: Vec<Datum> = ts.columns.iter().map(|c| c.ty.default_datum()).collect();
+        let mut cols: Vec<Datum> = ts.defaults().to_vec();
         if let Some(row) = o.get("row") {
             for (c, d) in self.parse_row(ts, row, false)? {
                 cols[c] = d;

@@ -13,7 +13,7 @@ mod locks;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use hf_ovsdb::file::{delta_record, encode_record, record_txn_id, snapshot_file};
+use hf_ovsdb::file::{encode_delta_record, record_txn_id, snapshot_file};
 use hf_ovsdb::monitor::merge_deltas;
 use hf_ovsdb::server_db::{database_row, server_schema};
 use hf_ovsdb::txn::{TxnEnv, TxnOutcome, execute};
@@ -417,7 +417,8 @@ impl Core {
             );
             return self.error(sid, id, e);
         };
-        let ops = params[1..].to_vec();
+        let mut params = params;
+        let ops = params.split_off(1);
         self.run_txn(sid, id, dbi, ops, now, false, None);
     }
 
@@ -503,7 +504,7 @@ impl Core {
     /// Persist, apply and publish a validated delta.
     fn commit(&mut self, dbi: usize, delta: TxnDelta, now: Now) -> std::io::Result<()> {
         let entry = &mut self.dbs[dbi];
-        let record = encode_record(&delta_record(&entry.db.schema, &delta, now.wall_ms));
+        let record = encode_delta_record(&entry.db.schema, &delta, now.wall_ms);
         let txn_id = record_txn_id(&record);
         if let Some(st) = &mut entry.storage {
             st.append(&record, delta.durable)?;
