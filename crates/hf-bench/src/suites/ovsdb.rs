@@ -209,10 +209,10 @@ fn pipelined(
     Ok(start.elapsed())
 }
 
-fn single_insert(tag: &'static str) -> impl Fn(usize) -> Value {
+fn single_insert(tag: &'static str, run: usize) -> impl Fn(usize) -> Value {
     move |i| {
         json!(["OVN_Northbound", {"op": "insert", "table": "Logical_Switch", "row": {
-            "name": format!("{tag}-sw{i}"), "external_ids": ["map", [["owner", "bench"], ["i", i.to_string()]]]}}])
+            "name": format!("{tag}-r{run}-sw{i}"), "external_ids": ["map", [["owner", "bench"], ["i", i.to_string()]]]}}])
     }
 }
 
@@ -231,7 +231,7 @@ fn batch_insert(i: usize) -> Value {
 
 /// `clients` monitors, one writer; returns elapsed time until every monitor saw every insert.
 /// The monitored table (`Address_Set`) is empty before, so the measure is the fan-out itself.
-fn fanout(addr: &str, clients: usize, inserts: usize) -> anyhow::Result<Duration> {
+fn fanout(addr: &str, clients: usize, inserts: usize, run: usize) -> anyhow::Result<Duration> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut handles = Vec::new();
     for k in 0..clients {
@@ -268,7 +268,7 @@ fn fanout(addr: &str, clients: usize, inserts: usize) -> anyhow::Result<Duration
     let start = Instant::now();
     pipelined(addr, inserts, 32, |i| {
         json!(["OVN_Northbound", {"op": "insert", "table": "Address_Set", "row": {
-            "name": format!("as{i}"), "addresses": ["set", [format!("10.1.{}.{}", i / 250, i % 250), "10.2.0.1"]]}}])
+            "name": format!("as{run}-{i}"), "addresses": ["set", [format!("10.1.{}.{}", i / 250, i % 250), "10.2.0.1"]]}}])
     })?;
     let mut last = start;
     for h in handles {
@@ -286,25 +286,45 @@ struct Figures {
     fanout_ups: f64,
 }
 
+/// Best of `runs` (the machine may be shared: the least disturbed run is the closest to the
+/// server's real capacity). Each run uses fresh row names, so every run does the same work.
+fn best_of(
+    runs: usize,
+    mut f: impl FnMut(usize) -> anyhow::Result<Duration>,
+) -> anyhow::Result<Duration> {
+    let mut best = Duration::MAX;
+    for r in 0..runs {
+        best = best.min(f(r)?);
+    }
+    Ok(best)
+}
+
 fn measure(t: &Target, opts: &Opts, report: &Report) -> anyhow::Result<Figures> {
-    let (n1, nb, nf, clients) = if opts.tiny {
-        (200, 5, 20, 5)
+    let (n1, nb, nf, clients, runs) = if opts.tiny {
+        (200, 5, 20, 5, 1)
     } else {
-        (20_000, 200, 2_000, 50)
+        (20_000, 200, 2_000, 50, 3)
     };
     let tag = match t {
         Target::Holdfast { .. } => "hf",
         Target::Ovsdb { .. } => "ovs",
     };
-    let d1 = pipelined(t.addr(), n1, 32, single_insert(tag))
+    let d1 = best_of(runs, |r| pipelined(t.addr(), n1, 32, single_insert(tag, r)))
         .with_context(|| format!("{tag}: single-row inserts"))?;
-    report.note(&format!("{tag}: {n1} single-row inserts in {d1:?}"));
-    let d2 = pipelined(t.addr(), nb, 4, batch_insert)
-        .with_context(|| format!("{tag}: 100-row inserts"))?;
-    report.note(&format!("{tag}: {nb} 100-row transactions in {d2:?}"));
-    let d3 = fanout(t.addr(), clients, nf).with_context(|| format!("{tag}: monitor fan-out"))?;
     report.note(&format!(
-        "{tag}: {nf} inserts to {clients} monitors in {d3:?}"
+        "{tag}: {n1} single-row inserts in {d1:?} (best of {runs})"
+    ));
+    let d2 = best_of(runs, |r| {
+        pipelined(t.addr(), nb, 4, move |i| batch_insert(r * nb + i))
+    })
+    .with_context(|| format!("{tag}: 100-row inserts"))?;
+    report.note(&format!(
+        "{tag}: {nb} 100-row transactions in {d2:?} (best of {runs})"
+    ));
+    let d3 = best_of(runs, |r| fanout(t.addr(), clients, nf, r))
+        .with_context(|| format!("{tag}: monitor fan-out"))?;
+    report.note(&format!(
+        "{tag}: {nf} inserts to {clients} monitors in {d3:?} (best of {runs})"
     ));
     Ok(Figures {
         single_tps: n1 as f64 / d1.as_secs_f64(),
