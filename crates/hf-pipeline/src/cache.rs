@@ -1,0 +1,157 @@
+//! The megaflow cache: per resume point, a tuple-space table of (mask, masked context) → the ops a
+//! walk performed. A walk's wildcards say which bits of the segment's start context its result
+//! depended on; every packet that agrees on those bits gets the same ops (conntrack still runs on
+//! each packet, and each recirculation is its own lookup). Entries carry the program generation
+//! they were made under; an entry from an older generation is a miss and is replaced.
+
+use std::sync::Arc;
+
+use crate::classifier::{IdMap, mix};
+use crate::interp::Op;
+use crate::packet::NF;
+
+/// Entries at which the cache starts over (OVS's datapath flow limit, in spirit).
+pub(crate) const MAX_ENTRIES: usize = 200_000;
+
+#[derive(Debug)]
+struct Entry {
+    values: Box<[u128]>,
+    ops: Arc<[Op]>,
+    generation: u64,
+}
+
+#[derive(Debug)]
+struct MaskTable {
+    fields: Box<[(u8, u128)]>,
+    map: IdMap<Vec<Entry>>,
+    hits: u64,
+}
+
+impl MaskTable {
+    #[inline]
+    fn hash(&self, f: &[u128; NF]) -> u64 {
+        let mut h = 0x9ae1_6a3b_2f90_404f;
+        for &(field, mask) in self.fields.iter() {
+            h = mix(h, f.get(usize::from(field)).copied().unwrap_or(0) & mask);
+        }
+        h
+    }
+
+    #[inline]
+    fn matches(&self, e: &Entry, f: &[u128; NF]) -> bool {
+        self.fields
+            .iter()
+            .zip(e.values.iter())
+            .all(|(&(field, mask), v)| f.get(usize::from(field)).copied().unwrap_or(0) & mask == *v)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Dpcls {
+    masks: Vec<MaskTable>,
+}
+
+/// The cache.
+#[derive(Debug, Default)]
+pub(crate) struct Cache {
+    by_resume: IdMap<Dpcls>,
+    entries: usize,
+}
+
+impl Cache {
+    /// The ops for the segment at `resume` given the context `f`, if a current entry covers it.
+    #[inline]
+    pub(crate) fn lookup(
+        &mut self,
+        resume: u32,
+        f: &[u128; NF],
+        generation: u64,
+    ) -> Option<Arc<[Op]>> {
+        let d = self.by_resume.get_mut(&u64::from(resume))?;
+        for i in 0..d.masks.len() {
+            let m = &d.masks[i];
+            let h = m.hash(f);
+            let Some(bucket) = m.map.get(&h) else {
+                continue;
+            };
+            if let Some(e) = bucket.iter().find(|e| m.matches(e, f)) {
+                if e.generation != generation {
+                    return None;
+                }
+                let ops = e.ops.clone();
+                d.masks[i].hits += 1;
+                // Keep the busiest masks first, as OVS's dpcls does.
+                if i > 0 && d.masks[i].hits > d.masks[i - 1].hits.saturating_mul(2) {
+                    d.masks.swap(i, i - 1);
+                }
+                return Some(ops);
+            }
+        }
+        None
+    }
+
+    /// Installs the ops of a walk from `start` whose decisions examined `wc`.
+    pub(crate) fn insert(
+        &mut self,
+        resume: u32,
+        wc: &[u128; NF],
+        start: &[u128; NF],
+        ops: Arc<[Op]>,
+        generation: u64,
+    ) {
+        if self.entries >= MAX_ENTRIES {
+            self.clear();
+        }
+        let fields: Box<[(u8, u128)]> = wc
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| **m != 0)
+            .map(|(i, m)| (i as u8, *m))
+            .collect();
+        let d = self.by_resume.entry(u64::from(resume)).or_default();
+        let mi = match d.masks.iter().position(|m| m.fields == fields) {
+            Some(i) => i,
+            None => {
+                d.masks.push(MaskTable {
+                    fields,
+                    map: IdMap::default(),
+                    hits: 0,
+                });
+                d.masks.len() - 1
+            }
+        };
+        let m = &mut d.masks[mi];
+        let values: Box<[u128]> = m
+            .fields
+            .iter()
+            .map(|&(f, mask)| start[usize::from(f)] & mask)
+            .collect();
+        let h = m.hash(start);
+        let bucket = m.map.entry(h).or_default();
+        match bucket.iter_mut().find(|e| e.values == values) {
+            Some(e) => {
+                e.ops = ops;
+                e.generation = generation;
+            }
+            None => {
+                bucket.push(Entry {
+                    values,
+                    ops,
+                    generation,
+                });
+                self.entries += 1;
+            }
+        }
+    }
+
+    /// Drops every entry.
+    pub(crate) fn clear(&mut self) {
+        self.by_resume.clear();
+        self.entries = 0;
+    }
+
+    /// Number of entries.
+    pub(crate) fn len(&self) -> usize {
+        self.entries
+    }
+}
