@@ -54,6 +54,9 @@ pub(crate) enum Op {
     SetPort { slot: u8, key: u32 },
     /// Cross a patch port into datapath `dp` with `inport`.
     EnterDp { dp: u32, inport: u32 },
+    /// Enter the egress pipeline: the registers are cleared (only the port keys would travel
+    /// through a tunnel, so OVN clears them locally too).
+    EnterEgress,
     /// Save the context (clone, flood, packet generation).
     Save,
     /// Restore the last saved context.
@@ -672,7 +675,13 @@ impl Runner<'_> {
                 };
                 self.record(w, Op::Emit(dest), rdepth);
             }
-            (_, INGRESS) => self.walk_tables(w, dp, EGRESS, 0, depth + 1, rdepth),
+            (_, INGRESS) => {
+                self.record(w, Op::EnterEgress, rdepth);
+                for s in REGISTERS {
+                    w.set_const(s, full(s));
+                }
+                self.walk_tables(w, dp, EGRESS, 0, depth + 1, rdepth);
+            }
             (Loc::Local(id), _) => {
                 self.record(w, Op::Emit(Destination::Local(*id)), rdepth);
             }
@@ -741,6 +750,11 @@ impl Runner<'_> {
                     }
                 }
                 f[slot::INPORT] = u128::from(inport);
+            }
+            Op::EnterEgress => {
+                for s in REGISTERS {
+                    self.scr.ctx.f[s] = 0;
+                }
             }
             Op::Save => {
                 let mut frame = self.scr.pool.pop().unwrap_or_default();
@@ -964,6 +978,8 @@ impl Runner<'_> {
         true
     }
 }
+
+const REGISTERS: [usize; 3] = [slot::XXREG0, slot::XXREG1, slot::XREG4];
 
 const FIVE_TUPLE: [usize; 12] = [
     slot::IP4_SRC,

@@ -15,7 +15,7 @@ use hf_wire::{EthAddr, NatRewrite, Parsed, checksum_adjust, ip_proto};
 pub(crate) const NF: usize = 45;
 
 /// Field slots (hf-expr's `FIELDS` order; `tests::slots_match_hf_expr` checks them).
-#[allow(dead_code)] // the full map, some slots only named for readers and tests
+#[allow(dead_code)] // the full map: some slots are named for readers and tests only
 pub(crate) mod slot {
     pub const INPORT: usize = 0;
     pub const OUTPORT: usize = 1;
