@@ -144,13 +144,19 @@ fn port(name: &str, key: u32, location: PortLocation, zone: u16) -> PortSpec {
     }
 }
 
-fn flows(b: &mut Bytes<'_>, n: usize) -> Vec<FlowSpec> {
+fn flows(b: &mut Bytes<'_>, n: usize, ports: &[&str]) -> Vec<FlowSpec> {
     let mut out = Vec::new();
     for pipe in [Pipe::Ingress, Pipe::Egress] {
         for table in 0..5u8 {
-            // A catch-all at priority 0 keeps most packets moving.
-            let tail = if table == 4 { "output;" } else { "next;" };
-            if let Ok(f) = FlowSpec::parse(pipe, table, 0, "1", tail) {
+            // A catch-all at priority 0 keeps most packets moving; the last ingress table
+            // picks an output port.
+            let tail = match (pipe, table) {
+                (Pipe::Ingress, 4) => format!("outport = \"{}\"; output;", b.pick(ports)),
+                (_, 4) => "output;".to_string(),
+                _ if b.byte() % 4 == 0 => format!("{} next;", b.pick(EFFECTS)),
+                _ => "next;".to_string(),
+            };
+            if let Ok(f) = FlowSpec::parse(pipe, table, 0, "1", &tail) {
                 out.push(f);
             }
         }
@@ -175,9 +181,9 @@ fn flows(b: &mut Bytes<'_>, n: usize) -> Vec<FlowSpec> {
 /// A random program: fixed topology, `data`-chosen flows.
 pub fn program_from(b: &mut Bytes<'_>) -> ProgramSpec {
     let n = usize::from(b.byte() % 24);
-    let ls_flows = flows(b, n);
+    let ls_flows = flows(b, n, &["vm1", "vm2", "rp", "remote", "_MC_flood", "nope"]);
     let n = usize::from(b.byte() % 12);
-    let lr_flows = flows(b, n);
+    let lr_flows = flows(b, n, &["lrp-ls", "lrp-ext"]);
     let mut sets = hf_expr::Sets::default();
     sets.addr_sets.insert(
         "as1".into(),
@@ -295,16 +301,48 @@ fn collect(out: &Outputs) -> Vec<(crate::Destination, Vec<u8>)> {
     out.iter().map(|(d, f)| (d, f.to_vec())).collect()
 }
 
+/// What a differential run exercised.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Coverage {
+    /// Packets run.
+    pub packets: usize,
+    /// Frames output.
+    pub outputs: usize,
+    /// Segments served by the cache.
+    pub cache_hits: usize,
+    /// Recirculations after conntrack.
+    pub recirculations: usize,
+    /// Connections in the table at the end.
+    pub connections: usize,
+}
+
+impl Coverage {
+    /// Adds another run's counts.
+    pub fn add(&mut self, o: &Coverage) {
+        self.packets += o.packets;
+        self.outputs += o.outputs;
+        self.cache_hits += o.cache_hits;
+        self.recirculations += o.recirculations;
+        self.connections += o.connections;
+    }
+}
+
 /// Runs one random program over random packets twice, through the cache and by full walks, and
 /// panics if the outputs or the conntrack tables differ. Returns the number of packets run.
 pub fn differential(data: &[u8]) -> usize {
+    differential_with_coverage(data).packets
+}
+
+/// [`differential`], saying what it exercised.
+pub fn differential_with_coverage(data: &[u8]) -> Coverage {
+    let mut cov = Coverage::default();
     let mut b = Bytes::new(data);
     let spec = program_from(&mut b);
     let Ok(prog_a) = Program::compile(&spec) else {
-        return 0;
+        return cov;
     };
     let Ok(prog_b) = Program::compile(&spec) else {
-        return 0;
+        return cov;
     };
     let (mut a, mut w) = (Pipeline::new(prog_a), Pipeline::new(prog_b));
     let (mut ct_a, mut ct_w) = (
@@ -330,6 +368,11 @@ pub fn differential(data: &[u8]) -> usize {
             rw.is_ok(),
             "packet {n}: one path refused the frame"
         );
+        if let Ok(r) = ra {
+            cov.cache_hits += r.cache_hits as usize;
+            cov.recirculations += r.segments.saturating_sub(1) as usize;
+        }
+        cov.outputs += out_a.len();
         assert_eq!(
             collect(&out_a),
             collect(&out_w),
@@ -348,5 +391,7 @@ pub fn differential(data: &[u8]) -> usize {
         ct_w.export(&Selection::everything(), now),
         "conntrack tables differ"
     );
-    n
+    cov.packets = n;
+    cov.connections = ct_a.len();
+    cov
 }
