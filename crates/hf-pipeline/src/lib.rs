@@ -57,6 +57,8 @@ mod program;
 mod trace;
 
 #[doc(hidden)]
+pub mod example;
+#[doc(hidden)]
 pub mod fuzzing;
 
 use std::time::Duration;
