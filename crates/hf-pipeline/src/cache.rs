@@ -54,7 +54,8 @@ struct Dpcls {
 /// The cache.
 #[derive(Debug, Default)]
 pub(crate) struct Cache {
-    by_resume: IdMap<Dpcls>,
+    /// Indexed by resume point (datapath << 9 | pipeline << 8 | table).
+    by_resume: Vec<Dpcls>,
     entries: usize,
 }
 
@@ -67,7 +68,7 @@ impl Cache {
         f: &[u128; NF],
         generation: u64,
     ) -> Option<Arc<[Op]>> {
-        let d = self.by_resume.get_mut(&u64::from(resume))?;
+        let d = self.by_resume.get_mut(resume as usize)?;
         for i in 0..d.masks.len() {
             let m = &d.masks[i];
             let h = m.hash(f);
@@ -108,7 +109,11 @@ impl Cache {
             .filter(|(_, m)| **m != 0)
             .map(|(i, m)| (i as u8, *m))
             .collect();
-        let d = self.by_resume.entry(u64::from(resume)).or_default();
+        let i = resume as usize;
+        if self.by_resume.len() <= i {
+            self.by_resume.resize_with(i + 1, Dpcls::default);
+        }
+        let d = &mut self.by_resume[i];
         let mi = match d.masks.iter().position(|m| m.fields == fields) {
             Some(i) => i,
             None => {
