@@ -153,7 +153,7 @@ fn flows(b: &mut Bytes<'_>, n: usize, ports: &[&str]) -> Vec<FlowSpec> {
             let tail = match (pipe, table) {
                 (Pipe::Ingress, 4) => format!("outport = \"{}\"; output;", b.pick(ports)),
                 (_, 4) => "output;".to_string(),
-                _ if b.byte() % 4 == 0 => format!("{} next;", b.pick(EFFECTS)),
+                _ if b.byte().is_multiple_of(4) => format!("{} next;", b.pick(EFFECTS)),
                 _ => "next;".to_string(),
             };
             if let Ok(f) = FlowSpec::parse(pipe, table, 0, "1", &tail) {
@@ -278,7 +278,7 @@ pub fn frame_from(b: &mut Bytes<'_>) -> (Ingress, Vec<u8>) {
     if let Some(d) = f.get_mut(0..6) {
         d.copy_from_slice(&dst_mac);
     }
-    if b.byte() % 8 == 0 {
+    if b.byte().is_multiple_of(8) {
         // TTL 1 (IPv4 header checksum left stale: the pipeline does not verify it).
         if let Some(t) = f.get_mut(22) {
             *t = 1;
@@ -354,7 +354,7 @@ pub fn differential_with_coverage(data: &[u8]) -> Coverage {
     let mut n = 0;
     while !b.is_empty() && n < 64 {
         // Replay earlier packets often so that the cache gets hits.
-        let (from, frame) = if !frames.is_empty() && b.byte() % 2 == 0 {
+        let (from, frame) = if !frames.is_empty() && b.byte().is_multiple_of(2) {
             let i = usize::from(b.byte()) % frames.len();
             frames.swap_remove(i)
         } else {

@@ -243,14 +243,14 @@ impl Runner<'_> {
             return;
         }
         self.segments += 1;
-        if self.mode == Mode::Cached {
-            if let Some(ops) = self.cache.lookup(resume, &self.scr.ctx.f, *self.generation) {
-                self.hits += 1;
-                for op in ops.iter() {
-                    self.exec_op(op, rdepth);
-                }
-                return;
+        if self.mode == Mode::Cached
+            && let Some(ops) = self.cache.lookup(resume, &self.scr.ctx.f, *self.generation)
+        {
+            self.hits += 1;
+            for op in ops.iter() {
+                self.exec_op(op, rdepth);
             }
+            return;
         }
         let start = self.scr.ctx.f;
         let gen_at_start = *self.generation;
@@ -721,17 +721,17 @@ impl Runner<'_> {
             }
             Op::Ct { zone, act, resume } => {
                 let r = self.exec_ct(zone, act);
-                if self.trace.is_some() {
-                    if let Some(r) = r {
-                        self.note(format!(
-                            "  ct_state={:?} ct_mark={:#x} ct_label={:#x}{}",
-                            r.state,
-                            r.mark,
-                            r.label,
-                            r.refused
-                                .map_or(String::new(), |e| format!(" (commit refused: {e})"))
-                        ));
-                    }
+                if self.trace.is_some()
+                    && let Some(r) = r
+                {
+                    self.note(format!(
+                        "  ct_state={:?} ct_mark={:#x} ct_label={:#x}{}",
+                        r.state,
+                        r.mark,
+                        r.label,
+                        r.refused
+                            .map_or(String::new(), |e| format!(" (commit refused: {e})"))
+                    ));
                 }
                 if resume != NO_RESUME {
                     self.run_segment(resume, rdepth + 1);
