@@ -36,14 +36,6 @@ impl MaskTable {
         }
         h
     }
-
-    #[inline]
-    fn matches(&self, e: &Entry, f: &[u128; NF]) -> bool {
-        self.fields
-            .iter()
-            .zip(e.values.iter())
-            .all(|(&(field, mask), v)| f.get(usize::from(field)).copied().unwrap_or(0) & mask == *v)
-    }
 }
 
 #[derive(Debug, Default)]
@@ -70,16 +62,29 @@ impl Cache {
     ) -> Option<Arc<[Op]>> {
         let d = self.by_resume.get_mut(resume as usize)?;
         for i in 0..d.masks.len() {
-            let m = &d.masks[i];
+            let m = &mut d.masks[i];
             let h = m.hash(f);
-            let Some(bucket) = m.map.get(&h) else {
+            let Some(bucket) = m.map.get_mut(&h) else {
                 continue;
             };
-            if let Some(e) = bucket.iter().find(|e| m.matches(e, f)) {
-                if e.generation != generation {
-                    return None;
+            let fields = &m.fields;
+            let hit = bucket.iter().position(|e| {
+                fields
+                    .iter()
+                    .zip(e.values.iter())
+                    .all(|(&(field, mask), v)| {
+                        f.get(usize::from(field)).copied().unwrap_or(0) & mask == *v
+                    })
+            });
+            if let Some(j) = hit {
+                if bucket[j].generation != generation {
+                    // Made under an older program or neighbour table: it dies here, and another
+                    // mask may still hold a current entry.
+                    bucket.swap_remove(j);
+                    self.entries -= 1;
+                    continue;
                 }
-                let ops = e.ops.clone();
+                let ops = bucket[j].ops.clone();
                 d.masks[i].hits += 1;
                 // Keep the busiest masks first, as OVS's dpcls does.
                 if i > 0 && d.masks[i].hits > d.masks[i - 1].hits.saturating_mul(2) {

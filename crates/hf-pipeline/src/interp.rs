@@ -133,6 +133,9 @@ impl Walk {
 
     /// What a read of `field` depends on.
     fn source(&self, field: usize) -> u64 {
+        if field >= NF {
+            return 0;
+        }
         let own = if self.written[field] & full(field) == full(field) {
             0
         } else {
