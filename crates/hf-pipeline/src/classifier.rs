@@ -90,6 +90,37 @@ impl std::hash::Hasher for IdHasher {
     }
 }
 
+/// A fast hasher for small trusted keys (port keys, neighbour tuples): one multiply per word.
+/// Keys come from the program or the packet, never chosen to collide by a remote peer more than
+/// the packet fields a classifier hashes anyway.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct MixHasher(u64);
+
+impl std::hash::Hasher for MixHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.0 = mix(self.0, u128::from(u64::from_le_bytes(w)));
+        }
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.0 = mix(self.0, u128::from(v));
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = mix(self.0, u128::from(v));
+    }
+    fn write_u128(&mut self, v: u128) {
+        self.0 = mix(self.0, v);
+    }
+}
+
+/// A hash map with [`MixHasher`].
+pub(crate) type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<MixHasher>>;
+
 /// A hash map keyed by an already-mixed `u64`.
 pub(crate) type IdMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<IdHasher>>;
 

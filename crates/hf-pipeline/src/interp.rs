@@ -210,7 +210,7 @@ impl Scratch {
 }
 
 /// The neighbour table: (datapath, port key, address, IPv6) → MAC.
-pub(crate) type Neighbours = std::collections::HashMap<(u32, u32, u128, bool), u128>;
+pub(crate) type Neighbours = crate::classifier::FastMap<(u32, u32, u128, bool), u128>;
 
 /// One packet's run.
 pub(crate) struct Runner<'a> {

@@ -189,7 +189,7 @@ impl Pipeline {
         let mut p = Pipeline {
             prog,
             generation: 1,
-            neigh: Neighbours::new(),
+            neigh: Neighbours::default(),
             cache: cache::Cache::default(),
             scr: Scratch::new(),
         };

@@ -15,7 +15,7 @@ use hf_expr::constant::Format;
 use hf_expr::normalize::{Atom, Limits, Normalizer};
 use hf_expr::{Action, Constant, Expr, FieldRef, Sets, SymbolTable, Value};
 
-use crate::classifier::{Classifier, Conj, Test};
+use crate::classifier::{Classifier, Conj, FastMap, Test};
 use crate::packet::{Bits, slot};
 
 /// Where a logical port lives.
@@ -328,8 +328,8 @@ pub(crate) struct Dp {
     pub name: String,
     pub key: u32,
     pub kind: DatapathKind,
-    pub ports: HashMap<u32, Port>,
-    pub groups: HashMap<u32, Vec<u32>>,
+    pub ports: FastMap<u32, Port>,
+    pub groups: FastMap<u32, Vec<u32>>,
     /// `tables[pipeline][table]`.
     pub tables: [Vec<Classifier>; 2],
 }
@@ -351,9 +351,9 @@ pub struct Program {
     pub(crate) acts: Vec<CAct>,
     pub(crate) flows: Vec<FlowInfo>,
     /// Local port id → (datapath index, port key).
-    pub(crate) local: HashMap<u32, (u32, u32)>,
+    pub(crate) local: FastMap<u32, (u32, u32)>,
     /// Datapath tunnel key → index.
-    pub(crate) by_key: HashMap<u32, u32>,
+    pub(crate) by_key: FastMap<u32, u32>,
     pub(crate) neighbours: Vec<(u32, u32, u128, bool, u128)>,
     pub(crate) owner: Owner,
 }
@@ -366,8 +366,8 @@ impl Program {
             dps: Vec::new(),
             acts: Vec::new(),
             flows: Vec::new(),
-            local: HashMap::new(),
-            by_key: HashMap::new(),
+            local: FastMap::default(),
+            by_key: FastMap::default(),
             neighbours: Vec::new(),
             owner: spec.owner,
         };
@@ -386,7 +386,7 @@ impl Program {
                 datapath: d.name.clone(),
                 id,
             };
-            let mut ports = HashMap::new();
+            let mut ports = FastMap::default();
             for p in &d.ports {
                 let loc = match &p.location {
                     PortLocation::Local(id) => {
@@ -419,7 +419,7 @@ impl Program {
                     },
                 );
             }
-            let mut groups = HashMap::new();
+            let mut groups = FastMap::default();
             for g in &d.groups {
                 let mut members: Vec<u32> = g
                     .members
