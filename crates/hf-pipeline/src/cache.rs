@@ -10,6 +10,20 @@ use crate::classifier::{IdMap, mix};
 use crate::interp::Op;
 use crate::packet::NF;
 
+/// Odd per-slot multipliers for [`MaskTable::hash`] (splitmix64 of the slot number, forced odd).
+const SLOT_KEYS: [u64; NF] = {
+    let mut k = [0u64; NF];
+    let mut i = 0;
+    while i < NF {
+        let mut z = (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        k[i] = (z ^ (z >> 31)) | 1;
+        i += 1;
+    }
+    k
+};
+
 /// Entries at which the cache starts over (OVS's datapath flow limit, in spirit).
 pub(crate) const MAX_ENTRIES: usize = 200_000;
 
@@ -28,13 +42,17 @@ struct MaskTable {
 }
 
 impl MaskTable {
+    /// Sum of per-field products with per-slot odd constants, then one mix: the products do not
+    /// depend on each other, so the CPU overlaps them (a serial mix chain is latency-bound).
     #[inline]
     fn hash(&self, f: &[u128; NF]) -> u64 {
-        let mut h = 0x9ae1_6a3b_2f90_404f;
+        let mut acc = 0u64;
         for &(field, mask) in self.fields.iter() {
-            h = mix(h, f.get(usize::from(field)).copied().unwrap_or(0) & mask);
+            let v = f.get(usize::from(field)).copied().unwrap_or(0) & mask;
+            let x = (v as u64) ^ ((v >> 64) as u64).wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+            acc = acc.wrapping_add(x.wrapping_mul(SLOT_KEYS[usize::from(field) % NF]));
         }
-        h
+        mix(0x9ae1_6a3b_2f90_404f, u128::from(acc))
     }
 }
 
