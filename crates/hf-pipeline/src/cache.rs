@@ -2,9 +2,12 @@
 //! walk performed. A walk's wildcards say which bits of the segment's start context its result
 //! depended on; every packet that agrees on those bits gets the same ops (conntrack still runs on
 //! each packet, and each recirculation is its own lookup). Entries carry the program generation
-//! they were made under; an entry from an older generation is a miss and is replaced.
-
-use std::sync::Arc;
+//! they were made under; an entry from an older generation is a miss and is evicted.
+//!
+//! Ops live in one append-only arena and entries point at a range of it, so a replay reads ops by
+//! index without holding a borrow (or a reference count) while nested recirculations install new
+//! entries. Clearing is deferred to [`Cache::maintain`], called between packets, so an index never
+//! dangles during a replay.
 
 use crate::classifier::{IdMap, mix};
 use crate::interp::Op;
@@ -26,11 +29,14 @@ const SLOT_KEYS: [u64; NF] = {
 
 /// Entries at which the cache starts over (OVS's datapath flow limit, in spirit).
 pub(crate) const MAX_ENTRIES: usize = 200_000;
+/// Arena size (ops, including those of replaced entries) at which the cache starts over.
+pub(crate) const MAX_OPS: usize = 1 << 23;
 
 #[derive(Debug)]
 struct Entry {
     values: Box<[u128]>,
-    ops: Arc<[Op]>,
+    start: u32,
+    len: u32,
     generation: u64,
 }
 
@@ -67,6 +73,8 @@ pub(crate) struct Cache {
     /// Indexed by resume point (datapath << 9 | pipeline << 8 | table).
     by_resume: Vec<Dpcls>,
     entries: usize,
+    arena: Vec<Op>,
+    clear_pending: bool,
 }
 
 impl Cache {
@@ -77,7 +85,7 @@ impl Cache {
         resume: u32,
         f: &[u128; NF],
         generation: u64,
-    ) -> Option<Arc<[Op]>> {
+    ) -> Option<(u32, u32)> {
         let d = self.by_resume.get_mut(resume as usize)?;
         for i in 0..d.masks.len() {
             let m = &mut d.masks[i];
@@ -102,7 +110,7 @@ impl Cache {
                     self.entries -= 1;
                     continue;
                 }
-                let ops = bucket[j].ops.clone();
+                let ops = (bucket[j].start, bucket[j].len);
                 d.masks[i].hits += 1;
                 // Keep the busiest masks first, as OVS's dpcls does.
                 if i > 0 && d.masks[i].hits > d.masks[i - 1].hits.saturating_mul(2) {
@@ -120,12 +128,16 @@ impl Cache {
         resume: u32,
         wc: &[u128; NF],
         start: &[u128; NF],
-        ops: Arc<[Op]>,
+        ops: &[Op],
         generation: u64,
     ) {
-        if self.entries >= MAX_ENTRIES {
-            self.clear();
+        if self.entries >= MAX_ENTRIES || self.arena.len() >= MAX_OPS {
+            self.clear_pending = true;
         }
+        let (Ok(at), Ok(len)) = (u32::try_from(self.arena.len()), u32::try_from(ops.len())) else {
+            return;
+        };
+        self.arena.extend_from_slice(ops);
         let fields: Box<[(u8, u128)]> = wc
             .iter()
             .enumerate()
@@ -158,13 +170,14 @@ impl Cache {
         let bucket = m.map.entry(h).or_default();
         match bucket.iter_mut().find(|e| e.values == values) {
             Some(e) => {
-                e.ops = ops;
+                (e.start, e.len) = (at, len);
                 e.generation = generation;
             }
             None => {
                 bucket.push(Entry {
                     values,
-                    ops,
+                    start: at,
+                    len,
                     generation,
                 });
                 self.entries += 1;
@@ -172,10 +185,25 @@ impl Cache {
         }
     }
 
-    /// Drops every entry.
+    /// The op at `i` of the arena.
+    #[inline]
+    pub(crate) fn op(&self, i: u32) -> Option<Op> {
+        self.arena.get(i as usize).copied()
+    }
+
+    /// Drops every entry. Not during a replay: use between packets.
     pub(crate) fn clear(&mut self) {
         self.by_resume.clear();
+        self.arena.clear();
         self.entries = 0;
+        self.clear_pending = false;
+    }
+
+    /// Performs a deferred clear. Call between packets.
+    pub(crate) fn maintain(&mut self) {
+        if self.clear_pending {
+            self.clear();
+        }
     }
 
     /// Number of entries.

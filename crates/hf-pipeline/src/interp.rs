@@ -16,7 +16,6 @@
 //! segment whose decisions depended on something outside its start context (a packet length,
 //! state after a nested recirculation) is not cached.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use hf_conntrack::{Conntrack, CtAction, CtResult, Masked, NatRange};
@@ -247,11 +246,14 @@ impl Runner<'_> {
         }
         self.segments += 1;
         if self.mode == Mode::Cached
-            && let Some(ops) = self.cache.lookup(resume, &self.scr.ctx.f, *self.generation)
+            && let Some((start, len)) = self.cache.lookup(resume, &self.scr.ctx.f, *self.generation)
         {
             self.hits += 1;
-            for op in ops.iter() {
-                self.exec_op(op, rdepth);
+            for k in start..start.saturating_add(len) {
+                let Some(op) = self.cache.op(k) else {
+                    break;
+                };
+                self.exec_op(&op, rdepth);
             }
             return;
         }
@@ -262,7 +264,7 @@ impl Runner<'_> {
         self.walk_tables(&mut w, dp, pipe, table, 0, rdepth);
         if self.mode == Mode::Cached && w.cacheable && *self.generation == gen_at_start {
             self.cache
-                .insert(resume, &w.wc, &start, Arc::from(w.ops), gen_at_start);
+                .insert(resume, &w.wc, &start, &w.ops, gen_at_start);
         }
     }
 

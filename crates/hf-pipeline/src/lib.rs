@@ -344,6 +344,7 @@ impl Pipeline {
             }
         };
         let parsed = hf_wire::parse(frame, inport, u64::from(dp))?;
+        self.cache.maintain();
         self.scr.reset();
         let ctx = &mut self.scr.ctx;
         ctx.frame.clear();
