@@ -644,7 +644,12 @@ impl Runner<'_> {
             }
             return;
         }
-        if pipe == EGRESS && inport == outport && !loopback {
+        // OVN checks loopback between the pipelines (before egress runs), not at egress output.
+        let remote = d
+            .ports
+            .get(&outport)
+            .is_some_and(|p| matches!(p.loc, Loc::Remote(_)));
+        if pipe == INGRESS && !remote && inport == outport && !loopback {
             self.note("output to the input port without flags.loopback: dropped".into());
             return;
         }

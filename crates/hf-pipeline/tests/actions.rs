@@ -252,3 +252,25 @@ fn unknown_ports_and_datapaths_are_errors() {
             .is_err()
     );
 }
+
+#[test]
+fn output_to_the_input_port_needs_flags_loopback() {
+    let mut ct = Conntrack::new(Config::default());
+    let mut p = Pipeline::new(program(&[
+        (0, 10, "tcp.dst == 80", "outport = inport; output;"),
+        (0, 5, "tcp", "outport = inport; flags.loopback = 1; output;"),
+    ]));
+    assert!(run(&mut p, &mut ct, Ingress::Local(1), &syn()).is_empty());
+    let other = tcp_frame(&Seg::new(
+        (IpAddr::V4(A), 1000),
+        (IpAddr::V4(B), 81),
+        tcp_flags::SYN,
+        (1, 0),
+        0,
+    ));
+    assert_eq!(
+        dests(&run(&mut p, &mut ct, Ingress::Local(1), &other)),
+        [Destination::Local(1)]
+    );
+    assert_eq!(run(&mut p, &mut ct, Ingress::Local(1), &other)[0].1, other);
+}
