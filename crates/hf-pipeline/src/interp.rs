@@ -1,5 +1,5 @@
-//! The interpreter: one walk of the logical tables that records what it does as [`Op`]s, and one
-//! function, [`Runner::exec_op`], that performs an op. The full walk, the cached path and trace
+//! The interpreter: one walk of the logical tables that records what it does as `Op`s, and one
+//! function, `Runner::exec_op`, that performs an op. The full walk, the cached path and trace
 //! all execute ops through that same function; the cached path just skips the table lookups.
 //!
 //! # Segments, recirculation and wildcards
@@ -32,11 +32,11 @@ use crate::trace::{Trace, TraceFlow, TraceRecord};
 use crate::{Destination, Outputs};
 
 /// Table lookups one segment may make (OVS bounds resubmits the same way).
-pub(crate) const MAX_STEPS: u32 = 4096;
+pub const MAX_STEPS: u32 = 4096;
 /// Nesting of resubmits, clones and floods within a segment.
-pub(crate) const MAX_DEPTH: u32 = 64;
+pub const MAX_DEPTH: u32 = 64;
 /// Recirculations per packet.
-pub(crate) const MAX_RECIRC: u32 = 16;
+pub const MAX_RECIRC: u32 = 16;
 /// `resume` of an op that does not recirculate.
 pub(crate) const NO_RESUME: u32 = u32::MAX;
 

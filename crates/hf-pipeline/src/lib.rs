@@ -19,9 +19,25 @@
 //!   `icmp4`/`icmp6`, `tcp_reset`, `reject`).
 //! - A megaflow cache keyed on exactly the bits each walk examined replays the recorded ops;
 //!   conntrack still runs on every packet and each recirculation after a conntrack action is its
-//!   own lookup (see [`interp`](crate::interp) for how wildcards are accumulated).
+//!   own lookup (see [`interp`] for how wildcards are accumulated).
 //! - [`Pipeline::trace`] runs the same walk and ops with conntrack in "what if" mode and records,
 //!   per table, the flow that matched and what its actions did.
+//!
+//! # Semantics worth knowing
+//!
+//! - Between the ingress and egress pipelines the logical registers are cleared and the
+//!   loopback check runs (`inport == outport` needs `flags.loopback`), as OVN's physical tables
+//!   do "for consistent behavior with packets that get tunneled". Crossing a patch port clears
+//!   registers, flags, `outport` and the conntrack fields and sets `inport` to the peer.
+//! - Conntrack zones: a switch uses the zone of `inport` in ingress and of `outport` in egress; a
+//!   router uses its SNAT zone for `ct_snat` and its DNAT zone for everything else (the
+//!   `_in_czone` forms included: the DNAT zone is OVN's common zone).
+//! - A table with no matching flow drops the packet; so does `next` past the last table.
+//! - `ct_lb`/`ct_lb_mark` choose a backend by a hash of the 5-tuple (`hash_fields` is ignored)
+//!   and commit with `ct_label.natted`/`ct_mark.natted` set; `chk_lb_hairpin` is "DNAT applied
+//!   (or natted) and source == destination", `chk_lb_hairpin_reply` the same on a reply.
+//! - `put_arp`/`put_nd` that change a binding bump the generation, so cached walks that read
+//!   the neighbour table are not reused.
 //!
 //! # What it does not do
 //!
@@ -29,7 +45,8 @@
 //! [`Destination::Tunnel`] carries the keys; the datapath encapsulates with `hf_wire::geneve`).
 //! DHCP, DNS, FDB, port-security checks, ECMP and LB-affinity functions store 0; `log`,
 //! `set_queue`, `set_meter`, `sample` and events have no effect. VLAN, IPv6 flow label and ND
-//! option writes change the fields the pipeline matches on but not the frame. A conntrack
+//! option writes change the fields the pipeline matches on but not the frame. Output to a
+//! multicast group from the egress pipeline drops. A conntrack
 //! action that continues in the next table ends its action list: actions after it are not run
 //! (northd never writes any).
 //!
@@ -38,9 +55,9 @@
 //! - `process` is deterministic: the same program, neighbour table, conntrack state, frame and
 //!   `now` give the same outputs.
 //! - The cached path and the full walk give the same outputs and conntrack effects
-//!   (`tests/differential.rs`); the cached path does not allocate once warm.
+//!   (`tests/differential.rs`); the cached path does not allocate once warm (`tests/no_alloc.rs`).
 //! - No frame and no program makes it panic; walks are bounded ([`interp::MAX_STEPS`] lookups per
-//!   segment, 64 nested resubmits, 16 recirculations).
+//!   segment, [`interp::MAX_DEPTH`] nested resubmits, [`interp::MAX_RECIRC`] recirculations).
 //!
 //! # Call contract
 //!
