@@ -28,21 +28,21 @@ fn thread_cpu_ns() -> Option<u64> {
 /// How long a timed section took: on-CPU time of this thread when the kernel reports it (the
 /// machine is shared with builds, so wall time would measure them too), and wall time.
 #[derive(Debug, Clone, Copy)]
-struct Took {
+pub(crate) struct Took {
     cpu: Option<Duration>,
     wall: Duration,
 }
 
 impl Took {
     /// The time rates are computed from: on-CPU time when known, wall time otherwise.
-    fn secs(&self) -> f64 {
+    pub(crate) fn secs(&self) -> f64 {
         self.cpu.unwrap_or(self.wall).as_secs_f64()
     }
 }
 
 /// Runs `f` and says how long it took (benchmarks are the one place that reads the clock).
 #[allow(clippy::disallowed_methods)]
-fn timed<R>(f: impl FnOnce() -> R) -> (R, Took) {
+pub(crate) fn timed<R>(f: impl FnOnce() -> R) -> (R, Took) {
     let c0 = thread_cpu_ns();
     let t = Instant::now();
     let r = f();
@@ -69,7 +69,7 @@ fn best_of<T>(
 }
 
 /// A note with both clocks, so a reader can see how loaded the machine was.
-fn clocks_note(report: &Report, what: &str, n: f64, took: Took) {
+pub(crate) fn clocks_note(report: &Report, what: &str, n: f64, took: Took) {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let load = load.split_whitespace().next().unwrap_or("?").to_string();
     report.note(&format!(

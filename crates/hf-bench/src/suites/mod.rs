@@ -3,6 +3,7 @@
 pub mod conntrack;
 pub mod expr;
 pub mod ovsdb;
+pub mod pipeline;
 
 use crate::{Opts, Report};
 
@@ -25,5 +26,10 @@ pub const ALL: &[(&str, &str, SuiteFn)] = &[
         "expr",
         "hf-expr parse + type-check + normalise throughput over real OVN 23.03 flows",
         expr::run,
+    ),
+    (
+        "pipeline",
+        "hf-pipeline: switch → router → SNAT with conntrack over 10k established TCP connections, cached path and full walk (pps)",
+        pipeline::run,
     ),
 ];

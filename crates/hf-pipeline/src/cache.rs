@@ -1,0 +1,213 @@
+//! The megaflow cache: per resume point, a tuple-space table of (mask, masked context) → the ops a
+//! walk performed. A walk's wildcards say which bits of the segment's start context its result
+//! depended on; every packet that agrees on those bits gets the same ops (conntrack still runs on
+//! each packet, and each recirculation is its own lookup). Entries carry the program generation
+//! they were made under; an entry from an older generation is a miss and is evicted.
+//!
+//! Ops live in one append-only arena and entries point at a range of it, so a replay reads ops by
+//! index without holding a borrow (or a reference count) while nested recirculations install new
+//! entries. Clearing is deferred to [`Cache::maintain`], called between packets, so an index never
+//! dangles during a replay.
+
+use crate::classifier::{IdMap, mix};
+use crate::interp::Op;
+use crate::packet::NF;
+
+/// Odd per-slot multipliers for [`MaskTable::hash`] (splitmix64 of the slot number, forced odd).
+const SLOT_KEYS: [u64; NF] = {
+    let mut k = [0u64; NF];
+    let mut i = 0;
+    while i < NF {
+        let mut z = (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        k[i] = (z ^ (z >> 31)) | 1;
+        i += 1;
+    }
+    k
+};
+
+/// Entries at which the cache starts over (OVS's datapath flow limit, in spirit).
+pub(crate) const MAX_ENTRIES: usize = 200_000;
+/// Arena size (ops, including those of replaced entries) at which the cache starts over.
+pub(crate) const MAX_OPS: usize = 1 << 23;
+
+#[derive(Debug)]
+struct Entry {
+    values: Box<[u128]>,
+    start: u32,
+    len: u32,
+    generation: u64,
+}
+
+#[derive(Debug)]
+struct MaskTable {
+    fields: Box<[(u8, u128)]>,
+    map: IdMap<Vec<Entry>>,
+    hits: u64,
+}
+
+impl MaskTable {
+    /// Sum of per-field products with per-slot odd constants, then one mix: the products do not
+    /// depend on each other, so the CPU overlaps them (a serial mix chain is latency-bound).
+    #[inline]
+    fn hash(&self, f: &[u128; NF]) -> u64 {
+        let mut acc = 0u64;
+        for &(field, mask) in self.fields.iter() {
+            let v = f.get(usize::from(field)).copied().unwrap_or(0) & mask;
+            let x = (v as u64) ^ ((v >> 64) as u64).wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+            acc = acc.wrapping_add(x.wrapping_mul(SLOT_KEYS[usize::from(field) % NF]));
+        }
+        mix(0x9ae1_6a3b_2f90_404f, u128::from(acc))
+    }
+}
+
+#[derive(Debug, Default)]
+struct Dpcls {
+    masks: Vec<MaskTable>,
+}
+
+/// The cache.
+#[derive(Debug, Default)]
+pub(crate) struct Cache {
+    /// Indexed by resume point (datapath << 9 | pipeline << 8 | table).
+    by_resume: Vec<Dpcls>,
+    entries: usize,
+    arena: Vec<Op>,
+    clear_pending: bool,
+}
+
+impl Cache {
+    /// The ops for the segment at `resume` given the context `f`, if a current entry covers it.
+    #[inline]
+    pub(crate) fn lookup(
+        &mut self,
+        resume: u32,
+        f: &[u128; NF],
+        generation: u64,
+    ) -> Option<(u32, u32)> {
+        let d = self.by_resume.get_mut(resume as usize)?;
+        for i in 0..d.masks.len() {
+            let m = &mut d.masks[i];
+            let h = m.hash(f);
+            let Some(bucket) = m.map.get_mut(&h) else {
+                continue;
+            };
+            let fields = &m.fields;
+            let hit = bucket.iter().position(|e| {
+                fields
+                    .iter()
+                    .zip(e.values.iter())
+                    .all(|(&(field, mask), v)| {
+                        f.get(usize::from(field)).copied().unwrap_or(0) & mask == *v
+                    })
+            });
+            if let Some(j) = hit {
+                if bucket[j].generation != generation {
+                    // Made under an older program or neighbour table: it dies here, and another
+                    // mask may still hold a current entry.
+                    bucket.swap_remove(j);
+                    self.entries -= 1;
+                    continue;
+                }
+                let ops = (bucket[j].start, bucket[j].len);
+                d.masks[i].hits += 1;
+                // Keep the busiest masks first, as OVS's dpcls does.
+                if i > 0 && d.masks[i].hits > d.masks[i - 1].hits.saturating_mul(2) {
+                    d.masks.swap(i, i - 1);
+                }
+                return Some(ops);
+            }
+        }
+        None
+    }
+
+    /// Installs the ops of a walk from `start` whose decisions examined `wc`.
+    pub(crate) fn insert(
+        &mut self,
+        resume: u32,
+        wc: &[u128; NF],
+        start: &[u128; NF],
+        ops: &[Op],
+        generation: u64,
+    ) {
+        if self.entries >= MAX_ENTRIES || self.arena.len() >= MAX_OPS {
+            self.clear_pending = true;
+        }
+        let (Ok(at), Ok(len)) = (u32::try_from(self.arena.len()), u32::try_from(ops.len())) else {
+            return;
+        };
+        self.arena.extend_from_slice(ops);
+        let fields: Box<[(u8, u128)]> = wc
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| **m != 0)
+            .map(|(i, m)| (i as u8, *m))
+            .collect();
+        let i = resume as usize;
+        if self.by_resume.len() <= i {
+            self.by_resume.resize_with(i + 1, Dpcls::default);
+        }
+        let d = &mut self.by_resume[i];
+        let mi = match d.masks.iter().position(|m| m.fields == fields) {
+            Some(i) => i,
+            None => {
+                d.masks.push(MaskTable {
+                    fields,
+                    map: IdMap::default(),
+                    hits: 0,
+                });
+                d.masks.len() - 1
+            }
+        };
+        let m = &mut d.masks[mi];
+        let values: Box<[u128]> = m
+            .fields
+            .iter()
+            .map(|&(f, mask)| start[usize::from(f)] & mask)
+            .collect();
+        let h = m.hash(start);
+        let bucket = m.map.entry(h).or_default();
+        match bucket.iter_mut().find(|e| e.values == values) {
+            Some(e) => {
+                (e.start, e.len) = (at, len);
+                e.generation = generation;
+            }
+            None => {
+                bucket.push(Entry {
+                    values,
+                    start: at,
+                    len,
+                    generation,
+                });
+                self.entries += 1;
+            }
+        }
+    }
+
+    /// The op at `i` of the arena.
+    #[inline]
+    pub(crate) fn op(&self, i: u32) -> Option<Op> {
+        self.arena.get(i as usize).copied()
+    }
+
+    /// Drops every entry. Not during a replay: use between packets.
+    pub(crate) fn clear(&mut self) {
+        self.by_resume.clear();
+        self.arena.clear();
+        self.entries = 0;
+        self.clear_pending = false;
+    }
+
+    /// Performs a deferred clear. Call between packets.
+    pub(crate) fn maintain(&mut self) {
+        if self.clear_pending {
+            self.clear();
+        }
+    }
+
+    /// Number of entries.
+    pub(crate) fn len(&self) -> usize {
+        self.entries
+    }
+}

@@ -1,0 +1,1013 @@
+//! The interpreter: one walk of the logical tables that records what it does as `Op`s, and one
+//! function, `Runner::exec_op`, that performs an op. The full walk, the cached path and trace
+//! all execute ops through that same function; the cached path just skips the table lookups.
+//!
+//! # Segments, recirculation and wildcards
+//!
+//! A walk starts at a *resume point* (datapath, pipeline, table) with the context as it is. It
+//! ends where the packet leaves the pipeline or at a conntrack action that continues in the next
+//! table (`ct_next`, `ct_snat`/`ct_dnat`, `ct_lb*`, `ct_commit_nat`): there conntrack runs and the
+//! continuation is a new segment, looked up (or walked) with the context after conntrack, like
+//! OVS's recirculation. While walking, every field the walk's decisions depended on is
+//! "examined": classifier lookups report the bits their subtables hashed, and control decisions
+//! (which port, which zone, TTL expiry, whether a reply can be built) report the fields they read.
+//! A field written by an action is tracked: a constant write takes those bits out of the key,
+//! and a value moved from another field makes a later examination un-wildcard the source. A
+//! segment whose decisions depended on something outside its start context (a packet length,
+//! state after a nested recirculation) is not cached.
+
+use std::time::Duration;
+
+use hf_conntrack::{Conntrack, CtAction, CtResult, Masked, NatRange};
+use hf_expr::actions::{NatKind, NestedKind};
+use hf_expr::constant::width_mask;
+use hf_expr::symbols::FIELDS;
+use hf_wire::{EthAddr, ip_proto, reply, tcp_flags};
+
+use crate::cache::Cache;
+use crate::classifier::Examine;
+use crate::packet::{Bits, Ctx, NF, slot};
+use crate::program::{CAct, DatapathKind, EGRESS, INGRESS, Loc, Program};
+use crate::trace::{Trace, TraceFlow, TraceRecord};
+use crate::{Destination, Outputs};
+
+/// Table lookups one segment may make (OVS bounds resubmits the same way).
+pub const MAX_STEPS: u32 = 4096;
+/// Nesting of resubmits, clones and floods within a segment.
+pub const MAX_DEPTH: u32 = 64;
+/// Recirculations per packet.
+pub const MAX_RECIRC: u32 = 16;
+/// `resume` of an op that does not recirculate.
+pub(crate) const NO_RESUME: u32 = u32::MAX;
+
+const OPAQUE: u64 = 1 << 63;
+
+/// One recorded effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// A data action from the program's arena.
+    Act(u32),
+    /// A conntrack action in `zone`; with a resume point, the continuation runs after it.
+    Ct { zone: u16, act: u32, resume: u32 },
+    /// Set a port slot (flood members).
+    SetPort { slot: u8, key: u32 },
+    /// Cross a patch port into datapath `dp` with `inport`.
+    EnterDp { dp: u32, inport: u32 },
+    /// Enter the egress pipeline: the registers are cleared (only the port keys would travel
+    /// through a tunnel, so OVN clears them locally too).
+    EnterEgress,
+    /// Save the context (clone, flood, packet generation).
+    Save,
+    /// Restore the last saved context.
+    Restore,
+    /// Replace the packet by a generated one.
+    Generate(NestedKind),
+    /// Send the current frame.
+    Emit(Destination),
+}
+
+pub(crate) fn resume_id(dp: u32, pipe: u8, table: u8) -> u32 {
+    (dp << 9) | (u32::from(pipe) << 8) | u32::from(table)
+}
+
+fn resume_parts(r: u32) -> (u32, u8, u8) {
+    (r >> 9, ((r >> 8) & 1) as u8, r as u8)
+}
+
+fn full(field: usize) -> u128 {
+    match FIELDS.get(field) {
+        Some(d) if d.string => u128::from(u32::MAX),
+        Some(d) => width_mask(d.width),
+        None => 0,
+    }
+}
+
+/// The state of one segment walk: its wildcards, its recorded ops, and what each field's current
+/// value derives from.
+#[derive(Debug)]
+pub(crate) struct Walk {
+    pub wc: [u128; NF],
+    written: [u128; NF],
+    deps: [u64; NF],
+    saved: Vec<([u128; NF], [u64; NF])>,
+    pstack: Vec<u64>,
+    pub ops: Vec<Op>,
+    pub cacheable: bool,
+    steps: u32,
+}
+
+impl Examine for Walk {
+    fn examine(&mut self, field: usize, mask: u128) {
+        let Some(d) = self.deps.get(field).copied() else {
+            return;
+        };
+        if d & OPAQUE != 0 {
+            self.cacheable = false;
+        }
+        self.wc[field] |= mask & !self.written[field];
+        let mut rest = d & !OPAQUE;
+        while rest != 0 {
+            let g = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            if g < NF {
+                self.wc[g] = full(g);
+            }
+        }
+    }
+}
+
+impl Walk {
+    fn new() -> Walk {
+        Walk {
+            wc: [0; NF],
+            written: [0; NF],
+            deps: [0; NF],
+            saved: Vec::new(),
+            pstack: Vec::new(),
+            ops: Vec::new(),
+            cacheable: true,
+            steps: 0,
+        }
+    }
+
+    /// What a read of `field` depends on.
+    fn source(&self, field: usize) -> u64 {
+        if field >= NF {
+            return 0;
+        }
+        let own = if self.written[field] & full(field) == full(field) {
+            0
+        } else {
+            1u64 << field
+        };
+        self.deps[field] | own
+    }
+
+    fn set_const(&mut self, field: usize, mask: u128) {
+        if field < NF {
+            self.written[field] |= mask;
+            if self.written[field] & full(field) == full(field) {
+                self.deps[field] = 0;
+            }
+        }
+    }
+
+    fn derive(&mut self, dst: usize, mask: u128, from: u64) {
+        if dst < NF {
+            self.written[dst] |= mask;
+            self.deps[dst] |= from;
+        }
+    }
+
+    fn all_opaque(&mut self) {
+        self.deps = [OPAQUE; NF];
+    }
+}
+
+/// Conntrack, for real or "what if".
+#[derive(Debug)]
+pub(crate) enum CtHandle<'a> {
+    Live(&'a mut Conntrack),
+    WhatIf(&'a Conntrack),
+}
+
+/// How a run uses the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Cached,
+    Uncached,
+    Trace,
+}
+
+/// Per-pipeline scratch space, reused across packets so the cached path does not allocate.
+#[derive(Debug)]
+pub(crate) struct Scratch {
+    pub ctx: Ctx,
+    stack: Vec<Ctx>,
+    pool: Vec<Vec<u8>>,
+    vstack: Vec<u128>,
+    build: Vec<u8>,
+}
+
+impl Scratch {
+    pub(crate) fn new() -> Scratch {
+        Scratch {
+            ctx: Ctx::new(),
+            stack: Vec::new(),
+            pool: Vec::new(),
+            vstack: Vec::new(),
+            build: Vec::new(),
+        }
+    }
+
+    pub(crate) fn reset(&mut self) {
+        while let Some(c) = self.stack.pop() {
+            self.pool.push(c.frame);
+        }
+        self.vstack.clear();
+    }
+}
+
+/// The neighbour table: (datapath, port key, address, IPv6) → MAC.
+pub(crate) type Neighbours = crate::classifier::FastMap<(u32, u32, u128, bool), u128>;
+
+/// One packet's run.
+pub(crate) struct Runner<'a> {
+    pub prog: &'a Program,
+    pub neigh: &'a mut Neighbours,
+    pub generation: &'a mut u64,
+    pub cache: &'a mut Cache,
+    pub scr: &'a mut Scratch,
+    pub ct: CtHandle<'a>,
+    pub now: Duration,
+    pub out: &'a mut Outputs,
+    pub trace: Option<&'a mut Trace>,
+    pub mode: Mode,
+    pub segments: u32,
+    pub hits: u32,
+}
+
+enum Flow {
+    /// Continue with the next action of the enclosing list.
+    Continue,
+    /// This flow's actions are done.
+    Done,
+    /// Go to another table (a tail `next`).
+    Tail(u8, u8),
+}
+
+impl Runner<'_> {
+    /// Runs the segment that starts at `resume` with the current context: from the cache when it
+    /// has an entry, otherwise by walking (and then caching the walk when it can).
+    pub(crate) fn run_segment(&mut self, resume: u32, rdepth: u32) {
+        if rdepth > MAX_RECIRC {
+            self.note("recirculation limit reached: dropped".into());
+            return;
+        }
+        self.segments += 1;
+        if self.mode == Mode::Cached
+            && let Some((start, len)) = self.cache.lookup(resume, &self.scr.ctx.f, *self.generation)
+        {
+            self.hits += 1;
+            for k in start..start.saturating_add(len) {
+                let Some(op) = self.cache.op(k) else {
+                    break;
+                };
+                self.exec_op(&op, rdepth);
+            }
+            return;
+        }
+        let start = self.scr.ctx.f;
+        let gen_at_start = *self.generation;
+        let mut w = Walk::new();
+        let (dp, pipe, table) = resume_parts(resume);
+        self.walk_tables(&mut w, dp, pipe, table, 0, rdepth);
+        if self.mode == Mode::Cached && w.cacheable && *self.generation == gen_at_start {
+            self.cache
+                .insert(resume, &w.wc, &start, &w.ops, gen_at_start);
+        }
+    }
+
+    fn note(&mut self, s: String) {
+        if let Some(t) = self.trace.as_deref_mut() {
+            match t.records.last_mut() {
+                Some(r) => r.effects.push(s),
+                None => t.records.push(TraceRecord {
+                    datapath: String::new(),
+                    pipeline: "",
+                    table: 0,
+                    flow: None,
+                    effects: vec![s],
+                }),
+            }
+        }
+    }
+
+    /// Records and performs `op`.
+    fn record(&mut self, w: &mut Walk, op: Op, rdepth: u32) -> bool {
+        w.ops.push(op);
+        if self.trace.is_some() {
+            self.note(self.describe(&op));
+        }
+        self.exec_op(&op, rdepth)
+    }
+
+    fn describe(&self, op: &Op) -> String {
+        match op {
+            Op::Act(i) => format!("{:?}", self.prog.acts.get(*i as usize)),
+            Op::Ct { zone, act, resume } => format!(
+                "ct zone {zone}: {:?}{}",
+                self.prog.acts.get(*act as usize),
+                if *resume == NO_RESUME {
+                    ""
+                } else {
+                    " (then recirculate)"
+                }
+            ),
+            other => format!("{other:?}"),
+        }
+    }
+
+    fn walk_tables(
+        &mut self,
+        w: &mut Walk,
+        dp: u32,
+        mut pipe: u8,
+        mut table: u8,
+        depth: u32,
+        rdepth: u32,
+    ) {
+        let prog = self.prog;
+        let Some(d) = prog.dps.get(dp as usize) else {
+            return;
+        };
+        loop {
+            w.steps += 1;
+            if w.steps > MAX_STEPS {
+                self.note("lookup limit reached: dropped".into());
+                return;
+            }
+            let hit = d.tables[usize::from(pipe & 1)]
+                .get(usize::from(table))
+                .and_then(|c| c.lookup(&self.scr.ctx.f, w));
+            if let Some(t) = self.trace.as_deref_mut() {
+                t.records.push(TraceRecord {
+                    datapath: d.name.clone(),
+                    pipeline: if pipe == INGRESS { "ingress" } else { "egress" },
+                    table,
+                    flow: hit
+                        .and_then(|(f, _)| prog.flows.get(f as usize))
+                        .map(|f| TraceFlow {
+                            priority: f.priority,
+                            matches: f.matches.clone(),
+                            actions: f.actions.clone(),
+                        }),
+                    effects: Vec::new(),
+                });
+            }
+            let Some((flow, _)) = hit else {
+                self.note("no flow matched: dropped".into());
+                return;
+            };
+            let acts = prog.flows[flow as usize].acts.clone();
+            match self.exec_list(w, dp, pipe, table, acts, depth, rdepth) {
+                Flow::Tail(p, t) => {
+                    pipe = p;
+                    table = t;
+                }
+                Flow::Continue | Flow::Done => return,
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn exec_list(
+        &mut self,
+        w: &mut Walk,
+        dp: u32,
+        pipe: u8,
+        table: u8,
+        acts: std::ops::Range<u32>,
+        depth: u32,
+        rdepth: u32,
+    ) -> Flow {
+        let prog = self.prog;
+        let last = acts.end.saturating_sub(1);
+        for i in acts {
+            let Some(act) = prog.acts.get(i as usize) else {
+                return Flow::Done;
+            };
+            match act {
+                CAct::Next { pipeline, table: t } => {
+                    if i == last {
+                        return Flow::Tail(*pipeline, *t);
+                    }
+                    if depth < MAX_DEPTH {
+                        self.walk_tables(w, dp, *pipeline, *t, depth + 1, rdepth);
+                    }
+                }
+                CAct::Output => self.output(w, dp, pipe, depth, rdepth),
+                CAct::Drop => return Flow::Done,
+                CAct::DecTtl => {
+                    w.examine(slot::IP_TTL, 0xff);
+                    w.examine(slot::ETH_TYPE, 0xffff);
+                    let ttl = self.scr.ctx.f[slot::IP_TTL];
+                    let ip = matches!(self.scr.ctx.f[slot::ETH_TYPE], 0x800 | 0x86dd);
+                    if !ip || ttl <= 1 {
+                        self.note("TTL expired: dropped".into());
+                        return Flow::Done;
+                    }
+                    self.record(w, Op::Act(i), rdepth);
+                }
+                CAct::CtCommit { .. } => {
+                    let zone = self.zone(w, dp, pipe, act);
+                    self.record(
+                        w,
+                        Op::Ct {
+                            zone,
+                            act: i,
+                            resume: NO_RESUME,
+                        },
+                        rdepth,
+                    );
+                }
+                a if a.recirculates() => {
+                    let zone = self.zone(w, dp, pipe, act);
+                    let resume = resume_id(dp, pipe, table.saturating_add(1));
+                    self.record(
+                        w,
+                        Op::Ct {
+                            zone,
+                            act: i,
+                            resume,
+                        },
+                        rdepth,
+                    );
+                    // The continuation changed the context in ways this segment's key does not
+                    // describe.
+                    w.all_opaque();
+                    return Flow::Done;
+                }
+                CAct::Nested { kind, body } => {
+                    if depth >= MAX_DEPTH {
+                        continue;
+                    }
+                    let body = body.clone();
+                    if *kind != NestedKind::Clone && !self.can_generate(w, *kind) {
+                        self.note(format!(
+                            "{} cannot answer this packet: skipped",
+                            kind.name()
+                        ));
+                        continue;
+                    }
+                    self.record(w, Op::Save, rdepth);
+                    w.saved.push((w.written, w.deps));
+                    if *kind != NestedKind::Clone {
+                        self.record(w, Op::Generate(*kind), rdepth);
+                        let mut from = 0;
+                        for h in slot::HEADER_FIRST..=slot::HEADER_LAST {
+                            from |= w.source(h);
+                        }
+                        for h in slot::HEADER_FIRST..=slot::HEADER_LAST {
+                            w.written[h] = full(h);
+                            w.deps[h] = from;
+                        }
+                    }
+                    if let Flow::Tail(p, t) =
+                        self.exec_list(w, dp, pipe, table, body, depth + 1, rdepth)
+                    {
+                        self.walk_tables(w, dp, p, t, depth + 1, rdepth);
+                    }
+                    self.record(w, Op::Restore, rdepth);
+                    if let Some((wr, de)) = w.saved.pop() {
+                        w.written = wr;
+                        w.deps = de;
+                    }
+                }
+                _ => {
+                    self.track(w, act);
+                    self.record(w, Op::Act(i), rdepth);
+                }
+            }
+        }
+        Flow::Continue
+    }
+
+    /// Updates the walk's dependency tracking for a data action about to run.
+    fn track(&mut self, w: &mut Walk, act: &CAct) {
+        let f = |b: &Bits| usize::from(b.field);
+        match act {
+            CAct::Set { field, mask, .. } => w.set_const(usize::from(*field), *mask),
+            CAct::Move { dst, src } => {
+                let s = w.source(f(src));
+                w.derive(f(dst), dst.mask(), s);
+            }
+            CAct::Exchange { a, b } => {
+                let (sa, sb) = (w.source(f(a)), w.source(f(b)));
+                w.derive(f(a), a.mask(), sb);
+                w.derive(f(b), b.mask(), sa);
+            }
+            CAct::Push(b) => {
+                let s = w.source(f(b));
+                w.pstack.push(s);
+            }
+            CAct::Pop(b) => {
+                let s = w.pstack.pop().unwrap_or(0);
+                w.derive(f(b), b.mask(), s);
+            }
+            CAct::CtClear => {
+                for s in [slot::CT_STATE, slot::CT_MARK, slot::CT_LABEL] {
+                    w.set_const(s, full(s));
+                }
+            }
+            CAct::GetNeigh { port, ip, .. } => {
+                let s = w.source(f(port)) | w.source(f(ip));
+                w.set_const(slot::ETH_DST, full(slot::ETH_DST));
+                w.derive(slot::ETH_DST, full(slot::ETH_DST), s);
+            }
+            CAct::LookupNeigh {
+                dst, port, ip, mac, ..
+            } => {
+                let mut s = w.source(f(port)) | w.source(f(ip));
+                if let Some(m) = mac {
+                    s |= w.source(f(m));
+                }
+                w.derive(f(dst), dst.mask(), s);
+            }
+            CAct::ChkLbHairpin { dst, .. } => {
+                let mut s = 0;
+                for g in [
+                    slot::CT_STATE,
+                    slot::CT_MARK,
+                    slot::CT_LABEL,
+                    slot::IP4_SRC,
+                    slot::IP4_DST,
+                    slot::IP6_SRC,
+                    slot::IP6_DST,
+                    slot::ETH_TYPE,
+                ] {
+                    s |= w.source(g);
+                }
+                w.derive(f(dst), dst.mask(), s);
+            }
+            CAct::Select { dst, .. } => {
+                let mut s = 0;
+                for g in FIVE_TUPLE {
+                    s |= w.source(g);
+                }
+                w.derive(f(dst), dst.mask(), s);
+            }
+            CAct::CheckPktLarger { dst, .. } => w.derive(f(dst), dst.mask(), OPAQUE),
+            CAct::ResultZero { dst, .. } => w.set_const(f(dst), dst.mask()),
+            _ => {}
+        }
+    }
+
+    /// The zone a conntrack action of datapath `dp` uses.
+    fn zone(&mut self, w: &mut Walk, dp: u32, pipe: u8, act: &CAct) -> u16 {
+        let Some(d) = self.prog.dps.get(dp as usize) else {
+            return 0;
+        };
+        match d.kind {
+            DatapathKind::Router {
+                dnat_zone,
+                snat_zone,
+            } => match act {
+                CAct::CtNat {
+                    kind: NatKind::Snat,
+                    ..
+                } => snat_zone,
+                _ => dnat_zone,
+            },
+            _ => {
+                let s = if pipe == INGRESS {
+                    slot::INPORT
+                } else {
+                    slot::OUTPORT
+                };
+                w.examine(s, full(s));
+                let key = self.scr.ctx.f[s] as u32;
+                d.ports.get(&key).map_or(0, |p| p.zone)
+            }
+        }
+    }
+
+    /// Whether the builder for `kind` accepts the current packet (examining what it checks).
+    fn can_generate(&mut self, w: &mut Walk, kind: NestedKind) -> bool {
+        for s in [
+            slot::ETH_TYPE,
+            slot::IP_PROTO,
+            slot::IP_FRAG,
+            slot::TCP_FLAGS,
+            slot::ICMP6_TYPE,
+        ] {
+            w.examine(s, full(s));
+        }
+        let f = &self.scr.ctx.f;
+        let (v4, v6) = (f[slot::ETH_TYPE] == 0x800, f[slot::ETH_TYPE] == 0x86dd);
+        let l4 = f[slot::IP_FRAG] & 2 == 0;
+        let tcp = f[slot::IP_PROTO] == u128::from(ip_proto::TCP) && l4;
+        let rst = f[slot::TCP_FLAGS] & u128::from(tcp_flags::RST) != 0;
+        match kind {
+            NestedKind::Arp | NestedKind::Icmp4 | NestedKind::Icmp4Error => v4,
+            NestedKind::NdNs | NestedKind::Icmp6 | NestedKind::Icmp6Error => v6,
+            NestedKind::NdNa | NestedKind::NdNaRouter => {
+                v6 && f[slot::IP_PROTO] == u128::from(ip_proto::ICMPV6)
+                    && f[slot::ICMP6_TYPE] == 135
+            }
+            NestedKind::TcpReset => (v4 || v6) && tcp && !rst,
+            NestedKind::Reject => (v4 || v6) && !(tcp && rst),
+            _ => false,
+        }
+    }
+
+    fn output(&mut self, w: &mut Walk, dp: u32, pipe: u8, depth: u32, rdepth: u32) {
+        let prog = self.prog;
+        let Some(d) = prog.dps.get(dp as usize) else {
+            return;
+        };
+        w.examine(slot::OUTPORT, full(slot::OUTPORT));
+        w.examine(slot::INPORT, full(slot::INPORT));
+        w.examine(slot::FLAGS, 1);
+        let f = &self.scr.ctx.f;
+        let (inport, outport) = (f[slot::INPORT] as u32, f[slot::OUTPORT] as u32);
+        let loopback = f[slot::FLAGS] & 1 != 0;
+        if depth >= MAX_DEPTH {
+            return;
+        }
+        if let Some(members) = d.groups.get(&outport) {
+            if pipe != INGRESS {
+                self.note("output to a group in egress: dropped".into());
+                return;
+            }
+            for &m in members {
+                if m == inport && !loopback {
+                    continue;
+                }
+                self.record(w, Op::Save, rdepth);
+                w.saved.push((w.written, w.deps));
+                self.record(
+                    w,
+                    Op::SetPort {
+                        slot: slot::OUTPORT as u8,
+                        key: m,
+                    },
+                    rdepth,
+                );
+                w.set_const(slot::OUTPORT, full(slot::OUTPORT));
+                self.deliver(w, dp, INGRESS, inport, m, depth, rdepth);
+                self.record(w, Op::Restore, rdepth);
+                if let Some((wr, de)) = w.saved.pop() {
+                    w.written = wr;
+                    w.deps = de;
+                }
+            }
+            return;
+        }
+        // OVN checks loopback between the pipelines (before egress runs), not at egress output.
+        let remote = d
+            .ports
+            .get(&outport)
+            .is_some_and(|p| matches!(p.loc, Loc::Remote(_)));
+        if pipe == INGRESS && !remote && inport == outport && !loopback {
+            self.note("output to the input port without flags.loopback: dropped".into());
+            return;
+        }
+        self.deliver(w, dp, pipe, inport, outport, depth, rdepth);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn deliver(
+        &mut self,
+        w: &mut Walk,
+        dp: u32,
+        pipe: u8,
+        inport: u32,
+        outport: u32,
+        depth: u32,
+        rdepth: u32,
+    ) {
+        let prog = self.prog;
+        let Some(d) = prog.dps.get(dp as usize) else {
+            return;
+        };
+        let Some(port) = d.ports.get(&outport) else {
+            self.note(format!("output to unknown port {outport}: dropped"));
+            return;
+        };
+        match (&port.loc, pipe) {
+            (Loc::Remote(chassis), _) => {
+                let dest = Destination::Tunnel {
+                    chassis: *chassis,
+                    datapath: d.key,
+                    inport,
+                    outport,
+                };
+                self.record(w, Op::Emit(dest), rdepth);
+            }
+            (_, INGRESS) => {
+                self.record(w, Op::EnterEgress, rdepth);
+                for s in REGISTERS {
+                    w.set_const(s, full(s));
+                }
+                self.walk_tables(w, dp, EGRESS, 0, depth + 1, rdepth);
+            }
+            (Loc::Local(id), _) => {
+                self.record(w, Op::Emit(Destination::Local(*id)), rdepth);
+            }
+            (
+                Loc::Patch {
+                    dp: pdp,
+                    port: pport,
+                },
+                _,
+            ) => {
+                self.record(
+                    w,
+                    Op::EnterDp {
+                        dp: *pdp,
+                        inport: *pport,
+                    },
+                    rdepth,
+                );
+                for s in 0..NF {
+                    if !(slot::HEADER_FIRST..=slot::HEADER_LAST).contains(&s) && s != 6 {
+                        w.set_const(s, full(s));
+                    }
+                }
+                self.walk_tables(w, *pdp, INGRESS, 0, depth + 1, rdepth);
+            }
+            (Loc::Unbound, _) => self.note(format!("port {} is unbound: dropped", port.name)),
+        }
+    }
+
+    /// Performs one op. The one implementation of every effect, whether walking or replaying.
+    pub(crate) fn exec_op(&mut self, op: &Op, rdepth: u32) -> bool {
+        match *op {
+            Op::Act(i) => {
+                if let Some(a) = self.prog.acts.get(i as usize) {
+                    self.exec_act(a);
+                }
+            }
+            Op::Ct { zone, act, resume } => {
+                let r = self.exec_ct(zone, act);
+                if self.trace.is_some()
+                    && let Some(r) = r
+                {
+                    self.note(format!(
+                        "  ct_state={:?} ct_mark={:#x} ct_label={:#x}{}",
+                        r.state,
+                        r.mark,
+                        r.label,
+                        r.refused
+                            .map_or(String::new(), |e| format!(" (commit refused: {e})"))
+                    ));
+                }
+                if resume != NO_RESUME {
+                    self.run_segment(resume, rdepth + 1);
+                }
+            }
+            Op::SetPort { slot: s, key } => {
+                self.scr
+                    .ctx
+                    .write_masked(usize::from(s), u128::from(key), u128::from(u32::MAX));
+            }
+            Op::EnterDp { inport, .. } => {
+                let f = &mut self.scr.ctx.f;
+                for (s, v) in f.iter_mut().enumerate() {
+                    if !(slot::HEADER_FIRST..=slot::HEADER_LAST).contains(&s) && s != 6 {
+                        *v = 0;
+                    }
+                }
+                f[slot::INPORT] = u128::from(inport);
+            }
+            Op::EnterEgress => {
+                for s in REGISTERS {
+                    self.scr.ctx.f[s] = 0;
+                }
+            }
+            Op::Save => {
+                let mut frame = self.scr.pool.pop().unwrap_or_default();
+                frame.clear();
+                frame.extend_from_slice(&self.scr.ctx.frame);
+                self.scr.stack.push(Ctx {
+                    f: self.scr.ctx.f,
+                    parsed: self.scr.ctx.parsed,
+                    frame,
+                });
+            }
+            Op::Restore => {
+                if let Some(saved) = self.scr.stack.pop() {
+                    let old = std::mem::replace(&mut self.scr.ctx, saved);
+                    self.scr.pool.push(old.frame);
+                }
+            }
+            Op::Generate(kind) => return self.generate(kind),
+            Op::Emit(dest) => self.out.push(dest, &self.scr.ctx.frame),
+        }
+        true
+    }
+
+    fn exec_act(&mut self, act: &CAct) {
+        let ctx = &mut self.scr.ctx;
+        match act {
+            CAct::Set { field, value, mask } => {
+                ctx.write_masked(usize::from(*field), *value, *mask)
+            }
+            CAct::Move { dst, src } => {
+                let v = ctx.read(*src);
+                ctx.write(*dst, v);
+            }
+            CAct::Exchange { a, b } => {
+                let (va, vb) = (ctx.read(*a), ctx.read(*b));
+                ctx.write(*a, vb);
+                ctx.write(*b, va);
+            }
+            CAct::Push(b) => {
+                let v = ctx.read(*b);
+                self.scr.vstack.push(v);
+            }
+            CAct::Pop(b) => {
+                let v = self.scr.vstack.pop().unwrap_or(0);
+                self.scr.ctx.write(*b, v);
+            }
+            CAct::DecTtl => {
+                let t = ctx.f[slot::IP_TTL];
+                ctx.write_masked(slot::IP_TTL, t.saturating_sub(1), 0xff);
+            }
+            CAct::CtClear => {
+                for s in [slot::CT_STATE, slot::CT_MARK, slot::CT_LABEL] {
+                    ctx.f[s] = 0;
+                }
+            }
+            CAct::GetNeigh { v6, port, ip, dp } => {
+                let k = (*dp, ctx.read(*port) as u32, ctx.read(*ip), *v6);
+                let mac = self.neigh.get(&k).copied().unwrap_or(0);
+                ctx.write_masked(slot::ETH_DST, mac, full(slot::ETH_DST));
+            }
+            CAct::PutNeigh {
+                v6,
+                port,
+                ip,
+                mac,
+                dp,
+            } => {
+                let k = (*dp, ctx.read(*port) as u32, ctx.read(*ip), *v6);
+                let m = ctx.read(*mac);
+                if self.mode != Mode::Trace && self.neigh.get(&k) != Some(&m) {
+                    self.neigh.insert(k, m);
+                    // Cached walks may have read the old binding.
+                    *self.generation += 1;
+                }
+            }
+            CAct::LookupNeigh {
+                v6,
+                dst,
+                port,
+                ip,
+                mac,
+                dp,
+            } => {
+                let k = (*dp, ctx.read(*port) as u32, ctx.read(*ip), *v6);
+                let found = match (self.neigh.get(&k), mac) {
+                    (Some(m), Some(want)) => *m == ctx.read(*want),
+                    (Some(_), None) => true,
+                    (None, _) => false,
+                };
+                ctx.write(*dst, u128::from(found));
+            }
+            CAct::ChkLbHairpin { dst, reply } => {
+                let st = ctx.f[slot::CT_STATE] as u8;
+                let natted = st & 0x80 != 0 || ctx.f[slot::CT_MARK] & 2 != 0;
+                let rpl = st & 0x08 != 0;
+                let same = ctx.ip_pair().is_some_and(|(s, d)| s == d);
+                let hit = natted && same && (rpl == *reply);
+                ctx.write(*dst, u128::from(hit));
+            }
+            CAct::Select { dst, choices } => {
+                let total: u32 = choices.iter().map(|(_, w)| u32::from(*w)).sum();
+                if total > 0 {
+                    let mut pick = (five_tuple_hash(ctx) % u64::from(total)) as u32;
+                    for (v, w) in choices {
+                        if pick < u32::from(*w) {
+                            ctx.write(*dst, u128::from(*v));
+                            break;
+                        }
+                        pick -= u32::from(*w);
+                    }
+                }
+            }
+            CAct::CheckPktLarger { dst, len } => {
+                let l = ctx.frame.len().saturating_sub(14) as u64;
+                ctx.write(*dst, u128::from(l > u64::from(*len)));
+            }
+            CAct::ResultZero { dst, .. } => ctx.write(*dst, 0),
+            _ => {}
+        }
+    }
+
+    /// Runs a conntrack action and, unless it is a plain commit, loads its result into the
+    /// context.
+    fn exec_ct(&mut self, zone: u16, act_idx: u32) -> Option<CtResult> {
+        let owner = self.prog.owner;
+        let act = self.prog.acts.get(act_idx as usize)?;
+        let ctx = &mut self.scr.ctx;
+        let cta = match act {
+            CAct::CtNext => CtAction::lookup(),
+            CAct::CtCommit { mark, label } => CtAction {
+                mark: *mark,
+                label: *label,
+                ..CtAction::commit(owner)
+            },
+            CAct::CtNat { kind, target } => match target {
+                None => CtAction::lookup().with_nat(),
+                Some(r) if matches!(kind, NatKind::Snat | NatKind::SnatInCzone) => {
+                    CtAction::commit(owner).snat(*r)
+                }
+                Some(r) => CtAction::commit(owner).dnat(*r),
+            },
+            CAct::CtCommitNat => CtAction::commit(owner).with_nat(),
+            CAct::CtLb { mark, backends } => {
+                if backends.is_empty() {
+                    CtAction::lookup().with_nat()
+                } else {
+                    let i = (five_tuple_hash(ctx) % backends.len() as u64) as usize;
+                    let (ip, port) = backends[i];
+                    let mut a = CtAction::commit(owner).dnat(NatRange::addr_port(ip, port));
+                    if *mark {
+                        a.mark = Some(Masked { value: 2, mask: 2 });
+                    } else {
+                        a.label = Some(Masked { value: 2, mask: 2 });
+                    }
+                    a
+                }
+            }
+            _ => return None,
+        };
+        let r = match &mut self.ct {
+            CtHandle::Live(ct) => ct.process(zone, &ctx.parsed, self.now, &cta),
+            CtHandle::WhatIf(ct) => ct.peek(zone, &ctx.parsed, self.now, &cta),
+        };
+        if !matches!(act, CAct::CtCommit { .. }) {
+            ctx.f[slot::CT_STATE] = u128::from(r.state.0);
+            ctx.f[slot::CT_MARK] = u128::from(r.mark);
+            ctx.f[slot::CT_LABEL] = r.label;
+            ctx.rewrite(&r.rewrite);
+        }
+        Some(r)
+    }
+
+    /// Replaces the packet by the one `kind` generates. False (and no change) when the builder
+    /// refuses the packet.
+    fn generate(&mut self, kind: NestedKind) -> bool {
+        let scr = &mut *self.scr;
+        let ctx = &scr.ctx;
+        let k = ctx.parsed.key;
+        let out = &mut scr.build;
+        out.clear();
+        let ok = match kind {
+            NestedKind::Arp if k.is_ipv4() => {
+                reply::arp_request(out, k.eth_src, k.ip4_src, k.ip4_dst);
+                true
+            }
+            NestedKind::NdNs if k.is_ipv6() => {
+                reply::nd_ns(out, k.eth_src, k.ip6_src, k.ip6_dst);
+                true
+            }
+            NestedKind::NdNa | NestedKind::NdNaRouter => {
+                reply::nd_na(out, &k, k.eth_dst, kind == NestedKind::NdNaRouter).is_ok()
+            }
+            NestedKind::Icmp4 | NestedKind::Icmp4Error => {
+                reply::icmp4_error(out, &ctx.frame, &ctx.parsed, k.ip4_dst, 3, 1, 0).is_ok()
+            }
+            NestedKind::Icmp6 | NestedKind::Icmp6Error => {
+                reply::icmp6_error(out, &ctx.frame, &ctx.parsed, k.ip6_dst, 1, 0, 0).is_ok()
+            }
+            NestedKind::TcpReset => reply::tcp_reset(out, &ctx.parsed).is_ok(),
+            NestedKind::Reject if k.ip_proto == ip_proto::TCP && ctx.parsed.has_l4() => {
+                reply::tcp_reset(out, &ctx.parsed).is_ok()
+            }
+            NestedKind::Reject if k.is_ipv4() => {
+                reply::icmp4_error(out, &ctx.frame, &ctx.parsed, k.ip4_dst, 3, 3, 0).is_ok()
+            }
+            NestedKind::Reject if k.is_ipv6() => {
+                reply::icmp6_error(out, &ctx.frame, &ctx.parsed, k.ip6_dst, 1, 4, 0).is_ok()
+            }
+            _ => false,
+        };
+        if !ok {
+            return false;
+        }
+        let Ok(p) = hf_wire::parse(out, k.in_port, k.metadata) else {
+            return false;
+        };
+        std::mem::swap(&mut scr.ctx.frame, &mut scr.build);
+        scr.ctx.parsed = p;
+        scr.ctx.load_headers();
+        let _ = EthAddr::ZERO;
+        true
+    }
+}
+
+const REGISTERS: [usize; 3] = [slot::XXREG0, slot::XXREG1, slot::XREG4];
+
+const FIVE_TUPLE: [usize; 12] = [
+    slot::IP4_SRC,
+    slot::IP4_DST,
+    slot::IP6_SRC,
+    slot::IP6_DST,
+    slot::IP_PROTO,
+    slot::ETH_TYPE,
+    slot::TCP_SRC,
+    slot::TCP_DST,
+    slot::UDP_SRC,
+    slot::UDP_DST,
+    slot::SCTP_SRC,
+    slot::SCTP_DST,
+];
+
+fn five_tuple_hash(ctx: &Ctx) -> u64 {
+    FIVE_TUPLE.iter().fold(0x2545_f491_4f6c_dd1d, |h, s| {
+        crate::classifier::mix(h, ctx.f[*s])
+    })
+}

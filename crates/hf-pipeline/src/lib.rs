@@ -1,0 +1,392 @@
+//! `hf-pipeline`: OVN logical pipelines, executed.
+//!
+//! # Layer
+//!
+//! A sans-I/O core above `hf-expr` (whose normalised matches and typed actions are its input),
+//! `hf-wire` (parsing, header rewrites, reply builders) and `hf-conntrack` (which its conntrack
+//! actions call). The datapath daemon, the simulator and `holdfast trace` all run it.
+//!
+//! # What it does
+//!
+//! - [`Program::compile`] turns a [`ProgramSpec`] (per logical datapath: tunnel key, ports with
+//!   their keys, locations and zones, multicast groups, and `(table, priority, match, actions)`
+//!   flows) into one tuple-space classifier per table.
+//! - [`Pipeline::process`] runs a frame through it: registers and metadata, `next`, `output`
+//!   into the egress pipeline and on to a local port, a tunnel or a patch peer, `ct_next`,
+//!   `ct_commit`, `ct_snat`/`ct_dnat` and their `_in_czone` forms, `ct_lb`/`ct_lb_mark`,
+//!   `ct_commit_nat`, `ct_clear`, neighbour actions against the pipeline's neighbour table,
+//!   `chk_lb_hairpin`, `select`, `clone`, and packet generation (`arp`, `nd_ns`, `nd_na`,
+//!   `icmp4`/`icmp6`, `tcp_reset`, `reject`).
+//! - A megaflow cache keyed on exactly the bits each walk examined replays the recorded ops;
+//!   conntrack still runs on every packet and each recirculation after a conntrack action is its
+//!   own lookup (see [`interp`] for how wildcards are accumulated).
+//! - [`Pipeline::trace`] runs the same walk and ops with conntrack in "what if" mode and records,
+//!   per table, the flow that matched and what its actions did.
+//!
+//! # Semantics worth knowing
+//!
+//! - Between the ingress and egress pipelines the logical registers are cleared and the
+//!   loopback check runs (`inport == outport` needs `flags.loopback`), as OVN's physical tables
+//!   do "for consistent behavior with packets that get tunneled". Crossing a patch port clears
+//!   registers, flags, `outport` and the conntrack fields and sets `inport` to the peer.
+//! - Conntrack zones: a switch uses the zone of `inport` in ingress and of `outport` in egress; a
+//!   router uses its SNAT zone for `ct_snat` and its DNAT zone for everything else (the
+//!   `_in_czone` forms included: the DNAT zone is OVN's common zone).
+//! - A table with no matching flow drops the packet; so does `next` past the last table.
+//! - `ct_lb`/`ct_lb_mark` choose a backend by a hash of the 5-tuple (`hash_fields` is ignored)
+//!   and commit with `ct_label.natted`/`ct_mark.natted` set; `chk_lb_hairpin` is "DNAT applied
+//!   (or natted) and source == destination", `chk_lb_hairpin_reply` the same on a reply.
+//! - `put_arp`/`put_nd` that change a binding bump the generation, so cached walks that read
+//!   the neighbour table are not reused.
+//!
+//! # What it does not do
+//!
+//! No I/O, no clock, no threads: `now` is an argument. No Geneve encapsulation (a
+//! [`Destination::Tunnel`] carries the keys; the datapath encapsulates with `hf_wire::geneve`).
+//! DHCP, DNS, FDB, port-security checks, ECMP and LB-affinity functions store 0; `log`,
+//! `set_queue`, `set_meter`, `sample` and events have no effect. VLAN, IPv6 flow label and ND
+//! option writes change the fields the pipeline matches on but not the frame. Output to a
+//! multicast group from the egress pipeline drops. A conntrack
+//! action that continues in the next table ends its action list: actions after it are not run
+//! (northd never writes any).
+//!
+//! # Invariants
+//!
+//! - `process` is deterministic: the same program, neighbour table, conntrack state, frame and
+//!   `now` give the same outputs.
+//! - The cached path and the full walk give the same outputs and conntrack effects
+//!   (`tests/differential.rs`); the cached path does not allocate once warm (`tests/no_alloc.rs`).
+//! - No frame and no program makes it panic; walks are bounded ([`interp::MAX_STEPS`] lookups per
+//!   segment, [`interp::MAX_DEPTH`] nested resubmits, [`interp::MAX_RECIRC`] recirculations).
+//!
+//! # Call contract
+//!
+//! Build a [`Program`], wrap it in a [`Pipeline`], then per received frame call
+//! [`Pipeline::process`] with the conntrack table, where the frame came from, the frame, `now`
+//! and an [`Outputs`] to fill (cleared first). [`Pipeline::set_program`] swaps programs and bumps
+//! the generation, so cached entries of the old program are never used again.
+
+mod cache;
+mod classifier;
+pub mod interp;
+mod packet;
+mod program;
+mod trace;
+
+#[doc(hidden)]
+pub mod example;
+#[doc(hidden)]
+pub mod fuzzing;
+
+use std::time::Duration;
+
+use hf_conntrack::Conntrack;
+
+pub use program::{
+    CompileError, DatapathKind, DatapathSpec, FlowSpec, GroupSpec, Neighbour, PortLocation,
+    PortSpec, Program, ProgramSpec,
+};
+pub use trace::{Trace, TraceFlow, TraceRecord};
+
+use interp::{CtHandle, Mode, Neighbours, Runner, Scratch, resume_id};
+use packet::slot;
+
+/// Where an output frame goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Destination {
+    /// A port on this chassis (the id given in [`PortLocation::Local`]).
+    Local(u32),
+    /// A Geneve tunnel to another chassis: VNI = `datapath`, and the option carries the keys.
+    Tunnel {
+        /// The remote chassis.
+        chassis: u32,
+        /// The datapath's tunnel key.
+        datapath: u32,
+        /// Logical ingress port key.
+        inport: u32,
+        /// Logical egress port key.
+        outport: u32,
+    },
+}
+
+/// Where a frame enters the pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Ingress {
+    /// From a local port (its id in [`PortLocation::Local`]): the ingress pipeline of its
+    /// datapath.
+    Local(u32),
+    /// From a tunnel: the egress pipeline of `datapath` with both ports known.
+    Tunnel {
+        /// Datapath tunnel key.
+        datapath: u32,
+        /// Logical ingress port key.
+        inport: u32,
+        /// Logical egress port key.
+        outport: u32,
+    },
+}
+
+/// The frames a run produced. Reuse one across calls: it keeps its buffers.
+#[derive(Debug, Default, Clone)]
+pub struct Outputs {
+    bytes: Vec<u8>,
+    pkts: Vec<(Destination, usize, usize)>,
+}
+
+impl Outputs {
+    /// Forgets every frame (keeps the buffers).
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.pkts.clear();
+    }
+
+    /// Number of frames.
+    pub fn len(&self) -> usize {
+        self.pkts.len()
+    }
+
+    /// True when nothing was sent.
+    pub fn is_empty(&self) -> bool {
+        self.pkts.is_empty()
+    }
+
+    /// The frames, in the order they were sent.
+    pub fn iter(&self) -> impl Iterator<Item = (Destination, &[u8])> + '_ {
+        self.pkts
+            .iter()
+            .map(|&(d, a, b)| (d, self.bytes.get(a..b).unwrap_or(&[])))
+    }
+
+    pub(crate) fn push(&mut self, d: Destination, frame: &[u8]) {
+        let a = self.bytes.len();
+        self.bytes.extend_from_slice(frame);
+        self.pkts.push((d, a, self.bytes.len()));
+    }
+}
+
+/// Why a frame was not processed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProcessError {
+    /// The frame did not parse.
+    #[error("frame does not parse: {0}")]
+    Parse(#[from] hf_wire::ParseError),
+    /// No logical port is bound to this local port.
+    #[error("no logical port is bound to local port {0}")]
+    UnknownLocalPort(u32),
+    /// No datapath has this tunnel key.
+    #[error("no datapath has tunnel key {0}")]
+    UnknownDatapath(u32),
+}
+
+/// What one run did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunStats {
+    /// Segments run (1 + recirculations).
+    pub segments: u32,
+    /// Segments served by the cache.
+    pub cache_hits: u32,
+}
+
+/// A program with its neighbour table, flow cache and scratch space.
+#[derive(Debug)]
+pub struct Pipeline {
+    prog: Program,
+    generation: u64,
+    neigh: Neighbours,
+    cache: cache::Cache,
+    scr: Scratch,
+}
+
+impl Pipeline {
+    /// A pipeline running `prog`, with its neighbour table loaded from the program.
+    pub fn new(prog: Program) -> Pipeline {
+        let mut p = Pipeline {
+            prog,
+            generation: 1,
+            neigh: Neighbours::default(),
+            cache: cache::Cache::default(),
+            scr: Scratch::new(),
+        };
+        p.load_neighbours();
+        p
+    }
+
+    fn load_neighbours(&mut self) {
+        self.neigh.clear();
+        for &(dp, port, ip, v6, mac) in &self.prog.neighbours {
+            self.neigh.insert((dp, port, ip, v6), mac);
+        }
+    }
+
+    /// Replaces the program (and reloads the neighbour table from it); cached walks of the old
+    /// program die.
+    pub fn set_program(&mut self, prog: Program) {
+        self.prog = prog;
+        self.generation += 1;
+        self.load_neighbours();
+        self.cache.clear();
+    }
+
+    /// The program.
+    pub fn program(&self) -> &Program {
+        &self.prog
+    }
+
+    /// The program generation: bumped by [`Pipeline::set_program`] and by `put_arp`/`put_nd`
+    /// when they change a binding.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Number of flow-cache entries.
+    pub fn cache_len(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// The MAC bound to `ip` behind port `port_key` of the datapath with `tunnel_key`.
+    pub fn neighbour(
+        &self,
+        tunnel_key: u32,
+        port_key: u32,
+        ip: std::net::IpAddr,
+    ) -> Option<[u8; 6]> {
+        let dp = *self.prog.by_key.get(&tunnel_key)?;
+        let (ip, v6) = program::ip_u128(ip);
+        self.neigh.get(&(dp, port_key, ip, v6)).map(|m| {
+            let b = (*m as u64).to_be_bytes();
+            [b[2], b[3], b[4], b[5], b[6], b[7]]
+        })
+    }
+
+    /// Runs `frame` through the program using the flow cache. Conntrack effects are applied to
+    /// `ct`; the frames to send are in `out` (cleared first).
+    pub fn process(
+        &mut self,
+        ct: &mut Conntrack,
+        from: Ingress,
+        frame: &[u8],
+        now: Duration,
+        out: &mut Outputs,
+    ) -> Result<RunStats, ProcessError> {
+        self.run(
+            CtHandle::Live(ct),
+            from,
+            frame,
+            now,
+            out,
+            None,
+            Mode::Cached,
+        )
+    }
+
+    /// Like [`Pipeline::process`] but walks every table for every segment and caches nothing: the
+    /// reference the cached path is tested against, and `first_packet`'s workload.
+    pub fn process_uncached(
+        &mut self,
+        ct: &mut Conntrack,
+        from: Ingress,
+        frame: &[u8],
+        now: Duration,
+        out: &mut Outputs,
+    ) -> Result<RunStats, ProcessError> {
+        self.run(
+            CtHandle::Live(ct),
+            from,
+            frame,
+            now,
+            out,
+            None,
+            Mode::Uncached,
+        )
+    }
+
+    /// Walks `frame` through the program with conntrack in "what if" mode (nothing changes,
+    /// neither conntrack nor the neighbour table) and records each table visit.
+    pub fn trace(
+        &mut self,
+        ct: &Conntrack,
+        from: Ingress,
+        frame: &[u8],
+        now: Duration,
+        out: &mut Outputs,
+    ) -> Result<Trace, ProcessError> {
+        let mut t = Trace::default();
+        self.run(
+            CtHandle::WhatIf(ct),
+            from,
+            frame,
+            now,
+            out,
+            Some(&mut t),
+            Mode::Trace,
+        )?;
+        Ok(t)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &mut self,
+        ct: CtHandle<'_>,
+        from: Ingress,
+        frame: &[u8],
+        now: Duration,
+        out: &mut Outputs,
+        trace: Option<&mut Trace>,
+        mode: Mode,
+    ) -> Result<RunStats, ProcessError> {
+        out.clear();
+        let (dp, pipe, inport, outport) = match from {
+            Ingress::Local(id) => {
+                let &(dp, key) = self
+                    .prog
+                    .local
+                    .get(&id)
+                    .ok_or(ProcessError::UnknownLocalPort(id))?;
+                (dp, program::INGRESS, key, 0)
+            }
+            Ingress::Tunnel {
+                datapath,
+                inport,
+                outport,
+            } => {
+                let &dp = self
+                    .prog
+                    .by_key
+                    .get(&datapath)
+                    .ok_or(ProcessError::UnknownDatapath(datapath))?;
+                (dp, program::EGRESS, inport, outport)
+            }
+        };
+        let parsed = hf_wire::parse(frame, inport, u64::from(dp))?;
+        self.cache.maintain();
+        self.scr.reset();
+        let ctx = &mut self.scr.ctx;
+        ctx.frame.clear();
+        ctx.frame.extend_from_slice(frame);
+        ctx.load(parsed);
+        ctx.f[slot::INPORT] = u128::from(inport);
+        ctx.f[slot::OUTPORT] = u128::from(outport);
+        let mut r = Runner {
+            prog: &self.prog,
+            neigh: &mut self.neigh,
+            generation: &mut self.generation,
+            cache: &mut self.cache,
+            scr: &mut self.scr,
+            ct,
+            now,
+            out,
+            trace,
+            mode,
+            segments: 0,
+            hits: 0,
+        };
+        r.run_segment(resume_id(dp, pipe, 0), 0);
+        Ok(RunStats {
+            segments: r.segments,
+            cache_hits: r.hits,
+        })
+    }
+}

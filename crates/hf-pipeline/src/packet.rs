@@ -1,0 +1,436 @@
+//! The packet context: the frame, its parse, and every field a logical flow can read or write,
+//! indexed by hf-expr's [`FieldId`](hf_expr::symbols::FieldId) so that matching uses exactly the
+//! normaliser's field semantics.
+//!
+//! Header fields are written through to the frame at once (with incremental checksum updates),
+//! so the frame, the [`Parsed`] conntrack reads and the field array never disagree.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use hf_expr::constant::width_mask;
+use hf_expr::symbols::FIELDS;
+use hf_wire::{EthAddr, NatRewrite, Parsed, checksum_adjust, ip_proto};
+
+/// Number of field slots: one per hf-expr field.
+pub(crate) const NF: usize = 45;
+
+/// Field slots (hf-expr's `FIELDS` order; `tests::slots_match_hf_expr` checks them).
+#[allow(dead_code)] // the full map: some slots are named for readers and tests only
+pub(crate) mod slot {
+    pub const INPORT: usize = 0;
+    pub const OUTPORT: usize = 1;
+    pub const XXREG0: usize = 2;
+    pub const XXREG1: usize = 3;
+    pub const XREG4: usize = 4;
+    pub const FLAGS: usize = 5;
+    pub const ETH_SRC: usize = 7;
+    pub const ETH_DST: usize = 8;
+    pub const ETH_TYPE: usize = 9;
+    pub const VLAN_TCI: usize = 10;
+    pub const IP_PROTO: usize = 11;
+    pub const IP_DSCP: usize = 12;
+    pub const IP_ECN: usize = 13;
+    pub const IP_TTL: usize = 14;
+    pub const IP_FRAG: usize = 15;
+    pub const IP4_SRC: usize = 16;
+    pub const IP4_DST: usize = 17;
+    pub const IP6_SRC: usize = 18;
+    pub const IP6_DST: usize = 19;
+    pub const IP6_LABEL: usize = 20;
+    pub const ARP_OP: usize = 21;
+    pub const ARP_SPA: usize = 22;
+    pub const ARP_TPA: usize = 23;
+    pub const ARP_SHA: usize = 24;
+    pub const ARP_THA: usize = 25;
+    pub const TCP_SRC: usize = 26;
+    pub const TCP_DST: usize = 27;
+    pub const TCP_FLAGS: usize = 28;
+    pub const UDP_SRC: usize = 29;
+    pub const UDP_DST: usize = 30;
+    pub const SCTP_SRC: usize = 31;
+    pub const SCTP_DST: usize = 32;
+    pub const ICMP4_TYPE: usize = 33;
+    pub const ICMP4_CODE: usize = 34;
+    pub const ICMP6_TYPE: usize = 35;
+    pub const ICMP6_CODE: usize = 36;
+    pub const ND_TARGET: usize = 37;
+    pub const ND_SLL: usize = 38;
+    pub const ND_TLL: usize = 39;
+    pub const CT_MARK: usize = 40;
+    pub const CT_LABEL: usize = 41;
+    pub const CT_STATE: usize = 42;
+    /// First and last slot read from packet headers.
+    pub const HEADER_FIRST: usize = ETH_SRC;
+    pub const HEADER_LAST: usize = ND_TLL;
+}
+
+/// A bit range of a field: what an action reads or writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Bits {
+    pub field: u8,
+    pub lo: u8,
+    pub width: u8,
+}
+
+impl Bits {
+    /// The mask of these bits within the field.
+    pub(crate) fn mask(self) -> u128 {
+        let w = if self.width == 0 {
+            128
+        } else {
+            u32::from(self.width)
+        };
+        width_mask(w).checked_shl(u32::from(self.lo)).unwrap_or(0)
+    }
+}
+
+/// The per-packet state: frame, parse and field values.
+#[derive(Debug, Clone)]
+pub(crate) struct Ctx {
+    pub f: [u128; NF],
+    pub parsed: Parsed,
+    pub frame: Vec<u8>,
+}
+
+fn mac(e: EthAddr) -> u128 {
+    e.0.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b))
+}
+
+fn to_mac(v: u128) -> [u8; 6] {
+    let b = (v as u64).to_be_bytes();
+    [b[2], b[3], b[4], b[5], b[6], b[7]]
+}
+
+impl Ctx {
+    pub(crate) fn new() -> Ctx {
+        Ctx {
+            f: [0; NF],
+            parsed: Parsed {
+                key: hf_wire::FlowKey::default(),
+                layout: hf_wire::Layout::default(),
+                tcp: hf_wire::TcpSegment::default(),
+                icmp_id: 0,
+                inner: None,
+            },
+            frame: Vec::new(),
+        }
+    }
+
+    /// Resets every field and loads the headers of `parsed` (the frame is already in place).
+    pub(crate) fn load(&mut self, parsed: Parsed) {
+        self.f = [0; NF];
+        self.parsed = parsed;
+        self.load_headers();
+    }
+
+    /// (Re)loads the header slots from `self.parsed`, leaving metadata alone.
+    pub(crate) fn load_headers(&mut self) {
+        use slot::*;
+        let k = &self.parsed.key;
+        for s in HEADER_FIRST..=HEADER_LAST {
+            self.f[s] = 0;
+        }
+        let f = &mut self.f;
+        f[ETH_SRC] = mac(k.eth_src);
+        f[ETH_DST] = mac(k.eth_dst);
+        f[ETH_TYPE] = u128::from(k.eth_type);
+        f[VLAN_TCI] = u128::from(k.vlan_tci);
+        let ip = k.is_ipv4() || k.is_ipv6();
+        if ip {
+            f[IP_PROTO] = u128::from(k.ip_proto);
+            f[IP_DSCP] = u128::from(k.ip_tos >> 2);
+            f[IP_ECN] = u128::from(k.ip_tos & 3);
+            f[IP_TTL] = u128::from(k.ip_ttl);
+            f[IP_FRAG] = u128::from(k.ip_frag);
+        }
+        if k.is_ipv4() {
+            f[IP4_SRC] = u128::from(u32::from(k.ip4_src));
+            f[IP4_DST] = u128::from(u32::from(k.ip4_dst));
+        }
+        if k.is_ipv6() {
+            f[IP6_SRC] = u128::from(k.ip6_src);
+            f[IP6_DST] = u128::from(k.ip6_dst);
+            f[IP6_LABEL] = u128::from(k.ip6_label);
+            f[ND_TARGET] = u128::from(k.nd_target);
+            f[ND_SLL] = mac(k.nd_sll);
+            f[ND_TLL] = mac(k.nd_tll);
+        }
+        if matches!(k.eth_type, 0x0806 | 0x8035) {
+            f[ARP_OP] = u128::from(k.arp_op);
+            f[ARP_SPA] = u128::from(u32::from(k.arp_spa));
+            f[ARP_TPA] = u128::from(u32::from(k.arp_tpa));
+            f[ARP_SHA] = mac(k.arp_sha);
+            f[ARP_THA] = mac(k.arp_tha);
+        }
+        if ip {
+            let (s, d) = (u128::from(k.tp_src), u128::from(k.tp_dst));
+            match k.ip_proto {
+                ip_proto::TCP => {
+                    f[TCP_SRC] = s;
+                    f[TCP_DST] = d;
+                    f[TCP_FLAGS] = u128::from(k.tcp_flags);
+                }
+                ip_proto::UDP => {
+                    f[UDP_SRC] = s;
+                    f[UDP_DST] = d;
+                }
+                ip_proto::SCTP => {
+                    f[SCTP_SRC] = s;
+                    f[SCTP_DST] = d;
+                }
+                ip_proto::ICMP if k.is_ipv4() => {
+                    f[ICMP4_TYPE] = u128::from(k.icmp_type);
+                    f[ICMP4_CODE] = u128::from(k.icmp_code);
+                }
+                ip_proto::ICMPV6 if k.is_ipv6() => {
+                    f[ICMP6_TYPE] = u128::from(k.icmp_type);
+                    f[ICMP6_CODE] = u128::from(k.icmp_code);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Reads `b`'s bits, shifted down.
+    pub(crate) fn read(&self, b: Bits) -> u128 {
+        let v = self.f.get(usize::from(b.field)).copied().unwrap_or(0);
+        (v & b.mask()) >> b.lo
+    }
+
+    /// Writes `value` (unshifted) into `b`'s bits and through to the frame.
+    pub(crate) fn write(&mut self, b: Bits, value: u128) {
+        let m = b.mask();
+        let v = value.checked_shl(u32::from(b.lo)).unwrap_or(0) & m;
+        self.write_masked(usize::from(b.field), v, m);
+    }
+
+    /// `field = (field & !mask) | value` and through to the frame.
+    pub(crate) fn write_masked(&mut self, field: usize, value: u128, mask: u128) {
+        let Some(old) = self.f.get(field).copied() else {
+            return;
+        };
+        let width = FIELDS.get(field).map_or(0, |d| d.width);
+        let wm = if width == 0 {
+            u128::from(u32::MAX)
+        } else {
+            width_mask(width)
+        };
+        let new = ((old & !mask) | (value & mask)) & wm;
+        self.f[field] = new;
+        if new != old && (slot::HEADER_FIRST..=slot::HEADER_LAST).contains(&field) {
+            self.write_header(field, old, new);
+        }
+    }
+
+    fn write_header(&mut self, field: usize, old: u128, new: u128) {
+        use slot::*;
+        let l3 = usize::from(self.parsed.layout.l3);
+        let l4 = usize::from(self.parsed.layout.l4);
+        let v4 = self.parsed.key.is_ipv4();
+        let v6 = self.parsed.key.is_ipv6();
+        let arp = matches!(self.parsed.key.eth_type, 0x0806 | 0x8035);
+        match field {
+            ETH_DST => {
+                self.put(0, &to_mac(new));
+                self.parsed.key.eth_dst = EthAddr(to_mac(new));
+            }
+            ETH_SRC => {
+                self.put(6, &to_mac(new));
+                self.parsed.key.eth_src = EthAddr(to_mac(new));
+            }
+            IP_TTL if v4 => {
+                self.put_ip4_byte(l3 + 8, new as u8);
+                self.parsed.key.ip_ttl = new as u8;
+            }
+            IP_TTL if v6 => {
+                self.put(l3 + 7, &[new as u8]);
+                self.parsed.key.ip_ttl = new as u8;
+            }
+            IP_DSCP | IP_ECN if v4 => {
+                let tos = ((self.f[IP_DSCP] as u8) << 2) | (self.f[IP_ECN] as u8 & 3);
+                self.put_ip4_byte(l3 + 1, tos);
+                self.parsed.key.ip_tos = tos;
+            }
+            IP4_SRC | IP4_DST if v4 => {
+                let a = IpAddr::V4(Ipv4Addr::from(new as u32));
+                let rw = if field == IP4_SRC {
+                    NatRewrite {
+                        src: Some(a),
+                        ..NatRewrite::default()
+                    }
+                } else {
+                    NatRewrite {
+                        dst: Some(a),
+                        ..NatRewrite::default()
+                    }
+                };
+                self.rewrite(&rw);
+            }
+            IP6_SRC | IP6_DST if v6 => {
+                let a = IpAddr::V6(Ipv6Addr::from(new));
+                let rw = if field == IP6_SRC {
+                    NatRewrite {
+                        src: Some(a),
+                        ..NatRewrite::default()
+                    }
+                } else {
+                    NatRewrite {
+                        dst: Some(a),
+                        ..NatRewrite::default()
+                    }
+                };
+                self.rewrite(&rw);
+            }
+            TCP_SRC | UDP_SRC | SCTP_SRC if l4 != 0 => {
+                self.rewrite(&NatRewrite {
+                    sport: Some(new as u16),
+                    ..NatRewrite::default()
+                });
+            }
+            TCP_DST | UDP_DST | SCTP_DST if l4 != 0 => {
+                self.rewrite(&NatRewrite {
+                    dport: Some(new as u16),
+                    ..NatRewrite::default()
+                });
+            }
+            ICMP4_TYPE | ICMP6_TYPE | ICMP4_CODE | ICMP6_CODE if l4 != 0 => {
+                let at = l4 + usize::from(matches!(field, ICMP4_CODE | ICMP6_CODE));
+                if let Some(byte) = self.frame.get(at).copied() {
+                    let cs_at = l4 + 2;
+                    if let Some(cs) = self.frame.get(cs_at..cs_at + 2) {
+                        let cs = u16::from_be_bytes([cs[0], cs[1]]);
+                        let (o, n) = if at == l4 {
+                            ([byte, self.frame[l4 + 1]], [new as u8, self.frame[l4 + 1]])
+                        } else {
+                            ([self.frame[l4], byte], [self.frame[l4], new as u8])
+                        };
+                        let cs = checksum_adjust(cs, &o, &n);
+                        self.put(cs_at, &cs.to_be_bytes());
+                    }
+                    self.put(at, &[new as u8]);
+                    if at == l4 {
+                        self.parsed.key.icmp_type = new as u8;
+                    } else {
+                        self.parsed.key.icmp_code = new as u8;
+                    }
+                }
+            }
+            ARP_OP if arp => {
+                self.put(l3 + 6, &(new as u16).to_be_bytes());
+                self.parsed.key.arp_op = new as u16;
+            }
+            ARP_SHA if arp => {
+                self.put(l3 + 8, &to_mac(new));
+                self.parsed.key.arp_sha = EthAddr(to_mac(new));
+            }
+            ARP_SPA if arp => {
+                self.put(l3 + 14, &(new as u32).to_be_bytes());
+                self.parsed.key.arp_spa = Ipv4Addr::from(new as u32);
+            }
+            ARP_THA if arp => {
+                self.put(l3 + 18, &to_mac(new));
+                self.parsed.key.arp_tha = EthAddr(to_mac(new));
+            }
+            ARP_TPA if arp => {
+                self.put(l3 + 24, &(new as u32).to_be_bytes());
+                self.parsed.key.arp_tpa = Ipv4Addr::from(new as u32);
+            }
+            // VLAN, ND options and flow labels are matched but not rewritten in the frame.
+            _ => {
+                let _ = old;
+            }
+        }
+    }
+
+    fn put(&mut self, at: usize, bytes: &[u8]) {
+        if let Some(dst) = self.frame.get_mut(at..at + bytes.len()) {
+            dst.copy_from_slice(bytes);
+        }
+    }
+
+    /// Writes one byte of an IPv4 header and updates its checksum.
+    fn put_ip4_byte(&mut self, at: usize, new: u8) {
+        let l3 = usize::from(self.parsed.layout.l3);
+        let even = at & !1;
+        let (Some(w), Some(cs)) = (
+            self.frame.get(even..even + 2),
+            self.frame.get(l3 + 10..l3 + 12),
+        ) else {
+            return;
+        };
+        let old = [w[0], w[1]];
+        let mut neww = old;
+        neww[at - even] = new;
+        let cs = checksum_adjust(u16::from_be_bytes([cs[0], cs[1]]), &old, &neww);
+        self.put(even, &neww);
+        self.put(l3 + 10, &cs.to_be_bytes());
+    }
+
+    /// Applies a NAT-style rewrite to frame and parse, then reloads the header slots it touches.
+    pub(crate) fn rewrite(&mut self, rw: &NatRewrite) {
+        if rw.is_empty() {
+            return;
+        }
+        if hf_wire::apply_nat(&mut self.frame, &mut self.parsed, rw).is_ok() {
+            self.reload_l3_l4();
+        }
+    }
+
+    fn reload_l3_l4(&mut self) {
+        use slot::*;
+        let k = self.parsed.key;
+        if k.is_ipv4() {
+            self.f[IP4_SRC] = u128::from(u32::from(k.ip4_src));
+            self.f[IP4_DST] = u128::from(u32::from(k.ip4_dst));
+        } else if k.is_ipv6() {
+            self.f[IP6_SRC] = u128::from(k.ip6_src);
+            self.f[IP6_DST] = u128::from(k.ip6_dst);
+        }
+        let (s, d) = (u128::from(k.tp_src), u128::from(k.tp_dst));
+        match k.ip_proto {
+            ip_proto::TCP => (self.f[TCP_SRC], self.f[TCP_DST]) = (s, d),
+            ip_proto::UDP => (self.f[UDP_SRC], self.f[UDP_DST]) = (s, d),
+            ip_proto::SCTP => (self.f[SCTP_SRC], self.f[SCTP_DST]) = (s, d),
+            _ => {}
+        }
+    }
+
+    /// The IP source and destination, in the packet's family.
+    pub(crate) fn ip_pair(&self) -> Option<(IpAddr, IpAddr)> {
+        Some((self.parsed.key.ip_src()?, self.parsed.key.ip_dst()?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slot::*;
+    use super::*;
+
+    #[test]
+    fn slots_match_hf_expr() {
+        assert_eq!(FIELDS.len(), NF);
+        for (s, name) in [
+            (INPORT, "inport"),
+            (OUTPORT, "outport"),
+            (XXREG0, "xxreg0"),
+            (XREG4, "xreg4"),
+            (FLAGS, "flags"),
+            (ETH_SRC, "eth.src"),
+            (ETH_TYPE, "eth.type"),
+            (IP_TTL, "ip.ttl"),
+            (IP_FRAG, "ip.frag"),
+            (IP4_DST, "ip4.dst"),
+            (IP6_LABEL, "ip6.label"),
+            (ARP_THA, "arp.tha"),
+            (TCP_FLAGS, "tcp.flags"),
+            (SCTP_DST, "sctp.dst"),
+            (ICMP6_CODE, "icmp6.code"),
+            (ND_TLL, "nd.tll"),
+            (CT_MARK, "ct_mark"),
+            (CT_LABEL, "ct_label"),
+            (CT_STATE, "ct_state"),
+        ] {
+            assert_eq!(FIELDS[s].name, name);
+        }
+    }
+}
