@@ -27,6 +27,7 @@ use serde_json::Value;
 pub use cluster::{MemberRejection, ServerInfo};
 pub use model::Model;
 pub use session::Replica;
+pub use shell::Client;
 pub use txn::{TxnBuilder, TxnError, TxnId, TxnOutcome};
 
 /// Which monitor method a session uses.

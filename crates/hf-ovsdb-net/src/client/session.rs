@@ -678,10 +678,15 @@ impl<M: Model> Replica<M> {
                 Ok(())
             }
             Req::Lock => {
-                let locked = result
-                    .ok()
-                    .and_then(|r| r.get("locked").and_then(Value::as_bool))
-                    .unwrap_or(false);
+                let locked = match result {
+                    Ok(r) => r.get("locked").and_then(Value::as_bool).unwrap_or(false),
+                    Err(e) => {
+                        // E.g. a name that is not an <id> ([A-Za-z_][A-Za-z0-9_]*).
+                        self.events
+                            .push_back(Event::Warning(format!("lock request refused: {e}")));
+                        false
+                    }
+                };
                 if locked {
                     self.lock_acquired();
                 }

@@ -26,6 +26,7 @@ struct Shared<M: Model> {
     core: Replica<M>,
     waiters: Waiters,
     drop_connection: bool,
+    offline: bool,
     shutdown: bool,
 }
 
@@ -90,6 +91,7 @@ impl<M: Model> Client<M> {
             core: Replica::new(cfg, 0),
             waiters: HashMap::new(),
             drop_connection: false,
+            offline: false,
             shutdown: false,
         }));
         let wake = Arc::new(Notify::new());
@@ -134,6 +136,13 @@ impl<M: Model> Client<M> {
         self.wake.notify_one();
     }
 
+    /// Simulate a network outage: while offline, every dial fails at once (the core backs off
+    /// as it would for an unreachable server). Combine with [`Client::drop_connection`].
+    pub fn set_offline(&self, offline: bool) {
+        self.shared.lock().offline = offline;
+        self.wake.notify_one();
+    }
+
     /// Wait until `f` holds for the core, checking every 10 ms; false after `timeout`.
     pub async fn wait_until(
         &self,
@@ -172,7 +181,7 @@ async fn drive<M: Model>(
     let mut generation = 0u64;
     loop {
         // Drain the core's outputs.
-        let (connect, close, transmits, timeout) = {
+        let (connect, close, transmits, timeout, offline) = {
             let mut guard = shared.lock();
             let sh = &mut *guard;
             if sh.shutdown {
@@ -205,7 +214,13 @@ async fn drive<M: Model>(
                     }
                 }
             }
-            (connect, close, transmits, sh.core.poll_timeout())
+            (
+                connect,
+                close,
+                transmits,
+                sh.core.poll_timeout(),
+                sh.offline,
+            )
         };
         if close.is_some() {
             writer = None;
@@ -234,6 +249,10 @@ async fn drive<M: Model>(
         }
         if let Some(r) = connect {
             let remote = remotes.get(r).cloned().unwrap_or_default();
+            if offline {
+                shared.lock().core.handle_disconnected(now());
+                continue;
+            }
             let dialed = tokio::time::timeout(Duration::from_secs(5), dial(&remote)).await;
             match dialed {
                 Ok(Ok((mut rd, w))) => {
