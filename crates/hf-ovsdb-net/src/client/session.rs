@@ -807,9 +807,8 @@ impl<M: Model> Replica<M> {
         };
         let rows = count_rows(&updates);
         self.stats.rows_received += rows as u64;
-        let delta = if found {
-            self.model.apply_updates2(&updates)
-        } else if self.model.row_count() == 0 && method != MonitorMethod::Plain {
+        // Missed changes only, or a first sync into an empty replica: apply as they come.
+        let delta = if found || (self.model.row_count() == 0 && method != MonitorMethod::Plain) {
             self.model.apply_updates2(&updates)
         } else {
             let full = match method {
