@@ -12,8 +12,12 @@
 //! Adding a suite: write `suites/<name>.rs` with `pub fn run(opts: &Opts, report: &mut Report) ->
 //! anyhow::Result<()>` and list it in [`SUITES`].
 
+mod alloc;
 mod report;
 mod suites;
+
+#[global_allocator]
+static ALLOC: alloc::Counting = alloc::Counting;
 
 use clap::Parser;
 pub use report::{Opts, Report};
