@@ -10,7 +10,7 @@
 //!   during the sync (a counting global allocator, `crate::alloc`) against the IDL's
 //!   `tracemalloc` peak (measured in a separate run, since tracemalloc slows Python down); MB.
 //! - `{nb,sb}_NxP_replica_heap_live_vs_idl_rss_growth`: the replica's heap after the sync
-//!   against the growth of the IDL process's maximum RSS; MB.
+//!   against the growth of the IDL process's RSS (`VmRSS` after the sync minus before); MB.
 // A benchmark is an I/O shell: it reads the clock and starts processes.
 #![allow(clippy::disallowed_methods)]
 
@@ -257,7 +257,7 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
             "MB",
             Better::Lower,
             "python-idl",
-            mb(f(&timed, "maxrss_growth_bytes")),
+            mb(f(&timed, "rss_growth_bytes")),
         );
         report.note(&format!("{db}: {} rows", ours.rows));
     }

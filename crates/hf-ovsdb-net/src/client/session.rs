@@ -848,6 +848,21 @@ impl<M: Model> Replica<M> {
         if self.lock_wanted.is_some() {
             self.request_lock(conn);
         }
+        if self.conditions_dirty && method != MonitorMethod::Plain {
+            // Conditions changed while the monitor request was on its way.
+            self.conditions_dirty = false;
+            let mut reqs = Map::new();
+            for t in self.tables(conn) {
+                let cond = t.condition.unwrap_or_else(|| vec![json!(true)]);
+                reqs.insert(t.name, json!([{ "where": cond }]));
+            }
+            self.send(
+                conn,
+                "monitor_cond_change",
+                json!([MONITOR_ID, MONITOR_ID, reqs]),
+                Req::CondChange,
+            );
+        }
         // Transactions go out from `flush_txns` once the connection is back in `self`.
         for t in &mut self.txns {
             if let TxnState::WaitRetry { .. } = t.state {
