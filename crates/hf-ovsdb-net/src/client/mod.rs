@@ -95,6 +95,11 @@ pub struct Config {
     pub txn_retry_ms: u64,
     /// Largest message accepted.
     pub max_message: usize,
+    /// Report the first sync into an empty replica as [`Event::Changes`] too. Off by default:
+    /// the first sync is applied table by table without building a change set (half the
+    /// memory); the consumer reads [`Replica::model`] after [`Event::Resynced`] with
+    /// `initial: true`.
+    pub initial_changes: bool,
 }
 
 impl Default for Config {
@@ -109,6 +114,7 @@ impl Default for Config {
             max_txn_attempts: 20,
             txn_retry_ms: 1_000,
             max_message: 1 << 30,
+            initial_changes: false,
         }
     }
 }

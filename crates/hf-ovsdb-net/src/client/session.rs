@@ -792,13 +792,18 @@ impl<M: Model> Replica<M> {
         _now: u64,
     ) -> Result<(), String> {
         let tables: Vec<String> = self.tables(conn).into_iter().map(|t| t.name).collect();
-        let (found, updates) = match method {
+        let (found, mut updates) = match method {
             MonitorMethod::Since => {
-                let Some([found, last, updates]) = result.as_array().map(Vec::as_slice) else {
+                let Value::Array(mut a) = result else {
+                    return Err("malformed monitor_cond_since reply".into());
+                };
+                let (Some(updates), Some(last), Some(found), None) =
+                    (a.pop(), a.pop(), a.pop(), a.pop())
+                else {
                     return Err("malformed monitor_cond_since reply".into());
                 };
                 self.last_txn = last.as_str().map(str::to_string);
-                (found.as_bool() == Some(true), updates.clone())
+                (found.as_bool() == Some(true), updates)
             }
             _ => {
                 self.last_txn = None;
@@ -807,9 +812,32 @@ impl<M: Model> Replica<M> {
         };
         let rows = count_rows(&updates);
         self.stats.rows_received += rows as u64;
-        // Missed changes only, or a first sync into an empty replica: apply as they come.
-        let delta = if found || (self.model.row_count() == 0 && method != MonitorMethod::Plain) {
-            self.model.apply_updates2(&updates)
+        let applied = if !found
+            && self.model.row_count() == 0
+            && method != MonitorMethod::Plain
+            && !self.cfg.initial_changes
+        {
+            // A first sync into an empty replica: table by table, freeing each table's JSON
+            // once it is typed, and keeping no change set (the consumer reads the model).
+            let Value::Object(tables) = &mut updates else {
+                return Err("malformed monitor reply".into());
+            };
+            let names: Vec<String> = tables.keys().cloned().collect();
+            let mut r = Ok(None);
+            for name in names {
+                if let Some(rows) = tables.remove(&name) {
+                    let mut one = Map::new();
+                    one.insert(name, rows);
+                    if let Err(e) = self.model.apply_updates2(&Value::Object(one)) {
+                        r = Err(e);
+                        break;
+                    }
+                }
+            }
+            r
+        } else if found || (self.model.row_count() == 0 && method != MonitorMethod::Plain) {
+            // Missed changes only, or a first sync whose changes the consumer wants.
+            self.model.apply_updates2(&updates).map(Some)
         } else {
             let full = match method {
                 MonitorMethod::Plain => rows_of_updates1(&updates),
@@ -819,8 +847,10 @@ impl<M: Model> Replica<M> {
             self.model
                 .updates_to(&full, &tables)
                 .and_then(|u| self.model.apply_updates2(&u))
+                .map(Some)
         };
-        let delta = match delta {
+        drop(updates);
+        let delta = match applied {
             Ok(d) => d,
             Err(e) => {
                 self.last_txn = None;
@@ -835,7 +865,9 @@ impl<M: Model> Replica<M> {
             remote: conn.remote,
             method,
         });
-        if M::delta_len(&delta) > 0 {
+        if let Some(delta) = delta
+            && M::delta_len(&delta) > 0
+        {
             self.events.push_back(Event::Changes(delta));
         }
         self.events.push_back(Event::Resynced {
