@@ -21,7 +21,7 @@ use crate::common::require;
 use crate::procs::{self, until};
 
 const N: usize = 60;
-const BATCH: usize = 5;
+const BATCH: usize = 10;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_killed_during_a_write_stream() {
@@ -76,7 +76,7 @@ async fn leader_killed_during_a_write_stream() {
         }
         if batch == 4 {
             // The batch is on its way: kill the leader under it.
-            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            tokio::time::sleep(std::time::Duration::from_micros(300)).await;
             members[first].kill9();
             killed = true;
         }
