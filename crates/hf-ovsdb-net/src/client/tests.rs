@@ -661,3 +661,63 @@ fn garbage_from_the_server_drops_the_session_without_panic() {
             .any(|e| matches!(e, Event::Disconnected { .. }))
     );
 }
+
+#[test]
+fn condition_changed_while_the_monitor_request_is_out() {
+    let mut net = Net::new(1);
+    net.add_switch("a");
+    net.add_switch("b");
+    net.up = false;
+    net.cut(0);
+    net.up = true;
+    // Dial, but stop before the monitor reply comes back.
+    let t = net.peers[0].r.poll_timeout().unwrap();
+    net.peers[0].r.handle_timeout(t);
+    let r = net.peers[0].r.poll_connect().unwrap();
+    let sid = net.core.connect(now(t));
+    net.peers[0].sid = Some(sid);
+    net.peers[0].r.handle_connected(r, t);
+    net.peers[0]
+        .r
+        .set_condition("Logical_Switch", Some(vec![json!(["name", "==", "b"])]));
+    net.run();
+    assert!(net.peers[0].r.is_synced());
+    assert_eq!(net.names(0), ["b"], "the new condition applies once synced");
+}
+
+#[test]
+fn first_sync_changes_only_when_asked() {
+    let mut net = Net::new(2);
+    net.add_switch("a");
+    net.peers[1].r = Replica::new(
+        Config {
+            initial_changes: true,
+            ..cfg()
+        },
+        0,
+    );
+    net.peers[1].sid = None;
+    net.peers[0].r = Replica::new(cfg(), 0);
+    net.peers[0].sid = None;
+    net.take_events(0);
+    net.take_events(1);
+    net.run();
+    let changes = |evs: &[Event<NbSnapshot>]| {
+        evs.iter()
+            .filter(|e| matches!(e, Event::Changes(_)))
+            .count()
+    };
+    let (e0, e1) = (net.take_events(0), net.take_events(1));
+    assert_eq!(changes(&e0), 0, "{e0:?}");
+    assert_eq!(changes(&e1), 1, "{e1:?}");
+    assert!(e0.iter().any(|e| matches!(
+        e,
+        Event::Resynced {
+            initial: true,
+            rows: 1,
+            full: true
+        }
+    )));
+    assert_eq!(net.names(0), ["a"]);
+    assert_eq!(net.names(1), ["a"]);
+}
