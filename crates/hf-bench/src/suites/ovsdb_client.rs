@@ -12,10 +12,12 @@
 //! - `{nb,sb}_NxP_initial_sync_heap_peak_vs_rss_growth`: the same peak against the growth of
 //!   the IDL process's RSS (`VmRSS` after the sync minus before; it includes what tracemalloc
 //!   does not see, such as the C JSON parser's buffers); MB.
-//! - `{nb,sb}_NxP_initial_sync_client_side_time`: both end-to-end times minus the time
-//!   ovsdb-server itself takes to deliver the same monitor reply to a raw reader that does
-//!   nothing with it (measured once per database); ms. ovsdb-server builds the whole reply
-//!   before sending the first byte, so the end-to-end ratio is bounded by the server.
+//! - `{nb,sb}_NxP_initial_sync_client_side_time`: the client's own share. ovsdb-server builds
+//!   the whole reply before it sends the first byte, so the end-to-end ratio is bounded by the
+//!   server. Ours: from the first byte of the monitor reply to the synced replica (the core's
+//!   `Stats::last_sync_receive_ms`: transfer, parsing, typing). The IDL's: its end-to-end time
+//!   minus the server's time to first byte for the same request, as a raw reader sees it
+//!   (median of three); ms.
 // A benchmark is an I/O shell: it reads the clock and starts processes.
 #![allow(clippy::disallowed_methods)]
 
@@ -98,6 +100,7 @@ fn gen_topo() -> Option<PathBuf> {
 /// Result of one replica sync.
 struct Sync {
     ms: f64,
+    receive_ms: f64,
     rows: usize,
     peak: usize,
     live: usize,
@@ -127,21 +130,23 @@ fn sync_holdfast<M: Model>(remote: &str) -> anyhow::Result<Sync> {
     let client = client.context("the replica never synced")?;
     drop(events);
     let rows = client.with(|r| r.model().row_count());
+    let receive_ms = client.with(|r| r.stats().last_sync_receive_ms) as f64;
     let peak = alloc::peak().saturating_sub(base);
     let live = alloc::live().saturating_sub(base);
     drop(client);
     drop(rt);
     Ok(Sync {
         ms,
+        receive_ms,
         rows,
         peak,
         live,
     })
 }
 
-/// How long ovsdb-server takes to deliver a `monitor_cond_since` of every table to a reader
-/// that only collects the bytes.
-fn server_delivery_ms(remote: &str, db: &str, schema: &str) -> anyhow::Result<f64> {
+/// How long ovsdb-server takes to answer a `monitor_cond_since` of every table: (time to the
+/// first byte, time to the last byte), for a reader that only collects the bytes.
+fn server_delivery_ms(remote: &str, db: &str, schema: &str) -> anyhow::Result<(f64, f64)> {
     use std::io::{Read, Write};
     let path = remote.strip_prefix("unix:").context("a unix: remote")?;
     let schema: Value = serde_json::from_str(&std::fs::read_to_string(schema)?)?;
@@ -159,14 +164,17 @@ fn server_delivery_ms(remote: &str, db: &str, schema: &str) -> anyhow::Result<f6
     s.write_all(req.to_string().as_bytes())?;
     let mut buf = Vec::with_capacity(1 << 20);
     let mut chunk = vec![0u8; 1 << 20];
+    let mut first = None;
     while !buf.ends_with(b"\"error\":null}") {
         let n = s.read(&mut chunk)?;
         if n == 0 {
             bail!("the server closed the connection");
         }
+        first.get_or_insert_with(|| start.elapsed().as_secs_f64() * 1e3);
         buf.extend_from_slice(&chunk[..n]);
     }
-    Ok(start.elapsed().as_secs_f64() * 1e3)
+    let last = start.elapsed().as_secs_f64() * 1e3;
+    Ok((first.unwrap_or(last), last))
 }
 
 fn sync_python(script: &Path, remote: &str, schema: &str, mode: &str) -> anyhow::Result<Value> {
@@ -302,19 +310,28 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
             "python-idl",
             mb(f(&timed, "rss_growth_bytes")),
         );
-        let server_ms = server_delivery_ms(remote, &db_name(db), schema)?;
+        let mut firsts = Vec::new();
+        let mut lasts = Vec::new();
+        for _ in 0..3 {
+            let (first, last) = server_delivery_ms(remote, &db_name(db), schema)?;
+            firsts.push(first);
+            lasts.push(last);
+        }
+        firsts.sort_by(f64::total_cmp);
+        lasts.sort_by(f64::total_cmp);
+        let (first, last) = (firsts[1], lasts[1]);
         report.note(&format!(
-            "{db}: ovsdb-server delivers the reply in {server_ms:.0} ms; the replica holds \
-             {:.1} MB of heap after the sync",
+            "{db}: ovsdb-server's first byte after {first:.0} ms, last after {last:.0} ms \
+             (raw reader, median of 3); the replica holds {:.1} MB of heap after the sync",
             mb(ours.live as f64)
         ));
         report.compare(
             &format!("{db}_{size}_initial_sync_client_side_time"),
-            (ours.ms - server_ms).max(1.0),
+            ours.receive_ms.max(1.0),
             "ms",
             Better::Lower,
             "python-idl",
-            f(&timed, "seconds") * 1e3 - server_ms,
+            f(&timed, "seconds") * 1e3 - first,
         );
         report.note(&format!("{db}: {} rows", ours.rows));
     }

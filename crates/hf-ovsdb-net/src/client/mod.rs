@@ -153,6 +153,12 @@ pub struct Stats {
     pub txns_outcome_unknown: u64,
     /// Transactions failed.
     pub txns_failed: u64,
+    /// Last sync: milliseconds from sending the monitor request to the first byte of any
+    /// answer (the server's own work: ovsdb-server builds the whole reply first).
+    pub last_sync_wait_ms: u64,
+    /// Last sync: milliseconds from that first byte to the synced replica (transfer, parsing,
+    /// typing: the client's own work).
+    pub last_sync_receive_ms: u64,
 }
 
 /// What the replica tells its user.

@@ -54,6 +54,9 @@ struct Conn {
     pending: BTreeMap<u64, Req>,
     last_rx: u64,
     probe_sent: Option<u64>,
+    /// When the monitor request went out, and when the first bytes came after it.
+    monitor_sent: Option<u64>,
+    monitor_first_rx: Option<u64>,
     /// Tables the server's schema has (None until `get_schema` answered).
     server_tables: Option<Vec<String>>,
     server_checked: bool,
@@ -261,6 +264,8 @@ impl<M: Model> Replica<M> {
             pending: BTreeMap::new(),
             last_rx: now,
             probe_sent: None,
+            monitor_sent: None,
+            monitor_first_rx: None,
             server_tables: None,
             server_checked: false,
         };
@@ -297,6 +302,9 @@ impl<M: Model> Replica<M> {
         };
         conn.last_rx = now;
         conn.probe_sent = None;
+        if conn.stage == Stage::Monitoring && conn.monitor_first_rx.is_none() {
+            conn.monitor_first_rx = Some(now);
+        }
         self.stats.bytes_received += data.len() as u64;
         conn.framer.push(data);
         loop {
@@ -667,6 +675,8 @@ impl<M: Model> Replica<M> {
                     };
                     self.stats.fallbacks += 1;
                     conn.method = next;
+                    conn.monitor_sent = Some(now);
+                    conn.monitor_first_rx = None;
                     self.send_monitor(conn);
                     Ok(())
                 }
@@ -721,8 +731,10 @@ impl<M: Model> Replica<M> {
         Ok(())
     }
 
-    fn start_monitor(&mut self, conn: &mut Conn, _now: u64) -> Result<(), String> {
+    fn start_monitor(&mut self, conn: &mut Conn, now: u64) -> Result<(), String> {
         conn.stage = Stage::Monitoring;
+        conn.monitor_sent = Some(now);
+        conn.monitor_first_rx = None;
         if self.conditions_dirty {
             self.last_txn = None;
             self.conditions_dirty = false;
@@ -789,7 +801,7 @@ impl<M: Model> Replica<M> {
         conn: &mut Conn,
         method: MonitorMethod,
         result: Value,
-        _now: u64,
+        now: u64,
     ) -> Result<(), String> {
         let tables: Vec<String> = self.tables(conn).into_iter().map(|t| t.name).collect();
         let (found, mut updates) = match method {
@@ -858,6 +870,9 @@ impl<M: Model> Replica<M> {
             }
         };
         conn.stage = Stage::Ready;
+        let first = conn.monitor_first_rx.unwrap_or(now);
+        self.stats.last_sync_wait_ms = first.saturating_sub(conn.monitor_sent.unwrap_or(first));
+        self.stats.last_sync_receive_ms = now.saturating_sub(first);
         self.failed_in_round = 0;
         self.backoff_ms = self.cfg.backoff_min_ms;
         self.updates_applied += 1;
