@@ -14,10 +14,10 @@
 //!   does not see, such as the C JSON parser's buffers); MB.
 //! - `{nb,sb}_NxP_initial_sync_client_side_time`: the client's own share. ovsdb-server builds
 //!   the whole reply before it sends the first byte, so the end-to-end ratio is bounded by the
-//!   server. Ours: from the first byte of the monitor reply to the synced replica (the core's
-//!   `Stats::last_sync_receive_ms`: transfer, parsing, typing). The IDL's: its end-to-end time
-//!   minus the server's time to first byte for the same request, as a raw reader sees it
-//!   (median of three); ms.
+//!   server. Both are the end-to-end time minus the server's time to first byte: ours as the
+//!   core saw it (`Stats::last_sync_wait_ms`, from sending the monitor request to the first
+//!   byte of the reply), the IDL's as a raw reader sees it for the same request (median of
+//!   three). What remains is connection, handshake, transfer, parsing and typing; ms.
 // A benchmark is an I/O shell: it reads the clock and starts processes.
 #![allow(clippy::disallowed_methods)]
 
@@ -100,7 +100,7 @@ fn gen_topo() -> Option<PathBuf> {
 /// Result of one replica sync.
 struct Sync {
     ms: f64,
-    receive_ms: f64,
+    wait_ms: f64,
     rows: usize,
     peak: usize,
     live: usize,
@@ -130,14 +130,14 @@ fn sync_holdfast<M: Model>(remote: &str) -> anyhow::Result<Sync> {
     let client = client.context("the replica never synced")?;
     drop(events);
     let rows = client.with(|r| r.model().row_count());
-    let receive_ms = client.with(|r| r.stats().last_sync_receive_ms) as f64;
+    let wait_ms = client.with(|r| r.stats().last_sync_wait_ms) as f64;
     let peak = alloc::peak().saturating_sub(base);
     let live = alloc::live().saturating_sub(base);
     drop(client);
     drop(rt);
     Ok(Sync {
         ms,
-        receive_ms,
+        wait_ms,
         rows,
         peak,
         live,
@@ -322,12 +322,14 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         let (first, last) = (firsts[1], lasts[1]);
         report.note(&format!(
             "{db}: ovsdb-server's first byte after {first:.0} ms, last after {last:.0} ms \
-             (raw reader, median of 3); the replica holds {:.1} MB of heap after the sync",
+             (raw reader, median of 3), {:.0} ms for the replica; the replica holds {:.1} MB \
+             of heap after the sync",
+            ours.wait_ms,
             mb(ours.live as f64)
         ));
         report.compare(
             &format!("{db}_{size}_initial_sync_client_side_time"),
-            ours.receive_ms.max(1.0),
+            (ours.ms - ours.wait_ms).max(1.0),
             "ms",
             Better::Lower,
             "python-idl",

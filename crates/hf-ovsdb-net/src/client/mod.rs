@@ -156,8 +156,9 @@ pub struct Stats {
     /// Last sync: milliseconds from sending the monitor request to the first byte of any
     /// answer (the server's own work: ovsdb-server builds the whole reply first).
     pub last_sync_wait_ms: u64,
-    /// Last sync: milliseconds from that first byte to the synced replica (transfer, parsing,
-    /// typing: the client's own work).
+    /// Last sync: milliseconds from that first byte to the call that completed the sync, by
+    /// the `now` of the calls (the transfer; the processing inside the last call is not
+    /// included, since the core never reads a clock).
     pub last_sync_receive_ms: u64,
 }
 
@@ -172,7 +173,9 @@ pub enum Event<M: Model> {
         method: MonitorMethod,
     },
     /// The replica is in sync again; `rows` row entries came in the monitor reply (only the
-    /// missed changes when `full` is false).
+    /// missed changes when `full` is false). Preceded by [`Event::Changes`] for what the sync
+    /// changed, except for the first sync into an empty replica unless
+    /// [`Config::initial_changes`] asks for it (read [`Replica::model`] then).
     Resynced {
         /// Whether the server sent every row (not just the missed changes).
         full: bool,
