@@ -1,54 +1,61 @@
-//! A counting global allocator, so suites can report heap growth (e.g. conntrack's bytes per
-//! entry) without an external profiler.
+//! A counting global allocator: live heap bytes, their peak and the number of allocation calls,
+//! so suites can report heap growth (conntrack's bytes per entry, the client replica's initial
+//! sync) and allocation rates without an external profiler. Counting costs a few relaxed atomic
+//! operations per allocation.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Bytes currently allocated through the global allocator.
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-/// Allocation calls (alloc, alloc_zeroed, realloc) so far.
-static CALLS: AtomicUsize = AtomicUsize::new(0);
-
-/// The system allocator, counting live bytes.
+/// The allocator: [`System`] plus counters.
 #[derive(Debug)]
 pub struct Counting;
 
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so `System`'s
-// guarantees hold; the counter is only bookkeeping.
+/// Bytes currently allocated through the global allocator.
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+/// The largest `LIVE` since the last [`reset_peak`].
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+/// Allocation calls (alloc, alloc_zeroed, realloc) so far.
+static CALLS: AtomicUsize = AtomicUsize::new(0);
+
+fn grew(n: usize) {
+    CALLS.fetch_add(1, Ordering::Relaxed);
+    let live = LIVE.fetch_add(n, Ordering::Relaxed) + n;
+    PEAK.fetch_max(live, Ordering::Relaxed);
+}
+
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so the
+// `GlobalAlloc` contract is `System`'s; the counters only observe sizes.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded with the caller's layout, which meets `alloc`'s contract.
+        // SAFETY: forwarded as is (see the impl).
         let p = unsafe { System.alloc(layout) };
-        CALLS.fetch_add(1, Ordering::Relaxed);
         if !p.is_null() {
-            LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+            grew(layout.size());
         }
         p
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: as for `alloc`.
+        // SAFETY: forwarded as is (see the impl).
         let p = unsafe { System.alloc_zeroed(layout) };
-        CALLS.fetch_add(1, Ordering::Relaxed);
         if !p.is_null() {
-            LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+            grew(layout.size());
         }
         p
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` was allocated by this allocator (so by `System`) with `layout`.
+        // SAFETY: forwarded as is (see the impl).
         unsafe { System.dealloc(ptr, layout) };
         LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: `ptr`/`layout` come from this allocator; `new_size` meets `realloc`'s contract.
+        // SAFETY: forwarded as is (see the impl).
         let p = unsafe { System.realloc(ptr, layout, new_size) };
-        CALLS.fetch_add(1, Ordering::Relaxed);
         if !p.is_null() {
             LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-            LIVE.fetch_add(new_size, Ordering::Relaxed);
+            grew(new_size);
         }
         p
     }
@@ -62,4 +69,16 @@ pub fn live_bytes() -> usize {
 /// Allocation calls made so far (a per-packet path that allocates shows up as a rate).
 pub fn allocations() -> usize {
     CALLS.load(Ordering::Relaxed)
+}
+
+/// Reset the peak to the current live size; returns it.
+pub fn reset_peak() -> usize {
+    let l = live_bytes();
+    PEAK.store(l, Ordering::Relaxed);
+    l
+}
+
+/// The peak of live heap bytes since the last [`reset_peak`].
+pub fn peak() -> usize {
+    PEAK.load(Ordering::Relaxed)
 }

@@ -211,6 +211,10 @@ impl Framer {
             self.base += self.start as u64;
             self.scan -= self.start;
             self.start = 0;
+            // After a very large message (a client's initial sync), give the memory back.
+            if self.buf.capacity() > 4 << 20 && self.buf.len() < self.buf.capacity() / 4 {
+                self.buf.shrink_to(self.buf.len().max(64 << 10));
+            }
         }
     }
 }

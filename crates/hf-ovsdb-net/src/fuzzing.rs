@@ -93,6 +93,62 @@ pub fn rpc_stream(data: &[u8]) -> RunStats {
     stats
 }
 
+/// Feed `data` to a client replica (NB model) as a server's byte stream. When the first byte is
+/// even, a valid handshake comes first (schema, a standalone `_Server` row, an empty
+/// `monitor_cond_since` reply) so that the bytes reach a synced session with a lock request and
+/// a transaction outstanding; otherwise the handshake itself gets the bytes. The stream is split
+/// at a data-dependent point, and time advances between the pieces (probes, backoff, retries).
+pub fn client_stream(data: &[u8]) {
+    use crate::client::{Config, Replica};
+    use hf_model::NbSnapshot;
+
+    let mut r: Replica<NbSnapshot> = Replica::new(
+        Config {
+            remotes: 2,
+            ..Config::default()
+        },
+        0,
+    );
+    let Some(remote) = r.poll_connect() else {
+        return;
+    };
+    r.handle_connected(remote, 0);
+    r.lock("fuzz");
+    r.transact(Box::new(|m: &NbSnapshot| {
+        if m.logical_switch().len() > 3 {
+            return vec![];
+        }
+        vec![serde_json::json!({"op": "insert", "table": "Logical_Switch", "row": {"name": "f"}})]
+    }));
+    if data.first().is_some_and(|b| b % 2 == 0) {
+        r.handle_bytes(CLIENT_HANDSHAKE.as_bytes(), 1);
+    }
+    let split = data.get(1).map_or(0, |b| usize::from(*b)).min(data.len());
+    let mut now = 2;
+    for chunk in [&data[..split], &data[split..]] {
+        r.handle_bytes(chunk, now);
+        now += 3_000;
+        r.handle_timeout(now);
+        while r.poll_transmit().is_some() {}
+        while r.poll_event().is_some() {}
+        let _ = r.poll_close();
+        if let Some(next) = r.poll_connect() {
+            r.handle_connected(next, now);
+        }
+        let _ = r.poll_timeout();
+    }
+    r.set_condition(
+        "Logical_Switch",
+        Some(vec![serde_json::json!(["name", "==", "x"])]),
+    );
+    r.handle_disconnected(now + 1);
+    r.handle_timeout(now + 100_000);
+    while r.poll_event().is_some() {}
+}
+
+/// A valid start of a session for [`client_stream`].
+pub const CLIENT_HANDSHAKE: &str = r#"{"id":1,"result":{"name":"OVN_Northbound","tables":{"Logical_Switch":{},"NB_Global":{}}},"error":null}{"id":2,"result":{"Database":{"6f0b2a2e-0000-4000-8000-000000000001":{"initial":{"name":"OVN_Northbound","model":"standalone","connected":true,"leader":true}}}},"error":null}{"id":3,"result":[false,"6f0b2a2e-0000-4000-8000-0000000000e1",{"Logical_Switch":{"6f0b2a2e-0000-4000-8000-0000000000a1":{"initial":{"name":"sw","ports":["set",[]],"other_config":["map",[["a","b"]]]}}}}],"error":null}"#;
+
 #[cfg(test)]
 mod tests {
     #[test]

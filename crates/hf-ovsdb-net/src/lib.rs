@@ -10,6 +10,7 @@
 //! What it does not do: the database semantics themselves (those are `hf-ovsdb`), or
 //! clustering (holdfast scales out on a real `ovsdb-server` Raft cluster instead).
 
+pub mod client;
 pub mod framing;
 #[doc(hidden)]
 pub mod fuzzing;

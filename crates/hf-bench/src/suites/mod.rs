@@ -3,6 +3,7 @@
 pub mod conntrack;
 pub mod expr;
 pub mod ovsdb;
+pub mod ovsdb_client;
 pub mod pipeline;
 
 use crate::{Opts, Report};
@@ -31,5 +32,10 @@ pub const ALL: &[(&str, &str, SuiteFn)] = &[
         "pipeline",
         "hf-pipeline: switch → router → SNAT with conntrack over 10k established TCP connections, cached path and full walk (pps)",
         pipeline::run,
+    ),
+    (
+        "ovsdb-client",
+        "client replica vs OVS's Python IDL: initial sync time and memory of the gen_topo NB and its SB",
+        ovsdb_client::run,
     ),
 ];

@@ -1,0 +1,197 @@
+//! What the replica needs from the typed side: [`Model`], implemented for `hf-model`'s
+//! [`NbSnapshot`] and [`SbSnapshot`].
+//!
+//! A model applies `<table-updates2>` (incremental updates, `monitor_cond_since` catch-ups) and
+//! turns complete row sets (the reply to `monitor`/`monitor_cond`, or `monitor_cond_since` with
+//! `found: false`, and `update` notifications of the oldest protocol) into the
+//! `<table-updates2>` that makes the replica equal to them, so that a full resync after a
+//! reconnect reports only what really changed instead of "everything deleted, everything
+//! inserted".
+
+use std::collections::BTreeMap;
+
+use hf_model::{ModelError, NbSnapshot, SbSnapshot, Table};
+use hf_ovsdb::Datum;
+use serde_json::{Map, Value, json};
+use uuid::Uuid;
+
+/// A typed replica of one database, as the session core keeps it.
+pub trait Model: Default + std::fmt::Debug + Send + 'static {
+    /// The change set type (`hf_model::NbDelta`, ...).
+    type Delta: std::fmt::Debug + Clone + Default + Send + 'static;
+    /// The database name on the wire (`OVN_Northbound`).
+    const DATABASE: &'static str;
+
+    /// Apply a `<table-updates2>`; all or nothing.
+    fn apply_updates2(&mut self, updates: &Value) -> Result<Self::Delta, ModelError>;
+
+    /// Number of row changes in a delta.
+    fn delta_len(delta: &Self::Delta) -> usize;
+
+    /// Number of rows held.
+    fn row_count(&self) -> usize;
+
+    /// The `<table-updates2>` that turns this replica into `rows` (`{table: {uuid: row or
+    /// null}}`, `null` meaning deleted). For the tables named in `complete`, rows the replica
+    /// holds that `rows` lacks are deleted too. Rows equal to the replica's yield nothing.
+    fn updates_to(
+        &self,
+        rows: &Map<String, Value>,
+        complete: &[String],
+    ) -> Result<Value, ModelError>;
+
+    /// The names of every table of the model, in schema order.
+    fn table_names() -> Vec<&'static str>;
+}
+
+/// One table's part of [`Model::updates_to`].
+fn table_updates_to<T: Table>(
+    old: &BTreeMap<Uuid, T>,
+    rows: Option<&Value>,
+    complete: bool,
+) -> Result<Option<Value>, ModelError> {
+    let empty = Map::new();
+    let given = match rows {
+        None | Some(Value::Null) => &empty,
+        Some(Value::Object(m)) => m,
+        Some(_) => {
+            return Err(ModelError::Update {
+                at: Some(T::NAME.to_string()),
+                detail: "expected an object of rows".into(),
+            });
+        }
+    };
+    let mut out = Map::new();
+    let mut seen = Vec::with_capacity(given.len());
+    for (uuid_text, row) in given {
+        let uuid = hf_ovsdb::atom::parse_uuid(uuid_text).map_err(|_| ModelError::Update {
+            at: Some(T::NAME.to_string()),
+            detail: format!("{uuid_text:?} is not a UUID"),
+        })?;
+        seen.push(uuid);
+        match row {
+            Value::Null => {
+                if old.contains_key(&uuid) {
+                    out.insert(uuid_text.clone(), json!({"delete": null}));
+                }
+            }
+            Value::Object(m) => {
+                let new = T::from_json_row(uuid, m)?;
+                match old.get(&uuid) {
+                    None => {
+                        out.insert(uuid_text.clone(), json!({"insert": m}));
+                    }
+                    Some(o) if *o != new => {
+                        let ts = T::schema();
+                        let (a, b) = (o.to_datums(), new.to_datums());
+                        let mut diff = Map::new();
+                        for (i, c) in ts.columns.iter().enumerate() {
+                            if a[i] != b[i] {
+                                let d = Datum::diff(&a[i], &b[i], &c.ty);
+                                diff.insert(c.name.clone(), d.to_json(&c.ty));
+                            }
+                        }
+                        out.insert(uuid_text.clone(), json!({ "modify": diff }));
+                    }
+                    Some(_) => {}
+                }
+            }
+            _ => {
+                return Err(ModelError::Update {
+                    at: Some(format!("{} row {uuid_text}", T::NAME)),
+                    detail: "a row must be an object or null".into(),
+                });
+            }
+        }
+    }
+    if complete {
+        seen.sort_unstable();
+        for uuid in old.keys() {
+            if seen.binary_search(uuid).is_err() {
+                out.insert(uuid.to_string(), json!({"delete": null}));
+            }
+        }
+    }
+    Ok((!out.is_empty()).then_some(Value::Object(out)))
+}
+
+macro_rules! impl_model {
+    ($module:ident, $snap:ty, $db:expr) => {
+        impl Model for $snap {
+            type Delta = hf_model::$module::Delta;
+            const DATABASE: &'static str = $db;
+
+            fn apply_updates2(&mut self, updates: &Value) -> Result<Self::Delta, ModelError> {
+                <$snap>::apply_updates2(self, updates)
+            }
+
+            fn delta_len(delta: &Self::Delta) -> usize {
+                delta.len()
+            }
+
+            fn row_count(&self) -> usize {
+                self.len()
+            }
+
+            fn updates_to(
+                &self,
+                rows: &Map<String, Value>,
+                complete: &[String],
+            ) -> Result<Value, ModelError> {
+                struct V<'a> {
+                    snap: &'a $snap,
+                    rows: &'a Map<String, Value>,
+                    complete: &'a [String],
+                    out: Map<String, Value>,
+                    err: Option<ModelError>,
+                }
+                impl hf_model::$module::TableVisitor for V<'_> {
+                    fn visit<T: hf_model::$module::SnapshotTable>(&mut self) {
+                        if self.err.is_some() {
+                            return;
+                        }
+                        let complete = self.complete.iter().any(|t| t == T::NAME);
+                        match table_updates_to::<T>(
+                            T::rows(self.snap),
+                            self.rows.get(T::NAME),
+                            complete,
+                        ) {
+                            Ok(Some(v)) => {
+                                self.out.insert(T::NAME.to_string(), v);
+                            }
+                            Ok(None) => {}
+                            Err(e) => self.err = Some(e),
+                        }
+                    }
+                }
+                let mut v = V {
+                    snap: self,
+                    rows,
+                    complete,
+                    out: Map::new(),
+                    err: None,
+                };
+                hf_model::$module::for_each_table(&mut v);
+                match v.err {
+                    Some(e) => Err(e),
+                    None => Ok(Value::Object(v.out)),
+                }
+            }
+
+            fn table_names() -> Vec<&'static str> {
+                struct N(Vec<&'static str>);
+                impl hf_model::$module::TableVisitor for N {
+                    fn visit<T: hf_model::$module::SnapshotTable>(&mut self) {
+                        self.0.push(T::NAME);
+                    }
+                }
+                let mut n = N(Vec::new());
+                hf_model::$module::for_each_table(&mut n);
+                n.0
+            }
+        }
+    };
+}
+
+impl_model!(nb, NbSnapshot, "OVN_Northbound");
+impl_model!(sb, SbSnapshot, "OVN_Southbound");
