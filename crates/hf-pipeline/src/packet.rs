@@ -14,6 +14,25 @@ use hf_wire::{EthAddr, NatRewrite, Parsed, checksum_adjust, ip_proto};
 /// Number of field slots: one per hf-expr field.
 pub(crate) const NF: usize = 45;
 
+/// Per slot, the bits a field holds (a width of 0, a port slot, holds a 32-bit key): computed
+/// once so that a write does not look the width up and build the mask every time.
+const WIDTH_MASKS: [u128; NF] = {
+    let mut m = [0u128; NF];
+    let mut i = 0;
+    while i < NF {
+        let width = if i < FIELDS.len() { FIELDS[i].width } else { 0 };
+        m[i] = if width == 0 {
+            u32::MAX as u128
+        } else if width >= 128 {
+            u128::MAX
+        } else {
+            (1u128 << width) - 1
+        };
+        i += 1;
+    }
+    m
+};
+
 /// Field slots (hf-expr's `FIELDS` order; `tests::slots_match_hf_expr` checks them).
 #[allow(dead_code)] // the full map: some slots are named for readers and tests only
 pub(crate) mod slot {
@@ -198,6 +217,7 @@ impl Ctx {
     }
 
     /// Writes `value` (unshifted) into `b`'s bits and through to the frame.
+    #[inline]
     pub(crate) fn write(&mut self, b: Bits, value: u128) {
         let m = b.mask();
         let v = value.checked_shl(u32::from(b.lo)).unwrap_or(0) & m;
@@ -205,16 +225,12 @@ impl Ctx {
     }
 
     /// `field = (field & !mask) | value` and through to the frame.
+    #[inline]
     pub(crate) fn write_masked(&mut self, field: usize, value: u128, mask: u128) {
         let Some(old) = self.f.get(field).copied() else {
             return;
         };
-        let width = FIELDS.get(field).map_or(0, |d| d.width);
-        let wm = if width == 0 {
-            u128::from(u32::MAX)
-        } else {
-            width_mask(width)
-        };
+        let wm = WIDTH_MASKS[field];
         let new = ((old & !mask) | (value & mask)) & wm;
         self.f[field] = new;
         if new != old && (slot::HEADER_FIRST..=slot::HEADER_LAST).contains(&field) {
