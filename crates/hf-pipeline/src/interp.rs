@@ -253,7 +253,18 @@ impl Runner<'_> {
                 let Some(op) = self.cache.op(k) else {
                     break;
                 };
-                self.exec_op(&op, rdepth);
+                // Header and register writes are most of a replay: done here, as `exec_op` does
+                // them, without a call into its large frame.
+                match op {
+                    Op::Act(i) => {
+                        if let Some(a) = self.prog.acts.get(i as usize) {
+                            self.exec_act(a);
+                        }
+                    }
+                    _ => {
+                        self.exec_op(&op, rdepth);
+                    }
+                }
             }
             return;
         }
@@ -788,6 +799,7 @@ impl Runner<'_> {
         true
     }
 
+    #[inline]
     fn exec_act(&mut self, act: &CAct) {
         let ctx = &mut self.scr.ctx;
         match act {
