@@ -43,20 +43,35 @@ struct Entry {
 #[derive(Debug)]
 struct MaskTable {
     fields: Box<[(u8, u128)]>,
+    /// `fields` with each slot's [`SLOT_KEYS`] multiplier looked up once, for [`MaskTable::hash`].
+    keyed: Box<[(u8, u128, u64)]>,
     map: IdMap<Vec<Entry>>,
     hits: u64,
 }
 
 impl MaskTable {
+    fn new(fields: Box<[(u8, u128)]>) -> MaskTable {
+        let keyed = fields
+            .iter()
+            .map(|&(field, mask)| (field, mask, SLOT_KEYS[usize::from(field) % NF]))
+            .collect();
+        MaskTable {
+            fields,
+            keyed,
+            map: IdMap::default(),
+            hits: 0,
+        }
+    }
+
     /// Sum of per-field products with per-slot odd constants, then one mix: the products do not
     /// depend on each other, so the CPU overlaps them (a serial mix chain is latency-bound).
     #[inline]
     fn hash(&self, f: &[u128; NF]) -> u64 {
         let mut acc = 0u64;
-        for &(field, mask) in self.fields.iter() {
+        for &(field, mask, key) in self.keyed.iter() {
             let v = f.get(usize::from(field)).copied().unwrap_or(0) & mask;
             let x = (v as u64) ^ ((v >> 64) as u64).wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
-            acc = acc.wrapping_add(x.wrapping_mul(SLOT_KEYS[usize::from(field) % NF]));
+            acc = acc.wrapping_add(x.wrapping_mul(key));
         }
         mix(0x9ae1_6a3b_2f90_404f, u128::from(acc))
     }
@@ -152,11 +167,7 @@ impl Cache {
         let mi = match d.masks.iter().position(|m| m.fields == fields) {
             Some(i) => i,
             None => {
-                d.masks.push(MaskTable {
-                    fields,
-                    map: IdMap::default(),
-                    hits: 0,
-                });
+                d.masks.push(MaskTable::new(fields));
                 d.masks.len() - 1
             }
         };

@@ -139,16 +139,19 @@ impl Ctx {
     pub(crate) fn load(&mut self, parsed: Parsed) {
         self.f = [0; NF];
         self.parsed = parsed;
-        self.load_headers();
+        self.set_headers();
     }
 
     /// (Re)loads the header slots from `self.parsed`, leaving metadata alone.
     pub(crate) fn load_headers(&mut self) {
+        self.f[slot::HEADER_FIRST..=slot::HEADER_LAST].fill(0);
+        self.set_headers();
+    }
+
+    /// Writes the header slots from `self.parsed` over slots that are already zero.
+    fn set_headers(&mut self) {
         use slot::*;
         let k = &self.parsed.key;
-        for s in HEADER_FIRST..=HEADER_LAST {
-            self.f[s] = 0;
-        }
         let f = &mut self.f;
         f[ETH_SRC] = mac(k.eth_src);
         f[ETH_DST] = mac(k.eth_dst);
