@@ -256,11 +256,16 @@ impl Runner<'_> {
                 // Header and register writes are most of a replay: done here, as `exec_op` does
                 // them, without a call into its large frame.
                 match op {
-                    Op::Act(i) => {
-                        if let Some(a) = self.prog.acts.get(i as usize) {
-                            self.exec_act(a);
+                    // A plain field write (most of a replay) skips even `exec_act`'s frame.
+                    Op::Act(i) => match self.prog.acts.get(i as usize) {
+                        Some(CAct::Set { field, value, mask }) => {
+                            self.scr
+                                .ctx
+                                .write_masked(usize::from(*field), *value, *mask)
                         }
-                    }
+                        Some(a) => self.exec_act(a),
+                        None => {}
+                    },
                     _ => {
                         self.exec_op(&op, rdepth);
                     }
