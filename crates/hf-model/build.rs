@@ -432,7 +432,7 @@ impl<'a> Gen<'a> {
              use serde_json::{Map, Value};\n\
              use uuid::Uuid;\n\n\
              use crate::convert::{Atomic, RowReader, map_datum, optional_datum, scalar_datum, set_datum};\n\
-             use crate::update::{Index, apply_rows, table_changes, table_updates2};\n\
+             use crate::update::{Index, apply_rows, apply_rows_owned, table_changes, table_updates2, table_updates2_owned};\n\
              use crate::{Column, ModelError, RowDelta, RowRef, Table};\n",
         );
         self.line(&format!(
@@ -893,33 +893,43 @@ impl<'a> Gen<'a> {
                 .collect::<Vec<_>>()
                 .join(" + ")
         );
-        for t in &s.tables {
-            let tn = snake(&t.name);
-            let mine: Vec<&IndexDef> = indexes
-                .iter()
-                .filter(|ix| ix.table.name == t.name)
-                .collect();
-            if mine.is_empty() {
+        let apply_tables = |o: &mut String, apply: &str, arg: &str| {
+            for t in &s.tables {
+                let tn = snake(&t.name);
+                let mine: Vec<&IndexDef> = indexes
+                    .iter()
+                    .filter(|ix| ix.table.name == t.name)
+                    .collect();
+                if mine.is_empty() {
+                    let _ = writeln!(
+                        o,
+                        "        {apply}(&mut self.{tn}, {arg}delta.{tn}, |_, _| {{}});"
+                    );
+                    continue;
+                }
                 let _ = writeln!(
                     o,
-                    "        apply_rows(&mut self.{tn}, &delta.{tn}, |_, _| {{}});"
+                    "        {apply}(&mut self.{tn}, {arg}delta.{tn}, |r, add| {{"
                 );
-                continue;
+                for ix in mine {
+                    let _ = writeln!(
+                        o,
+                        "            for key in {} {{ self.{}.set(key, r.uuid, add); }}",
+                        ix.keys(),
+                        ix.name()
+                    );
+                }
+                let _ = writeln!(o, "        }});");
             }
-            let _ = writeln!(
-                o,
-                "        apply_rows(&mut self.{tn}, &delta.{tn}, |r, add| {{"
-            );
-            for ix in mine {
-                let _ = writeln!(
-                    o,
-                    "            for key in {} {{ self.{}.set(key, r.uuid, add); }}",
-                    ix.keys(),
-                    ix.name()
-                );
-            }
-            let _ = writeln!(o, "        }});");
-        }
+        };
+        apply_tables(&mut o, "apply_rows", "&");
+        let _ = writeln!(
+            o,
+            "    }}\n\n\
+             /// [`Snapshot::apply`] consuming the change set: rows are moved in, not cloned.\n\
+             pub fn apply_owned(&mut self, delta: Delta) {{"
+        );
+        apply_tables(&mut o, "apply_rows_owned", "");
         let _ = writeln!(
             o,
             "    }}\n\n\
@@ -941,7 +951,25 @@ impl<'a> Gen<'a> {
         );
         let _ = writeln!(
             o,
-            "                _ => {{}}\n            }}\n        }}\n        self.apply(&delta);\n        Ok(delta)\n    }}\n}}\n"
+            "                _ => {{}}\n            }}\n        }}\n        self.apply(&delta);\n        Ok(delta)\n    }}\n\n\
+             /// [`Snapshot::apply_updates2`] consuming `updates` and keeping no change set: each\n\
+             /// row's JSON is freed once typed and the typed rows are moved in, not cloned. For\n\
+             /// loading a large reply; returns the number of row changes. All or nothing.\n\
+             pub fn load_updates2(&mut self, updates: Value) -> Result<usize, ModelError> {{\n\
+             let Value::Object(tables) = updates else {{\n\
+             return Err(ModelError::Update {{\n\
+             at: None,\n detail: \"expected an object of table updates\".into(),\n }});\n }};\n\
+             let mut delta = Delta::default();\n\
+             for (name, rows) in tables {{\n match name.as_str() {{"
+        );
+        each_table(
+            &mut o,
+            &s.tables,
+            "                {Table} => delta.{tn} = table_updates2_owned(&self.{tn}, rows)?,",
+        );
+        let _ = writeln!(
+            o,
+            "                _ => {{}}\n            }}\n        }}\n        let n = delta.len();\n        self.apply_owned(delta);\n        Ok(n)\n    }}\n}}\n"
         );
         let _ = writeln!(
             o,

@@ -24,72 +24,106 @@ pub(crate) fn table_updates2<T: Table>(
         .ok_or_else(|| ModelError::update(T::NAME, "expected an object of row updates"))?;
     let mut out = Vec::with_capacity(obj.len());
     for (uuid_text, update) in obj {
-        let at = || format!("{} row {uuid_text}", T::NAME);
-        let uuid = hf_ovsdb::atom::parse_uuid(uuid_text)
-            .map_err(|_| ModelError::update(T::NAME, format!("{uuid_text:?} is not a UUID")))?;
-        let (kind, body) = match update.as_object().map(|o| o.iter().collect::<Vec<_>>()) {
-            Some(members) if members.len() == 1 => members[0],
-            _ => {
-                return Err(ModelError::update(
-                    at(),
-                    "a row update must be an object with exactly one of \
-                     initial, insert, modify, delete",
-                ));
-            }
-        };
-        let existing = rows.get(&uuid);
-        let row_err = |detail: &str| ModelError::Row {
-            table: T::NAME.to_string(),
-            uuid,
-            detail: detail.to_string(),
-        };
-        match kind.as_str() {
-            "initial" | "insert" => {
-                let m = body
-                    .as_object()
-                    .ok_or_else(|| ModelError::update(at(), format!("{kind} must be a row")))?;
-                if existing.is_some() {
-                    return Err(row_err(&format!(
-                        "{kind} of a row the snapshot already holds"
-                    )));
-                }
-                out.push(RowDelta::Insert(T::from_json_row(uuid, m)?));
-            }
-            "modify" => {
-                let m = body
-                    .as_object()
-                    .ok_or_else(|| ModelError::update(at(), "modify must be a row diff"))?;
-                let old = existing.ok_or_else(|| row_err("modify of a row the snapshot lacks"))?;
-                let ts = T::schema();
-                let mut row = old.to_row(Uuid::nil());
-                for (name, v) in m {
-                    let Some(i) = ts.column_index(name) else {
-                        continue;
-                    };
-                    let diff = parse_datum(T::NAME, uuid, &ts.columns[i], v)?;
-                    row.cols[i] = row.cols[i].apply_diff(&diff, &ts.columns[i].ty);
-                }
-                let new = T::from_row(ts, &row)?;
-                if &new != old {
-                    out.push(RowDelta::Update {
-                        old: old.clone(),
-                        new,
-                    });
-                }
-            }
-            "delete" => {
-                let old = existing.ok_or_else(|| row_err("delete of a row the snapshot lacks"))?;
-                out.push(RowDelta::Delete(old.clone()));
-            }
-            other => {
-                return Err(ModelError::update(
-                    at(),
-                    format!("unknown row update kind {other:?}"),
-                ));
-            }
+        if let Some(d) = row_update2(rows, uuid_text, update)? {
+            out.push(d);
         }
     }
     Ok(out)
+}
+
+/// [`table_updates2`] consuming the JSON: each row's JSON is freed as soon as it is typed, so
+/// that a large reply is never held twice (as JSON and as typed rows) in full.
+pub(crate) fn table_updates2_owned<T: Table>(
+    rows: &BTreeMap<Uuid, T>,
+    updates: Value,
+) -> Result<Vec<RowDelta<T>>, ModelError> {
+    let Value::Object(obj) = updates else {
+        return Err(ModelError::update(
+            T::NAME,
+            "expected an object of row updates",
+        ));
+    };
+    let mut out = Vec::with_capacity(obj.len());
+    for (uuid_text, update) in obj {
+        if let Some(d) = row_update2(rows, &uuid_text, &update)? {
+            out.push(d);
+        }
+    }
+    Ok(out)
+}
+
+/// The typed change one row update of a `<table-updates2>` makes to `rows`.
+fn row_update2<T: Table>(
+    rows: &BTreeMap<Uuid, T>,
+    uuid_text: &str,
+    update: &Value,
+) -> Result<Option<RowDelta<T>>, ModelError> {
+    let at = || format!("{} row {uuid_text}", T::NAME);
+    let uuid = hf_ovsdb::atom::parse_uuid(uuid_text)
+        .map_err(|_| ModelError::update(T::NAME, format!("{uuid_text:?} is not a UUID")))?;
+    let mut members = update.as_object().into_iter().flatten();
+    let (kind, body) = match (members.next(), members.next()) {
+        (Some(member), None) => member,
+        _ => {
+            return Err(ModelError::update(
+                at(),
+                "a row update must be an object with exactly one of \
+                 initial, insert, modify, delete",
+            ));
+        }
+    };
+    let existing = rows.get(&uuid);
+    let row_err = |detail: &str| ModelError::Row {
+        table: T::NAME.to_string(),
+        uuid,
+        detail: detail.to_string(),
+    };
+    match kind.as_str() {
+        "initial" | "insert" => {
+            let m = body
+                .as_object()
+                .ok_or_else(|| ModelError::update(at(), format!("{kind} must be a row")))?;
+            if existing.is_some() {
+                return Err(row_err(&format!(
+                    "{kind} of a row the snapshot already holds"
+                )));
+            }
+            return Ok(Some(RowDelta::Insert(T::from_json_row(uuid, m)?)));
+        }
+        "modify" => {
+            let m = body
+                .as_object()
+                .ok_or_else(|| ModelError::update(at(), "modify must be a row diff"))?;
+            let old = existing.ok_or_else(|| row_err("modify of a row the snapshot lacks"))?;
+            let ts = T::schema();
+            let mut row = old.to_row(Uuid::nil());
+            for (name, v) in m {
+                let Some(i) = ts.column_index(name) else {
+                    continue;
+                };
+                let diff = parse_datum(T::NAME, uuid, &ts.columns[i], v)?;
+                row.cols[i] = row.cols[i].apply_diff(&diff, &ts.columns[i].ty);
+            }
+            let new = T::from_row(ts, &row)?;
+            if &new != old {
+                return Ok(Some(RowDelta::Update {
+                    old: old.clone(),
+                    new,
+                }));
+            }
+        }
+        "delete" => {
+            let old = existing.ok_or_else(|| row_err("delete of a row the snapshot lacks"))?;
+            return Ok(Some(RowDelta::Delete(old.clone())));
+        }
+        other => {
+            return Err(ModelError::update(
+                at(),
+                format!("unknown row update kind {other:?}"),
+            ));
+        }
+    }
+    Ok(None)
 }
 
 /// The typed changes of one table's part of an [`hf_ovsdb::TxnDelta`] (table `ts` of the
@@ -128,6 +162,25 @@ pub(crate) fn apply_rows<T: Table>(
             reindex(new, true);
             rows.insert(new.uuid(), new.clone());
         }
+    }
+}
+
+/// [`apply_rows`] moving the rows in instead of cloning them (the change set is consumed).
+pub(crate) fn apply_rows_owned<T: Table>(
+    rows: &mut BTreeMap<Uuid, T>,
+    deltas: Vec<RowDelta<T>>,
+    mut reindex: impl FnMut(&T, bool),
+) {
+    for d in deltas {
+        if let Some(old) = rows.remove(&d.uuid()) {
+            reindex(&old, false);
+        }
+        let new = match d {
+            RowDelta::Insert(new) | RowDelta::Update { new, .. } => new,
+            RowDelta::Delete(_) => continue,
+        };
+        reindex(&new, true);
+        rows.insert(new.uuid(), new);
     }
 }
 

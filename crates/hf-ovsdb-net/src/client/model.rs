@@ -25,6 +25,14 @@ pub trait Model: Default + std::fmt::Debug + Send + 'static {
     /// Apply a `<table-updates2>`; all or nothing.
     fn apply_updates2(&mut self, updates: &Value) -> Result<Self::Delta, ModelError>;
 
+    /// Apply a `<table-updates2>` keeping no change set, consuming the JSON (freed row by row
+    /// as it is typed); for loading a large reply into a replica nobody watches the changes
+    /// of. Returns the number of row changes. All or nothing, like
+    /// [`Model::apply_updates2`].
+    fn load_updates2(&mut self, updates: Value) -> Result<usize, ModelError> {
+        self.apply_updates2(&updates).map(|d| Self::delta_len(&d))
+    }
+
     /// Number of row changes in a delta.
     fn delta_len(delta: &Self::Delta) -> usize;
 
@@ -123,6 +131,10 @@ macro_rules! impl_model {
 
             fn apply_updates2(&mut self, updates: &Value) -> Result<Self::Delta, ModelError> {
                 <$snap>::apply_updates2(self, updates)
+            }
+
+            fn load_updates2(&mut self, updates: Value) -> Result<usize, ModelError> {
+                <$snap>::load_updates2(self, updates)
             }
 
             fn delta_len(delta: &Self::Delta) -> usize {

@@ -840,7 +840,7 @@ impl<M: Model> Replica<M> {
                 if let Some(rows) = tables.remove(&name) {
                     let mut one = Map::new();
                     one.insert(name, rows);
-                    if let Err(e) = self.model.apply_updates2(&Value::Object(one)) {
+                    if let Err(e) = self.model.load_updates2(Value::Object(one)) {
                         r = Err(e);
                         break;
                     }
