@@ -129,3 +129,21 @@ pub fn notification_bytes(method: &str, params: &Value) -> Vec<u8> {
     out.push(b'}');
     out
 }
+
+/// Serialise a notification whose params are already-serialised JSON values (so that one
+/// serialisation of a monitor update serves every client with the same monitor).
+pub fn notification_bytes_raw(method: &str, params: &[&[u8]]) -> Vec<u8> {
+    let len: usize = params.iter().map(|p| p.len() + 1).sum();
+    let mut out = Vec::with_capacity(40 + method.len() + len);
+    out.extend_from_slice(b"{\"id\":null,\"method\":\"");
+    out.extend_from_slice(method.as_bytes());
+    out.extend_from_slice(b"\",\"params\":[");
+    for (i, p) in params.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(p);
+    }
+    out.extend_from_slice(b"]}");
+    out
+}

@@ -188,6 +188,20 @@ impl Monitor {
         Ok(Monitor { version, tables })
     }
 
+    /// A key that is equal for two monitors exactly when they produce the same updates for every
+    /// delta (same format, tables, columns, selects and conditions): the server computes each
+    /// commit's updates once per distinct key instead of once per client.
+    pub fn spec_key(&self) -> String {
+        let mut k = format!("{:?}", self.version);
+        for t in &self.tables {
+            k.push_str(&format!(
+                "|{}:{:?}:{:?}:{:?}",
+                t.table, t.columns, t.select, t.condition
+            ));
+        }
+        k
+    }
+
     /// The initial contents (the reply to the monitor request).
     pub fn initial(&self, db: &Database) -> Value {
         let schema = &db.schema;

@@ -20,7 +20,7 @@ use hf_ovsdb::txn::{TxnEnv, TxnOutcome, execute};
 use hf_ovsdb::{Database, ErrorKind, Monitor, MonitorVersion, OvsdbError, TxnDelta, Uuid};
 use serde_json::{Value, json};
 
-use crate::jsonrpc::{Message, notification_bytes, reply_bytes};
+use crate::jsonrpc::{Message, notification_bytes, notification_bytes_raw, reply_bytes};
 pub use locks::Locks;
 
 /// A connection's id.
@@ -94,6 +94,8 @@ struct MonitorEntry {
     db: usize,
     id: Value,
     monitor: Monitor,
+    /// `monitor.spec_key()`, kept current across condition changes.
+    key: String,
 }
 
 #[derive(Default)]
@@ -569,20 +571,30 @@ impl Core {
 
     fn publish(&mut self, dbi: usize, delta: &TxnDelta, txn_id: Uuid) {
         let schema = self.dbs[dbi].db.schema.clone();
-        let txn = json!(txn_id.to_string());
+        let txn = json!(txn_id.to_string()).to_string();
+        // Monitors with the same spec get the same updates: compute and serialise them once.
+        let mut cache: hashbrown::HashMap<&str, Option<Vec<u8>>> = hashbrown::HashMap::new();
         for (sid, s) in &self.sessions {
             for m in s.monitors.values() {
                 if m.db != dbi {
                     continue;
                 }
-                let Some(updates) = m.monitor.updates(&schema, delta) else {
-                    continue;
-                };
+                let updates = cache.entry(m.key.as_str()).or_insert_with(|| {
+                    m.monitor
+                        .updates(&schema, delta)
+                        .map(|u| u.to_string().into_bytes())
+                });
+                let Some(updates) = updates else { continue };
+                let id = m.id.to_string();
                 let bytes = match m.monitor.version {
-                    MonitorVersion::V1 => notification_bytes("update", &json!([m.id, updates])),
-                    MonitorVersion::V2 => notification_bytes("update2", &json!([m.id, updates])),
+                    MonitorVersion::V1 => {
+                        notification_bytes_raw("update", &[id.as_bytes(), updates])
+                    }
+                    MonitorVersion::V2 => {
+                        notification_bytes_raw("update2", &[id.as_bytes(), updates])
+                    }
                     MonitorVersion::V3 => {
-                        notification_bytes("update3", &json!([m.id, txn, updates]))
+                        notification_bytes_raw("update3", &[id.as_bytes(), txn.as_bytes(), updates])
                     }
                 };
                 self.out.push(Output::Send(*sid, bytes));
@@ -683,6 +695,7 @@ impl Core {
                 MonitorEntry {
                     db: dbi,
                     id: params[1].clone(),
+                    key: monitor.spec_key(),
                     monitor,
                 },
             );
@@ -718,6 +731,7 @@ impl Core {
             }
             Ok(updates) => {
                 entry.id = new_id.clone();
+                entry.key = entry.monitor.spec_key();
                 let version = entry.monitor.version;
                 s.monitors.insert(new_id.to_string(), entry);
                 if let Some(u) = updates {

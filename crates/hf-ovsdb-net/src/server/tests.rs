@@ -408,3 +408,47 @@ fn invalid_messages_close_only_their_session() {
         assert!(m[0]["error"]["details"].as_str().unwrap().contains(needle));
     }
 }
+
+#[test]
+fn shared_update_computation_respects_each_monitors_spec() {
+    let mut c = core();
+    let w = c.connect(now(0));
+    let a = c.connect(now(0));
+    let b = c.connect(now(0));
+    let d = c.connect(now(0));
+    let cond = |name: &str| json!({"S": [{"columns": ["name"], "where": [["name", "==", name]]}]});
+    req(&mut c, a, "monitor_cond", json!(["T", "ma", cond("x")]), 1);
+    req(&mut c, b, "monitor_cond", json!(["T", "mb", cond("x")]), 1);
+    req(&mut c, d, "monitor_cond", json!(["T", "md", cond("y")]), 1);
+    for s in [a, b, d] {
+        sent(&mut c, s);
+    }
+    let u = insert(&mut c, w, "x", 2);
+    let ma = sent(&mut c, a);
+    let mb = sent(&mut c, b);
+    assert_eq!(ma.len(), 1);
+    assert_eq!(
+        ma[0]["params"][0], "ma",
+        "each client gets its own monitor id"
+    );
+    assert_eq!(mb[0]["params"][0], "mb");
+    assert_eq!(ma[0]["params"][1], mb[0]["params"][1]);
+    assert_eq!(ma[0]["params"][1]["S"][&u]["insert"], json!({"name": "x"}));
+    assert!(
+        sent(&mut c, d).is_empty(),
+        "a monitor with another condition gets nothing"
+    );
+    // After a condition change the monitor no longer shares the old spec's updates.
+    req(
+        &mut c,
+        b,
+        "monitor_cond_change",
+        json!(["mb", "mb2", {"S": [{"where": [["name", "==", "y"]]}]}]),
+        3,
+    );
+    sent(&mut c, b);
+    insert(&mut c, w, "y", 4);
+    assert!(sent(&mut c, a).is_empty());
+    assert_eq!(sent(&mut c, b)[0]["params"][0], "mb2");
+    assert_eq!(sent(&mut c, d).len(), 1);
+}
