@@ -40,6 +40,10 @@ pub struct TableSchema {
     pub indexes: Vec<Vec<usize>>,
     /// Each column's default value, computed once (inserts and file records use them per row).
     defaults: Vec<Datum>,
+    /// Some column holds references (strong or weak), computed once for the commit path.
+    has_refs: bool,
+    /// Some column holds weak references.
+    has_weak_refs: bool,
 }
 
 /// One column.
@@ -305,6 +309,8 @@ impl TableSchema {
             }
         }
         let defaults = columns.iter().map(|c| c.ty.default_datum()).collect();
+        let has_refs = columns.iter().any(|c| c.ty.has_refs());
+        let has_weak_refs = columns.iter().any(|c| c.ty.has_weak_refs());
         Ok(TableSchema {
             name: name.to_string(),
             columns,
@@ -313,7 +319,19 @@ impl TableSchema {
             is_root,
             indexes,
             defaults,
+            has_refs,
+            has_weak_refs,
         })
+    }
+
+    /// Whether any column holds references.
+    pub fn has_refs(&self) -> bool {
+        self.has_refs
+    }
+
+    /// Whether any column holds weak references.
+    pub fn has_weak_refs(&self) -> bool {
+        self.has_weak_refs
     }
 
     /// Every column's default value, in column order (a new row's contents).

@@ -591,14 +591,14 @@ impl<'a> Exec<'a> {
         let mut candidates: Vec<(usize, Uuid)> = Vec::new();
         for t in 0..schema.tables.len() {
             let ts = &schema.tables[t];
-            if !ts.columns.iter().any(|c| c.ty.has_refs()) && ts.is_root {
+            if !ts.has_refs() && ts.is_root {
                 continue;
             }
             for (u, w) in &self.work[t] {
                 if !ts.is_root && matches!(w, Work::Insert(_)) {
                     candidates.push((t, *u));
                 }
-                if !ts.columns.iter().any(|c| c.ty.has_refs()) {
+                if !ts.has_refs() {
                     continue;
                 }
                 if let Some(old) = self.db.row(t, u) {
@@ -644,7 +644,7 @@ impl<'a> Exec<'a> {
             }
         }
         for t in 0..schema.tables.len() {
-            if schema.tables[t].columns.iter().any(|c| has_weak(&c.ty)) {
+            if schema.tables[t].has_weak_refs() {
                 for (u, w) in &self.work[t] {
                     if !matches!(w, Work::Delete) {
                         referrers.insert((t, *u));
@@ -661,7 +661,7 @@ impl<'a> Exec<'a> {
             let mut dangling_cols = Vec::new();
             if let Some(r) = self.get(t, &u) {
                 for (c, cs) in ts.columns.iter().enumerate() {
-                    if !has_weak(&cs.ty) {
+                    if !cs.ty.has_weak_refs() {
                         continue;
                     }
                     let mut any = false;
@@ -849,15 +849,6 @@ impl<'a> Exec<'a> {
             durable: self.durable,
         }
     }
-}
-
-fn has_weak(ty: &crate::types::ColumnType) -> bool {
-    use crate::types::RefType::Weak;
-    (ty.key.ref_table.is_some() && ty.key.ref_type == Weak)
-        || ty
-            .value
-            .as_ref()
-            .is_some_and(|v| v.ref_table.is_some() && v.ref_type == Weak)
 }
 
 /// A copy of `ty` whose strong references are treated as plain UUIDs, so that weak-reference

@@ -388,6 +388,12 @@ impl ColumnType {
         self.key.ref_table.is_some() || self.value.as_ref().is_some_and(|v| v.ref_table.is_some())
     }
 
+    /// Whether the key or value is a weak reference.
+    pub fn has_weak_refs(&self) -> bool {
+        let weak = |b: &BaseType| b.ref_table.is_some() && b.ref_type == RefType::Weak;
+        weak(&self.key) || self.value.as_ref().is_some_and(weak)
+    }
+
     /// The default datum: one default atom for min 1, empty otherwise.
     pub fn default_datum(&self) -> Datum {
         if self.min == 0 {
