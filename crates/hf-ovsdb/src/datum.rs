@@ -295,11 +295,14 @@ impl Datum {
         self.values = values;
     }
 
-    /// The difference `old` → `new` as update2 and `_is_diff` records encode it: scalars give the
-    /// new value; sets give the elements to toggle; maps give removed keys with their old value,
-    /// and added or changed keys with their new value.
+    /// The difference `old` → `new` as update2/update3 and `_is_diff` records encode it (OVS's
+    /// `ovsdb_datum_diff`): a column whose type holds at most one element (scalar, optional
+    /// value, map of at most one pair: `max` 1) gives the NEW value, also when it is empty;
+    /// sets that can hold more give the elements to toggle (symmetric difference); such maps give
+    /// removed keys with their old value, added keys and keys whose value changed with their new
+    /// value.
     pub fn diff(old: &Datum, new: &Datum, ty: &ColumnType) -> Datum {
-        if ty.is_scalar() {
+        if !ty.is_composite() {
             return new.clone();
         }
         if !ty.is_map() {
@@ -374,9 +377,14 @@ impl Datum {
         Datum { keys, values }
     }
 
-    /// Apply a difference produced by [`Datum::diff`] (or received from a peer).
+    /// Apply a difference produced by [`Datum::diff`] (or received from a peer, or read from
+    /// an `_is_diff` file record), as OVS's `ovsdb_datum_apply_diff_in_place` does: for a type
+    /// of at most one element the diff is the new value; for larger sets each element of the
+    /// diff is toggled; for larger maps a diff key that is absent is added, one present with
+    /// the same value is removed, and one present with another value takes the diff's value.
+    /// The size of the result is not checked (see [`Datum::try_apply_diff`]).
     pub fn apply_diff(&self, diff: &Datum, ty: &ColumnType) -> Datum {
-        if ty.is_scalar() {
+        if !ty.is_composite() {
             return diff.clone();
         }
         if !ty.is_map() {
@@ -407,6 +415,19 @@ impl Datum {
             }
         }
         Datum::map_from(pairs)
+    }
+
+    /// [`Datum::apply_diff`], refusing a result whose element count `ty` does not allow (a diff
+    /// that does not fit the value it is applied to).
+    pub fn try_apply_diff(&self, diff: &Datum, ty: &ColumnType) -> Result<Datum> {
+        let d = self.apply_diff(diff, ty);
+        d.check_size(ty).map_err(|e| {
+            OvsdbError::constraint(format!(
+                "applying a diff gives a value of the wrong size: {}",
+                e.details
+            ))
+        })?;
+        Ok(d)
     }
 
     /// Every UUID this datum holds in a position `ty` marks as a reference, with the referenced
@@ -526,6 +547,74 @@ mod tests {
         let d = Datum::diff(&old, &new, &s);
         assert_eq!(d.keys, vec![Atom::string("a"), Atom::string("c")]);
         assert_eq!(old.apply_diff(&d, &s), new);
+    }
+
+    #[test]
+    fn diff_of_at_most_one_element_is_the_new_value() {
+        let opt_bool =
+            ColumnType::from_json(&json!({"key": "boolean", "min": 0, "max": 1})).unwrap();
+        let parse = |ty: &ColumnType, v: Value| Datum::from_json(ty, &v, &mut no_named).unwrap();
+        let (f, t, e) = (
+            parse(&opt_bool, json!(false)),
+            parse(&opt_bool, json!(true)),
+            parse(&opt_bool, json!(["set", []])),
+        );
+        assert_eq!(Datum::diff(&f, &t, &opt_bool).to_json(&opt_bool), json!(true));
+        assert_eq!(f.apply_diff(&t, &opt_bool), t);
+        assert_eq!(
+            Datum::diff(&t, &e, &opt_bool).to_json(&opt_bool),
+            json!(["set", []])
+        );
+        assert_eq!(t.apply_diff(&e, &opt_bool), e);
+        assert_eq!(e.apply_diff(&f, &opt_bool), f);
+        let opt_int = ColumnType::from_json(
+            &json!({"key": {"type": "integer", "minInteger": 0, "maxInteger": 4095}, "min": 0, "max": 1}),
+        )
+        .unwrap();
+        let five = parse(&opt_int, json!(5));
+        let none = parse(&opt_int, json!(["set", []]));
+        assert_eq!(
+            Datum::diff(&five, &none, &opt_int).to_json(&opt_int),
+            json!(["set", []])
+        );
+        assert_eq!(five.apply_diff(&none, &opt_int), none);
+        // A map of at most one pair is not composite either.
+        let map1 = ColumnType::from_json(
+            &json!({"key": "string", "value": "string", "min": 0, "max": 1}),
+        )
+        .unwrap();
+        let a = parse(&map1, json!(["map", [["k", "1"]]]));
+        let b = parse(&map1, json!(["map", [["k", "2"]]]));
+        assert_eq!(Datum::diff(&a, &b, &map1), b);
+        assert_eq!(a.apply_diff(&b, &map1), b);
+    }
+
+    #[test]
+    fn composite_diffs_and_sizes() {
+        let parse = |ty: &ColumnType, v: Value| Datum::from_json(ty, &v, &mut no_named).unwrap();
+        let m = map_ty();
+        let old = parse(&m, json!(["map", [["a", "1"], ["b", "2"], ["c", "3"]]]));
+        let new = parse(&m, json!(["map", [["a", "1"], ["b", "9"], ["d", "4"]]]));
+        // Changed value: key with the new value; removed: old value; added: new value.
+        assert_eq!(
+            Datum::diff(&old, &new, &m).to_json(&m),
+            json!(["map", [["b", "9"], ["c", "3"], ["d", "4"]]])
+        );
+        // Emptying a set gives the old elements; the diff of equal values is empty.
+        let s = set_ty();
+        let ab = parse(&s, json!(["set", ["a", "b"]]));
+        let empty = Datum::empty();
+        assert_eq!(Datum::diff(&ab, &empty, &s), ab);
+        assert_eq!(ab.apply_diff(&ab, &s), empty);
+        assert!(Datum::diff(&ab, &ab, &s).is_empty());
+        // A bounded set's diff may exceed its maximum; the applied result may not.
+        let b2 = ColumnType::from_json(&json!({"key": "integer", "min": 0, "max": 2})).unwrap();
+        let x = parse(&b2, json!(["set", [1, 2]]));
+        let y = parse(&b2, json!(["set", [3, 4]]));
+        let d = Datum::diff(&x, &y, &b2);
+        assert_eq!(d.len(), 4);
+        assert_eq!(x.try_apply_diff(&d, &b2).unwrap(), y);
+        assert!(Datum::empty().try_apply_diff(&d, &b2).is_err());
     }
 
     #[test]

@@ -4,10 +4,21 @@
 //! A file is a sequence of records, each a header line `OVSDB JSON <length> <sha1>\n` followed by
 //! `<length>` bytes: one JSON value and a newline, whose SHA-1 is `<sha1>` in hex. The first
 //! record is the schema; each later record is one committed transaction:
-//! `{"<table>": {"<uuid>": <row> | null}, "_date": <ms>, "_comment": "..."}`, where a new row
-//! lists its non-default columns and a modified row lists its changed columns with their full
-//! new values (holdfast never writes `"_is_diff"`, but reads it). A compacted file is the schema
-//! followed by one record that inserts every row.
+//! `{"<table>": {"<uuid>": <row> | null}, "_date": <ms>, "_comment": "...", "_is_diff": true}`,
+//! where a new row lists its non-default columns and a modified row lists its changed columns.
+//!
+//! Column diffs, as ovsdb-server writes them by default: with `"_is_diff": true` a modified
+//! column carries [`Datum::diff`] of its old and new value (the new value for types of at most
+//! one element, the element-wise difference for larger sets and maps); without it, the full new
+//! value. [`WriteOptions::column_diff`] chooses (ovsdb-server's `--disable-file-column-diff`
+//! turns it off). The reader accepts both, applies diffs only to rows that exist (a new row's
+//! columns are values) and checks the size of every value a diff produces. One deliberate
+//! difference from ovsdb-server: a record whose diffs OVS 3.1's reader would misread (a diff
+//! larger than the column's maximum, or a diff applied to a default value of a set with
+//! `min` 1; both fixed in OVS 3.3) is written with full values and without `"_is_diff"`, so
+//! `ovsdb-tool` and `ovsdb-server` of every version read holdfast's files correctly.
+//!
+//! A compacted file is the schema followed by one record that inserts every row.
 //!
 //! Sans-I/O: encoding returns bytes, decoding takes bytes; `hf-ovsdb-net` owns the file.
 
@@ -24,6 +35,47 @@ use crate::error::{OvsdbError, Result};
 use crate::schema::Schema;
 
 const MAGIC: &str = "OVSDB JSON";
+
+/// How transaction records are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// Write modified columns as diffs in `"_is_diff": true` records (ovsdb-server's default);
+    /// false writes full new values, as `ovsdb-server --disable-file-column-diff` does.
+    pub column_diff: bool,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        WriteOptions { column_diff: true }
+    }
+}
+
+/// Whether a record of `delta` may carry column diffs: every modified column's diff must be
+/// read back correctly by OVS 3.1's reader too (see the module doc).
+fn diffs_fit_old_readers(schema: &Schema, delta: &TxnDelta) -> bool {
+    for (t, changes) in &delta.tables {
+        let ts = &schema.tables[*t];
+        for ch in changes {
+            let (Some(o), Some(n)) = (&ch.old, &ch.new) else {
+                continue;
+            };
+            for (c, cs) in ts.columns.iter().enumerate() {
+                let ty = &cs.ty;
+                if cs.ephemeral || !ty.is_composite() || o.cols[c] == n.cols[c] {
+                    continue;
+                }
+                let d = Datum::diff(&o.cols[c], &n.cols[c], ty);
+                if d.len() < ty.min
+                    || d.len() > ty.max
+                    || (o.cols[c] == ts.defaults()[c] && d != n.cols[c])
+                {
+                    return false;
+                }
+            }
+        }
+    }
+    true
+}
 
 /// Encode one record (header and body).
 pub fn encode_record(v: &Value) -> Vec<u8> {
@@ -157,8 +209,25 @@ impl Iterator for RecordReader<'_> {
     }
 }
 
-/// The record for a committed delta. `date_ms` is wall-clock milliseconds (the caller's clock).
+/// The record for a committed delta with full values (no column diffs). `date_ms` is
+/// wall-clock milliseconds (the caller's clock).
 pub fn delta_record(schema: &Schema, delta: &TxnDelta, date_ms: u64) -> Value {
+    delta_record_with(
+        schema,
+        delta,
+        date_ms,
+        WriteOptions { column_diff: false },
+    )
+}
+
+/// The record for a committed delta, written as `opts` says.
+pub fn delta_record_with(
+    schema: &Schema,
+    delta: &TxnDelta,
+    date_ms: u64,
+    opts: WriteOptions,
+) -> Value {
+    let use_diff = opts.column_diff && diffs_fit_old_readers(schema, delta);
     let mut m = Map::new();
     for (t, changes) in &delta.tables {
         let ts = &schema.tables[*t];
@@ -182,7 +251,12 @@ pub fn delta_record(schema: &Schema, delta: &TxnDelta, date_ms: u64) -> Value {
                         if cs.ephemeral || n.cols[c] == o.cols[c] {
                             continue;
                         }
-                        r.insert(cs.name.clone(), n.cols[c].to_json(&cs.ty));
+                        let v = if use_diff {
+                            Datum::diff(&o.cols[c], &n.cols[c], &cs.ty).to_json(&cs.ty)
+                        } else {
+                            n.cols[c].to_json(&cs.ty)
+                        };
+                        r.insert(cs.name.clone(), v);
                     }
                     if r.is_empty() {
                         continue; // only ephemeral columns changed
@@ -200,14 +274,29 @@ pub fn delta_record(schema: &Schema, delta: &TxnDelta, date_ms: u64) -> Value {
     if let Some(c) = &delta.comment {
         m.insert("_comment".into(), json!(c));
     }
+    if use_diff {
+        m.insert("_is_diff".into(), json!(true));
+    }
     Value::Object(m)
 }
 
-/// The encoded record (header and body) for a committed delta, written directly as bytes: the
-/// same record [`encode_record`]`(&`[`delta_record`]`(..))` produces, without building a JSON
-/// tree (this is on every commit's path).
+/// The encoded record (header and body) for a committed delta with the default
+/// [`WriteOptions`] (column diffs, as ovsdb-server writes).
 pub fn encode_delta_record(schema: &Schema, delta: &TxnDelta, date_ms: u64) -> Vec<u8> {
+    encode_delta_record_with(schema, delta, date_ms, WriteOptions::default())
+}
+
+/// The encoded record (header and body) for a committed delta, written directly as bytes: the
+/// same record [`encode_record`]`(&`[`delta_record_with`]`(..))` produces, without building a
+/// JSON tree (this is on every commit's path).
+pub fn encode_delta_record_with(
+    schema: &Schema,
+    delta: &TxnDelta,
+    date_ms: u64,
+    opts: WriteOptions,
+) -> Vec<u8> {
     use std::io::Write;
+    let use_diff = opts.column_diff && diffs_fit_old_readers(schema, delta);
     let mut body: Vec<u8> = Vec::with_capacity(256 + delta.len() * 128);
     body.push(b'{');
     let mut first_table = true;
@@ -247,7 +336,13 @@ pub fn encode_delta_record(schema: &Schema, delta: &TxnDelta, date_ms: u64) -> V
                         any_col = true;
                         let _ = serde_json::to_writer(&mut body, &cs.name);
                         body.push(b':');
-                        n.cols[c].write_json(&cs.ty, &mut body);
+                        match old {
+                            Some(o) if use_diff && cs.ty.is_composite() => {
+                                Datum::diff(&o.cols[c], &n.cols[c], &cs.ty)
+                                    .write_json(&cs.ty, &mut body);
+                            }
+                            _ => n.cols[c].write_json(&cs.ty, &mut body),
+                        }
                     }
                     if old.is_some() && !any_col {
                         body.truncate(row_mark); // only ephemeral columns changed
@@ -272,6 +367,9 @@ pub fn encode_delta_record(schema: &Schema, delta: &TxnDelta, date_ms: u64) -> V
     if let Some(c) = &delta.comment {
         body.extend_from_slice(b",\"_comment\":");
         let _ = serde_json::to_writer(&mut body, c);
+    }
+    if use_diff {
+        body.extend_from_slice(b",\"_is_diff\":true");
     }
     body.extend_from_slice(b"}\n");
     let sha = Sha1::digest(&body);
@@ -327,10 +425,19 @@ pub fn record_delta(db: &mut Database, v: &Value) -> Result<TxnDelta> {
                             ))
                         })?;
                         let ty = &ts.columns[c].ty;
-                        let d = Datum::from_json_unchecked(ty, cv, &mut no_named)?;
+                        let at = |e: OvsdbError| {
+                            OvsdbError::new(
+                                e.kind,
+                                format!("column {cn} of {k} row {us}: {}", e.details),
+                            )
+                        };
+                        // A diff may hold more elements than the column allows; the value it
+                        // produces may not.
+                        let d = Datum::from_json_unchecked(ty, cv, &mut no_named).map_err(at)?;
                         row.cols[c] = if is_diff && old.is_some() {
-                            row.cols[c].apply_diff(&d, ty)
+                            row.cols[c].try_apply_diff(&d, ty).map_err(at)?
                         } else {
+                            d.check_size(ty).map_err(at)?;
                             d
                         };
                     }
@@ -397,15 +504,138 @@ mod tests {
         }
         let mut d = deltas.remove(0);
         d.comment = Some("c\u{1}".into());
-        for d in [&d, &deltas[0], &TxnDelta::default()] {
-            // Member order may differ; the records must mean the same and be well-formed.
-            let direct = encode_delta_record(&schema, d, 42);
-            let via_value = encode_record(&delta_record(&schema, d, 42));
-            let a = RecordReader::new(&direct).next().unwrap().unwrap();
-            let b = RecordReader::new(&via_value).next().unwrap().unwrap();
-            assert_eq!(a.json, b.json);
-            assert_eq!(direct.len(), via_value.len());
+        for column_diff in [true, false] {
+            let opts = WriteOptions { column_diff };
+            for d in [&d, &deltas[0], &TxnDelta::default()] {
+                // Member order may differ; the records must mean the same and be well-formed.
+                let direct = encode_delta_record_with(&schema, d, 42, opts);
+                let via_value = encode_record(&delta_record_with(&schema, d, 42, opts));
+                let a = RecordReader::new(&direct).next().unwrap().unwrap();
+                let b = RecordReader::new(&via_value).next().unwrap().unwrap();
+                assert_eq!(a.json, b.json);
+                assert_eq!(direct.len(), via_value.len());
+                assert_eq!(a.json.get("_is_diff").is_some(), column_diff);
+            }
         }
+    }
+
+    fn diff_schema() -> Arc<Schema> {
+        Arc::new(
+            Schema::parse(
+                r#"{"name": "D", "tables": {"T": {"columns": {
+                "enabled": {"type": {"key": "boolean", "min": 0, "max": 1}},
+                "tag": {"type": {"key": "integer", "min": 0, "max": 1}},
+                "s": {"type": {"key": "integer", "min": 0, "max": 2}},
+                "one": {"type": {"key": "integer", "min": 1, "max": 3}},
+                "m": {"type": {"key": "string", "value": "string", "min": 0, "max": "unlimited"}}}}}}"#,
+            )
+            .unwrap(),
+        )
+    }
+
+    const R: &str = "8b7f2b9a-0000-4000-8000-00000000000a";
+
+    fn load(schema: &Arc<Schema>, records: &[Value]) -> Result<Database> {
+        let mut db = Database::new(schema.clone(), 3);
+        for v in records {
+            let d = record_delta(&mut db, v)?;
+            db.apply(&d);
+        }
+        Ok(db)
+    }
+
+    fn col(db: &Database, name: &str) -> Value {
+        let ts = &db.schema.tables[0];
+        let c = ts.column_index(name).unwrap();
+        let u = parse_uuid(R).unwrap();
+        db.row(0, &u).unwrap().cols[c].to_json(&ts.columns[c].ty)
+    }
+
+    #[test]
+    fn is_diff_records_as_ovsdb_server_writes_them() {
+        // What ovsdb-server 3.1 writes for `enabled` false -> true -> [] and `tag` 5 -> [],
+        // `m` {a=1,b=2} -> {a=1,b=3,c=4}.
+        let schema = diff_schema();
+        let db = load(
+            &schema,
+            &[
+                json!({"T": {R: {"enabled": false, "tag": 5, "m": ["map", [["a", "1"], ["b", "2"]]]}}}),
+                json!({"T": {R: {"enabled": true, "tag": ["set", []], "m": ["map", [["b", "3"], ["c", "4"]]]}}, "_is_diff": true}),
+                json!({"T": {R: {"enabled": ["set", []]}}, "_is_diff": true}),
+            ],
+        )
+        .unwrap();
+        assert_eq!(col(&db, "enabled"), json!(["set", []]));
+        assert_eq!(col(&db, "tag"), json!(["set", []]));
+        assert_eq!(
+            col(&db, "m"),
+            json!(["map", [["a", "1"], ["b", "3"], ["c", "4"]]])
+        );
+        // A diff larger than the column's maximum is fine; the value it makes must fit.
+        let db = load(
+            &schema,
+            &[
+                json!({"T": {R: {"s": ["set", [1, 2]]}}}),
+                json!({"T": {R: {"s": ["set", [1, 2, 3, 4]]}}, "_is_diff": true}),
+            ],
+        )
+        .unwrap();
+        assert_eq!(col(&db, "s"), json!(["set", [3, 4]]));
+        let e = load(
+            &schema,
+            &[
+                json!({"T": {R: {"s": ["set", [1, 2]]}}}),
+                json!({"T": {R: {"s": ["set", [3]]}}, "_is_diff": true}),
+            ],
+        )
+        .unwrap_err();
+        assert!(e.details.contains("column s of T row"), "{e}");
+        // A diff applied to a default value of a min-1 set adds to it (OVS 3.3 semantics).
+        let db = load(
+            &schema,
+            &[
+                json!({"T": {R: {"tag": 1}}}),
+                json!({"T": {R: {"one": 7}}, "_is_diff": true}),
+            ],
+        )
+        .unwrap();
+        assert_eq!(col(&db, "one"), json!(["set", [0, 7]]));
+    }
+
+    #[test]
+    fn written_diffs_read_back_and_fall_back_for_old_readers() {
+        let schema = diff_schema();
+        let mut db = load(
+            &schema,
+            &[json!({"T": {R: {"enabled": false, "tag": 5, "s": ["set", [1, 2]], "m": ["map", [["a", "1"]]]}}})],
+        )
+        .unwrap();
+        let opts = WriteOptions::default();
+        let step = |db: &mut Database, v: Value| -> Value {
+            let d = record_delta(db, &v).unwrap();
+            let rec = encode_delta_record_with(&db.schema.clone(), &d, 1, opts);
+            db.apply(&d);
+            RecordReader::new(&rec).next().unwrap().unwrap().json
+        };
+        // Full-value changes, recorded as ovsdb-server would: new values for optional columns.
+        let r = step(
+            &mut db,
+            json!({"T": {R: {"enabled": true, "tag": ["set", []], "m": ["map", [["a", "2"]]]}}}),
+        );
+        assert_eq!(r["_is_diff"], json!(true));
+        assert_eq!(r["T"][R]["enabled"], json!(true));
+        assert_eq!(r["T"][R]["tag"], json!(["set", []]));
+        assert_eq!(r["T"][R]["m"], json!(["map", [["a", "2"]]]));
+        // {1,2} -> {3,4}: the diff has 4 elements, more than OVS 3.1 reads: full values.
+        let r = step(&mut db, json!({"T": {R: {"s": ["set", [3, 4]]}}}));
+        assert!(r.get("_is_diff").is_none(), "{r}");
+        assert_eq!(r["T"][R]["s"], json!(["set", [3, 4]]));
+        // The default of a min-1 set: {0} -> {0,7} would be misread by OVS 3.1: full values.
+        let r = step(&mut db, json!({"T": {R: {"one": ["set", [0, 7]]}}}));
+        assert!(r.get("_is_diff").is_none(), "{r}");
+        let r = step(&mut db, json!({"T": {R: {"one": ["set", [7]]}}}));
+        assert_eq!(r["_is_diff"], json!(true));
+        assert_eq!(r["T"][R]["one"], json!(0));
     }
 
     #[test]

@@ -373,6 +373,14 @@ impl ColumnType {
         self.value.is_some()
     }
 
+    /// Whether a value of this type can hold more than one element (OVSDB's "composite"
+    /// types). Diffs (update2, update3, `_is_diff` file records) carry the new value for a
+    /// column that is not composite (scalars, optional values, maps of at most one pair) and
+    /// the element-wise difference only for composite ones.
+    pub fn is_composite(&self) -> bool {
+        self.max > 1
+    }
+
     /// Exactly one non-map element.
     pub fn is_scalar(&self) -> bool {
         self.value.is_none() && self.min == 1 && self.max == 1

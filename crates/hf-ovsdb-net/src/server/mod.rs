@@ -13,7 +13,7 @@ mod locks;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use hf_ovsdb::file::{encode_delta_record, record_txn_id, snapshot_file};
+use hf_ovsdb::file::{WriteOptions, encode_delta_record_with, record_txn_id, snapshot_file};
 use hf_ovsdb::monitor::merge_deltas;
 use hf_ovsdb::server_db::{database_row, server_schema};
 use hf_ovsdb::txn::{TxnEnv, TxnOutcome, execute};
@@ -57,6 +57,9 @@ pub struct Config {
     /// Send an echo to a session silent for this long, and drop it after as long again
     /// without an answer. None disables probes.
     pub probe_interval_ms: Option<u64>,
+    /// Write modified columns of file records as diffs (`"_is_diff": true`), as ovsdb-server
+    /// does by default; false writes full values (`--disable-file-column-diff`).
+    pub file_column_diff: bool,
 }
 
 impl Default for Config {
@@ -66,6 +69,7 @@ impl Default for Config {
             history_rows: 200_000,
             compact_min_bytes: 10 << 20,
             probe_interval_ms: Some(5_000),
+            file_column_diff: true,
         }
     }
 }
@@ -506,7 +510,10 @@ impl Core {
     /// Persist, apply and publish a validated delta.
     fn commit(&mut self, dbi: usize, delta: TxnDelta, now: Now) -> std::io::Result<()> {
         let entry = &mut self.dbs[dbi];
-        let record = encode_delta_record(&entry.db.schema, &delta, now.wall_ms);
+        let opts = WriteOptions {
+            column_diff: self.cfg.file_column_diff,
+        };
+        let record = encode_delta_record_with(&entry.db.schema, &delta, now.wall_ms, opts);
         let txn_id = record_txn_id(&record);
         if let Some(st) = &mut entry.storage {
             st.append(&record, delta.durable)?;
