@@ -110,7 +110,11 @@ impl Datum {
         named: &mut dyn FnMut(&str) -> Result<Uuid>,
     ) -> Result<Self> {
         let d = Self::from_json_unchecked(ty, v, named)?;
-        d.check(ty)?;
+        // A value of the wrong size is malformed ("syntax error", as ovsdb-server says); a
+        // mutation whose result has the wrong size violates a constraint (`check_size`).
+        d.check_size(ty)
+            .map_err(|e| OvsdbError::syntax(e.details))?;
+        d.check_atoms(ty)?;
         Ok(d)
     }
 
@@ -147,7 +151,10 @@ impl Datum {
             }
             out.sort_by(|a, b| a.0.cmp(&b.0));
             if out.windows(2).any(|w| w[0].0 == w[1].0) {
-                return Err(OvsdbError::constraint("map contains duplicate key"));
+                return Err(OvsdbError::new(
+                    crate::ErrorKind::Generic,
+                    "map contains duplicate key",
+                ));
             }
             let (keys, values) = out.into_iter().unzip();
             return Ok(Datum { keys, values });
@@ -164,7 +171,10 @@ impl Datum {
         };
         keys.sort();
         if keys.windows(2).any(|w| w[0] == w[1]) {
-            return Err(OvsdbError::constraint("set contains duplicate value"));
+            return Err(OvsdbError::new(
+                crate::ErrorKind::Generic,
+                "set contains duplicate value",
+            ));
         }
         Ok(Datum {
             keys,
@@ -511,17 +521,17 @@ mod tests {
     }
 
     #[test]
-    fn duplicates_are_constraint_violations() {
+    fn duplicates_are_ovsdb_errors_as_ovsdb_server_says() {
         let e =
             Datum::from_json(&set_ty(), &json!(["set", ["a", "a"]]), &mut no_named).unwrap_err();
-        assert_eq!(e.kind, crate::ErrorKind::Constraint);
+        assert_eq!(e.kind, crate::ErrorKind::Generic);
         let e = Datum::from_json(
             &map_ty(),
             &json!(["map", [["a", "1"], ["a", "2"]]]),
             &mut no_named,
         )
         .unwrap_err();
-        assert_eq!(e.kind, crate::ErrorKind::Constraint);
+        assert_eq!(e.kind, crate::ErrorKind::Generic);
     }
 
     #[test]

@@ -38,6 +38,9 @@ pub enum ErrorKind {
     UnknownMonitor,
     /// The transaction was canceled.
     Canceled,
+    /// An error ovsdb-server reports without a more specific class, e.g. a set or map value
+    /// with a duplicate element (`"ovsdb error"`).
+    Generic,
 }
 
 impl ErrorKind {
@@ -60,6 +63,7 @@ impl ErrorKind {
             ErrorKind::UnknownMethod => "unknown method",
             ErrorKind::UnknownMonitor => "unknown monitor",
             ErrorKind::Canceled => "canceled",
+            ErrorKind::Generic => "ovsdb error",
         }
     }
 }

@@ -97,6 +97,9 @@ pub struct TableMonitor {
     pub select: Select,
     /// Row filter (conditional monitors; empty = all rows).
     pub condition: MonitorCondition,
+    /// Whether `_version` is reported (asked for, or "columns" omitted: ovsdb-server then
+    /// reports every column but `_uuid`).
+    pub version: bool,
     defaults: Vec<Datum>,
 }
 
@@ -127,6 +130,7 @@ impl Monitor {
             let mut select = Select::NONE;
             let mut condition = MonitorCondition::default();
             let mut all_cols = false;
+            let mut with_version = false;
             for r in reqs {
                 let ro = r
                     .as_object()
@@ -148,9 +152,11 @@ impl Monitor {
                             let n = n.as_str().ok_or_else(|| {
                                 OvsdbError::syntax("column names must be strings")
                             })?;
-                            // _uuid is always reported; _version may be asked for and is ignored.
-                            if let ColumnRef::User(i) = ts.column_ref(n)? {
-                                columns.push(i);
+                            // _uuid is always reported (as the row's key).
+                            match ts.column_ref(n)? {
+                                ColumnRef::User(i) => columns.push(i),
+                                ColumnRef::Version => with_version = true,
+                                ColumnRef::Uuid => {}
                             }
                         }
                     }
@@ -172,6 +178,7 @@ impl Monitor {
             }
             if all_cols {
                 columns = (0..ts.columns.len()).collect();
+                with_version = true;
             }
             columns.sort_unstable();
             columns.dedup();
@@ -181,6 +188,7 @@ impl Monitor {
                 columns,
                 select,
                 condition,
+                version: with_version,
                 defaults,
             });
         }
@@ -195,8 +203,8 @@ impl Monitor {
         let mut k = format!("{:?}", self.version);
         for t in &self.tables {
             k.push_str(&format!(
-                "|{}:{:?}:{:?}:{:?}",
-                t.table, t.columns, t.select, t.condition
+                "|{}:{:?}:{}:{:?}:{:?}",
+                t.table, t.columns, t.version, t.select, t.condition
             ));
         }
         k
@@ -347,6 +355,9 @@ impl TableMonitor {
                 r.cols[c].to_json(&ts.columns[c].ty),
             );
         }
+        if self.version {
+            m.insert("_version".into(), json!(["uuid", r.version.to_string()]));
+        }
         Value::Object(m)
     }
 
@@ -383,7 +394,9 @@ impl TableMonitor {
                     .copied()
                     .filter(|&c| o.cols[c] != n.cols[c])
                     .collect();
-                if changed.is_empty() {
+                // `_version` changes with every modification (also one that weak-reference
+                // clean-up undid), so a monitor of `_version` reports every modified row.
+                if changed.is_empty() && !self.version {
                     return None;
                 }
                 if v == MonitorVersion::V1 {
@@ -394,6 +407,9 @@ impl TableMonitor {
                             o.cols[c].to_json(&ts.columns[c].ty),
                         );
                     }
+                    if self.version {
+                        old_m.insert("_version".into(), json!(["uuid", o.version.to_string()]));
+                    }
                     Some(json!({"old": old_m, "new": self.row_json(ts, n, false)}))
                 } else {
                     let mut m = Map::new();
@@ -403,6 +419,9 @@ impl TableMonitor {
                             ts.columns[c].name.clone(),
                             Datum::diff(&o.cols[c], &n.cols[c], ty).to_json(ty),
                         );
+                    }
+                    if self.version {
+                        m.insert("_version".into(), json!(["uuid", n.version.to_string()]));
                     }
                     Some(json!({"modify": m}))
                 }

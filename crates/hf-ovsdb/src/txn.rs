@@ -134,6 +134,9 @@ pub fn execute(db: &mut Database, ops: &[Value], env: &dyn TxnEnv) -> TxnOutcome
                     ));
                 }
                 results.push(e.to_json());
+                // The operations after the failed one were not executed: null, as
+                // ovsdb-server answers (one result per operation).
+                results.resize(ops.len(), Value::Null);
                 return TxnOutcome::Failed { results, error: e };
             }
         }
@@ -393,6 +396,15 @@ impl<'a> Exec<'a> {
                 cols[c] = d;
             }
         }
+        // Defaults must satisfy the column's constraints too (an enum whose default is not
+        // one of its values must be given), as ovsdb-server checks them.
+        for (c, cs) in ts.columns.iter().enumerate() {
+            if cols[c].len() == 1 {
+                cols[c].check_atoms(&cs.ty).map_err(|e| {
+                    e.context(format!("column {} of table {}", cs.name, ts.name))
+                })?;
+            }
+        }
         let version = self.uuid_gen.next_uuid();
         self.work[t].insert(
             uuid,
@@ -586,6 +598,16 @@ impl<'a> Exec<'a> {
     /// Commit-time checks and construction of the delta.
     fn commit(&mut self) -> Result<TxnDelta> {
         let schema = self.schema;
+        // A row the operations left at its committed values is no change (ovsdb-server drops
+        // such rows before it assesses references). A row that weak-reference clean-up below
+        // returns to its committed values stays changed and gets a new `_version`, as there.
+        for t in 0..schema.tables.len() {
+            let db = &self.db;
+            self.work[t].retain(|u, w| match w {
+                Work::Modify(r) => db.row(t, u).is_none_or(|o| o.cols != r.cols),
+                _ => true,
+            });
+        }
         // Strong reference count changes caused by this transaction.
         let mut strong_delta: HashMap<Uuid, i64> = HashMap::new();
         let mut candidates: Vec<(usize, Uuid)> = Vec::new();
@@ -624,6 +646,72 @@ impl<'a> Exec<'a> {
             let row = row.clone();
             count_refs(ts, &row, -1, &mut strong_delta, &mut candidates);
             self.remove(t, &u);
+        }
+        // Checked in ovsdb-server's order, so that a transaction with several faults reports
+        // the same one: strong referential integrity, then maxRows, then weak references
+        // (removed, then sizes), then indexes.
+        for t in 0..schema.tables.len() {
+            let ts = &schema.tables[t];
+            for (u, w) in &self.work[t] {
+                match w {
+                    Work::Delete => {
+                        let n = i64::from(self.db.strong_refs_to(u))
+                            + strong_delta.get(u).copied().unwrap_or(0);
+                        if n > 0 {
+                            return Err(OvsdbError::new(
+                                ErrorKind::ReferentialIntegrity,
+                                format!(
+                                    "cannot delete {} row {u} because of {n} remaining strong reference(s)",
+                                    ts.name
+                                ),
+                            ));
+                        }
+                    }
+                    Work::Insert(r) | Work::Modify(r) => {
+                        for (c, cs) in ts.columns.iter().enumerate() {
+                            if !cs.ty.has_refs() {
+                                continue;
+                            }
+                            let mut bad = None;
+                            r.cols[c].for_each_ref(&cs.ty, |target, tt, strong| {
+                                if strong && bad.is_none() && self.get(tt, &target).is_none() {
+                                    bad = Some((target, tt));
+                                }
+                            });
+                            if let Some((target, tt)) = bad {
+                                return Err(OvsdbError::new(
+                                    ErrorKind::ReferentialIntegrity,
+                                    format!(
+                                        "table {} column {} row {u} references nonexistent row {target} in table {}",
+                                        ts.name, cs.name, schema.tables[tt].name
+                                    ),
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for t in 0..schema.tables.len() {
+            let ts = &schema.tables[t];
+            if let Some(max) = ts.max_rows
+                && !self.work[t].is_empty()
+            {
+                let mut n = self.db.tables[t].rows.len() as i64;
+                for (u, w) in &self.work[t] {
+                    match w {
+                        Work::Insert(_) => n += 1,
+                        Work::Delete if self.db.row(t, u).is_some() => n -= 1,
+                        _ => {}
+                    }
+                }
+                if n > max as i64 {
+                    return Err(OvsdbError::constraint(format!(
+                        "transaction causes \"{}\" table to contain {n} rows, greater than the schema-defined limit of {max} row(s)",
+                        ts.name
+                    )));
+                }
+            }
         }
         // Weak references: drop references to rows that are gone, from rows this transaction
         // wrote and from committed rows that point at deleted rows.
@@ -698,69 +786,19 @@ impl<'a> Exec<'a> {
                 }
             }
         }
-        // Strong referential integrity, sizes, maxRows, indexes.
         for t in 0..schema.tables.len() {
             let ts = &schema.tables[t];
             for (u, w) in &self.work[t] {
-                match w {
-                    Work::Delete => {
-                        let n = i64::from(self.db.strong_refs_to(u))
-                            + strong_delta.get(u).copied().unwrap_or(0);
-                        if n > 0 {
-                            return Err(OvsdbError::new(
-                                ErrorKind::ReferentialIntegrity,
-                                format!(
-                                    "cannot delete {} row {u} because of {n} remaining strong reference(s)",
-                                    ts.name
-                                ),
-                            ));
-                        }
-                    }
-                    Work::Insert(r) | Work::Modify(r) => {
-                        for (c, cs) in ts.columns.iter().enumerate() {
-                            r.cols[c].check_size(&cs.ty).map_err(|e| {
-                                e.context(format!("column {} of {} row {u}", cs.name, ts.name))
-                            })?;
-                            if !cs.ty.has_refs() {
-                                continue;
-                            }
-                            let mut bad = None;
-                            r.cols[c].for_each_ref(&cs.ty, |target, tt, strong| {
-                                if strong && bad.is_none() && self.get(tt, &target).is_none() {
-                                    bad = Some((target, tt));
-                                }
-                            });
-                            if let Some((target, tt)) = bad {
-                                return Err(OvsdbError::new(
-                                    ErrorKind::ReferentialIntegrity,
-                                    format!(
-                                        "table {} column {} row {u} references nonexistent row {target} in table {}",
-                                        ts.name, cs.name, schema.tables[tt].name
-                                    ),
-                                ));
-                            }
-                        }
+                if let Work::Insert(r) | Work::Modify(r) = w {
+                    for (c, cs) in ts.columns.iter().enumerate() {
+                        r.cols[c].check_size(&cs.ty).map_err(|e| {
+                            e.context(format!("column {} of {} row {u}", cs.name, ts.name))
+                        })?;
                     }
                 }
             }
-            if let Some(max) = ts.max_rows
-                && !self.work[t].is_empty()
-            {
-                let mut n = self.db.tables[t].rows.len() as i64;
-                for (u, w) in &self.work[t] {
-                    match w {
-                        Work::Insert(_) => n += 1,
-                        Work::Delete if self.db.row(t, u).is_some() => n -= 1,
-                        _ => {}
-                    }
-                }
-                if n > max as i64 {
-                    return Err(OvsdbError::constraint(format!(
-                        "transaction causes \"{}\" table to contain {n} rows, greater than the schema-defined limit of {max} row(s)",
-                        ts.name
-                    )));
-                }
-            }
+        }
+        for t in 0..schema.tables.len() {
             self.check_indexes(t)?;
         }
         Ok(self.build_delta())
@@ -821,9 +859,6 @@ impl<'a> Exec<'a> {
                     Work::Delete => None,
                     Work::Insert(r) => Some(Arc::new(r)),
                     Work::Modify(mut r) => {
-                        if old.as_ref().is_some_and(|o| o.cols == r.cols) {
-                            continue; // no effective change
-                        }
                         r.version = self.uuid_gen.next_uuid();
                         Some(Arc::new(r))
                     }
