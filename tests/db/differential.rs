@@ -221,7 +221,7 @@ impl Gen {
     /// A value for Root column `c`; `bad` allows values the schema forbids.
     fn root_value(&mut self, c: &str, bad: bool) -> Sym {
         let r = &mut self.rng;
-        let bad = bad && r.chance(6);
+        let bad = bad && r.chance(15);
         let v = match c {
             "name" => return j(self.name()),
             "i" => json!(if bad { r.int(-3, 104) } else { r.int(0, 100) }),
@@ -285,13 +285,11 @@ impl Gen {
             "m1" => self.str_map(1),
             "strong" => {
                 let n = self.rng.below(3);
-                let refs = (0..n).map(|_| self.row_ref("Child")).collect();
-                return Sym::Set(refs);
+                return Sym::Set(self.refs("Child", n, bad));
             }
             "weak" => {
                 let n = self.rng.below(3);
-                let refs = (0..n).map(|_| self.row_ref("Leaf")).collect();
-                return Sym::Set(refs);
+                return Sym::Set(self.refs("Leaf", n, bad));
             }
             "wopt" => {
                 if self.rng.chance(30) {
@@ -312,6 +310,35 @@ impl Gen {
             other => unreachable!("column {other}"),
         };
         j(v)
+    }
+
+    /// Values for `cols`, at most one of them possibly invalid: which of several faults in one
+    /// row ovsdb-server reports first depends on its hash order of the row's members.
+    fn row_values(&mut self, cols: &[&'static str]) -> Vec<(String, Sym)> {
+        let bad = self.rng.below(cols.len() as u64) as usize;
+        cols.iter()
+            .enumerate()
+            .map(|(i, c)| (c.to_string(), self.root_value(c, i == bad)))
+            .collect()
+    }
+
+    /// `n` references into `table`, distinct unless `dup`.
+    fn refs(&mut self, table: &'static str, n: u64, dup: bool) -> Vec<Sym> {
+        let mut out: Vec<Sym> = Vec::new();
+        let mut seen = Vec::new();
+        for _ in 0..n {
+            let r = self.row_ref(table);
+            if let Sym::Row(_, k) = r
+                && !dup
+            {
+                if seen.contains(&k) {
+                    continue;
+                }
+                seen.push(k);
+            }
+            out.push(r);
+        }
+        out
     }
 
     fn root_columns(&mut self, n: usize) -> Vec<&'static str> {
@@ -354,10 +381,7 @@ impl Gen {
         if !cols.contains(&"e") && !self.rng.chance(4) {
             cols.push("e");
         }
-        let mut row: Vec<(String, Sym)> = cols
-            .iter()
-            .map(|c| (c.to_string(), self.root_value(c, true)))
-            .collect();
+        let mut row = self.row_values(&cols);
         if self.rng.chance(40) {
             // A child in the same transaction, referenced by name (and maybe existing ones).
             let cname = format!("c{}", ops.len());
@@ -424,10 +448,7 @@ impl Gen {
                 22..=43 => {
                     let ncols = 1 + self.rng.below(4) as usize;
                     let cols = self.root_columns(ncols);
-                    let row = cols
-                        .iter()
-                        .map(|c| (c.to_string(), self.root_value(c, true)))
-                        .collect();
+                    let row = self.row_values(&cols);
                     ops.push(obj(vec![
                         ("op", j(json!("update"))),
                         ("table", j(json!("Root"))),
@@ -735,11 +756,13 @@ impl Side {
         match s {
             Sym::J(v) => v.clone(),
             Sym::Row(t, k) => {
+                // A row that does not exist: a UUID no row has, distinct per index.
                 let u = self
                     .rows
                     .get(t)
                     .and_then(|v| v.get(*k as usize))
-                    .map_or(BOGUS, String::as_str);
+                    .cloned()
+                    .unwrap_or_else(|| format!("00000000-dead-4000-8000-{k:012x}"));
                 json!(["uuid", u])
             }
             Sym::Set(xs) => json!(["set", xs.iter().map(|x| self.render(x)).collect::<Vec<_>>()]),
