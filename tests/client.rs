@@ -13,3 +13,5 @@ mod lock;
 mod procs;
 #[path = "client/raft.rs"]
 mod raft;
+#[path = "client/diff_follow.rs"]
+mod diff_follow;

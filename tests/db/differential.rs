@@ -563,7 +563,7 @@ impl Conn {
             }
         };
         stream
-            .set_read_timeout(Some(Duration::from_secs(20)))
+            .set_read_timeout(Some(Duration::from_secs(60)))
             .map_err(|e| e.to_string())?;
         Ok(Conn {
             stream,
@@ -1065,7 +1065,7 @@ fn env_u64(name: &str) -> Option<u64> {
 }
 
 fn steps_per_seed() -> usize {
-    env_u64("HF_DIFF_STEPS").map_or(700, |n| n as usize)
+    env_u64("HF_DIFF_STEPS").map_or(800, |n| n as usize)
 }
 
 #[test]
