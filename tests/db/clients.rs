@@ -142,6 +142,7 @@ import ovs.db.idl, ovs.poller
 remote, schema, other = sys.argv[1], sys.argv[2], sys.argv[3]
 helper = ovs.db.idl.SchemaHelper(location=schema)
 helper.register_table("Logical_Switch")
+helper.register_table("Logical_Switch_Port")
 idl = ovs.db.idl.Idl(remote, helper)
 
 def wait_for(pred, what):
@@ -163,6 +164,28 @@ subprocess.run(["ovn-nbctl", "--db=" + other, "ls-add", "idl-sw"], check=True)
 wait_for(lambda: len(switch("idl-sw")) == 1, "saw insert")
 subprocess.run(["ovn-nbctl", "--db=" + other, "set", "Logical_Switch", "idl-sw", "other_config:x=1"], check=True)
 wait_for(lambda: switch("idl-sw") and switch("idl-sw")[0].other_config.get("x") == "1", "saw update")
+
+# Optional columns (min 0, max 1): update2 carries their new value, never a set difference.
+def port(name):
+    return [r for r in idl.tables["Logical_Switch_Port"].rows.values() if r.name == name]
+def nbctl(*args):
+    subprocess.run(["ovn-nbctl", "--db=" + other] + list(args), check=True)
+nbctl("lsp-add", "idl-sw", "idl-p")
+wait_for(lambda: port("idl-p") and port("idl-p")[0].enabled == [], "saw port")
+for value, want in [("disabled", [False]), ("enabled", [True]), ("disabled", [False])]:
+    nbctl("lsp-set-enabled", "idl-p", value)
+    wait_for(lambda: port("idl-p")[0].enabled == want, "saw enabled " + str(want))
+nbctl("set", "Logical_Switch_Port", "idl-p", "tag_request=5")
+wait_for(lambda: port("idl-p")[0].tag_request == [5], "saw tag_request [5]")
+nbctl("set", "Logical_Switch_Port", "idl-p", "tag_request=7")
+wait_for(lambda: port("idl-p")[0].tag_request == [7], "saw tag_request [7]")
+nbctl("clear", "Logical_Switch_Port", "idl-p", "tag_request", "enabled")
+wait_for(lambda: port("idl-p")[0].tag_request == [] and port("idl-p")[0].enabled == [], "saw both cleared")
+# The IDL writes an optional column too; it reads back what it wrote.
+txn = ovs.db.idl.Transaction(idl)
+port("idl-p")[0].enabled = [True]
+print("set enabled " + ovs.db.idl.Transaction.status_to_string(txn.commit_block()), flush=True)
+wait_for(lambda: port("idl-p")[0].enabled == [True], "saw own enabled [True]")
 subprocess.run(["ovn-nbctl", "--db=" + other, "ls-del", "idl-sw"], check=True)
 wait_for(lambda: len(switch("idl-sw")) == 0, "saw delete")
 
@@ -219,6 +242,15 @@ fn python_idl_sees_other_clients_changes() {
             "connected",
             "saw insert",
             "saw update",
+            "saw port",
+            "saw enabled [False]",
+            "saw enabled [True]",
+            "saw enabled [False]",
+            "saw tag_request [5]",
+            "saw tag_request [7]",
+            "saw both cleared",
+            "set enabled success",
+            "saw own enabled [True]",
             "saw delete",
             "commit success"
         ]
