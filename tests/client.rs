@@ -5,6 +5,8 @@
 
 mod common;
 
+#[path = "client/diff_follow.rs"]
+mod diff_follow;
 #[path = "client/follow.rs"]
 mod follow;
 #[path = "client/lock.rs"]
@@ -13,5 +15,3 @@ mod lock;
 mod procs;
 #[path = "client/raft.rs"]
 mod raft;
-#[path = "client/diff_follow.rs"]
-mod diff_follow;

@@ -8,9 +8,9 @@ mod common;
 mod bad_input;
 #[path = "db/clients.rs"]
 mod clients;
+#[path = "db/differential.rs"]
+mod differential;
 #[path = "db/durability.rs"]
 mod durability;
 #[path = "db/nbctl.rs"]
 mod nbctl;
-#[path = "db/differential.rs"]
-mod differential;

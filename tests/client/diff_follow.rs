@@ -136,7 +136,9 @@ fn step(r: &mut Rng, i: usize) -> Vec<Value> {
         8 => vec![
             json!({"op": "update", "table": "Logical_Switch", "where": [["name", "==", sw]], "row": {"ports": ["set", []]}}),
         ],
-        _ => vec![json!({"op": "delete", "table": "Logical_Switch", "where": [["name", "==", sw]]})],
+        _ => {
+            vec![json!({"op": "delete", "table": "Logical_Switch", "where": [["name", "==", sw]]})]
+        }
     }
 }
 
@@ -251,7 +253,9 @@ async fn follow(what: &str, remotes: Vec<String>, writer: String, seed: u64, ste
         changes > steps / 3,
         "{what}: only {changes} of {steps} transactions committed: the workload is too weak"
     );
-    eprintln!("{what}: replica equal to the server after each of {steps} steps ({changes} commits)");
+    eprintln!(
+        "{what}: replica equal to the server after each of {steps} steps ({changes} commits)"
+    );
 }
 
 fn seed() -> u64 {
@@ -272,7 +276,14 @@ async fn replica_equals_ovsdb_server_after_every_step() {
     let dir = tempfile::tempdir().unwrap();
     let m = procs::standalone(dir.path(), &nb_schema());
     let addr = format!("127.0.0.1:{}", m.port);
-    follow("standalone ovsdb-server", vec![m.remote()], addr, seed(), 600).await;
+    follow(
+        "standalone ovsdb-server",
+        vec![m.remote()],
+        addr,
+        seed(),
+        600,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -259,7 +259,11 @@ impl Gen {
                 self.set_of(e)
             }
             "one" => {
-                let n = if bad { 0 } else { 1 + self.rng.below(3) as usize };
+                let n = if bad {
+                    0
+                } else {
+                    1 + self.rng.below(3) as usize
+                };
                 let e = self.distinct_ints(n, 0, 3);
                 self.set_of(e)
             }
@@ -424,8 +428,16 @@ impl Gen {
             5 => json!(["m", "insert", self.str_map(2)]),
             6 => json!(["m", "delete", ["set", ["k0", "k1"]]]),
             7 => json!(["m", "delete", self.str_map(2)]),
-            8 => json!(["mi", "insert", ["map", [[self.rng.int(0, 4), self.rng.int(0, 3)]]]]),
-            9 => json!(["one", self.rng.pick(&["insert", "delete"]), self.rng.int(0, 3)]),
+            8 => json!([
+                "mi",
+                "insert",
+                ["map", [[self.rng.int(0, 4), self.rng.int(0, 3)]]]
+            ]),
+            9 => json!([
+                "one",
+                self.rng.pick(&["insert", "delete"]),
+                self.rng.int(0, 3)
+            ]),
             10 => {
                 let c = self.row_ref("Child");
                 return Sym::Arr(vec![j(json!("strong")), j(json!("delete")), c]);
@@ -655,7 +667,12 @@ impl Server {
             }
             Kind::Ovsdb => {
                 if !file.exists() {
-                    run_ok(Command::new("ovsdb-tool").arg("create").arg(file).arg(&schema));
+                    run_ok(
+                        Command::new("ovsdb-tool")
+                            .arg("create")
+                            .arg(file)
+                            .arg(&schema),
+                    );
                 }
                 let pidfile = dir.join("ovs.pid");
                 let out = run(
@@ -718,13 +735,22 @@ struct Side {
     rows: HashMap<&'static str, Vec<String>>,
 }
 
-const MONITORS: [&str; 4] = ["monitor", "monitor_cond", "monitor_cond(where)", "monitor_cond_since"];
+const MONITORS: [&str; 4] = [
+    "monitor",
+    "monitor_cond",
+    "monitor_cond(where)",
+    "monitor_cond_since",
+];
 
 impl Side {
     fn open(server: Server) -> Result<Self, String> {
         let sock = server.sock();
         let txn = Conn::connect(&sock)?;
-        let all: Value = TABLES.iter().map(|t| (t.to_string(), json!([{}]))).collect::<Map<_, _>>().into();
+        let all: Value = TABLES
+            .iter()
+            .map(|t| (t.to_string(), json!([{}])))
+            .collect::<Map<_, _>>()
+            .into();
         let mut cond = all.clone();
         cond["Root"] = json!([{"where": [["i", ">", 50]]}]);
         let mut monitors = Vec::new();
@@ -772,7 +798,9 @@ impl Side {
                     .map(|(k, v)| json!([k, self.render(v)]))
                     .collect::<Vec<_>>()
             ]),
-            Sym::Obj(m) => Value::Object(m.iter().map(|(k, v)| (k.clone(), self.render(v))).collect()),
+            Sym::Obj(m) => {
+                Value::Object(m.iter().map(|(k, v)| (k.clone(), self.render(v))).collect())
+            }
             Sym::Arr(xs) => Value::Array(xs.iter().map(|x| self.render(x)).collect()),
         }
     }
@@ -813,12 +841,22 @@ impl Side {
 
     fn dump(&mut self) -> Result<Value, String> {
         let ops: Vec<Value> = std::iter::once(json!(DB))
-            .chain(TABLES.iter().map(|t| json!({"op": "select", "table": t, "where": []})))
+            .chain(
+                TABLES
+                    .iter()
+                    .map(|t| json!({"op": "select", "table": t, "where": []})),
+            )
             .collect();
         let r = self.txn.call("transact", Value::Array(ops))?;
         let mut out = Map::new();
-        for (t, res) in TABLES.iter().zip(r["result"].as_array().cloned().unwrap_or_default()) {
-            let mut rows = res["rows"].as_array().cloned().ok_or(format!("dump: {r}"))?;
+        for (t, res) in TABLES
+            .iter()
+            .zip(r["result"].as_array().cloned().unwrap_or_default())
+        {
+            let mut rows = res["rows"]
+                .as_array()
+                .cloned()
+                .ok_or(format!("dump: {r}"))?;
             for row in &mut rows {
                 if let Some(o) = row.as_object_mut() {
                     o.remove("_version");
@@ -961,16 +999,39 @@ fn run_steps(steps: &[Step], files: bool) -> Result<(), (usize, String)> {
     drop(ovs);
     // Each file in the other server, and in its own again.
     for (kind, file, names, what) in [
-        (Kind::Ovsdb, &hf_file, &hf_names, "holdfast's file served by ovsdb-server"),
-        (Kind::Holdfast, &ovs_file, &ovs_names, "ovsdb-server's file served by holdfast"),
-        (Kind::Holdfast, &hf_file, &hf_names, "holdfast's file served by holdfast again"),
+        (
+            Kind::Ovsdb,
+            &hf_file,
+            &hf_names,
+            "holdfast's file served by ovsdb-server",
+        ),
+        (
+            Kind::Holdfast,
+            &ovs_file,
+            &ovs_names,
+            "ovsdb-server's file served by holdfast",
+        ),
+        (
+            Kind::Holdfast,
+            &hf_file,
+            &hf_names,
+            "holdfast's file served by holdfast again",
+        ),
     ] {
         let d = tmp.path().join(format!("swap-{}", what.len()));
         std::fs::create_dir_all(&d).map_err(|e| fail(e.to_string()))?;
-        let f = d.join(if kind == Kind::Ovsdb { "ovs.db" } else { "hf.db" });
+        let f = d.join(if kind == Kind::Ovsdb {
+            "ovs.db"
+        } else {
+            "hf.db"
+        });
         std::fs::copy(file, &f).map_err(|e| fail(e.to_string()))?;
-        let mut side = start(kind, &d, f.file_name().and_then(|n| n.to_str()).unwrap_or("x"))
-            .map_err(|e| fail(format!("{what}: {e}")))?;
+        let mut side = start(
+            kind,
+            &d,
+            f.file_name().and_then(|n| n.to_str()).unwrap_or("x"),
+        )
+        .map_err(|e| fail(format!("{what}: {e}")))?;
         side.names = names.clone();
         let got = side.dump().map_err(fail)?;
         if got != want {
@@ -992,7 +1053,12 @@ fn show(steps: &[Step]) -> String {
             Sym::J(v) => v.clone(),
             Sym::Row(t, k) => json!(["uuid", format!("{t}#{k}")]),
             Sym::Set(xs) => json!(["set", xs.iter().map(sym).collect::<Vec<_>>()]),
-            Sym::Map(xs) => json!(["map", xs.iter().map(|(k, v)| json!([k, sym(v)])).collect::<Vec<_>>()]),
+            Sym::Map(xs) => json!([
+                "map",
+                xs.iter()
+                    .map(|(k, v)| json!([k, sym(v)]))
+                    .collect::<Vec<_>>()
+            ]),
             Sym::Obj(m) => Value::Object(m.iter().map(|(k, v)| (k.clone(), sym(v))).collect()),
             Sym::Arr(xs) => Value::Array(xs.iter().map(sym).collect()),
         }
@@ -1070,7 +1136,10 @@ fn steps_per_seed() -> usize {
 
 #[test]
 fn differential_vs_ovsdb_server() {
-    if !require("differential_vs_ovsdb_server", &["ovsdb-server", "ovsdb-tool"]) {
+    if !require(
+        "differential_vs_ovsdb_server",
+        &["ovsdb-server", "ovsdb-tool"],
+    ) {
         return;
     }
     let seed = env_u64("HF_DIFF_SEED").unwrap_or(20_260_801);
@@ -1080,7 +1149,10 @@ fn differential_vs_ovsdb_server() {
 #[test]
 fn differential_vs_ovsdb_server_more_seeds() {
     if std::env::var("HF_DIFF_SEED").is_ok()
-        || !require("differential_vs_ovsdb_server_more_seeds", &["ovsdb-server", "ovsdb-tool"])
+        || !require(
+            "differential_vs_ovsdb_server_more_seeds",
+            &["ovsdb-server", "ovsdb-tool"],
+        )
     {
         return;
     }

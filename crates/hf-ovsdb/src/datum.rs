@@ -569,7 +569,10 @@ mod tests {
             parse(&opt_bool, json!(true)),
             parse(&opt_bool, json!(["set", []])),
         );
-        assert_eq!(Datum::diff(&f, &t, &opt_bool).to_json(&opt_bool), json!(true));
+        assert_eq!(
+            Datum::diff(&f, &t, &opt_bool).to_json(&opt_bool),
+            json!(true)
+        );
         assert_eq!(f.apply_diff(&t, &opt_bool), t);
         assert_eq!(
             Datum::diff(&t, &e, &opt_bool).to_json(&opt_bool),
@@ -589,10 +592,9 @@ mod tests {
         );
         assert_eq!(five.apply_diff(&none, &opt_int), none);
         // A map of at most one pair is not composite either.
-        let map1 = ColumnType::from_json(
-            &json!({"key": "string", "value": "string", "min": 0, "max": 1}),
-        )
-        .unwrap();
+        let map1 =
+            ColumnType::from_json(&json!({"key": "string", "value": "string", "min": 0, "max": 1}))
+                .unwrap();
         let a = parse(&map1, json!(["map", [["k", "1"]]]));
         let b = parse(&map1, json!(["map", [["k", "2"]]]));
         assert_eq!(Datum::diff(&a, &b, &map1), b);

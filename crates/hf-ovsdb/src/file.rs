@@ -212,12 +212,7 @@ impl Iterator for RecordReader<'_> {
 /// The record for a committed delta with full values (no column diffs). `date_ms` is
 /// wall-clock milliseconds (the caller's clock).
 pub fn delta_record(schema: &Schema, delta: &TxnDelta, date_ms: u64) -> Value {
-    delta_record_with(
-        schema,
-        delta,
-        date_ms,
-        WriteOptions { column_diff: false },
-    )
+    delta_record_with(schema, delta, date_ms, WriteOptions { column_diff: false })
 }
 
 /// The record for a committed delta, written as `opts` says.

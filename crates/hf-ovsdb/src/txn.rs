@@ -400,9 +400,9 @@ impl<'a> Exec<'a> {
         // one of its values must be given), as ovsdb-server checks them.
         for (c, cs) in ts.columns.iter().enumerate() {
             if cols[c].len() == 1 {
-                cols[c].check_atoms(&cs.ty).map_err(|e| {
-                    e.context(format!("column {} of table {}", cs.name, ts.name))
-                })?;
+                cols[c]
+                    .check_atoms(&cs.ty)
+                    .map_err(|e| e.context(format!("column {} of table {}", cs.name, ts.name)))?;
             }
         }
         let version = self.uuid_gen.next_uuid();
