@@ -50,9 +50,11 @@ impl Default for WriteOptions {
     }
 }
 
-/// Whether a record of `delta` may carry column diffs: every modified column's diff must be
-/// read back correctly by OVS 3.1's reader too (see the module doc).
-fn diffs_fit_old_readers(schema: &Schema, delta: &TxnDelta) -> bool {
+/// The diffs of every changed composite column of every modified row of `delta`, in the order
+/// the record writers visit them (tables, rows, columns), or None when OVS 3.1's reader would
+/// misread one of them (see the module doc): the record then carries full values.
+fn column_diffs(schema: &Schema, delta: &TxnDelta) -> Option<Vec<Datum>> {
+    let mut out = Vec::new();
     for (t, changes) in &delta.tables {
         let ts = &schema.tables[*t];
         for ch in changes {
@@ -69,12 +71,13 @@ fn diffs_fit_old_readers(schema: &Schema, delta: &TxnDelta) -> bool {
                     || d.len() > ty.max
                     || (o.cols[c] == ts.defaults()[c] && d != n.cols[c])
                 {
-                    return false;
+                    return None;
                 }
+                out.push(d);
             }
         }
     }
-    true
+    Some(out)
 }
 
 /// Encode one record (header and body).
@@ -222,7 +225,12 @@ pub fn delta_record_with(
     date_ms: u64,
     opts: WriteOptions,
 ) -> Value {
-    let use_diff = opts.column_diff && diffs_fit_old_readers(schema, delta);
+    let diffs = opts
+        .column_diff
+        .then(|| column_diffs(schema, delta))
+        .flatten();
+    let use_diff = diffs.is_some();
+    let mut diffs = diffs.unwrap_or_default().into_iter();
     let mut m = Map::new();
     for (t, changes) in &delta.tables {
         let ts = &schema.tables[*t];
@@ -246,11 +254,10 @@ pub fn delta_record_with(
                         if cs.ephemeral || n.cols[c] == o.cols[c] {
                             continue;
                         }
-                        let v = if use_diff {
-                            Datum::diff(&o.cols[c], &n.cols[c], &cs.ty).to_json(&cs.ty)
-                        } else {
-                            n.cols[c].to_json(&cs.ty)
-                        };
+                        let d = (use_diff && cs.ty.is_composite())
+                            .then(|| diffs.next())
+                            .flatten();
+                        let v = d.as_ref().unwrap_or(&n.cols[c]).to_json(&cs.ty);
                         r.insert(cs.name.clone(), v);
                     }
                     if r.is_empty() {
@@ -291,7 +298,12 @@ pub fn encode_delta_record_with(
     opts: WriteOptions,
 ) -> Vec<u8> {
     use std::io::Write;
-    let use_diff = opts.column_diff && diffs_fit_old_readers(schema, delta);
+    let diffs = opts
+        .column_diff
+        .then(|| column_diffs(schema, delta))
+        .flatten();
+    let use_diff = diffs.is_some();
+    let mut diffs = diffs.unwrap_or_default().into_iter();
     let mut body: Vec<u8> = Vec::with_capacity(256 + delta.len() * 128);
     body.push(b'{');
     let mut first_table = true;
@@ -332,10 +344,10 @@ pub fn encode_delta_record_with(
                         let _ = serde_json::to_writer(&mut body, &cs.name);
                         body.push(b':');
                         match old {
-                            Some(o) if use_diff && cs.ty.is_composite() => {
-                                Datum::diff(&o.cols[c], &n.cols[c], &cs.ty)
-                                    .write_json(&cs.ty, &mut body);
-                            }
+                            Some(_) if use_diff && cs.ty.is_composite() => match diffs.next() {
+                                Some(d) => d.write_json(&cs.ty, &mut body),
+                                None => n.cols[c].write_json(&cs.ty, &mut body),
+                            },
                             _ => n.cols[c].write_json(&cs.ty, &mut body),
                         }
                     }
@@ -609,19 +621,23 @@ mod tests {
         let step = |db: &mut Database, v: Value| -> Value {
             let d = record_delta(db, &v).unwrap();
             let rec = encode_delta_record_with(&db.schema.clone(), &d, 1, opts);
+            let via_value = delta_record_with(&db.schema.clone(), &d, 1, opts);
             db.apply(&d);
-            RecordReader::new(&rec).next().unwrap().unwrap().json
+            let json = RecordReader::new(&rec).next().unwrap().unwrap().json;
+            assert_eq!(json, via_value, "both encoders write the same record");
+            json
         };
         // Full-value changes, recorded as ovsdb-server would: new values for optional columns.
         let r = step(
             &mut db,
-            json!({"T": {R: {"enabled": true, "tag": ["set", []], "m": ["map", [["a", "2"]]]}}}),
+            json!({"T": {R: {"enabled": true, "tag": ["set", []], "s": ["set", [1]], "m": ["map", [["a", "2"]]]}}}),
         );
+        assert_eq!(r["T"][R]["s"], json!(2), "the diff of a set: the removed element");
         assert_eq!(r["_is_diff"], json!(true));
         assert_eq!(r["T"][R]["enabled"], json!(true));
         assert_eq!(r["T"][R]["tag"], json!(["set", []]));
         assert_eq!(r["T"][R]["m"], json!(["map", [["a", "2"]]]));
-        // {1,2} -> {3,4}: the diff has 4 elements, more than OVS 3.1 reads: full values.
+        // {1} -> {3,4}: the diff has 3 elements, more than OVS 3.1 reads: full values.
         let r = step(&mut db, json!({"T": {R: {"s": ["set", [3, 4]]}}}));
         assert!(r.get("_is_diff").is_none(), "{r}");
         assert_eq!(r["T"][R]["s"], json!(["set", [3, 4]]));
