@@ -990,13 +990,27 @@ fn run_steps(steps: &[Step], files: bool) -> Result<(), (usize, String)> {
     if !files {
         return Ok(());
     }
-    let end = steps.len().saturating_sub(1);
+    // Failures of the file phase are reported at index `steps.len()`.
+    let end = steps.len();
     let fail = |e: String| (end, e);
     let want = ovs.dump().map_err(fail)?;
     let (hf_names, ovs_names) = (hf.names.clone(), ovs.names.clone());
     let (hf_file, ovs_file) = (hf.server.file.clone(), ovs.server.file.clone());
     drop(hf);
     drop(ovs);
+    // Both files carry column diffs (`_is_diff` records), so reading them is what is tested.
+    if steps.len() >= 50 {
+        for f in [&hf_file, &ovs_file] {
+            let bytes = std::fs::read(f).map_err(|e| fail(e.to_string()))?;
+            let diffs = hf_ovsdb::file::RecordReader::new(&bytes)
+                .filter_map(Result::ok)
+                .filter(|r| r.json.get("_is_diff") == Some(&json!(true)))
+                .count();
+            if diffs == 0 {
+                return Err((end, format!("{} has no _is_diff record", f.display())));
+            }
+        }
+    }
     // Each file in the other server, and in its own again.
     for (kind, file, names, what) in [
         (
@@ -1070,10 +1084,11 @@ fn show(steps: &[Step]) -> String {
         .collect()
 }
 
-/// Remove steps while the run still fails, within a time budget.
-fn shrink(mut steps: Vec<Step>, budget: Duration) -> (Vec<Step>, String) {
+/// Remove steps while the run still fails, within a time budget. `files`: the failure is in
+/// the file phase (only then is that phase run for each candidate).
+fn shrink(mut steps: Vec<Step>, budget: Duration, files: bool) -> (Vec<Step>, String) {
     let deadline = Instant::now() + budget;
-    let mut why = match run_steps(&steps, true) {
+    let mut why = match run_steps(&steps, files) {
         Err((i, e)) => {
             steps.truncate(i + 1);
             e
@@ -1087,8 +1102,8 @@ fn shrink(mut steps: Vec<Step>, budget: Duration) -> (Vec<Step>, String) {
         while i < steps.len() && Instant::now() < deadline {
             let mut cand = steps.clone();
             cand.drain(i..(i + chunk).min(cand.len()));
-            match run_steps(&cand, true) {
-                Err((k, e)) if !cand.is_empty() => {
+            match run_steps(&cand, files) {
+                Err((k, e)) if !cand.is_empty() && (!files || k == cand.len()) => {
                     cand.truncate(k + 1);
                     steps = cand;
                     why = e;
@@ -1112,9 +1127,15 @@ fn differential(seed: u64, n: usize) {
     let started = Instant::now();
     if let Err((i, why)) = run_steps(&steps, true) {
         let budget = Duration::from_secs(env_u64("HF_DIFF_SHRINK_SECS").unwrap_or(60));
-        let (short, why2) = shrink(steps[..=i].to_vec(), budget);
+        let files = i >= steps.len();
+        let (short, why2) = shrink(steps[..(i + 1).min(steps.len())].to_vec(), budget, files);
+        let at = if files {
+            "in the file phase".to_string()
+        } else {
+            format!("at step {i}")
+        };
         panic!(
-            "differential test failed: HF_DIFF_SEED={seed} HF_DIFF_STEPS={n}, at step {i}:\n{why}\n\
+            "differential test failed: HF_DIFF_SEED={seed} HF_DIFF_STEPS={n}, {at}:\n{why}\n\
              shortest sequence found ({} steps), failing with:\n{why2}\n{}",
             short.len(),
             show(&short)

@@ -632,7 +632,11 @@ mod tests {
             &mut db,
             json!({"T": {R: {"enabled": true, "tag": ["set", []], "s": ["set", [1]], "m": ["map", [["a", "2"]]]}}}),
         );
-        assert_eq!(r["T"][R]["s"], json!(2), "the diff of a set: the removed element");
+        assert_eq!(
+            r["T"][R]["s"],
+            json!(2),
+            "the diff of a set: the removed element"
+        );
         assert_eq!(r["_is_diff"], json!(true));
         assert_eq!(r["T"][R]["enabled"], json!(true));
         assert_eq!(r["T"][R]["tag"], json!(["set", []]));
