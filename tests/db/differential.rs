@@ -974,6 +974,23 @@ fn run_steps(steps: &[Step], files: bool) -> Result<(), (usize, String)> {
                 ),
             ));
         }
+        if i % 25 == 24 {
+            // Rows enter and leave the conditional monitor when its condition changes.
+            let cond = json!(["m2", "m2", {"Root": [{"where": [["i", ">", (i * 37) % 100]]}]}]);
+            let a = hf.monitors[2]
+                .call("monitor_cond_change", cond.clone())
+                .map_err(fail(i))?;
+            let b = ovs.monitors[2]
+                .call("monitor_cond_change", cond)
+                .map_err(fail(i))?;
+            let (mut a, mut b) = (canon(&a, &hf.names), canon(&b, &ovs.names));
+            for v in [&mut a, &mut b] {
+                v.as_object_mut().map(|o| o.remove("id"));
+            }
+            if a != b {
+                return Err((i, mismatch("monitor_cond_change replies", &a, &b)));
+            }
+        }
         for (m, kind) in MONITORS.iter().enumerate() {
             let na = hf.monitors[m].fence().map_err(fail(i))?;
             let nb = ovs.monitors[m].fence().map_err(fail(i))?;
@@ -1152,7 +1169,7 @@ fn env_u64(name: &str) -> Option<u64> {
 }
 
 fn steps_per_seed() -> usize {
-    env_u64("HF_DIFF_STEPS").map_or(800, |n| n as usize)
+    env_u64("HF_DIFF_STEPS").map_or(1000, |n| n as usize)
 }
 
 #[test]

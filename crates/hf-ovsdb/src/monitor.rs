@@ -2,6 +2,12 @@
 //! `monitor_cond_since` (ovsdb-server(7) 4.1.12-4.1.16): parsing requests, the initial contents,
 //! and turning committed [`TxnDelta`]s into `<table-updates>` / `<table-updates2>`.
 //!
+//! As ovsdb-server does: a request without "columns" monitors every column but `_uuid`, so
+//! also `_version` (then every modified row is reported, also one whose only change was undone
+//! by weak-reference clean-up); a `modify` in update2/update3 carries [`Datum::diff`] of each
+//! changed column (the new value for types of at most one element); `insert`/`initial` list
+//! non-default columns; update (V1) gives changed columns' old values and the whole new row.
+//!
 //! Sans-I/O: the server owns sessions and sockets; this module only computes JSON.
 
 use std::sync::Arc;
