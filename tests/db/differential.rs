@@ -498,11 +498,18 @@ impl Gen {
                         let l = self.row_ref("Leaf");
                         Sym::Arr(vec![Sym::Arr(vec![j(json!("_uuid")), j(json!("==")), l])])
                     };
-                    ops.push(obj(vec![
-                        ("op", j(json!("delete"))),
-                        ("table", j(json!("Leaf"))),
-                        ("where", w),
-                    ]));
+                    // First in its transaction: ovsdb-server 3.1 leaves a weak reference
+                    // dangling when a row that holds it was modified by an earlier operation
+                    // of the transaction that deletes its target (the referring row is
+                    // assessed before the deletion is). holdfast removes it, as RFC 7047 says.
+                    ops.insert(
+                        0,
+                        obj(vec![
+                            ("op", j(json!("delete"))),
+                            ("table", j(json!("Leaf"))),
+                            ("where", w),
+                        ]),
+                    );
                 }
                 81..=86 => {
                     let c = self.row_ref("Child");
