@@ -452,3 +452,72 @@ fn shared_update_computation_respects_each_monitors_spec() {
     assert_eq!(sent(&mut c, b)[0]["params"][0], "mb2");
     assert_eq!(sent(&mut c, d).len(), 1);
 }
+
+/// A storage that keeps what the core writes.
+struct MemStorage(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Storage for MemStorage {
+    fn append(&mut self, record: &[u8], _durable: bool) -> std::io::Result<()> {
+        self.0.lock().unwrap().extend_from_slice(record);
+        Ok(())
+    }
+    fn size(&self) -> u64 {
+        self.0.lock().unwrap().len() as u64
+    }
+    fn replace(&mut self, contents: &[u8]) -> std::io::Result<()> {
+        *self.0.lock().unwrap() = contents.to_vec();
+        Ok(())
+    }
+}
+
+#[test]
+fn file_records_carry_column_diffs_unless_disabled() {
+    for column_diff in [true, false] {
+        let file = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut c = Core::new(
+            Config {
+                file_column_diff: column_diff,
+                ..Config::default()
+            },
+            7,
+        );
+        let db = Database::new(Arc::new(hf_ovsdb::Schema::parse(SCHEMA).unwrap()), 1);
+        c.add_database(db, Some(Box::new(MemStorage(file.clone()))), vec![])
+            .unwrap();
+        let s = c.connect(now(0));
+        req(
+            &mut c,
+            s,
+            "transact",
+            json!(["T", {"op": "insert", "table": "S", "row": {"name": "a", "m": ["map", [["k", "1"], ["x", "1"]]]}}]),
+            1,
+        );
+        req(
+            &mut c,
+            s,
+            "transact",
+            json!(["T", {"op": "update", "table": "S", "where": [], "row": {"n": 4, "m": ["map", [["k", "2"], ["x", "1"]]]}}]),
+            2,
+        );
+        let replies = sent(&mut c, s);
+        assert!(replies.iter().all(|r| r["error"].is_null()), "{replies:?}");
+        let bytes = file.lock().unwrap().clone();
+        let recs: Vec<Value> = hf_ovsdb::file::RecordReader::new(&bytes)
+            .map(|r| r.unwrap().json)
+            .collect();
+        let last = recs.last().unwrap();
+        let row = last["S"].as_object().unwrap().values().next().unwrap();
+        assert_eq!(row["n"], json!(4));
+        if column_diff {
+            assert_eq!(last["_is_diff"], json!(true));
+            assert_eq!(
+                row["m"],
+                json!(["map", [["k", "2"]]]),
+                "only the changed key"
+            );
+        } else {
+            assert!(last.get("_is_diff").is_none(), "{last}");
+            assert_eq!(row["m"], json!(["map", [["k", "2"], ["x", "1"]]]));
+        }
+    }
+}
