@@ -13,6 +13,8 @@
 //! `error` string), every notification, and a dump after every step. At the end each server's
 //! database file is loaded by the other (and by itself again) and must give the same dump.
 //!
+//! A fixed test replays the issue's own case on OVN's NB schema (`enabled`, `tag_request`).
+//!
 //! `HF_DIFF_SEED=N` runs one seed (`HF_DIFF_STEPS` steps); by default a fixed seed and two
 //! more run. A failure prints the seed and the shortest step sequence found that still fails.
 
@@ -658,8 +660,13 @@ impl Server {
 
     /// Serve `file` (created from the schema when missing).
     fn start(kind: Kind, dir: &Path, file: &Path) -> Result<Self, String> {
-        let schema = dir.join("diff.ovsschema");
-        std::fs::write(&schema, SCHEMA).map_err(|e| e.to_string())?;
+        Self::start_with(kind, dir, file, SCHEMA)
+    }
+
+    /// Serve `file` (created from `schema_text` when missing).
+    fn start_with(kind: Kind, dir: &Path, file: &Path, schema_text: &str) -> Result<Self, String> {
+        let schema = dir.join("test.ovsschema");
+        std::fs::write(&schema, schema_text).map_err(|e| e.to_string())?;
         let mut s = Server {
             kind,
             dir: dir.to_path_buf(),
@@ -1204,4 +1211,88 @@ fn differential_vs_ovsdb_server_more_seeds() {
     for seed in [7, 1_234_567] {
         differential(seed, steps_per_seed());
     }
+}
+
+/// The issue's own reproduction, on OVN's NB schema: `enabled` false -> true -> empty and
+/// `tag_request` 5 -> empty, seen by a raw `monitor_cond` on holdfast exactly as ovsdb-server
+/// sends them, and a file ovsdb-server wrote with those changes served by holdfast unchanged.
+#[test]
+fn optional_columns_as_ovsdb_server_sends_and_writes_them() {
+    if !require(
+        "optional_columns_as_ovsdb_server_sends_and_writes_them",
+        &["ovsdb-server", "ovsdb-tool"],
+    ) {
+        return;
+    }
+    let nb = std::fs::read_to_string(nb_schema()).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    let mut seen: Vec<Vec<Value>> = Vec::new();
+    for kind in [Kind::Ovsdb, Kind::Holdfast] {
+        let d = tmp.path().join(format!("{kind:?}"));
+        std::fs::create_dir_all(&d).unwrap();
+        let f = d.join("nb.db");
+        let mut srv = Server::start_with(kind, &d, &f, &nb).unwrap();
+        let mut w = Conn::connect(&srv.sock()).unwrap();
+        let mut m = Conn::connect(&srv.sock()).unwrap();
+        let cols = json!({"Logical_Switch_Port": [{"columns": ["enabled", "tag_request"]}]});
+        m.call("monitor_cond", json!(["OVN_Northbound", "m", cols]))
+            .unwrap();
+        let r = w
+            .call(
+                "transact",
+                json!(["OVN_Northbound",
+                    {"op": "insert", "table": "Logical_Switch_Port", "uuid-name": "p",
+                     "row": {"name": "p1", "enabled": false, "tag_request": 5}},
+                    {"op": "insert", "table": "Logical_Switch", "row": {"name": "s1", "ports": ["named-uuid", "p"]}}]),
+            )
+            .unwrap();
+        assert!(r["result"][1]["uuid"].is_array(), "{r}");
+        let mut notes = Vec::new();
+        for row in [
+            json!({"enabled": true}),
+            json!({"enabled": ["set", []], "tag_request": ["set", []]}),
+        ] {
+            let r = w
+                .call(
+                    "transact",
+                    json!(["OVN_Northbound", {"op": "update", "table": "Logical_Switch_Port",
+                        "where": [["name", "==", "p1"]], "row": row}]),
+                )
+                .unwrap();
+            assert_eq!(r["result"][0]["count"], 1, "{r}");
+            for n in m.fence().unwrap() {
+                let rows = n["params"][1]["Logical_Switch_Port"].as_object().cloned();
+                notes.extend(rows.into_iter().flat_map(|o| o.into_values()));
+            }
+        }
+        seen.push(notes);
+        srv.stop();
+        files.push(f);
+    }
+    let want = vec![
+        json!({"insert": {"enabled": false, "tag_request": 5}}),
+        json!({"modify": {"enabled": true}}),
+        json!({"modify": {"enabled": ["set", []], "tag_request": ["set", []]}}),
+    ];
+    assert_eq!(seen[0], want, "ovsdb-server's update2 (the oracle)");
+    assert_eq!(seen[1], want, "holdfast's update2");
+    // ovsdb-server's file (with its `_is_diff` records) served by holdfast.
+    let d = tmp.path().join("swap");
+    std::fs::create_dir_all(&d).unwrap();
+    let f = d.join("nb.db");
+    std::fs::copy(&files[0], &f).unwrap();
+    let srv = Server::start_with(Kind::Holdfast, &d, &f, &nb).unwrap();
+    let mut c = Conn::connect(&srv.sock()).unwrap();
+    let r = c
+        .call(
+            "transact",
+            json!(["OVN_Northbound", {"op": "select", "table": "Logical_Switch_Port",
+                "where": [], "columns": ["name", "enabled", "tag_request"]}]),
+        )
+        .unwrap();
+    assert_eq!(
+        r["result"][0]["rows"],
+        json!([{"name": "p1", "enabled": ["set", []], "tag_request": ["set", []]}])
+    );
 }
