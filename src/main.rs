@@ -23,11 +23,17 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
-    let r = match cli.command {
-        Command::Db(args) => db::run(args),
-        Command::Lflow(args) => lflow::run(args)
-            .map(|code| std::process::ExitCode::from(u8::try_from(code).unwrap_or(1))),
+    // Busybox-style: invoked through a link named `ovsdb-server`, the binary is holdfast's
+    // OVSDB server with ovsdb-server's command line (so OVN's ovn-ctl can start it).
+    let argv0 = std::env::args_os().next().unwrap_or_default();
+    let name = std::path::Path::new(&argv0)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let r = if name == "ovsdb-server" {
+        db::OvsdbServerCli::parse().run()
+    } else {
+        run(Cli::parse())
     };
     match r {
         Ok(code) => code,
@@ -35,5 +41,13 @@ fn main() -> std::process::ExitCode {
             eprintln!("error: {e:#}");
             std::process::ExitCode::from(1)
         }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
+    match cli.command {
+        Command::Db(args) => db::run(args),
+        Command::Lflow(args) => lflow::run(args)
+            .map(|code| std::process::ExitCode::from(u8::try_from(code).unwrap_or(1))),
     }
 }
