@@ -30,10 +30,13 @@ fn main() -> std::process::ExitCode {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let r = if name == "ovsdb-server" {
-        db::OvsdbServerCli::parse().run()
+        db::OvsdbServerCli::parse_from(db::normalize_args(args)).run()
+    } else if args.get(1).is_some_and(|a| a == "db") {
+        run(Cli::parse_from(db::normalize_args(args)))
     } else {
-        run(Cli::parse())
+        run(Cli::parse_from(args))
     };
     match r {
         Ok(code) => code,

@@ -174,6 +174,27 @@ const COMPAT_HELP: &str = "Options only for ovsdb-server compatibility: --disabl
 listener). Not supported, refused by name: active remotes (tcp:, unix:, ssl: in --remote), \
 --sync-from and the other replication options, --run, clustered and relay databases.";
 
+/// OVS's getopt spelling `-vSPEC` (an optional argument glued to `-v`) as clap reads it:
+/// `--verbose=SPEC`. Everything after `--` is left alone.
+pub fn normalize_args(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut rest = false;
+    for a in args {
+        let s = a.to_string_lossy();
+        if rest || s == "--" {
+            rest = true;
+            out.push(a);
+        } else if let Some(spec) = s.strip_prefix("-v")
+            && !s.starts_with("--")
+        {
+            out.push(format!("--verbose={spec}").into());
+        } else {
+            out.push(a);
+        }
+    }
+    out
+}
+
 impl OvsdbServerCli {
     /// Serve as ovsdb-server.
     pub fn run(self) -> anyhow::Result<ExitCode> {
@@ -393,6 +414,12 @@ impl Daemon<'_> {
             compact_min_bytes: args.compact_threshold,
             ..Config::default()
         };
+        // Rust's SIGSEGV/SIGBUS handler (stack-overflow detection) swallows a SIGSEGV sent by
+        // kill(2); a daemon must die of it so that --monitor restarts it, as OVS's do.
+        for sig in [nix::sys::signal::Signal::SIGSEGV, nix::sys::signal::Signal::SIGBUS] {
+            // SAFETY: installing the default disposition; no handler code runs.
+            let _ = unsafe { nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigDfl) };
+        }
         // Load every file before anything else, so that a bad file fails fast and loudly.
         let mut core = Core::new(cfg.clone(), seed());
         for path in &self.databases {
@@ -467,6 +494,13 @@ impl Daemon<'_> {
             let mut banner = String::new();
             for (_, bound) in server.remotes() {
                 banner.push_str(&format!("listening on {bound}\n"));
+            }
+            // ovsdb-server prints nothing; holdfast db prints what it bound (port 0 picks one).
+            if self.as_ovsdb_server {
+                for line in banner.lines() {
+                    tracing::info!("{line}");
+                }
+                banner.clear();
             }
             if ready.waited_for() {
                 ready.notify(&banner);

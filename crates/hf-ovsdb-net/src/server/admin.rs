@@ -64,7 +64,7 @@ impl Core {
     /// `monitors`, `n-weak-refs`, and when nonzero `sessions` and `txn-history`.
     pub fn memory_report(&self) -> Vec<(&'static str, u64)> {
         let (mut atoms, mut cells, mut weak) = (0u64, 0u64, 0u64);
-        for e in &self.dbs[1..] {
+        for e in &self.dbs {
             for (ti, t) in e.db.tables.iter().enumerate() {
                 let cols = &e.db.schema.tables[ti].columns;
                 for row in t.rows.values() {

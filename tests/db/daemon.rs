@@ -1,0 +1,545 @@
+//! holdfast as a drop-in `ovsdb-server` (issue 8): started and stopped by OVN's own `ovn-ctl`
+//! through a link named `ovsdb-server`; `--detach` that returns to a caller capturing its
+//! output; every unixctl command through real `ovs-appctl`; `--monitor` restarting a crashed
+//! server; `db:` remotes following `Connection` rows set by real `ovn-nbctl`; unknown options
+//! refused by name. Oracles: OVN's and OVS's tools, never holdfast's own client.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::common::{holdfast, require, run, run_ok};
+
+/// A directory whose `bin/ovsdb-server` is a link to the holdfast binary.
+fn link_dir(dir: &Path) -> PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(holdfast(), bin.join("ovsdb-server")).unwrap();
+    bin
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn pid_of(pidfile: &Path) -> Option<i32> {
+    std::fs::read_to_string(pidfile).ok()?.trim().parse().ok()
+}
+
+fn alive(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
+}
+
+fn ppid(pid: i32) -> Option<i32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = s.rsplit_once(')')?.1;
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("timed out after {timeout:?} waiting for {what}");
+}
+
+/// Kills the daemons named by pidfiles (and their `--monitor` parents) when dropped, so a
+/// failing test leaves nothing running.
+struct Reaper(Vec<PathBuf>);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let Some(pid) = pid_of(p) else { continue };
+            if !alive(pid) {
+                continue;
+            }
+            // The monitor first, so it does not restart the daemon.
+            if let Some(parent) = ppid(pid)
+                && parent > 1
+                && std::fs::read_to_string(format!("/proc/{parent}/comm"))
+                    .is_ok_and(|c| c.trim() == "ovsdb-server")
+            {
+                let _ = Command::new("kill").args(["-KILL", &parent.to_string()]).status();
+            }
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        }
+    }
+}
+
+fn appctl(ctl: &Path, args: &[&str]) -> std::process::Output {
+    run(
+        Command::new("ovs-appctl").arg("-t").arg(ctl).args(args),
+        Duration::from_secs(20),
+    )
+}
+
+fn appctl_ok(ctl: &Path, args: &[&str]) -> String {
+    let o = appctl(ctl, args);
+    assert!(
+        o.status.success(),
+        "ovs-appctl {args:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// `ovsdb-client list-dbs` against a remote: whether the server answers there.
+fn answers(remote: &str) -> bool {
+    let o = run(
+        Command::new("ovsdb-client").args(["--timeout=3", "list-dbs", remote]),
+        Duration::from_secs(10),
+    );
+    o.status.success() && String::from_utf8_lossy(&o.stdout).contains("OVN_Northbound")
+}
+
+fn nb_file(dir: &Path) -> PathBuf {
+    let f = dir.join("nb.db");
+    run_ok(
+        Command::new("ovsdb-tool")
+            .arg("create")
+            .arg(&f)
+            .arg("/usr/share/ovn/ovn-nb.ovsschema"),
+    );
+    f
+}
+
+#[test]
+fn ovn_ctl_starts_and_stops_holdfast_as_ovsdb_server() {
+    if !require(
+        "ovn_ctl",
+        &[
+            "/usr/share/ovn/scripts/ovn-ctl",
+            "ovsdb-tool",
+            "ovn-nbctl",
+            "ovn-sbctl",
+            "ovn-appctl",
+        ],
+    ) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let bin = link_dir(dir);
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let (nb_port, sb_port) = (free_port(), free_port());
+    let run_dir = dir.join("run");
+    let _reaper = Reaper(vec![run_dir.join("ovnnb_db.pid"), run_dir.join("ovnsb_db.pid")]);
+    let ovn_ctl = |args: &[String]| {
+        let mut c = Command::new("/usr/share/ovn/scripts/ovn-ctl");
+        c.args(args)
+            .env("PATH", &path)
+            .env("OVN_RUNDIR", &run_dir)
+            .env("OVS_RUNDIR", &run_dir)
+            .env("OVN_LOGDIR", dir.join("log"))
+            .env("OVN_DBDIR", dir.join("db"))
+            .env("OVN_SYSCONFDIR", dir.join("etc"))
+            .current_dir(dir);
+        let out = run(&mut c, Duration::from_secs(60));
+        assert!(
+            out.status.success(),
+            "ovn-ctl {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    ovn_ctl(&[
+        "--db-nb-create-insecure-remote=yes".into(),
+        format!("--db-nb-port={nb_port}"),
+        "--db-nb-addr=127.0.0.1".into(),
+        "start_nb_ovsdb".into(),
+    ]);
+    ovn_ctl(&[
+        "--db-sb-create-insecure-remote=yes".into(),
+        format!("--db-sb-port={sb_port}"),
+        "--db-sb-addr=127.0.0.1".into(),
+        "start_sb_ovsdb".into(),
+    ]);
+    // The process ovn-ctl started is holdfast, under the name ovn-ctl checks.
+    let nb_pid = pid_of(&run_dir.join("ovnnb_db.pid")).expect("NB pidfile");
+    let sb_pid = pid_of(&run_dir.join("ovnsb_db.pid")).expect("SB pidfile");
+    assert_eq!(
+        std::fs::read_to_string(format!("/proc/{nb_pid}/comm")).unwrap().trim(),
+        "ovsdb-server"
+    );
+    assert_eq!(
+        std::fs::canonicalize(format!("/proc/{nb_pid}/exe")).unwrap(),
+        std::fs::canonicalize(holdfast()).unwrap()
+    );
+    // Real clients against the insecure TCP remotes and the unix sockets.
+    let nb = format!("--db=tcp:127.0.0.1:{nb_port}");
+    let sb = format!("--db=tcp:127.0.0.1:{sb_port}");
+    run_ok(Command::new("ovn-nbctl").args([nb.as_str(), "ls-add", "sw0"]));
+    run_ok(Command::new("ovn-nbctl").args([nb.as_str(), "lsp-add", "sw0", "p0"]));
+    let show = run_ok(
+        Command::new("ovn-nbctl")
+            .arg(format!("--db=unix:{}", run_dir.join("ovnnb_db.sock").display()))
+            .arg("show"),
+    );
+    assert!(show.contains("(sw0)") && show.contains("port p0"), "{show}");
+    run_ok(Command::new("ovn-sbctl").args([sb.as_str(), "chassis-add", "ch0", "geneve", "127.0.0.1"]));
+    let sbshow = run_ok(Command::new("ovn-sbctl").args([sb.as_str(), "show"]));
+    assert!(sbshow.contains("Chassis ch0"), "{sbshow}");
+    // ovn-ctl ran `ovn-nbctl init`: NB_Global exists.
+    let g = run_ok(Command::new("ovn-nbctl").args([nb.as_str(), "list", "NB_Global"]));
+    assert!(g.contains("_uuid"), "{g}");
+    for (ctl, db) in [("ovnnb_db.ctl", "OVN_Northbound"), ("ovnsb_db.ctl", "OVN_Southbound")] {
+        let out = run_ok(
+            Command::new("ovn-appctl")
+                .arg("-t")
+                .arg(run_dir.join(ctl))
+                .arg("ovsdb-server/list-dbs"),
+        );
+        assert_eq!(out, format!("{db}\n_Server\n"));
+    }
+    // The log file is OVS-style and colourless.
+    let log = std::fs::read_to_string(dir.join("log/ovsdb-server-nb.log")).unwrap();
+    assert!(log.contains("|ovsdb_server|INFO|"), "{log}");
+    assert!(!log.contains('\x1b'), "colour codes in the log file: {log:?}");
+    ovn_ctl(&["stop_nb_ovsdb".into()]);
+    ovn_ctl(&["stop_sb_ovsdb".into()]);
+    wait_for("the servers to exit", Duration::from_secs(10), || {
+        !alive(nb_pid) && !alive(sb_pid)
+    });
+    assert!(!run_dir.join("ovnnb_db.pid").exists(), "pidfile left behind");
+    assert!(!run_dir.join("ovnnb_db.ctl").exists(), "unixctl socket left behind");
+    // The data survived: a fresh start serves the switch (real ovsdb-tool reads the file).
+    let q = run_ok(
+        Command::new("ovsdb-tool")
+            .arg("query")
+            .arg(dir.join("db/ovnnb_db.db"))
+            .arg(r#"["OVN_Northbound",{"op":"select","table":"Logical_Switch","where":[],"columns":["name"]}]"#),
+    );
+    assert!(q.contains("sw0"), "{q}");
+}
+
+#[test]
+fn detach_returns_to_a_capturing_caller_and_serves() {
+    if !require("detach", &["ovsdb-tool", "ovsdb-client", "ovs-appctl", "bash", "timeout"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let f = nb_file(dir);
+    let (pidfile, ctl, out) = (dir.join("p.pid"), dir.join("c.ctl"), dir.join("out"));
+    let _reaper = Reaper(vec![pidfile.clone()]);
+    // The caller captures stdout: it must get EOF once the foreground process exits.
+    let script = format!(
+        "x=$({} db --detach --pidfile={} --unixctl={} --log-file={} --remote=ptcp:0:127.0.0.1 {}); echo \"$x\" > {}",
+        holdfast().display(),
+        pidfile.display(),
+        ctl.display(),
+        dir.join("log").display(),
+        f.display(),
+        out.display()
+    );
+    let o = run(
+        Command::new("timeout").args(["10", "bash", "-c", &script]),
+        Duration::from_secs(20),
+    );
+    assert!(o.status.success(), "detach did not return 0: {o:?}");
+    let pid = pid_of(&pidfile).expect("pidfile exists when the foreground returns");
+    assert!(alive(pid));
+    for fd in 0..3 {
+        let t = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).unwrap();
+        assert_eq!(t, Path::new("/dev/null"), "fd {fd} of the daemon is {t:?}");
+    }
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap(),
+        Path::new("/"),
+        "a detached daemon changes to /"
+    );
+    let banner = std::fs::read_to_string(&out).unwrap();
+    let addr = banner
+        .lines()
+        .find_map(|l| l.strip_prefix("listening on "))
+        .expect("banner");
+    assert!(answers(addr), "the detached server does not answer on {addr}");
+    // A second server on the same pidfile is refused while the first holds it.
+    let again = run(
+        Command::new(holdfast())
+            .args(["db", "--remote=ptcp:0:127.0.0.1"])
+            .arg(format!("--pidfile={}", pidfile.display()))
+            .arg(format!("--unixctl={}", dir.join("c2.ctl").display()))
+            .arg(&f),
+        Duration::from_secs(20),
+    );
+    assert!(!again.status.success());
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains(&format!("already running as pid {pid}")),
+        "{again:?}"
+    );
+    appctl_ok(&ctl, &["exit"]);
+    wait_for("exit", Duration::from_secs(10), || !alive(pid));
+    assert!(!pidfile.exists());
+}
+
+#[test]
+fn unixctl_commands_through_ovs_appctl() {
+    if !require("unixctl", &["ovsdb-tool", "ovsdb-client", "ovs-appctl", "ovn-nbctl"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let f = nb_file(dir);
+    let bin = link_dir(dir);
+    let (pidfile, ctl, sock) = (dir.join("p.pid"), dir.join("c.ctl"), dir.join("s.sock"));
+    let _reaper = Reaper(vec![pidfile.clone()]);
+    run_ok(
+        Command::new(bin.join("ovsdb-server"))
+            .arg("--detach")
+            .arg(format!("--pidfile={}", pidfile.display()))
+            .arg(format!("--unixctl={}", ctl.display()))
+            .arg(format!("--log-file={}", dir.join("log").display()))
+            .arg(format!("--remote=punix:{}", sock.display()))
+            .arg(&f),
+    );
+    let pid = pid_of(&pidfile).unwrap();
+    let unix = format!("unix:{}", sock.display());
+
+    let v = appctl_ok(&ctl, &["version"]);
+    assert!(v.starts_with("ovsdb-server "), "{v}");
+    // OVS's scripts use `exit` when the last word is at least 2.5.90.
+    let last: Vec<u32> = v.split_whitespace().last().unwrap().split('.').map(|p| p.parse().unwrap()).collect();
+    assert!(last >= vec![2, 5, 90], "{v}");
+
+    let cmds = appctl_ok(&ctl, &["list-commands"]);
+    assert!(cmds.starts_with("The available commands are:\n"), "{cmds}");
+    for c in [
+        "exit", "version", "ovsdb-server/compact", "ovsdb-server/list-dbs",
+        "ovsdb-server/add-remote", "ovsdb-server/remove-remote", "ovsdb-server/list-remotes",
+        "ovsdb-server/reconnect", "memory/show", "vlog/list", "vlog/set", "list-commands",
+    ] {
+        assert!(cmds.lines().any(|l| l.trim_start().starts_with(&format!("{c} ")) || l.trim() == c), "{c} missing: {cmds}");
+    }
+    assert_eq!(appctl_ok(&ctl, &["ovsdb-server/list-dbs"]), "OVN_Northbound\n_Server\n");
+
+    // add-remote / list-remotes / remove-remote, checked by connecting with ovsdb-client.
+    let port = free_port();
+    let remote = format!("ptcp:{port}:127.0.0.1");
+    let tcp = format!("tcp:127.0.0.1:{port}");
+    assert!(!answers(&tcp));
+    appctl_ok(&ctl, &["ovsdb-server/add-remote", &remote]);
+    assert!(answers(&tcp), "add-remote did not listen");
+    let list = appctl_ok(&ctl, &["ovsdb-server/list-remotes"]);
+    assert_eq!(list, format!("{remote}\npunix:{}\n", sock.display()));
+    let bad = appctl(&ctl, &["ovsdb-server/add-remote", "tcp:192.0.2.1:6640"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("tcp:192.0.2.1:6640"), "{bad:?}");
+    appctl_ok(&ctl, &["ovsdb-server/remove-remote", &remote]);
+    assert!(!answers(&tcp), "remove-remote still listens");
+    let none = appctl(&ctl, &["ovsdb-server/remove-remote", &remote]);
+    assert_eq!(none.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&none.stderr).contains("no such remote"));
+
+    // compact: after some transactions the file is one schema and one snapshot record.
+    for i in 0..5 {
+        run_ok(Command::new("ovn-nbctl").arg(format!("--db={unix}")).args(["ls-add", &format!("sw{i}")]));
+    }
+    let records = |f: &Path| {
+        run_ok(Command::new("ovsdb-tool").arg("show-log").arg(f))
+            .lines()
+            .filter(|l| l.starts_with("record "))
+            .count()
+    };
+    assert!(records(&f) >= 6);
+    appctl_ok(&ctl, &["ovsdb-server/compact"]);
+    assert_eq!(records(&f), 2, "not compacted");
+    run_ok(Command::new("ovn-nbctl").arg(format!("--db={unix}")).args(["ls-add", "late"]));
+    appctl_ok(&ctl, &["ovsdb-server/compact", "OVN_Northbound"]);
+    assert_eq!(records(&f), 2);
+    let nodb = appctl(&ctl, &["ovsdb-server/compact", "nonesuch"]);
+    assert_eq!(nodb.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&nodb.stderr).contains("no database by that name"));
+
+    // memory/show in ovsdb-server's "key:value" form; cells grow with rows.
+    let mem = appctl_ok(&ctl, &["memory/show"]);
+    let cells: u64 = mem
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("cells:"))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{mem}"));
+    assert!(cells > 0 && mem.contains("atoms:") && mem.contains("monitors:"), "{mem}");
+
+    // reconnect drops a live client.
+    let mut c = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    appctl_ok(&ctl, &["ovsdb-server/reconnect"]);
+    let mut b = [0u8; 16];
+    let n = std::io::Read::read(&mut c, &mut b);
+    assert!(matches!(n, Ok(0)) || n.is_err(), "client not disconnected: {n:?}");
+
+    // vlog.
+    let vl = appctl_ok(&ctl, &["vlog/list"]);
+    assert!(vl.starts_with("                 console    syslog    file\n"), "{vl}");
+    assert!(vl.lines().any(|l| l.starts_with("unixctl ") && l.ends_with("INFO")), "{vl}");
+    appctl_ok(&ctl, &["vlog/set", "unixctl:file:dbg"]);
+    let vl = appctl_ok(&ctl, &["vlog/list"]);
+    assert!(vl.lines().any(|l| l.starts_with("unixctl ") && l.ends_with("DBG")), "{vl}");
+    appctl_ok(&ctl, &["version"]);
+    let log = std::fs::read_to_string(dir.join("log")).unwrap();
+    assert!(log.contains("|unixctl|DBG|received request version"), "{log}");
+    let bogus = appctl(&ctl, &["vlog/set", "bogus"]);
+    assert_eq!(bogus.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bogus.stderr).contains("no destination, level, or module \"bogus\""));
+    let unknown = appctl(&ctl, &["no/such-command"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("\"no/such-command\" is not a valid command"));
+    let extra = appctl(&ctl, &["version", "x"]);
+    assert!(String::from_utf8_lossy(&extra.stderr).contains("\"version\" command takes at most 0 arguments"));
+
+    appctl_ok(&ctl, &["exit"]);
+    wait_for("exit", Duration::from_secs(10), || !alive(pid));
+    assert!(!pidfile.exists() && !ctl.exists() && !sock.exists());
+}
+
+#[test]
+fn monitor_restarts_after_segv_and_kill() {
+    if !require("monitor", &["ovsdb-tool", "ovsdb-client", "ovs-appctl", "ovn-nbctl"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let f = nb_file(dir);
+    let bin = link_dir(dir);
+    let (pidfile, ctl, sock) = (dir.join("p.pid"), dir.join("c.ctl"), dir.join("s.sock"));
+    let _reaper = Reaper(vec![pidfile.clone()]);
+    run_ok(
+        Command::new(bin.join("ovsdb-server"))
+            .args(["--detach", "--monitor"])
+            .arg(format!("--pidfile={}", pidfile.display()))
+            .arg(format!("--unixctl={}", ctl.display()))
+            .arg(format!("--log-file={}", dir.join("log").display()))
+            .arg(format!("--remote=punix:{}", sock.display()))
+            .arg(&f),
+    );
+    let unix = format!("unix:{}", sock.display());
+    run_ok(Command::new("ovn-nbctl").arg(format!("--db={unix}")).args(["ls-add", "before"]));
+    let mut pid = pid_of(&pidfile).unwrap();
+    let monitor = ppid(pid).unwrap();
+    for sig in ["-SEGV", "-KILL"] {
+        run_ok(Command::new("kill").args([sig, &pid.to_string()]));
+        wait_for("a restarted server", Duration::from_secs(20), || {
+            pid_of(&pidfile).is_some_and(|p| p != pid && alive(p)) && answers(&unix)
+        });
+        let new = pid_of(&pidfile).unwrap();
+        assert_eq!(ppid(new), Some(monitor), "restarted by the same monitor");
+        pid = new;
+        // The data survived the crash.
+        let ls = run_ok(Command::new("ovn-nbctl").arg(format!("--db={unix}")).arg("ls-list"));
+        assert!(ls.contains("(before)"), "{ls}");
+    }
+    let log = std::fs::read_to_string(dir.join("log")).unwrap();
+    assert!(log.contains("killed (SIGSEGV), restarting"), "{log}");
+    // A clean exit ends the monitor too.
+    appctl_ok(&ctl, &["exit"]);
+    wait_for("server and monitor to exit", Duration::from_secs(10), || {
+        !alive(pid) && !alive(monitor)
+    });
+}
+
+#[test]
+fn db_remotes_follow_connection_rows() {
+    if !require("db_remotes", &["ovsdb-tool", "ovsdb-client", "ovs-appctl", "ovn-nbctl"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let f = nb_file(dir);
+    let (pidfile, ctl, sock) = (dir.join("p.pid"), dir.join("c.ctl"), dir.join("s.sock"));
+    let _reaper = Reaper(vec![pidfile.clone()]);
+    run_ok(
+        Command::new(holdfast())
+            .args(["db", "--detach", "--remote=db:OVN_Northbound,NB_Global,connections"])
+            .arg(format!("--pidfile={}", pidfile.display()))
+            .arg(format!("--unixctl={}", ctl.display()))
+            .arg(format!("--log-file={}", dir.join("log").display()))
+            .arg(format!("--remote=punix:{}", sock.display()))
+            .arg(&f),
+    );
+    let pid = pid_of(&pidfile).unwrap();
+    let nb = format!("--db=unix:{}", sock.display());
+    run_ok(Command::new("ovn-nbctl").args([nb.as_str(), "init"]));
+    let port = free_port();
+    let tcp = format!("tcp:127.0.0.1:{port}");
+    assert!(!answers(&tcp));
+    run_ok(Command::new("ovn-nbctl").args([nb.as_str(), "set-connection", &format!("ptcp:{port}:127.0.0.1")]));
+    wait_for("the Connection's remote to listen", Duration::from_secs(10), || answers(&tcp));
+    // The Connection row's inactivity_probe applies to its remote's sessions: with 1000 ms
+    // (the default is 5000) a silent client is probed within about a second and dropped
+    // after another.
+    run_ok(Command::new("ovn-nbctl").args([nb.as_str(), "--inactivity-probe=1000", "set-connection", &format!("ptcp:{port}:127.0.0.1")]));
+    std::thread::sleep(Duration::from_millis(600));
+    let t0 = Instant::now();
+    let mut silent = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    silent.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
+    let mut got = Vec::new();
+    let mut b = [0u8; 4096];
+    loop {
+        match std::io::Read::read(&mut silent, &mut b) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&b[..n]),
+        }
+    }
+    let took = t0.elapsed();
+    assert!(String::from_utf8_lossy(&got).contains("\"echo\""), "no probe: {got:?}");
+    assert!(took < Duration::from_millis(4000), "dropped after {took:?}, not the row's 1000 ms probe");
+    let list = appctl_ok(&ctl, &["ovsdb-server/list-remotes"]);
+    assert!(list.contains("db:OVN_Northbound,NB_Global,connections"), "{list}");
+    // An active target is refused with a logged error naming it; the server stays up.
+    run_ok(Command::new("ovn-nbctl").args([nb.as_str(), "set-connection", "tcp:192.0.2.1:6640"]));
+    wait_for("the refusal to be logged", Duration::from_secs(10), || {
+        std::fs::read_to_string(dir.join("log")).unwrap_or_default().contains("tcp:192.0.2.1:6640: active remotes")
+    });
+    wait_for("the removed remote to stop listening", Duration::from_secs(10), || !answers(&tcp));
+    run_ok(Command::new("ovn-nbctl").args([nb.as_str(), "del-connection"]));
+    assert!(alive(pid));
+    appctl_ok(&ctl, &["exit"]);
+    wait_for("exit", Duration::from_secs(10), || !alive(pid));
+}
+
+#[test]
+fn unknown_options_are_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let bin = link_dir(dir);
+    let f = dir.join("x.db");
+    run_ok(Command::new(holdfast()).arg("db").arg("create").arg(&f).arg(crate::common::nb_schema()));
+    for (cmd, args, name) in [
+        (bin.join("ovsdb-server"), vec!["--bogus-option"], "--bogus-option"),
+        (bin.join("ovsdb-server"), vec!["--sync-from=tcp:192.0.2.1:6641"], "--sync-from"),
+        (bin.join("ovsdb-server"), vec!["--remote=tcp:192.0.2.1:6641"], "tcp:192.0.2.1:6641"),
+        (bin.join("ovsdb-server"), vec!["--remote=pssl:0"], "pssl:0"),
+        (bin.join("ovsdb-server"), vec!["-vnosuchmodule:file:dbg"], "nosuchmodule"),
+        (bin.join("ovsdb-server"), vec!["--remote=db:Nope,T,c"], "Nope"),
+        (holdfast(), vec!["db", "--bogus-option"], "--bogus-option"),
+    ] {
+        let o = run(
+            Command::new(&cmd)
+                .args(&args)
+                .arg(format!("--unixctl={}", dir.join("c.ctl").display()))
+                .arg(&f)
+                .env("OVS_RUNDIR", dir),
+            Duration::from_secs(20),
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{cmd:?} {args:?} was accepted");
+        assert!(err.contains(name), "{cmd:?} {args:?}: error does not name {name}: {err}");
+    }
+    // --help says which options exist only for compatibility.
+    let help = run_ok(Command::new(bin.join("ovsdb-server")).arg("--help"));
+    assert!(help.contains("only for ovsdb-server compatibility"), "{help}");
+    assert!(help.contains("--disable-file-column-diff"), "{help}");
+}
