@@ -17,7 +17,7 @@ struct Cli {
 enum Command {
     /// The OVSDB server: serves the NB and SB databases (and any other) to ovn-nbctl,
     /// ovsdb-client, OVS's IDLs and holdfast's own components.
-    Db(db::DbArgs),
+    Db(Box<db::DbArgs>),
     /// Check and explain OVN logical flows (match/action language).
     Lflow(lflow::LflowArgs),
 }
@@ -49,7 +49,7 @@ fn main() -> std::process::ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     match cli.command {
-        Command::Db(args) => db::run(args),
+        Command::Db(args) => db::run(*args),
         Command::Lflow(args) => lflow::run(args)
             .map(|code| std::process::ExitCode::from(u8::try_from(code).unwrap_or(1))),
     }

@@ -263,10 +263,7 @@ impl Pidfile {
     /// it, unless `overwrite`.
     pub fn create(path: &Path, overwrite: bool) -> anyhow::Result<Pidfile> {
         if !overwrite && let Some(pid) = running_pid(path) {
-            bail!(
-                "{}: already running as pid {pid}, aborting",
-                path.display()
-            );
+            bail!("{}: already running as pid {pid}, aborting", path.display());
         }
         let tmp = PathBuf::from(format!("{}.tmp", path.display()));
         let _ = std::fs::remove_file(&tmp);
@@ -330,12 +327,14 @@ pub fn become_user(spec: &str) -> anyhow::Result<()> {
 
 /// The run directory OVS daemons use: `$OVS_RUNDIR` or `/var/run/openvswitch`.
 pub fn rundir() -> PathBuf {
-    std::env::var_os("OVS_RUNDIR").map_or_else(|| PathBuf::from("/var/run/openvswitch"), PathBuf::from)
+    std::env::var_os("OVS_RUNDIR")
+        .map_or_else(|| PathBuf::from("/var/run/openvswitch"), PathBuf::from)
 }
 
 /// The log directory OVS daemons use: `$OVS_LOGDIR` or `/var/log/openvswitch`.
 pub fn logdir() -> PathBuf {
-    std::env::var_os("OVS_LOGDIR").map_or_else(|| PathBuf::from("/var/log/openvswitch"), PathBuf::from)
+    std::env::var_os("OVS_LOGDIR")
+        .map_or_else(|| PathBuf::from("/var/log/openvswitch"), PathBuf::from)
 }
 
 /// `path` made absolute against the current directory (daemons chdir to / later).

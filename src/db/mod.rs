@@ -348,7 +348,8 @@ fn serve(args: ServeArgs, as_ovsdb_server: bool) -> anyhow::Result<ExitCode> {
             Some(Err(e)) => anyhow::bail!("--remote={r}: {e}"),
             Some(Ok(_)) => {}
             None => {
-                let parsed = remotes::parse_passive(r).map_err(|e| anyhow::anyhow!("--remote={r}: {e}"))?;
+                let parsed =
+                    remotes::parse_passive(r).map_err(|e| anyhow::anyhow!("--remote={r}: {e}"))?;
                 plain.push((r.clone(), parsed));
             }
         }
@@ -361,7 +362,9 @@ fn serve(args: ServeArgs, as_ovsdb_server: bool) -> anyhow::Result<ExitCode> {
         ciphers: args.ssl_ciphers.clone(),
     };
     if args.disable_file_column_diff {
-        tracing::info!("--disable-file-column-diff: holdfast writes whole column values to database files anyway");
+        tracing::info!(
+            "--disable-file-column-diff: holdfast writes whole column values to database files anyway"
+        );
     }
     if let Some(u) = &args.user {
         daemon::become_user(u)?;
@@ -416,7 +419,10 @@ impl Daemon<'_> {
         };
         // Rust's SIGSEGV/SIGBUS handler (stack-overflow detection) swallows a SIGSEGV sent by
         // kill(2); a daemon must die of it so that --monitor restarts it, as OVS's do.
-        for sig in [nix::sys::signal::Signal::SIGSEGV, nix::sys::signal::Signal::SIGBUS] {
+        for sig in [
+            nix::sys::signal::Signal::SIGSEGV,
+            nix::sys::signal::Signal::SIGBUS,
+        ] {
             // SAFETY: installing the default disposition; no handler code runs.
             let _ = unsafe { nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigDfl) };
         }
@@ -433,7 +439,8 @@ impl Daemon<'_> {
         }
         for r in &self.remote_strings {
             if r.starts_with("db:") {
-                remotes::Remotes::validate(r, &core).map_err(|e| anyhow::anyhow!("--remote={r}: {e}"))?;
+                remotes::Remotes::validate(r, &core)
+                    .map_err(|e| anyhow::anyhow!("--remote={r}: {e}"))?;
             }
         }
         self.tls.check(&core).map_err(anyhow::Error::msg)?;
@@ -484,7 +491,10 @@ impl Daemon<'_> {
             match unixctl::start(&unixctl_file, ctx) {
                 Ok(()) => unixctl_bound = Some(unixctl_file.clone()),
                 Err(e) if self.unixctl_path.is_some() || self.as_ovsdb_server => {
-                    anyhow::bail!("{}: could not create unixctl socket: {e}", unixctl_file.display());
+                    anyhow::bail!(
+                        "{}: could not create unixctl socket: {e}",
+                        unixctl_file.display()
+                    );
                 }
                 Err(e) => tracing::warn!(
                     "{}: no unixctl socket ({e}); give --unixctl=PATH for ovs-appctl",
@@ -520,7 +530,8 @@ impl Daemon<'_> {
                 self.program,
                 server.with_core(|c, _| c.database_names().join(", "))
             );
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
             let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
             loop {
                 tokio::select! {

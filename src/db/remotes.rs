@@ -177,7 +177,11 @@ pub fn query_string(r: &DbRef, db: &Database) -> Result<Option<String>, String> 
     if ts.columns[ci].ty.key.atomic != hf_ovsdb::AtomicType::String
         || ts.columns[ci].ty.value.is_some()
     {
-        return Err(format!("db:{}: column {} is not a string", r.text(), r.column));
+        return Err(format!(
+            "db:{}: column {} is not a string",
+            r.text(),
+            r.column
+        ));
     }
     let mut rows: Vec<_> = db.tables[ti].rows.values().collect();
     rows.sort_by_key(|r| r.uuid);
@@ -376,7 +380,8 @@ impl Remotes {
                 server.remove_remote(&r);
             }
         }
-        self.reported.retain(|t, _| wanted.contains_key(t) || self.configured.contains(t));
+        self.reported
+            .retain(|t, _| wanted.contains_key(t) || self.configured.contains(t));
         for (target, probe) in wanted {
             if let Some(r) = self.listening.get(&target) {
                 server.set_remote_probe(r, probe);

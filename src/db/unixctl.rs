@@ -56,7 +56,12 @@ const COMMANDS: &[(&str, &str, usize, usize)] = &[
     ("vlog/close", "", 0, 0),
     ("vlog/list", "", 0, 0),
     ("vlog/reopen", "", 0, 0),
-    ("vlog/set", "{spec | PATTERN:destination:pattern}", 1, usize::MAX),
+    (
+        "vlog/set",
+        "{spec | PATTERN:destination:pattern}",
+        1,
+        usize::MAX,
+    ),
 ];
 
 /// The socket path ovsdb-server uses when `--unixctl` is not given.
@@ -140,14 +145,20 @@ async fn handle(m: Value, ctx: &Ctx) -> (Option<Value>, bool) {
     let mut args = Vec::new();
     let params = m.get("params").and_then(Value::as_array);
     let Some(params) = params else {
-        return (Some(error(&id, "\"params\" must be an array".into())), false);
+        return (
+            Some(error(&id, "\"params\" must be an array".into())),
+            false,
+        );
     };
     for p in params {
         match p.as_str() {
             Some(s) => args.push(s.to_string()),
             None => {
                 return (
-                    Some(error(&id, format!("\"{method}\" command has non-string argument"))),
+                    Some(error(
+                        &id,
+                        format!("\"{method}\" command has non-string argument"),
+                    )),
                     false,
                 );
             }

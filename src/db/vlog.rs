@@ -83,7 +83,14 @@ const FILE: usize = 2;
 /// prefixes each covers; the longest matching prefix wins, anything else is `ovsdb_server`.
 pub const MODULES: &[(&str, &[&str])] = &[
     ("daemon_unix", &["holdfast::db::daemon"]),
-    ("jsonrpc", &["hf_ovsdb_net::serve", "hf_ovsdb_net::framing", "hf_ovsdb_net::jsonrpc"]),
+    (
+        "jsonrpc",
+        &[
+            "hf_ovsdb_net::serve",
+            "hf_ovsdb_net::framing",
+            "hf_ovsdb_net::jsonrpc",
+        ],
+    ),
     ("ovsdb", &["hf_ovsdb"]),
     ("ovsdb_cs", &["hf_ovsdb_net::client"]),
     ("ovsdb_file", &["hf_ovsdb_net::storage", "hf_ovsdb::file"]),
@@ -99,8 +106,8 @@ fn module_of(target: &str) -> usize {
     let mut best = (DEFAULT_MODULE, 0);
     for (i, (_, prefixes)) in MODULES.iter().enumerate() {
         for p in *prefixes {
-            let matches = target == *p
-                || (target.starts_with(p) && target[p.len()..].starts_with("::"));
+            let matches =
+                target == *p || (target.starts_with(p) && target[p.len()..].starts_with("::"));
             if matches && p.len() > best.1 {
                 best = (i, p.len());
             }
@@ -248,8 +255,8 @@ fn ensure_syslog(st: &mut State) {
     if st.syslog.is_some() || st.levels.iter().all(|l| l[SYSLOG] == Level::Off) {
         return;
     }
-    let s = std::os::unix::net::UnixDatagram::unbound()
-        .and_then(|s| s.connect("/dev/log").map(|()| s));
+    let s =
+        std::os::unix::net::UnixDatagram::unbound().and_then(|s| s.connect("/dev/log").map(|()| s));
     match s {
         Ok(s) => st.syslog = Some(s),
         Err(e) => {
@@ -360,7 +367,12 @@ impl<S: tracing::Subscriber> Layer<S> for VlogLayer {
                 Level::Info => 6,
                 _ => 7,
             };
-            let msg = format!("<{}>{}[{}]: {body}", 24 + sev, st.program, std::process::id());
+            let msg = format!(
+                "<{}>{}[{}]: {body}",
+                24 + sev,
+                st.program,
+                std::process::id()
+            );
             let _ = s.send(msg.as_bytes());
         }
     }
@@ -449,7 +461,11 @@ mod tests {
             program: String::new(),
         };
         apply(&mut st, "console:off").unwrap();
-        assert!(st.levels.iter().all(|l| l[CONSOLE] == Level::Off && l[FILE] == Level::Info));
+        assert!(
+            st.levels
+                .iter()
+                .all(|l| l[CONSOLE] == Level::Off && l[FILE] == Level::Info)
+        );
         apply(&mut st, "unixctl:file:dbg").unwrap();
         assert_eq!(st.levels[8][FILE], Level::Dbg);
         assert_eq!(st.levels[0][FILE], Level::Info);
@@ -459,6 +475,10 @@ mod tests {
             apply(&mut st, "bogus").unwrap_err(),
             "no destination, level, or module \"bogus\""
         );
-        assert!(apply(&mut st, "PATTERN:file:%m").unwrap_err().contains("not supported"));
+        assert!(
+            apply(&mut st, "PATTERN:file:%m")
+                .unwrap_err()
+                .contains("not supported")
+        );
     }
 }

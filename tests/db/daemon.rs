@@ -71,9 +71,13 @@ impl Drop for Reaper {
                 && std::fs::read_to_string(format!("/proc/{parent}/comm"))
                     .is_ok_and(|c| c.trim() == "ovsdb-server")
             {
-                let _ = Command::new("kill").args(["-KILL", &parent.to_string()]).status();
+                let _ = Command::new("kill")
+                    .args(["-KILL", &parent.to_string()])
+                    .status();
             }
-            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
         }
     }
 }
@@ -132,10 +136,17 @@ fn ovn_ctl_starts_and_stops_holdfast_as_ovsdb_server() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let bin = link_dir(dir);
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let (nb_port, sb_port) = (free_port(), free_port());
     let run_dir = dir.join("run");
-    let _reaper = Reaper(vec![run_dir.join("ovnnb_db.pid"), run_dir.join("ovnsb_db.pid")]);
+    let _reaper = Reaper(vec![
+        run_dir.join("ovnnb_db.pid"),
+        run_dir.join("ovnsb_db.pid"),
+    ]);
     let ovn_ctl = |args: &[String]| {
         let mut c = Command::new("/usr/share/ovn/scripts/ovn-ctl");
         c.args(args)
@@ -171,7 +182,9 @@ fn ovn_ctl_starts_and_stops_holdfast_as_ovsdb_server() {
     let nb_pid = pid_of(&run_dir.join("ovnnb_db.pid")).expect("NB pidfile");
     let sb_pid = pid_of(&run_dir.join("ovnsb_db.pid")).expect("SB pidfile");
     assert_eq!(
-        std::fs::read_to_string(format!("/proc/{nb_pid}/comm")).unwrap().trim(),
+        std::fs::read_to_string(format!("/proc/{nb_pid}/comm"))
+            .unwrap()
+            .trim(),
         "ovsdb-server"
     );
     assert_eq!(
@@ -185,17 +198,29 @@ fn ovn_ctl_starts_and_stops_holdfast_as_ovsdb_server() {
     run_ok(Command::new("ovn-nbctl").args([nb.as_str(), "lsp-add", "sw0", "p0"]));
     let show = run_ok(
         Command::new("ovn-nbctl")
-            .arg(format!("--db=unix:{}", run_dir.join("ovnnb_db.sock").display()))
+            .arg(format!(
+                "--db=unix:{}",
+                run_dir.join("ovnnb_db.sock").display()
+            ))
             .arg("show"),
     );
     assert!(show.contains("(sw0)") && show.contains("port p0"), "{show}");
-    run_ok(Command::new("ovn-sbctl").args([sb.as_str(), "chassis-add", "ch0", "geneve", "127.0.0.1"]));
+    run_ok(Command::new("ovn-sbctl").args([
+        sb.as_str(),
+        "chassis-add",
+        "ch0",
+        "geneve",
+        "127.0.0.1",
+    ]));
     let sbshow = run_ok(Command::new("ovn-sbctl").args([sb.as_str(), "show"]));
     assert!(sbshow.contains("Chassis ch0"), "{sbshow}");
     // ovn-ctl ran `ovn-nbctl init`: NB_Global exists.
     let g = run_ok(Command::new("ovn-nbctl").args([nb.as_str(), "list", "NB_Global"]));
     assert!(g.contains("_uuid"), "{g}");
-    for (ctl, db) in [("ovnnb_db.ctl", "OVN_Northbound"), ("ovnsb_db.ctl", "OVN_Southbound")] {
+    for (ctl, db) in [
+        ("ovnnb_db.ctl", "OVN_Northbound"),
+        ("ovnsb_db.ctl", "OVN_Southbound"),
+    ] {
         let out = run_ok(
             Command::new("ovn-appctl")
                 .arg("-t")
@@ -207,14 +232,23 @@ fn ovn_ctl_starts_and_stops_holdfast_as_ovsdb_server() {
     // The log file is OVS-style and colourless.
     let log = std::fs::read_to_string(dir.join("log/ovsdb-server-nb.log")).unwrap();
     assert!(log.contains("|ovsdb_server|INFO|"), "{log}");
-    assert!(!log.contains('\x1b'), "colour codes in the log file: {log:?}");
+    assert!(
+        !log.contains('\x1b'),
+        "colour codes in the log file: {log:?}"
+    );
     ovn_ctl(&["stop_nb_ovsdb".into()]);
     ovn_ctl(&["stop_sb_ovsdb".into()]);
     wait_for("the servers to exit", Duration::from_secs(10), || {
         !alive(nb_pid) && !alive(sb_pid)
     });
-    assert!(!run_dir.join("ovnnb_db.pid").exists(), "pidfile left behind");
-    assert!(!run_dir.join("ovnnb_db.ctl").exists(), "unixctl socket left behind");
+    assert!(
+        !run_dir.join("ovnnb_db.pid").exists(),
+        "pidfile left behind"
+    );
+    assert!(
+        !run_dir.join("ovnnb_db.ctl").exists(),
+        "unixctl socket left behind"
+    );
     // The data survived: a fresh start serves the switch (real ovsdb-tool reads the file).
     let q = run_ok(
         Command::new("ovsdb-tool")
@@ -227,7 +261,16 @@ fn ovn_ctl_starts_and_stops_holdfast_as_ovsdb_server() {
 
 #[test]
 fn detach_returns_to_a_capturing_caller_and_serves() {
-    if !require("detach", &["ovsdb-tool", "ovsdb-client", "ovs-appctl", "bash", "timeout"]) {
+    if !require(
+        "detach",
+        &[
+            "ovsdb-tool",
+            "ovsdb-client",
+            "ovs-appctl",
+            "bash",
+            "timeout",
+        ],
+    ) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -266,7 +309,10 @@ fn detach_returns_to_a_capturing_caller_and_serves() {
         .lines()
         .find_map(|l| l.strip_prefix("listening on "))
         .expect("banner");
-    assert!(answers(addr), "the detached server does not answer on {addr}");
+    assert!(
+        answers(addr),
+        "the detached server does not answer on {addr}"
+    );
     // A second server on the same pidfile is refused while the first holds it.
     let again = run(
         Command::new(holdfast())
@@ -288,7 +334,10 @@ fn detach_returns_to_a_capturing_caller_and_serves() {
 
 #[test]
 fn unixctl_commands_through_ovs_appctl() {
-    if !require("unixctl", &["ovsdb-tool", "ovsdb-client", "ovs-appctl", "ovn-nbctl"]) {
+    if !require(
+        "unixctl",
+        &["ovsdb-tool", "ovsdb-client", "ovs-appctl", "ovn-nbctl"],
+    ) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -312,19 +361,41 @@ fn unixctl_commands_through_ovs_appctl() {
     let v = appctl_ok(&ctl, &["version"]);
     assert!(v.starts_with("ovsdb-server "), "{v}");
     // OVS's scripts use `exit` when the last word is at least 2.5.90.
-    let last: Vec<u32> = v.split_whitespace().last().unwrap().split('.').map(|p| p.parse().unwrap()).collect();
+    let last: Vec<u32> = v
+        .split_whitespace()
+        .last()
+        .unwrap()
+        .split('.')
+        .map(|p| p.parse().unwrap())
+        .collect();
     assert!(last >= vec![2, 5, 90], "{v}");
 
     let cmds = appctl_ok(&ctl, &["list-commands"]);
     assert!(cmds.starts_with("The available commands are:\n"), "{cmds}");
     for c in [
-        "exit", "version", "ovsdb-server/compact", "ovsdb-server/list-dbs",
-        "ovsdb-server/add-remote", "ovsdb-server/remove-remote", "ovsdb-server/list-remotes",
-        "ovsdb-server/reconnect", "memory/show", "vlog/list", "vlog/set", "list-commands",
+        "exit",
+        "version",
+        "ovsdb-server/compact",
+        "ovsdb-server/list-dbs",
+        "ovsdb-server/add-remote",
+        "ovsdb-server/remove-remote",
+        "ovsdb-server/list-remotes",
+        "ovsdb-server/reconnect",
+        "memory/show",
+        "vlog/list",
+        "vlog/set",
+        "list-commands",
     ] {
-        assert!(cmds.lines().any(|l| l.trim_start().starts_with(&format!("{c} ")) || l.trim() == c), "{c} missing: {cmds}");
+        assert!(
+            cmds.lines()
+                .any(|l| l.trim_start().starts_with(&format!("{c} ")) || l.trim() == c),
+            "{c} missing: {cmds}"
+        );
     }
-    assert_eq!(appctl_ok(&ctl, &["ovsdb-server/list-dbs"]), "OVN_Northbound\n_Server\n");
+    assert_eq!(
+        appctl_ok(&ctl, &["ovsdb-server/list-dbs"]),
+        "OVN_Northbound\n_Server\n"
+    );
 
     // add-remote / list-remotes / remove-remote, checked by connecting with ovsdb-client.
     let port = free_port();
@@ -337,7 +408,10 @@ fn unixctl_commands_through_ovs_appctl() {
     assert_eq!(list, format!("{remote}\npunix:{}\n", sock.display()));
     let bad = appctl(&ctl, &["ovsdb-server/add-remote", "tcp:192.0.2.1:6640"]);
     assert_eq!(bad.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("tcp:192.0.2.1:6640"), "{bad:?}");
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("tcp:192.0.2.1:6640"),
+        "{bad:?}"
+    );
     appctl_ok(&ctl, &["ovsdb-server/remove-remote", &remote]);
     assert!(!answers(&tcp), "remove-remote still listens");
     let none = appctl(&ctl, &["ovsdb-server/remove-remote", &remote]);
@@ -346,7 +420,11 @@ fn unixctl_commands_through_ovs_appctl() {
 
     // compact: after some transactions the file is one schema and one snapshot record.
     for i in 0..5 {
-        run_ok(Command::new("ovn-nbctl").arg(format!("--db={unix}")).args(["ls-add", &format!("sw{i}")]));
+        run_ok(
+            Command::new("ovn-nbctl")
+                .arg(format!("--db={unix}"))
+                .args(["ls-add", &format!("sw{i}")]),
+        );
     }
     let records = |f: &Path| {
         run_ok(Command::new("ovsdb-tool").arg("show-log").arg(f))
@@ -357,7 +435,11 @@ fn unixctl_commands_through_ovs_appctl() {
     assert!(records(&f) >= 6);
     appctl_ok(&ctl, &["ovsdb-server/compact"]);
     assert_eq!(records(&f), 2, "not compacted");
-    run_ok(Command::new("ovn-nbctl").arg(format!("--db={unix}")).args(["ls-add", "late"]));
+    run_ok(
+        Command::new("ovn-nbctl")
+            .arg(format!("--db={unix}"))
+            .args(["ls-add", "late"]),
+    );
     appctl_ok(&ctl, &["ovsdb-server/compact", "OVN_Northbound"]);
     assert_eq!(records(&f), 2);
     let nodb = appctl(&ctl, &["ovsdb-server/compact", "nonesuch"]);
@@ -371,7 +453,10 @@ fn unixctl_commands_through_ovs_appctl() {
         .find_map(|kv| kv.strip_prefix("cells:"))
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("{mem}"));
-    assert!(cells > 0 && mem.contains("atoms:") && mem.contains("monitors:"), "{mem}");
+    assert!(
+        cells > 0 && mem.contains("atoms:") && mem.contains("monitors:"),
+        "{mem}"
+    );
 
     // reconnect drops a live client.
     let mut c = std::os::unix::net::UnixStream::connect(&sock).unwrap();
@@ -379,26 +464,52 @@ fn unixctl_commands_through_ovs_appctl() {
     appctl_ok(&ctl, &["ovsdb-server/reconnect"]);
     let mut b = [0u8; 16];
     let n = std::io::Read::read(&mut c, &mut b);
-    assert!(matches!(n, Ok(0)) || n.is_err(), "client not disconnected: {n:?}");
+    assert!(
+        matches!(n, Ok(0)) || n.is_err(),
+        "client not disconnected: {n:?}"
+    );
 
     // vlog.
     let vl = appctl_ok(&ctl, &["vlog/list"]);
-    assert!(vl.starts_with("                 console    syslog    file\n"), "{vl}");
-    assert!(vl.lines().any(|l| l.starts_with("unixctl ") && l.ends_with("INFO")), "{vl}");
+    assert!(
+        vl.starts_with("                 console    syslog    file\n"),
+        "{vl}"
+    );
+    assert!(
+        vl.lines()
+            .any(|l| l.starts_with("unixctl ") && l.ends_with("INFO")),
+        "{vl}"
+    );
     appctl_ok(&ctl, &["vlog/set", "unixctl:file:dbg"]);
     let vl = appctl_ok(&ctl, &["vlog/list"]);
-    assert!(vl.lines().any(|l| l.starts_with("unixctl ") && l.ends_with("DBG")), "{vl}");
+    assert!(
+        vl.lines()
+            .any(|l| l.starts_with("unixctl ") && l.ends_with("DBG")),
+        "{vl}"
+    );
     appctl_ok(&ctl, &["version"]);
     let log = std::fs::read_to_string(dir.join("log")).unwrap();
-    assert!(log.contains("|unixctl|DBG|received request version"), "{log}");
+    assert!(
+        log.contains("|unixctl|DBG|received request version"),
+        "{log}"
+    );
     let bogus = appctl(&ctl, &["vlog/set", "bogus"]);
     assert_eq!(bogus.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&bogus.stderr).contains("no destination, level, or module \"bogus\""));
+    assert!(
+        String::from_utf8_lossy(&bogus.stderr)
+            .contains("no destination, level, or module \"bogus\"")
+    );
     let unknown = appctl(&ctl, &["no/such-command"]);
     assert_eq!(unknown.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&unknown.stderr).contains("\"no/such-command\" is not a valid command"));
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr)
+            .contains("\"no/such-command\" is not a valid command")
+    );
     let extra = appctl(&ctl, &["version", "x"]);
-    assert!(String::from_utf8_lossy(&extra.stderr).contains("\"version\" command takes at most 0 arguments"));
+    assert!(
+        String::from_utf8_lossy(&extra.stderr)
+            .contains("\"version\" command takes at most 0 arguments")
+    );
 
     appctl_ok(&ctl, &["exit"]);
     wait_for("exit", Duration::from_secs(10), || !alive(pid));
@@ -407,7 +518,10 @@ fn unixctl_commands_through_ovs_appctl() {
 
 #[test]
 fn monitor_restarts_after_segv_and_kill() {
-    if !require("monitor", &["ovsdb-tool", "ovsdb-client", "ovs-appctl", "ovn-nbctl"]) {
+    if !require(
+        "monitor",
+        &["ovsdb-tool", "ovsdb-client", "ovs-appctl", "ovn-nbctl"],
+    ) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -426,7 +540,11 @@ fn monitor_restarts_after_segv_and_kill() {
             .arg(&f),
     );
     let unix = format!("unix:{}", sock.display());
-    run_ok(Command::new("ovn-nbctl").arg(format!("--db={unix}")).args(["ls-add", "before"]));
+    run_ok(
+        Command::new("ovn-nbctl")
+            .arg(format!("--db={unix}"))
+            .args(["ls-add", "before"]),
+    );
     let mut pid = pid_of(&pidfile).unwrap();
     let monitor = ppid(pid).unwrap();
     for sig in ["-SEGV", "-KILL"] {
@@ -438,21 +556,30 @@ fn monitor_restarts_after_segv_and_kill() {
         assert_eq!(ppid(new), Some(monitor), "restarted by the same monitor");
         pid = new;
         // The data survived the crash.
-        let ls = run_ok(Command::new("ovn-nbctl").arg(format!("--db={unix}")).arg("ls-list"));
+        let ls = run_ok(
+            Command::new("ovn-nbctl")
+                .arg(format!("--db={unix}"))
+                .arg("ls-list"),
+        );
         assert!(ls.contains("(before)"), "{ls}");
     }
     let log = std::fs::read_to_string(dir.join("log")).unwrap();
     assert!(log.contains("killed (SIGSEGV), restarting"), "{log}");
     // A clean exit ends the monitor too.
     appctl_ok(&ctl, &["exit"]);
-    wait_for("server and monitor to exit", Duration::from_secs(10), || {
-        !alive(pid) && !alive(monitor)
-    });
+    wait_for(
+        "server and monitor to exit",
+        Duration::from_secs(10),
+        || !alive(pid) && !alive(monitor),
+    );
 }
 
 #[test]
 fn db_remotes_follow_connection_rows() {
-    if !require("db_remotes", &["ovsdb-tool", "ovsdb-client", "ovs-appctl", "ovn-nbctl"]) {
+    if !require(
+        "db_remotes",
+        &["ovsdb-tool", "ovsdb-client", "ovs-appctl", "ovn-nbctl"],
+    ) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -462,7 +589,11 @@ fn db_remotes_follow_connection_rows() {
     let _reaper = Reaper(vec![pidfile.clone()]);
     run_ok(
         Command::new(holdfast())
-            .args(["db", "--detach", "--remote=db:OVN_Northbound,NB_Global,connections"])
+            .args([
+                "db",
+                "--detach",
+                "--remote=db:OVN_Northbound,NB_Global,connections",
+            ])
             .arg(format!("--pidfile={}", pidfile.display()))
             .arg(format!("--unixctl={}", ctl.display()))
             .arg(format!("--log-file={}", dir.join("log").display()))
@@ -475,16 +606,31 @@ fn db_remotes_follow_connection_rows() {
     let port = free_port();
     let tcp = format!("tcp:127.0.0.1:{port}");
     assert!(!answers(&tcp));
-    run_ok(Command::new("ovn-nbctl").args([nb.as_str(), "set-connection", &format!("ptcp:{port}:127.0.0.1")]));
-    wait_for("the Connection's remote to listen", Duration::from_secs(10), || answers(&tcp));
+    run_ok(Command::new("ovn-nbctl").args([
+        nb.as_str(),
+        "set-connection",
+        &format!("ptcp:{port}:127.0.0.1"),
+    ]));
+    wait_for(
+        "the Connection's remote to listen",
+        Duration::from_secs(10),
+        || answers(&tcp),
+    );
     // The Connection row's inactivity_probe applies to its remote's sessions: with 1000 ms
     // (the default is 5000) a silent client is probed within about a second and dropped
     // after another.
-    run_ok(Command::new("ovn-nbctl").args([nb.as_str(), "--inactivity-probe=1000", "set-connection", &format!("ptcp:{port}:127.0.0.1")]));
+    run_ok(Command::new("ovn-nbctl").args([
+        nb.as_str(),
+        "--inactivity-probe=1000",
+        "set-connection",
+        &format!("ptcp:{port}:127.0.0.1"),
+    ]));
     std::thread::sleep(Duration::from_millis(600));
     let t0 = Instant::now();
     let mut silent = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    silent.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(8)))
+        .unwrap();
     let mut got = Vec::new();
     let mut b = [0u8; 4096];
     loop {
@@ -494,16 +640,31 @@ fn db_remotes_follow_connection_rows() {
         }
     }
     let took = t0.elapsed();
-    assert!(String::from_utf8_lossy(&got).contains("\"echo\""), "no probe: {got:?}");
-    assert!(took < Duration::from_millis(4000), "dropped after {took:?}, not the row's 1000 ms probe");
+    assert!(
+        String::from_utf8_lossy(&got).contains("\"echo\""),
+        "no probe: {got:?}"
+    );
+    assert!(
+        took < Duration::from_millis(4000),
+        "dropped after {took:?}, not the row's 1000 ms probe"
+    );
     let list = appctl_ok(&ctl, &["ovsdb-server/list-remotes"]);
-    assert!(list.contains("db:OVN_Northbound,NB_Global,connections"), "{list}");
+    assert!(
+        list.contains("db:OVN_Northbound,NB_Global,connections"),
+        "{list}"
+    );
     // An active target is refused with a logged error naming it; the server stays up.
     run_ok(Command::new("ovn-nbctl").args([nb.as_str(), "set-connection", "tcp:192.0.2.1:6640"]));
     wait_for("the refusal to be logged", Duration::from_secs(10), || {
-        std::fs::read_to_string(dir.join("log")).unwrap_or_default().contains("tcp:192.0.2.1:6640: active remotes")
+        std::fs::read_to_string(dir.join("log"))
+            .unwrap_or_default()
+            .contains("tcp:192.0.2.1:6640: active remotes")
     });
-    wait_for("the removed remote to stop listening", Duration::from_secs(10), || !answers(&tcp));
+    wait_for(
+        "the removed remote to stop listening",
+        Duration::from_secs(10),
+        || !answers(&tcp),
+    );
     run_ok(Command::new("ovn-nbctl").args([nb.as_str(), "del-connection"]));
     assert!(alive(pid));
     appctl_ok(&ctl, &["exit"]);
@@ -516,14 +677,40 @@ fn unknown_options_are_refused_by_name() {
     let dir = tmp.path();
     let bin = link_dir(dir);
     let f = dir.join("x.db");
-    run_ok(Command::new(holdfast()).arg("db").arg("create").arg(&f).arg(crate::common::nb_schema()));
+    run_ok(
+        Command::new(holdfast())
+            .arg("db")
+            .arg("create")
+            .arg(&f)
+            .arg(crate::common::nb_schema()),
+    );
     for (cmd, args, name) in [
-        (bin.join("ovsdb-server"), vec!["--bogus-option"], "--bogus-option"),
-        (bin.join("ovsdb-server"), vec!["--sync-from=tcp:192.0.2.1:6641"], "--sync-from"),
-        (bin.join("ovsdb-server"), vec!["--remote=tcp:192.0.2.1:6641"], "tcp:192.0.2.1:6641"),
+        (
+            bin.join("ovsdb-server"),
+            vec!["--bogus-option"],
+            "--bogus-option",
+        ),
+        (
+            bin.join("ovsdb-server"),
+            vec!["--sync-from=tcp:192.0.2.1:6641"],
+            "--sync-from",
+        ),
+        (
+            bin.join("ovsdb-server"),
+            vec!["--remote=tcp:192.0.2.1:6641"],
+            "tcp:192.0.2.1:6641",
+        ),
         (bin.join("ovsdb-server"), vec!["--remote=pssl:0"], "pssl:0"),
-        (bin.join("ovsdb-server"), vec!["-vnosuchmodule:file:dbg"], "nosuchmodule"),
-        (bin.join("ovsdb-server"), vec!["--remote=db:Nope,T,c"], "Nope"),
+        (
+            bin.join("ovsdb-server"),
+            vec!["-vnosuchmodule:file:dbg"],
+            "nosuchmodule",
+        ),
+        (
+            bin.join("ovsdb-server"),
+            vec!["--remote=db:Nope,T,c"],
+            "Nope",
+        ),
         (holdfast(), vec!["db", "--bogus-option"], "--bogus-option"),
     ] {
         let o = run(
@@ -536,10 +723,16 @@ fn unknown_options_are_refused_by_name() {
         );
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success(), "{cmd:?} {args:?} was accepted");
-        assert!(err.contains(name), "{cmd:?} {args:?}: error does not name {name}: {err}");
+        assert!(
+            err.contains(name),
+            "{cmd:?} {args:?}: error does not name {name}: {err}"
+        );
     }
     // --help says which options exist only for compatibility.
     let help = run_ok(Command::new(bin.join("ovsdb-server")).arg("--help"));
-    assert!(help.contains("only for ovsdb-server compatibility"), "{help}");
+    assert!(
+        help.contains("only for ovsdb-server compatibility"),
+        "{help}"
+    );
     assert!(help.contains("--disable-file-column-diff"), "{help}");
 }
