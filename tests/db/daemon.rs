@@ -327,9 +327,61 @@ fn detach_returns_to_a_capturing_caller_and_serves() {
         String::from_utf8_lossy(&again.stderr).contains(&format!("already running as pid {pid}")),
         "{again:?}"
     );
+    // Console logging into a pipe: OVS's line format, no colour codes.
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(err.contains("|ovsdb_server|ERR|"), "{err}");
+    assert!(!err.contains('\x1b'), "colour codes on a pipe: {err:?}");
     appctl_ok(&ctl, &["exit"]);
     wait_for("exit", Duration::from_secs(10), || !alive(pid));
     assert!(!pidfile.exists());
+}
+
+#[test]
+fn user_option_switches_user() {
+    if !nix_is_root() {
+        eprintln!("SKIP user_option_switches_user: needs root to switch users");
+        return;
+    }
+    if !require("user", &["ovsdb-tool", "ovn-nbctl", "ovs-appctl"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let f = nb_file(dir);
+    let (pidfile, ctl, sock) = (dir.join("p.pid"), dir.join("c.ctl"), dir.join("s.sock"));
+    let _reaper = Reaper(vec![pidfile.clone()]);
+    run_ok(Command::new("chmod").arg("755").arg(dir));
+    run_ok(Command::new("chown").arg("-R").arg("nobody").arg(dir));
+    run_ok(
+        Command::new(holdfast())
+            .args(["db", "--detach", "--user", "nobody"])
+            .arg(format!("--pidfile={}", pidfile.display()))
+            .arg(format!("--unixctl={}", ctl.display()))
+            .arg(format!("--remote=punix:{}", sock.display()))
+            .arg(&f),
+    );
+    let pid = pid_of(&pidfile).unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    let nobody = run_ok(Command::new("id").args(["-u", "nobody"]));
+    assert!(
+        uid_line
+            .split_whitespace()
+            .skip(1)
+            .all(|u| u == nobody.trim()),
+        "{uid_line}"
+    );
+    run_ok(
+        Command::new("ovn-nbctl")
+            .arg(format!("--db=unix:{}", sock.display()))
+            .args(["ls-add", "x"]),
+    );
+    appctl_ok(&ctl, &["exit"]);
+    wait_for("exit", Duration::from_secs(10), || !alive(pid));
+}
+
+fn nix_is_root() -> bool {
+    run_ok(Command::new("id").arg("-u")).trim() == "0"
 }
 
 #[test]
