@@ -229,6 +229,9 @@ fn ovn_ctl_starts_and_stops_holdfast_as_ovsdb_server() {
         );
         assert_eq!(out, format!("{db}\n_Server\n"));
     }
+    // ovn-ctl's status commands (pidfile + `ovsdb-server/sync-status`).
+    assert_eq!(ovn_ctl(&["status_ovnnb".into()]).trim(), "running/active");
+    assert_eq!(ovn_ctl(&["status_ovnsb".into()]).trim(), "running/active");
     // The log file is OVS-style and colourless.
     let log = std::fs::read_to_string(dir.join("log/ovsdb-server-nb.log")).unwrap();
     assert!(log.contains("|ovsdb_server|INFO|"), "{log}");
