@@ -533,15 +533,22 @@ impl Daemon<'_> {
             let mut term =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
             let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
+            let mut ticks = 0u64;
             loop {
                 tokio::select! {
                     _ = tokio::signal::ctrl_c() => { tracing::info!("exiting on signal"); break }
                     _ = term.recv() => { tracing::info!("exiting on signal"); break }
                     _ = exit_rx.recv() => { tracing::info!("exiting by unixctl request"); break }
                     _ = tick.tick() => {
+                        ticks += 1;
                         let mut r = rs.lock().await;
-                        if r.changed(&server) {
+                        // Follow database changes; retry failed listens every 2 s.
+                        if r.changed(&server) || (r.failing && ticks % 10 == 0) {
                             r.reconcile(&server).await;
+                        }
+                        // Connection rows' status, like ovsdb-server's 2.5 s status timer.
+                        if ticks % 12 == 0 {
+                            r.update_status(&server);
                         }
                     }
                 }

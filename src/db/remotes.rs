@@ -74,6 +74,8 @@ pub struct Wanted {
     pub target: String,
     /// From the row's `inactivity_probe`.
     pub probe: Option<Option<u64>>,
+    /// The row it came from (table index, row UUID), when a referenced row.
+    pub row: Option<(usize, hf_ovsdb::Uuid)>,
 }
 
 /// The database name of a `db:` reference (empty when malformed).
@@ -139,6 +141,7 @@ pub fn query_remotes(r: &DbRef, db: &Database) -> Result<Vec<Wanted>, String> {
                     out.push(Wanted {
                         target: target.to_string(),
                         probe,
+                        row: Some((rt, *u)),
                     });
                 }
             }
@@ -150,6 +153,7 @@ pub fn query_remotes(r: &DbRef, db: &Database) -> Result<Vec<Wanted>, String> {
                         out.push(Wanted {
                             target: s.to_string(),
                             probe: None,
+                            row: None,
                         });
                     }
                 }
@@ -308,6 +312,13 @@ pub struct Remotes {
     reported: BTreeMap<String, String>,
     /// The databases' last transaction ids when last reconciled.
     seen: Vec<(String, hf_ovsdb::Uuid)>,
+    /// Some wanted remote failed to listen at the last reconcile (retried periodically, as
+    /// ovsdb-server retries).
+    pub failing: bool,
+    /// Rows whose `is_connected`/`status` this server maintains: (database, table index,
+    /// row) → target, and the status last written.
+    rows: BTreeMap<(String, usize, hf_ovsdb::Uuid), String>,
+    written: BTreeMap<(String, usize, hf_ovsdb::Uuid), (bool, Vec<(String, String)>)>,
 }
 
 impl Remotes {
@@ -344,6 +355,8 @@ impl Remotes {
                 .filter_map(|n| c.last_txn_id(&n).map(|t| (n, t)))
                 .collect()
         });
+        self.failing = false;
+        self.rows.clear();
         let mut wanted: BTreeMap<String, Option<Option<u64>>> = BTreeMap::new();
         let configured: Vec<String> = self.configured.iter().cloned().collect();
         for s in &configured {
@@ -360,6 +373,9 @@ impl Remotes {
                     match res {
                         Ok(ws) => {
                             for w in ws {
+                                if let Some((t, u)) = w.row {
+                                    self.rows.insert((r.db.clone(), t, u), w.target.clone());
+                                }
                                 wanted.insert(w.target, w.probe);
                             }
                         }
@@ -401,7 +417,81 @@ impl Remotes {
                     self.reported.remove(&target);
                     self.listening.insert(target, r);
                 }
-                Err(e) => self.report(&target, format!("{target}: listen failed: {e}")),
+                Err(e) => {
+                    self.failing = true;
+                    self.report(&target, format!("{target}: listen failed: {e}"));
+                }
+            }
+        }
+    }
+
+    /// Write `is_connected` and `status` (`bound_port`, `n_connections`) of the rows that
+    /// named the remotes, as ovsdb-server does, when they changed since last written.
+    pub fn update_status(&mut self, server: &Server) {
+        let mut writes = Vec::new();
+        for (key, target) in &self.rows {
+            let (listening, sessions, port) = match self.listening.get(target) {
+                Some(r) => {
+                    let n = server.remote_sessions(r).unwrap_or(0);
+                    let port = server
+                        .remotes()
+                        .into_iter()
+                        .find(|(rr, _)| rr == r)
+                        .and_then(|(_, bound)| {
+                            bound
+                                .strip_prefix("tcp:")
+                                .and_then(|b| b.rsplit(':').next().map(str::to_string))
+                        });
+                    (true, n, port)
+                }
+                None => (false, 0, None),
+            };
+            let mut status = Vec::new();
+            if let Some(p) = port {
+                status.push(("bound_port".to_string(), p));
+            }
+            if sessions > 1 {
+                status.push(("n_connections".to_string(), sessions.to_string()));
+            }
+            let _ = listening;
+            let now = (sessions > 0, status);
+            if self.written.get(key) != Some(&now) {
+                writes.push((key.clone(), now));
+            }
+        }
+        self.written.retain(|k, _| self.rows.contains_key(k));
+        for ((db, t, u), (connected, status)) in writes {
+            let ok = server.with_core(|c, now| {
+                let Some(d) = c.database(&db) else {
+                    return false;
+                };
+                let ts = &d.schema.tables[t];
+                if ts.column_index("is_connected").is_none() || ts.column_index("status").is_none()
+                {
+                    return false;
+                }
+                let pairs: Vec<serde_json::Value> = status
+                    .iter()
+                    .map(|(k, v)| serde_json::json!([k, v]))
+                    .collect();
+                let txn = serde_json::json!({
+                    "method": "transact",
+                    "id": "holdfast-remote-status",
+                    "params": [db, {
+                        "op": "update",
+                        "table": ts.name,
+                        "where": [["_uuid", "==", ["uuid", u.to_string()]]],
+                        "row": {"is_connected": connected, "status": ["map", pairs]},
+                    }],
+                });
+                // An internal session: its reply is dropped (no connection carries it).
+                let sid = c.connect(now);
+                c.handle(sid, txn, now);
+                c.disconnect(sid);
+                true
+            });
+            if ok {
+                self.written.insert((db, t, u), (connected, status));
             }
         }
     }

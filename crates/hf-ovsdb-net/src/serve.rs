@@ -317,6 +317,13 @@ impl Server {
         true
     }
 
+    /// How many sessions a remote's listener has accepted that are still connected.
+    pub fn remote_sessions(&self, r: &Remote) -> Option<usize> {
+        let st = self.state.lock();
+        let l = st.listeners.iter().find(|l| &l.remote == r)?;
+        Some(st.conns.values().filter(|c| c.listener == l.id).count())
+    }
+
     /// Drop every client connection; clients reconnect (ovsdb-server's `reconnect`).
     pub fn disconnect_all(&self) {
         let mut st = self.state.lock();
