@@ -671,6 +671,24 @@ fn db_remotes_follow_connection_rows() {
         Duration::from_secs(10),
         || answers(&tcp),
     );
+    // The row's status says what is bound, as ovsdb-server writes it.
+    wait_for(
+        "Connection status:bound_port",
+        Duration::from_secs(10),
+        || {
+            let o = run(
+                Command::new("ovn-nbctl").args([
+                    nb.as_str(),
+                    "get",
+                    "connection",
+                    ".",
+                    "status:bound_port",
+                ]),
+                Duration::from_secs(10),
+            );
+            String::from_utf8_lossy(&o.stdout).trim() == format!("\"{port}\"")
+        },
+    );
     // The Connection row's inactivity_probe applies to its remote's sessions: with 1000 ms
     // (the default is 5000) a silent client is probed within about a second and dropped
     // after another.
