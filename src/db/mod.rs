@@ -396,6 +396,34 @@ fn serve(args: ServeArgs, as_ovsdb_server: bool) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Re-resolve the TLS settings (their `db:` references follow the database, as
+/// ovsdb-server's do) and report a change. This is the hook where the TLS listener takes its
+/// key, certificate and CA certificate; this build has none, so settings are reported and
+/// `pssl:` remotes are refused by name ([`remotes::tls_listener_unavailable`]).
+fn tls_changed(
+    server: &hf_ovsdb_net::serve::Server,
+    tls: &remotes::TlsSettings,
+    last: &mut remotes::ResolvedTls,
+) {
+    match server.with_core(|c, _| tls.resolve(c)) {
+        Ok(t) if &t != last => {
+            if t != remotes::ResolvedTls::default() {
+                tracing::warn!(
+                    "TLS settings: private key {:?}, certificate {:?}, CA certificate {:?}, protocols {:?}, ciphers {:?}; this build has no TLS listener, pssl: remotes are refused",
+                    t.private_key,
+                    t.certificate,
+                    t.ca_cert,
+                    t.protocols,
+                    t.ciphers
+                );
+            }
+            *last = t;
+        }
+        Ok(_) => {}
+        Err(e) => tracing::error!("{e}"),
+    }
+}
+
 /// Everything the daemon process needs, resolved in the foreground.
 struct Daemon<'a> {
     args: &'a ServeArgs,
@@ -472,13 +500,8 @@ impl Daemon<'_> {
                 rs.started(text, r.clone());
             }
             rs.reconcile(&server).await;
-            match server.with_core(|c, _| self.tls.resolve(c)) {
-                Ok(t) if t != remotes::ResolvedTls::default() => {
-                    tracing::info!("TLS settings: {t:?}");
-                }
-                Ok(_) => {}
-                Err(e) => tracing::error!("{e}"),
-            }
+            let mut tls_now = remotes::ResolvedTls::default();
+            tls_changed(&server, &self.tls, &mut tls_now);
             let rs = std::sync::Arc::new(tokio::sync::Mutex::new(rs));
             let (exit_tx, mut exit_rx) = tokio::sync::mpsc::unbounded_channel();
             let ctx = std::sync::Arc::new(unixctl::Ctx {
@@ -545,6 +568,7 @@ impl Daemon<'_> {
                         // Follow database changes; retry failed listens every 2 s.
                         if r.changed(&server) || (r.failing && ticks % 10 == 0) {
                             r.reconcile(&server).await;
+                            tls_changed(&server, &self.tls, &mut tls_now);
                         }
                         // Connection rows' status, like ovsdb-server's 2.5 s status timer.
                         if ticks % 12 == 0 {

@@ -648,6 +648,9 @@ fn db_remotes_follow_connection_rows() {
                 "db",
                 "--detach",
                 "--remote=db:OVN_Northbound,NB_Global,connections",
+                "--private-key=db:OVN_Northbound,SSL,private_key",
+                "--certificate=db:OVN_Northbound,SSL,certificate",
+                "--ca-cert=db:OVN_Northbound,SSL,ca_cert",
             ])
             .arg(format!("--pidfile={}", pidfile.display()))
             .arg(format!("--unixctl={}", ctl.display()))
@@ -739,6 +742,23 @@ fn db_remotes_follow_connection_rows() {
         || !answers(&tcp),
     );
     run_ok(Command::new("ovn-nbctl").args([nb.as_str(), "del-connection"]));
+    // --private-key=db:... follows the SSL table (set by real ovn-nbctl set-ssl).
+    run_ok(Command::new("ovn-nbctl").args([
+        nb.as_str(),
+        "set-ssl",
+        "/k/key.pem",
+        "/k/cert.pem",
+        "/k/ca.pem",
+    ]));
+    wait_for(
+        "the TLS settings to be resolved",
+        Duration::from_secs(10),
+        || {
+            std::fs::read_to_string(dir.join("log"))
+            .unwrap_or_default()
+            .contains("private key Some(\"/k/key.pem\"), certificate Some(\"/k/cert.pem\"), CA certificate Some(\"/k/ca.pem\")")
+        },
+    );
     assert!(alive(pid));
     appctl_ok(&ctl, &["exit"]);
     wait_for("exit", Duration::from_secs(10), || !alive(pid));
