@@ -39,8 +39,8 @@ pub struct DbArgs {
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// Database files to serve (create them with `holdfast db create` or `ovsdb-tool
-    /// create`). Without any, serves OVN_Northbound and OVN_Southbound from `--data-dir`,
-    /// created from holdfast's embedded schemas on first use.
+    /// create`). Without any, `holdfast db` (not `ovsdb-server`) serves OVN_Northbound and
+    /// OVN_Southbound from `--data-dir`, created from holdfast's embedded schemas on first use.
     #[arg(value_name = "DATABASE")]
     databases: Vec<PathBuf>,
 
@@ -56,8 +56,9 @@ pub struct ServeArgs {
     /// Listen on a passive remote: `ptcp:PORT[:IP]` (port 0 picks a free one), `punix:PATH`,
     /// or `db:DB,TABLE,COLUMN` (the remotes named in that column: strings, or references to
     /// `Connection` rows whose `target` and `inactivity_probe` are used; followed as they
-    /// change). Repeatable. Every database is served on every remote. Default, when no
-    /// remote at all is given and no DATABASE: `ptcp:6641:127.0.0.1` and `ptcp:6642:127.0.0.1`.
+    /// change). Repeatable. Every database is served on every remote. Default for
+    /// `holdfast db` (not `ovsdb-server`) when none is given: `ptcp:6641:127.0.0.1` and
+    /// `ptcp:6642:127.0.0.1`.
     #[arg(long = "remote", value_name = "REMOTE")]
     remotes: Vec<String>,
 
@@ -170,8 +171,8 @@ pub struct OvsdbServerCli {
 pub const OVSDB_SERVER_VERSION: &str = concat!("(holdfast ", env!("CARGO_PKG_VERSION"), ") 3.1.0");
 
 const COMPAT_HELP: &str = "Options only for ovsdb-server compatibility: --disable-file-column-diff \
-(holdfast always writes whole values), --ssl-protocols and --ssl-ciphers (passed to the TLS \
-listener). Not supported, refused by name: active remotes (tcp:, unix:, ssl: in --remote), \
+(holdfast always writes whole values), --ssl-protocols and --ssl-ciphers (resolved and handed \
+to the TLS listener; a build without one reports them and refuses pssl: remotes). Not supported, refused by name: active remotes (tcp:, unix:, ssl: in --remote), \
 --sync-from and the other replication options, --run, clustered and relay databases.";
 
 /// OVS's getopt spelling `-vSPEC` (an optional argument glued to `-v`) as clap reads it:
@@ -328,6 +329,21 @@ fn serve(args: ServeArgs, as_ovsdb_server: bool) -> anyhow::Result<ExitCode> {
         }
     });
     let unixctl_path = args.unixctl.as_deref().map(daemon::absolute);
+    for p in &args.databases {
+        let s = p.to_string_lossy();
+        if s.starts_with("relay:") {
+            anyhow::bail!("{s}: relay databases are not supported by holdfast db");
+        }
+        let mut head = [0u8; 13];
+        if let Ok(mut f) = std::fs::File::open(p)
+            && std::io::Read::read_exact(&mut f, &mut head).is_ok()
+            && &head == b"OVSDB CLUSTER"
+        {
+            anyhow::bail!(
+                "{s}: a clustered database (ovsdb-tool create-cluster); holdfast db serves standalone files (ovsdb-tool create), and scales out on a real ovsdb-server cluster"
+            );
+        }
+    }
     let mut databases: Vec<PathBuf> = args.databases.iter().map(|p| daemon::absolute(p)).collect();
     if databases.is_empty() {
         if as_ovsdb_server {
@@ -390,6 +406,7 @@ fn serve(args: ServeArgs, as_ovsdb_server: bool) -> anyhow::Result<ExitCode> {
     match d.run(&mut ready) {
         Ok(code) => Ok(code),
         Err(e) => {
+            // Logged (console and file, as OVS's fatal errors are) and printed by main.
             tracing::error!("{e:#}");
             Err(e)
         }

@@ -243,6 +243,12 @@ pub fn reopen() -> Result<(), String> {
     }
 }
 
+/// Close the log file but remember its name (OVS's monitor does so while it waits, so that a
+/// rotated log is not held open); [`reopen`] opens it again.
+pub fn suspend_file() {
+    state().file = None;
+}
+
 /// `vlog/close`: stop writing to the log file.
 pub fn close() {
     let mut st = state();

@@ -821,6 +821,32 @@ fn unknown_options_are_refused_by_name() {
             "{cmd:?} {args:?}: error does not name {name}: {err}"
         );
     }
+    // Database kinds holdfast does not serve are refused by name.
+    let relay = run(
+        Command::new(bin.join("ovsdb-server")).arg("relay:OVN_Northbound:tcp:192.0.2.1:6641"),
+        Duration::from_secs(20),
+    );
+    assert!(!relay.status.success());
+    assert!(String::from_utf8_lossy(&relay.stderr).contains("relay databases are not supported"));
+    if require("cluster_file", &["ovsdb-tool"]) {
+        let cl = dir.join("cl.db");
+        run_ok(
+            Command::new("ovsdb-tool")
+                .arg("create-cluster")
+                .arg(&cl)
+                .arg(crate::common::nb_schema())
+                .arg(format!("unix:{}", dir.join("cl.raft").display())),
+        );
+        let o = run(
+            Command::new(bin.join("ovsdb-server")).arg(&cl),
+            Duration::from_secs(20),
+        );
+        assert!(!o.status.success());
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("a clustered database"),
+            "{o:?}"
+        );
+    }
     // --help says which options exist only for compatibility.
     let help = run_ok(Command::new(bin.join("ovsdb-server")).arg("--help"));
     assert!(
