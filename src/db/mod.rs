@@ -583,12 +583,12 @@ impl Daemon<'_> {
                         ticks += 1;
                         let mut r = rs.lock().await;
                         // Follow database changes; retry failed listens every 2 s.
-                        if r.changed(&server) || (r.failing && ticks % 10 == 0) {
+                        if r.changed(&server) || (r.failing && ticks.is_multiple_of(10)) {
                             r.reconcile(&server).await;
                             tls_changed(&server, &self.tls, &mut tls_now);
                         }
                         // Connection rows' status, like ovsdb-server's 2.5 s status timer.
-                        if ticks % 12 == 0 {
+                        if ticks.is_multiple_of(12) {
                             r.update_status(&server);
                         }
                     }

@@ -301,6 +301,11 @@ impl TlsSettings {
     }
 }
 
+/// A status row: (database, table index, row UUID).
+type RowKey = (String, usize, hf_ovsdb::Uuid);
+/// What was written to a status row: `is_connected` and the `status` map.
+type RowStatus = (bool, Vec<(String, String)>);
+
 /// The configured remote strings and what is listening for them.
 #[derive(Debug, Default)]
 pub struct Remotes {
@@ -317,8 +322,8 @@ pub struct Remotes {
     pub failing: bool,
     /// Rows whose `is_connected`/`status` this server maintains: (database, table index,
     /// row) → target, and the status last written.
-    rows: BTreeMap<(String, usize, hf_ovsdb::Uuid), String>,
-    written: BTreeMap<(String, usize, hf_ovsdb::Uuid), (bool, Vec<(String, String)>)>,
+    rows: BTreeMap<RowKey, String>,
+    written: BTreeMap<RowKey, RowStatus>,
 }
 
 impl Remotes {
@@ -430,7 +435,7 @@ impl Remotes {
     pub fn update_status(&mut self, server: &Server) {
         let mut writes = Vec::new();
         for (key, target) in &self.rows {
-            let (listening, sessions, port) = match self.listening.get(target) {
+            let (sessions, port) = match self.listening.get(target) {
                 Some(r) => {
                     let n = server.remote_sessions(r).unwrap_or(0);
                     let port = server
@@ -442,9 +447,9 @@ impl Remotes {
                                 .strip_prefix("tcp:")
                                 .and_then(|b| b.rsplit(':').next().map(str::to_string))
                         });
-                    (true, n, port)
+                    (n, port)
                 }
-                None => (false, 0, None),
+                None => (0, None),
             };
             let mut status = Vec::new();
             if let Some(p) = port {
@@ -453,7 +458,6 @@ impl Remotes {
             if sessions > 1 {
                 status.push(("n_connections".to_string(), sessions.to_string()));
             }
-            let _ = listening;
             let now = (sessions > 0, status);
             if self.written.get(key) != Some(&now) {
                 writes.push((key.clone(), now));
