@@ -593,3 +593,7 @@ async fn writer<W: AsyncWrite + Unpin>(
     }
     let _ = wr.shutdown().await;
 }
+
+#[cfg(test)]
+#[path = "serve_tests.rs"]
+mod tests;
