@@ -60,15 +60,18 @@ impl Core {
         Ok(done)
     }
 
-    /// `memory/show` figures, sorted by name as ovsdb-server prints them: `atoms`, `cells`,
-    /// `monitors`, `n-weak-refs`, and when nonzero `sessions` and `txn-history`.
+    /// `memory/show` figures, sorted by name as ovsdb-server prints them: `atoms`, `cells`
+    /// (of every served database, `_Server` included), `monitors`, `n-weak-refs`, and when
+    /// nonzero `sessions` and `txn-history`.
     pub fn memory_report(&self) -> Vec<(&'static str, u64)> {
         let (mut atoms, mut cells, mut weak) = (0u64, 0u64, 0u64);
         for e in &self.dbs {
             for (ti, t) in e.db.tables.iter().enumerate() {
                 let cols = &e.db.schema.tables[ti].columns;
                 for row in t.rows.values() {
-                    cells += row.cols.len() as u64;
+                    // As ovsdb-server counts: `_uuid` and `_version` are a cell and an atom each.
+                    cells += row.cols.len() as u64 + 2;
+                    atoms += 2;
                     for (ci, d) in row.cols.iter().enumerate() {
                         atoms += (d.keys.len() + d.values.len()) as u64;
                         let Some(c) = cols.get(ci) else { continue };
