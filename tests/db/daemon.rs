@@ -906,3 +906,75 @@ fn unknown_options_are_refused_by_name() {
     );
     assert!(help.contains("--disable-file-column-diff"), "{help}");
 }
+
+#[test]
+fn ovn_ctl_start_northd_runs_real_northd_on_holdfast_databases() {
+    if !require(
+        "ovn_ctl_northd",
+        &[
+            "/usr/share/ovn/scripts/ovn-ctl",
+            "ovsdb-tool",
+            "ovn-nbctl",
+            "ovn-sbctl",
+            "ovn-northd",
+        ],
+    ) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let bin = link_dir(dir);
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let run_dir = dir.join("run");
+    let _reaper = Reaper(vec![
+        run_dir.join("ovnnb_db.pid"),
+        run_dir.join("ovnsb_db.pid"),
+        run_dir.join("ovn-northd.pid"),
+    ]);
+    let ovn_ctl = |args: &[String]| {
+        let out = run(
+            Command::new("/usr/share/ovn/scripts/ovn-ctl")
+                .args(args)
+                .env("PATH", &path)
+                .env("OVN_RUNDIR", &run_dir)
+                .env("OVS_RUNDIR", &run_dir)
+                .env("OVN_LOGDIR", dir.join("log"))
+                .env("OVN_DBDIR", dir.join("db"))
+                .env("OVN_SYSCONFDIR", dir.join("etc"))
+                .current_dir(dir),
+            Duration::from_secs(60),
+        );
+        assert!(out.status.success(), "ovn-ctl {args:?}: {out:?}");
+    };
+    // OVN_MANAGE_OVSDB (the default): start_northd starts both databases, then ovn-northd.
+    ovn_ctl(&["start_northd".into()]);
+    let nb_pid = pid_of(&run_dir.join("ovnnb_db.pid")).unwrap();
+    assert_eq!(
+        std::fs::canonicalize(format!("/proc/{nb_pid}/exe")).unwrap(),
+        std::fs::canonicalize(holdfast()).unwrap()
+    );
+    let nb = format!("--db=unix:{}", run_dir.join("ovnnb_db.sock").display());
+    let sb = format!("--db=unix:{}", run_dir.join("ovnsb_db.sock").display());
+    run_ok(Command::new("ovn-nbctl").args([nb.as_str(), "ls-add", "sw0"]));
+    run_ok(Command::new("ovn-nbctl").args([nb.as_str(), "--timeout=20", "--wait=sb", "sync"]));
+    let dp = run_ok(Command::new("ovn-sbctl").args([
+        sb.as_str(),
+        "--columns=external_ids",
+        "list",
+        "Datapath_Binding",
+    ]));
+    assert!(
+        dp.contains("name=sw0"),
+        "real ovn-northd did not compile sw0: {dp}"
+    );
+    ovn_ctl(&["stop_northd".into()]);
+    wait_for("everything to stop", Duration::from_secs(10), || {
+        ["ovnnb_db.pid", "ovnsb_db.pid", "ovn-northd.pid"]
+            .iter()
+            .all(|p| !run_dir.join(p).exists())
+    });
+}
