@@ -191,7 +191,7 @@ pub fn monitor(mut up: Readiness, detached: bool) -> anyhow::Result<Readiness> {
         // Like OVS's monitor: do not hold the log file open while waiting (logrotate).
         super::vlog::suspend_file();
         let status = wait_child(child);
-        let _ = super::vlog::reopen();
+        super::vlog::resume_file();
         if !should_restart(status) {
             tracing::info!("pid {child} died, {}, exiting", describe(status));
             std::process::exit(0);

@@ -119,6 +119,16 @@ pub struct ServeArgs {
     #[arg(long = "ca-cert", short = 'C', value_name = "CACERT")]
     ca_cert: Option<String>,
 
+    /// CA certificate file that, when missing, is written from the first peer's chain (OVS's
+    /// bootstrap): a file or a `db:` reference, resolved and handed to the TLS listener.
+    #[arg(long, value_name = "CACERT")]
+    bootstrap_ca_cert: Option<String>,
+
+    /// Do not confine the process to its run and database directories. Compatibility only:
+    /// holdfast never confines itself, so this is always the case.
+    #[arg(long)]
+    no_self_confinement: bool,
+
     /// TLS protocol versions to allow: a list or a `db:` reference.
     #[arg(long, value_name = "PROTOCOLS")]
     ssl_protocols: Option<String>,
@@ -171,7 +181,7 @@ pub struct OvsdbServerCli {
 pub const OVSDB_SERVER_VERSION: &str = concat!("(holdfast ", env!("CARGO_PKG_VERSION"), ") 3.1.0");
 
 const COMPAT_HELP: &str = "Options only for ovsdb-server compatibility: --disable-file-column-diff \
-(holdfast always writes whole values), --ssl-protocols and --ssl-ciphers (resolved and handed \
+(holdfast always writes whole values), --no-self-confinement (holdfast never confines itself), --ssl-protocols and --ssl-ciphers (resolved and handed \
 to the TLS listener; a build without one reports them and refuses pssl: remotes). Not supported, refused by name: active remotes (tcp:, unix:, ssl: in --remote), \
 --sync-from and the other replication options, --run, clustered and relay databases.";
 
@@ -374,6 +384,7 @@ fn serve(args: ServeArgs, as_ovsdb_server: bool) -> anyhow::Result<ExitCode> {
         private_key: args.private_key.clone(),
         certificate: args.certificate.clone(),
         ca_cert: args.ca_cert.clone(),
+        bootstrap_ca_cert: args.bootstrap_ca_cert.clone(),
         protocols: args.ssl_protocols.clone(),
         ciphers: args.ssl_ciphers.clone(),
     };
@@ -426,10 +437,11 @@ fn tls_changed(
         Ok(t) if &t != last => {
             if t != remotes::ResolvedTls::default() {
                 tracing::warn!(
-                    "TLS settings: private key {:?}, certificate {:?}, CA certificate {:?}, protocols {:?}, ciphers {:?}; this build has no TLS listener, pssl: remotes are refused",
+                    "TLS settings: private key {:?}, certificate {:?}, CA certificate {:?}, bootstrap CA certificate {:?}, protocols {:?}, ciphers {:?}; this build has no TLS listener, pssl: remotes are refused",
                     t.private_key,
                     t.certificate,
                     t.ca_cert,
+                    t.bootstrap_ca_cert,
                     t.protocols,
                     t.ciphers
                 );

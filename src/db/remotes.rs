@@ -229,6 +229,8 @@ pub struct TlsSettings {
     pub certificate: Option<String>,
     /// `--ca-cert`.
     pub ca_cert: Option<String>,
+    /// `--bootstrap-ca-cert`.
+    pub bootstrap_ca_cert: Option<String>,
     /// `--ssl-protocols`.
     pub protocols: Option<String>,
     /// `--ssl-ciphers`.
@@ -245,6 +247,8 @@ pub struct ResolvedTls {
     pub certificate: Option<String>,
     /// CA certificate file.
     pub ca_cert: Option<String>,
+    /// Bootstrap CA certificate file.
+    pub bootstrap_ca_cert: Option<String>,
     /// Protocol list.
     pub protocols: Option<String>,
     /// Cipher list.
@@ -252,11 +256,12 @@ pub struct ResolvedTls {
 }
 
 impl TlsSettings {
-    fn fields(&self) -> [(&'static str, &Option<String>); 5] {
+    fn fields(&self) -> [(&'static str, &Option<String>); 6] {
         [
             ("--private-key", &self.private_key),
             ("--certificate", &self.certificate),
             ("--ca-cert", &self.ca_cert),
+            ("--bootstrap-ca-cert", &self.bootstrap_ca_cert),
             ("--ssl-protocols", &self.protocols),
             ("--ssl-ciphers", &self.ciphers),
         ]
@@ -295,6 +300,7 @@ impl TlsSettings {
             private_key: get("--private-key", &self.private_key)?,
             certificate: get("--certificate", &self.certificate)?,
             ca_cert: get("--ca-cert", &self.ca_cert)?,
+            bootstrap_ca_cert: get("--bootstrap-ca-cert", &self.bootstrap_ca_cert)?,
             protocols: get("--ssl-protocols", &self.protocols)?,
             ciphers: get("--ssl-ciphers", &self.ciphers)?,
         })

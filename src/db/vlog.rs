@@ -234,6 +234,18 @@ pub fn open_file(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Reopen the log file without logging that it was opened (the monitor, after each wait).
+pub fn resume_file() {
+    let mut st = state();
+    if let Some(p) = st.file_path.clone() {
+        st.file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .ok();
+    }
+}
+
 /// `vlog/reopen`: reopen the log file (after logrotate moved it).
 pub fn reopen() -> Result<(), String> {
     let path = state().file_path.clone();

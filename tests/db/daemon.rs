@@ -978,3 +978,66 @@ fn ovn_ctl_start_northd_runs_real_northd_on_holdfast_databases() {
             .all(|p| !run_dir.join(p).exists())
     });
 }
+
+#[test]
+fn ovs_ctl_starts_holdfast_for_conf_db() {
+    if !require(
+        "ovs_ctl",
+        &[
+            "/usr/share/openvswitch/scripts/ovs-ctl",
+            "ovsdb-tool",
+            "ovs-vsctl",
+            "ovs-appctl",
+        ],
+    ) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let bin = link_dir(dir);
+    std::fs::create_dir_all(dir.join("etc/openvswitch")).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let run_dir = dir.join("run");
+    let _reaper = Reaper(vec![run_dir.join("ovsdb-server.pid")]);
+    let env = |c: &mut Command| {
+        c.env("PATH", &path)
+            .env("OVS_RUNDIR", &run_dir)
+            .env("OVS_LOGDIR", dir.join("log"))
+            .env("OVS_DBDIR", dir.join("db"))
+            .env("OVS_SYSCONFDIR", dir.join("etc"))
+            .current_dir(dir);
+    };
+    let ovs_ctl = |args: &[&str]| {
+        let mut c = Command::new("/usr/share/openvswitch/scripts/ovs-ctl");
+        c.args(args);
+        env(&mut c);
+        let out = run(&mut c, Duration::from_secs(60));
+        assert!(out.status.success(), "ovs-ctl {args:?}: {out:?}");
+    };
+    // ovs-ctl's command line: -vconsole:emer -vsyslog:err -vfile:info, --bootstrap-ca-cert,
+    // --no-chdir, --detach --monitor, then `add-remote db:...manager_options` via ovs-appctl.
+    ovs_ctl(&["--no-ovs-vswitchd", "--system-id=random", "start"]);
+    let db = format!("--db=unix:{}", run_dir.join("db.sock").display());
+    run_ok(Command::new("ovs-vsctl").args([db.as_str(), "--no-wait", "add-br", "br0"]));
+    assert_eq!(
+        run_ok(Command::new("ovs-vsctl").args([db.as_str(), "list-br"])),
+        "br0\n"
+    );
+    // `ovs-appctl -t ovsdb-server` finds the daemon through its locked pidfile.
+    let mut c = Command::new("ovs-appctl");
+    c.args(["-t", "ovsdb-server", "ovsdb-server/list-remotes"]);
+    env(&mut c);
+    let remotes = run_ok(&mut c);
+    assert!(
+        remotes.contains("db:Open_vSwitch,Open_vSwitch,manager_options"),
+        "{remotes}"
+    );
+    ovs_ctl(&["--no-ovs-vswitchd", "stop"]);
+    wait_for("ovsdb-server to stop", Duration::from_secs(10), || {
+        !run_dir.join("ovsdb-server.pid").exists()
+    });
+}
