@@ -76,6 +76,11 @@ pub struct Wanted {
     pub probe: Option<Option<u64>>,
     /// The row it came from (table index, row UUID), when a referenced row.
     pub row: Option<(usize, hf_ovsdb::Uuid)>,
+    /// Why the row's settings cannot be honoured (`read_only`, RBAC `role`): the remote is
+    /// then not served at all, rather than served with more access than the row grants.
+    pub refuse: Option<String>,
+    /// Settings of the row that are not applied (logged once).
+    pub warn: Option<String>,
 }
 
 /// The database name of a `db:` reference (empty when malformed).
@@ -127,6 +132,9 @@ pub fn query_remotes(r: &DbRef, db: &Database) -> Result<Vec<Wanted>, String> {
                 )
             })?;
             let probe_col = target_ts.column_index("inactivity_probe");
+            let read_only_col = target_ts.column_index("read_only");
+            let role_col = target_ts.column_index("role");
+            let other_col = target_ts.column_index("other_config");
             for row in db.tables[ti].rows.values() {
                 for a in &row.cols[ci].keys {
                     let Atom::Uuid(u) = a else { continue };
@@ -138,10 +146,37 @@ pub fn query_remotes(r: &DbRef, db: &Database) -> Result<Vec<Wanted>, String> {
                     let probe = probe_col
                         .and_then(|pc| crow.cols[pc].keys.first().and_then(int_of))
                         .map(|ms| (ms > 0).then_some(ms as u64));
+                    let read_only = read_only_col
+                        .is_some_and(|c| crow.cols[c].keys.first() == Some(&Atom::Boolean(true)));
+                    let role = role_col
+                        .and_then(|c| crow.cols[c].keys.first().and_then(string_of))
+                        .filter(|r| !r.is_empty());
+                    let refuse = if read_only {
+                        Some(format!(
+                            "{target}: read_only=true connections are not supported by holdfast db; not listening"
+                        ))
+                    } else {
+                        role.map(|r| {
+                            format!(
+                                "{target}: role \"{r}\" (OVSDB RBAC) is not supported by holdfast db; not listening"
+                            )
+                        })
+                    };
+                    let warn = other_col
+                        .filter(|c| !crow.cols[*c].keys.is_empty())
+                        .map(|c| {
+                            let keys: Vec<&str> =
+                                crow.cols[c].keys.iter().filter_map(string_of).collect();
+                            format!(
+                                "{target}: other_config {keys:?} (e.g. dscp) is not applied by holdfast db"
+                            )
+                        });
                     out.push(Wanted {
                         target: target.to_string(),
                         probe,
                         row: Some((rt, *u)),
+                        refuse,
+                        warn,
                     });
                 }
             }
@@ -154,6 +189,8 @@ pub fn query_remotes(r: &DbRef, db: &Database) -> Result<Vec<Wanted>, String> {
                             target: s.to_string(),
                             probe: None,
                             row: None,
+                            refuse: None,
+                            warn: None,
                         });
                     }
                 }
@@ -329,6 +366,10 @@ pub struct Remotes {
     /// Rows whose `is_connected`/`status` this server maintains: (database, table index,
     /// row) → target, and the status last written.
     rows: BTreeMap<RowKey, String>,
+    /// Notes already logged about settings that are not applied.
+    warned: BTreeSet<String>,
+    /// Keys reported during the current reconcile; older reports are forgotten.
+    round: BTreeSet<String>,
     written: BTreeMap<RowKey, RowStatus>,
 }
 
@@ -387,6 +428,15 @@ impl Remotes {
                                 if let Some((t, u)) = w.row {
                                     self.rows.insert((r.db.clone(), t, u), w.target.clone());
                                 }
+                                if let Some(note) = w.warn
+                                    && self.warned.insert(note.clone())
+                                {
+                                    tracing::warn!("{note}");
+                                }
+                                if let Some(why) = w.refuse {
+                                    self.report(&w.target, why);
+                                    continue;
+                                }
                                 wanted.insert(w.target, w.probe);
                             }
                         }
@@ -407,8 +457,9 @@ impl Remotes {
                 server.remove_remote(&r);
             }
         }
+        let round = std::mem::take(&mut self.round);
         self.reported
-            .retain(|t, _| wanted.contains_key(t) || self.configured.contains(t));
+            .retain(|t, _| round.contains(t) || wanted.contains_key(t));
         for (target, probe) in wanted {
             if let Some(r) = self.listening.get(&target) {
                 server.set_remote_probe(r, probe);
@@ -507,6 +558,7 @@ impl Remotes {
     }
 
     fn report(&mut self, key: &str, msg: String) {
+        self.round.insert(key.to_string());
         if self.reported.get(key) != Some(&msg) {
             tracing::error!("{msg}");
             self.reported.insert(key.to_string(), msg);

@@ -214,6 +214,43 @@ fn ovn_ctl_starts_and_stops_holdfast_as_ovsdb_server() {
     ]));
     let sbshow = run_ok(Command::new("ovn-sbctl").args([sb.as_str(), "show"]));
     assert!(sbshow.contains("Chassis ch0"), "{sbshow}");
+    // SB connections with RBAC or read-only access are refused by name, never served with
+    // more access than the row grants.
+    let rbac_port = free_port();
+    run_ok(Command::new("ovn-sbctl").args([
+        sb.as_str(),
+        "set-connection",
+        "role=ovn-controller",
+        &format!("ptcp:{rbac_port}:127.0.0.1"),
+    ]));
+    let sb_log = dir.join("log/ovsdb-server-sb.log");
+    wait_for(
+        "the RBAC refusal in the SB log",
+        Duration::from_secs(10),
+        || {
+            std::fs::read_to_string(&sb_log)
+                .unwrap_or_default()
+                .contains("role \"ovn-controller\" (OVSDB RBAC) is not supported by holdfast db")
+        },
+    );
+    assert!(std::net::TcpStream::connect(("127.0.0.1", rbac_port)).is_err());
+    run_ok(Command::new("ovn-sbctl").args([
+        sb.as_str(),
+        "set-connection",
+        "read-only",
+        &format!("ptcp:{rbac_port}:127.0.0.1"),
+    ]));
+    wait_for(
+        "the read-only refusal in the SB log",
+        Duration::from_secs(10),
+        || {
+            std::fs::read_to_string(&sb_log)
+                .unwrap_or_default()
+                .contains("read_only=true connections are not supported by holdfast db")
+        },
+    );
+    assert!(std::net::TcpStream::connect(("127.0.0.1", rbac_port)).is_err());
+    run_ok(Command::new("ovn-sbctl").args([sb.as_str(), "del-connection"]));
     // ovn-ctl ran `ovn-nbctl init`: NB_Global exists.
     let g = run_ok(Command::new("ovn-nbctl").args([nb.as_str(), "list", "NB_Global"]));
     assert!(g.contains("_uuid"), "{g}");
