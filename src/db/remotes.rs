@@ -7,8 +7,11 @@
 //!
 //! What it does not do: active remotes (`tcp:`/`unix:`/`ssl:` targets that connect out) are
 //! refused with a logged error naming them; `pssl:` needs the TLS listener, which this build
-//! does not have yet ([`tls_listener_unavailable`] is the hook). The `Connection` rows'
-//! `status`/`is_connected` columns are not written.
+//! does not have yet ([`tls_listener_unavailable`] is the hook); rows with `read_only=true`
+//! or an RBAC `role` are refused (never served with more access than they grant);
+//! `max_backoff` and `other_config` (dscp) do not apply to passive remotes here. The rows'
+//! `is_connected` and `status` (`bound_port`, `n_connections`) are written as ovsdb-server
+//! does, without its `sec_since_*` keys.
 // An I/O shell: it binds sockets through hf-ovsdb-net's server.
 #![allow(clippy::disallowed_methods)]
 
@@ -251,6 +254,16 @@ pub fn parse_passive(target: &str) -> Result<Remote, String> {
     target.parse::<Remote>()
 }
 
+/// A remote's probe setting: its row's, or for unix sockets none at all (ovsdb-server does
+/// not probe local clients: a unix socket cannot silently lose its peer); otherwise the
+/// configured default.
+fn default_probe(r: &Remote, probe: Option<Option<u64>>) -> Option<Option<u64>> {
+    match (probe, r) {
+        (None, Remote::Unix(_)) => Some(None),
+        (p, _) => p,
+    }
+}
+
 /// The hook for `pssl:` remotes: the TLS listener is built in hf-ovsdb-net's serve shell by
 /// the TLS work; until it is merged a `pssl:` remote is refused with this error.
 pub fn tls_listener_unavailable(target: &str) -> String {
@@ -462,7 +475,7 @@ impl Remotes {
             .retain(|t, _| round.contains(t) || wanted.contains_key(t));
         for (target, probe) in wanted {
             if let Some(r) = self.listening.get(&target) {
-                server.set_remote_probe(r, probe);
+                server.set_remote_probe(r, default_probe(r, probe));
                 continue;
             }
             let r = match parse_passive(&target) {
@@ -475,7 +488,7 @@ impl Remotes {
             match server.add_remote(&r).await {
                 Ok(bound) => {
                     tracing::info!("{target}: listening on {bound}");
-                    server.set_remote_probe(&r, probe);
+                    server.set_remote_probe(&r, default_probe(&r, probe));
                     self.reported.remove(&target);
                     self.listening.insert(target, r);
                 }

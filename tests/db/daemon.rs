@@ -320,11 +320,12 @@ fn detach_returns_to_a_capturing_caller_and_serves() {
     let _reaper = Reaper(vec![pidfile.clone()]);
     // The caller captures stdout: it must get EOF once the foreground process exits.
     let script = format!(
-        "x=$({} db --detach --pidfile={} --unixctl={} --log-file={} --remote=ptcp:0:127.0.0.1 {}); echo \"$x\" > {}",
+        "x=$({} db --detach --inactivity-probe=300 --pidfile={} --unixctl={} --log-file={} --remote=ptcp:0:127.0.0.1 --remote=punix:{} {}); echo \"$x\" > {}",
         holdfast().display(),
         pidfile.display(),
         ctl.display(),
         dir.join("log").display(),
+        dir.join("s.sock").display(),
         f.display(),
         out.display()
     );
@@ -352,6 +353,25 @@ fn detach_returns_to_a_capturing_caller_and_serves() {
     assert!(
         answers(addr),
         "the detached server does not answer on {addr}"
+    );
+    // Silent clients: probed on TCP (here every 300 ms), never on a unix socket (as
+    // ovsdb-server: local peers cannot vanish silently).
+    let mut t = std::net::TcpStream::connect(addr.trim_start_matches("tcp:")).unwrap();
+    let mut u = std::os::unix::net::UnixStream::connect(dir.join("s.sock")).unwrap();
+    t.set_read_timeout(Some(Duration::from_millis(1500)))
+        .unwrap();
+    u.set_read_timeout(Some(Duration::from_millis(1500)))
+        .unwrap();
+    let mut b = [0u8; 512];
+    let n = std::io::Read::read(&mut t, &mut b).unwrap();
+    assert!(String::from_utf8_lossy(&b[..n]).contains("\"echo\""));
+    let r = std::io::Read::read(&mut u, &mut b);
+    assert!(
+        r.as_ref().is_err_and(|e| matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        )),
+        "a unix client was probed or dropped: {r:?}"
     );
     // A second server on the same pidfile is refused while the first holds it.
     let again = run(
