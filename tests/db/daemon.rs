@@ -391,6 +391,27 @@ fn detach_returns_to_a_capturing_caller_and_serves() {
     let err = String::from_utf8_lossy(&again.stderr);
     assert!(err.contains("|ovsdb_server|ERR|"), "{err}");
     assert!(!err.contains('\x1b'), "colour codes on a pipe: {err:?}");
+    // --overwrite-pidfile starts anyway and takes the pidfile over.
+    let ctl2 = dir.join("c2.ctl");
+    run_ok(
+        Command::new(holdfast())
+            .args([
+                "db",
+                "--detach",
+                "--overwrite-pidfile",
+                "--remote=ptcp:0:127.0.0.1",
+            ])
+            .arg(format!("--pidfile={}", pidfile.display()))
+            .arg(format!("--unixctl={}", ctl2.display()))
+            .arg(&f),
+    );
+    let pid2 = pid_of(&pidfile).unwrap();
+    assert_ne!(pid2, pid);
+    assert!(alive(pid) && alive(pid2));
+    appctl_ok(&ctl2, &["exit"]);
+    wait_for("the second server to exit", Duration::from_secs(10), || {
+        !alive(pid2)
+    });
     appctl_ok(&ctl, &["exit"]);
     wait_for("exit", Duration::from_secs(10), || !alive(pid));
     assert!(!pidfile.exists());
