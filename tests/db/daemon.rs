@@ -123,7 +123,9 @@ fn nb_file(dir: &Path) -> PathBuf {
 fn ovn_ctl_starts_and_stops_holdfast_as_ovsdb_server() {
     if !nix_is_root() {
         // ovn-ctl/ovs-ctl create their directories owned by root (install -o root, chown).
-        eprintln!("SKIP ovn_ctl_starts_and_stops_holdfast_as_ovsdb_server: OVN's and OVS's scripts need root");
+        eprintln!(
+            "SKIP ovn_ctl_starts_and_stops_holdfast_as_ovsdb_server: OVN's and OVS's scripts need root"
+        );
         return;
     }
     if !require(
@@ -639,6 +641,44 @@ fn unixctl_commands_through_ovs_appctl() {
         deltas[0], deltas[1],
         "memory/show deltas (holdfast, ovsdb-server)"
     );
+    // Output formats as ovsdb-server's: the same lines for what both have.
+    appctl_ok(&real_ctl, &["vlog/set", "syslog:off"]);
+    let (ours, theirs) = (
+        appctl_ok(&ctl, &["vlog/list"]),
+        appctl_ok(&real_ctl, &["vlog/list"]),
+    );
+    let ours_lines: Vec<&str> = ours.lines().collect();
+    assert_eq!(ours_lines[..2], theirs.lines().collect::<Vec<_>>()[..2]);
+    let mut shared = 0;
+    for l in &ours_lines[2..] {
+        let module = l.split_whitespace().next().unwrap();
+        if let Some(t) = theirs
+            .lines()
+            .find(|t| t.split_whitespace().next() == Some(module))
+        {
+            assert_eq!(*l, t, "vlog/list line for {module}");
+            shared += 1;
+        }
+    }
+    assert!(shared >= 5, "{ours}");
+    let (ours, theirs) = (
+        appctl_ok(&ctl, &["list-commands"]),
+        appctl_ok(&real_ctl, &["list-commands"]),
+    );
+    for l in ours.lines() {
+        assert!(
+            theirs.lines().any(|t| t == l),
+            "list-commands line {l:?} is not ovsdb-server's"
+        );
+    }
+    let (ours, theirs) = (
+        appctl_ok(&ctl, &["version"]),
+        appctl_ok(&real_ctl, &["version"]),
+    );
+    assert_eq!(
+        ours.split_whitespace().last(),
+        theirs.split_whitespace().last()
+    );
     drop(real);
 
     // reconnect drops a live client.
@@ -994,7 +1034,9 @@ fn unknown_options_are_refused_by_name() {
 fn ovn_ctl_start_northd_runs_real_northd_on_holdfast_databases() {
     if !nix_is_root() {
         // ovn-ctl/ovs-ctl create their directories owned by root (install -o root, chown).
-        eprintln!("SKIP ovn_ctl_start_northd_runs_real_northd_on_holdfast_databases: OVN's and OVS's scripts need root");
+        eprintln!(
+            "SKIP ovn_ctl_start_northd_runs_real_northd_on_holdfast_databases: OVN's and OVS's scripts need root"
+        );
         return;
     }
     if !require(
