@@ -17,17 +17,26 @@ struct Cli {
 enum Command {
     /// The OVSDB server: serves the NB and SB databases (and any other) to ovn-nbctl,
     /// ovsdb-client, OVS's IDLs and holdfast's own components.
-    Db(db::DbArgs),
+    Db(Box<db::DbArgs>),
     /// Check and explain OVN logical flows (match/action language).
     Lflow(lflow::LflowArgs),
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
-    let r = match cli.command {
-        Command::Db(args) => db::run(args),
-        Command::Lflow(args) => lflow::run(args)
-            .map(|code| std::process::ExitCode::from(u8::try_from(code).unwrap_or(1))),
+    // Busybox-style: invoked through a link named `ovsdb-server`, the binary is holdfast's
+    // OVSDB server with ovsdb-server's command line (so OVN's ovn-ctl can start it).
+    let argv0 = std::env::args_os().next().unwrap_or_default();
+    let name = std::path::Path::new(&argv0)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let r = if name == "ovsdb-server" {
+        db::OvsdbServerCli::parse_from(db::normalize_args(args)).run()
+    } else if args.get(1).is_some_and(|a| a == "db") {
+        run(Cli::parse_from(db::normalize_args(args)))
+    } else {
+        run(Cli::parse_from(args))
     };
     match r {
         Ok(code) => code,
@@ -35,5 +44,13 @@ fn main() -> std::process::ExitCode {
             eprintln!("error: {e:#}");
             std::process::ExitCode::from(1)
         }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
+    match cli.command {
+        Command::Db(args) => db::run(*args),
+        Command::Lflow(args) => lflow::run(args)
+            .map(|code| std::process::ExitCode::from(u8::try_from(code).unwrap_or(1))),
     }
 }

@@ -8,6 +8,8 @@ mod common;
 mod bad_input;
 #[path = "db/clients.rs"]
 mod clients;
+#[path = "db/daemon.rs"]
+mod daemon;
 #[path = "db/differential.rs"]
 mod differential;
 #[path = "db/durability.rs"]

@@ -152,6 +152,8 @@ impl HoldfastDb {
             .args(&self.extra)
             .args(&self.files)
             .env("HOLDFAST_LOG", "warn")
+            // The default unixctl socket goes to $OVS_RUNDIR: keep it in the test's directory.
+            .env("OVS_RUNDIR", &self.dir)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

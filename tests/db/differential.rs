@@ -1296,3 +1296,72 @@ fn optional_columns_as_ovsdb_server_sends_and_writes_them() {
         json!([{"name": "p1", "enabled": ["set", []], "tag_request": ["set", []]}])
     );
 }
+
+/// `holdfast db` writes column diffs by default and whole values with
+/// `--disable-file-column-diff`, as ovsdb-server does; `ovsdb-tool` reads both.
+#[test]
+fn disable_file_column_diff_writes_whole_values() {
+    if !require(
+        "disable_file_column_diff_writes_whole_values",
+        &["ovsdb-tool"],
+    ) {
+        return;
+    }
+    for disable in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let schema = dir.path().join("test.ovsschema");
+        std::fs::write(&schema, SCHEMA).unwrap();
+        let extra: &[&str] = if disable {
+            &["--disable-file-column-diff"]
+        } else {
+            &[]
+        };
+        let mut hf = HoldfastDb::start(dir.path(), &[("hf.db", &schema)], extra);
+        let mut c = Conn::connect(&dir.path().join("db.sock")).unwrap();
+        for ops in [
+            json!([DB, {"op": "insert", "table": "Root", "row": {"name": "a", "e": "a", "us": ["set", ["x", "y"]]}}]),
+            json!([DB, {"op": "update", "table": "Root", "where": [], "row": {"us": ["set", ["y", "z"]], "b": true}}]),
+        ] {
+            let r = c.call("transact", ops).unwrap();
+            assert!(r["result"][0].get("error").is_none(), "{r}");
+        }
+        hf.kill9();
+        let bytes = std::fs::read(&hf.files[0]).unwrap();
+        let last = hf_ovsdb::file::RecordReader::new(&bytes)
+            .filter_map(Result::ok)
+            .last()
+            .unwrap()
+            .json;
+        let row = last["Root"]
+            .as_object()
+            .unwrap()
+            .values()
+            .next()
+            .unwrap()
+            .clone();
+        assert_eq!(row["b"], json!(true));
+        if disable {
+            assert!(last.get("_is_diff").is_none(), "{last}");
+            assert_eq!(row["us"], json!(["set", ["y", "z"]]));
+        } else {
+            assert_eq!(last["_is_diff"], json!(true), "{last}");
+            assert_eq!(
+                row["us"],
+                json!(["set", ["x", "z"]]),
+                "the elements that changed"
+            );
+        }
+        let q = run_ok(
+            Command::new("ovsdb-tool")
+                .arg("query")
+                .arg(&hf.files[0])
+                .arg(r#"["Diff",{"op":"select","table":"Root","where":[],"columns":["us","b"]}]"#),
+        );
+        let v: Value = serde_json::from_str(&q).unwrap();
+        assert_eq!(
+            v[0]["rows"],
+            json!([{"us": ["set", ["y", "z"]], "b": true}]),
+            "ovsdb-tool reads the file the same way"
+        );
+    }
+}

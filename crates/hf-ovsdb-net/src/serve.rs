@@ -1,6 +1,11 @@
 //! The tokio shell around [`Core`]: listeners (`ptcp:`, `punix:`), one reader and one writer
 //! task per connection, a timer task, and backpressure.
 //!
+//! Remotes can be added and removed while the server runs ([`Server::add_remote`],
+//! [`Server::remove_remote`]: ovsdb-server's `add-remote`/`remove-remote` and `db:` remotes);
+//! removing one closes its sessions, as ovsdb-server does. Each remote may carry its own
+//! inactivity probe ([`Server::set_remote_probe`]).
+//!
 //! Backpressure: each connection counts the bytes queued for it. Above `max_backlog / 2` the
 //! server stops reading that client's requests until its queue drains (a client that sends but
 //! never reads cannot make the server buffer replies without bound); above `max_backlog` (monitor
@@ -79,6 +84,8 @@ impl Default for ServeOptions {
 }
 
 struct Conn {
+    /// The listener that accepted it (see [`Listener`]).
+    listener: u64,
     tx: mpsc::UnboundedSender<Vec<u8>>,
     backlog: Arc<AtomicUsize>,
     closed: Arc<AtomicBool>,
@@ -88,9 +95,23 @@ struct Conn {
 struct State {
     core: Core,
     conns: HashMap<SessionId, Conn>,
+    listeners: Vec<Listener>,
+    next_listener: u64,
 }
 
-/// A running server.
+/// One bound remote and its accept task.
+struct Listener {
+    id: u64,
+    remote: Remote,
+    /// What was bound: `tcp:IP:PORT`, `unix:PATH`.
+    bound: String,
+    /// Inactivity probe for its sessions (None: the configured default).
+    probe: Option<Option<u64>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// A running server. Cloning gives another handle on the same server.
+#[derive(Clone)]
 pub struct Server {
     state: Arc<Mutex<State>>,
     start: Instant,
@@ -137,41 +158,18 @@ pub async fn start(core: Core, remotes: &[Remote], opts: ServeOptions) -> std::i
     let state = Arc::new(Mutex::new(State {
         core,
         conns: HashMap::new(),
+        listeners: Vec::new(),
+        next_listener: 1,
     }));
-    let mut local = Vec::new();
+    let mut server = Server {
+        state: state.clone(),
+        start,
+        opts: opts.clone(),
+        local: Vec::new(),
+    };
     for r in remotes {
-        let (state, opts) = (state.clone(), opts.clone());
-        match r {
-            Remote::Tcp(addr) => {
-                let l = TcpListener::bind(addr).await?;
-                let a = l.local_addr()?;
-                let name = format!("tcp:{}:{}", fmt_ip(a.ip()), a.port());
-                local.push(name.clone());
-                let l = Arc::new(l);
-                accept_loop(name, state, start, opts, move || {
-                    let l = l.clone();
-                    async move {
-                        let (s, _) = l.accept().await?;
-                        let _ = s.set_nodelay(true);
-                        Ok(s.into_split())
-                    }
-                });
-            }
-            Remote::Unix(path) => {
-                if path.exists() {
-                    // A stale socket from a previous run; ovsdb-server replaces it the same way.
-                    let _ = std::fs::remove_file(path);
-                }
-                let l = UnixListener::bind(path)?;
-                let name = format!("unix:{}", path.display());
-                local.push(name.clone());
-                let l = Arc::new(l);
-                accept_loop(name, state, start, opts, move || {
-                    let l = l.clone();
-                    async move { Ok(l.accept().await?.0.into_split()) }
-                });
-            }
-        }
+        let bound = server.add_remote(r).await?;
+        server.local.push(bound);
     }
     {
         let (state, opts) = (state.clone(), opts.clone());
@@ -191,22 +189,191 @@ pub async fn start(core: Core, remotes: &[Remote], opts: ServeOptions) -> std::i
             }
         });
     }
-    Ok(Server {
-        state,
-        start,
-        opts,
-        local,
-    })
+    Ok(server)
+}
+
+/// Bind one remote; returns what was bound and the accept task.
+async fn bind(
+    r: &Remote,
+    id: u64,
+    state: Arc<Mutex<State>>,
+    start: Instant,
+    opts: ServeOptions,
+) -> std::io::Result<(String, tokio::task::JoinHandle<()>)> {
+    match r {
+        Remote::Tcp(addr) => {
+            let l = TcpListener::bind(addr).await?;
+            let a = l.local_addr()?;
+            let name = format!("tcp:{}:{}", fmt_ip(a.ip()), a.port());
+            let l = Arc::new(l);
+            let task = accept_loop(name.clone(), id, state, start, opts, move || {
+                let l = l.clone();
+                async move {
+                    let (s, _) = l.accept().await?;
+                    let _ = s.set_nodelay(true);
+                    Ok(s.into_split())
+                }
+            });
+            Ok((name, task))
+        }
+        Remote::Unix(path) => {
+            if path.exists() {
+                // A stale socket from a previous run; ovsdb-server replaces it the same way.
+                let _ = std::fs::remove_file(path);
+            }
+            let l = UnixListener::bind(path)?;
+            let name = format!("unix:{}", path.display());
+            let l = Arc::new(l);
+            let task = accept_loop(name.clone(), id, state, start, opts, move || {
+                let l = l.clone();
+                async move { Ok(l.accept().await?.0.into_split()) }
+            });
+            Ok((name, task))
+        }
+    }
+}
+
+impl Server {
+    /// Start listening on one more remote while running; returns what was bound
+    /// (`tcp:IP:PORT`, `unix:PATH`). Adding a remote that is already listening is an error.
+    pub async fn add_remote(&self, r: &Remote) -> std::io::Result<String> {
+        let id = {
+            let mut st = self.state.lock();
+            if st.listeners.iter().any(|l| &l.remote == r) {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    format!("{r} is already listening"),
+                ));
+            }
+            st.next_listener += 1;
+            st.next_listener
+        };
+        let (bound, task) = bind(r, id, self.state.clone(), self.start, self.opts.clone()).await?;
+        self.state.lock().listeners.push(Listener {
+            id,
+            remote: r.clone(),
+            bound: bound.clone(),
+            probe: None,
+            task,
+        });
+        Ok(bound)
+    }
+
+    /// Stop listening on a remote and close the sessions it accepted (ovsdb-server's
+    /// `remove-remote`). Returns false when no such remote is listening.
+    pub fn remove_remote(&self, r: &Remote) -> bool {
+        let mut st = self.state.lock();
+        let Some(i) = st.listeners.iter().position(|l| &l.remote == r) else {
+            return false;
+        };
+        let l = st.listeners.remove(i);
+        l.task.abort();
+        if let Remote::Unix(p) = &l.remote {
+            let _ = std::fs::remove_file(p);
+        }
+        let sessions: Vec<SessionId> = st
+            .conns
+            .iter()
+            .filter(|(_, c)| c.listener == l.id)
+            .map(|(sid, _)| *sid)
+            .collect();
+        for sid in sessions {
+            close_session(&mut st, sid);
+        }
+        dispatch(&mut st, &self.opts);
+        tracing::info!("{r}: remote deconfigured");
+        true
+    }
+
+    /// The remotes listening now, with what each bound, in the order they were added.
+    pub fn remotes(&self) -> Vec<(Remote, String)> {
+        let st = self.state.lock();
+        st.listeners
+            .iter()
+            .map(|l| (l.remote.clone(), l.bound.clone()))
+            .collect()
+    }
+
+    /// Set the inactivity probe of a remote's sessions, current and future (None: the
+    /// configured default; Some(None): never probe). False when no such remote listens.
+    pub fn set_remote_probe(&self, r: &Remote, probe: Option<Option<u64>>) -> bool {
+        let mut st = self.state.lock();
+        let Some(l) = st.listeners.iter_mut().find(|l| &l.remote == r) else {
+            return false;
+        };
+        l.probe = probe;
+        let id = l.id;
+        let sessions: Vec<SessionId> = st
+            .conns
+            .iter()
+            .filter(|(_, c)| c.listener == id)
+            .map(|(sid, _)| *sid)
+            .collect();
+        if let Some(p) = probe {
+            for sid in sessions {
+                st.core.set_session_probe(sid, p);
+            }
+        }
+        true
+    }
+
+    /// How many sessions a remote's listener has accepted that are still connected.
+    pub fn remote_sessions(&self, r: &Remote) -> Option<usize> {
+        let st = self.state.lock();
+        let l = st.listeners.iter().find(|l| &l.remote == r)?;
+        Some(st.conns.values().filter(|c| c.listener == l.id).count())
+    }
+
+    /// Drop every client connection; clients reconnect (ovsdb-server's `reconnect`).
+    pub fn disconnect_all(&self) {
+        let mut st = self.state.lock();
+        let sessions: Vec<SessionId> = st.conns.keys().copied().collect();
+        for sid in sessions {
+            close_session(&mut st, sid);
+        }
+        dispatch(&mut st, &self.opts);
+    }
+
+    /// Stop every listener (removing unix socket files); sessions stay until the process ends.
+    pub fn shutdown_listeners(&self) {
+        let mut st = self.state.lock();
+        for l in st.listeners.drain(..) {
+            l.task.abort();
+            if let Remote::Unix(p) = &l.remote {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
+}
+
+/// Close one session from the server side: its tasks see `closed` and end.
+fn close_session(st: &mut State, sid: SessionId) {
+    if let Some(c) = st.conns.remove(&sid) {
+        c.closed.store(true, Ordering::Release);
+        c.wake.notify_one();
+    }
+    st.core.disconnect(sid);
+}
+
+impl std::fmt::Display for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Remote::Tcp(a) => write!(f, "ptcp:{}:{}", a.port(), fmt_ip(a.ip())),
+            Remote::Unix(p) => write!(f, "punix:{}", p.display()),
+        }
+    }
 }
 
 /// Accept connections forever, one reader/writer pair of tasks each.
 fn accept_loop<F, Fut, R, W>(
     name: String,
+    listener: u64,
     state: Arc<Mutex<State>>,
     start: Instant,
     opts: ServeOptions,
     accept: F,
-) where
+) -> tokio::task::JoinHandle<()>
+where
     F: Fn() -> Fut + Send + 'static,
     Fut: std::future::Future<Output = std::io::Result<(R, W)>> + Send,
     R: AsyncRead + Unpin + Send + 'static,
@@ -216,7 +383,14 @@ fn accept_loop<F, Fut, R, W>(
         loop {
             match accept().await {
                 Ok((rd, wr)) => {
-                    tokio::spawn(connection(state.clone(), rd, wr, start, opts.clone()));
+                    tokio::spawn(connection(
+                        state.clone(),
+                        listener,
+                        rd,
+                        wr,
+                        start,
+                        opts.clone(),
+                    ));
                 }
                 Err(e) => {
                     tracing::warn!("accept on {name} failed: {e}");
@@ -224,7 +398,7 @@ fn accept_loop<F, Fut, R, W>(
                 }
             }
         }
-    });
+    })
 }
 
 fn fmt_ip(ip: std::net::IpAddr) -> String {
@@ -284,6 +458,7 @@ fn dispatch(st: &mut State, opts: &ServeOptions) {
 
 async fn connection<R, W>(
     state: Arc<Mutex<State>>,
+    listener: u64,
     mut rd: R,
     wr: W,
     start: Instant,
@@ -299,9 +474,18 @@ async fn connection<R, W>(
     let sid = {
         let mut st = state.lock();
         let sid = st.core.connect(Server::now(start));
+        let probe = st
+            .listeners
+            .iter()
+            .find(|l| l.id == listener)
+            .and_then(|l| l.probe);
+        if let Some(p) = probe {
+            st.core.set_session_probe(sid, p);
+        }
         st.conns.insert(
             sid,
             Conn {
+                listener,
                 tx,
                 backlog: backlog.clone(),
                 closed: closed.clone(),
@@ -409,3 +593,7 @@ async fn writer<W: AsyncWrite + Unpin>(
     }
     let _ = wr.shutdown().await;
 }
+
+#[cfg(test)]
+#[path = "serve_tests.rs"]
+mod tests;

@@ -8,6 +8,7 @@
 //! drain [`Core::poll_output`]; call [`Core::disconnect`] when a connection ends. Time is
 //! monotonic milliseconds plus wall-clock milliseconds (for file records only).
 
+mod admin;
 mod locks;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -107,6 +108,9 @@ struct Session {
     monitors: BTreeMap<String, MonitorEntry>,
     last_rx_ms: u64,
     probe_sent_ms: Option<u64>,
+    /// This session's own inactivity probe (from its remote's settings), overriding
+    /// `Config::probe_interval_ms`; see [`Core::set_session_probe`].
+    probe_ms: Option<Option<u64>>,
 }
 
 struct Pending {
@@ -271,12 +275,15 @@ impl Core {
 
     /// When [`Core::tick`] must next be called (monotonic ms), if ever.
     pub fn poll_timeout(&self) -> Option<u64> {
-        let probes = self.cfg.probe_interval_ms.and_then(|p| {
-            self.sessions
-                .values()
-                .map(|s| s.probe_sent_ms.unwrap_or(s.last_rx_ms).saturating_add(p))
-                .min()
-        });
+        let default = self.cfg.probe_interval_ms;
+        let probes = self
+            .sessions
+            .values()
+            .filter_map(|s| {
+                let p = s.probe_ms.unwrap_or(default)?;
+                Some(s.probe_sent_ms.unwrap_or(s.last_rx_ms).saturating_add(p))
+            })
+            .min();
         let waits = self.pending.iter().filter_map(|p| p.deadline_ms).min();
         match (probes, waits) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -286,12 +293,16 @@ impl Core {
 
     /// Handle timers: inactivity probes and `wait` timeouts.
     pub fn tick(&mut self, now: Now) {
-        if let Some(p) = self.cfg.probe_interval_ms {
+        {
+            let default = self.cfg.probe_interval_ms;
             let mut probe = Vec::new();
             let mut close = Vec::new();
             for (sid, s) in &mut self.sessions {
+                let Some(p) = s.probe_ms.unwrap_or(default) else {
+                    continue;
+                };
                 match s.probe_sent_ms {
-                    Some(t) if now.mono_ms >= t + p => close.push(*sid),
+                    Some(t) if now.mono_ms >= t + p => close.push((*sid, p)),
                     None if now.mono_ms >= s.last_rx_ms + p => {
                         s.probe_sent_ms = Some(now.mono_ms);
                         probe.push(*sid);
@@ -307,7 +318,7 @@ impl Core {
                 };
                 self.out.push(Output::Send(sid, m.to_bytes()));
             }
-            for sid in close {
+            for (sid, p) in close {
                 self.out.push(Output::Close(
                     sid,
                     format!("no reply to inactivity probe after {p} ms"),

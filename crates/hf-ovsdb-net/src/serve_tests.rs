@@ -1,0 +1,103 @@
+//! Remotes added and removed at run time, and per-remote inactivity probes, through real
+//! sockets: a client sends `echo` and must get its reply (RFC 7047's echo).
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::*;
+use crate::server::{Config, Core};
+
+fn core() -> Core {
+    Core::new(
+        Config {
+            probe_interval_ms: None,
+            ..Config::default()
+        },
+        7,
+    )
+}
+
+/// Read from `s` until `want` appears (or EOF / timeout); returns what was read.
+async fn read_until<S: AsyncRead + Unpin>(s: &mut S, want: &str) -> String {
+    let mut got = Vec::new();
+    let mut b = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = tokio::time::timeout_at(deadline, s.read(&mut b)).await;
+        match r {
+            Ok(Ok(n)) if n > 0 => {
+                got.extend_from_slice(&b[..n]);
+                if String::from_utf8_lossy(&got).contains(want) {
+                    break;
+                }
+            }
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remotes_come_and_go_at_run_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let tcp: Remote = "ptcp:0:127.0.0.1".parse().unwrap();
+    let server = start(core(), std::slice::from_ref(&tcp), ServeOptions::default())
+        .await
+        .unwrap();
+    let unix = Remote::Unix(dir.path().join("s.sock"));
+    assert!(server.add_remote(&tcp).await.is_err(), "added twice");
+    let bound = server.add_remote(&unix).await.unwrap();
+    assert_eq!(
+        bound,
+        format!("unix:{}", dir.path().join("s.sock").display())
+    );
+    assert_eq!(server.remotes().len(), 2);
+
+    let mut c = tokio::net::UnixStream::connect(dir.path().join("s.sock"))
+        .await
+        .unwrap();
+    let echo = json!({"method": "echo", "params": ["x"], "id": 1}).to_string();
+    c.write_all(echo.as_bytes()).await.unwrap();
+    let reply = read_until(&mut c, "\"result\"").await;
+    assert!(reply.contains("\"x\""), "{reply}");
+    assert_eq!(server.remote_sessions(&unix), Some(1));
+
+    // Removing the remote closes its session and the socket file.
+    assert!(server.remove_remote(&unix));
+    assert!(!server.remove_remote(&unix));
+    let rest = read_until(&mut c, "never").await;
+    assert!(rest.is_empty(), "{rest}");
+    assert!(!dir.path().join("s.sock").exists());
+    assert!(
+        tokio::net::UnixStream::connect(dir.path().join("s.sock"))
+            .await
+            .is_err()
+    );
+    assert_eq!(server.remotes().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_probe_applies_to_its_sessions() {
+    let tcp: Remote = "ptcp:0:127.0.0.1".parse().unwrap();
+    let server = start(core(), std::slice::from_ref(&tcp), ServeOptions::default())
+        .await
+        .unwrap();
+    let addr = server.local_addrs()[0]
+        .trim_start_matches("tcp:")
+        .to_string();
+    assert!(server.set_remote_probe(&tcp, Some(Some(200))));
+    let t0 = std::time::Instant::now();
+    let mut c = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    // Probes are off by default (Config above): only the remote's 200 ms probe can send this.
+    let got = read_until(&mut c, "\"echo\"").await;
+    assert!(got.contains("\"echo\""), "{got:?}");
+    // Unanswered, the session is dropped after as long again.
+    let rest = read_until(&mut c, "never").await;
+    assert!(!rest.contains("never"));
+    let took = t0.elapsed();
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    assert_eq!(server.remote_sessions(&tcp), Some(0));
+}
