@@ -327,6 +327,9 @@ impl Rpc {
                 return m.ok();
             }
             match std::io::Read::read(&mut self.stream, &mut buf) {
+                // A signal delivered to the test process (SIGCHLD of a daemon another test
+                // stopped) interrupts the read; it is not the end of the connection.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Ok(0) | Err(_) => return None,
                 Ok(n) => self.framer.push(&buf[..n]),
             }
@@ -358,7 +361,8 @@ impl Rpc {
                 Ok(_) => continue,
                 Err(e)
                     if e.kind() == std::io::ErrorKind::WouldBlock
-                        || e.kind() == std::io::ErrorKind::TimedOut =>
+                        || e.kind() == std::io::ErrorKind::TimedOut
+                        || e.kind() == std::io::ErrorKind::Interrupted =>
                 {
                     continue;
                 }
