@@ -225,6 +225,8 @@ pub(crate) struct Runner<'a> {
     pub mode: Mode,
     pub segments: u32,
     pub hits: u32,
+    /// Trace-only overrides (`--ct`, `--lb-dst`).
+    pub what_if: Option<crate::whatif::Cursor<'a>>,
 }
 
 enum Flow {
@@ -928,7 +930,11 @@ impl Runner<'_> {
                 if backends.is_empty() {
                     CtAction::lookup().with_nat()
                 } else {
-                    let i = (five_tuple_hash(ctx) % backends.len() as u64) as usize;
+                    let i = self
+                        .what_if
+                        .as_ref()
+                        .and_then(|w| w.lb_pick(backends))
+                        .unwrap_or((five_tuple_hash(ctx) % backends.len() as u64) as usize);
                     let (ip, port) = backends[i];
                     let mut a = CtAction::commit(owner).dnat(NatRange::addr_port(ip, port));
                     if *mark {
@@ -941,10 +947,15 @@ impl Runner<'_> {
             }
             _ => return None,
         };
-        let r = match &mut self.ct {
+        let mut r = match &mut self.ct {
             CtHandle::Live(ct) => ct.process(zone, &ctx.parsed, self.now, &cta),
             CtHandle::WhatIf(ct) => ct.peek(zone, &ctx.parsed, self.now, &cta),
         };
+        if let Some(w) = self.what_if.as_mut()
+            && !matches!(act, CAct::CtCommit { .. } | CAct::CtCommitNat)
+        {
+            r.state.0 = w.ct_state(r.state.0);
+        }
         if !matches!(act, CAct::CtCommit { .. }) {
             ctx.f[slot::CT_STATE] = u128::from(r.state.0);
             ctx.f[slot::CT_MARK] = u128::from(r.mark);

@@ -72,6 +72,7 @@ pub mod interp;
 mod packet;
 mod program;
 mod trace;
+mod whatif;
 
 #[doc(hidden)]
 pub mod example;
@@ -87,6 +88,7 @@ pub use program::{
     PortSpec, Program, ProgramSpec,
 };
 pub use trace::{Trace, TraceFlow, TraceRecord};
+pub use whatif::WhatIf;
 
 use interp::{CtHandle, Mode, Neighbours, Runner, Scratch, resume_id};
 use packet::slot;
@@ -279,6 +281,7 @@ impl Pipeline {
             out,
             None,
             Mode::Cached,
+            None,
         )
     }
 
@@ -300,6 +303,7 @@ impl Pipeline {
             out,
             None,
             Mode::Uncached,
+            None,
         )
     }
 
@@ -313,6 +317,21 @@ impl Pipeline {
         now: Duration,
         out: &mut Outputs,
     ) -> Result<Trace, ProcessError> {
+        self.trace_with(ct, from, frame, now, out, &WhatIf::default())
+    }
+
+    /// [`Pipeline::trace`] with what-if overrides: forced `ct_state`s for successive
+    /// conntrack lookups and a chosen load-balancer backend (ovn-trace's `--ct` and
+    /// `--lb-dst`).
+    pub fn trace_with(
+        &mut self,
+        ct: &Conntrack,
+        from: Ingress,
+        frame: &[u8],
+        now: Duration,
+        out: &mut Outputs,
+        what_if: &WhatIf,
+    ) -> Result<Trace, ProcessError> {
         let mut t = Trace::default();
         self.run(
             CtHandle::WhatIf(ct),
@@ -322,6 +341,7 @@ impl Pipeline {
             out,
             Some(&mut t),
             Mode::Trace,
+            Some(whatif::Cursor::new(what_if)),
         )?;
         Ok(t)
     }
@@ -336,6 +356,7 @@ impl Pipeline {
         out: &mut Outputs,
         trace: Option<&mut Trace>,
         mode: Mode,
+        what_if: Option<whatif::Cursor<'_>>,
     ) -> Result<RunStats, ProcessError> {
         out.clear();
         let (dp, pipe, inport, outport) = match from {
@@ -382,6 +403,7 @@ impl Pipeline {
             mode,
             segments: 0,
             hits: 0,
+            what_if,
         };
         r.run_segment(resume_id(dp, pipe, 0), 0);
         Ok(RunStats {
