@@ -151,7 +151,8 @@ fn ipv4(m: &Microflow, f: &mut Vec<u8>) {
             sum16(&ph, 0)
         };
         if proto == 17 {
-            seg[4..6].copy_from_slice(&(seg.len() as u16).to_be_bytes());
+            let n = seg.len() as u16;
+            seg[4..6].copy_from_slice(&n.to_be_bytes());
         }
         let c = fold(sum16(&seg, acc));
         seg[at..at + 2].copy_from_slice(&c.to_be_bytes());
@@ -178,7 +179,8 @@ fn ipv6(m: &Microflow, f: &mut Vec<u8>) {
         ph.extend((seg.len() as u32).to_be_bytes());
         ph.extend([0, 0, 0, proto]);
         if proto == 17 {
-            seg[4..6].copy_from_slice(&(seg.len() as u16).to_be_bytes());
+            let n = seg.len() as u16;
+            seg[4..6].copy_from_slice(&n.to_be_bytes());
         }
         let c = fold(sum16(&seg, sum16(&ph, 0)));
         seg[at..at + 2].copy_from_slice(&c.to_be_bytes());

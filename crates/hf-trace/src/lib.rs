@@ -16,5 +16,8 @@
 //! shell in the binary does), or translate SB rows into a program (`hf-controller`'s
 //! `translate` does).
 
+pub mod engine;
+pub mod fetch;
 pub mod frame;
 pub mod microflow;
+pub mod render;
