@@ -2,12 +2,14 @@
 //! what its packet's path costs (ovn-controller's conditional monitoring, applied to one
 //! packet).
 //!
-//! The shell first replicates the small tables whole ([`WHOLE_TABLES`]: datapaths, chassis,
-//! encaps, port groups, address sets, load balancers, ...) and every datapath-scoped table with
-//! a condition that matches nothing. Once the datapath is known, [`Plan::conditions`] scopes
-//! those tables to the plan's datapaths (and `Logical_Flow` also to the datapath groups that
-//! contain them); [`Plan::widen`] then reads what arrived, adds the datapaths the patch and
-//! `l3gateway` ports' peers live on, and the shell repeats until the plan stops growing.
+//! The shell replicates the small tables whole ([`WHOLE_TABLES`]: chassis, encaps, port
+//! groups, address sets, load balancers, ...) and the datapath-scoped ones ([`SCOPED_TABLES`],
+//! `Datapath_Binding` among them) under [`Plan::conditions`]: first only the datapath named on
+//! the command line (by name or UUID) or the microflow's inport, then, after each round,
+//! [`Plan::widen`] reads what arrived, adds the datapath groups containing the plan's
+//! datapaths and the datapaths the patch and `l3gateway` ports' peers live on, and the shell
+//! sends the wider conditions, until the plan stops growing. No row of a datapath the packet
+//! cannot reach is fetched (rows of whole tables aside).
 //!
 //! What it does not do: I/O (the shell sends the conditions and waits for the rows).
 
@@ -20,7 +22,6 @@ use uuid::Uuid;
 /// Tables replicated whole: small, or needed before any datapath is known.
 pub const WHOLE_TABLES: &[&str] = &[
     "SB_Global",
-    "Datapath_Binding",
     "Chassis",
     "Chassis_Private",
     "Encap",
@@ -39,6 +40,7 @@ pub const WHOLE_TABLES: &[&str] = &[
 
 /// Tables scoped to the plan's datapaths (their condition is [`Plan::conditions`]).
 pub const SCOPED_TABLES: &[&str] = &[
+    "Datapath_Binding",
     "Logical_DP_Group",
     "Logical_Flow",
     "Port_Binding",
@@ -59,6 +61,9 @@ pub struct Plan {
     pub groups: BTreeSet<Uuid>,
     /// Port names fetched wherever they are (patch peers; the microflow's inport).
     pub ports: BTreeSet<String>,
+    /// Datapath names (or UUIDs) asked for on the command line, fetched by
+    /// `external_ids:name`, `external_ids:name2` or `_uuid`.
+    pub names: BTreeSet<String>,
 }
 
 fn uuid(u: &Uuid) -> Value {
@@ -106,7 +111,17 @@ impl Plan {
                 .map(|d| json!([col, "==", uuid(d)]))
                 .collect()
         };
+        let mut dps = on_dp("_uuid");
+        for n in &self.names {
+            for key in ["name", "name2"] {
+                dps.push(json!(["external_ids", "includes", ["map", [[key, n]]]]));
+            }
+            if let Ok(u) = Uuid::parse_str(n) {
+                dps.push(json!(["_uuid", "==", uuid(&u)]));
+            }
+        }
         vec![
+            ("Datapath_Binding", or_false(dps)),
             ("Logical_DP_Group", or_false(includes("datapaths"))),
             ("Logical_Flow", or_false(flows)),
             ("Port_Binding", or_false(ports)),
@@ -124,6 +139,12 @@ impl Plan {
     /// True when it grew (the shell then sends the new conditions and waits again).
     pub fn widen(&mut self, sb: &SbSnapshot) -> bool {
         let before = self.clone();
+        for (u, d) in sb.datapath_binding() {
+            let named = |k: &str| d.external_ids.get(k).is_some_and(|v| self.names.contains(v));
+            if named("name") || named("name2") || self.names.contains(&u.to_string()) {
+                self.datapaths.insert(*u);
+            }
+        }
         for (u, g) in sb.logical_dp_group() {
             if g.datapaths.iter().any(|d| self.datapaths.contains(&d.uuid())) {
                 self.groups.insert(*u);
@@ -146,7 +167,7 @@ impl Plan {
     }
 }
 
-/// Finds a datapath as ovn-trace does: by UUID (or a unique UUID prefix), by
+/// Finds a datapath as ovn-trace does: by UUID, by
 /// `external_ids:name`, or by `external_ids:name2`.
 pub fn find_datapath(sb: &SbSnapshot, name: &str) -> Result<Uuid, String> {
     if let Ok(u) = Uuid::parse_str(name)
@@ -171,17 +192,6 @@ pub fn find_datapath(sb: &SbSnapshot, name: &str) -> Result<Uuid, String> {
                     many.len()
                 ));
             }
-        }
-    }
-    if name.len() >= 4 && name.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
-        let hits: Vec<Uuid> = sb
-            .datapath_binding()
-            .keys()
-            .filter(|u| u.to_string().starts_with(name))
-            .copied()
-            .collect();
-        if let [u] = hits.as_slice() {
-            return Ok(*u);
         }
     }
     Err(format!("unknown datapath \"{name}\""))

@@ -20,4 +20,5 @@ pub mod engine;
 pub mod fetch;
 pub mod frame;
 pub mod microflow;
+pub mod nb;
 pub mod render;
