@@ -258,7 +258,8 @@ fn drop_of(trace: &Trace) -> Dropped {
         .or_else(|| {
             last.flow.as_ref().and_then(|f| {
                 let a = f.actions.trim();
-                (a.starts_with("drop") || a.is_empty()).then(|| format!("{a} (flow action)"))
+                matches!(a, "" | "drop;" | "drop" | "/* drop */")
+                    .then(|| format!("the flow drops (\"{a}\")"))
             })
         })
         .unwrap_or_else(|| match &last.flow {
