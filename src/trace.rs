@@ -785,7 +785,10 @@ async fn serve_conn(l: &mut Loaded, mut stream: tokio::net::UnixStream) -> bool 
             };
             let reply = match result {
                 Ok(r) => json!({"id": id, "result": r, "error": null}),
-                Err(e) => json!({"id": id, "result": null, "error": e}),
+                Err(e) => {
+                    let e = if e.ends_with('\n') { e } else { e + "\n" };
+                    json!({"id": id, "result": null, "error": e})
+                }
             };
             let mut bytes = reply.to_string().into_bytes();
             bytes.push(b'\n');
