@@ -106,10 +106,11 @@ impl Fixture {
     }
 
     fn nbctl(&self, cmd: &str) {
-        run_ok(Command::new("sh").arg("-c").arg(format!(
-            "ovn-nbctl --db={} {cmd}",
-            self.sock("nb.db.sock")
-        )));
+        run_ok(
+            Command::new("sh")
+                .arg("-c")
+                .arg(format!("ovn-nbctl --db={} {cmd}", self.sock("nb.db.sock"))),
+        );
     }
 
     fn trace(&self, args: &[&str]) -> Output {
@@ -133,9 +134,8 @@ impl Fixture {
             "holdfast trace {args:?} failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout))
-        })
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
     }
 
     /// Real ovn-trace's `--minimal` output.
@@ -168,7 +168,13 @@ fn stage_names(v: &Value) -> Vec<String> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|s| format!("{}/{}", s["datapath"].as_str().unwrap(), s["stage"].as_str().unwrap()))
+        .map(|s| {
+            format!(
+                "{}/{}",
+                s["datapath"].as_str().unwrap(),
+                s["stage"].as_str().unwrap()
+            )
+        })
         .collect()
 }
 
@@ -191,7 +197,10 @@ fn l2_switch_delivery_agrees_with_ovn_trace() {
     let out = f.trace(&[L2]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("ingress(dp=\"sw0\", inport=\"vm1\")"), "{text}");
+    assert!(
+        text.contains("ingress(dp=\"sw0\", inport=\"vm1\")"),
+        "{text}"
+    );
     assert!(text.contains("ls_in_l2_lkup"), "{text}");
     assert!(text.contains("output(\"vm2\")"), "{text}");
 }
@@ -205,7 +214,11 @@ fn across_a_router_agrees_with_ovn_trace() {
     let v = f.trace_json(&["sw0", L3]);
     assert_eq!(outputs(&v), ["vm3"]);
     let stages = stage_names(&v);
-    for s in ["sw0/ls_in_l2_lkup", "lr0/lr_in_ip_routing", "sw1/ls_out_apply_port_sec"] {
+    for s in [
+        "sw0/ls_in_l2_lkup",
+        "lr0/lr_in_ip_routing",
+        "sw1/ls_out_apply_port_sec",
+    ] {
         assert!(stages.contains(&s.to_string()), "{s} not in {stages:?}");
     }
     assert!(f.ovn_trace("sw0", L3).contains("output(\"vm3\")"));
@@ -255,8 +268,18 @@ fn json_has_the_documented_shape() {
     assert!(v["verdict"]["nat"].as_array().unwrap().is_empty());
     for s in v["stages"].as_array().unwrap() {
         for k in [
-            "datapath", "pipeline", "table", "stage", "priority", "match", "actions", "uuid",
-            "flow_id", "stage_hint", "nb", "effects",
+            "datapath",
+            "pipeline",
+            "table",
+            "stage",
+            "priority",
+            "match",
+            "actions",
+            "uuid",
+            "flow_id",
+            "stage_hint",
+            "nb",
+            "effects",
         ] {
             assert!(s.get(k).is_some(), "stage lacks {k}: {s}");
         }
@@ -333,9 +356,17 @@ fn fetches_only_the_rows_the_path_reaches() {
         let mut a = vec!["--fetch-stats", "--format=json"];
         a.extend_from_slice(args);
         let out = f.trace(&a);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        let line = err.lines().find(|l| l.starts_with("fetch:")).unwrap().to_string();
+        let line = err
+            .lines()
+            .find(|l| l.starts_with("fetch:"))
+            .unwrap()
+            .to_string();
         let field = |k: &str| -> String {
             line.split_whitespace()
                 .find_map(|w| w.strip_prefix(&format!("{k}=")).map(str::to_string))
@@ -379,7 +410,11 @@ fn daemon_answers_ovs_appctl_and_follows_changes() {
         )
     };
     let out = appctl(&["trace", "--minimal", "sw0", L2]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("output(\"vm2\")"));
     let out = appctl(&["trace", "--json", "sw0", L3]);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -389,9 +424,7 @@ fn daemon_answers_ovs_appctl_and_follows_changes() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("ip4.srcc"));
     // A port added after the daemon loaded SB is traced to.
-    f.nbctl(
-        "--wait=sb lsp-add sw0 vm4 -- lsp-set-addresses vm4 \"00:00:00:00:00:04 10.0.0.14\"",
-    );
+    f.nbctl("--wait=sb lsp-add sw0 vm4 -- lsp-set-addresses vm4 \"00:00:00:00:00:04 10.0.0.14\"");
     let to4 = L2
         .replace("00:00:00:00:00:02", "00:00:00:00:00:04")
         .replace("10.0.0.12", "10.0.0.14");
@@ -450,5 +483,10 @@ fn stdin_json_lines() {
     assert_eq!(outputs(&lines[0]), ["vm2"]);
     assert_eq!(lines[1]["verdict"]["drop"]["stage"], "ls_out_acl");
     assert!(lines[2]["error"].as_str().unwrap().contains('^'));
-    assert!(lines[3]["text"].as_str().unwrap().contains("output(\"vm3\")"));
+    assert!(
+        lines[3]["text"]
+            .as_str()
+            .unwrap()
+            .contains("output(\"vm3\")")
+    );
 }
