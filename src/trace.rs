@@ -510,9 +510,7 @@ impl Loaded {
             }
         }
         let lookup = origins.as_ref().map(|or| move |h: &str| or.lookup(h));
-        let nb: Option<render::NbLookup<'_>> = lookup
-            .as_ref()
-            .map(|f| f as render::NbLookup<'_>);
+        let nb: Option<render::NbLookup<'_>> = lookup.as_ref().map(|f| f as render::NbLookup<'_>);
         let text = if q.json {
             render::json(&o, nb).to_string()
         } else {

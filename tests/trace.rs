@@ -490,3 +490,105 @@ fn stdin_json_lines() {
             .contains("output(\"vm3\")")
     );
 }
+
+/// The JSON verdict's NAT list as (action, field, value) triples.
+fn nat(v: &Value) -> Vec<(String, String, String)> {
+    v["verdict"]["nat"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["action"].as_str().unwrap().to_string(),
+                n["field"].as_str().unwrap().to_string(),
+                n["value"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn triple(a: &str, f: &str, v: &str) -> (String, String, String) {
+    (a.into(), f.into(), v.into())
+}
+
+#[test]
+fn nat_load_balancing_and_ct_flags_agree_with_ovn_trace() {
+    if !require("nat_lb_ct", TOOLS) {
+        return;
+    }
+    let f = Fixture::new();
+    for cmd in [
+        "ls-add ext",
+        "lsp-add ext srv -- lsp-set-addresses srv \"00:00:00:00:02:01 172.16.0.50\"",
+        "lrp-add lr0 lr0-ext 00:00:00:00:ff:02 172.16.0.1/24",
+        "lsp-add ext ext-lr0 -- lsp-set-type ext-lr0 router -- lsp-set-addresses ext-lr0 router -- lsp-set-options ext-lr0 router-port=lr0-ext",
+        "lrp-set-gateway-chassis lr0-ext hv1",
+        "lr-nat-add lr0 snat 172.16.0.100 10.0.0.0/24",
+        "lr-nat-add lr0 dnat_and_snat 172.16.0.111 10.0.0.12",
+        "lb-add lb0 10.0.0.100:80 10.0.0.12:8080,10.0.1.13:8080 tcp",
+        "ls-lb-add sw0 lb0",
+        "--wait=sb sync",
+    ] {
+        f.nbctl(cmd);
+    }
+    // SNAT on the way out through the distributed gateway port.
+    let out = r#"inport == "vm1" && eth.src == 00:00:00:00:00:01 && eth.dst == 00:00:00:00:ff:00 && ip4.src == 10.0.0.11 && ip4.dst == 172.16.0.50 && ip.ttl == 64 && tcp.src == 4000 && tcp.dst == 80"#;
+    let v = f.trace_json(&["sw0", out]);
+    assert_eq!(outputs(&v), ["srv"]);
+    assert_eq!(
+        nat(&v),
+        [triple("ct_snat_in_czone", "ip4.src", "172.16.0.100")]
+    );
+    let real = f.ovn_trace("sw0", out);
+    assert!(
+        real.contains("ct_snatin_czone(ip4.src=172.16.0.100)") && real.contains("output(\"srv\")"),
+        "{real}"
+    );
+    // A floating IP on the way in.
+    let inb = r#"inport == "srv" && eth.src == 00:00:00:00:02:01 && eth.dst == 00:00:00:00:ff:02 && ip4.src == 172.16.0.50 && ip4.dst == 172.16.0.111 && ip.ttl == 64 && tcp.src == 4000 && tcp.dst == 22"#;
+    let v = f.trace_json(&["ext", inb]);
+    assert_eq!(outputs(&v), ["vm2"]);
+    assert_eq!(
+        nat(&v),
+        [triple("ct_dnat_in_czone", "ip4.dst", "10.0.0.12")]
+    );
+    let real = f.ovn_trace("ext", inb);
+    assert!(
+        real.contains("ct_dnatin_czone(ip4.dst=10.0.0.12)") && real.contains("output(\"vm2\")"),
+        "{real}"
+    );
+    // The LB VIP, with --lb-dst choosing each backend in turn.
+    let vip = r#"inport == "vm1" && eth.src == 00:00:00:00:00:01 && eth.dst == 00:00:00:00:ff:00 && ip4.src == 10.0.0.11 && ip4.dst == 10.0.0.100 && ip.ttl == 64 && tcp.src == 4000 && tcp.dst == 80"#;
+    for (backend, ip, port) in [
+        ("10.0.1.13:8080", "10.0.1.13", "vm3"),
+        ("10.0.0.12:8080", "10.0.0.12", "vm2"),
+    ] {
+        let v = f.trace_json(&[&format!("--lb-dst={backend}"), "sw0", vip]);
+        assert_eq!(outputs(&v), [port], "{backend}");
+        assert_eq!(
+            nat(&v),
+            [
+                triple("ct_lb_mark", "ip4.dst", ip),
+                triple("ct_lb_mark", "tcp.dst", "8080")
+            ]
+        );
+        let real = run_ok(
+            Command::new("ovn-trace")
+                .arg(format!("--db={}", f.sb()))
+                .args(["--minimal", &format!("--lb-dst={backend}"), "sw0", vip]),
+        );
+        assert!(real.contains(&format!("output(\"{port}\")")), "{real}");
+    }
+    // --ct=inv: the stateful switch drops invalid connections, as ovn-trace says.
+    let v = f.trace_json(&["--ct=inv", "sw0", L2]);
+    assert!(outputs(&v).is_empty(), "{v}");
+    assert_eq!(v["verdict"]["drop"]["stage"], "ls_in_acl");
+    let real = run_ok(
+        Command::new("ovn-trace")
+            .arg(format!("--db={}", f.sb()))
+            .args(["--minimal", "--ct=inv", "sw0", L2]),
+    );
+    assert!(!real.contains("output("), "{real}");
+    let v = f.trace_json(&["--ct=est", "sw0", L2]);
+    assert_eq!(outputs(&v), ["vm2"]);
+}
