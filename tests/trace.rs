@@ -352,7 +352,7 @@ fn fetches_only_the_rows_the_path_reaches() {
     .lines()
     .filter(|l| !l.trim().is_empty())
     .count();
-    let stats = |args: &[&str]| -> (String, usize) {
+    let stats = |args: &[&str]| -> (String, String, usize) {
         let mut a = vec!["--fetch-stats", "--format=json"];
         a.extend_from_slice(args);
         let out = f.trace(&a);
@@ -372,17 +372,78 @@ fn fetches_only_the_rows_the_path_reaches() {
                 .find_map(|w| w.strip_prefix(&format!("{k}=")).map(str::to_string))
                 .unwrap()
         };
-        (field("datapaths"), field("Logical_Flow").parse().unwrap())
+        (
+            field("datapaths"),
+            field("neighbours"),
+            field("Logical_Flow").parse().unwrap(),
+        )
     };
-    // sw0's path reaches lr0 and sw1 through patch ports, never `other`.
-    let (dps, flows) = stats(&["sw0", L2]);
-    assert_eq!(dps, "lr0,sw0,sw1");
-    assert!(flows < total, "{flows} of {total} flows fetched");
-    // From `other`: that switch alone, and fewer flows again.
-    let o1 = r#"inport == "o1" && eth.src == 00:00:00:00:00:09 && eth.dst == ff:ff:ff:ff:ff:ff"#;
-    let (dps, lone) = stats(&[o1]);
-    assert_eq!(dps, "other");
-    assert!(lone < flows, "{lone} vs {flows}");
+    // A packet that stays on sw0 fetches sw0's rows; lr0 is known only by its port to sw0.
+    let (dps, nbrs, l2) = stats(&["sw0", L2]);
+    assert_eq!((dps.as_str(), nbrs.as_str()), ("sw0", "lr0"));
+    assert!(l2 < total, "{l2} of {total} flows fetched");
+    // Across the router: the walk enters lr0 and then sw1, which are fetched as it goes.
+    let (dps, nbrs, l3) = stats(&["sw0", L3]);
+    assert_eq!((dps.as_str(), nbrs.as_str()), ("lr0,sw0,sw1", ""));
+    assert!(l2 < l3 && l3 < total, "{l2} < {l3} < {total}");
+    // From `other`: that switch alone.
+    let o1 = r#"inport == "o1" && eth.src == 00:00:00:00:00:09 && eth.dst == 00:00:00:00:00:0a"#;
+    let (dps, nbrs, lone) = stats(&[o1]);
+    assert_eq!((dps.as_str(), nbrs.as_str()), ("other", ""));
+    assert!(lone < total);
+    // Exactly the flows of the datapaths walked (their own and their groups'), by ovn-sbctl.
+    assert_eq!(l3, sbctl_flow_count(&f, &["sw0", "sw1", "lr0"]));
+    assert_eq!(l2, sbctl_flow_count(&f, &["sw0"]));
+    assert_eq!(lone, sbctl_flow_count(&f, &["other"]));
+}
+
+/// The Logical_Flow rows of the named datapaths (theirs and their datapath groups'), counted
+/// from real ovn-sbctl's JSON.
+fn sbctl_flow_count(f: &Fixture, names: &[&str]) -> usize {
+    let list = |table: &str, cols: &str| -> Vec<Value> {
+        let out = run_ok(Command::new("ovn-sbctl").args([
+            &format!("--db={}", f.sb()),
+            "--format=json",
+            &format!("--columns={cols}"),
+            "list",
+            table,
+        ]));
+        let v: Value = serde_json::from_str(&out).unwrap();
+        v["data"].as_array().unwrap().clone()
+    };
+    let uuid = |v: &Value| v[1].as_str().unwrap_or_default().to_string();
+    // A set datum is ["set", [...]] or a single atom.
+    let set = |v: &Value| -> Vec<String> {
+        if v[0] == "set" {
+            v[1].as_array().unwrap().iter().map(uuid).collect()
+        } else {
+            vec![uuid(v)]
+        }
+    };
+    let dps: Vec<String> = list("Datapath_Binding", "_uuid,external_ids")
+        .iter()
+        .filter(|r| {
+            r[1][1]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|kv| kv[0] == "name" && names.contains(&kv[1].as_str().unwrap()))
+        })
+        .map(|r| uuid(&r[0]))
+        .collect();
+    assert_eq!(dps.len(), names.len());
+    let groups: Vec<String> = list("Logical_DP_Group", "_uuid,datapaths")
+        .iter()
+        .filter(|r| set(&r[1]).iter().any(|d| dps.contains(d)))
+        .map(|r| uuid(&r[0]))
+        .collect();
+    list("Logical_Flow", "_uuid,logical_datapath,logical_dp_group")
+        .iter()
+        .filter(|r| {
+            set(&r[1]).iter().any(|d| dps.contains(d))
+                || set(&r[2]).iter().any(|g| groups.contains(g))
+        })
+        .count()
 }
 
 #[test]

@@ -6,10 +6,13 @@
 //! groups, address sets, load balancers, ...) and the datapath-scoped ones ([`SCOPED_TABLES`],
 //! `Datapath_Binding` among them) under [`Plan::conditions`]: first only the datapath named on
 //! the command line (by name or UUID) or the microflow's inport, then, after each round,
-//! [`Plan::widen`] reads what arrived, adds the datapath groups containing the plan's
-//! datapaths and the datapaths the patch and `l3gateway` ports' peers live on, and the shell
-//! sends the wider conditions, until the plan stops growing. No row of a datapath the packet
-//! cannot reach is fetched (rows of whole tables aside).
+//! [`Plan::widen`] reads what arrived and adds the datapath groups containing the plan's
+//! datapaths, the peers of their patch and `l3gateway` ports, and the datapaths those peers are
+//! on as *neighbours* (only their Datapath_Binding row and the peer port are fetched), until the
+//! plan stops growing. [`Plan::scoped`] is the snapshot to translate: neighbours come out
+//! without flows, so a walk that enters one stops there; the shell then [`Plan::expand`]s it
+//! and traces again. No row of a datapath the packet does not reach is fetched (rows of the
+//! whole tables aside), and a neighbour costs two rows.
 //!
 //! What it does not do: I/O (the shell sends the conditions and waits for the rows).
 
@@ -226,8 +229,7 @@ impl Plan {
         }
         for g in sb.logical_dp_group().values() {
             let mut new = g.clone();
-            new.datapaths
-                .retain(|d| self.datapaths.contains(&d.uuid()));
+            new.datapaths.retain(|d| self.datapaths.contains(&d.uuid()));
             if new.datapaths.len() != g.datapaths.len() {
                 delta.logical_dp_group.push(hf_model::RowDelta::Update {
                     old: g.clone(),
@@ -281,4 +283,90 @@ pub fn datapath_name(sb: &SbSnapshot, u: &Uuid) -> String {
                 .cloned()
         })
         .unwrap_or_else(|| u.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn u(n: u8) -> Uuid {
+        Uuid::from_bytes([n; 16])
+    }
+
+    /// sw0 - lr0 - sw1 through patch ports, `other` alone; one group of every switch.
+    fn sb() -> SbSnapshot {
+        let dp = |n: u8, name: &str| {
+            (
+                u(n).to_string(),
+                json!({"insert": {"tunnel_key": n, "external_ids": ["map", [["name", name]]]}}),
+            )
+        };
+        let pb = |n: u8, port: &str, on: u8, peer: Option<&str>| {
+            let (ty, opts) = match peer {
+                Some(p) => ("patch", json!(["map", [["peer", p]]])),
+                None => ("", json!(["map", []])),
+            };
+            (
+                u(n).to_string(),
+                json!({"insert": {"logical_port": port, "datapath": ["uuid", u(on).to_string()],
+                    "tunnel_key": n, "type": ty, "options": opts}}),
+            )
+        };
+        let obj = |v: Vec<(String, Value)>| Value::Object(v.into_iter().collect());
+        let updates = json!({
+            "Datapath_Binding": obj(vec![dp(1, "sw0"), dp(2, "lr0"), dp(3, "sw1"), dp(4, "other")]),
+            "Port_Binding": obj(vec![
+                pb(11, "vm1", 1, None),
+                pb(12, "sw0-lr0", 1, Some("lr0-sw0")),
+                pb(13, "lr0-sw0", 2, Some("sw0-lr0")),
+                pb(14, "lr0-sw1", 2, Some("sw1-lr0")),
+                pb(15, "sw1-lr0", 3, Some("lr0-sw1")),
+                pb(16, "vm3", 3, None),
+                pb(17, "o1", 4, None),
+            ]),
+            "Logical_DP_Group": obj(vec![(u(20).to_string(), json!({"insert": {"datapaths":
+                ["set", [["uuid", u(1).to_string()], ["uuid", u(3).to_string()], ["uuid", u(4).to_string()]]]}}))]),
+        });
+        let mut s = SbSnapshot::new();
+        s.apply_updates2(&updates).unwrap();
+        s
+    }
+
+    #[test]
+    fn widening_stops_at_neighbours_and_expands_on_demand() {
+        let sb = sb();
+        let mut p = Plan::default();
+        p.names.insert("sw0".into());
+        while p.widen(&sb) {}
+        assert_eq!(p.datapaths, [u(1)].into());
+        assert_eq!(p.neighbours, [u(2)].into());
+        assert_eq!(p.groups, [u(20)].into());
+        assert!(p.ports.contains("lr0-sw0"));
+        assert!(p.expand(u(2)));
+        while p.widen(&sb) {}
+        assert_eq!(p.datapaths, [u(1), u(2)].into());
+        assert_eq!(p.neighbours, [u(3)].into());
+        // `other` is never asked for.
+        let conds = p.conditions(&sb);
+        let text = serde_json::to_string(&conds).unwrap();
+        assert!(!text.contains(&u(4).to_string()), "{text}");
+        // The scoped snapshot's group holds only the fetched datapaths.
+        let scoped = p.scoped(&sb, None);
+        let g = &scoped.logical_dp_group()[&u(20)];
+        let members: BTreeSet<Uuid> = g.datapaths.iter().map(|d| d.uuid()).collect();
+        assert_eq!(members, [u(1)].into());
+    }
+
+    #[test]
+    fn datapaths_by_name_uuid_or_not_at_all() {
+        let sb = sb();
+        assert_eq!(find_datapath(&sb, "lr0"), Ok(u(2)));
+        assert_eq!(find_datapath(&sb, &u(3).to_string()), Ok(u(3)));
+        assert_eq!(
+            find_datapath(&sb, "nope"),
+            Err("unknown datapath \"nope\"".to_string())
+        );
+        let empty = Plan::default().conditions(&sb);
+        assert!(empty.iter().all(|(_, c)| c == &vec![json!(false)]));
+    }
 }
