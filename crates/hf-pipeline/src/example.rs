@@ -53,6 +53,7 @@ pub fn port(name: &str, key: u32, location: PortLocation, zone: u16) -> PortSpec
         key,
         location,
         zone,
+        port_security: Vec::new(),
     }
 }
 
@@ -308,6 +309,7 @@ pub fn spec() -> ProgramSpec {
         }],
         sets: hf_expr::Sets::default(),
         owner: Owner(9),
+        ..ProgramSpec::default()
     }
 }
 

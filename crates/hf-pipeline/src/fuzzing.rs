@@ -141,6 +141,7 @@ fn port(name: &str, key: u32, location: PortLocation, zone: u16) -> PortSpec {
         key,
         location,
         zone,
+        port_security: Vec::new(),
     }
 }
 
@@ -235,6 +236,7 @@ pub fn program_from(b: &mut Bytes<'_>) -> ProgramSpec {
         neighbours: Vec::new(),
         sets,
         owner: Owner(1),
+        ..ProgramSpec::default()
     }
 }
 

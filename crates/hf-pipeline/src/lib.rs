@@ -69,7 +69,9 @@
 mod cache;
 mod classifier;
 pub mod interp;
+pub mod learn;
 mod packet;
+mod port_sec;
 mod program;
 mod trace;
 
@@ -82,9 +84,10 @@ use std::time::Duration;
 
 use hf_conntrack::Conntrack;
 
+pub use learn::{Event, LearnStats};
 pub use program::{
-    CompileError, DatapathKind, DatapathSpec, FlowSpec, GroupSpec, Neighbour, PortLocation,
-    PortSpec, Program, ProgramSpec,
+    ActionHits, CompileError, DatapathKind, DatapathSpec, FdbSpec, FlowSpec, GroupSpec,
+    LbVipSpec, Neighbour, PortLocation, PortSpec, Program, ProgramSpec,
 };
 pub use trace::{Trace, TraceFlow, TraceRecord};
 
@@ -196,6 +199,8 @@ pub struct Pipeline {
     prog: Program,
     generation: u64,
     neigh: Neighbours,
+    learned: learn::Learned,
+    counters: Vec<u64>,
     cache: cache::Cache,
     scr: Scratch,
 }
@@ -207,11 +212,23 @@ impl Pipeline {
             prog,
             generation: 1,
             neigh: Neighbours::default(),
+            learned: learn::Learned::default(),
+            counters: Vec::new(),
             cache: cache::Cache::default(),
             scr: Scratch::new(),
         };
         p.load_neighbours();
+        p.load_learned();
         p
+    }
+
+    /// Loads the program's FDB (SB rows win over learned entries) and sizes the counters.
+    fn load_learned(&mut self) {
+        for &(dp, mac, port) in &self.prog.fdb {
+            self.learned.fdb.insert((dp, mac), port);
+        }
+        self.counters.clear();
+        self.counters.resize(self.prog.counters.len(), 0);
     }
 
     fn load_neighbours(&mut self) {
@@ -227,7 +244,38 @@ impl Pipeline {
         self.prog = prog;
         self.generation += 1;
         self.load_neighbours();
+        self.load_learned();
         self.cache.clear();
+    }
+
+    /// Takes the events (learned neighbours and FDB entries, `bind_vport`) since the last call.
+    /// Learned FDB, ECMP and affinity state survives [`Pipeline::set_program`].
+    pub fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.learned.events)
+    }
+
+    /// Sizes of the learned tables.
+    pub fn learn_stats(&self) -> LearnStats {
+        self.learned.stats()
+    }
+
+    /// Drops ECMP next-hop and LB affinity entries that have timed out by `now` (lookups
+    /// already ignore them; this frees their memory).
+    pub fn expire_learned(&mut self, now: Duration) {
+        self.learned.expire(now);
+    }
+
+    /// The port key learned for `mac` in the datapath with `tunnel_key` (`get_fdb`).
+    pub fn fdb(&self, tunnel_key: u32, mac: [u8; 6]) -> Option<u32> {
+        let m = mac.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b));
+        self.learned.fdb.get(&(tunnel_key, m)).copied()
+    }
+
+    /// Hits of every counted action (`log`, `set_meter`, `sample`, `trigger_event`,
+    /// `set_queue`, `igmp`, `handle_svc_check`, DHCP/DNS/RA functions, `bind_vport`) since the
+    /// program was installed. Traces do not count.
+    pub fn action_hits(&self) -> Vec<ActionHits> {
+        self.prog.action_hits(&self.counters)
     }
 
     /// The program.
@@ -372,6 +420,8 @@ impl Pipeline {
         let mut r = Runner {
             prog: &self.prog,
             neigh: &mut self.neigh,
+            learned: &mut self.learned,
+            counters: &mut self.counters,
             generation: &mut self.generation,
             cache: &mut self.cache,
             scr: &mut self.scr,

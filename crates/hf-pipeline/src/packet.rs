@@ -109,6 +109,9 @@ pub(crate) struct Ctx {
     pub f: [u128; NF],
     pub parsed: Parsed,
     pub frame: Vec<u8>,
+    /// The original-direction tuple of the connection the last conntrack action found
+    /// (`ct_nw_dst`, `ct_tp_dst`, ...), for `ct_snat_to_vip`.
+    pub ct_orig: Option<hf_conntrack::Tuple>,
 }
 
 fn mac(e: EthAddr) -> u128 {
@@ -132,12 +135,14 @@ impl Ctx {
                 inner: None,
             },
             frame: Vec::new(),
+            ct_orig: None,
         }
     }
 
     /// Resets every field and loads the headers of `parsed` (the frame is already in place).
     pub(crate) fn load(&mut self, parsed: Parsed) {
         self.f = [0; NF];
+        self.ct_orig = None;
         self.parsed = parsed;
         self.set_headers();
     }

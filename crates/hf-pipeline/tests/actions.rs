@@ -25,6 +25,7 @@ fn program(ingress: &[(u8, u16, &str, &str)]) -> Program {
         key,
         location,
         zone: key as u16,
+        port_security: Vec::new(),
     };
     let mut flows: Vec<FlowSpec> = ingress
         .iter()
@@ -51,6 +52,7 @@ fn program(ingress: &[(u8, u16, &str, &str)]) -> Program {
         neighbours: Vec::new(),
         sets: hf_expr::Sets::default(),
         owner: Owner(1),
+        ..ProgramSpec::default()
     })
     .expect("program compiles")
 }
