@@ -660,6 +660,7 @@ impl Runner<'_> {
             slot::IP_PROTO,
             slot::IP_FRAG,
             slot::TCP_FLAGS,
+            slot::ICMP4_TYPE,
             slot::ICMP6_TYPE,
         ] {
             w.examine(s, full(s));
@@ -677,7 +678,16 @@ impl Runner<'_> {
                     && f[slot::ICMP6_TYPE] == 135
             }
             NestedKind::TcpReset => (v4 || v6) && tcp && !rst,
-            NestedKind::Reject => (v4 || v6) && !(tcp && rst),
+            // A destination unreachable is not answered (ovn-trace: "avoid recirculation").
+            NestedKind::Reject => {
+                let unreach = (v4
+                    && f[slot::IP_PROTO] == u128::from(ip_proto::ICMP)
+                    && f[slot::ICMP4_TYPE] == 3)
+                    || (v6
+                        && f[slot::IP_PROTO] == u128::from(ip_proto::ICMPV6)
+                        && f[slot::ICMP6_TYPE] == 1);
+                (v4 || v6) && !(tcp && rst) && !unreach
+            }
             _ => false,
         }
     }
@@ -1279,21 +1289,26 @@ impl Runner<'_> {
             NestedKind::NdNa | NestedKind::NdNaRouter => {
                 reply::nd_na(out, &k, k.eth_dst, kind == NestedKind::NdNaRouter).is_ok()
             }
-            NestedKind::Icmp4 | NestedKind::Icmp4Error => {
-                reply::icmp4_error(out, &ctx.frame, &ctx.parsed, k.ip4_dst, 3, 1, 0).is_ok()
+            // OVN builds these with the offending packet's own addresses, TTL 255 and type/code
+            // 3/1 (1/1 for ICMPv6); the nested actions set the rest (ovn-trace's
+            // `execute_icmp4`, pinctrl's `pinctrl_handle_icmp` without loopback).
+            NestedKind::Icmp4 | NestedKind::Icmp4Error if k.is_ipv4() => {
+                reply::icmp_error_same_addresses(out, &ctx.frame, &ctx.parsed, 3, 1, 0).is_ok()
             }
-            NestedKind::Icmp6 | NestedKind::Icmp6Error => {
-                reply::icmp6_error(out, &ctx.frame, &ctx.parsed, k.ip6_dst, 1, 0, 0).is_ok()
+            NestedKind::Icmp6 | NestedKind::Icmp6Error if k.is_ipv6() => {
+                reply::icmp_error_same_addresses(out, &ctx.frame, &ctx.parsed, 1, 1, 0).is_ok()
             }
-            NestedKind::TcpReset => reply::tcp_reset(out, &ctx.parsed).is_ok(),
+            NestedKind::TcpReset => reply::tcp_reset_same_addresses(out, &ctx.parsed).is_ok(),
             NestedKind::Reject if k.ip_proto == ip_proto::TCP && ctx.parsed.has_l4() => {
                 reply::tcp_reset(out, &ctx.parsed).is_ok()
             }
+            // `reject` answers back to the sender (addresses swapped), with 3/1 or 1/1 as
+            // ovn-controller does.
             NestedKind::Reject if k.is_ipv4() => {
-                reply::icmp4_error(out, &ctx.frame, &ctx.parsed, k.ip4_dst, 3, 3, 0).is_ok()
+                reply::icmp4_error(out, &ctx.frame, &ctx.parsed, k.ip4_dst, 3, 1, 0).is_ok()
             }
             NestedKind::Reject if k.is_ipv6() => {
-                reply::icmp6_error(out, &ctx.frame, &ctx.parsed, k.ip6_dst, 1, 4, 0).is_ok()
+                reply::icmp6_error(out, &ctx.frame, &ctx.parsed, k.ip6_dst, 1, 1, 0).is_ok()
             }
             _ => false,
         };

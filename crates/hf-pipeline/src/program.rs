@@ -643,7 +643,12 @@ impl Program {
         }
         let mut norm = Normalizer::new(symtab, Limits::default());
         for (i, d) in spec.datapaths.iter().enumerate() {
+            // "none" is key 0, as in ovn-controller's and ovn-trace's port lookup (northd's
+            // `outport = get_fdb(eth.dst)` then `outport == "none"` relies on it).
             let port_key = |name: &str| -> Option<u32> {
+                if name == "none" {
+                    return Some(0);
+                }
                 d.ports
                     .iter()
                     .find(|p| p.name == name)
@@ -1062,6 +1067,9 @@ impl ActCompiler<'_> {
                 }
             }
             Action::Nested { kind, body, .. } => {
+                if *kind == NestedKind::SctpAbort {
+                    return Err("the pipeline does not execute `sctp_abort` yet".into());
+                }
                 let body = self.list(body)?;
                 CAct::Nested { kind: *kind, body }
             }
