@@ -440,7 +440,11 @@ pub fn differential_with_coverage(data: &[u8]) -> Coverage {
         let ev = a.take_events();
         cov.learned += ev.len();
         assert_eq!(ev, w.take_events(), "packet {n}: events differ");
-        assert_eq!(a.learn_stats(), w.learn_stats(), "packet {n}: learned state differs");
+        assert_eq!(
+            a.learn_stats(),
+            w.learn_stats(),
+            "packet {n}: learned state differs"
+        );
         let mut tr = Outputs::default();
         let _ = a.trace(&ct_a, from, &frame, now, &mut tr);
         frames.push((from, frame.clone()));

@@ -158,8 +158,7 @@ impl Learned {
         let Some(e) = self.ecmp.get_mut(k) else {
             return false;
         };
-        let alive =
-            now.saturating_sub(e.0) < ECMP_HARD && now.saturating_sub(e.1) < ECMP_IDLE;
+        let alive = now.saturating_sub(e.0) < ECMP_HARD && now.saturating_sub(e.1) < ECMP_IDLE;
         if alive && touch {
             e.1 = now;
         }

@@ -16,7 +16,25 @@
 //!   `ct_commit`, `ct_snat`/`ct_dnat` and their `_in_czone` forms, `ct_lb`/`ct_lb_mark`,
 //!   `ct_commit_nat`, `ct_clear`, neighbour actions against the pipeline's neighbour table,
 //!   `chk_lb_hairpin`, `select`, `clone`, and packet generation (`arp`, `nd_ns`, `nd_na`,
-//!   `icmp4`/`icmp6`, `tcp_reset`, `reject`).
+//!   `icmp4`/`icmp6` and their `_error` forms with `icmp4.frag_mtu`/`icmp6.frag_mtu`,
+//!   `tcp_reset`, `reject`).
+//! - Every other action and function ovn-northd 23.03 emits, with OVN's meaning:
+//!   `check_in_port_sec()`/`check_out_port_sec()` from [`PortSpec::port_security`] (the checks
+//!   of ovn-controller's `consider_port_sec_flows`; see `port_sec`), the FDB (`put_fdb`,
+//!   `lookup_fdb`, `get_fdb`), ECMP symmetric replies (`commit_ecmp_nh`, `chk_ecmp_nh`,
+//!   `chk_ecmp_nh_mac`: ovn-controller's learned flows, 20 s idle / 30 s hard), LB affinity
+//!   (`commit_lb_aff`, `chk_lb_aff`: idle timeout, backend loaded into `reg4`/`xxreg0`/`xxreg1`
+//!   and `reg8[0..15]`), `ct_snat_to_vip` (hairpin SNAT to the VIP of [`ProgramSpec::lb_vips`]),
+//!   `ct_lb_mark(...; hash_fields=...)` and its `skip_snat`/`force_snat` flags, `bind_vport`
+//!   and `fwd_group`. State learned this way lives in the [`Pipeline`] (see [`learn`]),
+//!   survives program swaps, and is reported as [`Event`]s with learned neighbours
+//!   ([`Pipeline::take_events`]).
+//! - Packet-in actions as ovn-trace models them: `put_dhcp_opts`, `put_dhcpv6_opts` and
+//!   `put_nd_ra_opts` store 1, `dns_lookup` stores 0; `igmp` (IGMP and MLD),
+//!   `handle_svc_check`, `handle_dhcpv6_reply` and `handle_bfd_msg` change nothing. These and
+//!   `log`, `set_meter`, `sample`, `trigger_event`, `set_queue` count their hits per flow
+//!   ([`Pipeline::action_hits`]; traces do not count).
+//! - An action the pipeline cannot execute is a compile error naming the flow, never a no-op.
 //! - A megaflow cache keyed on exactly the bits each walk examined replays the recorded ops;
 //!   conntrack still runs on every packet and each recirculation after a conntrack action is its
 //!   own lookup (see [`interp`] for how wildcards are accumulated).
@@ -33,9 +51,14 @@
 //!   router uses its SNAT zone for `ct_snat` and its DNAT zone for everything else (the
 //!   `_in_czone` forms included: the DNAT zone is OVN's common zone).
 //! - A table with no matching flow drops the packet; so does `next` past the last table.
-//! - `ct_lb`/`ct_lb_mark` choose a backend by a hash of the 5-tuple (`hash_fields` is ignored)
-//!   and commit with `ct_label.natted`/`ct_mark.natted` set; `chk_lb_hairpin` is "DNAT applied
-//!   (or natted) and source == destination", `chk_lb_hairpin_reply` the same on a reply.
+//! - `ct_lb`/`ct_lb_mark` choose a backend by a hash of the 5-tuple, or of the `hash_fields`
+//!   when given, and commit with `ct_label.natted`/`ct_mark.natted` set; `chk_lb_hairpin` is
+//!   "DNAT applied (or natted) and source == destination", `chk_lb_hairpin_reply` the same on a
+//!   reply.
+//! - Generated ICMP errors and `tcp_reset` keep the offending packet's Ethernet and IP
+//!   addresses (TTL 255, type/code 3/1 or 1/1) as ovn-controller builds them: northd's nested
+//!   actions set or swap them. `reject` answers back to the sender.
+//! - The port name `"none"` is key 0, as in ovn-controller and ovn-trace.
 //! - `put_arp`/`put_nd` that change a binding bump the generation, so cached walks that read
 //!   the neighbour table are not reused.
 //!
@@ -43,8 +66,12 @@
 //!
 //! No I/O, no clock, no threads: `now` is an argument. No Geneve encapsulation (a
 //! [`Destination::Tunnel`] carries the keys; the datapath encapsulates with `hf_wire::geneve`).
-//! DHCP, DNS, FDB, port-security checks, ECMP and LB-affinity functions store 0; `log`,
-//! `set_queue`, `set_meter`, `sample` and events have no effect. VLAN, IPv6 flow label and ND
+//! No DHCP, DHCPv6, DNS or router-advertisement replies are built (the functions return what
+//! ovn-trace returns; the chassis's packet-in handler is another issue's), no IGMP/MLD
+//! snooping, no service-monitor probes, no meters enforced and no samples exported (only
+//! counted). `sctp_abort` (and `reject` of SCTP, which answers with ICMP) is not built:
+//! `sctp_abort` is a compile error. `select` has no `hash_fields` form (OVN 23.03's parser has
+//! none either). The FDB does not age. VLAN, IPv6 flow label and ND
 //! option writes change the fields the pipeline matches on but not the frame. Output to a
 //! multicast group from the egress pipeline drops. A conntrack
 //! action that continues in the next table ends its action list: actions after it are not run
@@ -73,6 +100,7 @@ pub mod learn;
 mod packet;
 mod port_sec;
 mod program;
+mod stateful;
 mod trace;
 
 #[doc(hidden)]
@@ -86,8 +114,8 @@ use hf_conntrack::Conntrack;
 
 pub use learn::{Event, LearnStats};
 pub use program::{
-    ActionHits, CompileError, DatapathKind, DatapathSpec, FdbSpec, FlowSpec, GroupSpec,
-    LbVipSpec, Neighbour, PortLocation, PortSpec, Program, ProgramSpec,
+    ActionHits, CompileError, DatapathKind, DatapathSpec, FdbSpec, FlowSpec, GroupSpec, LbVipSpec,
+    Neighbour, PortLocation, PortSpec, Program, ProgramSpec,
 };
 pub use trace::{Trace, TraceFlow, TraceRecord};
 

@@ -104,7 +104,11 @@ pub(crate) fn parse_entry(s: &str) -> Result<PsEntry, String> {
             if plen > 32 {
                 return Err(format!("`{w}`: prefix longer than 32"));
             }
-            let mask = if plen == 0 { 0 } else { u32::MAX << (32 - plen) };
+            let mask = if plen == 0 {
+                0
+            } else {
+                u32::MAX << (32 - plen)
+            };
             let ip = u32::from(ip);
             let bcast = ip | !mask;
             e.v4.push((ip, if ip & !mask == 0 { mask } else { u32::MAX }, bcast));

@@ -19,7 +19,7 @@ use crate::classifier::{Classifier, Conj, FastMap, Test};
 use crate::packet::{Bits, slot};
 
 /// Where a logical port lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PortLocation {
     /// Bound on this chassis to the datapath's port with this id (a VIF or a localnet port).
@@ -35,13 +35,8 @@ pub enum PortLocation {
         peer: String,
     },
     /// Not bound anywhere: output to it drops.
+    #[default]
     Unbound,
-}
-
-impl Default for PortLocation {
-    fn default() -> PortLocation {
-        PortLocation::Unbound
-    }
 }
 
 /// A logical port.
@@ -694,13 +689,14 @@ impl Program {
                 };
                 let acts = cx.list(&fs.actions).map_err(aerr)?;
                 let counted = std::mem::take(&mut cx.counted);
-                prog.counters.extend(counted.into_iter().map(|name| Counted {
-                    dp: i as u32,
-                    pipe,
-                    table: fs.table,
-                    flow,
-                    name,
-                }));
+                prog.counters
+                    .extend(counted.into_iter().map(|name| Counted {
+                        dp: i as u32,
+                        pipe,
+                        table: fs.table,
+                        flow,
+                        name,
+                    }));
                 prog.flows.push(FlowInfo {
                     priority: fs.priority,
                     matches: fs.matches.to_string(),
@@ -1165,10 +1161,7 @@ impl ActCompiler<'_> {
                         counter: self.count("dns_lookup"),
                     },
                     other => {
-                        return Err(format!(
-                            "the pipeline does not execute `{}`",
-                            other.name()
-                        ));
+                        return Err(format!("the pipeline does not execute `{}`", other.name()));
                     }
                 }
             }
