@@ -95,6 +95,7 @@
 
 mod cache;
 mod classifier;
+mod compile;
 pub mod interp;
 pub mod learn;
 mod packet;
@@ -112,10 +113,11 @@ use std::time::Duration;
 
 use hf_conntrack::Conntrack;
 
-pub use learn::{Event, LearnStats};
+pub use learn::LearnStats;
 pub use program::{
-    ActionHits, CompileError, DatapathKind, DatapathSpec, FdbSpec, FlowSpec, GroupSpec, LbVipSpec,
-    Neighbour, PortLocation, PortSpec, Program, ProgramSpec,
+    ActionHits, CompileError, DatapathKind, DatapathSpec, FdbSpec, FlowError, FlowErrorKind,
+    FlowId, FlowSpec, FlowText, GroupSpec, LbVipSpec, Neighbour, PortKind, PortLocation, PortSpec,
+    Program, ProgramSpec,
 };
 pub use trace::{Trace, TraceFlow, TraceRecord};
 
@@ -219,6 +221,76 @@ pub struct RunStats {
     pub segments: u32,
     /// Segments served by the cache.
     pub cache_hits: u32,
+    /// The frame came from a port that is not active on this chassis yet and was not a RARP:
+    /// dropped before the pipeline (OVN's `activation-strategy=rarp`).
+    pub inactive_port: bool,
+}
+
+/// Something the caller should act on, collected by [`Pipeline::take_events`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// `put_arp`/`put_nd` learned (or changed) a binding: the controller writes it to SB
+    /// `MAC_Binding`. Learned bindings also survive [`Pipeline::set_program`].
+    Neighbour {
+        /// Datapath name.
+        datapath: String,
+        /// Logical port name.
+        port: String,
+        /// The address.
+        ip: std::net::IpAddr,
+        /// Its Ethernet address.
+        mac: [u8; 6],
+    },
+    /// `put_fdb` learned (or moved) a MAC: the controller writes it to SB `FDB`.
+    Fdb {
+        /// Datapath name.
+        datapath: String,
+        /// Logical port name.
+        port: String,
+        /// The MAC.
+        mac: [u8; 6],
+    },
+    /// `bind_vport(V, P)`: virtual port `vport` is now reached through `parent` (the
+    /// controller claims `vport` for this chassis, as pinctrl does).
+    BindVport {
+        /// Datapath name.
+        datapath: String,
+        /// The virtual port.
+        vport: String,
+        /// Its parent port.
+        parent: String,
+    },
+    /// A port waiting for activation sent a RARP and is now active on this chassis.
+    PortActivated {
+        /// Its local port id.
+        local: u32,
+        /// Its logical name.
+        port: String,
+    },
+}
+
+impl Event {
+    pub(crate) fn neighbour(
+        prog: &Program,
+        (dp, port, ip, v6): (u32, u32, u128, bool),
+        mac: u128,
+    ) -> Option<Event> {
+        let d = prog.dps.get(dp as usize)?;
+        let p = d.ports.get(&port)?;
+        let ip = if v6 {
+            std::net::IpAddr::V6(std::net::Ipv6Addr::from(ip))
+        } else {
+            std::net::IpAddr::V4(std::net::Ipv4Addr::from(ip as u32))
+        };
+        let b = (mac as u64).to_be_bytes();
+        Some(Event::Neighbour {
+            datapath: d.name.clone(),
+            port: p.name.clone(),
+            ip,
+            mac: [b[2], b[3], b[4], b[5], b[6], b[7]],
+        })
+    }
 }
 
 /// A program with its neighbour table, flow cache and scratch space.
@@ -227,10 +299,19 @@ pub struct Pipeline {
     prog: Program,
     generation: u64,
     neigh: Neighbours,
-    learned: learn::Learned,
+    /// FDB, ECMP next hops, LB affinity (see [`learn`]).
+    state: learn::Learned,
     counters: Vec<u64>,
     cache: cache::Cache,
     scr: Scratch,
+    events: Vec<Event>,
+    /// Bindings learned by `put_arp`/`put_nd`, by (datapath, port) name: reapplied on a swap.
+    learned: std::collections::BTreeMap<(String, String, std::net::IpAddr), [u8; 6]>,
+    /// Local ports currently inactive.
+    inactive: std::collections::BTreeSet<u32>,
+    /// Activation decisions made here (by RARP or [`Pipeline::set_port_active`]): they
+    /// outlive program swaps.
+    activation: std::collections::BTreeMap<u32, bool>,
 }
 
 impl Pipeline {
@@ -240,12 +321,16 @@ impl Pipeline {
             prog,
             generation: 1,
             neigh: Neighbours::default(),
-            learned: learn::Learned::default(),
+            state: learn::Learned::default(),
             counters: Vec::new(),
             cache: cache::Cache::default(),
             scr: Scratch::new(),
+            events: Vec::new(),
+            learned: Default::default(),
+            inactive: Default::default(),
+            activation: Default::default(),
         };
-        p.load_neighbours();
+        p.load_state();
         p.load_learned();
         p
     }
@@ -253,50 +338,96 @@ impl Pipeline {
     /// Loads the program's FDB (SB rows win over learned entries) and sizes the counters.
     fn load_learned(&mut self) {
         for &(dp, mac, port) in &self.prog.fdb {
-            self.learned.fdb.insert((dp, mac), port);
+            self.state.fdb.insert((dp, mac), port);
         }
         self.counters.clear();
         self.counters.resize(self.prog.counters.len(), 0);
     }
 
-    fn load_neighbours(&mut self) {
+    fn load_state(&mut self) {
         self.neigh.clear();
         for &(dp, port, ip, v6, mac) in &self.prog.neighbours {
             self.neigh.insert((dp, port, ip, v6), mac);
         }
+        // What this pipeline learned wins over the program's (possibly older) bindings.
+        for ((dpn, pn, ip), mac) in &self.learned {
+            let Some(dp) = self.prog.dps.iter().position(|d| &d.name == dpn) else {
+                continue;
+            };
+            let Some((&key, _)) = self.prog.dps[dp].ports.iter().find(|(_, p)| &p.name == pn)
+            else {
+                continue;
+            };
+            let (ip, v6) = program::ip_u128(*ip);
+            let m = mac.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b));
+            self.neigh.insert((dp as u32, key, ip, v6), m);
+        }
+        self.inactive = self.prog.inactive.iter().copied().collect();
+        for (&id, &active) in &self.activation {
+            if !self.prog.local.contains_key(&id) {
+                continue;
+            }
+            if active {
+                self.inactive.remove(&id);
+            } else {
+                self.inactive.insert(id);
+            }
+        }
     }
 
-    /// Replaces the program (and reloads the neighbour table from it); cached walks of the old
-    /// program die.
+    /// Replaces the program (and reloads the neighbour table from it, plus every binding
+    /// `put_arp`/`put_nd` learned here); cached walks of the old program die. Activation
+    /// decisions made here ([`Pipeline::set_port_active`], RARP) carry over.
     pub fn set_program(&mut self, prog: Program) {
         self.prog = prog;
         self.generation += 1;
-        self.load_neighbours();
+        self.load_state();
         self.load_learned();
         self.cache.clear();
     }
 
-    /// Takes the events (learned neighbours and FDB entries, `bind_vport`) since the last call.
-    /// Learned FDB, ECMP and affinity state survives [`Pipeline::set_program`].
+    /// Activates (or deactivates) local port `id` without recompiling: an inactive port's
+    /// frames are dropped before the pipeline, except a RARP, which activates it (OVN's
+    /// `activation-strategy=rarp`). Output *to* an inactive port is still produced; the
+    /// datapath may hold it until activation.
+    pub fn set_port_active(&mut self, id: u32, active: bool) {
+        self.activation.insert(id, active);
+        let changed = if active {
+            self.inactive.remove(&id)
+        } else {
+            self.inactive.insert(id)
+        };
+        if changed {
+            self.generation += 1;
+            self.cache.clear();
+        }
+    }
+
+    /// Whether local port `id` is active (ports not waiting for activation always are).
+    pub fn port_active(&self, id: u32) -> bool {
+        !self.inactive.contains(&id)
+    }
+
+    /// Takes the events collected so far.
     pub fn take_events(&mut self) -> Vec<Event> {
-        std::mem::take(&mut self.learned.events)
+        std::mem::take(&mut self.events)
     }
 
     /// Sizes of the learned tables.
     pub fn learn_stats(&self) -> LearnStats {
-        self.learned.stats()
+        self.state.stats()
     }
 
     /// Drops ECMP next-hop and LB affinity entries that have timed out by `now` (lookups
     /// already ignore them; this frees their memory).
     pub fn expire_learned(&mut self, now: Duration) {
-        self.learned.expire(now);
+        self.state.expire(now);
     }
 
     /// The port key learned for `mac` in the datapath with `tunnel_key` (`get_fdb`).
     pub fn fdb(&self, tunnel_key: u32, mac: [u8; 6]) -> Option<u32> {
         let m = mac.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b));
-        self.learned.fdb.get(&(tunnel_key, m)).copied()
+        self.state.fdb.get(&(tunnel_key, m)).copied()
     }
 
     /// Hits of every counted action (`log`, `set_meter`, `sample`, `trigger_event`,
@@ -421,6 +552,24 @@ impl Pipeline {
                     .local
                     .get(&id)
                     .ok_or(ProcessError::UnknownLocalPort(id))?;
+                if self.inactive.contains(&id) {
+                    let rarp = frame.get(12..14) == Some(&[0x80, 0x35][..]);
+                    if !rarp {
+                        return Ok(RunStats {
+                            inactive_port: true,
+                            ..RunStats::default()
+                        });
+                    }
+                    if mode != Mode::Trace {
+                        self.set_port_active(id, true);
+                        let port = self.prog.dps[dp as usize]
+                            .ports
+                            .get(&key)
+                            .map(|p| p.name.clone())
+                            .unwrap_or_default();
+                        self.events.push(Event::PortActivated { local: id, port });
+                    }
+                }
                 (dp, program::INGRESS, key, 0)
             }
             Ingress::Tunnel {
@@ -433,10 +582,60 @@ impl Pipeline {
                     .by_key
                     .get(&datapath)
                     .ok_or(ProcessError::UnknownDatapath(datapath))?;
+                let d = &self.prog.dps[dp as usize];
+                // A multicast group from a tunnel: this chassis's own members only.
+                if let Some(members) = d.groups.get(&outport) {
+                    let members: Vec<u32> = members
+                        .iter()
+                        .copied()
+                        .filter(|m| {
+                            m != &inport
+                                && d.ports
+                                    .get(m)
+                                    .is_some_and(|p| matches!(p.loc, program::Loc::Local(_)))
+                        })
+                        .collect();
+                    let mut all = Outputs::default();
+                    let mut stats = RunStats::default();
+                    let mut trace = trace;
+                    let mut ct = ct;
+                    for m in members {
+                        let from = Ingress::Tunnel {
+                            datapath,
+                            inport,
+                            outport: m,
+                        };
+                        let s = self.run(
+                            ct.reborrow(),
+                            from,
+                            frame,
+                            now,
+                            out,
+                            trace.as_deref_mut(),
+                            mode,
+                        )?;
+                        stats.segments += s.segments;
+                        stats.cache_hits += s.cache_hits;
+                        for (d, b) in out.iter() {
+                            all.push(d, b);
+                        }
+                    }
+                    out.clear();
+                    for (d, b) in all.iter() {
+                        out.push(d, b);
+                    }
+                    return Ok(stats);
+                }
+                // A chassisredirect port resident here stands for its distributed port.
+                let outport = match d.ports.get(&outport).map(|p| &p.loc) {
+                    Some(program::Loc::Redirect(to)) => *to,
+                    _ => outport,
+                };
                 (dp, program::EGRESS, inport, outport)
             }
         };
         let parsed = hf_wire::parse(frame, inport, u64::from(dp))?;
+        let events_before = self.events.len();
         self.cache.maintain();
         self.scr.reset();
         let ctx = &mut self.scr.ctx;
@@ -448,7 +647,7 @@ impl Pipeline {
         let mut r = Runner {
             prog: &self.prog,
             neigh: &mut self.neigh,
-            learned: &mut self.learned,
+            state: &mut self.state,
             counters: &mut self.counters,
             generation: &mut self.generation,
             cache: &mut self.cache,
@@ -460,11 +659,32 @@ impl Pipeline {
             mode,
             segments: 0,
             hits: 0,
+            events: &mut self.events,
         };
         r.run_segment(resume_id(dp, pipe, 0), 0);
-        Ok(RunStats {
+        let stats = RunStats {
             segments: r.segments,
             cache_hits: r.hits,
-        })
+            inactive_port: false,
+        };
+        self.remember_learned(events_before);
+        Ok(stats)
+    }
+
+    /// Copies the bindings learned by this run (events from `from` on) into the table that
+    /// survives swaps.
+    fn remember_learned(&mut self, from: usize) {
+        for e in self.events.get(from..).unwrap_or(&[]) {
+            if let Event::Neighbour {
+                datapath,
+                port,
+                ip,
+                mac,
+            } = e
+            {
+                self.learned
+                    .insert((datapath.clone(), port.clone(), *ip), *mac);
+            }
+        }
     }
 }

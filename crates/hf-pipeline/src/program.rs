@@ -5,21 +5,21 @@
 //! [`Classifier`] per (datapath, pipeline, table). Actions become [`CAct`]s in one arena so that
 //! cached action lists can point at them by index.
 
-use std::collections::HashMap;
+use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ops::Range;
 
 use hf_conntrack::{Masked, NatRange, Owner};
 use hf_expr::actions::{CtCommit, NatKind, NestedKind, NextArgs, Pipeline, ResultFn};
 use hf_expr::constant::Format;
-use hf_expr::normalize::{Atom, Limits, Normalizer};
+use hf_expr::normalize::Atom;
 use hf_expr::{Action, Constant, Expr, FieldRef, Sets, SymbolTable, Value};
 
 use crate::classifier::{Classifier, Conj, FastMap, Test};
 use crate::packet::{Bits, slot};
 
 /// Where a logical port lives.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum PortLocation {
     /// Bound on this chassis to the datapath's port with this id (a VIF or a localnet port).
@@ -37,21 +37,91 @@ pub enum PortLocation {
     /// Not bound anywhere: output to it drops.
     #[default]
     Unbound,
+    /// A `chassisredirect` port resident on this chassis: output to it continues in the egress
+    /// pipeline with `outport` set to the named distributed gateway port of the same datapath
+    /// (OVN's physical table 38 for local `chassisredirect` ports).
+    Redirect {
+        /// The distributed gateway port (`options:distributed-port`).
+        port: String,
+    },
+}
+
+/// What a logical port is (`Port_Binding.type`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum PortKind {
+    /// A VIF (`""`).
+    #[default]
+    Vif,
+    /// `patch`.
+    Patch,
+    /// `l3gateway`.
+    L3Gateway,
+    /// `chassisredirect`.
+    ChassisRedirect,
+    /// `localnet`.
+    Localnet,
+    /// `localport`.
+    Localport,
+    /// `virtual`.
+    Virtual,
+    /// `external`.
+    External,
+    /// `l2gateway`.
+    L2Gateway,
+    /// `vtep`.
+    Vtep,
+    /// `remote` (OVN interconnection).
+    Remote,
+    /// Anything else, as written.
+    Other(String),
+}
+
+impl PortKind {
+    /// The kind named by `Port_Binding.type`.
+    pub fn from_sb(t: &str) -> PortKind {
+        match t {
+            "" => PortKind::Vif,
+            "patch" => PortKind::Patch,
+            "l3gateway" => PortKind::L3Gateway,
+            "chassisredirect" => PortKind::ChassisRedirect,
+            "localnet" => PortKind::Localnet,
+            "localport" => PortKind::Localport,
+            "virtual" => PortKind::Virtual,
+            "external" => PortKind::External,
+            "l2gateway" => PortKind::L2Gateway,
+            "vtep" => PortKind::Vtep,
+            "remote" => PortKind::Remote,
+            o => PortKind::Other(o.to_string()),
+        }
+    }
 }
 
 /// A logical port.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PortSpec {
     /// The logical port name (what `inport == "..."` says).
     pub name: String,
-    /// Its tunnel key within the datapath (nonzero).
+    /// Its tunnel key within the datapath (nonzero; Geneve carries 15 bits).
     pub key: u32,
     /// Where it lives.
     pub location: PortLocation,
     /// The conntrack zone of a switch port (`lsp/<port>`), resolved by the caller.
     pub zone: u16,
-    /// `Port_Binding.port_security` as SB has it: entries `MAC [IP[/PLEN] ...]`; empty means
-    /// no port security (`check_in_port_sec()`/`check_out_port_sec()` give 0).
+    /// Its type.
+    pub kind: PortKind,
+    /// `is_chassis_resident()` holds for it. A port with a [`PortLocation::Local`] or
+    /// [`PortLocation::Redirect`] location is resident whatever this says.
+    pub resident: bool,
+    /// Other chassis the port is also bound to (`requested_chassis` with several names,
+    /// `additional_chassis`): output to it also sends one tunnel copy to each of them.
+    pub also_remote: Vec<u32>,
+    /// The port starts inactive on this chassis (a migration destination with
+    /// `activation-strategy=rarp`): see [`crate::Pipeline::set_port_active`].
+    pub needs_activation: bool,
+    /// `Port_Binding.mac`: `MAC [IP...]`, `unknown`, `router`, as written.
+    pub addresses: Vec<String>,
+    /// `Port_Binding.port_security`, as written.
     pub port_security: Vec<String>,
 }
 
@@ -108,6 +178,39 @@ pub enum DatapathKind {
     },
 }
 
+/// A flow's stable identity: `external_ids:hf-flow-id` when northd wrote one, else stage name,
+/// `stage-hint` and match (DESIGN "Flow identity"). The controller keys "last good version" by
+/// it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct FlowId(pub String);
+
+impl FlowId {
+    /// The identity of a flow with `external_ids:hf-flow-id`.
+    pub fn hf(id: &str) -> FlowId {
+        FlowId(format!("hf-flow-id:{id}"))
+    }
+
+    /// The fallback identity: stage name, NB stage hint and match text.
+    pub fn derived(stage: &str, stage_hint: Option<&str>, matches: &str) -> FlowId {
+        FlowId(format!("{stage}|{}|{matches}", stage_hint.unwrap_or("")))
+    }
+}
+
+impl fmt::Display for FlowId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The SB text a flow was parsed from (what traces print).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FlowText {
+    /// The match, as written.
+    pub matches: String,
+    /// The actions, as written.
+    pub actions: String,
+}
+
 /// One logical flow.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FlowSpec {
@@ -121,6 +224,37 @@ pub struct FlowSpec {
     pub matches: Expr,
     /// The actions.
     pub actions: Vec<Action>,
+    /// Stable identity.
+    pub id: FlowId,
+    /// `external_ids:stage-name` (empty when unknown).
+    pub stage: String,
+    /// The SB `Logical_Flow` UUID.
+    pub sb_uuid: Option<String>,
+    /// `external_ids:stage-hint`: the NB row behind the flow.
+    pub stage_hint: Option<String>,
+    /// The text it came from, when it came from text.
+    pub source: Option<FlowText>,
+    /// Why the text did not parse: [`Program::compile`] reports it as this flow's error and
+    /// leaves the flow out.
+    pub parse_error: Option<String>,
+}
+
+impl Default for FlowSpec {
+    fn default() -> Self {
+        FlowSpec {
+            pipeline: Pipeline::Ingress,
+            table: 0,
+            priority: 0,
+            matches: Expr::Bool(true),
+            actions: Vec::new(),
+            id: FlowId::default(),
+            stage: String::new(),
+            sb_uuid: None,
+            stage_hint: None,
+            source: None,
+            parse_error: None,
+        }
+    }
 }
 
 impl FlowSpec {
@@ -139,7 +273,55 @@ impl FlowSpec {
             priority,
             matches: hf_expr::parse_match(symtab, matches)?,
             actions: hf_expr::parse_actions(symtab, actions)?,
+            source: Some(FlowText {
+                matches: matches.to_string(),
+                actions: actions.to_string(),
+            }),
+            ..FlowSpec::default()
         })
+    }
+
+    /// A flow from SB text that never fails: text that does not parse is kept with its
+    /// [`FlowSpec::parse_error`], which compilation reports as a per-flow error.
+    pub fn from_text(
+        pipeline: Pipeline,
+        table: u8,
+        priority: u16,
+        matches: &str,
+        actions: &str,
+    ) -> FlowSpec {
+        let symtab = SymbolTable::shared();
+        let source = Some(FlowText {
+            matches: matches.to_string(),
+            actions: actions.to_string(),
+        });
+        let parsed = hf_expr::parse_match(symtab, matches)
+            .map_err(|e| format!("match: {e}"))
+            .and_then(|m| {
+                hf_expr::parse_actions(symtab, actions)
+                    .map(|a| (m, a))
+                    .map_err(|e| format!("actions: {e}"))
+            });
+        match parsed {
+            Ok((m, a)) => FlowSpec {
+                pipeline,
+                table,
+                priority,
+                matches: m,
+                actions: a,
+                source,
+                ..FlowSpec::default()
+            },
+            Err(e) => FlowSpec {
+                pipeline,
+                table,
+                priority,
+                matches: Expr::Bool(false),
+                source,
+                parse_error: Some(e),
+                ..FlowSpec::default()
+            },
+        }
     }
 }
 
@@ -193,34 +375,11 @@ pub struct ProgramSpec {
     pub switch_snat_zones: Vec<(String, u16)>,
 }
 
-/// Why a program did not compile.
+/// Why a program did not compile as a whole (structural errors; a bad flow is a
+/// [`FlowError`] instead).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CompileError {
-    /// A match did not normalise (or names an unknown field).
-    #[error("datapath {datapath}, table {table}, priority {priority}: {message}")]
-    Match {
-        /// Datapath name.
-        datapath: String,
-        /// Table.
-        table: u8,
-        /// Priority.
-        priority: u16,
-        /// What went wrong.
-        message: String,
-    },
-    /// An action names an unknown field, a predicate, or an impossible value.
-    #[error("datapath {datapath}, table {table}, priority {priority}: action: {message}")]
-    Action {
-        /// Datapath name.
-        datapath: String,
-        /// Table.
-        table: u8,
-        /// Priority.
-        priority: u16,
-        /// What went wrong.
-        message: String,
-    },
     /// A patch port's peer does not exist.
     #[error("port {port}: unknown patch peer {peer}")]
     UnknownPeer {
@@ -245,6 +404,108 @@ pub enum CompileError {
         /// The key or id.
         id: u32,
     },
+    /// A tunnel key does not fit Geneve's option (24-bit datapath keys, 15-bit port keys,
+    /// 16-bit multicast group keys with the top bit set).
+    #[error("datapath {datapath}: {what} tunnel key {key} is outside Geneve's range {range}")]
+    TunnelKey {
+        /// Datapath name.
+        datapath: String,
+        /// What carries the key (`datapath`, `port NAME`, `multicast group NAME`).
+        what: String,
+        /// The key.
+        key: u32,
+        /// The allowed range.
+        range: &'static str,
+    },
+    /// Two datapaths share a tunnel key.
+    #[error("datapaths {a} and {b} share tunnel key {key}")]
+    DuplicateDatapath {
+        /// One datapath.
+        a: String,
+        /// The other.
+        b: String,
+        /// The key.
+        key: u32,
+    },
+    /// [`Program::compile_strict`]: a flow did not compile.
+    #[error("{0}")]
+    Flow(Box<FlowError>),
+}
+
+/// What kind of problem a [`FlowError`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum FlowErrorKind {
+    /// The SB text does not parse (lexer, parser or type errors).
+    Syntax,
+    /// The match does not normalise (too large, impossible field use).
+    Match,
+    /// The match names an address set, port group or template variable that does not exist.
+    UnknownSet,
+    /// An action names an unknown field or has an impossible argument.
+    Action,
+    /// An action the pipeline does not execute.
+    Unsupported,
+}
+
+impl FlowErrorKind {
+    /// A short name (`syntax`, `match`, `unknown-set`, `action`, `unsupported`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FlowErrorKind::Syntax => "syntax",
+            FlowErrorKind::Match => "match",
+            FlowErrorKind::UnknownSet => "unknown-set",
+            FlowErrorKind::Action => "action",
+            FlowErrorKind::Unsupported => "unsupported",
+        }
+    }
+}
+
+impl fmt::Display for FlowErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One flow that did not compile; the rest of the program did. Names the flow (datapath,
+/// pipeline, table, priority, identity, stage, SB UUID) and the reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "datapath {datapath}, {pipeline} table {table}{} priority {priority}{}: {kind}: {message} (flow {id})",
+    stage_suffix(stage),
+    uuid_suffix(sb_uuid.as_deref())
+)]
+pub struct FlowError {
+    /// Datapath name.
+    pub datapath: String,
+    /// `ingress` or `egress`.
+    pub pipeline: &'static str,
+    /// Table.
+    pub table: u8,
+    /// Priority.
+    pub priority: u16,
+    /// The flow's identity.
+    pub id: FlowId,
+    /// Its stage name.
+    pub stage: String,
+    /// Its SB UUID.
+    pub sb_uuid: Option<String>,
+    /// What kind of problem.
+    pub kind: FlowErrorKind,
+    /// What went wrong.
+    pub message: String,
+}
+
+fn stage_suffix(stage: &str) -> String {
+    if stage.is_empty() {
+        ",".into()
+    } else {
+        format!(" ({stage}),")
+    }
+}
+
+fn uuid_suffix(u: Option<&str>) -> String {
+    u.map_or(String::new(), |u| format!(", lflow {u}"))
 }
 
 /// Which pipeline (internal, `Copy` and indexable).
@@ -443,7 +704,12 @@ impl CAct {
 pub(crate) enum Loc {
     Local(u32),
     Remote(u32),
-    Patch { dp: u32, port: u32 },
+    Patch {
+        dp: u32,
+        port: u32,
+    },
+    /// A resident `chassisredirect` port: continue in egress with this port key.
+    Redirect(u32),
     Unbound,
 }
 
@@ -453,6 +719,26 @@ pub(crate) struct Port {
     pub loc: Loc,
     pub zone: u16,
     pub ps: Vec<crate::port_sec::PsEntry>,
+    /// Further chassis that get a tunnel copy of what is output to the port.
+    pub also_remote: Vec<u32>,
+}
+
+/// One datapath's compiled flows: shared (by `Arc`) between programs when a recompile leaves
+/// the datapath alone.
+#[derive(Debug, Default)]
+pub(crate) struct DpCode {
+    /// `tables[pipeline][table]`.
+    pub tables: [Vec<Classifier>; 2],
+    /// The flows that did not compile.
+    pub errors: Vec<FlowError>,
+    /// Port names its flows ask `is_chassis_resident` about, with the answer compiled in.
+    pub resident_refs: Vec<(String, bool)>,
+    /// Address sets and port groups its flows name (`$x`, `@x`).
+    pub set_refs: Vec<String>,
+    /// (name, key) of its ports and groups when compiled: names in flows resolve to them.
+    pub names: Vec<(String, u32)>,
+    /// Arena entries (flows) it owns.
+    pub flow_count: usize,
 }
 
 #[derive(Debug)]
@@ -466,8 +752,8 @@ pub(crate) struct Dp {
     pub vips: Vec<(u128, bool, u16, u8)>,
     /// The zone `ct_snat_to_vip` uses on a switch.
     pub snat_zone: Option<u16>,
-    /// `tables[pipeline][table]`.
-    pub tables: [Vec<Classifier>; 2],
+    /// `tables[pipeline][table]` and what they were compiled from.
+    pub tables: std::sync::Arc<DpCode>,
 }
 
 /// What a trace shows of a flow.
@@ -477,6 +763,10 @@ pub(crate) struct FlowInfo {
     pub matches: String,
     pub actions: String,
     pub acts: Range<u32>,
+    pub id: FlowId,
+    pub stage: String,
+    pub sb_uuid: Option<String>,
+    pub stage_hint: Option<String>,
 }
 
 /// A compiled program. Immutable; hand it to [`crate::Pipeline::new`] or
@@ -496,6 +786,10 @@ pub struct Program {
     /// Counted actions, indexed by the `counter` of their `CAct`.
     pub(crate) counters: Vec<Counted>,
     pub(crate) owner: Owner,
+    /// Local port ids that start inactive.
+    pub(crate) inactive: Vec<u32>,
+    /// The sets the flows were compiled against (to see which datapaths a change touches).
+    pub(crate) sets: Sets,
 }
 
 /// Where a counted action is: datapath index, pipeline, table, flow index, action name.
@@ -528,232 +822,6 @@ pub struct ActionHits {
 }
 
 impl Program {
-    /// Compiles `spec`.
-    pub fn compile(spec: &ProgramSpec) -> Result<Program, CompileError> {
-        let symtab = SymbolTable::shared();
-        let mut prog = Program {
-            dps: Vec::new(),
-            acts: Vec::new(),
-            flows: Vec::new(),
-            local: FastMap::default(),
-            by_key: FastMap::default(),
-            neighbours: Vec::new(),
-            fdb: Vec::new(),
-            counters: Vec::new(),
-            owner: spec.owner,
-        };
-        // Ports first: patch peers may point forward.
-        let mut names: HashMap<String, (u32, u32)> = HashMap::new();
-        let mut dp_names: HashMap<&str, u32> = HashMap::new();
-        for (i, d) in spec.datapaths.iter().enumerate() {
-            dp_names.insert(&d.name, i as u32);
-            prog.by_key.insert(d.tunnel_key, i as u32);
-            for p in &d.ports {
-                names.insert(p.name.clone(), (i as u32, p.key));
-            }
-        }
-        for (i, d) in spec.datapaths.iter().enumerate() {
-            let dup = |id| CompileError::Duplicate {
-                datapath: d.name.clone(),
-                id,
-            };
-            let mut ports = FastMap::default();
-            for p in &d.ports {
-                let loc = match &p.location {
-                    PortLocation::Local(id) => {
-                        if prog.local.insert(*id, (i as u32, p.key)).is_some() {
-                            return Err(dup(*id));
-                        }
-                        Loc::Local(*id)
-                    }
-                    PortLocation::Remote { chassis } => Loc::Remote(*chassis),
-                    PortLocation::Patch { peer } => match names.get(peer) {
-                        Some(&(dp, port)) => Loc::Patch { dp, port },
-                        None => {
-                            return Err(CompileError::UnknownPeer {
-                                port: p.name.clone(),
-                                peer: peer.clone(),
-                            });
-                        }
-                    },
-                    PortLocation::Unbound => Loc::Unbound,
-                };
-                if p.key == 0 || ports.contains_key(&p.key) {
-                    return Err(dup(p.key));
-                }
-                let ps = p
-                    .port_security
-                    .iter()
-                    .map(|e| crate::port_sec::parse_entry(e))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|message| CompileError::PortSecurity {
-                        port: p.name.clone(),
-                        message,
-                    })?;
-                ports.insert(
-                    p.key,
-                    Port {
-                        name: p.name.clone(),
-                        loc,
-                        zone: p.zone,
-                        ps,
-                    },
-                );
-            }
-            let mut groups = FastMap::default();
-            for g in &d.groups {
-                let mut members: Vec<u32> = g
-                    .members
-                    .iter()
-                    .filter_map(|m| d.ports.iter().find(|p| &p.name == m).map(|p| p.key))
-                    .collect();
-                members.sort_unstable();
-                members.dedup();
-                groups.insert(g.key, members);
-            }
-            let vips = spec
-                .lb_vips
-                .iter()
-                .filter(|v| v.datapath == d.name)
-                .map(|v| {
-                    let (ip, v6) = ip_u128(v.ip);
-                    (ip, v6, v.port, v.proto)
-                })
-                .collect();
-            let snat_zone = spec
-                .switch_snat_zones
-                .iter()
-                .find(|(n, _)| *n == d.name)
-                .map(|(_, z)| *z);
-            prog.dps.push(Dp {
-                name: d.name.clone(),
-                key: d.tunnel_key,
-                kind: d.kind,
-                ports,
-                groups,
-                vips,
-                snat_zone,
-                tables: [Vec::new(), Vec::new()],
-            });
-        }
-        let mut norm = Normalizer::new(symtab, Limits::default());
-        for (i, d) in spec.datapaths.iter().enumerate() {
-            // "none" is key 0, as in ovn-controller's and ovn-trace's port lookup (northd's
-            // `outport = get_fdb(eth.dst)` then `outport == "none"` relies on it).
-            let port_key = |name: &str| -> Option<u32> {
-                if name == "none" {
-                    return Some(0);
-                }
-                d.ports
-                    .iter()
-                    .find(|p| p.name == name)
-                    .map(|p| p.key)
-                    .or_else(|| d.groups.iter().find(|g| g.name == name).map(|g| g.key))
-            };
-            let resident = |name: &str| -> bool {
-                d.ports
-                    .iter()
-                    .any(|p| p.name == name && matches!(p.location, PortLocation::Local(_)))
-            };
-            for fs in &d.flows {
-                let merr = |message: String| CompileError::Match {
-                    datapath: d.name.clone(),
-                    table: fs.table,
-                    priority: fs.priority,
-                    message,
-                };
-                let aerr = |message: String| CompileError::Action {
-                    datapath: d.name.clone(),
-                    table: fs.table,
-                    priority: fs.priority,
-                    message,
-                };
-                let n = norm
-                    .normalize(&fs.matches, &spec.sets)
-                    .map_err(|e| merr(e.to_string()))?;
-                let pipe = match fs.pipeline {
-                    Pipeline::Egress => EGRESS,
-                    _ => INGRESS,
-                };
-                let flow = prog.flows.len() as u32;
-                let mut cx = ActCompiler {
-                    symtab,
-                    port_key: &port_key,
-                    pipe,
-                    table: fs.table,
-                    dp: i as u32,
-                    switch: matches!(d.kind, DatapathKind::Switch),
-                    arena: &mut prog.acts,
-                    counter_base: prog.counters.len() as u32,
-                    counted: Vec::new(),
-                };
-                let acts = cx.list(&fs.actions).map_err(aerr)?;
-                let counted = std::mem::take(&mut cx.counted);
-                prog.counters
-                    .extend(counted.into_iter().map(|name| Counted {
-                        dp: i as u32,
-                        pipe,
-                        table: fs.table,
-                        flow,
-                        name,
-                    }));
-                prog.flows.push(FlowInfo {
-                    priority: fs.priority,
-                    matches: fs.matches.to_string(),
-                    actions: hf_expr::printer::actions_to_string(&fs.actions),
-                    acts,
-                });
-                let tables = &mut prog.dps[i].tables[usize::from(pipe)];
-                let t = usize::from(fs.table);
-                if tables.len() <= t {
-                    tables.resize_with(t + 1, Classifier::default);
-                }
-                for c in &n.disjuncts {
-                    if let Some(conj) = compile_conj(c, &port_key, &resident) {
-                        tables[t].insert(fs.priority, flow, conj);
-                    }
-                }
-            }
-        }
-        for dp in &mut prog.dps {
-            for t in dp.tables.iter_mut().flatten() {
-                t.finish();
-            }
-        }
-        for n in &spec.neighbours {
-            let Some(&dpi) = dp_names.get(n.datapath.as_str()) else {
-                continue;
-            };
-            let Some(p) = spec.datapaths[dpi as usize]
-                .ports
-                .iter()
-                .find(|p| p.name == n.port)
-            else {
-                continue;
-            };
-            let (ip, v6) = ip_u128(n.ip);
-            let mac = n.mac.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b));
-            prog.neighbours.push((dpi, p.key, ip, v6, mac));
-        }
-        for e in &spec.fdb {
-            let Some(&dpi) = dp_names.get(e.datapath.as_str()) else {
-                continue;
-            };
-            let d = &spec.datapaths[dpi as usize];
-            let Some(p) = d.ports.iter().find(|p| p.name == e.port) else {
-                continue;
-            };
-            let mac = e.mac.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b));
-            prog.fdb.push((d.tunnel_key, mac, p.key));
-        }
-        Ok(prog)
-    }
-
-    /// Number of logical flows.
-    pub fn flow_count(&self) -> usize {
-        self.flows.len()
-    }
-
     /// Every counted action with its hit count from `hits` (indexed like `counters`).
     pub(crate) fn action_hits(&self, hits: &[u64]) -> Vec<ActionHits> {
         self.counters
@@ -787,7 +855,7 @@ pub(crate) fn ip_u128(ip: IpAddr) -> (u128, bool) {
 }
 
 /// A normalised conjunction as a classifier rule; `None` when it can never match.
-fn compile_conj(
+pub(crate) fn compile_conj(
     c: &hf_expr::normalize::Conj,
     port_key: &dyn Fn(&str) -> Option<u32>,
     resident: &dyn Fn(&str) -> bool,
@@ -876,18 +944,22 @@ fn atom_test(
     }
 }
 
-struct ActCompiler<'a> {
+/// Prefix of the action compiler's message for an action the pipeline does not execute.
+pub(crate) const UNSUPPORTED: &str = "unsupported action: ";
+
+pub(crate) struct ActCompiler<'a> {
     symtab: &'static SymbolTable,
     port_key: &'a dyn Fn(&str) -> Option<u32>,
     pipe: u8,
     table: u8,
     dp: u32,
-    switch: bool,
+    /// The datapath is a switch (`chk_lb_aff` loads IPv6 backends into `xxreg0` there).
+    pub(crate) switch: bool,
     arena: &'a mut Vec<CAct>,
     /// Counters already in the program; this flow's are numbered from here.
-    counter_base: u32,
+    pub(crate) counter_base: u32,
     /// Names of this flow's counted actions, in counter order.
-    counted: Vec<&'static str>,
+    pub(crate) counted: Vec<&'static str>,
 }
 
 fn const_ip(c: &Constant) -> IpAddr {
@@ -898,6 +970,26 @@ fn const_ip(c: &Constant) -> IpAddr {
 }
 
 impl ActCompiler<'_> {
+    pub(crate) fn new<'a>(
+        port_key: &'a dyn Fn(&str) -> Option<u32>,
+        pipe: u8,
+        table: u8,
+        dp: u32,
+        arena: &'a mut Vec<CAct>,
+    ) -> ActCompiler<'a> {
+        ActCompiler {
+            symtab: SymbolTable::shared(),
+            port_key,
+            pipe,
+            table,
+            dp,
+            switch: false,
+            arena,
+            counter_base: 0,
+            counted: Vec::new(),
+        }
+    }
+
     fn bits(&self, f: &FieldRef) -> Result<Bits, String> {
         let r = hf_expr::typecheck::resolve(self.symtab, f).map_err(|e| e.to_string())?;
         match r.bits {
@@ -918,7 +1010,7 @@ impl ActCompiler<'_> {
         }
     }
 
-    fn list(&mut self, actions: &[Action]) -> Result<Range<u32>, String> {
+    pub(crate) fn list(&mut self, actions: &[Action]) -> Result<Range<u32>, String> {
         let mut out = Vec::with_capacity(actions.len());
         for a in actions {
             out.push(self.one(a)?);
@@ -1064,7 +1156,7 @@ impl ActCompiler<'_> {
             }
             Action::Nested { kind, body, .. } => {
                 if *kind == NestedKind::SctpAbort {
-                    return Err("the pipeline does not execute `sctp_abort` yet".into());
+                    return Err(format!("{UNSUPPORTED}sctp_abort"));
                 }
                 let body = self.list(body)?;
                 CAct::Nested { kind: *kind, body }
@@ -1161,7 +1253,7 @@ impl ActCompiler<'_> {
                         counter: self.count("dns_lookup"),
                     },
                     other => {
-                        return Err(format!("the pipeline does not execute `{}`", other.name()));
+                        return Err(format!("{UNSUPPORTED}{}", other.name()));
                     }
                 }
             }
@@ -1239,7 +1331,7 @@ impl ActCompiler<'_> {
             }
             other => {
                 return Err(format!(
-                    "the pipeline does not execute `{}`",
+                    "{UNSUPPORTED}{}",
                     hf_expr::printer::actions_to_string(std::slice::from_ref(other))
                 ));
             }

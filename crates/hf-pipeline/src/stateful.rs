@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use hf_wire::ip_proto;
 
+use crate::Event;
 use crate::interp::{Mode, Runner};
-use crate::learn::{AffKey, AffVal, EcmpKey, Event};
+use crate::learn::{AffKey, AffVal, EcmpKey};
 use crate::packet::{Bits, Ctx, slot};
 use crate::program::CAct;
 
@@ -47,26 +48,37 @@ impl Runner<'_> {
                 let (port, mac) = (self.scr.ctx.read(*port) as u32, self.scr.ctx.read(*mac));
                 if self.mode != Mode::Trace {
                     let key = self.dp_key(*dp);
-                    self.learned.put_fdb(key, mac, port);
+                    if self.state.put_fdb(key, mac, port)
+                        && let Some(d) = self.prog.dps.get(*dp as usize)
+                    {
+                        self.events.push(Event::Fdb {
+                            datapath: d.name.clone(),
+                            port: d
+                                .ports
+                                .get(&port)
+                                .map_or_else(String::new, |p| p.name.clone()),
+                            mac: crate::learn::mac_bytes(mac),
+                        });
+                    }
                 }
             }
             CAct::LookupFdb { dp, dst, port, mac } => {
                 let (port, mac) = (self.scr.ctx.read(*port) as u32, self.scr.ctx.read(*mac));
                 let key = self.dp_key(*dp);
-                let hit = self.learned.fdb.get(&(key, mac)) == Some(&port);
+                let hit = self.state.fdb.get(&(key, mac)) == Some(&port);
                 self.scr.ctx.write(*dst, u128::from(hit));
             }
             CAct::GetFdb { dp, dst, mac } => {
                 let mac = self.scr.ctx.read(*mac);
                 let key = self.dp_key(*dp);
-                let port = self.learned.fdb.get(&(key, mac)).copied().unwrap_or(0);
+                let port = self.state.fdb.get(&(key, mac)).copied().unwrap_or(0);
                 self.scr.ctx.write(*dst, u128::from(port));
             }
             CAct::CommitEcmpNh { dp, v6, proto } if self.mode != Mode::Trace => {
                 let key = self.dp_key(*dp);
                 let (fwd, rev) = ecmp_keys(&self.scr.ctx, key, *v6, *proto);
-                self.learned.ecmp_commit(fwd, self.now);
-                self.learned.ecmp_commit(rev, self.now);
+                self.state.ecmp_commit(fwd, self.now);
+                self.state.ecmp_commit(rev, self.now);
             }
             CAct::ChkEcmpNh { dp, dst, mac } => {
                 let key = self.dp_key(*dp);
@@ -79,7 +91,7 @@ impl Runner<'_> {
                     EcmpKey { mac: None, ..fwd }
                 };
                 let touch = self.mode != Mode::Trace;
-                let hit = self.learned.ecmp_check(&k, self.now, touch);
+                let hit = self.state.ecmp_check(&k, self.now, touch);
                 self.scr.ctx.write(*dst, u128::from(hit));
             }
             CAct::CommitLbAff {
@@ -107,7 +119,7 @@ impl Runner<'_> {
                     timeout: Duration::from_secs(u64::from(*timeout)),
                     used: self.now,
                 };
-                self.learned.aff_commit(k, v);
+                self.state.aff_commit(k, v);
             }
             CAct::ChkLbAff { dp, dst, switch } => {
                 let v6 = self.scr.ctx.f[slot::ETH_TYPE] == 0x86dd;
@@ -121,11 +133,11 @@ impl Runner<'_> {
                     vip_port: l4_ports(&self.scr.ctx, proto).1,
                 };
                 let touch = self.mode != Mode::Trace;
-                let mut hit = self.learned.aff_check(&k, self.now, touch);
+                let mut hit = self.state.aff_check(&k, self.now, touch);
                 if hit.is_none() {
                     k.proto = 0;
                     k.vip_port = 0;
-                    hit = self.learned.aff_check(&k, self.now, touch);
+                    hit = self.state.aff_check(&k, self.now, touch);
                 }
                 self.scr.ctx.write(*dst, u128::from(hit.is_some()));
                 if let Some(v) = hit {
@@ -148,13 +160,18 @@ impl Runner<'_> {
                 self.count(*counter);
                 if self.mode != Mode::Trace {
                     let key = self.dp_key(*dp);
-                    if self.learned.vports.get(&(key, *vport)) != Some(&parent) {
-                        self.learned.vports.insert((key, *vport), parent);
-                        self.learned.events.push(Event::BindVport {
-                            datapath: key,
-                            vport: *vport,
-                            parent,
-                        });
+                    if self.state.vports.get(&(key, *vport)) != Some(&parent) {
+                        self.state.vports.insert((key, *vport), parent);
+                        if let Some(d) = self.prog.dps.get(*dp as usize) {
+                            let name = |k: u32| {
+                                d.ports.get(&k).map_or_else(String::new, |p| p.name.clone())
+                            };
+                            self.events.push(Event::BindVport {
+                                datapath: d.name.clone(),
+                                vport: name(*vport),
+                                parent: name(parent),
+                            });
+                        }
                     }
                 }
             }

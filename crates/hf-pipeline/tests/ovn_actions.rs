@@ -34,6 +34,7 @@ fn spec(ps: [&[&str]; 3], flows: &[Flow<'_>]) -> ProgramSpec {
         location: PortLocation::Local(i as u32 + 1),
         zone: i as u16 + 1,
         port_security: ps[i].iter().map(|s| s.to_string()).collect(),
+        ..PortSpec::default()
     };
     ProgramSpec {
         datapaths: vec![DatapathSpec {
@@ -53,7 +54,7 @@ fn spec(ps: [&[&str]; 3], flows: &[Flow<'_>]) -> ProgramSpec {
 }
 
 fn pipeline(s: &ProgramSpec) -> Pipeline {
-    Pipeline::new(Program::compile(s).expect("compiles"))
+    Pipeline::new(Program::compile_strict(s).expect("compiles"))
 }
 
 /// Runs `frame` three ways (cached twice, then the full walk on a fresh copy of the state) and
@@ -275,7 +276,7 @@ fn check_out_port_sec() {
 #[test]
 fn bad_port_security_is_a_named_compile_error() {
     let s = spec([&["02:00:00:00:00:01 10.0.0.300"], &[], &[]], PORT_SEC);
-    match Program::compile(&s) {
+    match Program::compile(&s).map(|(p, _)| p) {
         Err(CompileError::PortSecurity { port, message }) => {
             assert_eq!(port, "vm1");
             assert!(message.contains("10.0.0.300"), "{message}");
@@ -341,8 +342,8 @@ fn fdb_learns_reports_and_forwards() {
     assert_eq!(
         p.take_events(),
         [Event::Fdb {
-            datapath: 5,
-            port: 1,
+            datapath: "ls".into(),
+            port: "vm1".into(),
             mac: mx.0
         }]
     );
@@ -355,7 +356,7 @@ fn fdb_learns_reports_and_forwards() {
         );
     }
     // The learned entry survives a program swap.
-    p.set_program(Program::compile(&s).expect("compiles"));
+    p.set_program(Program::compile_strict(&s).expect("compiles"));
     assert_eq!(
         dests(&run_at(&mut p, &mut ct, 2, &to_mx, 3)),
         [Destination::Local(1)]
@@ -637,7 +638,7 @@ fn ct_lb_mark_hash_fields_choose_by_the_named_fields() {
         [&[], &[], &[]],
         &flows("ct_lb_mark(backends=10.0.0.2:80; hash_fields=\"bogus\");"),
     );
-    let err = Program::compile(&bad).expect_err("rejected");
+    let err = Program::compile_strict(&bad).expect_err("rejected");
     assert!(err.to_string().contains("bogus"), "{err}");
 }
 
@@ -867,9 +868,9 @@ fn controller_actions_as_ovn_trace_models_them_and_counters() {
     assert_eq!(
         p.take_events(),
         [Event::BindVport {
-            datapath: 5,
-            vport: 3,
-            parent: 2
+            datapath: "ls".into(),
+            vport: "vm3".into(),
+            parent: "vm2".into()
         }],
         "reported once"
     );
@@ -952,8 +953,8 @@ fn neighbour_events_are_reported() {
     assert_eq!(
         p.take_events(),
         [Event::Neighbour {
-            datapath: 5,
-            port: 1,
+            datapath: "ls".into(),
+            port: "vm1".into(),
             ip: IP1.into(),
             mac: M1.0
         }]
@@ -968,7 +969,7 @@ fn actions_the_pipeline_cannot_execute_are_compile_errors() {
         ("fwd_group(childports=\"nope\");", "nope"),
     ] {
         let s = spec([&[], &[], &[]], &[(Pipe::Ingress, 0, 0, "1", a)]);
-        let err = Program::compile(&s).expect_err(a);
+        let err = Program::compile_strict(&s).expect_err(a);
         assert!(err.to_string().contains(needle), "{a}: {err}");
     }
 }
