@@ -1129,9 +1129,9 @@ impl Runner<'_> {
         let ctx = &mut self.scr.ctx;
         let cta = match act {
             CAct::CtNext => CtAction::lookup(),
-            CAct::CtCommit { mark, label } => CtAction {
-                mark: *mark,
-                label: *label,
+            CAct::CtCommit { mark, label, moves } => CtAction {
+                mark: with_moves32(*mark, moves, ctx),
+                label: with_moves128(*label, moves, ctx),
                 ..CtAction::commit(owner)
             },
             CAct::CtNat { kind, target } => match target {
@@ -1273,6 +1273,49 @@ impl Runner<'_> {
         let _ = EthAddr::ZERO;
         true
     }
+}
+
+/// `ct_mark` with the bits of `moves` that target it loaded from the packet.
+fn with_moves32(m: Option<Masked<u32>>, moves: &[(Bits, Bits)], ctx: &Ctx) -> Option<Masked<u32>> {
+    let l = with_moves(
+        m.map(|m| Masked {
+            value: u128::from(m.value),
+            mask: u128::from(m.mask),
+        }),
+        moves,
+        ctx,
+        slot::CT_MARK,
+    )?;
+    Some(Masked {
+        value: l.value as u32,
+        mask: l.mask as u32,
+    })
+}
+
+fn with_moves128(
+    m: Option<Masked<u128>>,
+    moves: &[(Bits, Bits)],
+    ctx: &Ctx,
+) -> Option<Masked<u128>> {
+    with_moves(m, moves, ctx, slot::CT_LABEL)
+}
+
+fn with_moves(
+    mut m: Option<Masked<u128>>,
+    moves: &[(Bits, Bits)],
+    ctx: &Ctx,
+    field: usize,
+) -> Option<Masked<u128>> {
+    for (d, s) in moves {
+        if usize::from(d.field) != field {
+            continue;
+        }
+        let v = ctx.read(*s).checked_shl(u32::from(d.lo)).unwrap_or(0) & d.mask();
+        let e = m.get_or_insert(Masked { value: 0, mask: 0 });
+        e.value = (e.value & !d.mask()) | v;
+        e.mask |= d.mask();
+    }
+    m
 }
 
 const REGISTERS: [usize; 3] = [slot::XXREG0, slot::XXREG1, slot::XREG4];

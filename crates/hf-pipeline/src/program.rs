@@ -543,6 +543,8 @@ pub(crate) enum CAct {
     CtCommit {
         mark: Option<Masked<u32>>,
         label: Option<Masked<u128>>,
+        /// `ct_mark`/`ct_label` bits (destination) loaded from packet fields (source).
+        moves: Vec<(Bits, Bits)>,
     },
     /// `ct_snat`/`ct_dnat` (and `_in_czone`), with or without a target.
     CtNat {
@@ -1070,6 +1072,7 @@ impl ActCompiler<'_> {
             Action::CtNext { .. } => CAct::CtNext,
             Action::CtCommit { args, .. } => {
                 let (mut mark, mut label) = (None::<Masked<u32>>, None::<Masked<u128>>);
+                let mut moves = Vec::new();
                 match args {
                     CtCommit::Bare => {}
                     CtCommit::Legacy { mark: m, label: l } => {
@@ -1084,13 +1087,26 @@ impl ActCompiler<'_> {
                     }
                     CtCommit::Block(body) => {
                         for b in body {
+                            // `ct_label.label = reg3;`, `ct_label.ecmp_reply_eth = eth.src;`:
+                            // the value is read from the packet when the commit runs.
+                            if let Action::Move { dst, src, .. } = b {
+                                let (d, s) = (self.bits(dst)?, self.bits(src)?);
+                                if !matches!(usize::from(d.field), slot::CT_MARK | slot::CT_LABEL) {
+                                    return Err("ct_commit { } sets ct_mark or ct_label".into());
+                                }
+                                moves.push((d, s));
+                                continue;
+                            }
                             let Action::Assign {
                                 dst,
                                 value: Value::Const(c),
                                 ..
                             } = b
                             else {
-                                return Err("ct_commit { } takes constant assignments".into());
+                                return Err(
+                                    "ct_commit { } takes assignments to ct_mark and ct_label"
+                                        .into(),
+                                );
                             };
                             let bits = self.bits(dst)?;
                             let v = c.value.checked_shl(u32::from(bits.lo)).unwrap_or(0);
@@ -1111,7 +1127,7 @@ impl ActCompiler<'_> {
                     }
                     _ => {}
                 }
-                CAct::CtCommit { mark, label }
+                CAct::CtCommit { mark, label, moves }
             }
             Action::CtNat { kind, target, .. } => CAct::CtNat {
                 kind: *kind,
