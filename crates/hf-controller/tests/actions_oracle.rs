@@ -3,8 +3,11 @@
 //! DHCP ports, real `ovn-trace` says where each packet goes, and the same packets through the
 //! translated program (hf-controller's `translate` + hf-pipeline) must reach the same ports.
 //! The packets cover spoofed MAC, spoofed IP, ARP with a spoofed `arp.spa`, DHCP discover from
-//! 0.0.0.0, delivery to a port whose egress port security refuses the destination, and traffic
-//! to an unlearned MAC (the `_MC_unknown` path through `lookup_fdb`/`put_fdb`/`get_fdb`).
+//! 0.0.0.0, delivery to a port whose egress port security refuses the destination, traffic
+//! to an unlearned MAC (the `_MC_unknown` path through `lookup_fdb`/`put_fdb`/`get_fdb`), IPv6
+//! port security with ND, and the packets OVN generates: ICMP time exceeded for TTL 1 and port
+//! unreachable from a router (`icmp4_error`/`icmp4` crossing back over the patch port), and a
+//! reject ACL's ICMP answer.
 
 mod common;
 
@@ -34,6 +37,7 @@ enum Kind {
         dst: Ipv4Addr,
         sport: u16,
         dport: u16,
+        ttl: u8,
     },
     Arp {
         spa: Ipv4Addr,
@@ -73,8 +77,9 @@ impl Pkt {
                 dst,
                 sport,
                 dport,
+                ttl,
             } => format!(
-                "{head} && ip4.src == {src} && ip4.dst == {dst} && ip.ttl == 64 && udp.src == {sport} && udp.dst == {dport}"
+                "{head} && ip4.src == {src} && ip4.dst == {dst} && ip.ttl == {ttl} && udp.src == {sport} && udp.dst == {dport}"
             ),
             Kind::Arp { spa, tpa } => format!(
                 "{head} && arp.op == 1 && arp.sha == {} && arp.spa == {spa} && arp.tpa == {tpa} && arp.tha == 00:00:00:00:00:00",
@@ -103,6 +108,7 @@ impl Pkt {
                 dst,
                 sport,
                 dport,
+                ttl,
             } => {
                 let mut l4 = vec![0u8; 8];
                 l4[0..2].copy_from_slice(&sport.to_be_bytes());
@@ -118,6 +124,17 @@ impl Pkt {
                     &l4,
                 )
                 .expect("frame builds");
+                // TTL, with the IPv4 header checksum recomputed.
+                out[14 + 8] = *ttl;
+                out[24..26].copy_from_slice(&[0, 0]);
+                let mut sum = 0u32;
+                for c in out[14..34].chunks(2) {
+                    sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
+                }
+                while sum > 0xffff {
+                    sum = (sum & 0xffff) + (sum >> 16);
+                }
+                out[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
             }
             Kind::Arp { spa, tpa } => {
                 hf_wire::reply::arp_request(&mut out, EthAddr(self.eth_src), *spa, *tpa);
@@ -237,6 +254,21 @@ fn port_security_fdb_and_dhcp_agree_with_ovn_trace() {
         &format!("server_mac={}", m(0xfe)),
     ]);
     c.nbctl(&["lsp-set-dhcpv4-options", "p4", &uuid]);
+    // A router on the switch (ICMP errors it generates) and a reject ACL.
+    c.nbctl(&["lr-add", "lr0"]);
+    c.nbctl(&["lrp-add", "lr0", "lrp0", &m(0xfe), "10.0.0.254/24"]);
+    c.nbctl(&["lsp-add", "sw", "sw-lr0"]);
+    c.nbctl(&["lsp-set-type", "sw-lr0", "router"]);
+    c.nbctl(&["lsp-set-addresses", "sw-lr0", "router"]);
+    c.nbctl(&["lsp-set-options", "sw-lr0", "router-port=lrp0"]);
+    c.nbctl(&[
+        "acl-add",
+        "sw",
+        "from-lport",
+        "1000",
+        "udp.dst == 7",
+        "reject",
+    ]);
     c.sync();
     let sb = c.sb_snapshot();
     let t = translate(&sb, &TranslateOptions::default());
@@ -265,6 +297,7 @@ fn port_security_fdb_and_dhcp_agree_with_ovn_trace() {
         dst,
         sport: 4000,
         dport,
+        ttl: 64,
     };
     let packets = [
         Pkt {
@@ -346,7 +379,42 @@ fn port_security_fdb_and_dhcp_agree_with_ovn_trace() {
                 dst: Ipv4Addr::BROADCAST,
                 sport: 68,
                 dport: 67,
+                ttl: 64,
             },
+        },
+    ];
+    let routed = |dst, dport, ttl| Pkt {
+        what: "",
+        inport: "p1",
+        eth_src: mk(1),
+        eth_dst: mk(0xfe),
+        kind: Kind::Udp {
+            src: ip(1),
+            dst,
+            sport: 4000,
+            dport,
+            ttl,
+        },
+    };
+    let packets4 = [
+        Pkt {
+            what: "p1 → 172.16.9.9 with TTL 1: time exceeded back to p1 (icmp4_error)",
+            ..routed(Ipv4Addr::new(172, 16, 9, 9), 9, 1)
+        },
+        Pkt {
+            what: "p1 → the router's own IP, UDP: port unreachable back to p1 (icmp4)",
+            ..routed(ip(0xfe), 9, 64)
+        },
+        Pkt {
+            what: "p1 → 172.16.9.9 with no route: dropped",
+            ..routed(Ipv4Addr::new(172, 16, 9, 9), 9, 64)
+        },
+        Pkt {
+            what: "p1 → p2 udp.dst == 7: rejected, ICMP back to p1",
+            inport: "p1",
+            eth_src: mk(1),
+            eth_dst: mk(2),
+            kind: udp(ip(1), ip(2), 7),
         },
     ];
     let v6 = |s: &str| -> Ipv6Addr { s.parse().expect("IPv6") };
@@ -415,7 +483,7 @@ fn port_security_fdb_and_dhcp_agree_with_ovn_trace() {
         },
     ];
     let mut checked = 0;
-    for pk in packets.iter().chain(&packets6) {
+    for pk in packets.iter().chain(&packets6).chain(&packets4) {
         // Each packet on a fresh pipeline: ovn-trace sees no learned FDB either.
         let mut p = Pipeline::new(Program::compile(&spec).expect("compiles").0);
         let mut ct = Conntrack::new(Config::default());
@@ -448,7 +516,7 @@ fn port_security_fdb_and_dhcp_agree_with_ovn_trace() {
         checked += usize::from(!want.is_empty());
     }
     // The oracle has teeth: some packets are delivered and some are dropped.
-    let total = packets.len() + packets6.len();
+    let total = packets.len() + packets6.len() + packets4.len();
     assert!(
         checked >= 7 && checked < total,
         "{checked} of {total} delivered"

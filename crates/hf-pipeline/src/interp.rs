@@ -516,6 +516,12 @@ impl Runner<'_> {
                         ));
                         continue;
                     }
+                    if *kind == NestedKind::SctpAbort
+                        || (*kind == NestedKind::Reject && self.scr.ctx.f[slot::IP_PROTO] == 132)
+                    {
+                        // The answer depends on the SCTP chunk, which no field describes.
+                        w.cacheable = false;
+                    }
                     self.record(w, Op::Save, rdepth);
                     w.saved.push((w.written, w.deps));
                     if *kind != NestedKind::Clone {
@@ -695,6 +701,8 @@ impl Runner<'_> {
                     && f[slot::ICMP6_TYPE] == 135
             }
             NestedKind::TcpReset => (v4 || v6) && tcp && !rst,
+            // Whether the packet's first chunk is an ABORT is not a field: see `exec_list`.
+            NestedKind::SctpAbort => (v4 || v6) && l4 && f[slot::IP_PROTO] == 132,
             // A destination unreachable is not answered (ovn-trace: "avoid recirculation").
             NestedKind::Reject => {
                 let unreach = (v4
@@ -1248,16 +1256,22 @@ impl Runner<'_> {
                 reply::icmp_error_same_addresses(out, &ctx.frame, &ctx.parsed, 1, 1, 0).is_ok()
             }
             NestedKind::TcpReset => reply::tcp_reset_same_addresses(out, &ctx.parsed).is_ok(),
+            NestedKind::SctpAbort => reply::sctp_abort(out, &ctx.frame, &ctx.parsed, false).is_ok(),
             NestedKind::Reject if k.ip_proto == ip_proto::TCP && ctx.parsed.has_l4() => {
                 reply::tcp_reset(out, &ctx.parsed).is_ok()
             }
-            // `reject` answers back to the sender (addresses swapped), with 3/1 or 1/1 as
-            // ovn-controller does.
+            NestedKind::Reject if k.ip_proto == ip_proto::SCTP && ctx.parsed.has_l4() => {
+                reply::sctp_abort(out, &ctx.frame, &ctx.parsed, true).is_ok()
+            }
+            // `reject` answers back to the sender (addresses swapped) with "port unreachable"
+            // for UDP and "host unreachable" otherwise, as ovn-controller's pinctrl does.
             NestedKind::Reject if k.is_ipv4() => {
-                reply::icmp4_error(out, &ctx.frame, &ctx.parsed, k.ip4_dst, 3, 1, 0).is_ok()
+                let code = if k.ip_proto == ip_proto::UDP { 3 } else { 1 };
+                reply::icmp4_error(out, &ctx.frame, &ctx.parsed, k.ip4_dst, 3, code, 0).is_ok()
             }
             NestedKind::Reject if k.is_ipv6() => {
-                reply::icmp6_error(out, &ctx.frame, &ctx.parsed, k.ip6_dst, 1, 1, 0).is_ok()
+                let code = if k.ip_proto == ip_proto::UDP { 4 } else { 1 };
+                reply::icmp6_error(out, &ctx.frame, &ctx.parsed, k.ip6_dst, 1, code, 0).is_ok()
             }
             _ => false,
         };

@@ -17,7 +17,7 @@
 //!   `ct_commit_nat`, `ct_clear`, neighbour actions against the pipeline's neighbour table,
 //!   `chk_lb_hairpin`, `select`, `clone`, and packet generation (`arp`, `nd_ns`, `nd_na`,
 //!   `icmp4`/`icmp6` and their `_error` forms with `icmp4.frag_mtu`/`icmp6.frag_mtu`,
-//!   `tcp_reset`, `reject`).
+//!   `tcp_reset`, `sctp_abort`, `reject`).
 //! - Every other action and function ovn-northd 23.03 emits, with OVN's meaning:
 //!   `check_in_port_sec()`/`check_out_port_sec()` from [`PortSpec::port_security`] (the checks
 //!   of ovn-controller's `consider_port_sec_flows`; see `port_sec`), the FDB (`put_fdb`,
@@ -55,9 +55,11 @@
 //!   when given, and commit with `ct_label.natted`/`ct_mark.natted` set; `chk_lb_hairpin` is
 //!   "DNAT applied (or natted) and source == destination", `chk_lb_hairpin_reply` the same on a
 //!   reply.
-//! - Generated ICMP errors and `tcp_reset` keep the offending packet's Ethernet and IP
-//!   addresses (TTL 255, type/code 3/1 or 1/1) as ovn-controller builds them: northd's nested
-//!   actions set or swap them. `reject` answers back to the sender.
+//! - Generated ICMP errors, `tcp_reset` and `sctp_abort` keep the offending packet's Ethernet
+//!   and IP addresses as ovn-controller's pinctrl builds them (ICMP: TTL 255, type/code 3/1 or
+//!   1/1; TCP RST and SCTP ABORT: ports swapped, TTL 63): northd's nested actions set or swap
+//!   the addresses. `reject` answers back to the sender (UDP with "port unreachable", TCP with
+//!   a reset, SCTP with an ABORT, anything else with "host unreachable").
 //! - The port name `"none"` is key 0, as in ovn-controller and ovn-trace.
 //! - `put_arp`/`put_nd` that change a binding bump the generation, so cached walks that read
 //!   the neighbour table are not reused.
@@ -69,9 +71,7 @@
 //! No DHCP, DHCPv6, DNS or router-advertisement replies are built (the functions return what
 //! ovn-trace returns; the chassis's packet-in handler is another issue's), no IGMP/MLD
 //! snooping, no service-monitor probes, no meters enforced and no samples exported (only
-//! counted). `sctp_abort` (and `reject` of SCTP, which answers with ICMP) is not built:
-//! `sctp_abort` is a compile error. `select` has no `hash_fields` form (OVN 23.03's parser has
-//! none either). The FDB does not age. VLAN, IPv6 flow label and ND
+//! counted). `select` has no `hash_fields` form (OVN 23.03's parser has none either). The FDB does not age. VLAN, IPv6 flow label and ND
 //! option writes change the fields the pipeline matches on but not the frame. Output to a
 //! multicast group from the egress pipeline drops. A conntrack
 //! action that continues in the next table ends its action list: actions after it are not run

@@ -1171,9 +1171,6 @@ impl ActCompiler<'_> {
                 }
             }
             Action::Nested { kind, body, .. } => {
-                if *kind == NestedKind::SctpAbort {
-                    return Err(format!("{UNSUPPORTED}sctp_abort"));
-                }
                 let body = self.list(body)?;
                 CAct::Nested { kind: *kind, body }
             }

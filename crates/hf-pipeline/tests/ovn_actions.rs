@@ -964,7 +964,6 @@ fn neighbour_events_are_reported() {
 #[test]
 fn actions_the_pipeline_cannot_execute_are_compile_errors() {
     for (a, needle) in [
-        ("sctp_abort { output; };", "sctp_abort"),
         ("bind_vport(\"nope\", inport); next;", "nope"),
         ("fwd_group(childports=\"nope\");", "nope"),
     ] {
@@ -996,4 +995,67 @@ fn fwd_group_outputs_to_one_child() {
         seen.insert(format!("{:?}", d[0]));
     }
     assert_eq!(seen.len(), 2, "both children are used: {seen:?}");
+}
+
+/// An SCTP INIT (verification tag 0, initiate tag 0x11223344) from `M1`/10.0.0.1:5000 to
+/// `M2`/10.0.0.2:80 with a valid CRC-32C.
+fn sctp_init() -> Vec<u8> {
+    let mut l4 = vec![0u8; 32];
+    l4[0..2].copy_from_slice(&5000u16.to_be_bytes());
+    l4[2..4].copy_from_slice(&80u16.to_be_bytes());
+    l4[12] = 1; // INIT
+    l4[14..16].copy_from_slice(&20u16.to_be_bytes());
+    l4[16..20].copy_from_slice(&0x1122_3344u32.to_be_bytes());
+    let cs = hf_wire::reply::crc32c(&l4);
+    l4[8..12].copy_from_slice(&cs.to_le_bytes());
+    let mut out = Vec::new();
+    hf_wire::reply::ip_packet(&mut out, M1, M2, IP1.into(), IP2.into(), 132, &l4).expect("builds");
+    out
+}
+
+#[test]
+fn sctp_abort_and_reject_of_sctp() {
+    for (action, want_src) in [
+        // northd's ACL reject for SCTP: the flow swaps the addresses itself.
+        (
+            "sctp_abort { eth.dst <-> eth.src; ip4.dst <-> ip4.src; outport = inport; flags.loopback = 1; output; };",
+            IP2,
+        ),
+        // `reject` answers back to the sender by itself.
+        (
+            "reject { outport = inport; flags.loopback = 1; output; };",
+            IP2,
+        ),
+    ] {
+        let s = spec(
+            [&[], &[], &[]],
+            &[
+                (Pipe::Ingress, 0, 10, "sctp", action),
+                (Pipe::Egress, 0, 0, "1", "output;"),
+            ],
+        );
+        let out = run3(&s, 1, &sctp_init());
+        assert_eq!(dests(&out), [Destination::Local(1)], "{action}");
+        let f = &out[0].1;
+        let r = parse(f, 0, 0).expect("parses");
+        assert_eq!(r.key.ip_proto, 132);
+        assert_eq!(r.key.ip_src(), Some(want_src.into()), "{action}");
+        assert_eq!(r.key.ip_dst(), Some(IP1.into()), "{action}");
+        assert_eq!((r.key.tp_src, r.key.tp_dst), (80, 5000));
+        let l4 = &f[34..];
+        assert_eq!(
+            &l4[4..8],
+            &0x1122_3344u32.to_be_bytes(),
+            "the INIT's initiate tag"
+        );
+        assert_eq!((l4[12], l4[13]), (6, 0), "ABORT without the T bit");
+        let mut z = l4.to_vec();
+        z[8..12].copy_from_slice(&[0; 4]);
+        assert_eq!(
+            &l4[8..12],
+            &hf_wire::reply::crc32c(&z).to_le_bytes(),
+            "CRC-32C"
+        );
+        assert_eq!(f[14 + 8], 63, "TTL 63 as pinctrl");
+    }
 }

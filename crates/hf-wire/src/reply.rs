@@ -35,6 +35,9 @@ pub enum BuildError {
     /// The frame does not match its parsed layout.
     #[error("the frame does not match its parsed layout")]
     LayoutMismatch,
+    /// An SCTP ABORT needs an SCTP packet with a chunk that is not itself an ABORT.
+    #[error("not an SCTP packet that can be aborted")]
+    NotSctp,
 }
 
 /// Largest ICMPv4 error datagram (RFC 1812 §4.3.2.3).
@@ -244,17 +247,7 @@ pub fn icmp_error_same_addresses(
     };
     let eth = (p.key.eth_dst, p.key.eth_src);
     let n = icmp_error(out, frame, p, eth, (src, dst), [icmp_type, icmp_code], rest)?;
-    // TTL/hop limit 255 (the IPv4 header checksum is recomputed by adjustment).
-    let ip = out.len() - n + 14;
-    if src.is_ipv6() {
-        out[ip + 7] = 255;
-    } else {
-        let old = out[ip + 8];
-        out[ip + 8] = 255;
-        let cs = u16::from_be_bytes([out[ip + 10], out[ip + 11]]);
-        let cs = checksum_adjust(cs, &[old, out[ip + 9]], &[255, out[ip + 9]]);
-        out[ip + 10..ip + 12].copy_from_slice(&cs.to_be_bytes());
-    }
+    set_ttl(out, n, src.is_ipv6(), 255);
     Ok(n)
 }
 
@@ -324,21 +317,94 @@ pub fn tcp_reset(out: &mut Vec<u8>, p: &Parsed) -> Result<usize, BuildError> {
     reset(out, p, true)
 }
 
-/// OVN's `tcp_reset { }` packet: the reset (sequence numbers as [`tcp_reset`]) with the
-/// segment's *own* addresses and ports and TTL 255, as ovn-controller builds it; the logical
-/// flow's nested actions swap what they need.
+/// OVN's `tcp_reset { }` packet as ovn-controller's pinctrl builds it: the reset (sequence
+/// numbers as [`tcp_reset`]) with the segment's *own* Ethernet and IP addresses, its ports
+/// swapped, and TTL 63; the logical flow's nested actions swap the addresses.
 pub fn tcp_reset_same_addresses(out: &mut Vec<u8>, p: &Parsed) -> Result<usize, BuildError> {
     let n = reset(out, p, false)?;
+    set_ttl(out, n, p.key.is_ipv6(), 63);
+    Ok(n)
+}
+
+/// Sets the TTL/hop limit of the frame that ends `out` and is `n` bytes long (IPv4: adjusting
+/// the header checksum).
+fn set_ttl(out: &mut [u8], n: usize, v6: bool, ttl: u8) {
     let ip = out.len() - n + 14;
-    if p.key.is_ipv6() {
-        out[ip + 7] = 255;
+    if v6 {
+        out[ip + 7] = ttl;
     } else {
         let old = out[ip + 8];
-        out[ip + 8] = 255;
+        out[ip + 8] = ttl;
         let cs = u16::from_be_bytes([out[ip + 10], out[ip + 11]]);
-        let cs = checksum_adjust(cs, &[old, out[ip + 9]], &[255, out[ip + 9]]);
+        let cs = checksum_adjust(cs, &[old, out[ip + 9]], &[ttl, out[ip + 9]]);
         out[ip + 10..ip + 12].copy_from_slice(&cs.to_be_bytes());
     }
+}
+
+/// CRC-32C (Castagnoli), SCTP's checksum (RFC 9260 appendix A).
+pub fn crc32c(data: &[u8]) -> u32 {
+    let mut c = !0u32;
+    for &b in data {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0x82f6_3b78
+            } else {
+                c >> 1
+            };
+        }
+    }
+    !c
+}
+
+/// The SCTP ABORT answering the SCTP packet in `frame`, as ovn-controller's pinctrl builds it
+/// for `sctp_abort { }` (`swap_addresses` false: the packet's own Ethernet and IP addresses,
+/// for the flow to swap) and for `reject { }` of SCTP (true: back to the sender). Ports are
+/// swapped, TTL 63. The verification tag is the packet's, with the T bit set, except for an
+/// INIT with tag 0, which is answered with its initiate tag (RFC 9260 §8.4). An ABORT is never
+/// answered.
+pub fn sctp_abort(
+    out: &mut Vec<u8>,
+    frame: &[u8],
+    p: &Parsed,
+    swap_addresses: bool,
+) -> Result<usize, BuildError> {
+    let k = &p.key;
+    if k.ip_proto != ip_proto::SCTP || !p.has_l4() {
+        return Err(BuildError::NotSctp);
+    }
+    let l4 = usize::from(p.layout.l4);
+    let hdr = frame.get(l4..l4 + 16).ok_or(BuildError::NotSctp)?;
+    let vtag = u32::from_be_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]);
+    let chunk = hdr[12];
+    if chunk == 6 {
+        return Err(BuildError::NotSctp);
+    }
+    let (tag, reflected) = match (vtag, chunk) {
+        (0, 1) => {
+            let t = frame.get(l4 + 16..l4 + 20).ok_or(BuildError::NotSctp)?;
+            (u32::from_be_bytes([t[0], t[1], t[2], t[3]]), false)
+        }
+        _ => (vtag, true),
+    };
+    let (Some(src), Some(dst)) = (k.ip_src(), k.ip_dst()) else {
+        return Err(BuildError::NotIp);
+    };
+    let mut seg = [0u8; 16];
+    seg[0..2].copy_from_slice(&k.tp_dst.to_be_bytes());
+    seg[2..4].copy_from_slice(&k.tp_src.to_be_bytes());
+    seg[4..8].copy_from_slice(&tag.to_be_bytes());
+    seg[12] = 6;
+    seg[13] = u8::from(reflected);
+    seg[14..16].copy_from_slice(&4u16.to_be_bytes());
+    let cs = crc32c(&seg);
+    seg[8..12].copy_from_slice(&cs.to_le_bytes());
+    let n = if swap_addresses {
+        ip_packet(out, k.eth_dst, k.eth_src, dst, src, ip_proto::SCTP, &seg)?
+    } else {
+        ip_packet(out, k.eth_src, k.eth_dst, src, dst, ip_proto::SCTP, &seg)?
+    };
+    set_ttl(out, n, k.is_ipv6(), 63);
     Ok(n)
 }
 
@@ -363,13 +429,8 @@ fn reset(out: &mut Vec<u8>, p: &Parsed, swap: bool) -> Result<usize, BuildError>
         )
     };
     let mut seg = [0u8; 20];
-    let (sp, dp) = if swap {
-        (k.tp_dst, k.tp_src)
-    } else {
-        (k.tp_src, k.tp_dst)
-    };
-    seg[0..2].copy_from_slice(&sp.to_be_bytes());
-    seg[2..4].copy_from_slice(&dp.to_be_bytes());
+    seg[0..2].copy_from_slice(&k.tp_dst.to_be_bytes());
+    seg[2..4].copy_from_slice(&k.tp_src.to_be_bytes());
     seg[4..8].copy_from_slice(&seq.to_be_bytes());
     seg[8..12].copy_from_slice(&ack.to_be_bytes());
     seg[12..14].copy_from_slice(&((5u16 << 12) | flags).to_be_bytes());
@@ -452,4 +513,18 @@ pub fn nd_na(
     out.extend_from_slice(&mac.0);
     finish_l4(out, l4, 2, Some((src.into(), dst.into(), ip_proto::ICMPV6)));
     Ok(out.len() - start)
+}
+
+#[cfg(test)]
+mod sctp_tests {
+    use super::*;
+
+    /// RFC 3720 appendix B.4's CRC-32C check values.
+    #[test]
+    fn crc32c_known_answers() {
+        assert_eq!(crc32c(&[0u8; 32]), 0x8a91_36aa);
+        assert_eq!(crc32c(&[0xffu8; 32]), 0x62a8_ab43);
+        let inc: Vec<u8> = (0u8..32).collect();
+        assert_eq!(crc32c(&inc), 0x46dd_794e);
+    }
 }
