@@ -300,7 +300,7 @@ impl Runner<'_> {
         }
     }
 
-    fn note(&mut self, s: String) {
+    pub(crate) fn note(&mut self, s: String) {
         if let Some(t) = self.trace.as_deref_mut() {
             match t.records.last_mut() {
                 Some(r) => r.effects.push(s),

@@ -17,6 +17,69 @@ use crate::program::CAct;
 impl Runner<'_> {
     /// Actions that read or write learned state or counters.
     pub(crate) fn exec_stateful(&mut self, act: &CAct) {
+        self.exec_stateful_inner(act);
+        if self.trace.is_some() {
+            let s = self.explain(act);
+            self.note(s);
+        }
+    }
+
+    /// What a trace says after one of these actions ran (values as they now are).
+    fn explain(&self, act: &CAct) -> String {
+        let ctx = &self.scr.ctx;
+        match act {
+            CAct::ResultConst { name, value, .. } if name.starts_with("put_") => format!(
+                "  {name}: result {value} (as ovn-trace: the packet is assumed to be a request; \
+                 the reply is built by the chassis)"
+            ),
+            CAct::ResultConst { name, value, .. } => {
+                format!("  {name}: result {value} (as ovn-trace: not implemented)")
+            }
+            CAct::Count { name, counter } => format!(
+                "  {name}: no effect on forwarding (counted, {} so far)",
+                self.counters.get(*counter as usize).copied().unwrap_or(0)
+            ),
+            CAct::PortSec { dst, out, .. } => format!(
+                "  {}: {}",
+                if *out {
+                    "check_out_port_sec"
+                } else {
+                    "check_in_port_sec"
+                },
+                if ctx.read(*dst) != 0 {
+                    "port security FAILED (1)"
+                } else {
+                    "allowed (0)"
+                }
+            ),
+            CAct::LookupFdb { dst, .. } => format!(
+                "  lookup_fdb: {}",
+                if ctx.read(*dst) != 0 {
+                    "MAC learned on this port (1)"
+                } else {
+                    "not learned here (0)"
+                }
+            ),
+            CAct::GetFdb { dst, .. } => format!("  get_fdb: port key {}", ctx.read(*dst)),
+            CAct::PutFdb { .. } => "  put_fdb: learned (not in a trace)".into(),
+            CAct::ChkEcmpNh { dst, mac, .. } => format!(
+                "  {}: {}",
+                if *mac {
+                    "chk_ecmp_nh_mac"
+                } else {
+                    "chk_ecmp_nh"
+                },
+                ctx.read(*dst)
+            ),
+            CAct::CommitEcmpNh { .. } => "  commit_ecmp_nh: learned (not in a trace)".into(),
+            CAct::ChkLbAff { dst, .. } => format!("  chk_lb_aff: {}", ctx.read(*dst)),
+            CAct::CommitLbAff { .. } => "  commit_lb_aff: learned (not in a trace)".into(),
+            CAct::BindVport { .. } => "  bind_vport: reported (not in a trace)".into(),
+            _ => String::new(),
+        }
+    }
+
+    fn exec_stateful_inner(&mut self, act: &CAct) {
         match act {
             CAct::ResultConst {
                 dst,

@@ -1059,3 +1059,46 @@ fn sctp_abort_and_reject_of_sctp() {
         assert_eq!(f[14 + 8], 63, "TTL 63 as pinctrl");
     }
 }
+
+#[test]
+fn traces_explain_the_results() {
+    let s = spec([&["02:00:00:00:00:01 10.0.0.1"], &[], &[]], PORT_SEC);
+    let mut p = pipeline(&s);
+    let ct = Conntrack::new(Config::default());
+    let mut out = Outputs::default();
+    let spoofed = udp4(M1, M2, Ipv4Addr::new(10, 0, 0, 9), IP2, 1, 53);
+    let t = p
+        .trace(
+            &ct,
+            Ingress::Local(1),
+            &spoofed,
+            Duration::from_secs(1),
+            &mut out,
+        )
+        .expect("traced");
+    assert!(out.is_empty());
+    let effects: Vec<&String> = t.records.iter().flat_map(|r| &r.effects).collect();
+    assert!(
+        effects
+            .iter()
+            .any(|e| e.contains("check_in_port_sec: port security FAILED")),
+        "{effects:#?}"
+    );
+    let t = p
+        .trace(
+            &ct,
+            Ingress::Local(1),
+            &udp4(M1, M2, IP1, IP2, 1, 53),
+            Duration::from_secs(1),
+            &mut out,
+        )
+        .expect("traced");
+    assert_eq!(out.len(), 1);
+    let effects: Vec<&String> = t.records.iter().flat_map(|r| &r.effects).collect();
+    assert!(
+        effects
+            .iter()
+            .any(|e| e.contains("check_in_port_sec: allowed")),
+        "{effects:#?}"
+    );
+}
