@@ -24,9 +24,9 @@ use hf_expr::{Sets, SymbolTable};
 
 use crate::classifier::{Classifier, FastMap};
 use crate::program::{
-    ActCompiler, CompileError, DatapathSpec, Dp, DpCode, EGRESS, FlowError, FlowErrorKind,
-    FlowInfo, INGRESS, Loc, Port, PortLocation, Program, ProgramSpec, UNSUPPORTED, compile_conj,
-    ip_u128,
+    ActCompiler, CompileError, Counted, DatapathKind, DatapathSpec, Dp, DpCode, EGRESS, FlowError,
+    FlowErrorKind, FlowInfo, INGRESS, Loc, Port, PortLocation, Program, ProgramSpec, UNSUPPORTED,
+    compile_conj, ip_u128,
 };
 
 /// Geneve's limits (ovn-architecture(7), "Tunnel Encapsulations").
@@ -113,6 +113,8 @@ impl Program {
             local: FastMap::default(),
             by_key: FastMap::default(),
             neighbours: Vec::new(),
+            fdb: Vec::new(),
+            counters: Vec::new(),
             owner: spec.owner,
             inactive: Vec::new(),
             sets: spec.sets.clone(),
@@ -186,6 +188,15 @@ impl Program {
                 if p.key == 0 || ports.contains_key(&p.key) {
                     return Err(dup(p.key));
                 }
+                let ps = p
+                    .port_security
+                    .iter()
+                    .map(|e| crate::port_sec::parse_entry(e))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|message| CompileError::PortSecurity {
+                        port: p.name.clone(),
+                        message,
+                    })?;
                 let mut also_remote = p.also_remote.clone();
                 also_remote.sort_unstable();
                 also_remote.dedup();
@@ -198,6 +209,7 @@ impl Program {
                         name: p.name.clone(),
                         loc,
                         zone: p.zone,
+                        ps,
                         also_remote,
                     },
                 );
@@ -216,12 +228,28 @@ impl Program {
                 members.dedup();
                 groups.insert(g.key, members);
             }
+            let vips = spec
+                .lb_vips
+                .iter()
+                .filter(|v| v.datapath == d.name)
+                .map(|v| {
+                    let (ip, v6) = ip_u128(v.ip);
+                    (ip, v6, v.port, v.proto)
+                })
+                .collect();
+            let snat_zone = spec
+                .switch_snat_zones
+                .iter()
+                .find(|(n, _)| *n == d.name)
+                .map(|(_, z)| *z);
             prog.dps.push(Dp {
                 name: d.name.clone(),
                 key: d.tunnel_key,
                 kind: d.kind,
                 ports,
                 groups,
+                vips,
+                snat_zone,
                 tables: Arc::new(DpCode::default()),
             });
         }
@@ -234,6 +262,7 @@ impl Program {
         if let Some(o) = old {
             prog.acts = o.acts.clone();
             prog.flows = o.flows.clone();
+            prog.counters = o.counters.clone();
         }
         let mut norm = Normalizer::new(symtab, Limits::default());
         let mut all_errors = Vec::new();
@@ -286,6 +315,17 @@ impl Program {
             let (ip, v6) = ip_u128(n.ip);
             let mac = n.mac.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b));
             prog.neighbours.push((dpi, p.key, ip, v6, mac));
+        }
+        for e in &spec.fdb {
+            let Some(&dpi) = dp_names.get(e.datapath.as_str()) else {
+                continue;
+            };
+            let d = &spec.datapaths[dpi as usize];
+            let Some(p) = d.ports.iter().find(|p| p.name == e.port) else {
+                continue;
+            };
+            let mac = e.mac.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b));
+            prog.fdb.push((d.tunnel_key, mac, p.key));
         }
         Ok((prog, all_errors))
     }
@@ -350,7 +390,12 @@ fn compile_dp(
     resident: &HashSet<&str>,
     names: Vec<(String, u32)>,
 ) -> DpCode {
+    // "none" is key 0, as in ovn-controller's and ovn-trace's port lookup (northd's
+    // `outport = get_fdb(eth.dst)` then `outport == "none"` relies on it).
     let port_key = |name: &str| -> Option<u32> {
+        if name == "none" {
+            return Some(0);
+        }
         names
             .binary_search_by(|(n, _)| n.as_str().cmp(name))
             .ok()
@@ -416,8 +461,19 @@ fn compile_dp(
             }
         }
         let mark = prog.acts.len();
-        let mut cx = ActCompiler::new(&port_key, pipe, fs.table, i, &mut prog.acts);
-        let acts = match cx.list(&fs.actions) {
+        let flow = prog.flows.len() as u32;
+        let mut cx = ActCompiler::new(
+            &port_key,
+            pipe,
+            fs.table,
+            i,
+            matches!(d.kind, DatapathKind::Switch),
+            &mut prog.acts,
+            prog.counters.len() as u32,
+        );
+        let listed = cx.list(&fs.actions);
+        let counted = cx.take_counted();
+        let acts = match listed {
             Ok(a) => a,
             Err(m) => {
                 prog.acts.truncate(mark);
@@ -429,7 +485,14 @@ fn compile_dp(
                 continue;
             }
         };
-        let flow = prog.flows.len() as u32;
+        prog.counters
+            .extend(counted.into_iter().map(|name| Counted {
+                dp: i,
+                pipe,
+                table: fs.table,
+                flow,
+                name,
+            }));
         let (matches, actions) = match &fs.source {
             Some(t) => (t.matches.clone(), t.actions.clone()),
             None => (

@@ -26,6 +26,7 @@ use hf_wire::{EthAddr, ip_proto, reply, tcp_flags};
 
 use crate::cache::Cache;
 use crate::classifier::Examine;
+use crate::learn::{AffKey, AffVal, EcmpKey, Event, Learned};
 use crate::packet::{Bits, Ctx, NF, slot};
 use crate::program::{CAct, DatapathKind, EGRESS, INGRESS, Loc, Program};
 use crate::trace::{Trace, TraceFlow, TraceRecord};
@@ -225,6 +226,8 @@ pub(crate) type Neighbours = crate::classifier::FastMap<(u32, u32, u128, bool), 
 pub(crate) struct Runner<'a> {
     pub prog: &'a Program,
     pub neigh: &'a mut Neighbours,
+    pub learned: &'a mut Learned,
+    pub counters: &'a mut [u64],
     pub generation: &'a mut u64,
     pub cache: &'a mut Cache,
     pub scr: &'a mut Scratch,
@@ -235,8 +238,6 @@ pub(crate) struct Runner<'a> {
     pub mode: Mode,
     pub segments: u32,
     pub hits: u32,
-    /// Events for the caller (learned neighbours).
-    pub events: &'a mut Vec<crate::Event>,
 }
 
 enum Flow {
@@ -431,6 +432,46 @@ impl Runner<'_> {
                     }
                     self.record(w, Op::Act(i), rdepth);
                 }
+                CAct::CtSnatToVip { .. } => {
+                    let zone = self.zone(w, dp, pipe, act);
+                    self.record(
+                        w,
+                        Op::Ct {
+                            zone,
+                            act: i,
+                            resume: NO_RESUME,
+                        },
+                        rdepth,
+                    );
+                    // Whether the hairpin SNAT applies depends on the connection, which the
+                    // segment's key does not describe.
+                    for s in [
+                        slot::IP4_SRC,
+                        slot::IP6_SRC,
+                        slot::TCP_SRC,
+                        slot::UDP_SRC,
+                        slot::SCTP_SRC,
+                    ] {
+                        w.derive(s, full(s), OPAQUE);
+                    }
+                }
+                CAct::FwdGroup { ports } => {
+                    for g in FIVE_TUPLE {
+                        w.examine(g, full(g));
+                    }
+                    let pick = (five_tuple_hash(&self.scr.ctx) % ports.len() as u64) as usize;
+                    let key = ports.get(pick).copied().unwrap_or(0);
+                    self.record(
+                        w,
+                        Op::SetPort {
+                            slot: slot::OUTPORT as u8,
+                            key,
+                        },
+                        rdepth,
+                    );
+                    w.set_const(slot::OUTPORT, full(slot::OUTPORT));
+                    self.output(w, dp, pipe, depth, rdepth);
+                }
                 CAct::CtCommit { .. } => {
                     let zone = self.zone(w, dp, pipe, act);
                     self.record(
@@ -570,7 +611,25 @@ impl Runner<'_> {
                 w.derive(f(dst), dst.mask(), s);
             }
             CAct::CheckPktLarger { dst, .. } => w.derive(f(dst), dst.mask(), OPAQUE),
-            CAct::ResultZero { dst, .. } => w.set_const(f(dst), dst.mask()),
+            CAct::ResultConst { dst, .. } => w.set_const(f(dst), dst.mask()),
+            CAct::PortSec { dst, out, .. } => {
+                let mut s = w.source(if *out { slot::OUTPORT } else { slot::INPORT });
+                for g in crate::port_sec::READS {
+                    s |= w.source(g);
+                }
+                w.derive(f(dst), dst.mask(), s);
+            }
+            // Learned state changes under the cache: a later decision on these results makes
+            // the segment uncacheable (the actions themselves rerun on every replay).
+            CAct::LookupFdb { dst, .. }
+            | CAct::GetFdb { dst, .. }
+            | CAct::ChkEcmpNh { dst, .. } => w.derive(f(dst), dst.mask(), OPAQUE),
+            CAct::ChkLbAff { dst, .. } => {
+                w.derive(f(dst), dst.mask(), OPAQUE);
+                for b in [AFF_REG4, AFF_XXREG0, AFF_XXREG1, AFF_PORT] {
+                    w.derive(f(&b), b.mask(), OPAQUE);
+                }
+            }
             _ => {}
         }
     }
@@ -588,9 +647,13 @@ impl Runner<'_> {
                 CAct::CtNat {
                     kind: NatKind::Snat,
                     ..
-                } => snat_zone,
+                }
+                | CAct::CtSnatToVip { .. } => snat_zone,
                 _ => dnat_zone,
             },
+            _ if matches!(act, CAct::CtSnatToVip { .. }) && d.snat_zone.is_some() => {
+                d.snat_zone.unwrap_or(0)
+            }
             _ => {
                 let s = if pipe == INGRESS {
                     slot::INPORT
@@ -611,6 +674,7 @@ impl Runner<'_> {
             slot::IP_PROTO,
             slot::IP_FRAG,
             slot::TCP_FLAGS,
+            slot::ICMP4_TYPE,
             slot::ICMP6_TYPE,
         ] {
             w.examine(s, full(s));
@@ -628,7 +692,16 @@ impl Runner<'_> {
                     && f[slot::ICMP6_TYPE] == 135
             }
             NestedKind::TcpReset => (v4 || v6) && tcp && !rst,
-            NestedKind::Reject => (v4 || v6) && !(tcp && rst),
+            // A destination unreachable is not answered (ovn-trace: "avoid recirculation").
+            NestedKind::Reject => {
+                let unreach = (v4
+                    && f[slot::IP_PROTO] == u128::from(ip_proto::ICMP)
+                    && f[slot::ICMP4_TYPE] == 3)
+                    || (v6
+                        && f[slot::IP_PROTO] == u128::from(ip_proto::ICMPV6)
+                        && f[slot::ICMP6_TYPE] == 1);
+                (v4 || v6) && !(tcp && rst) && !unreach
+            }
             _ => false,
         }
     }
@@ -885,6 +958,7 @@ impl Runner<'_> {
                 f[..6].fill(0);
                 f[slot::HEADER_LAST + 1..].fill(0);
                 f[slot::INPORT] = u128::from(inport);
+                self.scr.ctx.ct_orig = None;
             }
             Op::EnterEgress => {
                 for s in REGISTERS {
@@ -899,6 +973,7 @@ impl Runner<'_> {
                     f: self.scr.ctx.f,
                     parsed: self.scr.ctx.parsed,
                     frame,
+                    ct_orig: self.scr.ctx.ct_orig,
                 });
             }
             Op::Restore => {
@@ -915,6 +990,22 @@ impl Runner<'_> {
 
     #[inline]
     fn exec_act(&mut self, act: &CAct) {
+        if matches!(
+            act,
+            CAct::ResultConst { .. }
+                | CAct::Count { .. }
+                | CAct::PortSec { .. }
+                | CAct::PutFdb { .. }
+                | CAct::LookupFdb { .. }
+                | CAct::GetFdb { .. }
+                | CAct::CommitEcmpNh { .. }
+                | CAct::ChkEcmpNh { .. }
+                | CAct::CommitLbAff { .. }
+                | CAct::ChkLbAff { .. }
+                | CAct::BindVport { .. }
+        ) {
+            return self.exec_stateful(act);
+        }
         let ctx = &mut self.scr.ctx;
         match act {
             CAct::Set { field, value, mask } => {
@@ -945,6 +1036,7 @@ impl Runner<'_> {
                 for s in [slot::CT_STATE, slot::CT_MARK, slot::CT_LABEL] {
                     ctx.f[s] = 0;
                 }
+                ctx.ct_orig = None;
             }
             CAct::GetNeigh { v6, port, ip, dp } => {
                 let k = (*dp, ctx.read(*port) as u32, ctx.read(*ip), *v6);
@@ -962,11 +1054,20 @@ impl Runner<'_> {
                 let m = ctx.read(*mac);
                 if self.mode != Mode::Trace && self.neigh.get(&k) != Some(&m) {
                     self.neigh.insert(k, m);
+                    let ip = if *v6 {
+                        std::net::IpAddr::V6(std::net::Ipv6Addr::from(k.2))
+                    } else {
+                        std::net::IpAddr::V4(std::net::Ipv4Addr::from(k.2 as u32))
+                    };
+                    let datapath = self.prog.dps.get(*dp as usize).map_or(0, |d| d.key);
+                    self.learned.events.push(Event::Neighbour {
+                        datapath,
+                        port: k.1,
+                        ip,
+                        mac: crate::learn::mac_bytes(m),
+                    });
                     // Cached walks may have read the old binding.
                     *self.generation += 1;
-                    if let Some(e) = crate::Event::neighbour(self.prog, k, m) {
-                        self.events.push(e);
-                    }
                 }
             }
             CAct::LookupNeigh {
@@ -1010,8 +1111,171 @@ impl Runner<'_> {
                 let l = ctx.frame.len().saturating_sub(14) as u64;
                 ctx.write(*dst, u128::from(l > u64::from(*len)));
             }
-            CAct::ResultZero { dst, .. } => ctx.write(*dst, 0),
             _ => {}
+        }
+    }
+
+    /// Actions that read or write learned state or counters.
+    fn exec_stateful(&mut self, act: &CAct) {
+        match act {
+            CAct::ResultConst {
+                dst,
+                value,
+                counter,
+                ..
+            } => {
+                self.scr.ctx.write(*dst, u128::from(*value));
+                self.count(*counter);
+            }
+            CAct::Count { counter, .. } => self.count(*counter),
+            CAct::PortSec { dst, out, dp } => {
+                let s = if *out { slot::OUTPORT } else { slot::INPORT };
+                let key = self.scr.ctx.f[s] as u32;
+                let prog = self.prog;
+                let ps = prog
+                    .dps
+                    .get(*dp as usize)
+                    .and_then(|d| d.ports.get(&key))
+                    .map_or(&[][..], |p| &p.ps[..]);
+                let fail = if *out {
+                    crate::port_sec::check_out(ps, &self.scr.ctx)
+                } else {
+                    crate::port_sec::check_in(ps, &self.scr.ctx)
+                };
+                self.scr.ctx.write(*dst, u128::from(fail));
+            }
+            CAct::PutFdb { dp, port, mac } => {
+                let (port, mac) = (self.scr.ctx.read(*port) as u32, self.scr.ctx.read(*mac));
+                if self.mode != Mode::Trace {
+                    let key = self.dp_key(*dp);
+                    self.learned.put_fdb(key, mac, port);
+                }
+            }
+            CAct::LookupFdb { dp, dst, port, mac } => {
+                let (port, mac) = (self.scr.ctx.read(*port) as u32, self.scr.ctx.read(*mac));
+                let key = self.dp_key(*dp);
+                let hit = self.learned.fdb.get(&(key, mac)) == Some(&port);
+                self.scr.ctx.write(*dst, u128::from(hit));
+            }
+            CAct::GetFdb { dp, dst, mac } => {
+                let mac = self.scr.ctx.read(*mac);
+                let key = self.dp_key(*dp);
+                let port = self.learned.fdb.get(&(key, mac)).copied().unwrap_or(0);
+                self.scr.ctx.write(*dst, u128::from(port));
+            }
+            CAct::CommitEcmpNh { dp, v6, proto } => {
+                if self.mode != Mode::Trace {
+                    let key = self.dp_key(*dp);
+                    let (fwd, rev) = ecmp_keys(&self.scr.ctx, key, *v6, *proto);
+                    self.learned.ecmp_commit(fwd, self.now);
+                    self.learned.ecmp_commit(rev, self.now);
+                }
+            }
+            CAct::ChkEcmpNh { dp, dst, mac } => {
+                let key = self.dp_key(*dp);
+                let v6 = self.scr.ctx.f[slot::ETH_TYPE] == 0x86dd;
+                let proto = self.scr.ctx.f[slot::IP_PROTO] as u8;
+                let (fwd, _) = ecmp_keys(&self.scr.ctx, key, v6, proto);
+                let k = if *mac {
+                    fwd
+                } else {
+                    EcmpKey { mac: None, ..fwd }
+                };
+                let touch = self.mode != Mode::Trace;
+                let hit = self.learned.ecmp_check(&k, self.now, touch);
+                self.scr.ctx.write(*dst, u128::from(hit));
+            }
+            CAct::CommitLbAff {
+                dp,
+                vip,
+                vip_port,
+                backend,
+                backend_port,
+                proto,
+                timeout,
+            } => {
+                if self.mode != Mode::Trace {
+                    let (vip, v6) = crate::program::ip_u128(*vip);
+                    let client = self.scr.ctx.f[if v6 { slot::IP6_SRC } else { slot::IP4_SRC }];
+                    let k = AffKey {
+                        dp: self.dp_key(*dp),
+                        v6,
+                        client,
+                        vip,
+                        proto: if *vip_port == 0 { 0 } else { *proto },
+                        vip_port: *vip_port,
+                    };
+                    let v = AffVal {
+                        backend: crate::program::ip_u128(*backend).0,
+                        port: *backend_port,
+                        timeout: Duration::from_secs(u64::from(*timeout)),
+                        used: self.now,
+                    };
+                    self.learned.aff_commit(k, v);
+                }
+            }
+            CAct::ChkLbAff { dp, dst, switch } => {
+                let v6 = self.scr.ctx.f[slot::ETH_TYPE] == 0x86dd;
+                let proto = self.scr.ctx.f[slot::IP_PROTO] as u8;
+                let mut k = AffKey {
+                    dp: self.dp_key(*dp),
+                    v6,
+                    client: self.scr.ctx.f[if v6 { slot::IP6_SRC } else { slot::IP4_SRC }],
+                    vip: self.scr.ctx.f[if v6 { slot::IP6_DST } else { slot::IP4_DST }],
+                    proto,
+                    vip_port: l4_ports(&self.scr.ctx, proto).1,
+                };
+                let touch = self.mode != Mode::Trace;
+                let mut hit = self.learned.aff_check(&k, self.now, touch);
+                if hit.is_none() {
+                    k.proto = 0;
+                    k.vip_port = 0;
+                    hit = self.learned.aff_check(&k, self.now, touch);
+                }
+                self.scr.ctx.write(*dst, u128::from(hit.is_some()));
+                if let Some(v) = hit {
+                    let reg = match (v6, *switch) {
+                        (false, _) => AFF_REG4,
+                        (true, true) => AFF_XXREG0,
+                        (true, false) => AFF_XXREG1,
+                    };
+                    self.scr.ctx.write(reg, v.backend);
+                    self.scr.ctx.write(AFF_PORT, u128::from(v.port));
+                }
+            }
+            CAct::BindVport {
+                dp,
+                vport,
+                parent,
+                counter,
+            } => {
+                let parent = self.scr.ctx.read(*parent) as u32;
+                self.count(*counter);
+                if self.mode != Mode::Trace {
+                    let key = self.dp_key(*dp);
+                    if self.learned.vports.get(&(key, *vport)) != Some(&parent) {
+                        self.learned.vports.insert((key, *vport), parent);
+                        self.learned.events.push(Event::BindVport {
+                            datapath: key,
+                            vport: *vport,
+                            parent,
+                        });
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn dp_key(&self, dp: u32) -> u32 {
+        self.prog.dps.get(dp as usize).map_or(0, |d| d.key)
+    }
+
+    fn count(&mut self, counter: u32) {
+        if self.mode != Mode::Trace
+            && let Some(c) = self.counters.get_mut(counter as usize)
+        {
+            *c += 1;
         }
     }
 
@@ -1036,20 +1300,60 @@ impl Runner<'_> {
                 Some(r) => CtAction::commit(owner).dnat(*r),
             },
             CAct::CtCommitNat => CtAction::commit(owner).with_nat(),
-            CAct::CtLb { mark, backends } => {
+            CAct::CtLb {
+                mark,
+                backends,
+                hash,
+                flag,
+            } => {
                 if backends.is_empty() {
                     CtAction::lookup().with_nat()
                 } else {
-                    let i = (five_tuple_hash(ctx) % backends.len() as u64) as usize;
+                    let h = if hash.is_empty() {
+                        five_tuple_hash(ctx)
+                    } else {
+                        hash.iter().fold(0x2545_f491_4f6c_dd1d, |h, s| {
+                            crate::classifier::mix(h, ctx.f[usize::from(*s)])
+                        })
+                    };
+                    let i = (h % backends.len() as u64) as usize;
                     let (ip, port) = backends[i];
                     let mut a = CtAction::commit(owner).dnat(NatRange::addr_port(ip, port));
+                    let bits = Masked {
+                        value: 2 | flag,
+                        mask: 2 | flag,
+                    };
                     if *mark {
-                        a.mark = Some(Masked { value: 2, mask: 2 });
+                        a.mark = Some(bits);
                     } else {
-                        a.label = Some(Masked { value: 2, mask: 2 });
+                        a.label = Some(Masked {
+                            value: u128::from(bits.value),
+                            mask: u128::from(bits.mask),
+                        });
                     }
                     a
                 }
+            }
+            CAct::CtSnatToVip { dp } => {
+                let st = ctx.f[slot::CT_STATE] as u8;
+                let orig = ctx.ct_orig?;
+                if st & 0x80 == 0 {
+                    return None;
+                }
+                let dst = u128::from_be_bytes(orig.dst);
+                let dst = if orig.v6 { dst } else { dst & 0xffff_ffff };
+                let d = self.prog.dps.get(*dp as usize)?;
+                let &(vip, v6, _, _) = d.vips.iter().find(|&&(ip, v6, port, proto)| {
+                    ip == dst
+                        && v6 == orig.v6
+                        && (port == 0 || (port == orig.dport && proto == orig.proto))
+                })?;
+                let ip = if v6 {
+                    std::net::IpAddr::V6(std::net::Ipv6Addr::from(vip))
+                } else {
+                    std::net::IpAddr::V4(std::net::Ipv4Addr::from(vip as u32))
+                };
+                CtAction::commit(owner).snat(NatRange::addr_port(ip, 0))
             }
             _ => return None,
         };
@@ -1057,11 +1361,17 @@ impl Runner<'_> {
             CtHandle::Live(ct) => ct.process(zone, &ctx.parsed, self.now, &cta),
             CtHandle::WhatIf(ct) => ct.peek(zone, &ctx.parsed, self.now, &cta),
         };
-        if !matches!(act, CAct::CtCommit { .. }) {
-            ctx.f[slot::CT_STATE] = u128::from(r.state.0);
-            ctx.f[slot::CT_MARK] = u128::from(r.mark);
-            ctx.f[slot::CT_LABEL] = r.label;
-            ctx.rewrite(&r.rewrite);
+        match act {
+            CAct::CtCommit { .. } => {}
+            // No recirculation: the NAT applies to the packet, ct_state stays as it was.
+            CAct::CtSnatToVip { .. } => ctx.rewrite(&r.rewrite),
+            _ => {
+                ctx.f[slot::CT_STATE] = u128::from(r.state.0);
+                ctx.f[slot::CT_MARK] = u128::from(r.mark);
+                ctx.f[slot::CT_LABEL] = r.label;
+                ctx.ct_orig = r.orig;
+                ctx.rewrite(&r.rewrite);
+            }
         }
         Some(r)
     }
@@ -1086,21 +1396,26 @@ impl Runner<'_> {
             NestedKind::NdNa | NestedKind::NdNaRouter => {
                 reply::nd_na(out, &k, k.eth_dst, kind == NestedKind::NdNaRouter).is_ok()
             }
-            NestedKind::Icmp4 | NestedKind::Icmp4Error => {
-                reply::icmp4_error(out, &ctx.frame, &ctx.parsed, k.ip4_dst, 3, 1, 0).is_ok()
+            // OVN builds these with the offending packet's own addresses, TTL 255 and type/code
+            // 3/1 (1/1 for ICMPv6); the nested actions set the rest (ovn-trace's
+            // `execute_icmp4`, pinctrl's `pinctrl_handle_icmp` without loopback).
+            NestedKind::Icmp4 | NestedKind::Icmp4Error if k.is_ipv4() => {
+                reply::icmp_error_same_addresses(out, &ctx.frame, &ctx.parsed, 3, 1, 0).is_ok()
             }
-            NestedKind::Icmp6 | NestedKind::Icmp6Error => {
-                reply::icmp6_error(out, &ctx.frame, &ctx.parsed, k.ip6_dst, 1, 0, 0).is_ok()
+            NestedKind::Icmp6 | NestedKind::Icmp6Error if k.is_ipv6() => {
+                reply::icmp_error_same_addresses(out, &ctx.frame, &ctx.parsed, 1, 1, 0).is_ok()
             }
-            NestedKind::TcpReset => reply::tcp_reset(out, &ctx.parsed).is_ok(),
+            NestedKind::TcpReset => reply::tcp_reset_same_addresses(out, &ctx.parsed).is_ok(),
             NestedKind::Reject if k.ip_proto == ip_proto::TCP && ctx.parsed.has_l4() => {
                 reply::tcp_reset(out, &ctx.parsed).is_ok()
             }
+            // `reject` answers back to the sender (addresses swapped), with 3/1 or 1/1 as
+            // ovn-controller does.
             NestedKind::Reject if k.is_ipv4() => {
-                reply::icmp4_error(out, &ctx.frame, &ctx.parsed, k.ip4_dst, 3, 3, 0).is_ok()
+                reply::icmp4_error(out, &ctx.frame, &ctx.parsed, k.ip4_dst, 3, 1, 0).is_ok()
             }
             NestedKind::Reject if k.is_ipv6() => {
-                reply::icmp6_error(out, &ctx.frame, &ctx.parsed, k.ip6_dst, 1, 4, 0).is_ok()
+                reply::icmp6_error(out, &ctx.frame, &ctx.parsed, k.ip6_dst, 1, 1, 0).is_ok()
             }
             _ => false,
         };
@@ -1119,6 +1434,73 @@ impl Runner<'_> {
 }
 
 const REGISTERS: [usize; 3] = [slot::XXREG0, slot::XXREG1, slot::XREG4];
+
+/// Where `chk_lb_aff()` loads a session's backend: `reg4` (IPv4), `xxreg0` (IPv6 on a switch),
+/// `xxreg1` (IPv6 on a router), and its port into `reg8[0..15]` (OVN's
+/// `MFF_LOG_LB_AFF_MATCH_*`).
+const AFF_REG4: Bits = Bits {
+    field: slot::XXREG1 as u8,
+    lo: 96,
+    width: 32,
+};
+const AFF_XXREG0: Bits = Bits {
+    field: slot::XXREG0 as u8,
+    lo: 0,
+    width: 128,
+};
+const AFF_XXREG1: Bits = Bits {
+    field: slot::XXREG1 as u8,
+    lo: 0,
+    width: 128,
+};
+const AFF_PORT: Bits = Bits {
+    field: slot::XREG4 as u8,
+    lo: 32,
+    width: 16,
+};
+
+/// (source, destination) ports of the packet's L4 protocol `proto`.
+fn l4_ports(ctx: &Ctx, proto: u8) -> (u16, u16) {
+    let (s, d) = match proto {
+        ip_proto::TCP => (slot::TCP_SRC, slot::TCP_DST),
+        ip_proto::UDP => (slot::UDP_SRC, slot::UDP_DST),
+        132 => (slot::SCTP_SRC, slot::SCTP_DST),
+        _ => return (0, 0),
+    };
+    (ctx.f[s] as u16, ctx.f[d] as u16)
+}
+
+/// The two entries `commit_ecmp_nh` learns: this direction with `eth.src` (what
+/// `chk_ecmp_nh_mac()` finds) and the reply direction without it (what `chk_ecmp_nh()` finds).
+fn ecmp_keys(ctx: &Ctx, dp: u32, v6: bool, proto: u8) -> (EcmpKey, EcmpKey) {
+    let (s, d) = if v6 {
+        (ctx.f[slot::IP6_SRC], ctx.f[slot::IP6_DST])
+    } else {
+        (ctx.f[slot::IP4_SRC], ctx.f[slot::IP4_DST])
+    };
+    let (sp, dpt) = l4_ports(ctx, proto);
+    let fwd = EcmpKey {
+        dp,
+        mac: Some(ctx.f[slot::ETH_SRC]),
+        v6,
+        src: s,
+        dst: d,
+        proto,
+        sport: sp,
+        dport: dpt,
+    };
+    let rev = EcmpKey {
+        dp,
+        mac: None,
+        v6,
+        src: d,
+        dst: s,
+        proto,
+        sport: dpt,
+        dport: sp,
+    };
+    (fwd, rev)
+}
 
 const FIVE_TUPLE: [usize; 12] = [
     slot::IP4_SRC,

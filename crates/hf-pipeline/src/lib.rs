@@ -70,7 +70,9 @@ mod cache;
 mod classifier;
 mod compile;
 pub mod interp;
+pub mod learn;
 mod packet;
+mod port_sec;
 mod program;
 mod trace;
 
@@ -83,9 +85,11 @@ use std::time::Duration;
 
 use hf_conntrack::Conntrack;
 
+pub use learn::{Event, LearnStats};
 pub use program::{
-    CompileError, DatapathKind, DatapathSpec, FlowError, FlowErrorKind, FlowId, FlowSpec, FlowText,
-    GroupSpec, Neighbour, PortKind, PortLocation, PortSpec, Program, ProgramSpec,
+    ActionHits, CompileError, DatapathKind, DatapathSpec, FdbSpec, FlowError, FlowErrorKind,
+    FlowId, FlowSpec, FlowText, GroupSpec, LbVipSpec, Neighbour, PortKind, PortLocation, PortSpec,
+    Program, ProgramSpec,
 };
 pub use trace::{Trace, TraceFlow, TraceRecord};
 
@@ -194,65 +198,19 @@ pub struct RunStats {
     pub inactive_port: bool,
 }
 
-/// Something the caller should act on, collected by [`Pipeline::take_events`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Event {
-    /// `put_arp`/`put_nd` learned (or changed) a binding: the controller writes it to SB
-    /// `MAC_Binding`. Learned bindings also survive [`Pipeline::set_program`].
-    Neighbour {
-        /// Datapath name.
-        datapath: String,
-        /// Logical port name.
-        port: String,
-        /// The address.
-        ip: std::net::IpAddr,
-        /// Its Ethernet address.
-        mac: [u8; 6],
-    },
-    /// A port waiting for activation sent a RARP and is now active on this chassis.
-    PortActivated {
-        /// Its local port id.
-        local: u32,
-        /// Its logical name.
-        port: String,
-    },
-}
-
-impl Event {
-    pub(crate) fn neighbour(
-        prog: &Program,
-        (dp, port, ip, v6): (u32, u32, u128, bool),
-        mac: u128,
-    ) -> Option<Event> {
-        let d = prog.dps.get(dp as usize)?;
-        let p = d.ports.get(&port)?;
-        let ip = if v6 {
-            std::net::IpAddr::V6(std::net::Ipv6Addr::from(ip))
-        } else {
-            std::net::IpAddr::V4(std::net::Ipv4Addr::from(ip as u32))
-        };
-        let b = (mac as u64).to_be_bytes();
-        Some(Event::Neighbour {
-            datapath: d.name.clone(),
-            port: p.name.clone(),
-            ip,
-            mac: [b[2], b[3], b[4], b[5], b[6], b[7]],
-        })
-    }
-}
-
 /// A program with its neighbour table, flow cache and scratch space.
 #[derive(Debug)]
 pub struct Pipeline {
     prog: Program,
     generation: u64,
     neigh: Neighbours,
+    learned: learn::Learned,
+    counters: Vec<u64>,
     cache: cache::Cache,
     scr: Scratch,
-    events: Vec<Event>,
-    /// Bindings learned by `put_arp`/`put_nd`, by (datapath, port) name: reapplied on a swap.
-    learned: std::collections::BTreeMap<(String, String, std::net::IpAddr), [u8; 6]>,
+    /// Bindings learned by `put_arp`/`put_nd`, by (datapath tunnel key, port key, IP):
+    /// reapplied on a swap.
+    learned_neigh: std::collections::BTreeMap<(u32, u32, std::net::IpAddr), [u8; 6]>,
     /// Local ports currently inactive.
     inactive: std::collections::BTreeSet<u32>,
     /// Activation decisions made here (by RARP or [`Pipeline::set_port_active`]): they
@@ -267,10 +225,11 @@ impl Pipeline {
             prog,
             generation: 1,
             neigh: Neighbours::default(),
+            learned: learn::Learned::default(),
+            counters: Vec::new(),
             cache: cache::Cache::default(),
             scr: Scratch::new(),
-            events: Vec::new(),
-            learned: Default::default(),
+            learned_neigh: Default::default(),
             inactive: Default::default(),
             activation: Default::default(),
         };
@@ -278,23 +237,32 @@ impl Pipeline {
         p
     }
 
+    /// Loads the program's FDB (SB rows win over learned entries) and sizes the counters.
+    fn load_learned(&mut self) {
+        for &(dp, mac, port) in &self.prog.fdb {
+            self.learned.fdb.insert((dp, mac), port);
+        }
+        self.counters.clear();
+        self.counters.resize(self.prog.counters.len(), 0);
+    }
+
     fn load_state(&mut self) {
+        self.load_learned();
         self.neigh.clear();
         for &(dp, port, ip, v6, mac) in &self.prog.neighbours {
             self.neigh.insert((dp, port, ip, v6), mac);
         }
         // What this pipeline learned wins over the program's (possibly older) bindings.
-        for ((dpn, pn, ip), mac) in &self.learned {
-            let Some(dp) = self.prog.dps.iter().position(|d| &d.name == dpn) else {
+        for (&(dpk, key, ip), mac) in &self.learned_neigh {
+            let Some(&dp) = self.prog.by_key.get(&dpk) else {
                 continue;
             };
-            let Some((&key, _)) = self.prog.dps[dp].ports.iter().find(|(_, p)| &p.name == pn)
-            else {
+            if !self.prog.dps[dp as usize].ports.contains_key(&key) {
                 continue;
-            };
-            let (ip, v6) = program::ip_u128(*ip);
+            }
+            let (ip, v6) = program::ip_u128(ip);
             let m = mac.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b));
-            self.neigh.insert((dp as u32, key, ip, v6), m);
+            self.neigh.insert((dp, key, ip, v6), m);
         }
         self.inactive = self.prog.inactive.iter().copied().collect();
         for (&id, &active) in &self.activation {
@@ -341,9 +309,34 @@ impl Pipeline {
         !self.inactive.contains(&id)
     }
 
-    /// Takes the events collected so far.
+    /// Takes the events (learned neighbours and FDB entries, `bind_vport`) since the last call.
+    /// Learned FDB, ECMP and affinity state survives [`Pipeline::set_program`].
     pub fn take_events(&mut self) -> Vec<Event> {
-        std::mem::take(&mut self.events)
+        std::mem::take(&mut self.learned.events)
+    }
+
+    /// Sizes of the learned tables.
+    pub fn learn_stats(&self) -> LearnStats {
+        self.learned.stats()
+    }
+
+    /// Drops ECMP next-hop and LB affinity entries that have timed out by `now` (lookups
+    /// already ignore them; this frees their memory).
+    pub fn expire_learned(&mut self, now: Duration) {
+        self.learned.expire(now);
+    }
+
+    /// The port key learned for `mac` in the datapath with `tunnel_key` (`get_fdb`).
+    pub fn fdb(&self, tunnel_key: u32, mac: [u8; 6]) -> Option<u32> {
+        let m = mac.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b));
+        self.learned.fdb.get(&(tunnel_key, m)).copied()
+    }
+
+    /// Hits of every counted action (`log`, `set_meter`, `sample`, `trigger_event`,
+    /// `set_queue`, `igmp`, `handle_svc_check`, DHCP/DNS/RA functions, `bind_vport`) since the
+    /// program was installed. Traces do not count.
+    pub fn action_hits(&self) -> Vec<ActionHits> {
+        self.prog.action_hits(&self.counters)
     }
 
     /// The program.
@@ -476,7 +469,9 @@ impl Pipeline {
                             .get(&key)
                             .map(|p| p.name.clone())
                             .unwrap_or_default();
-                        self.events.push(Event::PortActivated { local: id, port });
+                        self.learned
+                            .events
+                            .push(Event::PortActivated { local: id, port });
                     }
                 }
                 (dp, program::INGRESS, key, 0)
@@ -544,7 +539,7 @@ impl Pipeline {
             }
         };
         let parsed = hf_wire::parse(frame, inport, u64::from(dp))?;
-        let events_before = self.events.len();
+        let events_before = self.learned.events.len();
         self.cache.maintain();
         self.scr.reset();
         let ctx = &mut self.scr.ctx;
@@ -556,6 +551,8 @@ impl Pipeline {
         let mut r = Runner {
             prog: &self.prog,
             neigh: &mut self.neigh,
+            learned: &mut self.learned,
+            counters: &mut self.counters,
             generation: &mut self.generation,
             cache: &mut self.cache,
             scr: &mut self.scr,
@@ -566,7 +563,6 @@ impl Pipeline {
             mode,
             segments: 0,
             hits: 0,
-            events: &mut self.events,
         };
         r.run_segment(resume_id(dp, pipe, 0), 0);
         let stats = RunStats {
@@ -581,7 +577,7 @@ impl Pipeline {
     /// Copies the bindings learned by this run (events from `from` on) into the table that
     /// survives swaps.
     fn remember_learned(&mut self, from: usize) {
-        for e in self.events.get(from..).unwrap_or(&[]) {
+        for e in self.learned.events.get(from..).unwrap_or(&[]) {
             if let Event::Neighbour {
                 datapath,
                 port,
@@ -589,8 +585,7 @@ impl Pipeline {
                 mac,
             } = e
             {
-                self.learned
-                    .insert((datapath.clone(), port.clone(), *ip), *mac);
+                self.learned_neigh.insert((*datapath, *port, *ip), *mac);
             }
         }
     }

@@ -214,7 +214,40 @@ pub fn icmp4_error(
     icmp_code: u8,
     rest: u32,
 ) -> Result<usize, BuildError> {
-    icmp_error(out, frame, p, src_ip.into(), [icmp_type, icmp_code], rest)
+    let to = p.key.ip_src().ok_or(BuildError::NotIp)?;
+    let eth = (p.key.eth_src, p.key.eth_dst);
+    icmp_error(out, frame, p, eth, (src_ip.into(), to), [icmp_type, icmp_code], rest)
+}
+
+/// OVN's `icmp4 { }`/`icmp6 { }`/`icmp4_error { }`/`icmp6_error { }` packet: an ICMP error
+/// (`icmp_type`/`icmp_code`; OVN starts from 3/1 or 1/1) quoting the datagram in `frame`, with
+/// the *same* Ethernet and IP addresses and TTL 255 as ovn-controller builds it: the logical
+/// flow's nested actions then set the addresses (`eth.dst <-> eth.src; ip4.dst = ip4.src; ...`).
+pub fn icmp_error_same_addresses(
+    out: &mut Vec<u8>,
+    frame: &[u8],
+    p: &Parsed,
+    icmp_type: u8,
+    icmp_code: u8,
+    rest: u32,
+) -> Result<usize, BuildError> {
+    let (Some(src), Some(dst)) = (p.key.ip_src(), p.key.ip_dst()) else {
+        return Err(BuildError::NotIp);
+    };
+    let eth = (p.key.eth_dst, p.key.eth_src);
+    let n = icmp_error(out, frame, p, eth, (src, dst), [icmp_type, icmp_code], rest)?;
+    // TTL/hop limit 255 (the IPv4 header checksum is recomputed by adjustment).
+    let ip = out.len() - n + 14;
+    if src.is_ipv6() {
+        out[ip + 7] = 255;
+    } else {
+        let old = out[ip + 8];
+        out[ip + 8] = 255;
+        let cs = u16::from_be_bytes([out[ip + 10], out[ip + 11]]);
+        let cs = checksum_adjust(cs, &[old, out[ip + 9]], &[255, out[ip + 9]]);
+        out[ip + 10..ip + 12].copy_from_slice(&cs.to_be_bytes());
+    }
+    Ok(n)
 }
 
 /// An ICMPv6 error (e.g. 1/4 port unreachable, 3/0 hop limit exceeded, 2/0 packet too big with
@@ -228,18 +261,22 @@ pub fn icmp6_error(
     icmp_code: u8,
     rest: u32,
 ) -> Result<usize, BuildError> {
-    icmp_error(out, frame, p, src_ip.into(), [icmp_type, icmp_code], rest)
+    let to = p.key.ip_src().ok_or(BuildError::NotIp)?;
+    let eth = (p.key.eth_src, p.key.eth_dst);
+    icmp_error(out, frame, p, eth, (src_ip.into(), to), [icmp_type, icmp_code], rest)
 }
 
+/// `eth` is (destination, source), `ips` (source, destination).
 fn icmp_error(
     out: &mut Vec<u8>,
     frame: &[u8],
     p: &Parsed,
-    src: IpAddr,
+    eth: (EthAddr, EthAddr),
+    ips: (IpAddr, IpAddr),
     type_code: [u8; 2],
     rest: u32,
 ) -> Result<usize, BuildError> {
-    let to = p.key.ip_src().ok_or(BuildError::NotIp)?;
+    let (src, to) = ips;
     let (max, hdr, proto) = match (src, to) {
         (IpAddr::V4(_), IpAddr::V4(_)) => (ICMP4_ERROR_MAX, 20, ip_proto::ICMP),
         (IpAddr::V6(_), IpAddr::V6(_)) => (ICMP6_ERROR_MAX, 40, ip_proto::ICMPV6),
@@ -248,7 +285,7 @@ fn icmp_error(
     let dg = datagram(frame, p)?;
     let quote = &dg[..dg.len().min(max - hdr - 8)];
     let start = out.len();
-    emit_eth(out, p.key.eth_src, p.key.eth_dst, p.key.eth_type);
+    emit_eth(out, eth.0, eth.1, p.key.eth_type);
     match (src, to) {
         (IpAddr::V4(s), IpAddr::V4(d)) => emit_ipv4(out, s, d, proto, 8 + quote.len(), REPLY_TTL),
         (IpAddr::V6(s), IpAddr::V6(d)) => emit_ipv6(out, s, d, proto, 8 + quote.len(), REPLY_TTL),
@@ -268,6 +305,28 @@ fn icmp_error(
 /// ACK; otherwise sequence 0 and an ACK of everything the segment occupied. A reset is never
 /// answered with a reset.
 pub fn tcp_reset(out: &mut Vec<u8>, p: &Parsed) -> Result<usize, BuildError> {
+    reset(out, p, true)
+}
+
+/// OVN's `tcp_reset { }` packet: the reset (sequence numbers as [`tcp_reset`]) with the
+/// segment's *own* addresses and ports and TTL 255, as ovn-controller builds it; the logical
+/// flow's nested actions swap what they need.
+pub fn tcp_reset_same_addresses(out: &mut Vec<u8>, p: &Parsed) -> Result<usize, BuildError> {
+    let n = reset(out, p, false)?;
+    let ip = out.len() - n + 14;
+    if p.key.is_ipv6() {
+        out[ip + 7] = 255;
+    } else {
+        let old = out[ip + 8];
+        out[ip + 8] = 255;
+        let cs = u16::from_be_bytes([out[ip + 10], out[ip + 11]]);
+        let cs = checksum_adjust(cs, &[old, out[ip + 9]], &[255, out[ip + 9]]);
+        out[ip + 10..ip + 12].copy_from_slice(&cs.to_be_bytes());
+    }
+    Ok(n)
+}
+
+fn reset(out: &mut Vec<u8>, p: &Parsed, swap: bool) -> Result<usize, BuildError> {
     let k = &p.key;
     if k.ip_proto != ip_proto::TCP || !p.has_l4() || k.tcp_flags & tcp_flags::RST != 0 {
         return Err(BuildError::NotTcp);
@@ -288,12 +347,21 @@ pub fn tcp_reset(out: &mut Vec<u8>, p: &Parsed) -> Result<usize, BuildError> {
         )
     };
     let mut seg = [0u8; 20];
-    seg[0..2].copy_from_slice(&k.tp_dst.to_be_bytes());
-    seg[2..4].copy_from_slice(&k.tp_src.to_be_bytes());
+    let (sp, dp) = if swap {
+        (k.tp_dst, k.tp_src)
+    } else {
+        (k.tp_src, k.tp_dst)
+    };
+    seg[0..2].copy_from_slice(&sp.to_be_bytes());
+    seg[2..4].copy_from_slice(&dp.to_be_bytes());
     seg[4..8].copy_from_slice(&seq.to_be_bytes());
     seg[8..12].copy_from_slice(&ack.to_be_bytes());
     seg[12..14].copy_from_slice(&((5u16 << 12) | flags).to_be_bytes());
-    ip_packet(out, k.eth_dst, k.eth_src, src, dst, ip_proto::TCP, &seg)
+    if swap {
+        ip_packet(out, k.eth_dst, k.eth_src, src, dst, ip_proto::TCP, &seg)
+    } else {
+        ip_packet(out, k.eth_src, k.eth_dst, dst, src, ip_proto::TCP, &seg)
+    }
 }
 
 /// The solicited-node multicast address of `target` (RFC 4291 §2.7.1).
