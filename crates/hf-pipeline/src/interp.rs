@@ -1287,11 +1287,26 @@ impl Runner<'_> {
         let ctx = &mut self.scr.ctx;
         let cta = match act {
             CAct::CtNext => CtAction::lookup(),
-            CAct::CtCommit { mark, label } => CtAction {
-                mark: *mark,
-                label: *label,
-                ..CtAction::commit(owner)
-            },
+            CAct::CtCommit { mark, label, moves } => {
+                let (mut mark, mut label) = (*mark, *label);
+                for &(dst, src) in moves {
+                    let v = ctx.read(src).checked_shl(u32::from(dst.lo)).unwrap_or(0) & dst.mask();
+                    if usize::from(dst.field) == slot::CT_MARK {
+                        let m = mark.get_or_insert(Masked { value: 0, mask: 0 });
+                        m.value = (m.value & !(dst.mask() as u32)) | v as u32;
+                        m.mask |= dst.mask() as u32;
+                    } else {
+                        let m = label.get_or_insert(Masked { value: 0, mask: 0 });
+                        m.value = (m.value & !dst.mask()) | v;
+                        m.mask |= dst.mask();
+                    }
+                }
+                CtAction {
+                    mark,
+                    label,
+                    ..CtAction::commit(owner)
+                }
+            }
             CAct::CtNat { kind, target } => match target {
                 None => CtAction::lookup().with_nat(),
                 Some(r) if matches!(kind, NatKind::Snat | NatKind::SnatInCzone) => {

@@ -543,6 +543,8 @@ pub(crate) enum CAct {
     CtCommit {
         mark: Option<Masked<u32>>,
         label: Option<Masked<u128>>,
+        /// (bits of `ct_mark`/`ct_label`, source field bits) copied when the commit runs.
+        moves: Vec<(Bits, Bits)>,
     },
     /// `ct_snat`/`ct_dnat` (and `_in_czone`), with or without a target.
     CtNat {
@@ -1077,6 +1079,7 @@ impl ActCompiler<'_> {
             Action::CtNext { .. } => CAct::CtNext,
             Action::CtCommit { args, .. } => {
                 let (mut mark, mut label) = (None::<Masked<u32>>, None::<Masked<u128>>);
+                let mut moves: Vec<(Bits, Bits)> = Vec::new();
                 match args {
                     CtCommit::Bare => {}
                     CtCommit::Legacy { mark: m, label: l } => {
@@ -1091,13 +1094,31 @@ impl ActCompiler<'_> {
                     }
                     CtCommit::Block(body) => {
                         for b in body {
+                            // `ct_label.label = reg3;`: copied from the register when the
+                            // commit runs (stateful ACL labels).
+                            if let Action::Move { dst, src, .. } = b {
+                                let (d, sr) = (self.bits(dst)?, self.bits(src)?);
+                                if !matches!(usize::from(d.field), slot::CT_MARK | slot::CT_LABEL) {
+                                    return Err("ct_commit { } sets ct_mark or ct_label".into());
+                                }
+                                if d.width != sr.width {
+                                    return Err(format!(
+                                        "ct_commit {{ }}: `{}` and `{}` differ in width",
+                                        dst.name, src.name
+                                    ));
+                                }
+                                moves.push((d, sr));
+                                continue;
+                            }
                             let Action::Assign {
                                 dst,
                                 value: Value::Const(c),
                                 ..
                             } = b
                             else {
-                                return Err("ct_commit { } takes constant assignments".into());
+                                return Err(
+                                    "ct_commit { } takes assignments of constants or fields".into(),
+                                );
                             };
                             let bits = self.bits(dst)?;
                             let v = c.value.checked_shl(u32::from(bits.lo)).unwrap_or(0);
@@ -1118,7 +1139,7 @@ impl ActCompiler<'_> {
                     }
                     _ => {}
                 }
-                CAct::CtCommit { mark, label }
+                CAct::CtCommit { mark, label, moves }
             }
             Action::CtNat { kind, target, .. } => CAct::CtNat {
                 kind: *kind,
