@@ -1184,7 +1184,7 @@ impl ActCompiler<'_> {
             }
             Action::Nested { kind, body, .. } => {
                 if *kind == NestedKind::SctpAbort {
-                    return Err("the pipeline does not execute `sctp_abort` yet".into());
+                    return Err(format!("{UNSUPPORTED}sctp_abort (not executed yet)"));
                 }
                 let body = self.list(body)?;
                 CAct::Nested { kind: *kind, body }
@@ -1281,7 +1281,7 @@ impl ActCompiler<'_> {
                         counter: self.count("dns_lookup"),
                     },
                     other => {
-                        return Err(format!("the pipeline does not execute `{}`", other.name()));
+                        return Err(format!("{UNSUPPORTED}{}", other.name()));
                     }
                 }
             }
