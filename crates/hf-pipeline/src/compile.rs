@@ -24,9 +24,9 @@ use hf_expr::{Sets, SymbolTable};
 
 use crate::classifier::{Classifier, FastMap};
 use crate::program::{
-    ActCompiler, CompileError, Counted, DatapathKind, DatapathSpec, Dp, DpCode, EGRESS, FlowError,
-    FlowErrorKind, FlowInfo, INGRESS, Loc, Port, PortLocation, Program, ProgramSpec, UNSUPPORTED,
-    compile_conj, ip_u128,
+    ActCompiler, CompileError, DatapathSpec, Dp, DpCode, EGRESS, FlowError, FlowErrorKind,
+    FlowInfo, INGRESS, Loc, Port, PortLocation, Program, ProgramSpec, UNSUPPORTED, compile_conj,
+    ip_u128,
 };
 
 /// Geneve's limits (ovn-architecture(7), "Tunnel Encapsulations").
@@ -188,6 +188,12 @@ impl Program {
                 if p.key == 0 || ports.contains_key(&p.key) {
                     return Err(dup(p.key));
                 }
+                let mut also_remote = p.also_remote.clone();
+                also_remote.sort_unstable();
+                also_remote.dedup();
+                if let Loc::Remote(c) = loc {
+                    also_remote.retain(|x| *x != c);
+                }
                 let ps = p
                     .port_security
                     .iter()
@@ -197,20 +203,14 @@ impl Program {
                         port: p.name.clone(),
                         message,
                     })?;
-                let mut also_remote = p.also_remote.clone();
-                also_remote.sort_unstable();
-                also_remote.dedup();
-                if let Loc::Remote(c) = loc {
-                    also_remote.retain(|x| *x != c);
-                }
                 ports.insert(
                     p.key,
                     Port {
                         name: p.name.clone(),
                         loc,
                         zone: p.zone,
-                        ps,
                         also_remote,
+                        ps,
                     },
                 );
             }
@@ -262,6 +262,7 @@ impl Program {
         if let Some(o) = old {
             prog.acts = o.acts.clone();
             prog.flows = o.flows.clone();
+            // Counted actions of reused tables keep their counter numbers.
             prog.counters = o.counters.clone();
         }
         let mut norm = Normalizer::new(symtab, Limits::default());
@@ -461,18 +462,12 @@ fn compile_dp(
             }
         }
         let mark = prog.acts.len();
-        let flow = prog.flows.len() as u32;
-        let mut cx = ActCompiler::new(
-            &port_key,
-            pipe,
-            fs.table,
-            i,
-            matches!(d.kind, DatapathKind::Switch),
-            &mut prog.acts,
-            prog.counters.len() as u32,
-        );
+        let counter_base = prog.counters.len() as u32;
+        let mut cx = ActCompiler::new(&port_key, pipe, fs.table, i, &mut prog.acts);
+        cx.switch = matches!(d.kind, crate::DatapathKind::Switch);
+        cx.counter_base = counter_base;
         let listed = cx.list(&fs.actions);
-        let counted = cx.take_counted();
+        let counted = std::mem::take(&mut cx.counted);
         let acts = match listed {
             Ok(a) => a,
             Err(m) => {
@@ -485,8 +480,9 @@ fn compile_dp(
                 continue;
             }
         };
+        let flow = prog.flows.len() as u32;
         prog.counters
-            .extend(counted.into_iter().map(|name| Counted {
+            .extend(counted.into_iter().map(|name| crate::program::Counted {
                 dp: i,
                 pipe,
                 table: fs.table,

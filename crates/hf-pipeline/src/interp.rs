@@ -26,9 +26,10 @@ use hf_wire::{EthAddr, ip_proto, reply, tcp_flags};
 
 use crate::cache::Cache;
 use crate::classifier::Examine;
-use crate::learn::{AffKey, AffVal, EcmpKey, Event, Learned};
+use crate::learn::Learned;
 use crate::packet::{Bits, Ctx, NF, slot};
 use crate::program::{CAct, DatapathKind, EGRESS, INGRESS, Loc, Program};
+use crate::stateful::{AFF_PORT, AFF_REG4, AFF_XXREG0, AFF_XXREG1};
 use crate::trace::{Trace, TraceFlow, TraceRecord};
 use crate::{Destination, Outputs};
 
@@ -226,7 +227,7 @@ pub(crate) type Neighbours = crate::classifier::FastMap<(u32, u32, u128, bool), 
 pub(crate) struct Runner<'a> {
     pub prog: &'a Program,
     pub neigh: &'a mut Neighbours,
-    pub learned: &'a mut Learned,
+    pub state: &'a mut Learned,
     pub counters: &'a mut [u64],
     pub generation: &'a mut u64,
     pub cache: &'a mut Cache,
@@ -238,6 +239,8 @@ pub(crate) struct Runner<'a> {
     pub mode: Mode,
     pub segments: u32,
     pub hits: u32,
+    /// Events for the caller (learned neighbours).
+    pub events: &'a mut Vec<crate::Event>,
 }
 
 enum Flow {
@@ -1054,20 +1057,11 @@ impl Runner<'_> {
                 let m = ctx.read(*mac);
                 if self.mode != Mode::Trace && self.neigh.get(&k) != Some(&m) {
                     self.neigh.insert(k, m);
-                    let ip = if *v6 {
-                        std::net::IpAddr::V6(std::net::Ipv6Addr::from(k.2))
-                    } else {
-                        std::net::IpAddr::V4(std::net::Ipv4Addr::from(k.2 as u32))
-                    };
-                    let datapath = self.prog.dps.get(*dp as usize).map_or(0, |d| d.key);
-                    self.learned.events.push(Event::Neighbour {
-                        datapath,
-                        port: k.1,
-                        ip,
-                        mac: crate::learn::mac_bytes(m),
-                    });
                     // Cached walks may have read the old binding.
                     *self.generation += 1;
+                    if let Some(e) = crate::Event::neighbour(self.prog, k, m) {
+                        self.events.push(e);
+                    }
                 }
             }
             CAct::LookupNeigh {
@@ -1115,163 +1109,11 @@ impl Runner<'_> {
         }
     }
 
-    /// Actions that read or write learned state or counters.
-    fn exec_stateful(&mut self, act: &CAct) {
-        match act {
-            CAct::ResultConst {
-                dst,
-                value,
-                counter,
-                ..
-            } => {
-                self.scr.ctx.write(*dst, u128::from(*value));
-                self.count(*counter);
-            }
-            CAct::Count { counter, .. } => self.count(*counter),
-            CAct::PortSec { dst, out, dp } => {
-                let s = if *out { slot::OUTPORT } else { slot::INPORT };
-                let key = self.scr.ctx.f[s] as u32;
-                let prog = self.prog;
-                let ps = prog
-                    .dps
-                    .get(*dp as usize)
-                    .and_then(|d| d.ports.get(&key))
-                    .map_or(&[][..], |p| &p.ps[..]);
-                let fail = if *out {
-                    crate::port_sec::check_out(ps, &self.scr.ctx)
-                } else {
-                    crate::port_sec::check_in(ps, &self.scr.ctx)
-                };
-                self.scr.ctx.write(*dst, u128::from(fail));
-            }
-            CAct::PutFdb { dp, port, mac } => {
-                let (port, mac) = (self.scr.ctx.read(*port) as u32, self.scr.ctx.read(*mac));
-                if self.mode != Mode::Trace {
-                    let key = self.dp_key(*dp);
-                    self.learned.put_fdb(key, mac, port);
-                }
-            }
-            CAct::LookupFdb { dp, dst, port, mac } => {
-                let (port, mac) = (self.scr.ctx.read(*port) as u32, self.scr.ctx.read(*mac));
-                let key = self.dp_key(*dp);
-                let hit = self.learned.fdb.get(&(key, mac)) == Some(&port);
-                self.scr.ctx.write(*dst, u128::from(hit));
-            }
-            CAct::GetFdb { dp, dst, mac } => {
-                let mac = self.scr.ctx.read(*mac);
-                let key = self.dp_key(*dp);
-                let port = self.learned.fdb.get(&(key, mac)).copied().unwrap_or(0);
-                self.scr.ctx.write(*dst, u128::from(port));
-            }
-            CAct::CommitEcmpNh { dp, v6, proto } => {
-                if self.mode != Mode::Trace {
-                    let key = self.dp_key(*dp);
-                    let (fwd, rev) = ecmp_keys(&self.scr.ctx, key, *v6, *proto);
-                    self.learned.ecmp_commit(fwd, self.now);
-                    self.learned.ecmp_commit(rev, self.now);
-                }
-            }
-            CAct::ChkEcmpNh { dp, dst, mac } => {
-                let key = self.dp_key(*dp);
-                let v6 = self.scr.ctx.f[slot::ETH_TYPE] == 0x86dd;
-                let proto = self.scr.ctx.f[slot::IP_PROTO] as u8;
-                let (fwd, _) = ecmp_keys(&self.scr.ctx, key, v6, proto);
-                let k = if *mac {
-                    fwd
-                } else {
-                    EcmpKey { mac: None, ..fwd }
-                };
-                let touch = self.mode != Mode::Trace;
-                let hit = self.learned.ecmp_check(&k, self.now, touch);
-                self.scr.ctx.write(*dst, u128::from(hit));
-            }
-            CAct::CommitLbAff {
-                dp,
-                vip,
-                vip_port,
-                backend,
-                backend_port,
-                proto,
-                timeout,
-            } => {
-                if self.mode != Mode::Trace {
-                    let (vip, v6) = crate::program::ip_u128(*vip);
-                    let client = self.scr.ctx.f[if v6 { slot::IP6_SRC } else { slot::IP4_SRC }];
-                    let k = AffKey {
-                        dp: self.dp_key(*dp),
-                        v6,
-                        client,
-                        vip,
-                        proto: if *vip_port == 0 { 0 } else { *proto },
-                        vip_port: *vip_port,
-                    };
-                    let v = AffVal {
-                        backend: crate::program::ip_u128(*backend).0,
-                        port: *backend_port,
-                        timeout: Duration::from_secs(u64::from(*timeout)),
-                        used: self.now,
-                    };
-                    self.learned.aff_commit(k, v);
-                }
-            }
-            CAct::ChkLbAff { dp, dst, switch } => {
-                let v6 = self.scr.ctx.f[slot::ETH_TYPE] == 0x86dd;
-                let proto = self.scr.ctx.f[slot::IP_PROTO] as u8;
-                let mut k = AffKey {
-                    dp: self.dp_key(*dp),
-                    v6,
-                    client: self.scr.ctx.f[if v6 { slot::IP6_SRC } else { slot::IP4_SRC }],
-                    vip: self.scr.ctx.f[if v6 { slot::IP6_DST } else { slot::IP4_DST }],
-                    proto,
-                    vip_port: l4_ports(&self.scr.ctx, proto).1,
-                };
-                let touch = self.mode != Mode::Trace;
-                let mut hit = self.learned.aff_check(&k, self.now, touch);
-                if hit.is_none() {
-                    k.proto = 0;
-                    k.vip_port = 0;
-                    hit = self.learned.aff_check(&k, self.now, touch);
-                }
-                self.scr.ctx.write(*dst, u128::from(hit.is_some()));
-                if let Some(v) = hit {
-                    let reg = match (v6, *switch) {
-                        (false, _) => AFF_REG4,
-                        (true, true) => AFF_XXREG0,
-                        (true, false) => AFF_XXREG1,
-                    };
-                    self.scr.ctx.write(reg, v.backend);
-                    self.scr.ctx.write(AFF_PORT, u128::from(v.port));
-                }
-            }
-            CAct::BindVport {
-                dp,
-                vport,
-                parent,
-                counter,
-            } => {
-                let parent = self.scr.ctx.read(*parent) as u32;
-                self.count(*counter);
-                if self.mode != Mode::Trace {
-                    let key = self.dp_key(*dp);
-                    if self.learned.vports.get(&(key, *vport)) != Some(&parent) {
-                        self.learned.vports.insert((key, *vport), parent);
-                        self.learned.events.push(Event::BindVport {
-                            datapath: key,
-                            vport: *vport,
-                            parent,
-                        });
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-
-    fn dp_key(&self, dp: u32) -> u32 {
+    pub(crate) fn dp_key(&self, dp: u32) -> u32 {
         self.prog.dps.get(dp as usize).map_or(0, |d| d.key)
     }
 
-    fn count(&mut self, counter: u32) {
+    pub(crate) fn count(&mut self, counter: u32) {
         if self.mode != Mode::Trace
             && let Some(c) = self.counters.get_mut(counter as usize)
         {
@@ -1287,26 +1129,11 @@ impl Runner<'_> {
         let ctx = &mut self.scr.ctx;
         let cta = match act {
             CAct::CtNext => CtAction::lookup(),
-            CAct::CtCommit { mark, label, moves } => {
-                let (mut mark, mut label) = (*mark, *label);
-                for &(dst, src) in moves {
-                    let v = ctx.read(src).checked_shl(u32::from(dst.lo)).unwrap_or(0) & dst.mask();
-                    if usize::from(dst.field) == slot::CT_MARK {
-                        let m = mark.get_or_insert(Masked { value: 0, mask: 0 });
-                        m.value = (m.value & !(dst.mask() as u32)) | v as u32;
-                        m.mask |= dst.mask() as u32;
-                    } else {
-                        let m = label.get_or_insert(Masked { value: 0, mask: 0 });
-                        m.value = (m.value & !dst.mask()) | v;
-                        m.mask |= dst.mask();
-                    }
-                }
-                CtAction {
-                    mark,
-                    label,
-                    ..CtAction::commit(owner)
-                }
-            }
+            CAct::CtCommit { mark, label, moves } => CtAction {
+                mark: with_moves32(*mark, moves, ctx),
+                label: with_moves128(*label, moves, ctx),
+                ..CtAction::commit(owner)
+            },
             CAct::CtNat { kind, target } => match target {
                 None => CtAction::lookup().with_nat(),
                 Some(r) if matches!(kind, NatKind::Snat | NatKind::SnatInCzone) => {
@@ -1448,74 +1275,50 @@ impl Runner<'_> {
     }
 }
 
+/// `ct_mark` with the bits of `moves` that target it loaded from the packet.
+fn with_moves32(m: Option<Masked<u32>>, moves: &[(Bits, Bits)], ctx: &Ctx) -> Option<Masked<u32>> {
+    let l = with_moves(
+        m.map(|m| Masked {
+            value: u128::from(m.value),
+            mask: u128::from(m.mask),
+        }),
+        moves,
+        ctx,
+        slot::CT_MARK,
+    )?;
+    Some(Masked {
+        value: l.value as u32,
+        mask: l.mask as u32,
+    })
+}
+
+fn with_moves128(
+    m: Option<Masked<u128>>,
+    moves: &[(Bits, Bits)],
+    ctx: &Ctx,
+) -> Option<Masked<u128>> {
+    with_moves(m, moves, ctx, slot::CT_LABEL)
+}
+
+fn with_moves(
+    mut m: Option<Masked<u128>>,
+    moves: &[(Bits, Bits)],
+    ctx: &Ctx,
+    field: usize,
+) -> Option<Masked<u128>> {
+    for (d, s) in moves {
+        if usize::from(d.field) != field {
+            continue;
+        }
+        let v = ctx.read(*s).checked_shl(u32::from(d.lo)).unwrap_or(0) & d.mask();
+        let e = m.get_or_insert(Masked { value: 0, mask: 0 });
+        e.value = (e.value & !d.mask()) | v;
+        e.mask |= d.mask();
+    }
+    m
+}
+
 const REGISTERS: [usize; 3] = [slot::XXREG0, slot::XXREG1, slot::XREG4];
-
-/// Where `chk_lb_aff()` loads a session's backend: `reg4` (IPv4), `xxreg0` (IPv6 on a switch),
-/// `xxreg1` (IPv6 on a router), and its port into `reg8[0..15]` (OVN's
-/// `MFF_LOG_LB_AFF_MATCH_*`).
-const AFF_REG4: Bits = Bits {
-    field: slot::XXREG1 as u8,
-    lo: 96,
-    width: 32,
-};
-const AFF_XXREG0: Bits = Bits {
-    field: slot::XXREG0 as u8,
-    lo: 0,
-    width: 128,
-};
-const AFF_XXREG1: Bits = Bits {
-    field: slot::XXREG1 as u8,
-    lo: 0,
-    width: 128,
-};
-const AFF_PORT: Bits = Bits {
-    field: slot::XREG4 as u8,
-    lo: 32,
-    width: 16,
-};
-
-/// (source, destination) ports of the packet's L4 protocol `proto`.
-fn l4_ports(ctx: &Ctx, proto: u8) -> (u16, u16) {
-    let (s, d) = match proto {
-        ip_proto::TCP => (slot::TCP_SRC, slot::TCP_DST),
-        ip_proto::UDP => (slot::UDP_SRC, slot::UDP_DST),
-        132 => (slot::SCTP_SRC, slot::SCTP_DST),
-        _ => return (0, 0),
-    };
-    (ctx.f[s] as u16, ctx.f[d] as u16)
-}
-
-/// The two entries `commit_ecmp_nh` learns: this direction with `eth.src` (what
-/// `chk_ecmp_nh_mac()` finds) and the reply direction without it (what `chk_ecmp_nh()` finds).
-fn ecmp_keys(ctx: &Ctx, dp: u32, v6: bool, proto: u8) -> (EcmpKey, EcmpKey) {
-    let (s, d) = if v6 {
-        (ctx.f[slot::IP6_SRC], ctx.f[slot::IP6_DST])
-    } else {
-        (ctx.f[slot::IP4_SRC], ctx.f[slot::IP4_DST])
-    };
-    let (sp, dpt) = l4_ports(ctx, proto);
-    let fwd = EcmpKey {
-        dp,
-        mac: Some(ctx.f[slot::ETH_SRC]),
-        v6,
-        src: s,
-        dst: d,
-        proto,
-        sport: sp,
-        dport: dpt,
-    };
-    let rev = EcmpKey {
-        dp,
-        mac: None,
-        v6,
-        src: d,
-        dst: s,
-        proto,
-        sport: dpt,
-        dport: sp,
-    };
-    (fwd, rev)
-}
 
 const FIVE_TUPLE: [usize; 12] = [
     slot::IP4_SRC,

@@ -1,9 +1,7 @@
 //! State the pipeline learns while forwarding, outside conntrack: the FDB (`put_fdb`,
 //! `lookup_fdb`, `get_fdb`), the ECMP next-hop table (`commit_ecmp_nh`, `chk_ecmp_nh`,
-//! `chk_ecmp_nh_mac`), LB affinity sessions (`commit_lb_aff`, `chk_lb_aff`), the events the
-//! controller must hear about (learned neighbours and FDB entries, `bind_vport`), and the hit
-//! counters of actions that do not change forwarding (`log`, `set_meter`, `sample`,
-//! `trigger_event`, ...).
+//! `chk_ecmp_nh_mac`), LB affinity sessions (`commit_lb_aff`, `chk_lb_aff`) and the
+//! `bind_vport` bindings seen (changes become [`crate::Event`]s).
 //!
 //! Keys use datapath *tunnel keys* and port keys, so the state survives a program swap as
 //! OVN's learned flows survive a recompute.
@@ -16,7 +14,6 @@
 //! at most [`MAX_ENTRIES`] entries per table (new ones are refused past that; the refusal is
 //! counted in [`LearnStats`]).
 
-use std::net::IpAddr;
 use std::time::Duration;
 
 use crate::classifier::FastMap;
@@ -26,49 +23,6 @@ pub const MAX_ENTRIES: usize = 1 << 16;
 
 const ECMP_IDLE: Duration = Duration::from_secs(20);
 const ECMP_HARD: Duration = Duration::from_secs(30);
-
-/// Something the controller should hear about.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Event {
-    /// `put_arp`/`put_nd` learned or changed a binding (a `MAC_Binding` row to write).
-    Neighbour {
-        /// Datapath tunnel key.
-        datapath: u32,
-        /// Logical port key.
-        port: u32,
-        /// The address.
-        ip: IpAddr,
-        /// Its MAC.
-        mac: [u8; 6],
-    },
-    /// `put_fdb` learned or moved a MAC (an `FDB` row to write).
-    Fdb {
-        /// Datapath tunnel key.
-        datapath: u32,
-        /// Logical port key.
-        port: u32,
-        /// The MAC.
-        mac: [u8; 6],
-    },
-    /// A port waiting for activation (`activation-strategy=rarp`) sent a RARP and is now
-    /// active on this chassis (`Port_Binding.options:additional-chassis-activated`).
-    PortActivated {
-        /// Its local port id.
-        local: u32,
-        /// Its logical name.
-        port: String,
-    },
-    /// `bind_vport(V, P)`: virtual port `vport` is now reached through parent port `parent`.
-    BindVport {
-        /// Datapath tunnel key.
-        datapath: u32,
-        /// The virtual port's key.
-        vport: u32,
-        /// The parent port's key.
-        parent: u32,
-    },
-}
 
 /// Counts of the learned tables.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -123,7 +77,6 @@ pub(crate) struct Learned {
     pub aff: FastMap<AffKey, AffVal>,
     /// `bind_vport` bindings seen: (datapath key, vport key) → parent key.
     pub vports: FastMap<(u32, u32), u32>,
-    pub events: Vec<Event>,
     pub refused: u64,
 }
 
@@ -133,20 +86,17 @@ pub(crate) fn mac_bytes(v: u128) -> [u8; 6] {
 }
 
 impl Learned {
-    pub(crate) fn put_fdb(&mut self, dp: u32, mac: u128, port: u32) {
+    /// Learns `mac` behind `port`; true when that changed the table.
+    pub(crate) fn put_fdb(&mut self, dp: u32, mac: u128, port: u32) -> bool {
         if self.fdb.get(&(dp, mac)) == Some(&port) {
-            return;
+            return false;
         }
         if self.fdb.len() >= MAX_ENTRIES && !self.fdb.contains_key(&(dp, mac)) {
             self.refused += 1;
-            return;
+            return false;
         }
         self.fdb.insert((dp, mac), port);
-        self.events.push(Event::Fdb {
-            datapath: dp,
-            port,
-            mac: mac_bytes(mac),
-        });
+        true
     }
 
     pub(crate) fn ecmp_commit(&mut self, k: EcmpKey, now: Duration) {

@@ -16,7 +16,25 @@
 //!   `ct_commit`, `ct_snat`/`ct_dnat` and their `_in_czone` forms, `ct_lb`/`ct_lb_mark`,
 //!   `ct_commit_nat`, `ct_clear`, neighbour actions against the pipeline's neighbour table,
 //!   `chk_lb_hairpin`, `select`, `clone`, and packet generation (`arp`, `nd_ns`, `nd_na`,
-//!   `icmp4`/`icmp6`, `tcp_reset`, `reject`).
+//!   `icmp4`/`icmp6` and their `_error` forms with `icmp4.frag_mtu`/`icmp6.frag_mtu`,
+//!   `tcp_reset`, `reject`).
+//! - Every other action and function ovn-northd 23.03 emits, with OVN's meaning:
+//!   `check_in_port_sec()`/`check_out_port_sec()` from [`PortSpec::port_security`] (the checks
+//!   of ovn-controller's `consider_port_sec_flows`; see `port_sec`), the FDB (`put_fdb`,
+//!   `lookup_fdb`, `get_fdb`), ECMP symmetric replies (`commit_ecmp_nh`, `chk_ecmp_nh`,
+//!   `chk_ecmp_nh_mac`: ovn-controller's learned flows, 20 s idle / 30 s hard), LB affinity
+//!   (`commit_lb_aff`, `chk_lb_aff`: idle timeout, backend loaded into `reg4`/`xxreg0`/`xxreg1`
+//!   and `reg8[0..15]`), `ct_snat_to_vip` (hairpin SNAT to the VIP of [`ProgramSpec::lb_vips`]),
+//!   `ct_lb_mark(...; hash_fields=...)` and its `skip_snat`/`force_snat` flags, `bind_vport`
+//!   and `fwd_group`. State learned this way lives in the [`Pipeline`] (see [`learn`]),
+//!   survives program swaps, and is reported as [`Event`]s with learned neighbours
+//!   ([`Pipeline::take_events`]).
+//! - Packet-in actions as ovn-trace models them: `put_dhcp_opts`, `put_dhcpv6_opts` and
+//!   `put_nd_ra_opts` store 1, `dns_lookup` stores 0; `igmp` (IGMP and MLD),
+//!   `handle_svc_check`, `handle_dhcpv6_reply` and `handle_bfd_msg` change nothing. These and
+//!   `log`, `set_meter`, `sample`, `trigger_event`, `set_queue` count their hits per flow
+//!   ([`Pipeline::action_hits`]; traces do not count).
+//! - An action the pipeline cannot execute is a compile error naming the flow, never a no-op.
 //! - A megaflow cache keyed on exactly the bits each walk examined replays the recorded ops;
 //!   conntrack still runs on every packet and each recirculation after a conntrack action is its
 //!   own lookup (see [`interp`] for how wildcards are accumulated).
@@ -33,9 +51,14 @@
 //!   router uses its SNAT zone for `ct_snat` and its DNAT zone for everything else (the
 //!   `_in_czone` forms included: the DNAT zone is OVN's common zone).
 //! - A table with no matching flow drops the packet; so does `next` past the last table.
-//! - `ct_lb`/`ct_lb_mark` choose a backend by a hash of the 5-tuple (`hash_fields` is ignored)
-//!   and commit with `ct_label.natted`/`ct_mark.natted` set; `chk_lb_hairpin` is "DNAT applied
-//!   (or natted) and source == destination", `chk_lb_hairpin_reply` the same on a reply.
+//! - `ct_lb`/`ct_lb_mark` choose a backend by a hash of the 5-tuple, or of the `hash_fields`
+//!   when given, and commit with `ct_label.natted`/`ct_mark.natted` set; `chk_lb_hairpin` is
+//!   "DNAT applied (or natted) and source == destination", `chk_lb_hairpin_reply` the same on a
+//!   reply.
+//! - Generated ICMP errors and `tcp_reset` keep the offending packet's Ethernet and IP
+//!   addresses (TTL 255, type/code 3/1 or 1/1) as ovn-controller builds them: northd's nested
+//!   actions set or swap them. `reject` answers back to the sender.
+//! - The port name `"none"` is key 0, as in ovn-controller and ovn-trace.
 //! - `put_arp`/`put_nd` that change a binding bump the generation, so cached walks that read
 //!   the neighbour table are not reused.
 //!
@@ -43,8 +66,12 @@
 //!
 //! No I/O, no clock, no threads: `now` is an argument. No Geneve encapsulation (a
 //! [`Destination::Tunnel`] carries the keys; the datapath encapsulates with `hf_wire::geneve`).
-//! DHCP, DNS, FDB, port-security checks, ECMP and LB-affinity functions store 0; `log`,
-//! `set_queue`, `set_meter`, `sample` and events have no effect. VLAN, IPv6 flow label and ND
+//! No DHCP, DHCPv6, DNS or router-advertisement replies are built (the functions return what
+//! ovn-trace returns; the chassis's packet-in handler is another issue's), no IGMP/MLD
+//! snooping, no service-monitor probes, no meters enforced and no samples exported (only
+//! counted). `sctp_abort` (and `reject` of SCTP, which answers with ICMP) is not built:
+//! `sctp_abort` is a compile error. `select` has no `hash_fields` form (OVN 23.03's parser has
+//! none either). The FDB does not age. VLAN, IPv6 flow label and ND
 //! option writes change the fields the pipeline matches on but not the frame. Output to a
 //! multicast group from the egress pipeline drops. A conntrack
 //! action that continues in the next table ends its action list: actions after it are not run
@@ -74,6 +101,7 @@ pub mod learn;
 mod packet;
 mod port_sec;
 mod program;
+mod stateful;
 mod trace;
 
 #[doc(hidden)]
@@ -85,7 +113,7 @@ use std::time::Duration;
 
 use hf_conntrack::Conntrack;
 
-pub use learn::{Event, LearnStats};
+pub use learn::LearnStats;
 pub use program::{
     ActionHits, CompileError, DatapathKind, DatapathSpec, FdbSpec, FlowError, FlowErrorKind,
     FlowId, FlowSpec, FlowText, GroupSpec, LbVipSpec, Neighbour, PortKind, PortLocation, PortSpec,
@@ -198,19 +226,87 @@ pub struct RunStats {
     pub inactive_port: bool,
 }
 
+/// Something the caller should act on, collected by [`Pipeline::take_events`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// `put_arp`/`put_nd` learned (or changed) a binding: the controller writes it to SB
+    /// `MAC_Binding`. Learned bindings also survive [`Pipeline::set_program`].
+    Neighbour {
+        /// Datapath name.
+        datapath: String,
+        /// Logical port name.
+        port: String,
+        /// The address.
+        ip: std::net::IpAddr,
+        /// Its Ethernet address.
+        mac: [u8; 6],
+    },
+    /// `put_fdb` learned (or moved) a MAC: the controller writes it to SB `FDB`.
+    Fdb {
+        /// Datapath name.
+        datapath: String,
+        /// Logical port name.
+        port: String,
+        /// The MAC.
+        mac: [u8; 6],
+    },
+    /// `bind_vport(V, P)`: virtual port `vport` is now reached through `parent` (the
+    /// controller claims `vport` for this chassis, as pinctrl does).
+    BindVport {
+        /// Datapath name.
+        datapath: String,
+        /// The virtual port.
+        vport: String,
+        /// Its parent port.
+        parent: String,
+    },
+    /// A port waiting for activation sent a RARP and is now active on this chassis.
+    PortActivated {
+        /// Its local port id.
+        local: u32,
+        /// Its logical name.
+        port: String,
+    },
+}
+
+impl Event {
+    pub(crate) fn neighbour(
+        prog: &Program,
+        (dp, port, ip, v6): (u32, u32, u128, bool),
+        mac: u128,
+    ) -> Option<Event> {
+        let d = prog.dps.get(dp as usize)?;
+        let p = d.ports.get(&port)?;
+        let ip = if v6 {
+            std::net::IpAddr::V6(std::net::Ipv6Addr::from(ip))
+        } else {
+            std::net::IpAddr::V4(std::net::Ipv4Addr::from(ip as u32))
+        };
+        let b = (mac as u64).to_be_bytes();
+        Some(Event::Neighbour {
+            datapath: d.name.clone(),
+            port: p.name.clone(),
+            ip,
+            mac: [b[2], b[3], b[4], b[5], b[6], b[7]],
+        })
+    }
+}
+
 /// A program with its neighbour table, flow cache and scratch space.
 #[derive(Debug)]
 pub struct Pipeline {
     prog: Program,
     generation: u64,
     neigh: Neighbours,
-    learned: learn::Learned,
+    /// FDB, ECMP next hops, LB affinity (see [`learn`]).
+    state: learn::Learned,
     counters: Vec<u64>,
     cache: cache::Cache,
     scr: Scratch,
-    /// Bindings learned by `put_arp`/`put_nd`, by (datapath tunnel key, port key, IP):
-    /// reapplied on a swap.
-    learned_neigh: std::collections::BTreeMap<(u32, u32, std::net::IpAddr), [u8; 6]>,
+    events: Vec<Event>,
+    /// Bindings learned by `put_arp`/`put_nd`, by (datapath, port) name: reapplied on a swap.
+    learned: std::collections::BTreeMap<(String, String, std::net::IpAddr), [u8; 6]>,
     /// Local ports currently inactive.
     inactive: std::collections::BTreeSet<u32>,
     /// Activation decisions made here (by RARP or [`Pipeline::set_port_active`]): they
@@ -225,44 +321,46 @@ impl Pipeline {
             prog,
             generation: 1,
             neigh: Neighbours::default(),
-            learned: learn::Learned::default(),
+            state: learn::Learned::default(),
             counters: Vec::new(),
             cache: cache::Cache::default(),
             scr: Scratch::new(),
-            learned_neigh: Default::default(),
+            events: Vec::new(),
+            learned: Default::default(),
             inactive: Default::default(),
             activation: Default::default(),
         };
         p.load_state();
+        p.load_learned();
         p
     }
 
     /// Loads the program's FDB (SB rows win over learned entries) and sizes the counters.
     fn load_learned(&mut self) {
         for &(dp, mac, port) in &self.prog.fdb {
-            self.learned.fdb.insert((dp, mac), port);
+            self.state.fdb.insert((dp, mac), port);
         }
         self.counters.clear();
         self.counters.resize(self.prog.counters.len(), 0);
     }
 
     fn load_state(&mut self) {
-        self.load_learned();
         self.neigh.clear();
         for &(dp, port, ip, v6, mac) in &self.prog.neighbours {
             self.neigh.insert((dp, port, ip, v6), mac);
         }
         // What this pipeline learned wins over the program's (possibly older) bindings.
-        for (&(dpk, key, ip), mac) in &self.learned_neigh {
-            let Some(&dp) = self.prog.by_key.get(&dpk) else {
+        for ((dpn, pn, ip), mac) in &self.learned {
+            let Some(dp) = self.prog.dps.iter().position(|d| &d.name == dpn) else {
                 continue;
             };
-            if !self.prog.dps[dp as usize].ports.contains_key(&key) {
+            let Some((&key, _)) = self.prog.dps[dp].ports.iter().find(|(_, p)| &p.name == pn)
+            else {
                 continue;
-            }
-            let (ip, v6) = program::ip_u128(ip);
+            };
+            let (ip, v6) = program::ip_u128(*ip);
             let m = mac.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b));
-            self.neigh.insert((dp, key, ip, v6), m);
+            self.neigh.insert((dp as u32, key, ip, v6), m);
         }
         self.inactive = self.prog.inactive.iter().copied().collect();
         for (&id, &active) in &self.activation {
@@ -284,6 +382,7 @@ impl Pipeline {
         self.prog = prog;
         self.generation += 1;
         self.load_state();
+        self.load_learned();
         self.cache.clear();
     }
 
@@ -309,27 +408,26 @@ impl Pipeline {
         !self.inactive.contains(&id)
     }
 
-    /// Takes the events (learned neighbours and FDB entries, `bind_vport`) since the last call.
-    /// Learned FDB, ECMP and affinity state survives [`Pipeline::set_program`].
+    /// Takes the events collected so far.
     pub fn take_events(&mut self) -> Vec<Event> {
-        std::mem::take(&mut self.learned.events)
+        std::mem::take(&mut self.events)
     }
 
     /// Sizes of the learned tables.
     pub fn learn_stats(&self) -> LearnStats {
-        self.learned.stats()
+        self.state.stats()
     }
 
     /// Drops ECMP next-hop and LB affinity entries that have timed out by `now` (lookups
     /// already ignore them; this frees their memory).
     pub fn expire_learned(&mut self, now: Duration) {
-        self.learned.expire(now);
+        self.state.expire(now);
     }
 
     /// The port key learned for `mac` in the datapath with `tunnel_key` (`get_fdb`).
     pub fn fdb(&self, tunnel_key: u32, mac: [u8; 6]) -> Option<u32> {
         let m = mac.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b));
-        self.learned.fdb.get(&(tunnel_key, m)).copied()
+        self.state.fdb.get(&(tunnel_key, m)).copied()
     }
 
     /// Hits of every counted action (`log`, `set_meter`, `sample`, `trigger_event`,
@@ -469,9 +567,7 @@ impl Pipeline {
                             .get(&key)
                             .map(|p| p.name.clone())
                             .unwrap_or_default();
-                        self.learned
-                            .events
-                            .push(Event::PortActivated { local: id, port });
+                        self.events.push(Event::PortActivated { local: id, port });
                     }
                 }
                 (dp, program::INGRESS, key, 0)
@@ -539,7 +635,7 @@ impl Pipeline {
             }
         };
         let parsed = hf_wire::parse(frame, inport, u64::from(dp))?;
-        let events_before = self.learned.events.len();
+        let events_before = self.events.len();
         self.cache.maintain();
         self.scr.reset();
         let ctx = &mut self.scr.ctx;
@@ -551,7 +647,7 @@ impl Pipeline {
         let mut r = Runner {
             prog: &self.prog,
             neigh: &mut self.neigh,
-            learned: &mut self.learned,
+            state: &mut self.state,
             counters: &mut self.counters,
             generation: &mut self.generation,
             cache: &mut self.cache,
@@ -563,6 +659,7 @@ impl Pipeline {
             mode,
             segments: 0,
             hits: 0,
+            events: &mut self.events,
         };
         r.run_segment(resume_id(dp, pipe, 0), 0);
         let stats = RunStats {
@@ -577,7 +674,7 @@ impl Pipeline {
     /// Copies the bindings learned by this run (events from `from` on) into the table that
     /// survives swaps.
     fn remember_learned(&mut self, from: usize) {
-        for e in self.learned.events.get(from..).unwrap_or(&[]) {
+        for e in self.events.get(from..).unwrap_or(&[]) {
             if let Event::Neighbour {
                 datapath,
                 port,
@@ -585,7 +682,8 @@ impl Pipeline {
                 mac,
             } = e
             {
-                self.learned_neigh.insert((*datapath, *port, *ip), *mac);
+                self.learned
+                    .insert((datapath.clone(), port.clone(), *ip), *mac);
             }
         }
     }

@@ -543,7 +543,7 @@ pub(crate) enum CAct {
     CtCommit {
         mark: Option<Masked<u32>>,
         label: Option<Masked<u128>>,
-        /// (bits of `ct_mark`/`ct_label`, source field bits) copied when the commit runs.
+        /// `ct_mark`/`ct_label` bits (destination) loaded from packet fields (source).
         moves: Vec<(Bits, Bits)>,
     },
     /// `ct_snat`/`ct_dnat` (and `_in_czone`), with or without a target.
@@ -955,12 +955,13 @@ pub(crate) struct ActCompiler<'a> {
     pipe: u8,
     table: u8,
     dp: u32,
-    switch: bool,
+    /// The datapath is a switch (`chk_lb_aff` loads IPv6 backends into `xxreg0` there).
+    pub(crate) switch: bool,
     arena: &'a mut Vec<CAct>,
     /// Counters already in the program; this flow's are numbered from here.
-    counter_base: u32,
+    pub(crate) counter_base: u32,
     /// Names of this flow's counted actions, in counter order.
-    counted: Vec<&'static str>,
+    pub(crate) counted: Vec<&'static str>,
 }
 
 fn const_ip(c: &Constant) -> IpAddr {
@@ -971,15 +972,12 @@ fn const_ip(c: &Constant) -> IpAddr {
 }
 
 impl ActCompiler<'_> {
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new<'a>(
         port_key: &'a dyn Fn(&str) -> Option<u32>,
         pipe: u8,
         table: u8,
         dp: u32,
-        switch: bool,
         arena: &'a mut Vec<CAct>,
-        counter_base: u32,
     ) -> ActCompiler<'a> {
         ActCompiler {
             symtab: SymbolTable::shared(),
@@ -987,16 +985,11 @@ impl ActCompiler<'_> {
             pipe,
             table,
             dp,
-            switch,
+            switch: false,
             arena,
-            counter_base,
+            counter_base: 0,
             counted: Vec::new(),
         }
-    }
-
-    /// The names of the counted actions compiled so far (in counter order).
-    pub(crate) fn take_counted(&mut self) -> Vec<&'static str> {
-        std::mem::take(&mut self.counted)
     }
 
     fn bits(&self, f: &FieldRef) -> Result<Bits, String> {
@@ -1079,7 +1072,7 @@ impl ActCompiler<'_> {
             Action::CtNext { .. } => CAct::CtNext,
             Action::CtCommit { args, .. } => {
                 let (mut mark, mut label) = (None::<Masked<u32>>, None::<Masked<u128>>);
-                let mut moves: Vec<(Bits, Bits)> = Vec::new();
+                let mut moves = Vec::new();
                 match args {
                     CtCommit::Bare => {}
                     CtCommit::Legacy { mark: m, label: l } => {
@@ -1094,20 +1087,14 @@ impl ActCompiler<'_> {
                     }
                     CtCommit::Block(body) => {
                         for b in body {
-                            // `ct_label.label = reg3;`: copied from the register when the
-                            // commit runs (stateful ACL labels).
+                            // `ct_label.label = reg3;`, `ct_label.ecmp_reply_eth = eth.src;`:
+                            // the value is read from the packet when the commit runs.
                             if let Action::Move { dst, src, .. } = b {
-                                let (d, sr) = (self.bits(dst)?, self.bits(src)?);
+                                let (d, s) = (self.bits(dst)?, self.bits(src)?);
                                 if !matches!(usize::from(d.field), slot::CT_MARK | slot::CT_LABEL) {
                                     return Err("ct_commit { } sets ct_mark or ct_label".into());
                                 }
-                                if d.width != sr.width {
-                                    return Err(format!(
-                                        "ct_commit {{ }}: `{}` and `{}` differ in width",
-                                        dst.name, src.name
-                                    ));
-                                }
-                                moves.push((d, sr));
+                                moves.push((d, s));
                                 continue;
                             }
                             let Action::Assign {
@@ -1117,7 +1104,8 @@ impl ActCompiler<'_> {
                             } = b
                             else {
                                 return Err(
-                                    "ct_commit { } takes assignments of constants or fields".into(),
+                                    "ct_commit { } takes assignments to ct_mark and ct_label"
+                                        .into(),
                                 );
                             };
                             let bits = self.bits(dst)?;
@@ -1184,7 +1172,7 @@ impl ActCompiler<'_> {
             }
             Action::Nested { kind, body, .. } => {
                 if *kind == NestedKind::SctpAbort {
-                    return Err(format!("{UNSUPPORTED}sctp_abort (not executed yet)"));
+                    return Err(format!("{UNSUPPORTED}sctp_abort"));
                 }
                 let body = self.list(body)?;
                 CAct::Nested { kind: *kind, body }

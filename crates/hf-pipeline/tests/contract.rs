@@ -536,7 +536,8 @@ fn learned_neighbours_are_events_and_survive_a_swap() {
     assert!(
         ev.iter().any(|e| matches!(
             e,
-            Event::Neighbour { datapath: 5, port: 1, ip, mac } if *ip == IpAddr::V4(A) && *mac == sha
+            Event::Neighbour { datapath, port, ip, mac }
+                if datapath == "ls" && port == "a" && *ip == IpAddr::V4(A) && *mac == sha
         )),
         "{ev:?}"
     );

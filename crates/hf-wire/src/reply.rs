@@ -216,7 +216,15 @@ pub fn icmp4_error(
 ) -> Result<usize, BuildError> {
     let to = p.key.ip_src().ok_or(BuildError::NotIp)?;
     let eth = (p.key.eth_src, p.key.eth_dst);
-    icmp_error(out, frame, p, eth, (src_ip.into(), to), [icmp_type, icmp_code], rest)
+    icmp_error(
+        out,
+        frame,
+        p,
+        eth,
+        (src_ip.into(), to),
+        [icmp_type, icmp_code],
+        rest,
+    )
 }
 
 /// OVN's `icmp4 { }`/`icmp6 { }`/`icmp4_error { }`/`icmp6_error { }` packet: an ICMP error
@@ -263,7 +271,15 @@ pub fn icmp6_error(
 ) -> Result<usize, BuildError> {
     let to = p.key.ip_src().ok_or(BuildError::NotIp)?;
     let eth = (p.key.eth_src, p.key.eth_dst);
-    icmp_error(out, frame, p, eth, (src_ip.into(), to), [icmp_type, icmp_code], rest)
+    icmp_error(
+        out,
+        frame,
+        p,
+        eth,
+        (src_ip.into(), to),
+        [icmp_type, icmp_code],
+        rest,
+    )
 }
 
 /// `eth` is (destination, source), `ips` (source, destination).
