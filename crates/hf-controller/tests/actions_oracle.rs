@@ -19,7 +19,7 @@ use std::time::Duration;
 use common::{Central, require};
 use hf_conntrack::{Config, Conntrack};
 use hf_controller::translate::{TranslateOptions, translate};
-use hf_pipeline::{Destination, FdbSpec, Ingress, Outputs, Pipeline, Program};
+use hf_pipeline::{Destination, Ingress, Outputs, Pipeline, Program};
 use hf_wire::{EthAddr, ip_proto};
 
 /// One test packet, written both as an ovn-trace microflow and as a frame.
@@ -272,16 +272,8 @@ fn port_security_fdb_and_dhcp_agree_with_ovn_trace() {
     c.sync();
     let sb = c.sb_snapshot();
     let t = translate(&sb, &TranslateOptions::default());
-    let mut spec = t.spec.clone();
-    spec.fdb = t
-        .fdb
-        .iter()
-        .map(|f| FdbSpec {
-            datapath: f.datapath.clone(),
-            port: f.port.clone(),
-            mac: f.mac,
-        })
-        .collect();
+    // The translation fills the program's FDB from SB's FDB rows.
+    let spec = t.spec.clone();
     let (prog, errors) = Program::compile(&spec).expect("program compiles");
     assert!(errors.is_empty(), "flows that did not compile: {errors:#?}");
     let by_id: std::collections::BTreeMap<u32, String> = t
