@@ -239,6 +239,8 @@ pub(crate) struct Runner<'a> {
     pub mode: Mode,
     pub segments: u32,
     pub hits: u32,
+    /// Trace-only overrides (`--ct`, `--lb-dst`).
+    pub what_if: Option<crate::whatif::Cursor<'a>>,
     /// Events for the caller (learned neighbours).
     pub events: &'a mut Vec<crate::Event>,
 }
@@ -1166,7 +1168,12 @@ impl Runner<'_> {
                             crate::classifier::mix(h, ctx.f[usize::from(*s)])
                         })
                     };
-                    let i = (h % backends.len() as u64) as usize;
+                    // `--lb-dst` (trace's what-if) picks the backend when it names one.
+                    let i = self
+                        .what_if
+                        .as_ref()
+                        .and_then(|w| w.lb_pick(backends))
+                        .unwrap_or((h % backends.len() as u64) as usize);
                     let (ip, port) = backends[i];
                     let mut a = CtAction::commit(owner).dnat(NatRange::addr_port(ip, port));
                     let bits = Masked {
@@ -1207,10 +1214,18 @@ impl Runner<'_> {
             }
             _ => return None,
         };
-        let r = match &mut self.ct {
+        let mut r = match &mut self.ct {
             CtHandle::Live(ct) => ct.process(zone, &ctx.parsed, self.now, &cta),
             CtHandle::WhatIf(ct) => ct.peek(zone, &ctx.parsed, self.now, &cta),
         };
+        if let Some(w) = self.what_if.as_mut()
+            && !matches!(
+                act,
+                CAct::CtCommit { .. } | CAct::CtCommitNat | CAct::CtSnatToVip { .. }
+            )
+        {
+            r.state.0 = w.ct_state(r.state.0);
+        }
         match act {
             CAct::CtCommit { .. } => {}
             // No recirculation: the NAT applies to the packet, ct_state stays as it was.

@@ -103,6 +103,7 @@ mod port_sec;
 mod program;
 mod stateful;
 mod trace;
+mod whatif;
 
 #[doc(hidden)]
 pub mod example;
@@ -120,6 +121,7 @@ pub use program::{
     Program, ProgramSpec,
 };
 pub use trace::{Trace, TraceFlow, TraceRecord};
+pub use whatif::WhatIf;
 
 use interp::{CtHandle, Mode, Neighbours, Runner, Scratch, resume_id};
 use packet::slot;
@@ -486,6 +488,7 @@ impl Pipeline {
             out,
             None,
             Mode::Cached,
+            None,
         )
     }
 
@@ -507,6 +510,7 @@ impl Pipeline {
             out,
             None,
             Mode::Uncached,
+            None,
         )
     }
 
@@ -520,6 +524,21 @@ impl Pipeline {
         now: Duration,
         out: &mut Outputs,
     ) -> Result<Trace, ProcessError> {
+        self.trace_with(ct, from, frame, now, out, &WhatIf::default())
+    }
+
+    /// [`Pipeline::trace`] with what-if overrides: forced `ct_state`s for successive
+    /// conntrack lookups and a chosen load-balancer backend (ovn-trace's `--ct` and
+    /// `--lb-dst`).
+    pub fn trace_with(
+        &mut self,
+        ct: &Conntrack,
+        from: Ingress,
+        frame: &[u8],
+        now: Duration,
+        out: &mut Outputs,
+        what_if: &WhatIf,
+    ) -> Result<Trace, ProcessError> {
         let mut t = Trace::default();
         self.run(
             CtHandle::WhatIf(ct),
@@ -529,6 +548,7 @@ impl Pipeline {
             out,
             Some(&mut t),
             Mode::Trace,
+            Some(whatif::Cursor::new(what_if)),
         )?;
         Ok(t)
     }
@@ -543,6 +563,7 @@ impl Pipeline {
         out: &mut Outputs,
         trace: Option<&mut Trace>,
         mode: Mode,
+        what_if: Option<whatif::Cursor<'_>>,
     ) -> Result<RunStats, ProcessError> {
         out.clear();
         let (dp, pipe, inport, outport) = match from {
@@ -613,6 +634,7 @@ impl Pipeline {
                             out,
                             trace.as_deref_mut(),
                             mode,
+                            None,
                         )?;
                         stats.segments += s.segments;
                         stats.cache_hits += s.cache_hits;
@@ -659,6 +681,7 @@ impl Pipeline {
             mode,
             segments: 0,
             hits: 0,
+            what_if,
             events: &mut self.events,
         };
         r.run_segment(resume_id(dp, pipe, 0), 0);
