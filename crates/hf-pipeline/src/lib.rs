@@ -93,6 +93,7 @@
 //! and an [`Outputs`] to fill (cleared first). [`Pipeline::set_program`] swaps programs and bumps
 //! the generation, so cached entries of the old program are never used again.
 
+mod arena;
 mod cache;
 mod classifier;
 mod compile;
