@@ -531,7 +531,8 @@ impl Loaded {
                 .iter()
                 .map(|d| format!("{} {}: {}", d.table, d.uuid, d.reason))
                 .collect();
-            let s = Session::new(&t.spec).map_err(|e| Failure(format!("program: {e}")))?;
+            let mut s = Session::new(&t.spec).map_err(|e| Failure(format!("program: {e}")))?;
+            s.set_chassis_names(t.chassis.iter().map(|c| (c.id, c.name.clone())).collect());
             self.diagnostics
                 .extend(s.flow_errors.iter().map(|e| e.to_string()));
             self.session = Some(s);

@@ -653,3 +653,45 @@ fn nat_load_balancing_and_ct_flags_agree_with_ovn_trace() {
     let v = f.trace_json(&["--ct=est", "sw0", L2]);
     assert_eq!(outputs(&v), ["vm2"]);
 }
+
+#[test]
+fn chassis_decides_residency_and_tunnels() {
+    if !require("chassis", TOOLS) {
+        return;
+    }
+    let f = Fixture::new();
+    let sbctl = |cmd: &str| {
+        run_ok(
+            Command::new("sh")
+                .arg("-c")
+                .arg(format!("ovn-sbctl --db={} {cmd}", f.sb())),
+        )
+    };
+    sbctl("chassis-add hv1 geneve 127.0.0.2");
+    sbctl("chassis-add hv2 geneve 127.0.0.3");
+    sbctl("lsp-bind vm1 hv1");
+    sbctl("lsp-bind vm2 hv2");
+    // On hv1, vm2 is remote: the copy leaves through a tunnel to hv2.
+    let out = f.trace(&["--chassis", "hv1", "--minimal", "sw0", L2]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("output(\"vm2\"); /* datapath \"sw0\" via tunnel to chassis hv2 */"),
+        "{text}"
+    );
+    let v = f.trace_json(&["--chassis", "hv1", "sw0", L2]);
+    assert_eq!(outputs(&v), ["vm2"]);
+    // Without --chassis every port is local, as in ovn-trace.
+    let out = f.trace(&["--minimal", "sw0", L2]);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("tunnel"));
+    // vm1 does not live on hv2: no packet can enter there.
+    let out = f.trace(&["--chassis", "hv2", "sw0", L2]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("port \"vm1\" is not bound on this chassis")
+    );
+}

@@ -33,8 +33,10 @@ pub struct Output {
     pub port: String,
     /// Its datapath.
     pub datapath: String,
-    /// The remote chassis (our numbering) when the copy leaves through a tunnel.
+    /// The remote chassis (the translation's numbering) when the copy leaves through a tunnel.
     pub chassis: Option<u32>,
+    /// That chassis' name, when the session knows it ([`Session::set_chassis_names`]).
+    pub chassis_name: Option<String>,
     /// The frame as it leaves.
     pub frame: Vec<u8>,
 }
@@ -115,6 +117,7 @@ pub struct Session {
     by_local: BTreeMap<u32, (String, String)>,
     by_key: BTreeMap<(u32, u32), (String, String)>,
     datapaths: Vec<String>,
+    chassis_names: BTreeMap<u32, String>,
     /// Flows that did not compile (the rest did; the trace goes on without them).
     pub flow_errors: Vec<FlowError>,
 }
@@ -131,6 +134,7 @@ impl Session {
             by_local: BTreeMap::new(),
             by_key: BTreeMap::new(),
             datapaths: Vec::new(),
+            chassis_names: BTreeMap::new(),
             flow_errors,
         };
         for d in &spec.datapaths {
@@ -146,6 +150,11 @@ impl Session {
             }
         }
         Ok(s)
+    }
+
+    /// Names the chassis of [`hf_pipeline::PortLocation::Remote`] ids in outputs.
+    pub fn set_chassis_names(&mut self, names: BTreeMap<u32, String>) {
+        self.chassis_names = names;
     }
 
     /// The datapaths' names.
@@ -217,6 +226,7 @@ impl Session {
             outputs.push(Output {
                 port,
                 datapath,
+                chassis_name: chassis.and_then(|c| self.chassis_names.get(&c).cloned()),
                 chassis,
                 frame: f.to_vec(),
             });

@@ -82,10 +82,11 @@ fn short(u: Option<&str>) -> String {
 
 fn verdict_lines(o: &Outcome, out: &mut String, indent: &str) {
     for x in &o.outputs {
-        let via = x
-            .chassis
-            .map(|c| format!(" via tunnel to chassis {c}"))
-            .unwrap_or_default();
+        let via = match (&x.chassis_name, x.chassis) {
+            (Some(n), _) => format!(" via tunnel to chassis {n}"),
+            (None, Some(c)) => format!(" via tunnel to chassis #{c}"),
+            _ => String::new(),
+        };
         let _ = writeln!(
             out,
             "{indent}output(\"{}\"); /* datapath \"{}\"{via} */",
@@ -187,8 +188,11 @@ fn summary(o: &Outcome, out: &mut String) {
         } else {
             let _ = writeln!(out, "{pad}{pipe}(dp=\"{dp}\") {{");
         }
+        // As ovn-trace's summary: stages that only continue are left out.
         for r in recs {
-            if let Some(f) = &r.flow {
+            if let Some(f) = &r.flow
+                && f.actions.trim() != "next;"
+            {
                 let _ = writeln!(out, "{pad}    {}", f.actions);
             }
         }
