@@ -285,8 +285,9 @@ struct Loaded {
     timeout: Duration,
     db: String,
     rounds: usize,
-    /// Milliseconds: connecting and the first sync, each widening round, translating.
-    times: (u64, Vec<u64>, u64),
+    /// Milliseconds: connecting and the first sync, each widening round, translating,
+    /// compiling.
+    times: (u64, Vec<u64>, u64, u64),
     friendly: bool,
 }
 
@@ -321,7 +322,7 @@ async fn connect_sb(db: &str, timeout: Duration) -> anyhow::Result<Loaded> {
         timeout,
         db: db.to_string(),
         rounds: 0,
-        times: (0, Vec::new(), 0),
+        times: (0, Vec::new(), 0, 0),
         friendly: true,
     };
     let t0 = Instant::now();
@@ -526,18 +527,29 @@ impl Loaded {
                 None => plan.scoped(r.model(), None),
             });
             let t = translate(&scoped, &opts);
+            self.times.2 += t0.elapsed().as_millis() as u64;
+            let t0 = Instant::now();
             self.diagnostics = t
                 .diagnostics
                 .iter()
                 .map(|d| format!("{} {}: {}", d.table, d.uuid, d.reason))
                 .collect();
-            let mut s = Session::new(&t.spec).map_err(|e| Failure(format!("program: {e}")))?;
-            s.set_chassis_names(t.chassis.iter().map(|c| (c.id, c.name.clone())).collect());
+            let names = t.chassis.iter().map(|c| (c.id, c.name.clone())).collect();
+            let mut s = match self.session.take() {
+                Some(mut s) => match s.update(&t.spec) {
+                    Ok(()) => s,
+                    Err(_) => {
+                        Session::new(&t.spec).map_err(|e| Failure(format!("program: {e}")))?
+                    }
+                },
+                None => Session::new(&t.spec).map_err(|e| Failure(format!("program: {e}")))?,
+            };
+            s.set_chassis_names(names);
             self.diagnostics
                 .extend(s.flow_errors.iter().map(|e| e.to_string()));
             self.session = Some(s);
             self.dirty = false;
-            self.times.2 += t0.elapsed().as_millis() as u64;
+            self.times.3 += t0.elapsed().as_millis() as u64;
         }
         self.session
             .as_mut()
@@ -566,7 +578,7 @@ impl Loaded {
             format!(
                 "fetch: rounds={} rows={} Datapath_Binding={} Logical_Flow={} Port_Binding={} \
                  Logical_DP_Group={} datapaths={} neighbours={} connect_ms={} rounds_ms={:?} \
-                 translate_ms={}",
+                 translate_ms={} compile_ms={}",
                 self.rounds,
                 r.stats().rows_received
                     + self
@@ -584,6 +596,7 @@ impl Loaded {
                 self.times.0,
                 self.times.1,
                 self.times.2,
+                self.times.3,
             )
         })
     }
