@@ -279,6 +279,7 @@ struct Loaded {
     sent: BTreeMap<&'static str, Vec<Value>>,
     session: Option<Session>,
     diagnostics: Vec<String>,
+    shown: std::collections::BTreeSet<String>,
     dirty: bool,
     chassis: Option<String>,
     origins: Option<Origins>,
@@ -316,6 +317,7 @@ async fn connect_sb(db: &str, timeout: Duration) -> anyhow::Result<Loaded> {
         sent: BTreeMap::new(),
         session: None,
         diagnostics: Vec::new(),
+        shown: Default::default(),
         dirty: true,
         chassis: None,
         origins: None,
@@ -547,6 +549,12 @@ impl Loaded {
             s.set_chassis_names(names);
             self.diagnostics
                 .extend(s.flow_errors.iter().map(|e| e.to_string()));
+            // Each distinct diagnostic once per process (the log, in the long-running modes).
+            for d in &self.diagnostics {
+                if self.shown.insert(d.clone()) {
+                    eprintln!("warning: {d}");
+                }
+            }
             self.session = Some(s);
             self.dirty = false;
             self.times.3 += t0.elapsed().as_millis() as u64;
@@ -704,9 +712,6 @@ async fn run_async(a: TraceArgs) -> anyhow::Result<std::process::ExitCode> {
         let r = l.answer(&q).await;
         if a.fetch_stats {
             eprintln!("{}", l.fetch_stats());
-        }
-        for d in &l.diagnostics {
-            eprintln!("warning: {d}");
         }
         return match r {
             Ok((_, text)) => {

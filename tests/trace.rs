@@ -44,7 +44,7 @@ struct Fixture {
     dir: tempfile::TempDir,
     _nb: OvsdbServer,
     _sb: OvsdbServer,
-    _northd: Daemon,
+    northd: Option<Daemon>,
 }
 
 impl Fixture {
@@ -71,7 +71,7 @@ impl Fixture {
                 .arg(format!("--ovnsb-db={}", sb.remote)),
         );
         let f = Fixture {
-            _northd: Daemon(d.join("northd.pid")),
+            northd: Some(Daemon(d.join("northd.pid"))),
             dir,
             _nb: nb,
             _sb: sb,
@@ -694,4 +694,54 @@ fn chassis_decides_residency_and_tunnels() {
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("port \"vm1\" is not bound on this chassis")
     );
+}
+
+#[test]
+fn rows_that_do_not_translate_are_named_and_the_trace_goes_on() {
+    if !require("bad_rows", TOOLS) {
+        return;
+    }
+    let mut f = Fixture::new();
+    // Stop northd, so the row it would delete stays: a flow whose match does not parse.
+    let pidfile = f.dir.path().join("northd.pid");
+    drop(f.northd.take());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pidfile.exists() {
+        assert!(Instant::now() < deadline, "northd did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sw0 = run_ok(Command::new("ovn-sbctl").args([
+        &format!("--db={}", f.sb()),
+        "--bare",
+        "--columns=_uuid",
+        "find",
+        "Datapath_Binding",
+        "external_ids:name=sw0",
+    ]));
+    let bad = run_ok(Command::new("ovn-sbctl").args([
+        &format!("--db={}", f.sb()),
+        "create",
+        "Logical_Flow",
+        &format!("logical_datapath={}", sw0.trim()),
+        "pipeline=ingress",
+        "table_id=0",
+        "priority=200",
+        "match=\"ip4.srcc == 1.2.3.4\"",
+        "actions=\"drop;\"",
+        "external_ids:stage-name=ls_in_check_port_sec",
+    ]));
+    let out = f.trace(&["--format=json", "sw0", L2]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("warning:") && l.contains(bad.trim()) && l.contains("ip4.srcc")),
+        "{err}"
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(outputs(&v), ["vm2"]);
 }

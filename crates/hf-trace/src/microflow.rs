@@ -9,13 +9,33 @@
 //! for anything that crosses a router). Port names are kept as names; the caller resolves them.
 //!
 //! What it does not do: resolve `$address_set` or `@port_group` references (a microflow that
-//! uses one is refused by name), or build the frame (that is [`crate::frame`]).
+//! uses one is refused by name), constrain registers, flags or conntrack fields (refused by
+//! name: the frame is a real packet and the pipeline's metadata starts at zero; conntrack
+//! states come from `--ct`), or build the frame (that is [`crate::frame`]).
 
 use std::collections::BTreeMap;
 
 use hf_expr::normalize::{Atom, Limits, Normalizer};
 use hf_expr::symbols::{FieldId, field, field_id};
 use hf_expr::{ParseError, Sets, SymbolTable};
+
+/// The fields a frame carries (everything else is pipeline metadata).
+const FRAME_PREFIXES: &[&str] = &[
+    "eth.",
+    "vlan.",
+    "ip.",
+    "ip4.",
+    "ip6.",
+    "arp.",
+    "tcp.",
+    "udp.",
+    "sctp.",
+    "icmp4.type",
+    "icmp4.code",
+    "icmp6.type",
+    "icmp6.code",
+    "nd.",
+];
 
 /// One packet, as a microflow constrains it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -112,6 +132,18 @@ pub fn parse(text: &str, origin: &str) -> Result<Microflow, MicroflowError> {
                 value,
                 mask,
             } => {
+                let name = field(FieldId(*id)).name;
+                if !FRAME_PREFIXES.iter().any(|p| name.starts_with(p)) {
+                    let hint = if name.starts_with("ct_") {
+                        " (give conntrack states with --ct)"
+                    } else {
+                        ""
+                    };
+                    return Err(MicroflowError::Constraints(format!(
+                        "{name}: a microflow describes a packet on the wire; registers and \
+                         metadata start at zero and cannot be constrained{hint}"
+                    )));
+                }
                 let e = m.fields.entry(*id).or_insert((0, 0));
                 e.0 = (e.0 & !mask) | (value & mask);
                 e.1 |= mask;
@@ -186,6 +218,14 @@ mod tests {
         assert!(e.to_string().contains("ambiguous"), "{e}");
         let e = parse("ip4 && ip6", "microflow").unwrap_err();
         assert!(e.to_string().contains("contradictory"), "{e}");
+    }
+
+    #[test]
+    fn metadata_is_refused_by_name() {
+        let e = parse(r#"inport == "a" && reg0 == 1"#, "microflow").unwrap_err();
+        assert!(e.to_string().starts_with("xxreg0"), "{e}");
+        let e = parse(r#"inport == "a" && ct.est"#, "microflow").unwrap_err();
+        assert!(e.to_string().contains("--ct"), "{e}");
     }
 
     #[test]
