@@ -351,7 +351,15 @@ fn drain_events(
     let mut why = None;
     while let Ok(e) = events.try_recv() {
         match e {
-            Event::Changes(_) | Event::Resynced { .. } => *dirty = true,
+            // northd and the controllers bump SB_Global and Chassis_Private on every change
+            // anywhere; the translation reads neither, so those alone keep the program.
+            Event::Changes(d) => {
+                let ignored = d.sb_global.len() + d.chassis_private.len();
+                if <SbSnapshot as hf_ovsdb_net::client::Model>::delta_len(&d) > ignored {
+                    *dirty = true;
+                }
+            }
+            Event::Resynced { .. } => *dirty = true,
             Event::Disconnected { reason, .. } => why = Some(reason),
             Event::Warning(w) => eprintln!("warning: {w}"),
             _ => {}
