@@ -227,6 +227,19 @@ fn across_a_router_agrees_with_ovn_trace() {
     let v = f.trace_json(&["sw0", &ttl1]);
     assert!(!outputs(&v).contains(&"vm3".to_string()), "{v}");
     assert!(!f.ovn_trace("sw0", &ttl1).contains("output(\"vm3\")"));
+    // A ping of the router port and ARP for its address come back to vm1, for both; the
+    // echo reply (which the walk's own conntrack commit lets back through sw0) is no NAT.
+    let ping = r#"inport == "vm1" && eth.src == 00:00:00:00:00:01 && eth.dst == 00:00:00:00:ff:00 && ip4.src == 10.0.0.11 && ip4.dst == 10.0.0.1 && ip.ttl == 64 && icmp4.type == 8"#;
+    let arp = r#"inport == "vm1" && eth.src == 00:00:00:00:00:01 && eth.dst == ff:ff:ff:ff:ff:ff && arp.op == 1 && arp.sha == 00:00:00:00:00:01 && arp.spa == 10.0.0.11 && arp.tpa == 10.0.0.1"#;
+    for flow in [ping, arp] {
+        let v = f.trace_json(&["sw0", flow]);
+        assert_eq!(outputs(&v), ["vm1"], "{flow}");
+        assert!(v["verdict"]["nat"].as_array().unwrap().is_empty(), "{v}");
+        assert!(
+            f.ovn_trace("sw0", flow).contains("output(\"vm1\")"),
+            "{flow}"
+        );
+    }
 }
 
 #[test]

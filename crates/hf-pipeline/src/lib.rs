@@ -528,6 +528,34 @@ impl Pipeline {
         self.trace_with(ct, from, frame, now, out, &WhatIf::default())
     }
 
+    /// [`Pipeline::trace_with`] with conntrack running for real on `scratch`, a table the
+    /// caller keeps for this one trace: a connection the walk commits is seen by its later
+    /// lookups (a reply the pipeline generates, a hairpin), as on the datapath, while the
+    /// neighbour, FDB, ECMP and affinity tables stay untouched as in every trace. `holdfast
+    /// trace` passes an empty table per packet.
+    pub fn trace_scratch(
+        &mut self,
+        scratch: &mut Conntrack,
+        from: Ingress,
+        frame: &[u8],
+        now: Duration,
+        out: &mut Outputs,
+        what_if: &WhatIf,
+    ) -> Result<Trace, ProcessError> {
+        let mut t = Trace::default();
+        self.run(
+            CtHandle::Live(scratch),
+            from,
+            frame,
+            now,
+            out,
+            Some(&mut t),
+            Mode::Trace,
+            Some(whatif::Cursor::new(what_if)),
+        )?;
+        Ok(t)
+    }
+
     /// [`Pipeline::trace`] with what-if overrides: forced `ct_state`s for successive
     /// conntrack lookups and a chosen load-balancer backend (ovn-trace's `--ct` and
     /// `--lb-dst`).

@@ -1,7 +1,8 @@
 //! One packet through the program: the frame a microflow describes enters the ingress pipeline
 //! of its `inport`'s datapath and runs through `hf_pipeline::Pipeline::trace_with`, the walk the
-//! datapath itself runs, with conntrack in what-if mode on a scratch table (nothing is
-//! committed; the table stays empty) and ovn-trace's `--ct`/`--lb-dst` overrides.
+//! datapath itself runs, with conntrack on a scratch table of its own (what the walk commits
+//! its later lookups see; nothing outlives the trace) and ovn-trace's `--ct`/`--lb-dst`
+//! overrides.
 //!
 //! The [`Outcome`] names what the packet did: every table visited (with the flow's stage, SB
 //! UUID, identity and NB stage-hint), the logical ports its copies reached (patch ports are
@@ -112,7 +113,6 @@ pub enum TraceError {
 #[derive(Debug)]
 pub struct Session {
     pipeline: Pipeline,
-    ct: Conntrack,
     ports: BTreeMap<String, (String, PortLocation)>,
     by_local: BTreeMap<u32, (String, String)>,
     by_key: BTreeMap<(u32, u32), (String, String)>,
@@ -130,7 +130,6 @@ impl Session {
         let (prog, flow_errors) = Program::compile(spec)?;
         let mut s = Session {
             pipeline: Pipeline::new(prog),
-            ct: Conntrack::new(hf_conntrack::Config::default()),
             ports: BTreeMap::new(),
             by_local: BTreeMap::new(),
             by_key: BTreeMap::new(),
@@ -229,10 +228,13 @@ impl Session {
         };
         let input = frame::build(mf);
         let mut out = Outputs::default();
+        // A scratch conntrack table for this packet alone: what the walk commits, its later
+        // lookups see (the reply to a ping of a router port); nothing outlives the trace.
+        let mut scratch = Conntrack::new(hf_conntrack::Config::default());
         let trace = self
             .pipeline
-            .trace_with(
-                &self.ct,
+            .trace_scratch(
+                &mut scratch,
                 Ingress::Local(id),
                 &input,
                 Duration::from_secs(1),
@@ -377,8 +379,11 @@ fn nat_of(trace: &Trace, input: &[u8], outputs: &[Output]) -> Vec<Nat> {
             continue;
         };
         let a = after.key;
-        if a.eth_type != b.eth_type || a.ip_proto != b.ip_proto {
-            // A generated packet (ARP, ICMP error, reset), not a rewrite.
+        let reflected =
+            a.ip_src().is_some() && a.ip_src() == b.ip_dst() && a.ip_dst() == b.ip_src();
+        let icmp_changed = matches!(a.ip_proto, 1 | 58) && a.icmp_type != b.icmp_type;
+        if a.eth_type != b.eth_type || a.ip_proto != b.ip_proto || reflected || icmp_changed {
+            // A generated packet (ARP, ICMP reply or error, reset), not a rewrite.
             continue;
         }
         let ips: [(&str, Option<IpAddr>, Option<IpAddr>, bool); 2] = [
