@@ -44,7 +44,7 @@ pub struct Microflow {
     pub text: String,
     /// `inport`, when given.
     pub inport: Option<String>,
-    /// `outport`, when given.
+    /// `outport`, when given (refused by [`parse`]: the pipeline chooses it).
     pub outport: Option<String>,
     /// Integer fields by id: (value, mask of the bits the microflow set).
     pub fields: BTreeMap<u16, (u128, u128)>,
@@ -188,6 +188,12 @@ pub fn parse(text: &str, origin: &str) -> Result<Microflow, MicroflowError> {
                 )));
             }
         }
+    }
+    if let Some(o) = &m.outport {
+        return Err(MicroflowError::Constraints(format!(
+            "outport == \"{o}\": a microflow enters at its inport and the pipeline chooses \
+             the output port; leave outport out"
+        )));
     }
     Ok(m)
 }
