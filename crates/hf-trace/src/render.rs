@@ -141,6 +141,38 @@ fn segments(o: &Outcome) -> Vec<(String, &'static str, Vec<&hf_pipeline::TraceRe
     segs
 }
 
+/// An effect that only restates the flow's actions in the pipeline's internal form (register
+/// writes, port and pipeline changes, emits): left out of the text, kept in the JSON.
+fn is_raw_op(e: &str) -> bool {
+    [
+        "Some(",
+        "EnterEgress",
+        "EnterDp",
+        "Emit(",
+        "SetPort",
+        "Set {",
+        "Move",
+    ]
+    .iter()
+    .any(|p| e.starts_with(p))
+}
+
+/// `ct zone 10: Some(CtLb { ... }) (then recirculate)` → `ct zone 10 (then recirculate)`:
+/// the flow's actions already say which conntrack action ran.
+fn short_effect(e: &str) -> String {
+    match (e.strip_prefix("ct zone "), e.find(": Some(")) {
+        (Some(_), Some(i)) => {
+            let tail = if e.ends_with(" (then recirculate)") {
+                " (then recirculate)"
+            } else {
+                ""
+            };
+            format!("{}{tail}", &e[..i])
+        }
+        _ => e.to_string(),
+    }
+}
+
 fn detailed(o: &Outcome, nb: Option<NbLookup<'_>>, out: &mut String) {
     for (i, (dp, pipe, recs)) in segments(o).into_iter().enumerate() {
         let head = if i == 0 {
@@ -170,8 +202,8 @@ fn detailed(o: &Outcome, nb: Option<NbLookup<'_>>, out: &mut String) {
                     let _ = writeln!(out, "{:2}. {}: no match", r.table, stage_of(r));
                 }
             }
-            for e in &r.effects {
-                let _ = writeln!(out, "    * {e}");
+            for e in r.effects.iter().filter(|e| !is_raw_op(e)) {
+                let _ = writeln!(out, "    * {}", short_effect(e));
             }
         }
         out.push('\n');
