@@ -425,6 +425,20 @@ impl Runner<'_> {
                     }
                 }
                 CAct::Output => self.output(w, dp, pipe, depth, rdepth),
+                // `R = select(...)` is a group whose buckets load R and resubmit to the next
+                // table (ovn-trace's `execute_select` continues there too): northd writes no
+                // `next;` after it.
+                CAct::Select { .. } => {
+                    self.track(w, act);
+                    self.record(w, Op::Act(i), rdepth);
+                    let next = table.saturating_add(1);
+                    if i == last {
+                        return Flow::Tail(pipe, next);
+                    }
+                    if depth < MAX_DEPTH {
+                        self.walk_tables(w, dp, pipe, next, depth + 1, rdepth);
+                    }
+                }
                 CAct::Drop => return Flow::Done,
                 CAct::DecTtl => {
                     w.examine(slot::IP_TTL, 0xff);

@@ -15,7 +15,8 @@
 //!   into the egress pipeline and on to a local port, a tunnel or a patch peer, `ct_next`,
 //!   `ct_commit`, `ct_snat`/`ct_dnat` and their `_in_czone` forms, `ct_lb`/`ct_lb_mark`,
 //!   `ct_commit_nat`, `ct_clear`, neighbour actions against the pipeline's neighbour table,
-//!   `chk_lb_hairpin`, `select`, `clone`, and packet generation (`arp`, `nd_ns`, `nd_na`,
+//!   `chk_lb_hairpin`, `select` (which, like OVN's group, continues in the next table), `clone`,
+//!   and packet generation (`arp`, `nd_ns`, `nd_na`,
 //!   `icmp4`/`icmp6` and their `_error` forms with `icmp4.frag_mtu`/`icmp6.frag_mtu`,
 //!   `tcp_reset`, `sctp_abort`, `reject`).
 //! - Every other action and function ovn-northd 23.03 emits, with OVN's meaning:

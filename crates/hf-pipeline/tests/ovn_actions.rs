@@ -1102,3 +1102,42 @@ fn traces_explain_the_results() {
         "{effects:#?}"
     );
 }
+
+#[test]
+fn select_continues_in_the_next_table() {
+    // northd's ECMP route: `reg8[16..31] = select(1, 2);` with no `next;` after it.
+    let s = spec(
+        [&[], &[], &[]],
+        &[
+            (
+                Pipe::Ingress,
+                0,
+                0,
+                "1",
+                "reg8[0..15] = 1; reg8[16..31] = select(1, 2);",
+            ),
+            (
+                Pipe::Ingress,
+                1,
+                10,
+                "reg8[16..31] == 1",
+                "outport = \"vm2\"; output;",
+            ),
+            (
+                Pipe::Ingress,
+                1,
+                10,
+                "reg8[16..31] == 2",
+                "outport = \"vm3\"; output;",
+            ),
+            (Pipe::Egress, 0, 0, "1", "output;"),
+        ],
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    for sp in 1..40u16 {
+        let d = dests(&run3(&s, 1, &udp4(M1, M2, IP1, IP2, sp, 53)));
+        assert_eq!(d.len(), 1, "one copy, in the table after select");
+        seen.insert(format!("{:?}", d[0]));
+    }
+    assert_eq!(seen.len(), 2, "both members are chosen: {seen:?}");
+}
