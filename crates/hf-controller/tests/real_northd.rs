@@ -285,6 +285,51 @@ fn topology(c: &common::Central) {
         c.sbctl(&["chassis-add", ch, "geneve", ip]);
     }
     c.sync();
+    // Neighbours: a static binding (NB), a learned one and an FDB entry (as a controller
+    // would write them to SB).
+    n(&[
+        "static-mac-binding-add",
+        "lr0-public",
+        "172.16.0.50",
+        "00:00:00:00:aa:01",
+    ]);
+    c.sync();
+    let lr0 = c.sbctl(&[
+        "--bare",
+        "--columns=_uuid",
+        "find",
+        "Datapath_Binding",
+        "external_ids:name=lr0",
+    ]);
+    c.sbctl(&[
+        "create",
+        "MAC_Binding",
+        &format!("datapath={}", lr0.trim()),
+        "logical_port=lr0-public",
+        "ip=172.16.0.60",
+        "mac=\"00:00:00:00:aa:02\"",
+    ]);
+    let public = c.sbctl(&[
+        "--bare",
+        "--columns=tunnel_key",
+        "find",
+        "Datapath_Binding",
+        "external_ids:name=public",
+    ]);
+    let ln = c.sbctl(&[
+        "--bare",
+        "--columns=tunnel_key",
+        "find",
+        "Port_Binding",
+        "logical_port=ln",
+    ]);
+    c.sbctl(&[
+        "create",
+        "FDB",
+        &format!("dp_key={}", public.trim()),
+        &format!("port_key={}", ln.trim()),
+        "mac=\"00:00:00:00:aa:03\"",
+    ]);
 }
 
 fn port<'a>(t: &'a Translation, name: &str) -> &'a PortSpec {
@@ -403,6 +448,26 @@ fn real_northd_sb_translates_and_compiles() {
     assert_eq!(t.spec.sets.port_groups["pg_web"], ["vm1", "vm3"]);
     assert_eq!(t.spec.sets.addr_sets["as_clients"].len(), 2);
     assert_eq!(t.spec.sets.addr_sets["pg_web_ip6"].len(), 2);
+    // MAC_Binding, Static_MAC_Binding and FDB rows.
+    let neigh: BTreeSet<(String, String, String)> = t
+        .spec
+        .neighbours
+        .iter()
+        .map(|n| (n.datapath.clone(), n.port.clone(), n.ip.to_string()))
+        .collect();
+    assert!(neigh.contains(&("lr0".into(), "lr0-public".into(), "172.16.0.50".into())));
+    assert!(neigh.contains(&("lr0".into(), "lr0-public".into(), "172.16.0.60".into())));
+    assert!(
+        t.spec
+            .fdb
+            .iter()
+            .any(|f| f.datapath == "public" && f.port == "ln" && f.mac == [0, 0, 0, 0, 0xaa, 3])
+    );
+    // The load balancer's VIP on the datapaths it applies to.
+    assert!(t.spec.lb_vips.iter().any(|v| v.datapath == "sw0"
+        && v.port == 80
+        && v.ip.to_string() == "10.0.0.100"
+        && v.proto == 6));
     // Zones: distinct, never 0, and deterministic.
     let zones: BTreeSet<u16> = t.zones.values().copied().collect();
     assert_eq!(zones.len(), t.zones.len());

@@ -108,8 +108,8 @@ impl Program {
         let symtab = SymbolTable::shared();
         let mut prog = Program {
             dps: Vec::new(),
-            acts: Vec::new(),
-            flows: Vec::new(),
+            acts: Default::default(),
+            flows: Default::default(),
             local: FastMap::default(),
             by_key: FastMap::default(),
             neighbours: Vec::new(),

@@ -10,7 +10,25 @@
 //!
 //! - [`Program::compile`] turns a [`ProgramSpec`] (per logical datapath: tunnel key, ports with
 //!   their keys, locations and zones, multicast groups, and `(table, priority, match, actions)`
-//!   flows) into one tuple-space classifier per table.
+//!   flows) into one tuple-space classifier per table. A flow that does not compile (its text
+//!   did not parse, its match names an unknown set, an action cannot be executed) is a
+//!   [`FlowError`] naming datapath, pipeline, table, priority, [`FlowId`], stage and SB UUID,
+//!   and the rest compiles; structural problems (unknown patch peers, duplicate keys, tunnel
+//!   keys outside Geneve's 24-bit datapath / 15-bit port / 16-bit group ranges) are a
+//!   [`CompileError`]. Every compiled flow keeps its identity, stage, SB UUID and stage hint;
+//!   traces show them ([`TraceFlow`]).
+//! - [`Program::recompile`] compiles a changed spec again, sharing (`Arc`) the compiled tables
+//!   of every datapath whose flows, port names/keys, referenced sets and residency answers did
+//!   not change (see `compile`).
+//! - `is_chassis_resident()` is answered from every datapath's ports ([`PortSpec::resident`]
+//!   or a local/redirect location). A resident `chassisredirect` port
+//!   ([`PortLocation::Redirect`]) continues in egress as its distributed port. A port bound
+//!   to several chassis ([`PortSpec::also_remote`]) gets a tunnel copy to each other chassis;
+//!   one waiting for activation ([`PortSpec::needs_activation`]) drops its own frames until a
+//!   RARP or [`Pipeline::set_port_active`] activates it (no recompile; the decision survives
+//!   swaps). A packet that came from a tunnel is never sent into one again; output to a
+//!   multicast group sends one copy per remote chassis (outport = the group), and a group
+//!   arriving from a tunnel reaches this chassis's local members only.
 //! - [`Pipeline::process`] runs a frame through it: registers and metadata, `next`, `output`
 //!   into the egress pipeline and on to a local port, a tunnel or a patch peer, `ct_next`,
 //!   `ct_commit`, `ct_snat`/`ct_dnat` and their `_in_czone` forms, `ct_lb`/`ct_lb_mark`,
@@ -94,6 +112,7 @@
 //! and an [`Outputs`] to fill (cleared first). [`Pipeline::set_program`] swaps programs and bumps
 //! the generation, so cached entries of the old program are never used again.
 
+mod arena;
 mod cache;
 mod classifier;
 mod compile;

@@ -776,8 +776,8 @@ pub(crate) struct FlowInfo {
 #[derive(Debug)]
 pub struct Program {
     pub(crate) dps: Vec<Dp>,
-    pub(crate) acts: Vec<CAct>,
-    pub(crate) flows: Vec<FlowInfo>,
+    pub(crate) acts: crate::arena::Arena<CAct>,
+    pub(crate) flows: crate::arena::Arena<FlowInfo>,
     /// Local port id → (datapath index, port key).
     pub(crate) local: FastMap<u32, (u32, u32)>,
     /// Datapath tunnel key → index.
@@ -957,7 +957,7 @@ pub(crate) struct ActCompiler<'a> {
     dp: u32,
     /// The datapath is a switch (`chk_lb_aff` loads IPv6 backends into `xxreg0` there).
     pub(crate) switch: bool,
-    arena: &'a mut Vec<CAct>,
+    arena: &'a mut crate::arena::Arena<CAct>,
     /// Counters already in the program; this flow's are numbered from here.
     pub(crate) counter_base: u32,
     /// Names of this flow's counted actions, in counter order.
@@ -977,7 +977,7 @@ impl ActCompiler<'_> {
         pipe: u8,
         table: u8,
         dp: u32,
-        arena: &'a mut Vec<CAct>,
+        arena: &'a mut crate::arena::Arena<CAct>,
     ) -> ActCompiler<'a> {
         ActCompiler {
             symtab: SymbolTable::shared(),

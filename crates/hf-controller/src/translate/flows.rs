@@ -1,5 +1,5 @@
 //! `Logical_Flow` (+ `Logical_DP_Group`) → [`FlowSpec`]s; `MAC_Binding`,
-//! `Static_MAC_Binding` → neighbours; `FDB` → [`super::FdbEntry`]s.
+//! `Static_MAC_Binding` → neighbours; `FDB` → [`hf_pipeline::FdbSpec`]s; `Load_Balancer` VIPs → [`hf_pipeline::LbVipSpec`]s.
 //!
 //! Each flow's text is parsed once and the result copied into every datapath it applies to
 //! (its `logical_datapath`, or each member of its `logical_dp_group` that is translated). Text

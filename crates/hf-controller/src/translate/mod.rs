@@ -6,10 +6,10 @@
 //! - `Datapath_Binding` → one [`DatapathSpec`] each, ordered by tunnel key: a switch when
 //!   `external_ids:logical-switch` is set, a router when `external_ids:logical-router` is;
 //!   named by `external_ids:name` (else the UUID).
-//! - `Port_Binding` of every type real northd 23.03 writes → [`PortSpec`]s whose location,
+//! - `Port_Binding` of every type real northd 23.03 writes → [`hf_pipeline::PortSpec`]s whose location,
 //!   residency, extra chassis and activation state follow ovn-controller's `binding.c` and
 //!   `physical.c` (see [`ports`]). Without a chassis every port is resident, as in ovn-trace.
-//! - `Multicast_Group` → [`GroupSpec`]s; `Address_Set` and `Port_Group` → the program's sets
+//! - `Multicast_Group` → [`hf_pipeline::GroupSpec`]s; `Address_Set` and `Port_Group` → the program's sets
 //!   (SB port groups are per datapath in 23.03, `<datapath key>_<name>`; see [`sets`]).
 //! - `Logical_Flow` (with `Logical_DP_Group`: compiled for every member datapath) → flows
 //!   with their identity (`external_ids:hf-flow-id`, else stage name + `stage-hint` + match),

@@ -256,8 +256,8 @@ fn place_everywhere(pb: &sb::PortBinding, kind: &PortKind) -> Placed {
         PortKind::Vtep | PortKind::Remote | PortKind::Other(_) => Place::Unbound,
         _ => Place::Local,
     };
-    let resident = !matches!(kind, PortKind::Patch);
-    (place, resident, Vec::new(), false)
+    // ovn-trace's `is_chassis_resident()` holds for every port name.
+    (place, true, Vec::new(), false)
 }
 
 #[allow(clippy::too_many_arguments)]
