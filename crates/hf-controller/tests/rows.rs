@@ -229,3 +229,45 @@ fn per_datapath_port_groups_resolve_per_datapath() {
     let (_, errs) = Program::compile(&t.spec).expect("compiles");
     assert!(errs.is_empty(), "{errs:#?}");
 }
+
+#[test]
+fn flow_identity_comes_from_hf_flow_id_else_stage_hint_and_match() {
+    let mut d = Delta::default();
+    d.datapath_binding = vec![RowDelta::Insert(dp(1, 1, "a", false))];
+    let mut with_id = lflow(30, 1, "ip4", "drop;");
+    with_id
+        .external_ids
+        .insert("hf-flow-id".into(), "f00d".into());
+    let mut hinted = lflow(31, 1, "ip6", "drop;");
+    hinted
+        .external_ids
+        .insert("stage-hint".into(), "a0dfbb58".into());
+    d.logical_flow = vec![RowDelta::Insert(with_id), RowDelta::Insert(hinted)];
+    let t = translate(&snapshot(d), &TranslateOptions::default());
+    let flows = &t.spec.datapaths[0].flows;
+    let f30 = flows
+        .iter()
+        .find(|f| f.sb_uuid.as_deref() == Some(u(30).to_string().as_str()))
+        .expect("flow 30");
+    assert_eq!(f30.id, hf_pipeline::FlowId::hf("f00d"));
+    assert_eq!(f30.stage, "ls_in_test");
+    let f31 = flows
+        .iter()
+        .find(|f| f.sb_uuid.as_deref() == Some(u(31).to_string().as_str()))
+        .expect("flow 31");
+    assert_eq!(
+        f31.id,
+        hf_pipeline::FlowId::derived("ls_in_test", Some("a0dfbb58"), "ip6")
+    );
+    assert_eq!(f31.stage_hint.as_deref(), Some("a0dfbb58"));
+    // The identity does not involve the UUID: the same row under another UUID keeps it.
+    let mut d = Delta::default();
+    d.datapath_binding = vec![RowDelta::Insert(dp(1, 1, "a", false))];
+    let mut again = lflow(99, 1, "ip6", "drop;");
+    again
+        .external_ids
+        .insert("stage-hint".into(), "a0dfbb58".into());
+    d.logical_flow = vec![RowDelta::Insert(again)];
+    let t2 = translate(&snapshot(d), &TranslateOptions::default());
+    assert_eq!(t2.spec.datapaths[0].flows[0].id, f31.id);
+}
