@@ -97,14 +97,37 @@ fn ha_top(sb: &SbSnapshot, pb: &sb::PortBinding) -> Option<Uuid> {
     cands.first().map(|c| c.2)
 }
 
+/// Every chassis of the port's HA chassis group and gateway_chassis rows.
+fn ha_members(sb: &SbSnapshot, pb: &sb::PortBinding) -> Vec<Uuid> {
+    let mut v: Vec<Uuid> = pb
+        .ha_chassis_group
+        .and_then(|g| sb.get(g))
+        .map(|g| {
+            g.ha_chassis
+                .iter()
+                .filter_map(|h| sb.get(*h)?.chassis.map(|c| c.uuid()))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.extend(
+        pb.gateway_chassis
+            .iter()
+            .filter_map(|g| sb.get(*g)?.chassis.map(|c| c.uuid())),
+    );
+    v
+}
+
 /// Whether `pb` makes its datapath local to chassis `ch` (named `name`).
 pub(crate) fn bound_on(sb: &SbSnapshot, pb: &sb::PortBinding, ch: Uuid, name: &str) -> bool {
     match pb.type_.as_str() {
-        "" | "virtual" | "external" => {
+        "" | "virtual" => {
             let (p, a) = binding(sb, pb);
             p == Some(ch) || a.contains(&ch)
         }
-        "chassisredirect" => binding(sb, pb).0 == Some(ch),
+        "external" => binding(sb, pb).0 == Some(ch) || ha_members(sb, pb).contains(&ch),
+        // Standby gateways of an HA group need the datapaths too (ovn-controller's
+        // binding.c adds them for every member, so failover needs no new datapaths).
+        "chassisredirect" => binding(sb, pb).0 == Some(ch) || ha_members(sb, pb).contains(&ch),
         "l3gateway" => pb.options.get("l3gateway-chassis").map(String::as_str) == Some(name),
         "l2gateway" => pb.options.get("l2gateway-chassis").map(String::as_str) == Some(name),
         _ => false,
