@@ -555,6 +555,12 @@ fn real_northd_sb_translates_and_compiles() {
         "activation-strategy=rarp on the additional chassis"
     );
     assert!(!port(&h2, "vm1").resident);
+    assert!(
+        !vm2.resident,
+        "is_chassis_resident holds on the primary chassis only"
+    );
+    let lp = port(&h2, "lp");
+    assert!(!lp.resident && matches!(lp.location, PortLocation::Local(_)));
 
     // As hv3: the gateway router is here; vm2 lives on both hv1 and hv2.
     let h3 = translate(

@@ -179,10 +179,15 @@ fn claimed_bindings_and_activation_follow_sb() {
     let (t, p) = on("dst", &sb);
     let id = |n: &str| t.chassis_by_name(n).expect("chassis").id;
     assert!(matches!(p.location, PortLocation::Local(_)));
-    assert!(p.needs_activation && p.resident);
+    assert!(p.needs_activation);
+    assert!(
+        !p.resident,
+        "an additional chassis is not the port's resident"
+    );
     assert_eq!(p.also_remote, [id("src")]);
     let (_, p) = on("src", &sb);
     assert!(matches!(p.location, PortLocation::Local(_)) && !p.needs_activation);
+    assert!(p.resident);
     assert_eq!(p.also_remote, [id("dst")]);
     let (_, p) = on("other", &sb);
     assert_eq!(p.location, PortLocation::Remote { chassis: id("src") });

@@ -20,6 +20,11 @@
 //!
 //! A port bound here as an additional chassis with `options:activation-strategy=rarp`, and not
 //! listed in `options:additional-chassis-activated`, starts inactive.
+//!
+//! `is_chassis_resident()` follows ovn-controller's `is_chassis_resident_cb`: a port is
+//! resident where its (primary) `chassis` is (not on additional chassis; never for localnet,
+//! localport and patch ports, which nobody claims), a `chassisredirect` port on the active
+//! (highest-priority) member of its HA group, an `l3gateway` port on its gateway chassis.
 
 use std::collections::BTreeMap;
 
@@ -336,7 +341,9 @@ fn place_on(
                         .options
                         .get("additional-chassis-activated")
                         .is_some_and(|l| l.split(',').any(|c| c.trim() == name));
-                (Place::Local, true, also, activation)
+                // ovn-controller's is_chassis_resident_cb: `Port_Binding.chassis` only (an
+                // additional chassis receives the port's traffic but is not its resident).
+                (Place::Local, primary == here, also, activation)
             } else {
                 (remote_at(primary, diag), false, also, false)
             }
@@ -382,13 +389,15 @@ fn place_on(
                         .any(|e| e.split(':').next().map(str::trim) == Some(n.as_str()))
                 }),
             };
+            // Nobody claims a localnet or localport port (its `chassis` stays empty), so
+            // is_chassis_resident() never holds for it.
             if mapped {
-                (Place::Local, true, Vec::new(), false)
+                (Place::Local, false, Vec::new(), false)
             } else {
                 (Place::Unbound, false, Vec::new(), false)
             }
         }
-        PortKind::Localport => (Place::Local, true, Vec::new(), false),
+        PortKind::Localport => (Place::Local, false, Vec::new(), false),
         _ => (Place::Unbound, false, Vec::new(), false),
     }
 }
