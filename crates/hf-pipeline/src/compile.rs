@@ -7,7 +7,8 @@
 //!   names an unknown address set / port group, or whose actions the pipeline cannot execute,
 //!   becomes a [`FlowError`] and is left out; the rest of the program compiles.
 //! - `is_chassis_resident(P)` is resolved against every datapath's ports (router flows name
-//!   switch ports and `cr-` ports), from [`crate::PortSpec::resident`] and the port's location.
+//!   switch ports and `cr-` ports), from [`crate::PortSpec::resident`] (not from the location:
+//!   a localport or an additional chassis's copy is local without being resident).
 //! - [`Program::recompile`] reuses the compiled tables (`Arc`-shared) of every datapath whose
 //!   flows, port names/keys, referenced sets and referenced residency did not change.
 //!
@@ -135,12 +136,7 @@ impl Program {
             }
             for p in &d.ports {
                 names.insert(&p.name, (i as u32, p.key));
-                if p.resident
-                    || matches!(
-                        p.location,
-                        PortLocation::Local(_) | PortLocation::Redirect { .. }
-                    )
-                {
+                if p.resident {
                     resident.insert(&p.name);
                 }
             }

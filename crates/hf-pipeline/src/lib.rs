@@ -20,8 +20,7 @@
 //! - [`Program::recompile`] compiles a changed spec again, sharing (`Arc`) the compiled tables
 //!   of every datapath whose flows, port names/keys, referenced sets and residency answers did
 //!   not change (see `compile`).
-//! - `is_chassis_resident()` is answered from every datapath's ports ([`PortSpec::resident`]
-//!   or a local/redirect location). A resident `chassisredirect` port
+//! - `is_chassis_resident()` is answered from every datapath's ports ([`PortSpec::resident`]). A resident `chassisredirect` port
 //!   ([`PortLocation::Redirect`]) continues in egress as its distributed port. A port bound
 //!   to several chassis ([`PortSpec::also_remote`]) gets a tunnel copy to each other chassis;
 //!   one waiting for activation ([`PortSpec::needs_activation`]) drops its own frames until a

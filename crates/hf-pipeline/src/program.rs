@@ -110,8 +110,9 @@ pub struct PortSpec {
     pub zone: u16,
     /// Its type.
     pub kind: PortKind,
-    /// `is_chassis_resident()` holds for it. A port with a [`PortLocation::Local`] or
-    /// [`PortLocation::Redirect`] location is resident whatever this says.
+    /// `is_chassis_resident()` holds for it (as ovn-controller answers it: where
+    /// `Port_Binding.chassis` is this chassis; a local location alone does not make a port
+    /// resident, e.g. a localport or a port whose additional chassis this is).
     pub resident: bool,
     /// Other chassis the port is also bound to (`requested_chassis` with several names,
     /// `additional_chassis`): output to it also sends one tunnel copy to each of them.
