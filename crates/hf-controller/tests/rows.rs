@@ -276,3 +276,51 @@ fn flow_identity_comes_from_hf_flow_id_else_stage_hint_and_match() {
     let t2 = translate(&snapshot(d), &TranslateOptions::default());
     assert_eq!(t2.spec.datapaths[0].flows[0].id, f31.id);
 }
+
+#[test]
+fn chassis_template_variables_are_substituted_for_the_chassis() {
+    let mut d = Delta::default();
+    d.chassis = vec![
+        RowDelta::Insert(chassis(100, "hv1")),
+        RowDelta::Insert(chassis(101, "hv2")),
+    ];
+    d.chassis_template_var = vec![RowDelta::Insert(sb::ChassisTemplateVar {
+        uuid: u(40),
+        chassis: "hv1".into(),
+        variables: [("vip".to_string(), "10.0.0.100".to_string())].into(),
+    })];
+    d.datapath_binding = vec![RowDelta::Insert(dp(1, 1, "a", false))];
+    d.logical_flow = vec![RowDelta::Insert(lflow(
+        30,
+        1,
+        "ip4.dst == ^vip || inport == \"^vip\"",
+        "drop;",
+    ))];
+    let sb = snapshot(d);
+    let t = translate(
+        &sb,
+        &TranslateOptions {
+            chassis: Some("hv1".into()),
+        },
+    );
+    let f = &t.spec.datapaths[0].flows[0];
+    assert_eq!(
+        f.source.as_ref().map(|s| s.matches.as_str()),
+        Some("ip4.dst == 10.0.0.100 || inport == \"^vip\""),
+        "substituted outside strings only"
+    );
+    // The identity is the written text: the same on every chassis.
+    let t2 = translate(
+        &sb,
+        &TranslateOptions {
+            chassis: Some("hv2".into()),
+        },
+    );
+    assert_eq!(t2.spec.datapaths[0].flows[0].id, f.id);
+    let (_, e1) = Program::compile(&t.spec).expect("compiles");
+    assert!(e1.is_empty(), "{e1:#?}");
+    // hv2 defines no `vip`: the flow is a per-flow error there.
+    let (_, errs) = Program::compile(&t2.spec).expect("compiles");
+    assert_eq!(errs.len(), 1, "{errs:#?}");
+    assert!(errs[0].to_string().contains("^vip"), "{}", errs[0]);
+}

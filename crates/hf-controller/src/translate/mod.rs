@@ -30,9 +30,10 @@
 //!
 //! No I/O. It does not claim ports: a VIF counts as bound where `Port_Binding.chassis` says,
 //! or, while nothing has claimed it, where `requested_chassis` asks (the controller that would
-//! claim it). Load balancers' backends need nothing here (23.03's flows carry them inline);
-//! chassis template variables (`^name`) are not substituted, so flows using them are
-//! per-flow errors.
+//! claim it). Load balancers' backends need nothing here (23.03's flows carry them inline).
+//! Chassis template variables (`^name`) are substituted with the chassis's
+//! `Chassis_Template_Var` values; without a chassis, or for a name the chassis does not
+//! define, they stay and the flow is a per-flow error (ovn-controller skips such flows too).
 
 pub mod flows;
 pub mod ports;
@@ -202,7 +203,7 @@ pub fn translate_with(sb: &SbSnapshot, opts: &TranslateOptions, extra: &Extra) -
     }
     ports::translate_ports(sb, chassis, &mut t);
     sets::translate_sets(sb, &mut t);
-    flows::translate_flows(sb, &mut t);
+    flows::translate_flows(sb, chassis, &mut t);
     flows::translate_neighbours(sb, &mut t);
     flows::translate_lbs(sb, &mut t);
     zones::assign(&mut t, &extra.zones);
