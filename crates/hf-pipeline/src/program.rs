@@ -593,9 +593,13 @@ pub(crate) enum CAct {
         ip: Bits,
         mac: Option<Bits>,
     },
+    /// `chk_lb_hairpin()`/`chk_lb_hairpin_reply()`: DNATed, source == destination, and (when
+    /// the datapath has load-balancer VIPs) the connection's original destination is one of
+    /// them, as ovn-controller's hairpin flows and ovn-trace check.
     ChkLbHairpin {
         dst: Bits,
         reply: bool,
+        dp: u32,
     },
     Select {
         dst: Bits,
@@ -1222,8 +1226,16 @@ impl ActCompiler<'_> {
                             mac: None,
                         }
                     }
-                    ResultFn::ChkLbHairpin => CAct::ChkLbHairpin { dst, reply: false },
-                    ResultFn::ChkLbHairpinReply => CAct::ChkLbHairpin { dst, reply: true },
+                    ResultFn::ChkLbHairpin => CAct::ChkLbHairpin {
+                        dst,
+                        reply: false,
+                        dp: self.dp,
+                    },
+                    ResultFn::ChkLbHairpinReply => CAct::ChkLbHairpin {
+                        dst,
+                        reply: true,
+                        dp: self.dp,
+                    },
                     ResultFn::CheckPktLarger { len } => CAct::CheckPktLarger { dst, len: *len },
                     ResultFn::CheckInPortSec | ResultFn::CheckOutPortSec => CAct::PortSec {
                         dst,

@@ -1141,3 +1141,56 @@ fn select_continues_in_the_next_table() {
     }
     assert_eq!(seen.len(), 2, "both members are chosen: {seen:?}");
 }
+
+#[test]
+fn chk_lb_hairpin_needs_a_vip_of_the_datapath() {
+    // vm1 reaches 10.0.0.100:80, DNATed back to itself: a hairpin when 10.0.0.100:80 is a VIP
+    // of the switch, not when the program knows no such VIP (but knows another).
+    let flows: &[Flow<'_>] = &[
+        (Pipe::Ingress, 0, 200, "ip && !ct.trk", "ct_next;"),
+        (
+            Pipe::Ingress,
+            1,
+            120,
+            "ct.new && ip4.dst == 10.0.0.100 && tcp.dst == 80",
+            "ct_lb_mark(backends=10.0.0.1:8080);",
+        ),
+        (Pipe::Ingress, 1, 0, "1", "next;"),
+        (
+            Pipe::Ingress,
+            2,
+            100,
+            "ip && ct.trk",
+            "reg0[6] = chk_lb_hairpin(); next;",
+        ),
+        (
+            Pipe::Ingress,
+            3,
+            10,
+            "reg0[6] == 1",
+            "outport = \"vm3\"; output;",
+        ),
+        (Pipe::Ingress, 3, 0, "1", "outport = \"vm2\"; output;"),
+        (Pipe::Egress, 0, 0, "1", "output;"),
+    ];
+    let vip: IpAddr = Ipv4Addr::new(10, 0, 0, 100).into();
+    let syn = tcp(M1, M2, IP1.into(), vip, 3333, 80, 2);
+    for (vip_port, want) in [(80u16, Destination::Local(3)), (81, Destination::Local(2))] {
+        let mut s = spec([&[], &[], &[]], flows);
+        s.lb_vips.push(LbVipSpec {
+            datapath: "ls".into(),
+            ip: vip,
+            port: vip_port,
+            proto: 6,
+        });
+        let mut p = pipeline(&s);
+        let mut ct = Conntrack::new(Config::default());
+        for _ in 0..2 {
+            assert_eq!(
+                dests(&run_at(&mut p, &mut ct, 1, &syn, 1)),
+                [want],
+                "VIP port {vip_port}"
+            );
+        }
+    }
+}
