@@ -806,6 +806,8 @@ pub(crate) struct Counted {
     pub table: u8,
     pub flow: u32,
     pub name: &'static str,
+    /// False once a recompile replaced the flow's datapath tables.
+    pub live: bool,
 }
 
 /// Hits of one counted action (`log`, `set_meter`, `sample`, `trigger_event`, ...).
@@ -833,6 +835,7 @@ impl Program {
         self.counters
             .iter()
             .zip(hits)
+            .filter(|(c, _)| c.live)
             .filter_map(|(c, &hits)| {
                 let f = self.flows.get(c.flow as usize)?;
                 Some(ActionHits {
