@@ -263,6 +263,8 @@ impl Program {
         }
         let mut norm = Normalizer::new(symtab, Limits::default());
         let mut all_errors = Vec::new();
+        let old_counters = prog.counters.len();
+        let mut reused = vec![false; spec.datapaths.len()];
         for (i, d) in spec.datapaths.iter().enumerate() {
             let dp_names_keys = names_keys(d);
             if let Some(o) = old
@@ -284,6 +286,7 @@ impl Program {
             {
                 prog.dps[i].tables = od.tables.clone();
                 all_errors.extend(od.tables.errors.iter().cloned());
+                reused[i] = true;
                 continue;
             }
             let code = compile_dp(
@@ -297,6 +300,12 @@ impl Program {
             );
             all_errors.extend(code.errors.iter().cloned());
             prog.dps[i].tables = Arc::new(code);
+        }
+        // Counters of the old program's flows that were not reused belong to dead flows.
+        for c in prog.counters.iter_mut().take(old_counters) {
+            if !reused.get(c.dp as usize).copied().unwrap_or(false) {
+                c.live = false;
+            }
         }
         for n in &spec.neighbours {
             let Some(&dpi) = dp_names.get(n.datapath.as_str()) else {
@@ -484,6 +493,7 @@ fn compile_dp(
                 table: fs.table,
                 flow,
                 name,
+                live: true,
             }));
         let (matches, actions) = match &fs.source {
             Some(t) => (t.matches.clone(), t.actions.clone()),

@@ -71,8 +71,9 @@
 //! - A table with no matching flow drops the packet; so does `next` past the last table.
 //! - `ct_lb`/`ct_lb_mark` choose a backend by a hash of the 5-tuple, or of the `hash_fields`
 //!   when given, and commit with `ct_label.natted`/`ct_mark.natted` set; `chk_lb_hairpin` is
-//!   "DNAT applied (or natted) and source == destination", `chk_lb_hairpin_reply` the same on a
-//!   reply.
+//!   "DNAT applied (or natted), source == destination and the connection's original destination
+//!   one of the datapath's [`ProgramSpec::lb_vips`]" (a datapath without VIPs skips the last
+//!   test), `chk_lb_hairpin_reply` the same on a reply.
 //! - Generated ICMP errors, `tcp_reset` and `sctp_abort` keep the offending packet's Ethernet
 //!   and IP addresses as ovn-controller's pinctrl builds them (ICMP: TTL 255, type/code 3/1 or
 //!   1/1; TCP RST and SCTP ABORT: ports swapped, TTL 63): northd's nested actions set or swap
@@ -89,7 +90,8 @@
 //! No DHCP, DHCPv6, DNS or router-advertisement replies are built (the functions return what
 //! ovn-trace returns; the chassis's packet-in handler is another issue's), no IGMP/MLD
 //! snooping, no service-monitor probes, no meters enforced and no samples exported (only
-//! counted). `select` has no `hash_fields` form (OVN 23.03's parser has none either). The FDB does not age. VLAN, IPv6 flow label and ND
+//! counted). `select` has no `hash_fields` form (OVN 23.03's parser has none either).
+//! The FDB does not age. VLAN, IPv6 flow label and ND
 //! option writes change the fields the pipeline matches on but not the frame. Output to a
 //! multicast group from the egress pipeline drops. A conntrack
 //! action that continues in the next table ends its action list: actions after it are not run

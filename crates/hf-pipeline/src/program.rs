@@ -594,9 +594,13 @@ pub(crate) enum CAct {
         ip: Bits,
         mac: Option<Bits>,
     },
+    /// `chk_lb_hairpin()`/`chk_lb_hairpin_reply()`: DNATed, source == destination, and (when
+    /// the datapath has load-balancer VIPs) the connection's original destination is one of
+    /// them, as ovn-controller's hairpin flows and ovn-trace check.
     ChkLbHairpin {
         dst: Bits,
         reply: bool,
+        dp: u32,
     },
     Select {
         dst: Bits,
@@ -803,6 +807,8 @@ pub(crate) struct Counted {
     pub table: u8,
     pub flow: u32,
     pub name: &'static str,
+    /// False once a recompile replaced the flow's datapath tables.
+    pub live: bool,
 }
 
 /// Hits of one counted action (`log`, `set_meter`, `sample`, `trigger_event`, ...).
@@ -830,6 +836,7 @@ impl Program {
         self.counters
             .iter()
             .zip(hits)
+            .filter(|(c, _)| c.live)
             .filter_map(|(c, &hits)| {
                 let f = self.flows.get(c.flow as usize)?;
                 Some(ActionHits {
@@ -1223,8 +1230,16 @@ impl ActCompiler<'_> {
                             mac: None,
                         }
                     }
-                    ResultFn::ChkLbHairpin => CAct::ChkLbHairpin { dst, reply: false },
-                    ResultFn::ChkLbHairpinReply => CAct::ChkLbHairpin { dst, reply: true },
+                    ResultFn::ChkLbHairpin => CAct::ChkLbHairpin {
+                        dst,
+                        reply: false,
+                        dp: self.dp,
+                    },
+                    ResultFn::ChkLbHairpinReply => CAct::ChkLbHairpin {
+                        dst,
+                        reply: true,
+                        dp: self.dp,
+                    },
                     ResultFn::CheckPktLarger { len } => CAct::CheckPktLarger { dst, len: *len },
                     ResultFn::CheckInPortSec | ResultFn::CheckOutPortSec => CAct::PortSec {
                         dst,
