@@ -2,7 +2,7 @@
 //!
 //! # What it does
 //!
-//! - [`translate`]: an SB snapshot (hf-model rows) and an optional chassis name → an
+//! - [`translate()`]: an SB snapshot (hf-model rows) and an optional chassis name → an
 //!   [`hf_pipeline::ProgramSpec`] plus per-row diagnostics and the chassis table. The
 //!   controller daemon, `holdfast trace`, `holdfast check` and the simulator call the same
 //!   function, so what trace shows is what a chassis runs.

@@ -180,6 +180,7 @@ fn topology(c: &common::Central) {
     }
     n(&["lrp-set-gateway-chassis", "lr0-public", "hv1", "20"]);
     n(&["lrp-set-gateway-chassis", "lr0-public", "hv2", "10"]);
+    n(&["lrp-set-gateway-chassis", "lr0-public", "hv5", "5"]);
     n(&["lr-nat-add", "lr0", "snat", "172.16.0.100", "10.0.0.0/24"]);
     n(&[
         "lr-nat-add",
@@ -281,6 +282,7 @@ fn topology(c: &common::Central) {
         ("hv2", "192.168.0.2"),
         ("hv3", "192.168.0.3"),
         ("hv4", "192.168.0.4"),
+        ("hv5", "192.168.0.5"),
     ] {
         c.sbctl(&["chassis-add", ch, "geneve", ip]);
     }
@@ -553,6 +555,12 @@ fn real_northd_sb_translates_and_compiles() {
         "activation-strategy=rarp on the additional chassis"
     );
     assert!(!port(&h2, "vm1").resident);
+    assert!(
+        !vm2.resident,
+        "is_chassis_resident holds on the primary chassis only"
+    );
+    let lp = port(&h2, "lp");
+    assert!(!lp.resident && matches!(lp.location, PortLocation::Local(_)));
 
     // As hv3: the gateway router is here; vm2 lives on both hv1 and hv2.
     let h3 = translate(
@@ -588,6 +596,9 @@ fn real_northd_sb_translates_and_compiles() {
     let mut no_gw = all.clone();
     no_gw.remove("gw");
     assert_eq!(names(hf_controller::needed_datapaths(&sb, "hv1")), no_gw);
+    // hv5 hosts no VIF but is a standby gateway of lr0-public: it needs lr0 and what its patch
+    // ports reach, as ovn-controller adds them for every HA member.
+    assert_eq!(names(hf_controller::needed_datapaths(&sb, "hv5")), no_gw);
     let sw0 = sb
         .datapath_binding()
         .values()

@@ -1,6 +1,8 @@
 //! The translation on hand-built SB rows: what real northd never writes but a database can
 //! hold (bad keys, dangling peers, unsupported port types, bad addresses, bad flow text), and
 //! bindings a controller has claimed (chassis, additional_chassis, activation).
+// A delta is filled table by table, which reads better than one struct literal per test.
+#![allow(clippy::field_reassign_with_default)]
 
 use std::collections::BTreeMap;
 
@@ -177,10 +179,15 @@ fn claimed_bindings_and_activation_follow_sb() {
     let (t, p) = on("dst", &sb);
     let id = |n: &str| t.chassis_by_name(n).expect("chassis").id;
     assert!(matches!(p.location, PortLocation::Local(_)));
-    assert!(p.needs_activation && p.resident);
+    assert!(p.needs_activation);
+    assert!(
+        !p.resident,
+        "an additional chassis is not the port's resident"
+    );
     assert_eq!(p.also_remote, [id("src")]);
     let (_, p) = on("src", &sb);
     assert!(matches!(p.location, PortLocation::Local(_)) && !p.needs_activation);
+    assert!(p.resident);
     assert_eq!(p.also_remote, [id("dst")]);
     let (_, p) = on("other", &sb);
     assert_eq!(p.location, PortLocation::Remote { chassis: id("src") });
@@ -226,4 +233,94 @@ fn per_datapath_port_groups_resolve_per_datapath() {
     assert_eq!(t.spec.sets.port_groups["pg"], ["a1", "b1"]);
     let (_, errs) = Program::compile(&t.spec).expect("compiles");
     assert!(errs.is_empty(), "{errs:#?}");
+}
+
+#[test]
+fn flow_identity_comes_from_hf_flow_id_else_stage_hint_and_match() {
+    let mut d = Delta::default();
+    d.datapath_binding = vec![RowDelta::Insert(dp(1, 1, "a", false))];
+    let mut with_id = lflow(30, 1, "ip4", "drop;");
+    with_id
+        .external_ids
+        .insert("hf-flow-id".into(), "f00d".into());
+    let mut hinted = lflow(31, 1, "ip6", "drop;");
+    hinted
+        .external_ids
+        .insert("stage-hint".into(), "a0dfbb58".into());
+    d.logical_flow = vec![RowDelta::Insert(with_id), RowDelta::Insert(hinted)];
+    let t = translate(&snapshot(d), &TranslateOptions::default());
+    let flows = &t.spec.datapaths[0].flows;
+    let f30 = flows
+        .iter()
+        .find(|f| f.sb_uuid.as_deref() == Some(u(30).to_string().as_str()))
+        .expect("flow 30");
+    assert_eq!(f30.id, hf_pipeline::FlowId::hf("f00d"));
+    assert_eq!(f30.stage, "ls_in_test");
+    let f31 = flows
+        .iter()
+        .find(|f| f.sb_uuid.as_deref() == Some(u(31).to_string().as_str()))
+        .expect("flow 31");
+    assert_eq!(
+        f31.id,
+        hf_pipeline::FlowId::derived("ls_in_test", Some("a0dfbb58"), "ip6")
+    );
+    assert_eq!(f31.stage_hint.as_deref(), Some("a0dfbb58"));
+    // The identity does not involve the UUID: the same row under another UUID keeps it.
+    let mut d = Delta::default();
+    d.datapath_binding = vec![RowDelta::Insert(dp(1, 1, "a", false))];
+    let mut again = lflow(99, 1, "ip6", "drop;");
+    again
+        .external_ids
+        .insert("stage-hint".into(), "a0dfbb58".into());
+    d.logical_flow = vec![RowDelta::Insert(again)];
+    let t2 = translate(&snapshot(d), &TranslateOptions::default());
+    assert_eq!(t2.spec.datapaths[0].flows[0].id, f31.id);
+}
+
+#[test]
+fn chassis_template_variables_are_substituted_for_the_chassis() {
+    let mut d = Delta::default();
+    d.chassis = vec![
+        RowDelta::Insert(chassis(100, "hv1")),
+        RowDelta::Insert(chassis(101, "hv2")),
+    ];
+    d.chassis_template_var = vec![RowDelta::Insert(sb::ChassisTemplateVar {
+        uuid: u(40),
+        chassis: "hv1".into(),
+        variables: [("vip".to_string(), "10.0.0.100".to_string())].into(),
+    })];
+    d.datapath_binding = vec![RowDelta::Insert(dp(1, 1, "a", false))];
+    d.logical_flow = vec![RowDelta::Insert(lflow(
+        30,
+        1,
+        "ip4.dst == ^vip || inport == \"^vip\"",
+        "drop;",
+    ))];
+    let sb = snapshot(d);
+    let t = translate(
+        &sb,
+        &TranslateOptions {
+            chassis: Some("hv1".into()),
+        },
+    );
+    let f = &t.spec.datapaths[0].flows[0];
+    assert_eq!(
+        f.source.as_ref().map(|s| s.matches.as_str()),
+        Some("ip4.dst == 10.0.0.100 || inport == \"^vip\""),
+        "substituted outside strings only"
+    );
+    // The identity is the written text: the same on every chassis.
+    let t2 = translate(
+        &sb,
+        &TranslateOptions {
+            chassis: Some("hv2".into()),
+        },
+    );
+    assert_eq!(t2.spec.datapaths[0].flows[0].id, f.id);
+    let (_, e1) = Program::compile(&t.spec).expect("compiles");
+    assert!(e1.is_empty(), "{e1:#?}");
+    // hv2 defines no `vip`: the flow is a per-flow error there.
+    let (_, errs) = Program::compile(&t2.spec).expect("compiles");
+    assert_eq!(errs.len(), 1, "{errs:#?}");
+    assert!(errs[0].to_string().contains("^vip"), "{}", errs[0]);
 }

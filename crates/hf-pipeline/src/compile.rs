@@ -7,7 +7,8 @@
 //!   names an unknown address set / port group, or whose actions the pipeline cannot execute,
 //!   becomes a [`FlowError`] and is left out; the rest of the program compiles.
 //! - `is_chassis_resident(P)` is resolved against every datapath's ports (router flows name
-//!   switch ports and `cr-` ports), from [`crate::PortSpec::resident`] and the port's location.
+//!   switch ports and `cr-` ports), from [`crate::PortSpec::resident`] (not from the location:
+//!   a localport or an additional chassis's copy is local without being resident).
 //! - [`Program::recompile`] reuses the compiled tables (`Arc`-shared) of every datapath whose
 //!   flows, port names/keys, referenced sets and referenced residency did not change.
 //!
@@ -135,12 +136,7 @@ impl Program {
             }
             for p in &d.ports {
                 names.insert(&p.name, (i as u32, p.key));
-                if p.resident
-                    || matches!(
-                        p.location,
-                        PortLocation::Local(_) | PortLocation::Redirect { .. }
-                    )
-                {
+                if p.resident {
                     resident.insert(&p.name);
                 }
             }
@@ -267,6 +263,8 @@ impl Program {
         }
         let mut norm = Normalizer::new(symtab, Limits::default());
         let mut all_errors = Vec::new();
+        let old_counters = prog.counters.len();
+        let mut reused = vec![false; spec.datapaths.len()];
         for (i, d) in spec.datapaths.iter().enumerate() {
             let dp_names_keys = names_keys(d);
             if let Some(o) = old
@@ -288,6 +286,7 @@ impl Program {
             {
                 prog.dps[i].tables = od.tables.clone();
                 all_errors.extend(od.tables.errors.iter().cloned());
+                reused[i] = true;
                 continue;
             }
             let code = compile_dp(
@@ -301,6 +300,12 @@ impl Program {
             );
             all_errors.extend(code.errors.iter().cloned());
             prog.dps[i].tables = Arc::new(code);
+        }
+        // Counters of the old program's flows that were not reused belong to dead flows.
+        for c in prog.counters.iter_mut().take(old_counters) {
+            if !reused.get(c.dp as usize).copied().unwrap_or(false) {
+                c.live = false;
+            }
         }
         for n in &spec.neighbours {
             let Some(&dpi) = dp_names.get(n.datapath.as_str()) else {
@@ -488,6 +493,7 @@ fn compile_dp(
                 table: fs.table,
                 flow,
                 name,
+                live: true,
             }));
         let (matches, actions) = match &fs.source {
             Some(t) => (t.matches.clone(), t.actions.clone()),

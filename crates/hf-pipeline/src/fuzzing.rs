@@ -78,7 +78,6 @@ const EFFECTS: &[&str] = &[
     "flags.loopback = 1;",
     "ct_commit { ct_mark.blocked = 0; ct_label.label = 7; };",
     "ct_commit(ct_mark=0x1/0x1);",
-    "reg2 = select(1, 2, 3);",
     "reg3[0] = chk_lb_hairpin();",
     "get_arp(outport, ip4.dst);",
     "put_arp(inport, arp.spa, arp.sha);",
@@ -125,6 +124,7 @@ const TERMINALS: &[&str] = &[
     "next(pipeline=egress, table=0);",
     "ct_dnat(10.0.0.9);",
     "ct_snat_in_czone(172.16.0.2);",
+    "reg2 = select(1, 2, 3);",
     "ct_lb_mark(backends=10.0.0.7:80,10.0.0.8:80; hash_fields=\"ip_src,ip_dst\");",
     "icmp4_error { eth.dst <-> eth.src; icmp4.type = 11; ip4.dst = ip4.src; ip4.src = 10.0.0.254; output; };",
 ];

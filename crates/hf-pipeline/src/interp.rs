@@ -425,6 +425,20 @@ impl Runner<'_> {
                     }
                 }
                 CAct::Output => self.output(w, dp, pipe, depth, rdepth),
+                // `R = select(...)` is a group whose buckets load R and resubmit to the next
+                // table (ovn-trace's `execute_select` continues there too): northd writes no
+                // `next;` after it.
+                CAct::Select { .. } => {
+                    self.track(w, act);
+                    self.record(w, Op::Act(i), rdepth);
+                    let next = table.saturating_add(1);
+                    if i == last {
+                        return Flow::Tail(pipe, next);
+                    }
+                    if depth < MAX_DEPTH {
+                        self.walk_tables(w, dp, pipe, next, depth + 1, rdepth);
+                    }
+                }
                 CAct::Drop => return Flow::Done,
                 CAct::DecTtl => {
                     w.examine(slot::IP_TTL, 0xff);
@@ -598,8 +612,12 @@ impl Runner<'_> {
                 }
                 w.derive(f(dst), dst.mask(), s);
             }
-            CAct::ChkLbHairpin { dst, .. } => {
-                let mut s = 0;
+            CAct::ChkLbHairpin { dst, dp, .. } => {
+                // The VIP check reads the connection's original tuple, which no field holds.
+                let mut s = match self.prog.dps.get(*dp as usize) {
+                    Some(d) if !d.vips.is_empty() => OPAQUE,
+                    _ => 0,
+                };
                 for g in [
                     slot::CT_STATE,
                     slot::CT_MARK,
@@ -1090,12 +1108,24 @@ impl Runner<'_> {
                 };
                 ctx.write(*dst, u128::from(found));
             }
-            CAct::ChkLbHairpin { dst, reply } => {
+            CAct::ChkLbHairpin { dst, reply, dp } => {
                 let st = ctx.f[slot::CT_STATE] as u8;
                 let natted = st & 0x80 != 0 || ctx.f[slot::CT_MARK] & 2 != 0;
                 let rpl = st & 0x08 != 0;
                 let same = ctx.ip_pair().is_some_and(|(s, d)| s == d);
-                let hit = natted && same && (rpl == *reply);
+                let vip = match self.prog.dps.get(*dp as usize) {
+                    Some(d) if !d.vips.is_empty() => ctx.ct_orig.is_some_and(|o| {
+                        let a = u128::from_be_bytes(o.dst);
+                        let a = if o.v6 { a } else { a & 0xffff_ffff };
+                        d.vips.iter().any(|&(ip, v6, port, proto)| {
+                            ip == a
+                                && v6 == o.v6
+                                && (port == 0 || (port == o.dport && proto == o.proto))
+                        })
+                    }),
+                    _ => true,
+                };
+                let hit = natted && same && (rpl == *reply) && vip;
                 ctx.write(*dst, u128::from(hit));
             }
             CAct::Select { dst, choices } => {

@@ -10,12 +10,30 @@
 //!
 //! - [`Program::compile`] turns a [`ProgramSpec`] (per logical datapath: tunnel key, ports with
 //!   their keys, locations and zones, multicast groups, and `(table, priority, match, actions)`
-//!   flows) into one tuple-space classifier per table.
+//!   flows) into one tuple-space classifier per table. A flow that does not compile (its text
+//!   did not parse, its match names an unknown set, an action cannot be executed) is a
+//!   [`FlowError`] naming datapath, pipeline, table, priority, [`FlowId`], stage and SB UUID,
+//!   and the rest compiles; structural problems (unknown patch peers, duplicate keys, tunnel
+//!   keys outside Geneve's 24-bit datapath / 15-bit port / 16-bit group ranges) are a
+//!   [`CompileError`]. Every compiled flow keeps its identity, stage, SB UUID and stage hint;
+//!   traces show them ([`TraceFlow`]).
+//! - [`Program::recompile`] compiles a changed spec again, sharing (`Arc`) the compiled tables
+//!   of every datapath whose flows, port names/keys, referenced sets and residency answers did
+//!   not change (see `compile`).
+//! - `is_chassis_resident()` is answered from every datapath's ports ([`PortSpec::resident`]). A resident `chassisredirect` port
+//!   ([`PortLocation::Redirect`]) continues in egress as its distributed port. A port bound
+//!   to several chassis ([`PortSpec::also_remote`]) gets a tunnel copy to each other chassis;
+//!   one waiting for activation ([`PortSpec::needs_activation`]) drops its own frames until a
+//!   RARP or [`Pipeline::set_port_active`] activates it (no recompile; the decision survives
+//!   swaps). A packet that came from a tunnel is never sent into one again; output to a
+//!   multicast group sends one copy per remote chassis (outport = the group), and a group
+//!   arriving from a tunnel reaches this chassis's local members only.
 //! - [`Pipeline::process`] runs a frame through it: registers and metadata, `next`, `output`
 //!   into the egress pipeline and on to a local port, a tunnel or a patch peer, `ct_next`,
 //!   `ct_commit`, `ct_snat`/`ct_dnat` and their `_in_czone` forms, `ct_lb`/`ct_lb_mark`,
 //!   `ct_commit_nat`, `ct_clear`, neighbour actions against the pipeline's neighbour table,
-//!   `chk_lb_hairpin`, `select`, `clone`, and packet generation (`arp`, `nd_ns`, `nd_na`,
+//!   `chk_lb_hairpin`, `select` (which, like OVN's group, continues in the next table), `clone`,
+//!   and packet generation (`arp`, `nd_ns`, `nd_na`,
 //!   `icmp4`/`icmp6` and their `_error` forms with `icmp4.frag_mtu`/`icmp6.frag_mtu`,
 //!   `tcp_reset`, `sctp_abort`, `reject`).
 //! - Every other action and function ovn-northd 23.03 emits, with OVN's meaning:
@@ -53,8 +71,9 @@
 //! - A table with no matching flow drops the packet; so does `next` past the last table.
 //! - `ct_lb`/`ct_lb_mark` choose a backend by a hash of the 5-tuple, or of the `hash_fields`
 //!   when given, and commit with `ct_label.natted`/`ct_mark.natted` set; `chk_lb_hairpin` is
-//!   "DNAT applied (or natted) and source == destination", `chk_lb_hairpin_reply` the same on a
-//!   reply.
+//!   "DNAT applied (or natted), source == destination and the connection's original destination
+//!   one of the datapath's [`ProgramSpec::lb_vips`]" (a datapath without VIPs skips the last
+//!   test), `chk_lb_hairpin_reply` the same on a reply.
 //! - Generated ICMP errors, `tcp_reset` and `sctp_abort` keep the offending packet's Ethernet
 //!   and IP addresses as ovn-controller's pinctrl builds them (ICMP: TTL 255, type/code 3/1 or
 //!   1/1; TCP RST and SCTP ABORT: ports swapped, TTL 63): northd's nested actions set or swap
@@ -71,7 +90,8 @@
 //! No DHCP, DHCPv6, DNS or router-advertisement replies are built (the functions return what
 //! ovn-trace returns; the chassis's packet-in handler is another issue's), no IGMP/MLD
 //! snooping, no service-monitor probes, no meters enforced and no samples exported (only
-//! counted). `select` has no `hash_fields` form (OVN 23.03's parser has none either). The FDB does not age. VLAN, IPv6 flow label and ND
+//! counted). `select` has no `hash_fields` form (OVN 23.03's parser has none either).
+//! The FDB does not age. VLAN, IPv6 flow label and ND
 //! option writes change the fields the pipeline matches on but not the frame. Output to a
 //! multicast group from the egress pipeline drops. A conntrack
 //! action that continues in the next table ends its action list: actions after it are not run

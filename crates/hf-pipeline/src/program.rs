@@ -110,8 +110,9 @@ pub struct PortSpec {
     pub zone: u16,
     /// Its type.
     pub kind: PortKind,
-    /// `is_chassis_resident()` holds for it. A port with a [`PortLocation::Local`] or
-    /// [`PortLocation::Redirect`] location is resident whatever this says.
+    /// `is_chassis_resident()` holds for it (as ovn-controller answers it: where
+    /// `Port_Binding.chassis` is this chassis; a local location alone does not make a port
+    /// resident, e.g. a localport or a port whose additional chassis this is).
     pub resident: bool,
     /// Other chassis the port is also bound to (`requested_chassis` with several names,
     /// `additional_chassis`): output to it also sends one tunnel copy to each of them.
@@ -593,9 +594,13 @@ pub(crate) enum CAct {
         ip: Bits,
         mac: Option<Bits>,
     },
+    /// `chk_lb_hairpin()`/`chk_lb_hairpin_reply()`: DNATed, source == destination, and (when
+    /// the datapath has load-balancer VIPs) the connection's original destination is one of
+    /// them, as ovn-controller's hairpin flows and ovn-trace check.
     ChkLbHairpin {
         dst: Bits,
         reply: bool,
+        dp: u32,
     },
     Select {
         dst: Bits,
@@ -802,6 +807,8 @@ pub(crate) struct Counted {
     pub table: u8,
     pub flow: u32,
     pub name: &'static str,
+    /// False once a recompile replaced the flow's datapath tables.
+    pub live: bool,
 }
 
 /// Hits of one counted action (`log`, `set_meter`, `sample`, `trigger_event`, ...).
@@ -829,6 +836,7 @@ impl Program {
         self.counters
             .iter()
             .zip(hits)
+            .filter(|(c, _)| c.live)
             .filter_map(|(c, &hits)| {
                 let f = self.flows.get(c.flow as usize)?;
                 Some(ActionHits {
@@ -1222,8 +1230,16 @@ impl ActCompiler<'_> {
                             mac: None,
                         }
                     }
-                    ResultFn::ChkLbHairpin => CAct::ChkLbHairpin { dst, reply: false },
-                    ResultFn::ChkLbHairpinReply => CAct::ChkLbHairpin { dst, reply: true },
+                    ResultFn::ChkLbHairpin => CAct::ChkLbHairpin {
+                        dst,
+                        reply: false,
+                        dp: self.dp,
+                    },
+                    ResultFn::ChkLbHairpinReply => CAct::ChkLbHairpin {
+                        dst,
+                        reply: true,
+                        dp: self.dp,
+                    },
                     ResultFn::CheckPktLarger { len } => CAct::CheckPktLarger { dst, len: *len },
                     ResultFn::CheckInPortSec | ResultFn::CheckOutPortSec => CAct::PortSec {
                         dst,

@@ -215,8 +215,13 @@ fn is_chassis_resident_sees_every_datapath() {
         "sw",
         1,
         vec![
-            port("vm1", 1, PortLocation::Local(1)),
+            PortSpec {
+                resident: true,
+                ..port("vm1", 1, PortLocation::Local(1))
+            },
             port("vm2", 2, PortLocation::Remote { chassis: 9 }),
+            // Local but not resident (a localport, or a copy on an additional chassis).
+            port("lp", 4, PortLocation::Local(4)),
             port(
                 "sw-lr",
                 3,
@@ -256,7 +261,7 @@ fn is_chassis_resident_sees_every_datapath() {
                 Pipe::Ingress,
                 0,
                 30,
-                "is_chassis_resident(\"vm2\")",
+                "is_chassis_resident(\"vm2\") || is_chassis_resident(\"lp\")",
                 "drop;",
             ),
             flow(

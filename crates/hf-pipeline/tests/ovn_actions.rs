@@ -1102,3 +1102,160 @@ fn traces_explain_the_results() {
         "{effects:#?}"
     );
 }
+
+#[test]
+fn select_continues_in_the_next_table() {
+    // northd's ECMP route: `reg8[16..31] = select(1, 2);` with no `next;` after it.
+    let s = spec(
+        [&[], &[], &[]],
+        &[
+            (
+                Pipe::Ingress,
+                0,
+                0,
+                "1",
+                "reg8[0..15] = 1; reg8[16..31] = select(1, 2);",
+            ),
+            (
+                Pipe::Ingress,
+                1,
+                10,
+                "reg8[16..31] == 1",
+                "outport = \"vm2\"; output;",
+            ),
+            (
+                Pipe::Ingress,
+                1,
+                10,
+                "reg8[16..31] == 2",
+                "outport = \"vm3\"; output;",
+            ),
+            (Pipe::Egress, 0, 0, "1", "output;"),
+        ],
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    for sp in 1..40u16 {
+        let d = dests(&run3(&s, 1, &udp4(M1, M2, IP1, IP2, sp, 53)));
+        assert_eq!(d.len(), 1, "one copy, in the table after select");
+        seen.insert(format!("{:?}", d[0]));
+    }
+    assert_eq!(seen.len(), 2, "both members are chosen: {seen:?}");
+}
+
+#[test]
+fn chk_lb_hairpin_needs_a_vip_of_the_datapath() {
+    // vm1 reaches 10.0.0.100:80, DNATed back to itself: a hairpin when 10.0.0.100:80 is a VIP
+    // of the switch, not when the program knows no such VIP (but knows another).
+    let flows: &[Flow<'_>] = &[
+        (Pipe::Ingress, 0, 200, "ip && !ct.trk", "ct_next;"),
+        (
+            Pipe::Ingress,
+            1,
+            120,
+            "ct.new && ip4.dst == 10.0.0.100 && tcp.dst == 80",
+            "ct_lb_mark(backends=10.0.0.1:8080);",
+        ),
+        (Pipe::Ingress, 1, 0, "1", "next;"),
+        (
+            Pipe::Ingress,
+            2,
+            100,
+            "ip && ct.trk",
+            "reg0[6] = chk_lb_hairpin(); next;",
+        ),
+        (
+            Pipe::Ingress,
+            3,
+            10,
+            "reg0[6] == 1",
+            "outport = \"vm3\"; output;",
+        ),
+        (Pipe::Ingress, 3, 0, "1", "outport = \"vm2\"; output;"),
+        (Pipe::Egress, 0, 0, "1", "output;"),
+    ];
+    let vip: IpAddr = Ipv4Addr::new(10, 0, 0, 100).into();
+    let syn = tcp(M1, M2, IP1.into(), vip, 3333, 80, 2);
+    for (vip_port, want) in [(80u16, Destination::Local(3)), (81, Destination::Local(2))] {
+        let mut s = spec([&[], &[], &[]], flows);
+        s.lb_vips.push(LbVipSpec {
+            datapath: "ls".into(),
+            ip: vip,
+            port: vip_port,
+            proto: 6,
+        });
+        let mut p = pipeline(&s);
+        let mut ct = Conntrack::new(Config::default());
+        for _ in 0..2 {
+            assert_eq!(
+                dests(&run_at(&mut p, &mut ct, 1, &syn, 1)),
+                [want],
+                "VIP port {vip_port}"
+            );
+        }
+    }
+}
+
+#[test]
+fn counters_name_the_right_flows_after_a_partial_recompile() {
+    let two = |log_prio: u16| -> ProgramSpec {
+        let mut s = spec(
+            [&[], &[], &[]],
+            &[
+                (
+                    Pipe::Ingress,
+                    0,
+                    log_prio,
+                    "1",
+                    "log(name=\"a\"); outport = \"vm2\"; output;",
+                ),
+                (Pipe::Egress, 0, 0, "1", "output;"),
+            ],
+        );
+        let mut other = s.datapaths[0].clone();
+        other.name = "ls2".into();
+        other.tunnel_key = 6;
+        for (i, p) in other.ports.iter_mut().enumerate() {
+            p.name = format!("w{}", i + 1);
+            p.location = PortLocation::Local(10 + i as u32);
+        }
+        other.flows = vec![
+            FlowSpec::parse(
+                Pipe::Ingress,
+                0,
+                7,
+                "1",
+                "set_meter(5); outport = \"w2\"; output;",
+            )
+            .expect("parses"),
+            FlowSpec::parse(Pipe::Egress, 0, 0, "1", "output;").expect("parses"),
+        ];
+        s.datapaths.push(other);
+        s
+    };
+    let a = Program::compile_strict(&two(10)).expect("compiles");
+    let (b, errs) = a.recompile(&two(20), &["ls"]).expect("recompiles");
+    assert!(errs.is_empty());
+    assert!(b.datapath_shared_with(&a, "ls2"), "ls2 was reused");
+    let mut p = Pipeline::new(b);
+    let mut ct = Conntrack::new(Config::default());
+    run_at(&mut p, &mut ct, 1, &udp4(M1, M2, IP1, IP2, 1, 2), 1);
+    run_at(&mut p, &mut ct, 10, &udp4(M1, M2, IP1, IP2, 1, 2), 1);
+    run_at(&mut p, &mut ct, 10, &udp4(M1, M2, IP1, IP2, 1, 3), 1);
+    let hits = p.action_hits();
+    let log = hits
+        .iter()
+        .find(|h| h.action == "log")
+        .expect("log counted");
+    assert_eq!(
+        (log.datapath.as_str(), log.priority, log.hits),
+        ("ls", 20, 1)
+    );
+    let meter = hits
+        .iter()
+        .find(|h| h.action == "set_meter")
+        .expect("meter counted");
+    assert_eq!(
+        (meter.datapath.as_str(), meter.priority, meter.hits),
+        ("ls2", 7, 2)
+    );
+}

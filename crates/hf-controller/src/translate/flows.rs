@@ -1,5 +1,5 @@
 //! `Logical_Flow` (+ `Logical_DP_Group`) → [`FlowSpec`]s; `MAC_Binding`,
-//! `Static_MAC_Binding` → neighbours; `FDB` → [`super::FdbEntry`]s.
+//! `Static_MAC_Binding` → neighbours; `FDB` → [`hf_pipeline::FdbSpec`]s; `Load_Balancer` VIPs → [`hf_pipeline::LbVipSpec`]s.
 //!
 //! Each flow's text is parsed once and the result copied into every datapath it applies to
 //! (its `logical_datapath`, or each member of its `logical_dp_group` that is translated). Text
@@ -35,6 +35,62 @@ pub fn flow_identity(lf: &sb::LogicalFlow) -> (FlowId, String, Option<String>) {
 
 /// One SB flow row as a [`FlowSpec`] (not yet placed in a datapath), or why it cannot be one.
 pub fn flow_spec(lf: &sb::LogicalFlow) -> Result<FlowSpec, String> {
+    flow_spec_with(lf, &BTreeMap::new())
+}
+
+/// Replaces every `^name` outside quoted strings by `vars[name]` (ovn-controller's lexer does
+/// the same with the chassis's `Chassis_Template_Var` values); unknown names stay as written.
+pub fn substitute_templates(text: &str, vars: &BTreeMap<String, String>) -> String {
+    if vars.is_empty() || !text.contains('^') {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.char_indices().peekable();
+    let mut quoted = false;
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\\' if quoted => {
+                out.push(c);
+                if let Some((_, n)) = chars.next() {
+                    out.push(n);
+                }
+            }
+            '"' => {
+                quoted = !quoted;
+                out.push(c);
+            }
+            '^' if !quoted => {
+                let start = i + 1;
+                let mut end = start;
+                while let Some(&(j, n)) = chars.peek() {
+                    if n.is_ascii_alphanumeric() || n == '_' || n == '.' {
+                        end = j + n.len_utf8();
+                        chars.next();
+                    } else {
+                        break;
+                    }
+                }
+                let name = &text[start..end];
+                match vars.get(name) {
+                    Some(v) => out.push_str(v),
+                    None => {
+                        out.push('^');
+                        out.push_str(name);
+                    }
+                }
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// [`flow_spec`] with chassis template variables substituted. The identity uses the text as
+/// written, so it is the same on every chassis.
+pub fn flow_spec_with(
+    lf: &sb::LogicalFlow,
+    vars: &BTreeMap<String, String>,
+) -> Result<FlowSpec, String> {
     let pipeline = match lf.pipeline {
         sb::LogicalFlowPipeline::Ingress => Pipeline::Ingress,
         sb::LogicalFlowPipeline::Egress => Pipeline::Egress,
@@ -49,7 +105,13 @@ pub fn flow_spec(lf: &sb::LogicalFlow) -> Result<FlowSpec, String> {
         .map_err(|_| format!("table_id {} is outside 0..=255", lf.table_id))?;
     let priority = u16::try_from(lf.priority)
         .map_err(|_| format!("priority {} is outside 0..=65535", lf.priority))?;
-    let mut fs = FlowSpec::from_text(pipeline, table, priority, &lf.match_, &lf.actions);
+    let mut fs = FlowSpec::from_text(
+        pipeline,
+        table,
+        priority,
+        &substitute_templates(&lf.match_, vars),
+        &substitute_templates(&lf.actions, vars),
+    );
     let (id, stage, hint) = flow_identity(lf);
     fs.id = id;
     fs.stage = stage;
@@ -58,7 +120,11 @@ pub fn flow_spec(lf: &sb::LogicalFlow) -> Result<FlowSpec, String> {
     Ok(fs)
 }
 
-pub(crate) fn translate_flows(sb: &SbSnapshot, t: &mut Translation) {
+pub(crate) fn translate_flows(sb: &SbSnapshot, chassis: Option<&str>, t: &mut Translation) {
+    let vars: BTreeMap<String, String> = chassis
+        .and_then(|c| sb.chassis_template_var().values().find(|v| v.chassis == c))
+        .map(|v| v.variables.clone())
+        .unwrap_or_default();
     for lf in sb.logical_flow().values() {
         let mut targets: Vec<usize> = Vec::new();
         if let Some(d) = lf.logical_datapath {
@@ -83,7 +149,7 @@ pub(crate) fn translate_flows(sb: &SbSnapshot, t: &mut Translation) {
         }
         targets.sort_unstable();
         targets.dedup();
-        match flow_spec(lf) {
+        match flow_spec_with(lf, &vars) {
             Ok(fs) => {
                 let last = targets.len() - 1;
                 let mut fs = Some(fs);

@@ -6,10 +6,10 @@
 //! - `Datapath_Binding` → one [`DatapathSpec`] each, ordered by tunnel key: a switch when
 //!   `external_ids:logical-switch` is set, a router when `external_ids:logical-router` is;
 //!   named by `external_ids:name` (else the UUID).
-//! - `Port_Binding` of every type real northd 23.03 writes → [`PortSpec`]s whose location,
+//! - `Port_Binding` of every type real northd 23.03 writes → [`hf_pipeline::PortSpec`]s whose location,
 //!   residency, extra chassis and activation state follow ovn-controller's `binding.c` and
 //!   `physical.c` (see [`ports`]). Without a chassis every port is resident, as in ovn-trace.
-//! - `Multicast_Group` → [`GroupSpec`]s; `Address_Set` and `Port_Group` → the program's sets
+//! - `Multicast_Group` → [`hf_pipeline::GroupSpec`]s; `Address_Set` and `Port_Group` → the program's sets
 //!   (SB port groups are per datapath in 23.03, `<datapath key>_<name>`; see [`sets`]).
 //! - `Logical_Flow` (with `Logical_DP_Group`: compiled for every member datapath) → flows
 //!   with their identity (`external_ids:hf-flow-id`, else stage name + `stage-hint` + match),
@@ -30,9 +30,10 @@
 //!
 //! No I/O. It does not claim ports: a VIF counts as bound where `Port_Binding.chassis` says,
 //! or, while nothing has claimed it, where `requested_chassis` asks (the controller that would
-//! claim it). Load balancers' backends need nothing here (23.03's flows carry them inline);
-//! chassis template variables (`^name`) are not substituted, so flows using them are
-//! per-flow errors.
+//! claim it). Load balancers' backends need nothing here (23.03's flows carry them inline).
+//! Chassis template variables (`^name`) are substituted with the chassis's
+//! `Chassis_Template_Var` values; without a chassis, or for a name the chassis does not
+//! define, they stay and the flow is a per-flow error (ovn-controller skips such flows too).
 
 pub mod flows;
 pub mod ports;
@@ -202,7 +203,7 @@ pub fn translate_with(sb: &SbSnapshot, opts: &TranslateOptions, extra: &Extra) -
     }
     ports::translate_ports(sb, chassis, &mut t);
     sets::translate_sets(sb, &mut t);
-    flows::translate_flows(sb, &mut t);
+    flows::translate_flows(sb, chassis, &mut t);
     flows::translate_neighbours(sb, &mut t);
     flows::translate_lbs(sb, &mut t);
     zones::assign(&mut t, &extra.zones);

@@ -20,6 +20,11 @@
 //!
 //! A port bound here as an additional chassis with `options:activation-strategy=rarp`, and not
 //! listed in `options:additional-chassis-activated`, starts inactive.
+//!
+//! `is_chassis_resident()` follows ovn-controller's `is_chassis_resident_cb`: a port is
+//! resident where its (primary) `chassis` is (not on additional chassis; never for localnet,
+//! localport and patch ports, which nobody claims), a `chassisredirect` port on the active
+//! (highest-priority) member of its HA group, an `l3gateway` port on its gateway chassis.
 
 use std::collections::BTreeMap;
 
@@ -97,14 +102,37 @@ fn ha_top(sb: &SbSnapshot, pb: &sb::PortBinding) -> Option<Uuid> {
     cands.first().map(|c| c.2)
 }
 
+/// Every chassis of the port's HA chassis group and gateway_chassis rows.
+fn ha_members(sb: &SbSnapshot, pb: &sb::PortBinding) -> Vec<Uuid> {
+    let mut v: Vec<Uuid> = pb
+        .ha_chassis_group
+        .and_then(|g| sb.get(g))
+        .map(|g| {
+            g.ha_chassis
+                .iter()
+                .filter_map(|h| sb.get(*h)?.chassis.map(|c| c.uuid()))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.extend(
+        pb.gateway_chassis
+            .iter()
+            .filter_map(|g| sb.get(*g)?.chassis.map(|c| c.uuid())),
+    );
+    v
+}
+
 /// Whether `pb` makes its datapath local to chassis `ch` (named `name`).
 pub(crate) fn bound_on(sb: &SbSnapshot, pb: &sb::PortBinding, ch: Uuid, name: &str) -> bool {
     match pb.type_.as_str() {
-        "" | "virtual" | "external" => {
+        "" | "virtual" => {
             let (p, a) = binding(sb, pb);
             p == Some(ch) || a.contains(&ch)
         }
-        "chassisredirect" => binding(sb, pb).0 == Some(ch),
+        "external" => binding(sb, pb).0 == Some(ch) || ha_members(sb, pb).contains(&ch),
+        // Standby gateways of an HA group need the datapaths too (ovn-controller's
+        // binding.c adds them for every member, so failover needs no new datapaths).
+        "chassisredirect" => binding(sb, pb).0 == Some(ch) || ha_members(sb, pb).contains(&ch),
         "l3gateway" => pb.options.get("l3gateway-chassis").map(String::as_str) == Some(name),
         "l2gateway" => pb.options.get("l2gateway-chassis").map(String::as_str) == Some(name),
         _ => false,
@@ -313,7 +341,9 @@ fn place_on(
                         .options
                         .get("additional-chassis-activated")
                         .is_some_and(|l| l.split(',').any(|c| c.trim() == name));
-                (Place::Local, true, also, activation)
+                // ovn-controller's is_chassis_resident_cb: `Port_Binding.chassis` only (an
+                // additional chassis receives the port's traffic but is not its resident).
+                (Place::Local, primary == here, also, activation)
             } else {
                 (remote_at(primary, diag), false, also, false)
             }
@@ -359,13 +389,15 @@ fn place_on(
                         .any(|e| e.split(':').next().map(str::trim) == Some(n.as_str()))
                 }),
             };
+            // Nobody claims a localnet or localport port (its `chassis` stays empty), so
+            // is_chassis_resident() never holds for it.
             if mapped {
-                (Place::Local, true, Vec::new(), false)
+                (Place::Local, false, Vec::new(), false)
             } else {
                 (Place::Unbound, false, Vec::new(), false)
             }
         }
-        PortKind::Localport => (Place::Local, true, Vec::new(), false),
+        PortKind::Localport => (Place::Local, false, Vec::new(), false),
         _ => (Place::Unbound, false, Vec::new(), false),
     }
 }
