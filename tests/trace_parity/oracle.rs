@@ -28,7 +28,8 @@ pub enum Backend {
 
 /// A running NB + SB + northd.
 pub struct Env {
-    pub dir: tempfile::TempDir,
+    /// Holds the daemons' files; removed on drop.
+    _dir: tempfile::TempDir,
     pub nb: String,
     pub sb: String,
     pidfiles: Vec<PathBuf>,
@@ -112,7 +113,7 @@ impl Env {
         );
         pidfiles.push(d.join("northd.pid"));
         let env = Env {
-            dir,
+            _dir: dir,
             nb,
             sb,
             pidfiles,
@@ -175,11 +176,6 @@ impl Env {
         run_ok(&mut sb);
         // One more round trip so northd has seen the bindings (it writes `up` and may adjust).
         run_ok(self.nbctl().args(["--wait=sb", "sync"]));
-    }
-
-    /// Every logical flow in SB as `ovn-sbctl lflow-list` prints it.
-    pub fn lflow_list(&self) -> String {
-        run_ok(self.sbctl().arg("lflow-list"))
     }
 }
 
