@@ -53,6 +53,7 @@ pub fn port(name: &str, key: u32, location: PortLocation, zone: u16) -> PortSpec
         key,
         location,
         zone,
+        ..PortSpec::default()
     }
 }
 

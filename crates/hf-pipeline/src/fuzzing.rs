@@ -141,6 +141,7 @@ fn port(name: &str, key: u32, location: PortLocation, zone: u16) -> PortSpec {
         key,
         location,
         zone,
+        ..PortSpec::default()
     }
 }
 
@@ -338,10 +339,10 @@ pub fn differential_with_coverage(data: &[u8]) -> Coverage {
     let mut cov = Coverage::default();
     let mut b = Bytes::new(data);
     let spec = program_from(&mut b);
-    let Ok(prog_a) = Program::compile(&spec) else {
+    let Ok((prog_a, _)) = Program::compile(&spec) else {
         return cov;
     };
-    let Ok(prog_b) = Program::compile(&spec) else {
+    let Ok((prog_b, _)) = Program::compile(&spec) else {
         return cov;
     };
     let (mut a, mut w) = (Pipeline::new(prog_a), Pipeline::new(prog_b));

@@ -171,6 +171,16 @@ pub(crate) enum CtHandle<'a> {
     WhatIf(&'a Conntrack),
 }
 
+impl CtHandle<'_> {
+    /// A shorter-lived handle to the same table.
+    pub(crate) fn reborrow(&mut self) -> CtHandle<'_> {
+        match self {
+            CtHandle::Live(c) => CtHandle::Live(c),
+            CtHandle::WhatIf(c) => CtHandle::WhatIf(c),
+        }
+    }
+}
+
 /// How a run uses the cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -225,6 +235,10 @@ pub(crate) struct Runner<'a> {
     pub mode: Mode,
     pub segments: u32,
     pub hits: u32,
+    /// Trace-only overrides (`--ct`, `--lb-dst`).
+    pub what_if: Option<crate::whatif::Cursor<'a>>,
+    /// Events for the caller (learned neighbours).
+    pub events: &'a mut Vec<crate::Event>,
 }
 
 enum Flow {
@@ -343,7 +357,7 @@ impl Runner<'_> {
                 self.note("lookup limit reached: dropped".into());
                 return;
             }
-            let hit = d.tables[usize::from(pipe & 1)]
+            let hit = d.tables.tables[usize::from(pipe & 1)]
                 .get(usize::from(table))
                 .and_then(|c| c.lookup(&self.scr.ctx.f, w));
             if let Some(t) = self.trace.as_deref_mut() {
@@ -357,6 +371,10 @@ impl Runner<'_> {
                             priority: f.priority,
                             matches: f.matches.clone(),
                             actions: f.actions.clone(),
+                            id: f.id.clone(),
+                            stage: f.stage.clone(),
+                            sb_uuid: f.sb_uuid.clone(),
+                            stage_hint: f.stage_hint.clone(),
                         }),
                     effects: Vec::new(),
                 });
@@ -636,8 +654,36 @@ impl Runner<'_> {
                 self.note("output to a group in egress: dropped".into());
                 return;
             }
+            // One copy per remote chassis, with the group as outport: the receiving chassis
+            // delivers it to its own members (OVN's remote output table, then local output).
+            let mut chassis: Vec<u32> = Vec::new();
+            for &m in members {
+                if let Some(p) = d.ports.get(&m) {
+                    if let Loc::Remote(c) = p.loc {
+                        chassis.push(c);
+                    }
+                    chassis.extend(p.also_remote.iter().copied());
+                }
+            }
+            chassis.sort_unstable();
+            chassis.dedup();
+            for c in chassis {
+                let dest = Destination::Tunnel {
+                    chassis: c,
+                    datapath: d.key,
+                    inport,
+                    outport,
+                };
+                self.record(w, Op::Emit(dest), rdepth);
+            }
             for &m in members {
                 if m == inport && !loopback {
+                    continue;
+                }
+                if d.ports
+                    .get(&m)
+                    .is_some_and(|p| matches!(p.loc, Loc::Remote(_)))
+                {
                     continue;
                 }
                 self.record(w, Op::Save, rdepth);
@@ -651,7 +697,7 @@ impl Runner<'_> {
                     rdepth,
                 );
                 w.set_const(slot::OUTPORT, full(slot::OUTPORT));
-                self.deliver(w, dp, INGRESS, inport, m, depth, rdepth);
+                self.deliver_local(w, dp, INGRESS, inport, m, depth, rdepth);
                 self.record(w, Op::Restore, rdepth);
                 if let Some((wr, de)) = w.saved.pop() {
                     w.written = wr;
@@ -691,7 +737,50 @@ impl Runner<'_> {
             self.note(format!("output to unknown port {outport}: dropped"));
             return;
         };
+        // A port bound to several chassis: a tunnel copy to each other chassis (from the
+        // ingress pipeline only: a packet that came from a tunnel never goes back into one).
+        if pipe == INGRESS {
+            for &c in &port.also_remote {
+                let dest = Destination::Tunnel {
+                    chassis: c,
+                    datapath: d.key,
+                    inport,
+                    outport,
+                };
+                self.record(w, Op::Emit(dest), rdepth);
+            }
+        }
+        self.deliver_local(w, dp, pipe, inport, outport, depth, rdepth);
+    }
+
+    /// [`Runner::deliver`] without the extra copies for ports bound to several chassis.
+    #[allow(clippy::too_many_arguments)]
+    fn deliver_local(
+        &mut self,
+        w: &mut Walk,
+        dp: u32,
+        pipe: u8,
+        inport: u32,
+        outport: u32,
+        depth: u32,
+        rdepth: u32,
+    ) {
+        let prog = self.prog;
+        let Some(d) = prog.dps.get(dp as usize) else {
+            return;
+        };
+        let Some(port) = d.ports.get(&outport) else {
+            self.note(format!("output to unknown port {outport}: dropped"));
+            return;
+        };
         match (&port.loc, pipe) {
+            (Loc::Remote(_), EGRESS) => {
+                // Only a packet that arrived from a tunnel runs egress for a remote port.
+                self.note(format!(
+                    "port {} is on another chassis and the packet came from a tunnel: dropped",
+                    port.name
+                ));
+            }
             (Loc::Remote(chassis), _) => {
                 let dest = Destination::Tunnel {
                     chassis: *chassis,
@@ -700,6 +789,28 @@ impl Runner<'_> {
                     outport,
                 };
                 self.record(w, Op::Emit(dest), rdepth);
+            }
+            (Loc::Redirect(to), INGRESS) => {
+                self.record(
+                    w,
+                    Op::SetPort {
+                        slot: slot::OUTPORT as u8,
+                        key: *to,
+                    },
+                    rdepth,
+                );
+                w.set_const(slot::OUTPORT, full(slot::OUTPORT));
+                self.record(w, Op::EnterEgress, rdepth);
+                for s in REGISTERS {
+                    w.set_const(s, full(s));
+                }
+                self.walk_tables(w, dp, EGRESS, 0, depth + 1, rdepth);
+            }
+            (Loc::Redirect(_), _) => {
+                self.note(format!(
+                    "output to chassisredirect port {} in egress: dropped",
+                    port.name
+                ));
             }
             (_, INGRESS) => {
                 self.record(w, Op::EnterEgress, rdepth);
@@ -855,6 +966,9 @@ impl Runner<'_> {
                     self.neigh.insert(k, m);
                     // Cached walks may have read the old binding.
                     *self.generation += 1;
+                    if let Some(e) = crate::Event::neighbour(self.prog, k, m) {
+                        self.events.push(e);
+                    }
                 }
             }
             CAct::LookupNeigh {
@@ -928,7 +1042,11 @@ impl Runner<'_> {
                 if backends.is_empty() {
                     CtAction::lookup().with_nat()
                 } else {
-                    let i = (five_tuple_hash(ctx) % backends.len() as u64) as usize;
+                    let i = self
+                        .what_if
+                        .as_ref()
+                        .and_then(|w| w.lb_pick(backends))
+                        .unwrap_or((five_tuple_hash(ctx) % backends.len() as u64) as usize);
                     let (ip, port) = backends[i];
                     let mut a = CtAction::commit(owner).dnat(NatRange::addr_port(ip, port));
                     if *mark {
@@ -941,10 +1059,15 @@ impl Runner<'_> {
             }
             _ => return None,
         };
-        let r = match &mut self.ct {
+        let mut r = match &mut self.ct {
             CtHandle::Live(ct) => ct.process(zone, &ctx.parsed, self.now, &cta),
             CtHandle::WhatIf(ct) => ct.peek(zone, &ctx.parsed, self.now, &cta),
         };
+        if let Some(w) = self.what_if.as_mut()
+            && !matches!(act, CAct::CtCommit { .. } | CAct::CtCommitNat)
+        {
+            r.state.0 = w.ct_state(r.state.0);
+        }
         if !matches!(act, CAct::CtCommit { .. }) {
             ctx.f[slot::CT_STATE] = u128::from(r.state.0);
             ctx.f[slot::CT_MARK] = u128::from(r.mark);

@@ -68,10 +68,12 @@
 
 mod cache;
 mod classifier;
+mod compile;
 pub mod interp;
 mod packet;
 mod program;
 mod trace;
+mod whatif;
 
 #[doc(hidden)]
 pub mod example;
@@ -83,10 +85,11 @@ use std::time::Duration;
 use hf_conntrack::Conntrack;
 
 pub use program::{
-    CompileError, DatapathKind, DatapathSpec, FlowSpec, GroupSpec, Neighbour, PortLocation,
-    PortSpec, Program, ProgramSpec,
+    CompileError, DatapathKind, DatapathSpec, FlowError, FlowErrorKind, FlowId, FlowSpec, FlowText,
+    GroupSpec, Neighbour, PortKind, PortLocation, PortSpec, Program, ProgramSpec,
 };
 pub use trace::{Trace, TraceFlow, TraceRecord};
+pub use whatif::WhatIf;
 
 use interp::{CtHandle, Mode, Neighbours, Runner, Scratch, resume_id};
 use packet::slot;
@@ -188,6 +191,57 @@ pub struct RunStats {
     pub segments: u32,
     /// Segments served by the cache.
     pub cache_hits: u32,
+    /// The frame came from a port that is not active on this chassis yet and was not a RARP:
+    /// dropped before the pipeline (OVN's `activation-strategy=rarp`).
+    pub inactive_port: bool,
+}
+
+/// Something the caller should act on, collected by [`Pipeline::take_events`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// `put_arp`/`put_nd` learned (or changed) a binding: the controller writes it to SB
+    /// `MAC_Binding`. Learned bindings also survive [`Pipeline::set_program`].
+    Neighbour {
+        /// Datapath name.
+        datapath: String,
+        /// Logical port name.
+        port: String,
+        /// The address.
+        ip: std::net::IpAddr,
+        /// Its Ethernet address.
+        mac: [u8; 6],
+    },
+    /// A port waiting for activation sent a RARP and is now active on this chassis.
+    PortActivated {
+        /// Its local port id.
+        local: u32,
+        /// Its logical name.
+        port: String,
+    },
+}
+
+impl Event {
+    pub(crate) fn neighbour(
+        prog: &Program,
+        (dp, port, ip, v6): (u32, u32, u128, bool),
+        mac: u128,
+    ) -> Option<Event> {
+        let d = prog.dps.get(dp as usize)?;
+        let p = d.ports.get(&port)?;
+        let ip = if v6 {
+            std::net::IpAddr::V6(std::net::Ipv6Addr::from(ip))
+        } else {
+            std::net::IpAddr::V4(std::net::Ipv4Addr::from(ip as u32))
+        };
+        let b = (mac as u64).to_be_bytes();
+        Some(Event::Neighbour {
+            datapath: d.name.clone(),
+            port: p.name.clone(),
+            ip,
+            mac: [b[2], b[3], b[4], b[5], b[6], b[7]],
+        })
+    }
 }
 
 /// A program with its neighbour table, flow cache and scratch space.
@@ -198,6 +252,14 @@ pub struct Pipeline {
     neigh: Neighbours,
     cache: cache::Cache,
     scr: Scratch,
+    events: Vec<Event>,
+    /// Bindings learned by `put_arp`/`put_nd`, by (datapath, port) name: reapplied on a swap.
+    learned: std::collections::BTreeMap<(String, String, std::net::IpAddr), [u8; 6]>,
+    /// Local ports currently inactive.
+    inactive: std::collections::BTreeSet<u32>,
+    /// Activation decisions made here (by RARP or [`Pipeline::set_port_active`]): they
+    /// outlive program swaps.
+    activation: std::collections::BTreeMap<u32, bool>,
 }
 
 impl Pipeline {
@@ -209,25 +271,81 @@ impl Pipeline {
             neigh: Neighbours::default(),
             cache: cache::Cache::default(),
             scr: Scratch::new(),
+            events: Vec::new(),
+            learned: Default::default(),
+            inactive: Default::default(),
+            activation: Default::default(),
         };
-        p.load_neighbours();
+        p.load_state();
         p
     }
 
-    fn load_neighbours(&mut self) {
+    fn load_state(&mut self) {
         self.neigh.clear();
         for &(dp, port, ip, v6, mac) in &self.prog.neighbours {
             self.neigh.insert((dp, port, ip, v6), mac);
         }
+        // What this pipeline learned wins over the program's (possibly older) bindings.
+        for ((dpn, pn, ip), mac) in &self.learned {
+            let Some(dp) = self.prog.dps.iter().position(|d| &d.name == dpn) else {
+                continue;
+            };
+            let Some((&key, _)) = self.prog.dps[dp].ports.iter().find(|(_, p)| &p.name == pn)
+            else {
+                continue;
+            };
+            let (ip, v6) = program::ip_u128(*ip);
+            let m = mac.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b));
+            self.neigh.insert((dp as u32, key, ip, v6), m);
+        }
+        self.inactive = self.prog.inactive.iter().copied().collect();
+        for (&id, &active) in &self.activation {
+            if !self.prog.local.contains_key(&id) {
+                continue;
+            }
+            if active {
+                self.inactive.remove(&id);
+            } else {
+                self.inactive.insert(id);
+            }
+        }
     }
 
-    /// Replaces the program (and reloads the neighbour table from it); cached walks of the old
-    /// program die.
+    /// Replaces the program (and reloads the neighbour table from it, plus every binding
+    /// `put_arp`/`put_nd` learned here); cached walks of the old program die. Activation
+    /// decisions made here ([`Pipeline::set_port_active`], RARP) carry over.
     pub fn set_program(&mut self, prog: Program) {
         self.prog = prog;
         self.generation += 1;
-        self.load_neighbours();
+        self.load_state();
         self.cache.clear();
+    }
+
+    /// Activates (or deactivates) local port `id` without recompiling: an inactive port's
+    /// frames are dropped before the pipeline, except a RARP, which activates it (OVN's
+    /// `activation-strategy=rarp`). Output *to* an inactive port is still produced; the
+    /// datapath may hold it until activation.
+    pub fn set_port_active(&mut self, id: u32, active: bool) {
+        self.activation.insert(id, active);
+        let changed = if active {
+            self.inactive.remove(&id)
+        } else {
+            self.inactive.insert(id)
+        };
+        if changed {
+            self.generation += 1;
+            self.cache.clear();
+        }
+    }
+
+    /// Whether local port `id` is active (ports not waiting for activation always are).
+    pub fn port_active(&self, id: u32) -> bool {
+        !self.inactive.contains(&id)
+    }
+
+    /// Takes the events collected so far.
+    pub fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events)
     }
 
     /// The program.
@@ -279,6 +397,7 @@ impl Pipeline {
             out,
             None,
             Mode::Cached,
+            None,
         )
     }
 
@@ -300,6 +419,7 @@ impl Pipeline {
             out,
             None,
             Mode::Uncached,
+            None,
         )
     }
 
@@ -313,6 +433,21 @@ impl Pipeline {
         now: Duration,
         out: &mut Outputs,
     ) -> Result<Trace, ProcessError> {
+        self.trace_with(ct, from, frame, now, out, &WhatIf::default())
+    }
+
+    /// [`Pipeline::trace`] with what-if overrides: forced `ct_state`s for successive
+    /// conntrack lookups and a chosen load-balancer backend (ovn-trace's `--ct` and
+    /// `--lb-dst`).
+    pub fn trace_with(
+        &mut self,
+        ct: &Conntrack,
+        from: Ingress,
+        frame: &[u8],
+        now: Duration,
+        out: &mut Outputs,
+        what_if: &WhatIf,
+    ) -> Result<Trace, ProcessError> {
         let mut t = Trace::default();
         self.run(
             CtHandle::WhatIf(ct),
@@ -322,6 +457,7 @@ impl Pipeline {
             out,
             Some(&mut t),
             Mode::Trace,
+            Some(whatif::Cursor::new(what_if)),
         )?;
         Ok(t)
     }
@@ -336,6 +472,7 @@ impl Pipeline {
         out: &mut Outputs,
         trace: Option<&mut Trace>,
         mode: Mode,
+        what_if: Option<whatif::Cursor<'_>>,
     ) -> Result<RunStats, ProcessError> {
         out.clear();
         let (dp, pipe, inport, outport) = match from {
@@ -345,6 +482,24 @@ impl Pipeline {
                     .local
                     .get(&id)
                     .ok_or(ProcessError::UnknownLocalPort(id))?;
+                if self.inactive.contains(&id) {
+                    let rarp = frame.get(12..14) == Some(&[0x80, 0x35][..]);
+                    if !rarp {
+                        return Ok(RunStats {
+                            inactive_port: true,
+                            ..RunStats::default()
+                        });
+                    }
+                    if mode != Mode::Trace {
+                        self.set_port_active(id, true);
+                        let port = self.prog.dps[dp as usize]
+                            .ports
+                            .get(&key)
+                            .map(|p| p.name.clone())
+                            .unwrap_or_default();
+                        self.events.push(Event::PortActivated { local: id, port });
+                    }
+                }
                 (dp, program::INGRESS, key, 0)
             }
             Ingress::Tunnel {
@@ -357,10 +512,61 @@ impl Pipeline {
                     .by_key
                     .get(&datapath)
                     .ok_or(ProcessError::UnknownDatapath(datapath))?;
+                let d = &self.prog.dps[dp as usize];
+                // A multicast group from a tunnel: this chassis's own members only.
+                if let Some(members) = d.groups.get(&outport) {
+                    let members: Vec<u32> = members
+                        .iter()
+                        .copied()
+                        .filter(|m| {
+                            m != &inport
+                                && d.ports
+                                    .get(m)
+                                    .is_some_and(|p| matches!(p.loc, program::Loc::Local(_)))
+                        })
+                        .collect();
+                    let mut all = Outputs::default();
+                    let mut stats = RunStats::default();
+                    let mut trace = trace;
+                    let mut ct = ct;
+                    for m in members {
+                        let from = Ingress::Tunnel {
+                            datapath,
+                            inport,
+                            outport: m,
+                        };
+                        let s = self.run(
+                            ct.reborrow(),
+                            from,
+                            frame,
+                            now,
+                            out,
+                            trace.as_deref_mut(),
+                            mode,
+                            None,
+                        )?;
+                        stats.segments += s.segments;
+                        stats.cache_hits += s.cache_hits;
+                        for (d, b) in out.iter() {
+                            all.push(d, b);
+                        }
+                    }
+                    out.clear();
+                    for (d, b) in all.iter() {
+                        out.push(d, b);
+                    }
+                    return Ok(stats);
+                }
+                // A chassisredirect port resident here stands for its distributed port.
+                let outport = match d.ports.get(&outport).map(|p| &p.loc) {
+                    Some(program::Loc::Redirect(to)) => *to,
+                    _ => outport,
+                };
                 (dp, program::EGRESS, inport, outport)
             }
         };
         let parsed = hf_wire::parse(frame, inport, u64::from(dp))?;
+        let events_before = self.events.len();
         self.cache.maintain();
         self.scr.reset();
         let ctx = &mut self.scr.ctx;
@@ -382,11 +588,33 @@ impl Pipeline {
             mode,
             segments: 0,
             hits: 0,
+            what_if,
+            events: &mut self.events,
         };
         r.run_segment(resume_id(dp, pipe, 0), 0);
-        Ok(RunStats {
+        let stats = RunStats {
             segments: r.segments,
             cache_hits: r.hits,
-        })
+            inactive_port: false,
+        };
+        self.remember_learned(events_before);
+        Ok(stats)
+    }
+
+    /// Copies the bindings learned by this run (events from `from` on) into the table that
+    /// survives swaps.
+    fn remember_learned(&mut self, from: usize) {
+        for e in self.events.get(from..).unwrap_or(&[]) {
+            if let Event::Neighbour {
+                datapath,
+                port,
+                ip,
+                mac,
+            } = e
+            {
+                self.learned
+                    .insert((datapath.clone(), port.clone(), *ip), *mac);
+            }
+        }
     }
 }

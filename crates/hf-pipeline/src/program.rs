@@ -5,21 +5,21 @@
 //! [`Classifier`] per (datapath, pipeline, table). Actions become [`CAct`]s in one arena so that
 //! cached action lists can point at them by index.
 
-use std::collections::HashMap;
+use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ops::Range;
 
 use hf_conntrack::{Masked, NatRange, Owner};
 use hf_expr::actions::{CtCommit, NatKind, NestedKind, NextArgs, Pipeline, ResultFn};
 use hf_expr::constant::Format;
-use hf_expr::normalize::{Atom, Limits, Normalizer};
+use hf_expr::normalize::Atom;
 use hf_expr::{Action, Constant, Expr, FieldRef, Sets, SymbolTable, Value};
 
 use crate::classifier::{Classifier, Conj, FastMap, Test};
 use crate::packet::{Bits, slot};
 
 /// Where a logical port lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum PortLocation {
     /// Bound on this chassis to the datapath's port with this id (a VIF or a localnet port).
@@ -35,20 +35,94 @@ pub enum PortLocation {
         peer: String,
     },
     /// Not bound anywhere: output to it drops.
+    #[default]
     Unbound,
+    /// A `chassisredirect` port resident on this chassis: output to it continues in the egress
+    /// pipeline with `outport` set to the named distributed gateway port of the same datapath
+    /// (OVN's physical table 38 for local `chassisredirect` ports).
+    Redirect {
+        /// The distributed gateway port (`options:distributed-port`).
+        port: String,
+    },
+}
+
+/// What a logical port is (`Port_Binding.type`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum PortKind {
+    /// A VIF (`""`).
+    #[default]
+    Vif,
+    /// `patch`.
+    Patch,
+    /// `l3gateway`.
+    L3Gateway,
+    /// `chassisredirect`.
+    ChassisRedirect,
+    /// `localnet`.
+    Localnet,
+    /// `localport`.
+    Localport,
+    /// `virtual`.
+    Virtual,
+    /// `external`.
+    External,
+    /// `l2gateway`.
+    L2Gateway,
+    /// `vtep`.
+    Vtep,
+    /// `remote` (OVN interconnection).
+    Remote,
+    /// Anything else, as written.
+    Other(String),
+}
+
+impl PortKind {
+    /// The kind named by `Port_Binding.type`.
+    pub fn from_sb(t: &str) -> PortKind {
+        match t {
+            "" => PortKind::Vif,
+            "patch" => PortKind::Patch,
+            "l3gateway" => PortKind::L3Gateway,
+            "chassisredirect" => PortKind::ChassisRedirect,
+            "localnet" => PortKind::Localnet,
+            "localport" => PortKind::Localport,
+            "virtual" => PortKind::Virtual,
+            "external" => PortKind::External,
+            "l2gateway" => PortKind::L2Gateway,
+            "vtep" => PortKind::Vtep,
+            "remote" => PortKind::Remote,
+            o => PortKind::Other(o.to_string()),
+        }
+    }
 }
 
 /// A logical port.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PortSpec {
     /// The logical port name (what `inport == "..."` says).
     pub name: String,
-    /// Its tunnel key within the datapath (nonzero).
+    /// Its tunnel key within the datapath (nonzero; Geneve carries 15 bits).
     pub key: u32,
     /// Where it lives.
     pub location: PortLocation,
     /// The conntrack zone of a switch port (`lsp/<port>`), resolved by the caller.
     pub zone: u16,
+    /// Its type.
+    pub kind: PortKind,
+    /// `is_chassis_resident()` holds for it. A port with a [`PortLocation::Local`] or
+    /// [`PortLocation::Redirect`] location is resident whatever this says.
+    pub resident: bool,
+    /// Other chassis the port is also bound to (`requested_chassis` with several names,
+    /// `additional_chassis`): output to it also sends one tunnel copy to each of them.
+    pub also_remote: Vec<u32>,
+    /// The port starts inactive on this chassis (a migration destination with
+    /// `activation-strategy=rarp`): see [`crate::Pipeline::set_port_active`].
+    pub needs_activation: bool,
+    /// `Port_Binding.mac`: `MAC [IP...]`, `unknown`, `router`, as written.
+    pub addresses: Vec<String>,
+    /// `Port_Binding.port_security`, as written.
+    pub port_security: Vec<String>,
 }
 
 /// A multicast group such as `_MC_flood`.
@@ -78,6 +152,39 @@ pub enum DatapathKind {
     },
 }
 
+/// A flow's stable identity: `external_ids:hf-flow-id` when northd wrote one, else stage name,
+/// `stage-hint` and match (DESIGN "Flow identity"). The controller keys "last good version" by
+/// it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct FlowId(pub String);
+
+impl FlowId {
+    /// The identity of a flow with `external_ids:hf-flow-id`.
+    pub fn hf(id: &str) -> FlowId {
+        FlowId(format!("hf-flow-id:{id}"))
+    }
+
+    /// The fallback identity: stage name, NB stage hint and match text.
+    pub fn derived(stage: &str, stage_hint: Option<&str>, matches: &str) -> FlowId {
+        FlowId(format!("{stage}|{}|{matches}", stage_hint.unwrap_or("")))
+    }
+}
+
+impl fmt::Display for FlowId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The SB text a flow was parsed from (what traces print).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FlowText {
+    /// The match, as written.
+    pub matches: String,
+    /// The actions, as written.
+    pub actions: String,
+}
+
 /// One logical flow.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FlowSpec {
@@ -91,6 +198,37 @@ pub struct FlowSpec {
     pub matches: Expr,
     /// The actions.
     pub actions: Vec<Action>,
+    /// Stable identity.
+    pub id: FlowId,
+    /// `external_ids:stage-name` (empty when unknown).
+    pub stage: String,
+    /// The SB `Logical_Flow` UUID.
+    pub sb_uuid: Option<String>,
+    /// `external_ids:stage-hint`: the NB row behind the flow.
+    pub stage_hint: Option<String>,
+    /// The text it came from, when it came from text.
+    pub source: Option<FlowText>,
+    /// Why the text did not parse: [`Program::compile`] reports it as this flow's error and
+    /// leaves the flow out.
+    pub parse_error: Option<String>,
+}
+
+impl Default for FlowSpec {
+    fn default() -> Self {
+        FlowSpec {
+            pipeline: Pipeline::Ingress,
+            table: 0,
+            priority: 0,
+            matches: Expr::Bool(true),
+            actions: Vec::new(),
+            id: FlowId::default(),
+            stage: String::new(),
+            sb_uuid: None,
+            stage_hint: None,
+            source: None,
+            parse_error: None,
+        }
+    }
 }
 
 impl FlowSpec {
@@ -109,7 +247,55 @@ impl FlowSpec {
             priority,
             matches: hf_expr::parse_match(symtab, matches)?,
             actions: hf_expr::parse_actions(symtab, actions)?,
+            source: Some(FlowText {
+                matches: matches.to_string(),
+                actions: actions.to_string(),
+            }),
+            ..FlowSpec::default()
         })
+    }
+
+    /// A flow from SB text that never fails: text that does not parse is kept with its
+    /// [`FlowSpec::parse_error`], which compilation reports as a per-flow error.
+    pub fn from_text(
+        pipeline: Pipeline,
+        table: u8,
+        priority: u16,
+        matches: &str,
+        actions: &str,
+    ) -> FlowSpec {
+        let symtab = SymbolTable::shared();
+        let source = Some(FlowText {
+            matches: matches.to_string(),
+            actions: actions.to_string(),
+        });
+        let parsed = hf_expr::parse_match(symtab, matches)
+            .map_err(|e| format!("match: {e}"))
+            .and_then(|m| {
+                hf_expr::parse_actions(symtab, actions)
+                    .map(|a| (m, a))
+                    .map_err(|e| format!("actions: {e}"))
+            });
+        match parsed {
+            Ok((m, a)) => FlowSpec {
+                pipeline,
+                table,
+                priority,
+                matches: m,
+                actions: a,
+                source,
+                ..FlowSpec::default()
+            },
+            Err(e) => FlowSpec {
+                pipeline,
+                table,
+                priority,
+                matches: Expr::Bool(false),
+                source,
+                parse_error: Some(e),
+                ..FlowSpec::default()
+            },
+        }
     }
 }
 
@@ -156,34 +342,11 @@ pub struct ProgramSpec {
     pub owner: Owner,
 }
 
-/// Why a program did not compile.
+/// Why a program did not compile as a whole (structural errors; a bad flow is a
+/// [`FlowError`] instead).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CompileError {
-    /// A match did not normalise (or names an unknown field).
-    #[error("datapath {datapath}, table {table}, priority {priority}: {message}")]
-    Match {
-        /// Datapath name.
-        datapath: String,
-        /// Table.
-        table: u8,
-        /// Priority.
-        priority: u16,
-        /// What went wrong.
-        message: String,
-    },
-    /// An action names an unknown field, a predicate, or an impossible value.
-    #[error("datapath {datapath}, table {table}, priority {priority}: action: {message}")]
-    Action {
-        /// Datapath name.
-        datapath: String,
-        /// Table.
-        table: u8,
-        /// Priority.
-        priority: u16,
-        /// What went wrong.
-        message: String,
-    },
     /// A patch port's peer does not exist.
     #[error("port {port}: unknown patch peer {peer}")]
     UnknownPeer {
@@ -200,6 +363,108 @@ pub enum CompileError {
         /// The key or id.
         id: u32,
     },
+    /// A tunnel key does not fit Geneve's option (24-bit datapath keys, 15-bit port keys,
+    /// 16-bit multicast group keys with the top bit set).
+    #[error("datapath {datapath}: {what} tunnel key {key} is outside Geneve's range {range}")]
+    TunnelKey {
+        /// Datapath name.
+        datapath: String,
+        /// What carries the key (`datapath`, `port NAME`, `multicast group NAME`).
+        what: String,
+        /// The key.
+        key: u32,
+        /// The allowed range.
+        range: &'static str,
+    },
+    /// Two datapaths share a tunnel key.
+    #[error("datapaths {a} and {b} share tunnel key {key}")]
+    DuplicateDatapath {
+        /// One datapath.
+        a: String,
+        /// The other.
+        b: String,
+        /// The key.
+        key: u32,
+    },
+    /// [`Program::compile_strict`]: a flow did not compile.
+    #[error("{0}")]
+    Flow(Box<FlowError>),
+}
+
+/// What kind of problem a [`FlowError`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum FlowErrorKind {
+    /// The SB text does not parse (lexer, parser or type errors).
+    Syntax,
+    /// The match does not normalise (too large, impossible field use).
+    Match,
+    /// The match names an address set, port group or template variable that does not exist.
+    UnknownSet,
+    /// An action names an unknown field or has an impossible argument.
+    Action,
+    /// An action the pipeline does not execute.
+    Unsupported,
+}
+
+impl FlowErrorKind {
+    /// A short name (`syntax`, `match`, `unknown-set`, `action`, `unsupported`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FlowErrorKind::Syntax => "syntax",
+            FlowErrorKind::Match => "match",
+            FlowErrorKind::UnknownSet => "unknown-set",
+            FlowErrorKind::Action => "action",
+            FlowErrorKind::Unsupported => "unsupported",
+        }
+    }
+}
+
+impl fmt::Display for FlowErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One flow that did not compile; the rest of the program did. Names the flow (datapath,
+/// pipeline, table, priority, identity, stage, SB UUID) and the reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "datapath {datapath}, {pipeline} table {table}{} priority {priority}{}: {kind}: {message} (flow {id})",
+    stage_suffix(stage),
+    uuid_suffix(sb_uuid.as_deref())
+)]
+pub struct FlowError {
+    /// Datapath name.
+    pub datapath: String,
+    /// `ingress` or `egress`.
+    pub pipeline: &'static str,
+    /// Table.
+    pub table: u8,
+    /// Priority.
+    pub priority: u16,
+    /// The flow's identity.
+    pub id: FlowId,
+    /// Its stage name.
+    pub stage: String,
+    /// Its SB UUID.
+    pub sb_uuid: Option<String>,
+    /// What kind of problem.
+    pub kind: FlowErrorKind,
+    /// What went wrong.
+    pub message: String,
+}
+
+fn stage_suffix(stage: &str) -> String {
+    if stage.is_empty() {
+        ",".into()
+    } else {
+        format!(" ({stage}),")
+    }
+}
+
+fn uuid_suffix(u: Option<&str>) -> String {
+    u.map_or(String::new(), |u| format!(", lflow {u}"))
 }
 
 /// Which pipeline (internal, `Copy` and indexable).
@@ -312,7 +577,12 @@ impl CAct {
 pub(crate) enum Loc {
     Local(u32),
     Remote(u32),
-    Patch { dp: u32, port: u32 },
+    Patch {
+        dp: u32,
+        port: u32,
+    },
+    /// A resident `chassisredirect` port: continue in egress with this port key.
+    Redirect(u32),
     Unbound,
 }
 
@@ -321,6 +591,26 @@ pub(crate) struct Port {
     pub name: String,
     pub loc: Loc,
     pub zone: u16,
+    /// Further chassis that get a tunnel copy of what is output to the port.
+    pub also_remote: Vec<u32>,
+}
+
+/// One datapath's compiled flows: shared (by `Arc`) between programs when a recompile leaves
+/// the datapath alone.
+#[derive(Debug, Default)]
+pub(crate) struct DpCode {
+    /// `tables[pipeline][table]`.
+    pub tables: [Vec<Classifier>; 2],
+    /// The flows that did not compile.
+    pub errors: Vec<FlowError>,
+    /// Port names its flows ask `is_chassis_resident` about, with the answer compiled in.
+    pub resident_refs: Vec<(String, bool)>,
+    /// Address sets and port groups its flows name (`$x`, `@x`).
+    pub set_refs: Vec<String>,
+    /// (name, key) of its ports and groups when compiled: names in flows resolve to them.
+    pub names: Vec<(String, u32)>,
+    /// Arena entries (flows) it owns.
+    pub flow_count: usize,
 }
 
 #[derive(Debug)]
@@ -330,8 +620,8 @@ pub(crate) struct Dp {
     pub kind: DatapathKind,
     pub ports: FastMap<u32, Port>,
     pub groups: FastMap<u32, Vec<u32>>,
-    /// `tables[pipeline][table]`.
-    pub tables: [Vec<Classifier>; 2],
+    /// `tables[pipeline][table]` and what they were compiled from.
+    pub tables: std::sync::Arc<DpCode>,
 }
 
 /// What a trace shows of a flow.
@@ -341,6 +631,10 @@ pub(crate) struct FlowInfo {
     pub matches: String,
     pub actions: String,
     pub acts: Range<u32>,
+    pub id: FlowId,
+    pub stage: String,
+    pub sb_uuid: Option<String>,
+    pub stage_hint: Option<String>,
 }
 
 /// A compiled program. Immutable; hand it to [`crate::Pipeline::new`] or
@@ -356,178 +650,10 @@ pub struct Program {
     pub(crate) by_key: FastMap<u32, u32>,
     pub(crate) neighbours: Vec<(u32, u32, u128, bool, u128)>,
     pub(crate) owner: Owner,
-}
-
-impl Program {
-    /// Compiles `spec`.
-    pub fn compile(spec: &ProgramSpec) -> Result<Program, CompileError> {
-        let symtab = SymbolTable::shared();
-        let mut prog = Program {
-            dps: Vec::new(),
-            acts: Vec::new(),
-            flows: Vec::new(),
-            local: FastMap::default(),
-            by_key: FastMap::default(),
-            neighbours: Vec::new(),
-            owner: spec.owner,
-        };
-        // Ports first: patch peers may point forward.
-        let mut names: HashMap<String, (u32, u32)> = HashMap::new();
-        let mut dp_names: HashMap<&str, u32> = HashMap::new();
-        for (i, d) in spec.datapaths.iter().enumerate() {
-            dp_names.insert(&d.name, i as u32);
-            prog.by_key.insert(d.tunnel_key, i as u32);
-            for p in &d.ports {
-                names.insert(p.name.clone(), (i as u32, p.key));
-            }
-        }
-        for (i, d) in spec.datapaths.iter().enumerate() {
-            let dup = |id| CompileError::Duplicate {
-                datapath: d.name.clone(),
-                id,
-            };
-            let mut ports = FastMap::default();
-            for p in &d.ports {
-                let loc = match &p.location {
-                    PortLocation::Local(id) => {
-                        if prog.local.insert(*id, (i as u32, p.key)).is_some() {
-                            return Err(dup(*id));
-                        }
-                        Loc::Local(*id)
-                    }
-                    PortLocation::Remote { chassis } => Loc::Remote(*chassis),
-                    PortLocation::Patch { peer } => match names.get(peer) {
-                        Some(&(dp, port)) => Loc::Patch { dp, port },
-                        None => {
-                            return Err(CompileError::UnknownPeer {
-                                port: p.name.clone(),
-                                peer: peer.clone(),
-                            });
-                        }
-                    },
-                    PortLocation::Unbound => Loc::Unbound,
-                };
-                if p.key == 0 || ports.contains_key(&p.key) {
-                    return Err(dup(p.key));
-                }
-                ports.insert(
-                    p.key,
-                    Port {
-                        name: p.name.clone(),
-                        loc,
-                        zone: p.zone,
-                    },
-                );
-            }
-            let mut groups = FastMap::default();
-            for g in &d.groups {
-                let mut members: Vec<u32> = g
-                    .members
-                    .iter()
-                    .filter_map(|m| d.ports.iter().find(|p| &p.name == m).map(|p| p.key))
-                    .collect();
-                members.sort_unstable();
-                members.dedup();
-                groups.insert(g.key, members);
-            }
-            prog.dps.push(Dp {
-                name: d.name.clone(),
-                key: d.tunnel_key,
-                kind: d.kind,
-                ports,
-                groups,
-                tables: [Vec::new(), Vec::new()],
-            });
-        }
-        let mut norm = Normalizer::new(symtab, Limits::default());
-        for (i, d) in spec.datapaths.iter().enumerate() {
-            let port_key = |name: &str| -> Option<u32> {
-                d.ports
-                    .iter()
-                    .find(|p| p.name == name)
-                    .map(|p| p.key)
-                    .or_else(|| d.groups.iter().find(|g| g.name == name).map(|g| g.key))
-            };
-            let resident = |name: &str| -> bool {
-                d.ports
-                    .iter()
-                    .any(|p| p.name == name && matches!(p.location, PortLocation::Local(_)))
-            };
-            for fs in &d.flows {
-                let merr = |message: String| CompileError::Match {
-                    datapath: d.name.clone(),
-                    table: fs.table,
-                    priority: fs.priority,
-                    message,
-                };
-                let aerr = |message: String| CompileError::Action {
-                    datapath: d.name.clone(),
-                    table: fs.table,
-                    priority: fs.priority,
-                    message,
-                };
-                let n = norm
-                    .normalize(&fs.matches, &spec.sets)
-                    .map_err(|e| merr(e.to_string()))?;
-                let pipe = match fs.pipeline {
-                    Pipeline::Egress => EGRESS,
-                    _ => INGRESS,
-                };
-                let mut cx = ActCompiler {
-                    symtab,
-                    port_key: &port_key,
-                    pipe,
-                    table: fs.table,
-                    dp: i as u32,
-                    arena: &mut prog.acts,
-                };
-                let acts = cx.list(&fs.actions).map_err(aerr)?;
-                let flow = prog.flows.len() as u32;
-                prog.flows.push(FlowInfo {
-                    priority: fs.priority,
-                    matches: fs.matches.to_string(),
-                    actions: hf_expr::printer::actions_to_string(&fs.actions),
-                    acts,
-                });
-                let tables = &mut prog.dps[i].tables[usize::from(pipe)];
-                let t = usize::from(fs.table);
-                if tables.len() <= t {
-                    tables.resize_with(t + 1, Classifier::default);
-                }
-                for c in &n.disjuncts {
-                    if let Some(conj) = compile_conj(c, &port_key, &resident) {
-                        tables[t].insert(fs.priority, flow, conj);
-                    }
-                }
-            }
-        }
-        for dp in &mut prog.dps {
-            for t in dp.tables.iter_mut().flatten() {
-                t.finish();
-            }
-        }
-        for n in &spec.neighbours {
-            let Some(&dpi) = dp_names.get(n.datapath.as_str()) else {
-                continue;
-            };
-            let Some(p) = spec.datapaths[dpi as usize]
-                .ports
-                .iter()
-                .find(|p| p.name == n.port)
-            else {
-                continue;
-            };
-            let (ip, v6) = ip_u128(n.ip);
-            let mac = n.mac.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b));
-            prog.neighbours.push((dpi, p.key, ip, v6, mac));
-        }
-        Ok(prog)
-    }
-
-    /// Number of logical flows.
-    pub fn flow_count(&self) -> usize {
-        self.flows.len()
-    }
+    /// Local port ids that start inactive.
+    pub(crate) inactive: Vec<u32>,
+    /// The sets the flows were compiled against (to see which datapaths a change touches).
+    pub(crate) sets: Sets,
 }
 
 pub(crate) fn ip_u128(ip: IpAddr) -> (u128, bool) {
@@ -538,7 +664,7 @@ pub(crate) fn ip_u128(ip: IpAddr) -> (u128, bool) {
 }
 
 /// A normalised conjunction as a classifier rule; `None` when it can never match.
-fn compile_conj(
+pub(crate) fn compile_conj(
     c: &hf_expr::normalize::Conj,
     port_key: &dyn Fn(&str) -> Option<u32>,
     resident: &dyn Fn(&str) -> bool,
@@ -627,7 +753,10 @@ fn atom_test(
     }
 }
 
-struct ActCompiler<'a> {
+/// Prefix of the action compiler's message for an action the pipeline does not execute.
+pub(crate) const UNSUPPORTED: &str = "unsupported action: ";
+
+pub(crate) struct ActCompiler<'a> {
     symtab: &'static SymbolTable,
     port_key: &'a dyn Fn(&str) -> Option<u32>,
     pipe: u8,
@@ -644,6 +773,23 @@ fn const_ip(c: &Constant) -> IpAddr {
 }
 
 impl ActCompiler<'_> {
+    pub(crate) fn new<'a>(
+        port_key: &'a dyn Fn(&str) -> Option<u32>,
+        pipe: u8,
+        table: u8,
+        dp: u32,
+        arena: &'a mut Vec<CAct>,
+    ) -> ActCompiler<'a> {
+        ActCompiler {
+            symtab: SymbolTable::shared(),
+            port_key,
+            pipe,
+            table,
+            dp,
+            arena,
+        }
+    }
+
     fn bits(&self, f: &FieldRef) -> Result<Bits, String> {
         let r = hf_expr::typecheck::resolve(self.symtab, f).map_err(|e| e.to_string())?;
         match r.bits {
@@ -664,7 +810,7 @@ impl ActCompiler<'_> {
         }
     }
 
-    fn list(&mut self, actions: &[Action]) -> Result<Range<u32>, String> {
+    pub(crate) fn list(&mut self, actions: &[Action]) -> Result<Range<u32>, String> {
         let mut out = Vec::with_capacity(actions.len());
         for a in actions {
             out.push(self.one(a)?);
@@ -871,7 +1017,12 @@ impl ActCompiler<'_> {
             Action::CtSnatToVip { .. } => CAct::Nop("ct_snat_to_vip"),
             Action::CommitEcmpNh { .. } => CAct::Nop("commit_ecmp_nh"),
             Action::CommitLbAff { .. } => CAct::Nop("commit_lb_aff"),
-            _ => CAct::Nop("unsupported action"),
+            other => {
+                return Err(format!(
+                    "{UNSUPPORTED}{}",
+                    hf_expr::printer::actions_to_string(std::slice::from_ref(other))
+                ));
+            }
         })
     }
 }

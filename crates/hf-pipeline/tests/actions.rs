@@ -25,13 +25,14 @@ fn program(ingress: &[(u8, u16, &str, &str)]) -> Program {
         key,
         location,
         zone: key as u16,
+        ..PortSpec::default()
     };
     let mut flows: Vec<FlowSpec> = ingress
         .iter()
         .map(|&(t, p, m, a)| FlowSpec::parse(Pipe::Ingress, t, p, m, a).expect("flow parses"))
         .collect();
     flows.push(FlowSpec::parse(Pipe::Egress, 0, 0, "1", "output;").expect("egress"));
-    Program::compile(&ProgramSpec {
+    Program::compile_strict(&ProgramSpec {
         datapaths: vec![DatapathSpec {
             name: "ls".into(),
             tunnel_key: 5,
@@ -144,16 +145,18 @@ fn flood_skips_the_input_port_and_tunnels_to_remote_members() {
     let mut p = Pipeline::new(program(&[(0, 0, "1", "outport = \"_MC_flood\"; output;")]));
     for _ in 0..2 {
         let out = run(&mut p, &mut ct, Ingress::Local(1), &syn());
+        // One copy per remote chassis, addressed to the group (the receiving chassis delivers
+        // it to its own members), then the local members.
         assert_eq!(
             dests(&out),
             [
-                Destination::Local(2),
                 Destination::Tunnel {
                     chassis: 7,
                     datapath: 5,
                     inport: 1,
-                    outport: 3
-                }
+                    outport: 32768
+                },
+                Destination::Local(2),
             ]
         );
         assert!(

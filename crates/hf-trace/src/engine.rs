@@ -1,0 +1,362 @@
+//! One packet through the program: the frame a microflow describes enters the ingress pipeline
+//! of its `inport`'s datapath and runs through `hf_pipeline::Pipeline::trace_with`, the walk the
+//! datapath itself runs, with conntrack in what-if mode on a scratch table (nothing is
+//! committed; the table stays empty) and ovn-trace's `--ct`/`--lb-dst` overrides.
+//!
+//! The [`Outcome`] names what the packet did: every table visited (with the flow's stage, SB
+//! UUID, identity and NB stage-hint), the logical ports its copies reached (patch ports are
+//! crossed, so a switch → router → switch path ends at the far VIF; a flood or multicast group
+//! lists every member reached), the NAT applied (each rewritten L3/L4 address or port of an
+//! output against the input, with the conntrack NAT action that did it), and, when nothing
+//! was output, the stage that dropped it and why.
+//!
+//! What it does not do: fetch or translate SB (the shell and `hf-controller` do), or keep
+//! state between traces other than the compiled program.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use hf_conntrack::Conntrack;
+use hf_pipeline::{
+    CompileError, Destination, FlowError, Ingress, Outputs, Pipeline, PortLocation, Program,
+    ProgramSpec, Trace, WhatIf,
+};
+
+use crate::frame;
+use crate::microflow::Microflow;
+
+/// A logical port reached by a copy of the packet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    /// The logical port.
+    pub port: String,
+    /// Its datapath.
+    pub datapath: String,
+    /// The remote chassis (our numbering) when the copy leaves through a tunnel.
+    pub chassis: Option<u32>,
+    /// The frame as it leaves.
+    pub frame: Vec<u8>,
+}
+
+/// One NAT rewrite seen on an output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Nat {
+    /// The action that did it (`ct_snat_in_czone`, `ct_dnat`, `ct_lb_mark`, ...; `set_field`
+    /// for a stateless rewrite by assignment).
+    pub action: String,
+    /// The field (`ip4.src`, `tcp.dst`, ...).
+    pub field: String,
+    /// Its new value.
+    pub value: String,
+}
+
+/// Why the packet reached no port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dropped {
+    /// The stage of the last table visited (`ls_in_acl`, ...; `table N` without a stage name).
+    pub stage: String,
+    /// What happened there.
+    pub reason: String,
+}
+
+/// What one trace found.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The microflow text.
+    pub microflow: String,
+    /// The datapath it entered.
+    pub datapath: String,
+    /// Its ingress port.
+    pub inport: String,
+    /// Every table visited.
+    pub trace: Trace,
+    /// The copies that left, in the order they were sent.
+    pub outputs: Vec<Output>,
+    /// NAT applied to what left.
+    pub nat: Vec<Nat>,
+    /// Set when nothing left.
+    pub drop: Option<Dropped>,
+}
+
+/// Why a trace could not run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TraceError {
+    /// The microflow names no `inport`.
+    #[error("microflow does not specify ingress port")]
+    NoInport,
+    /// The named datapath is not in the program.
+    #[error("unknown datapath \"{0}\"")]
+    UnknownDatapath(String),
+    /// The inport is not a port of any datapath (or not of the one named).
+    #[error("unknown port \"{port}\"{}", .datapath.as_ref().map(|d| format!(" on datapath \"{d}\"")).unwrap_or_default())]
+    UnknownPort {
+        /// The port.
+        port: String,
+        /// The datapath it was looked up on.
+        datapath: Option<String>,
+    },
+    /// The inport is not bound on the traced chassis, so no packet can enter there.
+    #[error("port \"{0}\" is not bound on this chassis (trace from one of its ports, or without --chassis)")]
+    NotLocal(String),
+    /// The pipeline refused the frame.
+    #[error("{0}")]
+    Process(String),
+}
+
+/// A compiled program ready to trace many packets.
+#[derive(Debug)]
+pub struct Session {
+    pipeline: Pipeline,
+    ct: Conntrack,
+    ports: BTreeMap<String, (String, PortLocation)>,
+    by_local: BTreeMap<u32, (String, String)>,
+    by_key: BTreeMap<(u32, u32), (String, String)>,
+    datapaths: Vec<String>,
+    /// Flows that did not compile (the rest did; the trace goes on without them).
+    pub flow_errors: Vec<FlowError>,
+}
+
+impl Session {
+    /// Compiles `spec`. A flow that does not compile is a [`FlowError`] in
+    /// [`Session::flow_errors`]; only structural errors fail.
+    pub fn new(spec: &ProgramSpec) -> Result<Session, CompileError> {
+        let (prog, flow_errors) = Program::compile(spec)?;
+        let mut s = Session {
+            pipeline: Pipeline::new(prog),
+            ct: Conntrack::new(hf_conntrack::Config::default()),
+            ports: BTreeMap::new(),
+            by_local: BTreeMap::new(),
+            by_key: BTreeMap::new(),
+            datapaths: Vec::new(),
+            flow_errors,
+        };
+        for d in &spec.datapaths {
+            s.datapaths.push(d.name.clone());
+            for p in &d.ports {
+                s.ports
+                    .insert(p.name.clone(), (d.name.clone(), p.location.clone()));
+                if let PortLocation::Local(id) = p.location {
+                    s.by_local.insert(id, (p.name.clone(), d.name.clone()));
+                }
+                s.by_key
+                    .insert((d.tunnel_key, p.key), (p.name.clone(), d.name.clone()));
+            }
+        }
+        Ok(s)
+    }
+
+    /// The datapaths' names.
+    pub fn datapaths(&self) -> &[String] {
+        &self.datapaths
+    }
+
+    /// The datapath a port is on.
+    pub fn port_datapath(&self, port: &str) -> Option<&str> {
+        self.ports.get(port).map(|(d, _)| d.as_str())
+    }
+
+    /// Traces `mf` entering `datapath` (None: its inport's datapath, as ovn-trace).
+    pub fn trace(
+        &mut self,
+        datapath: Option<&str>,
+        mf: &Microflow,
+        what_if: &WhatIf,
+    ) -> Result<Outcome, TraceError> {
+        let inport = mf.inport.clone().ok_or(TraceError::NoInport)?;
+        if let Some(d) = datapath
+            && !self.datapaths.iter().any(|n| n == d)
+        {
+            return Err(TraceError::UnknownDatapath(d.to_string()));
+        }
+        let (dp, loc) = match self.ports.get(&inport) {
+            Some((dp, loc)) if datapath.is_none_or(|d| d == dp) => (dp.clone(), loc.clone()),
+            _ => {
+                return Err(TraceError::UnknownPort {
+                    port: inport,
+                    datapath: datapath.map(str::to_string),
+                });
+            }
+        };
+        let PortLocation::Local(id) = loc else {
+            return Err(TraceError::NotLocal(inport));
+        };
+        let input = frame::build(mf);
+        let mut out = Outputs::default();
+        let trace = self
+            .pipeline
+            .trace_with(
+                &self.ct,
+                Ingress::Local(id),
+                &input,
+                Duration::from_secs(1),
+                &mut out,
+                what_if,
+            )
+            .map_err(|e| TraceError::Process(e.to_string()))?;
+        let mut outputs = Vec::new();
+        for (d, f) in out.iter() {
+            let (name, chassis) = match d {
+                Destination::Local(id) => (self.by_local.get(&id).cloned(), None),
+                Destination::Tunnel {
+                    chassis,
+                    datapath,
+                    outport,
+                    ..
+                } => (self.by_key.get(&(datapath, outport)).cloned(), Some(chassis)),
+                #[allow(unreachable_patterns)]
+                _ => (None, None),
+            };
+            let (port, datapath) =
+                name.unwrap_or_else(|| (format!("{d:?}"), String::from("(unknown)")));
+            outputs.push(Output {
+                port,
+                datapath,
+                chassis,
+                frame: f.to_vec(),
+            });
+        }
+        let nat = nat_of(&trace, &input, &outputs);
+        let drop = if outputs.is_empty() {
+            Some(drop_of(&trace))
+        } else {
+            None
+        };
+        Ok(Outcome {
+            microflow: mf.text.clone(),
+            datapath: dp,
+            inport,
+            trace,
+            outputs,
+            nat,
+            drop,
+        })
+    }
+}
+
+/// The stage name a record's flow carries, else `table N`.
+pub fn stage_of(r: &hf_pipeline::TraceRecord) -> String {
+    match &r.flow {
+        Some(f) if !f.stage.is_empty() => f.stage.clone(),
+        _ => format!("{} table {}", r.pipeline, r.table),
+    }
+}
+
+fn drop_of(trace: &Trace) -> Dropped {
+    let Some(last) = trace.records.last() else {
+        return Dropped {
+            stage: String::new(),
+            reason: "the pipeline visited no table".into(),
+        };
+    };
+    let reason = last
+        .effects
+        .iter()
+        .rev()
+        .find(|e| e.contains("drop"))
+        .cloned()
+        .or_else(|| {
+            last.flow.as_ref().and_then(|f| {
+                let a = f.actions.trim();
+                matches!(a, "" | "drop;" | "drop" | "/* drop */")
+                    .then(|| format!("the flow drops (\"{a}\")"))
+            })
+        })
+        .unwrap_or_else(|| match &last.flow {
+            Some(f) => format!("no output after \"{}\"", f.actions),
+            None => "no flow matched".into(),
+        });
+    Dropped {
+        stage: stage_of(last),
+        reason,
+    }
+}
+
+const NAT_WORDS: &[&str] = &[
+    "ct_snat_to_vip",
+    "ct_snat_in_czone",
+    "ct_dnat_in_czone",
+    "ct_snat",
+    "ct_dnat",
+    "ct_lb_mark",
+    "ct_lb",
+    "ct_commit_nat",
+];
+
+/// The last NAT action in the walk that can rewrite the source (`src`) or destination.
+fn nat_action(trace: &Trace, src: bool) -> String {
+    for r in trace.records.iter().rev() {
+        let Some(f) = &r.flow else { continue };
+        for w in NAT_WORDS {
+            let is_src = w.contains("snat");
+            let fits = if src {
+                is_src || *w == "ct_commit_nat"
+            } else {
+                !is_src
+            };
+            if fits && f.actions.contains(w) {
+                // ct_dnat; applied to a reply un-SNATs: name the action as written.
+                return (*w).to_string();
+            }
+        }
+    }
+    "set_field".into()
+}
+
+fn nat_of(trace: &Trace, input: &[u8], outputs: &[Output]) -> Vec<Nat> {
+    let Ok(before) = hf_wire::parse(input, 0, 0) else {
+        return Vec::new();
+    };
+    let b = before.key;
+    let mut nat = Vec::new();
+    let mut push = |n: Nat| {
+        if !nat.contains(&n) {
+            nat.push(n);
+        }
+    };
+    for o in outputs {
+        let Ok(after) = hf_wire::parse(&o.frame, 0, 0) else {
+            continue;
+        };
+        let a = after.key;
+        if a.eth_type != b.eth_type || a.ip_proto != b.ip_proto {
+            // A generated packet (ARP, ICMP error, reset), not a rewrite.
+            continue;
+        }
+        let ips: [(&str, Option<IpAddr>, Option<IpAddr>, bool); 2] = [
+            ("src", b.ip_src(), a.ip_src(), true),
+            ("dst", b.ip_dst(), a.ip_dst(), false),
+        ];
+        for (side, old, new, src) in ips {
+            if let (Some(old), Some(new)) = (old, new)
+                && old != new
+            {
+                let fam = if new.is_ipv4() { "ip4" } else { "ip6" };
+                push(Nat {
+                    action: nat_action(trace, src),
+                    field: format!("{fam}.{side}"),
+                    value: new.to_string(),
+                });
+            }
+        }
+        let l4 = match a.ip_proto {
+            6 => "tcp",
+            17 => "udp",
+            132 => "sctp",
+            _ => continue,
+        };
+        for (side, old, new, src) in [
+            ("src", b.tp_src, a.tp_src, true),
+            ("dst", b.tp_dst, a.tp_dst, false),
+        ] {
+            if old != new {
+                push(Nat {
+                    action: nat_action(trace, src),
+                    field: format!("{l4}.{side}"),
+                    value: new.to_string(),
+                });
+            }
+        }
+    }
+    nat
+}

@@ -1,0 +1,211 @@
+//! Which SB rows a trace needs, as `monitor_cond` conditions, so one trace on a large SB costs
+//! what its packet's path costs (ovn-controller's conditional monitoring, applied to one
+//! packet).
+//!
+//! The shell replicates the small tables whole ([`WHOLE_TABLES`]: chassis, encaps, port
+//! groups, address sets, load balancers, ...) and the datapath-scoped ones ([`SCOPED_TABLES`],
+//! `Datapath_Binding` among them) under [`Plan::conditions`]: first only the datapath named on
+//! the command line (by name or UUID) or the microflow's inport, then, after each round,
+//! [`Plan::widen`] reads what arrived, adds the datapath groups containing the plan's
+//! datapaths and the datapaths the patch and `l3gateway` ports' peers live on, and the shell
+//! sends the wider conditions, until the plan stops growing. No row of a datapath the packet
+//! cannot reach is fetched (rows of whole tables aside).
+//!
+//! What it does not do: I/O (the shell sends the conditions and waits for the rows).
+
+use std::collections::BTreeSet;
+
+use hf_model::SbSnapshot;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+/// Tables replicated whole: small, or needed before any datapath is known.
+pub const WHOLE_TABLES: &[&str] = &[
+    "SB_Global",
+    "Chassis",
+    "Chassis_Private",
+    "Encap",
+    "Gateway_Chassis",
+    "HA_Chassis",
+    "HA_Chassis_Group",
+    "Port_Group",
+    "Address_Set",
+    "Load_Balancer",
+    "DHCP_Options",
+    "DHCPv6_Options",
+    "Meter",
+    "Meter_Band",
+    "Chassis_Template_Var",
+];
+
+/// Tables scoped to the plan's datapaths (their condition is [`Plan::conditions`]).
+pub const SCOPED_TABLES: &[&str] = &[
+    "Datapath_Binding",
+    "Logical_DP_Group",
+    "Logical_Flow",
+    "Port_Binding",
+    "Multicast_Group",
+    "MAC_Binding",
+    "Static_MAC_Binding",
+    "FDB",
+    "IGMP_Group",
+    "DNS",
+];
+
+/// The datapaths (and what hangs off them) a trace has asked for so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Datapath_Binding UUIDs.
+    pub datapaths: BTreeSet<Uuid>,
+    /// Logical_DP_Group UUIDs that contain one of them.
+    pub groups: BTreeSet<Uuid>,
+    /// Port names fetched wherever they are (patch peers; the microflow's inport).
+    pub ports: BTreeSet<String>,
+    /// Datapath names (or UUIDs) asked for on the command line, fetched by
+    /// `external_ids:name`, `external_ids:name2` or `_uuid`.
+    pub names: BTreeSet<String>,
+}
+
+fn uuid(u: &Uuid) -> Value {
+    json!(["uuid", u.to_string()])
+}
+
+impl Plan {
+    /// The `where` clauses (ORed, as `monitor_cond` does) for each of [`SCOPED_TABLES`].
+    pub fn conditions(&self, sb: &SbSnapshot) -> Vec<(&'static str, Vec<Value>)> {
+        let on_dp = |col: &str| -> Vec<Value> {
+            self.datapaths
+                .iter()
+                .map(|d| json!([col, "==", uuid(d)]))
+                .collect()
+        };
+        let or_false = |mut v: Vec<Value>| {
+            if v.is_empty() {
+                v.push(json!(false));
+            }
+            v
+        };
+        let mut flows = on_dp("logical_datapath");
+        flows.extend(
+            self.groups
+                .iter()
+                .map(|g| json!(["logical_dp_group", "==", uuid(g)])),
+        );
+        let mut ports = on_dp("datapath");
+        ports.extend(self.ports.iter().map(|p| json!(["logical_port", "==", p])));
+        let includes = |col: &str| -> Vec<Value> {
+            self.datapaths
+                .iter()
+                .map(|d| json!([col, "includes", uuid(d)]))
+                .collect()
+        };
+        let fdb: Vec<Value> = self
+            .datapaths
+            .iter()
+            .filter_map(|d| sb.datapath_binding().get(d))
+            .map(|d| json!(["dp_key", "==", d.tunnel_key]))
+            .collect();
+        let optional_dp = |col: &str| -> Vec<Value> {
+            self.datapaths
+                .iter()
+                .map(|d| json!([col, "==", uuid(d)]))
+                .collect()
+        };
+        let mut dps = on_dp("_uuid");
+        for n in &self.names {
+            for key in ["name", "name2"] {
+                dps.push(json!(["external_ids", "includes", ["map", [[key, n]]]]));
+            }
+            if let Ok(u) = Uuid::parse_str(n) {
+                dps.push(json!(["_uuid", "==", uuid(&u)]));
+            }
+        }
+        vec![
+            ("Datapath_Binding", or_false(dps)),
+            ("Logical_DP_Group", or_false(includes("datapaths"))),
+            ("Logical_Flow", or_false(flows)),
+            ("Port_Binding", or_false(ports)),
+            ("Multicast_Group", or_false(on_dp("datapath"))),
+            ("MAC_Binding", or_false(on_dp("datapath"))),
+            ("Static_MAC_Binding", or_false(on_dp("datapath"))),
+            ("FDB", or_false(fdb)),
+            ("IGMP_Group", or_false(optional_dp("datapath"))),
+            ("DNS", or_false(includes("datapaths"))),
+        ]
+    }
+
+    /// Grows the plan from the rows that have arrived: the groups containing its datapaths,
+    /// the peers of its patch and `l3gateway` ports, and the datapaths those peers are on.
+    /// True when it grew (the shell then sends the new conditions and waits again).
+    pub fn widen(&mut self, sb: &SbSnapshot) -> bool {
+        let before = self.clone();
+        for (u, d) in sb.datapath_binding() {
+            let named = |k: &str| d.external_ids.get(k).is_some_and(|v| self.names.contains(v));
+            if named("name") || named("name2") || self.names.contains(&u.to_string()) {
+                self.datapaths.insert(*u);
+            }
+        }
+        for (u, g) in sb.logical_dp_group() {
+            if g.datapaths.iter().any(|d| self.datapaths.contains(&d.uuid())) {
+                self.groups.insert(*u);
+            }
+        }
+        for pb in sb.port_binding().values() {
+            if self.ports.contains(&pb.logical_port) {
+                self.datapaths.insert(pb.datapath.uuid());
+            }
+        }
+        for pb in sb.port_binding().values() {
+            if self.datapaths.contains(&pb.datapath.uuid())
+                && matches!(pb.type_.as_str(), "patch" | "l3gateway")
+                && let Some(peer) = pb.options.get("peer")
+            {
+                self.ports.insert(peer.clone());
+            }
+        }
+        *self != before
+    }
+}
+
+/// Finds a datapath as ovn-trace does: by UUID, by
+/// `external_ids:name`, or by `external_ids:name2`.
+pub fn find_datapath(sb: &SbSnapshot, name: &str) -> Result<Uuid, String> {
+    if let Ok(u) = Uuid::parse_str(name)
+        && sb.datapath_binding().contains_key(&u)
+    {
+        return Ok(u);
+    }
+    let by = |key: &str| -> Vec<Uuid> {
+        sb.datapath_binding()
+            .iter()
+            .filter(|(_, d)| d.external_ids.get(key).map(String::as_str) == Some(name))
+            .map(|(u, _)| *u)
+            .collect()
+    };
+    for key in ["name", "name2"] {
+        match by(key).as_slice() {
+            [u] => return Ok(*u),
+            [] => {}
+            many => {
+                return Err(format!(
+                    "datapath \"{name}\" is ambiguous: {} datapaths have external_ids:{key}={name}",
+                    many.len()
+                ));
+            }
+        }
+    }
+    Err(format!("unknown datapath \"{name}\""))
+}
+
+/// A datapath's friendly name: `external_ids:name`, else `name2`, else its UUID.
+pub fn datapath_name(sb: &SbSnapshot, u: &Uuid) -> String {
+    sb.datapath_binding()
+        .get(u)
+        .and_then(|d| {
+            d.external_ids
+                .get("name")
+                .or_else(|| d.external_ids.get("name2"))
+                .cloned()
+        })
+        .unwrap_or_else(|| u.to_string())
+}
