@@ -42,7 +42,11 @@ pub enum Format {
 #[derive(Debug, Args)]
 pub struct TraceArgs {
     /// The SB database (OVSDB remotes, comma-separated: unix:PATH, tcp:IP:PORT).
-    #[arg(long, env = "OVN_SB_DB", default_value = "unix:/var/run/ovn/ovnsb_db.sock")]
+    #[arg(
+        long,
+        env = "OVN_SB_DB",
+        default_value = "unix:/var/run/ovn/ovnsb_db.sock"
+    )]
     pub db: String,
     /// The NB database: name the NB row behind each flow (from its stage-hint), as ovn-detrace.
     #[arg(long = "ovnnb-db")]
@@ -136,9 +140,9 @@ fn default_path(p: &Option<PathBuf>, name: &str) -> Option<PathBuf> {
 }
 
 fn ctl_path(a: &TraceArgs) -> PathBuf {
-    a.unixctl.clone().unwrap_or_else(|| {
-        rundir().join(format!("holdfast-trace.{}.ctl", std::process::id()))
-    })
+    a.unixctl
+        .clone()
+        .unwrap_or_else(|| rundir().join(format!("holdfast-trace.{}.ctl", std::process::id())))
 }
 
 /// `--detach`: start this command again as a daemon (its own session, stderr to the log file)
@@ -430,7 +434,8 @@ impl Loaded {
                 .map(|d| format!("{} {}: {}", d.table, d.uuid, d.reason))
                 .collect();
             let s = Session::new(&t.spec).map_err(|e| Failure(format!("program: {e}")))?;
-            self.diagnostics.extend(s.flow_errors.iter().map(|e| e.to_string()));
+            self.diagnostics
+                .extend(s.flow_errors.iter().map(|e| e.to_string()));
             self.session = Some(s);
             self.dirty = false;
         }
@@ -473,9 +478,10 @@ impl Loaded {
             .map_err(|e| Failure(format!("{e:#}")))?;
         // The datapath by its friendly name, as the translation names it.
         let dp_name = match &q.datapath {
-            Some(d) => Some(self.client.with(|r| {
-                find_datapath(r.model(), d).map(|u| datapath_name(r.model(), &u))
-            })?),
+            Some(d) => Some(
+                self.client
+                    .with(|r| find_datapath(r.model(), d).map(|u| datapath_name(r.model(), &u)))?,
+            ),
             None => None,
         };
         let friendly = self.friendly;
@@ -504,8 +510,9 @@ impl Loaded {
             }
         }
         let lookup = origins.as_ref().map(|or| move |h: &str| or.lookup(h));
-        let nb: Option<&dyn Fn(&str) -> Option<String>> =
-            lookup.as_ref().map(|f| f as &dyn Fn(&str) -> Option<String>);
+        let nb: Option<&dyn Fn(&str) -> Option<String>> = lookup
+            .as_ref()
+            .map(|f| f as &dyn Fn(&str) -> Option<String>);
         let text = if q.json {
             render::json(&o, nb).to_string()
         } else {
@@ -611,7 +618,10 @@ fn request_from_json(line: &str, base: &Request) -> Result<Request, String> {
         .and_then(Value::as_str)
         .ok_or("request has no \"microflow\" string")?
         .to_string();
-    q.datapath = v.get("datapath").and_then(Value::as_str).map(str::to_string);
+    q.datapath = v
+        .get("datapath")
+        .and_then(Value::as_str)
+        .map(str::to_string);
     if let Some(ct) = v.get("ct").and_then(Value::as_array) {
         q.what_if.ct_states = ct
             .iter()
@@ -719,8 +729,7 @@ async fn serve_conn(l: &mut Loaded, mut stream: tokio::net::UnixStream) -> bool 
     let mut buf: Vec<u8> = Vec::new();
     let mut chunk = vec![0u8; 64 * 1024];
     loop {
-        let n = match tokio::time::timeout(Duration::from_secs(60), stream.read(&mut chunk)).await
-        {
+        let n = match tokio::time::timeout(Duration::from_secs(60), stream.read(&mut chunk)).await {
             Ok(Ok(n)) if n > 0 => n,
             _ => return false,
         };

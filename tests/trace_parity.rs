@@ -128,10 +128,21 @@ fn parity(backend: Backend) {
         let t = Topology::generate(seed, per);
         let env = Env::start(backend);
         env.build(&t);
-        for p in &t.packets {
+        let mut daemon = oracle::HoldfastStdin::start(&env.sb);
+        for (k, p) in t.packets.iter().enumerate() {
             let ovn = oracle::ovn_trace(&env.sb, p)
                 .unwrap_or_else(|e| panic!("seed {seed}: oracle failed on {}: {e}", p.microflow));
-            let ours = oracle::holdfast_trace(&env.sb, p);
+            let mut ours = daemon.trace(p);
+            // The CLI answers as the long-running mode does (checked on a few packets, since
+            // each CLI run fetches and compiles again).
+            if k < 2 {
+                let cli = oracle::holdfast_trace(&env.sb, p);
+                if cli != ours {
+                    ours = Err(format!(
+                        "the CLI and the long-running mode disagree: {cli:?} vs {ours:?}"
+                    ));
+                }
+            }
             let Some(ovn) = ovn else {
                 // No oracle answer (ovn-trace aborted): the generator's expectation stands in.
                 no_oracle += 1;

@@ -244,3 +244,65 @@ pub fn holdfast_trace(sb: &str, p: &Packet) -> Result<Verdict, String> {
     }
     Verdict::from_holdfast_json(&text)
 }
+
+/// `holdfast trace --stdin` (the long-running mode): one process per topology answering one
+/// JSON request per line; killed on drop.
+pub struct HoldfastStdin {
+    child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl HoldfastStdin {
+    pub fn start(sb: &str) -> HoldfastStdin {
+        let mut child = Command::new(holdfast())
+            .arg("trace")
+            .arg(format!("--db={sb}"))
+            .arg("--format=json")
+            .arg("--stdin")
+            .env("HOLDFAST_LOG", "warn")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn holdfast trace --stdin");
+        let out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        HoldfastStdin { child, out }
+    }
+
+    /// The same question as [`holdfast_trace`], over the long-running mode.
+    pub fn trace(&mut self, p: &Packet) -> Result<Verdict, String> {
+        use std::io::{BufRead, Write};
+        let mut req = serde_json::json!({
+            "datapath": p.datapath,
+            "microflow": p.microflow,
+            "ct": p.ct,
+            "format": "json",
+        });
+        if let Some(d) = &p.lb_dst {
+            req["lb_dst"] = serde_json::Value::String(d.clone());
+        }
+        let stdin = self.child.stdin.as_mut().ok_or("stdin closed")?;
+        writeln!(stdin, "{req}").map_err(|e| format!("holdfast trace --stdin: {e}"))?;
+        stdin
+            .flush()
+            .map_err(|e| format!("holdfast trace --stdin: {e}"))?;
+        let mut line = String::new();
+        match self.out.read_line(&mut line) {
+            Ok(0) | Err(_) => return Err("holdfast trace --stdin exited".into()),
+            Ok(_) => {}
+        }
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
+            && let Some(e) = v.get("error")
+        {
+            return Err(format!("holdfast trace: {e}"));
+        }
+        Verdict::from_holdfast_json(&line)
+    }
+}
+
+impl Drop for HoldfastStdin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

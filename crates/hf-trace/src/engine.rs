@@ -97,7 +97,9 @@ pub enum TraceError {
         datapath: Option<String>,
     },
     /// The inport is not bound on the traced chassis, so no packet can enter there.
-    #[error("port \"{0}\" is not bound on this chassis (trace from one of its ports, or without --chassis)")]
+    #[error(
+        "port \"{0}\" is not bound on this chassis (trace from one of its ports, or without --chassis)"
+    )]
     NotLocal(String),
     /// The pipeline refused the frame.
     #[error("{0}")]
@@ -203,7 +205,10 @@ impl Session {
                     datapath,
                     outport,
                     ..
-                } => (self.by_key.get(&(datapath, outport)).cloned(), Some(chassis)),
+                } => (
+                    self.by_key.get(&(datapath, outport)).cloned(),
+                    Some(chassis),
+                ),
                 #[allow(unreachable_patterns)]
                 _ => (None, None),
             };

@@ -140,13 +140,20 @@ impl Plan {
     pub fn widen(&mut self, sb: &SbSnapshot) -> bool {
         let before = self.clone();
         for (u, d) in sb.datapath_binding() {
-            let named = |k: &str| d.external_ids.get(k).is_some_and(|v| self.names.contains(v));
+            let named = |k: &str| {
+                d.external_ids
+                    .get(k)
+                    .is_some_and(|v| self.names.contains(v))
+            };
             if named("name") || named("name2") || self.names.contains(&u.to_string()) {
                 self.datapaths.insert(*u);
             }
         }
         for (u, g) in sb.logical_dp_group() {
-            if g.datapaths.iter().any(|d| self.datapaths.contains(&d.uuid())) {
+            if g.datapaths
+                .iter()
+                .any(|d| self.datapaths.contains(&d.uuid()))
+            {
                 self.groups.insert(*u);
             }
         }

@@ -224,6 +224,8 @@ mod tests {
         assert_eq!(p.key.icmp_type, 135);
         let (_, p) = frame("arp.op == 1 && arp.spa == 10.0.0.1 && arp.tpa == 10.0.0.254");
         assert_eq!(p.key.arp_op, 1);
-        frame("icmp4 && icmp4.type == 8 && ip4.src == 1.1.1.1 && ip4.dst == 2.2.2.2 && ip.ttl == 2");
+        frame(
+            "icmp4 && icmp4.type == 8 && ip4.src == 1.1.1.1 && ip4.dst == 2.2.2.2 && ip.ttl == 2",
+        );
     }
 }

@@ -64,7 +64,11 @@ impl Microflow {
     pub fn with(mut self, name: &str, value: u128) -> Self {
         if let Some(id) = field_id(name) {
             let w = field(id).width;
-            let m = if w >= 128 { u128::MAX } else { (1u128 << w) - 1 };
+            let m = if w >= 128 {
+                u128::MAX
+            } else {
+                (1u128 << w) - 1
+            };
             self.fields.insert(id.0, (value & m, m));
         }
         self
@@ -137,8 +141,7 @@ pub fn parse(text: &str, origin: &str) -> Result<Microflow, MicroflowError> {
                 positive: false, ..
             } => {
                 return Err(MicroflowError::Constraints(
-                    "Constraints are contradictory: !is_chassis_resident() in a microflow."
-                        .into(),
+                    "Constraints are contradictory: !is_chassis_resident() in a microflow.".into(),
                 ));
             }
             Atom::Set { name, .. } => {

@@ -415,9 +415,10 @@ impl<M: Model> Replica<M> {
     /// them: `holdfast trace` widens its conditions and waits on this.
     pub fn conditions_pending(&self) -> bool {
         self.conditions_dirty
-            || self.conn.as_ref().is_some_and(|c| {
-                c.pending.values().any(|r| matches!(r, Req::CondChange))
-            })
+            || self
+                .conn
+                .as_ref()
+                .is_some_and(|c| c.pending.values().any(|r| matches!(r, Req::CondChange)))
     }
 
     /// Ask for lock `name` (held until [`Replica::unlock`]; re-requested after reconnects).
