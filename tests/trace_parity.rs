@@ -13,6 +13,8 @@
 
 mod common;
 
+#[path = "trace_parity/flows.rs"]
+mod flows;
 #[path = "trace_parity/oracle.rs"]
 mod oracle;
 #[path = "trace_parity/topo.rs"]
@@ -229,4 +231,83 @@ fn parity_with_ovn_trace_on_ovsdb_server() {
 #[test]
 fn parity_with_ovn_trace_on_holdfast_db() {
     parity(Backend::HoldfastDb);
+}
+
+/// Every flow real ovn-northd writes for the parity topologies and for the committed corpus's
+/// NB compiles without a per-flow error (and every row translates), for every port resident
+/// and for one hypervisor; prints how often each action and function occurs.
+#[test]
+fn every_real_northd_flow_compiles() {
+    if !common::require("trace_parity", TOOLS) {
+        return;
+    }
+    let topologies = env_num("HF_PARITY_TOPOLOGIES", 24).min(24);
+    let first = env_num("HF_PARITY_SEED", 9000);
+    let mut counts = BTreeMap::new();
+    let mut bad = Vec::new();
+    let mut flows = 0usize;
+    let mut compiled = 0usize;
+    for seed in first..first + topologies {
+        let t = Topology::generate(seed, 0);
+        let env = Env::start(Backend::OvsdbServer);
+        env.build(&t);
+        let sb = flows::load_sb(&env.sb);
+        flows += sb.logical_flow().len();
+        for ch in [None, Some("hv1")] {
+            let (n, b) = flows::compile_all(&format!("seed {seed}"), &sb, ch, &mut counts);
+            compiled += n;
+            bad.extend(b);
+        }
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    for variant in ["features", "legacy"] {
+        let server = flows::corpus_sb(dir.path(), variant);
+        let sb = flows::load_sb(&server.remote);
+        flows += sb.logical_flow().len();
+        for ch in [None, Some("hv1")] {
+            let (n, b) = flows::compile_all(&format!("corpus ({variant})"), &sb, ch, &mut counts);
+            compiled += n;
+            bad.extend(b);
+        }
+    }
+    eprintln!(
+        "{flows} SB logical flows ({topologies} topologies + the corpus, both chassis feature sets), {compiled} compiled flows over the translations, {} problems",
+        bad.len()
+    );
+    eprintln!("actions and functions in those flows (occurrences):");
+    for (a, n) in &counts {
+        eprintln!("  {a:28} {n}");
+    }
+    let mut classes: BTreeMap<String, usize> = BTreeMap::new();
+    for b in &bad {
+        let reason = b.rsplit_once("lflow ").map_or(b.as_str(), |(_, r)| r);
+        let reason = reason.split_once(": ").map_or(reason, |(_, r)| r);
+        let reason = reason.split(" (flow").next().unwrap_or(reason);
+        let key: String = reason
+            .split(['(', ';'])
+            .next()
+            .unwrap_or(reason)
+            .chars()
+            .take(70)
+            .collect();
+        *classes.entry(key).or_default() += 1;
+    }
+    eprintln!("problem classes:");
+    for (c, n) in &classes {
+        eprintln!("  {n:5}  {c}");
+    }
+    let mut distinct: Vec<&String> = bad.iter().collect();
+    distinct.sort();
+    distinct.dedup();
+    assert!(
+        bad.is_empty(),
+        "{} flows or rows do not compile:\n{}",
+        bad.len(),
+        distinct
+            .iter()
+            .take(60)
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }
