@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+use crate::alloc;
 use crate::report::Better;
 use crate::{Opts, Report};
 
@@ -323,20 +324,109 @@ fn holdfast_cli(bin: &Path, sb: &str, dp: &str, flow: &str) -> anyhow::Result<(f
     Ok((median(ours), out))
 }
 
-/// The holdfast long-running mode's per-trace time, or `None` (with a note) when it is not
-/// available.
+/// The holdfast long-running mode's per-trace time (`holdfast trace --unixctl=SOCKET`, the
+/// same unixctl `trace` request), or `None` (with a note) when it is not available.
 fn holdfast_daemon(
-    _dir: &Path,
-    _sb: &str,
-    _dp: &str,
-    _flow: &str,
-    _per: usize,
+    dir: &Path,
+    sb: &str,
+    dp: &str,
+    flow: &str,
+    per: usize,
 ) -> anyhow::Result<Option<f64>> {
-    eprintln!("[trace] holdfast long-running mode not available in this build");
-    Ok(None)
+    let Some(bin) = holdfast_bin() else {
+        eprintln!(
+            "[trace] holdfast long-running figure skipped: no `holdfast` binary beside hf-bench"
+        );
+        return Ok(None);
+    };
+    let ctl = dir.join("holdfast-trace.ctl");
+    let mut child = Command::new(bin)
+        .arg("trace")
+        .arg(format!("--db={sb}"))
+        .arg(format!("--unixctl={}", ctl.display()))
+        .env("HOLDFAST_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .context("starting holdfast trace --unixctl")?;
+    let r = (|| -> anyhow::Result<f64> {
+        let deadline = Instant::now() + Duration::from_secs(600);
+        // The first answer waits for the SB rows the path needs.
+        loop {
+            match unixctl(&ctl, "trace", &[dp, flow]) {
+                Ok(_) => break,
+                Err(e) if Instant::now() > deadline => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+        let t = Instant::now();
+        for _ in 0..per {
+            let r = unixctl(&ctl, "trace", &[dp, flow])?;
+            std::hint::black_box(r);
+        }
+        Ok(t.elapsed().as_secs_f64() * 1e3 / per as f64)
+    })();
+    let _ = child.kill();
+    let _ = child.wait();
+    match r {
+        Ok(ms) => Ok(Some(ms)),
+        Err(e) => {
+            eprintln!("[trace] holdfast long-running figure skipped: {e:#}");
+            Ok(None)
+        }
+    }
 }
 
-fn translate_compile(report: &mut Report, _sb: &str, _size: &str) -> anyhow::Result<()> {
-    report.note("translate+compile figure skipped: hf-controller is not in this build");
+/// Replicate the whole SB, then time `translate` for one chassis plus `Program::compile`, and
+/// the heap they take.
+fn translate_compile(report: &mut Report, sb: &str, size: &str) -> anyhow::Result<()> {
+    use hf_model::SbSnapshot;
+    use hf_ovsdb_net::client::{Client, Config};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let snap = rt.block_on(async {
+        let (c, _ev) = Client::<SbSnapshot>::spawn(
+            vec![sb.to_string()],
+            Config {
+                leader_only: false,
+                ..Config::default()
+            },
+        );
+        let synced = c
+            .wait_until(Duration::from_secs(600), |r| r.is_synced())
+            .await;
+        synced.then(|| c.with(|r| r.model().clone()))
+    });
+    drop(rt);
+    let snap = snap.context("the SB replica never synced")?;
+    let opts = hf_controller::translate::TranslateOptions {
+        chassis: Some("hv1".into()),
+    };
+    let base = alloc::reset_peak();
+    let t = Instant::now();
+    let tr = hf_controller::translate::translate(&snap, &opts);
+    let (prog, errs) = hf_pipeline::Program::compile(&tr.spec)
+        .map_err(|e| anyhow::anyhow!("the program does not compile: {e}"))?;
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    let peak = alloc::peak().saturating_sub(base);
+    report.note(&format!(
+        "translate+compile for hv1: {} SB logical flows -> {} compiled flows, {} flow errors, {} row diagnostics",
+        snap.logical_flow().len(),
+        prog.flow_count(),
+        errs.len(),
+        tr.diagnostics.len()
+    ));
+    report.result(
+        &format!("translate_compile_{size}_one_chassis_time"),
+        ms,
+        "ms",
+    );
+    report.result(
+        &format!("translate_compile_{size}_one_chassis_heap_peak"),
+        peak as f64 / (1024.0 * 1024.0),
+        "MB",
+    );
+    drop(prog);
     Ok(())
 }
