@@ -113,6 +113,8 @@ impl Program {
             local: FastMap::default(),
             by_key: FastMap::default(),
             neighbours: Vec::new(),
+            fdb: Vec::new(),
+            counters: Vec::new(),
             owner: spec.owner,
             inactive: Vec::new(),
             sets: spec.sets.clone(),
@@ -192,6 +194,15 @@ impl Program {
                 if let Loc::Remote(c) = loc {
                     also_remote.retain(|x| *x != c);
                 }
+                let ps = p
+                    .port_security
+                    .iter()
+                    .map(|e| crate::port_sec::parse_entry(e))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|message| CompileError::PortSecurity {
+                        port: p.name.clone(),
+                        message,
+                    })?;
                 ports.insert(
                     p.key,
                     Port {
@@ -199,6 +210,7 @@ impl Program {
                         loc,
                         zone: p.zone,
                         also_remote,
+                        ps,
                     },
                 );
             }
@@ -216,12 +228,28 @@ impl Program {
                 members.dedup();
                 groups.insert(g.key, members);
             }
+            let vips = spec
+                .lb_vips
+                .iter()
+                .filter(|v| v.datapath == d.name)
+                .map(|v| {
+                    let (ip, v6) = ip_u128(v.ip);
+                    (ip, v6, v.port, v.proto)
+                })
+                .collect();
+            let snat_zone = spec
+                .switch_snat_zones
+                .iter()
+                .find(|(n, _)| *n == d.name)
+                .map(|(_, z)| *z);
             prog.dps.push(Dp {
                 name: d.name.clone(),
                 key: d.tunnel_key,
                 kind: d.kind,
                 ports,
                 groups,
+                vips,
+                snat_zone,
                 tables: Arc::new(DpCode::default()),
             });
         }
@@ -234,6 +262,8 @@ impl Program {
         if let Some(o) = old {
             prog.acts = o.acts.clone();
             prog.flows = o.flows.clone();
+            // Counted actions of reused tables keep their counter numbers.
+            prog.counters = o.counters.clone();
         }
         let mut norm = Normalizer::new(symtab, Limits::default());
         let mut all_errors = Vec::new();
@@ -286,6 +316,17 @@ impl Program {
             let (ip, v6) = ip_u128(n.ip);
             let mac = n.mac.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b));
             prog.neighbours.push((dpi, p.key, ip, v6, mac));
+        }
+        for e in &spec.fdb {
+            let Some(&dpi) = dp_names.get(e.datapath.as_str()) else {
+                continue;
+            };
+            let d = &spec.datapaths[dpi as usize];
+            let Some(p) = d.ports.iter().find(|p| p.name == e.port) else {
+                continue;
+            };
+            let mac = e.mac.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b));
+            prog.fdb.push((d.tunnel_key, mac, p.key));
         }
         Ok((prog, all_errors))
     }
@@ -350,7 +391,12 @@ fn compile_dp(
     resident: &HashSet<&str>,
     names: Vec<(String, u32)>,
 ) -> DpCode {
+    // "none" is key 0, as in ovn-controller's and ovn-trace's port lookup (northd's
+    // `outport = get_fdb(eth.dst)` then `outport == "none"` relies on it).
     let port_key = |name: &str| -> Option<u32> {
+        if name == "none" {
+            return Some(0);
+        }
         names
             .binary_search_by(|(n, _)| n.as_str().cmp(name))
             .ok()
@@ -416,8 +462,13 @@ fn compile_dp(
             }
         }
         let mark = prog.acts.len();
+        let counter_base = prog.counters.len() as u32;
         let mut cx = ActCompiler::new(&port_key, pipe, fs.table, i, &mut prog.acts);
-        let acts = match cx.list(&fs.actions) {
+        cx.switch = matches!(d.kind, crate::DatapathKind::Switch);
+        cx.counter_base = counter_base;
+        let listed = cx.list(&fs.actions);
+        let counted = std::mem::take(&mut cx.counted);
+        let acts = match listed {
             Ok(a) => a,
             Err(m) => {
                 prog.acts.truncate(mark);
@@ -430,6 +481,14 @@ fn compile_dp(
             }
         };
         let flow = prog.flows.len() as u32;
+        prog.counters
+            .extend(counted.into_iter().map(|name| crate::program::Counted {
+                dp: i,
+                pipe,
+                table: fs.table,
+                flow,
+                name,
+            }));
         let (matches, actions) = match &fs.source {
             Some(t) => (t.matches.clone(), t.actions.clone()),
             None => (

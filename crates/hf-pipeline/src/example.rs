@@ -309,6 +309,7 @@ pub fn spec() -> ProgramSpec {
         }],
         sets: hf_expr::Sets::default(),
         owner: Owner(9),
+        ..ProgramSpec::default()
     }
 }
 

@@ -26,8 +26,10 @@ use hf_wire::{EthAddr, ip_proto, reply, tcp_flags};
 
 use crate::cache::Cache;
 use crate::classifier::Examine;
+use crate::learn::Learned;
 use crate::packet::{Bits, Ctx, NF, slot};
 use crate::program::{CAct, DatapathKind, EGRESS, INGRESS, Loc, Program};
+use crate::stateful::{AFF_PORT, AFF_REG4, AFF_XXREG0, AFF_XXREG1};
 use crate::trace::{Trace, TraceFlow, TraceRecord};
 use crate::{Destination, Outputs};
 
@@ -225,6 +227,8 @@ pub(crate) type Neighbours = crate::classifier::FastMap<(u32, u32, u128, bool), 
 pub(crate) struct Runner<'a> {
     pub prog: &'a Program,
     pub neigh: &'a mut Neighbours,
+    pub state: &'a mut Learned,
+    pub counters: &'a mut [u64],
     pub generation: &'a mut u64,
     pub cache: &'a mut Cache,
     pub scr: &'a mut Scratch,
@@ -298,7 +302,7 @@ impl Runner<'_> {
         }
     }
 
-    fn note(&mut self, s: String) {
+    pub(crate) fn note(&mut self, s: String) {
         if let Some(t) = self.trace.as_deref_mut() {
             match t.records.last_mut() {
                 Some(r) => r.effects.push(s),
@@ -433,6 +437,46 @@ impl Runner<'_> {
                     }
                     self.record(w, Op::Act(i), rdepth);
                 }
+                CAct::CtSnatToVip { .. } => {
+                    let zone = self.zone(w, dp, pipe, act);
+                    self.record(
+                        w,
+                        Op::Ct {
+                            zone,
+                            act: i,
+                            resume: NO_RESUME,
+                        },
+                        rdepth,
+                    );
+                    // Whether the hairpin SNAT applies depends on the connection, which the
+                    // segment's key does not describe.
+                    for s in [
+                        slot::IP4_SRC,
+                        slot::IP6_SRC,
+                        slot::TCP_SRC,
+                        slot::UDP_SRC,
+                        slot::SCTP_SRC,
+                    ] {
+                        w.derive(s, full(s), OPAQUE);
+                    }
+                }
+                CAct::FwdGroup { ports } => {
+                    for g in FIVE_TUPLE {
+                        w.examine(g, full(g));
+                    }
+                    let pick = (five_tuple_hash(&self.scr.ctx) % ports.len() as u64) as usize;
+                    let key = ports.get(pick).copied().unwrap_or(0);
+                    self.record(
+                        w,
+                        Op::SetPort {
+                            slot: slot::OUTPORT as u8,
+                            key,
+                        },
+                        rdepth,
+                    );
+                    w.set_const(slot::OUTPORT, full(slot::OUTPORT));
+                    self.output(w, dp, pipe, depth, rdepth);
+                }
                 CAct::CtCommit { .. } => {
                     let zone = self.zone(w, dp, pipe, act);
                     self.record(
@@ -473,6 +517,12 @@ impl Runner<'_> {
                             kind.name()
                         ));
                         continue;
+                    }
+                    if *kind == NestedKind::SctpAbort
+                        || (*kind == NestedKind::Reject && self.scr.ctx.f[slot::IP_PROTO] == 132)
+                    {
+                        // The answer depends on the SCTP chunk, which no field describes.
+                        w.cacheable = false;
                     }
                     self.record(w, Op::Save, rdepth);
                     w.saved.push((w.written, w.deps));
@@ -572,7 +622,25 @@ impl Runner<'_> {
                 w.derive(f(dst), dst.mask(), s);
             }
             CAct::CheckPktLarger { dst, .. } => w.derive(f(dst), dst.mask(), OPAQUE),
-            CAct::ResultZero { dst, .. } => w.set_const(f(dst), dst.mask()),
+            CAct::ResultConst { dst, .. } => w.set_const(f(dst), dst.mask()),
+            CAct::PortSec { dst, out, .. } => {
+                let mut s = w.source(if *out { slot::OUTPORT } else { slot::INPORT });
+                for g in crate::port_sec::READS {
+                    s |= w.source(g);
+                }
+                w.derive(f(dst), dst.mask(), s);
+            }
+            // Learned state changes under the cache: a later decision on these results makes
+            // the segment uncacheable (the actions themselves rerun on every replay).
+            CAct::LookupFdb { dst, .. }
+            | CAct::GetFdb { dst, .. }
+            | CAct::ChkEcmpNh { dst, .. } => w.derive(f(dst), dst.mask(), OPAQUE),
+            CAct::ChkLbAff { dst, .. } => {
+                w.derive(f(dst), dst.mask(), OPAQUE);
+                for b in [AFF_REG4, AFF_XXREG0, AFF_XXREG1, AFF_PORT] {
+                    w.derive(f(&b), b.mask(), OPAQUE);
+                }
+            }
             _ => {}
         }
     }
@@ -590,9 +658,13 @@ impl Runner<'_> {
                 CAct::CtNat {
                     kind: NatKind::Snat,
                     ..
-                } => snat_zone,
+                }
+                | CAct::CtSnatToVip { .. } => snat_zone,
                 _ => dnat_zone,
             },
+            _ if matches!(act, CAct::CtSnatToVip { .. }) && d.snat_zone.is_some() => {
+                d.snat_zone.unwrap_or(0)
+            }
             _ => {
                 let s = if pipe == INGRESS {
                     slot::INPORT
@@ -613,6 +685,7 @@ impl Runner<'_> {
             slot::IP_PROTO,
             slot::IP_FRAG,
             slot::TCP_FLAGS,
+            slot::ICMP4_TYPE,
             slot::ICMP6_TYPE,
         ] {
             w.examine(s, full(s));
@@ -630,7 +703,18 @@ impl Runner<'_> {
                     && f[slot::ICMP6_TYPE] == 135
             }
             NestedKind::TcpReset => (v4 || v6) && tcp && !rst,
-            NestedKind::Reject => (v4 || v6) && !(tcp && rst),
+            // Whether the packet's first chunk is an ABORT is not a field: see `exec_list`.
+            NestedKind::SctpAbort => (v4 || v6) && l4 && f[slot::IP_PROTO] == 132,
+            // A destination unreachable is not answered (ovn-trace: "avoid recirculation").
+            NestedKind::Reject => {
+                let unreach = (v4
+                    && f[slot::IP_PROTO] == u128::from(ip_proto::ICMP)
+                    && f[slot::ICMP4_TYPE] == 3)
+                    || (v6
+                        && f[slot::IP_PROTO] == u128::from(ip_proto::ICMPV6)
+                        && f[slot::ICMP6_TYPE] == 1);
+                (v4 || v6) && !(tcp && rst) && !unreach
+            }
             _ => false,
         }
     }
@@ -887,6 +971,7 @@ impl Runner<'_> {
                 f[..6].fill(0);
                 f[slot::HEADER_LAST + 1..].fill(0);
                 f[slot::INPORT] = u128::from(inport);
+                self.scr.ctx.ct_orig = None;
             }
             Op::EnterEgress => {
                 for s in REGISTERS {
@@ -901,6 +986,7 @@ impl Runner<'_> {
                     f: self.scr.ctx.f,
                     parsed: self.scr.ctx.parsed,
                     frame,
+                    ct_orig: self.scr.ctx.ct_orig,
                 });
             }
             Op::Restore => {
@@ -917,6 +1003,22 @@ impl Runner<'_> {
 
     #[inline]
     fn exec_act(&mut self, act: &CAct) {
+        if matches!(
+            act,
+            CAct::ResultConst { .. }
+                | CAct::Count { .. }
+                | CAct::PortSec { .. }
+                | CAct::PutFdb { .. }
+                | CAct::LookupFdb { .. }
+                | CAct::GetFdb { .. }
+                | CAct::CommitEcmpNh { .. }
+                | CAct::ChkEcmpNh { .. }
+                | CAct::CommitLbAff { .. }
+                | CAct::ChkLbAff { .. }
+                | CAct::BindVport { .. }
+        ) {
+            return self.exec_stateful(act);
+        }
         let ctx = &mut self.scr.ctx;
         match act {
             CAct::Set { field, value, mask } => {
@@ -947,6 +1049,7 @@ impl Runner<'_> {
                 for s in [slot::CT_STATE, slot::CT_MARK, slot::CT_LABEL] {
                     ctx.f[s] = 0;
                 }
+                ctx.ct_orig = None;
             }
             CAct::GetNeigh { v6, port, ip, dp } => {
                 let k = (*dp, ctx.read(*port) as u32, ctx.read(*ip), *v6);
@@ -1012,8 +1115,19 @@ impl Runner<'_> {
                 let l = ctx.frame.len().saturating_sub(14) as u64;
                 ctx.write(*dst, u128::from(l > u64::from(*len)));
             }
-            CAct::ResultZero { dst, .. } => ctx.write(*dst, 0),
             _ => {}
+        }
+    }
+
+    pub(crate) fn dp_key(&self, dp: u32) -> u32 {
+        self.prog.dps.get(dp as usize).map_or(0, |d| d.key)
+    }
+
+    pub(crate) fn count(&mut self, counter: u32) {
+        if self.mode != Mode::Trace
+            && let Some(c) = self.counters.get_mut(counter as usize)
+        {
+            *c += 1;
         }
     }
 
@@ -1025,9 +1139,9 @@ impl Runner<'_> {
         let ctx = &mut self.scr.ctx;
         let cta = match act {
             CAct::CtNext => CtAction::lookup(),
-            CAct::CtCommit { mark, label } => CtAction {
-                mark: *mark,
-                label: *label,
+            CAct::CtCommit { mark, label, moves } => CtAction {
+                mark: with_moves32(*mark, moves, ctx),
+                label: with_moves128(*label, moves, ctx),
                 ..CtAction::commit(owner)
             },
             CAct::CtNat { kind, target } => match target {
@@ -1038,24 +1152,64 @@ impl Runner<'_> {
                 Some(r) => CtAction::commit(owner).dnat(*r),
             },
             CAct::CtCommitNat => CtAction::commit(owner).with_nat(),
-            CAct::CtLb { mark, backends } => {
+            CAct::CtLb {
+                mark,
+                backends,
+                hash,
+                flag,
+            } => {
                 if backends.is_empty() {
                     CtAction::lookup().with_nat()
                 } else {
+                    let h = if hash.is_empty() {
+                        five_tuple_hash(ctx)
+                    } else {
+                        hash.iter().fold(0x2545_f491_4f6c_dd1d, |h, s| {
+                            crate::classifier::mix(h, ctx.f[usize::from(*s)])
+                        })
+                    };
                     let i = self
                         .what_if
                         .as_ref()
                         .and_then(|w| w.lb_pick(backends))
-                        .unwrap_or((five_tuple_hash(ctx) % backends.len() as u64) as usize);
+                        .unwrap_or((h % backends.len() as u64) as usize);
                     let (ip, port) = backends[i];
                     let mut a = CtAction::commit(owner).dnat(NatRange::addr_port(ip, port));
+                    let bits = Masked {
+                        value: 2 | flag,
+                        mask: 2 | flag,
+                    };
                     if *mark {
-                        a.mark = Some(Masked { value: 2, mask: 2 });
+                        a.mark = Some(bits);
                     } else {
-                        a.label = Some(Masked { value: 2, mask: 2 });
+                        a.label = Some(Masked {
+                            value: u128::from(bits.value),
+                            mask: u128::from(bits.mask),
+                        });
                     }
                     a
                 }
+            }
+            CAct::CtSnatToVip { dp } => {
+                let st = ctx.f[slot::CT_STATE] as u8;
+                let orig = ctx.ct_orig?;
+                if st & 0x80 == 0 {
+                    return None;
+                }
+                let dst = u128::from_be_bytes(orig.dst);
+                let dst = if orig.v6 { dst } else { dst & 0xffff_ffff };
+                let d = self.prog.dps.get(*dp as usize)?;
+                let &(vip, v6, _, _) = d.vips.iter().find(|&&(ip, v6, port, proto)| {
+                    ip == dst
+                        && v6 == orig.v6
+                        && (port == 0 || (port == orig.dport && proto == orig.proto))
+                })?;
+                let ip = if v6 {
+                    std::net::IpAddr::V6(std::net::Ipv6Addr::from(vip))
+                } else {
+                    std::net::IpAddr::V4(std::net::Ipv4Addr::from(vip as u32))
+                };
+                CtAction::commit(owner).snat(NatRange::addr_port(ip, 0))
             }
             _ => return None,
         };
@@ -1064,15 +1218,24 @@ impl Runner<'_> {
             CtHandle::WhatIf(ct) => ct.peek(zone, &ctx.parsed, self.now, &cta),
         };
         if let Some(w) = self.what_if.as_mut()
-            && !matches!(act, CAct::CtCommit { .. } | CAct::CtCommitNat)
+            && !matches!(
+                act,
+                CAct::CtCommit { .. } | CAct::CtCommitNat | CAct::CtSnatToVip { .. }
+            )
         {
             r.state.0 = w.ct_state(r.state.0);
         }
-        if !matches!(act, CAct::CtCommit { .. }) {
-            ctx.f[slot::CT_STATE] = u128::from(r.state.0);
-            ctx.f[slot::CT_MARK] = u128::from(r.mark);
-            ctx.f[slot::CT_LABEL] = r.label;
-            ctx.rewrite(&r.rewrite);
+        match act {
+            CAct::CtCommit { .. } => {}
+            // No recirculation: the NAT applies to the packet, ct_state stays as it was.
+            CAct::CtSnatToVip { .. } => ctx.rewrite(&r.rewrite),
+            _ => {
+                ctx.f[slot::CT_STATE] = u128::from(r.state.0);
+                ctx.f[slot::CT_MARK] = u128::from(r.mark);
+                ctx.f[slot::CT_LABEL] = r.label;
+                ctx.ct_orig = r.orig;
+                ctx.rewrite(&r.rewrite);
+            }
         }
         Some(r)
     }
@@ -1097,21 +1260,32 @@ impl Runner<'_> {
             NestedKind::NdNa | NestedKind::NdNaRouter => {
                 reply::nd_na(out, &k, k.eth_dst, kind == NestedKind::NdNaRouter).is_ok()
             }
-            NestedKind::Icmp4 | NestedKind::Icmp4Error => {
-                reply::icmp4_error(out, &ctx.frame, &ctx.parsed, k.ip4_dst, 3, 1, 0).is_ok()
+            // OVN builds these with the offending packet's own addresses, TTL 255 and type/code
+            // 3/1 (1/1 for ICMPv6); the nested actions set the rest (ovn-trace's
+            // `execute_icmp4`, pinctrl's `pinctrl_handle_icmp` without loopback).
+            NestedKind::Icmp4 | NestedKind::Icmp4Error if k.is_ipv4() => {
+                reply::icmp_error_same_addresses(out, &ctx.frame, &ctx.parsed, 3, 1, 0).is_ok()
             }
-            NestedKind::Icmp6 | NestedKind::Icmp6Error => {
-                reply::icmp6_error(out, &ctx.frame, &ctx.parsed, k.ip6_dst, 1, 0, 0).is_ok()
+            NestedKind::Icmp6 | NestedKind::Icmp6Error if k.is_ipv6() => {
+                reply::icmp_error_same_addresses(out, &ctx.frame, &ctx.parsed, 1, 1, 0).is_ok()
             }
-            NestedKind::TcpReset => reply::tcp_reset(out, &ctx.parsed).is_ok(),
+            NestedKind::TcpReset => reply::tcp_reset_same_addresses(out, &ctx.parsed).is_ok(),
+            NestedKind::SctpAbort => reply::sctp_abort(out, &ctx.frame, &ctx.parsed, false).is_ok(),
             NestedKind::Reject if k.ip_proto == ip_proto::TCP && ctx.parsed.has_l4() => {
                 reply::tcp_reset(out, &ctx.parsed).is_ok()
             }
+            NestedKind::Reject if k.ip_proto == ip_proto::SCTP && ctx.parsed.has_l4() => {
+                reply::sctp_abort(out, &ctx.frame, &ctx.parsed, true).is_ok()
+            }
+            // `reject` answers back to the sender (addresses swapped) with "port unreachable"
+            // for UDP and "host unreachable" otherwise, as ovn-controller's pinctrl does.
             NestedKind::Reject if k.is_ipv4() => {
-                reply::icmp4_error(out, &ctx.frame, &ctx.parsed, k.ip4_dst, 3, 3, 0).is_ok()
+                let code = if k.ip_proto == ip_proto::UDP { 3 } else { 1 };
+                reply::icmp4_error(out, &ctx.frame, &ctx.parsed, k.ip4_dst, 3, code, 0).is_ok()
             }
             NestedKind::Reject if k.is_ipv6() => {
-                reply::icmp6_error(out, &ctx.frame, &ctx.parsed, k.ip6_dst, 1, 4, 0).is_ok()
+                let code = if k.ip_proto == ip_proto::UDP { 4 } else { 1 };
+                reply::icmp6_error(out, &ctx.frame, &ctx.parsed, k.ip6_dst, 1, code, 0).is_ok()
             }
             _ => false,
         };
@@ -1127,6 +1301,49 @@ impl Runner<'_> {
         let _ = EthAddr::ZERO;
         true
     }
+}
+
+/// `ct_mark` with the bits of `moves` that target it loaded from the packet.
+fn with_moves32(m: Option<Masked<u32>>, moves: &[(Bits, Bits)], ctx: &Ctx) -> Option<Masked<u32>> {
+    let l = with_moves(
+        m.map(|m| Masked {
+            value: u128::from(m.value),
+            mask: u128::from(m.mask),
+        }),
+        moves,
+        ctx,
+        slot::CT_MARK,
+    )?;
+    Some(Masked {
+        value: l.value as u32,
+        mask: l.mask as u32,
+    })
+}
+
+fn with_moves128(
+    m: Option<Masked<u128>>,
+    moves: &[(Bits, Bits)],
+    ctx: &Ctx,
+) -> Option<Masked<u128>> {
+    with_moves(m, moves, ctx, slot::CT_LABEL)
+}
+
+fn with_moves(
+    mut m: Option<Masked<u128>>,
+    moves: &[(Bits, Bits)],
+    ctx: &Ctx,
+    field: usize,
+) -> Option<Masked<u128>> {
+    for (d, s) in moves {
+        if usize::from(d.field) != field {
+            continue;
+        }
+        let v = ctx.read(*s).checked_shl(u32::from(d.lo)).unwrap_or(0) & d.mask();
+        let e = m.get_or_insert(Masked { value: 0, mask: 0 });
+        e.value = (e.value & !d.mask()) | v;
+        e.mask |= d.mask();
+    }
+    m
 }
 
 const REGISTERS: [usize; 3] = [slot::XXREG0, slot::XXREG1, slot::XREG4];

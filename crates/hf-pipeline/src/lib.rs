@@ -16,7 +16,25 @@
 //!   `ct_commit`, `ct_snat`/`ct_dnat` and their `_in_czone` forms, `ct_lb`/`ct_lb_mark`,
 //!   `ct_commit_nat`, `ct_clear`, neighbour actions against the pipeline's neighbour table,
 //!   `chk_lb_hairpin`, `select`, `clone`, and packet generation (`arp`, `nd_ns`, `nd_na`,
-//!   `icmp4`/`icmp6`, `tcp_reset`, `reject`).
+//!   `icmp4`/`icmp6` and their `_error` forms with `icmp4.frag_mtu`/`icmp6.frag_mtu`,
+//!   `tcp_reset`, `sctp_abort`, `reject`).
+//! - Every other action and function ovn-northd 23.03 emits, with OVN's meaning:
+//!   `check_in_port_sec()`/`check_out_port_sec()` from [`PortSpec::port_security`] (the checks
+//!   of ovn-controller's `consider_port_sec_flows`; see `port_sec`), the FDB (`put_fdb`,
+//!   `lookup_fdb`, `get_fdb`), ECMP symmetric replies (`commit_ecmp_nh`, `chk_ecmp_nh`,
+//!   `chk_ecmp_nh_mac`: ovn-controller's learned flows, 20 s idle / 30 s hard), LB affinity
+//!   (`commit_lb_aff`, `chk_lb_aff`: idle timeout, backend loaded into `reg4`/`xxreg0`/`xxreg1`
+//!   and `reg8[0..15]`), `ct_snat_to_vip` (hairpin SNAT to the VIP of [`ProgramSpec::lb_vips`]),
+//!   `ct_lb_mark(...; hash_fields=...)` and its `skip_snat`/`force_snat` flags, `bind_vport`
+//!   and `fwd_group`. State learned this way lives in the [`Pipeline`] (see [`learn`]),
+//!   survives program swaps, and is reported as [`Event`]s with learned neighbours
+//!   ([`Pipeline::take_events`]).
+//! - Packet-in actions as ovn-trace models them: `put_dhcp_opts`, `put_dhcpv6_opts` and
+//!   `put_nd_ra_opts` store 1, `dns_lookup` stores 0; `igmp` (IGMP and MLD),
+//!   `handle_svc_check`, `handle_dhcpv6_reply` and `handle_bfd_msg` change nothing. These and
+//!   `log`, `set_meter`, `sample`, `trigger_event`, `set_queue` count their hits per flow
+//!   ([`Pipeline::action_hits`]; traces do not count).
+//! - An action the pipeline cannot execute is a compile error naming the flow, never a no-op.
 //! - A megaflow cache keyed on exactly the bits each walk examined replays the recorded ops;
 //!   conntrack still runs on every packet and each recirculation after a conntrack action is its
 //!   own lookup (see [`interp`] for how wildcards are accumulated).
@@ -33,9 +51,16 @@
 //!   router uses its SNAT zone for `ct_snat` and its DNAT zone for everything else (the
 //!   `_in_czone` forms included: the DNAT zone is OVN's common zone).
 //! - A table with no matching flow drops the packet; so does `next` past the last table.
-//! - `ct_lb`/`ct_lb_mark` choose a backend by a hash of the 5-tuple (`hash_fields` is ignored)
-//!   and commit with `ct_label.natted`/`ct_mark.natted` set; `chk_lb_hairpin` is "DNAT applied
-//!   (or natted) and source == destination", `chk_lb_hairpin_reply` the same on a reply.
+//! - `ct_lb`/`ct_lb_mark` choose a backend by a hash of the 5-tuple, or of the `hash_fields`
+//!   when given, and commit with `ct_label.natted`/`ct_mark.natted` set; `chk_lb_hairpin` is
+//!   "DNAT applied (or natted) and source == destination", `chk_lb_hairpin_reply` the same on a
+//!   reply.
+//! - Generated ICMP errors, `tcp_reset` and `sctp_abort` keep the offending packet's Ethernet
+//!   and IP addresses as ovn-controller's pinctrl builds them (ICMP: TTL 255, type/code 3/1 or
+//!   1/1; TCP RST and SCTP ABORT: ports swapped, TTL 63): northd's nested actions set or swap
+//!   the addresses. `reject` answers back to the sender (UDP with "port unreachable", TCP with
+//!   a reset, SCTP with an ABORT, anything else with "host unreachable").
+//! - The port name `"none"` is key 0, as in ovn-controller and ovn-trace.
 //! - `put_arp`/`put_nd` that change a binding bump the generation, so cached walks that read
 //!   the neighbour table are not reused.
 //!
@@ -43,8 +68,10 @@
 //!
 //! No I/O, no clock, no threads: `now` is an argument. No Geneve encapsulation (a
 //! [`Destination::Tunnel`] carries the keys; the datapath encapsulates with `hf_wire::geneve`).
-//! DHCP, DNS, FDB, port-security checks, ECMP and LB-affinity functions store 0; `log`,
-//! `set_queue`, `set_meter`, `sample` and events have no effect. VLAN, IPv6 flow label and ND
+//! No DHCP, DHCPv6, DNS or router-advertisement replies are built (the functions return what
+//! ovn-trace returns; the chassis's packet-in handler is another issue's), no IGMP/MLD
+//! snooping, no service-monitor probes, no meters enforced and no samples exported (only
+//! counted). `select` has no `hash_fields` form (OVN 23.03's parser has none either). The FDB does not age. VLAN, IPv6 flow label and ND
 //! option writes change the fields the pipeline matches on but not the frame. Output to a
 //! multicast group from the egress pipeline drops. A conntrack
 //! action that continues in the next table ends its action list: actions after it are not run
@@ -70,8 +97,11 @@ mod cache;
 mod classifier;
 mod compile;
 pub mod interp;
+pub mod learn;
 mod packet;
+mod port_sec;
 mod program;
+mod stateful;
 mod trace;
 mod whatif;
 
@@ -84,9 +114,11 @@ use std::time::Duration;
 
 use hf_conntrack::Conntrack;
 
+pub use learn::LearnStats;
 pub use program::{
-    CompileError, DatapathKind, DatapathSpec, FlowError, FlowErrorKind, FlowId, FlowSpec, FlowText,
-    GroupSpec, Neighbour, PortKind, PortLocation, PortSpec, Program, ProgramSpec,
+    ActionHits, CompileError, DatapathKind, DatapathSpec, FdbSpec, FlowError, FlowErrorKind,
+    FlowId, FlowSpec, FlowText, GroupSpec, LbVipSpec, Neighbour, PortKind, PortLocation, PortSpec,
+    Program, ProgramSpec,
 };
 pub use trace::{Trace, TraceFlow, TraceRecord};
 pub use whatif::WhatIf;
@@ -212,6 +244,25 @@ pub enum Event {
         /// Its Ethernet address.
         mac: [u8; 6],
     },
+    /// `put_fdb` learned (or moved) a MAC: the controller writes it to SB `FDB`.
+    Fdb {
+        /// Datapath name.
+        datapath: String,
+        /// Logical port name.
+        port: String,
+        /// The MAC.
+        mac: [u8; 6],
+    },
+    /// `bind_vport(V, P)`: virtual port `vport` is now reached through `parent` (the
+    /// controller claims `vport` for this chassis, as pinctrl does).
+    BindVport {
+        /// Datapath name.
+        datapath: String,
+        /// The virtual port.
+        vport: String,
+        /// Its parent port.
+        parent: String,
+    },
     /// A port waiting for activation sent a RARP and is now active on this chassis.
     PortActivated {
         /// Its local port id.
@@ -250,6 +301,9 @@ pub struct Pipeline {
     prog: Program,
     generation: u64,
     neigh: Neighbours,
+    /// FDB, ECMP next hops, LB affinity (see [`learn`]).
+    state: learn::Learned,
+    counters: Vec<u64>,
     cache: cache::Cache,
     scr: Scratch,
     events: Vec<Event>,
@@ -269,6 +323,8 @@ impl Pipeline {
             prog,
             generation: 1,
             neigh: Neighbours::default(),
+            state: learn::Learned::default(),
+            counters: Vec::new(),
             cache: cache::Cache::default(),
             scr: Scratch::new(),
             events: Vec::new(),
@@ -277,7 +333,17 @@ impl Pipeline {
             activation: Default::default(),
         };
         p.load_state();
+        p.load_learned();
         p
+    }
+
+    /// Loads the program's FDB (SB rows win over learned entries) and sizes the counters.
+    fn load_learned(&mut self) {
+        for &(dp, mac, port) in &self.prog.fdb {
+            self.state.fdb.insert((dp, mac), port);
+        }
+        self.counters.clear();
+        self.counters.resize(self.prog.counters.len(), 0);
     }
 
     fn load_state(&mut self) {
@@ -318,6 +384,7 @@ impl Pipeline {
         self.prog = prog;
         self.generation += 1;
         self.load_state();
+        self.load_learned();
         self.cache.clear();
     }
 
@@ -346,6 +413,30 @@ impl Pipeline {
     /// Takes the events collected so far.
     pub fn take_events(&mut self) -> Vec<Event> {
         std::mem::take(&mut self.events)
+    }
+
+    /// Sizes of the learned tables.
+    pub fn learn_stats(&self) -> LearnStats {
+        self.state.stats()
+    }
+
+    /// Drops ECMP next-hop and LB affinity entries that have timed out by `now` (lookups
+    /// already ignore them; this frees their memory).
+    pub fn expire_learned(&mut self, now: Duration) {
+        self.state.expire(now);
+    }
+
+    /// The port key learned for `mac` in the datapath with `tunnel_key` (`get_fdb`).
+    pub fn fdb(&self, tunnel_key: u32, mac: [u8; 6]) -> Option<u32> {
+        let m = mac.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b));
+        self.state.fdb.get(&(tunnel_key, m)).copied()
+    }
+
+    /// Hits of every counted action (`log`, `set_meter`, `sample`, `trigger_event`,
+    /// `set_queue`, `igmp`, `handle_svc_check`, DHCP/DNS/RA functions, `bind_vport`) since the
+    /// program was installed. Traces do not count.
+    pub fn action_hits(&self) -> Vec<ActionHits> {
+        self.prog.action_hits(&self.counters)
     }
 
     /// The program.
@@ -578,6 +669,8 @@ impl Pipeline {
         let mut r = Runner {
             prog: &self.prog,
             neigh: &mut self.neigh,
+            state: &mut self.state,
+            counters: &mut self.counters,
             generation: &mut self.generation,
             cache: &mut self.cache,
             scr: &mut self.scr,

@@ -125,6 +125,32 @@ pub struct PortSpec {
     pub port_security: Vec<String>,
 }
 
+/// A learned FDB entry (SB `FDB`): `mac` is behind `port` of `datapath`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FdbSpec {
+    /// Datapath name.
+    pub datapath: String,
+    /// Logical port name.
+    pub port: String,
+    /// The MAC.
+    pub mac: [u8; 6],
+}
+
+/// A load-balancer VIP applied to a datapath (SB `Load_Balancer.vips` keys, per datapath in
+/// `Load_Balancer.datapaths`): what `ct_snat_to_vip` matches the connection's original
+/// destination against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LbVipSpec {
+    /// Datapath name.
+    pub datapath: String,
+    /// The VIP.
+    pub ip: IpAddr,
+    /// Its port (0 for a VIP without a port).
+    pub port: u16,
+    /// IP protocol (6, 17 or 132).
+    pub proto: u8,
+}
+
 /// A multicast group such as `_MC_flood`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupSpec {
@@ -340,6 +366,13 @@ pub struct ProgramSpec {
     pub sets: Sets,
     /// The owner recorded on connections this program commits.
     pub owner: Owner,
+    /// Initial FDB (SB `FDB` rows).
+    pub fdb: Vec<FdbSpec>,
+    /// Load-balancer VIPs per datapath (for `ct_snat_to_vip`).
+    pub lb_vips: Vec<LbVipSpec>,
+    /// Per switch (by name), its SNAT zone (`ls/<switch>/snat`): the zone `ct_snat_to_vip`
+    /// commits the hairpin SNAT in. A switch without one uses the port's zone.
+    pub switch_snat_zones: Vec<(String, u16)>,
 }
 
 /// Why a program did not compile as a whole (structural errors; a bad flow is a
@@ -354,6 +387,14 @@ pub enum CompileError {
         port: String,
         /// The missing peer.
         peer: String,
+    },
+    /// A `port_security` entry does not parse.
+    #[error("port {port}: port_security: {message}")]
+    PortSecurity {
+        /// The port.
+        port: String,
+        /// What went wrong.
+        message: String,
     },
     /// Two logical ports claim the same local port id, or a port key is used twice.
     #[error("datapath {datapath}: port key or local id {id} used twice")]
@@ -502,6 +543,8 @@ pub(crate) enum CAct {
     CtCommit {
         mark: Option<Masked<u32>>,
         label: Option<Masked<u128>>,
+        /// `ct_mark`/`ct_label` bits (destination) loaded from packet fields (source).
+        moves: Vec<(Bits, Bits)>,
     },
     /// `ct_snat`/`ct_dnat` (and `_in_czone`), with or without a target.
     CtNat {
@@ -510,10 +553,19 @@ pub(crate) enum CAct {
     },
     /// `ct_commit_nat`.
     CtCommitNat,
-    /// `ct_lb`/`ct_lb_mark`; no backends means "existing connections only".
+    /// `ct_lb`/`ct_lb_mark`; no backends means "existing connections only". `hash` lists the
+    /// slots of `hash_fields` (empty: the 5-tuple); `flag` is the `skip_snat`/`force_snat` bit
+    /// committed into `ct_mark`/`ct_label` beside `natted`.
     CtLb {
         mark: bool,
         backends: Vec<(IpAddr, u16)>,
+        hash: Vec<u8>,
+        flag: u32,
+    },
+    /// `ct_snat_to_vip`: when the connection was DNATed to a backend of one of this datapath's
+    /// VIPs, SNAT it to that VIP (hairpin) in the datapath's SNAT zone.
+    CtSnatToVip {
+        dp: u32,
     },
     CtClear,
     Nested {
@@ -553,14 +605,91 @@ pub(crate) enum CAct {
         dst: Bits,
         len: u32,
     },
-    /// A result function holdfast does not model (DHCP, DNS, FDB, ...): `R = 0`.
-    ResultZero {
+    /// A result function whose value ovn-trace models as a constant: `put_dhcp_opts`,
+    /// `put_dhcpv6_opts` and `put_nd_ra_opts` store 1 (the reply itself is built by the
+    /// controller's packet-in handler), `dns_lookup` stores 0 (ovn-trace: "not implemented").
+    /// Each hit is counted.
+    ResultConst {
         dst: Bits,
+        value: u8,
         #[allow(dead_code)] // shown by traces through Debug
         name: &'static str,
+        counter: u32,
     },
-    /// An action with no effect on forwarding (`log`, `set_queue`, `sample`, ...).
-    Nop(#[allow(dead_code)] &'static str),
+    /// `R = check_in_port_sec()` / `R = check_out_port_sec()`.
+    PortSec {
+        dst: Bits,
+        out: bool,
+        dp: u32,
+    },
+    /// `put_fdb(P, M)`.
+    PutFdb {
+        dp: u32,
+        port: Bits,
+        mac: Bits,
+    },
+    /// `R = lookup_fdb(P, M)`: 1 when `M` was learned on `P`.
+    LookupFdb {
+        dp: u32,
+        dst: Bits,
+        port: Bits,
+        mac: Bits,
+    },
+    /// `R = get_fdb(M)`: the port key learned for `M`, or 0.
+    GetFdb {
+        dp: u32,
+        dst: Bits,
+        mac: Bits,
+    },
+    /// `commit_ecmp_nh(ipv6 = B, proto = P)`.
+    CommitEcmpNh {
+        dp: u32,
+        v6: bool,
+        proto: u8,
+    },
+    /// `R = chk_ecmp_nh_mac()` (`mac`) or `R = chk_ecmp_nh()`.
+    ChkEcmpNh {
+        dp: u32,
+        dst: Bits,
+        mac: bool,
+    },
+    /// `commit_lb_aff(vip = "V:VP", backend = "B:BP", proto = P, timeout = T)`.
+    CommitLbAff {
+        dp: u32,
+        vip: IpAddr,
+        vip_port: u16,
+        backend: IpAddr,
+        backend_port: u16,
+        proto: u8,
+        timeout: u32,
+    },
+    /// `R = chk_lb_aff()`: on a hit also loads the backend into `reg4` (IPv4), `xxreg0`
+    /// (IPv6, switch) or `xxreg1` (IPv6, router) and its port into `reg8[0..15]`.
+    ChkLbAff {
+        dp: u32,
+        dst: Bits,
+        switch: bool,
+    },
+    /// `bind_vport("V", P)`: reported as an event; forwarding is unchanged.
+    BindVport {
+        dp: u32,
+        vport: u32,
+        parent: Bits,
+        counter: u32,
+    },
+    /// `fwd_group(childports=...)`: output to one child port chosen by the 5-tuple hash.
+    FwdGroup {
+        ports: Vec<u32>,
+    },
+    /// An action with no effect on forwarding whose hits are counted: `log`, `set_meter`,
+    /// `sample`, `trigger_event`, `set_queue`, `igmp`, `handle_svc_check`,
+    /// `handle_dhcpv6_reply`, `handle_bfd_msg` (the last four are the controller's packet-in
+    /// handlers; ovn-trace does nothing for them either).
+    Count {
+        #[allow(dead_code)] // shown by traces through Debug
+        name: &'static str,
+        counter: u32,
+    },
 }
 
 impl CAct {
@@ -591,6 +720,7 @@ pub(crate) struct Port {
     pub name: String,
     pub loc: Loc,
     pub zone: u16,
+    pub ps: Vec<crate::port_sec::PsEntry>,
     /// Further chassis that get a tunnel copy of what is output to the port.
     pub also_remote: Vec<u32>,
 }
@@ -620,6 +750,10 @@ pub(crate) struct Dp {
     pub kind: DatapathKind,
     pub ports: FastMap<u32, Port>,
     pub groups: FastMap<u32, Vec<u32>>,
+    /// Load-balancer VIPs: (address, IPv6, port, protocol).
+    pub vips: Vec<(u128, bool, u16, u8)>,
+    /// The zone `ct_snat_to_vip` uses on a switch.
+    pub snat_zone: Option<u16>,
     /// `tables[pipeline][table]` and what they were compiled from.
     pub tables: std::sync::Arc<DpCode>,
 }
@@ -649,11 +783,70 @@ pub struct Program {
     /// Datapath tunnel key → index.
     pub(crate) by_key: FastMap<u32, u32>,
     pub(crate) neighbours: Vec<(u32, u32, u128, bool, u128)>,
+    /// Initial FDB: (datapath tunnel key, MAC, port key).
+    pub(crate) fdb: Vec<(u32, u128, u32)>,
+    /// Counted actions, indexed by the `counter` of their `CAct`.
+    pub(crate) counters: Vec<Counted>,
     pub(crate) owner: Owner,
     /// Local port ids that start inactive.
     pub(crate) inactive: Vec<u32>,
     /// The sets the flows were compiled against (to see which datapaths a change touches).
     pub(crate) sets: Sets,
+}
+
+/// Where a counted action is: datapath index, pipeline, table, flow index, action name.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Counted {
+    pub dp: u32,
+    pub pipe: u8,
+    pub table: u8,
+    pub flow: u32,
+    pub name: &'static str,
+}
+
+/// Hits of one counted action (`log`, `set_meter`, `sample`, `trigger_event`, ...).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActionHits {
+    /// Datapath name.
+    pub datapath: String,
+    /// `ingress` or `egress`.
+    pub pipeline: &'static str,
+    /// Table.
+    pub table: u8,
+    /// The flow's priority.
+    pub priority: u16,
+    /// The flow's match, as text.
+    pub matches: String,
+    /// The action's name.
+    pub action: &'static str,
+    /// Packets that ran it.
+    pub hits: u64,
+}
+
+impl Program {
+    /// Every counted action with its hit count from `hits` (indexed like `counters`).
+    pub(crate) fn action_hits(&self, hits: &[u64]) -> Vec<ActionHits> {
+        self.counters
+            .iter()
+            .zip(hits)
+            .filter_map(|(c, &hits)| {
+                let f = self.flows.get(c.flow as usize)?;
+                Some(ActionHits {
+                    datapath: self.dps.get(c.dp as usize)?.name.clone(),
+                    pipeline: if c.pipe == INGRESS {
+                        "ingress"
+                    } else {
+                        "egress"
+                    },
+                    table: c.table,
+                    priority: f.priority,
+                    matches: f.matches.clone(),
+                    action: c.name,
+                    hits,
+                })
+            })
+            .collect()
+    }
 }
 
 pub(crate) fn ip_u128(ip: IpAddr) -> (u128, bool) {
@@ -762,7 +955,13 @@ pub(crate) struct ActCompiler<'a> {
     pipe: u8,
     table: u8,
     dp: u32,
+    /// The datapath is a switch (`chk_lb_aff` loads IPv6 backends into `xxreg0` there).
+    pub(crate) switch: bool,
     arena: &'a mut Vec<CAct>,
+    /// Counters already in the program; this flow's are numbered from here.
+    pub(crate) counter_base: u32,
+    /// Names of this flow's counted actions, in counter order.
+    pub(crate) counted: Vec<&'static str>,
 }
 
 fn const_ip(c: &Constant) -> IpAddr {
@@ -786,7 +985,10 @@ impl ActCompiler<'_> {
             pipe,
             table,
             dp,
+            switch: false,
             arena,
+            counter_base: 0,
+            counted: Vec::new(),
         }
     }
 
@@ -870,6 +1072,7 @@ impl ActCompiler<'_> {
             Action::CtNext { .. } => CAct::CtNext,
             Action::CtCommit { args, .. } => {
                 let (mut mark, mut label) = (None::<Masked<u32>>, None::<Masked<u128>>);
+                let mut moves = Vec::new();
                 match args {
                     CtCommit::Bare => {}
                     CtCommit::Legacy { mark: m, label: l } => {
@@ -884,13 +1087,26 @@ impl ActCompiler<'_> {
                     }
                     CtCommit::Block(body) => {
                         for b in body {
+                            // `ct_label.label = reg3;`, `ct_label.ecmp_reply_eth = eth.src;`:
+                            // the value is read from the packet when the commit runs.
+                            if let Action::Move { dst, src, .. } = b {
+                                let (d, s) = (self.bits(dst)?, self.bits(src)?);
+                                if !matches!(usize::from(d.field), slot::CT_MARK | slot::CT_LABEL) {
+                                    return Err("ct_commit { } sets ct_mark or ct_label".into());
+                                }
+                                moves.push((d, s));
+                                continue;
+                            }
                             let Action::Assign {
                                 dst,
                                 value: Value::Const(c),
                                 ..
                             } = b
                             else {
-                                return Err("ct_commit { } takes constant assignments".into());
+                                return Err(
+                                    "ct_commit { } takes assignments to ct_mark and ct_label"
+                                        .into(),
+                                );
                             };
                             let bits = self.bits(dst)?;
                             let v = c.value.checked_shl(u32::from(bits.lo)).unwrap_or(0);
@@ -911,7 +1127,7 @@ impl ActCompiler<'_> {
                     }
                     _ => {}
                 }
-                CAct::CtCommit { mark, label }
+                CAct::CtCommit { mark, label, moves }
             }
             Action::CtNat { kind, target, .. } => CAct::CtNat {
                 kind: *kind,
@@ -928,18 +1144,32 @@ impl ActCompiler<'_> {
             },
             Action::CtClear { .. } => CAct::CtClear,
             Action::CtCommitNat { .. } => CAct::CtCommitNat,
-            Action::CtLb { mark, args, .. } => CAct::CtLb {
-                mark: *mark,
-                backends: args
-                    .as_ref()
-                    .map(|a| {
-                        a.backends
-                            .iter()
-                            .map(|b| (const_ip(&b.ip), b.port.unwrap_or(0)))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            },
+            Action::CtLb { mark, args, .. } => {
+                let hash = match args.as_ref().and_then(|a| a.hash_fields.as_deref()) {
+                    Some(h) => hash_slots(h)?,
+                    None => Vec::new(),
+                };
+                let flag = match args.as_ref().and_then(|a| a.flag.as_deref()) {
+                    None => 0,
+                    Some("skip_snat") => 4,
+                    Some("force_snat") => 8,
+                    Some(other) => return Err(format!("ct_lb: unknown flag `{other}`")),
+                };
+                CAct::CtLb {
+                    mark: *mark,
+                    backends: args
+                        .as_ref()
+                        .map(|a| {
+                            a.backends
+                                .iter()
+                                .map(|b| (const_ip(&b.ip), b.port.unwrap_or(0)))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    hash,
+                    flag,
+                }
+            }
             Action::Nested { kind, body, .. } => {
                 let body = self.list(body)?;
                 CAct::Nested { kind: *kind, body }
@@ -995,10 +1225,49 @@ impl ActCompiler<'_> {
                     ResultFn::ChkLbHairpin => CAct::ChkLbHairpin { dst, reply: false },
                     ResultFn::ChkLbHairpinReply => CAct::ChkLbHairpin { dst, reply: true },
                     ResultFn::CheckPktLarger { len } => CAct::CheckPktLarger { dst, len: *len },
-                    other => CAct::ResultZero {
+                    ResultFn::CheckInPortSec | ResultFn::CheckOutPortSec => CAct::PortSec {
                         dst,
-                        name: other.name(),
+                        out: matches!(func, ResultFn::CheckOutPortSec),
+                        dp: self.dp,
                     },
+                    ResultFn::LookupFdb { port, mac } => CAct::LookupFdb {
+                        dp: self.dp,
+                        dst,
+                        port: self.bits(port)?,
+                        mac: self.bits(mac)?,
+                    },
+                    ResultFn::GetFdb { mac } => CAct::GetFdb {
+                        dp: self.dp,
+                        dst,
+                        mac: self.bits(mac)?,
+                    },
+                    ResultFn::ChkEcmpNh | ResultFn::ChkEcmpNhMac => CAct::ChkEcmpNh {
+                        dp: self.dp,
+                        dst,
+                        mac: matches!(func, ResultFn::ChkEcmpNhMac),
+                    },
+                    ResultFn::ChkLbAff => CAct::ChkLbAff {
+                        dp: self.dp,
+                        dst,
+                        switch: self.switch,
+                    },
+                    ResultFn::PutDhcpOpts { .. } | ResultFn::PutNdRaOpts { .. } => {
+                        CAct::ResultConst {
+                            dst,
+                            value: 1,
+                            name: func.name(),
+                            counter: self.count(func.name()),
+                        }
+                    }
+                    ResultFn::DnsLookup => CAct::ResultConst {
+                        dst,
+                        value: 0,
+                        name: "dns_lookup",
+                        counter: self.count("dns_lookup"),
+                    },
+                    other => {
+                        return Err(format!("{UNSUPPORTED}{}", other.name()));
+                    }
                 }
             }
             Action::Select { dst, choices, .. } => CAct::Select {
@@ -1008,15 +1277,71 @@ impl ActCompiler<'_> {
                     .map(|(v, w)| (*v, w.unwrap_or(100).max(1)))
                     .collect(),
             },
-            Action::PutFdb { .. } => CAct::Nop("put_fdb"),
-            Action::SetQueue { .. } => CAct::Nop("set_queue"),
-            Action::SetMeter { .. } => CAct::Nop("set_meter"),
-            Action::Log { .. } => CAct::Nop("log"),
-            Action::Sample { .. } => CAct::Nop("sample"),
-            Action::TriggerEvent { .. } => CAct::Nop("trigger_event"),
-            Action::CtSnatToVip { .. } => CAct::Nop("ct_snat_to_vip"),
-            Action::CommitEcmpNh { .. } => CAct::Nop("commit_ecmp_nh"),
-            Action::CommitLbAff { .. } => CAct::Nop("commit_lb_aff"),
+            Action::PutFdb { port, mac, .. } => CAct::PutFdb {
+                dp: self.dp,
+                port: self.bits(port)?,
+                mac: self.bits(mac)?,
+            },
+            Action::SetQueue { .. } => self.counted_act("set_queue"),
+            Action::SetMeter { .. } => self.counted_act("set_meter"),
+            Action::Log { .. } => self.counted_act("log"),
+            Action::Sample { .. } => self.counted_act("sample"),
+            Action::TriggerEvent { .. } => self.counted_act("trigger_event"),
+            Action::Igmp { .. } => self.counted_act("igmp"),
+            Action::HandleSvcCheck { port, .. } => {
+                self.bits(port)?;
+                self.counted_act("handle_svc_check")
+            }
+            Action::HandleDhcpv6Reply { .. } => self.counted_act("handle_dhcpv6_reply"),
+            Action::HandleBfdMsg { .. } => self.counted_act("handle_bfd_msg"),
+            Action::CtSnatToVip { .. } => CAct::CtSnatToVip { dp: self.dp },
+            Action::CommitEcmpNh { ipv6, proto, .. } => CAct::CommitEcmpNh {
+                dp: self.dp,
+                v6: *ipv6,
+                proto: proto_number(proto)?,
+            },
+            Action::CommitLbAff {
+                vip,
+                backend,
+                proto,
+                timeout,
+                ..
+            } => {
+                let (vip, vip_port) = ip_port(vip)?;
+                let (backend, backend_port) = ip_port(backend)?;
+                if vip.is_ipv4() != backend.is_ipv4() {
+                    return Err("commit_lb_aff: VIP and backend of different families".into());
+                }
+                CAct::CommitLbAff {
+                    dp: self.dp,
+                    vip,
+                    vip_port,
+                    backend,
+                    backend_port,
+                    proto: proto_number(proto)?,
+                    timeout: *timeout,
+                }
+            }
+            Action::BindVport { vport, parent, .. } => CAct::BindVport {
+                dp: self.dp,
+                vport: (self.port_key)(vport)
+                    .ok_or_else(|| format!("bind_vport: unknown port `{vport}`"))?,
+                parent: self.bits(parent)?,
+                counter: self.count("bind_vport"),
+            },
+            Action::FwdGroup { ports, .. } => {
+                let keys = ports
+                    .iter()
+                    .map(|p| {
+                        (self.port_key)(p)
+                            .ok_or_else(|| format!("fwd_group: unknown child port `{p}`"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                if keys.is_empty() {
+                    return Err("fwd_group without child ports".into());
+                }
+                CAct::FwdGroup { ports: keys }
+            }
             other => {
                 return Err(format!(
                     "{UNSUPPORTED}{}",
@@ -1025,4 +1350,78 @@ impl ActCompiler<'_> {
             }
         })
     }
+
+    /// Registers a counter for this flow.
+    fn count(&mut self, name: &'static str) -> u32 {
+        self.counted.push(name);
+        self.counter_base + self.counted.len() as u32 - 1
+    }
+
+    fn counted_act(&mut self, name: &'static str) -> CAct {
+        CAct::Count {
+            name,
+            counter: self.count(name),
+        }
+    }
+}
+
+/// `tcp`/`udp`/`sctp` (as `commit_ecmp_nh` and `commit_lb_aff` spell them) → IP protocol.
+fn proto_number(p: &str) -> Result<u8, String> {
+    match p {
+        "tcp" | "6" => Ok(6),
+        "udp" | "17" => Ok(17),
+        "sctp" | "132" => Ok(132),
+        other => Err(format!("unknown protocol `{other}`")),
+    }
+}
+
+/// `IP`, `IP:PORT` or `[IP6]:PORT`.
+fn ip_port(s: &str) -> Result<(IpAddr, u16), String> {
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Ok((ip, 0));
+    }
+    let bad = || format!("`{s}` is not IP[:PORT]");
+    let (ip, port) = match s.strip_prefix('[') {
+        Some(rest) => {
+            let (ip, port) = rest.split_once("]:").ok_or_else(bad)?;
+            (ip, port)
+        }
+        None => s.rsplit_once(':').ok_or_else(bad)?,
+    };
+    Ok((
+        ip.parse().map_err(|_| bad())?,
+        port.parse().map_err(|_| bad())?,
+    ))
+}
+
+/// The slots of an OpenFlow `fields(...)` list as `ct_lb_mark(...; hash_fields="...")` gives it.
+fn hash_slots(list: &str) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    for f in list.split(',').map(str::trim).filter(|f| !f.is_empty()) {
+        let slots: &[usize] = match f {
+            "eth_src" => &[slot::ETH_SRC],
+            "eth_dst" => &[slot::ETH_DST],
+            "ip_src" => &[slot::IP4_SRC, slot::IP6_SRC],
+            "ip_dst" => &[slot::IP4_DST, slot::IP6_DST],
+            "ipv6_src" => &[slot::IP6_SRC],
+            "ipv6_dst" => &[slot::IP6_DST],
+            "nw_src" => &[slot::IP4_SRC],
+            "nw_dst" => &[slot::IP4_DST],
+            "ip_proto" | "nw_proto" => &[slot::IP_PROTO],
+            "tp_src" => &[slot::TCP_SRC, slot::UDP_SRC, slot::SCTP_SRC],
+            "tp_dst" => &[slot::TCP_DST, slot::UDP_DST, slot::SCTP_DST],
+            "tcp_src" => &[slot::TCP_SRC],
+            "tcp_dst" => &[slot::TCP_DST],
+            "udp_src" => &[slot::UDP_SRC],
+            "udp_dst" => &[slot::UDP_DST],
+            "sctp_src" => &[slot::SCTP_SRC],
+            "sctp_dst" => &[slot::SCTP_DST],
+            other => return Err(format!("hash_fields: unknown field `{other}`")),
+        };
+        out.extend(slots.iter().map(|&s| s as u8));
+    }
+    if out.is_empty() {
+        return Err("hash_fields is empty".into());
+    }
+    Ok(out)
 }

@@ -52,6 +52,7 @@ fn program(ingress: &[(u8, u16, &str, &str)]) -> Program {
         neighbours: Vec::new(),
         sets: hf_expr::Sets::default(),
         owner: Owner(1),
+        ..ProgramSpec::default()
     })
     .expect("program compiles")
 }
@@ -225,13 +226,18 @@ fn tcp_reset_is_generated_for_a_rejected_segment() {
         0,
         10,
         "tcp",
-        "tcp_reset { eth.dst <-> eth.src; outport = inport; flags.loopback = 1; output; };",
+        // northd's form: OVN builds the reset with the segment's own addresses (ports
+        // swapped) and the flow swaps the addresses.
+        "tcp_reset { eth.dst <-> eth.src; ip4.dst <-> ip4.src; outport = inport; flags.loopback = 1; output; };",
     )]));
     let out = run(&mut p, &mut ct, Ingress::Local(1), &syn());
     assert_eq!(dests(&out), [Destination::Local(1)]);
     let r = parse(&out[0].1, 0, 0).expect("reset parses");
     assert_eq!(r.key.tcp_flags & tcp_flags::RST, tcp_flags::RST);
-    assert_eq!((r.key.ip4_src, r.key.tp_src, r.key.tp_dst), (B, 80, 1000));
+    assert_eq!((r.key.ip4_src, r.key.ip4_dst), (B, A));
+    // Ports swapped and TTL 63, as pinctrl_handle_tcp_reset does.
+    assert_eq!((r.key.tp_src, r.key.tp_dst, r.key.ip_ttl), (80, 1000, 63));
+    assert!(hf_wire::checksums_valid(&out[0].1, &r));
 }
 
 #[test]

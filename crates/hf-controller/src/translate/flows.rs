@@ -13,10 +13,10 @@ use std::net::IpAddr;
 use hf_expr::actions::Pipeline;
 use hf_model::SbSnapshot;
 use hf_model::sb;
-use hf_pipeline::{FlowId, FlowSpec, Neighbour};
+use hf_pipeline::{FdbSpec, FlowId, FlowSpec, LbVipSpec, Neighbour};
 use uuid::Uuid;
 
-use super::{Diagnostic, FdbEntry, Translation};
+use super::{Diagnostic, Translation};
 
 /// The identity, stage name and stage hint a flow row carries.
 pub fn flow_identity(lf: &sb::LogicalFlow) -> (FlowId, String, Option<String>) {
@@ -215,7 +215,7 @@ pub(crate) fn translate_neighbours(sb: &SbSnapshot, t: &mut Translation) {
         };
         let port = d.ports.iter().find(|p| i64::from(p.key) == f.port_key);
         match (port, parse_mac(&f.mac)) {
-            (Some(p), Some(mac)) => t.fdb.push(FdbEntry {
+            (Some(p), Some(mac)) => t.spec.fdb.push(FdbSpec {
                 datapath: d.name.clone(),
                 port: p.name.clone(),
                 mac,
@@ -230,4 +230,70 @@ pub(crate) fn translate_neighbours(sb: &SbSnapshot, t: &mut Translation) {
             }),
         }
     }
+}
+
+/// `Load_Balancer.vips` keys (`IP`, `IP:PORT`, `[IPv6]:PORT`) per datapath the balancer applies
+/// to (`datapaths` and `datapath_group`): what `ct_snat_to_vip` compares against.
+pub(crate) fn translate_lbs(sb: &SbSnapshot, t: &mut Translation) {
+    for lb in sb.load_balancer().values() {
+        let proto = match lb.protocol.as_ref().map(|p| p.as_str()) {
+            None | Some("tcp") => 6,
+            Some("udp") => 17,
+            Some("sctp") => 132,
+            Some(o) => {
+                t.diagnostics.push(Diagnostic {
+                    table: "Load_Balancer",
+                    uuid: lb.uuid,
+                    reason: format!("protocol \"{o}\" is not tcp, udp or sctp: left out"),
+                });
+                continue;
+            }
+        };
+        let mut dps: Vec<Uuid> = lb.datapaths.iter().map(|d| d.uuid()).collect();
+        if let Some(g) = lb.datapath_group.and_then(|g| sb.get(g)) {
+            dps.extend(g.datapaths.iter().map(|d| d.uuid()));
+        }
+        dps.sort();
+        dps.dedup();
+        for vip in lb.vips.keys() {
+            let Some((ip, port)) = parse_vip(vip) else {
+                t.diagnostics.push(Diagnostic {
+                    table: "Load_Balancer",
+                    uuid: lb.uuid,
+                    reason: format!("VIP \"{vip}\" is not IP[:PORT]: left out"),
+                });
+                continue;
+            };
+            for d in &dps {
+                if let Some(dp) = t
+                    .datapath_index
+                    .get(d)
+                    .and_then(|&i| t.spec.datapaths.get(i))
+                {
+                    t.spec.lb_vips.push(LbVipSpec {
+                        datapath: dp.name.clone(),
+                        ip,
+                        port,
+                        proto,
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// `IP`, `IP:PORT` or `[IPv6]:PORT`.
+pub fn parse_vip(s: &str) -> Option<(IpAddr, u16)> {
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Some((ip, 0));
+    }
+    if let Some(rest) = s.strip_prefix('[') {
+        let (ip, port) = rest.split_once("]:")?;
+        return Some((ip.parse().ok()?, port.parse().ok()?));
+    }
+    let (ip, port) = s.rsplit_once(':')?;
+    Some((
+        ip.parse::<std::net::Ipv4Addr>().ok()?.into(),
+        port.parse().ok()?,
+    ))
 }

@@ -15,10 +15,12 @@
 //!   with their identity (`external_ids:hf-flow-id`, else stage name + `stage-hint` + match),
 //!   stage name, SB UUID and stage hint. Text that does not parse stays in the program as a
 //!   flow with a parse error, which compilation reports per flow.
-//! - `MAC_Binding` and `Static_MAC_Binding` → neighbours; `FDB` → [`Translation::fdb`];
+//! - `MAC_Binding` and `Static_MAC_Binding` → neighbours; `FDB` → the program's FDB;
+//!   `Load_Balancer` VIPs → the program's per-datapath VIPs (for `ct_snat_to_vip`);
 //!   `Chassis`/`Encap` → the chassis table ([`ChassisEntry`]).
 //! - Conntrack zones by stable name (`lsp/<port>` for switch ports, `lr/<router>/dnat` and
-//!   `lr/<router>/snat`), never zone 0, deterministic; existing assignments given in
+//!   `lr/<router>/snat`, and `ls/<switch>/snat` for `ct_snat_to_vip`), never zone 0,
+//!   deterministic; existing assignments given in
 //!   [`Extra::zones`] are kept (see [`zones`]).
 //!
 //! A row that does not translate (bad key, unknown reference, unparsable address) is left out
@@ -28,8 +30,8 @@
 //!
 //! No I/O. It does not claim ports: a VIF counts as bound where `Port_Binding.chassis` says,
 //! or, while nothing has claimed it, where `requested_chassis` asks (the controller that would
-//! claim it). `Load_Balancer` rows need nothing here (23.03's flows carry their backends
-//! inline); chassis template variables (`^name`) are not substituted, so flows using them are
+//! claim it). Load balancers' backends need nothing here (23.03's flows carry them inline);
+//! chassis template variables (`^name`) are not substituted, so flows using them are
 //! per-flow errors.
 
 pub mod flows;
@@ -96,17 +98,6 @@ pub struct ChassisEntry {
     pub encaps: Vec<(String, String)>,
 }
 
-/// A learned MAC (SB `FDB`): `mac` is behind `port` of `datapath`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FdbEntry {
-    /// Datapath name.
-    pub datapath: String,
-    /// Logical port name.
-    pub port: String,
-    /// The Ethernet address.
-    pub mac: [u8; 6],
-}
-
 /// The result of [`translate`].
 #[derive(Debug, Clone, Default)]
 pub struct Translation {
@@ -121,8 +112,6 @@ pub struct Translation {
     pub local_ports: BTreeMap<String, u32>,
     /// Conntrack zones by stable name.
     pub zones: BTreeMap<String, u16>,
-    /// SB `FDB` rows of the translated datapaths.
-    pub fdb: Vec<FdbEntry>,
     /// SB datapath UUID → index in `spec.datapaths`.
     pub datapath_index: BTreeMap<Uuid, usize>,
 }
@@ -215,6 +204,7 @@ pub fn translate_with(sb: &SbSnapshot, opts: &TranslateOptions, extra: &Extra) -
     sets::translate_sets(sb, &mut t);
     flows::translate_flows(sb, &mut t);
     flows::translate_neighbours(sb, &mut t);
+    flows::translate_lbs(sb, &mut t);
     zones::assign(&mut t, &extra.zones);
     t.spec.owner = hf_conntrack::Owner(1);
     t

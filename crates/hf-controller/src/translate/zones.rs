@@ -1,5 +1,6 @@
 //! Conntrack zones by stable name (DESIGN "Conntrack zones"): `lsp/<port>` for every switch
-//! port, `lr/<router>/dnat` and `lr/<router>/snat` for every router. Never zone 0 (the
+//! port, `ls/<switch>/snat` for every switch (where `ct_snat_to_vip` commits hairpin SNAT),
+//! `lr/<router>/dnat` and `lr/<router>/snat` for every router. Never zone 0 (the
 //! host's). Assignments passed in are kept when their zone is valid and not taken twice; the
 //! other names get the lowest free zones in name order, so the result is a function of the
 //! inputs only. Names that no longer exist are dropped from the returned map (the caller
@@ -14,6 +15,11 @@ use super::{Diagnostic, Translation};
 /// The zone name of a switch port.
 pub fn port_zone_name(port: &str) -> String {
     format!("lsp/{port}")
+}
+
+/// The SNAT zone name of a switch (`ct_snat_to_vip`).
+pub fn switch_snat_zone_name(switch: &str) -> String {
+    format!("ls/{switch}/snat")
 }
 
 /// The DNAT (common) and SNAT zone names of a router.
@@ -31,6 +37,7 @@ pub(crate) fn assign(t: &mut Translation, keep: &BTreeMap<String, u16>) {
                 wanted.insert(b);
             }
             _ => {
+                wanted.insert(switch_snat_zone_name(&d.name));
                 for p in &d.ports {
                     wanted.insert(port_zone_name(&p.name));
                 }
@@ -76,6 +83,9 @@ pub(crate) fn assign(t: &mut Translation, keep: &BTreeMap<String, u16>) {
             _ => {
                 for p in &mut d.ports {
                     p.zone = zones.get(&port_zone_name(&p.name)).copied().unwrap_or(0);
+                }
+                if let Some(&z) = zones.get(&switch_snat_zone_name(&d.name)) {
+                    t.spec.switch_snat_zones.push((d.name.clone(), z));
                 }
             }
         }

@@ -40,7 +40,9 @@ pub fn require(test: &str, tools: &[&str]) -> bool {
 /// Runs a command and requires success; returns stdout.
 pub fn run_ok(cmd: &mut Command) -> String {
     let desc = format!("{cmd:?}");
-    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {desc}: {e}"));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {desc}: {e}"));
     assert!(
         out.status.success(),
         "{desc} failed: {}\nstdout: {}",
@@ -75,16 +77,30 @@ impl Central {
         };
         for db in ["nb", "sb"] {
             let file = d.join(format!("{db}.db"));
-            run_ok(Command::new("ovsdb-tool").arg("create").arg(&file).arg(ovn_schema(db)));
+            run_ok(
+                Command::new("ovsdb-tool")
+                    .arg("create")
+                    .arg(&file)
+                    .arg(ovn_schema(db)),
+            );
             let pid = d.join(format!("{db}.pid"));
             c.pids.push(pid.clone());
             run_ok(
                 Command::new("ovsdb-server")
                     .arg("--detach")
                     .arg(format!("--pidfile={}", pid.display()))
-                    .arg(format!("--log-file={}", d.join(format!("{db}.log")).display()))
-                    .arg(format!("--unixctl={}", d.join(format!("{db}.ctl")).display()))
-                    .arg(format!("--remote=punix:{}", d.join(format!("{db}.sock")).display()))
+                    .arg(format!(
+                        "--log-file={}",
+                        d.join(format!("{db}.log")).display()
+                    ))
+                    .arg(format!(
+                        "--unixctl={}",
+                        d.join(format!("{db}.ctl")).display()
+                    ))
+                    .arg(format!(
+                        "--remote=punix:{}",
+                        d.join(format!("{db}.sock")).display()
+                    ))
                     .arg(&file),
             );
         }
@@ -104,12 +120,20 @@ impl Central {
 
     /// `ovn-nbctl --db=NB ARGS...` (one shell-free argument list).
     pub fn nbctl(&self, args: &[&str]) -> String {
-        run_ok(Command::new("ovn-nbctl").arg(format!("--db={}", self.nb)).args(args))
+        run_ok(
+            Command::new("ovn-nbctl")
+                .arg(format!("--db={}", self.nb))
+                .args(args),
+        )
     }
 
     /// `ovn-sbctl --db=SB ARGS...`.
     pub fn sbctl(&self, args: &[&str]) -> String {
-        run_ok(Command::new("ovn-sbctl").arg(format!("--db={}", self.sb)).args(args))
+        run_ok(
+            Command::new("ovn-sbctl")
+                .arg(format!("--db={}", self.sb))
+                .args(args),
+        )
     }
 
     /// Waits until northd has processed every NB change.
@@ -140,7 +164,10 @@ impl Central {
 pub fn load_snapshot(path: &Path) -> SbSnapshot {
     let data = std::fs::read(path).expect("read SB file");
     let mut reader = hf_ovsdb::file::RecordReader::new(&data);
-    let first = reader.next().expect("schema record").expect("schema record parses");
+    let first = reader
+        .next()
+        .expect("schema record")
+        .expect("schema record parses");
     let schema = hf_ovsdb::Schema::from_json(&first.json).expect("schema");
     let mut db = hf_ovsdb::Database::new(Arc::new(schema), 1);
     for rec in reader {
