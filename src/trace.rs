@@ -271,6 +271,10 @@ impl<E: std::fmt::Display> From<E> for Failure {
 struct Loaded {
     client: Client<SbSnapshot>,
     events: UnboundedReceiver<Event<SbSnapshot>>,
+    /// Logical_Flow alone, on a second session started once its first condition is known:
+    /// ovsdb-server scans the whole table for each condition it evaluates, so the first
+    /// session never asks for it (not even with a `false` condition).
+    flows: Option<(Client<SbSnapshot>, UnboundedReceiver<Event<SbSnapshot>>)>,
     plan: Plan,
     sent: BTreeMap<&'static str, Vec<Value>>,
     session: Option<Session>,
@@ -281,6 +285,8 @@ struct Loaded {
     timeout: Duration,
     db: String,
     rounds: usize,
+    /// Milliseconds: connecting and the first sync, each widening round, translating.
+    times: (u64, Vec<u64>, u64),
     friendly: bool,
 }
 
@@ -290,22 +296,16 @@ async fn connect_sb(db: &str, timeout: Duration) -> anyhow::Result<Loaded> {
         bail!("--db: no database remote given");
     }
     let mut tables: Vec<TableSelect> = WHOLE_TABLES.iter().map(|t| TableSelect::all(t)).collect();
-    tables.extend(SCOPED_TABLES.iter().map(|t| TableSelect {
+    tables.extend(SCOPED_TABLES.iter().filter(|t| **t != "Logical_Flow").map(|t| TableSelect {
         name: t.to_string(),
         columns: None,
         condition: Some(vec![json!(false)]),
     }));
-    let cfg = Config {
-        tables,
-        leader_only: false,
-        backoff_min_ms: 50,
-        backoff_max_ms: 500,
-        ..Config::default()
-    };
-    let (client, events) = Client::<SbSnapshot>::spawn(remotes, cfg);
+    let (client, events) = Client::<SbSnapshot>::spawn(remotes, sb_config(tables));
     let mut l = Loaded {
         client,
         events,
+        flows: None,
         plan: Plan::default(),
         sent: BTreeMap::new(),
         session: None,
@@ -316,10 +316,58 @@ async fn connect_sb(db: &str, timeout: Duration) -> anyhow::Result<Loaded> {
         timeout,
         db: db.to_string(),
         rounds: 0,
+        times: (0, Vec::new(), 0),
         friendly: true,
     };
+    let t0 = Instant::now();
     l.wait_synced().await?;
+    l.times.0 = t0.elapsed().as_millis() as u64;
     Ok(l)
+}
+
+fn sb_config(tables: Vec<TableSelect>) -> Config {
+    Config {
+        tables,
+        leader_only: false,
+        backoff_min_ms: 50,
+        backoff_max_ms: 500,
+        ..Config::default()
+    }
+}
+
+/// Drains one session's events: changes set `dirty`; the last disconnect reason is returned.
+fn drain_events(events: &mut UnboundedReceiver<Event<SbSnapshot>>, dirty: &mut bool) -> Option<String> {
+    let mut why = None;
+    while let Ok(e) = events.try_recv() {
+        match e {
+            Event::Changes(_) | Event::Resynced { .. } => *dirty = true,
+            Event::Disconnected { reason, .. } => why = Some(reason),
+            Event::Warning(w) => eprintln!("warning: {w}"),
+            _ => {}
+        }
+    }
+    why
+}
+
+/// Waits until a session is synced with no condition change in flight.
+async fn wait_session(
+    client: &Client<SbSnapshot>,
+    events: &mut UnboundedReceiver<Event<SbSnapshot>>,
+    dirty: &mut bool,
+    timeout: Duration,
+    db: &str,
+) -> anyhow::Result<()> {
+    let ok = client
+        .wait_until(timeout, |r| r.is_synced() && !r.conditions_pending())
+        .await;
+    let why = drain_events(events, dirty);
+    if !ok {
+        bail!(
+            "{db}: database connection failed ({})",
+            why.unwrap_or_else(|| "no answer".into())
+        );
+    }
+    Ok(())
 }
 
 async fn load_nb(db: &str, timeout: Duration) -> anyhow::Result<Origins> {
@@ -359,31 +407,52 @@ impl Loaded {
     /// Drains replica events: changes make the translation stale; the last disconnect reason
     /// is kept for error messages.
     fn drain(&mut self) -> Option<String> {
-        let mut why = None;
-        while let Ok(e) = self.events.try_recv() {
-            match e {
-                Event::Changes(_) | Event::Resynced { .. } => self.dirty = true,
-                Event::Disconnected { reason, .. } => why = Some(reason),
-                Event::Warning(w) => eprintln!("warning: {w}"),
-                _ => {}
-            }
+        let why = drain_events(&mut self.events, &mut self.dirty);
+        if let Some((_, ev)) = self.flows.as_mut() {
+            drain_events(ev, &mut self.dirty).or(why)
+        } else {
+            why
         }
-        why
     }
 
     async fn wait_synced(&mut self) -> anyhow::Result<()> {
-        let ok = self
-            .client
-            .wait_until(self.timeout, |r| r.is_synced() && !r.conditions_pending())
-            .await;
-        let why = self.drain();
-        if !ok {
-            bail!(
-                "{}: database connection failed ({})",
-                self.db,
-                why.unwrap_or_else(|| "no answer".into())
-            );
+        wait_session(
+            &self.client,
+            &mut self.events,
+            &mut self.dirty,
+            self.timeout,
+            &self.db,
+        )
+        .await
+    }
+
+    /// Sends the Logical_Flow condition (starting the flows session the first time).
+    async fn send_flows(&mut self, cond: Vec<Value>) -> anyhow::Result<()> {
+        if self.sent.get("Logical_Flow") == Some(&cond) {
+            return Ok(());
         }
+        self.sent.insert("Logical_Flow", cond.clone());
+        self.rounds += 1;
+        let t0 = Instant::now();
+        match self.flows.as_mut() {
+            Some((c, _)) => c.with(|r| r.set_condition("Logical_Flow", Some(cond))),
+            None => {
+                let sel = TableSelect {
+                    name: "Logical_Flow".into(),
+                    columns: None,
+                    condition: Some(cond),
+                };
+                self.flows = Some(Client::<SbSnapshot>::spawn(
+                    parse_remotes(&self.db),
+                    sb_config(vec![sel]),
+                ));
+            }
+        }
+        if let Some((c, ev)) = self.flows.as_mut() {
+            wait_session(c, ev, &mut self.dirty, self.timeout, &self.db).await?;
+        }
+        self.times.1.push(t0.elapsed().as_millis() as u64);
+        self.dirty = true;
         Ok(())
     }
 
@@ -393,16 +462,24 @@ impl Loaded {
         if let Some(d) = datapath {
             grew |= self.plan.names.insert(d.to_string());
         } else if let Some(p) = inport {
-            grew |= self.plan.ports.insert(p.to_string());
+            grew |= self.plan.start_ports.insert(p.to_string());
         }
         if !grew {
             return Ok(());
         }
+        self.close().await
+    }
+
+    /// Sends the plan's conditions and widens it from what arrives, until it stops growing.
+    async fn close(&mut self) -> anyhow::Result<()> {
         loop {
             let conds = self.client.with(|r| self.plan.conditions(r.model()));
             let mut changed = false;
+            let mut flows = None;
             for (t, c) in conds {
-                if self.sent.get(t) != Some(&c) {
+                if t == "Logical_Flow" {
+                    flows = Some(c);
+                } else if self.sent.get(t) != Some(&c) {
                     changed = true;
                     self.client.with(|r| r.set_condition(t, Some(c.clone())));
                     self.sent.insert(t, c);
@@ -410,11 +487,17 @@ impl Loaded {
             }
             if changed {
                 self.rounds += 1;
+                let t0 = Instant::now();
                 self.wait_synced().await?;
+                self.times.1.push(t0.elapsed().as_millis() as u64);
                 self.dirty = true;
             }
             let plan = &mut self.plan;
-            if !self.client.with(|r| plan.widen(r.model())) {
+            if !self.client.with(|r| plan.widen(r.model())) && !changed {
+                // Closed: now the flows, once, for the datapaths and groups found.
+                if let Some(c) = flows {
+                    self.send_flows(c).await?;
+                }
                 return Ok(());
             }
         }
@@ -427,7 +510,14 @@ impl Loaded {
             let opts = TranslateOptions {
                 chassis: self.chassis.clone(),
             };
-            let t = self.client.with(|r| translate(r.model(), &opts));
+            let t0 = Instant::now();
+            let plan = &self.plan;
+            let flows = self.flows.as_ref().map(|(c, _)| c);
+            let scoped = self.client.with(|r| match flows {
+                Some(f) => f.with(|fr| plan.scoped(r.model(), Some(fr.model()))),
+                None => plan.scoped(r.model(), None),
+            });
+            let t = translate(&scoped, &opts);
             self.diagnostics = t
                 .diagnostics
                 .iter()
@@ -438,6 +528,7 @@ impl Loaded {
                 .extend(s.flow_errors.iter().map(|e| e.to_string()));
             self.session = Some(s);
             self.dirty = false;
+            self.times.2 += t0.elapsed().as_millis() as u64;
         }
         self.session
             .as_mut()
@@ -447,22 +538,43 @@ impl Loaded {
     fn fetch_stats(&self) -> String {
         self.client.with(|r| {
             let m = r.model();
-            let mut names: Vec<String> = m
-                .datapath_binding()
-                .keys()
+            let mut names: Vec<String> = self
+                .plan
+                .datapaths
+                .iter()
+                .filter(|u| m.datapath_binding().contains_key(u))
                 .map(|u| datapath_name(m, u))
                 .collect();
             names.sort();
+            let mut nbrs: Vec<String> = self
+                .plan
+                .neighbours
+                .iter()
+                .filter(|u| m.datapath_binding().contains_key(u))
+                .map(|u| datapath_name(m, u))
+                .collect();
+            nbrs.sort();
             format!(
                 "fetch: rounds={} rows={} Datapath_Binding={} Logical_Flow={} Port_Binding={} \
-                 Logical_DP_Group={} datapaths={}",
+                 Logical_DP_Group={} datapaths={} neighbours={} connect_ms={} rounds_ms={:?} \
+                 translate_ms={}",
                 self.rounds,
-                r.stats().rows_received,
+                r.stats().rows_received
+                    + self
+                        .flows
+                        .as_ref()
+                        .map_or(0, |(c, _)| c.with(|fr| fr.stats().rows_received)),
                 m.datapath_binding().len(),
-                m.logical_flow().len(),
+                self.flows
+                    .as_ref()
+                    .map_or(0, |(c, _)| c.with(|fr| fr.model().logical_flow().len())),
                 m.port_binding().len(),
                 m.logical_dp_group().len(),
-                names.join(",")
+                names.join(","),
+                nbrs.join(","),
+                self.times.0,
+                self.times.1,
+                self.times.2,
             )
         })
     }
@@ -497,8 +609,35 @@ impl Loaded {
             })
         };
         let origins = self.origins.clone();
-        let s = self.session()?;
-        let mut o = s.trace(dp_name.as_deref(), &mf, &q.what_if)?;
+        // Trace; when the walk enters a neighbour datapath (known only by its peer port),
+        // fetch that datapath and trace again.
+        let mut o = loop {
+            let o = self
+                .session()?
+                .trace(dp_name.as_deref(), &mf, &q.what_if)?;
+            let entered: Vec<uuid::Uuid> = self.client.with(|r| {
+                let m = r.model();
+                self.plan
+                    .neighbours
+                    .iter()
+                    .filter(|u| {
+                        m.datapath_binding().get(u).is_some_and(|d| {
+                            let n = hf_controller::translate::datapath_name(d);
+                            o.trace.records.iter().any(|rec| rec.datapath == n)
+                        })
+                    })
+                    .copied()
+                    .collect()
+            });
+            if entered.is_empty() {
+                break o;
+            }
+            for u in entered {
+                self.plan.expand(u);
+            }
+            self.dirty = true;
+            self.close().await.map_err(|e| Failure(format!("{e:#}")))?;
+        };
         if !friendly {
             for r in &mut o.trace.records {
                 if let Some(u) = uuids.get(&r.datapath) {
@@ -510,9 +649,7 @@ impl Loaded {
             }
         }
         let lookup = origins.as_ref().map(|or| move |h: &str| or.lookup(h));
-        let nb: Option<&dyn Fn(&str) -> Option<String>> = lookup
-            .as_ref()
-            .map(|f| f as &dyn Fn(&str) -> Option<String>);
+        let nb: Option<render::NbLookup<'_>> = lookup.as_ref().map(|f| f as render::NbLookup<'_>);
         let text = if q.json {
             render::json(&o, nb).to_string()
         } else {
@@ -794,7 +931,10 @@ async fn serve_conn(l: &mut Loaded, mut stream: tokio::net::UnixStream) -> bool 
             };
             let reply = match result {
                 Ok(r) => json!({"id": id, "result": r, "error": null}),
-                Err(e) => json!({"id": id, "result": null, "error": e}),
+                Err(e) => {
+                    let e = if e.ends_with('\n') { e } else { e + "\n" };
+                    json!({"id": id, "result": null, "error": e})
+                }
             };
             let mut bytes = reply.to_string().into_bytes();
             bytes.push(b'\n');

@@ -288,24 +288,32 @@ const NAT_WORDS: &[&str] = &[
     "ct_commit_nat",
 ];
 
-/// The last NAT action in the walk that can rewrite the source (`src`) or destination.
-fn nat_action(trace: &Trace, src: bool) -> String {
-    for r in trace.records.iter().rev() {
-        let Some(f) = &r.flow else { continue };
-        for w in NAT_WORDS {
-            let is_src = w.contains("snat");
-            let fits = if src {
-                is_src || *w == "ct_commit_nat"
-            } else {
-                !is_src
-            };
-            if fits && f.actions.contains(w) {
-                // ct_dnat; applied to a reply un-SNATs: name the action as written.
-                return (*w).to_string();
-            }
+/// The NAT action that rewrote the source (`src`) or destination to `value`: the last flow in
+/// the walk with such an action naming `value` (`ct_dnat_in_czone(10.0.0.12)`,
+/// `ct_lb_mark(backends=10.0.0.12:8080,...)`), else the last with such an action at all (an
+/// un-NAT from a conntrack entry: `ct_dnat;`), else `set_field`.
+fn nat_action(trace: &Trace, src: bool, value: &str) -> String {
+    let fits = |w: &str| {
+        let is_src = w.contains("snat");
+        if src {
+            is_src || w == "ct_commit_nat"
+        } else {
+            !is_src
         }
-    }
-    "set_field".into()
+    };
+    let word_in = |actions: &str| -> Option<&'static str> {
+        NAT_WORDS
+            .iter()
+            .copied()
+            .find(|w| fits(w) && actions.contains(w))
+    };
+    let flows = || trace.records.iter().rev().filter_map(|r| r.flow.as_ref());
+    flows()
+        .filter(|f| f.actions.contains(value))
+        .find_map(|f| word_in(&f.actions))
+        .or_else(|| flows().find_map(|f| word_in(&f.actions)))
+        .unwrap_or("set_field")
+        .to_string()
 }
 
 fn nat_of(trace: &Trace, input: &[u8], outputs: &[Output]) -> Vec<Nat> {
@@ -338,7 +346,7 @@ fn nat_of(trace: &Trace, input: &[u8], outputs: &[Output]) -> Vec<Nat> {
             {
                 let fam = if new.is_ipv4() { "ip4" } else { "ip6" };
                 push(Nat {
-                    action: nat_action(trace, src),
+                    action: nat_action(trace, src, &new.to_string()),
                     field: format!("{fam}.{side}"),
                     value: new.to_string(),
                 });
@@ -356,7 +364,7 @@ fn nat_of(trace: &Trace, input: &[u8], outputs: &[Output]) -> Vec<Nat> {
         ] {
             if old != new {
                 push(Nat {
-                    action: nat_action(trace, src),
+                    action: nat_action(trace, src, &new.to_string()),
                     field: format!("{l4}.{side}"),
                     value: new.to_string(),
                 });

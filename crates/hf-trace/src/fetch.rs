@@ -55,12 +55,19 @@ pub const SCOPED_TABLES: &[&str] = &[
 /// The datapaths (and what hangs off them) a trace has asked for so far.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {
-    /// Datapath_Binding UUIDs.
+    /// Datapaths whose rows (flows, ports, groups, bindings) are fetched.
     pub datapaths: BTreeSet<Uuid>,
-    /// Logical_DP_Group UUIDs that contain one of them.
+    /// Datapaths next to them (behind a patch or `l3gateway` port) known only by their
+    /// Datapath_Binding row and the peer port: a walk that enters one is traced again after
+    /// [`Plan::expand`] fetched it.
+    pub neighbours: BTreeSet<Uuid>,
+    /// Logical_DP_Group UUIDs that contain a fetched datapath.
     pub groups: BTreeSet<Uuid>,
-    /// Port names fetched wherever they are (patch peers; the microflow's inport).
+    /// Peer port names fetched wherever they are.
     pub ports: BTreeSet<String>,
+    /// Port names whose datapath is fetched (the microflow's inport, when no datapath is
+    /// named).
+    pub start_ports: BTreeSet<String>,
     /// Datapath names (or UUIDs) asked for on the command line, fetched by
     /// `external_ids:name`, `external_ids:name2` or `_uuid`.
     pub names: BTreeSet<String>,
@@ -92,7 +99,12 @@ impl Plan {
                 .map(|g| json!(["logical_dp_group", "==", uuid(g)])),
         );
         let mut ports = on_dp("datapath");
-        ports.extend(self.ports.iter().map(|p| json!(["logical_port", "==", p])));
+        ports.extend(
+            self.ports
+                .iter()
+                .chain(&self.start_ports)
+                .map(|p| json!(["logical_port", "==", p])),
+        );
         let includes = |col: &str| -> Vec<Value> {
             self.datapaths
                 .iter()
@@ -112,6 +124,11 @@ impl Plan {
                 .collect()
         };
         let mut dps = on_dp("_uuid");
+        dps.extend(
+            self.neighbours
+                .iter()
+                .map(|d| json!(["_uuid", "==", uuid(d)])),
+        );
         for n in &self.names {
             for key in ["name", "name2"] {
                 dps.push(json!(["external_ids", "includes", ["map", [[key, n]]]]));
@@ -134,9 +151,10 @@ impl Plan {
         ]
     }
 
-    /// Grows the plan from the rows that have arrived: the groups containing its datapaths,
-    /// the peers of its patch and `l3gateway` ports, and the datapaths those peers are on.
-    /// True when it grew (the shell then sends the new conditions and waits again).
+    /// Grows the plan from the rows that have arrived: the datapaths named and the start
+    /// ports' datapaths, the groups containing its datapaths, the peers of their patch and
+    /// `l3gateway` ports, and (as neighbours) the datapaths those peers are on. True when it
+    /// grew (the shell then sends the new conditions and waits again).
     pub fn widen(&mut self, sb: &SbSnapshot) -> bool {
         let before = self.clone();
         for (u, d) in sb.datapath_binding() {
@@ -158,9 +176,18 @@ impl Plan {
             }
         }
         for pb in sb.port_binding().values() {
-            if self.ports.contains(&pb.logical_port) {
+            if self.start_ports.contains(&pb.logical_port) {
                 self.datapaths.insert(pb.datapath.uuid());
             }
+        }
+        for pb in sb.port_binding().values() {
+            let d = pb.datapath.uuid();
+            if self.ports.contains(&pb.logical_port) && !self.datapaths.contains(&d) {
+                self.neighbours.insert(d);
+            }
+        }
+        for d in &self.datapaths {
+            self.neighbours.remove(d);
         }
         for pb in sb.port_binding().values() {
             if self.datapaths.contains(&pb.datapath.uuid())
@@ -171,6 +198,45 @@ impl Plan {
             }
         }
         *self != before
+    }
+}
+
+impl Plan {
+    /// Moves a neighbour the walk entered into the fetched datapaths. True when it was one.
+    pub fn expand(&mut self, d: Uuid) -> bool {
+        self.neighbours.remove(&d) && self.datapaths.insert(d)
+    }
+
+    /// The snapshot to translate: `sb` with each datapath group restricted to the fetched
+    /// datapaths, so neighbours come out as datapaths with their peer ports and no flows (a
+    /// walk that enters one stops at its first table, and the shell widens and traces again).
+    ///
+    /// `flows`, when given, holds the Logical_Flow rows (replicated on their own session);
+    /// they are added to the result.
+    pub fn scoped(&self, sb: &SbSnapshot, flows: Option<&SbSnapshot>) -> SbSnapshot {
+        let mut out = sb.clone();
+        let mut delta = hf_model::SbDelta::default();
+        if let Some(f) = flows {
+            delta.logical_flow = f
+                .logical_flow()
+                .values()
+                .filter(|lf| !sb.logical_flow().contains_key(&lf.uuid))
+                .map(|lf| hf_model::RowDelta::Insert(lf.clone()))
+                .collect();
+        }
+        for g in sb.logical_dp_group().values() {
+            let mut new = g.clone();
+            new.datapaths
+                .retain(|d| self.datapaths.contains(&d.uuid()));
+            if new.datapaths.len() != g.datapaths.len() {
+                delta.logical_dp_group.push(hf_model::RowDelta::Update {
+                    old: g.clone(),
+                    new,
+                });
+            }
+        }
+        out.apply_owned(delta);
+        out
     }
 }
 

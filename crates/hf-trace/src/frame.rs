@@ -2,7 +2,10 @@
 //! CFI/present bit, bit 12, set), then by `eth.type` ARP, IPv4 or IPv6, then by `ip.proto` TCP,
 //! UDP, SCTP, ICMPv4 or ICMPv6 (neighbour solicitations and advertisements with `nd.target`
 //! and, when given, the `nd.sll`/`nd.tll` option). Checksums are correct; lengths are the
-//! headers' own (no payload). Unconstrained fields are zero, as in ovn-trace.
+//! headers' own (no payload). Unconstrained fields are zero, as in ovn-trace, except an IPv6
+//! next header of 0 (hop-by-hop options), which becomes 59 (no next header), and TCP flags,
+//! which default to SYN so that the scratch conntrack sees the first packet of a connection
+//! (a flagless segment is invalid to it; give `tcp.flags` to trace another one).
 //!
 //! What it does not do: IPv6 extension headers, IP options, SCTP payload chunks, or frames
 //! whose `eth.type`/`ip.proto` are none of the above (those get an empty payload after the
@@ -70,7 +73,13 @@ fn l4(m: &Microflow, proto: u8, v6: bool) -> (Vec<u8>, Option<usize>) {
             let mut h = be(m.get("tcp.src"), 2);
             h.extend(be(m.get("tcp.dst"), 2));
             h.extend([0; 8]);
-            let flags = m.get("tcp.flags") as u16 & 0x0fff;
+            // A TCP segment the microflow gives no flags to is a SYN: conntrack (which trace
+            // runs for real, on a scratch table) calls a flagless first segment invalid.
+            let flags = if m.has("tcp.flags") {
+                m.get("tcp.flags") as u16 & 0x0fff
+            } else {
+                0x002
+            };
             h.extend((0x5000u16 | flags).to_be_bytes());
             h.extend([0xff, 0xff, 0, 0, 0, 0]);
             (h, Some(16))
@@ -162,7 +171,12 @@ fn ipv4(m: &Microflow, f: &mut Vec<u8>) {
 }
 
 fn ipv6(m: &Microflow, f: &mut Vec<u8>) {
-    let proto = m.get("ip.proto") as u8;
+    // Next header 0 is a hop-by-hop options header, which would need a body: an IPv6 packet
+    // whose protocol the microflow leaves open says "no next header" (59) instead.
+    let proto = match m.get("ip.proto") as u8 {
+        0 => 59,
+        p => p,
+    };
     let (mut seg, csum) = l4(m, proto, true);
     let tc = ((m.get("ip.dscp") as u32) << 2) | (m.get("ip.ecn") as u32 & 3);
     let word = (6u32 << 28) | (tc << 20) | (m.get("ip6.label") as u32 & 0xf_ffff);

@@ -19,6 +19,8 @@
 pub mod engine;
 pub mod fetch;
 pub mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod microflow;
 pub mod nb;
 pub mod render;
