@@ -296,11 +296,16 @@ async fn connect_sb(db: &str, timeout: Duration) -> anyhow::Result<Loaded> {
         bail!("--db: no database remote given");
     }
     let mut tables: Vec<TableSelect> = WHOLE_TABLES.iter().map(|t| TableSelect::all(t)).collect();
-    tables.extend(SCOPED_TABLES.iter().filter(|t| **t != "Logical_Flow").map(|t| TableSelect {
-        name: t.to_string(),
-        columns: None,
-        condition: Some(vec![json!(false)]),
-    }));
+    tables.extend(
+        SCOPED_TABLES
+            .iter()
+            .filter(|t| **t != "Logical_Flow")
+            .map(|t| TableSelect {
+                name: t.to_string(),
+                columns: None,
+                condition: Some(vec![json!(false)]),
+            }),
+    );
     let (client, events) = Client::<SbSnapshot>::spawn(remotes, sb_config(tables));
     let mut l = Loaded {
         client,
@@ -336,7 +341,10 @@ fn sb_config(tables: Vec<TableSelect>) -> Config {
 }
 
 /// Drains one session's events: changes set `dirty`; the last disconnect reason is returned.
-fn drain_events(events: &mut UnboundedReceiver<Event<SbSnapshot>>, dirty: &mut bool) -> Option<String> {
+fn drain_events(
+    events: &mut UnboundedReceiver<Event<SbSnapshot>>,
+    dirty: &mut bool,
+) -> Option<String> {
     let mut why = None;
     while let Ok(e) = events.try_recv() {
         match e {
@@ -612,9 +620,7 @@ impl Loaded {
         // Trace; when the walk enters a neighbour datapath (known only by its peer port),
         // fetch that datapath and trace again.
         let mut o = loop {
-            let o = self
-                .session()?
-                .trace(dp_name.as_deref(), &mf, &q.what_if)?;
+            let o = self.session()?.trace(dp_name.as_deref(), &mf, &q.what_if)?;
             let entered: Vec<uuid::Uuid> = self.client.with(|r| {
                 let m = r.model();
                 self.plan

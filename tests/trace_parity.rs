@@ -311,3 +311,25 @@ fn every_real_northd_flow_compiles() {
             .join("\n")
     );
 }
+
+/// Debugging aid (not run by default): build the topology of `HF_PARITY_SEED`, print its SB
+/// remote and keep the daemons up until the printed file is removed (at most 20 minutes).
+#[test]
+#[ignore]
+fn keep_topology_for_debugging() {
+    let seed = env_num("HF_PARITY_SEED", 9000);
+    let t = Topology::generate(seed, 0);
+    let env = Env::start(Backend::OvsdbServer);
+    env.build(&t);
+    let flag = std::env::temp_dir().join(format!("hf-parity-keep-{seed}"));
+    std::fs::write(&flag, &env.sb).expect("flag file");
+    eprintln!(
+        "seed {seed}: SB at {} (remove {} to stop)",
+        env.sb,
+        flag.display()
+    );
+    let deadline = Instant::now() + std::time::Duration::from_secs(1200);
+    while flag.exists() && Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}

@@ -645,14 +645,18 @@ impl Topology {
         &self.lrps[v.switch]
     }
 
-    /// Conntrack states: mostly "every ct action sees a new connection"; sometimes the
-    /// ovn-trace default (est); sometimes a reply of an established connection.
+    /// Conntrack states, uniform over every conntrack action of the path (so it does not
+    /// matter which actions consume a state, only that there are enough): mostly a new
+    /// connection; sometimes `est` (what ovn-trace assumes without `--ct`, given explicitly
+    /// because holdfast's default is its what-if conntrack); sometimes the reply of an
+    /// established connection.
     fn ct(&self, r: &mut Rng) -> Vec<String> {
-        match r.range(0, 9) {
-            0..=5 => vec!["new".to_string(); 8],
-            6..=7 => vec![],
-            _ => vec!["est,rpl".to_string(); 8],
-        }
+        let s = match r.range(0, 9) {
+            0..=5 => "new",
+            6..=7 => "est",
+            _ => "est,rpl",
+        };
+        vec![s.to_string(); 16]
     }
 
     fn l4(r: &mut Rng) -> String {

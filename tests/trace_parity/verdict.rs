@@ -8,7 +8,8 @@
 //! forms: OVN 23.03's formatting). A `ct_dnat`/`ct_snat` that changes nothing (no argument:
 //! "assuming no un-dnat entry") is not a rewrite.
 //!
-//! Not compared: load-balancer rewrites (`ct_lb`, `ct_lb_mark`): ovn-trace does not print the
+//! Not compared: the NAT of a dropped packet (ovn-trace lists the transformations of the
+//! branch that dropped; holdfast reports what reached a port); load-balancer rewrites (`ct_lb`, `ct_lb_mark`): ovn-trace does not print the
 //! backend it chose, so they are compared through where the packet goes (the backend's port);
 //! the drop's stage and reason (ovn-trace's minimal output has none).
 
@@ -69,6 +70,11 @@ impl Verdict {
         nat.sort();
         nat.dedup();
         let drop = outputs.is_empty();
+        // A dropped packet's rewrites reach nobody (ovn-trace still lists the NAT nodes of
+        // the branch that dropped).
+        if drop {
+            nat.clear();
+        }
         Verdict { outputs, nat, drop }
     }
 

@@ -226,8 +226,7 @@ impl Plan {
         }
         for g in sb.logical_dp_group().values() {
             let mut new = g.clone();
-            new.datapaths
-                .retain(|d| self.datapaths.contains(&d.uuid()));
+            new.datapaths.retain(|d| self.datapaths.contains(&d.uuid()));
             if new.datapaths.len() != g.datapaths.len() {
                 delta.logical_dp_group.push(hf_model::RowDelta::Update {
                     old: g.clone(),
