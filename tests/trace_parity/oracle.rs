@@ -179,10 +179,21 @@ impl Env {
     }
 }
 
-/// Real ovn-trace's answer for one packet, from the `--minimal` output; `Ok(None)` when
-/// ovn-trace itself aborts on an assertion (OVN 23.03 does on an ND solicitation for a router
-/// address: `nd_na_router` trips `ovnact_get_ND_NA()`), so there is no oracle answer.
-pub fn ovn_trace(sb: &str, p: &Packet) -> Result<Option<Verdict>, String> {
+/// Why real ovn-trace 23.03 has no answer for a packet (its own defects, from its source).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum NoAnswer {
+    /// It aborts on an assertion: an ND solicitation for a router address (`nd_na_router`
+    /// trips `ovnact_get_ND_NA()`).
+    Abort,
+    /// It stops the walk at `ct_snat;` in a gateway router (`execute_ct_nat` returns before
+    /// tracing the next table: "has no visible effect in a gateway router"), so everything
+    /// inbound to a gateway router's NAT address looks dropped.
+    GatewayRouterCtSnat,
+}
+
+/// Real ovn-trace's answer for one packet, from the `--minimal` output; `Ok(Err(why))` when
+/// ovn-trace cannot answer (see [`NoAnswer`]).
+pub fn ovn_trace(sb: &str, p: &Packet) -> Result<Result<Verdict, NoAnswer>, String> {
     let out = run(
         Command::new("ovn-trace")
             .arg(format!("--db={sb}"))
@@ -195,7 +206,7 @@ pub fn ovn_trace(sb: &str, p: &Packet) -> Result<Option<Verdict>, String> {
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() && stderr.contains(": assertion ") {
-        return Ok(None);
+        return Ok(Err(NoAnswer::Abort));
     }
     if !out.status.success() {
         return Err(format!(
@@ -204,7 +215,15 @@ pub fn ovn_trace(sb: &str, p: &Packet) -> Result<Option<Verdict>, String> {
             text
         ));
     }
-    Ok(Some(Verdict::from_ovn_trace_minimal(&text)))
+    let v = Verdict::from_ovn_trace_minimal(&text);
+    if v.drop {
+        let detail = ovn_trace_detailed(sb, p);
+        let last = detail.lines().rev().map(str::trim).find(|l| !l.is_empty());
+        if last == Some("ct_snat;") {
+            return Ok(Err(NoAnswer::GatewayRouterCtSnat));
+        }
+    }
+    Ok(Ok(v))
 }
 
 /// The detailed ovn-trace output, for a disagreement report.
