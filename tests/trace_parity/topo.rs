@@ -872,7 +872,7 @@ impl Topology {
                 }
                 match lb.switch {
                     Some(k) => {
-                        let src = self.vifs.iter().filter(|v| v.switch == k).last()?.clone();
+                        let src = self.vifs.iter().rfind(|v| v.switch == k)?.clone();
                         p.datapath = format!("sw{k}");
                         // Clients of a switch VIP address the router's MAC (the VIP is off
                         // every port).
