@@ -1188,7 +1188,16 @@ impl Runner<'_> {
                 hash,
                 flag,
             } => {
-                if backends.is_empty() {
+                let v6 = ctx.f[slot::ETH_TYPE] == 0x86dd;
+                let unlisted = if backends.is_empty() {
+                    self.what_if.as_ref().and_then(|w| w.lb_dst_unlisted(v6))
+                } else {
+                    None
+                };
+                if let Some((ip, port)) = unlisted {
+                    // What-if only: ovn-trace's --lb-dst on a backend-less ct_lb.
+                    CtAction::commit(owner).dnat(NatRange::addr_port(ip, port))
+                } else if backends.is_empty() {
                     CtAction::lookup().with_nat()
                 } else {
                     let h = if hash.is_empty() {
@@ -1201,7 +1210,7 @@ impl Runner<'_> {
                     // `--lb-dst` (trace's what-if) picks the backend when it names one.
                     let i = self
                         .what_if
-                        .as_ref()
+                        .as_mut()
                         .and_then(|w| w.lb_pick(backends))
                         .unwrap_or((h % backends.len() as u64) as usize);
                     let (ip, port) = backends[i];

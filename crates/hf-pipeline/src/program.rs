@@ -1024,6 +1024,15 @@ impl ActCompiler<'_> {
         let mut out = Vec::with_capacity(actions.len());
         for a in actions {
             out.push(self.one(a)?);
+            // `select` continues in the next table, as OVN's group buckets resubmit there
+            // (northd writes it last and without a `next;`).
+            if matches!(a, Action::Select { .. }) {
+                out.push(CAct::Next {
+                    pipeline: self.pipe,
+                    table: self.table.saturating_add(1),
+                });
+                break;
+            }
         }
         let start = self.arena.len() as u32;
         self.arena.extend(out);

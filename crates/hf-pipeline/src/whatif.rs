@@ -24,11 +24,17 @@ pub struct WhatIf {
 pub(crate) struct Cursor<'a> {
     w: &'a WhatIf,
     next: usize,
+    /// `--lb-dst` was chosen from a backend list (ovn-trace then forgets it).
+    lb_used: bool,
 }
 
 impl<'a> Cursor<'a> {
     pub(crate) fn new(w: &'a WhatIf) -> Self {
-        Cursor { w, next: 0 }
+        Cursor {
+            w,
+            next: 0,
+            lb_used: false,
+        }
     }
 
     /// The state a lookup returns: the next forced one, else `natural`.
@@ -42,11 +48,28 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// The index of the backend `--lb-dst` names, if it is one of `backends`.
-    pub(crate) fn lb_pick(&self, backends: &[(IpAddr, u16)]) -> Option<usize> {
+    /// The index of the backend `--lb-dst` names, if it is one of `backends` (once: as in
+    /// ovn-trace, a destination chosen from a list is not used again).
+    pub(crate) fn lb_pick(&mut self, backends: &[(IpAddr, u16)]) -> Option<usize> {
+        if self.lb_used {
+            return None;
+        }
         let (ip, port) = self.w.lb_dst?;
-        backends
+        let i = backends
             .iter()
-            .position(|&(b, p)| b == ip && port.is_none_or(|want| want == p))
+            .position(|&(b, p)| b == ip && port.is_none_or(|want| want == p))?;
+        self.lb_used = true;
+        Some(i)
+    }
+
+    /// ovn-trace's `--lb-dst` for a `ct_lb`/`ct_lb_mark` without backends (the "apply the
+    /// existing NAT" lookup): the destination it names, for a packet of its family, until one
+    /// was chosen from a backend list.
+    pub(crate) fn lb_dst_unlisted(&self, v6: bool) -> Option<(IpAddr, u16)> {
+        if self.lb_used {
+            return None;
+        }
+        let (ip, port) = self.w.lb_dst?;
+        (ip.is_ipv6() == v6).then_some((ip, port.unwrap_or(0)))
     }
 }
