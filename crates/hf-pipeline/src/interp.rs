@@ -971,6 +971,17 @@ impl Runner<'_> {
                         r.refused
                             .map_or(String::new(), |e| format!(" (commit refused: {e})"))
                     ));
+                    // The rewrite conntrack applied to the packet (a commit applies none), so a
+                    // trace can say what NAT did rather than guess it from the headers.
+                    let applied = !matches!(
+                        self.prog.acts.get(act as usize),
+                        Some(CAct::CtCommit { .. }) | None
+                    );
+                    if applied {
+                        for n in nat_notes(&r.rewrite) {
+                            self.note(n);
+                        }
+                    }
                 }
                 if resume != NO_RESUME {
                     self.run_segment(resume, rdepth + 1);
@@ -1407,4 +1418,24 @@ fn five_tuple_hash(ctx: &Ctx) -> u64 {
     FIVE_TUPLE.iter().fold(0x2545_f491_4f6c_dd1d, |h, s| {
         crate::classifier::mix(h, ctx.f[*s])
     })
+}
+
+/// `  nat FIELD=VALUE` trace notes for the header changes of a conntrack rewrite (addresses as
+/// `ip4.src`/`ip6.dst`, ports as `l4.src`/`l4.dst`).
+fn nat_notes(rw: &hf_wire::NatRewrite) -> Vec<String> {
+    let fam = |ip: &std::net::IpAddr| if ip.is_ipv4() { "ip4" } else { "ip6" };
+    let mut v = Vec::new();
+    if let Some(ip) = &rw.src {
+        v.push(format!("  nat {}.src={ip}", fam(ip)));
+    }
+    if let Some(ip) = &rw.dst {
+        v.push(format!("  nat {}.dst={ip}", fam(ip)));
+    }
+    if let Some(p) = rw.sport {
+        v.push(format!("  nat l4.src={p}"));
+    }
+    if let Some(p) = rw.dport {
+        v.push(format!("  nat l4.dst={p}"));
+    }
+    v
 }

@@ -15,7 +15,6 @@
 //! state between traces other than the compiled program.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 use std::time::Duration;
 
 use hf_conntrack::Conntrack;
@@ -268,7 +267,7 @@ impl Session {
                 frame: f.to_vec(),
             });
         }
-        let nat = nat_of(&trace, &input, &outputs);
+        let nat = nat_of(&trace);
         let drop = if outputs.is_empty() {
             Some(drop_of(&trace))
         } else {
@@ -335,91 +334,65 @@ const NAT_WORDS: &[&str] = &[
     "ct_commit_nat",
 ];
 
-/// The NAT action that rewrote the source (`src`) or destination to `value`: the last flow in
-/// the walk with such an action naming `value` (`ct_dnat_in_czone(10.0.0.12)`,
-/// `ct_lb_mark(backends=10.0.0.12:8080,...)`), else the last with such an action at all (an
-/// un-NAT from a conntrack entry: `ct_dnat;`), else `set_field`.
-fn nat_action(trace: &Trace, src: bool, value: &str) -> String {
-    let fits = |w: &str| {
-        let is_src = w.contains("snat");
-        if src {
-            is_src || w == "ct_commit_nat"
-        } else {
-            !is_src
-        }
-    };
-    let word_in = |actions: &str| -> Option<&'static str> {
-        NAT_WORDS
-            .iter()
-            .copied()
-            .find(|w| fits(w) && actions.contains(w))
-    };
-    let flows = || trace.records.iter().rev().filter_map(|r| r.flow.as_ref());
-    flows()
-        .filter(|f| f.actions.contains(value))
-        .find_map(|f| word_in(&f.actions))
-        .or_else(|| flows().find_map(|f| word_in(&f.actions)))
-        .unwrap_or("set_field")
-        .to_string()
-}
-
-fn nat_of(trace: &Trace, input: &[u8], outputs: &[Output]) -> Vec<Nat> {
-    let Ok(before) = hf_wire::parse(input, 0, 0) else {
-        return Vec::new();
-    };
-    let b = before.key;
+/// The NAT conntrack applied on the walk: every `  nat FIELD=VALUE` note the pipeline writes
+/// after a conntrack action that rewrote the packet, named by the NAT action of the flow that
+/// ran it (so a router's own rewrites, such as an echo reply swapping addresses or a generated
+/// ICMP error, are not NAT; and NAT on a generated packet is).
+fn nat_of(trace: &Trace) -> Vec<Nat> {
     let mut nat = Vec::new();
-    let mut push = |n: Nat| {
-        if !nat.contains(&n) {
-            nat.push(n);
-        }
-    };
-    for o in outputs {
-        let Ok(after) = hf_wire::parse(&o.frame, 0, 0) else {
-            continue;
-        };
-        let a = after.key;
-        let reflected =
-            a.ip_src().is_some() && a.ip_src() == b.ip_dst() && a.ip_dst() == b.ip_src();
-        let icmp_changed = matches!(a.ip_proto, 1 | 58) && a.icmp_type != b.icmp_type;
-        if a.eth_type != b.eth_type || a.ip_proto != b.ip_proto || reflected || icmp_changed {
-            // A generated packet (ARP, ICMP reply or error, reset), not a rewrite.
-            continue;
-        }
-        let ips: [(&str, Option<IpAddr>, Option<IpAddr>, bool); 2] = [
-            ("src", b.ip_src(), a.ip_src(), true),
-            ("dst", b.ip_dst(), a.ip_dst(), false),
-        ];
-        for (side, old, new, src) in ips {
-            if let (Some(old), Some(new)) = (old, new)
-                && old != new
-            {
-                let fam = if new.is_ipv4() { "ip4" } else { "ip6" };
-                push(Nat {
-                    action: nat_action(trace, src, &new.to_string()),
-                    field: format!("{fam}.{side}"),
-                    value: new.to_string(),
-                });
-            }
-        }
-        let l4 = match a.ip_proto {
-            6 => "tcp",
-            17 => "udp",
-            132 => "sctp",
-            _ => continue,
-        };
-        for (side, old, new, src) in [
-            ("src", b.tp_src, a.tp_src, true),
-            ("dst", b.tp_dst, a.tp_dst, false),
-        ] {
-            if old != new {
-                push(Nat {
-                    action: nat_action(trace, src, &new.to_string()),
-                    field: format!("{l4}.{side}"),
-                    value: new.to_string(),
-                });
+    for r in &trace.records {
+        for e in &r.effects {
+            let Some((field, value)) = e
+                .trim_start()
+                .strip_prefix("nat ")
+                .and_then(|x| x.split_once('='))
+            else {
+                continue;
+            };
+            let src = field.ends_with(".src");
+            let action = r
+                .flow
+                .as_ref()
+                .and_then(|f| {
+                    NAT_WORDS.iter().copied().find(|w| {
+                        let side = if src {
+                            w.contains("snat")
+                        } else {
+                            w.contains("dnat")
+                        };
+                        f.actions.contains(w)
+                            && (side || w.starts_with("ct_lb") || *w == "ct_commit_nat")
+                    })
+                })
+                .unwrap_or(if src { "ct_snat" } else { "ct_dnat" })
+                .to_string();
+            let field = match field.strip_prefix("l4.") {
+                Some(side) => format!("{}.{side}", l4_name(trace)),
+                None => field.to_string(),
+            };
+            let n = Nat {
+                action,
+                field,
+                value: value.to_string(),
+            };
+            if !nat.contains(&n) {
+                nat.push(n);
             }
         }
     }
     nat
+}
+
+/// `tcp`, `udp` or `sctp` for port rewrites, from the first flow naming one.
+fn l4_name(trace: &Trace) -> &'static str {
+    for r in &trace.records {
+        if let Some(f) = &r.flow {
+            for p in ["tcp", "udp", "sctp"] {
+                if f.matches.contains(p) {
+                    return p;
+                }
+            }
+        }
+    }
+    "l4"
 }

@@ -192,6 +192,9 @@ pub(crate) fn translate_ports(sb: &SbSnapshot, chassis: Option<&str>, t: &mut Tr
                 )));
             }
             let place = match place {
+                // A router port nothing is connected to (northd writes no options:peer): as
+                // in ovn-controller, output to it goes nowhere; nothing is wrong with the row.
+                Place::Patch(peer) if peer.is_empty() => Place::Unbound,
                 Place::Patch(peer) if sb.port_binding_by_logical_port(&peer).is_none() => {
                     t.diagnostics.push(diag(format!(
                         "options:peer names {peer}, which has no Port_Binding: treated as unbound"
