@@ -1022,17 +1022,10 @@ impl ActCompiler<'_> {
 
     pub(crate) fn list(&mut self, actions: &[Action]) -> Result<Range<u32>, String> {
         let mut out = Vec::with_capacity(actions.len());
+        // `select` continues in the next table (OVN's group buckets resubmit there); the
+        // interpreter does that (`interp`), so nothing is appended here.
         for a in actions {
             out.push(self.one(a)?);
-            // `select` continues in the next table, as OVN's group buckets resubmit there
-            // (northd writes it last and without a `next;`).
-            if matches!(a, Action::Select { .. }) {
-                out.push(CAct::Next {
-                    pipeline: self.pipe,
-                    table: self.table.saturating_add(1),
-                });
-                break;
-            }
         }
         let start = self.arena.len() as u32;
         self.arena.extend(out);
