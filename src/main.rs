@@ -2,6 +2,7 @@
 
 mod db;
 mod lflow;
+mod trace;
 
 use clap::{Parser, Subcommand};
 
@@ -20,6 +21,9 @@ enum Command {
     Db(Box<db::DbArgs>),
     /// Check and explain OVN logical flows (match/action language).
     Lflow(lflow::LflowArgs),
+    /// Trace one packet through the logical pipelines of an OVN southbound database, as
+    /// ovn-trace does, on holdfast's own pipeline and conntrack.
+    Trace(trace::TraceArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -52,5 +56,6 @@ fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Db(args) => db::run(*args),
         Command::Lflow(args) => lflow::run(args)
             .map(|code| std::process::ExitCode::from(u8::try_from(code).unwrap_or(1))),
+        Command::Trace(args) => trace::run(args),
     }
 }

@@ -230,6 +230,12 @@ impl OvsdbServer {
                 .arg(&db)
                 .arg(schema),
         );
+        Self::serve(dir, name)
+    }
+
+    /// Serve the existing database file `dir/name`.
+    pub fn serve(dir: &Path, name: &str) -> Self {
+        let db = dir.join(name);
         let sock = dir.join(format!("{name}.sock"));
         let pidfile = dir.join(format!("{name}.pid"));
         run_ok(

@@ -224,3 +224,5 @@ nb lsp-add sw0 vm8 -- lsp-set-addresses vm8 "50:54:00:00:00:08 10.0.0.18 aef0::1
   -- lsp-set-port-security vm8 "50:54:00:00:00:08 10.0.0.18/24 aef0::/64"
 nb --wait=sb sync
 sb lflow-list
+# For tests that need the SB itself (tests/trace_parity.rs): a copy of the database file.
+if [ -n "${HF_CORPUS_SB_COPY:-}" ]; then cp "$D/sb.db" "$HF_CORPUS_SB_COPY"; fi

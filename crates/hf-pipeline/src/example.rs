@@ -53,6 +53,7 @@ pub fn port(name: &str, key: u32, location: PortLocation, zone: u16) -> PortSpec
         key,
         location,
         zone,
+        ..PortSpec::default()
     }
 }
 
@@ -63,17 +64,13 @@ pub fn patch(peer: &str) -> PortLocation {
 pub fn sw0_flows() -> Vec<FlowSpec> {
     flows(
         &[
-            // ls_in_check_port_sec / ls_in_apply_port_sec
+            // ls_in_check_port_sec / ls_in_apply_port_sec, as northd 23.03 writes them (the
+            // checks come from vm1's port_security).
             (I, 0, 100, "vlan.present", "drop;"),
-            (
-                I,
-                0,
-                50,
-                "inport == \"vm1\" && eth.src == 02:00:00:00:00:01",
-                "next;",
-            ),
-            (I, 0, 50, "inport == \"sw0-lr0\"", "next;"),
-            (I, 0, 0, "1", "drop;"),
+            (I, 0, 100, "eth.src[40]", "drop;"),
+            (I, 0, 50, "1", "reg0[15] = check_in_port_sec(); next;"),
+            (I, 1, 50, "reg0[15] == 1", "drop;"),
+            (I, 1, 0, "1", "next;"),
             // ls_in_pre_acl: VIF traffic goes to conntrack (REGBIT_CONNTRACK_DEFRAG).
             (I, 4, 100, "ip && inport == \"vm1\"", "reg0[0] = 1; next;"),
             // ls_in_pre_stateful
@@ -268,7 +265,10 @@ pub fn spec() -> ProgramSpec {
                 tunnel_key: 1,
                 kind: DatapathKind::Switch,
                 ports: vec![
-                    port("vm1", 1, PortLocation::Local(VM_PORT), VM_ZONE),
+                    PortSpec {
+                        port_security: vec!["02:00:00:00:00:01 10.0.0.2".into()],
+                        ..port("vm1", 1, PortLocation::Local(VM_PORT), VM_ZONE)
+                    },
                     port("sw0-lr0", 2, patch("lr0-sw0"), 2),
                 ],
                 groups: Vec::new(),
@@ -308,6 +308,7 @@ pub fn spec() -> ProgramSpec {
         }],
         sets: hf_expr::Sets::default(),
         owner: Owner(9),
+        ..ProgramSpec::default()
     }
 }
 

@@ -53,6 +53,13 @@ const MATCHES: &[&str] = &[
     "reg2 == 2",
     "eth.src[40] == 0",
     "tcp.flags & 0x2 == 0x2",
+    "reg0[15] == 1",
+    "reg0[11] == 1",
+    "reg9[5] == 1",
+    "reg9[6] == 1",
+    "reg4 == 10.0.0.7",
+    "outport == \"none\"",
+    "reg0[3] == 1",
 ];
 
 const EFFECTS: &[&str] = &[
@@ -71,7 +78,6 @@ const EFFECTS: &[&str] = &[
     "flags.loopback = 1;",
     "ct_commit { ct_mark.blocked = 0; ct_label.label = 7; };",
     "ct_commit(ct_mark=0x1/0x1);",
-    "reg2 = select(1, 2, 3);",
     "reg3[0] = chk_lb_hairpin();",
     "get_arp(outport, ip4.dst);",
     "put_arp(inport, arp.spa, arp.sha);",
@@ -81,6 +87,22 @@ const EFFECTS: &[&str] = &[
     "push(reg0); pop(reg5);",
     "eth.src = 02:00:00:00:00:aa;",
     "reg6 = reg1;",
+    "reg0[15] = check_in_port_sec();",
+    "reg0[15] = check_out_port_sec();",
+    "put_fdb(inport, eth.src);",
+    "reg0[11] = lookup_fdb(inport, eth.src);",
+    "outport = get_fdb(eth.dst);",
+    "commit_ecmp_nh(ipv6 = false, proto = tcp);",
+    "reg9[5] = chk_ecmp_nh_mac();",
+    "reg9[5] = chk_ecmp_nh();",
+    "commit_lb_aff(vip = \"192.168.0.1:80\", backend = \"10.0.0.7:80\", proto = tcp, timeout = 1);",
+    "reg9[6] = chk_lb_aff();",
+    "reg0[3] = put_dhcp_opts(offerip = 10.0.0.1, lease_time = 10);",
+    "reg0[4] = dns_lookup();",
+    "log(name=\"x\", severity=info, verdict=allow);",
+    "set_meter(10);",
+    "ct_snat_to_vip;",
+    "icmp4.frag_mtu = 1400;",
 ];
 
 const TERMINALS: &[&str] = &[
@@ -102,6 +124,9 @@ const TERMINALS: &[&str] = &[
     "next(pipeline=egress, table=0);",
     "ct_dnat(10.0.0.9);",
     "ct_snat_in_czone(172.16.0.2);",
+    "reg2 = select(1, 2, 3);",
+    "ct_lb_mark(backends=10.0.0.7:80,10.0.0.8:80; hash_fields=\"ip_src,ip_dst\");",
+    "icmp4_error { eth.dst <-> eth.src; icmp4.type = 11; ip4.dst = ip4.src; ip4.src = 10.0.0.254; output; };",
 ];
 
 /// Reads bytes, yielding zeros once they run out.
@@ -141,6 +166,7 @@ fn port(name: &str, key: u32, location: PortLocation, zone: u16) -> PortSpec {
         key,
         location,
         zone,
+        ..PortSpec::default()
     }
 }
 
@@ -180,6 +206,7 @@ fn flows(b: &mut Bytes<'_>, n: usize, ports: &[&str]) -> Vec<FlowSpec> {
 
 /// A random program: fixed topology, `data`-chosen flows.
 pub fn program_from(b: &mut Bytes<'_>) -> ProgramSpec {
+    let ps = b.byte();
     let n = usize::from(b.byte() % 24);
     let ls_flows = flows(b, n, &["vm1", "vm2", "rp", "remote", "_MC_flood", "nope"]);
     let n = usize::from(b.byte() % 12);
@@ -198,8 +225,22 @@ pub fn program_from(b: &mut Bytes<'_>) -> ProgramSpec {
                 tunnel_key: 1,
                 kind: DatapathKind::Switch,
                 ports: vec![
-                    port("vm1", 1, PortLocation::Local(1), 1),
-                    port("vm2", 2, PortLocation::Local(2), 2),
+                    PortSpec {
+                        port_security: if ps & 1 != 0 {
+                            vec!["02:00:00:00:00:01 10.0.0.1".into()]
+                        } else {
+                            Vec::new()
+                        },
+                        ..port("vm1", 1, PortLocation::Local(1), 1)
+                    },
+                    PortSpec {
+                        port_security: if ps & 2 != 0 {
+                            vec!["02:00:00:00:00:02 10.0.0.0/24".into()]
+                        } else {
+                            Vec::new()
+                        },
+                        ..port("vm2", 2, PortLocation::Local(2), 2)
+                    },
                     port(
                         "rp",
                         3,
@@ -235,6 +276,17 @@ pub fn program_from(b: &mut Bytes<'_>) -> ProgramSpec {
         neighbours: Vec::new(),
         sets,
         owner: Owner(1),
+        lb_vips: ["ls", "lr"]
+            .iter()
+            .map(|dp| crate::LbVipSpec {
+                datapath: (*dp).into(),
+                ip: Ipv4Addr::new(192, 168, 0, 1).into(),
+                port: 80,
+                proto: 6,
+            })
+            .collect(),
+        switch_snat_zones: vec![("ls".into(), 20)],
+        ..ProgramSpec::default()
     }
 }
 
@@ -314,6 +366,10 @@ pub struct Coverage {
     pub recirculations: usize,
     /// Connections in the table at the end.
     pub connections: usize,
+    /// Events reported plus learned entries (FDB, ECMP, affinity) at the end.
+    pub learned: usize,
+    /// Hits of counted actions (`log`, `set_meter`, DHCP/DNS functions, ...).
+    pub counted: u64,
 }
 
 impl Coverage {
@@ -324,6 +380,8 @@ impl Coverage {
         self.cache_hits += o.cache_hits;
         self.recirculations += o.recirculations;
         self.connections += o.connections;
+        self.learned += o.learned;
+        self.counted += o.counted;
     }
 }
 
@@ -338,10 +396,10 @@ pub fn differential_with_coverage(data: &[u8]) -> Coverage {
     let mut cov = Coverage::default();
     let mut b = Bytes::new(data);
     let spec = program_from(&mut b);
-    let Ok(prog_a) = Program::compile(&spec) else {
+    let Ok((prog_a, _)) = Program::compile(&spec) else {
         return cov;
     };
-    let Ok(prog_b) = Program::compile(&spec) else {
+    let Ok((prog_b, _)) = Program::compile(&spec) else {
         return cov;
     };
     let (mut a, mut w) = (Pipeline::new(prog_a), Pipeline::new(prog_b));
@@ -379,6 +437,14 @@ pub fn differential_with_coverage(data: &[u8]) -> Coverage {
             "packet {n}: outputs differ"
         );
         assert_eq!(ct_a.len(), ct_w.len(), "packet {n}: conntrack sizes differ");
+        let ev = a.take_events();
+        cov.learned += ev.len();
+        assert_eq!(ev, w.take_events(), "packet {n}: events differ");
+        assert_eq!(
+            a.learn_stats(),
+            w.learn_stats(),
+            "packet {n}: learned state differs"
+        );
         let mut tr = Outputs::default();
         let _ = a.trace(&ct_a, from, &frame, now, &mut tr);
         frames.push((from, frame.clone()));
@@ -391,6 +457,11 @@ pub fn differential_with_coverage(data: &[u8]) -> Coverage {
         ct_w.export(&Selection::everything(), now),
         "conntrack tables differ"
     );
+    let hits = a.action_hits();
+    assert_eq!(hits, w.action_hits(), "action counters differ");
+    cov.counted = hits.iter().map(|h| h.hits).sum();
+    let l = a.learn_stats();
+    cov.learned += l.fdb + l.ecmp + l.lb_affinity;
     cov.packets = n;
     cov.connections = ct_a.len();
     cov

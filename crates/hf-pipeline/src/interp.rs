@@ -26,8 +26,10 @@ use hf_wire::{EthAddr, ip_proto, reply, tcp_flags};
 
 use crate::cache::Cache;
 use crate::classifier::Examine;
+use crate::learn::Learned;
 use crate::packet::{Bits, Ctx, NF, slot};
 use crate::program::{CAct, DatapathKind, EGRESS, INGRESS, Loc, Program};
+use crate::stateful::{AFF_PORT, AFF_REG4, AFF_XXREG0, AFF_XXREG1};
 use crate::trace::{Trace, TraceFlow, TraceRecord};
 use crate::{Destination, Outputs};
 
@@ -171,6 +173,16 @@ pub(crate) enum CtHandle<'a> {
     WhatIf(&'a Conntrack),
 }
 
+impl CtHandle<'_> {
+    /// A shorter-lived handle to the same table.
+    pub(crate) fn reborrow(&mut self) -> CtHandle<'_> {
+        match self {
+            CtHandle::Live(c) => CtHandle::Live(c),
+            CtHandle::WhatIf(c) => CtHandle::WhatIf(c),
+        }
+    }
+}
+
 /// How a run uses the cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -215,6 +227,8 @@ pub(crate) type Neighbours = crate::classifier::FastMap<(u32, u32, u128, bool), 
 pub(crate) struct Runner<'a> {
     pub prog: &'a Program,
     pub neigh: &'a mut Neighbours,
+    pub state: &'a mut Learned,
+    pub counters: &'a mut [u64],
     pub generation: &'a mut u64,
     pub cache: &'a mut Cache,
     pub scr: &'a mut Scratch,
@@ -225,6 +239,10 @@ pub(crate) struct Runner<'a> {
     pub mode: Mode,
     pub segments: u32,
     pub hits: u32,
+    /// Trace-only overrides (`--ct`, `--lb-dst`).
+    pub what_if: Option<crate::whatif::Cursor<'a>>,
+    /// Events for the caller (learned neighbours).
+    pub events: &'a mut Vec<crate::Event>,
 }
 
 enum Flow {
@@ -284,7 +302,7 @@ impl Runner<'_> {
         }
     }
 
-    fn note(&mut self, s: String) {
+    pub(crate) fn note(&mut self, s: String) {
         if let Some(t) = self.trace.as_deref_mut() {
             match t.records.last_mut() {
                 Some(r) => r.effects.push(s),
@@ -343,7 +361,7 @@ impl Runner<'_> {
                 self.note("lookup limit reached: dropped".into());
                 return;
             }
-            let hit = d.tables[usize::from(pipe & 1)]
+            let hit = d.tables.tables[usize::from(pipe & 1)]
                 .get(usize::from(table))
                 .and_then(|c| c.lookup(&self.scr.ctx.f, w));
             if let Some(t) = self.trace.as_deref_mut() {
@@ -357,6 +375,10 @@ impl Runner<'_> {
                             priority: f.priority,
                             matches: f.matches.clone(),
                             actions: f.actions.clone(),
+                            id: f.id.clone(),
+                            stage: f.stage.clone(),
+                            sb_uuid: f.sb_uuid.clone(),
+                            stage_hint: f.stage_hint.clone(),
                         }),
                     effects: Vec::new(),
                 });
@@ -403,6 +425,20 @@ impl Runner<'_> {
                     }
                 }
                 CAct::Output => self.output(w, dp, pipe, depth, rdepth),
+                // `R = select(...)` is a group whose buckets load R and resubmit to the next
+                // table (ovn-trace's `execute_select` continues there too): northd writes no
+                // `next;` after it.
+                CAct::Select { .. } => {
+                    self.track(w, act);
+                    self.record(w, Op::Act(i), rdepth);
+                    let next = table.saturating_add(1);
+                    if i == last {
+                        return Flow::Tail(pipe, next);
+                    }
+                    if depth < MAX_DEPTH {
+                        self.walk_tables(w, dp, pipe, next, depth + 1, rdepth);
+                    }
+                }
                 CAct::Drop => return Flow::Done,
                 CAct::DecTtl => {
                     w.examine(slot::IP_TTL, 0xff);
@@ -414,6 +450,46 @@ impl Runner<'_> {
                         return Flow::Done;
                     }
                     self.record(w, Op::Act(i), rdepth);
+                }
+                CAct::CtSnatToVip { .. } => {
+                    let zone = self.zone(w, dp, pipe, act);
+                    self.record(
+                        w,
+                        Op::Ct {
+                            zone,
+                            act: i,
+                            resume: NO_RESUME,
+                        },
+                        rdepth,
+                    );
+                    // Whether the hairpin SNAT applies depends on the connection, which the
+                    // segment's key does not describe.
+                    for s in [
+                        slot::IP4_SRC,
+                        slot::IP6_SRC,
+                        slot::TCP_SRC,
+                        slot::UDP_SRC,
+                        slot::SCTP_SRC,
+                    ] {
+                        w.derive(s, full(s), OPAQUE);
+                    }
+                }
+                CAct::FwdGroup { ports } => {
+                    for g in FIVE_TUPLE {
+                        w.examine(g, full(g));
+                    }
+                    let pick = (five_tuple_hash(&self.scr.ctx) % ports.len() as u64) as usize;
+                    let key = ports.get(pick).copied().unwrap_or(0);
+                    self.record(
+                        w,
+                        Op::SetPort {
+                            slot: slot::OUTPORT as u8,
+                            key,
+                        },
+                        rdepth,
+                    );
+                    w.set_const(slot::OUTPORT, full(slot::OUTPORT));
+                    self.output(w, dp, pipe, depth, rdepth);
                 }
                 CAct::CtCommit { .. } => {
                     let zone = self.zone(w, dp, pipe, act);
@@ -455,6 +531,12 @@ impl Runner<'_> {
                             kind.name()
                         ));
                         continue;
+                    }
+                    if *kind == NestedKind::SctpAbort
+                        || (*kind == NestedKind::Reject && self.scr.ctx.f[slot::IP_PROTO] == 132)
+                    {
+                        // The answer depends on the SCTP chunk, which no field describes.
+                        w.cacheable = false;
                     }
                     self.record(w, Op::Save, rdepth);
                     w.saved.push((w.written, w.deps));
@@ -530,8 +612,12 @@ impl Runner<'_> {
                 }
                 w.derive(f(dst), dst.mask(), s);
             }
-            CAct::ChkLbHairpin { dst, .. } => {
-                let mut s = 0;
+            CAct::ChkLbHairpin { dst, dp, .. } => {
+                // The VIP check reads the connection's original tuple, which no field holds.
+                let mut s = match self.prog.dps.get(*dp as usize) {
+                    Some(d) if !d.vips.is_empty() => OPAQUE,
+                    _ => 0,
+                };
                 for g in [
                     slot::CT_STATE,
                     slot::CT_MARK,
@@ -554,7 +640,25 @@ impl Runner<'_> {
                 w.derive(f(dst), dst.mask(), s);
             }
             CAct::CheckPktLarger { dst, .. } => w.derive(f(dst), dst.mask(), OPAQUE),
-            CAct::ResultZero { dst, .. } => w.set_const(f(dst), dst.mask()),
+            CAct::ResultConst { dst, .. } => w.set_const(f(dst), dst.mask()),
+            CAct::PortSec { dst, out, .. } => {
+                let mut s = w.source(if *out { slot::OUTPORT } else { slot::INPORT });
+                for g in crate::port_sec::READS {
+                    s |= w.source(g);
+                }
+                w.derive(f(dst), dst.mask(), s);
+            }
+            // Learned state changes under the cache: a later decision on these results makes
+            // the segment uncacheable (the actions themselves rerun on every replay).
+            CAct::LookupFdb { dst, .. }
+            | CAct::GetFdb { dst, .. }
+            | CAct::ChkEcmpNh { dst, .. } => w.derive(f(dst), dst.mask(), OPAQUE),
+            CAct::ChkLbAff { dst, .. } => {
+                w.derive(f(dst), dst.mask(), OPAQUE);
+                for b in [AFF_REG4, AFF_XXREG0, AFF_XXREG1, AFF_PORT] {
+                    w.derive(f(&b), b.mask(), OPAQUE);
+                }
+            }
             _ => {}
         }
     }
@@ -572,9 +676,13 @@ impl Runner<'_> {
                 CAct::CtNat {
                     kind: NatKind::Snat,
                     ..
-                } => snat_zone,
+                }
+                | CAct::CtSnatToVip { .. } => snat_zone,
                 _ => dnat_zone,
             },
+            _ if matches!(act, CAct::CtSnatToVip { .. }) && d.snat_zone.is_some() => {
+                d.snat_zone.unwrap_or(0)
+            }
             _ => {
                 let s = if pipe == INGRESS {
                     slot::INPORT
@@ -595,6 +703,7 @@ impl Runner<'_> {
             slot::IP_PROTO,
             slot::IP_FRAG,
             slot::TCP_FLAGS,
+            slot::ICMP4_TYPE,
             slot::ICMP6_TYPE,
         ] {
             w.examine(s, full(s));
@@ -612,7 +721,18 @@ impl Runner<'_> {
                     && f[slot::ICMP6_TYPE] == 135
             }
             NestedKind::TcpReset => (v4 || v6) && tcp && !rst,
-            NestedKind::Reject => (v4 || v6) && !(tcp && rst),
+            // Whether the packet's first chunk is an ABORT is not a field: see `exec_list`.
+            NestedKind::SctpAbort => (v4 || v6) && l4 && f[slot::IP_PROTO] == 132,
+            // A destination unreachable is not answered (ovn-trace: "avoid recirculation").
+            NestedKind::Reject => {
+                let unreach = (v4
+                    && f[slot::IP_PROTO] == u128::from(ip_proto::ICMP)
+                    && f[slot::ICMP4_TYPE] == 3)
+                    || (v6
+                        && f[slot::IP_PROTO] == u128::from(ip_proto::ICMPV6)
+                        && f[slot::ICMP6_TYPE] == 1);
+                (v4 || v6) && !(tcp && rst) && !unreach
+            }
             _ => false,
         }
     }
@@ -636,8 +756,36 @@ impl Runner<'_> {
                 self.note("output to a group in egress: dropped".into());
                 return;
             }
+            // One copy per remote chassis, with the group as outport: the receiving chassis
+            // delivers it to its own members (OVN's remote output table, then local output).
+            let mut chassis: Vec<u32> = Vec::new();
+            for &m in members {
+                if let Some(p) = d.ports.get(&m) {
+                    if let Loc::Remote(c) = p.loc {
+                        chassis.push(c);
+                    }
+                    chassis.extend(p.also_remote.iter().copied());
+                }
+            }
+            chassis.sort_unstable();
+            chassis.dedup();
+            for c in chassis {
+                let dest = Destination::Tunnel {
+                    chassis: c,
+                    datapath: d.key,
+                    inport,
+                    outport,
+                };
+                self.record(w, Op::Emit(dest), rdepth);
+            }
             for &m in members {
                 if m == inport && !loopback {
+                    continue;
+                }
+                if d.ports
+                    .get(&m)
+                    .is_some_and(|p| matches!(p.loc, Loc::Remote(_)))
+                {
                     continue;
                 }
                 self.record(w, Op::Save, rdepth);
@@ -651,7 +799,7 @@ impl Runner<'_> {
                     rdepth,
                 );
                 w.set_const(slot::OUTPORT, full(slot::OUTPORT));
-                self.deliver(w, dp, INGRESS, inport, m, depth, rdepth);
+                self.deliver_local(w, dp, INGRESS, inport, m, depth, rdepth);
                 self.record(w, Op::Restore, rdepth);
                 if let Some((wr, de)) = w.saved.pop() {
                     w.written = wr;
@@ -691,7 +839,50 @@ impl Runner<'_> {
             self.note(format!("output to unknown port {outport}: dropped"));
             return;
         };
+        // A port bound to several chassis: a tunnel copy to each other chassis (from the
+        // ingress pipeline only: a packet that came from a tunnel never goes back into one).
+        if pipe == INGRESS {
+            for &c in &port.also_remote {
+                let dest = Destination::Tunnel {
+                    chassis: c,
+                    datapath: d.key,
+                    inport,
+                    outport,
+                };
+                self.record(w, Op::Emit(dest), rdepth);
+            }
+        }
+        self.deliver_local(w, dp, pipe, inport, outport, depth, rdepth);
+    }
+
+    /// [`Runner::deliver`] without the extra copies for ports bound to several chassis.
+    #[allow(clippy::too_many_arguments)]
+    fn deliver_local(
+        &mut self,
+        w: &mut Walk,
+        dp: u32,
+        pipe: u8,
+        inport: u32,
+        outport: u32,
+        depth: u32,
+        rdepth: u32,
+    ) {
+        let prog = self.prog;
+        let Some(d) = prog.dps.get(dp as usize) else {
+            return;
+        };
+        let Some(port) = d.ports.get(&outport) else {
+            self.note(format!("output to unknown port {outport}: dropped"));
+            return;
+        };
         match (&port.loc, pipe) {
+            (Loc::Remote(_), EGRESS) => {
+                // Only a packet that arrived from a tunnel runs egress for a remote port.
+                self.note(format!(
+                    "port {} is on another chassis and the packet came from a tunnel: dropped",
+                    port.name
+                ));
+            }
             (Loc::Remote(chassis), _) => {
                 let dest = Destination::Tunnel {
                     chassis: *chassis,
@@ -700,6 +891,28 @@ impl Runner<'_> {
                     outport,
                 };
                 self.record(w, Op::Emit(dest), rdepth);
+            }
+            (Loc::Redirect(to), INGRESS) => {
+                self.record(
+                    w,
+                    Op::SetPort {
+                        slot: slot::OUTPORT as u8,
+                        key: *to,
+                    },
+                    rdepth,
+                );
+                w.set_const(slot::OUTPORT, full(slot::OUTPORT));
+                self.record(w, Op::EnterEgress, rdepth);
+                for s in REGISTERS {
+                    w.set_const(s, full(s));
+                }
+                self.walk_tables(w, dp, EGRESS, 0, depth + 1, rdepth);
+            }
+            (Loc::Redirect(_), _) => {
+                self.note(format!(
+                    "output to chassisredirect port {} in egress: dropped",
+                    port.name
+                ));
             }
             (_, INGRESS) => {
                 self.record(w, Op::EnterEgress, rdepth);
@@ -758,6 +971,17 @@ impl Runner<'_> {
                         r.refused
                             .map_or(String::new(), |e| format!(" (commit refused: {e})"))
                     ));
+                    // The rewrite conntrack applied to the packet (a commit applies none), so a
+                    // trace can say what NAT did rather than guess it from the headers.
+                    let applied = !matches!(
+                        self.prog.acts.get(act as usize),
+                        Some(CAct::CtCommit { .. }) | None
+                    );
+                    if applied {
+                        for n in nat_notes(&r.rewrite) {
+                            self.note(n);
+                        }
+                    }
                 }
                 if resume != NO_RESUME {
                     self.run_segment(resume, rdepth + 1);
@@ -776,6 +1000,7 @@ impl Runner<'_> {
                 f[..6].fill(0);
                 f[slot::HEADER_LAST + 1..].fill(0);
                 f[slot::INPORT] = u128::from(inport);
+                self.scr.ctx.ct_orig = None;
             }
             Op::EnterEgress => {
                 for s in REGISTERS {
@@ -790,6 +1015,7 @@ impl Runner<'_> {
                     f: self.scr.ctx.f,
                     parsed: self.scr.ctx.parsed,
                     frame,
+                    ct_orig: self.scr.ctx.ct_orig,
                 });
             }
             Op::Restore => {
@@ -806,6 +1032,22 @@ impl Runner<'_> {
 
     #[inline]
     fn exec_act(&mut self, act: &CAct) {
+        if matches!(
+            act,
+            CAct::ResultConst { .. }
+                | CAct::Count { .. }
+                | CAct::PortSec { .. }
+                | CAct::PutFdb { .. }
+                | CAct::LookupFdb { .. }
+                | CAct::GetFdb { .. }
+                | CAct::CommitEcmpNh { .. }
+                | CAct::ChkEcmpNh { .. }
+                | CAct::CommitLbAff { .. }
+                | CAct::ChkLbAff { .. }
+                | CAct::BindVport { .. }
+        ) {
+            return self.exec_stateful(act);
+        }
         let ctx = &mut self.scr.ctx;
         match act {
             CAct::Set { field, value, mask } => {
@@ -836,6 +1078,7 @@ impl Runner<'_> {
                 for s in [slot::CT_STATE, slot::CT_MARK, slot::CT_LABEL] {
                     ctx.f[s] = 0;
                 }
+                ctx.ct_orig = None;
             }
             CAct::GetNeigh { v6, port, ip, dp } => {
                 let k = (*dp, ctx.read(*port) as u32, ctx.read(*ip), *v6);
@@ -855,6 +1098,9 @@ impl Runner<'_> {
                     self.neigh.insert(k, m);
                     // Cached walks may have read the old binding.
                     *self.generation += 1;
+                    if let Some(e) = crate::Event::neighbour(self.prog, k, m) {
+                        self.events.push(e);
+                    }
                 }
             }
             CAct::LookupNeigh {
@@ -873,12 +1119,24 @@ impl Runner<'_> {
                 };
                 ctx.write(*dst, u128::from(found));
             }
-            CAct::ChkLbHairpin { dst, reply } => {
+            CAct::ChkLbHairpin { dst, reply, dp } => {
                 let st = ctx.f[slot::CT_STATE] as u8;
                 let natted = st & 0x80 != 0 || ctx.f[slot::CT_MARK] & 2 != 0;
                 let rpl = st & 0x08 != 0;
                 let same = ctx.ip_pair().is_some_and(|(s, d)| s == d);
-                let hit = natted && same && (rpl == *reply);
+                let vip = match self.prog.dps.get(*dp as usize) {
+                    Some(d) if !d.vips.is_empty() => ctx.ct_orig.is_some_and(|o| {
+                        let a = u128::from_be_bytes(o.dst);
+                        let a = if o.v6 { a } else { a & 0xffff_ffff };
+                        d.vips.iter().any(|&(ip, v6, port, proto)| {
+                            ip == a
+                                && v6 == o.v6
+                                && (port == 0 || (port == o.dport && proto == o.proto))
+                        })
+                    }),
+                    _ => true,
+                };
+                let hit = natted && same && (rpl == *reply) && vip;
                 ctx.write(*dst, u128::from(hit));
             }
             CAct::Select { dst, choices } => {
@@ -898,8 +1156,19 @@ impl Runner<'_> {
                 let l = ctx.frame.len().saturating_sub(14) as u64;
                 ctx.write(*dst, u128::from(l > u64::from(*len)));
             }
-            CAct::ResultZero { dst, .. } => ctx.write(*dst, 0),
             _ => {}
+        }
+    }
+
+    pub(crate) fn dp_key(&self, dp: u32) -> u32 {
+        self.prog.dps.get(dp as usize).map_or(0, |d| d.key)
+    }
+
+    pub(crate) fn count(&mut self, counter: u32) {
+        if self.mode != Mode::Trace
+            && let Some(c) = self.counters.get_mut(counter as usize)
+        {
+            *c += 1;
         }
     }
 
@@ -911,9 +1180,9 @@ impl Runner<'_> {
         let ctx = &mut self.scr.ctx;
         let cta = match act {
             CAct::CtNext => CtAction::lookup(),
-            CAct::CtCommit { mark, label } => CtAction {
-                mark: *mark,
-                label: *label,
+            CAct::CtCommit { mark, label, moves } => CtAction {
+                mark: with_moves32(*mark, moves, ctx),
+                label: with_moves128(*label, moves, ctx),
                 ..CtAction::commit(owner)
             },
             CAct::CtNat { kind, target } => match target {
@@ -924,32 +1193,100 @@ impl Runner<'_> {
                 Some(r) => CtAction::commit(owner).dnat(*r),
             },
             CAct::CtCommitNat => CtAction::commit(owner).with_nat(),
-            CAct::CtLb { mark, backends } => {
-                if backends.is_empty() {
+            CAct::CtLb {
+                mark,
+                backends,
+                hash,
+                flag,
+            } => {
+                let v6 = ctx.f[slot::ETH_TYPE] == 0x86dd;
+                let unlisted = if backends.is_empty() {
+                    self.what_if.as_ref().and_then(|w| w.lb_dst_unlisted(v6))
+                } else {
+                    None
+                };
+                if let Some((ip, port)) = unlisted {
+                    // What-if only: ovn-trace's --lb-dst on a backend-less ct_lb.
+                    CtAction::commit(owner).dnat(NatRange::addr_port(ip, port))
+                } else if backends.is_empty() {
                     CtAction::lookup().with_nat()
                 } else {
-                    let i = (five_tuple_hash(ctx) % backends.len() as u64) as usize;
+                    let h = if hash.is_empty() {
+                        five_tuple_hash(ctx)
+                    } else {
+                        hash.iter().fold(0x2545_f491_4f6c_dd1d, |h, s| {
+                            crate::classifier::mix(h, ctx.f[usize::from(*s)])
+                        })
+                    };
+                    // `--lb-dst` (trace's what-if) picks the backend when it names one.
+                    let i = self
+                        .what_if
+                        .as_mut()
+                        .and_then(|w| w.lb_pick(backends))
+                        .unwrap_or((h % backends.len() as u64) as usize);
                     let (ip, port) = backends[i];
                     let mut a = CtAction::commit(owner).dnat(NatRange::addr_port(ip, port));
+                    let bits = Masked {
+                        value: 2 | flag,
+                        mask: 2 | flag,
+                    };
                     if *mark {
-                        a.mark = Some(Masked { value: 2, mask: 2 });
+                        a.mark = Some(bits);
                     } else {
-                        a.label = Some(Masked { value: 2, mask: 2 });
+                        a.label = Some(Masked {
+                            value: u128::from(bits.value),
+                            mask: u128::from(bits.mask),
+                        });
                     }
                     a
                 }
             }
+            CAct::CtSnatToVip { dp } => {
+                let st = ctx.f[slot::CT_STATE] as u8;
+                let orig = ctx.ct_orig?;
+                if st & 0x80 == 0 {
+                    return None;
+                }
+                let dst = u128::from_be_bytes(orig.dst);
+                let dst = if orig.v6 { dst } else { dst & 0xffff_ffff };
+                let d = self.prog.dps.get(*dp as usize)?;
+                let &(vip, v6, _, _) = d.vips.iter().find(|&&(ip, v6, port, proto)| {
+                    ip == dst
+                        && v6 == orig.v6
+                        && (port == 0 || (port == orig.dport && proto == orig.proto))
+                })?;
+                let ip = if v6 {
+                    std::net::IpAddr::V6(std::net::Ipv6Addr::from(vip))
+                } else {
+                    std::net::IpAddr::V4(std::net::Ipv4Addr::from(vip as u32))
+                };
+                CtAction::commit(owner).snat(NatRange::addr_port(ip, 0))
+            }
             _ => return None,
         };
-        let r = match &mut self.ct {
+        let mut r = match &mut self.ct {
             CtHandle::Live(ct) => ct.process(zone, &ctx.parsed, self.now, &cta),
             CtHandle::WhatIf(ct) => ct.peek(zone, &ctx.parsed, self.now, &cta),
         };
-        if !matches!(act, CAct::CtCommit { .. }) {
-            ctx.f[slot::CT_STATE] = u128::from(r.state.0);
-            ctx.f[slot::CT_MARK] = u128::from(r.mark);
-            ctx.f[slot::CT_LABEL] = r.label;
-            ctx.rewrite(&r.rewrite);
+        if let Some(w) = self.what_if.as_mut()
+            && !matches!(
+                act,
+                CAct::CtCommit { .. } | CAct::CtCommitNat | CAct::CtSnatToVip { .. }
+            )
+        {
+            r.state.0 = w.ct_state(r.state.0);
+        }
+        match act {
+            CAct::CtCommit { .. } => {}
+            // No recirculation: the NAT applies to the packet, ct_state stays as it was.
+            CAct::CtSnatToVip { .. } => ctx.rewrite(&r.rewrite),
+            _ => {
+                ctx.f[slot::CT_STATE] = u128::from(r.state.0);
+                ctx.f[slot::CT_MARK] = u128::from(r.mark);
+                ctx.f[slot::CT_LABEL] = r.label;
+                ctx.ct_orig = r.orig;
+                ctx.rewrite(&r.rewrite);
+            }
         }
         Some(r)
     }
@@ -974,21 +1311,32 @@ impl Runner<'_> {
             NestedKind::NdNa | NestedKind::NdNaRouter => {
                 reply::nd_na(out, &k, k.eth_dst, kind == NestedKind::NdNaRouter).is_ok()
             }
-            NestedKind::Icmp4 | NestedKind::Icmp4Error => {
-                reply::icmp4_error(out, &ctx.frame, &ctx.parsed, k.ip4_dst, 3, 1, 0).is_ok()
+            // OVN builds these with the offending packet's own addresses, TTL 255 and type/code
+            // 3/1 (1/1 for ICMPv6); the nested actions set the rest (ovn-trace's
+            // `execute_icmp4`, pinctrl's `pinctrl_handle_icmp` without loopback).
+            NestedKind::Icmp4 | NestedKind::Icmp4Error if k.is_ipv4() => {
+                reply::icmp_error_same_addresses(out, &ctx.frame, &ctx.parsed, 3, 1, 0).is_ok()
             }
-            NestedKind::Icmp6 | NestedKind::Icmp6Error => {
-                reply::icmp6_error(out, &ctx.frame, &ctx.parsed, k.ip6_dst, 1, 0, 0).is_ok()
+            NestedKind::Icmp6 | NestedKind::Icmp6Error if k.is_ipv6() => {
+                reply::icmp_error_same_addresses(out, &ctx.frame, &ctx.parsed, 1, 1, 0).is_ok()
             }
-            NestedKind::TcpReset => reply::tcp_reset(out, &ctx.parsed).is_ok(),
+            NestedKind::TcpReset => reply::tcp_reset_same_addresses(out, &ctx.parsed).is_ok(),
+            NestedKind::SctpAbort => reply::sctp_abort(out, &ctx.frame, &ctx.parsed, false).is_ok(),
             NestedKind::Reject if k.ip_proto == ip_proto::TCP && ctx.parsed.has_l4() => {
                 reply::tcp_reset(out, &ctx.parsed).is_ok()
             }
+            NestedKind::Reject if k.ip_proto == ip_proto::SCTP && ctx.parsed.has_l4() => {
+                reply::sctp_abort(out, &ctx.frame, &ctx.parsed, true).is_ok()
+            }
+            // `reject` answers back to the sender (addresses swapped) with "port unreachable"
+            // for UDP and "host unreachable" otherwise, as ovn-controller's pinctrl does.
             NestedKind::Reject if k.is_ipv4() => {
-                reply::icmp4_error(out, &ctx.frame, &ctx.parsed, k.ip4_dst, 3, 3, 0).is_ok()
+                let code = if k.ip_proto == ip_proto::UDP { 3 } else { 1 };
+                reply::icmp4_error(out, &ctx.frame, &ctx.parsed, k.ip4_dst, 3, code, 0).is_ok()
             }
             NestedKind::Reject if k.is_ipv6() => {
-                reply::icmp6_error(out, &ctx.frame, &ctx.parsed, k.ip6_dst, 1, 4, 0).is_ok()
+                let code = if k.ip_proto == ip_proto::UDP { 4 } else { 1 };
+                reply::icmp6_error(out, &ctx.frame, &ctx.parsed, k.ip6_dst, 1, code, 0).is_ok()
             }
             _ => false,
         };
@@ -1004,6 +1352,49 @@ impl Runner<'_> {
         let _ = EthAddr::ZERO;
         true
     }
+}
+
+/// `ct_mark` with the bits of `moves` that target it loaded from the packet.
+fn with_moves32(m: Option<Masked<u32>>, moves: &[(Bits, Bits)], ctx: &Ctx) -> Option<Masked<u32>> {
+    let l = with_moves(
+        m.map(|m| Masked {
+            value: u128::from(m.value),
+            mask: u128::from(m.mask),
+        }),
+        moves,
+        ctx,
+        slot::CT_MARK,
+    )?;
+    Some(Masked {
+        value: l.value as u32,
+        mask: l.mask as u32,
+    })
+}
+
+fn with_moves128(
+    m: Option<Masked<u128>>,
+    moves: &[(Bits, Bits)],
+    ctx: &Ctx,
+) -> Option<Masked<u128>> {
+    with_moves(m, moves, ctx, slot::CT_LABEL)
+}
+
+fn with_moves(
+    mut m: Option<Masked<u128>>,
+    moves: &[(Bits, Bits)],
+    ctx: &Ctx,
+    field: usize,
+) -> Option<Masked<u128>> {
+    for (d, s) in moves {
+        if usize::from(d.field) != field {
+            continue;
+        }
+        let v = ctx.read(*s).checked_shl(u32::from(d.lo)).unwrap_or(0) & d.mask();
+        let e = m.get_or_insert(Masked { value: 0, mask: 0 });
+        e.value = (e.value & !d.mask()) | v;
+        e.mask |= d.mask();
+    }
+    m
 }
 
 const REGISTERS: [usize; 3] = [slot::XXREG0, slot::XXREG1, slot::XREG4];
@@ -1027,4 +1418,24 @@ fn five_tuple_hash(ctx: &Ctx) -> u64 {
     FIVE_TUPLE.iter().fold(0x2545_f491_4f6c_dd1d, |h, s| {
         crate::classifier::mix(h, ctx.f[*s])
     })
+}
+
+/// `  nat FIELD=VALUE` trace notes for the header changes of a conntrack rewrite (addresses as
+/// `ip4.src`/`ip6.dst`, ports as `l4.src`/`l4.dst`).
+fn nat_notes(rw: &hf_wire::NatRewrite) -> Vec<String> {
+    let fam = |ip: &std::net::IpAddr| if ip.is_ipv4() { "ip4" } else { "ip6" };
+    let mut v = Vec::new();
+    if let Some(ip) = &rw.src {
+        v.push(format!("  nat {}.src={ip}", fam(ip)));
+    }
+    if let Some(ip) = &rw.dst {
+        v.push(format!("  nat {}.dst={ip}", fam(ip)));
+    }
+    if let Some(p) = rw.sport {
+        v.push(format!("  nat l4.src={p}"));
+    }
+    if let Some(p) = rw.dport {
+        v.push(format!("  nat l4.dst={p}"));
+    }
+    v
 }

@@ -10,13 +10,49 @@
 //!
 //! - [`Program::compile`] turns a [`ProgramSpec`] (per logical datapath: tunnel key, ports with
 //!   their keys, locations and zones, multicast groups, and `(table, priority, match, actions)`
-//!   flows) into one tuple-space classifier per table.
+//!   flows) into one tuple-space classifier per table. A flow that does not compile (its text
+//!   did not parse, its match names an unknown set, an action cannot be executed) is a
+//!   [`FlowError`] naming datapath, pipeline, table, priority, [`FlowId`], stage and SB UUID,
+//!   and the rest compiles; structural problems (unknown patch peers, duplicate keys, tunnel
+//!   keys outside Geneve's 24-bit datapath / 15-bit port / 16-bit group ranges) are a
+//!   [`CompileError`]. Every compiled flow keeps its identity, stage, SB UUID and stage hint;
+//!   traces show them ([`TraceFlow`]).
+//! - [`Program::recompile`] compiles a changed spec again, sharing (`Arc`) the compiled tables
+//!   of every datapath whose flows, port names/keys, referenced sets and residency answers did
+//!   not change (see `compile`).
+//! - `is_chassis_resident()` is answered from every datapath's ports ([`PortSpec::resident`]). A resident `chassisredirect` port
+//!   ([`PortLocation::Redirect`]) continues in egress as its distributed port. A port bound
+//!   to several chassis ([`PortSpec::also_remote`]) gets a tunnel copy to each other chassis;
+//!   one waiting for activation ([`PortSpec::needs_activation`]) drops its own frames until a
+//!   RARP or [`Pipeline::set_port_active`] activates it (no recompile; the decision survives
+//!   swaps). A packet that came from a tunnel is never sent into one again; output to a
+//!   multicast group sends one copy per remote chassis (outport = the group), and a group
+//!   arriving from a tunnel reaches this chassis's local members only.
 //! - [`Pipeline::process`] runs a frame through it: registers and metadata, `next`, `output`
 //!   into the egress pipeline and on to a local port, a tunnel or a patch peer, `ct_next`,
 //!   `ct_commit`, `ct_snat`/`ct_dnat` and their `_in_czone` forms, `ct_lb`/`ct_lb_mark`,
 //!   `ct_commit_nat`, `ct_clear`, neighbour actions against the pipeline's neighbour table,
-//!   `chk_lb_hairpin`, `select`, `clone`, and packet generation (`arp`, `nd_ns`, `nd_na`,
-//!   `icmp4`/`icmp6`, `tcp_reset`, `reject`).
+//!   `chk_lb_hairpin`, `select` (which, like OVN's group, continues in the next table), `clone`,
+//!   and packet generation (`arp`, `nd_ns`, `nd_na`,
+//!   `icmp4`/`icmp6` and their `_error` forms with `icmp4.frag_mtu`/`icmp6.frag_mtu`,
+//!   `tcp_reset`, `sctp_abort`, `reject`).
+//! - Every other action and function ovn-northd 23.03 emits, with OVN's meaning:
+//!   `check_in_port_sec()`/`check_out_port_sec()` from [`PortSpec::port_security`] (the checks
+//!   of ovn-controller's `consider_port_sec_flows`; see `port_sec`), the FDB (`put_fdb`,
+//!   `lookup_fdb`, `get_fdb`), ECMP symmetric replies (`commit_ecmp_nh`, `chk_ecmp_nh`,
+//!   `chk_ecmp_nh_mac`: ovn-controller's learned flows, 20 s idle / 30 s hard), LB affinity
+//!   (`commit_lb_aff`, `chk_lb_aff`: idle timeout, backend loaded into `reg4`/`xxreg0`/`xxreg1`
+//!   and `reg8[0..15]`), `ct_snat_to_vip` (hairpin SNAT to the VIP of [`ProgramSpec::lb_vips`]),
+//!   `ct_lb_mark(...; hash_fields=...)` and its `skip_snat`/`force_snat` flags, `bind_vport`
+//!   and `fwd_group`. State learned this way lives in the [`Pipeline`] (see [`learn`]),
+//!   survives program swaps, and is reported as [`Event`]s with learned neighbours
+//!   ([`Pipeline::take_events`]).
+//! - Packet-in actions as ovn-trace models them: `put_dhcp_opts`, `put_dhcpv6_opts` and
+//!   `put_nd_ra_opts` store 1, `dns_lookup` stores 0; `igmp` (IGMP and MLD),
+//!   `handle_svc_check`, `handle_dhcpv6_reply` and `handle_bfd_msg` change nothing. These and
+//!   `log`, `set_meter`, `sample`, `trigger_event`, `set_queue` count their hits per flow
+//!   ([`Pipeline::action_hits`]; traces do not count).
+//! - An action the pipeline cannot execute is a compile error naming the flow, never a no-op.
 //! - A megaflow cache keyed on exactly the bits each walk examined replays the recorded ops;
 //!   conntrack still runs on every packet and each recirculation after a conntrack action is its
 //!   own lookup (see [`interp`] for how wildcards are accumulated).
@@ -33,9 +69,17 @@
 //!   router uses its SNAT zone for `ct_snat` and its DNAT zone for everything else (the
 //!   `_in_czone` forms included: the DNAT zone is OVN's common zone).
 //! - A table with no matching flow drops the packet; so does `next` past the last table.
-//! - `ct_lb`/`ct_lb_mark` choose a backend by a hash of the 5-tuple (`hash_fields` is ignored)
-//!   and commit with `ct_label.natted`/`ct_mark.natted` set; `chk_lb_hairpin` is "DNAT applied
-//!   (or natted) and source == destination", `chk_lb_hairpin_reply` the same on a reply.
+//! - `ct_lb`/`ct_lb_mark` choose a backend by a hash of the 5-tuple, or of the `hash_fields`
+//!   when given, and commit with `ct_label.natted`/`ct_mark.natted` set; `chk_lb_hairpin` is
+//!   "DNAT applied (or natted), source == destination and the connection's original destination
+//!   one of the datapath's [`ProgramSpec::lb_vips`]" (a datapath without VIPs skips the last
+//!   test), `chk_lb_hairpin_reply` the same on a reply.
+//! - Generated ICMP errors, `tcp_reset` and `sctp_abort` keep the offending packet's Ethernet
+//!   and IP addresses as ovn-controller's pinctrl builds them (ICMP: TTL 255, type/code 3/1 or
+//!   1/1; TCP RST and SCTP ABORT: ports swapped, TTL 63): northd's nested actions set or swap
+//!   the addresses. `reject` answers back to the sender (UDP with "port unreachable", TCP with
+//!   a reset, SCTP with an ABORT, anything else with "host unreachable").
+//! - The port name `"none"` is key 0, as in ovn-controller and ovn-trace.
 //! - `put_arp`/`put_nd` that change a binding bump the generation, so cached walks that read
 //!   the neighbour table are not reused.
 //!
@@ -43,8 +87,11 @@
 //!
 //! No I/O, no clock, no threads: `now` is an argument. No Geneve encapsulation (a
 //! [`Destination::Tunnel`] carries the keys; the datapath encapsulates with `hf_wire::geneve`).
-//! DHCP, DNS, FDB, port-security checks, ECMP and LB-affinity functions store 0; `log`,
-//! `set_queue`, `set_meter`, `sample` and events have no effect. VLAN, IPv6 flow label and ND
+//! No DHCP, DHCPv6, DNS or router-advertisement replies are built (the functions return what
+//! ovn-trace returns; the chassis's packet-in handler is another issue's), no IGMP/MLD
+//! snooping, no service-monitor probes, no meters enforced and no samples exported (only
+//! counted). `select` has no `hash_fields` form (OVN 23.03's parser has none either).
+//! The FDB does not age. VLAN, IPv6 flow label and ND
 //! option writes change the fields the pipeline matches on but not the frame. Output to a
 //! multicast group from the egress pipeline drops. A conntrack
 //! action that continues in the next table ends its action list: actions after it are not run
@@ -66,12 +113,18 @@
 //! and an [`Outputs`] to fill (cleared first). [`Pipeline::set_program`] swaps programs and bumps
 //! the generation, so cached entries of the old program are never used again.
 
+mod arena;
 mod cache;
 mod classifier;
+mod compile;
 pub mod interp;
+pub mod learn;
 mod packet;
+mod port_sec;
 mod program;
+mod stateful;
 mod trace;
+mod whatif;
 
 #[doc(hidden)]
 pub mod example;
@@ -82,11 +135,14 @@ use std::time::Duration;
 
 use hf_conntrack::Conntrack;
 
+pub use learn::LearnStats;
 pub use program::{
-    CompileError, DatapathKind, DatapathSpec, FlowSpec, GroupSpec, Neighbour, PortLocation,
-    PortSpec, Program, ProgramSpec,
+    ActionHits, CompileError, DatapathKind, DatapathSpec, FdbSpec, FlowError, FlowErrorKind,
+    FlowId, FlowSpec, FlowText, GroupSpec, LbVipSpec, Neighbour, PortKind, PortLocation, PortSpec,
+    Program, ProgramSpec,
 };
 pub use trace::{Trace, TraceFlow, TraceRecord};
+pub use whatif::WhatIf;
 
 use interp::{CtHandle, Mode, Neighbours, Runner, Scratch, resume_id};
 use packet::slot;
@@ -188,6 +244,76 @@ pub struct RunStats {
     pub segments: u32,
     /// Segments served by the cache.
     pub cache_hits: u32,
+    /// The frame came from a port that is not active on this chassis yet and was not a RARP:
+    /// dropped before the pipeline (OVN's `activation-strategy=rarp`).
+    pub inactive_port: bool,
+}
+
+/// Something the caller should act on, collected by [`Pipeline::take_events`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// `put_arp`/`put_nd` learned (or changed) a binding: the controller writes it to SB
+    /// `MAC_Binding`. Learned bindings also survive [`Pipeline::set_program`].
+    Neighbour {
+        /// Datapath name.
+        datapath: String,
+        /// Logical port name.
+        port: String,
+        /// The address.
+        ip: std::net::IpAddr,
+        /// Its Ethernet address.
+        mac: [u8; 6],
+    },
+    /// `put_fdb` learned (or moved) a MAC: the controller writes it to SB `FDB`.
+    Fdb {
+        /// Datapath name.
+        datapath: String,
+        /// Logical port name.
+        port: String,
+        /// The MAC.
+        mac: [u8; 6],
+    },
+    /// `bind_vport(V, P)`: virtual port `vport` is now reached through `parent` (the
+    /// controller claims `vport` for this chassis, as pinctrl does).
+    BindVport {
+        /// Datapath name.
+        datapath: String,
+        /// The virtual port.
+        vport: String,
+        /// Its parent port.
+        parent: String,
+    },
+    /// A port waiting for activation sent a RARP and is now active on this chassis.
+    PortActivated {
+        /// Its local port id.
+        local: u32,
+        /// Its logical name.
+        port: String,
+    },
+}
+
+impl Event {
+    pub(crate) fn neighbour(
+        prog: &Program,
+        (dp, port, ip, v6): (u32, u32, u128, bool),
+        mac: u128,
+    ) -> Option<Event> {
+        let d = prog.dps.get(dp as usize)?;
+        let p = d.ports.get(&port)?;
+        let ip = if v6 {
+            std::net::IpAddr::V6(std::net::Ipv6Addr::from(ip))
+        } else {
+            std::net::IpAddr::V4(std::net::Ipv4Addr::from(ip as u32))
+        };
+        let b = (mac as u64).to_be_bytes();
+        Some(Event::Neighbour {
+            datapath: d.name.clone(),
+            port: p.name.clone(),
+            ip,
+            mac: [b[2], b[3], b[4], b[5], b[6], b[7]],
+        })
+    }
 }
 
 /// A program with its neighbour table, flow cache and scratch space.
@@ -196,8 +322,19 @@ pub struct Pipeline {
     prog: Program,
     generation: u64,
     neigh: Neighbours,
+    /// FDB, ECMP next hops, LB affinity (see [`learn`]).
+    state: learn::Learned,
+    counters: Vec<u64>,
     cache: cache::Cache,
     scr: Scratch,
+    events: Vec<Event>,
+    /// Bindings learned by `put_arp`/`put_nd`, by (datapath, port) name: reapplied on a swap.
+    learned: std::collections::BTreeMap<(String, String, std::net::IpAddr), [u8; 6]>,
+    /// Local ports currently inactive.
+    inactive: std::collections::BTreeSet<u32>,
+    /// Activation decisions made here (by RARP or [`Pipeline::set_port_active`]): they
+    /// outlive program swaps.
+    activation: std::collections::BTreeMap<u32, bool>,
 }
 
 impl Pipeline {
@@ -207,27 +344,120 @@ impl Pipeline {
             prog,
             generation: 1,
             neigh: Neighbours::default(),
+            state: learn::Learned::default(),
+            counters: Vec::new(),
             cache: cache::Cache::default(),
             scr: Scratch::new(),
+            events: Vec::new(),
+            learned: Default::default(),
+            inactive: Default::default(),
+            activation: Default::default(),
         };
-        p.load_neighbours();
+        p.load_state();
+        p.load_learned();
         p
     }
 
-    fn load_neighbours(&mut self) {
+    /// Loads the program's FDB (SB rows win over learned entries) and sizes the counters.
+    fn load_learned(&mut self) {
+        for &(dp, mac, port) in &self.prog.fdb {
+            self.state.fdb.insert((dp, mac), port);
+        }
+        self.counters.clear();
+        self.counters.resize(self.prog.counters.len(), 0);
+    }
+
+    fn load_state(&mut self) {
         self.neigh.clear();
         for &(dp, port, ip, v6, mac) in &self.prog.neighbours {
             self.neigh.insert((dp, port, ip, v6), mac);
         }
+        // What this pipeline learned wins over the program's (possibly older) bindings.
+        for ((dpn, pn, ip), mac) in &self.learned {
+            let Some(dp) = self.prog.dps.iter().position(|d| &d.name == dpn) else {
+                continue;
+            };
+            let Some((&key, _)) = self.prog.dps[dp].ports.iter().find(|(_, p)| &p.name == pn)
+            else {
+                continue;
+            };
+            let (ip, v6) = program::ip_u128(*ip);
+            let m = mac.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b));
+            self.neigh.insert((dp as u32, key, ip, v6), m);
+        }
+        self.inactive = self.prog.inactive.iter().copied().collect();
+        for (&id, &active) in &self.activation {
+            if !self.prog.local.contains_key(&id) {
+                continue;
+            }
+            if active {
+                self.inactive.remove(&id);
+            } else {
+                self.inactive.insert(id);
+            }
+        }
     }
 
-    /// Replaces the program (and reloads the neighbour table from it); cached walks of the old
-    /// program die.
+    /// Replaces the program (and reloads the neighbour table from it, plus every binding
+    /// `put_arp`/`put_nd` learned here); cached walks of the old program die. Activation
+    /// decisions made here ([`Pipeline::set_port_active`], RARP) carry over.
     pub fn set_program(&mut self, prog: Program) {
         self.prog = prog;
         self.generation += 1;
-        self.load_neighbours();
+        self.load_state();
+        self.load_learned();
         self.cache.clear();
+    }
+
+    /// Activates (or deactivates) local port `id` without recompiling: an inactive port's
+    /// frames are dropped before the pipeline, except a RARP, which activates it (OVN's
+    /// `activation-strategy=rarp`). Output *to* an inactive port is still produced; the
+    /// datapath may hold it until activation.
+    pub fn set_port_active(&mut self, id: u32, active: bool) {
+        self.activation.insert(id, active);
+        let changed = if active {
+            self.inactive.remove(&id)
+        } else {
+            self.inactive.insert(id)
+        };
+        if changed {
+            self.generation += 1;
+            self.cache.clear();
+        }
+    }
+
+    /// Whether local port `id` is active (ports not waiting for activation always are).
+    pub fn port_active(&self, id: u32) -> bool {
+        !self.inactive.contains(&id)
+    }
+
+    /// Takes the events collected so far.
+    pub fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// Sizes of the learned tables.
+    pub fn learn_stats(&self) -> LearnStats {
+        self.state.stats()
+    }
+
+    /// Drops ECMP next-hop and LB affinity entries that have timed out by `now` (lookups
+    /// already ignore them; this frees their memory).
+    pub fn expire_learned(&mut self, now: Duration) {
+        self.state.expire(now);
+    }
+
+    /// The port key learned for `mac` in the datapath with `tunnel_key` (`get_fdb`).
+    pub fn fdb(&self, tunnel_key: u32, mac: [u8; 6]) -> Option<u32> {
+        let m = mac.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b));
+        self.state.fdb.get(&(tunnel_key, m)).copied()
+    }
+
+    /// Hits of every counted action (`log`, `set_meter`, `sample`, `trigger_event`,
+    /// `set_queue`, `igmp`, `handle_svc_check`, DHCP/DNS/RA functions, `bind_vport`) since the
+    /// program was installed. Traces do not count.
+    pub fn action_hits(&self) -> Vec<ActionHits> {
+        self.prog.action_hits(&self.counters)
     }
 
     /// The program.
@@ -279,6 +509,7 @@ impl Pipeline {
             out,
             None,
             Mode::Cached,
+            None,
         )
     }
 
@@ -300,6 +531,7 @@ impl Pipeline {
             out,
             None,
             Mode::Uncached,
+            None,
         )
     }
 
@@ -313,6 +545,49 @@ impl Pipeline {
         now: Duration,
         out: &mut Outputs,
     ) -> Result<Trace, ProcessError> {
+        self.trace_with(ct, from, frame, now, out, &WhatIf::default())
+    }
+
+    /// [`Pipeline::trace_with`] with conntrack running for real on `scratch`, a table the
+    /// caller keeps for this one trace: a connection the walk commits is seen by its later
+    /// lookups (a reply the pipeline generates, a hairpin), as on the datapath, while the
+    /// neighbour, FDB, ECMP and affinity tables stay untouched as in every trace. `holdfast
+    /// trace` passes an empty table per packet.
+    pub fn trace_scratch(
+        &mut self,
+        scratch: &mut Conntrack,
+        from: Ingress,
+        frame: &[u8],
+        now: Duration,
+        out: &mut Outputs,
+        what_if: &WhatIf,
+    ) -> Result<Trace, ProcessError> {
+        let mut t = Trace::default();
+        self.run(
+            CtHandle::Live(scratch),
+            from,
+            frame,
+            now,
+            out,
+            Some(&mut t),
+            Mode::Trace,
+            Some(whatif::Cursor::new(what_if)),
+        )?;
+        Ok(t)
+    }
+
+    /// [`Pipeline::trace`] with what-if overrides: forced `ct_state`s for successive
+    /// conntrack lookups and a chosen load-balancer backend (ovn-trace's `--ct` and
+    /// `--lb-dst`).
+    pub fn trace_with(
+        &mut self,
+        ct: &Conntrack,
+        from: Ingress,
+        frame: &[u8],
+        now: Duration,
+        out: &mut Outputs,
+        what_if: &WhatIf,
+    ) -> Result<Trace, ProcessError> {
         let mut t = Trace::default();
         self.run(
             CtHandle::WhatIf(ct),
@@ -322,6 +597,7 @@ impl Pipeline {
             out,
             Some(&mut t),
             Mode::Trace,
+            Some(whatif::Cursor::new(what_if)),
         )?;
         Ok(t)
     }
@@ -336,6 +612,7 @@ impl Pipeline {
         out: &mut Outputs,
         trace: Option<&mut Trace>,
         mode: Mode,
+        what_if: Option<whatif::Cursor<'_>>,
     ) -> Result<RunStats, ProcessError> {
         out.clear();
         let (dp, pipe, inport, outport) = match from {
@@ -345,6 +622,24 @@ impl Pipeline {
                     .local
                     .get(&id)
                     .ok_or(ProcessError::UnknownLocalPort(id))?;
+                if self.inactive.contains(&id) {
+                    let rarp = frame.get(12..14) == Some(&[0x80, 0x35][..]);
+                    if !rarp {
+                        return Ok(RunStats {
+                            inactive_port: true,
+                            ..RunStats::default()
+                        });
+                    }
+                    if mode != Mode::Trace {
+                        self.set_port_active(id, true);
+                        let port = self.prog.dps[dp as usize]
+                            .ports
+                            .get(&key)
+                            .map(|p| p.name.clone())
+                            .unwrap_or_default();
+                        self.events.push(Event::PortActivated { local: id, port });
+                    }
+                }
                 (dp, program::INGRESS, key, 0)
             }
             Ingress::Tunnel {
@@ -357,10 +652,61 @@ impl Pipeline {
                     .by_key
                     .get(&datapath)
                     .ok_or(ProcessError::UnknownDatapath(datapath))?;
+                let d = &self.prog.dps[dp as usize];
+                // A multicast group from a tunnel: this chassis's own members only.
+                if let Some(members) = d.groups.get(&outport) {
+                    let members: Vec<u32> = members
+                        .iter()
+                        .copied()
+                        .filter(|m| {
+                            m != &inport
+                                && d.ports
+                                    .get(m)
+                                    .is_some_and(|p| matches!(p.loc, program::Loc::Local(_)))
+                        })
+                        .collect();
+                    let mut all = Outputs::default();
+                    let mut stats = RunStats::default();
+                    let mut trace = trace;
+                    let mut ct = ct;
+                    for m in members {
+                        let from = Ingress::Tunnel {
+                            datapath,
+                            inport,
+                            outport: m,
+                        };
+                        let s = self.run(
+                            ct.reborrow(),
+                            from,
+                            frame,
+                            now,
+                            out,
+                            trace.as_deref_mut(),
+                            mode,
+                            None,
+                        )?;
+                        stats.segments += s.segments;
+                        stats.cache_hits += s.cache_hits;
+                        for (d, b) in out.iter() {
+                            all.push(d, b);
+                        }
+                    }
+                    out.clear();
+                    for (d, b) in all.iter() {
+                        out.push(d, b);
+                    }
+                    return Ok(stats);
+                }
+                // A chassisredirect port resident here stands for its distributed port.
+                let outport = match d.ports.get(&outport).map(|p| &p.loc) {
+                    Some(program::Loc::Redirect(to)) => *to,
+                    _ => outport,
+                };
                 (dp, program::EGRESS, inport, outport)
             }
         };
         let parsed = hf_wire::parse(frame, inport, u64::from(dp))?;
+        let events_before = self.events.len();
         self.cache.maintain();
         self.scr.reset();
         let ctx = &mut self.scr.ctx;
@@ -372,6 +718,8 @@ impl Pipeline {
         let mut r = Runner {
             prog: &self.prog,
             neigh: &mut self.neigh,
+            state: &mut self.state,
+            counters: &mut self.counters,
             generation: &mut self.generation,
             cache: &mut self.cache,
             scr: &mut self.scr,
@@ -382,11 +730,33 @@ impl Pipeline {
             mode,
             segments: 0,
             hits: 0,
+            what_if,
+            events: &mut self.events,
         };
         r.run_segment(resume_id(dp, pipe, 0), 0);
-        Ok(RunStats {
+        let stats = RunStats {
             segments: r.segments,
             cache_hits: r.hits,
-        })
+            inactive_port: false,
+        };
+        self.remember_learned(events_before);
+        Ok(stats)
+    }
+
+    /// Copies the bindings learned by this run (events from `from` on) into the table that
+    /// survives swaps.
+    fn remember_learned(&mut self, from: usize) {
+        for e in self.events.get(from..).unwrap_or(&[]) {
+            if let Event::Neighbour {
+                datapath,
+                port,
+                ip,
+                mac,
+            } = e
+            {
+                self.learned
+                    .insert((datapath.clone(), port.clone(), *ip), *mac);
+            }
+        }
     }
 }

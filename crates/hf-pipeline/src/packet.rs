@@ -78,6 +78,9 @@ pub(crate) mod slot {
     pub const CT_MARK: usize = 40;
     pub const CT_LABEL: usize = 41;
     pub const CT_STATE: usize = 42;
+    /// `icmp4.frag_mtu` and `icmp6.frag_mtu`: written into the ICMP header, never matched.
+    pub const ICMP4_FRAG_MTU: usize = 43;
+    pub const ICMP6_FRAG_MTU: usize = 44;
     /// First and last slot read from packet headers.
     pub const HEADER_FIRST: usize = ETH_SRC;
     pub const HEADER_LAST: usize = ND_TLL;
@@ -109,6 +112,9 @@ pub(crate) struct Ctx {
     pub f: [u128; NF],
     pub parsed: Parsed,
     pub frame: Vec<u8>,
+    /// The original-direction tuple of the connection the last conntrack action found
+    /// (`ct_nw_dst`, `ct_tp_dst`, ...), for `ct_snat_to_vip`.
+    pub ct_orig: Option<hf_conntrack::Tuple>,
 }
 
 fn mac(e: EthAddr) -> u128 {
@@ -132,12 +138,14 @@ impl Ctx {
                 inner: None,
             },
             frame: Vec::new(),
+            ct_orig: None,
         }
     }
 
     /// Resets every field and loads the headers of `parsed` (the frame is already in place).
     pub(crate) fn load(&mut self, parsed: Parsed) {
         self.f = [0; NF];
+        self.ct_orig = None;
         self.parsed = parsed;
         self.set_headers();
     }
@@ -236,7 +244,10 @@ impl Ctx {
         let wm = WIDTH_MASKS[field];
         let new = ((old & !mask) | (value & mask)) & wm;
         self.f[field] = new;
-        if new != old && (slot::HEADER_FIRST..=slot::HEADER_LAST).contains(&field) {
+        if new != old
+            && ((slot::HEADER_FIRST..=slot::HEADER_LAST).contains(&field)
+                || field >= slot::ICMP4_FRAG_MTU)
+        {
             self.write_header(field, old, new);
         }
     }
@@ -353,6 +364,30 @@ impl Ctx {
             ARP_TPA if arp => {
                 self.put(l3 + 24, &(new as u32).to_be_bytes());
                 self.parsed.key.arp_tpa = Ipv4Addr::from(new as u32);
+            }
+            // The MTU of "fragmentation needed" (ICMPv4 3/4: bytes 6-7) and "packet too big"
+            // (ICMPv6 2: bytes 4-7), which northd sets inside `icmp4_error`/`icmp6_error`.
+            ICMP4_FRAG_MTU | ICMP6_FRAG_MTU if l4 != 0 => {
+                let mut bytes = (new as u32).to_be_bytes();
+                let (at, n) = if field == ICMP4_FRAG_MTU {
+                    bytes[..2].copy_from_slice(&(new as u16).to_be_bytes());
+                    (l4 + 6, 2)
+                } else {
+                    (l4 + 4, 4)
+                };
+                let icmp = (field == ICMP4_FRAG_MTU && v4 && self.parsed.key.ip_proto == 1)
+                    || (field == ICMP6_FRAG_MTU && v6 && self.parsed.key.ip_proto == 58);
+                let mut o = [0u8; 4];
+                if icmp && let Some(old) = self.frame.get(at..at + n) {
+                    o[..n].copy_from_slice(old);
+                    let cs_at = l4 + 2;
+                    if let Some(cs) = self.frame.get(cs_at..cs_at + 2) {
+                        let cs = u16::from_be_bytes([cs[0], cs[1]]);
+                        let cs = checksum_adjust(cs, &o[..n], &bytes[..n]);
+                        self.put(cs_at, &cs.to_be_bytes());
+                    }
+                    self.put(at, &bytes[..n]);
+                }
             }
             // VLAN, ND options and flow labels are matched but not rewritten in the frame.
             _ => {

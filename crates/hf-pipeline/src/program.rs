@@ -5,21 +5,21 @@
 //! [`Classifier`] per (datapath, pipeline, table). Actions become [`CAct`]s in one arena so that
 //! cached action lists can point at them by index.
 
-use std::collections::HashMap;
+use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ops::Range;
 
 use hf_conntrack::{Masked, NatRange, Owner};
 use hf_expr::actions::{CtCommit, NatKind, NestedKind, NextArgs, Pipeline, ResultFn};
 use hf_expr::constant::Format;
-use hf_expr::normalize::{Atom, Limits, Normalizer};
+use hf_expr::normalize::Atom;
 use hf_expr::{Action, Constant, Expr, FieldRef, Sets, SymbolTable, Value};
 
 use crate::classifier::{Classifier, Conj, FastMap, Test};
 use crate::packet::{Bits, slot};
 
 /// Where a logical port lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum PortLocation {
     /// Bound on this chassis to the datapath's port with this id (a VIF or a localnet port).
@@ -35,20 +35,121 @@ pub enum PortLocation {
         peer: String,
     },
     /// Not bound anywhere: output to it drops.
+    #[default]
     Unbound,
+    /// A `chassisredirect` port resident on this chassis: output to it continues in the egress
+    /// pipeline with `outport` set to the named distributed gateway port of the same datapath
+    /// (OVN's physical table 38 for local `chassisredirect` ports).
+    Redirect {
+        /// The distributed gateway port (`options:distributed-port`).
+        port: String,
+    },
+}
+
+/// What a logical port is (`Port_Binding.type`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum PortKind {
+    /// A VIF (`""`).
+    #[default]
+    Vif,
+    /// `patch`.
+    Patch,
+    /// `l3gateway`.
+    L3Gateway,
+    /// `chassisredirect`.
+    ChassisRedirect,
+    /// `localnet`.
+    Localnet,
+    /// `localport`.
+    Localport,
+    /// `virtual`.
+    Virtual,
+    /// `external`.
+    External,
+    /// `l2gateway`.
+    L2Gateway,
+    /// `vtep`.
+    Vtep,
+    /// `remote` (OVN interconnection).
+    Remote,
+    /// Anything else, as written.
+    Other(String),
+}
+
+impl PortKind {
+    /// The kind named by `Port_Binding.type`.
+    pub fn from_sb(t: &str) -> PortKind {
+        match t {
+            "" => PortKind::Vif,
+            "patch" => PortKind::Patch,
+            "l3gateway" => PortKind::L3Gateway,
+            "chassisredirect" => PortKind::ChassisRedirect,
+            "localnet" => PortKind::Localnet,
+            "localport" => PortKind::Localport,
+            "virtual" => PortKind::Virtual,
+            "external" => PortKind::External,
+            "l2gateway" => PortKind::L2Gateway,
+            "vtep" => PortKind::Vtep,
+            "remote" => PortKind::Remote,
+            o => PortKind::Other(o.to_string()),
+        }
+    }
 }
 
 /// A logical port.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PortSpec {
     /// The logical port name (what `inport == "..."` says).
     pub name: String,
-    /// Its tunnel key within the datapath (nonzero).
+    /// Its tunnel key within the datapath (nonzero; Geneve carries 15 bits).
     pub key: u32,
     /// Where it lives.
     pub location: PortLocation,
     /// The conntrack zone of a switch port (`lsp/<port>`), resolved by the caller.
     pub zone: u16,
+    /// Its type.
+    pub kind: PortKind,
+    /// `is_chassis_resident()` holds for it (as ovn-controller answers it: where
+    /// `Port_Binding.chassis` is this chassis; a local location alone does not make a port
+    /// resident, e.g. a localport or a port whose additional chassis this is).
+    pub resident: bool,
+    /// Other chassis the port is also bound to (`requested_chassis` with several names,
+    /// `additional_chassis`): output to it also sends one tunnel copy to each of them.
+    pub also_remote: Vec<u32>,
+    /// The port starts inactive on this chassis (a migration destination with
+    /// `activation-strategy=rarp`): see [`crate::Pipeline::set_port_active`].
+    pub needs_activation: bool,
+    /// `Port_Binding.mac`: `MAC [IP...]`, `unknown`, `router`, as written.
+    pub addresses: Vec<String>,
+    /// `Port_Binding.port_security`, as written.
+    pub port_security: Vec<String>,
+}
+
+/// A learned FDB entry (SB `FDB`): `mac` is behind `port` of `datapath`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FdbSpec {
+    /// Datapath name.
+    pub datapath: String,
+    /// Logical port name.
+    pub port: String,
+    /// The MAC.
+    pub mac: [u8; 6],
+}
+
+/// A load-balancer VIP applied to a datapath (SB `Load_Balancer.vips` keys, per datapath in
+/// `Load_Balancer.datapaths`): what `ct_snat_to_vip` matches the connection's original
+/// destination against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LbVipSpec {
+    /// Datapath name.
+    pub datapath: String,
+    /// The VIP.
+    pub ip: IpAddr,
+    /// Its port (0 for a VIP without a port).
+    pub port: u16,
+    /// IP protocol (6, 17 or 132).
+    pub proto: u8,
 }
 
 /// A multicast group such as `_MC_flood`.
@@ -78,6 +179,39 @@ pub enum DatapathKind {
     },
 }
 
+/// A flow's stable identity: `external_ids:hf-flow-id` when northd wrote one, else stage name,
+/// `stage-hint` and match (DESIGN "Flow identity"). The controller keys "last good version" by
+/// it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct FlowId(pub String);
+
+impl FlowId {
+    /// The identity of a flow with `external_ids:hf-flow-id`.
+    pub fn hf(id: &str) -> FlowId {
+        FlowId(format!("hf-flow-id:{id}"))
+    }
+
+    /// The fallback identity: stage name, NB stage hint and match text.
+    pub fn derived(stage: &str, stage_hint: Option<&str>, matches: &str) -> FlowId {
+        FlowId(format!("{stage}|{}|{matches}", stage_hint.unwrap_or("")))
+    }
+}
+
+impl fmt::Display for FlowId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The SB text a flow was parsed from (what traces print).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FlowText {
+    /// The match, as written.
+    pub matches: String,
+    /// The actions, as written.
+    pub actions: String,
+}
+
 /// One logical flow.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FlowSpec {
@@ -91,6 +225,37 @@ pub struct FlowSpec {
     pub matches: Expr,
     /// The actions.
     pub actions: Vec<Action>,
+    /// Stable identity.
+    pub id: FlowId,
+    /// `external_ids:stage-name` (empty when unknown).
+    pub stage: String,
+    /// The SB `Logical_Flow` UUID.
+    pub sb_uuid: Option<String>,
+    /// `external_ids:stage-hint`: the NB row behind the flow.
+    pub stage_hint: Option<String>,
+    /// The text it came from, when it came from text.
+    pub source: Option<FlowText>,
+    /// Why the text did not parse: [`Program::compile`] reports it as this flow's error and
+    /// leaves the flow out.
+    pub parse_error: Option<String>,
+}
+
+impl Default for FlowSpec {
+    fn default() -> Self {
+        FlowSpec {
+            pipeline: Pipeline::Ingress,
+            table: 0,
+            priority: 0,
+            matches: Expr::Bool(true),
+            actions: Vec::new(),
+            id: FlowId::default(),
+            stage: String::new(),
+            sb_uuid: None,
+            stage_hint: None,
+            source: None,
+            parse_error: None,
+        }
+    }
 }
 
 impl FlowSpec {
@@ -109,7 +274,55 @@ impl FlowSpec {
             priority,
             matches: hf_expr::parse_match(symtab, matches)?,
             actions: hf_expr::parse_actions(symtab, actions)?,
+            source: Some(FlowText {
+                matches: matches.to_string(),
+                actions: actions.to_string(),
+            }),
+            ..FlowSpec::default()
         })
+    }
+
+    /// A flow from SB text that never fails: text that does not parse is kept with its
+    /// [`FlowSpec::parse_error`], which compilation reports as a per-flow error.
+    pub fn from_text(
+        pipeline: Pipeline,
+        table: u8,
+        priority: u16,
+        matches: &str,
+        actions: &str,
+    ) -> FlowSpec {
+        let symtab = SymbolTable::shared();
+        let source = Some(FlowText {
+            matches: matches.to_string(),
+            actions: actions.to_string(),
+        });
+        let parsed = hf_expr::parse_match(symtab, matches)
+            .map_err(|e| format!("match: {e}"))
+            .and_then(|m| {
+                hf_expr::parse_actions(symtab, actions)
+                    .map(|a| (m, a))
+                    .map_err(|e| format!("actions: {e}"))
+            });
+        match parsed {
+            Ok((m, a)) => FlowSpec {
+                pipeline,
+                table,
+                priority,
+                matches: m,
+                actions: a,
+                source,
+                ..FlowSpec::default()
+            },
+            Err(e) => FlowSpec {
+                pipeline,
+                table,
+                priority,
+                matches: Expr::Bool(false),
+                source,
+                parse_error: Some(e),
+                ..FlowSpec::default()
+            },
+        }
     }
 }
 
@@ -154,36 +367,20 @@ pub struct ProgramSpec {
     pub sets: Sets,
     /// The owner recorded on connections this program commits.
     pub owner: Owner,
+    /// Initial FDB (SB `FDB` rows).
+    pub fdb: Vec<FdbSpec>,
+    /// Load-balancer VIPs per datapath (for `ct_snat_to_vip`).
+    pub lb_vips: Vec<LbVipSpec>,
+    /// Per switch (by name), its SNAT zone (`ls/<switch>/snat`): the zone `ct_snat_to_vip`
+    /// commits the hairpin SNAT in. A switch without one uses the port's zone.
+    pub switch_snat_zones: Vec<(String, u16)>,
 }
 
-/// Why a program did not compile.
+/// Why a program did not compile as a whole (structural errors; a bad flow is a
+/// [`FlowError`] instead).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CompileError {
-    /// A match did not normalise (or names an unknown field).
-    #[error("datapath {datapath}, table {table}, priority {priority}: {message}")]
-    Match {
-        /// Datapath name.
-        datapath: String,
-        /// Table.
-        table: u8,
-        /// Priority.
-        priority: u16,
-        /// What went wrong.
-        message: String,
-    },
-    /// An action names an unknown field, a predicate, or an impossible value.
-    #[error("datapath {datapath}, table {table}, priority {priority}: action: {message}")]
-    Action {
-        /// Datapath name.
-        datapath: String,
-        /// Table.
-        table: u8,
-        /// Priority.
-        priority: u16,
-        /// What went wrong.
-        message: String,
-    },
     /// A patch port's peer does not exist.
     #[error("port {port}: unknown patch peer {peer}")]
     UnknownPeer {
@@ -191,6 +388,14 @@ pub enum CompileError {
         port: String,
         /// The missing peer.
         peer: String,
+    },
+    /// A `port_security` entry does not parse.
+    #[error("port {port}: port_security: {message}")]
+    PortSecurity {
+        /// The port.
+        port: String,
+        /// What went wrong.
+        message: String,
     },
     /// Two logical ports claim the same local port id, or a port key is used twice.
     #[error("datapath {datapath}: port key or local id {id} used twice")]
@@ -200,6 +405,108 @@ pub enum CompileError {
         /// The key or id.
         id: u32,
     },
+    /// A tunnel key does not fit Geneve's option (24-bit datapath keys, 15-bit port keys,
+    /// 16-bit multicast group keys with the top bit set).
+    #[error("datapath {datapath}: {what} tunnel key {key} is outside Geneve's range {range}")]
+    TunnelKey {
+        /// Datapath name.
+        datapath: String,
+        /// What carries the key (`datapath`, `port NAME`, `multicast group NAME`).
+        what: String,
+        /// The key.
+        key: u32,
+        /// The allowed range.
+        range: &'static str,
+    },
+    /// Two datapaths share a tunnel key.
+    #[error("datapaths {a} and {b} share tunnel key {key}")]
+    DuplicateDatapath {
+        /// One datapath.
+        a: String,
+        /// The other.
+        b: String,
+        /// The key.
+        key: u32,
+    },
+    /// [`Program::compile_strict`]: a flow did not compile.
+    #[error("{0}")]
+    Flow(Box<FlowError>),
+}
+
+/// What kind of problem a [`FlowError`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum FlowErrorKind {
+    /// The SB text does not parse (lexer, parser or type errors).
+    Syntax,
+    /// The match does not normalise (too large, impossible field use).
+    Match,
+    /// The match names an address set, port group or template variable that does not exist.
+    UnknownSet,
+    /// An action names an unknown field or has an impossible argument.
+    Action,
+    /// An action the pipeline does not execute.
+    Unsupported,
+}
+
+impl FlowErrorKind {
+    /// A short name (`syntax`, `match`, `unknown-set`, `action`, `unsupported`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FlowErrorKind::Syntax => "syntax",
+            FlowErrorKind::Match => "match",
+            FlowErrorKind::UnknownSet => "unknown-set",
+            FlowErrorKind::Action => "action",
+            FlowErrorKind::Unsupported => "unsupported",
+        }
+    }
+}
+
+impl fmt::Display for FlowErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One flow that did not compile; the rest of the program did. Names the flow (datapath,
+/// pipeline, table, priority, identity, stage, SB UUID) and the reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "datapath {datapath}, {pipeline} table {table}{} priority {priority}{}: {kind}: {message} (flow {id})",
+    stage_suffix(stage),
+    uuid_suffix(sb_uuid.as_deref())
+)]
+pub struct FlowError {
+    /// Datapath name.
+    pub datapath: String,
+    /// `ingress` or `egress`.
+    pub pipeline: &'static str,
+    /// Table.
+    pub table: u8,
+    /// Priority.
+    pub priority: u16,
+    /// The flow's identity.
+    pub id: FlowId,
+    /// Its stage name.
+    pub stage: String,
+    /// Its SB UUID.
+    pub sb_uuid: Option<String>,
+    /// What kind of problem.
+    pub kind: FlowErrorKind,
+    /// What went wrong.
+    pub message: String,
+}
+
+fn stage_suffix(stage: &str) -> String {
+    if stage.is_empty() {
+        ",".into()
+    } else {
+        format!(" ({stage}),")
+    }
+}
+
+fn uuid_suffix(u: Option<&str>) -> String {
+    u.map_or(String::new(), |u| format!(", lflow {u}"))
 }
 
 /// Which pipeline (internal, `Copy` and indexable).
@@ -237,6 +544,8 @@ pub(crate) enum CAct {
     CtCommit {
         mark: Option<Masked<u32>>,
         label: Option<Masked<u128>>,
+        /// `ct_mark`/`ct_label` bits (destination) loaded from packet fields (source).
+        moves: Vec<(Bits, Bits)>,
     },
     /// `ct_snat`/`ct_dnat` (and `_in_czone`), with or without a target.
     CtNat {
@@ -245,10 +554,19 @@ pub(crate) enum CAct {
     },
     /// `ct_commit_nat`.
     CtCommitNat,
-    /// `ct_lb`/`ct_lb_mark`; no backends means "existing connections only".
+    /// `ct_lb`/`ct_lb_mark`; no backends means "existing connections only". `hash` lists the
+    /// slots of `hash_fields` (empty: the 5-tuple); `flag` is the `skip_snat`/`force_snat` bit
+    /// committed into `ct_mark`/`ct_label` beside `natted`.
     CtLb {
         mark: bool,
         backends: Vec<(IpAddr, u16)>,
+        hash: Vec<u8>,
+        flag: u32,
+    },
+    /// `ct_snat_to_vip`: when the connection was DNATed to a backend of one of this datapath's
+    /// VIPs, SNAT it to that VIP (hairpin) in the datapath's SNAT zone.
+    CtSnatToVip {
+        dp: u32,
     },
     CtClear,
     Nested {
@@ -276,9 +594,13 @@ pub(crate) enum CAct {
         ip: Bits,
         mac: Option<Bits>,
     },
+    /// `chk_lb_hairpin()`/`chk_lb_hairpin_reply()`: DNATed, source == destination, and (when
+    /// the datapath has load-balancer VIPs) the connection's original destination is one of
+    /// them, as ovn-controller's hairpin flows and ovn-trace check.
     ChkLbHairpin {
         dst: Bits,
         reply: bool,
+        dp: u32,
     },
     Select {
         dst: Bits,
@@ -288,14 +610,91 @@ pub(crate) enum CAct {
         dst: Bits,
         len: u32,
     },
-    /// A result function holdfast does not model (DHCP, DNS, FDB, ...): `R = 0`.
-    ResultZero {
+    /// A result function whose value ovn-trace models as a constant: `put_dhcp_opts`,
+    /// `put_dhcpv6_opts` and `put_nd_ra_opts` store 1 (the reply itself is built by the
+    /// controller's packet-in handler), `dns_lookup` stores 0 (ovn-trace: "not implemented").
+    /// Each hit is counted.
+    ResultConst {
         dst: Bits,
+        value: u8,
         #[allow(dead_code)] // shown by traces through Debug
         name: &'static str,
+        counter: u32,
     },
-    /// An action with no effect on forwarding (`log`, `set_queue`, `sample`, ...).
-    Nop(#[allow(dead_code)] &'static str),
+    /// `R = check_in_port_sec()` / `R = check_out_port_sec()`.
+    PortSec {
+        dst: Bits,
+        out: bool,
+        dp: u32,
+    },
+    /// `put_fdb(P, M)`.
+    PutFdb {
+        dp: u32,
+        port: Bits,
+        mac: Bits,
+    },
+    /// `R = lookup_fdb(P, M)`: 1 when `M` was learned on `P`.
+    LookupFdb {
+        dp: u32,
+        dst: Bits,
+        port: Bits,
+        mac: Bits,
+    },
+    /// `R = get_fdb(M)`: the port key learned for `M`, or 0.
+    GetFdb {
+        dp: u32,
+        dst: Bits,
+        mac: Bits,
+    },
+    /// `commit_ecmp_nh(ipv6 = B, proto = P)`.
+    CommitEcmpNh {
+        dp: u32,
+        v6: bool,
+        proto: u8,
+    },
+    /// `R = chk_ecmp_nh_mac()` (`mac`) or `R = chk_ecmp_nh()`.
+    ChkEcmpNh {
+        dp: u32,
+        dst: Bits,
+        mac: bool,
+    },
+    /// `commit_lb_aff(vip = "V:VP", backend = "B:BP", proto = P, timeout = T)`.
+    CommitLbAff {
+        dp: u32,
+        vip: IpAddr,
+        vip_port: u16,
+        backend: IpAddr,
+        backend_port: u16,
+        proto: u8,
+        timeout: u32,
+    },
+    /// `R = chk_lb_aff()`: on a hit also loads the backend into `reg4` (IPv4), `xxreg0`
+    /// (IPv6, switch) or `xxreg1` (IPv6, router) and its port into `reg8[0..15]`.
+    ChkLbAff {
+        dp: u32,
+        dst: Bits,
+        switch: bool,
+    },
+    /// `bind_vport("V", P)`: reported as an event; forwarding is unchanged.
+    BindVport {
+        dp: u32,
+        vport: u32,
+        parent: Bits,
+        counter: u32,
+    },
+    /// `fwd_group(childports=...)`: output to one child port chosen by the 5-tuple hash.
+    FwdGroup {
+        ports: Vec<u32>,
+    },
+    /// An action with no effect on forwarding whose hits are counted: `log`, `set_meter`,
+    /// `sample`, `trigger_event`, `set_queue`, `igmp`, `handle_svc_check`,
+    /// `handle_dhcpv6_reply`, `handle_bfd_msg` (the last four are the controller's packet-in
+    /// handlers; ovn-trace does nothing for them either).
+    Count {
+        #[allow(dead_code)] // shown by traces through Debug
+        name: &'static str,
+        counter: u32,
+    },
 }
 
 impl CAct {
@@ -312,7 +711,12 @@ impl CAct {
 pub(crate) enum Loc {
     Local(u32),
     Remote(u32),
-    Patch { dp: u32, port: u32 },
+    Patch {
+        dp: u32,
+        port: u32,
+    },
+    /// A resident `chassisredirect` port: continue in egress with this port key.
+    Redirect(u32),
     Unbound,
 }
 
@@ -321,6 +725,27 @@ pub(crate) struct Port {
     pub name: String,
     pub loc: Loc,
     pub zone: u16,
+    pub ps: Vec<crate::port_sec::PsEntry>,
+    /// Further chassis that get a tunnel copy of what is output to the port.
+    pub also_remote: Vec<u32>,
+}
+
+/// One datapath's compiled flows: shared (by `Arc`) between programs when a recompile leaves
+/// the datapath alone.
+#[derive(Debug, Default)]
+pub(crate) struct DpCode {
+    /// `tables[pipeline][table]`.
+    pub tables: [Vec<Classifier>; 2],
+    /// The flows that did not compile.
+    pub errors: Vec<FlowError>,
+    /// Port names its flows ask `is_chassis_resident` about, with the answer compiled in.
+    pub resident_refs: Vec<(String, bool)>,
+    /// Address sets and port groups its flows name (`$x`, `@x`).
+    pub set_refs: Vec<String>,
+    /// (name, key) of its ports and groups when compiled: names in flows resolve to them.
+    pub names: Vec<(String, u32)>,
+    /// Arena entries (flows) it owns.
+    pub flow_count: usize,
 }
 
 #[derive(Debug)]
@@ -330,8 +755,12 @@ pub(crate) struct Dp {
     pub kind: DatapathKind,
     pub ports: FastMap<u32, Port>,
     pub groups: FastMap<u32, Vec<u32>>,
-    /// `tables[pipeline][table]`.
-    pub tables: [Vec<Classifier>; 2],
+    /// Load-balancer VIPs: (address, IPv6, port, protocol).
+    pub vips: Vec<(u128, bool, u16, u8)>,
+    /// The zone `ct_snat_to_vip` uses on a switch.
+    pub snat_zone: Option<u16>,
+    /// `tables[pipeline][table]` and what they were compiled from.
+    pub tables: std::sync::Arc<DpCode>,
 }
 
 /// What a trace shows of a flow.
@@ -341,6 +770,10 @@ pub(crate) struct FlowInfo {
     pub matches: String,
     pub actions: String,
     pub acts: Range<u32>,
+    pub id: FlowId,
+    pub stage: String,
+    pub sb_uuid: Option<String>,
+    pub stage_hint: Option<String>,
 }
 
 /// A compiled program. Immutable; hand it to [`crate::Pipeline::new`] or
@@ -348,185 +781,79 @@ pub(crate) struct FlowInfo {
 #[derive(Debug)]
 pub struct Program {
     pub(crate) dps: Vec<Dp>,
-    pub(crate) acts: Vec<CAct>,
-    pub(crate) flows: Vec<FlowInfo>,
+    pub(crate) acts: crate::arena::Arena<CAct>,
+    pub(crate) flows: crate::arena::Arena<FlowInfo>,
     /// Local port id → (datapath index, port key).
     pub(crate) local: FastMap<u32, (u32, u32)>,
     /// Datapath tunnel key → index.
     pub(crate) by_key: FastMap<u32, u32>,
     pub(crate) neighbours: Vec<(u32, u32, u128, bool, u128)>,
+    /// Initial FDB: (datapath tunnel key, MAC, port key).
+    pub(crate) fdb: Vec<(u32, u128, u32)>,
+    /// Counted actions, indexed by the `counter` of their `CAct`.
+    pub(crate) counters: Vec<Counted>,
     pub(crate) owner: Owner,
+    /// Local port ids that start inactive.
+    pub(crate) inactive: Vec<u32>,
+    /// The sets the flows were compiled against (to see which datapaths a change touches).
+    pub(crate) sets: Sets,
+}
+
+/// Where a counted action is: datapath index, pipeline, table, flow index, action name.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Counted {
+    pub dp: u32,
+    pub pipe: u8,
+    pub table: u8,
+    pub flow: u32,
+    pub name: &'static str,
+    /// False once a recompile replaced the flow's datapath tables.
+    pub live: bool,
+}
+
+/// Hits of one counted action (`log`, `set_meter`, `sample`, `trigger_event`, ...).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActionHits {
+    /// Datapath name.
+    pub datapath: String,
+    /// `ingress` or `egress`.
+    pub pipeline: &'static str,
+    /// Table.
+    pub table: u8,
+    /// The flow's priority.
+    pub priority: u16,
+    /// The flow's match, as text.
+    pub matches: String,
+    /// The action's name.
+    pub action: &'static str,
+    /// Packets that ran it.
+    pub hits: u64,
 }
 
 impl Program {
-    /// Compiles `spec`.
-    pub fn compile(spec: &ProgramSpec) -> Result<Program, CompileError> {
-        let symtab = SymbolTable::shared();
-        let mut prog = Program {
-            dps: Vec::new(),
-            acts: Vec::new(),
-            flows: Vec::new(),
-            local: FastMap::default(),
-            by_key: FastMap::default(),
-            neighbours: Vec::new(),
-            owner: spec.owner,
-        };
-        // Ports first: patch peers may point forward.
-        let mut names: HashMap<String, (u32, u32)> = HashMap::new();
-        let mut dp_names: HashMap<&str, u32> = HashMap::new();
-        for (i, d) in spec.datapaths.iter().enumerate() {
-            dp_names.insert(&d.name, i as u32);
-            prog.by_key.insert(d.tunnel_key, i as u32);
-            for p in &d.ports {
-                names.insert(p.name.clone(), (i as u32, p.key));
-            }
-        }
-        for (i, d) in spec.datapaths.iter().enumerate() {
-            let dup = |id| CompileError::Duplicate {
-                datapath: d.name.clone(),
-                id,
-            };
-            let mut ports = FastMap::default();
-            for p in &d.ports {
-                let loc = match &p.location {
-                    PortLocation::Local(id) => {
-                        if prog.local.insert(*id, (i as u32, p.key)).is_some() {
-                            return Err(dup(*id));
-                        }
-                        Loc::Local(*id)
-                    }
-                    PortLocation::Remote { chassis } => Loc::Remote(*chassis),
-                    PortLocation::Patch { peer } => match names.get(peer) {
-                        Some(&(dp, port)) => Loc::Patch { dp, port },
-                        None => {
-                            return Err(CompileError::UnknownPeer {
-                                port: p.name.clone(),
-                                peer: peer.clone(),
-                            });
-                        }
+    /// Every counted action with its hit count from `hits` (indexed like `counters`).
+    pub(crate) fn action_hits(&self, hits: &[u64]) -> Vec<ActionHits> {
+        self.counters
+            .iter()
+            .zip(hits)
+            .filter(|(c, _)| c.live)
+            .filter_map(|(c, &hits)| {
+                let f = self.flows.get(c.flow as usize)?;
+                Some(ActionHits {
+                    datapath: self.dps.get(c.dp as usize)?.name.clone(),
+                    pipeline: if c.pipe == INGRESS {
+                        "ingress"
+                    } else {
+                        "egress"
                     },
-                    PortLocation::Unbound => Loc::Unbound,
-                };
-                if p.key == 0 || ports.contains_key(&p.key) {
-                    return Err(dup(p.key));
-                }
-                ports.insert(
-                    p.key,
-                    Port {
-                        name: p.name.clone(),
-                        loc,
-                        zone: p.zone,
-                    },
-                );
-            }
-            let mut groups = FastMap::default();
-            for g in &d.groups {
-                let mut members: Vec<u32> = g
-                    .members
-                    .iter()
-                    .filter_map(|m| d.ports.iter().find(|p| &p.name == m).map(|p| p.key))
-                    .collect();
-                members.sort_unstable();
-                members.dedup();
-                groups.insert(g.key, members);
-            }
-            prog.dps.push(Dp {
-                name: d.name.clone(),
-                key: d.tunnel_key,
-                kind: d.kind,
-                ports,
-                groups,
-                tables: [Vec::new(), Vec::new()],
-            });
-        }
-        let mut norm = Normalizer::new(symtab, Limits::default());
-        for (i, d) in spec.datapaths.iter().enumerate() {
-            let port_key = |name: &str| -> Option<u32> {
-                d.ports
-                    .iter()
-                    .find(|p| p.name == name)
-                    .map(|p| p.key)
-                    .or_else(|| d.groups.iter().find(|g| g.name == name).map(|g| g.key))
-            };
-            let resident = |name: &str| -> bool {
-                d.ports
-                    .iter()
-                    .any(|p| p.name == name && matches!(p.location, PortLocation::Local(_)))
-            };
-            for fs in &d.flows {
-                let merr = |message: String| CompileError::Match {
-                    datapath: d.name.clone(),
-                    table: fs.table,
-                    priority: fs.priority,
-                    message,
-                };
-                let aerr = |message: String| CompileError::Action {
-                    datapath: d.name.clone(),
-                    table: fs.table,
-                    priority: fs.priority,
-                    message,
-                };
-                let n = norm
-                    .normalize(&fs.matches, &spec.sets)
-                    .map_err(|e| merr(e.to_string()))?;
-                let pipe = match fs.pipeline {
-                    Pipeline::Egress => EGRESS,
-                    _ => INGRESS,
-                };
-                let mut cx = ActCompiler {
-                    symtab,
-                    port_key: &port_key,
-                    pipe,
-                    table: fs.table,
-                    dp: i as u32,
-                    arena: &mut prog.acts,
-                };
-                let acts = cx.list(&fs.actions).map_err(aerr)?;
-                let flow = prog.flows.len() as u32;
-                prog.flows.push(FlowInfo {
-                    priority: fs.priority,
-                    matches: fs.matches.to_string(),
-                    actions: hf_expr::printer::actions_to_string(&fs.actions),
-                    acts,
-                });
-                let tables = &mut prog.dps[i].tables[usize::from(pipe)];
-                let t = usize::from(fs.table);
-                if tables.len() <= t {
-                    tables.resize_with(t + 1, Classifier::default);
-                }
-                for c in &n.disjuncts {
-                    if let Some(conj) = compile_conj(c, &port_key, &resident) {
-                        tables[t].insert(fs.priority, flow, conj);
-                    }
-                }
-            }
-        }
-        for dp in &mut prog.dps {
-            for t in dp.tables.iter_mut().flatten() {
-                t.finish();
-            }
-        }
-        for n in &spec.neighbours {
-            let Some(&dpi) = dp_names.get(n.datapath.as_str()) else {
-                continue;
-            };
-            let Some(p) = spec.datapaths[dpi as usize]
-                .ports
-                .iter()
-                .find(|p| p.name == n.port)
-            else {
-                continue;
-            };
-            let (ip, v6) = ip_u128(n.ip);
-            let mac = n.mac.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b));
-            prog.neighbours.push((dpi, p.key, ip, v6, mac));
-        }
-        Ok(prog)
-    }
-
-    /// Number of logical flows.
-    pub fn flow_count(&self) -> usize {
-        self.flows.len()
+                    table: c.table,
+                    priority: f.priority,
+                    matches: f.matches.clone(),
+                    action: c.name,
+                    hits,
+                })
+            })
+            .collect()
     }
 }
 
@@ -538,7 +865,7 @@ pub(crate) fn ip_u128(ip: IpAddr) -> (u128, bool) {
 }
 
 /// A normalised conjunction as a classifier rule; `None` when it can never match.
-fn compile_conj(
+pub(crate) fn compile_conj(
     c: &hf_expr::normalize::Conj,
     port_key: &dyn Fn(&str) -> Option<u32>,
     resident: &dyn Fn(&str) -> bool,
@@ -627,13 +954,22 @@ fn atom_test(
     }
 }
 
-struct ActCompiler<'a> {
+/// Prefix of the action compiler's message for an action the pipeline does not execute.
+pub(crate) const UNSUPPORTED: &str = "unsupported action: ";
+
+pub(crate) struct ActCompiler<'a> {
     symtab: &'static SymbolTable,
     port_key: &'a dyn Fn(&str) -> Option<u32>,
     pipe: u8,
     table: u8,
     dp: u32,
-    arena: &'a mut Vec<CAct>,
+    /// The datapath is a switch (`chk_lb_aff` loads IPv6 backends into `xxreg0` there).
+    pub(crate) switch: bool,
+    arena: &'a mut crate::arena::Arena<CAct>,
+    /// Counters already in the program; this flow's are numbered from here.
+    pub(crate) counter_base: u32,
+    /// Names of this flow's counted actions, in counter order.
+    pub(crate) counted: Vec<&'static str>,
 }
 
 fn const_ip(c: &Constant) -> IpAddr {
@@ -644,6 +980,26 @@ fn const_ip(c: &Constant) -> IpAddr {
 }
 
 impl ActCompiler<'_> {
+    pub(crate) fn new<'a>(
+        port_key: &'a dyn Fn(&str) -> Option<u32>,
+        pipe: u8,
+        table: u8,
+        dp: u32,
+        arena: &'a mut crate::arena::Arena<CAct>,
+    ) -> ActCompiler<'a> {
+        ActCompiler {
+            symtab: SymbolTable::shared(),
+            port_key,
+            pipe,
+            table,
+            dp,
+            switch: false,
+            arena,
+            counter_base: 0,
+            counted: Vec::new(),
+        }
+    }
+
     fn bits(&self, f: &FieldRef) -> Result<Bits, String> {
         let r = hf_expr::typecheck::resolve(self.symtab, f).map_err(|e| e.to_string())?;
         match r.bits {
@@ -664,8 +1020,10 @@ impl ActCompiler<'_> {
         }
     }
 
-    fn list(&mut self, actions: &[Action]) -> Result<Range<u32>, String> {
+    pub(crate) fn list(&mut self, actions: &[Action]) -> Result<Range<u32>, String> {
         let mut out = Vec::with_capacity(actions.len());
+        // `select` continues in the next table (OVN's group buckets resubmit there); the
+        // interpreter does that (`interp`), so nothing is appended here.
         for a in actions {
             out.push(self.one(a)?);
         }
@@ -724,6 +1082,7 @@ impl ActCompiler<'_> {
             Action::CtNext { .. } => CAct::CtNext,
             Action::CtCommit { args, .. } => {
                 let (mut mark, mut label) = (None::<Masked<u32>>, None::<Masked<u128>>);
+                let mut moves = Vec::new();
                 match args {
                     CtCommit::Bare => {}
                     CtCommit::Legacy { mark: m, label: l } => {
@@ -738,13 +1097,26 @@ impl ActCompiler<'_> {
                     }
                     CtCommit::Block(body) => {
                         for b in body {
+                            // `ct_label.label = reg3;`, `ct_label.ecmp_reply_eth = eth.src;`:
+                            // the value is read from the packet when the commit runs.
+                            if let Action::Move { dst, src, .. } = b {
+                                let (d, s) = (self.bits(dst)?, self.bits(src)?);
+                                if !matches!(usize::from(d.field), slot::CT_MARK | slot::CT_LABEL) {
+                                    return Err("ct_commit { } sets ct_mark or ct_label".into());
+                                }
+                                moves.push((d, s));
+                                continue;
+                            }
                             let Action::Assign {
                                 dst,
                                 value: Value::Const(c),
                                 ..
                             } = b
                             else {
-                                return Err("ct_commit { } takes constant assignments".into());
+                                return Err(
+                                    "ct_commit { } takes assignments to ct_mark and ct_label"
+                                        .into(),
+                                );
                             };
                             let bits = self.bits(dst)?;
                             let v = c.value.checked_shl(u32::from(bits.lo)).unwrap_or(0);
@@ -765,7 +1137,7 @@ impl ActCompiler<'_> {
                     }
                     _ => {}
                 }
-                CAct::CtCommit { mark, label }
+                CAct::CtCommit { mark, label, moves }
             }
             Action::CtNat { kind, target, .. } => CAct::CtNat {
                 kind: *kind,
@@ -782,18 +1154,32 @@ impl ActCompiler<'_> {
             },
             Action::CtClear { .. } => CAct::CtClear,
             Action::CtCommitNat { .. } => CAct::CtCommitNat,
-            Action::CtLb { mark, args, .. } => CAct::CtLb {
-                mark: *mark,
-                backends: args
-                    .as_ref()
-                    .map(|a| {
-                        a.backends
-                            .iter()
-                            .map(|b| (const_ip(&b.ip), b.port.unwrap_or(0)))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            },
+            Action::CtLb { mark, args, .. } => {
+                let hash = match args.as_ref().and_then(|a| a.hash_fields.as_deref()) {
+                    Some(h) => hash_slots(h)?,
+                    None => Vec::new(),
+                };
+                let flag = match args.as_ref().and_then(|a| a.flag.as_deref()) {
+                    None => 0,
+                    Some("skip_snat") => 4,
+                    Some("force_snat") => 8,
+                    Some(other) => return Err(format!("ct_lb: unknown flag `{other}`")),
+                };
+                CAct::CtLb {
+                    mark: *mark,
+                    backends: args
+                        .as_ref()
+                        .map(|a| {
+                            a.backends
+                                .iter()
+                                .map(|b| (const_ip(&b.ip), b.port.unwrap_or(0)))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    hash,
+                    flag,
+                }
+            }
             Action::Nested { kind, body, .. } => {
                 let body = self.list(body)?;
                 CAct::Nested { kind: *kind, body }
@@ -846,13 +1232,60 @@ impl ActCompiler<'_> {
                             mac: None,
                         }
                     }
-                    ResultFn::ChkLbHairpin => CAct::ChkLbHairpin { dst, reply: false },
-                    ResultFn::ChkLbHairpinReply => CAct::ChkLbHairpin { dst, reply: true },
-                    ResultFn::CheckPktLarger { len } => CAct::CheckPktLarger { dst, len: *len },
-                    other => CAct::ResultZero {
+                    ResultFn::ChkLbHairpin => CAct::ChkLbHairpin {
                         dst,
-                        name: other.name(),
+                        reply: false,
+                        dp: self.dp,
                     },
+                    ResultFn::ChkLbHairpinReply => CAct::ChkLbHairpin {
+                        dst,
+                        reply: true,
+                        dp: self.dp,
+                    },
+                    ResultFn::CheckPktLarger { len } => CAct::CheckPktLarger { dst, len: *len },
+                    ResultFn::CheckInPortSec | ResultFn::CheckOutPortSec => CAct::PortSec {
+                        dst,
+                        out: matches!(func, ResultFn::CheckOutPortSec),
+                        dp: self.dp,
+                    },
+                    ResultFn::LookupFdb { port, mac } => CAct::LookupFdb {
+                        dp: self.dp,
+                        dst,
+                        port: self.bits(port)?,
+                        mac: self.bits(mac)?,
+                    },
+                    ResultFn::GetFdb { mac } => CAct::GetFdb {
+                        dp: self.dp,
+                        dst,
+                        mac: self.bits(mac)?,
+                    },
+                    ResultFn::ChkEcmpNh | ResultFn::ChkEcmpNhMac => CAct::ChkEcmpNh {
+                        dp: self.dp,
+                        dst,
+                        mac: matches!(func, ResultFn::ChkEcmpNhMac),
+                    },
+                    ResultFn::ChkLbAff => CAct::ChkLbAff {
+                        dp: self.dp,
+                        dst,
+                        switch: self.switch,
+                    },
+                    ResultFn::PutDhcpOpts { .. } | ResultFn::PutNdRaOpts { .. } => {
+                        CAct::ResultConst {
+                            dst,
+                            value: 1,
+                            name: func.name(),
+                            counter: self.count(func.name()),
+                        }
+                    }
+                    ResultFn::DnsLookup => CAct::ResultConst {
+                        dst,
+                        value: 0,
+                        name: "dns_lookup",
+                        counter: self.count("dns_lookup"),
+                    },
+                    other => {
+                        return Err(format!("{UNSUPPORTED}{}", other.name()));
+                    }
                 }
             }
             Action::Select { dst, choices, .. } => CAct::Select {
@@ -862,16 +1295,151 @@ impl ActCompiler<'_> {
                     .map(|(v, w)| (*v, w.unwrap_or(100).max(1)))
                     .collect(),
             },
-            Action::PutFdb { .. } => CAct::Nop("put_fdb"),
-            Action::SetQueue { .. } => CAct::Nop("set_queue"),
-            Action::SetMeter { .. } => CAct::Nop("set_meter"),
-            Action::Log { .. } => CAct::Nop("log"),
-            Action::Sample { .. } => CAct::Nop("sample"),
-            Action::TriggerEvent { .. } => CAct::Nop("trigger_event"),
-            Action::CtSnatToVip { .. } => CAct::Nop("ct_snat_to_vip"),
-            Action::CommitEcmpNh { .. } => CAct::Nop("commit_ecmp_nh"),
-            Action::CommitLbAff { .. } => CAct::Nop("commit_lb_aff"),
-            _ => CAct::Nop("unsupported action"),
+            Action::PutFdb { port, mac, .. } => CAct::PutFdb {
+                dp: self.dp,
+                port: self.bits(port)?,
+                mac: self.bits(mac)?,
+            },
+            Action::SetQueue { .. } => self.counted_act("set_queue"),
+            Action::SetMeter { .. } => self.counted_act("set_meter"),
+            Action::Log { .. } => self.counted_act("log"),
+            Action::Sample { .. } => self.counted_act("sample"),
+            Action::TriggerEvent { .. } => self.counted_act("trigger_event"),
+            Action::Igmp { .. } => self.counted_act("igmp"),
+            Action::HandleSvcCheck { port, .. } => {
+                self.bits(port)?;
+                self.counted_act("handle_svc_check")
+            }
+            Action::HandleDhcpv6Reply { .. } => self.counted_act("handle_dhcpv6_reply"),
+            Action::HandleBfdMsg { .. } => self.counted_act("handle_bfd_msg"),
+            Action::CtSnatToVip { .. } => CAct::CtSnatToVip { dp: self.dp },
+            Action::CommitEcmpNh { ipv6, proto, .. } => CAct::CommitEcmpNh {
+                dp: self.dp,
+                v6: *ipv6,
+                proto: proto_number(proto)?,
+            },
+            Action::CommitLbAff {
+                vip,
+                backend,
+                proto,
+                timeout,
+                ..
+            } => {
+                let (vip, vip_port) = ip_port(vip)?;
+                let (backend, backend_port) = ip_port(backend)?;
+                if vip.is_ipv4() != backend.is_ipv4() {
+                    return Err("commit_lb_aff: VIP and backend of different families".into());
+                }
+                CAct::CommitLbAff {
+                    dp: self.dp,
+                    vip,
+                    vip_port,
+                    backend,
+                    backend_port,
+                    proto: proto_number(proto)?,
+                    timeout: *timeout,
+                }
+            }
+            Action::BindVport { vport, parent, .. } => CAct::BindVport {
+                dp: self.dp,
+                vport: (self.port_key)(vport)
+                    .ok_or_else(|| format!("bind_vport: unknown port `{vport}`"))?,
+                parent: self.bits(parent)?,
+                counter: self.count("bind_vport"),
+            },
+            Action::FwdGroup { ports, .. } => {
+                let keys = ports
+                    .iter()
+                    .map(|p| {
+                        (self.port_key)(p)
+                            .ok_or_else(|| format!("fwd_group: unknown child port `{p}`"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                if keys.is_empty() {
+                    return Err("fwd_group without child ports".into());
+                }
+                CAct::FwdGroup { ports: keys }
+            }
+            other => {
+                return Err(format!(
+                    "{UNSUPPORTED}{}",
+                    hf_expr::printer::actions_to_string(std::slice::from_ref(other))
+                ));
+            }
         })
     }
+
+    /// Registers a counter for this flow.
+    fn count(&mut self, name: &'static str) -> u32 {
+        self.counted.push(name);
+        self.counter_base + self.counted.len() as u32 - 1
+    }
+
+    fn counted_act(&mut self, name: &'static str) -> CAct {
+        CAct::Count {
+            name,
+            counter: self.count(name),
+        }
+    }
+}
+
+/// `tcp`/`udp`/`sctp` (as `commit_ecmp_nh` and `commit_lb_aff` spell them) → IP protocol.
+fn proto_number(p: &str) -> Result<u8, String> {
+    match p {
+        "tcp" | "6" => Ok(6),
+        "udp" | "17" => Ok(17),
+        "sctp" | "132" => Ok(132),
+        other => Err(format!("unknown protocol `{other}`")),
+    }
+}
+
+/// `IP`, `IP:PORT` or `[IP6]:PORT`.
+fn ip_port(s: &str) -> Result<(IpAddr, u16), String> {
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Ok((ip, 0));
+    }
+    let bad = || format!("`{s}` is not IP[:PORT]");
+    let (ip, port) = match s.strip_prefix('[') {
+        Some(rest) => {
+            let (ip, port) = rest.split_once("]:").ok_or_else(bad)?;
+            (ip, port)
+        }
+        None => s.rsplit_once(':').ok_or_else(bad)?,
+    };
+    Ok((
+        ip.parse().map_err(|_| bad())?,
+        port.parse().map_err(|_| bad())?,
+    ))
+}
+
+/// The slots of an OpenFlow `fields(...)` list as `ct_lb_mark(...; hash_fields="...")` gives it.
+fn hash_slots(list: &str) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    for f in list.split(',').map(str::trim).filter(|f| !f.is_empty()) {
+        let slots: &[usize] = match f {
+            "eth_src" => &[slot::ETH_SRC],
+            "eth_dst" => &[slot::ETH_DST],
+            "ip_src" => &[slot::IP4_SRC, slot::IP6_SRC],
+            "ip_dst" => &[slot::IP4_DST, slot::IP6_DST],
+            "ipv6_src" => &[slot::IP6_SRC],
+            "ipv6_dst" => &[slot::IP6_DST],
+            "nw_src" => &[slot::IP4_SRC],
+            "nw_dst" => &[slot::IP4_DST],
+            "ip_proto" | "nw_proto" => &[slot::IP_PROTO],
+            "tp_src" => &[slot::TCP_SRC, slot::UDP_SRC, slot::SCTP_SRC],
+            "tp_dst" => &[slot::TCP_DST, slot::UDP_DST, slot::SCTP_DST],
+            "tcp_src" => &[slot::TCP_SRC],
+            "tcp_dst" => &[slot::TCP_DST],
+            "udp_src" => &[slot::UDP_SRC],
+            "udp_dst" => &[slot::UDP_DST],
+            "sctp_src" => &[slot::SCTP_SRC],
+            "sctp_dst" => &[slot::SCTP_DST],
+            other => return Err(format!("hash_fields: unknown field `{other}`")),
+        };
+        out.extend(slots.iter().map(|&s| s as u8));
+    }
+    if out.is_empty() {
+        return Err("hash_fields is empty".into());
+    }
+    Ok(out)
 }

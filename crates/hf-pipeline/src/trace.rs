@@ -13,6 +13,14 @@ pub struct TraceFlow {
     pub matches: String,
     /// Its actions, as text.
     pub actions: String,
+    /// Its stable identity.
+    pub id: crate::FlowId,
+    /// Its stage name (`external_ids:stage-name`; empty when unknown).
+    pub stage: String,
+    /// Its SB `Logical_Flow` UUID.
+    pub sb_uuid: Option<String>,
+    /// Its NB origin (`external_ids:stage-hint`).
+    pub stage_hint: Option<String>,
 }
 
 /// One table visit.

@@ -25,13 +25,14 @@ fn program(ingress: &[(u8, u16, &str, &str)]) -> Program {
         key,
         location,
         zone: key as u16,
+        ..PortSpec::default()
     };
     let mut flows: Vec<FlowSpec> = ingress
         .iter()
         .map(|&(t, p, m, a)| FlowSpec::parse(Pipe::Ingress, t, p, m, a).expect("flow parses"))
         .collect();
     flows.push(FlowSpec::parse(Pipe::Egress, 0, 0, "1", "output;").expect("egress"));
-    Program::compile(&ProgramSpec {
+    Program::compile_strict(&ProgramSpec {
         datapaths: vec![DatapathSpec {
             name: "ls".into(),
             tunnel_key: 5,
@@ -51,6 +52,7 @@ fn program(ingress: &[(u8, u16, &str, &str)]) -> Program {
         neighbours: Vec::new(),
         sets: hf_expr::Sets::default(),
         owner: Owner(1),
+        ..ProgramSpec::default()
     })
     .expect("program compiles")
 }
@@ -144,16 +146,18 @@ fn flood_skips_the_input_port_and_tunnels_to_remote_members() {
     let mut p = Pipeline::new(program(&[(0, 0, "1", "outport = \"_MC_flood\"; output;")]));
     for _ in 0..2 {
         let out = run(&mut p, &mut ct, Ingress::Local(1), &syn());
+        // One copy per remote chassis, addressed to the group (the receiving chassis delivers
+        // it to its own members), then the local members.
         assert_eq!(
             dests(&out),
             [
-                Destination::Local(2),
                 Destination::Tunnel {
                     chassis: 7,
                     datapath: 5,
                     inport: 1,
-                    outport: 3
-                }
+                    outport: 32768
+                },
+                Destination::Local(2),
             ]
         );
         assert!(
@@ -222,13 +226,18 @@ fn tcp_reset_is_generated_for_a_rejected_segment() {
         0,
         10,
         "tcp",
-        "tcp_reset { eth.dst <-> eth.src; outport = inport; flags.loopback = 1; output; };",
+        // northd's form: OVN builds the reset with the segment's own addresses (ports
+        // swapped) and the flow swaps the addresses.
+        "tcp_reset { eth.dst <-> eth.src; ip4.dst <-> ip4.src; outport = inport; flags.loopback = 1; output; };",
     )]));
     let out = run(&mut p, &mut ct, Ingress::Local(1), &syn());
     assert_eq!(dests(&out), [Destination::Local(1)]);
     let r = parse(&out[0].1, 0, 0).expect("reset parses");
     assert_eq!(r.key.tcp_flags & tcp_flags::RST, tcp_flags::RST);
-    assert_eq!((r.key.ip4_src, r.key.tp_src, r.key.tp_dst), (B, 80, 1000));
+    assert_eq!((r.key.ip4_src, r.key.ip4_dst), (B, A));
+    // Ports swapped and TTL 63, as pinctrl_handle_tcp_reset does.
+    assert_eq!((r.key.tp_src, r.key.tp_dst, r.key.ip_ttl), (80, 1000, 63));
+    assert!(hf_wire::checksums_valid(&out[0].1, &r));
 }
 
 #[test]

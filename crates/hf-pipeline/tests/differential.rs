@@ -31,10 +31,13 @@ fn random_programs_exercise_the_cache() {
             .collect();
         stats.add(&hf_pipeline::fuzzing::differential_with_coverage(&data));
     }
+    eprintln!("{stats:?}");
     assert!(stats.outputs > 100, "{stats:?}");
     assert!(stats.cache_hits > 100, "{stats:?}");
     assert!(stats.recirculations > 50, "{stats:?}");
     assert!(stats.connections > 10, "{stats:?}");
+    assert!(stats.learned > 10, "{stats:?}");
+    assert!(stats.counted > 10, "{stats:?}");
 }
 
 #[test]

@@ -14,7 +14,7 @@ static GLOBAL: hf_wire::fuzzing::CountingAlloc = hf_wire::fuzzing::CountingAlloc
 
 #[test]
 fn established_packets_on_the_cached_path_do_not_allocate() {
-    let mut pipe = Pipeline::new(Program::compile(&spec()).expect("compiles"));
+    let mut pipe = Pipeline::new(Program::compile_strict(&spec()).expect("compiles"));
     let mut ct = Conntrack::new(Config::default());
     let mut out = Outputs::default();
     let now = Duration::from_secs(1);

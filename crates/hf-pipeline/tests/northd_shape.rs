@@ -21,7 +21,7 @@ struct World {
 impl World {
     fn new() -> World {
         World {
-            pipe: Pipeline::new(Program::compile(&spec()).expect("program compiles")),
+            pipe: Pipeline::new(Program::compile_strict(&spec()).expect("program compiles")),
             ct: Conntrack::new(Config::default()),
             out: Outputs::default(),
             now: Duration::from_secs(1),

@@ -35,6 +35,9 @@ pub enum BuildError {
     /// The frame does not match its parsed layout.
     #[error("the frame does not match its parsed layout")]
     LayoutMismatch,
+    /// An SCTP ABORT needs an SCTP packet with a chunk that is not itself an ABORT.
+    #[error("not an SCTP packet that can be aborted")]
+    NotSctp,
 }
 
 /// Largest ICMPv4 error datagram (RFC 1812 §4.3.2.3).
@@ -214,7 +217,38 @@ pub fn icmp4_error(
     icmp_code: u8,
     rest: u32,
 ) -> Result<usize, BuildError> {
-    icmp_error(out, frame, p, src_ip.into(), [icmp_type, icmp_code], rest)
+    let to = p.key.ip_src().ok_or(BuildError::NotIp)?;
+    let eth = (p.key.eth_src, p.key.eth_dst);
+    icmp_error(
+        out,
+        frame,
+        p,
+        eth,
+        (src_ip.into(), to),
+        [icmp_type, icmp_code],
+        rest,
+    )
+}
+
+/// OVN's `icmp4 { }`/`icmp6 { }`/`icmp4_error { }`/`icmp6_error { }` packet: an ICMP error
+/// (`icmp_type`/`icmp_code`; OVN starts from 3/1 or 1/1) quoting the datagram in `frame`, with
+/// the *same* Ethernet and IP addresses and TTL 255 as ovn-controller builds it: the logical
+/// flow's nested actions then set the addresses (`eth.dst <-> eth.src; ip4.dst = ip4.src; ...`).
+pub fn icmp_error_same_addresses(
+    out: &mut Vec<u8>,
+    frame: &[u8],
+    p: &Parsed,
+    icmp_type: u8,
+    icmp_code: u8,
+    rest: u32,
+) -> Result<usize, BuildError> {
+    let (Some(src), Some(dst)) = (p.key.ip_src(), p.key.ip_dst()) else {
+        return Err(BuildError::NotIp);
+    };
+    let eth = (p.key.eth_dst, p.key.eth_src);
+    let n = icmp_error(out, frame, p, eth, (src, dst), [icmp_type, icmp_code], rest)?;
+    set_ttl(out, n, src.is_ipv6(), 255);
+    Ok(n)
 }
 
 /// An ICMPv6 error (e.g. 1/4 port unreachable, 3/0 hop limit exceeded, 2/0 packet too big with
@@ -228,18 +262,30 @@ pub fn icmp6_error(
     icmp_code: u8,
     rest: u32,
 ) -> Result<usize, BuildError> {
-    icmp_error(out, frame, p, src_ip.into(), [icmp_type, icmp_code], rest)
+    let to = p.key.ip_src().ok_or(BuildError::NotIp)?;
+    let eth = (p.key.eth_src, p.key.eth_dst);
+    icmp_error(
+        out,
+        frame,
+        p,
+        eth,
+        (src_ip.into(), to),
+        [icmp_type, icmp_code],
+        rest,
+    )
 }
 
+/// `eth` is (destination, source), `ips` (source, destination).
 fn icmp_error(
     out: &mut Vec<u8>,
     frame: &[u8],
     p: &Parsed,
-    src: IpAddr,
+    eth: (EthAddr, EthAddr),
+    ips: (IpAddr, IpAddr),
     type_code: [u8; 2],
     rest: u32,
 ) -> Result<usize, BuildError> {
-    let to = p.key.ip_src().ok_or(BuildError::NotIp)?;
+    let (src, to) = ips;
     let (max, hdr, proto) = match (src, to) {
         (IpAddr::V4(_), IpAddr::V4(_)) => (ICMP4_ERROR_MAX, 20, ip_proto::ICMP),
         (IpAddr::V6(_), IpAddr::V6(_)) => (ICMP6_ERROR_MAX, 40, ip_proto::ICMPV6),
@@ -248,7 +294,7 @@ fn icmp_error(
     let dg = datagram(frame, p)?;
     let quote = &dg[..dg.len().min(max - hdr - 8)];
     let start = out.len();
-    emit_eth(out, p.key.eth_src, p.key.eth_dst, p.key.eth_type);
+    emit_eth(out, eth.0, eth.1, p.key.eth_type);
     match (src, to) {
         (IpAddr::V4(s), IpAddr::V4(d)) => emit_ipv4(out, s, d, proto, 8 + quote.len(), REPLY_TTL),
         (IpAddr::V6(s), IpAddr::V6(d)) => emit_ipv6(out, s, d, proto, 8 + quote.len(), REPLY_TTL),
@@ -268,6 +314,101 @@ fn icmp_error(
 /// ACK; otherwise sequence 0 and an ACK of everything the segment occupied. A reset is never
 /// answered with a reset.
 pub fn tcp_reset(out: &mut Vec<u8>, p: &Parsed) -> Result<usize, BuildError> {
+    reset(out, p, true)
+}
+
+/// OVN's `tcp_reset { }` packet as ovn-controller's pinctrl builds it: the reset (sequence
+/// numbers as [`tcp_reset`]) with the segment's *own* Ethernet and IP addresses, its ports
+/// swapped, and TTL 63; the logical flow's nested actions swap the addresses.
+pub fn tcp_reset_same_addresses(out: &mut Vec<u8>, p: &Parsed) -> Result<usize, BuildError> {
+    let n = reset(out, p, false)?;
+    set_ttl(out, n, p.key.is_ipv6(), 63);
+    Ok(n)
+}
+
+/// Sets the TTL/hop limit of the frame that ends `out` and is `n` bytes long (IPv4: adjusting
+/// the header checksum).
+fn set_ttl(out: &mut [u8], n: usize, v6: bool, ttl: u8) {
+    let ip = out.len() - n + 14;
+    if v6 {
+        out[ip + 7] = ttl;
+    } else {
+        let old = out[ip + 8];
+        out[ip + 8] = ttl;
+        let cs = u16::from_be_bytes([out[ip + 10], out[ip + 11]]);
+        let cs = checksum_adjust(cs, &[old, out[ip + 9]], &[ttl, out[ip + 9]]);
+        out[ip + 10..ip + 12].copy_from_slice(&cs.to_be_bytes());
+    }
+}
+
+/// CRC-32C (Castagnoli), SCTP's checksum (RFC 9260 appendix A).
+pub fn crc32c(data: &[u8]) -> u32 {
+    let mut c = !0u32;
+    for &b in data {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0x82f6_3b78
+            } else {
+                c >> 1
+            };
+        }
+    }
+    !c
+}
+
+/// The SCTP ABORT answering the SCTP packet in `frame`, as ovn-controller's pinctrl builds it
+/// for `sctp_abort { }` (`swap_addresses` false: the packet's own Ethernet and IP addresses,
+/// for the flow to swap) and for `reject { }` of SCTP (true: back to the sender). Ports are
+/// swapped, TTL 63. The verification tag is the packet's, with the T bit set, except for an
+/// INIT with tag 0, which is answered with its initiate tag (RFC 9260 §8.4). An ABORT is never
+/// answered.
+pub fn sctp_abort(
+    out: &mut Vec<u8>,
+    frame: &[u8],
+    p: &Parsed,
+    swap_addresses: bool,
+) -> Result<usize, BuildError> {
+    let k = &p.key;
+    if k.ip_proto != ip_proto::SCTP || !p.has_l4() {
+        return Err(BuildError::NotSctp);
+    }
+    let l4 = usize::from(p.layout.l4);
+    let hdr = frame.get(l4..l4 + 16).ok_or(BuildError::NotSctp)?;
+    let vtag = u32::from_be_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]);
+    let chunk = hdr[12];
+    if chunk == 6 {
+        return Err(BuildError::NotSctp);
+    }
+    let (tag, reflected) = match (vtag, chunk) {
+        (0, 1) => {
+            let t = frame.get(l4 + 16..l4 + 20).ok_or(BuildError::NotSctp)?;
+            (u32::from_be_bytes([t[0], t[1], t[2], t[3]]), false)
+        }
+        _ => (vtag, true),
+    };
+    let (Some(src), Some(dst)) = (k.ip_src(), k.ip_dst()) else {
+        return Err(BuildError::NotIp);
+    };
+    let mut seg = [0u8; 16];
+    seg[0..2].copy_from_slice(&k.tp_dst.to_be_bytes());
+    seg[2..4].copy_from_slice(&k.tp_src.to_be_bytes());
+    seg[4..8].copy_from_slice(&tag.to_be_bytes());
+    seg[12] = 6;
+    seg[13] = u8::from(reflected);
+    seg[14..16].copy_from_slice(&4u16.to_be_bytes());
+    let cs = crc32c(&seg);
+    seg[8..12].copy_from_slice(&cs.to_le_bytes());
+    let n = if swap_addresses {
+        ip_packet(out, k.eth_dst, k.eth_src, dst, src, ip_proto::SCTP, &seg)?
+    } else {
+        ip_packet(out, k.eth_src, k.eth_dst, src, dst, ip_proto::SCTP, &seg)?
+    };
+    set_ttl(out, n, k.is_ipv6(), 63);
+    Ok(n)
+}
+
+fn reset(out: &mut Vec<u8>, p: &Parsed, swap: bool) -> Result<usize, BuildError> {
     let k = &p.key;
     if k.ip_proto != ip_proto::TCP || !p.has_l4() || k.tcp_flags & tcp_flags::RST != 0 {
         return Err(BuildError::NotTcp);
@@ -293,7 +434,11 @@ pub fn tcp_reset(out: &mut Vec<u8>, p: &Parsed) -> Result<usize, BuildError> {
     seg[4..8].copy_from_slice(&seq.to_be_bytes());
     seg[8..12].copy_from_slice(&ack.to_be_bytes());
     seg[12..14].copy_from_slice(&((5u16 << 12) | flags).to_be_bytes());
-    ip_packet(out, k.eth_dst, k.eth_src, src, dst, ip_proto::TCP, &seg)
+    if swap {
+        ip_packet(out, k.eth_dst, k.eth_src, src, dst, ip_proto::TCP, &seg)
+    } else {
+        ip_packet(out, k.eth_src, k.eth_dst, dst, src, ip_proto::TCP, &seg)
+    }
 }
 
 /// The solicited-node multicast address of `target` (RFC 4291 §2.7.1).
@@ -368,4 +513,18 @@ pub fn nd_na(
     out.extend_from_slice(&mac.0);
     finish_l4(out, l4, 2, Some((src.into(), dst.into(), ip_proto::ICMPV6)));
     Ok(out.len() - start)
+}
+
+#[cfg(test)]
+mod sctp_tests {
+    use super::*;
+
+    /// RFC 3720 appendix B.4's CRC-32C check values.
+    #[test]
+    fn crc32c_known_answers() {
+        assert_eq!(crc32c(&[0u8; 32]), 0x8a91_36aa);
+        assert_eq!(crc32c(&[0xffu8; 32]), 0x62a8_ab43);
+        let inc: Vec<u8> = (0u8..32).collect();
+        assert_eq!(crc32c(&inc), 0x46dd_794e);
+    }
 }

@@ -5,6 +5,7 @@ pub mod expr;
 pub mod ovsdb;
 pub mod ovsdb_client;
 pub mod pipeline;
+pub mod trace;
 
 use crate::{Opts, Report};
 
@@ -37,5 +38,10 @@ pub const ALL: &[(&str, &str, SuiteFn)] = &[
         "ovsdb-client",
         "client replica vs OVS's Python IDL: initial sync time and memory of the gen_topo NB and its SB",
         ovsdb_client::run,
+    ),
+    (
+        "trace",
+        "holdfast trace vs ovn-trace on the gen_topo SB real ovn-northd writes: one CLI trace, per trace in the long-running mode, translate+compile for one chassis",
+        trace::run,
     ),
 ];

@@ -118,7 +118,7 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         (10_000u16, 5_000_000, 300_000)
     };
     let label = if opts.tiny { "200" } else { "10k" };
-    let mut pipe = Pipeline::new(Program::compile(&spec())?);
+    let mut pipe = Pipeline::new(Program::compile_strict(&spec())?);
     let mut ct = Conntrack::new(Config::default());
     let mut out = Outputs::default();
     let now = Duration::from_secs(1);

@@ -409,6 +409,18 @@ impl<M: Model> Replica<M> {
         self.conn = Some(conn);
     }
 
+    /// Whether a condition change is still on its way: not sent yet, or sent and not answered.
+    /// Servers send the rows a new condition selects before they answer the change (OVS's
+    /// ovsdb-server and holdfast's), so once this is false on a synced replica the model holds
+    /// them: `holdfast trace` widens its conditions and waits on this.
+    pub fn conditions_pending(&self) -> bool {
+        self.conditions_dirty
+            || self
+                .conn
+                .as_ref()
+                .is_some_and(|c| c.pending.values().any(|r| matches!(r, Req::CondChange)))
+    }
+
     /// Ask for lock `name` (held until [`Replica::unlock`]; re-requested after reconnects).
     pub fn lock(&mut self, name: &str) {
         self.want_lock(name, false);

@@ -1,0 +1,365 @@
+//! `Logical_Flow` (+ `Logical_DP_Group`) → [`FlowSpec`]s; `MAC_Binding`,
+//! `Static_MAC_Binding` → neighbours; `FDB` → [`hf_pipeline::FdbSpec`]s; `Load_Balancer` VIPs → [`hf_pipeline::LbVipSpec`]s.
+//!
+//! Each flow's text is parsed once and the result copied into every datapath it applies to
+//! (its `logical_datapath`, or each member of its `logical_dp_group` that is translated). Text
+//! that does not parse is kept as a flow with a parse error: [`hf_pipeline::Program::compile`]
+//! reports it per flow. Rows with an impossible table, priority or pipeline are left out with a
+//! diagnostic.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use hf_expr::actions::Pipeline;
+use hf_model::SbSnapshot;
+use hf_model::sb;
+use hf_pipeline::{FdbSpec, FlowId, FlowSpec, LbVipSpec, Neighbour};
+use uuid::Uuid;
+
+use super::{Diagnostic, Translation};
+
+/// The identity, stage name and stage hint a flow row carries.
+pub fn flow_identity(lf: &sb::LogicalFlow) -> (FlowId, String, Option<String>) {
+    let stage = lf
+        .external_ids
+        .get("stage-name")
+        .cloned()
+        .unwrap_or_default();
+    let hint = lf.external_ids.get("stage-hint").cloned();
+    let id = match lf.external_ids.get("hf-flow-id") {
+        Some(h) => FlowId::hf(h),
+        None => FlowId::derived(&stage, hint.as_deref(), &lf.match_),
+    };
+    (id, stage, hint)
+}
+
+/// One SB flow row as a [`FlowSpec`] (not yet placed in a datapath), or why it cannot be one.
+pub fn flow_spec(lf: &sb::LogicalFlow) -> Result<FlowSpec, String> {
+    flow_spec_with(lf, &BTreeMap::new())
+}
+
+/// Replaces every `^name` outside quoted strings by `vars[name]` (ovn-controller's lexer does
+/// the same with the chassis's `Chassis_Template_Var` values); unknown names stay as written.
+pub fn substitute_templates(text: &str, vars: &BTreeMap<String, String>) -> String {
+    if vars.is_empty() || !text.contains('^') {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.char_indices().peekable();
+    let mut quoted = false;
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\\' if quoted => {
+                out.push(c);
+                if let Some((_, n)) = chars.next() {
+                    out.push(n);
+                }
+            }
+            '"' => {
+                quoted = !quoted;
+                out.push(c);
+            }
+            '^' if !quoted => {
+                let start = i + 1;
+                let mut end = start;
+                while let Some(&(j, n)) = chars.peek() {
+                    if n.is_ascii_alphanumeric() || n == '_' || n == '.' {
+                        end = j + n.len_utf8();
+                        chars.next();
+                    } else {
+                        break;
+                    }
+                }
+                let name = &text[start..end];
+                match vars.get(name) {
+                    Some(v) => out.push_str(v),
+                    None => {
+                        out.push('^');
+                        out.push_str(name);
+                    }
+                }
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// [`flow_spec`] with chassis template variables substituted. The identity uses the text as
+/// written, so it is the same on every chassis.
+pub fn flow_spec_with(
+    lf: &sb::LogicalFlow,
+    vars: &BTreeMap<String, String>,
+) -> Result<FlowSpec, String> {
+    let pipeline = match lf.pipeline {
+        sb::LogicalFlowPipeline::Ingress => Pipeline::Ingress,
+        sb::LogicalFlowPipeline::Egress => Pipeline::Egress,
+        ref o => {
+            return Err(format!(
+                "pipeline \"{}\" is neither ingress nor egress",
+                o.as_str()
+            ));
+        }
+    };
+    let table = u8::try_from(lf.table_id)
+        .map_err(|_| format!("table_id {} is outside 0..=255", lf.table_id))?;
+    let priority = u16::try_from(lf.priority)
+        .map_err(|_| format!("priority {} is outside 0..=65535", lf.priority))?;
+    let mut fs = FlowSpec::from_text(
+        pipeline,
+        table,
+        priority,
+        &substitute_templates(&lf.match_, vars),
+        &substitute_templates(&lf.actions, vars),
+    );
+    let (id, stage, hint) = flow_identity(lf);
+    fs.id = id;
+    fs.stage = stage;
+    fs.stage_hint = hint;
+    fs.sb_uuid = Some(lf.uuid.to_string());
+    Ok(fs)
+}
+
+pub(crate) fn translate_flows(sb: &SbSnapshot, chassis: Option<&str>, t: &mut Translation) {
+    let vars: BTreeMap<String, String> = chassis
+        .and_then(|c| sb.chassis_template_var().values().find(|v| v.chassis == c))
+        .map(|v| v.variables.clone())
+        .unwrap_or_default();
+    for lf in sb.logical_flow().values() {
+        let mut targets: Vec<usize> = Vec::new();
+        if let Some(d) = lf.logical_datapath {
+            targets.extend(t.datapath_index.get(&d.uuid()));
+        }
+        if let Some(g) = lf.logical_dp_group {
+            match sb.get(g) {
+                Some(g) => targets.extend(
+                    g.datapaths
+                        .iter()
+                        .filter_map(|d| t.datapath_index.get(&d.uuid())),
+                ),
+                None => t.diagnostics.push(Diagnostic {
+                    table: "Logical_Flow",
+                    uuid: lf.uuid,
+                    reason: format!("logical_dp_group {} does not exist", g.uuid()),
+                }),
+            }
+        }
+        if targets.is_empty() {
+            continue;
+        }
+        targets.sort_unstable();
+        targets.dedup();
+        match flow_spec_with(lf, &vars) {
+            Ok(fs) => {
+                let last = targets.len() - 1;
+                let mut fs = Some(fs);
+                for (i, d) in targets.into_iter().enumerate() {
+                    let Some(dp) = t.spec.datapaths.get_mut(d) else {
+                        continue;
+                    };
+                    let f = if i == last { fs.take() } else { fs.clone() };
+                    dp.flows.extend(f);
+                }
+            }
+            Err(reason) => t.diagnostics.push(Diagnostic {
+                table: "Logical_Flow",
+                uuid: lf.uuid,
+                reason,
+            }),
+        }
+    }
+    // A deterministic order whatever the UUIDs: pipeline, table, priority (high first), text.
+    for d in &mut t.spec.datapaths {
+        d.flows.sort_by(|a, b| {
+            let k = |f: &FlowSpec| {
+                (
+                    matches!(f.pipeline, Pipeline::Egress),
+                    f.table,
+                    std::cmp::Reverse(f.priority),
+                )
+            };
+            k(a).cmp(&k(b)).then_with(|| a.id.cmp(&b.id))
+        });
+    }
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut out = [0u8; 6];
+    let mut parts = s.trim().split(':');
+    for b in &mut out {
+        let p = parts.next()?;
+        if p.is_empty() || p.len() > 2 {
+            return None;
+        }
+        *b = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(out)
+}
+
+pub(crate) fn translate_neighbours(sb: &SbSnapshot, t: &mut Translation) {
+    let names: BTreeMap<Uuid, String> = t
+        .datapath_index
+        .iter()
+        .filter_map(|(u, &i)| Some((*u, t.spec.datapaths.get(i)?.name.clone())))
+        .collect();
+    let one = |table: &'static str,
+               uuid: Uuid,
+               dp: Uuid,
+               port: &str,
+               ip: &str,
+               mac: &str,
+               out: &mut Vec<Neighbour>,
+               diags: &mut Vec<Diagnostic>| {
+        let Some(dpn) = names.get(&dp) else {
+            return;
+        };
+        let ipv = ip.trim().parse::<IpAddr>();
+        let macv = parse_mac(mac);
+        match (ipv, macv) {
+            (Ok(ip), Some(mac)) => out.push(Neighbour {
+                datapath: dpn.clone(),
+                port: port.to_string(),
+                ip,
+                mac,
+            }),
+            _ => diags.push(Diagnostic {
+                table,
+                uuid,
+                reason: format!("\"{ip}\" at \"{mac}\" is not an IP and a MAC: left out"),
+            }),
+        }
+    };
+    // Later entries win: static bindings that yield to dynamic ones first, then dynamic ones,
+    // then static bindings with override_dynamic_mac.
+    let mut weak = Vec::new();
+    let mut dynamic = Vec::new();
+    let mut strong = Vec::new();
+    let mut diags = Vec::new();
+    for m in sb.static_mac_binding().values() {
+        let out = if m.override_dynamic_mac {
+            &mut strong
+        } else {
+            &mut weak
+        };
+        one(
+            "Static_MAC_Binding",
+            m.uuid,
+            m.datapath.uuid(),
+            &m.logical_port,
+            &m.ip,
+            &m.mac,
+            out,
+            &mut diags,
+        );
+    }
+    for m in sb.mac_binding().values() {
+        one(
+            "MAC_Binding",
+            m.uuid,
+            m.datapath.uuid(),
+            &m.logical_port,
+            &m.ip,
+            &m.mac,
+            &mut dynamic,
+            &mut diags,
+        );
+    }
+    t.spec.neighbours.extend(weak);
+    t.spec.neighbours.extend(dynamic);
+    t.spec.neighbours.extend(strong);
+    t.diagnostics.extend(diags);
+    // FDB rows name datapath and port by tunnel key.
+    for f in sb.fdb().values() {
+        let Some(d) = t
+            .spec
+            .datapaths
+            .iter()
+            .find(|d| i64::from(d.tunnel_key) == f.dp_key)
+        else {
+            continue;
+        };
+        let port = d.ports.iter().find(|p| i64::from(p.key) == f.port_key);
+        match (port, parse_mac(&f.mac)) {
+            (Some(p), Some(mac)) => t.spec.fdb.push(FdbSpec {
+                datapath: d.name.clone(),
+                port: p.name.clone(),
+                mac,
+            }),
+            _ => t.diagnostics.push(Diagnostic {
+                table: "FDB",
+                uuid: f.uuid,
+                reason: format!(
+                    "port key {} of datapath {} or MAC \"{}\" does not resolve: left out",
+                    f.port_key, d.name, f.mac
+                ),
+            }),
+        }
+    }
+}
+
+/// `Load_Balancer.vips` keys (`IP`, `IP:PORT`, `[IPv6]:PORT`) per datapath the balancer applies
+/// to (`datapaths` and `datapath_group`): what `ct_snat_to_vip` compares against.
+pub(crate) fn translate_lbs(sb: &SbSnapshot, t: &mut Translation) {
+    for lb in sb.load_balancer().values() {
+        let proto = match lb.protocol.as_ref().map(|p| p.as_str()) {
+            None | Some("tcp") => 6,
+            Some("udp") => 17,
+            Some("sctp") => 132,
+            Some(o) => {
+                t.diagnostics.push(Diagnostic {
+                    table: "Load_Balancer",
+                    uuid: lb.uuid,
+                    reason: format!("protocol \"{o}\" is not tcp, udp or sctp: left out"),
+                });
+                continue;
+            }
+        };
+        let mut dps: Vec<Uuid> = lb.datapaths.iter().map(|d| d.uuid()).collect();
+        if let Some(g) = lb.datapath_group.and_then(|g| sb.get(g)) {
+            dps.extend(g.datapaths.iter().map(|d| d.uuid()));
+        }
+        dps.sort();
+        dps.dedup();
+        for vip in lb.vips.keys() {
+            let Some((ip, port)) = parse_vip(vip) else {
+                t.diagnostics.push(Diagnostic {
+                    table: "Load_Balancer",
+                    uuid: lb.uuid,
+                    reason: format!("VIP \"{vip}\" is not IP[:PORT]: left out"),
+                });
+                continue;
+            };
+            for d in &dps {
+                if let Some(dp) = t
+                    .datapath_index
+                    .get(d)
+                    .and_then(|&i| t.spec.datapaths.get(i))
+                {
+                    t.spec.lb_vips.push(LbVipSpec {
+                        datapath: dp.name.clone(),
+                        ip,
+                        port,
+                        proto,
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// `IP`, `IP:PORT` or `[IPv6]:PORT`.
+pub fn parse_vip(s: &str) -> Option<(IpAddr, u16)> {
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Some((ip, 0));
+    }
+    if let Some(rest) = s.strip_prefix('[') {
+        let (ip, port) = rest.split_once("]:")?;
+        return Some((ip.parse().ok()?, port.parse().ok()?));
+    }
+    let (ip, port) = s.rsplit_once(':')?;
+    Some((
+        ip.parse::<std::net::Ipv4Addr>().ok()?.into(),
+        port.parse().ok()?,
+    ))
+}

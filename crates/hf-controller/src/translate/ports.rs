@@ -1,0 +1,464 @@
+//! Port_Binding → [`PortSpec`]: where each port lives as seen from one chassis, whether
+//! `is_chassis_resident()` holds for it, which further chassis get copies, and whether it waits
+//! for activation.
+//!
+//! The rules (ovn-controller 23.03's `binding.c`/`physical.c`; without a chassis every port is
+//! resident and local, as ovn-trace assumes):
+//!
+//! | type | bound where | seen from chassis C |
+//! |---|---|---|
+//! | `""` (VIF) | `chassis` (+ `additional_chassis`); unclaimed: `requested_chassis` (+ `requested_additional_chassis`) | local if C is one of them, else remote at the primary; copies to the others |
+//! | `virtual` | `chassis` (set by `bind_vport`) | like a VIF, unbound until claimed |
+//! | `external` | `chassis`; unclaimed: the highest-priority `ha_chassis_group` member | like a VIF |
+//! | `patch` | everywhere | patch to `options:peer` |
+//! | `l3gateway` | `options:l3gateway-chassis` | patch on that chassis, remote elsewhere |
+//! | `l2gateway` | `options:l2gateway-chassis` | local on that chassis, remote elsewhere |
+//! | `chassisredirect` | `chassis`; unclaimed: the highest-priority `ha_chassis_group` / `gateway_chassis` member | redirect to `options:distributed-port` there, remote elsewhere |
+//! | `localnet` | every chassis (whose `ovn-bridge-mappings` name the network, when set) | local |
+//! | `localport` | every chassis | local, never tunnelled |
+//! | `vtep`, `remote`, others | not supported | unbound, with a diagnostic |
+//!
+//! A port bound here as an additional chassis with `options:activation-strategy=rarp`, and not
+//! listed in `options:additional-chassis-activated`, starts inactive.
+//!
+//! `is_chassis_resident()` follows ovn-controller's `is_chassis_resident_cb`: a port is
+//! resident where its (primary) `chassis` is (not on additional chassis; never for localnet,
+//! localport and patch ports, which nobody claims), a `chassisredirect` port on the active
+//! (highest-priority) member of its HA group, an `l3gateway` port on its gateway chassis.
+
+use std::collections::BTreeMap;
+
+use hf_model::SbSnapshot;
+use hf_model::sb;
+use hf_pipeline::{GroupSpec, PortKind, PortLocation, PortSpec};
+use uuid::Uuid;
+
+use super::{Diagnostic, Translation};
+
+/// Where a port is, before local ids are numbered.
+enum Place {
+    Local,
+    Remote(u32),
+    Patch(String),
+    Redirect(String),
+    Unbound,
+}
+
+struct Pending {
+    dp: usize,
+    spec: PortSpec,
+    place: Place,
+}
+
+/// The chassis a VIF-like port is bound to: primary, then additional.
+pub(crate) fn binding(sb: &SbSnapshot, pb: &sb::PortBinding) -> (Option<Uuid>, Vec<Uuid>) {
+    let kind = pb.type_.as_str();
+    let primary = pb.chassis.map(|c| c.uuid()).or(match kind {
+        "" => pb.requested_chassis.map(|c| c.uuid()),
+        "external" | "chassisredirect" => ha_top(sb, pb),
+        _ => None,
+    });
+    let mut additional: Vec<Uuid> = pb.additional_chassis.iter().map(|c| c.uuid()).collect();
+    if additional.is_empty() && pb.chassis.is_none() && kind.is_empty() {
+        additional = pb
+            .requested_additional_chassis
+            .iter()
+            .map(|c| c.uuid())
+            .collect();
+    }
+    additional.retain(|c| Some(*c) != primary);
+    additional.sort();
+    additional.dedup();
+    (primary, additional)
+}
+
+/// The highest-priority chassis of the port's HA chassis group (then gateway_chassis).
+fn ha_top(sb: &SbSnapshot, pb: &sb::PortBinding) -> Option<Uuid> {
+    let named = |prio: i64, ch: Option<hf_model::RowRef<sb::Chassis>>| {
+        let ch = ch?;
+        Some((prio, sb.get(ch)?.name.clone(), ch.uuid()))
+    };
+    let mut cands: Vec<(i64, String, Uuid)> = pb
+        .ha_chassis_group
+        .and_then(|g| sb.get(g))
+        .map(|g| {
+            g.ha_chassis
+                .iter()
+                .filter_map(|h| sb.get(*h))
+                .filter_map(|h| named(h.priority, h.chassis))
+                .collect()
+        })
+        .unwrap_or_default();
+    if cands.is_empty() {
+        cands = pb
+            .gateway_chassis
+            .iter()
+            .filter_map(|g| sb.get(*g))
+            .filter_map(|g| named(g.priority, g.chassis))
+            .collect();
+    }
+    // Highest priority wins; ties go to the lower name (deterministic).
+    cands.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    cands.first().map(|c| c.2)
+}
+
+/// Every chassis of the port's HA chassis group and gateway_chassis rows.
+fn ha_members(sb: &SbSnapshot, pb: &sb::PortBinding) -> Vec<Uuid> {
+    let mut v: Vec<Uuid> = pb
+        .ha_chassis_group
+        .and_then(|g| sb.get(g))
+        .map(|g| {
+            g.ha_chassis
+                .iter()
+                .filter_map(|h| sb.get(*h)?.chassis.map(|c| c.uuid()))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.extend(
+        pb.gateway_chassis
+            .iter()
+            .filter_map(|g| sb.get(*g)?.chassis.map(|c| c.uuid())),
+    );
+    v
+}
+
+/// Whether `pb` makes its datapath local to chassis `ch` (named `name`).
+pub(crate) fn bound_on(sb: &SbSnapshot, pb: &sb::PortBinding, ch: Uuid, name: &str) -> bool {
+    match pb.type_.as_str() {
+        "" | "virtual" => {
+            let (p, a) = binding(sb, pb);
+            p == Some(ch) || a.contains(&ch)
+        }
+        "external" => binding(sb, pb).0 == Some(ch) || ha_members(sb, pb).contains(&ch),
+        // Standby gateways of an HA group need the datapaths too (ovn-controller's
+        // binding.c adds them for every member, so failover needs no new datapaths).
+        "chassisredirect" => binding(sb, pb).0 == Some(ch) || ha_members(sb, pb).contains(&ch),
+        "l3gateway" => pb.options.get("l3gateway-chassis").map(String::as_str) == Some(name),
+        "l2gateway" => pb.options.get("l2gateway-chassis").map(String::as_str) == Some(name),
+        _ => false,
+    }
+}
+
+/// Fills the ports and multicast groups of `t.spec.datapaths`.
+pub(crate) fn translate_ports(sb: &SbSnapshot, chassis: Option<&str>, t: &mut Translation) {
+    let ids: BTreeMap<Uuid, u32> = sb
+        .chassis()
+        .values()
+        .filter_map(|c| t.chassis_by_name(&c.name).map(|e| (c.uuid, e.id)))
+        .collect();
+    let here: Option<Uuid> = chassis.and_then(|c| sb.chassis_by_name(c)).map(|c| c.uuid);
+    let here_row = here.and_then(|u| sb.chassis().get(&u));
+    let mut pending: Vec<Pending> = Vec::new();
+    let index = t.datapath_index.clone();
+    for (dp_uuid, &dpi) in &index {
+        let mut pbs: Vec<&sb::PortBinding> =
+            sb.port_binding_all_by_datapath((*dp_uuid).into()).collect();
+        pbs.sort_by_key(|p| (p.tunnel_key, p.uuid));
+        let mut seen_keys: BTreeMap<i64, &str> = BTreeMap::new();
+        for pb in pbs {
+            let diag = |reason: String| Diagnostic {
+                table: "Port_Binding",
+                uuid: pb.uuid,
+                reason: format!("logical port {}: {reason}", pb.logical_port),
+            };
+            if !(1..=(1 << 15) - 1).contains(&pb.tunnel_key) {
+                t.diagnostics.push(diag(format!(
+                    "tunnel_key {} is outside Geneve's 15-bit port range 1..=32767",
+                    pb.tunnel_key
+                )));
+                continue;
+            }
+            if let Some(other) = seen_keys.insert(pb.tunnel_key, &pb.logical_port) {
+                t.diagnostics.push(diag(format!(
+                    "tunnel_key {} is also used by {other} in the same datapath",
+                    pb.tunnel_key
+                )));
+                continue;
+            }
+            let kind = PortKind::from_sb(&pb.type_);
+            let chassis_id = |u: Uuid| ids.get(&u).copied();
+            let (place, resident, also, needs_activation) = match chassis {
+                None => place_everywhere(pb, &kind),
+                Some(name) => {
+                    place_on(sb, pb, &kind, here, name, here_row, &chassis_id, &mut |r| {
+                        t.diagnostics.push(diag(r))
+                    })
+                }
+            };
+            if let PortKind::Vtep | PortKind::Remote | PortKind::Other(_) = kind {
+                t.diagnostics.push(diag(format!(
+                    "port type \"{}\" is not supported: treated as unbound",
+                    pb.type_
+                )));
+            }
+            let place = match place {
+                // A router port nothing is connected to (northd writes no options:peer): as
+                // in ovn-controller, output to it goes nowhere; nothing is wrong with the row.
+                Place::Patch(peer) if peer.is_empty() => Place::Unbound,
+                Place::Patch(peer) if sb.port_binding_by_logical_port(&peer).is_none() => {
+                    t.diagnostics.push(diag(format!(
+                        "options:peer names {peer}, which has no Port_Binding: treated as unbound"
+                    )));
+                    Place::Unbound
+                }
+                Place::Patch(peer)
+                    if sb
+                        .port_binding_by_logical_port(&peer)
+                        .is_some_and(|p| !index.contains_key(&p.datapath.uuid())) =>
+                {
+                    // The peer's datapath is not translated (not needed here).
+                    Place::Unbound
+                }
+                Place::Redirect(d)
+                    if !sb
+                        .port_binding_all_by_datapath((*dp_uuid).into())
+                        .any(|p| p.logical_port == d) =>
+                {
+                    t.diagnostics.push(diag(format!(
+                        "options:distributed-port names {d}, which is not in this datapath: \
+                         treated as unbound"
+                    )));
+                    Place::Unbound
+                }
+                p => p,
+            };
+            pending.push(Pending {
+                dp: dpi,
+                spec: PortSpec {
+                    name: pb.logical_port.clone(),
+                    key: pb.tunnel_key as u32,
+                    location: PortLocation::Unbound,
+                    zone: 0,
+                    kind,
+                    resident,
+                    also_remote: also,
+                    needs_activation,
+                    addresses: pb.mac.iter().cloned().collect(),
+                    port_security: pb.port_security.iter().cloned().collect(),
+                },
+                place,
+            });
+        }
+    }
+    // Local ids: 1.. in name order (a stable numbering the datapath maps to its interfaces).
+    let mut local_names: Vec<String> = pending
+        .iter()
+        .filter(|p| matches!(p.place, Place::Local))
+        .map(|p| p.spec.name.clone())
+        .collect();
+    local_names.sort();
+    local_names.dedup();
+    t.local_ports = local_names
+        .into_iter()
+        .enumerate()
+        .map(|(i, n)| (n, i as u32 + 1))
+        .collect();
+    for mut p in pending {
+        p.spec.location = match p.place {
+            Place::Local => match t.local_ports.get(&p.spec.name) {
+                Some(&id) => PortLocation::Local(id),
+                None => PortLocation::Unbound,
+            },
+            Place::Remote(c) => PortLocation::Remote { chassis: c },
+            Place::Patch(peer) => PortLocation::Patch { peer },
+            Place::Redirect(port) => PortLocation::Redirect { port },
+            Place::Unbound => PortLocation::Unbound,
+        };
+        if let Some(d) = t.spec.datapaths.get_mut(p.dp) {
+            d.ports.push(p.spec);
+        }
+    }
+    // A logical port name bound twice (two datapaths) would make names ambiguous.
+    translate_groups(sb, t, &index);
+}
+
+type Placed = (Place, bool, Vec<u32>, bool);
+
+fn place_everywhere(pb: &sb::PortBinding, kind: &PortKind) -> Placed {
+    let peer = || pb.options.get("peer").cloned().unwrap_or_default();
+    let place = match kind {
+        PortKind::Patch | PortKind::L3Gateway => Place::Patch(peer()),
+        PortKind::ChassisRedirect => Place::Redirect(
+            pb.options
+                .get("distributed-port")
+                .cloned()
+                .unwrap_or_default(),
+        ),
+        PortKind::Vtep | PortKind::Remote | PortKind::Other(_) => Place::Unbound,
+        _ => Place::Local,
+    };
+    // ovn-trace's `is_chassis_resident()` holds for every port name.
+    (place, true, Vec::new(), false)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn place_on(
+    sb: &SbSnapshot,
+    pb: &sb::PortBinding,
+    kind: &PortKind,
+    here: Option<Uuid>,
+    name: &str,
+    here_row: Option<&sb::Chassis>,
+    chassis_id: &dyn Fn(Uuid) -> Option<u32>,
+    diag: &mut dyn FnMut(String),
+) -> Placed {
+    let peer = || pb.options.get("peer").cloned().unwrap_or_default();
+    let remote_at = |u: Option<Uuid>, diag: &mut dyn FnMut(String)| match u {
+        Some(u) => match chassis_id(u) {
+            Some(id) => Place::Remote(id),
+            None => {
+                diag(format!(
+                    "bound to chassis {u}, which is not in the Chassis table"
+                ));
+                Place::Unbound
+            }
+        },
+        None => Place::Unbound,
+    };
+    let by_name = |n: Option<&String>, diag: &mut dyn FnMut(String)| {
+        let u = n.and_then(|n| sb.chassis_by_name(n)).map(|c| c.uuid);
+        if u.is_none()
+            && let Some(n) = n
+        {
+            diag(format!("chassis {n} is not in the Chassis table"));
+        }
+        remote_at(u, diag)
+    };
+    match kind {
+        PortKind::Vif | PortKind::Virtual | PortKind::External => {
+            let (primary, additional) = binding(sb, pb);
+            let all: Vec<Uuid> = primary
+                .into_iter()
+                .chain(additional.iter().copied())
+                .collect();
+            let local = here.is_some_and(|h| all.contains(&h));
+            let also: Vec<u32> = all
+                .iter()
+                .filter(|c| Some(**c) != here && (local || Some(**c) != primary))
+                .filter_map(|c| chassis_id(*c))
+                .collect();
+            if local {
+                let activation = here.is_some_and(|h| additional.contains(&h))
+                    && pb.options.get("activation-strategy").map(String::as_str) == Some("rarp")
+                    && !pb
+                        .options
+                        .get("additional-chassis-activated")
+                        .is_some_and(|l| l.split(',').any(|c| c.trim() == name));
+                // ovn-controller's is_chassis_resident_cb: `Port_Binding.chassis` only (an
+                // additional chassis receives the port's traffic but is not its resident).
+                (Place::Local, primary == here, also, activation)
+            } else {
+                (remote_at(primary, diag), false, also, false)
+            }
+        }
+        PortKind::Patch => (Place::Patch(peer()), false, Vec::new(), false),
+        PortKind::L3Gateway | PortKind::L2Gateway => {
+            let key = if *kind == PortKind::L3Gateway {
+                "l3gateway-chassis"
+            } else {
+                "l2gateway-chassis"
+            };
+            let gw = pb.options.get(key);
+            if gw.map(String::as_str) == Some(name) {
+                let place = if *kind == PortKind::L3Gateway {
+                    Place::Patch(peer())
+                } else {
+                    Place::Local
+                };
+                (place, true, Vec::new(), false)
+            } else {
+                (by_name(gw, diag), false, Vec::new(), false)
+            }
+        }
+        PortKind::ChassisRedirect => {
+            let (primary, _) = binding(sb, pb);
+            if primary.is_some() && primary == here {
+                let dgp = pb
+                    .options
+                    .get("distributed-port")
+                    .cloned()
+                    .unwrap_or_default();
+                (Place::Redirect(dgp), true, Vec::new(), false)
+            } else {
+                (remote_at(primary, diag), false, Vec::new(), false)
+            }
+        }
+        PortKind::Localnet => {
+            let net = pb.options.get("network_name");
+            let mapped = match here_row.and_then(|c| c.other_config.get("ovn-bridge-mappings")) {
+                None => true,
+                Some(m) => net.is_some_and(|n| {
+                    m.split(',')
+                        .any(|e| e.split(':').next().map(str::trim) == Some(n.as_str()))
+                }),
+            };
+            // Nobody claims a localnet or localport port (its `chassis` stays empty), so
+            // is_chassis_resident() never holds for it.
+            if mapped {
+                (Place::Local, false, Vec::new(), false)
+            } else {
+                (Place::Unbound, false, Vec::new(), false)
+            }
+        }
+        PortKind::Localport => (Place::Local, false, Vec::new(), false),
+        _ => (Place::Unbound, false, Vec::new(), false),
+    }
+}
+
+fn translate_groups(sb: &SbSnapshot, t: &mut Translation, index: &BTreeMap<Uuid, usize>) {
+    let mut groups: Vec<&sb::MulticastGroup> = sb.multicast_group().values().collect();
+    groups.sort_by_key(|g| (g.tunnel_key, g.uuid));
+    for g in groups {
+        let Some(&dpi) = index.get(&g.datapath.uuid()) else {
+            continue;
+        };
+        if !((1 << 15)..=(1 << 16) - 1).contains(&g.tunnel_key) {
+            t.diagnostics.push(Diagnostic {
+                table: "Multicast_Group",
+                uuid: g.uuid,
+                reason: format!(
+                    "group {}: tunnel_key {} is outside Geneve's multicast range 32768..=65535",
+                    g.name, g.tunnel_key
+                ),
+            });
+            continue;
+        }
+        let Some(d) = t.spec.datapaths.get_mut(dpi) else {
+            continue;
+        };
+        if d.ports.iter().any(|p| i64::from(p.key) == g.tunnel_key)
+            || d.groups.iter().any(|x| i64::from(x.key) == g.tunnel_key)
+        {
+            t.diagnostics.push(Diagnostic {
+                table: "Multicast_Group",
+                uuid: g.uuid,
+                reason: format!(
+                    "group {}: tunnel_key {} is already used in datapath {}",
+                    g.name, g.tunnel_key, d.name
+                ),
+            });
+            continue;
+        }
+        let mut members: Vec<String> = Vec::new();
+        for p in &g.ports {
+            match sb.get(*p) {
+                Some(pb) if pb.datapath == g.datapath => members.push(pb.logical_port.clone()),
+                _ => t.diagnostics.push(Diagnostic {
+                    table: "Multicast_Group",
+                    uuid: g.uuid,
+                    reason: format!(
+                        "group {}: member {} is not a port of its datapath: left out",
+                        g.name,
+                        p.uuid()
+                    ),
+                }),
+            }
+        }
+        members.sort();
+        d.groups.push(GroupSpec {
+            name: g.name.clone(),
+            key: g.tunnel_key as u32,
+            members,
+        });
+    }
+}

@@ -1,0 +1,94 @@
+//! Conntrack zones by stable name (DESIGN "Conntrack zones"): `lsp/<port>` for every switch
+//! port, `ls/<switch>/snat` for every switch (where `ct_snat_to_vip` commits hairpin SNAT),
+//! `lr/<router>/dnat` and `lr/<router>/snat` for every router. Never zone 0 (the
+//! host's). Assignments passed in are kept when their zone is valid and not taken twice; the
+//! other names get the lowest free zones in name order, so the result is a function of the
+//! inputs only. Names that no longer exist are dropped from the returned map (the caller
+//! decides when a zone may be flushed).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use hf_pipeline::DatapathKind;
+
+use super::{Diagnostic, Translation};
+
+/// The zone name of a switch port.
+pub fn port_zone_name(port: &str) -> String {
+    format!("lsp/{port}")
+}
+
+/// The SNAT zone name of a switch (`ct_snat_to_vip`).
+pub fn switch_snat_zone_name(switch: &str) -> String {
+    format!("ls/{switch}/snat")
+}
+
+/// The DNAT (common) and SNAT zone names of a router.
+pub fn router_zone_names(router: &str) -> (String, String) {
+    (format!("lr/{router}/dnat"), format!("lr/{router}/snat"))
+}
+
+pub(crate) fn assign(t: &mut Translation, keep: &BTreeMap<String, u16>) {
+    let mut wanted: BTreeSet<String> = BTreeSet::new();
+    for d in &t.spec.datapaths {
+        match d.kind {
+            DatapathKind::Router { .. } => {
+                let (a, b) = router_zone_names(&d.name);
+                wanted.insert(a);
+                wanted.insert(b);
+            }
+            _ => {
+                wanted.insert(switch_snat_zone_name(&d.name));
+                for p in &d.ports {
+                    wanted.insert(port_zone_name(&p.name));
+                }
+            }
+        }
+    }
+    let mut zones: BTreeMap<String, u16> = BTreeMap::new();
+    let mut used: BTreeSet<u16> = BTreeSet::new();
+    for (name, &z) in keep {
+        if z != 0 && wanted.contains(name) && used.insert(z) {
+            zones.insert(name.clone(), z);
+        }
+    }
+    let mut next: u32 = 1;
+    for name in &wanted {
+        if zones.contains_key(name) {
+            continue;
+        }
+        while next <= u32::from(u16::MAX) && used.contains(&(next as u16)) {
+            next += 1;
+        }
+        if next > u32::from(u16::MAX) {
+            t.diagnostics.push(Diagnostic {
+                table: "Datapath_Binding",
+                uuid: uuid::Uuid::nil(),
+                reason: format!("no conntrack zone left for {name}"),
+            });
+            continue;
+        }
+        zones.insert(name.clone(), next as u16);
+        used.insert(next as u16);
+    }
+    for d in &mut t.spec.datapaths {
+        match &mut d.kind {
+            DatapathKind::Router {
+                dnat_zone,
+                snat_zone,
+            } => {
+                let (a, b) = router_zone_names(&d.name);
+                *dnat_zone = zones.get(&a).copied().unwrap_or(0);
+                *snat_zone = zones.get(&b).copied().unwrap_or(0);
+            }
+            _ => {
+                for p in &mut d.ports {
+                    p.zone = zones.get(&port_zone_name(&p.name)).copied().unwrap_or(0);
+                }
+                if let Some(&z) = zones.get(&switch_snat_zone_name(&d.name)) {
+                    t.spec.switch_snat_zones.push((d.name.clone(), z));
+                }
+            }
+        }
+    }
+    t.zones = zones;
+}

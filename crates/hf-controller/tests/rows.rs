@@ -1,0 +1,326 @@
+//! The translation on hand-built SB rows: what real northd never writes but a database can
+//! hold (bad keys, dangling peers, unsupported port types, bad addresses, bad flow text), and
+//! bindings a controller has claimed (chassis, additional_chassis, activation).
+// A delta is filled table by table, which reads better than one struct literal per test.
+#![allow(clippy::field_reassign_with_default)]
+
+use std::collections::BTreeMap;
+
+use hf_controller::{TranslateOptions, translate};
+use hf_model::sb::{self, Delta};
+use hf_model::{RowDelta, RowRef, SbSnapshot};
+use hf_pipeline::{FlowErrorKind, PortLocation, Program};
+use uuid::Uuid;
+
+fn u(n: u128) -> Uuid {
+    Uuid::from_u128(n)
+}
+
+fn dp(n: u128, key: i64, name: &str, router: bool) -> sb::DatapathBinding {
+    let mut ids = BTreeMap::new();
+    ids.insert(
+        if router {
+            "logical-router"
+        } else {
+            "logical-switch"
+        }
+        .to_string(),
+        u(n + 1000).to_string(),
+    );
+    ids.insert("name".into(), name.into());
+    sb::DatapathBinding {
+        uuid: u(n),
+        external_ids: ids,
+        tunnel_key: key,
+        ..Default::default()
+    }
+}
+
+fn pb(n: u128, dpn: u128, name: &str, key: i64, ty: &str) -> sb::PortBinding {
+    sb::PortBinding {
+        uuid: u(n),
+        datapath: RowRef::new(u(dpn)),
+        logical_port: name.into(),
+        tunnel_key: key,
+        type_: ty.into(),
+        ..Default::default()
+    }
+}
+
+fn chassis(n: u128, name: &str) -> sb::Chassis {
+    sb::Chassis {
+        uuid: u(n),
+        name: name.into(),
+        ..Default::default()
+    }
+}
+
+fn lflow(n: u128, dpn: u128, m: &str, a: &str) -> sb::LogicalFlow {
+    let mut ids = BTreeMap::new();
+    ids.insert("stage-name".to_string(), "ls_in_test".to_string());
+    sb::LogicalFlow {
+        uuid: u(n),
+        logical_datapath: Some(RowRef::new(u(dpn))),
+        match_: m.into(),
+        actions: a.into(),
+        pipeline: sb::LogicalFlowPipeline::Ingress,
+        table_id: 0,
+        priority: 10,
+        external_ids: ids,
+        ..Default::default()
+    }
+}
+
+fn snapshot(d: Delta) -> SbSnapshot {
+    let mut s = SbSnapshot::new();
+    s.apply(&d);
+    s
+}
+
+#[test]
+fn rows_that_do_not_translate_get_diagnostics_and_the_rest_translates() {
+    let mut d = Delta::default();
+    d.datapath_binding = vec![
+        RowDelta::Insert(dp(1, 1, "sw", false)),
+        RowDelta::Insert(dp(2, 1 << 24, "huge", false)),
+        RowDelta::Insert(sb::DatapathBinding {
+            uuid: u(3),
+            tunnel_key: 3,
+            ..Default::default()
+        }),
+    ];
+    d.port_binding = vec![
+        RowDelta::Insert(pb(10, 1, "a", 1, "")),
+        RowDelta::Insert(pb(11, 1, "big", 40000, "")),
+        RowDelta::Insert({
+            let mut p = pb(12, 1, "dangling", 2, "patch");
+            p.options.insert("peer".into(), "nowhere".into());
+            p
+        }),
+        RowDelta::Insert(pb(13, 1, "tor", 3, "vtep")),
+        RowDelta::Insert(pb(14, 1, "dup", 1, "")),
+    ];
+    d.address_set = vec![RowDelta::Insert(sb::AddressSet {
+        uuid: u(20),
+        name: "as1".into(),
+        addresses: ["10.0.0.1".to_string(), "not-an-ip".to_string()].into(),
+    })];
+    d.logical_flow = vec![
+        RowDelta::Insert(lflow(30, 1, "inport == \"a\"", "drop;")),
+        RowDelta::Insert(lflow(31, 1, "ip4 &&", "next;")),
+        RowDelta::Insert({
+            let mut f = lflow(32, 1, "1", "next;");
+            f.table_id = 300;
+            f
+        }),
+    ];
+    let sb = snapshot(d);
+    let t = translate(&sb, &TranslateOptions::default());
+    let has = |table: &str, n: u128, needle: &str| {
+        t.diagnostics
+            .iter()
+            .any(|x| x.table == table && x.uuid == u(n) && x.to_string().contains(needle))
+    };
+    assert!(has("Datapath_Binding", 2, "24-bit"), "{:#?}", t.diagnostics);
+    assert!(has("Datapath_Binding", 3, "logical-switch"));
+    assert!(has("Port_Binding", 11, "15-bit"));
+    assert!(has("Port_Binding", 12, "nowhere"));
+    assert!(has("Port_Binding", 13, "vtep"));
+    assert!(has("Port_Binding", 14, "also used by a"));
+    assert!(has("Address_Set", 20, "not-an-ip"));
+    assert!(has("Logical_Flow", 32, "table_id 300"));
+    assert_eq!(t.spec.datapaths.len(), 1);
+    let names: Vec<&str> = t.spec.datapaths[0]
+        .ports
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect();
+    assert_eq!(names, ["a", "dangling", "tor"]);
+    assert!(matches!(
+        t.spec.datapaths[0].ports[1].location,
+        PortLocation::Unbound
+    ));
+    assert_eq!(t.spec.sets.addr_sets["as1"].len(), 1);
+    // The flow whose text does not parse is a per-flow error; the program compiles.
+    let (prog, errs) = Program::compile(&t.spec).expect("compiles");
+    assert_eq!(prog.flow_count(), 1);
+    assert_eq!(errs.len(), 1, "{errs:#?}");
+    assert_eq!(errs[0].kind, FlowErrorKind::Syntax);
+    assert_eq!(errs[0].sb_uuid.as_deref(), Some(u(31).to_string().as_str()));
+    assert_eq!(errs[0].stage, "ls_in_test");
+}
+
+#[test]
+fn claimed_bindings_and_activation_follow_sb() {
+    let mut d = Delta::default();
+    d.chassis = vec![
+        RowDelta::Insert(chassis(100, "src")),
+        RowDelta::Insert(chassis(101, "dst")),
+        RowDelta::Insert(chassis(102, "other")),
+    ];
+    d.datapath_binding = vec![RowDelta::Insert(dp(1, 7, "sw", false))];
+    let mut vm = pb(10, 1, "vm", 1, "");
+    vm.chassis = Some(RowRef::new(u(100)));
+    vm.additional_chassis = [RowRef::new(u(101))].into();
+    vm.options
+        .insert("activation-strategy".into(), "rarp".into());
+    d.port_binding = vec![RowDelta::Insert(vm.clone())];
+    let sb = snapshot(d.clone());
+    let on = |c: &str, sb: &SbSnapshot| {
+        let t = translate(
+            sb,
+            &TranslateOptions {
+                chassis: Some(c.into()),
+            },
+        );
+        let p = t.spec.datapaths[0].ports[0].clone();
+        (t, p)
+    };
+    let (t, p) = on("dst", &sb);
+    let id = |n: &str| t.chassis_by_name(n).expect("chassis").id;
+    assert!(matches!(p.location, PortLocation::Local(_)));
+    assert!(p.needs_activation);
+    assert!(
+        !p.resident,
+        "an additional chassis is not the port's resident"
+    );
+    assert_eq!(p.also_remote, [id("src")]);
+    let (_, p) = on("src", &sb);
+    assert!(matches!(p.location, PortLocation::Local(_)) && !p.needs_activation);
+    assert!(p.resident);
+    assert_eq!(p.also_remote, [id("dst")]);
+    let (_, p) = on("other", &sb);
+    assert_eq!(p.location, PortLocation::Remote { chassis: id("src") });
+    assert_eq!(p.also_remote, [id("dst")]);
+    assert!(!p.resident);
+    // Once activated there (SB says so), the destination no longer waits.
+    vm.options
+        .insert("additional-chassis-activated".into(), "dst".into());
+    d.port_binding = vec![RowDelta::Insert(vm)];
+    let (_, p) = on("dst", &snapshot(d));
+    assert!(!p.needs_activation);
+}
+
+#[test]
+fn per_datapath_port_groups_resolve_per_datapath() {
+    let mut d = Delta::default();
+    d.datapath_binding = vec![
+        RowDelta::Insert(dp(1, 1, "a", false)),
+        RowDelta::Insert(dp(2, 2, "b", false)),
+    ];
+    d.port_binding = vec![
+        RowDelta::Insert(pb(10, 1, "a1", 1, "")),
+        RowDelta::Insert(pb(11, 2, "b1", 1, "")),
+    ];
+    d.port_group = vec![
+        RowDelta::Insert(sb::PortGroup {
+            uuid: u(20),
+            name: "1_pg".into(),
+            ports: ["a1".to_string()].into(),
+        }),
+        RowDelta::Insert(sb::PortGroup {
+            uuid: u(21),
+            name: "2_pg".into(),
+            ports: ["b1".to_string()].into(),
+        }),
+    ];
+    d.logical_flow = vec![
+        RowDelta::Insert(lflow(30, 1, "inport == @pg", "drop;")),
+        RowDelta::Insert(lflow(31, 2, "inport == @pg", "drop;")),
+    ];
+    let t = translate(&snapshot(d), &TranslateOptions::default());
+    assert!(t.diagnostics.is_empty(), "{:#?}", t.diagnostics);
+    assert_eq!(t.spec.sets.port_groups["pg"], ["a1", "b1"]);
+    let (_, errs) = Program::compile(&t.spec).expect("compiles");
+    assert!(errs.is_empty(), "{errs:#?}");
+}
+
+#[test]
+fn flow_identity_comes_from_hf_flow_id_else_stage_hint_and_match() {
+    let mut d = Delta::default();
+    d.datapath_binding = vec![RowDelta::Insert(dp(1, 1, "a", false))];
+    let mut with_id = lflow(30, 1, "ip4", "drop;");
+    with_id
+        .external_ids
+        .insert("hf-flow-id".into(), "f00d".into());
+    let mut hinted = lflow(31, 1, "ip6", "drop;");
+    hinted
+        .external_ids
+        .insert("stage-hint".into(), "a0dfbb58".into());
+    d.logical_flow = vec![RowDelta::Insert(with_id), RowDelta::Insert(hinted)];
+    let t = translate(&snapshot(d), &TranslateOptions::default());
+    let flows = &t.spec.datapaths[0].flows;
+    let f30 = flows
+        .iter()
+        .find(|f| f.sb_uuid.as_deref() == Some(u(30).to_string().as_str()))
+        .expect("flow 30");
+    assert_eq!(f30.id, hf_pipeline::FlowId::hf("f00d"));
+    assert_eq!(f30.stage, "ls_in_test");
+    let f31 = flows
+        .iter()
+        .find(|f| f.sb_uuid.as_deref() == Some(u(31).to_string().as_str()))
+        .expect("flow 31");
+    assert_eq!(
+        f31.id,
+        hf_pipeline::FlowId::derived("ls_in_test", Some("a0dfbb58"), "ip6")
+    );
+    assert_eq!(f31.stage_hint.as_deref(), Some("a0dfbb58"));
+    // The identity does not involve the UUID: the same row under another UUID keeps it.
+    let mut d = Delta::default();
+    d.datapath_binding = vec![RowDelta::Insert(dp(1, 1, "a", false))];
+    let mut again = lflow(99, 1, "ip6", "drop;");
+    again
+        .external_ids
+        .insert("stage-hint".into(), "a0dfbb58".into());
+    d.logical_flow = vec![RowDelta::Insert(again)];
+    let t2 = translate(&snapshot(d), &TranslateOptions::default());
+    assert_eq!(t2.spec.datapaths[0].flows[0].id, f31.id);
+}
+
+#[test]
+fn chassis_template_variables_are_substituted_for_the_chassis() {
+    let mut d = Delta::default();
+    d.chassis = vec![
+        RowDelta::Insert(chassis(100, "hv1")),
+        RowDelta::Insert(chassis(101, "hv2")),
+    ];
+    d.chassis_template_var = vec![RowDelta::Insert(sb::ChassisTemplateVar {
+        uuid: u(40),
+        chassis: "hv1".into(),
+        variables: [("vip".to_string(), "10.0.0.100".to_string())].into(),
+    })];
+    d.datapath_binding = vec![RowDelta::Insert(dp(1, 1, "a", false))];
+    d.logical_flow = vec![RowDelta::Insert(lflow(
+        30,
+        1,
+        "ip4.dst == ^vip || inport == \"^vip\"",
+        "drop;",
+    ))];
+    let sb = snapshot(d);
+    let t = translate(
+        &sb,
+        &TranslateOptions {
+            chassis: Some("hv1".into()),
+        },
+    );
+    let f = &t.spec.datapaths[0].flows[0];
+    assert_eq!(
+        f.source.as_ref().map(|s| s.matches.as_str()),
+        Some("ip4.dst == 10.0.0.100 || inport == \"^vip\""),
+        "substituted outside strings only"
+    );
+    // The identity is the written text: the same on every chassis.
+    let t2 = translate(
+        &sb,
+        &TranslateOptions {
+            chassis: Some("hv2".into()),
+        },
+    );
+    assert_eq!(t2.spec.datapaths[0].flows[0].id, f.id);
+    let (_, e1) = Program::compile(&t.spec).expect("compiles");
+    assert!(e1.is_empty(), "{e1:#?}");
+    // hv2 defines no `vip`: the flow is a per-flow error there.
+    let (_, errs) = Program::compile(&t2.spec).expect("compiles");
+    assert_eq!(errs.len(), 1, "{errs:#?}");
+    assert!(errs[0].to_string().contains("^vip"), "{}", errs[0]);
+}
