@@ -234,6 +234,7 @@ fn topology(c: &common::Central) {
         "router-port=gw-public",
     ]);
     n(&["lr-nat-add", "gw", "snat", "172.16.0.2", "10.0.0.0/8"]);
+    n(&["set", "logical_router", "gw", "options:snat-ct-zone=777"]);
     n(&["lr-route-add", "gw", "10.0.0.0/8", "172.16.0.1"]);
     n(&["lr-route-add", "lr0", "0.0.0.0/0", "172.16.0.2"]);
     // ACLs on a port group spanning two switches, with an address set.
@@ -488,6 +489,8 @@ fn real_northd_sb_translates_and_compiles() {
         },
     );
     assert_eq!(port(&kept, "vm1").zone, 4000);
+    // The CMS's snat-ct-zone for the gateway router, as ovn-controller honours it.
+    assert_eq!(t.zones["lr/gw/snat"], 777);
 
     // As hv1 sees it: the gateway port is here (priority 20), vm2 starts here and also on hv2.
     let h1 = translate(

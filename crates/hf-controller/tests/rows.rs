@@ -324,3 +324,29 @@ fn chassis_template_variables_are_substituted_for_the_chassis() {
     assert_eq!(errs.len(), 1, "{errs:#?}");
     assert!(errs[0].to_string().contains("^vip"), "{}", errs[0]);
 }
+
+#[test]
+fn a_requested_snat_zone_is_kept_and_zone_0_is_refused() {
+    let mut d = Delta::default();
+    let mut r1 = dp(1, 1, "r1", true);
+    r1.external_ids.insert("snat-ct-zone".into(), "5".into());
+    let mut r2 = dp(2, 2, "r2", true);
+    r2.external_ids.insert("snat-ct-zone".into(), "0".into());
+    d.datapath_binding = vec![RowDelta::Insert(r1), RowDelta::Insert(r2)];
+    let t = translate(&snapshot(d), &TranslateOptions::default());
+    assert_eq!(t.zones["lr/r1/snat"], 5);
+    assert_ne!(t.zones["lr/r2/snat"], 0);
+    assert!(
+        t.diagnostics
+            .iter()
+            .any(|x| x.uuid == u(2) && x.reason.contains("zone 0")),
+        "{:#?}",
+        t.diagnostics
+    );
+    let all: std::collections::BTreeSet<u16> = t.zones.values().copied().collect();
+    assert_eq!(all.len(), t.zones.len(), "distinct zones");
+    assert!(matches!(
+        t.spec.datapaths[0].kind,
+        hf_pipeline::DatapathKind::Router { snat_zone: 5, .. }
+    ));
+}

@@ -206,7 +206,8 @@ pub fn translate_with(sb: &SbSnapshot, opts: &TranslateOptions, extra: &Extra) -
     flows::translate_flows(sb, chassis, &mut t);
     flows::translate_neighbours(sb, &mut t);
     flows::translate_lbs(sb, &mut t);
-    zones::assign(&mut t, &extra.zones);
+    let requested = zones::requested(sb, &mut t);
+    zones::assign(&mut t, &requested, &extra.zones);
     t.spec.owner = hf_conntrack::Owner(1);
     t
 }

@@ -1,8 +1,10 @@
 //! Conntrack zones by stable name (DESIGN "Conntrack zones"): `lsp/<port>` for every switch
 //! port, `ls/<switch>/snat` for every switch (where `ct_snat_to_vip` commits hairpin SNAT),
 //! `lr/<router>/dnat` and `lr/<router>/snat` for every router. Never zone 0 (the
-//! host's). Assignments passed in are kept when their zone is valid and not taken twice; the
-//! other names get the lowest free zones in name order, so the result is a function of the
+//! host's). A router's `snat-ct-zone` (northd copies `options:snat-ct-zone` into
+//! `Datapath_Binding.external_ids`) is honoured first; assignments passed in are kept next when
+//! their zone is valid and not taken twice; the other names get the lowest free zones in name
+//! order, so the result is a function of the
 //! inputs only. Names that no longer exist are dropped from the returned map (the caller
 //! decides when a zone may be flushed).
 
@@ -27,7 +29,43 @@ pub fn router_zone_names(router: &str) -> (String, String) {
     (format!("lr/{router}/dnat"), format!("lr/{router}/snat"))
 }
 
-pub(crate) fn assign(t: &mut Translation, keep: &BTreeMap<String, u16>) {
+/// `external_ids:snat-ct-zone` that northd copies from a router's `options:snat-ct-zone`.
+pub(crate) fn requested(sb: &hf_model::SbSnapshot, t: &mut Translation) -> BTreeMap<String, u16> {
+    let mut out = BTreeMap::new();
+    for (uuid, &i) in &t.datapath_index {
+        let Some(d) = sb.datapath_binding().get(uuid) else {
+            continue;
+        };
+        let Some(z) = d.external_ids.get("snat-ct-zone") else {
+            continue;
+        };
+        let Some(dp) = t.spec.datapaths.get(i) else {
+            continue;
+        };
+        match z.trim().parse::<u16>() {
+            Ok(n) if n != 0 => {
+                out.insert(router_zone_names(&dp.name).1, n);
+            }
+            _ => t.diagnostics.push(Diagnostic {
+                table: "Datapath_Binding",
+                uuid: *uuid,
+                reason: format!(
+                    "external_ids:snat-ct-zone \"{z}\" is not a zone 1..=65535 (zone 0 is the \
+                     host's): a zone is allocated instead"
+                ),
+            }),
+        }
+    }
+    out
+}
+
+/// Assigns zones: `requested` first (a CMS's explicit choice), then `keep`, then the lowest
+/// free ones.
+pub(crate) fn assign(
+    t: &mut Translation,
+    requested: &BTreeMap<String, u16>,
+    keep: &BTreeMap<String, u16>,
+) {
     let mut wanted: BTreeSet<String> = BTreeSet::new();
     for d in &t.spec.datapaths {
         match d.kind {
@@ -46,8 +84,13 @@ pub(crate) fn assign(t: &mut Translation, keep: &BTreeMap<String, u16>) {
     }
     let mut zones: BTreeMap<String, u16> = BTreeMap::new();
     let mut used: BTreeSet<u16> = BTreeSet::new();
+    for (name, &z) in requested {
+        if wanted.contains(name) && used.insert(z) {
+            zones.insert(name.clone(), z);
+        }
+    }
     for (name, &z) in keep {
-        if z != 0 && wanted.contains(name) && used.insert(z) {
+        if z != 0 && wanted.contains(name) && !zones.contains_key(name) && used.insert(z) {
             zones.insert(name.clone(), z);
         }
     }
