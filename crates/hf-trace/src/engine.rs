@@ -317,7 +317,7 @@ fn nat_of(trace: &Trace) -> Vec<Nat> {
                             && (side || w.starts_with("ct_lb") || *w == "ct_commit_nat")
                     })
                 })
-                .unwrap_or_else(|| if src { "ct_snat" } else { "ct_dnat" })
+                .unwrap_or(if src { "ct_snat" } else { "ct_dnat" })
                 .to_string();
             let field = match field.strip_prefix("l4.") {
                 Some(side) => format!("{}.{side}", l4_name(trace)),
