@@ -1266,6 +1266,14 @@ impl Runner<'_> {
                     }
                 }
             }
+            // The forced state keeps the NAT flags of what was applied (ovn-trace ORs
+            // `snat`/`dnat` into it), so `chk_lb_hairpin` and `ct.dnat` still see the NAT.
+            if r.rewrite.src.is_some() {
+                r.state.0 |= 0x40;
+            }
+            if r.rewrite.dst.is_some() {
+                r.state.0 |= 0x80;
+            }
         }
         match act {
             CAct::CtCommit { .. } => {}
