@@ -1273,8 +1273,38 @@ impl Runner<'_> {
                 act,
                 CAct::CtCommit { .. } | CAct::CtCommitNat | CAct::CtSnatToVip { .. }
             )
+            && let Some(forced) = w.forced_ct_state()
         {
-            r.state.0 = w.ct_state(r.state.0);
+            r.state.0 = forced;
+            // An assumed connection with this NAT: rewrite to the target when the scratch
+            // table had no connection to do it (ovn-trace's `ct_snat(IP)` always does).
+            if let CAct::CtNat {
+                kind,
+                target: Some(t),
+            } = act
+                && forced & 0x10 == 0
+            {
+                let snat = matches!(kind, NatKind::Snat | NatKind::SnatInCzone);
+                if snat && r.rewrite.src.is_none() {
+                    r.rewrite.src = Some(t.addr_min);
+                    if t.port_min != 0 {
+                        r.rewrite.sport = Some(t.port_min);
+                    }
+                } else if !snat && r.rewrite.dst.is_none() {
+                    r.rewrite.dst = Some(t.addr_min);
+                    if t.port_min != 0 {
+                        r.rewrite.dport = Some(t.port_min);
+                    }
+                }
+            }
+            // The forced state keeps the NAT flags of what was applied (ovn-trace ORs
+            // `snat`/`dnat` into it), so `chk_lb_hairpin` and `ct.dnat` still see the NAT.
+            if r.rewrite.src.is_some() {
+                r.state.0 |= 0x40;
+            }
+            if r.rewrite.dst.is_some() {
+                r.state.0 |= 0x80;
+            }
         }
         match act {
             CAct::CtCommit { .. } => {}

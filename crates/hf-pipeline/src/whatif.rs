@@ -2,6 +2,10 @@
 //! operator as ovn-trace does: `--ct=FLAGS` forces the `ct_state` that successive conntrack
 //! lookups return, and `--lb-dst=IP[:PORT]` picks the load-balancer backend.
 //!
+//! A forced state is an assumption about the connection, so a `ct_snat(IP)`/`ct_dnat(IP)` under
+//! one rewrites the packet to its target when the scratch table has no connection to do it (as
+//! ovn-trace does), unless the forced state is `inv`.
+//!
 //! What it does not do: change conntrack (trace never does) or apply outside tracing.
 
 use std::net::IpAddr;
@@ -37,15 +41,11 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// The state a lookup returns: the next forced one, else `natural`.
-    pub(crate) fn ct_state(&mut self, natural: u8) -> u8 {
-        match self.w.ct_states.get(self.next) {
-            Some(&s) => {
-                self.next += 1;
-                s
-            }
-            None => natural,
-        }
+    /// The next forced state, if any is left (consumed).
+    pub(crate) fn forced_ct_state(&mut self) -> Option<u8> {
+        let s = self.w.ct_states.get(self.next).copied()?;
+        self.next += 1;
+        Some(s)
     }
 
     /// The index of the backend `--lb-dst` names, if it is one of `backends` (once: as in

@@ -284,6 +284,12 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         let r = unixctl(&ctl, "trace", &[&dp, &flow])?;
         std::hint::black_box(r);
     }
+    let answer = unixctl(&ctl, "trace", &["--minimal", &dp, &flow])?;
+    if !answer.contains("output(\"ext-host\")") {
+        report.note(&format!(
+            "warning: ovn-trace --detach did not deliver the benchmark packet to ext-host:\n{answer}"
+        ));
+    }
     let theirs_daemon = t.elapsed().as_secs_f64() * 1e3 / per as f64;
     match holdfast_daemon(d, &sb, &dp, &flow, per)? {
         Some(ours) => report.compare(
@@ -364,7 +370,14 @@ fn holdfast_daemon(
             let r = unixctl(&ctl, "trace", &[dp, flow])?;
             std::hint::black_box(r);
         }
-        Ok(t.elapsed().as_secs_f64() * 1e3 / per as f64)
+        let ms = t.elapsed().as_secs_f64() * 1e3 / per as f64;
+        let answer = unixctl(&ctl, "trace", &["--minimal", dp, flow])?;
+        if !answer.contains("\"ext-host\"") {
+            eprintln!(
+                "[trace] warning: the holdfast long-running mode did not deliver the benchmark packet to ext-host:\n{answer}"
+            );
+        }
+        Ok(ms)
     })();
     let _ = child.kill();
     let _ = child.wait();
