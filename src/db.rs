@@ -35,7 +35,8 @@ pub struct DbArgs {
     )]
     data_dir: PathBuf,
 
-    /// Listen on a passive remote: `ptcp:PORT[:IP]` (port 0 picks a free one) or
+    /// Listen on a passive remote: `ptcp:PORT[:IP]` (port 0 picks a free one),
+    /// `pssl:PORT[:IP]` (TLS; needs --private-key, --certificate and --ca-cert) or
     /// `punix:PATH`. Repeatable. Every database is served on every remote. Default:
     /// `ptcp:6641:127.0.0.1` and `ptcp:6642:127.0.0.1` (OVN's NB and SB ports).
     #[arg(long = "remote", value_name = "REMOTE")]
@@ -70,6 +71,81 @@ pub struct DbArgs {
     /// Compact a database file once it is this large and four times its last compacted size.
     #[arg(long, value_name = "BYTES", default_value_t = 10 << 20)]
     compact_threshold: u64,
+
+    #[command(flatten)]
+    tls: TlsArgs,
+}
+
+/// ovsdb-server's TLS options (lib/stream-ssl.h), for `pssl:` remotes.
+#[derive(Debug, Args)]
+struct TlsArgs {
+    /// TLS private key (PEM) for `pssl:` remotes.
+    #[arg(short = 'p', long, value_name = "FILE")]
+    private_key: Option<PathBuf>,
+
+    /// TLS certificate (PEM; may be followed by intermediates) for `pssl:` remotes.
+    #[arg(short = 'c', long, value_name = "FILE")]
+    certificate: Option<PathBuf>,
+
+    /// CA certificate(s) (PEM) that must have signed every client's certificate: clients
+    /// without a certificate, or with one from another CA, are refused (and logged).
+    #[arg(short = 'C', long, value_name = "FILE")]
+    ca_cert: Option<PathBuf>,
+
+    /// TLS versions, as OVS spells them: a list (`TLSv1.2,TLSv1.3`), a range
+    /// (`TLSv1.2-TLSv1.3`) or `TLSv1.2+`. Default: TLS 1.2 and 1.3 (all rustls implements).
+    #[arg(long, value_name = "PROTOCOLS")]
+    ssl_protocols: Option<String>,
+
+    /// TLS 1.2 cipher suites as an OpenSSL cipher string (e.g. `HIGH:!aNULL:!MD5`), mapped onto
+    /// the suites rustls implements; a cipher it does not implement is an error.
+    #[arg(long, value_name = "CIPHERS")]
+    ssl_ciphers: Option<String>,
+}
+
+impl TlsArgs {
+    /// The TLS configuration, when the key, certificate and CA certificate are given; an error
+    /// when only some are, or when a `pssl:` remote has none.
+    fn load(&self, remotes: &[Remote]) -> anyhow::Result<Option<hf_ovsdb_net::tls::TlsSettings>> {
+        let needs = remotes.iter().any(|r| matches!(r, Remote::Ssl(_)));
+        match (&self.private_key, &self.certificate, &self.ca_cert) {
+            (Some(k), Some(c), Some(ca)) => {
+                let files = hf_ovsdb_net::tls::TlsFiles {
+                    private_key: k.clone(),
+                    certificate: c.clone(),
+                    ca_cert: ca.clone(),
+                    protocols: self.ssl_protocols.clone(),
+                    ciphers: self.ssl_ciphers.clone(),
+                };
+                Ok(Some(hf_ovsdb_net::tls::TlsSettings::load(&files)?))
+            }
+            (None, None, None) if !needs => {
+                // Still check the strings, so that a typo is not silently carried along.
+                let mut w = Vec::new();
+                hf_ovsdb_net::tls::parse_protocols(self.ssl_protocols.as_deref(), &mut w)?;
+                if let Some(c) = &self.ssl_ciphers {
+                    hf_ovsdb_net::tls::parse_ciphers(c)?;
+                }
+                Ok(None)
+            }
+            _ => {
+                let missing: Vec<&str> = [
+                    ("--private-key", self.private_key.is_none()),
+                    ("--certificate", self.certificate.is_none()),
+                    ("--ca-cert", self.ca_cert.is_none()),
+                ]
+                .iter()
+                .filter(|(_, m)| *m)
+                .map(|(n, _)| *n)
+                .collect();
+                anyhow::bail!(
+                    "TLS needs --private-key, --certificate and --ca-cert together{}: missing {}",
+                    if needs { " (for the pssl: remote)" } else { "" },
+                    missing.join(", ")
+                )
+            }
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -175,6 +251,7 @@ fn serve(mut args: DbArgs) -> anyhow::Result<ExitCode> {
                 .map_err(|e| anyhow::anyhow!("invalid --remote {e}"))
         })
         .collect::<anyhow::Result<_>>()?;
+    let tls = args.tls.load(&remotes)?;
     let cfg = Config {
         probe_interval_ms: (args.inactivity_probe > 0).then_some(args.inactivity_probe),
         compact_min_bytes: args.compact_threshold,
@@ -222,6 +299,9 @@ fn serve(mut args: DbArgs) -> anyhow::Result<ExitCode> {
     for w in warnings {
         tracing::warn!("{w}");
     }
+    for w in tls.iter().flat_map(|t| &t.warnings) {
+        tracing::warn!("{w}");
+    }
     if let Some(p) = &args.pidfile {
         std::fs::write(p, format!("{}\n", std::process::id()))
             .with_context(|| format!("cannot write pidfile {}", p.display()))?;
@@ -233,6 +313,9 @@ fn serve(mut args: DbArgs) -> anyhow::Result<ExitCode> {
     let opts = ServeOptions {
         max_message: args.max_message,
         max_backlog: args.max_backlog,
+        tls: hf_ovsdb_net::tls::ServerTls::new(
+            tls.as_ref().map(|t| t.server_config()).transpose()?,
+        ),
     };
     let result = rt.block_on(async {
         let server = match hf_ovsdb_net::serve::start(core, &remotes, opts).await {

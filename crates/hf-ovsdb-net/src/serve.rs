@@ -1,5 +1,6 @@
-//! The tokio shell around [`Core`]: listeners (`ptcp:`, `punix:`), one reader and one writer
-//! task per connection, a timer task, and backpressure.
+//! The tokio shell around [`Core`]: listeners (`ptcp:`, `pssl:`, `punix:`), one reader and one
+//! writer task per connection, a timer task, and backpressure. `pssl:` connections go through
+//! [`crate::tls::accept`] (mutual authentication, refusals logged) before they reach the core.
 //!
 //! Backpressure: each connection counts the bytes queued for it. Above `max_backlog / 2` the
 //! server stops reading that client's requests until its queue drains (a client that sends but
@@ -31,13 +32,20 @@ pub enum Remote {
     Tcp(std::net::SocketAddr),
     /// `punix:PATH`
     Unix(PathBuf),
+    /// `pssl:PORT[:IP]`: TLS with mutual authentication ([`ServeOptions::tls`]).
+    Ssl(std::net::SocketAddr),
 }
 
 impl FromStr for Remote {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        if let Some(rest) = s.strip_prefix("ptcp:") {
+        let (ssl, tcp) = match (s.strip_prefix("ptcp:"), s.strip_prefix("pssl:")) {
+            (Some(r), _) => (false, Some(r)),
+            (None, Some(r)) => (true, Some(r)),
+            _ => (false, None),
+        };
+        if let Some(rest) = tcp {
             let (port, ip) = match rest.split_once(':') {
                 Some((p, ip)) => (p, ip.trim_start_matches('[').trim_end_matches(']')),
                 None => (rest, "0.0.0.0"),
@@ -48,14 +56,21 @@ impl FromStr for Remote {
             let ip: std::net::IpAddr = ip
                 .parse()
                 .map_err(|_| format!("`{s}`: \"{ip}\" is not an IP address"))?;
-            Ok(Remote::Tcp(std::net::SocketAddr::new(ip, port)))
+            let addr = std::net::SocketAddr::new(ip, port);
+            Ok(if ssl {
+                Remote::Ssl(addr)
+            } else {
+                Remote::Tcp(addr)
+            })
         } else if let Some(path) = s.strip_prefix("punix:") {
             if path.is_empty() {
                 return Err(format!("`{s}`: punix: needs a socket path"));
             }
             Ok(Remote::Unix(PathBuf::from(path)))
         } else {
-            Err(format!("`{s}`: a remote is ptcp:PORT[:IP] or punix:PATH"))
+            Err(format!(
+                "`{s}`: a remote is ptcp:PORT[:IP], pssl:PORT[:IP] or punix:PATH"
+            ))
         }
     }
 }
@@ -67,6 +82,8 @@ pub struct ServeOptions {
     pub max_message: usize,
     /// Bytes queued for one client before it is disconnected.
     pub max_backlog: usize,
+    /// The TLS configuration of `pssl:` remotes (replaceable at run time).
+    pub tls: crate::tls::ServerTls,
 }
 
 impl Default for ServeOptions {
@@ -74,6 +91,7 @@ impl Default for ServeOptions {
         ServeOptions {
             max_message: 64 << 20,
             max_backlog: 64 << 20,
+            tls: crate::tls::ServerTls::default(),
         }
     }
 }
@@ -154,6 +172,37 @@ pub async fn start(core: Core, remotes: &[Remote], opts: ServeOptions) -> std::i
                         let (s, _) = l.accept().await?;
                         let _ = s.set_nodelay(true);
                         Ok(s.into_split())
+                    }
+                });
+            }
+            Remote::Ssl(addr) => {
+                let l = TcpListener::bind(addr).await?;
+                let a = l.local_addr()?;
+                let name = format!("ssl:{}:{}", fmt_ip(a.ip()), a.port());
+                local.push(name.clone());
+                tokio::spawn(async move {
+                    loop {
+                        match l.accept().await {
+                            Ok((s, peer)) => {
+                                let _ = s.set_nodelay(true);
+                                let (state, opts, name) =
+                                    (state.clone(), opts.clone(), name.clone());
+                                // The handshake runs in the connection's own task, so a slow
+                                // or silent client never holds up the listener.
+                                tokio::spawn(async move {
+                                    let tls = opts.tls.clone();
+                                    if let Some(t) = crate::tls::accept(&name, s, peer, &tls).await
+                                    {
+                                        let (rd, wr) = tokio::io::split(t);
+                                        connection(state, rd, wr, start, opts).await;
+                                    }
+                                });
+                            }
+                            Err(e) => {
+                                tracing::warn!("accept on {name} failed: {e}");
+                                tokio::time::sleep(Duration::from_millis(100)).await;
+                            }
+                        }
                     }
                 });
             }
