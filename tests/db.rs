@@ -12,3 +12,5 @@ mod clients;
 mod durability;
 #[path = "db/nbctl.rs"]
 mod nbctl;
+#[path = "db/tls.rs"]
+mod tls;
