@@ -477,7 +477,8 @@ fn replica(
 
 /// The replica over `ssl:` against one server: sync, write, see its write; a replica with a
 /// certificate from another CA, or not trusting the server's CA, never syncs.
-async fn replica_scenario(remote: &str, pki: &Pki) {
+/// `refusals` reads the server's log lines that report a refused handshake.
+async fn replica_scenario(remote: &str, pki: &Pki, refusals: impl Fn() -> Vec<String>) {
     let r = replica(remote, pki.client_tls("client", &pki.ca()));
     assert!(
         r.wait_until(Duration::from_secs(30), |r| r.is_synced())
@@ -493,6 +494,33 @@ async fn replica_scenario(remote: &str, pki: &Pki) {
             .logical_switch_by_name("via-tls")
             .is_some())
             .await
+    );
+    // Reconnect (a new handshake: ovsdb-server refuses resumed sessions with client
+    // certificates, so the replica must not try one) and write again.
+    r.drop_connection();
+    let ops = vec![
+        json!({"op": "insert", "table": "Logical_Switch", "row": {"name": "after-reconnect"}}),
+    ];
+    let (outcome, _) = r.transact(Box::new(move |_| ops.clone())).await;
+    assert!(
+        matches!(outcome, TxnOutcome::Committed(_)),
+        "{remote}: after reconnecting: {outcome:?}"
+    );
+    assert!(
+        r.wait_until(Duration::from_secs(10), |r| r.is_synced()
+            && r.model()
+                .logical_switch_by_name("after-reconnect")
+                .is_some())
+            .await
+    );
+    assert!(
+        r.with(|r| r.stats().connects) >= 2,
+        "{remote}: no reconnect happened"
+    );
+    assert_eq!(
+        refusals(),
+        Vec::<String>::new(),
+        "{remote}: the server refused a handshake of the good replica"
     );
     let bad = replica(remote, pki.client_tls("intruder", &pki.ca()));
     let distrust = replica(remote, pki.client_tls("client", &pki.other_ca()));
@@ -519,11 +547,27 @@ async fn replica_over_ssl_with_ovsdb_server_and_holdfast() {
     let ovs_dir = dir.path().join("ovs");
     std::fs::create_dir_all(&ovs_dir).unwrap();
     let ovs = OvsdbSsl::start(&ovs_dir, &pki.args("server", &pki.ca()));
-    replica_scenario(&format!("ssl:{}", ovs.addr), &pki).await;
+    let ovs_log = ovs_dir.join("ovs.log");
+    replica_scenario(&format!("ssl:{}", ovs.addr), &pki, || {
+        std::fs::read_to_string(&ovs_log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("SSL_accept"))
+            .map(String::from)
+            .collect()
+    })
+    .await;
 
     let hf_dir = dir.path().join("hf");
     std::fs::create_dir_all(&hf_dir).unwrap();
     let db = TlsDb::start(&hf_dir, &pki.args("server", &pki.ca()));
-    replica_scenario(&format!("ssl:{}", db.addr), &pki).await;
+    replica_scenario(&format!("ssl:{}", db.addr), &pki, || {
+        db.log()
+            .lines()
+            .filter(|l| l.contains("refused"))
+            .map(String::from)
+            .collect()
+    })
+    .await;
     db.wait_log(&["refused", "invalid peer certificate"]);
 }

@@ -235,13 +235,18 @@ impl TlsSettings {
             roots: self.roots.clone(),
             algs: self.provider.signature_verification_algorithms,
         });
-        let cfg = ClientConfig::builder_with_provider(self.provider.clone())
+        let mut cfg = ClientConfig::builder_with_provider(self.provider.clone())
             .with_protocol_versions(&self.versions)
             .map_err(|e| TlsError::Config(e.to_string()))?
             .dangerous()
             .with_custom_certificate_verifier(verifier)
             .with_client_auth_cert(self.chain.clone(), self.key.clone_key())
             .map_err(|e| TlsError::Config(format!("--private-key and --certificate: {e}")))?;
+        // No session resumption: ovsdb-server sets no session id context, so OpenSSL fails a
+        // resumed handshake with a client certificate ("session id context uninitialized"),
+        // and the second connection of a client that resumes would be refused. OVS's own
+        // clients never resume either.
+        cfg.resumption = rustls::client::Resumption::disabled();
         Ok(Arc::new(cfg))
     }
 }
