@@ -180,31 +180,7 @@ pub async fn start(core: Core, remotes: &[Remote], opts: ServeOptions) -> std::i
                 let a = l.local_addr()?;
                 let name = format!("ssl:{}:{}", fmt_ip(a.ip()), a.port());
                 local.push(name.clone());
-                tokio::spawn(async move {
-                    loop {
-                        match l.accept().await {
-                            Ok((s, peer)) => {
-                                let _ = s.set_nodelay(true);
-                                let (state, opts, name) =
-                                    (state.clone(), opts.clone(), name.clone());
-                                // The handshake runs in the connection's own task, so a slow
-                                // or silent client never holds up the listener.
-                                tokio::spawn(async move {
-                                    let tls = opts.tls.clone();
-                                    if let Some(t) = crate::tls::accept(&name, s, peer, &tls).await
-                                    {
-                                        let (rd, wr) = tokio::io::split(t);
-                                        connection(state, rd, wr, start, opts).await;
-                                    }
-                                });
-                            }
-                            Err(e) => {
-                                tracing::warn!("accept on {name} failed: {e}");
-                                tokio::time::sleep(Duration::from_millis(100)).await;
-                            }
-                        }
-                    }
-                });
+                ssl_accept_loop(name, l, state, start, opts);
             }
             Remote::Unix(path) => {
                 if path.exists() {
@@ -266,6 +242,39 @@ fn accept_loop<F, Fut, R, W>(
             match accept().await {
                 Ok((rd, wr)) => {
                     tokio::spawn(connection(state.clone(), rd, wr, start, opts.clone()));
+                }
+                Err(e) => {
+                    tracing::warn!("accept on {name} failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    });
+}
+
+/// Accept `pssl:` connections forever: each one's TLS handshake ([`crate::tls::accept`], which
+/// logs refusals) runs in the connection's own task, so a slow or silent client never holds up
+/// the listener; a verified client becomes a session like any other.
+fn ssl_accept_loop(
+    name: String,
+    l: TcpListener,
+    state: Arc<Mutex<State>>,
+    start: Instant,
+    opts: ServeOptions,
+) {
+    tokio::spawn(async move {
+        loop {
+            match l.accept().await {
+                Ok((s, peer)) => {
+                    let _ = s.set_nodelay(true);
+                    let (state, opts, name) = (state.clone(), opts.clone(), name.clone());
+                    tokio::spawn(async move {
+                        let tls = opts.tls.clone();
+                        if let Some(t) = crate::tls::accept(&name, s, peer, &tls).await {
+                            let (rd, wr) = tokio::io::split(t);
+                            connection(state, rd, wr, start, opts).await;
+                        }
+                    });
                 }
                 Err(e) => {
                     tracing::warn!("accept on {name} failed: {e}");
@@ -448,7 +457,9 @@ async fn writer<W: AsyncWrite + Unpin>(
         if closed.load(Ordering::Acquire) {
             break;
         }
-        if wr.write_all(&out).await.is_err() {
+        // Flush too: a TLS stream may keep records that did not fit in the socket buffer
+        // until it is flushed (a no-op for plain sockets).
+        if wr.write_all(&out).await.is_err() || wr.flush().await.is_err() {
             closed.store(true, Ordering::Release);
             wake.notify_one();
             break;

@@ -370,6 +370,9 @@ pub fn parse_protocols(
             .split([' ', ',', '\t'])
             .filter(|w| !w.is_empty())
             .collect();
+        if words.is_empty() {
+            return Err(err("names no protocol".into()));
+        }
         let mut ranks = Vec::new();
         for w in words {
             ranks.push(rank(w)?);
@@ -540,7 +543,7 @@ pub fn parse_ciphers(spec: &str) -> Result<Vec<SupportedCipherSuite>, TlsError> 
     let mut list: Vec<usize> = Vec::new();
     let mut banned = [false; TLS12_SUITES.len()];
     for item in spec
-        .split([':', ',', ' ', ';'])
+        .split([':', ',', ' '])
         .map(str::trim)
         .filter(|w| !w.is_empty())
     {
@@ -802,6 +805,7 @@ mod tests {
             "SSLv3",
             "TLSv1.3-TLSv1.2",
             "TLSv1.4+",
+            ", ,",
         ] {
             let e = parse_protocols(Some(bad), &mut w).unwrap_err().to_string();
             assert!(e.contains(bad), "{bad}: {e}");

@@ -319,6 +319,42 @@ fn tcp(addr: &str) -> anyhow::Result<TcpStream> {
     Ok(s)
 }
 
+/// A TLS connection to `a` with its handshake done.
+fn tls(
+    a: &str,
+    cfg: &Arc<rustls::ClientConfig>,
+) -> anyhow::Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
+    let ip: std::net::IpAddr = a
+        .rsplit_once(':')
+        .map_or(a, |(h, _)| h)
+        .parse()
+        .with_context(|| format!("{a}: not IP:PORT"))?;
+    let c = rustls::ClientConnection::new(cfg.clone(), ip.into())?;
+    let mut s = rustls::StreamOwned::new(c, tcp(a)?);
+    // Finish the handshake now, so that it is not part of the first request.
+    while s.conn.is_handshaking() {
+        s.conn
+            .complete_io(&mut s.sock)
+            .with_context(|| format!("TLS handshake with {a}"))?;
+    }
+    Ok(s)
+}
+
+/// What a TLS connection to `addr` negotiates (for the notes).
+fn tls_info(addr: &Addr) -> String {
+    let Addr::Tls(a, cfg) = addr else {
+        return String::new();
+    };
+    match tls(a, cfg) {
+        Ok(s) => format!(
+            "{:?}, {:?}",
+            s.conn.protocol_version(),
+            s.conn.negotiated_cipher_suite().map(|c| c.suite())
+        ),
+        Err(e) => format!("{e:#}"),
+    }
+}
+
 impl Conn {
     fn new(addr: &Addr) -> anyhow::Result<Self> {
         let s: Box<dyn Stream> = match addr {
@@ -329,22 +365,7 @@ impl Conn {
                 s.set_read_timeout(Some(Duration::from_secs(60)))?;
                 Box::new(s)
             }
-            Addr::Tls(a, cfg) => {
-                let ip: std::net::IpAddr = a
-                    .rsplit_once(':')
-                    .map_or(a.as_str(), |(h, _)| h)
-                    .parse()
-                    .with_context(|| format!("{a}: not IP:PORT"))?;
-                let c = rustls::ClientConnection::new(cfg.clone(), ip.into())?;
-                let mut s = rustls::StreamOwned::new(c, tcp(a)?);
-                // Finish the handshake now, so that it is not part of the first request.
-                while s.conn.is_handshaking() {
-                    s.conn
-                        .complete_io(&mut s.sock)
-                        .with_context(|| format!("TLS handshake with {a}"))?;
-                }
-                Box::new(s)
-            }
+            Addr::Tls(a, cfg) => Box::new(tls(a, cfg)?),
         };
         Ok(Conn {
             s,
@@ -527,6 +548,9 @@ fn measure(
     } else {
         (20_000, 200, 2_000, 50, 3)
     };
+    if matches!(addr, Addr::Tls(..)) {
+        report.note(&format!("{tag}: TLS negotiated: {}", tls_info(addr)));
+    }
     let d1 = best_of(runs, |r| pipelined(addr, n1, 32, single_insert(tag, r)))
         .with_context(|| format!("{tag}: single-row inserts"))?;
     report.note(&format!(

@@ -268,6 +268,10 @@ async fn drive<M: Model>(
                     break;
                 }
             }
+            // A TLS stream may hold records back until flushed (a no-op for plain sockets).
+            if !transmits.is_empty() && !write_failed && w.flush().await.is_err() {
+                write_failed = true;
+            }
         }
         if write_failed {
             writer = None;
