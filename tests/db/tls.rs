@@ -349,6 +349,20 @@ fn nbctl_over_pssl_and_refusals() {
     let o = s_client(&db.addr, &[]);
     assert!(o.contains("Protocol version: TLSv1.3"), "{o}");
     assert!(o.contains("Verification: OK"), "{o}");
+    // A client that presents no certificate at all is refused too.
+    let out = run(
+        Command::new("openssl")
+            .args(["s_client", "-brief", "-connect", &db.addr])
+            .arg("-CAfile")
+            .arg(pki.ca()),
+        Duration::from_secs(20),
+    );
+    db.wait_log(&["refused", "127.0.0.1:", "no certificates"]);
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("OVN_Northbound"),
+        "{out:?}"
+    );
+    assert!(db.alive(), "holdfast db died");
     drop(db);
 
     // --ssl-protocols and --ssl-ciphers, as OpenSSL sees them.
