@@ -72,8 +72,9 @@ pub struct DbArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 10 << 20)]
     compact_threshold: u64,
 
+    // Boxed: keeps `DbArgs` (and the `Command` enum holding it) small.
     #[command(flatten)]
-    tls: TlsArgs,
+    tls: Box<TlsArgs>,
 }
 
 /// ovsdb-server's TLS options (lib/stream-ssl.h), for `pssl:` remotes.

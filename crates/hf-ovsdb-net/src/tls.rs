@@ -352,8 +352,8 @@ pub fn parse_protocols(
     };
     let mut wanted = [false; 4];
     if let Some(x) = spec.strip_suffix('+') {
-        for r in rank(x.trim())?..4 {
-            wanted[r] = true;
+        for w in wanted.iter_mut().skip(rank(x.trim())?) {
+            *w = true;
         }
     } else if let Some((a, b)) = spec.split_once('-') {
         let (a, b) = (rank(a.trim())?, rank(b.trim())?);
