@@ -777,6 +777,51 @@ mod tests {
     }
 
     #[test]
+    fn bad_files_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let junk = dir.path().join("junk.pem");
+        std::fs::write(&junk, "not a PEM file\n").unwrap();
+        let files = |k: &Path, c: &Path, ca: &Path| TlsFiles {
+            private_key: k.to_path_buf(),
+            certificate: c.to_path_buf(),
+            ca_cert: ca.to_path_buf(),
+            protocols: None,
+            ciphers: None,
+        };
+        let missing = dir.path().join("missing.pem");
+        let e = TlsSettings::load(&files(&missing, &junk, &junk))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--private-key ") && e.contains("missing.pem"),
+            "{e}"
+        );
+        let e = TlsSettings::load(&files(&junk, &junk, &junk))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--private-key ") && e.contains("no usable private key"),
+            "{e}"
+        );
+        let e = TlsSettings::from_pem(
+            (
+                Path::new("k.pem"),
+                b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
+            ),
+            (Path::new("c.pem"), b"nothing"),
+            (Path::new("ca.pem"), b"nothing"),
+            None,
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("--certificate c.pem: holds no PEM certificate"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn protocols_follow_ovs_syntax() {
         let mut w = Vec::new();
         let v = parse_protocols(Some("TLSv1.2,TLSv1.3"), &mut w).unwrap();

@@ -275,7 +275,7 @@ fn start_ovsdb_server(dir: &Path, pki: Option<&Pki>) -> anyhow::Result<Target> {
         .arg("--detach")
         .arg(format!("--remote=punix:{}", sock.display()))
         .arg(format!("--pidfile={}", pidfile.display()))
-        .arg("--log-file=/tmp/hf-bench-ovsdb-server.log")
+        .arg(format!("--log-file={}", dir.join("ovs.log").display()))
         .arg(format!("--unixctl={}", dir.join("ovs.ctl").display()))
         .arg(format!("--remote=ptcp:{port}:127.0.0.1"))
         .arg(&db)
