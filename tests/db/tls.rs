@@ -585,3 +585,153 @@ async fn replica_over_ssl_with_ovsdb_server_and_holdfast() {
     .await;
     db.wait_log(&["refused", "invalid peer certificate"]);
 }
+
+/// One member of a TLS-only Raft cluster: Raft between members over `ssl:`, clients on
+/// `pssl:`; stopped on drop.
+struct TlsMember {
+    dir: PathBuf,
+    client_port: u16,
+}
+
+impl TlsMember {
+    fn pid(&self) -> Option<String> {
+        std::fs::read_to_string(self.dir.join("ovsdb.pid"))
+            .ok()
+            .map(|p| p.trim().to_string())
+    }
+
+    fn status(&self) -> String {
+        Command::new("ovs-appctl")
+            .arg("-t")
+            .arg(self.dir.join("ovsdb.ctl"))
+            .args(["cluster/status", "OVN_Northbound"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    }
+
+    fn kill(&self) {
+        if let Some(p) = self.pid() {
+            let _ = Command::new("kill").arg("-9").arg(p).status();
+        }
+    }
+}
+
+impl Drop for TlsMember {
+    fn drop(&mut self) {
+        if let Some(p) = self.pid() {
+            let _ = Command::new("kill").arg(p).status();
+        }
+    }
+}
+
+fn port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The replica follows a three-member Raft cluster reachable only over TLS (`ssl:` remotes, the
+/// three options), and moves to the new leader when the leader dies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_follows_a_tls_only_raft_cluster() {
+    if !require(
+        "replica_follows_a_tls_only_raft_cluster",
+        &["ovs-pki", "ovsdb-server", "ovsdb-tool", "ovs-appctl"],
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(&dir.path().join("pki"));
+    let tls = pki.args("server", &pki.ca());
+    let raft: Vec<u16> = (0..3).map(|_| port()).collect();
+    let mut members = Vec::new();
+    for (i, rp) in raft.iter().enumerate() {
+        let d = dir.path().join(format!("m{i}"));
+        std::fs::create_dir_all(&d).unwrap();
+        let db = d.join("db");
+        let local = format!("ssl:127.0.0.1:{rp}");
+        if i == 0 {
+            run_ok(
+                Command::new("ovsdb-tool")
+                    .arg("create-cluster")
+                    .arg(&db)
+                    .arg(nb_schema())
+                    .arg(&local),
+            );
+        } else {
+            run_ok(
+                Command::new("ovsdb-tool")
+                    .arg("join-cluster")
+                    .arg(&db)
+                    .arg("OVN_Northbound")
+                    .arg(&local)
+                    .args(raft[..i].iter().map(|p| format!("ssl:127.0.0.1:{p}"))),
+            );
+        }
+        let m = TlsMember {
+            dir: d.clone(),
+            client_port: port(),
+        };
+        run_ok(
+            Command::new("ovsdb-server")
+                .arg("--detach")
+                .arg(format!("--pidfile={}", d.join("ovsdb.pid").display()))
+                .arg(format!("--log-file={}", d.join("ovsdb.log").display()))
+                .arg(format!("--unixctl={}", d.join("ovsdb.ctl").display()))
+                .arg(format!("--remote=pssl:{}:127.0.0.1", m.client_port))
+                .args(&tls)
+                .arg(&db),
+        );
+        members.push(m);
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !members
+        .iter()
+        .all(|m| m.status().contains("Status: cluster member"))
+    {
+        assert!(Instant::now() < deadline, "the TLS cluster never formed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let remotes: Vec<String> = members
+        .iter()
+        .map(|m| format!("ssl:127.0.0.1:{}", m.client_port))
+        .collect();
+    let (r, _events) = Client::<NbSnapshot>::spawn_tls(
+        remotes,
+        Config {
+            tables: vec![TableSelect::all("Logical_Switch")],
+            leader_only: true,
+            probe_interval_ms: Some(2_000),
+            backoff_max_ms: 500,
+            ..Config::default()
+        },
+        Some(pki.client_tls("client", &pki.ca())),
+    );
+    assert!(
+        r.wait_until(Duration::from_secs(60), |r| r.is_synced()
+            && r.server().is_some_and(|s| s.leader))
+            .await,
+        "the replica never synced on the leader over TLS"
+    );
+    let write = |name: &'static str| {
+        let ops = vec![json!({"op": "insert", "table": "Logical_Switch", "row": {"name": name}})];
+        r.transact(Box::new(move |_| ops.clone()))
+    };
+    let (outcome, _) = write("before").await;
+    assert!(matches!(outcome, TxnOutcome::Committed(_)), "{outcome:?}");
+    let leader = r.with(|r| r.synced_remote()).unwrap();
+    members[leader].kill();
+    let (outcome, _) = write("after").await;
+    assert!(matches!(outcome, TxnOutcome::Committed(_)), "{outcome:?}");
+    assert!(
+        r.wait_until(Duration::from_secs(60), |r| r.is_synced()
+            && r.synced_remote() != Some(leader)
+            && r.model().logical_switch_by_name("before").is_some()
+            && r.model().logical_switch_by_name("after").is_some())
+            .await,
+        "the replica did not move to the new leader over TLS"
+    );
+}
