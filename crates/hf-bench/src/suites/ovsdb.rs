@@ -521,63 +521,66 @@ struct Figures {
     fanout_ups: Option<f64>,
 }
 
-/// Best of `runs` (the machine may be shared: the least disturbed run is the closest to the
-/// server's real capacity). Each run uses fresh row names, so every run does the same work.
-fn best_of(
-    runs: usize,
-    mut f: impl FnMut(usize) -> anyhow::Result<Duration>,
-) -> anyhow::Result<Duration> {
-    let mut best = Duration::MAX;
-    for r in 0..runs {
-        best = best.min(f(r)?);
-    }
-    Ok(best)
-}
-
-/// The workloads against `addr`; `tag` names the server and transport (and keeps row names
-/// apart when one server is measured over several transports).
+/// The workloads against every target (`(tag, address)`: `tag` names the server and transport
+/// and keeps row names apart when one server is measured over several transports). Each
+/// workload's figure is the best of `runs` (the machine may be shared: the least disturbed run
+/// is the closest to the server's real capacity), and the targets take turns run by run, so a
+/// burst of load from other processes hits them alike. Each run uses fresh row names, so every
+/// run does the same work.
 fn measure(
-    addr: &Addr,
-    tag: &'static str,
+    targets: &[(&'static str, &Addr)],
     with_fanout: bool,
     opts: &Opts,
     report: &Report,
-) -> anyhow::Result<Figures> {
+) -> anyhow::Result<Vec<Figures>> {
     let (n1, nb, nf, clients, runs) = if opts.tiny {
         (200, 5, 20, 5, 1)
     } else {
         (20_000, 200, 2_000, 50, 3)
     };
-    if matches!(addr, Addr::Tls(..)) {
-        report.note(&format!("{tag}: TLS negotiated: {}", tls_info(addr)));
+    for (tag, addr) in targets {
+        if matches!(addr, Addr::Tls(..)) {
+            report.note(&format!("{tag}: TLS negotiated: {}", tls_info(addr)));
+        }
     }
-    let d1 = best_of(runs, |r| pipelined(addr, n1, 32, single_insert(tag, r)))
-        .with_context(|| format!("{tag}: single-row inserts"))?;
-    report.note(&format!(
-        "{tag}: {n1} single-row inserts in {d1:?} (best of {runs})"
-    ));
-    let d2 = best_of(runs, |r| {
+    let best = |what: &str,
+                f: &dyn Fn(&'static str, &Addr, usize) -> anyhow::Result<Duration>|
+     -> anyhow::Result<Vec<Duration>> {
+        let mut best = vec![Duration::MAX; targets.len()];
+        for r in 0..runs {
+            for (k, (tag, addr)) in targets.iter().enumerate() {
+                let d = f(tag, addr, r).with_context(|| format!("{tag}: {what}"))?;
+                best[k] = best[k].min(d);
+            }
+        }
+        for ((tag, _), d) in targets.iter().zip(&best) {
+            report.note(&format!("{tag}: {what} in {d:?} (best of {runs})"));
+        }
+        Ok(best)
+    };
+    let d1 = best(&format!("{n1} single-row inserts"), &|tag, addr, r| {
+        pipelined(addr, n1, 32, single_insert(tag, r))
+    })?;
+    let d2 = best(&format!("{nb} 100-row transactions"), &|tag, addr, r| {
         pipelined(addr, nb, 4, move |i| batch_insert(tag, r * nb + i))
-    })
-    .with_context(|| format!("{tag}: 100-row inserts"))?;
-    report.note(&format!(
-        "{tag}: {nb} 100-row transactions in {d2:?} (best of {runs})"
-    ));
-    let fanout_ups = if with_fanout {
-        let d3 = best_of(runs, |r| fanout(addr, tag, clients, nf, r))
-            .with_context(|| format!("{tag}: monitor fan-out"))?;
-        report.note(&format!(
-            "{tag}: {nf} inserts to {clients} monitors in {d3:?} (best of {runs})"
-        ));
-        Some((nf * clients) as f64 / d3.as_secs_f64())
+    })?;
+    let d3 = if with_fanout {
+        Some(best(
+            &format!("{nf} inserts to {clients} monitors"),
+            &|tag, addr, r| fanout(addr, tag, clients, nf, r),
+        )?)
     } else {
         None
     };
-    Ok(Figures {
-        single_tps: n1 as f64 / d1.as_secs_f64(),
-        batch_tps: nb as f64 / d2.as_secs_f64(),
-        fanout_ups,
-    })
+    Ok((0..targets.len())
+        .map(|k| Figures {
+            single_tps: n1 as f64 / d1[k].as_secs_f64(),
+            batch_tps: nb as f64 / d2[k].as_secs_f64(),
+            fanout_ups: d3
+                .as_ref()
+                .map(|d| (nf * clients) as f64 / d[k].as_secs_f64()),
+        })
+        .collect())
 }
 
 /// One result line per workload: holdfast's figure, with ovsdb-server's beside it when there
@@ -640,19 +643,20 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     }
 
     // 1. holdfast's server in this process vs ovsdb-server, over loopback TCP.
-    let hf = {
-        let t = start_holdfast(&sub("hf")?)?;
-        let (tcp, _, _) = addrs(&t);
-        measure(tcp.context("tcp")?, "hf", true, opts, report)?
-    };
-    let ovs = if have_ovs {
-        let t = start_ovsdb_server(&sub("ovs-tcp")?, None)?;
-        let (tcp, _, _) = addrs(&t);
-        Some(measure(tcp.context("tcp")?, "ovs", true, opts, report)?)
-    } else {
-        None
-    };
-    lines(report, "", &hf, ovs.as_ref());
+    {
+        let hf = start_holdfast(&sub("hf")?)?;
+        let ovs = if have_ovs {
+            Some(start_ovsdb_server(&sub("ovs-tcp")?, None)?)
+        } else {
+            None
+        };
+        let mut targets = vec![("hf", addrs(&hf).0.context("tcp")?)];
+        if let Some(o) = &ovs {
+            targets.push(("ovs", addrs(o).0.context("tcp")?));
+        }
+        let figs = measure(&targets, true, opts, report)?;
+        lines(report, "", &figs[0], figs.get(1));
+    }
 
     // 2. and 3. Both servers in their own process: unix socket, then TLS.
     let Some(bin) = holdfast_bin() else {
@@ -675,25 +679,19 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         None
     };
     let (_, hf_unix, hf_tls) = addrs(&hfp);
-    let hf_unix = measure(hf_unix.context("unix")?, "hf-unix", true, opts, report)?;
-    let ovs_unix = match &ovsp {
-        Some(t) => Some(measure(
-            addrs(t).1.context("unix")?,
-            "ovs-unix",
-            true,
-            opts,
-            report,
-        )?),
-        None => None,
-    };
-    lines(report, "_unix_process", &hf_unix, ovs_unix.as_ref());
+    let mut targets = vec![("hf-unix", hf_unix.context("unix")?)];
+    if let Some(o) = &ovsp {
+        targets.push(("ovs-unix", addrs(o).1.context("unix")?));
+    }
+    let figs = measure(&targets, true, opts, report)?;
+    lines(report, "_unix_process", &figs[0], figs.get(1));
     if let Some(hf_tls) = hf_tls {
-        let hf_tls = measure(hf_tls, "hf-tls", false, opts, report)?;
-        let ovs_tls = match ovsp.as_ref().and_then(|t| addrs(t).2) {
-            Some(a) => Some(measure(a, "ovs-tls", false, opts, report)?),
-            None => None,
-        };
-        lines(report, "_tls_process", &hf_tls, ovs_tls.as_ref());
+        let mut targets = vec![("hf-tls", hf_tls)];
+        if let Some(a) = ovsp.as_ref().and_then(|t| addrs(t).2) {
+            targets.push(("ovs-tls", a));
+        }
+        let figs = measure(&targets, false, opts, report)?;
+        lines(report, "_tls_process", &figs[0], figs.get(1));
     }
     Ok(())
 }
