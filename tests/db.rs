@@ -16,3 +16,5 @@ mod differential;
 mod durability;
 #[path = "db/nbctl.rs"]
 mod nbctl;
+#[path = "db/tls.rs"]
+mod tls;
