@@ -653,7 +653,8 @@ impl Daemon<'_> {
                 tokio::select! {
                     _ = tokio::signal::ctrl_c() => { tracing::info!("exiting on signal"); break }
                     _ = term.recv() => { tracing::info!("exiting on signal"); break }
-                    _ = exit_rx.recv() => { tracing::info!("exiting by unixctl request"); break }
+                    // (None: no unixctl socket, so no request can come.)
+                    Some(()) = exit_rx.recv() => { tracing::info!("exiting by unixctl request"); break }
                     _ = tick.tick() => {
                         ticks += 1;
                         let mut r = rs.lock().await;

@@ -630,6 +630,7 @@ impl Remotes {
                         .and_then(|(_, bound)| {
                             bound
                                 .strip_prefix("tcp:")
+                                .or_else(|| bound.strip_prefix("ssl:"))
                                 .and_then(|b| b.rsplit(':').next().map(str::to_string))
                         });
                     (n, port)

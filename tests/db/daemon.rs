@@ -11,14 +11,14 @@ use std::time::{Duration, Instant};
 use crate::common::{holdfast, require, run, run_ok};
 
 /// A directory whose `bin/ovsdb-server` is a link to the holdfast binary.
-fn link_dir(dir: &Path) -> PathBuf {
+pub(crate) fn link_dir(dir: &Path) -> PathBuf {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     std::os::unix::fs::symlink(holdfast(), bin.join("ovsdb-server")).unwrap();
     bin
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -26,11 +26,11 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn pid_of(pidfile: &Path) -> Option<i32> {
+pub(crate) fn pid_of(pidfile: &Path) -> Option<i32> {
     std::fs::read_to_string(pidfile).ok()?.trim().parse().ok()
 }
 
-fn alive(pid: i32) -> bool {
+pub(crate) fn alive(pid: i32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
         && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .unwrap_or_default()
@@ -43,7 +43,7 @@ fn ppid(pid: i32) -> Option<i32> {
     after.split_whitespace().nth(1)?.parse().ok()
 }
 
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+pub(crate) fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
         if f() {
@@ -56,7 +56,7 @@ fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
 
 /// Kills the daemons named by pidfiles (and their `--monitor` parents) when dropped, so a
 /// failing test leaves nothing running.
-struct Reaper(Vec<PathBuf>);
+pub(crate) struct Reaper(pub(crate) Vec<PathBuf>);
 
 impl Drop for Reaper {
     fn drop(&mut self) {
@@ -468,7 +468,7 @@ fn user_option_switches_user() {
     wait_for("exit", Duration::from_secs(10), || !alive(pid));
 }
 
-fn nix_is_root() -> bool {
+pub(crate) fn nix_is_root() -> bool {
     run_ok(Command::new("id").arg("-u")).trim() == "0"
 }
 

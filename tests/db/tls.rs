@@ -131,8 +131,7 @@ impl TlsDb {
             .args(["--remote", "pssl:0:127.0.0.1"])
             .arg("--remote")
             .arg(format!("punix:{}", sock.display()))
-            .arg("--log-file")
-            .arg(&log)
+            .arg(format!("--log-file={}", log.display()))
             .args(extra)
             .arg(&db)
             .env("HOLDFAST_LOG", "info")
@@ -734,4 +733,153 @@ async fn replica_follows_a_tls_only_raft_cluster() {
             .await,
         "the replica did not move to the new leader over TLS"
     );
+}
+
+/// holdfast as `ovsdb-server` under OVN's `ovn-ctl start_nb_ovsdb`, with TLS configured the
+/// OVN way: ovn-ctl passes `--private-key=db:OVN_Northbound,SSL,private_key` (and the
+/// certificate, CA certificate, protocols and ciphers likewise) and
+/// `--remote=db:OVN_Northbound,NB_Global,connections`; real `ovn-nbctl set-ssl` and
+/// `set-connection pssl:PORT:127.0.0.1` configure it at run time, and real `ovn-nbctl
+/// --db=ssl:` works over it. Pointing the SSL row at another CA takes effect for new
+/// connections (the client is then refused).
+#[test]
+fn ovn_ctl_nb_with_ssl_from_the_ssl_table() {
+    use crate::daemon::{Reaper, alive, free_port, link_dir, nix_is_root, pid_of, wait_for};
+    if !nix_is_root() {
+        eprintln!("SKIP ovn_ctl_nb_with_ssl_from_the_ssl_table: OVN's scripts need root");
+        return;
+    }
+    if !require(
+        "ovn_ctl_nb_with_ssl_from_the_ssl_table",
+        &[
+            "/usr/share/ovn/scripts/ovn-ctl",
+            "ovsdb-tool",
+            "ovn-nbctl",
+            "ovs-pki",
+        ],
+    ) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let pki = Pki::new(&dir.join("pki"));
+    let bin = link_dir(dir);
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let run_dir = dir.join("run");
+    let _reaper = Reaper(vec![run_dir.join("ovnnb_db.pid")]);
+    let ovn_ctl = |args: &[&str]| {
+        let mut c = Command::new("/usr/share/ovn/scripts/ovn-ctl");
+        c.args(args)
+            .env("PATH", &path)
+            .env("OVN_RUNDIR", &run_dir)
+            .env("OVS_RUNDIR", &run_dir)
+            .env("OVN_LOGDIR", dir.join("log"))
+            .env("OVN_DBDIR", dir.join("db"))
+            .env("OVN_SYSCONFDIR", dir.join("etc"))
+            .current_dir(dir);
+        let out = run(&mut c, Duration::from_secs(60));
+        assert!(
+            out.status.success(),
+            "ovn-ctl {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    // No insecure remote: only the unix socket until the Connection row says pssl:.
+    ovn_ctl(&["start_nb_ovsdb"]);
+    let pid = pid_of(&run_dir.join("ovnnb_db.pid")).expect("NB pidfile");
+    let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap();
+    assert!(
+        cmdline.contains("--private-key=db:OVN_Northbound,SSL,private_key"),
+        "ovn-ctl did not pass the SSL table: {cmdline:?}"
+    );
+    let unix = format!("unix:{}", run_dir.join("ovnnb_db.sock").display());
+    let log_file = dir.join("log/ovsdb-server-nb.log");
+    let log = || std::fs::read_to_string(&log_file).unwrap_or_default();
+
+    let port = free_port();
+    let ssl = format!("ssl:127.0.0.1:{port}");
+    let good = pki.args("client", &pki.ca());
+    let server = |ca: &Path| {
+        vec![
+            pki.key("server").display().to_string(),
+            pki.cert("server").display().to_string(),
+            ca.display().to_string(),
+        ]
+    };
+    let s = server(&pki.ca());
+    nbctl_ok(&unix, &[], &["set-ssl", &s[0], &s[1], &s[2]]);
+    nbctl_ok(
+        &unix,
+        &[],
+        &["set-connection", &format!("pssl:{port}:127.0.0.1")],
+    );
+    wait_for(
+        "the TLS configuration to load",
+        Duration::from_secs(20),
+        || log().contains("TLS configuration loaded"),
+    );
+    wait_for("the pssl: remote to listen", Duration::from_secs(20), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    // Real ovn-nbctl over TLS with ovs-pki's client certificate.
+    nbctl_ok(&ssl, &good, &["ls-add", "sw-tls"]);
+    nbctl_ok(&ssl, &good, &["lsp-add", "sw-tls", "p1"]);
+    let show = nbctl_ok(&unix, &[], &["show"]);
+    assert!(show.contains("(sw-tls)") && show.contains("port p1"), "{show}");
+    // The Connection row's status is written by the server.
+    wait_for("the Connection status", Duration::from_secs(20), || {
+        nbctl_ok(&unix, &[], &["get", "Connection", ".", "status"])
+            .contains(&format!("bound_port=\"{port}\""))
+    });
+    // Plain TCP and another CA's certificate are refused, logged, the server stays up.
+    assert!(
+        !nbctl(&format!("tcp:127.0.0.1:{port}"), &[], &["--timeout=3", "ls-list"])
+            .status
+            .success(),
+        "plain tcp: worked on the pssl: remote"
+    );
+    let intruder = pki.args("intruder", &pki.ca());
+    assert!(
+        !nbctl(&ssl, &intruder, &["--timeout=3", "ls-list"])
+            .status
+            .success(),
+        "another CA's certificate was accepted"
+    );
+    wait_for("the refusals to be logged", Duration::from_secs(10), || {
+        let l = log();
+        l.contains("plain JSON-RPC") && l.contains("invalid peer certificate")
+    });
+    assert!(alive(pid));
+    // The SSL row now trusts only the other CA: the client's certificate is refused.
+    let s = server(&pki.other_ca());
+    nbctl_ok(&unix, &[], &["set-ssl", &s[0], &s[1], &s[2]]);
+    wait_for(
+        "the new CA certificate to apply",
+        Duration::from_secs(20),
+        || {
+            !nbctl(&ssl, &good, &["--timeout=3", "ls-list"])
+                .status
+                .success()
+        },
+    );
+    // And back: it works again.
+    let s = server(&pki.ca());
+    nbctl_ok(&unix, &[], &["set-ssl", &s[0], &s[1], &s[2]]);
+    wait_for("the CA certificate to apply", Duration::from_secs(20), || {
+        nbctl(&ssl, &good, &["--timeout=3", "ls-list"])
+            .status
+            .success()
+    });
+    assert!(
+        !log().contains("TLS settings not applied"),
+        "unexpected TLS error: {}",
+        log()
+    );
+    ovn_ctl(&["stop_nb_ovsdb"]);
+    wait_for("the server to exit", Duration::from_secs(10), || !alive(pid));
 }

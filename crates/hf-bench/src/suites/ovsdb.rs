@@ -159,8 +159,7 @@ fn start_holdfast_process(bin: &Path, dir: &Path, pki: Option<&Pki>) -> anyhow::
     cmd.arg("db")
         .arg("--remote")
         .arg(format!("punix:{}", sock.display()))
-        .arg("--log-file")
-        .arg(dir.join("hfp.log"));
+        .arg(format!("--log-file={}", dir.join("hfp.log").display()));
     if let Some(p) = pki {
         cmd.args(["--remote", "pssl:0:127.0.0.1", "-p"])
             .arg(&p.server[0])
