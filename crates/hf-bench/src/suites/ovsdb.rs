@@ -16,6 +16,8 @@
 //! - `_unix_process`: both servers in their own process (the `holdfast` binary's `holdfast db`
 //!   and `ovsdb-server`), over a unix socket. The `holdfast` binary is looked for in
 //!   `$HOLDFAST_BIN`, then beside this benchmark binary (`cargo build --release --bin holdfast`).
+//!   Without it the `_process` lines are skipped with a note, except with `CI=true`, where a
+//!   missing holdfast binary, `ovsdb-server` or `ovs-pki` fails the suite.
 //! - `_tls_process`: the two transaction workloads over `pssl:` on loopback TCP, both servers in
 //!   their own process, certificates made by `ovs-pki` (RSA 2048), the client on rustls
 //!   (TLS 1.3 as both servers negotiate it by default).
@@ -135,6 +137,12 @@ fn make_pki(dir: &Path) -> anyhow::Result<Pki> {
     })
 }
 
+/// Whether this runs in CI (`CI=true`, as CI services set it): a missing dependency of a
+/// line (the holdfast binary, ovsdb-server, ovs-pki) is then an error, never a skipped line.
+fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
 /// The `holdfast` binary: `$HOLDFAST_BIN`, else beside this executable.
 fn holdfast_bin() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("HOLDFAST_BIN") {
@@ -159,7 +167,8 @@ fn start_holdfast_process(bin: &Path, dir: &Path, pki: Option<&Pki>) -> anyhow::
     cmd.arg("db")
         .arg("--remote")
         .arg(format!("punix:{}", sock.display()))
-        .arg(format!("--log-file={}", dir.join("hfp.log").display()));
+        .arg(format!("--log-file={}", dir.join("hfp.log").display()))
+        .arg(format!("--unixctl={}", dir.join("hfp.ctl").display()));
     if let Some(p) = pki {
         cmd.args(["--remote", "pssl:0:127.0.0.1", "-p"])
             .arg(&p.server[0])
@@ -638,6 +647,11 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         .output()
         .is_ok_and(|o| o.status.success());
     if !have_ovs {
+        if ci() {
+            anyhow::bail!(
+                "ovsdb-server not found (install openvswitch-common): with CI=true the baseline is required"
+            );
+        }
         report.note("ovsdb-server not found: printing holdfast's figures without a baseline (install openvswitch-common)");
     }
 
@@ -659,11 +673,25 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
 
     // 2. and 3. Both servers in their own process: unix socket, then TLS.
     let Some(bin) = holdfast_bin() else {
+        if ci() {
+            anyhow::bail!(
+                "the holdfast binary was not found beside hf-bench ({}) nor in $HOLDFAST_BIN: with CI=true the _unix_process and _tls_process lines are required (run `cargo build --bin holdfast` first)",
+                std::env::current_exe()
+                    .ok()
+                    .and_then(|p| p.parent().map(|d| d.display().to_string()))
+                    .unwrap_or_default()
+            );
+        }
         report.note("the holdfast binary was not found beside hf-bench nor in $HOLDFAST_BIN: skipping the _unix_process and _tls_process lines (run `cargo build --release --bin holdfast` first)");
         return Ok(());
     };
     let pki = match make_pki(&sub("pki")?) {
         Ok(p) => Some(p),
+        Err(e) if ci() => {
+            anyhow::bail!(
+                "cannot make certificates with ovs-pki: {e:#}; with CI=true the _tls_process lines are required"
+            )
+        }
         Err(e) => {
             report.note(&format!(
                 "no TLS lines: cannot make certificates with ovs-pki: {e:#}"
