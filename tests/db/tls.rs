@@ -875,6 +875,33 @@ fn ovn_ctl_nb_with_ssl_from_the_ssl_table() {
             .status
             .success()
     });
+    // A pssl: remote added at run time through unixctl serves TLS the same way.
+    let ctl = run_dir.join("ovnnb_db.ctl");
+    let port2 = free_port();
+    run_ok(
+        Command::new("ovn-appctl")
+            .arg("-t")
+            .arg(&ctl)
+            .arg("ovsdb-server/add-remote")
+            .arg(format!("pssl:{port2}:127.0.0.1")),
+    );
+    let ssl2 = format!("ssl:127.0.0.1:{port2}");
+    wait_for("the added pssl: remote", Duration::from_secs(20), || {
+        nbctl(&ssl2, &good, &["--timeout=3", "ls-list"])
+            .status
+            .success()
+    });
+    assert!(nbctl_ok(&ssl2, &good, &["ls-list"]).contains("(sw-tls)"));
+    let remotes = run_ok(
+        Command::new("ovn-appctl")
+            .arg("-t")
+            .arg(&ctl)
+            .arg("ovsdb-server/list-remotes"),
+    );
+    assert!(
+        remotes.contains(&format!("pssl:{port2}:127.0.0.1")),
+        "{remotes}"
+    );
     assert!(
         !log().contains("TLS settings not applied"),
         "unexpected TLS error: {}",
