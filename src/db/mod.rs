@@ -461,18 +461,15 @@ fn tls_changed(
     if &now == last {
         return;
     }
-    let built = now
-        .resolved
-        .load()
-        .and_then(|t| {
-            t.map(|t| {
-                for w in &t.warnings {
-                    tracing::warn!("{w}");
-                }
-                t.server_config().map_err(|e| e.to_string())
-            })
-            .transpose()
-        });
+    let built = now.resolved.load().and_then(|t| {
+        t.map(|t| {
+            for w in &t.warnings {
+                tracing::warn!("{w}");
+            }
+            t.server_config().map_err(|e| e.to_string())
+        })
+        .transpose()
+    });
     match built {
         Ok(Some(cfg)) => {
             let r = &now.resolved;

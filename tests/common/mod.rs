@@ -380,7 +380,8 @@ impl Rpc {
                 return Ok(m);
             }
             if m["method"] == "echo" && !m["id"].is_null() {
-                let reply = serde_json::json!({"id": m["id"], "result": m["params"], "error": null});
+                let reply =
+                    serde_json::json!({"id": m["id"], "result": m["params"], "error": null});
                 self.send_raw(reply.to_string().as_bytes())
                     .map_err(|e| format!("send failed: {e}"))?;
                 continue;

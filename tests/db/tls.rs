@@ -823,14 +823,19 @@ fn ovn_ctl_nb_with_ssl_from_the_ssl_table() {
         Duration::from_secs(20),
         || log().contains("TLS configuration loaded"),
     );
-    wait_for("the pssl: remote to listen", Duration::from_secs(20), || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
+    wait_for(
+        "the pssl: remote to listen",
+        Duration::from_secs(20),
+        || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+    );
     // Real ovn-nbctl over TLS with ovs-pki's client certificate.
     nbctl_ok(&ssl, &good, &["ls-add", "sw-tls"]);
     nbctl_ok(&ssl, &good, &["lsp-add", "sw-tls", "p1"]);
     let show = nbctl_ok(&unix, &[], &["show"]);
-    assert!(show.contains("(sw-tls)") && show.contains("port p1"), "{show}");
+    assert!(
+        show.contains("(sw-tls)") && show.contains("port p1"),
+        "{show}"
+    );
     // The Connection row's status is written by the server.
     wait_for("the Connection status", Duration::from_secs(20), || {
         nbctl_ok(&unix, &[], &["get", "Connection", ".", "status"])
@@ -838,9 +843,13 @@ fn ovn_ctl_nb_with_ssl_from_the_ssl_table() {
     });
     // Plain TCP and another CA's certificate are refused, logged, the server stays up.
     assert!(
-        !nbctl(&format!("tcp:127.0.0.1:{port}"), &[], &["--timeout=3", "ls-list"])
-            .status
-            .success(),
+        !nbctl(
+            &format!("tcp:127.0.0.1:{port}"),
+            &[],
+            &["--timeout=3", "ls-list"]
+        )
+        .status
+        .success(),
         "plain tcp: worked on the pssl: remote"
     );
     let intruder = pki.args("intruder", &pki.ca());
@@ -870,11 +879,15 @@ fn ovn_ctl_nb_with_ssl_from_the_ssl_table() {
     // And back: it works again.
     let s = server(&pki.ca());
     nbctl_ok(&unix, &[], &["set-ssl", &s[0], &s[1], &s[2]]);
-    wait_for("the CA certificate to apply", Duration::from_secs(20), || {
-        nbctl(&ssl, &good, &["--timeout=3", "ls-list"])
-            .status
-            .success()
-    });
+    wait_for(
+        "the CA certificate to apply",
+        Duration::from_secs(20),
+        || {
+            nbctl(&ssl, &good, &["--timeout=3", "ls-list"])
+                .status
+                .success()
+        },
+    );
     // A pssl: remote added at run time through unixctl serves TLS the same way.
     let ctl = run_dir.join("ovnnb_db.ctl");
     let port2 = free_port();
@@ -908,5 +921,7 @@ fn ovn_ctl_nb_with_ssl_from_the_ssl_table() {
         log()
     );
     ovn_ctl(&["stop_nb_ovsdb"]);
-    wait_for("the server to exit", Duration::from_secs(10), || !alive(pid));
+    wait_for("the server to exit", Duration::from_secs(10), || {
+        !alive(pid)
+    });
 }
