@@ -327,8 +327,12 @@ impl Rpc {
                 return m.ok();
             }
             match std::io::Read::read(&mut self.stream, &mut buf) {
-                Ok(0) | Err(_) => return None,
+                Ok(0) => return None,
                 Ok(n) => self.framer.push(&buf[..n]),
+                // Reads on a socket with a timeout are not restarted after a signal or a
+                // stop/continue of the process (signal(7)); EINTR is not the end.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return None,
             }
         }
     }
@@ -400,7 +404,8 @@ impl Rpc {
                 Ok(_) => continue,
                 Err(e)
                     if e.kind() == std::io::ErrorKind::WouldBlock
-                        || e.kind() == std::io::ErrorKind::TimedOut =>
+                        || e.kind() == std::io::ErrorKind::TimedOut
+                        || e.kind() == std::io::ErrorKind::Interrupted =>
                 {
                     continue;
                 }

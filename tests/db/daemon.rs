@@ -370,9 +370,9 @@ fn detach_returns_to_a_capturing_caller_and_serves() {
     u.set_read_timeout(Some(Duration::from_millis(1500)))
         .unwrap();
     let mut b = [0u8; 512];
-    let n = std::io::Read::read(&mut t, &mut b).unwrap();
+    let n = read_retry(&mut t, &mut b).unwrap();
     assert!(String::from_utf8_lossy(&b[..n]).contains("\"echo\""));
-    let r = std::io::Read::read(&mut u, &mut b);
+    let r = read_retry(&mut u, &mut b);
     assert!(
         r.as_ref().is_err_and(|e| matches!(
             e.kind(),
@@ -466,6 +466,18 @@ fn user_option_switches_user() {
     );
     appctl_ok(&ctl, &["exit"]);
     wait_for("exit", Duration::from_secs(10), || !alive(pid));
+}
+
+/// One read, retried when interrupted: a read on a socket with a timeout is never restarted
+/// after a signal or a stop/continue of the process (signal(7)), and EINTR says nothing about
+/// the server.
+fn read_retry(r: &mut impl std::io::Read, b: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match r.read(b) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
 }
 
 pub(crate) fn nix_is_root() -> bool {
@@ -687,10 +699,10 @@ fn unixctl_commands_through_ovs_appctl() {
     // One round trip first, so the session surely exists when reconnect runs.
     std::io::Write::write_all(&mut c, br#"{"method":"echo","params":[],"id":"e"}"#).unwrap();
     let mut b = [0u8; 256];
-    let n = std::io::Read::read(&mut c, &mut b).unwrap();
+    let n = read_retry(&mut c, &mut b).unwrap();
     assert!(String::from_utf8_lossy(&b[..n]).contains("\"e\""));
     appctl_ok(&ctl, &["ovsdb-server/reconnect"]);
-    let n = std::io::Read::read(&mut c, &mut b);
+    let n = read_retry(&mut c, &mut b);
     assert!(
         matches!(n, Ok(0))
             || n.as_ref()
@@ -884,7 +896,7 @@ fn db_remotes_follow_connection_rows() {
     let mut got = Vec::new();
     let mut b = [0u8; 4096];
     loop {
-        match std::io::Read::read(&mut silent, &mut b) {
+        match read_retry(&mut silent, &mut b) {
             Ok(0) | Err(_) => break,
             Ok(n) => got.extend_from_slice(&b[..n]),
         }

@@ -603,6 +603,9 @@ impl Conn {
             match std::io::Read::read(&mut self.stream, &mut buf) {
                 Ok(0) => return Err("connection closed".into()),
                 Ok(n) => self.framer.push(&buf[..n]),
+                // A read on a socket with a timeout is never restarted after a signal or a
+                // stop/continue of the process (signal(7)): EINTR is not a closed connection.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(format!("read: {e}")),
             }
         }
