@@ -447,6 +447,11 @@ fn ssl_accept_loop(
                     tokio::spawn(async move {
                         let tls = opts.tls.clone();
                         if let Some(t) = crate::tls::accept(&name, s, peer, &tls).await {
+                            // The remote may have been removed during the handshake.
+                            if !state.lock().listeners.iter().any(|l| l.id == listener) {
+                                tracing::info!("{name}: remote removed; closing {peer}");
+                                return;
+                            }
                             let (rd, wr) = tokio::io::split(t);
                             connection(state, listener, rd, wr, start, opts).await;
                         }
