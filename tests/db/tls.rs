@@ -2,7 +2,9 @@
 //! `openssl s_client` against holdfast's `pssl:` remote, refusals of a plain TCP client and of a
 //! certificate from another CA (logged, the server keeps serving), the `--ssl-protocols` and
 //! `--ssl-ciphers` settings as OpenSSL negotiates them, and holdfast's client replica over
-//! `ssl:` against real `ovsdb-server --remote=pssl:` and against holdfast.
+//! `ssl:` against real `ovsdb-server --remote=pssl:` and against holdfast; holdfast as
+//! `ovsdb-server` under OVN's `ovn-ctl` with TLS configured through the `SSL` table
+//! (`ovn-nbctl set-ssl`, `set-connection pssl:`) and a `pssl:` remote added through unixctl.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
