@@ -18,3 +18,5 @@ mod durability;
 mod nbctl;
 #[path = "db/northd_optional.rs"]
 mod northd_optional;
+#[path = "db/tls.rs"]
+mod tls;

@@ -53,8 +53,9 @@ pub struct ServeArgs {
     )]
     data_dir: PathBuf,
 
-    /// Listen on a passive remote: `ptcp:PORT[:IP]` (port 0 picks a free one), `punix:PATH`,
-    /// or `db:DB,TABLE,COLUMN` (the remotes named in that column: strings, or references to
+    /// Listen on a passive remote: `ptcp:PORT[:IP]` (port 0 picks a free one),
+    /// `pssl:PORT[:IP]` (TLS with mutual authentication: needs --private-key, --certificate
+    /// and --ca-cert), `punix:PATH`, or `db:DB,TABLE,COLUMN` (the remotes named in that column: strings, or references to
     /// `Connection` rows whose `target` and `inactivity_probe` are used; followed as they
     /// change). Repeatable. Every database is served on every remote. Default for
     /// `holdfast db` (not `ovsdb-server`) when none is given: `ptcp:6641:127.0.0.1` and
@@ -106,21 +107,25 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SOCKET")]
     unixctl: Option<PathBuf>,
 
-    /// TLS private key: a file, or `db:DB,TABLE,COLUMN` (OVN's SSL table). Used by pssl:
-    /// remotes.
+    /// TLS private key (PEM) for pssl: remotes: a file, or `db:DB,TABLE,COLUMN` (OVN's SSL
+    /// table), re-read when the database or the file changes.
     #[arg(long, short = 'p', value_name = "KEY")]
     private_key: Option<String>,
 
-    /// TLS certificate: a file or a `db:` reference. Used by pssl: remotes.
+    /// TLS certificate (PEM; may be followed by intermediates) for pssl: remotes: a file or a
+    /// `db:` reference.
     #[arg(long, short = 'c', value_name = "CERT")]
     certificate: Option<String>,
 
-    /// CA certificate that clients' certificates must chain to: a file or a `db:` reference.
+    /// CA certificate(s) (PEM) that must have signed every client's certificate (clients
+    /// without one, or with one from another CA, are refused and logged): a file or a `db:`
+    /// reference.
     #[arg(long = "ca-cert", short = 'C', value_name = "CACERT")]
     ca_cert: Option<String>,
 
-    /// CA certificate file that, when missing, is written from the first peer's chain (OVS's
-    /// bootstrap): a file or a `db:` reference, resolved and handed to the TLS listener.
+    /// CA certificate file used as --ca-cert when that is not given and the file exists (a
+    /// file or a `db:` reference). OVS writes a missing one from the first peer's chain;
+    /// holdfast does not bootstrap, and reports a missing file as an error.
     #[arg(long, value_name = "CACERT")]
     bootstrap_ca_cert: Option<String>,
 
@@ -129,11 +134,15 @@ pub struct ServeArgs {
     #[arg(long)]
     no_self_confinement: bool,
 
-    /// TLS protocol versions to allow: a list or a `db:` reference.
+    /// TLS versions, as OVS spells them: a list (`TLSv1.2,TLSv1.3`), a range
+    /// (`TLSv1.2-TLSv1.3`) or `TLSv1.2+`; or a `db:` reference. Default: TLS 1.2 and 1.3 (all
+    /// rustls implements).
     #[arg(long, value_name = "PROTOCOLS")]
     ssl_protocols: Option<String>,
 
-    /// TLS cipher list: a list or a `db:` reference.
+    /// TLS 1.2 cipher suites as an OpenSSL cipher string (e.g. `HIGH:!aNULL:!MD5`), mapped
+    /// onto the suites rustls implements (a cipher it does not implement is an error); or a
+    /// `db:` reference.
     #[arg(long, value_name = "CIPHERS")]
     ssl_ciphers: Option<String>,
 
@@ -180,8 +189,8 @@ pub struct OvsdbServerCli {
 /// scripts compare that last word, e.g. to decide that `ovs-appctl exit` is understood).
 pub const OVSDB_SERVER_VERSION: &str = concat!("(holdfast ", env!("CARGO_PKG_VERSION"), ") 3.1.0");
 
-const COMPAT_HELP: &str = "Options only for ovsdb-server compatibility: --no-self-confinement (holdfast never confines itself), --ssl-protocols and --ssl-ciphers (resolved and handed \
-to the TLS listener; a build without one reports them and refuses pssl: remotes). Not supported, refused by name: active remotes (tcp:, unix:, ssl: in --remote), \
+const COMPAT_HELP: &str = "Options only for ovsdb-server compatibility: --no-self-confinement (holdfast never confines itself). --bootstrap-ca-cert is used as \
+--ca-cert when its file exists; a missing one is an error (no bootstrapping from a peer). Not supported, refused by name: active remotes (tcp:, unix:, ssl: in --remote), \
 --sync-from and the other replication options, --run, clustered and relay databases.";
 
 /// OVS's getopt spelling `-vSPEC` (an optional argument glued to `-v`) as clap reads it:
@@ -418,33 +427,80 @@ fn serve(args: ServeArgs, as_ovsdb_server: bool) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The TLS settings last handed to the `pssl:` listeners: as resolved, and the files'
+/// modification times then.
+#[derive(Debug, Default, PartialEq)]
+struct TlsState {
+    resolved: remotes::ResolvedTls,
+    mtimes: Vec<Option<std::time::SystemTime>>,
+}
+
 /// Re-resolve the TLS settings (their `db:` references follow the database, as
-/// ovsdb-server's do) and report a change. This is the hook where the TLS listener takes its
-/// key, certificate and CA certificate; this build has none, so settings are reported and
-/// `pssl:` remotes are refused by name ([`remotes::tls_listener_unavailable`]).
+/// ovsdb-server's do) and, when they or their files changed, rebuild the configuration of the
+/// `pssl:` listeners: new connections use it, established ones keep theirs. When the settings
+/// are cleared the listeners refuse connections (logged per connection); when they cannot be
+/// used (a missing file, a key that does not match) the error is logged, naming it, and the
+/// previous configuration stays, as OVS keeps its last good key and certificate.
 fn tls_changed(
     server: &hf_ovsdb_net::serve::Server,
+    listener: &hf_ovsdb_net::tls::ServerTls,
     tls: &remotes::TlsSettings,
-    last: &mut remotes::ResolvedTls,
+    last: &mut TlsState,
 ) {
-    match server.with_core(|c, _| tls.resolve(c)) {
-        Ok(t) if &t != last => {
-            if t != remotes::ResolvedTls::default() {
-                tracing::warn!(
-                    "TLS settings: private key {:?}, certificate {:?}, CA certificate {:?}, bootstrap CA certificate {:?}, protocols {:?}, ciphers {:?}; this build has no TLS listener, pssl: remotes are refused",
-                    t.private_key,
-                    t.certificate,
-                    t.ca_cert,
-                    t.bootstrap_ca_cert,
-                    t.protocols,
-                    t.ciphers
-                );
-            }
-            *last = t;
+    let resolved = match server.with_core(|c, _| tls.resolve(c)) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::error!("{e}");
+            return;
         }
-        Ok(_) => {}
-        Err(e) => tracing::error!("{e}"),
+    };
+    let now = TlsState {
+        mtimes: resolved.mtimes(),
+        resolved,
+    };
+    if &now == last {
+        return;
     }
+    let built = now.resolved.load().and_then(|t| {
+        t.map(|t| {
+            for w in &t.warnings {
+                tracing::warn!("{w}");
+            }
+            t.server_config().map_err(|e| e.to_string())
+        })
+        .transpose()
+    });
+    match built {
+        Ok(Some(cfg)) => {
+            let r = &now.resolved;
+            tracing::info!(
+                "TLS configuration loaded: private key {}, certificate {}, CA certificate {}{}{}",
+                r.private_key.as_deref().unwrap_or_default(),
+                r.certificate.as_deref().unwrap_or_default(),
+                r.ca_cert
+                    .as_deref()
+                    .or(r.bootstrap_ca_cert.as_deref())
+                    .unwrap_or_default(),
+                r.protocols
+                    .as_deref()
+                    .map(|p| format!(", protocols {p}"))
+                    .unwrap_or_default(),
+                r.ciphers
+                    .as_deref()
+                    .map(|c| format!(", ciphers {c}"))
+                    .unwrap_or_default(),
+            );
+            listener.set(Some(cfg));
+        }
+        Ok(None) => {
+            if listener.get().is_some() {
+                tracing::info!("TLS settings cleared: pssl: remotes refuse connections");
+            }
+            listener.set(None);
+        }
+        Err(e) => tracing::error!("TLS settings not applied: {e}"),
+    }
+    *last = now;
 }
 
 /// Everything the daemon process needs, resolved in the foreground.
@@ -497,6 +553,13 @@ impl Daemon<'_> {
             }
         }
         self.tls.check(&core).map_err(anyhow::Error::msg)?;
+        let pssl = self
+            .plain
+            .iter()
+            .find(|(_, r)| matches!(r, Remote::Ssl(_)))
+            .map(|(t, _)| t.as_str());
+        self.tls.check_static(pssl).map_err(anyhow::Error::msg)?;
+        let listener_tls = hf_ovsdb_net::tls::ServerTls::default();
         let _pidfile = match &self.pidfile {
             Some(p) => Some(daemon::Pidfile::create(p, args.overwrite_pidfile)?),
             None => None,
@@ -509,6 +572,7 @@ impl Daemon<'_> {
         let opts = ServeOptions {
             max_message: args.max_message,
             max_backlog: args.max_backlog,
+            tls: listener_tls.clone(),
         };
         let plain_remotes: Vec<Remote> = self.plain.iter().map(|(_, r)| r.clone()).collect();
         let unixctl_file = self
@@ -525,8 +589,8 @@ impl Daemon<'_> {
                 rs.started(text, r.clone());
             }
             rs.reconcile(&server).await;
-            let mut tls_now = remotes::ResolvedTls::default();
-            tls_changed(&server, &self.tls, &mut tls_now);
+            let mut tls_now = TlsState::default();
+            tls_changed(&server, &listener_tls, &self.tls, &mut tls_now);
             let rs = std::sync::Arc::new(tokio::sync::Mutex::new(rs));
             let (exit_tx, mut exit_rx) = tokio::sync::mpsc::unbounded_channel();
             let ctx = std::sync::Arc::new(unixctl::Ctx {
@@ -586,14 +650,20 @@ impl Daemon<'_> {
                 tokio::select! {
                     _ = tokio::signal::ctrl_c() => { tracing::info!("exiting on signal"); break }
                     _ = term.recv() => { tracing::info!("exiting on signal"); break }
-                    _ = exit_rx.recv() => { tracing::info!("exiting by unixctl request"); break }
+                    // (None: no unixctl socket, so no request can come.)
+                    Some(()) = exit_rx.recv() => { tracing::info!("exiting by unixctl request"); break }
                     _ = tick.tick() => {
                         ticks += 1;
                         let mut r = rs.lock().await;
                         // Follow database changes; retry failed listens every 2 s.
-                        if r.changed(&server) || (r.failing && ticks.is_multiple_of(10)) {
+                        let db_changed = r.changed(&server);
+                        if db_changed || (r.failing && ticks.is_multiple_of(10)) {
                             r.reconcile(&server).await;
-                            tls_changed(&server, &self.tls, &mut tls_now);
+                        }
+                        // TLS settings follow the database; their files are checked for
+                        // changes every 2 s.
+                        if db_changed || ticks.is_multiple_of(10) {
+                            tls_changed(&server, &listener_tls, &self.tls, &mut tls_now);
                         }
                         // Connection rows' status, like ovsdb-server's 2.5 s status timer.
                         if ticks.is_multiple_of(12) {

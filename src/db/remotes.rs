@@ -5,9 +5,15 @@
 //! (`--private-key`, `--certificate`, `--ca-cert`, `--ssl-protocols`, `--ssl-ciphers`), each
 //! a value or a `db:DB,TABLE,COLUMN` reference resolved the same way.
 //!
+//! `pssl:` remotes listen like `ptcp:` ones; their connections are accepted with the TLS
+//! configuration built from the resolved settings ([`ResolvedTls::load`]) and refused, with a
+//! log line, while there is none (as ovsdb-server, which listens and then refuses the
+//! handshake while its `SSL` row is empty).
+//!
 //! What it does not do: active remotes (`tcp:`/`unix:`/`ssl:` targets that connect out) are
-//! refused with a logged error naming them; `pssl:` needs the TLS listener, which this build
-//! does not have yet ([`tls_listener_unavailable`] is the hook); rows with `read_only=true`
+//! refused with a logged error naming them; `--bootstrap-ca-cert` is used as the CA
+//! certificate when its file exists, but a missing one is not bootstrapped from the first
+//! peer (an error names it); rows with `read_only=true`
 //! or an RBAC `role` are refused (never served with more access than they grant);
 //! `max_backoff` and `other_config` (dscp) do not apply to passive remotes here. The rows'
 //! `is_connected` and `status` (`bound_port`, `n_connections`) are written as ovsdb-server
@@ -241,13 +247,10 @@ pub fn query_string(r: &DbRef, db: &Database) -> Result<Option<String>, String> 
 
 /// Why a concrete remote cannot be served, or the parsed passive remote.
 pub fn parse_passive(target: &str) -> Result<Remote, String> {
-    if target.starts_with("pssl:") {
-        return Err(tls_listener_unavailable(target));
-    }
     for active in ["tcp:", "unix:", "ssl:"] {
         if target.starts_with(active) {
             return Err(format!(
-                "{target}: active remotes (connecting out to a client) are not supported by holdfast db; use a passive remote (ptcp:, punix:)"
+                "{target}: active remotes (connecting out to a client) are not supported by holdfast db; use a passive remote (ptcp:, pssl:, punix:)"
             ));
         }
     }
@@ -262,12 +265,6 @@ fn default_probe(r: &Remote, probe: Option<Option<u64>>) -> Option<Option<u64>> 
         (None, Remote::Unix(_)) => Some(None),
         (p, _) => p,
     }
-}
-
-/// The hook for `pssl:` remotes: the TLS listener is built in hf-ovsdb-net's serve shell by
-/// the TLS work; until it is merged a `pssl:` remote is refused with this error.
-pub fn tls_listener_unavailable(target: &str) -> String {
-    format!("{target}: TLS remotes (pssl:) are not available in this build of holdfast")
 }
 
 /// TLS settings, each either a value or a database reference.
@@ -331,6 +328,44 @@ impl TlsSettings {
         Ok(())
     }
 
+    /// Whether some setting is a `db:` reference (then resolved, and re-resolved, as the
+    /// database changes; an unusable setting is logged, not fatal, since the `SSL` row may be
+    /// filled in later, as with ovsdb-server under `ovn-ctl`).
+    pub fn is_dynamic(&self) -> bool {
+        self.fields()
+            .iter()
+            .any(|(_, v)| v.as_deref().is_some_and(|v| v.starts_with("db:")))
+    }
+
+    /// The start-up check of settings given as plain values (files and strings): load them
+    /// now, so that a bad file, a key that does not match its certificate, an option missing
+    /// for a `pssl:` remote on the command line (`pssl`: its text), or a protocol or cipher
+    /// rustls does not implement fails at start-up, naming it. With `db:` references
+    /// ([`Self::is_dynamic`]) nothing is loaded here.
+    pub fn check_static(&self, pssl: Option<&str>) -> Result<(), String> {
+        if self.is_dynamic() {
+            return Ok(());
+        }
+        let plain = ResolvedTls {
+            private_key: self.private_key.clone(),
+            certificate: self.certificate.clone(),
+            ca_cert: self.ca_cert.clone(),
+            bootstrap_ca_cert: self.bootstrap_ca_cert.clone(),
+            protocols: self.protocols.clone(),
+            ciphers: self.ciphers.clone(),
+        };
+        match plain.load() {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => match pssl {
+                Some(r) => Err(format!(
+                    "TLS needs --private-key, --certificate and --ca-cert together (for the pssl: remote {r}): missing --private-key, --certificate, --ca-cert"
+                )),
+                None => Ok(()),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
     /// Resolve with the databases as they are now.
     pub fn resolve(&self, core: &Core) -> Result<ResolvedTls, String> {
         let get = |flag: &str, v: &Option<String>| -> Result<Option<String>, String> {
@@ -354,6 +389,86 @@ impl TlsSettings {
             protocols: get("--ssl-protocols", &self.protocols)?,
             ciphers: get("--ssl-ciphers", &self.ciphers)?,
         })
+    }
+}
+
+impl ResolvedTls {
+    /// The CA certificate file: `--ca-cert`, else `--bootstrap-ca-cert` when its file exists
+    /// (ovsdb-server uses it then); a missing bootstrap file is an error, as holdfast does not
+    /// fetch the CA certificate from the first peer.
+    fn ca_file(&self) -> Result<Option<&str>, String> {
+        match (&self.ca_cert, &self.bootstrap_ca_cert) {
+            (Some(c), _) => Ok(Some(c)),
+            (None, Some(b)) if std::path::Path::new(b).exists() => Ok(Some(b)),
+            (None, Some(b)) => Err(format!(
+                "--bootstrap-ca-cert {b}: no such file, and holdfast does not bootstrap the CA certificate from a peer; give --ca-cert"
+            )),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// Build the TLS settings: None when no key, certificate or CA certificate is set (the
+    /// protocol and cipher strings are still checked, so that a typo is not carried along);
+    /// an error naming what is missing when only some are, or naming the file or string that
+    /// cannot be used.
+    pub fn load(&self) -> Result<Option<hf_ovsdb_net::tls::TlsSettings>, String> {
+        let ca = self.ca_file()?;
+        match (&self.private_key, &self.certificate, ca) {
+            (Some(k), Some(c), Some(ca)) => {
+                let files = hf_ovsdb_net::tls::TlsFiles {
+                    private_key: k.into(),
+                    certificate: c.into(),
+                    ca_cert: ca.into(),
+                    protocols: self.protocols.clone(),
+                    ciphers: self.ciphers.clone(),
+                };
+                hf_ovsdb_net::tls::TlsSettings::load(&files)
+                    .map(Some)
+                    .map_err(|e| e.to_string())
+            }
+            (None, None, None) => {
+                let mut w = Vec::new();
+                hf_ovsdb_net::tls::parse_protocols(self.protocols.as_deref(), &mut w)
+                    .map_err(|e| e.to_string())?;
+                if let Some(c) = &self.ciphers {
+                    hf_ovsdb_net::tls::parse_ciphers(c).map_err(|e| e.to_string())?;
+                }
+                Ok(None)
+            }
+            (k, c, ca) => {
+                let missing: Vec<&str> = [
+                    ("--private-key", k.is_none()),
+                    ("--certificate", c.is_none()),
+                    ("--ca-cert", ca.is_none()),
+                ]
+                .iter()
+                .filter(|(_, m)| *m)
+                .map(|(n, _)| *n)
+                .collect();
+                Err(format!(
+                    "TLS needs --private-key, --certificate and --ca-cert together: missing {}",
+                    missing.join(", ")
+                ))
+            }
+        }
+    }
+
+    /// The modification times of the files named (a change reloads them, as OVS rereads
+    /// key and certificate files that changed).
+    pub fn mtimes(&self) -> Vec<Option<std::time::SystemTime>> {
+        [
+            &self.private_key,
+            &self.certificate,
+            &self.ca_cert,
+            &self.bootstrap_ca_cert,
+        ]
+        .iter()
+        .map(|f| {
+            f.as_ref()
+                .and_then(|f| std::fs::metadata(f).ok())
+                .and_then(|m| m.modified().ok())
+        })
+        .collect()
     }
 }
 
@@ -515,6 +630,7 @@ impl Remotes {
                         .and_then(|(_, bound)| {
                             bound
                                 .strip_prefix("tcp:")
+                                .or_else(|| bound.strip_prefix("ssl:"))
                                 .and_then(|b| b.rsplit(':').next().map(str::to_string))
                         });
                     (n, port)

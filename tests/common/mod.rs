@@ -333,25 +333,68 @@ impl Rpc {
                 return m.ok();
             }
             match std::io::Read::read(&mut self.stream, &mut buf) {
-                // A signal delivered to the test process (SIGCHLD of a daemon another test
-                // stopped) interrupts the read; it is not the end of the connection.
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Ok(0) | Err(_) => return None,
+                Ok(0) => return None,
                 Ok(n) => self.framer.push(&buf[..n]),
+                // Reads on a socket with a timeout are not restarted after a signal or a
+                // stop/continue of the process (signal(7)); EINTR is not the end.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return None,
             }
         }
     }
 
     /// Call and wait for the matching reply (the whole reply object).
     pub fn call(&mut self, method: &str, params: serde_json::Value) -> Option<serde_json::Value> {
+        self.call_or_why(method, params).ok()
+    }
+
+    /// [`Rpc::call`] that says why no reply came: the server closed the connection, the
+    /// read timed out, or a read or framing error. While waiting it answers the server's
+    /// `echo` requests (inactivity probes), as every OVSDB client must: a client that does
+    /// not is dropped whenever the server goes a probe interval without reading from it.
+    pub fn call_or_why(
+        &mut self,
+        method: &str,
+        params: serde_json::Value,
+    ) -> Result<serde_json::Value, String> {
         let id = self.next_id;
         self.next_id += 1;
         let msg = serde_json::json!({"method": method, "params": params, "id": id});
-        self.send_raw(msg.to_string().as_bytes()).ok()?;
+        self.send_raw(msg.to_string().as_bytes())
+            .map_err(|e| format!("send failed: {e}"))?;
+        let mut buf = [0u8; 65536];
         loop {
-            let m = self.recv()?;
+            let m = match self.framer.next_message() {
+                Some(Ok(m)) => m,
+                Some(Err(e)) => return Err(format!("bad message from the server: {e}")),
+                None => match std::io::Read::read(&mut self.stream, &mut buf) {
+                    Ok(0) => return Err("the server closed the connection".into()),
+                    Ok(n) => {
+                        self.framer.push(&buf[..n]);
+                        continue;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e)
+                        if e.kind() == std::io::ErrorKind::WouldBlock
+                            || e.kind() == std::io::ErrorKind::TimedOut =>
+                    {
+                        return Err(format!(
+                            "no reply within the read timeout ({:?})",
+                            self.stream.read_timeout().ok().flatten()
+                        ));
+                    }
+                    Err(e) => return Err(format!("read error: {e}")),
+                },
+            };
             if m["id"] == id {
-                return Some(m);
+                return Ok(m);
+            }
+            if m["method"] == "echo" && !m["id"].is_null() {
+                let reply =
+                    serde_json::json!({"id": m["id"], "result": m["params"], "error": null});
+                self.send_raw(reply.to_string().as_bytes())
+                    .map_err(|e| format!("send failed: {e}"))?;
+                continue;
             }
             self.notifications.push(m);
         }

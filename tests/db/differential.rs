@@ -603,7 +603,8 @@ impl Conn {
             match std::io::Read::read(&mut self.stream, &mut buf) {
                 Ok(0) => return Err("connection closed".into()),
                 Ok(n) => self.framer.push(&buf[..n]),
-                // A signal (e.g. SIGCHLD of a daemon another test stopped) interrupted the read.
+                // A read on a socket with a timeout is never restarted after a signal or a
+                // stop/continue of the process (signal(7)): EINTR is not a closed connection.
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(format!("read: {e}")),
             }

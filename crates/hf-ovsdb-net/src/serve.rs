@@ -1,5 +1,6 @@
-//! The tokio shell around [`Core`]: listeners (`ptcp:`, `punix:`), one reader and one writer
-//! task per connection, a timer task, and backpressure.
+//! The tokio shell around [`Core`]: listeners (`ptcp:`, `pssl:`, `punix:`), one reader and one
+//! writer task per connection, a timer task, and backpressure. `pssl:` connections go through
+//! [`crate::tls::accept`] (mutual authentication, refusals logged) before they reach the core.
 //!
 //! Remotes can be added and removed while the server runs ([`Server::add_remote`],
 //! [`Server::remove_remote`]: ovsdb-server's `add-remote`/`remove-remote` and `db:` remotes);
@@ -36,13 +37,20 @@ pub enum Remote {
     Tcp(std::net::SocketAddr),
     /// `punix:PATH`
     Unix(PathBuf),
+    /// `pssl:PORT[:IP]`: TLS with mutual authentication ([`ServeOptions::tls`]).
+    Ssl(std::net::SocketAddr),
 }
 
 impl FromStr for Remote {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        if let Some(rest) = s.strip_prefix("ptcp:") {
+        let (ssl, tcp) = match (s.strip_prefix("ptcp:"), s.strip_prefix("pssl:")) {
+            (Some(r), _) => (false, Some(r)),
+            (None, Some(r)) => (true, Some(r)),
+            _ => (false, None),
+        };
+        if let Some(rest) = tcp {
             let (port, ip) = match rest.split_once(':') {
                 Some((p, ip)) => (p, ip.trim_start_matches('[').trim_end_matches(']')),
                 None => (rest, "0.0.0.0"),
@@ -53,14 +61,21 @@ impl FromStr for Remote {
             let ip: std::net::IpAddr = ip
                 .parse()
                 .map_err(|_| format!("`{s}`: \"{ip}\" is not an IP address"))?;
-            Ok(Remote::Tcp(std::net::SocketAddr::new(ip, port)))
+            let addr = std::net::SocketAddr::new(ip, port);
+            Ok(if ssl {
+                Remote::Ssl(addr)
+            } else {
+                Remote::Tcp(addr)
+            })
         } else if let Some(path) = s.strip_prefix("punix:") {
             if path.is_empty() {
                 return Err(format!("`{s}`: punix: needs a socket path"));
             }
             Ok(Remote::Unix(PathBuf::from(path)))
         } else {
-            Err(format!("`{s}`: a remote is ptcp:PORT[:IP] or punix:PATH"))
+            Err(format!(
+                "`{s}`: a remote is ptcp:PORT[:IP], pssl:PORT[:IP] or punix:PATH"
+            ))
         }
     }
 }
@@ -72,6 +87,8 @@ pub struct ServeOptions {
     pub max_message: usize,
     /// Bytes queued for one client before it is disconnected.
     pub max_backlog: usize,
+    /// The TLS configuration of `pssl:` remotes (replaceable at run time).
+    pub tls: crate::tls::ServerTls,
 }
 
 impl Default for ServeOptions {
@@ -79,6 +96,7 @@ impl Default for ServeOptions {
         ServeOptions {
             max_message: 64 << 20,
             max_backlog: 64 << 20,
+            tls: crate::tls::ServerTls::default(),
         }
     }
 }
@@ -128,7 +146,7 @@ impl std::fmt::Debug for Server {
 }
 
 impl Server {
-    /// The addresses actually bound (`tcp:IP:PORT`, `unix:PATH`), in remote order.
+    /// The addresses actually bound (`tcp:IP:PORT`, `ssl:IP:PORT`, `unix:PATH`), in remote order.
     pub fn local_addrs(&self) -> &[String] {
         &self.local
     }
@@ -214,6 +232,13 @@ async fn bind(
                     Ok(s.into_split())
                 }
             });
+            Ok((name, task))
+        }
+        Remote::Ssl(addr) => {
+            let l = TcpListener::bind(addr).await?;
+            let a = l.local_addr()?;
+            let name = format!("ssl:{}:{}", fmt_ip(a.ip()), a.port());
+            let task = ssl_accept_loop(name.clone(), id, l, state, start, opts);
             Ok((name, task))
         }
         Remote::Unix(path) => {
@@ -359,6 +384,7 @@ impl std::fmt::Display for Remote {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Remote::Tcp(a) => write!(f, "ptcp:{}:{}", a.port(), fmt_ip(a.ip())),
+            Remote::Ssl(a) => write!(f, "pssl:{}:{}", a.port(), fmt_ip(a.ip())),
             Remote::Unix(p) => write!(f, "punix:{}", p.display()),
         }
     }
@@ -391,6 +417,45 @@ where
                         start,
                         opts.clone(),
                     ));
+                }
+                Err(e) => {
+                    tracing::warn!("accept on {name} failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    })
+}
+
+/// Accept `pssl:` connections forever: each one's TLS handshake ([`crate::tls::accept`], which
+/// logs refusals) runs in the connection's own task, so a slow or silent client never holds up
+/// the listener; a verified client becomes a session like any other.
+fn ssl_accept_loop(
+    name: String,
+    listener: u64,
+    l: TcpListener,
+    state: Arc<Mutex<State>>,
+    start: Instant,
+    opts: ServeOptions,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            match l.accept().await {
+                Ok((s, peer)) => {
+                    let _ = s.set_nodelay(true);
+                    let (state, opts, name) = (state.clone(), opts.clone(), name.clone());
+                    tokio::spawn(async move {
+                        let tls = opts.tls.clone();
+                        if let Some(t) = crate::tls::accept(&name, s, peer, &tls).await {
+                            // The remote may have been removed during the handshake.
+                            if !state.lock().listeners.iter().any(|l| l.id == listener) {
+                                tracing::info!("{name}: remote removed; closing {peer}");
+                                return;
+                            }
+                            let (rd, wr) = tokio::io::split(t);
+                            connection(state, listener, rd, wr, start, opts).await;
+                        }
+                    });
                 }
                 Err(e) => {
                     tracing::warn!("accept on {name} failed: {e}");
@@ -583,7 +648,9 @@ async fn writer<W: AsyncWrite + Unpin>(
         if closed.load(Ordering::Acquire) {
             break;
         }
-        if wr.write_all(&out).await.is_err() {
+        // Flush too: a TLS stream may keep records that did not fit in the socket buffer
+        // until it is flushed (a no-op for plain sockets).
+        if wr.write_all(&out).await.is_err() || wr.flush().await.is_err() {
             closed.store(true, Ordering::Release);
             wake.notify_one();
             break;

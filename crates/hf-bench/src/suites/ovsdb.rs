@@ -9,13 +9,27 @@
 //! - `monitor_fanout_50clients`: 50 clients hold a `monitor_cond` on `Address_Set` (empty at the
 //!   start); one client commits single-row inserts, 32 in flight; rate of updates delivered to
 //!   all monitors (inserts × 50 / time until the last monitor has seen the last insert).
+//!
+//! Transports (the suffix of the result name):
+//! - none: holdfast's server in this process (its own tokio runtime) over loopback TCP, against
+//!   `ovsdb-server` over loopback TCP.
+//! - `_unix_process`: both servers in their own process (the `holdfast` binary's `holdfast db`
+//!   and `ovsdb-server`), over a unix socket. The `holdfast` binary is looked for in
+//!   `$HOLDFAST_BIN`, then beside this benchmark binary (`cargo build --release --bin holdfast`).
+//!   Without it the `_process` lines are skipped with a note, except with `CI=true`, where a
+//!   missing holdfast binary, `ovsdb-server` or `ovs-pki` fails the suite.
+//! - `_tls_process`: the two transaction workloads over `pssl:` on loopback TCP, both servers in
+//!   their own process, certificates made by `ovs-pki` (RSA 2048), the client on rustls
+//!   (TLS 1.3 as both servers negotiate it by default).
 // A benchmark is an I/O shell: it reads the clock and spawns threads.
 #![allow(clippy::disallowed_methods)]
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -27,34 +41,184 @@ use crate::{Opts, Report};
 
 const NB_SCHEMA: &str = include_str!("../../../../schemas/ovn-nb.ovsschema");
 
-/// Where a server under test listens.
+/// How a client reaches a server.
+#[derive(Clone)]
+enum Addr {
+    /// `IP:PORT`.
+    Tcp(String),
+    /// A unix socket.
+    Unix(PathBuf),
+    /// `IP:PORT` of a `pssl:` remote, and the client's TLS configuration.
+    Tls(String, Arc<rustls::ClientConfig>),
+}
+
+/// A server under test, stopped on drop.
 enum Target {
+    /// holdfast's server in this process.
     Holdfast {
-        addr: String,
+        addr: Addr,
         _rt: tokio::runtime::Runtime,
     },
+    /// `holdfast db` in its own process.
+    HoldfastProcess {
+        unix: Addr,
+        tls: Option<Addr>,
+        child: Child,
+    },
+    /// `ovsdb-server` in its own process.
     Ovsdb {
-        addr: String,
+        addr: Addr,
+        unix: Addr,
+        tls: Option<Addr>,
         pidfile: PathBuf,
     },
 }
 
-impl Target {
-    fn addr(&self) -> &str {
+impl Drop for Target {
+    fn drop(&mut self) {
         match self {
-            Target::Holdfast { addr, .. } | Target::Ovsdb { addr, .. } => addr,
+            Target::Ovsdb { pidfile, .. } => {
+                if let Ok(p) = std::fs::read_to_string(pidfile) {
+                    let _ = Command::new("kill").arg(p.trim()).status();
+                }
+            }
+            Target::HoldfastProcess { child, .. } => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            Target::Holdfast { .. } => {}
         }
     }
 }
 
-impl Drop for Target {
-    fn drop(&mut self) {
-        if let Target::Ovsdb { pidfile, .. } = self
-            && let Ok(p) = std::fs::read_to_string(pidfile)
-        {
-            let _ = Command::new("kill").arg(p.trim()).status();
+/// Certificates made by `ovs-pki` for a `pssl:` server and its client, both signed by the
+/// same CA.
+struct Pki {
+    server: [PathBuf; 3],
+    client: Arc<rustls::ClientConfig>,
+}
+
+fn make_pki(dir: &Path) -> anyhow::Result<Pki> {
+    let pki = dir.join("pki");
+    let run = |args: &[&str]| -> anyhow::Result<()> {
+        let out = Command::new("ovs-pki")
+            .arg(format!("--dir={}", pki.display()))
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .context("running ovs-pki")?;
+        if !out.status.success() {
+            bail!(
+                "ovs-pki {args:?} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    };
+    run(&["init"])?;
+    run(&["req+sign", "bench-server", "switch"])?;
+    run(&["req+sign", "bench-client", "switch"])?;
+    let ca = pki.join("switchca/cacert.pem");
+    let client = hf_ovsdb_net::tls::TlsSettings::load(&hf_ovsdb_net::tls::TlsFiles {
+        private_key: dir.join("bench-client-privkey.pem"),
+        certificate: dir.join("bench-client-cert.pem"),
+        ca_cert: ca.clone(),
+        protocols: None,
+        ciphers: None,
+    })?
+    .client_config()?;
+    Ok(Pki {
+        server: [
+            dir.join("bench-server-privkey.pem"),
+            dir.join("bench-server-cert.pem"),
+            ca,
+        ],
+        client,
+    })
+}
+
+/// Whether this runs in CI (`CI=true`, as CI services set it): a missing dependency of a
+/// line (the holdfast binary, ovsdb-server, ovs-pki) is then an error, never a skipped line.
+fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// The `holdfast` binary: `$HOLDFAST_BIN`, else beside this executable.
+fn holdfast_bin() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("HOLDFAST_BIN") {
+        return Some(PathBuf::from(p));
+    }
+    let p = std::env::current_exe().ok()?.parent()?.join("holdfast");
+    p.exists().then_some(p)
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// `holdfast db` in its own process on a unix socket (and `pssl:` with `pki`).
+fn start_holdfast_process(bin: &Path, dir: &Path, pki: Option<&Pki>) -> anyhow::Result<Target> {
+    let file = dir.join("hfp-nb.db");
+    hf_ovsdb_net::storage::create(&file, NB_SCHEMA)?;
+    let sock = dir.join("hfp.sock");
+    let mut cmd = Command::new(bin);
+    cmd.arg("db")
+        .arg("--remote")
+        .arg(format!("punix:{}", sock.display()))
+        .arg(format!("--log-file={}", dir.join("hfp.log").display()))
+        .arg(format!("--unixctl={}", dir.join("hfp.ctl").display()));
+    if let Some(p) = pki {
+        cmd.args(["--remote", "pssl:0:127.0.0.1", "-p"])
+            .arg(&p.server[0])
+            .arg("-c")
+            .arg(&p.server[1])
+            .arg("-C")
+            .arg(&p.server[2]);
+    }
+    let mut child = cmd
+        .arg(&file)
+        .env("HOLDFAST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    let stdout = child.stdout.take().context("holdfast db stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let want = 1 + usize::from(pki.is_some());
+    let mut addrs = Vec::new();
+    while addrs.len() < want {
+        match lines.next() {
+            Some(Ok(l)) => {
+                if let Some(a) = l.strip_prefix("listening on ") {
+                    addrs.push(a.to_string());
+                }
+            }
+            _ => {
+                let st = child.wait();
+                bail!("holdfast db exited before listening: {st:?}");
+            }
         }
     }
+    std::thread::spawn(move || for _ in lines {});
+    let tls = match pki {
+        Some(p) => Some(Addr::Tls(
+            addrs
+                .iter()
+                .find_map(|a| a.strip_prefix("ssl:"))
+                .context("holdfast db printed no ssl: address")?
+                .to_string(),
+            p.client.clone(),
+        )),
+        None => None,
+    };
+    Ok(Target::HoldfastProcess {
+        unix: Addr::Unix(sock),
+        tls,
+        child,
+    })
 }
 
 fn start_holdfast(dir: &Path) -> anyhow::Result<Target> {
@@ -80,10 +244,13 @@ fn start_holdfast(dir: &Path) -> anyhow::Result<Target> {
         let _keep = server;
         std::future::pending::<()>().await;
     });
-    Ok(Target::Holdfast { addr, _rt: rt })
+    Ok(Target::Holdfast {
+        addr: Addr::Tcp(addr),
+        _rt: rt,
+    })
 }
 
-fn start_ovsdb_server(dir: &Path) -> anyhow::Result<Target> {
+fn start_ovsdb_server(dir: &Path, pki: Option<&Pki>) -> anyhow::Result<Target> {
     let schema = dir.join("nb.ovsschema");
     std::fs::write(&schema, NB_SCHEMA)?;
     let db = dir.join("ovs-nb.db");
@@ -97,14 +264,26 @@ fn start_ovsdb_server(dir: &Path) -> anyhow::Result<Target> {
         bail!("ovsdb-tool create failed");
     }
     // Pick a free port, then hand it to ovsdb-server.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    let port = free_port()?;
+    let sock = dir.join("ovs.sock");
     let pidfile = dir.join("ovs.pid");
-    let ok = Command::new("ovsdb-server")
+    let mut cmd = Command::new("ovsdb-server");
+    let tls_port = match pki {
+        Some(p) => {
+            let tls_port = free_port()?;
+            cmd.arg(format!("--remote=pssl:{tls_port}:127.0.0.1"))
+                .arg(format!("--private-key={}", p.server[0].display()))
+                .arg(format!("--certificate={}", p.server[1].display()))
+                .arg(format!("--ca-cert={}", p.server[2].display()));
+            Some(tls_port)
+        }
+        None => None,
+    };
+    let ok = cmd
         .arg("--detach")
+        .arg(format!("--remote=punix:{}", sock.display()))
         .arg(format!("--pidfile={}", pidfile.display()))
-        .arg("--log-file=/tmp/hf-bench-ovsdb-server.log")
+        .arg(format!("--log-file={}", dir.join("ovs.log").display()))
         .arg(format!("--unixctl={}", dir.join("ovs.ctl").display()))
         .arg(format!("--remote=ptcp:{port}:127.0.0.1"))
         .arg(&db)
@@ -115,7 +294,11 @@ fn start_ovsdb_server(dir: &Path) -> anyhow::Result<Target> {
     }
     let addr = format!("127.0.0.1:{port}");
     let t = Target::Ovsdb {
-        addr: addr.clone(),
+        addr: Addr::Tcp(addr.clone()),
+        unix: Addr::Unix(sock),
+        tls: tls_port
+            .zip(pki)
+            .map(|(tp, p)| Addr::Tls(format!("127.0.0.1:{tp}"), p.client.clone())),
         pidfile,
     };
     for _ in 0..100 {
@@ -127,18 +310,71 @@ fn start_ovsdb_server(dir: &Path) -> anyhow::Result<Target> {
     bail!("ovsdb-server did not start listening on {addr}")
 }
 
+trait Stream: Read + Write + Send {}
+impl<T: Read + Write + Send> Stream for T {}
+
 /// A blocking JSON-RPC connection.
 struct Conn {
-    s: TcpStream,
+    s: Box<dyn Stream>,
     framer: Framer,
     buf: Vec<u8>,
 }
 
+fn tcp(addr: &str) -> anyhow::Result<TcpStream> {
+    let s = TcpStream::connect(addr).with_context(|| format!("connect {addr}"))?;
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(Duration::from_secs(60)))?;
+    Ok(s)
+}
+
+/// A TLS connection to `a` with its handshake done.
+fn tls(
+    a: &str,
+    cfg: &Arc<rustls::ClientConfig>,
+) -> anyhow::Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
+    let ip: std::net::IpAddr = a
+        .rsplit_once(':')
+        .map_or(a, |(h, _)| h)
+        .parse()
+        .with_context(|| format!("{a}: not IP:PORT"))?;
+    let c = rustls::ClientConnection::new(cfg.clone(), ip.into())?;
+    let mut s = rustls::StreamOwned::new(c, tcp(a)?);
+    // Finish the handshake now, so that it is not part of the first request.
+    while s.conn.is_handshaking() {
+        s.conn
+            .complete_io(&mut s.sock)
+            .with_context(|| format!("TLS handshake with {a}"))?;
+    }
+    Ok(s)
+}
+
+/// What a TLS connection to `addr` negotiates (for the notes).
+fn tls_info(addr: &Addr) -> String {
+    let Addr::Tls(a, cfg) = addr else {
+        return String::new();
+    };
+    match tls(a, cfg) {
+        Ok(s) => format!(
+            "{:?}, {:?}",
+            s.conn.protocol_version(),
+            s.conn.negotiated_cipher_suite().map(|c| c.suite())
+        ),
+        Err(e) => format!("{e:#}"),
+    }
+}
+
 impl Conn {
-    fn new(addr: &str) -> anyhow::Result<Self> {
-        let s = TcpStream::connect(addr).with_context(|| format!("connect {addr}"))?;
-        s.set_nodelay(true)?;
-        s.set_read_timeout(Some(Duration::from_secs(60)))?;
+    fn new(addr: &Addr) -> anyhow::Result<Self> {
+        let s: Box<dyn Stream> = match addr {
+            Addr::Tcp(a) => Box::new(tcp(a)?),
+            Addr::Unix(p) => {
+                let s =
+                    UnixStream::connect(p).with_context(|| format!("connect {}", p.display()))?;
+                s.set_read_timeout(Some(Duration::from_secs(60)))?;
+                Box::new(s)
+            }
+            Addr::Tls(a, cfg) => Box::new(tls(a, cfg)?),
+        };
         Ok(Conn {
             s,
             framer: Framer::new(1 << 30),
@@ -184,7 +420,7 @@ impl Conn {
 
 /// Run `n` transactions built by `op(i)`, `window` in flight; returns the elapsed time.
 fn pipelined(
-    addr: &str,
+    addr: &Addr,
     n: usize,
     window: usize,
     op: impl Fn(usize) -> Value,
@@ -216,26 +452,32 @@ fn single_insert(tag: &'static str, run: usize) -> impl Fn(usize) -> Value {
     }
 }
 
-fn batch_insert(i: usize) -> Value {
+fn batch_insert(tag: &str, i: usize) -> Value {
     let mut ops = vec![json!("OVN_Northbound")];
     let mut ports = Vec::with_capacity(100);
     for j in 0..100 {
-        let name = format!("b{i}-p{j}");
+        let name = format!("{tag}-b{i}-p{j}");
         ops.push(json!({"op": "insert", "table": "Logical_Switch_Port", "uuid-name": format!("p{j}"), "row": {
             "name": name, "addresses": format!("0a:00:00:{:02x}:{:02x}:{:02x} 10.{}.{}.{}", (i >> 8) & 255, i & 255, j, (i >> 8) & 255, i & 255, j)}}));
         ports.push(json!(["named-uuid", format!("p{j}")]));
     }
-    ops.push(json!({"op": "insert", "table": "Logical_Switch", "row": {"name": format!("b{i}"), "ports": ["set", ports]}}));
+    ops.push(json!({"op": "insert", "table": "Logical_Switch", "row": {"name": format!("{tag}-b{i}"), "ports": ["set", ports]}}));
     Value::Array(ops)
 }
 
 /// `clients` monitors, one writer; returns elapsed time until every monitor saw every insert.
 /// The monitored table (`Address_Set`) is empty before, so the measure is the fan-out itself.
-fn fanout(addr: &str, clients: usize, inserts: usize, run: usize) -> anyhow::Result<Duration> {
+fn fanout(
+    addr: &Addr,
+    tag: &str,
+    clients: usize,
+    inserts: usize,
+    run: usize,
+) -> anyhow::Result<Duration> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut handles = Vec::new();
     for k in 0..clients {
-        let (addr, ready) = (addr.to_string(), ready_tx.clone());
+        let (addr, ready) = (addr.clone(), ready_tx.clone());
         handles.push(std::thread::spawn(move || -> anyhow::Result<Instant> {
             let mut c = Conn::new(&addr)?;
             let req = json!({"method": "monitor_cond", "params": ["OVN_Northbound", format!("m{k}"),
@@ -268,7 +510,7 @@ fn fanout(addr: &str, clients: usize, inserts: usize, run: usize) -> anyhow::Res
     let start = Instant::now();
     pipelined(addr, inserts, 32, |i| {
         json!(["OVN_Northbound", {"op": "insert", "table": "Address_Set", "row": {
-            "name": format!("as{run}-{i}"), "addresses": ["set", [format!("10.1.{}.{}", i / 250, i % 250), "10.2.0.1"]]}}])
+            "name": format!("{tag}-as{run}-{i}"), "addresses": ["set", [format!("10.1.{}.{}", i / 250, i % 250), "10.2.0.1"]]}}])
     })?;
     let mut last = start;
     for h in handles {
@@ -283,99 +525,200 @@ fn fanout(addr: &str, clients: usize, inserts: usize, run: usize) -> anyhow::Res
 struct Figures {
     single_tps: f64,
     batch_tps: f64,
-    fanout_ups: f64,
+    /// None where the fan-out is not measured (TLS).
+    fanout_ups: Option<f64>,
 }
 
-/// Best of `runs` (the machine may be shared: the least disturbed run is the closest to the
-/// server's real capacity). Each run uses fresh row names, so every run does the same work.
-fn best_of(
-    runs: usize,
-    mut f: impl FnMut(usize) -> anyhow::Result<Duration>,
-) -> anyhow::Result<Duration> {
-    let mut best = Duration::MAX;
-    for r in 0..runs {
-        best = best.min(f(r)?);
-    }
-    Ok(best)
-}
-
-fn measure(t: &Target, opts: &Opts, report: &Report) -> anyhow::Result<Figures> {
+/// The workloads against every target (`(tag, address)`: `tag` names the server and transport
+/// and keeps row names apart when one server is measured over several transports). Each
+/// workload's figure is the best of `runs` (the machine may be shared: the least disturbed run
+/// is the closest to the server's real capacity), and the targets take turns run by run, so a
+/// burst of load from other processes hits them alike. Each run uses fresh row names, so every
+/// run does the same work.
+fn measure(
+    targets: &[(&'static str, &Addr)],
+    with_fanout: bool,
+    opts: &Opts,
+    report: &Report,
+) -> anyhow::Result<Vec<Figures>> {
     let (n1, nb, nf, clients, runs) = if opts.tiny {
         (200, 5, 20, 5, 1)
     } else {
         (20_000, 200, 2_000, 50, 3)
     };
-    let tag = match t {
-        Target::Holdfast { .. } => "hf",
-        Target::Ovsdb { .. } => "ovs",
+    for (tag, addr) in targets {
+        if matches!(addr, Addr::Tls(..)) {
+            report.note(&format!("{tag}: TLS negotiated: {}", tls_info(addr)));
+        }
+    }
+    let best = |what: &str,
+                f: &dyn Fn(&'static str, &Addr, usize) -> anyhow::Result<Duration>|
+     -> anyhow::Result<Vec<Duration>> {
+        let mut best = vec![Duration::MAX; targets.len()];
+        for r in 0..runs {
+            for (k, (tag, addr)) in targets.iter().enumerate() {
+                let d = f(tag, addr, r).with_context(|| format!("{tag}: {what}"))?;
+                best[k] = best[k].min(d);
+            }
+        }
+        for ((tag, _), d) in targets.iter().zip(&best) {
+            report.note(&format!("{tag}: {what} in {d:?} (best of {runs})"));
+        }
+        Ok(best)
     };
-    let d1 = best_of(runs, |r| pipelined(t.addr(), n1, 32, single_insert(tag, r)))
-        .with_context(|| format!("{tag}: single-row inserts"))?;
-    report.note(&format!(
-        "{tag}: {n1} single-row inserts in {d1:?} (best of {runs})"
-    ));
-    let d2 = best_of(runs, |r| {
-        pipelined(t.addr(), nb, 4, move |i| batch_insert(r * nb + i))
-    })
-    .with_context(|| format!("{tag}: 100-row inserts"))?;
-    report.note(&format!(
-        "{tag}: {nb} 100-row transactions in {d2:?} (best of {runs})"
-    ));
-    let d3 = best_of(runs, |r| fanout(t.addr(), clients, nf, r))
-        .with_context(|| format!("{tag}: monitor fan-out"))?;
-    report.note(&format!(
-        "{tag}: {nf} inserts to {clients} monitors in {d3:?} (best of {runs})"
-    ));
-    Ok(Figures {
-        single_tps: n1 as f64 / d1.as_secs_f64(),
-        batch_tps: nb as f64 / d2.as_secs_f64(),
-        fanout_ups: (nf * clients) as f64 / d3.as_secs_f64(),
-    })
-}
-
-/// Entry point.
-pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
-    let dir = tempfile::tempdir()?;
-    let hf = {
-        let t = start_holdfast(dir.path())?;
-        measure(&t, opts, report)?
-    };
-    let have_ovs = Command::new("ovsdb-server")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    let ovs = if have_ovs {
-        let t = start_ovsdb_server(dir.path())?;
-        Some(measure(&t, opts, report)?)
+    let d1 = best(&format!("{n1} single-row inserts"), &|tag, addr, r| {
+        pipelined(addr, n1, 32, single_insert(tag, r))
+    })?;
+    let d2 = best(&format!("{nb} 100-row transactions"), &|tag, addr, r| {
+        pipelined(addr, nb, 4, move |i| batch_insert(tag, r * nb + i))
+    })?;
+    let d3 = if with_fanout {
+        Some(best(
+            &format!("{nf} inserts to {clients} monitors"),
+            &|tag, addr, r| fanout(addr, tag, clients, nf, r),
+        )?)
     } else {
-        report.note("ovsdb-server not found: printing holdfast's figures without a baseline (install openvswitch-common)");
         None
     };
-    let lines = [
+    Ok((0..targets.len())
+        .map(|k| Figures {
+            single_tps: n1 as f64 / d1[k].as_secs_f64(),
+            batch_tps: nb as f64 / d2[k].as_secs_f64(),
+            fanout_ups: d3
+                .as_ref()
+                .map(|d| (nf * clients) as f64 / d[k].as_secs_f64()),
+        })
+        .collect())
+}
+
+/// One result line per workload: holdfast's figure, with ovsdb-server's beside it when there
+/// is one.
+fn lines(report: &mut Report, suffix: &str, hf: &Figures, ovs: Option<&Figures>) {
+    let rows = [
         (
             "txn_insert_1row_pipelined32",
-            hf.single_tps,
-            ovs.as_ref().map(|o| o.single_tps),
+            Some(hf.single_tps),
+            ovs.map(|o| o.single_tps),
             "txn/s",
         ),
         (
             "txn_insert_100rows_pipelined4",
-            hf.batch_tps,
-            ovs.as_ref().map(|o| o.batch_tps),
+            Some(hf.batch_tps),
+            ovs.map(|o| o.batch_tps),
             "txn/s",
         ),
         (
             "monitor_fanout_50clients",
             hf.fanout_ups,
-            ovs.as_ref().map(|o| o.fanout_ups),
+            ovs.and_then(|o| o.fanout_ups),
             "updates/s",
         ),
     ];
-    for (name, ours, theirs, unit) in lines {
+    for (name, ours, theirs, unit) in rows {
+        let Some(ours) = ours else { continue };
+        let name = format!("{name}{suffix}");
         match theirs {
-            Some(b) => report.compare(name, ours, unit, Better::Higher, "ovsdb-server", b),
-            None => report.result(name, ours, unit),
+            Some(b) => report.compare(&name, ours, unit, Better::Higher, "ovsdb-server", b),
+            None => report.result(&name, ours, unit),
         }
+    }
+}
+
+fn addrs(t: &Target) -> (Option<&Addr>, Option<&Addr>, Option<&Addr>) {
+    match t {
+        Target::Holdfast { addr, .. } => (Some(addr), None, None),
+        Target::HoldfastProcess { unix, tls, .. } => (None, Some(unix), tls.as_ref()),
+        Target::Ovsdb {
+            addr, unix, tls, ..
+        } => (Some(addr), Some(unix), tls.as_ref()),
+    }
+}
+
+/// Entry point.
+pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let sub = |name: &str| -> anyhow::Result<PathBuf> {
+        let d = dir.path().join(name);
+        std::fs::create_dir_all(&d)?;
+        Ok(d)
+    };
+    let have_ovs = Command::new("ovsdb-server")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_ovs {
+        if ci() {
+            anyhow::bail!(
+                "ovsdb-server not found (install openvswitch-common): with CI=true the baseline is required"
+            );
+        }
+        report.note("ovsdb-server not found: printing holdfast's figures without a baseline (install openvswitch-common)");
+    }
+
+    // 1. holdfast's server in this process vs ovsdb-server, over loopback TCP.
+    {
+        let hf = start_holdfast(&sub("hf")?)?;
+        let ovs = if have_ovs {
+            Some(start_ovsdb_server(&sub("ovs-tcp")?, None)?)
+        } else {
+            None
+        };
+        let mut targets = vec![("hf", addrs(&hf).0.context("tcp")?)];
+        if let Some(o) = &ovs {
+            targets.push(("ovs", addrs(o).0.context("tcp")?));
+        }
+        let figs = measure(&targets, true, opts, report)?;
+        lines(report, "", &figs[0], figs.get(1));
+    }
+
+    // 2. and 3. Both servers in their own process: unix socket, then TLS.
+    let Some(bin) = holdfast_bin() else {
+        if ci() {
+            anyhow::bail!(
+                "the holdfast binary was not found beside hf-bench ({}) nor in $HOLDFAST_BIN: with CI=true the _unix_process and _tls_process lines are required (run `cargo build --bin holdfast` first)",
+                std::env::current_exe()
+                    .ok()
+                    .and_then(|p| p.parent().map(|d| d.display().to_string()))
+                    .unwrap_or_default()
+            );
+        }
+        report.note("the holdfast binary was not found beside hf-bench nor in $HOLDFAST_BIN: skipping the _unix_process and _tls_process lines (run `cargo build --release --bin holdfast` first)");
+        return Ok(());
+    };
+    let pki = match make_pki(&sub("pki")?) {
+        Ok(p) => Some(p),
+        Err(e) if ci() => {
+            anyhow::bail!(
+                "cannot make certificates with ovs-pki: {e:#}; with CI=true the _tls_process lines are required"
+            )
+        }
+        Err(e) => {
+            report.note(&format!(
+                "no TLS lines: cannot make certificates with ovs-pki: {e:#}"
+            ));
+            None
+        }
+    };
+    let hfp = start_holdfast_process(&bin, &sub("hfp")?, pki.as_ref())?;
+    let ovsp = if have_ovs {
+        Some(start_ovsdb_server(&sub("ovs-proc")?, pki.as_ref())?)
+    } else {
+        None
+    };
+    let (_, hf_unix, hf_tls) = addrs(&hfp);
+    let mut targets = vec![("hf-unix", hf_unix.context("unix")?)];
+    if let Some(o) = &ovsp {
+        targets.push(("ovs-unix", addrs(o).1.context("unix")?));
+    }
+    let figs = measure(&targets, true, opts, report)?;
+    lines(report, "_unix_process", &figs[0], figs.get(1));
+    if let Some(hf_tls) = hf_tls {
+        let mut targets = vec![("hf-tls", hf_tls)];
+        if let Some(a) = ovsp.as_ref().and_then(|t| addrs(t).2) {
+            targets.push(("ovs-tls", a));
+        }
+        let figs = measure(&targets, false, opts, report)?;
+        lines(report, "_tls_process", &figs[0], figs.get(1));
     }
     Ok(())
 }

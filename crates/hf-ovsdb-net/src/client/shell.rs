@@ -1,5 +1,5 @@
 //! The tokio shell around [`Replica`]: dials the remotes the core asks for (`tcp:IP:PORT`,
-//! `unix:PATH`), moves bytes, reads the clock, and hands events out. All protocol decisions are
+//! `ssl:IP:PORT` with [`Client::spawn_tls`]'s configuration, `unix:PATH`), moves bytes, reads the clock, and hands events out. All protocol decisions are
 //! the core's.
 //!
 //! [`Client::spawn`] starts a driver task on the current runtime; the [`Client`] handle runs
@@ -60,8 +60,23 @@ enum Input {
 type Writer = Box<dyn AsyncWrite + Send + Unpin>;
 type Reader = Box<dyn AsyncRead + Send + Unpin>;
 
-async fn dial(remote: &str) -> std::io::Result<(Reader, Writer)> {
-    if let Some(addr) = remote.strip_prefix("tcp:") {
+async fn dial(
+    remote: &str,
+    tls: Option<&Arc<crate::tls::ClientConfig>>,
+) -> std::io::Result<(Reader, Writer)> {
+    if let Some(addr) = remote.strip_prefix("ssl:") {
+        let Some(cfg) = tls else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "{remote}: an ssl: remote needs --private-key, --certificate and --ca-cert"
+                ),
+            ));
+        };
+        let s = crate::tls::connect(addr, cfg.clone()).await?;
+        let (r, w) = tokio::io::split(s);
+        Ok((Box::new(r), Box::new(w)))
+    } else if let Some(addr) = remote.strip_prefix("tcp:") {
         let s = tokio::net::TcpStream::connect(addr).await?;
         s.set_nodelay(true)?;
         let (r, w) = s.into_split();
@@ -73,7 +88,7 @@ async fn dial(remote: &str) -> std::io::Result<(Reader, Writer)> {
     } else {
         Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
-            format!("{remote}: a remote is tcp:IP:PORT or unix:PATH"),
+            format!("{remote}: a remote is tcp:IP:PORT, ssl:IP:PORT or unix:PATH"),
         ))
     }
 }
@@ -81,9 +96,17 @@ async fn dial(remote: &str) -> std::io::Result<(Reader, Writer)> {
 impl<M: Model> Client<M> {
     /// Start a replica of `remotes` (`cfg.remotes` is set from their number) on the current
     /// tokio runtime.
-    pub fn spawn(
+    pub fn spawn(remotes: Vec<String>, cfg: Config) -> (Self, mpsc::UnboundedReceiver<Event<M>>) {
+        Self::spawn_tls(remotes, cfg, None)
+    }
+
+    /// [`Client::spawn`], with the TLS configuration `ssl:` remotes use (build it with
+    /// [`crate::tls::TlsSettings::client_config`]). Without one, dialing an `ssl:` remote fails
+    /// with an error naming the missing options, and the replica keeps backing off.
+    pub fn spawn_tls(
         remotes: Vec<String>,
         mut cfg: Config,
+        tls: Option<Arc<crate::tls::ClientConfig>>,
     ) -> (Self, mpsc::UnboundedReceiver<Event<M>>) {
         cfg.remotes = remotes.len().max(1);
         let start = Instant::now();
@@ -96,7 +119,14 @@ impl<M: Model> Client<M> {
         }));
         let wake = Arc::new(Notify::new());
         let (ev_tx, ev_rx) = mpsc::unbounded_channel();
-        let task = tokio::spawn(drive(shared.clone(), wake.clone(), start, remotes, ev_tx));
+        let task = tokio::spawn(drive(
+            shared.clone(),
+            wake.clone(),
+            start,
+            remotes,
+            tls,
+            ev_tx,
+        ));
         (
             Client {
                 shared,
@@ -172,6 +202,7 @@ async fn drive<M: Model>(
     wake: Arc<Notify>,
     start: Instant,
     remotes: Vec<String>,
+    tls: Option<Arc<crate::tls::ClientConfig>>,
     events: mpsc::UnboundedSender<Event<M>>,
 ) {
     let now = || start.elapsed().as_millis() as u64;
@@ -237,6 +268,10 @@ async fn drive<M: Model>(
                     break;
                 }
             }
+            // A TLS stream may hold records back until flushed (a no-op for plain sockets).
+            if !transmits.is_empty() && !write_failed && w.flush().await.is_err() {
+                write_failed = true;
+            }
         }
         if write_failed {
             writer = None;
@@ -253,7 +288,8 @@ async fn drive<M: Model>(
                 shared.lock().core.handle_disconnected(now());
                 continue;
             }
-            let dialed = tokio::time::timeout(Duration::from_secs(5), dial(&remote)).await;
+            let dialed =
+                tokio::time::timeout(Duration::from_secs(5), dial(&remote, tls.as_ref())).await;
             match dialed {
                 Ok(Ok((mut rd, w))) => {
                     generation += 1;
@@ -278,7 +314,20 @@ async fn drive<M: Model>(
                     writer = Some(w);
                     shared.lock().core.handle_connected(r, now());
                 }
-                _ => shared.lock().core.handle_disconnected(now()),
+                Ok(Err(e)) => {
+                    // As OVS's reconnect: an attempt that fails is logged (a TLS refusal
+                    // louder: it will not fix itself).
+                    if remote.starts_with("ssl:") {
+                        tracing::warn!("{remote}: connection attempt failed: {e}");
+                    } else {
+                        tracing::info!("{remote}: connection attempt failed: {e}");
+                    }
+                    shared.lock().core.handle_disconnected(now());
+                }
+                Err(_) => {
+                    tracing::info!("{remote}: connection attempt timed out");
+                    shared.lock().core.handle_disconnected(now());
+                }
             }
             continue;
         }
