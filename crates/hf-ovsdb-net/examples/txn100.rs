@@ -27,7 +27,7 @@ fn batch_insert(i: usize) -> Value {
     Value::Array(ops)
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+pub fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let n: usize = args.next().map_or(Ok(20), |a| a.parse())?;
     let with_monitor = args.next().as_deref() == Some("monitor");
