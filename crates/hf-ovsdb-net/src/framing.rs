@@ -146,9 +146,11 @@ impl Framer {
                 } else {
                     // Skip the plain bytes of the string at once, but never past the byte at
                     // which the size limit below would stop the scan.
-                    let limit = buf
-                        .len()
-                        .min(self.start.saturating_add(self.max_message).saturating_add(1));
+                    let limit = buf.len().min(
+                        self.start
+                            .saturating_add(self.max_message)
+                            .saturating_add(1),
+                    );
                     i = buf[i + 1..limit]
                         .iter()
                         .position(|&c| c == b'"' || c == b'\\')

@@ -134,7 +134,10 @@ fn header_sha_prefix(header: &[u8]) -> Option<[u8; 16]> {
         *o = (nibble(hex[2 * i])? << 4) | nibble(hex[2 * i + 1])?;
     }
     // The rest must be hex too, or the header is not one this module trusts.
-    hex[32..].iter().all(|&c| nibble(c).is_some()).then_some(out)
+    hex[32..]
+        .iter()
+        .all(|&c| nibble(c).is_some())
+        .then_some(out)
 }
 
 /// Why a file could not be read.
