@@ -358,7 +358,10 @@ pub fn encode_delta_record_with(
             if any_row {
                 body.push(b',');
             }
-            let _ = write!(body, "\"{}\":", ch.uuid.hyphenated());
+            let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+            body.push(b'"');
+            body.extend_from_slice(ch.uuid.hyphenated().encode_lower(&mut text).as_bytes());
+            body.extend_from_slice(b"\":");
             match (&ch.old, &ch.new) {
                 (_, None) => body.extend_from_slice(b"null"),
                 (old, Some(n)) => {

@@ -416,7 +416,10 @@ impl<'a> Exec<'a> {
             }),
         );
         self.inserted[t].push(uuid);
-        Ok(json!({"uuid": ["uuid", uuid.to_string()]}))
+        // The text form without the formatting machinery (one reply element per inserted row).
+        let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
+        let text = uuid.hyphenated().encode_lower(&mut buf);
+        Ok(json!({"uuid": ["uuid", &*text]}))
     }
 
     fn columns(&self, ts: &TableSchema, o: &Map<String, Value>) -> Result<Option<Vec<ColumnRef>>> {
