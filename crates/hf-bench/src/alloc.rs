@@ -3,10 +3,10 @@
 //! sync) and allocation rates without an external profiler. Counting costs a few relaxed atomic
 //! operations per allocation.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// The allocator: [`System`] plus counters.
+/// The allocator: mimalloc (what the `holdfast` binary uses) plus counters.
 #[derive(Debug)]
 pub struct Counting;
 
@@ -23,12 +23,12 @@ fn grew(n: usize) {
     PEAK.fetch_max(live, Ordering::Relaxed);
 }
 
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so the
-// `GlobalAlloc` contract is `System`'s; the counters only observe sizes.
+// SAFETY: every method forwards to `MiMalloc` with the caller's arguments unchanged, so the
+// `GlobalAlloc` contract is `MiMalloc`'s; the counters only observe sizes.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded as is (see the impl).
-        let p = unsafe { System.alloc(layout) };
+        let p = unsafe { mimalloc::MiMalloc.alloc(layout) };
         if !p.is_null() {
             grew(layout.size());
         }
@@ -37,7 +37,7 @@ unsafe impl GlobalAlloc for Counting {
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded as is (see the impl).
-        let p = unsafe { System.alloc_zeroed(layout) };
+        let p = unsafe { mimalloc::MiMalloc.alloc_zeroed(layout) };
         if !p.is_null() {
             grew(layout.size());
         }
@@ -46,13 +46,13 @@ unsafe impl GlobalAlloc for Counting {
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: forwarded as is (see the impl).
-        unsafe { System.dealloc(ptr, layout) };
+        unsafe { mimalloc::MiMalloc.dealloc(ptr, layout) };
         LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: forwarded as is (see the impl).
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        let p = unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) };
         if !p.is_null() {
             LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
             grew(new_size);

@@ -143,6 +143,24 @@ impl Framer {
                     self.escape = true;
                 } else if b == b'"' {
                     self.in_string = false;
+                } else {
+                    // Skip the plain bytes of the string at once, but never past the byte at
+                    // which the size limit below would stop the scan.
+                    let limit = buf.len().min(
+                        self.start
+                            .saturating_add(self.max_message)
+                            .saturating_add(1),
+                    );
+                    i = buf[i + 1..limit]
+                        .iter()
+                        .position(|&c| c == b'"' || c == b'\\')
+                        .map_or(limit, |p| i + 1 + p);
+                    if i - self.start > self.max_message {
+                        return Some(Err(FrameError::TooLarge {
+                            limit: self.max_message,
+                        }));
+                    }
+                    continue;
                 }
             } else {
                 match b {

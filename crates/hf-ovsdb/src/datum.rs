@@ -12,12 +12,31 @@ use crate::error::{OvsdbError, Result};
 use crate::types::ColumnType;
 
 /// The value of one column.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[derive(Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct Datum {
     /// Set elements, or map keys; sorted, unique.
     pub keys: Vec<Atom>,
     /// Map values, parallel to `keys`; empty for sets.
     pub values: Vec<Atom>,
+}
+
+// By hand: most datums copied (a row's column defaults, on every insert) are empty sets, and
+// an empty `Vec`'s clone is not free.
+impl Clone for Datum {
+    fn clone(&self) -> Self {
+        Datum {
+            keys: if self.keys.is_empty() {
+                Vec::new()
+            } else {
+                self.keys.clone()
+            },
+            values: if self.values.is_empty() {
+                Vec::new()
+            } else {
+                self.values.clone()
+            },
+        }
+    }
 }
 
 impl Datum {

@@ -96,12 +96,48 @@ fn hex(b: &[u8]) -> String {
 
 /// The transaction id holdfast gives a record: the first 16 bytes of the SHA-1 of its body, as a
 /// UUID. It is recomputed from the file on restart, so `monitor_cond_since` history survives.
+///
+/// The SHA-1 is taken from the record's header (every record this module writes or
+/// [`RecordReader`] returns has a header whose SHA-1 matches its body), so the body is not hashed
+/// a second time; a record without such a header has its body hashed here.
 pub fn record_txn_id(record: &[u8]) -> Uuid {
-    let body_start = record.iter().position(|&b| b == b'\n').map_or(0, |p| p + 1);
-    let sha = Sha1::digest(&record[body_start..]);
+    let header_end = record.iter().position(|&b| b == b'\n');
     let mut b = [0u8; 16];
-    b.copy_from_slice(&sha[..16]);
+    if let Some(sha) = header_end.and_then(|e| header_sha_prefix(&record[..e])) {
+        b = sha;
+    } else {
+        let body_start = header_end.map_or(0, |p| p + 1);
+        let sha = Sha1::digest(&record[body_start..]);
+        b.copy_from_slice(&sha[..16]);
+    }
     uuid::Builder::from_random_bytes(b).into_uuid()
+}
+
+/// The first 16 bytes of the SHA-1 in a header line `OVSDB JSON <length> <sha1>` (no newline).
+fn header_sha_prefix(header: &[u8]) -> Option<[u8; 16]> {
+    let rest = header.strip_prefix(MAGIC.as_bytes())?.strip_prefix(b" ")?;
+    let sp = rest.iter().position(|&b| b == b' ')?;
+    let (len, hex) = (&rest[..sp], &rest[sp + 1..]);
+    if len.is_empty() || !len.iter().all(u8::is_ascii_digit) || hex.len() != 40 {
+        return None;
+    }
+    fn nibble(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            b'A'..=b'F' => Some(c - b'A' + 10),
+            _ => None,
+        }
+    }
+    let mut out = [0u8; 16];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = (nibble(hex[2 * i])? << 4) | nibble(hex[2 * i + 1])?;
+    }
+    // The rest must be hex too, or the header is not one this module trusts.
+    hex[32..]
+        .iter()
+        .all(|&c| nibble(c).is_some())
+        .then_some(out)
 }
 
 /// Why a file could not be read.
@@ -322,7 +358,10 @@ pub fn encode_delta_record_with(
             if any_row {
                 body.push(b',');
             }
-            let _ = write!(body, "\"{}\":", ch.uuid.hyphenated());
+            let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+            body.push(b'"');
+            body.extend_from_slice(ch.uuid.hyphenated().encode_lower(&mut text).as_bytes());
+            body.extend_from_slice(b"\":");
             match (&ch.old, &ch.new) {
                 (_, None) => body.extend_from_slice(b"null"),
                 (old, Some(n)) => {
@@ -651,6 +690,21 @@ mod tests {
         let r = step(&mut db, json!({"T": {R: {"one": ["set", [7]]}}}));
         assert_eq!(r["_is_diff"], json!(true));
         assert_eq!(r["T"][R]["one"], json!(0));
+    }
+
+    #[test]
+    fn txn_id_from_the_header_is_the_body_hash() {
+        let rec = encode_record(&json!({"x": [1, "two"]}));
+        let nl = rec.iter().position(|&b| b == b'\n').unwrap();
+        let sha = Sha1::digest(&rec[nl + 1..]);
+        let mut want = [0u8; 16];
+        want.copy_from_slice(&sha[..16]);
+        let want = uuid::Builder::from_random_bytes(want).into_uuid();
+        assert_eq!(record_txn_id(&rec), want);
+        // A header with a bad SHA-1 field falls back to hashing the body.
+        let mut bad = b"OVSDB JSON 3 zz".to_vec();
+        bad.extend_from_slice(&rec[nl..]);
+        assert_eq!(record_txn_id(&bad), want);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Database schemas (`.ovsschema`), parsed and validated (RFC 7047 section 3.2).
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 
 use serde_json::Value;
 

@@ -238,8 +238,9 @@ impl<'a> Exec<'a> {
         uuid_gen: &mut UuidGen,
         name: &str,
     ) -> Uuid {
+        // `entry_ref`: the name is copied only when the symbol is new.
         symbols
-            .entry(name.to_string())
+            .entry_ref(name)
             .or_insert_with(|| Symbol {
                 uuid: uuid_gen.next_uuid(),
                 created: false,
@@ -415,7 +416,10 @@ impl<'a> Exec<'a> {
             }),
         );
         self.inserted[t].push(uuid);
-        Ok(json!({"uuid": ["uuid", uuid.to_string()]}))
+        // The text form without the formatting machinery (one reply element per inserted row).
+        let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
+        let text = uuid.hyphenated().encode_lower(&mut buf);
+        Ok(json!({"uuid": ["uuid", &*text]}))
     }
 
     fn columns(&self, ts: &TableSchema, o: &Map<String, Value>) -> Result<Option<Vec<ColumnRef>>> {
@@ -825,8 +829,8 @@ impl<'a> Exec<'a> {
                         names.join(", ")
                     ))
                 };
-                if let Some(other) = seen.insert(key.clone(), *u) {
-                    return Err(dup(other));
+                if let Some(other) = seen.get(&key) {
+                    return Err(dup(*other));
                 }
                 if let Some(other) = self.db.tables[t].indexes[ix].get(&key)
                     && other != u
@@ -843,6 +847,7 @@ impl<'a> Exec<'a> {
                         return Err(dup(*other));
                     }
                 }
+                seen.insert(key, *u);
             }
         }
         Ok(())
