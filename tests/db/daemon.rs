@@ -142,36 +142,16 @@ fn ovn_ctl_starts_and_stops_holdfast_as_ovsdb_server() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let bin = link_dir(dir);
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let ctl = OvnCtl::new(dir);
     let (nb_port, sb_port) = (free_port(), free_port());
-    let run_dir = dir.join("run");
+    let run_dir = ctl.run_dir.clone();
     let _reaper = Reaper(vec![
         run_dir.join("ovnnb_db.pid"),
         run_dir.join("ovnsb_db.pid"),
     ]);
     let ovn_ctl = |args: &[String]| {
-        let mut c = Command::new("/usr/share/ovn/scripts/ovn-ctl");
-        c.args(args)
-            .env("PATH", &path)
-            .env("OVN_RUNDIR", &run_dir)
-            .env("OVS_RUNDIR", &run_dir)
-            .env("OVN_LOGDIR", dir.join("log"))
-            .env("OVN_DBDIR", dir.join("db"))
-            .env("OVN_SYSCONFDIR", dir.join("etc"))
-            .current_dir(dir);
-        let out = run(&mut c, Duration::from_secs(60));
-        assert!(
-            out.status.success(),
-            "ovn-ctl {args:?} failed: {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        ctl.run(&args)
     };
     ovn_ctl(&[
         "--db-nb-create-insecure-remote=yes".into(),
@@ -482,6 +462,51 @@ fn read_retry(r: &mut impl std::io::Read, b: &mut [u8]) -> std::io::Result<usize
 
 pub(crate) fn nix_is_root() -> bool {
     run_ok(Command::new("id").arg("-u")).trim() == "0"
+}
+
+/// OVN's own `ovn-ctl`, with a link named `ovsdb-server` to holdfast first on PATH and every
+/// directory it uses (run, log, db, sysconf) inside the test's directory.
+pub(crate) struct OvnCtl {
+    path: String,
+    dir: PathBuf,
+    /// `OVN_RUNDIR` (also `OVS_RUNDIR`): pidfiles, sockets and control sockets.
+    pub(crate) run_dir: PathBuf,
+}
+
+impl OvnCtl {
+    pub(crate) fn new(dir: &Path) -> OvnCtl {
+        let bin = link_dir(dir);
+        OvnCtl {
+            path: format!(
+                "{}:{}",
+                bin.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+            dir: dir.to_path_buf(),
+            run_dir: dir.join("run"),
+        }
+    }
+
+    /// Runs `ovn-ctl ARGS`, asserts that it succeeded and returns its stdout.
+    pub(crate) fn run(&self, args: &[&str]) -> String {
+        let mut c = Command::new("/usr/share/ovn/scripts/ovn-ctl");
+        c.args(args)
+            .env("PATH", &self.path)
+            .env("OVN_RUNDIR", &self.run_dir)
+            .env("OVS_RUNDIR", &self.run_dir)
+            .env("OVN_LOGDIR", self.dir.join("log"))
+            .env("OVN_DBDIR", self.dir.join("db"))
+            .env("OVN_SYSCONFDIR", self.dir.join("etc"))
+            .current_dir(&self.dir);
+        let out = run(&mut c, Duration::from_secs(60));
+        assert!(
+            out.status.success(),
+            "ovn-ctl {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
 }
 
 #[test]
@@ -1066,32 +1091,16 @@ fn ovn_ctl_start_northd_runs_real_northd_on_holdfast_databases() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let bin = link_dir(dir);
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let run_dir = dir.join("run");
+    let ctl = OvnCtl::new(dir);
+    let run_dir = ctl.run_dir.clone();
     let _reaper = Reaper(vec![
         run_dir.join("ovnnb_db.pid"),
         run_dir.join("ovnsb_db.pid"),
         run_dir.join("ovn-northd.pid"),
     ]);
     let ovn_ctl = |args: &[String]| {
-        let out = run(
-            Command::new("/usr/share/ovn/scripts/ovn-ctl")
-                .args(args)
-                .env("PATH", &path)
-                .env("OVN_RUNDIR", &run_dir)
-                .env("OVS_RUNDIR", &run_dir)
-                .env("OVN_LOGDIR", dir.join("log"))
-                .env("OVN_DBDIR", dir.join("db"))
-                .env("OVN_SYSCONFDIR", dir.join("etc"))
-                .current_dir(dir),
-            Duration::from_secs(60),
-        );
-        assert!(out.status.success(), "ovn-ctl {args:?}: {out:?}");
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        ctl.run(&args);
     };
     // OVN_MANAGE_OVSDB (the default): start_northd starts both databases, then ovn-northd.
     ovn_ctl(&["start_northd".into()]);

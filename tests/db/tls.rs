@@ -746,7 +746,7 @@ async fn replica_follows_a_tls_only_raft_cluster() {
 /// connections (the client is then refused).
 #[test]
 fn ovn_ctl_nb_with_ssl_from_the_ssl_table() {
-    use crate::daemon::{Reaper, alive, free_port, link_dir, nix_is_root, pid_of, wait_for};
+    use crate::daemon::{OvnCtl, Reaper, alive, free_port, nix_is_root, pid_of, wait_for};
     if !nix_is_root() {
         eprintln!("SKIP ovn_ctl_nb_with_ssl_from_the_ssl_table: OVN's scripts need root");
         return;
@@ -765,31 +765,11 @@ fn ovn_ctl_nb_with_ssl_from_the_ssl_table() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let pki = Pki::new(&dir.join("pki"));
-    let bin = link_dir(dir);
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let run_dir = dir.join("run");
+    let ctl = OvnCtl::new(dir);
+    let run_dir = ctl.run_dir.clone();
     let _reaper = Reaper(vec![run_dir.join("ovnnb_db.pid")]);
     let ovn_ctl = |args: &[&str]| {
-        let mut c = Command::new("/usr/share/ovn/scripts/ovn-ctl");
-        c.args(args)
-            .env("PATH", &path)
-            .env("OVN_RUNDIR", &run_dir)
-            .env("OVS_RUNDIR", &run_dir)
-            .env("OVN_LOGDIR", dir.join("log"))
-            .env("OVN_DBDIR", dir.join("db"))
-            .env("OVN_SYSCONFDIR", dir.join("etc"))
-            .current_dir(dir);
-        let out = run(&mut c, Duration::from_secs(60));
-        assert!(
-            out.status.success(),
-            "ovn-ctl {args:?} failed: {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        ctl.run(args);
     };
     // No insecure remote: only the unix socket until the Connection row says pssl:.
     ovn_ctl(&["start_nb_ovsdb"]);
