@@ -22,7 +22,7 @@ use hf_conntrack::{Conntrack, CtAction, CtResult, Masked, NatRange};
 use hf_expr::actions::{NatKind, NestedKind};
 use hf_expr::constant::width_mask;
 use hf_expr::symbols::FIELDS;
-use hf_wire::{EthAddr, ip_proto, reply, tcp_flags};
+use hf_wire::{ip_proto, reply, tcp_flags};
 
 use crate::cache::Cache;
 use crate::classifier::Examine;
@@ -1379,7 +1379,6 @@ impl Runner<'_> {
         std::mem::swap(&mut scr.ctx.frame, &mut scr.build);
         scr.ctx.parsed = p;
         scr.ctx.load_headers();
-        let _ = EthAddr::ZERO;
         true
     }
 }
