@@ -452,16 +452,7 @@ impl Runner<'_> {
                     self.record(w, Op::Act(i), rdepth);
                 }
                 CAct::CtSnatToVip { .. } => {
-                    let zone = self.zone(w, dp, pipe, act);
-                    self.record(
-                        w,
-                        Op::Ct {
-                            zone,
-                            act: i,
-                            resume: NO_RESUME,
-                        },
-                        rdepth,
-                    );
+                    self.record_ct(w, dp, pipe, act, i, NO_RESUME, rdepth);
                     // Whether the hairpin SNAT applies depends on the connection, which the
                     // segment's key does not describe.
                     for s in [
@@ -492,29 +483,11 @@ impl Runner<'_> {
                     self.output(w, dp, pipe, depth, rdepth);
                 }
                 CAct::CtCommit { .. } => {
-                    let zone = self.zone(w, dp, pipe, act);
-                    self.record(
-                        w,
-                        Op::Ct {
-                            zone,
-                            act: i,
-                            resume: NO_RESUME,
-                        },
-                        rdepth,
-                    );
+                    self.record_ct(w, dp, pipe, act, i, NO_RESUME, rdepth);
                 }
                 a if a.recirculates() => {
-                    let zone = self.zone(w, dp, pipe, act);
                     let resume = resume_id(dp, pipe, table.saturating_add(1));
-                    self.record(
-                        w,
-                        Op::Ct {
-                            zone,
-                            act: i,
-                            resume,
-                        },
-                        rdepth,
-                    );
+                    self.record_ct(w, dp, pipe, act, i, resume, rdepth);
                     // The continuation changed the context in ways this segment's key does not
                     // describe.
                     w.all_opaque();
@@ -661,6 +634,30 @@ impl Runner<'_> {
             }
             _ => {}
         }
+    }
+
+    /// Records conntrack action `i` (`act`) of datapath `dp` in its zone, resuming at `resume`.
+    #[allow(clippy::too_many_arguments)]
+    fn record_ct(
+        &mut self,
+        w: &mut Walk,
+        dp: u32,
+        pipe: u8,
+        act: &CAct,
+        i: u32,
+        resume: u32,
+        rdepth: u32,
+    ) {
+        let zone = self.zone(w, dp, pipe, act);
+        self.record(
+            w,
+            Op::Ct {
+                zone,
+                act: i,
+                resume,
+            },
+            rdepth,
+        );
     }
 
     /// The zone a conntrack action of datapath `dp` uses.
