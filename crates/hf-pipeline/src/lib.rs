@@ -693,10 +693,7 @@ impl Pipeline {
                             all.push(d, b);
                         }
                     }
-                    out.clear();
-                    for (d, b) in all.iter() {
-                        out.push(d, b);
-                    }
+                    std::mem::swap(out, &mut all);
                     return Ok(stats);
                 }
                 // A chassisredirect port resident here stands for its distributed port.
