@@ -146,6 +146,11 @@ impl Program {
                 datapath: d.name.clone(),
                 id,
             };
+            // Name to key within this datapath (the first port of a name, as a scan would find).
+            let mut key_of: HashMap<&str, u32> = HashMap::new();
+            for p in &d.ports {
+                key_of.entry(p.name.as_str()).or_insert(p.key);
+            }
             let mut ports = FastMap::default();
             for p in &d.ports {
                 let loc = match &p.location {
@@ -168,17 +173,15 @@ impl Program {
                             });
                         }
                     },
-                    PortLocation::Redirect { port } => {
-                        match d.ports.iter().find(|q| &q.name == port) {
-                            Some(q) => Loc::Redirect(q.key),
-                            None => {
-                                return Err(CompileError::UnknownPeer {
-                                    port: p.name.clone(),
-                                    peer: port.clone(),
-                                });
-                            }
+                    PortLocation::Redirect { port } => match key_of.get(port.as_str()) {
+                        Some(&key) => Loc::Redirect(key),
+                        None => {
+                            return Err(CompileError::UnknownPeer {
+                                port: p.name.clone(),
+                                peer: port.clone(),
+                            });
                         }
-                    }
+                    },
                     PortLocation::Unbound => Loc::Unbound,
                 };
                 if p.key == 0 || ports.contains_key(&p.key) {
@@ -218,7 +221,7 @@ impl Program {
                 let mut members: Vec<u32> = g
                     .members
                     .iter()
-                    .filter_map(|m| d.ports.iter().find(|p| &p.name == m).map(|p| p.key))
+                    .filter_map(|m| key_of.get(m.as_str()).copied())
                     .collect();
                 members.sort_unstable();
                 members.dedup();

@@ -22,7 +22,7 @@ use hf_conntrack::{Conntrack, CtAction, CtResult, Masked, NatRange};
 use hf_expr::actions::{NatKind, NestedKind};
 use hf_expr::constant::width_mask;
 use hf_expr::symbols::FIELDS;
-use hf_wire::{EthAddr, ip_proto, reply, tcp_flags};
+use hf_wire::{ip_proto, reply, tcp_flags};
 
 use crate::cache::Cache;
 use crate::classifier::Examine;
@@ -452,16 +452,7 @@ impl Runner<'_> {
                     self.record(w, Op::Act(i), rdepth);
                 }
                 CAct::CtSnatToVip { .. } => {
-                    let zone = self.zone(w, dp, pipe, act);
-                    self.record(
-                        w,
-                        Op::Ct {
-                            zone,
-                            act: i,
-                            resume: NO_RESUME,
-                        },
-                        rdepth,
-                    );
+                    self.record_ct(w, dp, pipe, act, i, NO_RESUME, rdepth);
                     // Whether the hairpin SNAT applies depends on the connection, which the
                     // segment's key does not describe.
                     for s in [
@@ -492,29 +483,11 @@ impl Runner<'_> {
                     self.output(w, dp, pipe, depth, rdepth);
                 }
                 CAct::CtCommit { .. } => {
-                    let zone = self.zone(w, dp, pipe, act);
-                    self.record(
-                        w,
-                        Op::Ct {
-                            zone,
-                            act: i,
-                            resume: NO_RESUME,
-                        },
-                        rdepth,
-                    );
+                    self.record_ct(w, dp, pipe, act, i, NO_RESUME, rdepth);
                 }
                 a if a.recirculates() => {
-                    let zone = self.zone(w, dp, pipe, act);
                     let resume = resume_id(dp, pipe, table.saturating_add(1));
-                    self.record(
-                        w,
-                        Op::Ct {
-                            zone,
-                            act: i,
-                            resume,
-                        },
-                        rdepth,
-                    );
+                    self.record_ct(w, dp, pipe, act, i, resume, rdepth);
                     // The continuation changed the context in ways this segment's key does not
                     // describe.
                     w.all_opaque();
@@ -661,6 +634,30 @@ impl Runner<'_> {
             }
             _ => {}
         }
+    }
+
+    /// Records conntrack action `i` (`act`) of datapath `dp` in its zone, resuming at `resume`.
+    #[allow(clippy::too_many_arguments)]
+    fn record_ct(
+        &mut self,
+        w: &mut Walk,
+        dp: u32,
+        pipe: u8,
+        act: &CAct,
+        i: u32,
+        resume: u32,
+        rdepth: u32,
+    ) {
+        let zone = self.zone(w, dp, pipe, act);
+        self.record(
+            w,
+            Op::Ct {
+                zone,
+                act: i,
+                resume,
+            },
+            rdepth,
+        );
     }
 
     /// The zone a conntrack action of datapath `dp` uses.
@@ -1379,7 +1376,6 @@ impl Runner<'_> {
         std::mem::swap(&mut scr.ctx.frame, &mut scr.build);
         scr.ctx.parsed = p;
         scr.ctx.load_headers();
-        let _ = EthAddr::ZERO;
         true
     }
 }

@@ -562,18 +562,7 @@ impl Pipeline {
         out: &mut Outputs,
         what_if: &WhatIf,
     ) -> Result<Trace, ProcessError> {
-        let mut t = Trace::default();
-        self.run(
-            CtHandle::Live(scratch),
-            from,
-            frame,
-            now,
-            out,
-            Some(&mut t),
-            Mode::Trace,
-            Some(whatif::Cursor::new(what_if)),
-        )?;
-        Ok(t)
+        self.run_traced(CtHandle::Live(scratch), from, frame, now, out, what_if)
     }
 
     /// [`Pipeline::trace`] with what-if overrides: forced `ct_state`s for successive
@@ -588,9 +577,22 @@ impl Pipeline {
         out: &mut Outputs,
         what_if: &WhatIf,
     ) -> Result<Trace, ProcessError> {
+        self.run_traced(CtHandle::WhatIf(ct), from, frame, now, out, what_if)
+    }
+
+    /// One traced walk (what [`Pipeline::trace_with`] and [`Pipeline::trace_scratch`] share).
+    fn run_traced(
+        &mut self,
+        ct: CtHandle<'_>,
+        from: Ingress,
+        frame: &[u8],
+        now: Duration,
+        out: &mut Outputs,
+        what_if: &WhatIf,
+    ) -> Result<Trace, ProcessError> {
         let mut t = Trace::default();
         self.run(
-            CtHandle::WhatIf(ct),
+            ct,
             from,
             frame,
             now,
@@ -691,10 +693,7 @@ impl Pipeline {
                             all.push(d, b);
                         }
                     }
-                    out.clear();
-                    for (d, b) in all.iter() {
-                        out.push(d, b);
-                    }
+                    std::mem::swap(out, &mut all);
                     return Ok(stats);
                 }
                 // A chassisredirect port resident here stands for its distributed port.

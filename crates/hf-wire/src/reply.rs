@@ -217,17 +217,7 @@ pub fn icmp4_error(
     icmp_code: u8,
     rest: u32,
 ) -> Result<usize, BuildError> {
-    let to = p.key.ip_src().ok_or(BuildError::NotIp)?;
-    let eth = (p.key.eth_src, p.key.eth_dst);
-    icmp_error(
-        out,
-        frame,
-        p,
-        eth,
-        (src_ip.into(), to),
-        [icmp_type, icmp_code],
-        rest,
-    )
+    icmp_error_to_sender(out, frame, p, src_ip.into(), [icmp_type, icmp_code], rest)
 }
 
 /// OVN's `icmp4 { }`/`icmp6 { }`/`icmp4_error { }`/`icmp6_error { }` packet: an ICMP error
@@ -262,17 +252,21 @@ pub fn icmp6_error(
     icmp_code: u8,
     rest: u32,
 ) -> Result<usize, BuildError> {
+    icmp_error_to_sender(out, frame, p, src_ip.into(), [icmp_type, icmp_code], rest)
+}
+
+/// [`icmp4_error`]/[`icmp6_error`]: from `src` back to the packet's source and Ethernet sender.
+fn icmp_error_to_sender(
+    out: &mut Vec<u8>,
+    frame: &[u8],
+    p: &Parsed,
+    src: IpAddr,
+    type_code: [u8; 2],
+    rest: u32,
+) -> Result<usize, BuildError> {
     let to = p.key.ip_src().ok_or(BuildError::NotIp)?;
     let eth = (p.key.eth_src, p.key.eth_dst);
-    icmp_error(
-        out,
-        frame,
-        p,
-        eth,
-        (src_ip.into(), to),
-        [icmp_type, icmp_code],
-        rest,
-    )
+    icmp_error(out, frame, p, eth, (src, to), type_code, rest)
 }
 
 /// `eth` is (destination, source), `ips` (source, destination).
