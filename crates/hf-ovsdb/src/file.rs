@@ -51,9 +51,17 @@ impl Default for WriteOptions {
 }
 
 /// The diffs of every changed composite column of every modified row of `delta`, in the order
-/// the record writers visit them (tables, rows, columns), or None when OVS 3.1's reader would
-/// misread one of them (see the module doc): the record then carries full values.
-fn column_diffs(schema: &Schema, delta: &TxnDelta) -> Option<Vec<Datum>> {
+/// the record writers visit them (tables, rows, columns), or None when the record carries full
+/// values: `opts` asks for them, or OVS 3.1's reader would misread one of the diffs (see the
+/// module doc). A record has `"_is_diff": true` exactly when this is Some.
+fn column_diffs(
+    schema: &Schema,
+    delta: &TxnDelta,
+    opts: WriteOptions,
+) -> Option<std::vec::IntoIter<Datum>> {
+    if !opts.column_diff {
+        return None;
+    }
     let mut out = Vec::new();
     for (t, changes) in &delta.tables {
         let ts = &schema.tables[*t];
@@ -77,7 +85,7 @@ fn column_diffs(schema: &Schema, delta: &TxnDelta) -> Option<Vec<Datum>> {
             }
         }
     }
-    Some(out)
+    Some(out.into_iter())
 }
 
 /// Encode one record (header and body).
@@ -261,12 +269,7 @@ pub fn delta_record_with(
     date_ms: u64,
     opts: WriteOptions,
 ) -> Value {
-    let diffs = opts
-        .column_diff
-        .then(|| column_diffs(schema, delta))
-        .flatten();
-    let use_diff = diffs.is_some();
-    let mut diffs = diffs.unwrap_or_default().into_iter();
+    let mut diffs = column_diffs(schema, delta, opts);
     let mut m = Map::new();
     for (t, changes) in &delta.tables {
         let ts = &schema.tables[*t];
@@ -290,9 +293,10 @@ pub fn delta_record_with(
                         if cs.ephemeral || n.cols[c] == o.cols[c] {
                             continue;
                         }
-                        let d = (use_diff && cs.ty.is_composite())
-                            .then(|| diffs.next())
-                            .flatten();
+                        let d = diffs
+                            .as_mut()
+                            .filter(|_| cs.ty.is_composite())
+                            .and_then(Iterator::next);
                         let v = d.as_ref().unwrap_or(&n.cols[c]).to_json(&cs.ty);
                         r.insert(cs.name.clone(), v);
                     }
@@ -312,7 +316,7 @@ pub fn delta_record_with(
     if let Some(c) = &delta.comment {
         m.insert("_comment".into(), json!(c));
     }
-    if use_diff {
+    if diffs.is_some() {
         m.insert("_is_diff".into(), json!(true));
     }
     Value::Object(m)
@@ -334,12 +338,7 @@ pub fn encode_delta_record_with(
     opts: WriteOptions,
 ) -> Vec<u8> {
     use std::io::Write;
-    let diffs = opts
-        .column_diff
-        .then(|| column_diffs(schema, delta))
-        .flatten();
-    let use_diff = diffs.is_some();
-    let mut diffs = diffs.unwrap_or_default().into_iter();
+    let mut diffs = column_diffs(schema, delta, opts);
     let mut body: Vec<u8> = Vec::with_capacity(256 + delta.len() * 128);
     body.push(b'{');
     let mut first_table = true;
@@ -382,13 +381,13 @@ pub fn encode_delta_record_with(
                         any_col = true;
                         let _ = serde_json::to_writer(&mut body, &cs.name);
                         body.push(b':');
-                        match old {
-                            Some(_) if use_diff && cs.ty.is_composite() => match diffs.next() {
-                                Some(d) => d.write_json(&cs.ty, &mut body),
-                                None => n.cols[c].write_json(&cs.ty, &mut body),
-                            },
-                            _ => n.cols[c].write_json(&cs.ty, &mut body),
-                        }
+                        let d = diffs
+                            .as_mut()
+                            .filter(|_| old.is_some() && cs.ty.is_composite())
+                            .and_then(Iterator::next);
+                        d.as_ref()
+                            .unwrap_or(&n.cols[c])
+                            .write_json(&cs.ty, &mut body);
                     }
                     if old.is_some() && !any_col {
                         body.truncate(row_mark); // only ephemeral columns changed
@@ -414,7 +413,7 @@ pub fn encode_delta_record_with(
         body.extend_from_slice(b",\"_comment\":");
         let _ = serde_json::to_writer(&mut body, c);
     }
-    if use_diff {
+    if diffs.is_some() {
         body.extend_from_slice(b",\"_is_diff\":true");
     }
     body.extend_from_slice(b"}\n");

@@ -40,6 +40,9 @@ pub struct TableSchema {
     pub indexes: Vec<Vec<usize>>,
     /// Each column's default value, computed once (inserts and file records use them per row).
     defaults: Vec<Datum>,
+    /// Columns whose default value breaks the column's own constraints (an enum or range that
+    /// excludes it), computed once: an insert must give these.
+    invalid_defaults: Vec<usize>,
     /// Some column holds references (strong or weak), computed once for the commit path.
     has_refs: bool,
     /// Some column holds weak references.
@@ -308,7 +311,10 @@ impl TableSchema {
                 )));
             }
         }
-        let defaults = columns.iter().map(|c| c.ty.default_datum()).collect();
+        let defaults: Vec<Datum> = columns.iter().map(|c| c.ty.default_datum()).collect();
+        let invalid_defaults = (0..columns.len())
+            .filter(|&c| defaults[c].check_atoms(&columns[c].ty).is_err())
+            .collect();
         let has_refs = columns.iter().any(|c| c.ty.has_refs());
         let has_weak_refs = columns.iter().any(|c| c.ty.has_weak_refs());
         Ok(TableSchema {
@@ -319,6 +325,7 @@ impl TableSchema {
             is_root,
             indexes,
             defaults,
+            invalid_defaults,
             has_refs,
             has_weak_refs,
         })
@@ -337,6 +344,12 @@ impl TableSchema {
     /// Every column's default value, in column order (a new row's contents).
     pub fn defaults(&self) -> &[Datum] {
         &self.defaults
+    }
+
+    /// The columns whose default value breaks their own constraints (see
+    /// [`Datum::check_atoms`]): an insert that leaves one of them at its default fails.
+    pub fn invalid_defaults(&self) -> &[usize] {
+        &self.invalid_defaults
     }
 
     /// A user column's index.

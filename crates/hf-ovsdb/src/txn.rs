@@ -398,13 +398,14 @@ impl<'a> Exec<'a> {
             }
         }
         // Defaults must satisfy the column's constraints too (an enum whose default is not
-        // one of its values must be given), as ovsdb-server checks them.
-        for (c, cs) in ts.columns.iter().enumerate() {
-            if cols[c].len() == 1 {
-                cols[c]
-                    .check_atoms(&cs.ty)
-                    .map_err(|e| e.context(format!("column {} of table {}", cs.name, ts.name)))?;
-            }
+        // one of its values must be given), as ovsdb-server checks them. Given values were
+        // checked when parsed, so only the columns whose default is invalid (found once, with
+        // the schema) are looked at.
+        for &c in ts.invalid_defaults() {
+            let cs = &ts.columns[c];
+            cols[c]
+                .check_atoms(&cs.ty)
+                .map_err(|e| e.context(format!("column {} of table {}", cs.name, ts.name)))?;
         }
         let version = self.uuid_gen.next_uuid();
         self.work[t].insert(

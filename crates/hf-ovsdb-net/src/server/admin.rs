@@ -5,8 +5,7 @@
 //!
 //! What it does not do: any I/O or argument parsing; the unixctl protocol lives in the binary.
 
-use hf_ovsdb::types::RefType;
-use hf_ovsdb::{Atom, Uuid};
+use hf_ovsdb::Uuid;
 
 use super::{Core, Now, SessionId};
 
@@ -75,23 +74,7 @@ impl Core {
                     for (ci, d) in row.cols.iter().enumerate() {
                         atoms += (d.keys.len() + d.values.len()) as u64;
                         let Some(c) = cols.get(ci) else { continue };
-                        let weak_key =
-                            c.ty.key.ref_table.is_some() && c.ty.key.ref_type == RefType::Weak;
-                        let weak_value =
-                            c.ty.value.as_ref().is_some_and(|v| {
-                                v.ref_table.is_some() && v.ref_type == RefType::Weak
-                            });
-                        if weak_key {
-                            weak +=
-                                d.keys.iter().filter(|a| matches!(a, Atom::Uuid(_))).count() as u64;
-                        }
-                        if weak_value {
-                            weak += d
-                                .values
-                                .iter()
-                                .filter(|a| matches!(a, Atom::Uuid(_)))
-                                .count() as u64;
-                        }
+                        d.for_each_ref(&c.ty, |_, _, strong| weak += u64::from(!strong));
                     }
                 }
             }
