@@ -280,7 +280,10 @@ fn looks_like_address(b: &[u8], i: usize) -> bool {
     s.contains(':') && (parse_mac(s).is_some() || s.parse::<Ipv6Addr>().is_ok())
 }
 
-fn parse_mac(s: &str) -> Option<u128> {
+/// Parses an Ethernet address as the logical-flow language (and OVS's `eth_addr_from_string`)
+/// writes it: six colon-separated groups of one or two hex digits (`0:0:0:0:0:1`,
+/// `0a:00:00:00:00:01`); its 48 bits in the low end of the result.
+pub fn parse_mac(s: &str) -> Option<u128> {
     let parts: Vec<&str> = s.split(':').collect();
     if parts.len() != 6 {
         return None;

@@ -45,19 +45,6 @@ pub(crate) struct PsEntry {
     pub lla: u128,
 }
 
-fn parse_mac(s: &str) -> Option<u128> {
-    let mut v = 0u128;
-    let mut n = 0;
-    for part in s.split(':') {
-        if part.len() != 2 {
-            return None;
-        }
-        v = (v << 8) | u128::from(u8::from_str_radix(part, 16).ok()?);
-        n += 1;
-    }
-    (n == 6).then_some(v)
-}
-
 /// The EUI-64 link-local address of a MAC (`in6_generate_lla`).
 pub(crate) fn lla(mac: u128) -> u128 {
     let b = (mac as u64).to_be_bytes();
@@ -81,7 +68,8 @@ pub(crate) fn parse_entry(s: &str) -> Result<PsEntry, String> {
     let m = words
         .next()
         .ok_or_else(|| "empty port_security entry".to_string())?;
-    let mac = parse_mac(m).ok_or_else(|| format!("`{m}` is not an Ethernet address"))?;
+    let mac =
+        hf_expr::lexer::parse_mac(m).ok_or_else(|| format!("`{m}` is not an Ethernet address"))?;
     let mut e = PsEntry {
         mac,
         v4: Vec::new(),
@@ -281,6 +269,14 @@ mod tests {
         assert!(parse_entry("00:00:00:00:00:01 10.0.0.1/40").is_err());
         assert!(parse_entry("00:00:00:00:00:01 bogus").is_err());
         assert!(parse_entry("").is_err());
+        // OVN writes and accepts one-digit groups; a sign is not a hex digit.
+        assert_eq!(
+            parse_entry("0:0:0:0:0:1 10.0.0.5")
+                .expect("short groups")
+                .mac,
+            1
+        );
+        assert!(parse_entry("+f:00:00:00:00:01").is_err());
     }
 
     #[test]
