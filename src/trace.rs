@@ -10,7 +10,7 @@
 // The shell is where sockets, files, the clock and processes live.
 #![allow(clippy::disallowed_methods)]
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -523,14 +523,12 @@ impl Loaded {
                 // Their `is_chassis_resident()` may name ports of other datapaths (a switch's
                 // flows name the router's `cr-` port): fetch those bindings too, or the port
                 // would be unknown and never resident.
-                let named = self
+                let plan = &mut self.plan;
+                let grew = self
                     .flows
                     .as_ref()
-                    .map(|(c, _)| c.with(|r| resident_names(r.model())))
-                    .unwrap_or_default();
-                let before = self.plan.ports.len();
-                self.plan.ports.extend(named);
-                if self.plan.ports.len() == before {
+                    .is_some_and(|(c, _)| c.with(|r| plan.add_resident_ports(r.model())));
+                if !grew {
                     return Ok(());
                 }
             }
@@ -988,21 +986,4 @@ fn write_pidfile(a: &TraceArgs) -> anyhow::Result<Option<PathBuf>> {
 
 fn remove_file(p: &Path) {
     let _ = std::fs::remove_file(p);
-}
-
-/// Every port `is_chassis_resident("NAME")` names in the flows of `sb`.
-fn resident_names(sb: &SbSnapshot) -> BTreeSet<String> {
-    const CALL: &str = "is_chassis_resident(\"";
-    let mut out = BTreeSet::new();
-    for lf in sb.logical_flow().values() {
-        let mut rest = lf.match_.as_str();
-        while let Some(i) = rest.find(CALL) {
-            rest = &rest[i + CALL.len()..];
-            if let Some(j) = rest.find('"') {
-                out.insert(rest[..j].to_string());
-                rest = &rest[j..];
-            }
-        }
-    }
-    out
 }
