@@ -10,7 +10,7 @@
 // The shell is where sockets, files, the clock and processes live.
 #![allow(clippy::disallowed_methods)]
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -21,6 +21,7 @@ use clap::{Args, ValueEnum};
 use hf_controller::translate::{TranslateOptions, translate};
 use hf_model::{NbSnapshot, SbSnapshot};
 use hf_ovsdb_net::client::{Client, Config, Event, TableSelect, parse_remotes};
+use hf_ovsdb_net::framing::Framer;
 use hf_pipeline::WhatIf;
 use hf_trace::engine::{Outcome, Session};
 use hf_trace::fetch::{Plan, SCOPED_TABLES, WHOLE_TABLES, datapath_name, find_datapath};
@@ -28,6 +29,8 @@ use hf_trace::nb::Origins;
 use hf_trace::render::{self, Styles};
 use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedReceiver;
+
+use crate::db::unixctl;
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -520,14 +523,12 @@ impl Loaded {
                 // Their `is_chassis_resident()` may name ports of other datapaths (a switch's
                 // flows name the router's `cr-` port): fetch those bindings too, or the port
                 // would be unknown and never resident.
-                let named = self
+                let plan = &mut self.plan;
+                let grew = self
                     .flows
                     .as_ref()
-                    .map(|(c, _)| c.with(|r| resident_names(r.model())))
-                    .unwrap_or_default();
-                let before = self.plan.ports.len();
-                self.plan.ports.extend(named);
-                if self.plan.ports.len() == before {
+                    .is_some_and(|(c, _)| c.with(|r| plan.add_resident_ports(r.model())));
+                if !grew {
                     return Ok(());
                 }
             }
@@ -905,89 +906,70 @@ async fn serve_unixctl(
     Ok(std::process::ExitCode::SUCCESS)
 }
 
-/// Serves one unixctl connection until it closes; true when `exit` was asked.
+/// The daemon's unixctl commands, sorted by name as `list-commands` prints them.
+const COMMANDS: &[unixctl::Command] = &[
+    ("exit", "", 0, 0),
+    ("list-commands", "", 0, 0),
+    ("trace", "[OPTIONS] [DATAPATH] MICROFLOW", 1, usize::MAX),
+    ("version", "", 0, 0),
+];
+
+/// Serves one unixctl connection until it closes; true when `exit` was asked. The protocol
+/// checks (ids, params, argument counts, reply texts) are `holdfast db`'s unixctl server's.
 async fn serve_conn(l: &mut Loaded, mut stream: tokio::net::UnixStream) -> bool {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut buf: Vec<u8> = Vec::new();
+    let mut framer = Framer::new(16 << 20);
     let mut chunk = vec![0u8; 64 * 1024];
     loop {
         let n = match tokio::time::timeout(Duration::from_secs(60), stream.read(&mut chunk)).await {
             Ok(Ok(n)) if n > 0 => n,
             _ => return false,
         };
-        buf.extend_from_slice(&chunk[..n]);
-        if buf.len() > 16 << 20 {
-            eprintln!("unixctl: request larger than 16 MiB: closing");
-            return false;
-        }
-        let mut consumed = 0;
-        let mut msgs = Vec::new();
-        {
-            let mut it = serde_json::Deserializer::from_slice(&buf).into_iter::<Value>();
-            loop {
-                match it.next() {
-                    Some(Ok(v)) => {
-                        consumed = it.byte_offset();
-                        msgs.push(v);
-                    }
-                    Some(Err(e)) if e.is_eof() => break,
-                    Some(Err(e)) => {
-                        eprintln!("unixctl: bad JSON-RPC message: {e}: closing");
+        framer.push(&chunk[..n]);
+        while let Some(m) = framer.next_message() {
+            let m = match m {
+                Ok(m) => m,
+                Err(e) => {
+                    eprintln!("unixctl: bad JSON-RPC message: {e}: closing");
+                    return false;
+                }
+            };
+            let q = match unixctl::parse_request(m, COMMANDS) {
+                Ok(q) => q,
+                Err(None) => continue,
+                Err(Some(reply)) => {
+                    if stream
+                        .write_all(reply.to_string().as_bytes())
+                        .await
+                        .is_err()
+                    {
                         return false;
                     }
-                    None => break,
+                    continue;
                 }
-            }
-        }
-        buf.drain(..consumed);
-        for m in msgs {
-            let id = m.get("id").cloned().unwrap_or(Value::Null);
-            let method = m.get("method").and_then(Value::as_str).unwrap_or("");
-            let params: Vec<String> = m
-                .get("params")
-                .and_then(Value::as_array)
-                .map(|p| {
-                    p.iter()
-                        .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let (result, exit) = match method {
-                "trace" => match request_from_words(&params) {
-                    Ok(q) => (
-                        l.answer(&q)
-                            .await
-                            .map(|(_, t)| if q.json { t + "\n" } else { t })
-                            .map_err(|Failure(e)| e),
-                        false,
-                    ),
-                    Err(e) => (Err(e), false),
+            };
+            let exit = q.method == "exit";
+            let result = match q.method.as_str() {
+                "trace" => match request_from_words(&q.args) {
+                    Ok(t) => l
+                        .answer(&t)
+                        .await
+                        .map(|(_, text)| text)
+                        .map_err(|Failure(e)| e),
+                    Err(e) => Err(e),
                 },
-                "exit" => (Ok(String::new()), true),
-                "version" => (
-                    Ok(format!("holdfast trace {}\n", env!("CARGO_PKG_VERSION"))),
-                    false,
-                ),
-                "list-commands" => (
-                    Ok("The available commands are:\n  exit\n  list-commands\n  trace                   [OPTIONS] [DATAPATH] MICROFLOW\n  version\n".into()),
-                    false,
-                ),
-                other => (Err(format!("\"{other}\" is not a valid command")), false),
+                "version" => Ok(format!("holdfast trace {}", env!("CARGO_PKG_VERSION"))),
+                "list-commands" => Ok(unixctl::list_commands(COMMANDS)),
+                _ => Ok(String::new()),
             };
-            let reply = match result {
-                Ok(r) => json!({"id": id, "result": r, "error": null}),
-                Err(e) => {
-                    let e = if e.ends_with('\n') { e } else { e + "\n" };
-                    json!({"id": id, "result": null, "error": e})
-                }
-            };
-            let mut bytes = reply.to_string().into_bytes();
-            bytes.push(b'\n');
-            if stream.write_all(&bytes).await.is_err() {
+            let reply = unixctl::reply(&q.id, result);
+            if stream
+                .write_all(reply.to_string().as_bytes())
+                .await
+                .is_err()
+                || exit
+            {
                 return exit;
-            }
-            if exit {
-                return true;
             }
         }
     }
@@ -1004,21 +986,4 @@ fn write_pidfile(a: &TraceArgs) -> anyhow::Result<Option<PathBuf>> {
 
 fn remove_file(p: &Path) {
     let _ = std::fs::remove_file(p);
-}
-
-/// Every port `is_chassis_resident("NAME")` names in the flows of `sb`.
-fn resident_names(sb: &SbSnapshot) -> BTreeSet<String> {
-    const CALL: &str = "is_chassis_resident(\"";
-    let mut out = BTreeSet::new();
-    for lf in sb.logical_flow().values() {
-        let mut rest = lf.match_.as_str();
-        while let Some(i) = rest.find(CALL) {
-            rest = &rest[i + CALL.len()..];
-            if let Some(j) = rest.find('"') {
-                out.insert(rest[..j].to_string());
-                rest = &rest[j..];
-            }
-        }
-    }
-    out
 }

@@ -511,6 +511,15 @@ fn daemon_answers_ovs_appctl_and_follows_changes() {
         assert!(Instant::now() < deadline, "vm4 never reached: {out:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
+    // The shared unixctl protocol layer: command table, argument counts, unknown commands.
+    let out = appctl(&["list-commands"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("trace                   [OPTIONS]"));
+    let out = appctl(&["trace"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("requires at least 1 arguments"));
+    let out = appctl(&["no-such-command"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not a valid command"));
     let out = appctl(&["exit"]);
     assert!(out.status.success());
     let deadline = Instant::now() + Duration::from_secs(5);

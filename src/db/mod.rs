@@ -18,7 +18,7 @@ use clap::{Args, Subcommand};
 
 mod daemon;
 mod remotes;
-mod unixctl;
+pub(crate) mod unixctl;
 mod vlog;
 use hf_ovsdb_net::serve::{Remote, ServeOptions};
 use hf_ovsdb_net::server::{Config, Core};

@@ -57,17 +57,17 @@ impl DbRef {
         })
     }
 
-    /// Check that the database, table and column exist.
-    pub fn check(&self, db: Option<&Database>) -> Result<(), String> {
+    /// Check that the database, table and column exist: their (table, column) indexes.
+    pub fn check(&self, db: Option<&Database>) -> Result<(usize, usize), String> {
         let db = db.ok_or_else(|| format!("db:{}: no database named {}", self.db, self.db))?;
         let t = db
             .schema
             .table_index(&self.table)
             .ok_or_else(|| format!("db:{}: no table named {}", self.text(), self.table))?;
-        db.schema.tables[t]
+        let c = db.schema.tables[t]
             .column_index(&self.column)
             .ok_or_else(|| format!("db:{}: no column named {}", self.text(), self.column))?;
-        Ok(())
+        Ok((t, c))
     }
 
     fn text(&self) -> String {
@@ -117,11 +117,8 @@ fn int_of(a: &Atom) -> Option<i64> {
 /// The remotes a `db:` reference names now (OVS's `query_db_remotes`): each string of a
 /// string column, or each referenced row's `target` with its `inactivity_probe`.
 pub fn query_remotes(r: &DbRef, db: &Database) -> Result<Vec<Wanted>, String> {
-    r.check(Some(db))?;
-    let ti = db.schema.table_index(&r.table).unwrap_or_default();
-    let ts = &db.schema.tables[ti];
-    let ci = ts.column_index(&r.column).unwrap_or_default();
-    let col = &ts.columns[ci];
+    let (ti, ci) = r.check(Some(db))?;
+    let col = &db.schema.tables[ti].columns[ci];
     let mut out = Vec::new();
     if col.ty.value.is_some() {
         return Err(format!(
@@ -220,10 +217,8 @@ pub fn query_remotes(r: &DbRef, db: &Database) -> Result<Vec<Wanted>, String> {
 
 /// The first non-empty string in a column (OVS's `query_db_string`, for the TLS settings).
 pub fn query_string(r: &DbRef, db: &Database) -> Result<Option<String>, String> {
-    r.check(Some(db))?;
-    let ti = db.schema.table_index(&r.table).unwrap_or_default();
+    let (ti, ci) = r.check(Some(db))?;
     let ts = &db.schema.tables[ti];
-    let ci = ts.column_index(&r.column).unwrap_or_default();
     if ts.columns[ci].ty.key.atomic != hf_ovsdb::AtomicType::String
         || ts.columns[ci].ty.value.is_some()
     {
@@ -505,7 +500,7 @@ impl Remotes {
     /// Check one configured remote string: a passive remote or a valid `db:` reference.
     pub fn validate(s: &str, core: &Core) -> Result<(), String> {
         match DbRef::parse(s) {
-            Some(r) => r?.check(core.database(&r_db(s))),
+            Some(r) => r?.check(core.database(&r_db(s))).map(|_| ()),
             None => parse_passive(s).map(|_| ()),
         }
     }

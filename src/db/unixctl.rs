@@ -40,8 +40,8 @@ pub struct Ctx {
     pub version: String,
 }
 
-/// (name, usage, min args, max args), sorted by name as `list-commands` prints them.
-const COMMANDS: &[(&str, &str, usize, usize)] = &[
+/// The commands, sorted by name as `list-commands` prints them.
+const COMMANDS: &[Command] = &[
     ("exit", "", 0, 0),
     ("list-commands", "", 0, 0),
     ("memory/show", "", 0, 0),
@@ -130,77 +130,88 @@ fn body(s: String) -> String {
     }
 }
 
-/// One request → (reply, whether to exit after sending it). Notifications get no reply.
-async fn handle(m: Value, ctx: &Ctx) -> (Option<Value>, bool) {
+/// A unixctl command table row: (name, usage, min args, max args), sorted by name as
+/// `list-commands` prints them.
+pub(crate) type Command = (&'static str, &'static str, usize, usize);
+
+/// The parts of one well-formed request: id, method and its string arguments.
+pub(crate) struct Request {
+    pub id: Value,
+    pub method: String,
+    pub args: Vec<String>,
+}
+
+/// Checks one JSON-RPC message against `commands` as OVS's lib/unixctl.c does. `Ok` is a
+/// request to run; `Err(Some(reply))` is the error reply to send instead; `Err(None)` a message
+/// that gets no reply (a notification or a message without a method), logged here.
+pub(crate) fn parse_request(m: Value, commands: &[Command]) -> Result<Request, Option<Value>> {
     let id = m.get("id").cloned().unwrap_or(Value::Null);
     let Some(method) = m.get("method").and_then(Value::as_str) else {
         tracing::warn!("unixctl: message without a method: {m}");
-        return (None, false);
+        return Err(None);
     };
     let method = method.to_string();
     if id.is_null() {
         tracing::warn!("unixctl: notification {method} ignored (requests need an id)");
-        return (None, false);
+        return Err(None);
     }
-    let mut args = Vec::new();
-    let params = m.get("params").and_then(Value::as_array);
-    let Some(params) = params else {
-        return (
-            Some(error(&id, "\"params\" must be an array".into())),
-            false,
-        );
+    let Some(params) = m.get("params").and_then(Value::as_array) else {
+        return Err(Some(error(&id, "\"params\" must be an array".into())));
     };
+    let mut args = Vec::with_capacity(params.len());
     for p in params {
         match p.as_str() {
             Some(s) => args.push(s.to_string()),
             None => {
-                return (
-                    Some(error(
-                        &id,
-                        format!("\"{method}\" command has non-string argument"),
-                    )),
-                    false,
-                );
+                let text = format!("\"{method}\" command has non-string argument");
+                return Err(Some(error(&id, text)));
             }
         }
     }
     tracing::debug!("received request {method}{args:?}, id={id}");
-    let Some(&(_, _, min, max)) = COMMANDS.iter().find(|c| c.0 == method) else {
-        return (
-            Some(error(
-                &id,
-                format!(
-                    "\"{method}\" is not a valid command (use \"list-commands\" to see a list of valid commands)"
-                ),
-            )),
-            false,
+    let Some(&(_, _, min, max)) = commands.iter().find(|c| c.0 == method) else {
+        let text = format!(
+            "\"{method}\" is not a valid command (use \"list-commands\" to see a list of valid commands)"
         );
+        return Err(Some(error(&id, text)));
     };
     if args.len() < min {
-        return (
-            Some(error(
-                &id,
-                format!("\"{method}\" command requires at least {min} arguments"),
-            )),
-            false,
-        );
+        let text = format!("\"{method}\" command requires at least {min} arguments");
+        return Err(Some(error(&id, text)));
     }
     if args.len() > max {
-        return (
-            Some(error(
-                &id,
-                format!("\"{method}\" command takes at most {max} arguments"),
-            )),
-            false,
-        );
+        let text = format!("\"{method}\" command takes at most {max} arguments");
+        return Err(Some(error(&id, text)));
     }
-    let exit = method == "exit";
-    let r = run(&method, &args, ctx).await;
-    let reply = match r {
+    Ok(Request { id, method, args })
+}
+
+/// The reply to request `id` whose command gave `r`.
+pub(crate) fn reply(id: &Value, r: Result<String, String>) -> Value {
+    match r {
         Ok(text) => json!({"id": id, "result": body(text), "error": null}),
-        Err(text) => error(&id, text),
+        Err(text) => error(id, text),
+    }
+}
+
+/// `list-commands`' answer for `commands`.
+pub(crate) fn list_commands(commands: &[Command]) -> String {
+    let mut s = String::from("The available commands are:\n");
+    for (name, usage, _, _) in commands {
+        s.push_str(&format!("  {name:<23} {usage}\n"));
+    }
+    s
+}
+
+/// One request → (reply, whether to exit after sending it). Notifications get no reply.
+async fn handle(m: Value, ctx: &Ctx) -> (Option<Value>, bool) {
+    let q = match parse_request(m, COMMANDS) {
+        Ok(q) => q,
+        Err(reply) => return (reply, false),
     };
-    (Some(reply), exit)
+    let exit = q.method == "exit";
+    let r = run(&q.method, &q.args, ctx).await;
+    (Some(reply(&q.id, r)), exit)
 }
 
 fn error(id: &Value, text: String) -> Value {
@@ -211,13 +222,7 @@ async fn run(method: &str, args: &[String], ctx: &Ctx) -> Result<String, String>
     match method {
         "exit" => Ok(String::new()),
         "version" => Ok(ctx.version.clone()),
-        "list-commands" => {
-            let mut s = String::from("The available commands are:\n");
-            for (name, usage, _, _) in COMMANDS {
-                s.push_str(&format!("  {name:<23} {usage}\n"));
-            }
-            Ok(s)
-        }
+        "list-commands" => Ok(list_commands(COMMANDS)),
         "memory/show" => {
             let report = ctx.server.with_core(|c, _| c.memory_report());
             Ok(report

@@ -210,6 +210,26 @@ impl Plan {
         self.neighbours.remove(&d) && self.datapaths.insert(d)
     }
 
+    /// Adds to [`Plan::ports`] every port an `is_chassis_resident("NAME")` in the flows of
+    /// `flows` names (a switch's flows name the router's `cr-` port, on another datapath):
+    /// without its binding the port would be unknown and never resident. True when the plan
+    /// grew. The names are read from the match text as northd writes them, without parsing.
+    pub fn add_resident_ports(&mut self, flows: &SbSnapshot) -> bool {
+        const CALL: &str = "is_chassis_resident(\"";
+        let before = self.ports.len();
+        for lf in flows.logical_flow().values() {
+            let mut rest = lf.match_.as_str();
+            while let Some(i) = rest.find(CALL) {
+                rest = &rest[i + CALL.len()..];
+                if let Some(j) = rest.find('"') {
+                    self.ports.insert(rest[..j].to_string());
+                    rest = &rest[j..];
+                }
+            }
+        }
+        self.ports.len() != before
+    }
+
     /// The snapshot to translate: `sb` with each datapath group restricted to the fetched
     /// datapaths, so neighbours come out as datapaths with their peer ports and no flows (a
     /// walk that enters one stops at its first table, and the shell widens and traces again).
@@ -355,6 +375,31 @@ mod tests {
         let g = &scoped.logical_dp_group()[&u(20)];
         let members: BTreeSet<Uuid> = g.datapaths.iter().map(|d| d.uuid()).collect();
         assert_eq!(members, [u(1)].into());
+    }
+
+    #[test]
+    fn resident_ports_named_by_flows_join_the_plan() {
+        let flow = |n: u8, m: &str| {
+            (
+                u(n).to_string(),
+                json!({"insert": {"match": m, "actions": "next;", "table_id": 0, "priority": 1,
+                    "pipeline": "ingress", "logical_datapath": ["uuid", u(1).to_string()]}}),
+            )
+        };
+        let updates = json!({"Logical_Flow": Value::Object(
+            [
+                flow(31, r#"is_chassis_resident("cr-lr0-pub") && !is_chassis_resident("p2")"#),
+                flow(32, "ip4"),
+            ]
+            .into_iter()
+            .collect(),
+        )});
+        let mut flows = SbSnapshot::new();
+        flows.apply_updates2(&updates).unwrap();
+        let mut p = Plan::default();
+        assert!(p.add_resident_ports(&flows));
+        assert_eq!(p.ports, ["cr-lr0-pub".to_string(), "p2".into()].into());
+        assert!(!p.add_resident_ports(&flows));
     }
 
     #[test]
