@@ -99,6 +99,7 @@ fn rows_that_do_not_translate_get_diagnostics_and_the_rest_translates() {
         }),
         RowDelta::Insert(pb(13, 1, "tor", 3, "vtep")),
         RowDelta::Insert(pb(14, 1, "dup", 1, "")),
+        RowDelta::Insert(pb(15, 1, "cr-nodgp", 4, "chassisredirect")),
     ];
     d.address_set = vec![RowDelta::Insert(sb::AddressSet {
         uuid: u(20),
@@ -127,6 +128,7 @@ fn rows_that_do_not_translate_get_diagnostics_and_the_rest_translates() {
     assert!(has("Port_Binding", 12, "nowhere"));
     assert!(has("Port_Binding", 13, "vtep"));
     assert!(has("Port_Binding", 14, "also used by a"));
+    assert!(has("Port_Binding", 15, "no options:distributed-port"));
     assert!(has("Address_Set", 20, "not-an-ip"));
     assert!(has("Logical_Flow", 32, "table_id 300"));
     assert_eq!(t.spec.datapaths.len(), 1);
@@ -135,9 +137,13 @@ fn rows_that_do_not_translate_get_diagnostics_and_the_rest_translates() {
         .iter()
         .map(|p| p.name.as_str())
         .collect();
-    assert_eq!(names, ["a", "dangling", "tor"]);
+    assert_eq!(names, ["a", "dangling", "tor", "cr-nodgp"]);
     assert!(matches!(
         t.spec.datapaths[0].ports[1].location,
+        PortLocation::Unbound
+    ));
+    assert!(matches!(
+        t.spec.datapaths[0].ports[3].location,
         PortLocation::Unbound
     ));
     assert_eq!(t.spec.sets.addr_sets["as1"].len(), 1);

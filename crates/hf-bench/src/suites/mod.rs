@@ -1,5 +1,6 @@
 //! The suites. Each module runs one workload family and reports through [`crate::Report`].
 
+pub mod central;
 pub mod conntrack;
 pub mod expr;
 pub mod ovsdb;

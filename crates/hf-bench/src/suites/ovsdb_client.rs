@@ -21,7 +21,7 @@
 // A benchmark is an I/O shell: it reads the clock and starts processes.
 #![allow(clippy::disallowed_methods)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -30,72 +30,12 @@ use hf_model::{NbSnapshot, SbSnapshot};
 use hf_ovsdb_net::client::{Client, Config, Model};
 use serde_json::Value;
 
+use super::central::{Central, NB_SCHEMA, PYTHON, SB_SCHEMA, ok};
 use crate::alloc;
 use crate::report::Better;
 use crate::{Opts, Report};
 
-const GEN_TOPO: &str = "../shared/bench/gen_topo.py";
 const IDL_SCRIPT: &str = include_str!("../../scripts/idl_sync.py");
-const PYTHON: &str = "/usr/bin/python3";
-const NB_SCHEMA: &str = "/usr/share/ovn/ovn-nb.ovsschema";
-const SB_SCHEMA: &str = "/usr/share/ovn/ovn-sb.ovsschema";
-
-/// A daemon started with `--detach --pidfile`, stopped on drop.
-struct Daemon(PathBuf);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Ok(p) = std::fs::read_to_string(&self.0) {
-            let _ = Command::new("kill").arg(p.trim()).status();
-        }
-    }
-}
-
-fn ok(cmd: &mut Command) -> anyhow::Result<String> {
-    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "{cmd:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-fn server(dir: &Path, name: &str, schema: &str) -> anyhow::Result<(Daemon, String)> {
-    let db = dir.join(format!("{name}.db"));
-    ok(Command::new("ovsdb-tool")
-        .arg("create")
-        .arg(&db)
-        .arg(schema))?;
-    let pid = dir.join(format!("{name}.pid"));
-    let sock = dir.join(format!("{name}.sock"));
-    ok(Command::new("ovsdb-server")
-        .arg("--detach")
-        .arg(format!("--pidfile={}", pid.display()))
-        .arg(format!(
-            "--log-file={}",
-            dir.join(format!("{name}.log")).display()
-        ))
-        .arg(format!(
-            "--unixctl={}",
-            dir.join(format!("{name}.ctl")).display()
-        ))
-        .arg(format!("--remote=punix:{}", sock.display()))
-        .arg(&db))?;
-    Ok((Daemon(pid), format!("unix:{}", sock.display())))
-}
-
-fn gen_topo() -> Option<PathBuf> {
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    // crates/hf-bench → the repository → its sibling `shared/`.
-    [
-        manifest.join("../..").join(GEN_TOPO),
-        PathBuf::from("/work/shared/bench/gen_topo.py"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
-}
 
 /// Result of one replica sync.
 struct Sync {
@@ -197,57 +137,10 @@ fn db_name(db: &str) -> String {
 /// Run the suite.
 pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     let (n, p) = if opts.tiny { (5, 4) } else { (500, 40) };
-    for tool in ["ovsdb-server", "ovsdb-tool", "ovn-northd", "ovn-nbctl"] {
-        if Command::new("sh")
-            .arg("-c")
-            .arg(format!("command -v {tool}"))
-            .output()
-            .map_or(true, |o| !o.status.success())
-        {
-            report.note(&format!(
-                "skipped: {tool} is not installed (needs OVN's packages)"
-            ));
-            return Ok(());
-        }
-    }
-    let Some(topo) = gen_topo() else {
-        report.note("skipped: shared/bench/gen_topo.py not found");
+    let Some(central) = Central::gen_topo(report, n, p, &[])? else {
         return Ok(());
     };
-    let dir = tempfile::tempdir()?;
-    let (_nb, nb) = server(dir.path(), "nb", NB_SCHEMA)?;
-    let (_sb, sb) = server(dir.path(), "sb", SB_SCHEMA)?;
-    let northd_pid = dir.path().join("northd.pid");
-    ok(Command::new("ovn-northd")
-        .arg("--detach")
-        .arg(format!("--pidfile={}", northd_pid.display()))
-        .arg(format!(
-            "--log-file={}",
-            dir.path().join("northd.log").display()
-        ))
-        .arg(format!(
-            "--unixctl={}",
-            dir.path().join("northd.ctl").display()
-        ))
-        .arg(format!("--ovnnb-db={nb}"))
-        .arg(format!("--ovnsb-db={sb}")))?;
-    let northd = Daemon(northd_pid);
-    let t = Instant::now();
-    ok(Command::new(PYTHON)
-        .arg(&topo)
-        .arg("--n")
-        .arg(n.to_string())
-        .arg("--p")
-        .arg(p.to_string())
-        .arg("--db")
-        .arg(&nb)
-        .arg("--wait")
-        .arg("sb"))?;
-    report.note(&format!(
-        "built the {n}x{p} NB and ovn-northd's SB in {:.1} s",
-        t.elapsed().as_secs_f64()
-    ));
-    drop(northd);
+    let (dir, nb, sb) = (&central.dir, central.nb.clone(), central.sb.clone());
 
     let script = dir.path().join("idl_sync.py");
     std::fs::write(&script, IDL_SCRIPT)?;

@@ -25,72 +25,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+use super::central::{Central, Daemon, daemon_args, ok};
 use crate::alloc;
 use crate::report::Better;
 use crate::{Opts, Report};
-
-const PYTHON: &str = "/usr/bin/python3";
-const NB_SCHEMA: &str = "/usr/share/ovn/ovn-nb.ovsschema";
-const SB_SCHEMA: &str = "/usr/share/ovn/ovn-sb.ovsschema";
-
-/// A daemon started with `--detach --pidfile`, stopped on drop.
-struct Daemon(PathBuf);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Ok(p) = std::fs::read_to_string(&self.0) {
-            let _ = Command::new("kill").arg(p.trim()).status();
-        }
-    }
-}
-
-fn ok(cmd: &mut Command) -> anyhow::Result<String> {
-    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "{cmd:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-fn daemon_args(dir: &Path, name: &str) -> Vec<String> {
-    vec![
-        "--detach".into(),
-        "--no-chdir".into(),
-        format!("--pidfile={}", dir.join(format!("{name}.pid")).display()),
-        format!("--log-file={}", dir.join(format!("{name}.log")).display()),
-        format!("--unixctl={}", dir.join(format!("{name}.ctl")).display()),
-    ]
-}
-
-fn server(dir: &Path, name: &str, schema: &str) -> anyhow::Result<(Daemon, String)> {
-    let db = dir.join(format!("{name}.db"));
-    ok(Command::new("ovsdb-tool")
-        .arg("create")
-        .arg(&db)
-        .arg(schema))?;
-    let sock = dir.join(format!("{name}.sock"));
-    ok(Command::new("ovsdb-server")
-        .args(daemon_args(dir, name))
-        .arg(format!("--remote=punix:{}", sock.display()))
-        .arg(&db))?;
-    Ok((
-        Daemon(dir.join(format!("{name}.pid"))),
-        format!("unix:{}", sock.display()),
-    ))
-}
-
-fn gen_topo() -> Option<PathBuf> {
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    [
-        manifest.join("../../../shared/bench/gen_topo.py"),
-        PathBuf::from("/work/shared/bench/gen_topo.py"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
-}
 
 /// The `holdfast` binary built beside this one (`cargo build --release` builds both).
 fn holdfast_bin() -> Option<PathBuf> {
@@ -145,54 +83,10 @@ fn wait_ctl(sock: &Path) -> anyhow::Result<()> {
 /// Run the suite.
 pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     let (n, p) = if opts.tiny { (5, 4) } else { (500, 40) };
-    for tool in [
-        "ovsdb-server",
-        "ovsdb-tool",
-        "ovn-northd",
-        "ovn-nbctl",
-        "ovn-trace",
-    ] {
-        if Command::new("sh")
-            .arg("-c")
-            .arg(format!("command -v {tool}"))
-            .output()
-            .map_or(true, |o| !o.status.success())
-        {
-            report.note(&format!(
-                "skipped: {tool} is not installed (needs OVN's packages)"
-            ));
-            return Ok(());
-        }
-    }
-    let Some(topo) = gen_topo() else {
-        report.note("skipped: shared/bench/gen_topo.py not found");
+    let Some(central) = Central::gen_topo(report, n, p, &["ovn-trace"])? else {
         return Ok(());
     };
-    let dir = tempfile::tempdir()?;
-    let d = dir.path();
-    let (_nb, nb) = server(d, "nb", NB_SCHEMA)?;
-    let (_sb, sb) = server(d, "sb", SB_SCHEMA)?;
-    ok(Command::new("ovn-northd")
-        .args(daemon_args(d, "northd"))
-        .arg(format!("--ovnnb-db={nb}"))
-        .arg(format!("--ovnsb-db={sb}")))?;
-    let northd = Daemon(d.join("northd.pid"));
-    let t = Instant::now();
-    ok(Command::new(PYTHON)
-        .arg(&topo)
-        .arg("--n")
-        .arg(n.to_string())
-        .arg("--p")
-        .arg(p.to_string())
-        .arg("--db")
-        .arg(&nb)
-        .arg("--wait")
-        .arg("sb"))?;
-    report.note(&format!(
-        "built the {n}x{p} NB and ovn-northd's SB in {:.1} s",
-        t.elapsed().as_secs_f64()
-    ));
-    drop(northd);
+    let (d, sb) = (central.dir.path(), central.sb.clone());
     // hv1 hosts the gateway router; bind one VIF so residency is defined for it.
     ok(Command::new("ovn-sbctl").arg(format!("--db={sb}")).args([
         "chassis-add",

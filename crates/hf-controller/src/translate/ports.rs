@@ -209,6 +209,12 @@ pub(crate) fn translate_ports(sb: &SbSnapshot, chassis: Option<&str>, t: &mut Tr
                     // The peer's datapath is not translated (not needed here).
                     Place::Unbound
                 }
+                Place::Redirect(d) if d.is_empty() => {
+                    t.diagnostics.push(diag(
+                        "has no options:distributed-port: treated as unbound".into(),
+                    ));
+                    Place::Unbound
+                }
                 Place::Redirect(d)
                     if !sb
                         .port_binding_all_by_datapath((*dp_uuid).into())

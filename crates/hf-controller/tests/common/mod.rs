@@ -170,8 +170,11 @@ pub fn load_snapshot(path: &Path) -> SbSnapshot {
         .expect("schema record parses");
     let schema = hf_ovsdb::Schema::from_json(&first.json).expect("schema");
     let mut db = hf_ovsdb::Database::new(Arc::new(schema), 1);
-    for rec in reader {
-        let Ok(rec) = rec else { break };
+    for (i, rec) in reader.enumerate() {
+        // `ovsdb-client backup` writes whole records: a bad one is a failure, not the end.
+        let rec = rec.unwrap_or_else(|e| {
+            panic!("{}: record {} after the schema: {e}", path.display(), i + 1)
+        });
         let delta = hf_ovsdb::file::record_delta(&mut db, &rec.json).expect("record");
         db.apply(&delta);
     }
