@@ -183,18 +183,11 @@ pub(crate) fn translate_flows(sb: &SbSnapshot, chassis: Option<&str>, t: &mut Tr
     }
 }
 
-/// Parses `aa:bb:cc:dd:ee:ff`.
+/// Parses `aa:bb:cc:dd:ee:ff` (surrounding blanks allowed) with the logical-flow lexer's rules.
 pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let mut out = [0u8; 6];
-    let mut parts = s.trim().split(':');
-    for b in &mut out {
-        let p = parts.next()?;
-        if p.is_empty() || p.len() > 2 {
-            return None;
-        }
-        *b = u8::from_str_radix(p, 16).ok()?;
-    }
-    parts.next().is_none().then_some(out)
+    let v = hf_expr::lexer::parse_mac(s.trim())?;
+    let b = u64::try_from(v).ok()?.to_be_bytes();
+    Some([b[2], b[3], b[4], b[5], b[6], b[7]])
 }
 
 pub(crate) fn translate_neighbours(sb: &SbSnapshot, t: &mut Translation) {
