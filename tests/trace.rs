@@ -41,10 +41,12 @@ impl Drop for Daemon {
 /// `sw0` (vm1, vm2; a to-lport drop ACL for TCP port 23 towards vm2), switch `sw1` (vm3),
 /// router `lr0` joining them, and an unrelated switch `other` (o1).
 struct Fixture {
-    dir: tempfile::TempDir,
+    northd: Option<Daemon>,
     _nb: OvsdbServer,
     _sb: OvsdbServer,
-    northd: Option<Daemon>,
+    /// Last: fields drop in declaration order, and the daemons are stopped through pidfiles in
+    /// this directory (dropped first, it left every daemon of every fixture running).
+    dir: tempfile::TempDir,
 }
 
 impl Fixture {
