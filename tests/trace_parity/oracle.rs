@@ -28,12 +28,16 @@ pub enum Backend {
 
 /// A running NB + SB + northd.
 pub struct Env {
-    /// Holds the daemons' files; removed on drop.
-    _dir: tempfile::TempDir,
     pub nb: String,
     pub sb: String,
+    /// The daemons' directory (`nb.db`, `sb.db` for [`Backend::OvsdbServer`]).
+    pub dir: PathBuf,
+    /// Whether a northd runs (an environment without one is filled by the test).
+    pub northd: bool,
     pidfiles: Vec<PathBuf>,
     _hfdb: Option<HoldfastDb>,
+    /// Holds the daemons' files; removed on drop, after the daemons are stopped (last field).
+    _dir: tempfile::TempDir,
 }
 
 impl Drop for Env {
@@ -59,8 +63,13 @@ fn daemon_args(dir: &Path, name: &str) -> Vec<String> {
 }
 
 impl Env {
-    /// Start the databases and northd.
+    /// Start the databases and real ovn-northd.
     pub fn start(backend: Backend) -> Env {
+        Env::start_with(backend, true)
+    }
+
+    /// Start the databases, and real ovn-northd when `northd`.
+    pub fn start_with(backend: Backend, northd: bool) -> Env {
         let dir = tempfile::Builder::new()
             .prefix("hf-parity-")
             .tempdir()
@@ -105,20 +114,31 @@ impl Env {
                 (db.unix.clone(), db.unix.clone(), Some(db))
             }
         };
-        run_ok(
-            Command::new("ovn-northd")
-                .args(daemon_args(&d, "northd"))
-                .arg(format!("--ovnnb-db={nb}"))
-                .arg(format!("--ovnsb-db={sb}")),
-        );
-        pidfiles.push(d.join("northd.pid"));
+        if northd {
+            run_ok(
+                Command::new("ovn-northd")
+                    .args(daemon_args(&d, "northd"))
+                    .arg(format!("--ovnnb-db={nb}"))
+                    .arg(format!("--ovnsb-db={sb}")),
+            );
+            pidfiles.push(d.join("northd.pid"));
+        }
         let env = Env {
-            _dir: dir,
             nb,
             sb,
+            dir: d,
+            northd,
             pidfiles,
             _hfdb: hfdb,
+            _dir: dir,
         };
+        if !northd {
+            run_ok(
+                Command::new("ovn-sbctl")
+                    .arg(format!("--db={}", env.sb))
+                    .arg("init"),
+            );
+        }
         run_ok(
             Command::new("ovn-nbctl")
                 .arg(format!("--db={}", env.nb))
@@ -139,8 +159,14 @@ impl Env {
         c
     }
 
-    /// Build `t`: chassis, NB in one ovn-nbctl batch, northd's SB, port bindings.
+    /// Build `t`: chassis, NB in one ovn-nbctl batch, northd's SB, port bindings. Without a
+    /// northd, `fill_sb` writes the SB between the NB batch and the bindings.
     pub fn build(&self, t: &Topology) {
+        self.build_with(t, |_| {});
+    }
+
+    /// [`Env::build`] with `fill_sb` run after the NB batch (and northd's sync, if any).
+    pub fn build_with(&self, t: &Topology, fill_sb: impl FnOnce(&Env)) {
         let mut sb = self.sbctl();
         for (i, (name, ip)) in CHASSIS.iter().enumerate() {
             if i > 0 {
@@ -165,7 +191,10 @@ impl Env {
             t.seed,
             String::from_utf8_lossy(&out.stderr)
         );
-        run_ok(self.nbctl().args(["--wait=sb", "sync"]));
+        if self.northd {
+            run_ok(self.nbctl().args(["--wait=sb", "sync"]));
+        }
+        fill_sb(self);
         let mut sb = self.sbctl();
         for (i, (port, ch)) in t.bindings().iter().enumerate() {
             if i > 0 {
@@ -175,7 +204,9 @@ impl Env {
         }
         run_ok(&mut sb);
         // One more round trip so northd has seen the bindings (it writes `up` and may adjust).
-        run_ok(self.nbctl().args(["--wait=sb", "sync"]));
+        if self.northd {
+            run_ok(self.nbctl().args(["--wait=sb", "sync"]));
+        }
     }
 }
 

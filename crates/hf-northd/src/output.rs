@@ -1,0 +1,144 @@
+//! What northd wants SB to hold, keyed by identity (names and flow ids, never UUIDs): the
+//! boundary between compiling and syncing. [`crate::render`] makes it from a compile; the sync
+//! ([`crate::sync`]) turns the difference between it and the SB it sees into a transaction.
+//!
+//! References between rows are by key too: a flow names its datapaths, a port binding its
+//! datapath, a multicast group its ports. The sync resolves keys to UUIDs.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::flow::FlowId;
+
+/// One `Datapath_Binding`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DpRow {
+    /// `tunnel_key`.
+    pub tunnel_key: u32,
+    /// `external_ids` (`name`, `logical-switch`/`logical-router` = NB UUID, ...).
+    pub external_ids: BTreeMap<String, String>,
+    /// `load_balancers` (deprecated in 23.03; kept empty) — LB names when the older layout
+    /// is served.
+    pub load_balancers: BTreeSet<String>,
+}
+
+/// One `Port_Binding`, only the columns northd owns (the controller owns `chassis`, `up`,
+/// `encap`, `additional_chassis`, `virtual_parent`).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct PortRow {
+    /// `datapath`, by datapath name.
+    pub datapath: String,
+    /// `tunnel_key`.
+    pub tunnel_key: u32,
+    /// `type`.
+    pub type_: String,
+    /// `options`.
+    pub options: BTreeMap<String, String>,
+    /// `mac`.
+    pub mac: BTreeSet<String>,
+    /// `parent_port`.
+    pub parent_port: Option<String>,
+    /// `tag`.
+    pub tag: Option<i64>,
+    /// `nat_addresses`.
+    pub nat_addresses: BTreeSet<String>,
+    /// `external_ids`.
+    pub external_ids: BTreeMap<String, String>,
+    /// `requested_chassis`, by chassis name (resolved to a `Chassis` row by the sync).
+    pub requested_chassis: Option<String>,
+    /// `requested_additional_chassis`, by chassis name.
+    pub requested_additional_chassis: BTreeSet<String>,
+    /// `gateway_chassis` is not written (23.03 uses `ha_chassis_group`); the HA chassis group
+    /// of a chassis-redirect port: (group name, [(chassis, priority)]).
+    pub ha_chassis_group: Option<(String, Vec<(String, i64)>)>,
+    /// `port_security`.
+    pub port_security: BTreeSet<String>,
+}
+
+/// Where a flow is written.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FlowDps {
+    /// `logical_datapath`.
+    One(String),
+    /// `logical_dp_group`: these datapaths (sorted).
+    Group(Vec<String>),
+}
+
+/// One `Logical_Flow`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlowRow {
+    /// Where.
+    pub dps: FlowDps,
+    /// `ingress`/`egress`.
+    pub pipeline: &'static str,
+    /// `table_id`.
+    pub table_id: u8,
+    /// `priority`.
+    pub priority: u16,
+    /// `match`.
+    pub match_: String,
+    /// `actions`.
+    pub actions: String,
+    /// `external_ids`: `stage-name`, `stage-hint` where there is an NB row, `source`, and
+    /// `hf-flow-id`.
+    pub external_ids: BTreeMap<String, String>,
+    /// `controller_meter`.
+    pub controller_meter: Option<String>,
+}
+
+/// One `Multicast_Group`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct McRow {
+    /// `tunnel_key` (32768..).
+    pub tunnel_key: u32,
+    /// `ports`, by logical port name.
+    pub ports: BTreeSet<String>,
+}
+
+/// One `Load_Balancer`.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct LbRow {
+    /// `vips`.
+    pub vips: BTreeMap<String, String>,
+    /// `protocol`.
+    pub protocol: Option<String>,
+    /// `options`.
+    pub options: BTreeMap<String, String>,
+    /// `external_ids`.
+    pub external_ids: BTreeMap<String, String>,
+    /// `ls_datapath_group` / `datapaths`: switch datapaths by name.
+    pub datapaths: BTreeSet<String>,
+}
+
+/// Everything northd writes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SbDesired {
+    /// `Datapath_Binding` by datapath name.
+    pub datapaths: BTreeMap<String, DpRow>,
+    /// `Port_Binding` by `logical_port`.
+    pub ports: BTreeMap<String, PortRow>,
+    /// `Logical_Flow` by identity.
+    pub flows: BTreeMap<FlowId, FlowRow>,
+    /// `Multicast_Group` by (datapath name, group name).
+    pub mcgroups: BTreeMap<(String, String), McRow>,
+    /// `Port_Group` by name (`<dp-key>_<name>` per datapath in the 20.09+ layout): port names.
+    pub port_groups: BTreeMap<String, BTreeSet<String>>,
+    /// `Address_Set` by name: addresses.
+    pub address_sets: BTreeMap<String, BTreeSet<String>>,
+    /// `Load_Balancer` by name.
+    pub load_balancers: BTreeMap<String, LbRow>,
+    /// `SB_Global.options` northd owns (`mac_prefix`, `svc_monitor_mac`, `max_tunid`, ...).
+    pub sb_options: BTreeMap<String, String>,
+}
+
+impl SbDesired {
+    /// Every distinct datapath group the flows use.
+    pub fn dp_groups(&self) -> BTreeSet<&[String]> {
+        self.flows
+            .values()
+            .filter_map(|f| match &f.dps {
+                FlowDps::Group(g) => Some(g.as_slice()),
+                FlowDps::One(_) => None,
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,548 @@
+//! The NB digested once per compile: datapaths and ports indexed, addresses parsed, router
+//! peers resolved, tunnel keys assigned. Every stage reads a [`Topo`]; nothing here emits flows.
+//!
+//! Bad rows become [`crate::diag::Diagnostic`]s here (unparsable addresses, dangling peers,
+//! duplicate names) and are left out or reduced; the rest of the topology is complete.
+
+use std::collections::{BTreeMap, HashMap};
+
+use hf_model::NbSnapshot;
+use hf_model::nb;
+use ipnet::IpNet;
+use uuid::Uuid;
+
+use crate::addr::{LportAddresses, Mac, parse_net};
+use crate::diag::Diags;
+use crate::flow::DpIdx;
+use crate::stage::DpKind;
+
+/// Index of a port in [`Topo::ports`].
+pub type PortIdx = usize;
+
+/// Tunnel keys already in use, by name: what SB holds (so keys survive restarts and NB
+/// rebuilds with new UUIDs).
+#[derive(Clone, Debug, Default)]
+pub struct Keys {
+    /// Datapath name → tunnel key.
+    pub datapaths: HashMap<String, u32>,
+    /// Port name → tunnel key (within its datapath).
+    pub ports: HashMap<String, u32>,
+}
+
+/// What kind of port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PortKind {
+    /// A VIF (`type=""`).
+    Vif,
+    /// `type=router`: the switch side of a router port (`options:router-port`).
+    SwitchRouter {
+        /// The LRP it connects to, if it exists.
+        lrp: Option<PortIdx>,
+    },
+    /// `type=localnet` with `options:network_name`.
+    Localnet,
+    /// `type=localport`.
+    Localport,
+    /// Another LSP type (`external`, `virtual`, `vtep`, `l2gateway`, ...), kept by name.
+    OtherLsp(String),
+    /// A logical router port.
+    RouterPort {
+        /// The LRP at the other end (`peer`), for router-to-router links.
+        peer: Option<PortIdx>,
+        /// The LSP of type router that points at it.
+        switch_peer: Option<PortIdx>,
+    },
+    /// The chassis-redirect port `cr-<lrp>` of a distributed gateway port.
+    ChassisRedirect {
+        /// The distributed gateway port.
+        of: PortIdx,
+    },
+}
+
+/// One logical port.
+#[derive(Clone, Debug)]
+pub struct Port {
+    /// `logical_port` name.
+    pub name: String,
+    /// Its datapath.
+    pub dp: DpIdx,
+    /// Kind.
+    pub kind: PortKind,
+    /// The NB row (the LSP or LRP; for a chassis-redirect port, its LRP).
+    pub nb: Uuid,
+    /// Tunnel key within the datapath.
+    pub tunnel_key: u32,
+    /// `enabled` (absent means enabled).
+    pub enabled: bool,
+    /// Parsed `addresses` entries with a MAC.
+    pub addresses: Vec<LportAddresses>,
+    /// `addresses` has `unknown`.
+    pub unknown: bool,
+    /// `addresses` has `router` (a switch-side router port taking the LRP's addresses).
+    pub router_addresses: bool,
+    /// `addresses` has `dynamic` (not assigned by holdfast: a diagnostic says so).
+    pub dynamic: bool,
+    /// Parsed `port_security` entries.
+    pub port_security: Vec<LportAddresses>,
+    /// LRP: `mac`.
+    pub mac: Option<Mac>,
+    /// LRP: `networks`, with host bits.
+    pub networks: Vec<IpNet>,
+    /// LRP: gateway chassis (name, priority), highest priority first.
+    pub gateway_chassis: Vec<(String, i64)>,
+    /// LSP/LRP `options`.
+    pub options: BTreeMap<String, String>,
+}
+
+impl Port {
+    /// An LRP (not its chassis-redirect port).
+    pub fn is_lrp(&self) -> bool {
+        matches!(self.kind, PortKind::RouterPort { .. })
+    }
+
+    /// A distributed gateway port (an LRP with gateway chassis on a distributed router).
+    pub fn is_dgp(&self) -> bool {
+        self.is_lrp() && !self.gateway_chassis.is_empty()
+    }
+}
+
+/// One datapath.
+#[derive(Clone, Debug)]
+pub struct Datapath {
+    /// The NB name (`Datapath_Binding.external_ids:name`).
+    pub name: String,
+    /// Switch or router.
+    pub kind: DpKind,
+    /// The NB row.
+    pub nb: Uuid,
+    /// Tunnel key.
+    pub tunnel_key: u32,
+    /// Its ports, by name order.
+    pub ports: Vec<PortIdx>,
+    /// Router: `options:chassis` (a gateway router bound to that chassis).
+    pub gateway_chassis: Option<String>,
+    /// Router: its distributed gateway ports.
+    pub dgps: Vec<PortIdx>,
+}
+
+/// The digested NB.
+#[derive(Debug)]
+pub struct Topo<'a> {
+    /// The NB it came from (stages read rows through it).
+    pub nb: &'a NbSnapshot,
+    /// Every datapath: switches first, then routers, each by name.
+    pub datapaths: Vec<Datapath>,
+    /// Every port: per datapath, by name; chassis-redirect ports after their router's ports.
+    pub ports: Vec<Port>,
+    /// Datapath by name.
+    pub dp_by_name: HashMap<String, DpIdx>,
+    /// Port by name.
+    pub port_by_name: HashMap<String, PortIdx>,
+    /// Datapath by NB UUID.
+    pub dp_by_nb: HashMap<Uuid, DpIdx>,
+    /// `NB_Global.options`.
+    pub global_options: BTreeMap<String, String>,
+}
+
+impl<'a> Topo<'a> {
+    /// Digests `nb`, keeping the tunnel keys in `keys` where they are still valid.
+    pub fn build(nb: &'a NbSnapshot, keys: &Keys, diags: &mut Diags) -> Topo<'a> {
+        let mut t = Topo {
+            nb,
+            datapaths: Vec::new(),
+            ports: Vec::new(),
+            dp_by_name: HashMap::new(),
+            port_by_name: HashMap::new(),
+            dp_by_nb: HashMap::new(),
+            global_options: nb
+                .nb_global()
+                .values()
+                .next()
+                .map(|g| g.options.clone())
+                .unwrap_or_default(),
+        };
+        // Datapaths, by name; a second row with a name already taken is refused.
+        let mut switches: Vec<&nb::LogicalSwitch> = nb.logical_switch().values().collect();
+        switches.sort_by(|a, b| a.name.cmp(&b.name).then(a.uuid.cmp(&b.uuid)));
+        let mut routers: Vec<&nb::LogicalRouter> = nb.logical_router().values().collect();
+        routers.sort_by(|a, b| a.name.cmp(&b.name).then(a.uuid.cmp(&b.uuid)));
+        for ls in switches {
+            t.add_datapath(&ls.name, DpKind::Switch, ls.uuid, "Logical_Switch", diags);
+        }
+        for lr in &routers {
+            let before = t.datapaths.len();
+            t.add_datapath(&lr.name, DpKind::Router, lr.uuid, "Logical_Router", diags);
+            if t.datapaths.len() > before
+                && let Some(c) = lr.options.get("chassis").filter(|c| !c.is_empty())
+                && let Some(d) = t.datapaths.last_mut()
+            {
+                d.gateway_chassis = Some(c.clone());
+            }
+        }
+        t.add_switch_ports(diags);
+        t.add_router_ports(diags);
+        t.resolve_peers(diags);
+        t.assign_keys(keys);
+        t
+    }
+
+    fn add_datapath(
+        &mut self,
+        name: &str,
+        kind: DpKind,
+        uuid: Uuid,
+        table: &'static str,
+        diags: &mut Diags,
+    ) {
+        if name.is_empty() {
+            diags.push(
+                table,
+                uuid,
+                name,
+                "has no name; northd derives SB rows from names, so it is left out",
+            );
+            return;
+        }
+        if self.dp_by_name.contains_key(name) {
+            diags.push(
+                table,
+                uuid,
+                name,
+                "duplicate name: another switch or router already has it; this one is left out",
+            );
+            return;
+        }
+        let idx = self.datapaths.len();
+        self.dp_by_name.insert(name.to_string(), idx);
+        self.dp_by_nb.insert(uuid, idx);
+        self.datapaths.push(Datapath {
+            name: name.to_string(),
+            kind,
+            nb: uuid,
+            tunnel_key: 0,
+            ports: Vec::new(),
+            gateway_chassis: None,
+            dgps: Vec::new(),
+        });
+    }
+
+    fn add_port(&mut self, p: Port, table: &'static str, diags: &mut Diags) -> Option<PortIdx> {
+        if p.name.is_empty() {
+            diags.push(table, p.nb, "", "has no name; it is left out");
+            return None;
+        }
+        if self.port_by_name.contains_key(&p.name) {
+            diags.push(
+                table,
+                p.nb,
+                &p.name,
+                "duplicate port name (switch and router ports share one name space); this one is left out",
+            );
+            return None;
+        }
+        let idx = self.ports.len();
+        self.port_by_name.insert(p.name.clone(), idx);
+        self.datapaths[p.dp].ports.push(idx);
+        self.ports.push(p);
+        Some(idx)
+    }
+
+    fn add_switch_ports(&mut self, diags: &mut Diags) {
+        let nb = self.nb;
+        for dp in 0..self.datapaths.len() {
+            if self.datapaths[dp].kind != DpKind::Switch {
+                continue;
+            }
+            let Some(ls) = nb.logical_switch().get(&self.datapaths[dp].nb) else {
+                continue;
+            };
+            let mut lsps: Vec<&nb::LogicalSwitchPort> =
+                ls.ports.iter().filter_map(|r| nb.get(*r)).collect();
+            lsps.sort_by(|a, b| a.name.cmp(&b.name));
+            for lsp in lsps {
+                let kind = match lsp.type_.as_str() {
+                    "" => PortKind::Vif,
+                    "router" => PortKind::SwitchRouter { lrp: None },
+                    "localnet" => PortKind::Localnet,
+                    "localport" => PortKind::Localport,
+                    other => PortKind::OtherLsp(other.to_string()),
+                };
+                let mut p = Port {
+                    name: lsp.name.clone(),
+                    dp,
+                    kind,
+                    nb: lsp.uuid,
+                    tunnel_key: 0,
+                    enabled: lsp.enabled.unwrap_or(true),
+                    addresses: Vec::new(),
+                    unknown: false,
+                    router_addresses: false,
+                    dynamic: false,
+                    port_security: Vec::new(),
+                    mac: None,
+                    networks: Vec::new(),
+                    gateway_chassis: Vec::new(),
+                    options: lsp.options.clone(),
+                };
+                for a in &lsp.addresses {
+                    match a.trim() {
+                        "unknown" => p.unknown = true,
+                        "router" => p.router_addresses = true,
+                        "dynamic" => p.dynamic = true,
+                        s if s.starts_with("dynamic ") => p.dynamic = true,
+                        s => match LportAddresses::parse(s) {
+                            Ok(x) => p.addresses.push(x),
+                            Err(e) => diags.push(
+                                "Logical_Switch_Port",
+                                lsp.uuid,
+                                &lsp.name,
+                                format!("addresses entry {s:?}: {e}; the entry is ignored"),
+                            ),
+                        },
+                    }
+                }
+                if p.dynamic {
+                    diags.push(
+                        "Logical_Switch_Port",
+                        lsp.uuid,
+                        &lsp.name,
+                        "dynamic addresses are not assigned by holdfast northd; the port has no addresses until they are set",
+                    );
+                }
+                for a in &lsp.port_security {
+                    match LportAddresses::parse(a) {
+                        Ok(x) => p.port_security.push(x),
+                        Err(e) => diags.push(
+                            "Logical_Switch_Port",
+                            lsp.uuid,
+                            &lsp.name,
+                            format!(
+                                "port_security entry {a:?}: {e}; the port drops all traffic until it is fixed (fail closed)"
+                            ),
+                        ),
+                    }
+                }
+                self.add_port(p, "Logical_Switch_Port", diags);
+            }
+        }
+    }
+
+    fn add_router_ports(&mut self, diags: &mut Diags) {
+        let nb = self.nb;
+        for dp in 0..self.datapaths.len() {
+            if self.datapaths[dp].kind != DpKind::Router {
+                continue;
+            }
+            let Some(lr) = nb.logical_router().get(&self.datapaths[dp].nb) else {
+                continue;
+            };
+            let mut lrps: Vec<&nb::LogicalRouterPort> =
+                lr.ports.iter().filter_map(|r| nb.get(*r)).collect();
+            lrps.sort_by(|a, b| a.name.cmp(&b.name));
+            let mut dgps = Vec::new();
+            for lrp in lrps {
+                let Some(mac) = Mac::parse(&lrp.mac) else {
+                    diags.push(
+                        "Logical_Router_Port",
+                        lrp.uuid,
+                        &lrp.name,
+                        format!(
+                            "mac {:?} is not an Ethernet address; the port is left out",
+                            lrp.mac
+                        ),
+                    );
+                    continue;
+                };
+                let mut networks = Vec::new();
+                for n in &lrp.networks {
+                    match n.parse::<IpNet>() {
+                        Ok(net) => networks.push(net),
+                        Err(_) => diags.push(
+                            "Logical_Router_Port",
+                            lrp.uuid,
+                            &lrp.name,
+                            format!("network {n:?} is not IP/PLEN; it is ignored"),
+                        ),
+                    }
+                }
+                let mut gws: Vec<(String, i64)> = lrp
+                    .gateway_chassis
+                    .iter()
+                    .filter_map(|r| nb.get(*r))
+                    .map(|g| (g.chassis_name.clone(), g.priority))
+                    .collect();
+                gws.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+                let p = Port {
+                    name: lrp.name.clone(),
+                    dp,
+                    kind: PortKind::RouterPort {
+                        peer: None,
+                        switch_peer: None,
+                    },
+                    nb: lrp.uuid,
+                    tunnel_key: 0,
+                    enabled: lrp.enabled.unwrap_or(true),
+                    addresses: Vec::new(),
+                    unknown: false,
+                    router_addresses: false,
+                    dynamic: false,
+                    port_security: Vec::new(),
+                    mac: Some(mac),
+                    networks,
+                    gateway_chassis: gws,
+                    options: lrp.options.clone(),
+                };
+                let is_dgp = p.is_dgp() && self.datapaths[dp].gateway_chassis.is_none();
+                if let Some(idx) = self.add_port(p, "Logical_Router_Port", diags)
+                    && is_dgp
+                {
+                    dgps.push(idx);
+                }
+            }
+            for of in dgps {
+                let lrp = &self.ports[of];
+                let cr = Port {
+                    name: format!("cr-{}", lrp.name),
+                    kind: PortKind::ChassisRedirect { of },
+                    ..lrp.clone()
+                };
+                if let Some(idx) = self.add_port(cr, "Logical_Router_Port", diags) {
+                    let _ = idx;
+                    self.datapaths[dp].dgps.push(of);
+                }
+            }
+        }
+    }
+
+    fn resolve_peers(&mut self, diags: &mut Diags) {
+        let nb = self.nb;
+        for i in 0..self.ports.len() {
+            match self.ports[i].kind.clone() {
+                PortKind::SwitchRouter { .. } => {
+                    let target = self.ports[i].options.get("router-port").cloned();
+                    let lrp = target
+                        .as_ref()
+                        .and_then(|n| self.port_by_name.get(n).copied());
+                    let lrp = lrp.filter(|l| self.ports[*l].is_lrp());
+                    if lrp.is_none() {
+                        diags.push(
+                            "Logical_Switch_Port",
+                            self.ports[i].nb,
+                            &self.ports[i].name,
+                            format!(
+                                "type router with options:router-port={:?}, which is not a logical router port; the port forwards nothing",
+                                target.unwrap_or_default()
+                            ),
+                        );
+                    }
+                    self.ports[i].kind = PortKind::SwitchRouter { lrp };
+                    if let Some(l) = lrp
+                        && let PortKind::RouterPort { switch_peer, .. } = &mut self.ports[l].kind
+                    {
+                        if switch_peer.is_some() {
+                            diags.push(
+                                "Logical_Switch_Port",
+                                self.ports[i].nb,
+                                &self.ports[i].name,
+                                "a second switch port points at the same router port; the router uses the first",
+                            );
+                        } else {
+                            *switch_peer = Some(i);
+                        }
+                    }
+                }
+                PortKind::RouterPort { .. } => {
+                    let Some(lrp) = nb.logical_router_port().get(&self.ports[i].nb) else {
+                        continue;
+                    };
+                    if let Some(peer) = &lrp.peer {
+                        let p = self
+                            .port_by_name
+                            .get(peer)
+                            .copied()
+                            .filter(|p| self.ports[*p].is_lrp());
+                        if p.is_none() {
+                            diags.push(
+                                "Logical_Router_Port",
+                                lrp.uuid,
+                                &lrp.name,
+                                format!("peer {peer:?} is not a logical router port; the link is left out"),
+                            );
+                        }
+                        if let PortKind::RouterPort { peer, .. } = &mut self.ports[i].kind {
+                            *peer = p;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Tunnel keys: datapaths 1..2^24-1, ports 1..32767 within their datapath. Requested keys
+    /// first, then the keys SB already has, then the lowest free key in name order, so a
+    /// rebuilt NB (new UUIDs, same names) gets the same keys.
+    fn assign_keys(&mut self, keys: &Keys) {
+        let mut used = std::collections::HashSet::new();
+        let mut pending = Vec::new();
+        for (i, d) in self.datapaths.iter_mut().enumerate() {
+            match keys.datapaths.get(&d.name) {
+                Some(k) if *k > 0 && used.insert(*k) => d.tunnel_key = *k,
+                _ => pending.push(i),
+            }
+        }
+        let mut next = 1u32;
+        for i in pending {
+            while used.contains(&next) {
+                next += 1;
+            }
+            used.insert(next);
+            self.datapaths[i].tunnel_key = next;
+        }
+        for dp in 0..self.datapaths.len() {
+            let ports = self.datapaths[dp].ports.clone();
+            let mut used = std::collections::HashSet::new();
+            let mut pending = Vec::new();
+            for p in &ports {
+                let port = &mut self.ports[*p];
+                let requested = port
+                    .options
+                    .get("requested-tnl-key")
+                    .and_then(|k| k.parse::<u32>().ok())
+                    .filter(|k| (1..=32767).contains(k));
+                match requested.or_else(|| keys.ports.get(&port.name).copied()) {
+                    Some(k) if (1..=32767).contains(&k) && used.insert(k) => port.tunnel_key = k,
+                    _ => pending.push(*p),
+                }
+            }
+            let mut next = 1u32;
+            for p in pending {
+                while used.contains(&next) {
+                    next += 1;
+                }
+                used.insert(next);
+                self.ports[p].tunnel_key = next;
+            }
+        }
+    }
+
+    /// The datapath named `name`.
+    pub fn dp(&self, name: &str) -> Option<&Datapath> {
+        self.dp_by_name.get(name).map(|i| &self.datapaths[*i])
+    }
+
+    /// The port named `name`.
+    pub fn port(&self, name: &str) -> Option<&Port> {
+        self.port_by_name.get(name).map(|i| &self.ports[*i])
+    }
+
+    /// `NB_Global options:KEY` is `true`.
+    pub fn option_true(&self, key: &str) -> bool {
+        self.global_options.get(key).is_some_and(|v| v == "true")
+    }
+}
+
+/// Parses a network written with or without a prefix (re-exported for stages).
+pub fn net(s: &str) -> Option<IpNet> {
+    parse_net(s)
+}
