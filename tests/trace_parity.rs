@@ -27,6 +27,7 @@ mod common;
 
 #[path = "trace_parity/flows.rs"]
 mod flows;
+#[allow(dead_code)]
 #[path = "trace_parity/oracle.rs"]
 mod oracle;
 #[path = "trace_parity/topo.rs"]
