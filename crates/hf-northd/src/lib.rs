@@ -63,7 +63,7 @@ pub struct Compiled {
 /// Compiles `nb`.
 pub fn compile(nb: &NbSnapshot, opts: &Options) -> Compiled {
     let mut diags = diag::Diags::default();
-    let topo = topo::Topo::build(nb, &opts.keys, &mut diags);
+    let topo = topo::Topo::build(nb, &opts.keys, opts.render.features, &mut diags);
     let mut flows = flow::Flows::default();
     for dp in 0..topo.datapaths.len() {
         match topo.datapaths[dp].kind {

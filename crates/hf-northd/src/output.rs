@@ -128,6 +128,9 @@ pub struct SbDesired {
     pub load_balancers: BTreeMap<String, LbRow>,
     /// `SB_Global.options` northd owns (`mac_prefix`, `svc_monitor_mac`, `max_tunid`, ...).
     pub sb_options: BTreeMap<String, String>,
+    /// Datapaths whose flows the sync must leave exactly as SB has them (fail closed: a
+    /// chassis below the oldest served feature level keeps running the flows it last got).
+    pub frozen_datapaths: BTreeSet<String>,
 }
 
 impl SbDesired {

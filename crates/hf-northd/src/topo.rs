@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use hf_expr::FeatureSet;
 use hf_model::NbSnapshot;
 use hf_model::nb;
 use ipnet::IpNet;
@@ -142,11 +143,19 @@ pub struct Topo<'a> {
     pub dp_by_nb: HashMap<Uuid, DpIdx>,
     /// `NB_Global.options`.
     pub global_options: BTreeMap<String, String>,
+    /// The features every chassis has (what flows may use). Stages that have an older
+    /// formulation for a feature outside this set emit it; see `render` for the rest.
+    pub features: FeatureSet,
 }
 
 impl<'a> Topo<'a> {
     /// Digests `nb`, keeping the tunnel keys in `keys` where they are still valid.
-    pub fn build(nb: &'a NbSnapshot, keys: &Keys, diags: &mut Diags) -> Topo<'a> {
+    pub fn build(
+        nb: &'a NbSnapshot,
+        keys: &Keys,
+        features: FeatureSet,
+        diags: &mut Diags,
+    ) -> Topo<'a> {
         let mut t = Topo {
             nb,
             datapaths: Vec::new(),
@@ -160,6 +169,7 @@ impl<'a> Topo<'a> {
                 .next()
                 .map(|g| g.options.clone())
                 .unwrap_or_default(),
+            features,
         };
         // Datapaths, by name; a second row with a name already taken is refused.
         let mut switches: Vec<&nb::LogicalSwitch> = nb.logical_switch().values().collect();
