@@ -328,7 +328,12 @@ pub fn negotiate(view: &SbChassisView, nb: &NbSnapshot, policy: &Policy) -> Nego
                 let reason = format!(
                     "below the oldest served feature level {} (lacks {}{}); its datapaths keep the flows they have",
                     policy.oldest,
-                    missing.iter().take(5).copied().collect::<Vec<_>>().join(", "),
+                    missing
+                        .iter()
+                        .take(5)
+                        .copied()
+                        .collect::<Vec<_>>()
+                        .join(", "),
                     if missing.len() > 5 {
                         format!(" and {} more", missing.len() - 5)
                     } else {
@@ -445,7 +450,12 @@ mod tests {
             ("ovn-ct-lb-related", "true"),
         ]));
         assert_eq!(rel, OvnRelease::new(23, 3));
-        for f in ["ct-lb-mark", "ct-mark-subfields", "ct-commit-nat", "check-port-sec"] {
+        for f in [
+            "ct-lb-mark",
+            "ct-mark-subfields",
+            "ct-commit-nat",
+            "check-port-sec",
+        ] {
             assert!(set.contains(f), "{f}");
         }
         // 23.03 sets neither of 23.06's flags.

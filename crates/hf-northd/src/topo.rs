@@ -192,7 +192,7 @@ impl<'a> Topo<'a> {
         t.add_switch_ports(diags);
         t.add_router_ports(diags);
         t.resolve_peers(diags);
-        t.assign_keys(keys);
+        t.assign_keys(keys, diags);
         t
     }
 
@@ -239,6 +239,17 @@ impl<'a> Topo<'a> {
     fn add_port(&mut self, p: Port, table: &'static str, diags: &mut Diags) -> Option<PortIdx> {
         if p.name.is_empty() {
             diags.push(table, p.nb, "", "has no name; it is left out");
+            return None;
+        }
+        if !matches!(p.kind, PortKind::ChassisRedirect { .. })
+            && let Some(what) = self.derived_by(&p.name)
+        {
+            diags.push(
+                table,
+                p.nb,
+                &p.name,
+                format!("the name is the one northd derives for {what}; this port is left out"),
+            );
             return None;
         }
         if self.port_by_name.contains_key(&p.name) {
@@ -350,6 +361,8 @@ impl<'a> Topo<'a> {
                 lr.ports.iter().filter_map(|r| nb.get(*r)).collect();
             lrps.sort_by(|a, b| a.name.cmp(&b.name));
             let mut dgps = Vec::new();
+            // Networks already taken on this router, with the port holding each.
+            let mut taken: Vec<(IpNet, String)> = Vec::new();
             for lrp in lrps {
                 let Some(mac) = Mac::parse(&lrp.mac) else {
                     diags.push(
@@ -375,6 +388,7 @@ impl<'a> Topo<'a> {
                         ),
                     }
                 }
+                networks = drop_overlapping(networks, &mut taken, lrp, diags);
                 let mut gws: Vec<(String, i64)> = lrp
                     .gateway_chassis
                     .iter()
@@ -492,7 +506,7 @@ impl<'a> Topo<'a> {
     /// Tunnel keys: datapaths 1..2^24-1, ports 1..32767 within their datapath. Requested keys
     /// first, then the keys SB already has, then the lowest free key in name order, so a
     /// rebuilt NB (new UUIDs, same names) gets the same keys.
-    fn assign_keys(&mut self, keys: &Keys) {
+    fn assign_keys(&mut self, keys: &Keys, diags: &mut Diags) {
         let mut used = std::collections::HashSet::new();
         let mut pending = Vec::new();
         for (i, d) in self.datapaths.iter_mut().enumerate() {
@@ -515,11 +529,7 @@ impl<'a> Topo<'a> {
             let mut pending = Vec::new();
             for p in &ports {
                 let port = &mut self.ports[*p];
-                let requested = port
-                    .options
-                    .get("requested-tnl-key")
-                    .and_then(|k| k.parse::<u32>().ok())
-                    .filter(|k| (1..=32767).contains(k));
+                let requested = requested_port_key(port, &used, diags);
                 match requested.or_else(|| keys.ports.get(&port.name).copied()) {
                     Some(k) if (1..=32767).contains(&k) && used.insert(k) => port.tunnel_key = k,
                     _ => pending.push(*p),
@@ -550,6 +560,89 @@ impl<'a> Topo<'a> {
     pub fn option_true(&self, key: &str) -> bool {
         self.global_options.get(key).is_some_and(|v| v == "true")
     }
+}
+
+impl Topo<'_> {
+    /// What derives `name` (a chassis-redirect port `cr-<dgp>` of a distributed gateway
+    /// port), if northd derives it for another row.
+    fn derived_by(&self, name: &str) -> Option<String> {
+        let base = name.strip_prefix("cr-")?;
+        self.nb
+            .logical_router_port_all_by_name(base)
+            .find(|l| {
+                !l.gateway_chassis.is_empty()
+                    && self
+                        .nb
+                        .logical_router_all_by_ports(hf_model::RowRef::new(l.uuid))
+                        .any(|r| r.options.get("chassis").is_none_or(|c| c.is_empty()))
+            })
+            .map(|_| format!("the chassis-redirect port of distributed gateway port {base:?}"))
+    }
+}
+
+/// A port's `options:requested-tnl-key` when it is valid and free (`used`: the keys already
+/// taken in its datapath); otherwise `None` with a diagnostic.
+fn requested_port_key(
+    port: &Port,
+    used: &std::collections::HashSet<u32>,
+    diags: &mut Diags,
+) -> Option<u32> {
+    let text = port.options.get("requested-tnl-key")?;
+    let table = if port.is_lrp() {
+        "Logical_Router_Port"
+    } else {
+        "Logical_Switch_Port"
+    };
+    match text.parse::<u32>().ok().filter(|k| (1..=32767).contains(k)) {
+        None => {
+            diags.push(
+                table,
+                port.nb,
+                &port.name,
+                format!("options:requested-tnl-key={text:?} is not a key in 1..32767; a free key is assigned"),
+            );
+            None
+        }
+        Some(k) if used.contains(&k) => {
+            diags.push(
+                table,
+                port.nb,
+                &port.name,
+                format!("options:requested-tnl-key={k} is already another port's key on this datapath; a free key is assigned"),
+            );
+            None
+        }
+        Some(k) => Some(k),
+    }
+}
+
+/// `networks` without those overlapping a network another port of the router already has
+/// (`taken`, updated), each dropped network with a diagnostic.
+fn drop_overlapping(
+    networks: Vec<IpNet>,
+    taken: &mut Vec<(IpNet, String)>,
+    lrp: &nb::LogicalRouterPort,
+    diags: &mut Diags,
+) -> Vec<IpNet> {
+    let mut kept = Vec::with_capacity(networks.len());
+    for n in networks {
+        let clash = taken.iter().find(|(t, owner)| {
+            owner != &lrp.name && (t.contains(&n.network()) || n.contains(&t.network()))
+        });
+        match clash {
+            Some((t, owner)) => diags.push(
+                "Logical_Router_Port",
+                lrp.uuid,
+                &lrp.name,
+                format!(
+                    "network {n} overlaps {t} of port {owner:?} on the same router; the network is ignored"
+                ),
+            ),
+            None => kept.push(n),
+        }
+    }
+    taken.extend(kept.iter().map(|n| (*n, lrp.name.clone())));
+    kept
 }
 
 /// Parses a network written with or without a prefix (re-exported for stages).

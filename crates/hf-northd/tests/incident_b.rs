@@ -199,7 +199,9 @@ fn one_hf1_chassis_holds_every_flow_to_hf1() {
     assert_all_within(&c.sb.flows, &hf1, "compile for hf-1");
     // Older layout: one row per datapath.
     assert!(
-        c.sb.flows.values().all(|f| matches!(f.dps, FlowDps::One(_))),
+        c.sb.flows
+            .values()
+            .all(|f| matches!(f.dps, FlowDps::One(_))),
         "a flow uses a datapath group although hv1 lacks logical-dp-groups"
     );
     assert!(c.sb.dp_groups().is_empty());
@@ -284,7 +286,11 @@ fn upgrade_leave_and_ignore_bring_the_newer_form_back() {
     let newer = |n: &hf_northd::features::Negotiated, what: &str| {
         assert_eq!(n.features, all, "{what}");
         let (flows, diags) = newer_constructs(&nb, n.features);
-        assert_eq!(flows.len(), 7, "{what}: every construct written: {diags:#?}");
+        assert_eq!(
+            flows.len(),
+            7,
+            "{what}: every construct written: {diags:#?}"
+        );
         assert!(
             flows
                 .values()
@@ -362,7 +368,12 @@ fn real_ovn_controller_flags_and_remote_chassis() {
         chassis("remote", 2, &[("is-remote", "true")]),
     ]);
     let (n, c) = compile_for(&nb, &v);
-    for f in ["ct-lb-mark", "ct-mark-subfields", "ct-commit-nat", "logical-dp-groups"] {
+    for f in [
+        "ct-lb-mark",
+        "ct-mark-subfields",
+        "ct-commit-nat",
+        "logical-dp-groups",
+    ] {
         assert!(n.features.contains(f), "{f}");
     }
     assert!(!n.features.contains("ls-dpg-column"));
@@ -425,13 +436,7 @@ fn chassis_below_oldest_level_is_reported_and_its_datapaths_frozen() {
         1,
         &[("holdfast-features", &hf(Level::Hf1))],
     )]);
-    let n = negotiate(
-        &v,
-        &nb,
-        &Policy {
-            oldest: Level::Hf2,
-        },
-    );
+    let n = negotiate(&v, &nb, &Policy { oldest: Level::Hf2 });
     assert_eq!(n.unsupported().count(), 1);
     assert!(n.frozen_datapaths.is_empty(), "hv1 has no bound port");
     // An unflagged real ovn-controller is taken as 20.06 = hf-1: served.

@@ -19,7 +19,10 @@ pub struct Nb {
 }
 
 fn map(pairs: &[(&str, &str)]) -> Value {
-    json!(["map", pairs.iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>()])
+    json!([
+        "map",
+        pairs.iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>()
+    ])
 }
 
 fn set(items: &[&str]) -> Value {
@@ -71,7 +74,11 @@ impl Nb {
                 self.db.apply(&delta);
                 results
                     .iter()
-                    .find_map(|r| r.get("uuid").and_then(|u| u.get(1)).and_then(|u| u.as_str()))
+                    .find_map(|r| {
+                        r.get("uuid")
+                            .and_then(|u| u.get(1))
+                            .and_then(|u| u.as_str())
+                    })
                     .and_then(|u| u.parse().ok())
                     .unwrap_or_default()
             }
@@ -247,15 +254,21 @@ impl Nb {
 
     /// A load balancer with `vips` attached to the switches and routers named.
     pub fn lb(&mut self, name: &str, vips: &[(&str, &str)], switches: &[&str], routers: &[&str]) {
-        let mut ops = vec![json!({"op": "insert", "table": "Load_Balancer", "uuid-name": "lb",
-            "row": {"name": name, "vips": map(vips), "protocol": "tcp"}})];
+        let mut ops = vec![
+            json!({"op": "insert", "table": "Load_Balancer", "uuid-name": "lb",
+            "row": {"name": name, "vips": map(vips), "protocol": "tcp"}}),
+        ];
         for s in switches {
-            ops.push(json!({"op": "mutate", "table": "Logical_Switch", "where": by_name(s),
-                "mutations": [["load_balancer", "insert", ["named-uuid", "lb"]]]}));
+            ops.push(
+                json!({"op": "mutate", "table": "Logical_Switch", "where": by_name(s),
+                "mutations": [["load_balancer", "insert", ["named-uuid", "lb"]]]}),
+            );
         }
         for r in routers {
-            ops.push(json!({"op": "mutate", "table": "Logical_Router", "where": by_name(r),
-                "mutations": [["load_balancer", "insert", ["named-uuid", "lb"]]]}));
+            ops.push(
+                json!({"op": "mutate", "table": "Logical_Router", "where": by_name(r),
+                "mutations": [["load_balancer", "insert", ["named-uuid", "lb"]]]}),
+            );
         }
         self.txn(ops);
     }
@@ -305,9 +318,27 @@ pub fn generator_like(nb: &mut Nb) -> BTreeMap<String, Uuid> {
             "options": ["map", [["network_name", "physnet"]]]}),
     );
     nb.lr("lr0", &[]);
-    nb.link("sw0", "lr0", "lr0-sw0", "0a:00:00:00:ff:00", &["10.0.0.1/24", "fd00:0::1/64"]);
-    nb.link("sw1", "lr0", "lr0-sw1", "0a:00:00:00:ff:01", &["10.0.1.1/24", "fd00:1::1/64"]);
-    nb.link("ext", "lr0", "lr0-ext", "0a:00:00:00:ff:02", &["172.16.0.1/24"]);
+    nb.link(
+        "sw0",
+        "lr0",
+        "lr0-sw0",
+        "0a:00:00:00:ff:00",
+        &["10.0.0.1/24", "fd00:0::1/64"],
+    );
+    nb.link(
+        "sw1",
+        "lr0",
+        "lr0-sw1",
+        "0a:00:00:00:ff:01",
+        &["10.0.1.1/24", "fd00:1::1/64"],
+    );
+    nb.link(
+        "ext",
+        "lr0",
+        "lr0-ext",
+        "0a:00:00:00:ff:02",
+        &["172.16.0.1/24"],
+    );
     nb.gateway_chassis("lr0-ext", "gw1", 20);
     nb.gateway_chassis("lr0-ext", "gw2", 10);
     let members: Vec<Uuid> = vifs
@@ -338,7 +369,13 @@ pub fn generator_like(nb: &mut Nb) -> BTreeMap<String, Uuid> {
         "outport == @pg_web && ip4 && tcp.dst == 22",
         "reject",
     );
-    nb.acl_pg("pg_web", "to-lport", 900, "outport == @pg_web && ip", "drop");
+    nb.acl_pg(
+        "pg_web",
+        "to-lport",
+        900,
+        "outport == @pg_web && ip",
+        "drop",
+    );
     nb.nat("lr0", "snat", "172.16.0.100", "10.0.0.0/24");
     nb.nat("lr0", "dnat", "172.16.0.101", "10.0.1.11");
     nb.nat_with(
@@ -348,7 +385,12 @@ pub fn generator_like(nb: &mut Nb) -> BTreeMap<String, Uuid> {
         "10.0.0.12",
         serde_json::json!({"logical_port": "sw0-vm2", "external_mac": "0a:00:00:00:ee:01"}),
     );
-    nb.lb("lb-sw", &[("10.0.0.100:80", "10.0.0.11:8080")], &["sw0"], &[]);
+    nb.lb(
+        "lb-sw",
+        &[("10.0.0.100:80", "10.0.0.11:8080")],
+        &["sw0"],
+        &[],
+    );
     nb.lb(
         "lb-lr",
         &[("172.16.0.200:80", "10.0.1.11:80,10.0.1.12:80")],
@@ -356,6 +398,11 @@ pub fn generator_like(nb: &mut Nb) -> BTreeMap<String, Uuid> {
         &["lr0"],
     );
     nb.route("lr0", "0.0.0.0/0", "172.16.0.254");
-    nb.policy("lr0", 100, "ip4.src == 10.0.1.0/24 && ip4.dst == 192.168.0.0/16", "drop");
+    nb.policy(
+        "lr0",
+        100,
+        "ip4.src == 10.0.1.0/24 && ip4.dst == 192.168.0.0/16",
+        "drop",
+    );
     vifs
 }
