@@ -75,7 +75,7 @@ pub fn compile(nb: &NbSnapshot, opts: &Options) -> Compiled {
         flows: render::flows(&topo, &flows, &opts.render, &mut diags),
         ..Default::default()
     };
-    tables::build(&topo, &opts.render, &mut sb, &mut diags);
+    tables::build(&topo, opts, &mut sb, &mut diags);
     let mut diagnostics = diags.0;
     diagnostics.sort();
     diagnostics.dedup();

@@ -28,6 +28,9 @@ pub struct Keys {
     pub datapaths: HashMap<String, u32>,
     /// Port name → tunnel key (within its datapath).
     pub ports: HashMap<String, u32>,
+    /// `SB_Global.options` SB holds: `mac_prefix` and `svc_monitor_mac` are kept from here
+    /// when NB does not set them (see `tables::global`).
+    pub sb_options: BTreeMap<String, String>,
 }
 
 /// What kind of port.
@@ -381,6 +384,16 @@ impl<'a> Topo<'a> {
                     .filter_map(|r| nb.get(*r))
                     .map(|g| (g.chassis_name.clone(), g.priority))
                     .collect();
+                // 23.03: an LRP with an HA chassis group is a distributed gateway port
+                // too (the group wins over `gateway_chassis`).
+                if let Some(g) = lrp.ha_chassis_group.and_then(|g| nb.get(g)) {
+                    gws = g
+                        .ha_chassis
+                        .iter()
+                        .filter_map(|c| nb.get(*c))
+                        .map(|c| (c.chassis_name.clone(), c.priority))
+                        .collect();
+                }
                 gws.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
                 let p = Port {
                     name: lrp.name.clone(),
