@@ -82,7 +82,7 @@ pub fn compile(nb: &NbSnapshot, opts: &Options) -> Compiled {
         flows: render::flows(&topo, &flows, &opts.render, &mut diags),
         ..Default::default()
     };
-    tables::build(&topo, &opts.render, &mut sb, &mut diags);
+    tables::build(&topo, opts, &mut sb, &mut diags);
     sb.frozen_datapaths = opts.frozen_datapaths.clone();
     let mut diagnostics = diags.0;
     diagnostics.extend(opts.extra_diagnostics.iter().cloned());
