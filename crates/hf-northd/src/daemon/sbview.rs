@@ -759,8 +759,11 @@ mod tests {
         assert_eq!(f.external_id("stage-name"), Some("y"));
         assert_eq!(f.external_id("stage-hint"), Some("abc"));
         assert_eq!(f.id, Some(FlowId(0xab)));
-        // Toggling the optional reference off.
-        assert_eq!(f.logical_datapath, None);
+        // An optional column's diff is its new value (OVS's ovsdb_datum_diff).
+        assert_eq!(f.logical_datapath, Some(dp.parse().unwrap()));
+        v.apply_updates2(&json!({"Logical_Flow": {u: {"modify": {"logical_datapath": ["set", []]}}}}))
+            .unwrap();
+        assert_eq!(v.logical_flow[&u.parse().unwrap()].logical_datapath, None);
         // An error leaves the view unchanged (all or nothing).
         let before = v.logical_flow.clone();
         assert!(
