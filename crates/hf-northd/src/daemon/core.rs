@@ -119,7 +119,6 @@ pub struct Northd {
     /// NB-side values (sb_cfg, hv_cfg, LSP up) may need writing.
     nb_side_due: bool,
     desired: Option<Arc<SbDesired>>,
-    desired_nb_cfg: i64,
     sb_txn: Option<(TxnId, Arc<Mutex<SyncStats>>)>,
     nb_txn: Option<TxnId>,
     diagnostics: Vec<Diagnostic>,
@@ -169,7 +168,6 @@ impl Northd {
             sync_due: true,
             nb_side_due: true,
             desired: None,
-            desired_nb_cfg: 0,
             sb_txn: None,
             nb_txn: None,
             diagnostics: Vec::new(),
@@ -262,7 +260,14 @@ impl Northd {
     /// One NB replica event.
     pub fn handle_nb_event(&mut self, ev: Event<NbSnapshot>) {
         match ev {
-            Event::Changes(_) | Event::Resynced { .. } => {
+            Event::Changes(d) => {
+                if needs_compile(&d) {
+                    self.compile_due = true;
+                }
+                self.sync_due = true;
+                self.nb_side_due = true;
+            }
+            Event::Resynced { .. } => {
                 self.compile_due = true;
                 self.sync_due = true;
                 self.nb_side_due = true;
@@ -385,7 +390,6 @@ impl Northd {
         let c = crate::compile(nb, &opts);
         self.stats.compiles += 1;
         self.stats.last_flows_built = c.flows_built;
-        self.desired_nb_cfg = nb.nb_global().values().next().map_or(0, |g| g.nb_cfg);
         // Diagnostics: log those that appear and those that go away.
         let old: BTreeSet<&Diagnostic> = self.diagnostics.iter().collect();
         let new: BTreeSet<&Diagnostic> = c.diagnostics.iter().collect();
@@ -407,13 +411,9 @@ impl Northd {
         let Some(desired) = self.desired.clone() else {
             return;
         };
-        // The nb_cfg written is the one the desired state was compiled from; NB has no row
-        // yet at the very start (then NB_Global is created by the NB side).
-        let nb_cfg = if nb.nb_global().is_empty() {
-            0
-        } else {
-            self.desired_nb_cfg
-        };
+        // The nb_cfg written is that of the NB the desired state was compiled from: `poll`
+        // compiles first when NB changed in a way that matters, so it is NB's current one.
+        let nb_cfg = nb.nb_global().values().next().map_or(0, |g| g.nb_cfg);
         let stats = Arc::new(Mutex::new(SyncStats::default()));
         let st = stats.clone();
         let rng = self.rng.clone();
@@ -443,13 +443,45 @@ impl Northd {
     }
 
     fn start_nb_side(&mut self, nb: &mut Replica<NbSnapshot>, sb: &SbView, wall_ms: i64) {
-        let plan = nb_side(nb.model(), sb, self.desired_nb_cfg);
+        let plan = nb_side(nb.model(), sb);
         if plan.is_empty() {
             return;
         }
         let id = nb.transact(Box::new(move |view: &NbSnapshot| plan_ops(&plan, view, wall_ms)));
         self.nb_txn = Some(id);
     }
+}
+
+/// Whether an NB change can change the compile: everything except northd's own handshake
+/// columns (`NB_Global`'s `nb_cfg`, `sb_cfg`, `hv_cfg` and their timestamps) and
+/// `Logical_Switch_Port.up`, which a sync without a compile handles.
+pub fn needs_compile(d: &hf_model::NbDelta) -> bool {
+    use hf_model::RowDelta;
+    let mut cheap = 0;
+    for r in &d.nb_global {
+        if let RowDelta::Update { old, new } = r {
+            let mut a = old.clone();
+            a.nb_cfg = new.nb_cfg;
+            a.nb_cfg_timestamp = new.nb_cfg_timestamp;
+            a.sb_cfg = new.sb_cfg;
+            a.sb_cfg_timestamp = new.sb_cfg_timestamp;
+            a.hv_cfg = new.hv_cfg;
+            a.hv_cfg_timestamp = new.hv_cfg_timestamp;
+            if a == *new {
+                cheap += 1;
+            }
+        }
+    }
+    for r in &d.logical_switch_port {
+        if let RowDelta::Update { old, new } = r {
+            let mut a = old.clone();
+            a.up = new.up;
+            if a == *new {
+                cheap += 1;
+            }
+        }
+    }
+    cheap < d.len()
 }
 
 /// What compile reads from SB: tunnel keys by name.
@@ -496,7 +528,7 @@ impl NbPlan {
     }
 }
 
-fn nb_side(nb: &NbSnapshot, sb: &SbView, _desired_nb_cfg: i64) -> NbPlan {
+fn nb_side(nb: &NbSnapshot, sb: &SbView) -> NbPlan {
     let mut plan = NbPlan::default();
     let Some(g) = nb.nb_global().values().next() else {
         plan.create_global = true;
