@@ -19,6 +19,7 @@
 
 pub mod addr;
 pub mod build;
+pub mod daemon;
 pub mod diag;
 pub mod features;
 pub mod flow;
