@@ -57,6 +57,12 @@ pub fn build(topo: &Topo<'_>, opts: &RenderOptions, sb: &mut SbDesired, diags: &
             }
             _ => {}
         }
+        // `port_security` verbatim from NB (the controller's check_in/out_port_sec() read it).
+        if !p.is_lrp()
+            && let Some(lsp) = topo.nb.logical_switch_port().get(&p.nb)
+        {
+            row.port_security = lsp.port_security.clone();
+        }
         sb.ports.insert(p.name.clone(), row);
     }
 }
