@@ -103,6 +103,7 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
     let mut add = |prio: u16, m: Expr, a: Vec<Action>, disc: &str| {
         out.add(dp, ST, prio, m, a, o.clone(), disc, None)
     };
+    add(0, always(), vec![next()], "default");
     add(30, ttl01(), drop(), "ttl-drop");
     add(
         32,
@@ -142,7 +143,6 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         drop(),
         "martian",
     );
-    let _ = always;
 
     // External IPs of NAT (SNAT ones are handled by unSNAT instead of being dropped).
     let snat_ips: BTreeSet<IpAddr> = r
