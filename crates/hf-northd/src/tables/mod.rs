@@ -18,9 +18,9 @@ pub mod mac_binding;
 pub mod mcast;
 pub mod port;
 
+use crate::Options;
 use crate::diag::Diags;
 use crate::output::SbDesired;
-use crate::Options;
 use crate::topo::Topo;
 
 /// Fills every non-flow table of `sb`.

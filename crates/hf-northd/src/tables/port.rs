@@ -135,7 +135,10 @@ fn router_port(topo: &Topo<'_>, p: &Port) -> Option<PortRow> {
 
 /// The HA chassis group a chassis-redirect port gets: NB's `ha_chassis_group` (by its
 /// name), else one named after the LRP made from its `gateway_chassis`.
-fn ha_group_of_lrp(topo: &Topo<'_>, lrp: &nb::LogicalRouterPort) -> Option<(String, Vec<(String, i64)>)> {
+fn ha_group_of_lrp(
+    topo: &Topo<'_>,
+    lrp: &nb::LogicalRouterPort,
+) -> Option<(String, Vec<(String, i64)>)> {
     if let Some(g) = lrp.ha_chassis_group.and_then(|g| topo.nb.get(g)) {
         return Some(ha_group(topo, g));
     }
@@ -186,9 +189,10 @@ fn redirect_port(topo: &Topo<'_>, p: &Port, of: PortIdx) -> Option<PortRow> {
         PortKind::RouterPort {
             switch_peer: Some(s),
             ..
-        } => topo.datapaths[topo.ports[s].dp].ports.iter().any(|q| {
-            matches!(&topo.ports[*q].kind, PortKind::OtherLsp(t) if t == "vtep")
-        }),
+        } => topo.datapaths[topo.ports[s].dp]
+            .ports
+            .iter()
+            .any(|q| matches!(&topo.ports[*q].kind, PortKind::OtherLsp(t) if t == "vtep")),
         _ => false,
     };
     let mut always = !has_distributed_nat(topo, lr) && !vtep_peer;
