@@ -3,7 +3,10 @@
 //! keyed by names and with every UUID reference replaced by the referenced row's name, so two
 //! SBs written by different northds compare column by column.
 //!
-//! [`dump`] gives `table → key → column → value text`; [`diff`] lists what differs.
+//! [`dump`] gives `table → key → column → value text`; [`diff`] lists what differs. Names
+//! made from datapath tunnel keys are shown with the datapath's name (`<sw0>_pg_web`), and
+//! what each northd allocates its own way (port and datapath tunnel keys, the random
+//! `mac_prefix` and `svc_monitor_mac`) is compared only with `HF_KEYS=1`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::process::Command;
@@ -142,6 +145,26 @@ pub fn dump(remote: &str) -> Tables {
         let dps = render(&r["datapaths"], &names);
         names.insert(uuid_of(r), format!("dpg{dps}"));
     }
+    // Datapath tunnel keys → names, so names derived from keys (`<key>_<pg>`,
+    // `_rtr_lb_<key>_ip4`) compare across two SBs whose keys differ.
+    let by_key: HashMap<String, String> = rows["Datapath_Binding"]
+        .iter()
+        .map(|r| (r["tunnel_key"].to_string(), names[&uuid_of(r)].clone()))
+        .collect();
+    let keyed = |n: String| -> String {
+        if let Some(rest) = n.strip_prefix("_rtr_lb_")
+            && let Some((k, tail)) = rest.split_once('_')
+            && let Some(d) = by_key.get(k)
+        {
+            return format!("_rtr_lb_<{d}>_{tail}");
+        }
+        if let Some((k, tail)) = n.split_once('_')
+            && let Some(d) = by_key.get(k)
+        {
+            return format!("<{d}>_{tail}");
+        }
+        n
+    };
     let mut out = Tables::new();
     for (table, skip) in TABLES {
         let t = out.entry(table.to_string()).or_default();
@@ -154,6 +177,7 @@ pub fn dump(remote: &str) -> Tables {
                     format!("{}/{}", render(&r["datapath"], &names), s(r, "name"))
                 }
                 "HA_Chassis" | "Logical_DP_Group" => names[&uuid_of(r)].clone(),
+                "Port_Group" | "Address_Set" => keyed(s(r, "name")),
                 _ => s(r, "name"),
             };
             let mut cols = BTreeMap::new();
@@ -161,7 +185,29 @@ pub fn dump(remote: &str) -> Tables {
                 if c == "_uuid" || c == "_version" || skip.contains(&c.as_str()) {
                     continue;
                 }
-                cols.insert(c.clone(), render(v, &names));
+                if c == "name" && matches!(*table, "Port_Group" | "Address_Set") {
+                    continue;
+                }
+                // Tunnel keys of datapaths and ports are allocated in each northd's own
+                // order; random MACs are random. Compared only with HF_KEYS=1.
+                let arbitrary = (c == "tunnel_key"
+                    && matches!(*table, "Datapath_Binding" | "Port_Binding"))
+                    || (key == "svc_monitor_mac" && c == "addresses");
+                if arbitrary && std::env::var("HF_KEYS").is_err() {
+                    continue;
+                }
+                let mut text = render(v, &names);
+                if *table == "SB_Global" && c == "options" && std::env::var("HF_KEYS").is_err() {
+                    text = text
+                        .split(", ")
+                        .filter(|kv| {
+                            !kv.trim_start_matches('{').starts_with("\"mac_prefix\"")
+                                && !kv.trim_start_matches('{').starts_with("\"svc_monitor_mac\"")
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                }
+                cols.insert(c.clone(), text);
             }
             let mut k = key.clone();
             let mut n = 1;
