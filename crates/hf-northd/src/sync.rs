@@ -94,6 +94,8 @@ pub fn insert_ops(d: &SbDesired, chassis: &HashMap<String, Uuid>) -> Vec<Value> 
             "port_security": str_set(&row.port_security),
             "parent_port": opt(row.parent_port.as_ref().map(|p| json!(p))),
             "tag": opt(row.tag.map(|t| json!(t))),
+            // ovn-controller sets `up` only where northd wrote it as false.
+            "up": false,
             "requested_chassis": opt(row.requested_chassis.as_ref().and_then(|c| chassis.get(c)).map(uuid_ref)),
             "requested_additional_chassis": ref_set(row.requested_additional_chassis.iter()
                 .filter_map(|c| chassis.get(c)).map(uuid_ref).collect()),
@@ -102,9 +104,12 @@ pub fn insert_ops(d: &SbDesired, chassis: &HashMap<String, Uuid>) -> Vec<Value> 
             let mut refs = Vec::new();
             for (j, (c, prio)) in members.iter().enumerate() {
                 let hl = format!("{l}_hac{j}");
+                let ids: BTreeMap<String, String> =
+                    [("chassis-name".to_string(), c.clone())].into();
                 ops.push(
                     json!({"op": "insert", "table": "HA_Chassis", "uuid-name": hl,
-                    "row": {"chassis": opt(chassis.get(c).map(uuid_ref)), "priority": prio}}),
+                    "row": {"chassis": opt(chassis.get(c).map(uuid_ref)), "priority": prio,
+                            "external_ids": map(&ids)}}),
                 );
                 refs.push(named(&hl));
             }
@@ -168,13 +173,32 @@ pub fn insert_ops(d: &SbDesired, chassis: &HashMap<String, Uuid>) -> Vec<Value> 
         ops.push(json!({"op": "insert", "table": "Address_Set",
             "row": {"name": name, "addresses": str_set(addrs)}}));
     }
-    for (name, lb) in &d.load_balancers {
-        let dps = lb.datapaths.iter().filter_map(|n| dp_ref(n)).collect();
-        ops.push(json!({"op": "insert", "table": "Load_Balancer", "row": {
+    for (i, (name, lb)) in d.load_balancers.iter().enumerate() {
+        let dps: Vec<Value> = lb.datapaths.iter().filter_map(|n| dp_ref(n)).collect();
+        let mut r = json!({
             "name": name, "vips": map(&lb.vips), "options": map(&lb.options),
             "external_ids": map(&lb.external_ids),
-            "protocol": opt(lb.protocol.as_ref().map(|p| json!(p))),
-            "datapaths": ref_set(dps)}}));
+            "protocol": opt(lb.protocol.as_ref().map(|p| json!(p)))});
+        if lb.dp_group {
+            let names: Vec<String> = lb.datapaths.iter().cloned().collect();
+            let l = match group_label.get(names.as_slice()) {
+                Some(l) => l.clone(),
+                None => {
+                    let l = label("lbdpg", i);
+                    ops.push(json!({"op": "insert", "table": "Logical_DP_Group",
+                        "uuid-name": l, "row": {"datapaths": ref_set(dps)}}));
+                    l
+                }
+            };
+            r["datapath_group"] = named(&l);
+        } else {
+            r["datapaths"] = ref_set(dps);
+        }
+        ops.push(json!({"op": "insert", "table": "Load_Balancer", "row": r}));
+    }
+    if !d.sb_options.is_empty() {
+        ops.push(json!({"op": "update", "table": "SB_Global", "where": [],
+            "row": {"options": map(&d.sb_options)}}));
     }
     ops
 }
