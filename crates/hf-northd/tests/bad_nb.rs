@@ -50,8 +50,10 @@ fn keys_of(c: &Compiled) -> Keys {
 
 fn strip(mut sb: SbDesired, how: &Strip<'_>, row: Uuid) -> SbDesired {
     let hint = row.simple().to_string()[..8].to_string();
-    sb.flows
-        .retain(|_, f| f.external_ids.get("stage-hint") != Some(&hint));
+    if matches!(how, Strip::Port(_) | Strip::Hinted) {
+        sb.flows
+            .retain(|_, f| f.external_ids.get("stage-hint") != Some(&hint));
+    }
     if let Strip::Port(name) = how {
         let quoted = format!("\"{name}\"");
         sb.ports.remove(*name);
@@ -229,7 +231,7 @@ fn static_route_to_unreachable_next_hop() {
     check(
         "Logical_Router_Static_Route",
         "192.168.50.0/24 via 10.99.0.1",
-        "next hop",
+        "not reachable",
         |nb| nb.route("lr0", "192.168.50.0/24", "10.99.0.1"),
         |nb, u| {
             nb.delete(
@@ -310,8 +312,8 @@ fn invalid_nat_snat_port_range_without_gateway() {
 fn unparsable_acl_match() {
     check(
         "ACL",
-        "sw0",
-        "match",
+        "from-lport of sw0",
+        "does not parse",
         |nb| nb.acl_ls("sw0", "from-lport", 1500, "ip4 && tcp.dst == ", "drop"),
         |nb, u| nb.delete("ACL", u, Some(("Logical_Switch", "acls"))),
         Strip::Nothing,
