@@ -46,17 +46,21 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
         bit(hf_expr::FieldRef::bits("eth.src", 40, 40)),
         vec![hf_expr::Action::drop()],
     );
-    sw.dflt(
-        out,
-        Stage::LsInCheckPortSec,
-        50,
-        "check",
-        always(),
-        vec![
-            result(Reg::PortSecDrop.field(), ResultFn::CheckInPortSec),
-            next(),
-        ],
-    );
+    if sw.topo.features.contains("check-port-sec") {
+        sw.dflt(
+            out,
+            Stage::LsInCheckPortSec,
+            50,
+            "check",
+            always(),
+            vec![
+                result(Reg::PortSecDrop.field(), ResultFn::CheckInPortSec),
+                next(),
+            ],
+        );
+    } else {
+        super::port_sec_legacy::ingress(sw, out);
+    }
     for p in sw.ports {
         let port = sw.port(*p);
         if matches!(&port.kind, PortKind::OtherLsp(t) if t == "external") {
@@ -100,15 +104,19 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
         pred("eth.mcast"),
         vec![set(Reg::PortSecDrop, 0), next()],
     );
-    sw.dflt(
-        out,
-        Stage::LsOutCheckPortSec,
-        0,
-        "check",
-        always(),
-        vec![
-            result(Reg::PortSecDrop.field(), ResultFn::CheckOutPortSec),
-            next(),
-        ],
-    );
+    if sw.topo.features.contains("check-port-sec") {
+        sw.dflt(
+            out,
+            Stage::LsOutCheckPortSec,
+            0,
+            "check",
+            always(),
+            vec![
+                result(Reg::PortSecDrop.field(), ResultFn::CheckOutPortSec),
+                next(),
+            ],
+        );
+    } else {
+        super::port_sec_legacy::egress(sw, out);
+    }
 }
