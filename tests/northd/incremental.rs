@@ -266,6 +266,15 @@ fn one_port_changes_exactly_its_rows_and_a_restart_writes_nothing() {
             unexplained.push(format!("{others} changes in other tables: {d:?}"));
         }
     }
+    let count = |f: &dyn Fn(&SbDelta) -> usize| deltas.iter().map(f).sum::<usize>();
+    eprintln!(
+        "adding p9 changed {flows_changed} flows, {} multicast groups, {} port groups, {} address sets, {} port bindings ({} SB flows before)",
+        count(&|d| d.multicast_group.len()),
+        count(&|d| d.port_group.len()),
+        count(&|d| d.address_set.len()),
+        count(&|d| d.port_binding.len()),
+        before.logical_flow().len()
+    );
     assert!(
         unexplained.is_empty(),
         "rows changed that adding p9 does not explain ({} flows changed):\n{}",
