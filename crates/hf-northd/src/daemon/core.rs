@@ -33,9 +33,9 @@ use uuid::Uuid;
 
 use super::sbview::SbView;
 use crate::diag::Diagnostic;
+use crate::features::{self, SbChassisView};
 use crate::output::SbDesired;
 use crate::sync::{SyncInput, SyncStats, diff_ops};
-use crate::features::{self, SbChassisView};
 use crate::tables::mac_binding;
 use crate::{Keys, Options};
 
@@ -201,7 +201,10 @@ impl Northd {
             sb.lock(LOCK_NAME);
         }
         if self.cfg.paused {
-            self.say(Level::Info, "started paused (--dry-run): nothing is written until `resume`".into());
+            self.say(
+                Level::Info,
+                "started paused (--dry-run): nothing is written until `resume`".into(),
+            );
         }
     }
 
@@ -337,15 +340,23 @@ impl Northd {
                 self.active = true;
                 self.sync_due = true;
                 self.nb_side_due = true;
-                self.say(Level::Info, "ovn-northd lock acquired. This ovn-northd instance is now active.".into());
+                self.say(
+                    Level::Info,
+                    "ovn-northd lock acquired. This ovn-northd instance is now active.".into(),
+                );
             }
             Event::LockLost(_) => {
                 if self.active {
-                    self.say(Level::Info, "ovn-northd lock lost. This ovn-northd instance is now on standby.".into());
+                    self.say(
+                        Level::Info,
+                        "ovn-northd lock lost. This ovn-northd instance is now on standby.".into(),
+                    );
                 }
                 self.active = false;
             }
-            Event::TxnDone { id, outcome, .. } if self.sb_txn.as_ref().is_some_and(|t| t.0 == id) => {
+            Event::TxnDone { id, outcome, .. }
+                if self.sb_txn.as_ref().is_some_and(|t| t.0 == id) =>
+            {
                 let Some((_, st)) = self.sb_txn.take() else {
                     return;
                 };
@@ -372,7 +383,10 @@ impl Northd {
                 self.age_txn = None;
                 if let TxnOutcome::Failed(e) = outcome {
                     self.age_due = true;
-                    self.say(Level::Warn, format!("MAC_Binding ageing transaction failed: {e}"));
+                    self.say(
+                        Level::Warn,
+                        format!("MAC_Binding ageing transaction failed: {e}"),
+                    );
                 }
             }
             Event::Disconnected { remote, reason } => {
@@ -444,7 +458,10 @@ impl Northd {
         if a.delete.is_empty() {
             return;
         }
-        self.say(Level::Info, format!("MAC_Binding ageing: deleting {} rows", a.delete.len()));
+        self.say(
+            Level::Info,
+            format!("MAC_Binding ageing: deleting {} rows", a.delete.len()),
+        );
         let rows = a.delete;
         self.age_txn = Some(sb.transact(Box::new(move |v: &SbView| {
             rows.iter()
@@ -546,7 +563,9 @@ impl Northd {
         if plan.is_empty() {
             return;
         }
-        let id = nb.transact(Box::new(move |view: &NbSnapshot| plan_ops(&plan, view, wall_ms)));
+        let id = nb.transact(Box::new(move |view: &NbSnapshot| {
+            plan_ops(&plan, view, wall_ms)
+        }));
         self.nb_txn = Some(id);
     }
 }
@@ -724,7 +743,9 @@ fn plan_ops(plan: &NbPlan, nb: &NbSnapshot, wall_ms: i64) -> Vec<Value> {
         row.insert("hv_cfg_timestamp".into(), json!(ts));
     }
     if !row.is_empty() {
-        ops.push(json!({"op": "update", "table": "NB_Global", "where": uuid_where(g.uuid), "row": row}));
+        ops.push(
+            json!({"op": "update", "table": "NB_Global", "where": uuid_where(g.uuid), "row": row}),
+        );
     }
     if let Some(want) = &plan.report {
         // Mutations, so that other external_ids keys are never touched: delete the prefixed
@@ -748,8 +769,10 @@ fn plan_ops(plan: &NbPlan, nb: &NbSnapshot, wall_ms: i64) -> Vec<Value> {
             muts.push(json!(["external_ids", "insert", ["map", missing]]));
         }
         if !muts.is_empty() {
-            ops.push(json!({"op": "mutate", "table": "NB_Global", "where": uuid_where(g.uuid),
-                "mutations": muts}));
+            ops.push(
+                json!({"op": "mutate", "table": "NB_Global", "where": uuid_where(g.uuid),
+                "mutations": muts}),
+            );
         }
     }
     for (u, up) in &plan.ups {
