@@ -5,9 +5,8 @@
 //! Real `ovn-trace` answers on SB A, `holdfast trace` on SB B; verdicts (output ports, NAT
 //! applied, drop) must agree.
 //!
-//! Today holdfast's compile runs in the test process (`hf_northd::compile` on the NB file,
-//! written to SB B with `hf_northd::sync::insert_ops` through `ovsdb-client transact`); the
-//! daemon replaces that once it lands.
+//! SB B is written by the `holdfast northd` daemon (started for the fill, waited for with real
+//! `ovn-nbctl --wait=sb sync`, then stopped), so the oracle checks what an operator runs.
 //!
 //! `northd_flow_diff` (ignored) is the development aid: for `HF_PARITY_SEED` it prints, per
 //! datapath and stage, the flows only real ovn-northd writes and the flows only holdfast
@@ -41,11 +40,11 @@ mod topo;
 #[path = "trace_parity/verdict.rs"]
 mod verdict;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::Instant;
 
-use hf_model::{NbSnapshot, SbSnapshot};
+use hf_model::SbSnapshot;
 use oracle::{Backend, Env};
 use topo::Topology;
 
@@ -66,54 +65,63 @@ fn env_num(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// The NB of an environment, read from its database file.
-fn nb_of(env: &Env) -> NbSnapshot {
-    let loaded = hf_ovsdb_net::storage::open(&env.dir.join("nb.db"), 0, 0)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", env.dir.join("nb.db").display()));
-    NbSnapshot::from_db(&loaded.db).expect("NB snapshot")
+/// What holdfast northd reported while filling SB B.
+struct Filled {
+    /// `status`'s diagnostics, one per line.
+    diagnostics: Vec<String>,
 }
 
-/// Compile the environment's NB with hf-northd and write SB B.
-fn holdfast_fill(env: &Env) -> hf_northd::Compiled {
-    let nb = nb_of(env);
-    let compiled = hf_northd::compile(&nb, &hf_northd::Options::default());
-    let out = common::run_ok(
-        Command::new("ovn-sbctl")
-            .arg(format!("--db={}", env.sb))
-            .args([
-                "-f",
-                "csv",
-                "--no-headings",
-                "--columns=_uuid,name",
-                "list",
-                "Chassis",
-            ]),
-    );
-    let mut chassis = HashMap::new();
-    for line in out.lines() {
-        if let Some((u, n)) = line.split_once(',') {
-            chassis.insert(n.trim_matches('"').to_string(), u.parse().expect("uuid"));
+/// Stops a daemon by its pidfile when dropped (also when the test fails).
+struct StopOnDrop(std::path::PathBuf);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Ok(p) = std::fs::read_to_string(&self.0) {
+            let _ = Command::new("kill").arg(p.trim()).status();
         }
     }
-    let mut txn = vec![serde_json::json!("OVN_Southbound")];
-    txn.extend(hf_northd::sync::insert_ops(&compiled.sb, &chassis));
-    let path = env.dir.join("hf-sb-txn.json");
-    std::fs::write(&path, serde_json::to_vec(&txn).unwrap()).unwrap();
-    let reply = common::run_ok(Command::new("sh").arg("-c").arg(format!(
-        "ovsdb-client transact {} \"$(cat {})\"",
-        env.sb,
-        path.display()
-    )));
-    assert!(
-        !reply.contains("\"error\""),
-        "writing holdfast northd's SB failed: {}",
-        &reply[..reply.len().min(2000)]
+}
+
+/// SB B written by the `holdfast northd` daemon: started against the environment's NB and SB,
+/// waited for with real `ovn-nbctl --wait=sb sync`, its diagnostics read from `status`, then
+/// stopped (as SB A's real ovn-northd does, the daemon negotiates features with the chassis
+/// the environment registered).
+fn holdfast_fill(env: &Env) -> Filled {
+    let d = &env.dir;
+    let pidfile = d.join("hf-northd.pid");
+    let ctl = d.join("hf-northd.ctl");
+    common::run_ok(
+        Command::new(common::holdfast())
+            .arg("northd")
+            .arg(format!("--ovnnb-db={}", env.nb))
+            .arg(format!("--ovnsb-db={}", env.sb))
+            .args(["--detach", "--no-chdir", "-vconsole:off"])
+            .arg(format!("--pidfile={}", pidfile.display()))
+            .arg(format!("--unixctl={}", ctl.display()))
+            .arg(format!("--log-file={}", d.join("hf-northd.log").display())),
     );
-    compiled
+    let _stop = StopOnDrop(pidfile);
+    common::run_ok(
+        Command::new("ovn-nbctl")
+            .arg(format!("--db={}", env.nb))
+            .args(["--timeout=120", "--wait=sb", "sync"]),
+    );
+    let status = common::run_ok(Command::new("ovn-appctl").arg("-t").arg(&ctl).arg("status"));
+    assert!(
+        status.starts_with("Status: active"),
+        "holdfast northd is not active: {status}"
+    );
+    Filled {
+        diagnostics: status
+            .lines()
+            .filter(|l| l.starts_with("  "))
+            .map(|l| l.trim().to_string())
+            .collect(),
+    }
 }
 
 /// Both environments for one topology: (real ovn-northd, holdfast northd).
-fn both(t: &Topology) -> (Env, Env, hf_northd::Compiled) {
+fn both(t: &Topology) -> (Env, Env, Filled) {
     let a = Env::start(Backend::OvsdbServer);
     a.build(t);
     let b = Env::start_with(Backend::OvsdbServer, false);
