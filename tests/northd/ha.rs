@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use hf_model::{NbSnapshot, SbSnapshot};
-use hf_ovsdb_net::client::{Client, Config, Model};
+use hf_ovsdb_net::client::{Client, Config, Model, parse_remotes};
 
 use crate::common::{self, run_ok};
 use crate::fixture::{Backend, Dbs, NorthdProc, PidDaemon, wait_for};
@@ -28,7 +28,7 @@ pub fn replicate<M: Model + Clone>(remote: &str) -> M {
         .build()
         .expect("runtime");
     rt.block_on(async {
-        let (c, _ev) = Client::<M>::spawn(vec![remote.to_string()], Config::default());
+        let (c, _ev) = Client::<M>::spawn(parse_remotes(remote), Config::default());
         assert!(
             c.wait_until(Duration::from_secs(30), |r| r.is_synced())
                 .await,

@@ -121,6 +121,11 @@ pub struct Northd {
     sync_due: bool,
     /// NB-side values (sb_cfg, hv_cfg, LSP up) may need writing.
     nb_side_due: bool,
+    /// A sync transaction failed: the next one waits until this time (`now`, ms), so a
+    /// transaction the server keeps refusing is retried once a second, not in a loop.
+    sync_failed: bool,
+    sync_retry_at: u64,
+    sync_failures: u64,
     desired: Option<Arc<SbDesired>>,
     sb_txn: Option<(TxnId, Arc<Mutex<SyncStats>>)>,
     nb_txn: Option<TxnId>,
@@ -180,6 +185,9 @@ impl Northd {
             compile_due: true,
             sync_due: true,
             nb_side_due: true,
+            sync_failed: false,
+            sync_retry_at: 0,
+            sync_failures: 0,
             desired: None,
             sb_txn: None,
             nb_txn: None,
@@ -363,6 +371,7 @@ impl Northd {
                 match outcome {
                     TxnOutcome::Committed(_) => {
                         self.stats.sb_commits += 1;
+                        self.sync_failures = 0;
                         if let Ok(s) = st.lock() {
                             self.stats.last_sync = s.clone();
                         }
@@ -371,10 +380,22 @@ impl Northd {
                     TxnOutcome::Unchanged => self.stats.sb_unchanged += 1,
                     TxnOutcome::Failed(e) => {
                         self.sync_due = true;
-                        self.say(Level::Warn, format!("SB transaction failed: {e}"));
+                        self.sync_failed = true;
+                        self.sync_failures += 1;
+                        // Logged once per distinct failure streak, with a running count.
+                        if self.sync_failures == 1 || self.sync_failures.is_power_of_two() {
+                            self.say(
+                                Level::Warn,
+                                format!(
+                                    "SB transaction failed ({} in a row): {e}",
+                                    self.sync_failures
+                                ),
+                            );
+                        }
                     }
                     other => {
                         self.sync_due = true;
+                        self.sync_failed = true;
                         self.say(Level::Warn, format!("SB transaction: {other:?}"));
                     }
                 }
@@ -405,7 +426,9 @@ impl Northd {
         now: u64,
         wall_ms: i64,
     ) {
-        let _ = now;
+        if std::mem::take(&mut self.sync_failed) {
+            self.sync_retry_at = now.saturating_add(1000);
+        }
         if !nb.is_synced() || !sb.is_synced() {
             return;
         }
@@ -416,7 +439,7 @@ impl Northd {
         if !self.active || self.paused {
             return;
         }
-        if self.sync_due && self.sb_txn.is_none() {
+        if self.sync_due && self.sb_txn.is_none() && now >= self.sync_retry_at {
             self.sync_due = false;
             self.start_sync(nb.model(), sb);
         }
@@ -464,13 +487,18 @@ impl Northd {
         );
         let rows = a.delete;
         self.age_txn = Some(sb.transact(Box::new(move |v: &SbView| {
-            rows.iter()
+            let mut ops: Vec<Value> = rows
+                .iter()
                 .filter(|u| v.mac_binding.contains_key(u))
                 .map(|u| {
                     json!({"op": "delete", "table": "MAC_Binding",
                         "where": [["_uuid", "==", ["uuid", u.to_string()]]]})
                 })
-                .collect()
+                .collect();
+            if !ops.is_empty() {
+                ops.insert(0, json!({"op": "assert", "lock": LOCK_NAME}));
+            }
+            ops
         })));
     }
 
@@ -540,6 +568,9 @@ impl Northd {
                 *g = s;
             }
             if !ops.is_empty() {
+                // Only the lock's owner may write (as ovn-northd's IDL asserts it): a northd
+                // that lost the lock cannot commit a transaction it built before.
+                ops.insert(0, json!({"op": "assert", "lock": LOCK_NAME}));
                 ops.push(json!({"op": "comment", "comment": "holdfast northd"}));
             }
             ops
