@@ -19,7 +19,8 @@
 //! one line per differing column; `HF_TABLE` filters tables by prefix.
 //!
 //! Environment as `trace_parity.rs`: `HF_PARITY_TOPOLOGIES` (default 24), `HF_PARITY_PACKETS`
-//! (default 50), `HF_PARITY_SEED` (default 9000).
+//! (default 50), `HF_PARITY_SEED` (default 9000); `HF_PARITY_HF_FEATURES=hf-1` makes SB B's
+//! chassis advertise that holdfast feature list (incident B's older formulations).
 #![allow(clippy::disallowed_methods, clippy::unwrap_used)]
 
 mod common;
@@ -88,6 +89,19 @@ impl Drop for StopOnDrop {
 /// the environment registered).
 fn holdfast_fill(env: &Env) -> Filled {
     let d = &env.dir;
+    // HF_PARITY_HF_FEATURES=hf-1: SB B's chassis advertise that holdfast feature list instead
+    // (incident B's older formulations, judged by real ovn-trace's verdicts on real
+    // ovn-northd's SB A).
+    if let Ok(list) = std::env::var("HF_PARITY_HF_FEATURES") {
+        for (name, _) in topo::CHASSIS {
+            common::run_ok(
+                Command::new("ovn-sbctl")
+                    .arg(format!("--db={}", env.sb))
+                    .args(["set", "chassis", name])
+                    .arg(format!("other_config:holdfast-features=\"{list}\"")),
+            );
+        }
+    }
     let pidfile = d.join("hf-northd.pid");
     let ctl = d.join("hf-northd.ctl");
     common::run_ok(

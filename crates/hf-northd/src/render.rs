@@ -291,7 +291,7 @@ pub fn legacy_actions(actions: &[hf_expr::Action], features: &FeatureSet) -> Vec
 /// asserted and `1` where it is negated, so the result matches only packets `e` matches.
 /// `None` when nothing is left (the result would match no packet).
 pub fn narrow(e: &Expr, features: &FeatureSet) -> Option<Expr> {
-    match fold(subst(e, features, false)) {
+    match fold(subst(e, features, true)) {
         Expr::Bool(false) => None,
         m => Some(m),
     }
