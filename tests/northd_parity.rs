@@ -87,12 +87,12 @@ impl Drop for StopOnDrop {
 /// waited for with real `ovn-nbctl --wait=sb sync`, its diagnostics read from `status`, then
 /// stopped (as SB A's real ovn-northd does, the daemon negotiates features with the chassis
 /// the environment registered).
-fn holdfast_fill(env: &Env) -> Filled {
+fn holdfast_fill(env: &Env, hf_features: Option<&str>) -> Filled {
     let d = &env.dir;
-    // HF_PARITY_HF_FEATURES=hf-1: SB B's chassis advertise that holdfast feature list instead
+    // A holdfast feature list (HF_PARITY_HF_FEATURES=hf-1): SB B's chassis advertise it instead
     // (incident B's older formulations, judged by real ovn-trace's verdicts on real
     // ovn-northd's SB A).
-    if let Ok(list) = std::env::var("HF_PARITY_HF_FEATURES") {
+    if let Some(list) = hf_features {
         for (name, _) in topo::CHASSIS {
             common::run_ok(
                 Command::new("ovn-sbctl")
@@ -136,11 +136,16 @@ fn holdfast_fill(env: &Env) -> Filled {
 
 /// Both environments for one topology: (real ovn-northd, holdfast northd).
 fn both(t: &Topology) -> (Env, Env, Filled) {
+    both_with(t, std::env::var("HF_PARITY_HF_FEATURES").ok().as_deref())
+}
+
+/// [`both`] with SB B's chassis advertising `hf_features` (a holdfast feature list).
+fn both_with(t: &Topology, hf_features: Option<&str>) -> (Env, Env, Filled) {
     let a = Env::start(Backend::OvsdbServer);
     a.build(t);
     let b = Env::start_with(Backend::OvsdbServer, false);
     let mut compiled = None;
-    b.build_with(t, |e| compiled = Some(holdfast_fill(e)));
+    b.build_with(t, |e| compiled = Some(holdfast_fill(e, hf_features)));
     (a, b, compiled.expect("filled"))
 }
 
@@ -357,4 +362,122 @@ fn northd_table_diff() {
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
     }
+}
+
+/// How a verdict for chassis advertising only `hf-1` may differ from real ovn-northd's for
+/// 23.03 chassis, and why; `None` when it may not.
+fn hf1_allowed(
+    p: &topo::Packet,
+    ovn: &verdict::Verdict,
+    ours: &verdict::Verdict,
+) -> Option<&'static str> {
+    if ovn == ours {
+        return Some("same");
+    }
+    // ct_snat_in_czone/ct_dnat_in_czone (21.12) are written as ct_snat/ct_dnat.
+    let plain: Vec<(String, String, String)> = ovn
+        .nat
+        .iter()
+        .map(|(a, f, v)| {
+            (
+                a.trim_end_matches("_in_czone").to_string(),
+                f.clone(),
+                v.clone(),
+            )
+        })
+        .collect();
+    if plain == ours.nat && ovn.outputs == ours.outputs && ovn.drop == ours.drop {
+        return Some("czone-as-plain");
+    }
+    // `reject {}` (20.12) is written as drop (fail closed): ovn-trace shows the reject's reply
+    // reaching the sender.
+    let inport = p
+        .microflow
+        .split("inport == \"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap_or_default();
+    if ours.drop && !ovn.drop && ovn.outputs == [inport.to_string()] {
+        return Some("reject-as-drop");
+    }
+    // Load-balancer hairpin (20.12) is left out: the backend still gets the packet, by way of
+    // the router (whose NAT may then apply).
+    if p.class == "lb-vip" && ovn.outputs == ours.outputs && !ours.drop {
+        return Some("no-hairpin");
+    }
+    None
+}
+
+/// Incident B against the real oracle: SB B's chassis advertise only `hf-1`, so holdfast
+/// northd writes the older formulations (explicit port-security matches, `ct_commit(...)`,
+/// `ct_lb`, `ct_label` bits, no FDB, no hairpin, `reject` as drop, plain `ct_snat`/`ct_dnat`);
+/// real ovn-trace on that SB must reach the verdicts real ovn-northd's SB gives, except for
+/// the differences those formulations imply ([`hf1_allowed`]), which are counted.
+#[test]
+fn northd_parity_hf1_chassis() {
+    if !common::require("northd_parity_hf1", TOOLS) {
+        return;
+    }
+    let topologies = env_num("HF_PARITY_HF1_TOPOLOGIES", 4);
+    let per = env_num("HF_PARITY_PACKETS", 30) as usize;
+    let first = env_num("HF_PARITY_SEED", 9100);
+    let mut compared = 0usize;
+    let mut why: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut bad = Vec::new();
+    for seed in first..first + topologies {
+        let t = Topology::generate(seed, per);
+        let (a, b, _) = both_with(&t, Some("hf-1"));
+        let mut ours_daemon = oracle::HoldfastStdin::start(&b.sb);
+        // The real oracle on SB B (holdfast northd's hf-1 flows), not holdfast trace.
+        for p in &t.packets {
+            let Ok(Ok(ovn)) = oracle::ovn_trace(&a.sb, p) else {
+                continue;
+            };
+            let ours = match oracle::ovn_trace(&b.sb, p) {
+                Ok(Ok(v)) => v,
+                Ok(Err(e)) => {
+                    bad.push(format!(
+                        "seed {seed} [{}] {}: no ovn-trace answer on SB B: {e:?}",
+                        p.class, p.microflow
+                    ));
+                    continue;
+                }
+                Err(e) => {
+                    bad.push(format!(
+                        "seed {seed} [{}] {}: ovn-trace on SB B: {e}",
+                        p.class, p.microflow
+                    ));
+                    continue;
+                }
+            };
+            compared += 1;
+            match hf1_allowed(p, &ovn, &ours) {
+                Some(w) => *why.entry(w).or_default() += 1,
+                None => bad.push(format!(
+                    "--- seed {seed} [{}] {}\n  23.03 SB: {ovn}\n  hf-1 SB:  {ours}",
+                    p.class, p.microflow
+                )),
+            }
+            // holdfast trace agrees with ovn-trace on the hf-1 SB too.
+            if let Ok(h) = ours_daemon.trace(p)
+                && h != ours
+            {
+                bad.push(format!(
+                    "--- seed {seed} [{}] {}\n  ovn-trace on hf-1 SB: {ours}\n  holdfast trace:       {h}",
+                    p.class, p.microflow
+                ));
+            }
+        }
+    }
+    eprintln!(
+        "northd parity for hf-1 chassis: {compared} packets, {why:?}, {} not allowed",
+        bad.len()
+    );
+    assert!(
+        bad.is_empty(),
+        "{} packets differ beyond what hf-1 implies:\n{}",
+        bad.len(),
+        bad.iter().take(30).cloned().collect::<Vec<_>>().join("\n")
+    );
+    assert!(compared >= 50, "only {compared} packets compared");
 }
