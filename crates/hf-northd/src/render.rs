@@ -67,8 +67,9 @@ pub fn flows(
     let group = opts.features.contains("logical-dp-groups");
     // Shape → datapath indices.
     let mut shapes: BTreeMap<Shape, Vec<usize>> = BTreeMap::new();
+    let mut lowered = Lowered::default();
     for fl in &flows.flows {
-        let Some((m, a)) = text(fl, &opts.features, topo, diags) else {
+        let Some((m, a)) = text(fl, &opts.features, topo, &mut lowered) else {
             continue;
         };
         let shape = Shape {
@@ -87,6 +88,7 @@ pub fn flows(
         };
         shapes.entry(shape).or_default().push(fl.dp);
     }
+    lowered.report(diags);
     // (stage, owner, disc) → the shapes that share it, for identity assignment.
     let mut by_identity: BTreeMap<IdentityKey, Vec<(Shape, Vec<usize>)>> = BTreeMap::new();
     for (shape, mut dps) in shapes {
@@ -191,6 +193,61 @@ pub fn is_security(fl: &Flow) -> bool {
         )
 }
 
+/// What could not be written as built, aggregated: one diagnostic per (stage, what was done,
+/// why), naming how many flows on which datapaths, so an old chassis does not turn every
+/// datapath's copy of a flow into its own line.
+#[derive(Default)]
+struct Lowered {
+    by: BTreeMap<(Stage, &'static str, String), LoweredAgg>,
+}
+
+#[derive(Default)]
+struct LoweredAgg {
+    flows: usize,
+    dps: std::collections::BTreeSet<String>,
+    row: uuid::Uuid,
+    example: String,
+}
+
+impl Lowered {
+    fn add(&mut self, fl: &Flow, topo: &Topo<'_>, done: &'static str, why: String, ex: String) {
+        let a = self.by.entry((fl.stage, done, why)).or_default();
+        if a.flows == 0 {
+            a.row = fl.hint.unwrap_or_default();
+            a.example = ex;
+        }
+        a.flows += 1;
+        a.dps.insert(topo.datapaths[fl.dp].name.clone());
+    }
+
+    fn report(self, diags: &mut Diags) {
+        for ((stage, done, why), a) in self.by {
+            let mut dps: Vec<&str> = a.dps.iter().map(String::as_str).take(3).collect();
+            if a.dps.len() > 3 {
+                dps.push("...");
+            }
+            diags.push(
+                "Logical_Flow",
+                a.row,
+                format!(
+                    "{stage}: {} flow{} on {}",
+                    a.flows,
+                    if a.flows == 1 { "" } else { "s" },
+                    dps.join(", ")
+                ),
+                format!(
+                    "cannot be written for the chassis' common features ({why}); {done}{}",
+                    if a.example.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", e.g. `{}`", a.example)
+                    }
+                ),
+            );
+        }
+    }
+}
+
 /// The match and actions as text, lowered to `features` where needed ([`legacy_actions`]
 /// first, then hf-expr's lowerings). When a construct has no spelling in `features`:
 /// - a security flow ([`is_security`]) is written as `drop;` over a match widened to what
@@ -200,57 +257,44 @@ pub fn is_security(fl: &Flow) -> bool {
 ///   select fall to the stage's other flows, as on a release without it); when nothing is left
 ///   of the match, or the actions cannot be written, the flow is left out.
 ///
-/// Each case with a diagnostic.
+/// Each case is reported (aggregated, [`Lowered`]).
 fn text(
     fl: &Flow,
     features: &FeatureSet,
     topo: &Topo<'_>,
-    diags: &mut Diags,
+    lowered: &mut Lowered,
 ) -> Option<(String, String)> {
     let legacy = legacy_actions(&fl.actions, features);
     let acts = hf_expr::features::lower_actions(&legacy, features);
-    let lowered = hf_expr::features::lower_expr(&fl.matches, features)
+    let both = hf_expr::features::lower_expr(&fl.matches, features)
         .and_then(|m| acts.clone().map(|a| (m, a)));
-    let e = match lowered {
+    let e = match both {
         Ok((m, a)) => return Some((m.to_string(), hf_expr::printer::actions_to_string(&a))),
-        Err(e) => e,
+        Err(e) => e.to_string(),
     };
-    let what = format!("{} on {}", fl.stage, topo.datapaths[fl.dp].name);
-    let row = fl.hint.unwrap_or_default();
     if is_security(fl) {
         let m = widen(&fl.matches, features, true);
-        diags.push(
-            "Logical_Flow",
-            row,
-            what,
-            format!(
-                "cannot be written for the chassis' common features ({e}); written as drop over `{m}` (fail closed)"
-            ),
+        let ms = m.to_string();
+        lowered.add(
+            fl,
+            topo,
+            "written as drop over the widened match (fail closed)",
+            e,
+            ms.clone(),
         );
         return Some((
-            m.to_string(),
+            ms,
             hf_expr::printer::actions_to_string(&[hf_expr::Action::drop()]),
         ));
     }
     if let Ok(a) = acts
         && let Some(m) = narrow(&fl.matches, features)
     {
-        diags.push(
-            "Logical_Flow",
-            row,
-            what,
-            format!(
-                "cannot be written for the chassis' common features ({e}); written over the narrower match `{m}`"
-            ),
-        );
-        return Some((m.to_string(), hf_expr::printer::actions_to_string(&a)));
+        let ms = m.to_string();
+        lowered.add(fl, topo, "written over the narrower match", e, ms.clone());
+        return Some((ms, hf_expr::printer::actions_to_string(&a)));
     }
-    diags.push(
-        "Logical_Flow",
-        row,
-        what,
-        format!("cannot be written for the chassis' common features: {e}; left out"),
-    );
+    lowered.add(fl, topo, "left out", e, String::new());
     None
 }
 
