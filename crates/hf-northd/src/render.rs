@@ -399,3 +399,54 @@ pub fn fold(e: Expr) -> Expr {
         other => other,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hf_expr::{Level, SymbolTable, parse_match};
+
+    fn m(s: &str) -> Expr {
+        parse_match(SymbolTable::shared(), s).expect("test match parses")
+    }
+
+    #[test]
+    fn widen_and_narrow_only_touch_what_the_features_lack() {
+        let hf1 = FeatureSet::level(Level::Hf1);
+        // rarp.* is hf-2: widening asserts it away, narrowing drops its disjunct.
+        let e = m("eth.src == 0a:00:00:00:00:01 && (arp.op == 1 || rarp.op == 3)");
+        assert_eq!(
+            widen(&e, &hf1, true).to_string(),
+            "eth.src == 0a:00:00:00:00:01"
+        );
+        assert_eq!(
+            narrow(&e, &hf1).map(|x| x.to_string()).as_deref(),
+            Some("eth.src == 0a:00:00:00:00:01 && arp.op == 1")
+        );
+        // Under negation the roles swap.
+        let e = m("ip4 && !flags.use_snat_zone");
+        assert_eq!(widen(&e, &hf1, true).to_string(), "ip4");
+        assert_eq!(narrow(&e, &hf1), None);
+        // Nothing to do: unchanged (ct_mark.* is lowered to ct_label.*, not widened).
+        let e = m("ip4 && ct_mark.blocked == 1");
+        assert_eq!(
+            widen(&e, &hf1, true).to_string(),
+            "ip4 && ct_label.blocked == 1"
+        );
+        assert_eq!(widen(&e, &FeatureSet::all(), true), e);
+    }
+
+    #[test]
+    fn czone_nat_is_written_plain_below_ct_nat_in_czone() {
+        let a = hf_expr::parse_actions(
+            SymbolTable::shared(),
+            "ct_snat_in_czone(172.16.0.1); ct_dnat_in_czone;",
+        )
+        .expect("parses");
+        let hf1 = FeatureSet::level(Level::Hf1);
+        assert_eq!(
+            hf_expr::printer::actions_to_string(&legacy_actions(&a, &hf1)),
+            "ct_snat(172.16.0.1); ct_dnat;"
+        );
+        assert_eq!(legacy_actions(&a, &FeatureSet::all()), a);
+    }
+}
