@@ -417,3 +417,147 @@ fn incident_b_negotiation_through_the_daemon() {
     is_old(&dbs).unwrap();
     drop(northd);
 }
+
+/// Bad NB rows written with real `ovn-nbctl` (through `create` where `ovn-nbctl`'s own
+/// commands would refuse them) never wedge the daemon: `--wait=sb` returns, `status` lists one
+/// diagnostic per bad row naming it, the rest of SB is written, and a port added afterwards
+/// still gets its `Port_Binding`.
+#[test]
+fn bad_nb_rows_never_block_wait_sb() {
+    if !common::require("northd_features", TOOLS) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dbs = Dbs::start(dir.path(), Backend::Ovsdb);
+    let nb = |args: &[&str]| run_ok(dbs.nbctl().args(args));
+    nb(&[
+        "ls-add",
+        "sw0",
+        "--",
+        "lsp-add",
+        "sw0",
+        "vm1",
+        "--",
+        "lsp-set-addresses",
+        "vm1",
+        "0a:00:00:00:00:01 10.0.0.11",
+    ]);
+    nb(&[
+        "lr-add",
+        "lr0",
+        "--",
+        "lrp-add",
+        "lr0",
+        "lr0-sw0",
+        "0a:00:00:00:ff:00",
+        "10.0.0.1/24",
+    ]);
+    let sw0 = nb(&[
+        "--bare",
+        "--columns=_uuid",
+        "find",
+        "Logical_Switch",
+        "name=sw0",
+    ])
+    .trim()
+    .to_string();
+    let northd = NorthdProc::start(dir.path(), "northd", &dbs.nb, &dbs.sb, &[]);
+    sync(&dbs);
+    // One bad row per class.
+    nb(&[
+        "lsp-add",
+        "sw0",
+        "sw0-ghost",
+        "--",
+        "lsp-set-type",
+        "sw0-ghost",
+        "router",
+        "--",
+        "lsp-set-options",
+        "sw0-ghost",
+        "router-port=nowhere",
+    ]);
+    nb(&[
+        "acl-add",
+        "sw0",
+        "from-lport",
+        "1000",
+        "ip4 && tcp.dst ==",
+        "drop",
+    ]);
+    nb(&[
+        "--",
+        "--id=@n",
+        "create",
+        "NAT",
+        "type=snat",
+        "external_ip=\"172.16.0.300\"",
+        "logical_ip=\"10.0.0.0/24\"",
+        "--",
+        "add",
+        "Logical_Router",
+        "lr0",
+        "nat",
+        "@n",
+    ]);
+    nb(&[
+        "lrp-add",
+        "lr0",
+        "lr0-zz",
+        "0a:00:00:00:ff:09",
+        "10.0.0.129/25",
+    ]);
+    nb(&["create", "Logical_Switch", "name=sw0"]);
+    // --wait=sb returns (with a timeout: a wedged northd fails here).
+    run_ok(dbs.nbctl().args(["--timeout=20", "--wait=sb", "sync"]));
+    let status = northd.appctl(&["status"]);
+    for (table, name) in [
+        ("Logical_Switch_Port", "sw0-ghost"),
+        ("ACL", "from-lport of sw0"),
+        ("NAT", "172.16.0.300"),
+        ("Logical_Router_Port", "lr0-zz"),
+        ("Logical_Switch", "sw0"),
+    ] {
+        let lines: Vec<&str> = status
+            .lines()
+            .filter(|l| l.trim_start().starts_with(&format!("{table} \"")) && l.contains(name))
+            .collect();
+        assert_eq!(
+            lines.len(),
+            1,
+            "{table} {name}: want one diagnostic line in:\n{status}"
+        );
+    }
+    // The rest is there, and northd keeps working.
+    nb(&[
+        "lsp-add",
+        &sw0,
+        "vm2",
+        "--",
+        "lsp-set-addresses",
+        "vm2",
+        "0a:00:00:00:00:02 10.0.0.12",
+    ]);
+    run_ok(dbs.nbctl().args(["--timeout=20", "--wait=sb", "sync"]));
+    let pbs =
+        run_ok(
+            dbs.sbctl()
+                .args(["--bare", "--columns=logical_port", "list", "Port_Binding"]),
+        );
+    for p in ["vm1", "vm2", "lr0-sw0", "sw0-ghost"] {
+        assert!(
+            pbs.split_whitespace().any(|x| x == p),
+            "no Port_Binding {p}: {pbs}"
+        );
+    }
+    assert!(
+        flows(&dbs)
+            .iter()
+            .any(|f| f.datapath == "sw0" && f.m.contains("0a:00:00:00:00:02"))
+    );
+    assert!(
+        northd.status().starts_with("Status: active"),
+        "{}",
+        northd.status()
+    );
+}

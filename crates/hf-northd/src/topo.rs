@@ -31,6 +31,10 @@ pub struct Keys {
     /// `SB_Global.options` SB holds: `mac_prefix` and `svc_monitor_mac` are kept from here
     /// when NB does not set them (see `tables::global`).
     pub sb_options: BTreeMap<String, String>,
+    /// Datapath name → the NB row SB's `Datapath_Binding` was written for
+    /// (`external_ids:logical-switch`/`logical-router`): when two NB rows share a name, that
+    /// one keeps it (a duplicate added later never displaces the switch SB has).
+    pub nb_rows: HashMap<String, Uuid>,
 }
 
 /// What kind of port.
@@ -180,9 +184,23 @@ impl<'a> Topo<'a> {
         };
         // Datapaths, by name; a second row with a name already taken is refused.
         let mut switches: Vec<&nb::LogicalSwitch> = nb.logical_switch().values().collect();
-        switches.sort_by(|a, b| a.name.cmp(&b.name).then(a.uuid.cmp(&b.uuid)));
+        // Among rows sharing a name, the one SB has wins, then the one with more ports.
+        let known = |name: &str, u: Uuid| keys.nb_rows.get(name) != Some(&u);
+        switches.sort_by(|a, b| {
+            a.name
+                .cmp(&b.name)
+                .then(known(&a.name, a.uuid).cmp(&known(&b.name, b.uuid)))
+                .then(b.ports.len().cmp(&a.ports.len()))
+                .then(a.uuid.cmp(&b.uuid))
+        });
         let mut routers: Vec<&nb::LogicalRouter> = nb.logical_router().values().collect();
-        routers.sort_by(|a, b| a.name.cmp(&b.name).then(a.uuid.cmp(&b.uuid)));
+        routers.sort_by(|a, b| {
+            a.name
+                .cmp(&b.name)
+                .then(known(&a.name, a.uuid).cmp(&known(&b.name, b.uuid)))
+                .then(b.ports.len().cmp(&a.ports.len()))
+                .then(a.uuid.cmp(&b.uuid))
+        });
         for ls in switches {
             t.add_datapath(&ls.name, DpKind::Switch, ls.uuid, "Logical_Switch", diags);
         }

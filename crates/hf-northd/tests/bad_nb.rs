@@ -45,6 +45,17 @@ fn keys_of(c: &Compiled) -> Keys {
             .map(|(n, p)| (n.clone(), p.tunnel_key))
             .collect(),
         sb_options: c.sb.sb_options.clone(),
+        nb_rows: c
+            .sb
+            .datapaths
+            .iter()
+            .filter_map(|(n, d)| {
+                ["logical-switch", "logical-router"]
+                    .iter()
+                    .find_map(|k| d.external_ids.get(*k).and_then(|u| u.parse().ok()))
+                    .map(|u| (n.clone(), u))
+            })
+            .collect(),
     }
 }
 

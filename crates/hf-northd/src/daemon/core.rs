@@ -639,6 +639,12 @@ pub fn compile_options(sb: &SbView) -> Options {
     for d in sb.datapath_binding.values() {
         if let (Some(n), Ok(k)) = (d.external_ids.get("name"), u32::try_from(d.tunnel_key)) {
             keys.datapaths.entry(n.clone()).or_insert(k);
+            if let Some(u) = ["logical-switch", "logical-router"]
+                .iter()
+                .find_map(|c| d.external_ids.get(*c).and_then(|u| u.parse().ok()))
+            {
+                keys.nb_rows.insert(n.clone(), u);
+            }
         }
     }
     for p in sb.port_binding.values() {
