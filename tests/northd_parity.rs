@@ -89,19 +89,39 @@ fn holdfast_fill(env: &Env) -> hf_northd::Compiled {
     }
     let mut txn = vec![serde_json::json!("OVN_Southbound")];
     txn.extend(hf_northd::sync::insert_ops(&compiled.sb, &chassis));
-    let path = env.dir.join("hf-sb-txn.json");
-    std::fs::write(&path, serde_json::to_vec(&txn).unwrap()).unwrap();
-    let reply = common::run_ok(Command::new("sh").arg("-c").arg(format!(
-        "ovsdb-client transact {} \"$(cat {})\"",
-        env.sb,
-        path.display()
-    )));
+    // Straight to the socket: the transaction is too large for one command-line argument.
+    let reply = transact_unix(&env.sb, txn);
     assert!(
         !reply.contains("\"error\""),
         "writing holdfast northd's SB failed: {}",
         &reply[..reply.len().min(2000)]
     );
     compiled
+}
+
+/// Sends one `transact` over a `unix:` remote and returns the reply's text.
+fn transact_unix(remote: &str, params: Vec<serde_json::Value>) -> String {
+    use std::io::Write as _;
+    let path = remote.strip_prefix("unix:").expect("a unix: remote");
+    let mut sock = std::os::unix::net::UnixStream::connect(path).expect("connect to SB");
+    let req = serde_json::json!({"method": "transact", "params": params, "id": "hf-fill"});
+    sock.write_all(&serde_json::to_vec(&req).unwrap()).unwrap();
+    let reader = std::io::BufReader::new(sock.try_clone().unwrap());
+    for msg in serde_json::Deserializer::from_reader(reader).into_iter::<serde_json::Value>() {
+        let msg = msg.expect("JSON-RPC from SB");
+        if msg.get("method").and_then(|m| m.as_str()) == Some("echo") {
+            let echo = serde_json::json!({"result": msg["params"], "id": msg["id"]});
+            sock.write_all(&serde_json::to_vec(&echo).unwrap()).unwrap();
+            continue;
+        }
+        if msg.get("id").and_then(|i| i.as_str()) == Some("hf-fill") {
+            if !msg["error"].is_null() {
+                return format!("{{\"error\": {}}}", msg["error"]);
+            }
+            return msg["result"].to_string();
+        }
+    }
+    panic!("SB closed the connection before replying");
 }
 
 /// Both environments for one topology: (real ovn-northd, holdfast northd).
