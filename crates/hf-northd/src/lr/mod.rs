@@ -74,3 +74,6 @@ pub fn build(topo: &Topo<'_>, dp: DpIdx, out: &mut Flows, diags: &mut Diags) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests;
