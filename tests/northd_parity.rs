@@ -11,7 +11,8 @@
 //! `northd_flow_diff` (ignored) is the development aid: for `HF_PARITY_SEED` it prints, per
 //! datapath and stage, the flows only real ovn-northd writes and the flows only holdfast
 //! writes (both normalised by hf-expr's parser and printer); `HF_STAGE` filters stages by
-//! prefix (`ls_in_acl`, `lr_`), `HF_DP` datapaths by name.
+//! prefix (`ls_in_acl`, `lr_`), `HF_DP` datapaths by name; `HF_NB_EXTRA` appends ovn-nbctl
+//! commands (`;`-separated) to the generated NB.
 //!
 //! `northd_table_diff` (ignored) does the same for the other tables northd writes
 //! (`Datapath_Binding`, `Port_Binding`, `Multicast_Group`, `Port_Group`, `Address_Set`,
@@ -269,7 +270,15 @@ fn northd_flow_diff() {
     let seed = env_num("HF_PARITY_SEED", 9000);
     let stage = std::env::var("HF_STAGE").unwrap_or_default();
     let dp = std::env::var("HF_DP").unwrap_or_default();
-    let t = Topology::generate(seed, 0);
+    let mut t = Topology::generate(seed, 0);
+    // `HF_NB_EXTRA`: more ovn-nbctl commands after the generated ones, `;`-separated, words
+    // split on whitespace (to compare options the generator does not use).
+    for c in std::env::var("HF_NB_EXTRA").unwrap_or_default().split(';') {
+        let words: Vec<String> = c.split_whitespace().map(str::to_string).collect();
+        if !words.is_empty() {
+            t.nb.push(words);
+        }
+    }
     let (a, b, compiled) = both(&t);
     for d in &compiled.diagnostics {
         eprintln!("diagnostic: {d}");

@@ -313,17 +313,9 @@ impl LsIndex {
                     }
                 }
             }
-            // Only the NAT rows the router accepts (a bad row is reported there, once, and
-            // must leave nothing behind on the switches either).
-            let accepted: std::collections::HashSet<Uuid> =
-                crate::lr::ctx::Rtr::new(topo, dp, &mut Diags::default())
-                    .nats
-                    .iter()
-                    .map(|n| n.uuid)
-                    .collect();
             for r in &lr.nat {
                 let Some(nat) = nb.get(*r) else { continue };
-                if nat.type_ == nb::NatType::Snat || !accepted.contains(&nat.uuid) {
+                if nat.type_ == nb::NatType::Snat {
                     continue;
                 }
                 let Ok(ip) = nat.external_ip.parse::<IpAddr>() else {

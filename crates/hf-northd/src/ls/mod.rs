@@ -28,7 +28,6 @@ pub mod l2_unknown;
 pub mod lb;
 pub mod lb_aff;
 pub mod lookup_fdb;
-pub mod port_sec_legacy;
 pub mod pre_acl;
 pub mod pre_lb;
 pub mod pre_stateful;
