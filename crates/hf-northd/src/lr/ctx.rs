@@ -547,8 +547,15 @@ impl Rtr {
                 match chosen {
                     Some(c) => dgp = Some(c),
                     None => {
-                        bad(diags, "the router is neither a gateway router nor has a (matching) distributed gateway port".into());
-                        continue;
+                        // As OVN: no NAT flows, but the address is still the router's (ARP
+                        // replies, not dropped as a router address).
+                        diags.push(
+                            "NAT",
+                            n.uuid,
+                            &handle,
+                            "the router is neither a gateway router nor has a (matching) distributed gateway port; no NAT is done (its external address still answers ARP)",
+                        );
+                        distributed = None;
                     }
                 }
             }

@@ -38,7 +38,7 @@ pub fn chk_dnat_local(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut D
         "default",
         None,
     );
-    if r.nats.is_empty() {
+    if r.nats.is_empty() || (!r.gw_router && r.dgp.is_none()) {
         return;
     }
     let set1 = || vec![set_reg(Reg::DstNatIpLocal, num(1)), next()];
@@ -58,6 +58,9 @@ pub fn chk_dnat_local(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut D
     let mut seen = BTreeSet::new();
     for n in &r.nats {
         if !seen.insert(n.external) {
+            continue;
+        }
+        if n.dgp.is_none() {
             continue;
         }
         let mut m = vec![pred("ip"), ip_dst(n.external)];

@@ -97,7 +97,7 @@ fn nd_ns_for(a: Ipv6Addr) -> Expr {
 }
 
 /// Builds the stage.
-pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
+pub fn build(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
     let o = r.owner();
     let dp = r.dp;
     let mut add = |prio: u16, m: Expr, a: Vec<Action>, disc: &str| {
@@ -153,6 +153,9 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         .collect();
 
     for p in &r.ports {
+        if let Some(mtu) = crate::lr::mtu::gateway_mtu(topo, p) {
+            crate::lr::mtu::too_big(r, p, None, mtu, ST, out);
+        }
         let own = Owner::Port(p.name.clone());
         let hint = Some(p.nb);
         let mut add = |prio: u16, m: Expr, a: Vec<Action>, disc: String| {

@@ -2,8 +2,7 @@
 //! (ovn-northd(8) "Logical Router Datapaths"). [`build`] digests the router once
 //! ([`ctx::Rtr`]) and runs every stage in table order.
 //!
-//! What is not built (yet): gateway MTU checks (`lr_in_chk_pkt_len`/`lr_in_larger_pkts` pass
-//! everything), IPv6 router advertisements (`lr_in_nd_ra_*` pass everything), load balancer
+//! What is not built (yet): IPv6 router advertisements (`lr_in_nd_ra_*` pass everything), load balancer
 //! affinity, ECMP symmetric replies, BFD, discard routes; `lb_force_snat_ip` with addresses,
 //! `force_snat_for_dnat`. Rows asking for them get no diagnostic unless they are malformed.
 
@@ -16,6 +15,7 @@ pub mod egress;
 pub mod ip_input;
 pub mod learn_neighbor;
 pub mod lookup_neighbor;
+pub mod mtu;
 pub mod nat;
 pub mod resolve;
 pub mod routing;
@@ -43,6 +43,8 @@ pub fn build(topo: &Topo<'_>, dp: DpIdx, out: &mut Flows, diags: &mut Diags) {
     routing::policy(topo, &r, out, diags);
     routing::policy_ecmp(topo, &r, out, diags);
     resolve::arp_resolve(topo, &r, out, diags);
+    mtu::chk_pkt_len(topo, &r, out, diags);
+    mtu::larger_pkts(topo, &r, out, diags);
     resolve::gw_redirect(topo, &r, out, diags);
     resolve::arp_request(topo, &r, out, diags);
     egress::chk_dnat_local(topo, &r, out, diags);
@@ -59,8 +61,6 @@ pub fn build(topo: &Topo<'_>, dp: DpIdx, out: &mut Flows, diags: &mut Diags) {
         Stage::LrInEcmpStateful,
         Stage::LrInNdRaOptions,
         Stage::LrInNdRaResponse,
-        Stage::LrInChkPktLen,
-        Stage::LrInLargerPkts,
     ] {
         out.add(
             dp,
