@@ -98,6 +98,7 @@ fn nd_ns_for(a: Ipv6Addr) -> Expr {
 
 /// Builds the stage.
 pub fn build(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
+    crate::lr::mtu::distributed_nat_too_big(topo, r, out);
     let o = r.owner();
     let dp = r.dp;
     let mut add = |prio: u16, m: Expr, a: Vec<Action>, disc: &str| {

@@ -17,6 +17,7 @@ pub mod learn_neighbor;
 pub mod lookup_neighbor;
 pub mod mtu;
 pub mod nat;
+pub mod nd_ra;
 pub mod resolve;
 pub mod routing;
 pub mod unsnat;
@@ -37,6 +38,7 @@ pub fn build(topo: &Topo<'_>, dp: DpIdx, out: &mut Flows, diags: &mut Diags) {
     unsnat::build(topo, &r, out, diags);
     defrag::build(topo, &r, out, diags);
     dnat::build(topo, &r, out, diags);
+    nd_ra::build(topo, &r, out, diags);
     routing::routing_pre(topo, &r, out, diags);
     routing::routing(topo, &r, out, diags);
     routing::routing_ecmp(topo, &r, out, diags);
@@ -59,8 +61,6 @@ pub fn build(topo: &Topo<'_>, dp: DpIdx, out: &mut Flows, diags: &mut Diags) {
         Stage::LrInLbAffCheck,
         Stage::LrInLbAffLearn,
         Stage::LrInEcmpStateful,
-        Stage::LrInNdRaOptions,
-        Stage::LrInNdRaResponse,
     ] {
         out.add(
             dp,

@@ -225,3 +225,66 @@ pub fn larger_pkts(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags
         }
     }
 }
+
+/// Distributed NAT behind a DGP with a gateway MTU: a too-large packet to the external
+/// address is answered from the logical port's chassis, from the external MAC and address
+/// (`lr_in_ip_input`, priority 160).
+pub fn distributed_nat_too_big(topo: &Topo<'_>, r: &Rtr, out: &mut Flows) {
+    for n in &r.nats {
+        let (Some((_, emac)), Some(d)) = (&n.distributed, n.dgp) else {
+            continue;
+        };
+        let p = &r.ports[d];
+        let Some(mtu) = gateway_mtu(topo, p) else {
+            continue;
+        };
+        let v6 = n.v6();
+        let fam = if v6 { "ip6" } else { "ip4" };
+        let m = and([
+            inport(&p.name),
+            bit(Reg::PktLarger.field()),
+            eq(Reg::EgressLoopback.field(), num(0)),
+            pred(fam),
+            eq(f(&format!("{fam}.dst")), crate::lr::act::ipv(n.external)),
+        ]);
+        let mut b = vec![
+            set_reg(Reg::EgressLoopback, num(1)),
+            set_reg(Reg::PktLarger, num(0)),
+            mv(f("eth.dst"), f("eth.src")),
+            set("eth.src", macv(*emac)),
+            mv(f(&format!("{fam}.dst")), f(&format!("{fam}.src"))),
+            set(&format!("{fam}.src"), crate::lr::act::ipv(n.external)),
+            set("ip.ttl", num(254)),
+        ];
+        let kind = if v6 {
+            b.extend([
+                set("icmp6.type", num(2)),
+                set("icmp6.code", num(0)),
+                set("icmp6.frag_mtu", num(u128::from(mtu))),
+            ]);
+            NestedKind::Icmp6Error
+        } else {
+            b.extend([
+                set("icmp4.type", num(3)),
+                set("icmp4.code", num(4)),
+                set("icmp4.frag_mtu", num(u128::from(mtu))),
+            ]);
+            NestedKind::Icmp4Error
+        };
+        b.extend([
+            crate::lr::act::set_outport(&p.name),
+            crate::lr::act::loopback(),
+            crate::lr::act::output(),
+        ]);
+        out.add(
+            r.dp,
+            Stage::LrInIpInput,
+            160,
+            m,
+            vec![nested(kind, b)],
+            n.owner.clone(),
+            "too-big",
+            Some(n.uuid),
+        );
+    }
+}
