@@ -2,6 +2,7 @@
 
 mod db;
 mod lflow;
+mod northd;
 mod trace;
 
 use clap::{Parser, Subcommand};
@@ -26,6 +27,9 @@ enum Command {
     Db(Box<db::DbArgs>),
     /// Check and explain OVN logical flows (match/action language).
     Lflow(lflow::LflowArgs),
+    /// Compile the OVN northbound database into the southbound database, as ovn-northd does
+    /// (invoked through a link named `ovn-northd`, with ovn-northd's command line).
+    Northd(Box<northd::NorthdArgs>),
     /// Trace one packet through the logical pipelines of an OVN southbound database, as
     /// ovn-trace does, on holdfast's own pipeline and conntrack.
     Trace(trace::TraceArgs),
@@ -42,7 +46,9 @@ fn main() -> std::process::ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let r = if name == "ovsdb-server" {
         db::OvsdbServerCli::parse_from(db::normalize_args(args)).run()
-    } else if args.get(1).is_some_and(|a| a == "db") {
+    } else if name == "ovn-northd" {
+        northd::OvnNorthdCli::parse_from(db::normalize_args(args)).run()
+    } else if args.get(1).is_some_and(|a| a == "db" || a == "northd") {
         run(Cli::parse_from(db::normalize_args(args)))
     } else {
         run(Cli::parse_from(args))
@@ -62,5 +68,6 @@ fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Lflow(args) => lflow::run(args)
             .map(|code| std::process::ExitCode::from(u8::try_from(code).unwrap_or(1))),
         Command::Trace(args) => trace::run(args),
+        Command::Northd(args) => northd::run(*args),
     }
 }

@@ -15,6 +15,11 @@
 //! prefix (`ls_in_acl`, `lr_`), `HF_DP` datapaths by name; `HF_NB_EXTRA` appends ovn-nbctl
 //! commands (`;`-separated) to the generated NB.
 //!
+//! `northd_table_diff` (ignored) does the same for the other tables northd writes
+//! (`Datapath_Binding`, `Port_Binding`, `Multicast_Group`, `Port_Group`, `Address_Set`,
+//! `Load_Balancer`, HA chassis groups, `SB_Global`): rows keyed by name, references by name,
+//! one line per differing column; `HF_TABLE` filters tables by prefix.
+//!
 //! Environment as `trace_parity.rs`: `HF_PARITY_TOPOLOGIES` (default 24), `HF_PARITY_PACKETS`
 //! (default 50), `HF_PARITY_SEED` (default 9000).
 #![allow(clippy::disallowed_methods, clippy::unwrap_used)]
@@ -27,6 +32,9 @@ mod flows;
 #[allow(dead_code)]
 #[path = "trace_parity/oracle.rs"]
 mod oracle;
+#[allow(dead_code)]
+#[path = "northd_parity/tables.rs"]
+mod tables;
 #[allow(dead_code)]
 #[path = "trace_parity/topo.rs"]
 mod topo;
@@ -305,6 +313,45 @@ fn northd_flow_diff() {
         fb.len(),
         only_a.len(),
         only_b.len(),
+        a.sb,
+        b.sb
+    );
+    if std::env::var("HF_KEEP").is_ok() {
+        let flag = std::env::temp_dir().join(format!("hf-northd-keep-{seed}"));
+        std::fs::write(&flag, format!("{}\n{}\n", a.sb, b.sb)).unwrap();
+        eprintln!("kept: remove {} to stop", flag.display());
+        let deadline = Instant::now() + std::time::Duration::from_secs(1200);
+        while flag.exists() && Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+}
+
+/// Development aid: the row-level difference of the non-flow tables for one seed.
+#[test]
+#[ignore]
+fn northd_table_diff() {
+    let seed = env_num("HF_PARITY_SEED", 9000);
+    let table = std::env::var("HF_TABLE").unwrap_or_default();
+    let t = Topology::generate(seed, 0);
+    let (a, b, compiled) = both(&t);
+    for d in &compiled.diagnostics {
+        eprintln!("diagnostic: {d}");
+    }
+    let (ta, tb) = (tables::dump(&a.sb), tables::dump(&b.sb));
+    let lines: Vec<String> = tables::diff(&ta, &tb)
+        .into_iter()
+        .filter(|l| l.starts_with(&table))
+        .collect();
+    for l in &lines {
+        println!("{l}");
+    }
+    let rows = |t: &tables::Tables| t.values().map(|r| r.len()).sum::<usize>();
+    println!(
+        "seed {seed}: ovn-northd {} rows, holdfast {} rows; {} differences (after filters); SB A {} SB B {}",
+        rows(&ta),
+        rows(&tb),
+        lines.len(),
         a.sb,
         b.sb
     );

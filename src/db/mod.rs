@@ -16,10 +16,10 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-mod daemon;
+pub(crate) mod daemon;
 mod remotes;
 pub(crate) mod unixctl;
-mod vlog;
+pub(crate) mod vlog;
 use hf_ovsdb_net::serve::{Remote, ServeOptions};
 use hf_ovsdb_net::server::{Config, Core};
 use hf_ovsdb_net::storage;

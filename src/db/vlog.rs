@@ -91,6 +91,7 @@ pub const MODULES: &[(&str, &[&str])] = &[
             "hf_ovsdb_net::jsonrpc",
         ],
     ),
+    ("northd", &["holdfast::northd", "hf_northd"]),
     ("ovsdb", &["hf_ovsdb"]),
     ("ovsdb_cs", &["hf_ovsdb_net::client"]),
     ("ovsdb_file", &["hf_ovsdb_net::storage", "hf_ovsdb::file"]),
@@ -100,7 +101,7 @@ pub const MODULES: &[(&str, &[&str])] = &[
     ("unixctl", &["holdfast::db::unixctl"]),
     ("vlog", &["holdfast::db::vlog"]),
 ];
-const DEFAULT_MODULE: usize = 6;
+const DEFAULT_MODULE: usize = 7;
 
 fn module_of(target: &str) -> usize {
     let mut best = (DEFAULT_MODULE, 0);

@@ -19,7 +19,9 @@
 
 pub mod addr;
 pub mod build;
+pub mod daemon;
 pub mod diag;
+pub mod features;
 pub mod flow;
 pub mod lr;
 pub mod ls;
@@ -47,6 +49,12 @@ pub struct Options {
     pub keys: Keys,
     /// Feature set and layout.
     pub render: RenderOptions,
+    /// Datapaths whose SB flows the sync must keep as they are (from
+    /// [`features::Negotiated::apply`]); copied to [`SbDesired::frozen_datapaths`].
+    pub frozen_datapaths: std::collections::BTreeSet<String>,
+    /// Diagnostics found before the compile (negotiation's, about `Chassis` rows); they are
+    /// returned with the compile's.
+    pub extra_diagnostics: Vec<Diagnostic>,
 }
 
 /// A compile's result.
@@ -75,8 +83,10 @@ pub fn compile(nb: &NbSnapshot, opts: &Options) -> Compiled {
         flows: render::flows(&topo, &flows, &opts.render, &mut diags),
         ..Default::default()
     };
-    tables::build(&topo, &opts.render, &mut sb, &mut diags);
+    tables::build(&topo, opts, &mut sb, &mut diags);
+    sb.frozen_datapaths = opts.frozen_datapaths.clone();
     let mut diagnostics = diags.0;
+    diagnostics.extend(opts.extra_diagnostics.iter().cloned());
     diagnostics.sort();
     diagnostics.dedup();
     Compiled {

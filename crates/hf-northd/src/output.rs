@@ -107,6 +107,9 @@ pub struct LbRow {
     pub external_ids: BTreeMap<String, String>,
     /// `ls_datapath_group` / `datapaths`: switch datapaths by name.
     pub datapaths: BTreeSet<String>,
+    /// Write `datapaths` as a `Logical_DP_Group` in `datapath_group` (chassis feature
+    /// `ls-dpg-column`, as 23.03 does) rather than in the `datapaths` column.
+    pub dp_group: bool,
 }
 
 /// Everything northd writes.

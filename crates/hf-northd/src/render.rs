@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use hf_expr::ast::Expr;
 use hf_expr::features::FeatureSet;
 
 use crate::diag::Diags;
@@ -174,8 +175,26 @@ fn insert(
     }
 }
 
-/// The match and actions as text, lowered to `features` where needed. `None` (with a
-/// diagnostic) when a construct has no spelling in `features`.
+/// Whether a flow enforces security: port security and ACLs. Such a flow is never left out
+/// when it cannot be written for the common features: it is written as `drop;` instead.
+pub fn is_security(fl: &Flow) -> bool {
+    matches!(fl.owner, Owner::Acl { .. })
+        || matches!(
+            fl.stage,
+            Stage::LsInCheckPortSec
+                | Stage::LsInApplyPortSec
+                | Stage::LsOutCheckPortSec
+                | Stage::LsOutApplyPortSec
+                | Stage::LsInAcl
+                | Stage::LsOutAcl
+                | Stage::LsInAclAfterLb
+        )
+}
+
+/// The match and actions as text, lowered to `features` where needed. When a construct has no
+/// spelling in `features`: a security flow ([`is_security`]) is written as `drop;` over a match
+/// widened to what `features` can say (stricter: it drops at least what the flow matched);
+/// any other flow is left out. Either way with a diagnostic.
 fn text(
     fl: &Flow,
     features: &FeatureSet,
@@ -186,14 +205,40 @@ fn text(
         .and_then(|m| hf_expr::features::lower_actions(&fl.actions, features).map(|a| (m, a)));
     match lowered {
         Ok((m, a)) => Some((m.to_string(), hf_expr::printer::actions_to_string(&a))),
+        Err(e) if is_security(fl) => {
+            let m = widen(&fl.matches, features, true);
+            diags.push(
+                "Logical_Flow",
+                fl.hint.unwrap_or_default(),
+                format!("{} on {}", fl.stage, topo.datapaths[fl.dp].name),
+                format!(
+                    "cannot be written for the chassis' common features ({e}); written as drop over `{m}` (fail closed)"
+                ),
+            );
+            Some((
+                m.to_string(),
+                hf_expr::printer::actions_to_string(&[hf_expr::Action::drop()]),
+            ))
+        }
         Err(e) => {
             diags.push(
                 "Logical_Flow",
                 fl.hint.unwrap_or_default(),
                 format!("{} on {}", fl.stage, topo.datapaths[fl.dp].name),
-                format!("cannot be written for the chassis' common features: {e}"),
+                format!("cannot be written for the chassis' common features: {e}; left out"),
             );
             None
         }
+    }
+}
+
+/// `e` lowered leaf by leaf; a leaf with no spelling in `features` becomes `1` where it is
+/// asserted and `0` where it is negated, so the result matches every packet `e` matches.
+pub fn widen(e: &Expr, features: &FeatureSet, positive: bool) -> Expr {
+    match e {
+        Expr::Not(x) => Expr::Not(Box::new(widen(x, features, !positive))),
+        Expr::And(v) => Expr::and(v.iter().map(|x| widen(x, features, positive)).collect()),
+        Expr::Or(v) => Expr::or(v.iter().map(|x| widen(x, features, positive)).collect()),
+        leaf => hf_expr::features::lower_expr(leaf, features).unwrap_or(Expr::Bool(positive)),
     }
 }

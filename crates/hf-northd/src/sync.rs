@@ -1,12 +1,26 @@
-//! [`SbDesired`] → OVSDB operations. Today: the transaction that fills an SB holding none of
-//! northd's rows ([`insert_ops`]); the incremental sync against a lean SB view builds on the
-//! same row encoders.
+//! [`SbDesired`] → OVSDB operations: the transaction that fills an SB holding none of
+//! northd's rows ([`insert_ops`]), and the incremental sync ([`diff_ops`]): what SB (as the
+//! daemon's lean [`SbView`] shows it) lacks, has too much of, or has differently, as the
+//! minimal operations. Rows are matched by identity (datapath and port names, flow ids,
+//! group names), never by UUID; only changed columns of changed rows are written; rows
+//! northd no longer wants are deleted (flows without `hf-flow-id` too, e.g. written by a real
+//! ovn-northd); `Logical_DP_Group` rows are reused by datapath set; controller-owned
+//! `Port_Binding` columns (`chassis`, `up`, `encap`, `additional_chassis`,
+//! `virtual_parent`, ...) are never written; flows of `SbDesired.frozen_datapaths` are left
+//! exactly as they are.
+//!
+//! What it does not do: write `MAC_Binding` (it only deletes those of deleted datapaths) or
+//! garbage-collect `Logical_DP_Group`/`HA_Chassis` rows (OVSDB does: they are not root).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use serde_json::Map;
+
+use crate::daemon::sbview::{LeanFlow, SbView, text_hash};
+use crate::flow::FlowId;
 use crate::output::{FlowDps, SbDesired};
 
 /// `["map", [[k, v], ...]]`.
@@ -80,6 +94,8 @@ pub fn insert_ops(d: &SbDesired, chassis: &HashMap<String, Uuid>) -> Vec<Value> 
             "port_security": str_set(&row.port_security),
             "parent_port": opt(row.parent_port.as_ref().map(|p| json!(p))),
             "tag": opt(row.tag.map(|t| json!(t))),
+            // ovn-controller sets `up` only where northd wrote it as false.
+            "up": false,
             "requested_chassis": opt(row.requested_chassis.as_ref().and_then(|c| chassis.get(c)).map(uuid_ref)),
             "requested_additional_chassis": ref_set(row.requested_additional_chassis.iter()
                 .filter_map(|c| chassis.get(c)).map(uuid_ref).collect()),
@@ -88,9 +104,12 @@ pub fn insert_ops(d: &SbDesired, chassis: &HashMap<String, Uuid>) -> Vec<Value> 
             let mut refs = Vec::new();
             for (j, (c, prio)) in members.iter().enumerate() {
                 let hl = format!("{l}_hac{j}");
+                let ids: BTreeMap<String, String> =
+                    [("chassis-name".to_string(), c.clone())].into();
                 ops.push(
                     json!({"op": "insert", "table": "HA_Chassis", "uuid-name": hl,
-                    "row": {"chassis": opt(chassis.get(c).map(uuid_ref)), "priority": prio}}),
+                    "row": {"chassis": opt(chassis.get(c).map(uuid_ref)), "priority": prio,
+                            "external_ids": map(&ids)}}),
                 );
                 refs.push(named(&hl));
             }
@@ -154,13 +173,546 @@ pub fn insert_ops(d: &SbDesired, chassis: &HashMap<String, Uuid>) -> Vec<Value> 
         ops.push(json!({"op": "insert", "table": "Address_Set",
             "row": {"name": name, "addresses": str_set(addrs)}}));
     }
-    for (name, lb) in &d.load_balancers {
-        let dps = lb.datapaths.iter().filter_map(|n| dp_ref(n)).collect();
-        ops.push(json!({"op": "insert", "table": "Load_Balancer", "row": {
+    for (i, (name, lb)) in d.load_balancers.iter().enumerate() {
+        let dps: Vec<Value> = lb.datapaths.iter().filter_map(|n| dp_ref(n)).collect();
+        let mut r = json!({
             "name": name, "vips": map(&lb.vips), "options": map(&lb.options),
             "external_ids": map(&lb.external_ids),
-            "protocol": opt(lb.protocol.as_ref().map(|p| json!(p))),
-            "datapaths": ref_set(dps)}}));
+            "protocol": opt(lb.protocol.as_ref().map(|p| json!(p)))});
+        if lb.dp_group {
+            let names: Vec<String> = lb.datapaths.iter().cloned().collect();
+            let l = match group_label.get(names.as_slice()) {
+                Some(l) => l.clone(),
+                None => {
+                    let l = label("lbdpg", i);
+                    ops.push(json!({"op": "insert", "table": "Logical_DP_Group",
+                        "uuid-name": l, "row": {"datapaths": ref_set(dps)}}));
+                    l
+                }
+            };
+            r["datapath_group"] = named(&l);
+        } else {
+            r["datapaths"] = ref_set(dps);
+        }
+        ops.push(json!({"op": "insert", "table": "Load_Balancer", "row": r}));
+    }
+    if !d.sb_options.is_empty() {
+        ops.push(json!({"op": "update", "table": "SB_Global", "where": [],
+            "row": {"options": map(&d.sb_options)}}));
     }
     ops
+}
+
+/// The sync's inputs besides SB: a source of fresh row UUIDs (new rows are inserted with
+/// their UUID given, so rows of one transaction refer to each other by UUID), and the
+/// `SB_Global.nb_cfg` to write with the flows.
+#[derive(Debug)]
+pub struct SyncInput<'a> {
+    /// What SB should hold.
+    pub desired: &'a SbDesired,
+    /// `NB_Global.nb_cfg` of the NB the desired state was compiled from.
+    pub nb_cfg: i64,
+}
+
+/// Counts of a diff, for logs and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SyncStats {
+    /// Rows inserted.
+    pub inserted: usize,
+    /// Rows updated.
+    pub updated: usize,
+    /// Rows deleted.
+    pub deleted: usize,
+    /// Flows left alone because their datapath is frozen.
+    pub frozen: usize,
+}
+
+impl SyncStats {
+    /// Whether the diff writes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.inserted + self.updated + self.deleted == 0
+    }
+}
+
+struct Ops<'a> {
+    ops: Vec<Value>,
+    stats: SyncStats,
+    fresh: &'a mut dyn FnMut() -> Uuid,
+}
+
+impl Ops<'_> {
+    fn put<T: hf_model::Table>(&mut self, new: &T, old: Option<&T>) {
+        match old {
+            Some(o) => {
+                if let Some(op) = new.update_op(o) {
+                    self.ops.push(op);
+                    self.stats.updated += 1;
+                }
+            }
+            None => {
+                self.ops.push(new.insert_op());
+                self.stats.inserted += 1;
+            }
+        }
+    }
+
+    fn delete<T: hf_model::Table>(&mut self, row: &T) {
+        self.ops.push(row.delete_op());
+        self.stats.deleted += 1;
+    }
+
+    fn delete_uuid(&mut self, table: &str, u: Uuid) {
+        self.ops.push(json!({"op": "delete", "table": table,
+            "where": [["_uuid", "==", ["uuid", u.to_string()]]]}));
+        self.stats.deleted += 1;
+    }
+
+    fn fresh(&mut self) -> Uuid {
+        (self.fresh)()
+    }
+}
+
+/// Groups rows by a key; the first row (by UUID) of each key is the one kept, the others are
+/// returned as duplicates.
+fn by_key<'a, R, K: std::hash::Hash + Eq>(
+    rows: impl Iterator<Item = &'a R>,
+    key: impl Fn(&R) -> Option<K>,
+) -> (HashMap<K, &'a R>, Vec<&'a R>) {
+    let mut m = HashMap::new();
+    let mut dups = Vec::new();
+    for r in rows {
+        match key(r) {
+            Some(k) => {
+                if m.contains_key(&k) {
+                    dups.push(r);
+                } else {
+                    m.insert(k, r);
+                }
+            }
+            None => dups.push(r),
+        }
+    }
+    (m, dups)
+}
+
+/// The operations that turn `sb` into `input.desired` (see the module doc), and their counts.
+/// `fresh` gives the UUIDs of inserted rows.
+pub fn diff_ops(
+    input: &SyncInput<'_>,
+    sb: &SbView,
+    fresh: &mut dyn FnMut() -> Uuid,
+) -> (Vec<Value>, SyncStats) {
+    use hf_model::sb as s;
+    let d = input.desired;
+    let mut o = Ops {
+        ops: Vec::new(),
+        stats: SyncStats::default(),
+        fresh,
+    };
+    let chassis: HashMap<&str, Uuid> = sb
+        .chassis
+        .values()
+        .map(|c| (c.name.as_str(), c.uuid))
+        .collect();
+
+    // SB_Global: nb_cfg and the options northd owns (other keys are left alone).
+    let old_g = sb.global();
+    let mut g = old_g.cloned().unwrap_or_else(|| s::SbGlobal {
+        uuid: o.fresh(),
+        ..Default::default()
+    });
+    g.nb_cfg = input.nb_cfg;
+    for (k, v) in &d.sb_options {
+        g.options.insert(k.clone(), v.clone());
+    }
+    o.put(&g, old_g);
+
+    // Datapath_Binding by external_ids:name.
+    let (old_dps, dup_dps) = by_key(sb.datapath_binding.values(), |r| {
+        r.external_ids.get("name").cloned()
+    });
+    let lb_by_name: HashMap<&str, Uuid> = sb
+        .load_balancer
+        .values()
+        .map(|l| (l.name.as_str(), l.uuid))
+        .collect();
+    let mut dp_uuid: HashMap<&str, Uuid> = HashMap::new();
+    for (name, row) in &d.datapaths {
+        let old = old_dps.get(name).copied();
+        let new = s::DatapathBinding {
+            uuid: old.map_or_else(|| o.fresh(), |r| r.uuid),
+            external_ids: row.external_ids.clone(),
+            load_balancers: row
+                .load_balancers
+                .iter()
+                .filter_map(|l| lb_by_name.get(l.as_str()).copied())
+                .collect(),
+            tunnel_key: i64::from(row.tunnel_key),
+        };
+        dp_uuid.insert(name.as_str(), new.uuid);
+        o.put(&new, old);
+    }
+    let mut dead_dps: BTreeSet<Uuid> = dup_dps.iter().map(|r| r.uuid).collect();
+    for (name, r) in &old_dps {
+        if !d.datapaths.contains_key(name) {
+            dead_dps.insert(r.uuid);
+        }
+    }
+    for u in &dead_dps {
+        if let Some(r) = sb.datapath_binding.get(u) {
+            o.delete(r);
+        }
+    }
+    // What refers to a deleted datapath goes with it.
+    for (m, dp) in &sb.mac_binding {
+        if dead_dps.contains(dp) {
+            o.delete_uuid("MAC_Binding", *m);
+        }
+    }
+    for (m, dp) in &sb.static_mac_binding {
+        if dead_dps.contains(dp) {
+            o.delete_uuid("Static_MAC_Binding", *m);
+        }
+    }
+
+    // HA_Chassis_Group by name (rows of groups no port uses any more are deleted).
+    let (old_hag, dup_hag) = by_key(sb.ha_chassis_group.values(), |r| Some(r.name.clone()));
+    let mut hag_uuid: HashMap<String, Uuid> = HashMap::new();
+    for row in d.ports.values() {
+        let Some((gname, members)) = &row.ha_chassis_group else {
+            continue;
+        };
+        if hag_uuid.contains_key(gname) {
+            continue;
+        }
+        let want: BTreeSet<(Option<Uuid>, i64)> = members
+            .iter()
+            .map(|(c, p)| (chassis.get(c.as_str()).copied(), *p))
+            .collect();
+        let old = old_hag.get(gname).copied();
+        let have: BTreeSet<(Option<Uuid>, i64)> = old
+            .map(|g| {
+                g.ha_chassis
+                    .iter()
+                    .filter_map(|h| sb.ha_chassis.get(&h.uuid()))
+                    .map(|h| (h.chassis.map(|c| c.uuid()), h.priority))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut new = old.cloned().unwrap_or_else(|| s::HaChassisGroup {
+            uuid: o.fresh(),
+            name: gname.clone(),
+            ..Default::default()
+        });
+        if old.is_none() || want != have {
+            new.ha_chassis = BTreeSet::new();
+            for (c, prio) in &want {
+                let h = s::HaChassis {
+                    uuid: o.fresh(),
+                    chassis: c.map(Into::into),
+                    priority: *prio,
+                    ..Default::default()
+                };
+                o.put(&h, None);
+                new.ha_chassis.insert(h.uuid.into());
+            }
+        }
+        hag_uuid.insert(gname.clone(), new.uuid);
+        o.put(&new, old);
+    }
+    for r in dup_hag {
+        o.delete(r);
+    }
+    for (name, r) in &old_hag {
+        if !hag_uuid.contains_key(name) {
+            o.delete(*r);
+        }
+    }
+
+    // Port_Binding by logical_port; only northd's columns.
+    let (old_pbs, dup_pbs) = by_key(sb.port_binding.values(), |r| Some(r.logical_port.clone()));
+    let mut pb_uuid: HashMap<&str, Uuid> = HashMap::new();
+    for (name, row) in &d.ports {
+        let Some(dp) = dp_uuid.get(row.datapath.as_str()) else {
+            continue;
+        };
+        let old = old_pbs.get(name).copied();
+        let mut new = old.cloned().unwrap_or_else(|| s::PortBinding {
+            uuid: o.fresh(),
+            logical_port: name.clone(),
+            ..Default::default()
+        });
+        new.datapath = (*dp).into();
+        new.tunnel_key = i64::from(row.tunnel_key);
+        new.type_ = row.type_.clone();
+        new.options = row.options.clone();
+        new.mac = row.mac.clone();
+        new.parent_port = row.parent_port.clone();
+        new.tag = row.tag;
+        new.nat_addresses = row.nat_addresses.clone();
+        new.external_ids = row.external_ids.clone();
+        new.requested_chassis = row
+            .requested_chassis
+            .as_ref()
+            .and_then(|c| chassis.get(c.as_str()))
+            .map(|u| (*u).into());
+        new.requested_additional_chassis = row
+            .requested_additional_chassis
+            .iter()
+            .filter_map(|c| chassis.get(c.as_str()))
+            .map(|u| (*u).into())
+            .collect();
+        new.ha_chassis_group = row
+            .ha_chassis_group
+            .as_ref()
+            .and_then(|(g, _)| hag_uuid.get(g))
+            .map(|u| (*u).into());
+        new.port_security = row.port_security.clone();
+        pb_uuid.insert(name.as_str(), new.uuid);
+        o.put(&new, old);
+    }
+    for r in dup_pbs {
+        o.delete(r);
+    }
+    for (name, r) in &old_pbs {
+        if !pb_uuid.contains_key(name.as_str()) {
+            o.delete(*r);
+        }
+    }
+
+    // Logical_DP_Group by datapath set.
+    let mut group_uuid: HashMap<Vec<Uuid>, Uuid> = HashMap::new();
+    for g in sb.logical_dp_group.values() {
+        let set: Vec<Uuid> = g.datapaths.iter().map(|r| r.uuid()).collect();
+        group_uuid.entry(set).or_insert(g.uuid);
+    }
+    let mut group_of = |names: &[String], o: &mut Ops<'_>| -> Option<Uuid> {
+        let mut set = Vec::with_capacity(names.len());
+        for n in names {
+            set.push(*dp_uuid.get(n.as_str())?);
+        }
+        set.sort_unstable();
+        if let Some(u) = group_uuid.get(&set) {
+            return Some(*u);
+        }
+        let g = s::LogicalDpGroup {
+            uuid: o.fresh(),
+            datapaths: set.iter().map(|u| (*u).into()).collect(),
+        };
+        o.put(&g, None);
+        group_uuid.insert(set, g.uuid);
+        Some(g.uuid)
+    };
+
+    // Logical_Flow by hf-flow-id.
+    let frozen: BTreeSet<Uuid> = d
+        .frozen_datapaths
+        .iter()
+        .filter_map(|n| old_dps.get(n).map(|r| r.uuid))
+        .collect();
+    let is_frozen = |f: &LeanFlow| {
+        f.logical_datapath.is_some_and(|u| frozen.contains(&u))
+            || f.logical_dp_group.is_some_and(|g| {
+                sb.logical_dp_group
+                    .get(&g)
+                    .is_some_and(|g| g.datapaths.iter().any(|d| frozen.contains(&d.uuid())))
+            })
+    };
+    let mut old_flows: HashMap<FlowId, (Uuid, &LeanFlow)> = HashMap::new();
+    let mut flow_ids: Vec<(&Uuid, &LeanFlow)> = sb.logical_flow.iter().collect();
+    flow_ids.sort_unstable_by_key(|(u, _)| **u);
+    for (u, f) in flow_ids {
+        if is_frozen(f) {
+            o.stats.frozen += 1;
+            continue;
+        }
+        match f.id {
+            Some(id) if !old_flows.contains_key(&id) && d.flows.contains_key(&id) => {
+                old_flows.insert(id, (*u, f));
+            }
+            _ => o.delete_uuid("Logical_Flow", *u),
+        }
+    }
+    for (id, row) in &d.flows {
+        let (dp, group) = match &row.dps {
+            FlowDps::One(n) => {
+                if d.frozen_datapaths.contains(n) {
+                    continue;
+                }
+                match dp_uuid.get(n.as_str()) {
+                    Some(u) => (Some(*u), None),
+                    None => continue,
+                }
+            }
+            FlowDps::Group(g) => match group_of(g, &mut o) {
+                Some(u) => (None, Some(u)),
+                None => continue,
+            },
+        };
+        let old = old_flows.get(id);
+        let Some((uuid, f)) = old else {
+            let new = s::LogicalFlow {
+                uuid: o.fresh(),
+                actions: row.actions.clone(),
+                controller_meter: row.controller_meter.clone(),
+                external_ids: row.external_ids.clone(),
+                logical_datapath: dp.map(Into::into),
+                logical_dp_group: group.map(Into::into),
+                match_: row.match_.clone(),
+                pipeline: s::LogicalFlowPipeline::from_wire(row.pipeline),
+                priority: i64::from(row.priority),
+                table_id: i64::from(row.table_id),
+                tags: Default::default(),
+            };
+            o.put(&new, None);
+            continue;
+        };
+        let mut cols = Map::new();
+        if f.logical_datapath != dp {
+            cols.insert("logical_datapath".into(), opt(dp.map(|u| uuid_ref(&u))));
+        }
+        if f.logical_dp_group != group {
+            cols.insert("logical_dp_group".into(), opt(group.map(|u| uuid_ref(&u))));
+        }
+        if f.egress != (row.pipeline == "egress") {
+            cols.insert("pipeline".into(), json!(row.pipeline));
+        }
+        if f.table_id != i64::from(row.table_id) {
+            cols.insert("table_id".into(), json!(row.table_id));
+        }
+        if f.priority != i64::from(row.priority) {
+            cols.insert("priority".into(), json!(row.priority));
+        }
+        if f.match_hash != text_hash(&row.match_) {
+            cols.insert("match".into(), json!(row.match_));
+        }
+        if f.actions_hash != text_hash(&row.actions) {
+            cols.insert("actions".into(), json!(row.actions));
+        }
+        if f.controller_meter.as_deref() != row.controller_meter.as_deref() {
+            cols.insert(
+                "controller_meter".into(),
+                opt(row.controller_meter.as_ref().map(|m| json!(m))),
+            );
+        }
+        let same_ids = f.external_ids.len() == row.external_ids.len()
+            && f
+                .external_ids
+                .iter()
+                .zip(&row.external_ids)
+                .all(|((a, b), (c, e))| **a == **c && **b == **e);
+        if !same_ids {
+            cols.insert("external_ids".into(), map(&row.external_ids));
+        }
+        if !cols.is_empty() {
+            o.ops.push(json!({"op": "update", "table": "Logical_Flow",
+                "where": [["_uuid", "==", ["uuid", uuid.to_string()]]], "row": cols}));
+            o.stats.updated += 1;
+        }
+    }
+
+    // Multicast_Group by (datapath name, name).
+    let dp_name: HashMap<Uuid, &str> = old_dps.iter().map(|(n, r)| (r.uuid, n.as_str())).collect();
+    let (old_mc, dup_mc) = by_key(sb.multicast_group.values(), |r| {
+        dp_name
+            .get(&r.datapath.uuid())
+            .map(|n| ((*n).to_string(), r.name.clone()))
+    });
+    for (key, row) in &d.mcgroups {
+        let Some(dp) = dp_uuid.get(key.0.as_str()) else {
+            continue;
+        };
+        let old = old_mc.get(key).copied();
+        let new = s::MulticastGroup {
+            uuid: old.map_or_else(|| o.fresh(), |r| r.uuid),
+            datapath: (*dp).into(),
+            name: key.1.clone(),
+            ports: row
+                .ports
+                .iter()
+                .filter_map(|p| pb_uuid.get(p.as_str()))
+                .map(|u| (*u).into())
+                .collect(),
+            tunnel_key: i64::from(row.tunnel_key),
+        };
+        o.put(&new, old);
+    }
+    for r in dup_mc {
+        // A group of a deleted datapath: deleted with it (it refers to the datapath strongly).
+        o.delete(r);
+    }
+    for (key, r) in &old_mc {
+        if !d.mcgroups.contains_key(key) {
+            o.delete(*r);
+        }
+    }
+
+    // Port_Group and Address_Set by name.
+    let (old_pg, dup_pg) = by_key(sb.port_group.values(), |r| Some(r.name.clone()));
+    for (name, ports) in &d.port_groups {
+        let old = old_pg.get(name).copied();
+        let new = s::PortGroup {
+            uuid: old.map_or_else(|| o.fresh(), |r| r.uuid),
+            name: name.clone(),
+            ports: ports.clone(),
+        };
+        o.put(&new, old);
+    }
+    for r in dup_pg {
+        o.delete(r);
+    }
+    for (name, r) in &old_pg {
+        if !d.port_groups.contains_key(name) {
+            o.delete(*r);
+        }
+    }
+    let (old_as, dup_as) = by_key(sb.address_set.values(), |r| Some(r.name.clone()));
+    for (name, addrs) in &d.address_sets {
+        let old = old_as.get(name).copied();
+        let new = s::AddressSet {
+            uuid: old.map_or_else(|| o.fresh(), |r| r.uuid),
+            name: name.clone(),
+            addresses: addrs.clone(),
+        };
+        o.put(&new, old);
+    }
+    for r in dup_as {
+        o.delete(r);
+    }
+    for (name, r) in &old_as {
+        if !d.address_sets.contains_key(name) {
+            o.delete(*r);
+        }
+    }
+
+    // Load_Balancer by name.
+    let (old_lb, dup_lb) = by_key(sb.load_balancer.values(), |r| Some(r.name.clone()));
+    for (name, lb) in &d.load_balancers {
+        let old = old_lb.get(name).copied();
+        let mut new = old.cloned().unwrap_or_else(|| s::LoadBalancer {
+            uuid: o.fresh(),
+            name: name.clone(),
+            ..Default::default()
+        });
+        new.vips = lb.vips.clone();
+        new.options = lb.options.clone();
+        new.external_ids = lb.external_ids.clone();
+        new.protocol = lb.protocol.as_deref().map(s::LoadBalancerProtocol::from_wire);
+        new.datapaths = lb
+            .datapaths
+            .iter()
+            .filter_map(|n| dp_uuid.get(n.as_str()))
+            .map(|u| (*u).into())
+            .collect();
+        o.put(&new, old);
+    }
+    for r in dup_lb {
+        o.delete(r);
+    }
+    for (name, r) in &old_lb {
+        if !d.load_balancers.contains_key(name) {
+            o.delete(*r);
+        }
+    }
+    (o.ops, o.stats)
 }

@@ -28,6 +28,9 @@ pub struct Keys {
     pub datapaths: HashMap<String, u32>,
     /// Port name → tunnel key (within its datapath).
     pub ports: HashMap<String, u32>,
+    /// `SB_Global.options` SB holds: `mac_prefix` and `svc_monitor_mac` are kept from here
+    /// when NB does not set them (see `tables::global`).
+    pub sb_options: BTreeMap<String, String>,
 }
 
 /// What kind of port.
@@ -246,6 +249,17 @@ impl<'a> Topo<'a> {
             diags.push(table, p.nb, "", "has no name; it is left out");
             return None;
         }
+        if !matches!(p.kind, PortKind::ChassisRedirect { .. })
+            && let Some(what) = self.derived_by(&p.name)
+        {
+            diags.push(
+                table,
+                p.nb,
+                &p.name,
+                format!("the name is the one northd derives for {what}; this port is left out"),
+            );
+            return None;
+        }
         if self.port_by_name.contains_key(&p.name) {
             diags.push(
                 table,
@@ -355,6 +369,8 @@ impl<'a> Topo<'a> {
                 lr.ports.iter().filter_map(|r| nb.get(*r)).collect();
             lrps.sort_by(|a, b| a.name.cmp(&b.name));
             let mut dgps = Vec::new();
+            // Networks already taken on this router, with the port holding each.
+            let mut taken: Vec<(IpNet, String)> = Vec::new();
             for lrp in lrps {
                 let Some(mac) = Mac::parse(&lrp.mac) else {
                     diags.push(
@@ -380,12 +396,23 @@ impl<'a> Topo<'a> {
                         ),
                     }
                 }
+                networks = drop_overlapping(networks, &mut taken, lrp, diags);
                 let mut gws: Vec<(String, i64)> = lrp
                     .gateway_chassis
                     .iter()
                     .filter_map(|r| nb.get(*r))
                     .map(|g| (g.chassis_name.clone(), g.priority))
                     .collect();
+                // 23.03: an LRP with an HA chassis group is a distributed gateway port
+                // too (the group wins over `gateway_chassis`).
+                if let Some(g) = lrp.ha_chassis_group.and_then(|g| nb.get(g)) {
+                    gws = g
+                        .ha_chassis
+                        .iter()
+                        .filter_map(|c| nb.get(*c))
+                        .map(|c| (c.chassis_name.clone(), c.priority))
+                        .collect();
+                }
                 gws.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
                 let p = Port {
                     name: lrp.name.clone(),
@@ -555,6 +582,53 @@ impl<'a> Topo<'a> {
     pub fn option_true(&self, key: &str) -> bool {
         self.global_options.get(key).is_some_and(|v| v == "true")
     }
+}
+
+impl Topo<'_> {
+    /// What derives `name` (a chassis-redirect port `cr-<dgp>` of a distributed gateway
+    /// port), if northd derives it for another row.
+    fn derived_by(&self, name: &str) -> Option<String> {
+        let base = name.strip_prefix("cr-")?;
+        self.nb
+            .logical_router_port_all_by_name(base)
+            .find(|l| {
+                !l.gateway_chassis.is_empty()
+                    && self
+                        .nb
+                        .logical_router_all_by_ports(hf_model::RowRef::new(l.uuid))
+                        .any(|r| r.options.get("chassis").is_none_or(|c| c.is_empty()))
+            })
+            .map(|_| format!("the chassis-redirect port of distributed gateway port {base:?}"))
+    }
+}
+
+/// `networks` without those overlapping a network another port of the router already has
+/// (`taken`, updated), each dropped network with a diagnostic.
+fn drop_overlapping(
+    networks: Vec<IpNet>,
+    taken: &mut Vec<(IpNet, String)>,
+    lrp: &nb::LogicalRouterPort,
+    diags: &mut Diags,
+) -> Vec<IpNet> {
+    let mut kept = Vec::with_capacity(networks.len());
+    for n in networks {
+        let clash = taken.iter().find(|(t, owner)| {
+            owner != &lrp.name && (t.contains(&n.network()) || n.contains(&t.network()))
+        });
+        match clash {
+            Some((t, owner)) => diags.push(
+                "Logical_Router_Port",
+                lrp.uuid,
+                &lrp.name,
+                format!(
+                    "network {n} overlaps {t} of port {owner:?} on the same router; the network is ignored"
+                ),
+            ),
+            None => kept.push(n),
+        }
+    }
+    taken.extend(kept.iter().map(|n| (*n, lrp.name.clone())));
+    kept
 }
 
 /// Parses a network written with or without a prefix (re-exported for stages).

@@ -3,6 +3,7 @@
 pub mod central;
 pub mod conntrack;
 pub mod expr;
+pub mod northd;
 pub mod ovsdb;
 pub mod ovsdb_client;
 pub mod pipeline;
@@ -44,5 +45,10 @@ pub const ALL: &[(&str, &str, SuiteFn)] = &[
         "trace",
         "holdfast trace vs ovn-trace on the gen_topo SB real ovn-northd writes: one CLI trace, per trace in the long-running mode, translate+compile for one chassis",
         trace::run,
+    ),
+    (
+        "northd",
+        "holdfast northd vs ovn-northd on the gen_topo NB (100x20, 300x30, 500x40): in-process compile, cold compile and lsp-add until --wait=sb, peak RSS",
+        northd::run,
     ),
 ];

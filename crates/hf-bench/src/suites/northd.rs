@@ -1,0 +1,286 @@
+//! `northd`: holdfast northd against real `ovn-northd` 23.03 on the NB `shared/bench/gen_topo.py`
+//! builds with real `ovn-nbctl` on a real `ovsdb-server` (N switches × P ports: 100×20, 300×30
+//! and 500×40; `--tiny`: 100×20 only).
+//!
+//! Figures (the workload is in the names):
+//! - `compile_NxP_in_process`: `hf_northd::compile` of the NB read from the server's backup
+//!   (no I/O inside; median of 3); ms. With `compile_NxP_flows` (Logical_Flow rows written,
+//!   after datapath grouping) and `compile_NxP_heap_peak` (the counting allocator's peak growth
+//!   during one compile, NB snapshot excluded); MB.
+//! - Side by side, each northd on its own copy of the same NB and an empty SB (real
+//!   `ovsdb-server`s, OVN 23.03's schemas), baseline `ovn-northd`:
+//!   - `northd_cold_NxP_wait_sb`: from starting the daemon to `ovn-nbctl --wait=sb sync`
+//!     returning; ms.
+//!   - `northd_lsp_add_NxP_wait_sb`: one `ovn-nbctl --wait=sb lsp-add` of a VIF with an
+//!     address on `ls0` (median of 3 ports); ms.
+//!   - `northd_NxP_peak_rss`: the daemon's `VmHWM` after both; MB.
+//!
+//!   The holdfast side runs `holdfast northd` (the binary beside hf-bench) with ovn-northd's
+//!   command line; when it is missing or does not bring SB up to date, the ovn-northd figures
+//!   are printed alone and a note says why.
+// A benchmark is an I/O shell: it reads the clock and starts processes.
+#![allow(clippy::disallowed_methods)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use hf_model::NbSnapshot;
+
+use super::central::{Daemon, NB_SCHEMA, PYTHON, SB_SCHEMA, daemon_args, ok, server};
+use crate::alloc;
+use crate::report::Better;
+use crate::{Opts, Report};
+
+/// The `holdfast` binary built beside this one.
+fn holdfast_bin() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let p = exe.parent()?.join("holdfast");
+    p.exists().then_some(p)
+}
+
+fn gen_topo() -> Option<PathBuf> {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    [
+        manifest.join("../../../shared/bench/gen_topo.py"),
+        PathBuf::from("/work/shared/bench/gen_topo.py"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+}
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// A database file from a server (`ovsdb-client backup`).
+fn backup(remote: &str, db: &str, to: &Path) -> anyhow::Result<()> {
+    let out = Command::new("ovsdb-client")
+        .args(["backup", remote, db])
+        .output()
+        .context("running ovsdb-client backup")?;
+    if !out.status.success() {
+        bail!(
+            "ovsdb-client backup failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    std::fs::write(to, &out.stdout)?;
+    Ok(())
+}
+
+fn read_nb(path: &Path) -> anyhow::Result<NbSnapshot> {
+    let loaded = hf_ovsdb_net::storage::open(path, 0, 0)
+        .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+    NbSnapshot::from_db(&loaded.db).map_err(|e| anyhow::anyhow!("NB snapshot: {e}"))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// `VmHWM` of the process whose pid is in `pidfile`, in MB.
+fn peak_rss_mb(pidfile: &Path) -> anyhow::Result<f64> {
+    let pid = std::fs::read_to_string(pidfile)?;
+    let status = std::fs::read_to_string(format!("/proc/{}/status", pid.trim()))?;
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .context("VmHWM in /proc/PID/status")?;
+    Ok(kb / 1024.0)
+}
+
+/// What one northd did on one NB.
+struct SideBySide {
+    cold_ms: f64,
+    lsp_add_ms: f64,
+    rss_mb: f64,
+}
+
+/// Starts `northd` (`argv[0]` and its leading arguments) on a copy of `nb_file` and an empty
+/// SB in `dir`, times the cold compile and three `lsp-add`s.
+fn side(dir: &Path, nb_file: &Path, argv: &[String], name: &str) -> anyhow::Result<SideBySide> {
+    std::fs::create_dir_all(dir)?;
+    let nb_db = dir.join("nb.db");
+    std::fs::copy(nb_file, &nb_db)?;
+    let nb_sock = dir.join("nb.sock");
+    ok(Command::new("ovsdb-server")
+        .args(daemon_args(dir, "nb"))
+        .arg(format!("--remote=punix:{}", nb_sock.display()))
+        .arg(&nb_db))?;
+    let _nb_server = Daemon(dir.join("nb.pid"));
+    let nb = format!("unix:{}", nb_sock.display());
+    let (_sb_server, sb) = server(dir, "sb", SB_SCHEMA)?;
+    let start = Instant::now();
+    ok(Command::new(&argv[0])
+        .args(&argv[1..])
+        .args(daemon_args(dir, name))
+        .arg(format!("--ovnnb-db={nb}"))
+        .arg(format!("--ovnsb-db={sb}")))
+    .with_context(|| format!("starting {name}"))?;
+    let northd = Daemon(dir.join(format!("{name}.pid")));
+    let nbctl = |args: &[&str]| {
+        ok(Command::new("ovn-nbctl")
+            .arg(format!("--db={nb}"))
+            .args(["--wait=sb", "--timeout=120"])
+            .args(args))
+    };
+    nbctl(&["sync"]).with_context(|| format!("{name}: cold --wait=sb sync"))?;
+    let cold_ms = start.elapsed().as_secs_f64() * 1e3;
+    let mut adds = Vec::new();
+    for k in 0..3 {
+        let port = format!("bench-new{k}");
+        let addr = format!("0a:ff:00:00:00:{:02x} 10.1.0.{}", k + 1, 240 + k);
+        let t = Instant::now();
+        nbctl(&[
+            "lsp-add",
+            "ls0",
+            &port,
+            "--",
+            "lsp-set-addresses",
+            &port,
+            &addr,
+        ])
+        .with_context(|| format!("{name}: lsp-add --wait=sb"))?;
+        adds.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let rss_mb = peak_rss_mb(&dir.join(format!("{name}.pid")))?;
+    drop(northd);
+    Ok(SideBySide {
+        cold_ms,
+        lsp_add_ms: median(adds),
+        rss_mb,
+    })
+}
+
+/// Runs the suite.
+pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
+    for tool in [
+        "ovsdb-server",
+        "ovsdb-tool",
+        "ovsdb-client",
+        "ovn-northd",
+        "ovn-nbctl",
+    ] {
+        if !have(tool) {
+            report.note(&format!(
+                "skipped: {tool} is not installed (needs OVN's packages)"
+            ));
+            return Ok(());
+        }
+    }
+    let Some(topo) = gen_topo() else {
+        report.note("skipped: shared/bench/gen_topo.py not found");
+        return Ok(());
+    };
+    let sizes: &[(usize, usize)] = if opts.tiny {
+        &[(100, 20)]
+    } else {
+        &[(100, 20), (300, 30), (500, 40)]
+    };
+    for &(n, p) in sizes {
+        let dir = tempfile::tempdir()?;
+        let d = dir.path();
+        // The NB, built by real ovn-nbctl with no northd running.
+        let nb_file = d.join("nb-built.db");
+        {
+            let (_nb_server, nb) = server(d, "build", NB_SCHEMA)?;
+            let t = Instant::now();
+            ok(Command::new(PYTHON).arg(&topo).args([
+                "--n",
+                &n.to_string(),
+                "--p",
+                &p.to_string(),
+                "--db",
+                &nb,
+            ]))?;
+            report.note(&format!(
+                "built the {n}x{p} NB in {:.1} s",
+                t.elapsed().as_secs_f64()
+            ));
+            backup(&nb, "OVN_Northbound", &nb_file)?;
+        }
+        in_process(report, n, p, &nb_file)?;
+        let ovn = side(
+            &d.join("ovn"),
+            &nb_file,
+            &["ovn-northd".to_string()],
+            "ovn-northd",
+        )
+        .context("ovn-northd side")?;
+        let ours = match holdfast_bin() {
+            None => Err(anyhow::anyhow!(
+                "no `holdfast` binary beside hf-bench (cargo build --release builds both)"
+            )),
+            Some(bin) => side(
+                &d.join("holdfast"),
+                &nb_file,
+                &[bin.display().to_string(), "northd".to_string()],
+                "holdfast-northd",
+            ),
+        };
+        let names = (
+            format!("northd_cold_{n}x{p}_wait_sb"),
+            format!("northd_lsp_add_{n}x{p}_wait_sb"),
+            format!("northd_{n}x{p}_peak_rss"),
+        );
+        match ours {
+            Ok(h) => {
+                let b = Better::Lower;
+                report.compare(&names.0, h.cold_ms, "ms", b, "ovn-northd", ovn.cold_ms);
+                report.compare(
+                    &names.1,
+                    h.lsp_add_ms,
+                    "ms",
+                    b,
+                    "ovn-northd",
+                    ovn.lsp_add_ms,
+                );
+                report.compare(&names.2, h.rss_mb, "MB", b, "ovn-northd", ovn.rss_mb);
+            }
+            Err(e) => {
+                report.note(&format!(
+                    "holdfast northd side skipped at {n}x{p}: {e:#}; ovn-northd's figures alone"
+                ));
+                report.result(&format!("{}_ovn_northd", names.0), ovn.cold_ms, "ms");
+                report.result(&format!("{}_ovn_northd", names.1), ovn.lsp_add_ms, "ms");
+                report.result(&format!("{}_ovn_northd", names.2), ovn.rss_mb, "MB");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The in-process compile figures.
+fn in_process(report: &mut Report, n: usize, p: usize, nb_file: &Path) -> anyhow::Result<()> {
+    let nb = read_nb(nb_file)?;
+    let opts = hf_northd::Options::default();
+    let mut times = Vec::new();
+    let mut flows = 0;
+    let mut peak = 0;
+    for _ in 0..3 {
+        let base = alloc::reset_peak();
+        let t = Instant::now();
+        let c = hf_northd::compile(&nb, &opts);
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        peak = peak.max(alloc::peak().saturating_sub(base));
+        flows = c.sb.flows.len();
+        drop(c);
+    }
+    report.result(&format!("compile_{n}x{p}_in_process"), median(times), "ms");
+    report.result(&format!("compile_{n}x{p}_flows"), flows as f64, "flows");
+    report.result(
+        &format!("compile_{n}x{p}_heap_peak"),
+        peak as f64 / 1e6,
+        "MB",
+    );
+    Ok(())
+}

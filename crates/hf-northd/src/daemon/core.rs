@@ -1,0 +1,638 @@
+//! The northd core: what `holdfast northd` does between two replicas (NB as
+//! [`hf_model::NbSnapshot`], SB as the lean [`SbView`]), without sockets or clocks.
+//!
+//! - Active/standby through the SB lock `ovn_northd` (the lock real ovn-northd takes, so the
+//!   two never both write). A standby follows both databases and writes nothing; `pause`
+//!   gives the lock up (as ovn-northd does) and `resume` asks for it again.
+//! - On an NB change (or a `Chassis` change, or `inc-engine/recompute`): [`crate::compile`]
+//!   with the tunnel keys SB has, then one SB transaction built by [`crate::sync::diff_ops`]
+//!   against the view at send time; one transaction in flight at a time, and changes that
+//!   arrive meanwhile are coalesced into the next. A transaction with nothing to write is not
+//!   sent (restarting against an unchanged NB writes nothing).
+//! - `NB_Global.nb_cfg` goes to `SB_Global.nb_cfg` in the transaction that writes the matching
+//!   flows; once SB shows it, `NB_Global.sb_cfg` (and `sb_cfg_timestamp`) follow; `hv_cfg`
+//!   (and its timestamp) is the minimum `Chassis_Private.nb_cfg` over non-remote chassis (the
+//!   NB's own `nb_cfg` when there is none), as OVN 23.03 computes it. `Logical_Switch_Port.up`
+//!   follows `Port_Binding.up`/`chassis` as 23.03 sets it.
+//! - Diagnostics of each compile are logged once when they appear and once when they go
+//!   away, and kept for `status`.
+//!
+//! Call contract: feed each replica's events to [`Northd::handle_nb_event`] /
+//! [`Northd::handle_sb_event`], then call [`Northd::poll`] (with both replicas) and drain
+//! [`Northd::poll_log`]. `now` is the replicas' millisecond clock; `wall_ms` the wall clock
+//! for the `*_timestamp` columns.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use hf_model::NbSnapshot;
+use hf_ovsdb_net::client::{Event, Replica, TxnId, TxnOutcome};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::sbview::SbView;
+use crate::diag::Diagnostic;
+use crate::output::SbDesired;
+use crate::sync::{SyncInput, SyncStats, diff_ops};
+use crate::{Keys, Options};
+
+/// The SB lock every northd takes (the same name as real ovn-northd's).
+pub const LOCK_NAME: &str = "ovn_northd";
+
+/// Settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Start paused (`--dry-run`).
+    pub paused: bool,
+    /// Seed for the UUIDs of inserted rows.
+    pub seed: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            paused: false,
+            seed: 0x9e37_79b9_7f4a_7c15,
+        }
+    }
+}
+
+/// What this northd is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Holds the lock and writes.
+    Active,
+    /// Follows; another northd holds the lock (or the lock is not granted yet).
+    Standby,
+    /// Paused by `pause` or `--dry-run`.
+    Paused,
+}
+
+impl Role {
+    /// As `status` prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Active => "active",
+            Role::Standby => "standby",
+            Role::Paused => "paused",
+        }
+    }
+}
+
+/// How severe a log line is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    /// Information.
+    Info,
+    /// Something the operator should look at.
+    Warn,
+    /// A failure.
+    Err,
+}
+
+/// Counters.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    /// Compiles run.
+    pub compiles: u64,
+    /// SB transactions committed (with something in them).
+    pub sb_commits: u64,
+    /// SB transactions not sent because they had nothing to write.
+    pub sb_unchanged: u64,
+    /// NB transactions committed.
+    pub nb_commits: u64,
+    /// What the last committed SB transaction did.
+    pub last_sync: SyncStats,
+    /// Flows the last compile built (before grouping).
+    pub last_flows_built: usize,
+}
+
+/// The northd core. See the module documentation.
+pub struct Northd {
+    cfg: Config,
+    paused: bool,
+    active: bool,
+    /// NB (or what compile reads from SB) changed since the last compile.
+    compile_due: bool,
+    /// SB may differ from the desired state.
+    sync_due: bool,
+    /// NB-side values (sb_cfg, hv_cfg, LSP up) may need writing.
+    nb_side_due: bool,
+    desired: Option<Arc<SbDesired>>,
+    sb_txn: Option<(TxnId, Arc<Mutex<SyncStats>>)>,
+    nb_txn: Option<TxnId>,
+    diagnostics: Vec<Diagnostic>,
+    log: VecDeque<(Level, String)>,
+    rng: Arc<Mutex<u64>>,
+    stats: Stats,
+}
+
+impl std::fmt::Debug for Northd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Northd")
+            .field("role", &self.role())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A UUID (version 4 layout) from a xorshift generator.
+fn next_uuid(state: &mut u64) -> Uuid {
+    let mut next = || {
+        let mut x = *state;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *state = x;
+        x
+    };
+    let (a, b) = (next(), next());
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&a.to_be_bytes());
+    bytes[8..].copy_from_slice(&b.to_be_bytes());
+    uuid::Builder::from_bytes(bytes)
+        .with_version(uuid::Version::Random)
+        .with_variant(uuid::Variant::RFC4122)
+        .into_uuid()
+}
+
+impl Northd {
+    /// A core; call [`Northd::start`] with the SB replica before anything else.
+    pub fn new(cfg: Config) -> Northd {
+        Northd {
+            paused: cfg.paused,
+            rng: Arc::new(Mutex::new(cfg.seed | 1)),
+            cfg,
+            active: false,
+            compile_due: true,
+            sync_due: true,
+            nb_side_due: true,
+            desired: None,
+            sb_txn: None,
+            nb_txn: None,
+            diagnostics: Vec::new(),
+            log: VecDeque::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    /// Asks for the lock (unless paused).
+    pub fn start(&mut self, sb: &mut Replica<SbView>) {
+        if !self.paused {
+            sb.lock(LOCK_NAME);
+        }
+        if self.cfg.paused {
+            self.say(Level::Info, "started paused (--dry-run): nothing is written until `resume`".into());
+        }
+    }
+
+    /// The role.
+    pub fn role(&self) -> Role {
+        if self.paused {
+            Role::Paused
+        } else if self.active {
+            Role::Active
+        } else {
+            Role::Standby
+        }
+    }
+
+    /// The diagnostics of the last compile.
+    pub fn diagnostics(&self) -> &[Diagnostic] {
+        &self.diagnostics
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// `status`'s answer.
+    pub fn status(&self) -> String {
+        let mut s = format!("Status: {}\n", self.role().name());
+        if !self.diagnostics.is_empty() {
+            s.push_str(&format!("Diagnostics ({}):\n", self.diagnostics.len()));
+            for d in &self.diagnostics {
+                s.push_str(&format!("  {d}\n"));
+            }
+        }
+        s
+    }
+
+    /// `pause`: stop writing and give the lock up.
+    pub fn pause(&mut self, sb: &mut Replica<SbView>) {
+        if !self.paused {
+            self.paused = true;
+            self.active = false;
+            sb.unlock();
+            self.say(Level::Info, "paused: lock released".into());
+        }
+    }
+
+    /// `resume`: ask for the lock again and catch up.
+    pub fn resume(&mut self, sb: &mut Replica<SbView>) {
+        if self.paused {
+            self.paused = false;
+            self.compile_due = true;
+            self.sync_due = true;
+            self.nb_side_due = true;
+            sb.lock(LOCK_NAME);
+            self.say(Level::Info, "resumed".into());
+        }
+    }
+
+    /// `inc-engine/recompute`: compile and sync everything at the next poll.
+    pub fn recompute(&mut self) {
+        self.compile_due = true;
+        self.sync_due = true;
+        self.nb_side_due = true;
+    }
+
+    /// The next log line.
+    pub fn poll_log(&mut self) -> Option<(Level, String)> {
+        self.log.pop_front()
+    }
+
+    fn say(&mut self, l: Level, s: String) {
+        self.log.push_back((l, s));
+    }
+
+    /// One NB replica event.
+    pub fn handle_nb_event(&mut self, ev: Event<NbSnapshot>) {
+        match ev {
+            Event::Changes(d) => {
+                if needs_compile(&d) {
+                    self.compile_due = true;
+                }
+                self.sync_due = true;
+                self.nb_side_due = true;
+            }
+            Event::Resynced { .. } => {
+                self.compile_due = true;
+                self.sync_due = true;
+                self.nb_side_due = true;
+            }
+            Event::TxnDone { id, outcome, .. } if Some(id) == self.nb_txn => {
+                self.nb_txn = None;
+                match outcome {
+                    TxnOutcome::Committed(_) => self.stats.nb_commits += 1,
+                    TxnOutcome::Unchanged => {}
+                    TxnOutcome::Failed(e) => {
+                        self.nb_side_due = true;
+                        self.say(Level::Warn, format!("NB transaction failed: {e}"));
+                    }
+                    other => self.say(Level::Warn, format!("NB transaction: {other:?}")),
+                }
+            }
+            Event::Disconnected { remote, reason } => {
+                self.say(Level::Info, format!("NB remote {remote}: {reason}"));
+            }
+            Event::Warning(w) => self.say(Level::Warn, format!("NB: {w}")),
+            _ => {}
+        }
+    }
+
+    /// One SB replica event.
+    pub fn handle_sb_event(&mut self, ev: Event<SbView>) {
+        match ev {
+            Event::Changes(c) => {
+                // Chassis: features and requested-chassis references; everything but
+                // Chassis_Private: rows northd writes.
+                if c.touches("Chassis") {
+                    self.compile_due = true;
+                }
+                if c.tables.iter().any(|t| *t != "Chassis_Private") {
+                    self.sync_due = true;
+                }
+                self.nb_side_due = true;
+            }
+            Event::Resynced { .. } => {
+                self.compile_due = true;
+                self.sync_due = true;
+                self.nb_side_due = true;
+            }
+            Event::LockAcquired(_) => {
+                self.active = true;
+                self.sync_due = true;
+                self.nb_side_due = true;
+                self.say(Level::Info, "ovn-northd lock acquired. This ovn-northd instance is now active.".into());
+            }
+            Event::LockLost(_) => {
+                if self.active {
+                    self.say(Level::Info, "ovn-northd lock lost. This ovn-northd instance is now on standby.".into());
+                }
+                self.active = false;
+            }
+            Event::TxnDone { id, outcome, .. } if self.sb_txn.as_ref().is_some_and(|t| t.0 == id) => {
+                let Some((_, st)) = self.sb_txn.take() else {
+                    return;
+                };
+                match outcome {
+                    TxnOutcome::Committed(_) => {
+                        self.stats.sb_commits += 1;
+                        if let Ok(s) = st.lock() {
+                            self.stats.last_sync = s.clone();
+                        }
+                        self.nb_side_due = true;
+                    }
+                    TxnOutcome::Unchanged => self.stats.sb_unchanged += 1,
+                    TxnOutcome::Failed(e) => {
+                        self.sync_due = true;
+                        self.say(Level::Warn, format!("SB transaction failed: {e}"));
+                    }
+                    other => {
+                        self.sync_due = true;
+                        self.say(Level::Warn, format!("SB transaction: {other:?}"));
+                    }
+                }
+            }
+            Event::Disconnected { remote, reason } => {
+                self.say(Level::Info, format!("SB remote {remote}: {reason}"));
+            }
+            Event::Warning(w) => self.say(Level::Warn, format!("SB: {w}")),
+            _ => {}
+        }
+    }
+
+    /// Does what is due: compile, sync SB, write NB's handshake columns.
+    pub fn poll(
+        &mut self,
+        nb: &mut Replica<NbSnapshot>,
+        sb: &mut Replica<SbView>,
+        now: u64,
+        wall_ms: i64,
+    ) {
+        let _ = now;
+        if !nb.is_synced() || !sb.is_synced() {
+            return;
+        }
+        // Compiles run in standby too, so that diagnostics show and a takeover is quick.
+        if self.compile_due && (self.active || self.desired.is_none()) {
+            self.compile(nb.model(), sb.model());
+        }
+        if !self.active || self.paused {
+            return;
+        }
+        if self.sync_due && self.sb_txn.is_none() {
+            self.sync_due = false;
+            self.start_sync(nb.model(), sb);
+        }
+        if self.nb_side_due && self.nb_txn.is_none() {
+            self.nb_side_due = false;
+            self.start_nb_side(nb, sb.model(), wall_ms);
+        }
+    }
+
+    fn compile(&mut self, nb: &NbSnapshot, sb: &SbView) {
+        self.compile_due = false;
+        self.sync_due = true;
+        let opts = compile_options(sb);
+        let c = crate::compile(nb, &opts);
+        self.stats.compiles += 1;
+        self.stats.last_flows_built = c.flows_built;
+        // Diagnostics: log those that appear and those that go away.
+        let old: BTreeSet<&Diagnostic> = self.diagnostics.iter().collect();
+        let new: BTreeSet<&Diagnostic> = c.diagnostics.iter().collect();
+        let mut lines = Vec::new();
+        for d in new.difference(&old) {
+            lines.push((Level::Warn, format!("{d}")));
+        }
+        for d in old.difference(&new) {
+            lines.push((Level::Info, format!("resolved: {d}")));
+        }
+        for l in lines {
+            self.log.push_back(l);
+        }
+        self.diagnostics = c.diagnostics;
+        self.desired = Some(Arc::new(c.sb));
+    }
+
+    fn start_sync(&mut self, nb: &NbSnapshot, sb: &mut Replica<SbView>) {
+        let Some(desired) = self.desired.clone() else {
+            return;
+        };
+        // The nb_cfg written is that of the NB the desired state was compiled from: `poll`
+        // compiles first when NB changed in a way that matters, so it is NB's current one.
+        let nb_cfg = nb.nb_global().values().next().map_or(0, |g| g.nb_cfg);
+        let stats = Arc::new(Mutex::new(SyncStats::default()));
+        let st = stats.clone();
+        let rng = self.rng.clone();
+        let id = sb.transact(Box::new(move |view: &SbView| {
+            let mut guard = match rng.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            let mut fresh = || next_uuid(&mut guard);
+            let (mut ops, s) = diff_ops(
+                &SyncInput {
+                    desired: &desired,
+                    nb_cfg,
+                },
+                view,
+                &mut fresh,
+            );
+            if let Ok(mut g) = st.lock() {
+                *g = s;
+            }
+            if !ops.is_empty() {
+                ops.push(json!({"op": "comment", "comment": "holdfast northd"}));
+            }
+            ops
+        }));
+        self.sb_txn = Some((id, stats));
+    }
+
+    fn start_nb_side(&mut self, nb: &mut Replica<NbSnapshot>, sb: &SbView, wall_ms: i64) {
+        let plan = nb_side(nb.model(), sb);
+        if plan.is_empty() {
+            return;
+        }
+        let id = nb.transact(Box::new(move |view: &NbSnapshot| plan_ops(&plan, view, wall_ms)));
+        self.nb_txn = Some(id);
+    }
+}
+
+/// Whether an NB change can change the compile: everything except northd's own handshake
+/// columns (`NB_Global`'s `nb_cfg`, `sb_cfg`, `hv_cfg` and their timestamps) and
+/// `Logical_Switch_Port.up`, which a sync without a compile handles.
+pub fn needs_compile(d: &hf_model::NbDelta) -> bool {
+    use hf_model::RowDelta;
+    let mut cheap = 0;
+    for r in &d.nb_global {
+        if let RowDelta::Update { old, new } = r {
+            let mut a = old.clone();
+            a.nb_cfg = new.nb_cfg;
+            a.nb_cfg_timestamp = new.nb_cfg_timestamp;
+            a.sb_cfg = new.sb_cfg;
+            a.sb_cfg_timestamp = new.sb_cfg_timestamp;
+            a.hv_cfg = new.hv_cfg;
+            a.hv_cfg_timestamp = new.hv_cfg_timestamp;
+            if a == *new {
+                cheap += 1;
+            }
+        }
+    }
+    for r in &d.logical_switch_port {
+        if let RowDelta::Update { old, new } = r {
+            let mut a = old.clone();
+            a.up = new.up;
+            if a == *new {
+                cheap += 1;
+            }
+        }
+    }
+    cheap < d.len()
+}
+
+/// What compile reads from SB: tunnel keys by name.
+pub fn compile_options(sb: &SbView) -> Options {
+    let mut keys = Keys::default();
+    for d in sb.datapath_binding.values() {
+        if let (Some(n), Ok(k)) = (d.external_ids.get("name"), u32::try_from(d.tunnel_key)) {
+            keys.datapaths.entry(n.clone()).or_insert(k);
+        }
+    }
+    for p in sb.port_binding.values() {
+        if let Ok(k) = u32::try_from(p.tunnel_key) {
+            keys.ports.entry(p.logical_port.clone()).or_insert(k);
+        }
+    }
+    Options {
+        keys,
+        ..Default::default()
+    }
+}
+
+/// The NB writes due: values computed from SB, applied against the NB view at send time.
+#[derive(Clone, Debug, Default)]
+struct NbPlan {
+    /// Create NB_Global.
+    create_global: bool,
+    /// `sb_cfg` (SB_Global.nb_cfg as SB shows it).
+    sb_cfg: Option<i64>,
+    /// `hv_cfg` and its timestamp.
+    hv_cfg: Option<(i64, i64)>,
+    /// `nb_cfg` to stamp `nb_cfg_timestamp` for (it reached SB).
+    nb_cfg_seen: Option<i64>,
+    /// LSP UUID → `up`.
+    ups: Vec<(Uuid, bool)>,
+}
+
+impl NbPlan {
+    fn is_empty(&self) -> bool {
+        !self.create_global
+            && self.sb_cfg.is_none()
+            && self.hv_cfg.is_none()
+            && self.nb_cfg_seen.is_none()
+            && self.ups.is_empty()
+    }
+}
+
+fn nb_side(nb: &NbSnapshot, sb: &SbView) -> NbPlan {
+    let mut plan = NbPlan::default();
+    let Some(g) = nb.nb_global().values().next() else {
+        plan.create_global = true;
+        return plan;
+    };
+    let sb_cfg = sb.global().map_or(0, |s| s.nb_cfg);
+    if sb_cfg != 0 && g.sb_cfg != sb_cfg {
+        plan.sb_cfg = Some(sb_cfg);
+        if sb_cfg == g.nb_cfg {
+            plan.nb_cfg_seen = Some(sb_cfg);
+        }
+    }
+    // hv_cfg: the minimum nb_cfg over non-remote chassis; NB's own nb_cfg without any.
+    let mut hv = g.nb_cfg;
+    let mut ts = 0;
+    for cp in sb.chassis_private.values() {
+        let remote = cp
+            .chassis
+            .and_then(|c| sb.chassis.get(&c.uuid()))
+            .is_some_and(|c| c.other_config.get("is-remote").is_some_and(|v| v == "true"));
+        if remote {
+            continue;
+        }
+        if cp.nb_cfg < hv {
+            hv = cp.nb_cfg;
+            ts = cp.nb_cfg_timestamp;
+        } else if cp.nb_cfg == hv && cp.nb_cfg_timestamp > ts {
+            ts = cp.nb_cfg_timestamp;
+        }
+    }
+    if g.hv_cfg != hv {
+        plan.hv_cfg = Some((hv, ts));
+    }
+    // Logical_Switch_Port.up, as 23.03: router ports are up; others when bound to a chassis
+    // and the controller says so (a remote chassis' ports are up once bound).
+    let pbs: std::collections::HashMap<&str, &hf_model::sb::PortBinding> = sb
+        .port_binding
+        .values()
+        .map(|p| (p.logical_port.as_str(), p))
+        .collect();
+    for lsp in nb.logical_switch_port().values() {
+        let Some(pb) = pbs.get(lsp.name.as_str()) else {
+            continue;
+        };
+        let up = if lsp.type_ == "router" {
+            true
+        } else if let Some(c) = pb.chassis {
+            let remote = sb
+                .chassis
+                .get(&c.uuid())
+                .is_some_and(|c| c.other_config.get("is-remote").is_some_and(|v| v == "true"));
+            remote || pb.up == Some(true)
+        } else {
+            false
+        };
+        if lsp.up != Some(up) {
+            plan.ups.push((lsp.uuid, up));
+        }
+    }
+    plan
+}
+
+fn uuid_where(u: Uuid) -> Value {
+    json!([["_uuid", "==", ["uuid", u.to_string()]]])
+}
+
+fn plan_ops(plan: &NbPlan, nb: &NbSnapshot, wall_ms: i64) -> Vec<Value> {
+    let mut ops = Vec::new();
+    let Some(g) = nb.nb_global().values().next() else {
+        if plan.create_global {
+            ops.push(json!({"op": "insert", "table": "NB_Global", "row": {}}));
+        }
+        return ops;
+    };
+    let mut row = serde_json::Map::new();
+    if let Some(c) = plan.sb_cfg
+        && g.sb_cfg != c
+    {
+        row.insert("sb_cfg".into(), json!(c));
+        row.insert("sb_cfg_timestamp".into(), json!(wall_ms));
+    }
+    if let Some(c) = plan.nb_cfg_seen
+        && g.nb_cfg == c
+    {
+        row.insert("nb_cfg_timestamp".into(), json!(wall_ms));
+    }
+    if let Some((c, ts)) = plan.hv_cfg
+        && g.hv_cfg != c
+    {
+        row.insert("hv_cfg".into(), json!(c));
+        row.insert("hv_cfg_timestamp".into(), json!(ts));
+    }
+    if !row.is_empty() {
+        ops.push(json!({"op": "update", "table": "NB_Global", "where": uuid_where(g.uuid), "row": row}));
+    }
+    for (u, up) in &plan.ups {
+        if nb
+            .logical_switch_port()
+            .get(u)
+            .is_some_and(|l| l.up != Some(*up))
+        {
+            ops.push(json!({"op": "update", "table": "Logical_Switch_Port",
+                "where": uuid_where(*u), "row": {"up": up}}));
+        }
+    }
+    ops
+}

@@ -1,0 +1,776 @@
+//! The lean southbound view northd keeps ([`SbView`]): an [`hf_ovsdb_net::client::Model`] of
+//! only the tables and columns northd reads or writes. Small tables are held as hf-model's
+//! typed rows; `Logical_Flow` (100k rows at 500 switches × 40 ports) is held lean
+//! ([`LeanFlow`]: its `hf-flow-id`, references, scalar columns, hashes of `match` and
+//! `actions`, and its small `external_ids` map, since update2 sends map diffs), so that the
+//! sync can tell whether a row equals the desired one without keeping its text.
+//!
+//! What it does not do: keep flow text (so it cannot print a flow), or hold controller-only
+//! tables (Encap, IGMP_Group, FDB, ...). `MAC_Binding` and `Static_MAC_Binding` are held as
+//! row → datapath only, so that deleting a datapath deletes what refers to it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use hf_model::ModelError;
+use hf_model::Table;
+use hf_model::sb;
+use hf_ovsdb::{Atom, Datum};
+use hf_ovsdb_net::client::{Model, TableSelect};
+use serde_json::{Map, Value, json};
+use uuid::Uuid;
+
+use crate::flow::{FlowId, fnv1a64};
+
+/// One `Logical_Flow`, lean.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeanFlow {
+    /// `external_ids:hf-flow-id`, parsed (None: not written by holdfast northd).
+    pub id: Option<FlowId>,
+    /// `logical_datapath`.
+    pub logical_datapath: Option<Uuid>,
+    /// `logical_dp_group`.
+    pub logical_dp_group: Option<Uuid>,
+    /// `pipeline` is `egress`.
+    pub egress: bool,
+    /// `table_id`.
+    pub table_id: i64,
+    /// `priority`.
+    pub priority: i64,
+    /// FNV-1a of `match`.
+    pub match_hash: u64,
+    /// FNV-1a of `actions`.
+    pub actions_hash: u64,
+    /// `controller_meter`.
+    pub controller_meter: Option<Box<str>>,
+    /// `external_ids`, sorted by key.
+    pub external_ids: Box<[(Box<str>, Box<str>)]>,
+}
+
+impl Default for LeanFlow {
+    fn default() -> Self {
+        LeanFlow {
+            id: None,
+            logical_datapath: None,
+            logical_dp_group: None,
+            egress: false,
+            table_id: 0,
+            priority: 0,
+            match_hash: fnv1a64(b""),
+            actions_hash: fnv1a64(b""),
+            controller_meter: None,
+            external_ids: Box::new([]),
+        }
+    }
+}
+
+/// The hash the view keeps of a `match` or `actions` text.
+pub fn text_hash(s: &str) -> u64 {
+    fnv1a64(s.as_bytes())
+}
+
+/// What changed in one update: the tables touched and the number of row changes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SbChanges {
+    /// Tables with at least one changed row.
+    pub tables: BTreeSet<&'static str>,
+    /// Row changes.
+    pub rows: usize,
+}
+
+impl SbChanges {
+    /// Whether `table` changed.
+    pub fn touches(&self, table: &str) -> bool {
+        self.tables.contains(table)
+    }
+}
+
+/// northd's view of SB.
+#[derive(Debug, Default)]
+pub struct SbView {
+    /// `SB_Global`.
+    pub sb_global: BTreeMap<Uuid, sb::SbGlobal>,
+    /// `Chassis`.
+    pub chassis: BTreeMap<Uuid, sb::Chassis>,
+    /// `Chassis_Private`.
+    pub chassis_private: BTreeMap<Uuid, sb::ChassisPrivate>,
+    /// `Datapath_Binding`.
+    pub datapath_binding: BTreeMap<Uuid, sb::DatapathBinding>,
+    /// `Port_Binding` (the columns of [`SbView::tables`]).
+    pub port_binding: BTreeMap<Uuid, sb::PortBinding>,
+    /// `Multicast_Group`.
+    pub multicast_group: BTreeMap<Uuid, sb::MulticastGroup>,
+    /// `Port_Group`.
+    pub port_group: BTreeMap<Uuid, sb::PortGroup>,
+    /// `Address_Set`.
+    pub address_set: BTreeMap<Uuid, sb::AddressSet>,
+    /// `Load_Balancer`.
+    pub load_balancer: BTreeMap<Uuid, sb::LoadBalancer>,
+    /// `HA_Chassis`.
+    pub ha_chassis: BTreeMap<Uuid, sb::HaChassis>,
+    /// `HA_Chassis_Group`.
+    pub ha_chassis_group: BTreeMap<Uuid, sb::HaChassisGroup>,
+    /// `Logical_DP_Group`.
+    pub logical_dp_group: BTreeMap<Uuid, sb::LogicalDpGroup>,
+    /// `Logical_Flow`, lean.
+    pub logical_flow: HashMap<Uuid, LeanFlow>,
+    /// `MAC_Binding`: row → datapath.
+    pub mac_binding: HashMap<Uuid, Uuid>,
+    /// `Static_MAC_Binding`: row → datapath.
+    pub static_mac_binding: HashMap<Uuid, Uuid>,
+}
+
+/// Tables of the view and the columns monitored (`None`: every column).
+const TABLES: &[(&str, Option<&[&str]>)] = &[
+    ("SB_Global", None),
+    ("Chassis", Some(&["name", "hostname", "other_config", "external_ids"])),
+    (
+        "Chassis_Private",
+        Some(&["name", "chassis", "nb_cfg", "nb_cfg_timestamp"]),
+    ),
+    ("Datapath_Binding", None),
+    (
+        "Port_Binding",
+        Some(&[
+            "logical_port",
+            "datapath",
+            "tunnel_key",
+            "type",
+            "options",
+            "mac",
+            "parent_port",
+            "tag",
+            "nat_addresses",
+            "external_ids",
+            "requested_chassis",
+            "requested_additional_chassis",
+            "ha_chassis_group",
+            "port_security",
+            "chassis",
+            "up",
+        ]),
+    ),
+    ("Multicast_Group", None),
+    ("Port_Group", None),
+    ("Address_Set", None),
+    ("Load_Balancer", None),
+    ("HA_Chassis", Some(&["chassis", "priority"])),
+    ("HA_Chassis_Group", Some(&["name", "ha_chassis"])),
+    ("Logical_DP_Group", None),
+    (
+        "Logical_Flow",
+        Some(&[
+            "logical_datapath",
+            "logical_dp_group",
+            "pipeline",
+            "table_id",
+            "priority",
+            "match",
+            "actions",
+            "external_ids",
+            "controller_meter",
+        ]),
+    ),
+    ("MAC_Binding", Some(&["datapath"])),
+    ("Static_MAC_Binding", Some(&["datapath"])),
+];
+
+impl SbView {
+    /// The monitor selection: only the tables and columns the view keeps.
+    pub fn tables() -> Vec<TableSelect> {
+        TABLES
+            .iter()
+            .map(|(t, cols)| TableSelect {
+                name: (*t).to_string(),
+                columns: cols.map(|c| c.iter().map(|s| (*s).to_string()).collect()),
+                condition: None,
+            })
+            .collect()
+    }
+
+    /// The one `SB_Global` row (the first, if there are several).
+    pub fn global(&self) -> Option<&sb::SbGlobal> {
+        self.sb_global.values().next()
+    }
+
+    /// Rows held.
+    pub fn len(&self) -> usize {
+        self.sb_global.len()
+            + self.chassis.len()
+            + self.chassis_private.len()
+            + self.datapath_binding.len()
+            + self.port_binding.len()
+            + self.multicast_group.len()
+            + self.port_group.len()
+            + self.address_set.len()
+            + self.load_balancer.len()
+            + self.ha_chassis.len()
+            + self.ha_chassis_group.len()
+            + self.logical_dp_group.len()
+            + self.logical_flow.len()
+            + self.mac_binding.len()
+            + self.static_mac_binding.len()
+    }
+
+    /// Whether the view holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn upd_err(at: impl Into<String>, detail: impl Into<String>) -> ModelError {
+    ModelError::Update {
+        at: Some(at.into()),
+        detail: detail.into(),
+    }
+}
+
+fn no_named(n: &str) -> Result<Uuid, hf_ovsdb::OvsdbError> {
+    Err(hf_ovsdb::OvsdbError::syntax(format!(
+        "named-uuid \"{n}\" outside a transaction"
+    )))
+}
+
+fn parse_col(
+    ts: &hf_ovsdb::TableSchema,
+    table: &str,
+    uuid: Uuid,
+    name: &str,
+    v: &Value,
+) -> Result<Option<(usize, Datum)>, ModelError> {
+    let Some(i) = ts.column_index(name) else {
+        return Ok(None);
+    };
+    Datum::from_json_unchecked(&ts.columns[i].ty, v, &mut no_named)
+        .map(|d| Some((i, d)))
+        .map_err(|e| ModelError::Column {
+            table: table.to_string(),
+            column: name.to_string(),
+            uuid,
+            detail: e.details,
+        })
+}
+
+/// One row update: (kind, body).
+fn one_member<'a>(table: &str, uuid_text: &str, u: &'a Value) -> Result<(&'a str, &'a Value), ModelError> {
+    let mut it = u.as_object().into_iter().flatten();
+    match (it.next(), it.next()) {
+        (Some((k, v)), None) => Ok((k.as_str(), v)),
+        _ => Err(upd_err(
+            format!("{table} row {uuid_text}"),
+            "a row update must be an object with exactly one member",
+        )),
+    }
+}
+
+/// A pending change to one table: row → new value (None: deleted).
+type Pending<R> = Vec<(Uuid, Option<R>)>;
+
+/// Typed table: the changes `updates` (one table's `<table-updates2>`, plus the view's own
+/// `replace` member) makes.
+fn typed_changes<T: Table>(
+    rows: &BTreeMap<Uuid, T>,
+    updates: &Value,
+) -> Result<Pending<T>, ModelError> {
+    let obj = updates
+        .as_object()
+        .ok_or_else(|| upd_err(T::NAME, "expected an object of row updates"))?;
+    let ts = T::schema();
+    let mut out = Vec::with_capacity(obj.len());
+    for (uuid_text, u) in obj {
+        let uuid = hf_ovsdb::atom::parse_uuid(uuid_text)
+            .map_err(|_| upd_err(T::NAME, format!("{uuid_text:?} is not a UUID")))?;
+        let (kind, body) = one_member(T::NAME, uuid_text, u)?;
+        match kind {
+            "initial" | "insert" | "replace" => {
+                let m = body
+                    .as_object()
+                    .ok_or_else(|| upd_err(T::NAME, format!("{kind} must be a row")))?;
+                if kind != "replace" && rows.contains_key(&uuid) {
+                    return Err(ModelError::Row {
+                        table: T::NAME.into(),
+                        uuid,
+                        detail: format!("{kind} of a row the view already holds"),
+                    });
+                }
+                out.push((uuid, Some(T::from_json_row(uuid, m)?)));
+            }
+            "modify" => {
+                let m = body
+                    .as_object()
+                    .ok_or_else(|| upd_err(T::NAME, "modify must be a row diff"))?;
+                let old = rows.get(&uuid).ok_or_else(|| ModelError::Row {
+                    table: T::NAME.into(),
+                    uuid,
+                    detail: "modify of a row the view lacks".into(),
+                })?;
+                let mut row = old.to_row(Uuid::nil());
+                for (name, v) in m {
+                    if let Some((i, diff)) = parse_col(ts, T::NAME, uuid, name, v)? {
+                        row.cols[i] = row.cols[i].apply_diff(&diff, &ts.columns[i].ty);
+                    }
+                }
+                out.push((uuid, Some(T::from_row(ts, &row)?)));
+            }
+            "delete" => out.push((uuid, None)),
+            other => return Err(upd_err(T::NAME, format!("unknown row update {other:?}"))),
+        }
+    }
+    Ok(out)
+}
+
+fn apply_pending<R>(rows: &mut BTreeMap<Uuid, R>, p: Pending<R>) -> usize {
+    let n = p.len();
+    for (u, r) in p {
+        match r {
+            Some(r) => {
+                rows.insert(u, r);
+            }
+            None => {
+                rows.remove(&u);
+            }
+        }
+    }
+    n
+}
+
+fn str_of(a: &Atom) -> &str {
+    match a {
+        Atom::String(s) => s,
+        _ => "",
+    }
+}
+
+fn uuid_of(d: &Datum) -> Option<Uuid> {
+    match d.first() {
+        Some(Atom::Uuid(u)) => Some(*u),
+        _ => None,
+    }
+}
+
+fn int_of(d: &Datum) -> i64 {
+    match d.first() {
+        Some(Atom::Integer(i)) => *i,
+        _ => 0,
+    }
+}
+
+fn opt_uuid_datum(u: Option<Uuid>) -> Datum {
+    u.map_or_else(Datum::empty, |u| Datum::scalar(Atom::Uuid(u)))
+}
+
+impl LeanFlow {
+    /// Sets one column from its datum (a whole value).
+    fn set(&mut self, col: &str, d: &Datum) {
+        match col {
+            "logical_datapath" => self.logical_datapath = uuid_of(d),
+            "logical_dp_group" => self.logical_dp_group = uuid_of(d),
+            "pipeline" => self.egress = d.first().is_some_and(|a| str_of(a) == "egress"),
+            "table_id" => self.table_id = int_of(d),
+            "priority" => self.priority = int_of(d),
+            "match" => self.match_hash = text_hash(d.first().map_or("", str_of)),
+            "actions" => self.actions_hash = text_hash(d.first().map_or("", str_of)),
+            "controller_meter" => self.controller_meter = d.first().map(|a| str_of(a).into()),
+            "external_ids" => {
+                self.external_ids = d
+                    .pairs()
+                    .map(|(k, v)| (str_of(k).into(), str_of(v).into()))
+                    .collect();
+                self.id = self
+                    .external_ids
+                    .iter()
+                    .find(|(k, _)| &**k == "hf-flow-id")
+                    .and_then(|(_, v)| FlowId::parse(v));
+            }
+            _ => {}
+        }
+    }
+
+    /// The current datum of a column that update2 sends as a diff (sets and maps).
+    fn datum(&self, col: &str) -> Option<Datum> {
+        Some(match col {
+            "logical_datapath" => opt_uuid_datum(self.logical_datapath),
+            "logical_dp_group" => opt_uuid_datum(self.logical_dp_group),
+            "controller_meter" => self
+                .controller_meter
+                .as_ref()
+                .map_or_else(Datum::empty, |m| Datum::scalar(Atom::String((&**m).into()))),
+            "external_ids" => Datum::map_from_sorted(
+                self.external_ids
+                    .iter()
+                    .map(|(k, _)| Atom::String((&**k).into()))
+                    .collect(),
+                self.external_ids
+                    .iter()
+                    .map(|(_, v)| Atom::String((&**v).into()))
+                    .collect(),
+            ),
+            _ => return None,
+        })
+    }
+
+    /// The `external_ids` value of `key`.
+    pub fn external_id(&self, key: &str) -> Option<&str> {
+        self.external_ids
+            .iter()
+            .find(|(k, _)| &**k == key)
+            .map(|(_, v)| &**v)
+    }
+}
+
+fn flow_changes(
+    rows: &HashMap<Uuid, LeanFlow>,
+    updates: &Value,
+) -> Result<Pending<LeanFlow>, ModelError> {
+    const T: &str = "Logical_Flow";
+    let obj = updates
+        .as_object()
+        .ok_or_else(|| upd_err(T, "expected an object of row updates"))?;
+    let ts = sb::LogicalFlow::schema();
+    let mut out = Vec::with_capacity(obj.len());
+    for (uuid_text, u) in obj {
+        let uuid = hf_ovsdb::atom::parse_uuid(uuid_text)
+            .map_err(|_| upd_err(T, format!("{uuid_text:?} is not a UUID")))?;
+        let (kind, body) = one_member(T, uuid_text, u)?;
+        match kind {
+            "initial" | "insert" | "replace" => {
+                let m = body
+                    .as_object()
+                    .ok_or_else(|| upd_err(T, format!("{kind} must be a row")))?;
+                let mut f = LeanFlow::default();
+                for (name, v) in m {
+                    if let Some((_, d)) = parse_col(ts, T, uuid, name, v)? {
+                        f.set(name, &d);
+                    }
+                }
+                out.push((uuid, Some(f)));
+            }
+            "modify" => {
+                let m = body
+                    .as_object()
+                    .ok_or_else(|| upd_err(T, "modify must be a row diff"))?;
+                let mut f = rows.get(&uuid).cloned().ok_or_else(|| ModelError::Row {
+                    table: T.into(),
+                    uuid,
+                    detail: "modify of a row the view lacks".into(),
+                })?;
+                for (name, v) in m {
+                    if let Some((i, diff)) = parse_col(ts, T, uuid, name, v)? {
+                        let d = match f.datum(name) {
+                            Some(old) => old.apply_diff(&diff, &ts.columns[i].ty),
+                            None => diff,
+                        };
+                        f.set(name, &d);
+                    }
+                }
+                out.push((uuid, Some(f)));
+            }
+            "delete" => out.push((uuid, None)),
+            other => return Err(upd_err(T, format!("unknown row update {other:?}"))),
+        }
+    }
+    Ok(out)
+}
+
+fn dp_ref_changes(
+    table: &str,
+    updates: &Value,
+) -> Result<Pending<Uuid>, ModelError> {
+    let obj = updates
+        .as_object()
+        .ok_or_else(|| upd_err(table, "expected an object of row updates"))?;
+    let mut out = Vec::new();
+    for (uuid_text, u) in obj {
+        let uuid = hf_ovsdb::atom::parse_uuid(uuid_text)
+            .map_err(|_| upd_err(table, format!("{uuid_text:?} is not a UUID")))?;
+        let (kind, body) = one_member(table, uuid_text, u)?;
+        if kind == "delete" {
+            out.push((uuid, None));
+            continue;
+        }
+        // `datapath` is a scalar reference: a modify carries its new value.
+        if let Some(d) = body
+            .get("datapath")
+            .and_then(|v| v.get(1))
+            .and_then(Value::as_str)
+            .and_then(|s| s.parse().ok())
+        {
+            out.push((uuid, Some(d)));
+        }
+    }
+    Ok(out)
+}
+
+/// Every change of one `<table-updates2>`, computed before any is applied (all or nothing).
+#[derive(Default)]
+struct AllPending {
+    sb_global: Pending<sb::SbGlobal>,
+    chassis: Pending<sb::Chassis>,
+    chassis_private: Pending<sb::ChassisPrivate>,
+    datapath_binding: Pending<sb::DatapathBinding>,
+    port_binding: Pending<sb::PortBinding>,
+    multicast_group: Pending<sb::MulticastGroup>,
+    port_group: Pending<sb::PortGroup>,
+    address_set: Pending<sb::AddressSet>,
+    load_balancer: Pending<sb::LoadBalancer>,
+    ha_chassis: Pending<sb::HaChassis>,
+    ha_chassis_group: Pending<sb::HaChassisGroup>,
+    logical_dp_group: Pending<sb::LogicalDpGroup>,
+    logical_flow: Pending<LeanFlow>,
+    mac_binding: Pending<Uuid>,
+    static_mac_binding: Pending<Uuid>,
+}
+
+impl SbView {
+    fn pending_of(&self, table: &str, u: &Value, p: &mut AllPending) -> Result<(), ModelError> {
+        match table {
+            "SB_Global" => p.sb_global.extend(typed_changes(&self.sb_global, u)?),
+            "Chassis" => p.chassis.extend(typed_changes(&self.chassis, u)?),
+            "Chassis_Private" => p
+                .chassis_private
+                .extend(typed_changes(&self.chassis_private, u)?),
+            "Datapath_Binding" => p
+                .datapath_binding
+                .extend(typed_changes(&self.datapath_binding, u)?),
+            "Port_Binding" => p.port_binding.extend(typed_changes(&self.port_binding, u)?),
+            "Multicast_Group" => p
+                .multicast_group
+                .extend(typed_changes(&self.multicast_group, u)?),
+            "Port_Group" => p.port_group.extend(typed_changes(&self.port_group, u)?),
+            "Address_Set" => p.address_set.extend(typed_changes(&self.address_set, u)?),
+            "Load_Balancer" => p
+                .load_balancer
+                .extend(typed_changes(&self.load_balancer, u)?),
+            "HA_Chassis" => p.ha_chassis.extend(typed_changes(&self.ha_chassis, u)?),
+            "HA_Chassis_Group" => p
+                .ha_chassis_group
+                .extend(typed_changes(&self.ha_chassis_group, u)?),
+            "Logical_DP_Group" => p
+                .logical_dp_group
+                .extend(typed_changes(&self.logical_dp_group, u)?),
+            "Logical_Flow" => p.logical_flow.extend(flow_changes(&self.logical_flow, u)?),
+            "MAC_Binding" => p.mac_binding.extend(dp_ref_changes(table, u)?),
+            "Static_MAC_Binding" => p.static_mac_binding.extend(dp_ref_changes(table, u)?),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn apply_all(&mut self, p: AllPending) -> SbChanges {
+        let mut c = SbChanges::default();
+        let mut note = |t: &'static str, n: usize| {
+            if n > 0 {
+                c.tables.insert(t);
+                c.rows += n;
+            }
+        };
+        note("SB_Global", apply_pending(&mut self.sb_global, p.sb_global));
+        note("Chassis", apply_pending(&mut self.chassis, p.chassis));
+        note(
+            "Chassis_Private",
+            apply_pending(&mut self.chassis_private, p.chassis_private),
+        );
+        note(
+            "Datapath_Binding",
+            apply_pending(&mut self.datapath_binding, p.datapath_binding),
+        );
+        note("Port_Binding", apply_pending(&mut self.port_binding, p.port_binding));
+        note(
+            "Multicast_Group",
+            apply_pending(&mut self.multicast_group, p.multicast_group),
+        );
+        note("Port_Group", apply_pending(&mut self.port_group, p.port_group));
+        note("Address_Set", apply_pending(&mut self.address_set, p.address_set));
+        note(
+            "Load_Balancer",
+            apply_pending(&mut self.load_balancer, p.load_balancer),
+        );
+        note("HA_Chassis", apply_pending(&mut self.ha_chassis, p.ha_chassis));
+        note(
+            "HA_Chassis_Group",
+            apply_pending(&mut self.ha_chassis_group, p.ha_chassis_group),
+        );
+        note(
+            "Logical_DP_Group",
+            apply_pending(&mut self.logical_dp_group, p.logical_dp_group),
+        );
+        note("Logical_Flow", apply_hash(&mut self.logical_flow, p.logical_flow));
+        note("MAC_Binding", apply_hash(&mut self.mac_binding, p.mac_binding));
+        note(
+            "Static_MAC_Binding",
+            apply_hash(&mut self.static_mac_binding, p.static_mac_binding),
+        );
+        c
+    }
+
+    fn uuids_of(&self, table: &str) -> Vec<Uuid> {
+        fn k<R>(m: &BTreeMap<Uuid, R>) -> Vec<Uuid> {
+            m.keys().copied().collect()
+        }
+        match table {
+            "SB_Global" => k(&self.sb_global),
+            "Chassis" => k(&self.chassis),
+            "Chassis_Private" => k(&self.chassis_private),
+            "Datapath_Binding" => k(&self.datapath_binding),
+            "Port_Binding" => k(&self.port_binding),
+            "Multicast_Group" => k(&self.multicast_group),
+            "Port_Group" => k(&self.port_group),
+            "Address_Set" => k(&self.address_set),
+            "Load_Balancer" => k(&self.load_balancer),
+            "HA_Chassis" => k(&self.ha_chassis),
+            "HA_Chassis_Group" => k(&self.ha_chassis_group),
+            "Logical_DP_Group" => k(&self.logical_dp_group),
+            "Logical_Flow" => self.logical_flow.keys().copied().collect(),
+            "MAC_Binding" => self.mac_binding.keys().copied().collect(),
+            "Static_MAC_Binding" => self.static_mac_binding.keys().copied().collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+fn apply_hash<R>(rows: &mut HashMap<Uuid, R>, p: Pending<R>) -> usize {
+    let n = p.len();
+    for (u, r) in p {
+        match r {
+            Some(r) => {
+                rows.insert(u, r);
+            }
+            None => {
+                rows.remove(&u);
+            }
+        }
+    }
+    n
+}
+
+impl Model for SbView {
+    type Delta = SbChanges;
+    const DATABASE: &'static str = "OVN_Southbound";
+
+    fn apply_updates2(&mut self, updates: &Value) -> Result<SbChanges, ModelError> {
+        let obj = updates
+            .as_object()
+            .ok_or_else(|| ModelError::Update {
+                at: None,
+                detail: "expected an object of tables".into(),
+            })?;
+        let mut p = AllPending::default();
+        for (t, u) in obj {
+            self.pending_of(t, u, &mut p)?;
+        }
+        Ok(self.apply_all(p))
+    }
+
+    fn load_updates2(&mut self, updates: Value) -> Result<usize, ModelError> {
+        let Value::Object(obj) = updates else {
+            return Err(ModelError::Update {
+                at: None,
+                detail: "expected an object of tables".into(),
+            });
+        };
+        // Table by table, freeing each table's JSON once it is applied.
+        let mut n = 0;
+        for (t, u) in obj {
+            let mut p = AllPending::default();
+            self.pending_of(&t, &u, &mut p)?;
+            drop(u);
+            n += self.apply_all(p).rows;
+        }
+        Ok(n)
+    }
+
+    fn delta_len(delta: &SbChanges) -> usize {
+        delta.rows
+    }
+
+    fn row_count(&self) -> usize {
+        self.len()
+    }
+
+    fn updates_to(
+        &self,
+        rows: &Map<String, Value>,
+        complete: &[String],
+    ) -> Result<Value, ModelError> {
+        // Rows given in full replace what the view holds (the view's own `replace` member:
+        // comparing a full row with a lean one is what the sync does, not the replica);
+        // `null` deletes; rows of complete tables the server did not send are deleted.
+        let mut out = Map::new();
+        for (t, _) in TABLES {
+            let given = rows.get(*t).and_then(Value::as_object);
+            let mut tu = Map::new();
+            if let Some(given) = given {
+                for (u, r) in given {
+                    if r.is_null() {
+                        tu.insert(u.clone(), json!({"delete": null}));
+                    } else {
+                        tu.insert(u.clone(), json!({ "replace": r }));
+                    }
+                }
+            }
+            if complete.iter().any(|c| c == t) {
+                for u in self.uuids_of(t) {
+                    let s = u.to_string();
+                    if !given.is_some_and(|g| g.contains_key(&s)) {
+                        tu.insert(s, json!({"delete": null}));
+                    }
+                }
+            }
+            // A delete of a row the view lacks is dropped (typed_changes would accept it).
+            if !tu.is_empty() {
+                out.insert((*t).to_string(), Value::Object(tu));
+            }
+        }
+        Ok(Value::Object(out))
+    }
+
+    fn table_names() -> Vec<&'static str> {
+        TABLES.iter().map(|(t, _)| *t).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flows_follow_update2_diffs() {
+        let mut v = SbView::default();
+        let u = "11111111-1111-1111-1111-111111111111";
+        let dp = "22222222-2222-2222-2222-222222222222";
+        v.apply_updates2(&json!({"Logical_Flow": {u: {"insert": {
+            "logical_datapath": ["uuid", dp], "pipeline": "egress", "table_id": 3,
+            "priority": 100, "match": "ip4", "actions": "next;",
+            "external_ids": ["map", [["hf-flow-id", "00000000000000ab"], ["stage-name", "x"]]]}}}}))
+        .unwrap();
+        let f = &v.logical_flow[&u.parse().unwrap()];
+        assert_eq!(f.id, Some(FlowId(0xab)));
+        assert!(f.egress);
+        assert_eq!(f.match_hash, text_hash("ip4"));
+        // A map diff: stage-name changes, stage-hint is added, the id stays.
+        let c = v
+            .apply_updates2(&json!({"Logical_Flow": {u: {"modify": {
+                "match": "ip6",
+                "external_ids": ["map", [["stage-name", "y"], ["stage-hint", "abc"]]],
+                "logical_datapath": ["uuid", dp]}}}}))
+            .unwrap();
+        assert_eq!(c.rows, 1);
+        let f = &v.logical_flow[&u.parse().unwrap()];
+        assert_eq!(f.match_hash, text_hash("ip6"));
+        assert_eq!(f.external_id("stage-name"), Some("y"));
+        assert_eq!(f.external_id("stage-hint"), Some("abc"));
+        assert_eq!(f.id, Some(FlowId(0xab)));
+        // An optional column's diff is its new value (OVS's ovsdb_datum_diff).
+        assert_eq!(f.logical_datapath, Some(dp.parse().unwrap()));
+        v.apply_updates2(&json!({"Logical_Flow": {u: {"modify": {"logical_datapath": ["set", []]}}}}))
+            .unwrap();
+        assert_eq!(v.logical_flow[&u.parse().unwrap()].logical_datapath, None);
+        // An error leaves the view unchanged (all or nothing).
+        let before = v.logical_flow.clone();
+        assert!(
+            v.apply_updates2(&json!({"Logical_Flow": {u: {"delete": null}},
+                "Port_Binding": {"33333333-3333-3333-3333-333333333333": {"modify": {}}}}))
+                .is_err()
+        );
+        assert_eq!(v.logical_flow, before);
+    }
+}

@@ -1,0 +1,109 @@
+//! `SB_Global.options`, as 23.03 writes them: every `NB_Global.options` entry, plus
+//! `mac_prefix`, `svc_monitor_mac`, `max_tunid`, `northd_internal_version`, and
+//! `lb_hairpin_use_ct_mark=false` when some chassis lacks `ct-no-masked-label`.
+//!
+//! Stability: ovn-northd draws `mac_prefix` and `svc_monitor_mac` at random when NB does not
+//! set them and writes them back to NB. Compile is pure, so each is taken from, in order:
+//! NB_Global.options (when it parses), what SB_Global.options already holds
+//! ([`crate::Keys::sb_options`], so a restarted northd keeps them), and else a value derived
+//! from a hash of the NB_Global row's UUID (deterministic for a given NB; locally
+//! administered, unicast, as OVN's random ones are).
+
+use crate::Options;
+use crate::addr::Mac;
+use crate::output::SbDesired;
+use crate::topo::Topo;
+
+/// What 23.03.1's `ovn_get_internal_version()` returns (`<package>-<SB schema>-<number of
+/// OVN actions>.<internal minor>`): ovn-controllers configured with
+/// `ovn-match-northd-version=true` compare theirs with it.
+pub const NORTHD_INTERNAL_VERSION: &str = "23.03.1-20.27.0-70.6";
+
+/// The largest datapath tunnel key northd allocates (`OVN_MAX_DP_KEY - OVN_MAX_DP_GLOBAL_NUM`;
+/// VXLAN mode's 4095 is not served).
+pub const MAX_TUNID: u32 = (1 << 24) - 1 - ((1 << 16) - 1);
+
+/// `xx:xx:xx` as OVN's `set_mac_prefix` scans it (hex bytes), printed back zero-padded;
+/// `None` when it does not scan or is all zero.
+fn parse_prefix(s: &str) -> Option<String> {
+    let parts: Vec<&str> = s.trim().split(':').collect();
+    if parts.len() < 3 {
+        return None;
+    }
+    let mut b = [0u8; 3];
+    for (i, p) in parts.iter().take(3).enumerate() {
+        if p.is_empty() || p.len() > 2 {
+            return None;
+        }
+        b[i] = u8::from_str_radix(p, 16).ok()?;
+    }
+    (b != [0, 0, 0]).then(|| format!("{:02x}:{:02x}:{:02x}", b[0], b[1], b[2]))
+}
+
+fn parse_mac(s: &str) -> Option<String> {
+    Mac::parse(s.trim()).map(|m| m.to_string())
+}
+
+/// splitmix64 over `seed`.
+fn mix(seed: u64) -> u64 {
+    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Six bytes from a hash of the NB_Global UUID and `salt`, locally administered and unicast
+/// (what OVN's `eth_addr_random` makes).
+fn derived(topo: &Topo<'_>, salt: u64) -> [u8; 6] {
+    let uuid = topo
+        .nb
+        .nb_global()
+        .keys()
+        .next()
+        .map(|u| u.as_u128())
+        .unwrap_or_default();
+    let h = mix((uuid as u64) ^ mix((uuid >> 64) as u64) ^ salt);
+    let mut b = [0u8; 6];
+    b.copy_from_slice(&h.to_be_bytes()[..6]);
+    b[0] = (b[0] & !1) | 2;
+    b
+}
+
+/// Fills `sb.sb_options`.
+pub fn build(topo: &Topo<'_>, opts: &Options, sb: &mut SbDesired) {
+    let nb = &topo.global_options;
+    let have = &opts.keys.sb_options;
+    let mut o = nb.clone();
+    let prefix = nb
+        .get("mac_prefix")
+        .and_then(|p| parse_prefix(p))
+        .or_else(|| have.get("mac_prefix").and_then(|p| parse_prefix(p)))
+        .unwrap_or_else(|| {
+            let b = derived(topo, 1);
+            format!("{:02x}:{:02x}:{:02x}", b[0], b[1], b[2])
+        });
+    o.insert("mac_prefix".into(), prefix);
+    let svc = nb
+        .get("svc_monitor_mac")
+        .and_then(|m| parse_mac(m))
+        .or_else(|| have.get("svc_monitor_mac").and_then(|m| parse_mac(m)))
+        .unwrap_or_else(|| {
+            let b = derived(topo, 2);
+            format!(
+                "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+                b[0], b[1], b[2], b[3], b[4], b[5]
+            )
+        });
+    o.insert("svc_monitor_mac".into(), svc);
+    o.insert("max_tunid".into(), MAX_TUNID.to_string());
+    o.insert(
+        "northd_internal_version".into(),
+        NORTHD_INTERNAL_VERSION.into(),
+    );
+    if opts.render.features.contains("ct-no-masked-label") {
+        o.remove("lb_hairpin_use_ct_mark");
+    } else {
+        o.insert("lb_hairpin_use_ct_mark".into(), "false".into());
+    }
+    sb.sb_options = o;
+}

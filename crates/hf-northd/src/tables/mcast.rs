@@ -1,0 +1,93 @@
+//! `Multicast_Group`: the fixed groups 23.03 writes per datapath, with their fixed tunnel
+//! keys, each only when it has a member (as 23.03 creates a group on its first port):
+//!
+//! | group               | key   | members |
+//! |---------------------|-------|---------|
+//! | `_MC_flood`         | 32768 | every enabled switch port |
+//! | `_MC_unknown`       | 32769 | enabled, non-`external` switch ports with `unknown` addresses |
+//! | `_MC_mrouter_flood` | 32770 | router-type ports of routers with `options:mcast_relay`, ports with `options:mcast_flood_reports` |
+//! | `_MC_static`        | 32771 | ports (switch or enabled router ports) with `options:mcast_flood` |
+//! | `_MC_flood_l2`      | 32772 | enabled switch ports that are not of type router |
+//!
+//! IGMP-learned groups (32773 and up) come from controllers' `IGMP_Group` rows and are not
+//! built here.
+
+use std::collections::BTreeSet;
+
+use crate::output::{McRow, SbDesired};
+use crate::stage::DpKind;
+use crate::tables::opt_true;
+use crate::topo::{PortKind, Topo};
+
+/// `_MC_flood`.
+pub const MC_FLOOD: &str = "_MC_flood";
+/// `_MC_unknown`.
+pub const MC_UNKNOWN: &str = "_MC_unknown";
+/// `_MC_mrouter_flood`.
+pub const MC_MROUTER_FLOOD: &str = "_MC_mrouter_flood";
+/// `_MC_static`.
+pub const MC_STATIC: &str = "_MC_static";
+/// `_MC_flood_l2`.
+pub const MC_FLOOD_L2: &str = "_MC_flood_l2";
+
+/// The group's tunnel key (OVN's `OVN_MCAST_*_TUNNEL_KEY`).
+pub fn key(name: &str) -> Option<u32> {
+    Some(match name {
+        MC_FLOOD => 32768,
+        MC_UNKNOWN => 32769,
+        MC_MROUTER_FLOOD => 32770,
+        MC_STATIC => 32771,
+        MC_FLOOD_L2 => 32772,
+        _ => return None,
+    })
+}
+
+/// Adds the groups of every datapath.
+pub fn build(topo: &Topo<'_>, sb: &mut SbDesired) {
+    let mut add = |dp: &str, group: &'static str, port: &str| {
+        sb.mcgroups
+            .entry((dp.to_string(), group.to_string()))
+            .or_insert_with(|| McRow {
+                tunnel_key: key(group).unwrap_or_default(),
+                ports: BTreeSet::new(),
+            })
+            .ports
+            .insert(port.to_string());
+    };
+    for p in &topo.ports {
+        let dp = &topo.datapaths[p.dp];
+        if !p.enabled {
+            continue;
+        }
+        if dp.kind == DpKind::Router {
+            if opt_true(&p.options, "mcast_flood") {
+                add(&dp.name, MC_STATIC, &p.name);
+            }
+            continue;
+        }
+        add(&dp.name, MC_FLOOD, &p.name);
+        let is_router = matches!(p.kind, PortKind::SwitchRouter { .. });
+        if !is_router {
+            add(&dp.name, MC_FLOOD_L2, &p.name);
+        }
+        let external = matches!(&p.kind, PortKind::OtherLsp(t) if t == "external");
+        if p.unknown && !external {
+            add(&dp.name, MC_UNKNOWN, &p.name);
+        }
+        if let PortKind::SwitchRouter { lrp: Some(l) } = p.kind
+            && topo
+                .nb
+                .logical_router()
+                .get(&topo.datapaths[topo.ports[l].dp].nb)
+                .is_some_and(|lr| opt_true(&lr.options, "mcast_relay"))
+        {
+            add(&dp.name, MC_MROUTER_FLOOD, &p.name);
+        }
+        if opt_true(&p.options, "mcast_flood_reports") {
+            add(&dp.name, MC_MROUTER_FLOOD, &p.name);
+        }
+        if opt_true(&p.options, "mcast_flood") {
+            add(&dp.name, MC_STATIC, &p.name);
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! The SB rows besides logical flows, as real ovn-northd 23.03 writes them, one module per
+//! table: [`datapath`] (`Datapath_Binding`), [`port`] (`Port_Binding` and the HA chassis
+//! groups of chassis-redirect and external ports), [`mcast`] (`Multicast_Group`), [`groups`]
+//! (`Port_Group` and `Address_Set`), [`lb`] (`Load_Balancer`), [`global`] (`SB_Global.options`)
+//! and [`mac_binding`] (MAC_Binding ageing, a pure function the daemon calls on its clock).
+//!
+//! What it does not do: IGMP groups (learned by controllers), `HA_Chassis_Group.ref_chassis`
+//! (depends on where ports are bound, which compile does not see), service monitors, meters,
+//! DNS, mirrors, template variables, static MAC bindings, dynamic address allocation, and
+//! `ipv6_ra_pd_list` (read back from SB by OVN). Those are left to the daemon or reported as
+//! missing.
+
+pub mod datapath;
+pub mod global;
+pub mod groups;
+pub mod lb;
+pub mod mac_binding;
+pub mod mcast;
+pub mod port;
+
+use crate::Options;
+use crate::diag::Diags;
+use crate::output::SbDesired;
+use crate::topo::Topo;
+
+/// Fills every non-flow table of `sb`.
+pub fn build(topo: &Topo<'_>, opts: &Options, sb: &mut SbDesired, diags: &mut Diags) {
+    datapath::build(topo, sb);
+    port::build(topo, sb, diags);
+    mcast::build(topo, sb);
+    groups::port_groups(topo, &opts.render, sb, diags);
+    lb::build(topo, &opts.render, sb, diags);
+    global::build(topo, opts, sb);
+    // After `global` (the `svc_monitor_mac` set holds the MAC chosen there).
+    groups::address_sets(topo, sb, diags);
+}
+
+/// `true`/`false` option parsing as OVN's `smap_get_bool` does it (only `true` is true).
+pub(crate) fn opt_true(m: &std::collections::BTreeMap<String, String>, key: &str) -> bool {
+    m.get(key).is_some_and(|v| v == "true")
+}

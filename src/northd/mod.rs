@@ -1,0 +1,526 @@
+//! `holdfast northd`: the shell around [`hf_northd::daemon::Northd`], with ovn-northd's command
+//! line (also when the binary is invoked through a link named `ovn-northd`, so OVN's
+//! `ovn-ctl start_northd` starts it) and its unixctl commands. Thin: two client replicas (NB
+//! and the lean SB view) under hf-ovsdb-net's tokio shell, the clock, the unixctl socket, and
+//! the daemon plumbing `holdfast db` uses (detach, monitor, pidfile, vlog).
+//!
+//! What it does not do: run several threads of compile work (`--n-threads` is accepted and
+//! the log says holdfast northd is single-threaded), or ovn-northd's
+//! `sb-cluster-state-reset`/`nb-cluster-state-reset` and `parallel-build/*` commands (refused as
+//! unknown commands).
+// An I/O shell: clocks, sockets, signals.
+#![allow(clippy::disallowed_methods)]
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Args;
+use hf_model::NbSnapshot;
+use hf_northd::daemon::core::Level;
+use hf_northd::daemon::{Config as CoreConfig, Northd, SbView};
+use hf_ovsdb_net::client::{Client, Config, Event, parse_remotes};
+use hf_ovsdb_net::framing::Framer;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::db::{daemon, unixctl, vlog};
+
+/// ovn-northd's options.
+#[derive(Debug, Args)]
+pub struct NorthdArgs {
+    /// The NB database: `unix:PATH`, `tcp:IP:PORT` or `ssl:IP:PORT`, a comma list for a
+    /// cluster (default: unix:$OVN_RUNDIR/ovnnb_db.sock).
+    #[arg(long, value_name = "DATABASE")]
+    ovnnb_db: Option<String>,
+
+    /// The SB database (default: unix:$OVN_RUNDIR/ovnsb_db.sock).
+    #[arg(long, value_name = "DATABASE")]
+    ovnsb_db: Option<String>,
+
+    /// Write the process id to FILE (default: $OVN_RUNDIR/ovn-northd.pid).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    pidfile: Option<String>,
+
+    /// With --pidfile, start even if another process holds the pidfile.
+    #[arg(long)]
+    overwrite_pidfile: bool,
+
+    /// Run in the background once started; the daemon's standard streams go to /dev/null.
+    #[arg(long)]
+    detach: bool,
+
+    /// With --detach, do not change the working directory to `/`.
+    #[arg(long)]
+    no_chdir: bool,
+
+    /// Restart the daemon when it crashes.
+    #[arg(long)]
+    monitor: bool,
+
+    /// Write log messages to FILE (default: $OVN_LOGDIR/ovn-northd.log), without colour.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    log_file: Option<String>,
+
+    /// Log levels, OVS's `[module][:destination][:level]`; `-v` alone means dbg everywhere.
+    #[arg(short = 'v', long = "verbose", value_name = "SPEC", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    verbose: Vec<String>,
+
+    /// The control socket `ovn-appctl -t` talks to (default:
+    /// $OVN_RUNDIR/ovn-northd.PID.ctl).
+    #[arg(long, value_name = "SOCKET")]
+    unixctl: Option<PathBuf>,
+
+    /// TLS private key (PEM) for ssl: databases.
+    #[arg(long, short = 'p', value_name = "KEY")]
+    private_key: Option<PathBuf>,
+
+    /// TLS certificate (PEM) for ssl: databases.
+    #[arg(long, short = 'c', value_name = "CERT")]
+    certificate: Option<PathBuf>,
+
+    /// CA certificate (PEM) that must have signed the servers' certificates.
+    #[arg(long = "ca-cert", short = 'C', value_name = "CACERT")]
+    ca_cert: Option<PathBuf>,
+
+    /// TLS versions, as OVS spells them (`TLSv1.2,TLSv1.3`).
+    #[arg(long, value_name = "PROTOCOLS")]
+    ssl_protocols: Option<String>,
+
+    /// TLS 1.2 cipher suites as an OpenSSL cipher string.
+    #[arg(long, value_name = "CIPHERS")]
+    ssl_ciphers: Option<String>,
+
+    /// Accepted for ovn-northd compatibility: holdfast northd compiles on one thread.
+    #[arg(long, value_name = "N")]
+    n_threads: Option<u32>,
+
+    /// Start paused: follow NB and SB, write nothing until `resume`.
+    #[arg(long)]
+    dry_run: bool,
+
+    /// Run as USER (and GROUP) once started.
+    #[arg(long, value_name = "USER[:GROUP]")]
+    user: Option<String>,
+}
+
+/// `ovn-northd`'s command line, for the binary invoked under that name.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "ovn-northd",
+    version = NORTHD_VERSION,
+    about = "holdfast northd, invoked as ovn-northd: compiles the OVN northbound database into the southbound database, as OVN's ovn-northd does."
+)]
+pub struct OvnNorthdCli {
+    #[command(flatten)]
+    args: NorthdArgs,
+}
+
+impl OvnNorthdCli {
+    /// Run as ovn-northd.
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        run(self.args)
+    }
+}
+
+/// `version`'s text after the program name: holdfast's release, then the OVN release whose
+/// interface it follows.
+pub const NORTHD_VERSION: &str = concat!("(holdfast ", env!("CARGO_PKG_VERSION"), ") 23.03.0");
+
+const PROGRAM: &str = "ovn-northd";
+
+/// The run directory OVN daemons use: `$OVN_RUNDIR`, else `$OVS_RUNDIR`, else /var/run/ovn.
+fn ovn_rundir() -> PathBuf {
+    std::env::var_os("OVN_RUNDIR")
+        .or_else(|| std::env::var_os("OVS_RUNDIR"))
+        .map_or_else(|| PathBuf::from("/var/run/ovn"), PathBuf::from)
+}
+
+fn ovn_logdir() -> PathBuf {
+    std::env::var_os("OVN_LOGDIR")
+        .or_else(|| std::env::var_os("OVS_LOGDIR"))
+        .map_or_else(|| PathBuf::from("/var/log/ovn"), PathBuf::from)
+}
+
+/// The unixctl commands, sorted by name.
+const COMMANDS: &[unixctl::Command] = &[
+    ("exit", "[--restart]", 0, 1),
+    ("inc-engine/recompute", "", 0, 0),
+    ("is-paused", "", 0, 0),
+    ("list-commands", "", 0, 0),
+    ("memory/show", "", 0, 0),
+    ("nb-connection-status", "", 0, 0),
+    ("pause", "", 0, 0),
+    ("resume", "", 0, 0),
+    ("sb-connection-status", "", 0, 0),
+    ("status", "", 0, 0),
+    ("version", "", 0, 0),
+    ("vlog/close", "", 0, 0),
+    ("vlog/list", "", 0, 0),
+    ("vlog/reopen", "", 0, 0),
+    ("vlog/set", "{spec | PATTERN:destination:pattern}", 1, usize::MAX),
+];
+
+/// One unixctl request handed to the main loop.
+struct Request {
+    method: String,
+    args: Vec<String>,
+    reply: oneshot::Sender<Result<String, String>>,
+}
+
+fn start_unixctl(path: &Path, tx: mpsc::UnboundedSender<Request>) -> std::io::Result<()> {
+    if path.exists() {
+        let _ = std::fs::remove_file(path);
+    }
+    let l = tokio::net::UnixListener::bind(path)?;
+    tokio::spawn(async move {
+        loop {
+            match l.accept().await {
+                Ok((s, _)) => {
+                    tokio::spawn(unixctl_conn(s, tx.clone()));
+                }
+                Err(e) => {
+                    tracing::warn!("unixctl accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+async fn unixctl_conn(mut s: tokio::net::UnixStream, tx: mpsc::UnboundedSender<Request>) {
+    let mut framer = Framer::new(1 << 20);
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match s.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        framer.push(&buf[..n]);
+        while let Some(m) = framer.next_message() {
+            let Ok(m) = m else {
+                tracing::warn!("unixctl: protocol error; closing the connection");
+                return;
+            };
+            let reply = match unixctl::parse_request(m, COMMANDS) {
+                Err(None) => continue,
+                Err(Some(r)) => r,
+                Ok(q) => {
+                    let (rtx, rrx) = oneshot::channel();
+                    let _ = tx.send(Request {
+                        method: q.method,
+                        args: q.args,
+                        reply: rtx,
+                    });
+                    let r = rrx
+                        .await
+                        .unwrap_or_else(|_| Err("ovn-northd is exiting".into()));
+                    unixctl::reply(&q.id, r)
+                }
+            };
+            if s.write_all(reply.to_string().as_bytes()).await.is_err() {
+                return;
+            }
+            let _ = s.flush().await;
+        }
+    }
+}
+
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn seed() -> u64 {
+    let mut b = [0u8; 8];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        let _ = std::io::Read::read_exact(&mut f, &mut b);
+    }
+    u64::from_le_bytes(b) ^ (wall_ms() as u64) ^ u64::from(std::process::id())
+}
+
+/// Runs northd.
+pub fn run(args: NorthdArgs) -> anyhow::Result<ExitCode> {
+    vlog::set_program(PROGRAM);
+    if let Ok(v) = std::env::var("HOLDFAST_LOG") {
+        vlog::set(&v).map_err(|e| anyhow::anyhow!("HOLDFAST_LOG={v}: {e}"))?;
+    }
+    for v in &args.verbose {
+        vlog::set(v).map_err(|e| anyhow::anyhow!("--verbose={v}: {e}"))?;
+    }
+    vlog::install();
+    if let Some(f) = &args.log_file {
+        let path = if f.is_empty() {
+            ovn_logdir().join(format!("{PROGRAM}.log"))
+        } else {
+            daemon::absolute(Path::new(f))
+        };
+        vlog::open_file(&path).map_err(anyhow::Error::msg)?;
+    }
+    let rundir = ovn_rundir();
+    let nb_db = args
+        .ovnnb_db
+        .clone()
+        .unwrap_or_else(|| format!("unix:{}", rundir.join("ovnnb_db.sock").display()));
+    let sb_db = args
+        .ovnsb_db
+        .clone()
+        .unwrap_or_else(|| format!("unix:{}", rundir.join("ovnsb_db.sock").display()));
+    let (nb_remotes, sb_remotes) = (parse_remotes(&nb_db), parse_remotes(&sb_db));
+    for (what, rs) in [("--ovnnb-db", &nb_remotes), ("--ovnsb-db", &sb_remotes)] {
+        if rs.is_empty() {
+            anyhow::bail!("{what}: no database remote given");
+        }
+        for r in rs {
+            if !(r.starts_with("unix:") || r.starts_with("tcp:") || r.starts_with("ssl:")) {
+                anyhow::bail!("{what}={r}: a database is unix:PATH, tcp:IP:PORT or ssl:IP:PORT");
+            }
+        }
+    }
+    let needs_tls = nb_remotes.iter().chain(&sb_remotes).any(|r| r.starts_with("ssl:"));
+    let tls = match (&args.private_key, &args.certificate, &args.ca_cert) {
+        (Some(k), Some(c), Some(ca)) => Some(
+            hf_ovsdb_net::tls::TlsSettings::load(&hf_ovsdb_net::tls::TlsFiles {
+                private_key: k.clone(),
+                certificate: c.clone(),
+                ca_cert: ca.clone(),
+                protocols: args.ssl_protocols.clone(),
+                ciphers: args.ssl_ciphers.clone(),
+            })
+            .and_then(|t| t.client_config())
+            .map_err(|e| anyhow::anyhow!("{e}"))?,
+        ),
+        (None, None, None) if !needs_tls => None,
+        _ if needs_tls => anyhow::bail!(
+            "ssl: databases need --private-key, --certificate and --ca-cert"
+        ),
+        _ => None,
+    };
+    let pidfile = args.pidfile.as_ref().map(|p| {
+        if p.is_empty() {
+            rundir.join(format!("{PROGRAM}.pid"))
+        } else {
+            daemon::absolute(Path::new(p))
+        }
+    });
+    let unixctl_path = args.unixctl.as_deref().map(daemon::absolute);
+    if let Some(u) = &args.user {
+        daemon::become_user(u)?;
+    }
+    let mut ready = daemon::Readiness::default();
+    if args.detach {
+        ready = daemon::detach()?;
+    }
+    if args.monitor {
+        ready = daemon::monitor(ready, args.detach)?;
+    }
+    let _pidfile = match &pidfile {
+        Some(p) => Some(daemon::Pidfile::create(p, args.overwrite_pidfile)?),
+        None => None,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting tokio")?;
+    let r = rt.block_on(serve(
+        &args,
+        nb_remotes,
+        sb_remotes,
+        tls,
+        unixctl_path,
+        &rundir,
+        &mut ready,
+    ));
+    if let Err(e) = &r {
+        tracing::error!("{e:#}");
+    }
+    r
+}
+
+async fn serve(
+    args: &NorthdArgs,
+    nb_remotes: Vec<String>,
+    sb_remotes: Vec<String>,
+    tls: Option<Arc<hf_ovsdb_net::tls::ClientConfig>>,
+    unixctl_path: Option<PathBuf>,
+    rundir: &Path,
+    ready: &mut daemon::Readiness,
+) -> anyhow::Result<ExitCode> {
+    let (utx, mut urx) = mpsc::unbounded_channel();
+    let unixctl_file = unixctl_path
+        .clone()
+        .unwrap_or_else(|| unixctl::default_path(rundir, PROGRAM));
+    let mut bound = None;
+    match start_unixctl(&unixctl_file, utx) {
+        Ok(()) => bound = Some(unixctl_file.clone()),
+        Err(e) if unixctl_path.is_some() => {
+            anyhow::bail!("{}: could not create unixctl socket: {e}", unixctl_file.display())
+        }
+        Err(e) => tracing::warn!(
+            "{}: no unixctl socket ({e}); give --unixctl=PATH for ovn-appctl",
+            unixctl_file.display()
+        ),
+    }
+    if ready.waited_for() {
+        ready.notify("");
+    }
+    if args.detach {
+        vlog::console_off();
+        daemon::null_stdio();
+        if !args.no_chdir {
+            let _ = std::env::set_current_dir("/");
+        }
+    }
+    tracing::info!(
+        "{PROGRAM} {NORTHD_VERSION}: NB {}, SB {}",
+        nb_remotes.join(","),
+        sb_remotes.join(",")
+    );
+    if let Some(n) = args.n_threads
+        && n != 1
+    {
+        tracing::info!("--n-threads={n}: holdfast northd is single-threaded; compiling on one thread");
+    }
+    let nb_cfg = Config {
+        initial_changes: false,
+        ..Config::default()
+    };
+    let sb_cfg = Config {
+        tables: SbView::tables(),
+        ..Config::default()
+    };
+    let (nb, mut nb_rx) = Client::<NbSnapshot>::spawn_tls(nb_remotes, nb_cfg, tls.clone());
+    let (sb, mut sb_rx) = Client::<SbView>::spawn_tls(sb_remotes, sb_cfg, tls);
+    let mut core = Northd::new(CoreConfig {
+        paused: args.dry_run,
+        seed: seed(),
+    });
+    sb.with(|s| core.start(s));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
+    let mut exit = false;
+    while !exit {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => { tracing::info!("exiting on signal"); break }
+            _ = term.recv() => { tracing::info!("exiting on signal"); break }
+            ev = nb_rx.recv() => {
+                let Some(ev) = ev else { break };
+                log_event("NB", &ev);
+                core.handle_nb_event(ev);
+                while let Ok(ev) = nb_rx.try_recv() { core.handle_nb_event(ev); }
+            }
+            ev = sb_rx.recv() => {
+                let Some(ev) = ev else { break };
+                log_event("SB", &ev);
+                core.handle_sb_event(ev);
+                while let Ok(ev) = sb_rx.try_recv() { core.handle_sb_event(ev); }
+            }
+            q = urx.recv() => {
+                let Some(q) = q else { continue };
+                let r = command(&q.method, &q.args, &mut core, &nb, &sb);
+                if q.method == "exit" { exit = true; }
+                let _ = q.reply.send(r);
+            }
+            _ = tick.tick() => {}
+        }
+        let now = nb.now_ms();
+        nb.with(|n| sb.with(|s| core.poll(n, s, now, wall_ms())));
+        while let Some((l, line)) = core.poll_log() {
+            match l {
+                Level::Info => tracing::info!("{line}"),
+                Level::Warn => tracing::warn!("{line}"),
+                Level::Err => tracing::error!("{line}"),
+            }
+        }
+    }
+    if exit {
+        tracing::info!("exiting by unixctl request");
+    }
+    drop(nb);
+    drop(sb);
+    if let Some(p) = bound {
+        let _ = std::fs::remove_file(p);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn log_event<M: hf_ovsdb_net::client::Model>(db: &str, ev: &Event<M>) {
+    match ev {
+        Event::Connected { remote, method } => {
+            tracing::info!("{db}: connected to remote {remote} ({})", method.name())
+        }
+        Event::Resynced { full, rows, .. } => {
+            tracing::debug!("{db}: in sync ({rows} rows, full={full})")
+        }
+        _ => {}
+    }
+}
+
+fn command(
+    method: &str,
+    args: &[String],
+    core: &mut Northd,
+    nb: &Client<NbSnapshot>,
+    sb: &Client<SbView>,
+) -> Result<String, String> {
+    let _ = args;
+    match method {
+        "exit" => Ok(String::new()),
+        "version" => Ok(format!("{PROGRAM} {NORTHD_VERSION}")),
+        "list-commands" => Ok(unixctl::list_commands(COMMANDS)),
+        "status" => Ok(core.status()),
+        "pause" => {
+            sb.with(|s| core.pause(s));
+            Ok(String::new())
+        }
+        "resume" => {
+            sb.with(|s| core.resume(s));
+            Ok(String::new())
+        }
+        "is-paused" => Ok(if core.role() == hf_northd::daemon::Role::Paused {
+            "true".into()
+        } else {
+            "false".into()
+        }),
+        "inc-engine/recompute" => {
+            core.recompute();
+            Ok(String::new())
+        }
+        "nb-connection-status" => Ok(connection_status(nb.with(|r| r.is_synced()))),
+        "sb-connection-status" => Ok(connection_status(sb.with(|r| r.is_synced()))),
+        "memory/show" => {
+            let (nbr, sbr, flows) = (
+                nb.with(|r| hf_ovsdb_net::client::Model::row_count(r.model())),
+                sb.with(|r| r.model().len()),
+                sb.with(|r| r.model().logical_flow.len()),
+            );
+            let s = core.stats();
+            Ok(format!(
+                "nb-rows:{nbr} sb-rows:{sbr} sb-flows:{flows} compiles:{} sb-commits:{} flows-built:{}",
+                s.compiles, s.sb_commits, s.last_flows_built
+            ))
+        }
+        "vlog/list" => Ok(vlog::list()),
+        "vlog/set" => {
+            for spec in args {
+                vlog::set(spec)?;
+            }
+            vlog::refresh();
+            Ok(String::new())
+        }
+        "vlog/reopen" => vlog::reopen().map(|()| String::new()),
+        "vlog/close" => {
+            vlog::close();
+            Ok(String::new())
+        }
+        other => Err(format!("\"{other}\" is not implemented")),
+    }
+}
+
+fn connection_status(synced: bool) -> String {
+    if synced { "connected" } else { "not connected" }.into()
+}

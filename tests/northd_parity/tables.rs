@@ -1,0 +1,283 @@
+//! Row-level view of the SB tables northd writes besides `Logical_Flow`, read straight from a
+//! database with `ovsdb-client transact` (no holdfast code between the server and the text),
+//! keyed by names and with every UUID reference replaced by the referenced row's name, so two
+//! SBs written by different northds compare column by column.
+//!
+//! [`dump`] gives `table → key → column → value text`; [`diff`] lists what differs. Names
+//! made from datapath tunnel keys are shown with the datapath's name (`<sw0>_pg_web`), and
+//! what each northd allocates its own way (port and datapath tunnel keys, the random
+//! `mac_prefix` and `svc_monitor_mac`) is compared only with `HF_KEYS=1`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::common::run_ok;
+
+/// `table → row key → column → value`.
+pub type Tables = BTreeMap<String, BTreeMap<String, BTreeMap<String, String>>>;
+
+/// The tables compared and the columns northd does not own (written by ovn-controller or the
+/// test's bindings, or bookkeeping).
+const TABLES: &[(&str, &[&str])] = &[
+    ("SB_Global", &["nb_cfg", "connections", "ssl", "ipsec", "external_ids"]),
+    ("Datapath_Binding", &[]),
+    (
+        "Port_Binding",
+        &[
+            "chassis",
+            "up",
+            "encap",
+            "additional_chassis",
+            "additional_encap",
+            "virtual_parent",
+            "gateway_chassis",
+        ],
+    ),
+    ("Multicast_Group", &[]),
+    ("Port_Group", &[]),
+    ("Address_Set", &[]),
+    ("Load_Balancer", &[]),
+    ("HA_Chassis_Group", &[]),
+    ("HA_Chassis", &[]),
+    ("Logical_DP_Group", &[]),
+];
+
+fn select(remote: &str, table: &str) -> Vec<serde_json::Map<String, Value>> {
+    let txn = serde_json::json!(["OVN_Southbound", {"op": "select", "table": table, "where": []}]);
+    let out = run_ok(
+        Command::new("ovsdb-client")
+            .arg("transact")
+            .arg(remote)
+            .arg(txn.to_string()),
+    );
+    let v: Value = serde_json::from_str(&out).expect("ovsdb-client transact reply");
+    v[0]["rows"]
+        .as_array()
+        .unwrap_or_else(|| panic!("select {table}: {out}"))
+        .iter()
+        .filter_map(|r| r.as_object().cloned())
+        .collect()
+}
+
+fn uuid_of(r: &serde_json::Map<String, Value>) -> String {
+    r["_uuid"][1].as_str().unwrap_or_default().to_string()
+}
+
+fn render(v: &Value, names: &HashMap<String, String>) -> String {
+    match v {
+        Value::Array(a) if a.len() == 2 && a[0] == "uuid" => {
+            let u = a[1].as_str().unwrap_or_default();
+            names
+                .get(u)
+                .cloned()
+                .unwrap_or_else(|| format!("<{}>", &u[..8.min(u.len())]))
+        }
+        Value::Array(a) if a.len() == 2 && a[0] == "set" => {
+            let mut items: Vec<String> = a[1]
+                .as_array()
+                .map(|x| x.iter().map(|e| render(e, names)).collect())
+                .unwrap_or_default();
+            items.sort();
+            format!("[{}]", items.join(", "))
+        }
+        Value::Array(a) if a.len() == 2 && a[0] == "map" => {
+            let mut items: Vec<String> = a[1]
+                .as_array()
+                .map(|x| {
+                    x.iter()
+                        .map(|kv| format!("{}={}", render(&kv[0], names), render(&kv[1], names)))
+                        .collect()
+                })
+                .unwrap_or_default();
+            items.sort();
+            format!("{{{}}}", items.join(", "))
+        }
+        Value::String(s) => format!("{s:?}"),
+        other => other.to_string(),
+    }
+}
+
+fn ext_id(r: &serde_json::Map<String, Value>, key: &str) -> Option<String> {
+    r.get("external_ids")?[1]
+        .as_array()?
+        .iter()
+        .find(|kv| kv[0] == key)
+        .and_then(|kv| kv[1].as_str().map(str::to_string))
+}
+
+/// Every compared table of the SB at `remote`.
+pub fn dump(remote: &str) -> Tables {
+    let rows: BTreeMap<&str, Vec<serde_json::Map<String, Value>>> = TABLES
+        .iter()
+        .map(|(t, _)| (*t, select(remote, t)))
+        .chain(std::iter::once(("Chassis", select(remote, "Chassis"))))
+        .collect();
+    // Names of referenced rows.
+    let mut names: HashMap<String, String> = HashMap::new();
+    let s = |r: &serde_json::Map<String, Value>, c: &str| {
+        r.get(c)
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    for r in &rows["Chassis"] {
+        names.insert(uuid_of(r), s(r, "name"));
+    }
+    for r in &rows["Datapath_Binding"] {
+        names.insert(
+            uuid_of(r),
+            ext_id(r, "name").unwrap_or_else(|| uuid_of(r)),
+        );
+    }
+    for r in &rows["Port_Binding"] {
+        names.insert(uuid_of(r), s(r, "logical_port"));
+    }
+    for r in &rows["HA_Chassis"] {
+        let ch = render(&r["chassis"], &names);
+        names.insert(uuid_of(r), format!("{ch}@{}", r["priority"]));
+    }
+    for r in &rows["HA_Chassis_Group"] {
+        names.insert(uuid_of(r), s(r, "name"));
+    }
+    for r in &rows["Logical_DP_Group"] {
+        let dps = render(&r["datapaths"], &names);
+        names.insert(uuid_of(r), format!("dpg{dps}"));
+    }
+    // Datapath tunnel keys → names, so names derived from keys (`<key>_<pg>`,
+    // `_rtr_lb_<key>_ip4`) compare across two SBs whose keys differ.
+    let by_key: HashMap<String, String> = rows["Datapath_Binding"]
+        .iter()
+        .map(|r| (r["tunnel_key"].to_string(), names[&uuid_of(r)].clone()))
+        .collect();
+    let keyed = |n: String| -> String {
+        if let Some(rest) = n.strip_prefix("_rtr_lb_")
+            && let Some((k, tail)) = rest.split_once('_')
+            && let Some(d) = by_key.get(k)
+        {
+            return format!("_rtr_lb_<{d}>_{tail}");
+        }
+        if let Some((k, tail)) = n.split_once('_')
+            && let Some(d) = by_key.get(k)
+        {
+            return format!("<{d}>_{tail}");
+        }
+        n
+    };
+    let mut out = Tables::new();
+    for (table, skip) in TABLES {
+        let t = out.entry(table.to_string()).or_default();
+        for r in &rows[table] {
+            let key = match *table {
+                "SB_Global" => "SB_Global".to_string(),
+                "Datapath_Binding" => names[&uuid_of(r)].clone(),
+                "Port_Binding" => s(r, "logical_port"),
+                "Multicast_Group" => {
+                    format!("{}/{}", render(&r["datapath"], &names), s(r, "name"))
+                }
+                "HA_Chassis" | "Logical_DP_Group" => names[&uuid_of(r)].clone(),
+                "Port_Group" | "Address_Set" => keyed(s(r, "name")),
+                _ => s(r, "name"),
+            };
+            let mut cols = BTreeMap::new();
+            for (c, v) in r {
+                if c == "_uuid" || c == "_version" || skip.contains(&c.as_str()) {
+                    continue;
+                }
+                if c == "name" && matches!(*table, "Port_Group" | "Address_Set") {
+                    continue;
+                }
+                // Tunnel keys of datapaths and ports are allocated in each northd's own
+                // order; random MACs are random. Compared only with HF_KEYS=1.
+                let arbitrary = (c == "tunnel_key"
+                    && matches!(*table, "Datapath_Binding" | "Port_Binding"))
+                    || (key == "svc_monitor_mac" && c == "addresses");
+                if arbitrary && std::env::var("HF_KEYS").is_err() {
+                    continue;
+                }
+                let mut text = render(v, &names);
+                if *table == "SB_Global" && c == "options" && std::env::var("HF_KEYS").is_err() {
+                    text = text
+                        .split(", ")
+                        .filter(|kv| {
+                            !kv.trim_start_matches('{').starts_with("\"mac_prefix\"")
+                                && !kv.trim_start_matches('{').starts_with("\"svc_monitor_mac\"")
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                }
+                cols.insert(c.clone(), text);
+            }
+            let mut k = key.clone();
+            let mut n = 1;
+            while t.contains_key(&k) {
+                n += 1;
+                k = format!("{key}#{n}");
+            }
+            t.insert(k, cols);
+        }
+    }
+    out
+}
+
+/// One line per difference: `table key: only in A`, `... only in B`, or `column: A → B`.
+/// Values of UUID-valued external ids (`logical-switch`, ...) differ between two NBs and are
+/// compared by presence only.
+pub fn diff(a: &Tables, b: &Tables) -> Vec<String> {
+    let mut lines = Vec::new();
+    let empty = BTreeMap::new();
+    let tables: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    for table in tables {
+        let ra = a.get(table).unwrap_or(&empty);
+        let rb = b.get(table).unwrap_or(&empty);
+        for (k, ca) in ra {
+            let Some(cb) = rb.get(k) else {
+                lines.push(format!("{table} {k}: only in ovn-northd (-) {ca:?}"));
+                continue;
+            };
+            let cols: std::collections::BTreeSet<&String> = ca.keys().chain(cb.keys()).collect();
+            for c in cols {
+                let (va, vb) = (
+                    ca.get(c).map(|v| normalise_uuids(v)),
+                    cb.get(c).map(|v| normalise_uuids(v)),
+                );
+                if va != vb {
+                    lines.push(format!(
+                        "{table} {k} {c}: {} (ovn-northd) vs {} (holdfast)",
+                        ca.get(c).map(String::as_str).unwrap_or("<none>"),
+                        cb.get(c).map(String::as_str).unwrap_or("<none>")
+                    ));
+                }
+            }
+        }
+        for (k, cb) in rb.iter().filter(|(k, _)| !ra.contains_key(*k)) {
+            lines.push(format!("{table} {k}: only in holdfast (+) {cb:?}"));
+        }
+    }
+    lines
+}
+
+/// UUID texts (36 characters, hex and dashes) replaced by `<uuid>`.
+fn normalise_uuids(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < b.len() {
+        if i + 36 <= b.len() && is_uuid(&s[i..i + 36]) {
+            out.push_str("<uuid>");
+            i += 36;
+        } else {
+            out.push(b[i] as char);
+            i += 1;
+        }
+    }
+    out
+}
+
+fn is_uuid(s: &str) -> bool {
+    s.bytes().enumerate().all(|(i, c)| match i {
+        8 | 13 | 18 | 23 => c == b'-',
+        _ => c.is_ascii_hexdigit(),
+    })
+}
