@@ -596,8 +596,7 @@ pub fn diff_ops(
             );
         }
         let same_ids = f.external_ids.len() == row.external_ids.len()
-            && f
-                .external_ids
+            && f.external_ids
                 .iter()
                 .zip(&row.external_ids)
                 .all(|((a, b), (c, e))| **a == **c && **b == **e);
@@ -697,7 +696,10 @@ pub fn diff_ops(
         new.vips = lb.vips.clone();
         new.options = lb.options.clone();
         new.external_ids = lb.external_ids.clone();
-        new.protocol = lb.protocol.as_deref().map(s::LoadBalancerProtocol::from_wire);
+        new.protocol = lb
+            .protocol
+            .as_deref()
+            .map(s::LoadBalancerProtocol::from_wire);
         new.datapaths = lb
             .datapaths
             .iter()

@@ -182,7 +182,10 @@ impl Northd {
             sb.lock(LOCK_NAME);
         }
         if self.cfg.paused {
-            self.say(Level::Info, "started paused (--dry-run): nothing is written until `resume`".into());
+            self.say(
+                Level::Info,
+                "started paused (--dry-run): nothing is written until `resume`".into(),
+            );
         }
     }
 
@@ -315,15 +318,23 @@ impl Northd {
                 self.active = true;
                 self.sync_due = true;
                 self.nb_side_due = true;
-                self.say(Level::Info, "ovn-northd lock acquired. This ovn-northd instance is now active.".into());
+                self.say(
+                    Level::Info,
+                    "ovn-northd lock acquired. This ovn-northd instance is now active.".into(),
+                );
             }
             Event::LockLost(_) => {
                 if self.active {
-                    self.say(Level::Info, "ovn-northd lock lost. This ovn-northd instance is now on standby.".into());
+                    self.say(
+                        Level::Info,
+                        "ovn-northd lock lost. This ovn-northd instance is now on standby.".into(),
+                    );
                 }
                 self.active = false;
             }
-            Event::TxnDone { id, outcome, .. } if self.sb_txn.as_ref().is_some_and(|t| t.0 == id) => {
+            Event::TxnDone { id, outcome, .. }
+                if self.sb_txn.as_ref().is_some_and(|t| t.0 == id) =>
+            {
                 let Some((_, st)) = self.sb_txn.take() else {
                     return;
                 };
@@ -447,7 +458,9 @@ impl Northd {
         if plan.is_empty() {
             return;
         }
-        let id = nb.transact(Box::new(move |view: &NbSnapshot| plan_ops(&plan, view, wall_ms)));
+        let id = nb.transact(Box::new(move |view: &NbSnapshot| {
+            plan_ops(&plan, view, wall_ms)
+        }));
         self.nb_txn = Some(id);
     }
 }
@@ -622,7 +635,9 @@ fn plan_ops(plan: &NbPlan, nb: &NbSnapshot, wall_ms: i64) -> Vec<Value> {
         row.insert("hv_cfg_timestamp".into(), json!(ts));
     }
     if !row.is_empty() {
-        ops.push(json!({"op": "update", "table": "NB_Global", "where": uuid_where(g.uuid), "row": row}));
+        ops.push(
+            json!({"op": "update", "table": "NB_Global", "where": uuid_where(g.uuid), "row": row}),
+        );
     }
     for (u, up) in &plan.ups {
         if nb

@@ -2,7 +2,7 @@
 //! gateway router or has a distributed gateway port, and its NAT rows, load balancers, static
 //! routes and policies parsed once. Bad rows become diagnostics here (a NAT whose addresses do
 //! not parse, a `logical_port` that does not exist, a route whose next hop no port reaches, an
-//! unparsable policy match, overlapping networks) and are left out; stages only read the
+//! unparsable policy match) and are left out (overlapping networks are `Topo`'s); stages only read the
 //! result. Nothing here emits flows.
 
 use std::collections::BTreeMap;
@@ -346,7 +346,7 @@ impl Rtr {
                 }
             }
         }
-        r.digest_ports(topo, diags);
+        r.digest_ports(topo);
         let Some(lr) = lr else {
             return r;
         };
@@ -357,7 +357,7 @@ impl Rtr {
         r
     }
 
-    fn digest_ports(&mut self, topo: &Topo<'_>, diags: &mut Diags) {
+    fn digest_ports(&mut self, topo: &Topo<'_>) {
         let d = &topo.datapaths[self.dp];
         for &pi in &d.ports {
             let p = &topo.ports[pi];
@@ -383,28 +383,7 @@ impl Rtr {
             {
                 v6.push(n);
             }
-            // Overlapping networks on two ports of one router.
-            for q in &self.ports {
-                let clash = v4.iter().any(|a| q.v4.iter().any(|b| nets_overlap4(a, b)))
-                    || p.networks
-                        .iter()
-                        .filter_map(|n| match n {
-                            IpNet::V6(n) => Some(n),
-                            _ => None,
-                        })
-                        .any(|a| q.v6_global().any(|b| nets_overlap6(a, b)));
-                if clash {
-                    diags.push(
-                        "Logical_Router_Port",
-                        p.nb,
-                        &p.name,
-                        format!(
-                            "networks overlap those of {} on the same router; routing between them is ambiguous (both routes are kept)",
-                            q.name
-                        ),
-                    );
-                }
-            }
+            // Overlapping networks were dropped by `Topo` (with a diagnostic).
             let is_dgp = d.dgps.contains(&pi);
             self.ports.push(Rp {
                 idx: pi,
@@ -941,16 +920,6 @@ fn nat_type_name(t: &nb::NatType) -> String {
         nb::NatType::DnatAndSnat => "dnat_and_snat".into(),
         other => format!("{other:?}"),
     }
-}
-
-fn nets_overlap4(a: &Ipv4Net, b: &Ipv4Net) -> bool {
-    let (a, b) = (a.trunc(), b.trunc());
-    a.contains(&b.network()) || b.contains(&a.network())
-}
-
-fn nets_overlap6(a: &Ipv6Net, b: &Ipv6Net) -> bool {
-    let (a, b) = (a.trunc(), b.trunc());
-    a.contains(&b.network()) || b.contains(&a.network())
 }
 
 /// The directed broadcast address of an IPv4 network.
