@@ -5,7 +5,7 @@
 //! unparsable policy match) and are left out (overlapping networks are `Topo`'s); stages only read the
 //! result. Nothing here emits flows.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use hf_expr::ast::Expr;
@@ -256,6 +256,12 @@ pub struct Rtr {
     pub route_tables: BTreeMap<String, u32>,
     /// `options:lb_force_snat_ip=router_ip` on a gateway router.
     pub force_snat_router_ip: bool,
+    /// Router LB VIPs the router answers ARP/ND for (LB `options:neighbor_responder`:
+    /// `reachable`, the default, means inside one of the router's networks): the contents of
+    /// the SB address sets `_rtr_lb_<key>_ip4`/`_ip6`.
+    pub lb_reachable: (BTreeSet<Ipv4Addr>, BTreeSet<Ipv6Addr>),
+    /// The router's tunnel key (names those address sets).
+    pub tunnel_key: u32,
     /// `options:lb_force_snat_ip=ADDR...`: the first address per family (SNAT flows for them
     /// only on gateway routers; on others LB traffic is only marked).
     pub lb_force_snat: Vec<IpAddr>,
@@ -317,6 +323,8 @@ impl Rtr {
                     .and_then(|l| l.options.get("lb_force_snat_ip"))
                     .is_some_and(|v| v == "router_ip"),
             lb_force_snat: Vec::new(),
+            lb_reachable: Default::default(),
+            tunnel_key: d.tunnel_key,
             dnat_force_snat: Vec::new(),
         };
         if let Some(lr) = lr {
@@ -615,6 +623,31 @@ impl Rtr {
                 }
             };
             let skip_snat = lb.options.get("skip_snat").is_some_and(|v| v == "true");
+            let responder = lb
+                .options
+                .get("neighbor_responder")
+                .map_or("reachable", String::as_str);
+            let nets: Vec<IpNet> = topo.datapaths[self.dp]
+                .ports
+                .iter()
+                .flat_map(|p| topo.ports[*p].networks.iter().map(|n| n.trunc()))
+                .collect();
+            for vip in lb.vips.keys() {
+                let Some((ip, _)) = parse_ip_port(vip) else {
+                    continue;
+                };
+                let answer = match responder {
+                    "none" => false,
+                    "all" => true,
+                    _ => nets.iter().any(|n| n.contains(&ip)),
+                };
+                if answer {
+                    match ip {
+                        IpAddr::V4(a) => self.lb_reachable.0.insert(a),
+                        IpAddr::V6(a) => self.lb_reachable.1.insert(a),
+                    };
+                }
+            }
             for (vip, backends) in &lb.vips {
                 let Some((ip, port)) = parse_ip_port(vip) else {
                     diags.push(
