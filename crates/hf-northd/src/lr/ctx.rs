@@ -202,6 +202,10 @@ pub struct RouteGroup {
     pub hops: Vec<Hop>,
     /// ECMP group id (for groups of more than one hop).
     pub ecmp_id: u16,
+    /// A `discard` route (no hops): the row and its owner.
+    pub discard: Option<(Uuid, Owner)>,
+    /// `options:origin=connected`: a connected route's priority offset.
+    pub connected: bool,
 }
 
 /// One router policy, parsed.
@@ -217,6 +221,8 @@ pub struct Policy {
     pub matches: Expr,
     /// What it does.
     pub action: PolicyAction,
+    /// `options:pkt_mark` (allow and reroute set `pkt.mark`).
+    pub pkt_mark: Option<u32>,
 }
 
 /// A policy's action.
@@ -746,11 +752,23 @@ impl Rtr {
                     continue;
                 }
             };
+            let owner = Owner::Route {
+                router: self.name.clone(),
+                table: rt.route_table.clone(),
+                prefix: rt.ip_prefix.clone(),
+                nexthop: rt.nexthop.clone(),
+            };
+            let connected = rt.options.get("origin").is_some_and(|o| o == "connected");
             if rt.nexthop == "discard" {
-                bad(
-                    diags,
-                    "discard routes are not supported by holdfast northd yet".into(),
-                );
+                self.routes.push(RouteGroup {
+                    table: rt.route_table.clone(),
+                    prefix: prefix.trunc(),
+                    src,
+                    hops: Vec::new(),
+                    ecmp_id: 0,
+                    discard: Some((rt.uuid, owner)),
+                    connected,
+                });
                 continue;
             }
             let Ok(nh) = rt.nexthop.trim().parse::<IpAddr>() else {
@@ -803,12 +821,7 @@ impl Rtr {
             let key = (rt.route_table.clone(), src, prefix.trunc());
             let hop = Hop {
                 uuid: rt.uuid,
-                owner: Owner::Route {
-                    router: self.name.clone(),
-                    table: rt.route_table.clone(),
-                    prefix: rt.ip_prefix.clone(),
-                    nexthop: rt.nexthop.clone(),
-                },
+                owner,
                 nexthop: Some(nh),
                 port,
                 src: src_ip,
@@ -832,6 +845,8 @@ impl Rtr {
                         src,
                         hops: vec![hop],
                         ecmp_id: 0,
+                        discard: None,
+                        connected,
                     });
                 }
             }
@@ -941,6 +956,11 @@ impl Rtr {
                 priority,
                 matches,
                 action,
+                pkt_mark: p
+                    .options
+                    .get("pkt_mark")
+                    .and_then(|m| m.trim().parse::<u32>().ok())
+                    .filter(|m| *m > 0),
             });
         }
     }

@@ -2,9 +2,10 @@
 //! (ovn-northd(8) "Logical Router Datapaths"). [`build`] digests the router once
 //! ([`ctx::Rtr`]) and runs every stage in table order.
 //!
-//! What is not built (yet): IPv6 router advertisements (`lr_in_nd_ra_*` pass everything), load balancer
-//! affinity, ECMP symmetric replies, BFD, discard routes; `lb_force_snat_ip` with addresses,
-//! `force_snat_for_dnat`. Rows asking for them get no diagnostic unless they are malformed.
+//! What is not built (yet): load balancer affinity (`lr_in_lb_aff_*` pass everything), ECMP
+//! symmetric replies (`lr_in_ecmp_stateful`), BFD, stateless NAT, `lb_force_snat_ip` on
+//! distributed routers' SNAT side, NAT `gateway_port` beyond the first match, DHCPv6 prefix
+//! delegation, multicast relay. Rows asking for them compile without those flows.
 
 pub mod act;
 pub mod admission;

@@ -500,22 +500,46 @@ fn big_router_compiles_fast() {
             lsps.push(format!("vm{i}-{j}"));
         }
         let refs: Vec<&str> = lsps.iter().map(String::as_str).collect();
-        rows.push(("Logical_Switch".into(), format!("ls{i}"), json!({"name": format!("ls{i}"), "ports": set(&refs)})));
+        rows.push((
+            "Logical_Switch".into(),
+            format!("ls{i}"),
+            json!({"name": format!("ls{i}"), "ports": set(&refs)}),
+        ));
         rows.push(("Logical_Router_Port".into(), format!("lrp{i}"), json!({"name": format!("lr0-ls{i}"), "mac": format!("02:00:00:{:02x}:{:02x}:01", i >> 8, i & 255), "networks": format!("10.{a}.{b}.1/24")})));
         lr_ports.push(format!("lrp{i}"));
         rows.push(("NAT".into(), format!("nat{i}"), json!({"type": "snat", "logical_ip": format!("10.{a}.{b}.0/24"), "external_ip": "172.16.0.1"})));
     }
-    rows.push(("Logical_Router_Static_Route".into(), "def".into(), json!({"ip_prefix": "0.0.0.0/0", "nexthop": "10.1.0.254"})));
+    rows.push((
+        "Logical_Router_Static_Route".into(),
+        "def".into(),
+        json!({"ip_prefix": "0.0.0.0/0", "nexthop": "10.1.0.254"}),
+    ));
     let refs: Vec<&str> = lr_ports.iter().map(String::as_str).collect();
-    rows.push(("Logical_Router".into(), "lr0".into(), json!({"name": "lr0", "ports": set(&refs), "static_routes": set(&["def"])})));
+    rows.push((
+        "Logical_Router".into(),
+        "lr0".into(),
+        json!({"name": "lr0", "ports": set(&refs), "static_routes": set(&["def"])}),
+    ));
     let nats: Vec<String> = (0..n).map(|i| format!("nat{i}")).collect();
     let nat_refs: Vec<&str> = nats.iter().map(String::as_str).collect();
-    rows.push(("Logical_Router_Port".into(), "gwp".into(), json!({"name": "gw0-ext", "mac": "02:00:00:00:fe:01", "networks": "172.16.0.1/24"})));
+    rows.push((
+        "Logical_Router_Port".into(),
+        "gwp".into(),
+        json!({"name": "gw0-ext", "mac": "02:00:00:00:fe:01", "networks": "172.16.0.1/24"}),
+    ));
     rows.push(("Logical_Router".into(), "gw0".into(), json!({"name": "gw0", "ports": set(&["gwp"]), "nat": set(&nat_refs), "options": ["map", [["chassis", "hv1"]]]})));
-    let borrowed: Vec<(&str, &str, Value)> = rows.iter().map(|(t, n, v)| (t.as_str(), n.as_str(), v.clone())).collect();
+    let borrowed: Vec<(&str, &str, Value)> = rows
+        .iter()
+        .map(|(t, n, v)| (t.as_str(), n.as_str(), v.clone()))
+        .collect();
     let nb = nb(&borrowed);
     let mut diags = Diags::default();
-    let topo = Topo::build(&nb, &Keys::default(), hf_expr::FeatureSet::all(), &mut diags);
+    let topo = Topo::build(
+        &nb,
+        &Keys::default(),
+        hf_expr::FeatureSet::all(),
+        &mut diags,
+    );
     let t = std::time::Instant::now();
     let mut out = Flows::default();
     for name in ["lr0", "gw0"] {
@@ -525,5 +549,8 @@ fn big_router_compiles_fast() {
     let took = t.elapsed();
     eprintln!("router stages: {} flows in {took:?}", out.len());
     assert!(out.len() > n * p, "arp_resolve has an entry per VIF");
-    assert!(took < std::time::Duration::from_millis(if cfg!(debug_assertions) { 5000 } else { 300 }), "{took:?}");
+    assert!(
+        took < std::time::Duration::from_millis(if cfg!(debug_assertions) { 5000 } else { 300 }),
+        "{took:?}"
+    );
 }
