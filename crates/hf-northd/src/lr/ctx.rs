@@ -140,9 +140,17 @@ pub struct Nat {
     pub priority: i64,
     /// The owner of its flows.
     pub owner: Owner,
+    /// `options:stateless=true` (as written; it changes translation only for
+    /// `dnat_and_snat`, see [`Nat::stateless`]).
+    pub stateless_opt: bool,
 }
 
 impl Nat {
+    /// A stateless `dnat_and_snat`: translated by rewriting addresses, no conntrack.
+    pub fn stateless(&self) -> bool {
+        self.stateless_opt && self.kind == NatKind::DnatAndSnat
+    }
+
     /// IPv6.
     pub fn v6(&self) -> bool {
         self.external.is_ipv6()
@@ -599,6 +607,7 @@ impl Rtr {
                 port_range,
                 extra,
                 priority: n.priority,
+                stateless_opt: n.options.get("stateless").is_some_and(|v| v == "true"),
                 owner: Owner::Nat {
                     router: self.name.clone(),
                     kind: kind.name().to_string(),

@@ -251,13 +251,13 @@ fn nat_match_and_priority_follow_ovn_24_09() {
     has(
         &snat,
         305,
-        "ip && ip4.src == 10.0.0.0/24 && (!ct.trk || !ct.rpl) && ip4.dst == 192.0.2.0/24",
+        "ip && ip4.src == 10.0.0.0/24 && ip4.dst == 192.0.2.0/24 && (!ct.trk || !ct.rpl)",
         "ct_snat(172.16.0.10);",
     );
     has(
         &snat,
         307,
-        "ip && ip4.src == 10.0.0.0/24 && (!ct.trk || !ct.rpl) && ip4.dst == 198.51.100.0/24",
+        "ip && ip4.src == 10.0.0.0/24 && ip4.dst == 198.51.100.0/24 && (!ct.trk || !ct.rpl)",
         "ct_snat(172.16.0.11);",
     );
     // Without a match: 23.03's prefix ordering, below every matched row.
@@ -270,7 +270,7 @@ fn nat_match_and_priority_follow_ovn_24_09() {
     has(
         &snat,
         302,
-        "ip && ip4.src == 10.0.0.5 && (!ct.trk || !ct.rpl) && tcp",
+        "ip && ip4.src == 10.0.0.5 && tcp && (!ct.trk || !ct.rpl)",
         "ct_snat(172.16.0.20);",
     );
     let dnat = of(&flows, Stage::LrInDnat);
@@ -317,7 +317,7 @@ fn allowed_and_exempted_ext_ips_scope_nat() {
     has(
         &snat,
         25,
-        "ip && ip4.src == 10.0.0.0/24 && (!ct.trk || !ct.rpl) && ip4.dst == $allowed1",
+        "ip && ip4.src == 10.0.0.0/24 && ip4.dst == $allowed1 && (!ct.trk || !ct.rpl)",
         "ct_snat(172.16.0.10);",
     );
     has(
@@ -329,7 +329,7 @@ fn allowed_and_exempted_ext_ips_scope_nat() {
     has(
         &snat,
         35,
-        "ip && ip4.src == 10.0.0.5 && (!ct.trk || !ct.rpl) && ip4.dst == $exempt1",
+        "ip && ip4.src == 10.0.0.5 && ip4.dst == $exempt1",
         "next;",
     );
     let dnat = of(&flows, Stage::LrInDnat);
