@@ -31,6 +31,9 @@ pub struct Keys {
     /// `SB_Global.options` SB holds: `mac_prefix` and `svc_monitor_mac` are kept from here
     /// when NB does not set them (see `tables::global`).
     pub sb_options: BTreeMap<String, String>,
+    /// Port name → `Port_Binding.tag` SB holds: a container port with `tag_request=0` keeps
+    /// the tag it was given (ovn-northd keeps it by writing NB's `tag`; compile is pure).
+    pub tags: HashMap<String, i64>,
 }
 
 /// What kind of port.

@@ -32,7 +32,7 @@ use crate::output::{PortRow, SbDesired};
 use crate::stage::DpKind;
 use crate::tables::lb;
 use crate::tables::opt_true;
-use crate::topo::{Port, PortIdx, PortKind, Topo};
+use crate::topo::{Keys, Port, PortIdx, PortKind, Topo};
 
 /// The LSP types 23.03 knows (`ovn_is_known_nb_lsp_type`).
 const KNOWN_LSP_TYPES: &[&str] = &[
@@ -51,8 +51,8 @@ const KNOWN_LSP_TYPES: &[&str] = &[
 const MAX_TAGS: i64 = 4096;
 
 /// Adds every port.
-pub fn build(topo: &Topo<'_>, sb: &mut SbDesired, diags: &mut Diags) {
-    let tags = allocate_tags(topo, diags);
+pub fn build(topo: &Topo<'_>, keys: &Keys, sb: &mut SbDesired, diags: &mut Diags) {
+    let tags = allocate_tags(topo, keys, diags);
     for (i, p) in topo.ports.iter().enumerate() {
         let row = match &p.kind {
             PortKind::RouterPort { .. } => router_port(topo, p),
@@ -467,10 +467,11 @@ fn switch_port(
 }
 
 /// Tags of container ports: NB's `tag` when set (a previous northd allocated it), else a
-/// non-zero `tag_request`, else for `tag_request=0` under a parent the lowest tag free
-/// among that parent's children (ports in name order, so the choice is deterministic).
+/// non-zero `tag_request`, else for `tag_request=0` under a parent the tag SB already has
+/// for the port when it is still free, else the lowest tag free among that parent's children
+/// (ports in name order, so the choice is deterministic).
 /// Two children of one parent with the same tag are a diagnostic; the second gets none.
-fn allocate_tags(topo: &Topo<'_>, diags: &mut Diags) -> HashMap<PortIdx, i64> {
+fn allocate_tags(topo: &Topo<'_>, keys: &Keys, diags: &mut Diags) -> HashMap<PortIdx, i64> {
     let mut out = HashMap::new();
     let mut used: BTreeMap<String, BTreeMap<i64, String>> = BTreeMap::new();
     let mut pending = Vec::new();
@@ -518,7 +519,24 @@ fn allocate_tags(topo: &Topo<'_>, diags: &mut Diags) -> HashMap<PortIdx, i64> {
         }
         out.insert(i, t);
     }
+    // Tags SB already has first, so a port added later never moves an older one.
+    let mut fresh = Vec::new();
     for i in pending {
+        let p = &topo.ports[i];
+        let Some(lsp) = topo.nb.logical_switch_port().get(&p.nb) else {
+            continue;
+        };
+        let parent = lsp.parent_name.clone().unwrap_or_default();
+        let taken = used.entry(parent).or_default();
+        match keys.tags.get(&p.name).filter(|t| (1..MAX_TAGS).contains(*t)) {
+            Some(t) if !taken.contains_key(t) => {
+                taken.insert(*t, lsp.name.clone());
+                out.insert(i, *t);
+            }
+            _ => fresh.push(i),
+        }
+    }
+    for i in fresh {
         let p = &topo.ports[i];
         let Some(lsp) = topo.nb.logical_switch_port().get(&p.nb) else {
             continue;
