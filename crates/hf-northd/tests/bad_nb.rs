@@ -45,6 +45,12 @@ fn keys_of(c: &Compiled) -> Keys {
             .map(|(n, p)| (n.clone(), p.tunnel_key))
             .collect(),
         sb_options: c.sb.sb_options.clone(),
+        tags: c
+            .sb
+            .ports
+            .iter()
+            .filter_map(|(n, p)| p.tag.map(|t| (n.clone(), t)))
+            .collect(),
     }
 }
 
