@@ -500,8 +500,8 @@ fn command(
             );
             let s = core.stats();
             Ok(format!(
-                "nb-rows:{nbr} sb-rows:{sbr} sb-flows:{flows} compiles:{} sb-commits:{} flows-built:{}",
-                s.compiles, s.sb_commits, s.last_flows_built
+                "nb-rows:{nbr} sb-rows:{sbr} sb-flows:{flows} compiles:{} flows-built:{} sb-commits:{} sb-unchanged:{} nb-commits:{}",
+                s.compiles, s.last_flows_built, s.sb_commits, s.sb_unchanged, s.nb_commits
             ))
         }
         "vlog/list" => Ok(vlog::list()),

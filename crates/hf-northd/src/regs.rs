@@ -140,6 +140,12 @@ regs! {
 pub const NEXT_HOP_IPV6: Place = Place::whole("xxreg0");
 /// See [`NEXT_HOP_IPV6`].
 pub const SRC_IPV6: Place = Place::whole("xxreg1");
+/// Switch pipelines: REG_ORIG_DIP_IPV6, the IPv6 LB VIP before DNAT (xxreg1 = reg4..reg7, clear
+/// of every switch [`Reg`] use in reg0..reg3).
+pub const ORIG_DIP_IPV6: Place = Place::whole("xxreg1");
+/// Switch pipelines: all of reg0, cleared at once by a reject ACL before it turns the packet
+/// around (every reg0 flag is dead from there on).
+pub const REG0_ALL: Place = Place::whole("reg0");
 
 impl Reg {
     /// The field, for matches and actions (`reg0[7]`, `reg1`, `xreg0[0..47]`).

@@ -152,6 +152,9 @@ pub struct Topo<'a> {
     /// The features every chassis has (what flows may use). Stages that have an older
     /// formulation for a feature outside this set emit it; see `render` for the rest.
     pub features: FeatureSet,
+    /// What the switch stages need beyond this (ACLs, load balancers, router addresses per
+    /// switch), digested once.
+    pub ls: crate::ls::index::LsIndex,
 }
 
 impl<'a> Topo<'a> {
@@ -176,6 +179,7 @@ impl<'a> Topo<'a> {
                 .map(|g| g.options.clone())
                 .unwrap_or_default(),
             features,
+            ls: Default::default(),
         };
         // Datapaths, by name; a second row with a name already taken is refused.
         let mut switches: Vec<&nb::LogicalSwitch> = nb.logical_switch().values().collect();
@@ -199,6 +203,7 @@ impl<'a> Topo<'a> {
         t.add_router_ports(diags);
         t.resolve_peers(diags);
         t.assign_keys(keys);
+        t.ls = crate::ls::index::LsIndex::build(&t, diags);
         t
     }
 

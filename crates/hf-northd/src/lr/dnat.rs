@@ -1,0 +1,157 @@
+//! `lr_in_dnat`: DNAT of `dnat`/`dnat_and_snat` external addresses to their logical IP
+//! (gateway routers: `ct_dnat` with `flags.loopback`; distributed routers: `ct_dnat_in_czone`
+//! on the gateway chassis or the logical port's chassis), and router load balancers
+//! (`ct_lb_mark` for new connections; established and related ones carry on with the
+//! `skip_snat`/`force_snat` marks they were committed with).
+
+use hf_expr::actions::NatKind;
+
+use crate::build::{always, and, eq, f, inport, not, num, pred};
+use crate::diag::Diags;
+use crate::flow::Flows;
+use crate::lr::act::{ct_commit_nat, ct_lb_mark, ct_nat, eqn, ip_dst, ipf, loopback, next, set};
+use crate::lr::ctx::Rtr;
+use crate::lr::nat;
+use crate::stage::Stage;
+use crate::topo::Topo;
+
+/// Builds the stage.
+pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
+    let st = Stage::LrInDnat;
+    let o = r.owner();
+    out.add(
+        r.dp,
+        st,
+        0,
+        always(),
+        vec![next()],
+        o.clone(),
+        "default",
+        None,
+    );
+    for n in r.nats.iter().filter(|n| n.kind.dnat()) {
+        let prio = nat::priority(r, n, true);
+        let (m, a) = if r.gw_router {
+            let mut m = vec![pred("ip"), ip_dst(n.external)];
+            m.extend(nat::extra(n, true));
+            (
+                and(m),
+                vec![
+                    loopback(),
+                    ct_nat(NatKind::Dnat, Some(n.logical.addr()), None),
+                ],
+            )
+        } else if let Some(d) = n.dgp {
+            let p = &r.ports[d];
+            let mut m = vec![pred("ip"), ip_dst(n.external), inport(&p.name)];
+            if n.distributed.is_none() {
+                m.extend(p.resident());
+            }
+            m.extend(nat::extra(n, true));
+            (
+                and(m),
+                vec![ct_nat(NatKind::DnatInCzone, Some(n.logical.addr()), None)],
+            )
+        } else {
+            continue;
+        };
+        if let Some(x) = nat::exempt(n, true, &m) {
+            out.add(
+                r.dp,
+                st,
+                prio + 2,
+                x,
+                vec![next()],
+                n.owner.clone(),
+                "dnat-exempt",
+                Some(n.uuid),
+            );
+        }
+        out.add(r.dp, st, prio, m, a, n.owner.clone(), "dnat", Some(n.uuid));
+    }
+    if r.vips.is_empty() {
+        return;
+    }
+    let est = || {
+        and([
+            pred("ct.est"),
+            not(pred("ct.rel")),
+            not(pred("ct.new")),
+            pred("ct_mark.natted"),
+        ])
+    };
+    let rel = || and([pred("ct.rel"), not(pred("ct.est")), not(pred("ct.new"))]);
+    out.add(r.dp, st, 50, est(), vec![next()], o.clone(), "lb-est", None);
+    out.add(
+        r.dp,
+        st,
+        50,
+        rel(),
+        vec![ct_commit_nat()],
+        o.clone(),
+        "lb-rel",
+        None,
+    );
+    for (flag, fl) in [
+        ("force_snat", "flags.force_snat_for_lb"),
+        ("skip_snat", "flags.skip_snat_for_lb"),
+    ] {
+        let mark = eq(f(&format!("ct_mark.{flag}")), num(1));
+        out.add(
+            r.dp,
+            st,
+            70,
+            and([est(), mark.clone()]),
+            vec![set(fl, num(1)), next()],
+            o.clone(),
+            format!("lb-est-{flag}"),
+            None,
+        );
+        out.add(
+            r.dp,
+            st,
+            70,
+            and([rel(), mark]),
+            vec![set(fl, num(1)), ct_commit_nat()],
+            o.clone(),
+            format!("lb-rel-{flag}"),
+            None,
+        );
+    }
+    let dgp_res = r.dgp.and_then(|d| r.ports[d].resident());
+    for v in &r.vips {
+        let fam = ipf(v.ip.is_ipv6());
+        let mut m = vec![pred("ct.new"), not(pred("ct.rel")), pred(fam), ip_dst(v.ip)];
+        let prio = if let Some(port) = v.port {
+            m.push(pred(v.proto));
+            m.push(eqn(&format!("{}.dst", v.proto), u128::from(port)));
+            120
+        } else {
+            110
+        };
+        if !r.gw_router {
+            m.extend(dgp_res.clone());
+        }
+        let mut a = Vec::new();
+        let flag = if v.skip_snat {
+            a.push(set("flags.skip_snat_for_lb", num(1)));
+            Some("skip_snat")
+        } else if r.gw_router && r.force_snat_router_ip {
+            a.push(set("flags.force_snat_for_lb", num(1)));
+            Some("force_snat")
+        } else {
+            None
+        };
+        a.push(ct_lb_mark(&v.backends, flag));
+        out.add(
+            r.dp,
+            st,
+            prio,
+            and(m),
+            a,
+            v.owner.clone(),
+            format!("vip-{}", v.key),
+            Some(v.lb),
+        );
+    }
+}

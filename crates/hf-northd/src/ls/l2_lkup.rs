@@ -1,0 +1,265 @@
+//! `ls_in_l2_lkup`: destination lookup. Unicast to the port owning `eth.dst` (VIF addresses,
+//! the router port MAC for `router` ports, on the gateway chassis only when the router port is
+//! a distributed gateway port seen through a localnet switch, and distributed NAT MACs where
+//! their logical port is resident); multicast and broadcast flood (`_MC_flood`); ARP requests
+//! and neighbour solicitations for router-owned addresses (its networks, NAT external IPs,
+//! reachable LB VIPs) go only to that router port (and to the L2 domain, `_MC_flood_l2`);
+//! the router's own ARP/ND requests flood the L2 domain. Unknown MACs are looked up in the FDB.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use hf_expr::Action;
+use hf_expr::actions::ResultFn;
+use hf_expr::ast::Expr;
+
+use super::act::{clone, next, result, to_port};
+use super::pre_acl::svc_monitor;
+use super::{MC_FLOOD, MC_FLOOD_L2, Sw};
+use crate::build::{always, and, eq, eq_num, f, ip4, ip6, mac, or, pred};
+use crate::diag::Diags;
+use crate::flow::Flows;
+use crate::stage::Stage;
+use crate::topo::{PortIdx, PortKind};
+
+fn resident(port: &str) -> Expr {
+    Expr::ChassisResident {
+        port: port.to_string(),
+        span: hf_expr::Span::default(),
+    }
+}
+
+/// `flags[1] == 0` (FLAGBIT_NOT_VXLAN): not already through a router on a VXLAN chassis.
+fn not_vxlan() -> Expr {
+    eq_num(hf_expr::FieldRef::bits("flags", 1, 1), 0)
+}
+
+/// ARP requests and solicitations for the addresses router port `lrp` owns, from switch port `p`.
+fn rport_arp_req(sw: &Sw<'_, '_>, out: &mut Flows, p: PortIdx, lrp: PortIdx) {
+    let topo = sw.topo;
+    let r = topo.ports[lrp].clone();
+    if !r.enabled {
+        return;
+    }
+    let sw_port = sw.port(p).name.clone();
+    let has_other = sw.router_ports.len() != sw.ports.len();
+    let actions = || {
+        if has_other {
+            let mut a = vec![clone(to_port(&sw_port))];
+            a.extend(to_port(MC_FLOOD_L2));
+            a
+        } else {
+            to_port(&sw_port)
+        }
+    };
+    let mut ips: BTreeSet<IpAddr> = BTreeSet::new();
+    let ra = topo.ls.router.get(&r.dp);
+    if let Some(ra) = ra {
+        let reach = |ip: IpAddr| r.networks.iter().any(|n| n.contains(&ip));
+        for a in &ra.lb_v4 {
+            if reach(IpAddr::V4(*a)) {
+                ips.insert(IpAddr::V4(*a));
+            }
+        }
+        for a in &ra.lb_v6 {
+            if reach(IpAddr::V6(*a)) {
+                ips.insert(IpAddr::V6(*a));
+            }
+        }
+        ips.extend(ra.nat_ips.iter().copied());
+    }
+    for n in &r.networks {
+        ips.insert(n.addr());
+    }
+    if let Some(m) = r.mac {
+        ips.insert(IpAddr::V6(m.ipv6_lla()));
+    }
+    for ip in ips {
+        let m = match ip {
+            IpAddr::V4(a) => and([
+                not_vxlan(),
+                eq_num(f("arp.op"), 1),
+                eq(f("arp.tpa"), ip4(a)),
+            ]),
+            IpAddr::V6(a) => and([not_vxlan(), pred("nd_ns"), eq(f("nd.target"), ip6(a))]),
+        };
+        sw.for_port(
+            out,
+            Stage::LsInL2Lkup,
+            80,
+            p,
+            format!("arp-req {ip}"),
+            m,
+            actions(),
+        );
+    }
+    if has_other && let Some(m) = r.mac {
+        let mut macs = BTreeSet::new();
+        macs.insert(m);
+        if let Some(ra) = ra {
+            macs.extend(ra.nat_macs.iter().copied());
+        }
+        let mm = and([
+            Expr::Cmp {
+                field: f("eth.src"),
+                op: hf_expr::RelOp::Eq,
+                rhs: hf_expr::Rhs::Set(
+                    macs.into_iter()
+                        .map(|m| hf_expr::Term::new(mac(m)))
+                        .collect(),
+                ),
+            },
+            or([
+                eq_num(f("arp.op"), 1),
+                eq_num(f("rarp.op"), 3),
+                pred("nd_ns"),
+            ]),
+        ]);
+        sw.for_port(
+            out,
+            Stage::LsInL2Lkup,
+            75,
+            p,
+            "self-orig",
+            mm,
+            to_port(MC_FLOOD_L2),
+        );
+    }
+}
+
+/// Writes the stage for `sw`.
+pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
+    let topo = sw.topo;
+    sw.dflt(
+        out,
+        Stage::LsInL2Lkup,
+        0,
+        "fdb",
+        always(),
+        vec![
+            result(f("outport"), ResultFn::GetFdb { mac: f("eth.dst") }),
+            next(),
+        ],
+    );
+    sw.dflt(
+        out,
+        Stage::LsInL2Lkup,
+        110,
+        "svc-monitor",
+        and([
+            svc_monitor(true),
+            or([pred("tcp"), pred("icmp"), pred("icmp6")]),
+        ]),
+        vec![Action::HandleSvcCheck {
+            port: f("inport"),
+            span: hf_expr::Span::default(),
+        }],
+    );
+    if let Some(ls) = topo.nb.logical_switch().get(&topo.datapaths[sw.dp].nb)
+        && ls
+            .other_config
+            .get("mcast_snoop")
+            .is_some_and(|v| v == "true")
+    {
+        diags.push(
+            "Logical_Switch",
+            ls.uuid,
+            &ls.name,
+            "other_config:mcast_snoop=true (IGMP/MLD snooping) is not compiled by holdfast northd; multicast floods",
+        );
+    }
+    sw.dflt(
+        out,
+        Stage::LsInL2Lkup,
+        70,
+        "mcast",
+        pred("eth.mcast"),
+        to_port(MC_FLOOD),
+    );
+    for p in sw.ports {
+        let port = sw.port(*p);
+        if matches!(&port.kind, PortKind::OtherLsp(t) if t == "external") {
+            continue;
+        }
+        let deliver = || {
+            if port.enabled {
+                to_port(&port.name)
+            } else {
+                vec![Action::drop()]
+            }
+        };
+        let lrp = match port.kind {
+            PortKind::SwitchRouter { lrp } => lrp,
+            _ => None,
+        };
+        if let Some(l) = lrp {
+            rport_arp_req(sw, out, *p, l);
+        }
+        let mut macs = BTreeSet::new();
+        for a in &port.addresses {
+            if let Some(m) = a.mac
+                && macs.insert(m)
+            {
+                sw.for_port(
+                    out,
+                    Stage::LsInL2Lkup,
+                    50,
+                    *p,
+                    format!("mac {m}"),
+                    eq(f("eth.dst"), mac(m)),
+                    deliver(),
+                );
+            }
+        }
+        let (true, Some(l)) = (port.router_addresses, lrp) else {
+            continue;
+        };
+        let r = &topo.ports[l];
+        let Some(rmac) = r.mac else { continue };
+        let router = &topo.datapaths[r.dp];
+        let mut m = vec![eq(f("eth.dst"), mac(rmac))];
+        if !router.dgps.is_empty() && !sw.localnet.is_empty() {
+            let cr = if r.is_dgp() && router.dgps.contains(&l) {
+                Some(format!("cr-{}", r.name))
+            } else if r
+                .options
+                .get("reside-on-redirect-chassis")
+                .is_some_and(|v| v == "true")
+                && router.dgps.len() == 1
+            {
+                Some(format!("cr-{}", topo.ports[router.dgps[0]].name))
+            } else {
+                None
+            };
+            if let Some(cr) = cr {
+                m.push(resident(&cr));
+            }
+        }
+        if macs.insert(rmac) {
+            sw.for_port(
+                out,
+                Stage::LsInL2Lkup,
+                50,
+                *p,
+                format!("mac {rmac}"),
+                and(m),
+                deliver(),
+            );
+        }
+        if router.dgps.contains(&l)
+            && let Some(ra) = topo.ls.router.get(&r.dp)
+        {
+            for (nm, lp) in &ra.distributed {
+                sw.for_port(
+                    out,
+                    Stage::LsInL2Lkup,
+                    50,
+                    *p,
+                    format!("nat-mac {nm} {lp}"),
+                    and([eq(f("eth.dst"), mac(*nm)), resident(lp)]),
+                    deliver(),
+                );
+            }
+        }
+    }
+}

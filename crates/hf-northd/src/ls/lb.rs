@@ -1,0 +1,91 @@
+//! `ls_in_lb`: new connections to a VIP of a load balancer on the switch are balanced with
+//! `ct_lb_mark(backends=...)` (priority 120 with a port, 110 without); a VIP without backends
+//! rejects when the load balancer has `options:reject=true` and drops otherwise (23.03.1).
+
+use std::net::IpAddr;
+
+use hf_expr::Action;
+use hf_expr::actions::{Backend, CtLbArgs, NestedKind, Pipeline as ActPipeline};
+use hf_expr::constant::Constant;
+
+use super::Sw;
+use super::act::{exchange, next, set};
+use super::pre_stateful::vip_dst;
+use crate::build::{always, and, eq_num, f, num, pred};
+use crate::diag::Diags;
+use crate::flow::{Flows, Owner};
+use crate::regs::{self, Reg};
+use crate::stage::Stage;
+
+fn constant(ip: IpAddr) -> Constant {
+    match ip {
+        IpAddr::V4(a) => Constant::ipv4(a),
+        IpAddr::V6(a) => Constant::ipv6(a),
+    }
+}
+
+/// Writes the stage for `sw`.
+pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, _diags: &mut Diags) {
+    sw.dflt(out, Stage::LsInLb, 0, "default", always(), vec![next()]);
+    for lb in &sw.lbs {
+        for vip in &lb.vips {
+            let mut m = vec![pred("ct.new"), vip_dst(vip.ip)];
+            let mut prio = 110;
+            if let Some(port) = vip.port {
+                m.push(eq_num(f(&format!("{}.dst", lb.proto)), port.into()));
+                prio = 120;
+            }
+            let actions = if vip.backends.is_empty() {
+                if lb.reject_empty {
+                    vec![
+                        Action::assign(regs::field_of(regs::REG0_ALL), num(0)),
+                        Action::nested(
+                            NestedKind::Reject,
+                            vec![
+                                exchange("outport", "inport"),
+                                Action::next_table(
+                                    Some(ActPipeline::Egress),
+                                    u32::from(Stage::LsOutQosMark.table()),
+                                ),
+                            ],
+                        ),
+                    ]
+                } else {
+                    vec![Action::drop()]
+                }
+            } else {
+                vec![
+                    set(Reg::CtCommit, 0),
+                    Action::CtLb {
+                        mark: true,
+                        args: Some(CtLbArgs {
+                            backends: vip
+                                .backends
+                                .iter()
+                                .map(|(ip, port)| Backend {
+                                    ip: constant(*ip),
+                                    port: *port,
+                                })
+                                .collect(),
+                            hash_fields: lb.hash_fields.clone(),
+                            flag: None,
+                            legacy: false,
+                        }),
+                        span: hf_expr::Span::default(),
+                    },
+                ]
+            };
+            sw.owned(
+                out,
+                Stage::LsInLb,
+                prio,
+                Owner::LoadBalancer(lb.name.clone()),
+                format!("vip {}", vip.key),
+                Some(lb.uuid),
+                and(m),
+                actions,
+                None,
+            );
+        }
+    }
+}
