@@ -12,7 +12,8 @@
 //! `northd_flow_diff` (ignored) is the development aid: for `HF_PARITY_SEED` it prints, per
 //! datapath and stage, the flows only real ovn-northd writes and the flows only holdfast
 //! writes (both normalised by hf-expr's parser and printer); `HF_STAGE` filters stages by
-//! prefix (`ls_in_acl`, `lr_`), `HF_DP` datapaths by name.
+//! prefix (`ls_in_acl`, `lr_`), `HF_DP` datapaths by name; `HF_NB_EXTRA` appends ovn-nbctl
+//! commands (`;`-separated) to the generated NB.
 //!
 //! `northd_table_diff` (ignored) does the same for the other tables northd writes
 //! (`Datapath_Binding`, `Port_Binding`, `Multicast_Group`, `Port_Group`, `Address_Set`,
@@ -97,19 +98,39 @@ fn holdfast_fill(env: &Env) -> hf_northd::Compiled {
     }
     let mut txn = vec![serde_json::json!("OVN_Southbound")];
     txn.extend(hf_northd::sync::insert_ops(&compiled.sb, &chassis));
-    let path = env.dir.join("hf-sb-txn.json");
-    std::fs::write(&path, serde_json::to_vec(&txn).unwrap()).unwrap();
-    let reply = common::run_ok(Command::new("sh").arg("-c").arg(format!(
-        "ovsdb-client transact {} \"$(cat {})\"",
-        env.sb,
-        path.display()
-    )));
+    // Straight to the socket: the transaction is too large for one command-line argument.
+    let reply = transact_unix(&env.sb, txn);
     assert!(
         !reply.contains("\"error\""),
         "writing holdfast northd's SB failed: {}",
         &reply[..reply.len().min(2000)]
     );
     compiled
+}
+
+/// Sends one `transact` over a `unix:` remote and returns the reply's text.
+fn transact_unix(remote: &str, params: Vec<serde_json::Value>) -> String {
+    use std::io::Write as _;
+    let path = remote.strip_prefix("unix:").expect("a unix: remote");
+    let mut sock = std::os::unix::net::UnixStream::connect(path).expect("connect to SB");
+    let req = serde_json::json!({"method": "transact", "params": params, "id": "hf-fill"});
+    sock.write_all(&serde_json::to_vec(&req).unwrap()).unwrap();
+    let reader = std::io::BufReader::new(sock.try_clone().unwrap());
+    for msg in serde_json::Deserializer::from_reader(reader).into_iter::<serde_json::Value>() {
+        let msg = msg.expect("JSON-RPC from SB");
+        if msg.get("method").and_then(|m| m.as_str()) == Some("echo") {
+            let echo = serde_json::json!({"result": msg["params"], "id": msg["id"]});
+            sock.write_all(&serde_json::to_vec(&echo).unwrap()).unwrap();
+            continue;
+        }
+        if msg.get("id").and_then(|i| i.as_str()) == Some("hf-fill") {
+            if !msg["error"].is_null() {
+                return format!("{{\"error\": {}}}", msg["error"]);
+            }
+            return msg["result"].to_string();
+        }
+    }
+    panic!("SB closed the connection before replying");
 }
 
 /// Both environments for one topology: (real ovn-northd, holdfast northd).
@@ -242,7 +263,15 @@ fn northd_flow_diff() {
     let seed = env_num("HF_PARITY_SEED", 9000);
     let stage = std::env::var("HF_STAGE").unwrap_or_default();
     let dp = std::env::var("HF_DP").unwrap_or_default();
-    let t = Topology::generate(seed, 0);
+    let mut t = Topology::generate(seed, 0);
+    // `HF_NB_EXTRA`: more ovn-nbctl commands after the generated ones, `;`-separated, words
+    // split on whitespace (to compare options the generator does not use).
+    for c in std::env::var("HF_NB_EXTRA").unwrap_or_default().split(';') {
+        let words: Vec<String> = c.split_whitespace().map(str::to_string).collect();
+        if !words.is_empty() {
+            t.nb.push(words);
+        }
+    }
     let (a, b, compiled) = both(&t);
     for d in &compiled.diagnostics {
         eprintln!("diagnostic: {d}");

@@ -254,8 +254,13 @@ pub struct Rtr {
     pub policies: Vec<Policy>,
     /// Route table name → id (1..).
     pub route_tables: BTreeMap<String, u32>,
-    /// `options:lb_force_snat_ip=router_ip`.
+    /// `options:lb_force_snat_ip=router_ip` on a gateway router.
     pub force_snat_router_ip: bool,
+    /// `options:lb_force_snat_ip=ADDR...`: the first address per family (SNAT flows for them
+    /// only on gateway routers; on others LB traffic is only marked).
+    pub lb_force_snat: Vec<IpAddr>,
+    /// `options:dnat_force_snat_ip=ADDR...` on a gateway router: the first address per family.
+    pub dnat_force_snat: Vec<IpAddr>,
 }
 
 impl Rtr {
@@ -307,10 +312,40 @@ impl Rtr {
             routes: Vec::new(),
             policies: Vec::new(),
             route_tables: BTreeMap::new(),
-            force_snat_router_ip: lr
-                .and_then(|l| l.options.get("lb_force_snat_ip"))
-                .is_some_and(|v| v == "router_ip"),
+            force_snat_router_ip: d.gateway_chassis.is_some()
+                && lr
+                    .and_then(|l| l.options.get("lb_force_snat_ip"))
+                    .is_some_and(|v| v == "router_ip"),
+            lb_force_snat: Vec::new(),
+            dnat_force_snat: Vec::new(),
         };
+        if let Some(lr) = lr {
+            for (key, dst) in [("lb_force_snat_ip", 0), ("dnat_force_snat_ip", 1)] {
+                let Some(v) = lr.options.get(key).filter(|v| v.as_str() != "router_ip") else {
+                    continue;
+                };
+                let mut got: Vec<IpAddr> = Vec::new();
+                for w in v.split_whitespace() {
+                    match w.parse::<IpAddr>() {
+                        Ok(a) if !got.iter().any(|g| g.is_ipv4() == a.is_ipv4()) => got.push(a),
+                        Ok(_) => {}
+                        Err(_) => diags.push(
+                            "Logical_Router",
+                            lr.uuid,
+                            &lr.name,
+                            format!(
+                                "options:{key} entry {w:?} is not an IP address; it is ignored"
+                            ),
+                        ),
+                    }
+                }
+                if dst == 0 {
+                    r.lb_force_snat = got;
+                } else if r.gw_router {
+                    r.dnat_force_snat = got;
+                }
+            }
+        }
         r.digest_ports(topo, diags);
         let Some(lr) = lr else {
             return r;

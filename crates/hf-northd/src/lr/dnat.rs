@@ -34,13 +34,15 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         let (m, a) = if r.gw_router {
             let mut m = vec![pred("ip"), ip_dst(n.external)];
             m.extend(nat::extra(n, true));
-            (
-                and(m),
-                vec![
-                    loopback(),
-                    ct_nat(NatKind::Dnat, Some(n.logical.addr()), None),
-                ],
-            )
+            let mut a = Vec::new();
+            if !r.dnat_force_snat.is_empty() {
+                a.push(set("flags.force_snat_for_dnat", num(1)));
+            }
+            a.extend([
+                loopback(),
+                ct_nat(NatKind::Dnat, Some(n.logical.addr()), None),
+            ]);
+            (and(m), a)
         } else if let Some(d) = n.dgp {
             let p = &r.ports[d];
             let mut m = vec![pred("ip"), ip_dst(n.external), inport(&p.name)];
@@ -136,7 +138,7 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         let flag = if v.skip_snat {
             a.push(set("flags.skip_snat_for_lb", num(1)));
             Some("skip_snat")
-        } else if r.gw_router && r.force_snat_router_ip {
+        } else if r.force_snat_router_ip || !r.lb_force_snat.is_empty() {
             a.push(set("flags.force_snat_for_lb", num(1)));
             Some("force_snat")
         } else {

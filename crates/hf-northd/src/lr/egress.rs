@@ -7,6 +7,7 @@
 //! `lr_out_delivery` (output on enabled ports). One function per stage.
 
 use std::collections::BTreeSet;
+use std::net::IpAddr;
 
 use hf_expr::Action;
 use hf_expr::actions::{NatKind, Pipeline};
@@ -37,7 +38,7 @@ pub fn chk_dnat_local(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut D
         "default",
         None,
     );
-    if !r.has_nat_or_lb() {
+    if r.nats.is_empty() {
         return;
     }
     let set1 = || vec![set_reg(Reg::DstNatIpLocal, num(1)), next()];
@@ -151,7 +152,13 @@ pub fn undnat(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
             st,
             120,
             and(m),
-            vec![ct_nat(NatKind::DnatInCzone, None, None)],
+            if v.skip_snat {
+                vec![set("flags.skip_snat_for_lb", num(1)), next()]
+            } else if !r.lb_force_snat.is_empty() {
+                vec![set("flags.force_snat_for_lb", num(1)), next()]
+            } else {
+                vec![ct_nat(NatKind::DnatInCzone, None, None)]
+            },
             v.owner.clone(),
             format!("vip-{}", v.key),
             Some(v.lb),
@@ -209,6 +216,64 @@ pub fn snat(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         "nd-ns",
         None,
     );
+    if r.vips.iter().any(|v| v.skip_snat) {
+        out.add(
+            r.dp,
+            st,
+            120,
+            and([eq(f("flags.skip_snat_for_lb"), num(1)), pred("ip")]),
+            vec![next()],
+            r.owner(),
+            "skip-snat-for-lb",
+            None,
+        );
+    }
+    for (ctx, addrs) in [("lb", &r.lb_force_snat), ("dnat", &r.dnat_force_snat)] {
+        for a in addrs.iter().filter(|_| r.gw_router) {
+            out.add(
+                r.dp,
+                st,
+                100,
+                and([
+                    eq(f(&format!("flags.force_snat_for_{ctx}")), num(1)),
+                    pred(ipf(a.is_ipv6())),
+                ]),
+                vec![ct_nat(NatKind::Snat, Some(*a), None)],
+                r.owner(),
+                format!("force-snat-{ctx}-{a}"),
+                None,
+            );
+        }
+    }
+    if r.force_snat_router_ip {
+        for p in r
+            .ports
+            .iter()
+            .filter(|p| p.peer_switch.is_some() || p.peer_lrp.is_some())
+        {
+            let firsts =
+                p.v4.first()
+                    .map(|n| IpAddr::V4(n.addr()))
+                    .into_iter()
+                    .chain(p.v6_global().next().map(|n| IpAddr::V6(n.addr())));
+            for a in firsts {
+                out.add(
+                    r.dp,
+                    st,
+                    110,
+                    and([
+                        eq(f("flags.force_snat_for_lb"), num(1)),
+                        pred(ipf(a.is_ipv6())),
+                        outport(&p.name),
+                    ]),
+                    vec![ct_nat(NatKind::Snat, Some(a), None)],
+                    Owner::Port(p.name.clone()),
+                    format!("force-snat-lb-{}", ipf(a.is_ipv6())),
+                    Some(p.nb),
+                );
+            }
+        }
+    }
     for n in r.nats.iter().filter(|n| n.kind.snat()) {
         let prio = nat::priority(r, n, false);
         let own = n.owner.clone();

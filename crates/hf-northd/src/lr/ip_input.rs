@@ -180,7 +180,7 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
                     .filter(|n| !snat_ips.contains(&IpAddr::V4(n.addr())))
                     .map(|n| ip4(n.addr()))
                     .collect();
-            if !local.is_empty() {
+            if !local.is_empty() && !r.force_snat_router_ip {
                 add(60, set_of("ip4.dst", local), drop(), "to-router-ip4".into());
             }
             // TTL exceeded.
@@ -242,12 +242,14 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         }
         if !p.v6.is_empty() {
             let all: Vec<Value> = p.v6.iter().map(|n| ip6(n.addr())).collect();
-            add(
-                60,
-                set_of("ip6.dst", all.clone()),
-                drop(),
-                "to-router-ip6".into(),
-            );
+            if !r.force_snat_router_ip {
+                add(
+                    60,
+                    set_of("ip6.dst", all.clone()),
+                    drop(),
+                    "to-router-ip6".into(),
+                );
+            }
             let dst = if all.len() == 1 {
                 eq(f("ip6.dst"), all[0].clone())
             } else {
@@ -319,6 +321,62 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
                     vec![nested(NestedKind::Icmp6, body)],
                     format!("ttl-exceeded-{}", n.trunc()),
                 );
+            }
+        }
+        // A distributed router without gateway answers TCP/UDP/SCTP to its addresses.
+        if !r.gw_router && r.dgp.is_none() {
+            let v4 = p.v4.iter().map(|n| IpAddr::V4(n.addr()));
+            let v6 = p.v6.iter().map(|n| IpAddr::V6(n.addr()));
+            for a in v4.chain(v6) {
+                let (fam, kind) = if a.is_ipv6() {
+                    ("ip6", NestedKind::Icmp6)
+                } else {
+                    ("ip4", NestedKind::Icmp4)
+                };
+                let base = || {
+                    vec![
+                        pred(fam),
+                        eq(f(&format!("{fam}.dst")), ipv(a)),
+                        not(pred("ip.later_frag")),
+                    ]
+                };
+                let swaps = || {
+                    vec![
+                        swap("eth.dst", "eth.src"),
+                        swap(&format!("{fam}.dst"), &format!("{fam}.src")),
+                    ]
+                };
+                let icmp = |code: u128| {
+                    let mut b = swaps();
+                    b.push(set("ip.ttl", num(255)));
+                    if a.is_ipv6() {
+                        b.extend([set("icmp6.type", num(1)), set("icmp6.code", num(code))]);
+                    } else {
+                        b.extend([set("icmp4.type", num(3)), set("icmp4.code", num(code))]);
+                    }
+                    b.push(next());
+                    vec![nested(kind, b)]
+                };
+                let (udp_code, other_code) = if a.is_ipv6() { (4, 3) } else { (3, 2) };
+                let mut m = base();
+                m.push(pred("udp"));
+                add(80, and(m), icmp(udp_code), format!("unreach-udp-{a}"));
+                for (proto, k) in [
+                    ("tcp", NestedKind::TcpReset),
+                    ("sctp", NestedKind::SctpAbort),
+                ] {
+                    let mut m = base();
+                    m.push(pred(proto));
+                    let mut b = swaps();
+                    b.push(next());
+                    add(
+                        80,
+                        and(m),
+                        vec![nested(k, b)],
+                        format!("unreach-{proto}-{a}"),
+                    );
+                }
+                add(70, and(base()), icmp(other_code), format!("unreach-{a}"));
             }
         }
         // Router LB VIPs answer ARP/ND on every port.
