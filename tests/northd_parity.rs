@@ -386,6 +386,40 @@ fn northd_tables_match_real_northd() {
         let (a, b, _) = both(&t);
         let (ta, tb) = (tables::dump(&a.sb), tables::dump(&b.sb));
         rows += ta.values().map(|r| r.len()).sum::<usize>();
+        // HA_Chassis_Group.ref_chassis depends on where ports are bound, which SB B did not
+        // hold when it was filled: compile again knowing the bindings, and compare.
+        let bound = hf_northd::Options {
+            keys: hf_northd::Keys {
+                bound_chassis: t.bindings().into_iter().collect(),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let again = hf_northd::compile(&nb_of(&b), &bound);
+        let mut groups = 0;
+        for row in again.sb.ports.values() {
+            let Some((g, _)) = &row.ha_chassis_group else { continue };
+            groups += 1;
+            let ours = format!(
+                "[{}]",
+                row.ha_ref_chassis.iter().cloned().collect::<Vec<_>>().join(", ")
+            );
+            let theirs = ta
+                .get("HA_Chassis_Group")
+                .and_then(|t| t.get(g))
+                .and_then(|r| r.get("ref_chassis"))
+                .cloned()
+                .unwrap_or_default();
+            // A one-element set renders without brackets.
+            let theirs = if theirs.starts_with('[') { theirs } else { format!("[{theirs}]") };
+            if ours != theirs {
+                bad.push(format!("seed {seed}: HA_Chassis_Group {g} ref_chassis: {theirs} (ovn-northd) vs {ours} (holdfast)"));
+            }
+        }
+        assert!(
+            groups > 0 || t.gateway_router,
+            "seed {seed}: a distributed router has an HA chassis group"
+        );
         if i == 0 {
             // Tags for `tag_request=0` are allocated in each northd's own order: the same
             // set of tags under the parent, not necessarily the same port to tag.

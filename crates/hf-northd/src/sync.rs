@@ -114,9 +114,15 @@ pub fn insert_ops(d: &SbDesired, chassis: &HashMap<String, Uuid>) -> Vec<Value> 
                 refs.push(named(&hl));
             }
             let gl = format!("{l}_hag");
+            let refc = row
+                .ha_ref_chassis
+                .iter()
+                .filter_map(|c| chassis.get(c))
+                .map(uuid_ref)
+                .collect();
             ops.push(
                 json!({"op": "insert", "table": "HA_Chassis_Group", "uuid-name": gl,
-                "row": {"name": gname, "ha_chassis": ref_set(refs)}}),
+                "row": {"name": gname, "ha_chassis": ref_set(refs), "ref_chassis": ref_set(refc)}}),
             );
             r["ha_chassis_group"] = named(&gl);
         }
@@ -423,6 +429,12 @@ pub fn diff_ops(
                 new.ha_chassis.insert(h.uuid.into());
             }
         }
+        new.ref_chassis = row
+            .ha_ref_chassis
+            .iter()
+            .filter_map(|c| chassis.get(c.as_str()).copied())
+            .map(Into::into)
+            .collect();
         hag_uuid.insert(gname.clone(), new.uuid);
         o.put(&new, old);
     }

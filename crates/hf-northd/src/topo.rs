@@ -34,6 +34,9 @@ pub struct Keys {
     /// Port name → `Port_Binding.tag` SB holds: a container port with `tag_request=0` keeps
     /// the tag it was given (ovn-northd keeps it by writing NB's `tag`; compile is pure).
     pub tags: HashMap<String, i64>,
+    /// Port name → the chassis `Port_Binding.chassis` names (where SB says it is bound):
+    /// what `HA_Chassis_Group.ref_chassis` is made of.
+    pub bound_chassis: HashMap<String, String>,
 }
 
 /// What kind of port.

@@ -64,6 +64,104 @@ pub fn build(topo: &Topo<'_>, keys: &Keys, sb: &mut SbDesired, diags: &mut Diags
         let Some(row) = row else { continue };
         sb.ports.insert(p.name.clone(), row);
     }
+    let refs = ha_ref_chassis(topo, keys, sb);
+    for row in sb.ports.values_mut() {
+        if let Some((g, _)) = &row.ha_chassis_group
+            && let Some(r) = refs.get(g)
+        {
+            row.ha_ref_chassis = r.clone();
+        }
+    }
+}
+
+/// `HA_Chassis_Group.ref_chassis` as 23.03 builds it: routers linked directly (router port
+/// peers) or through a switch form a router group; every bound port of a switch attached to
+/// a router of the group adds its chassis to the HA groups (of more than one chassis) of the
+/// group's chassis-redirect ports.
+fn ha_ref_chassis(
+    topo: &Topo<'_>,
+    keys: &Keys,
+    sb: &SbDesired,
+) -> HashMap<String, BTreeSet<String>> {
+    let n = topo.datapaths.len();
+    let mut parent: Vec<usize> = (0..n).collect();
+    fn root(parent: &mut [usize], mut x: usize) -> usize {
+        while parent[x] != x {
+            parent[x] = parent[parent[x]];
+            x = parent[x];
+        }
+        x
+    }
+    let mut union = |a: usize, b: usize| {
+        let (ra, rb) = (root(&mut parent, a), root(&mut parent, b));
+        if ra != rb {
+            parent[ra.max(rb)] = ra.min(rb);
+        }
+    };
+    // The router each switch's first connected router port leads to (OVN takes the first).
+    let mut switch_router: HashMap<usize, usize> = HashMap::new();
+    for (dp, d) in topo.datapaths.iter().enumerate() {
+        match d.kind {
+            DpKind::Switch => {
+                let routers: Vec<usize> = d
+                    .ports
+                    .iter()
+                    .filter_map(|q| match topo.ports[*q].kind {
+                        PortKind::SwitchRouter { lrp: Some(l) } => Some(topo.ports[l].dp),
+                        _ => None,
+                    })
+                    .collect();
+                if let Some(first) = routers.first() {
+                    switch_router.insert(dp, *first);
+                }
+                for w in routers.windows(2) {
+                    union(w[0], w[1]);
+                }
+            }
+            DpKind::Router => {
+                for q in &d.ports {
+                    if let PortKind::RouterPort { peer: Some(l), .. } = topo.ports[*q].kind {
+                        union(dp, topo.ports[l].dp);
+                    }
+                }
+            }
+        }
+    }
+    // HA groups of each router group.
+    let mut groups_of: HashMap<usize, BTreeSet<String>> = HashMap::new();
+    for (dp, d) in topo.datapaths.iter().enumerate() {
+        for g in &d.dgps {
+            let Some(cr) = cr_of(topo, *g) else { continue };
+            if let Some((name, members)) = sb
+                .ports
+                .get(&cr.name)
+                .and_then(|r| r.ha_chassis_group.as_ref())
+                && members.len() > 1
+            {
+                groups_of
+                    .entry(root(&mut parent, dp))
+                    .or_default()
+                    .insert(name.clone());
+            }
+        }
+    }
+    let mut out: HashMap<String, BTreeSet<String>> = HashMap::new();
+    for (port, chassis) in &keys.bound_chassis {
+        let Some(p) = topo.port(port) else { continue };
+        if topo.datapaths[p.dp].kind != DpKind::Switch {
+            continue;
+        }
+        let Some(r) = switch_router.get(&p.dp) else {
+            continue;
+        };
+        let Some(names) = groups_of.get(&root(&mut parent, *r)) else {
+            continue;
+        };
+        for g in names {
+            out.entry(g.clone()).or_default().insert(chassis.clone());
+        }
+    }
+    out
 }
 
 fn base(topo: &Topo<'_>, p: &Port) -> PortRow {
