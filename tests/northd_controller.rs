@@ -95,7 +95,13 @@ fn daemon_args(dir: &Path, name: &str) -> Vec<String> {
 
 /// Every OVS/OVN tool run for the chassis looks for its run directory here.
 fn in_dir<'a>(c: &'a mut Command, dir: &Path) -> &'a mut Command {
-    for v in ["OVS_RUNDIR", "OVS_LOGDIR", "OVS_DBDIR", "OVN_RUNDIR", "OVN_LOGDIR"] {
+    for v in [
+        "OVS_RUNDIR",
+        "OVS_LOGDIR",
+        "OVS_DBDIR",
+        "OVN_RUNDIR",
+        "OVN_LOGDIR",
+    ] {
         c.env(v, dir);
     }
     c
@@ -278,7 +284,14 @@ fn fill_in_test(env: &Env) -> hf_northd::Compiled {
     let mut chassis = HashMap::new();
     for line in sbctl(
         &env.sb,
-        &["-f", "csv", "--no-headings", "--columns=_uuid,name", "list", "Chassis"],
+        &[
+            "-f",
+            "csv",
+            "--no-headings",
+            "--columns=_uuid,name",
+            "list",
+            "Chassis",
+        ],
     )
     .lines()
     {
@@ -342,10 +355,13 @@ fn one_topology(t: &Topology, fill: Fill) {
             Some(n)
         }
     };
-    let lflows = sbctl(&env.sb, &["--bare", "--columns=_uuid", "list", "Logical_Flow"])
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .count();
+    let lflows = sbctl(
+        &env.sb,
+        &["--bare", "--columns=_uuid", "list", "Logical_Flow"],
+    )
+    .lines()
+    .filter(|l| !l.trim().is_empty())
+    .count();
     assert!(lflows > 0, "seed {}: SB has no logical flows", t.seed);
     let mine: Vec<String> = t
         .bindings()

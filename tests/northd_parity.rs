@@ -398,11 +398,17 @@ fn northd_tables_match_real_northd() {
         let again = hf_northd::compile(&nb_of(&b), &bound);
         let mut groups = 0;
         for row in again.sb.ports.values() {
-            let Some((g, _)) = &row.ha_chassis_group else { continue };
+            let Some((g, _)) = &row.ha_chassis_group else {
+                continue;
+            };
             groups += 1;
             let ours = format!(
                 "[{}]",
-                row.ha_ref_chassis.iter().cloned().collect::<Vec<_>>().join(", ")
+                row.ha_ref_chassis
+                    .iter()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
             let theirs = ta
                 .get("HA_Chassis_Group")
@@ -411,7 +417,11 @@ fn northd_tables_match_real_northd() {
                 .cloned()
                 .unwrap_or_default();
             // A one-element set renders without brackets.
-            let theirs = if theirs.starts_with('[') { theirs } else { format!("[{theirs}]") };
+            let theirs = if theirs.starts_with('[') {
+                theirs
+            } else {
+                format!("[{theirs}]")
+            };
             if ours != theirs {
                 bad.push(format!("seed {seed}: HA_Chassis_Group {g} ref_chassis: {theirs} (ovn-northd) vs {ours} (holdfast)"));
             }
@@ -430,17 +440,33 @@ fn northd_tables_match_real_northd() {
                     .collect()
             };
             if tags(&ta) != tags(&tb) {
-                bad.push(format!("seed {seed}: allocated tags {:?} (ovn-northd) vs {:?} (holdfast)", tags(&ta), tags(&tb)));
+                bad.push(format!(
+                    "seed {seed}: allocated tags {:?} (ovn-northd) vs {:?} (holdfast)",
+                    tags(&ta),
+                    tags(&tb)
+                ));
             }
         }
         for l in tables::diff(&ta, &tb) {
             let allocated = i == 0
-                && (l.starts_with("Port_Binding ctr1 tag:") || l.starts_with("Port_Binding ctr2 tag:"));
+                && (l.starts_with("Port_Binding ctr1 tag:")
+                    || l.starts_with("Port_Binding ctr2 tag:"));
             if !tables::allowed(&l) && !allocated {
-                bad.push(format!("seed {seed}{}: {l}", if i == 0 { " (extras)" } else { "" }));
+                bad.push(format!(
+                    "seed {seed}{}: {l}",
+                    if i == 0 { " (extras)" } else { "" }
+                ));
             }
         }
     }
-    eprintln!("northd tables: {rows} rows of real ovn-northd compared, {} differences", bad.len());
-    assert!(bad.is_empty(), "{} differences:\n{}", bad.len(), bad.join("\n"));
+    eprintln!(
+        "northd tables: {rows} rows of real ovn-northd compared, {} differences",
+        bad.len()
+    );
+    assert!(
+        bad.is_empty(),
+        "{} differences:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
 }

@@ -21,7 +21,10 @@ pub type Tables = BTreeMap<String, BTreeMap<String, BTreeMap<String, String>>>;
 /// The tables compared and the columns northd does not own (written by ovn-controller or the
 /// test's bindings, or bookkeeping).
 const TABLES: &[(&str, &[&str])] = &[
-    ("SB_Global", &["nb_cfg", "connections", "ssl", "ipsec", "external_ids"]),
+    (
+        "SB_Global",
+        &["nb_cfg", "connections", "ssl", "ipsec", "external_ids"],
+    ),
     ("Datapath_Binding", &[]),
     (
         "Port_Binding",
@@ -126,10 +129,7 @@ pub fn dump(remote: &str) -> Tables {
         names.insert(uuid_of(r), s(r, "name"));
     }
     for r in &rows["Datapath_Binding"] {
-        names.insert(
-            uuid_of(r),
-            ext_id(r, "name").unwrap_or_else(|| uuid_of(r)),
-        );
+        names.insert(uuid_of(r), ext_id(r, "name").unwrap_or_else(|| uuid_of(r)));
     }
     for r in &rows["Port_Binding"] {
         names.insert(uuid_of(r), s(r, "logical_port"));
@@ -202,7 +202,9 @@ pub fn dump(remote: &str) -> Tables {
                         .split(", ")
                         .filter(|kv| {
                             !kv.trim_start_matches('{').starts_with("\"mac_prefix\"")
-                                && !kv.trim_start_matches('{').starts_with("\"svc_monitor_mac\"")
+                                && !kv
+                                    .trim_start_matches('{')
+                                    .starts_with("\"svc_monitor_mac\"")
                         })
                         .collect::<Vec<_>>()
                         .join(", ");
@@ -311,26 +313,98 @@ pub fn production_extras(t: &crate::topo::Topology) -> Vec<Vec<String>> {
         c(&["lsp-set-addresses", "ctr1", "02:00:00:00:0c:01 10.0.0.201"]),
         c(&["lsp-add", "sw0", "ctr2", &parent, "0"]),
         c(&["lsp-add", "sw0", "ctr3", &parent, "7"]),
-        c(&["set", "logical_switch_port", "ext-lr0", "options:nat-addresses=router"]),
-        c(&["set", "logical_switch_port", &vm(1), "options:requested-chassis=hv1,hv2", "options:activation-strategy=rarp"]),
-        c(&["set", "logical_switch_port", &vm(0), "external_ids:neutron\\:port_name=port-zero"]),
-        c(&["set", "logical_switch_port", &vm(2), "options:mcast_flood=true", "options:mcast_flood_reports=true"]),
+        c(&[
+            "set",
+            "logical_switch_port",
+            "ext-lr0",
+            "options:nat-addresses=router",
+        ]),
+        c(&[
+            "set",
+            "logical_switch_port",
+            &vm(1),
+            "options:requested-chassis=hv1,hv2",
+            "options:activation-strategy=rarp",
+        ]),
+        c(&[
+            "set",
+            "logical_switch_port",
+            &vm(0),
+            "external_ids:neutron\\:port_name=port-zero",
+        ]),
+        c(&[
+            "set",
+            "logical_switch_port",
+            &vm(2),
+            "options:mcast_flood=true",
+            "options:mcast_flood_reports=true",
+        ]),
         c(&["lsp-set-enabled", &vm(3), "disabled"]),
-        c(&["set", "logical_switch", "sw0", "external_ids:neutron\\:network_name=net-zero", "other_config:vlan-passthru=true"]),
-        c(&["set", "logical_router", "lr0", "options:mcast_relay=true", "options:snat-ct-zone=5", "options:always_learn_from_arp_request=false", "external_ids:neutron\\:router_name=router-zero"]),
+        c(&[
+            "set",
+            "logical_switch",
+            "sw0",
+            "external_ids:neutron\\:network_name=net-zero",
+            "other_config:vlan-passthru=true",
+        ]),
+        c(&[
+            "set",
+            "logical_router",
+            "lr0",
+            "options:mcast_relay=true",
+            "options:snat-ct-zone=5",
+            "options:always_learn_from_arp_request=false",
+            "external_ids:neutron\\:router_name=router-zero",
+        ]),
         c(&["lsp-add", "sw0", "lport0"]),
         c(&["lsp-set-type", "lport0", "localport"]),
-        c(&["lsp-set-addresses", "lport0", "02:00:00:00:0d:01 10.0.0.222"]),
+        c(&[
+            "lsp-set-addresses",
+            "lport0",
+            "02:00:00:00:0d:01 10.0.0.222",
+        ]),
         c(&["lsp-add", "sw0", "virt0"]),
         c(&["lsp-set-type", "virt0", "virtual"]),
         c(&["lsp-set-addresses", "virt0", "02:00:00:00:0e:01 10.0.0.240"]),
-        c(&["lsp-set-options", "virt0", "virtual-ip=10.0.0.240", &format!("virtual-parents={parent}")]),
-        c(&["--id=@hc1", "create", "HA_Chassis", "chassis_name=gw1", "priority=30"]),
-        c(&["--id=@hc2", "create", "HA_Chassis", "chassis_name=gw2", "priority=20"]),
-        c(&["--id=@hg", "create", "HA_Chassis_Group", "name=hg-ext", "ha_chassis=[@hc1,@hc2]"]),
+        c(&[
+            "lsp-set-options",
+            "virt0",
+            "virtual-ip=10.0.0.240",
+            &format!("virtual-parents={parent}"),
+        ]),
+        c(&[
+            "--id=@hc1",
+            "create",
+            "HA_Chassis",
+            "chassis_name=gw1",
+            "priority=30",
+        ]),
+        c(&[
+            "--id=@hc2",
+            "create",
+            "HA_Chassis",
+            "chassis_name=gw2",
+            "priority=20",
+        ]),
+        c(&[
+            "--id=@hg",
+            "create",
+            "HA_Chassis_Group",
+            "name=hg-ext",
+            "ha_chassis=[@hc1,@hc2]",
+        ]),
         c(&["lsp-add", "ext", "extport0"]),
         c(&["lsp-set-type", "extport0", "external"]),
-        c(&["lsp-set-addresses", "extport0", "02:00:00:00:0f:01 172.16.0.77"]),
-        c(&["set", "logical_switch_port", "extport0", "ha_chassis_group=@hg"]),
+        c(&[
+            "lsp-set-addresses",
+            "extport0",
+            "02:00:00:00:0f:01 172.16.0.77",
+        ]),
+        c(&[
+            "set",
+            "logical_switch_port",
+            "extport0",
+            "ha_chassis_group=@hg",
+        ]),
     ]
 }

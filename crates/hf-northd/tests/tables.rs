@@ -47,8 +47,14 @@ fn port_groups_per_datapath_or_global_as_the_chassis_support() {
     assert_eq!(
         both,
         vec![
-            (&format!("{}_pg_both", key("sw0")), vec![&"sw0-vm1".to_string()]),
-            (&format!("{}_pg_both", key("sw1")), vec![&"sw1-vm2".to_string()]),
+            (
+                &format!("{}_pg_both", key("sw0")),
+                vec![&"sw0-vm1".to_string()]
+            ),
+            (
+                &format!("{}_pg_both", key("sw1")),
+                vec![&"sw1-vm2".to_string()]
+            ),
         ]
     );
     assert!(!new.sb.port_groups.contains_key("pg_both"));
@@ -67,17 +73,27 @@ fn port_groups_per_datapath_or_global_as_the_chassis_support() {
 fn load_balancer_rows_follow_ls_dpg_column_and_ct_mark_features() {
     let mut nb = Nb::new();
     generator_like(&mut nb);
-    nb.lb("lb-two", &[("10.0.0.99:80", "10.0.0.11:8080")], &["sw0", "sw1"], &[]);
-    nb.lb("lb-rtr-only", &[("172.16.0.99:80", "10.0.0.11:8080")], &[], &["lr0"]);
+    nb.lb(
+        "lb-two",
+        &[("10.0.0.99:80", "10.0.0.11:8080")],
+        &["sw0", "sw1"],
+        &[],
+    );
+    nb.lb(
+        "lb-rtr-only",
+        &[("172.16.0.99:80", "10.0.0.11:8080")],
+        &[],
+        &["lr0"],
+    );
     let snap = nb.snapshot();
     let new = compile(&snap, &Options::default());
     let lb = &new.sb.load_balancers["lb-two"];
     assert!(lb.dp_group, "23.03 chassis get datapath_group");
+    assert_eq!(lb.datapaths.iter().collect::<Vec<_>>(), vec!["sw0", "sw1"]);
     assert_eq!(
-        lb.datapaths.iter().collect::<Vec<_>>(),
-        vec!["sw0", "sw1"]
+        lb.options.get("hairpin_orig_tuple").map(String::as_str),
+        Some("true")
     );
-    assert_eq!(lb.options.get("hairpin_orig_tuple").map(String::as_str), Some("true"));
     assert_eq!(lb.protocol.as_deref(), Some("tcp"));
     let id = snap
         .load_balancer()
@@ -100,7 +116,10 @@ fn load_balancer_rows_follow_ls_dpg_column_and_ct_mark_features() {
     let old = compile(&snap, &with_features(older));
     assert!(!old.sb.load_balancers["lb-two"].dp_group);
     assert_eq!(
-        old.sb.sb_options.get("lb_hairpin_use_ct_mark").map(String::as_str),
+        old.sb
+            .sb_options
+            .get("lb_hairpin_use_ct_mark")
+            .map(String::as_str),
         Some("false")
     );
     // The router LB's reachable VIP set is named after the router's tunnel key.
@@ -128,14 +147,19 @@ fn mac_prefix_and_svc_monitor_mac_are_stable() {
     let first = u8::from_str_radix(&p[..2], 16).unwrap();
     assert_eq!(first & 3, 2, "{p}");
     assert_eq!(
-        a.sb.address_sets["svc_monitor_mac"].iter().collect::<Vec<_>>(),
+        a.sb.address_sets["svc_monitor_mac"]
+            .iter()
+            .collect::<Vec<_>>(),
         vec![&m]
     );
     // What SB holds is kept (a restart against an SB written by ovn-northd).
     let keys = Keys {
         sb_options: [
             ("mac_prefix".to_string(), "0a:0b:0c".to_string()),
-            ("svc_monitor_mac".to_string(), "0a:00:00:00:00:99".to_string()),
+            (
+                "svc_monitor_mac".to_string(),
+                "0a:00:00:00:00:99".to_string(),
+            ),
         ]
         .into(),
         ..Default::default()
@@ -191,7 +215,11 @@ fn container_tags_allocated_kept_and_conflicts_diagnosed() {
     assert_eq!(tag(&c, "c-c"), Some(3));
     assert_eq!(tag(&c, "c-fixed"), None);
     assert_eq!(c.sb.ports["c-b"].parent_port.as_deref(), Some("sw0-vm1"));
-    assert!(has_diag(&c, "c-fixed", "already used by \"c-dup\""), "{:#?}", c.diagnostics);
+    assert!(
+        has_diag(&c, "c-fixed", "already used by \"c-dup\""),
+        "{:#?}",
+        c.diagnostics
+    );
     // A port added later whose name sorts first does not move the others: SB's tags are kept.
     ctr(&mut nb, "c-a", 0);
     let keys = Keys {
@@ -232,17 +260,30 @@ fn bad_port_rows_are_diagnosed_and_the_rest_is_written() {
         .values()
         .find(|p| p.name == "ext-lr0-ext")
         .map(|p| p.uuid);
-    assert!(rp.is_some(), "generator_like links ext to lr0 through ext-lr0-ext");
+    assert!(
+        rp.is_some(),
+        "generator_like links ext to lr0 through ext-lr0-ext"
+    );
     if let Some(u) = rp {
         nb.set(
             "Logical_Switch_Port",
             u,
             "options",
-            json!(["map", [["router-port", "lr0-ext"], ["nat-addresses", "not-a-mac 1.2.3.4"]]]),
+            json!([
+                "map",
+                [
+                    ["router-port", "lr0-ext"],
+                    ["nat-addresses", "not-a-mac 1.2.3.4"]
+                ]
+            ]),
         );
     }
     let c = compile(&nb.snapshot(), &Options::default());
-    assert!(has_diag(&c, "weird", "unknown port type"), "{:#?}", c.diagnostics);
+    assert!(
+        has_diag(&c, "weird", "unknown port type"),
+        "{:#?}",
+        c.diagnostics
+    );
     assert_eq!(c.sb.ports["weird"].type_, "");
     let mig = &c.sb.ports["mig"];
     assert_eq!(mig.requested_chassis.as_deref(), Some("hv1"));
@@ -250,10 +291,15 @@ fn bad_port_rows_are_diagnosed_and_the_rest_is_written() {
         mig.requested_additional_chassis.iter().collect::<Vec<_>>(),
         vec!["hv2"]
     );
-    assert_eq!(mig.options.get("activation-strategy").map(String::as_str), Some("rarp"));
+    assert_eq!(
+        mig.options.get("activation-strategy").map(String::as_str),
+        Some("rarp")
+    );
     if rp.is_some() {
         assert!(
-            c.diagnostics.iter().any(|d| d.reason.contains("options:nat-addresses")),
+            c.diagnostics
+                .iter()
+                .any(|d| d.reason.contains("options:nat-addresses")),
             "{:#?}",
             c.diagnostics
         );
@@ -280,14 +326,23 @@ fn multicast_groups_and_keys() {
     let flood = g("sw0", "_MC_flood").expect("_MC_flood");
     assert_eq!(flood.tunnel_key, 32768);
     assert!(flood.ports.contains("sw0-vm1") && flood.ports.contains("sw0-lr0-sw0"));
-    assert!(!flood.ports.contains("sw0-vm2"), "disabled ports are not flooded to");
+    assert!(
+        !flood.ports.contains("sw0-vm2"),
+        "disabled ports are not flooded to"
+    );
     let l2 = g("sw0", "_MC_flood_l2").expect("_MC_flood_l2");
     assert_eq!(l2.tunnel_key, 32772);
     assert!(!l2.ports.contains("sw0-lr0-sw0"));
     let unknown = g("ext", "_MC_unknown").expect("_MC_unknown");
     assert_eq!(unknown.tunnel_key, 32769);
-    assert_eq!(unknown.ports.iter().collect::<Vec<_>>(), vec!["ext-localnet"]);
-    assert!(g("lr0", "_MC_flood").is_none(), "routers have no flood group");
+    assert_eq!(
+        unknown.ports.iter().collect::<Vec<_>>(),
+        vec!["ext-localnet"]
+    );
+    assert!(
+        g("lr0", "_MC_flood").is_none(),
+        "routers have no flood group"
+    );
 }
 
 #[test]

@@ -627,7 +627,11 @@ fn allocate_tags(topo: &Topo<'_>, keys: &Keys, diags: &mut Diags) -> HashMap<Por
         };
         let parent = lsp.parent_name.clone().unwrap_or_default();
         let taken = used.entry(parent).or_default();
-        match keys.tags.get(&p.name).filter(|t| (1..MAX_TAGS).contains(*t)) {
+        match keys
+            .tags
+            .get(&p.name)
+            .filter(|t| (1..MAX_TAGS).contains(*t))
+        {
             Some(t) if !taken.contains_key(t) => {
                 taken.insert(*t, lsp.name.clone());
                 out.insert(i, *t);
