@@ -51,6 +51,7 @@ fn keys_of(c: &Compiled) -> Keys {
             .iter()
             .filter_map(|(n, p)| p.tag.map(|t| (n.clone(), t)))
             .collect(),
+        bound_chassis: Default::default(),
     }
 }
 

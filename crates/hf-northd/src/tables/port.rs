@@ -365,12 +365,11 @@ fn nat_addresses(
     let lrp_dp = topo.ports[l].dp;
     let has_dgps = !topo.datapaths[lrp_dp].dgps.is_empty();
     match lsp.options.get("nat-addresses").map(String::as_str) {
-        Some("router") => {
-            if gateway_router || has_dgps {
-                let exclude_lb = opt_true(&lsp.options, "exclude-lb-vips-from-garp");
-                out.extend(router_nat_addresses(topo, l, !exclude_lb));
-            }
+        Some("router") if gateway_router || has_dgps => {
+            let exclude_lb = opt_true(&lsp.options, "exclude-lb-vips-from-garp");
+            out.extend(router_nat_addresses(topo, l, !exclude_lb));
         }
+        Some("router") => {}
         Some(list) if gateway_router || has_dgps => match LportAddresses::parse(list) {
             Ok(_) => {
                 let mut s = list.to_string();
