@@ -444,6 +444,12 @@ fn one_topology(t: &Topology, fill: Fill) {
                 "seed {}: after --wait=hv NB_Global nb_cfg {nb_cfg} hv_cfg {hv_cfg}, {REAL}'s Chassis_Private.nb_cfg {chassis_cfg}",
                 t.seed
             );
+            // Gateways run BFD to the chassis in ref_chassis: the daemon sees the claims.
+            if !t.gateway_router {
+                wait_for("HA_Chassis_Group ref_chassis", timeout, log, || {
+                    find(&sb, "HA_Chassis_Group", "ref_chassis", "name=lr0-ext") == me
+                });
+            }
             eprintln!(
                 "seed {}: ovn-nbctl --wait=hv sync returned in {:?} (nb_cfg = hv_cfg = {REAL}'s nb_cfg = {nb_cfg})",
                 t.seed,

@@ -54,6 +54,9 @@ pub struct PortRow {
     /// the switches around the router (and routers linked to it) are bound (23.03 writes it
     /// for groups of more than one chassis; gateways run BFD to these).
     pub ha_ref_chassis: BTreeSet<String>,
+    /// The switches whose bound ports' chassis belong in that `ref_chassis` too: the sync
+    /// adds the chassis SB shows them bound to, so a claim needs a sync, not a compile.
+    pub ha_ref_datapaths: BTreeSet<String>,
     /// `port_security`.
     pub port_security: BTreeSet<String>,
 }

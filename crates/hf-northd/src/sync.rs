@@ -384,6 +384,15 @@ pub fn diff_ops(
     // HA_Chassis_Group by name (rows of groups no port uses any more are deleted).
     let (old_hag, dup_hag) = by_key(sb.ha_chassis_group.values(), |r| Some(r.name.clone()));
     let mut hag_uuid: HashMap<String, Uuid> = HashMap::new();
+    let mut bound_by_dp: HashMap<Uuid, BTreeSet<Uuid>> = HashMap::new();
+    for p in sb.port_binding.values() {
+        if let Some(c) = p.chassis {
+            bound_by_dp
+                .entry(p.datapath.uuid())
+                .or_default()
+                .insert(c.uuid());
+        }
+    }
     for row in d.ports.values() {
         let Some((gname, members)) = &row.ha_chassis_group else {
             continue;
@@ -429,10 +438,20 @@ pub fn diff_ops(
                 new.ha_chassis.insert(h.uuid.into());
             }
         }
+        // ref_chassis: the chassis compile was told of, and those SB shows the ports of the
+        // group's switches bound to (a claim re-syncs, no compile needed).
         new.ref_chassis = row
             .ha_ref_chassis
             .iter()
             .filter_map(|c| chassis.get(c.as_str()).copied())
+            .chain(
+                row.ha_ref_datapaths
+                    .iter()
+                    .filter_map(|n| dp_uuid.get(n.as_str()))
+                    .filter_map(|u| bound_by_dp.get(u))
+                    .flatten()
+                    .copied(),
+            )
             .map(Into::into)
             .collect();
         hag_uuid.insert(gname.clone(), new.uuid);

@@ -64,25 +64,28 @@ pub fn build(topo: &Topo<'_>, keys: &Keys, sb: &mut SbDesired, diags: &mut Diags
         let Some(row) = row else { continue };
         sb.ports.insert(p.name.clone(), row);
     }
-    let refs = ha_ref_chassis(topo, keys, sb);
+    let (chassis, switches) = ha_ref_chassis(topo, keys, sb);
     for row in sb.ports.values_mut() {
-        if let Some((g, _)) = &row.ha_chassis_group
-            && let Some(r) = refs.get(g)
-        {
-            row.ha_ref_chassis = r.clone();
+        if let Some((g, _)) = &row.ha_chassis_group {
+            if let Some(r) = chassis.get(g) {
+                row.ha_ref_chassis = r.clone();
+            }
+            if let Some(r) = switches.get(g) {
+                row.ha_ref_datapaths = r.clone();
+            }
         }
     }
 }
 
+/// HA group name → names.
+type ByGroup = HashMap<String, BTreeSet<String>>;
+
 /// `HA_Chassis_Group.ref_chassis` as 23.03 builds it: routers linked directly (router port
 /// peers) or through a switch form a router group; every bound port of a switch attached to
 /// a router of the group adds its chassis to the HA groups (of more than one chassis) of the
-/// group's chassis-redirect ports.
-fn ha_ref_chassis(
-    topo: &Topo<'_>,
-    keys: &Keys,
-    sb: &SbDesired,
-) -> HashMap<String, BTreeSet<String>> {
+/// group's chassis-redirect ports. Returns, per HA group, the chassis of the ports
+/// `keys.bound_chassis` knows and the switches whose bound ports count.
+fn ha_ref_chassis(topo: &Topo<'_>, keys: &Keys, sb: &SbDesired) -> (ByGroup, ByGroup) {
     let n = topo.datapaths.len();
     let mut parent: Vec<usize> = (0..n).collect();
     fn root(parent: &mut [usize], mut x: usize) -> usize {
@@ -145,7 +148,18 @@ fn ha_ref_chassis(
             }
         }
     }
-    let mut out: HashMap<String, BTreeSet<String>> = HashMap::new();
+    let mut switches: ByGroup = HashMap::new();
+    for (dp, r) in &switch_router {
+        if let Some(names) = groups_of.get(&root(&mut parent, *r)) {
+            for g in names {
+                switches
+                    .entry(g.clone())
+                    .or_default()
+                    .insert(topo.datapaths[*dp].name.clone());
+            }
+        }
+    }
+    let mut out: ByGroup = HashMap::new();
     for (port, chassis) in &keys.bound_chassis {
         let Some(p) = topo.port(port) else { continue };
         if topo.datapaths[p.dp].kind != DpKind::Switch {
@@ -161,7 +175,7 @@ fn ha_ref_chassis(
             out.entry(g.clone()).or_default().insert(chassis.clone());
         }
     }
-    out
+    (out, switches)
 }
 
 fn base(topo: &Topo<'_>, p: &Port) -> PortRow {
