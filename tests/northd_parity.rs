@@ -431,6 +431,27 @@ fn northd_tables_match_real_northd() {
             "seed {seed}: a distributed router has an HA chassis group"
         );
         if i == 0 {
+            for (table, cond, want) in [
+                ("Datapath_Binding", "external_ids:name=sw0", "77"),
+                ("Port_Binding", "logical_port=ctr3", "99"),
+            ] {
+                for (who, sb) in [("ovn-northd", &a.sb), ("holdfast", &b.sb)] {
+                    let k = common::run_ok(Command::new("ovn-sbctl").args([
+                        &format!("--db={sb}"),
+                        "--bare",
+                        "--columns=tunnel_key",
+                        "find",
+                        table,
+                        cond,
+                    ]));
+                    if k.trim() != want {
+                        bad.push(format!(
+                            "seed {seed}: {who}'s {table} {cond} tunnel_key {:?}, requested {want}",
+                            k.trim()
+                        ));
+                    }
+                }
+            }
             // Tags for `tag_request=0` are allocated in each northd's own order: the same
             // set of tags under the parent, not necessarily the same port to tag.
             let tags = |t: &tables::Tables| -> BTreeSet<String> {

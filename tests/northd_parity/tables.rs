@@ -297,7 +297,7 @@ pub fn allowed(line: &str) -> bool {
 /// (allocated and fixed), `nat-addresses=router`, `requested-chassis` for live migration,
 /// an external port with an HA chassis group, localport and virtual ports, a disabled port,
 /// neutron names, multicast options, `vlan-passthru`, router `snat-ct-zone` and
-/// `always_learn_from_arp_request`.
+/// `always_learn_from_arp_request`, requested tunnel keys (sw0 77, ctr3 99).
 pub fn production_extras(t: &crate::topo::Topology) -> Vec<Vec<String>> {
     let vm = |i: usize| t.vifs[i % t.vifs.len()].name.clone();
     let sw0: Vec<String> = t
@@ -313,6 +313,18 @@ pub fn production_extras(t: &crate::topo::Topology) -> Vec<Vec<String>> {
         c(&["lsp-set-addresses", "ctr1", "02:00:00:00:0c:01 10.0.0.201"]),
         c(&["lsp-add", "sw0", "ctr2", &parent, "0"]),
         c(&["lsp-add", "sw0", "ctr3", &parent, "7"]),
+        c(&[
+            "set",
+            "logical_switch",
+            "sw0",
+            "other_config:requested-tnl-key=77",
+        ]),
+        c(&[
+            "set",
+            "logical_switch_port",
+            "ctr3",
+            "options:requested-tnl-key=99",
+        ]),
         c(&[
             "set",
             "logical_switch_port",

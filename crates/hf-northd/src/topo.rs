@@ -531,22 +531,51 @@ impl<'a> Topo<'a> {
     /// first, then the keys SB already has, then the lowest free key in name order, so a
     /// rebuilt NB (new UUIDs, same names) gets the same keys.
     fn assign_keys(&mut self, keys: &Keys) {
+        // Datapaths: `requested-tnl-key` (switch other_config, router options; what ovn-ic
+        // uses so both zones agree) first, then SB's keys, then the lowest free key.
+        let nb = self.nb;
+        let requested: Vec<Option<u32>> = self
+            .datapaths
+            .iter()
+            .map(|d| {
+                let v = match d.kind {
+                    DpKind::Switch => nb
+                        .logical_switch()
+                        .get(&d.nb)
+                        .and_then(|l| l.other_config.get("requested-tnl-key")),
+                    DpKind::Router => nb
+                        .logical_router()
+                        .get(&d.nb)
+                        .and_then(|l| l.options.get("requested-tnl-key")),
+                };
+                v.and_then(|k| k.parse::<u32>().ok())
+                    .filter(|k| (1..=crate::tables::global::MAX_TUNID).contains(k))
+            })
+            .collect();
         let mut used = std::collections::HashSet::new();
         let mut pending = Vec::new();
         for (i, d) in self.datapaths.iter_mut().enumerate() {
-            match keys.datapaths.get(&d.name) {
-                Some(k) if *k > 0 && used.insert(*k) => d.tunnel_key = *k,
+            match requested[i] {
+                Some(k) if used.insert(k) => d.tunnel_key = k,
                 _ => pending.push(i),
             }
         }
-        let mut next = 1u32;
+        let mut rest = Vec::new();
         for i in pending {
+            match keys.datapaths.get(&self.datapaths[i].name) {
+                Some(k) if *k > 0 && used.insert(*k) => self.datapaths[i].tunnel_key = *k,
+                _ => rest.push(i),
+            }
+        }
+        let mut next = 1u32;
+        for i in rest {
             while used.contains(&next) {
                 next += 1;
             }
             used.insert(next);
             self.datapaths[i].tunnel_key = next;
         }
+        // Ports: the same order, within their datapath (1..32767).
         for dp in 0..self.datapaths.len() {
             let ports = self.datapaths[dp].ports.clone();
             let mut used = std::collections::HashSet::new();
@@ -558,13 +587,21 @@ impl<'a> Topo<'a> {
                     .get("requested-tnl-key")
                     .and_then(|k| k.parse::<u32>().ok())
                     .filter(|k| (1..=32767).contains(k));
-                match requested.or_else(|| keys.ports.get(&port.name).copied()) {
-                    Some(k) if (1..=32767).contains(&k) && used.insert(k) => port.tunnel_key = k,
+                match requested {
+                    Some(k) if used.insert(k) => port.tunnel_key = k,
                     _ => pending.push(*p),
                 }
             }
-            let mut next = 1u32;
+            let mut rest = Vec::new();
             for p in pending {
+                let port = &mut self.ports[p];
+                match keys.ports.get(&port.name).copied() {
+                    Some(k) if (1..=32767).contains(&k) && used.insert(k) => port.tunnel_key = k,
+                    _ => rest.push(p),
+                }
+            }
+            let mut next = 1u32;
+            for p in rest {
                 while used.contains(&next) {
                     next += 1;
                 }

@@ -393,3 +393,58 @@ fn mac_binding_ageing() {
     assert_eq!(r.delete, vec![Uuid::from_u128(1)]);
     assert_eq!(r.next_in_ms, Some(mac_binding::BULK_REMOVAL_DELAY_MS));
 }
+
+#[test]
+fn requested_datapath_keys_win_and_bad_ones_are_diagnosed() {
+    let mut nb = Nb::new();
+    generator_like(&mut nb);
+    let snap = nb.snapshot();
+    let c = compile(&snap, &Options::default());
+    let uuid_of = |name: &str| {
+        snap.logical_switch()
+            .values()
+            .find(|l| l.name == name)
+            .unwrap()
+            .uuid
+    };
+    // sw1 asks for sw0's current key; SB still has sw0 at that key: the request wins.
+    let taken = c.sb.datapaths["sw0"].tunnel_key;
+    nb.set(
+        "Logical_Switch",
+        uuid_of("sw1"),
+        "other_config",
+        json!(["map", [["requested-tnl-key", taken.to_string()]]]),
+    );
+    nb.set(
+        "Logical_Switch",
+        uuid_of("ext"),
+        "other_config",
+        json!(["map", [["requested-tnl-key", "zero"]]]),
+    );
+    let keys = Keys {
+        datapaths: c
+            .sb
+            .datapaths
+            .iter()
+            .map(|(n, d)| (n.clone(), d.tunnel_key))
+            .collect(),
+        ..Default::default()
+    };
+    let c2 = compile(
+        &nb.snapshot(),
+        &Options {
+            keys,
+            ..Default::default()
+        },
+    );
+    assert_eq!(c2.sb.datapaths["sw1"].tunnel_key, taken);
+    assert_ne!(c2.sb.datapaths["sw0"].tunnel_key, taken);
+    assert!(
+        has_diag(&c2, "ext", "requested-tnl-key \"zero\""),
+        "{:#?}",
+        c2.diagnostics
+    );
+    let keys: std::collections::BTreeSet<u32> =
+        c2.sb.datapaths.values().map(|d| d.tunnel_key).collect();
+    assert_eq!(keys.len(), c2.sb.datapaths.len(), "keys stay unique");
+}
