@@ -146,7 +146,7 @@ impl Chassis {
             "open_vswitch",
             ".",
             &format!("external_ids:system-id={name}"),
-            &format!("external_ids:hostname={name}"),
+            &format!("external_ids:hostname=host-{name}"),
             &format!("external_ids:ovn-remote={sb}"),
             "external_ids:ovn-encap-type=geneve",
             &format!("external_ids:ovn-encap-ip={encap_ip}"),
@@ -338,6 +338,24 @@ fn one_topology(t: &Topology, fill: Fill) {
             None
         }
         Fill::Daemon => {
+            // One VIF asks for this chassis by its hostname (23.03 looks names up, then
+            // hostnames).
+            let vif = t
+                .bindings()
+                .into_iter()
+                .find(|(_, c)| c == REAL)
+                .map(|(p, _)| p)
+                .unwrap();
+            run_ok(
+                Command::new("ovn-nbctl")
+                    .arg(format!("--db={}", env.nb))
+                    .args([
+                        "set",
+                        "logical_switch_port",
+                        &vif,
+                        &format!("options:requested-chassis=host-{REAL}"),
+                    ]),
+            );
             let n = fixture::NorthdProc::start(&env.dir, "hf-northd", &env.nb, &env.sb, &[]);
             let out = run(
                 Command::new("ovn-nbctl")
@@ -442,6 +460,18 @@ fn one_topology(t: &Topology, fill: Fill) {
             assert!(
                 nb_cfg != "0" && hv_cfg == nb_cfg && chassis_cfg == nb_cfg,
                 "seed {}: after --wait=hv NB_Global nb_cfg {nb_cfg} hv_cfg {hv_cfg}, {REAL}'s Chassis_Private.nb_cfg {chassis_cfg}",
+                t.seed
+            );
+            let vif = &mine[0];
+            let rc = find(
+                &sb,
+                "Port_Binding",
+                "requested_chassis",
+                &format!("logical_port={vif}"),
+            );
+            assert_eq!(
+                rc, me,
+                "seed {}: {vif}'s requested_chassis (by hostname)",
                 t.seed
             );
             // Gateways run BFD to the chassis in ref_chassis: the daemon sees the claims.

@@ -320,6 +320,14 @@ pub fn diff_ops(
         .values()
         .map(|c| (c.name.as_str(), c.uuid))
         .collect();
+    // `requested-chassis` names a chassis by name or, failing that, by hostname (23.03).
+    let mut by_name_or_host: HashMap<&str, Uuid> = sb
+        .chassis
+        .values()
+        .filter(|c| !c.hostname.is_empty())
+        .map(|c| (c.hostname.as_str(), c.uuid))
+        .collect();
+    by_name_or_host.extend(chassis.iter().map(|(n, u)| (*n, *u)));
 
     // SB_Global: nb_cfg and the options northd owns (other keys are left alone).
     let old_g = sb.global();
@@ -494,12 +502,12 @@ pub fn diff_ops(
         new.requested_chassis = row
             .requested_chassis
             .as_ref()
-            .and_then(|c| chassis.get(c.as_str()))
+            .and_then(|c| by_name_or_host.get(c.as_str()))
             .map(|u| (*u).into());
         new.requested_additional_chassis = row
             .requested_additional_chassis
             .iter()
-            .filter_map(|c| chassis.get(c.as_str()))
+            .filter_map(|c| by_name_or_host.get(c.as_str()))
             .map(|u| (*u).into())
             .collect();
         new.ha_chassis_group = row
