@@ -297,7 +297,7 @@ pub fn allowed(line: &str) -> bool {
 /// (allocated and fixed), `nat-addresses=router`, `requested-chassis` for live migration,
 /// an external port with an HA chassis group, localport and virtual ports, a disabled port,
 /// neutron names, multicast options, `vlan-passthru`, router `snat-ct-zone` and
-/// `always_learn_from_arp_request`, requested tunnel keys (sw0 77, ctr3 99).
+/// `always_learn_from_arp_request`, requested tunnel keys (sw0 77, ctr3 99), periodic IPv6 router advertisements.
 pub fn production_extras(t: &crate::topo::Topology) -> Vec<Vec<String>> {
     let vm = |i: usize| t.vifs[i % t.vifs.len()].name.clone();
     let sw0: Vec<String> = t
@@ -313,6 +313,7 @@ pub fn production_extras(t: &crate::topo::Topology) -> Vec<Vec<String>> {
         c(&["lsp-set-addresses", "ctr1", "02:00:00:00:0c:01 10.0.0.201"]),
         c(&["lsp-add", "sw0", "ctr2", &parent, "0"]),
         c(&["lsp-add", "sw0", "ctr3", &parent, "7"]),
+        periodic_ra(),
         c(&[
             "set",
             "logical_switch",
@@ -419,4 +420,22 @@ pub fn production_extras(t: &crate::topo::Topology) -> Vec<Vec<String>> {
             "ha_chassis_group=@hg",
         ]),
     ]
+}
+
+/// Periodic IPv6 router advertisements (and prefix delegation) on the router's port to sw0.
+pub fn periodic_ra() -> Vec<String> {
+    [
+        "set",
+        "logical_router_port",
+        "lr0-sw0",
+        "ipv6_ra_configs:address_mode=slaac",
+        "ipv6_ra_configs:send_periodic=true",
+        "ipv6_ra_configs:max_interval=100",
+        "ipv6_ra_configs:mtu=1400",
+        "ipv6_ra_configs:rdnss=fd00::53",
+        "options:prefix_delegation=true",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
 }

@@ -12,7 +12,8 @@
 //!   them (`options:nat-addresses=router` or an explicit list, the router port's own GARP
 //!   entry, `is_chassis_resident(...)` for distributed gateway ports).
 //! - Router ports: `patch` / `l3gateway`, `options:peer`, `chassis-redirect-port`,
-//!   `l3gateway-chassis`, `mac` = `"MAC NETWORK..."`, `external_ids` copied.
+//!   `l3gateway-chassis`, the IPv6 prefix delegation and periodic router advertisement
+//!   options (`ipv6_ra_*`), `mac` = `"MAC NETWORK..."`, `external_ids` copied.
 //! - Chassis-redirect ports `cr-<lrp>`: `chassisredirect`, `options:distributed-port`,
 //!   `always-redirect` (unless the router has distributed NAT or the port is bridged),
 //!   `redirect-type`, and the HA chassis group (NB's group, or one named after the port made
@@ -241,9 +242,104 @@ fn router_port(topo: &Topo<'_>, p: &Port) -> Option<PortRow> {
         row.options
             .insert("l3gateway-chassis".into(), c.to_string());
     }
+    if matches!(
+        p.kind,
+        PortKind::RouterPort {
+            peer: None,
+            switch_peer: Some(_)
+        }
+    ) {
+        ipv6_options(p, lrp, &mut row.options);
+    }
     row.mac.insert(lrp_mac(lrp));
     row.external_ids = lrp.external_ids.clone();
     Some(row)
+}
+
+/// `smap_get_int`: the integer, or `default` when absent or not one.
+fn get_int(m: &BTreeMap<String, String>, key: &str, default: i64) -> i64 {
+    m.get(key)
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+/// 23.03's IPv6 options of a router port facing a switch (`ovn_update_ipv6_options`):
+/// prefix delegation flags, and with `ipv6_ra_configs:send_periodic=true` and a valid
+/// `address_mode` the periodic router advertisement settings ovn-controller sends from.
+fn ipv6_options(p: &Port, lrp: &nb::LogicalRouterPort, o: &mut BTreeMap<String, String>) {
+    // OVN's router port networks always hold the EUI-64 link-local address too.
+    let mut v6: Vec<ipnet::Ipv6Net> = p
+        .networks
+        .iter()
+        .filter_map(|n| match n {
+            ipnet::IpNet::V6(n) => Some(*n),
+            ipnet::IpNet::V4(_) => None,
+        })
+        .collect();
+    if let Some(m) = p.mac
+        && let Ok(lla) = ipnet::Ipv6Net::new(m.ipv6_lla(), 64)
+    {
+        v6.push(lla);
+    }
+    if v6.is_empty() {
+        return;
+    }
+    if p.enabled && opt_true(&lrp.options, "prefix_delegation") {
+        o.insert("ipv6_prefix_delegation".into(), "true".into());
+    }
+    if p.enabled && opt_true(&lrp.options, "prefix") {
+        o.insert("ipv6_prefix".into(), "true".into());
+    }
+    let ra = &lrp.ipv6_ra_configs;
+    let Some(mode) = ra.get("address_mode") else {
+        return;
+    };
+    if !matches!(
+        mode.as_str(),
+        "slaac" | "dhcpv6_stateful" | "dhcpv6_stateless"
+    ) || !opt_true(ra, "send_periodic")
+    {
+        return;
+    }
+    o.insert("ipv6_ra_send_periodic".into(), "true".into());
+    o.insert("ipv6_ra_address_mode".into(), mode.clone());
+    let max = get_int(ra, "max_interval", 600).clamp(4, 1800);
+    o.insert("ipv6_ra_max_interval".into(), max.to_string());
+    let min_default = if max >= 9 { max / 3 } else { max * 3 / 4 };
+    let min = get_int(ra, "min_interval", min_default)
+        .min(max * 3 / 4)
+        .max(3);
+    o.insert("ipv6_ra_min_interval".into(), min.to_string());
+    let mtu = get_int(ra, "mtu", 0);
+    if mtu >= 1280 {
+        o.insert("ipv6_ra_mtu".into(), mtu.to_string());
+    }
+    let mut prefixes = Vec::new();
+    for n in &v6 {
+        let lla: ipnet::Ipv6Net = "fe80::/10".parse().expect("constant");
+        if lla.contains(&n.trunc().addr()) {
+            o.insert("ipv6_ra_src_addr".into(), n.addr().to_string());
+            continue;
+        }
+        prefixes.push(format!("{}/{}", n.trunc().addr(), n.prefix_len()));
+    }
+    o.insert("ipv6_ra_prefixes".into(), prefixes.join(" "));
+    for (k, sbk) in [("rdnss", "ipv6_ra_rdnss"), ("dnssl", "ipv6_ra_dnssl")] {
+        if let Some(v) = ra.get(k) {
+            o.insert(sbk.into(), v.clone());
+        }
+    }
+    if let Some(m) = p.mac {
+        o.insert("ipv6_ra_src_eth".into(), m.to_string());
+    }
+    let prf = match ra.get("router_preference").map(String::as_str) {
+        Some(x @ ("HIGH" | "LOW")) => x,
+        _ => "MEDIUM",
+    };
+    o.insert("ipv6_ra_prf".into(), prf.into());
+    if let Some(v) = ra.get("route_info") {
+        o.insert("ipv6_ra_route_info".into(), v.clone());
+    }
 }
 
 /// The HA chassis group a chassis-redirect port gets: NB's `ha_chassis_group` (by its
