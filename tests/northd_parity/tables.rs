@@ -297,7 +297,8 @@ pub fn allowed(line: &str) -> bool {
 /// (allocated and fixed), `nat-addresses=router`, `requested-chassis` for live migration,
 /// an external port with an HA chassis group, localport and virtual ports, a disabled port,
 /// neutron names, multicast options, `vlan-passthru`, router `snat-ct-zone` and
-/// `always_learn_from_arp_request`, requested tunnel keys (sw0 77, ctr3 99), periodic IPv6 router advertisements.
+/// `always_learn_from_arp_request`, requested tunnel keys (sw0 77, ctr3 99), periodic IPv6 router advertisements, a load balancer group, an LB answering neighbour
+/// requests for all its VIPs.
 pub fn production_extras(t: &crate::topo::Topology) -> Vec<Vec<String>> {
     let vm = |i: usize| t.vifs[i % t.vifs.len()].name.clone();
     let sw0: Vec<String> = t
@@ -314,6 +315,29 @@ pub fn production_extras(t: &crate::topo::Topology) -> Vec<Vec<String>> {
         c(&["lsp-add", "sw0", "ctr2", &parent, "0"]),
         c(&["lsp-add", "sw0", "ctr3", &parent, "7"]),
         periodic_ra(),
+        // A load balancer group on sw0 and on the router; an LB with a neighbour responder
+        // for all its VIPs on the router.
+        c(&[
+            "--id=@glb",
+            "create",
+            "Load_Balancer",
+            "name=lb-grouped",
+            "protocol=tcp",
+            "vips:\"10.0.0.250:80\"=\"10.0.0.10:80\"",
+        ]),
+        c(&["--id=@lbg", "create", "Load_Balancer_Group", "name=lbg1", "load_balancer=@glb"]),
+        c(&["add", "logical_switch", "sw0", "load_balancer_group", "@lbg"]),
+        c(&["add", "logical_router", "lr0", "load_balancer_group", "@lbg"]),
+        c(&[
+            "--id=@alb",
+            "create",
+            "Load_Balancer",
+            "name=lb-all",
+            "protocol=udp",
+            "options:neighbor_responder=all",
+            "vips:\"198.18.0.5:53\"=\"10.0.0.10:53\"",
+        ]),
+        c(&["add", "logical_router", "lr0", "load_balancer", "@alb"]),
         c(&[
             "set",
             "logical_switch",
