@@ -434,6 +434,21 @@ fn northd_tables_match_real_northd() {
             "seed {seed}: a distributed router has an HA chassis group"
         );
         if i == 0 {
+            // The extras are really there (so their equality means something).
+            let pb = |p: &str, c: &str| ta["Port_Binding"][p].get(c).cloned().unwrap_or_default();
+            for (p, c, has) in [
+                ("sw0-lr0", "nat_addresses", "10.0.0.99 is_chassis_resident"),
+                ("ext-lr0", "nat_addresses", "is_chassis_resident"),
+                ("lr0-sw0", "options", "ipv6_ra_send_periodic"),
+                ("ctr3", "tag", "7"),
+                ("extport0", "ha_chassis_group", "hg-ext"),
+            ] {
+                assert!(
+                    pb(p, c).contains(has),
+                    "seed {seed}: ovn-northd's {p} {c}: {:?}",
+                    pb(p, c)
+                );
+            }
             for (table, cond, want) in [
                 ("Datapath_Binding", "external_ids:name=sw0", "77"),
                 ("Port_Binding", "logical_port=ctr3", "99"),

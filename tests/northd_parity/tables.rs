@@ -315,6 +315,14 @@ pub fn production_extras(t: &crate::topo::Topology) -> Vec<Vec<String>> {
         c(&["lsp-add", "sw0", "ctr2", &parent, "0"]),
         c(&["lsp-add", "sw0", "ctr3", &parent, "7"]),
         periodic_ra(),
+        // An explicit NAT address list on an internal switch's router port (announced where
+        // the router's first gateway port is).
+        c(&[
+            "set",
+            "logical_switch_port",
+            "sw0-lr0",
+            "options:nat-addresses=\"02:00:00:00:00:01 10.0.0.99\"",
+        ]),
         // A load balancer group on sw0 and on the router; an LB with a neighbour responder
         // for all its VIPs on the router.
         c(&[
@@ -325,9 +333,27 @@ pub fn production_extras(t: &crate::topo::Topology) -> Vec<Vec<String>> {
             "protocol=tcp",
             "vips:\"10.0.0.250:80\"=\"10.0.0.10:80\"",
         ]),
-        c(&["--id=@lbg", "create", "Load_Balancer_Group", "name=lbg1", "load_balancer=@glb"]),
-        c(&["add", "logical_switch", "sw0", "load_balancer_group", "@lbg"]),
-        c(&["add", "logical_router", "lr0", "load_balancer_group", "@lbg"]),
+        c(&[
+            "--id=@lbg",
+            "create",
+            "Load_Balancer_Group",
+            "name=lbg1",
+            "load_balancer=@glb",
+        ]),
+        c(&[
+            "add",
+            "logical_switch",
+            "sw0",
+            "load_balancer_group",
+            "@lbg",
+        ]),
+        c(&[
+            "add",
+            "logical_router",
+            "lr0",
+            "load_balancer_group",
+            "@lbg",
+        ]),
         c(&[
             "--id=@alb",
             "create",
