@@ -447,6 +447,22 @@ fn northd_tables_match_real_northd() {
             groups > 0 || t.gateway_router,
             "seed {seed}: a distributed router has an HA chassis group"
         );
+        // Queue ids of bound ports, likewise (the extras give the first VIF QoS options).
+        let qos_vif = t.vifs[0].name.clone();
+        if i == 0 {
+            let theirs = ta["Port_Binding"][&qos_vif]["options"].clone();
+            let ours = again.sb.ports[&qos_vif]
+                .options
+                .get("qdisc_queue_id")
+                .cloned();
+            let want = format!(
+                "\"qdisc_queue_id\"=\"{}\"",
+                ours.clone().unwrap_or_default()
+            );
+            if ours.is_none() || !theirs.contains(&want) {
+                bad.push(format!("seed {seed}: {qos_vif} qdisc_queue_id: {theirs} (ovn-northd) vs {ours:?} (holdfast)"));
+            }
+        }
         if i == 0 {
             // The extras are really there (so their equality means something).
             let pb = |p: &str, c: &str| ta["Port_Binding"][p].get(c).cloned().unwrap_or_default();
@@ -503,7 +519,8 @@ fn northd_tables_match_real_northd() {
         for l in tables::diff(&ta, &tb) {
             let allocated = i == 0
                 && (l.starts_with("Port_Binding ctr1 tag:")
-                    || l.starts_with("Port_Binding ctr2 tag:"));
+                    || l.starts_with("Port_Binding ctr2 tag:")
+                    || l.starts_with(&format!("Port_Binding {qos_vif} options:")));
             if !tables::allowed(&l) && !allocated {
                 bad.push(format!(
                     "seed {seed}{}: {l}",

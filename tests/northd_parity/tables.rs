@@ -196,7 +196,11 @@ pub fn dump(remote: &str) -> Tables {
                 if arbitrary && std::env::var("HF_KEYS").is_err() {
                     continue;
                 }
-                let mut text = render(v, &names);
+                let mut text = if *table == "Port_Binding" && c == "nat_addresses" {
+                    render(&sorted_nat_addresses(v), &names)
+                } else {
+                    render(v, &names)
+                };
                 if *table == "SB_Global" && c == "options" && std::env::var("HF_KEYS").is_err() {
                     text = text
                         .split(", ")
@@ -315,6 +319,19 @@ pub fn production_extras(t: &crate::topo::Topology) -> Vec<Vec<String>> {
         c(&["lsp-add", "sw0", "ctr2", &parent, "0"]),
         c(&["lsp-add", "sw0", "ctr3", &parent, "7"]),
         periodic_ra(),
+        // QoS queues: a bound VIF (per chassis) and the localnet port (its own space).
+        c(&[
+            "set",
+            "logical_switch_port",
+            &vm(0),
+            "options:qos_max_rate=1000000",
+        ]),
+        c(&[
+            "set",
+            "logical_switch_port",
+            "ln-ext",
+            "options:qos_burst=10000",
+        ]),
         // An explicit NAT address list on an internal switch's router port (announced where
         // the router's first gateway port is).
         c(&[
@@ -488,4 +505,39 @@ pub fn periodic_ra() -> Vec<String> {
     .iter()
     .map(|s| s.to_string())
     .collect()
+}
+
+/// `nat_addresses` entries with their IP addresses sorted: each entry is one lport-addresses
+/// string (`MAC IP... [is_chassis_resident(...)]`) whose IP order is the order each northd
+/// happens to visit NAT rows in (ovn-controller reads them as a set).
+fn sorted_nat_addresses(v: &Value) -> Value {
+    let one = |s: &str| -> String {
+        let words: Vec<&str> = s.split_whitespace().collect();
+        let Some((mac, rest)) = words.split_first() else {
+            return s.to_string();
+        };
+        let (mut ips, tail): (Vec<&str>, Vec<&str>) = rest
+            .iter()
+            .partition(|w| !w.starts_with("is_chassis_resident"));
+        ips.sort();
+        std::iter::once(*mac)
+            .chain(ips)
+            .chain(tail)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    match v {
+        Value::String(s) => Value::String(one(s)),
+        Value::Array(a) if a.len() == 2 && a[0] == "set" => serde_json::json!([
+            "set",
+            a[1].as_array()
+                .map(|x| {
+                    x.iter()
+                        .map(|e| Value::String(one(e.as_str().unwrap_or_default())))
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+        ]),
+        other => other.clone(),
+    }
 }

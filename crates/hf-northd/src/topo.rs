@@ -37,6 +37,9 @@ pub struct Keys {
     /// Port name → the chassis `Port_Binding.chassis` names (where SB says it is bound):
     /// what `HA_Chassis_Group.ref_chassis` is made of.
     pub bound_chassis: HashMap<String, String>,
+    /// Port name → `Port_Binding.options:qdisc_queue_id` SB holds (kept, as ovn-northd keeps
+    /// it).
+    pub queue_ids: HashMap<String, u32>,
 }
 
 /// What kind of port.

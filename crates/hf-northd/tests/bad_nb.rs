@@ -52,6 +52,7 @@ fn keys_of(c: &Compiled) -> Keys {
             .filter_map(|(n, p)| p.tag.map(|t| (n.clone(), t)))
             .collect(),
         bound_chassis: Default::default(),
+        queue_ids: Default::default(),
     }
 }
 

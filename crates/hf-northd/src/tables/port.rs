@@ -2,7 +2,8 @@
 //! port, with the columns 23.03's northd owns.
 //!
 //! - Switch ports: `type` as NB says (an unknown type is a diagnostic and written as `""`, as
-//!   23.03 leaves it), `options` copied from NB (plus `vlan-passthru` from the switch), `mac`
+//!   23.03 leaves it), `options` copied from NB (plus `vlan-passthru` from the switch and
+//!   `qdisc_queue_id` for ports with QoS options, per chassis they are bound to), `mac`
 //!   and `port_security` copied verbatim, `parent_port` and `tag` (`tag_request` allocated per
 //!   parent as 23.03 does), `external_ids` copied with `name` from `neutron:port_name`, and
 //!   `requested_chassis` / `requested_additional_chassis` from `options:requested-chassis`
@@ -54,13 +55,14 @@ const MAX_TAGS: i64 = 4096;
 /// Adds every port.
 pub fn build(topo: &Topo<'_>, keys: &Keys, sb: &mut SbDesired, diags: &mut Diags) {
     let tags = allocate_tags(topo, keys, diags);
+    let queues = allocate_queues(topo, keys);
     check_requested_keys(topo, diags);
     for (i, p) in topo.ports.iter().enumerate() {
         let row = match &p.kind {
             PortKind::RouterPort { .. } => router_port(topo, p),
             PortKind::ChassisRedirect { of } => redirect_port(topo, p, *of),
             PortKind::SwitchRouter { lrp } => switch_router_port(topo, p, *lrp, diags),
-            _ => switch_port(topo, i, p, &tags, diags),
+            _ => switch_port(topo, i, p, &tags, &queues, diags),
         };
         let Some(row) = row else { continue };
         sb.ports.insert(p.name.clone(), row);
@@ -631,16 +633,71 @@ fn common_lsp_columns(lsp: &nb::LogicalSwitchPort, row: &mut PortRow) {
     }
 }
 
+/// The QoS options that give a port an egress queue (`port_has_qos_params`).
+fn has_qos(o: &BTreeMap<String, String>) -> bool {
+    ["qos_max_rate", "qos_min_rate", "qos_burst"]
+        .iter()
+        .any(|k| o.contains_key(*k))
+}
+
+/// The largest queue id (`QDISC_MAX_QUEUE_ID`).
+const MAX_QUEUE_ID: u32 = 0xf000;
+
+/// `options:qdisc_queue_id` of ports with QoS options, as 23.03 allocates them: unique per
+/// chassis the port is bound to (each localnet port is its own space), the id SB already has
+/// kept, else the lowest free from 1; an unbound port gets none until it is bound.
+fn allocate_queues(topo: &Topo<'_>, keys: &Keys) -> HashMap<PortIdx, u32> {
+    let mut out = HashMap::new();
+    let mut used: HashMap<String, std::collections::BTreeSet<u32>> = HashMap::new();
+    let mut pending = Vec::new();
+    for (i, p) in topo.ports.iter().enumerate() {
+        let qos = matches!(
+            p.kind,
+            PortKind::Vif | PortKind::Localnet | PortKind::Localport | PortKind::OtherLsp(_)
+        ) && has_qos(&p.options);
+        if !qos {
+            continue;
+        }
+        let space = if p.kind == PortKind::Localnet {
+            format!("localnet {}", p.name)
+        } else {
+            match keys.bound_chassis.get(&p.name) {
+                Some(c) => c.clone(),
+                None => continue,
+            }
+        };
+        match keys.queue_ids.get(&p.name).copied().filter(|q| *q > 0) {
+            Some(q) => {
+                used.entry(space).or_default().insert(q);
+                out.insert(i, q);
+            }
+            None => pending.push((i, space)),
+        }
+    }
+    for (i, space) in pending {
+        let taken = used.entry(space).or_default();
+        if let Some(q) = (1..=MAX_QUEUE_ID).find(|q| !taken.contains(q)) {
+            taken.insert(q);
+            out.insert(i, q);
+        }
+    }
+    out
+}
+
 fn switch_port(
     topo: &Topo<'_>,
     i: PortIdx,
     p: &Port,
     tags: &HashMap<PortIdx, i64>,
+    queues: &HashMap<PortIdx, u32>,
     diags: &mut Diags,
 ) -> Option<PortRow> {
     let lsp = topo.nb.logical_switch_port().get(&p.nb)?;
     let mut row = base(topo, p);
     row.options = lsp.options.clone();
+    if let Some(q) = queues.get(&i) {
+        row.options.insert("qdisc_queue_id".into(), q.to_string());
+    }
     if let Some(ls) = topo.nb.logical_switch().get(&topo.datapaths[p.dp].nb)
         && opt_true(&ls.other_config, "vlan-passthru")
     {
