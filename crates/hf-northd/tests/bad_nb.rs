@@ -60,6 +60,14 @@ fn keys_of(c: &Compiled) -> Keys {
                     .map(|u| (n.clone(), u))
             })
             .collect(),
+        tags: c
+            .sb
+            .ports
+            .iter()
+            .filter_map(|(n, p)| p.tag.map(|t| (n.clone(), t)))
+            .collect(),
+        bound_chassis: Default::default(),
+        queue_ids: Default::default(),
     }
 }
 
