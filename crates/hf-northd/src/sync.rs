@@ -588,10 +588,10 @@ pub fn diff_ops(
         if f.egress != (row.pipeline == "egress") {
             cols.insert("pipeline".into(), json!(row.pipeline));
         }
-        if f.table_id != i64::from(row.table_id) {
+        if f.table_id != i16::from(row.table_id) {
             cols.insert("table_id".into(), json!(row.table_id));
         }
-        if f.priority != i64::from(row.priority) {
+        if f.priority != i32::from(row.priority) {
             cols.insert("priority".into(), json!(row.priority));
         }
         if f.match_hash != text_hash(&row.match_) {
@@ -606,11 +606,12 @@ pub fn diff_ops(
                 opt(row.controller_meter.as_ref().map(|m| json!(m))),
             );
         }
-        let same_ids = f.external_ids.len() == row.external_ids.len()
-            && f.external_ids
-                .iter()
-                .zip(&row.external_ids)
-                .all(|((a, b), (c, e))| **a == **c && **b == **e);
+        let mut have = f.external_ids();
+        let same_ids = row
+            .external_ids
+            .iter()
+            .all(|(k, v)| have.next() == Some((k.as_str(), v.as_str())))
+            && have.next().is_none();
         if !same_ids {
             cols.insert("external_ids".into(), map(&row.external_ids));
         }
