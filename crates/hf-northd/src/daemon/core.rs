@@ -341,7 +341,9 @@ impl Northd {
                 if c.touches("MAC_Binding") {
                     self.age_due = true;
                 }
-                if c.tables.iter().any(|t| *t != "Chassis_Private") {
+                // Controllers' writes (chassis, up, Chassis_Private, MAC_Binding) need no
+                // sync: only a change to a row or column northd writes does.
+                if c.northd_rows {
                     self.sync_due = true;
                 }
                 self.nb_side_due = true;

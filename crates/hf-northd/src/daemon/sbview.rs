@@ -90,6 +90,10 @@ pub struct SbChanges {
     pub tables: BTreeSet<&'static str>,
     /// Row changes.
     pub rows: usize,
+    /// Whether a row or column northd writes changed (not only controller-owned ones:
+    /// `Chassis`, `Chassis_Private`, `MAC_Binding`, `Port_Binding`'s `chassis`, `up`,
+    /// `additional_chassis`).
+    pub northd_rows: bool,
 }
 
 impl SbChanges {
@@ -630,6 +634,28 @@ impl SbView {
 
     fn apply_all(&mut self, p: AllPending) -> SbChanges {
         let mut c = SbChanges::default();
+        let controller_only = |old: &sb::PortBinding, new: &sb::PortBinding| {
+            let mut o = old.clone();
+            o.chassis = new.chassis;
+            o.up = new.up;
+            o.additional_chassis = new.additional_chassis.clone();
+            o == *new
+        };
+        c.northd_rows = !p.sb_global.is_empty()
+            || !p.datapath_binding.is_empty()
+            || p.port_binding.iter().any(|(u, r)| match (self.port_binding.get(u), r) {
+                (Some(old), Some(new)) => !controller_only(old, new),
+                _ => true,
+            })
+            || !p.multicast_group.is_empty()
+            || !p.port_group.is_empty()
+            || !p.address_set.is_empty()
+            || !p.load_balancer.is_empty()
+            || !p.ha_chassis.is_empty()
+            || !p.ha_chassis_group.is_empty()
+            || !p.logical_dp_group.is_empty()
+            || !p.logical_flow.is_empty()
+            || !p.static_mac_binding.is_empty();
         let mut note = |t: &'static str, n: usize| {
             if n > 0 {
                 c.tables.insert(t);
@@ -764,6 +790,7 @@ impl Model for SbView {
             drop(u);
             n += self.apply_all(p).rows;
         }
+        // (The first sync's changes are not reported; the consumer recompiles after it.)
         Ok(n)
     }
 

@@ -390,6 +390,15 @@ fn cold_start_then_one_port_in_one_transaction() {
     let nb = sim.db_nb();
     let lsp = nb.logical_switch_port().values().next().unwrap();
     assert_eq!(lsp.up, Some(false));
+    // A controller's write (a binding's `up`) is followed on the NB side, never diffed
+    // against the desired SB: no SB transaction is even built.
+    let pb = sim.db_sb().port_binding().values().next().unwrap().uuid;
+    let s = sim.nodes[0].nd.stats().clone();
+    sim.sb(json!([{"op": "update", "table": "Port_Binding",
+        "where": [["_uuid", "==", ["uuid", pb.to_string()]]], "row": {"up": true}}]));
+    sim.run();
+    let s2 = sim.nodes[0].nd.stats();
+    assert_eq!((s2.sb_commits, s2.sb_unchanged), (s.sb_commits, s.sb_unchanged));
 }
 
 #[test]
