@@ -12,7 +12,7 @@
 //! What it does not do: write `MAC_Binding` (it only deletes those of deleted datapaths) or
 //! garbage-collect `Logical_DP_Group`/`HA_Chassis` rows (OVSDB does: they are not root).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -529,12 +529,18 @@ pub fn diff_ops(
                     .is_some_and(|g| g.datapaths.iter().any(|d| frozen.contains(&d.uuid())))
             })
     };
+    // Fail closed (see `SbDesired::frozen_datapaths`): a flow any frozen datapath executes is
+    // left as it is, and so is the identity it holds (its other datapaths keep that version
+    // too, until the chassis upgrades or leaves); a wanted flow shared with a frozen datapath
+    // that SB lacks is written for the other datapaths only.
+    let mut frozen_ids: HashSet<FlowId> = HashSet::new();
     let mut old_flows: HashMap<FlowId, (Uuid, &LeanFlow)> = HashMap::new();
     let mut flow_ids: Vec<(&Uuid, &LeanFlow)> = sb.logical_flow.iter().collect();
     flow_ids.sort_unstable_by_key(|(u, _)| **u);
     for (u, f) in flow_ids {
         if is_frozen(f) {
             o.stats.frozen += 1;
+            frozen_ids.extend(f.id);
             continue;
         }
         match f.id {
@@ -545,6 +551,9 @@ pub fn diff_ops(
         }
     }
     for (id, row) in &d.flows {
+        if frozen_ids.contains(id) {
+            continue;
+        }
         let (dp, group) = match &row.dps {
             FlowDps::One(n) => {
                 if d.frozen_datapaths.contains(n) {
@@ -555,10 +564,20 @@ pub fn diff_ops(
                     None => continue,
                 }
             }
-            FlowDps::Group(g) => match group_of(g, &mut o) {
-                Some(u) => (None, Some(u)),
-                None => continue,
-            },
+            FlowDps::Group(g) => {
+                let g: Vec<String> = g
+                    .iter()
+                    .filter(|n| !d.frozen_datapaths.contains(*n))
+                    .cloned()
+                    .collect();
+                if g.is_empty() {
+                    continue;
+                }
+                match group_of(&g, &mut o) {
+                    Some(u) => (None, Some(u)),
+                    None => continue,
+                }
+            }
         };
         let old = old_flows.get(id);
         let Some((uuid, f)) = old else {

@@ -407,9 +407,9 @@ impl LeanFlow {
                     packed.push(US);
                     packed.push_str(str_of(v));
                 }
-                let clean = d.pairs().all(|(k, v)| {
-                    !str_of(k).contains([US, RS]) && !str_of(v).contains([US, RS])
-                });
+                let clean = d
+                    .pairs()
+                    .all(|(k, v)| !str_of(k).contains([US, RS]) && !str_of(v).contains([US, RS]));
                 self.external_ids_packed = packed.into_boxed_str();
                 // A map the packing cannot hold exactly is not one northd wrote: the flow
                 // counts as foreign (no identity), so the sync replaces it.
@@ -643,10 +643,12 @@ impl SbView {
         };
         c.northd_rows = !p.sb_global.is_empty()
             || !p.datapath_binding.is_empty()
-            || p.port_binding.iter().any(|(u, r)| match (self.port_binding.get(u), r) {
-                (Some(old), Some(new)) => !controller_only(old, new),
-                _ => true,
-            })
+            || p.port_binding
+                .iter()
+                .any(|(u, r)| match (self.port_binding.get(u), r) {
+                    (Some(old), Some(new)) => !controller_only(old, new),
+                    _ => true,
+                })
             || !p.multicast_group.is_empty()
             || !p.port_group.is_empty()
             || !p.address_set.is_empty()

@@ -157,7 +157,7 @@ impl Sim {
 
     /// Moves every message and runs every core until nothing moves.
     fn run(&mut self) {
-        for _ in 0..10_000 {
+        for _ in 0..2_000 {
             let t = self.t;
             let mut moved = false;
             for n in self.nodes.iter_mut().filter(|n| n.alive) {
@@ -305,11 +305,12 @@ enum Target<'a> {
 }
 
 fn lsp_ops(sw: &str, port: &str, n: u8) -> Vec<Value> {
+    let label = format!("p_{}", port.replace('-', "_"));
     vec![
-        json!({"op": "insert", "table": "Logical_Switch_Port", "uuid-name": format!("p_{port}"),
+        json!({"op": "insert", "table": "Logical_Switch_Port", "uuid-name": label,
             "row": {"name": port, "addresses": format!("00:00:00:00:00:{n:02x} 10.0.0.{n}")}}),
         json!({"op": "mutate", "table": "Logical_Switch", "where": [["name", "==", sw]],
-            "mutations": [["ports", "insert", ["set", [["named-uuid", format!("p_{port}")]]]]]}),
+            "mutations": [["ports", "insert", ["set", [["named-uuid", label]]]]]}),
     ]
 }
 
@@ -398,7 +399,10 @@ fn cold_start_then_one_port_in_one_transaction() {
         "where": [["_uuid", "==", ["uuid", pb.to_string()]]], "row": {"up": true}}]));
     sim.run();
     let s2 = sim.nodes[0].nd.stats();
-    assert_eq!((s2.sb_commits, s2.sb_unchanged), (s.sb_commits, s.sb_unchanged));
+    assert_eq!(
+        (s2.sb_commits, s2.sb_unchanged),
+        (s.sb_commits, s.sb_unchanged)
+    );
 }
 
 #[test]
@@ -559,4 +563,90 @@ fn rows_northd_does_not_want_are_deleted_and_controller_columns_kept() {
     assert_eq!(sb.logical_flow()[&fu].actions, f.actions);
     assert_eq!(sim.nodes[0].nd.stats().last_sync.updated, 1);
     assert_eq!(sim.nodes[0].nd.stats().last_sync.inserted, 0);
+}
+
+#[test]
+fn frozen_datapaths_keep_their_flows_exactly() {
+    let mut sim = Sim::new(1);
+    for (sw, n) in [("sw0", 1u8), ("sw1", 2)] {
+        sim.nb_with_cfg(vec![
+            json!({"op": "insert", "table": "Logical_Switch", "row": {"name": sw}}),
+        ]);
+        sim.nb_with_cfg(lsp_ops(sw, &format!("{sw}-p"), n));
+    }
+    sim.run();
+    let sb = sim.db_sb();
+    let dp_of = |sb: &SbSnapshot, name: &str| {
+        sb.datapath_binding()
+            .values()
+            .find(|d| d.external_ids.get("name").is_some_and(|n| n == name))
+            .unwrap()
+            .uuid
+    };
+    let (sw0, sw1) = (dp_of(&sb, "sw0"), dp_of(&sb, "sw1"));
+    let pb = sb
+        .port_binding()
+        .values()
+        .find(|p| p.logical_port == "sw0-p")
+        .unwrap()
+        .uuid;
+    // A chassis advertising nothing (below the oldest served level) with sw0's port bound.
+    sim.sb(json!([
+        {"op": "insert", "table": "Encap", "uuid-name": "e",
+         "row": {"type": "geneve", "ip": "127.0.0.9", "chassis_name": "old"}},
+        {"op": "insert", "table": "Chassis", "uuid-name": "c",
+         "row": {"name": "old", "encaps": ["named-uuid", "e"],
+                 "other_config": ["map", [["holdfast-features", ""]]]}},
+        {"op": "update", "table": "Port_Binding", "where": [["_uuid", "==", ["uuid", pb.to_string()]]],
+         "row": {"chassis": ["named-uuid", "c"]}},
+    ]));
+    sim.run();
+    assert!(
+        sim.nodes[0].nd.status().contains("old"),
+        "the chassis is not reported: {}",
+        sim.nodes[0].nd.status()
+    );
+    let flows_on = |sb: &SbSnapshot, dp: uuid::Uuid| -> BTreeMap<uuid::Uuid, (String, String)> {
+        sb.logical_flow()
+            .values()
+            .filter(|f| {
+                f.logical_datapath.map(|d| d.uuid()) == Some(dp)
+                    || f.logical_dp_group.is_some_and(|g| {
+                        sb.logical_dp_group()
+                            .get(&g.uuid())
+                            .is_some_and(|g| g.datapaths.iter().any(|d| d.uuid() == dp))
+                    })
+            })
+            .map(|f| (f.uuid, (f.match_.clone(), f.actions.clone())))
+            .collect()
+    };
+    let frozen_before = flows_on(&sim.db_sb(), sw0);
+    let other_before = flows_on(&sim.db_sb(), sw1);
+    assert!(!frozen_before.is_empty());
+    // New ports on both switches: sw1's flows follow, sw0's stay exactly as they were.
+    let cfg = sim.nb_with_cfg(lsp_ops("sw0", "sw0-q", 3));
+    sim.nb_with_cfg(lsp_ops("sw1", "sw1-q", 4));
+    sim.run();
+    let sb = sim.db_sb();
+    assert_eq!(
+        flows_on(&sb, sw0),
+        frozen_before,
+        "a frozen datapath's flows changed"
+    );
+    assert_ne!(
+        flows_on(&sb, sw1),
+        other_before,
+        "the other datapath was not synced"
+    );
+    assert!(
+        sb.port_binding()
+            .values()
+            .any(|p| p.logical_port == "sw0-q")
+    );
+    assert!(sim.db_nb().nb_global().values().next().unwrap().sb_cfg >= cfg);
+    // The chassis leaves: sw0 is synced again.
+    let ch = sim.db_sb().chassis().keys().next().copied().unwrap();
+    sim.sb(json!([{"op": "delete", "table": "Chassis", "where": [["_uuid", "==", ["uuid", ch.to_string()]]]}]));
+    sim.run();
+    assert_complete(&sim);
 }
