@@ -114,9 +114,15 @@ pub fn insert_ops(d: &SbDesired, chassis: &HashMap<String, Uuid>) -> Vec<Value> 
                 refs.push(named(&hl));
             }
             let gl = format!("{l}_hag");
+            let refc = row
+                .ha_ref_chassis
+                .iter()
+                .filter_map(|c| chassis.get(c))
+                .map(uuid_ref)
+                .collect();
             ops.push(
                 json!({"op": "insert", "table": "HA_Chassis_Group", "uuid-name": gl,
-                "row": {"name": gname, "ha_chassis": ref_set(refs)}}),
+                "row": {"name": gname, "ha_chassis": ref_set(refs), "ref_chassis": ref_set(refc)}}),
             );
             r["ha_chassis_group"] = named(&gl);
         }
@@ -313,6 +319,14 @@ pub fn diff_ops(
         .values()
         .map(|c| (c.name.as_str(), c.uuid))
         .collect();
+    // `requested-chassis` names a chassis by name or, failing that, by hostname (23.03).
+    let mut by_name_or_host: HashMap<&str, Uuid> = sb
+        .chassis
+        .values()
+        .filter(|c| !c.hostname.is_empty())
+        .map(|c| (c.hostname.as_str(), c.uuid))
+        .collect();
+    by_name_or_host.extend(chassis.iter().map(|(n, u)| (*n, *u)));
 
     // SB_Global: nb_cfg and the options northd owns (other keys are left alone).
     let old_g = sb.global();
@@ -377,6 +391,15 @@ pub fn diff_ops(
     // HA_Chassis_Group by name (rows of groups no port uses any more are deleted).
     let (old_hag, dup_hag) = by_key(sb.ha_chassis_group.values(), |r| Some(r.name.clone()));
     let mut hag_uuid: HashMap<String, Uuid> = HashMap::new();
+    let mut bound_by_dp: HashMap<Uuid, BTreeSet<Uuid>> = HashMap::new();
+    for p in sb.port_binding.values() {
+        if let Some(c) = p.chassis {
+            bound_by_dp
+                .entry(p.datapath.uuid())
+                .or_default()
+                .insert(c.uuid());
+        }
+    }
     for row in d.ports.values() {
         let Some((gname, members)) = &row.ha_chassis_group else {
             continue;
@@ -425,6 +448,22 @@ pub fn diff_ops(
                 new.ha_chassis.insert(h.uuid.into());
             }
         }
+        // ref_chassis: the chassis compile was told of, and those SB shows the ports of the
+        // group's switches bound to (a claim re-syncs, no compile needed).
+        new.ref_chassis = row
+            .ha_ref_chassis
+            .iter()
+            .filter_map(|c| chassis.get(c.as_str()).copied())
+            .chain(
+                row.ha_ref_datapaths
+                    .iter()
+                    .filter_map(|n| dp_uuid.get(n.as_str()))
+                    .filter_map(|u| bound_by_dp.get(u))
+                    .flatten()
+                    .copied(),
+            )
+            .map(Into::into)
+            .collect();
         hag_uuid.insert(gname.clone(), new.uuid);
         o.put(&new, old);
     }
@@ -465,12 +504,12 @@ pub fn diff_ops(
         new.requested_chassis = row
             .requested_chassis
             .as_ref()
-            .and_then(|c| chassis.get(c.as_str()))
+            .and_then(|c| by_name_or_host.get(c.as_str()))
             .map(|u| (*u).into());
         new.requested_additional_chassis = row
             .requested_additional_chassis
             .iter()
-            .filter_map(|c| chassis.get(c.as_str()))
+            .filter_map(|c| by_name_or_host.get(c.as_str()))
             .map(|u| (*u).into())
             .collect();
         new.ha_chassis_group = row

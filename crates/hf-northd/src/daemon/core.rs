@@ -648,12 +648,36 @@ pub fn compile_options(sb: &SbView) -> Options {
     for d in sb.datapath_binding.values() {
         if let (Some(n), Ok(k)) = (d.external_ids.get("name"), u32::try_from(d.tunnel_key)) {
             keys.datapaths.entry(n.clone()).or_insert(k);
+            if let Some(u) = ["logical-switch", "logical-router"]
+                .iter()
+                .find_map(|c| d.external_ids.get(*c).and_then(|u| u.parse().ok()))
+            {
+                keys.nb_rows.insert(n.clone(), u);
+            }
         }
     }
     for p in sb.port_binding.values() {
         if let Ok(k) = u32::try_from(p.tunnel_key) {
             keys.ports.entry(p.logical_port.clone()).or_insert(k);
         }
+        if let Some(t) = p.tag {
+            keys.tags.entry(p.logical_port.clone()).or_insert(t);
+        }
+        if let Some(q) = p
+            .options
+            .get("qdisc_queue_id")
+            .and_then(|q| q.parse::<u32>().ok())
+        {
+            keys.queue_ids.entry(p.logical_port.clone()).or_insert(q);
+        }
+        if let Some(c) = p.chassis.and_then(|c| sb.chassis.get(&c.uuid())) {
+            keys.bound_chassis
+                .entry(p.logical_port.clone())
+                .or_insert_with(|| c.name.clone());
+        }
+    }
+    if let Some(g) = sb.sb_global.values().next() {
+        keys.sb_options = g.options.clone();
     }
     Options {
         keys,

@@ -34,13 +34,20 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         let (m, a) = if r.gw_router {
             let mut m = vec![pred("ip"), ip_dst(n.external)];
             m.extend(nat::extra(n, true));
-            (
-                and(m),
-                vec![
-                    loopback(),
-                    ct_nat(NatKind::Dnat, Some(n.logical.addr()), None),
-                ],
-            )
+            let mut a = Vec::new();
+            if !r.dnat_force_snat.is_empty() {
+                a.push(set("flags.force_snat_for_dnat", num(1)));
+            }
+            a.push(loopback());
+            if n.stateless() {
+                a.extend(nat::rewrite(
+                    if n.v6() { "ip6.dst" } else { "ip4.dst" },
+                    n.logical.addr(),
+                ));
+            } else {
+                a.push(ct_nat(NatKind::Dnat, Some(n.logical.addr()), n.port_range));
+            }
+            (and(m), a)
         } else if let Some(d) = n.dgp {
             let p = &r.ports[d];
             let mut m = vec![pred("ip"), ip_dst(n.external), inport(&p.name)];
@@ -48,10 +55,16 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
                 m.extend(p.resident());
             }
             m.extend(nat::extra(n, true));
-            (
-                and(m),
-                vec![ct_nat(NatKind::DnatInCzone, Some(n.logical.addr()), None)],
-            )
+            let a = if n.stateless() {
+                nat::rewrite(if n.v6() { "ip6.dst" } else { "ip4.dst" }, n.logical.addr())
+            } else {
+                vec![ct_nat(
+                    NatKind::DnatInCzone,
+                    Some(n.logical.addr()),
+                    n.port_range,
+                )]
+            };
+            (and(m), a)
         } else {
             continue;
         };
@@ -136,7 +149,7 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         let flag = if v.skip_snat {
             a.push(set("flags.skip_snat_for_lb", num(1)));
             Some("skip_snat")
-        } else if r.gw_router && r.force_snat_router_ip {
+        } else if r.force_snat_router_ip || !r.lb_force_snat.is_empty() {
             a.push(set("flags.force_snat_for_lb", num(1)));
             Some("force_snat")
         } else {

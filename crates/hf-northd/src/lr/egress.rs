@@ -7,6 +7,7 @@
 //! `lr_out_delivery` (output on enabled ports). One function per stage.
 
 use std::collections::BTreeSet;
+use std::net::IpAddr;
 
 use hf_expr::Action;
 use hf_expr::actions::{NatKind, Pipeline};
@@ -37,7 +38,7 @@ pub fn chk_dnat_local(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut D
         "default",
         None,
     );
-    if !r.has_nat_or_lb() {
+    if r.nats.is_empty() || (!r.gw_router && r.dgp.is_none()) {
         return;
     }
     let set1 = || vec![set_reg(Reg::DstNatIpLocal, num(1)), next()];
@@ -57,6 +58,9 @@ pub fn chk_dnat_local(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut D
     let mut seen = BTreeSet::new();
     for n in &r.nats {
         if !seen.insert(n.external) {
+            continue;
+        }
+        if n.dgp.is_none() {
             continue;
         }
         let mut m = vec![pred("ip"), ip_dst(n.external)];
@@ -121,7 +125,11 @@ pub fn undnat(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
             Some((_, mac)) => a.push(set("eth.src", macv(*mac))),
             None => m.extend(p.resident()),
         }
-        a.push(ct_nat(NatKind::DnatInCzone, None, None));
+        if n.stateless() {
+            a.push(next());
+        } else {
+            a.push(ct_nat(NatKind::DnatInCzone, None, None));
+        }
         out.add(
             r.dp,
             st,
@@ -151,7 +159,13 @@ pub fn undnat(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
             st,
             120,
             and(m),
-            vec![ct_nat(NatKind::DnatInCzone, None, None)],
+            if v.skip_snat {
+                vec![set("flags.skip_snat_for_lb", num(1)), next()]
+            } else if !r.lb_force_snat.is_empty() {
+                vec![set("flags.force_snat_for_lb", num(1)), next()]
+            } else {
+                vec![ct_nat(NatKind::DnatInCzone, None, None)]
+            },
             v.owner.clone(),
             format!("vip-{}", v.key),
             Some(v.lb),
@@ -209,19 +223,72 @@ pub fn snat(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         "nd-ns",
         None,
     );
+    if r.vips.iter().any(|v| v.skip_snat) {
+        out.add(
+            r.dp,
+            st,
+            120,
+            and([eq(f("flags.skip_snat_for_lb"), num(1)), pred("ip")]),
+            vec![next()],
+            r.owner(),
+            "skip-snat-for-lb",
+            None,
+        );
+    }
+    for (ctx, addrs) in [("lb", &r.lb_force_snat), ("dnat", &r.dnat_force_snat)] {
+        for a in addrs.iter().filter(|_| r.gw_router) {
+            out.add(
+                r.dp,
+                st,
+                100,
+                and([
+                    eq(f(&format!("flags.force_snat_for_{ctx}")), num(1)),
+                    pred(ipf(a.is_ipv6())),
+                ]),
+                vec![ct_nat(NatKind::Snat, Some(*a), None)],
+                r.owner(),
+                format!("force-snat-{ctx}-{a}"),
+                None,
+            );
+        }
+    }
+    if r.force_snat_router_ip {
+        for p in r
+            .ports
+            .iter()
+            .filter(|p| p.peer_switch.is_some() || p.peer_lrp.is_some())
+        {
+            let firsts =
+                p.v4.first()
+                    .map(|n| IpAddr::V4(n.addr()))
+                    .into_iter()
+                    .chain(p.v6_global().next().map(|n| IpAddr::V6(n.addr())));
+            for a in firsts {
+                out.add(
+                    r.dp,
+                    st,
+                    110,
+                    and([
+                        eq(f("flags.force_snat_for_lb"), num(1)),
+                        pred(ipf(a.is_ipv6())),
+                        outport(&p.name),
+                    ]),
+                    vec![ct_nat(NatKind::Snat, Some(a), None)],
+                    Owner::Port(p.name.clone()),
+                    format!("force-snat-lb-{}", ipf(a.is_ipv6())),
+                    Some(p.nb),
+                );
+            }
+        }
+    }
     for n in r.nats.iter().filter(|n| n.kind.snat()) {
         let prio = nat::priority(r, n, false);
         let own = n.owner.clone();
         let hint = Some(n.uuid);
         if r.gw_router {
-            let mut m = vec![
-                pred("ip"),
-                ip_src_net(n.logical),
-                or([not(pred("ct.trk")), not(pred("ct.rpl"))]),
-            ];
+            let mut m = vec![pred("ip"), ip_src_net(n.logical)];
             m.extend(nat::extra(n, false));
-            let m = and(m);
-            if let Some(x) = nat::exempt(n, false, &m) {
+            if let Some(x) = nat::exempt(n, false, &and(m.clone())) {
                 out.add(
                     r.dp,
                     st,
@@ -233,16 +300,13 @@ pub fn snat(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
                     hint,
                 );
             }
-            out.add(
-                r.dp,
-                st,
-                prio,
-                m,
-                vec![ct_nat(NatKind::Snat, Some(n.external), n.port_range)],
-                own,
-                "snat",
-                hint,
-            );
+            let a = if n.stateless() {
+                nat::rewrite(if n.v6() { "ip6.src" } else { "ip4.src" }, n.external)
+            } else {
+                m.push(or([not(pred("ct.trk")), not(pred("ct.rpl"))]));
+                vec![ct_nat(NatKind::Snat, Some(n.external), n.port_range)]
+            };
+            out.add(r.dp, st, prio, and(m), a, own, "snat", hint);
             continue;
         }
         let Some(d) = n.dgp else { continue };
@@ -268,7 +332,14 @@ pub fn snat(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
             );
         }
         let mut a: Vec<Action> = mac.iter().cloned().collect();
-        a.push(ct_nat(NatKind::SnatInCzone, Some(n.external), n.port_range));
+        if n.stateless() {
+            a.extend(nat::rewrite(
+                if n.v6() { "ip6.src" } else { "ip4.src" },
+                n.external,
+            ));
+        } else {
+            a.push(ct_nat(NatKind::SnatInCzone, Some(n.external), n.port_range));
+        }
         out.add(
             r.dp,
             st,
@@ -279,6 +350,9 @@ pub fn snat(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
             "snat-czone",
             hint,
         );
+        if n.stateless_opt {
+            continue;
+        }
         let mut a: Vec<Action> = mac.into_iter().collect();
         a.push(set_reg(Reg::DstNatIpLocal, num(0)));
         a.push(ct_nat(NatKind::Snat, Some(n.external), n.port_range));

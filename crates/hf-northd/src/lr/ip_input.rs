@@ -97,7 +97,8 @@ fn nd_ns_for(a: Ipv6Addr) -> Expr {
 }
 
 /// Builds the stage.
-pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
+pub fn build(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
+    crate::lr::mtu::distributed_nat_too_big(topo, r, out);
     let o = r.owner();
     let dp = r.dp;
     let mut add = |prio: u16, m: Expr, a: Vec<Action>, disc: &str| {
@@ -153,6 +154,9 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         .collect();
 
     for p in &r.ports {
+        if let Some(mtu) = crate::lr::mtu::gateway_mtu(topo, p) {
+            crate::lr::mtu::too_big(r, p, None, mtu, ST, out);
+        }
         let own = Owner::Port(p.name.clone());
         let hint = Some(p.nb);
         let mut add = |prio: u16, m: Expr, a: Vec<Action>, disc: String| {
@@ -180,7 +184,7 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
                     .filter(|n| !snat_ips.contains(&IpAddr::V4(n.addr())))
                     .map(|n| ip4(n.addr()))
                     .collect();
-            if !local.is_empty() {
+            if !local.is_empty() && !r.force_snat_router_ip {
                 add(60, set_of("ip4.dst", local), drop(), "to-router-ip4".into());
             }
             // TTL exceeded.
@@ -242,12 +246,14 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         }
         if !p.v6.is_empty() {
             let all: Vec<Value> = p.v6.iter().map(|n| ip6(n.addr())).collect();
-            add(
-                60,
-                set_of("ip6.dst", all.clone()),
-                drop(),
-                "to-router-ip6".into(),
-            );
+            if !r.force_snat_router_ip {
+                add(
+                    60,
+                    set_of("ip6.dst", all.clone()),
+                    drop(),
+                    "to-router-ip6".into(),
+                );
+            }
             let dst = if all.len() == 1 {
                 eq(f("ip6.dst"), all[0].clone())
             } else {
@@ -321,40 +327,92 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
                 );
             }
         }
-        // Router LB VIPs answer ARP/ND on every port.
-        let vips4: BTreeSet<IpAddr> = r
-            .vips
-            .iter()
-            .map(|v| v.ip)
-            .filter(|a| a.is_ipv4())
-            .collect();
-        if !vips4.is_empty() {
-            let vals: Vec<Value> = vips4.iter().map(|a| ipv(*a)).collect();
-            let tpa = if vals.len() == 1 {
-                eq(f("arp.tpa"), vals[0].clone())
-            } else {
-                in_set(f("arp.tpa"), vals)
-            };
-            let mut m = vec![inport(&p.name), eqn("arp.op", 1), tpa];
-            m.extend(p.resident());
-            add(90, and(m), arp_reply(None), "arp-lb-vips".into());
+        // A distributed router without gateway answers TCP/UDP/SCTP to its addresses.
+        if !r.gw_router && r.dgp.is_none() {
+            let v4 = p.v4.iter().map(|n| IpAddr::V4(n.addr()));
+            let v6 = p.v6.iter().map(|n| IpAddr::V6(n.addr()));
+            for a in v4.chain(v6) {
+                let (fam, kind) = if a.is_ipv6() {
+                    ("ip6", NestedKind::Icmp6)
+                } else {
+                    ("ip4", NestedKind::Icmp4)
+                };
+                let base = || {
+                    vec![
+                        pred(fam),
+                        eq(f(&format!("{fam}.dst")), ipv(a)),
+                        not(pred("ip.later_frag")),
+                    ]
+                };
+                let swaps = || {
+                    vec![
+                        swap("eth.dst", "eth.src"),
+                        swap(&format!("{fam}.dst"), &format!("{fam}.src")),
+                    ]
+                };
+                let icmp = |code: u128| {
+                    let mut b = swaps();
+                    b.push(set("ip.ttl", num(255)));
+                    if a.is_ipv6() {
+                        b.extend([set("icmp6.type", num(1)), set("icmp6.code", num(code))]);
+                    } else {
+                        b.extend([set("icmp4.type", num(3)), set("icmp4.code", num(code))]);
+                    }
+                    b.push(next());
+                    vec![nested(kind, b)]
+                };
+                let (udp_code, other_code) = if a.is_ipv6() { (4, 3) } else { (3, 2) };
+                let mut m = base();
+                m.push(pred("udp"));
+                add(80, and(m), icmp(udp_code), format!("unreach-udp-{a}"));
+                for (proto, k) in [
+                    ("tcp", NestedKind::TcpReset),
+                    ("sctp", NestedKind::SctpAbort),
+                ] {
+                    let mut m = base();
+                    m.push(pred(proto));
+                    let mut b = swaps();
+                    b.push(next());
+                    add(
+                        80,
+                        and(m),
+                        vec![nested(k, b)],
+                        format!("unreach-{proto}-{a}"),
+                    );
+                }
+                add(70, and(base()), icmp(other_code), format!("unreach-{a}"));
+            }
         }
-        for a in r
-            .vips
-            .iter()
-            .filter_map(|v| match v.ip {
-                IpAddr::V6(a) => Some(a),
-                _ => None,
-            })
-            .collect::<BTreeSet<_>>()
-        {
-            let mut m = vec![inport(&p.name), nd_ns_for(a)];
+        // Router LB VIPs answer ARP/ND on every port, through the SB address sets
+        // `_rtr_lb_<key>_ip4/_ip6` (which the tables stage writes with the same VIPs).
+        if !r.lb_reachable.0.is_empty() {
+            let set = crate::build::addr_set(&format!("_rtr_lb_{}_ip4", r.tunnel_key));
+            let mut m = vec![inport(&p.name), eqn("arp.op", 1), eq(f("arp.tpa"), set)];
             m.extend(p.resident());
-            add(
+            out.add(
+                dp,
+                ST,
+                90,
+                and(m),
+                arp_reply(None),
+                own.clone(),
+                "arp-lb-vips",
+                None,
+            );
+        }
+        if !r.lb_reachable.1.is_empty() {
+            let set = crate::build::addr_set(&format!("_rtr_lb_{}_ip6", r.tunnel_key));
+            let mut m = vec![inport(&p.name), pred("nd_ns"), eq(f("nd.target"), set)];
+            m.extend(p.resident());
+            out.add(
+                dp,
+                ST,
                 90,
                 and(m),
                 nd_reply(NestedKind::NdNa),
-                format!("nd-lb-vip-{a}"),
+                own.clone(),
+                "nd-lb-vips",
+                None,
             );
         }
     }

@@ -5,12 +5,13 @@
 //! `flags.use_snat_zone`.
 
 use std::collections::BTreeSet;
+use std::net::IpAddr;
 
 use hf_expr::actions::NatKind;
 
 use crate::build::{always, and, eq, f, inport, num, pred};
 use crate::diag::Diags;
-use crate::flow::Flows;
+use crate::flow::{Flows, Owner};
 use crate::lr::act::{ct_nat, ip_dst, next};
 use crate::lr::ctx::Rtr;
 use crate::stage::Stage;
@@ -29,6 +30,63 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         "default",
         None,
     );
+    let gw_force = r.lb_force_snat.iter().filter(|_| r.gw_router);
+    for a in gw_force.chain(r.dnat_force_snat.iter()) {
+        out.add(
+            r.dp,
+            st,
+            110,
+            and([pred(if a.is_ipv6() { "ip6" } else { "ip4" }), ip_dst(*a)]),
+            vec![ct_nat(NatKind::Snat, None, None)],
+            r.owner(),
+            format!("force-snat-{a}"),
+            None,
+        );
+    }
+    if r.force_snat_router_ip {
+        for p in r
+            .ports
+            .iter()
+            .filter(|p| p.peer_switch.is_some() || p.peer_lrp.is_some())
+        {
+            let firsts =
+                p.v4.first()
+                    .map(|n| IpAddr::V4(n.addr()))
+                    .into_iter()
+                    .chain(p.v6_global().next().map(|n| IpAddr::V6(n.addr())));
+            for a in firsts {
+                out.add(
+                    r.dp,
+                    st,
+                    110,
+                    and([inport(&p.name), ip_dst(a)]),
+                    vec![ct_nat(NatKind::Snat, None, None)],
+                    Owner::Port(p.name.clone()),
+                    format!("force-snat-{a}"),
+                    Some(p.nb),
+                );
+            }
+        }
+    }
+    // A router LB VIP that is also a NAT external address skips unSNAT.
+    let ext: BTreeSet<IpAddr> = r.nats.iter().map(|n| n.external).collect();
+    for v in r.vips.iter().filter(|v| ext.contains(&v.ip)) {
+        let fam = if v.ip.is_ipv6() { "ip6" } else { "ip4" };
+        let mut m = vec![pred(fam), ip_dst(v.ip), pred(v.proto)];
+        if let Some(port) = v.port {
+            m.push(eq(f(&format!("{}.dst", v.proto)), num(u128::from(port))));
+        }
+        out.add(
+            r.dp,
+            st,
+            120,
+            and(m),
+            vec![next()],
+            v.owner.clone(),
+            format!("vip-{}", v.key),
+            Some(v.lb),
+        );
+    }
     let mut seen = BTreeSet::new();
     for n in r.nats.iter().filter(|n| n.kind.snat()) {
         if !seen.insert(n.external) {
@@ -40,7 +98,11 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
                 st,
                 90,
                 and([pred("ip"), ip_dst(n.external)]),
-                vec![ct_nat(NatKind::Snat, None, None)],
+                if n.stateless() {
+                    vec![next()]
+                } else {
+                    vec![ct_nat(NatKind::Snat, None, None)]
+                },
                 n.owner.clone(),
                 "unsnat",
                 Some(n.uuid),
@@ -64,11 +126,18 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
                 st,
                 100,
                 and(m),
-                vec![ct_nat(NatKind::SnatInCzone, None, None)],
+                if n.stateless() {
+                    vec![next()]
+                } else {
+                    vec![ct_nat(NatKind::SnatInCzone, None, None)]
+                },
                 n.owner.clone(),
                 "unsnat-czone",
                 Some(n.uuid),
             );
+            if n.stateless_opt {
+                continue;
+            }
             let mut m = vec![
                 pred("ip"),
                 ip_dst(n.external),
