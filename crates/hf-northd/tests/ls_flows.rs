@@ -745,6 +745,8 @@ fn gen_topo_like(n: usize, p: usize) -> Nb {
 /// scale -- --ignored --nocapture`): the switch stages alone and the whole compile.
 #[test]
 #[ignore]
+// A benchmark reads the clock.
+#[allow(clippy::disallowed_methods)]
 fn scale_500x40() {
     let n: usize = std::env::var("HF_SCALE_N")
         .ok()
