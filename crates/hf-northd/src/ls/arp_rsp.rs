@@ -242,7 +242,7 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
                     "arp-proxy",
                     and([
                         eq_num(f("arp.op"), 1),
-                        in_set(f("arp.tpa"), ips.iter().map(|a| ip4(*a))),
+                        super::act::set_of("arp.tpa", ips.iter().map(|a| ip4(*a))),
                     ]),
                     vec![
                         Action::move_field(f("eth.dst"), f("eth.src")),

@@ -100,15 +100,7 @@ fn rport_arp_req(sw: &Sw<'_, '_>, out: &mut Flows, p: PortIdx, lrp: PortIdx) {
             macs.extend(ra.nat_macs.iter().copied());
         }
         let mm = and([
-            Expr::Cmp {
-                field: f("eth.src"),
-                op: hf_expr::RelOp::Eq,
-                rhs: hf_expr::Rhs::Set(
-                    macs.into_iter()
-                        .map(|m| hf_expr::Term::new(mac(m)))
-                        .collect(),
-                ),
-            },
+            super::act::set_of("eth.src", macs.into_iter().map(mac)),
             or([
                 eq_num(f("arp.op"), 1),
                 eq_num(f("rarp.op"), 3),
