@@ -31,6 +31,19 @@ pub struct Keys {
     /// `SB_Global.options` SB holds: `mac_prefix` and `svc_monitor_mac` are kept from here
     /// when NB does not set them (see `tables::global`).
     pub sb_options: BTreeMap<String, String>,
+    /// Datapath name → the NB row SB's `Datapath_Binding` was written for
+    /// (`external_ids:logical-switch`/`logical-router`): when two NB rows share a name, that
+    /// one keeps it (a duplicate added later never displaces the switch SB has).
+    pub nb_rows: HashMap<String, Uuid>,
+    /// Port name → `Port_Binding.tag` SB holds: a container port with `tag_request=0` keeps
+    /// the tag it was given (ovn-northd keeps it by writing NB's `tag`; compile is pure).
+    pub tags: HashMap<String, i64>,
+    /// Port name → the chassis `Port_Binding.chassis` names (where SB says it is bound):
+    /// what `HA_Chassis_Group.ref_chassis` is made of.
+    pub bound_chassis: HashMap<String, String>,
+    /// Port name → `Port_Binding.options:qdisc_queue_id` SB holds (kept, as ovn-northd keeps
+    /// it).
+    pub queue_ids: HashMap<String, u32>,
 }
 
 /// What kind of port.
@@ -180,9 +193,23 @@ impl<'a> Topo<'a> {
         };
         // Datapaths, by name; a second row with a name already taken is refused.
         let mut switches: Vec<&nb::LogicalSwitch> = nb.logical_switch().values().collect();
-        switches.sort_by(|a, b| a.name.cmp(&b.name).then(a.uuid.cmp(&b.uuid)));
+        // Among rows sharing a name, the one SB has wins, then the one with more ports.
+        let known = |name: &str, u: Uuid| keys.nb_rows.get(name) != Some(&u);
+        switches.sort_by(|a, b| {
+            a.name
+                .cmp(&b.name)
+                .then(known(&a.name, a.uuid).cmp(&known(&b.name, b.uuid)))
+                .then(b.ports.len().cmp(&a.ports.len()))
+                .then(a.uuid.cmp(&b.uuid))
+        });
         let mut routers: Vec<&nb::LogicalRouter> = nb.logical_router().values().collect();
-        routers.sort_by(|a, b| a.name.cmp(&b.name).then(a.uuid.cmp(&b.uuid)));
+        routers.sort_by(|a, b| {
+            a.name
+                .cmp(&b.name)
+                .then(known(&a.name, a.uuid).cmp(&known(&b.name, b.uuid)))
+                .then(b.ports.len().cmp(&a.ports.len()))
+                .then(a.uuid.cmp(&b.uuid))
+        });
         for ls in switches {
             t.add_datapath(&ls.name, DpKind::Switch, ls.uuid, "Logical_Switch", diags);
         }
@@ -525,22 +552,51 @@ impl<'a> Topo<'a> {
     /// first, then the keys SB already has, then the lowest free key in name order, so a
     /// rebuilt NB (new UUIDs, same names) gets the same keys.
     fn assign_keys(&mut self, keys: &Keys) {
+        // Datapaths: `requested-tnl-key` (switch other_config, router options; what ovn-ic
+        // uses so both zones agree) first, then SB's keys, then the lowest free key.
+        let nb = self.nb;
+        let requested: Vec<Option<u32>> = self
+            .datapaths
+            .iter()
+            .map(|d| {
+                let v = match d.kind {
+                    DpKind::Switch => nb
+                        .logical_switch()
+                        .get(&d.nb)
+                        .and_then(|l| l.other_config.get("requested-tnl-key")),
+                    DpKind::Router => nb
+                        .logical_router()
+                        .get(&d.nb)
+                        .and_then(|l| l.options.get("requested-tnl-key")),
+                };
+                v.and_then(|k| k.parse::<u32>().ok())
+                    .filter(|k| (1..=crate::tables::global::MAX_TUNID).contains(k))
+            })
+            .collect();
         let mut used = std::collections::HashSet::new();
         let mut pending = Vec::new();
         for (i, d) in self.datapaths.iter_mut().enumerate() {
-            match keys.datapaths.get(&d.name) {
-                Some(k) if *k > 0 && used.insert(*k) => d.tunnel_key = *k,
+            match requested[i] {
+                Some(k) if used.insert(k) => d.tunnel_key = k,
                 _ => pending.push(i),
             }
         }
-        let mut next = 1u32;
+        let mut rest = Vec::new();
         for i in pending {
+            match keys.datapaths.get(&self.datapaths[i].name) {
+                Some(k) if *k > 0 && used.insert(*k) => self.datapaths[i].tunnel_key = *k,
+                _ => rest.push(i),
+            }
+        }
+        let mut next = 1u32;
+        for i in rest {
             while used.contains(&next) {
                 next += 1;
             }
             used.insert(next);
             self.datapaths[i].tunnel_key = next;
         }
+        // Ports: the same order, within their datapath (1..32767).
         for dp in 0..self.datapaths.len() {
             let ports = self.datapaths[dp].ports.clone();
             let mut used = std::collections::HashSet::new();
@@ -552,13 +608,21 @@ impl<'a> Topo<'a> {
                     .get("requested-tnl-key")
                     .and_then(|k| k.parse::<u32>().ok())
                     .filter(|k| (1..=32767).contains(k));
-                match requested.or_else(|| keys.ports.get(&port.name).copied()) {
-                    Some(k) if (1..=32767).contains(&k) && used.insert(k) => port.tunnel_key = k,
+                match requested {
+                    Some(k) if used.insert(k) => port.tunnel_key = k,
                     _ => pending.push(*p),
                 }
             }
-            let mut next = 1u32;
+            let mut rest = Vec::new();
             for p in pending {
+                let port = &mut self.ports[p];
+                match keys.ports.get(&port.name).copied() {
+                    Some(k) if (1..=32767).contains(&k) && used.insert(k) => port.tunnel_key = k,
+                    _ => rest.push(p),
+                }
+            }
+            let mut next = 1u32;
+            for p in rest {
                 while used.contains(&next) {
                     next += 1;
                 }
