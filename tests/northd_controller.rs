@@ -91,7 +91,13 @@ fn daemon_args(dir: &Path, name: &str) -> Vec<String> {
 
 /// Every OVS/OVN tool run for the chassis looks for its run directory here.
 fn in_dir<'a>(c: &'a mut Command, dir: &Path) -> &'a mut Command {
-    for v in ["OVS_RUNDIR", "OVS_LOGDIR", "OVS_DBDIR", "OVN_RUNDIR", "OVN_LOGDIR"] {
+    for v in [
+        "OVS_RUNDIR",
+        "OVS_LOGDIR",
+        "OVS_DBDIR",
+        "OVN_RUNDIR",
+        "OVN_LOGDIR",
+    ] {
         c.env(v, dir);
     }
     c
@@ -270,7 +276,14 @@ fn build(env: &Env, t: &Topology) -> hf_northd::Compiled {
     let mut chassis = HashMap::new();
     for line in sbctl(
         &env.sb,
-        &["-f", "csv", "--no-headings", "--columns=_uuid,name", "list", "Chassis"],
+        &[
+            "-f",
+            "csv",
+            "--no-headings",
+            "--columns=_uuid,name",
+            "list",
+            "Chassis",
+        ],
     )
     .lines()
     {

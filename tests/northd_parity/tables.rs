@@ -21,7 +21,10 @@ pub type Tables = BTreeMap<String, BTreeMap<String, BTreeMap<String, String>>>;
 /// The tables compared and the columns northd does not own (written by ovn-controller or the
 /// test's bindings, or bookkeeping).
 const TABLES: &[(&str, &[&str])] = &[
-    ("SB_Global", &["nb_cfg", "connections", "ssl", "ipsec", "external_ids"]),
+    (
+        "SB_Global",
+        &["nb_cfg", "connections", "ssl", "ipsec", "external_ids"],
+    ),
     ("Datapath_Binding", &[]),
     (
         "Port_Binding",
@@ -126,10 +129,7 @@ pub fn dump(remote: &str) -> Tables {
         names.insert(uuid_of(r), s(r, "name"));
     }
     for r in &rows["Datapath_Binding"] {
-        names.insert(
-            uuid_of(r),
-            ext_id(r, "name").unwrap_or_else(|| uuid_of(r)),
-        );
+        names.insert(uuid_of(r), ext_id(r, "name").unwrap_or_else(|| uuid_of(r)));
     }
     for r in &rows["Port_Binding"] {
         names.insert(uuid_of(r), s(r, "logical_port"));
@@ -202,7 +202,9 @@ pub fn dump(remote: &str) -> Tables {
                         .split(", ")
                         .filter(|kv| {
                             !kv.trim_start_matches('{').starts_with("\"mac_prefix\"")
-                                && !kv.trim_start_matches('{').starts_with("\"svc_monitor_mac\"")
+                                && !kv
+                                    .trim_start_matches('{')
+                                    .starts_with("\"svc_monitor_mac\"")
                         })
                         .collect::<Vec<_>>()
                         .join(", ");

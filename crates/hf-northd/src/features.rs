@@ -42,7 +42,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use hf_expr::features::{self as registry, FeatureSet, Level, OvnRelease};
-use hf_model::{NbSnapshot, SbSnapshot};
+use hf_model::{NbSnapshot, SbSnapshot, sb};
 use uuid::Uuid;
 
 use crate::diag::Diagnostic;
@@ -138,14 +138,27 @@ pub struct SbChassisView {
 }
 
 impl SbChassisView {
-    /// The view of a full SB snapshot (for tests and tools; the daemon monitors only
-    /// `Chassis.name`/`other_config` and `Port_Binding.chassis`/`additional_chassis`/
-    /// `datapath`).
+    /// The view of a full SB snapshot (for tests and tools).
     pub fn from_snapshot(sb: &SbSnapshot) -> Self {
+        Self::from_parts(
+            sb.chassis().values(),
+            sb.datapath_binding(),
+            sb.port_binding().values(),
+        )
+    }
+
+    /// The view of SB rows as the daemon's lean replica holds them: it needs `Chassis.name`
+    /// and `other_config`, `Datapath_Binding.external_ids`, and `Port_Binding.datapath`,
+    /// `chassis` and `additional_chassis` (the latter only matters for ports in live
+    /// migration; without it such a port counts on its main chassis only).
+    pub fn from_parts<'a>(
+        chassis: impl IntoIterator<Item = &'a sb::Chassis>,
+        datapaths: &BTreeMap<Uuid, sb::DatapathBinding>,
+        port_bindings: impl IntoIterator<Item = &'a sb::PortBinding>,
+    ) -> Self {
         let mut v = SbChassisView {
-            chassis: sb
-                .chassis()
-                .values()
+            chassis: chassis
+                .into_iter()
                 .map(|c| ChassisRow {
                     uuid: c.uuid,
                     name: c.name.clone(),
@@ -154,9 +167,8 @@ impl SbChassisView {
                 .collect(),
             bound: BTreeMap::new(),
         };
-        for pb in sb.port_binding().values() {
-            let Some(dp) = sb
-                .datapath_binding()
+        for pb in port_bindings {
+            let Some(dp) = datapaths
                 .get(&pb.datapath.uuid())
                 .and_then(|d| d.external_ids.get("name"))
             else {

@@ -282,13 +282,12 @@ fn by_key<'a, R, K: std::hash::Hash + Eq>(
     let mut dups = Vec::new();
     for r in rows {
         match key(r) {
-            Some(k) => {
-                if m.contains_key(&k) {
-                    dups.push(r);
-                } else {
-                    m.insert(k, r);
+            Some(k) => match m.entry(k) {
+                std::collections::hash_map::Entry::Occupied(_) => dups.push(r),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(r);
                 }
-            }
+            },
             None => dups.push(r),
         }
     }
@@ -364,8 +363,8 @@ pub fn diff_ops(
         }
     }
     // What refers to a deleted datapath goes with it.
-    for (m, dp) in &sb.mac_binding {
-        if dead_dps.contains(dp) {
+    for (m, mb) in &sb.mac_binding {
+        if dead_dps.contains(&mb.datapath) {
             o.delete_uuid("MAC_Binding", *m);
         }
     }
@@ -385,17 +384,26 @@ pub fn diff_ops(
         if hag_uuid.contains_key(gname) {
             continue;
         }
-        let want: BTreeSet<(Option<Uuid>, i64)> = members
+        let want: BTreeSet<(String, Option<Uuid>, i64)> = members
             .iter()
-            .map(|(c, p)| (chassis.get(c.as_str()).copied(), *p))
+            .map(|(c, p)| (c.clone(), chassis.get(c.as_str()).copied(), *p))
             .collect();
         let old = old_hag.get(gname).copied();
-        let have: BTreeSet<(Option<Uuid>, i64)> = old
+        let have: BTreeSet<(String, Option<Uuid>, i64)> = old
             .map(|g| {
                 g.ha_chassis
                     .iter()
                     .filter_map(|h| sb.ha_chassis.get(&h.uuid()))
-                    .map(|h| (h.chassis.map(|c| c.uuid()), h.priority))
+                    .map(|h| {
+                        (
+                            h.external_ids
+                                .get("chassis-name")
+                                .cloned()
+                                .unwrap_or_default(),
+                            h.chassis.map(|c| c.uuid()),
+                            h.priority,
+                        )
+                    })
                     .collect()
             })
             .unwrap_or_default();
@@ -406,12 +414,12 @@ pub fn diff_ops(
         });
         if old.is_none() || want != have {
             new.ha_chassis = BTreeSet::new();
-            for (c, prio) in &want {
+            for (name, c, prio) in &want {
                 let h = s::HaChassis {
                     uuid: o.fresh(),
                     chassis: c.map(Into::into),
                     priority: *prio,
-                    ..Default::default()
+                    external_ids: [("chassis-name".to_string(), name.clone())].into(),
                 };
                 o.put(&h, None);
                 new.ha_chassis.insert(h.uuid.into());
@@ -437,9 +445,12 @@ pub fn diff_ops(
             continue;
         };
         let old = old_pbs.get(name).copied();
+        // A new binding is written `up=false`: ovn-controller sets `up` only where northd
+        // wrote it (23.03); afterwards `up` is the controller's.
         let mut new = old.cloned().unwrap_or_else(|| s::PortBinding {
             uuid: o.fresh(),
             logical_port: name.clone(),
+            up: Some(false),
             ..Default::default()
         });
         new.datapath = (*dp).into();
@@ -700,12 +711,19 @@ pub fn diff_ops(
             .protocol
             .as_deref()
             .map(s::LoadBalancerProtocol::from_wire);
-        new.datapaths = lb
-            .datapaths
-            .iter()
-            .filter_map(|n| dp_uuid.get(n.as_str()))
-            .map(|u| (*u).into())
-            .collect();
+        if lb.dp_group {
+            let names: Vec<String> = lb.datapaths.iter().cloned().collect();
+            new.datapath_group = group_of(&names, &mut o).map(Into::into);
+            new.datapaths = BTreeSet::new();
+        } else {
+            new.datapath_group = None;
+            new.datapaths = lb
+                .datapaths
+                .iter()
+                .filter_map(|n| dp_uuid.get(n.as_str()))
+                .map(|u| (*u).into())
+                .collect();
+        }
         o.put(&new, old);
     }
     for r in dup_lb {

@@ -22,9 +22,10 @@
 //! [`Northd::poll_log`]. `now` is the replicas' millisecond clock; `wall_ms` the wall clock
 //! for the `*_timestamp` columns.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
+use hf_expr::FeatureSet;
 use hf_model::NbSnapshot;
 use hf_ovsdb_net::client::{Event, Replica, TxnId, TxnOutcome};
 use serde_json::{Value, json};
@@ -32,8 +33,10 @@ use uuid::Uuid;
 
 use super::sbview::SbView;
 use crate::diag::Diagnostic;
+use crate::features::{self, SbChassisView};
 use crate::output::SbDesired;
 use crate::sync::{SyncInput, SyncStats, diff_ops};
+use crate::tables::mac_binding;
 use crate::{Keys, Options};
 
 /// The SB lock every northd takes (the same name as real ovn-northd's).
@@ -118,9 +121,24 @@ pub struct Northd {
     sync_due: bool,
     /// NB-side values (sb_cfg, hv_cfg, LSP up) may need writing.
     nb_side_due: bool,
+    /// A sync transaction failed: the next one waits until this time (`now`, ms), so a
+    /// transaction the server keeps refusing is retried once a second, not in a loop.
+    sync_failed: bool,
+    sync_retry_at: u64,
+    sync_failures: u64,
     desired: Option<Arc<SbDesired>>,
     sb_txn: Option<(TxnId, Arc<Mutex<SyncStats>>)>,
     nb_txn: Option<TxnId>,
+    /// The last negotiation: features, and whether a chassis is unsupported (then port
+    /// bindings decide which datapaths are frozen, so they trigger compiles).
+    features: FeatureSet,
+    any_unsupported: bool,
+    /// `NB_Global.external_ids` entries negotiation reports (`holdfast-unsupported-chassis:*`).
+    report: BTreeMap<String, String>,
+    /// MAC_Binding ageing: due now, or at this wall-clock time; the deletion in flight.
+    age_due: bool,
+    age_at: Option<i64>,
+    age_txn: Option<TxnId>,
     diagnostics: Vec<Diagnostic>,
     log: VecDeque<(Level, String)>,
     rng: Arc<Mutex<u64>>,
@@ -167,9 +185,18 @@ impl Northd {
             compile_due: true,
             sync_due: true,
             nb_side_due: true,
+            sync_failed: false,
+            sync_retry_at: 0,
+            sync_failures: 0,
             desired: None,
             sb_txn: None,
             nb_txn: None,
+            features: FeatureSet::all(),
+            any_unsupported: false,
+            report: BTreeMap::new(),
+            age_due: true,
+            age_at: None,
+            age_txn: None,
             diagnostics: Vec::new(),
             log: VecDeque::new(),
             stats: Stats::default(),
@@ -301,8 +328,11 @@ impl Northd {
             Event::Changes(c) => {
                 // Chassis: features and requested-chassis references; everything but
                 // Chassis_Private: rows northd writes.
-                if c.touches("Chassis") {
+                if c.touches("Chassis") || (self.any_unsupported && c.touches("Port_Binding")) {
                     self.compile_due = true;
+                }
+                if c.touches("MAC_Binding") {
+                    self.age_due = true;
                 }
                 if c.tables.iter().any(|t| *t != "Chassis_Private") {
                     self.sync_due = true;
@@ -341,6 +371,7 @@ impl Northd {
                 match outcome {
                     TxnOutcome::Committed(_) => {
                         self.stats.sb_commits += 1;
+                        self.sync_failures = 0;
                         if let Ok(s) = st.lock() {
                             self.stats.last_sync = s.clone();
                         }
@@ -349,12 +380,34 @@ impl Northd {
                     TxnOutcome::Unchanged => self.stats.sb_unchanged += 1,
                     TxnOutcome::Failed(e) => {
                         self.sync_due = true;
-                        self.say(Level::Warn, format!("SB transaction failed: {e}"));
+                        self.sync_failed = true;
+                        self.sync_failures += 1;
+                        // Logged once per distinct failure streak, with a running count.
+                        if self.sync_failures == 1 || self.sync_failures.is_power_of_two() {
+                            self.say(
+                                Level::Warn,
+                                format!(
+                                    "SB transaction failed ({} in a row): {e}",
+                                    self.sync_failures
+                                ),
+                            );
+                        }
                     }
                     other => {
                         self.sync_due = true;
+                        self.sync_failed = true;
                         self.say(Level::Warn, format!("SB transaction: {other:?}"));
                     }
+                }
+            }
+            Event::TxnDone { id, outcome, .. } if Some(id) == self.age_txn => {
+                self.age_txn = None;
+                if let TxnOutcome::Failed(e) = outcome {
+                    self.age_due = true;
+                    self.say(
+                        Level::Warn,
+                        format!("MAC_Binding ageing transaction failed: {e}"),
+                    );
                 }
             }
             Event::Disconnected { remote, reason } => {
@@ -373,7 +426,9 @@ impl Northd {
         now: u64,
         wall_ms: i64,
     ) {
-        let _ = now;
+        if std::mem::take(&mut self.sync_failed) {
+            self.sync_retry_at = now.saturating_add(1000);
+        }
         if !nb.is_synced() || !sb.is_synced() {
             return;
         }
@@ -384,7 +439,7 @@ impl Northd {
         if !self.active || self.paused {
             return;
         }
-        if self.sync_due && self.sb_txn.is_none() {
+        if self.sync_due && self.sb_txn.is_none() && now >= self.sync_retry_at {
             self.sync_due = false;
             self.start_sync(nb.model(), sb);
         }
@@ -392,12 +447,79 @@ impl Northd {
             self.nb_side_due = false;
             self.start_nb_side(nb, sb.model(), wall_ms);
         }
+        if (self.age_due || self.age_at.is_some_and(|t| wall_ms >= t)) && self.age_txn.is_none() {
+            self.age_due = false;
+            self.start_ageing(nb.model(), sb, wall_ms);
+        }
+    }
+
+    /// When [`Northd::poll`] wants to run again for a timer (wall clock, ms), if ever.
+    pub fn poll_wall_timeout(&self) -> Option<i64> {
+        self.age_at
+    }
+
+    fn start_ageing(&mut self, nb: &NbSnapshot, sb: &mut Replica<SbView>, wall_ms: i64) {
+        let view = sb.model();
+        let names: std::collections::HashMap<Uuid, &str> = view
+            .datapath_binding
+            .values()
+            .filter_map(|d| d.external_ids.get("name").map(|n| (d.uuid, n.as_str())))
+            .collect();
+        let entries: Vec<mac_binding::Entry> = view
+            .mac_binding
+            .iter()
+            .filter_map(|(u, m)| {
+                names.get(&m.datapath).map(|n| mac_binding::Entry {
+                    uuid: *u,
+                    datapath: (*n).to_string(),
+                    timestamp: m.timestamp,
+                })
+            })
+            .collect();
+        let a = mac_binding::age(nb, &self.features, &entries, wall_ms);
+        self.age_at = a.next_in_ms.map(|d| wall_ms.saturating_add(d));
+        if a.delete.is_empty() {
+            return;
+        }
+        self.say(
+            Level::Info,
+            format!("MAC_Binding ageing: deleting {} rows", a.delete.len()),
+        );
+        let rows = a.delete;
+        self.age_txn = Some(sb.transact(Box::new(move |v: &SbView| {
+            let mut ops: Vec<Value> = rows
+                .iter()
+                .filter(|u| v.mac_binding.contains_key(u))
+                .map(|u| {
+                    json!({"op": "delete", "table": "MAC_Binding",
+                        "where": [["_uuid", "==", ["uuid", u.to_string()]]]})
+                })
+                .collect();
+            if !ops.is_empty() {
+                ops.insert(0, json!({"op": "assert", "lock": LOCK_NAME}));
+            }
+            ops
+        })));
     }
 
     fn compile(&mut self, nb: &NbSnapshot, sb: &SbView) {
         self.compile_due = false;
         self.sync_due = true;
-        let opts = compile_options(sb);
+        let mut opts = compile_options(sb);
+        let view = SbChassisView::from_parts(
+            sb.chassis.values(),
+            &sb.datapath_binding,
+            sb.port_binding.values(),
+        );
+        let neg = features::negotiate(&view, nb, &features::Policy::default());
+        neg.apply(&mut opts);
+        self.features = neg.features;
+        self.any_unsupported = neg.unsupported().next().is_some();
+        let report = neg.report();
+        if report != self.report {
+            self.report = report;
+            self.nb_side_due = true;
+        }
         let c = crate::compile(nb, &opts);
         self.stats.compiles += 1;
         self.stats.last_flows_built = c.flows_built;
@@ -446,6 +568,9 @@ impl Northd {
                 *g = s;
             }
             if !ops.is_empty() {
+                // Only the lock's owner may write (as ovn-northd's IDL asserts it): a northd
+                // that lost the lock cannot commit a transaction it built before.
+                ops.insert(0, json!({"op": "assert", "lock": LOCK_NAME}));
                 ops.push(json!({"op": "comment", "comment": "holdfast northd"}));
             }
             ops
@@ -454,7 +579,18 @@ impl Northd {
     }
 
     fn start_nb_side(&mut self, nb: &mut Replica<NbSnapshot>, sb: &SbView, wall_ms: i64) {
-        let plan = nb_side(nb.model(), sb);
+        let mut plan = nb_side(nb.model(), sb);
+        if let Some(g) = nb.model().nb_global().values().next() {
+            let have: BTreeMap<&String, &String> = g
+                .external_ids
+                .iter()
+                .filter(|(k, _)| k.starts_with(features::REPORT_PREFIX))
+                .collect();
+            let want: BTreeMap<&String, &String> = self.report.iter().collect();
+            if have != want {
+                plan.report = Some(self.report.clone());
+            }
+        }
         if plan.is_empty() {
             return;
         }
@@ -503,6 +639,12 @@ pub fn compile_options(sb: &SbView) -> Options {
     for d in sb.datapath_binding.values() {
         if let (Some(n), Ok(k)) = (d.external_ids.get("name"), u32::try_from(d.tunnel_key)) {
             keys.datapaths.entry(n.clone()).or_insert(k);
+            if let Some(u) = ["logical-switch", "logical-router"]
+                .iter()
+                .find_map(|c| d.external_ids.get(*c).and_then(|u| u.parse().ok()))
+            {
+                keys.nb_rows.insert(n.clone(), u);
+            }
         }
     }
     for p in sb.port_binding.values() {
@@ -529,6 +671,8 @@ struct NbPlan {
     nb_cfg_seen: Option<i64>,
     /// LSP UUID → `up`.
     ups: Vec<(Uuid, bool)>,
+    /// The `NB_Global.external_ids` negotiation report: exactly these prefixed keys.
+    report: Option<BTreeMap<String, String>>,
 }
 
 impl NbPlan {
@@ -538,6 +682,7 @@ impl NbPlan {
             && self.hv_cfg.is_none()
             && self.nb_cfg_seen.is_none()
             && self.ups.is_empty()
+            && self.report.is_none()
     }
 }
 
@@ -638,6 +783,34 @@ fn plan_ops(plan: &NbPlan, nb: &NbSnapshot, wall_ms: i64) -> Vec<Value> {
         ops.push(
             json!({"op": "update", "table": "NB_Global", "where": uuid_where(g.uuid), "row": row}),
         );
+    }
+    if let Some(want) = &plan.report {
+        // Mutations, so that other external_ids keys are never touched: delete the prefixed
+        // keys that are wrong or stale, then insert the missing ones.
+        let stale: Vec<&String> = g
+            .external_ids
+            .iter()
+            .filter(|(k, v)| k.starts_with(features::REPORT_PREFIX) && want.get(*k) != Some(*v))
+            .map(|(k, _)| k)
+            .collect();
+        let missing: Vec<Value> = want
+            .iter()
+            .filter(|(k, v)| g.external_ids.get(*k) != Some(*v))
+            .map(|(k, v)| json!([k, v]))
+            .collect();
+        let mut muts = Vec::new();
+        if !stale.is_empty() {
+            muts.push(json!(["external_ids", "delete", ["set", stale]]));
+        }
+        if !missing.is_empty() {
+            muts.push(json!(["external_ids", "insert", ["map", missing]]));
+        }
+        if !muts.is_empty() {
+            ops.push(
+                json!({"op": "mutate", "table": "NB_Global", "where": uuid_where(g.uuid),
+                "mutations": muts}),
+            );
+        }
     }
     for (u, up) in &plan.ups {
         if nb

@@ -68,6 +68,15 @@ pub fn text_hash(s: &str) -> u64 {
     fnv1a64(s.as_bytes())
 }
 
+/// One `MAC_Binding`, as much as the sync and ageing need.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MacBindingRef {
+    /// `datapath`.
+    pub datapath: Uuid,
+    /// `timestamp` (ms since the epoch).
+    pub timestamp: i64,
+}
+
 /// What changed in one update: the tables touched and the number of row changes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SbChanges {
@@ -113,8 +122,8 @@ pub struct SbView {
     pub logical_dp_group: BTreeMap<Uuid, sb::LogicalDpGroup>,
     /// `Logical_Flow`, lean.
     pub logical_flow: HashMap<Uuid, LeanFlow>,
-    /// `MAC_Binding`: row → datapath.
-    pub mac_binding: HashMap<Uuid, Uuid>,
+    /// `MAC_Binding`: row → (datapath, timestamp).
+    pub mac_binding: HashMap<Uuid, MacBindingRef>,
     /// `Static_MAC_Binding`: row → datapath.
     pub static_mac_binding: HashMap<Uuid, Uuid>,
 }
@@ -149,6 +158,7 @@ const TABLES: &[(&str, Option<&[&str]>)] = &[
             "ha_chassis_group",
             "port_security",
             "chassis",
+            "additional_chassis",
             "up",
         ]),
     ),
@@ -156,7 +166,7 @@ const TABLES: &[(&str, Option<&[&str]>)] = &[
     ("Port_Group", None),
     ("Address_Set", None),
     ("Load_Balancer", None),
-    ("HA_Chassis", Some(&["chassis", "priority"])),
+    ("HA_Chassis", Some(&["chassis", "priority", "external_ids"])),
     ("HA_Chassis_Group", Some(&["name", "ha_chassis"])),
     ("Logical_DP_Group", None),
     (
@@ -173,7 +183,7 @@ const TABLES: &[(&str, Option<&[&str]>)] = &[
             "controller_meter",
         ]),
     ),
-    ("MAC_Binding", Some(&["datapath"])),
+    ("MAC_Binding", Some(&["datapath", "timestamp"])),
     ("Static_MAC_Binding", Some(&["datapath"])),
 ];
 
@@ -504,6 +514,45 @@ fn dp_ref_changes(table: &str, updates: &Value) -> Result<Pending<Uuid>, ModelEr
     Ok(out)
 }
 
+fn mac_changes(
+    rows: &HashMap<Uuid, MacBindingRef>,
+    updates: &Value,
+) -> Result<Pending<MacBindingRef>, ModelError> {
+    const T: &str = "MAC_Binding";
+    let obj = updates
+        .as_object()
+        .ok_or_else(|| upd_err(T, "expected an object of row updates"))?;
+    let mut out = Vec::new();
+    for (uuid_text, u) in obj {
+        let uuid = hf_ovsdb::atom::parse_uuid(uuid_text)
+            .map_err(|_| upd_err(T, format!("{uuid_text:?} is not a UUID")))?;
+        let (kind, body) = one_member(T, uuid_text, u)?;
+        if kind == "delete" {
+            out.push((uuid, None));
+            continue;
+        }
+        // Both columns are scalars: a modify carries their new values.
+        let mut m = if kind == "modify" {
+            rows.get(&uuid).copied().unwrap_or_default()
+        } else {
+            MacBindingRef::default()
+        };
+        if let Some(d) = body
+            .get("datapath")
+            .and_then(|v| v.get(1))
+            .and_then(Value::as_str)
+            .and_then(|s| s.parse().ok())
+        {
+            m.datapath = d;
+        }
+        if let Some(t) = body.get("timestamp").and_then(Value::as_i64) {
+            m.timestamp = t;
+        }
+        out.push((uuid, Some(m)));
+    }
+    Ok(out)
+}
+
 /// Every change of one `<table-updates2>`, computed before any is applied (all or nothing).
 #[derive(Default)]
 struct AllPending {
@@ -520,7 +569,7 @@ struct AllPending {
     ha_chassis_group: Pending<sb::HaChassisGroup>,
     logical_dp_group: Pending<sb::LogicalDpGroup>,
     logical_flow: Pending<LeanFlow>,
-    mac_binding: Pending<Uuid>,
+    mac_binding: Pending<MacBindingRef>,
     static_mac_binding: Pending<Uuid>,
 }
 
@@ -552,7 +601,7 @@ impl SbView {
                 .logical_dp_group
                 .extend(typed_changes(&self.logical_dp_group, u)?),
             "Logical_Flow" => p.logical_flow.extend(flow_changes(&self.logical_flow, u)?),
-            "MAC_Binding" => p.mac_binding.extend(dp_ref_changes(table, u)?),
+            "MAC_Binding" => p.mac_binding.extend(mac_changes(&self.mac_binding, u)?),
             "Static_MAC_Binding" => p.static_mac_binding.extend(dp_ref_changes(table, u)?),
             _ => {}
         }
