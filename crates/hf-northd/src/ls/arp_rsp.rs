@@ -97,7 +97,8 @@ pub fn arp_for(a: Ipv4Addr) -> hf_expr::ast::Expr {
     and([eq(f("arp.tpa"), ip4(a)), eq_num(f("arp.op"), 1)])
 }
 
-fn arp_reply(m: Mac, a: Ipv4Addr) -> Vec<Action> {
+/// The ARP reply for `a` from `m`.
+pub fn arp_reply(m: Mac, a: Ipv4Addr) -> Vec<Action> {
     vec![
         Action::move_field(f("eth.dst"), f("eth.src")),
         Action::assign(f("eth.src"), mac(m)),

@@ -173,6 +173,7 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
         pred("eth.mcast"),
         to_port(MC_FLOOD),
     );
+    forwarding_groups(sw, out, diags);
     for p in sw.ports {
         let port = sw.port(*p);
         if matches!(&port.kind, PortKind::OtherLsp(t) if t == "external") {
@@ -258,5 +259,64 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
                 );
             }
         }
+    }
+}
+
+/// NB `Forwarding_Group`s of the switch: the group's VIP is answered with its VMAC
+/// (`ls_in_arp_rsp`) and the VMAC goes to `fwd_group(...)` over the child ports.
+fn forwarding_groups(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
+    let nb = sw.topo.nb;
+    let Some(ls) = nb.logical_switch().get(&sw.topo.datapaths[sw.dp].nb) else {
+        return;
+    };
+    let mut groups: Vec<&hf_model::nb::ForwardingGroup> = ls
+        .forwarding_groups
+        .iter()
+        .filter_map(|r| nb.get(*r))
+        .collect();
+    groups.sort_by(|a, b| a.name.cmp(&b.name));
+    for g in groups {
+        if g.child_port.is_empty() {
+            continue;
+        }
+        let (Some(vmac), Ok(vip)) = (crate::addr::Mac::parse(&g.vmac), g.vip.parse()) else {
+            diags.push(
+                "Forwarding_Group",
+                g.uuid,
+                &g.name,
+                format!(
+                    "vmac {:?} / vip {:?} are not a MAC and an IPv4 address; the group is left out",
+                    g.vmac, g.vip
+                ),
+            );
+            continue;
+        };
+        let owner = || crate::flow::Owner::Datapath(sw.name().to_string());
+        sw.owned(
+            out,
+            Stage::LsInArpRsp,
+            50,
+            owner(),
+            format!("fwd-group {} vip", g.name),
+            Some(g.uuid),
+            super::arp_rsp::arp_for(vip),
+            super::arp_rsp::arp_reply(vmac, vip),
+            None,
+        );
+        sw.owned(
+            out,
+            Stage::LsInL2Lkup,
+            50,
+            owner(),
+            format!("fwd-group {} vmac", g.name),
+            Some(g.uuid),
+            eq(f("eth.dst"), mac(vmac)),
+            vec![Action::FwdGroup {
+                liveness: g.liveness.then_some(true),
+                ports: g.child_port.iter().cloned().collect(),
+                span: hf_expr::Span::default(),
+            }],
+            None,
+        );
     }
 }
