@@ -165,6 +165,16 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
             "other_config:mcast_snoop=true (IGMP/MLD snooping) is not compiled by holdfast northd; multicast floods",
         );
     }
+    if let Some(ls) = topo.nb.logical_switch().get(&topo.datapaths[sw.dp].nb)
+        && ls.copp.is_some()
+    {
+        diags.push(
+            "Logical_Switch",
+            ls.uuid,
+            &ls.name,
+            "copp (control-plane protection meters) is not applied by holdfast northd; controller actions are unmetered",
+        );
+    }
     sw.dflt(
         out,
         Stage::LsInL2Lkup,
