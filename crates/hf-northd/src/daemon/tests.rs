@@ -318,11 +318,10 @@ fn lsp_ops(sw: &str, port: &str, n: u8) -> Vec<Value> {
 fn assert_complete(sim: &Sim) {
     let nb = sim.db_nb();
     let sb = sim.db_sb();
-    let view = {
-        let mut v = SbView::default();
-        v.datapath_binding = sb.datapath_binding().clone();
-        v.port_binding = sb.port_binding().clone();
-        v
+    let view = SbView {
+        datapath_binding: sb.datapath_binding().clone(),
+        port_binding: sb.port_binding().clone(),
+        ..Default::default()
     };
     let c = crate::compile(&nb, &compile_options(&view));
     let want: BTreeMap<String, (String, String)> =
