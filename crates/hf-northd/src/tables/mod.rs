@@ -4,11 +4,14 @@
 //! (`Port_Group` and `Address_Set`), [`lb`] (`Load_Balancer`), [`global`] (`SB_Global.options`)
 //! and [`mac_binding`] (MAC_Binding ageing, a pure function the daemon calls on its clock).
 //!
-//! What it does not do: IGMP groups (learned by controllers), `HA_Chassis_Group.ref_chassis`
-//! (depends on where ports are bound, which compile does not see), service monitors, meters,
-//! DNS, mirrors, template variables, static MAC bindings, dynamic address allocation, and
-//! `ipv6_ra_pd_list` (read back from SB by OVN). Those are left to the daemon or reported as
-//! missing.
+//! What SB already holds and ovn-northd would keep by writing it back to NB comes in through
+//! [`crate::Keys`]: tunnel keys, container tags, queue ids, `mac_prefix`/`svc_monitor_mac`,
+//! and where ports are bound (for `HA_Chassis_Group.ref_chassis` and per-chassis queue ids).
+//!
+//! What it does not do: IGMP groups (learned by controllers), service monitors, meters, DNS
+//! rows, mirrors, template variables, static MAC bindings, dynamic address allocation, and
+//! `ipv6_ra_pd_list` (read back from SB by OVN). VXLAN mode's smaller key spaces are not
+//! served (`max_tunid` is Geneve's).
 
 pub mod datapath;
 pub mod global;
