@@ -7,6 +7,8 @@
 
 mod common;
 
+#[path = "northd/cluster.rs"]
+mod cluster;
 #[path = "northd/fixture.rs"]
 mod fixture;
 #[path = "northd/ha.rs"]

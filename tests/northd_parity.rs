@@ -5,9 +5,8 @@
 //! Real `ovn-trace` answers on SB A, `holdfast trace` on SB B; verdicts (output ports, NAT
 //! applied, drop) must agree.
 //!
-//! Today holdfast's compile runs in the test process (`hf_northd::compile` on the NB file,
-//! written to SB B with `hf_northd::sync::insert_ops` through `ovsdb-client transact`); the
-//! daemon replaces that once it lands.
+//! SB B is written by the `holdfast northd` daemon (started for the fill, waited for with real
+//! `ovn-nbctl --wait=sb sync`, then stopped), so the oracle checks what an operator runs.
 //!
 //! `northd_flow_diff` (ignored) is the development aid: for `HF_PARITY_SEED` it prints, per
 //! datapath and stage, the flows only real ovn-northd writes and the flows only holdfast
@@ -21,7 +20,8 @@
 //! one line per differing column; `HF_TABLE` filters tables by prefix.
 //!
 //! Environment as `trace_parity.rs`: `HF_PARITY_TOPOLOGIES` (default 24), `HF_PARITY_PACKETS`
-//! (default 50), `HF_PARITY_SEED` (default 9000).
+//! (default 50), `HF_PARITY_SEED` (default 9000); `HF_PARITY_HF_FEATURES=hf-1` makes SB B's
+//! chassis advertise that holdfast feature list (incident B's older formulations).
 #![allow(clippy::disallowed_methods, clippy::unwrap_used)]
 
 mod common;
@@ -42,11 +42,11 @@ mod topo;
 #[path = "trace_parity/verdict.rs"]
 mod verdict;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::Instant;
 
-use hf_model::{NbSnapshot, SbSnapshot};
+use hf_model::SbSnapshot;
 use oracle::{Backend, Env};
 use topo::Topology;
 
@@ -67,79 +67,86 @@ fn env_num(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// The NB of an environment, read from its database file.
-fn nb_of(env: &Env) -> NbSnapshot {
-    let loaded = hf_ovsdb_net::storage::open(&env.dir.join("nb.db"), 0, 0)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", env.dir.join("nb.db").display()));
-    NbSnapshot::from_db(&loaded.db).expect("NB snapshot")
+/// What holdfast northd reported while filling SB B.
+struct Filled {
+    /// `status`'s diagnostics, one per line.
+    diagnostics: Vec<String>,
 }
 
-/// Compile the environment's NB with hf-northd and write SB B.
-fn holdfast_fill(env: &Env) -> hf_northd::Compiled {
-    let nb = nb_of(env);
-    let compiled = hf_northd::compile(&nb, &hf_northd::Options::default());
-    let out = common::run_ok(
-        Command::new("ovn-sbctl")
-            .arg(format!("--db={}", env.sb))
-            .args([
-                "-f",
-                "csv",
-                "--no-headings",
-                "--columns=_uuid,name",
-                "list",
-                "Chassis",
-            ]),
-    );
-    let mut chassis = HashMap::new();
-    for line in out.lines() {
-        if let Some((u, n)) = line.split_once(',') {
-            chassis.insert(n.trim_matches('"').to_string(), u.parse().expect("uuid"));
+/// Stops a daemon by its pidfile when dropped (also when the test fails).
+struct StopOnDrop(std::path::PathBuf);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Ok(p) = std::fs::read_to_string(&self.0) {
+            let _ = Command::new("kill").arg(p.trim()).status();
         }
     }
-    let mut txn = vec![serde_json::json!("OVN_Southbound")];
-    txn.extend(hf_northd::sync::insert_ops(&compiled.sb, &chassis));
-    // Straight to the socket: the transaction is too large for one command-line argument.
-    let reply = transact_unix(&env.sb, txn);
+}
+
+/// SB B written by the `holdfast northd` daemon: started against the environment's NB and SB,
+/// waited for with real `ovn-nbctl --wait=sb sync`, its diagnostics read from `status`, then
+/// stopped (as SB A's real ovn-northd does, the daemon negotiates features with the chassis
+/// the environment registered).
+fn holdfast_fill(env: &Env, hf_features: Option<&str>) -> Filled {
+    let d = &env.dir;
+    // A holdfast feature list (HF_PARITY_HF_FEATURES=hf-1): SB B's chassis advertise it instead
+    // (incident B's older formulations, judged by real ovn-trace's verdicts on real
+    // ovn-northd's SB A).
+    if let Some(list) = hf_features {
+        for (name, _) in topo::CHASSIS {
+            common::run_ok(
+                Command::new("ovn-sbctl")
+                    .arg(format!("--db={}", env.sb))
+                    .args(["set", "chassis", name])
+                    .arg(format!("other_config:holdfast-features=\"{list}\"")),
+            );
+        }
+    }
+    let pidfile = d.join("hf-northd.pid");
+    let ctl = d.join("hf-northd.ctl");
+    common::run_ok(
+        Command::new(common::holdfast())
+            .arg("northd")
+            .arg(format!("--ovnnb-db={}", env.nb))
+            .arg(format!("--ovnsb-db={}", env.sb))
+            .args(["--detach", "--no-chdir", "-vconsole:off"])
+            .arg(format!("--pidfile={}", pidfile.display()))
+            .arg(format!("--unixctl={}", ctl.display()))
+            .arg(format!("--log-file={}", d.join("hf-northd.log").display())),
+    );
+    let _stop = StopOnDrop(pidfile);
+    common::run_ok(
+        Command::new("ovn-nbctl")
+            .arg(format!("--db={}", env.nb))
+            .args(["--timeout=120", "--wait=sb", "sync"]),
+    );
+    let status = common::run_ok(Command::new("ovn-appctl").arg("-t").arg(&ctl).arg("status"));
     assert!(
-        !reply.contains("\"error\""),
-        "writing holdfast northd's SB failed: {}",
-        &reply[..reply.len().min(2000)]
+        status.starts_with("Status: active"),
+        "holdfast northd is not active: {status}"
     );
-    compiled
-}
-
-/// Sends one `transact` over a `unix:` remote and returns the reply's text.
-fn transact_unix(remote: &str, params: Vec<serde_json::Value>) -> String {
-    use std::io::Write as _;
-    let path = remote.strip_prefix("unix:").expect("a unix: remote");
-    let mut sock = std::os::unix::net::UnixStream::connect(path).expect("connect to SB");
-    let req = serde_json::json!({"method": "transact", "params": params, "id": "hf-fill"});
-    sock.write_all(&serde_json::to_vec(&req).unwrap()).unwrap();
-    let reader = std::io::BufReader::new(sock.try_clone().unwrap());
-    for msg in serde_json::Deserializer::from_reader(reader).into_iter::<serde_json::Value>() {
-        let msg = msg.expect("JSON-RPC from SB");
-        if msg.get("method").and_then(|m| m.as_str()) == Some("echo") {
-            let echo = serde_json::json!({"result": msg["params"], "id": msg["id"]});
-            sock.write_all(&serde_json::to_vec(&echo).unwrap()).unwrap();
-            continue;
-        }
-        if msg.get("id").and_then(|i| i.as_str()) == Some("hf-fill") {
-            if !msg["error"].is_null() {
-                return format!("{{\"error\": {}}}", msg["error"]);
-            }
-            return msg["result"].to_string();
-        }
+    Filled {
+        diagnostics: status
+            .lines()
+            .filter(|l| l.starts_with("  "))
+            .map(|l| l.trim().to_string())
+            .collect(),
     }
-    panic!("SB closed the connection before replying");
 }
 
 /// Both environments for one topology: (real ovn-northd, holdfast northd).
-fn both(t: &Topology) -> (Env, Env, hf_northd::Compiled) {
+fn both(t: &Topology) -> (Env, Env, Filled) {
+    both_with(t, std::env::var("HF_PARITY_HF_FEATURES").ok().as_deref())
+}
+
+/// [`both`] with SB B's chassis advertising `hf_features` (a holdfast feature list).
+fn both_with(t: &Topology, hf_features: Option<&str>) -> (Env, Env, Filled) {
     let a = Env::start(Backend::OvsdbServer);
     a.build(t);
     let b = Env::start_with(Backend::OvsdbServer, false);
     let mut compiled = None;
-    b.build_with(t, |e| compiled = Some(holdfast_fill(e)));
+    b.build_with(t, |e| compiled = Some(holdfast_fill(e, hf_features)));
     (a, b, compiled.expect("filled"))
 }
 
@@ -364,6 +371,131 @@ fn northd_table_diff() {
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
     }
+}
+
+/// How a verdict for chassis advertising only `hf-1` may differ from real ovn-northd's for
+/// 23.03 chassis, and why; `None` when it may not.
+fn hf1_allowed(
+    p: &topo::Packet,
+    ovn: &verdict::Verdict,
+    ours: &verdict::Verdict,
+) -> Option<&'static str> {
+    if ovn == ours {
+        return Some("same");
+    }
+    // ct_snat_in_czone/ct_dnat_in_czone (21.12) are written as ct_snat/ct_dnat.
+    let plain: Vec<(String, String, String)> = ovn
+        .nat
+        .iter()
+        .map(|(a, f, v)| {
+            (
+                a.trim_end_matches("_in_czone").to_string(),
+                f.clone(),
+                v.clone(),
+            )
+        })
+        .collect();
+    if plain == ours.nat && ovn.outputs == ours.outputs && ovn.drop == ours.drop {
+        return Some("czone-as-plain");
+    }
+    // `reject {}` (20.12) is written as drop (fail closed): ovn-trace shows the reject's reply
+    // reaching the sender.
+    let inport = p
+        .microflow
+        .split("inport == \"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap_or_default();
+    if ours.drop && !ovn.drop && ovn.outputs == [inport.to_string()] {
+        return Some("reject-as-drop");
+    }
+    // Load-balancer hairpin (20.12) is left out: the backend still gets the packet, by way of
+    // the router (whose NAT may then apply).
+    if p.class == "lb-vip" && ovn.outputs == ours.outputs && !ours.drop {
+        return Some("no-hairpin");
+    }
+    None
+}
+
+/// Incident B against the real oracle: SB B's chassis advertise only `hf-1`, so holdfast
+/// northd writes the older formulations (explicit port-security matches, `ct_commit(...)`,
+/// `ct_lb`, `ct_label` bits, no FDB, no hairpin, `reject` as drop, plain `ct_snat`/`ct_dnat`);
+/// real ovn-trace on that SB must reach the verdicts real ovn-northd's SB gives, except for
+/// the differences those formulations imply ([`hf1_allowed`]), which are counted.
+#[test]
+fn northd_parity_hf1_chassis() {
+    if !common::require("northd_parity_hf1", TOOLS) {
+        return;
+    }
+    let topologies = env_num("HF_PARITY_HF1_TOPOLOGIES", 4);
+    let per = env_num("HF_PARITY_PACKETS", 30) as usize;
+    let first = env_num("HF_PARITY_SEED", 9100);
+    let mut compared = 0usize;
+    let mut why: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut bad = Vec::new();
+    for seed in first..first + topologies {
+        let t = Topology::generate(seed, per);
+        let (a, b, _) = both_with(&t, Some("hf-1"));
+        let mut ours_daemon = oracle::HoldfastStdin::start(&b.sb);
+        // The real oracle on SB B (holdfast northd's hf-1 flows), not holdfast trace.
+        for p in &t.packets {
+            let Ok(Ok(ovn)) = oracle::ovn_trace(&a.sb, p) else {
+                continue;
+            };
+            let ours = match oracle::ovn_trace(&b.sb, p) {
+                Ok(Ok(v)) => v,
+                Ok(Err(e)) => {
+                    bad.push(format!(
+                        "seed {seed} [{}] {}: no ovn-trace answer on SB B: {e:?}",
+                        p.class, p.microflow
+                    ));
+                    continue;
+                }
+                Err(e) => {
+                    bad.push(format!(
+                        "seed {seed} [{}] {}: ovn-trace on SB B: {e}",
+                        p.class, p.microflow
+                    ));
+                    continue;
+                }
+            };
+            compared += 1;
+            match hf1_allowed(p, &ovn, &ours) {
+                Some(w) => *why.entry(w).or_default() += 1,
+                None => bad.push(format!(
+                    "--- seed {seed} [{}] {}\n  23.03 SB: {ovn}\n  hf-1 SB:  {ours}",
+                    p.class, p.microflow
+                )),
+            }
+            // holdfast trace agrees with ovn-trace on the hf-1 SB too.
+            if let Ok(h) = ours_daemon.trace(p)
+                && h != ours
+            {
+                bad.push(format!(
+                    "--- seed {seed} [{}] {}\n  ovn-trace on hf-1 SB: {ours}\n  holdfast trace:       {h}",
+                    p.class, p.microflow
+                ));
+            }
+        }
+    }
+    eprintln!(
+        "northd parity for hf-1 chassis: {compared} packets, {why:?}, {} not allowed",
+        bad.len()
+    );
+    assert!(
+        bad.is_empty(),
+        "{} packets differ beyond what hf-1 implies:\n{}",
+        bad.len(),
+        bad.iter().take(30).cloned().collect::<Vec<_>>().join("\n")
+    );
+    assert!(compared >= 50, "only {compared} packets compared");
+}
+
+/// The NB of an environment, read from its database file.
+fn nb_of(env: &Env) -> hf_model::NbSnapshot {
+    let loaded = hf_ovsdb_net::storage::open(&env.dir.join("nb.db"), 0, 0)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", env.dir.join("nb.db").display()));
+    hf_model::NbSnapshot::from_db(&loaded.db).expect("NB snapshot")
 }
 
 /// The non-flow tables holdfast northd writes equal real ovn-northd's, row by row and column

@@ -159,7 +159,12 @@ const COMMANDS: &[unixctl::Command] = &[
     ("vlog/close", "", 0, 0),
     ("vlog/list", "", 0, 0),
     ("vlog/reopen", "", 0, 0),
-    ("vlog/set", "{spec | PATTERN:destination:pattern}", 1, usize::MAX),
+    (
+        "vlog/set",
+        "{spec | PATTERN:destination:pattern}",
+        1,
+        usize::MAX,
+    ),
 ];
 
 /// One unixctl request handed to the main loop.
@@ -280,7 +285,10 @@ pub fn run(args: NorthdArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let needs_tls = nb_remotes.iter().chain(&sb_remotes).any(|r| r.starts_with("ssl:"));
+    let needs_tls = nb_remotes
+        .iter()
+        .chain(&sb_remotes)
+        .any(|r| r.starts_with("ssl:"));
     let tls = match (&args.private_key, &args.certificate, &args.ca_cert) {
         (Some(k), Some(c), Some(ca)) => Some(
             hf_ovsdb_net::tls::TlsSettings::load(&hf_ovsdb_net::tls::TlsFiles {
@@ -294,9 +302,9 @@ pub fn run(args: NorthdArgs) -> anyhow::Result<ExitCode> {
             .map_err(|e| anyhow::anyhow!("{e}"))?,
         ),
         (None, None, None) if !needs_tls => None,
-        _ if needs_tls => anyhow::bail!(
-            "ssl: databases need --private-key, --certificate and --ca-cert"
-        ),
+        _ if needs_tls => {
+            anyhow::bail!("ssl: databases need --private-key, --certificate and --ca-cert")
+        }
         _ => None,
     };
     let pidfile = args.pidfile.as_ref().map(|p| {
@@ -358,7 +366,10 @@ async fn serve(
     match start_unixctl(&unixctl_file, utx) {
         Ok(()) => bound = Some(unixctl_file.clone()),
         Err(e) if unixctl_path.is_some() => {
-            anyhow::bail!("{}: could not create unixctl socket: {e}", unixctl_file.display())
+            anyhow::bail!(
+                "{}: could not create unixctl socket: {e}",
+                unixctl_file.display()
+            )
         }
         Err(e) => tracing::warn!(
             "{}: no unixctl socket ({e}); give --unixctl=PATH for ovn-appctl",
@@ -383,7 +394,9 @@ async fn serve(
     if let Some(n) = args.n_threads
         && n != 1
     {
-        tracing::info!("--n-threads={n}: holdfast northd is single-threaded; compiling on one thread");
+        tracing::info!(
+            "--n-threads={n}: holdfast northd is single-threaded; compiling on one thread"
+        );
     }
     let nb_cfg = Config {
         initial_changes: false,

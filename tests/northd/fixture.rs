@@ -80,13 +80,21 @@ impl NorthdProc {
     /// `ovn-appctl` that must succeed; its stdout.
     pub fn appctl(&self, args: &[&str]) -> String {
         let (ok, out, err) = self.appctl_raw(args);
-        assert!(ok, "ovn-appctl {args:?} failed: {err}\nlog:\n{}", self.log_text());
+        assert!(
+            ok,
+            "ovn-appctl {args:?} failed: {err}\nlog:\n{}",
+            self.log_text()
+        );
         out
     }
 
     /// `status`'s first line, `Status: ...`.
     pub fn status(&self) -> String {
-        self.appctl(&["status"]).lines().next().unwrap_or("").to_string()
+        self.appctl(&["status"])
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_string()
     }
 
     /// A `memory/show` counter.
@@ -116,7 +124,10 @@ impl NorthdProc {
     /// Stop with SIGTERM and wait for the process to go.
     pub fn stop(&mut self) {
         if let Some(p) = self.pid.take() {
-            let _ = Command::new("kill").arg(p.to_string()).stderr(std::process::Stdio::null()).status();
+            let _ = Command::new("kill")
+                .arg(p.to_string())
+                .stderr(std::process::Stdio::null())
+                .status();
             wait_for(Duration::from_secs(10), || {
                 !Path::new(&format!("/proc/{p}")).exists()
             });
@@ -172,7 +183,10 @@ impl PidDaemon {
 impl Drop for PidDaemon {
     fn drop(&mut self) {
         if let Some(p) = self.pid() {
-            let _ = Command::new("kill").arg(p.to_string()).stderr(std::process::Stdio::null()).status();
+            let _ = Command::new("kill")
+                .arg(p.to_string())
+                .stderr(std::process::Stdio::null())
+                .status();
         }
     }
 }
@@ -213,7 +227,10 @@ impl Dbs {
                 }
                 let db = HoldfastDb::start(
                     &sub,
-                    &[("nb.db", &common::nb_schema()), ("../sb.db", &common::sb_schema())],
+                    &[
+                        ("nb.db", &common::nb_schema()),
+                        ("../sb.db", &common::sb_schema()),
+                    ],
                     &[],
                 );
                 Dbs {
@@ -235,7 +252,12 @@ impl Dbs {
                     let sock = dir.join(format!("{base}.sock"));
                     let pidfile = dir.join(format!("{base}.pid"));
                     if !db.exists() {
-                        run_ok(Command::new("ovsdb-tool").arg("create").arg(&db).arg(schema));
+                        run_ok(
+                            Command::new("ovsdb-tool")
+                                .arg("create")
+                                .arg(&db)
+                                .arg(schema),
+                        );
                     }
                     if !sock.exists() {
                         run_ok(
@@ -243,8 +265,14 @@ impl Dbs {
                                 .arg("--detach")
                                 .arg("--no-chdir")
                                 .arg(format!("--pidfile={}", pidfile.display()))
-                                .arg(format!("--log-file={}", dir.join(format!("{base}.log")).display()))
-                                .arg(format!("--unixctl={}", dir.join(format!("{base}.ctl")).display()))
+                                .arg(format!(
+                                    "--log-file={}",
+                                    dir.join(format!("{base}.log")).display()
+                                ))
+                                .arg(format!(
+                                    "--unixctl={}",
+                                    dir.join(format!("{base}.ctl")).display()
+                                ))
                                 .arg(format!("--remote=punix:{}", sock.display()))
                                 .arg(&db),
                         );
@@ -260,8 +288,16 @@ impl Dbs {
                 }
             }
         };
-        run_ok(Command::new("ovn-nbctl").arg(format!("--db={}", dbs.nb)).arg("init"));
-        run_ok(Command::new("ovn-sbctl").arg(format!("--db={}", dbs.sb)).arg("init"));
+        run_ok(
+            Command::new("ovn-nbctl")
+                .arg(format!("--db={}", dbs.nb))
+                .arg("init"),
+        );
+        run_ok(
+            Command::new("ovn-sbctl")
+                .arg(format!("--db={}", dbs.sb))
+                .arg("init"),
+        );
         dbs
     }
 

@@ -8,12 +8,18 @@ use std::process::Command;
 use std::time::Duration;
 
 use hf_model::{NbSnapshot, SbSnapshot};
-use hf_ovsdb_net::client::{Client, Config, Model};
+use hf_ovsdb_net::client::{Client, Config, Model, parse_remotes};
 
 use crate::common::{self, run_ok};
 use crate::fixture::{Backend, Dbs, NorthdProc, PidDaemon, wait_for};
 
-const TOOLS: &[&str] = &["ovsdb-server", "ovsdb-tool", "ovn-nbctl", "ovn-sbctl", "ovn-appctl"];
+const TOOLS: &[&str] = &[
+    "ovsdb-server",
+    "ovsdb-tool",
+    "ovn-nbctl",
+    "ovn-sbctl",
+    "ovn-appctl",
+];
 
 /// Replicate a whole database once.
 pub fn replicate<M: Model + Clone>(remote: &str) -> M {
@@ -22,9 +28,10 @@ pub fn replicate<M: Model + Clone>(remote: &str) -> M {
         .build()
         .expect("runtime");
     rt.block_on(async {
-        let (c, _ev) = Client::<M>::spawn(vec![remote.to_string()], Config::default());
+        let (c, _ev) = Client::<M>::spawn(parse_remotes(remote), Config::default());
         assert!(
-            c.wait_until(Duration::from_secs(30), |r| r.is_synced()).await,
+            c.wait_until(Duration::from_secs(30), |r| r.is_synced())
+                .await,
             "the replica of {remote} never synced"
         );
         c.with(|r| r.model().clone())
@@ -48,7 +55,10 @@ pub fn sb_flows(sb: &SbSnapshot) -> (BTreeMap<String, FlowText>, usize) {
         );
         match f.external_ids.get("hf-flow-id") {
             Some(id) => {
-                assert!(m.insert(id.clone(), t).is_none(), "two flows with hf-flow-id {id}");
+                assert!(
+                    m.insert(id.clone(), t).is_none(),
+                    "two flows with hf-flow-id {id}"
+                );
             }
             None => without += 1,
         }
@@ -68,32 +78,41 @@ pub fn assert_sb_complete(nb_remote: &str, sb_remote: &str) {
         }
     }
     for p in sb.port_binding().values() {
-        opts.keys.ports.insert(p.logical_port.clone(), p.tunnel_key as u32);
+        opts.keys
+            .ports
+            .insert(p.logical_port.clone(), p.tunnel_key as u32);
     }
     let c = hf_northd::compile(&nb, &opts);
-    let want: BTreeMap<String, FlowText> = c
-        .sb
-        .flows
-        .iter()
-        .map(|(id, f)| {
-            (
-                id.to_string(),
+    let want: BTreeMap<String, FlowText> =
+        c.sb.flows
+            .iter()
+            .map(|(id, f)| {
                 (
-                    f.pipeline.to_string(),
-                    i64::from(f.table_id),
-                    i64::from(f.priority),
-                    f.match_.clone(),
-                    f.actions.clone(),
-                ),
-            )
-        })
-        .collect();
+                    id.to_string(),
+                    (
+                        f.pipeline.to_string(),
+                        i64::from(f.table_id),
+                        i64::from(f.priority),
+                        f.match_.clone(),
+                        f.actions.clone(),
+                    ),
+                )
+            })
+            .collect();
     let (have, without) = sb_flows(&sb);
     assert_eq!(without, 0, "SB has flows without hf-flow-id");
     assert!(!want.is_empty());
     if have != want {
-        let missing: Vec<_> = want.iter().filter(|(k, v)| have.get(*k) != Some(v)).take(5).collect();
-        let extra: Vec<_> = have.iter().filter(|(k, v)| want.get(*k) != Some(v)).take(5).collect();
+        let missing: Vec<_> = want
+            .iter()
+            .filter(|(k, v)| have.get(*k) != Some(v))
+            .take(5)
+            .collect();
+        let extra: Vec<_> = have
+            .iter()
+            .filter(|(k, v)| want.get(*k) != Some(v))
+            .take(5)
+            .collect();
         panic!(
             "SB flows differ from a fresh compile ({} vs {}): missing {missing:?}, extra {extra:?}",
             have.len(),
@@ -108,8 +127,11 @@ pub fn assert_sb_complete(nb_remote: &str, sb_remote: &str) {
         .into_iter()
         .collect();
     assert_eq!(dps, c.sb.datapaths.keys().cloned().collect::<Vec<_>>());
-    let pbs: std::collections::BTreeSet<String> =
-        sb.port_binding().values().map(|p| p.logical_port.clone()).collect();
+    let pbs: std::collections::BTreeSet<String> = sb
+        .port_binding()
+        .values()
+        .map(|p| p.logical_port.clone())
+        .collect();
     assert_eq!(pbs, c.sb.ports.keys().cloned().collect());
 }
 
@@ -148,7 +170,8 @@ fn two_northds_exactly_one_writes_and_the_other_takes_over() {
         r
     };
     assert!(
-        wait_for(Duration::from_secs(10), || roles(&a, &b) == ["Status: active", "Status: standby"]),
+        wait_for(Duration::from_secs(10), || roles(&a, &b)
+            == ["Status: active", "Status: standby"]),
         "roles: {:?}",
         roles(&a, &b)
     );
@@ -164,7 +187,8 @@ fn two_northds_exactly_one_writes_and_the_other_takes_over() {
     assert_eq!(standby.counter("nb-commits"), 0, "the standby wrote NB");
     active.kill9();
     assert!(
-        wait_for(Duration::from_secs(15), || standby.status() == "Status: active"),
+        wait_for(Duration::from_secs(15), || standby.status()
+            == "Status: active"),
         "the standby never took over: {}",
         standby.log_text()
     );
@@ -177,7 +201,10 @@ fn two_northds_exactly_one_writes_and_the_other_takes_over() {
 
 #[test]
 fn standby_behind_real_ovn_northd() {
-    if !common::require("northd behind ovn-northd", &[TOOLS, &["ovn-northd"]].concat()) {
+    if !common::require(
+        "northd behind ovn-northd",
+        &[TOOLS, &["ovn-northd"]].concat(),
+    ) {
         return;
     }
     let dir = tempdir();
@@ -204,12 +231,20 @@ fn standby_behind_real_ovn_northd() {
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(ours.status(), "Status: standby");
     add_port(&dbs, "sw0", "p1", 1);
-    assert_eq!(ours.counter("sb-commits"), 0, "holdfast wrote while ovn-northd held the lock");
+    assert_eq!(
+        ours.counter("sb-commits"),
+        0,
+        "holdfast wrote while ovn-northd held the lock"
+    );
     let (with_id, without) = sb_flows(&replicate::<SbSnapshot>(&dbs.sb));
-    assert!(with_id.is_empty() && without > 0, "SB is not real ovn-northd's");
+    assert!(
+        with_id.is_empty() && without > 0,
+        "SB is not real ovn-northd's"
+    );
     real.kill9();
     assert!(
-        wait_for(Duration::from_secs(15), || ours.status() == "Status: active"),
+        wait_for(Duration::from_secs(15), || ours.status()
+            == "Status: active"),
         "holdfast never took over from ovn-northd: {}",
         ours.log_text()
     );

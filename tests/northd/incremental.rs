@@ -17,7 +17,13 @@ use crate::common::{self, run_ok};
 use crate::fixture::{Backend, Dbs, NorthdProc, wait_for};
 use crate::ha::replicate;
 
-const TOOLS: &[&str] = &["ovsdb-server", "ovsdb-tool", "ovn-nbctl", "ovn-sbctl", "ovn-appctl"];
+const TOOLS: &[&str] = &[
+    "ovsdb-server",
+    "ovsdb-tool",
+    "ovn-nbctl",
+    "ovn-sbctl",
+    "ovn-appctl",
+];
 
 /// An SB replica running in the background, collecting every change set.
 struct SbMonitor {
@@ -36,10 +42,17 @@ impl SbMonitor {
             .expect("runtime");
         let (client, rx) = rt.block_on(async {
             let (c, rx) = Client::<SbSnapshot>::spawn(vec![remote.to_string()], Config::default());
-            assert!(c.wait_until(Duration::from_secs(30), |r| r.is_synced()).await);
+            assert!(
+                c.wait_until(Duration::from_secs(30), |r| r.is_synced())
+                    .await
+            );
             (c, rx)
         });
-        let mut m = SbMonitor { client, rx, _rt: rt };
+        let mut m = SbMonitor {
+            client,
+            rx,
+            _rt: rt,
+        };
         m.drain();
         m
     }
@@ -65,8 +78,13 @@ impl SbMonitor {
     }
 
     fn sb_nb_cfg(&self) -> i64 {
-        self.client
-            .with(|r| r.model().sb_global().values().next().map_or(0, |g| g.nb_cfg))
+        self.client.with(|r| {
+            r.model()
+                .sb_global()
+                .values()
+                .next()
+                .map_or(0, |g| g.nb_cfg)
+        })
     }
 }
 
@@ -83,8 +101,20 @@ const NB: &[&[&str]] = &[
     &["ls-add", "sw0"],
     &["ls-add", "sw1"],
     &["lr-add", "lr0"],
-    &["lrp-add", "lr0", "lr0-sw0", "00:00:00:00:ff:01", "10.0.0.254/24"],
-    &["lrp-add", "lr0", "lr0-sw1", "00:00:00:00:ff:02", "10.0.1.254/24"],
+    &[
+        "lrp-add",
+        "lr0",
+        "lr0-sw0",
+        "00:00:00:00:ff:01",
+        "10.0.0.254/24",
+    ],
+    &[
+        "lrp-add",
+        "lr0",
+        "lr0-sw1",
+        "00:00:00:00:ff:02",
+        "10.0.1.254/24",
+    ],
     &["lsp-add", "sw0", "sw0-lr0"],
     &["lsp-set-type", "sw0-lr0", "router"],
     &["lsp-set-addresses", "sw0-lr0", "router"],
@@ -101,9 +131,29 @@ const NB: &[&[&str]] = &[
     &["lsp-add", "sw1", "q1"],
     &["lsp-set-addresses", "q1", "00:00:00:00:01:01 10.0.1.1"],
     &["pg-add", "pg1", "p1", "q1"],
-    &["acl-add", "pg1", "to-lport", "1000", "outport == @pg1 && ip4.src == $pg1_ip4", "allow-related"],
-    &["acl-add", "pg1", "to-lport", "900", "outport == @pg1 && ip4", "drop"],
-    &["lb-add", "lb0", "10.0.0.100:80", "10.0.0.1:8080,10.0.0.2:8080", "tcp"],
+    &[
+        "acl-add",
+        "pg1",
+        "to-lport",
+        "1000",
+        "outport == @pg1 && ip4.src == $pg1_ip4",
+        "allow-related",
+    ],
+    &[
+        "acl-add",
+        "pg1",
+        "to-lport",
+        "900",
+        "outport == @pg1 && ip4",
+        "drop",
+    ],
+    &[
+        "lb-add",
+        "lb0",
+        "10.0.0.100:80",
+        "10.0.0.1:8080,10.0.0.2:8080",
+        "tcp",
+    ],
     &["ls-lb-add", "sw0", "lb0"],
 ];
 
@@ -119,9 +169,12 @@ fn build_nb(dbs: &Dbs) {
 }
 
 fn lsp_uuid(dbs: &Dbs, name: &str) -> String {
-    run_ok(dbs.nbctl().args(["get", "Logical_Switch_Port", name, "_uuid"]))
-        .trim()
-        .to_string()
+    run_ok(
+        dbs.nbctl()
+            .args(["get", "Logical_Switch_Port", name, "_uuid"]),
+    )
+    .trim()
+    .to_string()
 }
 
 /// One row delta: (before, after).
@@ -166,7 +219,8 @@ fn one_port_changes_exactly_its_rows_and_a_restart_writes_nothing() {
         "p9",
     ]));
     let nb_cfg = dbs.nb_global("nb_cfg");
-    assert!(wait_for(Duration::from_secs(10), || mon.has_port("p9") && mon.sb_nb_cfg() == nb_cfg));
+    assert!(wait_for(Duration::from_secs(10), || mon.has_port("p9")
+        && mon.sb_nb_cfg() == nb_cfg));
     std::thread::sleep(Duration::from_millis(300));
     let deltas = mon.drain();
     assert!(!deltas.is_empty(), "the monitor saw no change");
@@ -308,24 +362,39 @@ fn one_port_changes_exactly_its_rows_and_a_restart_writes_nothing() {
     n.stop();
     mon.drain();
     let n2 = NorthdProc::start(dir.path(), "northd2", &dbs.nb, &dbs.sb, &[]);
-    assert!(wait_for(Duration::from_secs(10), || {
-        n2.status() == "Status: active" && n2.counter("sb-unchanged") >= 1
-    }), "the restarted northd never finished a sync: {}", n2.log_text());
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            n2.status() == "Status: active" && n2.counter("sb-unchanged") >= 1
+        }),
+        "the restarted northd never finished a sync: {}",
+        n2.log_text()
+    );
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(n2.counter("sb-commits"), 0, "the restarted northd wrote SB");
     assert_eq!(n2.counter("nb-commits"), 0, "the restarted northd wrote NB");
     let changes = mon.drain();
-    assert!(changes.is_empty(), "SB changed after a restart: {changes:?}");
+    assert!(
+        changes.is_empty(),
+        "SB changed after a restart: {changes:?}"
+    );
 }
 
 /// Datapath tunnel keys by name, port tunnel keys by name, flows by identity (UUID, text).
-type Keys = (BTreeMap<String, i64>, BTreeMap<String, i64>, BTreeMap<String, (String, String)>);
+type Keys = (
+    BTreeMap<String, i64>,
+    BTreeMap<String, i64>,
+    BTreeMap<String, (String, String)>,
+);
 
 fn keys_of(sb: &SbSnapshot) -> Keys {
     let dps = sb
         .datapath_binding()
         .values()
-        .filter_map(|d| d.external_ids.get("name").map(|n| (n.clone(), d.tunnel_key)))
+        .filter_map(|d| {
+            d.external_ids
+                .get("name")
+                .map(|n| (n.clone(), d.tunnel_key))
+        })
         .collect();
     let pbs = sb
         .port_binding()
@@ -361,7 +430,11 @@ fn rebuilt_nb_keeps_tunnel_keys_and_flow_identities() {
     // A fresh NB (new UUIDs, same names) next to the same SB.
     let dbs = Dbs::start_named(dir.path(), Backend::Holdfast, "nb2.db");
     build_nb(&dbs);
-    assert_ne!(lsp_uuid(&dbs, "p1"), old_uuid, "the rebuilt NB has the old UUIDs");
+    assert_ne!(
+        lsp_uuid(&dbs, "p1"),
+        old_uuid,
+        "the rebuilt NB has the old UUIDs"
+    );
     let mut mon = SbMonitor::start(&dbs.sb);
     let _n = NorthdProc::start(dir.path(), "northd2", &dbs.nb, &dbs.sb, &[]);
     run_ok(dbs.nbctl().args(["--wait=sb", "sync"]));
@@ -384,7 +457,10 @@ fn rebuilt_nb_keeps_tunnel_keys_and_flow_identities() {
             let mut x = o.clone();
             x.external_ids.insert(
                 "stage-hint".into(),
-                nw.external_ids.get("stage-hint").cloned().unwrap_or_default(),
+                nw.external_ids
+                    .get("stage-hint")
+                    .cloned()
+                    .unwrap_or_default(),
             );
             if !nw.external_ids.contains_key("stage-hint") {
                 x.external_ids.remove("stage-hint");
@@ -392,7 +468,10 @@ fn rebuilt_nb_keeps_tunnel_keys_and_flow_identities() {
             assert_eq!(x, nw, "a flow changed more than its stage-hint");
         }
         for (o, nw) in pairs(&d.port_binding) {
-            assert!(o.is_some() && nw.is_some(), "a port binding was inserted or deleted");
+            assert!(
+                o.is_some() && nw.is_some(),
+                "a port binding was inserted or deleted"
+            );
         }
         for (o, nw) in pairs(&d.datapath_binding) {
             let (Some(o), Some(nw)) = (o, nw) else {

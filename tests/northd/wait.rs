@@ -8,7 +8,13 @@ use std::time::{Duration, Instant};
 use crate::common::{self, run, run_ok};
 use crate::fixture::{Backend, Dbs, NorthdProc, wait_for};
 
-const TOOLS: &[&str] = &["ovsdb-server", "ovsdb-tool", "ovn-nbctl", "ovn-sbctl", "ovn-appctl"];
+const TOOLS: &[&str] = &[
+    "ovsdb-server",
+    "ovsdb-tool",
+    "ovn-nbctl",
+    "ovn-sbctl",
+    "ovn-appctl",
+];
 
 fn tempdir() -> tempfile::TempDir {
     tempfile::Builder::new()
@@ -23,7 +29,8 @@ fn wait_sb_and_hv(backend: Backend) {
     let dbs = Dbs::start(dir.path(), backend);
     let northd = NorthdProc::start(dir.path(), "northd", &dbs.nb, &dbs.sb, &[]);
     assert!(
-        wait_for(Duration::from_secs(10), || northd.status() == "Status: active"),
+        wait_for(Duration::from_secs(10), || northd.status()
+            == "Status: active"),
         "northd never became active: {}",
         northd.log_text()
     );
@@ -41,26 +48,55 @@ fn wait_sb_and_hv(backend: Backend) {
     ]));
     eprintln!("{backend:?}: two --wait=sb commands in {:?}", t.elapsed());
     let (nb_cfg, sb_cfg) = (dbs.nb_global("nb_cfg"), dbs.nb_global("sb_cfg"));
-    assert!(nb_cfg >= 2 && sb_cfg == nb_cfg, "nb_cfg {nb_cfg}, sb_cfg {sb_cfg}");
+    assert!(
+        nb_cfg >= 2 && sb_cfg == nb_cfg,
+        "nb_cfg {nb_cfg}, sb_cfg {sb_cfg}"
+    );
     let sb_global = run_ok(dbs.sbctl().args(["get", "SB_Global", ".", "nb_cfg"]));
     assert_eq!(sb_global.trim(), nb_cfg.to_string());
     // What --wait=sb waited for is there: the port's binding and its switch's flows.
-    let pb = run_ok(dbs.sbctl().args(["--bare", "--columns=logical_port", "list", "Port_Binding"]));
-    assert!(pb.lines().any(|l| l.trim() == "p1"), "no Port_Binding for p1: {pb}");
+    let pb = run_ok(
+        dbs.sbctl()
+            .args(["--bare", "--columns=logical_port", "list", "Port_Binding"]),
+    );
+    assert!(
+        pb.lines().any(|l| l.trim() == "p1"),
+        "no Port_Binding for p1: {pb}"
+    );
     let flows = run_ok(dbs.sbctl().args(["lflow-list", "sw0"]));
     assert!(flows.contains("ls_in_"), "no flows for sw0: {flows}");
     // A bad row never blocks --wait=sb: an LSP with an unparsable address.
-    run_ok(dbs.nbctl().args(["--wait=sb", "lsp-add", "sw0", "bad", "--", "lsp-set-addresses", "bad", "00:00:00:00:00:02 10.0.0.300"]));
+    run_ok(dbs.nbctl().args([
+        "--wait=sb",
+        "lsp-add",
+        "sw0",
+        "bad",
+        "--",
+        "lsp-set-addresses",
+        "bad",
+        "00:00:00:00:00:02 10.0.0.300",
+    ]));
     assert!(
-        wait_for(Duration::from_secs(5), || northd.appctl(&["status"]).contains("bad")),
+        wait_for(Duration::from_secs(5), || northd
+            .appctl(&["status"])
+            .contains("bad")),
         "status does not name the bad row: {}",
         northd.appctl(&["status"])
     );
-    assert!(northd.log_text().contains("\"bad\""), "the diagnostic is not logged");
+    assert!(
+        northd.log_text().contains("\"bad\""),
+        "the diagnostic is not logged"
+    );
 
     // --wait=hv: one chassis whose Chassis_Private.nb_cfg the test advances.
-    run_ok(dbs.sbctl().args(["chassis-add", "ch1", "geneve", "127.0.0.2"]));
-    let ch = run_ok(dbs.sbctl().args(["--bare", "--columns=_uuid", "find", "Chassis", "name=ch1"]));
+    run_ok(
+        dbs.sbctl()
+            .args(["chassis-add", "ch1", "geneve", "127.0.0.2"]),
+    );
+    let ch = run_ok(
+        dbs.sbctl()
+            .args(["--bare", "--columns=_uuid", "find", "Chassis", "name=ch1"]),
+    );
     let cp = run_ok(dbs.sbctl().args([
         "create",
         "Chassis_Private",
@@ -83,7 +119,9 @@ fn wait_sb_and_hv(backend: Backend) {
     );
     let target = dbs.nb_global("nb_cfg");
     // SB gets the new nb_cfg; hv_cfg lags behind the chassis, so the waiter still waits.
-    assert!(wait_for(Duration::from_secs(10), || dbs.nb_global("sb_cfg") == target));
+    assert!(wait_for(Duration::from_secs(10), || dbs
+        .nb_global("sb_cfg")
+        == target));
     std::thread::sleep(Duration::from_millis(300));
     assert!(
         waiter.try_wait().expect("wait").is_none(),
@@ -108,7 +146,13 @@ fn wait_sb_and_hv(backend: Backend) {
     // Logical_Switch_Port.up follows the binding (23.03): bound and up → true.
     let up = || run_ok(dbs.nbctl().args(["get", "Logical_Switch_Port", "p1", "up"]));
     assert_eq!(up().trim(), "false");
-    let pb = run_ok(dbs.sbctl().args(["--bare", "--columns=_uuid", "find", "Port_Binding", "logical_port=p1"]));
+    let pb = run_ok(dbs.sbctl().args([
+        "--bare",
+        "--columns=_uuid",
+        "find",
+        "Port_Binding",
+        "logical_port=p1",
+    ]));
     run_ok(dbs.sbctl().args([
         "set",
         "Port_Binding",
@@ -148,7 +192,10 @@ fn unixctl_commands() {
     let dbs = Dbs::start(dir.path(), Backend::Holdfast);
     let mut n = NorthdProc::start(dir.path(), "northd", &dbs.nb, &dbs.sb, &["--n-threads=4"]);
     assert!(wait_for(Duration::from_secs(10), || n.status() == "Status: active"));
-    assert!(n.log_text().contains("single-threaded"), "--n-threads not mentioned in the log");
+    assert!(
+        n.log_text().contains("single-threaded"),
+        "--n-threads not mentioned in the log"
+    );
     let list = n.appctl(&["list-commands"]);
     for c in [
         "exit",
@@ -170,7 +217,10 @@ fn unixctl_commands() {
         assert!(list.contains(c), "list-commands lacks {c}: {list}");
     }
     let v = n.appctl(&["version"]);
-    assert!(v.starts_with("ovn-northd ") && v.contains("holdfast"), "{v}");
+    assert!(
+        v.starts_with("ovn-northd ") && v.contains("holdfast"),
+        "{v}"
+    );
     assert_eq!(n.appctl(&["nb-connection-status"]).trim(), "connected");
     assert_eq!(n.appctl(&["sb-connection-status"]).trim(), "connected");
     assert_eq!(n.appctl(&["is-paused"]).trim(), "false");
@@ -188,8 +238,18 @@ fn unixctl_commands() {
             .args(["--timeout=2", "--wait=sb", "ls-add", "paused-sw"]),
         Duration::from_secs(20),
     );
-    assert!(!out.status.success(), "--wait=sb returned while northd was paused");
-    let dps = || run_ok(dbs.sbctl().args(["--bare", "--columns=external_ids", "list", "Datapath_Binding"]));
+    assert!(
+        !out.status.success(),
+        "--wait=sb returned while northd was paused"
+    );
+    let dps = || {
+        run_ok(dbs.sbctl().args([
+            "--bare",
+            "--columns=external_ids",
+            "list",
+            "Datapath_Binding",
+        ]))
+    };
     assert!(!dps().contains("paused-sw"), "a paused northd wrote SB");
     // resume: it catches up.
     n.appctl(&["resume"]);
@@ -208,7 +268,10 @@ fn unixctl_commands() {
     let pid = n.pid();
     n.appctl(&["exit"]);
     assert!(
-        wait_for(Duration::from_secs(10), || !std::path::Path::new(&format!("/proc/{pid}")).exists()),
+        wait_for(Duration::from_secs(10), || !std::path::Path::new(&format!(
+            "/proc/{pid}"
+        ))
+        .exists()),
         "northd did not exit"
     );
     n.stop();
@@ -227,13 +290,25 @@ fn dry_run_and_bad_options() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--no-such-option"));
     let help = run_ok(Command::new(common::holdfast()).args(["northd", "--help"]));
-    for o in ["--ovnnb-db", "--ovnsb-db", "--pidfile", "--detach", "--unixctl", "--dry-run", "--n-threads", "--ssl-protocols"] {
+    for o in [
+        "--ovnnb-db",
+        "--ovnsb-db",
+        "--pidfile",
+        "--detach",
+        "--unixctl",
+        "--dry-run",
+        "--n-threads",
+        "--ssl-protocols",
+    ] {
         assert!(help.contains(o), "--help lacks {o}");
     }
     let dir = tempdir();
     let dbs = Dbs::start(dir.path(), Backend::Holdfast);
     let n = NorthdProc::start(dir.path(), "northd", &dbs.nb, &dbs.sb, &["--dry-run"]);
-    assert!(wait_for(Duration::from_secs(5), || n.appctl(&["nb-connection-status"]).trim() == "connected"));
+    assert!(wait_for(Duration::from_secs(5), || n
+        .appctl(&["nb-connection-status"])
+        .trim()
+        == "connected"));
     assert_eq!(n.status(), "Status: paused");
     assert_eq!(n.appctl(&["is-paused"]).trim(), "true");
 }
@@ -242,7 +317,10 @@ fn dry_run_and_bad_options() {
 /// `ovn-northd`.
 #[test]
 fn ovn_ctl_start_and_stop_northd() {
-    if !common::require("northd ovn-ctl", &[TOOLS, &["/usr/share/ovn/scripts/ovn-ctl"]].concat()) {
+    if !common::require(
+        "northd ovn-ctl",
+        &[TOOLS, &["/usr/share/ovn/scripts/ovn-ctl"]].concat(),
+    ) {
         return;
     }
     let dir = tempdir();
@@ -251,7 +329,11 @@ fn ovn_ctl_start_and_stop_northd() {
     let bin = d.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     std::os::unix::fs::symlink(common::holdfast(), bin.join("ovn-northd")).unwrap();
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let run_dir = d.join("run");
     let ctl = |cmd: &str| {
         let out = run(
@@ -279,17 +361,35 @@ fn ovn_ctl_start_and_stop_northd() {
     };
     ctl("start_northd");
     let pidfile = run_dir.join("ovn-northd.pid");
-    let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
-    let guard = crate::fixture::PidDaemon { pidfile: pidfile.clone() };
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let guard = crate::fixture::PidDaemon {
+        pidfile: pidfile.clone(),
+    };
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
-    assert_eq!(exe, common::holdfast().canonicalize().unwrap(), "ovn-ctl started another binary");
+    assert_eq!(
+        exe,
+        common::holdfast().canonicalize().unwrap(),
+        "ovn-ctl started another binary"
+    );
     run_ok(dbs.nbctl().args(["--wait=sb", "ls-add", "sw-ctl"]));
     let ctl_sock = run_dir.join(format!("ovn-northd.{pid}.ctl"));
-    let st = run_ok(Command::new("ovn-appctl").arg("-t").arg(&ctl_sock).arg("status"));
+    let st = run_ok(
+        Command::new("ovn-appctl")
+            .arg("-t")
+            .arg(&ctl_sock)
+            .arg("status"),
+    );
     assert_eq!(st.trim(), "Status: active");
     ctl("stop_northd");
     assert!(
-        wait_for(Duration::from_secs(10), || !std::path::Path::new(&format!("/proc/{pid}")).exists()),
+        wait_for(Duration::from_secs(10), || !std::path::Path::new(&format!(
+            "/proc/{pid}"
+        ))
+        .exists()),
         "stop_northd left northd running"
     );
     assert!(!pidfile.exists(), "the pidfile stayed");

@@ -14,6 +14,12 @@
 //! 3. [`render`] lowers flows to the features every chassis has, prints them, merges flows
 //!    repeated across datapaths into datapath groups and assigns `hf-flow-id`s.
 //!
+//! Before a compile the daemon runs [`features::negotiate`] over the SB `Chassis` rows: it
+//! gives the feature set flows may use (stages choose older formulations below a feature,
+//! `render` lowers or fails closed the rest), the datapaths whose SB flows must stay as they
+//! are, and the unsupported chassis to report ([`features::Negotiated::apply`] puts it into
+//! [`Options`]).
+//!
 //! What it does not do: talk to databases (the daemon syncs [`output::SbDesired`] against SB
 //! through the client replica), allocate dynamic addresses, or run BFD/service monitors.
 

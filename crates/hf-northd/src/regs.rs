@@ -133,6 +133,7 @@ regs! {
     EcmpGroupId: Router, Place::range("reg8", 0, 15), "REG_ECMP_GROUP_ID.";
     EcmpMemberId: Router, Place::range("reg8", 16, 31), "REG_ECMP_MEMBER_ID.";
     RouteTableId: Router, Place::whole("reg7"), "REG_ROUTE_TABLE_ID.";
+    NdRaOptsResult: Router, Place::bit("reg0", 5), "REGBIT_ND_RA_OPTS_RESULT: put_nd_ra_opts() succeeded (nd_ra_options → nd_ra_response, before routing).";
 }
 
 /// IPv6 alternatives share the IPv4 uses' registers on purpose (a packet is one or the other).
@@ -179,6 +180,10 @@ mod tests {
             // The inport's MAC (admission..ip_input) is dead before the next hop is chosen.
             (Reg::InportEthAddr, Reg::NextHopIpv4),
             (Reg::InportEthAddr, Reg::SrcIpv4),
+            // The RA result bit is set and read in nd_ra_options/response, after the inport's
+            // MAC was last read (ip_input) and before routing writes the next hop.
+            (Reg::InportEthAddr, Reg::NdRaOptsResult),
+            (Reg::NextHopIpv4, Reg::NdRaOptsResult),
         ];
         for (i, a) in Reg::ALL.iter().enumerate() {
             for b in &Reg::ALL[i + 1..] {

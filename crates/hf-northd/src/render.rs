@@ -67,8 +67,9 @@ pub fn flows(
     let group = opts.features.contains("logical-dp-groups");
     // Shape → datapath indices.
     let mut shapes: BTreeMap<Shape, Vec<usize>> = BTreeMap::new();
+    let mut lowered = Lowered::default();
     for fl in &flows.flows {
-        let Some((m, a)) = text(fl, &opts.features, topo, diags) else {
+        let Some((m, a)) = text(fl, &opts.features, topo, &mut lowered) else {
             continue;
         };
         let shape = Shape {
@@ -87,6 +88,7 @@ pub fn flows(
         };
         shapes.entry(shape).or_default().push(fl.dp);
     }
+    lowered.report(diags);
     // (stage, owner, disc) → the shapes that share it, for identity assignment.
     let mut by_identity: BTreeMap<IdentityKey, Vec<(Shape, Vec<usize>)>> = BTreeMap::new();
     for (shape, mut dps) in shapes {
@@ -191,54 +193,260 @@ pub fn is_security(fl: &Flow) -> bool {
         )
 }
 
-/// The match and actions as text, lowered to `features` where needed. When a construct has no
-/// spelling in `features`: a security flow ([`is_security`]) is written as `drop;` over a match
-/// widened to what `features` can say (stricter: it drops at least what the flow matched);
-/// any other flow is left out. Either way with a diagnostic.
+/// What could not be written as built, aggregated: one diagnostic per (stage, what was done,
+/// why), naming how many flows on which datapaths, so an old chassis does not turn every
+/// datapath's copy of a flow into its own line.
+#[derive(Default)]
+struct Lowered {
+    by: BTreeMap<(Stage, &'static str, String), LoweredAgg>,
+}
+
+#[derive(Default)]
+struct LoweredAgg {
+    flows: usize,
+    dps: std::collections::BTreeSet<String>,
+    row: uuid::Uuid,
+    example: String,
+}
+
+impl Lowered {
+    fn add(&mut self, fl: &Flow, topo: &Topo<'_>, done: &'static str, why: String, ex: String) {
+        let a = self.by.entry((fl.stage, done, why)).or_default();
+        if a.flows == 0 {
+            a.row = fl.hint.unwrap_or_default();
+            a.example = ex;
+        }
+        a.flows += 1;
+        a.dps.insert(topo.datapaths[fl.dp].name.clone());
+    }
+
+    fn report(self, diags: &mut Diags) {
+        for ((stage, done, why), a) in self.by {
+            let mut dps: Vec<&str> = a.dps.iter().map(String::as_str).take(3).collect();
+            if a.dps.len() > 3 {
+                dps.push("...");
+            }
+            diags.push(
+                "Logical_Flow",
+                a.row,
+                format!(
+                    "{stage}: {} flow{} on {}",
+                    a.flows,
+                    if a.flows == 1 { "" } else { "s" },
+                    dps.join(", ")
+                ),
+                format!(
+                    "cannot be written for the chassis' common features ({why}); {done}{}",
+                    if a.example.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", e.g. `{}`", a.example)
+                    }
+                ),
+            );
+        }
+    }
+}
+
+/// The match and actions as text, lowered to `features` where needed ([`legacy_actions`]
+/// first, then hf-expr's lowerings). When a construct has no spelling in `features`:
+/// - a security flow ([`is_security`]) is written as `drop;` over a match widened to what
+///   `features` can say (stricter: it drops at least what the flow matched);
+/// - another flow whose actions can be written, but not its whole match, is written over the
+///   match narrowed to what `features` can say (the packets only the newer construct would
+///   select fall to the stage's other flows, as on a release without it); when nothing is left
+///   of the match, or the actions cannot be written, the flow is left out.
+///
+/// Each case is reported (aggregated, [`Lowered`]).
 fn text(
     fl: &Flow,
     features: &FeatureSet,
     topo: &Topo<'_>,
-    diags: &mut Diags,
+    lowered: &mut Lowered,
 ) -> Option<(String, String)> {
-    let lowered = hf_expr::features::lower_expr(&fl.matches, features)
-        .and_then(|m| hf_expr::features::lower_actions(&fl.actions, features).map(|a| (m, a)));
-    match lowered {
-        Ok((m, a)) => Some((m.to_string(), hf_expr::printer::actions_to_string(&a))),
-        Err(e) if is_security(fl) => {
-            let m = widen(&fl.matches, features, true);
-            diags.push(
-                "Logical_Flow",
-                fl.hint.unwrap_or_default(),
-                format!("{} on {}", fl.stage, topo.datapaths[fl.dp].name),
-                format!(
-                    "cannot be written for the chassis' common features ({e}); written as drop over `{m}` (fail closed)"
-                ),
-            );
-            Some((
-                m.to_string(),
-                hf_expr::printer::actions_to_string(&[hf_expr::Action::drop()]),
-            ))
-        }
-        Err(e) => {
-            diags.push(
-                "Logical_Flow",
-                fl.hint.unwrap_or_default(),
-                format!("{} on {}", fl.stage, topo.datapaths[fl.dp].name),
-                format!("cannot be written for the chassis' common features: {e}; left out"),
-            );
-            None
-        }
+    let legacy = legacy_actions(&fl.actions, features);
+    let acts = hf_expr::features::lower_actions(&legacy, features);
+    let both = hf_expr::features::lower_expr(&fl.matches, features)
+        .and_then(|m| acts.clone().map(|a| (m, a)));
+    let e = match both {
+        Ok((m, a)) => return Some((m.to_string(), hf_expr::printer::actions_to_string(&a))),
+        Err(e) => e.to_string(),
+    };
+    if is_security(fl) {
+        let m = widen(&fl.matches, features, true);
+        let ms = m.to_string();
+        lowered.add(
+            fl,
+            topo,
+            "written as drop over the widened match (fail closed)",
+            e,
+            ms.clone(),
+        );
+        return Some((
+            ms,
+            hf_expr::printer::actions_to_string(&[hf_expr::Action::drop()]),
+        ));
+    }
+    if let Ok(a) = acts
+        && let Some(m) = narrow(&fl.matches, features)
+    {
+        let ms = m.to_string();
+        lowered.add(fl, topo, "written over the narrower match", e, ms.clone());
+        return Some((ms, hf_expr::printer::actions_to_string(&a)));
+    }
+    lowered.add(fl, topo, "left out", e, String::new());
+    None
+}
+
+/// Older spellings northd chooses itself (hf-expr has no general lowering for them, because
+/// they are only equivalent in how northd uses them): without `ct-nat-in-czone`,
+/// `ct_dnat_in_czone`/`ct_snat_in_czone` become `ct_dnat`/`ct_snat` (OVN before 21.12 NATed
+/// distributed gateway traffic in the separate DNAT and SNAT zones; the `flags.use_snat_zone`
+/// flows that choose between the two forms then have nothing to choose and are narrowed away).
+pub fn legacy_actions(actions: &[hf_expr::Action], features: &FeatureSet) -> Vec<hf_expr::Action> {
+    use hf_expr::Action as A;
+    use hf_expr::actions::NatKind as K;
+    if features.contains("ct-nat-in-czone") {
+        return actions.to_vec();
+    }
+    actions
+        .iter()
+        .map(|a| match a {
+            A::CtNat { kind, target, span } => A::CtNat {
+                kind: match kind {
+                    K::DnatInCzone => K::Dnat,
+                    K::SnatInCzone => K::Snat,
+                    k => *k,
+                },
+                target: target.clone(),
+                span: *span,
+            },
+            A::Nested { kind, body, span } => A::Nested {
+                kind: *kind,
+                body: legacy_actions(body, features),
+                span: *span,
+            },
+            other => other.clone(),
+        })
+        .collect()
+}
+
+/// `e` lowered leaf by leaf; a leaf with no spelling in `features` becomes `0` where it is
+/// asserted and `1` where it is negated, so the result matches only packets `e` matches.
+/// `None` when nothing is left (the result would match no packet).
+pub fn narrow(e: &Expr, features: &FeatureSet) -> Option<Expr> {
+    match fold(subst(e, features, true)) {
+        Expr::Bool(false) => None,
+        m => Some(m),
     }
 }
 
 /// `e` lowered leaf by leaf; a leaf with no spelling in `features` becomes `1` where it is
 /// asserted and `0` where it is negated, so the result matches every packet `e` matches.
 pub fn widen(e: &Expr, features: &FeatureSet, positive: bool) -> Expr {
+    fold(subst(e, features, !positive))
+}
+
+/// Replaces each leaf with no spelling in `features` by `0` (when `narrowing`) or `1` (when
+/// widening) where it is asserted, and by the other where it is negated.
+fn subst(e: &Expr, features: &FeatureSet, narrowing: bool) -> Expr {
     match e {
-        Expr::Not(x) => Expr::Not(Box::new(widen(x, features, !positive))),
-        Expr::And(v) => Expr::and(v.iter().map(|x| widen(x, features, positive)).collect()),
-        Expr::Or(v) => Expr::or(v.iter().map(|x| widen(x, features, positive)).collect()),
-        leaf => hf_expr::features::lower_expr(leaf, features).unwrap_or(Expr::Bool(positive)),
+        Expr::Not(x) => Expr::Not(Box::new(subst(x, features, !narrowing))),
+        Expr::And(v) => Expr::And(v.iter().map(|x| subst(x, features, narrowing)).collect()),
+        Expr::Or(v) => Expr::Or(v.iter().map(|x| subst(x, features, narrowing)).collect()),
+        leaf => hf_expr::features::lower_expr(leaf, features).unwrap_or(Expr::Bool(!narrowing)),
+    }
+}
+
+/// Folds constants: `x && 1` is `x`, `x && 0` is `0`, `x || 0` is `x`, `x || 1` is `1`, `!0`
+/// is `1`.
+pub fn fold(e: Expr) -> Expr {
+    match e {
+        Expr::Not(x) => match fold(*x) {
+            Expr::Bool(b) => Expr::Bool(!b),
+            x => Expr::Not(Box::new(x)),
+        },
+        Expr::And(v) => {
+            let mut out = Vec::new();
+            for x in v.into_iter().map(fold) {
+                match x {
+                    Expr::Bool(true) => {}
+                    Expr::Bool(false) => return Expr::Bool(false),
+                    x => out.push(x),
+                }
+            }
+            if out.is_empty() {
+                Expr::Bool(true)
+            } else {
+                Expr::and(out)
+            }
+        }
+        Expr::Or(v) => {
+            let mut out = Vec::new();
+            for x in v.into_iter().map(fold) {
+                match x {
+                    Expr::Bool(false) => {}
+                    Expr::Bool(true) => return Expr::Bool(true),
+                    x => out.push(x),
+                }
+            }
+            if out.is_empty() {
+                Expr::Bool(false)
+            } else {
+                Expr::or(out)
+            }
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hf_expr::{Level, SymbolTable, parse_match};
+
+    fn m(s: &str) -> Expr {
+        parse_match(SymbolTable::shared(), s).expect("test match parses")
+    }
+
+    #[test]
+    fn widen_and_narrow_only_touch_what_the_features_lack() {
+        let hf1 = FeatureSet::level(Level::Hf1);
+        // rarp.* is hf-2: widening asserts it away, narrowing drops its disjunct.
+        let e = m("eth.src == 0a:00:00:00:00:01 && (arp.op == 1 || rarp.op == 3)");
+        assert_eq!(
+            widen(&e, &hf1, true).to_string(),
+            "eth.src == 0a:00:00:00:00:01"
+        );
+        assert_eq!(
+            narrow(&e, &hf1).map(|x| x.to_string()).as_deref(),
+            Some("eth.src == 0a:00:00:00:00:01 && arp.op == 1")
+        );
+        // Under negation the roles swap.
+        let e = m("ip4 && !flags.use_snat_zone");
+        assert_eq!(widen(&e, &hf1, true).to_string(), "ip4");
+        assert_eq!(narrow(&e, &hf1), None);
+        // Nothing to do: unchanged (ct_mark.* is lowered to ct_label.*, not widened).
+        let e = m("ip4 && ct_mark.blocked == 1");
+        assert_eq!(
+            widen(&e, &hf1, true).to_string(),
+            "ip4 && ct_label.blocked == 1"
+        );
+        assert_eq!(widen(&e, &FeatureSet::all(), true), e);
+    }
+
+    #[test]
+    fn czone_nat_is_written_plain_below_ct_nat_in_czone() {
+        let a = hf_expr::parse_actions(
+            SymbolTable::shared(),
+            "ct_snat_in_czone(172.16.0.1); ct_dnat_in_czone;",
+        )
+        .expect("parses");
+        let hf1 = FeatureSet::level(Level::Hf1);
+        assert_eq!(
+            hf_expr::printer::actions_to_string(&legacy_actions(&a, &hf1)),
+            "ct_snat(172.16.0.1); ct_dnat;"
+        );
+        assert_eq!(legacy_actions(&a, &FeatureSet::all()), a);
     }
 }

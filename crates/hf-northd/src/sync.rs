@@ -288,13 +288,12 @@ fn by_key<'a, R, K: std::hash::Hash + Eq>(
     let mut dups = Vec::new();
     for r in rows {
         match key(r) {
-            Some(k) => {
-                if m.contains_key(&k) {
-                    dups.push(r);
-                } else {
-                    m.insert(k, r);
+            Some(k) => match m.entry(k) {
+                std::collections::hash_map::Entry::Occupied(_) => dups.push(r),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(r);
                 }
-            }
+            },
             None => dups.push(r),
         }
     }
@@ -420,7 +419,10 @@ pub fn diff_ops(
                     .filter_map(|h| sb.ha_chassis.get(&h.uuid()))
                     .map(|h| {
                         (
-                            h.external_ids.get("chassis-name").cloned().unwrap_or_default(),
+                            h.external_ids
+                                .get("chassis-name")
+                                .cloned()
+                                .unwrap_or_default(),
                             h.chassis.map(|c| c.uuid()),
                             h.priority,
                         )
@@ -644,8 +646,7 @@ pub fn diff_ops(
             );
         }
         let same_ids = f.external_ids.len() == row.external_ids.len()
-            && f
-                .external_ids
+            && f.external_ids
                 .iter()
                 .zip(&row.external_ids)
                 .all(|((a, b), (c, e))| **a == **c && **b == **e);
@@ -745,7 +746,10 @@ pub fn diff_ops(
         new.vips = lb.vips.clone();
         new.options = lb.options.clone();
         new.external_ids = lb.external_ids.clone();
-        new.protocol = lb.protocol.as_deref().map(s::LoadBalancerProtocol::from_wire);
+        new.protocol = lb
+            .protocol
+            .as_deref()
+            .map(s::LoadBalancerProtocol::from_wire);
         if lb.dp_group {
             let names: Vec<String> = lb.datapaths.iter().cloned().collect();
             new.datapath_group = group_of(&names, &mut o).map(Into::into);

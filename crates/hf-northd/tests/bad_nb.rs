@@ -24,6 +24,10 @@ enum Strip<'a> {
     Port(&'a str),
     /// Flows whose stage-hint is the row.
     Hinted,
+    /// Flows whose stage-hint is the row, and the switch flows naming its external address
+    /// and MAC (a switch sends ARP/ND and frames for a router's NAT addresses to the router
+    /// whether or not the router accepts the row, as ovn-northd does).
+    Nat(&'a str, &'a str),
     /// One option of one port binding (the bad value itself, copied to SB as OVN does).
     PortOption(&'a str, &'a str),
     /// One address set, on both sides (the bad row's contents replace a derived set's).
@@ -53,13 +57,26 @@ fn keys_of(c: &Compiled) -> Keys {
             .collect(),
         bound_chassis: Default::default(),
         queue_ids: Default::default(),
+        nb_rows: c
+            .sb
+            .datapaths
+            .iter()
+            .filter_map(|(n, d)| {
+                ["logical-switch", "logical-router"]
+                    .iter()
+                    .find_map(|k| d.external_ids.get(*k).and_then(|u| u.parse().ok()))
+                    .map(|u| (n.clone(), u))
+            })
+            .collect(),
     }
 }
 
 fn strip(mut sb: SbDesired, how: &Strip<'_>, row: Uuid) -> SbDesired {
     let hint = row.simple().to_string()[..8].to_string();
-    sb.flows
-        .retain(|_, f| f.external_ids.get("stage-hint") != Some(&hint));
+    if matches!(how, Strip::Port(_) | Strip::Hinted | Strip::Nat(..)) {
+        sb.flows
+            .retain(|_, f| f.external_ids.get("stage-hint") != Some(&hint));
+    }
     if let Strip::Port(name) = how {
         let quoted = format!("\"{name}\"");
         sb.ports.remove(*name);
@@ -71,6 +88,15 @@ fn strip(mut sb: SbDesired, how: &Strip<'_>, row: Uuid) -> SbDesired {
         for g in sb.port_groups.values_mut() {
             g.remove(*name);
         }
+    }
+    if let Strip::Nat(ip, mac) = how {
+        let (ip, mac) = (format!(" {ip}"), format!(" {mac}"));
+        sb.flows.retain(|_, f| {
+            !(f.external_ids
+                .get("stage-name")
+                .is_some_and(|s| s.starts_with("ls_"))
+                && (f.match_.contains(&ip) || f.match_.contains(&mac)))
+        });
     }
     if let Strip::PortOption(port, key) = how
         && let Some(p) = sb.ports.get_mut(*port)
@@ -172,10 +198,22 @@ fn check(
     let shown = d.to_string();
     assert!(shown.contains(table) && shown.contains(name), "{shown}");
     let rest = strip(c_bad.sb.clone(), &how, row);
-    let clean = match how {
+    let mut clean = match how {
         Strip::Set(_) => strip(c_clean.sb.clone(), &how, row),
         _ => c_clean.sb.clone(),
     };
+    if let Strip::Nat(..) = how {
+        // A flow that lists the NAT's address among others is the same flow (identity) with
+        // one element fewer in the clean compile: compared by being present, not by text.
+        for id in c_bad
+            .sb
+            .flows
+            .keys()
+            .filter(|id| !rest.flows.contains_key(id))
+        {
+            clean.flows.remove(id);
+        }
+    }
     assert!(
         rest == clean,
         "{table} {name}: the rest of SB differs from the compile without the row: {}",
@@ -228,7 +266,7 @@ fn dangling_nat_logical_port() {
             )
         },
         |nb, u| nb.delete("NAT", u, Some(("Logical_Router", "nat"))),
-        Strip::Hinted,
+        Strip::Nat("172.16.0.103", "0a:00:00:00:ee:09"),
     );
 }
 
@@ -237,7 +275,7 @@ fn static_route_to_unreachable_next_hop() {
     check(
         "Logical_Router_Static_Route",
         "192.168.50.0/24 via 10.99.0.1",
-        "next hop",
+        "not reachable",
         |nb| nb.route("lr0", "192.168.50.0/24", "10.99.0.1"),
         |nb, u| {
             nb.delete(
@@ -318,8 +356,8 @@ fn invalid_nat_snat_port_range_without_gateway() {
 fn unparsable_acl_match() {
     check(
         "ACL",
-        "sw0",
-        "match",
+        "from-lport of sw0",
+        "does not parse",
         |nb| nb.acl_ls("sw0", "from-lport", 1500, "ip4 && tcp.dst == ", "drop"),
         |nb, u| nb.delete("ACL", u, Some(("Logical_Switch", "acls"))),
         Strip::Nothing,

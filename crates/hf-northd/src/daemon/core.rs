@@ -33,9 +33,9 @@ use uuid::Uuid;
 
 use super::sbview::SbView;
 use crate::diag::Diagnostic;
+use crate::features::{self, SbChassisView};
 use crate::output::SbDesired;
 use crate::sync::{SyncInput, SyncStats, diff_ops};
-use crate::features::{self, SbChassisView};
 use crate::tables::mac_binding;
 use crate::{Keys, Options};
 
@@ -121,6 +121,11 @@ pub struct Northd {
     sync_due: bool,
     /// NB-side values (sb_cfg, hv_cfg, LSP up) may need writing.
     nb_side_due: bool,
+    /// A sync transaction failed: the next one waits until this time (`now`, ms), so a
+    /// transaction the server keeps refusing is retried once a second, not in a loop.
+    sync_failed: bool,
+    sync_retry_at: u64,
+    sync_failures: u64,
     desired: Option<Arc<SbDesired>>,
     sb_txn: Option<(TxnId, Arc<Mutex<SyncStats>>)>,
     nb_txn: Option<TxnId>,
@@ -180,6 +185,9 @@ impl Northd {
             compile_due: true,
             sync_due: true,
             nb_side_due: true,
+            sync_failed: false,
+            sync_retry_at: 0,
+            sync_failures: 0,
             desired: None,
             sb_txn: None,
             nb_txn: None,
@@ -201,7 +209,10 @@ impl Northd {
             sb.lock(LOCK_NAME);
         }
         if self.cfg.paused {
-            self.say(Level::Info, "started paused (--dry-run): nothing is written until `resume`".into());
+            self.say(
+                Level::Info,
+                "started paused (--dry-run): nothing is written until `resume`".into(),
+            );
         }
     }
 
@@ -337,21 +348,30 @@ impl Northd {
                 self.active = true;
                 self.sync_due = true;
                 self.nb_side_due = true;
-                self.say(Level::Info, "ovn-northd lock acquired. This ovn-northd instance is now active.".into());
+                self.say(
+                    Level::Info,
+                    "ovn-northd lock acquired. This ovn-northd instance is now active.".into(),
+                );
             }
             Event::LockLost(_) => {
                 if self.active {
-                    self.say(Level::Info, "ovn-northd lock lost. This ovn-northd instance is now on standby.".into());
+                    self.say(
+                        Level::Info,
+                        "ovn-northd lock lost. This ovn-northd instance is now on standby.".into(),
+                    );
                 }
                 self.active = false;
             }
-            Event::TxnDone { id, outcome, .. } if self.sb_txn.as_ref().is_some_and(|t| t.0 == id) => {
+            Event::TxnDone { id, outcome, .. }
+                if self.sb_txn.as_ref().is_some_and(|t| t.0 == id) =>
+            {
                 let Some((_, st)) = self.sb_txn.take() else {
                     return;
                 };
                 match outcome {
                     TxnOutcome::Committed(_) => {
                         self.stats.sb_commits += 1;
+                        self.sync_failures = 0;
                         if let Ok(s) = st.lock() {
                             self.stats.last_sync = s.clone();
                         }
@@ -360,10 +380,22 @@ impl Northd {
                     TxnOutcome::Unchanged => self.stats.sb_unchanged += 1,
                     TxnOutcome::Failed(e) => {
                         self.sync_due = true;
-                        self.say(Level::Warn, format!("SB transaction failed: {e}"));
+                        self.sync_failed = true;
+                        self.sync_failures += 1;
+                        // Logged once per distinct failure streak, with a running count.
+                        if self.sync_failures == 1 || self.sync_failures.is_power_of_two() {
+                            self.say(
+                                Level::Warn,
+                                format!(
+                                    "SB transaction failed ({} in a row): {e}",
+                                    self.sync_failures
+                                ),
+                            );
+                        }
                     }
                     other => {
                         self.sync_due = true;
+                        self.sync_failed = true;
                         self.say(Level::Warn, format!("SB transaction: {other:?}"));
                     }
                 }
@@ -372,7 +404,10 @@ impl Northd {
                 self.age_txn = None;
                 if let TxnOutcome::Failed(e) = outcome {
                     self.age_due = true;
-                    self.say(Level::Warn, format!("MAC_Binding ageing transaction failed: {e}"));
+                    self.say(
+                        Level::Warn,
+                        format!("MAC_Binding ageing transaction failed: {e}"),
+                    );
                 }
             }
             Event::Disconnected { remote, reason } => {
@@ -391,7 +426,9 @@ impl Northd {
         now: u64,
         wall_ms: i64,
     ) {
-        let _ = now;
+        if std::mem::take(&mut self.sync_failed) {
+            self.sync_retry_at = now.saturating_add(1000);
+        }
         if !nb.is_synced() || !sb.is_synced() {
             return;
         }
@@ -402,7 +439,7 @@ impl Northd {
         if !self.active || self.paused {
             return;
         }
-        if self.sync_due && self.sb_txn.is_none() {
+        if self.sync_due && self.sb_txn.is_none() && now >= self.sync_retry_at {
             self.sync_due = false;
             self.start_sync(nb.model(), sb);
         }
@@ -444,16 +481,24 @@ impl Northd {
         if a.delete.is_empty() {
             return;
         }
-        self.say(Level::Info, format!("MAC_Binding ageing: deleting {} rows", a.delete.len()));
+        self.say(
+            Level::Info,
+            format!("MAC_Binding ageing: deleting {} rows", a.delete.len()),
+        );
         let rows = a.delete;
         self.age_txn = Some(sb.transact(Box::new(move |v: &SbView| {
-            rows.iter()
+            let mut ops: Vec<Value> = rows
+                .iter()
                 .filter(|u| v.mac_binding.contains_key(u))
                 .map(|u| {
                     json!({"op": "delete", "table": "MAC_Binding",
                         "where": [["_uuid", "==", ["uuid", u.to_string()]]]})
                 })
-                .collect()
+                .collect();
+            if !ops.is_empty() {
+                ops.insert(0, json!({"op": "assert", "lock": LOCK_NAME}));
+            }
+            ops
         })));
     }
 
@@ -523,6 +568,9 @@ impl Northd {
                 *g = s;
             }
             if !ops.is_empty() {
+                // Only the lock's owner may write (as ovn-northd's IDL asserts it): a northd
+                // that lost the lock cannot commit a transaction it built before.
+                ops.insert(0, json!({"op": "assert", "lock": LOCK_NAME}));
                 ops.push(json!({"op": "comment", "comment": "holdfast northd"}));
             }
             ops
@@ -546,7 +594,9 @@ impl Northd {
         if plan.is_empty() {
             return;
         }
-        let id = nb.transact(Box::new(move |view: &NbSnapshot| plan_ops(&plan, view, wall_ms)));
+        let id = nb.transact(Box::new(move |view: &NbSnapshot| {
+            plan_ops(&plan, view, wall_ms)
+        }));
         self.nb_txn = Some(id);
     }
 }
@@ -589,6 +639,12 @@ pub fn compile_options(sb: &SbView) -> Options {
     for d in sb.datapath_binding.values() {
         if let (Some(n), Ok(k)) = (d.external_ids.get("name"), u32::try_from(d.tunnel_key)) {
             keys.datapaths.entry(n.clone()).or_insert(k);
+            if let Some(u) = ["logical-switch", "logical-router"]
+                .iter()
+                .find_map(|c| d.external_ids.get(*c).and_then(|u| u.parse().ok()))
+            {
+                keys.nb_rows.insert(n.clone(), u);
+            }
         }
     }
     for p in sb.port_binding.values() {
@@ -742,7 +798,9 @@ fn plan_ops(plan: &NbPlan, nb: &NbSnapshot, wall_ms: i64) -> Vec<Value> {
         row.insert("hv_cfg_timestamp".into(), json!(ts));
     }
     if !row.is_empty() {
-        ops.push(json!({"op": "update", "table": "NB_Global", "where": uuid_where(g.uuid), "row": row}));
+        ops.push(
+            json!({"op": "update", "table": "NB_Global", "where": uuid_where(g.uuid), "row": row}),
+        );
     }
     if let Some(want) = &plan.report {
         // Mutations, so that other external_ids keys are never touched: delete the prefixed
@@ -766,8 +824,10 @@ fn plan_ops(plan: &NbPlan, nb: &NbSnapshot, wall_ms: i64) -> Vec<Value> {
             muts.push(json!(["external_ids", "insert", ["map", missing]]));
         }
         if !muts.is_empty() {
-            ops.push(json!({"op": "mutate", "table": "NB_Global", "where": uuid_where(g.uuid),
-                "mutations": muts}));
+            ops.push(
+                json!({"op": "mutate", "table": "NB_Global", "where": uuid_where(g.uuid),
+                "mutations": muts}),
+            );
         }
     }
     for (u, up) in &plan.ups {

@@ -131,7 +131,10 @@ pub struct SbView {
 /// Tables of the view and the columns monitored (`None`: every column).
 const TABLES: &[(&str, Option<&[&str]>)] = &[
     ("SB_Global", None),
-    ("Chassis", Some(&["name", "hostname", "other_config", "external_ids"])),
+    (
+        "Chassis",
+        Some(&["name", "hostname", "other_config", "external_ids"]),
+    ),
     (
         "Chassis_Private",
         Some(&["name", "chassis", "nb_cfg", "nb_cfg_timestamp"]),
@@ -261,7 +264,11 @@ fn parse_col(
 }
 
 /// One row update: (kind, body).
-fn one_member<'a>(table: &str, uuid_text: &str, u: &'a Value) -> Result<(&'a str, &'a Value), ModelError> {
+fn one_member<'a>(
+    table: &str,
+    uuid_text: &str,
+    u: &'a Value,
+) -> Result<(&'a str, &'a Value), ModelError> {
     let mut it = u.as_object().into_iter().flatten();
     match (it.next(), it.next()) {
         (Some((k, v)), None) => Ok((k.as_str(), v)),
@@ -481,10 +488,7 @@ fn flow_changes(
     Ok(out)
 }
 
-fn dp_ref_changes(
-    table: &str,
-    updates: &Value,
-) -> Result<Pending<Uuid>, ModelError> {
+fn dp_ref_changes(table: &str, updates: &Value) -> Result<Pending<Uuid>, ModelError> {
     let obj = updates
         .as_object()
         .ok_or_else(|| upd_err(table, "expected an object of row updates"))?;
@@ -597,9 +601,7 @@ impl SbView {
                 .logical_dp_group
                 .extend(typed_changes(&self.logical_dp_group, u)?),
             "Logical_Flow" => p.logical_flow.extend(flow_changes(&self.logical_flow, u)?),
-            "MAC_Binding" => p
-                .mac_binding
-                .extend(mac_changes(&self.mac_binding, u)?),
+            "MAC_Binding" => p.mac_binding.extend(mac_changes(&self.mac_binding, u)?),
             "Static_MAC_Binding" => p.static_mac_binding.extend(dp_ref_changes(table, u)?),
             _ => {}
         }
@@ -624,18 +626,30 @@ impl SbView {
             "Datapath_Binding",
             apply_pending(&mut self.datapath_binding, p.datapath_binding),
         );
-        note("Port_Binding", apply_pending(&mut self.port_binding, p.port_binding));
+        note(
+            "Port_Binding",
+            apply_pending(&mut self.port_binding, p.port_binding),
+        );
         note(
             "Multicast_Group",
             apply_pending(&mut self.multicast_group, p.multicast_group),
         );
-        note("Port_Group", apply_pending(&mut self.port_group, p.port_group));
-        note("Address_Set", apply_pending(&mut self.address_set, p.address_set));
+        note(
+            "Port_Group",
+            apply_pending(&mut self.port_group, p.port_group),
+        );
+        note(
+            "Address_Set",
+            apply_pending(&mut self.address_set, p.address_set),
+        );
         note(
             "Load_Balancer",
             apply_pending(&mut self.load_balancer, p.load_balancer),
         );
-        note("HA_Chassis", apply_pending(&mut self.ha_chassis, p.ha_chassis));
+        note(
+            "HA_Chassis",
+            apply_pending(&mut self.ha_chassis, p.ha_chassis),
+        );
         note(
             "HA_Chassis_Group",
             apply_pending(&mut self.ha_chassis_group, p.ha_chassis_group),
@@ -644,8 +658,14 @@ impl SbView {
             "Logical_DP_Group",
             apply_pending(&mut self.logical_dp_group, p.logical_dp_group),
         );
-        note("Logical_Flow", apply_hash(&mut self.logical_flow, p.logical_flow));
-        note("MAC_Binding", apply_hash(&mut self.mac_binding, p.mac_binding));
+        note(
+            "Logical_Flow",
+            apply_hash(&mut self.logical_flow, p.logical_flow),
+        );
+        note(
+            "MAC_Binding",
+            apply_hash(&mut self.mac_binding, p.mac_binding),
+        );
         note(
             "Static_MAC_Binding",
             apply_hash(&mut self.static_mac_binding, p.static_mac_binding),
@@ -698,12 +718,10 @@ impl Model for SbView {
     const DATABASE: &'static str = "OVN_Southbound";
 
     fn apply_updates2(&mut self, updates: &Value) -> Result<SbChanges, ModelError> {
-        let obj = updates
-            .as_object()
-            .ok_or_else(|| ModelError::Update {
-                at: None,
-                detail: "expected an object of tables".into(),
-            })?;
+        let obj = updates.as_object().ok_or_else(|| ModelError::Update {
+            at: None,
+            detail: "expected an object of tables".into(),
+        })?;
         let mut p = AllPending::default();
         for (t, u) in obj {
             self.pending_of(t, u, &mut p)?;
@@ -792,7 +810,7 @@ mod tests {
             "logical_datapath": ["uuid", dp], "pipeline": "egress", "table_id": 3,
             "priority": 100, "match": "ip4", "actions": "next;",
             "external_ids": ["map", [["hf-flow-id", "00000000000000ab"], ["stage-name", "x"]]]}}}}))
-        .unwrap();
+            .unwrap();
         let f = &v.logical_flow[&u.parse().unwrap()];
         assert_eq!(f.id, Some(FlowId(0xab)));
         assert!(f.egress);
@@ -812,8 +830,10 @@ mod tests {
         assert_eq!(f.id, Some(FlowId(0xab)));
         // An optional column's diff is its new value (OVS's ovsdb_datum_diff).
         assert_eq!(f.logical_datapath, Some(dp.parse().unwrap()));
-        v.apply_updates2(&json!({"Logical_Flow": {u: {"modify": {"logical_datapath": ["set", []]}}}}))
-            .unwrap();
+        v.apply_updates2(
+            &json!({"Logical_Flow": {u: {"modify": {"logical_datapath": ["set", []]}}}}),
+        )
+        .unwrap();
         assert_eq!(v.logical_flow[&u.parse().unwrap()].logical_datapath, None);
         // An error leaves the view unchanged (all or nothing).
         let before = v.logical_flow.clone();

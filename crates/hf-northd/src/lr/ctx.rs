@@ -2,10 +2,10 @@
 //! gateway router or has a distributed gateway port, and its NAT rows, load balancers, static
 //! routes and policies parsed once. Bad rows become diagnostics here (a NAT whose addresses do
 //! not parse, a `logical_port` that does not exist, a route whose next hop no port reaches, an
-//! unparsable policy match, overlapping networks) and are left out; stages only read the
+//! unparsable policy match) and are left out (overlapping networks are `Topo`'s); stages only read the
 //! result. Nothing here emits flows.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use hf_expr::ast::Expr;
@@ -140,9 +140,17 @@ pub struct Nat {
     pub priority: i64,
     /// The owner of its flows.
     pub owner: Owner,
+    /// `options:stateless=true` (as written; it changes translation only for
+    /// `dnat_and_snat`, see [`Nat::stateless`]).
+    pub stateless_opt: bool,
 }
 
 impl Nat {
+    /// A stateless `dnat_and_snat`: translated by rewriting addresses, no conntrack.
+    pub fn stateless(&self) -> bool {
+        self.stateless_opt && self.kind == NatKind::DnatAndSnat
+    }
+
     /// IPv6.
     pub fn v6(&self) -> bool {
         self.external.is_ipv6()
@@ -202,6 +210,10 @@ pub struct RouteGroup {
     pub hops: Vec<Hop>,
     /// ECMP group id (for groups of more than one hop).
     pub ecmp_id: u16,
+    /// A `discard` route (no hops): the row and its owner.
+    pub discard: Option<(Uuid, Owner)>,
+    /// `options:origin=connected`: a connected route's priority offset.
+    pub connected: bool,
 }
 
 /// One router policy, parsed.
@@ -217,6 +229,8 @@ pub struct Policy {
     pub matches: Expr,
     /// What it does.
     pub action: PolicyAction,
+    /// `options:pkt_mark` (allow and reroute set `pkt.mark`).
+    pub pkt_mark: Option<u32>,
 }
 
 /// A policy's action.
@@ -256,6 +270,12 @@ pub struct Rtr {
     pub route_tables: BTreeMap<String, u32>,
     /// `options:lb_force_snat_ip=router_ip` on a gateway router.
     pub force_snat_router_ip: bool,
+    /// Router LB VIPs the router answers ARP/ND for (LB `options:neighbor_responder`:
+    /// `reachable`, the default, means inside one of the router's networks): the contents of
+    /// the SB address sets `_rtr_lb_<key>_ip4`/`_ip6`.
+    pub lb_reachable: (BTreeSet<Ipv4Addr>, BTreeSet<Ipv6Addr>),
+    /// The router's tunnel key (names those address sets).
+    pub tunnel_key: u32,
     /// `options:lb_force_snat_ip=ADDR...`: the first address per family (SNAT flows for them
     /// only on gateway routers; on others LB traffic is only marked).
     pub lb_force_snat: Vec<IpAddr>,
@@ -317,6 +337,8 @@ impl Rtr {
                     .and_then(|l| l.options.get("lb_force_snat_ip"))
                     .is_some_and(|v| v == "router_ip"),
             lb_force_snat: Vec::new(),
+            lb_reachable: Default::default(),
+            tunnel_key: d.tunnel_key,
             dnat_force_snat: Vec::new(),
         };
         if let Some(lr) = lr {
@@ -346,7 +368,7 @@ impl Rtr {
                 }
             }
         }
-        r.digest_ports(topo, diags);
+        r.digest_ports(topo);
         let Some(lr) = lr else {
             return r;
         };
@@ -357,7 +379,7 @@ impl Rtr {
         r
     }
 
-    fn digest_ports(&mut self, topo: &Topo<'_>, diags: &mut Diags) {
+    fn digest_ports(&mut self, topo: &Topo<'_>) {
         let d = &topo.datapaths[self.dp];
         for &pi in &d.ports {
             let p = &topo.ports[pi];
@@ -383,28 +405,7 @@ impl Rtr {
             {
                 v6.push(n);
             }
-            // Overlapping networks on two ports of one router.
-            for q in &self.ports {
-                let clash = v4.iter().any(|a| q.v4.iter().any(|b| nets_overlap4(a, b)))
-                    || p.networks
-                        .iter()
-                        .filter_map(|n| match n {
-                            IpNet::V6(n) => Some(n),
-                            _ => None,
-                        })
-                        .any(|a| q.v6_global().any(|b| nets_overlap6(a, b)));
-                if clash {
-                    diags.push(
-                        "Logical_Router_Port",
-                        p.nb,
-                        &p.name,
-                        format!(
-                            "networks overlap those of {} on the same router; routing between them is ambiguous (both routes are kept)",
-                            q.name
-                        ),
-                    );
-                }
-            }
+            // Overlapping networks were dropped by `Topo` (with a diagnostic).
             let is_dgp = d.dgps.contains(&pi);
             self.ports.push(Rp {
                 idx: pi,
@@ -547,8 +548,15 @@ impl Rtr {
                 match chosen {
                     Some(c) => dgp = Some(c),
                     None => {
-                        bad(diags, "the router is neither a gateway router nor has a (matching) distributed gateway port".into());
-                        continue;
+                        // As OVN: no NAT flows, but the address is still the router's (ARP
+                        // replies, not dropped as a router address).
+                        diags.push(
+                            "NAT",
+                            n.uuid,
+                            &handle,
+                            "the router is neither a gateway router nor has a (matching) distributed gateway port; no NAT is done (its external address still answers ARP)",
+                        );
+                        distributed = None;
                     }
                 }
             }
@@ -599,6 +607,7 @@ impl Rtr {
                 port_range,
                 extra,
                 priority: n.priority,
+                stateless_opt: n.options.get("stateless").is_some_and(|v| v == "true"),
                 owner: Owner::Nat {
                     router: self.name.clone(),
                     kind: kind.name().to_string(),
@@ -629,6 +638,31 @@ impl Rtr {
                 }
             };
             let skip_snat = lb.options.get("skip_snat").is_some_and(|v| v == "true");
+            let responder = lb
+                .options
+                .get("neighbor_responder")
+                .map_or("reachable", String::as_str);
+            let nets: Vec<IpNet> = topo.datapaths[self.dp]
+                .ports
+                .iter()
+                .flat_map(|p| topo.ports[*p].networks.iter().map(|n| n.trunc()))
+                .collect();
+            for vip in lb.vips.keys() {
+                let Some((ip, _)) = parse_ip_port(vip) else {
+                    continue;
+                };
+                let answer = match responder {
+                    "none" => false,
+                    "all" => true,
+                    _ => nets.iter().any(|n| n.contains(&ip)),
+                };
+                if answer {
+                    match ip {
+                        IpAddr::V4(a) => self.lb_reachable.0.insert(a),
+                        IpAddr::V6(a) => self.lb_reachable.1.insert(a),
+                    };
+                }
+            }
             for (vip, backends) in &lb.vips {
                 let Some((ip, port)) = parse_ip_port(vip) else {
                     diags.push(
@@ -727,11 +761,23 @@ impl Rtr {
                     continue;
                 }
             };
+            let owner = Owner::Route {
+                router: self.name.clone(),
+                table: rt.route_table.clone(),
+                prefix: rt.ip_prefix.clone(),
+                nexthop: rt.nexthop.clone(),
+            };
+            let connected = rt.options.get("origin").is_some_and(|o| o == "connected");
             if rt.nexthop == "discard" {
-                bad(
-                    diags,
-                    "discard routes are not supported by holdfast northd yet".into(),
-                );
+                self.routes.push(RouteGroup {
+                    table: rt.route_table.clone(),
+                    prefix: prefix.trunc(),
+                    src,
+                    hops: Vec::new(),
+                    ecmp_id: 0,
+                    discard: Some((rt.uuid, owner)),
+                    connected,
+                });
                 continue;
             }
             let Ok(nh) = rt.nexthop.trim().parse::<IpAddr>() else {
@@ -784,12 +830,7 @@ impl Rtr {
             let key = (rt.route_table.clone(), src, prefix.trunc());
             let hop = Hop {
                 uuid: rt.uuid,
-                owner: Owner::Route {
-                    router: self.name.clone(),
-                    table: rt.route_table.clone(),
-                    prefix: rt.ip_prefix.clone(),
-                    nexthop: rt.nexthop.clone(),
-                },
+                owner,
                 nexthop: Some(nh),
                 port,
                 src: src_ip,
@@ -813,6 +854,8 @@ impl Rtr {
                         src,
                         hops: vec![hop],
                         ecmp_id: 0,
+                        discard: None,
+                        connected,
                     });
                 }
             }
@@ -922,6 +965,11 @@ impl Rtr {
                 priority,
                 matches,
                 action,
+                pkt_mark: p
+                    .options
+                    .get("pkt_mark")
+                    .and_then(|m| m.trim().parse::<u32>().ok())
+                    .filter(|m| *m > 0),
             });
         }
     }
@@ -934,16 +982,6 @@ fn nat_type_name(t: &nb::NatType) -> String {
         nb::NatType::DnatAndSnat => "dnat_and_snat".into(),
         other => format!("{other:?}"),
     }
-}
-
-fn nets_overlap4(a: &Ipv4Net, b: &Ipv4Net) -> bool {
-    let (a, b) = (a.trunc(), b.trunc());
-    a.contains(&b.network()) || b.contains(&a.network())
-}
-
-fn nets_overlap6(a: &Ipv6Net, b: &Ipv6Net) -> bool {
-    let (a, b) = (a.trunc(), b.trunc());
-    a.contains(&b.network()) || b.contains(&a.network())
 }
 
 /// The directed broadcast address of an IPv4 network.

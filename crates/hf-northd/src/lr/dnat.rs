@@ -38,10 +38,15 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
             if !r.dnat_force_snat.is_empty() {
                 a.push(set("flags.force_snat_for_dnat", num(1)));
             }
-            a.extend([
-                loopback(),
-                ct_nat(NatKind::Dnat, Some(n.logical.addr()), None),
-            ]);
+            a.push(loopback());
+            if n.stateless() {
+                a.extend(nat::rewrite(
+                    if n.v6() { "ip6.dst" } else { "ip4.dst" },
+                    n.logical.addr(),
+                ));
+            } else {
+                a.push(ct_nat(NatKind::Dnat, Some(n.logical.addr()), n.port_range));
+            }
             (and(m), a)
         } else if let Some(d) = n.dgp {
             let p = &r.ports[d];
@@ -50,10 +55,16 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
                 m.extend(p.resident());
             }
             m.extend(nat::extra(n, true));
-            (
-                and(m),
-                vec![ct_nat(NatKind::DnatInCzone, Some(n.logical.addr()), None)],
-            )
+            let a = if n.stateless() {
+                nat::rewrite(if n.v6() { "ip6.dst" } else { "ip4.dst" }, n.logical.addr())
+            } else {
+                vec![ct_nat(
+                    NatKind::DnatInCzone,
+                    Some(n.logical.addr()),
+                    n.port_range,
+                )]
+            };
+            (and(m), a)
         } else {
             continue;
         };

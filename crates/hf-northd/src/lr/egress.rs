@@ -38,7 +38,7 @@ pub fn chk_dnat_local(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut D
         "default",
         None,
     );
-    if r.nats.is_empty() {
+    if r.nats.is_empty() || (!r.gw_router && r.dgp.is_none()) {
         return;
     }
     let set1 = || vec![set_reg(Reg::DstNatIpLocal, num(1)), next()];
@@ -58,6 +58,9 @@ pub fn chk_dnat_local(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut D
     let mut seen = BTreeSet::new();
     for n in &r.nats {
         if !seen.insert(n.external) {
+            continue;
+        }
+        if n.dgp.is_none() {
             continue;
         }
         let mut m = vec![pred("ip"), ip_dst(n.external)];
@@ -122,7 +125,11 @@ pub fn undnat(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
             Some((_, mac)) => a.push(set("eth.src", macv(*mac))),
             None => m.extend(p.resident()),
         }
-        a.push(ct_nat(NatKind::DnatInCzone, None, None));
+        if n.stateless() {
+            a.push(next());
+        } else {
+            a.push(ct_nat(NatKind::DnatInCzone, None, None));
+        }
         out.add(
             r.dp,
             st,
@@ -279,14 +286,9 @@ pub fn snat(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         let own = n.owner.clone();
         let hint = Some(n.uuid);
         if r.gw_router {
-            let mut m = vec![
-                pred("ip"),
-                ip_src_net(n.logical),
-                or([not(pred("ct.trk")), not(pred("ct.rpl"))]),
-            ];
+            let mut m = vec![pred("ip"), ip_src_net(n.logical)];
             m.extend(nat::extra(n, false));
-            let m = and(m);
-            if let Some(x) = nat::exempt(n, false, &m) {
+            if let Some(x) = nat::exempt(n, false, &and(m.clone())) {
                 out.add(
                     r.dp,
                     st,
@@ -298,16 +300,13 @@ pub fn snat(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
                     hint,
                 );
             }
-            out.add(
-                r.dp,
-                st,
-                prio,
-                m,
-                vec![ct_nat(NatKind::Snat, Some(n.external), n.port_range)],
-                own,
-                "snat",
-                hint,
-            );
+            let a = if n.stateless() {
+                nat::rewrite(if n.v6() { "ip6.src" } else { "ip4.src" }, n.external)
+            } else {
+                m.push(or([not(pred("ct.trk")), not(pred("ct.rpl"))]));
+                vec![ct_nat(NatKind::Snat, Some(n.external), n.port_range)]
+            };
+            out.add(r.dp, st, prio, and(m), a, own, "snat", hint);
             continue;
         }
         let Some(d) = n.dgp else { continue };
@@ -333,7 +332,14 @@ pub fn snat(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
             );
         }
         let mut a: Vec<Action> = mac.iter().cloned().collect();
-        a.push(ct_nat(NatKind::SnatInCzone, Some(n.external), n.port_range));
+        if n.stateless() {
+            a.extend(nat::rewrite(
+                if n.v6() { "ip6.src" } else { "ip4.src" },
+                n.external,
+            ));
+        } else {
+            a.push(ct_nat(NatKind::SnatInCzone, Some(n.external), n.port_range));
+        }
         out.add(
             r.dp,
             st,
@@ -344,6 +350,9 @@ pub fn snat(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
             "snat-czone",
             hint,
         );
+        if n.stateless_opt {
+            continue;
+        }
         let mut a: Vec<Action> = mac.into_iter().collect();
         a.push(set_reg(Reg::DstNatIpLocal, num(0)));
         a.push(ct_nat(NatKind::Snat, Some(n.external), n.port_range));

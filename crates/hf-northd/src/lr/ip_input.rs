@@ -97,7 +97,8 @@ fn nd_ns_for(a: Ipv6Addr) -> Expr {
 }
 
 /// Builds the stage.
-pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
+pub fn build(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
+    crate::lr::mtu::distributed_nat_too_big(topo, r, out);
     let o = r.owner();
     let dp = r.dp;
     let mut add = |prio: u16, m: Expr, a: Vec<Action>, disc: &str| {
@@ -153,6 +154,9 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         .collect();
 
     for p in &r.ports {
+        if let Some(mtu) = crate::lr::mtu::gateway_mtu(topo, p) {
+            crate::lr::mtu::too_big(r, p, None, mtu, ST, out);
+        }
         let own = Owner::Port(p.name.clone());
         let hint = Some(p.nb);
         let mut add = |prio: u16, m: Expr, a: Vec<Action>, disc: String| {
@@ -379,40 +383,36 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
                 add(70, and(base()), icmp(other_code), format!("unreach-{a}"));
             }
         }
-        // Router LB VIPs answer ARP/ND on every port.
-        let vips4: BTreeSet<IpAddr> = r
-            .vips
-            .iter()
-            .map(|v| v.ip)
-            .filter(|a| a.is_ipv4())
-            .collect();
-        if !vips4.is_empty() {
-            let vals: Vec<Value> = vips4.iter().map(|a| ipv(*a)).collect();
-            let tpa = if vals.len() == 1 {
-                eq(f("arp.tpa"), vals[0].clone())
-            } else {
-                in_set(f("arp.tpa"), vals)
-            };
-            let mut m = vec![inport(&p.name), eqn("arp.op", 1), tpa];
+        // Router LB VIPs answer ARP/ND on every port, through the SB address sets
+        // `_rtr_lb_<key>_ip4/_ip6` (which the tables stage writes with the same VIPs).
+        if !r.lb_reachable.0.is_empty() {
+            let set = crate::build::addr_set(&format!("_rtr_lb_{}_ip4", r.tunnel_key));
+            let mut m = vec![inport(&p.name), eqn("arp.op", 1), eq(f("arp.tpa"), set)];
             m.extend(p.resident());
-            add(90, and(m), arp_reply(None), "arp-lb-vips".into());
+            out.add(
+                dp,
+                ST,
+                90,
+                and(m),
+                arp_reply(None),
+                own.clone(),
+                "arp-lb-vips",
+                None,
+            );
         }
-        for a in r
-            .vips
-            .iter()
-            .filter_map(|v| match v.ip {
-                IpAddr::V6(a) => Some(a),
-                _ => None,
-            })
-            .collect::<BTreeSet<_>>()
-        {
-            let mut m = vec![inport(&p.name), nd_ns_for(a)];
+        if !r.lb_reachable.1.is_empty() {
+            let set = crate::build::addr_set(&format!("_rtr_lb_{}_ip6", r.tunnel_key));
+            let mut m = vec![inport(&p.name), pred("nd_ns"), eq(f("nd.target"), set)];
             m.extend(p.resident());
-            add(
+            out.add(
+                dp,
+                ST,
                 90,
                 and(m),
                 nd_reply(NestedKind::NdNa),
-                format!("nd-lb-vip-{a}"),
+                own.clone(),
+                "nd-lb-vips",
+                None,
             );
         }
     }

@@ -4,7 +4,7 @@
 
 use hf_expr::Action;
 
-use crate::build::{always, and, bit, f, or, pred};
+use crate::build::{always, and, f, or, pred};
 use crate::diag::Diags;
 use crate::flow::Flows;
 use crate::lr::act::{drop, eqn, next};
@@ -14,22 +14,21 @@ use crate::stage::Stage;
 use crate::topo::Topo;
 
 /// Builds the stage.
-pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
+pub fn build(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
     let st = Stage::LrInLearnNeighbor;
     let o = r.owner();
     let sp = Default::default;
     out.add(r.dp, st, 0, always(), drop(), o.clone(), "default", None);
-    out.add(
-        r.dp,
-        st,
-        100,
-        crate::build::eq_num(Reg::LookupNeighborResult.field(), 1),
-        vec![next()],
-        o.clone(),
-        "known",
-        None,
-    );
-    let _ = bit;
+    let known = crate::build::eq_num(Reg::LookupNeighborResult.field(), 1);
+    let known = if crate::lr::lookup_neighbor::learn_from_arp_request(topo, r) {
+        known
+    } else {
+        or([
+            known,
+            crate::build::eq_num(Reg::LookupNeighborIpResult.field(), 0),
+        ])
+    };
+    out.add(r.dp, st, 100, known, vec![next()], o.clone(), "known", None);
     out.add(
         r.dp,
         st,

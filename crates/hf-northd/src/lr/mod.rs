@@ -2,10 +2,10 @@
 //! (ovn-northd(8) "Logical Router Datapaths"). [`build`] digests the router once
 //! ([`ctx::Rtr`]) and runs every stage in table order.
 //!
-//! What is not built (yet): gateway MTU checks (`lr_in_chk_pkt_len`/`lr_in_larger_pkts` pass
-//! everything), IPv6 router advertisements (`lr_in_nd_ra_*` pass everything), load balancer
-//! affinity, ECMP symmetric replies, BFD, discard routes; `lb_force_snat_ip` with addresses,
-//! `force_snat_for_dnat`. Rows asking for them get no diagnostic unless they are malformed.
+//! What is not built (yet): load balancer affinity (`lr_in_lb_aff_*` pass everything), ECMP
+//! symmetric replies (`lr_in_ecmp_stateful`), BFD, stateless NAT, `lb_force_snat_ip` on
+//! distributed routers' SNAT side, NAT `gateway_port` beyond the first match, DHCPv6 prefix
+//! delegation, multicast relay. Rows asking for them compile without those flows.
 
 pub mod act;
 pub mod admission;
@@ -16,7 +16,9 @@ pub mod egress;
 pub mod ip_input;
 pub mod learn_neighbor;
 pub mod lookup_neighbor;
+pub mod mtu;
 pub mod nat;
+pub mod nd_ra;
 pub mod resolve;
 pub mod routing;
 pub mod unsnat;
@@ -37,12 +39,15 @@ pub fn build(topo: &Topo<'_>, dp: DpIdx, out: &mut Flows, diags: &mut Diags) {
     unsnat::build(topo, &r, out, diags);
     defrag::build(topo, &r, out, diags);
     dnat::build(topo, &r, out, diags);
+    nd_ra::build(topo, &r, out, diags);
     routing::routing_pre(topo, &r, out, diags);
     routing::routing(topo, &r, out, diags);
     routing::routing_ecmp(topo, &r, out, diags);
     routing::policy(topo, &r, out, diags);
     routing::policy_ecmp(topo, &r, out, diags);
     resolve::arp_resolve(topo, &r, out, diags);
+    mtu::chk_pkt_len(topo, &r, out, diags);
+    mtu::larger_pkts(topo, &r, out, diags);
     resolve::gw_redirect(topo, &r, out, diags);
     resolve::arp_request(topo, &r, out, diags);
     egress::chk_dnat_local(topo, &r, out, diags);
@@ -57,10 +62,6 @@ pub fn build(topo: &Topo<'_>, dp: DpIdx, out: &mut Flows, diags: &mut Diags) {
         Stage::LrInLbAffCheck,
         Stage::LrInLbAffLearn,
         Stage::LrInEcmpStateful,
-        Stage::LrInNdRaOptions,
-        Stage::LrInNdRaResponse,
-        Stage::LrInChkPktLen,
-        Stage::LrInLargerPkts,
     ] {
         out.add(
             dp,

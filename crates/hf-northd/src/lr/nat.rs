@@ -47,8 +47,12 @@ pub fn extra(n: &Nat, dnat: bool) -> Vec<Expr> {
 }
 
 /// The exemption condition (`ip.dst == $exempted` for SNAT, `ip.src` for DNAT), ANDed to a
-/// copy of the flow's match at priority + 2 with `next;`.
+/// copy of the flow's match at priority + 2 with `next;`. As in OVN, `allowed_ext_ips` wins
+/// when both are set.
 pub fn exempt(n: &Nat, dnat: bool, base: &Expr) -> Option<Expr> {
+    if n.allowed.is_some() {
+        return None;
+    }
     let e = n.exempted.as_ref()?;
     Some(and([
         base.clone(),
@@ -61,4 +65,12 @@ pub fn exempt(n: &Nat, dnat: bool, base: &Expr) -> Option<Expr> {
             addr_set(e),
         ),
     ]))
+}
+
+/// `ip4.dst = A; next;` / `ip6.src = A; next;`: stateless translation.
+pub fn rewrite(field: &str, a: std::net::IpAddr) -> Vec<hf_expr::Action> {
+    vec![
+        hf_expr::Action::assign(f(field), crate::lr::act::ipv(a)),
+        hf_expr::Action::next(),
+    ]
 }

@@ -80,6 +80,12 @@ pub fn arp_resolve(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags
         None,
     );
     let nat_ext: BTreeSet<IpAddr> = r.nats.iter().map(|n| n.external).collect();
+    let dynamic_neigh = topo
+        .nb
+        .logical_router()
+        .get(&topo.datapaths[r.dp].nb)
+        .and_then(|l| l.options.get("dynamic_neigh_routers"))
+        .is_some_and(|v| v == "true");
     for p in &r.ports {
         let mut seen: BTreeSet<IpAddr> = BTreeSet::new();
         let own = Owner::Port(p.name.clone());
@@ -125,25 +131,49 @@ pub fn arp_resolve(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags
             }
         }
         if let Some(s) = p.peer_switch {
+            // The switch port facing this router (OVN's stage-hint for router entries).
+            let facing = topo.ports[p.idx].kind.clone();
+            let facing_lsp = match facing {
+                PortKind::RouterPort {
+                    switch_peer: Some(l),
+                    ..
+                } => Some(topo.ports[l].nb),
+                _ => None,
+            };
             for &qi in &topo.datapaths[s].ports {
                 let q = &topo.ports[qi];
                 match &q.kind {
                     PortKind::SwitchRouter { lrp: Some(l) } => {
-                        if *l == p.idx {
+                        if *l == p.idx || dynamic_neigh {
                             continue;
                         }
-                        let lrp = &topo.ports[*l];
-                        if let Some(m) = lrp.mac {
-                            for n in &lrp.networks {
-                                entry(out, n.addr(), m, Owner::Port(q.name.clone()), Some(q.nb));
-                            }
+                        other_router(out, r, p, &topo.ports[*l], facing_lsp);
+                    }
+                    PortKind::SwitchRouter { lrp: None } => {}
+                    _ if !q.enabled => {}
+                    PortKind::OtherLsp(t) if t == "virtual" => {
+                        // Until a parent claims it, a virtual IP is resolved by ARP.
+                        let vip = q
+                            .options
+                            .get("virtual-ip")
+                            .and_then(|v| v.trim().parse::<IpAddr>().ok());
+                        if let Some(vip) = vip
+                            && q.options.contains_key("virtual-parents")
+                            && in_port_nets(p, vip)
+                        {
+                            out.add(
+                                r.dp,
+                                st,
+                                100,
+                                and([outport(&p.name), eq(nh_reg(vip.is_ipv6()), ipv(vip))]),
+                                vec![set("eth.dst", macv(Mac(0))), next()],
+                                Owner::Port(q.name.clone()),
+                                format!("nh-{vip}"),
+                                Some(q.nb),
+                            );
                         }
                     }
-                    PortKind::SwitchRouter { lrp: None } | PortKind::Localnet => {}
                     _ => {
-                        if !q.enabled {
-                            continue;
-                        }
                         for a in &q.addresses {
                             let Some(m) = a.mac else { continue };
                             for n in &a.ipv4 {
@@ -171,17 +201,25 @@ pub fn arp_resolve(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags
         }
         if let Some(peer) = p.peer_lrp {
             let lrp = &topo.ports[peer];
-            if let Some(m) = lrp.mac {
-                for n in &lrp.networks {
-                    entry(
-                        out,
-                        n.addr(),
-                        m,
-                        Owner::Port(lrp.name.clone()),
-                        Some(lrp.nb),
-                    );
-                }
-            }
+            other_router(out, r, p, lrp, Some(lrp.nb));
+        }
+        if p.cr.is_some()
+            && topo.ports[p.idx]
+                .options
+                .get("redirect-type")
+                .is_some_and(|t| t.eq_ignore_ascii_case("bridged"))
+            && let Some(cr) = &p.cr
+        {
+            out.add(
+                r.dp,
+                st,
+                50,
+                and([outport(&p.name), crate::build::not(resident(cr))]),
+                vec![set("eth.dst", macv(p.mac)), next()],
+                own.clone(),
+                "bridged-redirect",
+                Some(p.nb),
+            );
         }
         if p.cr.is_some() {
             let mut done = BTreeSet::new();
@@ -224,6 +262,54 @@ pub fn arp_resolve(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags
     }
 }
 
+/// Entries for another router's port `lrp` reachable through `p` (on the same switch, or a
+/// router-to-router peer): every address of it, one flow per family, as OVN writes them.
+fn other_router(
+    out: &mut Flows,
+    r: &Rtr,
+    p: &Rp,
+    lrp: &crate::topo::Port,
+    hint: Option<uuid::Uuid>,
+) {
+    let Some(mac) = lrp.mac else { return };
+    let v4: Vec<IpAddr> = lrp
+        .networks
+        .iter()
+        .filter(|n| n.addr().is_ipv4())
+        .map(|n| n.addr())
+        .collect();
+    let mut v6: Vec<IpAddr> = lrp
+        .networks
+        .iter()
+        .filter(|n| n.addr().is_ipv6())
+        .map(|n| n.addr())
+        .collect();
+    let lla = IpAddr::V6(mac.ipv6_lla());
+    if !v6.contains(&lla) {
+        v6.push(lla);
+    }
+    for (fam, addrs) in [(false, v4), (true, v6)] {
+        if addrs.is_empty() {
+            continue;
+        }
+        let rhs = if addrs.len() == 1 {
+            eq(nh_reg(fam), ipv(addrs[0]))
+        } else {
+            crate::build::in_set(nh_reg(fam), addrs.iter().map(|a| ipv(*a)))
+        };
+        out.add(
+            r.dp,
+            Stage::LrInArpResolve,
+            100,
+            and([outport(&p.name), rhs]),
+            vec![set("eth.dst", macv(mac)), next()],
+            Owner::Port(lrp.name.clone()),
+            format!("router-nh-{}-{}", p.name, if fam { "ip6" } else { "ip4" }),
+            hint,
+        );
+    }
+}
+
 /// `lr_in_gw_redirect`.
 pub fn gw_redirect(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
     let st = Stage::LrInGwRedirect;
@@ -249,6 +335,54 @@ pub fn gw_redirect(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diag
             "redirect",
             Some(p.nb),
         );
+        // Stateless dnat_and_snat scoped by external IPs (23.03's quirk kept: traffic from an
+        // allowed set is redirected, from an exempted set dropped, and the first allowed
+        // external address is otherwise dropped).
+        let mut def_flow = true;
+        for n in r
+            .nats
+            .iter()
+            .filter(|n| n.dgp.is_some_and(|d| r.ports[d].idx == p.idx) && n.stateless())
+        {
+            let (set_name, allowed) = match (&n.allowed, &n.exempted) {
+                (Some(a), _) => (a, true),
+                (None, Some(e)) => (e, false),
+                (None, None) => continue,
+            };
+            let fam = if n.v6() { "ip6" } else { "ip4" };
+            let m = and([
+                outport(&p.name),
+                eq(f(&format!("{fam}.src")), crate::build::addr_set(set_name)),
+            ]);
+            let a = if allowed {
+                vec![set_outport(cr), next()]
+            } else {
+                drop()
+            };
+            out.add(
+                r.dp,
+                st,
+                75,
+                m,
+                a,
+                n.owner.clone(),
+                "stateless-ext-ips",
+                Some(n.uuid),
+            );
+            if allowed && def_flow {
+                def_flow = false;
+                out.add(
+                    r.dp,
+                    st,
+                    70,
+                    and([pred("ip"), eq(f(&format!("{fam}.dst")), ipv(n.external))]),
+                    drop(),
+                    n.owner.clone(),
+                    "stateless-ext-ips-default",
+                    None,
+                );
+            }
+        }
         for n in r
             .nats
             .iter()

@@ -134,7 +134,7 @@ pub fn routing(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         let v6 = g.prefix.addr().is_ipv6();
         let id = r.route_tables.get(&g.table).copied().unwrap_or(0);
         let mut m: Vec<Expr> = Vec::new();
-        if id != 0 || !g.src {
+        if id != 0 || (!g.src && !g.connected) {
             m.push(reg_eq(Reg::RouteTableId, u128::from(id)));
         }
         m.push(eq(
@@ -145,8 +145,27 @@ pub fn routing(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
             )),
             net(g.prefix),
         ));
-        let prio = route_priority(g.prefix.prefix_len(), g.src, false);
+        let prio = route_priority(g.prefix.prefix_len(), g.src, g.connected);
+        if let Some((uuid, owner)) = &g.discard {
+            out.add(
+                r.dp,
+                st,
+                prio,
+                and(m),
+                drop(),
+                owner.clone(),
+                "discard",
+                Some(*uuid),
+            );
+            continue;
+        }
         let first = &g.hops[0];
+        // A link-local prefix is scoped to the port it leaves by.
+        if let IpNet::V6(n) = g.prefix
+            && crate::lr::ctx::is_lla(n.addr())
+        {
+            m.insert(0, inport(&r.ports[first.port].name));
+        }
         if g.hops.len() == 1 {
             let p = &r.ports[first.port];
             let mut a = vec![dec_ttl(), set_reg(Reg::EcmpGroupId, num(0))];
@@ -226,12 +245,22 @@ pub fn policy(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         None,
     );
     for p in &r.policies {
+        let mark: Vec<Action> = p
+            .pkt_mark
+            .map(|m| set("pkt.mark", num(u128::from(m))))
+            .into_iter()
+            .collect();
         let a = match &p.action {
-            crate::lr::ctx::PolicyAction::Allow => vec![set_reg(Reg::EcmpGroupId, num(0)), next()],
+            crate::lr::ctx::PolicyAction::Allow => {
+                let mut a = mark.clone();
+                a.extend([set_reg(Reg::EcmpGroupId, num(0)), next()]);
+                a
+            }
             crate::lr::ctx::PolicyAction::Drop => drop(),
             crate::lr::ctx::PolicyAction::Reroute(hops, id) if hops.len() == 1 => {
                 let (port, nh, src) = hops[0];
-                let mut a = hop_actions(&r.ports[port], nh.is_ipv6(), Some(nh), src);
+                let mut a = mark.clone();
+                a.extend(hop_actions(&r.ports[port], nh.is_ipv6(), Some(nh), src));
                 a.extend([loopback(), set_reg(Reg::EcmpGroupId, num(0)), next()]);
                 let _ = id;
                 a
@@ -282,7 +311,12 @@ pub fn policy_ecmp(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diag
                 reg_eq(Reg::EcmpGroupId, u128::from(*id)),
                 reg_eq(Reg::EcmpMemberId, i as u128 + 1),
             ]);
-            let mut a = hop_actions(&r.ports[*port], nh.is_ipv6(), Some(*nh), *src);
+            let mut a: Vec<Action> = p
+                .pkt_mark
+                .map(|m| set("pkt.mark", num(u128::from(m))))
+                .into_iter()
+                .collect();
+            a.extend(hop_actions(&r.ports[*port], nh.is_ipv6(), Some(*nh), *src));
             a.extend([loopback(), next()]);
             out.add(
                 r.dp,

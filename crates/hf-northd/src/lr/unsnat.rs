@@ -98,7 +98,11 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
                 st,
                 90,
                 and([pred("ip"), ip_dst(n.external)]),
-                vec![ct_nat(NatKind::Snat, None, None)],
+                if n.stateless() {
+                    vec![next()]
+                } else {
+                    vec![ct_nat(NatKind::Snat, None, None)]
+                },
                 n.owner.clone(),
                 "unsnat",
                 Some(n.uuid),
@@ -122,11 +126,18 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
                 st,
                 100,
                 and(m),
-                vec![ct_nat(NatKind::SnatInCzone, None, None)],
+                if n.stateless() {
+                    vec![next()]
+                } else {
+                    vec![ct_nat(NatKind::SnatInCzone, None, None)]
+                },
                 n.owner.clone(),
                 "unsnat-czone",
                 Some(n.uuid),
             );
+            if n.stateless_opt {
+                continue;
+            }
             let mut m = vec![
                 pred("ip"),
                 ip_dst(n.external),

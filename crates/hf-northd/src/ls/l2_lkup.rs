@@ -136,10 +136,15 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
         0,
         "fdb",
         always(),
-        vec![
-            result(f("outport"), ResultFn::GetFdb { mac: f("eth.dst") }),
-            next(),
-        ],
+        if topo.features.contains("fdb") {
+            vec![
+                result(f("outport"), ResultFn::GetFdb { mac: f("eth.dst") }),
+                next(),
+            ]
+        } else {
+            // Chassis before OVN 21.03 learn no FDB: nothing is ever found.
+            vec![super::act::set_outport("none"), next()]
+        },
     );
     sw.dflt(
         out,

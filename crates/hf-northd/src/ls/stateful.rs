@@ -24,10 +24,16 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, _diags: &mut Diags) {
             "commit-label",
             and([is(Reg::CtCommit, 1), is(Reg::AclLabel, 1)]),
             vec![
-                Action::ct_commit_block(vec![
-                    unblock.clone(),
-                    Action::move_field(f("ct_label.label"), Reg::AclLabelValue.field()),
-                ]),
+                Action::ct_commit_block(if sw.topo.features.contains("ct-label-label") {
+                    vec![
+                        unblock.clone(),
+                        Action::move_field(f("ct_label.label"), Reg::AclLabelValue.field()),
+                    ]
+                } else {
+                    // Chassis before OVN 22.03 have no `ct_label.label`: the connection is
+                    // committed without the ACL's label (which only feeds logging/CMS tools).
+                    vec![unblock.clone()]
+                }),
                 next(),
             ],
         );
