@@ -167,7 +167,10 @@ const TABLES: &[(&str, Option<&[&str]>)] = &[
     ("Address_Set", None),
     ("Load_Balancer", None),
     ("HA_Chassis", Some(&["chassis", "priority", "external_ids"])),
-    ("HA_Chassis_Group", Some(&["name", "ha_chassis", "ref_chassis"])),
+    (
+        "HA_Chassis_Group",
+        Some(&["name", "ha_chassis", "ref_chassis"]),
+    ),
     ("Logical_DP_Group", None),
     (
         "Logical_Flow",

@@ -827,4 +827,3 @@ fn allocate_tags(topo: &Topo<'_>, keys: &Keys, diags: &mut Diags) -> HashMap<Por
     }
     out
 }
-
