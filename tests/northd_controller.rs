@@ -504,6 +504,15 @@ fn one_topology(t: &Topology, fill: Fill, extra_claims: &[String]) {
     for l in &bad {
         eprintln!("seed {}: ovn-controller: {l}", t.seed);
     }
+    // Other warnings are shown (not failed on): a chassis in a test has no real network, and
+    // periodic router advertisements on a port without IPv6 networks make pinctrl warn about
+    // the empty `ipv6_ra_prefixes` 23.03 writes there (holdfast writes the same).
+    for l in text
+        .lines()
+        .filter(|l| (l.contains("|WARN|") || l.contains("|ERR|")) && !bad.contains(l))
+    {
+        eprintln!("seed {}: ovn-controller (other): {l}", t.seed);
+    }
     assert!(
         bad.is_empty(),
         "seed {}: ovn-controller reported {} logical-flow problems (printed above)",
