@@ -46,7 +46,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::Instant;
 
-use hf_model::SbSnapshot;
+use hf_model::{NbSnapshot, SbSnapshot};
 use oracle::{Backend, Env};
 use topo::Topology;
 
@@ -65,6 +65,13 @@ fn env_num(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// The NB of an environment, read from its database file.
+fn nb_of(env: &Env) -> NbSnapshot {
+    let loaded = hf_ovsdb_net::storage::open(&env.dir.join("nb.db"), 0, 0)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", env.dir.join("nb.db").display()));
+    NbSnapshot::from_db(&loaded.db).expect("NB snapshot")
 }
 
 /// What holdfast northd reported while filling SB B.
@@ -489,13 +496,6 @@ fn northd_parity_hf1_chassis() {
         bad.iter().take(30).cloned().collect::<Vec<_>>().join("\n")
     );
     assert!(compared >= 50, "only {compared} packets compared");
-}
-
-/// The NB of an environment, read from its database file.
-fn nb_of(env: &Env) -> hf_model::NbSnapshot {
-    let loaded = hf_ovsdb_net::storage::open(&env.dir.join("nb.db"), 0, 0)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", env.dir.join("nb.db").display()));
-    hf_model::NbSnapshot::from_db(&loaded.db).expect("NB snapshot")
 }
 
 /// The non-flow tables holdfast northd writes equal real ovn-northd's, row by row and column

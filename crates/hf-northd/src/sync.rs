@@ -12,7 +12,7 @@
 //! What it does not do: write `MAC_Binding` (it only deletes those of deleted datapaths) or
 //! garbage-collect `Logical_DP_Group`/`HA_Chassis` rows (OVSDB does: they are not root).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -577,12 +577,18 @@ pub fn diff_ops(
                     .is_some_and(|g| g.datapaths.iter().any(|d| frozen.contains(&d.uuid())))
             })
     };
+    // Fail closed (see `SbDesired::frozen_datapaths`): a flow any frozen datapath executes is
+    // left as it is, and so is the identity it holds (its other datapaths keep that version
+    // too, until the chassis upgrades or leaves); a wanted flow shared with a frozen datapath
+    // that SB lacks is written for the other datapaths only.
+    let mut frozen_ids: HashSet<FlowId> = HashSet::new();
     let mut old_flows: HashMap<FlowId, (Uuid, &LeanFlow)> = HashMap::new();
     let mut flow_ids: Vec<(&Uuid, &LeanFlow)> = sb.logical_flow.iter().collect();
     flow_ids.sort_unstable_by_key(|(u, _)| **u);
     for (u, f) in flow_ids {
         if is_frozen(f) {
             o.stats.frozen += 1;
+            frozen_ids.extend(f.id);
             continue;
         }
         match f.id {
@@ -593,6 +599,9 @@ pub fn diff_ops(
         }
     }
     for (id, row) in &d.flows {
+        if frozen_ids.contains(id) {
+            continue;
+        }
         let (dp, group) = match &row.dps {
             FlowDps::One(n) => {
                 if d.frozen_datapaths.contains(n) {
@@ -603,10 +612,20 @@ pub fn diff_ops(
                     None => continue,
                 }
             }
-            FlowDps::Group(g) => match group_of(g, &mut o) {
-                Some(u) => (None, Some(u)),
-                None => continue,
-            },
+            FlowDps::Group(g) => {
+                let g: Vec<String> = g
+                    .iter()
+                    .filter(|n| !d.frozen_datapaths.contains(*n))
+                    .cloned()
+                    .collect();
+                if g.is_empty() {
+                    continue;
+                }
+                match group_of(&g, &mut o) {
+                    Some(u) => (None, Some(u)),
+                    None => continue,
+                }
+            }
         };
         let old = old_flows.get(id);
         let Some((uuid, f)) = old else {
@@ -636,10 +655,10 @@ pub fn diff_ops(
         if f.egress != (row.pipeline == "egress") {
             cols.insert("pipeline".into(), json!(row.pipeline));
         }
-        if f.table_id != i64::from(row.table_id) {
+        if f.table_id != i16::from(row.table_id) {
             cols.insert("table_id".into(), json!(row.table_id));
         }
-        if f.priority != i64::from(row.priority) {
+        if f.priority != i32::from(row.priority) {
             cols.insert("priority".into(), json!(row.priority));
         }
         if f.match_hash != text_hash(&row.match_) {
@@ -654,11 +673,12 @@ pub fn diff_ops(
                 opt(row.controller_meter.as_ref().map(|m| json!(m))),
             );
         }
-        let same_ids = f.external_ids.len() == row.external_ids.len()
-            && f.external_ids
-                .iter()
-                .zip(&row.external_ids)
-                .all(|((a, b), (c, e))| **a == **c && **b == **e);
+        let mut have = f.external_ids();
+        let same_ids = row
+            .external_ids
+            .iter()
+            .all(|(k, v)| have.next() == Some((k.as_str(), v.as_str())))
+            && have.next().is_none();
         if !same_ids {
             cols.insert("external_ids".into(), map(&row.external_ids));
         }

@@ -31,6 +31,10 @@ pub struct Keys {
     /// `SB_Global.options` SB holds: `mac_prefix` and `svc_monitor_mac` are kept from here
     /// when NB does not set them (see `tables::global`).
     pub sb_options: BTreeMap<String, String>,
+    /// Datapath name → the NB row SB's `Datapath_Binding` was written for
+    /// (`external_ids:logical-switch`/`logical-router`): when two NB rows share a name, that
+    /// one keeps it (a duplicate added later never displaces the switch SB has).
+    pub nb_rows: HashMap<String, Uuid>,
     /// Port name → `Port_Binding.tag` SB holds: a container port with `tag_request=0` keeps
     /// the tag it was given (ovn-northd keeps it by writing NB's `tag`; compile is pure).
     pub tags: HashMap<String, i64>,
@@ -40,10 +44,6 @@ pub struct Keys {
     /// Port name → `Port_Binding.options:qdisc_queue_id` SB holds (kept, as ovn-northd keeps
     /// it).
     pub queue_ids: HashMap<String, u32>,
-    /// Datapath name → the NB row SB's `Datapath_Binding` was written for
-    /// (`external_ids:logical-switch`/`logical-router`): when two NB rows share a name, that
-    /// one keeps it (a duplicate added later never displaces the switch SB has).
-    pub nb_rows: HashMap<String, Uuid>,
 }
 
 /// What kind of port.
@@ -226,7 +226,7 @@ impl<'a> Topo<'a> {
         t.add_switch_ports(diags);
         t.add_router_ports(diags);
         t.resolve_peers(diags);
-        t.assign_keys(keys, diags);
+        t.assign_keys(keys);
         t.ls = crate::ls::index::LsIndex::build(&t, diags);
         t
     }
@@ -551,7 +551,7 @@ impl<'a> Topo<'a> {
     /// Tunnel keys: datapaths 1..2^24-1, ports 1..32767 within their datapath. Requested keys
     /// first, then the keys SB already has, then the lowest free key in name order, so a
     /// rebuilt NB (new UUIDs, same names) gets the same keys.
-    fn assign_keys(&mut self, keys: &Keys, diags: &mut Diags) {
+    fn assign_keys(&mut self, keys: &Keys) {
         // Datapaths: `requested-tnl-key` (switch other_config, router options; what ovn-ic
         // uses so both zones agree) first, then SB's keys, then the lowest free key.
         let nb = self.nb;
@@ -603,7 +603,11 @@ impl<'a> Topo<'a> {
             let mut pending = Vec::new();
             for p in &ports {
                 let port = &mut self.ports[*p];
-                let requested = requested_port_key(port, &used, diags);
+                let requested = port
+                    .options
+                    .get("requested-tnl-key")
+                    .and_then(|k| k.parse::<u32>().ok())
+                    .filter(|k| (1..=32767).contains(k));
                 match requested {
                     Some(k) if used.insert(k) => port.tunnel_key = k,
                     _ => pending.push(*p),
@@ -659,42 +663,6 @@ impl Topo<'_> {
                         .any(|r| r.options.get("chassis").is_none_or(|c| c.is_empty()))
             })
             .map(|_| format!("the chassis-redirect port of distributed gateway port {base:?}"))
-    }
-}
-
-/// A port's `options:requested-tnl-key` when it is valid and free (`used`: the keys already
-/// taken in its datapath); otherwise `None` with a diagnostic.
-fn requested_port_key(
-    port: &Port,
-    used: &std::collections::HashSet<u32>,
-    diags: &mut Diags,
-) -> Option<u32> {
-    let text = port.options.get("requested-tnl-key")?;
-    let table = if port.is_lrp() {
-        "Logical_Router_Port"
-    } else {
-        "Logical_Switch_Port"
-    };
-    match text.parse::<u32>().ok().filter(|k| (1..=32767).contains(k)) {
-        None => {
-            diags.push(
-                table,
-                port.nb,
-                &port.name,
-                format!("options:requested-tnl-key={text:?} is not a key in 1..32767; a free key is assigned"),
-            );
-            None
-        }
-        Some(k) if used.contains(&k) => {
-            diags.push(
-                table,
-                port.nb,
-                &port.name,
-                format!("options:requested-tnl-key={k} is already another port's key on this datapath; a free key is assigned"),
-            );
-            None
-        }
-        Some(k) => Some(k),
     }
 }
 

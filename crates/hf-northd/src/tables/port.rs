@@ -20,8 +20,8 @@
 //!   `redirect-type`, and the HA chassis group (NB's group, or one named after the port made
 //!   from its `gateway_chassis`).
 //!
-//! Diagnostics: unknown port types, tag conflicts under one parent, unparsable
-//! `nat-addresses` (bad port `requested-tnl-key`s are topo's, where keys are assigned).
+//! Diagnostics: unknown port types, unparsable or duplicate `requested-tnl-key`s, tag
+//! conflicts under one parent, unparsable `nat-addresses`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -55,6 +55,7 @@ const MAX_TAGS: i64 = 4096;
 /// Adds every port.
 pub fn build(topo: &Topo<'_>, keys: &Keys, sb: &mut SbDesired, diags: &mut Diags) {
     let tags = allocate_tags(topo, keys, diags);
+    check_requested_keys(topo, diags);
     let queues = allocate_queues(topo, keys);
     for (i, p) in topo.ports.iter().enumerate() {
         let row = match &p.kind {
@@ -826,4 +827,50 @@ fn allocate_tags(topo: &Topo<'_>, keys: &Keys, diags: &mut Diags) -> HashMap<Por
         }
     }
     out
+}
+
+/// `options:requested-tnl-key` must be 1..32767 and unique within its datapath.
+fn check_requested_keys(topo: &Topo<'_>, diags: &mut Diags) {
+    for d in &topo.datapaths {
+        let mut seen: HashMap<u32, &str> = HashMap::new();
+        for q in &d.ports {
+            let p = &topo.ports[*q];
+            if matches!(p.kind, PortKind::ChassisRedirect { .. }) {
+                continue;
+            }
+            let Some(k) = p.options.get("requested-tnl-key") else {
+                continue;
+            };
+            let table = if p.is_lrp() {
+                "Logical_Router_Port"
+            } else {
+                "Logical_Switch_Port"
+            };
+            match k.parse::<u32>().ok().filter(|k| (1..=32767).contains(k)) {
+                None => diags.push(
+                    table,
+                    p.nb,
+                    &p.name,
+                    format!(
+                        "options:requested-tnl-key {k:?} is not a number in 1..32767; the port gets a free key"
+                    ),
+                ),
+                Some(k) => {
+                    if let Some(other) = seen.get(&k) {
+                        diags.push(
+                            table,
+                            p.nb,
+                            &p.name,
+                            format!(
+                                "options:requested-tnl-key {k} is already requested by {other:?} on {}; this port gets a free key",
+                                d.name
+                            ),
+                        );
+                    } else {
+                        seen.insert(k, &p.name);
+                    }
+                }
+            }
+        }
+    }
 }
