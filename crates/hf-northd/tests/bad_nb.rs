@@ -345,7 +345,9 @@ fn invalid_nat_snat_port_range_without_gateway() {
             )
         },
         |nb, u| nb.delete("NAT", u, Some(("Logical_Router", "nat"))),
-        Strip::Nat("172.16.5.1", ""),
+        // As ovn-northd, the router still answers ARP for the external address (flows
+        // hinted with the NAT row); no NAT flow is built.
+        Strip::Hinted,
     );
 }
 

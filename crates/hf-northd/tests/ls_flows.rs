@@ -668,3 +668,205 @@ fn router_addresses_are_answered_and_their_requests_go_to_the_router() {
         &[("eth.mcast", "outport = \"_MC_flood\"; output;")],
     );
 }
+
+/// `gen_topo.py`'s shape (N switches × P VIFs, a router port each, a port group with two
+/// allow-related ACLs per switch, 4 load balancers on every switch), built in-process.
+fn gen_topo_like(n: usize, p: usize) -> Nb {
+    let mut nb = Nb::new();
+    nb.lr("lr0", &[]);
+    for i in 0..n {
+        let (a, b) = (1 + i / 256, i % 256);
+        let ls = format!("ls{i}");
+        let mut ops = vec![
+            json!({"op": "insert", "table": "Logical_Switch", "uuid-name": "ls",
+            "row": {"name": ls}}),
+        ];
+        let mut ports = Vec::new();
+        for j in 0..p {
+            let name = format!("ls{i}-p{j}");
+            let addr = format!(
+                "0a:00:{:02x}:{:02x}:{:02x}:{:02x} 10.{a}.{b}.{}",
+                i >> 8,
+                i & 255,
+                j >> 8,
+                j & 255,
+                10 + j
+            );
+            let un = format!("p{j}");
+            ops.push(
+                json!({"op": "insert", "table": "Logical_Switch_Port", "uuid-name": un,
+                "row": {"name": name, "addresses": ["set", [addr]]}}),
+            );
+            ports.push(json!(["named-uuid", un]));
+        }
+        ops.push(json!({"op": "mutate", "table": "Logical_Switch",
+            "where": [["name", "==", ls]],
+            "mutations": [["ports", "insert", ["set", ports.clone()]]]}));
+        let pg = format!("pg{i}");
+        ops.push(json!({"op": "insert", "table": "ACL", "uuid-name": "a1",
+            "row": {"direction": "from-lport", "priority": 1001,
+                "match": format!("inport == @{pg} && ip4"), "action": "allow-related"}}));
+        ops.push(json!({"op": "insert", "table": "ACL", "uuid-name": "a2",
+            "row": {"direction": "to-lport", "priority": 1001,
+                "match": format!("outport == @{pg} && ip4.src == 10.0.0.0/8"),
+                "action": "allow-related"}}));
+        ops.push(json!({"op": "insert", "table": "Port_Group",
+            "row": {"name": pg, "ports": ["set", ports],
+                "acls": ["set", [["named-uuid", "a1"], ["named-uuid", "a2"]]]}}));
+        nb.txn(ops);
+        nb.link(
+            &ls,
+            "lr0",
+            &format!("lr0-ls{i}"),
+            &format!("02:01:{:02x}:{:02x}:00:01", i >> 8, i & 255),
+            &[&format!("10.{a}.{b}.1/24")],
+        );
+    }
+    let switches: Vec<String> = (0..n).map(|i| format!("ls{i}")).collect();
+    let refs: Vec<&str> = switches.iter().map(String::as_str).collect();
+    for k in 0..4 {
+        let backends: Vec<String> = (0..3)
+            .map(|m| {
+                let i = (k * 7 + m * 3) % n;
+                format!("10.{}.{}.{}:8080", 1 + i / 256, i % 256, 10 + (m % p))
+            })
+            .collect();
+        nb.lb(
+            &format!("lb{k}"),
+            &[(&format!("172.30.0.{}:80", k + 1), &backends.join(","))],
+            &refs,
+            &["lr0"],
+        );
+    }
+    nb
+}
+
+/// The 500 × 40 figure (run in release: `cargo test --release -p hf-northd --test ls_flows
+/// scale -- --ignored --nocapture`): the switch stages alone and the whole compile.
+#[test]
+#[ignore]
+// A benchmark reads the clock.
+#[allow(clippy::disallowed_methods)]
+fn scale_500x40() {
+    let n: usize = std::env::var("HF_SCALE_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500);
+    let p: usize = std::env::var("HF_SCALE_P")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
+    let nb = gen_topo_like(n, p).snapshot();
+    let mut best_ls = f64::MAX;
+    let mut best_all = f64::MAX;
+    let mut flows = 0;
+    let mut rows = 0;
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        let mut diags = hf_northd::diag::Diags::default();
+        let topo =
+            hf_northd::topo::Topo::build(&nb, &Default::default(), FeatureSet::all(), &mut diags);
+        let mut out = hf_northd::flow::Flows::default();
+        for dp in 0..topo.datapaths.len() {
+            if topo.datapaths[dp].kind == hf_northd::DpKind::Switch {
+                hf_northd::ls::build(&topo, dp, &mut out, &mut diags);
+            }
+        }
+        best_ls = best_ls.min(t.elapsed().as_secs_f64());
+        flows = out.len();
+        let t = std::time::Instant::now();
+        let mut diags = hf_northd::diag::Diags::default();
+        let topo =
+            hf_northd::topo::Topo::build(&nb, &Default::default(), FeatureSet::all(), &mut diags);
+        let t_topo = t.elapsed().as_secs_f64();
+        let t = std::time::Instant::now();
+        let mut bytes = 0;
+        for fl in &out.flows {
+            bytes += fl.matches.to_string().len();
+            bytes += hf_expr::printer::actions_to_string(&fl.actions).len();
+        }
+        println!(
+            "  printing the switch flows {:.0} ms ({bytes} bytes)",
+            t.elapsed().as_secs_f64() * 1e3
+        );
+        let t = std::time::Instant::now();
+        let rendered = hf_northd::render::flows(&topo, &out, &RenderOptions::default(), &mut diags);
+        println!(
+            "  topo+index {:.0} ms, render of the switch flows {:.0} ms ({} rows)",
+            t_topo * 1e3,
+            t.elapsed().as_secs_f64() * 1e3,
+            rendered.len()
+        );
+        let t = std::time::Instant::now();
+        let c = compile(&nb, &Options::default());
+        best_all = best_all.min(t.elapsed().as_secs_f64());
+        rows = c.sb.flows.len();
+    }
+    println!(
+        "{n}x{p}: switch stages {:.0} ms ({flows} flows before grouping); whole compile {:.0} ms ({rows} Logical_Flow rows)",
+        best_ls * 1e3,
+        best_all * 1e3
+    );
+    assert!(flows > n * p * 4, "{flows} flows");
+}
+
+#[test]
+fn dhcp_options_become_put_dhcp_opts_and_bad_rows_are_diagnosed() {
+    let mut nb = Nb::new();
+    nb.ls("sw0");
+    let vm1 = nb.vif("sw0", "vm1", "0a:00:00:00:00:01 10.0.0.11", true);
+    let vm2 = nb.vif("sw0", "vm2", "0a:00:00:00:00:02 10.0.0.12", true);
+    let good = nb.txn(vec![json!({"op": "insert", "table": "DHCP_Options", "row": {
+        "cidr": "10.0.0.0/24",
+        "options": ["map", [["server_id", "10.0.0.1"], ["server_mac", "0a:00:00:00:00:fe"],
+            ["lease_time", "3600"], ["router", "10.0.0.1"], ["dns_server", "{8.8.8.8, 8.8.4.4}"]]]}})]);
+    let bad = nb.txn(vec![
+        json!({"op": "insert", "table": "DHCP_Options", "row": {
+        "cidr": "10.0.0.0/24",
+        "options": ["map", [["server_id", "10.0.0.1"], ["server_mac", "0a:00:00:00:00:fe"]]]}}),
+    ]);
+    nb.set(
+        "Logical_Switch_Port",
+        vm1,
+        "dhcpv4_options",
+        json!(["uuid", good.to_string()]),
+    );
+    nb.set(
+        "Logical_Switch_Port",
+        vm2,
+        "dhcpv4_options",
+        json!(["uuid", bad.to_string()]),
+    );
+    let c = compiled(&nb, FeatureSet::all());
+    let opts = "reg0[3] = put_dhcp_opts(offerip = 10.0.0.11, dns_server = {8.8.8.8, 8.8.4.4}, lease_time = 3600, netmask = 255.255.255.0, router = 10.0.0.1, server_id = 10.0.0.1); next;";
+    expect(
+        &c.sb,
+        "sw0",
+        "ls_in_dhcp_options",
+        100,
+        &[
+            (
+                "inport == \"vm1\" && eth.src == 0a:00:00:00:00:01 && ip4.src == 0.0.0.0 && ip4.dst == 255.255.255.255 && udp.src == 68 && udp.dst == 67",
+                opts,
+            ),
+            (
+                "inport == \"vm1\" && eth.src == 0a:00:00:00:00:01 && ip4.src == 10.0.0.11 && ip4.dst == {10.0.0.1, 255.255.255.255} && udp.src == 68 && udp.dst == 67",
+                opts,
+            ),
+        ],
+    );
+    expect(
+        &c.sb,
+        "sw0",
+        "ls_in_dhcp_response",
+        100,
+        &[(
+            "inport == \"vm1\" && eth.src == 0a:00:00:00:00:01 && ip4 && udp.src == 68 && udp.dst == 67 && reg0[3]",
+            "eth.dst = eth.src; eth.src = 0a:00:00:00:00:fe; ip4.src = 10.0.0.1; udp.src = 67; udp.dst = 68; outport = inport; flags.loopback = 1; output;",
+        )],
+    );
+    let about: Vec<_> = c.diagnostics.iter().filter(|d| d.row == bad).collect();
+    assert_eq!(about.len(), 1, "{:#?}", c.diagnostics);
+    assert_eq!(about[0].table, "DHCP_Options");
+    assert!(about[0].reason.contains("vm2"), "{}", about[0]);
+}

@@ -157,6 +157,22 @@ pub fn ct_lb_mark(backends: &[(IpAddr, Option<u16>)], flag: Option<&str>) -> Act
     }
 }
 
+/// `ct_lb_mark(backends=...[; hash_fields="..."][; flag]);`
+pub fn ct_lb_mark_hashed(
+    backends: &[(IpAddr, Option<u16>)],
+    hash: Option<&str>,
+    flag: Option<&str>,
+) -> Action {
+    let mut a = ct_lb_mark(backends, flag);
+    if let Action::CtLb {
+        args: Some(args), ..
+    } = &mut a
+    {
+        args.hash_fields = hash.map(str::to_string);
+    }
+    a
+}
+
 /// `kind { body };`
 pub fn nested(kind: NestedKind, body: Vec<Action>) -> Action {
     Action::nested(kind, body)

@@ -180,6 +180,10 @@ pub struct Vip {
     pub key: String,
     /// `options:skip_snat`.
     pub skip_snat: bool,
+    /// `selection_fields`, joined as `hash_fields` wants them.
+    pub hash_fields: Option<String>,
+    /// No backends and `options:reject=true`: new connections are rejected.
+    pub reject: bool,
 }
 
 /// One next hop of a route group.
@@ -637,6 +641,16 @@ impl Rtr {
                     continue;
                 }
             };
+            if lb
+                .options
+                .get("affinity_timeout")
+                .is_some_and(|t| t.trim() != "0")
+            {
+                diags.push("Load_Balancer", lb.uuid, &lb.name, format!("options:affinity_timeout is not implemented by holdfast northd; router {} balances its connections without affinity", self.name));
+            }
+            if !lb.health_check.is_empty() {
+                diags.push("Load_Balancer", lb.uuid, &lb.name, format!("health checks are not run by holdfast northd; router {} uses every backend", self.name));
+            }
             let skip_snat = lb.options.get("skip_snat").is_some_and(|v| v == "true");
             let responder = lb
                 .options
@@ -690,7 +704,12 @@ impl Rtr {
                         }
                     }
                 }
-                if !ok || bs.is_empty() {
+                if !ok {
+                    continue;
+                }
+                let reject = bs.is_empty() && lb.options.get("reject").is_some_and(|v| v == "true");
+                if bs.is_empty() && !reject {
+                    diags.push("Load_Balancer", lb.uuid, &lb.name, format!("VIP {vip:?} has no backends (and no options:reject=true); router {} leaves it out", self.name));
                     continue;
                 }
                 self.vips.push(Vip {
@@ -702,6 +721,18 @@ impl Rtr {
                     backends: bs,
                     key: vip.clone(),
                     skip_snat,
+                    hash_fields: (!lb.selection_fields.is_empty()).then(|| {
+                        lb.selection_fields
+                            .iter()
+                            .map(|f| match f.as_str() {
+                                "tp_src" => format!("{proto}_src"),
+                                "tp_dst" => format!("{proto}_dst"),
+                                other => other.to_string(),
+                            })
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    }),
+                    reject,
                 });
             }
         }
@@ -768,6 +799,16 @@ impl Rtr {
                 nexthop: rt.nexthop.clone(),
             };
             let connected = rt.options.get("origin").is_some_and(|o| o == "connected");
+            if rt.bfd.is_some() {
+                diags.push("Logical_Router_Static_Route", rt.uuid, &handle, "BFD is not run by holdfast northd; the route is used whatever its next hop's state");
+            }
+            if rt
+                .options
+                .get("ecmp_symmetric_reply")
+                .is_some_and(|v| v == "true")
+            {
+                diags.push("Logical_Router_Static_Route", rt.uuid, &handle, "options:ecmp_symmetric_reply is not implemented by holdfast northd; replies take the router's own ECMP choice");
+            }
             if rt.nexthop == "discard" {
                 self.routes.push(RouteGroup {
                     table: rt.route_table.clone(),

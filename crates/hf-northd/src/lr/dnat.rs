@@ -9,14 +9,14 @@ use hf_expr::actions::NatKind;
 use crate::build::{always, and, eq, f, inport, not, num, pred};
 use crate::diag::Diags;
 use crate::flow::Flows;
-use crate::lr::act::{ct_commit_nat, ct_lb_mark, ct_nat, eqn, ip_dst, ipf, loopback, next, set};
+use crate::lr::act::{ct_commit_nat, ct_nat, eqn, ip_dst, ipf, loopback, next, set};
 use crate::lr::ctx::Rtr;
 use crate::lr::nat;
 use crate::stage::Stage;
 use crate::topo::Topo;
 
 /// Builds the stage.
-pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
+pub fn build(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
     let st = Stage::LrInDnat;
     let o = r.owner();
     out.add(
@@ -142,7 +142,7 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         } else {
             110
         };
-        if !r.gw_router {
+        if !r.gw_router && !v.reject {
             m.extend(dgp_res.clone());
         }
         let mut a = Vec::new();
@@ -155,7 +155,28 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         } else {
             None
         };
-        a.push(ct_lb_mark(&v.backends, flag));
+        let flag = flag.filter(|_| topo.features.contains("ct-lb-flags"));
+        if v.reject {
+            a = vec![
+                hf_expr::Action::assign(crate::build::f("reg0"), num(0)),
+                crate::lr::act::nested(
+                    hf_expr::actions::NestedKind::Reject,
+                    vec![
+                        crate::lr::act::swap("outport", "inport"),
+                        hf_expr::Action::next_table(
+                            Some(hf_expr::actions::Pipeline::Egress),
+                            u32::from(Stage::LrOutSnat.table()),
+                        ),
+                    ],
+                ),
+            ];
+        } else {
+            a.push(crate::lr::act::ct_lb_mark_hashed(
+                &v.backends,
+                v.hash_fields.as_deref(),
+                flag,
+            ));
+        }
         out.add(
             r.dp,
             st,

@@ -143,7 +143,7 @@ pub fn undnat(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
     }
     let Some(d) = r.dgp else { return };
     let p = &r.ports[d];
-    for v in &r.vips {
+    for v in r.vips.iter().filter(|v| !v.backends.is_empty()) {
         let fam = ipf(v.ip.is_ipv6());
         let backs = v.backends.iter().map(|(ip, port)| {
             let mut m = vec![ip_src(*ip)];

@@ -487,6 +487,7 @@ fn bad_rows_get_one_diagnostic_each_and_the_rest_compiles() {
 /// router with 500 SNATs) must take a small part of a second.
 #[test]
 #[ignore]
+#[allow(clippy::disallowed_methods)] // a timing test reads the clock
 fn big_router_compiles_fast() {
     let (n, p) = (500usize, 40usize);
     let mut rows: Vec<(String, String, Value)> = Vec::new();
