@@ -347,6 +347,11 @@ pub fn diff_ops(
     for (k, v) in &d.sb_options {
         g.options.insert(k.clone(), v.clone());
     }
+    for k in crate::tables::global::REMOVABLE {
+        if !d.sb_options.contains_key(*k) {
+            g.options.remove(*k);
+        }
+    }
     o.put(&g, old_g);
 
     // Datapath_Binding by external_ids:name.
