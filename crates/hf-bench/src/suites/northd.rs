@@ -17,7 +17,8 @@
 //!
 //!   The holdfast side runs `holdfast northd` (the binary beside hf-bench) with ovn-northd's
 //!   command line; when it is missing or does not bring SB up to date, the ovn-northd figures
-//!   are printed alone and a note says why.
+//!   are printed alone and a note says why (with `CI=true` the suite fails instead, as it does
+//!   when an OVN tool is missing).
 //!
 //! Development knobs: `HF_BENCH_NORTHD_SIZE=300x30` runs one size, and
 //! `HF_BENCH_NORTHD_COMPILE_ONLY=1` only the in-process figures (for profiling).
@@ -51,6 +52,11 @@ fn gen_topo() -> Option<PathBuf> {
     ]
     .into_iter()
     .find(|p| p.exists())
+}
+
+/// `CI=true`: a missing baseline or holdfast side fails the suite instead of being skipped.
+fn ci() -> bool {
+    std::env::var("CI").as_deref() == Ok("true")
 }
 
 fn have(tool: &str) -> bool {
@@ -174,6 +180,9 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         "ovn-nbctl",
     ] {
         if !have(tool) {
+            if ci() {
+                bail!("{tool} is not installed (needs OVN's packages; CI=true)");
+            }
             report.note(&format!(
                 "skipped: {tool} is not installed (needs OVN's packages)"
             ));
@@ -263,6 +272,9 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
                     ovn.lsp_add_ms,
                 );
                 report.compare(&names.2, h.rss_mb, "MB", b, "ovn-northd", ovn.rss_mb);
+            }
+            Err(e) if ci() => {
+                return Err(e.context(format!("holdfast northd side at {n}x{p} (CI=true)")));
             }
             Err(e) => {
                 report.note(&format!(
