@@ -11,6 +11,7 @@ use crate::fixture::{Backend, Dbs, NorthdProc, PidDaemon, wait_for};
 const TOOLS: &[&str] = &[
     "ovsdb-server",
     "ovsdb-tool",
+    "ovsdb-client",
     "ovn-nbctl",
     "ovn-appctl",
     "ovs-pki",
