@@ -1,9 +1,10 @@
 //! Real ovn-controller 23.03 consumes holdfast northd's SB (issue 10's acceptance point).
 //!
 //! For two generator topologies (one with a distributed router, one with a gateway router),
-//! real `ovn-nbctl` builds NB on a real `ovsdb-server`, holdfast northd's compile fills SB
-//! (`hf_northd::compile` + `hf_northd::sync::insert_ops`, as `northd_parity.rs` does until the
-//! `holdfast northd` daemon is merged), and a real chassis is started in the same tempdir: a
+//! real `ovn-nbctl` builds NB on a real `ovsdb-server`, holdfast northd fills SB — once by its
+//! compile in the test process (`hf_northd::compile` + `hf_northd::sync::insert_ops`), once as
+//! the `holdfast northd` daemon, waited for with real `ovn-nbctl --wait=sb` and, once the
+//! chassis runs, `--wait=hv` — and a real chassis is started in the same tempdir: a
 //! private `Open_vSwitch` database (`ovsdb-tool create` with OVS's schema, `ovs-vsctl --no-wait
 //! init`), real `ovs-vswitchd --enable-dummy=override`, `br-int` with one dummy interface per
 //! VIF bound to this chassis (`external_ids:iface-id`), and real `ovn-controller` pointed at the
@@ -24,6 +25,9 @@
 
 mod common;
 
+#[allow(dead_code)]
+#[path = "northd/fixture.rs"]
+mod fixture;
 #[allow(dead_code)]
 #[path = "trace_parity/oracle.rs"]
 mod oracle;
@@ -142,7 +146,7 @@ impl Chassis {
             "open_vswitch",
             ".",
             &format!("external_ids:system-id={name}"),
-            &format!("external_ids:hostname={name}"),
+            &format!("external_ids:hostname=host-{name}"),
             &format!("external_ids:ovn-remote={sb}"),
             "external_ids:ovn-encap-type=geneve",
             &format!("external_ids:ovn-encap-ip={encap_ip}"),
@@ -194,17 +198,17 @@ impl Chassis {
     }
 
     fn openflow_flows(&self) -> usize {
-        let out = run(
+        // dump-aggregate: one line (`... flow_count=N`), whatever the number of flows.
+        let out = run_ok(
             in_dir(&mut Command::new("ovs-ofctl"), &self.dir)
-                .arg("dump-flows")
+                .arg("dump-aggregate")
                 .arg(format!("unix:{}", self.dir.join("br-int.mgmt").display())),
-            Duration::from_secs(30),
         );
         let _ = &self.db;
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| l.contains("actions="))
-            .count()
+        out.split("flow_count=")
+            .nth(1)
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("ovs-ofctl dump-aggregate: {out}"))
     }
 }
 
@@ -241,9 +245,20 @@ fn wait_for(what: &str, timeout: Duration, log: impl Fn() -> String, mut ok: imp
     }
 }
 
-/// NB from the topology's commands, SB from holdfast northd's compile; the other chassis of
-/// the generator's table exist as plain rows (gateway chassis, requested chassis).
-fn build(env: &Env, t: &Topology) -> hf_northd::Compiled {
+/// The other chassis of the generator's table, as plain rows (gateway chassis, requested
+/// chassis); then NB from the topology's commands.
+fn build_nb(env: &Env, t: &Topology) {
+    let mut args: Vec<String> = Vec::new();
+    for (name, ip) in CHASSIS.iter().filter(|(n, _)| *n != REAL) {
+        if !args.is_empty() {
+            args.push("--".into());
+        }
+        args.extend(["chassis-add", name, "geneve", ip].map(String::from));
+        args.extend(["--", "set", "chassis", name].map(String::from));
+        args.extend(CHASSIS_FEATURES.iter().map(|s| s.to_string()));
+    }
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    sbctl(&env.sb, &a);
     let mut nb = Command::new("ovn-nbctl");
     nb.arg(format!("--db={}", env.nb)).arg("--timeout=30");
     for (i, c) in t.nb.iter().enumerate() {
@@ -259,17 +274,10 @@ fn build(env: &Env, t: &Topology) -> hf_northd::Compiled {
         t.seed,
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut args: Vec<String> = Vec::new();
-    for (name, ip) in CHASSIS.iter().filter(|(n, _)| *n != REAL) {
-        if !args.is_empty() {
-            args.push("--".into());
-        }
-        args.extend(["chassis-add", name, "geneve", ip].map(String::from));
-        args.extend(["--", "set", "chassis", name].map(String::from));
-        args.extend(CHASSIS_FEATURES.iter().map(|s| s.to_string()));
-    }
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    sbctl(&env.sb, &a);
+}
+
+/// SB from holdfast northd's compile, written in one transaction.
+fn fill_in_test(env: &Env) -> hf_northd::Compiled {
     let loaded = hf_ovsdb_net::storage::open(&env.dir.join("nb.db"), 0, 0).expect("NB file");
     let nbs = hf_model::NbSnapshot::from_db(&loaded.db).expect("NB snapshot");
     let compiled = hf_northd::compile(&nbs, &hf_northd::Options::default());
@@ -308,12 +316,71 @@ fn build(env: &Env, t: &Topology) -> hf_northd::Compiled {
     compiled
 }
 
-fn one_topology(t: &Topology) {
+/// How SB gets holdfast northd's rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fill {
+    /// `hf_northd::compile` in the test process, written with `insert_ops`.
+    InTest,
+    /// The `holdfast northd` daemon (`--detach --pidfile --unixctl --log-file`), waited for
+    /// with real `ovn-nbctl --wait=sb sync`; then `--wait=hv sync` must return too.
+    Daemon,
+}
+
+fn one_topology(t: &Topology, fill: Fill) {
     let env = Env::start_with(Backend::OvsdbServer, false);
-    let compiled = build(&env, t);
-    for d in &compiled.diagnostics {
-        eprintln!("seed {}: diagnostic: {d}", t.seed);
-    }
+    build_nb(&env, t);
+    let northd = match fill {
+        Fill::InTest => {
+            let compiled = fill_in_test(&env);
+            for d in &compiled.diagnostics {
+                eprintln!("seed {}: diagnostic: {d}", t.seed);
+            }
+            None
+        }
+        Fill::Daemon => {
+            // One VIF asks for this chassis by its hostname (23.03 looks names up, then
+            // hostnames).
+            let vif = t
+                .bindings()
+                .into_iter()
+                .find(|(_, c)| c == REAL)
+                .map(|(p, _)| p)
+                .unwrap();
+            run_ok(
+                Command::new("ovn-nbctl")
+                    .arg(format!("--db={}", env.nb))
+                    .args([
+                        "set",
+                        "logical_switch_port",
+                        &vif,
+                        &format!("options:requested-chassis=host-{REAL}"),
+                    ]),
+            );
+            let n = fixture::NorthdProc::start(&env.dir, "hf-northd", &env.nb, &env.sb, &[]);
+            let out = run(
+                Command::new("ovn-nbctl")
+                    .arg(format!("--db={}", env.nb))
+                    .args(["--timeout=60", "--wait=sb", "sync"]),
+                Duration::from_secs(90),
+            );
+            assert!(
+                out.status.success(),
+                "seed {}: ovn-nbctl --wait=sb sync against holdfast northd failed: {}\nnorthd log:\n{}",
+                t.seed,
+                String::from_utf8_lossy(&out.stderr),
+                n.log_text()
+            );
+            Some(n)
+        }
+    };
+    let lflows = sbctl(
+        &env.sb,
+        &["--bare", "--columns=_uuid", "list", "Logical_Flow"],
+    )
+    .lines()
+    .filter(|l| !l.trim().is_empty())
+    .count();
+    assert!(lflows > 0, "seed {}: SB has no logical flows", t.seed);
     let mine: Vec<String> = t
         .bindings()
         .into_iter()
@@ -353,13 +420,74 @@ fn one_topology(t: &Topology) {
         });
     }
 
-    // Has processed all of SB.
-    sbctl(&sb, &["set", "SB_Global", ".", "nb_cfg=7"]);
-    wait_for("Chassis_Private.nb_cfg = 7", timeout, log, || {
-        find(&sb, "Chassis_Private", "nb_cfg", &format!("name={REAL}")) == "7"
-    });
+    // Has processed all of SB: without a daemon the test bumps SB_Global.nb_cfg itself;
+    // with one, real `ovn-nbctl --wait=hv sync` returns (northd copies the chassis'
+    // Chassis_Private.nb_cfg into NB_Global.hv_cfg).
+    match &northd {
+        None => {
+            sbctl(&sb, &["set", "SB_Global", ".", "nb_cfg=7"]);
+            wait_for("Chassis_Private.nb_cfg = 7", timeout, log, || {
+                find(&sb, "Chassis_Private", "nb_cfg", &format!("name={REAL}")) == "7"
+            });
+        }
+        Some(n) => {
+            let t0 = Instant::now();
+            let out = run(
+                Command::new("ovn-nbctl")
+                    .arg(format!("--db={}", env.nb))
+                    .args(["--timeout=60", "--wait=hv", "sync"]),
+                Duration::from_secs(90),
+            );
+            assert!(
+                out.status.success(),
+                "seed {}: ovn-nbctl --wait=hv sync failed: {}\nnorthd log:\n{}\novn-controller log:\n{}",
+                t.seed,
+                String::from_utf8_lossy(&out.stderr),
+                n.log_text(),
+                log()
+            );
+            let nb_get = |c: &str| {
+                run_ok(
+                    Command::new("ovn-nbctl")
+                        .arg(format!("--db={}", env.nb))
+                        .args(["get", "NB_Global", ".", c]),
+                )
+                .trim()
+                .to_string()
+            };
+            let (nb_cfg, hv_cfg) = (nb_get("nb_cfg"), nb_get("hv_cfg"));
+            let chassis_cfg = find(&sb, "Chassis_Private", "nb_cfg", &format!("name={REAL}"));
+            assert!(
+                nb_cfg != "0" && hv_cfg == nb_cfg && chassis_cfg == nb_cfg,
+                "seed {}: after --wait=hv NB_Global nb_cfg {nb_cfg} hv_cfg {hv_cfg}, {REAL}'s Chassis_Private.nb_cfg {chassis_cfg}",
+                t.seed
+            );
+            let vif = &mine[0];
+            let rc = find(
+                &sb,
+                "Port_Binding",
+                "requested_chassis",
+                &format!("logical_port={vif}"),
+            );
+            assert_eq!(
+                rc, me,
+                "seed {}: {vif}'s requested_chassis (by hostname)",
+                t.seed
+            );
+            // Gateways run BFD to the chassis in ref_chassis: the daemon sees the claims.
+            if !t.gateway_router {
+                wait_for("HA_Chassis_Group ref_chassis", timeout, log, || {
+                    find(&sb, "HA_Chassis_Group", "ref_chassis", "name=lr0-ext") == me
+                });
+            }
+            eprintln!(
+                "seed {}: ovn-nbctl --wait=hv sync returned in {:?} (nb_cfg = hv_cfg = {REAL}'s nb_cfg = {nb_cfg})",
+                t.seed,
+                t0.elapsed()
+            );
+        }
+    }
     let of = ch.openflow_flows();
-    let lflows = compiled.sb.flows.len();
     assert!(of > 0, "seed {}: br-int has no OpenFlow flows", t.seed);
 
     // Parsed every logical flow.
@@ -378,7 +506,7 @@ fn one_topology(t: &Topology) {
         bad.len()
     );
     eprintln!(
-        "seed {} ({}): {REAL} registered, claimed {} ports, nb_cfg caught up; {lflows} logical flows, {of} OpenFlow flows, no parse errors",
+        "seed {} ({}, {fill:?}): {REAL} registered, claimed {} ports, nb_cfg caught up; {lflows} logical flows, {of} OpenFlow flows, no parse errors",
         t.seed,
         if t.gateway_router {
             "gateway router"
@@ -389,13 +517,9 @@ fn one_topology(t: &Topology) {
     );
 }
 
-#[test]
-fn real_controller_consumes_holdfast_sb() {
-    if !common::require("northd_controller", TOOLS) {
-        return;
-    }
-    // The first seeds from 9000 with a distributed router and with a gateway router, each
-    // with a VIF on the real chassis.
+/// The first seeds from 9000 with a distributed router and with a gateway router, each with
+/// a VIF on the real chassis.
+fn picked() -> Vec<Topology> {
     let mut picked: Vec<Topology> = Vec::new();
     for seed in 9000..9100 {
         let t = Topology::generate(seed, 0);
@@ -408,7 +532,27 @@ fn real_controller_consumes_holdfast_sb() {
         }
     }
     assert_eq!(picked.len(), 2, "the generator gives both router kinds");
-    for t in &picked {
-        one_topology(t);
+    picked
+}
+
+/// SB filled by holdfast northd's compile in the test process.
+#[test]
+fn real_controller_consumes_holdfast_sb() {
+    if !common::require("northd_controller", TOOLS) {
+        return;
+    }
+    for t in &picked() {
+        one_topology(t, Fill::InTest);
+    }
+}
+
+/// SB written by the `holdfast northd` daemon; `ovn-nbctl --wait=sb` and `--wait=hv` return.
+#[test]
+fn real_controller_with_holdfast_northd_daemon() {
+    if !common::require("northd_controller", TOOLS) {
+        return;
+    }
+    for t in &picked() {
+        one_topology(t, Fill::Daemon);
     }
 }

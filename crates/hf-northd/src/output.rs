@@ -50,6 +50,13 @@ pub struct PortRow {
     /// `gateway_chassis` is not written (23.03 uses `ha_chassis_group`); the HA chassis group
     /// of a chassis-redirect port: (group name, [(chassis, priority)]).
     pub ha_chassis_group: Option<(String, Vec<(String, i64)>)>,
+    /// `ref_chassis` of that HA chassis group, by chassis name: the chassis where ports of
+    /// the switches around the router (and routers linked to it) are bound (23.03 writes it
+    /// for groups of more than one chassis; gateways run BFD to these).
+    pub ha_ref_chassis: BTreeSet<String>,
+    /// The switches whose bound ports' chassis belong in that `ref_chassis` too: the sync
+    /// adds the chassis SB shows them bound to, so a claim needs a sync, not a compile.
+    pub ha_ref_datapaths: BTreeSet<String>,
     /// `port_security`.
     pub port_security: BTreeSet<String>,
 }

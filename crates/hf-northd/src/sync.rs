@@ -12,7 +12,7 @@
 //! What it does not do: write `MAC_Binding` (it only deletes those of deleted datapaths) or
 //! garbage-collect `Logical_DP_Group`/`HA_Chassis` rows (OVSDB does: they are not root).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -114,9 +114,15 @@ pub fn insert_ops(d: &SbDesired, chassis: &HashMap<String, Uuid>) -> Vec<Value> 
                 refs.push(named(&hl));
             }
             let gl = format!("{l}_hag");
+            let refc = row
+                .ha_ref_chassis
+                .iter()
+                .filter_map(|c| chassis.get(c))
+                .map(uuid_ref)
+                .collect();
             ops.push(
                 json!({"op": "insert", "table": "HA_Chassis_Group", "uuid-name": gl,
-                "row": {"name": gname, "ha_chassis": ref_set(refs)}}),
+                "row": {"name": gname, "ha_chassis": ref_set(refs), "ref_chassis": ref_set(refc)}}),
             );
             r["ha_chassis_group"] = named(&gl);
         }
@@ -313,6 +319,14 @@ pub fn diff_ops(
         .values()
         .map(|c| (c.name.as_str(), c.uuid))
         .collect();
+    // `requested-chassis` names a chassis by name or, failing that, by hostname (23.03).
+    let mut by_name_or_host: HashMap<&str, Uuid> = sb
+        .chassis
+        .values()
+        .filter(|c| !c.hostname.is_empty())
+        .map(|c| (c.hostname.as_str(), c.uuid))
+        .collect();
+    by_name_or_host.extend(chassis.iter().map(|(n, u)| (*n, *u)));
 
     // SB_Global: nb_cfg and the options northd owns (other keys are left alone).
     let old_g = sb.global();
@@ -377,6 +391,15 @@ pub fn diff_ops(
     // HA_Chassis_Group by name (rows of groups no port uses any more are deleted).
     let (old_hag, dup_hag) = by_key(sb.ha_chassis_group.values(), |r| Some(r.name.clone()));
     let mut hag_uuid: HashMap<String, Uuid> = HashMap::new();
+    let mut bound_by_dp: HashMap<Uuid, BTreeSet<Uuid>> = HashMap::new();
+    for p in sb.port_binding.values() {
+        if let Some(c) = p.chassis {
+            bound_by_dp
+                .entry(p.datapath.uuid())
+                .or_default()
+                .insert(c.uuid());
+        }
+    }
     for row in d.ports.values() {
         let Some((gname, members)) = &row.ha_chassis_group else {
             continue;
@@ -425,6 +448,22 @@ pub fn diff_ops(
                 new.ha_chassis.insert(h.uuid.into());
             }
         }
+        // ref_chassis: the chassis compile was told of, and those SB shows the ports of the
+        // group's switches bound to (a claim re-syncs, no compile needed).
+        new.ref_chassis = row
+            .ha_ref_chassis
+            .iter()
+            .filter_map(|c| chassis.get(c.as_str()).copied())
+            .chain(
+                row.ha_ref_datapaths
+                    .iter()
+                    .filter_map(|n| dp_uuid.get(n.as_str()))
+                    .filter_map(|u| bound_by_dp.get(u))
+                    .flatten()
+                    .copied(),
+            )
+            .map(Into::into)
+            .collect();
         hag_uuid.insert(gname.clone(), new.uuid);
         o.put(&new, old);
     }
@@ -465,12 +504,12 @@ pub fn diff_ops(
         new.requested_chassis = row
             .requested_chassis
             .as_ref()
-            .and_then(|c| chassis.get(c.as_str()))
+            .and_then(|c| by_name_or_host.get(c.as_str()))
             .map(|u| (*u).into());
         new.requested_additional_chassis = row
             .requested_additional_chassis
             .iter()
-            .filter_map(|c| chassis.get(c.as_str()))
+            .filter_map(|c| by_name_or_host.get(c.as_str()))
             .map(|u| (*u).into())
             .collect();
         new.ha_chassis_group = row
@@ -529,12 +568,18 @@ pub fn diff_ops(
                     .is_some_and(|g| g.datapaths.iter().any(|d| frozen.contains(&d.uuid())))
             })
     };
+    // Fail closed (see `SbDesired::frozen_datapaths`): a flow any frozen datapath executes is
+    // left as it is, and so is the identity it holds (its other datapaths keep that version
+    // too, until the chassis upgrades or leaves); a wanted flow shared with a frozen datapath
+    // that SB lacks is written for the other datapaths only.
+    let mut frozen_ids: HashSet<FlowId> = HashSet::new();
     let mut old_flows: HashMap<FlowId, (Uuid, &LeanFlow)> = HashMap::new();
     let mut flow_ids: Vec<(&Uuid, &LeanFlow)> = sb.logical_flow.iter().collect();
     flow_ids.sort_unstable_by_key(|(u, _)| **u);
     for (u, f) in flow_ids {
         if is_frozen(f) {
             o.stats.frozen += 1;
+            frozen_ids.extend(f.id);
             continue;
         }
         match f.id {
@@ -545,6 +590,9 @@ pub fn diff_ops(
         }
     }
     for (id, row) in &d.flows {
+        if frozen_ids.contains(id) {
+            continue;
+        }
         let (dp, group) = match &row.dps {
             FlowDps::One(n) => {
                 if d.frozen_datapaths.contains(n) {
@@ -555,10 +603,20 @@ pub fn diff_ops(
                     None => continue,
                 }
             }
-            FlowDps::Group(g) => match group_of(g, &mut o) {
-                Some(u) => (None, Some(u)),
-                None => continue,
-            },
+            FlowDps::Group(g) => {
+                let g: Vec<String> = g
+                    .iter()
+                    .filter(|n| !d.frozen_datapaths.contains(*n))
+                    .cloned()
+                    .collect();
+                if g.is_empty() {
+                    continue;
+                }
+                match group_of(&g, &mut o) {
+                    Some(u) => (None, Some(u)),
+                    None => continue,
+                }
+            }
         };
         let old = old_flows.get(id);
         let Some((uuid, f)) = old else {
@@ -588,10 +646,10 @@ pub fn diff_ops(
         if f.egress != (row.pipeline == "egress") {
             cols.insert("pipeline".into(), json!(row.pipeline));
         }
-        if f.table_id != i64::from(row.table_id) {
+        if f.table_id != i16::from(row.table_id) {
             cols.insert("table_id".into(), json!(row.table_id));
         }
-        if f.priority != i64::from(row.priority) {
+        if f.priority != i32::from(row.priority) {
             cols.insert("priority".into(), json!(row.priority));
         }
         if f.match_hash != text_hash(&row.match_) {
@@ -606,11 +664,12 @@ pub fn diff_ops(
                 opt(row.controller_meter.as_ref().map(|m| json!(m))),
             );
         }
-        let same_ids = f.external_ids.len() == row.external_ids.len()
-            && f.external_ids
-                .iter()
-                .zip(&row.external_ids)
-                .all(|((a, b), (c, e))| **a == **c && **b == **e);
+        let mut have = f.external_ids();
+        let same_ids = row
+            .external_ids
+            .iter()
+            .all(|(k, v)| have.next() == Some((k.as_str(), v.as_str())))
+            && have.next().is_none();
         if !same_ids {
             cols.insert("external_ids".into(), map(&row.external_ids));
         }

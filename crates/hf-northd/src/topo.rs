@@ -35,6 +35,15 @@ pub struct Keys {
     /// (`external_ids:logical-switch`/`logical-router`): when two NB rows share a name, that
     /// one keeps it (a duplicate added later never displaces the switch SB has).
     pub nb_rows: HashMap<String, Uuid>,
+    /// Port name → `Port_Binding.tag` SB holds: a container port with `tag_request=0` keeps
+    /// the tag it was given (ovn-northd keeps it by writing NB's `tag`; compile is pure).
+    pub tags: HashMap<String, i64>,
+    /// Port name → the chassis `Port_Binding.chassis` names (where SB says it is bound):
+    /// what `HA_Chassis_Group.ref_chassis` is made of.
+    pub bound_chassis: HashMap<String, String>,
+    /// Port name → `Port_Binding.options:qdisc_queue_id` SB holds (kept, as ovn-northd keeps
+    /// it).
+    pub queue_ids: HashMap<String, u32>,
 }
 
 /// What kind of port.
@@ -217,7 +226,7 @@ impl<'a> Topo<'a> {
         t.add_switch_ports(diags);
         t.add_router_ports(diags);
         t.resolve_peers(diags);
-        t.assign_keys(keys, diags);
+        t.assign_keys(keys);
         t.ls = crate::ls::index::LsIndex::build(&t, diags);
         t
     }
@@ -542,37 +551,78 @@ impl<'a> Topo<'a> {
     /// Tunnel keys: datapaths 1..2^24-1, ports 1..32767 within their datapath. Requested keys
     /// first, then the keys SB already has, then the lowest free key in name order, so a
     /// rebuilt NB (new UUIDs, same names) gets the same keys.
-    fn assign_keys(&mut self, keys: &Keys, diags: &mut Diags) {
+    fn assign_keys(&mut self, keys: &Keys) {
+        // Datapaths: `requested-tnl-key` (switch other_config, router options; what ovn-ic
+        // uses so both zones agree) first, then SB's keys, then the lowest free key.
+        let nb = self.nb;
+        let requested: Vec<Option<u32>> = self
+            .datapaths
+            .iter()
+            .map(|d| {
+                let v = match d.kind {
+                    DpKind::Switch => nb
+                        .logical_switch()
+                        .get(&d.nb)
+                        .and_then(|l| l.other_config.get("requested-tnl-key")),
+                    DpKind::Router => nb
+                        .logical_router()
+                        .get(&d.nb)
+                        .and_then(|l| l.options.get("requested-tnl-key")),
+                };
+                v.and_then(|k| k.parse::<u32>().ok())
+                    .filter(|k| (1..=crate::tables::global::MAX_TUNID).contains(k))
+            })
+            .collect();
         let mut used = std::collections::HashSet::new();
         let mut pending = Vec::new();
         for (i, d) in self.datapaths.iter_mut().enumerate() {
-            match keys.datapaths.get(&d.name) {
-                Some(k) if *k > 0 && used.insert(*k) => d.tunnel_key = *k,
+            match requested[i] {
+                Some(k) if used.insert(k) => d.tunnel_key = k,
                 _ => pending.push(i),
             }
         }
-        let mut next = 1u32;
+        let mut rest = Vec::new();
         for i in pending {
+            match keys.datapaths.get(&self.datapaths[i].name) {
+                Some(k) if *k > 0 && used.insert(*k) => self.datapaths[i].tunnel_key = *k,
+                _ => rest.push(i),
+            }
+        }
+        let mut next = 1u32;
+        for i in rest {
             while used.contains(&next) {
                 next += 1;
             }
             used.insert(next);
             self.datapaths[i].tunnel_key = next;
         }
+        // Ports: the same order, within their datapath (1..32767).
         for dp in 0..self.datapaths.len() {
             let ports = self.datapaths[dp].ports.clone();
             let mut used = std::collections::HashSet::new();
             let mut pending = Vec::new();
             for p in &ports {
                 let port = &mut self.ports[*p];
-                let requested = requested_port_key(port, &used, diags);
-                match requested.or_else(|| keys.ports.get(&port.name).copied()) {
-                    Some(k) if (1..=32767).contains(&k) && used.insert(k) => port.tunnel_key = k,
+                let requested = port
+                    .options
+                    .get("requested-tnl-key")
+                    .and_then(|k| k.parse::<u32>().ok())
+                    .filter(|k| (1..=32767).contains(k));
+                match requested {
+                    Some(k) if used.insert(k) => port.tunnel_key = k,
                     _ => pending.push(*p),
                 }
             }
-            let mut next = 1u32;
+            let mut rest = Vec::new();
             for p in pending {
+                let port = &mut self.ports[p];
+                match keys.ports.get(&port.name).copied() {
+                    Some(k) if (1..=32767).contains(&k) && used.insert(k) => port.tunnel_key = k,
+                    _ => rest.push(p),
+                }
+            }
+            let mut next = 1u32;
+            for p in rest {
                 while used.contains(&next) {
                     next += 1;
                 }
@@ -613,42 +663,6 @@ impl Topo<'_> {
                         .any(|r| r.options.get("chassis").is_none_or(|c| c.is_empty()))
             })
             .map(|_| format!("the chassis-redirect port of distributed gateway port {base:?}"))
-    }
-}
-
-/// A port's `options:requested-tnl-key` when it is valid and free (`used`: the keys already
-/// taken in its datapath); otherwise `None` with a diagnostic.
-fn requested_port_key(
-    port: &Port,
-    used: &std::collections::HashSet<u32>,
-    diags: &mut Diags,
-) -> Option<u32> {
-    let text = port.options.get("requested-tnl-key")?;
-    let table = if port.is_lrp() {
-        "Logical_Router_Port"
-    } else {
-        "Logical_Switch_Port"
-    };
-    match text.parse::<u32>().ok().filter(|k| (1..=32767).contains(k)) {
-        None => {
-            diags.push(
-                table,
-                port.nb,
-                &port.name,
-                format!("options:requested-tnl-key={text:?} is not a key in 1..32767; a free key is assigned"),
-            );
-            None
-        }
-        Some(k) if used.contains(&k) => {
-            diags.push(
-                table,
-                port.nb,
-                &port.name,
-                format!("options:requested-tnl-key={k} is already another port's key on this datapath; a free key is assigned"),
-            );
-            None
-        }
-        Some(k) => Some(k),
     }
 }
 

@@ -24,9 +24,10 @@ enum Strip<'a> {
     Port(&'a str),
     /// Flows whose stage-hint is the row.
     Hinted,
-    /// Flows whose stage-hint is the row, and the switch flows naming its external address
-    /// and MAC (a switch sends ARP/ND and frames for a router's NAT addresses to the router
-    /// whether or not the router accepts the row, as ovn-northd does).
+    /// Flows whose stage-hint is the row, and the flows matching its external address or MAC
+    /// (switches send ARP/ND and frames for a router's NAT addresses to the router, and the
+    /// router answers ARP for them, whether or not the router accepts the row, as ovn-northd
+    /// does).
     Nat(&'a str, &'a str),
     /// One option of one port binding (the bad value itself, copied to SB as OVN does).
     PortOption(&'a str, &'a str),
@@ -60,6 +61,14 @@ fn keys_of(c: &Compiled) -> Keys {
                     .map(|u| (n.clone(), u))
             })
             .collect(),
+        tags: c
+            .sb
+            .ports
+            .iter()
+            .filter_map(|(n, p)| p.tag.map(|t| (n.clone(), t)))
+            .collect(),
+        bound_chassis: Default::default(),
+        queue_ids: Default::default(),
     }
 }
 
@@ -83,12 +92,8 @@ fn strip(mut sb: SbDesired, how: &Strip<'_>, row: Uuid) -> SbDesired {
     }
     if let Strip::Nat(ip, mac) = how {
         let (ip, mac) = (format!(" {ip}"), format!(" {mac}"));
-        sb.flows.retain(|_, f| {
-            !(f.external_ids
-                .get("stage-name")
-                .is_some_and(|s| s.starts_with("ls_"))
-                && (f.match_.contains(&ip) || f.match_.contains(&mac)))
-        });
+        let names = |t: &str| t.contains(&ip) || (mac.len() > 1 && t.contains(&mac));
+        sb.flows.retain(|_, f| !names(&f.match_));
     }
     if let Strip::PortOption(port, key) = how
         && let Some(p) = sb.ports.get_mut(*port)

@@ -745,6 +745,8 @@ fn gen_topo_like(n: usize, p: usize) -> Nb {
 /// scale -- --ignored --nocapture`): the switch stages alone and the whole compile.
 #[test]
 #[ignore]
+// A benchmark reads the clock.
+#[allow(clippy::disallowed_methods)]
 fn scale_500x40() {
     let n: usize = std::env::var("HF_SCALE_N")
         .ok()
@@ -806,4 +808,65 @@ fn scale_500x40() {
         best_all * 1e3
     );
     assert!(flows > n * p * 4, "{flows} flows");
+}
+
+#[test]
+fn dhcp_options_become_put_dhcp_opts_and_bad_rows_are_diagnosed() {
+    let mut nb = Nb::new();
+    nb.ls("sw0");
+    let vm1 = nb.vif("sw0", "vm1", "0a:00:00:00:00:01 10.0.0.11", true);
+    let vm2 = nb.vif("sw0", "vm2", "0a:00:00:00:00:02 10.0.0.12", true);
+    let good = nb.txn(vec![json!({"op": "insert", "table": "DHCP_Options", "row": {
+        "cidr": "10.0.0.0/24",
+        "options": ["map", [["server_id", "10.0.0.1"], ["server_mac", "0a:00:00:00:00:fe"],
+            ["lease_time", "3600"], ["router", "10.0.0.1"], ["dns_server", "{8.8.8.8, 8.8.4.4}"]]]}})]);
+    let bad = nb.txn(vec![
+        json!({"op": "insert", "table": "DHCP_Options", "row": {
+        "cidr": "10.0.0.0/24",
+        "options": ["map", [["server_id", "10.0.0.1"], ["server_mac", "0a:00:00:00:00:fe"]]]}}),
+    ]);
+    nb.set(
+        "Logical_Switch_Port",
+        vm1,
+        "dhcpv4_options",
+        json!(["uuid", good.to_string()]),
+    );
+    nb.set(
+        "Logical_Switch_Port",
+        vm2,
+        "dhcpv4_options",
+        json!(["uuid", bad.to_string()]),
+    );
+    let c = compiled(&nb, FeatureSet::all());
+    let opts = "reg0[3] = put_dhcp_opts(offerip = 10.0.0.11, dns_server = {8.8.8.8, 8.8.4.4}, lease_time = 3600, netmask = 255.255.255.0, router = 10.0.0.1, server_id = 10.0.0.1); next;";
+    expect(
+        &c.sb,
+        "sw0",
+        "ls_in_dhcp_options",
+        100,
+        &[
+            (
+                "inport == \"vm1\" && eth.src == 0a:00:00:00:00:01 && ip4.src == 0.0.0.0 && ip4.dst == 255.255.255.255 && udp.src == 68 && udp.dst == 67",
+                opts,
+            ),
+            (
+                "inport == \"vm1\" && eth.src == 0a:00:00:00:00:01 && ip4.src == 10.0.0.11 && ip4.dst == {10.0.0.1, 255.255.255.255} && udp.src == 68 && udp.dst == 67",
+                opts,
+            ),
+        ],
+    );
+    expect(
+        &c.sb,
+        "sw0",
+        "ls_in_dhcp_response",
+        100,
+        &[(
+            "inport == \"vm1\" && eth.src == 0a:00:00:00:00:01 && ip4 && udp.src == 68 && udp.dst == 67 && reg0[3]",
+            "eth.dst = eth.src; eth.src = 0a:00:00:00:00:fe; ip4.src = 10.0.0.1; udp.src = 67; udp.dst = 68; outport = inport; flags.loopback = 1; output;",
+        )],
+    );
+    let about: Vec<_> = c.diagnostics.iter().filter(|d| d.row == bad).collect();
+    assert_eq!(about.len(), 1, "{:#?}", c.diagnostics);
+    assert_eq!(about[0].table, "DHCP_Options");
+    assert!(about[0].reason.contains("vm2"), "{}", about[0]);
 }

@@ -291,10 +291,17 @@ impl Northd {
     pub fn handle_nb_event(&mut self, ev: Event<NbSnapshot>) {
         match ev {
             Event::Changes(d) => {
+                // Northd's own NB writes (sb_cfg, hv_cfg, LSP up) change nothing in SB; a new
+                // nb_cfg needs a sync (it goes to SB_Global), anything else a compile.
                 if needs_compile(&d) {
                     self.compile_due = true;
+                    self.sync_due = true;
+                } else if d.nb_global.iter().any(|r| match r {
+                    hf_model::RowDelta::Update { old, new } => old.nb_cfg != new.nb_cfg,
+                    _ => true,
+                }) {
+                    self.sync_due = true;
                 }
-                self.sync_due = true;
                 self.nb_side_due = true;
             }
             Event::Resynced { .. } => {
@@ -334,7 +341,9 @@ impl Northd {
                 if c.touches("MAC_Binding") {
                     self.age_due = true;
                 }
-                if c.tables.iter().any(|t| *t != "Chassis_Private") {
+                // Controllers' writes (chassis, up, Chassis_Private, MAC_Binding) need no
+                // sync: only a change to a row or column northd writes does.
+                if c.northd_rows {
                     self.sync_due = true;
                 }
                 self.nb_side_due = true;
@@ -651,6 +660,24 @@ pub fn compile_options(sb: &SbView) -> Options {
         if let Ok(k) = u32::try_from(p.tunnel_key) {
             keys.ports.entry(p.logical_port.clone()).or_insert(k);
         }
+        if let Some(t) = p.tag {
+            keys.tags.entry(p.logical_port.clone()).or_insert(t);
+        }
+        if let Some(q) = p
+            .options
+            .get("qdisc_queue_id")
+            .and_then(|q| q.parse::<u32>().ok())
+        {
+            keys.queue_ids.entry(p.logical_port.clone()).or_insert(q);
+        }
+        if let Some(c) = p.chassis.and_then(|c| sb.chassis.get(&c.uuid())) {
+            keys.bound_chassis
+                .entry(p.logical_port.clone())
+                .or_insert_with(|| c.name.clone());
+        }
+    }
+    if let Some(g) = sb.sb_global.values().next() {
+        keys.sb_options = g.options.clone();
     }
     Options {
         keys,

@@ -8,3 +8,6 @@ pub mod sbview;
 
 pub use self::core::{Config, Northd, Role};
 pub use sbview::SbView;
+
+#[cfg(test)]
+mod tests;

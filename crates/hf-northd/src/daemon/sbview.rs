@@ -32,18 +32,20 @@ pub struct LeanFlow {
     pub logical_dp_group: Option<Uuid>,
     /// `pipeline` is `egress`.
     pub egress: bool,
-    /// `table_id`.
-    pub table_id: i64,
-    /// `priority`.
-    pub priority: i64,
+    /// `table_id` (0..=32 in the schema; anything else reads as -1, never equal to a wanted one).
+    pub table_id: i16,
+    /// `priority` (0..=65535 in the schema; anything else reads as -1).
+    pub priority: i32,
     /// FNV-1a of `match`.
     pub match_hash: u64,
     /// FNV-1a of `actions`.
     pub actions_hash: u64,
     /// `controller_meter`.
     pub controller_meter: Option<Box<str>>,
-    /// `external_ids`, sorted by key.
-    pub external_ids: Box<[(Box<str>, Box<str>)]>,
+    /// `external_ids`, sorted by key, packed into one string (`key US value RS ...`, the
+    /// ASCII unit and record separators): one allocation instead of two per entry. Read it
+    /// with [`LeanFlow::external_ids`].
+    pub external_ids_packed: Box<str>,
 }
 
 impl Default for LeanFlow {
@@ -58,10 +60,14 @@ impl Default for LeanFlow {
             match_hash: fnv1a64(b""),
             actions_hash: fnv1a64(b""),
             controller_meter: None,
-            external_ids: Box::new([]),
+            external_ids_packed: "".into(),
         }
     }
 }
+
+/// Separators of [`LeanFlow::external_ids_packed`].
+const US: char = '\u{1f}';
+const RS: char = '\u{1e}';
 
 /// The hash the view keeps of a `match` or `actions` text.
 pub fn text_hash(s: &str) -> u64 {
@@ -84,6 +90,10 @@ pub struct SbChanges {
     pub tables: BTreeSet<&'static str>,
     /// Row changes.
     pub rows: usize,
+    /// Whether a row or column northd writes changed (not only controller-owned ones:
+    /// `Chassis`, `Chassis_Private`, `MAC_Binding`, `Port_Binding`'s `chassis`, `up`,
+    /// `additional_chassis`).
+    pub northd_rows: bool,
 }
 
 impl SbChanges {
@@ -167,7 +177,10 @@ const TABLES: &[(&str, Option<&[&str]>)] = &[
     ("Address_Set", None),
     ("Load_Balancer", None),
     ("HA_Chassis", Some(&["chassis", "priority", "external_ids"])),
-    ("HA_Chassis_Group", Some(&["name", "ha_chassis"])),
+    (
+        "HA_Chassis_Group",
+        Some(&["name", "ha_chassis", "ref_chassis"]),
+    ),
     ("Logical_DP_Group", None),
     (
         "Logical_Flow",
@@ -382,21 +395,32 @@ impl LeanFlow {
             "logical_datapath" => self.logical_datapath = uuid_of(d),
             "logical_dp_group" => self.logical_dp_group = uuid_of(d),
             "pipeline" => self.egress = d.first().is_some_and(|a| str_of(a) == "egress"),
-            "table_id" => self.table_id = int_of(d),
-            "priority" => self.priority = int_of(d),
+            "table_id" => self.table_id = i16::try_from(int_of(d)).unwrap_or(-1),
+            "priority" => self.priority = i32::try_from(int_of(d)).unwrap_or(-1),
             "match" => self.match_hash = text_hash(d.first().map_or("", str_of)),
             "actions" => self.actions_hash = text_hash(d.first().map_or("", str_of)),
             "controller_meter" => self.controller_meter = d.first().map(|a| str_of(a).into()),
             "external_ids" => {
-                self.external_ids = d
+                let mut packed = String::new();
+                for (i, (k, v)) in d.pairs().enumerate() {
+                    if i > 0 {
+                        packed.push(RS);
+                    }
+                    packed.push_str(str_of(k));
+                    packed.push(US);
+                    packed.push_str(str_of(v));
+                }
+                let clean = d
                     .pairs()
-                    .map(|(k, v)| (str_of(k).into(), str_of(v).into()))
-                    .collect();
-                self.id = self
-                    .external_ids
-                    .iter()
-                    .find(|(k, _)| &**k == "hf-flow-id")
-                    .and_then(|(_, v)| FlowId::parse(v));
+                    .all(|(k, v)| !str_of(k).contains([US, RS]) && !str_of(v).contains([US, RS]));
+                self.external_ids_packed = packed.into_boxed_str();
+                // A map the packing cannot hold exactly is not one northd wrote: the flow
+                // counts as foreign (no identity), so the sync replaces it.
+                self.id = if clean {
+                    self.external_id("hf-flow-id").and_then(FlowId::parse)
+                } else {
+                    None
+                };
             }
             _ => {}
         }
@@ -412,25 +436,28 @@ impl LeanFlow {
                 .as_ref()
                 .map_or_else(Datum::empty, |m| Datum::scalar(Atom::String((&**m).into()))),
             "external_ids" => Datum::map_from_sorted(
-                self.external_ids
-                    .iter()
-                    .map(|(k, _)| Atom::String((&**k).into()))
+                self.external_ids()
+                    .map(|(k, _)| Atom::String(k.into()))
                     .collect(),
-                self.external_ids
-                    .iter()
-                    .map(|(_, v)| Atom::String((&**v).into()))
+                self.external_ids()
+                    .map(|(_, v)| Atom::String(v.into()))
                     .collect(),
             ),
             _ => return None,
         })
     }
 
+    /// `external_ids`, by key order.
+    pub fn external_ids(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.external_ids_packed
+            .split(RS)
+            .filter(|e| !e.is_empty())
+            .map(|e| e.split_once(US).unwrap_or((e, "")))
+    }
+
     /// The `external_ids` value of `key`.
     pub fn external_id(&self, key: &str) -> Option<&str> {
-        self.external_ids
-            .iter()
-            .find(|(k, _)| &**k == key)
-            .map(|(_, v)| &**v)
+        self.external_ids().find(|(k, _)| *k == key).map(|(_, v)| v)
     }
 }
 
@@ -610,6 +637,30 @@ impl SbView {
 
     fn apply_all(&mut self, p: AllPending) -> SbChanges {
         let mut c = SbChanges::default();
+        let controller_only = |old: &sb::PortBinding, new: &sb::PortBinding| {
+            let mut o = old.clone();
+            o.chassis = new.chassis;
+            o.up = new.up;
+            o.additional_chassis = new.additional_chassis.clone();
+            o == *new
+        };
+        c.northd_rows = !p.sb_global.is_empty()
+            || !p.datapath_binding.is_empty()
+            || p.port_binding
+                .iter()
+                .any(|(u, r)| match (self.port_binding.get(u), r) {
+                    (Some(old), Some(new)) => !controller_only(old, new),
+                    _ => true,
+                })
+            || !p.multicast_group.is_empty()
+            || !p.port_group.is_empty()
+            || !p.address_set.is_empty()
+            || !p.load_balancer.is_empty()
+            || !p.ha_chassis.is_empty()
+            || !p.ha_chassis_group.is_empty()
+            || !p.logical_dp_group.is_empty()
+            || !p.logical_flow.is_empty()
+            || !p.static_mac_binding.is_empty();
         let mut note = |t: &'static str, n: usize| {
             if n > 0 {
                 c.tables.insert(t);
@@ -744,6 +795,7 @@ impl Model for SbView {
             drop(u);
             n += self.apply_all(p).rows;
         }
+        // (The first sync's changes are not reported; the consumer recompiles after it.)
         Ok(n)
     }
 

@@ -91,3 +91,12 @@ pub fn ct_commit_bare() -> Action {
 pub fn clone(body: Vec<Action>) -> Action {
     Action::nested(NestedKind::Clone, body)
 }
+
+/// `field == {v1, ...}`, written as a set even with one member (as OVN writes some matches).
+pub fn set_of(field: &str, values: impl IntoIterator<Item = hf_expr::Value>) -> hf_expr::ast::Expr {
+    hf_expr::ast::Expr::Cmp {
+        field: f(field),
+        op: hf_expr::RelOp::Eq,
+        rhs: hf_expr::Rhs::Set(values.into_iter().map(hf_expr::Term::new).collect()),
+    }
+}

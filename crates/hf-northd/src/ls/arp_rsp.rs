@@ -97,7 +97,8 @@ pub fn arp_for(a: Ipv4Addr) -> hf_expr::ast::Expr {
     and([eq(f("arp.tpa"), ip4(a)), eq_num(f("arp.op"), 1)])
 }
 
-fn arp_reply(m: Mac, a: Ipv4Addr) -> Vec<Action> {
+/// The ARP reply for `a` from `m`.
+pub fn arp_reply(m: Mac, a: Ipv4Addr) -> Vec<Action> {
     vec![
         Action::move_field(f("eth.dst"), f("eth.src")),
         Action::assign(f("eth.src"), mac(m)),
@@ -141,12 +142,7 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
                 continue;
             }
             PortKind::OtherLsp(t) if t == "virtual" => {
-                diags.push(
-                    "Logical_Switch_Port",
-                    port.nb,
-                    &port.name,
-                    "type virtual (bind_vport) is not compiled by holdfast northd; the virtual IP is not bound",
-                );
+                virtual_port(sw, out, diags, *p);
                 continue;
             }
             PortKind::OtherLsp(t) if t == "external" => continue,
@@ -242,7 +238,7 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
                     "arp-proxy",
                     and([
                         eq_num(f("arp.op"), 1),
-                        in_set(f("arp.tpa"), ips.iter().map(|a| ip4(*a))),
+                        super::act::set_of("arp.tpa", ips.iter().map(|a| ip4(*a))),
                     ]),
                     vec![
                         Action::move_field(f("eth.dst"), f("eth.src")),
@@ -258,5 +254,71 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
                 );
             }
         }
+    }
+}
+
+/// A `virtual` port: GARPs and ARP replies (or, for IPv6, solicitations and unsolicited
+/// advertisements) for its `options:virtual-ip` from one of its `options:virtual-parents` on
+/// the same switch bind it to that parent (`bind_vport`).
+fn virtual_port(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags, p: PortIdx) {
+    let port = sw.port(p);
+    let (Some(vip), Some(parents)) = (
+        port.options.get("virtual-ip"),
+        port.options.get("virtual-parents"),
+    ) else {
+        return;
+    };
+    let Ok(vip) = vip.parse::<IpAddr>() else {
+        diags.push(
+            "Logical_Switch_Port",
+            port.nb,
+            &port.name,
+            format!("options:virtual-ip {vip:?} is not an IP address; the port is never bound"),
+        );
+        return;
+    };
+    for parent in parents.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let Some(pi) = sw.topo.port_by_name.get(parent).copied() else {
+            continue;
+        };
+        let pp = sw.port(pi);
+        if pp.dp != sw.dp {
+            continue;
+        }
+        let m = match vip {
+            IpAddr::V4(a) => and([
+                inport(parent),
+                crate::build::or([
+                    and([
+                        eq_num(f("arp.op"), 1),
+                        eq(f("arp.spa"), ip4(a)),
+                        eq(f("arp.tpa"), ip4(a)),
+                    ]),
+                    and([eq_num(f("arp.op"), 2), eq(f("arp.spa"), ip4(a))]),
+                ]),
+            ]),
+            IpAddr::V6(a) => and([
+                inport(parent),
+                crate::build::or([ns_for(a), and([pred("nd_na"), eq(f("nd.target"), ip6(a))])]),
+            ]),
+        };
+        sw.owned(
+            out,
+            Stage::LsInArpRsp,
+            100,
+            crate::flow::Owner::Port(port.name.clone()),
+            format!("bind {parent}"),
+            Some(pp.nb),
+            m,
+            vec![
+                Action::BindVport {
+                    vport: port.name.clone(),
+                    parent: f("inport"),
+                    span: hf_expr::Span::default(),
+                },
+                next(),
+            ],
+            None,
+        );
     }
 }

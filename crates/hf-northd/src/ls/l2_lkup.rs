@@ -100,15 +100,7 @@ fn rport_arp_req(sw: &Sw<'_, '_>, out: &mut Flows, p: PortIdx, lrp: PortIdx) {
             macs.extend(ra.nat_macs.iter().copied());
         }
         let mm = and([
-            Expr::Cmp {
-                field: f("eth.src"),
-                op: hf_expr::RelOp::Eq,
-                rhs: hf_expr::Rhs::Set(
-                    macs.into_iter()
-                        .map(|m| hf_expr::Term::new(mac(m)))
-                        .collect(),
-                ),
-            },
+            super::act::set_of("eth.src", macs.into_iter().map(mac)),
             or([
                 eq_num(f("arp.op"), 1),
                 eq_num(f("rarp.op"), 3),
@@ -173,6 +165,16 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
             "other_config:mcast_snoop=true (IGMP/MLD snooping) is not compiled by holdfast northd; multicast floods",
         );
     }
+    if let Some(ls) = topo.nb.logical_switch().get(&topo.datapaths[sw.dp].nb)
+        && ls.copp.is_some()
+    {
+        diags.push(
+            "Logical_Switch",
+            ls.uuid,
+            &ls.name,
+            "copp (control-plane protection meters) is not applied by holdfast northd; controller actions are unmetered",
+        );
+    }
     sw.dflt(
         out,
         Stage::LsInL2Lkup,
@@ -181,6 +183,7 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
         pred("eth.mcast"),
         to_port(MC_FLOOD),
     );
+    forwarding_groups(sw, out, diags);
     for p in sw.ports {
         let port = sw.port(*p);
         if matches!(&port.kind, PortKind::OtherLsp(t) if t == "external") {
@@ -266,5 +269,64 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
                 );
             }
         }
+    }
+}
+
+/// NB `Forwarding_Group`s of the switch: the group's VIP is answered with its VMAC
+/// (`ls_in_arp_rsp`) and the VMAC goes to `fwd_group(...)` over the child ports.
+fn forwarding_groups(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
+    let nb = sw.topo.nb;
+    let Some(ls) = nb.logical_switch().get(&sw.topo.datapaths[sw.dp].nb) else {
+        return;
+    };
+    let mut groups: Vec<&hf_model::nb::ForwardingGroup> = ls
+        .forwarding_groups
+        .iter()
+        .filter_map(|r| nb.get(*r))
+        .collect();
+    groups.sort_by(|a, b| a.name.cmp(&b.name));
+    for g in groups {
+        if g.child_port.is_empty() {
+            continue;
+        }
+        let (Some(vmac), Ok(vip)) = (crate::addr::Mac::parse(&g.vmac), g.vip.parse()) else {
+            diags.push(
+                "Forwarding_Group",
+                g.uuid,
+                &g.name,
+                format!(
+                    "vmac {:?} / vip {:?} are not a MAC and an IPv4 address; the group is left out",
+                    g.vmac, g.vip
+                ),
+            );
+            continue;
+        };
+        let owner = || crate::flow::Owner::Datapath(sw.name().to_string());
+        sw.owned(
+            out,
+            Stage::LsInArpRsp,
+            50,
+            owner(),
+            format!("fwd-group {} vip", g.name),
+            Some(g.uuid),
+            super::arp_rsp::arp_for(vip),
+            super::arp_rsp::arp_reply(vmac, vip),
+            None,
+        );
+        sw.owned(
+            out,
+            Stage::LsInL2Lkup,
+            50,
+            owner(),
+            format!("fwd-group {} vmac", g.name),
+            Some(g.uuid),
+            eq(f("eth.dst"), mac(vmac)),
+            vec![Action::FwdGroup {
+                liveness: g.liveness.then_some(true),
+                ports: g.child_port.iter().cloned().collect(),
+                span: hf_expr::Span::default(),
+            }],
+            None,
+        );
     }
 }

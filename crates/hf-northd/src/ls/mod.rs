@@ -9,8 +9,10 @@
 //! `has_unknown`), from [`index::LsIndex`], which [`crate::topo::Topo`] builds once per compile.
 //!
 //! Not compiled (each a diagnostic where NB asks for it): IGMP/MLD snooping, VTEP ports,
-//! virtual ports' `bind_vport`, forwarding groups, load-balancer health checks and affinity,
-//! service monitors; DHCP options are compiled for the common option set only (see `dhcp`).
+//! QoS queues (`qdisc_queue_id`), load-balancer health checks and affinity, service monitors,
+//! native DHCP for `external` ports. For chassis without a feature 23.03 uses, stages emit
+//! the older form where one exists (port security as explicit flows, `ct_commit_nat`, FDB,
+//! `ct_label.label`); `render` lowers the rest.
 
 pub mod acl;
 pub mod acl_hint;

@@ -3,11 +3,66 @@
 //! network or router name), `interconn-ts`, and for routers `snat-ct-zone` and
 //! `always_learn_from_arp_request=false`. `load_balancers` is left empty as 23.03 does.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
+use crate::diag::Diags;
 use crate::output::{DpRow, SbDesired};
 use crate::stage::DpKind;
 use crate::topo::Topo;
+
+/// `requested-tnl-key` (switch `other_config`, router `options`) must be a number in
+/// 1..16711680 not requested by another datapath (the first by name keeps it).
+pub fn check_requested_keys(topo: &Topo<'_>, diags: &mut Diags) {
+    let mut seen: HashMap<u32, &str> = HashMap::new();
+    for d in &topo.datapaths {
+        let (table, v) = match d.kind {
+            DpKind::Switch => (
+                "Logical_Switch",
+                topo.nb
+                    .logical_switch()
+                    .get(&d.nb)
+                    .and_then(|l| l.other_config.get("requested-tnl-key")),
+            ),
+            DpKind::Router => (
+                "Logical_Router",
+                topo.nb
+                    .logical_router()
+                    .get(&d.nb)
+                    .and_then(|l| l.options.get("requested-tnl-key")),
+            ),
+        };
+        let Some(v) = v else { continue };
+        match v
+            .parse::<u32>()
+            .ok()
+            .filter(|k| (1..=crate::tables::global::MAX_TUNID).contains(k))
+        {
+            None => diags.push(
+                table,
+                d.nb,
+                &d.name,
+                format!(
+                    "requested-tnl-key {v:?} is not a number in 1..{}; a free key is assigned",
+                    crate::tables::global::MAX_TUNID
+                ),
+            ),
+            Some(k) => {
+                if let Some(other) = seen.get(&k) {
+                    diags.push(
+                        table,
+                        d.nb,
+                        &d.name,
+                        format!(
+                            "requested-tnl-key {k} is already requested by {other:?}; a free key is assigned"
+                        ),
+                    );
+                } else {
+                    seen.insert(k, &d.name);
+                }
+            }
+        }
+    }
+}
 
 /// Adds every datapath.
 pub fn build(topo: &Topo<'_>, sb: &mut SbDesired) {

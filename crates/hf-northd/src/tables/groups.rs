@@ -125,10 +125,18 @@ pub fn address_sets(topo: &Topo<'_>, sb: &mut SbDesired, diags: &mut Diags) {
         let Some(lr) = topo.nb.logical_router().get(&d.nb) else {
             continue;
         };
+        // The ports' networks, with the EUI-64 link-local /64 OVN adds to each.
         let nets: Vec<ipnet::IpNet> = d
             .ports
             .iter()
-            .flat_map(|p| topo.ports[*p].networks.iter().map(|n| n.trunc()))
+            .flat_map(|p| {
+                let p = &topo.ports[*p];
+                let lla = p
+                    .mac
+                    .and_then(|m| ipnet::Ipv6Net::new(m.ipv6_lla(), 64).ok())
+                    .map(|n| ipnet::IpNet::V6(n.trunc()));
+                p.networks.iter().map(|n| n.trunc()).chain(lla)
+            })
             .collect();
         let (mut v4, mut v6) = (BTreeSet::new(), BTreeSet::new());
         for l in lb::router_lbs(topo, lr) {

@@ -26,7 +26,8 @@ use crate::topo::Topo;
 /// Fills every non-flow table of `sb`.
 pub fn build(topo: &Topo<'_>, opts: &Options, sb: &mut SbDesired, diags: &mut Diags) {
     datapath::build(topo, sb);
-    port::build(topo, sb, diags);
+    datapath::check_requested_keys(topo, diags);
+    port::build(topo, &opts.keys, sb, diags);
     mcast::build(topo, sb);
     groups::port_groups(topo, &opts.render, sb, diags);
     lb::build(topo, &opts.render, sb, diags);

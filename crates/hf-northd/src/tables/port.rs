@@ -2,7 +2,8 @@
 //! port, with the columns 23.03's northd owns.
 //!
 //! - Switch ports: `type` as NB says (an unknown type is a diagnostic and written as `""`, as
-//!   23.03 leaves it), `options` copied from NB (plus `vlan-passthru` from the switch), `mac`
+//!   23.03 leaves it), `options` copied from NB (plus `vlan-passthru` from the switch and
+//!   `qdisc_queue_id` for ports with QoS options, per chassis they are bound to), `mac`
 //!   and `port_security` copied verbatim, `parent_port` and `tag` (`tag_request` allocated per
 //!   parent as 23.03 does), `external_ids` copied with `name` from `neutron:port_name`, and
 //!   `requested_chassis` / `requested_additional_chassis` from `options:requested-chassis`
@@ -12,14 +13,15 @@
 //!   them (`options:nat-addresses=router` or an explicit list, the router port's own GARP
 //!   entry, `is_chassis_resident(...)` for distributed gateway ports).
 //! - Router ports: `patch` / `l3gateway`, `options:peer`, `chassis-redirect-port`,
-//!   `l3gateway-chassis`, `mac` = `"MAC NETWORK..."`, `external_ids` copied.
+//!   `l3gateway-chassis`, the IPv6 prefix delegation and periodic router advertisement
+//!   options (`ipv6_ra_*`), `mac` = `"MAC NETWORK..."`, `external_ids` copied.
 //! - Chassis-redirect ports `cr-<lrp>`: `chassisredirect`, `options:distributed-port`,
 //!   `always-redirect` (unless the router has distributed NAT or the port is bridged),
 //!   `redirect-type`, and the HA chassis group (NB's group, or one named after the port made
 //!   from its `gateway_chassis`).
 //!
-//! Diagnostics: unknown port types, tag conflicts under one parent, unparsable
-//! `nat-addresses` (bad `requested-tnl-key`s are reported where keys are assigned, in topo).
+//! Diagnostics: unknown port types, unparsable or duplicate `requested-tnl-key`s, tag
+//! conflicts under one parent, unparsable `nat-addresses`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -32,7 +34,7 @@ use crate::output::{PortRow, SbDesired};
 use crate::stage::DpKind;
 use crate::tables::lb;
 use crate::tables::opt_true;
-use crate::topo::{Port, PortIdx, PortKind, Topo};
+use crate::topo::{Keys, Port, PortIdx, PortKind, Topo};
 
 /// The LSP types 23.03 knows (`ovn_is_known_nb_lsp_type`).
 const KNOWN_LSP_TYPES: &[&str] = &[
@@ -51,18 +53,132 @@ const KNOWN_LSP_TYPES: &[&str] = &[
 const MAX_TAGS: i64 = 4096;
 
 /// Adds every port.
-pub fn build(topo: &Topo<'_>, sb: &mut SbDesired, diags: &mut Diags) {
-    let tags = allocate_tags(topo, diags);
+pub fn build(topo: &Topo<'_>, keys: &Keys, sb: &mut SbDesired, diags: &mut Diags) {
+    let tags = allocate_tags(topo, keys, diags);
+    let queues = allocate_queues(topo, keys);
+    check_requested_keys(topo, diags);
     for (i, p) in topo.ports.iter().enumerate() {
         let row = match &p.kind {
             PortKind::RouterPort { .. } => router_port(topo, p),
             PortKind::ChassisRedirect { of } => redirect_port(topo, p, *of),
             PortKind::SwitchRouter { lrp } => switch_router_port(topo, p, *lrp, diags),
-            _ => switch_port(topo, i, p, &tags, diags),
+            _ => switch_port(topo, i, p, &tags, &queues, diags),
         };
         let Some(row) = row else { continue };
         sb.ports.insert(p.name.clone(), row);
     }
+    let (chassis, switches) = ha_ref_chassis(topo, keys, sb);
+    for row in sb.ports.values_mut() {
+        if let Some((g, _)) = &row.ha_chassis_group {
+            if let Some(r) = chassis.get(g) {
+                row.ha_ref_chassis = r.clone();
+            }
+            if let Some(r) = switches.get(g) {
+                row.ha_ref_datapaths = r.clone();
+            }
+        }
+    }
+}
+
+/// HA group name → names.
+type ByGroup = HashMap<String, BTreeSet<String>>;
+
+/// `HA_Chassis_Group.ref_chassis` as 23.03 builds it: routers linked directly (router port
+/// peers) or through a switch form a router group; every bound port of a switch attached to
+/// a router of the group adds its chassis to the HA groups (of more than one chassis) of the
+/// group's chassis-redirect ports. Returns, per HA group, the chassis of the ports
+/// `keys.bound_chassis` knows and the switches whose bound ports count.
+fn ha_ref_chassis(topo: &Topo<'_>, keys: &Keys, sb: &SbDesired) -> (ByGroup, ByGroup) {
+    let n = topo.datapaths.len();
+    let mut parent: Vec<usize> = (0..n).collect();
+    fn root(parent: &mut [usize], mut x: usize) -> usize {
+        while parent[x] != x {
+            parent[x] = parent[parent[x]];
+            x = parent[x];
+        }
+        x
+    }
+    let mut union = |a: usize, b: usize| {
+        let (ra, rb) = (root(&mut parent, a), root(&mut parent, b));
+        if ra != rb {
+            parent[ra.max(rb)] = ra.min(rb);
+        }
+    };
+    // The router each switch's first connected router port leads to (OVN takes the first).
+    let mut switch_router: HashMap<usize, usize> = HashMap::new();
+    for (dp, d) in topo.datapaths.iter().enumerate() {
+        match d.kind {
+            DpKind::Switch => {
+                let routers: Vec<usize> = d
+                    .ports
+                    .iter()
+                    .filter_map(|q| match topo.ports[*q].kind {
+                        PortKind::SwitchRouter { lrp: Some(l) } => Some(topo.ports[l].dp),
+                        _ => None,
+                    })
+                    .collect();
+                if let Some(first) = routers.first() {
+                    switch_router.insert(dp, *first);
+                }
+                for w in routers.windows(2) {
+                    union(w[0], w[1]);
+                }
+            }
+            DpKind::Router => {
+                for q in &d.ports {
+                    if let PortKind::RouterPort { peer: Some(l), .. } = topo.ports[*q].kind {
+                        union(dp, topo.ports[l].dp);
+                    }
+                }
+            }
+        }
+    }
+    // HA groups of each router group.
+    let mut groups_of: HashMap<usize, BTreeSet<String>> = HashMap::new();
+    for (dp, d) in topo.datapaths.iter().enumerate() {
+        for g in &d.dgps {
+            let Some(cr) = cr_of(topo, *g) else { continue };
+            if let Some((name, members)) = sb
+                .ports
+                .get(&cr.name)
+                .and_then(|r| r.ha_chassis_group.as_ref())
+                && members.len() > 1
+            {
+                groups_of
+                    .entry(root(&mut parent, dp))
+                    .or_default()
+                    .insert(name.clone());
+            }
+        }
+    }
+    let mut switches: ByGroup = HashMap::new();
+    for (dp, r) in &switch_router {
+        if let Some(names) = groups_of.get(&root(&mut parent, *r)) {
+            for g in names {
+                switches
+                    .entry(g.clone())
+                    .or_default()
+                    .insert(topo.datapaths[*dp].name.clone());
+            }
+        }
+    }
+    let mut out: ByGroup = HashMap::new();
+    for (port, chassis) in &keys.bound_chassis {
+        let Some(p) = topo.port(port) else { continue };
+        if topo.datapaths[p.dp].kind != DpKind::Switch {
+            continue;
+        }
+        let Some(r) = switch_router.get(&p.dp) else {
+            continue;
+        };
+        let Some(names) = groups_of.get(&root(&mut parent, *r)) else {
+            continue;
+        };
+        for g in names {
+            out.entry(g.clone()).or_default().insert(chassis.clone());
+        }
+    }
+    (out, switches)
 }
 
 fn base(topo: &Topo<'_>, p: &Port) -> PortRow {
@@ -128,9 +244,104 @@ fn router_port(topo: &Topo<'_>, p: &Port) -> Option<PortRow> {
         row.options
             .insert("l3gateway-chassis".into(), c.to_string());
     }
+    if matches!(
+        p.kind,
+        PortKind::RouterPort {
+            peer: None,
+            switch_peer: Some(_)
+        }
+    ) {
+        ipv6_options(p, lrp, &mut row.options);
+    }
     row.mac.insert(lrp_mac(lrp));
     row.external_ids = lrp.external_ids.clone();
     Some(row)
+}
+
+/// `smap_get_int`: the integer, or `default` when absent or not one.
+fn get_int(m: &BTreeMap<String, String>, key: &str, default: i64) -> i64 {
+    m.get(key)
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+/// 23.03's IPv6 options of a router port facing a switch (`ovn_update_ipv6_options`):
+/// prefix delegation flags, and with `ipv6_ra_configs:send_periodic=true` and a valid
+/// `address_mode` the periodic router advertisement settings ovn-controller sends from.
+fn ipv6_options(p: &Port, lrp: &nb::LogicalRouterPort, o: &mut BTreeMap<String, String>) {
+    // OVN's router port networks always hold the EUI-64 link-local address too.
+    let mut v6: Vec<ipnet::Ipv6Net> = p
+        .networks
+        .iter()
+        .filter_map(|n| match n {
+            ipnet::IpNet::V6(n) => Some(*n),
+            ipnet::IpNet::V4(_) => None,
+        })
+        .collect();
+    if let Some(m) = p.mac
+        && let Ok(lla) = ipnet::Ipv6Net::new(m.ipv6_lla(), 64)
+    {
+        v6.push(lla);
+    }
+    if v6.is_empty() {
+        return;
+    }
+    if p.enabled && opt_true(&lrp.options, "prefix_delegation") {
+        o.insert("ipv6_prefix_delegation".into(), "true".into());
+    }
+    if p.enabled && opt_true(&lrp.options, "prefix") {
+        o.insert("ipv6_prefix".into(), "true".into());
+    }
+    let ra = &lrp.ipv6_ra_configs;
+    let Some(mode) = ra.get("address_mode") else {
+        return;
+    };
+    if !matches!(
+        mode.as_str(),
+        "slaac" | "dhcpv6_stateful" | "dhcpv6_stateless"
+    ) || !opt_true(ra, "send_periodic")
+    {
+        return;
+    }
+    o.insert("ipv6_ra_send_periodic".into(), "true".into());
+    o.insert("ipv6_ra_address_mode".into(), mode.clone());
+    let max = get_int(ra, "max_interval", 600).clamp(4, 1800);
+    o.insert("ipv6_ra_max_interval".into(), max.to_string());
+    let min_default = if max >= 9 { max / 3 } else { max * 3 / 4 };
+    let min = get_int(ra, "min_interval", min_default)
+        .min(max * 3 / 4)
+        .max(3);
+    o.insert("ipv6_ra_min_interval".into(), min.to_string());
+    let mtu = get_int(ra, "mtu", 0);
+    if mtu >= 1280 {
+        o.insert("ipv6_ra_mtu".into(), mtu.to_string());
+    }
+    let mut prefixes = Vec::new();
+    for n in &v6 {
+        let lla: ipnet::Ipv6Net = "fe80::/10".parse().expect("constant");
+        if lla.contains(&n.trunc().addr()) {
+            o.insert("ipv6_ra_src_addr".into(), n.addr().to_string());
+            continue;
+        }
+        prefixes.push(format!("{}/{}", n.trunc().addr(), n.prefix_len()));
+    }
+    o.insert("ipv6_ra_prefixes".into(), prefixes.join(" "));
+    for (k, sbk) in [("rdnss", "ipv6_ra_rdnss"), ("dnssl", "ipv6_ra_dnssl")] {
+        if let Some(v) = ra.get(k) {
+            o.insert(sbk.into(), v.clone());
+        }
+    }
+    if let Some(m) = p.mac {
+        o.insert("ipv6_ra_src_eth".into(), m.to_string());
+    }
+    let prf = match ra.get("router_preference").map(String::as_str) {
+        Some(x @ ("HIGH" | "LOW")) => x,
+        _ => "MEDIUM",
+    };
+    o.insert("ipv6_ra_prf".into(), prf.into());
+    if let Some(v) = ra.get("route_info") {
+        o.insert("ipv6_ra_route_info".into(), v.clone());
+    }
 }
 
 /// The HA chassis group a chassis-redirect port gets: NB's `ha_chassis_group` (by its
@@ -266,12 +477,11 @@ fn nat_addresses(
     let lrp_dp = topo.ports[l].dp;
     let has_dgps = !topo.datapaths[lrp_dp].dgps.is_empty();
     match lsp.options.get("nat-addresses").map(String::as_str) {
-        Some("router") => {
-            if gateway_router || has_dgps {
-                let exclude_lb = opt_true(&lsp.options, "exclude-lb-vips-from-garp");
-                out.extend(router_nat_addresses(topo, l, !exclude_lb));
-            }
+        Some("router") if gateway_router || has_dgps => {
+            let exclude_lb = opt_true(&lsp.options, "exclude-lb-vips-from-garp");
+            out.extend(router_nat_addresses(topo, l, !exclude_lb));
         }
+        Some("router") => {}
         Some(list) if gateway_router || has_dgps => match LportAddresses::parse(list) {
             Ok(_) => {
                 let mut s = list.to_string();
@@ -423,16 +633,71 @@ fn common_lsp_columns(lsp: &nb::LogicalSwitchPort, row: &mut PortRow) {
     }
 }
 
+/// The QoS options that give a port an egress queue (`port_has_qos_params`).
+fn has_qos(o: &BTreeMap<String, String>) -> bool {
+    ["qos_max_rate", "qos_min_rate", "qos_burst"]
+        .iter()
+        .any(|k| o.contains_key(*k))
+}
+
+/// The largest queue id (`QDISC_MAX_QUEUE_ID`).
+const MAX_QUEUE_ID: u32 = 0xf000;
+
+/// `options:qdisc_queue_id` of ports with QoS options, as 23.03 allocates them: unique per
+/// chassis the port is bound to (each localnet port is its own space), the id SB already has
+/// kept, else the lowest free from 1; an unbound port gets none until it is bound.
+fn allocate_queues(topo: &Topo<'_>, keys: &Keys) -> HashMap<PortIdx, u32> {
+    let mut out = HashMap::new();
+    let mut used: HashMap<String, std::collections::BTreeSet<u32>> = HashMap::new();
+    let mut pending = Vec::new();
+    for (i, p) in topo.ports.iter().enumerate() {
+        let qos = matches!(
+            p.kind,
+            PortKind::Vif | PortKind::Localnet | PortKind::Localport | PortKind::OtherLsp(_)
+        ) && has_qos(&p.options);
+        if !qos {
+            continue;
+        }
+        let space = if p.kind == PortKind::Localnet {
+            format!("localnet {}", p.name)
+        } else {
+            match keys.bound_chassis.get(&p.name) {
+                Some(c) => c.clone(),
+                None => continue,
+            }
+        };
+        match keys.queue_ids.get(&p.name).copied().filter(|q| *q > 0) {
+            Some(q) => {
+                used.entry(space).or_default().insert(q);
+                out.insert(i, q);
+            }
+            None => pending.push((i, space)),
+        }
+    }
+    for (i, space) in pending {
+        let taken = used.entry(space).or_default();
+        if let Some(q) = (1..=MAX_QUEUE_ID).find(|q| !taken.contains(q)) {
+            taken.insert(q);
+            out.insert(i, q);
+        }
+    }
+    out
+}
+
 fn switch_port(
     topo: &Topo<'_>,
     i: PortIdx,
     p: &Port,
     tags: &HashMap<PortIdx, i64>,
+    queues: &HashMap<PortIdx, u32>,
     diags: &mut Diags,
 ) -> Option<PortRow> {
     let lsp = topo.nb.logical_switch_port().get(&p.nb)?;
     let mut row = base(topo, p);
     row.options = lsp.options.clone();
+    if let Some(q) = queues.get(&i) {
+        row.options.insert("qdisc_queue_id".into(), q.to_string());
+    }
     if let Some(ls) = topo.nb.logical_switch().get(&topo.datapaths[p.dp].nb)
         && opt_true(&ls.other_config, "vlan-passthru")
     {
@@ -467,10 +732,11 @@ fn switch_port(
 }
 
 /// Tags of container ports: NB's `tag` when set (a previous northd allocated it), else a
-/// non-zero `tag_request`, else for `tag_request=0` under a parent the lowest tag free
-/// among that parent's children (ports in name order, so the choice is deterministic).
+/// non-zero `tag_request`, else for `tag_request=0` under a parent the tag SB already has
+/// for the port when it is still free, else the lowest tag free among that parent's children
+/// (ports in name order, so the choice is deterministic).
 /// Two children of one parent with the same tag are a diagnostic; the second gets none.
-fn allocate_tags(topo: &Topo<'_>, diags: &mut Diags) -> HashMap<PortIdx, i64> {
+fn allocate_tags(topo: &Topo<'_>, keys: &Keys, diags: &mut Diags) -> HashMap<PortIdx, i64> {
     let mut out = HashMap::new();
     let mut used: BTreeMap<String, BTreeMap<i64, String>> = BTreeMap::new();
     let mut pending = Vec::new();
@@ -518,7 +784,28 @@ fn allocate_tags(topo: &Topo<'_>, diags: &mut Diags) -> HashMap<PortIdx, i64> {
         }
         out.insert(i, t);
     }
+    // Tags SB already has first, so a port added later never moves an older one.
+    let mut fresh = Vec::new();
     for i in pending {
+        let p = &topo.ports[i];
+        let Some(lsp) = topo.nb.logical_switch_port().get(&p.nb) else {
+            continue;
+        };
+        let parent = lsp.parent_name.clone().unwrap_or_default();
+        let taken = used.entry(parent).or_default();
+        match keys
+            .tags
+            .get(&p.name)
+            .filter(|t| (1..MAX_TAGS).contains(*t))
+        {
+            Some(t) if !taken.contains_key(t) => {
+                taken.insert(*t, lsp.name.clone());
+                out.insert(i, *t);
+            }
+            _ => fresh.push(i),
+        }
+    }
+    for i in fresh {
         let p = &topo.ports[i];
         let Some(lsp) = topo.nb.logical_switch_port().get(&p.nb) else {
             continue;
@@ -539,4 +826,50 @@ fn allocate_tags(topo: &Topo<'_>, diags: &mut Diags) -> HashMap<PortIdx, i64> {
         }
     }
     out
+}
+
+/// `options:requested-tnl-key` must be 1..32767 and unique within its datapath.
+fn check_requested_keys(topo: &Topo<'_>, diags: &mut Diags) {
+    for d in &topo.datapaths {
+        let mut seen: HashMap<u32, &str> = HashMap::new();
+        for q in &d.ports {
+            let p = &topo.ports[*q];
+            if matches!(p.kind, PortKind::ChassisRedirect { .. }) {
+                continue;
+            }
+            let Some(k) = p.options.get("requested-tnl-key") else {
+                continue;
+            };
+            let table = if p.is_lrp() {
+                "Logical_Router_Port"
+            } else {
+                "Logical_Switch_Port"
+            };
+            match k.parse::<u32>().ok().filter(|k| (1..=32767).contains(k)) {
+                None => diags.push(
+                    table,
+                    p.nb,
+                    &p.name,
+                    format!(
+                        "options:requested-tnl-key {k:?} is not a number in 1..32767; the port gets a free key"
+                    ),
+                ),
+                Some(k) => {
+                    if let Some(other) = seen.get(&k) {
+                        diags.push(
+                            table,
+                            p.nb,
+                            &p.name,
+                            format!(
+                                "options:requested-tnl-key {k} is already requested by {other:?} on {}; this port gets a free key",
+                                d.name
+                            ),
+                        );
+                    } else {
+                        seen.insert(k, &p.name);
+                    }
+                }
+            }
+        }
+    }
 }
