@@ -611,6 +611,11 @@ fn northd_tables_match_real_northd() {
                     pb(p, c)
                 );
             }
+            assert!(
+                ta["DNS"].contains_key("dnssw0"),
+                "seed {seed}: ovn-northd's DNS rows: {:?}",
+                ta["DNS"]
+            );
             for (table, cond, want) in [
                 ("Datapath_Binding", "external_ids:name=sw0", "77"),
                 ("Port_Binding", "logical_port=ctr3", "99"),

@@ -130,6 +130,9 @@ pub const NORTHD_VERSION: &str = concat!("(holdfast ", env!("CARGO_PKG_VERSION")
 
 const PROGRAM: &str = "ovn-northd";
 
+/// The replicas' inactivity probe interval (see `serve`).
+const PROBE_INTERVAL_MS: u64 = 30_000;
+
 /// The run directory OVN daemons use: `$OVN_RUNDIR`, else `$OVS_RUNDIR`, else /var/run/ovn.
 fn ovn_rundir() -> PathBuf {
     std::env::var_os("OVN_RUNDIR")
@@ -398,12 +401,18 @@ async fn serve(
             "--n-threads={n}: holdfast northd is single-threaded; compiling on one thread"
         );
     }
+    // Inactivity probes every 30 s rather than OVN's 5 s: one transaction of a large SB
+    // (100k flows) keeps ovsdb-server busy for 10 s on a loaded machine, and a probe that
+    // drops the connection then only turns a committed write into a full resync.
+    let probe = Some(PROBE_INTERVAL_MS);
     let nb_cfg = Config {
         initial_changes: false,
+        probe_interval_ms: probe,
         ..Config::default()
     };
     let sb_cfg = Config {
         tables: SbView::tables(),
+        probe_interval_ms: probe,
         ..Config::default()
     };
     let (nb, mut nb_rx) = Client::<NbSnapshot>::spawn_tls(nb_remotes, nb_cfg, tls.clone());
@@ -441,7 +450,17 @@ async fn serve(
             _ = tick.tick() => {}
         }
         let now = nb.now_ms();
+        let (t0, c0) = (std::time::Instant::now(), core.stats().compiles);
         nb.with(|n| sb.with(|s| core.poll(n, s, now, wall_ms())));
+        let took = t0.elapsed();
+        if took > std::time::Duration::from_millis(100) {
+            tracing::info!(
+                "busy for {} ms ({} compile(s), {} flows built)",
+                took.as_millis(),
+                core.stats().compiles - c0,
+                core.stats().last_flows_built
+            );
+        }
         while let Some((l, line)) = core.poll_log() {
             match l {
                 Level::Info => tracing::info!("{line}"),

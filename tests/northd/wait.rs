@@ -87,6 +87,33 @@ fn wait_sb_and_hv(backend: Backend) {
         northd.log_text().contains("\"bad\""),
         "the diagnostic is not logged"
     );
+    // Fixed, the diagnostic goes away (logged once as resolved) and status drops it.
+    run_ok(dbs.nbctl().args([
+        "--wait=sb",
+        "lsp-set-addresses",
+        "bad",
+        "00:00:00:00:00:02 10.0.0.3",
+    ]));
+    assert!(
+        wait_for(Duration::from_secs(5), || !northd
+            .appctl(&["status"])
+            .contains("bad")),
+        "status still names the fixed row"
+    );
+    let log = northd.log_text();
+    assert!(
+        log.contains("resolved: Logical_Switch_Port \"bad\""),
+        "the fix is not logged"
+    );
+    // Each diagnostic is logged once when it appears and once when it goes away.
+    let all = log.matches("Logical_Switch_Port \"bad\" (").count();
+    let resolved = log
+        .matches("resolved: Logical_Switch_Port \"bad\" (")
+        .count();
+    assert!(
+        resolved >= 1 && all == 2 * resolved,
+        "diagnostics logged more than once each way:\n{log}"
+    );
 
     // --wait=hv: one chassis whose Chassis_Private.nb_cfg the test advances.
     run_ok(

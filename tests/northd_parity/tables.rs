@@ -42,6 +42,7 @@ const TABLES: &[(&str, &[&str])] = &[
     ("Port_Group", &[]),
     ("Address_Set", &[]),
     ("Load_Balancer", &[]),
+    ("DNS", &[]),
     ("HA_Chassis_Group", &[]),
     ("HA_Chassis", &[]),
     ("Logical_DP_Group", &[]),
@@ -178,6 +179,8 @@ pub fn dump(remote: &str) -> Tables {
                 }
                 "HA_Chassis" | "Logical_DP_Group" => names[&uuid_of(r)].clone(),
                 "Port_Group" | "Address_Set" => keyed(s(r, "name")),
+                // DNS rows have no name: by their switches.
+                "DNS" => format!("dns{}", render(&r["datapaths"], &names)),
                 _ => s(r, "name"),
             };
             let mut cols = BTreeMap::new();
@@ -319,6 +322,15 @@ pub fn production_extras(t: &crate::topo::Topology) -> Vec<Vec<String>> {
         c(&["lsp-add", "sw0", "ctr2", &parent, "0"]),
         c(&["lsp-add", "sw0", "ctr3", &parent, "7"]),
         periodic_ra(),
+        // One DNS row on sw0 (values are lowercased in SB).
+        c(&[
+            "--id=@dns",
+            "create",
+            "DNS",
+            "records:vm0.example.org=10.0.0.10",
+            "records:www.example.org=\"10.0.0.11 FD00::B\"",
+        ]),
+        c(&["add", "logical_switch", "sw0", "dns_records", "@dns"]),
         // QoS queues: a bound VIF (per chassis) and the localnet port (its own space).
         c(&[
             "set",

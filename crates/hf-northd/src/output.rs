@@ -119,6 +119,18 @@ pub struct LbRow {
     pub dp_group: bool,
 }
 
+/// One `DNS` row (`external_ids:dns_id` is the NB row's UUID, as 23.03 writes it: DNS rows have
+/// no name).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct DnsRow {
+    /// `records`, values lowercased (DNS lookups are case-insensitive).
+    pub records: BTreeMap<String, String>,
+    /// `datapaths`: the switches listing it, by name.
+    pub datapaths: BTreeSet<String>,
+    /// `external_ids` (`dns_id`).
+    pub external_ids: BTreeMap<String, String>,
+}
+
 /// Everything northd writes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SbDesired {
@@ -136,6 +148,8 @@ pub struct SbDesired {
     pub address_sets: BTreeMap<String, BTreeSet<String>>,
     /// `Load_Balancer` by name.
     pub load_balancers: BTreeMap<String, LbRow>,
+    /// `DNS` by NB `DNS` row UUID (its `dns_id`).
+    pub dns: BTreeMap<String, DnsRow>,
     /// `SB_Global.options` northd owns (`mac_prefix`, `svc_monitor_mac`, `max_tunid`, ...).
     pub sb_options: BTreeMap<String, String>,
     /// Datapaths whose flows the sync must leave exactly as SB has them (fail closed: a

@@ -264,8 +264,18 @@ fn text(
     topo: &Topo<'_>,
     lowered: &mut Lowered,
 ) -> Option<(String, String)> {
-    let legacy = legacy_actions(&fl.actions, features);
-    let acts = hf_expr::features::lower_actions(&legacy, features);
+    // Every feature: nothing to lower or check.
+    if *features == FeatureSet::all() {
+        return Some((
+            fl.matches.to_string(),
+            hf_expr::printer::actions_to_string(&fl.actions),
+        ));
+    }
+    let acts = if features.contains("ct-nat-in-czone") {
+        hf_expr::features::lower_actions(&fl.actions, features)
+    } else {
+        hf_expr::features::lower_actions(&legacy_actions(&fl.actions, features), features)
+    };
     let both = hf_expr::features::lower_expr(&fl.matches, features)
         .and_then(|m| acts.clone().map(|a| (m, a)));
     let e = match both {

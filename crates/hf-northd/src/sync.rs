@@ -175,6 +175,15 @@ pub fn insert_ops(d: &SbDesired, chassis: &HashMap<String, Uuid>) -> Vec<Value> 
         ops.push(json!({"op": "insert", "table": "Port_Group",
             "row": {"name": name, "ports": str_set(ports)}}));
     }
+    for row in d.dns.values() {
+        let dps: Vec<Value> = row.datapaths.iter().filter_map(|n| dp_ref(n)).collect();
+        if dps.is_empty() {
+            continue;
+        }
+        ops.push(json!({"op": "insert", "table": "DNS", "row": {
+            "records": map(&row.records), "datapaths": ref_set(dps),
+            "external_ids": map(&row.external_ids)}}));
+    }
     for (name, addrs) in &d.address_sets {
         ops.push(json!({"op": "insert", "table": "Address_Set",
             "row": {"name": name, "addresses": str_set(addrs)}}));
@@ -337,6 +346,11 @@ pub fn diff_ops(
     g.nb_cfg = input.nb_cfg;
     for (k, v) in &d.sb_options {
         g.options.insert(k.clone(), v.clone());
+    }
+    for k in crate::tables::global::REMOVABLE {
+        if !d.sb_options.contains_key(*k) {
+            g.options.remove(*k);
+        }
     }
     o.put(&g, old_g);
 
@@ -750,6 +764,39 @@ pub fn diff_ops(
     }
     for (name, r) in &old_as {
         if !d.address_sets.contains_key(name) {
+            o.delete(*r);
+        }
+    }
+
+    // DNS by external_ids:dns_id (the NB row; DNS rows have no name).
+    let (old_dns, dup_dns) = by_key(sb.dns.values(), |r| r.external_ids.get("dns_id").cloned());
+    for (id, row) in &d.dns {
+        let datapaths: BTreeSet<hf_model::RowRef<s::DatapathBinding>> = row
+            .datapaths
+            .iter()
+            .filter_map(|n| dp_uuid.get(n.as_str()))
+            .map(|u| (*u).into())
+            .collect();
+        let old = old_dns.get(id).copied();
+        if datapaths.is_empty() {
+            if let Some(r) = old {
+                o.delete(r);
+            }
+            continue;
+        }
+        let new = s::Dns {
+            uuid: old.map_or_else(|| o.fresh(), |r| r.uuid),
+            datapaths,
+            external_ids: row.external_ids.clone(),
+            records: row.records.clone(),
+        };
+        o.put(&new, old);
+    }
+    for r in dup_dns {
+        o.delete(r);
+    }
+    for (id, r) in &old_dns {
+        if !d.dns.contains_key(id) {
             o.delete(*r);
         }
     }

@@ -448,3 +448,45 @@ fn requested_datapath_keys_win_and_bad_ones_are_diagnosed() {
         c2.sb.datapaths.values().map(|d| d.tunnel_key).collect();
     assert_eq!(keys.len(), c2.sb.datapaths.len(), "keys stay unique");
 }
+
+#[test]
+fn sync_removes_lb_hairpin_use_ct_mark_once_every_chassis_has_ct_no_masked_label() {
+    use hf_northd::daemon::SbView;
+    use hf_northd::sync::{SyncInput, diff_ops};
+    let mut nb = Nb::new();
+    generator_like(&mut nb);
+    let c = compile(&nb.snapshot(), &Options::default());
+    assert!(!c.sb.sb_options.contains_key("lb_hairpin_use_ct_mark"));
+    let mut view = SbView::default();
+    let g = hf_model::sb::SbGlobal {
+        uuid: Uuid::from_u128(1),
+        options: [
+            ("lb_hairpin_use_ct_mark".to_string(), "false".to_string()),
+            ("operator_key".to_string(), "kept".to_string()),
+        ]
+        .into(),
+        ..Default::default()
+    };
+    view.sb_global.insert(g.uuid, g);
+    let mut n = 100u128;
+    let mut fresh = || {
+        n += 1;
+        Uuid::from_u128(n)
+    };
+    let input = SyncInput {
+        desired: &c.sb,
+        nb_cfg: 0,
+    };
+    let (ops, _) = diff_ops(&input, &view, &mut fresh);
+    let upd = ops
+        .iter()
+        .find(|o| o["table"] == "SB_Global")
+        .expect("SB_Global is updated");
+    let text = upd["row"]["options"].to_string();
+    assert!(!text.contains("lb_hairpin_use_ct_mark"), "{text}");
+    assert!(
+        text.contains("operator_key"),
+        "other keys are left alone: {text}"
+    );
+    assert!(text.contains("mac_prefix"), "{text}");
+}

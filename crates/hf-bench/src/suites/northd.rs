@@ -18,6 +18,9 @@
 //!   The holdfast side runs `holdfast northd` (the binary beside hf-bench) with ovn-northd's
 //!   command line; when it is missing or does not bring SB up to date, the ovn-northd figures
 //!   are printed alone and a note says why.
+//!
+//! Development knobs: `HF_BENCH_NORTHD_SIZE=300x30` runs one size, and
+//! `HF_BENCH_NORTHD_COMPILE_ONLY=1` only the in-process figures (for profiling).
 // A benchmark is an I/O shell: it reads the clock and starts processes.
 #![allow(clippy::disallowed_methods)]
 
@@ -181,11 +184,23 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         report.note("skipped: shared/bench/gen_topo.py not found");
         return Ok(());
     };
-    let sizes: &[(usize, usize)] = if opts.tiny {
+    let all: &[(usize, usize)] = if opts.tiny {
         &[(100, 20)]
     } else {
         &[(100, 20), (300, 30), (500, 40)]
     };
+    // Development knobs (profiling): HF_BENCH_NORTHD_SIZE=300x30 runs that size only,
+    // HF_BENCH_NORTHD_COMPILE_ONLY=1 skips the side-by-side daemons.
+    let only = std::env::var("HF_BENCH_NORTHD_SIZE").ok().and_then(|v| {
+        let (n, p) = v.split_once('x')?;
+        Some((n.parse::<usize>().ok()?, p.parse::<usize>().ok()?))
+    });
+    let compile_only = std::env::var("HF_BENCH_NORTHD_COMPILE_ONLY").is_ok();
+    let chosen: Vec<(usize, usize)> = match only {
+        Some(s) => vec![s],
+        None => all.to_vec(),
+    };
+    let sizes = chosen.as_slice();
     for &(n, p) in sizes {
         let dir = tempfile::tempdir()?;
         let d = dir.path();
@@ -209,6 +224,9 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
             backup(&nb, "OVN_Northbound", &nb_file)?;
         }
         in_process(report, n, p, &nb_file)?;
+        if compile_only {
+            continue;
+        }
         let ovn = side(
             &d.join("ovn"),
             &nb_file,

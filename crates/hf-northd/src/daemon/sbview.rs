@@ -122,6 +122,8 @@ pub struct SbView {
     pub port_group: BTreeMap<Uuid, sb::PortGroup>,
     /// `Address_Set`.
     pub address_set: BTreeMap<Uuid, sb::AddressSet>,
+    /// `DNS`.
+    pub dns: BTreeMap<Uuid, sb::Dns>,
     /// `Load_Balancer`.
     pub load_balancer: BTreeMap<Uuid, sb::LoadBalancer>,
     /// `HA_Chassis`.
@@ -175,6 +177,7 @@ const TABLES: &[(&str, Option<&[&str]>)] = &[
     ("Multicast_Group", None),
     ("Port_Group", None),
     ("Address_Set", None),
+    ("DNS", None),
     ("Load_Balancer", None),
     ("HA_Chassis", Some(&["chassis", "priority", "external_ids"])),
     (
@@ -228,6 +231,7 @@ impl SbView {
             + self.multicast_group.len()
             + self.port_group.len()
             + self.address_set.len()
+            + self.dns.len()
             + self.load_balancer.len()
             + self.ha_chassis.len()
             + self.ha_chassis_group.len()
@@ -591,6 +595,7 @@ struct AllPending {
     multicast_group: Pending<sb::MulticastGroup>,
     port_group: Pending<sb::PortGroup>,
     address_set: Pending<sb::AddressSet>,
+    dns: Pending<sb::Dns>,
     load_balancer: Pending<sb::LoadBalancer>,
     ha_chassis: Pending<sb::HaChassis>,
     ha_chassis_group: Pending<sb::HaChassisGroup>,
@@ -617,6 +622,7 @@ impl SbView {
                 .extend(typed_changes(&self.multicast_group, u)?),
             "Port_Group" => p.port_group.extend(typed_changes(&self.port_group, u)?),
             "Address_Set" => p.address_set.extend(typed_changes(&self.address_set, u)?),
+            "DNS" => p.dns.extend(typed_changes(&self.dns, u)?),
             "Load_Balancer" => p
                 .load_balancer
                 .extend(typed_changes(&self.load_balancer, u)?),
@@ -693,6 +699,7 @@ impl SbView {
             "Address_Set",
             apply_pending(&mut self.address_set, p.address_set),
         );
+        note("DNS", apply_pending(&mut self.dns, p.dns));
         note(
             "Load_Balancer",
             apply_pending(&mut self.load_balancer, p.load_balancer),
@@ -737,6 +744,7 @@ impl SbView {
             "Multicast_Group" => k(&self.multicast_group),
             "Port_Group" => k(&self.port_group),
             "Address_Set" => k(&self.address_set),
+            "DNS" => k(&self.dns),
             "Load_Balancer" => k(&self.load_balancer),
             "HA_Chassis" => k(&self.ha_chassis),
             "HA_Chassis_Group" => k(&self.ha_chassis_group),

@@ -318,11 +318,10 @@ fn lsp_ops(sw: &str, port: &str, n: u8) -> Vec<Value> {
 fn assert_complete(sim: &Sim) {
     let nb = sim.db_nb();
     let sb = sim.db_sb();
-    let view = {
-        let mut v = SbView::default();
-        v.datapath_binding = sb.datapath_binding().clone();
-        v.port_binding = sb.port_binding().clone();
-        v
+    let view = SbView {
+        datapath_binding: sb.datapath_binding().clone(),
+        port_binding: sb.port_binding().clone(),
+        ..Default::default()
     };
     let c = crate::compile(&nb, &compile_options(&view));
     let want: BTreeMap<String, (String, String)> =
@@ -649,4 +648,45 @@ fn frozen_datapaths_keep_their_flows_exactly() {
     sim.sb(json!([{"op": "delete", "table": "Chassis", "where": [["_uuid", "==", ["uuid", ch.to_string()]]]}]));
     sim.run();
     assert_complete(&sim);
+}
+
+#[test]
+fn mac_bindings_age_on_the_wall_clock() {
+    let mut sim = Sim::new(1);
+    sim.nb_with_cfg(vec![json!({"op": "insert", "table": "Logical_Router",
+        "row": {"name": "lr0", "options": ["map", [["mac_binding_age_threshold", "2"]]]}})]);
+    sim.run();
+    let dp = sim
+        .db_sb()
+        .datapath_binding()
+        .values()
+        .find(|d| d.external_ids.get("name").is_some_and(|n| n == "lr0"))
+        .unwrap()
+        .uuid;
+    let wall = 1_700_000_000_000 + sim.t as i64;
+    let mb = |ip: &str, ts: i64| {
+        json!({"op": "insert", "table": "MAC_Binding", "row": {"logical_port": "lr0-p",
+            "ip": ip, "mac": "00:00:00:00:00:09", "datapath": ["uuid", dp.to_string()],
+            "timestamp": ts}})
+    };
+    sim.sb(json!([mb("10.0.0.1", wall - 5_000), mb("10.0.0.2", wall)]));
+    sim.run();
+    let ips = |sim: &Sim| -> Vec<String> {
+        let mut v: Vec<String> = sim
+            .db_sb()
+            .mac_binding()
+            .values()
+            .map(|m| m.ip.clone())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(ips(&sim), ["10.0.0.2"], "the old binding did not age out");
+    sim.advance(1_000);
+    assert_eq!(ips(&sim), ["10.0.0.2"], "the young binding aged too early");
+    sim.advance(1_500);
+    assert!(
+        ips(&sim).is_empty(),
+        "the binding did not age once past the threshold"
+    );
 }

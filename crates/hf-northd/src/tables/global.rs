@@ -23,6 +23,11 @@ pub const NORTHD_INTERNAL_VERSION: &str = "23.03.1-20.27.0-70.6";
 /// VXLAN mode's 4095 is not served).
 pub const MAX_TUNID: u32 = (1 << 24) - 1 - ((1 << 16) - 1);
 
+/// `SB_Global.options` keys northd writes only sometimes: a sync removes them when the
+/// desired options lack them (`lb_hairpin_use_ct_mark=false` goes once every chassis has
+/// `ct-no-masked-label`, as 23.03 removes it).
+pub const REMOVABLE: &[&str] = &["lb_hairpin_use_ct_mark"];
+
 /// `xx:xx:xx` as OVN's `set_mac_prefix` scans it (hex bytes), printed back zero-padded;
 /// `None` when it does not scan or is all zero.
 fn parse_prefix(s: &str) -> Option<String> {

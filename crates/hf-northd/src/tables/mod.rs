@@ -2,15 +2,22 @@
 //! table: [`datapath`] (`Datapath_Binding`), [`port`] (`Port_Binding` and the HA chassis
 //! groups of chassis-redirect and external ports), [`mcast`] (`Multicast_Group`), [`groups`]
 //! (`Port_Group` and `Address_Set`), [`lb`] (`Load_Balancer`), [`global`] (`SB_Global.options`)
-//! and [`mac_binding`] (MAC_Binding ageing, a pure function the daemon calls on its clock).
+//! [`dns`] (`DNS`) and [`mac_binding`] (MAC_Binding ageing, a pure function the daemon calls
+//! on its clock).
 //!
-//! What it does not do: IGMP groups (learned by controllers), `HA_Chassis_Group.ref_chassis`
-//! (depends on where ports are bound, which compile does not see), service monitors, meters,
-//! DNS, mirrors, template variables, static MAC bindings, dynamic address allocation, and
-//! `ipv6_ra_pd_list` (read back from SB by OVN). Those are left to the daemon or reported as
-//! missing.
+//! What SB already holds and ovn-northd would keep by writing it back to NB comes in through
+//! [`crate::Keys`]: tunnel keys, container tags, queue ids, `mac_prefix`/`svc_monitor_mac`,
+//! and where ports are bound (for `HA_Chassis_Group.ref_chassis` and per-chassis queue ids).
+//!
+//! Also [`dns`] (`DNS`).
+//!
+//! What it does not do: IGMP groups (learned by controllers), service monitors, meters,
+//! mirrors, template variables, static MAC bindings, dynamic address allocation, and
+//! `ipv6_ra_pd_list` (read back from SB by OVN). VXLAN mode's smaller key spaces are not
+//! served (`max_tunid` is Geneve's).
 
 pub mod datapath;
+pub mod dns;
 pub mod global;
 pub mod groups;
 pub mod lb;
@@ -29,6 +36,7 @@ pub fn build(topo: &Topo<'_>, opts: &Options, sb: &mut SbDesired, diags: &mut Di
     datapath::check_requested_keys(topo, diags);
     port::build(topo, &opts.keys, sb, diags);
     mcast::build(topo, sb);
+    dns::build(topo, sb);
     groups::port_groups(topo, &opts.render, sb, diags);
     lb::build(topo, &opts.render, sb, diags);
     global::build(topo, opts, sb);

@@ -55,8 +55,8 @@ const MAX_TAGS: i64 = 4096;
 /// Adds every port.
 pub fn build(topo: &Topo<'_>, keys: &Keys, sb: &mut SbDesired, diags: &mut Diags) {
     let tags = allocate_tags(topo, keys, diags);
-    let queues = allocate_queues(topo, keys);
     check_requested_keys(topo, diags);
+    let queues = allocate_queues(topo, keys);
     for (i, p) in topo.ports.iter().enumerate() {
         let row = match &p.kind {
             PortKind::RouterPort { .. } => router_port(topo, p),
@@ -334,10 +334,11 @@ fn ipv6_options(p: &Port, lrp: &nb::LogicalRouterPort, o: &mut BTreeMap<String, 
     if let Some(m) = p.mac {
         o.insert("ipv6_ra_src_eth".into(), m.to_string());
     }
-    let prf = match ra.get("router_preference").map(String::as_str) {
-        Some(x @ ("HIGH" | "LOW")) => x,
-        _ => "MEDIUM",
-    };
+    let prf = ra
+        .get("router_preference")
+        .map(String::as_str)
+        .filter(|p| matches!(*p, "HIGH" | "LOW"))
+        .unwrap_or("MEDIUM");
     o.insert("ipv6_ra_prf".into(), prf.into());
     if let Some(v) = ra.get("route_info") {
         o.insert("ipv6_ra_route_info".into(), v.clone());
