@@ -7,7 +7,9 @@
 //! the router's own ARP/ND requests flood the L2 domain. Unknown MACs are looked up in the FDB.
 
 use std::collections::BTreeSet;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
+
+use ipnet::Ipv4Net;
 
 use hf_expr::Action;
 use hf_expr::actions::ResultFn;
@@ -15,7 +17,7 @@ use hf_expr::ast::Expr;
 
 use super::act::{clone, next, result, to_port};
 use super::pre_acl::svc_monitor;
-use super::{MC_FLOOD, MC_FLOOD_L2, Sw};
+use super::{MC_FLOOD, MC_FLOOD_L2, MC_STATIC, Sw};
 use crate::build::{always, and, eq, eq_num, f, ip4, ip6, mac, or, pred};
 use crate::diag::Diags;
 use crate::flow::Flows;
@@ -152,19 +154,7 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
             span: hf_expr::Span::default(),
         }],
     );
-    if let Some(ls) = topo.nb.logical_switch().get(&topo.datapaths[sw.dp].nb)
-        && ls
-            .other_config
-            .get("mcast_snoop")
-            .is_some_and(|v| v == "true")
-    {
-        diags.push(
-            "Logical_Switch",
-            ls.uuid,
-            &ls.name,
-            "other_config:mcast_snoop=true (IGMP/MLD snooping) is not compiled by holdfast northd; multicast floods",
-        );
-    }
+    multicast(sw, out, diags);
     if let Some(ls) = topo.nb.logical_switch().get(&topo.datapaths[sw.dp].nb)
         && ls.copp.is_some()
     {
@@ -329,4 +319,100 @@ fn forwarding_groups(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
             None,
         );
     }
+}
+
+/// IGMP/MLD snooping (`other_config:mcast_snoop=true`): reports go to the controller, link-local
+/// multicast floods, unregistered IP multicast goes to multicast routers (routers with
+/// `options:mcast_relay`) and to `options:mcast_flood` ports, or is dropped, unless
+/// `other_config:mcast_flood_unregistered=true`. Groups learned into SB `IGMP_Group` are not
+/// read by the compile (a diagnostic says so).
+fn multicast(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
+    let topo = sw.topo;
+    let Some(ls) = topo.nb.logical_switch().get(&topo.datapaths[sw.dp].nb) else {
+        return;
+    };
+    let on = |k: &str| ls.other_config.get(k).is_some_and(|v| v == "true");
+    if !on("mcast_snoop") {
+        return;
+    }
+    diags.push(
+        "Logical_Switch",
+        ls.uuid,
+        &ls.name,
+        "IGMP/MLD groups learned into SB IGMP_Group are not compiled by holdfast northd; registered multicast is handled as unregistered",
+    );
+    let igmp = || {
+        vec![Action::Igmp {
+            span: hf_expr::Span::default(),
+        }]
+    };
+    sw.dflt(out, Stage::LsInL2Lkup, 100, "igmp", pred("igmp"), igmp());
+    sw.dflt(
+        out,
+        Stage::LsInL2Lkup,
+        100,
+        "mld",
+        or([pred("mldv1"), pred("mldv2")]),
+        igmp(),
+    );
+    sw.dflt(
+        out,
+        Stage::LsInL2Lkup,
+        85,
+        "mcast-local4",
+        and([
+            pred("ip4.mcast"),
+            eq(
+                f("ip4.dst"),
+                crate::build::net4(
+                    Ipv4Net::new(Ipv4Addr::new(224, 0, 0, 0), 24).unwrap_or_default(),
+                ),
+            ),
+        ]),
+        to_port(MC_FLOOD_L2),
+    );
+    sw.dflt(
+        out,
+        Stage::LsInL2Lkup,
+        85,
+        "mcast-flood6",
+        pred("ip6.mcast_flood"),
+        to_port(MC_FLOOD),
+    );
+    if on("mcast_flood_unregistered") {
+        return;
+    }
+    let relay = sw.router_ports.iter().any(|p| {
+        let PortKind::SwitchRouter { lrp: Some(l) } = sw.port(*p).kind else {
+            return false;
+        };
+        topo.nb
+            .logical_router()
+            .get(&topo.datapaths[topo.ports[l].dp].nb)
+            .is_some_and(|lr| lr.options.get("mcast_relay").is_some_and(|v| v == "true"))
+    });
+    let flood_static = sw.ports.iter().any(|p| {
+        sw.port(*p)
+            .options
+            .get("mcast_flood")
+            .is_some_and(|v| v == "true")
+    });
+    let mut a = Vec::new();
+    if relay {
+        a.push(clone(to_port(super::MC_MROUTER_FLOOD)));
+    }
+    if flood_static {
+        a.extend(to_port(MC_STATIC));
+    }
+    if a.is_empty() {
+        a.push(Action::drop());
+    }
+    sw.dflt(
+        out,
+        Stage::LsInL2Lkup,
+        80,
+        "mcast-unregistered",
+        or([pred("ip4.mcast"), pred("ip6.mcast")]),
+        a,
+    );
 }

@@ -8,11 +8,11 @@
 //! load balancers that apply, OVN's `has_acls` / `has_stateful_acl` / `has_lb_vip` /
 //! `has_unknown`), from [`index::LsIndex`], which [`crate::topo::Topo`] builds once per compile.
 //!
-//! Not compiled (each a diagnostic where NB asks for it): IGMP/MLD snooping, VTEP ports,
-//! QoS queues (`qdisc_queue_id`), load-balancer health checks and affinity, service monitors,
-//! native DHCP for `external` ports. For chassis without a feature 23.03 uses, stages emit
-//! the older form where one exists (port security as explicit flows, `ct_commit_nat`, FDB,
-//! `ct_label.label`); `render` lowers the rest.
+//! Not compiled (each a diagnostic where NB asks for it): learned IGMP/MLD groups, QoS queues
+//! (`qdisc_queue_id`), load-balancer health checks and affinity, service monitors, native
+//! DHCP for `external` ports, copp meters. For chassis without a feature 23.03 uses, stages
+//! emit the older form where one exists (port security as explicit flows, `ct_commit_nat`,
+//! FDB, `ct_label.label`); `render` lowers the rest.
 
 pub mod acl;
 pub mod acl_hint;
@@ -57,6 +57,8 @@ pub const MC_UNKNOWN: &str = "_MC_unknown";
 pub const MC_FLOOD_L2: &str = "_MC_flood_l2";
 /// Router ports with multicast relay.
 pub const MC_MROUTER_FLOOD: &str = "_MC_mrouter_flood";
+/// Ports with `options:mcast_flood=true`.
+pub const MC_STATIC: &str = "_MC_static";
 
 /// ACL priorities are offset by this in the ACL stages (OVN_ACL_PRI_OFFSET).
 pub const ACL_PRI_OFFSET: u16 = 1000;
