@@ -70,19 +70,17 @@ pub fn build(topo: &Topo<'_>, dp: DpIdx, out: &mut Flows, diags: &mut Diags) {
     egress::post_snat(topo, &r, out, diags);
     egress::egr_loop(topo, &r, out, diags);
     egress::delivery(topo, &r, out, diags);
-    // Stages that pass everything on.
-    for s in [Stage::LrInEcmpStateful] {
-        out.add(
-            dp,
-            s,
-            0,
-            always(),
-            vec![hf_expr::Action::next()],
-            r.owner(),
-            "default",
-            None,
-        );
-    }
+    // ECMP symmetric replies are not built: the stage passes everything on.
+    out.add(
+        dp,
+        Stage::LrInEcmpStateful,
+        0,
+        always(),
+        vec![hf_expr::Action::next()],
+        r.owner(),
+        "default",
+        None,
+    );
 }
 
 #[cfg(test)]
