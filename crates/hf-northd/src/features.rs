@@ -10,8 +10,9 @@
 //!
 //! Rules:
 //! - A chassis with `other_config:holdfast-features` (a comma list of hf-expr feature names
-//!   and levels, `FeatureSet` syntax) has exactly those features. Names this northd does not
-//!   know (a newer controller) are ignored with a diagnostic.
+//!   and levels, `FeatureSet` syntax) has exactly those features. A level newer than this
+//!   northd knows (`hf-9`) means every feature it knows; other names it does not know (a
+//!   newer controller's features) are ignored with a diagnostic.
 //! - A chassis without it is a real `ovn-controller`, taken at OVN's own flags in
 //!   `other_config` ([`OVN_FLAGS`]): its base is the OVN release the newest flag it sets
 //!   implies (20.06, holdfast level `hf-1`, when it sets none: releases before 21.03 set no
@@ -286,10 +287,19 @@ pub fn parse_advertisement(text: &str) -> (FeatureSet, Vec<String>) {
     for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         match FeatureSet::parse(item) {
             Ok(s) => set = set.union(&s),
+            // A level newer than this northd's newest includes everything it knows.
+            Err(_) if newer_level(item) => set = FeatureSet::all(),
             Err(_) => unknown.push(item.to_string()),
         }
     }
     (set, unknown)
+}
+
+/// `hf-N` with N above the newest level this build knows.
+fn newer_level(item: &str) -> bool {
+    item.strip_prefix("hf-")
+        .and_then(|n| n.parse::<usize>().ok())
+        .is_some_and(|n| n > Level::ALL.len())
 }
 
 /// Negotiates: see the module doc for the rules.
@@ -495,5 +505,9 @@ mod tests {
         assert!(set.contains("ct-commit-block"));
         assert!(!set.contains("reject"));
         assert_eq!(unknown, vec!["warp-drive".to_string()]);
+        // A newer controller naming a level this northd does not know yet has all it knows.
+        let (set, unknown) = parse_advertisement("hf-9");
+        assert_eq!(set, FeatureSet::all());
+        assert!(unknown.is_empty());
     }
 }

@@ -14,10 +14,14 @@
 //!   - `northd_lsp_add_NxP_wait_sb`: one `ovn-nbctl --wait=sb lsp-add` of a VIF with an
 //!     address on `ls0` (median of 3 ports); ms.
 //!   - `northd_NxP_peak_rss`: the daemon's `VmHWM` after both; MB.
+//!   - `northd_cold_NxP_wait_sb_on_holdfast_db`, `northd_lsp_add_NxP_wait_sb_on_holdfast_db`:
+//!     the same for the holdfast stack (holdfast northd on one `holdfast db` serving both
+//!     databases) against ovn-northd on `ovsdb-server`s: what replacing both buys.
 //!
 //!   The holdfast side runs `holdfast northd` (the binary beside hf-bench) with ovn-northd's
 //!   command line; when it is missing or does not bring SB up to date, the ovn-northd figures
-//!   are printed alone and a note says why.
+//!   are printed alone and a note says why (with `CI=true` the suite fails instead, as it does
+//!   when an OVN tool is missing).
 //!
 //! Development knobs: `HF_BENCH_NORTHD_SIZE=300x30` runs one size, and
 //! `HF_BENCH_NORTHD_COMPILE_ONLY=1` only the in-process figures (for profiling).
@@ -51,6 +55,11 @@ fn gen_topo() -> Option<PathBuf> {
     ]
     .into_iter()
     .find(|p| p.exists())
+}
+
+/// `CI=true`: a missing baseline or holdfast side fails the suite instead of being skipped.
+fn ci() -> bool {
+    std::env::var("CI").as_deref() == Ok("true")
 }
 
 fn have(tool: &str) -> bool {
@@ -110,18 +119,49 @@ struct SideBySide {
 
 /// Starts `northd` (`argv[0]` and its leading arguments) on a copy of `nb_file` and an empty
 /// SB in `dir`, times the cold compile and three `lsp-add`s.
-fn side(dir: &Path, nb_file: &Path, argv: &[String], name: &str) -> anyhow::Result<SideBySide> {
+fn side(
+    dir: &Path,
+    nb_file: &Path,
+    argv: &[String],
+    name: &str,
+    holdfast_db: Option<&Path>,
+) -> anyhow::Result<SideBySide> {
     std::fs::create_dir_all(dir)?;
     let nb_db = dir.join("nb.db");
     std::fs::copy(nb_file, &nb_db)?;
-    let nb_sock = dir.join("nb.sock");
-    ok(Command::new("ovsdb-server")
-        .args(daemon_args(dir, "nb"))
-        .arg(format!("--remote=punix:{}", nb_sock.display()))
-        .arg(&nb_db))?;
-    let _nb_server = Daemon(dir.join("nb.pid"));
-    let nb = format!("unix:{}", nb_sock.display());
-    let (_sb_server, sb) = server(dir, "sb", SB_SCHEMA)?;
+    let mut servers = Vec::new();
+    let (nb, sb) = match holdfast_db {
+        // One `holdfast db` serving both databases (OVN 23.03's schemas, as ovsdb-server).
+        Some(bin) => {
+            let sb_db = dir.join("sb.db");
+            ok(Command::new(bin)
+                .args(["db", "create"])
+                .arg(&sb_db)
+                .arg(SB_SCHEMA))?;
+            let sock = dir.join("db.sock");
+            ok(Command::new(bin)
+                .arg("db")
+                .args(daemon_args(dir, "db"))
+                .arg(format!("--remote=punix:{}", sock.display()))
+                .arg(&nb_db)
+                .arg(&sb_db)
+                .env("HOLDFAST_LOG", "warn"))?;
+            servers.push(Daemon(dir.join("db.pid")));
+            let r = format!("unix:{}", sock.display());
+            (r.clone(), r)
+        }
+        None => {
+            let nb_sock = dir.join("nb.sock");
+            ok(Command::new("ovsdb-server")
+                .args(daemon_args(dir, "nb"))
+                .arg(format!("--remote=punix:{}", nb_sock.display()))
+                .arg(&nb_db))?;
+            servers.push(Daemon(dir.join("nb.pid")));
+            let (sb_server, sb) = server(dir, "sb", SB_SCHEMA)?;
+            servers.push(sb_server);
+            (format!("unix:{}", nb_sock.display()), sb)
+        }
+    };
     let start = Instant::now();
     ok(Command::new(&argv[0])
         .args(&argv[1..])
@@ -174,6 +214,9 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         "ovn-nbctl",
     ] {
         if !have(tool) {
+            if ci() {
+                bail!("{tool} is not installed (needs OVN's packages; CI=true)");
+            }
             report.note(&format!(
                 "skipped: {tool} is not installed (needs OVN's packages)"
             ));
@@ -232,6 +275,7 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
             &nb_file,
             &["ovn-northd".to_string()],
             "ovn-northd",
+            None,
         )
         .context("ovn-northd side")?;
         let ours = match holdfast_bin() {
@@ -243,8 +287,40 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
                 &nb_file,
                 &[bin.display().to_string(), "northd".to_string()],
                 "holdfast-northd",
+                None,
             ),
         };
+        // The whole holdfast stack: holdfast northd on holdfast db.
+        let stack = holdfast_bin().and_then(|bin| {
+            side(
+                &d.join("stack"),
+                &nb_file,
+                &[bin.display().to_string(), "northd".to_string()],
+                "holdfast-northd",
+                Some(&bin),
+            )
+            .map_err(|e| report.note(&format!("holdfast stack side skipped at {n}x{p}: {e:#}")))
+            .ok()
+        });
+        if let Some(h) = &stack {
+            let b = Better::Lower;
+            report.compare(
+                &format!("northd_cold_{n}x{p}_wait_sb_on_holdfast_db"),
+                h.cold_ms,
+                "ms",
+                b,
+                "ovn-northd",
+                ovn.cold_ms,
+            );
+            report.compare(
+                &format!("northd_lsp_add_{n}x{p}_wait_sb_on_holdfast_db"),
+                h.lsp_add_ms,
+                "ms",
+                b,
+                "ovn-northd",
+                ovn.lsp_add_ms,
+            );
+        }
         let names = (
             format!("northd_cold_{n}x{p}_wait_sb"),
             format!("northd_lsp_add_{n}x{p}_wait_sb"),
@@ -263,6 +339,9 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
                     ovn.lsp_add_ms,
                 );
                 report.compare(&names.2, h.rss_mb, "MB", b, "ovn-northd", ovn.rss_mb);
+            }
+            Err(e) if ci() => {
+                return Err(e.context(format!("holdfast northd side at {n}x{p} (CI=true)")));
             }
             Err(e) => {
                 report.note(&format!(
