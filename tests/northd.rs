@@ -15,5 +15,7 @@ mod fixture;
 mod ha;
 #[path = "northd/incremental.rs"]
 mod incremental;
+#[path = "northd/tls.rs"]
+mod tls;
 #[path = "northd/wait.rs"]
 mod wait;

@@ -486,7 +486,8 @@ mod tests {
                 .all(|l| l[CONSOLE] == Level::Off && l[FILE] == Level::Info)
         );
         apply(&mut st, "unixctl:file:dbg").unwrap();
-        assert_eq!(st.levels[8][FILE], Level::Dbg);
+        let unixctl = MODULES.iter().position(|m| m.0 == "unixctl").unwrap();
+        assert_eq!(st.levels[unixctl][FILE], Level::Dbg);
         assert_eq!(st.levels[0][FILE], Level::Info);
         apply(&mut st, "").unwrap();
         assert!(st.levels.iter().all(|l| l.iter().all(|x| *x == Level::Dbg)));

@@ -301,6 +301,14 @@ impl Dbs {
         dbs
     }
 
+    /// SIGKILL `holdfast db` and start it again on the same files and socket path.
+    pub fn restart_holdfast(&mut self) {
+        if let Some(d) = self.hfdb.as_mut() {
+            d.restart();
+            assert_eq!(d.unix, self.nb, "the restarted server moved its socket");
+        }
+    }
+
     /// Stop the servers (SIGKILL for holdfast db, SIGTERM for ovsdb-server).
     pub fn stop(&mut self) {
         if let Some(mut d) = self.hfdb.take() {

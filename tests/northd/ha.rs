@@ -252,3 +252,28 @@ fn standby_behind_real_ovn_northd() {
     // Every flow real ovn-northd wrote (no hf-flow-id) is gone, and SB is holdfast's whole.
     assert_sb_complete(&dbs.nb, &dbs.sb);
 }
+
+/// The database server dies (SIGKILL) and comes back on the same files: northd reconnects,
+/// takes the lock again and carries on; SB stays complete.
+#[test]
+fn survives_a_database_restart() {
+    if !common::require("northd db restart", TOOLS) {
+        return;
+    }
+    let dir = tempdir();
+    let mut dbs = Dbs::start(dir.path(), Backend::Holdfast);
+    let n = NorthdProc::start(dir.path(), "northd", &dbs.nb, &dbs.sb, &[]);
+    run_ok(dbs.nbctl().args(["--wait=sb", "ls-add", "sw0"]));
+    add_port(&dbs, "sw0", "p1", 1);
+    dbs.restart_holdfast();
+    assert!(
+        wait_for(Duration::from_secs(20), || {
+            n.appctl(&["sb-connection-status"]).trim() == "connected"
+                && n.status() == "Status: active"
+        }),
+        "northd did not come back: {}",
+        n.log_text()
+    );
+    add_port(&dbs, "sw0", "p2", 2);
+    assert_sb_complete(&dbs.nb, &dbs.sb);
+}

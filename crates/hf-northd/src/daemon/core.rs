@@ -128,6 +128,9 @@ pub struct Northd {
     sync_failures: u64,
     desired: Option<Arc<SbDesired>>,
     sb_txn: Option<(TxnId, Arc<Mutex<SyncStats>>)>,
+    /// The rows the last SB transaction wrote: the first SB change made only of them is its
+    /// echo, which needs no new diff (see [`Northd::handle_sb_event`]).
+    echo: Option<Arc<Mutex<std::collections::HashSet<Uuid>>>>,
     nb_txn: Option<TxnId>,
     /// The last negotiation: features, and whether a chassis is unsupported (then port
     /// bindings decide which datapaths are frozen, so they trigger compiles).
@@ -190,6 +193,7 @@ impl Northd {
             sync_failures: 0,
             desired: None,
             sb_txn: None,
+            echo: None,
             nb_txn: None,
             features: FeatureSet::all(),
             any_unsupported: false,
@@ -343,8 +347,21 @@ impl Northd {
                 }
                 // Controllers' writes (chassis, up, Chassis_Private, MAC_Binding) need no
                 // sync: only a change to a row or column northd writes does.
+                // The echo of northd's own transaction (a change made only of rows it just
+                // wrote) is consumed once without a diff; anything else is diffed. A foreign
+                // write to those very rows that arrives first is taken for the echo, and the
+                // real echo then triggers the diff that corrects it.
                 if c.northd_rows {
-                    self.sync_due = true;
+                    let echo = self.echo.as_ref().is_some_and(|e| {
+                        e.lock().is_ok_and(|e| {
+                            !e.is_empty() && c.northd_uuids.iter().all(|u| e.contains(u))
+                        })
+                    });
+                    if echo {
+                        self.echo = None;
+                    } else {
+                        self.sync_due = true;
+                    }
                 }
                 self.nb_side_due = true;
             }
@@ -386,8 +403,12 @@ impl Northd {
                         }
                         self.nb_side_due = true;
                     }
-                    TxnOutcome::Unchanged => self.stats.sb_unchanged += 1,
+                    TxnOutcome::Unchanged => {
+                        self.stats.sb_unchanged += 1;
+                        self.echo = None;
+                    }
                     TxnOutcome::Failed(e) => {
+                        self.echo = None;
                         self.sync_due = true;
                         self.sync_failed = true;
                         self.sync_failures += 1;
@@ -559,6 +580,8 @@ impl Northd {
         let stats = Arc::new(Mutex::new(SyncStats::default()));
         let st = stats.clone();
         let rng = self.rng.clone();
+        let echo = Arc::new(Mutex::new(std::collections::HashSet::new()));
+        self.echo = Some(echo.clone());
         let id = sb.transact(Box::new(move |view: &SbView| {
             let mut guard = match rng.lock() {
                 Ok(g) => g,
@@ -575,6 +598,10 @@ impl Northd {
             );
             if let Ok(mut g) = st.lock() {
                 *g = s;
+            }
+            if let Ok(mut e) = echo.lock() {
+                e.clear();
+                e.extend(ops.iter().filter_map(op_row));
             }
             if !ops.is_empty() {
                 // Only the lock's owner may write (as ovn-northd's IDL asserts it): a northd
@@ -640,6 +667,16 @@ pub fn needs_compile(d: &hf_model::NbDelta) -> bool {
         }
     }
     cheap < d.len()
+}
+
+/// The row an insert (its `uuid`), update or delete (its `_uuid ==` condition) writes.
+fn op_row(op: &Value) -> Option<Uuid> {
+    let text = match op.get("op").and_then(Value::as_str)? {
+        "insert" => op.get("uuid")?.as_str()?,
+        "update" | "delete" | "mutate" => op.get("where")?.get(0)?.get(2)?.get(1)?.as_str()?,
+        _ => return None,
+    };
+    text.parse().ok()
 }
 
 /// What compile reads from SB: tunnel keys by name.

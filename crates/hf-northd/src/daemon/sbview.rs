@@ -94,6 +94,10 @@ pub struct SbChanges {
     /// `Chassis`, `Chassis_Private`, `MAC_Binding`, `Port_Binding`'s `chassis`, `up`,
     /// `additional_chassis`).
     pub northd_rows: bool,
+    /// The rows of northd's root tables that changed (so the daemon can tell the echo of its
+    /// own transaction from somebody else's write). Rows of `Logical_DP_Group` and
+    /// `HA_Chassis` (not root: the server collects them) are not listed.
+    pub northd_uuids: Vec<Uuid>,
 }
 
 impl SbChanges {
@@ -350,6 +354,10 @@ fn typed_changes<T: Table>(
         }
     }
     Ok(out)
+}
+
+fn ids_of<R>(p: &Pending<R>) -> impl Iterator<Item = Uuid> + '_ {
+    p.iter().map(|(u, _)| *u)
 }
 
 fn apply_pending<R>(rows: &mut BTreeMap<Uuid, R>, p: Pending<R>) -> usize {
@@ -667,6 +675,18 @@ impl SbView {
             || !p.logical_dp_group.is_empty()
             || !p.logical_flow.is_empty()
             || !p.static_mac_binding.is_empty();
+        if c.northd_rows {
+            c.northd_uuids.extend(ids_of(&p.sb_global));
+            c.northd_uuids.extend(ids_of(&p.datapath_binding));
+            c.northd_uuids.extend(ids_of(&p.port_binding));
+            c.northd_uuids.extend(ids_of(&p.multicast_group));
+            c.northd_uuids.extend(ids_of(&p.port_group));
+            c.northd_uuids.extend(ids_of(&p.address_set));
+            c.northd_uuids.extend(ids_of(&p.load_balancer));
+            c.northd_uuids.extend(ids_of(&p.ha_chassis_group));
+            c.northd_uuids.extend(ids_of(&p.logical_flow));
+            c.northd_uuids.extend(ids_of(&p.static_mac_binding));
+        }
         let mut note = |t: &'static str, n: usize| {
             if n > 0 {
                 c.tables.insert(t);

@@ -374,9 +374,16 @@ fn cold_start_then_one_port_in_one_transaction() {
     // One port: one SB transaction (flows, binding and nb_cfg together).
     let before = sim.obs_changes;
     let commits = sim.nodes[0].nd.stats().sb_commits;
+    let unchanged = sim.nodes[0].nd.stats().sb_unchanged;
     let cfg = sim.nb_with_cfg(lsp_ops("sw0", "p1", 1));
     sim.run();
     assert_eq!(sim.nodes[0].nd.stats().sb_commits, commits + 1);
+    // The echo of that transaction is recognised: no second diff.
+    assert_eq!(
+        sim.nodes[0].nd.stats().sb_unchanged,
+        unchanged,
+        "the echo was diffed"
+    );
     assert_eq!(
         sim.obs_changes,
         before + 1,
