@@ -345,6 +345,26 @@ impl Rtr {
             tunnel_key: d.tunnel_key,
             dnat_force_snat: Vec::new(),
         };
+        if let Some(lr) = lr
+            && lr.copp.is_some()
+        {
+            diags.push(
+                "Logical_Router",
+                lr.uuid,
+                &lr.name,
+                "copp (control-plane protection meters) is not applied by holdfast northd; controller actions are unmetered",
+            );
+        }
+        if let Some(lr) = lr
+            && lr.options.get("mcast_relay").is_some_and(|v| v == "true")
+        {
+            diags.push(
+                "Logical_Router",
+                lr.uuid,
+                &lr.name,
+                "options:mcast_relay is not implemented by holdfast northd; multicast is not routed",
+            );
+        }
         if let Some(lr) = lr {
             for (key, dst) in [("lb_force_snat_ip", 0), ("dnat_force_snat_ip", 1)] {
                 let Some(v) = lr.options.get(key).filter(|v| v.as_str() != "router_ip") else {

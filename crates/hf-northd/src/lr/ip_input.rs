@@ -26,7 +26,7 @@ use crate::lr::act::{
 use crate::lr::ctx::{Rtr, resident};
 use crate::regs::Reg;
 use crate::stage::Stage;
-use crate::topo::Topo;
+use crate::topo::{PortKind, Topo};
 
 const ST: Stage = Stage::LrInIpInput;
 
@@ -154,6 +154,30 @@ pub fn build(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         .collect();
 
     for p in &r.ports {
+        // ARP replies for a router address come only from the gateway chassis when the port
+        // faces a physical network (its switch has a localnet port), as 23.03 decides: for
+        // the DGP itself, or with `options:reside-on-redirect-chassis` and a single DGP.
+        let n_dgps = r.ports.iter().filter(|q| q.cr.is_some()).count();
+        let faces_localnet = p.peer_switch.is_some_and(|s| {
+            topo.datapaths[s]
+                .ports
+                .iter()
+                .any(|q| topo.ports[*q].kind == PortKind::Localnet)
+        });
+        let arp_res = if n_dgps == 0 || !faces_localnet {
+            None
+        } else if p.cr.is_some() {
+            p.resident()
+        } else if n_dgps == 1
+            && topo.ports[p.idx]
+                .options
+                .get("reside-on-redirect-chassis")
+                .is_some_and(|v| v == "true")
+        {
+            r.dgp.and_then(|d| r.ports[d].resident())
+        } else {
+            None
+        };
         if let Some(mtu) = crate::lr::mtu::gateway_mtu(topo, p) {
             crate::lr::mtu::too_big(r, p, None, mtu, ST, out);
         }
@@ -241,7 +265,7 @@ pub fn build(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
                 eq(f("arp.tpa"), ip4(n.addr())),
                 eq(f("arp.spa"), net4(n.trunc())),
             ];
-            m.extend(p.resident());
+            m.extend(arp_res.clone());
             add(90, and(m), arp_reply(None), format!("arp-{}", n.addr()));
         }
         if !p.v6.is_empty() {

@@ -31,6 +31,16 @@ use crate::topo::Topo;
 
 /// Every flow of router `dp`.
 pub fn build(topo: &Topo<'_>, dp: DpIdx, out: &mut Flows, diags: &mut Diags) {
+    // A disabled router (`enabled=false`) forwards nothing: ovn-northd gives it no pipeline
+    // at all, and a datapath without flows drops every packet.
+    if topo
+        .nb
+        .logical_router()
+        .get(&topo.datapaths[dp].nb)
+        .is_some_and(|l| l.enabled == Some(false))
+    {
+        return;
+    }
     let r = ctx::Rtr::new(topo, dp, diags);
     admission::build(topo, &r, out, diags);
     lookup_neighbor::build(topo, &r, out, diags);

@@ -77,7 +77,7 @@ pub fn gateway_mtu_flow(
         a.push(crate::lr::act::result(
             Reg::PktLarger.field(),
             hf_expr::actions::ResultFn::CheckPktLarger {
-                len: mtu + l2_hdr(topo, p),
+                len: mtu.saturating_add(l2_hdr(topo, p)),
             },
         ));
     }

@@ -14,7 +14,9 @@ pub const MATCH_OFFSET: i64 = 300;
 /// The priority of a NAT row's SNAT (`dnat == false`) or DNAT flow.
 pub fn priority(r: &Rtr, n: &Nat, dnat: bool) -> u16 {
     if n.extra.is_some() {
-        return (MATCH_OFFSET + n.priority).clamp(0, i64::from(u16::MAX) - 3) as u16;
+        return MATCH_OFFSET
+            .saturating_add(n.priority)
+            .clamp(0, i64::from(u16::MAX) - 3) as u16;
     }
     if dnat {
         return 100;

@@ -482,6 +482,88 @@ fn bad_rows_get_one_diagnostic_each_and_the_rest_compiles() {
     );
 }
 
+#[test]
+fn stateless_nat_rewrites_addresses_without_conntrack() {
+    let nb = base(
+        vec![(
+            "NAT",
+            "n1",
+            json!({"type": "dnat_and_snat", "logical_ip": "10.0.0.5", "external_ip": "172.16.0.20", "options": ["map", [["stateless", "true"]]]}),
+        )],
+        json!({"nat": set(&["n1"]), "options": ["map", [["chassis", "gw1"]]]}),
+    );
+    let (flows, diags) = compile(&nb);
+    assert!(diags.0.is_empty(), "{:?}", diags.0);
+    has(
+        &of(&flows, Stage::LrInUnsnat),
+        90,
+        "ip && ip4.dst == 172.16.0.20",
+        "next;",
+    );
+    has(
+        &of(&flows, Stage::LrInDnat),
+        100,
+        "ip && ip4.dst == 172.16.0.20",
+        "flags.loopback = 1; ip4.dst = 10.0.0.5; next;",
+    );
+    has(
+        &of(&flows, Stage::LrOutSnat),
+        33,
+        "ip && ip4.src == 10.0.0.5",
+        "ip4.src = 172.16.0.20; next;",
+    );
+    assert!(flows.iter().all(|f| {
+        !hf_expr::printer::actions_to_string(&f.actions).contains("ct_snat(172.16.0.20)")
+    }));
+}
+
+#[test]
+fn gateway_mtu_checks_and_answers_too_big() {
+    let nb = nb(&[
+        (
+            "Logical_Router",
+            "lr0",
+            json!({"name": "lr0", "ports": set(&["p-in", "p-ext"])}),
+        ),
+        (
+            "Logical_Router_Port",
+            "p-in",
+            json!({"name": "lr0-in", "mac": "02:00:00:00:00:01", "networks": "10.0.0.1/24"}),
+        ),
+        (
+            "Logical_Router_Port",
+            "p-ext",
+            json!({"name": "lr0-ext", "mac": "02:00:00:00:ff:01", "networks": "172.16.0.1/24", "options": ["map", [["gateway_mtu", "1400"]]]}),
+        ),
+    ]);
+    let (flows, _) = compile(&nb);
+    has(
+        &of(&flows, Stage::LrInChkPktLen),
+        50,
+        "outport == \"lr0-ext\"",
+        "reg9[1] = check_pkt_larger(1414); next;",
+    );
+    has(
+        &of(&flows, Stage::LrInLargerPkts),
+        150,
+        "inport == \"lr0-in\" && outport == \"lr0-ext\" && ip4 && reg9[1] && reg9[0] == 0",
+        "icmp4_error { reg9[0] = 1; reg9[1] = 0; eth.dst = 02:00:00:00:00:01; ip4.dst = ip4.src; ip4.src = 10.0.0.1; ip.ttl = 255; icmp4.type = 3; icmp4.code = 4; icmp4.frag_mtu = 1400; next(pipeline=ingress, table=0); };",
+    );
+    has(
+        &of(&flows, Stage::LrInAdmission),
+        50,
+        "eth.mcast && inport == \"lr0-ext\"",
+        "reg9[1] = check_pkt_larger(1414); xreg0[0..47] = 02:00:00:00:ff:01; next;",
+    );
+}
+
+#[test]
+fn a_disabled_router_has_no_pipeline() {
+    let nb = base(vec![], json!({"enabled": false}));
+    let (flows, _) = compile(&nb);
+    assert!(flows.is_empty(), "{} flows", flows.len());
+}
+
 /// Development aid (ignored; run with `--release`): the router stages of the gen_topo-like
 /// 500×40 topology (one distributed router with 500 ports, 40 VIFs behind each; a gateway
 /// router with 500 SNATs) must take a small part of a second.

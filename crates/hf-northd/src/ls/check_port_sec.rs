@@ -86,12 +86,23 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
             continue;
         }
         if matches!(&port.kind, PortKind::OtherLsp(t) if t == "vtep") {
-            diags.push(
-                "Logical_Switch_Port",
-                port.nb,
-                &port.name,
-                "type vtep is not compiled by holdfast northd; the port is treated as a VIF",
+            // From a VTEP (ramp) switch: straight to the hairpin stage (see `hairpin`).
+            sw.for_port(
+                out,
+                Stage::LsInCheckPortSec,
+                70,
+                *p,
+                "vtep",
+                inport(&port.name),
+                vec![
+                    set(Reg::FromRamp, 1),
+                    hf_expr::Action::next_table(
+                        Some(hf_expr::actions::Pipeline::Ingress),
+                        u32::from(Stage::LsInHairpin.table()),
+                    ),
+                ],
             );
+            continue;
         }
         if let Some(q) = port.options.get("qdisc_queue_id") {
             diags.push(

@@ -20,6 +20,7 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, _diags: &mut Diags) {
     ] {
         sw.dflt(out, stage, 0, "default", always(), vec![next()]);
     }
+    vtep(sw, out);
     if !sw.has_lb_vip {
         return;
     }
@@ -88,4 +89,51 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, _diags: &mut Diags) {
             output(),
         ],
     );
+}
+
+/// Traffic from VTEP ports goes straight to L2 lookup, except where a distributed gateway port
+/// of a router on the switch is resident (it goes on for ARP/ND hairpin processing).
+fn vtep(sw: &Sw<'_, '_>, out: &mut Flows) {
+    let has_vtep = sw
+        .ports
+        .iter()
+        .any(|p| matches!(&sw.port(*p).kind, crate::topo::PortKind::OtherLsp(t) if t == "vtep"));
+    if !has_vtep {
+        return;
+    }
+    sw.dflt(
+        out,
+        Stage::LsInHairpin,
+        1000,
+        "vtep",
+        is(Reg::FromRamp, 1),
+        vec![hf_expr::Action::next_table(
+            Some(hf_expr::actions::Pipeline::Ingress),
+            u32::from(Stage::LsInL2Lkup.table()),
+        )],
+    );
+    for rp in &sw.router_ports {
+        let crate::topo::PortKind::SwitchRouter { lrp: Some(l) } = sw.port(*rp).kind else {
+            continue;
+        };
+        let lrp = sw.port(l);
+        if !sw.topo.datapaths[lrp.dp].dgps.contains(&l) {
+            continue;
+        }
+        sw.for_port(
+            out,
+            Stage::LsInHairpin,
+            2000,
+            *rp,
+            "vtep-dgp",
+            and([
+                is(Reg::FromRamp, 1),
+                hf_expr::ast::Expr::ChassisResident {
+                    port: format!("cr-{}", lrp.name),
+                    span: hf_expr::Span::default(),
+                },
+            ]),
+            vec![next()],
+        );
+    }
 }

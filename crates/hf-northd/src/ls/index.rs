@@ -371,7 +371,7 @@ fn parse_acl(
             return None;
         }
     };
-    let Ok(priority) = u16::try_from(acl.priority).map(|p| p.min(32767)) else {
+    let Some(priority) = u16::try_from(acl.priority).ok().filter(|p| *p <= 32767) else {
         diags.push(
             "ACL",
             acl.uuid,

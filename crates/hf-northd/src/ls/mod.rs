@@ -8,8 +8,7 @@
 //! load balancers that apply, OVN's `has_acls` / `has_stateful_acl` / `has_lb_vip` /
 //! `has_unknown`), from [`index::LsIndex`], which [`crate::topo::Topo`] builds once per compile.
 //!
-//! Not compiled (each a diagnostic where NB asks for it): IGMP/MLD snooping, VTEP ports,
-//! QoS queues (`qdisc_queue_id`), load-balancer health checks and affinity, service monitors,
+//! Not compiled (each a diagnostic where NB asks for it): IGMP/MLD snooping, QoS queues (`qdisc_queue_id`), load-balancer health checks and affinity, service monitors,
 //! native DHCP for `external` ports. For chassis without a feature 23.03 uses, stages emit
 //! the older form where one exists (port security as explicit flows, `ct_commit_nat`, FDB,
 //! `ct_label.label`); `render` lowers the rest.
