@@ -424,7 +424,10 @@ impl Display for Action {
                 write_str_lit(f, vip)?;
                 f.write_str(", backend = ")?;
                 write_str_lit(f, backend)?;
-                write!(f, ", proto = {proto}, timeout = {timeout})")
+                if !proto.is_empty() {
+                    write!(f, ", proto = {proto}")?;
+                }
+                write!(f, ", timeout = {timeout})")
             }
             Action::Sample { args, .. } => {
                 f.write_str("sample(")?;

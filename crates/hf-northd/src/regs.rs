@@ -133,6 +133,9 @@ regs! {
     EcmpGroupId: Router, Place::range("reg8", 0, 15), "REG_ECMP_GROUP_ID.";
     EcmpMemberId: Router, Place::range("reg8", 16, 31), "REG_ECMP_MEMBER_ID.";
     RouteTableId: Router, Place::whole("reg7"), "REG_ROUTE_TABLE_ID.";
+    KnownLbSession: Router, Place::bit("reg9", 6), "REGBIT_KNOWN_LB_SESSION: chk_lb_aff() found an affinity entry (lb_aff_check → lb_aff_learn/dnat).";
+    LbAffBackendIp4: Router, Place::whole("reg4"), "REG_LB_AFF_BACKEND_IP4: the backend chk_lb_aff() remembered (IPv6: xxreg1).";
+    LbAffMatchPort: Router, Place::range("reg8", 0, 15), "REG_LB_AFF_MATCH_PORT: the remembered backend's port.";
     NdRaOptsResult: Router, Place::bit("reg0", 5), "REGBIT_ND_RA_OPTS_RESULT: put_nd_ra_opts() succeeded (nd_ra_options → nd_ra_response, before routing).";
 }
 
@@ -184,6 +187,8 @@ mod tests {
             // MAC was last read (ip_input) and before routing writes the next hop.
             (Reg::InportEthAddr, Reg::NdRaOptsResult),
             (Reg::NextHopIpv4, Reg::NdRaOptsResult),
+            // LB affinity (lb_aff_check..dnat) ends before routing sets the ECMP group.
+            (Reg::LbAffMatchPort, Reg::EcmpGroupId),
         ];
         for (i, a) in Reg::ALL.iter().enumerate() {
             for b in &Reg::ALL[i + 1..] {

@@ -1336,7 +1336,12 @@ impl ActCompiler<'_> {
                     vip_port,
                     backend,
                     backend_port,
-                    proto: proto_number(proto)?,
+                    // OVN omits `proto=` for a VIP without a port.
+                    proto: if proto.is_empty() {
+                        0
+                    } else {
+                        proto_number(proto)?
+                    },
                     timeout: *timeout,
                 }
             }

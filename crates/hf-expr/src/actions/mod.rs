@@ -591,7 +591,8 @@ pub enum Action {
         /// Span.
         span: Span,
     },
-    /// `commit_lb_aff(vip = "...", backend = "...", proto = P, timeout = N);`
+    /// `commit_lb_aff(vip = "...", backend = "...", [proto = P,] timeout = N);` (`proto`
+    /// exactly when the VIP has a port; empty otherwise).
     CommitLbAff {
         /// VIP `ip:port`.
         vip: String,

@@ -851,17 +851,18 @@ fn parse_call(c: &mut Cursor, name: &str, start: Span) -> Result<Action> {
                 }
             }
             let span = fin(c)?;
+            // OVN writes `proto=` exactly when the VIP has a port; it is optional here.
             match (vip, backend, proto, timeout) {
-                (Some(vip), Some(backend), Some(proto), Some(timeout)) => Ok(Action::CommitLbAff {
+                (Some(vip), Some(backend), proto, Some(timeout)) => Ok(Action::CommitLbAff {
                     vip,
                     backend,
-                    proto,
+                    proto: proto.unwrap_or_default(),
                     timeout,
                     span,
                 }),
                 _ => Err(syntax(
                     span,
-                    "commit_lb_aff() needs vip=, backend=, proto= and timeout=",
+                    "commit_lb_aff() needs vip=, backend= and timeout= (and proto= when the VIP has a port)",
                 )),
             }
         }

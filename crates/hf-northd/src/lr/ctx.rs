@@ -184,6 +184,8 @@ pub struct Vip {
     pub hash_fields: Option<String>,
     /// No backends and `options:reject=true`: new connections are rejected.
     pub reject: bool,
+    /// `options:affinity_timeout` (seconds, > 0): sessions stick to a backend.
+    pub affinity: Option<u32>,
 }
 
 /// One next hop of a route group.
@@ -661,13 +663,6 @@ impl Rtr {
                     continue;
                 }
             };
-            if lb
-                .options
-                .get("affinity_timeout")
-                .is_some_and(|t| t.trim() != "0")
-            {
-                diags.push("Load_Balancer", lb.uuid, &lb.name, format!("options:affinity_timeout is not implemented by holdfast northd; router {} balances its connections without affinity", self.name));
-            }
             if !lb.health_check.is_empty() {
                 diags.push("Load_Balancer", lb.uuid, &lb.name, format!("health checks are not run by holdfast northd; router {} uses every backend", self.name));
             }
@@ -753,6 +748,11 @@ impl Rtr {
                             .join(",")
                     }),
                     reject,
+                    affinity: lb
+                        .options
+                        .get("affinity_timeout")
+                        .and_then(|t| t.trim().parse::<u32>().ok())
+                        .filter(|t| *t > 0),
                 });
             }
         }

@@ -85,6 +85,7 @@ pub fn build(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
     if r.vips.is_empty() {
         return;
     }
+    crate::lr::lb_aff::dnat_flows(topo, r, out);
     let est = || {
         and([
             pred("ct.est"),

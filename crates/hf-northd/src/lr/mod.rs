@@ -2,7 +2,7 @@
 //! (ovn-northd(8) "Logical Router Datapaths"). [`build`] digests the router once
 //! ([`ctx::Rtr`]) and runs every stage in table order.
 //!
-//! What is not built (yet): load balancer affinity (`lr_in_lb_aff_*` pass everything), ECMP
+//! What is not built (yet): ECMP
 //! symmetric replies (`lr_in_ecmp_stateful`), BFD, stateless NAT, `lb_force_snat_ip` on
 //! distributed routers' SNAT side, NAT `gateway_port` beyond the first match, DHCPv6 prefix
 //! delegation, multicast relay. Rows asking for them compile without those flows.
@@ -14,6 +14,7 @@ pub mod defrag;
 pub mod dnat;
 pub mod egress;
 pub mod ip_input;
+pub mod lb_aff;
 pub mod learn_neighbor;
 pub mod lookup_neighbor;
 pub mod mtu;
@@ -48,7 +49,9 @@ pub fn build(topo: &Topo<'_>, dp: DpIdx, out: &mut Flows, diags: &mut Diags) {
     ip_input::build(topo, &r, out, diags);
     unsnat::build(topo, &r, out, diags);
     defrag::build(topo, &r, out, diags);
+    lb_aff::check(topo, &r, out, diags);
     dnat::build(topo, &r, out, diags);
+    lb_aff::learn(topo, &r, out, diags);
     nd_ra::build(topo, &r, out, diags);
     routing::routing_pre(topo, &r, out, diags);
     routing::routing(topo, &r, out, diags);
@@ -67,23 +70,17 @@ pub fn build(topo: &Topo<'_>, dp: DpIdx, out: &mut Flows, diags: &mut Diags) {
     egress::post_snat(topo, &r, out, diags);
     egress::egr_loop(topo, &r, out, diags);
     egress::delivery(topo, &r, out, diags);
-    // Stages that pass everything on.
-    for s in [
-        Stage::LrInLbAffCheck,
-        Stage::LrInLbAffLearn,
+    // ECMP symmetric replies are not built: the stage passes everything on.
+    out.add(
+        dp,
         Stage::LrInEcmpStateful,
-    ] {
-        out.add(
-            dp,
-            s,
-            0,
-            always(),
-            vec![hf_expr::Action::next()],
-            r.owner(),
-            "default",
-            None,
-        );
-    }
+        0,
+        always(),
+        vec![hf_expr::Action::next()],
+        r.owner(),
+        "default",
+        None,
+    );
 }
 
 #[cfg(test)]
