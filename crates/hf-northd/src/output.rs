@@ -131,6 +131,15 @@ pub struct DnsRow {
     pub external_ids: BTreeMap<String, String>,
 }
 
+/// One `DHCP_Options` or `DHCPv6_Options` row (keyed by `name`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DhcpOptRow {
+    /// `code`.
+    pub code: u8,
+    /// `type` (`ipv4`, `str`, `mac`, ...).
+    pub type_: &'static str,
+}
+
 /// Everything northd writes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SbDesired {
@@ -150,6 +159,10 @@ pub struct SbDesired {
     pub load_balancers: BTreeMap<String, LbRow>,
     /// `DNS` by NB `DNS` row UUID (its `dns_id`).
     pub dns: BTreeMap<String, DnsRow>,
+    /// `DHCP_Options` by name: the DHCPv4 option codes ovn-controller parses with.
+    pub dhcp_options: BTreeMap<String, DhcpOptRow>,
+    /// `DHCPv6_Options` by name.
+    pub dhcpv6_options: BTreeMap<String, DhcpOptRow>,
     /// `SB_Global.options` northd owns (`mac_prefix`, `svc_monitor_mac`, `max_tunid`, ...).
     pub sb_options: BTreeMap<String, String>,
     /// Datapaths whose flows the sync must leave exactly as SB has them (fail closed: a

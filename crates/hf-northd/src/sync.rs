@@ -2,7 +2,7 @@
 //! northd's rows ([`insert_ops`]), and the incremental sync ([`diff_ops`]): what SB (as the
 //! daemon's lean [`SbView`] shows it) lacks, has too much of, or has differently, as the
 //! minimal operations. Rows are matched by identity (datapath and port names, flow ids,
-//! group names), never by UUID; only changed columns of changed rows are written; rows
+//! group and DHCP option names), never by UUID; only changed columns of changed rows are written; rows
 //! northd no longer wants are deleted (flows without `hf-flow-id` too, e.g. written by a real
 //! ovn-northd); `Logical_DP_Group` rows are reused by datapath set; controller-owned
 //! `Port_Binding` columns (`chassis`, `up`, `encap`, `additional_chassis`,
@@ -210,6 +210,15 @@ pub fn insert_ops(d: &SbDesired, chassis: &HashMap<String, Uuid>) -> Vec<Value> 
             r["datapaths"] = ref_set(dps);
         }
         ops.push(json!({"op": "insert", "table": "Load_Balancer", "row": r}));
+    }
+    for (table, rows) in [
+        ("DHCP_Options", &d.dhcp_options),
+        ("DHCPv6_Options", &d.dhcpv6_options),
+    ] {
+        for (name, r) in rows {
+            ops.push(json!({"op": "insert", "table": table,
+                "row": {"name": name, "code": r.code, "type": r.type_}}));
+        }
     }
     if !d.sb_options.is_empty() {
         ops.push(json!({"op": "update", "table": "SB_Global", "where": [],
@@ -837,6 +846,47 @@ pub fn diff_ops(
     }
     for (name, r) in &old_lb {
         if !d.load_balancers.contains_key(name) {
+            o.delete(*r);
+        }
+    }
+
+    // DHCP_Options and DHCPv6_Options by name: a row of another code or type is corrected,
+    // rows of names northd does not know (and duplicates) are deleted.
+    let (old_d4, dup_d4) = by_key(sb.dhcp_options.values(), |r| Some(r.name.clone()));
+    for (name, row) in &d.dhcp_options {
+        let old = old_d4.get(name).copied();
+        let new = s::DhcpOptions {
+            uuid: old.map_or_else(|| o.fresh(), |r| r.uuid),
+            code: i64::from(row.code),
+            name: name.clone(),
+            type_: s::DhcpOptionsType::from_wire(row.type_),
+        };
+        o.put(&new, old);
+    }
+    for r in dup_d4 {
+        o.delete(r);
+    }
+    for (name, r) in &old_d4 {
+        if !d.dhcp_options.contains_key(name) {
+            o.delete(*r);
+        }
+    }
+    let (old_d6, dup_d6) = by_key(sb.dhcpv6_options.values(), |r| Some(r.name.clone()));
+    for (name, row) in &d.dhcpv6_options {
+        let old = old_d6.get(name).copied();
+        let new = s::Dhcpv6Options {
+            uuid: old.map_or_else(|| o.fresh(), |r| r.uuid),
+            code: i64::from(row.code),
+            name: name.clone(),
+            type_: s::Dhcpv6OptionsType::from_wire(row.type_),
+        };
+        o.put(&new, old);
+    }
+    for r in dup_d6 {
+        o.delete(r);
+    }
+    for (name, r) in &old_d6 {
+        if !d.dhcpv6_options.contains_key(name) {
             o.delete(*r);
         }
     }

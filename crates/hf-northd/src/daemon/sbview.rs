@@ -128,6 +128,10 @@ pub struct SbView {
     pub address_set: BTreeMap<Uuid, sb::AddressSet>,
     /// `DNS`.
     pub dns: BTreeMap<Uuid, sb::Dns>,
+    /// `DHCP_Options`.
+    pub dhcp_options: BTreeMap<Uuid, sb::DhcpOptions>,
+    /// `DHCPv6_Options`.
+    pub dhcpv6_options: BTreeMap<Uuid, sb::Dhcpv6Options>,
     /// `Load_Balancer`.
     pub load_balancer: BTreeMap<Uuid, sb::LoadBalancer>,
     /// `HA_Chassis`.
@@ -182,6 +186,8 @@ const TABLES: &[(&str, Option<&[&str]>)] = &[
     ("Port_Group", None),
     ("Address_Set", None),
     ("DNS", None),
+    ("DHCP_Options", None),
+    ("DHCPv6_Options", None),
     ("Load_Balancer", None),
     ("HA_Chassis", Some(&["chassis", "priority", "external_ids"])),
     (
@@ -236,6 +242,8 @@ impl SbView {
             + self.port_group.len()
             + self.address_set.len()
             + self.dns.len()
+            + self.dhcp_options.len()
+            + self.dhcpv6_options.len()
             + self.load_balancer.len()
             + self.ha_chassis.len()
             + self.ha_chassis_group.len()
@@ -604,6 +612,8 @@ struct AllPending {
     port_group: Pending<sb::PortGroup>,
     address_set: Pending<sb::AddressSet>,
     dns: Pending<sb::Dns>,
+    dhcp_options: Pending<sb::DhcpOptions>,
+    dhcpv6_options: Pending<sb::Dhcpv6Options>,
     load_balancer: Pending<sb::LoadBalancer>,
     ha_chassis: Pending<sb::HaChassis>,
     ha_chassis_group: Pending<sb::HaChassisGroup>,
@@ -631,6 +641,10 @@ impl SbView {
             "Port_Group" => p.port_group.extend(typed_changes(&self.port_group, u)?),
             "Address_Set" => p.address_set.extend(typed_changes(&self.address_set, u)?),
             "DNS" => p.dns.extend(typed_changes(&self.dns, u)?),
+            "DHCP_Options" => p.dhcp_options.extend(typed_changes(&self.dhcp_options, u)?),
+            "DHCPv6_Options" => p
+                .dhcpv6_options
+                .extend(typed_changes(&self.dhcpv6_options, u)?),
             "Load_Balancer" => p
                 .load_balancer
                 .extend(typed_changes(&self.load_balancer, u)?),
@@ -670,6 +684,8 @@ impl SbView {
             || !p.port_group.is_empty()
             || !p.address_set.is_empty()
             || !p.load_balancer.is_empty()
+            || !p.dhcp_options.is_empty()
+            || !p.dhcpv6_options.is_empty()
             || !p.ha_chassis.is_empty()
             || !p.ha_chassis_group.is_empty()
             || !p.logical_dp_group.is_empty()
@@ -683,6 +699,8 @@ impl SbView {
             c.northd_uuids.extend(ids_of(&p.port_group));
             c.northd_uuids.extend(ids_of(&p.address_set));
             c.northd_uuids.extend(ids_of(&p.load_balancer));
+            c.northd_uuids.extend(ids_of(&p.dhcp_options));
+            c.northd_uuids.extend(ids_of(&p.dhcpv6_options));
             c.northd_uuids.extend(ids_of(&p.ha_chassis_group));
             c.northd_uuids.extend(ids_of(&p.logical_flow));
             c.northd_uuids.extend(ids_of(&p.static_mac_binding));
@@ -720,6 +738,14 @@ impl SbView {
             apply_pending(&mut self.address_set, p.address_set),
         );
         note("DNS", apply_pending(&mut self.dns, p.dns));
+        note(
+            "DHCP_Options",
+            apply_pending(&mut self.dhcp_options, p.dhcp_options),
+        );
+        note(
+            "DHCPv6_Options",
+            apply_pending(&mut self.dhcpv6_options, p.dhcpv6_options),
+        );
         note(
             "Load_Balancer",
             apply_pending(&mut self.load_balancer, p.load_balancer),
@@ -765,6 +791,8 @@ impl SbView {
             "Port_Group" => k(&self.port_group),
             "Address_Set" => k(&self.address_set),
             "DNS" => k(&self.dns),
+            "DHCP_Options" => k(&self.dhcp_options),
+            "DHCPv6_Options" => k(&self.dhcpv6_options),
             "Load_Balancer" => k(&self.load_balancer),
             "HA_Chassis" => k(&self.ha_chassis),
             "HA_Chassis_Group" => k(&self.ha_chassis_group),

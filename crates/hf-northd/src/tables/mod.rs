@@ -2,7 +2,8 @@
 //! table: [`datapath`] (`Datapath_Binding`), [`port`] (`Port_Binding` and the HA chassis
 //! groups of chassis-redirect and external ports), [`mcast`] (`Multicast_Group`), [`groups`]
 //! (`Port_Group` and `Address_Set`), [`lb`] (`Load_Balancer`), [`global`] (`SB_Global.options`)
-//! [`dns`] (`DNS`) and [`mac_binding`] (MAC_Binding ageing, a pure function the daemon calls
+//! [`dns`] (`DNS`), [`dhcp`] (the `DHCP_Options`/`DHCPv6_Options` code tables) and
+//! [`mac_binding`] (MAC_Binding ageing, a pure function the daemon calls
 //! on its clock).
 //!
 //! What SB already holds and ovn-northd would keep by writing it back to NB comes in through
@@ -17,6 +18,7 @@
 //! served (`max_tunid` is Geneve's).
 
 pub mod datapath;
+pub mod dhcp;
 pub mod dns;
 pub mod global;
 pub mod groups;
@@ -37,6 +39,7 @@ pub fn build(topo: &Topo<'_>, opts: &Options, sb: &mut SbDesired, diags: &mut Di
     port::build(topo, &opts.keys, sb, diags);
     mcast::build(topo, sb);
     dns::build(topo, sb);
+    dhcp::build(sb);
     groups::port_groups(topo, &opts.render, sb, diags);
     lb::build(topo, &opts.render, sb, diags);
     global::build(topo, opts, sb);
