@@ -43,6 +43,8 @@ const TABLES: &[(&str, &[&str])] = &[
     ("Address_Set", &[]),
     ("Load_Balancer", &[]),
     ("DNS", &[]),
+    ("DHCP_Options", &[]),
+    ("DHCPv6_Options", &[]),
     ("HA_Chassis_Group", &[]),
     ("HA_Chassis", &[]),
     ("Logical_DP_Group", &[]),
@@ -316,7 +318,8 @@ pub fn production_extras(t: &crate::topo::Topology) -> Vec<Vec<String>> {
         .collect();
     let parent = sw0[0].clone();
     let c = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    vec![
+    let mut cmds = dhcp_extras(t, &parent);
+    cmds.extend(vec![
         c(&["lsp-add", "sw0", "ctr1", &parent, "0"]),
         c(&["lsp-set-addresses", "ctr1", "02:00:00:00:0c:01 10.0.0.201"]),
         c(&["lsp-add", "sw0", "ctr2", &parent, "0"]),
@@ -498,7 +501,62 @@ pub fn production_extras(t: &crate::topo::Topology) -> Vec<Vec<String>> {
             "extport0",
             "ha_chassis_group=@hg",
         ]),
-    ]
+    ]);
+    cmds
+}
+
+/// Native DHCPv4 and DHCPv6 on `port` (a VIF of sw0; given an IPv6 address in `fd00::/64`
+/// when its topology has none), with options of every value type ovn-controller encodes.
+pub fn dhcp_extras(t: &crate::topo::Topology, port: &str) -> Vec<Vec<String>> {
+    let c = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let vif = t
+        .vifs
+        .iter()
+        .find(|v| v.name == port)
+        .expect("the DHCP port is a VIF");
+    let mut cmds = Vec::new();
+    if vif.ip6.is_none() {
+        cmds.push(c(&[
+            "lsp-set-addresses",
+            port,
+            &format!("{} {} fd00::d1", vif.mac, vif.ip4),
+        ]));
+    }
+    cmds.extend([
+        c(&[
+            "--id=@dhcp4",
+            "create",
+            "DHCP_Options",
+            "cidr=10.0.0.0/24",
+            "options:server_id=10.0.0.1",
+            "options:server_mac=02:00:00:00:00:fe",
+            "options:lease_time=3600",
+            "options:router=10.0.0.1",
+            r#"options:dns_server="{8.8.8.8, 8.8.4.4}""#,
+            r#"options:domain_name="\"example.org\"""#,
+            "options:mtu=1442",
+            "options:default_ttl=64",
+            "options:T1=1800",
+            "options:ip_forward_enable=1",
+            r#"options:classless_static_route="{30.0.0.0/24,10.0.0.10, 0.0.0.0/0,10.0.0.1}""#,
+            r#"options:domain_search_list="\"a.example.org,b.example.org\"""#,
+            r#"options:tftp_server="\"tftp.example.org\"""#,
+            r#"options:bootfile_name_alt="\"ipxe.efi\"""#,
+            "options:next_server=10.0.0.2",
+        ]),
+        c(&["set", "logical_switch_port", port, "dhcpv4_options=@dhcp4"]),
+        c(&[
+            "--id=@dhcp6",
+            "create",
+            "DHCP_Options",
+            r#"cidr="fd00::/64""#,
+            r#"options:server_id="02:00:00:00:00:fe""#,
+            r#"options:dns_server="{fd00::53}""#,
+            r#"options:domain_search="\"example.org\"""#,
+        ]),
+        c(&["set", "logical_switch_port", port, "dhcpv6_options=@dhcp6"]),
+    ]);
+    cmds
 }
 
 /// Periodic IPv6 router advertisements (and prefix delegation) on the router's port to sw0.
