@@ -330,8 +330,9 @@ enum Fill {
 }
 
 /// `extra_claims`: ports besides the topology's VIFs on this chassis that it must claim
-/// (container ports whose parent is here).
-fn one_topology(t: &Topology, fill: Fill, extra_claims: &[String]) {
+/// (container ports whose parent is here); `actions`: texts some logical flow's actions
+/// must contain (so that the controller's parsing them is tested).
+fn one_topology(t: &Topology, fill: Fill, extra_claims: &[String], actions: &[&str]) {
     let env = Env::start_with(Backend::OvsdbServer, false);
     build_nb(&env, t);
     let northd = match fill {
@@ -386,6 +387,19 @@ fn one_topology(t: &Topology, fill: Fill, extra_claims: &[String]) {
     .filter(|l| !l.trim().is_empty())
     .count();
     assert!(lflows > 0, "seed {}: SB has no logical flows", t.seed);
+    if !actions.is_empty() {
+        let all = sbctl(
+            &env.sb,
+            &["--bare", "--columns=actions", "list", "Logical_Flow"],
+        );
+        for a in actions {
+            assert!(
+                all.contains(a),
+                "seed {}: no logical flow does {a}",
+                t.seed
+            );
+        }
+    }
     let mine: Vec<String> = t
         .bindings()
         .into_iter()
@@ -556,7 +570,7 @@ fn real_controller_consumes_holdfast_sb() {
         return;
     }
     for t in &picked() {
-        one_topology(t, Fill::InTest, &[]);
+        one_topology(t, Fill::InTest, &[], &[]);
     }
 }
 
@@ -567,13 +581,13 @@ fn real_controller_with_holdfast_northd_daemon() {
         return;
     }
     for t in &picked() {
-        one_topology(t, Fill::Daemon, &[]);
+        one_topology(t, Fill::Daemon, &[], &[]);
     }
 }
 
 /// The daemon's SB for a topology with the production extras of the table comparison
 /// (container ports, an external port with an HA chassis group, localport and virtual ports,
-/// QoS queues, DNS, periodic router advertisements, load balancer groups, requested tunnel
+/// QoS queues, DNS, native DHCPv4 and DHCPv6, periodic router advertisements, load balancer groups, requested tunnel
 /// keys, ...): the real controller parses every flow, claims its ports and the container
 /// ports whose parent VIF is here, and `--wait=hv` returns.
 #[test]
@@ -608,5 +622,12 @@ fn real_controller_with_production_extras() {
             .to_vec(),
         );
     }
-    one_topology(&t, Fill::Daemon, &containers);
+    // The extras give the parent native DHCPv4 and DHCPv6 (parsed with the SB
+    // `DHCP_Options`/`DHCPv6_Options` code tables).
+    one_topology(
+        &t,
+        Fill::Daemon,
+        &containers,
+        &["put_dhcp_opts(", "put_dhcpv6_opts(", "domain_search_list"],
+    );
 }
