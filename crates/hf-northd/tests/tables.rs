@@ -490,3 +490,86 @@ fn sync_removes_lb_hairpin_use_ct_mark_once_every_chassis_has_ct_no_masked_label
     );
     assert!(text.contains("mac_prefix"), "{text}");
 }
+
+#[test]
+fn sync_keeps_dhcp_code_tables_by_name_correcting_and_deleting_as_ovn_northd() {
+    use hf_model::sb::{DhcpOptions, DhcpOptionsType, Dhcpv6Options, Dhcpv6OptionsType};
+    use hf_northd::daemon::SbView;
+    use hf_northd::sync::{SyncInput, diff_ops};
+    let mut nb = Nb::new();
+    generator_like(&mut nb);
+    let c = compile(&nb.snapshot(), &Options::default());
+    assert_eq!(
+        c.sb.dhcp_options.len(),
+        hf_northd::tables::dhcp::DHCPV4.len()
+    );
+    let mut view = SbView::default();
+    let v4 = |u: u128, name: &str, code: i64, ty: &str| DhcpOptions {
+        uuid: Uuid::from_u128(u),
+        code,
+        name: name.into(),
+        type_: DhcpOptionsType::from_wire(ty),
+    };
+    // Right, wrong code, wrong type, unknown, a duplicate of a right one.
+    for r in [
+        v4(1, "router", 3, "ipv4"),
+        v4(2, "mtu", 27, "uint16"),
+        v4(3, "lease_time", 51, "uint16"),
+        v4(4, "no_such_option", 200, "str"),
+        v4(5, "router", 3, "ipv4"),
+    ] {
+        view.dhcp_options.insert(r.uuid, r);
+    }
+    let v6 = Dhcpv6Options {
+        uuid: Uuid::from_u128(6),
+        code: 99,
+        name: "bogus".into(),
+        type_: Dhcpv6OptionsType::from_wire("str"),
+    };
+    view.dhcpv6_options.insert(v6.uuid, v6);
+    let mut n = 100u128;
+    let mut fresh = || {
+        n += 1;
+        Uuid::from_u128(n)
+    };
+    let input = SyncInput {
+        desired: &c.sb,
+        nb_cfg: 0,
+    };
+    let (ops, _) = diff_ops(&input, &view, &mut fresh);
+    let of = |t: &str, op: &str| -> Vec<&serde_json::Value> {
+        ops.iter()
+            .filter(|o| o["table"] == t && o["op"] == op)
+            .collect()
+    };
+    let target = |o: &serde_json::Value| o["where"][0][2][1].as_str().unwrap_or("").to_string();
+    let u = |i: u128| Uuid::from_u128(i).to_string();
+    let updated: Vec<String> = of("DHCP_Options", "update").into_iter().map(target).collect();
+    assert_eq!(updated.len(), 2, "{updated:?}");
+    assert!(updated.contains(&u(2)) && updated.contains(&u(3)));
+    let deleted: Vec<String> = of("DHCP_Options", "delete").into_iter().map(target).collect();
+    assert_eq!(deleted.len(), 2, "{deleted:?}");
+    assert!(deleted.contains(&u(4)) && (deleted.contains(&u(5)) || deleted.contains(&u(1))));
+    assert_eq!(
+        of("DHCP_Options", "insert").len(),
+        hf_northd::tables::dhcp::DHCPV4.len() - 3,
+        "all but router, mtu and lease_time are inserted"
+    );
+    let mtu = of("DHCP_Options", "update")
+        .into_iter()
+        .find(|o| target(o) == u(2))
+        .map(|o| o["row"].clone())
+        .unwrap_or_default();
+    assert_eq!(mtu["code"], 26, "{mtu}");
+    assert_eq!(of("DHCPv6_Options", "delete").len(), 1);
+    let v6_names: Vec<&str> = of("DHCPv6_Options", "insert")
+        .into_iter()
+        .filter_map(|o| o["row"]["name"].as_str())
+        .collect();
+    assert_eq!(
+        v6_names.len(),
+        4,
+        "server_id, ia_addr, dns_server, domain_search"
+    );
+    assert!(v6_names.contains(&"ia_addr"), "{v6_names:?}");
+}
