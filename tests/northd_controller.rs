@@ -393,11 +393,7 @@ fn one_topology(t: &Topology, fill: Fill, extra_claims: &[String], actions: &[&s
             &["--bare", "--columns=actions", "list", "Logical_Flow"],
         );
         for a in actions {
-            assert!(
-                all.contains(a),
-                "seed {}: no logical flow does {a}",
-                t.seed
-            );
+            assert!(all.contains(a), "seed {}: no logical flow does {a}", t.seed);
         }
     }
     let mine: Vec<String> = t

@@ -870,3 +870,72 @@ fn dhcp_options_become_put_dhcp_opts_and_bad_rows_are_diagnosed() {
     assert_eq!(about[0].table, "DHCP_Options");
     assert!(about[0].reason.contains("vm2"), "{}", about[0]);
 }
+
+/// Options real ovn-controller would not parse (unknown name, string where a number is
+/// wanted and the other way round) are diagnosed, and the port gets no DHCP flows.
+#[test]
+fn dhcp_options_the_controller_cannot_parse_are_diagnosed() {
+    let mut nb = Nb::new();
+    nb.ls("sw0");
+    let cases: [(&str, &str, &str, &str); 4] = [
+        ("vm1", "dhcpv4_options", "no_such_option", "1"),
+        ("vm2", "dhcpv4_options", "domain_name", "10.0.0.1"),
+        ("vm3", "dhcpv4_options", "router", "\"gw\""),
+        ("vm4", "dhcpv6_options", "dns_server", "\"ns\""),
+    ];
+    let mut rows = Vec::new();
+    for (i, (vm, col, k, v)) in cases.iter().enumerate() {
+        let p = nb.vif(
+            "sw0",
+            vm,
+            &format!("0a:00:00:00:00:0{} 10.0.0.1{i} fd00::1{i}", i + 1),
+            true,
+        );
+        let (cidr, base) = if *col == "dhcpv4_options" {
+            (
+                "10.0.0.0/24",
+                vec![
+                    json!(["server_id", "10.0.0.1"]),
+                    json!(["server_mac", "0a:00:00:00:00:fe"]),
+                    json!(["lease_time", "3600"]),
+                ],
+            )
+        } else {
+            ("fd00::/64", vec![json!(["server_id", "0a:00:00:00:00:fe"])])
+        };
+        let mut opts = base;
+        opts.push(json!([k, v]));
+        let row = nb.txn(vec![
+            json!({"op": "insert", "table": "DHCP_Options", "row": {
+            "cidr": cidr, "options": ["map", opts]}}),
+        ]);
+        nb.set(
+            "Logical_Switch_Port",
+            p,
+            col,
+            json!(["uuid", row.to_string()]),
+        );
+        rows.push(row);
+    }
+    let c = compiled(&nb, FeatureSet::all());
+    for ((vm, _, k, _), row) in cases.iter().zip(&rows) {
+        let about: Vec<_> = c.diagnostics.iter().filter(|d| d.row == *row).collect();
+        assert_eq!(about.len(), 1, "{vm}: {:#?}", c.diagnostics);
+        assert!(
+            about[0].reason.contains(&format!("option {k} ")) && about[0].reason.contains(vm),
+            "{}",
+            about[0]
+        );
+        let port = format!("inport == \"{vm}\"");
+        let dhcp_flows = c
+            .sb
+            .flows
+            .values()
+            .filter(|f| {
+                f.external_ids.get("stage-name").map(String::as_str) == Some("ls_in_dhcp_options")
+                    && f.match_.contains(&port)
+            })
+            .count();
+        assert_eq!(dhcp_flows, 0, "{vm} gets no DHCP flows");
+    }
+}

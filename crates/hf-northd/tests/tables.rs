@@ -544,10 +544,16 @@ fn sync_keeps_dhcp_code_tables_by_name_correcting_and_deleting_as_ovn_northd() {
     };
     let target = |o: &serde_json::Value| o["where"][0][2][1].as_str().unwrap_or("").to_string();
     let u = |i: u128| Uuid::from_u128(i).to_string();
-    let updated: Vec<String> = of("DHCP_Options", "update").into_iter().map(target).collect();
+    let updated: Vec<String> = of("DHCP_Options", "update")
+        .into_iter()
+        .map(target)
+        .collect();
     assert_eq!(updated.len(), 2, "{updated:?}");
     assert!(updated.contains(&u(2)) && updated.contains(&u(3)));
-    let deleted: Vec<String> = of("DHCP_Options", "delete").into_iter().map(target).collect();
+    let deleted: Vec<String> = of("DHCP_Options", "delete")
+        .into_iter()
+        .map(target)
+        .collect();
     assert_eq!(deleted.len(), 2, "{deleted:?}");
     assert!(deleted.contains(&u(4)) && (deleted.contains(&u(5)) || deleted.contains(&u(1))));
     assert_eq!(

@@ -10,9 +10,12 @@
 //! Option values are NB text in the logical-flow language (`10.0.0.1`, `{8.8.8.8, 8.8.4.4}`,
 //! `"example.org"`); each is tokenised with hf-expr's lexer into a typed value. A row missing
 //! a required option, or with a value that does not read, is a diagnostic naming the row and
-//! the port gets no DHCP flows. Not compiled: `external` ports (they need an HA chassis group).
-//! The SB `DHCP_Options`/`DHCPv6_Options` code tables real ovn-controllers need to read
-//! `put_dhcp_opts` are not written here.
+//! the port gets no DHCP flows. So is an option real ovn-controller would not parse (a name
+//! missing from the SB code tables of [`crate::tables::dhcp`], or a number where its type
+//! wants a string or the other way round): ovn-northd writes such a flow as it is and the
+//! controller drops it, so the port gets no native DHCP either way. Not compiled: `external`
+//! ports (they need an HA chassis group). The code tables themselves are written by
+//! [`crate::tables::dhcp`].
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -66,8 +69,38 @@ pub fn opt_value(text: &str) -> Result<OptValue, String> {
     }
 }
 
+/// Why ovn-controller would not parse `name = value` in `put_dhcp(v6)_opts` (as 23.03's
+/// action parser checks it), if it would not.
+fn unparsable(v6: bool, name: &str, value: &OptValue) -> Option<String> {
+    let Some(ty) = crate::tables::dhcp::type_of(v6, name) else {
+        return Some(format!(
+            "is not a DHCP{} option ovn-controller knows",
+            if v6 { "v6" } else { "v4" }
+        ));
+    };
+    let items: Vec<&OptValue> = match value {
+        OptValue::Set(v) => v.iter().collect(),
+        one => vec![one],
+    };
+    let strings = items
+        .iter()
+        .filter(|v| matches!(v, OptValue::Str(_)))
+        .count();
+    if strings != 0 && strings != items.len() {
+        return Some("mixes strings and numbers".into());
+    }
+    match ty {
+        "host_id" => None,
+        "str" | "domains" if strings == 0 => Some(format!("(type {ty}) needs a string")),
+        "str" | "domains" => None,
+        _ if strings != 0 => Some(format!("(type {ty}) needs a number or address")),
+        _ => None,
+    }
+}
+
 fn options(
     d: &nb::DhcpOptions,
+    v6: bool,
     skip: &[&str],
     extra: &BTreeMap<String, String>,
     diags: &mut Diags,
@@ -85,7 +118,18 @@ fn options(
     let mut out = Vec::with_capacity(all.len());
     for (k, v) in all {
         match opt_value(v) {
-            Ok(x) => out.push((k.to_string(), x)),
+            Ok(x) => {
+                if let Some(why) = unparsable(v6, k, &x) {
+                    diags.push(
+                        "DHCP_Options",
+                        d.uuid,
+                        d.cidr.clone(),
+                        format!("option {k} {why}; port {port} gets no native DHCP"),
+                    );
+                    return None;
+                }
+                out.push((k.to_string(), x));
+            }
             Err(e) => {
                 diags.push(
                     "DHCP_Options",
@@ -158,7 +202,7 @@ fn v4(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags, p: PortIdx, d: &nb::D
         let Some(offer) = a.v4.iter().copied().find(|ip| cidr.contains(ip)) else {
             continue;
         };
-        let Some(mut opts) = options(d, &["server_mac"], &extra, diags, &port.name) else {
+        let Some(mut opts) = options(d, false, &["server_mac"], &extra, diags, &port.name) else {
             return;
         };
         opts.insert(
@@ -260,6 +304,7 @@ fn v6(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags, p: PortIdx, d: &nb::D
         };
         let Some(mut opts) = options(
             d,
+            true,
             &["dhcpv6_stateless"],
             &BTreeMap::new(),
             diags,

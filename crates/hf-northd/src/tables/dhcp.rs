@@ -67,25 +67,23 @@ pub const DHCPV6: &[Opt] = &[
     ("domain_search", 24, "str"),
 ];
 
+/// The type of the DHCPv4 (`v6 = false`) or DHCPv6 option `name`, if ovn-controller knows
+/// it.
+pub fn type_of(v6: bool, name: &str) -> Option<&'static str> {
+    let t = if v6 { DHCPV6 } else { DHCPV4 };
+    t.iter().find(|(n, _, _)| *n == name).map(|o| o.2)
+}
+
 /// Whether `name` is a DHCPv4 (`v6 = false`) or DHCPv6 option ovn-controller knows.
 pub fn known(v6: bool, name: &str) -> bool {
-    let t = if v6 { DHCPV6 } else { DHCPV4 };
-    t.iter().any(|(n, _, _)| *n == name)
+    type_of(v6, name).is_some()
 }
 
 /// Fills `sb.dhcp_options` and `sb.dhcpv6_options`.
 pub fn build(sb: &mut SbDesired) {
     let rows = |t: &[Opt]| {
         t.iter()
-            .map(|(name, code, type_)| {
-                (
-                    (*name).to_string(),
-                    DhcpOptRow {
-                        code: *code,
-                        type_,
-                    },
-                )
-            })
+            .map(|(name, code, type_)| ((*name).to_string(), DhcpOptRow { code: *code, type_ }))
             .collect()
     };
     sb.dhcp_options = rows(DHCPV4);
