@@ -2,7 +2,7 @@
 //! with before and after): adding one VIF port with real `ovn-nbctl --wait=sb` changes exactly
 //! the rows derived from it; restarting northd against an unchanged NB writes nothing; a NB
 //! rebuilt with new UUIDs and the same names keeps tunnel keys and flow identities and
-//! rewrites no flow text.
+//! rewrites no flow text; a foreign write to the DHCP code tables is undone.
 //!
 //! The assertions are about identity and minimality, so they hold for any compile: as stages
 //! and tables grow, more rows take part, and each must still be explained by the new port.
@@ -376,6 +376,67 @@ fn one_port_changes_exactly_its_rows_and_a_restart_writes_nothing() {
     assert!(
         changes.is_empty(),
         "SB changed after a restart: {changes:?}"
+    );
+
+    // A foreign write to the DHCP code tables (a row deleted, a code changed, an unknown
+    // option added) is undone, as ovn-northd does: ovn-controller parses DHCP with them.
+    let codes = || -> Vec<String> {
+        let mut v: Vec<String> = run_ok(dbs.sbctl().args([
+            "-f",
+            "csv",
+            "--no-headings",
+            "--columns=name,code,type",
+            "list",
+            "DHCP_Options",
+        ]))
+        .lines()
+        .map(str::to_string)
+        .collect();
+        v.sort();
+        v
+    };
+    let want = codes();
+    assert!(
+        want.iter()
+            .any(|l| l == "mtu,26,\"uint16\"" || l == "mtu,26,uint16"),
+        "{want:?}"
+    );
+    let uuid_of = |name: &str| {
+        run_ok(dbs.sbctl().args([
+            "--bare",
+            "--columns=_uuid",
+            "find",
+            "DHCP_Options",
+            &format!("name={name}"),
+        ]))
+        .trim()
+        .to_string()
+    };
+    let (mtu, t1) = (uuid_of("mtu"), uuid_of("T1"));
+    run_ok(dbs.sbctl().args([
+        "destroy",
+        "DHCP_Options",
+        &mtu,
+        "--",
+        "set",
+        "DHCP_Options",
+        &t1,
+        "code=57",
+        "--",
+        "create",
+        "DHCP_Options",
+        "name=bogus",
+        "code=200",
+        "type=str",
+    ]));
+    // (northd may undo it before the test can look: its SB commit shows it did.)
+    assert!(
+        wait_for(Duration::from_secs(10), || codes() == want
+            && n2.counter("sb-commits") >= 1),
+        "DHCP_Options not restored: {:?} ({} SB commits)\n{}",
+        codes(),
+        n2.counter("sb-commits"),
+        n2.log_text()
     );
 }
 
