@@ -686,6 +686,7 @@ impl SbView {
             || !p.load_balancer.is_empty()
             || !p.dhcp_options.is_empty()
             || !p.dhcpv6_options.is_empty()
+            || !p.dns.is_empty()
             || !p.ha_chassis.is_empty()
             || !p.ha_chassis_group.is_empty()
             || !p.logical_dp_group.is_empty()
@@ -701,6 +702,7 @@ impl SbView {
             c.northd_uuids.extend(ids_of(&p.load_balancer));
             c.northd_uuids.extend(ids_of(&p.dhcp_options));
             c.northd_uuids.extend(ids_of(&p.dhcpv6_options));
+            c.northd_uuids.extend(ids_of(&p.dns));
             c.northd_uuids.extend(ids_of(&p.ha_chassis_group));
             c.northd_uuids.extend(ids_of(&p.logical_flow));
             c.northd_uuids.extend(ids_of(&p.static_mac_binding));
