@@ -1,5 +1,6 @@
-//! The logical router pipelines: one module per stage or group of related stages
-//! (ovn-northd(8) "Logical Router Datapaths"). [`build`] digests the router once
+//! The logical router pipelines (ovn-northd(8) "Logical Router Datapaths"): one module per
+//! stage; stages that share helpers are child modules of one parent (`egress/undnat.rs`,
+//! `routing/policy.rs`, `resolve/gw_redirect.rs`, ...). [`build`] digests the router once
 //! ([`ctx::Rtr`]) and runs every stage in table order.
 //!
 //! What is not built (yet): ECMP

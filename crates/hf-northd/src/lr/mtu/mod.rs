@@ -18,6 +18,11 @@ use crate::regs::Reg;
 use crate::stage::Stage;
 use crate::topo::{PortKind, Topo};
 
+mod chk_pkt_len;
+mod larger_pkts;
+pub use chk_pkt_len::chk_pkt_len;
+pub use larger_pkts::larger_pkts;
+
 /// The port's gateway MTU, when set and positive.
 pub fn gateway_mtu(topo: &Topo<'_>, p: &Rp) -> Option<u32> {
     topo.ports[p.idx]
@@ -172,57 +177,6 @@ pub fn too_big(r: &Rtr, q: &Rp, towards: Option<&Rp>, mtu: u32, stage: Stage, ou
             format!("{disc}-ip6"),
             Some(q.nb),
         );
-    }
-}
-
-/// `lr_in_chk_pkt_len`.
-pub fn chk_pkt_len(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, diags: &mut Diags) {
-    out.add(
-        r.dp,
-        Stage::LrInChkPktLen,
-        0,
-        always(),
-        vec![next()],
-        r.owner(),
-        "default",
-        None,
-    );
-    for p in r.ports.iter().filter(|p| gateway_mtu(topo, p).is_some()) {
-        gateway_mtu_flow(
-            topo,
-            r,
-            p,
-            Stage::LrInChkPktLen,
-            outport(&p.name),
-            vec![next()],
-            Owner::Port(p.name.clone()),
-            "check",
-            Some(p.nb),
-            out,
-            diags,
-        );
-    }
-}
-
-/// `lr_in_larger_pkts`.
-pub fn larger_pkts(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
-    out.add(
-        r.dp,
-        Stage::LrInLargerPkts,
-        0,
-        always(),
-        vec![next()],
-        r.owner(),
-        "default",
-        None,
-    );
-    for p in &r.ports {
-        let Some(mtu) = gateway_mtu(topo, p) else {
-            continue;
-        };
-        for q in r.ports.iter().filter(|q| q.idx != p.idx) {
-            too_big(r, q, Some(p), mtu, Stage::LrInLargerPkts, out);
-        }
     }
 }
 
