@@ -71,6 +71,33 @@ pub fn default_path(rundir: &Path, program: &str) -> PathBuf {
 
 /// Listen on `path` (replacing a stale socket) and serve commands until the runtime ends.
 pub fn start(path: &Path, ctx: Arc<Ctx>) -> std::io::Result<()> {
+    let exit = ctx.exit.clone();
+    listen(
+        path,
+        move |m| {
+            let ctx = ctx.clone();
+            async move {
+                let (reply, exit) = handle(m, &ctx).await;
+                reply.map(|r| (r, exit))
+            }
+        },
+        move || {
+            let _ = exit.send(());
+        },
+    )
+}
+
+/// The unixctl transport every holdfast daemon shares: listens on `path` (replacing a stale
+/// socket) and hands each JSON-RPC message of each connection to `handle`, which answers
+/// `None` (no reply: a notification) or the reply and whether the daemon exits once it is
+/// written (then `on_exit` runs). A connection that breaks the framing is closed with a log
+/// line; the listener keeps serving.
+pub(crate) fn listen<H, F, E>(path: &Path, handle: H, on_exit: E) -> std::io::Result<()>
+where
+    H: Fn(Value) -> F + Send + Sync + Clone + 'static,
+    F: std::future::Future<Output = Option<(Value, bool)>> + Send + 'static,
+    E: Fn() + Send + Sync + Clone + 'static,
+{
     if path.exists() {
         let _ = std::fs::remove_file(path);
     }
@@ -79,7 +106,7 @@ pub fn start(path: &Path, ctx: Arc<Ctx>) -> std::io::Result<()> {
         loop {
             match l.accept().await {
                 Ok((s, _)) => {
-                    tokio::spawn(connection(s, ctx.clone()));
+                    tokio::spawn(connection(s, handle.clone(), on_exit.clone()));
                 }
                 Err(e) => {
                     tracing::warn!("unixctl accept failed: {e}");
@@ -91,7 +118,12 @@ pub fn start(path: &Path, ctx: Arc<Ctx>) -> std::io::Result<()> {
     Ok(())
 }
 
-async fn connection(mut s: tokio::net::UnixStream, ctx: Arc<Ctx>) {
+async fn connection<H, F, E>(mut s: tokio::net::UnixStream, handle: H, on_exit: E)
+where
+    H: Fn(Value) -> F,
+    F: std::future::Future<Output = Option<(Value, bool)>>,
+    E: Fn(),
+{
     let mut framer = Framer::new(1 << 20);
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -108,14 +140,15 @@ async fn connection(mut s: tokio::net::UnixStream, ctx: Arc<Ctx>) {
                     return;
                 }
             };
-            let (reply, exit) = handle(m, &ctx).await;
-            let Some(reply) = reply else { continue };
+            let Some((reply, exit)) = handle(m).await else {
+                continue;
+            };
             if s.write_all(reply.to_string().as_bytes()).await.is_err() {
                 return;
             }
             let _ = s.flush().await;
             if exit {
-                let _ = ctx.exit.send(());
+                on_exit();
             }
         }
     }

@@ -21,8 +21,6 @@ use hf_model::NbSnapshot;
 use hf_northd::daemon::core::Level;
 use hf_northd::daemon::{Config as CoreConfig, Northd, SbView};
 use hf_ovsdb_net::client::{Client, Config, Event, parse_remotes};
-use hf_ovsdb_net::framing::Framer;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::db::{daemon, unixctl, vlog};
@@ -178,62 +176,32 @@ struct Request {
 }
 
 fn start_unixctl(path: &Path, tx: mpsc::UnboundedSender<Request>) -> std::io::Result<()> {
-    if path.exists() {
-        let _ = std::fs::remove_file(path);
-    }
-    let l = tokio::net::UnixListener::bind(path)?;
-    tokio::spawn(async move {
-        loop {
-            match l.accept().await {
-                Ok((s, _)) => {
-                    tokio::spawn(unixctl_conn(s, tx.clone()));
-                }
-                Err(e) => {
-                    tracing::warn!("unixctl accept failed: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                }
+    unixctl::listen(
+        path,
+        move |m| {
+            let tx = tx.clone();
+            async move {
+                let reply = match unixctl::parse_request(m, COMMANDS) {
+                    Err(None) => return None,
+                    Err(Some(r)) => r,
+                    Ok(q) => {
+                        let (rtx, rrx) = oneshot::channel();
+                        let _ = tx.send(Request {
+                            method: q.method,
+                            args: q.args,
+                            reply: rtx,
+                        });
+                        let r = rrx
+                            .await
+                            .unwrap_or_else(|_| Err("ovn-northd is exiting".into()));
+                        unixctl::reply(&q.id, r)
+                    }
+                };
+                Some((reply, false))
             }
-        }
-    });
-    Ok(())
-}
-
-async fn unixctl_conn(mut s: tokio::net::UnixStream, tx: mpsc::UnboundedSender<Request>) {
-    let mut framer = Framer::new(1 << 20);
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        let n = match s.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        framer.push(&buf[..n]);
-        while let Some(m) = framer.next_message() {
-            let Ok(m) = m else {
-                tracing::warn!("unixctl: protocol error; closing the connection");
-                return;
-            };
-            let reply = match unixctl::parse_request(m, COMMANDS) {
-                Err(None) => continue,
-                Err(Some(r)) => r,
-                Ok(q) => {
-                    let (rtx, rrx) = oneshot::channel();
-                    let _ = tx.send(Request {
-                        method: q.method,
-                        args: q.args,
-                        reply: rtx,
-                    });
-                    let r = rrx
-                        .await
-                        .unwrap_or_else(|_| Err("ovn-northd is exiting".into()));
-                    unixctl::reply(&q.id, r)
-                }
-            };
-            if s.write_all(reply.to_string().as_bytes()).await.is_err() {
-                return;
-            }
-            let _ = s.flush().await;
-        }
-    }
+        },
+        || {},
+    )
 }
 
 fn wall_ms() -> i64 {
