@@ -17,6 +17,7 @@ pub mod cluster;
 pub mod model;
 mod session;
 pub mod shell;
+mod stream;
 pub mod txn;
 
 #[cfg(test)]

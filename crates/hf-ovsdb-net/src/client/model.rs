@@ -33,6 +33,19 @@ pub trait Model: Default + std::fmt::Debug + Send + 'static {
         self.apply_updates2(&updates).map(|d| Self::delta_len(&d))
     }
 
+    /// Load one `<row-update2>` of `table` (an `initial` or `insert` row, as a first sync's
+    /// reply carries them), keeping no change set, as [`Model::load_updates2`] of
+    /// `{table: {uuid: update}}` does. The session streams a large monitor reply into an empty
+    /// replica with it, row by row, so that the reply never exists as one JSON tree; on error
+    /// it discards the replica. Override it when a model can load a row more directly.
+    fn load_row(&mut self, table: &str, uuid: &str, update: Value) -> Result<(), ModelError> {
+        let mut rows = Map::with_capacity(1);
+        rows.insert(uuid.to_string(), update);
+        let mut one = Map::with_capacity(1);
+        one.insert(table.to_string(), Value::Object(rows));
+        self.load_updates2(Value::Object(one)).map(|_| ())
+    }
+
     /// Number of row changes in a delta.
     fn delta_len(delta: &Self::Delta) -> usize;
 
