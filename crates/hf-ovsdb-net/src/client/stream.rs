@@ -167,3 +167,180 @@ impl<'de, M: Model> Visitor<'de> for Rows<'_, M> {
         Ok(n)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use hf_model::NbSnapshot;
+    use serde_json::{Value, json};
+
+    use crate::client::{Config, Replica};
+
+    /// The schema and `_Server` replies of `fuzzing::CLIENT_HANDSHAKE` (ids 1 and 2).
+    const HANDSHAKE: &str = r#"{"id":1,"result":{"name":"OVN_Northbound","tables":{"Logical_Switch":{},"NB_Global":{},"Logical_Switch_Port":{}}},"error":null}{"id":2,"result":{"Database":{"6f0b2a2e-0000-4000-8000-000000000001":{"initial":{"name":"OVN_Northbound","model":"standalone","connected":true,"leader":true}}}},"error":null}"#;
+
+    /// A replica fed the handshake and then `reply` as the answer to its monitor request
+    /// (id 3), cut into `chunk`-byte reads.
+    fn fed(reply: &[u8], initial_changes: bool, chunk: usize) -> Replica<NbSnapshot> {
+        let mut r: Replica<NbSnapshot> = Replica::new(
+            Config {
+                initial_changes,
+                ..Config::default()
+            },
+            0,
+        );
+        let remote = r.poll_connect().unwrap();
+        r.handle_connected(remote, 0);
+        r.handle_bytes(HANDSHAKE.as_bytes(), 1);
+        for c in reply.chunks(chunk) {
+            r.handle_bytes(c, 2);
+        }
+        r
+    }
+
+    fn reply(updates: &str) -> Vec<u8> {
+        format!(
+            r#"{{"id":3,"error":null,"result":[false,"6f0b2a2e-0000-4000-8000-0000000000e1",{updates}]}}"#
+        )
+        .into_bytes()
+    }
+
+    fn uuid(i: usize) -> String {
+        format!("6f0b2a2e-0000-4000-8000-{i:012x}")
+    }
+
+    /// Seeded rows of several column kinds: strings, optional integers and booleans, sets,
+    /// maps, and strong references.
+    fn updates(seed: u64, n: usize) -> Value {
+        let mut x = seed;
+        let mut next = move || {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            x >> 33
+        };
+        let mut ls = serde_json::Map::new();
+        let mut lsp = serde_json::Map::new();
+        for i in 0..n {
+            let ports: Vec<Value> = (0..next() % 4)
+                .map(|j| {
+                    let u = uuid(1000 + i * 4 + j as usize);
+                    let tag = if next() % 2 == 0 {
+                        json!(["set", []])
+                    } else {
+                        json!(next() % 4095)
+                    };
+                    lsp.insert(
+                        u.clone(),
+                        json!({"initial": {
+                            "name": format!("p{i}-{j}"),
+                            "addresses": ["set", [format!("0a:00:00:00:00:{:02x} 10.0.0.{j}", i % 256)]],
+                            "enabled": if next() % 2 == 0 { json!(true) } else { json!(["set", []]) },
+                            "tag_request": tag,
+                            "options": ["map", [["k", format!("{}", next())]]],
+                        }}),
+                    );
+                    json!(["uuid", u])
+                })
+                .collect();
+            ls.insert(
+                uuid(i),
+                json!({"initial": {
+                    "name": format!("sw{i}"),
+                    "ports": ["set", ports],
+                    "other_config": ["map", [["subnet", "10.0.0.0/24"], ["n", format!("{}", next())]]],
+                }}),
+            );
+        }
+        json!({"Logical_Switch": ls, "Logical_Switch_Port": lsp})
+    }
+
+    #[test]
+    fn streamed_first_sync_equals_the_tree_paths() {
+        let u = updates(7, 40);
+        let bytes = reply(&u.to_string());
+        let mut want = NbSnapshot::default();
+        want.load_updates2(u.clone()).unwrap();
+        assert!(want.len() > 40);
+        for chunk in [bytes.len(), 4096, 7] {
+            let streamed = fed(&bytes, false, chunk);
+            assert!(streamed.is_synced(), "chunk {chunk}");
+            assert_eq!(*streamed.model(), want, "chunk {chunk}");
+            assert_eq!(streamed.stats().rows_received as usize, want.len());
+            assert_eq!(
+                streamed.last_txn_id(),
+                Some("6f0b2a2e-0000-4000-8000-0000000000e1")
+            );
+        }
+        // `initial_changes` takes the tree path (a change set is wanted): the same replica.
+        let tree = fed(&bytes, true, bytes.len());
+        assert_eq!(*tree.model(), want);
+    }
+
+    #[test]
+    fn malformed_replies_fail_cleanly_and_leave_the_replica_empty() {
+        let good = format!(r#""{}":{{"initial":{{"name":"a"}}}}"#, uuid(1));
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (reply("[]"), "malformed monitor reply"),
+            (reply(r#"{"Logical_Switch":5}"#), "malformed monitor reply"),
+            (
+                reply(&format!(
+                    r#"{{"Logical_Switch":{{{good},"nope":{{"initial":{{}}}}}}}}"#
+                )),
+                "cannot apply the monitor reply",
+            ),
+            (
+                reply(&format!(
+                    r#"{{"Logical_Switch":{{{good},"{}":{{"initial":{{"name":5}}}}}}}}"#,
+                    uuid(2)
+                )),
+                "cannot apply the monitor reply",
+            ),
+            (
+                reply(&format!(
+                    r#"{{"NB_Global":{{}},"Logical_Switch":{{{good}}},"Logical_Switch_Port":{{"{}":{{"initial":{{"name":"p"}},"delete":null}}}}}}"#,
+                    uuid(3)
+                )),
+                "cannot apply the monitor reply",
+            ),
+            (
+                br#"{"id":3,"error":null,"result":[false,"x"]}"#.to_vec(),
+                "malformed monitor_cond_since reply",
+            ),
+            (
+                br#"{"id":3,"error":null,"result":{"a":1}}"#.to_vec(),
+                "malformed monitor_cond_since reply",
+            ),
+            (
+                reply(&format!(
+                    r#"{{"Logical_Switch":{{{good},"x":{{"initial":tru}}}}}}"#
+                )),
+                "bad stream: malformed JSON",
+            ),
+            (
+                reply(r#"{"Logical_Switch":{"a":{"initial":{"name":"\u12"}}}}"#),
+                "bad stream: malformed JSON",
+            ),
+            (
+                [
+                    &br#"{"id":3,"error":null,"result":[false,"x",{"Logical_Switch":{"a":{"initial":{"name":""#[..],
+                    b"\xff",
+                    br#""}}}}]}"#,
+                ]
+                .concat(),
+                "bad stream: malformed JSON",
+            ),
+        ];
+        for (i, (bytes, want)) in cases.iter().enumerate() {
+            let mut r = fed(bytes, false, bytes.len());
+            let why = r.poll_close();
+            assert!(
+                why.as_deref().is_some_and(|w| w.contains(want)),
+                "case {i}: {:?} closed with {why:?}, want {want:?}",
+                String::from_utf8_lossy(bytes)
+            );
+            assert!(!r.is_synced(), "case {i}");
+            assert_eq!(r.model().len(), 0, "case {i}: the replica must stay empty");
+            assert_eq!(r.last_txn_id(), None, "case {i}");
+        }
+    }
+}
