@@ -47,6 +47,14 @@ struct Sync {
 }
 
 fn sync_holdfast<M: Model>(remote: &str) -> anyhow::Result<Sync> {
+    sync_holdfast_tables::<M>(remote, Vec::new())
+}
+
+/// [`sync_holdfast`] of the given table selection (empty: every table).
+fn sync_holdfast_tables<M: Model>(
+    remote: &str,
+    tables: Vec<hf_ovsdb_net::client::TableSelect>,
+) -> anyhow::Result<Sync> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -58,6 +66,7 @@ fn sync_holdfast<M: Model>(remote: &str) -> anyhow::Result<Sync> {
             vec![remote.to_string()],
             Config {
                 leader_only: false,
+                tables,
                 ..Config::default()
             },
         );
@@ -144,11 +153,12 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
 
     let script = dir.path().join("idl_sync.py");
     std::fs::write(&script, IDL_SCRIPT)?;
-    let have_idl = Command::new(PYTHON)
-        .arg("-c")
-        .arg("import ovs.db.idl")
-        .output()
-        .is_ok_and(|o| o.status.success());
+    let have_idl = std::env::var_os("HF_BENCH_SKIP_IDL").is_none()
+        && Command::new(PYTHON)
+            .arg("-c")
+            .arg("import ovs.db.idl")
+            .output()
+            .is_ok_and(|o| o.status.success());
     if !have_idl {
         report.note("python-idl baseline skipped: python3-openvswitch is not installed");
     }
@@ -160,6 +170,23 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
             sync_holdfast::<SbSnapshot>(remote)?
         };
         let mb = |b: f64| b / (1024.0 * 1024.0);
+        if db == "sb" {
+            // holdfast northd's lean SB replica on the same data, with northd's columns.
+            let view = sync_holdfast_tables::<hf_northd::daemon::SbView>(
+                remote,
+                hf_northd::daemon::SbView::tables(),
+            )?;
+            report.result(
+                &format!("sbview_{size}_initial_sync_heap_peak"),
+                mb(view.peak as f64),
+                "MB",
+            );
+            report.result(
+                &format!("sbview_{size}_initial_sync_heap_after"),
+                mb(view.live as f64),
+                "MB",
+            );
+        }
         if !have_idl {
             report.result(&format!("{db}_{size}_initial_sync_time"), ours.ms, "ms");
             report.result(
