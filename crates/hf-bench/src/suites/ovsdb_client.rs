@@ -160,7 +160,11 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
             .output()
             .is_ok_and(|o| o.status.success());
     if !have_idl {
-        report.note("python-idl baseline skipped: python3-openvswitch is not installed");
+        report.note(if std::env::var_os("HF_BENCH_SKIP_IDL").is_some() {
+            "python-idl baseline skipped: HF_BENCH_SKIP_IDL is set"
+        } else {
+            "python-idl baseline skipped: python3-openvswitch is not installed"
+        });
     }
     let size = format!("{n}x{p}");
     for (db, remote, schema) in [("nb", &nb, NB_SCHEMA), ("sb", &sb, SB_SCHEMA)] {

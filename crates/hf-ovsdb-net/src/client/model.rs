@@ -15,6 +15,9 @@ use hf_ovsdb::Datum;
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
+/// How many rows [`Model::load_rows`] gets at most at once while a reply streams in.
+pub const LOAD_BATCH: usize = 256;
+
 /// A typed replica of one database, as the session core keeps it.
 pub trait Model: Default + std::fmt::Debug + Send + 'static {
     /// The change set type (`hf_model::NbDelta`, ...).
@@ -33,14 +36,13 @@ pub trait Model: Default + std::fmt::Debug + Send + 'static {
         self.apply_updates2(&updates).map(|d| Self::delta_len(&d))
     }
 
-    /// Load one `<row-update2>` of `table` (an `initial` or `insert` row, as a first sync's
-    /// reply carries them), keeping no change set, as [`Model::load_updates2`] of
-    /// `{table: {uuid: update}}` does. The session streams a large monitor reply into an empty
-    /// replica with it, row by row, so that the reply never exists as one JSON tree; on error
-    /// it discards the replica. Override it when a model can load a row more directly.
-    fn load_row(&mut self, table: &str, uuid: &str, update: Value) -> Result<(), ModelError> {
-        let mut rows = Map::with_capacity(1);
-        rows.insert(uuid.to_string(), update);
+    /// Load a batch of `<row-update2>`s of `table` (`{uuid: update}`: `initial` or `insert`
+    /// rows, as a first sync's reply carries them), keeping no change set, as
+    /// [`Model::load_updates2`] of `{table: rows}` does. The session streams a large monitor
+    /// reply into an empty replica with it, a few hundred rows at a time
+    /// ([`LOAD_BATCH`]), so that the reply never exists as one JSON tree; on error it discards
+    /// the replica. Override it when a model can load rows more directly.
+    fn load_rows(&mut self, table: &str, rows: Map<String, Value>) -> Result<(), ModelError> {
         let mut one = Map::with_capacity(1);
         one.insert(table.to_string(), Value::Object(rows));
         self.load_updates2(Value::Object(one)).map(|_| ())

@@ -1,7 +1,7 @@
 //! Reading received messages without building one JSON tree per message: [`Envelope`] splits a
 //! JSON-RPC message into its members as raw JSON text borrowed from the framed bytes, and
 //! [`load_table_updates2`] feeds a `<table-updates2>` text to a [`Model`] row by row
-//! ([`Model::load_row`]), so that a monitor reply of tens of megabytes never exists as a
+//! ([`Model::load_rows`], a batch at a time), so that a monitor reply of tens of megabytes never exists as a
 //! `serde_json::Value` tree (several times its byte size): only the bytes and one row's small
 //! tree at a time.
 //!
@@ -15,7 +15,7 @@ use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::model::Model;
+use super::model::{LOAD_BATCH, Model};
 
 /// A JSON-RPC message's members, each as raw JSON text (`None`: the member is absent; a JSON
 /// `null` is `Some("null")`). Other members are ignored, as [`crate::jsonrpc::Message`] does.
@@ -85,7 +85,7 @@ pub(crate) enum LoadError {
     Model(ModelError),
 }
 
-/// Load the `<table-updates2>` `text` into `model` row by row with [`Model::load_row`];
+/// Load the `<table-updates2>` `text` into `model` in batches with [`Model::load_rows`];
 /// returns the number of row entries. On error, the rows loaded before it stay loaded: the
 /// caller discards the model.
 pub(crate) fn load_table_updates2<M: Model>(model: &mut M, text: &str) -> Result<usize, LoadError> {
@@ -156,15 +156,26 @@ impl<'de, M: Model> Visitor<'de> for Rows<'_, M> {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<usize, A::Error> {
         let mut n = 0;
-        while let Some(uuid) = map.next_key::<String>()? {
-            let row: Value = map.next_value()?;
-            if let Err(e) = self.model.load_row(self.table, &uuid, row) {
-                *self.stash = Some(e);
-                return Err(de::Error::custom("the model refused a row"));
+        let mut batch = Map::new();
+        loop {
+            let next = map.next_key::<String>()?;
+            let last = next.is_none();
+            if let Some(uuid) = next {
+                let row: Value = map.next_value()?;
+                batch.insert(uuid, row);
+                n += 1;
             }
-            n += 1;
+            if batch.len() >= LOAD_BATCH || (last && !batch.is_empty()) {
+                let rows = std::mem::take(&mut batch);
+                if let Err(e) = self.model.load_rows(self.table, rows) {
+                    *self.stash = Some(e);
+                    return Err(de::Error::custom("the model refused a row"));
+                }
+            }
+            if last {
+                return Ok(n);
+            }
         }
-        Ok(n)
     }
 }
 
