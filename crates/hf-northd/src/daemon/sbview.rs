@@ -15,6 +15,7 @@ use hf_model::ModelError;
 use hf_model::Table;
 use hf_model::sb;
 use hf_ovsdb::{Atom, Datum};
+use hf_ovsdb_net::client::model::{Feed, FeedError};
 use hf_ovsdb_net::client::{Model, TableSelect};
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
@@ -805,6 +806,14 @@ impl Model for SbView {
         }
         // (The first sync's changes are not reported; the consumer recompiles after it.)
         Ok(n)
+    }
+
+    fn apply_updates2_batches(&mut self, feed: &mut Feed<'_>) -> Result<SbChanges, FeedError> {
+        // Typed batch by batch: a large update (northd's own flows coming back) never
+        // exists as one JSON tree.
+        let mut p = AllPending::default();
+        feed(&mut |t, rows| self.pending_of(t, &Value::Object(rows), &mut p))?;
+        Ok(self.apply_all(p))
     }
 
     fn delta_len(delta: &SbChanges) -> usize {

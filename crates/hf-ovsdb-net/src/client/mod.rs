@@ -16,6 +16,8 @@
 pub mod cluster;
 pub mod model;
 mod session;
+#[cfg(test)]
+pub(crate) use session::session_stream_min;
 pub mod shell;
 mod stream;
 pub mod txn;

@@ -18,6 +18,22 @@ use uuid::Uuid;
 /// How many rows [`Model::load_rows`] gets at most at once while a reply streams in.
 pub const LOAD_BATCH: usize = 256;
 
+/// Where [`Feed`] puts each batch of one table's row updates (`{uuid: update}`).
+pub type RowSink<'a> = dyn FnMut(&str, Map<String, Value>) -> Result<(), ModelError> + 'a;
+
+/// A `<table-updates2>` read piecemeal: calls the sink with every batch, returns the number of
+/// row updates (see [`Model::apply_updates2_batches`]).
+pub type Feed<'a> = dyn FnMut(&mut RowSink<'_>) -> Result<usize, FeedError> + 'a;
+
+/// Why a piecemeal `<table-updates2>` could not be applied.
+#[derive(Debug)]
+pub enum FeedError {
+    /// The input is not a `<table-updates2>` (not an object of objects, or bad JSON).
+    Json(String),
+    /// The model refused a row.
+    Model(ModelError),
+}
+
 /// A typed replica of one database, as the session core keeps it.
 pub trait Model: Default + std::fmt::Debug + Send + 'static {
     /// The change set type (`hf_model::NbDelta`, ...).
@@ -46,6 +62,28 @@ pub trait Model: Default + std::fmt::Debug + Send + 'static {
         let mut one = Map::with_capacity(1);
         one.insert(table.to_string(), Value::Object(rows));
         self.load_updates2(Value::Object(one)).map(|_| ())
+    }
+
+    /// [`Model::apply_updates2`] of a `<table-updates2>` that arrives in batches: `feed` calls
+    /// its sink with each batch of one table's row updates (`{uuid: update}`) and returns the
+    /// number of row updates, or why the input is malformed. All or nothing. The session uses
+    /// it for large update notifications. The default collects the batches into one tree and
+    /// applies it; a model that can stage typed rows overrides it, so that a large update never
+    /// exists as one JSON tree.
+    fn apply_updates2_batches(&mut self, feed: &mut Feed<'_>) -> Result<Self::Delta, FeedError> {
+        let mut tree = Map::new();
+        feed(&mut |table, rows| {
+            match tree
+                .entry(table.to_string())
+                .or_insert_with(|| Value::Object(Map::new()))
+            {
+                Value::Object(m) => m.extend(rows),
+                _ => unreachable!("only objects are inserted"),
+            }
+            Ok(())
+        })?;
+        self.apply_updates2(&Value::Object(tree))
+            .map_err(FeedError::Model)
     }
 
     /// Number of row changes in a delta.

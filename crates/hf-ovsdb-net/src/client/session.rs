@@ -8,8 +8,9 @@ use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
 use super::cluster::{MemberRejection, ServerInfo, ServerRow, judge};
+use super::model::FeedError;
 use super::model::Model;
-use super::stream::{Envelope, LoadError, load_table_updates2, parse};
+use super::stream::{Envelope, for_each_batch, load_table_updates2, parse};
 use super::txn::{PendingTxn, TxnBuilder, TxnError, TxnId, TxnOutcome, TxnState, classify_reply};
 use super::{Config, Event, MonitorMethod, Stats};
 use crate::framing::{FrameError, Framer};
@@ -19,6 +20,13 @@ use crate::jsonrpc::Message;
 const MONITOR_ID: &str = "hf-replica";
 /// The monitor id of the `_Server` monitor.
 const SERVER_MONITOR_ID: &str = "hf-server";
+/// From this size on, `update2`/`update3` notifications are applied batch by batch.
+const STREAM_UPDATE_MIN: usize = 1 << 20;
+/// [`STREAM_UPDATE_MIN`], for tests.
+#[cfg(test)]
+pub(crate) fn session_stream_min() -> usize {
+    STREAM_UPDATE_MIN
+}
 /// `monitor_cond_since`'s "no previous transaction".
 const ZERO_UUID: &str = "00000000-0000-0000-0000-000000000000";
 
@@ -327,6 +335,19 @@ impl<M: Model> Replica<M> {
             {
                 conn.pending.remove(&id);
                 if let Err(reason) = self.monitor_reply_raw(&mut conn, method, result, now) {
+                    return self.drop_conn(conn, reason, now);
+                }
+                continue;
+            }
+            // So are large update notifications of the replica's monitor.
+            if bytes.len() >= STREAM_UPDATE_MIN
+                && conn.stage == Stage::Ready
+                && env.id.is_none_or(|i| i.get() == "null")
+                && let (Some(m), Some(params)) = (env.method, env.params)
+                && (m.get() == "\"update2\"" || m.get() == "\"update3\"")
+                && let Some(r) = self.update_raw(m.get() == "\"update3\"", params)
+            {
+                if let Err(reason) = r {
                     return self.drop_conn(conn, reason, now);
                 }
                 continue;
@@ -904,6 +925,52 @@ impl<M: Model> Replica<M> {
         Ok(())
     }
 
+    /// An `update2`/`update3` notification's params as raw text, applied batch by batch with
+    /// [`Model::apply_updates2_batches`]. `None` when they are not the replica monitor's (or
+    /// not shaped as expected): the tree path then handles, or reports, them.
+    fn update_raw(
+        &mut self,
+        v3: bool,
+        params: &serde_json::value::RawValue,
+    ) -> Option<Result<(), String>> {
+        let parts: Vec<&serde_json::value::RawValue> = serde_json::from_str(params.get()).ok()?;
+        let (id, last, updates) = match (v3, &parts[..]) {
+            (true, [i, l, u]) => (*i, Some(*l), *u),
+            (false, [i, u]) => (*i, None, *u),
+            _ => return None,
+        };
+        if parse(id).ok()? != MONITOR_ID {
+            return None;
+        }
+        if let Some(l) = last {
+            self.last_txn = parse(l).ok()?.as_str().map(str::to_string);
+        }
+        self.stats.updates_received += 1;
+        let mut rows = 0;
+        let r = self.model.apply_updates2_batches(&mut |sink| {
+            rows = for_each_batch(updates.get(), sink)?;
+            Ok(rows)
+        });
+        self.stats.rows_received += rows as u64;
+        Some(match r {
+            Ok(delta) => {
+                self.updates_applied += 1;
+                if M::delta_len(&delta) > 0 {
+                    self.events.push_back(Event::Changes(delta));
+                }
+                Ok(())
+            }
+            Err(e) => {
+                // The replica no longer matches the server: start over with a full resync.
+                self.last_txn = None;
+                Err(match e {
+                    FeedError::Json(e) => format!("malformed update: {e}"),
+                    FeedError::Model(e) => format!("cannot apply an update: {e}"),
+                })
+            }
+        })
+    }
+
     /// Whether a reply that is the full row set goes straight into the model, keeping no
     /// change set: a first sync into an empty replica whose changes nobody asked for.
     fn loads_directly(&self, found: bool, method: MonitorMethod) -> bool {
@@ -954,8 +1021,8 @@ impl<M: Model> Replica<M> {
                 self.model = M::default();
                 self.last_txn = None;
                 return Err(match e {
-                    LoadError::Json(e) => format!("malformed monitor reply: {e}"),
-                    LoadError::Model(e) => format!("cannot apply the monitor reply: {e}"),
+                    FeedError::Json(e) => format!("malformed monitor reply: {e}"),
+                    FeedError::Model(e) => format!("cannot apply the monitor reply: {e}"),
                 });
             }
         };

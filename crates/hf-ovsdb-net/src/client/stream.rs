@@ -15,7 +15,7 @@ use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::model::{LOAD_BATCH, Model};
+use super::model::{FeedError, LOAD_BATCH, Model, RowSink};
 
 /// A JSON-RPC message's members, each as raw JSON text (`None`: the member is absent; a JSON
 /// `null` is `Some("null")`). Other members are ignored, as [`crate::jsonrpc::Message`] does.
@@ -76,48 +76,45 @@ pub(crate) fn parse(raw: &RawValue) -> Result<Value, String> {
     serde_json::from_str(raw.get()).map_err(|e| e.to_string())
 }
 
-/// Why a streamed load failed.
-#[derive(Debug)]
-pub(crate) enum LoadError {
-    /// The text is not a `<table-updates2>` (not an object of objects, or bad JSON).
-    Json(String),
-    /// The model refused a row.
-    Model(ModelError),
-}
-
 /// Load the `<table-updates2>` `text` into `model` in batches with [`Model::load_rows`];
 /// returns the number of row entries. On error, the rows loaded before it stay loaded: the
 /// caller discards the model.
-pub(crate) fn load_table_updates2<M: Model>(model: &mut M, text: &str) -> Result<usize, LoadError> {
+pub(crate) fn load_table_updates2<M: Model>(model: &mut M, text: &str) -> Result<usize, FeedError> {
+    for_each_batch(text, &mut |table, rows| model.load_rows(table, rows))
+}
+
+/// Read the `<table-updates2>` `text`, calling `sink` with every batch of at most
+/// [`LOAD_BATCH`] row updates of one table; returns the number of row updates.
+pub(crate) fn for_each_batch(text: &str, sink: &mut RowSink<'_>) -> Result<usize, FeedError> {
     let mut stash = None;
     let mut de = serde_json::Deserializer::from_str(text);
     let r = Tables {
-        model,
+        sink,
         stash: &mut stash,
     }
     .deserialize(&mut de)
     .and_then(|n| de.end().map(|()| n));
     match (r, stash) {
-        (_, Some(e)) => Err(LoadError::Model(e)),
+        (_, Some(e)) => Err(FeedError::Model(e)),
         (Ok(n), None) => Ok(n),
-        (Err(e), None) => Err(LoadError::Json(e.to_string())),
+        (Err(e), None) => Err(FeedError::Json(e.to_string())),
     }
 }
 
 /// The seed of the outer object (`{table: {uuid: row-update2}}`).
-struct Tables<'m, M> {
-    model: &'m mut M,
+struct Tables<'m, 's> {
+    sink: &'m mut RowSink<'s>,
     stash: &'m mut Option<ModelError>,
 }
 
-impl<'de, M: Model> DeserializeSeed<'de> for Tables<'_, M> {
+impl<'de> DeserializeSeed<'de> for Tables<'_, '_> {
     type Value = usize;
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<usize, D::Error> {
         d.deserialize_map(self)
     }
 }
 
-impl<'de, M: Model> Visitor<'de> for Tables<'_, M> {
+impl<'de> Visitor<'de> for Tables<'_, '_> {
     type Value = usize;
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("an object of table updates")
@@ -127,7 +124,7 @@ impl<'de, M: Model> Visitor<'de> for Tables<'_, M> {
         while let Some(table) = map.next_key::<String>()? {
             n += map.next_value_seed(Rows {
                 table: &table,
-                model: &mut *self.model,
+                sink: &mut *self.sink,
                 stash: &mut *self.stash,
             })?;
         }
@@ -136,20 +133,20 @@ impl<'de, M: Model> Visitor<'de> for Tables<'_, M> {
 }
 
 /// The seed of one table's rows (`{uuid: row-update2}`).
-struct Rows<'m, M> {
+struct Rows<'m, 's> {
     table: &'m str,
-    model: &'m mut M,
+    sink: &'m mut RowSink<'s>,
     stash: &'m mut Option<ModelError>,
 }
 
-impl<'de, M: Model> DeserializeSeed<'de> for Rows<'_, M> {
+impl<'de> DeserializeSeed<'de> for Rows<'_, '_> {
     type Value = usize;
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<usize, D::Error> {
         d.deserialize_map(self)
     }
 }
 
-impl<'de, M: Model> Visitor<'de> for Rows<'_, M> {
+impl<'de> Visitor<'de> for Rows<'_, '_> {
     type Value = usize;
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "an object of row updates of table {}", self.table)
@@ -167,7 +164,7 @@ impl<'de, M: Model> Visitor<'de> for Rows<'_, M> {
             }
             if batch.len() >= LOAD_BATCH || (last && !batch.is_empty()) {
                 let rows = std::mem::take(&mut batch);
-                if let Err(e) = self.model.load_rows(self.table, rows) {
+                if let Err(e) = (self.sink)(self.table, rows) {
                     *self.stash = Some(e);
                     return Err(de::Error::custom("the model refused a row"));
                 }
@@ -353,5 +350,64 @@ mod tests {
             assert_eq!(r.model().len(), 0, "case {i}: the replica must stay empty");
             assert_eq!(r.last_txn_id(), None, "case {i}");
         }
+    }
+
+    /// An `update3` of the replica's monitor carrying `updates`.
+    fn update3(updates: &Value) -> Vec<u8> {
+        format!(
+            r#"{{"id":null,"method":"update3","params":["hf-replica","6f0b2a2e-0000-4000-8000-0000000000e2",{updates}]}}"#
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn large_updates_apply_batch_by_batch_like_the_tree_path() {
+        let base = updates(3, 20);
+        let mut r = fed(&reply(&base.to_string()), false, usize::MAX);
+        assert!(r.is_synced());
+        // More than a mebibyte: inserts, modifies and deletes of switches and ports.
+        let mut ls = serde_json::Map::new();
+        let pad = "x".repeat(300);
+        for i in 0..4000 {
+            ls.insert(
+                uuid(100_000 + i),
+                json!({"insert": {"name": format!("big{i}"), "external_ids": ["map", [["pad", pad]]]}}),
+            );
+        }
+        ls.insert(uuid(0), json!({"modify": {"name": "renamed"}}));
+        ls.insert(uuid(1), json!({"delete": null}));
+        let u = json!({"Logical_Switch": ls});
+        let bytes = update3(&u);
+        assert!(bytes.len() > super::super::session_stream_min());
+        let mut want = r.model().clone();
+        let delta = want.apply_updates2(&u).unwrap();
+        while r.poll_event().is_some() {}
+        for c in bytes.chunks(65536) {
+            r.handle_bytes(c, 3);
+        }
+        assert_eq!(r.poll_close(), None);
+        assert_eq!(*r.model(), want);
+        assert_eq!(
+            r.last_txn_id(),
+            Some("6f0b2a2e-0000-4000-8000-0000000000e2")
+        );
+        let got: Vec<_> = std::iter::from_fn(|| r.poll_event())
+            .filter_map(|e| match e {
+                crate::client::Event::Changes(d) => Some(d),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].len(), delta.len());
+
+        // A bad row anywhere: nothing applied, the session starts over.
+        let before = r.model().clone();
+        let mut bad = u.clone();
+        bad["Logical_Switch"][uuid(100_000 + 2_000)] = json!({"insert": {"name": 5}});
+        r.handle_bytes(&update3(&bad), 4);
+        let why = r.poll_close().unwrap_or_default();
+        assert!(why.contains("cannot apply an update"), "{why}");
+        assert_eq!(*r.model(), before, "all or nothing");
+        assert_eq!(r.last_txn_id(), None);
     }
 }
