@@ -339,4 +339,52 @@ mod tests {
             Some(Err(FrameError::TooDeep { .. }))
         ));
     }
+
+    #[test]
+    fn raw_messages_small_and_large_keep_offsets_and_order() {
+        let big = format!(r#"{{"big":"{}"}}"#, "y".repeat(RAW_MOVE_MIN + 10));
+        let text = format!(r#" {{"a":1}}{big}  [2] {big}{{"b":"}}"}}"#);
+        let want: Vec<(u64, &str)> = {
+            let mut out = Vec::new();
+            let mut at = 0;
+            for m in [
+                r#"{"a":1}"#,
+                big.as_str(),
+                "[2]",
+                big.as_str(),
+                r#"{"b":"}"}"#,
+            ] {
+                let off = text[at..].find(m).unwrap() + at;
+                out.push((off as u64, m));
+                at = off + m.len();
+            }
+            out
+        };
+        for chunk in [text.len(), 100_000, 4096] {
+            let mut f = Framer::new(4 << 20);
+            let mut got = Vec::new();
+            for c in text.as_bytes().chunks(chunk) {
+                f.push(c);
+                while let Some(m) = f.next_raw() {
+                    let (off, bytes) = m.unwrap();
+                    got.push((off, String::from_utf8(bytes).unwrap()));
+                }
+            }
+            let got: Vec<(u64, &str)> = got.iter().map(|(o, m)| (*o, m.as_str())).collect();
+            assert_eq!(got, want, "chunk {chunk}");
+            assert_eq!(f.buffered(), 0);
+        }
+        // Errors still carry the stream offset, and a failed framer stays failed.
+        let mut f = Framer::new(1 << 20);
+        f.push(b"{\"a\":1} ]");
+        assert!(f.next_raw().unwrap().is_ok());
+        assert!(matches!(
+            f.next_raw(),
+            Some(Err(FrameError::NotAnObject {
+                byte: b']',
+                offset: 8
+            }))
+        ));
+        assert!(f.next_raw().is_none());
+    }
 }
