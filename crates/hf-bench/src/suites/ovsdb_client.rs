@@ -18,6 +18,12 @@
 //!   core saw it (`Stats::last_sync_wait_ms`, from sending the monitor request to the first
 //!   byte of the reply), the IDL's as a raw reader sees it for the same request (median of
 //!   three). What remains is connection, handshake, transfer, parsing and typing; ms.
+//! - `sbview_NxP_initial_sync_heap_{peak,after}`: the same peak for holdfast northd's lean SB
+//!   replica (`hf_northd::daemon::SbView`, northd's columns), and what it holds after; MB.
+//!
+//! Development knobs: `HF_BENCH_CENTRAL_DBS=<dir>` serves copies of `<dir>/nb.db` and
+//! `<dir>/sb.db` (saved from an earlier run) instead of building them, and
+//! `HF_BENCH_SKIP_IDL=1` skips the Python baseline: for comparing builds in seconds.
 // A benchmark is an I/O shell: it reads the clock and starts processes.
 #![allow(clippy::disallowed_methods)]
 
