@@ -73,12 +73,12 @@ pub trait Model: Default + std::fmt::Debug + Send + 'static {
     fn apply_updates2_batches(&mut self, feed: &mut Feed<'_>) -> Result<Self::Delta, FeedError> {
         let mut tree = Map::new();
         feed(&mut |table, rows| {
-            match tree
+            // Only objects are inserted, so the entry is always one.
+            if let Value::Object(m) = tree
                 .entry(table.to_string())
                 .or_insert_with(|| Value::Object(Map::new()))
             {
-                Value::Object(m) => m.extend(rows),
-                _ => unreachable!("only objects are inserted"),
+                m.extend(rows);
             }
             Ok(())
         })?;
