@@ -15,3 +15,5 @@ mod lock;
 mod procs;
 #[path = "client/raft.rs"]
 mod raft;
+#[path = "client/stream_load.rs"]
+mod stream_load;

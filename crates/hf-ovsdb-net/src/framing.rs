@@ -70,6 +70,9 @@ pub struct Framer {
 /// Maximum nesting depth accepted (serde_json's own limit is 128).
 pub const MAX_DEPTH: usize = 128;
 
+/// From this size on, [`Framer::next_raw`] moves the buffer out instead of copying.
+const RAW_MOVE_MIN: usize = 1 << 20;
+
 impl Framer {
     /// A framer that rejects messages larger than `max_message` bytes.
     pub fn new(max_message: usize) -> Self {
@@ -106,6 +109,54 @@ impl Framer {
 
     /// The next complete message, if one is buffered. After an error the framer stays failed.
     pub fn next_message(&mut self) -> Option<Result<Value, FrameError>> {
+        let (offset, end) = match self.next_end()? {
+            Ok(x) => x,
+            Err(e) => return Some(Err(e)),
+        };
+        let r = serde_json::from_slice::<Value>(&self.buf[self.start..end]).map_err(|e| {
+            FrameError::Malformed {
+                offset,
+                reason: e.to_string(),
+            }
+        });
+        self.start = end;
+        self.compact();
+        if r.is_err() {
+            self.failed = true;
+        }
+        Some(r)
+    }
+
+    /// The next complete message's bytes, unparsed, with its stream offset (for
+    /// [`FrameError::Malformed`]): only its framing is checked. A large message is handed over
+    /// without copying it, so that a client can read it piecemeal instead of as one tree.
+    pub fn next_raw(&mut self) -> Option<Result<(u64, Vec<u8>), FrameError>> {
+        let (offset, end) = match self.next_end()? {
+            Ok(x) => x,
+            Err(e) => return Some(Err(e)),
+        };
+        let len = end - self.start;
+        let msg = if len < RAW_MOVE_MIN || self.buf.len() - end > len / 4 {
+            let m = self.buf[self.start..end].to_vec();
+            self.start = end;
+            self.compact();
+            m
+        } else {
+            // Move the buffer out and keep only what follows the message.
+            let tail = self.buf.split_off(end);
+            let mut m = std::mem::replace(&mut self.buf, tail);
+            m.drain(..self.start);
+            self.base += end as u64;
+            self.start = 0;
+            self.scan = 0;
+            m
+        };
+        Some(Ok((offset, msg)))
+    }
+
+    /// Scan for the end of the next message: its stream offset and the index in `buf` one
+    /// past its last byte. Marks the framer failed on error (the error is returned once).
+    fn next_end(&mut self) -> Option<Result<(u64, usize), FrameError>> {
         if self.failed {
             return None;
         }
@@ -116,7 +167,7 @@ impl Framer {
         Some(r)
     }
 
-    fn scan_message(&mut self) -> Option<Result<Value, FrameError>> {
+    fn scan_message(&mut self) -> Option<Result<(u64, usize), FrameError>> {
         let buf = &self.buf;
         let mut i = self.scan;
         while i < buf.len() {
@@ -191,19 +242,9 @@ impl Framer {
                         self.kinds >>= 1;
                         if self.depth == 0 {
                             let end = i + 1;
-                            let msg = &buf[self.start..end];
-                            let offset = self.base + self.start as u64;
-                            let r = serde_json::from_slice::<Value>(msg).map_err(|e| {
-                                FrameError::Malformed {
-                                    offset,
-                                    reason: e.to_string(),
-                                }
-                            });
                             self.in_message = false;
-                            self.start = end;
                             self.scan = end;
-                            self.compact();
-                            return Some(r);
+                            return Some(Ok((self.base + self.start as u64, end)));
                         }
                     }
                     _ => {}
@@ -297,5 +338,53 @@ mod tests {
             f.next_message(),
             Some(Err(FrameError::TooDeep { .. }))
         ));
+    }
+
+    #[test]
+    fn raw_messages_small_and_large_keep_offsets_and_order() {
+        let big = format!(r#"{{"big":"{}"}}"#, "y".repeat(RAW_MOVE_MIN + 10));
+        let text = format!(r#" {{"a":1}}{big}  [2] {big}{{"b":"}}"}}"#);
+        let want: Vec<(u64, &str)> = {
+            let mut out = Vec::new();
+            let mut at = 0;
+            for m in [
+                r#"{"a":1}"#,
+                big.as_str(),
+                "[2]",
+                big.as_str(),
+                r#"{"b":"}"}"#,
+            ] {
+                let off = text[at..].find(m).unwrap() + at;
+                out.push((off as u64, m));
+                at = off + m.len();
+            }
+            out
+        };
+        for chunk in [text.len(), 100_000, 4096] {
+            let mut f = Framer::new(4 << 20);
+            let mut got = Vec::new();
+            for c in text.as_bytes().chunks(chunk) {
+                f.push(c);
+                while let Some(m) = f.next_raw() {
+                    let (off, bytes) = m.unwrap();
+                    got.push((off, String::from_utf8(bytes).unwrap()));
+                }
+            }
+            let got: Vec<(u64, &str)> = got.iter().map(|(o, m)| (*o, m.as_str())).collect();
+            assert_eq!(got, want, "chunk {chunk}");
+            assert_eq!(f.buffered(), 0);
+        }
+        // Errors still carry the stream offset, and a failed framer stays failed.
+        let mut f = Framer::new(1 << 20);
+        f.push(b"{\"a\":1} ]");
+        assert!(f.next_raw().unwrap().is_ok());
+        assert!(matches!(
+            f.next_raw(),
+            Some(Err(FrameError::NotAnObject {
+                byte: b']',
+                offset: 8
+            }))
+        ));
+        assert!(f.next_raw().is_none());
     }
 }

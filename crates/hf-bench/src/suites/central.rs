@@ -126,6 +126,35 @@ impl Central {
         };
         let dir = tempfile::tempdir()?;
         let d = dir.path();
+        // Reuse databases built by an earlier run (copies of its `nb.db` and `sb.db`), for
+        // comparing builds on the same data without rebuilding it for minutes.
+        if let Some(src) = std::env::var_os("HF_BENCH_CENTRAL_DBS") {
+            let src = PathBuf::from(src);
+            let mut servers = Vec::new();
+            for name in ["nb", "sb"] {
+                let db = d.join(format!("{name}.db"));
+                std::fs::copy(src.join(format!("{name}.db")), &db)
+                    .with_context(|| format!("HF_BENCH_CENTRAL_DBS: {name}.db"))?;
+                let sock = d.join(format!("{name}.sock"));
+                ok(Command::new("ovsdb-server")
+                    .args(daemon_args(d, name))
+                    .arg(format!("--remote=punix:{}", sock.display()))
+                    .arg(&db))?;
+                servers.push((
+                    Daemon(d.join(format!("{name}.pid"))),
+                    format!("unix:{}", sock.display()),
+                ));
+            }
+            report.note(&format!("reused the databases in {}", src.display()));
+            let (sb_server, sb) = servers.pop().context("sb")?;
+            let (nb_server, nb) = servers.pop().context("nb")?;
+            return Ok(Some(Central {
+                nb,
+                sb,
+                _servers: [nb_server, sb_server],
+                dir,
+            }));
+        }
         let (nb_server, nb) = server(d, "nb", NB_SCHEMA)?;
         let (sb_server, sb) = server(d, "sb", SB_SCHEMA)?;
         ok(Command::new("ovn-northd")

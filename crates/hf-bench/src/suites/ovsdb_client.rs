@@ -18,6 +18,12 @@
 //!   core saw it (`Stats::last_sync_wait_ms`, from sending the monitor request to the first
 //!   byte of the reply), the IDL's as a raw reader sees it for the same request (median of
 //!   three). What remains is connection, handshake, transfer, parsing and typing; ms.
+//! - `sbview_NxP_initial_sync_heap_{peak,after}`: the same peak for holdfast northd's lean SB
+//!   replica (`hf_northd::daemon::SbView`, northd's columns), and what it holds after; MB.
+//!
+//! Development knobs: `HF_BENCH_CENTRAL_DBS=<dir>` serves copies of `<dir>/nb.db` and
+//! `<dir>/sb.db` (saved from an earlier run) instead of building them, and
+//! `HF_BENCH_SKIP_IDL=1` skips the Python baseline: for comparing builds in seconds.
 // A benchmark is an I/O shell: it reads the clock and starts processes.
 #![allow(clippy::disallowed_methods)]
 
@@ -47,6 +53,14 @@ struct Sync {
 }
 
 fn sync_holdfast<M: Model>(remote: &str) -> anyhow::Result<Sync> {
+    sync_holdfast_tables::<M>(remote, Vec::new())
+}
+
+/// [`sync_holdfast`] of the given table selection (empty: every table).
+fn sync_holdfast_tables<M: Model>(
+    remote: &str,
+    tables: Vec<hf_ovsdb_net::client::TableSelect>,
+) -> anyhow::Result<Sync> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -58,6 +72,7 @@ fn sync_holdfast<M: Model>(remote: &str) -> anyhow::Result<Sync> {
             vec![remote.to_string()],
             Config {
                 leader_only: false,
+                tables,
                 ..Config::default()
             },
         );
@@ -144,13 +159,18 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
 
     let script = dir.path().join("idl_sync.py");
     std::fs::write(&script, IDL_SCRIPT)?;
-    let have_idl = Command::new(PYTHON)
-        .arg("-c")
-        .arg("import ovs.db.idl")
-        .output()
-        .is_ok_and(|o| o.status.success());
+    let have_idl = std::env::var_os("HF_BENCH_SKIP_IDL").is_none()
+        && Command::new(PYTHON)
+            .arg("-c")
+            .arg("import ovs.db.idl")
+            .output()
+            .is_ok_and(|o| o.status.success());
     if !have_idl {
-        report.note("python-idl baseline skipped: python3-openvswitch is not installed");
+        report.note(if std::env::var_os("HF_BENCH_SKIP_IDL").is_some() {
+            "python-idl baseline skipped: HF_BENCH_SKIP_IDL is set"
+        } else {
+            "python-idl baseline skipped: python3-openvswitch is not installed"
+        });
     }
     let size = format!("{n}x{p}");
     for (db, remote, schema) in [("nb", &nb, NB_SCHEMA), ("sb", &sb, SB_SCHEMA)] {
@@ -160,6 +180,23 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
             sync_holdfast::<SbSnapshot>(remote)?
         };
         let mb = |b: f64| b / (1024.0 * 1024.0);
+        if db == "sb" {
+            // holdfast northd's lean SB replica on the same data, with northd's columns.
+            let view = sync_holdfast_tables::<hf_northd::daemon::SbView>(
+                remote,
+                hf_northd::daemon::SbView::tables(),
+            )?;
+            report.result(
+                &format!("sbview_{size}_initial_sync_heap_peak"),
+                mb(view.peak as f64),
+                "MB",
+            );
+            report.result(
+                &format!("sbview_{size}_initial_sync_heap_after"),
+                mb(view.live as f64),
+                "MB",
+            );
+        }
         if !have_idl {
             report.result(&format!("{db}_{size}_initial_sync_time"), ours.ms, "ms");
             report.result(

@@ -15,6 +15,7 @@ use hf_model::ModelError;
 use hf_model::Table;
 use hf_model::sb;
 use hf_ovsdb::{Atom, Datum};
+use hf_ovsdb_net::client::model::{Feed, FeedError};
 use hf_ovsdb_net::client::{Model, TableSelect};
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
@@ -857,6 +858,14 @@ impl Model for SbView {
         Ok(n)
     }
 
+    fn apply_updates2_batches(&mut self, feed: &mut Feed<'_>) -> Result<SbChanges, FeedError> {
+        // Typed batch by batch: a large update (northd's own flows coming back) never
+        // exists as one JSON tree.
+        let mut p = AllPending::default();
+        feed(&mut |t, rows| self.pending_of(t, &Value::Object(rows), &mut p))?;
+        Ok(self.apply_all(p))
+    }
+
     fn delta_len(delta: &SbChanges) -> usize {
         delta.rows
     }
@@ -953,5 +962,67 @@ mod tests {
                 .is_err()
         );
         assert_eq!(v.logical_flow, before);
+    }
+
+    #[test]
+    fn batches_apply_like_one_tree_and_all_or_nothing() {
+        let dp = "22222222-2222-2222-2222-222222222222";
+        let mut flows = Map::new();
+        for i in 0..7 {
+            flows.insert(
+                format!("11111111-1111-1111-1111-{i:012}"),
+                json!({"insert": {"logical_datapath": ["uuid", dp], "pipeline": "ingress",
+                    "table_id": i, "priority": 10 * i, "match": format!("reg0 == {i}"),
+                    "actions": "next;"}}),
+            );
+        }
+        let mut dps = Map::new();
+        dps.insert(dp.into(), json!({"insert": {"tunnel_key": 5}}));
+        let tree = json!({"Logical_Flow": flows.clone(), "Datapath_Binding": dps.clone()});
+        let mut a = SbView::default();
+        let ca = a.apply_updates2(&tree).unwrap();
+        // The same update as batches of three rows.
+        let batches = |extra: Option<(&str, Map<String, Value>)>| {
+            let mut out: Vec<(String, Map<String, Value>)> = Vec::new();
+            let rows: Vec<_> = flows.clone().into_iter().collect();
+            for c in rows.chunks(3) {
+                out.push(("Logical_Flow".into(), c.iter().cloned().collect()));
+            }
+            out.push(("Datapath_Binding".into(), dps.clone()));
+            if let Some((t, m)) = extra {
+                out.push((t.into(), m));
+            }
+            out
+        };
+        let mut b = SbView::default();
+        let all = batches(None);
+        let cb = b
+            .apply_updates2_batches(&mut |sink| {
+                for (t, m) in all.clone() {
+                    sink(&t, m).map_err(FeedError::Model)?;
+                }
+                Ok(8)
+            })
+            .unwrap();
+        assert_eq!(a.logical_flow, b.logical_flow);
+        assert_eq!(a.datapath_binding, b.datapath_binding);
+        assert_eq!(b.logical_flow.len(), 7);
+        assert_eq!(ca.rows, cb.rows);
+        // A bad row in the last batch: nothing of the earlier batches is applied.
+        let mut bad = Map::new();
+        bad.insert(
+            "33333333-3333-3333-3333-333333333333".into(),
+            json!({"modify": {}}),
+        );
+        let all = batches(Some(("Port_Binding", bad)));
+        let mut c = SbView::default();
+        let r = c.apply_updates2_batches(&mut |sink| {
+            for (t, m) in all.clone() {
+                sink(&t, m).map_err(FeedError::Model)?;
+            }
+            Ok(9)
+        });
+        assert!(r.is_err());
+        assert!(c.logical_flow.is_empty() && c.datapath_binding.is_empty());
     }
 }

@@ -8,7 +8,10 @@
 //! reconnection with backoff over a list of remotes, inactivity probes, resync that transfers
 //! only missed changes when the server still has them, leader/up-to-date checks through
 //! `_Server` for clustered databases ([`cluster`]), transactions with `wait`-based optimistic
-//! concurrency and retry ([`txn`]), and one lock (`lock`/`steal`/`unlock`).
+//! concurrency and retry ([`txn`]), and one lock (`lock`/`steal`/`unlock`). Large messages are
+//! read without one JSON tree per message: the first sync's reply streams into the model a
+//! batch of rows at a time ([`Model::load_rows`]), and update notifications of a mebibyte or
+//! more are applied batch by batch ([`Model::apply_updates2_batches`]); see `stream.rs`.
 //!
 //! What it does not do: open sockets or read clocks (the shell and the simulator do), or
 //! validate rows against the schema (the server does; the model keeps what it receives).
@@ -16,7 +19,10 @@
 pub mod cluster;
 pub mod model;
 mod session;
+#[cfg(test)]
+pub(crate) use session::session_stream_min;
 pub mod shell;
+mod stream;
 pub mod txn;
 
 #[cfg(test)]

@@ -15,6 +15,25 @@ use hf_ovsdb::Datum;
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
+/// How many rows [`Model::load_rows`] gets at most at once while a reply streams in.
+pub const LOAD_BATCH: usize = 256;
+
+/// Where [`Feed`] puts each batch of one table's row updates (`{uuid: update}`).
+pub type RowSink<'a> = dyn FnMut(&str, Map<String, Value>) -> Result<(), ModelError> + 'a;
+
+/// A `<table-updates2>` read piecemeal: calls the sink with every batch, returns the number of
+/// row updates (see [`Model::apply_updates2_batches`]).
+pub type Feed<'a> = dyn FnMut(&mut RowSink<'_>) -> Result<usize, FeedError> + 'a;
+
+/// Why a piecemeal `<table-updates2>` could not be applied.
+#[derive(Debug)]
+pub enum FeedError {
+    /// The input is not a `<table-updates2>` (not an object of objects, or bad JSON).
+    Json(String),
+    /// The model refused a row.
+    Model(ModelError),
+}
+
 /// A typed replica of one database, as the session core keeps it.
 pub trait Model: Default + std::fmt::Debug + Send + 'static {
     /// The change set type (`hf_model::NbDelta`, ...).
@@ -31,6 +50,40 @@ pub trait Model: Default + std::fmt::Debug + Send + 'static {
     /// [`Model::apply_updates2`].
     fn load_updates2(&mut self, updates: Value) -> Result<usize, ModelError> {
         self.apply_updates2(&updates).map(|d| Self::delta_len(&d))
+    }
+
+    /// Load a batch of `<row-update2>`s of `table` (`{uuid: update}`: `initial` or `insert`
+    /// rows, as a first sync's reply carries them), keeping no change set, as
+    /// [`Model::load_updates2`] of `{table: rows}` does. The session streams a large monitor
+    /// reply into an empty replica with it, a few hundred rows at a time
+    /// ([`LOAD_BATCH`]), so that the reply never exists as one JSON tree; on error it discards
+    /// the replica. Override it when a model can load rows more directly.
+    fn load_rows(&mut self, table: &str, rows: Map<String, Value>) -> Result<(), ModelError> {
+        let mut one = Map::with_capacity(1);
+        one.insert(table.to_string(), Value::Object(rows));
+        self.load_updates2(Value::Object(one)).map(|_| ())
+    }
+
+    /// [`Model::apply_updates2`] of a `<table-updates2>` that arrives in batches: `feed` calls
+    /// its sink with each batch of one table's row updates (`{uuid: update}`) and returns the
+    /// number of row updates, or why the input is malformed. All or nothing. The session uses
+    /// it for large update notifications. The default collects the batches into one tree and
+    /// applies it; a model that can stage typed rows overrides it, so that a large update never
+    /// exists as one JSON tree.
+    fn apply_updates2_batches(&mut self, feed: &mut Feed<'_>) -> Result<Self::Delta, FeedError> {
+        let mut tree = Map::new();
+        feed(&mut |table, rows| {
+            // Only objects are inserted, so the entry is always one.
+            if let Value::Object(m) = tree
+                .entry(table.to_string())
+                .or_insert_with(|| Value::Object(Map::new()))
+            {
+                m.extend(rows);
+            }
+            Ok(())
+        })?;
+        self.apply_updates2(&Value::Object(tree))
+            .map_err(FeedError::Model)
     }
 
     /// Number of row changes in a delta.

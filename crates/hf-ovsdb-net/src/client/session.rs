@@ -8,16 +8,25 @@ use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
 use super::cluster::{MemberRejection, ServerInfo, ServerRow, judge};
+use super::model::FeedError;
 use super::model::Model;
+use super::stream::{Envelope, for_each_batch, load_table_updates2, parse};
 use super::txn::{PendingTxn, TxnBuilder, TxnError, TxnId, TxnOutcome, TxnState, classify_reply};
 use super::{Config, Event, MonitorMethod, Stats};
-use crate::framing::Framer;
+use crate::framing::{FrameError, Framer};
 use crate::jsonrpc::Message;
 
 /// The monitor id of the replicated database's monitor.
 const MONITOR_ID: &str = "hf-replica";
 /// The monitor id of the `_Server` monitor.
 const SERVER_MONITOR_ID: &str = "hf-server";
+/// From this size on, `update2`/`update3` notifications are applied batch by batch.
+const STREAM_UPDATE_MIN: usize = 1 << 20;
+/// [`STREAM_UPDATE_MIN`], for tests.
+#[cfg(test)]
+pub(crate) fn session_stream_min() -> usize {
+    STREAM_UPDATE_MIN
+}
 /// `monitor_cond_since`'s "no previous transaction".
 const ZERO_UUID: &str = "00000000-0000-0000-0000-000000000000";
 
@@ -308,11 +317,46 @@ impl<M: Model> Replica<M> {
         self.stats.bytes_received += data.len() as u64;
         conn.framer.push(data);
         loop {
-            let msg = match conn.framer.next_message() {
+            let (offset, bytes) = match conn.framer.next_raw() {
                 None => break,
-                Some(Ok(v)) => v,
+                Some(Ok(m)) => m,
                 Some(Err(e)) => return self.drop_conn(conn, format!("bad stream: {e}"), now),
             };
+            let malformed =
+                |reason| format!("bad stream: {}", FrameError::Malformed { offset, reason });
+            let env = match Envelope::parse(&bytes) {
+                Ok(env) => env,
+                Err(reason) => return self.drop_conn(conn, malformed(reason), now),
+            };
+            // The monitor reply is read straight from the bytes; everything else as a tree.
+            if let Some(id) = env.reply_id()
+                && let Some(Req::Monitor(method)) = conn.pending.get(&id).cloned()
+                && let Some(result) = env.result
+            {
+                conn.pending.remove(&id);
+                if let Err(reason) = self.monitor_reply_raw(&mut conn, method, result, now) {
+                    return self.drop_conn(conn, reason, now);
+                }
+                continue;
+            }
+            // So are large update notifications of the replica's monitor.
+            if bytes.len() >= STREAM_UPDATE_MIN
+                && conn.stage == Stage::Ready
+                && env.id.is_none_or(|i| i.get() == "null")
+                && let (Some(m), Some(params)) = (env.method, env.params)
+                && (m.get() == "\"update2\"" || m.get() == "\"update3\"")
+                && let Some(r) = self.update_raw(m.get() == "\"update3\"", params)
+            {
+                if let Err(reason) = r {
+                    return self.drop_conn(conn, reason, now);
+                }
+                continue;
+            }
+            let msg = match env.to_value() {
+                Ok(v) => v,
+                Err(reason) => return self.drop_conn(conn, malformed(reason), now),
+            };
+            drop(bytes);
             let msg = match Message::from_json(msg) {
                 Ok(m) => m,
                 Err(e) => return self.drop_conn(conn, e.to_string(), now),
@@ -836,11 +880,7 @@ impl<M: Model> Replica<M> {
         };
         let rows = count_rows(&updates);
         self.stats.rows_received += rows as u64;
-        let applied = if !found
-            && self.model.row_count() == 0
-            && method != MonitorMethod::Plain
-            && !self.cfg.initial_changes
-        {
+        let applied = if self.loads_directly(found, method) {
             // A first sync into an empty replica: table by table, freeing each table's JSON
             // once it is typed, and keeping no change set (the consumer reads the model).
             let Value::Object(tables) = &mut updates else {
@@ -881,6 +921,126 @@ impl<M: Model> Replica<M> {
                 return Err(format!("cannot apply the monitor reply: {e}"));
             }
         };
+        self.synced(conn, method, found, rows, delta, now);
+        Ok(())
+    }
+
+    /// An `update2`/`update3` notification's params as raw text, applied batch by batch with
+    /// [`Model::apply_updates2_batches`]. `None` when they are not the replica monitor's (or
+    /// not shaped as expected): the tree path then handles, or reports, them.
+    fn update_raw(
+        &mut self,
+        v3: bool,
+        params: &serde_json::value::RawValue,
+    ) -> Option<Result<(), String>> {
+        let parts: Vec<&serde_json::value::RawValue> = serde_json::from_str(params.get()).ok()?;
+        let (id, last, updates) = match (v3, &parts[..]) {
+            (true, [i, l, u]) => (*i, Some(*l), *u),
+            (false, [i, u]) => (*i, None, *u),
+            _ => return None,
+        };
+        if parse(id).ok()? != MONITOR_ID {
+            return None;
+        }
+        if let Some(l) = last {
+            self.last_txn = parse(l).ok()?.as_str().map(str::to_string);
+        }
+        self.stats.updates_received += 1;
+        let mut rows = 0;
+        let r = self.model.apply_updates2_batches(&mut |sink| {
+            rows = for_each_batch(updates.get(), sink)?;
+            Ok(rows)
+        });
+        self.stats.rows_received += rows as u64;
+        Some(match r {
+            Ok(delta) => {
+                self.updates_applied += 1;
+                if M::delta_len(&delta) > 0 {
+                    self.events.push_back(Event::Changes(delta));
+                }
+                Ok(())
+            }
+            Err(e) => {
+                // The replica no longer matches the server: start over with a full resync.
+                self.last_txn = None;
+                Err(match e {
+                    FeedError::Json(e) => format!("malformed update: {e}"),
+                    FeedError::Model(e) => format!("cannot apply an update: {e}"),
+                })
+            }
+        })
+    }
+
+    /// Whether a reply that is the full row set goes straight into the model, keeping no
+    /// change set: a first sync into an empty replica whose changes nobody asked for.
+    fn loads_directly(&self, found: bool, method: MonitorMethod) -> bool {
+        !found
+            && self.model.row_count() == 0
+            && method != MonitorMethod::Plain
+            && !self.cfg.initial_changes
+    }
+
+    /// The monitor reply as raw text: streamed row by row into the model when
+    /// [`Replica::loads_directly`], otherwise parsed and handed to [`Replica::monitor_reply`].
+    fn monitor_reply_raw(
+        &mut self,
+        conn: &mut Conn,
+        method: MonitorMethod,
+        result: &serde_json::value::RawValue,
+        now: u64,
+    ) -> Result<(), String> {
+        let malformed = |e: String| format!("malformed {} reply: {e}", method.name());
+        let (found, updates) = match method {
+            MonitorMethod::Since => {
+                let parts: Vec<&serde_json::value::RawValue> =
+                    serde_json::from_str(result.get()).map_err(|e| malformed(e.to_string()))?;
+                let [found, last, updates] = parts[..] else {
+                    return Err("malformed monitor_cond_since reply".into());
+                };
+                let found = parse(found).map_err(malformed)?;
+                if found.as_bool() == Some(true) || !self.loads_directly(false, method) {
+                    let v = parse(result).map_err(malformed)?;
+                    return self.monitor_reply(conn, method, v, now);
+                }
+                self.last_txn = parse(last).map_err(malformed)?.as_str().map(str::to_string);
+                (false, updates)
+            }
+            _ => {
+                if !self.loads_directly(false, method) {
+                    let v = parse(result).map_err(malformed)?;
+                    return self.monitor_reply(conn, method, v, now);
+                }
+                self.last_txn = None;
+                (false, result)
+            }
+        };
+        let rows = match load_table_updates2(&mut self.model, updates.get()) {
+            Ok(n) => n,
+            Err(e) => {
+                // All or nothing: the replica was empty; empty it again.
+                self.model = M::default();
+                self.last_txn = None;
+                return Err(match e {
+                    FeedError::Json(e) => format!("malformed monitor reply: {e}"),
+                    FeedError::Model(e) => format!("cannot apply the monitor reply: {e}"),
+                });
+            }
+        };
+        self.stats.rows_received += rows as u64;
+        self.synced(conn, method, found, rows, None, now);
+        Ok(())
+    }
+
+    /// The monitor reply is in the model: the session is synced.
+    fn synced(
+        &mut self,
+        conn: &mut Conn,
+        method: MonitorMethod,
+        found: bool,
+        rows: usize,
+        delta: Option<M::Delta>,
+        now: u64,
+    ) {
         conn.stage = Stage::Ready;
         let first = conn.monitor_first_rx.unwrap_or(now);
         self.stats.last_sync_wait_ms = first.saturating_sub(conn.monitor_sent.unwrap_or(first));
@@ -928,7 +1088,6 @@ impl<M: Model> Replica<M> {
                 t.state = TxnState::Queued;
             }
         }
-        Ok(())
     }
 
     fn handle_notification(
