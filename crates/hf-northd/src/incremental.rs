@@ -92,8 +92,8 @@ pub struct Incremental {
     neighbours: HashMap<String, BTreeSet<String>>,
     /// Port NB row → datapath name, as of the last compile.
     port_dp: HashMap<Uuid, String>,
-    /// The last result.
-    last: Compiled,
+    /// The last result's flows, while the caller has not taken them (see [`Incremental::update`]).
+    flows: Option<BTreeMap<FlowId, FlowRow>>,
     /// Identities whose rows changed in the last update (`None`: everything, a full compile).
     changed: Option<BTreeSet<FlowId>>,
     /// Datapaths rebuilt by the last update.
@@ -150,11 +150,6 @@ impl Incremental {
         Incremental::default()
     }
 
-    /// The last result.
-    pub fn compiled(&self) -> &Compiled {
-        &self.last
-    }
-
     /// The flow identities whose rows the last update added, changed or removed; `None` after a
     /// full compile (anything may have changed).
     pub fn changed(&self) -> Option<&BTreeSet<FlowId>> {
@@ -171,41 +166,53 @@ impl Incremental {
         *self = Incremental::default();
     }
 
-    /// Compiles `nb`, which is the NB of the last update with `deltas` applied (in order).
-    /// `deltas` = `None` means "unknown changes": a full compile.
-    pub fn update(&mut self, nb: &NbSnapshot, deltas: Option<&[NbDelta]>, opts: &Options) {
+    /// Compiles `nb`, which is the NB of the last update with `deltas` applied (in order);
+    /// the result equals [`crate::compile`]`(nb, opts)`. `deltas` = `None` means "unknown
+    /// changes": a full compile. The result's flows are the state's: hand them back with
+    /// [`Incremental::restore`] before the next update, or it is a full compile.
+    pub fn update(
+        &mut self,
+        nb: &NbSnapshot,
+        deltas: Option<&[NbDelta]>,
+        opts: &Options,
+    ) -> Compiled {
         let key = OptsKey::of(opts);
         let seeds = match deltas {
-            Some(ds) if self.key.as_ref() == Some(&key) && key.features == FeatureSet::all() => {
+            Some(ds)
+                if self.key.as_ref() == Some(&key)
+                    && key.features == FeatureSet::all()
+                    && self.flows.is_some() =>
+            {
                 self.seeds(nb, ds)
             }
             _ => None,
         };
         match seeds {
-            Some(s) => self.incremental(nb, s, opts),
-            None => self.full(nb, opts, key),
+            Some(s) => {
+                // Expansion over the old links here; over the new ones in `run`.
+                let dirty = self.expand(&s, &self.neighbours);
+                self.run(nb, opts, Some(s), dirty.into_iter().collect())
+            }
+            None => {
+                *self = Incremental::default();
+                if key.features != FeatureSet::all() {
+                    // Lowering reports over all datapaths: only the plain compile does that.
+                    let c = crate::compile(nb, opts);
+                    self.rebuilt = c.sb.datapaths.len();
+                    return c;
+                }
+                self.key = Some(key);
+                self.flows = Some(BTreeMap::new());
+                self.run(nb, opts, None, Vec::new())
+            }
         }
     }
 
-    fn full(&mut self, nb: &NbSnapshot, opts: &Options, key: OptsKey) {
-        *self = Incremental::default();
-        if key.features != FeatureSet::all() {
-            // Lowering reports over all datapaths: only the plain compile does that.
-            self.last = crate::compile(nb, opts);
-            self.rebuilt = self.last.sb.datapaths.len();
-            return;
+    /// Gives back the flows of the last [`Incremental::update`]'s result, unchanged.
+    pub fn restore(&mut self, flows: BTreeMap<FlowId, FlowRow>) {
+        if self.key.is_some() {
+            self.flows = Some(flows);
         }
-        self.key = Some(key);
-        let all: Vec<String> = Vec::new();
-        self.run(nb, opts, None, all);
-    }
-
-    fn incremental(&mut self, nb: &NbSnapshot, seeds: Seeds, opts: &Options) {
-        // Expansion over the old links here; over the new ones in `run`, once the topology is
-        // built.
-        let dirty = self.expand(&seeds, &self.neighbours);
-        let dirty: Vec<String> = dirty.into_iter().collect();
-        self.run(nb, opts, Some(seeds), dirty);
     }
 
     fn expand(
@@ -397,7 +404,13 @@ impl Incremental {
     /// Builds the topology and the non-flow tables, then the flows of every datapath
     /// (`seeds` = `None`) or of `dirty`, the seeds' expansion over the new links and the
     /// datapaths whose identity changed.
-    fn run(&mut self, nb: &NbSnapshot, opts: &Options, seeds: Option<Seeds>, dirty: Vec<String>) {
+    fn run(
+        &mut self,
+        nb: &NbSnapshot,
+        opts: &Options,
+        seeds: Option<Seeds>,
+        dirty: Vec<String>,
+    ) -> Compiled {
         let mut diags = Diags::default();
         let topo = Topo::build(nb, &opts.keys, opts.render.features, &mut diags);
         let new_links = links(&topo);
@@ -459,7 +472,7 @@ impl Incremental {
             );
         }
         // Re-derive the touched identities' rows.
-        let mut flows: BTreeMap<FlowId, FlowRow> = std::mem::take(&mut self.last.sb.flows);
+        let mut flows: BTreeMap<FlowId, FlowRow> = self.flows.take().unwrap_or_default();
         let mut changed = BTreeSet::new();
         for key in &touched {
             let (old_ids, _) = self.rows.remove(key).unwrap_or_default();
@@ -522,11 +535,11 @@ impl Incremental {
         self.port_dp = new_links.port_dp;
         self.changed = if full { None } else { Some(changed) };
         self.rebuilt = rebuilt;
-        self.last = Compiled {
+        Compiled {
             sb,
             diagnostics,
             flows_built: built,
-        };
+        }
     }
 
     fn ungroup(&mut self, sh: &Arc<Shape>, dp: &str) {
