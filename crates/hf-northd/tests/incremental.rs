@@ -297,3 +297,150 @@ fn a_port_add_rebuilds_only_its_switch_and_router() {
     assert!(changed > 0 && changed < got.sb.flows.len() / 4, "{changed}");
     assert_eq!(got.sb, compile(&snap, &opts).sb);
 }
+
+/// The ls helper's 500 × 40 NB (`tests/ls_flows.rs`): one router lr0 with a port on every
+/// switch, a port group and two ACLs per switch, four load balancers on every switch and lr0.
+fn gen_topo_like(n: usize, p: usize) -> Nb {
+    let mut nb = Nb::new();
+    nb.lr("lr0", &[]);
+    for i in 0..n {
+        let (a, b) = (1 + i / 256, i % 256);
+        let ls = format!("ls{i}");
+        let mut ops = vec![
+            json!({"op": "insert", "table": "Logical_Switch", "uuid-name": "ls",
+            "row": {"name": ls}}),
+        ];
+        let mut ports = Vec::new();
+        for j in 0..p {
+            let name = format!("ls{i}-p{j}");
+            let addr = format!(
+                "0a:00:{:02x}:{:02x}:{:02x}:{:02x} 10.{a}.{b}.{}",
+                i >> 8,
+                i & 255,
+                j >> 8,
+                j & 255,
+                10 + j
+            );
+            let un = format!("p{j}");
+            ops.push(
+                json!({"op": "insert", "table": "Logical_Switch_Port", "uuid-name": un,
+                "row": {"name": name, "addresses": ["set", [addr]]}}),
+            );
+            ports.push(json!(["named-uuid", un]));
+        }
+        ops.push(json!({"op": "mutate", "table": "Logical_Switch",
+            "where": [["name", "==", ls]],
+            "mutations": [["ports", "insert", ["set", ports.clone()]]]}));
+        let pg = format!("pg{i}");
+        ops.push(json!({"op": "insert", "table": "ACL", "uuid-name": "a1",
+            "row": {"direction": "from-lport", "priority": 1001,
+                "match": format!("inport == @{pg} && ip4"), "action": "allow-related"}}));
+        ops.push(json!({"op": "insert", "table": "ACL", "uuid-name": "a2",
+            "row": {"direction": "to-lport", "priority": 1001,
+                "match": format!("outport == @{pg} && ip4.src == 10.0.0.0/8"),
+                "action": "allow-related"}}));
+        ops.push(json!({"op": "insert", "table": "Port_Group",
+            "row": {"name": pg, "ports": ["set", ports],
+                "acls": ["set", [["named-uuid", "a1"], ["named-uuid", "a2"]]]}}));
+        nb.txn(ops);
+        nb.link(
+            &ls,
+            "lr0",
+            &format!("lr0-ls{i}"),
+            &format!("02:01:{:02x}:{:02x}:00:01", i >> 8, i & 255),
+            &[&format!("10.{a}.{b}.1/24")],
+        );
+    }
+    let switches: Vec<String> = (0..n).map(|i| format!("ls{i}")).collect();
+    let refs: Vec<&str> = switches.iter().map(String::as_str).collect();
+    for k in 0..4 {
+        let backends: Vec<String> = (0..3)
+            .map(|m| {
+                let i = (k * 7 + m * 3) % n;
+                format!("10.{}.{}.{}:8080", 1 + i / 256, i % 256, 10 + (m % p))
+            })
+            .collect();
+        nb.lb(
+            &format!("lb{k}"),
+            &[(&format!("172.30.0.{}:80", k + 1), &backends.join(","))],
+            &refs,
+            &["lr0"],
+        );
+    }
+    nb
+}
+
+/// The 500 × 40 figures (run in release: `cargo test --release -p hf-northd --test incremental
+/// scale -- --ignored --nocapture`): the full compile, one port add through the incremental
+/// state, and the split of the pieces it redoes.
+#[test]
+#[ignore]
+#[allow(clippy::disallowed_methods, clippy::disallowed_types)]
+fn scale_500x40_port_add() {
+    use hf_expr::FeatureSet;
+    use std::time::Instant;
+    let n: usize = std::env::var("HF_SCALE_N").ok().and_then(|v| v.parse().ok()).unwrap_or(500);
+    let p: usize = std::env::var("HF_SCALE_P").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
+    let mut nb = gen_topo_like(n, p);
+    let opts = Options::default();
+    let snap = nb.snapshot();
+    let t = Instant::now();
+    let full = compile(&snap, &opts);
+    let t_full = t.elapsed().as_secs_f64() * 1e3;
+    let mut inc = Incremental::new();
+    let c = inc.update(&snap, None, &opts);
+    inc.restore(c.sb.flows);
+    // The pieces.
+    let t = Instant::now();
+    let mut diags = hf_northd::diag::Diags::default();
+    let topo = hf_northd::topo::Topo::build(&snap, &opts.keys, FeatureSet::all(), &mut diags);
+    let t_topo = t.elapsed().as_secs_f64() * 1e3;
+    let t = Instant::now();
+    let mut sb = hf_northd::SbDesired::default();
+    hf_northd::tables::build(&topo, &opts, &mut sb, &mut diags);
+    let t_tables = t.elapsed().as_secs_f64() * 1e3;
+    let mut per = Vec::new();
+    for name in ["ls7", "lr0"] {
+        let i = topo.dp_by_name[name];
+        let t = Instant::now();
+        let mut out = hf_northd::flow::Flows::default();
+        match topo.datapaths[i].kind {
+            hf_northd::DpKind::Switch => hf_northd::ls::build(&topo, i, &mut out, &mut diags),
+            hf_northd::DpKind::Router => hf_northd::lr::build(&topo, i, &mut out, &mut diags),
+        }
+        let t_build = t.elapsed().as_secs_f64() * 1e3;
+        let t = Instant::now();
+        let rows = hf_northd::render::flows(&topo, &out, &Default::default(), &mut diags);
+        per.push(format!(
+            "{name}: stages {t_build:.1} ms ({} flows), render {:.1} ms ({} rows)",
+            out.len(),
+            t.elapsed().as_secs_f64() * 1e3,
+            rows.len()
+        ));
+    }
+    drop(topo);
+    let mut best = f64::MAX;
+    let mut changed = 0;
+    for k in 0..3 {
+        nb.record = Some(Vec::new());
+        nb.vif("ls7", &format!("ls7-new{k}"), &format!("0a:00:00:77:00:{k:02x} 10.1.7.{}", 200 + k), false);
+        let deltas = nb.record.take().unwrap_or_default();
+        let snap = nb.snapshot();
+        let t = Instant::now();
+        let c = inc.update(&snap, Some(&deltas), &opts);
+        best = best.min(t.elapsed().as_secs_f64() * 1e3);
+        changed = inc.changed().map_or(usize::MAX, |c| c.len());
+        assert_eq!(inc.rebuilt(), 2);
+        if k == 2 {
+            let want = compile(&snap, &opts);
+            assert!(c.sb == want.sb, "incremental differs from the full compile");
+        }
+        inc.restore(c.sb.flows);
+    }
+    println!(
+        "{n}x{p}: full compile {t_full:.0} ms ({} rows); port add incremental {best:.1} ms \
+         ({changed} identities changed, 2 datapaths rebuilt)",
+        full.sb.flows.len()
+    );
+    println!("  split: topo {t_topo:.1} ms, tables {t_tables:.1} ms; {}", per.join("; "));
+}
