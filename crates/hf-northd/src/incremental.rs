@@ -438,13 +438,12 @@ impl Incremental {
         let mut touched: BTreeSet<IdentityKey> = BTreeSet::new();
         let mut rebuilt = 0;
         for name in &dirty {
-            if let Some(old) = self.dps.remove(name) {
-                for sh in &old.shapes {
+            let old = self.dps.remove(name).map(|o| o.shapes).unwrap_or_default();
+            let Some(&i) = present.get(name.as_str()) else {
+                for sh in &old {
                     self.ungroup(sh, name);
                     touched.insert(sh.identity());
                 }
-            }
-            let Some(&i) = present.get(name.as_str()) else {
                 continue;
             };
             rebuilt += 1;
@@ -454,12 +453,36 @@ impl Incremental {
                 DpKind::Switch => crate::ls::build(&topo, i, &mut flows, &mut d),
                 DpKind::Router => crate::lr::build(&topo, i, &mut flows, &mut d),
             }
-            let mut shapes = Vec::new();
-            for sh in crate::render::shapes_all_features(&flows, &topo) {
-                let sh = self.regroup(Arc::new(sh), name);
-                touched.insert(sh.identity());
-                shapes.push(sh);
+            let new: Vec<Shape> = crate::render::shapes_all_features(&flows, &topo);
+            // Only shapes the datapath gained or lost change the groups, and only their
+            // identities' rows can change.
+            let mut count: HashMap<Arc<Shape>, i64> = HashMap::with_capacity(new.len());
+            for sh in old {
+                *count.entry(sh).or_default() -= 1;
             }
+            for sh in &new {
+                match count.get_mut(sh) {
+                    Some(c) => *c += 1,
+                    None => {
+                        count.insert(Arc::new(sh.clone()), 1);
+                    }
+                }
+            }
+            for (sh, c) in &count {
+                if *c != 0 {
+                    touched.insert(sh.identity());
+                }
+                for _ in 0..(-*c).max(0) {
+                    self.ungroup(sh, name);
+                }
+                for _ in 0..(*c).max(0) {
+                    self.regroup(sh.clone(), name);
+                }
+            }
+            let shapes: Vec<Arc<Shape>> = new
+                .iter()
+                .filter_map(|sh| self.groups.get_key_value(sh).map(|(k, _)| k.clone()))
+                .collect();
             let dp = &topo.datapaths[i];
             self.dps.insert(
                 name.clone(),
@@ -564,8 +587,8 @@ impl Incremental {
         }
     }
 
-    /// Adds `sh` of `dp` to the groups; returns the shared copy of the shape.
-    fn regroup(&mut self, sh: Arc<Shape>, dp: &str) -> Arc<Shape> {
+    /// Adds `sh` of `dp` to the groups.
+    fn regroup(&mut self, sh: Arc<Shape>, dp: &str) {
         let shared = match self.groups.get_key_value(&sh) {
             Some((k, _)) => k.clone(),
             None => {
@@ -582,6 +605,5 @@ impl Incremental {
             .or_default()
             .entry(dp.to_string())
             .or_default() += 1;
-        shared
     }
 }
