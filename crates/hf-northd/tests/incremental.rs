@@ -97,7 +97,12 @@ fn step(nb: &mut Nb, rng: &mut Rng, i: usize) -> String {
             nb.vif(
                 &ls,
                 &name,
-                &format!("0a:00:00:aa:{:02x}:{:02x} 10.0.{net}.{}", i / 256, i % 256, 1 + i % 200),
+                &format!(
+                    "0a:00:00:aa:{:02x}:{:02x} 10.0.{net}.{}",
+                    i / 256,
+                    i % 256,
+                    1 + i % 200
+                ),
                 rng.below(2) == 0,
             );
             format!("add port {name} on {ls}")
@@ -113,22 +118,40 @@ fn step(nb: &mut Nb, rng: &mut Rng, i: usize) -> String {
                 "Logical_Switch_Port",
                 u,
                 "addresses",
-                json!(["set", [format!("0a:00:00:bb:00:{:02x} 10.1.{net}.5", i % 256)]]),
+                json!([
+                    "set",
+                    [format!("0a:00:00:bb:00:{:02x} 10.1.{net}.5", i % 256)]
+                ]),
             );
             format!("readdress port {n}")
         }
         4 => {
-            nb.acl_ls(&ls, "from-lport", 1000 + i as i64, "ip4 && tcp.dst == 443", "allow-related");
+            nb.acl_ls(
+                &ls,
+                "from-lport",
+                1000 + i as i64,
+                "ip4 && tcp.dst == 443",
+                "allow-related",
+            );
             format!("ACL on {ls}")
         }
         5 => {
-            let ps: Vec<uuid::Uuid> = vifs.iter().filter(|_| rng.below(3) == 0).map(|v| v.0).collect();
+            let ps: Vec<uuid::Uuid> = vifs
+                .iter()
+                .filter(|_| rng.below(3) == 0)
+                .map(|v| v.0)
+                .collect();
             if let Some(pg) = snap.port_group_by_name("pg_web") {
                 nb.set(
                     "Port_Group",
                     pg.uuid,
                     "ports",
-                    json!(["set", ps.iter().map(|u| json!(["uuid", u.to_string()])).collect::<Vec<_>>()]),
+                    json!([
+                        "set",
+                        ps.iter()
+                            .map(|u| json!(["uuid", u.to_string()]))
+                            .collect::<Vec<_>>()
+                    ]),
                 );
             }
             format!("pg_web ports = {} ports", ps.len())
@@ -151,7 +174,12 @@ fn step(nb: &mut Nb, rng: &mut Rng, i: usize) -> String {
             "delete ACL".into()
         }
         7 => {
-            nb.nat(&lr, "dnat_and_snat", &format!("172.16.0.{}", 10 + i % 200), &format!("10.0.0.{}", 20 + i % 200));
+            nb.nat(
+                &lr,
+                "dnat_and_snat",
+                &format!("172.16.0.{}", 10 + i % 200),
+                &format!("10.0.0.{}", 20 + i % 200),
+            );
             format!("NAT on {lr}")
         }
         8 => {
@@ -172,7 +200,11 @@ fn step(nb: &mut Nb, rng: &mut Rng, i: usize) -> String {
             format!("policy on {lr}")
         }
         11 => {
-            let rs: Vec<&str> = if rng.below(2) == 0 { vec![] } else { vec![lr.as_str()] };
+            let rs: Vec<&str> = if rng.below(2) == 0 {
+                vec![]
+            } else {
+                vec![lr.as_str()]
+            };
             nb.lb(
                 &format!("lb{i}"),
                 &[(&format!("10.200.{}.1:80", i % 200), "10.0.0.11:80")],
@@ -208,7 +240,12 @@ fn step(nb: &mut Nb, rng: &mut Rng, i: usize) -> String {
         }
         14 => {
             if let Some(a) = snap.address_set_by_name("as_clients") {
-                nb.set("Address_Set", a.uuid, "addresses", json!(["set", [format!("10.0.1.{}", i % 250)]]));
+                nb.set(
+                    "Address_Set",
+                    a.uuid,
+                    "addresses",
+                    json!(["set", [format!("10.0.1.{}", i % 250)]]),
+                );
             }
             "address set".into()
         }
@@ -266,7 +303,10 @@ fn incremental_equals_full_compile_over_random_changes() {
                 diff.join("\n")
             );
         }
-        assert!(got.sb == want.sb, "seed {seed} step {i} ({what}): non-flow SB differs");
+        assert!(
+            got.sb == want.sb,
+            "seed {seed} step {i} ({what}): non-flow SB differs"
+        );
         assert_eq!(
             got.diagnostics, want.diagnostics,
             "seed {seed} step {i} ({what}): diagnostics differ"
@@ -275,7 +315,10 @@ fn incremental_equals_full_compile_over_random_changes() {
         inc.restore(got.sb.flows);
     }
     // The oracle must have exercised the incremental path, not only the fallback.
-    assert!(partial > steps / 2, "{partial} of {steps} steps were incremental");
+    assert!(
+        partial > steps / 2,
+        "{partial} of {steps} steps were incremental"
+    );
 }
 
 #[test]
@@ -379,8 +422,14 @@ fn gen_topo_like(n: usize, p: usize) -> Nb {
 fn scale_500x40_port_add() {
     use hf_expr::FeatureSet;
     use std::time::Instant;
-    let n: usize = std::env::var("HF_SCALE_N").ok().and_then(|v| v.parse().ok()).unwrap_or(500);
-    let p: usize = std::env::var("HF_SCALE_P").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
+    let n: usize = std::env::var("HF_SCALE_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500);
+    let p: usize = std::env::var("HF_SCALE_P")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
     let mut nb = gen_topo_like(n, p);
     let opts = Options::default();
     let snap = nb.snapshot();
@@ -423,7 +472,12 @@ fn scale_500x40_port_add() {
     let mut changed = 0;
     for k in 0..3 {
         nb.record = Some(Vec::new());
-        nb.vif("ls7", &format!("ls7-new{k}"), &format!("0a:00:00:77:00:{k:02x} 10.1.7.{}", 200 + k), false);
+        nb.vif(
+            "ls7",
+            &format!("ls7-new{k}"),
+            &format!("0a:00:00:77:00:{k:02x} 10.1.7.{}", 200 + k),
+            false,
+        );
         let deltas = nb.record.take().unwrap_or_default();
         let snap = nb.snapshot();
         let t = Instant::now();
@@ -442,5 +496,8 @@ fn scale_500x40_port_add() {
          ({changed} identities changed, 2 datapaths rebuilt)",
         full.sb.flows.len()
     );
-    println!("  split: topo {t_topo:.1} ms, tables {t_tables:.1} ms; {}", per.join("; "));
+    println!(
+        "  split: topo {t_topo:.1} ms, tables {t_tables:.1} ms; {}",
+        per.join("; ")
+    );
 }

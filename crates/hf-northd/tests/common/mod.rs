@@ -76,9 +76,7 @@ impl Nb {
         match execute(&mut self.db, &ops, &NoLocks) {
             TxnOutcome::Commit { results, delta } => {
                 if let Some(r) = &mut self.record {
-                    r.push(
-                        hf_model::NbDelta::from_txn(&self.db.schema, &delta).expect("NB delta"),
-                    );
+                    r.push(hf_model::NbDelta::from_txn(&self.db.schema, &delta).expect("NB delta"));
                 }
                 self.db.apply(&delta);
                 results
