@@ -17,8 +17,10 @@
 //!   through a group), with the routers' expansion above;
 //! - a datapath whose name, row, kind or tunnel key changed, or that appears or disappears.
 //!
-//! What falls back to the full compile: the first compile, a change of [`Options`] besides
-//! tunnel keys (features, frozen datapaths, negotiation diagnostics, SB options), features
+//! What falls back to the full compile: the first compile, a change of the features, the
+//! frozen datapaths or the negotiation diagnostics in [`Options`] (tunnel keys and
+//! `SB_Global.options` do not: only the non-flow tables read them, and a datapath whose tunnel
+//! key changes is rebuilt), features
 //! other than every feature (lowering aggregates diagnostics over all datapaths), and an NB
 //! change of any other table (`NB_Global` other than northd's handshake columns,
 //! `Address_Set`, `DHCP_Options`, `DNS`, `Meter`, HA chassis groups, ...): correctness first.
@@ -48,7 +50,6 @@ struct OptsKey {
     features: FeatureSet,
     frozen: BTreeSet<String>,
     extra: Vec<Diagnostic>,
-    sb_options: BTreeMap<String, String>,
 }
 
 impl OptsKey {
@@ -57,7 +58,6 @@ impl OptsKey {
             features: o.render.features,
             frozen: o.frozen_datapaths.clone(),
             extra: o.extra_diagnostics.clone(),
-            sb_options: o.keys.sb_options.clone(),
         }
     }
 }
