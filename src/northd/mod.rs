@@ -423,10 +423,11 @@ async fn serve(
         let took = t0.elapsed();
         if took > std::time::Duration::from_millis(100) {
             tracing::info!(
-                "busy for {} ms ({} compile(s), {} flows built)",
+                "busy for {} ms ({} compile(s), {} flows built, {} datapaths rebuilt)",
                 took.as_millis(),
                 core.stats().compiles - c0,
-                core.stats().last_flows_built
+                core.stats().last_flows_built,
+                core.stats().last_rebuilt
             );
         }
         while let Some((l, line)) = core.poll_log() {

@@ -29,6 +29,7 @@ pub mod daemon;
 pub mod diag;
 pub mod features;
 pub mod flow;
+pub mod incremental;
 pub mod lr;
 pub mod ls;
 pub mod output;

@@ -35,10 +35,10 @@ impl Default for RenderOptions {
 
 /// The group key: everything but the datapath.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-struct Shape {
-    stage: Stage,
-    owner: Owner,
-    disc: String,
+pub(crate) struct Shape {
+    pub(crate) stage: Stage,
+    pub(crate) owner: Owner,
+    pub(crate) disc: String,
     priority: u16,
     match_: String,
     actions: String,
@@ -46,14 +46,64 @@ struct Shape {
     meter: Option<String>,
 }
 
+impl Shape {
+    /// What its identity is made of.
+    pub(crate) fn identity(&self) -> IdentityKey {
+        (self.stage, self.owner.clone(), self.disc.clone())
+    }
+}
+
 /// (stage, owner, discriminator): what an identity is made of.
-type IdentityKey = (Stage, Owner, String);
+pub(crate) type IdentityKey = (Stage, Owner, String);
 
 fn shared_owner(o: &Owner) -> Owner {
     match o {
         Owner::Datapath(_) => Owner::Shared,
         o => o.clone(),
     }
+}
+
+/// Whether flows are grouped over datapaths with `opts`.
+pub(crate) fn grouping(opts: &RenderOptions) -> bool {
+    opts.features.contains("logical-dp-groups")
+}
+
+/// One flow's shape (its text, lowered to `opts.features`), `None` when it is left out
+/// (reported through `lowered`).
+fn shape_of(
+    fl: &Flow,
+    opts: &RenderOptions,
+    group: bool,
+    topo: &Topo<'_>,
+    lowered: &mut Lowered,
+) -> Option<Shape> {
+    let (m, a) = text(fl, &opts.features, topo, lowered)?;
+    Some(Shape {
+        stage: fl.stage,
+        owner: if group {
+            shared_owner(&fl.owner)
+        } else {
+            fl.owner.clone()
+        },
+        disc: fl.disc.clone(),
+        priority: fl.priority,
+        match_: m,
+        actions: a,
+        hint: fl.hint,
+        meter: fl.meter.clone(),
+    })
+}
+
+/// The shapes of flows built with every feature (nothing to lower, nothing reported), for the
+/// incremental compiler ([`crate::incremental`]).
+pub(crate) fn shapes_all_features(flows: &Flows, topo: &Topo<'_>) -> Vec<Shape> {
+    let opts = RenderOptions::default();
+    let mut lowered = Lowered::default();
+    flows
+        .flows
+        .iter()
+        .filter_map(|fl| shape_of(fl, &opts, true, topo, &mut lowered))
+        .collect()
 }
 
 /// Renders the flows. Flows whose text cannot be lowered to `opts.features` are reported in
@@ -64,71 +114,79 @@ pub fn flows(
     opts: &RenderOptions,
     diags: &mut Diags,
 ) -> BTreeMap<FlowId, FlowRow> {
-    let group = opts.features.contains("logical-dp-groups");
-    // Shape → datapath indices.
-    let mut shapes: BTreeMap<Shape, Vec<usize>> = BTreeMap::new();
+    let group = grouping(opts);
+    // Shape → datapath names.
+    let mut shapes: BTreeMap<Shape, Vec<&str>> = BTreeMap::new();
     let mut lowered = Lowered::default();
     for fl in &flows.flows {
-        let Some((m, a)) = text(fl, &opts.features, topo, &mut lowered) else {
+        let Some(shape) = shape_of(fl, opts, group, topo, &mut lowered) else {
             continue;
         };
-        let shape = Shape {
-            stage: fl.stage,
-            owner: if group {
-                shared_owner(&fl.owner)
-            } else {
-                fl.owner.clone()
-            },
-            disc: fl.disc.clone(),
-            priority: fl.priority,
-            match_: m,
-            actions: a,
-            hint: fl.hint,
-            meter: fl.meter.clone(),
-        };
-        shapes.entry(shape).or_default().push(fl.dp);
+        shapes
+            .entry(shape)
+            .or_default()
+            .push(topo.datapaths[fl.dp].name.as_str());
     }
     lowered.report(diags);
     // (stage, owner, disc) → the shapes that share it, for identity assignment.
-    let mut by_identity: BTreeMap<IdentityKey, Vec<(Shape, Vec<usize>)>> = BTreeMap::new();
-    for (shape, mut dps) in shapes {
-        dps.sort_unstable();
-        dps.dedup();
+    let mut by_identity: BTreeMap<IdentityKey, Vec<(&Shape, Vec<&str>)>> = BTreeMap::new();
+    for (shape, dps) in &shapes {
         by_identity
-            .entry((shape.stage, shape.owner.clone(), shape.disc.clone()))
+            .entry(shape.identity())
             .or_default()
-            .push((shape, dps));
+            .push((shape, dps.clone()));
     }
     let mut out = BTreeMap::new();
-    for ((stage, owner, disc), mut variants) in by_identity {
-        // Largest first; ties by first datapath name.
-        let name = |d: usize| topo.datapaths[d].name.as_str();
-        variants.sort_by(|a, b| {
-            b.1.len()
-                .cmp(&a.1.len())
-                .then_with(|| name(a.1[0]).cmp(name(b.1[0])))
-        });
-        for (i, (shape, dps)) in variants.into_iter().enumerate() {
-            let mut names: Vec<String> = dps.iter().map(|d| name(*d).to_string()).collect();
-            names.sort();
-            let (id, where_) = if group && names.len() > 1 {
-                let id = if i == 0 {
-                    FlowId::new(stage, &owner, &disc, None)
-                } else {
-                    FlowId::new(stage, &owner, &disc, Some(&names[0]))
-                };
-                (id, FlowDps::Group(names))
+    for (key, variants) in by_identity {
+        for (id, row) in identity_rows(&key, variants, group, diags) {
+            out.insert(id, row);
+        }
+    }
+    out
+}
+
+/// The rows of one identity: `variants` are its shapes with the names of the datapaths that
+/// have each (in any order, repeats allowed). The largest set of datapaths sharing a shape
+/// keeps the shared identity (ties: the set whose first name sorts first); the others are
+/// identified by their first datapath's name. Two rows with one identity are reported in
+/// `diags` and only the first is kept.
+pub(crate) fn identity_rows(
+    key: &IdentityKey,
+    variants: Vec<(&Shape, Vec<&str>)>,
+    group: bool,
+    diags: &mut Diags,
+) -> BTreeMap<FlowId, FlowRow> {
+    let (stage, owner, disc) = key;
+    let mut variants: Vec<(&Shape, Vec<&str>)> = variants
+        .into_iter()
+        .map(|(s, mut names)| {
+            names.sort_unstable();
+            names.dedup();
+            (s, names)
+        })
+        .filter(|(_, names)| !names.is_empty())
+        .collect();
+    variants.sort_by(|a, b| {
+        b.1.len()
+            .cmp(&a.1.len())
+            .then_with(|| a.1[0].cmp(b.1[0]))
+            .then_with(|| a.0.cmp(b.0))
+    });
+    let mut out = BTreeMap::new();
+    for (i, (shape, names)) in variants.into_iter().enumerate() {
+        if group && names.len() > 1 {
+            let id = if i == 0 {
+                FlowId::new(*stage, owner, disc, None)
             } else {
-                let mut rows = Vec::new();
-                for n in names {
-                    rows.push((FlowId::new(stage, &owner, &disc, Some(&n)), FlowDps::One(n)));
-                }
-                for (id, dps) in rows {
-                    insert(&mut out, id, &shape, dps, diags);
-                }
-                continue;
+                FlowId::new(*stage, owner, disc, Some(names[0]))
             };
-            insert(&mut out, id, &shape, where_, diags);
+            let names = names.iter().map(|n| n.to_string()).collect();
+            insert(&mut out, id, shape, FlowDps::Group(names), diags);
+        } else {
+            for n in names {
+                let id = FlowId::new(*stage, owner, disc, Some(n));
+                insert(&mut out, id, shape, FlowDps::One(n.to_string()), diags);
+            }
         }
     }
     out

@@ -4,8 +4,10 @@
 //! - Active/standby through the SB lock `ovn_northd` (the lock real ovn-northd takes, so the
 //!   two never both write). A standby follows both databases and writes nothing; `pause`
 //!   gives the lock up (as ovn-northd does) and `resume` asks for it again.
-//! - On an NB change (or a `Chassis` change, or `inc-engine/recompute`): [`crate::compile`]
-//!   with the tunnel keys SB has, then one SB transaction built by [`crate::sync::diff_ops`]
+//! - On an NB change (or a `Chassis` change, or `inc-engine/recompute`): a compile with the
+//!   tunnel keys SB has, through [`crate::incremental::Incremental`] (the NB change sets since
+//!   the last compile rebuild only the datapaths they touch; the first compile, a resync, a
+//!   features change and `inc-engine/recompute` are full ones), then one SB transaction built by [`crate::sync::diff_ops`]
 //!   against the view at send time; one transaction in flight at a time, and changes that
 //!   arrive meanwhile are coalesced into the next. A transaction with nothing to write is not
 //!   sent (restarting against an unchanged NB writes nothing).
@@ -108,6 +110,8 @@ pub struct Stats {
     pub last_sync: SyncStats,
     /// Flows the last compile built (before grouping).
     pub last_flows_built: usize,
+    /// Datapaths the last compile rebuilt (every datapath for a full compile).
+    pub last_rebuilt: usize,
 }
 
 /// The northd core. See the module documentation.
@@ -146,7 +150,15 @@ pub struct Northd {
     log: VecDeque<(Level, String)>,
     rng: Arc<Mutex<u64>>,
     stats: Stats,
+    /// The incremental compiler and the NB changes since its last update (`None`: unknown,
+    /// the next compile is a full one).
+    inc: crate::incremental::Incremental,
+    pending: Option<Vec<hf_model::NbDelta>>,
 }
+
+/// Past this many NB change sets between two compiles (a standby follows NB without
+/// compiling) the next compile is a full one rather than replaying them all.
+const MAX_PENDING: usize = 256;
 
 impl std::fmt::Debug for Northd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -204,6 +216,8 @@ impl Northd {
             diagnostics: Vec::new(),
             log: VecDeque::new(),
             stats: Stats::default(),
+            inc: crate::incremental::Incremental::new(),
+            pending: None,
         }
     }
 
@@ -277,6 +291,7 @@ impl Northd {
 
     /// `inc-engine/recompute`: compile and sync everything at the next poll.
     pub fn recompute(&mut self) {
+        self.pending = None;
         self.compile_due = true;
         self.sync_due = true;
         self.nb_side_due = true;
@@ -298,6 +313,13 @@ impl Northd {
                 // Northd's own NB writes (sb_cfg, hv_cfg, LSP up) change nothing in SB; a new
                 // nb_cfg needs a sync (it goes to SB_Global), anything else a compile.
                 if needs_compile(&d) {
+                    if let Some(p) = &mut self.pending {
+                        if p.len() < MAX_PENDING {
+                            p.push(d.clone());
+                        } else {
+                            self.pending = None;
+                        }
+                    }
                     self.compile_due = true;
                     self.sync_due = true;
                 } else if d.nb_global.iter().any(|r| match r {
@@ -309,6 +331,7 @@ impl Northd {
                 self.nb_side_due = true;
             }
             Event::Resynced { .. } => {
+                self.pending = None;
                 self.compile_due = true;
                 self.sync_due = true;
                 self.nb_side_due = true;
@@ -550,8 +573,18 @@ impl Northd {
             self.report = report;
             self.nb_side_due = true;
         }
-        let c = crate::compile(nb, &opts);
+        // The incremental compiler's flows back from the last desired state (a copy when a
+        // sync still holds it), then the NB changes since: the result equals a full compile.
+        if let Some(d) = self.desired.take() {
+            match Arc::try_unwrap(d) {
+                Ok(sb) => self.inc.restore(sb.flows),
+                Err(d) => self.inc.restore(d.flows.clone()),
+            }
+        }
+        let pending = self.pending.replace(Vec::new());
+        let c = self.inc.update(nb, pending.as_deref(), &opts);
         self.stats.compiles += 1;
+        self.stats.last_rebuilt = self.inc.rebuilt();
         self.stats.last_flows_built = c.flows_built;
         // Diagnostics: log those that appear and those that go away.
         let old: BTreeSet<&Diagnostic> = self.diagnostics.iter().collect();

@@ -16,6 +16,9 @@ use uuid::Uuid;
 /// The NB under construction.
 pub struct Nb {
     db: Database,
+    /// When set, every committed transaction's change set is appended (as hf-model's delta,
+    /// what a replica would see), for the incremental compiler's tests.
+    pub record: Option<Vec<hf_model::NbDelta>>,
 }
 
 fn map(pairs: &[(&str, &str)]) -> Value {
@@ -60,6 +63,7 @@ impl Nb {
         let schema = Schema::parse(&text).expect("NB schema parses");
         let mut nb = Nb {
             db: Database::new(Arc::new(schema), 7),
+            record: None,
         };
         nb.txn(vec![
             json!({"op": "insert", "table": "NB_Global", "row": {}}),
@@ -71,6 +75,9 @@ impl Nb {
     pub fn txn(&mut self, ops: Vec<Value>) -> Uuid {
         match execute(&mut self.db, &ops, &NoLocks) {
             TxnOutcome::Commit { results, delta } => {
+                if let Some(r) = &mut self.record {
+                    r.push(hf_model::NbDelta::from_txn(&self.db.schema, &delta).expect("NB delta"));
+                }
                 self.db.apply(&delta);
                 results
                     .iter()

@@ -1,0 +1,609 @@
+//! Incremental compile: [`Incremental`] keeps, per datapath, the shapes (rendered text) of the
+//! flows its stages built and their diagnostics, plus render's grouping (shape → datapaths) and
+//! the rows of every identity. Given the NB changes since the last compile it rebuilds only the
+//! datapaths whose flows can change, regroups only their shapes, re-derives only the identities
+//! those shapes have, and yields the same [`Compiled`] as [`crate::compile`] would for the new
+//! NB (the `incremental` test asserts this equality after every step of random NB changes).
+//!
+//! Which datapaths a change can touch ([`Incremental::update`]):
+//! - a switch or one of its ports (`Logical_Switch_Port`), its QoS rows: the switch and the
+//!   routers connected to it (their ARP resolution lists its addresses);
+//! - a router, its ports (`Logical_Router_Port`, `Gateway_Chassis`), NAT rows, static routes
+//!   and policies: the router, its neighbours (switches and peer routers) and the routers on
+//!   those switches (switches answer ARP for the router's addresses and VIPs);
+//! - an ACL: the switches holding it directly or through a port group; a port group: the
+//!   switches of its ports, before and after;
+//! - a load balancer or load-balancer group: the switches and routers using it (directly or
+//!   through a group), with the routers' expansion above;
+//! - a datapath whose name, row, kind or tunnel key changed, or that appears or disappears.
+//!
+//! What falls back to the full compile: the first compile, a change of the features, the
+//! frozen datapaths or the negotiation diagnostics in [`Options`] (tunnel keys and
+//! `SB_Global.options` do not: only the non-flow tables read them, and a datapath whose tunnel
+//! key changes is rebuilt), features
+//! other than every feature (lowering aggregates diagnostics over all datapaths), and an NB
+//! change of any other table (`NB_Global` other than northd's handshake columns,
+//! `Address_Set`, `DHCP_Options`, `DNS`, `Meter`, HA chassis groups, ...): correctness first.
+//!
+//! What it always redoes: [`crate::topo::Topo::build`] and the non-flow tables (they are global
+//! and cheaper than the flows). What it does not do: talk to SB; [`Incremental::changed`]
+//! tells the caller which flow identities changed in the last update.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use hf_expr::FeatureSet;
+use hf_model::{NbDelta, NbSnapshot, RowDelta, RowRef};
+use uuid::Uuid;
+
+use crate::diag::{Diagnostic, Diags};
+use crate::flow::{FlowId, Flows};
+use crate::output::{FlowRow, SbDesired};
+use crate::render::{IdentityKey, Shape};
+use crate::stage::DpKind;
+use crate::topo::{PortKind, Topo};
+use crate::{Compiled, Options};
+
+/// What must match between two compiles for the second to be incremental.
+#[derive(Clone, Debug, PartialEq)]
+struct OptsKey {
+    features: FeatureSet,
+    frozen: BTreeSet<String>,
+    extra: Vec<Diagnostic>,
+}
+
+impl OptsKey {
+    fn of(o: &Options) -> OptsKey {
+        OptsKey {
+            features: o.render.features,
+            frozen: o.frozen_datapaths.clone(),
+            extra: o.extra_diagnostics.clone(),
+        }
+    }
+}
+
+/// One datapath's part of the last compile.
+#[derive(Debug)]
+struct DpState {
+    /// What the datapath was: (kind, NB row, tunnel key).
+    ident: (DpKind, Uuid, u32),
+    /// Its flows' shapes.
+    shapes: Vec<Arc<Shape>>,
+    /// Diagnostics its stages reported.
+    diags: Vec<Diagnostic>,
+    /// Flows built (before grouping).
+    built: usize,
+}
+
+/// The incremental compiler's state. See the module documentation.
+#[derive(Debug, Default)]
+pub struct Incremental {
+    /// `None` until a full compile.
+    key: Option<OptsKey>,
+    dps: HashMap<String, DpState>,
+    /// Shape → the datapaths that have it (with multiplicity: a datapath may build one shape
+    /// twice).
+    groups: HashMap<Arc<Shape>, BTreeMap<String, u32>>,
+    /// Identity → its shapes.
+    by_identity: HashMap<IdentityKey, HashSet<Arc<Shape>>>,
+    /// Identity → the rows it was written as, and the diagnostics it produced.
+    rows: HashMap<IdentityKey, (Vec<FlowId>, Vec<Diagnostic>)>,
+    /// Neighbours by datapath name (switch ↔ router, router ↔ router), as of the last compile.
+    neighbours: HashMap<String, BTreeSet<String>>,
+    /// Port NB row → datapath name, as of the last compile.
+    port_dp: HashMap<Uuid, String>,
+    /// The last result's flows, while the caller has not taken them (see [`Incremental::update`]).
+    flows: Option<BTreeMap<FlowId, FlowRow>>,
+    /// Identities whose rows changed in the last update (`None`: everything, a full compile).
+    changed: Option<BTreeSet<FlowId>>,
+    /// Datapaths rebuilt by the last update.
+    rebuilt: usize,
+}
+
+/// The datapath-level facts of a topology the dependency rules need.
+struct Links {
+    neighbours: HashMap<String, BTreeSet<String>>,
+    port_dp: HashMap<Uuid, String>,
+}
+
+fn links(topo: &Topo<'_>) -> Links {
+    let mut neighbours: HashMap<String, BTreeSet<String>> = HashMap::new();
+    let mut port_dp = HashMap::new();
+    for p in &topo.ports {
+        let here = &topo.datapaths[p.dp].name;
+        port_dp.insert(p.nb, here.clone());
+        let other = match &p.kind {
+            PortKind::SwitchRouter { lrp: Some(l) } => Some(*l),
+            PortKind::RouterPort { peer, switch_peer } => peer.or(*switch_peer),
+            _ => None,
+        };
+        if let Some(o) = other.and_then(|o| topo.ports.get(o)) {
+            let there = &topo.datapaths[o.dp].name;
+            if there != here {
+                neighbours
+                    .entry(here.clone())
+                    .or_default()
+                    .insert(there.clone());
+                neighbours
+                    .entry(there.clone())
+                    .or_default()
+                    .insert(here.clone());
+            }
+        }
+    }
+    Links {
+        neighbours,
+        port_dp,
+    }
+}
+
+/// Datapath names a delta seeds, before expansion; `None`: cannot be classified.
+#[derive(Default)]
+struct Seeds {
+    switches: BTreeSet<String>,
+    routers: BTreeSet<String>,
+}
+
+impl Incremental {
+    /// A state that does a full compile first.
+    pub fn new() -> Incremental {
+        Incremental::default()
+    }
+
+    /// The flow identities whose rows the last update added, changed or removed; `None` after a
+    /// full compile (anything may have changed).
+    pub fn changed(&self) -> Option<&BTreeSet<FlowId>> {
+        self.changed.as_ref()
+    }
+
+    /// How many datapaths the last update rebuilt (all of them after a full compile).
+    pub fn rebuilt(&self) -> usize {
+        self.rebuilt
+    }
+
+    /// Forgets everything: the next update is a full compile.
+    pub fn reset(&mut self) {
+        *self = Incremental::default();
+    }
+
+    /// Compiles `nb`, which is the NB of the last update with `deltas` applied (in order);
+    /// the result equals [`crate::compile`]`(nb, opts)`. `deltas` = `None` means "unknown
+    /// changes": a full compile. The result's flows are the state's: hand them back with
+    /// [`Incremental::restore`] before the next update, or it is a full compile.
+    pub fn update(
+        &mut self,
+        nb: &NbSnapshot,
+        deltas: Option<&[NbDelta]>,
+        opts: &Options,
+    ) -> Compiled {
+        let key = OptsKey::of(opts);
+        let seeds = match deltas {
+            Some(ds)
+                if self.key.as_ref() == Some(&key)
+                    && key.features == FeatureSet::all()
+                    && self.flows.is_some() =>
+            {
+                self.seeds(nb, ds)
+            }
+            _ => None,
+        };
+        match seeds {
+            Some(s) => {
+                // Expansion over the old links here; over the new ones in `run`.
+                let dirty = self.expand(&s, &self.neighbours);
+                self.run(nb, opts, Some(s), dirty.into_iter().collect())
+            }
+            None => {
+                *self = Incremental::default();
+                if key.features != FeatureSet::all() {
+                    // Lowering reports over all datapaths: only the plain compile does that.
+                    let c = crate::compile(nb, opts);
+                    self.rebuilt = c.sb.datapaths.len();
+                    return c;
+                }
+                self.key = Some(key);
+                self.flows = Some(BTreeMap::new());
+                self.run(nb, opts, None, Vec::new())
+            }
+        }
+    }
+
+    /// Gives back the flows of the last [`Incremental::update`]'s result, unchanged.
+    pub fn restore(&mut self, flows: BTreeMap<FlowId, FlowRow>) {
+        if self.key.is_some() {
+            self.flows = Some(flows);
+        }
+    }
+
+    fn expand(
+        &self,
+        seeds: &Seeds,
+        neighbours: &HashMap<String, BTreeSet<String>>,
+    ) -> BTreeSet<String> {
+        let empty = BTreeSet::new();
+        let nb = |d: &str| neighbours.get(d).unwrap_or(&empty);
+        let mut out: BTreeSet<String> = BTreeSet::new();
+        for s in &seeds.switches {
+            out.insert(s.clone());
+            out.extend(nb(s).iter().cloned());
+        }
+        for r in &seeds.routers {
+            out.insert(r.clone());
+            for n in nb(r) {
+                out.insert(n.clone());
+                out.extend(nb(n).iter().cloned());
+            }
+        }
+        out
+    }
+
+    /// The datapaths `deltas` can touch directly; `None` when some change is not classified.
+    fn seeds(&self, nb: &NbSnapshot, deltas: &[NbDelta]) -> Option<Seeds> {
+        let mut s = Seeds::default();
+        for d in deltas {
+            self.seed_one(nb, d, &mut s)?;
+        }
+        Some(s)
+    }
+
+    fn seed_one(&self, nb: &NbSnapshot, d: &NbDelta, s: &mut Seeds) -> Option<()> {
+        // Tables nothing here classifies: a full compile.
+        let unclassified = d.len()
+            - d.logical_switch.len()
+            - d.logical_switch_port.len()
+            - d.logical_router.len()
+            - d.logical_router_port.len()
+            - d.acl.len()
+            - d.port_group.len()
+            - d.nat.len()
+            - d.logical_router_static_route.len()
+            - d.logical_router_policy.len()
+            - d.load_balancer.len()
+            - d.load_balancer_group.len()
+            - d.gateway_chassis.len()
+            - d.qos.len()
+            - d.nb_global.len();
+        if unclassified != 0 {
+            return None;
+        }
+        for r in &d.nb_global {
+            match r {
+                RowDelta::Update { old, new } => {
+                    let mut a = old.clone();
+                    a.nb_cfg = new.nb_cfg;
+                    a.nb_cfg_timestamp = new.nb_cfg_timestamp;
+                    a.sb_cfg = new.sb_cfg;
+                    a.sb_cfg_timestamp = new.sb_cfg_timestamp;
+                    a.hv_cfg = new.hv_cfg;
+                    a.hv_cfg_timestamp = new.hv_cfg_timestamp;
+                    if a != *new {
+                        return None;
+                    }
+                }
+                _ => return None,
+            }
+        }
+        for r in &d.logical_switch {
+            for row in [r.before(), r.after()].into_iter().flatten() {
+                s.switches.insert(row.name.clone());
+            }
+        }
+        for r in &d.logical_router {
+            for row in [r.before(), r.after()].into_iter().flatten() {
+                s.routers.insert(row.name.clone());
+            }
+        }
+        for r in &d.logical_switch_port {
+            self.lsp_switches(nb, r.uuid(), &mut s.switches);
+        }
+        for r in &d.logical_router_port {
+            let u = r.uuid();
+            if let Some(n) = self.port_dp.get(&u) {
+                s.routers.insert(n.clone());
+            }
+            for lr in nb.logical_router_all_by_ports(RowRef::from(u)) {
+                s.routers.insert(lr.name.clone());
+            }
+        }
+        for r in &d.gateway_chassis {
+            for lrp in nb.logical_router_port_all_by_gateway_chassis(RowRef::from(r.uuid())) {
+                if let Some(n) = self.port_dp.get(&lrp.uuid) {
+                    s.routers.insert(n.clone());
+                }
+                for lr in nb.logical_router_all_by_ports(RowRef::from(lrp.uuid)) {
+                    s.routers.insert(lr.name.clone());
+                }
+            }
+        }
+        for r in &d.qos {
+            for ls in nb.logical_switch_all_by_qos_rules(RowRef::from(r.uuid())) {
+                s.switches.insert(ls.name.clone());
+            }
+        }
+        for r in &d.acl {
+            let u = RowRef::from(r.uuid());
+            for ls in nb.logical_switch_all_by_acls(u) {
+                s.switches.insert(ls.name.clone());
+            }
+            for pg in nb.port_group_all_by_acls(u) {
+                for p in &pg.ports {
+                    self.lsp_switches(nb, p.uuid(), &mut s.switches);
+                }
+            }
+        }
+        for r in &d.port_group {
+            for row in [r.before(), r.after()].into_iter().flatten() {
+                for p in &row.ports {
+                    self.lsp_switches(nb, p.uuid(), &mut s.switches);
+                }
+            }
+        }
+        for r in &d.nat {
+            for lr in nb.logical_router_all_by_nat(RowRef::from(r.uuid())) {
+                s.routers.insert(lr.name.clone());
+            }
+        }
+        for r in &d.logical_router_static_route {
+            for lr in nb.logical_router_all_by_static_routes(RowRef::from(r.uuid())) {
+                s.routers.insert(lr.name.clone());
+            }
+        }
+        for r in &d.logical_router_policy {
+            for lr in nb.logical_router_all_by_policies(RowRef::from(r.uuid())) {
+                s.routers.insert(lr.name.clone());
+            }
+        }
+        let mut lbs: BTreeSet<Uuid> = d.load_balancer.iter().map(|r| r.uuid()).collect();
+        let mut lb_groups: BTreeSet<Uuid> =
+            d.load_balancer_group.iter().map(|r| r.uuid()).collect();
+        for r in &d.load_balancer_group {
+            for row in [r.before(), r.after()].into_iter().flatten() {
+                lbs.extend(row.load_balancer.iter().map(|l| l.uuid()));
+            }
+        }
+        for g in nb.load_balancer_group().values() {
+            if g.load_balancer.iter().any(|l| lbs.contains(&l.uuid())) {
+                lb_groups.insert(g.uuid);
+            }
+        }
+        if !lbs.is_empty() || !lb_groups.is_empty() {
+            for ls in nb.logical_switch().values() {
+                if ls.load_balancer.iter().any(|l| lbs.contains(&l.uuid()))
+                    || ls
+                        .load_balancer_group
+                        .iter()
+                        .any(|g| lb_groups.contains(&g.uuid()))
+                {
+                    s.switches.insert(ls.name.clone());
+                }
+            }
+            for lr in nb.logical_router().values() {
+                if lr.load_balancer.iter().any(|l| lbs.contains(&l.uuid()))
+                    || lr
+                        .load_balancer_group
+                        .iter()
+                        .any(|g| lb_groups.contains(&g.uuid()))
+                {
+                    s.routers.insert(lr.name.clone());
+                }
+            }
+        }
+        Some(())
+    }
+
+    /// The switches a logical switch port was on (last compile) and is on (`nb`).
+    fn lsp_switches(&self, nb: &NbSnapshot, u: Uuid, out: &mut BTreeSet<String>) {
+        if let Some(n) = self.port_dp.get(&u) {
+            out.insert(n.clone());
+        }
+        for ls in nb.logical_switch_all_by_ports(RowRef::from(u)) {
+            out.insert(ls.name.clone());
+        }
+    }
+
+    /// Builds the topology and the non-flow tables, then the flows of every datapath
+    /// (`seeds` = `None`) or of `dirty`, the seeds' expansion over the new links and the
+    /// datapaths whose identity changed.
+    fn run(
+        &mut self,
+        nb: &NbSnapshot,
+        opts: &Options,
+        seeds: Option<Seeds>,
+        dirty: Vec<String>,
+    ) -> Compiled {
+        let mut diags = Diags::default();
+        let topo = Topo::build(nb, &opts.keys, opts.render.features, &mut diags);
+        let new_links = links(&topo);
+        let full = seeds.is_none();
+        let mut dirty: BTreeSet<String> = dirty.into_iter().collect();
+        if let Some(s) = &seeds {
+            dirty.extend(self.expand(s, &new_links.neighbours));
+        }
+        // Datapaths that appeared, disappeared or changed what they are.
+        let mut present: HashMap<&str, usize> = HashMap::new();
+        for (i, d) in topo.datapaths.iter().enumerate() {
+            present.insert(d.name.as_str(), i);
+            let ident = (d.kind, d.nb, d.tunnel_key);
+            if full || self.dps.get(&d.name).is_none_or(|s| s.ident != ident) {
+                dirty.insert(d.name.clone());
+            }
+        }
+        dirty.extend(
+            self.dps
+                .keys()
+                .filter(|n| !present.contains_key(n.as_str()))
+                .cloned(),
+        );
+        // Rebuild the dirty datapaths; take their old shapes out of the groups.
+        let mut touched: BTreeSet<IdentityKey> = BTreeSet::new();
+        let mut rebuilt = 0;
+        for name in &dirty {
+            let old = self.dps.remove(name).map(|o| o.shapes).unwrap_or_default();
+            let Some(&i) = present.get(name.as_str()) else {
+                for sh in &old {
+                    self.ungroup(sh, name);
+                    touched.insert(sh.identity());
+                }
+                continue;
+            };
+            rebuilt += 1;
+            let mut flows = Flows::default();
+            let mut d = Diags::default();
+            match topo.datapaths[i].kind {
+                DpKind::Switch => crate::ls::build(&topo, i, &mut flows, &mut d),
+                DpKind::Router => crate::lr::build(&topo, i, &mut flows, &mut d),
+            }
+            let new: Vec<Shape> = crate::render::shapes_all_features(&flows, &topo);
+            // Only shapes the datapath gained or lost change the groups, and only their
+            // identities' rows can change.
+            let mut count: HashMap<Arc<Shape>, i64> = HashMap::with_capacity(new.len());
+            for sh in old {
+                *count.entry(sh).or_default() -= 1;
+            }
+            for sh in &new {
+                match count.get_mut(sh) {
+                    Some(c) => *c += 1,
+                    None => {
+                        count.insert(Arc::new(sh.clone()), 1);
+                    }
+                }
+            }
+            for (sh, c) in &count {
+                if *c != 0 {
+                    touched.insert(sh.identity());
+                }
+                for _ in 0..(-*c).max(0) {
+                    self.ungroup(sh, name);
+                }
+                for _ in 0..(*c).max(0) {
+                    self.regroup(sh.clone(), name);
+                }
+            }
+            let shapes: Vec<Arc<Shape>> = new
+                .iter()
+                .filter_map(|sh| self.groups.get_key_value(sh).map(|(k, _)| k.clone()))
+                .collect();
+            let dp = &topo.datapaths[i];
+            self.dps.insert(
+                name.clone(),
+                DpState {
+                    ident: (dp.kind, dp.nb, dp.tunnel_key),
+                    shapes,
+                    diags: d.0,
+                    built: flows.len(),
+                },
+            );
+        }
+        // Re-derive the touched identities' rows.
+        let mut flows: BTreeMap<FlowId, FlowRow> = self.flows.take().unwrap_or_default();
+        let mut changed = BTreeSet::new();
+        for key in &touched {
+            let (old_ids, _) = self.rows.remove(key).unwrap_or_default();
+            let mut new_rows = BTreeMap::new();
+            let mut d = Diags::default();
+            if let Some(shapes) = self.by_identity.get(key) {
+                let variants: Vec<(&Shape, Vec<&str>)> = shapes
+                    .iter()
+                    .map(|sh| {
+                        let names = self
+                            .groups
+                            .get(sh)
+                            .map(|m| m.keys().map(String::as_str).collect())
+                            .unwrap_or_default();
+                        (sh.as_ref(), names)
+                    })
+                    .collect();
+                new_rows = crate::render::identity_rows(key, variants, true, &mut d);
+            }
+            for id in &old_ids {
+                if !new_rows.contains_key(id) {
+                    flows.remove(id);
+                    changed.insert(*id);
+                }
+            }
+            let ids: Vec<FlowId> = new_rows.keys().copied().collect();
+            for (id, row) in new_rows {
+                match flows.get(&id) {
+                    Some(r) if *r == row => {}
+                    _ => {
+                        changed.insert(id);
+                        flows.insert(id, row);
+                    }
+                }
+            }
+            if !ids.is_empty() || !d.0.is_empty() {
+                self.rows.insert(key.clone(), (ids, d.0));
+            }
+        }
+        // Everything else is global: the non-flow tables and the diagnostics.
+        let mut sb = SbDesired {
+            flows,
+            ..Default::default()
+        };
+        crate::tables::build(&topo, opts, &mut sb, &mut diags);
+        sb.frozen_datapaths = opts.frozen_datapaths.clone();
+        let mut diagnostics = diags.0;
+        let mut built = 0;
+        for s in self.dps.values() {
+            diagnostics.extend(s.diags.iter().cloned());
+            built += s.built;
+        }
+        for (_, d) in self.rows.values() {
+            diagnostics.extend(d.iter().cloned());
+        }
+        diagnostics.extend(opts.extra_diagnostics.iter().cloned());
+        diagnostics.sort();
+        diagnostics.dedup();
+        self.neighbours = new_links.neighbours;
+        self.port_dp = new_links.port_dp;
+        self.changed = if full { None } else { Some(changed) };
+        self.rebuilt = rebuilt;
+        Compiled {
+            sb,
+            diagnostics,
+            flows_built: built,
+        }
+    }
+
+    fn ungroup(&mut self, sh: &Arc<Shape>, dp: &str) {
+        let Some(m) = self.groups.get_mut(sh) else {
+            return;
+        };
+        if let Some(c) = m.get_mut(dp) {
+            *c -= 1;
+            if *c == 0 {
+                m.remove(dp);
+            }
+        }
+        if m.is_empty() {
+            self.groups.remove(sh);
+            let key = sh.identity();
+            if let Some(set) = self.by_identity.get_mut(&key) {
+                set.remove(sh);
+                if set.is_empty() {
+                    self.by_identity.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// Adds `sh` of `dp` to the groups.
+    fn regroup(&mut self, sh: Arc<Shape>, dp: &str) {
+        let shared = match self.groups.get_key_value(&sh) {
+            Some((k, _)) => k.clone(),
+            None => {
+                self.by_identity
+                    .entry(sh.identity())
+                    .or_default()
+                    .insert(sh.clone());
+                sh.clone()
+            }
+        };
+        *self
+            .groups
+            .entry(shared.clone())
+            .or_default()
+            .entry(dp.to_string())
+            .or_default() += 1;
+    }
+}
