@@ -224,6 +224,14 @@ impl<'a> Topo<'a> {
             }
         }
         t.add_switch_ports(diags);
+        for v in nb.chassis_template_var().values() {
+            diags.push(
+                "Chassis_Template_Var",
+                v.uuid,
+                &v.chassis,
+                "chassis template variables are not implemented by holdfast northd: this row is ignored and `^name` references in NB rows do not resolve",
+            );
+        }
         t.add_router_ports(diags);
         t.resolve_peers(diags);
         t.assign_keys(keys);
@@ -363,6 +371,17 @@ impl<'a> Topo<'a> {
                         lsp.uuid,
                         &lsp.name,
                         "dynamic addresses are not assigned by holdfast northd; the port has no addresses until they are set",
+                    );
+                }
+                if !lsp.mirror_rules.is_empty() {
+                    diags.push(
+                        "Logical_Switch_Port",
+                        lsp.uuid,
+                        &lsp.name,
+                        format!(
+                            "mirror_rules ({} rows): port mirroring is not implemented by holdfast northd; the port is not mirrored",
+                            lsp.mirror_rules.len()
+                        ),
                     );
                 }
                 for a in &lsp.port_security {

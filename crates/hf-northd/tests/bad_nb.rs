@@ -474,3 +474,49 @@ fn duplicate_requested_tunnel_key() {
         Strip::PortOption("sw0-vm2", "requested-tnl-key"),
     );
 }
+
+/// NB features holdfast northd does not implement are named, never silently ignored: a port
+/// with mirror rules and a chassis template variable each get one diagnostic, and the rest of
+/// SB is what the same NB without them compiles to.
+#[test]
+fn unimplemented_features_are_reported() {
+    check(
+        "Logical_Switch_Port",
+        "sw0-mirrored",
+        "mirroring is not implemented",
+        |nb| {
+            let m = nb.txn(vec![json!({"op": "insert", "table": "Mirror", "uuid-name": "m",
+                "row": {"name": "m0", "filter": "to-lport", "sink": "127.0.0.1", "type": "gre", "index": 1}})]);
+            nb.lsp_with(
+                "sw0",
+                "sw0-mirrored",
+                json!({"addresses": ["set", ["0a:00:00:00:77:01 10.0.0.77"]],
+                    "mirror_rules": ["set", [["uuid", m.to_string()]]]}),
+            )
+        },
+        |nb, u| {
+            nb.txn(vec![json!({"op": "update", "table": "Logical_Switch_Port",
+                "where": [["_uuid", "==", ["uuid", u.to_string()]]],
+                "row": {"mirror_rules": ["set", []]}})]);
+        },
+        Strip::Nothing,
+    );
+    check(
+        "Chassis_Template_Var",
+        "hv1",
+        "not implemented",
+        |nb| {
+            nb.txn(vec![
+                json!({"op": "insert", "table": "Chassis_Template_Var",
+                "row": {"chassis": "hv1", "variables": ["map", [["vip", "10.0.0.200"]]]}}),
+            ])
+        },
+        |nb, u| {
+            nb.txn(vec![
+                json!({"op": "delete", "table": "Chassis_Template_Var",
+                "where": [["_uuid", "==", ["uuid", u.to_string()]]]}),
+            ]);
+        },
+        Strip::Nothing,
+    );
+}
