@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::Nb;
+use common::{Nb, gen_topo_like};
 use hf_expr::eval::{Packet, eval_expr};
 use hf_expr::features::{FeatureSet, Level};
 use hf_expr::{Action, Sets, SymbolTable, parse_actions, parse_match};
@@ -667,78 +667,6 @@ fn router_addresses_are_answered_and_their_requests_go_to_the_router() {
         70,
         &[("eth.mcast", "outport = \"_MC_flood\"; output;")],
     );
-}
-
-/// `gen_topo.py`'s shape (N switches × P VIFs, a router port each, a port group with two
-/// allow-related ACLs per switch, 4 load balancers on every switch), built in-process.
-fn gen_topo_like(n: usize, p: usize) -> Nb {
-    let mut nb = Nb::new();
-    nb.lr("lr0", &[]);
-    for i in 0..n {
-        let (a, b) = (1 + i / 256, i % 256);
-        let ls = format!("ls{i}");
-        let mut ops = vec![
-            json!({"op": "insert", "table": "Logical_Switch", "uuid-name": "ls",
-            "row": {"name": ls}}),
-        ];
-        let mut ports = Vec::new();
-        for j in 0..p {
-            let name = format!("ls{i}-p{j}");
-            let addr = format!(
-                "0a:00:{:02x}:{:02x}:{:02x}:{:02x} 10.{a}.{b}.{}",
-                i >> 8,
-                i & 255,
-                j >> 8,
-                j & 255,
-                10 + j
-            );
-            let un = format!("p{j}");
-            ops.push(
-                json!({"op": "insert", "table": "Logical_Switch_Port", "uuid-name": un,
-                "row": {"name": name, "addresses": ["set", [addr]]}}),
-            );
-            ports.push(json!(["named-uuid", un]));
-        }
-        ops.push(json!({"op": "mutate", "table": "Logical_Switch",
-            "where": [["name", "==", ls]],
-            "mutations": [["ports", "insert", ["set", ports.clone()]]]}));
-        let pg = format!("pg{i}");
-        ops.push(json!({"op": "insert", "table": "ACL", "uuid-name": "a1",
-            "row": {"direction": "from-lport", "priority": 1001,
-                "match": format!("inport == @{pg} && ip4"), "action": "allow-related"}}));
-        ops.push(json!({"op": "insert", "table": "ACL", "uuid-name": "a2",
-            "row": {"direction": "to-lport", "priority": 1001,
-                "match": format!("outport == @{pg} && ip4.src == 10.0.0.0/8"),
-                "action": "allow-related"}}));
-        ops.push(json!({"op": "insert", "table": "Port_Group",
-            "row": {"name": pg, "ports": ["set", ports],
-                "acls": ["set", [["named-uuid", "a1"], ["named-uuid", "a2"]]]}}));
-        nb.txn(ops);
-        nb.link(
-            &ls,
-            "lr0",
-            &format!("lr0-ls{i}"),
-            &format!("02:01:{:02x}:{:02x}:00:01", i >> 8, i & 255),
-            &[&format!("10.{a}.{b}.1/24")],
-        );
-    }
-    let switches: Vec<String> = (0..n).map(|i| format!("ls{i}")).collect();
-    let refs: Vec<&str> = switches.iter().map(String::as_str).collect();
-    for k in 0..4 {
-        let backends: Vec<String> = (0..3)
-            .map(|m| {
-                let i = (k * 7 + m * 3) % n;
-                format!("10.{}.{}.{}:8080", 1 + i / 256, i % 256, 10 + (m % p))
-            })
-            .collect();
-        nb.lb(
-            &format!("lb{k}"),
-            &[(&format!("172.30.0.{}:80", k + 1), &backends.join(","))],
-            &refs,
-            &["lr0"],
-        );
-    }
-    nb
 }
 
 /// The 500 × 40 figure (run in release: `cargo test --release -p hf-northd --test ls_flows
