@@ -46,7 +46,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{run, run_ok};
+use common::{daemon_args, run, run_ok};
 use oracle::{Backend, Env};
 use topo::{CHASSIS, CHASSIS_FEATURES, Topology};
 
@@ -76,24 +76,8 @@ struct Chassis {
 
 impl Drop for Chassis {
     fn drop(&mut self) {
-        for p in self.pidfiles.iter().rev() {
-            if let Ok(s) = std::fs::read_to_string(p)
-                && let Ok(pid) = s.trim().parse::<i32>()
-            {
-                let _ = Command::new("kill").arg(pid.to_string()).status();
-            }
-        }
+        crate::common::kill_pidfiles(&self.pidfiles);
     }
-}
-
-fn daemon_args(dir: &Path, name: &str) -> Vec<String> {
-    vec![
-        "--detach".into(),
-        "--no-chdir".into(),
-        format!("--pidfile={}", dir.join(format!("{name}.pid")).display()),
-        format!("--log-file={}", dir.join(format!("{name}.log")).display()),
-        format!("--unixctl={}", dir.join(format!("{name}.ctl")).display()),
-    ]
 }
 
 /// Every OVS/OVN tool run for the chassis looks for its run directory here.

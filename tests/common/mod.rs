@@ -464,3 +464,27 @@ pub fn rss_bytes(pid: u32) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map_or(0, |kb| kb * 1024)
 }
+
+/// The flags every real OVS/OVN daemon a test starts gets: detached, with its pidfile, log
+/// file and unixctl socket named `NAME.pid`/`.log`/`.ctl` in `dir`.
+pub fn daemon_args(dir: &Path, name: &str) -> Vec<String> {
+    vec![
+        "--detach".into(),
+        "--no-chdir".into(),
+        format!("--pidfile={}", dir.join(format!("{name}.pid")).display()),
+        format!("--log-file={}", dir.join(format!("{name}.log")).display()),
+        format!("--unixctl={}", dir.join(format!("{name}.ctl")).display()),
+    ]
+}
+
+/// Stops the daemons whose pidfiles are listed, last started first (for `Drop` impls: also
+/// when a test fails).
+pub fn kill_pidfiles(pidfiles: &[PathBuf]) {
+    for p in pidfiles.iter().rev() {
+        if let Ok(s) = std::fs::read_to_string(p)
+            && let Ok(pid) = s.trim().parse::<i32>()
+        {
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+        }
+    }
+}

@@ -9,11 +9,11 @@
 //! (the daemon mode cannot take `--ct`/`--lb-dst` per request: ovn-trace consumes them once
 //! per process) with `--minimal` and parses its answer into a [`Verdict`].
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::common::{HoldfastDb, holdfast, run, run_ok};
+use crate::common::{HoldfastDb, daemon_args, holdfast, run, run_ok};
 use crate::topo::{CHASSIS, CHASSIS_FEATURES, Packet, Topology};
 use crate::verdict::Verdict;
 
@@ -42,24 +42,8 @@ pub struct Env {
 
 impl Drop for Env {
     fn drop(&mut self) {
-        for p in self.pidfiles.iter().rev() {
-            if let Ok(s) = std::fs::read_to_string(p)
-                && let Ok(pid) = s.trim().parse::<i32>()
-            {
-                let _ = Command::new("kill").arg(pid.to_string()).status();
-            }
-        }
+        crate::common::kill_pidfiles(&self.pidfiles);
     }
-}
-
-fn daemon_args(dir: &Path, name: &str) -> Vec<String> {
-    vec![
-        "--detach".into(),
-        "--no-chdir".into(),
-        format!("--pidfile={}", dir.join(format!("{name}.pid")).display()),
-        format!("--log-file={}", dir.join(format!("{name}.log")).display()),
-        format!("--unixctl={}", dir.join(format!("{name}.ctl")).display()),
-    ]
 }
 
 impl Env {
