@@ -290,6 +290,22 @@ pub struct Rtr {
 }
 
 impl Rtr {
+    /// `lb_force_snat_ip=router_ip`: each port facing a switch or another router with the
+    /// address its traffic is SNATed to (its first IPv4 address and its first global IPv6
+    /// address), as unSNAT and SNAT both need them.
+    pub fn router_ip_snat_addrs(&self) -> impl Iterator<Item = (&Rp, IpAddr)> + '_ {
+        self.ports
+            .iter()
+            .filter(|p| p.peer_switch.is_some() || p.peer_lrp.is_some())
+            .flat_map(|p| {
+                p.v4.first()
+                    .map(|n| IpAddr::V4(n.addr()))
+                    .into_iter()
+                    .chain(p.v6_global().next().map(|n| IpAddr::V6(n.addr())))
+                    .map(move |a| (p, a))
+            })
+    }
+
     /// Owner of the router's own flows.
     pub fn owner(&self) -> Owner {
         Owner::Datapath(self.name.clone())

@@ -44,28 +44,17 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         );
     }
     if r.force_snat_router_ip {
-        for p in r
-            .ports
-            .iter()
-            .filter(|p| p.peer_switch.is_some() || p.peer_lrp.is_some())
-        {
-            let firsts =
-                p.v4.first()
-                    .map(|n| IpAddr::V4(n.addr()))
-                    .into_iter()
-                    .chain(p.v6_global().next().map(|n| IpAddr::V6(n.addr())));
-            for a in firsts {
-                out.add(
-                    r.dp,
-                    st,
-                    110,
-                    and([inport(&p.name), ip_dst(a)]),
-                    vec![ct_nat(NatKind::Snat, None, None)],
-                    Owner::Port(p.name.clone()),
-                    format!("force-snat-{a}"),
-                    Some(p.nb),
-                );
-            }
+        for (p, a) in r.router_ip_snat_addrs() {
+            out.add(
+                r.dp,
+                st,
+                110,
+                and([inport(&p.name), ip_dst(a)]),
+                vec![ct_nat(NatKind::Snat, None, None)],
+                Owner::Port(p.name.clone()),
+                format!("force-snat-{a}"),
+                Some(p.nb),
+            );
         }
     }
     // A router LB VIP that is also a NAT external address skips unSNAT.

@@ -7,7 +7,6 @@
 //! `lr_out_delivery` (output on enabled ports). One function per stage.
 
 use std::collections::BTreeSet;
-use std::net::IpAddr;
 
 use hf_expr::Action;
 use hf_expr::actions::{NatKind, Pipeline};

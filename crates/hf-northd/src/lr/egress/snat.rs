@@ -55,32 +55,21 @@ pub fn snat(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         }
     }
     if r.force_snat_router_ip {
-        for p in r
-            .ports
-            .iter()
-            .filter(|p| p.peer_switch.is_some() || p.peer_lrp.is_some())
-        {
-            let firsts =
-                p.v4.first()
-                    .map(|n| IpAddr::V4(n.addr()))
-                    .into_iter()
-                    .chain(p.v6_global().next().map(|n| IpAddr::V6(n.addr())));
-            for a in firsts {
-                out.add(
-                    r.dp,
-                    st,
-                    110,
-                    and([
-                        eq(f("flags.force_snat_for_lb"), num(1)),
-                        pred(ipf(a.is_ipv6())),
-                        outport(&p.name),
-                    ]),
-                    vec![ct_nat(NatKind::Snat, Some(a), None)],
-                    Owner::Port(p.name.clone()),
-                    format!("force-snat-lb-{}", ipf(a.is_ipv6())),
-                    Some(p.nb),
-                );
-            }
+        for (p, a) in r.router_ip_snat_addrs() {
+            out.add(
+                r.dp,
+                st,
+                110,
+                and([
+                    eq(f("flags.force_snat_for_lb"), num(1)),
+                    pred(ipf(a.is_ipv6())),
+                    outport(&p.name),
+                ]),
+                vec![ct_nat(NatKind::Snat, Some(a), None)],
+                Owner::Port(p.name.clone()),
+                format!("force-snat-lb-{}", ipf(a.is_ipv6())),
+                Some(p.nb),
+            );
         }
     }
     for n in r.nats.iter().filter(|n| n.kind.snat()) {
