@@ -1,4 +1,4 @@
-//! `lr_in_dnat` priority 150: a known session goes to its remembered backend (one stage of [`super`]).
+//! The `lr_in_dnat` priority-150 flows of load-balancer affinity (a known session goes to its remembered backend); `dnat` calls them.
 
 use super::*;
 
