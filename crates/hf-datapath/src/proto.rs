@@ -1,0 +1,583 @@
+//! The controller ↔ datapath control protocol (DESIGN "Seams": controller → datapath).
+//!
+//! # What it is
+//!
+//! A versioned, length-prefixed binary protocol over a local stream (a unix socket in the
+//! daemons, an in-memory pipe in the simulator). Every frame is a 4-byte big-endian payload
+//! length followed by a [postcard](https://docs.rs/postcard) encoding of one message. The first
+//! message each way is a hello carrying [`PROTOCOL_VERSION`]; a peer with another version is
+//! answered with [`FromDatapath::Error`] and disconnected. Messages are values, not code: a
+//! program carries flows as SB text with their identity, ports, zones and the chassis table by
+//! name, and the datapath compiles it. The datapath keeps the last program it installed and the
+//! zone map and hands both back to a (re)connecting controller ([`FromDatapath::Hello`]), which is
+//! what makes a controller restart lossless.
+//!
+//! The same encoding carries the state handoff between datapath processes
+//! ([`ToDatapath::ExportState`] → [`FromDatapath::Exported`]), so it is versioned from the first
+//! day: bump [`PROTOCOL_VERSION`] on any change to a message.
+//!
+//! # What it does not do
+//!
+//! No I/O: [`encode_to`] appends a frame to a buffer and [`Decoder`] splits received bytes into
+//! messages. Untrusted bytes never panic: a bad length or payload is a [`ProtoError`].
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde::de::DeserializeOwned;
+
+/// The protocol version; both hellos carry it.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The largest frame accepted (a program for a 500-switch topology is tens of MB).
+pub const MAX_FRAME: usize = 512 << 20;
+
+/// Controller → datapath.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ToDatapath {
+    /// The first message: who is connecting, and its protocol version.
+    Hello {
+        /// Must equal [`PROTOCOL_VERSION`].
+        version: u32,
+        /// The controller's chassis name (`external_ids:system-id`).
+        chassis: String,
+    },
+    /// Install this program atomically: the datapath compiles it whole and swaps it in, or
+    /// keeps the previous one and answers [`FromDatapath::Rejected`].
+    Program(Box<ProgramMsg>),
+    /// Flush the conntrack entries of these zones (by stable name). The datapath refuses zone 0
+    /// and names not in its zone map; flushed names leave the zone map.
+    FlushZones {
+        /// Zone names (`lsp/<port>`, `lr/<router>/dnat`, ...).
+        names: Vec<String>,
+    },
+    /// Dump conntrack entries, of one zone (by name) or all.
+    DumpConntrack {
+        /// A zone name, or `None` for every zone.
+        zone: Option<String>,
+    },
+    /// Activate a port waiting for activation (`activation-strategy`), as a RARP would.
+    SetPortActive {
+        /// Logical port name.
+        port: String,
+    },
+    /// Report counters.
+    GetCounters,
+    /// Export the whole state (program, zone map, conntrack) for a handoff to another
+    /// datapath process.
+    ExportState,
+    /// Keep-alive; answered with [`FromDatapath::Pong`].
+    Ping {
+        /// Echoed back.
+        seq: u64,
+    },
+}
+
+/// Datapath → controller.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum FromDatapath {
+    /// The answer to [`ToDatapath::Hello`]: the datapath's state, so a restarted controller
+    /// reconciles against what is running instead of starting over.
+    Hello {
+        /// Must equal [`PROTOCOL_VERSION`].
+        version: u32,
+        /// The datapath's name (its chassis).
+        chassis: String,
+        /// Local ports (the interfaces whose names are `iface-id`s to claim).
+        ports: Vec<LocalPort>,
+        /// The zone map (stable name → zone).
+        zones: BTreeMap<String, u16>,
+        /// The last program installed, if any (with its flows' last good versions).
+        program: Option<Box<ProgramMsg>>,
+    },
+    /// A program was installed.
+    Installed {
+        /// [`ProgramMsg::generation`] of the installed program.
+        generation: u64,
+        /// Flows that did not compile, with the version that runs instead (if any).
+        flow_errors: Vec<FlowErrorMsg>,
+    },
+    /// A program was not installed (a structural error); the previous one keeps running.
+    Rejected {
+        /// [`ProgramMsg::generation`] of the refused program.
+        generation: u64,
+        /// Why.
+        reason: String,
+    },
+    /// A local port appeared.
+    PortAdded(LocalPort),
+    /// A local port went away.
+    PortRemoved {
+        /// Its name.
+        name: String,
+    },
+    /// Neighbours the pipeline learned (`put_arp`, `put_nd`): for SB `MAC_Binding`.
+    Learned(Vec<LearnedNeighbour>),
+    /// A port was activated on this chassis (its first RARP/GARP, or [`ToDatapath::SetPortActive`]).
+    PortActivated {
+        /// Logical port name.
+        port: String,
+    },
+    /// The answer to [`ToDatapath::FlushZones`].
+    Flushed {
+        /// Zone names flushed.
+        names: Vec<String>,
+        /// Entries removed.
+        entries: u64,
+    },
+    /// The answer to [`ToDatapath::DumpConntrack`]: one line per connection, in
+    /// `ovs-appctl dpctl/dump-conntrack`'s style.
+    Conntrack(Vec<String>),
+    /// The answer to [`ToDatapath::GetCounters`].
+    Counters(Counters),
+    /// The answer to [`ToDatapath::ExportState`].
+    Exported(Box<StateExport>),
+    /// The answer to [`ToDatapath::Ping`].
+    Pong {
+        /// Echoed.
+        seq: u64,
+    },
+    /// A request failed (or the peer speaks another version); the text says why.
+    Error {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// A local port of the datapath.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalPort {
+    /// The interface's `iface-id`: the logical port it is for.
+    pub name: String,
+    /// Its Ethernet address, when known.
+    pub mac: Option<[u8; 6]>,
+}
+
+/// A learned neighbour.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LearnedNeighbour {
+    /// Datapath name.
+    pub datapath: String,
+    /// Logical port it was learned on.
+    pub port: String,
+    /// The IP, as text.
+    pub ip: String,
+    /// Its MAC.
+    pub mac: [u8; 6],
+}
+
+/// A flow that did not compile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowErrorMsg {
+    /// Its identity ([`FlowMsg::id`]).
+    pub id: String,
+    /// Its datapath.
+    pub datapath: String,
+    /// Why (kind and detail).
+    pub reason: String,
+    /// The last good version runs instead ([`FlowMsg::last_good`] compiled).
+    pub kept_last_good: bool,
+}
+
+/// Datapath counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    /// The installed program's generation.
+    pub generation: u64,
+    /// Frames received on local ports.
+    pub rx_port: u64,
+    /// Frames received from tunnels.
+    pub rx_tunnel: u64,
+    /// Frames sent to local ports.
+    pub tx_port: u64,
+    /// Frames sent into tunnels.
+    pub tx_tunnel: u64,
+    /// Frames dropped (by the pipeline or for want of a destination).
+    pub dropped: u64,
+    /// Flow cache hits and misses.
+    pub cache_hits: u64,
+    /// Flow cache misses.
+    pub cache_misses: u64,
+    /// Live conntrack entries.
+    pub conntrack_entries: u64,
+    /// Packet-in replies built in the datapath (DHCP, DNS, RA).
+    pub packet_in: u64,
+}
+
+/// The state handed to a new datapath process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StateExport {
+    /// The program.
+    pub program: Option<ProgramMsg>,
+    /// The zone map.
+    pub zones: BTreeMap<String, u16>,
+    /// Conntrack, as `hf_conntrack::CtExport` encoded with postcard.
+    pub conntrack: Vec<u8>,
+}
+
+/// A whole program: everything a chassis forwards with.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProgramMsg {
+    /// The controller's sequence number of this program (grows by one per push).
+    pub generation: u64,
+    /// The chassis it was translated for.
+    pub chassis: String,
+    /// `SB_Global.nb_cfg` the SB view had when this program was translated.
+    pub nb_cfg: i64,
+    /// The datapaths.
+    pub datapaths: Vec<DatapathMsg>,
+    /// The zone map the program uses (stable name → zone; never 0). Every zone number in the
+    /// program is in it; the datapath adopts it as its zone map.
+    pub zones: BTreeMap<String, u16>,
+    /// The chassis table (for tunnel destinations).
+    pub chassis_table: Vec<ChassisMsg>,
+    /// Known neighbours (SB `MAC_Binding`, `Static_MAC_Binding`).
+    pub neighbours: Vec<NeighbourMsg>,
+    /// Address sets by name (without `$`): members as SB writes them.
+    pub address_sets: BTreeMap<String, Vec<String>>,
+    /// Port groups by name (without `@`): logical port names.
+    pub port_groups: BTreeMap<String, Vec<String>>,
+    /// FDB entries (SB `FDB`).
+    pub fdb: Vec<FdbMsg>,
+    /// Load-balancer VIPs per datapath (for `ct_snat_to_vip`).
+    pub lb_vips: Vec<LbVipMsg>,
+    /// Per switch, its SNAT zone (for `ct_snat_to_vip`).
+    pub switch_snat_zones: Vec<(String, u16)>,
+    /// DNS records per datapath (SB `DNS`): for `dns_lookup`.
+    pub dns: Vec<DnsMsg>,
+    /// The conntrack owner recorded on connections this program commits.
+    pub owner: u32,
+}
+
+/// One logical datapath.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DatapathMsg {
+    /// Its name.
+    pub name: String,
+    /// Its tunnel key (VNI).
+    pub tunnel_key: u32,
+    /// `None` for a switch; a router's (DNAT zone, SNAT zone).
+    pub router_zones: Option<(u16, u16)>,
+    /// Ports.
+    pub ports: Vec<PortMsg>,
+    /// Multicast groups.
+    pub groups: Vec<GroupMsg>,
+    /// Flows of both pipelines.
+    pub flows: Vec<FlowMsg>,
+}
+
+/// Where a port lives.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LocationMsg {
+    /// On this chassis, on the local port with this name (its `iface-id`).
+    Local(String),
+    /// On the chassis with this id of [`ProgramMsg::chassis_table`].
+    Remote(u32),
+    /// A patch port to the named peer.
+    Patch(String),
+    /// Not bound.
+    #[default]
+    Unbound,
+    /// A resident `chassisredirect` port continuing as the named distributed port.
+    Redirect(String),
+}
+
+/// One logical port.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortMsg {
+    /// Logical port name.
+    pub name: String,
+    /// Tunnel key within the datapath.
+    pub key: u32,
+    /// Where it lives.
+    pub location: LocationMsg,
+    /// Its conntrack zone (a switch port's `lsp/<port>`), or 0.
+    pub zone: u16,
+    /// `Port_Binding.type`.
+    pub kind: String,
+    /// `is_chassis_resident()` holds.
+    pub resident: bool,
+    /// Further chassis (ids) it is bound to.
+    pub also_remote: Vec<u32>,
+    /// Starts inactive here until activated.
+    pub needs_activation: bool,
+    /// `Port_Binding.mac`.
+    pub addresses: Vec<String>,
+    /// `Port_Binding.port_security`.
+    pub port_security: Vec<String>,
+}
+
+/// A multicast group.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupMsg {
+    /// Its name.
+    pub name: String,
+    /// Its key.
+    pub key: u32,
+    /// Member port names.
+    pub members: Vec<String>,
+}
+
+/// One logical flow, as SB text with its identity.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowMsg {
+    /// `false` = ingress, `true` = egress.
+    pub egress: bool,
+    /// Table.
+    pub table: u8,
+    /// Priority.
+    pub priority: u16,
+    /// Match text.
+    pub matches: String,
+    /// Actions text.
+    pub actions: String,
+    /// Stable identity (`hf_pipeline::FlowId`'s string).
+    pub id: String,
+    /// `external_ids:stage-name`.
+    pub stage: String,
+    /// SB `Logical_Flow` UUID.
+    pub sb_uuid: Option<String>,
+    /// `external_ids:stage-hint`.
+    pub stage_hint: Option<String>,
+    /// The last version of this flow (same identity) that compiled, when it differs from this
+    /// one: the datapath compiles it instead when this text does not compile (DESIGN "The
+    /// control-plane/data-plane contract"), so a bad flow never leaves a hole.
+    pub last_good: Option<(String, String)>,
+}
+
+/// A chassis of the chassis table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChassisMsg {
+    /// The id used by [`LocationMsg::Remote`].
+    pub id: u32,
+    /// `Chassis.name`.
+    pub name: String,
+    /// Encapsulation type (`geneve`).
+    pub encap_type: String,
+    /// Tunnel endpoint IP, as text.
+    pub ip: String,
+}
+
+/// A known neighbour.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NeighbourMsg {
+    /// Datapath name.
+    pub datapath: String,
+    /// Logical port.
+    pub port: String,
+    /// IP as text.
+    pub ip: String,
+    /// MAC.
+    pub mac: [u8; 6],
+}
+
+/// An FDB entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FdbMsg {
+    /// Datapath name.
+    pub datapath: String,
+    /// Logical port.
+    pub port: String,
+    /// MAC.
+    pub mac: [u8; 6],
+}
+
+/// A load-balancer VIP on a datapath.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LbVipMsg {
+    /// Datapath name.
+    pub datapath: String,
+    /// VIP as text.
+    pub ip: String,
+    /// Port (0 = none).
+    pub port: u16,
+    /// IP protocol.
+    pub proto: u8,
+}
+
+/// DNS records of a datapath (SB `DNS.records`: name → space-separated addresses).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DnsMsg {
+    /// Datapath name.
+    pub datapath: String,
+    /// Records.
+    pub records: BTreeMap<String, String>,
+}
+
+/// What went wrong reading the stream.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtoError {
+    /// A frame longer than [`MAX_FRAME`].
+    #[error("control frame of {0} bytes exceeds the {MAX_FRAME}-byte limit")]
+    TooLong(usize),
+    /// A payload that is not a valid message.
+    #[error("undecodable control message ({len} bytes): {detail}")]
+    Decode {
+        /// Payload length.
+        len: usize,
+        /// postcard's reason.
+        detail: String,
+    },
+    /// Encoding failed (should not happen for well-formed values).
+    #[error("cannot encode control message: {0}")]
+    Encode(String),
+}
+
+/// Appends one frame carrying `msg` to `out`.
+pub fn encode_to<T: Serialize>(msg: &T, out: &mut Vec<u8>) -> Result<(), ProtoError> {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    let mut buf = std::mem::take(out);
+    buf = postcard::to_extend(msg, buf).map_err(|e| ProtoError::Encode(e.to_string()))?;
+    let len = buf.len() - start - 4;
+    if len > MAX_FRAME {
+        buf.truncate(start);
+        *out = buf;
+        return Err(ProtoError::TooLong(len));
+    }
+    buf[start..start + 4].copy_from_slice(&(len as u32).to_be_bytes());
+    *out = buf;
+    Ok(())
+}
+
+/// One frame carrying `msg`.
+pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, ProtoError> {
+    let mut out = Vec::new();
+    encode_to(msg, &mut out)?;
+    Ok(out)
+}
+
+/// Splits a received byte stream into messages of type `T`.
+#[derive(Debug)]
+pub struct Decoder<T> {
+    buf: Vec<u8>,
+    pos: usize,
+    _t: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T> Default for Decoder<T> {
+    fn default() -> Self {
+        Decoder {
+            buf: Vec::new(),
+            pos: 0,
+            _t: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<T: DeserializeOwned> Decoder<T> {
+    /// A decoder with nothing buffered.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds received bytes.
+    pub fn push(&mut self, data: &[u8]) {
+        if self.pos > 0 && self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+        }
+        self.buf.extend_from_slice(data);
+    }
+
+    /// Bytes buffered but not yet decoded.
+    pub fn buffered(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    /// The next complete message, `Ok(None)` when more bytes are needed. After an error the
+    /// stream is unusable (the caller disconnects).
+    pub fn next_msg(&mut self) -> Result<Option<T>, ProtoError> {
+        let rest = &self.buf[self.pos..];
+        let Some(head) = rest.get(..4) else {
+            return Ok(None);
+        };
+        let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        if len > MAX_FRAME {
+            return Err(ProtoError::TooLong(len));
+        }
+        let Some(payload) = rest.get(4..4 + len) else {
+            return Ok(None);
+        };
+        let msg = postcard::from_bytes(payload).map_err(|e| ProtoError::Decode {
+            len,
+            detail: e.to_string(),
+        })?;
+        self.pos += 4 + len;
+        if self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+        } else if self.pos > (1 << 20) && self.pos * 2 > self.buf.len() {
+            self.buf.drain(..self.pos);
+            self.pos = 0;
+        }
+        Ok(Some(msg))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_split_anywhere() {
+        let msgs = vec![
+            ToDatapath::Hello {
+                version: PROTOCOL_VERSION,
+                chassis: "hv1".into(),
+            },
+            ToDatapath::Program(Box::new(ProgramMsg {
+                generation: 7,
+                chassis: "hv1".into(),
+                datapaths: vec![DatapathMsg {
+                    name: "sw0".into(),
+                    tunnel_key: 1,
+                    flows: vec![FlowMsg {
+                        matches: "ip4".into(),
+                        actions: "next;".into(),
+                        id: "hf-flow-id:1".into(),
+                        ..FlowMsg::default()
+                    }],
+                    ..DatapathMsg::default()
+                }],
+                ..ProgramMsg::default()
+            })),
+            ToDatapath::Ping { seq: 3 },
+        ];
+        let mut bytes = Vec::new();
+        for m in &msgs {
+            encode_to(m, &mut bytes).unwrap();
+        }
+        for split in [1, 3, 4, 5, 17, bytes.len()] {
+            let mut d = Decoder::<ToDatapath>::new();
+            let mut got = Vec::new();
+            for chunk in bytes.chunks(split) {
+                d.push(chunk);
+                while let Some(m) = d.next_msg().unwrap() {
+                    got.push(m);
+                }
+            }
+            assert_eq!(got, msgs, "split {split}");
+            assert_eq!(d.buffered(), 0);
+        }
+    }
+
+    #[test]
+    fn bad_frames_are_errors() {
+        let mut d = Decoder::<FromDatapath>::new();
+        d.push(&u32::MAX.to_be_bytes());
+        assert!(matches!(d.next_msg(), Err(ProtoError::TooLong(_))));
+        let mut d = Decoder::<FromDatapath>::new();
+        d.push(&[0, 0, 0, 2, 0xff, 0xff]);
+        assert!(matches!(d.next_msg(), Err(ProtoError::Decode { .. })));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn garbage_never_panics(data in proptest::collection::vec(proptest::num::u8::ANY, 0..256)) {
+            let mut d = Decoder::<ToDatapath>::new();
+            d.push(&data);
+            while let Ok(Some(_)) = d.next_msg() {}
+        }
+    }
+}
