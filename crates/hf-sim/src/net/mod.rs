@@ -1,0 +1,1 @@
+//! The network side of the simulator (clock, links, hosts, record): being built.

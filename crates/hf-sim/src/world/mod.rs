@@ -1,0 +1,1 @@
+//! The simulated world (database, northd, chassis, hosts, scenarios): being built.
