@@ -119,6 +119,7 @@ impl Program {
             owner: spec.owner,
             inactive: Vec::new(),
             sets: spec.sets.clone(),
+            dns: FastMap::default(),
         };
         // Ports first: patch peers may point forward.
         let mut names: HashMap<&str, (u32, u32)> = HashMap::new();
@@ -335,6 +336,16 @@ impl Program {
             };
             let mac = e.mac.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b));
             prog.fdb.push((d.tunnel_key, mac, p.key));
+        }
+        for e in &spec.dns {
+            let Some(&dpi) = dp_names.get(e.datapath.as_str()) else {
+                return Err(CompileError::UnknownDnsDatapath(e.datapath.clone()));
+            };
+            let recs = prog.dns.entry(dpi).or_default();
+            for (name, value) in &e.records {
+                recs.entry(name.to_ascii_lowercase())
+                    .or_insert_with(|| value.clone());
+            }
         }
         Ok((prog, all_errors))
     }
