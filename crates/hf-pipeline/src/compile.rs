@@ -448,7 +448,8 @@ fn compile_dp(
         }
         // Sets named by the match, found or not: a change to them recompiles this datapath.
         collect_sets(&fs.matches, &mut set_refs);
-        let n = match norm.normalize(&fs.matches, &spec.sets) {
+        let matches = with_action_prereqs(&fs.matches, &fs.actions);
+        let n = match norm.normalize(&matches, &spec.sets) {
             Ok(n) => n,
             Err(e) => {
                 code.errors.push(err(FlowErrorKind::Match, e.to_string()));
@@ -568,5 +569,53 @@ fn collect_sets(e: &hf_expr::Expr, out: &mut HashSet<String>) {
             }
         }
         _ => {}
+    }
+}
+
+/// `matches` and the prerequisites of the fields the flow's top-level actions assign, move
+/// or exchange, as ovn-controller adds them (`ovnacts_parse`'s prerequisites; those inside
+/// nested actions are dropped, as OVN does): northd writes two flows with one match whose
+/// actions alone tell IPv4 from IPv6 (`ls_in_dns_response`'s `ip4.src <-> ip4.dst` and
+/// `ip6.src <-> ip6.dst`).
+fn with_action_prereqs(matches: &hf_expr::Expr, actions: &[hf_expr::Action]) -> hf_expr::Expr {
+    use hf_expr::{Action, Expr};
+    let symtab = SymbolTable::shared();
+    let mut prereqs: Vec<Expr> = Vec::new();
+    let mut add = |f: &hf_expr::FieldRef| {
+        if let Some(p) = symtab.get(&f.name).and_then(|s| s.prereq.as_deref())
+            && !prereqs.contains(p)
+        {
+            prereqs.push(p.clone());
+        }
+    };
+    for a in actions {
+        match a {
+            Action::Assign { dst, .. } => add(dst),
+            Action::Move { dst, src, .. } => {
+                add(dst);
+                add(src);
+            }
+            Action::Exchange { a, b, .. } => {
+                add(a);
+                add(b);
+            }
+            _ => {}
+        }
+    }
+    if prereqs.is_empty() {
+        return matches.clone();
+    }
+    let mut all = Vec::new();
+    for e in std::iter::once(matches.clone()).chain(prereqs) {
+        match e {
+            Expr::And(v) => all.extend(v),
+            Expr::Bool(true) => {}
+            e => all.push(e),
+        }
+    }
+    match all.len() {
+        0 => Expr::Bool(true),
+        1 => all.pop().unwrap_or(Expr::Bool(true)),
+        _ => Expr::And(all),
     }
 }
