@@ -72,6 +72,8 @@
 //! - Conntrack zones: a switch uses the zone of `inport` in ingress and of `outport` in egress; a
 //!   router uses its SNAT zone for `ct_snat` and its DNAT zone for everything else (the
 //!   `_in_czone` forms included: the DNAT zone is OVN's common zone).
+//! - A flow's match includes the prerequisites of the fields its top-level actions assign,
+//!   move or exchange, as ovn-controller adds them (`ip4.src <-> ip4.dst` only matches IPv4).
 //! - A table with no matching flow drops the packet; so does `next` past the last table.
 //! - `ct_lb`/`ct_lb_mark` choose a backend by a hash of the 5-tuple, or of the `hash_fields`
 //!   when given, and commit with `ct_label.natted`/`ct_mark.natted` set; `chk_lb_hairpin` is
