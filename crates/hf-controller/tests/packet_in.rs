@@ -798,4 +798,34 @@ fn smoltcp_dhcp_client_is_configured_through_the_pipeline() {
         s.dhcp4_replies >= 2 * 3,
         "an OFFER and an ACK (each run three ways): {s:?}"
     );
+
+    // Renewal at T1 (half the 3600 s lease): a unicast REQUEST from 10.0.0.11 with `ciaddr`
+    // set (northd's second DHCP flow) is ACKed, and the client stays configured.
+    iface.update_ip_addrs(|a| {
+        a.push(smoltcp::wire::IpCidr::new(IpAddress::Ipv4(addr.address()), 24))
+            .unwrap();
+    });
+    let before = ch.pipe.packet_in_stats().dhcp4_replies;
+    let mut renewed = false;
+    for ms in (1_790_000..1_900_000).step_by(1000) {
+        let now = Instant::from_millis(ms);
+        iface.poll(now, &mut dev, &mut sockets);
+        for f in std::mem::take(&mut dev.tx) {
+            // A renewal is unicast from the leased address.
+            let e = EthernetFrame::new_checked(&f[..]).unwrap();
+            if e.ethertype() == EthernetProtocol::Ipv4 {
+                let p = Ipv4Packet::new_checked(e.payload()).unwrap();
+                renewed |= p.src_addr() == Ipv4Addr::new(10, 0, 0, 11)
+                    && p.dst_addr() == Ipv4Addr::new(10, 0, 0, 1);
+            }
+            dev.rx.extend(ch.ask(&f));
+        }
+        iface.poll(now, &mut dev, &mut sockets);
+        if let Some(dhcpv4::Event::Deconfigured) = sockets.get_mut::<dhcpv4::Socket>(h).poll() {
+            panic!("the client lost its lease while renewing");
+        }
+    }
+    assert!(renewed, "the client sent a unicast renewal");
+    let after = ch.pipe.packet_in_stats().dhcp4_replies;
+    assert_eq!(after - before, 3, "one ACK to the renewal (run three ways)");
 }
