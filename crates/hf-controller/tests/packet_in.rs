@@ -367,6 +367,7 @@ fn need_ovn(test: &str) -> bool {
             "ovn-northd",
             "ovn-nbctl",
             "ovn-sbctl",
+            "python3",
         ],
     )
 }
