@@ -210,6 +210,11 @@ impl Datapath {
     pub(crate) fn notify(&mut self, msg: FromDatapath) {
         if self.control.as_ref().is_some_and(|c| c.ready()) {
             self.send(&msg);
+        } else if matches!(
+            msg,
+            FromDatapath::PortAdded(_) | FromDatapath::PortRemoved { .. }
+        ) {
+            // The next hello carries the ports as they are then.
         } else if self.pending.len() < MAX_PENDING {
             self.pending.push_back(msg);
         }
