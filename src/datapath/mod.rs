@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
-use hf_datapath::{Datapath, DatapathConfig, Level, Transmit};
+use hf_datapath::{Datapath, DatapathConfig, Level, TransmitRef};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UdpSocket, UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
@@ -210,8 +210,12 @@ fn hex(b: &[u8]) -> String {
 /// Reads the zone map from local storage (missing file: empty).
 fn read_zones(path: &Path) -> anyhow::Result<BTreeMap<String, u16>> {
     match std::fs::read_to_string(path) {
-        Ok(s) => serde_json::from_str(&s)
-            .with_context(|| format!("{}: not a zone map (JSON object name → zone)", path.display())),
+        Ok(s) => serde_json::from_str(&s).with_context(|| {
+            format!(
+                "{}: not a zone map (JSON object name → zone)",
+                path.display()
+            )
+        }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
         Err(e) => Err(e).with_context(|| format!("{}: cannot read the zone map", path.display())),
     }
@@ -475,21 +479,31 @@ impl Shell {
                 self.dp.handle_control_disconnected(now);
             }
             // Frames out.
-            while let Some(t) = self.dp.poll_transmit() {
-                match t {
-                    Transmit::Port { port, frame } => {
-                        let q = self.captured.entry(port).or_default();
-                        if q.len() == CAPTURE_MAX {
-                            q.pop_front();
-                        }
-                        q.push_back(frame);
+            let mut tunnel = Vec::new();
+            let captured = &mut self.captured;
+            self.dp.drain_transmit(|t| match t {
+                TransmitRef::Port { port, frame } => {
+                    let q = captured.entry(port.to_string()).or_default();
+                    if q.len() == CAPTURE_MAX {
+                        q.pop_front();
                     }
-                    Transmit::Tunnel { dst, payload } => {
-                        let to = SocketAddr::new(dst, self.geneve_port);
-                        if let Err(e) = udp.send_to(&payload, to).await {
-                            tracing::warn!("Geneve to {to}: {e}");
+                    q.push_back(frame.to_vec());
+                }
+                TransmitRef::Tunnel { dst, payload } => {
+                    let to = SocketAddr::new(dst, self.geneve_port);
+                    match udp.try_send_to(payload, to) {
+                        Ok(_) => {}
+                        // The socket's buffer is full: send it once it has room.
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            tunnel.push((to, payload.to_vec()))
                         }
+                        Err(e) => tracing::warn!("Geneve to {to}: {e}"),
                     }
+                }
+            });
+            for (to, payload) in tunnel {
+                if let Err(e) = udp.send_to(&payload, to).await {
+                    tracing::warn!("Geneve to {to}: {e}");
                 }
             }
             self.persist_zones();
@@ -531,7 +545,10 @@ impl Shell {
         let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
         match method {
             "exit" => Ok(String::new()),
-            "version" => Ok(format!("{PROGRAM} (holdfast) {}", env!("CARGO_PKG_VERSION"))),
+            "version" => Ok(format!(
+                "{PROGRAM} (holdfast) {}",
+                env!("CARGO_PKG_VERSION")
+            )),
             "list-commands" => Ok(unixctl::list_commands(COMMANDS)),
             "dpctl/dump-conntrack" => {
                 let zone = args.first().map(String::as_str);

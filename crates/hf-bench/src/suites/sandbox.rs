@@ -22,7 +22,7 @@ use std::time::Duration;
 use hf_conntrack::fuzzing::{Seg, tcp_frame};
 use hf_datapath::example::{VM1_IP, VM1_MAC, VM2_IP, VM2_MAC, program};
 use hf_datapath::proto::{FromDatapath, PROTOCOL_VERSION, ToDatapath, encode};
-use hf_datapath::{Datapath, DatapathConfig, Transmit};
+use hf_datapath::{Datapath, DatapathConfig, TransmitRef};
 use hf_wire::tcp_flags;
 
 use super::conntrack::{clocks_note, timed};
@@ -37,7 +37,10 @@ const TCP_SPORT: usize = 34;
 const TCP_CSUM: usize = 50;
 
 fn chassis(hv: u32) -> anyhow::Result<Datapath> {
-    let mut dp = Datapath::new(DatapathConfig::new(&format!("hv{hv}"), IPS[hv as usize - 1]));
+    let mut dp = Datapath::new(DatapathConfig::new(
+        &format!("hv{hv}"),
+        IPS[hv as usize - 1],
+    ));
     let (port, mac) = if hv == 1 {
         ("vm1", VM1_MAC)
     } else {
@@ -79,18 +82,16 @@ fn carry(dps: &mut [Datapath; 2], from: usize, port: &str, frame: &[u8], now: Du
     } else {
         (&mut b[0], &mut a[0])
     };
-    while let Some(t) = src.poll_transmit() {
-        match t {
-            Transmit::Tunnel { payload, .. } => dst.handle_tunnel(IPS[from], &payload, now),
-            Transmit::Port { .. } => delivered += 1,
-        }
-    }
-    while let Some(t) = dst.poll_transmit() {
-        if let Transmit::Port { frame, .. } = t {
-            black_box(&frame);
+    src.drain_transmit(|t| match t {
+        TransmitRef::Tunnel { payload, .. } => dst.handle_tunnel(IPS[from], payload, now),
+        TransmitRef::Port { .. } => delivered += 1,
+    });
+    dst.drain_transmit(|t| {
+        if let TransmitRef::Port { frame, .. } = t {
+            black_box(frame);
             delivered += 1;
         }
-    }
+    });
     delivered
 }
 
@@ -122,7 +123,13 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
             (
                 1,
                 "vm2",
-                seg(false, port, tcp_flags::SYN | tcp_flags::ACK, (5000, 1001), 0),
+                seg(
+                    false,
+                    port,
+                    tcp_flags::SYN | tcp_flags::ACK,
+                    (5000, 1001),
+                    0,
+                ),
             ),
             (0, "vm1", seg(true, port, tcp_flags::ACK, (1001, 5001), 0)),
         ];
@@ -137,7 +144,13 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         "handshakes left {entries} connections, expected {}",
         2 * n_conn
     );
-    let mut template = seg(true, 10_000, tcp_flags::ACK | tcp_flags::PSH, (1001, 5001), 64);
+    let mut template = seg(
+        true,
+        10_000,
+        tcp_flags::ACK | tcp_flags::PSH,
+        (1001, 5001),
+        64,
+    );
     let mut pass = |dps: &mut [Datapath; 2], n: usize| {
         let mut delivered = 0usize;
         for k in 0..n {
