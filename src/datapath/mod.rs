@@ -129,7 +129,11 @@ struct Request {
     reply: oneshot::Sender<Result<String, String>>,
 }
 
-fn start_unixctl(path: &Path, tx: mpsc::UnboundedSender<Request>) -> std::io::Result<()> {
+fn start_unixctl(
+    path: &Path,
+    tx: mpsc::UnboundedSender<Request>,
+    exit: mpsc::UnboundedSender<()>,
+) -> std::io::Result<()> {
     unixctl::listen(
         path,
         move |m| {
@@ -139,6 +143,7 @@ fn start_unixctl(path: &Path, tx: mpsc::UnboundedSender<Request>) -> std::io::Re
                     Err(None) => return None,
                     Err(Some(r)) => r,
                     Ok(q) => {
+                        let is_exit = q.method == "exit";
                         let (rtx, rrx) = oneshot::channel();
                         let _ = tx.send(Request {
                             method: q.method,
@@ -148,13 +153,17 @@ fn start_unixctl(path: &Path, tx: mpsc::UnboundedSender<Request>) -> std::io::Re
                         let r = rrx
                             .await
                             .unwrap_or_else(|_| Err(format!("{PROGRAM} is exiting")));
-                        unixctl::reply(&q.id, r)
+                        // `exit` ends the daemon once its reply is written.
+                        let exits = is_exit && r.is_ok();
+                        return Some((unixctl::reply(&q.id, r), exits));
                     }
                 };
                 Some((reply, false))
             }
         },
-        || {},
+        move || {
+            let _ = exit.send(());
+        },
     )
 }
 
@@ -331,6 +340,7 @@ enum Ev {
     Read(std::io::Result<usize>),
     Udp(std::io::Result<(usize, SocketAddr)>),
     Unixctl(Option<Request>),
+    Exit,
     Timer,
 }
 
@@ -363,11 +373,12 @@ impl Shell {
         self.geneve_port = udp.local_addr()?.port();
         let listener = UnixListener::from_std(ctl_listener)?;
         let (utx, mut urx) = mpsc::unbounded_channel();
+        let (etx, mut erx) = mpsc::unbounded_channel();
         let unixctl_file = unixctl_path
             .clone()
             .unwrap_or_else(|| unixctl::default_path(rundir, PROGRAM));
         let mut bound = None;
-        match start_unixctl(&unixctl_file, utx) {
+        match start_unixctl(&unixctl_file, utx, etx) {
             Ok(()) => bound = Some(unixctl_file.clone()),
             Err(e) if unixctl_path.is_some() => anyhow::bail!(
                 "{}: could not create unixctl socket: {e}",
@@ -427,6 +438,7 @@ impl Shell {
                     r = read => Ev::Read(r),
                     r = udp.recv_from(&mut ubuf) => Ev::Udp(r),
                     q = urx.recv() => Ev::Unixctl(q),
+                    _ = erx.recv() => Ev::Exit,
                     _ = sleep => Ev::Timer,
                 }
             };
@@ -455,11 +467,9 @@ impl Shell {
                 Ev::Unixctl(None) => {}
                 Ev::Unixctl(Some(q)) => {
                     let r = self.command(&q.method, &q.args);
-                    if q.method == "exit" {
-                        exit = true;
-                    }
                     let _ = q.reply.send(r);
                 }
+                Ev::Exit => exit = true,
                 Ev::Timer => self.dp.handle_timeout(now),
             }
             // Control answers.
