@@ -307,7 +307,7 @@ fn encode4(d: OptDef, v: &[Arg]) -> Result<Vec<u8>, DhcpError> {
             Arg::Num { .. } => ipv4s(n, v)?[0].octets().to_vec(),
         },
         OptType::StaticRoutes => {
-            if v.len() % 2 != 0 {
+            if !v.len().is_multiple_of(2) {
                 return Err(bad(f, n, "requires pairs of destination and gateway"));
             }
             let mut out = Vec::new();
@@ -527,6 +527,12 @@ pub(crate) fn check_layout(frame: &[u8], p: &Parsed) -> Result<(), &'static str>
     Ok(())
 }
 
+/// Whether a reply with `l4_len` bytes of L4 after `p`'s headers fits a frame (lengths are
+/// 16-bit).
+pub(crate) fn fits(p: &Parsed, l4_len: usize) -> bool {
+    usize::from(p.layout.l4) + l4_len <= crate::parse::MAX_FRAME
+}
+
 /// Appends `frame`'s headers up to L4, then `l4` (a UDP header and payload or an ICMPv6
 /// message), and fixes the IP lengths and the IPv4 header checksum. Returns the start of L4 in
 /// `out`.
@@ -555,8 +561,8 @@ pub(crate) fn copy_l2_l3(out: &mut Vec<u8>, frame: &[u8], p: &Parsed, l4: &[u8])
 /// The L4 checksum over IPv6 pseudo-header for the message at `out[l4..]` whose checksum field
 /// is at `l4 + at` (and zero).
 pub(crate) fn fix_l4_checksum6(out: &mut [u8], p: &Parsed, l4: usize, proto: u8, at: usize) {
-    let src = Ipv6Addr::from(p.key.ip6_src);
-    let dst = Ipv6Addr::from(p.key.ip6_dst);
+    let src = p.key.ip6_src;
+    let dst = p.key.ip6_dst;
     let len = out.len() - l4;
     let acc = pseudo_header_sum(src.into(), dst.into(), proto, len as u32);
     let mut cs = !fold(sum_words(acc, &out[l4..]));
@@ -617,6 +623,9 @@ pub fn reply4(
         l4b.extend_from_slice(&options);
     }
     l4b.extend_from_slice(&[0, 0, 0, 0, 255, 0, 0, 0, 0]);
+    if !fits(p, l4b.len()) {
+        return Err(DhcpError::BadRequest("the reply would not fit a frame"));
+    }
     let udp_len = l4b.len() as u16;
     l4b[4..6].copy_from_slice(&udp_len.to_be_bytes());
     l4b[6..8].copy_from_slice(&[0, 0]);
@@ -825,6 +834,9 @@ pub fn reply6(
                 opt6(&mut l4b, 24, &b);
             }
         }
+    }
+    if !fits(p, l4b.len()) {
+        return Err(DhcpError::BadRequest("the reply would not fit a frame"));
     }
     let udp_len = l4b.len() as u16;
     l4b[4..6].copy_from_slice(&udp_len.to_be_bytes());
