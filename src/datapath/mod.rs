@@ -204,7 +204,7 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
 
 fn parse_hex(s: &str) -> Result<Vec<u8>, String> {
     let s: String = s.chars().filter(|c| !c.is_ascii_whitespace()).collect();
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return Err("the frame's hex has an odd number of digits".into());
     }
     (0..s.len() / 2)
