@@ -23,8 +23,8 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 /// The protocol version; both hellos carry it.
 pub const PROTOCOL_VERSION: u32 = 1;
