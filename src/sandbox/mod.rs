@@ -6,6 +6,7 @@
 
 pub mod args;
 pub mod bridge;
+pub mod topology;
 
 pub use args::SandboxArgs;
 
