@@ -12,6 +12,8 @@
 
 use std::fmt::Write as _;
 
+use hf_sim::world::nb::{self, Nat, PortOpts, Txn};
+
 /// One VIF port with its host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Vm {
@@ -162,6 +164,48 @@ impl Topology {
             .find(|v| v.switch == switch && v.chassis == chassis)
     }
 
+    /// The NB transactions that build it, in order (what `ovn-nbctl` would send).
+    pub fn nb_txns(&self) -> Vec<Txn> {
+        let mut t = Vec::new();
+        t.push(nb::router(self.router));
+        for sn in self.subnets.iter().chain(std::iter::once(&self.external)) {
+            t.push(nb::switch(sn.switch));
+            t.push(nb::router_port(
+                self.router,
+                sn.lrp,
+                sn.lrp_mac,
+                &[sn.lrp_net],
+            ));
+            t.push(nb::patch(
+                sn.switch,
+                &format!("{}-{}", sn.switch, self.router),
+                sn.lrp,
+            ));
+        }
+        t.push(nb::gateway_chassis(self.external.lrp, self.gateway, 20));
+        t.push(nb::nat(
+            self.router,
+            Nat {
+                kind: "snat",
+                external_ip: self.snat_ip,
+                logical_ip: self.snat_net,
+                logical_port: None,
+            },
+        ));
+        for v in self.vms.iter().chain(std::iter::once(&self.ext_host)) {
+            t.push(nb::port(
+                v.switch,
+                &v.name,
+                &format!("{} {}", v.mac, v.ip),
+                PortOpts {
+                    port_security: false,
+                    requested_chassis: Some(&v.chassis),
+                },
+            ));
+        }
+        t
+    }
+
     /// The topology as the sandbox prints it.
     pub fn describe(&self) -> String {
         let mut s = String::new();
@@ -200,7 +244,11 @@ impl Topology {
             }
         }
         let e = &self.ext_host;
-        let _ = writeln!(s, "  switch {} {}", self.external.switch, self.external.cidr);
+        let _ = writeln!(
+            s,
+            "  switch {} {}",
+            self.external.switch, self.external.cidr
+        );
         let _ = write!(
             s,
             "    port {:<5} {} {:<11} external host {} (1 ms away, behind {})",

@@ -1,0 +1,414 @@
+//! The sandbox's stories: bringing the default topology up (progress steps 2 to 4), the default
+//! story (step 5: ping and TCP across chassis, TCP through SNAT to the external host), and the
+//! watcher that pings every host attaching itself to a new VIF port while the sandbox stays up.
+//!
+//! Stories run in the simulator's virtual time as fast as the CPU allows; each step has a
+//! virtual-time limit and reports a failure (what did not happen) instead of hanging.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use anyhow::bail;
+
+use super::args::Scenario;
+use super::bridge::{SessionId, SimHost};
+use super::sim::{HostInfo, PingId, PingResult, Sim, TcpId, TcpResult};
+use super::topology::Topology;
+use super::{Printer, STEPS};
+
+/// Virtual time each coming-up step may take.
+const STEP_LIMIT: Duration = Duration::from_secs(30);
+/// Bytes of each TCP transfer of the default story.
+const TCP_BYTES: u64 = 256 * 1024;
+/// Pings per pair.
+const PINGS: u64 = 3;
+/// How long a new host may take to answer its first ping (virtual time) before the sandbox
+/// says it does not.
+const NEW_HOST_PING_LIMIT: Duration = Duration::from_secs(10);
+
+/// The sandbox: the world, its topology, and what it watches for.
+pub struct Sandbox {
+    sim: Sim,
+    topo: Topology,
+    p: Printer,
+    /// Hosts the sandbox knows about (the topology's and those already reported).
+    known: BTreeSet<String>,
+    /// New hosts being pinged: (host, ping, started at).
+    pinging: Vec<(HostInfo, PingId, Duration)>,
+    watching: bool,
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox")
+            .field("known", &self.known)
+            .finish()
+    }
+}
+
+fn ms(us: u64) -> String {
+    format!("{:.2} ms", us as f64 / 1000.0)
+}
+
+impl Sandbox {
+    /// The world with `seed`, over the topology's chassis.
+    pub fn new(seed: u64, topo: Topology, p: Printer) -> anyhow::Result<Sandbox> {
+        let sim = Sim::new(seed, &topo)?;
+        Ok(Sandbox {
+            sim,
+            topo,
+            p,
+            known: BTreeSet::new(),
+            pinging: Vec::new(),
+            watching: false,
+        })
+    }
+
+    /// The topology.
+    pub fn topology(&self) -> &Topology {
+        &self.topo
+    }
+
+    /// Steps 2 to 4: NB built, northd's flows, programs installed on every chassis, hosts
+    /// attached.
+    pub fn come_up(&mut self) -> anyhow::Result<()> {
+        for txn in self.topo.nb_txns() {
+            self.sim.nb(txn)?;
+        }
+        let datapaths = self.topo.subnets.len() + 2;
+        if !self.sim.run_until(STEP_LIMIT, |s| {
+            s.northd_caught_up() && s.sb_rows("Datapath_Binding") >= datapaths
+        }) {
+            bail!(
+                "northd did not compile the topology within {STEP_LIMIT:?} (SB has {} datapaths, {} flows)",
+                self.sim.sb_rows("Datapath_Binding"),
+                self.sim.sb_rows("Logical_Flow")
+            );
+        }
+        self.p.progress(
+            2,
+            &format!(
+                "northd compiled {} flows for {} datapaths ({} switches, 1 router)",
+                self.sim.sb_rows("Logical_Flow"),
+                self.sim.sb_rows("Datapath_Binding"),
+                datapaths - 1
+            ),
+        );
+        let chassis = self.topo.chassis();
+        if !self.sim.run_until(STEP_LIMIT, |s| {
+            chassis.iter().all(|c| s.chassis_installed(c))
+        }) {
+            let missing: Vec<&str> = chassis
+                .iter()
+                .filter(|c| !self.sim.chassis_installed(c))
+                .map(String::as_str)
+                .collect();
+            bail!(
+                "chassis {} did not install a program within {STEP_LIMIT:?}",
+                missing.join(", ")
+            );
+        }
+        self.p.progress(
+            3,
+            &format!("chassis {} up (programs installed)", chassis.join(", ")),
+        );
+        let want: Vec<String> = self
+            .topo
+            .vms
+            .iter()
+            .chain(std::iter::once(&self.topo.ext_host))
+            .map(|v| v.name.clone())
+            .collect();
+        if !self
+            .sim
+            .run_until(STEP_LIMIT, |s| want.iter().all(|h| s.host_ready(h)))
+        {
+            let missing: Vec<&str> = want
+                .iter()
+                .filter(|h| !self.sim.host_ready(h))
+                .map(String::as_str)
+                .collect();
+            bail!(
+                "hosts {} were not attached and bound within {STEP_LIMIT:?}",
+                missing.join(", ")
+            );
+        }
+        let hosts: Vec<String> = self
+            .sim
+            .hosts()
+            .into_iter()
+            .map(|h| format!("{} on {}", h.name, h.chassis))
+            .collect();
+        self.known = want.into_iter().collect();
+        self.p
+            .progress(4, &format!("hosts attached: {}", hosts.join(", ")));
+        Ok(())
+    }
+
+    /// Run a story; whether every step succeeded. Results are printed as they come.
+    pub fn run_story(&mut self, s: Scenario) -> bool {
+        match s {
+            Scenario::Default => self.default_story(),
+        }
+    }
+
+    fn default_story(&mut self) -> bool {
+        self.p
+            .progress(5, &format!("running the default story ({STEPS}/{STEPS})"));
+        self.p.result(
+            "results (simulated time: 10 Gb/s links, 50 us between chassis, 1 ms to the external host):",
+        );
+        let t = self.topo.clone();
+        let h1 = &t.hypervisors[0];
+        let h2 = &t.hypervisors[1];
+        let mut ok = true;
+        // L2 across chassis, then L3 through the distributed router across chassis.
+        let pairs = [
+            (t.vm_on("ls1", h1), t.vm_on("ls1", h2), "same switch"),
+            (t.vm_on("ls1", h1), t.vm_on("ls2", h2), "through lr0"),
+        ];
+        for (a, b, how) in pairs {
+            let (Some(a), Some(b)) = (a, b) else {
+                self.p
+                    .result("  error: the topology lacks the hosts to ping");
+                return false;
+            };
+            let r = self.ping(&a.name, &b.ip, PINGS);
+            let line = format!(
+                "  ping {} ({}, {}) -> {} ({}, {}), {how}: ",
+                a.name, a.ip, a.chassis, b.name, b.ip, b.chassis
+            );
+            match r {
+                Ok(r) if r.answered == r.count && r.count > 0 => {
+                    let rtts = &r.rtts_us;
+                    let min = rtts.iter().min().copied().unwrap_or(0);
+                    let max = rtts.iter().max().copied().unwrap_or(0);
+                    let avg = rtts.iter().sum::<u64>() / (rtts.len().max(1) as u64);
+                    self.p.result(&format!(
+                        "{line}{}/{} answered, rtt min/avg/max {:.3}/{:.3}/{:.3} ms",
+                        r.answered,
+                        r.count,
+                        min as f64 / 1000.0,
+                        avg as f64 / 1000.0,
+                        max as f64 / 1000.0
+                    ));
+                }
+                Ok(r) => {
+                    ok = false;
+                    self.p.result(&format!(
+                        "{line}FAILED: {}/{} answered",
+                        r.answered, r.count
+                    ));
+                }
+                Err(e) => {
+                    ok = false;
+                    self.p.result(&format!("{line}FAILED: {e:#}"));
+                }
+            }
+        }
+        // TCP across chassis through the router, and through SNAT to the external host.
+        let across = (t.vm_on("ls1", h1), t.vm_on("ls2", h2));
+        let out = t.vm_on("ls1", h2);
+        let (Some(a), Some(b), Some(c)) = (across.0, across.1, out) else {
+            self.p
+                .result("  error: the topology lacks the hosts for TCP");
+            return false;
+        };
+        let e = t.ext_host.clone();
+        let transfers = [
+            (
+                a.clone(),
+                b.clone(),
+                format!(
+                    "across chassis ({} -> {}) through lr0",
+                    a.chassis, b.chassis
+                ),
+            ),
+            (
+                c.clone(),
+                e.clone(),
+                format!("through SNAT on {} to the external host", t.gateway),
+            ),
+        ];
+        for (from, to, how) in transfers {
+            let line = format!(
+                "  tcp {} ({}) -> {} ({}:{}), {how}: ",
+                from.name,
+                from.ip,
+                to.name,
+                to.ip,
+                story_port()
+            );
+            match self.tcp(&from.name, &to.name, TCP_BYTES) {
+                Ok(r) if r.complete() => {
+                    let saw = if to.name == e.name {
+                        format!("; the external host saw source {}", r.server_saw_ip())
+                    } else {
+                        String::new()
+                    };
+                    self.p.result(&format!(
+                        "{line}{} bytes in {}, {} verified by the receiver{saw}",
+                        r.bytes_received,
+                        ms(r.elapsed_us),
+                        r.bytes_verified
+                    ));
+                    if to.name == e.name && r.server_saw_ip() != t.snat_ip {
+                        ok = false;
+                        self.p.result(&format!(
+                            "  FAILED: the external host saw {} instead of the SNAT address {}",
+                            r.server_saw_ip(),
+                            t.snat_ip
+                        ));
+                    }
+                }
+                Ok(r) => {
+                    ok = false;
+                    self.p.result(&format!(
+                        "{line}FAILED: {} of {} bytes verified ({})",
+                        r.bytes_verified, TCP_BYTES, r.outcome
+                    ));
+                }
+                Err(err) => {
+                    ok = false;
+                    self.p.result(&format!("{line}FAILED: {err:#}"));
+                }
+            }
+        }
+        ok
+    }
+
+    /// Ping `dst` from `host` `count` times and wait for the outcome.
+    fn ping(&mut self, host: &str, dst: &str, count: u64) -> anyhow::Result<PingResult> {
+        let id = self.sim.start_ping(host, dst, count)?;
+        self.sim
+            .run_until(STEP_LIMIT, |s| s.ping_result(&id).is_some_and(|r| r.done));
+        match self.sim.ping_result(&id) {
+            Some(r) => Ok(r),
+            None => bail!("no ping record for {host}"),
+        }
+    }
+
+    /// A TCP transfer of `bytes` from `from` to `to`, waited for.
+    fn tcp(&mut self, from: &str, to: &str, bytes: u64) -> anyhow::Result<TcpResult> {
+        let id: TcpId = self.sim.start_tcp(from, to, story_port(), bytes)?;
+        self.sim.run_until(STEP_LIMIT, |s| {
+            s.tcp_result(&id).is_some_and(|r| r.finished())
+        });
+        match self.sim.tcp_result(&id) {
+            Some(r) => Ok(r),
+            None => bail!("no TCP record for {from} -> {to}"),
+        }
+    }
+
+    /// From now on, ping every host that attaches itself to a new VIF port (see
+    /// [`SimHost::after_step`]).
+    pub fn watch_new_hosts(&mut self) {
+        self.watching = true;
+    }
+
+    fn check_new_hosts(&mut self) {
+        let now = self.sim.now();
+        for h in self.sim.hosts() {
+            if self.known.contains(&h.name) || !self.sim.host_ready(&h.name) {
+                continue;
+            }
+            self.known.insert(h.name.clone());
+            let Some(ip) = h.ip.clone() else {
+                self.p.result(&format!(
+                    "host {} on {} attached, without an address yet",
+                    h.name, h.chassis
+                ));
+                continue;
+            };
+            // Pinged from a topology host on its switch when there is one, else from the
+            // first host (through the router).
+            let from = self
+                .sim
+                .host_switch(&h.name)
+                .and_then(|sw| self.topo.vms.iter().find(|v| v.switch == sw))
+                .unwrap_or(&self.topo.vms[0])
+                .name
+                .clone();
+            match self.sim.start_ping(&from, &ip, 1) {
+                Ok(id) => self.pinging.push((h, id, now)),
+                Err(e) => self.p.result(&format!(
+                    "host {} ({ip}) on {}: cannot ping it: {e:#}",
+                    h.name, h.chassis
+                )),
+            }
+        }
+        let mut still = Vec::new();
+        for (h, id, since) in std::mem::take(&mut self.pinging) {
+            let ip = h.ip.clone().unwrap_or_default();
+            match self.sim.ping_result(&id) {
+                Some(r) if r.answered > 0 => {
+                    let rtt = r.rtts_us.first().copied().unwrap_or(0);
+                    self.p.result(&format!(
+                        "host {} ({ip}) on {} answers ping: {}",
+                        h.name,
+                        h.chassis,
+                        ms(rtt)
+                    ));
+                }
+                Some(r) if r.done && now.saturating_sub(since) >= NEW_HOST_PING_LIMIT => {
+                    self.p.result(&format!(
+                        "host {} ({ip}) on {} does not answer ping ({} sent)",
+                        h.name, h.chassis, r.sent
+                    ));
+                }
+                Some(r) if r.done => {
+                    // Not answered yet (the port may still be coming up): try again.
+                    match self.sim.start_ping(&r.from, &ip, 1) {
+                        Ok(id) => still.push((h, id, since)),
+                        Err(e) => self.p.result(&format!(
+                            "host {} ({ip}) on {}: cannot ping it: {e:#}",
+                            h.name, h.chassis
+                        )),
+                    }
+                }
+                _ => still.push((h, id, since)),
+            }
+        }
+        self.pinging = still;
+    }
+}
+
+/// The TCP port the story's receivers listen on.
+fn story_port() -> u16 {
+    5001
+}
+
+impl SimHost for Sandbox {
+    fn db_connect(&mut self) -> SessionId {
+        self.sim.db_connect()
+    }
+    fn db_input(&mut self, sid: SessionId, data: &[u8]) {
+        self.sim.db_input(sid, data)
+    }
+    fn db_poll_output(&mut self, sid: SessionId) -> Option<Vec<u8>> {
+        self.sim.db_poll_output(sid)
+    }
+    fn db_closed(&self, sid: SessionId) -> bool {
+        self.sim.db_closed(sid)
+    }
+    fn db_disconnect(&mut self, sid: SessionId) {
+        self.sim.db_disconnect(sid)
+    }
+    fn now(&self) -> Duration {
+        self.sim.now()
+    }
+    fn next_deadline(&self) -> Option<Duration> {
+        self.sim.next_deadline()
+    }
+    fn advance_to(&mut self, now: Duration) {
+        self.sim.advance_to(now)
+    }
+    fn after_step(&mut self) {
+        if self.watching {
+            self.check_new_hosts();
+        }
+        for line in self.sim.take_log() {
+            self.p.info(&line);
+        }
+    }
+}
