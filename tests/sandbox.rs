@@ -11,6 +11,9 @@
 //! Needs real OVN's `ovn-nbctl`/`ovn-sbctl` for the second test (with `CI=true` their absence
 //! fails it). The sandbox is stopped by pid, also when an assertion fails.
 
+// Tests are I/O shells: they read the clock and spawn readers.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::io::{BufRead, BufReader};

@@ -149,14 +149,6 @@ impl Topology {
         v
     }
 
-    /// A host by name (internal or external).
-    pub fn vm(&self, name: &str) -> Option<&Vm> {
-        self.vms
-            .iter()
-            .chain(std::iter::once(&self.ext_host))
-            .find(|v| v.name == name)
-    }
-
     /// The first host on `switch` bound on `chassis`.
     pub fn vm_on(&self, switch: &str, chassis: &str) -> Option<&Vm> {
         self.vms
