@@ -12,11 +12,14 @@
 //!   becomes true once the datapath has installed a program where the port is local (23.03's
 //!   `port-up-notif`), and false on release.
 //!
-//! Not done: `virtual` ports (`bind_vport`), `external`, `chassisredirect`, `l2gateway` and
+//! - A `virtual` port is claimed when the datapath reports `bind_vport` ran for it
+//!   (`VportBound`): `chassis` and `virtual_parent` are set, as pinctrl does.
+//!
+//! Not done: releasing a virtual port when its parent leaves, `external`, `chassisredirect`, `l2gateway` and
 //! `l3gateway` claims (the translation places those by their HA group or options; nothing is
 //! written for them), container ports (`parent_port`/`tag`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use hf_model::SbSnapshot;
 use hf_model::sb::PortBinding;
@@ -89,9 +92,24 @@ pub fn binding_ops(
     hostname: &str,
     local: &BTreeSet<String>,
     up_ports: &BTreeSet<String>,
+    vports: &BTreeMap<String, String>,
 ) -> Vec<Value> {
     let mut ops = Vec::new();
     for pb in sb.port_binding().values() {
+        if pb.type_ == "virtual" {
+            if let Some(parent) = vports.get(&pb.logical_port)
+                && (pb.chassis.map(|c| c.uuid()) != Some(ours)
+                    || pb.virtual_parent.as_deref() != Some(parent.as_str()))
+            {
+                ops.push(json!({"op": "update", "table": "Port_Binding",
+                    "where": [["_uuid", "==", uuid_json(pb.uuid)]],
+                    "row": {"chassis": uuid_json(ours), "virtual_parent": parent}}));
+                ops.push(json!({"op": "comment", "comment": format!(
+                    "holdfast controller {name}: claiming virtual lport {} (parent {parent})",
+                    pb.logical_port)}));
+            }
+            continue;
+        }
         let claim = claim_of(sb, pb, ours, name, hostname, local);
         let holds_primary = pb.chassis.map(|c| c.uuid()) == Some(ours);
         let holds_additional = pb.additional_chassis.iter().any(|c| c.uuid() == ours);

@@ -150,6 +150,8 @@ struct WriteState {
     local: BTreeSet<String>,
     up: BTreeSet<String>,
     neigh: neigh::Pending,
+    fdb: neigh::PendingFdb,
+    vports: BTreeMap<String, String>,
     nb_cfg: Option<i64>,
     wall_ms: i64,
     flow_report: BTreeMap<String, String>,
@@ -175,9 +177,11 @@ fn write_ops(sb: &SbSnapshot, st: &WriteState) -> Vec<Value> {
             &st.id.hostname,
             &st.local,
             &st.up,
+            &st.vports,
         ));
     }
     ops.extend(neigh::neighbour_ops(sb, &st.neigh, st.wall_ms));
+    ops.extend(neigh::fdb_ops(sb, &st.fdb));
     ops
 }
 
@@ -278,6 +282,8 @@ impl Controller {
             local: BTreeSet::new(),
             up: BTreeSet::new(),
             neigh: BTreeMap::new(),
+            fdb: BTreeMap::new(),
+            vports: BTreeMap::new(),
             nb_cfg: None,
             wall_ms: tuning.wall_offset_ms + now.as_millis() as i64,
             flow_report: BTreeMap::new(),
@@ -795,6 +801,28 @@ impl Controller {
                     self.write_due = true;
                 }
             }
+            FromDatapath::LearnedFdb(v) => {
+                let add: Vec<_> = v
+                    .into_iter()
+                    .map(|f| ((f.datapath, neigh::mac_text(&f.mac)), f.port))
+                    .collect();
+                if !add.is_empty() {
+                    self.with_state(|st| st.fdb.extend(add));
+                    self.write_due = true;
+                }
+            }
+            FromDatapath::VportBound {
+                datapath,
+                vport,
+                parent,
+            } => {
+                self.say(
+                    Level::Info,
+                    format!("virtual port {vport} bound here through {parent} (datapath {datapath})"),
+                );
+                self.with_state(|st| st.vports.insert(vport, parent));
+                self.write_due = true;
+            }
             FromDatapath::PortActivated { port } => {
                 self.say(Level::Info, format!("port {port} activated on this chassis"));
             }
@@ -928,10 +956,19 @@ impl Controller {
             })
             .map(|(k, _)| k.clone())
             .collect();
-        if !done.is_empty() {
+        let fdb_done: Vec<_> = st
+            .fdb
+            .iter()
+            .filter(|((d, mac), p)| neigh::fdb_written(sb, d, mac, p))
+            .map(|(k, _)| k.clone())
+            .collect();
+        if !done.is_empty() || !fdb_done.is_empty() {
             self.with_state(|st| {
                 for k in &done {
                     st.neigh.remove(k);
+                }
+                for k in &fdb_done {
+                    st.fdb.remove(k);
                 }
             });
         }

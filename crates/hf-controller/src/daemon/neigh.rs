@@ -4,6 +4,9 @@
 //! another MAC is updated; one with the same MAC is left alone. A neighbour stays pending until
 //! the view shows its row, so a failed transaction is retried with the next write round.
 //!
+//! Learned FDB entries (`put_fdb`) go to SB `FDB` the same way: one row per (MAC, datapath
+//! key) with the port's key.
+//!
 //! Not done: rows for datapaths this chassis does not monitor (their `MAC_Binding` rows are not
 //! in the view, and inserting blindly could break the `(logical_port, ip)` index): such
 //! neighbours are dropped with a log line by the core.
@@ -60,6 +63,49 @@ pub fn neighbour_ops(sb: &SbSnapshot, pending: &Pending, wall_ms: i64) -> Vec<Va
             Some(m) => ops.push(json!({"op": "update", "table": "MAC_Binding",
                 "where": [["_uuid", "==", ["uuid", m.uuid.to_string()]]], "row": row})),
             None => ops.push(json!({"op": "insert", "table": "MAC_Binding", "row": row})),
+        }
+    }
+    ops
+}
+
+/// A pending FDB entry: (datapath name, MAC text) → logical port.
+pub type PendingFdb = BTreeMap<(String, String), String>;
+
+fn fdb_keys(sb: &SbSnapshot, dp_name: &str, port: &str) -> Option<(i64, i64)> {
+    let dp = datapath_by_name(sb, dp_name)?;
+    let dk = sb.datapath_binding().get(&dp)?.tunnel_key;
+    let pk = sb
+        .port_binding_all_by_logical_port(port)
+        .find(|p| p.datapath.uuid() == dp)?
+        .tunnel_key;
+    Some((dk, pk))
+}
+
+/// Whether the view has the FDB entry (or it cannot be written: unknown datapath or port).
+pub fn fdb_written(sb: &SbSnapshot, dp_name: &str, mac: &str, port: &str) -> bool {
+    let Some((dk, pk)) = fdb_keys(sb, dp_name, port) else {
+        return true;
+    };
+    sb.fdb()
+        .values()
+        .any(|f| f.dp_key == dk && f.port_key == pk && f.mac == mac)
+}
+
+/// The operations writing the pending FDB entries.
+pub fn fdb_ops(sb: &SbSnapshot, pending: &PendingFdb) -> Vec<Value> {
+    let mut ops = Vec::new();
+    for ((dp_name, mac), port) in pending {
+        let Some((dk, pk)) = fdb_keys(sb, dp_name, port) else {
+            continue;
+        };
+        if fdb_written(sb, dp_name, mac, port) {
+            continue;
+        }
+        let row = json!({"mac": mac, "dp_key": dk, "port_key": pk});
+        match sb.fdb().values().find(|f| f.dp_key == dk && f.mac == *mac) {
+            Some(f) => ops.push(json!({"op": "update", "table": "FDB",
+                "where": [["_uuid", "==", ["uuid", f.uuid.to_string()]]], "row": row})),
+            None => ops.push(json!({"op": "insert", "table": "FDB", "row": row})),
         }
     }
     ops
