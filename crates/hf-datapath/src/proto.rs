@@ -142,6 +142,19 @@ pub enum FromDatapath {
         /// What went wrong.
         message: String,
     },
+    /// FDB entries the pipeline learned (`put_fdb`): for SB `FDB`. (Added in issue 11,
+    /// additively: a new last variant.)
+    LearnedFdb(Vec<FdbMsg>),
+    /// `bind_vport(V, P)` ran: virtual port `vport` is reached through `parent` on this
+    /// chassis (the controller claims `vport`, as pinctrl does). (Added in issue 11.)
+    VportBound {
+        /// Datapath name.
+        datapath: String,
+        /// The virtual port.
+        vport: String,
+        /// Its parent port.
+        parent: String,
+    },
 }
 
 /// A local port of the datapath.
