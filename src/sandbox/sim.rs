@@ -1,14 +1,17 @@
-//! The sandbox's handle on the simulated world: every call the sandbox makes into `hf_sim`
-//! goes through here, so the rest of the sandbox speaks of switches, hosts and results.
+//! The sandbox's handle on the simulated world (`hf_sim::world::World`): every call the
+//! sandbox makes into it goes through here, so the rest of the sandbox speaks of switches,
+//! hosts and results.
 //!
-//! Interim: the world's database and holdfast northd only (no chassis yet).
+//! What it does not do: build the world's parts (that is `hf_sim`), or decide the topology
+//! ([`super::topology`]).
 
+use std::net::IpAddr;
 use std::time::Duration;
 
-use anyhow::anyhow;
-use hf_sim::world::db::{Db, NB, SB};
+use anyhow::{Context, anyhow};
+use hf_datapath::proto::LocationMsg;
 use hf_sim::world::nb::Txn;
-use hf_sim::world::northd::NorthdNode;
+use hf_sim::world::{NorthdMode, World, WorldConfig};
 
 use super::bridge::{SessionId, SimHost};
 use super::topology::Topology;
@@ -97,164 +100,253 @@ impl TcpResult {
 
 /// The world.
 pub struct Sim {
-    db: Db,
-    northd: NorthdNode,
-    now: Duration,
+    world: World,
 }
 
 impl std::fmt::Debug for Sim {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sim").field("now", &self.now).finish()
+        f.debug_struct("Sim")
+            .field("now", &self.world.now())
+            .finish()
     }
 }
 
 impl Sim {
-    /// A world seeded by `seed`.
-    pub fn new(seed: u64, _topo: &Topology) -> anyhow::Result<Sim> {
-        let now = Duration::ZERO;
-        let db = Db::new(seed, None, now).map_err(|e| anyhow!("the world's database: {e}"))?;
-        Ok(Sim {
-            db,
-            northd: NorthdNode::new(seed, now),
-            now,
+    /// A world seeded by `seed` with the topology's chassis and holdfast northd.
+    pub fn new(seed: u64, topo: &Topology) -> anyhow::Result<Sim> {
+        let world = World::new(WorldConfig {
+            seed,
+            chassis: topo.chassis(),
+            northd: NorthdMode::Holdfast,
         })
+        .map_err(|e| anyhow!("cannot build the simulated world: {e}"))?;
+        Ok(Sim { world })
     }
 
     /// One NB transaction (the builders of `hf_sim::world::nb`).
     pub fn nb(&mut self, txn: Txn) -> anyhow::Result<()> {
-        self.db
-            .transact(NB, txn, self.now)
-            .map(|_| ())
-            .map_err(|e| anyhow!("{e}"))
+        self.world.nb(txn).map(|_| ()).map_err(|e| anyhow!("{e}"))
     }
 
-    /// Rows of an SB table.
-    pub fn sb_rows(&self, table: &str) -> usize {
-        self.db
-            .database(SB)
-            .and_then(|d| d.schema.table_index(table).map(|i| d.tables[i].rows.len()))
-            .unwrap_or(0)
+    /// (Logical_Flow rows, Datapath_Binding rows) of SB.
+    pub fn sb_counts(&self) -> anyhow::Result<(usize, usize)> {
+        let sb = self.world.sb_snapshot().map_err(|e| anyhow!("{e}"))?;
+        Ok((sb.logical_flow().len(), sb.datapath_binding().len()))
     }
 
-    /// northd is connected to both databases and has nothing left to do.
-    pub fn northd_caught_up(&self) -> bool {
-        self.northd.is_synced() && self.sb_rows("Logical_Flow") > 0
+    /// `ovn-nbctl --wait=hv sync`: true once every chassis installed the current NB.
+    pub fn sync_hv(&mut self, limit: Duration) -> anyhow::Result<()> {
+        self.world.sync_hv(limit).map_err(|e| anyhow!("{e}"))
     }
 
     /// Whether `chassis`'s datapath has a program installed.
-    pub fn chassis_installed(&self, _chassis: &str) -> bool {
-        false
+    pub fn chassis_installed(&self, chassis: &str) -> bool {
+        self.world
+            .chassis_by_name(chassis)
+            .is_some_and(|c| c.datapath().program().is_some())
     }
 
-    /// Every host, by name.
-    pub fn hosts(&self) -> Vec<HostInfo> {
-        Vec::new()
+    /// Every VIF port of NB that has a host, with its switch.
+    pub fn vif_hosts(&self) -> Vec<(String, String)> {
+        let Ok(nb) = self.world.nb_snapshot() else {
+            return Vec::new();
+        };
+        let mut v = Vec::new();
+        for ls in nb.logical_switch().values() {
+            for r in &ls.ports {
+                if let Some(p) = nb.logical_switch_port().get(&r.uuid())
+                    && self.world.host(&p.name).is_some()
+                {
+                    v.push((p.name.clone(), ls.name.clone()));
+                }
+            }
+        }
+        v.sort();
+        v
     }
 
-    /// The host is attached and its port bound.
-    pub fn host_ready(&self, _host: &str) -> bool {
-        false
+    /// A host's name, address and chassis.
+    pub fn host_info(&self, host: &str) -> Option<HostInfo> {
+        let h = self.world.host(host)?;
+        Some(HostInfo {
+            name: host.to_string(),
+            ip: h.ipv4().map(|a| a.to_string()),
+            chassis: self.world.host_chassis(host).unwrap_or("?").to_string(),
+        })
     }
 
-    /// The switch of a host's port.
-    pub fn host_switch(&self, _host: &str) -> Option<String> {
-        None
+    /// The host is attached and its chassis's program has its port as a local port.
+    pub fn host_ready(&self, host: &str) -> bool {
+        let Some(ch) = self.world.host_chassis(host) else {
+            return false;
+        };
+        let Some(prog) = self
+            .world
+            .chassis_by_name(ch)
+            .and_then(|c| c.datapath().program())
+        else {
+            return false;
+        };
+        prog.datapaths.iter().any(|d| {
+            d.ports
+                .iter()
+                .any(|p| p.name == host && matches!(&p.location, LocationMsg::Local(_)))
+        })
     }
 
-    /// Start `count` pings of `dst` from `host`.
-    pub fn start_ping(&mut self, host: &str, _dst: &str, _count: u64) -> anyhow::Result<PingId> {
-        Err(anyhow!("no host {host} in the world"))
+    /// Start `count` pings of `dst` from `host`, 10 ms apart.
+    pub fn start_ping(&mut self, host: &str, dst: &str, count: u64) -> anyhow::Result<PingId> {
+        let ip: IpAddr = dst
+            .parse()
+            .with_context(|| format!("ping: {dst:?} is not an IP address"))?;
+        let n = u16::try_from(count).unwrap_or(u16::MAX);
+        let name = self
+            .world
+            .ping(host, ip, n, Duration::from_millis(10))
+            .map_err(|e| anyhow!("{e}"))?;
+        Ok(PingId {
+            host: host.to_string(),
+            name,
+        })
     }
 
     /// A ping's outcome so far.
-    pub fn ping_result(&self, _id: &PingId) -> Option<PingResult> {
-        None
+    pub fn ping_result(&self, id: &PingId) -> Option<PingResult> {
+        let r = self.world.host(&id.host)?.ping_record(&id.name)?;
+        Some(PingResult {
+            from: id.host.clone(),
+            count: r.count,
+            sent: r.sent,
+            answered: r.answered,
+            rtts_us: r.rtt_us.iter().flatten().copied().collect(),
+            done: r.done,
+        })
     }
 
-    /// Start a TCP transfer of `bytes` from `from` to `to`'s `port`.
+    /// Start a TCP transfer of `bytes` from `from` to `to`'s `port` (which starts listening).
     pub fn start_tcp(
         &mut self,
         from: &str,
-        _to: &str,
-        _port: u16,
-        _bytes: u64,
+        to: &str,
+        port: u16,
+        bytes: u64,
     ) -> anyhow::Result<TcpId> {
-        Err(anyhow!("no host {from} in the world"))
+        let ip = self
+            .world
+            .host(to)
+            .and_then(|h| h.ipv4())
+            .ok_or_else(|| anyhow!("no host {to} with an address"))?;
+        // Listening twice on one port is the host's error; the story listens once per host.
+        if let Err(e) = self.world.tcp_listen(to, port)
+            && !e.contains("in use")
+        {
+            return Err(anyhow!("{e}"));
+        }
+        let name = self
+            .world
+            .tcp_transfer(from, IpAddr::V4(ip), port, bytes)
+            .map_err(|e| anyhow!("{e}"))?;
+        Ok(TcpId {
+            from: from.to_string(),
+            to: to.to_string(),
+            name,
+        })
     }
 
-    /// A transfer's outcome so far.
-    pub fn tcp_result(&self, _id: &TcpId) -> Option<TcpResult> {
-        None
+    /// A transfer's outcome so far (the client's record and the server's of the same
+    /// connection).
+    pub fn tcp_result(&self, id: &TcpId) -> Option<TcpResult> {
+        let c = self.world.tcp_record(&id.from, &id.name)?;
+        let cport = c.local.rsplit_once(':').map(|(_, p)| p.to_string());
+        let server = self.world.host(&id.to).and_then(|h| {
+            let recs: Vec<_> = h
+                .tcp_names()
+                .into_iter()
+                .filter_map(|n| self.world.tcp_record(&id.to, &n))
+                .filter(|r| {
+                    r.role == "server" && r.local.ends_with(&format!(":{}", port_of(&c.remote)))
+                })
+                .collect();
+            recs.iter()
+                .find(|r| r.remote.rsplit_once(':').map(|(_, p)| p.to_string()) == cport)
+                .or(recs.last())
+                .cloned()
+        });
+        let (received, verified, saw) = match &server {
+            Some(s) => (s.bytes_received, s.bytes_verified, s.remote.clone()),
+            None => (0, 0, String::new()),
+        };
+        let end = server
+            .as_ref()
+            .and_then(|s| s.completed_us)
+            .or(c.completed_us)
+            .unwrap_or(self.world.now().as_micros() as u64);
+        Some(TcpResult {
+            bytes_received: received,
+            bytes_verified: verified,
+            bytes_expected: c.bytes_expected,
+            elapsed_us: end.saturating_sub(c.started_us),
+            outcome: c.outcome.clone(),
+            server_saw: saw,
+        })
     }
 
     /// The world's log lines since the last call.
     pub fn take_log(&mut self) -> Vec<String> {
-        let mut v = self.db.take_log();
-        v.extend(self.northd.take_log());
-        v
-    }
-
-    fn settle(&mut self) {
-        for _ in 0..1000 {
-            if !self.northd.step(&mut self.db, self.now) {
-                break;
-            }
-        }
+        self.world.take_log()
     }
 
     /// Run until `done` holds or `limit` of virtual time passed; whether it held.
     pub fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&Sim) -> bool) -> bool {
-        let end = self.now + limit;
+        // The predicate sees the Sim, not the World: wrap without moving.
+        let end = self.world.now() + limit;
         loop {
-            self.settle();
             if done(self) {
                 return true;
             }
-            if self.now >= end {
+            let now = self.world.now();
+            if now >= end {
                 return false;
             }
             let next = self
+                .world
                 .next_deadline()
                 .unwrap_or(end)
-                .min(end)
-                .max(self.now + Duration::from_millis(1));
-            self.advance_to(next);
+                .clamp(now + Duration::from_micros(10), end);
+            self.world.advance_to(next);
         }
     }
 }
 
+fn port_of(endpoint: &str) -> &str {
+    endpoint.rsplit_once(':').map_or("", |(_, p)| p)
+}
+
 impl SimHost for Sim {
     fn db_connect(&mut self) -> SessionId {
-        self.db.external_connect(self.now)
+        self.world.db_connect()
     }
     fn db_input(&mut self, sid: SessionId, data: &[u8]) {
-        if let Err(e) = self.db.external_input(sid, data, self.now) {
-            eprintln!("sandbox: {e}");
+        if let Err(e) = self.world.db_input(sid, data) {
+            eprintln!("sandbox: database session {sid}: {e}");
         }
-        self.settle();
     }
     fn db_poll_output(&mut self, sid: SessionId) -> Option<Vec<u8>> {
-        self.db.external_poll_output(sid)
+        self.world.db_poll_output(sid)
     }
     fn db_closed(&self, sid: SessionId) -> bool {
-        self.db.external_is_closed(sid)
+        self.world.db_is_closed(sid)
     }
     fn db_disconnect(&mut self, sid: SessionId) {
-        self.db.external_disconnect(sid);
+        self.world.db_disconnect(sid);
     }
     fn now(&self) -> Duration {
-        self.now
+        self.world.now()
     }
     fn next_deadline(&self) -> Option<Duration> {
-        [self.db.poll_timeout(), self.northd.poll_timeout()]
-            .into_iter()
-            .flatten()
-            .min()
+        self.world.next_deadline()
     }
     fn advance_to(&mut self, now: Duration) {
-        self.now = self.now.max(now);
-        self.db.handle_timeout(self.now);
-        self.northd.handle_timeout(self.now);
-        self.settle();
+        self.world.advance_to(now);
     }
 }

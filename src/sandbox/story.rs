@@ -33,9 +33,13 @@ pub struct Sandbox {
     p: Printer,
     /// Hosts the sandbox knows about (the topology's and those already reported).
     known: BTreeSet<String>,
+    /// New hosts waiting for their port to come up: (host, switch, seen at).
+    waiting: Vec<(String, String, Duration)>,
     /// New hosts being pinged: (host, ping, started at).
     pinging: Vec<(HostInfo, PingId, Duration)>,
     watching: bool,
+    /// A client wrote to the database since the last look for new ports.
+    nb_dirty: bool,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -59,8 +63,10 @@ impl Sandbox {
             topo,
             p,
             known: BTreeSet::new(),
+            waiting: Vec::new(),
             pinging: Vec::new(),
             watching: false,
+            nb_dirty: false,
         })
     }
 
@@ -77,35 +83,35 @@ impl Sandbox {
         }
         let datapaths = self.topo.subnets.len() + 2;
         if !self.sim.run_until(STEP_LIMIT, |s| {
-            s.northd_caught_up() && s.sb_rows("Datapath_Binding") >= datapaths
+            s.sb_counts().is_ok_and(|(_, d)| d >= datapaths)
         }) {
+            let (f, d) = self.sim.sb_counts()?;
             bail!(
-                "northd did not compile the topology within {STEP_LIMIT:?} (SB has {} datapaths, {} flows)",
-                self.sim.sb_rows("Datapath_Binding"),
-                self.sim.sb_rows("Logical_Flow")
+                "northd did not compile the topology within {STEP_LIMIT:?} (SB has {d} datapaths, {f} flows)"
             );
         }
+        let (flows, dps) = self.sim.sb_counts()?;
         self.p.progress(
             2,
             &format!(
-                "northd compiled {} flows for {} datapaths ({} switches, 1 router)",
-                self.sim.sb_rows("Logical_Flow"),
-                self.sim.sb_rows("Datapath_Binding"),
+                "northd compiled {flows} flows for {dps} datapaths ({} switches, 1 router)",
                 datapaths - 1
             ),
         );
         let chassis = self.topo.chassis();
-        if !self.sim.run_until(STEP_LIMIT, |s| {
-            chassis.iter().all(|c| s.chassis_installed(c))
-        }) {
+        let synced = self.sim.sync_hv(STEP_LIMIT);
+        if synced.is_err() || !chassis.iter().all(|c| self.sim.chassis_installed(c)) {
             let missing: Vec<&str> = chassis
                 .iter()
                 .filter(|c| !self.sim.chassis_installed(c))
                 .map(String::as_str)
                 .collect();
             bail!(
-                "chassis {} did not install a program within {STEP_LIMIT:?}",
-                missing.join(", ")
+                "chassis {} did not install a program within {STEP_LIMIT:?} ({})",
+                missing.join(", "),
+                synced
+                    .err()
+                    .map_or_else(|| "--wait=hv reached".to_string(), |e| format!("{e:#}"))
             );
         }
         self.p.progress(
@@ -133,10 +139,9 @@ impl Sandbox {
                 missing.join(", ")
             );
         }
-        let hosts: Vec<String> = self
-            .sim
-            .hosts()
-            .into_iter()
+        let hosts: Vec<String> = want
+            .iter()
+            .filter_map(|h| self.sim.host_info(h))
             .map(|h| format!("{} on {}", h.name, h.chassis))
             .collect();
         self.known = want.into_iter().collect();
@@ -303,40 +308,67 @@ impl Sandbox {
     /// From now on, ping every host that attaches itself to a new VIF port (see
     /// [`SimHost::after_step`]).
     pub fn watch_new_hosts(&mut self) {
+        for (name, _) in self.sim.vif_hosts() {
+            self.known.insert(name);
+        }
         self.watching = true;
     }
 
     fn check_new_hosts(&mut self) {
         let now = self.sim.now();
-        for h in self.sim.hosts() {
-            if self.known.contains(&h.name) || !self.sim.host_ready(&h.name) {
+        if std::mem::take(&mut self.nb_dirty) {
+            for (name, sw) in self.sim.vif_hosts() {
+                if self.known.insert(name.clone()) {
+                    self.waiting.push((name, sw, now));
+                }
+            }
+        }
+        let mut still_waiting = Vec::new();
+        for (name, sw, since) in std::mem::take(&mut self.waiting) {
+            let Some(h) = self.sim.host_info(&name) else {
+                continue; // its port went away
+            };
+            let ready = self.sim.host_ready(&name) && h.ip.is_some();
+            if !ready {
+                if now.saturating_sub(since) >= NEW_HOST_PING_LIMIT {
+                    self.p.result(&format!(
+                        "host {name} on {} attached, but {} after {NEW_HOST_PING_LIMIT:?}",
+                        h.chassis,
+                        if h.ip.is_none() {
+                            "it has no address"
+                        } else {
+                            "its port is not in the chassis's program"
+                        }
+                    ));
+                } else {
+                    still_waiting.push((name, sw, since));
+                }
                 continue;
             }
-            self.known.insert(h.name.clone());
-            let Some(ip) = h.ip.clone() else {
-                self.p.result(&format!(
-                    "host {} on {} attached, without an address yet",
-                    h.name, h.chassis
-                ));
-                continue;
-            };
+            let ip = h.ip.clone().unwrap_or_default();
+            self.p.info(&format!(
+                "host {name} ({ip}) attached on {}; pinging it",
+                h.chassis
+            ));
             // Pinged from a topology host on its switch when there is one, else from the
             // first host (through the router).
             let from = self
-                .sim
-                .host_switch(&h.name)
-                .and_then(|sw| self.topo.vms.iter().find(|v| v.switch == sw))
+                .topo
+                .vms
+                .iter()
+                .find(|v| v.switch == sw)
                 .unwrap_or(&self.topo.vms[0])
                 .name
                 .clone();
             match self.sim.start_ping(&from, &ip, 1) {
                 Ok(id) => self.pinging.push((h, id, now)),
                 Err(e) => self.p.result(&format!(
-                    "host {} ({ip}) on {}: cannot ping it: {e:#}",
-                    h.name, h.chassis
+                    "host {name} ({ip}) on {}: cannot ping it: {e:#}",
+                    h.chassis
                 )),
             }
         }
+        self.waiting = still_waiting;
         let mut still = Vec::new();
         for (h, id, since) in std::mem::take(&mut self.pinging) {
             let ip = h.ip.clone().unwrap_or_default();
@@ -352,12 +384,12 @@ impl Sandbox {
                 }
                 Some(r) if r.done && now.saturating_sub(since) >= NEW_HOST_PING_LIMIT => {
                     self.p.result(&format!(
-                        "host {} ({ip}) on {} does not answer ping ({} sent)",
-                        h.name, h.chassis, r.sent
+                        "host {} ({ip}) on {} does not answer ping (no reply within {NEW_HOST_PING_LIMIT:?})",
+                        h.name, h.chassis
                     ));
                 }
                 Some(r) if r.done => {
-                    // Not answered yet (the port may still be coming up): try again.
+                    // Not answered (the port may still be coming up): try again.
                     match self.sim.start_ping(&r.from, &ip, 1) {
                         Ok(id) => still.push((h, id, since)),
                         Err(e) => self.p.result(&format!(
@@ -366,6 +398,10 @@ impl Sandbox {
                         )),
                     }
                 }
+                None => self.p.result(&format!(
+                    "host {} ({ip}) on {}: its ping session is gone",
+                    h.name, h.chassis
+                )),
                 _ => still.push((h, id, since)),
             }
         }
@@ -383,6 +419,7 @@ impl SimHost for Sandbox {
         self.sim.db_connect()
     }
     fn db_input(&mut self, sid: SessionId, data: &[u8]) {
+        self.nb_dirty = true;
         self.sim.db_input(sid, data)
     }
     fn db_poll_output(&mut self, sid: SessionId) -> Option<Vec<u8>> {
