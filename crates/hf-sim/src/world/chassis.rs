@@ -18,11 +18,11 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use hf_controller::daemon::{Controller, ControllerConfig};
+use hf_controller::daemon::{Controller, ControllerConfig, Level, Tuning};
 use hf_datapath::proto::{Decoder, ToDatapath};
 use hf_datapath::{Datapath, DatapathConfig};
 
-use super::db::{Db, DbClient, DbLink};
+use super::db::{Db, DbClient, DbLink, WALL_EPOCH_MS};
 
 /// The controller's SB side as a [`DbClient`].
 struct CtlSb<'a>(&'a mut Controller);
@@ -43,6 +43,18 @@ impl DbClient for CtlSb<'_> {
     fn poll_transmit(&mut self) -> Option<Vec<u8>> {
         self.0.poll_sb_transmit()
     }
+    fn poll_close(&mut self) -> bool {
+        self.0.poll_sb_close().is_some()
+    }
+}
+
+fn new_controller(name: &str, encap_ip: IpAddr, now: Duration) -> Controller {
+    let tuning = Tuning {
+        probe_interval_ms: None,
+        wall_offset_ms: WALL_EPOCH_MS as i64,
+        ..Tuning::default()
+    };
+    Controller::with_tuning(controller_cfg(name, encap_ip), tuning, now)
 }
 
 /// What the world saw on a chassis's control pipe.
@@ -94,19 +106,16 @@ fn controller_cfg(name: &str, encap_ip: IpAddr) -> ControllerConfig {
 }
 
 fn datapath_cfg(name: &str, encap_ip: IpAddr, zones: BTreeMap<String, u16>) -> DatapathConfig {
-    DatapathConfig {
-        chassis: name.to_string(),
-        tunnel_ip: encap_ip,
-        zones,
-        ..DatapathConfig::default()
-    }
+    let mut c = DatapathConfig::new(name, encap_ip);
+    c.zones = zones;
+    c
 }
 
 impl Chassis {
     /// A chassis whose controller connects on the next step.
     pub fn new(name: &str, encap_ip: IpAddr, now: Duration) -> Chassis {
         let mut datapath = Datapath::new(datapath_cfg(name, encap_ip, BTreeMap::new()));
-        let mut controller = Controller::new(controller_cfg(name, encap_ip), now);
+        let mut controller = new_controller(name, encap_ip, now);
         datapath.handle_control_connected(now);
         controller.handle_dp_connected(now);
         Chassis {
@@ -218,7 +227,12 @@ impl Chassis {
             ctl.handle_dp_bytes(&b, now);
         }
         while let Some((l, line)) = ctl.poll_log() {
-            self.log.push(format!("{}|controller|{l:?}|{line}", self.name));
+            if l != Level::Debug {
+                self.log.push(format!("{}|controller|{l:?}|{line}", self.name));
+            }
+        }
+        while let Some((l, line)) = self.datapath.poll_log() {
+            self.log.push(format!("{}|datapath|{l:?}|{line}", self.name));
         }
         moved |= db.pump(&mut CtlSb(ctl), &mut self.sb_link, now);
         moved
@@ -250,7 +264,7 @@ impl Chassis {
     /// Starts a controller (a no-op when one runs).
     pub fn start_controller(&mut self, now: Duration) {
         if self.controller.is_none() {
-            let mut c = Controller::new(controller_cfg(&self.name, self.encap_ip), now);
+            let mut c = new_controller(&self.name, self.encap_ip, now);
             self.datapath.handle_control_connected(now);
             c.handle_dp_connected(now);
             self.controller = Some(c);

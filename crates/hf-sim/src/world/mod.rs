@@ -631,6 +631,30 @@ impl World {
         self.hosts.get(lsp)?.host.tcp_record(name, self.now)
     }
 
+    /// Whether every chassis runs a program in which every host's port is local on the
+    /// host's chassis and bound (not `Unbound`) on the other chassis that have its datapath.
+    pub fn ports_ready(&self) -> bool {
+        use hf_datapath::proto::LocationMsg;
+        self.chassis.iter().enumerate().all(|(i, c)| {
+            let Some(p) = c.datapath().program() else {
+                return false;
+            };
+            let mut local_seen = 0;
+            for dp in &p.datapaths {
+                for port in &dp.ports {
+                    let Some(h) = self.hosts.get(&port.name) else { continue };
+                    match (&port.location, h.chassis == i) {
+                        (LocationMsg::Local(_), true) => local_seen += 1,
+                        (LocationMsg::Unbound, _) | (LocationMsg::Local(_), false) => return false,
+                        (_, true) => return false,
+                        _ => {}
+                    }
+                }
+            }
+            local_seen == self.hosts.values().filter(|h| h.chassis == i).count()
+        })
+    }
+
     /// Restarts chassis `name`'s controller (the datapath keeps forwarding meanwhile).
     pub fn restart_controller(&mut self, name: &str) -> Result<(), String> {
         let c = self.chassis_index(name)?;

@@ -60,6 +60,9 @@ pub struct PortOpts<'a> {
     pub port_security: bool,
     /// `options:requested-chassis`.
     pub requested_chassis: Option<&'a str>,
+    /// An external host (`external_ids:hf-sim-external=true`): the world puts it on a 1 ms
+    /// link.
+    pub external: bool,
 }
 
 /// `ovn-nbctl lsp-add SW NAME -- lsp-set-addresses NAME ADDRESSES` (and port security,
@@ -72,6 +75,9 @@ pub fn port(sw: &str, name: &str, addresses: &str, o: PortOpts<'_>) -> Txn {
     }
     if let Some(c) = o.requested_chassis {
         row["options"] = omap(&[("requested-chassis", c)]);
+    }
+    if o.external {
+        row["external_ids"] = omap(&[("hf-sim-external", "true")]);
     }
     vec![
         must_exist("Logical_Switch", sw),
