@@ -79,6 +79,12 @@ pub struct TcpResult {
     pub outcome: String,
     /// The client's address as the server saw it.
     pub server_saw: String,
+    /// From opening to established (µs), if it was.
+    pub connect_us: Option<u64>,
+    /// Segments the client sent again.
+    pub retransmitted: u64,
+    /// Resets either end received.
+    pub resets: u64,
 }
 
 impl TcpResult {
@@ -173,6 +179,11 @@ impl Sim {
             ip: h.ipv4().map(|a| a.to_string()),
             chassis: self.world.host_chassis(host).unwrap_or("?").to_string(),
         })
+    }
+
+    /// Every chassis's program has every host's port bound (local on its chassis).
+    pub fn ports_ready(&self) -> bool {
+        self.world.ports_ready()
     }
 
     /// The host is attached and its chassis's program has its port as a local port.
@@ -288,6 +299,9 @@ impl Sim {
             elapsed_us: end.saturating_sub(c.started_us),
             outcome: c.outcome.clone(),
             server_saw: saw,
+            connect_us: c.established_us.map(|e| e.saturating_sub(c.started_us)),
+            retransmitted: c.retransmitted_segments,
+            resets: c.resets_received + server.as_ref().map_or(0, |s| s.resets_received),
         })
     }
 

@@ -167,6 +167,31 @@ impl Sandbox {
         let h1 = &t.hypervisors[0];
         let h2 = &t.hypervisors[1];
         let mut ok = true;
+        // A simulated host (smoltcp) drops a packet that waits for ARP, and a router's first
+        // packet to an unknown neighbour becomes an ARP request: one warm-up ping per pair
+        // of the story lets every host and router learn its neighbours first.
+        let mut warm = Vec::new();
+        for (a, b) in [("ls1", "ls1"), ("ls1", "ls2")] {
+            if let (Some(x), Some(y)) = (t.vm_on(a, h1), t.vm_on(b, h2)) {
+                warm.push((x.name.clone(), y.ip.clone()));
+            }
+        }
+        if let Some(c) = t.vm_on("ls1", h2) {
+            warm.push((c.name.clone(), t.ext_host.ip.clone()));
+        }
+        let mut answered = 0;
+        for (from, ip) in &warm {
+            match self.ping(from, ip, 2) {
+                Ok(r) => answered += r.answered,
+                Err(e) => self
+                    .p
+                    .result(&format!("  warm-up ping {from} -> {ip}: {e:#}")),
+            }
+        }
+        self.p.result(&format!(
+            "  warm-up: {} pings so hosts and routers learn their neighbours, {answered} answered",
+            2 * warm.len()
+        ));
         // L2 across chassis, then L3 through the distributed router across chassis.
         let pairs = [
             (t.vm_on("ls1", h1), t.vm_on("ls1", h2), "same switch"),
@@ -252,9 +277,12 @@ impl Sandbox {
                         String::new()
                     };
                     self.p.result(&format!(
-                        "{line}{} bytes in {}, {} verified by the receiver{saw}",
+                        "{line}{} bytes in {} (connected in {}, {} segments retransmitted, {} resets), {} verified by the receiver{saw}",
                         r.bytes_received,
                         ms(r.elapsed_us),
+                        r.connect_us.map_or_else(|| "?".to_string(), ms),
+                        r.retransmitted,
+                        r.resets,
                         r.bytes_verified
                     ));
                     if to.name == e.name && r.server_saw_ip() != t.snat_ip {
@@ -328,7 +356,7 @@ impl Sandbox {
             let Some(h) = self.sim.host_info(&name) else {
                 continue; // its port went away
             };
-            let ready = self.sim.host_ready(&name) && h.ip.is_some();
+            let ready = self.sim.host_ready(&name) && h.ip.is_some() && self.sim.ports_ready();
             if !ready {
                 if now.saturating_sub(since) >= NEW_HOST_PING_LIMIT {
                     self.p.result(&format!(

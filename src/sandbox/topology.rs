@@ -185,25 +185,17 @@ impl Topology {
             },
         ));
         for v in self.vms.iter().chain(std::iter::once(&self.ext_host)) {
-            let mut txn = nb::port(
+            t.push(nb::port(
                 v.switch,
                 &v.name,
                 &format!("{} {}", v.mac, v.ip),
                 PortOpts {
                     port_security: false,
                     requested_chassis: Some(&v.chassis),
+                    // The simulator puts an external host on a 1 ms link.
+                    external: v.name == self.ext_host.name,
                 },
-            );
-            if v.name == self.ext_host.name {
-                // The simulator's mark for a host outside the cluster (a 1 ms link), in the
-                // same transaction so the host attaches with it.
-                txn.push(serde_json::json!({
-                    "op": "mutate", "table": "Logical_Switch_Port",
-                    "where": [["name", "==", v.name]],
-                    "mutations": [["external_ids", "insert",
-                        ["map", [["hf-sim-external", "true"]]]]]}));
-            }
-            t.push(txn);
+            ));
         }
         t
     }
