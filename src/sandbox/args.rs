@@ -63,8 +63,13 @@ pub struct SandboxArgs {
 
     /// Print only the listening line, the outcome of each step and errors (no progress, no
     /// topology, no commands to try).
-    #[arg(long, short)]
+    #[arg(long, short, conflicts_with = "verbose")]
     pub quiet: bool,
+
+    /// Also print every log line of the world's components (northd, each chassis's
+    /// controller and datapath) on stderr; without it only warnings and errors are printed.
+    #[arg(long, short)]
+    pub verbose: bool,
 }
 
 impl SandboxArgs {

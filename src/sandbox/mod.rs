@@ -50,12 +50,30 @@ pub const STEPS: usize = 5;
 #[derive(Debug, Clone, Copy)]
 pub struct Printer {
     quiet: bool,
+    verbose: bool,
 }
 
 impl Printer {
-    /// A printer; `quiet` keeps only results and the listening line.
-    pub fn new(quiet: bool) -> Printer {
-        Printer { quiet }
+    /// A printer; `quiet` keeps only results and the listening line; `verbose` shows every
+    /// log line of the world's components (on stderr).
+    pub fn new(quiet: bool, verbose: bool) -> Printer {
+        Printer { quiet, verbose }
+    }
+
+    /// A log line of the world (`hv1|datapath|Info|...`, `northd|info|...`, `world: ...`):
+    /// on stderr, informational ones only with --verbose.
+    pub fn log(&self, line: &str) {
+        // The level is the second field (`northd|info|...`) or the third (`hv1|datapath|Info|...`).
+        let info = line
+            .split('|')
+            .skip(1)
+            .take(2)
+            .any(|f| f.eq_ignore_ascii_case("info") || f.eq_ignore_ascii_case("debug"));
+        if self.verbose || !info {
+            use std::io::Write as _;
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(err, "{line}");
+        }
     }
 
     fn emit(text: &str) {
@@ -95,7 +113,7 @@ pub fn run(args: SandboxArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn main(args: SandboxArgs) -> anyhow::Result<ExitCode> {
-    let p = Printer::new(args.quiet);
+    let p = Printer::new(args.quiet, args.verbose);
     let topo = Topology::default_for(args.chassis);
     let listeners = Listeners::bind(args.nb_port, args.sb_port).await?;
     let (nb, sb) = listeners.addrs()?;
@@ -108,6 +126,7 @@ async fn main(args: SandboxArgs) -> anyhow::Result<ExitCode> {
 
     let mut sandbox = Sandbox::new(args.seed, topo, p)?;
     let up = sandbox.come_up();
+    sandbox.flush_log();
     let scenario = args.scenario.unwrap_or(Scenario::Default);
     let ok = match up {
         Ok(()) => sandbox.run_story(scenario),

@@ -147,13 +147,23 @@ impl Sandbox {
         self.known = want.into_iter().collect();
         self.p
             .progress(4, &format!("hosts attached: {}", hosts.join(", ")));
+        self.flush_log();
         Ok(())
     }
 
     /// Run a story; whether every step succeeded. Results are printed as they come.
     pub fn run_story(&mut self, s: Scenario) -> bool {
-        match s {
+        let ok = match s {
             Scenario::Default => self.default_story(),
+        };
+        self.flush_log();
+        ok
+    }
+
+    /// Hand the world's log lines to the printer.
+    pub fn flush_log(&mut self) {
+        for line in self.sim.take_log() {
+            self.p.log(&line);
         }
     }
 
@@ -473,7 +483,7 @@ impl SimHost for Sandbox {
             self.check_new_hosts();
         }
         for line in self.sim.take_log() {
-            self.p.info(&line);
+            self.p.log(&line);
         }
     }
 }
