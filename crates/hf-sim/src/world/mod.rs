@@ -77,6 +77,8 @@ pub fn encap_ip(i: usize) -> Ipv4Addr {
 }
 
 struct HostSlot {
+    /// The last frames the host sent (for [`World::trace_last`]).
+    sent: std::collections::VecDeque<Vec<u8>>,
     host: Host,
     chassis: usize,
     up: Link,
@@ -307,7 +309,7 @@ impl World {
         self.chassis[c].add_port(lsp, mac);
         let what = format!("host {lsp} attached on {}", self.chassis[c].name());
         self.event(what);
-        self.hosts.insert(lsp.to_string(), HostSlot { host, chassis: c, up, down });
+        self.hosts.insert(lsp.to_string(), HostSlot { sent: Default::default(), host, chassis: c, up, down });
     }
 
     /// Creates hosts for new VIF ports with addresses and removes those whose port is gone.
@@ -379,6 +381,10 @@ impl World {
         for s in self.hosts.values_mut() {
             while let Some(f) = s.host.poll_transmit() {
                 moved = true;
+                if s.sent.len() == 8 {
+                    s.sent.pop_front();
+                }
+                s.sent.push_back(f.clone());
                 s.up.send(f, now);
             }
         }
@@ -629,6 +635,31 @@ impl World {
     /// The record of TCP connection `name` on the host on `lsp`.
     pub fn tcp_record(&self, lsp: &str, name: &str) -> Option<crate::net::TcpRecord> {
         self.hosts.get(lsp)?.host.tcp_record(name, self.now)
+    }
+
+    /// `holdfast trace` of the `back`-th last frame (0 = the last) the host on `lsp` sent,
+    /// through its chassis's running program with conntrack as it is now ("what if": nothing
+    /// changes). A debugging aid.
+    pub fn trace_last(&self, lsp: &str, back: usize) -> Result<String, String> {
+        let s = self.hosts.get(lsp).ok_or_else(|| format!("no host on {lsp}"))?;
+        let frame = s
+            .sent
+            .iter()
+            .rev()
+            .nth(back)
+            .ok_or_else(|| format!("{lsp} sent fewer than {} frames", back + 1))?;
+        let dp = self.chassis[s.chassis].datapath();
+        let msg = dp.program().ok_or("no program installed")?;
+        let ids = dp.port_ids();
+        let id = *ids.get(lsp).ok_or_else(|| format!("{lsp} is no local port"))?;
+        let (prog, _) = hf_datapath::program::compile(msg, &ids, None)?;
+        let mut p = hf_pipeline::Pipeline::new(prog);
+        p.set_packet_in(true);
+        let mut out = hf_pipeline::Outputs::default();
+        let t = p
+            .trace(dp.conntrack(), hf_pipeline::Ingress::Local(id), frame, self.now, &mut out)
+            .map_err(|e| format!("trace: {e}"))?;
+        Ok(t.to_string())
     }
 
     /// Whether every chassis runs a program in which every host's port is local on the

@@ -30,7 +30,7 @@ fn vm(sw: &str, name: &str, n: u8, net: &str, chassis: &'static str) -> Txn {
     nb::port(
         sw,
         name,
-        &format!("00:00:00:00:00:{n:02x} {net}.{n}"),
+        &format!("00:00:00:00:00:{n:02x} {net}.{}", n + 10),
         PortOpts {
             port_security: true,
             requested_chassis: Some(chassis),
@@ -39,6 +39,7 @@ fn vm(sw: &str, name: &str, n: u8, net: &str, chassis: &'static str) -> Txn {
     )
 }
 
+/// VM n has MAC 00:00:00:00:00:0n and address .(10+n).
 /// sw0 10.0.0.0/24 (vm1 on hv1, vm2 on hv1, vm4 on hv2) and sw1 10.0.1.0/24 (vm3 on hv1,
 /// vm5 on hv2), joined by router lr0; no gateway.
 pub fn base() -> Vec<Txn> {
@@ -91,11 +92,12 @@ pub fn wait_ready(w: &mut World) {
 }
 
 /// Pings `dst` `n` times from `from` and asserts every one was answered.
-/// smoltcp drops the packet that triggers an ARP request, so one warm-up ping (not counted)
-/// goes first.
+/// smoltcp drops the packet that triggers its ARP request, and an OVN router drops the packet
+/// that triggers its own (`arp { ... }` replaces it), so two warm-up pings (not counted) go
+/// first.
 pub fn ping_ok(w: &mut World, from: &str, dst: &str, n: u16) {
-    let _ = w.ping(from, ip(dst), 1, Duration::from_millis(10));
-    w.run_for(Duration::from_millis(100));
+    let _ = w.ping(from, ip(dst), 2, Duration::from_millis(50));
+    w.run_for(Duration::from_millis(200));
     let name = w.ping(from, ip(dst), n, Duration::from_millis(10)).expect("ping starts");
     w.run_for(Duration::from_millis(50 + 10 * u64::from(n)) + Duration::from_secs(1));
     let r = w.host(from).and_then(|h| h.ping_record(&name)).cloned().expect("ping record");
@@ -182,8 +184,8 @@ pub fn l2() -> Scenario {
         nb: base(),
         check: |w| {
             wait_ready(w);
-            ping_ok(w, "vm1", "10.0.0.2", 3);
-            tcp_ok(w, "vm1", "vm2", "10.0.0.2", 5001, 200_000);
+            ping_ok(w, "vm1", "10.0.0.12", 3);
+            tcp_ok(w, "vm1", "vm2", "10.0.0.12", 5001, 200_000);
         },
     }
 }
@@ -196,9 +198,9 @@ pub fn l3() -> Scenario {
         check: |w| {
             wait_ready(w);
             ping_ok(w, "vm1", "10.0.0.1", 2);
-            ping_ok(w, "vm1", "10.0.1.3", 3);
-            let (c, _) = tcp_ok(w, "vm1", "vm3", "10.0.1.3", 5001, 200_000);
-            assert!(c.local.starts_with("10.0.0.1:"), "{c:?}");
+            ping_ok(w, "vm1", "10.0.1.13", 3);
+            let (c, _) = tcp_ok(w, "vm1", "vm3", "10.0.1.13", 5001, 200_000);
+            assert!(c.local.starts_with("10.0.0.11:"), "{c:?}");
         },
     }
 }
@@ -211,10 +213,10 @@ pub fn cross_chassis() -> Scenario {
         check: |w| {
             wait_ready(w);
             let before = w.record().chassis;
-            ping_ok(w, "vm1", "10.0.0.4", 3);
-            tcp_ok(w, "vm1", "vm4", "10.0.0.4", 5001, 500_000);
+            ping_ok(w, "vm1", "10.0.0.14", 3);
+            tcp_ok(w, "vm1", "vm4", "10.0.0.14", 5001, 500_000);
             // Routed and across: vm1 (sw0, hv1) -> vm5 (sw1, hv2).
-            tcp_ok(w, "vm1", "vm5", "10.0.1.5", 5002, 200_000);
+            tcp_ok(w, "vm1", "vm5", "10.0.1.15", 5002, 200_000);
             let after = w.record().chassis;
             for c in ["hv1", "hv2"] {
                 assert!(
@@ -242,15 +244,15 @@ pub fn acl() -> Scenario {
         check: |w| {
             wait_ready(w);
             // Allowed to port 80, and the replies pass vm2's from-lport drop (established).
-            tcp_ok(w, "vm1", "vm2", "10.0.0.2", 80, 100_000);
+            tcp_ok(w, "vm1", "vm2", "10.0.0.12", 80, 100_000);
             // Both ways through the same ACLs across chassis: vm4 (hv2) to vm2:80.
-            tcp_ok(w, "vm4", "vm2", "10.0.0.2", 80, 100_000);
-            tcp_fails(w, "vm1", "vm2", "10.0.0.2", 81);
-            ping_fails(w, "vm1", "10.0.0.2");
+            tcp_ok(w, "vm4", "vm2", "10.0.0.12", 80, 100_000);
+            tcp_fails(w, "vm1", "vm2", "10.0.0.12", 81);
+            ping_fails(w, "vm1", "10.0.0.12");
             // vm2 may not start anything.
-            tcp_fails(w, "vm2", "vm1", "10.0.0.1", 5001);
+            tcp_fails(w, "vm2", "vm1", "10.0.0.11", 5001);
             // Others are untouched.
-            ping_ok(w, "vm1", "10.0.0.4", 2);
+            ping_ok(w, "vm1", "10.0.0.14", 2);
         },
     }
 }
@@ -284,8 +286,8 @@ pub fn snat() -> Scenario {
 
 pub fn dnat_fip() -> Scenario {
     let mut nbt = with_gateway();
-    nbt.push(nb::nat("lr0", Nat { kind: "dnat", external_ip: "172.16.0.30", logical_ip: "10.0.0.4", logical_port: None }));
-    nbt.push(nb::nat("lr0", Nat { kind: "dnat_and_snat", external_ip: "172.16.0.20", logical_ip: "10.0.0.2", logical_port: None }));
+    nbt.push(nb::nat("lr0", Nat { kind: "dnat", external_ip: "172.16.0.30", logical_ip: "10.0.0.14", logical_port: None }));
+    nbt.push(nb::nat("lr0", Nat { kind: "dnat_and_snat", external_ip: "172.16.0.20", logical_ip: "10.0.0.12", logical_port: None }));
     Scenario {
         name: "dnat_fip",
         chassis: vec!["hv1", "hv2", "gw1"],
@@ -315,7 +317,7 @@ pub fn load_balancer() -> Scenario {
     nbt.push(nb::load_balancer(
         "lb0",
         "10.0.0.100:80",
-        &["10.0.0.2:8080", "10.0.0.4:8080", "10.0.1.5:8080"],
+        &["10.0.0.12:8080", "10.0.0.14:8080", "10.0.1.15:8080"],
         "tcp",
         &["sw0"],
         &["lr0"],
@@ -348,7 +350,7 @@ pub fn load_balancer() -> Scenario {
                 assert!(!s.is_empty(), "backend {b} got no connection");
                 for r in &s {
                     s_ok(r, 5_000);
-                    assert!(r.remote.starts_with("10.0.0.1:"), "{r:?}");
+                    assert!(r.remote.starts_with("10.0.0.11:"), "{r:?}");
                 }
                 total += s.len();
             }
@@ -359,7 +361,7 @@ pub fn load_balancer() -> Scenario {
 
 pub fn dhcp() -> Scenario {
     let mut nbt = base();
-    nbt.push(nb::port("sw0", "vm6", "00:00:00:00:00:06 10.0.0.6", PortOpts { requested_chassis: Some("hv2"), ..PortOpts::default() }));
+    nbt.push(nb::port("sw0", "vm6", "00:00:00:00:00:06 10.0.0.16", PortOpts { requested_chassis: Some("hv2"), ..PortOpts::default() }));
     nbt.push(nb::dhcpv4(
         "vm6",
         "10.0.0.0/24",
@@ -383,11 +385,11 @@ pub fn dhcp() -> Scenario {
             let d = w.host("vm6").and_then(|h| h.dhcp_record()).cloned();
             assert!(got, "no lease: {d:?}\n{}", w.take_log().join("\n"));
             let d = d.expect("record");
-            assert_eq!(d.leases[0].address, "10.0.0.6/24", "{d:?}");
+            assert_eq!(d.leases[0].address, "10.0.0.16/24", "{d:?}");
             assert_eq!(d.leases[0].router.as_deref(), Some("10.0.0.1"), "{d:?}");
-            assert_eq!(w.host("vm6").and_then(|h| h.ipv4()), Some(Ipv4Addr::new(10, 0, 0, 6)));
+            assert_eq!(w.host("vm6").and_then(|h| h.ipv4()), Some(Ipv4Addr::new(10, 0, 0, 16)));
             ping_ok(w, "vm6", "10.0.0.1", 2);
-            ping_ok(w, "vm6", "10.0.1.3", 2);
+            ping_ok(w, "vm6", "10.0.1.13", 2);
         },
     }
 }
