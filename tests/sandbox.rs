@@ -7,6 +7,9 @@
 //! - `stays_up_for_real_ovn_tools`: the sandbox left running; real `ovn-sbctl show` lists every
 //!   chassis; real `ovn-nbctl --wait=hv lsp-add` returns once every chassis reports the new
 //!   `nb_cfg`, the port is bound, and the sandbox reports that the new host answers ping.
+//! - `restarts_scenario_loses_nothing`: `--scenario restarts` restarts every controller and
+//!   northd while TCP transfers run; none retransmits a segment or sees a reset, and no zone
+//!   changes or is flushed.
 //!
 //! Needs real OVN's `ovn-nbctl`/`ovn-sbctl` for the second test (with `CI=true` their absence
 //! fails it). The sandbox is stopped by pid, also when an assertion fails.
@@ -259,4 +262,54 @@ fn stays_up_for_real_ovn_tools() {
     // Still up and serving after all that.
     let show = common::run_ok(Command::new("ovn-nbctl").args([&nbdb, "show"]));
     assert!(show.contains("p9"), "{show}");
+}
+
+#[test]
+fn restarts_scenario_loses_nothing() {
+    let mut sb = Sandbox::start(&["--scenario", "restarts", "--nb-port", "0", "--sb-port", "0"]);
+    let verdict = sb.wait_line("with the story's verdict", Duration::from_secs(300), |l| {
+        l.starts_with("story restarts:")
+    });
+    let status = sb.child.wait().expect("wait");
+    let out = sb.output();
+    assert_eq!(verdict, "story restarts: ok", "{out}");
+    assert!(status.success(), "exit status {status:?}\n{out}");
+    let restarted = sb
+        .seen
+        .iter()
+        .find(|l| l.trim_start().starts_with("restarted "))
+        .unwrap_or_else(|| panic!("no restart line:\n{out}"));
+    for what in [
+        "controller hv1",
+        "controller hv2",
+        "controller gw1",
+        "northd",
+    ] {
+        assert!(
+            restarted.contains(what),
+            "{what} not restarted: {restarted}"
+        );
+    }
+    let tcp: Vec<&String> = sb
+        .seen
+        .iter()
+        .filter(|l| l.trim_start().starts_with("tcp "))
+        .collect();
+    assert_eq!(tcp.len(), 2, "{out}");
+    for l in tcp {
+        assert!(number_before(l, "bytes in").unwrap_or(0) > 0, "{l}");
+        assert!(
+            l.contains("0 segments retransmitted, 0 resets"),
+            "lost something: {l}"
+        );
+    }
+    for ch in ["hv1", "hv2", "gw1"] {
+        assert!(
+            sb.seen.iter().any(|l| l
+                .trim_start()
+                .starts_with(&format!("{ch}: zone map unchanged"))
+                && l.contains("no zone flushed")),
+            "{ch}'s zones:\n{out}"
+        );
+    }
 }

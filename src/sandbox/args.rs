@@ -8,6 +8,9 @@ pub enum Scenario {
     /// Ping between hosts on different chassis, a TCP transfer across chassis (Geneve) and one
     /// through the gateway's SNAT to the external host; exits 0 when every step succeeded.
     Default,
+    /// TCP transfers across chassis and through SNAT keep running while every controller and
+    /// northd restart: no segment retransmitted, no reset, no zone changed or flushed.
+    Restarts,
 }
 
 impl Scenario {
@@ -15,6 +18,7 @@ impl Scenario {
     pub fn name(self) -> &'static str {
         match self {
             Scenario::Default => "default",
+            Scenario::Restarts => "restarts",
         }
     }
 }
@@ -30,7 +34,9 @@ stays up (Ctrl-C stops it). While it runs, real OVN tools drive it:
 
 A new switch port with addresses gets a simulated host at once, which the sandbox pings and \
 reports. Scenarios (--scenario NAME):
-  default   ping across chassis, TCP across chassis and through SNAT to the external host";
+  default   ping across chassis, TCP across chassis and through SNAT to the external host
+  restarts  TCP transfers while every controller and northd restart: nothing lost, no zone
+            changed or flushed";
 
 /// `holdfast sandbox [OPTIONS]`.
 #[derive(Debug, Args)]

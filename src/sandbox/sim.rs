@@ -5,6 +5,7 @@
 //! What it does not do: build the world's parts (that is `hf_sim`), or decide the topology
 //! ([`super::topology`]).
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -85,6 +86,10 @@ pub struct TcpResult {
     pub retransmitted: u64,
     /// Resets either end received.
     pub resets: u64,
+    /// Bytes the server acknowledged to the client.
+    pub bytes_acked: u64,
+    /// The receiver's longest gap between in-order bytes (µs).
+    pub stall_max_us: u64,
 }
 
 impl TcpResult {
@@ -302,7 +307,36 @@ impl Sim {
             connect_us: c.established_us.map(|e| e.saturating_sub(c.started_us)),
             retransmitted: c.retransmitted_segments,
             resets: c.resets_received + server.as_ref().map_or(0, |s| s.resets_received),
+            bytes_acked: c.bytes_acked,
+            stall_max_us: server.as_ref().map_or(0, |s| s.stall_max_us),
         })
+    }
+
+    /// Per chassis: its datapath's zone map and the zone flushes its controllers asked for.
+    pub fn zones(&self) -> BTreeMap<String, (BTreeMap<String, u16>, u64)> {
+        self.world
+            .record()
+            .chassis
+            .into_iter()
+            .map(|(n, c)| (n, (c.zones, c.flushes)))
+            .collect()
+    }
+
+    /// Restart a chassis's controller (its datapath keeps forwarding).
+    pub fn restart_controller(&mut self, chassis: &str) -> anyhow::Result<()> {
+        self.world
+            .restart_controller(chassis)
+            .map_err(|e| anyhow!("{e}"))
+    }
+
+    /// Restart northd.
+    pub fn restart_northd(&mut self) -> anyhow::Result<()> {
+        self.world.restart_northd().map_err(|e| anyhow!("{e}"))
+    }
+
+    /// Run for `d` of virtual time.
+    pub fn run_for(&mut self, d: Duration) {
+        self.world.run_for(d);
     }
 
     /// The world's log lines since the last call.

@@ -10,16 +10,20 @@ use std::time::Duration;
 
 use anyhow::bail;
 
+use super::Printer;
 use super::args::Scenario;
 use super::bridge::{SessionId, SimHost};
 use super::sim::{HostInfo, PingId, PingResult, Sim, TcpId, TcpResult};
 use super::topology::Topology;
-use super::{Printer, STEPS};
 
 /// Virtual time each coming-up step may take.
 const STEP_LIMIT: Duration = Duration::from_secs(30);
 /// Bytes of each TCP transfer of the default story.
 const TCP_BYTES: u64 = 256 * 1024;
+/// Bytes of the restarts story's transfers: long enough to be in flight across every restart.
+const RESTART_BYTES_ACROSS: u64 = 8 << 20;
+/// The same through SNAT (1 ms away, so slower).
+const RESTART_BYTES_SNAT: u64 = 2 << 20;
 /// Pings per pair.
 const PINGS: u64 = 3;
 /// How long a new host may take to answer its first ping (virtual time) before the sandbox
@@ -155,6 +159,7 @@ impl Sandbox {
     pub fn run_story(&mut self, s: Scenario) -> bool {
         let ok = match s {
             Scenario::Default => self.default_story(),
+            Scenario::Restarts => self.restarts_story(),
         };
         self.flush_log();
         ok
@@ -168,8 +173,7 @@ impl Sandbox {
     }
 
     fn default_story(&mut self) -> bool {
-        self.p
-            .progress(5, &format!("running the default story ({STEPS}/{STEPS})"));
+        self.p.progress(5, "running the default story");
         self.p.result(
             "results (simulated time: 10 Gb/s links, 50 us between chassis, 1 ms to the external host):",
         );
@@ -177,31 +181,7 @@ impl Sandbox {
         let h1 = &t.hypervisors[0];
         let h2 = &t.hypervisors[1];
         let mut ok = true;
-        // A simulated host (smoltcp) drops a packet that waits for ARP, and a router's first
-        // packet to an unknown neighbour becomes an ARP request: one warm-up ping per pair
-        // of the story lets every host and router learn its neighbours first.
-        let mut warm = Vec::new();
-        for (a, b) in [("ls1", "ls1"), ("ls1", "ls2")] {
-            if let (Some(x), Some(y)) = (t.vm_on(a, h1), t.vm_on(b, h2)) {
-                warm.push((x.name.clone(), y.ip.clone()));
-            }
-        }
-        if let Some(c) = t.vm_on("ls1", h2) {
-            warm.push((c.name.clone(), t.ext_host.ip.clone()));
-        }
-        let mut answered = 0;
-        for (from, ip) in &warm {
-            match self.ping(from, ip, 2) {
-                Ok(r) => answered += r.answered,
-                Err(e) => self
-                    .p
-                    .result(&format!("  warm-up ping {from} -> {ip}: {e:#}")),
-            }
-        }
-        self.p.result(&format!(
-            "  warm-up: {} pings so hosts and routers learn their neighbours, {answered} answered",
-            2 * warm.len()
-        ));
+        self.warm_up();
         // L2 across chassis, then L3 through the distributed router across chassis.
         let pairs = [
             (t.vm_on("ls1", h1), t.vm_on("ls1", h2), "same switch"),
@@ -314,6 +294,198 @@ impl Sandbox {
                 Err(err) => {
                     ok = false;
                     self.p.result(&format!("{line}FAILED: {err:#}"));
+                }
+            }
+        }
+        ok
+    }
+
+    /// A simulated host (smoltcp) drops a packet that waits for ARP, and a router's first
+    /// packet to an unknown neighbour becomes an ARP request: one warm-up ping per pair of
+    /// the stories lets every host and router learn its neighbours first.
+    fn warm_up(&mut self) {
+        let t = self.topo.clone();
+        let (h1, h2) = (&t.hypervisors[0], &t.hypervisors[1]);
+        let mut warm = Vec::new();
+        for (a, b) in [("ls1", "ls1"), ("ls1", "ls2")] {
+            if let (Some(x), Some(y)) = (t.vm_on(a, h1), t.vm_on(b, h2)) {
+                warm.push((x.name.clone(), y.ip.clone()));
+            }
+        }
+        if let Some(c) = t.vm_on("ls1", h2) {
+            warm.push((c.name.clone(), t.ext_host.ip.clone()));
+        }
+        let mut answered = 0;
+        for (from, ip) in &warm {
+            match self.ping(from, ip, 2) {
+                Ok(r) => answered += r.answered,
+                Err(e) => self
+                    .p
+                    .result(&format!("  warm-up ping {from} -> {ip}: {e:#}")),
+            }
+        }
+        self.p.result(&format!(
+            "  warm-up: {} pings so hosts and routers learn their neighbours, {answered} answered",
+            2 * warm.len()
+        ));
+    }
+
+    fn restarts_story(&mut self) -> bool {
+        self.p.progress(5, "running the restarts story");
+        self.p.result(
+            "results (simulated time: 10 Gb/s links, 50 us between chassis, 1 ms to the external host):",
+        );
+        self.warm_up();
+        let t = self.topo.clone();
+        let (h1, h2) = (&t.hypervisors[0], &t.hypervisors[1]);
+        let (Some(a), Some(b), Some(c)) =
+            (t.vm_on("ls1", h1), t.vm_on("ls2", h2), t.vm_on("ls1", h2))
+        else {
+            self.p
+                .result("  error: the topology lacks the hosts for TCP");
+            return false;
+        };
+        let zones_before = self.sim.zones();
+        let transfers = [
+            (
+                a.clone(),
+                t.vm_on("ls2", h2).cloned().unwrap_or_else(|| b.clone()),
+                RESTART_BYTES_ACROSS,
+                "across chassis through lr0",
+            ),
+            (
+                c.clone(),
+                t.ext_host.clone(),
+                RESTART_BYTES_SNAT,
+                "through SNAT to the external host",
+            ),
+        ];
+        let mut ids = Vec::new();
+        for (from, to, bytes, how) in &transfers {
+            match self
+                .sim
+                .start_tcp(&from.name, &to.name, story_port() + 1, *bytes)
+            {
+                Ok(id) => ids.push((
+                    id,
+                    *bytes,
+                    format!(
+                        "  tcp {} ({}) -> {} ({}), {how}",
+                        from.name, from.chassis, to.name, to.ip
+                    ),
+                )),
+                Err(e) => {
+                    self.p.result(&format!(
+                        "  tcp {} -> {}: FAILED: {e:#}",
+                        from.name, to.name
+                    ));
+                    return false;
+                }
+            }
+        }
+        let mut ok = true;
+        // Both transfers moving data first.
+        if !self.sim.run_until(STEP_LIMIT, |s| {
+            ids.iter()
+                .all(|(id, _, _)| s.tcp_result(id).is_some_and(|r| r.bytes_acked > 0))
+        }) {
+            self.p
+                .result("  FAILED: the transfers did not start moving data");
+            return false;
+        }
+        // Restart everything while the transfers are in flight, one component at a time.
+        let mut order: Vec<String> = t.chassis();
+        order.push("northd".into());
+        let mut done = Vec::new();
+        for what in &order {
+            self.sim.run_for(Duration::from_micros(500));
+            let r = if what == "northd" {
+                self.sim.restart_northd()
+            } else {
+                self.sim.restart_controller(what)
+            };
+            match r {
+                Ok(()) => done.push(if what == "northd" {
+                    "northd".to_string()
+                } else {
+                    format!("controller {what}")
+                }),
+                Err(e) => {
+                    ok = false;
+                    self.p.result(&format!("  restart {what}: FAILED: {e:#}"));
+                }
+            }
+        }
+        let progress: Vec<String> = ids
+            .iter()
+            .map(|(id, bytes, _)| {
+                let acked = self.sim.tcp_result(id).map_or(0, |r| r.bytes_acked);
+                format!("{}: {acked} of {bytes} bytes", id.from)
+            })
+            .collect();
+        self.p.result(&format!(
+            "  restarted {} while the transfers ran ({})",
+            done.join(", "),
+            progress.join(", ")
+        ));
+        let mid_transfer = ids.iter().all(|(id, bytes, _)| {
+            self.sim
+                .tcp_result(id)
+                .is_some_and(|r| r.bytes_acked < *bytes)
+        });
+        if !mid_transfer {
+            ok = false;
+            self.p.result(
+                "  FAILED: a transfer finished before the restarts were over (nothing was tested)",
+            );
+        }
+        self.sim.run_until(STEP_LIMIT, |s| {
+            ids.iter()
+                .all(|(id, _, _)| s.tcp_result(id).is_some_and(|r| r.finished()))
+        });
+        for (id, bytes, line) in &ids {
+            match self.sim.tcp_result(id) {
+                Some(r) if r.complete() && r.retransmitted == 0 && r.resets == 0 => {
+                    self.p.result(&format!(
+                        "{line}: {} bytes in {}, {} verified, 0 segments retransmitted, 0 resets, longest stall {}",
+                        r.bytes_received,
+                        ms(r.elapsed_us),
+                        r.bytes_verified,
+                        ms(r.stall_max_us)
+                    ));
+                }
+                Some(r) => {
+                    ok = false;
+                    self.p.result(&format!(
+                        "{line}: FAILED: {} of {bytes} bytes verified, {} segments retransmitted, {} resets ({})",
+                        r.bytes_verified, r.retransmitted, r.resets, r.outcome
+                    ));
+                }
+                None => {
+                    ok = false;
+                    self.p.result(&format!("{line}: FAILED: no record"));
+                }
+            }
+        }
+        let zones_after = self.sim.zones();
+        for (ch, (before, _)) in &zones_before {
+            match zones_after.get(ch) {
+                Some((after, flushes)) if after == before && *flushes == 0 => {
+                    self.p.result(&format!(
+                        "  {ch}: zone map unchanged ({} zones), no zone flushed",
+                        after.len()
+                    ));
+                }
+                Some((after, flushes)) => {
+                    ok = false;
+                    self.p.result(&format!(
+                        "  {ch}: FAILED: zones {before:?} became {after:?}, {flushes} flushes"
+                    ));
+                }
+                None => {
+                    ok = false;
+                    self.p
+                        .result(&format!("  {ch}: FAILED: the chassis is gone"));
                 }
             }
         }
