@@ -376,7 +376,7 @@ impl SimHost for Sim {
     }
     fn db_input(&mut self, sid: SessionId, data: &[u8]) {
         if let Err(e) = self.world.db_input(sid, data) {
-            eprintln!("sandbox: database session {sid}: {e}");
+            eprintln!("sandbox: closed a database connection: {e}");
         }
     }
     fn db_poll_output(&mut self, sid: SessionId) -> Option<Vec<u8>> {

@@ -527,7 +527,11 @@ impl Sandbox {
     fn check_new_hosts(&mut self) {
         let now = self.sim.now();
         if std::mem::take(&mut self.nb_dirty) {
-            for (name, sw) in self.sim.vif_hosts() {
+            let present = self.sim.vif_hosts();
+            // A port deleted and added again is a new host again.
+            self.known
+                .retain(|k| present.iter().any(|(name, _)| name == k));
+            for (name, sw) in present {
                 if self.known.insert(name.clone()) {
                     self.waiting.push((name, sw, now));
                 }
