@@ -80,6 +80,9 @@ pub struct HostConfig {
     pub mtu: usize,
     /// TCP buffer per direction per connection.
     pub tcp_buffer: usize,
+    /// DHCPv4: time between DISCOVERs, and the first REQUEST timeout (smoltcp's default is
+    /// 10 s/5 s; hosts here start before their port is bound, so they retry faster).
+    pub dhcp_retry: Duration,
     /// Seed of the host's random stream (smoltcp's ISNs, ports of pings).
     pub seed: u64,
 }
@@ -97,6 +100,7 @@ impl HostConfig {
             dhcp4: false,
             mtu: 1500,
             tcp_buffer: DEFAULT_TCP_BUFFER,
+            dhcp_retry: Duration::from_secs(1),
             seed,
         }
     }
@@ -379,7 +383,15 @@ impl Host {
         }
         let mut sockets = SocketSet::new(Vec::new());
         let dhcp = if cfg.dhcp4 {
-            let h = sockets.add(dhcpv4::Socket::new());
+            let mut d = dhcpv4::Socket::new();
+            let retry = smoltcp::time::Duration::from_micros(
+                u64::try_from(cfg.dhcp_retry.as_micros()).unwrap_or(u64::MAX),
+            );
+            let mut rc = dhcpv4::RetryConfig::default();
+            rc.discover_timeout = retry;
+            rc.initial_request_timeout = retry;
+            d.set_retry_config(rc);
+            let h = sockets.add(d);
             Some((h, DhcpRecord::default()))
         } else {
             None
@@ -738,6 +750,17 @@ impl Host {
         };
         self.rec.announcements += 1;
         self.push_out(frames::garp_announce(self.cfg.mac, ip));
+        true
+    }
+
+    /// Restarts the DHCPv4 client from DISCOVER (the address stays until a new lease replaces
+    /// it); false when the host has no DHCP client.
+    pub fn dhcp_restart(&mut self) -> bool {
+        let Some((h, _)) = self.dhcp else {
+            return false;
+        };
+        self.sockets.get_mut::<dhcpv4::Socket>(h).reset();
+        self.service(self.now);
         true
     }
 
