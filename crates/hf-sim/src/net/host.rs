@@ -265,6 +265,8 @@ pub struct Host {
     udp_seq: u64,
     udp_servers: BTreeMap<u16, (SocketHandle, UdpServerRecord)>,
     dhcp: Option<(SocketHandle, DhcpRecord)>,
+    /// Lease time of the last DHCPACK seen.
+    dhcp_lease_s: Option<u32>,
     flows: FlowTracker,
     rec: HostRecord,
     wake: Option<Duration>,
@@ -413,6 +415,7 @@ impl Host {
             udp_seq: 0,
             udp_servers: BTreeMap::new(),
             dhcp,
+            dhcp_lease_s: None,
             flows: FlowTracker::default(),
             rec: HostRecord::default(),
             wake: None,
@@ -466,6 +469,9 @@ impl Host {
             }
             Class::Tcp(s) if !self.flows.ingress(&s) && s.rst => {
                 self.rec.stray_resets_in += 1;
+            }
+            Class::Dhcp(d) if !d.from_client && d.client_mac == self.cfg.mac => {
+                self.dhcp_seen(&d);
             }
             _ => {}
         }
@@ -865,9 +871,9 @@ impl Host {
         self.rec.bytes_out += f.len() as u64;
         match frames::classify(&f) {
             Class::Tcp(s) => self.flows.egress(&s),
-            Class::Dhcp(t) => {
+            Class::Dhcp(m) if m.from_client => {
                 if let Some((_, d)) = self.dhcp.as_mut() {
-                    match t {
+                    match m.message_type {
                         DhcpMessageType::Discover => d.discovers_sent += 1,
                         DhcpMessageType::Request => d.requests_sent += 1,
                         _ => {}
@@ -877,6 +883,44 @@ impl Host {
             _ => {}
         }
         self.outbox.push_back(f);
+    }
+
+    /// A DHCP server message for this host: counted, and checked for what smoltcp's client
+    /// silently ignores.
+    fn dhcp_seen(&mut self, m: &frames::Dhcp) {
+        let Some((_, d)) = self.dhcp.as_mut() else {
+            return;
+        };
+        let mut bad = |why: &str| *d.unusable.entry(why.to_string()).or_insert(0) += 1;
+        match m.message_type {
+            DhcpMessageType::Offer => {
+                d.offers_received += 1;
+                if m.server_identifier.is_none() {
+                    bad("OFFER without server identifier (option 54)");
+                }
+                if m.your_ip.is_unspecified() || m.your_ip.is_broadcast() {
+                    bad("OFFER without a unicast yiaddr");
+                }
+            }
+            DhcpMessageType::Ack => {
+                d.acks_received += 1;
+                if m.server_identifier.is_none() {
+                    bad("ACK without server identifier (option 54)");
+                }
+                match m.subnet_mask {
+                    None => bad("ACK without subnet mask (option 1)"),
+                    Some(mask)
+                        if u32::from(mask).leading_ones() != u32::from(mask).count_ones() =>
+                    {
+                        bad("ACK with a non-contiguous subnet mask")
+                    }
+                    Some(_) => {}
+                }
+                self.dhcp_lease_s = m.lease_duration;
+            }
+            DhcpMessageType::Nak => d.naks_received += 1,
+            _ => {}
+        }
     }
 
     /// Runs the applications and smoltcp until nothing moves, then computes the next wake-up.
@@ -968,6 +1012,7 @@ impl Host {
                     router: router.map(|r| r.to_string()),
                     dns_servers: dns.iter().map(|d| d.to_string()).collect(),
                     server: server.to_string(),
+                    lease_s: self.dhcp_lease_s,
                 });
                 self.iface.update_ip_addrs(|v| {
                     v.retain(|a| !matches!(a, IpCidr::Ipv4(_)));

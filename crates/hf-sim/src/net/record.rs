@@ -195,6 +195,13 @@ pub struct DhcpRecord {
     /// DHCPDISCOVER and DHCPREQUEST messages the host sent.
     pub discovers_sent: u64,
     pub requests_sent: u64,
+    /// DHCPOFFER, DHCPACK and DHCPNAK messages for this host's MAC it received.
+    pub offers_received: u64,
+    pub acks_received: u64,
+    pub naks_received: u64,
+    /// Server messages the client must ignore, by reason (e.g. an ACK without a subnet mask,
+    /// which smoltcp's client drops), with counts: so a lease that never comes has a cause.
+    pub unusable: BTreeMap<String, u64>,
     /// Every configuration the client accepted, in order.
     pub leases: Vec<DhcpLease>,
     /// How often the configuration was lost.
@@ -276,10 +283,16 @@ impl DhcpRecord {
                 self.discovers_sent,
                 self.requests_sent
             ),
-            None => format!(
-                "no lease yet after {} DISCOVER, {} REQUEST",
-                self.discovers_sent, self.requests_sent
-            ),
+            None => {
+                let mut s = format!(
+                    "no lease yet after {} DISCOVER, {} REQUEST",
+                    self.discovers_sent, self.requests_sent
+                );
+                for (why, n) in &self.unusable {
+                    s.push_str(&format!("; {n}× {why}"));
+                }
+                s
+            }
         }
     }
 }
@@ -293,4 +306,6 @@ pub struct DhcpLease {
     pub router: Option<String>,
     pub dns_servers: Vec<String>,
     pub server: String,
+    /// Lease time (option 51) of the last ACK seen before this configuration, in seconds.
+    pub lease_s: Option<u32>,
 }
