@@ -1,5 +1,6 @@
 //! `holdfast`: the command-line entry point. Thin: parses arguments and wires crates together.
 
+mod datapath;
 mod db;
 mod lflow;
 mod northd;
@@ -25,6 +26,9 @@ enum Command {
     /// The OVSDB server: serves the NB and SB databases (and any other) to ovn-nbctl,
     /// ovsdb-client, OVS's IDLs and holdfast's own components.
     Db(Box<db::DbArgs>),
+    /// The per-chassis datapath: in-memory ports, Geneve tunnels, the flow cache, conntrack
+    /// and the zone map, under a controller's control socket.
+    Datapath(Box<datapath::DatapathArgs>),
     /// Check and explain OVN logical flows (match/action language).
     Lflow(lflow::LflowArgs),
     /// Compile the OVN northbound database into the southbound database, as ovn-northd does
@@ -65,6 +69,7 @@ fn main() -> std::process::ExitCode {
 fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     match cli.command {
         Command::Db(args) => db::run(*args),
+        Command::Datapath(args) => datapath::run(*args),
         Command::Lflow(args) => lflow::run(args)
             .map(|code| std::process::ExitCode::from(u8::try_from(code).unwrap_or(1))),
         Command::Trace(args) => trace::run(args),
