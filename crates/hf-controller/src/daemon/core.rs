@@ -709,7 +709,11 @@ impl Controller {
                     ),
                 );
                 let local = self.local_set();
-                let up = self.running.as_ref().map(installed_local).unwrap_or_default();
+                let up = self
+                    .running
+                    .as_ref()
+                    .map(installed_local)
+                    .unwrap_or_default();
                 self.with_state(|st| {
                     st.dp_ready = true;
                     st.local = local;
@@ -737,7 +741,8 @@ impl Controller {
                 for n in &self.flushing {
                     self.zones.remove(n);
                 }
-                self.installed_nb_cfg = Some(self.installed_nb_cfg.map_or(p.nb_cfg, |n| n.max(p.nb_cfg)));
+                self.installed_nb_cfg =
+                    Some(self.installed_nb_cfg.map_or(p.nb_cfg, |n| n.max(p.nb_cfg)));
                 let up = installed_local(&p);
                 let report = self.lastgood.report();
                 let nb_cfg = self.installed_nb_cfg;
@@ -822,13 +827,18 @@ impl Controller {
             } => {
                 self.say(
                     Level::Info,
-                    format!("virtual port {vport} bound here through {parent} (datapath {datapath})"),
+                    format!(
+                        "virtual port {vport} bound here through {parent} (datapath {datapath})"
+                    ),
                 );
                 self.with_state(|st| st.vports.insert(vport, parent));
                 self.write_due = true;
             }
             FromDatapath::PortActivated { port } => {
-                self.say(Level::Info, format!("port {port} activated on this chassis"));
+                self.say(
+                    Level::Info,
+                    format!("port {port} activated on this chassis"),
+                );
             }
             FromDatapath::Flushed { names, entries } => {
                 for n in &names {
@@ -871,8 +881,10 @@ impl Controller {
     fn note_ports(&mut self, p: &ProgramMsg) {
         for d in &p.datapaths {
             for port in &d.ports {
-                self.zone_dp
-                    .insert(crate::translate::zones::port_zone_name(&port.name), d.name.clone());
+                self.zone_dp.insert(
+                    crate::translate::zones::port_zone_name(&port.name),
+                    d.name.clone(),
+                );
             }
         }
     }
@@ -926,7 +938,10 @@ impl Controller {
                 }
                 self.write_due = true;
                 if let TxnOutcome::Failed(e) = outcome {
-                    self.say(Level::Warn, format!("SB write failed: {e}; retrying in 1 s"));
+                    self.say(
+                        Level::Warn,
+                        format!("SB write failed: {e}; retrying in 1 s"),
+                    );
                     self.write_retry_at = Some(now + Duration::from_secs(1));
                 }
             }
@@ -1018,7 +1033,7 @@ impl Controller {
             }
             return match self.zone_dp.get(name) {
                 None => false,
-                Some(d) => match neigh::datapath_by_name(sb, &d) {
+                Some(d) => match neigh::datapath_by_name(sb, d) {
                     None => true,
                     Some(u) => self.cfg.monitor_all || self.monitored.contains(&u),
                 },
@@ -1107,7 +1122,10 @@ impl Controller {
         let msg = build.msg;
         self.note_ports(&msg);
         // A view without any datapath while the datapath forwards for local ports: hold it.
-        let running_dps = self.running.as_ref().is_some_and(|r| !r.datapaths.is_empty());
+        let running_dps = self
+            .running
+            .as_ref()
+            .is_some_and(|r| !r.datapaths.is_empty());
         if msg.datapaths.is_empty() && running_dps && !self.dp_ports.is_empty() {
             let since = *self.empty_since.get_or_insert(now);
             if now < since + self.tuning.flush_grace {
