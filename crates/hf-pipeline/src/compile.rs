@@ -119,6 +119,7 @@ impl Program {
             owner: spec.owner,
             inactive: Vec::new(),
             sets: spec.sets.clone(),
+            dns: FastMap::default(),
         };
         // Ports first: patch peers may point forward.
         let mut names: HashMap<&str, (u32, u32)> = HashMap::new();
@@ -336,6 +337,16 @@ impl Program {
             let mac = e.mac.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b));
             prog.fdb.push((d.tunnel_key, mac, p.key));
         }
+        for e in &spec.dns {
+            let Some(&dpi) = dp_names.get(e.datapath.as_str()) else {
+                return Err(CompileError::UnknownDnsDatapath(e.datapath.clone()));
+            };
+            let recs = prog.dns.entry(dpi).or_default();
+            for (name, value) in &e.records {
+                recs.entry(name.to_ascii_lowercase())
+                    .or_insert_with(|| value.clone());
+            }
+        }
         Ok((prog, all_errors))
     }
 }
@@ -437,7 +448,8 @@ fn compile_dp(
         }
         // Sets named by the match, found or not: a change to them recompiles this datapath.
         collect_sets(&fs.matches, &mut set_refs);
-        let n = match norm.normalize(&fs.matches, &spec.sets) {
+        let matches = with_action_prereqs(&fs.matches, &fs.actions);
+        let n = match norm.normalize(&matches, &spec.sets) {
             Ok(n) => n,
             Err(e) => {
                 code.errors.push(err(FlowErrorKind::Match, e.to_string()));
@@ -557,5 +569,53 @@ fn collect_sets(e: &hf_expr::Expr, out: &mut HashSet<String>) {
             }
         }
         _ => {}
+    }
+}
+
+/// `matches` and the prerequisites of the fields the flow's top-level actions assign, move
+/// or exchange, as ovn-controller adds them (`ovnacts_parse`'s prerequisites; those inside
+/// nested actions are dropped, as OVN does): northd writes two flows with one match whose
+/// actions alone tell IPv4 from IPv6 (`ls_in_dns_response`'s `ip4.src <-> ip4.dst` and
+/// `ip6.src <-> ip6.dst`).
+fn with_action_prereqs(matches: &hf_expr::Expr, actions: &[hf_expr::Action]) -> hf_expr::Expr {
+    use hf_expr::{Action, Expr};
+    let symtab = SymbolTable::shared();
+    let mut prereqs: Vec<Expr> = Vec::new();
+    let mut add = |f: &hf_expr::FieldRef| {
+        if let Some(p) = symtab.get(&f.name).and_then(|s| s.prereq.as_deref())
+            && !prereqs.contains(p)
+        {
+            prereqs.push(p.clone());
+        }
+    };
+    for a in actions {
+        match a {
+            Action::Assign { dst, .. } => add(dst),
+            Action::Move { dst, src, .. } => {
+                add(dst);
+                add(src);
+            }
+            Action::Exchange { a, b, .. } => {
+                add(a);
+                add(b);
+            }
+            _ => {}
+        }
+    }
+    if prereqs.is_empty() {
+        return matches.clone();
+    }
+    let mut all = Vec::new();
+    for e in std::iter::once(matches.clone()).chain(prereqs) {
+        match e {
+            Expr::And(v) => all.extend(v),
+            Expr::Bool(true) => {}
+            e => all.push(e),
+        }
+    }
+    match all.len() {
+        0 => Expr::Bool(true),
+        1 => all.pop().unwrap_or(Expr::Bool(true)),
+        _ => Expr::And(all),
     }
 }

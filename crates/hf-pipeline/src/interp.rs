@@ -198,7 +198,7 @@ pub(crate) struct Scratch {
     stack: Vec<Ctx>,
     pool: Vec<Vec<u8>>,
     vstack: Vec<u128>,
-    build: Vec<u8>,
+    pub(crate) build: Vec<u8>,
 }
 
 impl Scratch {
@@ -243,6 +243,10 @@ pub(crate) struct Runner<'a> {
     pub what_if: Option<crate::whatif::Cursor<'a>>,
     /// Events for the caller (learned neighbours).
     pub events: &'a mut Vec<crate::Event>,
+    /// Packet-in mode ([`crate::Pipeline::set_packet_in`]).
+    pub packet_in: bool,
+    /// What packet-in actions did.
+    pub pin_stats: &'a mut crate::PacketInStats,
 }
 
 enum Flow {
@@ -613,7 +617,14 @@ impl Runner<'_> {
                 w.derive(f(dst), dst.mask(), s);
             }
             CAct::CheckPktLarger { dst, .. } => w.derive(f(dst), dst.mask(), OPAQUE),
-            CAct::ResultConst { dst, .. } => w.set_const(f(dst), dst.mask()),
+            CAct::PacketIn { dst, .. } => {
+                w.set_const(f(dst), dst.mask());
+                if self.packet_in {
+                    // The reply (and whether there is one) depends on the payload, which no
+                    // field describes: such a walk is never cached (see `packet_in`).
+                    w.cacheable = false;
+                }
+            }
             CAct::PortSec { dst, out, .. } => {
                 let mut s = w.source(if *out { slot::OUTPORT } else { slot::INPORT });
                 for g in crate::port_sec::READS {
@@ -1029,10 +1040,12 @@ impl Runner<'_> {
 
     #[inline]
     fn exec_act(&mut self, act: &CAct) {
+        if let CAct::PacketIn { .. } = act {
+            return self.exec_packet_in(act);
+        }
         if matches!(
             act,
-            CAct::ResultConst { .. }
-                | CAct::Count { .. }
+            CAct::Count { .. }
                 | CAct::PortSec { .. }
                 | CAct::PutFdb { .. }
                 | CAct::LookupFdb { .. }

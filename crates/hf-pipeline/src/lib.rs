@@ -47,8 +47,12 @@
 //!   and `fwd_group`. State learned this way lives in the [`Pipeline`] (see [`learn`]),
 //!   survives program swaps, and is reported as [`Event`]s with learned neighbours
 //!   ([`Pipeline::take_events`]).
-//! - Packet-in actions as ovn-trace models them: `put_dhcp_opts`, `put_dhcpv6_opts` and
-//!   `put_nd_ra_opts` store 1, `dns_lookup` stores 0; `igmp` (IGMP and MLD),
+//! - Packet-in actions: by default as ovn-trace models them (`put_dhcp_opts`, `put_dhcpv6_opts`
+//!   and `put_nd_ra_opts` store 1, `dns_lookup` stores 0); in packet-in mode
+//!   ([`Pipeline::set_packet_in`], the datapath) they build the DHCPv4/DHCPv6/DNS reply or the
+//!   router advertisement as ovn-controller's pinctrl does and store whether they could
+//!   ([`packet_in`]); their options are typed at compile time, an unknown one is a flow
+//!   error. `igmp` (IGMP and MLD),
 //!   `handle_svc_check`, `handle_dhcpv6_reply` and `handle_bfd_msg` change nothing. These and
 //!   `log`, `set_meter`, `sample`, `trigger_event`, `set_queue` count their hits per flow
 //!   ([`Pipeline::action_hits`]; traces do not count).
@@ -68,6 +72,8 @@
 //! - Conntrack zones: a switch uses the zone of `inport` in ingress and of `outport` in egress; a
 //!   router uses its SNAT zone for `ct_snat` and its DNAT zone for everything else (the
 //!   `_in_czone` forms included: the DNAT zone is OVN's common zone).
+//! - A flow's match includes the prerequisites of the fields its top-level actions assign,
+//!   move or exchange, as ovn-controller adds them (`ip4.src <-> ip4.dst` only matches IPv4).
 //! - A table with no matching flow drops the packet; so does `next` past the last table.
 //! - `ct_lb`/`ct_lb_mark` choose a backend by a hash of the 5-tuple, or of the `hash_fields`
 //!   when given, and commit with `ct_label.natted`/`ct_mark.natted` set; `chk_lb_hairpin` is
@@ -87,9 +93,8 @@
 //!
 //! No I/O, no clock, no threads: `now` is an argument. No Geneve encapsulation (a
 //! [`Destination::Tunnel`] carries the keys; the datapath encapsulates with `hf_wire::geneve`).
-//! No DHCP, DHCPv6, DNS or router-advertisement replies are built (the functions return what
-//! ovn-trace returns; the chassis's packet-in handler is another issue's), no IGMP/MLD
-//! snooping, no service-monitor probes, no meters enforced and no samples exported (only
+//! DHCP, DHCPv6, DNS and router-advertisement replies only in packet-in mode; no periodic
+//! router advertisements, no IGMP/MLD snooping, no service-monitor probes, no meters enforced and no samples exported (only
 //! counted). `select` has no `hash_fields` form (OVN 23.03's parser has none either).
 //! The FDB does not age. VLAN, IPv6 flow label and ND
 //! option writes change the fields the pipeline matches on but not the frame. Output to a
@@ -139,9 +144,9 @@ use hf_conntrack::Conntrack;
 pub use learn::LearnStats;
 pub use packet_in::PacketInStats;
 pub use program::{
-    ActionHits, CompileError, DatapathKind, DatapathSpec, DnsSpec, FdbSpec, FlowError, FlowErrorKind,
-    FlowId, FlowSpec, FlowText, GroupSpec, LbVipSpec, Neighbour, PortKind, PortLocation, PortSpec,
-    Program, ProgramSpec,
+    ActionHits, CompileError, DatapathKind, DatapathSpec, DnsSpec, FdbSpec, FlowError,
+    FlowErrorKind, FlowId, FlowSpec, FlowText, GroupSpec, LbVipSpec, Neighbour, PortKind,
+    PortLocation, PortSpec, Program, ProgramSpec,
 };
 pub use trace::{Trace, TraceFlow, TraceRecord};
 pub use whatif::WhatIf;
@@ -763,6 +768,8 @@ impl Pipeline {
             hits: 0,
             what_if,
             events: &mut self.events,
+            packet_in: self.packet_in,
+            pin_stats: &mut self.pin_stats,
         };
         r.run_segment(resume_id(dp, pipe, 0), 0);
         let stats = RunStats {

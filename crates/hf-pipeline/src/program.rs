@@ -433,6 +433,9 @@ pub enum CompileError {
         /// The allowed range.
         range: &'static str,
     },
+    /// [`ProgramSpec::dns`] names a datapath the program does not have.
+    #[error("DNS records for unknown datapath {0}")]
+    UnknownDnsDatapath(String),
     /// Two datapaths share a tunnel key.
     #[error("datapaths {a} and {b} share tunnel key {key}")]
     DuplicateDatapath {
@@ -625,13 +628,13 @@ pub(crate) enum CAct {
         dst: Bits,
         len: u32,
     },
-    /// A result function whose value ovn-trace models as a constant: `put_dhcp_opts`,
-    /// `put_dhcpv6_opts` and `put_nd_ra_opts` store 1 (the reply itself is built by the
-    /// controller's packet-in handler), `dns_lookup` stores 0 (ovn-trace: "not implemented").
-    /// Each hit is counted.
-    ResultConst {
+    /// `put_dhcp_opts`, `put_dhcpv6_opts`, `put_nd_ra_opts`, `dns_lookup`: in packet-in mode
+    /// the packet becomes the reply and `dst` says whether it could be built; otherwise `dst`
+    /// gets `fallback` as ovn-trace models it (see [`crate::packet_in`]). Each hit is counted.
+    PacketIn {
         dst: Bits,
-        value: u8,
+        req: Box<crate::packet_in::Request>,
+        fallback: u8,
         #[allow(dead_code)] // shown by traces through Debug
         name: &'static str,
         counter: u32,
@@ -812,6 +815,8 @@ pub struct Program {
     pub(crate) inactive: Vec<u32>,
     /// The sets the flows were compiled against (to see which datapaths a change touches).
     pub(crate) sets: Sets,
+    /// DNS records by datapath index (from [`ProgramSpec::dns`]), for `dns_lookup()`.
+    pub(crate) dns: FastMap<u32, std::collections::BTreeMap<String, String>>,
 }
 
 /// Where a counted action is: datapath index, pipeline, table, flow index, action name.
@@ -1284,20 +1289,18 @@ impl ActCompiler<'_> {
                         dst,
                         switch: self.switch,
                     },
-                    ResultFn::PutDhcpOpts { .. } | ResultFn::PutNdRaOpts { .. } => {
-                        CAct::ResultConst {
+                    ResultFn::PutDhcpOpts { .. }
+                    | ResultFn::PutNdRaOpts { .. }
+                    | ResultFn::DnsLookup => {
+                        let req = crate::packet_in::Request::compile(func, self.dp)?;
+                        CAct::PacketIn {
                             dst,
-                            value: 1,
+                            fallback: u8::from(!matches!(func, ResultFn::DnsLookup)),
+                            req: Box::new(req),
                             name: func.name(),
                             counter: self.count(func.name()),
                         }
                     }
-                    ResultFn::DnsLookup => CAct::ResultConst {
-                        dst,
-                        value: 0,
-                        name: "dns_lookup",
-                        counter: self.count("dns_lookup"),
-                    },
                     other => {
                         return Err(format!("{UNSUPPORTED}{}", other.name()));
                     }

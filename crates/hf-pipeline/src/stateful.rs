@@ -28,13 +28,6 @@ impl Runner<'_> {
     fn explain(&self, act: &CAct) -> String {
         let ctx = &self.scr.ctx;
         match act {
-            CAct::ResultConst { name, value, .. } if name.starts_with("put_") => format!(
-                "  {name}: result {value} (as ovn-trace: the packet is assumed to be a request; \
-                 the reply is built by the chassis)"
-            ),
-            CAct::ResultConst { name, value, .. } => {
-                format!("  {name}: result {value} (as ovn-trace: not implemented)")
-            }
             CAct::Count { name, counter } => format!(
                 "  {name}: no effect on forwarding (counted, {} so far)",
                 self.counters.get(*counter as usize).copied().unwrap_or(0)
@@ -81,15 +74,6 @@ impl Runner<'_> {
 
     fn exec_stateful_inner(&mut self, act: &CAct) {
         match act {
-            CAct::ResultConst {
-                dst,
-                value,
-                counter,
-                ..
-            } => {
-                self.scr.ctx.write(*dst, u128::from(*value));
-                self.count(*counter);
-            }
             CAct::Count { counter, .. } => self.count(*counter),
             CAct::PortSec { dst, out, dp } => {
                 let s = if *out { slot::OUTPORT } else { slot::INPORT };

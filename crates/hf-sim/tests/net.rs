@@ -308,7 +308,16 @@ fn a_paced_download_through_an_outage_records_the_stall() {
         (400_000..=520_000).contains(&mid.bytes_verified),
         "paced to 1 MB/s: {mid:#?}"
     );
+    // The sink sees the pacing (a 1460-byte segment every 1.46 ms); the source, whose gaps only
+    // count while data is unacknowledged, sees about one round trip.
     assert!(mid.stall_max_us < 10_000, "{mid:#?}");
+    let src = p.server_side(&mid);
+    assert!(src.stall_max_us < 1_000, "{src:#?}");
+    assert!(
+        mid.summary().starts_with("client running: "),
+        "{}",
+        mid.summary()
+    );
     // Cut the wire both ways for 300 ms (every frame lost), then restore it.
     let cut = LinkConfig::cluster().with_loss_ppm(1_000_000);
     p.ab.set_config(cut.clone());
@@ -363,7 +372,7 @@ fn the_dhcp_client_sends_a_discover() {
         p.now,
     )
     .unwrap();
-    p.run_until(ms(100), |_| false);
+    p.run_until(ms(2500), |_| false);
     // Look at the raw bytes: Ethernet broadcast, IPv4, UDP 68 → 67, BOOTREQUEST, the DHCP magic
     // cookie, option 53 (message type) = 1 (DISCOVER).
     let discover = p.a_sent.iter().find(|f| {
@@ -383,7 +392,9 @@ fn the_dhcp_client_sends_a_discover() {
         p.a_sent.len()
     );
     let d = p.a.dhcp_record().unwrap();
-    assert!(d.discovers_sent >= 1, "{d:?}");
+    // One at start, then one per second (HostConfig::dhcp_retry).
+    assert_eq!(d.discovers_sent, 3, "{d:?}");
+    assert_eq!(d.summary(), "no lease yet after 3 DISCOVER, 0 REQUEST");
     assert!(d.leases.is_empty());
     assert_eq!(p.a.ipv4(), None);
 }
@@ -427,4 +438,131 @@ fn bad_configuration_and_input_are_named_errors_not_panics() {
     let n = p.a.ping(IpAddr::V4(B4), 1, ms(1), p.now).unwrap();
     assert!(p.run_until(Duration::from_secs(2), |p| p.a.idle()));
     assert_eq!(p.a.ping_record(&n).unwrap().answered, 1);
+}
+
+/// The DHCP message type (option 53) of a raw client frame to port 67, if it is one.
+fn dhcp_client_type(f: &[u8]) -> Option<u8> {
+    if f.len() < 283 || f[12..14] != [0x08, 0x00] || f[23] != 17 || f[36..38] != [0, 67] {
+        return None;
+    }
+    let mut i = 282;
+    while i + 1 < f.len() && f[i] != 255 {
+        if f[i] == 0 {
+            i += 1;
+            continue;
+        }
+        let len = usize::from(f[i + 1]);
+        if f[i] == 53 && len == 1 {
+            return f.get(i + 2).copied();
+        }
+        i += 2 + len;
+    }
+    None
+}
+
+/// A DHCP server reply written byte by byte here (not with any holdfast or smoltcp encoder):
+/// server 10.0.0.2 offers 10.0.0.77/24 with router 10.0.0.2 and a 3600 s lease.
+fn dhcp_server_reply(req: &[u8], msg_type: u8, with_mask: bool) -> Vec<u8> {
+    let client_mac = &req[6..12];
+    let mut bootp = vec![0u8; 240];
+    bootp[0] = 2; // BOOTREPLY
+    bootp[1] = 1;
+    bootp[2] = 6;
+    bootp[4..8].copy_from_slice(&req[46..50]); // xid
+    bootp[16..20].copy_from_slice(&[10, 0, 0, 77]); // yiaddr
+    bootp[28..34].copy_from_slice(client_mac);
+    bootp[236..240].copy_from_slice(&[0x63, 0x82, 0x53, 0x63]);
+    bootp.extend_from_slice(&[53, 1, msg_type, 54, 4, 10, 0, 0, 2]);
+    if with_mask {
+        bootp.extend_from_slice(&[1, 4, 255, 255, 255, 0]);
+    }
+    bootp.extend_from_slice(&[3, 4, 10, 0, 0, 2, 51, 4, 0, 0, 0x0e, 0x10, 255]);
+    let udp_len = 8 + bootp.len();
+    let mut udp = vec![0, 67, 0, 68];
+    udp.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    udp.extend_from_slice(&[0, 0]); // no UDP checksum (allowed over IPv4)
+    udp.extend_from_slice(&bootp);
+    let mut ip = vec![
+        0x45, 0, 0, 0, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 2, 255, 255, 255, 255,
+    ];
+    ip[2..4].copy_from_slice(&((20 + udp_len) as u16).to_be_bytes());
+    let mut sum = 0u32;
+    for w in ip.chunks(2) {
+        sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    let mut f = client_mac.to_vec();
+    f.extend_from_slice(&[0x02, 0, 0, 0, 0, 2, 0x08, 0x00]);
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&udp);
+    f
+}
+
+/// Host `a` with a DHCP client, and a test-made server answering its DISCOVER and REQUEST.
+fn dhcp_run(with_mask: bool) -> Pair {
+    let mut p = Pair::new(11, LinkConfig::cluster());
+    p.a = Host::new(
+        HostConfig::new("a", [0x02, 0, 0, 0, 0, 1], 99).with_dhcp4(),
+        p.now,
+    )
+    .unwrap();
+    p.run_until(ms(3000), |_| false);
+    for _ in 0..3 {
+        let frames: Vec<Vec<u8>> = std::mem::take(&mut p.a_sent);
+        for f in frames {
+            let reply = match dhcp_client_type(&f) {
+                Some(1) => dhcp_server_reply(&f, 2, with_mask),
+                Some(3) => dhcp_server_reply(&f, 5, with_mask),
+                _ => continue,
+            };
+            p.a.handle_frame(&reply, p.now);
+        }
+        p.run_until(ms(100), |_| false);
+    }
+    p
+}
+
+#[test]
+fn a_hand_built_dhcp_server_configures_the_host_which_then_pings() {
+    let mut p = dhcp_run(true);
+    let d = p.a.dhcp_record().unwrap().clone();
+    assert_eq!(d.leases.len(), 1, "{d:#?}");
+    let l = &d.leases[0];
+    assert_eq!(
+        (
+            l.address.as_str(),
+            l.router.as_deref(),
+            l.server.as_str(),
+            l.lease_s
+        ),
+        ("10.0.0.77/24", Some("10.0.0.2"), "10.0.0.2", Some(3600))
+    );
+    assert!(d.offers_received >= 1 && d.acks_received >= 1, "{d:#?}");
+    assert!(d.unusable.is_empty(), "{d:#?}");
+    assert_eq!(p.a.ipv4(), Some(Ipv4Addr::new(10, 0, 0, 77)));
+    // The leased address works: b answers a's ping.
+    let n = p.a.ping(IpAddr::V4(B4), 2, ms(10), p.now).unwrap();
+    assert!(p.run_until(Duration::from_secs(3), |p| p.a.idle()));
+    assert_eq!(p.a.ping_record(&n).unwrap().answered, 2);
+}
+
+#[test]
+fn a_dhcp_ack_without_subnet_mask_is_named_not_silently_ignored() {
+    let p = dhcp_run(false);
+    let d = p.a.dhcp_record().unwrap();
+    assert!(d.leases.is_empty(), "{d:#?}");
+    assert_eq!(p.a.ipv4(), None);
+    assert!(
+        d.unusable
+            .contains_key("ACK without subnet mask (option 1)"),
+        "{d:#?}"
+    );
+    assert!(
+        d.summary().contains("ACK without subnet mask"),
+        "{}",
+        d.summary()
+    );
 }

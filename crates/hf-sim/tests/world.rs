@@ -130,7 +130,19 @@ fn controller_restart_during_transfers_loses_nothing() {
         assert_eq!(after[c].flushes, 0, "{c}: {:?}", after[c].flushed);
         assert_eq!(after[c].restarts.0, 1);
     }
-    // The new controllers are up again: a new port reaches both chassis.
+}
+
+/// After controller restarts under load, a port added later reaches the other chassis.
+#[test]
+fn controller_restart_then_new_port() {
+    let mut w = ready_world(7);
+    let bytes = 40_000_000;
+    let conns = start_transfers(&mut w, bytes);
+    w.run_for(Duration::from_millis(3));
+    w.restart_controller("hv1").expect("restart");
+    w.run_for(Duration::from_millis(2));
+    w.restart_controller("hv2").expect("restart");
+    finish(&mut w, &conns, bytes);
     w.nb(hf_sim::world::nb::port(
         "sw0",
         "vm7",
@@ -139,7 +151,9 @@ fn controller_restart_during_transfers_loses_nothing() {
     ))
     .expect("nb");
     scenarios::wait_ready(&mut w);
+    let before = w.record().chassis;
     scenarios::ping_ok(&mut w, "vm1", "10.0.0.17", 2);
+    let _ = before;
 }
 
 #[test]

@@ -307,7 +307,7 @@ fn encode4(d: OptDef, v: &[Arg]) -> Result<Vec<u8>, DhcpError> {
             Arg::Num { .. } => ipv4s(n, v)?[0].octets().to_vec(),
         },
         OptType::StaticRoutes => {
-            if v.len() % 2 != 0 {
+            if !v.len().is_multiple_of(2) {
                 return Err(bad(f, n, "requires pairs of destination and gateway"));
             }
             let mut out = Vec::new();
@@ -555,8 +555,8 @@ pub(crate) fn copy_l2_l3(out: &mut Vec<u8>, frame: &[u8], p: &Parsed, l4: &[u8])
 /// The L4 checksum over IPv6 pseudo-header for the message at `out[l4..]` whose checksum field
 /// is at `l4 + at` (and zero).
 pub(crate) fn fix_l4_checksum6(out: &mut [u8], p: &Parsed, l4: usize, proto: u8, at: usize) {
-    let src = Ipv6Addr::from(p.key.ip6_src);
-    let dst = Ipv6Addr::from(p.key.ip6_dst);
+    let src = p.key.ip6_src;
+    let dst = p.key.ip6_dst;
     let len = out.len() - l4;
     let acc = pseudo_header_sum(src.into(), dst.into(), proto, len as u32);
     let mut cs = !fold(sum_words(acc, &out[l4..]));

@@ -9,7 +9,7 @@
 //!   addresses for A/AAAA/ANY, a host name for PTR), builds the response: the request's
 //!   Ethernet, IP and UDP headers (lengths and checksums fixed; UDP checksum 0 over IPv4 and
 //!   computed over IPv6), the header with QR set, ANCOUNT = the answers, and one answer per
-//!   matching address (A for IPv4, AAAA for IPv6; ANY gives both), or one PTR answer, class
+//!   matching address (A for IPv4, AAAA for IPv6; ANY gives both, IPv4 first), or one PTR answer, class
 //!   IN, TTL 3600, the owner name written out in full. `ls_in_dns_response`'s flow swaps the
 //!   addresses and ports afterwards.
 //!
@@ -186,15 +186,19 @@ pub fn answer(out: &mut Vec<u8>, frame: &[u8], p: &Parsed, record: &str) -> Resu
             let a = w.split('/').next().unwrap_or(w);
             addrs.push(a.parse::<IpAddr>().map_err(|_| no_answer())?);
         }
-        for a in &addrs {
-            match a {
-                IpAddr::V4(v4) if matches!(q.qtype, qtype::A | qtype::ANY) => {
-                    rr(qtype::A, &v4.octets())
+        // As pinctrl: every IPv4 answer, then every IPv6 one.
+        if matches!(q.qtype, qtype::A | qtype::ANY) {
+            for a in &addrs {
+                if let IpAddr::V4(v4) = a {
+                    rr(qtype::A, &v4.octets());
                 }
-                IpAddr::V6(v6) if matches!(q.qtype, qtype::AAAA | qtype::ANY) => {
-                    rr(qtype::AAAA, &v6.octets())
+            }
+        }
+        if matches!(q.qtype, qtype::AAAA | qtype::ANY) {
+            for a in &addrs {
+                if let IpAddr::V6(v6) = a {
+                    rr(qtype::AAAA, &v6.octets());
                 }
-                _ => {}
             }
         }
     }

@@ -54,7 +54,11 @@ pub fn claim_of(
         if r.uuid() == ours {
             return Claim::Primary;
         }
-        if pb.requested_additional_chassis.iter().any(|c| c.uuid() == ours) {
+        if pb
+            .requested_additional_chassis
+            .iter()
+            .any(|c| c.uuid() == ours)
+        {
             return Claim::Additional;
         }
         // Requested elsewhere (the row may be one the view does not hold: still elsewhere).
@@ -70,7 +74,7 @@ pub fn claim_of(
                 .filter(|s| !s.is_empty())
                 .collect();
             let me = |n: &&str| *n == name || (!hostname.is_empty() && *n == hostname);
-            match names.iter().position(|n| me(n)) {
+            match names.iter().position(me) {
                 Some(0) => Claim::Primary,
                 Some(_) => Claim::Additional,
                 None => Claim::None,

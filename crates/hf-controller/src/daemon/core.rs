@@ -211,6 +211,8 @@ pub struct Controller {
     generation: u64,
     translate_due: bool,
     gone_since: BTreeMap<String, Duration>,
+    /// The datapath each `lsp/<port>` zone's port was last seen on.
+    zone_dp: BTreeMap<String, String>,
     flushing: BTreeSet<String>,
     empty_since: Option<Duration>,
     lastgood: LastGood,
@@ -311,6 +313,7 @@ impl Controller {
             generation: 0,
             translate_due: true,
             gone_since: BTreeMap::new(),
+            zone_dp: BTreeMap::new(),
             flushing: BTreeSet::new(),
             empty_since: None,
             lastgood: LastGood::default(),
@@ -686,6 +689,7 @@ impl Controller {
                 self.dp_ports = ports.into_iter().map(|p| (p.name.clone(), p)).collect();
                 self.zones = zones;
                 if let Some(p) = program {
+                    self.note_ports(&p);
                     self.generation = self.generation.max(p.generation);
                     self.lastgood.seed(&p);
                     self.running = Some(*p);
@@ -705,7 +709,11 @@ impl Controller {
                     ),
                 );
                 let local = self.local_set();
-                let up = self.running.as_ref().map(installed_local).unwrap_or_default();
+                let up = self
+                    .running
+                    .as_ref()
+                    .map(installed_local)
+                    .unwrap_or_default();
                 self.with_state(|st| {
                     st.dp_ready = true;
                     st.local = local;
@@ -733,7 +741,8 @@ impl Controller {
                 for n in &self.flushing {
                     self.zones.remove(n);
                 }
-                self.installed_nb_cfg = Some(self.installed_nb_cfg.map_or(p.nb_cfg, |n| n.max(p.nb_cfg)));
+                self.installed_nb_cfg =
+                    Some(self.installed_nb_cfg.map_or(p.nb_cfg, |n| n.max(p.nb_cfg)));
                 let up = installed_local(&p);
                 let report = self.lastgood.report();
                 let nb_cfg = self.installed_nb_cfg;
@@ -818,17 +827,23 @@ impl Controller {
             } => {
                 self.say(
                     Level::Info,
-                    format!("virtual port {vport} bound here through {parent} (datapath {datapath})"),
+                    format!(
+                        "virtual port {vport} bound here through {parent} (datapath {datapath})"
+                    ),
                 );
                 self.with_state(|st| st.vports.insert(vport, parent));
                 self.write_due = true;
             }
             FromDatapath::PortActivated { port } => {
-                self.say(Level::Info, format!("port {port} activated on this chassis"));
+                self.say(
+                    Level::Info,
+                    format!("port {port} activated on this chassis"),
+                );
             }
             FromDatapath::Flushed { names, entries } => {
                 for n in &names {
                     self.zones.remove(n);
+                    self.zone_dp.remove(n);
                     self.flushing.remove(n);
                     self.gone_since.remove(n);
                 }
@@ -860,6 +875,18 @@ impl Controller {
             }
         }
         let _ = now;
+    }
+
+    /// Remembers which datapath each port of `p` is on (for [`Controller::gone`]).
+    fn note_ports(&mut self, p: &ProgramMsg) {
+        for d in &p.datapaths {
+            for port in &d.ports {
+                self.zone_dp.insert(
+                    crate::translate::zones::port_zone_name(&port.name),
+                    d.name.clone(),
+                );
+            }
+        }
     }
 
     fn local_changed(&mut self) {
@@ -911,7 +938,10 @@ impl Controller {
                 }
                 self.write_due = true;
                 if let TxnOutcome::Failed(e) = outcome {
-                    self.say(Level::Warn, format!("SB write failed: {e}; retrying in 1 s"));
+                    self.say(
+                        Level::Warn,
+                        format!("SB write failed: {e}; retrying in 1 s"),
+                    );
                     self.write_retry_at = Some(now + Duration::from_secs(1));
                 }
             }
@@ -1001,15 +1031,9 @@ impl Controller {
             if sb.port_binding_all_by_logical_port(port).next().is_some() {
                 return false;
             }
-            let dp = self.running.as_ref().and_then(|r| {
-                r.datapaths
-                    .iter()
-                    .find(|d| d.ports.iter().any(|p| p.name == port))
-                    .map(|d| d.name.clone())
-            });
-            return match dp {
+            return match self.zone_dp.get(name) {
                 None => false,
-                Some(d) => match neigh::datapath_by_name(sb, &d) {
+                Some(d) => match neigh::datapath_by_name(sb, d) {
                     None => true,
                     Some(u) => self.cfg.monitor_all || self.monitored.contains(&u),
                 },
@@ -1096,8 +1120,12 @@ impl Controller {
             );
         }
         let msg = build.msg;
+        self.note_ports(&msg);
         // A view without any datapath while the datapath forwards for local ports: hold it.
-        let running_dps = self.running.as_ref().is_some_and(|r| !r.datapaths.is_empty());
+        let running_dps = self
+            .running
+            .as_ref()
+            .is_some_and(|r| !r.datapaths.is_empty());
         if msg.datapaths.is_empty() && running_dps && !self.dp_ports.is_empty() {
             let since = *self.empty_since.get_or_insert(now);
             if now < since + self.tuning.flush_grace {

@@ -36,11 +36,25 @@ pub struct Segment {
     pub rst: bool,
 }
 
+/// A DHCPv4 message's facts (client → server on 68 → 67, or server → client on 67 → 68).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dhcp {
+    /// True for client → server.
+    pub from_client: bool,
+    pub message_type: DhcpMessageType,
+    pub client_mac: [u8; 6],
+    pub your_ip: Ipv4Addr,
+    pub server_identifier: Option<Ipv4Addr>,
+    pub subnet_mask: Option<Ipv4Addr>,
+    pub router: Option<Ipv4Addr>,
+    pub lease_duration: Option<u32>,
+}
+
 /// What a frame is, as far as the record cares.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Class {
     Tcp(Segment),
-    Dhcp(DhcpMessageType),
+    Dhcp(Dhcp),
     Other,
     /// Not even an Ethernet frame.
     Malformed,
@@ -101,14 +115,25 @@ pub fn classify(frame: &[u8]) -> Class {
             let Ok(udp) = UdpPacket::new_checked(payload) else {
                 return Class::Other;
             };
-            if udp.src_port() != 68 || udp.dst_port() != 67 {
-                return Class::Other;
-            }
+            let from_client = match (udp.src_port(), udp.dst_port()) {
+                (68, 67) => true,
+                (67, 68) => false,
+                _ => return Class::Other,
+            };
             let Ok(pkt) = DhcpPacket::new_checked(udp.payload()) else {
                 return Class::Other;
             };
             match DhcpRepr::parse(&pkt) {
-                Ok(repr) => Class::Dhcp(repr.message_type),
+                Ok(r) => Class::Dhcp(Dhcp {
+                    from_client,
+                    message_type: r.message_type,
+                    client_mac: r.client_hardware_address.0,
+                    your_ip: r.your_ip,
+                    server_identifier: r.server_identifier,
+                    subnet_mask: r.subnet_mask,
+                    router: r.router,
+                    lease_duration: r.lease_duration,
+                }),
                 Err(_) => Class::Other,
             }
         }

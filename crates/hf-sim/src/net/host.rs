@@ -80,6 +80,9 @@ pub struct HostConfig {
     pub mtu: usize,
     /// TCP buffer per direction per connection.
     pub tcp_buffer: usize,
+    /// DHCPv4: time between DISCOVERs, and the first REQUEST timeout (smoltcp's default is
+    /// 10 s/5 s; hosts here start before their port is bound, so they retry faster).
+    pub dhcp_retry: Duration,
     /// Seed of the host's random stream (smoltcp's ISNs, ports of pings).
     pub seed: u64,
 }
@@ -97,6 +100,7 @@ impl HostConfig {
             dhcp4: false,
             mtu: 1500,
             tcp_buffer: DEFAULT_TCP_BUFFER,
+            dhcp_retry: Duration::from_secs(1),
             seed,
         }
     }
@@ -261,6 +265,8 @@ pub struct Host {
     udp_seq: u64,
     udp_servers: BTreeMap<u16, (SocketHandle, UdpServerRecord)>,
     dhcp: Option<(SocketHandle, DhcpRecord)>,
+    /// Lease time of the last DHCPACK seen.
+    dhcp_lease_s: Option<u32>,
     flows: FlowTracker,
     rec: HostRecord,
     wake: Option<Duration>,
@@ -379,7 +385,15 @@ impl Host {
         }
         let mut sockets = SocketSet::new(Vec::new());
         let dhcp = if cfg.dhcp4 {
-            let h = sockets.add(dhcpv4::Socket::new());
+            let mut d = dhcpv4::Socket::new();
+            let retry = smoltcp::time::Duration::from_micros(
+                u64::try_from(cfg.dhcp_retry.as_micros()).unwrap_or(u64::MAX),
+            );
+            let mut rc = dhcpv4::RetryConfig::default();
+            rc.discover_timeout = retry;
+            rc.initial_request_timeout = retry;
+            d.set_retry_config(rc);
+            let h = sockets.add(d);
             Some((h, DhcpRecord::default()))
         } else {
             None
@@ -401,6 +415,7 @@ impl Host {
             udp_seq: 0,
             udp_servers: BTreeMap::new(),
             dhcp,
+            dhcp_lease_s: None,
             flows: FlowTracker::default(),
             rec: HostRecord::default(),
             wake: None,
@@ -454,6 +469,9 @@ impl Host {
             }
             Class::Tcp(s) if !self.flows.ingress(&s) && s.rst => {
                 self.rec.stray_resets_in += 1;
+            }
+            Class::Dhcp(d) if !d.from_client && d.client_mac == self.cfg.mac => {
+                self.dhcp_seen(&d);
             }
             _ => {}
         }
@@ -741,6 +759,17 @@ impl Host {
         true
     }
 
+    /// Restarts the DHCPv4 client from DISCOVER (the address stays until a new lease replaces
+    /// it); false when the host has no DHCP client.
+    pub fn dhcp_restart(&mut self) -> bool {
+        let Some((h, _)) = self.dhcp else {
+            return false;
+        };
+        self.sockets.get_mut::<dhcpv4::Socket>(h).reset();
+        self.service(self.now);
+        true
+    }
+
     /// Aborts a TCP connection (sends RST), as a crashing application would.
     pub fn abort_tcp(&mut self, name: &str) -> Result<(), HostError> {
         let e = self
@@ -842,9 +871,9 @@ impl Host {
         self.rec.bytes_out += f.len() as u64;
         match frames::classify(&f) {
             Class::Tcp(s) => self.flows.egress(&s),
-            Class::Dhcp(t) => {
+            Class::Dhcp(m) if m.from_client => {
                 if let Some((_, d)) = self.dhcp.as_mut() {
-                    match t {
+                    match m.message_type {
                         DhcpMessageType::Discover => d.discovers_sent += 1,
                         DhcpMessageType::Request => d.requests_sent += 1,
                         _ => {}
@@ -854,6 +883,44 @@ impl Host {
             _ => {}
         }
         self.outbox.push_back(f);
+    }
+
+    /// A DHCP server message for this host: counted, and checked for what smoltcp's client
+    /// silently ignores.
+    fn dhcp_seen(&mut self, m: &frames::Dhcp) {
+        let Some((_, d)) = self.dhcp.as_mut() else {
+            return;
+        };
+        let mut bad = |why: &str| *d.unusable.entry(why.to_string()).or_insert(0) += 1;
+        match m.message_type {
+            DhcpMessageType::Offer => {
+                d.offers_received += 1;
+                if m.server_identifier.is_none() {
+                    bad("OFFER without server identifier (option 54)");
+                }
+                if m.your_ip.is_unspecified() || m.your_ip.is_broadcast() {
+                    bad("OFFER without a unicast yiaddr");
+                }
+            }
+            DhcpMessageType::Ack => {
+                d.acks_received += 1;
+                if m.server_identifier.is_none() {
+                    bad("ACK without server identifier (option 54)");
+                }
+                match m.subnet_mask {
+                    None => bad("ACK without subnet mask (option 1)"),
+                    Some(mask)
+                        if u32::from(mask).leading_ones() != u32::from(mask).count_ones() =>
+                    {
+                        bad("ACK with a non-contiguous subnet mask")
+                    }
+                    Some(_) => {}
+                }
+                self.dhcp_lease_s = m.lease_duration;
+            }
+            DhcpMessageType::Nak => d.naks_received += 1,
+            _ => {}
+        }
     }
 
     /// Runs the applications and smoltcp until nothing moves, then computes the next wake-up.
@@ -945,6 +1012,7 @@ impl Host {
                     router: router.map(|r| r.to_string()),
                     dns_servers: dns.iter().map(|d| d.to_string()).collect(),
                     server: server.to_string(),
+                    lease_s: self.dhcp_lease_s,
                 });
                 self.iface.update_ip_addrs(|v| {
                     v.retain(|a| !matches!(a, IpCidr::Ipv4(_)));

@@ -120,8 +120,10 @@ pub struct TcpRecord {
     pub established_us: Option<u64>,
     pub completed_us: Option<u64>,
     pub closed_us: Option<u64>,
-    /// The longest gap (µs) between two steps of in-order progress (bytes acknowledged at a
-    /// source, bytes received at a sink) while data was outstanding, including a gap still open.
+    /// The longest gap (µs) between two steps of in-order progress, including a gap still open:
+    /// at a source, between acknowledgements while written data was unacknowledged; at a sink,
+    /// between in-order arrivals while bytes were still expected (so a paced source's pacing
+    /// interval shows at its sink). DESIGN measures a migration's stall at the external peer.
     pub stall_max_us: u64,
     /// How many such gaps exceeded [`STALL_THRESHOLD_US`].
     pub stalls_over_200ms: u64,
@@ -193,10 +195,106 @@ pub struct DhcpRecord {
     /// DHCPDISCOVER and DHCPREQUEST messages the host sent.
     pub discovers_sent: u64,
     pub requests_sent: u64,
+    /// DHCPOFFER, DHCPACK and DHCPNAK messages for this host's MAC it received.
+    pub offers_received: u64,
+    pub acks_received: u64,
+    pub naks_received: u64,
+    /// Server messages the client must ignore, by reason (e.g. an ACK without a subnet mask,
+    /// which smoltcp's client drops), with counts: so a lease that never comes has a cause.
+    pub unusable: BTreeMap<String, u64>,
     /// Every configuration the client accepted, in order.
     pub leases: Vec<DhcpLease>,
     /// How often the configuration was lost.
     pub deconfigured: u64,
+}
+
+fn ms3(us: u64) -> String {
+    format!("{}.{:03} ms", us / 1000, us % 1000)
+}
+
+impl TcpRecord {
+    /// One line for people: outcome, bytes, retransmissions, resets, longest stall.
+    pub fn summary(&self) -> String {
+        let bytes = if self.role == "client" && self.direction == "upload"
+            || self.role == "server" && self.direction == "download"
+        {
+            format!(
+                "{}/{} bytes acknowledged",
+                self.bytes_acked, self.bytes_expected
+            )
+        } else {
+            format!(
+                "{}/{} bytes verified, {} wrong",
+                self.bytes_verified, self.bytes_expected, self.pattern_errors
+            )
+        };
+        format!(
+            "{} {}: {bytes}, {} retransmitted segments, {} resets received, longest stall {}, state {}",
+            self.role,
+            self.outcome,
+            self.retransmitted_segments,
+            self.resets_received,
+            ms3(self.stall_max_us),
+            self.state
+        )
+    }
+}
+
+impl PingRecord {
+    /// One line for people: answered/sent and the RTT range.
+    pub fn summary(&self) -> String {
+        let rtts: Vec<u64> = self.rtt_us.iter().flatten().copied().collect();
+        let range = match (rtts.iter().min(), rtts.iter().max()) {
+            (Some(lo), Some(hi)) => format!(", rtt {}..{}", ms3(*lo), ms3(*hi)),
+            _ => String::new(),
+        };
+        format!(
+            "{} of {} answered{range}{}",
+            self.answered,
+            self.sent,
+            if self.bad_replies > 0 {
+                format!(", {} bad replies", self.bad_replies)
+            } else {
+                String::new()
+            }
+        )
+    }
+}
+
+impl UdpRecord {
+    /// One line for people: answered/sent and bad replies.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} of {} echoed, {} bad replies",
+            self.answered, self.sent, self.bad_replies
+        )
+    }
+}
+
+impl DhcpRecord {
+    /// One line for people: the last lease or what was sent.
+    pub fn summary(&self) -> String {
+        match self.leases.last() {
+            Some(l) => format!(
+                "leased {} (router {}) from {} after {} DISCOVER, {} REQUEST",
+                l.address,
+                l.router.as_deref().unwrap_or("none"),
+                l.server,
+                self.discovers_sent,
+                self.requests_sent
+            ),
+            None => {
+                let mut s = format!(
+                    "no lease yet after {} DISCOVER, {} REQUEST",
+                    self.discovers_sent, self.requests_sent
+                );
+                for (why, n) in &self.unusable {
+                    s.push_str(&format!("; {n}× {why}"));
+                }
+                s
+            }
+        }
+    }
 }
 
 /// One accepted DHCPv4 configuration.
@@ -208,4 +306,6 @@ pub struct DhcpLease {
     pub router: Option<String>,
     pub dns_servers: Vec<String>,
     pub server: String,
+    /// Lease time (option 51) of the last ACK seen before this configuration, in seconds.
+    pub lease_s: Option<u32>,
 }

@@ -152,6 +152,12 @@ struct Progress {
 }
 
 impl Progress {
+    /// Nothing is outstanding at `now`: the next gap starts here (a paced or finished source
+    /// waiting for its own clock is not stalled).
+    fn touch(&mut self, now: Duration) {
+        self.last = Some(now);
+    }
+
     fn step(&mut self, now: Duration) {
         if let Some(last) = self.last {
             let gap = now.saturating_sub(last);
@@ -190,6 +196,8 @@ struct Source {
     rate_start: Duration,
     progress: Progress,
     acked_stream: u64,
+    /// Data written and not yet acknowledged (as of the last step).
+    unacked: bool,
 }
 
 /// The receiving half.
@@ -252,6 +260,7 @@ impl Conn {
                     rate_start: now,
                     progress: Progress::default(),
                     acked_stream: 0,
+                    unacked: false,
                 }),
                 None,
             ),
@@ -266,6 +275,7 @@ impl Conn {
                     rate_start: now,
                     progress: Progress::default(),
                     acked_stream: 0,
+                    unacked: false,
                 }),
                 Some(Sink {
                     key,
@@ -347,14 +357,19 @@ impl Conn {
         }
         moved |= self.read(sock, now);
         moved |= self.write(sock, now);
-        // Acknowledged progress at the source.
+        // Acknowledged progress at the source; a gap only counts while data is unacknowledged.
         if let Some(s) = self.source.as_mut() {
-            let acked = s.written - sock.send_queue() as u64;
+            let queued = sock.send_queue() as u64;
+            let acked = s.written - queued;
             if acked > s.acked_stream {
                 s.acked_stream = acked;
                 s.progress.step(now);
                 self.rec.bytes_acked = acked.saturating_sub(s.header_total);
                 moved = true;
+            }
+            s.unacked = queued > 0;
+            if !s.unacked {
+                s.progress.touch(now);
             }
         }
         // Completion and closing.
@@ -488,6 +503,7 @@ impl Conn {
                             rate_start: now,
                             progress: p,
                             acked_stream: 0,
+                            unacked: false,
                         })
                     }
                 }
@@ -510,6 +526,10 @@ impl Conn {
         };
         if !sock.may_send() {
             return false;
+        }
+        if sock.send_queue() == 0 {
+            // Whatever is written now starts a new wait for acknowledgement.
+            s.progress.touch(now);
         }
         let mut moved = false;
         if !s.header.is_empty() {
@@ -560,7 +580,7 @@ impl Conn {
         let mut over = 0;
         let live = !self.closed;
         if let Some(s) = &self.source {
-            let outstanding = live && s.acked_stream < s.header_total + s.len;
+            let outstanding = live && s.unacked;
             let (m, o) = s.progress.max_at(now, outstanding);
             max = max.max(m);
             over += o;

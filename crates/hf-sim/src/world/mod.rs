@@ -77,6 +77,8 @@ pub fn encap_ip(i: usize) -> Ipv4Addr {
 }
 
 struct HostSlot {
+    /// What NB asked for when the host was made (`None`: added with [`World::add_host`]).
+    spec: Option<hosts::HostSpec>,
     /// The last frames the host sent (for [`World::trace_last`]).
     sent: std::collections::VecDeque<Vec<u8>>,
     host: Host,
@@ -309,7 +311,7 @@ impl World {
         self.chassis[c].add_port(lsp, mac);
         let what = format!("host {lsp} attached on {}", self.chassis[c].name());
         self.event(what);
-        self.hosts.insert(lsp.to_string(), HostSlot { sent: Default::default(), host, chassis: c, up, down });
+        self.hosts.insert(lsp.to_string(), HostSlot { spec: None, sent: Default::default(), host, chassis: c, up, down });
     }
 
     /// Creates hosts for new VIF ports with addresses and removes those whose port is gone.
@@ -339,8 +341,17 @@ impl World {
         }
         let mut rr = self.hosts.len();
         for (lsp, spec) in wanted {
-            if self.hosts.contains_key(&lsp) {
-                continue;
+            match self.hosts.get(&lsp) {
+                // Made by add_host, or still what NB asks for.
+                Some(h) if h.spec.as_ref().is_none_or(|s| *s == spec) => continue,
+                // NB changed the port (addresses, DHCP, requested-chassis): a new host.
+                Some(_) => {
+                    if let Some(h) = self.hosts.remove(&lsp) {
+                        self.chassis[h.chassis].remove_port(&lsp);
+                        self.event(format!("host {lsp} detached (its port changed)"));
+                    }
+                }
+                None => {}
             }
             let c = match spec.requested_chassis.as_deref().and_then(|n| self.chassis_index(n).ok()) {
                 Some(c) => c,
@@ -353,6 +364,9 @@ impl World {
             match spec.build(&lsp, self.rng.fork(&format!("host {lsp}")), self.now) {
                 Ok(host) => {
                     self.attach(c, &lsp, host, spec.external);
+                    if let Some(h) = self.hosts.get_mut(&lsp) {
+                        h.spec = Some(spec);
+                    }
                     moved = true;
                 }
                 Err(e) => {
@@ -751,7 +765,16 @@ impl World {
         self.chassis[slot.chassis].remove_port(lsp);
         let external = slot.up.config().latency > LinkConfig::cluster().latency;
         self.db.transact(NB, nb::set_requested_chassis(lsp, to), self.now)?;
+        let spec = slot.spec.map(|mut s| {
+            s.requested_chassis = Some(to.to_string());
+            s
+        });
         self.attach(c, lsp, slot.host, external);
+        if let Some(h) = self.hosts.get_mut(lsp) {
+            // The same host moved: auto-attach must not replace it for the changed option.
+            h.spec = spec;
+        }
+        self.event(format!("port {lsp} moved to {to}"));
         self.settle();
         Ok(())
     }

@@ -104,8 +104,10 @@ pub fn ping_ok(w: &mut World, from: &str, dst: &str, n: u16) {
     assert_eq!(
         (r.answered, r.bad_replies, r.send_errors),
         (u64::from(n), 0, 0),
-        "{from} -> {dst}: {r:?}\nlog:\n{}",
-        w.take_log().join("\n")
+        "{from} -> {dst}: {r:?}\nlog:\n{}\nchassis: {:?}\ntrace of {from}'s last frame:\n{}",
+        w.take_log().join("\n"),
+        w.record().chassis,
+        w.trace_last(from, 0).unwrap_or_else(|e| e)
     );
 }
 
