@@ -10,6 +10,8 @@
 //! - `restarts_scenario_loses_nothing`: `--scenario restarts` restarts every controller and
 //!   northd while TCP transfers run; none retransmits a segment or sees a reset, and no zone
 //!   changes or is flushed.
+//! - `bad_arguments_are_refused_by_name`, `same_seed_same_story`: an unknown scenario, one port
+//!   for both databases and too few chassis are refused; the same seed prints the same story.
 //!
 //! Needs real OVN's `ovn-nbctl`/`ovn-sbctl` for the second test (with `CI=true` their absence
 //! fails it). The sandbox is stopped by pid, also when an assertion fails.
@@ -312,4 +314,55 @@ fn restarts_scenario_loses_nothing() {
             "{ch}'s zones:\n{out}"
         );
     }
+}
+
+#[test]
+fn bad_arguments_are_refused_by_name() {
+    let run = |args: &[&str]| {
+        let out = common::run(
+            Command::new(common::holdfast()).arg("sandbox").args(args),
+            Duration::from_secs(30),
+        );
+        assert!(!out.status.success(), "{args:?} was accepted");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let e = run(&["--scenario", "nope"]);
+    assert!(
+        e.contains("nope") && e.contains("default") && e.contains("restarts"),
+        "{e}"
+    );
+    let e = run(&["--nb-port", "7001", "--sb-port", "7001"]);
+    assert!(e.contains("--nb-port") && e.contains("--sb-port"), "{e}");
+    let e = run(&["--chassis", "1"]);
+    assert!(e.contains("--chassis"), "{e}");
+}
+
+/// The same seed gives the same story, line for line (everything but the ports).
+#[test]
+fn same_seed_same_story() {
+    let story = |seed: &str| {
+        let out = common::run(
+            Command::new(common::holdfast()).args([
+                "sandbox",
+                "--scenario",
+                "default",
+                "--nb-port",
+                "0",
+                "--sb-port",
+                "0",
+                "--seed",
+                seed,
+            ]),
+            Duration::from_secs(300),
+        );
+        assert!(out.status.success(), "seed {seed}: {out:?}");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.contains("listening on"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let a = story("5");
+    assert!(a.iter().any(|l| l == "story default: ok"), "{a:?}");
+    assert_eq!(a, story("5"));
 }

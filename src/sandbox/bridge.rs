@@ -410,6 +410,36 @@ mod tests {
         }
     }
 
+    /// The clock follows the wall clock from where the world is, and keeps a world that ran
+    /// ahead (a story) instead of waiting for the wall clock to catch up.
+    #[test]
+    fn wall_clock_keeps_the_world_ahead() {
+        let mut c = WallClock::starting_at(Duration::from_secs(5));
+        let v = c.virtual_now();
+        assert!(
+            v >= Duration::from_secs(5) && v < Duration::from_secs(6),
+            "{v:?}"
+        );
+        c.catch_up(Duration::from_secs(100));
+        let v = c.virtual_now();
+        assert!(
+            v >= Duration::from_secs(100) && v < Duration::from_secs(101),
+            "{v:?}"
+        );
+        // A world behind the clock changes nothing.
+        c.catch_up(Duration::from_secs(1));
+        assert!(c.virtual_now() >= Duration::from_secs(100));
+        // A deadline in the past is now; one ahead is that far ahead.
+        let now = tokio::time::Instant::now();
+        assert!(c.instant_of(Duration::from_secs(1)) <= now + Duration::from_millis(50));
+        let ahead = c.instant_of(c.virtual_now() + Duration::from_secs(3));
+        assert!(
+            ahead >= now + Duration::from_millis(2900),
+            "{:?}",
+            ahead - now
+        );
+    }
+
     fn have(tool: &str) -> bool {
         let ok = std::process::Command::new("sh")
             .arg("-c")
