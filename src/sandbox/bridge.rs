@@ -199,6 +199,13 @@ impl WallClock {
         }
     }
 
+    /// Make virtual time `world_now` at this instant (the wall clock jumped ahead of what the
+    /// world could follow, e.g. after the machine was suspended).
+    pub fn rebase(&mut self, world_now: Duration) {
+        self.origin = Instant::now();
+        self.offset = world_now;
+    }
+
     /// The wall-clock instant of virtual time `t`.
     pub fn instant_of(&self, t: Duration) -> tokio::time::Instant {
         let now = tokio::time::Instant::now();
@@ -212,6 +219,10 @@ impl WallClock {
 /// Longest the driver sleeps without looking at the world (a safety net for a deadline the
 /// world did not announce).
 const MAX_SLEEP: Duration = Duration::from_millis(100);
+
+/// Most virtual time one step of the driver runs: a wall clock further ahead (the machine was
+/// suspended, the process stopped) is not caught up on, the world just resumes from there.
+const MAX_STEP: Duration = Duration::from_secs(2);
 
 /// Own `world` and drive it on the wall clock for ever (until `stop` resolves), serving the
 /// connections that `events` announces.
@@ -234,7 +245,7 @@ pub async fn drive<W: SimHost>(
             _ = &mut stop => return,
             ev = events.recv() => {
                 let Some(ev) = ev else { return };
-                let now = clock.virtual_now().max(world.now());
+                let now = clock.virtual_now().max(world.now()).min(world.now() + MAX_STEP);
                 world.advance_to(now);
                 handle_event(world, &mut conns, ev);
                 // Take every event already queued before running the world again.
@@ -243,6 +254,10 @@ pub async fn drive<W: SimHost>(
                 }
             }
             _ = tokio::time::sleep_until(wake) => {}
+        }
+        let target = clock.virtual_now().max(world.now());
+        if target > world.now() + MAX_STEP {
+            clock.rebase(world.now() + MAX_STEP);
         }
         let now = clock.virtual_now().max(world.now());
         world.advance_to(now);
@@ -429,6 +444,13 @@ mod tests {
         // A world behind the clock changes nothing.
         c.catch_up(Duration::from_secs(1));
         assert!(c.virtual_now() >= Duration::from_secs(100));
+        // Rebasing moves the clock back to the world.
+        c.rebase(Duration::from_secs(50));
+        let v = c.virtual_now();
+        assert!(
+            v >= Duration::from_secs(50) && v < Duration::from_secs(51),
+            "{v:?}"
+        );
         // A deadline in the past is now; one ahead is that far ahead.
         let now = tokio::time::Instant::now();
         assert!(c.instant_of(Duration::from_secs(1)) <= now + Duration::from_millis(50));
