@@ -1,9 +1,14 @@
-//! The sandbox's stories: bringing the default topology up (progress steps 2 to 4), the default
-//! story (step 5: ping and TCP across chassis, TCP through SNAT to the external host), and the
-//! watcher that pings every host attaching itself to a new VIF port while the sandbox stays up.
+//! The sandbox's stories: bringing the default topology up (progress steps 2 to 4), the stories
+//! of step 5 (`default`: ping and TCP across chassis, TCP through SNAT to the external host;
+//! `restarts`: every controller and northd restarted while TCP transfers run), and the watcher
+//! that pings every host attaching itself to a new VIF port while the sandbox stays up.
 //!
 //! Stories run in the simulator's virtual time as fast as the CPU allows; each step has a
 //! virtual-time limit and reports a failure (what did not happen) instead of hanging.
+//!
+//! What it does not do: judge anything the hosts' own stacks did not see. Every result comes
+//! from the simulated hosts' records (ping replies, bytes verified by the TCP receiver,
+//! retransmissions, resets) or from the datapaths' zone maps.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
