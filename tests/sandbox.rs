@@ -6,14 +6,15 @@
 //!   through SNAT to the external host (with the SNAT address the external host saw).
 //! - `stays_up_for_real_ovn_tools`: the sandbox left running; real `ovn-sbctl show` lists every
 //!   chassis; real `ovn-nbctl --wait=hv lsp-add` returns once every chassis reports the new
-//!   `nb_cfg`, the port is bound, and the sandbox reports that the new host answers ping.
+//!   `nb_cfg`, the port is bound, and the sandbox reports that the new host answers ping; the
+//!   `holdfast trace` and `ovn-trace` commands it printed work as printed.
 //! - `restarts_scenario_loses_nothing`: `--scenario restarts` restarts every controller and
 //!   northd while TCP transfers run; none retransmits a segment or sees a reset, and no zone
 //!   changes or is flushed.
 //! - `bad_arguments_are_refused_by_name`, `same_seed_same_story`: an unknown scenario, one port
 //!   for both databases and too few chassis are refused; the same seed prints the same story.
 //!
-//! Needs real OVN's `ovn-nbctl`/`ovn-sbctl` for the second test (with `CI=true` their absence
+//! Needs real OVN's `ovn-nbctl`/`ovn-sbctl`/`ovn-trace` for the second test (with `CI=true` their absence
 //! fails it). The sandbox is stopped by pid, also when an assertion fails.
 
 // Tests are I/O shells: they read the clock and spawn readers.
@@ -179,7 +180,7 @@ fn default_scenario_succeeds() {
 
 #[test]
 fn stays_up_for_real_ovn_tools() {
-    if !common::require("sandbox stays up", &["ovn-nbctl", "ovn-sbctl"]) {
+    if !common::require("sandbox stays up", &["ovn-nbctl", "ovn-sbctl", "ovn-trace"]) {
         return;
     }
     let mut sb = Sandbox::start(&["--nb-port", "0", "--sb-port", "0"]);
@@ -192,6 +193,35 @@ fn stays_up_for_real_ovn_tools() {
     });
     let nbdb = format!("--db=tcp:127.0.0.1:{nb_port}");
     let sbdb = format!("--db=tcp:127.0.0.1:{sb_port}");
+
+    // The trace commands it printed work as printed (holdfast's and real ovn-trace), and
+    // follow vm1's ping through lr0 to the host on ls2.
+    let bin_dir = common::holdfast()
+        .parent()
+        .expect("binary directory")
+        .to_path_buf();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for tool in ["holdfast trace", "ovn-trace"] {
+        let line = sb
+            .seen
+            .iter()
+            .find(|l| {
+                l.trim_start()
+                    .starts_with(&format!("{tool} --db=tcp:127.0.0.1:{sb_port}"))
+            })
+            .unwrap_or_else(|| panic!("no {tool} command printed:\n{}", sb.output()))
+            .trim()
+            .to_string();
+        let out = common::run_ok(Command::new("sh").arg("-c").arg(&line).env("PATH", &path));
+        assert!(
+            out.contains("output(\"vm3\")") || out.contains("output to \"vm3\""),
+            "{line}:\n{out}"
+        );
+    }
 
     let show = common::run_ok(Command::new("ovn-sbctl").args([&sbdb, "--timeout=30", "show"]));
     for ch in ["hv1", "hv2", "gw1"] {

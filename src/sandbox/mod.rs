@@ -197,14 +197,15 @@ fn explore_text(t: &Topology, nb: u16, sb: u16) -> String {
          \x20 ovn-nbctl {nbdb} show\n\
          \x20 ovn-sbctl {sbdb} show\n\
          \x20 ovn-sbctl {sbdb} lflow-list {sw}\n\
-         \x20 holdfast trace --db=tcp:127.0.0.1:{sb} {sw} 'inport == \"{an}\" && eth.src == {am} && eth.dst == {lrp_mac} && ip4.src == {ai} && ip4.dst == {bi} && ip.ttl == 64 && icmp4.type == 8'\n\
+         \x20 holdfast trace --db=tcp:127.0.0.1:{sb} {sw} '{flow}'\n\
+         \x20 ovn-trace --db=tcp:127.0.0.1:{sb} {sw} '{flow}'\n\
          \x20 ovn-nbctl {nbdb} --wait=hv lsp-add {sw} p9 -- lsp-set-addresses p9 \"00:00:00:00:01:09 10.0.1.9\"\n\
          a new switch port with addresses gets a simulated host at once; the sandbox pings it and\n\
          says so (host p9 (10.0.1.9) on CHASSIS answers ping: RTT). Ctrl-C stops the sandbox.",
         sw = a.switch,
-        an = a.name,
-        am = a.mac,
-        ai = a.ip,
-        bi = b.ip,
+        flow = format!(
+            "inport == \"{}\" && eth.src == {} && eth.dst == {lrp_mac} && ip4.src == {} && ip4.dst == {} && ip.ttl == 64 && icmp4.type == 8",
+            a.name, a.mac, a.ip, b.ip
+        ),
     )
 }
