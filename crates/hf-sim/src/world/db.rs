@@ -133,7 +133,11 @@ fn fresh_core(seed: u64, sb: Option<Database>) -> Result<Core, String> {
         },
         seed,
     );
-    core.add_database(Database::new(Arc::clone(hf_model::nb::schema()), seed ^ 0x4e42), None, vec![])?;
+    core.add_database(
+        Database::new(Arc::clone(hf_model::nb::schema()), seed ^ 0x4e42),
+        None,
+        vec![],
+    )?;
     let sb = sb.unwrap_or_else(|| Database::new(Arc::clone(hf_model::sb::schema()), seed ^ 0x5342));
     core.add_database(sb, None, vec![])?;
     Ok(core)
@@ -146,7 +150,10 @@ pub fn txn_ok(reply: &Value) -> Result<(), String> {
     }
     match reply["result"].as_array() {
         None => Err(format!("transaction reply without result: {reply}")),
-        Some(r) => match r.iter().find(|o| o.get("error").is_some_and(|e| !e.is_null())) {
+        Some(r) => match r
+            .iter()
+            .find(|o| o.get("error").is_some_and(|e| !e.is_null()))
+        {
             Some(e) => Err(format!("transaction failed: {e}")),
             None => Ok(()),
         },
@@ -171,9 +178,17 @@ impl Db {
             epoch: 0,
             log: Vec::new(),
         };
-        db.transact(NB, vec![json!({"op": "insert", "table": "NB_Global", "row": {}})], now)?;
+        db.transact(
+            NB,
+            vec![json!({"op": "insert", "table": "NB_Global", "row": {}})],
+            now,
+        )?;
         if !static_sb {
-            db.transact(SB, vec![json!({"op": "insert", "table": "SB_Global", "row": {}})], now)?;
+            db.transact(
+                SB,
+                vec![json!({"op": "insert", "table": "SB_Global", "row": {}})],
+                now,
+            )?;
         }
         Ok(db)
     }
@@ -288,7 +303,9 @@ impl Db {
             let Some(s) = link.sid else { continue };
             match serde_json::from_slice::<Value>(&b) {
                 Ok(v) => self.core.handle(s, v, server_now(now)),
-                Err(e) => self.log.push(format!("session {s}: client sent unparsable JSON: {e}")),
+                Err(e) => self
+                    .log
+                    .push(format!("session {s}: client sent unparsable JSON: {e}")),
             }
         }
         self.route();
@@ -337,7 +354,12 @@ impl Db {
     }
 
     /// Bytes from an external session. A framing error closes the session and says why.
-    pub fn external_input(&mut self, sid: SessionId, data: &[u8], now: Duration) -> Result<(), String> {
+    pub fn external_input(
+        &mut self,
+        sid: SessionId,
+        data: &[u8],
+        now: Duration,
+    ) -> Result<(), String> {
         let Some(e) = self.external.get_mut(&sid) else {
             return Err(format!("session {sid} is not connected"));
         };
@@ -408,7 +430,10 @@ impl Db {
             .collect();
         let reply = self.transact(db, selects, now)?;
         let mut ops = Vec::new();
-        for (t, res) in tables.iter().zip(reply["result"].as_array().into_iter().flatten()) {
+        for (t, res) in tables
+            .iter()
+            .zip(reply["result"].as_array().into_iter().flatten())
+        {
             for row in res["rows"].as_array().into_iter().flatten() {
                 let Some(obj) = row.as_object() else { continue };
                 let uuid = obj
@@ -423,7 +448,9 @@ impl Db {
                     }
                     r.insert(k.clone(), rename_uuids(v));
                 }
-                ops.push(json!({"op": "insert", "table": t, "uuid-name": uuid_name(uuid), "row": r}));
+                ops.push(
+                    json!({"op": "insert", "table": t, "uuid-name": uuid_name(uuid), "row": r}),
+                );
             }
         }
         Ok(ops)
@@ -444,7 +471,13 @@ impl Db {
             self.closed.insert(sid);
         }
         // Session ids must not collide with the old core's: skip past them.
-        let max_old = self.closed.iter().copied().max().unwrap_or(0).max(self.writer);
+        let max_old = self
+            .closed
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(0)
+            .max(self.writer);
         let mut writer = core.connect(server_now(now));
         while writer <= max_old {
             core.disconnect(writer);
@@ -452,9 +485,17 @@ impl Db {
         }
         self.core = core;
         self.writer = writer;
-        self.transact(NB, vec![json!({"op": "insert", "table": "NB_Global", "row": {}})], now)?;
+        self.transact(
+            NB,
+            vec![json!({"op": "insert", "table": "NB_Global", "row": {}})],
+            now,
+        )?;
         if !static_sb {
-            self.transact(SB, vec![json!({"op": "insert", "table": "SB_Global", "row": {}})], now)?;
+            self.transact(
+                SB,
+                vec![json!({"op": "insert", "table": "SB_Global", "row": {}})],
+                now,
+            )?;
         }
         Ok(())
     }
@@ -490,12 +531,17 @@ pub fn load_database_file(bytes: &[u8]) -> Result<Database, String> {
     let schema = match name {
         SB => Arc::clone(hf_model::sb::schema()),
         NB => Arc::clone(hf_model::nb::schema()),
-        other => return Err(format!("database file of schema {other:?}: expected {SB} or {NB}")),
+        other => {
+            return Err(format!(
+                "database file of schema {other:?}: expected {SB} or {NB}"
+            ));
+        }
     };
     let mut db = Database::new(schema, 0x5eed);
     for (n, rec) in reader.enumerate() {
         let r = rec.map_err(|e| format!("record {}: {e}", n + 2))?;
-        let delta = record_delta(&mut db, &r.json).map_err(|e| format!("record {} at byte {}: {e}", n + 2, r.offset))?;
+        let delta = record_delta(&mut db, &r.json)
+            .map_err(|e| format!("record {} at byte {}: {e}", n + 2, r.offset))?;
         db.apply(&delta);
     }
     Ok(db)

@@ -27,7 +27,10 @@ fn label(prefix: &str, name: &str) -> String {
 }
 
 fn omap(pairs: &[(&str, &str)]) -> Value {
-    json!(["map", pairs.iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>()])
+    json!([
+        "map",
+        pairs.iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>()
+    ])
 }
 
 fn sset(items: &[&str]) -> Value {
@@ -151,7 +154,10 @@ pub struct Nat<'a> {
 
 /// `ovn-nbctl lr-nat-add`.
 pub fn nat(router: &str, n: Nat<'_>) -> Txn {
-    let l = label("nat", &format!("{router}_{}_{}_{}", n.kind, n.external_ip, n.logical_ip));
+    let l = label(
+        "nat",
+        &format!("{router}_{}_{}_{}", n.kind, n.external_ip, n.logical_ip),
+    );
     let mut row = json!({"type": n.kind, "external_ip": n.external_ip, "logical_ip": n.logical_ip});
     if let Some((p, m)) = n.logical_port {
         row["logical_port"] = json!(p);
@@ -175,9 +181,11 @@ pub fn load_balancer(
     routers: &[&str],
 ) -> Txn {
     let l = label("lb", name);
-    let mut ops = vec![json!({"op": "insert", "table": "Load_Balancer", "uuid-name": l,
+    let mut ops = vec![
+        json!({"op": "insert", "table": "Load_Balancer", "uuid-name": l,
         "row": {"name": name, "protocol": protocol,
-            "vips": omap(&[(vip, &backends.join(","))])}})];
+            "vips": omap(&[(vip, &backends.join(","))])}}),
+    ];
     for s in switches {
         ops.push(must_exist("Logical_Switch", s));
         ops.push(add_to("Logical_Switch", s, "load_balancer", &l));

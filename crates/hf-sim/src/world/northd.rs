@@ -117,10 +117,14 @@ impl NorthdNode {
             .core
             .poll_wall_timeout()
             .map(|w| Duration::from_millis((w.max(WALL_EPOCH_MS as i64) as u64) - WALL_EPOCH_MS));
-        [self.nb.poll_timeout().map(Duration::from_millis), self.sb.poll_timeout().map(Duration::from_millis), wall]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.nb.poll_timeout().map(Duration::from_millis),
+            self.sb.poll_timeout().map(Duration::from_millis),
+            wall,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Runs the replicas' timers.
