@@ -179,6 +179,11 @@ impl Chassis {
         self.datapath.remove_port(name);
     }
 
+    /// The MAC a local port was attached with (`Some(None)`: attached without one).
+    pub fn port_mac(&self, name: &str) -> Option<Option<[u8; 6]>> {
+        self.ports.get(name).copied()
+    }
+
     /// Whether a local port is attached.
     pub fn has_port(&self, name: &str) -> bool {
         self.ports.contains_key(name)

@@ -317,10 +317,15 @@ impl World {
         let mac = Some(host.mac());
         let up = Link::new(cfg.clone(), self.rng.fork(&format!("{lsp} up")));
         let down = Link::new(cfg, self.rng.fork(&format!("{lsp} down")));
-        if let Some(old) = self.hosts.remove(lsp) {
-            self.chassis[old.chassis].remove_port(lsp);
+        // The same interface (chassis and MAC) stays plugged in: only the VM behind it changes.
+        match self.hosts.remove(lsp) {
+            Some(old) if old.chassis == c && self.chassis[c].port_mac(lsp) == Some(mac) => {}
+            Some(old) => {
+                self.chassis[old.chassis].remove_port(lsp);
+                self.chassis[c].add_port(lsp, mac);
+            }
+            None => self.chassis[c].add_port(lsp, mac),
         }
-        self.chassis[c].add_port(lsp, mac);
         let what = format!("host {lsp} attached on {}", self.chassis[c].name());
         self.event(what);
         self.hosts.insert(
@@ -366,13 +371,9 @@ impl World {
             match self.hosts.get(&lsp) {
                 // Made by add_host, or still what NB asks for.
                 Some(h) if h.spec.as_ref().is_none_or(|s| *s == spec) => continue,
-                // NB changed the port (addresses, DHCP, requested-chassis): a new host.
-                Some(_) => {
-                    if let Some(h) = self.hosts.remove(&lsp) {
-                        self.chassis[h.chassis].remove_port(&lsp);
-                        self.event(format!("host {lsp} detached (its port changed)"));
-                    }
-                }
+                // NB changed the port (addresses, DHCP, requested-chassis): a new host
+                // (`attach` keeps the datapath port when chassis and MAC stay the same).
+                Some(_) => self.event(format!("host {lsp} replaced (its port changed)")),
                 None => {}
             }
             let c = match spec
