@@ -7,6 +7,9 @@
 //! checks run unchanged. Without the OVN tools the tests print a skip line; with `CI=true` they
 //! fail.
 
+// A test driver of real daemons: it runs processes and waits on a thread.
+#![allow(clippy::disallowed_methods)]
+
 mod scenarios;
 
 use std::path::{Path, PathBuf};
@@ -16,7 +19,14 @@ use std::time::Duration;
 use hf_sim::world::{NorthdMode, World, WorldConfig, encap_ip};
 use scenarios::Scenario;
 
-const TOOLS: &[&str] = &["ovsdb-tool", "ovsdb-server", "ovsdb-client", "ovn-northd", "ovn-nbctl", "ovn-sbctl"];
+const TOOLS: &[&str] = &[
+    "ovsdb-tool",
+    "ovsdb-server",
+    "ovsdb-client",
+    "ovn-northd",
+    "ovn-nbctl",
+    "ovn-sbctl",
+];
 const NB_SCHEMA: &str = "/usr/share/ovn/ovn-nb.ovsschema";
 const SB_SCHEMA: &str = "/usr/share/ovn/ovn-sb.ovsschema";
 
@@ -32,12 +42,19 @@ fn have_ovn(test: &str) -> bool {
                 .status()
                 .is_ok_and(|s| s.success())
         })
-        .chain([NB_SCHEMA, SB_SCHEMA].into_iter().filter(|p| !Path::new(p).exists()))
+        .chain(
+            [NB_SCHEMA, SB_SCHEMA]
+                .into_iter()
+                .filter(|p| !Path::new(p).exists()),
+        )
         .collect();
     if missing.is_empty() {
         return true;
     }
-    let msg = format!("{test}: real OVN missing ({}); scripts/test.sh installs it", missing.join(", "));
+    let msg = format!(
+        "{test}: real OVN missing ({}); scripts/test.sh installs it",
+        missing.join(", ")
+    );
     assert!(std::env::var("CI").as_deref() != Ok("true"), "{msg}");
     eprintln!("SKIP {msg}");
     false
@@ -107,7 +124,13 @@ impl Ovn {
             pidfiles: Vec::new(),
         };
         for (db, schema) in [("nb.db", NB_SCHEMA), ("sb.db", SB_SCHEMA)] {
-            run(Command::new("ovsdb-tool").arg("create").arg(o.path(db)).arg(schema), Duration::from_secs(30));
+            run(
+                Command::new("ovsdb-tool")
+                    .arg("create")
+                    .arg(o.path(db))
+                    .arg(schema),
+                Duration::from_secs(30),
+            );
         }
         let args = o.daemon_args("ovsdb-server");
         run(
@@ -142,14 +165,21 @@ fn real_sb(s: &Scenario) -> Vec<u8> {
         let mut params = vec![serde_json::json!("OVN_Northbound")];
         params.extend(txn.iter().cloned());
         let out = run(
-            Command::new("ovsdb-client").arg("transact").arg(&remote).arg(serde_json::Value::Array(params).to_string()),
+            Command::new("ovsdb-client")
+                .arg("transact")
+                .arg(&remote)
+                .arg(serde_json::Value::Array(params).to_string()),
             Duration::from_secs(30),
         );
         let reply: serde_json::Value = serde_json::from_slice(&out).expect("transact prints JSON");
-        let failed = reply
-            .as_array()
-            .is_none_or(|r| r.iter().any(|o| o.get("error").is_some_and(|e| !e.is_null())));
-        assert!(!failed, "real ovsdb-server refused a scenario transaction: {reply}\n{txn:?}");
+        let failed = reply.as_array().is_none_or(|r| {
+            r.iter()
+                .any(|o| o.get("error").is_some_and(|e| !e.is_null()))
+        });
+        assert!(
+            !failed,
+            "real ovsdb-server refused a scenario transaction: {reply}\n{txn:?}"
+        );
     }
     for (i, c) in s.chassis.iter().enumerate() {
         run(
@@ -168,11 +198,16 @@ fn real_sb(s: &Scenario) -> Vec<u8> {
         Duration::from_secs(30),
     );
     run(
-        Command::new("ovn-nbctl").arg(format!("--db={remote}")).args(["--timeout=60", "--wait=sb", "sync"]),
+        Command::new("ovn-nbctl")
+            .arg(format!("--db={remote}"))
+            .args(["--timeout=60", "--wait=sb", "sync"]),
         Duration::from_secs(90),
     );
     let sb = run(
-        Command::new("ovsdb-client").arg("backup").arg(&remote).arg("OVN_Southbound"),
+        Command::new("ovsdb-client")
+            .arg("backup")
+            .arg(&remote)
+            .arg("OVN_Southbound"),
         Duration::from_secs(30),
     );
     assert!(sb.len() > 1000, "SB backup is {} bytes", sb.len());

@@ -78,20 +78,32 @@ fn ready_world(seed: u64) -> World {
 fn start_transfers(w: &mut World, bytes: u64) -> Vec<(&'static str, String)> {
     w.tcp_listen("vm4", 7000).expect("listen");
     w.tcp_listen("vm5", 7001).expect("listen");
-    let a = w.tcp_transfer("vm1", scenarios::ip("10.0.0.14"), 7000, bytes).expect("starts");
-    let b = w.tcp_transfer("vm3", scenarios::ip("10.0.1.15"), 7001, bytes).expect("starts");
+    let a = w
+        .tcp_transfer("vm1", scenarios::ip("10.0.0.14"), 7000, bytes)
+        .expect("starts");
+    let b = w
+        .tcp_transfer("vm3", scenarios::ip("10.0.1.15"), 7001, bytes)
+        .expect("starts");
     vec![("vm1", a), ("vm3", b)]
 }
 
 fn finish(w: &mut World, conns: &[(&str, String)], bytes: u64) {
     let ok = w.run_until(
-        |w| conns.iter().all(|(h, n)| w.tcp_record(h, n).is_some_and(|r| r.outcome != "running")),
+        |w| {
+            conns
+                .iter()
+                .all(|(h, n)| w.tcp_record(h, n).is_some_and(|r| r.outcome != "running"))
+        },
         Duration::from_secs(30),
     );
     assert!(ok, "transfers did not finish: {}", w.take_log().join("\n"));
     for (h, n) in conns {
         let r = w.tcp_record(h, n).expect("record");
-        assert_eq!((r.outcome.as_str(), r.bytes_acked), ("complete", bytes), "{h}: {r:?}");
+        assert_eq!(
+            (r.outcome.as_str(), r.bytes_acked),
+            ("complete", bytes),
+            "{h}: {r:?}"
+        );
         // Not one segment had to be sent twice: nothing was lost.
         assert_eq!(r.retransmitted_segments, 0, "{h}: {r:?}");
         assert_eq!((r.resets_received, r.resets_sent), (0, 0), "{h}: {r:?}");
@@ -114,14 +126,20 @@ fn controller_restart_during_transfers_loses_nothing() {
     w.run_for(Duration::from_millis(3));
     for (h, n) in &conns {
         let r = w.tcp_record(h, n).expect("record");
-        assert!(r.bytes_acked > 0 && r.bytes_acked < bytes, "{h} not mid-transfer: {r:?}");
+        assert!(
+            r.bytes_acked > 0 && r.bytes_acked < bytes,
+            "{h} not mid-transfer: {r:?}"
+        );
     }
     w.restart_controller("hv1").expect("restart");
     w.run_for(Duration::from_millis(2));
     w.restart_controller("hv2").expect("restart");
     for (h, n) in &conns {
         let r = w.tcp_record(h, n).expect("record");
-        assert!(r.bytes_acked < bytes, "{h} finished before the restarts: {r:?}");
+        assert!(
+            r.bytes_acked < bytes,
+            "{h} finished before the restarts: {r:?}"
+        );
     }
     finish(&mut w, &conns, bytes);
     let after = w.record().chassis;
@@ -147,7 +165,10 @@ fn controller_restart_then_new_port() {
         "sw0",
         "vm7",
         "00:00:00:00:00:07 10.0.0.17",
-        hf_sim::world::nb::PortOpts { requested_chassis: Some("hv2"), ..Default::default() },
+        hf_sim::world::nb::PortOpts {
+            requested_chassis: Some("hv2"),
+            ..Default::default()
+        },
     ))
     .expect("nb");
     scenarios::wait_ready(&mut w);
@@ -164,7 +185,10 @@ fn controller_down_datapath_keeps_forwarding() {
     let bytes = 5_000_000;
     let conns = start_transfers(&mut w, bytes);
     finish(&mut w, &conns, bytes);
-    assert_eq!(w.chassis_by_name("hv1").map(|c| c.datapath().generation()), gen_before);
+    assert_eq!(
+        w.chassis_by_name("hv1").map(|c| c.datapath().generation()),
+        gen_before
+    );
     w.start_controller("hv1").expect("start");
     scenarios::wait_ready(&mut w);
     assert_eq!(w.record().chassis["hv1"].flushes, 0);
@@ -187,7 +211,10 @@ fn northd_restart_changes_no_datapath() {
         .iter()
         .map(|c| (c.datapath().generation(), c.datapath().program().cloned()))
         .collect();
-    assert!(progs == after, "a northd restart changed a datapath's program");
+    assert!(
+        progs == after,
+        "a northd restart changed a datapath's program"
+    );
     assert!(w.northd().is_some_and(|n| n.is_synced()));
     scenarios::ping_ok(&mut w, "vm1", "10.0.1.15", 2);
 }
@@ -215,20 +242,38 @@ fn move_port_to_other_chassis() {
     scenarios::wait_ready(&mut w);
     let before = w.record().chassis["hv1"].tx_tunnel;
     scenarios::ping_ok(&mut w, "vm1", "10.0.0.12", 3);
-    assert!(w.record().chassis["hv1"].tx_tunnel > before, "vm1 -> vm2 did not go through the tunnel after the move");
+    assert!(
+        w.record().chassis["hv1"].tx_tunnel > before,
+        "vm1 -> vm2 did not go through the tunnel after the move"
+    );
 }
 
 #[test]
 fn rebuild_databases_changes_no_zone() {
     let mut w = ready_world(12);
     let before = w.record().chassis;
-    let uuids_before: Vec<_> = w.nb_snapshot().expect("nb").logical_switch().keys().copied().collect();
+    let uuids_before: Vec<_> = w
+        .nb_snapshot()
+        .expect("nb")
+        .logical_switch()
+        .keys()
+        .copied()
+        .collect();
     w.rebuild_databases().expect("rebuild");
     scenarios::wait_ready(&mut w);
     w.run_for(Duration::from_secs(6));
-    let uuids_after: Vec<_> = w.nb_snapshot().expect("nb").logical_switch().keys().copied().collect();
+    let uuids_after: Vec<_> = w
+        .nb_snapshot()
+        .expect("nb")
+        .logical_switch()
+        .keys()
+        .copied()
+        .collect();
     assert_eq!(uuids_after.len(), uuids_before.len());
-    assert!(uuids_after.iter().all(|u| !uuids_before.contains(u)), "rebuilt NB kept old UUIDs");
+    assert!(
+        uuids_after.iter().all(|u| !uuids_before.contains(u)),
+        "rebuilt NB kept old UUIDs"
+    );
     let after = w.record().chassis;
     for c in ["hv1", "hv2"] {
         assert_eq!(after[c].zones, before[c].zones, "{c}: zone map changed");

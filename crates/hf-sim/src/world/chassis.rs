@@ -179,6 +179,11 @@ impl Chassis {
         self.datapath.remove_port(name);
     }
 
+    /// The MAC a local port was attached with (`Some(None)`: attached without one).
+    pub fn port_mac(&self, name: &str) -> Option<Option<[u8; 6]>> {
+        self.ports.get(name).copied()
+    }
+
     /// Whether a local port is attached.
     pub fn has_port(&self, name: &str) -> bool {
         self.ports.contains_key(name)
@@ -197,7 +202,8 @@ impl Chassis {
                 Ok(None) => break,
                 Err(e) => {
                     self.stats.undecodable += 1;
-                    self.log.push(format!("{}: undecodable control frame: {e}", self.name));
+                    self.log
+                        .push(format!("{}: undecodable control frame: {e}", self.name));
                     self.watch = Decoder::new();
                     break;
                 }
@@ -228,11 +234,13 @@ impl Chassis {
         }
         while let Some((l, line)) = ctl.poll_log() {
             if l != Level::Debug {
-                self.log.push(format!("{}|controller|{l:?}|{line}", self.name));
+                self.log
+                    .push(format!("{}|controller|{l:?}|{line}", self.name));
             }
         }
         while let Some((l, line)) = self.datapath.poll_log() {
-            self.log.push(format!("{}|datapath|{l:?}|{line}", self.name));
+            self.log
+                .push(format!("{}|datapath|{l:?}|{line}", self.name));
         }
         moved |= db.pump(&mut CtlSb(ctl), &mut self.sb_link, now);
         moved
@@ -241,7 +249,10 @@ impl Chassis {
     /// The earliest timer of the controller or the datapath.
     pub fn poll_timeout(&self) -> Option<Duration> {
         let c = self.controller.as_ref().and_then(Controller::poll_timeout);
-        [c, self.datapath.poll_timeout()].into_iter().flatten().min()
+        [c, self.datapath.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Runs due timers.

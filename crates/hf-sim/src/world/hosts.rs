@@ -52,7 +52,11 @@ fn parse_cidr(s: &str) -> Option<(Ipv4Addr, u8)> {
 }
 
 fn contains(net: Ipv4Addr, prefix: u8, ip: Ipv4Addr) -> bool {
-    let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(prefix)) };
+    let mask = if prefix == 0 {
+        0
+    } else {
+        u32::MAX << (32 - u32::from(prefix))
+    };
     u32::from(net) & mask == u32::from(ip) & mask
 }
 
@@ -71,8 +75,12 @@ pub fn wanted(nb: &NbSnapshot) -> BTreeMap<String, HostSpec> {
             if p.type_ != "router" {
                 continue;
             }
-            let Some(lrp) = p.options.get("router-port") else { continue };
-            let Some(lrp) = nb.logical_router_port_by_name(lrp) else { continue };
+            let Some(lrp) = p.options.get("router-port") else {
+                continue;
+            };
+            let Some(lrp) = nb.logical_router_port_by_name(lrp) else {
+                continue;
+            };
             for n in &lrp.networks {
                 if let Some((a, pl)) = parse_cidr(n) {
                     nets.push((a, pl));
@@ -83,17 +91,23 @@ pub fn wanted(nb: &NbSnapshot) -> BTreeMap<String, HostSpec> {
             if !p.type_.is_empty() || p.parent_name.is_some() {
                 continue;
             }
-            let Some(addr) = p.addresses.iter().next() else { continue };
+            let Some(addr) = p.addresses.iter().next() else {
+                continue;
+            };
             let mut words = addr.split_whitespace();
-            let Some(mac) = words.next().and_then(parse_mac) else { continue };
+            let Some(mac) = words.next().and_then(parse_mac) else {
+                continue;
+            };
             let ip = words.find_map(|w| w.parse::<Ipv4Addr>().ok());
             let dhcp = p.dhcpv4_options.is_some();
             let ipv4 = match (ip, dhcp) {
                 (_, true) => None,
-                (Some(ip), false) => Some(match nets.iter().find(|(a, pl)| contains(*a, *pl, ip)) {
-                    Some((a, pl)) => (ip, *pl, Some(*a)),
-                    None => (ip, 24, None),
-                }),
+                (Some(ip), false) => {
+                    Some(match nets.iter().find(|(a, pl)| contains(*a, *pl, ip)) {
+                        Some((a, pl)) => (ip, *pl, Some(*a)),
+                        None => (ip, 24, None),
+                    })
+                }
                 (None, false) => continue,
             };
             let requested_chassis = p
@@ -102,7 +116,10 @@ pub fn wanted(nb: &NbSnapshot) -> BTreeMap<String, HostSpec> {
                 .and_then(|c| c.split(',').next())
                 .map(|c| c.trim().to_string())
                 .filter(|c| !c.is_empty());
-            let external = p.external_ids.get("hf-sim-external").is_some_and(|v| v == "true");
+            let external = p
+                .external_ids
+                .get("hf-sim-external")
+                .is_some_and(|v| v == "true");
             out.insert(
                 p.name.clone(),
                 HostSpec {

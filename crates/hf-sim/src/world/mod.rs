@@ -171,7 +171,9 @@ impl World {
         let db = Db::new(cfg.seed, sb, now)?;
         let rng = Rng::new(cfg.seed);
         let northd_seed = rng.fork("northd").seed();
-        let northd = static_sb.is_none().then(|| NorthdNode::new(northd_seed, now));
+        let northd = static_sb
+            .is_none()
+            .then(|| NorthdNode::new(northd_seed, now));
         let mut names = cfg.chassis.clone();
         names.dedup();
         let chassis: Vec<Chassis> = names
@@ -293,7 +295,13 @@ impl World {
     }
 
     /// Attaches `host` to logical port `lsp` on `chassis` (replacing any host there).
-    pub fn add_host(&mut self, chassis: &str, lsp: &str, host: Host, external: bool) -> Result<(), String> {
+    pub fn add_host(
+        &mut self,
+        chassis: &str,
+        lsp: &str,
+        host: Host,
+        external: bool,
+    ) -> Result<(), String> {
         let c = self.chassis_index(chassis)?;
         self.attach(c, lsp, host, external);
         self.settle();
@@ -301,17 +309,36 @@ impl World {
     }
 
     fn attach(&mut self, c: usize, lsp: &str, host: Host, external: bool) {
-        let cfg = if external { LinkConfig::external() } else { LinkConfig::cluster() };
+        let cfg = if external {
+            LinkConfig::external()
+        } else {
+            LinkConfig::cluster()
+        };
         let mac = Some(host.mac());
         let up = Link::new(cfg.clone(), self.rng.fork(&format!("{lsp} up")));
         let down = Link::new(cfg, self.rng.fork(&format!("{lsp} down")));
-        if let Some(old) = self.hosts.remove(lsp) {
-            self.chassis[old.chassis].remove_port(lsp);
+        // The same interface (chassis and MAC) stays plugged in: only the VM behind it changes.
+        match self.hosts.remove(lsp) {
+            Some(old) if old.chassis == c && self.chassis[c].port_mac(lsp) == Some(mac) => {}
+            Some(old) => {
+                self.chassis[old.chassis].remove_port(lsp);
+                self.chassis[c].add_port(lsp, mac);
+            }
+            None => self.chassis[c].add_port(lsp, mac),
         }
-        self.chassis[c].add_port(lsp, mac);
         let what = format!("host {lsp} attached on {}", self.chassis[c].name());
         self.event(what);
-        self.hosts.insert(lsp.to_string(), HostSlot { spec: None, sent: Default::default(), host, chassis: c, up, down });
+        self.hosts.insert(
+            lsp.to_string(),
+            HostSlot {
+                spec: None,
+                sent: Default::default(),
+                host,
+                chassis: c,
+                up,
+                down,
+            },
+        );
     }
 
     /// Creates hosts for new VIF ports with addresses and removes those whose port is gone.
@@ -344,16 +371,16 @@ impl World {
             match self.hosts.get(&lsp) {
                 // Made by add_host, or still what NB asks for.
                 Some(h) if h.spec.as_ref().is_none_or(|s| *s == spec) => continue,
-                // NB changed the port (addresses, DHCP, requested-chassis): a new host.
-                Some(_) => {
-                    if let Some(h) = self.hosts.remove(&lsp) {
-                        self.chassis[h.chassis].remove_port(&lsp);
-                        self.event(format!("host {lsp} detached (its port changed)"));
-                    }
-                }
+                // NB changed the port (addresses, DHCP, requested-chassis): a new host
+                // (`attach` keeps the datapath port when chassis and MAC stay the same).
+                Some(_) => self.event(format!("host {lsp} replaced (its port changed)")),
                 None => {}
             }
-            let c = match spec.requested_chassis.as_deref().and_then(|n| self.chassis_index(n).ok()) {
+            let c = match spec
+                .requested_chassis
+                .as_deref()
+                .and_then(|n| self.chassis_index(n).ok())
+            {
                 Some(c) => c,
                 None if self.chassis.is_empty() => continue,
                 None => {
@@ -406,7 +433,9 @@ impl World {
         for (lsp, s) in &mut self.hosts {
             while let Some(f) = s.up.poll_deliver(now) {
                 moved = true;
-                self.chassis[s.chassis].datapath_mut().handle_port_frame(lsp, &f, now);
+                self.chassis[s.chassis]
+                    .datapath_mut()
+                    .handle_port_frame(lsp, &f, now);
             }
         }
         // Tunnels → datapaths.
@@ -519,7 +548,11 @@ impl World {
             }
             let next = self.next_deadline().map(|d| {
                 // A timer that stays due after firing must not spin the clock in place.
-                if d <= self.now { self.now + Duration::from_micros(10) } else { d }
+                if d <= self.now {
+                    self.now + Duration::from_micros(10)
+                } else {
+                    d
+                }
             });
             match next {
                 Some(d) if d <= t => {
@@ -583,7 +616,9 @@ impl World {
     /// Whether every chassis's datapath has a program and every host's port is in the program
     /// of its chassis as a local port. A quick readiness check for tests.
     pub fn programs_installed(&self) -> bool {
-        self.chassis.iter().all(|c| c.datapath().program().is_some())
+        self.chassis
+            .iter()
+            .all(|c| c.datapath().program().is_some())
     }
 
     fn host_slot(&mut self, lsp: &str) -> Result<&mut Host, String> {
@@ -595,7 +630,13 @@ impl World {
 
     /// Starts `count` pings from the host on `from` to `dst`, one per `interval`; the name of
     /// the ping session (see [`Host::ping_record`]).
-    pub fn ping(&mut self, from: &str, dst: IpAddr, count: u16, interval: Duration) -> Result<String, String> {
+    pub fn ping(
+        &mut self,
+        from: &str,
+        dst: IpAddr,
+        count: u16,
+        interval: Duration,
+    ) -> Result<String, String> {
         let now = self.now;
         let r = self
             .host_slot(from)?
@@ -615,7 +656,14 @@ impl World {
 
     /// Starts `count` UDP requests of `len` bytes from `from` to `dst:port`; the session name
     /// (see [`Host::udp_record`]).
-    pub fn udp(&mut self, from: &str, dst: IpAddr, port: u16, count: u16, len: usize) -> Result<String, String> {
+    pub fn udp(
+        &mut self,
+        from: &str,
+        dst: IpAddr,
+        port: u16,
+        count: u16,
+        len: usize,
+    ) -> Result<String, String> {
         let now = self.now;
         let r = self
             .host_slot(from)?
@@ -635,7 +683,13 @@ impl World {
 
     /// Starts a TCP upload of `bytes` pattern bytes from `from` to `dst:port`; the
     /// connection's name (see [`Host::tcp_record`]).
-    pub fn tcp_transfer(&mut self, from: &str, dst: IpAddr, port: u16, bytes: u64) -> Result<String, String> {
+    pub fn tcp_transfer(
+        &mut self,
+        from: &str,
+        dst: IpAddr,
+        port: u16,
+        bytes: u64,
+    ) -> Result<String, String> {
         let now = self.now;
         let r = self
             .host_slot(from)?
@@ -655,7 +709,10 @@ impl World {
     /// through its chassis's running program with conntrack as it is now ("what if": nothing
     /// changes). A debugging aid.
     pub fn trace_last(&self, lsp: &str, back: usize) -> Result<String, String> {
-        let s = self.hosts.get(lsp).ok_or_else(|| format!("no host on {lsp}"))?;
+        let s = self
+            .hosts
+            .get(lsp)
+            .ok_or_else(|| format!("no host on {lsp}"))?;
         let frame = s
             .sent
             .iter()
@@ -665,13 +722,21 @@ impl World {
         let dp = self.chassis[s.chassis].datapath();
         let msg = dp.program().ok_or("no program installed")?;
         let ids = dp.port_ids();
-        let id = *ids.get(lsp).ok_or_else(|| format!("{lsp} is no local port"))?;
+        let id = *ids
+            .get(lsp)
+            .ok_or_else(|| format!("{lsp} is no local port"))?;
         let (prog, _) = hf_datapath::program::compile(msg, &ids, None)?;
         let mut p = hf_pipeline::Pipeline::new(prog);
         p.set_packet_in(true);
         let mut out = hf_pipeline::Outputs::default();
         let t = p
-            .trace(dp.conntrack(), hf_pipeline::Ingress::Local(id), frame, self.now, &mut out)
+            .trace(
+                dp.conntrack(),
+                hf_pipeline::Ingress::Local(id),
+                frame,
+                self.now,
+                &mut out,
+            )
             .map_err(|e| format!("trace: {e}"))?;
         Ok(t.to_string())
     }
@@ -687,7 +752,9 @@ impl World {
             let mut local_seen = 0;
             for dp in &p.datapaths {
                 for port in &dp.ports {
-                    let Some(h) = self.hosts.get(&port.name) else { continue };
+                    let Some(h) = self.hosts.get(&port.name) else {
+                        continue;
+                    };
                     match (&port.location, h.chassis == i) {
                         (LocationMsg::Local(_), true) => local_seen += 1,
                         (LocationMsg::Unbound, _) | (LocationMsg::Local(_), false) => return false,
@@ -764,7 +831,8 @@ impl World {
             .ok_or_else(|| format!("move_port: no host on port {lsp}"))?;
         self.chassis[slot.chassis].remove_port(lsp);
         let external = slot.up.config().latency > LinkConfig::cluster().latency;
-        self.db.transact(NB, nb::set_requested_chassis(lsp, to), self.now)?;
+        self.db
+            .transact(NB, nb::set_requested_chassis(lsp, to), self.now)?;
         let spec = slot.spec.map(|mut s| {
             s.requested_chassis = Some(to.to_string());
             s
@@ -794,7 +862,14 @@ impl World {
             if op["table"] == "NB_Global" {
                 let mut row = op["row"].clone();
                 if let Some(o) = row.as_object_mut() {
-                    for k in ["nb_cfg", "sb_cfg", "hv_cfg", "nb_cfg_timestamp", "sb_cfg_timestamp", "hv_cfg_timestamp"] {
+                    for k in [
+                        "nb_cfg",
+                        "sb_cfg",
+                        "hv_cfg",
+                        "nb_cfg_timestamp",
+                        "sb_cfg_timestamp",
+                        "hv_cfg_timestamp",
+                    ] {
                         o.remove(k);
                     }
                 }
@@ -816,7 +891,11 @@ impl World {
     }
 
     /// JSON-RPC bytes from an outside client; the world settles after them.
-    pub fn db_input(&mut self, sid: hf_ovsdb_net::server::SessionId, bytes: &[u8]) -> Result<(), String> {
+    pub fn db_input(
+        &mut self,
+        sid: hf_ovsdb_net::server::SessionId,
+        bytes: &[u8],
+    ) -> Result<(), String> {
         let r = self.db.external_input(sid, bytes, self.now);
         self.settle();
         r
@@ -844,12 +923,18 @@ impl World {
         let mut net = Record::new(self.seed);
         for (lsp, s) in &self.hosts {
             net.hosts.insert(lsp.clone(), s.host.record(self.now));
-            net.links.insert(format!("{lsp} up"), s.up.counters().clone());
-            net.links.insert(format!("{lsp} down"), s.down.counters().clone());
+            net.links
+                .insert(format!("{lsp} up"), s.up.counters().clone());
+            net.links
+                .insert(format!("{lsp} down"), s.down.counters().clone());
         }
         for ((a, b), l) in &self.tunnels {
             net.links.insert(
-                format!("tunnel {}->{}", self.chassis[*a].name(), self.chassis[*b].name()),
+                format!(
+                    "tunnel {}->{}",
+                    self.chassis[*a].name(),
+                    self.chassis[*b].name()
+                ),
                 l.counters().clone(),
             );
         }

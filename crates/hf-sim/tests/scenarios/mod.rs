@@ -7,8 +7,8 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
-use hf_sim::world::nb::{self, Nat, PortOpts, Txn};
 use hf_sim::world::World;
+use hf_sim::world::nb::{self, Nat, PortOpts, Txn};
 
 /// One scenario.
 pub struct Scenario {
@@ -87,7 +87,11 @@ pub fn with_gateway() -> Vec<Txn> {
 pub fn wait_ready(w: &mut World) {
     let ok = w.run_until(|w| w.ports_ready(), Duration::from_secs(30));
     let log = w.take_log();
-    assert!(ok, "the world did not get ready in 30 s of virtual time; log:\n{}", log.join("\n"));
+    assert!(
+        ok,
+        "the world did not get ready in 30 s of virtual time; log:\n{}",
+        log.join("\n")
+    );
     w.run_for(Duration::from_millis(200));
 }
 
@@ -98,9 +102,15 @@ pub fn wait_ready(w: &mut World) {
 pub fn ping_ok(w: &mut World, from: &str, dst: &str, n: u16) {
     let _ = w.ping(from, ip(dst), 2, Duration::from_millis(50));
     w.run_for(Duration::from_millis(200));
-    let name = w.ping(from, ip(dst), n, Duration::from_millis(10)).expect("ping starts");
+    let name = w
+        .ping(from, ip(dst), n, Duration::from_millis(10))
+        .expect("ping starts");
     w.run_for(Duration::from_millis(50 + 10 * u64::from(n)) + Duration::from_secs(1));
-    let r = w.host(from).and_then(|h| h.ping_record(&name)).cloned().expect("ping record");
+    let r = w
+        .host(from)
+        .and_then(|h| h.ping_record(&name))
+        .cloned()
+        .expect("ping record");
     assert_eq!(
         (r.answered, r.bad_replies, r.send_errors),
         (u64::from(n), 0, 0),
@@ -113,9 +123,15 @@ pub fn ping_ok(w: &mut World, from: &str, dst: &str, n: u16) {
 
 /// Pings `dst` and asserts nothing came back.
 pub fn ping_fails(w: &mut World, from: &str, dst: &str) {
-    let name = w.ping(from, ip(dst), 3, Duration::from_millis(10)).expect("ping starts");
+    let name = w
+        .ping(from, ip(dst), 3, Duration::from_millis(10))
+        .expect("ping starts");
     w.run_for(Duration::from_secs(2));
-    let r = w.host(from).and_then(|h| h.ping_record(&name)).cloned().expect("ping record");
+    let r = w
+        .host(from)
+        .and_then(|h| h.ping_record(&name))
+        .cloned()
+        .expect("ping record");
     assert!(r.sent > 0, "{from} -> {dst}: no request sent: {r:?}");
     assert_eq!(r.answered, 0, "{from} -> {dst} should be dropped: {r:?}");
 }
@@ -131,21 +147,35 @@ pub fn tcp_ok(
     bytes: u64,
 ) -> (hf_sim::net::TcpRecord, hf_sim::net::TcpRecord) {
     let _ = w.tcp_listen(to, port);
-    let name = w.tcp_transfer(from, ip(dst), port, bytes).expect("transfer starts");
+    let name = w
+        .tcp_transfer(from, ip(dst), port, bytes)
+        .expect("transfer starts");
     let done = w.run_until(
-        |w| w.tcp_record(from, &name).is_some_and(|r| r.outcome != "running"),
+        |w| {
+            w.tcp_record(from, &name)
+                .is_some_and(|r| r.outcome != "running")
+        },
         Duration::from_secs(20),
     );
     let c = w.tcp_record(from, &name).expect("client record");
-    assert!(done && c.outcome == "complete", "{from} -> {dst}:{port}: {c:?}\nlog:\n{}", w.take_log().join("\n"));
+    assert!(
+        done && c.outcome == "complete",
+        "{from} -> {dst}:{port}: {c:?}\nlog:\n{}",
+        w.take_log().join("\n")
+    );
     assert_eq!(c.bytes_acked, bytes, "{c:?}");
-    let s = server_of(w, to, &c.local).unwrap_or_else(|| panic!("{to} has no server connection from {}", c.local));
+    let s = server_of(w, to, &c.local)
+        .unwrap_or_else(|| panic!("{to} has no server connection from {}", c.local));
     s_ok(&s, bytes);
     (c, s)
 }
 
 fn s_ok(s: &hf_sim::net::TcpRecord, bytes: u64) {
-    assert_eq!((s.bytes_received, s.bytes_verified, s.pattern_errors), (bytes, bytes, 0), "{s:?}");
+    assert_eq!(
+        (s.bytes_received, s.bytes_verified, s.pattern_errors),
+        (bytes, bytes, 0),
+        "{s:?}"
+    );
 }
 
 /// The server-side record on `lsp` whose remote is `remote` (as the server sees it: after
@@ -153,7 +183,12 @@ fn s_ok(s: &hf_sim::net::TcpRecord, bytes: u64) {
 pub fn server_of(w: &World, lsp: &str, remote: &str) -> Option<hf_sim::net::TcpRecord> {
     let h = w.host(lsp)?;
     let rec = h.record(w.now());
-    let servers: Vec<_> = rec.tcp.values().filter(|t| t.role == "server").cloned().collect();
+    let servers: Vec<_> = rec
+        .tcp
+        .values()
+        .filter(|t| t.role == "server")
+        .cloned()
+        .collect();
     servers
         .iter()
         .find(|t| t.remote == remote)
@@ -164,17 +199,29 @@ pub fn server_of(w: &World, lsp: &str, remote: &str) -> Option<hf_sim::net::TcpR
 /// Server connections on `lsp`.
 pub fn servers(w: &World, lsp: &str) -> Vec<hf_sim::net::TcpRecord> {
     w.host(lsp)
-        .map(|h| h.record(w.now()).tcp.values().filter(|t| t.role == "server").cloned().collect())
+        .map(|h| {
+            h.record(w.now())
+                .tcp
+                .values()
+                .filter(|t| t.role == "server")
+                .cloned()
+                .collect()
+        })
         .unwrap_or_default()
 }
 
 /// A TCP connection attempt that must not establish.
 pub fn tcp_fails(w: &mut World, from: &str, to: &str, dst: &str, port: u16) {
     let _ = w.tcp_listen(to, port);
-    let name = w.tcp_transfer(from, ip(dst), port, 1000).expect("transfer starts");
+    let name = w
+        .tcp_transfer(from, ip(dst), port, 1000)
+        .expect("transfer starts");
     w.run_for(Duration::from_secs(3));
     let c = w.tcp_record(from, &name).expect("client record");
-    assert!(c.established_us.is_none(), "{from} -> {dst}:{port} should not connect: {c:?}");
+    assert!(
+        c.established_us.is_none(),
+        "{from} -> {dst}:{port} should not connect: {c:?}"
+    );
 }
 
 // ---- the scenarios ----
@@ -222,7 +269,8 @@ pub fn cross_chassis() -> Scenario {
             let after = w.record().chassis;
             for c in ["hv1", "hv2"] {
                 assert!(
-                    after[c].tx_tunnel > before[c].tx_tunnel + 100 && after[c].rx_tunnel > before[c].rx_tunnel + 100,
+                    after[c].tx_tunnel > before[c].tx_tunnel + 100
+                        && after[c].rx_tunnel > before[c].rx_tunnel + 100,
                     "{c}: tunnel counters before {:?} after {:?}",
                     before[c],
                     after[c]
@@ -235,9 +283,21 @@ pub fn cross_chassis() -> Scenario {
 pub fn acl() -> Scenario {
     let mut nbt = base();
     nbt.extend([
-        nb::acl("sw0", "to-lport", 1001, "outport == \"vm2\" && tcp.dst == 80", "allow-related"),
+        nb::acl(
+            "sw0",
+            "to-lport",
+            1001,
+            "outport == \"vm2\" && tcp.dst == 80",
+            "allow-related",
+        ),
         nb::acl("sw0", "to-lport", 1000, "outport == \"vm2\" && ip4", "drop"),
-        nb::acl("sw0", "from-lport", 1000, "inport == \"vm2\" && ip4", "drop"),
+        nb::acl(
+            "sw0",
+            "from-lport",
+            1000,
+            "inport == \"vm2\" && ip4",
+            "drop",
+        ),
     ]);
     Scenario {
         name: "acl",
@@ -261,7 +321,15 @@ pub fn acl() -> Scenario {
 
 pub fn snat() -> Scenario {
     let mut nbt = with_gateway();
-    nbt.push(nb::nat("lr0", Nat { kind: "snat", external_ip: "172.16.0.10", logical_ip: "10.0.0.0/24", logical_port: None }));
+    nbt.push(nb::nat(
+        "lr0",
+        Nat {
+            kind: "snat",
+            external_ip: "172.16.0.10",
+            logical_ip: "10.0.0.0/24",
+            logical_port: None,
+        },
+    ));
     Scenario {
         name: "snat",
         chassis: vec!["hv1", "hv2", "gw1"],
@@ -271,15 +339,31 @@ pub fn snat() -> Scenario {
             ping_ok(w, "vm1", "172.16.0.100", 3);
             let _ = w.tcp_listen("ext", 8080);
             for vm in ["vm1", "vm4"] {
-                let name = w.tcp_transfer(vm, ip("172.16.0.100"), 8080, 100_000).expect("starts");
-                let ok = w.run_until(|w| w.tcp_record(vm, &name).is_some_and(|r| r.outcome != "running"), Duration::from_secs(20));
+                let name = w
+                    .tcp_transfer(vm, ip("172.16.0.100"), 8080, 100_000)
+                    .expect("starts");
+                let ok = w.run_until(
+                    |w| {
+                        w.tcp_record(vm, &name)
+                            .is_some_and(|r| r.outcome != "running")
+                    },
+                    Duration::from_secs(20),
+                );
                 let c = w.tcp_record(vm, &name).expect("record");
-                assert!(ok && c.outcome == "complete", "{vm}: {c:?}\n{}", w.take_log().join("\n"));
+                assert!(
+                    ok && c.outcome == "complete",
+                    "{vm}: {c:?}\n{}",
+                    w.take_log().join("\n")
+                );
             }
             let s = servers(w, "ext");
             assert_eq!(s.len(), 2, "{s:?}");
             for r in &s {
-                assert!(r.remote.starts_with("172.16.0.10:"), "ext saw {} instead of the SNAT address", r.remote);
+                assert!(
+                    r.remote.starts_with("172.16.0.10:"),
+                    "ext saw {} instead of the SNAT address",
+                    r.remote
+                );
                 s_ok(r, 100_000);
             }
         },
@@ -288,8 +372,24 @@ pub fn snat() -> Scenario {
 
 pub fn dnat_fip() -> Scenario {
     let mut nbt = with_gateway();
-    nbt.push(nb::nat("lr0", Nat { kind: "dnat", external_ip: "172.16.0.30", logical_ip: "10.0.0.14", logical_port: None }));
-    nbt.push(nb::nat("lr0", Nat { kind: "dnat_and_snat", external_ip: "172.16.0.20", logical_ip: "10.0.0.12", logical_port: None }));
+    nbt.push(nb::nat(
+        "lr0",
+        Nat {
+            kind: "dnat",
+            external_ip: "172.16.0.30",
+            logical_ip: "10.0.0.14",
+            logical_port: None,
+        },
+    ));
+    nbt.push(nb::nat(
+        "lr0",
+        Nat {
+            kind: "dnat_and_snat",
+            external_ip: "172.16.0.20",
+            logical_ip: "10.0.0.12",
+            logical_port: None,
+        },
+    ));
     Scenario {
         name: "dnat_fip",
         chassis: vec!["hv1", "hv2", "gw1"],
@@ -301,12 +401,24 @@ pub fn dnat_fip() -> Scenario {
             assert!(s.remote.starts_with("172.16.0.100:"), "{s:?} / {c:?}");
             // And out from vm2, which the external host sees as the floating IP.
             w.tcp_listen("ext", 9001).expect("listen");
-            let name = w.tcp_transfer("vm2", ip("172.16.0.100"), 9001, 50_000).expect("starts");
-            let ok = w.run_until(|w| w.tcp_record("vm2", &name).is_some_and(|r| r.outcome != "running"), Duration::from_secs(20));
+            let name = w
+                .tcp_transfer("vm2", ip("172.16.0.100"), 9001, 50_000)
+                .expect("starts");
+            let ok = w.run_until(
+                |w| {
+                    w.tcp_record("vm2", &name)
+                        .is_some_and(|r| r.outcome != "running")
+                },
+                Duration::from_secs(20),
+            );
             let c = w.tcp_record("vm2", &name).expect("record");
             assert!(ok && c.outcome == "complete", "{c:?}");
             let s = servers(w, "ext");
-            assert!(s.iter().any(|r| r.remote.starts_with("172.16.0.20:") && r.bytes_verified == 50_000), "{s:?}");
+            assert!(
+                s.iter()
+                    .any(|r| r.remote.starts_with("172.16.0.20:") && r.bytes_verified == 50_000),
+                "{s:?}"
+            );
             // Plain DNAT to vm4 (on hv2).
             let (_, s) = tcp_ok(w, "ext", "vm4", "172.16.0.30", 80, 50_000);
             assert!(s.remote.starts_with("172.16.0.100:"), "{s:?}");
@@ -335,11 +447,19 @@ pub fn load_balancer() -> Scenario {
             }
             let mut names = Vec::new();
             for _ in 0..24 {
-                names.push(w.tcp_transfer("vm1", ip("10.0.0.100"), 80, 5_000).expect("starts"));
+                names.push(
+                    w.tcp_transfer("vm1", ip("10.0.0.100"), 80, 5_000)
+                        .expect("starts"),
+                );
                 w.run_for(Duration::from_millis(2));
             }
             let ok = w.run_until(
-                |w| names.iter().all(|n| w.tcp_record("vm1", n).is_some_and(|r| r.outcome != "running")),
+                |w| {
+                    names.iter().all(|n| {
+                        w.tcp_record("vm1", n)
+                            .is_some_and(|r| r.outcome != "running")
+                    })
+                },
                 Duration::from_secs(20),
             );
             for n in &names {
@@ -363,7 +483,15 @@ pub fn load_balancer() -> Scenario {
 
 pub fn dhcp() -> Scenario {
     let mut nbt = base();
-    nbt.push(nb::port("sw0", "vm6", "00:00:00:00:00:06 10.0.0.16", PortOpts { requested_chassis: Some("hv2"), ..PortOpts::default() }));
+    nbt.push(nb::port(
+        "sw0",
+        "vm6",
+        "00:00:00:00:00:06 10.0.0.16",
+        PortOpts {
+            requested_chassis: Some("hv2"),
+            ..PortOpts::default()
+        },
+    ));
     nbt.push(nb::dhcpv4(
         "vm6",
         "10.0.0.0/24",
@@ -381,7 +509,11 @@ pub fn dhcp() -> Scenario {
         check: |w| {
             wait_ready(w);
             let got = w.run_until(
-                |w| w.host("vm6").and_then(|h| h.dhcp_record()).is_some_and(|d| !d.leases.is_empty()),
+                |w| {
+                    w.host("vm6")
+                        .and_then(|h| h.dhcp_record())
+                        .is_some_and(|d| !d.leases.is_empty())
+                },
                 Duration::from_secs(20),
             );
             let d = w.host("vm6").and_then(|h| h.dhcp_record()).cloned();
@@ -389,7 +521,10 @@ pub fn dhcp() -> Scenario {
             let d = d.expect("record");
             assert_eq!(d.leases[0].address, "10.0.0.16/24", "{d:?}");
             assert_eq!(d.leases[0].router.as_deref(), Some("10.0.0.1"), "{d:?}");
-            assert_eq!(w.host("vm6").and_then(|h| h.ipv4()), Some(Ipv4Addr::new(10, 0, 0, 16)));
+            assert_eq!(
+                w.host("vm6").and_then(|h| h.ipv4()),
+                Some(Ipv4Addr::new(10, 0, 0, 16))
+            );
             ping_ok(w, "vm6", "10.0.0.1", 2);
             ping_ok(w, "vm6", "10.0.1.13", 2);
         },
@@ -398,5 +533,14 @@ pub fn dhcp() -> Scenario {
 
 /// The scenarios both drivers run.
 pub fn all() -> Vec<Scenario> {
-    vec![l2(), l3(), cross_chassis(), acl(), snat(), dnat_fip(), load_balancer(), dhcp()]
+    vec![
+        l2(),
+        l3(),
+        cross_chassis(),
+        acl(),
+        snat(),
+        dnat_fip(),
+        load_balancer(),
+        dhcp(),
+    ]
 }
