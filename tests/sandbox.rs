@@ -7,7 +7,8 @@
 //! - `stays_up_for_real_ovn_tools`: the sandbox left running; real `ovn-sbctl show` lists every
 //!   chassis; real `ovn-nbctl --wait=hv lsp-add` returns once every chassis reports the new
 //!   `nb_cfg`, the port is bound, and the sandbox reports that the new host answers ping; the
-//!   `holdfast trace` and `ovn-trace` commands it printed work as printed.
+//!   `holdfast trace` and `ovn-trace` commands it printed work as printed; a port added with
+//!   DHCP options gets its address by DHCP and answers ping.
 //! - `restarts_scenario_loses_nothing`: `--scenario restarts` restarts every controller and
 //!   northd while TCP transfers run; none retransmits a segment or sees a reset, and no zone
 //!   changes or is flushed.
@@ -291,6 +292,41 @@ fn stays_up_for_real_ovn_tools() {
         |l| l.starts_with("host p9 (10.0.1.9) on "),
     );
     assert!(ping.contains("answers ping"), "{ping}\n{}", sb.output());
+    // A port with DHCP options: its host takes its address by DHCP from the datapath's
+    // packet-in answers, then answers ping.
+    let dhcp = common::run_ok(Command::new("ovn-nbctl").args([
+        &nbdb,
+        "create",
+        "DHCP_Options",
+        "cidr=10.0.1.0/24",
+        "options=\"lease_time\"=\"3600\" \"router\"=\"10.0.1.1\" \"server_id\"=\"10.0.1.1\" \"server_mac\"=\"00:00:00:00:ff:01\"",
+    ]));
+    common::run_ok(Command::new("ovn-nbctl").args([
+        &nbdb,
+        "--timeout=60",
+        "--wait=hv",
+        "lsp-add",
+        "ls1",
+        "p6",
+        "--",
+        "lsp-set-addresses",
+        "p6",
+        "00:00:00:00:01:06 10.0.1.6",
+        "--",
+        "lsp-set-dhcpv4-options",
+        "p6",
+        dhcp.trim(),
+    ]));
+    let ping = sb.wait_line(
+        "for p6's host answering ping",
+        Duration::from_secs(60),
+        |l| l.starts_with("host p6 (10.0.1.6") && !l.ends_with("pinging it"),
+    );
+    assert!(
+        ping.starts_with("host p6 (10.0.1.6, by DHCP) on ") && ping.contains("answers ping"),
+        "{ping}\n{}",
+        sb.output()
+    );
     // Still up and serving after all that.
     let show = common::run_ok(Command::new("ovn-nbctl").args([&nbdb, "show"]));
     assert!(show.contains("p9"), "{show}");

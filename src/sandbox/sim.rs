@@ -26,6 +26,8 @@ pub struct HostInfo {
     pub ip: Option<String>,
     /// The chassis its port is on.
     pub chassis: String,
+    /// It takes its address by DHCP.
+    pub dhcp: bool,
 }
 
 /// A ping started with [`Sim::start_ping`].
@@ -183,6 +185,7 @@ impl Sim {
             name: host.to_string(),
             ip: h.ipv4().map(|a| a.to_string()),
             chassis: self.world.host_chassis(host).unwrap_or("?").to_string(),
+            dhcp: h.dhcp_record().is_some(),
         })
     }
 

@@ -595,8 +595,9 @@ impl Sandbox {
                 Some(r) if r.answered > 0 => {
                     let rtt = r.rtts_us.first().copied().unwrap_or(0);
                     self.p.result(&format!(
-                        "host {} ({ip}) on {} answers ping: {}",
+                        "host {} ({ip}{}) on {} answers ping: {}",
                         h.name,
+                        if h.dhcp { ", by DHCP" } else { "" },
                         h.chassis,
                         ms(rtt)
                     ));
