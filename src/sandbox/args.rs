@@ -56,8 +56,8 @@ pub struct SandboxArgs {
     #[arg(long, value_name = "NAME")]
     pub scenario: Option<Scenario>,
 
-    /// Seed of the simulated world (UUIDs, addresses, timings): the same seed gives the same
-    /// run.
+    /// Seed of the simulated world (database UUIDs, the hosts' TCP sequence numbers and ports):
+    /// the same seed gives the same run.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
 
