@@ -127,6 +127,9 @@ async fn main(args: SandboxArgs) -> anyhow::Result<ExitCode> {
     let mut sandbox = Sandbox::new(args.seed, topo, p)?;
     let up = sandbox.come_up();
     sandbox.flush_log();
+    p.info("");
+    p.info(&sandbox.topology().describe());
+    p.info("");
     let scenario = args.scenario.unwrap_or(Scenario::Default);
     let ok = match up {
         Ok(()) => sandbox.run_story(scenario),
@@ -147,8 +150,6 @@ async fn main(args: SandboxArgs) -> anyhow::Result<ExitCode> {
             ExitCode::from(1)
         });
     }
-    p.info("");
-    p.info(&sandbox.topology().describe());
     p.info("");
     p.info(&explore_text(sandbox.topology(), nb.port(), sb.port()));
     p.result(&format!(
