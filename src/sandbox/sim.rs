@@ -5,7 +5,7 @@
 //! What it does not do: build the world's parts (that is `hf_sim`), or decide the topology
 //! ([`super::topology`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -114,6 +114,8 @@ impl TcpResult {
 /// The world.
 pub struct Sim {
     world: World,
+    /// (host, port) pairs listening for TCP.
+    listening: BTreeSet<(String, u16)>,
 }
 
 impl std::fmt::Debug for Sim {
@@ -133,7 +135,10 @@ impl Sim {
             northd: NorthdMode::Holdfast,
         })
         .map_err(|e| anyhow!("cannot build the simulated world: {e}"))?;
-        Ok(Sim { world })
+        Ok(Sim {
+            world,
+            listening: BTreeSet::new(),
+        })
     }
 
     /// One NB transaction (the builders of `hf_sim::world::nb`).
@@ -255,11 +260,12 @@ impl Sim {
             .host(to)
             .and_then(|h| h.ipv4())
             .ok_or_else(|| anyhow!("no host {to} with an address"))?;
-        // Listening twice on one port is the host's error; the story listens once per host.
-        if let Err(e) = self.world.tcp_listen(to, port)
-            && !e.contains("in use")
-        {
-            return Err(anyhow!("{e}"));
+        // Listening twice on one port is the host's error: listen once per host and port.
+        if !self.listening.contains(&(to.to_string(), port)) {
+            self.world
+                .tcp_listen(to, port)
+                .map_err(|e| anyhow!("{e}"))?;
+            self.listening.insert((to.to_string(), port));
         }
         let name = self
             .world
