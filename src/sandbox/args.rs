@@ -61,10 +61,10 @@ pub struct SandboxArgs {
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
 
-    /// Number of hypervisor chassis (hv1, hv2, ...; at least 2), besides the gateway chassis
+    /// Number of hypervisor chassis (hv1, hv2, ...; 2 to 32), besides the gateway chassis
     /// gw1. Hosts are spread over them in turn.
     #[arg(long, value_name = "N", default_value_t = 2,
-          value_parser = clap::value_parser!(u16).range(2..=64))]
+          value_parser = clap::value_parser!(u16).range(2..=32))]
     pub chassis: u16,
 
     /// Print only the listening line, the outcome of each step and errors (no progress, no
