@@ -9,9 +9,10 @@
 //!   `nb_cfg`, the port is bound, and the sandbox reports that the new host answers ping; the
 //!   `holdfast trace` and `ovn-trace` commands it printed work as printed; a port added with
 //!   DHCP options gets its address by DHCP and answers ping.
-//! - `restarts_scenario_loses_nothing`: `--scenario restarts` restarts every controller and
-//!   northd while TCP transfers run; none retransmits a segment or sees a reset, and no zone
-//!   changes or is flushed.
+//! - `restarts_scenario_loses_nothing`, `rebuild_scenario_loses_nothing`: `--scenario
+//!   restarts` restarts every controller and northd, `--scenario rebuild` rebuilds both
+//!   databases with new UUIDs, while TCP transfers run; none retransmits a segment or sees a
+//!   reset, no zone changes or is flushed, and `--wait=hv` is reached again afterwards.
 //! - `bad_arguments_are_refused_by_name`, `same_seed_same_story`: an unknown scenario, one port
 //!   for both databases and too few chassis are refused; the same seed prints the same story.
 //!
@@ -332,32 +333,24 @@ fn stays_up_for_real_ovn_tools() {
     assert!(show.contains("p9"), "{show}");
 }
 
-#[test]
-fn restarts_scenario_loses_nothing() {
-    let mut sb = Sandbox::start(&["--scenario", "restarts", "--nb-port", "0", "--sb-port", "0"]);
+/// Runs a disruption scenario (`restarts`, `rebuild`) and checks what every such story must
+/// show: exit 0, the disruption happened mid-transfer, both transfers complete without a
+/// retransmitted segment or a reset, `--wait=hv` reached afterwards, every chassis's zone map
+/// unchanged and nothing flushed.
+fn disruption(name: &str, what_line: &str) -> Sandbox {
+    let mut sb = Sandbox::start(&["--scenario", name, "--nb-port", "0", "--sb-port", "0"]);
     let verdict = sb.wait_line("with the story's verdict", Duration::from_secs(300), |l| {
-        l.starts_with("story restarts:")
+        l.starts_with(&format!("story {name}:"))
     });
     let status = sb.child.wait().expect("wait");
     let out = sb.output();
-    assert_eq!(verdict, "story restarts: ok", "{out}");
+    assert_eq!(verdict, format!("story {name}: ok"), "{out}");
     assert!(status.success(), "exit status {status:?}\n{out}");
-    let restarted = sb
-        .seen
-        .iter()
-        .find(|l| l.trim_start().starts_with("restarted "))
-        .unwrap_or_else(|| panic!("no restart line:\n{out}"));
-    for what in [
-        "controller hv1",
-        "controller hv2",
-        "controller gw1",
-        "northd",
-    ] {
-        assert!(
-            restarted.contains(what),
-            "{what} not restarted: {restarted}"
-        );
-    }
+    assert!(
+        sb.seen.iter().any(|l| l.trim_start().starts_with(what_line)
+            && l.contains("while the transfers ran")),
+        "no {what_line:?} line:\n{out}"
+    );
     let tcp: Vec<&String> = sb
         .seen
         .iter()
@@ -371,6 +364,10 @@ fn restarts_scenario_loses_nothing() {
             "lost something: {l}"
         );
     }
+    assert!(
+        sb.seen.iter().any(|l| l.contains("--wait=hv reached")),
+        "the control plane did not come back:\n{out}"
+    );
     for ch in ["hv1", "hv2", "gw1"] {
         assert!(
             sb.seen.iter().any(|l| l
@@ -380,6 +377,38 @@ fn restarts_scenario_loses_nothing() {
             "{ch}'s zones:\n{out}"
         );
     }
+    sb
+}
+
+#[test]
+fn restarts_scenario_loses_nothing() {
+    let sb = disruption("restarts", "restarted ");
+    let restarted = sb
+        .seen
+        .iter()
+        .find(|l| l.trim_start().starts_with("restarted "))
+        .expect("restart line");
+    for what in [
+        "controller hv1",
+        "controller hv2",
+        "controller gw1",
+        "northd",
+    ] {
+        assert!(
+            restarted.contains(what),
+            "{what} not restarted: {restarted}"
+        );
+    }
+}
+
+#[test]
+fn rebuild_scenario_loses_nothing() {
+    let sb = disruption("rebuild", "rebuilt NB and SB");
+    assert!(
+        sb.seen.iter().any(|l| l.contains("every UUID new")),
+        "{}",
+        sb.output()
+    );
 }
 
 #[test]
@@ -394,7 +423,10 @@ fn bad_arguments_are_refused_by_name() {
     };
     let e = run(&["--scenario", "nope"]);
     assert!(
-        e.contains("nope") && e.contains("default") && e.contains("restarts"),
+        e.contains("nope")
+            && e.contains("default")
+            && e.contains("restarts")
+            && e.contains("rebuild"),
         "{e}"
     );
     let e = run(&["--nb-port", "7001", "--sb-port", "7001"]);

@@ -11,6 +11,9 @@ pub enum Scenario {
     /// TCP transfers across chassis and through SNAT keep running while every controller and
     /// northd restart: no segment retransmitted, no reset, no zone changed or flushed.
     Restarts,
+    /// The same transfers while both databases are rebuilt (every row again with new UUIDs,
+    /// the same names): nothing lost, no zone changed or flushed.
+    Rebuild,
 }
 
 impl Scenario {
@@ -19,6 +22,7 @@ impl Scenario {
         match self {
             Scenario::Default => "default",
             Scenario::Restarts => "restarts",
+            Scenario::Rebuild => "rebuild",
         }
     }
 }
@@ -36,7 +40,8 @@ A new switch port with addresses gets a simulated host at once, which the sandbo
 reports. Scenarios (--scenario NAME):
   default   ping across chassis, TCP across chassis and through SNAT to the external host
   restarts  TCP transfers while every controller and northd restart: nothing lost, no zone
-            changed or flushed";
+            changed or flushed
+  rebuild   the same while NB and SB are rebuilt with new UUIDs and the same names";
 
 /// `holdfast sandbox [OPTIONS]`.
 #[derive(Debug, Args)]

@@ -343,6 +343,19 @@ impl Sim {
         self.world.restart_northd().map_err(|e| anyhow!("{e}"))
     }
 
+    /// Rebuild both databases: NB dumped and loaded again with new UUIDs, SB regenerated.
+    pub fn rebuild_databases(&mut self) -> anyhow::Result<()> {
+        self.world.rebuild_databases().map_err(|e| anyhow!("{e}"))
+    }
+
+    /// The UUIDs of NB's logical switches.
+    pub fn nb_switch_uuids(&self) -> Vec<String> {
+        self.world.nb_snapshot().map_or_else(
+            |_| Vec::new(),
+            |nb| nb.logical_switch().keys().map(|u| u.to_string()).collect(),
+        )
+    }
+
     /// Run for `d` of virtual time.
     pub fn run_for(&mut self, d: Duration) {
         self.world.run_for(d);

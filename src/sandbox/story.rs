@@ -164,7 +164,7 @@ impl Sandbox {
     pub fn run_story(&mut self, s: Scenario) -> bool {
         let ok = match s {
             Scenario::Default => self.default_story(),
-            Scenario::Restarts => self.restarts_story(),
+            Scenario::Restarts | Scenario::Rebuild => self.disruption_story(s),
         };
         self.flush_log();
         ok
@@ -335,8 +335,64 @@ impl Sandbox {
         ));
     }
 
-    fn restarts_story(&mut self) -> bool {
-        self.p.progress(5, "running the restarts story");
+    /// Restart every controller, then northd, 0.5 ms apart: what was done, and whether every
+    /// restart was possible.
+    fn restart_all(&mut self) -> (String, bool) {
+        let mut order: Vec<String> = self.topo.chassis();
+        order.push("northd".into());
+        let mut done = Vec::new();
+        let mut ok = true;
+        for what in &order {
+            self.sim.run_for(Duration::from_micros(500));
+            let r = if what == "northd" {
+                self.sim.restart_northd()
+            } else {
+                self.sim.restart_controller(what)
+            };
+            match r {
+                Ok(()) => done.push(if what == "northd" {
+                    "northd".to_string()
+                } else {
+                    format!("controller {what}")
+                }),
+                Err(e) => {
+                    ok = false;
+                    self.p.result(&format!("  restart {what}: FAILED: {e:#}"));
+                }
+            }
+        }
+        (format!("restarted {}", done.join(", ")), ok)
+    }
+
+    /// Rebuild both databases (every row again, new UUIDs, same names): what was done, and
+    /// whether the UUIDs really changed.
+    fn rebuild(&mut self) -> (String, bool) {
+        self.sim.run_for(Duration::from_micros(500));
+        let before = self.sim.nb_switch_uuids();
+        if let Err(e) = self.sim.rebuild_databases() {
+            self.p.result(&format!("  rebuild: FAILED: {e:#}"));
+            return ("did not rebuild the databases".into(), false);
+        }
+        let after = self.sim.nb_switch_uuids();
+        let fresh = !after.is_empty() && after.iter().all(|u| !before.contains(u));
+        if !fresh {
+            self.p
+                .result("  FAILED: the rebuilt NB kept some of its switches' UUIDs");
+        }
+        (
+            format!(
+                "rebuilt NB and SB ({} switches, every UUID new, names kept)",
+                after.len()
+            ),
+            fresh,
+        )
+    }
+
+    /// A disruption (`restarts` or `rebuild`) while TCP transfers run across chassis and
+    /// through SNAT: nothing lost, no zone changed or flushed.
+    fn disruption_story(&mut self, kind: Scenario) -> bool {
+        self.p
+            .progress(5, &format!("running the {} story", kind.name()));
         self.p.result(
             "results (simulated time: 10 Gb/s links, 50 us between chassis, 1 ms to the external host):",
         );
@@ -398,29 +454,11 @@ impl Sandbox {
                 .result("  FAILED: the transfers did not start moving data");
             return false;
         }
-        // Restart everything while the transfers are in flight, one component at a time.
-        let mut order: Vec<String> = t.chassis();
-        order.push("northd".into());
-        let mut done = Vec::new();
-        for what in &order {
-            self.sim.run_for(Duration::from_micros(500));
-            let r = if what == "northd" {
-                self.sim.restart_northd()
-            } else {
-                self.sim.restart_controller(what)
-            };
-            match r {
-                Ok(()) => done.push(if what == "northd" {
-                    "northd".to_string()
-                } else {
-                    format!("controller {what}")
-                }),
-                Err(e) => {
-                    ok = false;
-                    self.p.result(&format!("  restart {what}: FAILED: {e:#}"));
-                }
-            }
-        }
+        let (done, disrupted) = match kind {
+            Scenario::Rebuild => self.rebuild(),
+            _ => self.restart_all(),
+        };
+        ok &= disrupted;
         let progress: Vec<String> = ids
             .iter()
             .map(|(id, bytes, _)| {
@@ -429,8 +467,7 @@ impl Sandbox {
             })
             .collect();
         self.p.result(&format!(
-            "  restarted {} while the transfers ran ({})",
-            done.join(", "),
+            "  {done} while the transfers ran ({})",
             progress.join(", ")
         ));
         let mid_transfer = ids.iter().all(|(id, bytes, _)| {
@@ -441,7 +478,7 @@ impl Sandbox {
         if !mid_transfer {
             ok = false;
             self.p.result(
-                "  FAILED: a transfer finished before the restarts were over (nothing was tested)",
+                "  FAILED: a transfer finished before the disruption was over (nothing was tested)",
             );
         }
         self.sim.run_until(STEP_LIMIT, |s| {
@@ -472,10 +509,23 @@ impl Sandbox {
                 }
             }
         }
+        // The control plane is whole again: every chassis installs the current NB.
+        match self.sim.sync_hv(STEP_LIMIT) {
+            Ok(()) => self.p.result(
+                "  afterwards every chassis installed the current NB again (--wait=hv reached)",
+            ),
+            Err(e) => {
+                ok = false;
+                self.p.result(&format!("  afterwards: FAILED: {e:#}"));
+            }
+        }
         let zones_after = self.sim.zones();
-        for (ch, (before, _)) in &zones_before {
-            match zones_after.get(ch) {
-                Some((after, flushes)) if after == before && *flushes == 0 => {
+        for (ch, (before, flushes_before)) in &zones_before {
+            match zones_after
+                .get(ch)
+                .map(|(z, f)| (z, f.saturating_sub(*flushes_before)))
+            {
+                Some((after, flushes)) if after == before && flushes == 0 => {
                     self.p.result(&format!(
                         "  {ch}: zone map unchanged ({} zones), no zone flushed",
                         after.len()
