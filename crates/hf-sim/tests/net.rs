@@ -566,3 +566,39 @@ fn a_dhcp_ack_without_subnet_mask_is_named_not_silently_ignored() {
         d.summary()
     );
 }
+
+#[test]
+fn paced_transfers_on_a_lossless_link_never_retransmit() {
+    // What "loses no packet" tests elsewhere rely on: smoltcp's delayed ACK (10 ms) and minimum
+    // RTO (10 ms) must not make a clean path look lossy, at any rate.
+    let mut p = Pair::new(12, LinkConfig::cluster());
+    p.b.listen_tcp(5001).unwrap();
+    let mut names = Vec::new();
+    for rate in [10_000u64, 100_000, 1_000_000, 4_000_000] {
+        for direction in [Direction::Upload, Direction::Download] {
+            let t = Transfer {
+                direction,
+                bytes: rate,
+                rate: Some(rate),
+            };
+            names.push(
+                p.a.start_transfer_with(IpAddr::V4(B4), 5001, t, p.now)
+                    .unwrap(),
+            );
+        }
+    }
+    assert!(p.run_until(Duration::from_secs(5), |p| p.a.idle()));
+    p.run_until(ms(100), |_| false);
+    for n in &names {
+        let c = p.a.tcp_record(n, p.now).unwrap();
+        let s = p.server_side(&c);
+        for r in [&c, &s] {
+            assert_eq!(r.outcome, "complete", "{r:#?}");
+            assert_eq!(r.retransmitted_segments, 0, "{n}: {r:#?}");
+            assert_eq!(r.resets_received, 0, "{n}: {r:#?}");
+        }
+        // One second at the paced rate, give or take the handshake.
+        let took = c.completed_us.unwrap() - c.started_us;
+        assert!((990_000..1_100_000).contains(&took), "{n}: took {took} µs");
+    }
+}

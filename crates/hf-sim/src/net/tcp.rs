@@ -23,6 +23,9 @@ use smoltcp::socket::tcp;
 use super::record::{STALL_THRESHOLD_US, TcpRecord};
 use super::rng::mix64;
 
+/// A paced source writes in steps of this many bytes (one full-sized segment at MTU 1500).
+pub const PACING_QUANTUM: u64 = 1460;
+
 /// Header length in bytes.
 pub const HEADER_LEN: usize = 28;
 const MAGIC: &[u8; 4] = b"HFX1";
@@ -323,7 +326,7 @@ impl Conn {
         if pattern_written >= s.len || rate == 0 {
             return None;
         }
-        let next = (pattern_written + 1460).min(s.len);
+        let next = ((pattern_written / PACING_QUANTUM + 1) * PACING_QUANTUM).min(s.len);
         let nanos = u128::from(next) * 1_000_000_000 / u128::from(rate);
         Some(s.rate_start + Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX)))
     }
@@ -549,9 +552,14 @@ impl Conn {
         let mut allowed = s.len - pattern_written;
         if let Some(rate) = s.rate {
             let elapsed = now.saturating_sub(s.rate_start).as_nanos();
-            let budget = u64::try_from(elapsed * u128::from(rate) / 1_000_000_000)
-                .unwrap_or(u64::MAX)
-                .min(s.len);
+            let budget =
+                u64::try_from(elapsed * u128::from(rate) / 1_000_000_000).unwrap_or(u64::MAX);
+            // Whole quanta only (the last one may be short): no dribble of tiny segments.
+            let budget = if budget >= s.len {
+                s.len
+            } else {
+                budget - budget % PACING_QUANTUM
+            };
             allowed = allowed.min(budget.saturating_sub(pattern_written));
         }
         if allowed == 0 {
