@@ -602,3 +602,45 @@ fn paced_transfers_on_a_lossless_link_never_retransmit() {
         assert!((990_000..1_100_000).contains(&took), "{n}: took {took} µs");
     }
 }
+
+#[test]
+fn a_closed_port_resets_and_a_silent_path_times_out() {
+    let mut p = Pair::new(13, LinkConfig::cluster());
+    // Nobody listens on 9: b's stack answers the SYN with an RST.
+    let refused = p.a.start_transfer(IpAddr::V4(B4), 9, 1000, p.now).unwrap();
+    assert!(p.run_until(Duration::from_secs(2), |p| p.a.idle()));
+    let r = p.a.tcp_record(&refused, p.now).unwrap();
+    assert_eq!(
+        (r.outcome.as_str(), r.state.as_str()),
+        ("reset", "CLOSED"),
+        "{r:#?}"
+    );
+    assert_eq!(r.established_us, None);
+    assert!(r.resets_received >= 1);
+
+    // SYNs into the void (a → b loses everything): with a 3 s timeout the attempt ends as
+    // timed-out, after retransmitting its SYN; without one it keeps trying.
+    p.b.listen_tcp(5001).unwrap();
+    p.ab.set_config(LinkConfig::cluster().with_loss_ppm(1_000_000));
+    let silent =
+        p.a.start_transfer(IpAddr::V4(B4), 5001, 1000, p.now)
+            .unwrap();
+    let forever =
+        p.a.start_transfer(IpAddr::V4(B4), 5001, 1000, p.now)
+            .unwrap();
+    p.a.set_tcp_timeout(&silent, Some(Duration::from_secs(3)))
+        .unwrap();
+    p.run_until(Duration::from_secs(10), |_| false);
+    let r = p.a.tcp_record(&silent, p.now).unwrap();
+    assert_eq!(r.outcome, "timed-out", "{r:#?}");
+    assert!(r.retransmitted_segments >= 1, "{r:#?}");
+    assert!(r.closed_us.unwrap() >= 3_000_000, "{r:#?}");
+    let r = p.a.tcp_record(&forever, p.now).unwrap();
+    assert_eq!(
+        (r.outcome.as_str(), r.state.as_str()),
+        ("running", "SYN-SENT"),
+        "{r:#?}"
+    );
+    assert!(!p.a.idle());
+    assert!(p.a.set_tcp_timeout("tcp:nope", None).is_err());
+}

@@ -83,6 +83,10 @@ pub struct HostConfig {
     /// DHCPv4: time between DISCOVERs, and the first REQUEST timeout (smoltcp's default is
     /// 10 s/5 s; hosts here start before their port is bound, so they retry faster).
     pub dhcp_retry: Duration,
+    /// TCP timeout of every new connection (smoltcp's `set_timeout`: the connection is dropped
+    /// when the peer stays silent this long while data or a SYN is outstanding); None = retry
+    /// for ever (the default, so outages of any length are survivable and visible as stalls).
+    pub tcp_timeout: Option<Duration>,
     /// Seed of the host's random stream (smoltcp's ISNs, ports of pings).
     pub seed: u64,
 }
@@ -101,6 +105,7 @@ impl HostConfig {
             mtu: 1500,
             tcp_buffer: DEFAULT_TCP_BUFFER,
             dhcp_retry: Duration::from_secs(1),
+            tcp_timeout: None,
             seed,
         }
     }
@@ -124,6 +129,12 @@ impl HostConfig {
     /// IPv4 by DHCP.
     pub fn with_dhcp4(mut self) -> Self {
         self.dhcp4 = true;
+        self
+    }
+
+    /// A TCP timeout for every connection (see [`HostConfig::tcp_timeout`]).
+    pub fn with_tcp_timeout(mut self, timeout: Duration) -> Self {
+        self.tcp_timeout = Some(timeout);
         self
     }
 
@@ -293,6 +304,10 @@ fn us(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
+fn smol_duration(d: Duration) -> smoltcp::time::Duration {
+    smoltcp::time::Duration::from_micros(u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
 fn from_instant(t: Instant) -> Duration {
     Duration::from_micros(u64::try_from(t.total_micros()).unwrap_or(0))
 }
@@ -386,9 +401,7 @@ impl Host {
         let mut sockets = SocketSet::new(Vec::new());
         let dhcp = if cfg.dhcp4 {
             let mut d = dhcpv4::Socket::new();
-            let retry = smoltcp::time::Duration::from_micros(
-                u64::try_from(cfg.dhcp_retry.as_micros()).unwrap_or(u64::MAX),
-            );
+            let retry = smol_duration(cfg.dhcp_retry);
             let mut rc = dhcpv4::RetryConfig::default();
             rc.discover_timeout = retry;
             rc.initial_request_timeout = retry;
@@ -553,6 +566,7 @@ impl Host {
             tcp::SocketBuffer::new(vec![0u8; n]),
         );
         s.set_nagle_enabled(false);
+        s.set_timeout(self.cfg.tcp_timeout.map(smol_duration));
         s
     }
 
@@ -614,7 +628,8 @@ impl Host {
             ..TcpRecord::default()
         };
         let key = self.rng.next_u32();
-        let conn = Conn::client(rec, t, key, self.now);
+        let mut conn = Conn::client(rec, t, key, self.now);
+        conn.set_timeout_armed(self.cfg.tcp_timeout.is_some());
         self.tcp.insert(
             name.clone(),
             TcpEntry {
@@ -759,6 +774,26 @@ impl Host {
         true
     }
 
+    /// Sets (or clears) the TCP timeout of one connection; see [`HostConfig::tcp_timeout`].
+    pub fn set_tcp_timeout(
+        &mut self,
+        name: &str,
+        timeout: Option<Duration>,
+    ) -> Result<(), HostError> {
+        let e = self
+            .tcp
+            .get_mut(name)
+            .ok_or_else(|| HostError::Unknown(format!("TCP connection {name}")))?;
+        if let Some(h) = e.handle {
+            self.sockets
+                .get_mut::<tcp::Socket>(h)
+                .set_timeout(timeout.map(smol_duration));
+            e.conn.set_timeout_armed(timeout.is_some());
+        }
+        self.service(self.now);
+        Ok(())
+    }
+
     /// Restarts the DHCPv4 client from DISCOVER (the address stays until a new lease replaces
     /// it); false when the host has no DHCP client.
     pub fn dhcp_restart(&mut self) -> bool {
@@ -858,8 +893,12 @@ impl Host {
             r.resets_received = f.resets_received;
             r.resets_sent = f.resets_sent;
         }
-        if r.outcome == "closed-early" && r.resets_received > 0 {
-            r.outcome = "reset".into();
+        if r.outcome == "closed-early" {
+            if r.resets_received > 0 {
+                r.outcome = "reset".into();
+            } else if e.conn.closed_unasked_with_timeout() {
+                r.outcome = "timed-out".into();
+            }
         }
         r
     }
@@ -1081,7 +1120,11 @@ impl Host {
                     handle: Some(h),
                     local,
                     remote,
-                    conn: Conn::server(rec, now),
+                    conn: {
+                        let mut c = Conn::server(rec, now);
+                        c.set_timeout_armed(self.cfg.tcp_timeout.is_some());
+                        c
+                    },
                 },
             );
             moved = true;

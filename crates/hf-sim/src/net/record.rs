@@ -14,7 +14,8 @@
 //!
 //! # What it does not do
 //!
-//! It does not judge: outcomes are facts (`complete`, `reset`, `closed-early`, `running`); tests
+//! It does not judge: outcomes are facts (`complete`, `reset`, `timed-out`, `closed-early`,
+//! `running`); tests
 //! decide what is acceptable. It keeps no packet traces.
 
 use std::collections::BTreeMap;
@@ -138,7 +139,9 @@ pub struct TcpRecord {
     pub data_segments_sent: u64,
     /// The socket's state (smoltcp's names: ESTABLISHED, TIME-WAIT, CLOSED, ...).
     pub state: String,
-    /// `complete`, `running`, `reset`, `closed-early` or `error: ...`.
+    /// `complete` (every byte acknowledged/verified), `running`, `reset` (closed by an RST),
+    /// `timed-out` (closed by the host's TCP timeout), `closed-early` (closed before every byte
+    /// went through, without RST) or `error: ...` (pattern or header error; this end aborted).
     pub outcome: String,
 }
 

@@ -223,6 +223,8 @@ pub struct Conn {
     /// Client side in download mode: the header only (no pattern), then sink.
     closing: bool,
     closed: bool,
+    /// The socket has a smoltcp timeout (it aborts when the peer stays silent that long).
+    timeout_armed: bool,
 }
 
 /// A client's transfer request.
@@ -295,6 +297,7 @@ impl Conn {
             pending_header: None,
             closing: false,
             closed: false,
+            timeout_armed: false,
         }
     }
 
@@ -310,7 +313,19 @@ impl Conn {
             pending_header: Some(Vec::with_capacity(HEADER_LEN)),
             closing: false,
             closed: false,
+            timeout_armed: false,
         }
+    }
+
+    /// Notes whether the socket has a timeout (for telling a timeout from other closes).
+    pub fn set_timeout_armed(&mut self, armed: bool) {
+        self.timeout_armed = armed;
+    }
+
+    /// The socket closed without this end closing it, with a timeout armed: it timed out (or was
+    /// reset; the host tells the two apart by the RSTs it saw).
+    pub fn closed_unasked_with_timeout(&self) -> bool {
+        self.closed && !self.closing && self.timeout_armed
     }
 
     /// True once the socket reached CLOSED and the record is final.
