@@ -644,3 +644,103 @@ fn a_closed_port_resets_and_a_silent_path_times_out() {
     assert!(!p.a.idle());
     assert!(p.a.set_tcp_timeout("tcp:nope", None).is_err());
 }
+
+#[test]
+fn a_paused_host_drops_what_arrives_and_catches_up_on_resume() {
+    let mut p = Pair::new(14, LinkConfig::cluster());
+    p.b.listen_tcp(5001).unwrap();
+    let t = Transfer {
+        direction: Direction::Download,
+        bytes: 1_000_000,
+        rate: Some(2_000_000),
+    };
+    let n =
+        p.a.start_transfer_with(IpAddr::V4(B4), 5001, t, p.now)
+            .unwrap();
+    p.run_until(ms(200), |_| false);
+    // b (the source) stops for DESIGN's 30 ms of migration downtime.
+    p.b.pause(p.now);
+    assert!(p.b.is_paused());
+    assert_eq!(p.b.poll_timeout(p.now), None);
+    p.run_until(ms(30), |_| false);
+    p.b.resume(p.now);
+    assert!(p.run_until(Duration::from_secs(5), |p| p.a.idle()));
+    let c = p.a.tcp_record(&n, p.now).unwrap();
+    assert_eq!(
+        (c.outcome.as_str(), c.bytes_verified),
+        ("complete", 1_000_000),
+        "{c:#?}"
+    );
+    // The sink (a) saw the pause as a stall of at least 30 ms, and b dropped what a sent meanwhile.
+    assert!(
+        c.stall_max_us >= 30_000 && c.stall_max_us < 200_000,
+        "{c:#?}"
+    );
+    assert!(p.b.record(p.now).dropped_while_paused > 0);
+}
+
+#[test]
+fn ipv6_hosts_have_a_link_local_address_that_answers() {
+    let mut p = Pair::new(15, LinkConfig::cluster());
+    let ll = hf_sim::net::host::link_local([0x02, 0, 0, 0, 0, 2]);
+    assert_eq!(ll, "fe80::ff:fe00:2".parse::<Ipv6Addr>().unwrap());
+    assert!(
+        p.b.addresses().contains(&(IpAddr::V6(ll), 64)),
+        "{:?}",
+        p.b.addresses()
+    );
+    let n = p.a.ping(IpAddr::V6(ll), 2, ms(10), p.now).unwrap();
+    assert!(p.run_until(Duration::from_secs(3), |p| p.a.idle()));
+    assert_eq!(p.a.ping_record(&n).unwrap().answered, 2);
+}
+
+/// A bit of everything on a jittery, lossy wire.
+fn mixed_run(seed: u64) -> Vec<u8> {
+    let link = LinkConfig::cluster()
+        .with_loss_ppm(5_000)
+        .with_jitter(Duration::from_micros(30));
+    let mut p = Pair::new(seed, link);
+    p.b.listen_tcp(5001).unwrap();
+    p.b.listen_udp_echo(7).unwrap();
+    p.a.ping(IpAddr::V4(B4), 20, ms(5), p.now).unwrap();
+    p.a.udp_exchange(IpAddr::V4(B4), 7, 20, ms(5), 300, p.now)
+        .unwrap();
+    for i in 0..3u64 {
+        let t = Transfer {
+            direction: if i == 1 {
+                Direction::Download
+            } else {
+                Direction::Upload
+            },
+            bytes: 300_000 + i,
+            rate: (i == 2).then_some(1_000_000),
+        };
+        p.a.start_transfer_with(IpAddr::V4(B4), 5001, t, p.now)
+            .unwrap();
+    }
+    assert!(p.run_until(Duration::from_secs(30), |p| p.a.idle()));
+    p.run_until(ms(100), |_| false);
+    p.record().to_json()
+}
+
+#[test]
+fn a_mixed_run_is_byte_for_byte_reproducible() {
+    let a = mixed_run(21);
+    let b = mixed_run(21);
+    assert_eq!(Record::first_difference(&a, &b), None);
+    assert_eq!(a, b);
+    let c = mixed_run(22);
+    assert!(Record::first_difference(&a, &c).is_some());
+    // Integers only: no float can vary between platforms.
+    let text = String::from_utf8(a).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    fn no_floats(v: &serde_json::Value) -> bool {
+        match v {
+            serde_json::Value::Number(n) => n.is_u64() || n.is_i64(),
+            serde_json::Value::Array(a) => a.iter().all(no_floats),
+            serde_json::Value::Object(o) => o.values().all(no_floats),
+            _ => true,
+        }
+    }
+    assert!(no_floats(&v));
+}

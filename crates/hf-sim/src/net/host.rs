@@ -282,6 +282,7 @@ pub struct Host {
     rec: HostRecord,
     wake: Option<Duration>,
     now: Duration,
+    paused: bool,
 }
 
 impl fmt::Debug for Host {
@@ -302,6 +303,20 @@ fn instant(now: Duration) -> Instant {
 
 fn us(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The EUI-64 link-local address of `mac` (fe80::/64, universal/local bit flipped).
+pub fn link_local(mac: [u8; 6]) -> Ipv6Addr {
+    Ipv6Addr::new(
+        0xfe80,
+        0,
+        0,
+        0,
+        u16::from_be_bytes([mac[0] ^ 0x02, mac[1]]),
+        u16::from_be_bytes([mac[2], 0xff]),
+        u16::from_be_bytes([0xfe, mac[3]]),
+        u16::from_be_bytes([mac[4], mac[5]]),
+    )
 }
 
 fn smol_duration(d: Duration) -> smoltcp::time::Duration {
@@ -346,9 +361,9 @@ impl Host {
                 cfg.mtu, cfg.name
             )));
         }
-        if cfg.ipv6.len() + usize::from(cfg.ipv4.is_some() || cfg.dhcp4) > 4 {
+        if cfg.ipv6.len() + usize::from(cfg.ipv4.is_some() || cfg.dhcp4) > 7 {
             return Err(HostError::Config(format!(
-                "host {} has more than 4 addresses",
+                "host {} has more than 7 addresses",
                 cfg.name
             )));
         }
@@ -367,6 +382,10 @@ impl Host {
         }
         for (a, p) in &cfg.ipv6 {
             addrs.push(IpCidr::new(IpAddress::Ipv6(*a), *p));
+        }
+        // Like any IPv6 host, a link-local address (EUI-64 from the MAC) unless one is given.
+        if !cfg.ipv6.is_empty() && !cfg.ipv6.iter().any(|(a, _)| a.is_unicast_link_local()) {
+            addrs.push(IpCidr::new(IpAddress::Ipv6(link_local(m)), 64));
         }
         for a in &addrs {
             if a.prefix_len()
@@ -433,6 +452,7 @@ impl Host {
             rec: HostRecord::default(),
             wake: None,
             now,
+            paused: false,
         };
         host.rec.dhcp = host.dhcp.as_ref().map(|(_, r)| r.clone());
         host.service(now);
@@ -470,9 +490,13 @@ impl Host {
 
     // ---------------------------------------------------------------- the sans-I/O surface
 
-    /// A frame arrives from the network at `now`.
+    /// A frame arrives from the network at `now` (dropped and counted while paused).
     pub fn handle_frame(&mut self, frame: &[u8], now: Duration) {
         self.now = self.now.max(now);
+        if self.paused {
+            self.rec.dropped_while_paused += 1;
+            return;
+        }
         self.rec.frames_in += 1;
         self.rec.bytes_in += frame.len() as u64;
         match frames::classify(frame) {
@@ -507,13 +531,39 @@ impl Host {
 
     /// When the host wants [`Host::handle_timeout`] called (never earlier than `now`).
     pub fn poll_timeout(&self, now: Duration) -> Option<Duration> {
+        if self.paused {
+            return None;
+        }
         self.wake.map(|w| w.max(now))
     }
 
     /// Timers: retransmissions, pings, pacing, DHCP.
     pub fn handle_timeout(&mut self, now: Duration) {
         self.now = self.now.max(now);
+        if !self.paused {
+            self.service(self.now);
+        }
+    }
+
+    /// Pauses the host (a VM stopped for the last step of a live migration): no timers run,
+    /// arriving frames are dropped (`dropped_while_paused`), nothing is sent. Frames already
+    /// queued for [`Host::poll_transmit`] are kept.
+    pub fn pause(&mut self, now: Duration) {
+        self.now = self.now.max(now);
+        self.paused = true;
+    }
+
+    /// Resumes a paused host at `now`: its stack catches up on every timer that passed (TCP
+    /// retransmissions, pings due), as a resumed VM does.
+    pub fn resume(&mut self, now: Duration) {
+        self.now = self.now.max(now);
+        self.paused = false;
         self.service(self.now);
+    }
+
+    /// True while paused.
+    pub fn is_paused(&self) -> bool {
+        self.paused
     }
 
     // ---------------------------------------------------------------- applications

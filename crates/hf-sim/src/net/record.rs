@@ -56,6 +56,28 @@ impl Record {
         serde_json::to_vec_pretty(self).unwrap_or_default()
     }
 
+    /// Where two serialised records first differ: the line number and both lines (None when
+    /// they are identical), for reproducibility failures that say what changed.
+    pub fn first_difference(a: &[u8], b: &[u8]) -> Option<String> {
+        let (sa, sb) = (String::from_utf8_lossy(a), String::from_utf8_lossy(b));
+        let mut la = sa.lines();
+        let mut lb = sb.lines();
+        let mut n = 1;
+        loop {
+            match (la.next(), lb.next()) {
+                (None, None) => return None,
+                (x, y) if x == y => n += 1,
+                (x, y) => {
+                    return Some(format!(
+                        "line {n}: {} | {}",
+                        x.unwrap_or("<end>"),
+                        y.unwrap_or("<end>")
+                    ));
+                }
+            }
+        }
+    }
+
     /// Every TCP connection of every host, as (host, connection name, record).
     pub fn tcp(&self) -> impl Iterator<Item = (&str, &str, &TcpRecord)> {
         self.hosts
@@ -75,6 +97,8 @@ pub struct HostRecord {
     pub bytes_out: u64,
     /// Frames the host could not parse as Ethernet (counted, not fatal).
     pub malformed_in: u64,
+    /// Frames that arrived while the host was paused (dropped).
+    pub dropped_while_paused: u64,
     /// TCP connections by name.
     pub tcp: BTreeMap<String, TcpRecord>,
     /// Ping sessions by name.
