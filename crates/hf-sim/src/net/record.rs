@@ -86,6 +86,27 @@ impl Record {
     }
 }
 
+impl HostRecord {
+    /// One line per connection, ping, UDP session and DHCP client, for people (the sandbox
+    /// prints these).
+    pub fn summary(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(d) = &self.dhcp {
+            out.push(format!("dhcp: {}", d.summary()));
+        }
+        for (n, p) in &self.pings {
+            out.push(format!("{n}: {}", p.summary()));
+        }
+        for (n, u) in &self.udp {
+            out.push(format!("{n}: {}", u.summary()));
+        }
+        for (n, t) in &self.tcp {
+            out.push(format!("{n}: {}", t.summary()));
+        }
+        out
+    }
+}
+
 /// What one host saw.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct HostRecord {

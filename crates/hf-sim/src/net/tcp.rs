@@ -353,6 +353,11 @@ impl Conn {
             return false;
         }
         let mut moved = false;
+        if sock.state() == tcp::State::Listen {
+            // An accepted socket that an RST sent back to LISTEN (smoltcp does that from
+            // SYN-RECEIVED): this connection is over; the host's own listener serves the port.
+            sock.abort();
+        }
         let state = sock.state();
         if self.rec.established_us.is_none()
             && !matches!(
