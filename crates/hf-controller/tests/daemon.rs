@@ -923,3 +923,99 @@ fn a_deleted_chassis_row_is_registered_again() {
     );
     assert_eq!(pb(&sb, "vm1").chassis.map(|c| c.uuid()), Some(again));
 }
+
+#[test]
+fn a_learned_neighbour_is_written_to_mac_binding() {
+    let mut net = two_chassis();
+    // vm1 sends lr0 an ARP reply (as if answering the router's request); lr0 learns vm1
+    // (put_arp) in hv1's datapath, which reports it; the controller writes MAC_Binding.
+    let vm1_mac = [0u8, 0, 0, 0, 0, 11];
+    let rtr_mac = [0u8, 0, 0, 0, 0xff, 1];
+    let mut frame = Vec::new();
+    frame.extend_from_slice(&rtr_mac);
+    frame.extend_from_slice(&vm1_mac);
+    frame.extend_from_slice(&[0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 2]);
+    frame.extend_from_slice(&vm1_mac);
+    frame.extend_from_slice(&[10, 0, 0, 11]);
+    frame.extend_from_slice(&rtr_mac);
+    frame.extend_from_slice(&[10, 0, 0, 1]);
+    let t = net.t;
+    net.chassis[0].dp.handle_port_frame("vm1", &frame, t);
+    net.run();
+    net.advance(Duration::from_millis(500));
+    let sb = net.db_sb();
+    let lr0 = sb
+        .datapath_binding()
+        .values()
+        .find(|d| d.external_ids.get("name").map(String::as_str) == Some("lr0"))
+        .unwrap()
+        .uuid;
+    let rows: Vec<_> = sb
+        .mac_binding()
+        .values()
+        .filter(|m| m.ip == "10.0.0.11")
+        .collect();
+    assert_eq!(
+        rows.len(),
+        1,
+        "{:?}\n{:?}\n{:?}",
+        sb.mac_binding(),
+        net.chassis[0].logs,
+        net.chassis[0].dp.counters()
+    );
+    assert_eq!(rows[0].mac, "00:00:00:00:00:0b");
+    assert_eq!(rows[0].logical_port, "lr0-ls0");
+    assert_eq!(rows[0].datapath.uuid(), lr0);
+    assert!(rows[0].timestamp >= WALL0);
+    // The same neighbour again writes nothing new.
+    let ts = rows[0].timestamp;
+    net.chassis[0].dp.handle_port_frame("vm1", &frame, net.t);
+    net.advance(Duration::from_millis(500));
+    let sb = net.db_sb();
+    let rows: Vec<_> = sb
+        .mac_binding()
+        .values()
+        .filter(|m| m.ip == "10.0.0.11")
+        .collect();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].timestamp, ts);
+}
+
+#[test]
+fn requested_chassis_and_additional_chassis_are_respected() {
+    let mut net = two_chassis();
+    // vm5 exists on both datapaths; NB asks for hv2 first, then hv1 as the additional chassis.
+    net.chassis[0]
+        .dp
+        .add_port("vm5", Some([0x0a, 0, 0, 1, 0, 5]));
+    net.chassis[1]
+        .dp
+        .add_port("vm5", Some([0x0a, 0, 0, 2, 0, 5]));
+    let mut ops = topology_port("ls0", "vm5", 15);
+    ops[0]["row"]["options"] = json!(["map", [["requested-chassis", "hv2,hv1"]]]);
+    net.nb(Value::Array(ops));
+    net.advance(Duration::from_secs(1));
+    let sb = net.db_sb();
+    let (h1, h2) = (chassis_uuid(&sb, "hv1"), chassis_uuid(&sb, "hv2"));
+    let p = pb(&sb, "vm5");
+    assert_eq!(p.chassis.map(|c| c.uuid()), Some(h2));
+    let extra: Vec<_> = p.additional_chassis.iter().map(|c| c.uuid()).collect();
+    assert_eq!(extra, vec![h1]);
+    // Requested on hv2 only: hv1 lets go.
+    net.nb(
+        json!([{"op": "update", "table": "Logical_Switch_Port", "where": [["name", "==", "vm5"]],
+        "row": {"options": ["map", [["requested-chassis", "hv2"]]]}}]),
+    );
+    net.advance(Duration::from_secs(1));
+    let sb = net.db_sb();
+    let p = pb(&sb, "vm5");
+    assert_eq!(p.chassis.map(|c| c.uuid()), Some(h2));
+    assert!(p.additional_chassis.is_empty());
+    // The local port leaves hv2: released.
+    net.chassis[1].dp.remove_port("vm5");
+    net.run();
+    net.advance(Duration::from_secs(1));
+    let sb = net.db_sb();
+    assert_eq!(pb(&sb, "vm5").chassis, None);
+    assert_eq!(pb(&sb, "vm5").up, Some(false));
+}
