@@ -198,6 +198,8 @@ pub struct Controller {
     /// Conditions as last set, and whether the last computation changed none.
     conds: BTreeMap<&'static str, Option<Vec<Value>>>,
     conds_settled: bool,
+    /// The view or the local ports changed since the conditions were last computed.
+    conds_due: bool,
     monitored: BTreeSet<Uuid>,
     // The datapath link.
     dp_connected: bool,
@@ -301,6 +303,7 @@ impl Controller {
             write_retry_at: None,
             conds,
             conds_settled: false,
+            conds_due: true,
             monitored: BTreeSet::new(),
             dp_connected: false,
             dp_dec: Decoder::new(),
@@ -719,6 +722,7 @@ impl Controller {
                     st.local = local;
                     st.up = up;
                 });
+                self.conds_due = true;
                 self.translate_due = true;
                 self.write_due = true;
             }
@@ -893,6 +897,7 @@ impl Controller {
         let local = self.local_set();
         self.with_state(|st| st.local = local);
         self.write_due = true;
+        self.conds_due = true;
         self.translate_due = true;
     }
 
@@ -922,10 +927,12 @@ impl Controller {
                     Level::Debug,
                     format!("SB: in sync ({rows} rows, full={full})"),
                 );
+                self.conds_due = true;
                 self.translate_due = true;
                 self.write_due = true;
             }
             Event::Changes(_) => {
+                self.conds_due = true;
                 self.translate_due = true;
                 self.write_due = true;
             }
@@ -951,6 +958,10 @@ impl Controller {
     }
 
     fn update_conditions(&mut self) {
+        if !self.conds_due {
+            return;
+        }
+        self.conds_due = false;
         let sb = self.sb.model();
         let local = self.local_set();
         let want = monitor::conditions(sb, &self.cfg.chassis, &local, self.cfg.monitor_all);
@@ -968,6 +979,8 @@ impl Controller {
             }
         }
         self.conds_settled = !changed;
+        // A change is checked once more (the rows it brings may change it again).
+        self.conds_due = changed;
     }
 
     fn write_round(&mut self, now: Duration) {
