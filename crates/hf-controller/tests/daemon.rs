@@ -1019,3 +1019,55 @@ fn requested_chassis_and_additional_chassis_are_respected() {
     assert_eq!(pb(&sb, "vm5").chassis, None);
     assert_eq!(pb(&sb, "vm5").up, Some(false));
 }
+
+#[test]
+fn bad_datapath_bytes_are_errors_not_panics() {
+    use hf_datapath::proto::{FromDatapath, encode};
+    let t = Duration::ZERO;
+    let mut c = new_controller("hv1", "192.168.0.1", t);
+    c.handle_dp_connected(t);
+    assert!(c.poll_dp_transmit().is_some(), "the hello goes out");
+    // A frame whose length is absurd, then one that does not decode: an error each, no panic.
+    c.handle_dp_bytes(&u32::MAX.to_be_bytes(), t);
+    assert!(!c.dp_ready());
+    let logs: Vec<_> = std::iter::from_fn(|| c.poll_log()).collect();
+    assert!(
+        logs.iter()
+            .any(|(l, s)| *l == Level::Err && s.contains("datapath connection")),
+        "{logs:?}"
+    );
+    c.handle_dp_connected(t);
+    c.handle_dp_bytes(&[0, 0, 0, 3, 0xff, 0xfe, 0xfd], t);
+    assert!(!c.dp_ready());
+    // A datapath that speaks another version is not used.
+    c.handle_dp_connected(t);
+    let hello = FromDatapath::Hello {
+        version: hf_datapath::proto::PROTOCOL_VERSION + 1,
+        chassis: "hv1".into(),
+        ports: vec![],
+        zones: BTreeMap::new(),
+        program: None,
+    };
+    c.handle_dp_bytes(&encode(&hello).unwrap(), t);
+    assert!(!c.dp_ready());
+    let logs: Vec<_> = std::iter::from_fn(|| c.poll_log()).collect();
+    assert!(
+        logs.iter()
+            .any(|(l, s)| *l == Level::Err && s.contains("protocol version")),
+        "{logs:?}"
+    );
+    // And the right one is.
+    c.handle_dp_connected(t);
+    let hello = FromDatapath::Hello {
+        version: hf_datapath::proto::PROTOCOL_VERSION,
+        chassis: "hv1".into(),
+        ports: vec![],
+        zones: BTreeMap::new(),
+        program: None,
+    };
+    c.handle_dp_bytes(&encode(&hello).unwrap(), t);
+    assert!(c.dp_ready());
+    // Garbage from SB before anything is connected changes nothing.
+    c.handle_sb_bytes(b"}{ not json", t);
+    assert!(!c.sb_synced());
+}
