@@ -74,6 +74,15 @@ fn logs(d: &Path) -> String {
         .collect()
 }
 
+/// The `Program:` line of `debug/status`.
+fn program_line(status: &str) -> String {
+    status
+        .lines()
+        .find(|l| l.starts_with("Program:"))
+        .unwrap_or_default()
+        .to_string()
+}
+
 fn end_to_end(d: &Path, dbs: &Dbs) {
     run_ok(dbs.nbctl().args(["ls-add", "ls0"]));
     run_ok(dbs.nbctl().args(["lsp-add", "ls0", "vm1"]));
@@ -81,7 +90,7 @@ fn end_to_end(d: &Path, dbs: &Dbs) {
         dbs.nbctl()
             .args(["lsp-set-addresses", "vm1", "0a:00:00:00:00:01 10.0.0.1"]),
     );
-    let _chassis = start_chassis(d, &dbs.sb);
+    let chassis = start_chassis(d, &dbs.sb);
     // The chassis registers with its encap and claims vm1: real ovn-sbctl shows both.
     let shown = wait_for(Duration::from_secs(30), || {
         let s = run_ok(dbs.sbctl().arg("show"));
