@@ -69,22 +69,12 @@ fn start(d: &mut Daemons, hv: usize, port: u16) {
         .arg(format!("--chassis={name}"))
         .arg(format!("--encap-ip={}", IPS[hv - 1]))
         .arg(format!("--geneve-port={port}"))
-        .arg(format!(
-            "--control=punix:{}",
-            dir.join(format!("{name}.sock")).display()
-        ))
+        .arg(format!("--control=punix:{}", dir.join(format!("{name}.sock")).display()))
         .arg(format!("--port={vm},{mac}"))
-        .arg(format!(
-            "--zones-file={}",
-            dir.join(format!("{name}.zones")).display()
-        ))
+        .arg(format!("--zones-file={}", dir.join(format!("{name}.zones")).display()))
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     d.pidfiles.push(dir.join(format!("{name}.pid")));
 }
 
@@ -201,10 +191,7 @@ fn two_daemons_forward_through_geneve_and_outlive_the_controller() {
     appctl(&dir, "hv1", &["datapath/inject", "vm1", &hex(&p)]);
     assert_eq!(capture(&dir, "hv2", "vm2"), vec![hex(&p)]);
     let ct = appctl(&dir, "hv1", &["dpctl/dump-conntrack", "lsp/vm1"]);
-    assert!(
-        ct.contains("icmp,orig=(src=10.0.0.1,dst=10.0.0.2,id=1"),
-        "{ct}"
-    );
+    assert!(ct.contains("icmp,orig=(src=10.0.0.1,dst=10.0.0.2,id=1"), "{ct}");
     // The zone map went to local storage.
     let zones: std::collections::BTreeMap<String, u16> =
         serde_json::from_str(&std::fs::read_to_string(dir.join("hv1.zones")).unwrap()).unwrap();

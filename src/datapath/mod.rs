@@ -210,12 +210,8 @@ fn hex(b: &[u8]) -> String {
 /// Reads the zone map from local storage (missing file: empty).
 fn read_zones(path: &Path) -> anyhow::Result<BTreeMap<String, u16>> {
     match std::fs::read_to_string(path) {
-        Ok(s) => serde_json::from_str(&s).with_context(|| {
-            format!(
-                "{}: not a zone map (JSON object name → zone)",
-                path.display()
-            )
-        }),
+        Ok(s) => serde_json::from_str(&s)
+            .with_context(|| format!("{}: not a zone map (JSON object name → zone)", path.display())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
         Err(e) => Err(e).with_context(|| format!("{}: cannot read the zone map", path.display())),
     }
@@ -535,10 +531,7 @@ impl Shell {
         let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
         match method {
             "exit" => Ok(String::new()),
-            "version" => Ok(format!(
-                "{PROGRAM} (holdfast) {}",
-                env!("CARGO_PKG_VERSION")
-            )),
+            "version" => Ok(format!("{PROGRAM} (holdfast) {}", env!("CARGO_PKG_VERSION"))),
             "list-commands" => Ok(unixctl::list_commands(COMMANDS)),
             "dpctl/dump-conntrack" => {
                 let zone = args.first().map(String::as_str);

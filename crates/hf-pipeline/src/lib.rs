@@ -139,9 +139,9 @@ use hf_conntrack::Conntrack;
 pub use learn::LearnStats;
 pub use packet_in::PacketInStats;
 pub use program::{
-    ActionHits, CompileError, DatapathKind, DatapathSpec, DnsSpec, FdbSpec, FlowError,
-    FlowErrorKind, FlowId, FlowSpec, FlowText, GroupSpec, LbVipSpec, Neighbour, PortKind,
-    PortLocation, PortSpec, Program, ProgramSpec,
+    ActionHits, CompileError, DatapathKind, DatapathSpec, DnsSpec, FdbSpec, FlowError, FlowErrorKind,
+    FlowId, FlowSpec, FlowText, GroupSpec, LbVipSpec, Neighbour, PortKind, PortLocation, PortSpec,
+    Program, ProgramSpec,
 };
 pub use trace::{Trace, TraceFlow, TraceRecord};
 pub use whatif::WhatIf;
