@@ -1071,3 +1071,52 @@ fn bad_datapath_bytes_are_errors_not_panics() {
     c.handle_sb_bytes(b"}{ not json", t);
     assert!(!c.sb_synced());
 }
+
+#[test]
+fn gateway_ports_are_claimed_by_the_active_gateway() {
+    let mut net = two_chassis();
+    // lr0-ls1 becomes a distributed gateway port on hv2 (priority 20).
+    net.nb(json!([
+        {"op": "insert", "table": "Gateway_Chassis", "uuid-name": "g2",
+         "row": {"name": "lr0-ls1-hv2", "chassis_name": "hv2", "priority": 20}},
+        {"op": "mutate", "table": "Logical_Router_Port", "where": [["name", "==", "lr0-ls1"]],
+         "mutations": [["gateway_chassis", "insert", ["set", [["named-uuid", "g2"]]]]]}
+    ]));
+    net.advance(Duration::from_secs(1));
+    let sb = net.db_sb();
+    let cr = sb
+        .port_binding()
+        .values()
+        .find(|p| p.type_ == "chassisredirect")
+        .unwrap_or_else(|| panic!("no chassisredirect port: {:?}", sb.port_binding()));
+    let name = cr.logical_port.clone();
+    assert_eq!(cr.chassis.map(|c| c.uuid()), Some(chassis_uuid(&sb, "hv2")));
+    // hv1 with a higher priority takes over; hv2 lets go.
+    net.nb(json!([
+        {"op": "insert", "table": "Gateway_Chassis", "uuid-name": "g1",
+         "row": {"name": "lr0-ls1-hv1", "chassis_name": "hv1", "priority": 30}},
+        {"op": "mutate", "table": "Logical_Router_Port", "where": [["name", "==", "lr0-ls1"]],
+         "mutations": [["gateway_chassis", "insert", ["set", [["named-uuid", "g1"]]]]]}
+    ]));
+    net.advance(Duration::from_secs(1));
+    let sb = net.db_sb();
+    assert_eq!(
+        pb(&sb, &name).chassis.map(|c| c.uuid()),
+        Some(chassis_uuid(&sb, "hv1"))
+    );
+    // And the programs agree: resident on hv1, remote on hv2.
+    let port = |i: usize| {
+        net.chassis[i]
+            .dp
+            .program()
+            .unwrap()
+            .datapaths
+            .iter()
+            .flat_map(|d| d.ports.iter())
+            .find(|p| p.name == name)
+            .cloned()
+            .unwrap()
+    };
+    assert!(port(0).resident);
+    assert!(!port(1).resident);
+}
