@@ -45,7 +45,7 @@
 //!
 //! No sockets, no clock: the shell or the simulator moves bytes and supplies `now` (and the
 //! wall-clock offset for SB timestamps, [`Tuning::wall_offset_ms`]). No live-migration
-//! driving (a `PortActivated` is logged), no `virtual`/`chassisredirect`/gateway claims (see
+//! driving (a `PortActivated` is logged), no `external`/`l2gateway` claims (see
 //! [`super::binding`]).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
