@@ -7,6 +7,7 @@ pub mod northd;
 pub mod ovsdb;
 pub mod ovsdb_client;
 pub mod pipeline;
+pub mod sandbox;
 pub mod trace;
 
 use crate::{Opts, Report};
@@ -50,5 +51,10 @@ pub const ALL: &[(&str, &str, SuiteFn)] = &[
         "northd",
         "holdfast northd vs ovn-northd on the gen_topo NB (100x20, 300x30, 500x40): in-process compile, cold compile and lsp-add until --wait=sb, peak RSS",
         northd::run,
+    ),
+    (
+        "sandbox",
+        "hf-datapath: established TCP between two chassis through Geneve, in memory, one core (pps)",
+        sandbox::run,
     ),
 ];
