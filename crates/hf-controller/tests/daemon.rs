@@ -1120,3 +1120,22 @@ fn gateway_ports_are_claimed_by_the_active_gateway() {
     assert!(port(0).resident);
     assert!(!port(1).resident);
 }
+
+#[test]
+fn a_refused_sb_write_is_logged_once_and_retried() {
+    let mut net = two_chassis();
+    // hv3 claims hv1's tunnel IP: the Encap (type, ip) index refuses its registration.
+    let i = net.add_chassis("hv3", [192, 168, 0, 1], &[]);
+    net.advance(Duration::from_secs(5));
+    let c = &net.chassis[i];
+    let ctl = c.ctl.as_ref().unwrap();
+    assert!(net.db_sb().chassis_by_name("hv3").is_none());
+    assert!(ctl.stats().sb_write_failures >= 3, "{:?}", ctl.stats());
+    let lines = c
+        .logs
+        .iter()
+        .filter(|(l, s)| *l == Level::Warn && s.starts_with("SB write failed"))
+        .count();
+    assert_eq!(lines, 1, "{:?}", c.logs);
+    assert!(ctl.status().contains("Chassis: hv3 (not registered)"));
+}

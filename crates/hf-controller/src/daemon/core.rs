@@ -140,6 +140,8 @@ pub struct Stats {
     pub zones_flushed: u64,
     /// SB write transactions sent.
     pub sb_writes: u64,
+    /// SB write transactions that failed.
+    pub sb_write_failures: u64,
 }
 
 /// What the SB write transaction is built from (shared with the replica's builder).
@@ -195,6 +197,7 @@ pub struct Controller {
     txn: Option<TxnId>,
     write_due: bool,
     write_retry_at: Option<Duration>,
+    last_write_error: Option<String>,
     /// Conditions as last set, and whether the last computation changed none.
     conds: BTreeMap<&'static str, Option<Vec<Value>>>,
     conds_settled: bool,
@@ -301,6 +304,7 @@ impl Controller {
             txn: None,
             write_due: true,
             write_retry_at: None,
+            last_write_error: None,
             conds,
             conds_settled: false,
             conds_due: true,
@@ -944,12 +948,25 @@ impl Controller {
                     self.txn = None;
                 }
                 self.write_due = true;
-                if let TxnOutcome::Failed(e) = outcome {
-                    self.say(
-                        Level::Warn,
-                        format!("SB write failed: {e}; retrying in 1 s"),
-                    );
-                    self.write_retry_at = Some(now + Duration::from_secs(1));
+                match outcome {
+                    TxnOutcome::Failed(e) => {
+                        // Logged once per distinct error while it repeats (retried each second).
+                        let e = e.to_string();
+                        if self.last_write_error.as_deref() != Some(e.as_str()) {
+                            self.say(
+                                Level::Warn,
+                                format!("SB write failed: {e}; retrying every second"),
+                            );
+                            self.last_write_error = Some(e);
+                        }
+                        self.stats.sb_write_failures += 1;
+                        self.write_retry_at = Some(now + Duration::from_secs(1));
+                    }
+                    _ => {
+                        if self.last_write_error.take().is_some() {
+                            self.say(Level::Info, "SB write succeeded again".into());
+                        }
+                    }
                 }
             }
             Event::Warning(w) => self.say(Level::Warn, format!("SB: {w}")),
