@@ -74,6 +74,15 @@ fn logs(d: &Path) -> String {
         .collect()
 }
 
+/// The `Program:` line of `debug/status`.
+fn program_line(status: &str) -> String {
+    status
+        .lines()
+        .find(|l| l.starts_with("Program:"))
+        .unwrap_or_default()
+        .to_string()
+}
+
 fn end_to_end(d: &Path, dbs: &Dbs) {
     run_ok(dbs.nbctl().args(["ls-add", "ls0"]));
     run_ok(dbs.nbctl().args(["lsp-add", "ls0", "vm1"]));
@@ -81,7 +90,7 @@ fn end_to_end(d: &Path, dbs: &Dbs) {
         dbs.nbctl()
             .args(["lsp-set-addresses", "vm1", "0a:00:00:00:00:01 10.0.0.1"]),
     );
-    let _chassis = start_chassis(d, &dbs.sb);
+    let chassis = start_chassis(d, &dbs.sb);
     // The chassis registers with its encap and claims vm1: real ovn-sbctl shows both.
     let shown = wait_for(Duration::from_secs(30), || {
         let s = run_ok(dbs.sbctl().arg("show"));
@@ -158,7 +167,35 @@ fn end_to_end(d: &Path, dbs: &Dbs) {
     assert!(zones.contains("lsp/vm2 "), "{zones}");
     let dp_zones = appctl("ovs-appctl", &d.join("dp.ctl"), &["ct-zone-list"]);
     assert!(dp_zones.contains("lsp/vm2"), "{dp_zones}");
-    assert!(appctl("ovn-appctl", &ctl, &["version"]).starts_with("ovn-controller (holdfast"),);
+    assert!(appctl("ovn-appctl", &ctl, &["version"]).starts_with("ovn-controller (holdfast"));
+    // A restarted controller finds the datapath running what it would push: no new program,
+    // the same zones, nothing flushed.
+    let before = program_line(&status);
+    chassis[1].kill9();
+    run_ok(
+        Command::new(common::holdfast())
+            .arg("controller")
+            .args(daemon_args(d, "ctl"))
+            .arg(format!("--ovnsb-db={}", dbs.sb))
+            .arg("--system-id=hv1")
+            .arg("--hostname=hv1.example")
+            .arg("--encap-ip=127.0.0.1")
+            .arg(format!("--datapath=unix:{}", d.join("dp.sock").display())),
+    );
+    let settled = wait_for(Duration::from_secs(30), || {
+        let s = appctl("ovn-appctl", &ctl, &["debug/status"]);
+        s.contains("conditional monitoring settled") && s.contains("Datapath: connected,")
+    });
+    assert!(settled, "{}", logs(d));
+    std::thread::sleep(Duration::from_millis(500));
+    let status = appctl("ovn-appctl", &ctl, &["debug/status"]);
+    assert_eq!(program_line(&status), before, "{status}\n{}", logs(d));
+    assert_eq!(
+        appctl("ovs-appctl", &d.join("dp.ctl"), &["ct-zone-list"]),
+        dp_zones
+    );
+    let ctl_log = std::fs::read_to_string(d.join("ctl.log")).unwrap_or_default();
+    assert!(!ctl_log.contains("flushing conntrack"), "{ctl_log}");
 }
 
 #[test]

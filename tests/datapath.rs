@@ -258,4 +258,27 @@ fn two_daemons_forward_through_geneve_and_outlive_the_controller() {
     let p = ping(3);
     appctl(&dir, "hv1", &["datapath/inject", "vm1", &hex(&p)]);
     assert_eq!(capture(&dir, "hv2", "vm2"), vec![hex(&p)]);
+    // hv1 restarts: its zone map comes back from local storage (the program does not).
+    drop(c);
+    appctl(&dir, "hv1", &["exit"]);
+    let pidfile = dir.join("hv1.pid");
+    let t0 = Instant::now();
+    while pidfile.exists() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!pidfile.exists(), "hv1 did not exit");
+    d.pidfiles.retain(|p| *p != pidfile);
+    start(&mut d, 1, port);
+    let mut c = Client::connect(&dir.join("hv1.sock"));
+    c.send(&ToDatapath::Hello {
+        version: PROTOCOL_VERSION,
+        chassis: "hv1".into(),
+    });
+    match c.recv() {
+        FromDatapath::Hello { program, zones, .. } => {
+            assert!(program.is_none());
+            assert_eq!(zones, example::program(1, 1, IPS).zones);
+        }
+        other => panic!("hello answer: {other:?}"),
+    }
 }

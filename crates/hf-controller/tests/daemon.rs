@@ -923,3 +923,219 @@ fn a_deleted_chassis_row_is_registered_again() {
     );
     assert_eq!(pb(&sb, "vm1").chassis.map(|c| c.uuid()), Some(again));
 }
+
+#[test]
+fn a_learned_neighbour_is_written_to_mac_binding() {
+    let mut net = two_chassis();
+    // vm1 sends lr0 an ARP reply (as if answering the router's request); lr0 learns vm1
+    // (put_arp) in hv1's datapath, which reports it; the controller writes MAC_Binding.
+    let vm1_mac = [0u8, 0, 0, 0, 0, 11];
+    let rtr_mac = [0u8, 0, 0, 0, 0xff, 1];
+    let mut frame = Vec::new();
+    frame.extend_from_slice(&rtr_mac);
+    frame.extend_from_slice(&vm1_mac);
+    frame.extend_from_slice(&[0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 2]);
+    frame.extend_from_slice(&vm1_mac);
+    frame.extend_from_slice(&[10, 0, 0, 11]);
+    frame.extend_from_slice(&rtr_mac);
+    frame.extend_from_slice(&[10, 0, 0, 1]);
+    let t = net.t;
+    net.chassis[0].dp.handle_port_frame("vm1", &frame, t);
+    net.run();
+    net.advance(Duration::from_millis(500));
+    let sb = net.db_sb();
+    let lr0 = sb
+        .datapath_binding()
+        .values()
+        .find(|d| d.external_ids.get("name").map(String::as_str) == Some("lr0"))
+        .unwrap()
+        .uuid;
+    let rows: Vec<_> = sb
+        .mac_binding()
+        .values()
+        .filter(|m| m.ip == "10.0.0.11")
+        .collect();
+    assert_eq!(
+        rows.len(),
+        1,
+        "{:?}\n{:?}\n{:?}",
+        sb.mac_binding(),
+        net.chassis[0].logs,
+        net.chassis[0].dp.counters()
+    );
+    assert_eq!(rows[0].mac, "00:00:00:00:00:0b");
+    assert_eq!(rows[0].logical_port, "lr0-ls0");
+    assert_eq!(rows[0].datapath.uuid(), lr0);
+    assert!(rows[0].timestamp >= WALL0);
+    // The same neighbour again writes nothing new.
+    let ts = rows[0].timestamp;
+    net.chassis[0].dp.handle_port_frame("vm1", &frame, net.t);
+    net.advance(Duration::from_millis(500));
+    let sb = net.db_sb();
+    let rows: Vec<_> = sb
+        .mac_binding()
+        .values()
+        .filter(|m| m.ip == "10.0.0.11")
+        .collect();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].timestamp, ts);
+}
+
+#[test]
+fn requested_chassis_and_additional_chassis_are_respected() {
+    let mut net = two_chassis();
+    // vm5 exists on both datapaths; NB asks for hv2 first, then hv1 as the additional chassis.
+    net.chassis[0]
+        .dp
+        .add_port("vm5", Some([0x0a, 0, 0, 1, 0, 5]));
+    net.chassis[1]
+        .dp
+        .add_port("vm5", Some([0x0a, 0, 0, 2, 0, 5]));
+    let mut ops = topology_port("ls0", "vm5", 15);
+    ops[0]["row"]["options"] = json!(["map", [["requested-chassis", "hv2,hv1"]]]);
+    net.nb(Value::Array(ops));
+    net.advance(Duration::from_secs(1));
+    let sb = net.db_sb();
+    let (h1, h2) = (chassis_uuid(&sb, "hv1"), chassis_uuid(&sb, "hv2"));
+    let p = pb(&sb, "vm5");
+    assert_eq!(p.chassis.map(|c| c.uuid()), Some(h2));
+    let extra: Vec<_> = p.additional_chassis.iter().map(|c| c.uuid()).collect();
+    assert_eq!(extra, vec![h1]);
+    // Requested on hv2 only: hv1 lets go.
+    net.nb(
+        json!([{"op": "update", "table": "Logical_Switch_Port", "where": [["name", "==", "vm5"]],
+        "row": {"options": ["map", [["requested-chassis", "hv2"]]]}}]),
+    );
+    net.advance(Duration::from_secs(1));
+    let sb = net.db_sb();
+    let p = pb(&sb, "vm5");
+    assert_eq!(p.chassis.map(|c| c.uuid()), Some(h2));
+    assert!(p.additional_chassis.is_empty());
+    // The local port leaves hv2: released.
+    net.chassis[1].dp.remove_port("vm5");
+    net.run();
+    net.advance(Duration::from_secs(1));
+    let sb = net.db_sb();
+    assert_eq!(pb(&sb, "vm5").chassis, None);
+    assert_eq!(pb(&sb, "vm5").up, Some(false));
+}
+
+#[test]
+fn bad_datapath_bytes_are_errors_not_panics() {
+    use hf_datapath::proto::{FromDatapath, encode};
+    let t = Duration::ZERO;
+    let mut c = new_controller("hv1", "192.168.0.1", t);
+    c.handle_dp_connected(t);
+    assert!(c.poll_dp_transmit().is_some(), "the hello goes out");
+    // A frame whose length is absurd, then one that does not decode: an error each, no panic.
+    c.handle_dp_bytes(&u32::MAX.to_be_bytes(), t);
+    assert!(!c.dp_ready());
+    let logs: Vec<_> = std::iter::from_fn(|| c.poll_log()).collect();
+    assert!(
+        logs.iter()
+            .any(|(l, s)| *l == Level::Err && s.contains("datapath connection")),
+        "{logs:?}"
+    );
+    c.handle_dp_connected(t);
+    c.handle_dp_bytes(&[0, 0, 0, 3, 0xff, 0xfe, 0xfd], t);
+    assert!(!c.dp_ready());
+    // A datapath that speaks another version is not used.
+    c.handle_dp_connected(t);
+    let hello = FromDatapath::Hello {
+        version: hf_datapath::proto::PROTOCOL_VERSION + 1,
+        chassis: "hv1".into(),
+        ports: vec![],
+        zones: BTreeMap::new(),
+        program: None,
+    };
+    c.handle_dp_bytes(&encode(&hello).unwrap(), t);
+    assert!(!c.dp_ready());
+    let logs: Vec<_> = std::iter::from_fn(|| c.poll_log()).collect();
+    assert!(
+        logs.iter()
+            .any(|(l, s)| *l == Level::Err && s.contains("protocol version")),
+        "{logs:?}"
+    );
+    // And the right one is.
+    c.handle_dp_connected(t);
+    let hello = FromDatapath::Hello {
+        version: hf_datapath::proto::PROTOCOL_VERSION,
+        chassis: "hv1".into(),
+        ports: vec![],
+        zones: BTreeMap::new(),
+        program: None,
+    };
+    c.handle_dp_bytes(&encode(&hello).unwrap(), t);
+    assert!(c.dp_ready());
+    // Garbage from SB before anything is connected changes nothing.
+    c.handle_sb_bytes(b"}{ not json", t);
+    assert!(!c.sb_synced());
+}
+
+#[test]
+fn gateway_ports_are_claimed_by_the_active_gateway() {
+    let mut net = two_chassis();
+    // lr0-ls1 becomes a distributed gateway port on hv2 (priority 20).
+    net.nb(json!([
+        {"op": "insert", "table": "Gateway_Chassis", "uuid-name": "g2",
+         "row": {"name": "lr0-ls1-hv2", "chassis_name": "hv2", "priority": 20}},
+        {"op": "mutate", "table": "Logical_Router_Port", "where": [["name", "==", "lr0-ls1"]],
+         "mutations": [["gateway_chassis", "insert", ["set", [["named-uuid", "g2"]]]]]}
+    ]));
+    net.advance(Duration::from_secs(1));
+    let sb = net.db_sb();
+    let cr = sb
+        .port_binding()
+        .values()
+        .find(|p| p.type_ == "chassisredirect")
+        .unwrap_or_else(|| panic!("no chassisredirect port: {:?}", sb.port_binding()));
+    let name = cr.logical_port.clone();
+    assert_eq!(cr.chassis.map(|c| c.uuid()), Some(chassis_uuid(&sb, "hv2")));
+    // hv1 with a higher priority takes over; hv2 lets go.
+    net.nb(json!([
+        {"op": "insert", "table": "Gateway_Chassis", "uuid-name": "g1",
+         "row": {"name": "lr0-ls1-hv1", "chassis_name": "hv1", "priority": 30}},
+        {"op": "mutate", "table": "Logical_Router_Port", "where": [["name", "==", "lr0-ls1"]],
+         "mutations": [["gateway_chassis", "insert", ["set", [["named-uuid", "g1"]]]]]}
+    ]));
+    net.advance(Duration::from_secs(1));
+    let sb = net.db_sb();
+    assert_eq!(
+        pb(&sb, &name).chassis.map(|c| c.uuid()),
+        Some(chassis_uuid(&sb, "hv1"))
+    );
+    // And the programs agree: resident on hv1, remote on hv2.
+    let port = |i: usize| {
+        net.chassis[i]
+            .dp
+            .program()
+            .unwrap()
+            .datapaths
+            .iter()
+            .flat_map(|d| d.ports.iter())
+            .find(|p| p.name == name)
+            .cloned()
+            .unwrap()
+    };
+    assert!(port(0).resident);
+    assert!(!port(1).resident);
+}
+
+#[test]
+fn a_refused_sb_write_is_logged_once_and_retried() {
+    let mut net = two_chassis();
+    // hv3 claims hv1's tunnel IP: the Encap (type, ip) index refuses its registration.
+    let i = net.add_chassis("hv3", [192, 168, 0, 1], &[]);
+    net.advance(Duration::from_secs(5));
+    let c = &net.chassis[i];
+    let ctl = c.ctl.as_ref().unwrap();
+    assert!(net.db_sb().chassis_by_name("hv3").is_none());
+    assert!(ctl.stats().sb_write_failures >= 3, "{:?}", ctl.stats());
+    let lines = c
+        .logs
+        .iter()
+        .filter(|(l, s)| *l == Level::Warn && s.starts_with("SB write failed"))
+        .count();
+    assert_eq!(lines, 1, "{:?}", c.logs);
+    assert!(ctl.status().contains("Chassis: hv3 (not registered)"));
+}

@@ -80,6 +80,10 @@ fn topology(c: &common::Central) {
         "lr0-sw0",
         "ipv6_ra_configs:address_mode=slaac",
         "ipv6_ra_configs:mtu=1450",
+        "ipv6_ra_configs:rdnss=fd00::53",
+        "ipv6_ra_configs:dnssl=ovn.org,test.ovn.org",
+        "ipv6_ra_configs:route_info=HIGH-fd01::/64,LOW-fd02::/48",
+        "ipv6_ra_configs:router_preference=HIGH",
     ]);
     let v4 = n(&["dhcp-options-create", "10.0.0.0/24"]);
     let v4 = v4.trim();
@@ -363,6 +367,7 @@ fn need_ovn(test: &str) -> bool {
             "ovn-northd",
             "ovn-nbctl",
             "ovn-sbctl",
+            "python3",
         ],
     )
 }
@@ -526,6 +531,21 @@ fn real_northd_dhcp_dns_and_ra_are_answered_in_the_datapath() {
     assert!(
         pi.flags
             .contains(NdiscPrefixInfoFlags::ON_LINK | NdiscPrefixInfoFlags::ADDRCONF)
+    );
+    // The options smoltcp does not decode (RFC 8106 RDNSS/DNSSL, RFC 4191 route information
+    // and preference), with Python's standard library.
+    let ra = python_ra(p.payload());
+    assert_eq!(ra["prf"], "HIGH", "{ra}");
+    assert_eq!(ra["rdnss"], serde_json::json!(["fd00::53"]), "{ra}");
+    assert_eq!(
+        ra["dnssl"],
+        serde_json::json!(["ovn.org", "test.ovn.org"]),
+        "{ra}"
+    );
+    assert_eq!(
+        ra["routes"],
+        serde_json::json!([["HIGH", "fd01::/64"], ["LOW", "fd02::/48"]]),
+        "{ra}"
     );
 
     let s = ch.pipe.packet_in_stats();
@@ -798,4 +818,82 @@ fn smoltcp_dhcp_client_is_configured_through_the_pipeline() {
         s.dhcp4_replies >= 2 * 3,
         "an OFFER and an ACK (each run three ways): {s:?}"
     );
+
+    // Renewal at T1 (half the 3600 s lease): a unicast REQUEST from 10.0.0.11 with `ciaddr`
+    // set (northd's second DHCP flow) is ACKed, and the client stays configured.
+    iface.update_ip_addrs(|a| {
+        a.push(smoltcp::wire::IpCidr::new(
+            IpAddress::Ipv4(addr.address()),
+            24,
+        ))
+        .unwrap();
+    });
+    let before = ch.pipe.packet_in_stats().dhcp4_replies;
+    let mut renewed = false;
+    for ms in (1_790_000..1_900_000).step_by(1000) {
+        let now = Instant::from_millis(ms);
+        iface.poll(now, &mut dev, &mut sockets);
+        for f in std::mem::take(&mut dev.tx) {
+            // A renewal is unicast from the leased address.
+            let e = EthernetFrame::new_checked(&f[..]).unwrap();
+            if e.ethertype() == EthernetProtocol::Ipv4 {
+                let p = Ipv4Packet::new_checked(e.payload()).unwrap();
+                renewed |= p.src_addr() == Ipv4Addr::new(10, 0, 0, 11)
+                    && p.dst_addr() == Ipv4Addr::new(10, 0, 0, 1);
+            }
+            dev.rx.extend(ch.ask(&f));
+        }
+        iface.poll(now, &mut dev, &mut sockets);
+        if let Some(dhcpv4::Event::Deconfigured) = sockets.get_mut::<dhcpv4::Socket>(h).poll() {
+            panic!("the client lost its lease while renewing");
+        }
+    }
+    assert!(renewed, "the client sent a unicast renewal");
+    let after = ch.pipe.packet_in_stats().dhcp4_replies;
+    assert_eq!(after - before, 3, "one ACK to the renewal (run three ways)");
+}
+
+/// Decodes a Router Advertisement's preference and RDNSS, DNSSL and route information options
+/// with Python's standard library (RFC 4861, 4191, 8106 layouts).
+fn python_ra(m: &[u8]) -> serde_json::Value {
+    let hex: String = m.iter().map(|b| format!("{b:02x}")).collect();
+    let script = r#"
+import sys, json, ipaddress
+m = bytes.fromhex(sys.argv[1])
+assert m[0] == 134
+prf = {0: "MEDIUM", 1: "HIGH", 3: "LOW", 2: "RESERVED"}
+out = {"prf": prf[(m[5] >> 3) & 3], "rdnss": [], "dnssl": [], "routes": []}
+i = 16
+while i < len(m):
+    t, ln = m[i], m[i + 1] * 8
+    assert ln > 0 and i + ln <= len(m), "bad option length"
+    body = m[i:i + ln]
+    if t == 25:
+        for j in range(8, ln, 16):
+            out["rdnss"].append(str(ipaddress.IPv6Address(body[j:j + 16])))
+    elif t == 31:
+        j, cur = 8, []
+        while j < ln:
+            n = body[j]; j += 1
+            if n == 0:
+                if cur: out["dnssl"].append(".".join(cur)); cur = []
+            else:
+                cur.append(body[j:j + n].decode()); j += n
+    elif t == 24:
+        plen = body[2]
+        pre = body[8:].ljust(16, b"\0")
+        out["routes"].append([prf[(body[3] >> 3) & 3], str(ipaddress.IPv6Network((pre, plen)))])
+    i += ln
+print(json.dumps(out))
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", script, &hex])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "python: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
 }

@@ -478,15 +478,14 @@ impl Datapath {
     }
 
     fn run(&mut self, from: Ingress, frame: &[u8], now: Duration, tunnel: bool) {
-        let mut outs = std::mem::take(&mut self.outs);
         let res = self
             .pipeline
-            .process(&mut self.ct, from, frame, now, &mut outs);
+            .process(&mut self.ct, from, frame, now, &mut self.outs);
         match res {
             Ok(st) => {
                 self.counters.cache_hits += u64::from(st.cache_hits);
                 self.counters.cache_misses += u64::from(st.segments.saturating_sub(st.cache_hits));
-                if outs.is_empty() {
+                if self.outs.is_empty() {
                     self.counters.dropped += 1;
                 }
             }
@@ -496,7 +495,8 @@ impl Datapath {
                 self.log_once(Level::Debug, &key, || format!("frame not processed: {e}"));
             }
         }
-        for (dst, bytes) in outs.iter() {
+        let mut no_tunnel = None;
+        for (dst, bytes) in self.outs.iter() {
             match dst {
                 Destination::Local(id) => match self.port_names.get(&id) {
                     Some(_) => {
@@ -519,13 +519,7 @@ impl Datapath {
                 } => {
                     let Some(&ip) = self.tunnels.get(&chassis) else {
                         self.counters.dropped += 1;
-                        let what =
-                            self.no_tunnel.get(&chassis).cloned().unwrap_or_else(|| {
-                                format!("id {chassis}, not in the chassis table")
-                            });
-                        self.log_once(Level::Warn, &format!("tun:{chassis}"), || {
-                            format!("no Geneve tunnel to chassis {what}: frames dropped")
-                        });
+                        no_tunnel = Some(chassis);
                         continue;
                     };
                     let repr = GeneveRepr {
@@ -551,8 +545,17 @@ impl Datapath {
                 _ => self.counters.dropped += 1,
             }
         }
-        outs.clear();
-        self.outs = outs;
+        self.outs.clear();
+        if let Some(chassis) = no_tunnel {
+            let what = self
+                .no_tunnel
+                .get(&chassis)
+                .cloned()
+                .unwrap_or_else(|| format!("id {chassis}, not in the chassis table"));
+            self.log_once(Level::Warn, &format!("tun:{chassis}"), || {
+                format!("no Geneve tunnel to chassis {what}: frames dropped")
+            });
+        }
         self.take_events();
     }
 

@@ -478,3 +478,162 @@ proptest::proptest! {
         proptest::prop_assert_eq!(got.len(), 1);
     }
 }
+
+#[test]
+fn rarp_activation_and_learned_neighbours_reach_the_controller() {
+    let mut dp = chassis(1);
+    dp.handle_control_connected(ms(0));
+    let mut p = example::program(1, 1, IPS);
+    p.datapaths[0].ports[0].needs_activation = true;
+    p.datapaths[0].flows.push(hf_datapath::proto::FlowMsg {
+        table: 0,
+        priority: 50,
+        matches: "arp".into(),
+        actions: "put_arp(inport, arp.spa, arp.sha); next;".into(),
+        id: "learn".into(),
+        ..Default::default()
+    });
+    let ans = ctl(
+        &mut dp,
+        &[hello("hv1"), ToDatapath::Program(Box::new(p))],
+        ms(0),
+    );
+    assert!(
+        matches!(&ans[..], [_, FromDatapath::Installed { flow_errors, .. }] if flow_errors.is_empty()),
+        "{ans:?}"
+    );
+    // Waiting for activation: vm1's frames are dropped.
+    let ping = icmp_echo(VM1_IP.into(), VM2_IP.into(), 7, false);
+    dp.handle_port_frame("vm1", &ping, ms(1));
+    assert_eq!(dp.poll_transmit(), None);
+    // Its RARP activates it, and the controller hears so.
+    let mut rarp = Vec::new();
+    hf_wire::reply::arp_request(&mut rarp, hf_wire::EthAddr(VM1_MAC), VM1_IP, VM1_IP);
+    rarp[12..14].copy_from_slice(&[0x80, 0x35]);
+    rarp[20..22].copy_from_slice(&[0, 3]);
+    dp.handle_port_frame("vm1", &rarp, ms(2));
+    while dp.poll_transmit().is_some() {}
+    let ans = ctl(&mut dp, &[], ms(2));
+    assert!(
+        ans.contains(&FromDatapath::PortActivated { port: "vm1".into() }),
+        "{ans:?}"
+    );
+    dp.handle_port_frame("vm1", &ping, ms(3));
+    assert!(matches!(dp.poll_transmit(), Some(Transmit::Tunnel { .. })));
+    // An ARP from vm1 teaches the pipeline its binding: the controller gets it for MAC_Binding.
+    let mut arp = Vec::new();
+    hf_wire::reply::arp_request(&mut arp, hf_wire::EthAddr(VM1_MAC), VM1_IP, VM2_IP);
+    dp.handle_port_frame("vm1", &arp, ms(4));
+    while dp.poll_transmit().is_some() {}
+    let learned = |mac: [u8; 6]| {
+        FromDatapath::Learned(vec![hf_datapath::proto::LearnedNeighbour {
+            datapath: "sw0".into(),
+            port: "vm1".into(),
+            ip: "10.0.0.1".into(),
+            mac,
+        }])
+    };
+    assert_eq!(ctl(&mut dp, &[], ms(4)), vec![learned(VM1_MAC)]);
+    // Learned while no controller is connected: delivered after the next hello.
+    dp.handle_control_disconnected(ms(5));
+    let moved = [2, 0, 0, 0, 0, 0x11];
+    let mut arp = Vec::new();
+    hf_wire::reply::arp_request(&mut arp, hf_wire::EthAddr(moved), VM1_IP, VM2_IP);
+    dp.handle_port_frame("vm1", &arp, ms(6));
+    while dp.poll_transmit().is_some() {}
+    dp.handle_control_connected(ms(7));
+    let ans = ctl(&mut dp, &[hello("hv1")], ms(7));
+    assert!(
+        matches!(&ans[..], [FromDatapath::Hello { .. }, l] if *l == learned(moved)),
+        "{ans:?}"
+    );
+}
+
+/// A DHCPDISCOVER from `vm1` (client MAC VM1_MAC, transaction 0x01020304).
+fn dhcp_discover() -> Vec<u8> {
+    let mut b = vec![0u8; 236];
+    b[0] = 1; // BOOTREQUEST
+    b[1] = 1; // Ethernet
+    b[2] = 6;
+    b[4..8].copy_from_slice(&[1, 2, 3, 4]);
+    b[10] = 0x80; // broadcast flag
+    b[28..34].copy_from_slice(&VM1_MAC);
+    b.extend_from_slice(&[99, 130, 83, 99]); // magic cookie
+    b.extend_from_slice(&[53, 1, 1]); // DHCPDISCOVER
+    b.push(255);
+    let mut udp = Vec::new();
+    udp.extend_from_slice(&68u16.to_be_bytes());
+    udp.extend_from_slice(&67u16.to_be_bytes());
+    udp.extend_from_slice(&((8 + b.len()) as u16).to_be_bytes());
+    udp.extend_from_slice(&[0, 0]);
+    udp.extend_from_slice(&b);
+    let mut f = Vec::new();
+    hf_wire::reply::ip_packet(
+        &mut f,
+        hf_wire::EthAddr(VM1_MAC),
+        hf_wire::EthAddr([0xff; 6]),
+        Ipv4Addr::UNSPECIFIED.into(),
+        Ipv4Addr::BROADCAST.into(),
+        hf_wire::ip_proto::UDP,
+        &udp,
+    )
+    .unwrap();
+    f
+}
+
+#[test]
+fn dhcp_is_answered_in_the_datapath() {
+    let mut dp = chassis(1);
+    dp.handle_control_connected(ms(0));
+    let mut p = example::program(1, 1, IPS);
+    let flow = |table: u8, priority: u16, m: &str, a: &str| hf_datapath::proto::FlowMsg {
+        table,
+        priority,
+        matches: m.into(),
+        actions: a.into(),
+        id: format!("dhcp-{table}"),
+        ..Default::default()
+    };
+    // ovn-northd's ls_in_dhcp_options / ls_in_dhcp_response shape, ahead of the example's
+    // tables (priority above them in tables 0 and 1).
+    p.datapaths[0].flows.push(flow(
+        0,
+        200,
+        "inport == \"vm1\" && eth.src == 02:00:00:00:00:01 && ip4.src == 0.0.0.0 && ip4.dst == 255.255.255.255 && udp.src == 68 && udp.dst == 67",
+        "reg0[3] = put_dhcp_opts(offerip = 10.0.0.1, router = 10.0.0.254, netmask = 255.255.255.0, server_id = 10.0.0.254, lease_time = 3600); next;",
+    ));
+    p.datapaths[0].flows.push(flow(
+        1,
+        65535,
+        "inport == \"vm1\" && eth.src == 02:00:00:00:00:01 && ip4 && udp.src == 68 && udp.dst == 67 && reg0[3]",
+        "eth.dst = eth.src; eth.src = 02:00:00:00:00:fe; ip4.dst = 10.0.0.1; ip4.src = 10.0.0.254; udp.src = 67; udp.dst = 68; outport = inport; flags.loopback = 1; output;",
+    ));
+    let ans = ctl(
+        &mut dp,
+        &[hello("hv1"), ToDatapath::Program(Box::new(p))],
+        ms(0),
+    );
+    assert!(
+        matches!(&ans[..], [_, FromDatapath::Installed { flow_errors, .. }] if flow_errors.is_empty()),
+        "{ans:?}"
+    );
+    dp.handle_port_frame("vm1", &dhcp_discover(), ms(1));
+    let Some(Transmit::Port { port, frame }) = dp.poll_transmit() else {
+        panic!("no DHCP reply")
+    };
+    assert_eq!(port, "vm1");
+    assert_eq!(&frame[0..6], &VM1_MAC, "to the client");
+    assert_eq!(
+        &frame[26..34],
+        &[10, 0, 0, 254, 10, 0, 0, 1],
+        "IP source and destination"
+    );
+    assert_eq!(&frame[34..38], &[0, 67, 0, 68], "UDP ports");
+    let bootp = &frame[42..];
+    assert_eq!(bootp[0], 2, "BOOTREPLY");
+    assert_eq!(&bootp[4..8], &[1, 2, 3, 4], "transaction id");
+    assert_eq!(&bootp[16..20], &[10, 0, 0, 1], "yiaddr");
+    let opts = &bootp[240..];
+    assert_eq!(&opts[..3], &[53, 1, 2], "DHCPOFFER first");
+    assert_eq!(dp.counters().packet_in, 1);
+}

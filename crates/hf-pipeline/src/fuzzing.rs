@@ -403,6 +403,11 @@ pub fn differential_with_coverage(data: &[u8]) -> Coverage {
         return cov;
     };
     let (mut a, mut w) = (Pipeline::new(prog_a), Pipeline::new(prog_b));
+    // Packet-in mode for half the inputs, chosen without consuming a byte (so committed corpora
+    // keep their meaning).
+    let packet_in = data.len() % 2 == 1;
+    a.set_packet_in(packet_in);
+    w.set_packet_in(packet_in);
     let (mut ct_a, mut ct_w) = (
         Conntrack::new(Config::default()),
         Conntrack::new(Config::default()),

@@ -271,3 +271,8 @@ fn real_load_balancer() {
 fn real_dhcp() {
     run_real(scenarios::dhcp());
 }
+
+#[test]
+fn real_restarts_under_load() {
+    run_real(scenarios::restarts());
+}

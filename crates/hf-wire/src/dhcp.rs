@@ -527,6 +527,12 @@ pub(crate) fn check_layout(frame: &[u8], p: &Parsed) -> Result<(), &'static str>
     Ok(())
 }
 
+/// Whether a reply with `l4_len` bytes of L4 after `p`'s headers fits a frame (lengths are
+/// 16-bit).
+pub(crate) fn fits(p: &Parsed, l4_len: usize) -> bool {
+    usize::from(p.layout.l4) + l4_len <= crate::parse::MAX_FRAME
+}
+
 /// Appends `frame`'s headers up to L4, then `l4` (a UDP header and payload or an ICMPv6
 /// message), and fixes the IP lengths and the IPv4 header checksum. Returns the start of L4 in
 /// `out`.
@@ -617,6 +623,9 @@ pub fn reply4(
         l4b.extend_from_slice(&options);
     }
     l4b.extend_from_slice(&[0, 0, 0, 0, 255, 0, 0, 0, 0]);
+    if !fits(p, l4b.len()) {
+        return Err(DhcpError::BadRequest("the reply would not fit a frame"));
+    }
     let udp_len = l4b.len() as u16;
     l4b[4..6].copy_from_slice(&udp_len.to_be_bytes());
     l4b[6..8].copy_from_slice(&[0, 0]);
@@ -825,6 +834,9 @@ pub fn reply6(
                 opt6(&mut l4b, 24, &b);
             }
         }
+    }
+    if !fits(p, l4b.len()) {
+        return Err(DhcpError::BadRequest("the reply would not fit a frame"));
     }
     let udp_len = l4b.len() as u16;
     l4b[4..6].copy_from_slice(&udp_len.to_be_bytes());

@@ -214,6 +214,9 @@ pub fn answer(out: &mut Vec<u8>, frame: &[u8], p: &Parsed, record: &str) -> Resu
     l4b[8 + 8..8 + 12].fill(0);
     l4b.extend_from_slice(&m[12..12 + q.name_wire.len() + 4]);
     l4b.extend_from_slice(&answers);
+    if !crate::dhcp::fits(p, l4b.len()) {
+        return Err(DnsError::BadQuery("the answer would not fit a frame"));
+    }
     let udp_len = l4b.len() as u16;
     l4b[4..6].copy_from_slice(&udp_len.to_be_bytes());
     l4b[6..8].copy_from_slice(&[0, 0]);

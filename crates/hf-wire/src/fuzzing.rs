@@ -20,6 +20,7 @@ pub fn wire(data: &[u8]) {
     let _ = reply::icmp4_error(&mut out, data, &p, Ipv4Addr::new(10, 0, 0, 1), 3, 3, 0);
     let _ = reply::tcp_reset(&mut out, &p);
     let _ = reply::icmp6_error(&mut out, data, &p, Ipv6Addr::LOCALHOST, 1, 4, 0);
+    packet_in(data, &p);
     let v6 = p.key.is_ipv6();
     let (a, b): (IpAddr, IpAddr) = if v6 {
         (
@@ -93,4 +94,48 @@ unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
 /// Allocations made by this thread through [`CountingAlloc`] so far.
 pub fn allocations() -> usize {
     ALLOCATIONS.with(std::cell::Cell::get)
+}
+
+/// The packet-in builders: whatever they build must parse again (the pipeline continues with
+/// it); a refusal writes nothing.
+fn packet_in(data: &[u8], p: &crate::Parsed) {
+    use crate::dhcp::{Arg, Dhcp4Opts, Dhcp6Opt, Dhcp6Opts};
+    let n = |v: u128| {
+        vec![Arg::Num {
+            value: v,
+            prefix: None,
+        }]
+    };
+    let Ok(o4) = Dhcp4Opts::encode(&[
+        ("offerip".into(), n(0x0a00_000b)),
+        ("router".into(), n(0x0a00_0001)),
+        ("lease_time".into(), n(3600)),
+    ]) else {
+        panic!("fixed DHCPv4 options encode");
+    };
+    let o6 = Dhcp6Opts {
+        opts: vec![
+            Dhcp6Opt::ServerId([0, 0, 0, 0, 0xff, 1]),
+            Dhcp6Opt::IaAddr(Ipv6Addr::LOCALHOST),
+            Dhcp6Opt::DomainSearch("ovn.org".into()),
+        ],
+    };
+    let ra = crate::ra::RaOpts::encode(&[("mtu".into(), n(1450))]).unwrap_or_default();
+    let check = |out: &mut Vec<u8>, ok: bool| {
+        if ok {
+            assert!(parse(out, 1, 2).is_ok(), "a packet-in reply does not parse");
+        } else {
+            assert!(out.is_empty(), "a refused packet-in request wrote bytes");
+        }
+        out.clear();
+    };
+    let mut out = Vec::new();
+    let ok = crate::dhcp::reply4(&mut out, data, p, &o4).is_ok();
+    check(&mut out, ok);
+    let ok = crate::dhcp::reply6(&mut out, data, p, &o6).is_ok();
+    check(&mut out, ok);
+    let ok = crate::dns::answer(&mut out, data, p, "10.0.0.1 fd00::1").is_ok();
+    check(&mut out, ok);
+    let ok = crate::ra::reply(&mut out, data, p, &ra).is_ok();
+    check(&mut out, ok);
 }

@@ -225,6 +225,9 @@ pub fn reply(out: &mut Vec<u8>, frame: &[u8], p: &Parsed, ra: &RaOpts) -> Result
         return Err(RaError::NotSolicitation);
     }
     check_layout(frame, p).map_err(|_| RaError::NotSolicitation)?;
+    if !crate::dhcp::fits(p, ra.message.len()) {
+        return Err(RaError::NotSolicitation);
+    }
     let start = out.len();
     let l4 = copy_l2_l3(out, frame, p, &ra.message);
     fix_l4_checksum6(out, p, l4, ip_proto::ICMPV6, 2);

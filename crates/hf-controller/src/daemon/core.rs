@@ -45,7 +45,7 @@
 //!
 //! No sockets, no clock: the shell or the simulator moves bytes and supplies `now` (and the
 //! wall-clock offset for SB timestamps, [`Tuning::wall_offset_ms`]). No live-migration
-//! driving (a `PortActivated` is logged), no `virtual`/`chassisredirect`/gateway claims (see
+//! driving (a `PortActivated` is logged), no `external`/`l2gateway` claims (see
 //! [`super::binding`]).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -140,6 +140,8 @@ pub struct Stats {
     pub zones_flushed: u64,
     /// SB write transactions sent.
     pub sb_writes: u64,
+    /// SB write transactions that failed.
+    pub sb_write_failures: u64,
 }
 
 /// What the SB write transaction is built from (shared with the replica's builder).
@@ -195,9 +197,12 @@ pub struct Controller {
     txn: Option<TxnId>,
     write_due: bool,
     write_retry_at: Option<Duration>,
+    last_write_error: Option<String>,
     /// Conditions as last set, and whether the last computation changed none.
     conds: BTreeMap<&'static str, Option<Vec<Value>>>,
     conds_settled: bool,
+    /// The view or the local ports changed since the conditions were last computed.
+    conds_due: bool,
     monitored: BTreeSet<Uuid>,
     // The datapath link.
     dp_connected: bool,
@@ -299,8 +304,10 @@ impl Controller {
             txn: None,
             write_due: true,
             write_retry_at: None,
+            last_write_error: None,
             conds,
             conds_settled: false,
+            conds_due: true,
             monitored: BTreeSet::new(),
             dp_connected: false,
             dp_dec: Decoder::new(),
@@ -719,6 +726,7 @@ impl Controller {
                     st.local = local;
                     st.up = up;
                 });
+                self.conds_due = true;
                 self.translate_due = true;
                 self.write_due = true;
             }
@@ -893,6 +901,7 @@ impl Controller {
         let local = self.local_set();
         self.with_state(|st| st.local = local);
         self.write_due = true;
+        self.conds_due = true;
         self.translate_due = true;
     }
 
@@ -922,10 +931,12 @@ impl Controller {
                     Level::Debug,
                     format!("SB: in sync ({rows} rows, full={full})"),
                 );
+                self.conds_due = true;
                 self.translate_due = true;
                 self.write_due = true;
             }
             Event::Changes(_) => {
+                self.conds_due = true;
                 self.translate_due = true;
                 self.write_due = true;
             }
@@ -937,12 +948,25 @@ impl Controller {
                     self.txn = None;
                 }
                 self.write_due = true;
-                if let TxnOutcome::Failed(e) = outcome {
-                    self.say(
-                        Level::Warn,
-                        format!("SB write failed: {e}; retrying in 1 s"),
-                    );
-                    self.write_retry_at = Some(now + Duration::from_secs(1));
+                match outcome {
+                    TxnOutcome::Failed(e) => {
+                        // Logged once per distinct error while it repeats (retried each second).
+                        let e = e.to_string();
+                        if self.last_write_error.as_deref() != Some(e.as_str()) {
+                            self.say(
+                                Level::Warn,
+                                format!("SB write failed: {e}; retrying every second"),
+                            );
+                            self.last_write_error = Some(e);
+                        }
+                        self.stats.sb_write_failures += 1;
+                        self.write_retry_at = Some(now + Duration::from_secs(1));
+                    }
+                    _ => {
+                        if self.last_write_error.take().is_some() {
+                            self.say(Level::Info, "SB write succeeded again".into());
+                        }
+                    }
                 }
             }
             Event::Warning(w) => self.say(Level::Warn, format!("SB: {w}")),
@@ -951,6 +975,10 @@ impl Controller {
     }
 
     fn update_conditions(&mut self) {
+        if !self.conds_due {
+            return;
+        }
+        self.conds_due = false;
         let sb = self.sb.model();
         let local = self.local_set();
         let want = monitor::conditions(sb, &self.cfg.chassis, &local, self.cfg.monitor_all);
@@ -968,6 +996,8 @@ impl Controller {
             }
         }
         self.conds_settled = !changed;
+        // A change is checked once more (the rows it brings may change it again).
+        self.conds_due = changed;
     }
 
     fn write_round(&mut self, now: Duration) {

@@ -83,6 +83,10 @@ pub struct HostConfig {
     /// DHCPv4: time between DISCOVERs, and the first REQUEST timeout (smoltcp's default is
     /// 10 s/5 s; hosts here start before their port is bound, so they retry faster).
     pub dhcp_retry: Duration,
+    /// TCP timeout of every new connection (smoltcp's `set_timeout`: the connection is dropped
+    /// when the peer stays silent this long while data or a SYN is outstanding); None = retry
+    /// for ever (the default, so outages of any length are survivable and visible as stalls).
+    pub tcp_timeout: Option<Duration>,
     /// Seed of the host's random stream (smoltcp's ISNs, ports of pings).
     pub seed: u64,
 }
@@ -101,6 +105,7 @@ impl HostConfig {
             mtu: 1500,
             tcp_buffer: DEFAULT_TCP_BUFFER,
             dhcp_retry: Duration::from_secs(1),
+            tcp_timeout: None,
             seed,
         }
     }
@@ -124,6 +129,12 @@ impl HostConfig {
     /// IPv4 by DHCP.
     pub fn with_dhcp4(mut self) -> Self {
         self.dhcp4 = true;
+        self
+    }
+
+    /// A TCP timeout for every connection (see [`HostConfig::tcp_timeout`]).
+    pub fn with_tcp_timeout(mut self, timeout: Duration) -> Self {
+        self.tcp_timeout = Some(timeout);
         self
     }
 
@@ -271,6 +282,7 @@ pub struct Host {
     rec: HostRecord,
     wake: Option<Duration>,
     now: Duration,
+    paused: bool,
 }
 
 impl fmt::Debug for Host {
@@ -291,6 +303,24 @@ fn instant(now: Duration) -> Instant {
 
 fn us(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The EUI-64 link-local address of `mac` (fe80::/64, universal/local bit flipped).
+pub fn link_local(mac: [u8; 6]) -> Ipv6Addr {
+    Ipv6Addr::new(
+        0xfe80,
+        0,
+        0,
+        0,
+        u16::from_be_bytes([mac[0] ^ 0x02, mac[1]]),
+        u16::from_be_bytes([mac[2], 0xff]),
+        u16::from_be_bytes([0xfe, mac[3]]),
+        u16::from_be_bytes([mac[4], mac[5]]),
+    )
+}
+
+fn smol_duration(d: Duration) -> smoltcp::time::Duration {
+    smoltcp::time::Duration::from_micros(u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
 fn from_instant(t: Instant) -> Duration {
@@ -331,9 +361,9 @@ impl Host {
                 cfg.mtu, cfg.name
             )));
         }
-        if cfg.ipv6.len() + usize::from(cfg.ipv4.is_some() || cfg.dhcp4) > 4 {
+        if cfg.ipv6.len() + usize::from(cfg.ipv4.is_some() || cfg.dhcp4) > 7 {
             return Err(HostError::Config(format!(
-                "host {} has more than 4 addresses",
+                "host {} has more than 7 addresses",
                 cfg.name
             )));
         }
@@ -352,6 +382,10 @@ impl Host {
         }
         for (a, p) in &cfg.ipv6 {
             addrs.push(IpCidr::new(IpAddress::Ipv6(*a), *p));
+        }
+        // Like any IPv6 host, a link-local address (EUI-64 from the MAC) unless one is given.
+        if !cfg.ipv6.is_empty() && !cfg.ipv6.iter().any(|(a, _)| a.is_unicast_link_local()) {
+            addrs.push(IpCidr::new(IpAddress::Ipv6(link_local(m)), 64));
         }
         for a in &addrs {
             if a.prefix_len()
@@ -386,9 +420,7 @@ impl Host {
         let mut sockets = SocketSet::new(Vec::new());
         let dhcp = if cfg.dhcp4 {
             let mut d = dhcpv4::Socket::new();
-            let retry = smoltcp::time::Duration::from_micros(
-                u64::try_from(cfg.dhcp_retry.as_micros()).unwrap_or(u64::MAX),
-            );
+            let retry = smol_duration(cfg.dhcp_retry);
             let mut rc = dhcpv4::RetryConfig::default();
             rc.discover_timeout = retry;
             rc.initial_request_timeout = retry;
@@ -420,6 +452,7 @@ impl Host {
             rec: HostRecord::default(),
             wake: None,
             now,
+            paused: false,
         };
         host.rec.dhcp = host.dhcp.as_ref().map(|(_, r)| r.clone());
         host.service(now);
@@ -457,9 +490,13 @@ impl Host {
 
     // ---------------------------------------------------------------- the sans-I/O surface
 
-    /// A frame arrives from the network at `now`.
+    /// A frame arrives from the network at `now` (dropped and counted while paused).
     pub fn handle_frame(&mut self, frame: &[u8], now: Duration) {
         self.now = self.now.max(now);
+        if self.paused {
+            self.rec.dropped_while_paused += 1;
+            return;
+        }
         self.rec.frames_in += 1;
         self.rec.bytes_in += frame.len() as u64;
         match frames::classify(frame) {
@@ -494,13 +531,39 @@ impl Host {
 
     /// When the host wants [`Host::handle_timeout`] called (never earlier than `now`).
     pub fn poll_timeout(&self, now: Duration) -> Option<Duration> {
+        if self.paused {
+            return None;
+        }
         self.wake.map(|w| w.max(now))
     }
 
     /// Timers: retransmissions, pings, pacing, DHCP.
     pub fn handle_timeout(&mut self, now: Duration) {
         self.now = self.now.max(now);
+        if !self.paused {
+            self.service(self.now);
+        }
+    }
+
+    /// Pauses the host (a VM stopped for the last step of a live migration): no timers run,
+    /// arriving frames are dropped (`dropped_while_paused`), nothing is sent. Frames already
+    /// queued for [`Host::poll_transmit`] are kept.
+    pub fn pause(&mut self, now: Duration) {
+        self.now = self.now.max(now);
+        self.paused = true;
+    }
+
+    /// Resumes a paused host at `now`: its stack catches up on every timer that passed (TCP
+    /// retransmissions, pings due), as a resumed VM does.
+    pub fn resume(&mut self, now: Duration) {
+        self.now = self.now.max(now);
+        self.paused = false;
         self.service(self.now);
+    }
+
+    /// True while paused.
+    pub fn is_paused(&self) -> bool {
+        self.paused
     }
 
     // ---------------------------------------------------------------- applications
@@ -553,6 +616,7 @@ impl Host {
             tcp::SocketBuffer::new(vec![0u8; n]),
         );
         s.set_nagle_enabled(false);
+        s.set_timeout(self.cfg.tcp_timeout.map(smol_duration));
         s
     }
 
@@ -614,7 +678,8 @@ impl Host {
             ..TcpRecord::default()
         };
         let key = self.rng.next_u32();
-        let conn = Conn::client(rec, t, key, self.now);
+        let mut conn = Conn::client(rec, t, key, self.now);
+        conn.set_timeout_armed(self.cfg.tcp_timeout.is_some());
         self.tcp.insert(
             name.clone(),
             TcpEntry {
@@ -759,6 +824,26 @@ impl Host {
         true
     }
 
+    /// Sets (or clears) the TCP timeout of one connection; see [`HostConfig::tcp_timeout`].
+    pub fn set_tcp_timeout(
+        &mut self,
+        name: &str,
+        timeout: Option<Duration>,
+    ) -> Result<(), HostError> {
+        let e = self
+            .tcp
+            .get_mut(name)
+            .ok_or_else(|| HostError::Unknown(format!("TCP connection {name}")))?;
+        if let Some(h) = e.handle {
+            self.sockets
+                .get_mut::<tcp::Socket>(h)
+                .set_timeout(timeout.map(smol_duration));
+            e.conn.set_timeout_armed(timeout.is_some());
+        }
+        self.service(self.now);
+        Ok(())
+    }
+
     /// Restarts the DHCPv4 client from DISCOVER (the address stays until a new lease replaces
     /// it); false when the host has no DHCP client.
     pub fn dhcp_restart(&mut self) -> bool {
@@ -858,8 +943,12 @@ impl Host {
             r.resets_received = f.resets_received;
             r.resets_sent = f.resets_sent;
         }
-        if r.outcome == "closed-early" && r.resets_received > 0 {
-            r.outcome = "reset".into();
+        if r.outcome == "closed-early" {
+            if r.resets_received > 0 {
+                r.outcome = "reset".into();
+            } else if e.conn.closed_unasked_with_timeout() {
+                r.outcome = "timed-out".into();
+            }
         }
         r
     }
@@ -967,7 +1056,9 @@ impl Host {
         for e in self.tcp.values() {
             at(e.conn.wake_at());
         }
-        self.wake = wake.map(|w| w.max(now));
+        // Everything due at `now` was just done: a deadline at or before `now` (smoltcp asking to
+        // be polled "now" again) is served a microsecond later, so virtual time always advances.
+        self.wake = wake.map(|w| w.max(now + Duration::from_micros(1)));
     }
 
     /// One round of every application; true when anything moved.
@@ -1079,7 +1170,11 @@ impl Host {
                     handle: Some(h),
                     local,
                     remote,
-                    conn: Conn::server(rec, now),
+                    conn: {
+                        let mut c = Conn::server(rec, now);
+                        c.set_timeout_armed(self.cfg.tcp_timeout.is_some());
+                        c
+                    },
                 },
             );
             moved = true;

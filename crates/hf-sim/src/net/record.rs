@@ -14,7 +14,8 @@
 //!
 //! # What it does not do
 //!
-//! It does not judge: outcomes are facts (`complete`, `reset`, `closed-early`, `running`); tests
+//! It does not judge: outcomes are facts (`complete`, `reset`, `timed-out`, `closed-early`,
+//! `running`); tests
 //! decide what is acceptable. It keeps no packet traces.
 
 use std::collections::BTreeMap;
@@ -55,11 +56,54 @@ impl Record {
         serde_json::to_vec_pretty(self).unwrap_or_default()
     }
 
+    /// Where two serialised records first differ: the line number and both lines (None when
+    /// they are identical), for reproducibility failures that say what changed.
+    pub fn first_difference(a: &[u8], b: &[u8]) -> Option<String> {
+        let (sa, sb) = (String::from_utf8_lossy(a), String::from_utf8_lossy(b));
+        let mut la = sa.lines();
+        let mut lb = sb.lines();
+        let mut n = 1;
+        loop {
+            match (la.next(), lb.next()) {
+                (None, None) => return None,
+                (x, y) if x == y => n += 1,
+                (x, y) => {
+                    return Some(format!(
+                        "line {n}: {} | {}",
+                        x.unwrap_or("<end>"),
+                        y.unwrap_or("<end>")
+                    ));
+                }
+            }
+        }
+    }
+
     /// Every TCP connection of every host, as (host, connection name, record).
     pub fn tcp(&self) -> impl Iterator<Item = (&str, &str, &TcpRecord)> {
         self.hosts
             .iter()
             .flat_map(|(h, r)| r.tcp.iter().map(move |(n, t)| (h.as_str(), n.as_str(), t)))
+    }
+}
+
+impl HostRecord {
+    /// One line per connection, ping, UDP session and DHCP client, for people (the sandbox
+    /// prints these).
+    pub fn summary(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(d) = &self.dhcp {
+            out.push(format!("dhcp: {}", d.summary()));
+        }
+        for (n, p) in &self.pings {
+            out.push(format!("{n}: {}", p.summary()));
+        }
+        for (n, u) in &self.udp {
+            out.push(format!("{n}: {}", u.summary()));
+        }
+        for (n, t) in &self.tcp {
+            out.push(format!("{n}: {}", t.summary()));
+        }
+        out
     }
 }
 
@@ -74,6 +118,8 @@ pub struct HostRecord {
     pub bytes_out: u64,
     /// Frames the host could not parse as Ethernet (counted, not fatal).
     pub malformed_in: u64,
+    /// Frames that arrived while the host was paused (dropped).
+    pub dropped_while_paused: u64,
     /// TCP connections by name.
     pub tcp: BTreeMap<String, TcpRecord>,
     /// Ping sessions by name.
@@ -138,7 +184,9 @@ pub struct TcpRecord {
     pub data_segments_sent: u64,
     /// The socket's state (smoltcp's names: ESTABLISHED, TIME-WAIT, CLOSED, ...).
     pub state: String,
-    /// `complete`, `running`, `reset`, `closed-early` or `error: ...`.
+    /// `complete` (every byte acknowledged/verified), `running`, `reset` (closed by an RST),
+    /// `timed-out` (closed by the host's TCP timeout), `closed-early` (closed before every byte
+    /// went through, without RST) or `error: ...` (pattern or header error; this end aborted).
     pub outcome: String,
 }
 

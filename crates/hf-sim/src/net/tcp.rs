@@ -23,6 +23,9 @@ use smoltcp::socket::tcp;
 use super::record::{STALL_THRESHOLD_US, TcpRecord};
 use super::rng::mix64;
 
+/// A paced source writes in steps of this many bytes (one full-sized segment at MTU 1500).
+pub const PACING_QUANTUM: u64 = 1460;
+
 /// Header length in bytes.
 pub const HEADER_LEN: usize = 28;
 const MAGIC: &[u8; 4] = b"HFX1";
@@ -220,6 +223,8 @@ pub struct Conn {
     /// Client side in download mode: the header only (no pattern), then sink.
     closing: bool,
     closed: bool,
+    /// The socket has a smoltcp timeout (it aborts when the peer stays silent that long).
+    timeout_armed: bool,
 }
 
 /// A client's transfer request.
@@ -292,6 +297,7 @@ impl Conn {
             pending_header: None,
             closing: false,
             closed: false,
+            timeout_armed: false,
         }
     }
 
@@ -307,7 +313,19 @@ impl Conn {
             pending_header: Some(Vec::with_capacity(HEADER_LEN)),
             closing: false,
             closed: false,
+            timeout_armed: false,
         }
+    }
+
+    /// Notes whether the socket has a timeout (for telling a timeout from other closes).
+    pub fn set_timeout_armed(&mut self, armed: bool) {
+        self.timeout_armed = armed;
+    }
+
+    /// The socket closed without this end closing it, with a timeout armed: it timed out (or was
+    /// reset; the host tells the two apart by the RSTs it saw).
+    pub fn closed_unasked_with_timeout(&self) -> bool {
+        self.closed && !self.closing && self.timeout_armed
     }
 
     /// True once the socket reached CLOSED and the record is final.
@@ -323,7 +341,7 @@ impl Conn {
         if pattern_written >= s.len || rate == 0 {
             return None;
         }
-        let next = (pattern_written + 1460).min(s.len);
+        let next = ((pattern_written / PACING_QUANTUM + 1) * PACING_QUANTUM).min(s.len);
         let nanos = u128::from(next) * 1_000_000_000 / u128::from(rate);
         Some(s.rate_start + Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX)))
     }
@@ -335,6 +353,11 @@ impl Conn {
             return false;
         }
         let mut moved = false;
+        if sock.state() == tcp::State::Listen {
+            // An accepted socket that an RST sent back to LISTEN (smoltcp does that from
+            // SYN-RECEIVED): this connection is over; the host's own listener serves the port.
+            sock.abort();
+        }
         let state = sock.state();
         if self.rec.established_us.is_none()
             && !matches!(
@@ -549,9 +572,14 @@ impl Conn {
         let mut allowed = s.len - pattern_written;
         if let Some(rate) = s.rate {
             let elapsed = now.saturating_sub(s.rate_start).as_nanos();
-            let budget = u64::try_from(elapsed * u128::from(rate) / 1_000_000_000)
-                .unwrap_or(u64::MAX)
-                .min(s.len);
+            let budget =
+                u64::try_from(elapsed * u128::from(rate) / 1_000_000_000).unwrap_or(u64::MAX);
+            // Whole quanta only (the last one may be short): no dribble of tiny segments.
+            let budget = if budget >= s.len {
+                s.len
+            } else {
+                budget - budget % PACING_QUANTUM
+            };
             allowed = allowed.min(budget.saturating_sub(pattern_written));
         }
         if allowed == 0 {

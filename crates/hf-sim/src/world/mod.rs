@@ -308,6 +308,18 @@ impl World {
         Ok(())
     }
 
+    /// Builds a host from `cfg` and attaches it to `lsp` on `chassis` (see [`World::add_host`]).
+    pub fn add_host_config(
+        &mut self,
+        chassis: &str,
+        lsp: &str,
+        cfg: crate::net::HostConfig,
+        external: bool,
+    ) -> Result<(), String> {
+        let host = Host::new(cfg, self.now).map_err(|e| format!("host {lsp}: {e:?}"))?;
+        self.add_host(chassis, lsp, host, external)
+    }
+
     fn attach(&mut self, c: usize, lsp: &str, host: Host, external: bool) {
         let cfg = if external {
             LinkConfig::external()
