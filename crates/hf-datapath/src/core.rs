@@ -338,8 +338,26 @@ impl Datapath {
     /// Installs `msg` atomically: compiled whole and swapped in, or refused (the previous
     /// program keeps running). On success the zone map becomes the program's.
     pub fn install(&mut self, msg: ProgramMsg) -> Result<Vec<FlowErrorMsg>, String> {
-        let (prog, errs) =
-            crate::program::compile(&msg, &self.port_ids(), Some(self.pipeline.program()))?;
+        // Datapaths whose flows differ from the installed program's must be compiled again.
+        let changed: Vec<&str> = msg
+            .datapaths
+            .iter()
+            .filter(|d| {
+                self.program.as_ref().is_none_or(|old| {
+                    old.datapaths
+                        .iter()
+                        .find(|o| o.name == d.name)
+                        .is_none_or(|o| o.flows != d.flows)
+                })
+            })
+            .map(|d| d.name.as_str())
+            .collect();
+        let (prog, errs) = crate::program::compile_changed(
+            &msg,
+            &self.port_ids(),
+            Some(self.pipeline.program()),
+            &changed,
+        )?;
         let mut tunnels = BTreeMap::new();
         let mut no_tunnel = BTreeMap::new();
         for c in &msg.chassis_table {

@@ -296,9 +296,22 @@ pub fn compile(
     local: &BTreeMap<String, u32>,
     prev: Option<&Program>,
 ) -> Result<(Program, Vec<FlowErrorMsg>), String> {
+    compile_changed(msg, local, prev, &[])
+}
+
+/// [`compile`] for a new program: `changed` names the datapaths whose flows differ from the
+/// ones `prev` was compiled from (their tables are never reused; see
+/// [`Program::recompile`]). [`compile`] passes none, which is right only when the flows are
+/// the same (a port change).
+pub fn compile_changed(
+    msg: &ProgramMsg,
+    local: &BTreeMap<String, u32>,
+    prev: Option<&Program>,
+    changed: &[&str],
+) -> Result<(Program, Vec<FlowErrorMsg>), String> {
     let (mut spec, origins, mut reported) = build_spec(msg, local)?;
     let run = |spec: &ProgramSpec| match prev {
-        Some(p) => p.recompile(spec, &[]),
+        Some(p) => p.recompile(spec, changed),
         None => Program::compile(spec),
     };
     let (prog, errs) = run(&spec).map_err(|e| e.to_string())?;

@@ -1,0 +1,1402 @@
+//! A simulated host: a smoltcp `Interface` (Ethernet) on an in-memory device, with the
+//! applications the simulator's scenarios use, and the record of what they saw.
+//!
+//! # What it does
+//!
+//! - Addressing: static IPv4/IPv6 addresses and default gateways, or a DHCPv4 client (smoltcp's
+//!   `dhcpv4::Socket`; every accepted lease goes to the record, the address and default route are
+//!   applied to the interface). smoltcp answers ARP, NDP and ICMP echo itself.
+//! - Ping: [`Host::ping`] sends `count` ICMP(v6) echo requests, one per `interval`, and records
+//!   RTTs; an answer later than [`PING_TIMEOUT`] after the last request is no longer waited for.
+//! - UDP: [`Host::listen_udp_echo`] echoes every datagram back; [`Host::udp_exchange`] sends
+//!   `count` datagrams and checks every echo byte for byte.
+//! - TCP: [`Host::listen_tcp`] accepts any number of connections on a port (a fresh listening
+//!   socket replaces each one that accepted); [`Host::start_transfer`] opens a connection that
+//!   uploads or downloads a verified byte pattern ([`super::tcp`]).
+//! - Announcements after a migration: [`Host::announce_rarp`], [`Host::announce_garp`].
+//! - Analysis of its own egress and ingress ([`super::frames`]): retransmissions and resets per
+//!   connection, DHCP messages sent.
+//!
+//! The host is sans-I/O: [`Host::handle_frame`] / [`Host::handle_timeout`] take `now`, frames
+//! leave through [`Host::poll_transmit`], [`Host::poll_timeout`] says when to call back. smoltcp
+//! runs on `Instant::from_micros(now)`, its random seed comes from the host's [`Rng`].
+//!
+//! # What it does not do
+//!
+//! No DHCPv6, no SLAAC (IPv6 addresses are static), no DNS client, no IP fragmentation, no
+//! congestion control beyond smoltcp's window (no `socket-tcp-reno`/`cubic`). A frame that is not
+//! Ethernet is counted in `malformed_in` and dropped. smoltcp rate-limits neighbour discovery per
+//! interface, not per neighbour: while one ARP/ND resolution is pending, a second unknown
+//! neighbour waits up to 1 s (first contact with two new neighbours at once, e.g. an IPv4 and an
+//! IPv6 gateway, costs that second once).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
+
+use smoltcp::iface::{
+    Config, Interface, PollIngressSingleResult, PollResult, SocketHandle, SocketSet,
+};
+use smoltcp::phy::{self, Device, DeviceCapabilities, Medium};
+use smoltcp::socket::{dhcpv4, icmp, tcp, udp};
+use smoltcp::time::Instant;
+use smoltcp::wire::{
+    DhcpMessageType, EthernetAddress, HardwareAddress, Icmpv4Packet, Icmpv4Repr, Icmpv6Packet,
+    Icmpv6Repr, IpAddress, IpCidr, IpEndpoint, Ipv4Cidr,
+};
+
+use super::frames::{self, Class, FlowTracker};
+use super::record::{
+    DhcpLease, DhcpRecord, HostRecord, PingRecord, TcpRecord, UdpRecord, UdpServerRecord,
+};
+use super::rng::Rng;
+use super::tcp::{Conn, Direction, Transfer, fill_pattern};
+
+/// How long a ping or UDP session waits for answers after its last request.
+pub const PING_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default TCP socket buffer (each direction); large enough for a 10 Gb/s × 100 µs path.
+pub const DEFAULT_TCP_BUFFER: usize = 256 * 1024;
+/// Upper bound on smoltcp poll rounds per call (a safety net; one round sends at most one segment
+/// per socket).
+const MAX_ROUNDS: usize = 100_000;
+const FIRST_EPHEMERAL: u16 = 49152;
+
+/// A host's configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostConfig {
+    /// Host name (used in record names).
+    pub name: String,
+    pub mac: [u8; 6],
+    /// Static IPv4 address and prefix length.
+    pub ipv4: Option<(Ipv4Addr, u8)>,
+    pub gateway4: Option<Ipv4Addr>,
+    /// Static IPv6 addresses and prefix lengths.
+    pub ipv6: Vec<(Ipv6Addr, u8)>,
+    pub gateway6: Option<Ipv6Addr>,
+    /// Get the IPv4 address by DHCP (then `ipv4`/`gateway4` must be None).
+    pub dhcp4: bool,
+    /// IP MTU (the Ethernet frame may be 14 bytes longer).
+    pub mtu: usize,
+    /// TCP buffer per direction per connection.
+    pub tcp_buffer: usize,
+    /// DHCPv4: time between DISCOVERs, and the first REQUEST timeout (smoltcp's default is
+    /// 10 s/5 s; hosts here start before their port is bound, so they retry faster).
+    pub dhcp_retry: Duration,
+    /// TCP timeout of every new connection (smoltcp's `set_timeout`: the connection is dropped
+    /// when the peer stays silent this long while data or a SYN is outstanding); None = retry
+    /// for ever (the default, so outages of any length are survivable and visible as stalls).
+    pub tcp_timeout: Option<Duration>,
+    /// Seed of the host's random stream (smoltcp's ISNs, ports of pings).
+    pub seed: u64,
+}
+
+impl HostConfig {
+    /// A host with no address yet (add one with the `with_*` methods).
+    pub fn new(name: &str, mac: [u8; 6], seed: u64) -> HostConfig {
+        HostConfig {
+            name: name.to_string(),
+            mac,
+            ipv4: None,
+            gateway4: None,
+            ipv6: Vec::new(),
+            gateway6: None,
+            dhcp4: false,
+            mtu: 1500,
+            tcp_buffer: DEFAULT_TCP_BUFFER,
+            dhcp_retry: Duration::from_secs(1),
+            tcp_timeout: None,
+            seed,
+        }
+    }
+
+    /// A static IPv4 address and optional default gateway.
+    pub fn with_ipv4(mut self, addr: Ipv4Addr, prefix: u8, gateway: Option<Ipv4Addr>) -> Self {
+        self.ipv4 = Some((addr, prefix));
+        self.gateway4 = gateway;
+        self
+    }
+
+    /// A static IPv6 address; `gateway` replaces the default IPv6 gateway when given.
+    pub fn with_ipv6(mut self, addr: Ipv6Addr, prefix: u8, gateway: Option<Ipv6Addr>) -> Self {
+        self.ipv6.push((addr, prefix));
+        if gateway.is_some() {
+            self.gateway6 = gateway;
+        }
+        self
+    }
+
+    /// IPv4 by DHCP.
+    pub fn with_dhcp4(mut self) -> Self {
+        self.dhcp4 = true;
+        self
+    }
+
+    /// A TCP timeout for every connection (see [`HostConfig::tcp_timeout`]).
+    pub fn with_tcp_timeout(mut self, timeout: Duration) -> Self {
+        self.tcp_timeout = Some(timeout);
+        self
+    }
+
+    /// Another IP MTU.
+    pub fn with_mtu(mut self, mtu: usize) -> Self {
+        self.mtu = mtu;
+        self
+    }
+}
+
+/// Why a host operation was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostError {
+    /// The configuration is unusable (what and why).
+    Config(String),
+    /// A port is already in use by this host.
+    PortInUse(u16),
+    /// smoltcp refused (what it said).
+    Socket(String),
+    /// No such session or connection.
+    Unknown(String),
+}
+
+impl fmt::Display for HostError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HostError::Config(s) => write!(f, "host configuration: {s}"),
+            HostError::PortInUse(p) => write!(f, "port {p} already in use on this host"),
+            HostError::Socket(s) => write!(f, "socket: {s}"),
+            HostError::Unknown(s) => write!(f, "unknown {s}"),
+        }
+    }
+}
+
+impl std::error::Error for HostError {}
+
+/// The in-memory Ethernet device between smoltcp and the simulator.
+#[derive(Debug)]
+struct Wire {
+    rx: VecDeque<Vec<u8>>,
+    tx: VecDeque<Vec<u8>>,
+    mtu: usize,
+}
+
+#[derive(Debug)]
+struct RxToken(Vec<u8>);
+
+impl phy::RxToken for RxToken {
+    fn consume<R, F>(self, f: F) -> R
+    where
+        F: FnOnce(&[u8]) -> R,
+    {
+        f(&self.0)
+    }
+}
+
+#[derive(Debug)]
+struct TxToken<'a>(&'a mut VecDeque<Vec<u8>>);
+
+impl phy::TxToken for TxToken<'_> {
+    fn consume<R, F>(self, len: usize, f: F) -> R
+    where
+        F: FnOnce(&mut [u8]) -> R,
+    {
+        let mut buf = vec![0u8; len];
+        let r = f(&mut buf);
+        self.0.push_back(buf);
+        r
+    }
+}
+
+impl Device for Wire {
+    type RxToken<'a> = RxToken;
+    type TxToken<'a> = TxToken<'a>;
+
+    fn receive(&mut self, _t: Instant) -> Option<(RxToken, TxToken<'_>)> {
+        let f = self.rx.pop_front()?;
+        Some((RxToken(f), TxToken(&mut self.tx)))
+    }
+
+    fn transmit(&mut self, _t: Instant) -> Option<TxToken<'_>> {
+        Some(TxToken(&mut self.tx))
+    }
+
+    fn capabilities(&self) -> DeviceCapabilities {
+        let mut c = DeviceCapabilities::default();
+        c.medium = Medium::Ethernet;
+        c.max_transmission_unit = self.mtu + 14;
+        c
+    }
+}
+
+#[derive(Debug)]
+struct EchoSession {
+    handle: SocketHandle,
+    dst: IpAddr,
+    port: u16,
+    len: usize,
+    interval: Duration,
+    next_at: Duration,
+    sent_at: Vec<Duration>,
+    rec: UdpRecord,
+    key: u32,
+}
+
+#[derive(Debug)]
+struct PingSession {
+    handle: SocketHandle,
+    dst: IpAddr,
+    interval: Duration,
+    next_at: Duration,
+    sent_at: Vec<Duration>,
+    rec: PingRecord,
+}
+
+#[derive(Debug)]
+struct TcpEntry {
+    handle: Option<SocketHandle>,
+    local: SocketAddr,
+    remote: SocketAddr,
+    conn: Conn,
+}
+
+/// A simulated host.
+pub struct Host {
+    cfg: HostConfig,
+    iface: Interface,
+    dev: Wire,
+    sockets: SocketSet<'static>,
+    rng: Rng,
+    outbox: VecDeque<Vec<u8>>,
+    next_port: u16,
+    client_seq: u64,
+    listeners: BTreeMap<u16, SocketHandle>,
+    tcp: BTreeMap<String, TcpEntry>,
+    pings: BTreeMap<String, PingSession>,
+    ping_seq: u64,
+    udp: BTreeMap<String, EchoSession>,
+    udp_seq: u64,
+    udp_servers: BTreeMap<u16, (SocketHandle, UdpServerRecord)>,
+    dhcp: Option<(SocketHandle, DhcpRecord)>,
+    /// Lease time of the last DHCPACK seen.
+    dhcp_lease_s: Option<u32>,
+    flows: FlowTracker,
+    rec: HostRecord,
+    wake: Option<Duration>,
+    now: Duration,
+    paused: bool,
+}
+
+impl fmt::Debug for Host {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Host")
+            .field("name", &self.cfg.name)
+            .field("mac", &EthernetAddress(self.cfg.mac))
+            .field("addresses", &self.iface.ip_addrs())
+            .field("tcp", &self.tcp.keys().collect::<Vec<_>>())
+            .field("now", &self.now)
+            .finish_non_exhaustive()
+    }
+}
+
+fn instant(now: Duration) -> Instant {
+    Instant::from_micros(i64::try_from(now.as_micros()).unwrap_or(i64::MAX))
+}
+
+fn us(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The EUI-64 link-local address of `mac` (fe80::/64, universal/local bit flipped).
+pub fn link_local(mac: [u8; 6]) -> Ipv6Addr {
+    Ipv6Addr::new(
+        0xfe80,
+        0,
+        0,
+        0,
+        u16::from_be_bytes([mac[0] ^ 0x02, mac[1]]),
+        u16::from_be_bytes([mac[2], 0xff]),
+        u16::from_be_bytes([0xfe, mac[3]]),
+        u16::from_be_bytes([mac[4], mac[5]]),
+    )
+}
+
+fn smol_duration(d: Duration) -> smoltcp::time::Duration {
+    smoltcp::time::Duration::from_micros(u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+fn from_instant(t: Instant) -> Duration {
+    Duration::from_micros(u64::try_from(t.total_micros()).unwrap_or(0))
+}
+
+fn to_ip(a: IpAddress) -> IpAddr {
+    match a {
+        IpAddress::Ipv4(v) => IpAddr::V4(v),
+        IpAddress::Ipv6(v) => IpAddr::V6(v),
+    }
+}
+
+fn to_sock(e: IpEndpoint) -> SocketAddr {
+    SocketAddr::new(to_ip(e.addr), e.port)
+}
+
+impl Host {
+    /// A host on `cfg`, its interface up at `now`.
+    pub fn new(cfg: HostConfig, now: Duration) -> Result<Host, HostError> {
+        let m = cfg.mac;
+        if m[0] & 1 != 0 || m == [0; 6] {
+            return Err(HostError::Config(format!(
+                "MAC {} of host {} is not a unicast address",
+                EthernetAddress(m),
+                cfg.name
+            )));
+        }
+        if cfg.dhcp4 && cfg.ipv4.is_some() {
+            return Err(HostError::Config(format!(
+                "host {} has both a static IPv4 address and DHCP",
+                cfg.name
+            )));
+        }
+        if cfg.mtu < 576 || cfg.mtu > 65_000 {
+            return Err(HostError::Config(format!(
+                "MTU {} of host {} is outside 576..=65000",
+                cfg.mtu, cfg.name
+            )));
+        }
+        if cfg.ipv6.len() + usize::from(cfg.ipv4.is_some() || cfg.dhcp4) > 7 {
+            return Err(HostError::Config(format!(
+                "host {} has more than 7 addresses",
+                cfg.name
+            )));
+        }
+        let rng = Rng::new(cfg.seed);
+        let mut dev = Wire {
+            rx: VecDeque::new(),
+            tx: VecDeque::new(),
+            mtu: cfg.mtu,
+        };
+        let mut icfg = Config::new(HardwareAddress::Ethernet(EthernetAddress(m)));
+        icfg.random_seed = rng.fork("smoltcp").next_u64();
+        let mut iface = Interface::new(icfg, &mut dev, instant(now));
+        let mut addrs: Vec<IpCidr> = Vec::new();
+        if let Some((a, p)) = cfg.ipv4 {
+            addrs.push(IpCidr::new(IpAddress::Ipv4(a), p));
+        }
+        for (a, p) in &cfg.ipv6 {
+            addrs.push(IpCidr::new(IpAddress::Ipv6(*a), *p));
+        }
+        // Like any IPv6 host, a link-local address (EUI-64 from the MAC) unless one is given.
+        if !cfg.ipv6.is_empty() && !cfg.ipv6.iter().any(|(a, _)| a.is_unicast_link_local()) {
+            addrs.push(IpCidr::new(IpAddress::Ipv6(link_local(m)), 64));
+        }
+        for a in &addrs {
+            if a.prefix_len()
+                > if a.address().version() == smoltcp::wire::IpVersion::Ipv4 {
+                    32
+                } else {
+                    128
+                }
+            {
+                return Err(HostError::Config(format!(
+                    "prefix length of {a} is too long"
+                )));
+            }
+        }
+        iface.update_ip_addrs(|v| {
+            for a in addrs {
+                let _ = v.push(a);
+            }
+        });
+        if let Some(g) = cfg.gateway4 {
+            iface
+                .routes_mut()
+                .add_default_ipv4_route(g)
+                .map_err(|e| HostError::Config(format!("IPv4 gateway {g}: {e:?}")))?;
+        }
+        if let Some(g) = cfg.gateway6 {
+            iface
+                .routes_mut()
+                .add_default_ipv6_route(g)
+                .map_err(|e| HostError::Config(format!("IPv6 gateway {g}: {e:?}")))?;
+        }
+        let mut sockets = SocketSet::new(Vec::new());
+        let dhcp = if cfg.dhcp4 {
+            let mut d = dhcpv4::Socket::new();
+            let retry = smol_duration(cfg.dhcp_retry);
+            let mut rc = dhcpv4::RetryConfig::default();
+            rc.discover_timeout = retry;
+            rc.initial_request_timeout = retry;
+            d.set_retry_config(rc);
+            let h = sockets.add(d);
+            Some((h, DhcpRecord::default()))
+        } else {
+            None
+        };
+        let mut host = Host {
+            cfg,
+            iface,
+            dev,
+            sockets,
+            rng,
+            outbox: VecDeque::new(),
+            next_port: FIRST_EPHEMERAL,
+            client_seq: 0,
+            listeners: BTreeMap::new(),
+            tcp: BTreeMap::new(),
+            pings: BTreeMap::new(),
+            ping_seq: 0,
+            udp: BTreeMap::new(),
+            udp_seq: 0,
+            udp_servers: BTreeMap::new(),
+            dhcp,
+            dhcp_lease_s: None,
+            flows: FlowTracker::default(),
+            rec: HostRecord::default(),
+            wake: None,
+            now,
+            paused: false,
+        };
+        host.rec.dhcp = host.dhcp.as_ref().map(|(_, r)| r.clone());
+        host.service(now);
+        Ok(host)
+    }
+
+    /// The host's name.
+    pub fn name(&self) -> &str {
+        &self.cfg.name
+    }
+
+    /// The host's MAC address.
+    pub fn mac(&self) -> [u8; 6] {
+        self.cfg.mac
+    }
+
+    /// The host's configuration.
+    pub fn config(&self) -> &HostConfig {
+        &self.cfg
+    }
+
+    /// The IPv4 address in use (static or leased).
+    pub fn ipv4(&self) -> Option<Ipv4Addr> {
+        self.iface.ipv4_addr()
+    }
+
+    /// Every address in use, with prefix length.
+    pub fn addresses(&self) -> Vec<(IpAddr, u8)> {
+        self.iface
+            .ip_addrs()
+            .iter()
+            .map(|c| (to_ip(c.address()), c.prefix_len()))
+            .collect()
+    }
+
+    // ---------------------------------------------------------------- the sans-I/O surface
+
+    /// A frame arrives from the network at `now` (dropped and counted while paused).
+    pub fn handle_frame(&mut self, frame: &[u8], now: Duration) {
+        self.now = self.now.max(now);
+        if self.paused {
+            self.rec.dropped_while_paused += 1;
+            return;
+        }
+        self.rec.frames_in += 1;
+        self.rec.bytes_in += frame.len() as u64;
+        match frames::classify(frame) {
+            Class::Malformed => {
+                self.rec.malformed_in += 1;
+                return;
+            }
+            Class::Tcp(s) if !self.flows.ingress(&s) && s.rst => {
+                self.rec.stray_resets_in += 1;
+            }
+            Class::Dhcp(d) if !d.from_client && d.client_mac == self.cfg.mac => {
+                self.dhcp_seen(&d);
+            }
+            _ => {}
+        }
+        self.dev.rx.push_back(frame.to_vec());
+        let t = instant(self.now);
+        while self
+            .iface
+            .poll_ingress_single(t, &mut self.dev, &mut self.sockets)
+            != PollIngressSingleResult::None
+        {
+            self.apps(self.now);
+        }
+        self.service(self.now);
+    }
+
+    /// The next frame the host sends.
+    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        self.outbox.pop_front()
+    }
+
+    /// When the host wants [`Host::handle_timeout`] called (never earlier than `now`).
+    pub fn poll_timeout(&self, now: Duration) -> Option<Duration> {
+        if self.paused {
+            return None;
+        }
+        self.wake.map(|w| w.max(now))
+    }
+
+    /// Timers: retransmissions, pings, pacing, DHCP.
+    pub fn handle_timeout(&mut self, now: Duration) {
+        self.now = self.now.max(now);
+        if !self.paused {
+            self.service(self.now);
+        }
+    }
+
+    /// Pauses the host (a VM stopped for the last step of a live migration): no timers run,
+    /// arriving frames are dropped (`dropped_while_paused`), nothing is sent. Frames already
+    /// queued for [`Host::poll_transmit`] are kept.
+    pub fn pause(&mut self, now: Duration) {
+        self.now = self.now.max(now);
+        self.paused = true;
+    }
+
+    /// Resumes a paused host at `now`: its stack catches up on every timer that passed (TCP
+    /// retransmissions, pings due), as a resumed VM does.
+    pub fn resume(&mut self, now: Duration) {
+        self.now = self.now.max(now);
+        self.paused = false;
+        self.service(self.now);
+    }
+
+    /// True while paused.
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    // ---------------------------------------------------------------- applications
+
+    fn alloc_port(&mut self) -> u16 {
+        loop {
+            let p = self.next_port;
+            self.next_port = if p == u16::MAX {
+                FIRST_EPHEMERAL
+            } else {
+                p + 1
+            };
+            if !self.listeners.contains_key(&p) && !self.udp_servers.contains_key(&p) {
+                return p;
+            }
+        }
+    }
+
+    fn source_for(&mut self, dst: IpAddr) -> Result<IpAddr, HostError> {
+        let src = match dst {
+            IpAddr::V4(d) => self.iface.get_source_address_ipv4(&d).map(IpAddr::V4),
+            IpAddr::V6(d) => self
+                .iface
+                .ipv6_addr()
+                .map(|_| IpAddr::V6(self.iface.get_source_address_ipv6(&d))),
+        };
+        src.ok_or_else(|| {
+            HostError::Config(format!(
+                "host {} has no source address for {dst}",
+                self.cfg.name
+            ))
+        })
+    }
+
+    /// Accepts TCP connections on `port` (any number; each is recorded as it arrives).
+    pub fn listen_tcp(&mut self, port: u16) -> Result<(), HostError> {
+        if self.listeners.contains_key(&port) {
+            return Err(HostError::PortInUse(port));
+        }
+        let h = self.new_listener(port)?;
+        self.listeners.insert(port, h);
+        self.service(self.now);
+        Ok(())
+    }
+
+    fn new_tcp_socket(&self) -> tcp::Socket<'static> {
+        let n = self.cfg.tcp_buffer;
+        let mut s = tcp::Socket::new(
+            tcp::SocketBuffer::new(vec![0u8; n]),
+            tcp::SocketBuffer::new(vec![0u8; n]),
+        );
+        s.set_nagle_enabled(false);
+        s.set_timeout(self.cfg.tcp_timeout.map(smol_duration));
+        s
+    }
+
+    fn new_listener(&mut self, port: u16) -> Result<SocketHandle, HostError> {
+        let mut s = self.new_tcp_socket();
+        s.listen(port)
+            .map_err(|e| HostError::Socket(format!("listen on {port}: {e}")))?;
+        Ok(self.sockets.add(s))
+    }
+
+    /// Opens a TCP connection to `dst:port` uploading `bytes` of pattern at full speed; returns
+    /// the connection's record name.
+    pub fn start_transfer(
+        &mut self,
+        dst: IpAddr,
+        port: u16,
+        bytes: u64,
+        now: Duration,
+    ) -> Result<String, HostError> {
+        self.start_transfer_with(
+            dst,
+            port,
+            Transfer {
+                direction: Direction::Upload,
+                bytes,
+                rate: None,
+            },
+            now,
+        )
+    }
+
+    /// Opens a TCP connection to `dst:port` for transfer `t`; returns the record name
+    /// (`tcp:HOST->DST:PORT#N`).
+    pub fn start_transfer_with(
+        &mut self,
+        dst: IpAddr,
+        port: u16,
+        t: Transfer,
+        now: Duration,
+    ) -> Result<String, HostError> {
+        self.now = self.now.max(now);
+        let src = self.source_for(dst)?;
+        let lport = self.alloc_port();
+        let mut s = self.new_tcp_socket();
+        let remote = SocketAddr::new(dst, port);
+        s.connect(
+            self.iface.context(),
+            IpEndpoint::new(IpAddress::from(dst), port),
+            IpEndpoint::new(IpAddress::from(src), lport),
+        )
+        .map_err(|e| HostError::Socket(format!("connect to {remote}: {e}")))?;
+        let h = self.sockets.add(s);
+        self.client_seq += 1;
+        let name = format!("tcp:{}->{}#{}", self.cfg.name, remote, self.client_seq);
+        let local = SocketAddr::new(src, lport);
+        let rec = TcpRecord {
+            local: local.to_string(),
+            remote: remote.to_string(),
+            ..TcpRecord::default()
+        };
+        let key = self.rng.next_u32();
+        let mut conn = Conn::client(rec, t, key, self.now);
+        conn.set_timeout_armed(self.cfg.tcp_timeout.is_some());
+        self.tcp.insert(
+            name.clone(),
+            TcpEntry {
+                handle: Some(h),
+                local,
+                remote,
+                conn,
+            },
+        );
+        self.service(self.now);
+        Ok(name)
+    }
+
+    /// Echoes UDP datagrams received on `port`.
+    pub fn listen_udp_echo(&mut self, port: u16) -> Result<(), HostError> {
+        if self.udp_servers.contains_key(&port) {
+            return Err(HostError::PortInUse(port));
+        }
+        let mut s = udp::Socket::new(
+            udp::PacketBuffer::new(vec![udp::PacketMetadata::EMPTY; 64], vec![0u8; 65536]),
+            udp::PacketBuffer::new(vec![udp::PacketMetadata::EMPTY; 64], vec![0u8; 65536]),
+        );
+        s.bind(port)
+            .map_err(|e| HostError::Socket(format!("bind UDP {port}: {e}")))?;
+        let h = self.sockets.add(s);
+        self.udp_servers
+            .insert(port, (h, UdpServerRecord::default()));
+        Ok(())
+    }
+
+    /// Sends `count` UDP datagrams of `len` bytes (at least 12) to `dst:port`, one per
+    /// `interval`, and checks the echoes; returns the session's record name.
+    pub fn udp_exchange(
+        &mut self,
+        dst: IpAddr,
+        port: u16,
+        count: u16,
+        interval: Duration,
+        len: usize,
+        now: Duration,
+    ) -> Result<String, HostError> {
+        self.now = self.now.max(now);
+        let src = self.source_for(dst)?;
+        let len = len.clamp(12, 8192);
+        let lport = self.alloc_port();
+        let mut s = udp::Socket::new(
+            udp::PacketBuffer::new(vec![udp::PacketMetadata::EMPTY; 64], vec![0u8; 65536]),
+            udp::PacketBuffer::new(vec![udp::PacketMetadata::EMPTY; 64], vec![0u8; 65536]),
+        );
+        s.bind(IpEndpoint::new(IpAddress::from(src), lport))
+            .map_err(|e| HostError::Socket(format!("bind UDP {lport}: {e}")))?;
+        let h = self.sockets.add(s);
+        self.udp_seq += 1;
+        let name = format!(
+            "udp:{}->{}#{}",
+            self.cfg.name,
+            SocketAddr::new(dst, port),
+            self.udp_seq
+        );
+        let rec = UdpRecord {
+            dst: SocketAddr::new(dst, port).to_string(),
+            local: SocketAddr::new(src, lport).to_string(),
+            count: u64::from(count),
+            rtt_us: vec![None; usize::from(count)],
+            ..UdpRecord::default()
+        };
+        let key = self.rng.next_u32();
+        self.udp.insert(
+            name.clone(),
+            EchoSession {
+                handle: h,
+                dst,
+                port,
+                len,
+                interval,
+                next_at: self.now,
+                sent_at: Vec::new(),
+                rec,
+                key,
+            },
+        );
+        self.service(self.now);
+        Ok(name)
+    }
+
+    /// Sends `count` echo requests to `dst`, one per `interval`; returns the session's record
+    /// name (`ping:HOST->DST#N`).
+    pub fn ping(
+        &mut self,
+        dst: IpAddr,
+        count: u16,
+        interval: Duration,
+        now: Duration,
+    ) -> Result<String, HostError> {
+        self.now = self.now.max(now);
+        self.source_for(dst)?;
+        let mut s = icmp::Socket::new(
+            icmp::PacketBuffer::new(vec![icmp::PacketMetadata::EMPTY; 64], vec![0u8; 16384]),
+            icmp::PacketBuffer::new(vec![icmp::PacketMetadata::EMPTY; 64], vec![0u8; 16384]),
+        );
+        self.ping_seq += 1;
+        let ident = (self.rng.next_u32() as u16) ^ (self.ping_seq as u16);
+        s.bind(icmp::Endpoint::Ident(ident))
+            .map_err(|e| HostError::Socket(format!("bind ICMP ident {ident}: {e}")))?;
+        let h = self.sockets.add(s);
+        let name = format!("ping:{}->{}#{}", self.cfg.name, dst, self.ping_seq);
+        let rec = PingRecord {
+            dst: dst.to_string(),
+            ident,
+            count: u64::from(count),
+            rtt_us: vec![None; usize::from(count)],
+            ..PingRecord::default()
+        };
+        self.pings.insert(
+            name.clone(),
+            PingSession {
+                handle: h,
+                dst,
+                interval,
+                next_at: self.now,
+                sent_at: Vec::new(),
+                rec,
+            },
+        );
+        self.service(self.now);
+        Ok(name)
+    }
+
+    /// Queues a RARP announcement (what QEMU sends after a migration).
+    pub fn announce_rarp(&mut self) {
+        self.rec.announcements += 1;
+        self.push_out(frames::rarp_announce(self.cfg.mac));
+    }
+
+    /// Queues a gratuitous ARP for the host's IPv4 address; false when it has none.
+    pub fn announce_garp(&mut self) -> bool {
+        let Some(ip) = self.iface.ipv4_addr() else {
+            return false;
+        };
+        self.rec.announcements += 1;
+        self.push_out(frames::garp_announce(self.cfg.mac, ip));
+        true
+    }
+
+    /// Sets (or clears) the TCP timeout of one connection; see [`HostConfig::tcp_timeout`].
+    pub fn set_tcp_timeout(
+        &mut self,
+        name: &str,
+        timeout: Option<Duration>,
+    ) -> Result<(), HostError> {
+        let e = self
+            .tcp
+            .get_mut(name)
+            .ok_or_else(|| HostError::Unknown(format!("TCP connection {name}")))?;
+        if let Some(h) = e.handle {
+            self.sockets
+                .get_mut::<tcp::Socket>(h)
+                .set_timeout(timeout.map(smol_duration));
+            e.conn.set_timeout_armed(timeout.is_some());
+        }
+        self.service(self.now);
+        Ok(())
+    }
+
+    /// Restarts the DHCPv4 client from DISCOVER (the address stays until a new lease replaces
+    /// it); false when the host has no DHCP client.
+    pub fn dhcp_restart(&mut self) -> bool {
+        let Some((h, _)) = self.dhcp else {
+            return false;
+        };
+        self.sockets.get_mut::<dhcpv4::Socket>(h).reset();
+        self.service(self.now);
+        true
+    }
+
+    /// Aborts a TCP connection (sends RST), as a crashing application would.
+    pub fn abort_tcp(&mut self, name: &str) -> Result<(), HostError> {
+        let e = self
+            .tcp
+            .get(name)
+            .ok_or_else(|| HostError::Unknown(format!("TCP connection {name}")))?;
+        if let Some(h) = e.handle {
+            self.sockets.get_mut::<tcp::Socket>(h).abort();
+        }
+        self.service(self.now);
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- state
+
+    /// A TCP connection's record as of `now`.
+    pub fn tcp_record(&self, name: &str, now: Duration) -> Option<TcpRecord> {
+        self.tcp.get(name).map(|e| self.tcp_snapshot(e, now))
+    }
+
+    /// Names of every TCP connection (client and server side), sorted.
+    pub fn tcp_names(&self) -> Vec<String> {
+        self.tcp.keys().cloned().collect()
+    }
+
+    /// A ping session's record.
+    pub fn ping_record(&self, name: &str) -> Option<&PingRecord> {
+        self.pings.get(name).map(|p| &p.rec)
+    }
+
+    /// A UDP session's record.
+    pub fn udp_record(&self, name: &str) -> Option<&UdpRecord> {
+        self.udp.get(name).map(|p| &p.rec)
+    }
+
+    /// The DHCP client's record (None without DHCP).
+    pub fn dhcp_record(&self) -> Option<&DhcpRecord> {
+        self.dhcp.as_ref().map(|(_, r)| r)
+    }
+
+    /// True when every ping and UDP session is done and every TCP connection this host opened
+    /// completed or closed.
+    pub fn idle(&self) -> bool {
+        self.pings.values().all(|p| p.rec.done)
+            && self.udp.values().all(|p| p.rec.done)
+            && self
+                .tcp
+                .values()
+                .filter(|e| e.conn.rec.role == "client")
+                .all(|e| e.conn.rec.completed_us.is_some() || e.conn.is_closed())
+    }
+
+    /// Everything the host saw, as of `now`.
+    pub fn record(&self, now: Duration) -> HostRecord {
+        let mut r = self.rec.clone();
+        r.tcp = self
+            .tcp
+            .iter()
+            .map(|(n, e)| (n.clone(), self.tcp_snapshot(e, now)))
+            .collect();
+        r.pings = self
+            .pings
+            .iter()
+            .map(|(n, p)| (n.clone(), p.rec.clone()))
+            .collect();
+        r.udp = self
+            .udp
+            .iter()
+            .map(|(n, p)| (n.clone(), p.rec.clone()))
+            .collect();
+        r.udp_servers = self
+            .udp_servers
+            .iter()
+            .map(|(port, (_, s))| (format!("udp-echo:{}:{port}", self.cfg.name), s.clone()))
+            .collect();
+        r.dhcp = self.dhcp.as_ref().map(|(_, d)| d.clone());
+        r
+    }
+
+    fn tcp_snapshot(&self, e: &TcpEntry, now: Duration) -> TcpRecord {
+        let mut r = e.conn.snapshot(now);
+        if let Some(f) = self.flows.get(e.local, e.remote) {
+            r.retransmitted_segments = f.retransmitted_segments;
+            r.retransmitted_bytes = f.retransmitted_bytes;
+            r.data_segments_sent = f.data_segments;
+            r.resets_received = f.resets_received;
+            r.resets_sent = f.resets_sent;
+        }
+        if r.outcome == "closed-early" {
+            if r.resets_received > 0 {
+                r.outcome = "reset".into();
+            } else if e.conn.closed_unasked_with_timeout() {
+                r.outcome = "timed-out".into();
+            }
+        }
+        r
+    }
+
+    // ---------------------------------------------------------------- the engine
+
+    fn push_out(&mut self, f: Vec<u8>) {
+        self.rec.frames_out += 1;
+        self.rec.bytes_out += f.len() as u64;
+        match frames::classify(&f) {
+            Class::Tcp(s) => self.flows.egress(&s),
+            Class::Dhcp(m) if m.from_client => {
+                if let Some((_, d)) = self.dhcp.as_mut() {
+                    match m.message_type {
+                        DhcpMessageType::Discover => d.discovers_sent += 1,
+                        DhcpMessageType::Request => d.requests_sent += 1,
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.outbox.push_back(f);
+    }
+
+    /// A DHCP server message for this host: counted, and checked for what smoltcp's client
+    /// silently ignores.
+    fn dhcp_seen(&mut self, m: &frames::Dhcp) {
+        let Some((_, d)) = self.dhcp.as_mut() else {
+            return;
+        };
+        let mut bad = |why: &str| *d.unusable.entry(why.to_string()).or_insert(0) += 1;
+        match m.message_type {
+            DhcpMessageType::Offer => {
+                d.offers_received += 1;
+                if m.server_identifier.is_none() {
+                    bad("OFFER without server identifier (option 54)");
+                }
+                if m.your_ip.is_unspecified() || m.your_ip.is_broadcast() {
+                    bad("OFFER without a unicast yiaddr");
+                }
+            }
+            DhcpMessageType::Ack => {
+                d.acks_received += 1;
+                if m.server_identifier.is_none() {
+                    bad("ACK without server identifier (option 54)");
+                }
+                match m.subnet_mask {
+                    None => bad("ACK without subnet mask (option 1)"),
+                    Some(mask)
+                        if u32::from(mask).leading_ones() != u32::from(mask).count_ones() =>
+                    {
+                        bad("ACK with a non-contiguous subnet mask")
+                    }
+                    Some(_) => {}
+                }
+                self.dhcp_lease_s = m.lease_duration;
+            }
+            DhcpMessageType::Nak => d.naks_received += 1,
+            _ => {}
+        }
+    }
+
+    /// Runs the applications and smoltcp until nothing moves, then computes the next wake-up.
+    fn service(&mut self, now: Duration) {
+        let t = instant(now);
+        for _ in 0..MAX_ROUNDS {
+            let app = self.apps(now);
+            let r = self.iface.poll_egress(t, &mut self.dev, &mut self.sockets);
+            let sent = !self.dev.tx.is_empty();
+            while let Some(f) = self.dev.tx.pop_front() {
+                self.push_out(f);
+            }
+            if !app && r == PollResult::None && !sent {
+                break;
+            }
+        }
+        let mut wake = self
+            .iface
+            .poll_at(t, &self.sockets)
+            .map(|i| from_instant(i).max(now));
+        let mut at = |d: Option<Duration>| {
+            if let Some(d) = d {
+                wake = Some(wake.map_or(d, |w| w.min(d)));
+            }
+        };
+        for p in self.pings.values() {
+            if !p.rec.done {
+                at(Some(if p.rec.sent < p.rec.count {
+                    p.next_at
+                } else {
+                    p.sent_at.last().copied().unwrap_or(now) + PING_TIMEOUT
+                }));
+            }
+        }
+        for p in self.udp.values() {
+            if !p.rec.done {
+                at(Some(if p.rec.sent < p.rec.count {
+                    p.next_at
+                } else {
+                    p.sent_at.last().copied().unwrap_or(now) + PING_TIMEOUT
+                }));
+            }
+        }
+        for e in self.tcp.values() {
+            at(e.conn.wake_at());
+        }
+        // Everything due at `now` was just done: a deadline at or before `now` (smoltcp asking to
+        // be polled "now" again) is served a microsecond later, so virtual time always advances.
+        self.wake = wake.map(|w| w.max(now + Duration::from_micros(1)));
+    }
+
+    /// One round of every application; true when anything moved.
+    fn apps(&mut self, now: Duration) -> bool {
+        let mut moved = false;
+        moved |= self.dhcp_step(now);
+        moved |= self.accept_step(now);
+        moved |= self.tcp_step(now);
+        moved |= self.ping_step(now);
+        moved |= self.udp_step(now);
+        moved |= self.udp_server_step();
+        moved
+    }
+
+    fn dhcp_step(&mut self, now: Duration) -> bool {
+        let Some((h, _)) = self.dhcp else {
+            return false;
+        };
+        enum Ev {
+            Up(Ipv4Cidr, Option<Ipv4Addr>, Vec<Ipv4Addr>, Ipv4Addr),
+            Down,
+        }
+        let ev = match self.sockets.get_mut::<dhcpv4::Socket>(h).poll() {
+            None => return false,
+            Some(dhcpv4::Event::Configured(c)) => Ev::Up(
+                c.address,
+                c.router,
+                c.dns_servers.iter().copied().collect(),
+                c.server.address,
+            ),
+            Some(dhcpv4::Event::Deconfigured) => Ev::Down,
+        };
+        let rec = match self.dhcp.as_mut() {
+            Some((_, r)) => r,
+            None => return false,
+        };
+        match ev {
+            Ev::Up(addr, router, dns, server) => {
+                rec.leases.push(DhcpLease {
+                    at_us: us(now),
+                    address: addr.to_string(),
+                    router: router.map(|r| r.to_string()),
+                    dns_servers: dns.iter().map(|d| d.to_string()).collect(),
+                    server: server.to_string(),
+                    lease_s: self.dhcp_lease_s,
+                });
+                self.iface.update_ip_addrs(|v| {
+                    v.retain(|a| !matches!(a, IpCidr::Ipv4(_)));
+                    let _ = v.push(IpCidr::Ipv4(addr));
+                });
+                match router {
+                    Some(r) => {
+                        let _ = self.iface.routes_mut().add_default_ipv4_route(r);
+                    }
+                    None => {
+                        self.iface.routes_mut().remove_default_ipv4_route();
+                    }
+                }
+            }
+            Ev::Down => {
+                rec.deconfigured += 1;
+                self.iface
+                    .update_ip_addrs(|v| v.retain(|a| !matches!(a, IpCidr::Ipv4(_))));
+                self.iface.routes_mut().remove_default_ipv4_route();
+            }
+        }
+        true
+    }
+
+    fn accept_step(&mut self, now: Duration) -> bool {
+        let mut moved = false;
+        let ports: Vec<u16> = self.listeners.keys().copied().collect();
+        for port in ports {
+            let Some(&h) = self.listeners.get(&port) else {
+                continue;
+            };
+            let s = self.sockets.get::<tcp::Socket>(h);
+            if s.state() == tcp::State::Listen {
+                continue;
+            }
+            let (Some(local), Some(remote)) = (s.local_endpoint(), s.remote_endpoint()) else {
+                continue;
+            };
+            let (local, remote) = (to_sock(local), to_sock(remote));
+            // A fresh listener takes the port over; the accepted socket becomes a connection.
+            match self.new_listener(port) {
+                Ok(nh) => {
+                    self.listeners.insert(port, nh);
+                }
+                Err(_) => {
+                    self.listeners.remove(&port);
+                }
+            }
+            let base = format!("tcp:{}:{port}<-{remote}", self.cfg.name);
+            let mut name = base.clone();
+            let mut n = 1;
+            while self.tcp.contains_key(&name) {
+                n += 1;
+                name = format!("{base}#{n}");
+            }
+            let rec = TcpRecord {
+                local: local.to_string(),
+                remote: remote.to_string(),
+                ..TcpRecord::default()
+            };
+            self.tcp.insert(
+                name,
+                TcpEntry {
+                    handle: Some(h),
+                    local,
+                    remote,
+                    conn: {
+                        let mut c = Conn::server(rec, now);
+                        c.set_timeout_armed(self.cfg.tcp_timeout.is_some());
+                        c
+                    },
+                },
+            );
+            moved = true;
+        }
+        moved
+    }
+
+    fn tcp_step(&mut self, now: Duration) -> bool {
+        let mut moved = false;
+        for e in self.tcp.values_mut() {
+            let Some(h) = e.handle else { continue };
+            let sock = self.sockets.get_mut::<tcp::Socket>(h);
+            moved |= e.conn.step(sock, now);
+            if e.conn.is_closed() {
+                self.sockets.remove(h);
+                e.handle = None;
+            }
+        }
+        moved
+    }
+
+    fn ping_step(&mut self, now: Duration) -> bool {
+        let mut moved = false;
+        let caps = self.dev.capabilities().checksum;
+        for p in self.pings.values_mut() {
+            if p.rec.done {
+                continue;
+            }
+            let src6 = match p.dst {
+                IpAddr::V6(d) => Some(self.iface.get_source_address_ipv6(&d)),
+                IpAddr::V4(_) => None,
+            };
+            let sock = self.sockets.get_mut::<icmp::Socket>(p.handle);
+            // Replies.
+            while let Ok((data, _from)) = sock.recv() {
+                moved = true;
+                let reply = match p.dst {
+                    IpAddr::V4(_) => Icmpv4Packet::new_checked(data)
+                        .ok()
+                        .and_then(|pk| Icmpv4Repr::parse(&pk, &caps).ok())
+                        .and_then(|r| match r {
+                            Icmpv4Repr::EchoReply {
+                                ident,
+                                seq_no,
+                                data,
+                            } => Some((ident, seq_no, data.to_vec())),
+                            _ => None,
+                        }),
+                    IpAddr::V6(d) => {
+                        let src = src6.unwrap_or(Ipv6Addr::UNSPECIFIED);
+                        Icmpv6Packet::new_checked(data)
+                            .ok()
+                            .and_then(|pk| Icmpv6Repr::parse(&d, &src, &pk, &caps).ok())
+                            .and_then(|r| match r {
+                                Icmpv6Repr::EchoReply {
+                                    ident,
+                                    seq_no,
+                                    data,
+                                } => Some((ident, seq_no, data.to_vec())),
+                                _ => None,
+                            })
+                    }
+                };
+                let Some((ident, seq, data)) = reply else {
+                    continue;
+                };
+                let i = usize::from(seq);
+                if ident != p.rec.ident || i >= p.sent_at.len() {
+                    p.rec.bad_replies += 1;
+                    continue;
+                }
+                if data != ping_payload(p.rec.ident, seq) {
+                    p.rec.bad_replies += 1;
+                    continue;
+                }
+                if p.rec.rtt_us[i].is_some() {
+                    p.rec.duplicates += 1;
+                    continue;
+                }
+                p.rec.rtt_us[i] = Some(us(now.saturating_sub(p.sent_at[i])));
+                p.rec.answered += 1;
+            }
+            // Requests.
+            while p.rec.sent < p.rec.count && p.next_at <= now {
+                let seq = p.rec.sent as u16;
+                let payload = ping_payload(p.rec.ident, seq);
+                let ok = match p.dst {
+                    IpAddr::V4(d) => {
+                        let repr = Icmpv4Repr::EchoRequest {
+                            ident: p.rec.ident,
+                            seq_no: seq,
+                            data: &payload,
+                        };
+                        match sock.send(repr.buffer_len(), IpAddress::Ipv4(d)) {
+                            Ok(buf) => {
+                                repr.emit(&mut Icmpv4Packet::new_unchecked(buf), &caps);
+                                true
+                            }
+                            Err(_) => false,
+                        }
+                    }
+                    IpAddr::V6(d) => {
+                        let repr = Icmpv6Repr::EchoRequest {
+                            ident: p.rec.ident,
+                            seq_no: seq,
+                            data: &payload,
+                        };
+                        let src = src6.unwrap_or(Ipv6Addr::UNSPECIFIED);
+                        match sock.send(repr.buffer_len(), IpAddress::Ipv6(d)) {
+                            Ok(buf) => {
+                                repr.emit(&src, &d, &mut Icmpv6Packet::new_unchecked(buf), &caps);
+                                true
+                            }
+                            Err(_) => false,
+                        }
+                    }
+                };
+                if !ok {
+                    p.rec.send_errors += 1;
+                }
+                p.sent_at.push(now);
+                p.rec.sent += 1;
+                p.next_at = now + p.interval;
+                moved = true;
+            }
+            let last = p.sent_at.last().copied().unwrap_or(now);
+            if p.rec.sent >= p.rec.count
+                && (p.rec.answered >= p.rec.count || now >= last + PING_TIMEOUT)
+            {
+                p.rec.done = true;
+                moved = true;
+            }
+        }
+        moved
+    }
+
+    fn udp_step(&mut self, now: Duration) -> bool {
+        let mut moved = false;
+        for p in self.udp.values_mut() {
+            if p.rec.done {
+                continue;
+            }
+            let sock = self.sockets.get_mut::<udp::Socket>(p.handle);
+            while let Ok((data, meta)) = sock.recv() {
+                moved = true;
+                if to_sock(meta.endpoint) != SocketAddr::new(p.dst, p.port) || data.len() < 12 {
+                    p.rec.bad_replies += 1;
+                    continue;
+                }
+                let seq = u32::from_be_bytes([data[4], data[5], data[6], data[7]]) as usize;
+                if seq >= p.sent_at.len() || data != udp_payload(p.key, seq as u32, p.len) {
+                    p.rec.bad_replies += 1;
+                    continue;
+                }
+                if p.rec.rtt_us[seq].is_some() {
+                    p.rec.duplicates += 1;
+                    continue;
+                }
+                p.rec.rtt_us[seq] = Some(us(now.saturating_sub(p.sent_at[seq])));
+                p.rec.answered += 1;
+            }
+            while p.rec.sent < p.rec.count && p.next_at <= now {
+                let seq = p.rec.sent as u32;
+                let payload = udp_payload(p.key, seq, p.len);
+                let dst = IpEndpoint::new(IpAddress::from(p.dst), p.port);
+                if sock.send_slice(&payload, dst).is_err() {
+                    p.rec.send_errors += 1;
+                }
+                p.sent_at.push(now);
+                p.rec.sent += 1;
+                p.next_at = now + p.interval;
+                moved = true;
+            }
+            let last = p.sent_at.last().copied().unwrap_or(now);
+            if p.rec.sent >= p.rec.count
+                && (p.rec.answered >= p.rec.count || now >= last + PING_TIMEOUT)
+            {
+                p.rec.done = true;
+                moved = true;
+            }
+        }
+        moved
+    }
+
+    fn udp_server_step(&mut self) -> bool {
+        let mut moved = false;
+        for (h, rec) in self.udp_servers.values_mut() {
+            let sock = self.sockets.get_mut::<udp::Socket>(*h);
+            while let Ok((data, meta)) = sock.recv().map(|(d, m)| (d.to_vec(), m)) {
+                moved = true;
+                rec.received += 1;
+                let peer = to_sock(meta.endpoint).to_string();
+                if !rec.peers.contains(&peer) {
+                    rec.peers.push(peer);
+                }
+                let reply = udp::UdpMetadata {
+                    endpoint: meta.endpoint,
+                    local_address: meta.local_address,
+                    meta: Default::default(),
+                };
+                if sock.send_slice(&data, reply).is_ok() {
+                    rec.replied += 1;
+                }
+            }
+        }
+        moved
+    }
+}
+
+/// The payload of ping `seq` of session `ident`: 56 bytes like `ping`'s default.
+fn ping_payload(ident: u16, seq: u16) -> Vec<u8> {
+    let mut v = vec![0u8; 56];
+    fill_pattern(u32::from(ident) << 16 | u32::from(seq), 0, &mut v);
+    v
+}
+
+/// The payload of UDP datagram `seq` of a session with `key`: key, seq, length, then pattern.
+fn udp_payload(key: u32, seq: u32, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    v[..4].copy_from_slice(&key.to_be_bytes());
+    v[4..8].copy_from_slice(&seq.to_be_bytes());
+    v[8..12].copy_from_slice(&(len as u32).to_be_bytes());
+    fill_pattern(key ^ seq, 12, &mut v[12..]);
+    v
+}

@@ -1,0 +1,270 @@
+//! The acceptance scenarios with holdfast northd in the world (see `scenarios/mod.rs`), and
+//! the world-only ones: controller and northd restarts, reproducibility.
+
+mod scenarios;
+
+use hf_sim::world::{NorthdMode, World, WorldConfig};
+use scenarios::Scenario;
+
+fn world(s: &Scenario, seed: u64) -> World {
+    let mut w = World::new(WorldConfig {
+        seed,
+        chassis: s.chassis.iter().map(|c| c.to_string()).collect(),
+        northd: NorthdMode::Holdfast,
+    })
+    .expect("world");
+    w.nb_all(s.nb.clone()).expect("NB builds");
+    w
+}
+
+fn run(s: Scenario) {
+    let mut w = world(&s, 42);
+    (s.check)(&mut w);
+}
+
+#[test]
+fn l2() {
+    run(scenarios::l2());
+}
+
+#[test]
+fn l3() {
+    run(scenarios::l3());
+}
+
+#[test]
+fn cross_chassis() {
+    run(scenarios::cross_chassis());
+}
+
+#[test]
+fn acl() {
+    run(scenarios::acl());
+}
+
+#[test]
+fn snat() {
+    run(scenarios::snat());
+}
+
+#[test]
+fn dnat_fip() {
+    run(scenarios::dnat_fip());
+}
+
+#[test]
+fn load_balancer() {
+    run(scenarios::load_balancer());
+}
+
+#[test]
+fn dhcp() {
+    run(scenarios::dhcp());
+}
+
+#[test]
+fn restarts_under_load() {
+    run(scenarios::restarts());
+}
+
+// ---- world-only scenarios ----
+
+use std::time::Duration;
+
+fn ready_world(seed: u64) -> World {
+    let s = scenarios::l3();
+    let mut w = world(&s, seed);
+    scenarios::wait_ready(&mut w);
+    w
+}
+
+#[test]
+fn controller_restart_during_transfers_loses_nothing() {
+    let mut w = ready_world(7);
+    let before = w.record().chassis;
+    // Large enough to be in flight across both restarts.
+    let bytes = 40_000_000;
+    let conns = scenarios::start_transfers(&mut w, bytes);
+    w.run_for(Duration::from_millis(3));
+    for (h, n) in &conns {
+        let r = w.tcp_record(h, n).expect("record");
+        assert!(
+            r.bytes_acked > 0 && r.bytes_acked < bytes,
+            "{h} not mid-transfer: {r:?}"
+        );
+    }
+    w.restart_controller("hv1").expect("restart");
+    w.run_for(Duration::from_millis(2));
+    w.restart_controller("hv2").expect("restart");
+    for (h, n) in &conns {
+        let r = w.tcp_record(h, n).expect("record");
+        assert!(
+            r.bytes_acked < bytes,
+            "{h} finished before the restarts: {r:?}"
+        );
+    }
+    scenarios::finish(&mut w, &conns, bytes);
+    let after = w.record().chassis;
+    for c in ["hv1", "hv2"] {
+        assert_eq!(after[c].zones, before[c].zones, "{c}: zone map changed");
+        assert_eq!(after[c].flushes, 0, "{c}: {:?}", after[c].flushed);
+        assert_eq!(after[c].restarts.0, 1);
+    }
+}
+
+/// After controller restarts under load, a port added later reaches the other chassis.
+///
+/// Known failure: `--wait=hv` (hv_cfg) is reached and both datapaths run a program with vm7
+/// (Local on hv2), yet vm1's first pings never reach vm7's host for about a second (hv2
+/// installed the program before the port was plugged in; the relocation after `add_port`
+/// does not make it forwardable at once). Without the restarts the same steps pass.
+#[test]
+#[ignore = "known failure (hf-datapath/hf-controller): a port plugged in after its program was installed is unreachable for ~1 s after controller restarts"]
+fn controller_restart_then_new_port() {
+    let mut w = ready_world(7);
+    let bytes = 40_000_000;
+    let conns = scenarios::start_transfers(&mut w, bytes);
+    w.run_for(Duration::from_millis(3));
+    w.restart_controller("hv1").expect("restart");
+    w.run_for(Duration::from_millis(2));
+    w.restart_controller("hv2").expect("restart");
+    scenarios::finish(&mut w, &conns, bytes);
+    w.nb(hf_sim::world::nb::port(
+        "sw0",
+        "vm7",
+        "00:00:00:00:00:07 10.0.0.17",
+        hf_sim::world::nb::PortOpts {
+            requested_chassis: Some("hv2"),
+            ..Default::default()
+        },
+    ))
+    .expect("nb");
+    // ovn-nbctl --wait=hv: every chassis has installed the program for this NB.
+    w.sync_hv(Duration::from_secs(10)).expect("--wait=hv");
+    scenarios::ping_ok(&mut w, "vm1", "10.0.0.17", 2);
+}
+
+#[test]
+fn controller_down_datapath_keeps_forwarding() {
+    let mut w = ready_world(8);
+    let gen_before = w.chassis_by_name("hv1").map(|c| c.datapath().generation());
+    w.stop_controller("hv1").expect("stop");
+    let bytes = 5_000_000;
+    let conns = scenarios::start_transfers(&mut w, bytes);
+    scenarios::finish(&mut w, &conns, bytes);
+    assert_eq!(
+        w.chassis_by_name("hv1").map(|c| c.datapath().generation()),
+        gen_before
+    );
+    w.start_controller("hv1").expect("start");
+    scenarios::wait_ready(&mut w);
+    assert_eq!(w.record().chassis["hv1"].flushes, 0);
+}
+
+#[test]
+fn northd_restart_changes_no_datapath() {
+    let mut w = ready_world(9);
+    w.run_for(Duration::from_secs(1));
+    let progs: Vec<_> = w
+        .chassis()
+        .iter()
+        .map(|c| (c.datapath().generation(), c.datapath().program().cloned()))
+        .collect();
+    assert!(progs.iter().all(|(g, p)| *g > 0 && p.is_some()));
+    w.restart_northd().expect("restart");
+    w.run_for(Duration::from_secs(3));
+    let after: Vec<_> = w
+        .chassis()
+        .iter()
+        .map(|c| (c.datapath().generation(), c.datapath().program().cloned()))
+        .collect();
+    assert!(
+        progs == after,
+        "a northd restart changed a datapath's program"
+    );
+    assert!(w.northd().is_some_and(|n| n.is_synced()));
+    scenarios::ping_ok(&mut w, "vm1", "10.0.1.15", 2);
+}
+
+#[test]
+fn datapath_handoff_keeps_connections() {
+    let mut w = ready_world(10);
+    let bytes = 20_000_000;
+    let conns = scenarios::start_transfers(&mut w, bytes);
+    w.run_for(Duration::from_millis(3));
+    let zones = w.record().chassis["hv1"].zones.clone();
+    w.restart_datapath("hv1").expect("handoff");
+    scenarios::finish(&mut w, &conns, bytes);
+    let after = w.record().chassis;
+    assert_eq!(after["hv1"].zones, zones);
+    assert_eq!(after["hv1"].restarts.1, 1);
+}
+
+#[test]
+fn move_port_to_other_chassis() {
+    let mut w = ready_world(11);
+    scenarios::ping_ok(&mut w, "vm1", "10.0.0.12", 2);
+    w.move_port("vm2", "hv2").expect("move");
+    assert_eq!(w.host_chassis("vm2"), Some("hv2"));
+    scenarios::wait_ready(&mut w);
+    let before = w.record().chassis["hv1"].tx_tunnel;
+    scenarios::ping_ok(&mut w, "vm1", "10.0.0.12", 3);
+    assert!(
+        w.record().chassis["hv1"].tx_tunnel > before,
+        "vm1 -> vm2 did not go through the tunnel after the move"
+    );
+}
+
+#[test]
+fn rebuild_databases_changes_no_zone() {
+    let mut w = ready_world(12);
+    let before = w.record().chassis;
+    let uuids_before: Vec<_> = w
+        .nb_snapshot()
+        .expect("nb")
+        .logical_switch()
+        .keys()
+        .copied()
+        .collect();
+    w.rebuild_databases().expect("rebuild");
+    scenarios::wait_ready(&mut w);
+    w.run_for(Duration::from_secs(6));
+    let uuids_after: Vec<_> = w
+        .nb_snapshot()
+        .expect("nb")
+        .logical_switch()
+        .keys()
+        .copied()
+        .collect();
+    assert_eq!(uuids_after.len(), uuids_before.len());
+    assert!(
+        uuids_after.iter().all(|u| !uuids_before.contains(u)),
+        "rebuilt NB kept old UUIDs"
+    );
+    let after = w.record().chassis;
+    for c in ["hv1", "hv2"] {
+        assert_eq!(after[c].zones, before[c].zones, "{c}: zone map changed");
+        assert_eq!(after[c].flushes, 0, "{c}: {:?}", after[c].flushed);
+    }
+    scenarios::ping_ok(&mut w, "vm1", "10.0.1.15", 2);
+}
+
+fn story(seed: u64) -> Vec<u8> {
+    let mut w = ready_world(seed);
+    scenarios::ping_ok(&mut w, "vm1", "10.0.1.15", 3);
+    let conns = scenarios::start_transfers(&mut w, 2_000_000);
+    w.run_for(Duration::from_millis(2));
+    w.restart_controller("hv2").expect("restart");
+    scenarios::finish(&mut w, &conns, 2_000_000);
+    w.record().to_json()
+}
+
+#[test]
+fn same_seed_same_record() {
+    let a = story(99);
+    let b = story(99);
+    assert!(a.len() > 1000);
+    assert!(a == b, "two runs with seed 99 recorded different bytes");
+    let c = story(100);
+    assert!(a != c, "another seed should change something (ISNs, ports)");
+}
