@@ -1,0 +1,865 @@
+//! `controller`: what a chassis spends turning SB into forwarding, holdfast against real
+//! `ovn-controller` 23.03 on the SB real `ovn-northd` compiles from the NB
+//! `shared/bench/gen_topo.py` builds (500 switches × 40 ports; `--tiny`: 5 × 4;
+//! `HF_BENCH_CONTROLLER_SIZE=NxP` chooses another size).
+//!
+//! The measured chassis is `hv1` (it also hosts gen_topo's gateway router `gw0`). Its local
+//! ports are every VIF of every tenth switch (`ls0`, `ls10`, ...: 10% of the switches, 2,000
+//! VIFs at 500×40), asked for with NB `options:requested-chassis=hv1`; for ovn-controller they
+//! are `br-int` interfaces with `external_ids:iface-id`.
+//!
+//! Figures (the workload is in the names; every time in ms, lower is better):
+//! - `cold_start_NxP`: holdfast: the SB replica's initial sync (our `hf-ovsdb-net` client over
+//!   a unix socket) + [`hf_controller::translate_with`] for `hv1` with `only_needed` + the rest
+//!   of the way into an installed program (see below). Baseline `ovn-controller`: from
+//!   starting the daemon (ovs-vswitchd already up with the interfaces) until its
+//!   `Chassis_Private.nb_cfg` reaches `SB_Global.nb_cfg` (it writes it once the flows of that
+//!   SB are installed in ovs-vswitchd: full recompute, claiming, OpenFlow install).
+//! - `port_add_NxP`: one VIF added on `ls0` (with `requested-chassis=hv1`), median of 3.
+//!   holdfast: from the SB that has it (replicated) to the new program installed: translate
+//!   (zones kept from the previous program), the same path, and [`hf_pipeline::Program::recompile`]
+//!   reusing every datapath whose flows did not change. Baseline `ovn-controller`: its
+//!   interface is on `br-int` beforehand; from `ovn-nbctl --wait=sb lsp-add` returning (SB
+//!   holds the port and the new `nb_cfg`) until `Chassis_Private.nb_cfg` reaches it and the
+//!   `Port_Binding` is `up` (claimed, flows installed), polled every 2 ms over one OVSDB
+//!   connection. Northd's part is excluded on both sides.
+//! - `cold_start_NxP_split_*`, `port_add_NxP_split_*`: where holdfast's time goes (sb_sync,
+//!   translate, compile; and the program message steps when this build has them).
+//! - `cold_start_NxP_heap_peak`: the counting allocator's peak growth over translate..install
+//!   (the SB replica excluded); MB. `ovn_controller_NxP_peak_rss`: the daemon's `VmHWM`; MB
+//!   (different measures, hence no ratio).
+//!
+//! What it does not measure: packet forwarding (`hf-bench pipeline`, `hf-bench sandbox`), and
+//! ovn-controller's own `stopwatch/show` figures are printed as a note, not as lines.
+//!
+//! With `CI=true` a missing OVN/OVS tool fails the suite; otherwise it is skipped with a note.
+// A benchmark is an I/O shell: it reads the clock and starts processes.
+#![allow(clippy::disallowed_methods)]
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use hf_model::SbSnapshot;
+
+use super::central::{Daemon, NB_SCHEMA, PYTHON, SB_SCHEMA, daemon_args, ok, server};
+use crate::alloc;
+use crate::report::Better;
+use crate::{Opts, Report};
+
+/// The measured chassis.
+const CHASSIS: &str = "hv1";
+/// OVS's schema for the chassis's private `Open_vSwitch` database.
+const VSWITCH_SCHEMA: &str = "/usr/share/openvswitch/vswitch.ovsschema";
+/// Port adds measured per side (the median is reported).
+const ADDS: usize = 3;
+
+fn ci() -> bool {
+    std::env::var("CI").as_deref() == Ok("true")
+}
+
+fn have(tool: &str) -> bool {
+    if tool.starts_with('/') {
+        return Path::new(tool).exists();
+    }
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn gen_topo() -> Option<PathBuf> {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    [
+        manifest.join("../../../shared/bench/gen_topo.py"),
+        PathBuf::from("/work/shared/bench/gen_topo.py"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// The size: `--tiny` 5×4, `HF_BENCH_CONTROLLER_SIZE=NxP`, else 500×40.
+fn size(opts: &Opts) -> anyhow::Result<(usize, usize)> {
+    if let Ok(v) = std::env::var("HF_BENCH_CONTROLLER_SIZE") {
+        let parsed = v
+            .split_once('x')
+            .and_then(|(n, p)| Some((n.parse::<usize>().ok()?, p.parse::<usize>().ok()?)));
+        return match parsed {
+            Some((n, p)) if n > 0 && p > 0 => Ok((n, p)),
+            _ => bail!("HF_BENCH_CONTROLLER_SIZE={v:?}: expected NxP, e.g. 300x30"),
+        };
+    }
+    Ok(if opts.tiny { (5, 4) } else { (500, 40) })
+}
+
+/// The local ports of `hv1`: every VIF of every tenth switch (gen_topo's names).
+fn local_ports(n: usize, p: usize) -> Vec<String> {
+    (0..n)
+        .step_by(10)
+        .flat_map(|i| (0..p).map(move |j| format!("ls{i}-p{j}")))
+        .collect()
+}
+
+/// The NB/SB `ovsdb-server`s with ovn-northd running on them (it stays up: the port adds
+/// need it), holding gen_topo's NB and its SB.
+struct Central {
+    nb: String,
+    sb: String,
+    /// northd, then the servers (stopped in this order).
+    _daemons: Vec<Daemon>,
+    dir: tempfile::TempDir,
+}
+
+impl Central {
+    fn start(report: &Report, topo: &Path, n: usize, p: usize) -> anyhow::Result<Central> {
+        let dir = tempfile::tempdir()?;
+        let d = dir.path();
+        let (nb_server, nb) = server(d, "nb", NB_SCHEMA)?;
+        let (sb_server, sb) = server(d, "sb", SB_SCHEMA)?;
+        ok(Command::new("ovn-northd")
+            .args(daemon_args(d, "ovn-northd"))
+            .arg(format!("--ovnnb-db={nb}"))
+            .arg(format!("--ovnsb-db={sb}")))?;
+        let northd = Daemon(d.join("ovn-northd.pid"));
+        let t = Instant::now();
+        ok(Command::new(PYTHON).arg(topo).args([
+            "--n",
+            &n.to_string(),
+            "--p",
+            &p.to_string(),
+            "--db",
+            &nb,
+            "--wait",
+            "sb",
+        ]))
+        .context("gen_topo.py")?;
+        report.note(&format!(
+            "built the {n}x{p} NB and ovn-northd's SB in {:.1} s",
+            t.elapsed().as_secs_f64()
+        ));
+        Ok(Central {
+            nb,
+            sb,
+            _daemons: vec![northd, sb_server, nb_server],
+            dir,
+        })
+    }
+
+    /// `ovn-nbctl --db=NB --timeout=600 ARGS`, with a `--wait` if given.
+    fn nbctl(&self, wait: Option<&str>, args: &[String]) -> anyhow::Result<String> {
+        let mut c = Command::new("ovn-nbctl");
+        c.arg(format!("--db={}", self.nb)).arg("--timeout=600");
+        if let Some(w) = wait {
+            c.arg(format!("--wait={w}"));
+        }
+        ok(c.args(args))
+    }
+
+    fn sbctl(&self, args: &[&str]) -> anyhow::Result<String> {
+        ok(Command::new("ovn-sbctl")
+            .arg(format!("--db={}", self.sb))
+            .arg("--timeout=600")
+            .args(args))
+    }
+
+    /// The SB's unix socket.
+    fn sb_sock(&self) -> PathBuf {
+        self.dir.path().join("sb.sock")
+    }
+}
+
+/// `-- cmd args...` for each command, as one ovn-nbctl/ovs-vsctl argument list.
+fn batch(cmds: impl IntoIterator<Item = Vec<String>>) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in cmds {
+        if !out.is_empty() {
+            out.push("--".to_string());
+        }
+        out.extend(c);
+    }
+    out
+}
+
+fn sv(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+/// The `k`th port added by the suite (`side` keeps the two sides' ports apart): its name and
+/// the ovn-nbctl commands that add it on `ls0` for `hv1`.
+fn new_port(side: u8, k: usize) -> (String, Vec<String>) {
+    let name = format!("bench-{}{k}", if side == 0 { "hf" } else { "ovn" });
+    let addr = format!(
+        "0a:fe:{side:02x}:00:00:{:02x} 10.1.0.{}",
+        k + 1,
+        200 + side as usize * 10 + k
+    );
+    let cmds = batch([
+        sv(&["lsp-add", "ls0", &name]),
+        sv(&["lsp-set-addresses", &name, &addr]),
+        sv(&[
+            "lsp-set-options",
+            &name,
+            &format!("requested-chassis={CHASSIS}"),
+        ]),
+    ]);
+    (name, cmds)
+}
+
+/// Runs the suite.
+pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
+    for tool in [
+        "ovsdb-server",
+        "ovsdb-tool",
+        "ovn-northd",
+        "ovn-nbctl",
+        "ovn-sbctl",
+        "ovs-vsctl",
+        "ovs-vswitchd",
+        "ovn-controller",
+        "ovn-appctl",
+        VSWITCH_SCHEMA,
+    ] {
+        if !have(tool) {
+            if ci() {
+                bail!("{tool} is not installed (needs OVN's and OVS's packages; CI=true)");
+            }
+            report.note(&format!(
+                "skipped: {tool} is not installed (needs OVN's and OVS's packages)"
+            ));
+            return Ok(());
+        }
+    }
+    let Some(topo) = gen_topo() else {
+        if ci() {
+            bail!("shared/bench/gen_topo.py not found (CI=true)");
+        }
+        report.note("skipped: shared/bench/gen_topo.py not found");
+        return Ok(());
+    };
+    let (n, p) = size(opts)?;
+    let tag = format!("{n}x{p}");
+    let central = Central::start(report, &topo, n, p)?;
+    let mine = local_ports(n, p);
+    report.note(&format!(
+        "{CHASSIS}'s local ports: the {} VIFs of every tenth switch (ls0, ls10, ...)",
+        mine.len()
+    ));
+
+    // holdfast first, on a Chassis row written by hand (ovn-controller registers its own
+    // later); northd then fills Port_Binding.requested_chassis.
+    central.sbctl(&["chassis-add", CHASSIS, "geneve", "127.0.0.2"])?;
+    central.nbctl(
+        Some("sb"),
+        &batch(mine.iter().map(|v| {
+            sv(&[
+                "lsp-set-options",
+                v,
+                &format!("requested-chassis={CHASSIS}"),
+            ])
+        })),
+    )?;
+    let ours = holdfast_side(report, &central, &tag).context("holdfast side")?;
+    central.sbctl(&["chassis-del", CHASSIS])?;
+    central.nbctl(Some("sb"), &sv(&["sync"]))?;
+
+    let theirs = ovn_controller_side(report, &central, &mine);
+    match theirs {
+        Ok(t) => {
+            let b = Better::Lower;
+            report.compare(
+                &format!("cold_start_{tag}"),
+                ours.cold_ms,
+                "ms",
+                b,
+                "ovn-controller",
+                t.cold_ms,
+            );
+            report.compare(
+                &format!("port_add_{tag}"),
+                ours.port_add_ms,
+                "ms",
+                b,
+                "ovn-controller",
+                t.port_add_ms,
+            );
+            ours.emit_rest(report, &tag);
+            report.result(&format!("ovn_controller_{tag}_peak_rss"), t.rss_mb, "MB");
+        }
+        Err(e) if ci() => return Err(e.context(format!("ovn-controller side at {tag} (CI=true)"))),
+        Err(e) => {
+            report.note(&format!(
+                "ovn-controller baseline skipped at {tag}: {e:#}; holdfast's figures alone"
+            ));
+            report.result(&format!("cold_start_{tag}"), ours.cold_ms, "ms");
+            report.result(&format!("port_add_{tag}"), ours.port_add_ms, "ms");
+            ours.emit_rest(report, &tag);
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// holdfast
+
+/// Where holdfast's time goes (ms), in pipeline order; absent steps are `None`.
+#[derive(Debug, Default, Clone)]
+struct Split {
+    sb_sync: Option<f64>,
+    translate: f64,
+    compile: f64,
+}
+
+impl Split {
+    fn total(&self) -> f64 {
+        self.sb_sync.unwrap_or(0.0) + self.translate + self.compile
+    }
+
+    fn steps(&self) -> Vec<(&'static str, f64)> {
+        let mut v = Vec::new();
+        if let Some(s) = self.sb_sync {
+            v.push(("sb_sync", s));
+        }
+        v.push(("translate", self.translate));
+        v.push(("compile", self.compile));
+        v
+    }
+}
+
+/// holdfast's figures.
+struct Ours {
+    cold_ms: f64,
+    cold: Split,
+    port_add_ms: f64,
+    port_add: Split,
+    heap_mb: f64,
+}
+
+impl Ours {
+    fn emit_rest(&self, report: &mut Report, tag: &str) {
+        for (step, v) in self.cold.steps() {
+            report.result(&format!("cold_start_{tag}_split_{step}"), v, "ms");
+        }
+        for (step, v) in self.port_add.steps() {
+            report.result(&format!("port_add_{tag}_split_{step}"), v, "ms");
+        }
+        report.result(&format!("cold_start_{tag}_heap_peak"), self.heap_mb, "MB");
+    }
+}
+
+/// What a chassis has installed: the translation's zones and the program.
+struct Installed {
+    zones: std::collections::BTreeMap<String, u16>,
+    spec: hf_pipeline::ProgramSpec,
+    program: hf_pipeline::Program,
+}
+
+/// SB → the installed program for `hv1`; with `prev`, zones are kept and unchanged
+/// datapaths' compiled tables reused, as a running chassis does.
+fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Installed, Split)> {
+    let mut split = Split::default();
+    let t = Instant::now();
+    let opts = hf_controller::TranslateOptions {
+        chassis: Some(CHASSIS.into()),
+    };
+    let extra = hf_controller::Extra {
+        only_needed: true,
+        zones: prev.map(|p| p.zones.clone()).unwrap_or_default(),
+    };
+    let tr = hf_controller::translate_with(sb, &opts, &extra);
+    split.translate = ms(t.elapsed());
+    let t = Instant::now();
+    let (program, _errors) = match prev {
+        None => hf_pipeline::Program::compile(&tr.spec),
+        Some(p) => {
+            let changed = changed_datapaths(&p.spec, &tr.spec);
+            let refs: Vec<&str> = changed.iter().map(String::as_str).collect();
+            p.program.recompile(&tr.spec, &refs)
+        }
+    }
+    .map_err(|e| anyhow::anyhow!("the program for {CHASSIS} does not compile: {e}"))?;
+    split.compile = ms(t.elapsed());
+    Ok((
+        Installed {
+            zones: tr.zones,
+            spec: tr.spec,
+            program,
+        },
+        split,
+    ))
+}
+
+/// The datapaths of `new` whose flows differ from the same-named datapath of `old` (or that
+/// are new): what a controller diffing its programs hands to `recompile`.
+fn changed_datapaths(
+    old: &hf_pipeline::ProgramSpec,
+    new: &hf_pipeline::ProgramSpec,
+) -> Vec<String> {
+    let before: std::collections::HashMap<&str, &hf_pipeline::DatapathSpec> =
+        old.datapaths.iter().map(|d| (d.name.as_str(), d)).collect();
+    new.datapaths
+        .iter()
+        .filter(|d| {
+            before
+                .get(d.name.as_str())
+                .is_none_or(|o| o.flows != d.flows)
+        })
+        .map(|d| d.name.clone())
+        .collect()
+}
+
+fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Result<Ours> {
+    use hf_ovsdb_net::client::{Client, Config};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let sb = format!("unix:{}", central.sb_sock().display());
+    let t = Instant::now();
+    let (client, _events) = rt.block_on(async {
+        Client::<SbSnapshot>::spawn(
+            vec![sb.clone()],
+            Config {
+                leader_only: false,
+                ..Config::default()
+            },
+        )
+    });
+    let synced = rt.block_on(client.wait_until(Duration::from_secs(600), |r| r.is_synced()));
+    if !synced {
+        bail!("the SB replica never synced");
+    }
+    let sync_ms = ms(t.elapsed());
+    let snap = client.with(|r| r.model().clone());
+    report.note(&format!(
+        "SB: {} logical flows, {} port bindings, {} datapaths",
+        snap.logical_flow().len(),
+        snap.port_binding().len(),
+        snap.datapath_binding().len()
+    ));
+
+    // Cold start: median of 3 computations on the synced replica (the sync counted once).
+    let mut colds = Vec::new();
+    let mut heap = 0usize;
+    let mut installed = None;
+    for _ in 0..3 {
+        drop(installed.take());
+        let base = alloc::reset_peak();
+        let (inst, split) = install(&snap, None)?;
+        heap = heap.max(alloc::peak().saturating_sub(base));
+        colds.push(split);
+        installed = Some(inst);
+    }
+    colds.sort_by(|a, b| a.total().total_cmp(&b.total()));
+    let mut cold = colds[colds.len() / 2].clone();
+    cold.sb_sync = Some(sync_ms);
+    let mut current = installed.context("no program")?;
+    report.note(&format!(
+        "holdfast {tag}: {} compiled flows in {} datapaths, {} flow errors",
+        current.program.flow_count(),
+        current.spec.datapaths.len(),
+        current.program.flow_errors().count()
+    ));
+    drop(snap);
+
+    // Port adds: the SB with the port (replicated) → the new program.
+    let mut adds = Vec::new();
+    for k in 0..ADDS {
+        let (name, cmds) = new_port(0, k);
+        central.nbctl(Some("sb"), &cmds)?;
+        let nb_cfg: i64 = central
+            .nbctl(None, &sv(&["get", "NB_Global", ".", "nb_cfg"]))?
+            .trim()
+            .parse()
+            .context("NB_Global.nb_cfg")?;
+        let has = rt.block_on(client.wait_until(Duration::from_secs(120), |r| {
+            let m = r.model();
+            m.sb_global().values().any(|g| g.nb_cfg >= nb_cfg)
+                && m.port_binding()
+                    .values()
+                    .any(|pb| pb.logical_port == name && pb.requested_chassis.is_some())
+        }));
+        if !has {
+            bail!("the SB replica never saw {name} with its requested chassis");
+        }
+        let snap = client.with(|r| r.model().clone());
+        let (next, split) = install(&snap, Some(&current))?;
+        if k == 0 {
+            report.note(&format!(
+                "port add: recompile reused {} of {} datapaths' tables",
+                next.program.shared_datapaths(&current.program),
+                next.spec.datapaths.len()
+            ));
+        }
+        adds.push(split);
+        current = next;
+    }
+    adds.sort_by(|a, b| a.total().total_cmp(&b.total()));
+    let port_add = adds[adds.len() / 2].clone();
+    drop(client);
+    Ok(Ours {
+        cold_ms: cold.total(),
+        cold,
+        port_add_ms: port_add.total(),
+        port_add,
+        heap_mb: heap as f64 / 1e6,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// ovn-controller
+
+/// ovn-controller's figures.
+struct Theirs {
+    cold_ms: f64,
+    port_add_ms: f64,
+    rss_mb: f64,
+}
+
+/// A real chassis: a private Open_vSwitch database, ovs-vswitchd (dummy datapath) and
+/// ovn-controller, in `dir`; stopped by pid on drop (controller first).
+struct RealChassis {
+    dir: PathBuf,
+    db: String,
+    daemons: Vec<Daemon>,
+}
+
+impl Drop for RealChassis {
+    fn drop(&mut self) {
+        while let Some(d) = self.daemons.pop() {
+            drop(d);
+        }
+    }
+}
+
+/// Every OVS/OVN tool run for the chassis looks for its run directory here.
+fn in_dir<'a>(c: &'a mut Command, dir: &Path) -> &'a mut Command {
+    for v in [
+        "OVS_RUNDIR",
+        "OVS_LOGDIR",
+        "OVS_DBDIR",
+        "OVN_RUNDIR",
+        "OVN_LOGDIR",
+    ] {
+        c.env(v, dir);
+    }
+    c
+}
+
+impl RealChassis {
+    /// The database, ovs-vswitchd and br-int with one dummy interface per VIF; no controller.
+    fn prepare(dir: &Path, sb: &str, vifs: &[String]) -> anyhow::Result<RealChassis> {
+        let dir = dir.join(format!("chassis-{CHASSIS}"));
+        std::fs::create_dir_all(&dir)?;
+        let conf = dir.join("conf.db");
+        ok(Command::new("ovsdb-tool")
+            .arg("create")
+            .arg(&conf)
+            .arg(VSWITCH_SCHEMA))?;
+        let sock = dir.join("db.sock");
+        let mut c = RealChassis {
+            dir: dir.clone(),
+            db: format!("unix:{}", sock.display()),
+            daemons: Vec::new(),
+        };
+        ok(in_dir(&mut Command::new("ovsdb-server"), &dir)
+            .args(daemon_args(&dir, "ovsdb-server"))
+            .arg(format!("--remote=punix:{}", sock.display()))
+            .arg(&conf))?;
+        c.daemons.push(Daemon(dir.join("ovsdb-server.pid")));
+        c.vsctl(&sv(&["init"]))?;
+        c.vsctl(&sv(&[
+            "set",
+            "open_vswitch",
+            ".",
+            &format!("external_ids:system-id={CHASSIS}"),
+            &format!("external_ids:hostname=host-{CHASSIS}"),
+            &format!("external_ids:ovn-remote={sb}"),
+            "external_ids:ovn-encap-type=geneve",
+            "external_ids:ovn-encap-ip=127.0.0.2",
+        ]))?;
+        let mut cmds = vec![sv(&[
+            "add-br",
+            "br-int",
+            "--",
+            "set",
+            "bridge",
+            "br-int",
+            "fail-mode=secure",
+            "other-config:disable-in-band=true",
+        ])];
+        cmds.extend(vifs.iter().map(|v| iface_cmd(v)));
+        c.vsctl(&batch(cmds))?;
+        ok(in_dir(&mut Command::new("ovs-vswitchd"), &dir)
+            .arg("--enable-dummy=override")
+            .args(daemon_args(&dir, "ovs-vswitchd"))
+            .arg(&c.db))?;
+        c.daemons.push(Daemon(dir.join("ovs-vswitchd.pid")));
+        Ok(c)
+    }
+
+    fn vsctl(&self, args: &[String]) -> anyhow::Result<String> {
+        ok(in_dir(&mut Command::new("ovs-vsctl"), &self.dir)
+            .arg(format!("--db={}", self.db))
+            .arg("--no-wait")
+            .args(args))
+    }
+
+    fn start_controller(&mut self) -> anyhow::Result<()> {
+        // ovn-controller 23.03 has no --unixctl: its control socket goes to OVN_RUNDIR (this
+        // directory) as ovn-controller.<pid>.ctl.
+        let mut args = daemon_args(&self.dir, "ovn-controller");
+        args.retain(|a| !a.starts_with("--unixctl="));
+        ok(in_dir(&mut Command::new("ovn-controller"), &self.dir)
+            .args(args)
+            .arg(&self.db))?;
+        self.daemons
+            .push(Daemon(self.dir.join("ovn-controller.pid")));
+        Ok(())
+    }
+
+    fn controller_pid(&self) -> anyhow::Result<String> {
+        Ok(std::fs::read_to_string(self.dir.join("ovn-controller.pid"))
+            .context("ovn-controller's pidfile")?
+            .trim()
+            .to_string())
+    }
+
+    /// `ovn-appctl -t ovn-controller COMMAND`.
+    fn appctl(&self, cmd: &str) -> anyhow::Result<String> {
+        let ctl = self
+            .dir
+            .join(format!("ovn-controller.{}.ctl", self.controller_pid()?));
+        ok(in_dir(&mut Command::new("ovn-appctl"), &self.dir)
+            .arg("-t")
+            .arg(ctl)
+            .arg(cmd))
+    }
+
+    fn log_tail(&self) -> String {
+        let l = std::fs::read_to_string(self.dir.join("ovn-controller.log")).unwrap_or_default();
+        l[l.len().saturating_sub(3000)..].to_string()
+    }
+}
+
+/// `add-port br-int V -- set interface V external_ids:iface-id=V` (one ovs-vsctl command list).
+fn iface_cmd(v: &str) -> Vec<String> {
+    sv(&[
+        "add-port",
+        "br-int",
+        v,
+        "--",
+        "set",
+        "interface",
+        v,
+        &format!("external_ids:iface-id={v}"),
+    ])
+}
+
+/// A synchronous OVSDB connection for polling (JSON-RPC `transact` with selects), so that
+/// waiting costs a round trip instead of a process start.
+struct Poller {
+    sock: std::os::unix::net::UnixStream,
+    buf: Vec<u8>,
+    id: u64,
+}
+
+impl Poller {
+    fn connect(path: &Path) -> anyhow::Result<Poller> {
+        let sock = std::os::unix::net::UnixStream::connect(path)
+            .with_context(|| format!("connecting to {}", path.display()))?;
+        sock.set_read_timeout(Some(Duration::from_secs(60)))?;
+        Ok(Poller {
+            sock,
+            buf: Vec::new(),
+            id: 0,
+        })
+    }
+
+    /// One `transact` on OVN_Southbound; the `result` array.
+    fn transact(&mut self, ops: Vec<serde_json::Value>) -> anyhow::Result<Vec<serde_json::Value>> {
+        self.id += 1;
+        let mut params = vec![serde_json::json!("OVN_Southbound")];
+        params.extend(ops);
+        let req = serde_json::json!({"method": "transact", "params": params, "id": self.id});
+        self.sock.write_all(req.to_string().as_bytes())?;
+        loop {
+            let mut it =
+                serde_json::Deserializer::from_slice(&self.buf).into_iter::<serde_json::Value>();
+            match it.next() {
+                Some(Ok(v)) => {
+                    let used = it.byte_offset();
+                    self.buf.drain(..used);
+                    if v["method"] == "echo" {
+                        let reply = serde_json::json!({"result": v["params"], "id": v["id"]});
+                        self.sock.write_all(reply.to_string().as_bytes())?;
+                        continue;
+                    }
+                    if v["id"] != self.id {
+                        continue;
+                    }
+                    if !v["error"].is_null() {
+                        bail!("transact failed: {}", v["error"]);
+                    }
+                    return v["result"]
+                        .as_array()
+                        .cloned()
+                        .context("transact: no result array");
+                }
+                Some(Err(e)) if !e.is_eof() => bail!("bad JSON from the SB server: {e}"),
+                _ => {}
+            }
+            let mut chunk = [0u8; 65536];
+            let n = self.sock.read(&mut chunk)?;
+            if n == 0 {
+                bail!("the SB server closed the connection");
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// `SB_Global.nb_cfg`, the chassis's `Chassis_Private.nb_cfg` (if registered), and
+    /// whether `port`'s `Port_Binding` is `up`.
+    fn state(&mut self, port: &str) -> anyhow::Result<(i64, Option<i64>, bool)> {
+        let r = self.transact(vec![
+            serde_json::json!({"op": "select", "table": "SB_Global", "where": [], "columns": ["nb_cfg"]}),
+            serde_json::json!({"op": "select", "table": "Chassis_Private",
+                "where": [["name", "==", CHASSIS]], "columns": ["nb_cfg"]}),
+            serde_json::json!({"op": "select", "table": "Port_Binding",
+                "where": [["logical_port", "==", port]], "columns": ["up"]}),
+        ])?;
+        let rows = |i: usize| r.get(i).and_then(|v| v["rows"].as_array().cloned());
+        let sb_cfg = rows(0)
+            .and_then(|r| r.first().and_then(|row| row["nb_cfg"].as_i64()))
+            .unwrap_or(0);
+        let ch_cfg = rows(1).and_then(|r| r.first().and_then(|row| row["nb_cfg"].as_i64()));
+        // `up` is an optional boolean: `true`, or `["set", []]`.
+        let up = rows(2)
+            .and_then(|r| r.first().map(|row| row["up"] == serde_json::json!(true)))
+            .unwrap_or(false);
+        Ok((sb_cfg, ch_cfg, up))
+    }
+}
+
+fn ovn_controller_side(
+    report: &Report,
+    central: &Central,
+    mine: &[String],
+) -> anyhow::Result<Theirs> {
+    let mut ch = RealChassis::prepare(central.dir.path(), &central.sb, mine)?;
+    let mut poll = Poller::connect(&central.sb_sock())?;
+    let probe = mine.first().context("no local port")?.clone();
+    let (target, _, _) = poll.state(&probe)?;
+    if target <= 0 {
+        bail!("SB_Global.nb_cfg is {target}: the earlier --wait=sb did not bump it");
+    }
+    // Give ovs-vswitchd a moment to create its interfaces (not part of the measure).
+    std::thread::sleep(Duration::from_millis(500));
+
+    let timeout = Duration::from_secs(1200);
+    let wait = |poll: &mut Poller, what: &str, port: &str, target: i64, ch: &RealChassis| {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let (_, cfg, up) = poll.state(port)?;
+            if cfg.is_some_and(|c| c >= target) && up {
+                return Ok::<Instant, anyhow::Error>(Instant::now());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "timed out after {timeout:?} waiting for {what}; ovn-controller log tail:\n{}",
+                    ch.log_tail()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    };
+
+    let t0 = Instant::now();
+    ch.start_controller()?;
+    let done = wait(&mut poll, "the cold start", &probe, target, &ch)?;
+    let cold_ms = ms(done - t0);
+    report.note(&format!(
+        "ovn-controller cold start: nb_cfg {target} reached in {cold_ms:.0} ms"
+    ));
+    if let Ok(s) = ch.appctl("stopwatch/show") {
+        report.note(&format!(
+            "ovn-controller stopwatch/show after the cold start:\n{}",
+            stopwatch_summary(&s)
+        ));
+    }
+    let _ = ch.appctl("stopwatch/reset");
+
+    let mut adds = Vec::new();
+    for k in 0..ADDS {
+        let (name, cmds) = new_port(1, k);
+        ch.vsctl(&iface_cmd(&name))?;
+        std::thread::sleep(Duration::from_millis(300));
+        central.nbctl(Some("sb"), &cmds)?;
+        let t0 = Instant::now();
+        let (target, _, _) = poll.state(&name)?;
+        let done = wait(&mut poll, &format!("{name} up"), &name, target, &ch)?;
+        adds.push(ms(done - t0));
+    }
+    if let Ok(s) = ch.appctl("stopwatch/show") {
+        report.note(&format!(
+            "ovn-controller stopwatch/show over the {ADDS} port adds:\n{}",
+            stopwatch_summary(&s)
+        ));
+    }
+    let pid = ch.controller_pid()?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .context("VmHWM in /proc/PID/status")?;
+    drop(ch);
+    Ok(Theirs {
+        cold_ms,
+        port_add_ms: median(adds),
+        rss_mb: kb / 1024.0,
+    })
+}
+
+/// The `flow-generation` and `flow-installation` blocks of `stopwatch/show` (its other
+/// stopwatches are small), one line each.
+fn stopwatch_summary(s: &str) -> String {
+    let mut out = Vec::new();
+    let mut cur: Option<(String, Vec<String>)> = None;
+    for line in s.lines() {
+        let l = line.trim();
+        if let Some(name) = l
+            .strip_prefix("Statistics for '")
+            .and_then(|r| r.strip_suffix("'"))
+        {
+            if let Some(c) = cur.take() {
+                out.push(c);
+            }
+            cur = Some((name.to_string(), Vec::new()));
+        } else if let Some((_, v)) = cur.as_mut()
+            && !l.is_empty()
+            && (l.starts_with("Total samples")
+                || l.starts_with("Maximum")
+                || l.starts_with("Long term average"))
+        {
+            v.push(l.split_whitespace().collect::<Vec<_>>().join(" "));
+        }
+    }
+    out.extend(cur);
+    out.into_iter()
+        .filter(|(n, _)| n.starts_with("flow-"))
+        .map(|(n, v)| format!("  {n}: {}", v.join("; ")))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
