@@ -4,11 +4,22 @@
 //!
 //! - [`proto`]: the versioned controller ↔ datapath control protocol (program push, zone map,
 //!   conntrack dump and flush by owner, counters, state export for handoff).
+//! - [`program`]: a [`proto::ProgramMsg`] (flows as SB text, ports by name) →
+//!   [`hf_pipeline::ProgramSpec`] → a compiled program, with the last good version of a flow
+//!   running when its current text fails.
+//! - [`Datapath`] ([`core`]): the sans-I/O datapath: in-memory ports, the pipeline with its
+//!   flow cache, conntrack, the zone map, Geneve between chassis, and the control session
+//!   ([`control`]). The `holdfast datapath` daemon and the simulator both run it.
+//! - [`dump`]: conntrack entries in `dpctl/dump-conntrack`'s style.
 //!
 //! # What it does not do (yet)
 //!
-//! The sans-I/O datapath core (ports, Geneve tunnels, the pipeline with its flow cache,
-//! conntrack, the zone map, packet-in replies) and the `holdfast datapath` shell are being
-//! built on top of this protocol.
+//! Real interfaces (a later issue); the packet-in replies (DHCP, DNS, RA) are the pipeline's.
 
+pub mod control;
+pub mod core;
+pub mod dump;
+pub mod program;
 pub mod proto;
+
+pub use crate::core::{Datapath, DatapathConfig, Level, MAX_PENDING, Transmit};

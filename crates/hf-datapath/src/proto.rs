@@ -23,8 +23,8 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 /// The protocol version; both hellos carry it.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -141,6 +141,19 @@ pub enum FromDatapath {
     Error {
         /// What went wrong.
         message: String,
+    },
+    /// FDB entries the pipeline learned (`put_fdb`): for SB `FDB`. (Added in issue 11,
+    /// additively: a new last variant.)
+    LearnedFdb(Vec<FdbMsg>),
+    /// `bind_vport(V, P)` ran: virtual port `vport` is reached through `parent` on this
+    /// chassis (the controller claims `vport`, as pinctrl does). (Added in issue 11.)
+    VportBound {
+        /// Datapath name.
+        datapath: String,
+        /// The virtual port.
+        vport: String,
+        /// Its parent port.
+        parent: String,
     },
 }
 

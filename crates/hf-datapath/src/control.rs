@@ -1,0 +1,233 @@
+//! The datapath's end of the control session (one controller at a time).
+//!
+//! # What it does
+//!
+//! The first message must be [`ToDatapath::Hello`] with [`PROTOCOL_VERSION`] and this
+//! datapath's chassis name; it is answered with [`FromDatapath::Hello`] carrying the local
+//! ports, the zone map and the last installed program, followed by whatever events waited
+//! while no controller was connected. Another version, another chassis, a message before the
+//! hello, or bytes that do not decode are answered with [`FromDatapath::Error`] and the session
+//! is closed ([`Datapath::control_wants_close`]); the datapath itself carries on unchanged.
+//! Requests after the hello are answered one by one (see [`crate::proto`]).
+//!
+//! # What it does not do
+//!
+//! No I/O: bytes in, frames out ([`Datapath::poll_control_transmit`]). A disconnect changes
+//! nothing but the session: program, zones and conntrack stay.
+
+use std::time::Duration;
+
+use crate::core::{Datapath, Level};
+use crate::proto::{Decoder, FromDatapath, PROTOCOL_VERSION, ToDatapath, encode_to};
+
+/// One controller session.
+#[derive(Debug, Default)]
+pub(crate) struct Control {
+    dec: Decoder<ToDatapath>,
+    hello: bool,
+    closing: bool,
+}
+
+impl Control {
+    pub(crate) fn ready(&self) -> bool {
+        self.hello && !self.closing
+    }
+}
+
+impl Datapath {
+    pub(crate) fn send(&mut self, msg: &FromDatapath) {
+        let mut out = Vec::new();
+        match encode_to(msg, &mut out) {
+            Ok(()) => self.ctl_tx.push_back(out),
+            Err(e) => self.log(Level::Error, format!("control message not sent: {e}")),
+        }
+    }
+
+    fn refuse(&mut self, message: String) {
+        self.log(
+            Level::Warn,
+            format!("control session: {message}; closing it"),
+        );
+        self.send(&FromDatapath::Error { message });
+        if let Some(c) = self.control.as_mut() {
+            c.closing = true;
+        }
+    }
+
+    /// A controller connected (a previous session, if any, is forgotten).
+    pub fn handle_control_connected(&mut self, _now: Duration) {
+        self.control = Some(Control::default());
+        self.ctl_tx.clear();
+        self.log(Level::Info, "controller connected".into());
+    }
+
+    /// The controller went away. Nothing else changes: forwarding continues with the last
+    /// program, and nothing is flushed.
+    pub fn handle_control_disconnected(&mut self, _now: Duration) {
+        if self.control.take().is_some() {
+            self.log(
+                Level::Info,
+                format!(
+                    "controller disconnected; forwarding continues with program {}",
+                    self.generation()
+                ),
+            );
+        }
+        self.ctl_tx.clear();
+    }
+
+    /// The session should be closed by the shell once [`Datapath::poll_control_transmit`] is
+    /// drained (the peer was refused).
+    pub fn control_wants_close(&self) -> bool {
+        self.control.as_ref().is_some_and(|c| c.closing)
+    }
+
+    /// Whether a controller session has completed its hello.
+    pub fn control_ready(&self) -> bool {
+        self.control.as_ref().is_some_and(|c| c.ready())
+    }
+
+    /// The next frame to send to the controller.
+    pub fn poll_control_transmit(&mut self) -> Option<Vec<u8>> {
+        self.ctl_tx.pop_front()
+    }
+
+    /// Bytes from the controller.
+    pub fn handle_control_bytes(&mut self, data: &[u8], now: Duration) {
+        let Some(c) = self.control.as_mut() else {
+            self.log(
+                Level::Warn,
+                "control bytes without a session: ignored".into(),
+            );
+            return;
+        };
+        if c.closing {
+            return;
+        }
+        c.dec.push(data);
+        loop {
+            let Some(c) = self.control.as_mut() else {
+                return;
+            };
+            if c.closing {
+                return;
+            }
+            match c.dec.next_msg() {
+                Ok(None) => return,
+                Ok(Some(msg)) => self.handle_msg(msg, now),
+                Err(e) => {
+                    self.refuse(format!("bad control frame: {e}"));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn handle_msg(&mut self, msg: ToDatapath, now: Duration) {
+        let hello = self.control.as_ref().is_some_and(|c| c.hello);
+        if !hello {
+            match msg {
+                ToDatapath::Hello { version, chassis } => {
+                    if version != PROTOCOL_VERSION {
+                        return self.refuse(format!(
+                            "controller speaks protocol version {version}, this datapath speaks {PROTOCOL_VERSION}"
+                        ));
+                    }
+                    if chassis != self.cfg.chassis {
+                        return self.refuse(format!(
+                            "controller is for chassis \"{chassis}\", this datapath is \"{}\"",
+                            self.cfg.chassis
+                        ));
+                    }
+                    if let Some(c) = self.control.as_mut() {
+                        c.hello = true;
+                    }
+                    let answer = FromDatapath::Hello {
+                        version: PROTOCOL_VERSION,
+                        chassis: self.cfg.chassis.clone(),
+                        ports: self.ports(),
+                        zones: self.zones.clone(),
+                        program: self.program.clone().map(Box::new),
+                    };
+                    self.send(&answer);
+                    while let Some(m) = self.pending.pop_front() {
+                        self.send(&m);
+                    }
+                }
+                other => self.refuse(format!("expected a hello first, got {}", name_of(&other))),
+            }
+            return;
+        }
+        match msg {
+            ToDatapath::Hello { .. } => self.refuse("a second hello on one session".into()),
+            ToDatapath::Program(p) => {
+                let generation = p.generation;
+                match self.install(*p) {
+                    Ok(flow_errors) => self.send(&FromDatapath::Installed {
+                        generation,
+                        flow_errors,
+                    }),
+                    Err(reason) => {
+                        self.log(
+                            Level::Warn,
+                            format!("program {generation} rejected: {reason}"),
+                        );
+                        self.send(&FromDatapath::Rejected { generation, reason })
+                    }
+                }
+            }
+            ToDatapath::FlushZones { names } => match self.flush_zones(&names) {
+                Ok(entries) => {
+                    self.log(
+                        Level::Info,
+                        format!("flushed zones {}: {entries} entries", names.join(", ")),
+                    );
+                    self.send(&FromDatapath::Flushed { names, entries })
+                }
+                Err(message) => self.send(&FromDatapath::Error {
+                    message: format!("flush refused: {message}"),
+                }),
+            },
+            ToDatapath::DumpConntrack { zone } => match self.dump_conntrack(zone.as_deref(), now) {
+                Ok(lines) => self.send(&FromDatapath::Conntrack(lines)),
+                Err(message) => self.send(&FromDatapath::Error { message }),
+            },
+            ToDatapath::SetPortActive { port } => match self.set_port_active(&port) {
+                Ok(()) => self.send(&FromDatapath::PortActivated { port }),
+                Err(message) => self.send(&FromDatapath::Error { message }),
+            },
+            ToDatapath::GetCounters => {
+                let c = self.counters();
+                self.send(&FromDatapath::Counters(c))
+            }
+            ToDatapath::ExportState => {
+                let s = self.export_state(now);
+                self.send(&FromDatapath::Exported(Box::new(s)))
+            }
+            ToDatapath::Ping { seq } => self.send(&FromDatapath::Pong { seq }),
+        }
+    }
+
+    /// Activates local port `port` (as its RARP would).
+    pub fn set_port_active(&mut self, port: &str) -> Result<(), String> {
+        let Some(p) = self.ports.get(port) else {
+            return Err(format!("no local port \"{port}\""));
+        };
+        let id = p.id;
+        self.pipeline.set_port_active(id, true);
+        Ok(())
+    }
+}
+
+fn name_of(m: &ToDatapath) -> &'static str {
+    match m {
+        ToDatapath::Hello { .. } => "Hello",
+        ToDatapath::Program(_) => "Program",
+        ToDatapath::FlushZones { .. } => "FlushZones",
+        ToDatapath::DumpConntrack { .. } => "DumpConntrack",
+        ToDatapath::SetPortActive { .. } => "SetPortActive",
+        ToDatapath::GetCounters => "GetCounters",
+        ToDatapath::ExportState => "ExportState",
+        ToDatapath::Ping { .. } => "Ping",
+    }
+}

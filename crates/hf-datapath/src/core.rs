@@ -1,0 +1,670 @@
+//! The sans-I/O datapath core: [`Datapath`].
+//!
+//! # What it does
+//!
+//! - Owns the in-memory local ports (named by `iface-id`, numbered in order of appearance),
+//!   the [`hf_pipeline::Pipeline`] (with its flow cache and learned state), the conntrack
+//!   table and the zone map.
+//! - Traffic: a frame from a local port runs the ingress pipeline of the port's datapath; a
+//!   Geneve payload from a tunnel (UDP payload: Geneve header + inner frame; OVN's option with
+//!   the port keys is required) runs the egress pipeline of the VNI's datapath. Outputs go to
+//!   local ports ([`Transmit::Port`]) or, Geneve-encapsulated with OVN's metadata, to the remote
+//!   chassis's tunnel IP from the program's chassis table ([`Transmit::Tunnel`]).
+//! - Events of the pipeline (learned neighbours and FDB entries, `bind_vport`, RARP
+//!   activations) become messages to the controller; while none is connected they wait (up to
+//!   [`MAX_PENDING`]) and are sent after the next hello.
+//! - The control session ([`crate::control`]): hello with version check, program install,
+//!   zone flushes, conntrack dumps, counters, state export.
+//! - Timers: conntrack expiry and learned-table expiry ([`Datapath::poll_timeout`]).
+//!
+//! # What it does not do
+//!
+//! No I/O and no clock: every entry point takes `now`. No real interfaces (later issue), no
+//! outer Ethernet/IP/UDP headers (the shell's UDP socket or the simulator's link carries the
+//! Geneve payload), no buffering of frames for a port still waiting for activation (they are
+//! delivered; the pipeline drops the port's own frames until it is active).
+//!
+//! # Invariants
+//!
+//! - A controller disconnect changes nothing in forwarding: program, zone map and conntrack
+//!   stay as they are.
+//! - Zone 0 is never in the zone map and never flushed.
+//! - No input (frame, tunnel payload, control bytes) panics.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::net::IpAddr;
+use std::time::Duration;
+
+use hf_conntrack::{Conntrack, Selection};
+use hf_pipeline::{Destination, Event, Ingress, Outputs, Pipeline, Program, ProgramSpec};
+use hf_wire::geneve::{GenevePacket, GeneveRepr, OvnMetadata, PortKeys};
+
+use crate::control::Control;
+use crate::proto::{
+    Counters, FlowErrorMsg, FromDatapath, LearnedNeighbour, LocalPort, ProgramMsg, StateExport,
+};
+
+/// Events kept for the controller while none is connected.
+pub const MAX_PENDING: usize = 4096;
+
+/// How often learned ECMP/affinity entries are swept while there are any.
+const LEARN_SWEEP: Duration = Duration::from_secs(5);
+
+/// What a datapath is started with.
+#[derive(Debug, Clone)]
+pub struct DatapathConfig {
+    /// The chassis name (`external_ids:system-id`); the controller's hello must name it.
+    pub chassis: String,
+    /// The local tunnel endpoint.
+    pub tunnel_ip: IpAddr,
+    /// Conntrack limits and timeouts.
+    pub conntrack: hf_conntrack::Config,
+    /// The zone map from local storage (what the last run had); zone 0 entries are ignored.
+    pub zones: BTreeMap<String, u16>,
+}
+
+impl DatapathConfig {
+    /// A configuration with default conntrack settings and an empty zone map.
+    pub fn new(chassis: &str, tunnel_ip: IpAddr) -> DatapathConfig {
+        DatapathConfig {
+            chassis: chassis.to_string(),
+            tunnel_ip,
+            conntrack: hf_conntrack::Config::default(),
+            zones: BTreeMap::new(),
+        }
+    }
+}
+
+/// A frame to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transmit {
+    /// Out of a local port.
+    Port {
+        /// The port's name.
+        port: String,
+        /// The Ethernet frame.
+        frame: Vec<u8>,
+    },
+    /// Into a Geneve tunnel: the UDP payload (Geneve header + inner frame) for `dst:6081`.
+    Tunnel {
+        /// The remote chassis's tunnel IP.
+        dst: IpAddr,
+        /// Geneve header and inner Ethernet frame.
+        payload: Vec<u8>,
+    },
+}
+
+/// Severity of a [`Datapath::poll_log`] line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// Something failed.
+    Error,
+    /// Something is wrong but forwarding goes on.
+    Warn,
+    /// Normal operation.
+    Info,
+    /// Detail.
+    Debug,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct PortState {
+    pub id: u32,
+    pub mac: Option<[u8; 6]>,
+}
+
+/// The per-chassis datapath core. See the module docs.
+#[derive(Debug)]
+pub struct Datapath {
+    pub(crate) cfg: DatapathConfig,
+    pub(crate) ports: BTreeMap<String, PortState>,
+    /// Local id → port name.
+    pub(crate) port_names: BTreeMap<u32, String>,
+    next_port_id: u32,
+    pub(crate) pipeline: Pipeline,
+    pub(crate) ct: Conntrack,
+    pub(crate) program: Option<ProgramMsg>,
+    pub(crate) flow_errors: Vec<FlowErrorMsg>,
+    pub(crate) zones: BTreeMap<String, u16>,
+    zones_changed: bool,
+    /// Chassis id → tunnel IP (Geneve chassis of the program's table).
+    tunnels: BTreeMap<u32, IpAddr>,
+    /// Chassis ids of the table that cannot be reached (another encapsulation).
+    no_tunnel: BTreeMap<u32, String>,
+    tx: VecDeque<Transmit>,
+    outs: Outputs,
+    pub(crate) control: Option<Control>,
+    pub(crate) ctl_tx: VecDeque<Vec<u8>>,
+    /// Messages for the controller produced while none had said hello.
+    pub(crate) pending: VecDeque<FromDatapath>,
+    pub(crate) counters: Counters,
+    logs: VecDeque<(Level, String)>,
+    last_sweep: Duration,
+    /// Distinct drop causes already logged (so a flood logs once).
+    logged: std::collections::BTreeSet<String>,
+}
+
+impl Datapath {
+    /// A datapath with no ports and an empty program.
+    pub fn new(cfg: DatapathConfig) -> Datapath {
+        let empty = match Program::compile(&ProgramSpec::default()) {
+            Ok((p, _)) => p,
+            // An empty spec has nothing that can fail; keep a clear message if it ever does.
+            Err(e) => unreachable!("empty program does not compile: {e}"),
+        };
+        let zones = cfg
+            .zones
+            .iter()
+            .filter(|(_, z)| **z != 0)
+            .map(|(n, z)| (n.clone(), *z))
+            .collect();
+        Datapath {
+            ct: Conntrack::new(cfg.conntrack.clone()),
+            cfg,
+            ports: BTreeMap::new(),
+            port_names: BTreeMap::new(),
+            next_port_id: 1,
+            pipeline: Pipeline::new(empty),
+            program: None,
+            flow_errors: Vec::new(),
+            zones,
+            zones_changed: false,
+            tunnels: BTreeMap::new(),
+            no_tunnel: BTreeMap::new(),
+            tx: VecDeque::new(),
+            outs: Outputs::default(),
+            control: None,
+            ctl_tx: VecDeque::new(),
+            pending: VecDeque::new(),
+            counters: Counters::default(),
+            logs: VecDeque::new(),
+            last_sweep: Duration::ZERO,
+            logged: Default::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &DatapathConfig {
+        &self.cfg
+    }
+
+    pub(crate) fn log(&mut self, level: Level, msg: String) {
+        if self.logs.len() < MAX_PENDING {
+            self.logs.push_back((level, msg));
+        }
+    }
+
+    fn log_once(&mut self, level: Level, key: &str, msg: impl FnOnce() -> String) {
+        if self.logged.len() < 1024 && self.logged.insert(key.to_string()) {
+            let m = msg();
+            self.log(level, m);
+        }
+    }
+
+    /// The next log line.
+    pub fn poll_log(&mut self) -> Option<(Level, String)> {
+        self.logs.pop_front()
+    }
+
+    /// Sends `msg` to the controller if one said hello, else keeps it for the next one.
+    pub(crate) fn notify(&mut self, msg: FromDatapath) {
+        if self.control.as_ref().is_some_and(|c| c.ready()) {
+            self.send(&msg);
+        } else if self.pending.len() < MAX_PENDING {
+            self.pending.push_back(msg);
+        }
+    }
+
+    // ----- ports -----
+
+    /// Adds an in-memory port named by its `iface-id` (a no-op for a port that exists with the
+    /// same MAC). The controller hears [`FromDatapath::PortAdded`].
+    pub fn add_port(&mut self, name: &str, mac: Option<[u8; 6]>) {
+        if let Some(p) = self.ports.get_mut(name) {
+            if p.mac == mac {
+                return;
+            }
+            p.mac = mac;
+        } else {
+            let id = self.next_port_id;
+            self.next_port_id += 1;
+            self.ports.insert(name.to_string(), PortState { id, mac });
+            self.port_names.insert(id, name.to_string());
+            self.relocate();
+        }
+        self.log(Level::Info, format!("port {name}: added"));
+        self.notify(FromDatapath::PortAdded(LocalPort {
+            name: name.to_string(),
+            mac,
+        }));
+    }
+
+    /// Removes a port (unknown names are ignored). The controller hears
+    /// [`FromDatapath::PortRemoved`].
+    pub fn remove_port(&mut self, name: &str) {
+        let Some(p) = self.ports.remove(name) else {
+            return;
+        };
+        self.port_names.remove(&p.id);
+        self.relocate();
+        self.log(Level::Info, format!("port {name}: removed"));
+        self.notify(FromDatapath::PortRemoved {
+            name: name.to_string(),
+        });
+    }
+
+    /// The local ports.
+    pub fn ports(&self) -> Vec<LocalPort> {
+        self.ports
+            .iter()
+            .map(|(n, p)| LocalPort {
+                name: n.clone(),
+                mac: p.mac,
+            })
+            .collect()
+    }
+
+    /// The local port ids by name (what [`crate::program::compile`] takes).
+    pub fn port_ids(&self) -> BTreeMap<String, u32> {
+        self.ports.iter().map(|(n, p)| (n.clone(), p.id)).collect()
+    }
+
+    /// A port appeared or went: the program's `Local` locations resolve differently, so the
+    /// installed program is compiled again (sharing unchanged tables).
+    fn relocate(&mut self) {
+        let Some(msg) = self.program.clone() else {
+            return;
+        };
+        match crate::program::compile(&msg, &self.port_ids(), Some(self.pipeline.program())) {
+            Ok((prog, errs)) => {
+                self.pipeline.set_program(prog);
+                self.flow_errors = errs;
+            }
+            Err(e) => self.log(
+                Level::Error,
+                format!(
+                    "program {}: recompiling after a port change failed: {e}",
+                    msg.generation
+                ),
+            ),
+        }
+    }
+
+    // ----- programs -----
+
+    /// Installs `msg` atomically: compiled whole and swapped in, or refused (the previous
+    /// program keeps running). On success the zone map becomes the program's.
+    pub fn install(&mut self, msg: ProgramMsg) -> Result<Vec<FlowErrorMsg>, String> {
+        let (prog, errs) =
+            crate::program::compile(&msg, &self.port_ids(), Some(self.pipeline.program()))?;
+        let mut tunnels = BTreeMap::new();
+        let mut no_tunnel = BTreeMap::new();
+        for c in &msg.chassis_table {
+            // `compile` checked the IPs.
+            let Ok(ip) = c.ip.parse::<IpAddr>() else {
+                continue;
+            };
+            if c.encap_type == "geneve" || c.encap_type.is_empty() {
+                tunnels.insert(c.id, ip);
+            } else {
+                no_tunnel.insert(c.id, format!("{} ({})", c.name, c.encap_type));
+            }
+        }
+        for (id, what) in &no_tunnel {
+            self.log(
+                Level::Warn,
+                format!(
+                    "chassis {what} (id {id}): only Geneve is supported; frames to it are dropped"
+                ),
+            );
+        }
+        self.pipeline.set_program(prog);
+        self.tunnels = tunnels;
+        self.no_tunnel = no_tunnel;
+        if self.zones != msg.zones {
+            self.zones = msg.zones.clone();
+            self.zones_changed = true;
+        }
+        self.counters.generation = msg.generation;
+        self.flow_errors = errs.clone();
+        self.log(
+            Level::Info,
+            format!(
+                "program {} installed: {} datapaths, {} flows, {} flow errors",
+                msg.generation,
+                msg.datapaths.len(),
+                self.pipeline.program().flow_count(),
+                errs.len()
+            ),
+        );
+        self.program = Some(msg);
+        Ok(errs)
+    }
+
+    /// The zone map changed since the last call (the shell then writes it to local storage).
+    pub fn take_zones_changed(&mut self) -> bool {
+        std::mem::take(&mut self.zones_changed)
+    }
+
+    /// Flushes the conntrack entries of the named zones. Refused as a whole (nothing flushed)
+    /// when a name is not in the zone map or names zone 0. Flushed names leave the zone map.
+    pub fn flush_zones(&mut self, names: &[String]) -> Result<u64, String> {
+        let mut zones = Vec::new();
+        for n in names {
+            match self.zones.get(n) {
+                None => return Err(format!("zone \"{n}\" is not in the zone map")),
+                Some(0) => return Err(format!("zone \"{n}\" is zone 0, which is never flushed")),
+                Some(&z) => zones.push(z),
+            }
+        }
+        let mut entries = 0u64;
+        for (n, z) in names.iter().zip(zones) {
+            entries += self.ct.flush_zone(z).map_err(|e| e.to_string())? as u64;
+            self.zones.remove(n);
+            self.zones_changed = true;
+        }
+        Ok(entries)
+    }
+
+    // ----- traffic -----
+
+    /// A frame arrived on local port `port`.
+    pub fn handle_port_frame(&mut self, port: &str, frame: &[u8], now: Duration) {
+        self.counters.rx_port += 1;
+        let Some(p) = self.ports.get(port) else {
+            self.counters.dropped += 1;
+            self.log_once(Level::Warn, &format!("noport:{port}"), || {
+                format!("frame on unknown port {port}: dropped")
+            });
+            return;
+        };
+        let id = p.id;
+        self.run(Ingress::Local(id), frame, now, false);
+    }
+
+    /// A Geneve payload (Geneve header + inner Ethernet frame) arrived from `src`.
+    pub fn handle_tunnel(&mut self, src: IpAddr, geneve: &[u8], now: Duration) {
+        self.counters.rx_tunnel += 1;
+        let parsed = GenevePacket::new_checked(geneve)
+            .and_then(|g| GeneveRepr::parse(&g).map(|r| (r, g.header_len())));
+        let (repr, hlen) = match parsed {
+            Ok(x) => x,
+            Err(e) => {
+                self.counters.dropped += 1;
+                self.log_once(Level::Warn, &format!("geneve:{src}:{e}"), || {
+                    format!("tunnel packet from {src}: {e}: dropped")
+                });
+                return;
+            }
+        };
+        let Some(ports) = repr.meta.ports else {
+            self.counters.dropped += 1;
+            self.log_once(Level::Warn, &format!("geneve-noopt:{src}"), || {
+                format!("tunnel packet from {src} without OVN's port option: dropped")
+            });
+            return;
+        };
+        let Some(inner) = geneve.get(hlen..) else {
+            self.counters.dropped += 1;
+            return;
+        };
+        let from = Ingress::Tunnel {
+            datapath: repr.meta.datapath,
+            inport: u32::from(ports.ingress),
+            outport: u32::from(ports.egress),
+        };
+        self.run(from, inner, now, true);
+    }
+
+    fn run(&mut self, from: Ingress, frame: &[u8], now: Duration, tunnel: bool) {
+        let mut outs = std::mem::take(&mut self.outs);
+        let res = self
+            .pipeline
+            .process(&mut self.ct, from, frame, now, &mut outs);
+        match res {
+            Ok(st) => {
+                self.counters.cache_hits += u64::from(st.cache_hits);
+                self.counters.cache_misses += u64::from(st.segments.saturating_sub(st.cache_hits));
+                if outs.is_empty() {
+                    self.counters.dropped += 1;
+                }
+            }
+            Err(e) => {
+                self.counters.dropped += 1;
+                let key = format!("proc:{tunnel}:{e}");
+                self.log_once(Level::Debug, &key, || format!("frame not processed: {e}"));
+            }
+        }
+        for (dst, bytes) in outs.iter() {
+            match dst {
+                Destination::Local(id) => match self.port_names.get(&id) {
+                    Some(name) => {
+                        self.counters.tx_port += 1;
+                        self.tx.push_back(Transmit::Port {
+                            port: name.clone(),
+                            frame: bytes.to_vec(),
+                        });
+                    }
+                    None => self.counters.dropped += 1,
+                },
+                Destination::Tunnel {
+                    chassis,
+                    datapath,
+                    inport,
+                    outport,
+                } => {
+                    let Some(&ip) = self.tunnels.get(&chassis) else {
+                        self.counters.dropped += 1;
+                        let what =
+                            self.no_tunnel.get(&chassis).cloned().unwrap_or_else(|| {
+                                format!("id {chassis}, not in the chassis table")
+                            });
+                        self.log_once(Level::Warn, &format!("tun:{chassis}"), || {
+                            format!("no Geneve tunnel to chassis {what}: frames dropped")
+                        });
+                        continue;
+                    };
+                    let repr = GeneveRepr {
+                        meta: OvnMetadata {
+                            datapath,
+                            ports: Some(PortKeys {
+                                ingress: inport as u16,
+                                egress: outport as u16,
+                            }),
+                        },
+                        oam: false,
+                    };
+                    let mut payload = Vec::with_capacity(repr.buffer_len() + bytes.len());
+                    repr.emit(&mut payload);
+                    payload.extend_from_slice(bytes);
+                    self.counters.tx_tunnel += 1;
+                    self.tx.push_back(Transmit::Tunnel { dst: ip, payload });
+                }
+                _ => self.counters.dropped += 1,
+            }
+        }
+        outs.clear();
+        self.outs = outs;
+        self.take_events();
+    }
+
+    /// Turns the pipeline's events into controller messages.
+    fn take_events(&mut self) {
+        let events = self.pipeline.take_events();
+        if events.is_empty() {
+            return;
+        }
+        let mut learned = Vec::new();
+        for ev in events {
+            match ev {
+                Event::Neighbour {
+                    datapath,
+                    port,
+                    ip,
+                    mac,
+                } => learned.push(LearnedNeighbour {
+                    datapath,
+                    port,
+                    ip: ip.to_string(),
+                    mac,
+                }),
+                Event::PortActivated { port, .. } => {
+                    self.log(Level::Info, format!("port {port}: activated by RARP"));
+                    self.notify(FromDatapath::PortActivated { port });
+                }
+                Event::Fdb {
+                    datapath,
+                    port,
+                    mac,
+                } => self.notify(FromDatapath::LearnedFdb(vec![crate::proto::FdbMsg {
+                    datapath,
+                    port,
+                    mac,
+                }])),
+                Event::BindVport {
+                    datapath,
+                    vport,
+                    parent,
+                } => self.notify(FromDatapath::VportBound {
+                    datapath,
+                    vport,
+                    parent,
+                }),
+                other => self.log(
+                    Level::Warn,
+                    format!("pipeline event not handled: {other:?}"),
+                ),
+            }
+        }
+        if !learned.is_empty() {
+            self.notify(FromDatapath::Learned(learned));
+        }
+    }
+
+    /// The next frame to send.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.tx.pop_front()
+    }
+
+    // ----- timers -----
+
+    /// When [`Datapath::handle_timeout`] next has work.
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        let ct = self.ct.poll_timeout();
+        let ls = self.pipeline.learn_stats();
+        let learn = (ls.ecmp + ls.lb_affinity > 0).then_some(self.last_sweep + LEARN_SWEEP);
+        match (ct, learn) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Expires conntrack entries and learned entries due by `now`.
+    pub fn handle_timeout(&mut self, now: Duration) {
+        self.ct.handle_timeout(now);
+        if now >= self.last_sweep + LEARN_SWEEP {
+            self.pipeline.expire_learned(now);
+            self.last_sweep = now;
+        }
+    }
+
+    // ----- introspection -----
+
+    /// Counters (live conntrack entries included).
+    pub fn counters(&self) -> Counters {
+        Counters {
+            conntrack_entries: self.ct.len() as u64,
+            ..self.counters.clone()
+        }
+    }
+
+    /// The zone map (stable name → zone).
+    pub fn zones(&self) -> &BTreeMap<String, u16> {
+        &self.zones
+    }
+
+    /// The installed program.
+    pub fn program(&self) -> Option<&ProgramMsg> {
+        self.program.as_ref()
+    }
+
+    /// The installed program's generation (0 before any).
+    pub fn generation(&self) -> u64 {
+        self.program.as_ref().map_or(0, |p| p.generation)
+    }
+
+    /// The flow errors of the installed program.
+    pub fn flow_errors(&self) -> &[FlowErrorMsg] {
+        &self.flow_errors
+    }
+
+    /// The pipeline (for traces and action hit counts).
+    pub fn pipeline(&self) -> &Pipeline {
+        &self.pipeline
+    }
+
+    /// The conntrack table.
+    pub fn conntrack(&self) -> &Conntrack {
+        &self.ct
+    }
+
+    /// Conntrack entries in `ovs-appctl dpctl/dump-conntrack`'s style, of one zone (by name)
+    /// or all.
+    pub fn dump_conntrack(&self, zone: Option<&str>, now: Duration) -> Result<Vec<String>, String> {
+        let z = match zone {
+            None => None,
+            Some(n) => match self.zones.get(n) {
+                Some(&z) => Some(z),
+                None => return Err(format!("zone \"{n}\" is not in the zone map")),
+            },
+        };
+        Ok(crate::dump::dump(&self.ct, z, now))
+    }
+
+    /// The whole state (program, zone map, conntrack) for a handoff to another process.
+    pub fn export_state(&self, now: Duration) -> StateExport {
+        let ct = self.ct.export(&Selection::everything(), now);
+        StateExport {
+            program: self.program.clone(),
+            zones: self.zones.clone(),
+            // Encoding a plain struct into a Vec cannot fail.
+            conntrack: postcard::to_allocvec(&ct).unwrap_or_default(),
+        }
+    }
+
+    /// Takes over an exported state: installs its program (against this datapath's ports),
+    /// adopts its zone map and imports its connections. Nothing changes on an error.
+    pub fn import_state(&mut self, s: StateExport, now: Duration) -> Result<(), String> {
+        let ct: hf_conntrack::CtExport = postcard::from_bytes(&s.conntrack)
+            .map_err(|e| format!("exported conntrack does not decode: {e}"))?;
+        if ct.version != hf_conntrack::EXPORT_VERSION {
+            return Err(format!(
+                "exported conntrack has version {}, this datapath reads {}",
+                ct.version,
+                hf_conntrack::EXPORT_VERSION
+            ));
+        }
+        if let Some((n, _)) = s.zones.iter().find(|(_, z)| **z == 0) {
+            return Err(format!("exported zone map gives zone 0 to \"{n}\""));
+        }
+        if let Some(p) = s.program {
+            self.install(p)?;
+        }
+        if self.zones != s.zones {
+            self.zones = s.zones;
+            self.zones_changed = true;
+        }
+        let rep = self
+            .ct
+            .import(&ct, |z| z, now)
+            .map_err(|e| format!("conntrack import: {e}"))?;
+        self.log(
+            Level::Info,
+            format!(
+                "state imported: {} connections ({} replaced, {} malformed, {} refused)",
+                rep.imported, rep.replaced, rep.malformed, rep.refused
+            ),
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,409 @@
+//! [`ProgramMsg`] (the controller's program as text and names) → [`hf_pipeline::ProgramSpec`]
+//! → a compiled [`hf_pipeline::Program`].
+//!
+//! # What it does
+//!
+//! - Every flow's SB text is parsed with [`FlowSpec::from_text`]. When it does not parse and
+//!   the message carries the flow's `last_good` text, that text is parsed instead and the flow
+//!   is reported with `kept_last_good: true`. The same holds for per-flow *compile* errors
+//!   (unknown set, unsupported action, ...): such a flow is compiled again from `last_good`.
+//!   A flow that fails without a usable last good version is left out and reported with
+//!   `kept_last_good: false` (the rest of the program runs).
+//! - Ports: [`LocationMsg::Local`] names a local port of the datapath (its `iface-id`); the
+//!   caller's `local` map gives its numeric id. A local name the datapath does not have (yet)
+//!   is [`PortLocation::Unbound`] until the port appears (the datapath then compiles again).
+//! - Address sets: each member is parsed as a logical-flow constant (as `hf-controller`'s
+//!   translation does); port groups are taken as they are.
+//! - Structural problems (a zone map containing zone 0 or missing a zone the program uses,
+//!   an unparsable IP in the neighbour, VIP or chassis tables, an unparsable address-set
+//!   member, the pipeline's own [`hf_pipeline::CompileError`]s) are an `Err(String)`: the
+//!   datapath answers `Rejected` and keeps the previous program.
+//!
+//! # What it does not do
+//!
+//! No I/O, no decisions about where ports live (the controller's translation makes them).
+//! DNS records ([`ProgramMsg::dns`]) are not used yet: the pipeline has no `dns_lookup`
+//! answerer on this branch (packet-in is built in `hf-pipeline` by another part of issue 11).
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use hf_conntrack::Owner;
+use hf_expr::actions::Pipeline as Pipe;
+use hf_expr::lexer::{Tok, tokenize};
+use hf_expr::{Constant, Sets};
+use hf_pipeline::{
+    DatapathKind, DatapathSpec, FdbSpec, FlowError, FlowId, FlowSpec, GroupSpec, LbVipSpec,
+    Neighbour, PortKind, PortLocation, PortSpec, Program, ProgramSpec,
+};
+
+use crate::proto::{FlowErrorMsg, FlowMsg, LocationMsg, ProgramMsg};
+
+/// Parses one address-set member as a logical-flow constant (an IPv4/IPv6 address or prefix,
+/// a MAC, a number).
+pub fn parse_address(s: &str) -> Result<Constant, String> {
+    let toks = tokenize(s).map_err(|e| e.to_string())?;
+    match toks.iter().map(|t| &t.tok).collect::<Vec<_>>().as_slice() {
+        [Tok::Const(c)] | [Tok::Const(c), Tok::End] => Ok(*c),
+        _ => Err(format!("\"{s}\" is not an address")),
+    }
+}
+
+fn parse_ip(what: &str, s: &str) -> Result<IpAddr, String> {
+    s.parse::<IpAddr>()
+        .map_err(|_| format!("{what}: \"{s}\" is not an IP address"))
+}
+
+/// Which text a flow of the spec was built from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Used {
+    Primary,
+    LastGood,
+}
+
+/// Where each spec flow came from: (datapath index, flow index) → (message flow, text used).
+type Origins = BTreeMap<(usize, usize), (usize, Used)>;
+
+fn flow_spec(f: &FlowMsg, text: (&str, &str)) -> FlowSpec {
+    let pipe = if f.egress {
+        Pipe::Egress
+    } else {
+        Pipe::Ingress
+    };
+    let mut fs = FlowSpec::from_text(pipe, f.table, f.priority, text.0, text.1);
+    fs.id = FlowId(f.id.clone());
+    fs.stage = f.stage.clone();
+    fs.sb_uuid = f.sb_uuid.clone();
+    fs.stage_hint = f.stage_hint.clone();
+    fs
+}
+
+/// Checks the zone map: never zone 0, and every zone the program uses is in it.
+pub fn check_zones(msg: &ProgramMsg) -> Result<(), String> {
+    if let Some((name, _)) = msg.zones.iter().find(|(_, z)| **z == 0) {
+        return Err(format!(
+            "zone map gives zone 0 to \"{name}\": zone 0 belongs to the host"
+        ));
+    }
+    let known: std::collections::BTreeSet<u16> = msg.zones.values().copied().collect();
+    let need = |z: u16, what: &dyn Fn() -> String| {
+        if z != 0 && !known.contains(&z) {
+            Err(format!(
+                "{} uses zone {z}, which is not in the zone map",
+                what()
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    for d in &msg.datapaths {
+        if let Some((dn, sn)) = d.router_zones {
+            if dn == 0 || sn == 0 {
+                return Err(format!("router {}: zone 0 belongs to the host", d.name));
+            }
+            need(dn, &|| format!("router {} (DNAT)", d.name))?;
+            need(sn, &|| format!("router {} (SNAT)", d.name))?;
+        }
+        for p in &d.ports {
+            need(p.zone, &|| format!("port {} of {}", p.name, d.name))?;
+        }
+    }
+    for (sw, z) in &msg.switch_snat_zones {
+        if *z == 0 {
+            return Err(format!("switch {sw}: SNAT zone 0 belongs to the host"));
+        }
+        need(*z, &|| format!("switch {sw} (SNAT)"))?;
+    }
+    Ok(())
+}
+
+/// Builds the spec. Flow texts that do not parse fall back to `last_good` (reported in the
+/// returned list); flows that do not parse at all stay in the spec with their parse error (the
+/// compiler reports them).
+fn build_spec(
+    msg: &ProgramMsg,
+    local: &BTreeMap<String, u32>,
+) -> Result<(ProgramSpec, Origins, Vec<FlowErrorMsg>), String> {
+    check_zones(msg)?;
+    let mut spec = ProgramSpec {
+        owner: Owner(msg.owner),
+        ..ProgramSpec::default()
+    };
+    let mut origins = Origins::new();
+    let mut errors = Vec::new();
+    for (di, d) in msg.datapaths.iter().enumerate() {
+        let kind = match d.router_zones {
+            None => DatapathKind::Switch,
+            Some((dnat_zone, snat_zone)) => DatapathKind::Router {
+                dnat_zone,
+                snat_zone,
+            },
+        };
+        let ports = d
+            .ports
+            .iter()
+            .map(|p| PortSpec {
+                name: p.name.clone(),
+                key: p.key,
+                location: match &p.location {
+                    LocationMsg::Local(iface) => match local.get(iface) {
+                        Some(&id) => PortLocation::Local(id),
+                        None => PortLocation::Unbound,
+                    },
+                    LocationMsg::Remote(chassis) => PortLocation::Remote { chassis: *chassis },
+                    LocationMsg::Patch(peer) => PortLocation::Patch { peer: peer.clone() },
+                    LocationMsg::Unbound => PortLocation::Unbound,
+                    LocationMsg::Redirect(port) => PortLocation::Redirect { port: port.clone() },
+                },
+                zone: p.zone,
+                kind: PortKind::from_sb(&p.kind),
+                resident: p.resident,
+                also_remote: p.also_remote.clone(),
+                needs_activation: p.needs_activation,
+                addresses: p.addresses.clone(),
+                port_security: p.port_security.clone(),
+            })
+            .collect();
+        let groups = d
+            .groups
+            .iter()
+            .map(|g| GroupSpec {
+                name: g.name.clone(),
+                key: g.key,
+                members: g.members.clone(),
+            })
+            .collect();
+        let mut flows = Vec::with_capacity(d.flows.len());
+        for (mi, f) in d.flows.iter().enumerate() {
+            let mut fs = flow_spec(f, (&f.matches, &f.actions));
+            let mut used = Used::Primary;
+            if let Some(err) = fs.parse_error.clone()
+                && let Some((m, a)) = &f.last_good
+            {
+                let lg = flow_spec(f, (m, a));
+                if lg.parse_error.is_none() {
+                    errors.push(FlowErrorMsg {
+                        id: f.id.clone(),
+                        datapath: d.name.clone(),
+                        reason: format!("syntax: {err}"),
+                        kept_last_good: true,
+                    });
+                    fs = lg;
+                    used = Used::LastGood;
+                }
+            }
+            origins.insert((di, flows.len()), (mi, used));
+            flows.push(fs);
+        }
+        spec.datapaths.push(DatapathSpec {
+            name: d.name.clone(),
+            tunnel_key: d.tunnel_key,
+            kind,
+            ports,
+            groups,
+            flows,
+        });
+    }
+    for n in &msg.neighbours {
+        spec.neighbours.push(Neighbour {
+            datapath: n.datapath.clone(),
+            port: n.port.clone(),
+            ip: parse_ip(&format!("neighbour on {} {}", n.datapath, n.port), &n.ip)?,
+            mac: n.mac,
+        });
+    }
+    let mut sets = Sets::default();
+    for (name, members) in &msg.address_sets {
+        let list = members
+            .iter()
+            .map(|m| parse_address(m).map_err(|e| format!("address set {name}: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        sets.addr_sets.insert(name.clone(), list);
+    }
+    for (name, ports) in &msg.port_groups {
+        sets.port_groups.insert(name.clone(), ports.clone());
+    }
+    spec.sets = sets;
+    spec.fdb = msg
+        .fdb
+        .iter()
+        .map(|f| FdbSpec {
+            datapath: f.datapath.clone(),
+            port: f.port.clone(),
+            mac: f.mac,
+        })
+        .collect();
+    for v in &msg.lb_vips {
+        spec.lb_vips.push(LbVipSpec {
+            datapath: v.datapath.clone(),
+            ip: parse_ip(&format!("load-balancer VIP on {}", v.datapath), &v.ip)?,
+            port: v.port,
+            proto: v.proto,
+        });
+    }
+    spec.switch_snat_zones = msg.switch_snat_zones.clone();
+    for c in &msg.chassis_table {
+        parse_ip(&format!("chassis {} (id {})", c.name, c.id), &c.ip)?;
+    }
+    Ok((spec, origins, errors))
+}
+
+/// [`ProgramMsg`] → [`ProgramSpec`], with the flows whose text did not parse replaced by their
+/// last good text where there is one (listed with `kept_last_good: true`). Flows that still do
+/// not parse stay in the spec with their parse error; [`compile`] reports them.
+pub fn to_spec(
+    msg: &ProgramMsg,
+    local: &BTreeMap<String, u32>,
+) -> Result<(ProgramSpec, Vec<FlowErrorMsg>), String> {
+    build_spec(msg, local).map(|(s, _, e)| (s, e))
+}
+
+fn error_msg(e: &FlowError, kept: bool) -> FlowErrorMsg {
+    FlowErrorMsg {
+        id: e.id.0.clone(),
+        datapath: e.datapath.clone(),
+        reason: format!("{}: {}", e.kind, e.message),
+        kept_last_good: kept,
+    }
+}
+
+/// Finds the spec flow a [`FlowError`] is about.
+fn locate(spec: &ProgramSpec, e: &FlowError) -> Option<(usize, usize)> {
+    let di = spec.datapaths.iter().position(|d| d.name == e.datapath)?;
+    let egress = e.pipeline == "egress";
+    let fi = spec.datapaths[di].flows.iter().position(|f| {
+        f.id == e.id
+            && f.table == e.table
+            && f.priority == e.priority
+            && (f.pipeline == Pipe::Egress) == egress
+    })?;
+    Some((di, fi))
+}
+
+/// Compiles `msg` for a datapath whose local ports have the ids in `local`, sharing the
+/// unchanged datapaths' tables with `prev` when given. Flows that fail (to parse or to compile)
+/// run their `last_good` text when it compiles; every failure is in the returned list.
+pub fn compile(
+    msg: &ProgramMsg,
+    local: &BTreeMap<String, u32>,
+    prev: Option<&Program>,
+) -> Result<(Program, Vec<FlowErrorMsg>), String> {
+    let (mut spec, origins, mut reported) = build_spec(msg, local)?;
+    let run = |spec: &ProgramSpec| match prev {
+        Some(p) => p.recompile(spec, &[]),
+        None => Program::compile(spec),
+    };
+    let (prog, errs) = run(&spec).map_err(|e| e.to_string())?;
+    // Flows whose primary text failed to compile and that have a last good version.
+    let mut retry = Vec::new();
+    for e in &errs {
+        if let Some((di, fi)) = locate(&spec, e)
+            && let Some(&(mi, Used::Primary)) = origins.get(&(di, fi))
+            && let Some(lg) = &msg.datapaths[di].flows[mi].last_good
+        {
+            retry.push((di, fi, mi, lg.clone(), e.clone()));
+        }
+    }
+    if retry.is_empty() {
+        reported.extend(errs.iter().map(|e| error_msg(e, false)));
+        return Ok((prog, reported));
+    }
+    let mut swapped = BTreeMap::new();
+    for (di, fi, mi, (m, a), e) in retry {
+        let f = &msg.datapaths[di].flows[mi];
+        spec.datapaths[di].flows[fi] = flow_spec(f, (&m, &a));
+        swapped.insert((di, fi), e);
+    }
+    let (prog, errs2) = run(&spec).map_err(|e| e.to_string())?;
+    let still_bad: std::collections::BTreeSet<(usize, usize)> =
+        errs2.iter().filter_map(|e| locate(&spec, e)).collect();
+    for (pos, e) in &swapped {
+        // The primary failed; the last good version runs unless it failed too.
+        reported.push(error_msg(e, !still_bad.contains(pos)));
+    }
+    for e in &errs2 {
+        match locate(&spec, e) {
+            Some(pos) if swapped.contains_key(&pos) => {}
+            _ => reported.push(error_msg(e, false)),
+        }
+    }
+    Ok((prog, reported))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{DatapathMsg, PortMsg};
+
+    fn msg(flows: Vec<FlowMsg>) -> ProgramMsg {
+        ProgramMsg {
+            generation: 1,
+            chassis: "hv1".into(),
+            datapaths: vec![DatapathMsg {
+                name: "sw0".into(),
+                tunnel_key: 1,
+                ports: vec![PortMsg {
+                    name: "p1".into(),
+                    key: 1,
+                    location: LocationMsg::Local("p1".into()),
+                    zone: 1,
+                    ..PortMsg::default()
+                }],
+                flows,
+                ..DatapathMsg::default()
+            }],
+            zones: [("lsp/p1".to_string(), 1)].into(),
+            ..ProgramMsg::default()
+        }
+    }
+
+    fn flow(id: &str, m: &str, a: &str, lg: Option<(&str, &str)>) -> FlowMsg {
+        FlowMsg {
+            matches: m.into(),
+            actions: a.into(),
+            id: id.into(),
+            last_good: lg.map(|(m, a)| (m.into(), a.into())),
+            ..FlowMsg::default()
+        }
+    }
+
+    #[test]
+    fn bad_text_falls_back_to_last_good() {
+        let local = [("p1".to_string(), 7)].into();
+        let m = msg(vec![
+            flow("a", "ip4 &&& x", "next;", Some(("ip4", "next;"))),
+            flow("b", "ip4 &&& x", "next;", None),
+            flow(
+                "c",
+                "$nosuchset == ip4.src",
+                "next;",
+                Some(("ip6", "next;")),
+            ),
+            flow("d", "ip4", "next;", None),
+        ]);
+        let (prog, errs) = compile(&m, &local, None).unwrap();
+        let by_id: BTreeMap<_, _> = errs.iter().map(|e| (e.id.as_str(), e)).collect();
+        assert!(by_id["a"].kept_last_good, "{errs:?}");
+        assert!(!by_id["b"].kept_last_good, "{errs:?}");
+        assert!(by_id["c"].kept_last_good, "{errs:?}");
+        assert!(!by_id.contains_key("d"));
+        assert_eq!(errs.len(), 3);
+        // a, c (as last good) and d compiled.
+        assert_eq!(prog.flow_count(), 3);
+    }
+
+    #[test]
+    fn zone_zero_and_unknown_zones_are_structural() {
+        let local = BTreeMap::new();
+        let mut m = msg(vec![]);
+        m.zones.insert("lsp/x".into(), 0);
+        assert!(compile(&m, &local, None).unwrap_err().contains("zone 0"));
+        let mut m = msg(vec![]);
+        m.zones.clear();
+        assert!(
+            compile(&m, &local, None)
+                .unwrap_err()
+                .contains("not in the zone map")
+        );
+    }
+}
