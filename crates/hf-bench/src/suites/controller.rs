@@ -39,6 +39,7 @@
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -165,6 +166,24 @@ impl Central {
             c.arg(format!("--wait={w}"));
         }
         ok(c.args(args))
+    }
+
+    /// [`Central::nbctl`] without waiting for it.
+    fn nbctl_child(
+        &self,
+        wait: Option<&str>,
+        args: &[String],
+    ) -> anyhow::Result<std::process::Child> {
+        let mut c = Command::new("ovn-nbctl");
+        c.arg(format!("--db={}", self.nb)).arg("--timeout=600");
+        if let Some(w) = wait {
+            c.arg(format!("--wait={w}"));
+        }
+        c.args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .context("starting ovn-nbctl")
     }
 
     fn sbctl(&self, args: &[&str]) -> anyhow::Result<String> {
@@ -317,19 +336,24 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
 #[derive(Debug, Default, Clone)]
 struct Split {
     sb_sync: Option<f64>,
+    /// A port add: from the SB server holding the row to the replica holding it.
+    sb_update: Option<f64>,
     translate: f64,
     compile: f64,
 }
 
 impl Split {
     fn total(&self) -> f64 {
-        self.sb_sync.unwrap_or(0.0) + self.translate + self.compile
+        self.sb_sync.unwrap_or(0.0) + self.sb_update.unwrap_or(0.0) + self.translate + self.compile
     }
 
     fn steps(&self) -> Vec<(&'static str, f64)> {
         let mut v = Vec::new();
         if let Some(s) = self.sb_sync {
             v.push(("sb_sync", s));
+        }
+        if let Some(s) = self.sb_update {
+            v.push(("sb_update", s));
         }
         v.push(("translate", self.translate));
         v.push(("compile", self.compile));
@@ -419,27 +443,70 @@ fn changed_datapaths(
         .collect()
 }
 
+/// What the replica's event task watches for: the first moment it holds `port`'s binding.
+#[derive(Debug, Default)]
+struct Watch {
+    port: Option<String>,
+    seen: Option<Instant>,
+}
+
+fn lock(w: &Mutex<Watch>) -> std::sync::MutexGuard<'_, Watch> {
+    w.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `port` is in the replica, with the requested chassis northd resolves.
+fn has_port(m: &SbSnapshot, port: &str) -> bool {
+    m.port_binding()
+        .values()
+        .any(|pb| pb.logical_port == port && pb.requested_chassis.is_some())
+}
+
 fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Result<Ours> {
     use hf_ovsdb_net::client::{Client, Config};
-    let rt = tokio::runtime::Builder::new_current_thread()
+    // One worker: the replica keeps up with the server while this thread polls it.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
         .enable_all()
         .build()?;
     let sb = format!("unix:{}", central.sb_sock().display());
     let t = Instant::now();
-    let (client, _events) = rt.block_on(async {
+    let (client, mut events) = {
+        let _g = rt.enter();
         Client::<SbSnapshot>::spawn(
-            vec![sb.clone()],
+            vec![sb],
             Config {
                 leader_only: false,
                 ..Config::default()
             },
         )
-    });
+    };
+    let client = Arc::new(client);
     let synced = rt.block_on(client.wait_until(Duration::from_secs(600), |r| r.is_synced()));
     if !synced {
         bail!("the SB replica never synced");
     }
     let sync_ms = ms(t.elapsed());
+    let watch = Arc::new(Mutex::new(Watch::default()));
+    {
+        let (client, watch) = (client.clone(), watch.clone());
+        rt.spawn(async move {
+            while events.recv().await.is_some() {
+                let now = Instant::now();
+                let port = {
+                    let w = lock(&watch);
+                    if w.seen.is_some() {
+                        continue;
+                    }
+                    w.port.clone()
+                };
+                if let Some(p) = port
+                    && client.with(|r| has_port(r.model(), &p))
+                {
+                    lock(&watch).seen = Some(now);
+                }
+            }
+        });
+    }
     let snap = client.with(|r| r.model().clone());
     report.note(&format!(
         "SB: {} logical flows, {} port bindings, {} datapaths",
@@ -472,28 +539,42 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
     ));
     drop(snap);
 
-    // Port adds: the SB with the port (replicated) → the new program.
+    // Port adds: from the SB server holding the port (polled) to the new program: the update
+    // reaching the replica, then the computation on it.
+    let mut poll = Poller::connect(&central.sb_sock())?;
     let mut adds = Vec::new();
     for k in 0..ADDS {
         let (name, cmds) = new_port(0, k);
-        central.nbctl(Some("sb"), &cmds)?;
-        let nb_cfg: i64 = central
-            .nbctl(None, &sv(&["get", "NB_Global", ".", "nb_cfg"]))?
-            .trim()
-            .parse()
-            .context("NB_Global.nb_cfg")?;
-        let has = rt.block_on(client.wait_until(Duration::from_secs(120), |r| {
-            let m = r.model();
-            m.sb_global().values().any(|g| g.nb_cfg >= nb_cfg)
-                && m.port_binding()
-                    .values()
-                    .any(|pb| pb.logical_port == name && pb.requested_chassis.is_some())
-        }));
-        if !has {
-            bail!("the SB replica never saw {name} with its requested chassis");
-        }
+        *lock(&watch) = Watch {
+            port: Some(name.clone()),
+            seen: None,
+        };
+        let mut child = central.nbctl_child(Some("sb"), &cmds)?;
+        let mut at_server = None;
+        let mut exited = false;
+        let deadline = Instant::now() + Duration::from_secs(600);
+        let seen = loop {
+            if at_server.is_none() && poll.state(&name)?.exists {
+                at_server = Some(Instant::now());
+            }
+            if !exited && child.try_wait()?.is_some() {
+                exited = true;
+            }
+            let seen = lock(&watch).seen;
+            if let (true, Some(_), Some(seen)) = (exited, at_server, seen) {
+                break seen;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                bail!("{name}: the SB server or the replica never had it");
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        finish_child(child, &name)?;
+        let at_server = at_server.context("at server")?;
         let snap = client.with(|r| r.model().clone());
-        let (next, split) = install(&snap, Some(&current))?;
+        let (next, mut split) = install(&snap, Some(&current))?;
+        split.sb_update = Some(ms(seen.saturating_duration_since(at_server)));
         if k == 0 {
             report.note(&format!(
                 "port add: recompile reused {} of {} datapaths' tables",
@@ -507,6 +588,7 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
     adds.sort_by(|a, b| a.total().total_cmp(&b.total()));
     let port_add = adds[adds.len() / 2].clone();
     drop(client);
+    drop(rt);
     Ok(Ours {
         cold_ms: cold.total(),
         cold,
@@ -514,6 +596,19 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
         port_add,
         heap_mb: heap as f64 / 1e6,
     })
+}
+
+/// Waits for an `ovn-nbctl` started by [`Central::nbctl_child`]; an error with its stderr if it
+/// failed.
+fn finish_child(child: std::process::Child, what: &str) -> anyhow::Result<()> {
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "ovn-nbctl for {what} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -728,9 +823,8 @@ impl Poller {
         }
     }
 
-    /// `SB_Global.nb_cfg`, the chassis's `Chassis_Private.nb_cfg` (if registered), and
-    /// whether `port`'s `Port_Binding` is `up`.
-    fn state(&mut self, port: &str) -> anyhow::Result<(i64, Option<i64>, bool)> {
+    /// What the SB server holds now about the chassis and `port`.
+    fn state(&mut self, port: &str) -> anyhow::Result<SbState> {
         let r = self.transact(vec![
             serde_json::json!({"op": "select", "table": "SB_Global", "where": [], "columns": ["nb_cfg"]}),
             serde_json::json!({"op": "select", "table": "Chassis_Private",
@@ -739,16 +833,30 @@ impl Poller {
                 "where": [["logical_port", "==", port]], "columns": ["up"]}),
         ])?;
         let rows = |i: usize| r.get(i).and_then(|v| v["rows"].as_array().cloned());
-        let sb_cfg = rows(0)
-            .and_then(|r| r.first().and_then(|row| row["nb_cfg"].as_i64()))
-            .unwrap_or(0);
-        let ch_cfg = rows(1).and_then(|r| r.first().and_then(|row| row["nb_cfg"].as_i64()));
-        // `up` is an optional boolean: `true`, or `["set", []]`.
-        let up = rows(2)
-            .and_then(|r| r.first().map(|row| row["up"] == serde_json::json!(true)))
-            .unwrap_or(false);
-        Ok((sb_cfg, ch_cfg, up))
+        let port_row = rows(2).and_then(|r| r.first().cloned());
+        Ok(SbState {
+            sb_cfg: rows(0)
+                .and_then(|r| r.first().and_then(|row| row["nb_cfg"].as_i64()))
+                .unwrap_or(0),
+            chassis_cfg: rows(1).and_then(|r| r.first().and_then(|row| row["nb_cfg"].as_i64())),
+            exists: port_row.is_some(),
+            // `up` is an optional boolean: `true`, or `["set", []]`.
+            up: port_row.is_some_and(|row| row["up"] == serde_json::json!(true)),
+        })
     }
+}
+
+/// One poll of the SB server.
+#[derive(Debug, Clone, Copy)]
+struct SbState {
+    /// `SB_Global.nb_cfg`.
+    sb_cfg: i64,
+    /// The chassis's `Chassis_Private.nb_cfg`, once it registered.
+    chassis_cfg: Option<i64>,
+    /// The polled port's `Port_Binding` exists.
+    exists: bool,
+    /// ... and is `up`.
+    up: bool,
 }
 
 fn ovn_controller_side(
@@ -759,35 +867,32 @@ fn ovn_controller_side(
     let mut ch = RealChassis::prepare(central.dir.path(), &central.sb, mine)?;
     let mut poll = Poller::connect(&central.sb_sock())?;
     let probe = mine.first().context("no local port")?.clone();
-    let (target, _, _) = poll.state(&probe)?;
+    let target = poll.state(&probe)?.sb_cfg;
     if target <= 0 {
         bail!("SB_Global.nb_cfg is {target}: the earlier --wait=sb did not bump it");
     }
     // Give ovs-vswitchd a moment to create its interfaces (not part of the measure).
     std::thread::sleep(Duration::from_millis(500));
-
     let timeout = Duration::from_secs(1200);
-    let wait = |poll: &mut Poller, what: &str, port: &str, target: i64, ch: &RealChassis| {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let (_, cfg, up) = poll.state(port)?;
-            if cfg.is_some_and(|c| c >= target) && up {
-                return Ok::<Instant, anyhow::Error>(Instant::now());
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "timed out after {timeout:?} waiting for {what}; ovn-controller log tail:\n{}",
-                    ch.log_tail()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    };
 
+    // Cold start: until the chassis reports the current nb_cfg and has a local port up.
     let t0 = Instant::now();
     ch.start_controller()?;
-    let done = wait(&mut poll, "the cold start", &probe, target, &ch)?;
-    let cold_ms = ms(done - t0);
+    let deadline = t0 + timeout;
+    loop {
+        let st = poll.state(&probe)?;
+        if st.chassis_cfg.is_some_and(|c| c >= target) && st.up {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "timed out after {timeout:?} waiting for the cold start; ovn-controller log tail:\n{}",
+                ch.log_tail()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let cold_ms = ms(t0.elapsed());
     report.note(&format!(
         "ovn-controller cold start: nb_cfg {target} reached in {cold_ms:.0} ms"
     ));
@@ -799,16 +904,44 @@ fn ovn_controller_side(
     }
     let _ = ch.appctl("stopwatch/reset");
 
+    // Port adds: from the SB server holding the port to the chassis having it up at the new
+    // nb_cfg.
     let mut adds = Vec::new();
     for k in 0..ADDS {
         let (name, cmds) = new_port(1, k);
         ch.vsctl(&iface_cmd(&name))?;
         std::thread::sleep(Duration::from_millis(300));
-        central.nbctl(Some("sb"), &cmds)?;
-        let t0 = Instant::now();
-        let (target, _, _) = poll.state(&name)?;
-        let done = wait(&mut poll, &format!("{name} up"), &name, target, &ch)?;
-        adds.push(ms(done - t0));
+        let mut child = central.nbctl_child(Some("sb"), &cmds)?;
+        let mut at_server = None;
+        let mut target = None;
+        let deadline = Instant::now() + timeout;
+        let done = loop {
+            let st = poll.state(&name)?;
+            let now = Instant::now();
+            if at_server.is_none() && st.exists {
+                at_server = Some(now);
+            }
+            // Once ovn-nbctl --wait=sb returned, SB_Global.nb_cfg is the new one.
+            if target.is_none() && child.try_wait()?.is_some() {
+                target = Some(poll.state(&name)?.sb_cfg);
+            }
+            if let (Some(t0), Some(tg)) = (at_server, target)
+                && st.up
+                && st.chassis_cfg.is_some_and(|c| c >= tg)
+            {
+                break now - t0;
+            }
+            if now > deadline {
+                let _ = child.kill();
+                bail!(
+                    "timed out after {timeout:?} waiting for {name} up; ovn-controller log tail:\n{}",
+                    ch.log_tail()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        finish_child(child, &name)?;
+        adds.push(ms(done));
     }
     if let Ok(s) = ch.appctl("stopwatch/show") {
         report.note(&format!(
