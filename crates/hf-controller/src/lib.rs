@@ -10,13 +10,19 @@
 //!   chassis (or a trace starting in one datapath) needs, so a consumer can monitor only those
 //!   rows, as ovn-controller does by default.
 //!
-//! # What it does not do (yet)
+//! - [`program_msg::program_msg`]: a translation → the `hf_datapath::proto::ProgramMsg` a
+//!   controller pushes to its datapath (flows as text with identity and last good versions).
+//! - [`daemon::Controller`]: the `holdfast controller` daemon's sans-I/O core (SB replica with
+//!   conditional monitoring, chassis registration, port claims, zones, programs, `nb_cfg`,
+//!   flow errors, `MAC_Binding`); the binary's shell moves its bytes.
 //!
-//! No I/O of any kind: no OVSDB session (that is `hf-ovsdb-net`'s replica), no sockets, no
-//! clock. The controller daemon core (claiming ports, writing `Port_Binding.chassis`,
-//! `MAC_Binding` rows, feature advertisement, migration) is a later issue; it will be built on
-//! this crate.
+//! # What it does not do
+//!
+//! No I/O of any kind: no sockets, no clock (the daemon core takes bytes and `now`). Live
+//! migration driving is a later issue.
 
+pub mod daemon;
+pub mod program_msg;
 pub mod translate;
 
 pub use translate::{

@@ -6,7 +6,7 @@
 //! their zone is valid and not taken twice; the other names get the lowest free zones in name
 //! order, so the result is a function of the
 //! inputs only. Names that no longer exist are dropped from the returned map (the caller
-//! decides when a zone may be flushed).
+//! decides when a zone may be flushed), but their kept numbers are not reused for new names.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -92,6 +92,13 @@ pub(crate) fn assign(
     for (name, &z) in keep {
         if z != 0 && wanted.contains(name) && !zones.contains_key(name) && used.insert(z) {
             zones.insert(name.clone(), z);
+        }
+    }
+    // Kept names the translation no longer has still hold their zones (the controller keeps
+    // them until their object is really gone): their numbers are not handed to new names.
+    for (name, &z) in keep {
+        if !wanted.contains(name) {
+            used.insert(z);
         }
     }
     let mut next: u32 = 1;

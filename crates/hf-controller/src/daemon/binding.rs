@@ -1,0 +1,168 @@
+//! Port claims (ovn-controller's `binding.c`, for VIFs): a `Port_Binding` of type `""` whose
+//! `logical_port` is a local port of the datapath (its `iface-id`) is claimed by this chassis,
+//! and released when the local port goes away.
+//!
+//! - `requested_chassis` (set by northd from `options:requested-chassis`) is respected: a port
+//!   requested elsewhere is not claimed (and released if we hold it), unless this chassis is
+//!   in `requested_additional_chassis`, in which case it is claimed as an additional chassis
+//!   (`additional_chassis`: a multi-chassis binding during live migration). While the column is
+//!   empty, the first name of `options:requested-chassis` (chassis name or hostname) decides
+//!   the same way, and the other names mean additional chassis.
+//! - A primary claim sets `chassis` and clears this chassis from `additional_chassis`; `up`
+//!   becomes true once the datapath has installed a program where the port is local (23.03's
+//!   `port-up-notif`), and false on release.
+//!
+//! - A `virtual` port is claimed when the datapath reports `bind_vport` ran for it
+//!   (`VportBound`): `chassis` and `virtual_parent` are set, as pinctrl does.
+//!
+//! Not done: releasing a virtual port when its parent leaves, `external`, `chassisredirect`, `l2gateway` and
+//! `l3gateway` claims (the translation places those by their HA group or options; nothing is
+//! written for them), container ports (`parent_port`/`tag`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use hf_model::SbSnapshot;
+use hf_model::sb::PortBinding;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+/// How this chassis should hold a port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// As `chassis`.
+    Primary,
+    /// As one of `additional_chassis`.
+    Additional,
+    /// Not at all.
+    None,
+}
+
+/// How `pb` should be held by chassis `ours` (named `name`, on host `hostname`), given the
+/// local ports.
+pub fn claim_of(
+    sb: &SbSnapshot,
+    pb: &PortBinding,
+    ours: Uuid,
+    name: &str,
+    hostname: &str,
+    local: &BTreeSet<String>,
+) -> Claim {
+    if !pb.type_.is_empty() || !local.contains(&pb.logical_port) {
+        return Claim::None;
+    }
+    if let Some(r) = pb.requested_chassis {
+        if r.uuid() == ours {
+            return Claim::Primary;
+        }
+        if pb.requested_additional_chassis.iter().any(|c| c.uuid() == ours) {
+            return Claim::Additional;
+        }
+        // Requested elsewhere (the row may be one the view does not hold: still elsewhere).
+        let _ = sb;
+        return Claim::None;
+    }
+    match pb.options.get("requested-chassis").map(|s| s.trim()) {
+        None | Some("") => Claim::Primary,
+        Some(list) => {
+            let names: Vec<&str> = list
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .collect();
+            let me = |n: &&str| *n == name || (!hostname.is_empty() && *n == hostname);
+            match names.iter().position(|n| me(n)) {
+                Some(0) => Claim::Primary,
+                Some(_) => Claim::Additional,
+                None => Claim::None,
+            }
+        }
+    }
+}
+
+fn uuid_json(u: Uuid) -> Value {
+    json!(["uuid", u.to_string()])
+}
+
+/// The operations that claim, update and release port bindings. `up_ports` are the ports the
+/// datapath has installed as local.
+pub fn binding_ops(
+    sb: &SbSnapshot,
+    ours: Uuid,
+    name: &str,
+    hostname: &str,
+    local: &BTreeSet<String>,
+    up_ports: &BTreeSet<String>,
+    vports: &BTreeMap<String, String>,
+) -> Vec<Value> {
+    let mut ops = Vec::new();
+    for pb in sb.port_binding().values() {
+        if pb.type_ == "virtual" {
+            if let Some(parent) = vports.get(&pb.logical_port)
+                && (pb.chassis.map(|c| c.uuid()) != Some(ours)
+                    || pb.virtual_parent.as_deref() != Some(parent.as_str()))
+            {
+                ops.push(json!({"op": "update", "table": "Port_Binding",
+                    "where": [["_uuid", "==", uuid_json(pb.uuid)]],
+                    "row": {"chassis": uuid_json(ours), "virtual_parent": parent}}));
+                ops.push(json!({"op": "comment", "comment": format!(
+                    "holdfast controller {name}: claiming virtual lport {} (parent {parent})",
+                    pb.logical_port)}));
+            }
+            continue;
+        }
+        let claim = claim_of(sb, pb, ours, name, hostname, local);
+        let holds_primary = pb.chassis.map(|c| c.uuid()) == Some(ours);
+        let holds_additional = pb.additional_chassis.iter().any(|c| c.uuid() == ours);
+        let mut row = serde_json::Map::new();
+        let mut mutations = Vec::new();
+        match claim {
+            Claim::Primary => {
+                if !holds_primary {
+                    row.insert("chassis".into(), uuid_json(ours));
+                }
+                if holds_additional {
+                    mutations.push(json!(["additional_chassis", "delete", uuid_json(ours)]));
+                }
+                let up = up_ports.contains(&pb.logical_port);
+                if pb.up != Some(up) {
+                    row.insert("up".into(), json!(up));
+                }
+            }
+            Claim::Additional => {
+                if holds_primary {
+                    row.insert("chassis".into(), json!(["set", []]));
+                }
+                if !holds_additional {
+                    mutations.push(json!(["additional_chassis", "insert", uuid_json(ours)]));
+                }
+            }
+            Claim::None => {
+                if holds_primary {
+                    row.insert("chassis".into(), json!(["set", []]));
+                    row.insert("up".into(), json!(false));
+                }
+                if holds_additional {
+                    mutations.push(json!(["additional_chassis", "delete", uuid_json(ours)]));
+                }
+            }
+        }
+        let at = json!([["_uuid", "==", uuid_json(pb.uuid)]]);
+        if !row.is_empty() {
+            ops.push(json!({"op": "update", "table": "Port_Binding", "where": at, "row": row}));
+        }
+        if !mutations.is_empty() {
+            ops.push(json!({"op": "mutate", "table": "Port_Binding", "where": at,
+                            "mutations": mutations}));
+        }
+        if !row.is_empty() || !mutations.is_empty() {
+            let what = match claim {
+                Claim::Primary => "claiming",
+                Claim::Additional => "claiming (additional chassis)",
+                Claim::None => "releasing",
+            };
+            ops.push(json!({"op": "comment",
+                "comment": format!("holdfast controller {name}: {what} lport {}", pb.logical_port)}));
+        }
+    }
+    ops
+}

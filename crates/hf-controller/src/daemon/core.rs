@@ -1,0 +1,1159 @@
+//! The controller core: SB (one [`Replica`] of [`SbSnapshot`] with conditional monitoring) and
+//! the local datapath (the `hf_datapath::proto` stream) in, SB writes and programs out.
+//!
+//! # What it does
+//!
+//! - Registers `Chassis`/`Encap`/`Chassis_Private` ([`super::chassis`]), and again when they
+//!   disappear (a rebuilt database).
+//! - Once the datapath's hello has named the local ports: claims their `Port_Binding`s and
+//!   releases the ones that went away ([`super::binding`]); writes learned neighbours to
+//!   `MAC_Binding` ([`super::neigh`]). One SB transaction in flight at a time; its operations
+//!   are built from the view when it is sent, so nothing is written twice.
+//! - Keeps the monitor conditions at what the view says this chassis needs
+//!   ([`super::monitor`]).
+//! - Translates ([`crate::translate_with`], only the needed datapaths, the datapath's zone
+//!   map kept) and pushes a [`ProgramMsg`] atomically, only with a complete view: the replica
+//!   is in sync, the conditions are at their fixpoint and answered, SB has its `SB_Global`
+//!   and our `Chassis`, and the datapath's hello has come. One program in flight at a time. A
+//!   translation whose content equals what the datapath runs is not pushed (a restarted
+//!   controller against an unchanged SB pushes nothing).
+//! - Zones: names the translation no longer has stay in the zone map (with their numbers,
+//!   which are not reused) until their logical object is really gone from SB — a port with no
+//!   `Port_Binding` left on a datapath this chassis monitors (or whose datapath is gone), a
+//!   switch or router with no `Datapath_Binding` — for [`Tuning::flush_grace`] of complete
+//!   views; then one [`ToDatapath::FlushZones`]. A UUID change never flushes anything: zones
+//!   are by name.
+//! - `nb_cfg`: once the datapath answered `Installed` for a program translated at
+//!   `SB_Global.nb_cfg` N (or the translation at N equals what runs), `Chassis_Private.nb_cfg`
+//!   becomes N with `nb_cfg_timestamp`, so `ovn-nbctl --wait=hv` returns.
+//! - Flow errors: see [`super::lastgood`]; logged once per cause, in [`Controller::status`]
+//!   and in `Chassis_Private.external_ids`.
+//! - A view that lost every datapath while the datapath still has local ports and runs a
+//!   program with datapaths (a database being rebuilt) is held for `flush_grace` before it is
+//!   pushed, so a rebuild that repopulates SB in time changes nothing in the datapath.
+//!
+//! # Call contract
+//!
+//! After every `handle_*` call drain, in order: [`Controller::poll_sb_close`] (close the SB
+//! connection; do not report it as disconnected), [`Controller::poll_sb_transmit`],
+//! [`Controller::poll_sb_connect`] (dial that remote index, then
+//! [`Controller::handle_sb_connected`] or [`Controller::handle_sb_disconnected`]),
+//! [`Controller::poll_dp_transmit`], [`Controller::poll_log`], and then
+//! [`Controller::poll_timeout`]. `now` is monotonic (never goes backwards).
+//!
+//! # What it does not do
+//!
+//! No sockets, no clock: the shell or the simulator moves bytes and supplies `now` (and the
+//! wall-clock offset for SB timestamps, [`Tuning::wall_offset_ms`]). No live-migration
+//! driving (a `PortActivated` is logged), no `virtual`/`chassisredirect`/gateway claims (see
+//! [`super::binding`]).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hf_datapath::proto::{
+    self, Decoder, FromDatapath, LocalPort, LocationMsg, PROTOCOL_VERSION, ProgramMsg, ToDatapath,
+};
+use hf_model::SbSnapshot;
+use hf_ovsdb_net::client::{
+    Config as ReplicaConfig, Event, Model, Replica, TableSelect, TxnId, TxnOutcome,
+};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::chassis::{self, Identity};
+use super::lastgood::LastGood;
+use super::{binding, monitor, neigh};
+use crate::program_msg::{program_msg, same_content};
+use crate::{Extra, TranslateOptions, translate_with};
+
+/// What the controller is (the API of issue 11).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControllerConfig {
+    /// `Chassis.name` (`--system-id`).
+    pub chassis: String,
+    /// `Chassis.hostname`.
+    pub hostname: String,
+    /// `Encap.type` (`geneve`).
+    pub encap_type: String,
+    /// `Encap.ip`.
+    pub encap_ip: String,
+    /// Monitor every SB row (`ovn-monitor-all=true`) instead of conditional monitoring.
+    pub monitor_all: bool,
+}
+
+/// Settings beyond [`ControllerConfig`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tuning {
+    /// How many SB remotes the shell can dial (a cluster's members).
+    pub remotes: usize,
+    /// The SB replica's inactivity probe (None: never).
+    pub probe_interval_ms: Option<u64>,
+    /// How long an object must stay gone (over complete views) before its zones are flushed,
+    /// and how long a view without any datapath is held back.
+    pub flush_grace: Duration,
+    /// Wall-clock milliseconds at `now` = 0 (for `nb_cfg_timestamp` and `MAC_Binding.timestamp`).
+    pub wall_offset_ms: i64,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            remotes: 1,
+            probe_interval_ms: Some(5_000),
+            flush_grace: Duration::from_secs(5),
+            wall_offset_ms: 0,
+        }
+    }
+}
+
+/// How severe a log line is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// Detail.
+    Debug,
+    /// Information.
+    Info,
+    /// Something the operator should look at.
+    Warn,
+    /// A failure.
+    Err,
+}
+
+/// Counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Translations run.
+    pub translations: u64,
+    /// Programs pushed.
+    pub programs_pushed: u64,
+    /// Translations not pushed because they equal what the datapath runs.
+    pub programs_unchanged: u64,
+    /// Programs the datapath installed.
+    pub programs_installed: u64,
+    /// Programs the datapath rejected.
+    pub programs_rejected: u64,
+    /// `FlushZones` requests sent, and zone names in them.
+    pub flush_requests: u64,
+    /// Zone names flushed.
+    pub zones_flushed: u64,
+    /// SB write transactions sent.
+    pub sb_writes: u64,
+}
+
+/// What the SB write transaction is built from (shared with the replica's builder).
+#[derive(Debug, Clone)]
+struct WriteState {
+    id: Identity,
+    dp_ready: bool,
+    local: BTreeSet<String>,
+    up: BTreeSet<String>,
+    neigh: neigh::Pending,
+    fdb: neigh::PendingFdb,
+    vports: BTreeMap<String, String>,
+    nb_cfg: Option<i64>,
+    wall_ms: i64,
+    flow_report: BTreeMap<String, String>,
+}
+
+fn write_ops(sb: &SbSnapshot, st: &WriteState) -> Vec<Value> {
+    let mut ops = chassis::registration_ops(sb, &st.id);
+    let Some(ours) = chassis::our_chassis(sb, &st.id.name) else {
+        return ops;
+    };
+    ops.extend(chassis::private_ops(
+        sb,
+        &st.id.name,
+        st.nb_cfg,
+        st.wall_ms,
+        &st.flow_report,
+    ));
+    if st.dp_ready {
+        ops.extend(binding::binding_ops(
+            sb,
+            ours,
+            &st.id.name,
+            &st.id.hostname,
+            &st.local,
+            &st.up,
+            &st.vports,
+        ));
+    }
+    ops.extend(neigh::neighbour_ops(sb, &st.neigh, st.wall_ms));
+    ops.extend(neigh::fdb_ops(sb, &st.fdb));
+    ops
+}
+
+/// The controller core. See the module documentation.
+pub struct Controller {
+    cfg: ControllerConfig,
+    tuning: Tuning,
+    sb: Replica<SbSnapshot>,
+    sb_dialing: Option<usize>,
+    shared: Arc<Mutex<WriteState>>,
+    txn: Option<TxnId>,
+    write_due: bool,
+    write_retry_at: Option<Duration>,
+    /// Conditions as last set, and whether the last computation changed none.
+    conds: BTreeMap<&'static str, Option<Vec<Value>>>,
+    conds_settled: bool,
+    monitored: BTreeSet<Uuid>,
+    // The datapath link.
+    dp_connected: bool,
+    dp_dec: Decoder<FromDatapath>,
+    dp_out: VecDeque<Vec<u8>>,
+    dp_hello: bool,
+    dp_ports: BTreeMap<String, LocalPort>,
+    zones: BTreeMap<String, u16>,
+    running: Option<ProgramMsg>,
+    inflight: BTreeMap<u64, ProgramMsg>,
+    generation: u64,
+    translate_due: bool,
+    gone_since: BTreeMap<String, Duration>,
+    flushing: BTreeSet<String>,
+    empty_since: Option<Duration>,
+    lastgood: LastGood,
+    installed_nb_cfg: Option<i64>,
+    diag_seen: BTreeSet<String>,
+    diagnostics: Vec<String>,
+    log: VecDeque<(Level, String)>,
+    now: Duration,
+    stats: Stats,
+}
+
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller")
+            .field("chassis", &self.cfg.chassis)
+            .field("generation", &self.generation)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+impl Controller {
+    /// A core with default [`Tuning`].
+    pub fn new(cfg: ControllerConfig, now: Duration) -> Controller {
+        Self::with_tuning(cfg, Tuning::default(), now)
+    }
+
+    /// A core with explicit [`Tuning`].
+    pub fn with_tuning(cfg: ControllerConfig, tuning: Tuning, now: Duration) -> Controller {
+        let id = Identity {
+            name: cfg.chassis.clone(),
+            hostname: cfg.hostname.clone(),
+            encap_type: cfg.encap_type.clone(),
+            encap_ip: cfg.encap_ip.clone(),
+            monitor_all: cfg.monitor_all,
+            features: hf_expr::FeatureSet::level(hf_expr::Level::Hf2).to_list(),
+        };
+        let conds = monitor::conditions(
+            &SbSnapshot::default(),
+            &cfg.chassis,
+            &BTreeSet::new(),
+            cfg.monitor_all,
+        );
+        let tables = <SbSnapshot as Model>::table_names()
+            .into_iter()
+            .map(|t| TableSelect {
+                name: t.to_string(),
+                columns: None,
+                condition: conds.get(t).cloned().flatten(),
+            })
+            .collect();
+        let sb = Replica::new(
+            ReplicaConfig {
+                remotes: tuning.remotes.max(1),
+                tables,
+                leader_only: true,
+                probe_interval_ms: tuning.probe_interval_ms,
+                ..ReplicaConfig::default()
+            },
+            ms(now),
+        );
+        let shared = Arc::new(Mutex::new(WriteState {
+            id,
+            dp_ready: false,
+            local: BTreeSet::new(),
+            up: BTreeSet::new(),
+            neigh: BTreeMap::new(),
+            fdb: BTreeMap::new(),
+            vports: BTreeMap::new(),
+            nb_cfg: None,
+            wall_ms: tuning.wall_offset_ms + now.as_millis() as i64,
+            flow_report: BTreeMap::new(),
+        }));
+        let mut c = Controller {
+            cfg,
+            tuning,
+            sb,
+            sb_dialing: None,
+            shared,
+            txn: None,
+            write_due: true,
+            write_retry_at: None,
+            conds,
+            conds_settled: false,
+            monitored: BTreeSet::new(),
+            dp_connected: false,
+            dp_dec: Decoder::new(),
+            dp_out: VecDeque::new(),
+            dp_hello: false,
+            dp_ports: BTreeMap::new(),
+            zones: BTreeMap::new(),
+            running: None,
+            inflight: BTreeMap::new(),
+            generation: 0,
+            translate_due: true,
+            gone_since: BTreeMap::new(),
+            flushing: BTreeSet::new(),
+            empty_since: None,
+            lastgood: LastGood::default(),
+            installed_nb_cfg: None,
+            diag_seen: BTreeSet::new(),
+            diagnostics: Vec::new(),
+            log: VecDeque::new(),
+            now,
+            stats: Stats::default(),
+        };
+        c.say(
+            Level::Info,
+            format!(
+                "holdfast controller for chassis {} ({} {}), {} monitoring",
+                c.cfg.chassis,
+                c.cfg.encap_type,
+                c.cfg.encap_ip,
+                if c.cfg.monitor_all {
+                    "full"
+                } else {
+                    "conditional"
+                }
+            ),
+        );
+        c
+    }
+
+    // ---- SB ----
+
+    /// The SB remote to dial now.
+    pub fn poll_sb_connect(&mut self) -> Option<usize> {
+        let r = self.sb.poll_connect();
+        if r.is_some() {
+            self.sb_dialing = r;
+        }
+        r
+    }
+
+    /// The SB connection is to be closed (the core already forgot it).
+    pub fn poll_sb_close(&mut self) -> Option<String> {
+        self.sb.poll_close()
+    }
+
+    /// The dial of [`Controller::poll_sb_connect`] succeeded.
+    pub fn handle_sb_connected(&mut self, now: Duration) {
+        let r = self.sb_dialing.take().unwrap_or(0);
+        self.sb.handle_connected(r, ms(now));
+        self.step(now);
+    }
+
+    /// Bytes from SB.
+    pub fn handle_sb_bytes(&mut self, data: &[u8], now: Duration) {
+        self.sb.handle_bytes(data, ms(now));
+        self.step(now);
+    }
+
+    /// The SB connection ended or could not be made.
+    pub fn handle_sb_disconnected(&mut self, now: Duration) {
+        self.sb_dialing = None;
+        self.sb.handle_disconnected(ms(now));
+        self.step(now);
+    }
+
+    /// Bytes to write to SB.
+    pub fn poll_sb_transmit(&mut self) -> Option<Vec<u8>> {
+        self.sb.poll_transmit()
+    }
+
+    // ---- the datapath ----
+
+    /// The control connection to the datapath is up: the hello goes out.
+    pub fn handle_dp_connected(&mut self, now: Duration) {
+        self.dp_connected = true;
+        self.dp_hello = false;
+        self.dp_dec = Decoder::new();
+        self.dp_out.clear();
+        self.inflight.clear();
+        self.send_dp(&ToDatapath::Hello {
+            version: PROTOCOL_VERSION,
+            chassis: self.cfg.chassis.clone(),
+        });
+        self.step(now);
+    }
+
+    /// Bytes from the datapath.
+    pub fn handle_dp_bytes(&mut self, data: &[u8], now: Duration) {
+        if !self.dp_connected {
+            return;
+        }
+        self.dp_dec.push(data);
+        loop {
+            match self.dp_dec.next_msg() {
+                Ok(Some(m)) => self.dp_message(m, now),
+                Ok(None) => break,
+                Err(e) => {
+                    self.say(
+                        Level::Err,
+                        format!("datapath connection: {e}; waiting for a reconnect"),
+                    );
+                    self.dp_lost();
+                    break;
+                }
+            }
+        }
+        self.step(now);
+    }
+
+    /// The control connection ended. The datapath keeps forwarding with what it runs.
+    pub fn handle_dp_disconnected(&mut self, now: Duration) {
+        if self.dp_connected {
+            self.say(
+                Level::Warn,
+                "datapath disconnected; it keeps forwarding with its last program".into(),
+            );
+        }
+        self.dp_lost();
+        self.step(now);
+    }
+
+    /// Bytes to write to the datapath.
+    pub fn poll_dp_transmit(&mut self) -> Option<Vec<u8>> {
+        self.dp_out.pop_front()
+    }
+
+    /// Whether the datapath connection is up and its hello came.
+    pub fn dp_ready(&self) -> bool {
+        self.dp_connected && self.dp_hello
+    }
+
+    /// Sends a request to the datapath (counters, conntrack dumps: the answers are logged).
+    pub fn request_dp(&mut self, msg: ToDatapath) -> bool {
+        if !self.dp_ready() {
+            return false;
+        }
+        self.send_dp(&msg);
+        true
+    }
+
+    // ---- time ----
+
+    /// When [`Controller::handle_timeout`] wants to be called.
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        let mut t = self.sb.poll_timeout().map(Duration::from_millis);
+        let mut at = |x: Duration| t = Some(t.map_or(x, |t| t.min(x)));
+        if let Some(r) = self.write_retry_at {
+            at(r);
+        }
+        for since in self.gone_since.values() {
+            at(*since + self.tuning.flush_grace);
+        }
+        if let Some(e) = self.empty_since {
+            at(e + self.tuning.flush_grace);
+        }
+        t
+    }
+
+    /// Time has passed.
+    pub fn handle_timeout(&mut self, now: Duration) {
+        self.sb.handle_timeout(ms(now));
+        if self.write_retry_at.is_some_and(|r| now >= r) {
+            self.write_retry_at = None;
+            self.write_due = true;
+        }
+        let grace = self.tuning.flush_grace;
+        if self.gone_since.values().any(|s| now >= *s + grace)
+            || self.empty_since.is_some_and(|s| now >= s + grace)
+        {
+            self.translate_due = true;
+        }
+        self.step(now);
+    }
+
+    // ---- introspection ----
+
+    /// The next log line.
+    pub fn poll_log(&mut self) -> Option<(Level, String)> {
+        self.log.pop_front()
+    }
+
+    /// The SB replica (its model is the controller's view).
+    pub fn sb(&self) -> &Replica<SbSnapshot> {
+        &self.sb
+    }
+
+    /// The zone map as the datapath holds it (name → zone).
+    pub fn zones(&self) -> &BTreeMap<String, u16> {
+        &self.zones
+    }
+
+    /// The program the datapath runs (its hello's, or the last one it installed).
+    pub fn running_program(&self) -> Option<&ProgramMsg> {
+        self.running.as_ref()
+    }
+
+    /// The last generation pushed (or taken over from the datapath).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The datapath's local ports.
+    pub fn local_ports(&self) -> impl Iterator<Item = &str> {
+        self.dp_ports.keys().map(String::as_str)
+    }
+
+    /// The `nb_cfg` the datapath runs a program for.
+    pub fn installed_nb_cfg(&self) -> Option<i64> {
+        self.installed_nb_cfg
+    }
+
+    /// Last good versions and flow errors.
+    pub fn flow_errors(&self) -> &LastGood {
+        &self.lastgood
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Whether SB is connected and in sync.
+    pub fn sb_synced(&self) -> bool {
+        self.sb.is_synced()
+    }
+
+    /// Translate (and push if anything changed) at the next chance.
+    pub fn recompute(&mut self, now: Duration) {
+        self.translate_due = true;
+        self.write_due = true;
+        self.step(now);
+    }
+
+    /// `debug/status`'s text.
+    pub fn status(&self) -> String {
+        let sb = self.sb.model();
+        let registered = chassis::our_chassis(sb, &self.cfg.chassis).is_some();
+        let mut s = format!(
+            "Chassis: {} ({})\n",
+            self.cfg.chassis,
+            if registered {
+                "registered"
+            } else {
+                "not registered"
+            }
+        );
+        s.push_str(&format!(
+            "SB: {}{}\n",
+            if self.sb.is_synced() {
+                "connected, in sync"
+            } else {
+                "not connected"
+            },
+            if self.cfg.monitor_all {
+                ", monitoring all rows"
+            } else if self.conds_settled && !self.sb.conditions_pending() {
+                ", conditional monitoring settled"
+            } else {
+                ", conditional monitoring changing"
+            }
+        ));
+        s.push_str(&format!(
+            "Datapath: {}, {} local port(s)\n",
+            if self.dp_ready() {
+                "connected"
+            } else if self.dp_connected {
+                "connected, waiting for its hello"
+            } else {
+                "not connected"
+            },
+            self.dp_ports.len()
+        ));
+        match &self.running {
+            Some(p) => s.push_str(&format!(
+                "Program: generation {} (nb_cfg {}), {} datapath(s), {} flow(s){}\n",
+                p.generation,
+                p.nb_cfg,
+                p.datapaths.len(),
+                p.datapaths.iter().map(|d| d.flows.len()).sum::<usize>(),
+                if self.inflight.is_empty() {
+                    ""
+                } else {
+                    "; a newer one is being installed"
+                }
+            )),
+            None => s.push_str("Program: none\n"),
+        }
+        s.push_str(&format!(
+            "Reported nb_cfg: {}\n",
+            self.installed_nb_cfg
+                .map_or_else(|| "none".to_string(), |n| n.to_string())
+        ));
+        s.push_str(&format!("Zones: {}\n", self.zones.len()));
+        let causes = self.lastgood.causes();
+        s.push_str(&format!(
+            "Flow errors: {} flow(s), {} cause(s)\n",
+            self.lastgood.error_count(),
+            causes.len()
+        ));
+        for (c, (n, first)) in &causes {
+            s.push_str(&format!(
+                "  {c}: {n} flow(s) (first: flow {} on datapath {})\n",
+                first.id, first.datapath
+            ));
+        }
+        if !self.diagnostics.is_empty() {
+            s.push_str(&format!("Diagnostics ({}):\n", self.diagnostics.len()));
+            for d in self.diagnostics.iter().take(20) {
+                s.push_str(&format!("  {d}\n"));
+            }
+        }
+        s
+    }
+
+    // ---- internals ----
+
+    fn say(&mut self, l: Level, s: String) {
+        self.log.push_back((l, s));
+    }
+
+    fn send_dp(&mut self, m: &ToDatapath) {
+        match proto::encode(m) {
+            Ok(b) => self.dp_out.push_back(b),
+            Err(e) => self.say(Level::Err, format!("cannot encode a datapath message: {e}")),
+        }
+    }
+
+    fn dp_lost(&mut self) {
+        self.dp_connected = false;
+        self.dp_hello = false;
+        self.dp_out.clear();
+        self.inflight.clear();
+        self.flushing.clear();
+        self.with_state(|st| st.dp_ready = false);
+    }
+
+    fn with_state<R>(&self, f: impl FnOnce(&mut WriteState) -> R) -> R {
+        let mut g = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut g)
+    }
+
+    fn local_set(&self) -> BTreeSet<String> {
+        self.dp_ports.keys().cloned().collect()
+    }
+
+    fn dp_message(&mut self, m: FromDatapath, now: Duration) {
+        match m {
+            FromDatapath::Hello {
+                version,
+                chassis,
+                ports,
+                zones,
+                program,
+            } => {
+                if version != PROTOCOL_VERSION {
+                    self.say(
+                        Level::Err,
+                        format!(
+                            "datapath speaks control protocol version {version}, this controller {PROTOCOL_VERSION}: not using it"
+                        ),
+                    );
+                    self.dp_lost();
+                    return;
+                }
+                if chassis != self.cfg.chassis {
+                    self.say(
+                        Level::Warn,
+                        format!(
+                            "datapath is named {chassis}, this controller's chassis is {}",
+                            self.cfg.chassis
+                        ),
+                    );
+                }
+                self.dp_hello = true;
+                self.dp_ports = ports.into_iter().map(|p| (p.name.clone(), p)).collect();
+                self.zones = zones;
+                if let Some(p) = program {
+                    self.generation = self.generation.max(p.generation);
+                    self.lastgood.seed(&p);
+                    self.running = Some(*p);
+                } else {
+                    self.running = None;
+                }
+                self.say(
+                    Level::Info,
+                    format!(
+                        "datapath connected: {} local port(s), {} zone(s), {}",
+                        self.dp_ports.len(),
+                        self.zones.len(),
+                        self.running.as_ref().map_or_else(
+                            || "no program".to_string(),
+                            |p| format!("running generation {}", p.generation)
+                        )
+                    ),
+                );
+                let local = self.local_set();
+                let up = self.running.as_ref().map(installed_local).unwrap_or_default();
+                self.with_state(|st| {
+                    st.dp_ready = true;
+                    st.local = local;
+                    st.up = up;
+                });
+                self.translate_due = true;
+                self.write_due = true;
+            }
+            FromDatapath::Installed {
+                generation,
+                flow_errors,
+            } => {
+                let Some(p) = self.inflight.remove(&generation) else {
+                    self.say(
+                        Level::Warn,
+                        format!("datapath installed generation {generation}, which was not pushed"),
+                    );
+                    return;
+                };
+                self.stats.programs_installed += 1;
+                for (err, line) in self.lastgood.installed(&p, &flow_errors) {
+                    self.say(if err { Level::Warn } else { Level::Info }, line);
+                }
+                self.zones = p.zones.clone();
+                for n in &self.flushing {
+                    self.zones.remove(n);
+                }
+                self.installed_nb_cfg = Some(self.installed_nb_cfg.map_or(p.nb_cfg, |n| n.max(p.nb_cfg)));
+                let up = installed_local(&p);
+                let report = self.lastgood.report();
+                let nb_cfg = self.installed_nb_cfg;
+                self.with_state(|st| {
+                    st.up = up;
+                    st.flow_report = report;
+                    st.nb_cfg = nb_cfg;
+                });
+                self.say(
+                    Level::Debug,
+                    format!(
+                        "datapath installed generation {generation} (nb_cfg {})",
+                        p.nb_cfg
+                    ),
+                );
+                self.running = Some(p);
+                self.write_due = true;
+            }
+            FromDatapath::Rejected { generation, reason } => {
+                self.inflight.remove(&generation);
+                self.stats.programs_rejected += 1;
+                self.say(
+                    Level::Err,
+                    format!(
+                        "datapath rejected program generation {generation}: {reason}; it keeps running the previous one"
+                    ),
+                );
+            }
+            FromDatapath::PortAdded(p) => {
+                self.say(Level::Info, format!("local port {} added", p.name));
+                self.dp_ports.insert(p.name.clone(), p);
+                self.local_changed();
+            }
+            FromDatapath::PortRemoved { name } => {
+                self.say(Level::Info, format!("local port {name} removed"));
+                self.dp_ports.remove(&name);
+                self.local_changed();
+            }
+            FromDatapath::Learned(v) => {
+                let sb = self.sb.model();
+                let mut dropped = Vec::new();
+                let mut add = Vec::new();
+                for n in v {
+                    match neigh::datapath_by_name(sb, &n.datapath) {
+                        Some(d) if self.cfg.monitor_all || self.monitored.contains(&d) => {
+                            add.push((
+                                (n.datapath.clone(), n.port.clone(), n.ip.clone()),
+                                neigh::mac_text(&n.mac),
+                            ));
+                        }
+                        _ => dropped.push(format!("{} {} on {}", n.ip, n.port, n.datapath)),
+                    }
+                }
+                if !dropped.is_empty() {
+                    self.say(
+                        Level::Warn,
+                        format!(
+                            "learned neighbour(s) on datapaths this chassis does not monitor, not written to MAC_Binding: {}",
+                            dropped.join(", ")
+                        ),
+                    );
+                }
+                if !add.is_empty() {
+                    self.with_state(|st| st.neigh.extend(add));
+                    self.write_due = true;
+                }
+            }
+            FromDatapath::LearnedFdb(v) => {
+                let add: Vec<_> = v
+                    .into_iter()
+                    .map(|f| ((f.datapath, neigh::mac_text(&f.mac)), f.port))
+                    .collect();
+                if !add.is_empty() {
+                    self.with_state(|st| st.fdb.extend(add));
+                    self.write_due = true;
+                }
+            }
+            FromDatapath::VportBound {
+                datapath,
+                vport,
+                parent,
+            } => {
+                self.say(
+                    Level::Info,
+                    format!("virtual port {vport} bound here through {parent} (datapath {datapath})"),
+                );
+                self.with_state(|st| st.vports.insert(vport, parent));
+                self.write_due = true;
+            }
+            FromDatapath::PortActivated { port } => {
+                self.say(Level::Info, format!("port {port} activated on this chassis"));
+            }
+            FromDatapath::Flushed { names, entries } => {
+                for n in &names {
+                    self.zones.remove(n);
+                    self.flushing.remove(n);
+                    self.gone_since.remove(n);
+                }
+                self.stats.zones_flushed += names.len() as u64;
+                self.say(
+                    Level::Info,
+                    format!(
+                        "flushed conntrack zone(s) {} ({entries} entries)",
+                        names.join(", ")
+                    ),
+                );
+                self.translate_due = true;
+            }
+            FromDatapath::Conntrack(lines) => {
+                self.say(
+                    Level::Info,
+                    format!("conntrack ({} entries):\n{}", lines.len(), lines.join("\n")),
+                );
+            }
+            FromDatapath::Counters(c) => {
+                self.say(Level::Info, format!("datapath counters: {c:?}"));
+            }
+            FromDatapath::Exported(_) => {
+                self.say(Level::Info, "datapath exported its state".into());
+            }
+            FromDatapath::Pong { .. } => {}
+            FromDatapath::Error { message } => {
+                self.say(Level::Warn, format!("datapath: {message}"));
+            }
+        }
+        let _ = now;
+    }
+
+    fn local_changed(&mut self) {
+        let local = self.local_set();
+        self.with_state(|st| st.local = local);
+        self.write_due = true;
+        self.translate_due = true;
+    }
+
+    /// Everything that follows an input.
+    fn step(&mut self, now: Duration) {
+        self.now = now;
+        let wall = self.tuning.wall_offset_ms + now.as_millis() as i64;
+        self.with_state(|st| st.wall_ms = wall);
+        while let Some(ev) = self.sb.poll_event() {
+            self.sb_event(ev, now);
+        }
+        if self.sb.is_synced() {
+            self.update_conditions();
+            self.write_round(now);
+            self.maybe_push(now);
+        }
+    }
+
+    fn sb_event(&mut self, ev: Event<SbSnapshot>, now: Duration) {
+        match ev {
+            Event::Connected { remote, method } => self.say(
+                Level::Info,
+                format!("SB: connected to remote {remote} ({})", method.name()),
+            ),
+            Event::Resynced { full, rows, .. } => {
+                self.say(
+                    Level::Debug,
+                    format!("SB: in sync ({rows} rows, full={full})"),
+                );
+                self.translate_due = true;
+                self.write_due = true;
+            }
+            Event::Changes(_) => {
+                self.translate_due = true;
+                self.write_due = true;
+            }
+            Event::Disconnected { remote, reason } => {
+                self.say(Level::Warn, format!("SB: remote {remote}: {reason}"));
+            }
+            Event::TxnDone { id, outcome, .. } => {
+                if self.txn == Some(id) {
+                    self.txn = None;
+                }
+                self.write_due = true;
+                if let TxnOutcome::Failed(e) = outcome {
+                    self.say(Level::Warn, format!("SB write failed: {e}; retrying in 1 s"));
+                    self.write_retry_at = Some(now + Duration::from_secs(1));
+                }
+            }
+            Event::Warning(w) => self.say(Level::Warn, format!("SB: {w}")),
+            _ => {}
+        }
+    }
+
+    fn update_conditions(&mut self) {
+        let sb = self.sb.model();
+        let local = self.local_set();
+        let want = monitor::conditions(sb, &self.cfg.chassis, &local, self.cfg.monitor_all);
+        self.monitored = if self.cfg.monitor_all {
+            sb.datapath_binding().keys().copied().collect()
+        } else {
+            monitor::local_datapaths(sb, &self.cfg.chassis, &local)
+        };
+        let mut changed = false;
+        for (t, c) in want {
+            if self.conds.get(t) != Some(&c) {
+                self.sb.set_condition(t, c.clone());
+                self.conds.insert(t, c);
+                changed = true;
+            }
+        }
+        self.conds_settled = !changed;
+    }
+
+    fn write_round(&mut self, now: Duration) {
+        if !self.write_due || self.txn.is_some() || self.write_retry_at.is_some_and(|r| now < r) {
+            return;
+        }
+        self.write_due = false;
+        let st = self.with_state(|st| st.clone());
+        // Neighbours already in the view are done.
+        let sb = self.sb.model();
+        let done: Vec<_> = st
+            .neigh
+            .iter()
+            .filter(|((d, p, ip), mac)| {
+                neigh::datapath_by_name(sb, d).is_none_or(|u| neigh::written(sb, u, p, ip, mac))
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        let fdb_done: Vec<_> = st
+            .fdb
+            .iter()
+            .filter(|((d, mac), p)| neigh::fdb_written(sb, d, mac, p))
+            .map(|(k, _)| k.clone())
+            .collect();
+        if !done.is_empty() || !fdb_done.is_empty() {
+            self.with_state(|st| {
+                for k in &done {
+                    st.neigh.remove(k);
+                }
+                for k in &fdb_done {
+                    st.fdb.remove(k);
+                }
+            });
+        }
+        let st = self.with_state(|st| st.clone());
+        if write_ops(self.sb.model(), &st).is_empty() {
+            return;
+        }
+        let shared = Arc::clone(&self.shared);
+        self.stats.sb_writes += 1;
+        self.txn = Some(self.sb.transact(Box::new(move |sb: &SbSnapshot| {
+            let st = shared.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            write_ops(sb, &st)
+        })));
+    }
+
+    /// Whether the view is complete enough to translate from.
+    fn view_complete(&self) -> bool {
+        let sb = self.sb.model();
+        self.sb.is_synced()
+            && !self.sb.conditions_pending()
+            && self.conds_settled
+            && sb.sb_global_row().is_some()
+            && chassis::our_chassis(sb, &self.cfg.chassis).is_some()
+    }
+
+    /// Whether the logical object behind zone `name` is gone from SB (the view is complete).
+    fn gone(&self, name: &str) -> bool {
+        let sb = self.sb.model();
+        if let Some(port) = name.strip_prefix("lsp/") {
+            if sb.port_binding_all_by_logical_port(port).next().is_some() {
+                return false;
+            }
+            let dp = self.running.as_ref().and_then(|r| {
+                r.datapaths
+                    .iter()
+                    .find(|d| d.ports.iter().any(|p| p.name == port))
+                    .map(|d| d.name.clone())
+            });
+            return match dp {
+                None => false,
+                Some(d) => match neigh::datapath_by_name(sb, &d) {
+                    None => true,
+                    Some(u) => self.cfg.monitor_all || self.monitored.contains(&u),
+                },
+            };
+        }
+        let dp = name
+            .strip_prefix("lr/")
+            .or_else(|| name.strip_prefix("ls/"))
+            .and_then(|r| r.rsplit_once('/'))
+            .map(|(d, _)| d);
+        match dp {
+            Some(d) => neigh::datapath_by_name(sb, d).is_none(),
+            None => false,
+        }
+    }
+
+    fn maybe_push(&mut self, now: Duration) {
+        if !self.translate_due || !self.dp_ready() || !self.inflight.is_empty() {
+            return;
+        }
+        if !self.view_complete() {
+            return;
+        }
+        self.translate_due = false;
+        self.stats.translations += 1;
+        let sb = self.sb.model();
+        let t = translate_with(
+            sb,
+            &TranslateOptions {
+                chassis: Some(self.cfg.chassis.clone()),
+            },
+            &Extra {
+                only_needed: true,
+                zones: self.zones.clone(),
+            },
+        );
+        let nb_cfg = sb.sb_global_row().map_or(0, |g| g.nb_cfg);
+        // Diagnostics: each logged once while it lasts.
+        let diags: Vec<String> = t.diagnostics.iter().map(|d| d.to_string()).collect();
+        let fresh: Vec<String> = diags
+            .iter()
+            .filter(|d| !self.diag_seen.contains(*d))
+            .cloned()
+            .collect();
+        self.diag_seen = diags.iter().cloned().collect();
+        self.diagnostics = diags;
+        for d in fresh {
+            self.say(Level::Warn, format!("translation: {d}"));
+        }
+        // Zones the translation no longer has: kept until really gone.
+        let retained: BTreeMap<String, u16> = self
+            .zones
+            .iter()
+            .filter(|(n, _)| !t.zones.contains_key(*n))
+            .map(|(n, z)| (n.clone(), *z))
+            .collect();
+        let mut to_flush = Vec::new();
+        for n in retained.keys() {
+            if self.gone(n) {
+                let since = *self.gone_since.entry(n.clone()).or_insert(now);
+                if now >= since + self.tuning.flush_grace && !self.flushing.contains(n) {
+                    to_flush.push(n.clone());
+                }
+            } else {
+                self.gone_since.remove(n);
+            }
+        }
+        self.gone_since.retain(|n, _| retained.contains_key(n));
+        let build = program_msg(
+            &t,
+            &self.cfg.chassis,
+            self.generation + 1,
+            nb_cfg,
+            &retained,
+            &self.lastgood,
+        );
+        if !build.skipped.is_empty() {
+            self.say(
+                Level::Warn,
+                format!(
+                    "{} flow(s) without SB text left out of the program",
+                    build.skipped.len()
+                ),
+            );
+        }
+        let msg = build.msg;
+        // A view without any datapath while the datapath forwards for local ports: hold it.
+        let running_dps = self.running.as_ref().is_some_and(|r| !r.datapaths.is_empty());
+        if msg.datapaths.is_empty() && running_dps && !self.dp_ports.is_empty() {
+            let since = *self.empty_since.get_or_insert(now);
+            if now < since + self.tuning.flush_grace {
+                if since == now {
+                    self.say(
+                        Level::Warn,
+                        "SB shows no datapath for this chassis's ports; holding the running program"
+                            .into(),
+                    );
+                }
+                return;
+            }
+        } else {
+            self.empty_since = None;
+        }
+        if let Some(r) = &self.running
+            && same_content(r, &msg)
+        {
+            self.stats.programs_unchanged += 1;
+            if self.installed_nb_cfg.is_none_or(|n| n < nb_cfg) {
+                self.installed_nb_cfg = Some(nb_cfg);
+                self.with_state(|st| st.nb_cfg = Some(nb_cfg));
+                self.write_due = true;
+            }
+        } else {
+            self.generation += 1;
+            self.stats.programs_pushed += 1;
+            self.send_dp(&ToDatapath::Program(Box::new(msg.clone())));
+            self.inflight.insert(msg.generation, msg);
+        }
+        if !to_flush.is_empty() {
+            self.stats.flush_requests += 1;
+            self.say(
+                Level::Info,
+                format!(
+                    "flushing conntrack zone(s) of deleted objects: {}",
+                    to_flush.join(", ")
+                ),
+            );
+            self.flushing.extend(to_flush.iter().cloned());
+            self.send_dp(&ToDatapath::FlushZones { names: to_flush });
+        }
+        if self.write_due {
+            self.write_round(now);
+        }
+    }
+}
+
+/// The ports a program has as local.
+fn installed_local(p: &ProgramMsg) -> BTreeSet<String> {
+    p.datapaths
+        .iter()
+        .flat_map(|d| d.ports.iter())
+        .filter_map(|p| match &p.location {
+            LocationMsg::Local(n) => Some(n.clone()),
+            _ => None,
+        })
+        .collect()
+}

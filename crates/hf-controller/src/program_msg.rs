@@ -1,0 +1,264 @@
+//! [`Translation`] → [`ProgramMsg`]: the description a controller hands its datapath over the
+//! control protocol (`hf_datapath::proto`).
+//!
+//! # What it does
+//!
+//! - Flows go as SB text (`FlowSpec.source`) with their identity, stage, SB UUID and stage
+//!   hint; each carries the last version of the same identity that compiled
+//!   ([`FlowMsg::last_good`]) when a [`LastGoodLookup`] knows one that differs from the
+//!   current text.
+//! - Ports are located by name: a port bound here is [`LocationMsg::Local`] with its logical
+//!   port name (the datapath's local interfaces are named by `iface-id`), remote ports carry the
+//!   chassis id of [`ProgramMsg::chassis_table`].
+//! - Zones (the translation's, plus `extra_zones` the caller still holds), address sets (each
+//!   member printed back as a logical-flow constant), port groups, the chassis table with encap
+//!   IPs, neighbours, FDB and load-balancer VIPs.
+//!
+//! # What it does not do
+//!
+//! No compiling: the datapath compiles the text. A flow without source text (built in code,
+//! not from SB) cannot be described and is reported in [`ProgramBuild::skipped`]. DNS records
+//! are not carried yet (the `DNS` part of the translation belongs to the packet-in work), so
+//! [`ProgramMsg::dns`] is empty.
+
+use std::collections::BTreeMap;
+
+use hf_datapath::proto::{
+    ChassisMsg, DatapathMsg, FdbMsg, FlowMsg, GroupMsg, LbVipMsg, LocationMsg, NeighbourMsg,
+    PortMsg, ProgramMsg,
+};
+use hf_expr::actions::Pipeline;
+use hf_pipeline::{DatapathKind, PortKind, PortLocation};
+
+use crate::Translation;
+
+/// Where the last good text of a flow is looked up: (datapath name, flow id) → (match,
+/// actions).
+pub trait LastGoodLookup {
+    /// The last text of this flow that compiled, if known.
+    fn last_good(&self, datapath: &str, id: &str) -> Option<(&str, &str)>;
+}
+
+/// No last good versions.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoLastGood;
+
+impl LastGoodLookup for NoLastGood {
+    fn last_good(&self, _: &str, _: &str) -> Option<(&str, &str)> {
+        None
+    }
+}
+
+/// The result of [`program_msg`].
+#[derive(Debug, Clone, Default)]
+pub struct ProgramBuild {
+    /// The message.
+    pub msg: ProgramMsg,
+    /// Flows that could not be described (no source text): (datapath, flow id).
+    pub skipped: Vec<(String, String)>,
+}
+
+/// `Port_Binding.type` of a port kind.
+pub fn port_kind_name(k: &PortKind) -> String {
+    match k {
+        PortKind::Vif => String::new(),
+        PortKind::Patch => "patch".into(),
+        PortKind::L3Gateway => "l3gateway".into(),
+        PortKind::ChassisRedirect => "chassisredirect".into(),
+        PortKind::Localnet => "localnet".into(),
+        PortKind::Localport => "localport".into(),
+        PortKind::Virtual => "virtual".into(),
+        PortKind::External => "external".into(),
+        PortKind::L2Gateway => "l2gateway".into(),
+        PortKind::Vtep => "vtep".into(),
+        PortKind::Remote => "remote".into(),
+        PortKind::Other(s) => s.clone(),
+        #[allow(unreachable_patterns)]
+        _ => "unknown".into(),
+    }
+}
+
+/// Builds the program message of `t` for `chassis`, numbered `generation`, translated at
+/// `nb_cfg`. `extra_zones` are zone assignments the datapath holds beyond the translation's
+/// (names kept until their object is really gone); they join [`ProgramMsg::zones`].
+pub fn program_msg(
+    t: &Translation,
+    chassis: &str,
+    generation: u64,
+    nb_cfg: i64,
+    extra_zones: &BTreeMap<String, u16>,
+    last_good: &dyn LastGoodLookup,
+) -> ProgramBuild {
+    let local_names: BTreeMap<u32, &str> = t
+        .local_ports
+        .iter()
+        .map(|(n, id)| (*id, n.as_str()))
+        .collect();
+    let mut skipped = Vec::new();
+    let mut datapaths = Vec::with_capacity(t.spec.datapaths.len());
+    for d in &t.spec.datapaths {
+        let router_zones = match d.kind {
+            DatapathKind::Router {
+                dnat_zone,
+                snat_zone,
+            } => Some((dnat_zone, snat_zone)),
+            _ => None,
+        };
+        let ports = d
+            .ports
+            .iter()
+            .map(|p| PortMsg {
+                name: p.name.clone(),
+                key: p.key,
+                location: match &p.location {
+                    PortLocation::Local(id) => LocationMsg::Local(
+                        local_names
+                            .get(id)
+                            .map_or_else(|| p.name.clone(), |n| (*n).to_string()),
+                    ),
+                    PortLocation::Remote { chassis } => LocationMsg::Remote(*chassis),
+                    PortLocation::Patch { peer } => LocationMsg::Patch(peer.clone()),
+                    PortLocation::Redirect { port } => LocationMsg::Redirect(port.clone()),
+                    _ => LocationMsg::Unbound,
+                },
+                zone: p.zone,
+                kind: port_kind_name(&p.kind),
+                resident: p.resident,
+                also_remote: p.also_remote.clone(),
+                needs_activation: p.needs_activation,
+                addresses: p.addresses.clone(),
+                port_security: p.port_security.clone(),
+            })
+            .collect();
+        let groups = d
+            .groups
+            .iter()
+            .map(|g| GroupMsg {
+                name: g.name.clone(),
+                key: g.key,
+                members: g.members.clone(),
+            })
+            .collect();
+        let mut flows = Vec::with_capacity(d.flows.len());
+        for f in &d.flows {
+            let Some(src) = &f.source else {
+                skipped.push((d.name.clone(), f.id.0.clone()));
+                continue;
+            };
+            let lg = last_good
+                .last_good(&d.name, &f.id.0)
+                .filter(|(m, a)| *m != src.matches || *a != src.actions)
+                .map(|(m, a)| (m.to_string(), a.to_string()));
+            flows.push(FlowMsg {
+                egress: f.pipeline == Pipeline::Egress,
+                table: f.table,
+                priority: f.priority,
+                matches: src.matches.clone(),
+                actions: src.actions.clone(),
+                id: f.id.0.clone(),
+                stage: f.stage.clone(),
+                sb_uuid: f.sb_uuid.clone(),
+                stage_hint: f.stage_hint.clone(),
+                last_good: lg,
+            });
+        }
+        datapaths.push(DatapathMsg {
+            name: d.name.clone(),
+            tunnel_key: d.tunnel_key,
+            router_zones,
+            ports,
+            groups,
+            flows,
+        });
+    }
+    let mut zones = t.zones.clone();
+    for (n, z) in extra_zones {
+        zones.entry(n.clone()).or_insert(*z);
+    }
+    let address_sets = t
+        .spec
+        .sets
+        .addr_sets
+        .iter()
+        .map(|(n, v)| (n.clone(), v.iter().map(|c| c.to_string()).collect()))
+        .collect::<BTreeMap<String, Vec<String>>>();
+    let port_groups = t
+        .spec
+        .sets
+        .port_groups
+        .iter()
+        .map(|(n, v)| (n.clone(), v.clone()))
+        .collect::<BTreeMap<String, Vec<String>>>();
+    let msg = ProgramMsg {
+        generation,
+        chassis: chassis.to_string(),
+        nb_cfg,
+        datapaths,
+        zones,
+        chassis_table: t
+            .chassis
+            .iter()
+            .map(|c| ChassisMsg {
+                id: c.id,
+                name: c.name.clone(),
+                encap_type: c.encap_type.clone(),
+                ip: c.ip.clone(),
+            })
+            .collect(),
+        neighbours: t
+            .spec
+            .neighbours
+            .iter()
+            .map(|n| NeighbourMsg {
+                datapath: n.datapath.clone(),
+                port: n.port.clone(),
+                ip: n.ip.to_string(),
+                mac: n.mac,
+            })
+            .collect(),
+        address_sets,
+        port_groups,
+        fdb: t
+            .spec
+            .fdb
+            .iter()
+            .map(|f| FdbMsg {
+                datapath: f.datapath.clone(),
+                port: f.port.clone(),
+                mac: f.mac,
+            })
+            .collect(),
+        lb_vips: t
+            .spec
+            .lb_vips
+            .iter()
+            .map(|v| LbVipMsg {
+                datapath: v.datapath.clone(),
+                ip: v.ip.to_string(),
+                port: v.port,
+                proto: v.proto,
+            })
+            .collect(),
+        switch_snat_zones: t.spec.switch_snat_zones.clone(),
+        dns: Vec::new(),
+        owner: t.spec.owner.0,
+    };
+    ProgramBuild { msg, skipped }
+}
+
+/// Whether two programs describe the same forwarding (everything but the generation and the
+/// `nb_cfg` they were translated at).
+pub fn same_content(a: &ProgramMsg, b: &ProgramMsg) -> bool {
+    a.chassis == b.chassis
+        && a.datapaths == b.datapaths
+        && a.zones == b.zones
+        && a.chassis_table == b.chassis_table
+        && a.neighbours == b.neighbours
+        && a.address_sets == b.address_sets
+        && a.port_groups == b.port_groups
+        && a.fdb == b.fdb
+        && a.lb_vips == b.lb_vips
+        && a.switch_snat_zones == b.switch_snat_zones
+        && a.dns == b.dns
+        && a.owner == b.owner
+}
