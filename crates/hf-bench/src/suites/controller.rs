@@ -36,6 +36,7 @@
 // A benchmark is an I/O shell: it reads the clock and starts processes.
 #![allow(clippy::disallowed_methods)]
 
+use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -43,6 +44,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use hf_datapath::proto::{self, ProgramMsg, ToDatapath};
 use hf_model::SbSnapshot;
 
 use super::central::{Daemon, NB_SCHEMA, PYTHON, SB_SCHEMA, daemon_args, ok, server};
@@ -338,13 +340,24 @@ struct Split {
     sb_sync: Option<f64>,
     /// A port add: from the SB server holding the row to the replica holding it.
     sb_update: Option<f64>,
+    /// `hf_controller::translate_with`.
     translate: f64,
+    /// `hf_controller::program_msg::program_msg`: the translation as a `ProgramMsg`.
+    to_msg: f64,
+    /// `proto::encode` of `ToDatapath::Program`.
+    encode: f64,
+    /// `proto::Decoder` in the datapath.
+    decode: f64,
+    /// `hf_datapath::program::to_spec`.
+    to_spec: f64,
+    /// `Program::compile`, or for a change: finding the datapaths whose flows changed and
+    /// `Program::recompile`.
     compile: f64,
 }
 
 impl Split {
     fn total(&self) -> f64 {
-        self.sb_sync.unwrap_or(0.0) + self.sb_update.unwrap_or(0.0) + self.translate + self.compile
+        self.steps().iter().map(|(_, v)| v).sum()
     }
 
     fn steps(&self) -> Vec<(&'static str, f64)> {
@@ -355,8 +368,14 @@ impl Split {
         if let Some(s) = self.sb_update {
             v.push(("sb_update", s));
         }
-        v.push(("translate", self.translate));
-        v.push(("compile", self.compile));
+        v.extend([
+            ("translate", self.translate),
+            ("to_msg", self.to_msg),
+            ("encode", self.encode),
+            ("decode", self.decode),
+            ("to_spec", self.to_spec),
+            ("compile", self.compile),
+        ]);
         v
     }
 }
@@ -382,17 +401,28 @@ impl Ours {
     }
 }
 
-/// What a chassis has installed: the translation's zones and the program.
+/// What the datapath has installed, and the controller's zones.
 struct Installed {
-    zones: std::collections::BTreeMap<String, u16>,
-    spec: hf_pipeline::ProgramSpec,
+    generation: u64,
+    zones: BTreeMap<String, u16>,
+    /// The program message as the datapath decoded it.
+    msg: ProgramMsg,
+    /// The datapath's local port ids.
+    local: BTreeMap<String, u32>,
     program: hf_pipeline::Program,
+    /// Bytes of the `ToDatapath::Program` frame.
+    frame_bytes: usize,
 }
 
-/// SB → the installed program for `hv1`; with `prev`, zones are kept and unchanged
-/// datapaths' compiled tables reused, as a running chassis does.
+/// SB → the program installed in the datapath for `hv1`, the way a chassis does it:
+/// translate (only the datapaths it needs), the program message, its frame encoded and decoded
+/// again, the datapath's `to_spec` and compile. With `prev`, zones are kept and the datapaths
+/// whose flows did not change keep their compiled tables, as a running chassis does.
 fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Installed, Split)> {
     let mut split = Split::default();
+    let generation = prev.map_or(1, |p| p.generation + 1);
+    let nb_cfg = sb.sb_global().values().map(|g| g.nb_cfg).max().unwrap_or(0);
+
     let t = Instant::now();
     let opts = hf_controller::TranslateOptions {
         chassis: Some(CHASSIS.into()),
@@ -403,34 +433,73 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
     };
     let tr = hf_controller::translate_with(sb, &opts, &extra);
     split.translate = ms(t.elapsed());
+
+    let t = Instant::now();
+    let build = hf_controller::program_msg::program_msg(
+        &tr,
+        CHASSIS,
+        generation,
+        nb_cfg,
+        &BTreeMap::new(),
+        &hf_controller::program_msg::NoLastGood,
+    );
+    split.to_msg = ms(t.elapsed());
+    if !build.skipped.is_empty() {
+        bail!(
+            "{} flows could not be described in the program message (first: {:?})",
+            build.skipped.len(),
+            build.skipped[0]
+        );
+    }
+
+    let t = Instant::now();
+    let frame = proto::encode(&ToDatapath::Program(Box::new(build.msg)))
+        .map_err(|e| anyhow::anyhow!("encoding the program: {e}"))?;
+    split.encode = ms(t.elapsed());
+
+    let t = Instant::now();
+    let mut dec = proto::Decoder::<ToDatapath>::new();
+    dec.push(&frame);
+    let msg = match dec.next_msg() {
+        Ok(Some(ToDatapath::Program(m))) => *m,
+        other => bail!("decoding the program frame gave {other:?}"),
+    };
+    split.decode = ms(t.elapsed());
+
+    let local = tr.local_ports.clone();
+    let t = Instant::now();
+    let (spec, _reported) = hf_datapath::program::to_spec(&msg, &local)
+        .map_err(|e| anyhow::anyhow!("the datapath refused the program: {e}"))?;
+    split.to_spec = ms(t.elapsed());
+
     let t = Instant::now();
     let (program, _errors) = match prev {
-        None => hf_pipeline::Program::compile(&tr.spec),
+        None => hf_pipeline::Program::compile(&spec),
         Some(p) => {
-            let changed = changed_datapaths(&p.spec, &tr.spec);
+            let changed = changed_datapaths(&p.msg, &msg);
             let refs: Vec<&str> = changed.iter().map(String::as_str).collect();
-            p.program.recompile(&tr.spec, &refs)
+            p.program.recompile(&spec, &refs)
         }
     }
     .map_err(|e| anyhow::anyhow!("the program for {CHASSIS} does not compile: {e}"))?;
     split.compile = ms(t.elapsed());
     Ok((
         Installed {
+            generation,
             zones: tr.zones,
-            spec: tr.spec,
+            msg,
+            local,
             program,
+            frame_bytes: frame.len(),
         },
         split,
     ))
 }
 
 /// The datapaths of `new` whose flows differ from the same-named datapath of `old` (or that
-/// are new): what a controller diffing its programs hands to `recompile`.
-fn changed_datapaths(
-    old: &hf_pipeline::ProgramSpec,
-    new: &hf_pipeline::ProgramSpec,
-) -> Vec<String> {
-    let before: std::collections::HashMap<&str, &hf_pipeline::DatapathSpec> =
+/// are new): what the datapath, holding its previous program message, hands to `recompile`.
+fn changed_datapaths(old: &ProgramMsg, new: &ProgramMsg) -> Vec<String> {
+    let before: HashMap<&str, &hf_datapath::proto::DatapathMsg> =
         old.datapaths.iter().map(|d| (d.name.as_str(), d)).collect();
     new.datapaths
         .iter()
@@ -532,10 +601,11 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
     cold.sb_sync = Some(sync_ms);
     let mut current = installed.context("no program")?;
     report.note(&format!(
-        "holdfast {tag}: {} compiled flows in {} datapaths, {} flow errors",
+        "holdfast {tag}: {} compiled flows in {} datapaths, {} flow errors; the program frame is {:.1} MB",
         current.program.flow_count(),
-        current.spec.datapaths.len(),
-        current.program.flow_errors().count()
+        current.msg.datapaths.len(),
+        current.program.flow_errors().count(),
+        current.frame_bytes as f64 / 1e6
     ));
     drop(snap);
 
@@ -576,11 +646,7 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
         let (next, mut split) = install(&snap, Some(&current))?;
         split.sb_update = Some(ms(seen.saturating_duration_since(at_server)));
         if k == 0 {
-            report.note(&format!(
-                "port add: recompile reused {} of {} datapaths' tables",
-                next.program.shared_datapaths(&current.program),
-                next.spec.datapaths.len()
-            ));
+            check_port_add(report, &current, &next)?;
         }
         adds.push(split);
         current = next;
@@ -596,6 +662,40 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
         port_add,
         heap_mb: heap as f64 / 1e6,
     })
+}
+
+/// After the first port add (not timed): the recompiled program must compile the same flows
+/// as compiling the new program afresh; and whether `hf_datapath::program::compile` (what
+/// `Datapath::install` runs) gets there too.
+fn check_port_add(report: &Report, prev: &Installed, next: &Installed) -> anyhow::Result<()> {
+    let (spec, _) = hf_datapath::program::to_spec(&next.msg, &next.local)
+        .map_err(|e| anyhow::anyhow!("to_spec: {e}"))?;
+    let (fresh, _) =
+        hf_pipeline::Program::compile(&spec).map_err(|e| anyhow::anyhow!("fresh compile: {e}"))?;
+    if fresh.flow_count() != next.program.flow_count() {
+        bail!(
+            "recompile after the port add has {} flows, a fresh compile {}",
+            next.program.flow_count(),
+            fresh.flow_count()
+        );
+    }
+    report.note(&format!(
+        "port add: recompile reused {} of {} datapaths' tables ({} flows, as a fresh compile)",
+        next.program.shared_datapaths(&prev.program),
+        next.msg.datapaths.len(),
+        fresh.flow_count()
+    ));
+    let (dp_way, _) = hf_datapath::program::compile(&next.msg, &next.local, Some(&prev.program))
+        .map_err(|e| anyhow::anyhow!("hf_datapath::program::compile: {e}"))?;
+    if dp_way.flow_count() != fresh.flow_count() {
+        report.note(&format!(
+            "warning: hf_datapath::program::compile with the previous program (Datapath::install) \
+             has {} flows after the port add, a fresh compile {}: it reuses datapaths whose flows changed",
+            dp_way.flow_count(),
+            fresh.flow_count()
+        ));
+    }
+    Ok(())
 }
 
 /// Waits for an `ovn-nbctl` started by [`Central::nbctl_child`]; an error with its stderr if it
