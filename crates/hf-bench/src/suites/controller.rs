@@ -10,24 +10,30 @@
 //!
 //! Figures (the workload is in the names; every time in ms, lower is better):
 //! - `cold_start_NxP`: holdfast: the SB replica's initial sync (our `hf-ovsdb-net` client over
-//!   a unix socket) + [`hf_controller::translate_with`] for `hv1` with `only_needed` + the rest
-//!   of the way into an installed program (see below). Baseline `ovn-controller`: from
-//!   starting the daemon (ovs-vswitchd already up with the interfaces) until its
-//!   `Chassis_Private.nb_cfg` reaches `SB_Global.nb_cfg` (it writes it once the flows of that
-//!   SB are installed in ovs-vswitchd: full recompute, claiming, OpenFlow install).
-//! - `port_add_NxP`: one VIF added on `ls0` (with `requested-chassis=hv1`), median of 3.
-//!   holdfast: from the SB that has it (replicated) to the new program installed: translate
-//!   (zones kept from the previous program), the same path, and [`hf_pipeline::Program::recompile`]
-//!   reusing every datapath whose flows did not change. Baseline `ovn-controller`: its
-//!   interface is on `br-int` beforehand; from `ovn-nbctl --wait=sb lsp-add` returning (SB
-//!   holds the port and the new `nb_cfg`) until `Chassis_Private.nb_cfg` reaches it and the
-//!   `Port_Binding` is `up` (claimed, flows installed), polled every 2 ms over one OVSDB
-//!   connection. Northd's part is excluded on both sides.
-//! - `cold_start_NxP_split_*`, `port_add_NxP_split_*`: where holdfast's time goes (sb_sync,
-//!   translate, compile; and the program message steps when this build has them).
-//! - `cold_start_NxP_heap_peak`: the counting allocator's peak growth over translate..install
-//!   (the SB replica excluded); MB. `ovn_controller_NxP_peak_rss`: the daemon's `VmHWM`; MB
-//!   (different measures, hence no ratio).
+//!   a unix socket, whole SB), then the chassis path once (median of 3): translate
+//!   ([`hf_controller::translate_with`] for `hv1`, `only_needed`), the `ProgramMsg`
+//!   (`hf_controller::program_msg`), its `ToDatapath::Program` frame encoded and decoded
+//!   (`hf_datapath::proto`), the datapath's `hf_datapath::program::to_spec` and
+//!   [`hf_pipeline::Program::compile`]. Baseline `ovn-controller`: from starting the daemon
+//!   (ovs-vswitchd already up with the interfaces) until its `Chassis_Private.nb_cfg` reaches
+//!   `SB_Global.nb_cfg`, which it writes once the OpenFlow flows of that SB are installed in
+//!   ovs-vswitchd (full recompute, claims, install).
+//! - `port_add_NxP`: one VIF added on `ls0` (with `requested-chassis=hv1`), median of 3,
+//!   timed on both sides from the moment the SB server holds the new `Port_Binding` (polled
+//!   every ~1 ms over one OVSDB connection; northd's own time is not counted). holdfast: until
+//!   our replica holds it (`sb_update`), then the same path with zones kept, the datapaths
+//!   whose flows changed found by diffing the previous `ProgramMsg`, and
+//!   [`hf_pipeline::Program::recompile`] reusing every other datapath's tables (checked
+//!   against a fresh compile, untimed). Baseline `ovn-controller`: its interface is on `br-int`
+//!   beforehand; until `Chassis_Private.nb_cfg` reaches the `nb_cfg` of that change.
+//! - `ovn_controller_cold_start_NxP_until_up`, `ovn_controller_port_add_NxP_until_up`: the
+//!   same, until the (a) local port's `Port_Binding.up` is also true (the claim committed to
+//!   SB and seen back): what a CMS waiting for `up` sees. holdfast writes no claim here.
+//! - `cold_start_NxP_split_*`, `port_add_NxP_split_*`: where holdfast's time goes (`sb_sync`
+//!   or `sb_update`, `translate`, `to_msg`, `encode`, `decode`, `to_spec`, `compile`).
+//! - `cold_start_NxP_heap_peak`: the counting allocator's peak growth over one pass of the
+//!   chassis path (the SB replica excluded); MB. `ovn_controller_NxP_peak_rss`: the daemon's
+//!   `VmHWM`; MB (different measures, hence no ratio).
 //!
 //! What it does not measure: packet forwarding (`hf-bench pipeline`, `hf-bench sandbox`), and
 //! ovn-controller's own `stopwatch/show` figures are printed as a note, not as lines.
@@ -316,6 +322,16 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
                 t.port_add_ms,
             );
             ours.emit_rest(report, &tag);
+            report.result(
+                &format!("ovn_controller_cold_start_{tag}_until_up"),
+                t.cold_up_ms,
+                "ms",
+            );
+            report.result(
+                &format!("ovn_controller_port_add_{tag}_until_up"),
+                t.port_add_up_ms,
+                "ms",
+            );
             report.result(&format!("ovn_controller_{tag}_peak_rss"), t.rss_mb, "MB");
         }
         Err(e) if ci() => return Err(e.context(format!("ovn-controller side at {tag} (CI=true)"))),
@@ -716,8 +732,12 @@ fn finish_child(child: std::process::Child, what: &str) -> anyhow::Result<()> {
 
 /// ovn-controller's figures.
 struct Theirs {
+    /// Until `Chassis_Private.nb_cfg` is the current one.
     cold_ms: f64,
+    /// Until a local port is also `up`.
+    cold_up_ms: f64,
     port_add_ms: f64,
+    port_add_up_ms: f64,
     rss_mb: f64,
 }
 
@@ -975,26 +995,34 @@ fn ovn_controller_side(
     std::thread::sleep(Duration::from_millis(500));
     let timeout = Duration::from_secs(1200);
 
-    // Cold start: until the chassis reports the current nb_cfg and has a local port up.
+    // Cold start: until the chassis reports the current nb_cfg (its flows for that SB are
+    // installed), and until a local port is also `up` (its claim committed).
     let t0 = Instant::now();
     ch.start_controller()?;
     let deadline = t0 + timeout;
-    loop {
+    let mut cfg_at = None;
+    let up_at = loop {
         let st = poll.state(&probe)?;
-        if st.chassis_cfg.is_some_and(|c| c >= target) && st.up {
-            break;
+        let now = Instant::now();
+        let cfg = st.chassis_cfg.is_some_and(|c| c >= target);
+        if cfg && cfg_at.is_none() {
+            cfg_at = Some(now);
         }
-        if Instant::now() > deadline {
+        if cfg && st.up {
+            break now;
+        }
+        if now > deadline {
             bail!(
                 "timed out after {timeout:?} waiting for the cold start; ovn-controller log tail:\n{}",
                 ch.log_tail()
             );
         }
         std::thread::sleep(Duration::from_millis(2));
-    }
-    let cold_ms = ms(t0.elapsed());
+    };
+    let cold_ms = ms(cfg_at.unwrap_or(up_at) - t0);
+    let cold_up_ms = ms(up_at - t0);
     report.note(&format!(
-        "ovn-controller cold start: nb_cfg {target} reached in {cold_ms:.0} ms"
+        "ovn-controller cold start: nb_cfg {target} in {cold_ms:.0} ms, {probe} up in {cold_up_ms:.0} ms"
     ));
     if let Ok(s) = ch.appctl("stopwatch/show") {
         report.note(&format!(
@@ -1004,32 +1032,32 @@ fn ovn_controller_side(
     }
     let _ = ch.appctl("stopwatch/reset");
 
-    // Port adds: from the SB server holding the port to the chassis having it up at the new
-    // nb_cfg.
+    // Port adds: from the SB server holding the port to the chassis reporting the new nb_cfg
+    // (and to the port being up). The target nb_cfg is known once ovn-nbctl --wait=sb
+    // returns, so the polls are kept and read afterwards.
     let mut adds = Vec::new();
+    let mut adds_up = Vec::new();
     for k in 0..ADDS {
         let (name, cmds) = new_port(1, k);
         ch.vsctl(&iface_cmd(&name))?;
         std::thread::sleep(Duration::from_millis(300));
         let mut child = central.nbctl_child(Some("sb"), &cmds)?;
-        let mut at_server = None;
+        let mut polls: Vec<(Instant, SbState)> = Vec::new();
         let mut target = None;
         let deadline = Instant::now() + timeout;
-        let done = loop {
+        loop {
             let st = poll.state(&name)?;
             let now = Instant::now();
-            if at_server.is_none() && st.exists {
-                at_server = Some(now);
-            }
+            polls.push((now, st));
             // Once ovn-nbctl --wait=sb returned, SB_Global.nb_cfg is the new one.
             if target.is_none() && child.try_wait()?.is_some() {
                 target = Some(poll.state(&name)?.sb_cfg);
             }
-            if let (Some(t0), Some(tg)) = (at_server, target)
+            if let Some(tg) = target
                 && st.up
                 && st.chassis_cfg.is_some_and(|c| c >= tg)
             {
-                break now - t0;
+                break;
             }
             if now > deadline {
                 let _ = child.kill();
@@ -1039,9 +1067,18 @@ fn ovn_controller_side(
                 );
             }
             std::thread::sleep(Duration::from_millis(1));
-        };
+        }
         finish_child(child, &name)?;
-        adds.push(ms(done));
+        let tg = target.context("target")?;
+        let first =
+            |f: &dyn Fn(&SbState) -> bool| polls.iter().find(|(_, s)| f(s)).map(|(t, _)| *t);
+        let at_server = first(&|s| s.exists).context("the port never appeared")?;
+        let cfg_at = first(&|s| s.exists && s.chassis_cfg.is_some_and(|c| c >= tg))
+            .context("nb_cfg never reached")?;
+        let up_at =
+            first(&|s| s.up && s.chassis_cfg.is_some_and(|c| c >= tg)).context("never up")?;
+        adds.push(ms(cfg_at.saturating_duration_since(at_server)));
+        adds_up.push(ms(up_at.saturating_duration_since(at_server)));
     }
     if let Ok(s) = ch.appctl("stopwatch/show") {
         report.note(&format!(
@@ -1060,7 +1097,9 @@ fn ovn_controller_side(
     drop(ch);
     Ok(Theirs {
         cold_ms,
+        cold_up_ms,
         port_add_ms: median(adds),
+        port_add_up_ms: median(adds_up),
         rss_mb: kb / 1024.0,
     })
 }
