@@ -1,5 +1,7 @@
 //! `holdfast`: the command-line entry point. Thin: parses arguments and wires crates together.
 
+mod controller;
+mod datapath;
 mod db;
 mod lflow;
 mod northd;
@@ -25,6 +27,12 @@ enum Command {
     /// The OVSDB server: serves the NB and SB databases (and any other) to ovn-nbctl,
     /// ovsdb-client, OVS's IDLs and holdfast's own components.
     Db(Box<db::DbArgs>),
+    /// The per-chassis controller, as ovn-controller: registers the chassis in SB, claims its
+    /// ports and programs the local `holdfast datapath`.
+    Controller(Box<controller::ControllerArgs>),
+    /// The per-chassis datapath: in-memory ports, Geneve tunnels, the flow cache, conntrack
+    /// and the zone map, under a controller's control socket.
+    Datapath(Box<datapath::DatapathArgs>),
     /// Check and explain OVN logical flows (match/action language).
     Lflow(lflow::LflowArgs),
     /// Compile the OVN northbound database into the southbound database, as ovn-northd does
@@ -48,7 +56,7 @@ fn main() -> std::process::ExitCode {
         db::OvsdbServerCli::parse_from(db::normalize_args(args)).run()
     } else if name == "ovn-northd" {
         northd::OvnNorthdCli::parse_from(db::normalize_args(args)).run()
-    } else if args.get(1).is_some_and(|a| a == "db" || a == "northd") {
+    } else if args.get(1).is_some_and(|a| a == "db" || a == "northd" || a == "controller") {
         run(Cli::parse_from(db::normalize_args(args)))
     } else {
         run(Cli::parse_from(args))
@@ -65,6 +73,8 @@ fn main() -> std::process::ExitCode {
 fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     match cli.command {
         Command::Db(args) => db::run(*args),
+        Command::Controller(args) => controller::run(*args),
+        Command::Datapath(args) => datapath::run(*args),
         Command::Lflow(args) => lflow::run(args)
             .map(|code| std::process::ExitCode::from(u8::try_from(code).unwrap_or(1))),
         Command::Trace(args) => trace::run(args),

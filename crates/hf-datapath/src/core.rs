@@ -158,13 +158,16 @@ impl Datapath {
             .filter(|(_, z)| **z != 0)
             .map(|(n, z)| (n.clone(), *z))
             .collect();
+        let mut pipeline = Pipeline::new(empty);
+        // The datapath answers DHCP, DNS and RA itself (ovn-controller's pinctrl work).
+        pipeline.set_packet_in(true);
         Datapath {
             ct: Conntrack::new(cfg.conntrack.clone()),
             cfg,
             ports: BTreeMap::new(),
             port_names: BTreeMap::new(),
             next_port_id: 1,
-            pipeline: Pipeline::new(empty),
+            pipeline,
             program: None,
             flow_errors: Vec::new(),
             zones,
@@ -210,6 +213,11 @@ impl Datapath {
     pub(crate) fn notify(&mut self, msg: FromDatapath) {
         if self.control.as_ref().is_some_and(|c| c.ready()) {
             self.send(&msg);
+        } else if matches!(
+            msg,
+            FromDatapath::PortAdded(_) | FromDatapath::PortRemoved { .. }
+        ) {
+            // The next hello carries the ports as they are then.
         } else if self.pending.len() < MAX_PENDING {
             self.pending.push_back(msg);
         }
@@ -574,6 +582,7 @@ impl Datapath {
     pub fn counters(&self) -> Counters {
         Counters {
             conntrack_entries: self.ct.len() as u64,
+            packet_in: self.pipeline.packet_in_stats().replies(),
             ..self.counters.clone()
         }
     }

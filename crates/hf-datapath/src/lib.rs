@@ -19,6 +19,8 @@
 pub mod control;
 pub mod core;
 pub mod dump;
+#[doc(hidden)]
+pub mod example;
 pub mod program;
 pub mod proto;
 

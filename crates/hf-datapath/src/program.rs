@@ -22,8 +22,8 @@
 //! # What it does not do
 //!
 //! No I/O, no decisions about where ports live (the controller's translation makes them).
-//! DNS records ([`ProgramMsg::dns`]) are not used yet: the pipeline has no `dns_lookup`
-//! answerer on this branch (packet-in is built in `hf-pipeline` by another part of issue 11).
+//! DNS records ([`ProgramMsg::dns`]) go to [`ProgramSpec::dns`] as they are; the replies
+//! themselves (DHCP, DNS, RA) are built by the pipeline in packet-in mode.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -33,7 +33,7 @@ use hf_expr::actions::Pipeline as Pipe;
 use hf_expr::lexer::{Tok, tokenize};
 use hf_expr::{Constant, Sets};
 use hf_pipeline::{
-    DatapathKind, DatapathSpec, FdbSpec, FlowError, FlowId, FlowSpec, GroupSpec, LbVipSpec,
+    DatapathKind, DatapathSpec, DnsSpec, FdbSpec, FlowError, FlowId, FlowSpec, GroupSpec, LbVipSpec,
     Neighbour, PortKind, PortLocation, PortSpec, Program, ProgramSpec,
 };
 
@@ -242,6 +242,14 @@ fn build_spec(
         });
     }
     spec.switch_snat_zones = msg.switch_snat_zones.clone();
+    spec.dns = msg
+        .dns
+        .iter()
+        .map(|d| DnsSpec {
+            datapath: d.datapath.clone(),
+            records: d.records.clone(),
+        })
+        .collect();
     for c in &msg.chassis_table {
         parse_ip(&format!("chassis {} (id {})", c.name, c.id), &c.ip)?;
     }

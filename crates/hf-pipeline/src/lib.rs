@@ -120,6 +120,7 @@ mod compile;
 pub mod interp;
 pub mod learn;
 mod packet;
+pub mod packet_in;
 mod port_sec;
 mod program;
 mod stateful;
@@ -136,8 +137,9 @@ use std::time::Duration;
 use hf_conntrack::Conntrack;
 
 pub use learn::LearnStats;
+pub use packet_in::PacketInStats;
 pub use program::{
-    ActionHits, CompileError, DatapathKind, DatapathSpec, FdbSpec, FlowError, FlowErrorKind,
+    ActionHits, CompileError, DatapathKind, DatapathSpec, DnsSpec, FdbSpec, FlowError, FlowErrorKind,
     FlowId, FlowSpec, FlowText, GroupSpec, LbVipSpec, Neighbour, PortKind, PortLocation, PortSpec,
     Program, ProgramSpec,
 };
@@ -335,6 +337,10 @@ pub struct Pipeline {
     /// Activation decisions made here (by RARP or [`Pipeline::set_port_active`]): they
     /// outlive program swaps.
     activation: std::collections::BTreeMap<u32, bool>,
+    /// Packet-in mode: DHCP/DHCPv6/DNS/RA actions build their replies (see [`packet_in`]).
+    packet_in: bool,
+    /// What packet-in actions did.
+    pin_stats: PacketInStats,
 }
 
 impl Pipeline {
@@ -352,6 +358,8 @@ impl Pipeline {
             learned: Default::default(),
             inactive: Default::default(),
             activation: Default::default(),
+            packet_in: false,
+            pin_stats: PacketInStats::default(),
         };
         p.load_state();
         p.load_learned();
@@ -424,6 +432,30 @@ impl Pipeline {
             self.generation += 1;
             self.cache.clear();
         }
+    }
+
+    /// Packet-in mode. Off (the default, and what `holdfast trace` uses), `put_dhcp_opts`,
+    /// `put_dhcpv6_opts` and `put_nd_ra_opts` store 1 and `dns_lookup` stores 0 without
+    /// touching the packet, as ovn-trace models them. On (the datapath), they do the work
+    /// ovn-controller's pinctrl does: the packet becomes the DHCP/DHCPv6/DNS reply or the
+    /// router advertisement, the result bit says whether it could be built, and the pipeline
+    /// continues (see [`packet_in`]). Cached walks of the other mode die.
+    pub fn set_packet_in(&mut self, on: bool) {
+        if self.packet_in != on {
+            self.packet_in = on;
+            self.generation += 1;
+            self.cache.clear();
+        }
+    }
+
+    /// Whether packet-in mode is on ([`Pipeline::set_packet_in`]).
+    pub fn packet_in(&self) -> bool {
+        self.packet_in
+    }
+
+    /// What packet-in actions did since the pipeline was created (traces do not count).
+    pub fn packet_in_stats(&self) -> PacketInStats {
+        self.pin_stats
     }
 
     /// Whether local port `id` is active (ports not waiting for activation always are).

@@ -152,6 +152,18 @@ pub struct LbVipSpec {
     pub proto: u8,
 }
 
+/// DNS records of one datapath (an SB `DNS` row whose `datapaths` include it): what
+/// `dns_lookup()` answers from in packet-in mode ([`crate::Pipeline::set_packet_in`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DnsSpec {
+    /// Datapath name.
+    pub datapath: String,
+    /// Name (lowercase, as SB stores it) → its addresses, space separated (`A`/`AAAA`
+    /// answers), or for a reverse name (`4.0.0.10.in-addr.arpa`) the host name it maps to
+    /// (`PTR` answers), as written in SB `DNS.records`.
+    pub records: std::collections::BTreeMap<String, String>,
+}
+
 /// A multicast group such as `_MC_flood`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupSpec {
@@ -374,6 +386,9 @@ pub struct ProgramSpec {
     /// Per switch (by name), its SNAT zone (`ls/<switch>/snat`): the zone `ct_snat_to_vip`
     /// commits the hairpin SNAT in. A switch without one uses the port's zone.
     pub switch_snat_zones: Vec<(String, u16)>,
+    /// DNS records per datapath (SB `DNS`), for `dns_lookup()` in packet-in mode. Several
+    /// entries may name one datapath; for a name in more than one, the first entry wins.
+    pub dns: Vec<DnsSpec>,
 }
 
 /// Why a program did not compile as a whole (structural errors; a bad flow is a

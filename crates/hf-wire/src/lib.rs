@@ -7,7 +7,9 @@
 //! NAT need ([`Parsed`]), rewrites headers for NAT with incremental checksum updates
 //! ([RFC 1624](https://www.rfc-editor.org/rfc/rfc1624)), builds the packets OVN's actions generate
 //! (ARP requests and replies, ICMP echo replies and errors, TCP resets, ND solicitations and
-//! advertisements), and encapsulates/decapsulates Geneve as OVN uses it ([`geneve`]).
+//! advertisements), builds the replies ovn-controller's pinctrl builds for packet-in actions
+//! (DHCPv4/DHCPv6 in [`dhcp`], DNS in [`dns`], router advertisements in [`ra`]), and
+//! encapsulates/decapsulates Geneve as OVN uses it ([`geneve`]).
 //!
 //! # What it does not do
 //!
@@ -45,10 +47,13 @@
 //! the request's [`Parsed`] and append a complete Ethernet frame to `out`.
 
 mod checksum;
+pub mod dhcp;
+pub mod dns;
 pub mod geneve;
 mod key;
 pub mod nat;
 mod parse;
+pub mod ra;
 pub mod reply;
 
 pub use checksum::{checksum, checksum_adjust, checksums_valid, pseudo_header_sum};

@@ -211,6 +211,8 @@ pub struct Controller {
     generation: u64,
     translate_due: bool,
     gone_since: BTreeMap<String, Duration>,
+    /// The datapath each `lsp/<port>` zone's port was last seen on.
+    zone_dp: BTreeMap<String, String>,
     flushing: BTreeSet<String>,
     empty_since: Option<Duration>,
     lastgood: LastGood,
@@ -311,6 +313,7 @@ impl Controller {
             generation: 0,
             translate_due: true,
             gone_since: BTreeMap::new(),
+            zone_dp: BTreeMap::new(),
             flushing: BTreeSet::new(),
             empty_since: None,
             lastgood: LastGood::default(),
@@ -686,6 +689,7 @@ impl Controller {
                 self.dp_ports = ports.into_iter().map(|p| (p.name.clone(), p)).collect();
                 self.zones = zones;
                 if let Some(p) = program {
+                    self.note_ports(&p);
                     self.generation = self.generation.max(p.generation);
                     self.lastgood.seed(&p);
                     self.running = Some(*p);
@@ -829,6 +833,7 @@ impl Controller {
             FromDatapath::Flushed { names, entries } => {
                 for n in &names {
                     self.zones.remove(n);
+                    self.zone_dp.remove(n);
                     self.flushing.remove(n);
                     self.gone_since.remove(n);
                 }
@@ -860,6 +865,16 @@ impl Controller {
             }
         }
         let _ = now;
+    }
+
+    /// Remembers which datapath each port of `p` is on (for [`Controller::gone`]).
+    fn note_ports(&mut self, p: &ProgramMsg) {
+        for d in &p.datapaths {
+            for port in &d.ports {
+                self.zone_dp
+                    .insert(crate::translate::zones::port_zone_name(&port.name), d.name.clone());
+            }
+        }
     }
 
     fn local_changed(&mut self) {
@@ -1001,13 +1016,7 @@ impl Controller {
             if sb.port_binding_all_by_logical_port(port).next().is_some() {
                 return false;
             }
-            let dp = self.running.as_ref().and_then(|r| {
-                r.datapaths
-                    .iter()
-                    .find(|d| d.ports.iter().any(|p| p.name == port))
-                    .map(|d| d.name.clone())
-            });
-            return match dp {
+            return match self.zone_dp.get(name) {
                 None => false,
                 Some(d) => match neigh::datapath_by_name(sb, &d) {
                     None => true,
@@ -1096,6 +1105,7 @@ impl Controller {
             );
         }
         let msg = build.msg;
+        self.note_ports(&msg);
         // A view without any datapath while the datapath forwards for local ports: hold it.
         let running_dps = self.running.as_ref().is_some_and(|r| !r.datapaths.is_empty());
         if msg.datapaths.is_empty() && running_dps && !self.dp_ports.is_empty() {

@@ -17,7 +17,8 @@
 //!   flow with a parse error, which compilation reports per flow.
 //! - `MAC_Binding` and `Static_MAC_Binding` → neighbours; `FDB` → the program's FDB;
 //!   `Load_Balancer` VIPs → the program's per-datapath VIPs (for `ct_snat_to_vip`);
-//!   `Chassis`/`Encap` → the chassis table ([`ChassisEntry`]).
+//!   `Chassis`/`Encap` → the chassis table ([`ChassisEntry`]); `DNS` → the per-datapath
+//!   records `dns_lookup()` answers from (see [`dns`]).
 //! - Conntrack zones by stable name (`lsp/<port>` for switch ports, `lr/<router>/dnat` and
 //!   `lr/<router>/snat`, and `ls/<switch>/snat` for `ct_snat_to_vip`), never zone 0,
 //!   deterministic; existing assignments given in
@@ -35,6 +36,7 @@
 //! `Chassis_Template_Var` values; without a chassis, or for a name the chassis does not
 //! define, they stay and the flow is a per-flow error (ovn-controller skips such flows too).
 
+pub mod dns;
 pub mod flows;
 pub mod ports;
 pub mod sets;
@@ -206,6 +208,7 @@ pub fn translate_with(sb: &SbSnapshot, opts: &TranslateOptions, extra: &Extra) -
     flows::translate_flows(sb, chassis, &mut t);
     flows::translate_neighbours(sb, &mut t);
     flows::translate_lbs(sb, &mut t);
+    dns::translate_dns(sb, &mut t);
     let requested = zones::requested(sb, &mut t);
     zones::assign(&mut t, &requested, &extra.zones);
     t.spec.owner = hf_conntrack::Owner(1);

@@ -1,0 +1,808 @@
+//! The controller core against the sans-I/O OVSDB server (`hf_ovsdb_net::server::Core`, NB and
+//! SB with holdfast's schemas), holdfast northd's core compiling NB into that SB, and
+//! `hf_datapath::Datapath` cores as the chassis's datapaths: no sockets, no threads, a virtual
+//! clock, deterministic. The oracles are the SB rows the server holds, the programs and zone
+//! maps the datapaths hold, and `NB_Global.hv_cfg` as northd computes it.
+#![allow(clippy::unwrap_used, clippy::disallowed_methods)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hf_controller::daemon::{Controller, ControllerConfig, Level, Tuning};
+use hf_datapath::{Datapath, DatapathConfig};
+use hf_model::{NbSnapshot, SbSnapshot};
+use hf_northd::daemon::{Config as NorthdConfig, Northd, SbView};
+use hf_ovsdb_net::client::{Config as ReplicaConfig, Replica, TableSelect};
+use hf_ovsdb_net::server::{self, Core, Output, SessionId};
+use serde_json::{Value, json};
+
+const WALL0: i64 = 1_700_000_000_000;
+
+fn snow(t: Duration) -> server::Now {
+    server::Now {
+        mono_ms: t.as_millis() as u64,
+        wall_ms: WALL0 as u64 + t.as_millis() as u64,
+    }
+}
+
+fn ms(t: Duration) -> u64 {
+    t.as_millis() as u64
+}
+
+fn new_core(seed: u64) -> Core {
+    let mut core = Core::new(
+        server::Config {
+            probe_interval_ms: None,
+            ..server::Config::default()
+        },
+        seed,
+    );
+    for s in [hf_model::nb::schema(), hf_model::sb::schema()] {
+        let db = hf_ovsdb::Database::new(Arc::clone(s), seed);
+        core.add_database(db, None, vec![]).unwrap();
+    }
+    core
+}
+
+struct NorthdNode {
+    nd: Northd,
+    nb: Replica<NbSnapshot>,
+    sb: Replica<SbView>,
+    nb_sid: Option<SessionId>,
+    sb_sid: Option<SessionId>,
+}
+
+struct Chassis {
+    name: String,
+    ctl: Option<Controller>,
+    sid: Option<SessionId>,
+    dp: Datapath,
+    logs: Vec<(Level, String)>,
+}
+
+#[derive(Clone, Copy)]
+enum Target {
+    NorthdNb,
+    NorthdSb,
+    Ctl(usize),
+    Writer,
+}
+
+struct Net {
+    core: Core,
+    t: Duration,
+    writer: SessionId,
+    next_id: u64,
+    northd: Option<NorthdNode>,
+    chassis: Vec<Chassis>,
+    routes: BTreeMap<SessionId, Target>,
+}
+
+fn replica_cfg(tables: Vec<TableSelect>) -> ReplicaConfig {
+    ReplicaConfig {
+        tables,
+        probe_interval_ms: None,
+        ..ReplicaConfig::default()
+    }
+}
+
+fn ctl_config(name: &str, ip: &str) -> ControllerConfig {
+    ControllerConfig {
+        chassis: name.into(),
+        hostname: format!("{name}.example"),
+        encap_type: "geneve".into(),
+        encap_ip: ip.into(),
+        monitor_all: false,
+    }
+}
+
+fn new_controller(name: &str, ip: &str, t: Duration) -> Controller {
+    Controller::with_tuning(
+        ctl_config(name, ip),
+        Tuning {
+            probe_interval_ms: None,
+            wall_offset_ms: WALL0,
+            ..Tuning::default()
+        },
+        t,
+    )
+}
+
+impl Net {
+    fn new() -> Net {
+        let mut core = new_core(7);
+        let writer = core.connect(snow(Duration::ZERO));
+        let mut net = Net {
+            core,
+            t: Duration::ZERO,
+            writer,
+            next_id: 1,
+            northd: None,
+            chassis: Vec::new(),
+            routes: BTreeMap::from([(writer, Target::Writer)]),
+        };
+        net.nb(json!([{"op": "insert", "table": "NB_Global", "row": {}}]));
+        net.sb(json!([{"op": "insert", "table": "SB_Global", "row": {}}]));
+        net.start_northd();
+        net
+    }
+
+    fn start_northd(&mut self) {
+        let mut sb = Replica::new(replica_cfg(SbView::tables()), ms(self.t));
+        let mut nd = Northd::new(NorthdConfig {
+            paused: false,
+            seed: 99,
+        });
+        nd.start(&mut sb);
+        self.northd = Some(NorthdNode {
+            nd,
+            nb: Replica::new(replica_cfg(Vec::new()), ms(self.t)),
+            sb,
+            nb_sid: None,
+            sb_sid: None,
+        });
+        self.run();
+    }
+
+    fn stop_northd(&mut self) {
+        if let Some(n) = self.northd.take() {
+            for s in [n.nb_sid, n.sb_sid].into_iter().flatten() {
+                self.core.disconnect(s);
+                self.routes.remove(&s);
+            }
+        }
+        self.run();
+    }
+
+    /// A chassis with a datapath holding `ports` and a controller connected to both.
+    fn add_chassis(&mut self, name: &str, ip: [u8; 4], ports: &[&str]) -> usize {
+        let mut dp = Datapath::new(DatapathConfig::new(name, IpAddr::V4(Ipv4Addr::from(ip))));
+        for (i, p) in ports.iter().enumerate() {
+            dp.add_port(p, Some([0x0a, 0, 0, ip[3], 0, i as u8 + 1]));
+        }
+        self.chassis.push(Chassis {
+            name: name.into(),
+            ctl: None,
+            sid: None,
+            dp,
+            logs: Vec::new(),
+        });
+        let i = self.chassis.len() - 1;
+        self.start_controller(i);
+        i
+    }
+
+    fn start_controller(&mut self, i: usize) {
+        let ip = match &self.chassis[i].dp.config().tunnel_ip {
+            IpAddr::V4(a) => a.to_string(),
+            IpAddr::V6(a) => a.to_string(),
+        };
+        let c = &mut self.chassis[i];
+        let mut ctl = new_controller(&c.name, &ip, self.t);
+        c.dp.handle_control_connected(self.t);
+        ctl.handle_dp_connected(self.t);
+        c.ctl = Some(ctl);
+        self.run();
+    }
+
+    fn stop_controller(&mut self, i: usize) {
+        let c = &mut self.chassis[i];
+        c.ctl = None;
+        if let Some(s) = c.sid.take() {
+            self.core.disconnect(s);
+            self.routes.remove(&s);
+        }
+        c.dp.handle_control_disconnected(self.t);
+        self.run();
+    }
+
+    fn ctl(&self, i: usize) -> &Controller {
+        self.chassis[i].ctl.as_ref().unwrap()
+    }
+
+    /// Moves every message until nothing moves.
+    fn run(&mut self) {
+        for _ in 0..20_000 {
+            let t = self.t;
+            let mut moved = false;
+            if let Some(n) = &mut self.northd {
+                moved |= pump_replica(&mut self.core, &mut self.routes, &mut n.nb, &mut n.nb_sid, Target::NorthdNb, t);
+                moved |= pump_replica(&mut self.core, &mut self.routes, &mut n.sb, &mut n.sb_sid, Target::NorthdSb, t);
+                while let Some(e) = n.nb.poll_event() {
+                    n.nd.handle_nb_event(e);
+                }
+                while let Some(e) = n.sb.poll_event() {
+                    n.nd.handle_sb_event(e);
+                }
+                n.nd.poll(&mut n.nb, &mut n.sb, ms(t), WALL0 + ms(t) as i64);
+                while n.nd.poll_log().is_some() {}
+                moved |= pump_replica(&mut self.core, &mut self.routes, &mut n.nb, &mut n.nb_sid, Target::NorthdNb, t);
+                moved |= pump_replica(&mut self.core, &mut self.routes, &mut n.sb, &mut n.sb_sid, Target::NorthdSb, t);
+            }
+            for (i, c) in self.chassis.iter_mut().enumerate() {
+                let Some(ctl) = c.ctl.as_mut() else {
+                    while c.dp.poll_control_transmit().is_some() {}
+                    continue;
+                };
+                if ctl.poll_sb_close().is_some()
+                    && let Some(s) = c.sid.take()
+                {
+                    self.core.disconnect(s);
+                    self.routes.remove(&s);
+                }
+                while let Some(b) = ctl.poll_sb_transmit() {
+                    moved = true;
+                    if let Some(s) = c.sid {
+                        self.core.handle(s, serde_json::from_slice(&b).unwrap(), snow(t));
+                    }
+                }
+                if ctl.poll_sb_connect().is_some() {
+                    moved = true;
+                    let s = self.core.connect(snow(t));
+                    self.routes.insert(s, Target::Ctl(i));
+                    c.sid = Some(s);
+                    ctl.handle_sb_connected(t);
+                }
+                while let Some(b) = ctl.poll_dp_transmit() {
+                    moved = true;
+                    c.dp.handle_control_bytes(&b, t);
+                }
+                while let Some(b) = c.dp.poll_control_transmit() {
+                    moved = true;
+                    ctl.handle_dp_bytes(&b, t);
+                }
+                while let Some(l) = ctl.poll_log() {
+                    c.logs.push(l);
+                }
+                while c.dp.poll_log().is_some() {}
+                while c.dp.poll_transmit().is_some() {}
+            }
+            let out: Vec<Output> = self.core.poll_output().collect();
+            for o in out {
+                moved = true;
+                match o {
+                    Output::Send(s, b) => self.deliver(s, &b, t),
+                    Output::Close(s, _) => self.closed(s, t),
+                    Output::Log(_) => {}
+                }
+            }
+            if !moved {
+                return;
+            }
+        }
+        panic!("the network never settles");
+    }
+
+    fn deliver(&mut self, s: SessionId, b: &[u8], t: Duration) {
+        match self.routes.get(&s).copied() {
+            Some(Target::NorthdNb) => {
+                if let Some(n) = &mut self.northd {
+                    n.nb.handle_bytes(b, ms(t));
+                }
+            }
+            Some(Target::NorthdSb) => {
+                if let Some(n) = &mut self.northd {
+                    n.sb.handle_bytes(b, ms(t));
+                }
+            }
+            Some(Target::Ctl(i)) => {
+                if let Some(c) = self.chassis[i].ctl.as_mut() {
+                    c.handle_sb_bytes(b, t);
+                }
+            }
+            Some(Target::Writer) | None => {}
+        }
+    }
+
+    fn closed(&mut self, s: SessionId, t: Duration) {
+        match self.routes.remove(&s) {
+            Some(Target::Ctl(i)) => {
+                self.chassis[i].sid = None;
+                if let Some(c) = self.chassis[i].ctl.as_mut() {
+                    c.handle_sb_disconnected(t);
+                }
+            }
+            Some(Target::NorthdNb) => {
+                if let Some(n) = &mut self.northd {
+                    n.nb_sid = None;
+                    n.nb.handle_disconnected(ms(t));
+                }
+            }
+            Some(Target::NorthdSb) => {
+                if let Some(n) = &mut self.northd {
+                    n.sb_sid = None;
+                    n.sb.handle_disconnected(ms(t));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Lets `d` of virtual time pass, in steps of 100 ms.
+    fn advance(&mut self, d: Duration) {
+        let end = self.t + d;
+        while self.t < end {
+            self.t = (self.t + Duration::from_millis(100)).min(end);
+            let t = self.t;
+            if let Some(n) = &mut self.northd {
+                n.nb.handle_timeout(ms(t));
+                n.sb.handle_timeout(ms(t));
+            }
+            for c in &mut self.chassis {
+                c.dp.handle_timeout(t);
+                if let Some(ctl) = c.ctl.as_mut() {
+                    ctl.handle_timeout(t);
+                }
+            }
+            self.core.tick(snow(t));
+            self.run();
+        }
+    }
+
+    fn txn(&mut self, db: &str, ops: Value) -> Value {
+        self.next_id += 1;
+        let mut params = vec![json!(db)];
+        params.extend(ops.as_array().unwrap().iter().cloned());
+        self.core.handle(
+            self.writer,
+            json!({"method": "transact", "params": params, "id": self.next_id}),
+            snow(self.t),
+        );
+        let mut reply = Value::Null;
+        let out: Vec<Output> = self.core.poll_output().collect();
+        let t = self.t;
+        for o in out {
+            if let Output::Send(s, b) = o {
+                if s == self.writer {
+                    reply = serde_json::from_slice(&b).unwrap();
+                } else {
+                    self.deliver(s, &b, t);
+                }
+            }
+        }
+        let failed = !reply["error"].is_null()
+            || reply["result"]
+                .as_array()
+                .is_none_or(|r| r.iter().any(|o| o.get("error").is_some()));
+        assert!(!failed, "transaction failed: {reply}");
+        self.run();
+        reply
+    }
+
+    fn nb(&mut self, ops: Value) -> Value {
+        self.txn("OVN_Northbound", ops)
+    }
+
+    fn sb(&mut self, ops: Value) -> Value {
+        self.txn("OVN_Southbound", ops)
+    }
+
+    fn db_nb(&self) -> NbSnapshot {
+        NbSnapshot::from_db(self.core.database("OVN_Northbound").unwrap()).unwrap()
+    }
+
+    fn db_sb(&self) -> SbSnapshot {
+        SbSnapshot::from_db(self.core.database("OVN_Southbound").unwrap()).unwrap()
+    }
+
+    /// `ovn-nbctl --wait=hv`'s other half: bump `nb_cfg`, return it.
+    fn bump_nb_cfg(&mut self) -> i64 {
+        self.nb(json!([{"op": "mutate", "table": "NB_Global", "where": [],
+            "mutations": [["nb_cfg", "+=", 1]]}]));
+        self.db_nb().nb_global().values().next().unwrap().nb_cfg
+    }
+}
+
+fn pump_replica<M: hf_ovsdb_net::client::Model>(
+    core: &mut Core,
+    routes: &mut BTreeMap<SessionId, Target>,
+    r: &mut Replica<M>,
+    sid: &mut Option<SessionId>,
+    target: Target,
+    t: Duration,
+) -> bool {
+    let mut moved = false;
+    if r.poll_close().is_some()
+        && let Some(s) = sid.take()
+    {
+        core.disconnect(s);
+        routes.remove(&s);
+    }
+    while let Some(b) = r.poll_transmit() {
+        moved = true;
+        if let Some(s) = *sid {
+            core.handle(s, serde_json::from_slice(&b).unwrap(), snow(t));
+        }
+    }
+    if let Some(remote) = r.poll_connect() {
+        moved = true;
+        let s = core.connect(snow(t));
+        routes.insert(s, target);
+        *sid = Some(s);
+        r.handle_connected(remote, ms(t));
+    }
+    moved
+}
+
+/// The NB topology: ls0 (vm1, vm2) and ls1 (vm3) joined by router lr0; ls2 (vm9) alone.
+fn topology_ops() -> Value {
+    let mut ops = Vec::new();
+    let lsp = |name: &str, n: u8, net: u8| {
+        json!({"op": "insert", "table": "Logical_Switch_Port", "uuid-name": format!("p_{name}"),
+            "row": {"name": name,
+                    "addresses": format!("00:00:00:00:{net:02x}:{n:02x} 10.0.{net}.{n}")}})
+    };
+    ops.push(lsp("vm1", 11, 0));
+    ops.push(lsp("vm2", 12, 0));
+    ops.push(lsp("vm3", 13, 1));
+    ops.push(lsp("vm9", 19, 2));
+    for (sw, rp) in [("ls0", "lr0-ls0"), ("ls1", "lr0-ls1")] {
+        ops.push(json!({"op": "insert", "table": "Logical_Switch_Port",
+            "uuid-name": format!("p_{sw}_rtr"),
+            "row": {"name": format!("{sw}-lr0"), "type": "router", "addresses": "router",
+                    "options": ["map", [["router-port", rp]]]}}));
+    }
+    ops.push(json!({"op": "insert", "table": "Logical_Switch", "row": {"name": "ls0",
+        "ports": ["set", [["named-uuid", "p_vm1"], ["named-uuid", "p_vm2"], ["named-uuid", "p_ls0_rtr"]]]}}));
+    ops.push(json!({"op": "insert", "table": "Logical_Switch", "row": {"name": "ls1",
+        "ports": ["set", [["named-uuid", "p_vm3"], ["named-uuid", "p_ls1_rtr"]]]}}));
+    ops.push(json!({"op": "insert", "table": "Logical_Switch", "row": {"name": "ls2",
+        "ports": ["set", [["named-uuid", "p_vm9"]]]}}));
+    ops.push(json!({"op": "insert", "table": "Logical_Router_Port", "uuid-name": "rp0",
+        "row": {"name": "lr0-ls0", "mac": "00:00:00:00:ff:01", "networks": "10.0.0.1/24"}}));
+    ops.push(json!({"op": "insert", "table": "Logical_Router_Port", "uuid-name": "rp1",
+        "row": {"name": "lr0-ls1", "mac": "00:00:00:00:ff:02", "networks": "10.0.1.1/24"}}));
+    ops.push(json!({"op": "insert", "table": "Logical_Router", "row": {"name": "lr0",
+        "ports": ["set", [["named-uuid", "rp0"], ["named-uuid", "rp1"]]]}}));
+    Value::Array(ops)
+}
+
+/// hv1 (vm1) and hv2 (vm2, vm3, vm9) on the topology, settled.
+fn two_chassis() -> Net {
+    let mut net = Net::new();
+    net.nb(topology_ops());
+    net.add_chassis("hv1", [192, 168, 0, 1], &["vm1"]);
+    net.add_chassis("hv2", [192, 168, 0, 2], &["vm2", "vm3", "vm9"]);
+    net.advance(Duration::from_secs(1));
+    net
+}
+
+fn dp_names(dp: &Datapath) -> BTreeSet<String> {
+    dp.program()
+        .map(|p| p.datapaths.iter().map(|d| d.name.clone()).collect())
+        .unwrap_or_default()
+}
+
+fn pb<'a>(sb: &'a SbSnapshot, port: &str) -> &'a hf_model::sb::PortBinding {
+    sb.port_binding_all_by_logical_port(port).next().unwrap()
+}
+
+fn chassis_uuid(sb: &SbSnapshot, name: &str) -> uuid::Uuid {
+    sb.chassis_by_name(name).unwrap().uuid
+}
+
+#[test]
+fn registers_claims_and_programs_only_its_datapaths() {
+    let net = two_chassis();
+    let sb = net.db_sb();
+    // Registration rows, as ovn-controller writes them, plus holdfast's features.
+    for (name, ip) in [("hv1", "192.168.0.1"), ("hv2", "192.168.0.2")] {
+        let ch = sb.chassis_by_name(name).unwrap();
+        assert_eq!(ch.hostname, format!("{name}.example"));
+        let encaps: Vec<_> = ch.encaps.iter().map(|e| sb.get(*e).unwrap()).collect();
+        assert_eq!(encaps.len(), 1);
+        assert_eq!(encaps[0].type_.as_str(), "geneve");
+        assert_eq!(encaps[0].ip, ip);
+        assert_eq!(encaps[0].chassis_name, name);
+        assert_eq!(ch.other_config["port-up-notif"], "true");
+        assert_eq!(ch.other_config["mac-binding-timestamp"], "true");
+        assert_eq!(ch.other_config["ovn-monitor-all"], "false");
+        assert_eq!(
+            ch.other_config["holdfast-features"],
+            hf_expr::FeatureSet::level(hf_expr::Level::Hf2).to_list()
+        );
+        let p = sb.chassis_private().values().find(|p| p.name == name).unwrap();
+        assert_eq!(p.chassis.map(|c| c.uuid()), Some(ch.uuid));
+    }
+    // Claims: each VIF on the chassis whose datapath has it, and up once installed.
+    let (h1, h2) = (chassis_uuid(&sb, "hv1"), chassis_uuid(&sb, "hv2"));
+    for (port, ch) in [("vm1", h1), ("vm2", h2), ("vm3", h2), ("vm9", h2)] {
+        assert_eq!(pb(&sb, port).chassis.map(|c| c.uuid()), Some(ch), "{port}");
+        assert_eq!(pb(&sb, port).up, Some(true), "{port}");
+    }
+    // Programs: hv1 needs ls0, lr0 (through the patch) and ls1, never ls2.
+    let want1: BTreeSet<String> = ["ls0", "lr0", "ls1"].map(String::from).into();
+    assert_eq!(dp_names(&net.chassis[0].dp), want1);
+    let want2: BTreeSet<String> = ["ls0", "lr0", "ls1", "ls2"].map(String::from).into();
+    assert_eq!(dp_names(&net.chassis[1].dp), want2);
+    // Conditional monitoring: hv1's view holds no row of ls2.
+    let view = net.ctl(0).sb().model();
+    let ls2 = view
+        .datapath_binding()
+        .values()
+        .find(|d| d.external_ids.get("name").map(String::as_str) == Some("ls2"))
+        .unwrap()
+        .uuid;
+    assert!(
+        view.logical_flow()
+            .values()
+            .all(|f| f.logical_datapath.map(|d| d.uuid()) != Some(ls2)),
+        "hv1 received logical flows of ls2"
+    );
+    assert!(view.port_binding_all_by_logical_port("vm9").next().is_none());
+    assert!(view.logical_flow().len() < sb.logical_flow().len());
+    // The program's ports: vm1 local by name, vm2 remote at hv2's chassis id.
+    let p = net.chassis[0].dp.program().unwrap();
+    let ls0 = p.datapaths.iter().find(|d| d.name == "ls0").unwrap();
+    let loc = |n: &str| ls0.ports.iter().find(|p| p.name == n).unwrap().location.clone();
+    assert_eq!(loc("vm1"), hf_datapath::proto::LocationMsg::Local("vm1".into()));
+    let hv2_id = p.chassis_table.iter().find(|c| c.name == "hv2").unwrap().id;
+    assert_eq!(loc("vm2"), hf_datapath::proto::LocationMsg::Remote(hv2_id));
+    assert!(p.chassis_table.iter().any(|c| c.name == "hv2" && c.ip == "192.168.0.2"));
+    // Zones: never 0, distinct, and the datapath holds the same map.
+    let zones = net.chassis[0].dp.zones();
+    assert!(!zones.is_empty() && !zones.values().any(|z| *z == 0));
+    assert_eq!(zones.values().collect::<BTreeSet<_>>().len(), zones.len());
+    assert_eq!(zones, net.ctl(0).zones());
+    // Nothing failed to compile.
+    assert!(net.chassis[0].dp.flow_errors().is_empty(), "{:?}", net.chassis[0].dp.flow_errors());
+}
+
+#[test]
+fn nb_cfg_is_reported_after_install() {
+    let mut net = two_chassis();
+    let n = net.bump_nb_cfg();
+    net.advance(Duration::from_millis(500));
+    let sb = net.db_sb();
+    for name in ["hv1", "hv2"] {
+        let p = sb.chassis_private().values().find(|p| p.name == name).unwrap();
+        assert_eq!(p.nb_cfg, n, "{name}");
+        assert!(p.nb_cfg_timestamp >= WALL0, "{name}");
+    }
+    assert_eq!(net.db_nb().nb_global().values().next().unwrap().hv_cfg, n);
+    // A port added with nb_cfg bumped: reported only once the program with it is installed.
+    net.chassis[0].dp.add_port("vm4", Some([0x0a, 0, 0, 1, 0, 9]));
+    let mut ops = topology_port("ls0", "vm4", 14);
+    ops.push(json!({"op": "mutate", "table": "NB_Global", "where": [],
+        "mutations": [["nb_cfg", "+=", 1]]}));
+    net.nb(Value::Array(ops));
+    net.advance(Duration::from_millis(500));
+    let n2 = net.db_nb().nb_global().values().next().unwrap().nb_cfg;
+    assert_eq!(n2, n + 1);
+    assert_eq!(net.db_nb().nb_global().values().next().unwrap().hv_cfg, n2);
+    let p = net.chassis[0].dp.program().unwrap();
+    assert!(p.nb_cfg >= n2);
+    assert!(p.datapaths.iter().any(|d| d.ports.iter().any(|x| x.name == "vm4"
+        && x.location == hf_datapath::proto::LocationMsg::Local("vm4".into()))));
+    let sb = net.db_sb();
+    assert_eq!(pb(&sb, "vm4").chassis.map(|c| c.uuid()), Some(chassis_uuid(&sb, "hv1")));
+}
+
+fn topology_port(sw: &str, name: &str, n: u8) -> Vec<Value> {
+    vec![
+        json!({"op": "insert", "table": "Logical_Switch_Port", "uuid-name": "newp",
+            "row": {"name": name, "addresses": format!("00:00:00:00:00:{n:02x} 10.0.0.{n}")}}),
+        json!({"op": "mutate", "table": "Logical_Switch", "where": [["name", "==", sw]],
+            "mutations": [["ports", "insert", ["set", [["named-uuid", "newp"]]]]]}),
+    ]
+}
+
+#[test]
+fn restart_with_the_same_datapath_pushes_nothing_and_keeps_zones() {
+    let mut net = two_chassis();
+    let zones = net.chassis[0].dp.zones().clone();
+    let generation = net.chassis[0].dp.generation();
+    net.stop_controller(0);
+    // The datapath keeps its program meanwhile.
+    assert_eq!(net.chassis[0].dp.generation(), generation);
+    net.advance(Duration::from_secs(1));
+    net.start_controller(0);
+    net.advance(Duration::from_secs(10));
+    let c = net.ctl(0);
+    assert!(c.dp_ready() && c.sb_synced());
+    assert_eq!(c.stats().programs_pushed, 0, "{:?}", c.stats());
+    assert!(c.stats().programs_unchanged >= 1);
+    assert_eq!(c.stats().flush_requests, 0);
+    assert_eq!(net.chassis[0].dp.generation(), generation);
+    assert_eq!(net.chassis[0].dp.zones(), &zones);
+    // And it still follows SB: nb_cfg is reported without a new program.
+    let n = net.bump_nb_cfg();
+    net.advance(Duration::from_millis(500));
+    let sb = net.db_sb();
+    let p = sb.chassis_private().values().find(|p| p.name == "hv1").unwrap();
+    assert_eq!(p.nb_cfg, n);
+}
+
+#[test]
+fn rebuilt_databases_with_new_uuids_flush_nothing_and_keep_zones() {
+    let mut net = two_chassis();
+    let before: Vec<BTreeMap<String, u16>> =
+        net.chassis.iter().map(|c| c.dp.zones().clone()).collect();
+    let old_sb = net.db_sb();
+    // Rebuild: a fresh server (other UUIDs) with the same NB; the controllers reconnect at once
+    // and see an SB with only SB_Global until northd comes back a second later.
+    net.stop_northd();
+    let sids: Vec<SessionId> = net.chassis.iter().filter_map(|c| c.sid).collect();
+    net.core = new_core(12345);
+    net.routes.clear();
+    net.writer = net.core.connect(snow(net.t));
+    net.routes.insert(net.writer, Target::Writer);
+    for (i, c) in net.chassis.iter_mut().enumerate() {
+        c.sid = None;
+        if let Some(ctl) = c.ctl.as_mut() {
+            ctl.handle_sb_disconnected(net.t);
+        }
+        let _ = i;
+    }
+    let _ = sids;
+    net.nb(json!([{"op": "insert", "table": "NB_Global", "row": {}}]));
+    net.sb(json!([{"op": "insert", "table": "SB_Global", "row": {}}]));
+    net.nb(topology_ops());
+    net.advance(Duration::from_secs(1));
+    net.start_northd();
+    net.advance(Duration::from_secs(10));
+    let new_sb = net.db_sb();
+    let old_dp: BTreeSet<_> = old_sb.datapath_binding().keys().collect();
+    assert!(
+        new_sb.datapath_binding().keys().all(|u| !old_dp.contains(u)),
+        "the rebuilt SB must have new UUIDs"
+    );
+    for (i, c) in net.chassis.iter().enumerate() {
+        let ctl = c.ctl.as_ref().unwrap();
+        assert_eq!(ctl.stats().flush_requests, 0, "{}", c.name);
+        assert_eq!(c.dp.zones(), &before[i], "{}", c.name);
+        assert!(ctl.sb_synced() && ctl.dp_ready());
+    }
+    // Re-registered and re-claimed on the new SB.
+    let h1 = chassis_uuid(&new_sb, "hv1");
+    assert_eq!(pb(&new_sb, "vm1").chassis.map(|c| c.uuid()), Some(h1));
+    assert_eq!(dp_names(&net.chassis[0].dp).len(), 3);
+}
+
+#[test]
+fn a_deleted_port_has_its_zone_flushed_once() {
+    let mut net = two_chassis();
+    for c in &net.chassis {
+        assert!(c.dp.zones().contains_key("lsp/vm2"), "{}", c.name);
+    }
+    let zone_vm1 = net.chassis[0].dp.zones()["lsp/vm1"];
+    // Delete vm2 from NB (its local port stays on hv2's datapath: only SB decides).
+    net.nb(json!([{"op": "mutate", "table": "Logical_Switch", "where": [["name", "==", "ls0"]],
+        "mutations": [["ports", "delete", ["set", [["uuid",
+            net.db_nb().logical_switch_port().values().find(|p| p.name == "vm2").unwrap().uuid.to_string()]]]]]}]));
+    net.advance(Duration::from_secs(1));
+    // Within the grace period nothing is flushed yet, and the zone is still held.
+    for c in &net.chassis {
+        assert!(c.dp.zones().contains_key("lsp/vm2"), "{}", c.name);
+        assert_eq!(c.ctl.as_ref().unwrap().stats().flush_requests, 0);
+    }
+    net.advance(Duration::from_secs(10));
+    for c in &net.chassis {
+        let ctl = c.ctl.as_ref().unwrap();
+        assert!(!c.dp.zones().contains_key("lsp/vm2"), "{}", c.name);
+        assert_eq!(ctl.stats().flush_requests, 1, "{}", c.name);
+        assert_eq!(ctl.stats().zones_flushed, 1, "{}", c.name);
+        assert!(!ctl.zones().contains_key("lsp/vm2"));
+    }
+    net.advance(Duration::from_secs(10));
+    for c in &net.chassis {
+        assert_eq!(c.ctl.as_ref().unwrap().stats().flush_requests, 1, "{}", c.name);
+    }
+    // The other zones did not move.
+    assert_eq!(net.chassis[0].dp.zones()["lsp/vm1"], zone_vm1);
+}
+
+#[test]
+fn a_bad_flow_keeps_its_last_good_version_and_is_reported_once() {
+    let mut net = two_chassis();
+    // northd would repair SB: stop it, then break two flows of ls0 the same way.
+    net.stop_northd();
+    let sb = net.db_sb();
+    let ls0 = sb
+        .datapath_binding()
+        .values()
+        .find(|d| d.external_ids.get("name").map(String::as_str) == Some("ls0"))
+        .unwrap()
+        .uuid;
+    let mut victims: Vec<&hf_model::sb::LogicalFlow> = sb
+        .logical_flow()
+        .values()
+        .filter(|f| {
+            f.logical_datapath.map(|d| d.uuid()) == Some(ls0)
+                && f.actions == "next;"
+                && f.external_ids.contains_key("hf-flow-id")
+        })
+        .collect();
+    victims.sort_by_key(|f| f.uuid);
+    assert!(victims.len() >= 2);
+    let victims: Vec<(uuid::Uuid, String)> = victims[..2]
+        .iter()
+        .map(|f| (f.uuid, f.external_ids["hf-flow-id"].clone()))
+        .collect();
+    let ops: Vec<Value> = victims
+        .iter()
+        .map(|(u, _)| {
+            json!({"op": "update", "table": "Logical_Flow",
+                "where": [["_uuid", "==", ["uuid", u.to_string()]]],
+                "row": {"actions": "frobnicate(reg0);"}})
+        })
+        .collect();
+    net.sb(Value::Array(ops));
+    net.advance(Duration::from_secs(1));
+    let c = &net.chassis[0];
+    // The datapath runs the last good text of both.
+    let errs = c.dp.flow_errors();
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    assert!(errs.iter().all(|e| e.kept_last_good), "{errs:?}");
+    let p = c.dp.program().unwrap();
+    for (_, id) in &victims {
+        let f = p
+            .datapaths
+            .iter()
+            .flat_map(|d| d.flows.iter())
+            .find(|f| f.id == format!("hf-flow-id:{id}"))
+            .unwrap();
+        assert_eq!(f.actions, "frobnicate(reg0);");
+        assert_eq!(f.last_good.as_ref().map(|(_, a)| a.as_str()), Some("next;"));
+    }
+    // Logged once per distinct cause, with the count.
+    let ctl = c.ctl.as_ref().unwrap();
+    let causes = ctl.flow_errors().causes();
+    let lines: Vec<&String> = c
+        .logs
+        .iter()
+        .filter(|(l, s)| *l == Level::Warn && s.starts_with("flow error:"))
+        .map(|(_, s)| s)
+        .collect();
+    assert_eq!(lines.len(), causes.len(), "{lines:?}");
+    assert!(causes.len() == 1 && lines[0].contains("2 flow(s)"), "{lines:?}");
+    assert!(ctl.status().contains("Flow errors: 2 flow(s), 1 cause(s)"), "{}", ctl.status());
+    // And in Chassis_Private.external_ids.
+    let sb = net.db_sb();
+    let pr = sb.chassis_private().values().find(|p| p.name == "hv1").unwrap();
+    assert_eq!(pr.external_ids.get("holdfast-flow-errors").map(String::as_str), Some("2"));
+    assert!(pr.external_ids["holdfast-flow-error-1"].ends_with("(2 flows)"));
+    // More time and more SB changes do not log it again.
+    let n = net.db_sb().sb_global().values().next().unwrap().nb_cfg;
+    net.sb(json!([{"op": "update", "table": "SB_Global", "where": [],
+        "row": {"nb_cfg": n + 1}}]));
+    net.advance(Duration::from_secs(5));
+    let c = &net.chassis[0];
+    let again = c
+        .logs
+        .iter()
+        .filter(|(_, s)| s.starts_with("flow error:"))
+        .count();
+    assert_eq!(again, 1);
+    // Repairing the text clears the report.
+    for (u, _) in &victims {
+        net.sb(json!([{"op": "update", "table": "Logical_Flow",
+            "where": [["_uuid", "==", ["uuid", u.to_string()]]], "row": {"actions": "next;"}}]));
+    }
+    net.advance(Duration::from_secs(1));
+    let sb = net.db_sb();
+    let pr = sb.chassis_private().values().find(|p| p.name == "hv1").unwrap();
+    assert!(!pr.external_ids.contains_key("holdfast-flow-errors"));
+    assert!(net.chassis[0].dp.flow_errors().is_empty());
+}
+
+#[test]
+fn a_deleted_chassis_row_is_registered_again() {
+    let mut net = two_chassis();
+    let sb = net.db_sb();
+    let h1 = chassis_uuid(&sb, "hv1");
+    let pr = sb.chassis_private().values().find(|p| p.name == "hv1").unwrap().uuid;
+    net.sb(json!([
+        {"op": "delete", "table": "Chassis_Private", "where": [["_uuid", "==", ["uuid", pr.to_string()]]]},
+        {"op": "delete", "table": "Chassis", "where": [["_uuid", "==", ["uuid", h1.to_string()]]]}
+    ]));
+    net.advance(Duration::from_secs(1));
+    let sb = net.db_sb();
+    let again = chassis_uuid(&sb, "hv1");
+    assert_ne!(again, h1);
+    assert!(sb.chassis_private().values().any(|p| p.name == "hv1"
+        && p.chassis.map(|c| c.uuid()) == Some(again)));
+    assert_eq!(pb(&sb, "vm1").chassis.map(|c| c.uuid()), Some(again));
+}

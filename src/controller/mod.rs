@@ -1,0 +1,688 @@
+//! `holdfast controller`: the shell around [`hf_controller::daemon::Controller`], with
+//! ovn-controller's command line where it applies and its unixctl commands. Thin: it dials the
+//! SB remotes the core asks for (`tcp:`, `unix:`, `ssl:`), keeps one connection to the local
+//! datapath's control socket (`--datapath unix:PATH`, retried every second while it is down),
+//! moves bytes both ways, reads the clock, serves unixctl, and uses the daemon plumbing
+//! `holdfast db` has (detach, monitor, pidfile, vlog).
+//!
+//! What it does not do: read the local OVS database (ovn-controller's positional
+//! `OVS-DATABASE` and `external_ids:ovn-*` settings: holdfast's chassis settings are options
+//! here: `--system-id`, `--encap-ip`, `--encap-type`, `--hostname`, `--monitor-all`), or
+//! ovn-controller's OpenFlow-specific commands (`group-table-list`, `meter-table-list`,
+//! `lflow-cache/*`, `inject-pkt`): they are refused as unknown commands.
+// An I/O shell: clocks, sockets, signals.
+#![allow(clippy::disallowed_methods)]
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use hf_controller::daemon::{Controller, ControllerConfig, Level, Tuning};
+use hf_ovsdb_net::client::parse_remotes;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::db::{daemon, unixctl, vlog};
+
+/// ovn-controller's options, as holdfast takes them.
+#[derive(Debug, Args)]
+pub struct ControllerArgs {
+    /// The SB database: `tcp:IP:PORT`, `unix:PATH` or `ssl:IP:PORT`, a comma list for a
+    /// cluster.
+    #[arg(long, value_name = "DATABASE", default_value = "tcp:127.0.0.1:6642")]
+    ovnsb_db: String,
+
+    /// The chassis name (`Chassis.name`; ovn-controller's `external_ids:system-id`).
+    #[arg(long, value_name = "NAME")]
+    system_id: String,
+
+    /// The tunnel endpoint IP other chassis send Geneve to (`ovn-encap-ip`).
+    #[arg(long, value_name = "IP")]
+    encap_ip: std::net::IpAddr,
+
+    /// The encapsulation (`ovn-encap-type`); holdfast speaks `geneve`.
+    #[arg(long, value_name = "TYPE", default_value = "geneve")]
+    encap_type: String,
+
+    /// The hostname to register (`Chassis.hostname`; default: this host's name).
+    #[arg(long, value_name = "NAME")]
+    hostname: Option<String>,
+
+    /// The datapath's control socket, `unix:PATH` (default:
+    /// unix:$OVS_RUNDIR/holdfast-datapath.sock).
+    #[arg(long, value_name = "unix:PATH")]
+    datapath: Option<String>,
+
+    /// Monitor every SB row (`ovn-monitor-all=true`) instead of only what this chassis needs.
+    #[arg(long)]
+    monitor_all: bool,
+
+    /// Write the process id to FILE (default: $OVN_RUNDIR/ovn-controller.pid).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    pidfile: Option<String>,
+
+    /// With --pidfile, start even if another process holds the pidfile.
+    #[arg(long)]
+    overwrite_pidfile: bool,
+
+    /// Run in the background once started; the daemon's standard streams go to /dev/null.
+    #[arg(long)]
+    detach: bool,
+
+    /// With --detach, do not change the working directory to `/`.
+    #[arg(long)]
+    no_chdir: bool,
+
+    /// Restart the daemon when it crashes.
+    #[arg(long)]
+    monitor: bool,
+
+    /// Write log messages to FILE (default: $OVN_LOGDIR/ovn-controller.log), without colour.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    log_file: Option<String>,
+
+    /// Log levels, OVS's `[module][:destination][:level]`; `-v` alone means dbg everywhere.
+    #[arg(short = 'v', long = "verbose", value_name = "SPEC", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    verbose: Vec<String>,
+
+    /// The control socket `ovn-appctl -t` talks to (default:
+    /// $OVN_RUNDIR/ovn-controller.PID.ctl).
+    #[arg(long, value_name = "SOCKET")]
+    unixctl: Option<PathBuf>,
+
+    /// TLS private key (PEM) for ssl: databases.
+    #[arg(long, short = 'p', value_name = "KEY")]
+    private_key: Option<PathBuf>,
+
+    /// TLS certificate (PEM) for ssl: databases.
+    #[arg(long, short = 'c', value_name = "CERT")]
+    certificate: Option<PathBuf>,
+
+    /// CA certificate (PEM) that must have signed the servers' certificates.
+    #[arg(long = "ca-cert", short = 'C', value_name = "CACERT")]
+    ca_cert: Option<PathBuf>,
+
+    /// TLS versions, as OVS spells them (`TLSv1.2,TLSv1.3`).
+    #[arg(long, value_name = "PROTOCOLS")]
+    ssl_protocols: Option<String>,
+
+    /// TLS 1.2 cipher suites as an OpenSSL cipher string.
+    #[arg(long, value_name = "CIPHERS")]
+    ssl_ciphers: Option<String>,
+
+    /// Run as USER (and GROUP) once started.
+    #[arg(long, value_name = "USER[:GROUP]")]
+    user: Option<String>,
+}
+
+/// `version`'s text after the program name.
+pub const CONTROLLER_VERSION: &str =
+    concat!("(holdfast ", env!("CARGO_PKG_VERSION"), ") 23.03.0");
+
+const PROGRAM: &str = "ovn-controller";
+
+/// The SB replica's inactivity probe.
+const PROBE_INTERVAL_MS: u64 = 30_000;
+
+fn ovn_rundir() -> PathBuf {
+    std::env::var_os("OVN_RUNDIR")
+        .or_else(|| std::env::var_os("OVS_RUNDIR"))
+        .map_or_else(|| PathBuf::from("/var/run/ovn"), PathBuf::from)
+}
+
+fn ovn_logdir() -> PathBuf {
+    std::env::var_os("OVN_LOGDIR")
+        .or_else(|| std::env::var_os("OVS_LOGDIR"))
+        .map_or_else(|| PathBuf::from("/var/log/ovn"), PathBuf::from)
+}
+
+/// The unixctl commands, sorted by name.
+const COMMANDS: &[unixctl::Command] = &[
+    ("connection-status", "", 0, 0),
+    ("ct-zone-list", "", 0, 0),
+    ("debug/status", "", 0, 0),
+    ("exit", "[--restart]", 0, 1),
+    ("list-commands", "", 0, 0),
+    ("recompute", "", 0, 0),
+    ("version", "", 0, 0),
+    ("vlog/close", "", 0, 0),
+    ("vlog/list", "", 0, 0),
+    ("vlog/reopen", "", 0, 0),
+    (
+        "vlog/set",
+        "{spec | PATTERN:destination:pattern}",
+        1,
+        usize::MAX,
+    ),
+];
+
+struct Request {
+    method: String,
+    args: Vec<String>,
+    reply: oneshot::Sender<Result<String, String>>,
+}
+
+fn start_unixctl(path: &Path, tx: mpsc::UnboundedSender<Request>) -> std::io::Result<()> {
+    unixctl::listen(
+        path,
+        move |m| {
+            let tx = tx.clone();
+            async move {
+                let reply = match unixctl::parse_request(m, COMMANDS) {
+                    Err(None) => return None,
+                    Err(Some(r)) => r,
+                    Ok(q) => {
+                        let (rtx, rrx) = oneshot::channel();
+                        let _ = tx.send(Request {
+                            method: q.method,
+                            args: q.args,
+                            reply: rtx,
+                        });
+                        let r = rrx
+                            .await
+                            .unwrap_or_else(|_| Err("ovn-controller is exiting".into()));
+                        unixctl::reply(&q.id, r)
+                    }
+                };
+                Some((reply, false))
+            }
+        },
+        || {},
+    )
+}
+
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Runs the controller.
+pub fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
+    vlog::set_program(PROGRAM);
+    if let Ok(v) = std::env::var("HOLDFAST_LOG") {
+        vlog::set(&v).map_err(|e| anyhow::anyhow!("HOLDFAST_LOG={v}: {e}"))?;
+    }
+    for v in &args.verbose {
+        vlog::set(v).map_err(|e| anyhow::anyhow!("--verbose={v}: {e}"))?;
+    }
+    vlog::install();
+    if let Some(f) = &args.log_file {
+        let path = if f.is_empty() {
+            ovn_logdir().join(format!("{PROGRAM}.log"))
+        } else {
+            daemon::absolute(Path::new(f))
+        };
+        vlog::open_file(&path).map_err(anyhow::Error::msg)?;
+    }
+    if args.encap_type != "geneve" {
+        anyhow::bail!(
+            "--encap-type={}: holdfast's datapath speaks only geneve",
+            args.encap_type
+        );
+    }
+    if args.system_id.trim().is_empty() {
+        anyhow::bail!("--system-id: the chassis name must not be empty");
+    }
+    let remotes = parse_remotes(&args.ovnsb_db);
+    if remotes.is_empty() {
+        anyhow::bail!("--ovnsb-db: no database remote given");
+    }
+    for r in &remotes {
+        if !(r.starts_with("unix:") || r.starts_with("tcp:") || r.starts_with("ssl:")) {
+            anyhow::bail!("--ovnsb-db={r}: a database is unix:PATH, tcp:IP:PORT or ssl:IP:PORT");
+        }
+    }
+    let rundir = ovn_rundir();
+    let dp_path = match &args.datapath {
+        None => daemon::rundir().join("holdfast-datapath.sock"),
+        Some(d) => match d.strip_prefix("unix:") {
+            Some(p) if !p.is_empty() => daemon::absolute(Path::new(p)),
+            _ => anyhow::bail!("--datapath={d}: the datapath's control socket is unix:PATH"),
+        },
+    };
+    let needs_tls = remotes.iter().any(|r| r.starts_with("ssl:"));
+    let tls = match (&args.private_key, &args.certificate, &args.ca_cert) {
+        (Some(k), Some(c), Some(ca)) => Some(
+            hf_ovsdb_net::tls::TlsSettings::load(&hf_ovsdb_net::tls::TlsFiles {
+                private_key: k.clone(),
+                certificate: c.clone(),
+                ca_cert: ca.clone(),
+                protocols: args.ssl_protocols.clone(),
+                ciphers: args.ssl_ciphers.clone(),
+            })
+            .and_then(|t| t.client_config())
+            .map_err(|e| anyhow::anyhow!("{e}"))?,
+        ),
+        (None, None, None) if !needs_tls => None,
+        _ if needs_tls => {
+            anyhow::bail!("ssl: databases need --private-key, --certificate and --ca-cert")
+        }
+        _ => None,
+    };
+    let pidfile = args.pidfile.as_ref().map(|p| {
+        if p.is_empty() {
+            rundir.join(format!("{PROGRAM}.pid"))
+        } else {
+            daemon::absolute(Path::new(p))
+        }
+    });
+    let unixctl_path = args.unixctl.as_deref().map(daemon::absolute);
+    if let Some(u) = &args.user {
+        daemon::become_user(u)?;
+    }
+    let mut ready = daemon::Readiness::default();
+    if args.detach {
+        ready = daemon::detach()?;
+    }
+    if args.monitor {
+        ready = daemon::monitor(ready, args.detach)?;
+    }
+    let _pidfile = match &pidfile {
+        Some(p) => Some(daemon::Pidfile::create(p, args.overwrite_pidfile)?),
+        None => None,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .context("starting tokio")?;
+    let r = rt.block_on(serve(
+        &args,
+        remotes,
+        tls,
+        dp_path,
+        unixctl_path,
+        &rundir,
+        &mut ready,
+    ));
+    if let Err(e) = &r {
+        tracing::error!("{e:#}");
+    }
+    r
+}
+
+type Reader = Box<dyn AsyncRead + Unpin + Send>;
+type Writer = Box<dyn AsyncWrite + Unpin + Send>;
+
+async fn dial(
+    remote: &str,
+    tls: Option<&Arc<hf_ovsdb_net::tls::ClientConfig>>,
+) -> std::io::Result<(Reader, Writer)> {
+    if let Some(addr) = remote.strip_prefix("ssl:") {
+        let Some(cfg) = tls else {
+            return Err(std::io::Error::other(format!(
+                "{remote}: an ssl: remote needs --private-key, --certificate and --ca-cert"
+            )));
+        };
+        let s = hf_ovsdb_net::tls::connect(addr, cfg.clone()).await?;
+        let (r, w) = tokio::io::split(s);
+        Ok((Box::new(r), Box::new(w)))
+    } else if let Some(addr) = remote.strip_prefix("tcp:") {
+        let s = tokio::net::TcpStream::connect(addr).await?;
+        s.set_nodelay(true)?;
+        let (r, w) = s.into_split();
+        Ok((Box::new(r), Box::new(w)))
+    } else if let Some(path) = remote.strip_prefix("unix:") {
+        let s = tokio::net::UnixStream::connect(path).await?;
+        let (r, w) = s.into_split();
+        Ok((Box::new(r), Box::new(w)))
+    } else {
+        Err(std::io::Error::other(format!(
+            "{remote}: a remote is tcp:IP:PORT, ssl:IP:PORT or unix:PATH"
+        )))
+    }
+}
+
+/// What the I/O tasks tell the main loop; `epoch` tells a stale connection's news apart.
+enum Input {
+    SbUp(u64, Writer),
+    SbDown(u64, String),
+    SbBytes(u64, Vec<u8>),
+    DpUp(u64, Writer),
+    DpDown(u64, String),
+    DpBytes(u64, Vec<u8>),
+}
+
+fn spawn_reader(
+    mut r: Reader,
+    epoch: u64,
+    tx: mpsc::UnboundedSender<Input>,
+    bytes: fn(u64, Vec<u8>) -> Input,
+    down: fn(u64, String) -> Input,
+) {
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            match r.read(&mut buf).await {
+                Ok(0) => {
+                    let _ = tx.send(down(epoch, "connection closed".into()));
+                    return;
+                }
+                Ok(n) => {
+                    if tx.send(bytes(epoch, buf[..n].to_vec())).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(down(epoch, e.to_string()));
+                    return;
+                }
+            }
+        }
+    });
+}
+
+/// The connections the main loop holds.
+struct Links {
+    remotes: Vec<String>,
+    tls: Option<Arc<hf_ovsdb_net::tls::ClientConfig>>,
+    dp_path: PathBuf,
+    tx: mpsc::UnboundedSender<Input>,
+    sb: Option<Writer>,
+    sb_epoch: u64,
+    dp: Option<Writer>,
+    dp_epoch: u64,
+    dp_dialing: bool,
+    dp_retry: Instant,
+    dp_warned: bool,
+}
+
+impl Links {
+    fn dial_sb(&mut self, remote: usize) {
+        self.sb = None;
+        self.sb_epoch += 1;
+        let epoch = self.sb_epoch;
+        let name = self.remotes.get(remote).cloned().unwrap_or_default();
+        let tls = self.tls.clone();
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            match dial(&name, tls.as_ref()).await {
+                Ok((r, w)) => {
+                    let _ = tx.send(Input::SbUp(epoch, w));
+                    spawn_reader(r, epoch, tx, Input::SbBytes, Input::SbDown);
+                }
+                Err(e) => {
+                    let _ = tx.send(Input::SbDown(epoch, format!("{name}: {e}")));
+                }
+            }
+        });
+    }
+
+    fn dial_dp(&mut self) {
+        if self.dp.is_some() || self.dp_dialing || Instant::now() < self.dp_retry {
+            return;
+        }
+        self.dp_dialing = true;
+        self.dp_epoch += 1;
+        let epoch = self.dp_epoch;
+        let path = self.dp_path.clone();
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            match tokio::net::UnixStream::connect(&path).await {
+                Ok(s) => {
+                    let (r, w) = s.into_split();
+                    let _ = tx.send(Input::DpUp(epoch, Box::new(w)));
+                    spawn_reader(Box::new(r), epoch, tx, Input::DpBytes, Input::DpDown);
+                }
+                Err(e) => {
+                    let _ = tx.send(Input::DpDown(epoch, format!("{}: {e}", path.display())));
+                }
+            }
+        });
+    }
+}
+
+/// Moves the core's output to the connections; returns the time it next wants.
+async fn drain(core: &mut Controller, links: &mut Links, start: Instant) {
+    for _ in 0..64 {
+        let now = start.elapsed();
+        let mut moved = false;
+        if let Some(reason) = core.poll_sb_close() {
+            tracing::info!("SB: closing the connection: {reason}");
+            links.sb = None;
+            links.sb_epoch += 1;
+        }
+        while let Some(b) = core.poll_sb_transmit() {
+            moved = true;
+            if let Some(w) = links.sb.as_mut()
+                && let Err(e) = w.write_all(&b).await
+            {
+                tracing::warn!("SB: write failed: {e}");
+                links.sb = None;
+                links.sb_epoch += 1;
+                core.handle_sb_disconnected(now);
+            }
+        }
+        if let Some(r) = core.poll_sb_connect() {
+            moved = true;
+            links.dial_sb(r);
+        }
+        while let Some(b) = core.poll_dp_transmit() {
+            moved = true;
+            if let Some(w) = links.dp.as_mut()
+                && let Err(e) = w.write_all(&b).await
+            {
+                tracing::warn!("datapath: write failed: {e}");
+                links.dp = None;
+                links.dp_epoch += 1;
+                links.dp_retry = Instant::now() + Duration::from_secs(1);
+                core.handle_dp_disconnected(now);
+            }
+        }
+        while let Some((l, line)) = core.poll_log() {
+            match l {
+                Level::Debug => tracing::debug!("{line}"),
+                Level::Info => tracing::info!("{line}"),
+                Level::Warn => tracing::warn!("{line}"),
+                Level::Err => tracing::error!("{line}"),
+            }
+        }
+        if !moved {
+            break;
+        }
+    }
+    for w in [links.sb.as_mut(), links.dp.as_mut()].into_iter().flatten() {
+        let _ = w.flush().await;
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn serve(
+    args: &ControllerArgs,
+    remotes: Vec<String>,
+    tls: Option<Arc<hf_ovsdb_net::tls::ClientConfig>>,
+    dp_path: PathBuf,
+    unixctl_path: Option<PathBuf>,
+    rundir: &Path,
+    ready: &mut daemon::Readiness,
+) -> anyhow::Result<ExitCode> {
+    let (utx, mut urx) = mpsc::unbounded_channel();
+    let unixctl_file = unixctl_path
+        .clone()
+        .unwrap_or_else(|| unixctl::default_path(rundir, PROGRAM));
+    let mut bound = None;
+    match start_unixctl(&unixctl_file, utx) {
+        Ok(()) => bound = Some(unixctl_file.clone()),
+        Err(e) if unixctl_path.is_some() => {
+            anyhow::bail!(
+                "{}: could not create unixctl socket: {e}",
+                unixctl_file.display()
+            )
+        }
+        Err(e) => tracing::warn!(
+            "{}: no unixctl socket ({e}); give --unixctl=PATH for ovn-appctl",
+            unixctl_file.display()
+        ),
+    }
+    if ready.waited_for() {
+        ready.notify("");
+    }
+    if args.detach {
+        vlog::console_off();
+        daemon::null_stdio();
+        if !args.no_chdir {
+            let _ = std::env::set_current_dir("/");
+        }
+    }
+    tracing::info!(
+        "{PROGRAM} {CONTROLLER_VERSION}: chassis {}, SB {}, datapath unix:{}",
+        args.system_id,
+        remotes.join(","),
+        dp_path.display()
+    );
+    let start = Instant::now();
+    let cfg = ControllerConfig {
+        chassis: args.system_id.clone(),
+        hostname: args.hostname.clone().unwrap_or_else(hostname),
+        encap_type: args.encap_type.clone(),
+        encap_ip: args.encap_ip.to_string(),
+        monitor_all: args.monitor_all,
+    };
+    let mut core = Controller::with_tuning(
+        cfg,
+        Tuning {
+            remotes: remotes.len(),
+            probe_interval_ms: Some(PROBE_INTERVAL_MS),
+            wall_offset_ms: wall_ms(),
+            ..Tuning::default()
+        },
+        Duration::ZERO,
+    );
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut links = Links {
+        remotes,
+        tls,
+        dp_path,
+        tx,
+        sb: None,
+        sb_epoch: 0,
+        dp: None,
+        dp_epoch: 0,
+        dp_dialing: false,
+        dp_retry: Instant::now(),
+        dp_warned: false,
+    };
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut exit = false;
+    drain(&mut core, &mut links, start).await;
+    links.dial_dp();
+    while !exit {
+        let wake = core
+            .poll_timeout()
+            .map_or(Duration::from_secs(1), |t| {
+                t.saturating_sub(start.elapsed())
+            })
+            .min(Duration::from_secs(1));
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => { tracing::info!("exiting on signal"); break }
+            _ = term.recv() => { tracing::info!("exiting on signal"); break }
+            i = rx.recv() => {
+                let Some(i) = i else { break };
+                let now = start.elapsed();
+                match i {
+                    Input::SbUp(e, w) if e == links.sb_epoch => {
+                        links.sb = Some(w);
+                        core.handle_sb_connected(now);
+                    }
+                    Input::SbDown(e, reason) if e == links.sb_epoch => {
+                        tracing::debug!("SB: {reason}");
+                        links.sb = None;
+                        core.handle_sb_disconnected(now);
+                    }
+                    Input::SbBytes(e, b) if e == links.sb_epoch => core.handle_sb_bytes(&b, now),
+                    Input::DpUp(e, w) if e == links.dp_epoch => {
+                        links.dp = Some(w);
+                        links.dp_dialing = false;
+                        links.dp_warned = false;
+                        tracing::info!("datapath: connected to unix:{}", links.dp_path.display());
+                        core.handle_dp_connected(now);
+                    }
+                    Input::DpDown(e, reason) if e == links.dp_epoch => {
+                        if links.dp.is_some() || !links.dp_warned {
+                            tracing::warn!("datapath: {reason}; retrying every second");
+                            links.dp_warned = true;
+                        }
+                        let was_up = links.dp.take().is_some();
+                        links.dp_dialing = false;
+                        links.dp_retry = Instant::now() + Duration::from_secs(1);
+                        if was_up {
+                            core.handle_dp_disconnected(now);
+                        }
+                    }
+                    Input::DpBytes(e, b) if e == links.dp_epoch => core.handle_dp_bytes(&b, now),
+                    _ => {}
+                }
+            }
+            q = urx.recv() => {
+                let Some(q) = q else { continue };
+                let r = command(&q.method, &q.args, &mut core, start.elapsed());
+                if q.method == "exit" { exit = true; }
+                let _ = q.reply.send(r);
+            }
+            _ = tokio::time::sleep(wake) => {
+                core.handle_timeout(start.elapsed());
+            }
+        }
+        drain(&mut core, &mut links, start).await;
+        links.dial_dp();
+    }
+    if exit {
+        tracing::info!("exiting by unixctl request");
+    }
+    if let Some(p) = bound {
+        let _ = std::fs::remove_file(p);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn command(
+    method: &str,
+    args: &[String],
+    core: &mut Controller,
+    now: Duration,
+) -> Result<String, String> {
+    match method {
+        "exit" => Ok(String::new()),
+        "version" => Ok(format!("{PROGRAM} {CONTROLLER_VERSION}")),
+        "list-commands" => Ok(unixctl::list_commands(COMMANDS)),
+        "connection-status" => Ok(if core.sb_synced() {
+            "connected".into()
+        } else {
+            "not connected".into()
+        }),
+        "recompute" => {
+            core.recompute(now);
+            Ok(String::new())
+        }
+        "ct-zone-list" => Ok(core
+            .zones()
+            .iter()
+            .map(|(n, z)| format!("{n} {z}\n"))
+            .collect()),
+        "debug/status" => Ok(core.status()),
+        "vlog/list" => Ok(vlog::list()),
+        "vlog/set" => {
+            for spec in args {
+                vlog::set(spec)?;
+            }
+            vlog::refresh();
+            Ok(String::new())
+        }
+        "vlog/reopen" => vlog::reopen().map(|()| String::new()),
+        "vlog/close" => {
+            vlog::close();
+            Ok(String::new())
+        }
+        other => Err(format!("\"{other}\" is not implemented")),
+    }
+}

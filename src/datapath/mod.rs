@@ -1,0 +1,621 @@
+//! `holdfast datapath`: the per-chassis datapath daemon, a thin shell around
+//! [`hf_datapath::Datapath`].
+//!
+//! What it does: in-memory ports given on the command line (`--port NAME[,MAC]`), Geneve to
+//! and from other chassis over UDP on `--encap-ip` (port `--geneve-port`, 6081 by default; the
+//! remote chassis are reached on the same port number), the controller's control socket
+//! (`--control punix:PATH`, one controller at a time; a new connection replaces the old one),
+//! the zone map mirrored to `--zones-file` (written atomically on every change, read on start),
+//! the daemon plumbing `holdfast db` has (`--detach`, `--pidfile`, `--log-file`, `--unixctl`,
+//! `-v`) and unixctl commands to look inside and to drive the in-memory ports from tests
+//! (`datapath/inject`, `datapath/capture`).
+//!
+//! What it does not do: real network interfaces (a later issue: ports exist only in memory),
+//! outer Ethernet/IP headers of its own (the kernel's UDP socket carries Geneve), IPv6 tunnel
+//! endpoints other than what the socket does by itself.
+// An I/O shell: clocks, sockets, signals.
+#![allow(clippy::disallowed_methods)]
+
+use std::collections::{BTreeMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use hf_datapath::{Datapath, DatapathConfig, Level, Transmit};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UdpSocket, UnixListener, UnixStream};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::db::{daemon, unixctl, vlog};
+
+const PROGRAM: &str = "holdfast-datapath";
+
+/// Frames kept per port for `datapath/capture`.
+const CAPTURE_MAX: usize = 1024;
+
+/// `holdfast datapath`'s options.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Ports are in memory only (for the simulator, the sandbox and tests): frames \
+enter with `datapath/inject PORT HEX` and leave into `datapath/capture PORT`. Real network \
+interfaces come with a later issue."
+)]
+pub struct DatapathArgs {
+    /// The chassis name (`external_ids:system-id`); the controller must name the same.
+    #[arg(long, value_name = "NAME")]
+    chassis: String,
+
+    /// The local tunnel endpoint: Geneve is received on IP:--geneve-port and sent from it.
+    #[arg(long, value_name = "IP")]
+    encap_ip: IpAddr,
+
+    /// The Geneve UDP port, here and on the remote chassis (0: an ephemeral port, printed in
+    /// the log; remote chassis are then reached on that same number).
+    #[arg(long, value_name = "PORT", default_value_t = hf_wire::geneve::GENEVE_PORT)]
+    geneve_port: u16,
+
+    /// The control socket for the controller, `punix:PATH` (default:
+    /// punix:$OVS_RUNDIR/holdfast-datapath.sock).
+    #[arg(long, value_name = "punix:PATH")]
+    control: Option<String>,
+
+    /// An in-memory port named by its iface-id, optionally with its MAC (repeatable).
+    #[arg(long = "port", value_name = "NAME[,MAC]")]
+    ports: Vec<String>,
+
+    /// The zone map's local storage (JSON object name → zone), read on start and rewritten
+    /// atomically on every change.
+    #[arg(long, value_name = "FILE")]
+    zones_file: Option<PathBuf>,
+
+    /// Write the process id to FILE (default: $OVS_RUNDIR/holdfast-datapath.pid).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    pidfile: Option<String>,
+
+    /// With --pidfile, start even if another process holds the pidfile.
+    #[arg(long)]
+    overwrite_pidfile: bool,
+
+    /// Run in the background once started; the daemon's standard streams go to /dev/null.
+    #[arg(long)]
+    detach: bool,
+
+    /// With --detach, do not change the working directory to `/`.
+    #[arg(long)]
+    no_chdir: bool,
+
+    /// Write log messages to FILE (default: $OVS_LOGDIR/holdfast-datapath.log), without colour.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    log_file: Option<String>,
+
+    /// Log levels, OVS's `[module][:destination][:level]`; `-v` alone means dbg everywhere.
+    #[arg(short = 'v', long = "verbose", value_name = "SPEC", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    verbose: Vec<String>,
+
+    /// The control socket `ovs-appctl -t` talks to (default:
+    /// $OVS_RUNDIR/holdfast-datapath.PID.ctl).
+    #[arg(long, value_name = "SOCKET")]
+    unixctl: Option<PathBuf>,
+}
+
+/// The unixctl commands, sorted by name.
+const COMMANDS: &[unixctl::Command] = &[
+    ("coverage/show", "", 0, 0),
+    ("ct-zone-list", "", 0, 0),
+    ("datapath/capture", "PORT", 1, 1),
+    ("datapath/inject", "PORT HEX", 2, 2),
+    ("dpctl/dump-conntrack", "[ZONE-NAME]", 0, 1),
+    ("dpctl/flush-conntrack", "ZONE-NAME", 1, 1),
+    ("exit", "", 0, 0),
+    ("list-commands", "", 0, 0),
+    ("version", "", 0, 0),
+    ("vlog/close", "", 0, 0),
+    ("vlog/list", "", 0, 0),
+    ("vlog/reopen", "", 0, 0),
+    (
+        "vlog/set",
+        "{spec | PATTERN:destination:pattern}",
+        1,
+        usize::MAX,
+    ),
+];
+
+struct Request {
+    method: String,
+    args: Vec<String>,
+    reply: oneshot::Sender<Result<String, String>>,
+}
+
+fn start_unixctl(path: &Path, tx: mpsc::UnboundedSender<Request>) -> std::io::Result<()> {
+    unixctl::listen(
+        path,
+        move |m| {
+            let tx = tx.clone();
+            async move {
+                let reply = match unixctl::parse_request(m, COMMANDS) {
+                    Err(None) => return None,
+                    Err(Some(r)) => r,
+                    Ok(q) => {
+                        let (rtx, rrx) = oneshot::channel();
+                        let _ = tx.send(Request {
+                            method: q.method,
+                            args: q.args,
+                            reply: rtx,
+                        });
+                        let r = rrx
+                            .await
+                            .unwrap_or_else(|_| Err(format!("{PROGRAM} is exiting")));
+                        unixctl::reply(&q.id, r)
+                    }
+                };
+                Some((reply, false))
+            }
+        },
+        || {},
+    )
+}
+
+/// Parses `NAME[,MAC]`.
+fn parse_port(s: &str) -> anyhow::Result<(String, Option<[u8; 6]>)> {
+    let (name, mac) = match s.split_once(',') {
+        Some((n, m)) => (n, Some(m)),
+        None => (s, None),
+    };
+    if name.is_empty() {
+        anyhow::bail!("--port={s}: the port needs a name");
+    }
+    let mac = match mac {
+        None => None,
+        Some(m) => Some(parse_mac(m).ok_or_else(|| {
+            anyhow::anyhow!("--port={s}: \"{m}\" is not a MAC address (xx:xx:xx:xx:xx:xx)")
+        })?),
+    };
+    Ok((name.to_string(), mac))
+}
+
+fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut out = [0u8; 6];
+    let mut n = 0;
+    for part in s.split(':') {
+        if n == 6 || part.len() != 2 {
+            return None;
+        }
+        out[n] = u8::from_str_radix(part, 16).ok()?;
+        n += 1;
+    }
+    (n == 6).then_some(out)
+}
+
+fn parse_hex(s: &str) -> Result<Vec<u8>, String> {
+    let s: String = s.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+    if s.len() % 2 != 0 {
+        return Err("the frame's hex has an odd number of digits".into());
+    }
+    (0..s.len() / 2)
+        .map(|i| {
+            s.get(2 * i..2 * i + 2)
+                .and_then(|b| u8::from_str_radix(b, 16).ok())
+                .ok_or_else(|| format!("\"{s}\" is not hex (at byte {i})"))
+        })
+        .collect()
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Reads the zone map from local storage (missing file: empty).
+fn read_zones(path: &Path) -> anyhow::Result<BTreeMap<String, u16>> {
+    match std::fs::read_to_string(path) {
+        Ok(s) => serde_json::from_str(&s)
+            .with_context(|| format!("{}: not a zone map (JSON object name → zone)", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
+        Err(e) => Err(e).with_context(|| format!("{}: cannot read the zone map", path.display())),
+    }
+}
+
+/// Writes the zone map atomically (temporary file + rename).
+fn write_zones(path: &Path, zones: &BTreeMap<String, u16>) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let text = serde_json::to_string_pretty(zones).map_err(std::io::Error::other)?;
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        std::io::Write::write_all(&mut f, text.as_bytes())?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)
+}
+
+/// Runs the datapath daemon.
+pub fn run(args: DatapathArgs) -> anyhow::Result<ExitCode> {
+    vlog::set_program(PROGRAM);
+    if let Ok(v) = std::env::var("HOLDFAST_LOG") {
+        vlog::set(&v).map_err(|e| anyhow::anyhow!("HOLDFAST_LOG={v}: {e}"))?;
+    }
+    for v in &args.verbose {
+        vlog::set(v).map_err(|e| anyhow::anyhow!("--verbose={v}: {e}"))?;
+    }
+    vlog::install();
+    if let Some(f) = &args.log_file {
+        let path = if f.is_empty() {
+            daemon::logdir().join(format!("{PROGRAM}.log"))
+        } else {
+            daemon::absolute(Path::new(f))
+        };
+        vlog::open_file(&path).map_err(anyhow::Error::msg)?;
+    }
+    let rundir = daemon::rundir();
+    let control = match &args.control {
+        None => rundir.join(format!("{PROGRAM}.sock")),
+        Some(c) => match c.strip_prefix("punix:") {
+            Some(p) if !p.is_empty() => daemon::absolute(Path::new(p)),
+            _ => anyhow::bail!("--control={c}: the control socket is punix:PATH"),
+        },
+    };
+    let ports = args
+        .ports
+        .iter()
+        .map(|p| parse_port(p))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let zones_file = args.zones_file.as_deref().map(daemon::absolute);
+    let zones = match &zones_file {
+        Some(p) => read_zones(p)?,
+        None => BTreeMap::new(),
+    };
+    let pidfile = args.pidfile.as_ref().map(|p| {
+        if p.is_empty() {
+            rundir.join(format!("{PROGRAM}.pid"))
+        } else {
+            daemon::absolute(Path::new(p))
+        }
+    });
+    let unixctl_path = args.unixctl.as_deref().map(daemon::absolute);
+    // Bind before detaching so that errors reach the caller.
+    let udp = std::net::UdpSocket::bind(SocketAddr::new(args.encap_ip, args.geneve_port))
+        .with_context(|| format!("binding Geneve on {}:{}", args.encap_ip, args.geneve_port))?;
+    udp.set_nonblocking(true)?;
+    if control.exists() {
+        let _ = std::fs::remove_file(&control);
+    }
+    let ctl_listener = std::os::unix::net::UnixListener::bind(&control)
+        .with_context(|| format!("{}: cannot create the control socket", control.display()))?;
+    ctl_listener.set_nonblocking(true)?;
+    let mut ready = daemon::Readiness::default();
+    if args.detach {
+        ready = daemon::detach()?;
+    }
+    let _pidfile = match &pidfile {
+        Some(p) => Some(daemon::Pidfile::create(p, args.overwrite_pidfile)?),
+        None => None,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting tokio")?;
+    let mut cfg = DatapathConfig::new(&args.chassis, args.encap_ip);
+    cfg.zones = zones;
+    let shell = Shell {
+        dp: Datapath::new(cfg),
+        origin: Instant::now(),
+        captured: BTreeMap::new(),
+        zones_file,
+        geneve_port: 0,
+    };
+    let r = rt.block_on(shell.serve(
+        &args,
+        ports,
+        udp,
+        ctl_listener,
+        &control,
+        unixctl_path,
+        &rundir,
+        &mut ready,
+    ));
+    let _ = std::fs::remove_file(&control);
+    if let Err(e) = &r {
+        tracing::error!("{e:#}");
+    }
+    r
+}
+
+enum Ev {
+    Signal,
+    Accept(std::io::Result<UnixStream>),
+    Read(std::io::Result<usize>),
+    Udp(std::io::Result<(usize, SocketAddr)>),
+    Unixctl(Option<Request>),
+    Timer,
+}
+
+struct Shell {
+    dp: Datapath,
+    origin: Instant,
+    captured: BTreeMap<String, VecDeque<Vec<u8>>>,
+    zones_file: Option<PathBuf>,
+    geneve_port: u16,
+}
+
+impl Shell {
+    fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn serve(
+        mut self,
+        args: &DatapathArgs,
+        ports: Vec<(String, Option<[u8; 6]>)>,
+        udp: std::net::UdpSocket,
+        ctl_listener: std::os::unix::net::UnixListener,
+        control: &Path,
+        unixctl_path: Option<PathBuf>,
+        rundir: &Path,
+        ready: &mut daemon::Readiness,
+    ) -> anyhow::Result<ExitCode> {
+        let udp = UdpSocket::from_std(udp)?;
+        self.geneve_port = udp.local_addr()?.port();
+        let listener = UnixListener::from_std(ctl_listener)?;
+        let (utx, mut urx) = mpsc::unbounded_channel();
+        let unixctl_file = unixctl_path
+            .clone()
+            .unwrap_or_else(|| unixctl::default_path(rundir, PROGRAM));
+        let mut bound = None;
+        match start_unixctl(&unixctl_file, utx) {
+            Ok(()) => bound = Some(unixctl_file.clone()),
+            Err(e) if unixctl_path.is_some() => anyhow::bail!(
+                "{}: could not create unixctl socket: {e}",
+                unixctl_file.display()
+            ),
+            Err(e) => tracing::warn!(
+                "{}: no unixctl socket ({e}); give --unixctl=PATH for ovs-appctl",
+                unixctl_file.display()
+            ),
+        }
+        if ready.waited_for() {
+            ready.notify("");
+        }
+        if args.detach {
+            vlog::console_off();
+            daemon::null_stdio();
+            if !args.no_chdir {
+                let _ = std::env::set_current_dir("/");
+            }
+        }
+        tracing::info!(
+            "{PROGRAM} {}: chassis {}, Geneve on {}:{}, control punix:{}",
+            env!("CARGO_PKG_VERSION"),
+            args.chassis,
+            args.encap_ip,
+            self.geneve_port,
+            control.display()
+        );
+        for (name, mac) in ports {
+            self.dp.add_port(&name, mac);
+        }
+        self.flush_logs();
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut session: Option<UnixStream> = None;
+        let mut buf = vec![0u8; 64 << 10];
+        let mut ubuf = vec![0u8; 65536];
+        let mut exit = false;
+        while !exit {
+            let ev = {
+                let deadline = self.dp.poll_timeout().map(|d| self.origin + d);
+                let sleep = async {
+                    match deadline {
+                        Some(t) => tokio::time::sleep_until(t.into()).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                let read = async {
+                    match session.as_mut() {
+                        Some(s) => s.read(&mut buf).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => Ev::Signal,
+                    _ = term.recv() => Ev::Signal,
+                    r = listener.accept() => Ev::Accept(r.map(|(s, _)| s)),
+                    r = read => Ev::Read(r),
+                    r = udp.recv_from(&mut ubuf) => Ev::Udp(r),
+                    q = urx.recv() => Ev::Unixctl(q),
+                    _ = sleep => Ev::Timer,
+                }
+            };
+            let now = self.now();
+            match ev {
+                Ev::Signal => {
+                    tracing::info!("exiting on signal");
+                    break;
+                }
+                Ev::Accept(Ok(s)) => {
+                    if session.take().is_some() {
+                        tracing::info!("a new controller connection replaces the old one");
+                        self.dp.handle_control_disconnected(now);
+                    }
+                    session = Some(s);
+                    self.dp.handle_control_connected(now);
+                }
+                Ev::Accept(Err(e)) => tracing::warn!("control socket accept failed: {e}"),
+                Ev::Read(Ok(0)) | Ev::Read(Err(_)) => {
+                    session = None;
+                    self.dp.handle_control_disconnected(now);
+                }
+                Ev::Read(Ok(n)) => self.dp.handle_control_bytes(&buf[..n], now),
+                Ev::Udp(Ok((n, from))) => self.dp.handle_tunnel(from.ip(), &ubuf[..n], now),
+                Ev::Udp(Err(e)) => tracing::debug!("Geneve receive failed: {e}"),
+                Ev::Unixctl(None) => {}
+                Ev::Unixctl(Some(q)) => {
+                    let r = self.command(&q.method, &q.args);
+                    if q.method == "exit" {
+                        exit = true;
+                    }
+                    let _ = q.reply.send(r);
+                }
+                Ev::Timer => self.dp.handle_timeout(now),
+            }
+            // Control answers.
+            while let Some(frame) = self.dp.poll_control_transmit() {
+                if let Some(s) = session.as_mut()
+                    && let Err(e) = s.write_all(&frame).await
+                {
+                    tracing::info!("controller connection lost: {e}");
+                    session = None;
+                    let now = self.now();
+                    self.dp.handle_control_disconnected(now);
+                }
+            }
+            if self.dp.control_wants_close() && session.is_some() {
+                session = None;
+                let now = self.now();
+                self.dp.handle_control_disconnected(now);
+            }
+            // Frames out.
+            while let Some(t) = self.dp.poll_transmit() {
+                match t {
+                    Transmit::Port { port, frame } => {
+                        let q = self.captured.entry(port).or_default();
+                        if q.len() == CAPTURE_MAX {
+                            q.pop_front();
+                        }
+                        q.push_back(frame);
+                    }
+                    Transmit::Tunnel { dst, payload } => {
+                        let to = SocketAddr::new(dst, self.geneve_port);
+                        if let Err(e) = udp.send_to(&payload, to).await {
+                            tracing::warn!("Geneve to {to}: {e}");
+                        }
+                    }
+                }
+            }
+            self.persist_zones();
+            self.flush_logs();
+        }
+        if exit {
+            tracing::info!("exiting by unixctl request");
+        }
+        if let Some(p) = bound {
+            let _ = std::fs::remove_file(p);
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+
+    fn persist_zones(&mut self) {
+        if !self.dp.take_zones_changed() {
+            return;
+        }
+        if let Some(p) = &self.zones_file
+            && let Err(e) = write_zones(p, self.dp.zones())
+        {
+            tracing::error!("{}: cannot write the zone map: {e}", p.display());
+        }
+    }
+
+    fn flush_logs(&mut self) {
+        while let Some((l, line)) = self.dp.poll_log() {
+            match l {
+                Level::Error => tracing::error!("{line}"),
+                Level::Warn => tracing::warn!("{line}"),
+                Level::Info => tracing::info!("{line}"),
+                Level::Debug => tracing::debug!("{line}"),
+            }
+        }
+    }
+
+    fn command(&mut self, method: &str, args: &[String]) -> Result<String, String> {
+        let now = self.now();
+        let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
+        match method {
+            "exit" => Ok(String::new()),
+            "version" => Ok(format!("{PROGRAM} (holdfast) {}", env!("CARGO_PKG_VERSION"))),
+            "list-commands" => Ok(unixctl::list_commands(COMMANDS)),
+            "dpctl/dump-conntrack" => {
+                let zone = args.first().map(String::as_str);
+                self.dp
+                    .dump_conntrack(zone, now)
+                    .map(|lines| lines.iter().map(|l| format!("{l}\n")).collect())
+            }
+            "dpctl/flush-conntrack" => {
+                let n = self.dp.flush_zones(&[arg(0).to_string()])?;
+                self.persist_zones();
+                Ok(format!("{n} entries flushed\n"))
+            }
+            "ct-zone-list" => Ok(self
+                .dp
+                .zones()
+                .iter()
+                .map(|(n, z)| format!("{n} {z}\n"))
+                .collect()),
+            "coverage/show" => {
+                let c = self.dp.counters();
+                Ok(format!(
+                    "generation {}\nrx_port {}\nrx_tunnel {}\ntx_port {}\ntx_tunnel {}\ndropped {}\ncache_hits {}\ncache_misses {}\nconntrack_entries {}\npacket_in {}\n",
+                    c.generation,
+                    c.rx_port,
+                    c.rx_tunnel,
+                    c.tx_port,
+                    c.tx_tunnel,
+                    c.dropped,
+                    c.cache_hits,
+                    c.cache_misses,
+                    c.conntrack_entries,
+                    c.packet_in
+                ))
+            }
+            "datapath/inject" => {
+                let port = arg(0);
+                if !self.dp.ports().iter().any(|p| p.name == port) {
+                    return Err(format!("no port \"{port}\""));
+                }
+                let frame = parse_hex(arg(1))?;
+                self.dp.handle_port_frame(port, &frame, now);
+                Ok(String::new())
+            }
+            "datapath/capture" => {
+                let port = arg(0);
+                if !self.dp.ports().iter().any(|p| p.name == port) {
+                    return Err(format!("no port \"{port}\""));
+                }
+                let frames = self.captured.remove(port).unwrap_or_default();
+                Ok(frames.iter().map(|f| format!("{}\n", hex(f))).collect())
+            }
+            "vlog/list" => Ok(vlog::list()),
+            "vlog/set" => {
+                for spec in args {
+                    vlog::set(spec)?;
+                }
+                vlog::refresh();
+                Ok(String::new())
+            }
+            "vlog/reopen" => vlog::reopen().map(|()| String::new()),
+            "vlog/close" => {
+                vlog::close();
+                Ok(String::new())
+            }
+            other => Err(format!("\"{other}\" is not implemented")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_and_hex_parse() {
+        assert_eq!(
+            parse_port("vm1,02:00:00:00:00:01").unwrap(),
+            ("vm1".to_string(), Some([2, 0, 0, 0, 0, 1]))
+        );
+        assert_eq!(parse_port("vm1").unwrap(), ("vm1".to_string(), None));
+        assert!(parse_port("vm1,zz").is_err());
+        assert!(parse_port(",02:00:00:00:00:01").is_err());
+        assert_eq!(parse_hex("0a0B ff").unwrap(), vec![10, 11, 255]);
+        assert!(parse_hex("abc").is_err());
+        assert!(parse_hex("zz").is_err());
+    }
+}

@@ -1,0 +1,174 @@
+//! `holdfast controller` as a process: a database, a northd, `holdfast datapath` with
+//! in-memory ports and `holdfast controller` programming it, all `--detach`ed with pidfiles in a
+//! tempdir and stopped by pid (also when an assertion fails). Once with `holdfast db` +
+//! `holdfast northd`, once with real `ovsdb-server` (OVN 23.03's schemas) + real `ovn-northd`.
+//! The oracles are real OVN tools: `ovn-sbctl show` lists the chassis with its Geneve encap and
+//! its port, `ovn-nbctl --wait=hv lsp-add` returns (real `ovn-nbctl` waits for
+//! `NB_Global.hv_cfg`, which northd computes from `Chassis_Private.nb_cfg`), `ovn-sbctl find
+//! port_binding` shows the new port bound to the chassis, and `ovn-appctl`/`ovs-appctl` talk
+//! to the two daemons' unixctl sockets.
+#![allow(clippy::disallowed_methods, clippy::unwrap_used)]
+
+mod common;
+
+#[allow(dead_code)]
+#[path = "northd/fixture.rs"]
+mod fixture;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{daemon_args, run_ok};
+use fixture::{Backend, Dbs, NorthdProc, PidDaemon, wait_for};
+
+const TOOLS: &[&str] = &["ovn-nbctl", "ovn-sbctl", "ovn-appctl", "ovs-appctl"];
+
+fn appctl(tool: &str, ctl: &Path, args: &[&str]) -> String {
+    run_ok(Command::new(tool).arg("-t").arg(ctl).args(args))
+}
+
+/// Starts `holdfast datapath` (ports vm1, vm2) and `holdfast controller` for hv1 in `d`.
+fn start_chassis(d: &Path, sb: &str) -> Vec<PidDaemon> {
+    let mut out = Vec::new();
+    run_ok(
+        Command::new(common::holdfast())
+            .arg("datapath")
+            .args(daemon_args(d, "dp"))
+            .arg("--chassis=hv1")
+            .arg("--encap-ip=127.0.0.1")
+            .arg("--geneve-port=0")
+            .arg(format!("--control=punix:{}", d.join("dp.sock").display()))
+            .arg("--port=vm1,0a:00:00:00:00:01")
+            .arg("--port=vm2,0a:00:00:00:00:02")
+            .arg(format!("--zones-file={}", d.join("hv1.zones").display())),
+    );
+    out.push(PidDaemon {
+        pidfile: d.join("dp.pid"),
+    });
+    run_ok(
+        Command::new(common::holdfast())
+            .arg("controller")
+            .args(daemon_args(d, "ctl"))
+            .arg(format!("--ovnsb-db={sb}"))
+            .arg("--system-id=hv1")
+            .arg("--hostname=hv1.example")
+            .arg("--encap-ip=127.0.0.1")
+            .arg(format!("--datapath=unix:{}", d.join("dp.sock").display())),
+    );
+    out.push(PidDaemon {
+        pidfile: d.join("ctl.pid"),
+    });
+    out
+}
+
+fn logs(d: &Path) -> String {
+    ["ctl.log", "dp.log", "northd.log", "ovn-northd.log"]
+        .iter()
+        .map(|f| {
+            format!(
+                "--- {f}\n{}",
+                std::fs::read_to_string(d.join(f)).unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+fn end_to_end(d: &Path, dbs: &Dbs) {
+    run_ok(dbs.nbctl().args(["ls-add", "ls0"]));
+    run_ok(dbs.nbctl().args(["lsp-add", "ls0", "vm1"]));
+    run_ok(dbs.nbctl().args(["lsp-set-addresses", "vm1", "0a:00:00:00:00:01 10.0.0.1"]));
+    let _chassis = start_chassis(d, &dbs.sb);
+    // The chassis registers with its encap and claims vm1: real ovn-sbctl shows both.
+    let shown = wait_for(Duration::from_secs(30), || {
+        let s = run_ok(dbs.sbctl().arg("show"));
+        s.contains("Chassis hv1")
+            && s.contains("hostname: hv1.example")
+            && s.contains("geneve")
+            && s.contains("127.0.0.1")
+            && s.contains("Port_Binding vm1")
+    });
+    assert!(
+        shown,
+        "ovn-sbctl show:\n{}\n{}",
+        run_ok(dbs.sbctl().arg("show")),
+        logs(d)
+    );
+    // --wait=hv returns once the chassis has the port (Chassis_Private.nb_cfg → hv_cfg).
+    let t0 = std::time::Instant::now();
+    let out = common::run(
+        dbs.nbctl()
+            .args(["--wait=hv", "lsp-add", "ls0", "vm2", "--", "lsp-set-addresses", "vm2"])
+            .arg("0a:00:00:00:00:02 10.0.0.2"),
+        Duration::from_secs(40),
+    );
+    assert!(
+        out.status.success(),
+        "ovn-nbctl --wait=hv failed after {:?}: {}\n{}",
+        t0.elapsed(),
+        String::from_utf8_lossy(&out.stderr),
+        logs(d)
+    );
+    let ch = run_ok(dbs.sbctl().args(["--bare", "--columns=_uuid", "find", "chassis", "name=hv1"]));
+    let bound = run_ok(dbs.sbctl().args([
+        "--bare",
+        "--columns=chassis",
+        "find",
+        "port_binding",
+        "logical_port=vm2",
+    ]));
+    assert_eq!(bound.trim(), ch.trim(), "vm2 is not bound to hv1\n{}", logs(d));
+    let hv_cfg = run_ok(dbs.nbctl().args(["get", "NB_Global", ".", "hv_cfg"]));
+    let nb_cfg = run_ok(dbs.nbctl().args(["get", "NB_Global", ".", "nb_cfg"]));
+    assert_eq!(hv_cfg.trim(), nb_cfg.trim());
+    // The datapath runs a program with the new port's zone; the controller reports it all.
+    let ctl = d.join("ctl.ctl");
+    assert_eq!(appctl("ovn-appctl", &ctl, &["connection-status"]).trim(), "connected");
+    let status = appctl("ovn-appctl", &ctl, &["debug/status"]);
+    eprintln!("{}\n{status}", run_ok(dbs.sbctl().arg("show")));
+    assert!(status.contains("Chassis: hv1 (registered)"), "{status}");
+    assert!(status.contains("Datapath: connected, 2 local port(s)"), "{status}");
+    assert!(status.contains("Flow errors: 0 flow(s)"), "{status}");
+    let zones = appctl("ovn-appctl", &ctl, &["ct-zone-list"]);
+    assert!(zones.contains("lsp/vm2 "), "{zones}");
+    let dp_zones = appctl("ovs-appctl", &d.join("dp.ctl"), &["ct-zone-list"]);
+    assert!(dp_zones.contains("lsp/vm2"), "{dp_zones}");
+    assert!(
+        appctl("ovn-appctl", &ctl, &["version"]).starts_with("ovn-controller (holdfast"),
+    );
+}
+
+#[test]
+fn holdfast_db_northd_datapath_and_controller() {
+    if !common::require("controller end to end", TOOLS) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let dbs = Dbs::start(d, Backend::Holdfast);
+    let _northd = NorthdProc::start(d, "northd", &dbs.nb, &dbs.sb, &[]);
+    end_to_end(d, &dbs);
+}
+
+#[test]
+fn under_real_ovn_northd() {
+    if !common::require(
+        "controller under real ovn-northd",
+        &[TOOLS, &["ovsdb-server", "ovsdb-tool", "ovn-northd"]].concat(),
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let dbs = Dbs::start(d, Backend::Ovsdb);
+    run_ok(
+        Command::new("ovn-northd")
+            .args(daemon_args(d, "ovn-northd"))
+            .arg(format!("--ovnnb-db={}", dbs.nb))
+            .arg(format!("--ovnsb-db={}", dbs.sb)),
+    );
+    let _northd = PidDaemon {
+        pidfile: d.join("ovn-northd.pid"),
+    };
+    end_to_end(d, &dbs);
+}
