@@ -65,6 +65,13 @@ const VSWITCH_SCHEMA: &str = "/usr/share/openvswitch/vswitch.ovsschema";
 /// Port adds measured per side (the median is reported).
 const ADDS: usize = 3;
 
+/// The `holdfast` binary built beside this one.
+fn holdfast_bin() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let p = exe.parent()?.join("holdfast");
+    p.exists().then_some(p)
+}
+
 fn ci() -> bool {
     std::env::var("CI").as_deref() == Ok("true")
 }
@@ -223,10 +230,16 @@ fn sv(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
 }
 
-/// The `k`th port added by the suite (`side` keeps the two sides' ports apart): its name and
-/// the ovn-nbctl commands that add it on `ls0` for `hv1`.
+/// The `k`th port added by the suite (`side` keeps the sides' ports apart: 0 holdfast in
+/// process, 1 ovn-controller, 2 the holdfast daemons): its name and the ovn-nbctl commands
+/// that add it on `ls0` for `hv1`.
 fn new_port(side: u8, k: usize) -> (String, Vec<String>) {
-    let name = format!("bench-{}{k}", if side == 0 { "hf" } else { "ovn" });
+    let who = match side {
+        0 => "hf",
+        1 => "ovn",
+        _ => "hfd",
+    };
+    let name = format!("bench-{who}{k}");
     let addr = format!(
         "0a:fe:{side:02x}:00:00:{:02x} 10.1.0.{}",
         k + 1,
@@ -301,16 +314,44 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     central.sbctl(&["chassis-del", CHASSIS])?;
     central.nbctl(Some("sb"), &sv(&["sync"]))?;
 
-    let theirs = ovn_controller_side(report, &central, &mine);
+    // The holdfast daemons, measured from the outside as ovn-controller is.
+    let daemons = match holdfast_bin() {
+        None => Err(anyhow::anyhow!(
+            "no `holdfast` binary beside hf-bench (cargo build --release builds it)"
+        )),
+        Some(bin) => {
+            let mut ports = mine.clone();
+            ports.extend((0..ADDS).map(|k| new_port(2, k).0));
+            HfChassis::prepare(&bin, central.dir.path(), &central.sb, &ports).and_then(|mut ch| {
+                let r = measure_chassis(report, &central, &mut ch, "holdfast", &mine[0], 2);
+                drop(ch);
+                reset_chassis(&central)?;
+                r
+            })
+        }
+    };
+    let daemons = match daemons {
+        Ok(d) => Some(d),
+        Err(e) if ci() => return Err(e.context(format!("holdfast daemons at {tag} (CI=true)"))),
+        Err(e) => {
+            report.note(&format!("holdfast daemons skipped at {tag}: {e:#}"));
+            None
+        }
+    };
+
+    let theirs = RealChassis::prepare(central.dir.path(), &central.sb, &mine).and_then(|mut ch| {
+        measure_chassis(report, &central, &mut ch, "ovn-controller", &mine[0], 1)
+    });
+    let b = Better::Lower;
     match theirs {
         Ok(t) => {
-            let b = Better::Lower;
+            let base = "ovn-controller";
             report.compare(
                 &format!("cold_start_{tag}"),
                 ours.cold_ms,
                 "ms",
                 b,
-                "ovn-controller",
+                base,
                 t.cold_ms,
             );
             report.compare(
@@ -318,20 +359,44 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
                 ours.port_add_ms,
                 "ms",
                 b,
-                "ovn-controller",
+                base,
                 t.port_add_ms,
             );
+            if let Some(d) = &daemons {
+                let lines = [
+                    ("cold_start", d.cold_ms, t.cold_ms),
+                    ("port_add", d.port_add_ms, t.port_add_ms),
+                    ("cold_start_until_up", d.cold_up_ms, t.cold_up_ms),
+                    ("port_add_until_up", d.port_add_up_ms, t.port_add_up_ms),
+                ];
+                for (what, ours, theirs) in lines {
+                    let name = match what.split_once("_until_up") {
+                        Some((w, _)) => format!("{w}_{tag}_daemons_until_up"),
+                        None => format!("{what}_{tag}_daemons"),
+                    };
+                    report.compare(&name, ours, "ms", b, base, theirs);
+                }
+                report.compare(
+                    &format!("chassis_{tag}_peak_rss"),
+                    d.chassis_rss_mb,
+                    "MB",
+                    b,
+                    "ovn-controller+ovs-vswitchd",
+                    t.chassis_rss_mb,
+                );
+            } else {
+                report.result(
+                    &format!("ovn_controller_cold_start_{tag}_until_up"),
+                    t.cold_up_ms,
+                    "ms",
+                );
+                report.result(
+                    &format!("ovn_controller_port_add_{tag}_until_up"),
+                    t.port_add_up_ms,
+                    "ms",
+                );
+            }
             ours.emit_rest(report, &tag);
-            report.result(
-                &format!("ovn_controller_cold_start_{tag}_until_up"),
-                t.cold_up_ms,
-                "ms",
-            );
-            report.result(
-                &format!("ovn_controller_port_add_{tag}_until_up"),
-                t.port_add_up_ms,
-                "ms",
-            );
             report.result(&format!("ovn_controller_{tag}_peak_rss"), t.rss_mb, "MB");
         }
         Err(e) if ci() => return Err(e.context(format!("ovn-controller side at {tag} (CI=true)"))),
@@ -341,6 +406,11 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
             ));
             report.result(&format!("cold_start_{tag}"), ours.cold_ms, "ms");
             report.result(&format!("port_add_{tag}"), ours.port_add_ms, "ms");
+            if let Some(d) = &daemons {
+                report.result(&format!("cold_start_{tag}_daemons"), d.cold_ms, "ms");
+                report.result(&format!("port_add_{tag}_daemons"), d.port_add_ms, "ms");
+                report.result(&format!("chassis_{tag}_peak_rss"), d.chassis_rss_mb, "MB");
+            }
             ours.emit_rest(report, &tag);
         }
     }
@@ -738,7 +808,10 @@ struct Theirs {
     cold_up_ms: f64,
     port_add_ms: f64,
     port_add_up_ms: f64,
+    /// The controller's peak RSS.
     rss_mb: f64,
+    /// The controller's and the datapath's (ovs-vswitchd's).
+    chassis_rss_mb: f64,
 }
 
 /// A real chassis: a private Open_vSwitch database, ovs-vswitchd (dummy datapath) and
@@ -979,30 +1052,175 @@ struct SbState {
     up: bool,
 }
 
-fn ovn_controller_side(
+/// A chassis measured from the outside: started, given new ports, its memory read.
+trait Measured {
+    /// Starts the controller (everything else is up already).
+    fn start(&mut self) -> anyhow::Result<()>;
+    /// Makes `name` a local port before its logical port exists.
+    fn prepare_port(&mut self, name: &str) -> anyhow::Result<()>;
+    /// The controller's log tail, for timeouts.
+    fn log_tail(&self) -> String;
+    /// The controller's own timing report, when it has one.
+    fn stopwatch(&self, reset: bool) -> Option<String>;
+    /// Peak RSS (MB) of the controller and of the whole chassis (controller + datapath).
+    fn rss_mb(&self) -> anyhow::Result<(f64, f64)>;
+}
+
+/// `VmHWM` of the process in `pidfile`, in MB.
+fn vm_hwm_mb(pidfile: &Path) -> anyhow::Result<f64> {
+    let pid = std::fs::read_to_string(pidfile)
+        .with_context(|| format!("reading {}", pidfile.display()))?;
+    let status = std::fs::read_to_string(format!("/proc/{}/status", pid.trim()))?;
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .context("VmHWM in /proc/PID/status")?;
+    Ok(kb / 1024.0)
+}
+
+impl Measured for RealChassis {
+    fn start(&mut self) -> anyhow::Result<()> {
+        self.start_controller()
+    }
+
+    fn prepare_port(&mut self, name: &str) -> anyhow::Result<()> {
+        self.vsctl(&iface_cmd(name)).map(|_| ())
+    }
+
+    fn log_tail(&self) -> String {
+        RealChassis::log_tail(self)
+    }
+
+    fn stopwatch(&self, reset: bool) -> Option<String> {
+        let s = self.appctl("stopwatch/show").ok()?;
+        if reset {
+            let _ = self.appctl("stopwatch/reset");
+        }
+        Some(stopwatch_summary(&s))
+    }
+
+    fn rss_mb(&self) -> anyhow::Result<(f64, f64)> {
+        let c = vm_hwm_mb(&self.dir.join("ovn-controller.pid"))?;
+        let v = vm_hwm_mb(&self.dir.join("ovs-vswitchd.pid"))?;
+        Ok((c, c + v))
+    }
+}
+
+/// The holdfast chassis as daemons: `holdfast datapath` with in-memory ports, then `holdfast
+/// controller` on the SB and the datapath's control socket.
+struct HfChassis {
+    bin: PathBuf,
+    dir: PathBuf,
+    sb: String,
+    daemons: Vec<Daemon>,
+}
+
+impl Drop for HfChassis {
+    fn drop(&mut self) {
+        while let Some(d) = self.daemons.pop() {
+            drop(d);
+        }
+    }
+}
+
+impl HfChassis {
+    /// Starts the datapath with `ports` (and the ports the suite will add) as in-memory ports.
+    fn prepare(bin: &Path, dir: &Path, sb: &str, ports: &[String]) -> anyhow::Result<HfChassis> {
+        let dir = dir.join("holdfast-chassis");
+        std::fs::create_dir_all(&dir)?;
+        let mut c = HfChassis {
+            bin: bin.to_path_buf(),
+            dir: dir.clone(),
+            sb: sb.to_string(),
+            daemons: Vec::new(),
+        };
+        ok(Command::new(bin)
+            .arg("datapath")
+            .args(daemon_args(&dir, "holdfast-datapath"))
+            .arg(format!("--chassis={CHASSIS}"))
+            .arg("--encap-ip=127.0.0.2")
+            .arg("--geneve-port=0")
+            .arg(format!("--control=punix:{}", dir.join("dp.sock").display()))
+            .arg(format!("--zones-file={}", dir.join("zones.json").display()))
+            .args(ports.iter().map(|p| format!("--port={p}")))
+            .env("HOLDFAST_LOG", "warn"))
+        .context("starting holdfast datapath")?;
+        c.daemons.push(Daemon(dir.join("holdfast-datapath.pid")));
+        Ok(c)
+    }
+}
+
+impl Measured for HfChassis {
+    fn start(&mut self) -> anyhow::Result<()> {
+        ok(Command::new(&self.bin)
+            .arg("controller")
+            .args(daemon_args(&self.dir, "holdfast-controller"))
+            .arg(format!("--ovnsb-db={}", self.sb))
+            .arg(format!("--system-id={CHASSIS}"))
+            .arg(format!("--hostname=host-{CHASSIS}"))
+            .arg("--encap-ip=127.0.0.2")
+            .arg(format!(
+                "--datapath=unix:{}",
+                self.dir.join("dp.sock").display()
+            ))
+            .env("HOLDFAST_LOG", "warn"))
+        .context("starting holdfast controller")?;
+        self.daemons
+            .push(Daemon(self.dir.join("holdfast-controller.pid")));
+        Ok(())
+    }
+
+    fn prepare_port(&mut self, _name: &str) -> anyhow::Result<()> {
+        // Declared when the datapath started (it has no runtime port-add command).
+        Ok(())
+    }
+
+    fn log_tail(&self) -> String {
+        let l =
+            std::fs::read_to_string(self.dir.join("holdfast-controller.log")).unwrap_or_default();
+        l[l.len().saturating_sub(3000)..].to_string()
+    }
+
+    fn stopwatch(&self, _reset: bool) -> Option<String> {
+        None
+    }
+
+    fn rss_mb(&self) -> anyhow::Result<(f64, f64)> {
+        let c = vm_hwm_mb(&self.dir.join("holdfast-controller.pid"))?;
+        let d = vm_hwm_mb(&self.dir.join("holdfast-datapath.pid"))?;
+        Ok((c, c + d))
+    }
+}
+
+/// Cold start and port adds of a chassis measured from the SB server (see the module doc).
+/// `side` numbers the added ports (see [`new_port`]).
+fn measure_chassis(
     report: &Report,
     central: &Central,
-    mine: &[String],
+    ch: &mut dyn Measured,
+    label: &str,
+    probe: &str,
+    side: u8,
 ) -> anyhow::Result<Theirs> {
-    let mut ch = RealChassis::prepare(central.dir.path(), &central.sb, mine)?;
     let mut poll = Poller::connect(&central.sb_sock())?;
-    let probe = mine.first().context("no local port")?.clone();
-    let target = poll.state(&probe)?.sb_cfg;
+    let target = poll.state(probe)?.sb_cfg;
     if target <= 0 {
         bail!("SB_Global.nb_cfg is {target}: the earlier --wait=sb did not bump it");
     }
-    // Give ovs-vswitchd a moment to create its interfaces (not part of the measure).
+    // Give the datapath a moment to create its ports (not part of the measure).
     std::thread::sleep(Duration::from_millis(500));
     let timeout = Duration::from_secs(1200);
 
     // Cold start: until the chassis reports the current nb_cfg (its flows for that SB are
     // installed), and until a local port is also `up` (its claim committed).
     let t0 = Instant::now();
-    ch.start_controller()?;
+    ch.start()?;
     let deadline = t0 + timeout;
     let mut cfg_at = None;
     let up_at = loop {
-        let st = poll.state(&probe)?;
+        let st = poll.state(probe)?;
         let now = Instant::now();
         let cfg = st.chassis_cfg.is_some_and(|c| c >= target);
         if cfg && cfg_at.is_none() {
@@ -1013,7 +1231,7 @@ fn ovn_controller_side(
         }
         if now > deadline {
             bail!(
-                "timed out after {timeout:?} waiting for the cold start; ovn-controller log tail:\n{}",
+                "{label}: timed out after {timeout:?} waiting for the cold start; log tail:\n{}",
                 ch.log_tail()
             );
         }
@@ -1022,15 +1240,13 @@ fn ovn_controller_side(
     let cold_ms = ms(cfg_at.unwrap_or(up_at) - t0);
     let cold_up_ms = ms(up_at - t0);
     report.note(&format!(
-        "ovn-controller cold start: nb_cfg {target} in {cold_ms:.0} ms, {probe} up in {cold_up_ms:.0} ms"
+        "{label} cold start: nb_cfg {target} in {cold_ms:.0} ms, {probe} up in {cold_up_ms:.0} ms"
     ));
-    if let Ok(s) = ch.appctl("stopwatch/show") {
+    if let Some(s) = ch.stopwatch(true) {
         report.note(&format!(
-            "ovn-controller stopwatch/show after the cold start:\n{}",
-            stopwatch_summary(&s)
+            "{label} stopwatch/show after the cold start:\n{s}"
         ));
     }
-    let _ = ch.appctl("stopwatch/reset");
 
     // Port adds: from the SB server holding the port to the chassis reporting the new nb_cfg
     // (and to the port being up). The target nb_cfg is known once ovn-nbctl --wait=sb
@@ -1038,8 +1254,8 @@ fn ovn_controller_side(
     let mut adds = Vec::new();
     let mut adds_up = Vec::new();
     for k in 0..ADDS {
-        let (name, cmds) = new_port(1, k);
-        ch.vsctl(&iface_cmd(&name))?;
+        let (name, cmds) = new_port(side, k);
+        ch.prepare_port(&name)?;
         std::thread::sleep(Duration::from_millis(300));
         let mut child = central.nbctl_child(Some("sb"), &cmds)?;
         let mut polls: Vec<(Instant, SbState)> = Vec::new();
@@ -1062,7 +1278,7 @@ fn ovn_controller_side(
             if now > deadline {
                 let _ = child.kill();
                 bail!(
-                    "timed out after {timeout:?} waiting for {name} up; ovn-controller log tail:\n{}",
+                    "{label}: timed out after {timeout:?} waiting for {name} up; log tail:\n{}",
                     ch.log_tail()
                 );
             }
@@ -1080,28 +1296,53 @@ fn ovn_controller_side(
         adds.push(ms(cfg_at.saturating_duration_since(at_server)));
         adds_up.push(ms(up_at.saturating_duration_since(at_server)));
     }
-    if let Ok(s) = ch.appctl("stopwatch/show") {
+    if let Some(s) = ch.stopwatch(false) {
         report.note(&format!(
-            "ovn-controller stopwatch/show over the {ADDS} port adds:\n{}",
-            stopwatch_summary(&s)
+            "{label} stopwatch/show over the {ADDS} port adds:\n{s}"
         ));
     }
-    let pid = ch.controller_pid()?;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kb: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .context("VmHWM in /proc/PID/status")?;
-    drop(ch);
+    let (rss_mb, chassis_rss_mb) = ch.rss_mb()?;
     Ok(Theirs {
         cold_ms,
         cold_up_ms,
         port_add_ms: median(adds),
         port_add_up_ms: median(adds_up),
-        rss_mb: kb / 1024.0,
+        rss_mb,
+        chassis_rss_mb,
     })
+}
+
+/// Removes the measured chassis from SB after a side ran, so the next one starts from the
+/// same SB: its ports' `up` back to false, its `Chassis_Private` and `Chassis` rows deleted
+/// (the bindings' weak references to it go with them).
+fn reset_chassis(central: &Central) -> anyhow::Result<()> {
+    let mut poll = Poller::connect(&central.sb_sock())?;
+    let r = poll.transact(vec![serde_json::json!({"op": "select", "table": "Chassis",
+        "where": [["name", "==", CHASSIS]], "columns": ["_uuid"]})])?;
+    let uuids: Vec<String> = r
+        .first()
+        .and_then(|v| v["rows"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|row| row["_uuid"][1].as_str().map(str::to_string))
+        .collect();
+    let mut ops = Vec::new();
+    for u in &uuids {
+        ops.push(serde_json::json!({"op": "update", "table": "Port_Binding",
+            "where": [["chassis", "==", ["uuid", u]]], "row": {"up": false}}));
+    }
+    ops.push(
+        serde_json::json!({"op": "delete", "table": "Chassis_Private",
+        "where": [["name", "==", CHASSIS]]}),
+    );
+    ops.push(serde_json::json!({"op": "delete", "table": "Chassis",
+        "where": [["name", "==", CHASSIS]]}));
+    let r = poll.transact(ops)?;
+    if let Some(e) = r.iter().find(|v| !v["error"].is_null()) {
+        bail!("resetting {CHASSIS} in SB: {e}");
+    }
+    central.nbctl(Some("sb"), &sv(&["sync"]))?;
+    Ok(())
 }
 
 /// The `flow-generation` and `flow-installation` blocks of `stopwatch/show` (its other
