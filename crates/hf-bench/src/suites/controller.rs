@@ -26,14 +26,26 @@
 //!   [`hf_pipeline::Program::recompile`] reusing every other datapath's tables (checked
 //!   against a fresh compile, untimed). Baseline `ovn-controller`: its interface is on `br-int`
 //!   beforehand; until `Chassis_Private.nb_cfg` reaches the `nb_cfg` of that change.
-//! - `ovn_controller_cold_start_NxP_until_up`, `ovn_controller_port_add_NxP_until_up`: the
-//!   same, until the (a) local port's `Port_Binding.up` is also true (the claim committed to
-//!   SB and seen back): what a CMS waiting for `up` sees. holdfast writes no claim here.
+//! - `cold_start_NxP_daemons`, `port_add_NxP_daemons`: the holdfast chassis as processes,
+//!   measured from the outside exactly as ovn-controller is: `holdfast datapath` (the `holdfast`
+//!   binary beside hf-bench) with the local ports (and the ports to be added) as in-memory
+//!   ports, started beforehand as ovs-vswitchd is; then `holdfast controller` on the same SB
+//!   with conditional monitoring; until its `Chassis_Private.nb_cfg` reaches the target
+//!   (written once the datapath answered `Installed`). Baseline `ovn-controller`.
+//! - `cold_start_NxP_daemons_until_up`, `port_add_NxP_daemons_until_up`: the same, until the
+//!   (a) local port's `Port_Binding.up` is also true (the claim committed to SB): what a CMS
+//!   waiting for `up` sees; baseline `ovn-controller` timed the same way. Without the holdfast
+//!   binary these ovn-controller figures are `ovn_controller_*_until_up` alone.
+//! - `chassis_NxP_peak_rss`: `VmHWM` of holdfast controller + datapath against
+//!   `ovn-controller+ovs-vswitchd`; MB.
 //! - `cold_start_NxP_split_*`, `port_add_NxP_split_*`: where holdfast's time goes (`sb_sync`
 //!   or `sb_update`, `translate`, `to_msg`, `encode`, `decode`, `to_spec`, `compile`).
 //! - `cold_start_NxP_heap_peak`: the counting allocator's peak growth over one pass of the
 //!   chassis path (the SB replica excluded); MB. `ovn_controller_NxP_peak_rss`: the daemon's
 //!   `VmHWM`; MB (different measures, hence no ratio).
+//!
+//! The sides run one after the other on the same SB (in process, daemons, ovn-controller);
+//! between them the chassis's rows are removed and its ports set back to `up=false`.
 //!
 //! What it does not measure: packet forwarding (`hf-bench pipeline`, `hf-bench sandbox`), and
 //! ovn-controller's own `stopwatch/show` figures are printed as a note, not as lines.
@@ -323,7 +335,15 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
             let mut ports = mine.clone();
             ports.extend((0..ADDS).map(|k| new_port(2, k).0));
             HfChassis::prepare(&bin, central.dir.path(), &central.sb, &ports).and_then(|mut ch| {
-                let r = measure_chassis(report, &central, &mut ch, "holdfast", &mine[0], 2);
+                let r = measure_chassis(
+                    report,
+                    &central,
+                    &mut ch,
+                    "holdfast",
+                    &mine[0],
+                    2,
+                    Duration::from_secs(300),
+                );
                 drop(ch);
                 reset_chassis(&central)?;
                 r
@@ -340,7 +360,15 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     };
 
     let theirs = RealChassis::prepare(central.dir.path(), &central.sb, &mine).and_then(|mut ch| {
-        measure_chassis(report, &central, &mut ch, "ovn-controller", &mine[0], 1)
+        measure_chassis(
+            report,
+            &central,
+            &mut ch,
+            "ovn-controller",
+            &mine[0],
+            1,
+            Duration::from_secs(1200),
+        )
     });
     let b = Better::Lower;
     match theirs {
@@ -1203,6 +1231,7 @@ fn measure_chassis(
     label: &str,
     probe: &str,
     side: u8,
+    timeout: Duration,
 ) -> anyhow::Result<Theirs> {
     let mut poll = Poller::connect(&central.sb_sock())?;
     let target = poll.state(probe)?.sb_cfg;
@@ -1211,7 +1240,6 @@ fn measure_chassis(
     }
     // Give the datapath a moment to create its ports (not part of the measure).
     std::thread::sleep(Duration::from_millis(500));
-    let timeout = Duration::from_secs(1200);
 
     // Cold start: until the chassis reports the current nb_cfg (its flows for that SB are
     // installed), and until a local port is also `up` (its claim committed).
