@@ -77,8 +77,11 @@ const VSWITCH_SCHEMA: &str = "/usr/share/openvswitch/vswitch.ovsschema";
 /// Port adds measured per side (the median is reported).
 const ADDS: usize = 3;
 
-/// The `holdfast` binary built beside this one.
+/// The `holdfast` binary: `$HOLDFAST_BIN`, else the one built beside this one.
 fn holdfast_bin() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("HOLDFAST_BIN") {
+        return Some(PathBuf::from(p));
+    }
     let exe = std::env::current_exe().ok()?;
     let p = exe.parent()?.join("holdfast");
     p.exists().then_some(p)
