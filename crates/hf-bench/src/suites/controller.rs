@@ -1091,8 +1091,17 @@ trait Measured {
     fn prepare_port(&mut self, name: &str) -> anyhow::Result<()>;
     /// The controller's log tail, for timeouts.
     fn log_tail(&self) -> String;
-    /// The controller's own timing report, when it has one.
+    /// The controller's own report (ovn-controller's `stopwatch/show`, holdfast's program
+    /// generation), when it has one.
     fn stopwatch(&self, reset: bool) -> Option<String>;
+    /// Whether its datapath logs each program it installs.
+    fn logs_installs(&self) -> bool {
+        false
+    }
+    /// When the datapath reported each program installed (wall clock), if it says.
+    fn installs(&self) -> Vec<std::time::SystemTime> {
+        Vec::new()
+    }
     /// Peak RSS (MB) of the controller and of the whole chassis (controller + datapath).
     fn rss_mb(&self) -> anyhow::Result<(f64, f64)>;
 }
@@ -1129,7 +1138,7 @@ impl Measured for RealChassis {
         if reset {
             let _ = self.appctl("stopwatch/reset");
         }
-        Some(stopwatch_summary(&s))
+        Some(format!("  stopwatch/show:\n{}", stopwatch_summary(&s)))
     }
 
     fn rss_mb(&self) -> anyhow::Result<(f64, f64)> {
@@ -1176,7 +1185,8 @@ impl HfChassis {
             .arg(format!("--control=punix:{}", dir.join("dp.sock").display()))
             .arg(format!("--zones-file={}", dir.join("zones.json").display()))
             .args(ports.iter().map(|p| format!("--port={p}")))
-            .env("HOLDFAST_LOG", "warn"))
+            // Info: its "program N installed" lines time the install (see `installs`).
+            .env("HOLDFAST_LOG", "info"))
         .context("starting holdfast datapath")?;
         c.daemons.push(Daemon(dir.join("holdfast-datapath.pid")));
         Ok(c)
@@ -1203,6 +1213,19 @@ impl Measured for HfChassis {
         Ok(())
     }
 
+    fn logs_installs(&self) -> bool {
+        true
+    }
+
+    fn installs(&self) -> Vec<std::time::SystemTime> {
+        let log =
+            std::fs::read_to_string(self.dir.join("holdfast-datapath.log")).unwrap_or_default();
+        log.lines()
+            .filter(|l| l.contains("|INFO|program ") && l.contains(" installed: "))
+            .filter_map(|l| log_time(l.split('|').next()?))
+            .collect()
+    }
+
     fn prepare_port(&mut self, _name: &str) -> anyhow::Result<()> {
         // Declared when the datapath started (it has no runtime port-add command).
         Ok(())
@@ -1215,7 +1238,20 @@ impl Measured for HfChassis {
     }
 
     fn stopwatch(&self, _reset: bool) -> Option<String> {
-        None
+        // No stopwatches: its status says which program generation runs (one per push).
+        let s = super::trace::unixctl(
+            &self.dir.join("holdfast-controller.ctl"),
+            "debug/status",
+            &[],
+        )
+        .ok()?;
+        Some(
+            s.lines()
+                .filter(|l| l.starts_with("Program:") || l.starts_with("Reported nb_cfg"))
+                .map(|l| format!("  {l}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        )
     }
 
     fn rss_mb(&self) -> anyhow::Result<(f64, f64)> {
@@ -1223,6 +1259,28 @@ impl Measured for HfChassis {
         let d = vm_hwm_mb(&self.dir.join("holdfast-datapath.pid"))?;
         Ok((c, c + d))
     }
+}
+
+/// A log line's `YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC) as a wall-clock time.
+fn log_time(stamp: &str) -> Option<std::time::SystemTime> {
+    let s = stamp.strip_suffix('Z')?;
+    let (date, time) = s.split_once('T')?;
+    let mut d = date.splitn(3, '-').map(|v| v.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let (hms, millis) = time.split_once('.')?;
+    let mut t = hms.splitn(3, ':').map(|v| v.parse::<i64>().ok());
+    let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
+    let millis: i64 = millis.parse().ok()?;
+    // Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's days_from_civil).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let total = ((days * 24 + hh) * 60 + mm) * 60 + ss;
+    let ms = u64::try_from(total * 1000 + millis).ok()?;
+    Some(std::time::UNIX_EPOCH + Duration::from_millis(ms))
 }
 
 /// Cold start and port adds of a chassis measured from the SB server (see the module doc).
@@ -1247,6 +1305,7 @@ fn measure_chassis(
     // Cold start: until the chassis reports the current nb_cfg (its flows for that SB are
     // installed), and until a local port is also `up` (its claim committed).
     let t0 = Instant::now();
+    let wall0 = std::time::SystemTime::now();
     ch.start()?;
     let deadline = t0 + timeout;
     let mut cfg_at = None;
@@ -1273,10 +1332,24 @@ fn measure_chassis(
     report.note(&format!(
         "{label} cold start: nb_cfg {target} in {cold_ms:.0} ms, {probe} up in {cold_up_ms:.0} ms"
     ));
-    if let Some(s) = ch.stopwatch(true) {
+    // The datapath may write its log line a moment after answering.
+    let mut installs = ch.installs();
+    for _ in 0..20 {
+        if !installs.is_empty() || !ch.logs_installs() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        installs = ch.installs();
+    }
+    if let Some(first) = installs.first() {
+        let inst = ms(first.duration_since(wall0).unwrap_or_default());
         report.note(&format!(
-            "{label} stopwatch/show after the cold start:\n{s}"
+            "{label} cold start: first program installed after {inst:.0} ms (the datapath's log), nb_cfg reported {:.0} ms later",
+            cold_ms - inst
         ));
+    }
+    if let Some(s) = ch.stopwatch(true) {
+        report.note(&format!("{label} after the cold start:\n{s}"));
     }
 
     // Port adds: from the SB server holding the port to the chassis reporting the new nb_cfg
@@ -1284,6 +1357,7 @@ fn measure_chassis(
     // returns, so the polls are kept and read afterwards.
     let mut adds = Vec::new();
     let mut adds_up = Vec::new();
+    let mut walls = Vec::new();
     for k in 0..ADDS {
         let (name, cmds) = new_port(side, k);
         ch.prepare_port(&name)?;
@@ -1326,11 +1400,45 @@ fn measure_chassis(
             first(&|s| s.up && s.chassis_cfg.is_some_and(|c| c >= tg)).context("never up")?;
         adds.push(ms(cfg_at.saturating_duration_since(at_server)));
         adds_up.push(ms(up_at.saturating_duration_since(at_server)));
+        // The same instant on the wall clock, for the datapath's log.
+        walls.push((
+            std::time::SystemTime::now() - at_server.elapsed(),
+            ms(cfg_at.saturating_duration_since(at_server)),
+        ));
+    }
+    let mut installs = ch.installs();
+    for _ in 0..20 {
+        if !ch.logs_installs()
+            || installs
+                .last()
+                .is_some_and(|l| walls.last().is_some_and(|(t, _)| l >= t))
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        installs = ch.installs();
+    }
+    if !installs.is_empty() {
+        let parts: Vec<String> = walls
+            .iter()
+            .map(|(t0, total)| match installs.iter().find(|i| *i >= t0) {
+                Some(i) => {
+                    let inst = ms(i.duration_since(*t0).unwrap_or_default());
+                    format!(
+                        "{inst:.0} ms to installed + {:.0} ms to nb_cfg",
+                        total - inst
+                    )
+                }
+                None => "no install logged".to_string(),
+            })
+            .collect();
+        report.note(&format!(
+            "{label} port adds, from the SB row (the datapath's log, ms resolution): {}",
+            parts.join("; ")
+        ));
     }
     if let Some(s) = ch.stopwatch(false) {
-        report.note(&format!(
-            "{label} stopwatch/show over the {ADDS} port adds:\n{s}"
-        ));
+        report.note(&format!("{label} over the {ADDS} port adds:\n{s}"));
     }
     let (rss_mb, chassis_rss_mb) = ch.rss_mb()?;
     Ok(Theirs {
