@@ -56,7 +56,10 @@ fn main() -> std::process::ExitCode {
         db::OvsdbServerCli::parse_from(db::normalize_args(args)).run()
     } else if name == "ovn-northd" {
         northd::OvnNorthdCli::parse_from(db::normalize_args(args)).run()
-    } else if args.get(1).is_some_and(|a| a == "db" || a == "northd" || a == "controller") {
+    } else if args
+        .get(1)
+        .is_some_and(|a| a == "db" || a == "northd" || a == "controller")
+    {
         run(Cli::parse_from(db::normalize_args(args)))
     } else {
         run(Cli::parse_from(args))

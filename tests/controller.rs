@@ -74,11 +74,23 @@ fn logs(d: &Path) -> String {
         .collect()
 }
 
+/// The `Program:` line of `debug/status`.
+fn program_line(status: &str) -> String {
+    status
+        .lines()
+        .find(|l| l.starts_with("Program:"))
+        .unwrap_or_default()
+        .to_string()
+}
+
 fn end_to_end(d: &Path, dbs: &Dbs) {
     run_ok(dbs.nbctl().args(["ls-add", "ls0"]));
     run_ok(dbs.nbctl().args(["lsp-add", "ls0", "vm1"]));
-    run_ok(dbs.nbctl().args(["lsp-set-addresses", "vm1", "0a:00:00:00:00:01 10.0.0.1"]));
-    let _chassis = start_chassis(d, &dbs.sb);
+    run_ok(
+        dbs.nbctl()
+            .args(["lsp-set-addresses", "vm1", "0a:00:00:00:00:01 10.0.0.1"]),
+    );
+    let chassis = start_chassis(d, &dbs.sb);
     // The chassis registers with its encap and claims vm1: real ovn-sbctl shows both.
     let shown = wait_for(Duration::from_secs(30), || {
         let s = run_ok(dbs.sbctl().arg("show"));
@@ -98,7 +110,15 @@ fn end_to_end(d: &Path, dbs: &Dbs) {
     let t0 = std::time::Instant::now();
     let out = common::run(
         dbs.nbctl()
-            .args(["--wait=hv", "lsp-add", "ls0", "vm2", "--", "lsp-set-addresses", "vm2"])
+            .args([
+                "--wait=hv",
+                "lsp-add",
+                "ls0",
+                "vm2",
+                "--",
+                "lsp-set-addresses",
+                "vm2",
+            ])
             .arg("0a:00:00:00:00:02 10.0.0.2"),
         Duration::from_secs(40),
     );
@@ -109,7 +129,10 @@ fn end_to_end(d: &Path, dbs: &Dbs) {
         String::from_utf8_lossy(&out.stderr),
         logs(d)
     );
-    let ch = run_ok(dbs.sbctl().args(["--bare", "--columns=_uuid", "find", "chassis", "name=hv1"]));
+    let ch = run_ok(
+        dbs.sbctl()
+            .args(["--bare", "--columns=_uuid", "find", "chassis", "name=hv1"]),
+    );
     let bound = run_ok(dbs.sbctl().args([
         "--bare",
         "--columns=chassis",
@@ -117,25 +140,62 @@ fn end_to_end(d: &Path, dbs: &Dbs) {
         "port_binding",
         "logical_port=vm2",
     ]));
-    assert_eq!(bound.trim(), ch.trim(), "vm2 is not bound to hv1\n{}", logs(d));
+    assert_eq!(
+        bound.trim(),
+        ch.trim(),
+        "vm2 is not bound to hv1\n{}",
+        logs(d)
+    );
     let hv_cfg = run_ok(dbs.nbctl().args(["get", "NB_Global", ".", "hv_cfg"]));
     let nb_cfg = run_ok(dbs.nbctl().args(["get", "NB_Global", ".", "nb_cfg"]));
     assert_eq!(hv_cfg.trim(), nb_cfg.trim());
     // The datapath runs a program with the new port's zone; the controller reports it all.
     let ctl = d.join("ctl.ctl");
-    assert_eq!(appctl("ovn-appctl", &ctl, &["connection-status"]).trim(), "connected");
+    assert_eq!(
+        appctl("ovn-appctl", &ctl, &["connection-status"]).trim(),
+        "connected"
+    );
     let status = appctl("ovn-appctl", &ctl, &["debug/status"]);
     eprintln!("{}\n{status}", run_ok(dbs.sbctl().arg("show")));
     assert!(status.contains("Chassis: hv1 (registered)"), "{status}");
-    assert!(status.contains("Datapath: connected, 2 local port(s)"), "{status}");
+    assert!(
+        status.contains("Datapath: connected, 2 local port(s)"),
+        "{status}"
+    );
     assert!(status.contains("Flow errors: 0 flow(s)"), "{status}");
     let zones = appctl("ovn-appctl", &ctl, &["ct-zone-list"]);
     assert!(zones.contains("lsp/vm2 "), "{zones}");
     let dp_zones = appctl("ovs-appctl", &d.join("dp.ctl"), &["ct-zone-list"]);
     assert!(dp_zones.contains("lsp/vm2"), "{dp_zones}");
-    assert!(
-        appctl("ovn-appctl", &ctl, &["version"]).starts_with("ovn-controller (holdfast"),
+    assert!(appctl("ovn-appctl", &ctl, &["version"]).starts_with("ovn-controller (holdfast"));
+    // A restarted controller finds the datapath running what it would push: no new program,
+    // the same zones, nothing flushed.
+    let before = program_line(&status);
+    chassis[1].kill9();
+    run_ok(
+        Command::new(common::holdfast())
+            .arg("controller")
+            .args(daemon_args(d, "ctl"))
+            .arg(format!("--ovnsb-db={}", dbs.sb))
+            .arg("--system-id=hv1")
+            .arg("--hostname=hv1.example")
+            .arg("--encap-ip=127.0.0.1")
+            .arg(format!("--datapath=unix:{}", d.join("dp.sock").display())),
     );
+    let settled = wait_for(Duration::from_secs(30), || {
+        let s = appctl("ovn-appctl", &ctl, &["debug/status"]);
+        s.contains("conditional monitoring settled") && s.contains("Datapath: connected,")
+    });
+    assert!(settled, "{}", logs(d));
+    std::thread::sleep(Duration::from_millis(500));
+    let status = appctl("ovn-appctl", &ctl, &["debug/status"]);
+    assert_eq!(program_line(&status), before, "{status}\n{}", logs(d));
+    assert_eq!(
+        appctl("ovs-appctl", &d.join("dp.ctl"), &["ct-zone-list"]),
+        dp_zones
+    );
+    let ctl_log = std::fs::read_to_string(d.join("ctl.log")).unwrap_or_default();
+    assert!(!ctl_log.contains("flushing conntrack"), "{ctl_log}");
 }
 
 #[test]

@@ -69,12 +69,22 @@ fn start(d: &mut Daemons, hv: usize, port: u16) {
         .arg(format!("--chassis={name}"))
         .arg(format!("--encap-ip={}", IPS[hv - 1]))
         .arg(format!("--geneve-port={port}"))
-        .arg(format!("--control=punix:{}", dir.join(format!("{name}.sock")).display()))
+        .arg(format!(
+            "--control=punix:{}",
+            dir.join(format!("{name}.sock")).display()
+        ))
         .arg(format!("--port={vm},{mac}"))
-        .arg(format!("--zones-file={}", dir.join(format!("{name}.zones")).display()))
+        .arg(format!(
+            "--zones-file={}",
+            dir.join(format!("{name}.zones")).display()
+        ))
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     d.pidfiles.push(dir.join(format!("{name}.pid")));
 }
 
@@ -191,7 +201,10 @@ fn two_daemons_forward_through_geneve_and_outlive_the_controller() {
     appctl(&dir, "hv1", &["datapath/inject", "vm1", &hex(&p)]);
     assert_eq!(capture(&dir, "hv2", "vm2"), vec![hex(&p)]);
     let ct = appctl(&dir, "hv1", &["dpctl/dump-conntrack", "lsp/vm1"]);
-    assert!(ct.contains("icmp,orig=(src=10.0.0.1,dst=10.0.0.2,id=1"), "{ct}");
+    assert!(
+        ct.contains("icmp,orig=(src=10.0.0.1,dst=10.0.0.2,id=1"),
+        "{ct}"
+    );
     // The zone map went to local storage.
     let zones: std::collections::BTreeMap<String, u16> =
         serde_json::from_str(&std::fs::read_to_string(dir.join("hv1.zones")).unwrap()).unwrap();
@@ -245,4 +258,27 @@ fn two_daemons_forward_through_geneve_and_outlive_the_controller() {
     let p = ping(3);
     appctl(&dir, "hv1", &["datapath/inject", "vm1", &hex(&p)]);
     assert_eq!(capture(&dir, "hv2", "vm2"), vec![hex(&p)]);
+    // hv1 restarts: its zone map comes back from local storage (the program does not).
+    drop(c);
+    appctl(&dir, "hv1", &["exit"]);
+    let pidfile = dir.join("hv1.pid");
+    let t0 = Instant::now();
+    while pidfile.exists() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!pidfile.exists(), "hv1 did not exit");
+    d.pidfiles.retain(|p| *p != pidfile);
+    start(&mut d, 1, port);
+    let mut c = Client::connect(&dir.join("hv1.sock"));
+    c.send(&ToDatapath::Hello {
+        version: PROTOCOL_VERSION,
+        chassis: "hv1".into(),
+    });
+    match c.recv() {
+        FromDatapath::Hello { program, zones, .. } => {
+            assert!(program.is_none());
+            assert_eq!(zones, example::program(1, 1, IPS).zones);
+        }
+        other => panic!("hello answer: {other:?}"),
+    }
 }

@@ -119,8 +119,7 @@ pub struct ControllerArgs {
 }
 
 /// `version`'s text after the program name.
-pub const CONTROLLER_VERSION: &str =
-    concat!("(holdfast ", env!("CARGO_PKG_VERSION"), ") 23.03.0");
+pub const CONTROLLER_VERSION: &str = concat!("(holdfast ", env!("CARGO_PKG_VERSION"), ") 23.03.0");
 
 const PROGRAM: &str = "ovn-controller";
 

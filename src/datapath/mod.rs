@@ -24,14 +24,18 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
-use hf_datapath::{Datapath, DatapathConfig, Level, Transmit};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use hf_datapath::{Datapath, DatapathConfig, Level, TransmitRef};
+use tokio::io::AsyncReadExt;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{UdpSocket, UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::db::{daemon, unixctl, vlog};
 
 const PROGRAM: &str = "holdfast-datapath";
+
+/// Bytes waiting for a controller that does not read before its connection is closed.
+const CTL_OUT_MAX: usize = 1 << 30;
 
 /// Frames kept per port for `datapath/capture`.
 const CAPTURE_MAX: usize = 1024;
@@ -129,7 +133,11 @@ struct Request {
     reply: oneshot::Sender<Result<String, String>>,
 }
 
-fn start_unixctl(path: &Path, tx: mpsc::UnboundedSender<Request>) -> std::io::Result<()> {
+fn start_unixctl(
+    path: &Path,
+    tx: mpsc::UnboundedSender<Request>,
+    exit: mpsc::UnboundedSender<()>,
+) -> std::io::Result<()> {
     unixctl::listen(
         path,
         move |m| {
@@ -139,6 +147,7 @@ fn start_unixctl(path: &Path, tx: mpsc::UnboundedSender<Request>) -> std::io::Re
                     Err(None) => return None,
                     Err(Some(r)) => r,
                     Ok(q) => {
+                        let is_exit = q.method == "exit";
                         let (rtx, rrx) = oneshot::channel();
                         let _ = tx.send(Request {
                             method: q.method,
@@ -148,13 +157,17 @@ fn start_unixctl(path: &Path, tx: mpsc::UnboundedSender<Request>) -> std::io::Re
                         let r = rrx
                             .await
                             .unwrap_or_else(|_| Err(format!("{PROGRAM} is exiting")));
-                        unixctl::reply(&q.id, r)
+                        // `exit` ends the daemon once its reply is written.
+                        let exits = is_exit && r.is_ok();
+                        return Some((unixctl::reply(&q.id, r), exits));
                     }
                 };
                 Some((reply, false))
             }
         },
-        || {},
+        move || {
+            let _ = exit.send(());
+        },
     )
 }
 
@@ -210,8 +223,12 @@ fn hex(b: &[u8]) -> String {
 /// Reads the zone map from local storage (missing file: empty).
 fn read_zones(path: &Path) -> anyhow::Result<BTreeMap<String, u16>> {
     match std::fs::read_to_string(path) {
-        Ok(s) => serde_json::from_str(&s)
-            .with_context(|| format!("{}: not a zone map (JSON object name → zone)", path.display())),
+        Ok(s) => serde_json::from_str(&s).with_context(|| {
+            format!(
+                "{}: not a zone map (JSON object name → zone)",
+                path.display()
+            )
+        }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
         Err(e) => Err(e).with_context(|| format!("{}: cannot read the zone map", path.display())),
     }
@@ -325,8 +342,10 @@ enum Ev {
     Signal,
     Accept(std::io::Result<UnixStream>),
     Read(std::io::Result<usize>),
+    Writable,
     Udp(std::io::Result<(usize, SocketAddr)>),
     Unixctl(Option<Request>),
+    Exit,
     Timer,
 }
 
@@ -359,11 +378,12 @@ impl Shell {
         self.geneve_port = udp.local_addr()?.port();
         let listener = UnixListener::from_std(ctl_listener)?;
         let (utx, mut urx) = mpsc::unbounded_channel();
+        let (etx, mut erx) = mpsc::unbounded_channel();
         let unixctl_file = unixctl_path
             .clone()
             .unwrap_or_else(|| unixctl::default_path(rundir, PROGRAM));
         let mut bound = None;
-        match start_unixctl(&unixctl_file, utx) {
+        match start_unixctl(&unixctl_file, utx, etx) {
             Ok(()) => bound = Some(unixctl_file.clone()),
             Err(e) if unixctl_path.is_some() => anyhow::bail!(
                 "{}: could not create unixctl socket: {e}",
@@ -397,7 +417,12 @@ impl Shell {
         }
         self.flush_logs();
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        let mut session: Option<UnixStream> = None;
+        // The controller session: read half, write half, and what waits to be written
+        // (written without blocking, so a controller that does not read never stalls
+        // forwarding).
+        let mut ses_r: Option<OwnedReadHalf> = None;
+        let mut ses_w: Option<OwnedWriteHalf> = None;
+        let mut ctl_out: Vec<u8> = Vec::new();
         let mut buf = vec![0u8; 64 << 10];
         let mut ubuf = vec![0u8; 65536];
         let mut exit = false;
@@ -411,9 +436,15 @@ impl Shell {
                     }
                 };
                 let read = async {
-                    match session.as_mut() {
+                    match ses_r.as_mut() {
                         Some(s) => s.read(&mut buf).await,
                         None => std::future::pending().await,
+                    }
+                };
+                let writable = async {
+                    match ses_w.as_ref() {
+                        Some(w) if !ctl_out.is_empty() => w.writable().await,
+                        _ => std::future::pending().await,
                     }
                 };
                 tokio::select! {
@@ -421,75 +452,104 @@ impl Shell {
                     _ = term.recv() => Ev::Signal,
                     r = listener.accept() => Ev::Accept(r.map(|(s, _)| s)),
                     r = read => Ev::Read(r),
+                    _ = writable => Ev::Writable,
                     r = udp.recv_from(&mut ubuf) => Ev::Udp(r),
                     q = urx.recv() => Ev::Unixctl(q),
+                    _ = erx.recv() => Ev::Exit,
                     _ = sleep => Ev::Timer,
                 }
             };
             let now = self.now();
+            let mut lost = false;
             match ev {
                 Ev::Signal => {
                     tracing::info!("exiting on signal");
                     break;
                 }
                 Ev::Accept(Ok(s)) => {
-                    if session.take().is_some() {
+                    if ses_r.is_some() {
                         tracing::info!("a new controller connection replaces the old one");
                         self.dp.handle_control_disconnected(now);
                     }
-                    session = Some(s);
+                    let (r, w) = s.into_split();
+                    (ses_r, ses_w) = (Some(r), Some(w));
+                    ctl_out.clear();
                     self.dp.handle_control_connected(now);
                 }
                 Ev::Accept(Err(e)) => tracing::warn!("control socket accept failed: {e}"),
-                Ev::Read(Ok(0)) | Ev::Read(Err(_)) => {
-                    session = None;
-                    self.dp.handle_control_disconnected(now);
-                }
+                Ev::Read(Ok(0)) | Ev::Read(Err(_)) => lost = true,
                 Ev::Read(Ok(n)) => self.dp.handle_control_bytes(&buf[..n], now),
+                Ev::Writable => {}
                 Ev::Udp(Ok((n, from))) => self.dp.handle_tunnel(from.ip(), &ubuf[..n], now),
                 Ev::Udp(Err(e)) => tracing::debug!("Geneve receive failed: {e}"),
                 Ev::Unixctl(None) => {}
                 Ev::Unixctl(Some(q)) => {
                     let r = self.command(&q.method, &q.args);
-                    if q.method == "exit" {
-                        exit = true;
-                    }
                     let _ = q.reply.send(r);
                 }
+                Ev::Exit => exit = true,
                 Ev::Timer => self.dp.handle_timeout(now),
             }
             // Control answers.
             while let Some(frame) = self.dp.poll_control_transmit() {
-                if let Some(s) = session.as_mut()
-                    && let Err(e) = s.write_all(&frame).await
-                {
-                    tracing::info!("controller connection lost: {e}");
-                    session = None;
-                    let now = self.now();
-                    self.dp.handle_control_disconnected(now);
+                if ses_w.is_some() {
+                    ctl_out.extend_from_slice(&frame);
                 }
             }
-            if self.dp.control_wants_close() && session.is_some() {
-                session = None;
-                let now = self.now();
+            if let Some(w) = ses_w.as_ref() {
+                while !ctl_out.is_empty() {
+                    match w.try_write(&ctl_out) {
+                        Ok(n) => {
+                            ctl_out.drain(..n);
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(e) => {
+                            tracing::info!("controller connection lost: {e}");
+                            lost = true;
+                            break;
+                        }
+                    }
+                }
+                if ctl_out.len() > CTL_OUT_MAX {
+                    tracing::warn!(
+                        "controller reads nothing ({} bytes waiting): closing its connection",
+                        ctl_out.len()
+                    );
+                    lost = true;
+                }
+            }
+            let refused = self.dp.control_wants_close() && ctl_out.is_empty();
+            if (lost || refused) && ses_r.is_some() {
+                (ses_r, ses_w) = (None, None);
+                ctl_out.clear();
                 self.dp.handle_control_disconnected(now);
             }
             // Frames out.
-            while let Some(t) = self.dp.poll_transmit() {
-                match t {
-                    Transmit::Port { port, frame } => {
-                        let q = self.captured.entry(port).or_default();
-                        if q.len() == CAPTURE_MAX {
-                            q.pop_front();
-                        }
-                        q.push_back(frame);
+            let mut tunnel = Vec::new();
+            let captured = &mut self.captured;
+            self.dp.drain_transmit(|t| match t {
+                TransmitRef::Port { port, frame } => {
+                    let q = captured.entry(port.to_string()).or_default();
+                    if q.len() == CAPTURE_MAX {
+                        q.pop_front();
                     }
-                    Transmit::Tunnel { dst, payload } => {
-                        let to = SocketAddr::new(dst, self.geneve_port);
-                        if let Err(e) = udp.send_to(&payload, to).await {
-                            tracing::warn!("Geneve to {to}: {e}");
+                    q.push_back(frame.to_vec());
+                }
+                TransmitRef::Tunnel { dst, payload } => {
+                    let to = SocketAddr::new(dst, self.geneve_port);
+                    match udp.try_send_to(payload, to) {
+                        Ok(_) => {}
+                        // The socket's buffer is full: send it once it has room.
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            tunnel.push((to, payload.to_vec()))
                         }
+                        Err(e) => tracing::warn!("Geneve to {to}: {e}"),
                     }
+                }
+            });
+            for (to, payload) in tunnel {
+                if let Err(e) = udp.send_to(&payload, to).await {
+                    tracing::warn!("Geneve to {to}: {e}");
                 }
             }
             self.persist_zones();
@@ -531,7 +591,10 @@ impl Shell {
         let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
         match method {
             "exit" => Ok(String::new()),
-            "version" => Ok(format!("{PROGRAM} (holdfast) {}", env!("CARGO_PKG_VERSION"))),
+            "version" => Ok(format!(
+                "{PROGRAM} (holdfast) {}",
+                env!("CARGO_PKG_VERSION")
+            )),
             "list-commands" => Ok(unixctl::list_commands(COMMANDS)),
             "dpctl/dump-conntrack" => {
                 let zone = args.first().map(String::as_str);

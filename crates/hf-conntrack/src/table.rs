@@ -391,7 +391,8 @@ impl Conntrack {
             }
             Extracted::Own { tuple, query_reply } => (tuple, query_reply),
         };
-        if tuple == tuple.invert() {
+        // `tuple == tuple.invert()` without building the inverted tuple (the hot path).
+        if tuple.src == tuple.dst && (tuple.is_icmp() || tuple.sport == tuple.dport) {
             // Source and destination are the same endpoint (a LAND packet): both directions would
             // be one tuple, so no connection can describe it.
             return invalid;

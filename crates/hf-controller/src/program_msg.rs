@@ -12,20 +12,18 @@
 //!   chassis id of [`ProgramMsg::chassis_table`].
 //! - Zones (the translation's, plus `extra_zones` the caller still holds), address sets (each
 //!   member printed back as a logical-flow constant), port groups, the chassis table with encap
-//!   IPs, neighbours, FDB and load-balancer VIPs.
+//!   IPs, neighbours, FDB, load-balancer VIPs and DNS records.
 //!
 //! # What it does not do
 //!
 //! No compiling: the datapath compiles the text. A flow without source text (built in code,
-//! not from SB) cannot be described and is reported in [`ProgramBuild::skipped`]. DNS records
-//! are not carried yet (the `DNS` part of the translation belongs to the packet-in work), so
-//! [`ProgramMsg::dns`] is empty.
+//! not from SB) cannot be described and is reported in [`ProgramBuild::skipped`].
 
 use std::collections::BTreeMap;
 
 use hf_datapath::proto::{
-    ChassisMsg, DatapathMsg, FdbMsg, FlowMsg, GroupMsg, LbVipMsg, LocationMsg, NeighbourMsg,
-    PortMsg, ProgramMsg,
+    ChassisMsg, DatapathMsg, DnsMsg, FdbMsg, FlowMsg, GroupMsg, LbVipMsg, LocationMsg,
+    NeighbourMsg, PortMsg, ProgramMsg,
 };
 use hf_expr::actions::Pipeline;
 use hf_pipeline::{DatapathKind, PortKind, PortLocation};
@@ -240,7 +238,15 @@ pub fn program_msg(
             })
             .collect(),
         switch_snat_zones: t.spec.switch_snat_zones.clone(),
-        dns: Vec::new(),
+        dns: t
+            .spec
+            .dns
+            .iter()
+            .map(|d| DnsMsg {
+                datapath: d.datapath.clone(),
+                records: d.records.clone(),
+            })
+            .collect(),
         owner: t.spec.owner.0,
     };
     ProgramBuild { msg, skipped }

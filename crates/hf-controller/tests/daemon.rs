@@ -208,8 +208,22 @@ impl Net {
             let t = self.t;
             let mut moved = false;
             if let Some(n) = &mut self.northd {
-                moved |= pump_replica(&mut self.core, &mut self.routes, &mut n.nb, &mut n.nb_sid, Target::NorthdNb, t);
-                moved |= pump_replica(&mut self.core, &mut self.routes, &mut n.sb, &mut n.sb_sid, Target::NorthdSb, t);
+                moved |= pump_replica(
+                    &mut self.core,
+                    &mut self.routes,
+                    &mut n.nb,
+                    &mut n.nb_sid,
+                    Target::NorthdNb,
+                    t,
+                );
+                moved |= pump_replica(
+                    &mut self.core,
+                    &mut self.routes,
+                    &mut n.sb,
+                    &mut n.sb_sid,
+                    Target::NorthdSb,
+                    t,
+                );
                 while let Some(e) = n.nb.poll_event() {
                     n.nd.handle_nb_event(e);
                 }
@@ -218,8 +232,22 @@ impl Net {
                 }
                 n.nd.poll(&mut n.nb, &mut n.sb, ms(t), WALL0 + ms(t) as i64);
                 while n.nd.poll_log().is_some() {}
-                moved |= pump_replica(&mut self.core, &mut self.routes, &mut n.nb, &mut n.nb_sid, Target::NorthdNb, t);
-                moved |= pump_replica(&mut self.core, &mut self.routes, &mut n.sb, &mut n.sb_sid, Target::NorthdSb, t);
+                moved |= pump_replica(
+                    &mut self.core,
+                    &mut self.routes,
+                    &mut n.nb,
+                    &mut n.nb_sid,
+                    Target::NorthdNb,
+                    t,
+                );
+                moved |= pump_replica(
+                    &mut self.core,
+                    &mut self.routes,
+                    &mut n.sb,
+                    &mut n.sb_sid,
+                    Target::NorthdSb,
+                    t,
+                );
             }
             for (i, c) in self.chassis.iter_mut().enumerate() {
                 let Some(ctl) = c.ctl.as_mut() else {
@@ -235,7 +263,8 @@ impl Net {
                 while let Some(b) = ctl.poll_sb_transmit() {
                     moved = true;
                     if let Some(s) = c.sid {
-                        self.core.handle(s, serde_json::from_slice(&b).unwrap(), snow(t));
+                        self.core
+                            .handle(s, serde_json::from_slice(&b).unwrap(), snow(t));
                     }
                 }
                 if ctl.poll_sb_connect().is_some() {
@@ -446,16 +475,26 @@ fn topology_ops() -> Value {
     }
     ops.push(json!({"op": "insert", "table": "Logical_Switch", "row": {"name": "ls0",
         "ports": ["set", [["named-uuid", "p_vm1"], ["named-uuid", "p_vm2"], ["named-uuid", "p_ls0_rtr"]]]}}));
-    ops.push(json!({"op": "insert", "table": "Logical_Switch", "row": {"name": "ls1",
-        "ports": ["set", [["named-uuid", "p_vm3"], ["named-uuid", "p_ls1_rtr"]]]}}));
-    ops.push(json!({"op": "insert", "table": "Logical_Switch", "row": {"name": "ls2",
-        "ports": ["set", [["named-uuid", "p_vm9"]]]}}));
-    ops.push(json!({"op": "insert", "table": "Logical_Router_Port", "uuid-name": "rp0",
-        "row": {"name": "lr0-ls0", "mac": "00:00:00:00:ff:01", "networks": "10.0.0.1/24"}}));
-    ops.push(json!({"op": "insert", "table": "Logical_Router_Port", "uuid-name": "rp1",
-        "row": {"name": "lr0-ls1", "mac": "00:00:00:00:ff:02", "networks": "10.0.1.1/24"}}));
-    ops.push(json!({"op": "insert", "table": "Logical_Router", "row": {"name": "lr0",
-        "ports": ["set", [["named-uuid", "rp0"], ["named-uuid", "rp1"]]]}}));
+    ops.push(
+        json!({"op": "insert", "table": "Logical_Switch", "row": {"name": "ls1",
+        "ports": ["set", [["named-uuid", "p_vm3"], ["named-uuid", "p_ls1_rtr"]]]}}),
+    );
+    ops.push(
+        json!({"op": "insert", "table": "Logical_Switch", "row": {"name": "ls2",
+        "ports": ["set", [["named-uuid", "p_vm9"]]]}}),
+    );
+    ops.push(
+        json!({"op": "insert", "table": "Logical_Router_Port", "uuid-name": "rp0",
+        "row": {"name": "lr0-ls0", "mac": "00:00:00:00:ff:01", "networks": "10.0.0.1/24"}}),
+    );
+    ops.push(
+        json!({"op": "insert", "table": "Logical_Router_Port", "uuid-name": "rp1",
+        "row": {"name": "lr0-ls1", "mac": "00:00:00:00:ff:02", "networks": "10.0.1.1/24"}}),
+    );
+    ops.push(
+        json!({"op": "insert", "table": "Logical_Router", "row": {"name": "lr0",
+        "ports": ["set", [["named-uuid", "rp0"], ["named-uuid", "rp1"]]]}}),
+    );
     Value::Array(ops)
 }
 
@@ -503,7 +542,11 @@ fn registers_claims_and_programs_only_its_datapaths() {
             ch.other_config["holdfast-features"],
             hf_expr::FeatureSet::level(hf_expr::Level::Hf2).to_list()
         );
-        let p = sb.chassis_private().values().find(|p| p.name == name).unwrap();
+        let p = sb
+            .chassis_private()
+            .values()
+            .find(|p| p.name == name)
+            .unwrap();
         assert_eq!(p.chassis.map(|c| c.uuid()), Some(ch.uuid));
     }
     // Claims: each VIF on the chassis whose datapath has it, and up once installed.
@@ -531,23 +574,45 @@ fn registers_claims_and_programs_only_its_datapaths() {
             .all(|f| f.logical_datapath.map(|d| d.uuid()) != Some(ls2)),
         "hv1 received logical flows of ls2"
     );
-    assert!(view.port_binding_all_by_logical_port("vm9").next().is_none());
+    assert!(
+        view.port_binding_all_by_logical_port("vm9")
+            .next()
+            .is_none()
+    );
     assert!(view.logical_flow().len() < sb.logical_flow().len());
     // The program's ports: vm1 local by name, vm2 remote at hv2's chassis id.
     let p = net.chassis[0].dp.program().unwrap();
     let ls0 = p.datapaths.iter().find(|d| d.name == "ls0").unwrap();
-    let loc = |n: &str| ls0.ports.iter().find(|p| p.name == n).unwrap().location.clone();
-    assert_eq!(loc("vm1"), hf_datapath::proto::LocationMsg::Local("vm1".into()));
+    let loc = |n: &str| {
+        ls0.ports
+            .iter()
+            .find(|p| p.name == n)
+            .unwrap()
+            .location
+            .clone()
+    };
+    assert_eq!(
+        loc("vm1"),
+        hf_datapath::proto::LocationMsg::Local("vm1".into())
+    );
     let hv2_id = p.chassis_table.iter().find(|c| c.name == "hv2").unwrap().id;
     assert_eq!(loc("vm2"), hf_datapath::proto::LocationMsg::Remote(hv2_id));
-    assert!(p.chassis_table.iter().any(|c| c.name == "hv2" && c.ip == "192.168.0.2"));
+    assert!(
+        p.chassis_table
+            .iter()
+            .any(|c| c.name == "hv2" && c.ip == "192.168.0.2")
+    );
     // Zones: never 0, distinct, and the datapath holds the same map.
     let zones = net.chassis[0].dp.zones();
     assert!(!zones.is_empty() && !zones.values().any(|z| *z == 0));
     assert_eq!(zones.values().collect::<BTreeSet<_>>().len(), zones.len());
     assert_eq!(zones, net.ctl(0).zones());
     // Nothing failed to compile.
-    assert!(net.chassis[0].dp.flow_errors().is_empty(), "{:?}", net.chassis[0].dp.flow_errors());
+    assert!(
+        net.chassis[0].dp.flow_errors().is_empty(),
+        "{:?}",
+        net.chassis[0].dp.flow_errors()
+    );
 }
 
 #[test]
@@ -557,13 +622,19 @@ fn nb_cfg_is_reported_after_install() {
     net.advance(Duration::from_millis(500));
     let sb = net.db_sb();
     for name in ["hv1", "hv2"] {
-        let p = sb.chassis_private().values().find(|p| p.name == name).unwrap();
+        let p = sb
+            .chassis_private()
+            .values()
+            .find(|p| p.name == name)
+            .unwrap();
         assert_eq!(p.nb_cfg, n, "{name}");
         assert!(p.nb_cfg_timestamp >= WALL0, "{name}");
     }
     assert_eq!(net.db_nb().nb_global().values().next().unwrap().hv_cfg, n);
     // A port added with nb_cfg bumped: reported only once the program with it is installed.
-    net.chassis[0].dp.add_port("vm4", Some([0x0a, 0, 0, 1, 0, 9]));
+    net.chassis[0]
+        .dp
+        .add_port("vm4", Some([0x0a, 0, 0, 1, 0, 9]));
     let mut ops = topology_port("ls0", "vm4", 14);
     ops.push(json!({"op": "mutate", "table": "NB_Global", "where": [],
         "mutations": [["nb_cfg", "+=", 1]]}));
@@ -574,10 +645,16 @@ fn nb_cfg_is_reported_after_install() {
     assert_eq!(net.db_nb().nb_global().values().next().unwrap().hv_cfg, n2);
     let p = net.chassis[0].dp.program().unwrap();
     assert!(p.nb_cfg >= n2);
-    assert!(p.datapaths.iter().any(|d| d.ports.iter().any(|x| x.name == "vm4"
-        && x.location == hf_datapath::proto::LocationMsg::Local("vm4".into()))));
+    assert!(p.datapaths.iter().any(|d| {
+        d.ports.iter().any(|x| {
+            x.name == "vm4" && x.location == hf_datapath::proto::LocationMsg::Local("vm4".into())
+        })
+    }));
     let sb = net.db_sb();
-    assert_eq!(pb(&sb, "vm4").chassis.map(|c| c.uuid()), Some(chassis_uuid(&sb, "hv1")));
+    assert_eq!(
+        pb(&sb, "vm4").chassis.map(|c| c.uuid()),
+        Some(chassis_uuid(&sb, "hv1"))
+    );
 }
 
 fn topology_port(sw: &str, name: &str, n: u8) -> Vec<Value> {
@@ -611,7 +688,11 @@ fn restart_with_the_same_datapath_pushes_nothing_and_keeps_zones() {
     let n = net.bump_nb_cfg();
     net.advance(Duration::from_millis(500));
     let sb = net.db_sb();
-    let p = sb.chassis_private().values().find(|p| p.name == "hv1").unwrap();
+    let p = sb
+        .chassis_private()
+        .values()
+        .find(|p| p.name == "hv1")
+        .unwrap();
     assert_eq!(p.nb_cfg, n);
 }
 
@@ -646,7 +727,10 @@ fn rebuilt_databases_with_new_uuids_flush_nothing_and_keep_zones() {
     let new_sb = net.db_sb();
     let old_dp: BTreeSet<_> = old_sb.datapath_binding().keys().collect();
     assert!(
-        new_sb.datapath_binding().keys().all(|u| !old_dp.contains(u)),
+        new_sb
+            .datapath_binding()
+            .keys()
+            .all(|u| !old_dp.contains(u)),
         "the rebuilt SB must have new UUIDs"
     );
     for (i, c) in net.chassis.iter().enumerate() {
@@ -688,7 +772,12 @@ fn a_deleted_port_has_its_zone_flushed_once() {
     }
     net.advance(Duration::from_secs(10));
     for c in &net.chassis {
-        assert_eq!(c.ctl.as_ref().unwrap().stats().flush_requests, 1, "{}", c.name);
+        assert_eq!(
+            c.ctl.as_ref().unwrap().stats().flush_requests,
+            1,
+            "{}",
+            c.name
+        );
     }
     // The other zones did not move.
     assert_eq!(net.chassis[0].dp.zones()["lsp/vm1"], zone_vm1);
@@ -757,12 +846,28 @@ fn a_bad_flow_keeps_its_last_good_version_and_is_reported_once() {
         .map(|(_, s)| s)
         .collect();
     assert_eq!(lines.len(), causes.len(), "{lines:?}");
-    assert!(causes.len() == 1 && lines[0].contains("2 flow(s)"), "{lines:?}");
-    assert!(ctl.status().contains("Flow errors: 2 flow(s), 1 cause(s)"), "{}", ctl.status());
+    assert!(
+        causes.len() == 1 && lines[0].contains("2 flow(s)"),
+        "{lines:?}"
+    );
+    assert!(
+        ctl.status().contains("Flow errors: 2 flow(s), 1 cause(s)"),
+        "{}",
+        ctl.status()
+    );
     // And in Chassis_Private.external_ids.
     let sb = net.db_sb();
-    let pr = sb.chassis_private().values().find(|p| p.name == "hv1").unwrap();
-    assert_eq!(pr.external_ids.get("holdfast-flow-errors").map(String::as_str), Some("2"));
+    let pr = sb
+        .chassis_private()
+        .values()
+        .find(|p| p.name == "hv1")
+        .unwrap();
+    assert_eq!(
+        pr.external_ids
+            .get("holdfast-flow-errors")
+            .map(String::as_str),
+        Some("2")
+    );
     assert!(pr.external_ids["holdfast-flow-error-1"].ends_with("(2 flows)"));
     // More time and more SB changes do not log it again.
     let n = net.db_sb().sb_global().values().next().unwrap().nb_cfg;
@@ -783,7 +888,11 @@ fn a_bad_flow_keeps_its_last_good_version_and_is_reported_once() {
     }
     net.advance(Duration::from_secs(1));
     let sb = net.db_sb();
-    let pr = sb.chassis_private().values().find(|p| p.name == "hv1").unwrap();
+    let pr = sb
+        .chassis_private()
+        .values()
+        .find(|p| p.name == "hv1")
+        .unwrap();
     assert!(!pr.external_ids.contains_key("holdfast-flow-errors"));
     assert!(net.chassis[0].dp.flow_errors().is_empty());
 }
@@ -793,7 +902,12 @@ fn a_deleted_chassis_row_is_registered_again() {
     let mut net = two_chassis();
     let sb = net.db_sb();
     let h1 = chassis_uuid(&sb, "hv1");
-    let pr = sb.chassis_private().values().find(|p| p.name == "hv1").unwrap().uuid;
+    let pr = sb
+        .chassis_private()
+        .values()
+        .find(|p| p.name == "hv1")
+        .unwrap()
+        .uuid;
     net.sb(json!([
         {"op": "delete", "table": "Chassis_Private", "where": [["_uuid", "==", ["uuid", pr.to_string()]]]},
         {"op": "delete", "table": "Chassis", "where": [["_uuid", "==", ["uuid", h1.to_string()]]]}
@@ -802,7 +916,207 @@ fn a_deleted_chassis_row_is_registered_again() {
     let sb = net.db_sb();
     let again = chassis_uuid(&sb, "hv1");
     assert_ne!(again, h1);
-    assert!(sb.chassis_private().values().any(|p| p.name == "hv1"
-        && p.chassis.map(|c| c.uuid()) == Some(again)));
+    assert!(
+        sb.chassis_private()
+            .values()
+            .any(|p| p.name == "hv1" && p.chassis.map(|c| c.uuid()) == Some(again))
+    );
     assert_eq!(pb(&sb, "vm1").chassis.map(|c| c.uuid()), Some(again));
+}
+
+#[test]
+fn a_learned_neighbour_is_written_to_mac_binding() {
+    let mut net = two_chassis();
+    // vm1 sends lr0 an ARP reply (as if answering the router's request); lr0 learns vm1
+    // (put_arp) in hv1's datapath, which reports it; the controller writes MAC_Binding.
+    let vm1_mac = [0u8, 0, 0, 0, 0, 11];
+    let rtr_mac = [0u8, 0, 0, 0, 0xff, 1];
+    let mut frame = Vec::new();
+    frame.extend_from_slice(&rtr_mac);
+    frame.extend_from_slice(&vm1_mac);
+    frame.extend_from_slice(&[0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 2]);
+    frame.extend_from_slice(&vm1_mac);
+    frame.extend_from_slice(&[10, 0, 0, 11]);
+    frame.extend_from_slice(&rtr_mac);
+    frame.extend_from_slice(&[10, 0, 0, 1]);
+    let t = net.t;
+    net.chassis[0].dp.handle_port_frame("vm1", &frame, t);
+    net.run();
+    net.advance(Duration::from_millis(500));
+    let sb = net.db_sb();
+    let lr0 = sb
+        .datapath_binding()
+        .values()
+        .find(|d| d.external_ids.get("name").map(String::as_str) == Some("lr0"))
+        .unwrap()
+        .uuid;
+    let rows: Vec<_> = sb
+        .mac_binding()
+        .values()
+        .filter(|m| m.ip == "10.0.0.11")
+        .collect();
+    assert_eq!(
+        rows.len(),
+        1,
+        "{:?}\n{:?}\n{:?}",
+        sb.mac_binding(),
+        net.chassis[0].logs,
+        net.chassis[0].dp.counters()
+    );
+    assert_eq!(rows[0].mac, "00:00:00:00:00:0b");
+    assert_eq!(rows[0].logical_port, "lr0-ls0");
+    assert_eq!(rows[0].datapath.uuid(), lr0);
+    assert!(rows[0].timestamp >= WALL0);
+    // The same neighbour again writes nothing new.
+    let ts = rows[0].timestamp;
+    net.chassis[0].dp.handle_port_frame("vm1", &frame, net.t);
+    net.advance(Duration::from_millis(500));
+    let sb = net.db_sb();
+    let rows: Vec<_> = sb
+        .mac_binding()
+        .values()
+        .filter(|m| m.ip == "10.0.0.11")
+        .collect();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].timestamp, ts);
+}
+
+#[test]
+fn requested_chassis_and_additional_chassis_are_respected() {
+    let mut net = two_chassis();
+    // vm5 exists on both datapaths; NB asks for hv2 first, then hv1 as the additional chassis.
+    net.chassis[0]
+        .dp
+        .add_port("vm5", Some([0x0a, 0, 0, 1, 0, 5]));
+    net.chassis[1]
+        .dp
+        .add_port("vm5", Some([0x0a, 0, 0, 2, 0, 5]));
+    let mut ops = topology_port("ls0", "vm5", 15);
+    ops[0]["row"]["options"] = json!(["map", [["requested-chassis", "hv2,hv1"]]]);
+    net.nb(Value::Array(ops));
+    net.advance(Duration::from_secs(1));
+    let sb = net.db_sb();
+    let (h1, h2) = (chassis_uuid(&sb, "hv1"), chassis_uuid(&sb, "hv2"));
+    let p = pb(&sb, "vm5");
+    assert_eq!(p.chassis.map(|c| c.uuid()), Some(h2));
+    let extra: Vec<_> = p.additional_chassis.iter().map(|c| c.uuid()).collect();
+    assert_eq!(extra, vec![h1]);
+    // Requested on hv2 only: hv1 lets go.
+    net.nb(
+        json!([{"op": "update", "table": "Logical_Switch_Port", "where": [["name", "==", "vm5"]],
+        "row": {"options": ["map", [["requested-chassis", "hv2"]]]}}]),
+    );
+    net.advance(Duration::from_secs(1));
+    let sb = net.db_sb();
+    let p = pb(&sb, "vm5");
+    assert_eq!(p.chassis.map(|c| c.uuid()), Some(h2));
+    assert!(p.additional_chassis.is_empty());
+    // The local port leaves hv2: released.
+    net.chassis[1].dp.remove_port("vm5");
+    net.run();
+    net.advance(Duration::from_secs(1));
+    let sb = net.db_sb();
+    assert_eq!(pb(&sb, "vm5").chassis, None);
+    assert_eq!(pb(&sb, "vm5").up, Some(false));
+}
+
+#[test]
+fn bad_datapath_bytes_are_errors_not_panics() {
+    use hf_datapath::proto::{FromDatapath, encode};
+    let t = Duration::ZERO;
+    let mut c = new_controller("hv1", "192.168.0.1", t);
+    c.handle_dp_connected(t);
+    assert!(c.poll_dp_transmit().is_some(), "the hello goes out");
+    // A frame whose length is absurd, then one that does not decode: an error each, no panic.
+    c.handle_dp_bytes(&u32::MAX.to_be_bytes(), t);
+    assert!(!c.dp_ready());
+    let logs: Vec<_> = std::iter::from_fn(|| c.poll_log()).collect();
+    assert!(
+        logs.iter()
+            .any(|(l, s)| *l == Level::Err && s.contains("datapath connection")),
+        "{logs:?}"
+    );
+    c.handle_dp_connected(t);
+    c.handle_dp_bytes(&[0, 0, 0, 3, 0xff, 0xfe, 0xfd], t);
+    assert!(!c.dp_ready());
+    // A datapath that speaks another version is not used.
+    c.handle_dp_connected(t);
+    let hello = FromDatapath::Hello {
+        version: hf_datapath::proto::PROTOCOL_VERSION + 1,
+        chassis: "hv1".into(),
+        ports: vec![],
+        zones: BTreeMap::new(),
+        program: None,
+    };
+    c.handle_dp_bytes(&encode(&hello).unwrap(), t);
+    assert!(!c.dp_ready());
+    let logs: Vec<_> = std::iter::from_fn(|| c.poll_log()).collect();
+    assert!(
+        logs.iter()
+            .any(|(l, s)| *l == Level::Err && s.contains("protocol version")),
+        "{logs:?}"
+    );
+    // And the right one is.
+    c.handle_dp_connected(t);
+    let hello = FromDatapath::Hello {
+        version: hf_datapath::proto::PROTOCOL_VERSION,
+        chassis: "hv1".into(),
+        ports: vec![],
+        zones: BTreeMap::new(),
+        program: None,
+    };
+    c.handle_dp_bytes(&encode(&hello).unwrap(), t);
+    assert!(c.dp_ready());
+    // Garbage from SB before anything is connected changes nothing.
+    c.handle_sb_bytes(b"}{ not json", t);
+    assert!(!c.sb_synced());
+}
+
+#[test]
+fn gateway_ports_are_claimed_by_the_active_gateway() {
+    let mut net = two_chassis();
+    // lr0-ls1 becomes a distributed gateway port on hv2 (priority 20).
+    net.nb(json!([
+        {"op": "insert", "table": "Gateway_Chassis", "uuid-name": "g2",
+         "row": {"name": "lr0-ls1-hv2", "chassis_name": "hv2", "priority": 20}},
+        {"op": "mutate", "table": "Logical_Router_Port", "where": [["name", "==", "lr0-ls1"]],
+         "mutations": [["gateway_chassis", "insert", ["set", [["named-uuid", "g2"]]]]]}
+    ]));
+    net.advance(Duration::from_secs(1));
+    let sb = net.db_sb();
+    let cr = sb
+        .port_binding()
+        .values()
+        .find(|p| p.type_ == "chassisredirect")
+        .unwrap_or_else(|| panic!("no chassisredirect port: {:?}", sb.port_binding()));
+    let name = cr.logical_port.clone();
+    assert_eq!(cr.chassis.map(|c| c.uuid()), Some(chassis_uuid(&sb, "hv2")));
+    // hv1 with a higher priority takes over; hv2 lets go.
+    net.nb(json!([
+        {"op": "insert", "table": "Gateway_Chassis", "uuid-name": "g1",
+         "row": {"name": "lr0-ls1-hv1", "chassis_name": "hv1", "priority": 30}},
+        {"op": "mutate", "table": "Logical_Router_Port", "where": [["name", "==", "lr0-ls1"]],
+         "mutations": [["gateway_chassis", "insert", ["set", [["named-uuid", "g1"]]]]]}
+    ]));
+    net.advance(Duration::from_secs(1));
+    let sb = net.db_sb();
+    assert_eq!(
+        pb(&sb, &name).chassis.map(|c| c.uuid()),
+        Some(chassis_uuid(&sb, "hv1"))
+    );
+    // And the programs agree: resident on hv1, remote on hv2.
+    let port = |i: usize| {
+        net.chassis[i]
+            .dp
+            .program()
+            .unwrap()
+            .datapaths
+            .iter()
+            .flat_map(|d| d.ports.iter())
+            .find(|p| p.name == name)
+            .cloned()
+            .unwrap()
+    };
+    assert!(port(0).resident);
+    assert!(!port(1).resident);
 }

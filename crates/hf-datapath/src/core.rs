@@ -94,6 +94,38 @@ pub enum Transmit {
     },
 }
 
+/// A queued frame, borrowed ([`Datapath::drain_transmit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransmitRef<'a> {
+    /// Out of a local port.
+    Port {
+        /// The port's name.
+        port: &'a str,
+        /// The Ethernet frame.
+        frame: &'a [u8],
+    },
+    /// Into a Geneve tunnel (Geneve header + inner frame, for `dst:6081`).
+    Tunnel {
+        /// The remote chassis's tunnel IP.
+        dst: IpAddr,
+        /// Geneve header and inner Ethernet frame.
+        payload: &'a [u8],
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+enum TxTo {
+    Port(u32),
+    Tunnel(IpAddr),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct TxDesc {
+    to: TxTo,
+    start: usize,
+    len: usize,
+}
+
 /// Severity of a [`Datapath::poll_log`] line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
@@ -131,7 +163,9 @@ pub struct Datapath {
     tunnels: BTreeMap<u32, IpAddr>,
     /// Chassis ids of the table that cannot be reached (another encapsulation).
     no_tunnel: BTreeMap<u32, String>,
-    tx: VecDeque<Transmit>,
+    /// Frames to send: their bytes back to back in `tx_bytes`, described in `tx`.
+    tx: VecDeque<TxDesc>,
+    tx_bytes: Vec<u8>,
     outs: Outputs,
     pub(crate) control: Option<Control>,
     pub(crate) ctl_tx: VecDeque<Vec<u8>>,
@@ -175,6 +209,7 @@ impl Datapath {
             tunnels: BTreeMap::new(),
             no_tunnel: BTreeMap::new(),
             tx: VecDeque::new(),
+            tx_bytes: Vec::new(),
             outs: Outputs::default(),
             control: None,
             ctl_tx: VecDeque::new(),
@@ -425,15 +460,14 @@ impl Datapath {
     }
 
     fn run(&mut self, from: Ingress, frame: &[u8], now: Duration, tunnel: bool) {
-        let mut outs = std::mem::take(&mut self.outs);
         let res = self
             .pipeline
-            .process(&mut self.ct, from, frame, now, &mut outs);
+            .process(&mut self.ct, from, frame, now, &mut self.outs);
         match res {
             Ok(st) => {
                 self.counters.cache_hits += u64::from(st.cache_hits);
                 self.counters.cache_misses += u64::from(st.segments.saturating_sub(st.cache_hits));
-                if outs.is_empty() {
+                if self.outs.is_empty() {
                     self.counters.dropped += 1;
                 }
             }
@@ -443,14 +477,18 @@ impl Datapath {
                 self.log_once(Level::Debug, &key, || format!("frame not processed: {e}"));
             }
         }
-        for (dst, bytes) in outs.iter() {
+        let mut no_tunnel = None;
+        for (dst, bytes) in self.outs.iter() {
             match dst {
                 Destination::Local(id) => match self.port_names.get(&id) {
-                    Some(name) => {
+                    Some(_) => {
                         self.counters.tx_port += 1;
-                        self.tx.push_back(Transmit::Port {
-                            port: name.clone(),
-                            frame: bytes.to_vec(),
+                        let start = self.tx_bytes.len();
+                        self.tx_bytes.extend_from_slice(bytes);
+                        self.tx.push_back(TxDesc {
+                            to: TxTo::Port(id),
+                            start,
+                            len: bytes.len(),
                         });
                     }
                     None => self.counters.dropped += 1,
@@ -463,13 +501,7 @@ impl Datapath {
                 } => {
                     let Some(&ip) = self.tunnels.get(&chassis) else {
                         self.counters.dropped += 1;
-                        let what =
-                            self.no_tunnel.get(&chassis).cloned().unwrap_or_else(|| {
-                                format!("id {chassis}, not in the chassis table")
-                            });
-                        self.log_once(Level::Warn, &format!("tun:{chassis}"), || {
-                            format!("no Geneve tunnel to chassis {what}: frames dropped")
-                        });
+                        no_tunnel = Some(chassis);
                         continue;
                     };
                     let repr = GeneveRepr {
@@ -482,17 +514,30 @@ impl Datapath {
                         },
                         oam: false,
                     };
-                    let mut payload = Vec::with_capacity(repr.buffer_len() + bytes.len());
-                    repr.emit(&mut payload);
-                    payload.extend_from_slice(bytes);
+                    let start = self.tx_bytes.len();
+                    repr.emit(&mut self.tx_bytes);
+                    self.tx_bytes.extend_from_slice(bytes);
                     self.counters.tx_tunnel += 1;
-                    self.tx.push_back(Transmit::Tunnel { dst: ip, payload });
+                    self.tx.push_back(TxDesc {
+                        to: TxTo::Tunnel(ip),
+                        start,
+                        len: self.tx_bytes.len() - start,
+                    });
                 }
                 _ => self.counters.dropped += 1,
             }
         }
-        outs.clear();
-        self.outs = outs;
+        self.outs.clear();
+        if let Some(chassis) = no_tunnel {
+            let what = self
+                .no_tunnel
+                .get(&chassis)
+                .cloned()
+                .unwrap_or_else(|| format!("id {chassis}, not in the chassis table"));
+            self.log_once(Level::Warn, &format!("tun:{chassis}"), || {
+                format!("no Geneve tunnel to chassis {what}: frames dropped")
+            });
+        }
         self.take_events();
     }
 
@@ -551,7 +596,61 @@ impl Datapath {
 
     /// The next frame to send.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
-        self.tx.pop_front()
+        loop {
+            let Some(d) = self.tx.pop_front() else {
+                self.tx_bytes.clear();
+                return None;
+            };
+            let bytes = self
+                .tx_bytes
+                .get(d.start..d.start + d.len)
+                .unwrap_or(&[])
+                .to_vec();
+            if self.tx.is_empty() {
+                self.tx_bytes.clear();
+            }
+            match d.to {
+                TxTo::Port(id) => {
+                    // A port removed since the frame was queued: the frame is dropped.
+                    let Some(name) = self.port_names.get(&id) else {
+                        self.counters.dropped += 1;
+                        continue;
+                    };
+                    return Some(Transmit::Port {
+                        port: name.clone(),
+                        frame: bytes,
+                    });
+                }
+                TxTo::Tunnel(dst) => {
+                    return Some(Transmit::Tunnel {
+                        dst,
+                        payload: bytes,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Hands every queued frame to `f` without copying it (what [`Datapath::poll_transmit`]
+    /// does, minus the allocations): the forwarding loop of the shells and the benchmark.
+    pub fn drain_transmit(&mut self, mut f: impl FnMut(TransmitRef<'_>)) {
+        while let Some(d) = self.tx.pop_front() {
+            let bytes = self.tx_bytes.get(d.start..d.start + d.len).unwrap_or(&[]);
+            match d.to {
+                TxTo::Port(id) => match self.port_names.get(&id) {
+                    Some(name) => f(TransmitRef::Port {
+                        port: name,
+                        frame: bytes,
+                    }),
+                    None => self.counters.dropped += 1,
+                },
+                TxTo::Tunnel(dst) => f(TransmitRef::Tunnel {
+                    dst,
+                    payload: bytes,
+                }),
+            }
+        }
+        self.tx_bytes.clear();
     }
 
     // ----- timers -----

@@ -24,4 +24,4 @@ pub mod example;
 pub mod program;
 pub mod proto;
 
-pub use crate::core::{Datapath, DatapathConfig, Level, MAX_PENDING, Transmit};
+pub use crate::core::{Datapath, DatapathConfig, Level, MAX_PENDING, Transmit, TransmitRef};

@@ -33,8 +33,8 @@ use hf_expr::actions::Pipeline as Pipe;
 use hf_expr::lexer::{Tok, tokenize};
 use hf_expr::{Constant, Sets};
 use hf_pipeline::{
-    DatapathKind, DatapathSpec, DnsSpec, FdbSpec, FlowError, FlowId, FlowSpec, GroupSpec, LbVipSpec,
-    Neighbour, PortKind, PortLocation, PortSpec, Program, ProgramSpec,
+    DatapathKind, DatapathSpec, DnsSpec, FdbSpec, FlowError, FlowId, FlowSpec, GroupSpec,
+    LbVipSpec, Neighbour, PortKind, PortLocation, PortSpec, Program, ProgramSpec,
 };
 
 use crate::proto::{FlowErrorMsg, FlowMsg, LocationMsg, ProgramMsg};

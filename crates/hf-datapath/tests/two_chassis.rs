@@ -478,3 +478,73 @@ proptest::proptest! {
         proptest::prop_assert_eq!(got.len(), 1);
     }
 }
+
+#[test]
+fn rarp_activation_and_learned_neighbours_reach_the_controller() {
+    let mut dp = chassis(1);
+    dp.handle_control_connected(ms(0));
+    let mut p = example::program(1, 1, IPS);
+    p.datapaths[0].ports[0].needs_activation = true;
+    p.datapaths[0].flows.push(hf_datapath::proto::FlowMsg {
+        table: 0,
+        priority: 50,
+        matches: "arp".into(),
+        actions: "put_arp(inport, arp.spa, arp.sha); next;".into(),
+        id: "learn".into(),
+        ..Default::default()
+    });
+    let ans = ctl(
+        &mut dp,
+        &[hello("hv1"), ToDatapath::Program(Box::new(p))],
+        ms(0),
+    );
+    assert!(
+        matches!(&ans[..], [_, FromDatapath::Installed { flow_errors, .. }] if flow_errors.is_empty()),
+        "{ans:?}"
+    );
+    // Waiting for activation: vm1's frames are dropped.
+    let ping = icmp_echo(VM1_IP.into(), VM2_IP.into(), 7, false);
+    dp.handle_port_frame("vm1", &ping, ms(1));
+    assert_eq!(dp.poll_transmit(), None);
+    // Its RARP activates it, and the controller hears so.
+    let mut rarp = Vec::new();
+    hf_wire::reply::arp_request(&mut rarp, hf_wire::EthAddr(VM1_MAC), VM1_IP, VM1_IP);
+    rarp[12..14].copy_from_slice(&[0x80, 0x35]);
+    rarp[20..22].copy_from_slice(&[0, 3]);
+    dp.handle_port_frame("vm1", &rarp, ms(2));
+    while dp.poll_transmit().is_some() {}
+    let ans = ctl(&mut dp, &[], ms(2));
+    assert!(
+        ans.contains(&FromDatapath::PortActivated { port: "vm1".into() }),
+        "{ans:?}"
+    );
+    dp.handle_port_frame("vm1", &ping, ms(3));
+    assert!(matches!(dp.poll_transmit(), Some(Transmit::Tunnel { .. })));
+    // An ARP from vm1 teaches the pipeline its binding: the controller gets it for MAC_Binding.
+    let mut arp = Vec::new();
+    hf_wire::reply::arp_request(&mut arp, hf_wire::EthAddr(VM1_MAC), VM1_IP, VM2_IP);
+    dp.handle_port_frame("vm1", &arp, ms(4));
+    while dp.poll_transmit().is_some() {}
+    let learned = |mac: [u8; 6]| {
+        FromDatapath::Learned(vec![hf_datapath::proto::LearnedNeighbour {
+            datapath: "sw0".into(),
+            port: "vm1".into(),
+            ip: "10.0.0.1".into(),
+            mac,
+        }])
+    };
+    assert_eq!(ctl(&mut dp, &[], ms(4)), vec![learned(VM1_MAC)]);
+    // Learned while no controller is connected: delivered after the next hello.
+    dp.handle_control_disconnected(ms(5));
+    let moved = [2, 0, 0, 0, 0, 0x11];
+    let mut arp = Vec::new();
+    hf_wire::reply::arp_request(&mut arp, hf_wire::EthAddr(moved), VM1_IP, VM2_IP);
+    dp.handle_port_frame("vm1", &arp, ms(6));
+    while dp.poll_transmit().is_some() {}
+    dp.handle_control_connected(ms(7));
+    let ans = ctl(&mut dp, &[hello("hv1")], ms(7));
+    assert!(
+        matches!(&ans[..], [FromDatapath::Hello { .. }, l] if *l == learned(moved)),
+        "{ans:?}"
+    );
+}

@@ -8,6 +8,7 @@ pub mod northd;
 pub mod ovsdb;
 pub mod ovsdb_client;
 pub mod pipeline;
+pub mod sandbox;
 pub mod trace;
 
 use crate::{Opts, Report};
@@ -56,5 +57,10 @@ pub const ALL: &[(&str, &str, SuiteFn)] = &[
         "controller",
         "holdfast chassis vs ovn-controller on the gen_topo SB real ovn-northd writes (500x40): cold start and one port added, with the split and peak heap",
         controller::run,
+    ),
+    (
+        "sandbox",
+        "hf-datapath: established TCP between two chassis through Geneve, in memory, one core (pps)",
+        sandbox::run,
     ),
 ];

@@ -12,12 +12,16 @@
 //!   becomes true once the datapath has installed a program where the port is local (23.03's
 //!   `port-up-notif`), and false on release.
 //!
+//! - A `chassisredirect` port is claimed by the highest-priority chassis of its HA chassis
+//!   group (or `Gateway_Chassis` rows) and released by a chassis that is no longer it; an
+//!   `l3gateway` port by the chassis its `options:l3gateway-chassis` names (ovn-controller's
+//!   gateway claims, so `ovn-sbctl show` lists them under the gateway).
 //! - A `virtual` port is claimed when the datapath reports `bind_vport` ran for it
 //!   (`VportBound`): `chassis` and `virtual_parent` are set, as pinctrl does.
 //!
-//! Not done: releasing a virtual port when its parent leaves, `external`, `chassisredirect`, `l2gateway` and
-//! `l3gateway` claims (the translation places those by their HA group or options; nothing is
-//! written for them), container ports (`parent_port`/`tag`).
+//! Not done: releasing a virtual port when its parent leaves, `external` and `l2gateway`
+//! claims (the translation places those by their HA group or options; nothing is written for
+//! them), container ports (`parent_port`/`tag`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -54,7 +58,11 @@ pub fn claim_of(
         if r.uuid() == ours {
             return Claim::Primary;
         }
-        if pb.requested_additional_chassis.iter().any(|c| c.uuid() == ours) {
+        if pb
+            .requested_additional_chassis
+            .iter()
+            .any(|c| c.uuid() == ours)
+        {
             return Claim::Additional;
         }
         // Requested elsewhere (the row may be one the view does not hold: still elsewhere).
@@ -70,7 +78,7 @@ pub fn claim_of(
                 .filter(|s| !s.is_empty())
                 .collect();
             let me = |n: &&str| *n == name || (!hostname.is_empty() && *n == hostname);
-            match names.iter().position(|n| me(n)) {
+            match names.iter().position(me) {
                 Some(0) => Claim::Primary,
                 Some(_) => Claim::Additional,
                 None => Claim::None,
@@ -96,6 +104,29 @@ pub fn binding_ops(
 ) -> Vec<Value> {
     let mut ops = Vec::new();
     for pb in sb.port_binding().values() {
+        let gateway = match pb.type_.as_str() {
+            "chassisredirect" => Some(crate::translate::ports::ha_top(sb, pb) == Some(ours)),
+            "l3gateway" => {
+                Some(pb.options.get("l3gateway-chassis").map(String::as_str) == Some(name))
+            }
+            _ => None,
+        };
+        if let Some(here) = gateway {
+            let holds = pb.chassis.map(|c| c.uuid()) == Some(ours);
+            let row = match (here, holds) {
+                (true, false) => Some(uuid_json(ours)),
+                (false, true) => Some(json!(["set", []])),
+                _ => None,
+            };
+            if let Some(ch) = row {
+                ops.push(json!({"op": "update", "table": "Port_Binding",
+                    "where": [["_uuid", "==", uuid_json(pb.uuid)]], "row": {"chassis": ch}}));
+                ops.push(json!({"op": "comment", "comment": format!(
+                    "holdfast controller {name}: {} {} lport {}",
+                    if here { "claiming" } else { "releasing" }, pb.type_, pb.logical_port)}));
+            }
+            continue;
+        }
         if pb.type_ == "virtual" {
             if let Some(parent) = vports.get(&pb.logical_port)
                 && (pb.chassis.map(|c| c.uuid()) != Some(ours)

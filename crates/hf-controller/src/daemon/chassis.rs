@@ -72,7 +72,10 @@ pub fn other_config(id: &Identity) -> BTreeMap<String, String> {
 
 /// An OVSDB map value.
 pub fn map_json(m: &BTreeMap<String, String>) -> Value {
-    json!(["map", m.iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>()])
+    json!([
+        "map",
+        m.iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>()
+    ])
 }
 
 fn uuid_json(u: Uuid) -> Value {
@@ -99,13 +102,15 @@ pub fn registration_ops(sb: &SbSnapshot, id: &Identity) -> Vec<Value> {
         None => {
             ops.push(json!({"op": "insert", "table": "Encap", "row": encap_row,
                             "uuid-name": "hf_encap"}));
-            ops.push(json!({"op": "insert", "table": "Chassis", "uuid-name": "hf_chassis",
+            ops.push(
+                json!({"op": "insert", "table": "Chassis", "uuid-name": "hf_chassis",
                 "row": {
                     "name": id.name,
                     "hostname": id.hostname,
                     "encaps": ["named-uuid", "hf_encap"],
                     "other_config": map_json(&want_oc),
-                }}));
+                }}),
+            );
             ops.push(json!({"op": "comment",
                 "comment": format!("holdfast controller: registering chassis '{}'", id.name)}));
             json!(["named-uuid", "hf_chassis"])

@@ -45,7 +45,7 @@
 //!
 //! No sockets, no clock: the shell or the simulator moves bytes and supplies `now` (and the
 //! wall-clock offset for SB timestamps, [`Tuning::wall_offset_ms`]). No live-migration
-//! driving (a `PortActivated` is logged), no `virtual`/`chassisredirect`/gateway claims (see
+//! driving (a `PortActivated` is logged), no `external`/`l2gateway` claims (see
 //! [`super::binding`]).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -198,6 +198,8 @@ pub struct Controller {
     /// Conditions as last set, and whether the last computation changed none.
     conds: BTreeMap<&'static str, Option<Vec<Value>>>,
     conds_settled: bool,
+    /// The view or the local ports changed since the conditions were last computed.
+    conds_due: bool,
     monitored: BTreeSet<Uuid>,
     // The datapath link.
     dp_connected: bool,
@@ -301,6 +303,7 @@ impl Controller {
             write_retry_at: None,
             conds,
             conds_settled: false,
+            conds_due: true,
             monitored: BTreeSet::new(),
             dp_connected: false,
             dp_dec: Decoder::new(),
@@ -709,12 +712,17 @@ impl Controller {
                     ),
                 );
                 let local = self.local_set();
-                let up = self.running.as_ref().map(installed_local).unwrap_or_default();
+                let up = self
+                    .running
+                    .as_ref()
+                    .map(installed_local)
+                    .unwrap_or_default();
                 self.with_state(|st| {
                     st.dp_ready = true;
                     st.local = local;
                     st.up = up;
                 });
+                self.conds_due = true;
                 self.translate_due = true;
                 self.write_due = true;
             }
@@ -737,7 +745,8 @@ impl Controller {
                 for n in &self.flushing {
                     self.zones.remove(n);
                 }
-                self.installed_nb_cfg = Some(self.installed_nb_cfg.map_or(p.nb_cfg, |n| n.max(p.nb_cfg)));
+                self.installed_nb_cfg =
+                    Some(self.installed_nb_cfg.map_or(p.nb_cfg, |n| n.max(p.nb_cfg)));
                 let up = installed_local(&p);
                 let report = self.lastgood.report();
                 let nb_cfg = self.installed_nb_cfg;
@@ -822,13 +831,18 @@ impl Controller {
             } => {
                 self.say(
                     Level::Info,
-                    format!("virtual port {vport} bound here through {parent} (datapath {datapath})"),
+                    format!(
+                        "virtual port {vport} bound here through {parent} (datapath {datapath})"
+                    ),
                 );
                 self.with_state(|st| st.vports.insert(vport, parent));
                 self.write_due = true;
             }
             FromDatapath::PortActivated { port } => {
-                self.say(Level::Info, format!("port {port} activated on this chassis"));
+                self.say(
+                    Level::Info,
+                    format!("port {port} activated on this chassis"),
+                );
             }
             FromDatapath::Flushed { names, entries } => {
                 for n in &names {
@@ -871,8 +885,10 @@ impl Controller {
     fn note_ports(&mut self, p: &ProgramMsg) {
         for d in &p.datapaths {
             for port in &d.ports {
-                self.zone_dp
-                    .insert(crate::translate::zones::port_zone_name(&port.name), d.name.clone());
+                self.zone_dp.insert(
+                    crate::translate::zones::port_zone_name(&port.name),
+                    d.name.clone(),
+                );
             }
         }
     }
@@ -881,6 +897,7 @@ impl Controller {
         let local = self.local_set();
         self.with_state(|st| st.local = local);
         self.write_due = true;
+        self.conds_due = true;
         self.translate_due = true;
     }
 
@@ -910,10 +927,12 @@ impl Controller {
                     Level::Debug,
                     format!("SB: in sync ({rows} rows, full={full})"),
                 );
+                self.conds_due = true;
                 self.translate_due = true;
                 self.write_due = true;
             }
             Event::Changes(_) => {
+                self.conds_due = true;
                 self.translate_due = true;
                 self.write_due = true;
             }
@@ -926,7 +945,10 @@ impl Controller {
                 }
                 self.write_due = true;
                 if let TxnOutcome::Failed(e) = outcome {
-                    self.say(Level::Warn, format!("SB write failed: {e}; retrying in 1 s"));
+                    self.say(
+                        Level::Warn,
+                        format!("SB write failed: {e}; retrying in 1 s"),
+                    );
                     self.write_retry_at = Some(now + Duration::from_secs(1));
                 }
             }
@@ -936,6 +958,10 @@ impl Controller {
     }
 
     fn update_conditions(&mut self) {
+        if !self.conds_due {
+            return;
+        }
+        self.conds_due = false;
         let sb = self.sb.model();
         let local = self.local_set();
         let want = monitor::conditions(sb, &self.cfg.chassis, &local, self.cfg.monitor_all);
@@ -953,6 +979,8 @@ impl Controller {
             }
         }
         self.conds_settled = !changed;
+        // A change is checked once more (the rows it brings may change it again).
+        self.conds_due = changed;
     }
 
     fn write_round(&mut self, now: Duration) {
@@ -1018,7 +1046,7 @@ impl Controller {
             }
             return match self.zone_dp.get(name) {
                 None => false,
-                Some(d) => match neigh::datapath_by_name(sb, &d) {
+                Some(d) => match neigh::datapath_by_name(sb, d) {
                     None => true,
                     Some(u) => self.cfg.monitor_all || self.monitored.contains(&u),
                 },
@@ -1107,7 +1135,10 @@ impl Controller {
         let msg = build.msg;
         self.note_ports(&msg);
         // A view without any datapath while the datapath forwards for local ports: hold it.
-        let running_dps = self.running.as_ref().is_some_and(|r| !r.datapaths.is_empty());
+        let running_dps = self
+            .running
+            .as_ref()
+            .is_some_and(|r| !r.datapaths.is_empty());
         if msg.datapaths.is_empty() && running_dps && !self.dp_ports.is_empty() {
             let since = *self.empty_since.get_or_insert(now);
             if now < since + self.tuning.flush_grace {

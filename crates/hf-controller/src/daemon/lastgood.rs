@@ -63,9 +63,7 @@ impl LastGood {
                     .last_good
                     .clone()
                     .unwrap_or_else(|| (f.matches.clone(), f.actions.clone()));
-                self.good
-                    .entry((d.name.clone(), f.id.clone()))
-                    .or_insert(v);
+                self.good.entry((d.name.clone(), f.id.clone())).or_insert(v);
             }
         }
     }

@@ -88,8 +88,16 @@ pub fn conditions(
     if let Some(c) = ours {
         pb.push(json!(["chassis", "==", u(c)]));
         pb.push(json!(["requested_chassis", "==", u(c)]));
-        pb.push(json!(["options", "includes", ["map", [["l2gateway-chassis", chassis]]]]));
-        pb.push(json!(["options", "includes", ["map", [["l3gateway-chassis", chassis]]]]));
+        pb.push(json!([
+            "options",
+            "includes",
+            ["map", [["l2gateway-chassis", chassis]]]
+        ]));
+        pb.push(json!([
+            "options",
+            "includes",
+            ["map", [["l3gateway-chassis", chassis]]]
+        ]));
     }
     for p in local {
         pb.push(json!(["logical_port", "==", p]));
@@ -110,7 +118,12 @@ pub fn conditions(
     }
     out.insert("Port_Binding", Some(pb));
     out.insert("Logical_Flow", Some(or_false(lf)));
-    for t in ["MAC_Binding", "Multicast_Group", "Static_MAC_Binding", "IP_Multicast"] {
+    for t in [
+        "MAC_Binding",
+        "Multicast_Group",
+        "Static_MAC_Binding",
+        "IP_Multicast",
+    ] {
         out.insert(t, Some(or_false(per_dp.clone())));
     }
     out.insert("DNS", Some(or_false(dns)));
@@ -122,12 +135,18 @@ pub fn conditions(
             out.insert("IGMP_Group", Some(vec![json!(false)]));
         }
         Some(c) => {
-            out.insert("Chassis_Private", Some(vec![json!(["name", "==", chassis])]));
+            out.insert(
+                "Chassis_Private",
+                Some(vec![json!(["name", "==", chassis])]),
+            );
             out.insert(
                 "Chassis_Template_Var",
                 Some(vec![json!(["chassis", "==", chassis])]),
             );
-            out.insert("Controller_Event", Some(vec![json!(["chassis", "==", u(c)])]));
+            out.insert(
+                "Controller_Event",
+                Some(vec![json!(["chassis", "==", u(c)])]),
+            );
             out.insert("IGMP_Group", Some(vec![json!(["chassis", "==", u(c)])]));
         }
     }

@@ -38,9 +38,9 @@ pub fn datapath_by_name(sb: &SbSnapshot, name: &str) -> Option<Uuid> {
 
 /// Whether the view already has `(port, ip) → mac` on `datapath`.
 pub fn written(sb: &SbSnapshot, dp: Uuid, port: &str, ip: &str, mac: &str) -> bool {
-    sb.mac_binding().values().any(|m| {
-        m.logical_port == port && m.ip == ip && m.datapath.uuid() == dp && m.mac == mac
-    })
+    sb.mac_binding()
+        .values()
+        .any(|m| m.logical_port == port && m.ip == ip && m.datapath.uuid() == dp && m.mac == mac)
 }
 
 /// The operations writing the pending neighbours.

@@ -73,7 +73,7 @@ pub(crate) fn binding(sb: &SbSnapshot, pb: &sb::PortBinding) -> (Option<Uuid>, V
 }
 
 /// The highest-priority chassis of the port's HA chassis group (then gateway_chassis).
-fn ha_top(sb: &SbSnapshot, pb: &sb::PortBinding) -> Option<Uuid> {
+pub(crate) fn ha_top(sb: &SbSnapshot, pb: &sb::PortBinding) -> Option<Uuid> {
     let named = |prio: i64, ch: Option<hf_model::RowRef<sb::Chassis>>| {
         let ch = ch?;
         Some((prio, sb.get(ch)?.name.clone(), ch.uuid()))
