@@ -958,9 +958,13 @@ impl Controller {
                 self.translate_due = true;
                 self.write_due = true;
             }
-            Event::Changes(_) => {
-                self.conds_due = true;
-                self.translate_due = true;
+            Event::Changes(d) => {
+                // Our own status writes (`Chassis_Private`, `Port_Binding.up`) change nothing
+                // the translation or the conditions read.
+                if !only_status(&d) {
+                    self.conds_due = true;
+                    self.translate_due = true;
+                }
                 self.write_due = true;
             }
             Event::Disconnected { remote, reason } => {
@@ -1230,6 +1234,23 @@ impl Controller {
             self.write_round(now);
         }
     }
+}
+
+/// Whether a change set touches only `Chassis_Private` rows and `Port_Binding.up`.
+fn only_status(d: &hf_model::sb::Delta) -> bool {
+    let up_only = d
+        .port_binding
+        .iter()
+        .filter(|r| match r {
+            hf_model::RowDelta::Update { old, new } => {
+                let mut o = old.clone();
+                o.up = new.up;
+                o == *new
+            }
+            _ => false,
+        })
+        .count();
+    d.len() == d.chassis_private.len() + up_only
 }
 
 /// The ports a program has as local.
