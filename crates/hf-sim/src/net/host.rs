@@ -7,7 +7,9 @@
 //!   `dhcpv4::Socket`; every accepted lease goes to the record, the address and default route are
 //!   applied to the interface). smoltcp answers ARP, NDP and ICMP echo itself.
 //! - Ping: [`Host::ping`] sends `count` ICMP(v6) echo requests, one per `interval`, and records
-//!   RTTs; an answer later than [`PING_TIMEOUT`] after the last request is no longer waited for.
+//!   RTTs; an answer later than [`PING_TIMEOUT`] after the last request left the host is no
+//!   longer waited for (a request smoltcp holds for ARP/ND counts as leaving at most
+//!   [`UNSENT_WAIT`] after it was queued).
 //! - UDP: [`Host::listen_udp_echo`] echoes every datagram back; [`Host::udp_exchange`] sends
 //!   `count` datagrams and checks every echo byte for byte.
 //! - TCP: [`Host::listen_tcp`] accepts any number of connections on a port (a fresh listening
@@ -55,6 +57,9 @@ use super::tcp::{Conn, Direction, Transfer, fill_pattern};
 
 /// How long a ping or UDP session waits for answers after its last request.
 pub const PING_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a ping or UDP session waits for requests smoltcp still holds (next hop unresolved)
+/// before it counts them as left: Linux's three ARP probes a second apart.
+pub const UNSENT_WAIT: Duration = Duration::from_secs(3);
 /// Default TCP socket buffer (each direction); large enough for a 10 Gb/s × 100 µs path.
 pub const DEFAULT_TCP_BUFFER: usize = 256 * 1024;
 /// Upper bound on smoltcp poll rounds per call (a safety net; one round sends at most one segment
@@ -227,9 +232,25 @@ impl Device for Wire {
     }
 }
 
+/// When a ping or UDP session stops waiting: [`PING_TIMEOUT`] after the last request left the
+/// host, or after [`UNSENT_WAIT`] more for requests still held.
+fn session_deadline(
+    sent_at: &[Duration],
+    emitted: u64,
+    last_emitted: Option<Duration>,
+) -> Duration {
+    let last_queued = sent_at.last().copied().unwrap_or_default();
+    match last_emitted {
+        Some(e) if emitted >= sent_at.len() as u64 => e.max(last_queued) + PING_TIMEOUT,
+        _ => last_queued + UNSENT_WAIT + PING_TIMEOUT,
+    }
+}
+
 #[derive(Debug)]
 struct EchoSession {
     handle: SocketHandle,
+    local: SocketAddr,
+    last_emitted: Option<Duration>,
     dst: IpAddr,
     port: u16,
     len: usize,
@@ -243,6 +264,7 @@ struct EchoSession {
 #[derive(Debug)]
 struct PingSession {
     handle: SocketHandle,
+    last_emitted: Option<Duration>,
     dst: IpAddr,
     interval: Duration,
     next_at: Duration,
@@ -751,6 +773,8 @@ impl Host {
             name.clone(),
             EchoSession {
                 handle: h,
+                local: SocketAddr::new(src, lport),
+                last_emitted: None,
                 dst,
                 port,
                 len,
@@ -797,6 +821,7 @@ impl Host {
             name.clone(),
             PingSession {
                 handle: h,
+                last_emitted: None,
                 dst,
                 interval,
                 next_at: self.now,
@@ -960,6 +985,22 @@ impl Host {
         self.rec.bytes_out += f.len() as u64;
         match frames::classify(&f) {
             Class::Tcp(s) => self.flows.egress(&s),
+            Class::EchoRequest { ident, .. } => {
+                for p in self.pings.values_mut() {
+                    if p.rec.ident == ident && !p.rec.done {
+                        p.rec.emitted += 1;
+                        p.last_emitted = Some(self.now);
+                    }
+                }
+            }
+            Class::Udp { src, dst } => {
+                for p in self.udp.values_mut() {
+                    if p.local == src && dst == SocketAddr::new(p.dst, p.port) && !p.rec.done {
+                        p.rec.emitted += 1;
+                        p.last_emitted = Some(self.now);
+                    }
+                }
+            }
             Class::Dhcp(m) if m.from_client => {
                 if let Some((_, d)) = self.dhcp.as_mut() {
                     match m.message_type {
@@ -1040,7 +1081,7 @@ impl Host {
                 at(Some(if p.rec.sent < p.rec.count {
                     p.next_at
                 } else {
-                    p.sent_at.last().copied().unwrap_or(now) + PING_TIMEOUT
+                    session_deadline(&p.sent_at, p.rec.emitted, p.last_emitted)
                 }));
             }
         }
@@ -1049,7 +1090,7 @@ impl Host {
                 at(Some(if p.rec.sent < p.rec.count {
                     p.next_at
                 } else {
-                    p.sent_at.last().copied().unwrap_or(now) + PING_TIMEOUT
+                    session_deadline(&p.sent_at, p.rec.emitted, p.last_emitted)
                 }));
             }
         }
@@ -1300,9 +1341,9 @@ impl Host {
                 p.next_at = now + p.interval;
                 moved = true;
             }
-            let last = p.sent_at.last().copied().unwrap_or(now);
             if p.rec.sent >= p.rec.count
-                && (p.rec.answered >= p.rec.count || now >= last + PING_TIMEOUT)
+                && (p.rec.answered >= p.rec.count
+                    || now >= session_deadline(&p.sent_at, p.rec.emitted, p.last_emitted))
             {
                 p.rec.done = true;
                 moved = true;
@@ -1348,9 +1389,9 @@ impl Host {
                 p.next_at = now + p.interval;
                 moved = true;
             }
-            let last = p.sent_at.last().copied().unwrap_or(now);
             if p.rec.sent >= p.rec.count
-                && (p.rec.answered >= p.rec.count || now >= last + PING_TIMEOUT)
+                && (p.rec.answered >= p.rec.count
+                    || now >= session_deadline(&p.sent_at, p.rec.emitted, p.last_emitted))
             {
                 p.rec.done = true;
                 moved = true;
