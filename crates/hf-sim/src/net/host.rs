@@ -48,6 +48,7 @@ use smoltcp::wire::{
     Icmpv6Repr, IpAddress, IpCidr, IpEndpoint, Ipv4Cidr,
 };
 
+use super::arp::{self, Resolver};
 use super::frames::{self, Class, FlowTracker};
 use super::record::{
     DhcpLease, DhcpRecord, HostRecord, PingRecord, TcpRecord, UdpRecord, UdpServerRecord,
@@ -305,6 +306,10 @@ pub struct Host {
     wake: Option<Duration>,
     now: Duration,
     paused: bool,
+    /// Per-neighbour ARP in front of smoltcp ([`super::arp`]).
+    resolver: Resolver,
+    /// The IPv4 default gateway in use (static or from DHCP).
+    gateway4: Option<Ipv4Addr>,
 }
 
 impl fmt::Debug for Host {
@@ -475,7 +480,10 @@ impl Host {
             wake: None,
             now,
             paused: false,
+            resolver: Resolver::default(),
+            gateway4: None,
         };
+        host.gateway4 = host.cfg.gateway4;
         host.rec.dhcp = host.dhcp.as_ref().map(|(_, r)| r.clone());
         host.service(now);
         Ok(host)
@@ -534,7 +542,29 @@ impl Host {
             }
             _ => {}
         }
-        self.dev.rx.push_back(frame.to_vec());
+        let now = self.now;
+        if let Some(a) = arp::parse(frame) {
+            let ours = self.has_ipv4(a.target_ip);
+            let on_link = self.on_link4(a.sender_ip);
+            self.resolver.learn(&a, ours, on_link, now);
+        } else if let Some((src, dst)) = arp::ipv4_addrs(frame)
+            && self.has_ipv4(dst)
+            && let Some(nh) = self.next_hop4(src)
+            && !self.resolver.is_known(nh, now)
+        {
+            // smoltcp would drop its own reply for want of `nh`'s MAC: resolve it first.
+            self.resolver.hold(nh, frame.to_vec(), now);
+            self.ask(nh);
+            self.service(now);
+            return;
+        }
+        self.feed(frame.to_vec());
+        self.service(now);
+    }
+
+    /// Hands one frame to smoltcp and lets the applications see each packet's effect.
+    fn feed(&mut self, frame: Vec<u8>) {
+        self.dev.rx.push_back(frame);
         let t = instant(self.now);
         while self
             .iface
@@ -543,7 +573,52 @@ impl Host {
         {
             self.apps(self.now);
         }
-        self.service(self.now);
+    }
+
+    fn has_ipv4(&self, ip: Ipv4Addr) -> bool {
+        self.iface
+            .ip_addrs()
+            .iter()
+            .any(|c| c.address() == IpAddress::Ipv4(ip))
+    }
+
+    fn on_link4(&self, ip: Ipv4Addr) -> bool {
+        self.iface.ip_addrs().iter().any(|c| match c {
+            IpCidr::Ipv4(c) => c.contains_addr(&ip) && c.address() != ip,
+            _ => false,
+        })
+    }
+
+    /// The neighbour a packet to `dst` goes to: `dst` on link, else the gateway.
+    fn next_hop4(&self, dst: Ipv4Addr) -> Option<Ipv4Addr> {
+        if dst.is_broadcast() || dst.is_multicast() || dst.is_unspecified() || self.has_ipv4(dst) {
+            return None;
+        }
+        if self.on_link4(dst) {
+            Some(dst)
+        } else {
+            self.gateway4.filter(|g| self.on_link4(*g))
+        }
+    }
+
+    /// Sends an ARP request for `nh` unless it is known or was asked for within a second.
+    fn ask(&mut self, nh: Ipv4Addr) {
+        let now = self.now;
+        let Some(spa) = self.iface.get_source_address_ipv4(&nh) else {
+            return;
+        };
+        if self.resolver.should_ask(nh, now) {
+            self.emit(arp::request(self.cfg.mac, spa, nh));
+        }
+    }
+
+    /// Resolves the next hop towards `dst` ahead of an application's first packet.
+    fn prepare(&mut self, dst: IpAddr) {
+        if let IpAddr::V4(d) = dst
+            && let Some(nh) = self.next_hop4(d)
+        {
+            self.ask(nh);
+        }
     }
 
     /// The next frame the host sends.
@@ -681,6 +756,7 @@ impl Host {
     ) -> Result<String, HostError> {
         self.now = self.now.max(now);
         let src = self.source_for(dst)?;
+        self.prepare(dst);
         let lport = self.alloc_port();
         let mut s = self.new_tcp_socket();
         let remote = SocketAddr::new(dst, port);
@@ -745,6 +821,7 @@ impl Host {
     ) -> Result<String, HostError> {
         self.now = self.now.max(now);
         let src = self.source_for(dst)?;
+        self.prepare(dst);
         let len = len.clamp(12, 8192);
         let lport = self.alloc_port();
         let mut s = udp::Socket::new(
@@ -800,6 +877,7 @@ impl Host {
     ) -> Result<String, HostError> {
         self.now = self.now.max(now);
         self.source_for(dst)?;
+        self.prepare(dst);
         let mut s = icmp::Socket::new(
             icmp::PacketBuffer::new(vec![icmp::PacketMetadata::EMPTY; 64], vec![0u8; 16384]),
             icmp::PacketBuffer::new(vec![icmp::PacketMetadata::EMPTY; 64], vec![0u8; 16384]),
@@ -836,7 +914,7 @@ impl Host {
     /// Queues a RARP announcement (what QEMU sends after a migration).
     pub fn announce_rarp(&mut self) {
         self.rec.announcements += 1;
-        self.push_out(frames::rarp_announce(self.cfg.mac));
+        self.emit(frames::rarp_announce(self.cfg.mac));
     }
 
     /// Queues a gratuitous ARP for the host's IPv4 address; false when it has none.
@@ -845,7 +923,7 @@ impl Host {
             return false;
         };
         self.rec.announcements += 1;
-        self.push_out(frames::garp_announce(self.cfg.mac, ip));
+        self.emit(frames::garp_announce(self.cfg.mac, ip));
         true
     }
 
@@ -980,7 +1058,20 @@ impl Host {
 
     // ---------------------------------------------------------------- the engine
 
+    /// A frame smoltcp sent: its ARP requests that duplicate ours are dropped.
     fn push_out(&mut self, f: Vec<u8>) {
+        if let Some(a) = arp::parse(&f)
+            && a.op == 1
+            && a.sender_mac == self.cfg.mac
+            && self.resolver.is_duplicate(a.target_ip, self.now)
+        {
+            return;
+        }
+        self.emit(f);
+    }
+
+    /// A frame leaves the host.
+    fn emit(&mut self, f: Vec<u8>) {
         self.rec.frames_out += 1;
         self.rec.bytes_out += f.len() as u64;
         match frames::classify(&f) {
@@ -1055,6 +1146,12 @@ impl Host {
 
     /// Runs the applications and smoltcp until nothing moves, then computes the next wake-up.
     fn service(&mut self, now: Duration) {
+        for nh in self.resolver.held_next_hops() {
+            self.ask(nh);
+        }
+        for f in self.resolver.release(now) {
+            self.feed(f);
+        }
         let t = instant(now);
         for _ in 0..MAX_ROUNDS {
             let app = self.apps(now);
@@ -1097,6 +1194,7 @@ impl Host {
         for e in self.tcp.values() {
             at(e.conn.wake_at());
         }
+        at(self.resolver.next_deadline());
         // Everything due at `now` was just done: a deadline at or before `now` (smoltcp asking to
         // be polled "now" again) is served a microsecond later, so virtual time always advances.
         self.wake = wake.map(|w| w.max(now + Duration::from_micros(1)));
@@ -1150,6 +1248,7 @@ impl Host {
                     v.retain(|a| !matches!(a, IpCidr::Ipv4(_)));
                     let _ = v.push(IpCidr::Ipv4(addr));
                 });
+                self.gateway4 = router;
                 match router {
                     Some(r) => {
                         let _ = self.iface.routes_mut().add_default_ipv4_route(r);
@@ -1161,6 +1260,7 @@ impl Host {
             }
             Ev::Down => {
                 rec.deconfigured += 1;
+                self.gateway4 = None;
                 self.iface
                     .update_ip_addrs(|v| v.retain(|a| !matches!(a, IpCidr::Ipv4(_))));
                 self.iface.routes_mut().remove_default_ipv4_route();

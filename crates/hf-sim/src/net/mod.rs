@@ -28,6 +28,7 @@
 //! DNS client, IP fragmentation or TCP congestion control in hosts (see [`host`]). Links do not
 //! reorder, duplicate or corrupt.
 
+pub mod arp;
 pub mod frames;
 pub mod host;
 pub mod link;
