@@ -114,10 +114,11 @@ fn controller_restart_during_transfers_loses_nothing() {
 
 /// After controller restarts under load, a port added later reaches the other chassis.
 ///
-/// Known failure: `--wait=hv` (hv_cfg) is reached and both datapaths run a program with vm7
-/// (Local on hv2), yet vm1's first pings never reach vm7's host for about a second (hv2
-/// installed the program before the port was plugged in; the relocation after `add_port`
-/// does not make it forwardable at once). Without the restarts the same steps pass.
+/// Known failure: `--wait=hv` (hv_cfg) is reached and hv2 runs program 4 with vm7 `Local`
+/// (key 5; local port ids vm4=1, vm5=2, vm7=3), yet for about a second the pings that reach
+/// hv2 by tunnel for vm7 come out of hv2 to vm4 and vm5 instead (hv2's counters and the hosts'
+/// frame counts; recompiling every datapath without table reuse does not change it). Without
+/// the controller restarts the same steps pass.
 #[test]
 #[ignore = "known failure (hf-datapath/hf-controller): a port plugged in after its program was installed is unreachable for ~1 s after controller restarts"]
 fn controller_restart_then_new_port() {
