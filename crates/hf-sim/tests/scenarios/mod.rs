@@ -132,6 +132,26 @@ pub fn ping_ok(w: &mut World, from: &str, dst: &str, n: u16) {
     );
 }
 
+/// `n` UDP requests from `from` to the echo server on `to` (`dst:port`), all answered.
+pub fn udp_ok(w: &mut World, from: &str, to: &str, dst: &str, port: u16, n: u16) {
+    let _ = w.udp_listen(to, port);
+    // The first datagram may be dropped for ARP, as a ping: warm up.
+    let _ = w.udp(from, ip(dst), port, 2, 64);
+    w.run_for(Duration::from_millis(1100));
+    let name = w.udp(from, ip(dst), port, n, 512).expect("udp starts");
+    w.run_for(Duration::from_secs(1));
+    let r = w
+        .host(from)
+        .and_then(|h| h.udp_record(&name))
+        .cloned()
+        .expect("udp record");
+    assert_eq!(
+        (r.answered, r.bad_replies, r.send_errors),
+        (u64::from(n), 0, 0),
+        "{from} -> {dst}:{port}: {r:?}"
+    );
+}
+
 /// Pings `dst` and asserts nothing came back.
 pub fn ping_fails(w: &mut World, from: &str, dst: &str) {
     let name = w
@@ -288,6 +308,7 @@ pub fn l2() -> Scenario {
         check: |w| {
             wait_ready(w);
             ping_ok(w, "vm1", "10.0.0.12", 3);
+            udp_ok(w, "vm1", "vm2", "10.0.0.12", 5353, 5);
             tcp_ok(w, "vm1", "vm2", "10.0.0.12", 5001, 200_000);
         },
     }
@@ -302,6 +323,7 @@ pub fn l3() -> Scenario {
             wait_ready(w);
             ping_ok(w, "vm1", "10.0.0.1", 2);
             ping_ok(w, "vm1", "10.0.1.13", 3);
+            udp_ok(w, "vm1", "vm5", "10.0.1.15", 5353, 5);
             let (c, _) = tcp_ok(w, "vm1", "vm3", "10.0.1.13", 5001, 200_000);
             assert!(c.local.starts_with("10.0.0.11:"), "{c:?}");
         },
