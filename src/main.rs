@@ -5,6 +5,7 @@ mod datapath;
 mod db;
 mod lflow;
 mod northd;
+mod sandbox;
 mod trace;
 
 use clap::{Parser, Subcommand};
@@ -38,6 +39,9 @@ enum Command {
     /// Compile the OVN northbound database into the southbound database, as ovn-northd does
     /// (invoked through a link named `ovn-northd`, with ovn-northd's command line).
     Northd(Box<northd::NorthdArgs>),
+    /// All of holdfast in one process on a simulated network (databases, northd, chassis,
+    /// hosts), with its databases on tcp:127.0.0.1:6641/6642 for real OVN tools.
+    Sandbox(sandbox::SandboxArgs),
     /// Trace one packet through the logical pipelines of an OVN southbound database, as
     /// ovn-trace does, on holdfast's own pipeline and conntrack.
     Trace(trace::TraceArgs),
@@ -82,5 +86,6 @@ fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
             .map(|code| std::process::ExitCode::from(u8::try_from(code).unwrap_or(1))),
         Command::Trace(args) => trace::run(args),
         Command::Northd(args) => northd::run(*args),
+        Command::Sandbox(args) => sandbox::run(args),
     }
 }

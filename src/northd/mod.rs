@@ -175,7 +175,15 @@ struct Request {
     reply: oneshot::Sender<Result<String, String>>,
 }
 
-fn start_unixctl(path: &Path, tx: mpsc::UnboundedSender<Request>) -> std::io::Result<()> {
+/// What the unixctl listener hands the main loop: a request, or word that the reply to `exit`
+/// has been written (the loop ends only then, so `ovn-appctl exit` always gets its answer).
+enum Unixctl {
+    Request(Request),
+    ExitReplied,
+}
+
+fn start_unixctl(path: &Path, tx: mpsc::UnboundedSender<Unixctl>) -> std::io::Result<()> {
+    let exit_tx = tx.clone();
     unixctl::listen(
         path,
         move |m| {
@@ -185,22 +193,25 @@ fn start_unixctl(path: &Path, tx: mpsc::UnboundedSender<Request>) -> std::io::Re
                     Err(None) => return None,
                     Err(Some(r)) => r,
                     Ok(q) => {
+                        let exit = q.method == "exit";
                         let (rtx, rrx) = oneshot::channel();
-                        let _ = tx.send(Request {
+                        let _ = tx.send(Unixctl::Request(Request {
                             method: q.method,
                             args: q.args,
                             reply: rtx,
-                        });
+                        }));
                         let r = rrx
                             .await
                             .unwrap_or_else(|_| Err("ovn-northd is exiting".into()));
-                        unixctl::reply(&q.id, r)
+                        return Some((unixctl::reply(&q.id, r), exit));
                     }
                 };
                 Some((reply, false))
             }
         },
-        || {},
+        move || {
+            let _ = exit_tx.send(Unixctl::ExitReplied);
+        },
     )
 }
 
@@ -410,10 +421,14 @@ async fn serve(
                 while let Ok(ev) = sb_rx.try_recv() { core.handle_sb_event(ev); }
             }
             q = urx.recv() => {
-                let Some(q) = q else { continue };
-                let r = command(&q.method, &q.args, &mut core, &nb, &sb);
-                if q.method == "exit" { exit = true; }
-                let _ = q.reply.send(r);
+                match q {
+                    Some(Unixctl::Request(q)) => {
+                        let r = command(&q.method, &q.args, &mut core, &nb, &sb);
+                        let _ = q.reply.send(r);
+                    }
+                    Some(Unixctl::ExitReplied) => exit = true,
+                    None => {}
+                }
             }
             _ = tick.tick() => {}
         }

@@ -2,6 +2,7 @@
 
 pub mod central;
 pub mod conntrack;
+pub mod controller;
 pub mod expr;
 pub mod northd;
 pub mod ovsdb;
@@ -51,6 +52,11 @@ pub const ALL: &[(&str, &str, SuiteFn)] = &[
         "northd",
         "holdfast northd vs ovn-northd on the gen_topo NB (100x20, 300x30, 500x40): in-process compile, cold compile and lsp-add until --wait=sb, peak RSS",
         northd::run,
+    ),
+    (
+        "controller",
+        "holdfast chassis vs ovn-controller on the gen_topo SB real ovn-northd writes (500x40): cold start and one port added, with the split and peak heap",
+        controller::run,
     ),
     (
         "sandbox",

@@ -1,0 +1,843 @@
+//! `controller`: what a chassis spends turning SB into forwarding, holdfast against real
+//! `ovn-controller` 23.03 on the SB real `ovn-northd` compiles from the NB
+//! `shared/bench/gen_topo.py` builds (500 switches × 40 ports; `--tiny`: 5 × 4;
+//! `HF_BENCH_CONTROLLER_SIZE=NxP` chooses another size).
+//!
+//! The measured chassis is `hv1` (it also hosts gen_topo's gateway router `gw0`). Its local
+//! ports are every VIF of every tenth switch (`ls0`, `ls10`, ...: 10% of the switches, 2,000
+//! VIFs at 500×40), asked for with NB `options:requested-chassis=hv1`; for ovn-controller they
+//! are `br-int` interfaces with `external_ids:iface-id`.
+//!
+//! Figures (the workload is in the names; every time in ms, lower is better):
+//! - `cold_start_NxP`: holdfast: the SB replica's initial sync (our `hf-ovsdb-net` client over
+//!   a unix socket, whole SB), then the chassis path once (median of 3): translate
+//!   ([`hf_controller::translate_with`] for `hv1`, `only_needed`), the `ProgramMsg`
+//!   (`hf_controller::program_msg`), its `ToDatapath::Program` frame encoded and decoded
+//!   (`hf_datapath::proto`), the datapath's `hf_datapath::program::to_spec` and
+//!   [`hf_pipeline::Program::compile`]. Baseline `ovn-controller`: from starting the daemon
+//!   (ovs-vswitchd already up with the interfaces) until its `Chassis_Private.nb_cfg` reaches
+//!   `SB_Global.nb_cfg`, which it writes once the OpenFlow flows of that SB are installed in
+//!   ovs-vswitchd (full recompute, claims, install).
+//! - `port_add_NxP`: one VIF added on `ls0` (with `requested-chassis=hv1`), median of 5,
+//!   timed on both sides from the moment the SB server holds the new `Port_Binding` (polled
+//!   every ~1 ms over one OVSDB connection; northd's own time is not counted). holdfast: until
+//!   our replica holds it (`sb_update`), then the same path with zones kept, the datapaths
+//!   whose flows changed found by diffing the previous `ProgramMsg`, and
+//!   [`hf_pipeline::Program::recompile`] reusing every other datapath's tables (checked
+//!   against a fresh compile, untimed). Baseline `ovn-controller`: its interface is on `br-int`
+//!   beforehand; until `Chassis_Private.nb_cfg` reaches the `nb_cfg` of that change.
+//! - `cold_start_NxP_daemons`, `port_add_NxP_daemons`: the holdfast chassis as processes,
+//!   measured from the outside exactly as ovn-controller is: `holdfast datapath` (the `holdfast`
+//!   binary beside hf-bench) with the local ports (and the ports to be added) as in-memory
+//!   ports, started beforehand as ovs-vswitchd is; then `holdfast controller` on the same SB
+//!   with conditional monitoring; until its `Chassis_Private.nb_cfg` reaches the target
+//!   (written once the datapath answered `Installed`). Baseline `ovn-controller`.
+//! - `cold_start_NxP_daemons_until_up`, `port_add_NxP_daemons_until_up`: the same, until the
+//!   (a) local port's `Port_Binding.up` is also true (the claim committed to SB): what a CMS
+//!   waiting for `up` sees; baseline `ovn-controller` timed the same way. Without the holdfast
+//!   binary these ovn-controller figures are `ovn_controller_*_until_up` alone.
+//! - `chassis_NxP_peak_rss`: `VmHWM` of holdfast controller + datapath against
+//!   `ovn-controller+ovs-vswitchd`; MB.
+//! - `cold_start_NxP_split_*`, `port_add_NxP_split_*`: where holdfast's time goes (`sb_sync`
+//!   or `sb_update`, `translate`, `to_msg`, `encode`, `decode`, `to_spec`, `compile`).
+//! - `cold_start_NxP_heap_peak`: the counting allocator's peak growth over one pass of the
+//!   chassis path (the SB replica excluded); MB. `ovn_controller_NxP_peak_rss`: the daemon's
+//!   `VmHWM`; MB (different measures, hence no ratio).
+//!
+//! The sides run one after the other on the same SB (in process, daemons, ovn-controller);
+//! between them the chassis's rows are removed and its ports set back to `up=false`.
+//!
+//! What it does not measure: packet forwarding (`hf-bench pipeline`, `hf-bench sandbox`), and
+//! ovn-controller's own `stopwatch/show` figures are printed as a note, not as lines.
+//!
+//! With `CI=true` a missing OVN/OVS tool fails the suite; otherwise it is skipped with a note.
+// A benchmark is an I/O shell: it reads the clock and starts processes.
+#![allow(clippy::disallowed_methods)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use hf_datapath::proto::{self, ProgramMsg, ToDatapath};
+use hf_model::SbSnapshot;
+
+mod chassis;
+
+use chassis::{HfChassis, Poller, RealChassis, measure_chassis, reset_chassis};
+
+use super::central::{Daemon, NB_SCHEMA, PYTHON, SB_SCHEMA, daemon_args, ok, server};
+use crate::alloc;
+use crate::report::Better;
+use crate::{Opts, Report};
+
+/// The measured chassis.
+const CHASSIS: &str = "hv1";
+/// OVS's schema for the chassis's private `Open_vSwitch` database.
+const VSWITCH_SCHEMA: &str = "/usr/share/openvswitch/vswitch.ovsschema";
+/// Port adds measured per side (the median is reported).
+const ADDS: usize = 5;
+
+/// The `holdfast` binary: `$HOLDFAST_BIN`, else the one built beside this one.
+fn holdfast_bin() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("HOLDFAST_BIN") {
+        return Some(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().ok()?;
+    let p = exe.parent()?.join("holdfast");
+    p.exists().then_some(p)
+}
+
+fn ci() -> bool {
+    std::env::var("CI").as_deref() == Ok("true")
+}
+
+fn have(tool: &str) -> bool {
+    if tool.starts_with('/') {
+        return Path::new(tool).exists();
+    }
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn gen_topo() -> Option<PathBuf> {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    [
+        manifest.join("../../../shared/bench/gen_topo.py"),
+        PathBuf::from("/work/shared/bench/gen_topo.py"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// The size: `--tiny` 5×4, `HF_BENCH_CONTROLLER_SIZE=NxP`, else 500×40.
+fn size(opts: &Opts) -> anyhow::Result<(usize, usize)> {
+    if let Ok(v) = std::env::var("HF_BENCH_CONTROLLER_SIZE") {
+        let parsed = v
+            .split_once('x')
+            .and_then(|(n, p)| Some((n.parse::<usize>().ok()?, p.parse::<usize>().ok()?)));
+        return match parsed {
+            Some((n, p)) if n > 0 && p > 0 => Ok((n, p)),
+            _ => bail!("HF_BENCH_CONTROLLER_SIZE={v:?}: expected NxP, e.g. 300x30"),
+        };
+    }
+    Ok(if opts.tiny { (5, 4) } else { (500, 40) })
+}
+
+/// The local ports of `hv1`: every VIF of every tenth switch (gen_topo's names).
+fn local_ports(n: usize, p: usize) -> Vec<String> {
+    (0..n)
+        .step_by(10)
+        .flat_map(|i| (0..p).map(move |j| format!("ls{i}-p{j}")))
+        .collect()
+}
+
+/// The NB/SB `ovsdb-server`s with ovn-northd running on them (it stays up: the port adds
+/// need it), holding gen_topo's NB and its SB.
+struct Central {
+    nb: String,
+    sb: String,
+    /// northd, then the servers (stopped in this order).
+    _daemons: Vec<Daemon>,
+    dir: tempfile::TempDir,
+}
+
+impl Central {
+    fn start(report: &Report, topo: &Path, n: usize, p: usize) -> anyhow::Result<Central> {
+        let dir = tempfile::tempdir()?;
+        let d = dir.path();
+        let (nb_server, nb) = server(d, "nb", NB_SCHEMA)?;
+        let (sb_server, sb) = server(d, "sb", SB_SCHEMA)?;
+        ok(Command::new("ovn-northd")
+            .args(daemon_args(d, "ovn-northd"))
+            .arg(format!("--ovnnb-db={nb}"))
+            .arg(format!("--ovnsb-db={sb}")))?;
+        let northd = Daemon(d.join("ovn-northd.pid"));
+        let t = Instant::now();
+        ok(Command::new(PYTHON).arg(topo).args([
+            "--n",
+            &n.to_string(),
+            "--p",
+            &p.to_string(),
+            "--db",
+            &nb,
+            "--wait",
+            "sb",
+        ]))
+        .context("gen_topo.py")?;
+        report.note(&format!(
+            "built the {n}x{p} NB and ovn-northd's SB in {:.1} s",
+            t.elapsed().as_secs_f64()
+        ));
+        Ok(Central {
+            nb,
+            sb,
+            _daemons: vec![northd, sb_server, nb_server],
+            dir,
+        })
+    }
+
+    /// `ovn-nbctl --db=NB --timeout=600 ARGS`, with a `--wait` if given.
+    fn nbctl(&self, wait: Option<&str>, args: &[String]) -> anyhow::Result<String> {
+        let mut c = Command::new("ovn-nbctl");
+        c.arg(format!("--db={}", self.nb)).arg("--timeout=600");
+        if let Some(w) = wait {
+            c.arg(format!("--wait={w}"));
+        }
+        ok(c.args(args))
+    }
+
+    /// [`Central::nbctl`] without waiting for it.
+    fn nbctl_child(
+        &self,
+        wait: Option<&str>,
+        args: &[String],
+    ) -> anyhow::Result<std::process::Child> {
+        let mut c = Command::new("ovn-nbctl");
+        c.arg(format!("--db={}", self.nb)).arg("--timeout=600");
+        if let Some(w) = wait {
+            c.arg(format!("--wait={w}"));
+        }
+        c.args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .context("starting ovn-nbctl")
+    }
+
+    fn sbctl(&self, args: &[&str]) -> anyhow::Result<String> {
+        ok(Command::new("ovn-sbctl")
+            .arg(format!("--db={}", self.sb))
+            .arg("--timeout=600")
+            .args(args))
+    }
+
+    /// The SB's unix socket.
+    fn sb_sock(&self) -> PathBuf {
+        self.dir.path().join("sb.sock")
+    }
+}
+
+/// `-- cmd args...` for each command, as one ovn-nbctl/ovs-vsctl argument list.
+fn batch(cmds: impl IntoIterator<Item = Vec<String>>) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in cmds {
+        if !out.is_empty() {
+            out.push("--".to_string());
+        }
+        out.extend(c);
+    }
+    out
+}
+
+fn sv(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+/// The `k`th port added by the suite (`side` keeps the sides' ports apart: 0 holdfast in
+/// process, 1 ovn-controller, 2 the holdfast daemons): its name and the ovn-nbctl commands
+/// that add it on `ls0` for `hv1`.
+fn new_port(side: u8, k: usize) -> (String, Vec<String>) {
+    let who = match side {
+        0 => "hf",
+        1 => "ovn",
+        _ => "hfd",
+    };
+    let name = format!("bench-{who}{k}");
+    let addr = format!(
+        "0a:fe:{side:02x}:00:00:{:02x} 10.1.0.{}",
+        k + 1,
+        200 + side as usize * 10 + k
+    );
+    let cmds = batch([
+        sv(&["lsp-add", "ls0", &name]),
+        sv(&["lsp-set-addresses", &name, &addr]),
+        sv(&[
+            "lsp-set-options",
+            &name,
+            &format!("requested-chassis={CHASSIS}"),
+        ]),
+    ]);
+    (name, cmds)
+}
+
+/// Runs the suite.
+pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
+    for tool in [
+        "ovsdb-server",
+        "ovsdb-tool",
+        "ovn-northd",
+        "ovn-nbctl",
+        "ovn-sbctl",
+        "ovs-vsctl",
+        "ovs-vswitchd",
+        "ovn-controller",
+        "ovn-appctl",
+        VSWITCH_SCHEMA,
+    ] {
+        if !have(tool) {
+            if ci() {
+                bail!("{tool} is not installed (needs OVN's and OVS's packages; CI=true)");
+            }
+            report.note(&format!(
+                "skipped: {tool} is not installed (needs OVN's and OVS's packages)"
+            ));
+            return Ok(());
+        }
+    }
+    let Some(topo) = gen_topo() else {
+        if ci() {
+            bail!("shared/bench/gen_topo.py not found (CI=true)");
+        }
+        report.note("skipped: shared/bench/gen_topo.py not found");
+        return Ok(());
+    };
+    let (n, p) = size(opts)?;
+    let tag = format!("{n}x{p}");
+    let central = Central::start(report, &topo, n, p)?;
+    let mine = local_ports(n, p);
+    report.note(&format!(
+        "{CHASSIS}'s local ports: the {} VIFs of every tenth switch (ls0, ls10, ...)",
+        mine.len()
+    ));
+
+    // holdfast first, on a Chassis row written by hand (ovn-controller registers its own
+    // later); northd then fills Port_Binding.requested_chassis.
+    central.sbctl(&["chassis-add", CHASSIS, "geneve", "127.0.0.2"])?;
+    central.nbctl(
+        Some("sb"),
+        &batch(mine.iter().map(|v| {
+            sv(&[
+                "lsp-set-options",
+                v,
+                &format!("requested-chassis={CHASSIS}"),
+            ])
+        })),
+    )?;
+    let ours = holdfast_side(report, &central, &tag).context("holdfast side")?;
+    central.sbctl(&["chassis-del", CHASSIS])?;
+    central.nbctl(Some("sb"), &sv(&["sync"]))?;
+
+    // The holdfast daemons, measured from the outside as ovn-controller is.
+    let daemons = match holdfast_bin() {
+        None => Err(anyhow::anyhow!(
+            "no `holdfast` binary beside hf-bench (cargo build --release builds it)"
+        )),
+        Some(bin) => {
+            let mut ports = mine.clone();
+            ports.extend((0..ADDS).map(|k| new_port(2, k).0));
+            HfChassis::prepare(&bin, central.dir.path(), &central.sb, &ports).and_then(|mut ch| {
+                let r = measure_chassis(
+                    report,
+                    &central,
+                    &mut ch,
+                    "holdfast",
+                    &mine[0],
+                    2,
+                    Duration::from_secs(300),
+                );
+                drop(ch);
+                reset_chassis(&central)?;
+                r
+            })
+        }
+    };
+    let daemons = match daemons {
+        Ok(d) => Some(d),
+        Err(e) if ci() => return Err(e.context(format!("holdfast daemons at {tag} (CI=true)"))),
+        Err(e) => {
+            report.note(&format!("holdfast daemons skipped at {tag}: {e:#}"));
+            None
+        }
+    };
+
+    let theirs = RealChassis::prepare(central.dir.path(), &central.sb, &mine).and_then(|mut ch| {
+        measure_chassis(
+            report,
+            &central,
+            &mut ch,
+            "ovn-controller",
+            &mine[0],
+            1,
+            Duration::from_secs(1200),
+        )
+    });
+    let b = Better::Lower;
+    match theirs {
+        Ok(t) => {
+            let base = "ovn-controller";
+            report.compare(
+                &format!("cold_start_{tag}"),
+                ours.cold_ms,
+                "ms",
+                b,
+                base,
+                t.cold_ms,
+            );
+            report.compare(
+                &format!("port_add_{tag}"),
+                ours.port_add_ms,
+                "ms",
+                b,
+                base,
+                t.port_add_ms,
+            );
+            if let Some(d) = &daemons {
+                let lines = [
+                    ("cold_start", d.cold_ms, t.cold_ms),
+                    ("port_add", d.port_add_ms, t.port_add_ms),
+                    ("cold_start_until_up", d.cold_up_ms, t.cold_up_ms),
+                    ("port_add_until_up", d.port_add_up_ms, t.port_add_up_ms),
+                ];
+                for (what, ours, theirs) in lines {
+                    let name = match what.split_once("_until_up") {
+                        Some((w, _)) => format!("{w}_{tag}_daemons_until_up"),
+                        None => format!("{what}_{tag}_daemons"),
+                    };
+                    report.compare(&name, ours, "ms", b, base, theirs);
+                }
+                report.compare(
+                    &format!("chassis_{tag}_peak_rss"),
+                    d.chassis_rss_mb,
+                    "MB",
+                    b,
+                    "ovn-controller+ovs-vswitchd",
+                    t.chassis_rss_mb,
+                );
+            } else {
+                report.result(
+                    &format!("ovn_controller_cold_start_{tag}_until_up"),
+                    t.cold_up_ms,
+                    "ms",
+                );
+                report.result(
+                    &format!("ovn_controller_port_add_{tag}_until_up"),
+                    t.port_add_up_ms,
+                    "ms",
+                );
+            }
+            ours.emit_rest(report, &tag);
+            report.result(&format!("ovn_controller_{tag}_peak_rss"), t.rss_mb, "MB");
+        }
+        Err(e) if ci() => return Err(e.context(format!("ovn-controller side at {tag} (CI=true)"))),
+        Err(e) => {
+            report.note(&format!(
+                "ovn-controller baseline skipped at {tag}: {e:#}; holdfast's figures alone"
+            ));
+            report.result(&format!("cold_start_{tag}"), ours.cold_ms, "ms");
+            report.result(&format!("port_add_{tag}"), ours.port_add_ms, "ms");
+            if let Some(d) = &daemons {
+                report.result(&format!("cold_start_{tag}_daemons"), d.cold_ms, "ms");
+                report.result(&format!("port_add_{tag}_daemons"), d.port_add_ms, "ms");
+                report.result(&format!("chassis_{tag}_peak_rss"), d.chassis_rss_mb, "MB");
+            }
+            ours.emit_rest(report, &tag);
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// holdfast
+
+/// Where holdfast's time goes (ms), in pipeline order; absent steps are `None`.
+#[derive(Debug, Default, Clone)]
+struct Split {
+    sb_sync: Option<f64>,
+    /// A port add: from the SB server holding the row to the replica holding it.
+    sb_update: Option<f64>,
+    /// `hf_controller::translate_with`.
+    translate: f64,
+    /// `hf_controller::program_msg::program_msg`: the translation as a `ProgramMsg`.
+    to_msg: f64,
+    /// `proto::encode` of `ToDatapath::Program`.
+    encode: f64,
+    /// `proto::Decoder` in the datapath.
+    decode: f64,
+    /// `hf_datapath::program::to_spec`.
+    to_spec: f64,
+    /// `Program::compile`, or for a change: finding the datapaths whose flows changed and
+    /// `Program::recompile`.
+    compile: f64,
+}
+
+impl Split {
+    fn total(&self) -> f64 {
+        self.steps().iter().map(|(_, v)| v).sum()
+    }
+
+    fn steps(&self) -> Vec<(&'static str, f64)> {
+        let mut v = Vec::new();
+        if let Some(s) = self.sb_sync {
+            v.push(("sb_sync", s));
+        }
+        if let Some(s) = self.sb_update {
+            v.push(("sb_update", s));
+        }
+        v.extend([
+            ("translate", self.translate),
+            ("to_msg", self.to_msg),
+            ("encode", self.encode),
+            ("decode", self.decode),
+            ("to_spec", self.to_spec),
+            ("compile", self.compile),
+        ]);
+        v
+    }
+}
+
+/// holdfast's figures.
+struct Ours {
+    cold_ms: f64,
+    cold: Split,
+    port_add_ms: f64,
+    port_add: Split,
+    heap_mb: f64,
+}
+
+impl Ours {
+    fn emit_rest(&self, report: &mut Report, tag: &str) {
+        for (step, v) in self.cold.steps() {
+            report.result(&format!("cold_start_{tag}_split_{step}"), v, "ms");
+        }
+        for (step, v) in self.port_add.steps() {
+            report.result(&format!("port_add_{tag}_split_{step}"), v, "ms");
+        }
+        report.result(&format!("cold_start_{tag}_heap_peak"), self.heap_mb, "MB");
+    }
+}
+
+/// What the datapath has installed, and the controller's zones.
+struct Installed {
+    generation: u64,
+    zones: BTreeMap<String, u16>,
+    /// The program message as the datapath decoded it.
+    msg: ProgramMsg,
+    /// The datapath's local port ids.
+    local: BTreeMap<String, u32>,
+    program: hf_pipeline::Program,
+    /// Bytes of the `ToDatapath::Program` frame.
+    frame_bytes: usize,
+}
+
+/// SB → the program installed in the datapath for `hv1`, the way a chassis does it:
+/// translate (only the datapaths it needs), the program message, its frame encoded and decoded
+/// again, the datapath's `to_spec` and compile. With `prev`, zones are kept and the datapaths
+/// whose flows did not change keep their compiled tables, as a running chassis does.
+fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Installed, Split)> {
+    let mut split = Split::default();
+    let generation = prev.map_or(1, |p| p.generation + 1);
+    let nb_cfg = sb.sb_global().values().map(|g| g.nb_cfg).max().unwrap_or(0);
+
+    let t = Instant::now();
+    let opts = hf_controller::TranslateOptions {
+        chassis: Some(CHASSIS.into()),
+    };
+    let extra = hf_controller::Extra {
+        only_needed: true,
+        zones: prev.map(|p| p.zones.clone()).unwrap_or_default(),
+    };
+    let tr = hf_controller::translate_with(sb, &opts, &extra);
+    split.translate = ms(t.elapsed());
+
+    let t = Instant::now();
+    let build = hf_controller::program_msg::program_msg(
+        &tr,
+        CHASSIS,
+        generation,
+        nb_cfg,
+        &BTreeMap::new(),
+        &hf_controller::program_msg::NoLastGood,
+    );
+    split.to_msg = ms(t.elapsed());
+    if !build.skipped.is_empty() {
+        bail!(
+            "{} flows could not be described in the program message (first: {:?})",
+            build.skipped.len(),
+            build.skipped[0]
+        );
+    }
+
+    let t = Instant::now();
+    let frame = proto::encode(&ToDatapath::Program(Box::new(build.msg)))
+        .map_err(|e| anyhow::anyhow!("encoding the program: {e}"))?;
+    split.encode = ms(t.elapsed());
+
+    let t = Instant::now();
+    let mut dec = proto::Decoder::<ToDatapath>::new();
+    dec.push(&frame);
+    let msg = match dec.next_msg() {
+        Ok(Some(ToDatapath::Program(m))) => *m,
+        other => bail!("decoding the program frame gave {other:?}"),
+    };
+    split.decode = ms(t.elapsed());
+
+    let local = tr.local_ports.clone();
+    let t = Instant::now();
+    let (spec, _reported) = hf_datapath::program::to_spec(&msg, &local)
+        .map_err(|e| anyhow::anyhow!("the datapath refused the program: {e}"))?;
+    split.to_spec = ms(t.elapsed());
+
+    let t = Instant::now();
+    let (program, _errors) = match prev {
+        None => hf_pipeline::Program::compile(&spec),
+        Some(p) => {
+            let changed = changed_datapaths(&p.msg, &msg);
+            let refs: Vec<&str> = changed.iter().map(String::as_str).collect();
+            p.program.recompile(&spec, &refs)
+        }
+    }
+    .map_err(|e| anyhow::anyhow!("the program for {CHASSIS} does not compile: {e}"))?;
+    split.compile = ms(t.elapsed());
+    Ok((
+        Installed {
+            generation,
+            zones: tr.zones,
+            msg,
+            local,
+            program,
+            frame_bytes: frame.len(),
+        },
+        split,
+    ))
+}
+
+/// The datapaths of `new` whose flows differ from the same-named datapath of `old` (or that
+/// are new): what the datapath, holding its previous program message, hands to `recompile`.
+fn changed_datapaths(old: &ProgramMsg, new: &ProgramMsg) -> Vec<String> {
+    let before: HashMap<&str, &hf_datapath::proto::DatapathMsg> =
+        old.datapaths.iter().map(|d| (d.name.as_str(), d)).collect();
+    new.datapaths
+        .iter()
+        .filter(|d| {
+            before
+                .get(d.name.as_str())
+                .is_none_or(|o| o.flows != d.flows)
+        })
+        .map(|d| d.name.clone())
+        .collect()
+}
+
+/// What the replica's event task watches for: the first moment it holds `port`'s binding.
+#[derive(Debug, Default)]
+struct Watch {
+    port: Option<String>,
+    seen: Option<Instant>,
+}
+
+fn lock(w: &Mutex<Watch>) -> std::sync::MutexGuard<'_, Watch> {
+    w.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `port` is in the replica, with the requested chassis northd resolves.
+fn has_port(m: &SbSnapshot, port: &str) -> bool {
+    m.port_binding()
+        .values()
+        .any(|pb| pb.logical_port == port && pb.requested_chassis.is_some())
+}
+
+fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Result<Ours> {
+    use hf_ovsdb_net::client::{Client, Config};
+    // One worker: the replica keeps up with the server while this thread polls it.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let sb = format!("unix:{}", central.sb_sock().display());
+    let t = Instant::now();
+    let (client, mut events) = {
+        let _g = rt.enter();
+        Client::<SbSnapshot>::spawn(
+            vec![sb],
+            Config {
+                leader_only: false,
+                ..Config::default()
+            },
+        )
+    };
+    let client = Arc::new(client);
+    let synced = rt.block_on(client.wait_until(Duration::from_secs(600), |r| r.is_synced()));
+    if !synced {
+        bail!("the SB replica never synced");
+    }
+    let sync_ms = ms(t.elapsed());
+    let watch = Arc::new(Mutex::new(Watch::default()));
+    {
+        let (client, watch) = (client.clone(), watch.clone());
+        rt.spawn(async move {
+            while events.recv().await.is_some() {
+                let now = Instant::now();
+                let port = {
+                    let w = lock(&watch);
+                    if w.seen.is_some() {
+                        continue;
+                    }
+                    w.port.clone()
+                };
+                if let Some(p) = port
+                    && client.with(|r| has_port(r.model(), &p))
+                {
+                    lock(&watch).seen = Some(now);
+                }
+            }
+        });
+    }
+    let snap = client.with(|r| r.model().clone());
+    report.note(&format!(
+        "SB: {} logical flows, {} port bindings, {} datapaths",
+        snap.logical_flow().len(),
+        snap.port_binding().len(),
+        snap.datapath_binding().len()
+    ));
+
+    // Cold start: median of 3 computations on the synced replica (the sync counted once).
+    let mut colds = Vec::new();
+    let mut heap = 0usize;
+    let mut installed = None;
+    for _ in 0..3 {
+        drop(installed.take());
+        let base = alloc::reset_peak();
+        let (inst, split) = install(&snap, None)?;
+        heap = heap.max(alloc::peak().saturating_sub(base));
+        colds.push(split);
+        installed = Some(inst);
+    }
+    colds.sort_by(|a, b| a.total().total_cmp(&b.total()));
+    let mut cold = colds[colds.len() / 2].clone();
+    cold.sb_sync = Some(sync_ms);
+    let mut current = installed.context("no program")?;
+    report.note(&format!(
+        "holdfast {tag}: {} compiled flows in {} datapaths, {} flow errors; the program frame is {:.1} MB",
+        current.program.flow_count(),
+        current.msg.datapaths.len(),
+        current.program.flow_errors().count(),
+        current.frame_bytes as f64 / 1e6
+    ));
+    drop(snap);
+
+    // Port adds: from the SB server holding the port (polled) to the new program: the update
+    // reaching the replica, then the computation on it.
+    let mut poll = Poller::connect(&central.sb_sock())?;
+    let mut adds = Vec::new();
+    for k in 0..ADDS {
+        let (name, cmds) = new_port(0, k);
+        *lock(&watch) = Watch {
+            port: Some(name.clone()),
+            seen: None,
+        };
+        let mut child = central.nbctl_child(Some("sb"), &cmds)?;
+        let mut at_server = None;
+        let mut exited = false;
+        let deadline = Instant::now() + Duration::from_secs(600);
+        let seen = loop {
+            if at_server.is_none() && poll.state(&name)?.exists {
+                at_server = Some(Instant::now());
+            }
+            if !exited && child.try_wait()?.is_some() {
+                exited = true;
+            }
+            let seen = lock(&watch).seen;
+            if let (true, Some(_), Some(seen)) = (exited, at_server, seen) {
+                break seen;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                bail!("{name}: the SB server or the replica never had it");
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        finish_child(child, &name)?;
+        let at_server = at_server.context("at server")?;
+        let snap = client.with(|r| r.model().clone());
+        // Median of 3 computations from the same running program (the machine is shared).
+        let mut tries = Vec::new();
+        let mut next = None;
+        for _ in 0..3 {
+            drop(next.take());
+            let (n, sp) = install(&snap, Some(&current))?;
+            tries.push(sp);
+            next = Some(n);
+        }
+        tries.sort_by(|a, b| a.total().total_cmp(&b.total()));
+        let mut split = tries[1].clone();
+        let next = next.context("no program")?;
+        split.sb_update = Some(ms(seen.saturating_duration_since(at_server)));
+        if k == 0 {
+            check_port_add(report, &current, &next)?;
+        }
+        adds.push(split);
+        current = next;
+    }
+    adds.sort_by(|a, b| a.total().total_cmp(&b.total()));
+    let port_add = adds[adds.len() / 2].clone();
+    drop(client);
+    drop(rt);
+    Ok(Ours {
+        cold_ms: cold.total(),
+        cold,
+        port_add_ms: port_add.total(),
+        port_add,
+        heap_mb: heap as f64 / 1e6,
+    })
+}
+
+/// After the first port add (not timed): the recompiled program must compile the same flows
+/// as compiling the new program afresh; and whether `hf_datapath::program::compile` (what
+/// `Datapath::install` runs) gets there too.
+fn check_port_add(report: &Report, prev: &Installed, next: &Installed) -> anyhow::Result<()> {
+    let (spec, _) = hf_datapath::program::to_spec(&next.msg, &next.local)
+        .map_err(|e| anyhow::anyhow!("to_spec: {e}"))?;
+    let (fresh, _) =
+        hf_pipeline::Program::compile(&spec).map_err(|e| anyhow::anyhow!("fresh compile: {e}"))?;
+    if fresh.flow_count() != next.program.flow_count() {
+        bail!(
+            "recompile after the port add has {} flows, a fresh compile {}",
+            next.program.flow_count(),
+            fresh.flow_count()
+        );
+    }
+    report.note(&format!(
+        "port add: recompile reused {} of {} datapaths' tables ({} flows, as a fresh compile)",
+        next.program.shared_datapaths(&prev.program),
+        next.msg.datapaths.len(),
+        fresh.flow_count()
+    ));
+    let (dp_way, _) = hf_datapath::program::compile(&next.msg, &next.local, Some(&prev.program))
+        .map_err(|e| anyhow::anyhow!("hf_datapath::program::compile: {e}"))?;
+    if dp_way.flow_count() != fresh.flow_count() {
+        report.note(&format!(
+            "warning: hf_datapath::program::compile with the previous program (Datapath::install) \
+             has {} flows after the port add, a fresh compile {}: it reuses datapaths whose flows changed",
+            dp_way.flow_count(),
+            fresh.flow_count()
+        ));
+    }
+    Ok(())
+}
+
+/// Waits for an `ovn-nbctl` started by [`Central::nbctl_child`]; an error with its stderr if it
+/// failed.
+fn finish_child(child: std::process::Child, what: &str) -> anyhow::Result<()> {
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "ovn-nbctl for {what} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}

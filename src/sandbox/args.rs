@@ -1,0 +1,97 @@
+//! `holdfast sandbox`'s command line.
+
+use clap::{Args, ValueEnum};
+
+/// A story the sandbox can run (`--scenario NAME`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Scenario {
+    /// Ping between hosts on different chassis, a TCP transfer across chassis (Geneve) and one
+    /// through the gateway's SNAT to the external host; exits 0 when every step succeeded.
+    Default,
+    /// TCP transfers across chassis and through SNAT keep running while every controller and
+    /// northd restart: no segment retransmitted, no reset, no zone changed or flushed.
+    Restarts,
+    /// The same transfers while both databases are rebuilt (every row again with new UUIDs,
+    /// the same names): nothing lost, no zone changed or flushed.
+    Rebuild,
+}
+
+impl Scenario {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Default => "default",
+            Scenario::Restarts => "restarts",
+            Scenario::Rebuild => "rebuild",
+        }
+    }
+}
+
+const AFTER_HELP: &str = "\
+Without --scenario the sandbox comes up, runs the default story, prints how to explore it and \
+stays up (Ctrl-C stops it). While it runs, real OVN tools drive it:
+
+  ovn-nbctl --db=tcp:127.0.0.1:6641 show
+  ovn-sbctl --db=tcp:127.0.0.1:6642 show
+  ovn-nbctl --db=tcp:127.0.0.1:6641 --wait=hv lsp-add ls1 p9 -- \\
+      lsp-set-addresses p9 \"00:00:00:00:01:09 10.0.1.9\"
+
+A new switch port with addresses gets a simulated host at once, which the sandbox pings and \
+reports. Scenarios (--scenario NAME):
+  default   ping across chassis, TCP across chassis and through SNAT to the external host
+  restarts  TCP transfers while every controller and northd restart: nothing lost, no zone
+            changed or flushed
+  rebuild   the same while NB and SB are rebuilt with new UUIDs and the same names";
+
+/// `holdfast sandbox [OPTIONS]`.
+#[derive(Debug, Args)]
+#[command(after_help = AFTER_HELP)]
+pub struct SandboxArgs {
+    /// TCP port on 127.0.0.1 for the northbound database (0 picks a free port; the sandbox
+    /// prints the one it got). Every database is served on both ports.
+    #[arg(long, value_name = "PORT", default_value_t = 6641)]
+    pub nb_port: u16,
+
+    /// TCP port on 127.0.0.1 for the southbound database (0 picks a free port, printed).
+    #[arg(long, value_name = "PORT", default_value_t = 6642)]
+    pub sb_port: u16,
+
+    /// Run the named story, print its outcome and exit (status 1 when a step failed) instead of
+    /// staying up.
+    #[arg(long, value_name = "NAME")]
+    pub scenario: Option<Scenario>,
+
+    /// Seed of the simulated world (database UUIDs, the hosts' TCP sequence numbers and ports):
+    /// the same seed gives the same run.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+
+    /// Number of hypervisor chassis (hv1, hv2, ...; 2 to 32), besides the gateway chassis
+    /// gw1. Hosts are spread over them in turn.
+    #[arg(long, value_name = "N", default_value_t = 2,
+          value_parser = clap::value_parser!(u16).range(2..=32))]
+    pub chassis: u16,
+
+    /// Print only the listening line, the outcome of each step and errors (no progress, no
+    /// topology, no commands to try).
+    #[arg(long, short, conflicts_with = "verbose")]
+    pub quiet: bool,
+
+    /// Also print every log line of the world's components (northd, each chassis's
+    /// controller and datapath) on stderr; without it only warnings and errors are printed.
+    #[arg(long, short)]
+    pub verbose: bool,
+}
+
+impl SandboxArgs {
+    /// Checks clap cannot express.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.nb_port != 0 && self.nb_port == self.sb_port {
+            anyhow::bail!(
+                "--nb-port and --sb-port are both {}: give two different ports (or 0 for free ones)",
+                self.nb_port
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,212 @@
+//! `holdfast sandbox`: the whole of holdfast in one process on a simulated network, driven on
+//! the wall clock, with its databases on `tcp:127.0.0.1:6641`/`6642` for real OVN tools.
+//!
+//! # What it does
+//!
+//! Builds an `hf_sim` world (the in-memory OVSDB server with NB and SB, holdfast northd, one
+//! controller and datapath per chassis, simulated hosts with real TCP/IP stacks), puts the
+//! default topology ([`topology`]) into NB, and shows progress while it comes up: databases
+//! listening, northd's flows, the chassis' programs installed, the hosts attached. It then runs
+//! the default story ([`story`]: pings and TCP transfers across chassis and through SNAT) and
+//! prints the results. With `--scenario NAME` it exits (status 1 when a step failed); without,
+//! it prints the commands to explore it and stays up, driving the world on the wall clock
+//! ([`bridge`]) and pinging every host that attaches itself to a new VIF port.
+//!
+//! # What it does not do
+//!
+//! Real interfaces, TLS, or persistence: everything lives in memory and is gone on exit.
+//! Times in its results are the simulator's (10 Gb/s links, 50 µs between chassis, 1 ms to the
+//! external host), not the machine's.
+//!
+//! Submodules: [`args`] (the command line), [`bridge`] (TCP listeners whose connections are
+//! sessions of the world's OVSDB server, and the task that drives the world), [`topology`]
+//! (the default topology), [`sim`] (every call into the world), [`story`] (the stories and
+//! the watcher of new hosts).
+
+// The sandbox is an I/O shell: it reads the clock and owns sockets.
+#![allow(clippy::disallowed_methods)]
+
+pub mod args;
+pub mod bridge;
+pub mod sim;
+pub mod story;
+pub mod topology;
+
+use std::process::ExitCode;
+
+pub use args::SandboxArgs;
+use args::Scenario;
+use tokio::sync::mpsc;
+
+use bridge::Listeners;
+use story::Sandbox;
+use topology::Topology;
+
+/// How many progress steps coming up takes.
+pub const STEPS: usize = 5;
+
+/// Where the sandbox's lines go: stdout, plain text, one line at a time (flushed, so a pipe
+/// sees each as it happens).
+#[derive(Debug, Clone, Copy)]
+pub struct Printer {
+    quiet: bool,
+    verbose: bool,
+}
+
+impl Printer {
+    /// A printer; `quiet` keeps only results and the listening line; `verbose` shows every
+    /// log line of the world's components (on stderr).
+    pub fn new(quiet: bool, verbose: bool) -> Printer {
+        Printer { quiet, verbose }
+    }
+
+    /// A log line of the world (`hv1|datapath|Info|...`, `northd|info|...`, `world: ...`):
+    /// on stderr, informational ones only with --verbose.
+    pub fn log(&self, line: &str) {
+        // The level is the second field (`northd|info|...`) or the third (`hv1|datapath|Info|...`).
+        let info = line
+            .split('|')
+            .skip(1)
+            .take(2)
+            .any(|f| f.eq_ignore_ascii_case("info") || f.eq_ignore_ascii_case("debug"));
+        if self.verbose || !info {
+            use std::io::Write as _;
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(err, "{line}");
+        }
+    }
+
+    fn emit(text: &str) {
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{text}");
+        let _ = out.flush();
+    }
+
+    /// `[i/5] text` (hidden with --quiet).
+    pub fn progress(&self, i: usize, text: &str) {
+        if !self.quiet {
+            Self::emit(&format!("[{i}/{STEPS}] {text}"));
+        }
+    }
+
+    /// Descriptive text (hidden with --quiet).
+    pub fn info(&self, text: &str) {
+        if !self.quiet {
+            Self::emit(text);
+        }
+    }
+
+    /// A result or anything a script needs (always printed).
+    pub fn result(&self, text: &str) {
+        Self::emit(text);
+    }
+}
+
+/// Run `holdfast sandbox`.
+pub fn run(args: SandboxArgs) -> anyhow::Result<ExitCode> {
+    args.validate()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(main(args))
+}
+
+async fn main(args: SandboxArgs) -> anyhow::Result<ExitCode> {
+    let p = Printer::new(args.quiet, args.verbose);
+    let topo = Topology::default_for(args.chassis);
+    let listeners = Listeners::bind(args.nb_port, args.sb_port).await?;
+    let (nb, sb) = listeners.addrs()?;
+    // Always printed (also with --quiet): scripts and tests read the ports from it.
+    Printer::emit(&format!(
+        "[1/{STEPS}] databases listening on tcp:{nb} (NB), tcp:{sb} (SB)"
+    ));
+    let (tx, rx) = mpsc::unbounded_channel();
+    listeners.spawn(tx);
+
+    let mut sandbox = Sandbox::new(args.seed, topo, p)?;
+    let up = sandbox.come_up();
+    sandbox.flush_log();
+    p.info("");
+    p.info(&sandbox.topology().describe());
+    p.info("");
+    let scenario = args.scenario.unwrap_or(Scenario::Default);
+    let ok = match up {
+        Ok(()) => sandbox.run_story(scenario),
+        Err(e) => {
+            p.result(&format!("error: {e:#}"));
+            false
+        }
+    };
+    p.result(&format!(
+        "story {}: {}",
+        scenario.name(),
+        if ok { "ok" } else { "FAILED" }
+    ));
+    if args.scenario.is_some() {
+        return Ok(if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        });
+    }
+    p.info("");
+    p.info(&explore_text(sandbox.topology(), nb.port(), sb.port()));
+    p.result(&format!(
+        "sandbox up: NB tcp:{nb}, SB tcp:{sb} (Ctrl-C stops it)"
+    ));
+    sandbox.watch_new_hosts();
+    bridge::drive(&mut sandbox, rx, shutdown()).await;
+    p.info("sandbox: stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let term = signal(SignalKind::terminate());
+    match term {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// The commands to try, with the ports the sandbox got.
+fn explore_text(t: &Topology, nb: u16, sb: u16) -> String {
+    let a = &t.vms[0];
+    let b = t
+        .vms
+        .iter()
+        .find(|v| v.switch != a.switch)
+        .unwrap_or(&t.vms[t.vms.len() - 1]);
+    let nbdb = format!("--db=tcp:127.0.0.1:{nb}");
+    let sbdb = format!("--db=tcp:127.0.0.1:{sb}");
+    let lrp_mac = t
+        .subnets
+        .iter()
+        .find(|s| s.switch == a.switch)
+        .map_or("00:00:00:00:ff:01", |s| s.lrp_mac);
+    format!(
+        "explore it (real OVN tools work against it):\n\
+         \x20 ovn-nbctl {nbdb} show\n\
+         \x20 ovn-sbctl {sbdb} show\n\
+         \x20 ovn-sbctl {sbdb} lflow-list {sw}\n\
+         \x20 holdfast trace --db=tcp:127.0.0.1:{sb} {sw} '{flow}'\n\
+         \x20 ovn-trace --db=tcp:127.0.0.1:{sb} {sw} '{flow}'\n\
+         \x20 ovn-nbctl {nbdb} --wait=hv lsp-add {sw} p9 -- lsp-set-addresses p9 \"00:00:00:00:01:09 10.0.1.9\"\n\
+         a new switch port with addresses gets a simulated host at once; the sandbox pings it and\n\
+         says so (host p9 (10.0.1.9) on CHASSIS answers ping: RTT). Ctrl-C stops the sandbox.",
+        sw = a.switch,
+        flow = format!(
+            "inport == \"{}\" && eth.src == {} && eth.dst == {lrp_mac} && ip4.src == {} && ip4.dst == {} && ip.ttl == 64 && icmp4.type == 8",
+            a.name, a.mac, a.ip, b.ip
+        ),
+    )
+}

@@ -1,0 +1,422 @@
+//! The sandbox's handle on the simulated world (`hf_sim::world::World`): every call the
+//! sandbox makes into it goes through here, so the rest of the sandbox speaks of switches,
+//! hosts and results.
+//!
+//! What it does not do: build the world's parts (that is `hf_sim`), or decide the topology
+//! ([`super::topology`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use hf_datapath::proto::LocationMsg;
+use hf_sim::world::nb::Txn;
+use hf_sim::world::{NorthdMode, World, WorldConfig};
+
+use super::bridge::{SessionId, SimHost};
+use super::topology::Topology;
+
+/// A host of the world.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostInfo {
+    /// Its name (the logical port's).
+    pub name: String,
+    /// Its IPv4 address, once it has one.
+    pub ip: Option<String>,
+    /// The chassis its port is on.
+    pub chassis: String,
+    /// It takes its address by DHCP.
+    pub dhcp: bool,
+}
+
+/// A ping started with [`Sim::start_ping`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PingId {
+    /// The pinging host.
+    pub host: String,
+    /// The session's name in the host's record.
+    pub name: String,
+}
+
+/// A ping's outcome so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PingResult {
+    /// The pinging host.
+    pub from: String,
+    /// Requests to send, sent, answered.
+    pub count: u64,
+    /// Sent.
+    pub sent: u64,
+    /// Answered.
+    pub answered: u64,
+    /// Round-trip times of the answered ones (µs).
+    pub rtts_us: Vec<u64>,
+    /// Every request answered or timed out.
+    pub done: bool,
+}
+
+/// A TCP transfer started with [`Sim::start_tcp`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpId {
+    /// Client host.
+    pub from: String,
+    /// Server host.
+    pub to: String,
+    /// The connection's name in the records.
+    pub name: String,
+}
+
+/// A TCP transfer's outcome so far, from both ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpResult {
+    /// Bytes the receiver got in order.
+    pub bytes_received: u64,
+    /// Bytes the receiver checked against the pattern.
+    pub bytes_verified: u64,
+    /// Bytes expected.
+    pub bytes_expected: u64,
+    /// From opening to the last byte verified (µs).
+    pub elapsed_us: u64,
+    /// The client's outcome (`complete`, `running`, `reset`, ...).
+    pub outcome: String,
+    /// The client's address as the server saw it.
+    pub server_saw: String,
+    /// From opening to established (µs), if it was.
+    pub connect_us: Option<u64>,
+    /// Segments the client sent again.
+    pub retransmitted: u64,
+    /// Resets either end received.
+    pub resets: u64,
+    /// Bytes the server acknowledged to the client.
+    pub bytes_acked: u64,
+    /// The receiver's longest gap between in-order bytes (µs).
+    pub stall_max_us: u64,
+}
+
+impl TcpResult {
+    /// Every byte arrived and matched.
+    pub fn complete(&self) -> bool {
+        self.bytes_expected > 0 && self.bytes_verified == self.bytes_expected
+    }
+    /// Nothing more will happen.
+    pub fn finished(&self) -> bool {
+        self.complete() || (self.outcome != "running" && !self.outcome.is_empty())
+    }
+    /// The IP part of [`TcpResult::server_saw`].
+    pub fn server_saw_ip(&self) -> &str {
+        self.server_saw
+            .rsplit_once(':')
+            .map_or(self.server_saw.as_str(), |(ip, _)| ip)
+    }
+}
+
+/// The world.
+pub struct Sim {
+    world: World,
+    /// (host, port) pairs listening for TCP.
+    listening: BTreeSet<(String, u16)>,
+}
+
+impl std::fmt::Debug for Sim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sim")
+            .field("now", &self.world.now())
+            .finish()
+    }
+}
+
+impl Sim {
+    /// A world seeded by `seed` with the topology's chassis and holdfast northd.
+    pub fn new(seed: u64, topo: &Topology) -> anyhow::Result<Sim> {
+        let world = World::new(WorldConfig {
+            seed,
+            chassis: topo.chassis(),
+            northd: NorthdMode::Holdfast,
+        })
+        .map_err(|e| anyhow!("cannot build the simulated world: {e}"))?;
+        Ok(Sim {
+            world,
+            listening: BTreeSet::new(),
+        })
+    }
+
+    /// One NB transaction (the builders of `hf_sim::world::nb`).
+    pub fn nb(&mut self, txn: Txn) -> anyhow::Result<()> {
+        self.world.nb(txn).map(|_| ()).map_err(|e| anyhow!("{e}"))
+    }
+
+    /// (Logical_Flow rows, Datapath_Binding rows) of SB.
+    pub fn sb_counts(&self) -> anyhow::Result<(usize, usize)> {
+        let sb = self.world.sb_snapshot().map_err(|e| anyhow!("{e}"))?;
+        Ok((sb.logical_flow().len(), sb.datapath_binding().len()))
+    }
+
+    /// `ovn-nbctl --wait=hv sync`: true once every chassis installed the current NB.
+    pub fn sync_hv(&mut self, limit: Duration) -> anyhow::Result<()> {
+        self.world.sync_hv(limit).map_err(|e| anyhow!("{e}"))
+    }
+
+    /// Whether `chassis`'s datapath has a program installed.
+    pub fn chassis_installed(&self, chassis: &str) -> bool {
+        self.world
+            .chassis_by_name(chassis)
+            .is_some_and(|c| c.datapath().program().is_some())
+    }
+
+    /// Every VIF port of NB that has a host, with its switch.
+    pub fn vif_hosts(&self) -> Vec<(String, String)> {
+        let Ok(nb) = self.world.nb_snapshot() else {
+            return Vec::new();
+        };
+        let mut v = Vec::new();
+        for ls in nb.logical_switch().values() {
+            for r in &ls.ports {
+                if let Some(p) = nb.logical_switch_port().get(&r.uuid())
+                    && self.world.host(&p.name).is_some()
+                {
+                    v.push((p.name.clone(), ls.name.clone()));
+                }
+            }
+        }
+        v.sort();
+        v
+    }
+
+    /// A host's name, address and chassis.
+    pub fn host_info(&self, host: &str) -> Option<HostInfo> {
+        let h = self.world.host(host)?;
+        Some(HostInfo {
+            name: host.to_string(),
+            ip: h.ipv4().map(|a| a.to_string()),
+            chassis: self.world.host_chassis(host).unwrap_or("?").to_string(),
+            dhcp: h.dhcp_record().is_some(),
+        })
+    }
+
+    /// Every chassis's program has every host's port bound (local on its chassis).
+    pub fn ports_ready(&self) -> bool {
+        self.world.ports_ready()
+    }
+
+    /// The host is attached and its chassis's program has its port as a local port.
+    pub fn host_ready(&self, host: &str) -> bool {
+        let Some(ch) = self.world.host_chassis(host) else {
+            return false;
+        };
+        let Some(prog) = self
+            .world
+            .chassis_by_name(ch)
+            .and_then(|c| c.datapath().program())
+        else {
+            return false;
+        };
+        prog.datapaths.iter().any(|d| {
+            d.ports
+                .iter()
+                .any(|p| p.name == host && matches!(&p.location, LocationMsg::Local(_)))
+        })
+    }
+
+    /// Start `count` pings of `dst` from `host`, 10 ms apart.
+    pub fn start_ping(&mut self, host: &str, dst: &str, count: u64) -> anyhow::Result<PingId> {
+        let ip: IpAddr = dst
+            .parse()
+            .with_context(|| format!("ping: {dst:?} is not an IP address"))?;
+        let n = u16::try_from(count).unwrap_or(u16::MAX);
+        let name = self
+            .world
+            .ping(host, ip, n, Duration::from_millis(10))
+            .map_err(|e| anyhow!("{e}"))?;
+        Ok(PingId {
+            host: host.to_string(),
+            name,
+        })
+    }
+
+    /// A ping's outcome so far.
+    pub fn ping_result(&self, id: &PingId) -> Option<PingResult> {
+        let r = self.world.host(&id.host)?.ping_record(&id.name)?;
+        Some(PingResult {
+            from: id.host.clone(),
+            count: r.count,
+            sent: r.sent,
+            answered: r.answered,
+            rtts_us: r.rtt_us.iter().flatten().copied().collect(),
+            done: r.done,
+        })
+    }
+
+    /// Start a TCP transfer of `bytes` from `from` to `to`'s `port` (which starts listening).
+    pub fn start_tcp(
+        &mut self,
+        from: &str,
+        to: &str,
+        port: u16,
+        bytes: u64,
+    ) -> anyhow::Result<TcpId> {
+        let ip = self
+            .world
+            .host(to)
+            .and_then(|h| h.ipv4())
+            .ok_or_else(|| anyhow!("no host {to} with an address"))?;
+        // Listening twice on one port is the host's error: listen once per host and port.
+        if !self.listening.contains(&(to.to_string(), port)) {
+            self.world
+                .tcp_listen(to, port)
+                .map_err(|e| anyhow!("{e}"))?;
+            self.listening.insert((to.to_string(), port));
+        }
+        let name = self
+            .world
+            .tcp_transfer(from, IpAddr::V4(ip), port, bytes)
+            .map_err(|e| anyhow!("{e}"))?;
+        Ok(TcpId {
+            from: from.to_string(),
+            to: to.to_string(),
+            name,
+        })
+    }
+
+    /// A transfer's outcome so far (the client's record and the server's of the same
+    /// connection).
+    pub fn tcp_result(&self, id: &TcpId) -> Option<TcpResult> {
+        let c = self.world.tcp_record(&id.from, &id.name)?;
+        let cport = c.local.rsplit_once(':').map(|(_, p)| p.to_string());
+        let server = self.world.host(&id.to).and_then(|h| {
+            let recs: Vec<_> = h
+                .tcp_names()
+                .into_iter()
+                .filter_map(|n| self.world.tcp_record(&id.to, &n))
+                .filter(|r| {
+                    r.role == "server" && r.local.ends_with(&format!(":{}", port_of(&c.remote)))
+                })
+                .collect();
+            recs.iter()
+                .find(|r| r.remote.rsplit_once(':').map(|(_, p)| p.to_string()) == cport)
+                .or(recs.last())
+                .cloned()
+        });
+        let (received, verified, saw) = match &server {
+            Some(s) => (s.bytes_received, s.bytes_verified, s.remote.clone()),
+            None => (0, 0, String::new()),
+        };
+        let end = server
+            .as_ref()
+            .and_then(|s| s.completed_us)
+            .or(c.completed_us)
+            .unwrap_or(self.world.now().as_micros() as u64);
+        Some(TcpResult {
+            bytes_received: received,
+            bytes_verified: verified,
+            bytes_expected: c.bytes_expected,
+            elapsed_us: end.saturating_sub(c.started_us),
+            outcome: c.outcome.clone(),
+            server_saw: saw,
+            connect_us: c.established_us.map(|e| e.saturating_sub(c.started_us)),
+            retransmitted: c.retransmitted_segments,
+            resets: c.resets_received + server.as_ref().map_or(0, |s| s.resets_received),
+            bytes_acked: c.bytes_acked,
+            stall_max_us: server.as_ref().map_or(0, |s| s.stall_max_us),
+        })
+    }
+
+    /// Per chassis: its datapath's zone map and the zone flushes its controllers asked for.
+    pub fn zones(&self) -> BTreeMap<String, (BTreeMap<String, u16>, u64)> {
+        self.world
+            .record()
+            .chassis
+            .into_iter()
+            .map(|(n, c)| (n, (c.zones, c.flushes)))
+            .collect()
+    }
+
+    /// Restart a chassis's controller (its datapath keeps forwarding).
+    pub fn restart_controller(&mut self, chassis: &str) -> anyhow::Result<()> {
+        self.world
+            .restart_controller(chassis)
+            .map_err(|e| anyhow!("{e}"))
+    }
+
+    /// Restart northd.
+    pub fn restart_northd(&mut self) -> anyhow::Result<()> {
+        self.world.restart_northd().map_err(|e| anyhow!("{e}"))
+    }
+
+    /// Rebuild both databases: NB dumped and loaded again with new UUIDs, SB regenerated.
+    pub fn rebuild_databases(&mut self) -> anyhow::Result<()> {
+        self.world.rebuild_databases().map_err(|e| anyhow!("{e}"))
+    }
+
+    /// The UUIDs of NB's logical switches.
+    pub fn nb_switch_uuids(&self) -> Vec<String> {
+        self.world.nb_snapshot().map_or_else(
+            |_| Vec::new(),
+            |nb| nb.logical_switch().keys().map(|u| u.to_string()).collect(),
+        )
+    }
+
+    /// Run for `d` of virtual time.
+    pub fn run_for(&mut self, d: Duration) {
+        self.world.run_for(d);
+    }
+
+    /// The world's log lines since the last call.
+    pub fn take_log(&mut self) -> Vec<String> {
+        self.world.take_log()
+    }
+
+    /// Run until `done` holds or `limit` of virtual time passed; whether it held.
+    pub fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&Sim) -> bool) -> bool {
+        // The predicate sees the Sim, not the World: wrap without moving.
+        let end = self.world.now() + limit;
+        loop {
+            if done(self) {
+                return true;
+            }
+            let now = self.world.now();
+            if now >= end {
+                return false;
+            }
+            let next = self
+                .world
+                .next_deadline()
+                .unwrap_or(end)
+                .clamp(now + Duration::from_micros(10), end);
+            self.world.advance_to(next);
+        }
+    }
+}
+
+fn port_of(endpoint: &str) -> &str {
+    endpoint.rsplit_once(':').map_or("", |(_, p)| p)
+}
+
+impl SimHost for Sim {
+    fn db_connect(&mut self) -> SessionId {
+        self.world.db_connect()
+    }
+    fn db_input(&mut self, sid: SessionId, data: &[u8]) {
+        if let Err(e) = self.world.db_input(sid, data) {
+            eprintln!("sandbox: closed a database connection: {e}");
+        }
+    }
+    fn db_poll_output(&mut self, sid: SessionId) -> Option<Vec<u8>> {
+        self.world.db_poll_output(sid)
+    }
+    fn db_closed(&self, sid: SessionId) -> bool {
+        self.world.db_is_closed(sid)
+    }
+    fn db_disconnect(&mut self, sid: SessionId) {
+        self.world.db_disconnect(sid);
+    }
+    fn now(&self) -> Duration {
+        self.world.now()
+    }
+    fn next_deadline(&self) -> Option<Duration> {
+        self.world.next_deadline()
+    }
+    fn advance_to(&mut self, now: Duration) {
+        self.world.advance_to(now);
+    }
+}

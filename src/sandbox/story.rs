@@ -1,0 +1,721 @@
+//! The sandbox's stories: bringing the default topology up (progress steps 2 to 4), the stories
+//! of step 5 (`default`: ping and TCP across chassis, TCP through SNAT to the external host;
+//! `restarts`: every controller and northd restarted while TCP transfers run), and the watcher
+//! that pings every host attaching itself to a new VIF port while the sandbox stays up.
+//!
+//! Stories run in the simulator's virtual time as fast as the CPU allows; each step has a
+//! virtual-time limit and reports a failure (what did not happen) instead of hanging.
+//!
+//! What it does not do: judge anything the hosts' own stacks did not see. Every result comes
+//! from the simulated hosts' records (ping replies, bytes verified by the TCP receiver,
+//! retransmissions, resets) or from the datapaths' zone maps.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use anyhow::bail;
+
+use super::Printer;
+use super::args::Scenario;
+use super::bridge::{SessionId, SimHost};
+use super::sim::{HostInfo, PingId, PingResult, Sim, TcpId, TcpResult};
+use super::topology::Topology;
+
+/// Virtual time each coming-up step may take.
+const STEP_LIMIT: Duration = Duration::from_secs(30);
+/// Bytes of each TCP transfer of the default story.
+const TCP_BYTES: u64 = 256 * 1024;
+/// Bytes of the restarts story's transfers: long enough to be in flight across every restart.
+const RESTART_BYTES_ACROSS: u64 = 8 << 20;
+/// The same through SNAT (1 ms away, so slower).
+const RESTART_BYTES_SNAT: u64 = 2 << 20;
+/// Pings per pair.
+const PINGS: u64 = 3;
+/// How long a new host may take to answer its first ping (virtual time) before the sandbox
+/// says it does not.
+const NEW_HOST_PING_LIMIT: Duration = Duration::from_secs(10);
+
+/// The sandbox: the world, its topology, and what it watches for.
+pub struct Sandbox {
+    sim: Sim,
+    topo: Topology,
+    p: Printer,
+    /// Hosts the sandbox knows about (the topology's and those already reported).
+    known: BTreeSet<String>,
+    /// New hosts waiting for their port to come up: (host, switch, seen at).
+    waiting: Vec<(String, String, Duration)>,
+    /// New hosts being pinged: (host, ping, started at).
+    pinging: Vec<(HostInfo, PingId, Duration)>,
+    watching: bool,
+    /// A client wrote to the database since the last look for new ports.
+    nb_dirty: bool,
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox")
+            .field("known", &self.known)
+            .finish()
+    }
+}
+
+fn ms(us: u64) -> String {
+    format!("{:.2} ms", us as f64 / 1000.0)
+}
+
+impl Sandbox {
+    /// The world with `seed`, over the topology's chassis.
+    pub fn new(seed: u64, topo: Topology, p: Printer) -> anyhow::Result<Sandbox> {
+        let sim = Sim::new(seed, &topo)?;
+        Ok(Sandbox {
+            sim,
+            topo,
+            p,
+            known: BTreeSet::new(),
+            waiting: Vec::new(),
+            pinging: Vec::new(),
+            watching: false,
+            nb_dirty: false,
+        })
+    }
+
+    /// The topology.
+    pub fn topology(&self) -> &Topology {
+        &self.topo
+    }
+
+    /// Steps 2 to 4: NB built, northd's flows, programs installed on every chassis, hosts
+    /// attached.
+    pub fn come_up(&mut self) -> anyhow::Result<()> {
+        for txn in self.topo.nb_txns() {
+            self.sim.nb(txn)?;
+        }
+        let datapaths = self.topo.subnets.len() + 2;
+        if !self.sim.run_until(STEP_LIMIT, |s| {
+            s.sb_counts().is_ok_and(|(_, d)| d >= datapaths)
+        }) {
+            let (f, d) = self.sim.sb_counts()?;
+            bail!(
+                "northd did not compile the topology within {STEP_LIMIT:?} (SB has {d} datapaths, {f} flows)"
+            );
+        }
+        let (flows, dps) = self.sim.sb_counts()?;
+        self.p.progress(
+            2,
+            &format!(
+                "northd compiled {flows} flows for {dps} datapaths ({} switches, 1 router)",
+                datapaths - 1
+            ),
+        );
+        let chassis = self.topo.chassis();
+        let synced = self.sim.sync_hv(STEP_LIMIT);
+        if synced.is_err() || !chassis.iter().all(|c| self.sim.chassis_installed(c)) {
+            let missing: Vec<&str> = chassis
+                .iter()
+                .filter(|c| !self.sim.chassis_installed(c))
+                .map(String::as_str)
+                .collect();
+            bail!(
+                "chassis {} did not install a program within {STEP_LIMIT:?} ({})",
+                missing.join(", "),
+                synced
+                    .err()
+                    .map_or_else(|| "--wait=hv reached".to_string(), |e| format!("{e:#}"))
+            );
+        }
+        self.p.progress(
+            3,
+            &format!("chassis {} up (programs installed)", chassis.join(", ")),
+        );
+        let want: Vec<String> = self
+            .topo
+            .vms
+            .iter()
+            .chain(std::iter::once(&self.topo.ext_host))
+            .map(|v| v.name.clone())
+            .collect();
+        if !self
+            .sim
+            .run_until(STEP_LIMIT, |s| want.iter().all(|h| s.host_ready(h)))
+        {
+            let missing: Vec<&str> = want
+                .iter()
+                .filter(|h| !self.sim.host_ready(h))
+                .map(String::as_str)
+                .collect();
+            bail!(
+                "hosts {} were not attached and bound within {STEP_LIMIT:?}",
+                missing.join(", ")
+            );
+        }
+        let hosts: Vec<String> = want
+            .iter()
+            .filter_map(|h| self.sim.host_info(h))
+            .map(|h| format!("{} on {}", h.name, h.chassis))
+            .collect();
+        self.known = want.into_iter().collect();
+        self.p
+            .progress(4, &format!("hosts attached: {}", hosts.join(", ")));
+        self.flush_log();
+        Ok(())
+    }
+
+    /// Run a story; whether every step succeeded. Results are printed as they come.
+    pub fn run_story(&mut self, s: Scenario) -> bool {
+        let ok = match s {
+            Scenario::Default => self.default_story(),
+            Scenario::Restarts | Scenario::Rebuild => self.disruption_story(s),
+        };
+        self.flush_log();
+        ok
+    }
+
+    /// Hand the world's log lines to the printer.
+    pub fn flush_log(&mut self) {
+        for line in self.sim.take_log() {
+            self.p.log(&line);
+        }
+    }
+
+    fn default_story(&mut self) -> bool {
+        self.p.progress(5, "running the default story");
+        self.p.result(
+            "results (simulated time: 10 Gb/s links, 50 us between chassis, 1 ms to the external host):",
+        );
+        let t = self.topo.clone();
+        let h1 = &t.hypervisors[0];
+        let h2 = &t.hypervisors[1];
+        let mut ok = true;
+        self.warm_up();
+        // L2 across chassis, then L3 through the distributed router across chassis.
+        let pairs = [
+            (t.vm_on("ls1", h1), t.vm_on("ls1", h2), "same switch"),
+            (t.vm_on("ls1", h1), t.vm_on("ls2", h2), "through lr0"),
+        ];
+        for (a, b, how) in pairs {
+            let (Some(a), Some(b)) = (a, b) else {
+                self.p
+                    .result("  error: the topology lacks the hosts to ping");
+                return false;
+            };
+            let r = self.ping(&a.name, &b.ip, PINGS);
+            let line = format!(
+                "  ping {} ({}, {}) -> {} ({}, {}), {how}: ",
+                a.name, a.ip, a.chassis, b.name, b.ip, b.chassis
+            );
+            match r {
+                Ok(r) if r.answered == r.count && r.count > 0 => {
+                    let rtts = &r.rtts_us;
+                    let min = rtts.iter().min().copied().unwrap_or(0);
+                    let max = rtts.iter().max().copied().unwrap_or(0);
+                    let avg = rtts.iter().sum::<u64>() / (rtts.len().max(1) as u64);
+                    self.p.result(&format!(
+                        "{line}{}/{} answered, rtt min/avg/max {:.3}/{:.3}/{:.3} ms",
+                        r.answered,
+                        r.count,
+                        min as f64 / 1000.0,
+                        avg as f64 / 1000.0,
+                        max as f64 / 1000.0
+                    ));
+                }
+                Ok(r) => {
+                    ok = false;
+                    self.p.result(&format!(
+                        "{line}FAILED: {}/{} answered",
+                        r.answered, r.count
+                    ));
+                }
+                Err(e) => {
+                    ok = false;
+                    self.p.result(&format!("{line}FAILED: {e:#}"));
+                }
+            }
+        }
+        // TCP across chassis through the router, and through SNAT to the external host.
+        let across = (t.vm_on("ls1", h1), t.vm_on("ls2", h2));
+        let out = t.vm_on("ls1", h2);
+        let (Some(a), Some(b), Some(c)) = (across.0, across.1, out) else {
+            self.p
+                .result("  error: the topology lacks the hosts for TCP");
+            return false;
+        };
+        let e = t.ext_host.clone();
+        let transfers = [
+            (
+                a.clone(),
+                b.clone(),
+                format!(
+                    "across chassis ({} -> {}) through lr0",
+                    a.chassis, b.chassis
+                ),
+            ),
+            (
+                c.clone(),
+                e.clone(),
+                format!("through SNAT on {} to the external host", t.gateway),
+            ),
+        ];
+        for (from, to, how) in transfers {
+            let line = format!(
+                "  tcp {} ({}) -> {} ({}:{}), {how}: ",
+                from.name,
+                from.ip,
+                to.name,
+                to.ip,
+                story_port()
+            );
+            match self.tcp(&from.name, &to.name, TCP_BYTES) {
+                Ok(r) if r.complete() => {
+                    let saw = if to.name == e.name {
+                        format!("; the external host saw source {}", r.server_saw_ip())
+                    } else {
+                        String::new()
+                    };
+                    self.p.result(&format!(
+                        "{line}{} bytes in {} (connected in {}, {} segments retransmitted, {} resets), {} verified by the receiver{saw}",
+                        r.bytes_received,
+                        ms(r.elapsed_us),
+                        r.connect_us.map_or_else(|| "?".to_string(), ms),
+                        r.retransmitted,
+                        r.resets,
+                        r.bytes_verified
+                    ));
+                    if to.name == e.name && r.server_saw_ip() != t.snat_ip {
+                        ok = false;
+                        self.p.result(&format!(
+                            "  FAILED: the external host saw {} instead of the SNAT address {}",
+                            r.server_saw_ip(),
+                            t.snat_ip
+                        ));
+                    }
+                }
+                Ok(r) => {
+                    ok = false;
+                    self.p.result(&format!(
+                        "{line}FAILED: {} of {} bytes verified ({})",
+                        r.bytes_verified, TCP_BYTES, r.outcome
+                    ));
+                }
+                Err(err) => {
+                    ok = false;
+                    self.p.result(&format!("{line}FAILED: {err:#}"));
+                }
+            }
+        }
+        ok
+    }
+
+    /// A simulated host (smoltcp) drops a packet that waits for ARP, and a router's first
+    /// packet to an unknown neighbour becomes an ARP request: one warm-up ping per pair of
+    /// the stories lets every host and router learn its neighbours first.
+    fn warm_up(&mut self) {
+        let t = self.topo.clone();
+        let (h1, h2) = (&t.hypervisors[0], &t.hypervisors[1]);
+        let mut warm = Vec::new();
+        for (a, b) in [("ls1", "ls1"), ("ls1", "ls2")] {
+            if let (Some(x), Some(y)) = (t.vm_on(a, h1), t.vm_on(b, h2)) {
+                warm.push((x.name.clone(), y.ip.clone()));
+            }
+        }
+        if let Some(c) = t.vm_on("ls1", h2) {
+            warm.push((c.name.clone(), t.ext_host.ip.clone()));
+        }
+        let mut answered = 0;
+        for (from, ip) in &warm {
+            match self.ping(from, ip, 2) {
+                Ok(r) => answered += r.answered,
+                Err(e) => self
+                    .p
+                    .result(&format!("  warm-up ping {from} -> {ip}: {e:#}")),
+            }
+        }
+        self.p.result(&format!(
+            "  warm-up: {} pings so hosts and routers learn their neighbours, {answered} answered",
+            2 * warm.len()
+        ));
+    }
+
+    /// Restart every controller, then northd, 0.5 ms apart: what was done, and whether every
+    /// restart was possible.
+    fn restart_all(&mut self) -> (String, bool) {
+        let mut order: Vec<String> = self.topo.chassis();
+        order.push("northd".into());
+        let mut done = Vec::new();
+        let mut ok = true;
+        for what in &order {
+            self.sim.run_for(Duration::from_micros(500));
+            let r = if what == "northd" {
+                self.sim.restart_northd()
+            } else {
+                self.sim.restart_controller(what)
+            };
+            match r {
+                Ok(()) => done.push(if what == "northd" {
+                    "northd".to_string()
+                } else {
+                    format!("controller {what}")
+                }),
+                Err(e) => {
+                    ok = false;
+                    self.p.result(&format!("  restart {what}: FAILED: {e:#}"));
+                }
+            }
+        }
+        (format!("restarted {}", done.join(", ")), ok)
+    }
+
+    /// Rebuild both databases (every row again, new UUIDs, same names): what was done, and
+    /// whether the UUIDs really changed.
+    fn rebuild(&mut self) -> (String, bool) {
+        self.sim.run_for(Duration::from_micros(500));
+        let before = self.sim.nb_switch_uuids();
+        if let Err(e) = self.sim.rebuild_databases() {
+            self.p.result(&format!("  rebuild: FAILED: {e:#}"));
+            return ("did not rebuild the databases".into(), false);
+        }
+        let after = self.sim.nb_switch_uuids();
+        let fresh = !after.is_empty() && after.iter().all(|u| !before.contains(u));
+        if !fresh {
+            self.p
+                .result("  FAILED: the rebuilt NB kept some of its switches' UUIDs");
+        }
+        (
+            format!(
+                "rebuilt NB and SB ({} switches, every UUID new, names kept)",
+                after.len()
+            ),
+            fresh,
+        )
+    }
+
+    /// A disruption (`restarts` or `rebuild`) while TCP transfers run across chassis and
+    /// through SNAT: nothing lost, no zone changed or flushed.
+    fn disruption_story(&mut self, kind: Scenario) -> bool {
+        self.p
+            .progress(5, &format!("running the {} story", kind.name()));
+        self.p.result(
+            "results (simulated time: 10 Gb/s links, 50 us between chassis, 1 ms to the external host):",
+        );
+        self.warm_up();
+        let t = self.topo.clone();
+        let (h1, h2) = (&t.hypervisors[0], &t.hypervisors[1]);
+        let (Some(a), Some(b), Some(c)) =
+            (t.vm_on("ls1", h1), t.vm_on("ls2", h2), t.vm_on("ls1", h2))
+        else {
+            self.p
+                .result("  error: the topology lacks the hosts for TCP");
+            return false;
+        };
+        let zones_before = self.sim.zones();
+        let transfers = [
+            (
+                a.clone(),
+                t.vm_on("ls2", h2).cloned().unwrap_or_else(|| b.clone()),
+                RESTART_BYTES_ACROSS,
+                "across chassis through lr0",
+            ),
+            (
+                c.clone(),
+                t.ext_host.clone(),
+                RESTART_BYTES_SNAT,
+                "through SNAT to the external host",
+            ),
+        ];
+        let mut ids = Vec::new();
+        for (from, to, bytes, how) in &transfers {
+            match self
+                .sim
+                .start_tcp(&from.name, &to.name, story_port() + 1, *bytes)
+            {
+                Ok(id) => ids.push((
+                    id,
+                    *bytes,
+                    format!(
+                        "  tcp {} ({}) -> {} ({}), {how}",
+                        from.name, from.chassis, to.name, to.ip
+                    ),
+                )),
+                Err(e) => {
+                    self.p.result(&format!(
+                        "  tcp {} -> {}: FAILED: {e:#}",
+                        from.name, to.name
+                    ));
+                    return false;
+                }
+            }
+        }
+        let mut ok = true;
+        // Both transfers moving data first.
+        if !self.sim.run_until(STEP_LIMIT, |s| {
+            ids.iter()
+                .all(|(id, _, _)| s.tcp_result(id).is_some_and(|r| r.bytes_acked > 0))
+        }) {
+            self.p
+                .result("  FAILED: the transfers did not start moving data");
+            return false;
+        }
+        let (done, disrupted) = match kind {
+            Scenario::Rebuild => self.rebuild(),
+            _ => self.restart_all(),
+        };
+        ok &= disrupted;
+        let progress: Vec<String> = ids
+            .iter()
+            .map(|(id, bytes, _)| {
+                let acked = self.sim.tcp_result(id).map_or(0, |r| r.bytes_acked);
+                format!("{}: {acked} of {bytes} bytes", id.from)
+            })
+            .collect();
+        self.p.result(&format!(
+            "  {done} while the transfers ran ({})",
+            progress.join(", ")
+        ));
+        let mid_transfer = ids.iter().all(|(id, bytes, _)| {
+            self.sim
+                .tcp_result(id)
+                .is_some_and(|r| r.bytes_acked < *bytes)
+        });
+        if !mid_transfer {
+            ok = false;
+            self.p.result(
+                "  FAILED: a transfer finished before the disruption was over (nothing was tested)",
+            );
+        }
+        self.sim.run_until(STEP_LIMIT, |s| {
+            ids.iter()
+                .all(|(id, _, _)| s.tcp_result(id).is_some_and(|r| r.finished()))
+        });
+        for (id, bytes, line) in &ids {
+            match self.sim.tcp_result(id) {
+                Some(r) if r.complete() && r.retransmitted == 0 && r.resets == 0 => {
+                    self.p.result(&format!(
+                        "{line}: {} bytes in {}, {} verified, 0 segments retransmitted, 0 resets, longest stall {}",
+                        r.bytes_received,
+                        ms(r.elapsed_us),
+                        r.bytes_verified,
+                        ms(r.stall_max_us)
+                    ));
+                }
+                Some(r) => {
+                    ok = false;
+                    self.p.result(&format!(
+                        "{line}: FAILED: {} of {bytes} bytes verified, {} segments retransmitted, {} resets ({})",
+                        r.bytes_verified, r.retransmitted, r.resets, r.outcome
+                    ));
+                }
+                None => {
+                    ok = false;
+                    self.p.result(&format!("{line}: FAILED: no record"));
+                }
+            }
+        }
+        // The control plane is whole again: every chassis installs the current NB.
+        match self.sim.sync_hv(STEP_LIMIT) {
+            Ok(()) => self.p.result(
+                "  afterwards every chassis installed the current NB again (--wait=hv reached)",
+            ),
+            Err(e) => {
+                ok = false;
+                self.p.result(&format!("  afterwards: FAILED: {e:#}"));
+            }
+        }
+        let zones_after = self.sim.zones();
+        for (ch, (before, flushes_before)) in &zones_before {
+            match zones_after
+                .get(ch)
+                .map(|(z, f)| (z, f.saturating_sub(*flushes_before)))
+            {
+                Some((after, flushes)) if after == before && flushes == 0 => {
+                    self.p.result(&format!(
+                        "  {ch}: zone map unchanged ({} zones), no zone flushed",
+                        after.len()
+                    ));
+                }
+                Some((after, flushes)) => {
+                    ok = false;
+                    self.p.result(&format!(
+                        "  {ch}: FAILED: zones {before:?} became {after:?}, {flushes} flushes"
+                    ));
+                }
+                None => {
+                    ok = false;
+                    self.p
+                        .result(&format!("  {ch}: FAILED: the chassis is gone"));
+                }
+            }
+        }
+        ok
+    }
+
+    /// Ping `dst` from `host` `count` times and wait for the outcome.
+    fn ping(&mut self, host: &str, dst: &str, count: u64) -> anyhow::Result<PingResult> {
+        let id = self.sim.start_ping(host, dst, count)?;
+        self.sim
+            .run_until(STEP_LIMIT, |s| s.ping_result(&id).is_some_and(|r| r.done));
+        match self.sim.ping_result(&id) {
+            Some(r) => Ok(r),
+            None => bail!("no ping record for {host}"),
+        }
+    }
+
+    /// A TCP transfer of `bytes` from `from` to `to`, waited for.
+    fn tcp(&mut self, from: &str, to: &str, bytes: u64) -> anyhow::Result<TcpResult> {
+        let id: TcpId = self.sim.start_tcp(from, to, story_port(), bytes)?;
+        self.sim.run_until(STEP_LIMIT, |s| {
+            s.tcp_result(&id).is_some_and(|r| r.finished())
+        });
+        match self.sim.tcp_result(&id) {
+            Some(r) => Ok(r),
+            None => bail!("no TCP record for {from} -> {to}"),
+        }
+    }
+
+    /// From now on, ping every host that attaches itself to a new VIF port (see
+    /// [`SimHost::after_step`]).
+    pub fn watch_new_hosts(&mut self) {
+        for (name, _) in self.sim.vif_hosts() {
+            self.known.insert(name);
+        }
+        self.watching = true;
+    }
+
+    fn check_new_hosts(&mut self) {
+        let now = self.sim.now();
+        if std::mem::take(&mut self.nb_dirty) {
+            let present = self.sim.vif_hosts();
+            // A port deleted and added again is a new host again.
+            self.known
+                .retain(|k| present.iter().any(|(name, _)| name == k));
+            for (name, sw) in present {
+                if self.known.insert(name.clone()) {
+                    self.waiting.push((name, sw, now));
+                }
+            }
+        }
+        let mut still_waiting = Vec::new();
+        for (name, sw, since) in std::mem::take(&mut self.waiting) {
+            let Some(h) = self.sim.host_info(&name) else {
+                continue; // its port went away
+            };
+            let ready = self.sim.host_ready(&name) && h.ip.is_some() && self.sim.ports_ready();
+            if !ready {
+                if now.saturating_sub(since) >= NEW_HOST_PING_LIMIT {
+                    self.p.result(&format!(
+                        "host {name} on {} attached, but {} after {NEW_HOST_PING_LIMIT:?}",
+                        h.chassis,
+                        if h.ip.is_none() {
+                            "it has no address"
+                        } else {
+                            "its port is not in the chassis's program"
+                        }
+                    ));
+                } else {
+                    still_waiting.push((name, sw, since));
+                }
+                continue;
+            }
+            let ip = h.ip.clone().unwrap_or_default();
+            self.p.info(&format!(
+                "host {name} ({ip}) attached on {}; pinging it",
+                h.chassis
+            ));
+            // Pinged from a topology host on its switch when there is one, else from the
+            // first host (through the router).
+            let from = self
+                .topo
+                .vms
+                .iter()
+                .find(|v| v.switch == sw)
+                .unwrap_or(&self.topo.vms[0])
+                .name
+                .clone();
+            match self.sim.start_ping(&from, &ip, 1) {
+                Ok(id) => self.pinging.push((h, id, now)),
+                Err(e) => self.p.result(&format!(
+                    "host {name} ({ip}) on {}: cannot ping it: {e:#}",
+                    h.chassis
+                )),
+            }
+        }
+        self.waiting = still_waiting;
+        let mut still = Vec::new();
+        for (h, id, since) in std::mem::take(&mut self.pinging) {
+            let ip = h.ip.clone().unwrap_or_default();
+            match self.sim.ping_result(&id) {
+                Some(r) if r.answered > 0 => {
+                    let rtt = r.rtts_us.first().copied().unwrap_or(0);
+                    self.p.result(&format!(
+                        "host {} ({ip}{}) on {} answers ping: {}",
+                        h.name,
+                        if h.dhcp { ", by DHCP" } else { "" },
+                        h.chassis,
+                        ms(rtt)
+                    ));
+                }
+                Some(r) if r.done && now.saturating_sub(since) >= NEW_HOST_PING_LIMIT => {
+                    self.p.result(&format!(
+                        "host {} ({ip}) on {} does not answer ping (no reply within {NEW_HOST_PING_LIMIT:?})",
+                        h.name, h.chassis
+                    ));
+                }
+                Some(r) if r.done => {
+                    // Not answered (the port may still be coming up): try again.
+                    match self.sim.start_ping(&r.from, &ip, 1) {
+                        Ok(id) => still.push((h, id, since)),
+                        Err(e) => self.p.result(&format!(
+                            "host {} ({ip}) on {}: cannot ping it: {e:#}",
+                            h.name, h.chassis
+                        )),
+                    }
+                }
+                None => self.p.result(&format!(
+                    "host {} ({ip}) on {}: its ping session is gone",
+                    h.name, h.chassis
+                )),
+                _ => still.push((h, id, since)),
+            }
+        }
+        self.pinging = still;
+    }
+}
+
+/// The TCP port the story's receivers listen on.
+fn story_port() -> u16 {
+    5001
+}
+
+impl SimHost for Sandbox {
+    fn db_connect(&mut self) -> SessionId {
+        self.sim.db_connect()
+    }
+    fn db_input(&mut self, sid: SessionId, data: &[u8]) {
+        self.nb_dirty = true;
+        self.sim.db_input(sid, data)
+    }
+    fn db_poll_output(&mut self, sid: SessionId) -> Option<Vec<u8>> {
+        self.sim.db_poll_output(sid)
+    }
+    fn db_closed(&self, sid: SessionId) -> bool {
+        self.sim.db_closed(sid)
+    }
+    fn db_disconnect(&mut self, sid: SessionId) {
+        self.sim.db_disconnect(sid)
+    }
+    fn now(&self) -> Duration {
+        self.sim.now()
+    }
+    fn next_deadline(&self) -> Option<Duration> {
+        self.sim.next_deadline()
+    }
+    fn advance_to(&mut self, now: Duration) {
+        self.sim.advance_to(now)
+    }
+    fn after_step(&mut self) {
+        if self.watching {
+            self.check_new_hosts();
+        }
+        for line in self.sim.take_log() {
+            self.p.log(&line);
+        }
+    }
+}
