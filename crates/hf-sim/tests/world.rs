@@ -112,14 +112,9 @@ fn controller_restart_during_transfers_loses_nothing() {
     }
 }
 
-/// After controller restarts under load, a port added later reaches the other chassis.
-///
-/// Known failure: `--wait=hv` (hv_cfg) is reached and both datapaths run a program with vm7
-/// (Local on hv2), yet vm1's first pings never reach vm7's host for about a second (hv2
-/// installed the program before the port was plugged in; the relocation after `add_port`
-/// does not make it forwardable at once). Without the restarts the same steps pass.
+/// After controller restarts under load, a port added later answers at once after
+/// `--wait=hv`.
 #[test]
-#[ignore = "known failure (hf-datapath/hf-controller): a port plugged in after its program was installed is unreachable for ~1 s after controller restarts"]
 fn controller_restart_then_new_port() {
     let mut w = ready_world(7);
     let bytes = 40_000_000;
