@@ -30,7 +30,8 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{UdpSocket, UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::db::{daemon, unixctl, vlog};
+use crate::db::shell::{self, DaemonArgs};
+use crate::db::{daemon, unixctl};
 
 const PROGRAM: &str = "holdfast-datapath";
 
@@ -75,34 +76,9 @@ pub struct DatapathArgs {
     #[arg(long, value_name = "FILE")]
     zones_file: Option<PathBuf>,
 
-    /// Write the process id to FILE (default: $OVS_RUNDIR/holdfast-datapath.pid).
-    #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true, default_missing_value = "")]
-    pidfile: Option<String>,
-
-    /// With --pidfile, start even if another process holds the pidfile.
-    #[arg(long)]
-    overwrite_pidfile: bool,
-
-    /// Run in the background once started; the daemon's standard streams go to /dev/null.
-    #[arg(long)]
-    detach: bool,
-
-    /// With --detach, do not change the working directory to `/`.
-    #[arg(long)]
-    no_chdir: bool,
-
-    /// Write log messages to FILE (default: $OVS_LOGDIR/holdfast-datapath.log), without colour.
-    #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true, default_missing_value = "")]
-    log_file: Option<String>,
-
-    /// Log levels, OVS's `[module][:destination][:level]`; `-v` alone means dbg everywhere.
-    #[arg(short = 'v', long = "verbose", value_name = "SPEC", num_args = 0..=1, require_equals = true, default_missing_value = "")]
-    verbose: Vec<String>,
-
-    /// The control socket `ovs-appctl -t` talks to (default:
-    /// $OVS_RUNDIR/holdfast-datapath.PID.ctl).
-    #[arg(long, value_name = "SOCKET")]
-    unixctl: Option<PathBuf>,
+    /// OVS's daemon options.
+    #[command(flatten)]
+    daemon: DaemonArgs,
 }
 
 /// The unixctl commands, sorted by name.
@@ -248,22 +224,13 @@ fn write_zones(path: &Path, zones: &BTreeMap<String, u16>) -> std::io::Result<()
 
 /// Runs the datapath daemon.
 pub fn run(args: DatapathArgs) -> anyhow::Result<ExitCode> {
-    vlog::set_program(PROGRAM);
-    if let Ok(v) = std::env::var("HOLDFAST_LOG") {
-        vlog::set(&v).map_err(|e| anyhow::anyhow!("HOLDFAST_LOG={v}: {e}"))?;
-    }
-    for v in &args.verbose {
-        vlog::set(v).map_err(|e| anyhow::anyhow!("--verbose={v}: {e}"))?;
-    }
-    vlog::install();
-    if let Some(f) = &args.log_file {
-        let path = if f.is_empty() {
-            daemon::logdir().join(format!("{PROGRAM}.log"))
-        } else {
-            daemon::absolute(Path::new(f))
-        };
-        vlog::open_file(&path).map_err(anyhow::Error::msg)?;
-    }
+    shell::start_logging(
+        PROGRAM,
+        &args.daemon.verbose,
+        args.daemon.log_file.as_deref(),
+        &daemon::logdir(),
+        str::to_string,
+    )?;
     let rundir = daemon::rundir();
     let control = match &args.control {
         None => rundir.join(format!("{PROGRAM}.sock")),
@@ -282,14 +249,6 @@ pub fn run(args: DatapathArgs) -> anyhow::Result<ExitCode> {
         Some(p) => read_zones(p)?,
         None => BTreeMap::new(),
     };
-    let pidfile = args.pidfile.as_ref().map(|p| {
-        if p.is_empty() {
-            rundir.join(format!("{PROGRAM}.pid"))
-        } else {
-            daemon::absolute(Path::new(p))
-        }
-    });
-    let unixctl_path = args.unixctl.as_deref().map(daemon::absolute);
     // Bind before detaching so that errors reach the caller.
     let udp = std::net::UdpSocket::bind(SocketAddr::new(args.encap_ip, args.geneve_port))
         .with_context(|| format!("binding Geneve on {}:{}", args.encap_ip, args.geneve_port))?;
@@ -300,14 +259,11 @@ pub fn run(args: DatapathArgs) -> anyhow::Result<ExitCode> {
     let ctl_listener = std::os::unix::net::UnixListener::bind(&control)
         .with_context(|| format!("{}: cannot create the control socket", control.display()))?;
     ctl_listener.set_nonblocking(true)?;
-    let mut ready = daemon::Readiness::default();
-    if args.detach {
-        ready = daemon::detach()?;
-    }
-    let _pidfile = match &pidfile {
-        Some(p) => Some(daemon::Pidfile::create(p, args.overwrite_pidfile)?),
-        None => None,
-    };
+    let shell::Started {
+        mut ready,
+        pidfile: _pidfile,
+        unixctl: unixctl_path,
+    } = shell::start(PROGRAM, &args.daemon, &rundir)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -379,31 +335,14 @@ impl Shell {
         let listener = UnixListener::from_std(ctl_listener)?;
         let (utx, mut urx) = mpsc::unbounded_channel();
         let (etx, mut erx) = mpsc::unbounded_channel();
-        let unixctl_file = unixctl_path
-            .clone()
-            .unwrap_or_else(|| unixctl::default_path(rundir, PROGRAM));
-        let mut bound = None;
-        match start_unixctl(&unixctl_file, utx, etx) {
-            Ok(()) => bound = Some(unixctl_file.clone()),
-            Err(e) if unixctl_path.is_some() => anyhow::bail!(
-                "{}: could not create unixctl socket: {e}",
-                unixctl_file.display()
-            ),
-            Err(e) => tracing::warn!(
-                "{}: no unixctl socket ({e}); give --unixctl=PATH for ovs-appctl",
-                unixctl_file.display()
-            ),
-        }
-        if ready.waited_for() {
-            ready.notify("");
-        }
-        if args.detach {
-            vlog::console_off();
-            daemon::null_stdio();
-            if !args.no_chdir {
-                let _ = std::env::set_current_dir("/");
-            }
-        }
+        let bound = shell::bind_unixctl(
+            unixctl_path.as_deref(),
+            rundir,
+            PROGRAM,
+            "ovs-appctl",
+            |p| start_unixctl(p, utx, etx),
+        )?;
+        shell::ready(ready, "", &args.daemon);
         tracing::info!(
             "{PROGRAM} {}: chassis {}, Geneve on {}:{}, control punix:{}",
             env!("CARGO_PKG_VERSION"),
@@ -646,20 +585,8 @@ impl Shell {
                 let frames = self.captured.remove(port).unwrap_or_default();
                 Ok(frames.iter().map(|f| format!("{}\n", hex(f))).collect())
             }
-            "vlog/list" => Ok(vlog::list()),
-            "vlog/set" => {
-                for spec in args {
-                    vlog::set(spec)?;
-                }
-                vlog::refresh();
-                Ok(String::new())
-            }
-            "vlog/reopen" => vlog::reopen().map(|()| String::new()),
-            "vlog/close" => {
-                vlog::close();
-                Ok(String::new())
-            }
-            other => Err(format!("\"{other}\" is not implemented")),
+            other => shell::vlog_command(other, args)
+                .unwrap_or_else(|| Err(format!("\"{other}\" is not implemented"))),
         }
     }
 }

@@ -5,7 +5,8 @@
 //! starts and stops it.
 //!
 //! Submodules: [`daemon`] (detach, monitor, pidfile, user), [`vlog`] (OVS-style logging),
-//! [`remotes`] (`db:` remotes and TLS settings), [`unixctl`] (the `ovs-appctl` socket).
+//! [`remotes`] (`db:` remotes and TLS settings), [`unixctl`] (the `ovs-appctl` socket),
+//! [`shell`] (what the northd, controller and datapath shells share).
 // The binary is an I/O shell: it reads the clock and seeds randomness.
 #![allow(clippy::disallowed_methods)]
 
@@ -18,6 +19,7 @@ use clap::{Args, Subcommand};
 
 pub(crate) mod daemon;
 mod remotes;
+pub(crate) mod shell;
 pub(crate) mod unixctl;
 pub(crate) mod vlog;
 use hf_ovsdb_net::serve::{Remote, ServeOptions};
@@ -323,22 +325,13 @@ fn env_log_spec(v: &str) -> String {
 
 fn serve(args: ServeArgs, as_ovsdb_server: bool) -> anyhow::Result<ExitCode> {
     let program = "ovsdb-server";
-    vlog::set_program(program);
-    if let Ok(v) = std::env::var("HOLDFAST_LOG") {
-        vlog::set(&env_log_spec(&v)).map_err(|e| anyhow::anyhow!("HOLDFAST_LOG={v}: {e}"))?;
-    }
-    for v in &args.verbose {
-        vlog::set(v).map_err(|e| anyhow::anyhow!("--verbose={v}: {e}"))?;
-    }
-    vlog::install();
-    if let Some(f) = &args.log_file {
-        let path = if f.is_empty() {
-            daemon::logdir().join(format!("{program}.log"))
-        } else {
-            daemon::absolute(Path::new(f))
-        };
-        vlog::open_file(&path).map_err(anyhow::Error::msg)?;
-    }
+    shell::start_logging(
+        program,
+        &args.verbose,
+        args.log_file.as_deref(),
+        &daemon::logdir(),
+        env_log_spec,
+    )?;
     let pidfile = args.pidfile.as_ref().map(|p| {
         if p.is_empty() {
             daemon::rundir().join(format!("{program}.pid"))

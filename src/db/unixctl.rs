@@ -25,7 +25,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixListener;
 
 use super::remotes::Remotes;
-use super::vlog;
+use super::shell;
 
 /// What the commands act on.
 #[derive(Debug)]
@@ -321,19 +321,7 @@ async fn run(method: &str, args: &[String], ctx: &Ctx) -> Result<String, String>
         }
         // holdfast db never replicates from another server: always the active one.
         "ovsdb-server/sync-status" => Ok("state: active".into()),
-        "vlog/list" => Ok(vlog::list()),
-        "vlog/set" => {
-            for spec in args {
-                vlog::set(spec)?;
-            }
-            vlog::refresh();
-            Ok(String::new())
-        }
-        "vlog/reopen" => vlog::reopen().map(|()| String::new()),
-        "vlog/close" => {
-            vlog::close();
-            Ok(String::new())
-        }
-        other => Err(format!("\"{other}\" is not implemented")),
+        other => shell::vlog_command(other, args)
+            .unwrap_or_else(|| Err(format!("\"{other}\" is not implemented"))),
     }
 }

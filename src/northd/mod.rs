@@ -23,7 +23,8 @@ use hf_northd::daemon::{Config as CoreConfig, Northd, SbView};
 use hf_ovsdb_net::client::{Client, Config, Event, parse_remotes};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::db::{daemon, unixctl, vlog};
+use crate::db::shell::{self, ClientTlsArgs, DaemonArgs, ovn_logdir, ovn_rundir};
+use crate::db::{daemon, unixctl};
 
 /// ovn-northd's options.
 #[derive(Debug, Args)]
@@ -37,59 +38,6 @@ pub struct NorthdArgs {
     #[arg(long, value_name = "DATABASE")]
     ovnsb_db: Option<String>,
 
-    /// Write the process id to FILE (default: $OVN_RUNDIR/ovn-northd.pid).
-    #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true, default_missing_value = "")]
-    pidfile: Option<String>,
-
-    /// With --pidfile, start even if another process holds the pidfile.
-    #[arg(long)]
-    overwrite_pidfile: bool,
-
-    /// Run in the background once started; the daemon's standard streams go to /dev/null.
-    #[arg(long)]
-    detach: bool,
-
-    /// With --detach, do not change the working directory to `/`.
-    #[arg(long)]
-    no_chdir: bool,
-
-    /// Restart the daemon when it crashes.
-    #[arg(long)]
-    monitor: bool,
-
-    /// Write log messages to FILE (default: $OVN_LOGDIR/ovn-northd.log), without colour.
-    #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true, default_missing_value = "")]
-    log_file: Option<String>,
-
-    /// Log levels, OVS's `[module][:destination][:level]`; `-v` alone means dbg everywhere.
-    #[arg(short = 'v', long = "verbose", value_name = "SPEC", num_args = 0..=1, require_equals = true, default_missing_value = "")]
-    verbose: Vec<String>,
-
-    /// The control socket `ovn-appctl -t` talks to (default:
-    /// $OVN_RUNDIR/ovn-northd.PID.ctl).
-    #[arg(long, value_name = "SOCKET")]
-    unixctl: Option<PathBuf>,
-
-    /// TLS private key (PEM) for ssl: databases.
-    #[arg(long, short = 'p', value_name = "KEY")]
-    private_key: Option<PathBuf>,
-
-    /// TLS certificate (PEM) for ssl: databases.
-    #[arg(long, short = 'c', value_name = "CERT")]
-    certificate: Option<PathBuf>,
-
-    /// CA certificate (PEM) that must have signed the servers' certificates.
-    #[arg(long = "ca-cert", short = 'C', value_name = "CACERT")]
-    ca_cert: Option<PathBuf>,
-
-    /// TLS versions, as OVS spells them (`TLSv1.2,TLSv1.3`).
-    #[arg(long, value_name = "PROTOCOLS")]
-    ssl_protocols: Option<String>,
-
-    /// TLS 1.2 cipher suites as an OpenSSL cipher string.
-    #[arg(long, value_name = "CIPHERS")]
-    ssl_ciphers: Option<String>,
-
     /// Accepted for ovn-northd compatibility: holdfast northd compiles on one thread.
     #[arg(long, value_name = "N")]
     n_threads: Option<u32>,
@@ -98,9 +46,13 @@ pub struct NorthdArgs {
     #[arg(long)]
     dry_run: bool,
 
-    /// Run as USER (and GROUP) once started.
-    #[arg(long, value_name = "USER[:GROUP]")]
-    user: Option<String>,
+    /// OVS's daemon options.
+    #[command(flatten)]
+    daemon: DaemonArgs,
+
+    /// TLS for ssl: databases.
+    #[command(flatten)]
+    tls: ClientTlsArgs,
 }
 
 /// `ovn-northd`'s command line, for the binary invoked under that name.
@@ -130,19 +82,6 @@ const PROGRAM: &str = "ovn-northd";
 
 /// The replicas' inactivity probe interval (see `serve`).
 const PROBE_INTERVAL_MS: u64 = 30_000;
-
-/// The run directory OVN daemons use: `$OVN_RUNDIR`, else `$OVS_RUNDIR`, else /var/run/ovn.
-fn ovn_rundir() -> PathBuf {
-    std::env::var_os("OVN_RUNDIR")
-        .or_else(|| std::env::var_os("OVS_RUNDIR"))
-        .map_or_else(|| PathBuf::from("/var/run/ovn"), PathBuf::from)
-}
-
-fn ovn_logdir() -> PathBuf {
-    std::env::var_os("OVN_LOGDIR")
-        .or_else(|| std::env::var_os("OVS_LOGDIR"))
-        .map_or_else(|| PathBuf::from("/var/log/ovn"), PathBuf::from)
-}
 
 /// The unixctl commands, sorted by name.
 const COMMANDS: &[unixctl::Command] = &[
@@ -231,22 +170,13 @@ fn seed() -> u64 {
 
 /// Runs northd.
 pub fn run(args: NorthdArgs) -> anyhow::Result<ExitCode> {
-    vlog::set_program(PROGRAM);
-    if let Ok(v) = std::env::var("HOLDFAST_LOG") {
-        vlog::set(&v).map_err(|e| anyhow::anyhow!("HOLDFAST_LOG={v}: {e}"))?;
-    }
-    for v in &args.verbose {
-        vlog::set(v).map_err(|e| anyhow::anyhow!("--verbose={v}: {e}"))?;
-    }
-    vlog::install();
-    if let Some(f) = &args.log_file {
-        let path = if f.is_empty() {
-            ovn_logdir().join(format!("{PROGRAM}.log"))
-        } else {
-            daemon::absolute(Path::new(f))
-        };
-        vlog::open_file(&path).map_err(anyhow::Error::msg)?;
-    }
+    shell::start_logging(
+        PROGRAM,
+        &args.daemon.verbose,
+        args.daemon.log_file.as_deref(),
+        &ovn_logdir(),
+        str::to_string,
+    )?;
     let rundir = ovn_rundir();
     let nb_db = args
         .ovnnb_db
@@ -257,60 +187,15 @@ pub fn run(args: NorthdArgs) -> anyhow::Result<ExitCode> {
         .clone()
         .unwrap_or_else(|| format!("unix:{}", rundir.join("ovnsb_db.sock").display()));
     let (nb_remotes, sb_remotes) = (parse_remotes(&nb_db), parse_remotes(&sb_db));
-    for (what, rs) in [("--ovnnb-db", &nb_remotes), ("--ovnsb-db", &sb_remotes)] {
-        if rs.is_empty() {
-            anyhow::bail!("{what}: no database remote given");
-        }
-        for r in rs {
-            if !(r.starts_with("unix:") || r.starts_with("tcp:") || r.starts_with("ssl:")) {
-                anyhow::bail!("{what}={r}: a database is unix:PATH, tcp:IP:PORT or ssl:IP:PORT");
-            }
-        }
-    }
-    let needs_tls = nb_remotes
-        .iter()
-        .chain(&sb_remotes)
-        .any(|r| r.starts_with("ssl:"));
-    let tls = match (&args.private_key, &args.certificate, &args.ca_cert) {
-        (Some(k), Some(c), Some(ca)) => Some(
-            hf_ovsdb_net::tls::TlsSettings::load(&hf_ovsdb_net::tls::TlsFiles {
-                private_key: k.clone(),
-                certificate: c.clone(),
-                ca_cert: ca.clone(),
-                protocols: args.ssl_protocols.clone(),
-                ciphers: args.ssl_ciphers.clone(),
-            })
-            .and_then(|t| t.client_config())
-            .map_err(|e| anyhow::anyhow!("{e}"))?,
-        ),
-        (None, None, None) if !needs_tls => None,
-        _ if needs_tls => {
-            anyhow::bail!("ssl: databases need --private-key, --certificate and --ca-cert")
-        }
-        _ => None,
-    };
-    let pidfile = args.pidfile.as_ref().map(|p| {
-        if p.is_empty() {
-            rundir.join(format!("{PROGRAM}.pid"))
-        } else {
-            daemon::absolute(Path::new(p))
-        }
-    });
-    let unixctl_path = args.unixctl.as_deref().map(daemon::absolute);
-    if let Some(u) = &args.user {
-        daemon::become_user(u)?;
-    }
-    let mut ready = daemon::Readiness::default();
-    if args.detach {
-        ready = daemon::detach()?;
-    }
-    if args.monitor {
-        ready = daemon::monitor(ready, args.detach)?;
-    }
-    let _pidfile = match &pidfile {
-        Some(p) => Some(daemon::Pidfile::create(p, args.overwrite_pidfile)?),
-        None => None,
-    };
+    shell::check_db_remotes("--ovnnb-db", &nb_remotes)?;
+    shell::check_db_remotes("--ovnsb-db", &sb_remotes)?;
+    let all: Vec<String> = nb_remotes.iter().chain(&sb_remotes).cloned().collect();
+    let tls = args.tls.client_config(&all)?;
+    let shell::Started {
+        mut ready,
+        pidfile: _pidfile,
+        unixctl: unixctl_path,
+    } = shell::start(PROGRAM, &args.daemon, &rundir)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -341,33 +226,14 @@ async fn serve(
     ready: &mut daemon::Readiness,
 ) -> anyhow::Result<ExitCode> {
     let (utx, mut urx) = mpsc::unbounded_channel();
-    let unixctl_file = unixctl_path
-        .clone()
-        .unwrap_or_else(|| unixctl::default_path(rundir, PROGRAM));
-    let mut bound = None;
-    match start_unixctl(&unixctl_file, utx) {
-        Ok(()) => bound = Some(unixctl_file.clone()),
-        Err(e) if unixctl_path.is_some() => {
-            anyhow::bail!(
-                "{}: could not create unixctl socket: {e}",
-                unixctl_file.display()
-            )
-        }
-        Err(e) => tracing::warn!(
-            "{}: no unixctl socket ({e}); give --unixctl=PATH for ovn-appctl",
-            unixctl_file.display()
-        ),
-    }
-    if ready.waited_for() {
-        ready.notify("");
-    }
-    if args.detach {
-        vlog::console_off();
-        daemon::null_stdio();
-        if !args.no_chdir {
-            let _ = std::env::set_current_dir("/");
-        }
-    }
+    let bound = shell::bind_unixctl(
+        unixctl_path.as_deref(),
+        rundir,
+        PROGRAM,
+        "ovn-appctl",
+        |p| start_unixctl(p, utx),
+    )?;
+    shell::ready(ready, "", &args.daemon);
     tracing::info!(
         "{PROGRAM} {NORTHD_VERSION}: NB {}, SB {}",
         nb_remotes.join(","),
@@ -520,20 +386,8 @@ fn command(
                 s.compiles, s.last_flows_built, s.sb_commits, s.sb_unchanged, s.nb_commits
             ))
         }
-        "vlog/list" => Ok(vlog::list()),
-        "vlog/set" => {
-            for spec in args {
-                vlog::set(spec)?;
-            }
-            vlog::refresh();
-            Ok(String::new())
-        }
-        "vlog/reopen" => vlog::reopen().map(|()| String::new()),
-        "vlog/close" => {
-            vlog::close();
-            Ok(String::new())
-        }
-        other => Err(format!("\"{other}\" is not implemented")),
+        other => shell::vlog_command(other, args)
+            .unwrap_or_else(|| Err(format!("\"{other}\" is not implemented"))),
     }
 }
 
