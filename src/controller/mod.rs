@@ -22,7 +22,8 @@ use anyhow::Context;
 use clap::Args;
 use hf_controller::daemon::{Controller, ControllerConfig, Level, Tuning};
 use hf_ovsdb_net::client::parse_remotes;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use hf_ovsdb_net::client::shell::{Reader, Writer, dial};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::db::shell::{self, ClientTlsArgs, DaemonArgs, ovn_logdir, ovn_rundir};
@@ -197,38 +198,6 @@ pub fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         tracing::error!("{e:#}");
     }
     r
-}
-
-type Reader = Box<dyn AsyncRead + Unpin + Send>;
-type Writer = Box<dyn AsyncWrite + Unpin + Send>;
-
-async fn dial(
-    remote: &str,
-    tls: Option<&Arc<hf_ovsdb_net::tls::ClientConfig>>,
-) -> std::io::Result<(Reader, Writer)> {
-    if let Some(addr) = remote.strip_prefix("ssl:") {
-        let Some(cfg) = tls else {
-            return Err(std::io::Error::other(format!(
-                "{remote}: an ssl: remote needs --private-key, --certificate and --ca-cert"
-            )));
-        };
-        let s = hf_ovsdb_net::tls::connect(addr, cfg.clone()).await?;
-        let (r, w) = tokio::io::split(s);
-        Ok((Box::new(r), Box::new(w)))
-    } else if let Some(addr) = remote.strip_prefix("tcp:") {
-        let s = tokio::net::TcpStream::connect(addr).await?;
-        s.set_nodelay(true)?;
-        let (r, w) = s.into_split();
-        Ok((Box::new(r), Box::new(w)))
-    } else if let Some(path) = remote.strip_prefix("unix:") {
-        let s = tokio::net::UnixStream::connect(path).await?;
-        let (r, w) = s.into_split();
-        Ok((Box::new(r), Box::new(w)))
-    } else {
-        Err(std::io::Error::other(format!(
-            "{remote}: a remote is tcp:IP:PORT, ssl:IP:PORT or unix:PATH"
-        )))
-    }
 }
 
 /// What the I/O tasks tell the main loop; `epoch` tells a stale connection's news apart.

@@ -57,10 +57,14 @@ enum Input {
     Closed(u64),
 }
 
-type Writer = Box<dyn AsyncWrite + Send + Unpin>;
-type Reader = Box<dyn AsyncRead + Send + Unpin>;
+/// The write half of a dialled remote.
+pub type Writer = Box<dyn AsyncWrite + Send + Unpin>;
+/// The read half of a dialled remote.
+pub type Reader = Box<dyn AsyncRead + Send + Unpin>;
 
-async fn dial(
+/// Connects to an OVSDB remote (`tcp:IP:PORT`, `ssl:IP:PORT` with `tls`, `unix:PATH`); the
+/// error names the remote.
+pub async fn dial(
     remote: &str,
     tls: Option<&Arc<crate::tls::ClientConfig>>,
 ) -> std::io::Result<(Reader, Writer)> {
