@@ -685,24 +685,29 @@ impl Conntrack {
         if dir == 1 {
             state = state | CtState::RPL;
         }
-        let mut rewrite = NatRewrite::default();
-        if act.nat.is_some() && e.flags & (F_SNAT | F_DNAT) != 0 {
+        let nat = act.nat.is_some() && e.flags & (F_SNAT | F_DNAT) != 0;
+        if nat {
             state = state | nat_bits(e.flags, dir);
-            rewrite = if related {
+        }
+        // Built in place, the rewrite filled in afterwards: a rewrite built on the stack first
+        // was copied in with loads narrower than its stores, and stalled.
+        let mut r = CtResult {
+            state,
+            zone: e.orig.zone,
+            mark: e.mark,
+            label: e.label(),
+            rewrite: NatRewrite::default(),
+            orig: Some(e.orig),
+            refused: None,
+        };
+        if nat {
+            r.rewrite = if related {
                 crate::nat::related_rewrite(e, dir)
             } else {
                 crate::nat::rewrite(e, dir)
             };
         }
-        CtResult {
-            state,
-            zone: e.orig.zone,
-            mark: e.mark,
-            label: e.label(),
-            rewrite,
-            orig: Some(e.orig),
-            refused: None,
-        }
+        r
     }
 }
 
