@@ -211,13 +211,13 @@ impl Ctx {
     }
 
     /// Resets every field and loads the headers of `parsed` (the frame is already in place).
-    pub(crate) fn load(&mut self, parsed: Parsed) {
+    pub(crate) fn load(&mut self, parsed: &Parsed) {
         self.f = [0; NF];
         self.ct_orig = None;
-        // The header slots come from the caller's copy, before it is moved in: reading
-        // `self.parsed` right after the move's wide stores stalls on store forwarding.
+        // The header slots come from the caller's copy, before it is copied in: reading
+        // `self.parsed` right after the copy's wide stores stalls on store forwarding.
         set_headers(&mut self.f, &parsed.key);
-        self.parsed = parsed;
+        self.parsed = *parsed;
     }
 
     /// (Re)loads the header slots from `self.parsed`, leaving metadata alone.
