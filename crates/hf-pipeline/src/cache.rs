@@ -66,6 +66,10 @@ struct MaskTable {
     /// `fields` with each slot's [`SLOT_KEYS`] multiplier looked up once, for [`MaskTable::hash`].
     keyed: Box<[Keyed]>,
     map: IdMap<Vec<Entry>>,
+    /// The hash of the map's one bucket when it has exactly one: a lookup then compares against
+    /// that bucket without hashing the packet (a packet whose masked values equal an entry's has
+    /// that entry's hash; one that matches nothing misses either way).
+    only: Option<u64>,
     hits: u64,
 }
 
@@ -84,6 +88,7 @@ impl MaskTable {
             fields,
             keyed,
             map: IdMap::default(),
+            only: None,
             hits: 0,
         }
     }
@@ -129,7 +134,10 @@ impl Cache {
         let d = self.by_resume.get_mut(resume as usize)?;
         for i in 0..d.masks.len() {
             let m = &mut d.masks[i];
-            let h = m.hash(f);
+            let h = match m.only {
+                Some(h) => h,
+                None => m.hash(f),
+            };
             let Some(bucket) = m.map.get_mut(&h) else {
                 continue;
             };
@@ -217,6 +225,7 @@ impl Cache {
                 self.entries += 1;
             }
         }
+        m.only = if m.map.len() == 1 { Some(h) } else { None };
     }
 
     /// The op at `i` of the arena.
