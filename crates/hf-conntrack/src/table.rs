@@ -283,9 +283,27 @@ impl Conntrack {
     /// connection without translation needs one index slot for both directions.
     #[inline]
     pub(crate) fn hash(&self, t: &Tuple) -> u32 {
-        let inv = t.invert();
-        let canonical = if *t <= inv { t } else { &inv };
-        (self.hasher.hash_one(canonical) >> 32) as u32
+        use std::hash::Hasher;
+        // The same bytes `Tuple::hash` feeds for the smaller of `t` and its inverse, fed without
+        // building the inverse.
+        let (src, dst, sport, dport) = if t.le_inverse() {
+            (t.src, t.dst, t.sport, t.dport)
+        } else if t.is_icmp() {
+            (t.dst, t.src, t.sport, t.dport)
+        } else {
+            (t.dst, t.src, t.dport, t.sport)
+        };
+        let mut h = self.hasher.build_hasher();
+        h.write_u128(u128::from_ne_bytes(src));
+        h.write_u128(u128::from_ne_bytes(dst));
+        h.write_u64(
+            u64::from(sport)
+                | u64::from(dport) << 16
+                | u64::from(t.zone) << 32
+                | u64::from(t.proto) << 48
+                | u64::from(t.v6) << 56,
+        );
+        (h.finish() >> 32) as u32
     }
 
     pub(crate) fn claim_hash(&self, t: &Tuple) -> u32 {
@@ -392,7 +410,9 @@ impl Conntrack {
             Extracted::Own { tuple, query_reply } => (tuple, query_reply),
         };
         // `tuple == tuple.invert()` without building the inverted tuple (the hot path).
-        if tuple.src == tuple.dst && (tuple.is_icmp() || tuple.sport == tuple.dport) {
+        if u128::from_ne_bytes(tuple.src) == u128::from_ne_bytes(tuple.dst)
+            && (tuple.is_icmp() || tuple.sport == tuple.dport)
+        {
             // Source and destination are the same endpoint (a LAND packet): both directions would
             // be one tuple, so no connection can describe it.
             return invalid;
@@ -665,24 +685,29 @@ impl Conntrack {
         if dir == 1 {
             state = state | CtState::RPL;
         }
-        let mut rewrite = NatRewrite::default();
-        if act.nat.is_some() && e.flags & (F_SNAT | F_DNAT) != 0 {
+        let nat = act.nat.is_some() && e.flags & (F_SNAT | F_DNAT) != 0;
+        if nat {
             state = state | nat_bits(e.flags, dir);
-            rewrite = if related {
+        }
+        // Built in place, the rewrite filled in afterwards: a rewrite built on the stack first
+        // was copied in with loads narrower than its stores, and stalled.
+        let mut r = CtResult {
+            state,
+            zone: e.orig.zone,
+            mark: e.mark,
+            label: e.label(),
+            rewrite: NatRewrite::default(),
+            orig: Some(e.orig),
+            refused: None,
+        };
+        if nat {
+            r.rewrite = if related {
                 crate::nat::related_rewrite(e, dir)
             } else {
                 crate::nat::rewrite(e, dir)
             };
         }
-        CtResult {
-            state,
-            zone: e.orig.zone,
-            mark: e.mark,
-            label: e.label(),
-            rewrite,
-            orig: Some(e.orig),
-            refused: None,
-        }
+        r
     }
 }
 

@@ -45,6 +45,14 @@ impl Hash for Tuple {
     }
 }
 
+/// The IPv4-mapped 16-byte form of `a`, built as one integer (the per-byte form of
+/// `to_ipv6_mapped().octets()` compiles to sixteen byte stores, which stall the 16-byte loads
+/// that compare and hash the tuple right after).
+#[inline(always)]
+pub(crate) fn mapped4(a: Ipv4Addr) -> [u8; 16] {
+    (0xffff_u128 << 32 | u128::from(u32::from(a))).to_be_bytes()
+}
+
 /// The 16-byte form of an address.
 pub(crate) fn addr16(a: IpAddr) -> [u8; 16] {
     match a {
@@ -84,6 +92,15 @@ pub(crate) fn icmp_query_type(v6: bool, ty: u8) -> Option<(u8, bool)> {
 }
 
 impl Tuple {
+    /// True when `self` is not greater than [`Tuple::invert`]`(self)`, computed without building
+    /// the inverse: the derived order compares `src` (against the inverse's `src`, our `dst`)
+    /// first, then the ports, and every other field is the same on both sides.
+    #[inline(always)]
+    pub(crate) fn le_inverse(&self) -> bool {
+        let (s, d) = (u128::from_be_bytes(self.src), u128::from_be_bytes(self.dst));
+        s < d || (s == d && (self.is_icmp() || self.sport <= self.dport))
+    }
+
     /// A tuple from addresses and ports (the address families must agree; IPv4 wins otherwise).
     pub fn new(zone: u16, proto: u8, src: IpAddr, sport: u16, dst: IpAddr, dport: u16) -> Tuple {
         Tuple {
@@ -159,10 +176,7 @@ pub(crate) fn extract(zone: u16, p: &Parsed) -> Extracted {
     let (src, dst) = if v6 {
         (k.ip6_src.octets(), k.ip6_dst.octets())
     } else {
-        (
-            k.ip4_src.to_ipv6_mapped().octets(),
-            k.ip4_dst.to_ipv6_mapped().octets(),
-        )
+        (mapped4(k.ip4_src), mapped4(k.ip4_dst))
     };
     let mut t = Tuple {
         src,

@@ -40,12 +40,36 @@ struct Entry {
     generation: u64,
 }
 
+/// One masked field of a [`MaskTable`], in the form the per-packet path reads it.
+#[derive(Debug, Clone, Copy)]
+struct Keyed {
+    field: usize,
+    /// The mask's low and high 64 bits.
+    lo: u64,
+    hi: u64,
+    /// The slot's [`SLOT_KEYS`] multiplier.
+    key: u64,
+}
+
+/// The low and high 64 bits of `f[field]` and'ed with `k`'s mask, read as two 64-bit words: the
+/// slots were just written as two 64-bit stores, and a 128-bit load of them cannot be forwarded
+/// from the store buffer (it waits for both stores to retire).
+#[inline(always)]
+fn masked(f: &[u128; NF], k: &Keyed) -> (u64, u64) {
+    let v = f.get(k.field).copied().unwrap_or(0);
+    ((v as u64) & k.lo, ((v >> 64) as u64) & k.hi)
+}
+
 #[derive(Debug)]
 struct MaskTable {
     fields: Box<[(u8, u128)]>,
     /// `fields` with each slot's [`SLOT_KEYS`] multiplier looked up once, for [`MaskTable::hash`].
-    keyed: Box<[(u8, u128, u64)]>,
+    keyed: Box<[Keyed]>,
     map: IdMap<Vec<Entry>>,
+    /// The hash of the map's one bucket when it has exactly one: a lookup then compares against
+    /// that bucket without hashing the packet (a packet whose masked values equal an entry's has
+    /// that entry's hash; one that matches nothing misses either way).
+    only: Option<u64>,
     hits: u64,
 }
 
@@ -53,12 +77,18 @@ impl MaskTable {
     fn new(fields: Box<[(u8, u128)]>) -> MaskTable {
         let keyed = fields
             .iter()
-            .map(|&(field, mask)| (field, mask, SLOT_KEYS[usize::from(field) % NF]))
+            .map(|&(field, mask)| Keyed {
+                field: usize::from(field),
+                lo: mask as u64,
+                hi: (mask >> 64) as u64,
+                key: SLOT_KEYS[usize::from(field) % NF],
+            })
             .collect();
         MaskTable {
             fields,
             keyed,
             map: IdMap::default(),
+            only: None,
             hits: 0,
         }
     }
@@ -68,10 +98,10 @@ impl MaskTable {
     #[inline]
     fn hash(&self, f: &[u128; NF]) -> u64 {
         let mut acc = 0u64;
-        for &(field, mask, key) in self.keyed.iter() {
-            let v = f.get(usize::from(field)).copied().unwrap_or(0) & mask;
-            let x = (v as u64) ^ ((v >> 64) as u64).wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
-            acc = acc.wrapping_add(x.wrapping_mul(key));
+        for k in self.keyed.iter() {
+            let (lo, hi) = masked(f, k);
+            let x = lo ^ hi.wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+            acc = acc.wrapping_add(x.wrapping_mul(k.key));
         }
         mix(0x9ae1_6a3b_2f90_404f, u128::from(acc))
     }
@@ -104,18 +134,19 @@ impl Cache {
         let d = self.by_resume.get_mut(resume as usize)?;
         for i in 0..d.masks.len() {
             let m = &mut d.masks[i];
-            let h = m.hash(f);
+            let h = match m.only {
+                Some(h) => h,
+                None => m.hash(f),
+            };
             let Some(bucket) = m.map.get_mut(&h) else {
                 continue;
             };
-            let fields = &m.fields;
+            let keyed = &m.keyed;
             let hit = bucket.iter().position(|e| {
-                fields
-                    .iter()
-                    .zip(e.values.iter())
-                    .all(|(&(field, mask), v)| {
-                        f.get(usize::from(field)).copied().unwrap_or(0) & mask == *v
-                    })
+                keyed.iter().zip(e.values.iter()).all(|(k, &v)| {
+                    let (lo, hi) = masked(f, k);
+                    (lo ^ v as u64) | (hi ^ (v >> 64) as u64) == 0
+                })
             });
             if let Some(j) = hit {
                 if bucket[j].generation != generation {
@@ -194,6 +225,7 @@ impl Cache {
                 self.entries += 1;
             }
         }
+        m.only = if m.map.len() == 1 { Some(h) } else { None };
     }
 
     /// The op at `i` of the arena.

@@ -1183,7 +1183,8 @@ impl Runner<'_> {
     }
 
     /// Runs a conntrack action and, unless it is a plain commit, loads its result into the
-    /// context.
+    /// context. The result comes back when tracing (`None` otherwise, and when no conntrack
+    /// action ran).
     fn exec_ct(&mut self, zone: u16, act_idx: u32) -> Option<CtResult> {
         let owner = self.prog.owner;
         let act = self.prog.acts.get(act_idx as usize)?;
@@ -1328,7 +1329,9 @@ impl Runner<'_> {
                 ctx.rewrite(&r.rewrite);
             }
         }
-        Some(r)
+        // Only a trace reads the result: copying it out otherwise reloads the just-written
+        // result with wider loads than its stores (a store-forwarding stall per packet).
+        if self.trace.is_some() { Some(r) } else { None }
     }
 
     /// Replaces the packet by the one `kind` generates. False (and no change) when the builder

@@ -741,7 +741,12 @@ impl Pipeline {
                 (dp, program::EGRESS, inport, outport)
             }
         };
-        let parsed = hf_wire::parse(frame, inport, u64::from(dp))?;
+        // Borrowed out of the result rather than moved out by `?`: one copy of the parse fewer.
+        let parsed = hf_wire::parse(frame, inport, u64::from(dp));
+        let parsed = match &parsed {
+            Ok(p) => p,
+            Err(e) => return Err((*e).into()),
+        };
         let events_before = self.events.len();
         self.cache.maintain();
         self.scr.reset();

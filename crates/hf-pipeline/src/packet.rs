@@ -117,8 +117,76 @@ pub(crate) struct Ctx {
     pub ct_orig: Option<hf_conntrack::Tuple>,
 }
 
+/// Writes the header slots of `k` over slots that are already zero.
+#[inline(always)]
+fn set_headers(f: &mut [u128; NF], k: &hf_wire::FlowKey) {
+    use slot::*;
+    f[ETH_SRC] = mac(k.eth_src);
+    f[ETH_DST] = mac(k.eth_dst);
+    f[ETH_TYPE] = u128::from(k.eth_type);
+    f[VLAN_TCI] = u128::from(k.vlan_tci);
+    let ip = k.is_ipv4() || k.is_ipv6();
+    if ip {
+        f[IP_PROTO] = u128::from(k.ip_proto);
+        f[IP_DSCP] = u128::from(k.ip_tos >> 2);
+        f[IP_ECN] = u128::from(k.ip_tos & 3);
+        f[IP_TTL] = u128::from(k.ip_ttl);
+        f[IP_FRAG] = u128::from(k.ip_frag);
+    }
+    if k.is_ipv4() {
+        f[IP4_SRC] = u128::from(u32::from(k.ip4_src));
+        f[IP4_DST] = u128::from(u32::from(k.ip4_dst));
+    }
+    if k.is_ipv6() {
+        f[IP6_SRC] = u128::from(k.ip6_src);
+        f[IP6_DST] = u128::from(k.ip6_dst);
+        f[IP6_LABEL] = u128::from(k.ip6_label);
+        f[ND_TARGET] = u128::from(k.nd_target);
+        f[ND_SLL] = mac(k.nd_sll);
+        f[ND_TLL] = mac(k.nd_tll);
+    }
+    if matches!(k.eth_type, 0x0806 | 0x8035) {
+        f[ARP_OP] = u128::from(k.arp_op);
+        f[ARP_SPA] = u128::from(u32::from(k.arp_spa));
+        f[ARP_TPA] = u128::from(u32::from(k.arp_tpa));
+        f[ARP_SHA] = mac(k.arp_sha);
+        f[ARP_THA] = mac(k.arp_tha);
+    }
+    if ip {
+        let (s, d) = (u128::from(k.tp_src), u128::from(k.tp_dst));
+        match k.ip_proto {
+            ip_proto::TCP => {
+                f[TCP_SRC] = s;
+                f[TCP_DST] = d;
+                f[TCP_FLAGS] = u128::from(k.tcp_flags);
+            }
+            ip_proto::UDP => {
+                f[UDP_SRC] = s;
+                f[UDP_DST] = d;
+            }
+            ip_proto::SCTP => {
+                f[SCTP_SRC] = s;
+                f[SCTP_DST] = d;
+            }
+            ip_proto::ICMP if k.is_ipv4() => {
+                f[ICMP4_TYPE] = u128::from(k.icmp_type);
+                f[ICMP4_CODE] = u128::from(k.icmp_code);
+            }
+            ip_proto::ICMPV6 if k.is_ipv6() => {
+                f[ICMP6_TYPE] = u128::from(k.icmp_type);
+                f[ICMP6_CODE] = u128::from(k.icmp_code);
+            }
+            _ => {}
+        }
+    }
+}
+
+#[inline(always)]
 fn mac(e: EthAddr) -> u128 {
-    e.0.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b))
+    let b = e.0;
+    u128::from(u64::from_be_bytes([
+        0, 0, b[0], b[1], b[2], b[3], b[4], b[5],
+    ]))
 }
 
 fn to_mac(v: u128) -> [u8; 6] {
@@ -143,84 +211,20 @@ impl Ctx {
     }
 
     /// Resets every field and loads the headers of `parsed` (the frame is already in place).
-    pub(crate) fn load(&mut self, parsed: Parsed) {
+    pub(crate) fn load(&mut self, parsed: &Parsed) {
         self.f = [0; NF];
         self.ct_orig = None;
-        self.parsed = parsed;
-        self.set_headers();
+        // The header slots come from the caller's copy, before it is copied in: reading
+        // `self.parsed` right after the copy's wide stores stalls on store forwarding.
+        set_headers(&mut self.f, &parsed.key);
+        self.parsed = *parsed;
     }
 
     /// (Re)loads the header slots from `self.parsed`, leaving metadata alone.
     pub(crate) fn load_headers(&mut self) {
         self.f[slot::HEADER_FIRST..=slot::HEADER_LAST].fill(0);
-        self.set_headers();
+        set_headers(&mut self.f, &self.parsed.key);
     }
-
-    /// Writes the header slots from `self.parsed` over slots that are already zero.
-    fn set_headers(&mut self) {
-        use slot::*;
-        let k = &self.parsed.key;
-        let f = &mut self.f;
-        f[ETH_SRC] = mac(k.eth_src);
-        f[ETH_DST] = mac(k.eth_dst);
-        f[ETH_TYPE] = u128::from(k.eth_type);
-        f[VLAN_TCI] = u128::from(k.vlan_tci);
-        let ip = k.is_ipv4() || k.is_ipv6();
-        if ip {
-            f[IP_PROTO] = u128::from(k.ip_proto);
-            f[IP_DSCP] = u128::from(k.ip_tos >> 2);
-            f[IP_ECN] = u128::from(k.ip_tos & 3);
-            f[IP_TTL] = u128::from(k.ip_ttl);
-            f[IP_FRAG] = u128::from(k.ip_frag);
-        }
-        if k.is_ipv4() {
-            f[IP4_SRC] = u128::from(u32::from(k.ip4_src));
-            f[IP4_DST] = u128::from(u32::from(k.ip4_dst));
-        }
-        if k.is_ipv6() {
-            f[IP6_SRC] = u128::from(k.ip6_src);
-            f[IP6_DST] = u128::from(k.ip6_dst);
-            f[IP6_LABEL] = u128::from(k.ip6_label);
-            f[ND_TARGET] = u128::from(k.nd_target);
-            f[ND_SLL] = mac(k.nd_sll);
-            f[ND_TLL] = mac(k.nd_tll);
-        }
-        if matches!(k.eth_type, 0x0806 | 0x8035) {
-            f[ARP_OP] = u128::from(k.arp_op);
-            f[ARP_SPA] = u128::from(u32::from(k.arp_spa));
-            f[ARP_TPA] = u128::from(u32::from(k.arp_tpa));
-            f[ARP_SHA] = mac(k.arp_sha);
-            f[ARP_THA] = mac(k.arp_tha);
-        }
-        if ip {
-            let (s, d) = (u128::from(k.tp_src), u128::from(k.tp_dst));
-            match k.ip_proto {
-                ip_proto::TCP => {
-                    f[TCP_SRC] = s;
-                    f[TCP_DST] = d;
-                    f[TCP_FLAGS] = u128::from(k.tcp_flags);
-                }
-                ip_proto::UDP => {
-                    f[UDP_SRC] = s;
-                    f[UDP_DST] = d;
-                }
-                ip_proto::SCTP => {
-                    f[SCTP_SRC] = s;
-                    f[SCTP_DST] = d;
-                }
-                ip_proto::ICMP if k.is_ipv4() => {
-                    f[ICMP4_TYPE] = u128::from(k.icmp_type);
-                    f[ICMP4_CODE] = u128::from(k.icmp_code);
-                }
-                ip_proto::ICMPV6 if k.is_ipv6() => {
-                    f[ICMP6_TYPE] = u128::from(k.icmp_type);
-                    f[ICMP6_CODE] = u128::from(k.icmp_code);
-                }
-                _ => {}
-            }
-        }
-    }
-
     /// Reads `b`'s bits, shifted down.
     pub(crate) fn read(&self, b: Bits) -> u128 {
         let v = self.f.get(usize::from(b.field)).copied().unwrap_or(0);

@@ -342,3 +342,23 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// The index's canonical form, computed without building the inverse, is the derived order's
+    /// answer; and the hash is the same for both directions.
+    #[test]
+    fn le_inverse_is_the_derived_order(t in any_tuple(), same_addr in any::<bool>(), same_port in any::<bool>()) {
+        let mut t = t;
+        if same_addr {
+            t.dst = t.src;
+        }
+        if same_port {
+            t.dport = t.sport;
+        }
+        prop_assert_eq!(t.le_inverse(), t <= t.invert());
+        let ct = Conntrack::new(Config::default());
+        prop_assert_eq!(ct.hash(&t), ct.hash(&t.invert()));
+    }
+}
