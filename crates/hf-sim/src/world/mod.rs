@@ -174,8 +174,12 @@ impl World {
         let northd = static_sb
             .is_none()
             .then(|| NorthdNode::new(northd_seed, now));
-        let mut names = cfg.chassis.clone();
-        names.dedup();
+        let names = cfg.chassis.clone();
+        for (i, n) in names.iter().enumerate() {
+            if names[..i].contains(n) {
+                return Err(format!("WorldConfig: chassis {n:?} is named twice"));
+            }
+        }
         let chassis: Vec<Chassis> = names
             .iter()
             .enumerate()
