@@ -120,11 +120,19 @@ pub fn flow_spec_with(
     Ok(fs)
 }
 
-pub(crate) fn translate_flows(sb: &SbSnapshot, chassis: Option<&str>, t: &mut Translation) {
+pub(crate) fn translate_flows(
+    sb: &SbSnapshot,
+    chassis: Option<&str>,
+    t: &mut Translation,
+    mut cache: Option<&mut super::cache::FlowCache>,
+) {
     let vars: BTreeMap<String, String> = chassis
         .and_then(|c| sb.chassis_template_var().values().find(|v| v.chassis == c))
         .map(|v| v.variables.clone())
         .unwrap_or_default();
+    if let Some(c) = cache.as_deref_mut() {
+        c.begin(&vars);
+    }
     for lf in sb.logical_flow().values() {
         let mut targets: Vec<usize> = Vec::new();
         if let Some(d) = lf.logical_datapath {
@@ -149,7 +157,11 @@ pub(crate) fn translate_flows(sb: &SbSnapshot, chassis: Option<&str>, t: &mut Tr
         }
         targets.sort_unstable();
         targets.dedup();
-        match flow_spec_with(lf, &vars) {
+        let parsed = match cache.as_deref_mut() {
+            Some(c) => c.get(lf, &vars),
+            None => flow_spec_with(lf, &vars),
+        };
+        match parsed {
             Ok(fs) => {
                 let last = targets.len() - 1;
                 let mut fs = Some(fs);
