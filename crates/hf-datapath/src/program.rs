@@ -91,7 +91,7 @@ struct CacheMeta {
 }
 
 /// One datapath's parsed flows, kept from the last program compiled.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct ParsedDp {
     flows: Vec<FlowSpec>,
     used: Vec<Used>,
@@ -147,7 +147,7 @@ struct Built {
 /// to the next [`SpecCache::compile`] must be that program (the datapath's running one). A
 /// failed build or compile empties it (the next program is then parsed whole and the caller's
 /// own list of changed datapaths is used).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct SpecCache {
     dps: HashMap<String, ParsedDp>,
     valid: bool,

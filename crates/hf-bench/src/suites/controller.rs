@@ -11,18 +11,19 @@
 //! Figures (the workload is in the names; every time in ms, lower is better):
 //! - `cold_start_NxP`: holdfast: the SB replica's initial sync (our `hf-ovsdb-net` client over
 //!   a unix socket, whole SB), then the chassis path once (median of 3): translate
-//!   ([`hf_controller::translate_with`] for `hv1`, `only_needed`), the `ProgramMsg`
+//!   ([`hf_controller::translate_cached`] for `hv1`, `only_needed`), the `ProgramMsg`
 //!   (`hf_controller::program_msg`), its `ToDatapath::Program` frame encoded and decoded
-//!   (`hf_datapath::proto`), the datapath's `hf_datapath::program::to_spec` and
-//!   [`hf_pipeline::Program::compile`]. Baseline `ovn-controller`: from starting the daemon
+//!   (`hf_datapath::proto`), the datapath's `hf_datapath::program::SpecCache::build` (its
+//!   `to_spec`) and `SpecCache::compile` ([`hf_pipeline::Program::compile`]). Baseline `ovn-controller`: from starting the daemon
 //!   (ovs-vswitchd already up with the interfaces) until its `Chassis_Private.nb_cfg` reaches
 //!   `SB_Global.nb_cfg`, which it writes once the OpenFlow flows of that SB are installed in
 //!   ovs-vswitchd (full recompute, claims, install).
 //! - `port_add_NxP`: one VIF added on `ls0` (with `requested-chassis=hv1`), median of 5,
 //!   timed on both sides from the moment the SB server holds the new `Port_Binding` (polled
 //!   every ~1 ms over one OVSDB connection; northd's own time is not counted). holdfast: until
-//!   our replica holds it (`sb_update`), then the same path with zones kept, the datapaths
-//!   whose flows changed found by diffing the previous `ProgramMsg`, and
+//!   our replica holds it (`sb_update`), then the same path with zones kept and both caches
+//!   as after the previous program, the datapaths whose flows changed named by the
+//!   `SpecCache` (the ones it parsed again), and
 //!   [`hf_pipeline::Program::recompile`] reusing every other datapath's tables (checked
 //!   against a fresh compile, untimed). Baseline `ovn-controller`: its interface is on `br-int`
 //!   beforehand; until `Chassis_Private.nb_cfg` reaches the `nb_cfg` of that change.
@@ -460,7 +461,8 @@ struct Split {
     sb_sync: Option<f64>,
     /// A port add: from the SB server holding the row to the replica holding it.
     sb_update: Option<f64>,
-    /// `hf_controller::translate_with`.
+    /// `hf_controller::translate_cached` (the controller's cache as after the previous
+    /// program; empty for a cold start).
     translate: f64,
     /// `hf_controller::program_msg::program_msg`: the translation as a `ProgramMsg`.
     to_msg: f64,
@@ -468,7 +470,8 @@ struct Split {
     encode: f64,
     /// `proto::Decoder` in the datapath.
     decode: f64,
-    /// `hf_datapath::program::to_spec`.
+    /// `hf_datapath::program::SpecCache::build` (`to_spec` reusing the previous program's
+    /// parsed datapaths).
     to_spec: f64,
     /// `Program::compile`, or for a change: finding the datapaths whose flows changed and
     /// `Program::recompile`.
@@ -532,6 +535,10 @@ struct Installed {
     program: hf_pipeline::Program,
     /// Bytes of the `ToDatapath::Program` frame.
     frame_bytes: usize,
+    /// The controller's translation cache after this program (`translate_cached`).
+    tr_cache: hf_controller::TranslateCache,
+    /// The datapath's parsed flows of this program (`hf_datapath::program::SpecCache`).
+    spec_cache: hf_datapath::program::SpecCache,
 }
 
 /// SB → the program installed in the datapath for `hv1`, the way a chassis does it:
@@ -543,6 +550,9 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
     let generation = prev.map_or(1, |p| p.generation + 1);
     let nb_cfg = sb.sb_global().values().map(|g| g.nb_cfg).max().unwrap_or(0);
 
+    // The caches as they were after `prev` (cloned untimed, so every try starts alike).
+    let mut tr_cache = prev.map(|p| p.tr_cache.clone()).unwrap_or_default();
+    let mut spec_cache = prev.map(|p| p.spec_cache.clone()).unwrap_or_default();
     let t = Instant::now();
     let opts = hf_controller::TranslateOptions {
         chassis: Some(CHASSIS.into()),
@@ -551,7 +561,7 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
         only_needed: true,
         zones: prev.map(|p| p.zones.clone()).unwrap_or_default(),
     };
-    let tr = hf_controller::translate_with(sb, &opts, &extra);
+    let tr = hf_controller::translate_cached(sb, &opts, &extra, &mut tr_cache);
     split.translate = ms(t.elapsed());
 
     let t = Instant::now();
@@ -588,20 +598,21 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
 
     let local = tr.local_ports.clone();
     let t = Instant::now();
-    let (spec, _reported) = hf_datapath::program::to_spec(&msg, &local)
+    let built = spec_cache
+        .build(&msg, &local)
         .map_err(|e| anyhow::anyhow!("the datapath refused the program: {e}"))?;
     split.to_spec = ms(t.elapsed());
 
     let t = Instant::now();
-    let (program, _errors) = match prev {
-        None => hf_pipeline::Program::compile(&spec),
-        Some(p) => {
-            let changed = changed_datapaths(&p.msg, &msg);
-            let refs: Vec<&str> = changed.iter().map(String::as_str).collect();
-            p.program.recompile(&spec, &refs)
-        }
-    }
-    .map_err(|e| anyhow::anyhow!("the program for {CHASSIS} does not compile: {e}"))?;
+    // The cache names the datapaths whose flows changed; without it, diff the messages.
+    let changed = match (prev, built.changed().is_some()) {
+        (Some(p), false) => changed_datapaths(&p.msg, &msg),
+        _ => Vec::new(),
+    };
+    let refs: Vec<&str> = changed.iter().map(String::as_str).collect();
+    let (program, _errors) = spec_cache
+        .compile(&msg, built, prev.map(|p| &p.program), &refs)
+        .map_err(|e| anyhow::anyhow!("the program for {CHASSIS} does not compile: {e}"))?;
     split.compile = ms(t.elapsed());
     Ok((
         Installed {
@@ -611,6 +622,8 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
             local,
             program,
             frame_bytes: frame.len(),
+            tr_cache,
+            spec_cache,
         },
         split,
     ))

@@ -23,7 +23,7 @@ use uuid::Uuid;
 
 /// Everything [`super::translate_cached`] keeps between calls. Start with
 /// [`TranslateCache::default`]; one cache per chassis translated for.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct TranslateCache {
     pub(crate) flows: FlowCache,
 }
@@ -45,14 +45,14 @@ impl TranslateCache {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Entry {
     row: sb::LogicalFlow,
     parsed: Result<FlowSpec, String>,
 }
 
 /// Parsed `Logical_Flow` rows by UUID.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct FlowCache {
     /// The entries of the previous translation (taken from as rows are met).
     old: HashMap<Uuid, Entry>,
