@@ -681,6 +681,53 @@ mod tests {
     }
 
     #[test]
+    fn the_spec_cache_reports_what_a_fresh_compile_reports() {
+        let local = [("p1".to_string(), 7)].into();
+        let m = msg(vec![
+            flow("a", "ip4 &&& x", "next;", Some(("ip4", "next;"))),
+            flow("b", "ip4 &&& x", "next;", None),
+            flow(
+                "c",
+                "$nosuchset == ip4.src",
+                "next;",
+                Some(("ip6", "next;")),
+            ),
+            flow("d", "ip4", "next;", None),
+        ]);
+        let (fresh, want) = compile(&m, &local, None).unwrap();
+        let mut cache = SpecCache::new();
+        let (p1, e1) = compile_cached(&m, &local, None, &mut cache, &[]).unwrap();
+        assert_eq!(e1, want);
+        assert!(cache.is_valid());
+        // The same message again: taken from the cache (c was swapped after a compile error,
+        // so its datapath is parsed again), same program and errors.
+        let built = cache.build(&m, &local).unwrap();
+        assert_eq!(built.reported().len(), 1, "{:?}", built.reported());
+        let (p2, e2) = cache.compile(&m, built, Some(&p1), &[]).unwrap();
+        assert_eq!(e2, want);
+        assert_eq!(p2.flow_count(), fresh.flow_count());
+        // Without the compile-error swap the datapath comes from the cache and is reused.
+        let m2 = msg(vec![
+            flow("a", "ip4 &&& x", "next;", Some(("ip4", "next;"))),
+            flow("d", "ip4", "next;", None),
+        ]);
+        let (p3, _) = compile_cached(&m2, &local, Some(&p2), &mut cache, &[]).unwrap();
+        let built = cache.build(&m2, &local).unwrap();
+        assert_eq!(built.reused(), 1);
+        assert_eq!(built.changed(), Some(vec![]));
+        let (p4, e4) = cache.compile(&m2, built, Some(&p3), &[]).unwrap();
+        assert!(p4.datapath_shared_with(&p3, "sw0"));
+        assert_eq!(e4.len(), 1);
+        assert!(e4[0].kept_last_good);
+        // A structural error empties the cache: nothing is known afterwards.
+        let mut bad = m2.clone();
+        bad.zones.insert("lsp/x".into(), 0);
+        assert!(compile_cached(&bad, &local, Some(&p4), &mut cache, &[]).is_err());
+        assert!(!cache.is_valid());
+        assert_eq!(cache.build(&m2, &local).unwrap().changed(), None);
+    }
+
+    #[test]
     fn zone_zero_and_unknown_zones_are_structural() {
         let local = BTreeMap::new();
         let mut m = msg(vec![]);

@@ -688,6 +688,20 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
         bail!("the SB replica never synced");
     }
     let sync_ms = ms(t.elapsed());
+    let (wait, receive, bytes, rows) = client.with(|r| {
+        let s = r.stats();
+        (
+            s.last_sync_wait_ms,
+            s.last_sync_receive_ms,
+            s.bytes_received,
+            s.rows_received,
+        )
+    });
+    report.note(&format!(
+        "SB sync {sync_ms:.0} ms: {wait} ms from the monitor request to the reply's first \
+         bytes (the server), {receive} ms receiving and loading it; {:.1} MB, {rows} rows",
+        bytes as f64 / 1e6
+    ));
     let watch = Arc::new(Mutex::new(Watch::default()));
     {
         let (client, watch) = (client.clone(), watch.clone());
