@@ -635,6 +635,8 @@ fn nb_cfg_is_reported_after_install() {
     net.chassis[0]
         .dp
         .add_port("vm4", Some([0x0a, 0, 0, 1, 0, 9]));
+    net.run();
+    let pushed = net.ctl(0).stats().programs_pushed;
     let mut ops = topology_port("ls0", "vm4", 14);
     ops.push(json!({"op": "mutate", "table": "NB_Global", "where": [],
         "mutations": [["nb_cfg", "+=", 1]]}));
@@ -654,6 +656,13 @@ fn nb_cfg_is_reported_after_install() {
     assert_eq!(
         pb(&sb, "vm4").chassis.map(|c| c.uuid()),
         Some(chassis_uuid(&sb, "hv1"))
+    );
+    // One program for the new port: the translation waited for the claim.
+    assert_eq!(
+        net.ctl(0).stats().programs_pushed,
+        pushed + 1,
+        "{:?}",
+        net.ctl(0).stats()
     );
 }
 

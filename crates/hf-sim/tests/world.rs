@@ -112,16 +112,9 @@ fn controller_restart_during_transfers_loses_nothing() {
     }
 }
 
-/// After controller restarts under load, a port added later reaches the other chassis.
-///
-/// Known failure, not understood yet: `--wait=hv` (hv_cfg) is reached and both datapaths run
-/// a program with vm7 (`Local` on hv2), yet for about a second after the ping starts vm1's
-/// host puts no frame at all on its link (the record's `vm1 up` counters do not move; the ping
-/// record counts the requests as sent), then the pings pass. One second is smoltcp's neighbour
-/// "silent time" after an unanswered ARP request, so the host side (hf-sim net) is the first
-/// suspect; without the controller restarts the same steps pass.
+/// After controller restarts under load, a port added later answers at once after
+/// `--wait=hv`.
 #[test]
-#[ignore = "known failure: after controller restarts under load, vm1 emits nothing towards a new port for ~1 s (see the doc)"]
 fn controller_restart_then_new_port() {
     let mut w = ready_world(7);
     let bytes = 40_000_000;

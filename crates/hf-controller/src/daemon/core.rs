@@ -187,6 +187,26 @@ fn write_ops(sb: &SbSnapshot, st: &WriteState) -> Vec<Value> {
     ops
 }
 
+/// Whether the write round would claim or release ports (a translation waits for it: the
+/// program then has the ports where the claim puts them, instead of one push before and one
+/// after).
+fn claims_pending(sb: &SbSnapshot, st: &WriteState) -> bool {
+    let Some(ours) = chassis::our_chassis(sb, &st.id.name) else {
+        return false;
+    };
+    st.dp_ready
+        && !binding::binding_ops(
+            sb,
+            ours,
+            &st.id.name,
+            &st.id.hostname,
+            &st.local,
+            &st.up,
+            &st.vports,
+        )
+        .is_empty()
+}
+
 /// The controller core. See the module documentation.
 pub struct Controller {
     cfg: ControllerConfig,
@@ -195,6 +215,8 @@ pub struct Controller {
     sb_dialing: Option<usize>,
     shared: Arc<Mutex<WriteState>>,
     txn: Option<TxnId>,
+    /// The transaction in flight claims or releases ports.
+    txn_claims: bool,
     write_due: bool,
     write_retry_at: Option<Duration>,
     last_write_error: Option<String>,
@@ -302,6 +324,7 @@ impl Controller {
             sb_dialing: None,
             shared,
             txn: None,
+            txn_claims: false,
             write_due: true,
             write_retry_at: None,
             last_write_error: None,
@@ -935,9 +958,13 @@ impl Controller {
                 self.translate_due = true;
                 self.write_due = true;
             }
-            Event::Changes(_) => {
-                self.conds_due = true;
-                self.translate_due = true;
+            Event::Changes(d) => {
+                // Our own status writes (`Chassis_Private`, `Port_Binding.up`) change nothing
+                // the translation or the conditions read.
+                if !only_status(&d) {
+                    self.conds_due = true;
+                    self.translate_due = true;
+                }
                 self.write_due = true;
             }
             Event::Disconnected { remote, reason } => {
@@ -1036,6 +1063,7 @@ impl Controller {
         if write_ops(self.sb.model(), &st).is_empty() {
             return;
         }
+        self.txn_claims = claims_pending(self.sb.model(), &st);
         let shared = Arc::clone(&self.shared);
         self.stats.sb_writes += 1;
         self.txn = Some(self.sb.transact(Box::new(move |sb: &SbSnapshot| {
@@ -1082,6 +1110,10 @@ impl Controller {
 
     fn maybe_push(&mut self, now: Duration) {
         if !self.translate_due || !self.dp_ready() || !self.inflight.is_empty() {
+            return;
+        }
+        // Claims on their way change the program: translate once they are in the view.
+        if self.txn.is_some() && self.txn_claims {
             return;
         }
         if !self.view_complete() {
@@ -1202,6 +1234,23 @@ impl Controller {
             self.write_round(now);
         }
     }
+}
+
+/// Whether a change set touches only `Chassis_Private` rows and `Port_Binding.up`.
+fn only_status(d: &hf_model::sb::Delta) -> bool {
+    let up_only = d
+        .port_binding
+        .iter()
+        .filter(|r| match r {
+            hf_model::RowDelta::Update { old, new } => {
+                let mut o = old.clone();
+                o.up = new.up;
+                o == *new
+            }
+            _ => false,
+        })
+        .count();
+    d.len() == d.chassis_private.len() + up_only
 }
 
 /// The ports a program has as local.

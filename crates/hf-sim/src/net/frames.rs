@@ -55,6 +55,16 @@ pub struct Dhcp {
 pub enum Class {
     Tcp(Segment),
     Dhcp(Dhcp),
+    /// An ICMP or ICMPv6 echo request.
+    EchoRequest {
+        ident: u16,
+        seq: u16,
+    },
+    /// Any other UDP datagram.
+    Udp {
+        src: SocketAddr,
+        dst: SocketAddr,
+    },
     Other,
     /// Not even an Ethernet frame.
     Malformed,
@@ -118,7 +128,12 @@ pub fn classify(frame: &[u8]) -> Class {
             let from_client = match (udp.src_port(), udp.dst_port()) {
                 (68, 67) => true,
                 (67, 68) => false,
-                _ => return Class::Other,
+                (sp, dp) => {
+                    return Class::Udp {
+                        src: SocketAddr::new(src, sp),
+                        dst: SocketAddr::new(dst, dp),
+                    };
+                }
             };
             let Ok(pkt) = DhcpPacket::new_checked(udp.payload()) else {
                 return Class::Other;
@@ -135,6 +150,17 @@ pub fn classify(frame: &[u8]) -> Class {
                     lease_duration: r.lease_duration,
                 }),
                 Err(_) => Class::Other,
+            }
+        }
+        // Echo request: type 8 (ICMP) or 128 (ICMPv6), code 0, then checksum, ident, seq.
+        IpProtocol::Icmp | IpProtocol::Icmpv6 if payload.len() >= 8 => {
+            let request = if proto == IpProtocol::Icmp { 8 } else { 128 };
+            if payload[0] != request || payload[1] != 0 {
+                return Class::Other;
+            }
+            Class::EchoRequest {
+                ident: u16::from_be_bytes([payload[4], payload[5]]),
+                seq: u16::from_be_bytes([payload[6], payload[7]]),
             }
         }
         _ => Class::Other,

@@ -7,13 +7,16 @@
 //!   `dhcpv4::Socket`; every accepted lease goes to the record, the address and default route are
 //!   applied to the interface). smoltcp answers ARP, NDP and ICMP echo itself.
 //! - Ping: [`Host::ping`] sends `count` ICMP(v6) echo requests, one per `interval`, and records
-//!   RTTs; an answer later than [`PING_TIMEOUT`] after the last request is no longer waited for.
+//!   RTTs; an answer later than [`PING_TIMEOUT`] after the last request left the host is no
+//!   longer waited for (a request smoltcp holds for ARP/ND counts as leaving at most
+//!   [`UNSENT_WAIT`] after it was queued).
 //! - UDP: [`Host::listen_udp_echo`] echoes every datagram back; [`Host::udp_exchange`] sends
 //!   `count` datagrams and checks every echo byte for byte.
 //! - TCP: [`Host::listen_tcp`] accepts any number of connections on a port (a fresh listening
 //!   socket replaces each one that accepted); [`Host::start_transfer`] opens a connection that
 //!   uploads or downloads a verified byte pattern ([`super::tcp`]).
-//! - Announcements after a migration: [`Host::announce_rarp`], [`Host::announce_garp`].
+//! - Announcements after a migration: [`Host::announce_rarp`], [`Host::announce_garp`]; a
+//!   migration's downtime: [`Host::pause`] / [`Host::resume`].
 //! - Analysis of its own egress and ingress ([`super::frames`]): retransmissions and resets per
 //!   connection, DHCP messages sent.
 //!
@@ -25,10 +28,10 @@
 //!
 //! No DHCPv6, no SLAAC (IPv6 addresses are static), no DNS client, no IP fragmentation, no
 //! congestion control beyond smoltcp's window (no `socket-tcp-reno`/`cubic`). A frame that is not
-//! Ethernet is counted in `malformed_in` and dropped. smoltcp rate-limits neighbour discovery per
-//! interface, not per neighbour: while one ARP/ND resolution is pending, a second unknown
-//! neighbour waits up to 1 s (first contact with two new neighbours at once, e.g. an IPv4 and an
-//! IPv6 gateway, costs that second once).
+//! Ethernet is counted in `malformed_in` and dropped. IPv4 neighbours are resolved per
+//! neighbour by [`super::arp`] in front of smoltcp; IPv6 neighbour discovery is smoltcp's own, with
+//! its limits (one unanswered lookup silences other new neighbours for a second; a reply to an
+//! unknown sender is dropped while it solicits).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -38,7 +41,7 @@ use std::time::Duration;
 use smoltcp::iface::{
     Config, Interface, PollIngressSingleResult, PollResult, SocketHandle, SocketSet,
 };
-use smoltcp::phy::{self, Device, DeviceCapabilities, Medium};
+use smoltcp::phy::Device;
 use smoltcp::socket::{dhcpv4, icmp, tcp, udp};
 use smoltcp::time::Instant;
 use smoltcp::wire::{
@@ -46,6 +49,9 @@ use smoltcp::wire::{
     Icmpv6Repr, IpAddress, IpCidr, IpEndpoint, Ipv4Cidr,
 };
 
+use super::arp::{self, Resolver};
+use super::config::Wire;
+pub use super::config::{DEFAULT_TCP_BUFFER, HostConfig, HostError};
 use super::frames::{self, Class, FlowTracker};
 use super::record::{
     DhcpLease, DhcpRecord, HostRecord, PingRecord, TcpRecord, UdpRecord, UdpServerRecord,
@@ -55,181 +61,33 @@ use super::tcp::{Conn, Direction, Transfer, fill_pattern};
 
 /// How long a ping or UDP session waits for answers after its last request.
 pub const PING_TIMEOUT: Duration = Duration::from_secs(1);
-/// Default TCP socket buffer (each direction); large enough for a 10 Gb/s × 100 µs path.
-pub const DEFAULT_TCP_BUFFER: usize = 256 * 1024;
+/// How long a ping or UDP session waits for requests smoltcp still holds (next hop unresolved)
+/// before it counts them as left: Linux's three ARP probes a second apart.
+pub const UNSENT_WAIT: Duration = Duration::from_secs(3);
 /// Upper bound on smoltcp poll rounds per call (a safety net; one round sends at most one segment
 /// per socket).
 const MAX_ROUNDS: usize = 100_000;
 const FIRST_EPHEMERAL: u16 = 49152;
 
-/// A host's configuration.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostConfig {
-    /// Host name (used in record names).
-    pub name: String,
-    pub mac: [u8; 6],
-    /// Static IPv4 address and prefix length.
-    pub ipv4: Option<(Ipv4Addr, u8)>,
-    pub gateway4: Option<Ipv4Addr>,
-    /// Static IPv6 addresses and prefix lengths.
-    pub ipv6: Vec<(Ipv6Addr, u8)>,
-    pub gateway6: Option<Ipv6Addr>,
-    /// Get the IPv4 address by DHCP (then `ipv4`/`gateway4` must be None).
-    pub dhcp4: bool,
-    /// IP MTU (the Ethernet frame may be 14 bytes longer).
-    pub mtu: usize,
-    /// TCP buffer per direction per connection.
-    pub tcp_buffer: usize,
-    /// DHCPv4: time between DISCOVERs, and the first REQUEST timeout (smoltcp's default is
-    /// 10 s/5 s; hosts here start before their port is bound, so they retry faster).
-    pub dhcp_retry: Duration,
-    /// TCP timeout of every new connection (smoltcp's `set_timeout`: the connection is dropped
-    /// when the peer stays silent this long while data or a SYN is outstanding); None = retry
-    /// for ever (the default, so outages of any length are survivable and visible as stalls).
-    pub tcp_timeout: Option<Duration>,
-    /// Seed of the host's random stream (smoltcp's ISNs, ports of pings).
-    pub seed: u64,
-}
-
-impl HostConfig {
-    /// A host with no address yet (add one with the `with_*` methods).
-    pub fn new(name: &str, mac: [u8; 6], seed: u64) -> HostConfig {
-        HostConfig {
-            name: name.to_string(),
-            mac,
-            ipv4: None,
-            gateway4: None,
-            ipv6: Vec::new(),
-            gateway6: None,
-            dhcp4: false,
-            mtu: 1500,
-            tcp_buffer: DEFAULT_TCP_BUFFER,
-            dhcp_retry: Duration::from_secs(1),
-            tcp_timeout: None,
-            seed,
-        }
-    }
-
-    /// A static IPv4 address and optional default gateway.
-    pub fn with_ipv4(mut self, addr: Ipv4Addr, prefix: u8, gateway: Option<Ipv4Addr>) -> Self {
-        self.ipv4 = Some((addr, prefix));
-        self.gateway4 = gateway;
-        self
-    }
-
-    /// A static IPv6 address; `gateway` replaces the default IPv6 gateway when given.
-    pub fn with_ipv6(mut self, addr: Ipv6Addr, prefix: u8, gateway: Option<Ipv6Addr>) -> Self {
-        self.ipv6.push((addr, prefix));
-        if gateway.is_some() {
-            self.gateway6 = gateway;
-        }
-        self
-    }
-
-    /// IPv4 by DHCP.
-    pub fn with_dhcp4(mut self) -> Self {
-        self.dhcp4 = true;
-        self
-    }
-
-    /// A TCP timeout for every connection (see [`HostConfig::tcp_timeout`]).
-    pub fn with_tcp_timeout(mut self, timeout: Duration) -> Self {
-        self.tcp_timeout = Some(timeout);
-        self
-    }
-
-    /// Another IP MTU.
-    pub fn with_mtu(mut self, mtu: usize) -> Self {
-        self.mtu = mtu;
-        self
-    }
-}
-
-/// Why a host operation was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HostError {
-    /// The configuration is unusable (what and why).
-    Config(String),
-    /// A port is already in use by this host.
-    PortInUse(u16),
-    /// smoltcp refused (what it said).
-    Socket(String),
-    /// No such session or connection.
-    Unknown(String),
-}
-
-impl fmt::Display for HostError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            HostError::Config(s) => write!(f, "host configuration: {s}"),
-            HostError::PortInUse(p) => write!(f, "port {p} already in use on this host"),
-            HostError::Socket(s) => write!(f, "socket: {s}"),
-            HostError::Unknown(s) => write!(f, "unknown {s}"),
-        }
-    }
-}
-
-impl std::error::Error for HostError {}
-
-/// The in-memory Ethernet device between smoltcp and the simulator.
-#[derive(Debug)]
-struct Wire {
-    rx: VecDeque<Vec<u8>>,
-    tx: VecDeque<Vec<u8>>,
-    mtu: usize,
-}
-
-#[derive(Debug)]
-struct RxToken(Vec<u8>);
-
-impl phy::RxToken for RxToken {
-    fn consume<R, F>(self, f: F) -> R
-    where
-        F: FnOnce(&[u8]) -> R,
-    {
-        f(&self.0)
-    }
-}
-
-#[derive(Debug)]
-struct TxToken<'a>(&'a mut VecDeque<Vec<u8>>);
-
-impl phy::TxToken for TxToken<'_> {
-    fn consume<R, F>(self, len: usize, f: F) -> R
-    where
-        F: FnOnce(&mut [u8]) -> R,
-    {
-        let mut buf = vec![0u8; len];
-        let r = f(&mut buf);
-        self.0.push_back(buf);
-        r
-    }
-}
-
-impl Device for Wire {
-    type RxToken<'a> = RxToken;
-    type TxToken<'a> = TxToken<'a>;
-
-    fn receive(&mut self, _t: Instant) -> Option<(RxToken, TxToken<'_>)> {
-        let f = self.rx.pop_front()?;
-        Some((RxToken(f), TxToken(&mut self.tx)))
-    }
-
-    fn transmit(&mut self, _t: Instant) -> Option<TxToken<'_>> {
-        Some(TxToken(&mut self.tx))
-    }
-
-    fn capabilities(&self) -> DeviceCapabilities {
-        let mut c = DeviceCapabilities::default();
-        c.medium = Medium::Ethernet;
-        c.max_transmission_unit = self.mtu + 14;
-        c
+/// When a ping or UDP session stops waiting: [`PING_TIMEOUT`] after the last request left the
+/// host, or after [`UNSENT_WAIT`] more for requests still held.
+fn session_deadline(
+    sent_at: &[Duration],
+    emitted: u64,
+    last_emitted: Option<Duration>,
+) -> Duration {
+    let last_queued = sent_at.last().copied().unwrap_or_default();
+    match last_emitted {
+        Some(e) if emitted >= sent_at.len() as u64 => e.max(last_queued) + PING_TIMEOUT,
+        _ => last_queued + UNSENT_WAIT + PING_TIMEOUT,
     }
 }
 
 #[derive(Debug)]
 struct EchoSession {
     handle: SocketHandle,
+    local: SocketAddr,
+    last_emitted: Option<Duration>,
     dst: IpAddr,
     port: u16,
     len: usize,
@@ -243,6 +101,7 @@ struct EchoSession {
 #[derive(Debug)]
 struct PingSession {
     handle: SocketHandle,
+    last_emitted: Option<Duration>,
     dst: IpAddr,
     interval: Duration,
     next_at: Duration,
@@ -283,6 +142,10 @@ pub struct Host {
     wake: Option<Duration>,
     now: Duration,
     paused: bool,
+    /// Per-neighbour ARP in front of smoltcp ([`super::arp`]).
+    resolver: Resolver,
+    /// The IPv4 default gateway in use (static or from DHCP).
+    gateway4: Option<Ipv4Addr>,
 }
 
 impl fmt::Debug for Host {
@@ -453,7 +316,10 @@ impl Host {
             wake: None,
             now,
             paused: false,
+            resolver: Resolver::default(),
+            gateway4: None,
         };
+        host.gateway4 = host.cfg.gateway4;
         host.rec.dhcp = host.dhcp.as_ref().map(|(_, r)| r.clone());
         host.service(now);
         Ok(host)
@@ -512,7 +378,29 @@ impl Host {
             }
             _ => {}
         }
-        self.dev.rx.push_back(frame.to_vec());
+        let now = self.now;
+        if let Some(a) = arp::parse(frame) {
+            let ours = self.has_ipv4(a.target_ip);
+            let on_link = self.on_link4(a.sender_ip);
+            self.resolver.learn(&a, ours, on_link, now);
+        } else if let Some((src, dst)) = arp::ipv4_addrs(frame)
+            && self.has_ipv4(dst)
+            && let Some(nh) = self.next_hop4(src)
+            && !self.resolver.is_known(nh, now)
+        {
+            // smoltcp would drop its own reply for want of `nh`'s MAC: resolve it first.
+            self.resolver.hold(nh, frame.to_vec(), now);
+            self.ask(nh);
+            self.service(now);
+            return;
+        }
+        self.feed(frame.to_vec());
+        self.service(now);
+    }
+
+    /// Hands one frame to smoltcp and lets the applications see each packet's effect.
+    fn feed(&mut self, frame: Vec<u8>) {
+        self.dev.rx.push_back(frame);
         let t = instant(self.now);
         while self
             .iface
@@ -521,7 +409,52 @@ impl Host {
         {
             self.apps(self.now);
         }
-        self.service(self.now);
+    }
+
+    fn has_ipv4(&self, ip: Ipv4Addr) -> bool {
+        self.iface
+            .ip_addrs()
+            .iter()
+            .any(|c| c.address() == IpAddress::Ipv4(ip))
+    }
+
+    fn on_link4(&self, ip: Ipv4Addr) -> bool {
+        self.iface.ip_addrs().iter().any(|c| match c {
+            IpCidr::Ipv4(c) => c.contains_addr(&ip) && c.address() != ip,
+            _ => false,
+        })
+    }
+
+    /// The neighbour a packet to `dst` goes to: `dst` on link, else the gateway.
+    fn next_hop4(&self, dst: Ipv4Addr) -> Option<Ipv4Addr> {
+        if dst.is_broadcast() || dst.is_multicast() || dst.is_unspecified() || self.has_ipv4(dst) {
+            return None;
+        }
+        if self.on_link4(dst) {
+            Some(dst)
+        } else {
+            self.gateway4.filter(|g| self.on_link4(*g))
+        }
+    }
+
+    /// Sends an ARP request for `nh` unless it is known or was asked for within a second.
+    fn ask(&mut self, nh: Ipv4Addr) {
+        let now = self.now;
+        let Some(spa) = self.iface.get_source_address_ipv4(&nh) else {
+            return;
+        };
+        if self.resolver.should_ask(nh, now) {
+            self.emit(arp::request(self.cfg.mac, spa, nh));
+        }
+    }
+
+    /// Resolves the next hop towards `dst` ahead of an application's first packet.
+    fn prepare(&mut self, dst: IpAddr) {
+        if let IpAddr::V4(d) = dst
+            && let Some(nh) = self.next_hop4(d)
+        {
+            self.ask(nh);
+        }
     }
 
     /// The next frame the host sends.
@@ -659,6 +592,7 @@ impl Host {
     ) -> Result<String, HostError> {
         self.now = self.now.max(now);
         let src = self.source_for(dst)?;
+        self.prepare(dst);
         let lport = self.alloc_port();
         let mut s = self.new_tcp_socket();
         let remote = SocketAddr::new(dst, port);
@@ -723,6 +657,7 @@ impl Host {
     ) -> Result<String, HostError> {
         self.now = self.now.max(now);
         let src = self.source_for(dst)?;
+        self.prepare(dst);
         let len = len.clamp(12, 8192);
         let lport = self.alloc_port();
         let mut s = udp::Socket::new(
@@ -751,6 +686,8 @@ impl Host {
             name.clone(),
             EchoSession {
                 handle: h,
+                local: SocketAddr::new(src, lport),
+                last_emitted: None,
                 dst,
                 port,
                 len,
@@ -776,6 +713,7 @@ impl Host {
     ) -> Result<String, HostError> {
         self.now = self.now.max(now);
         self.source_for(dst)?;
+        self.prepare(dst);
         let mut s = icmp::Socket::new(
             icmp::PacketBuffer::new(vec![icmp::PacketMetadata::EMPTY; 64], vec![0u8; 16384]),
             icmp::PacketBuffer::new(vec![icmp::PacketMetadata::EMPTY; 64], vec![0u8; 16384]),
@@ -797,6 +735,7 @@ impl Host {
             name.clone(),
             PingSession {
                 handle: h,
+                last_emitted: None,
                 dst,
                 interval,
                 next_at: self.now,
@@ -811,7 +750,7 @@ impl Host {
     /// Queues a RARP announcement (what QEMU sends after a migration).
     pub fn announce_rarp(&mut self) {
         self.rec.announcements += 1;
-        self.push_out(frames::rarp_announce(self.cfg.mac));
+        self.emit(frames::rarp_announce(self.cfg.mac));
     }
 
     /// Queues a gratuitous ARP for the host's IPv4 address; false when it has none.
@@ -820,7 +759,7 @@ impl Host {
             return false;
         };
         self.rec.announcements += 1;
-        self.push_out(frames::garp_announce(self.cfg.mac, ip));
+        self.emit(frames::garp_announce(self.cfg.mac, ip));
         true
     }
 
@@ -955,11 +894,40 @@ impl Host {
 
     // ---------------------------------------------------------------- the engine
 
+    /// A frame smoltcp sent: its ARP requests that duplicate ours are dropped.
     fn push_out(&mut self, f: Vec<u8>) {
+        if let Some(a) = arp::parse(&f)
+            && a.op == 1
+            && a.sender_mac == self.cfg.mac
+            && self.resolver.is_duplicate(a.target_ip, self.now)
+        {
+            return;
+        }
+        self.emit(f);
+    }
+
+    /// A frame leaves the host.
+    fn emit(&mut self, f: Vec<u8>) {
         self.rec.frames_out += 1;
         self.rec.bytes_out += f.len() as u64;
         match frames::classify(&f) {
             Class::Tcp(s) => self.flows.egress(&s),
+            Class::EchoRequest { ident, .. } => {
+                for p in self.pings.values_mut() {
+                    if p.rec.ident == ident && !p.rec.done {
+                        p.rec.emitted += 1;
+                        p.last_emitted = Some(self.now);
+                    }
+                }
+            }
+            Class::Udp { src, dst } => {
+                for p in self.udp.values_mut() {
+                    if p.local == src && dst == SocketAddr::new(p.dst, p.port) && !p.rec.done {
+                        p.rec.emitted += 1;
+                        p.last_emitted = Some(self.now);
+                    }
+                }
+            }
             Class::Dhcp(m) if m.from_client => {
                 if let Some((_, d)) = self.dhcp.as_mut() {
                     match m.message_type {
@@ -1014,6 +982,12 @@ impl Host {
 
     /// Runs the applications and smoltcp until nothing moves, then computes the next wake-up.
     fn service(&mut self, now: Duration) {
+        for nh in self.resolver.held_next_hops() {
+            self.ask(nh);
+        }
+        for f in self.resolver.release(now) {
+            self.feed(f);
+        }
         let t = instant(now);
         for _ in 0..MAX_ROUNDS {
             let app = self.apps(now);
@@ -1040,7 +1014,7 @@ impl Host {
                 at(Some(if p.rec.sent < p.rec.count {
                     p.next_at
                 } else {
-                    p.sent_at.last().copied().unwrap_or(now) + PING_TIMEOUT
+                    session_deadline(&p.sent_at, p.rec.emitted, p.last_emitted)
                 }));
             }
         }
@@ -1049,13 +1023,14 @@ impl Host {
                 at(Some(if p.rec.sent < p.rec.count {
                     p.next_at
                 } else {
-                    p.sent_at.last().copied().unwrap_or(now) + PING_TIMEOUT
+                    session_deadline(&p.sent_at, p.rec.emitted, p.last_emitted)
                 }));
             }
         }
         for e in self.tcp.values() {
             at(e.conn.wake_at());
         }
+        at(self.resolver.next_deadline());
         // Everything due at `now` was just done: a deadline at or before `now` (smoltcp asking to
         // be polled "now" again) is served a microsecond later, so virtual time always advances.
         self.wake = wake.map(|w| w.max(now + Duration::from_micros(1)));
@@ -1109,6 +1084,7 @@ impl Host {
                     v.retain(|a| !matches!(a, IpCidr::Ipv4(_)));
                     let _ = v.push(IpCidr::Ipv4(addr));
                 });
+                self.gateway4 = router;
                 match router {
                     Some(r) => {
                         let _ = self.iface.routes_mut().add_default_ipv4_route(r);
@@ -1120,6 +1096,7 @@ impl Host {
             }
             Ev::Down => {
                 rec.deconfigured += 1;
+                self.gateway4 = None;
                 self.iface
                     .update_ip_addrs(|v| v.retain(|a| !matches!(a, IpCidr::Ipv4(_))));
                 self.iface.routes_mut().remove_default_ipv4_route();
@@ -1300,9 +1277,9 @@ impl Host {
                 p.next_at = now + p.interval;
                 moved = true;
             }
-            let last = p.sent_at.last().copied().unwrap_or(now);
             if p.rec.sent >= p.rec.count
-                && (p.rec.answered >= p.rec.count || now >= last + PING_TIMEOUT)
+                && (p.rec.answered >= p.rec.count
+                    || now >= session_deadline(&p.sent_at, p.rec.emitted, p.last_emitted))
             {
                 p.rec.done = true;
                 moved = true;
@@ -1348,9 +1325,9 @@ impl Host {
                 p.next_at = now + p.interval;
                 moved = true;
             }
-            let last = p.sent_at.last().copied().unwrap_or(now);
             if p.rec.sent >= p.rec.count
-                && (p.rec.answered >= p.rec.count || now >= last + PING_TIMEOUT)
+                && (p.rec.answered >= p.rec.count
+                    || now >= session_deadline(&p.sent_at, p.rec.emitted, p.last_emitted))
             {
                 p.rec.done = true;
                 moved = true;

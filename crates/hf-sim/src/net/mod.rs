@@ -11,7 +11,10 @@
 //!   queue; FIFO. Defaults from DESIGN "The simulator's clock and costs".
 //! - [`host::Host`]: a smoltcp host (Ethernet) with static addresses or a DHCPv4 client, ping, UDP
 //!   echo client and server, TCP transfers of a verified byte pattern (upload or download, paced
-//!   or not, any number at once), RARP/GARP announcements.
+//!   or not, any number at once), RARP/GARP announcements, pause/resume; its configuration and
+//!   in-memory device in [`config`], the pattern protocol in [`tcp`], egress/ingress analysis in
+//!   [`frames`], and per-neighbour IPv4 ARP in front of smoltcp in [`arp`] (smoltcp alone
+//!   silences discovery interface-wide and drops replies to unknown senders).
 //! - [`record`]: what every connection saw (bytes, verification, stalls, resets,
 //!   retransmissions, pings, UDP, DHCP), serialised to canonical JSON.
 //! - [`EventQueue`]: events keyed by (time, insertion sequence), so simultaneous events are
@@ -28,6 +31,8 @@
 //! DNS client, IP fragmentation or TCP congestion control in hosts (see [`host`]). Links do not
 //! reorder, duplicate or corrupt.
 
+pub mod arp;
+pub mod config;
 pub mod frames;
 pub mod host;
 pub mod link;

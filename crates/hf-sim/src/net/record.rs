@@ -201,7 +201,11 @@ pub struct PingRecord {
     pub count: u64,
     pub sent: u64,
     pub answered: u64,
-    /// Round-trip time per sequence number in µs (None: no answer yet / lost).
+    /// Requests that actually left the host (smoltcp holds a request while it resolves the next
+    /// hop; 0 with `sent` > 0 means ARP/ND never succeeded).
+    pub emitted: u64,
+    /// Round-trip time per sequence number in µs, from when the request was queued, as `ping`
+    /// measures (None: no answer yet / lost).
     pub rtt_us: Vec<Option<u64>>,
     /// Replies whose payload differed from the request, or duplicates.
     pub bad_replies: u64,
@@ -221,6 +225,8 @@ pub struct UdpRecord {
     pub count: u64,
     pub sent: u64,
     pub answered: u64,
+    /// Datagrams that actually left the host (see [`PingRecord::emitted`]).
+    pub emitted: u64,
     pub rtt_us: Vec<Option<u64>>,
     pub bad_replies: u64,
     pub duplicates: u64,
@@ -297,9 +303,10 @@ impl PingRecord {
             _ => String::new(),
         };
         format!(
-            "{} of {} answered{range}{}",
+            "{} of {} answered ({} left the host){range}{}",
             self.answered,
             self.sent,
+            self.emitted,
             if self.bad_replies > 0 {
                 format!(", {} bad replies", self.bad_replies)
             } else {
