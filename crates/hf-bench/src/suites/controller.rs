@@ -573,6 +573,10 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
         &BTreeMap::new(),
         &hf_controller::program_msg::NoLastGood,
     );
+    // The translation goes back to the cache (its datapaths' flows are reused whole next
+    // time); counted in `to_msg`.
+    let (local, zones) = (tr.local_ports.clone(), tr.zones.clone());
+    tr_cache.recycle(tr);
     split.to_msg = ms(t.elapsed());
     if !build.skipped.is_empty() {
         bail!(
@@ -596,7 +600,6 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
     };
     split.decode = ms(t.elapsed());
 
-    let local = tr.local_ports.clone();
     let t = Instant::now();
     let built = spec_cache
         .build(&msg, &local)
@@ -617,7 +620,7 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
     Ok((
         Installed {
             generation,
-            zones: tr.zones,
+            zones,
             msg,
             local,
             program,
@@ -843,15 +846,23 @@ fn check_port_add(report: &Report, prev: &Installed, next: &Installed) -> anyhow
         next.msg.datapaths.len(),
         fresh.flow_count()
     ));
-    let (dp_way, _) = hf_datapath::program::compile(&next.msg, &next.local, Some(&prev.program))
-        .map_err(|e| anyhow::anyhow!("hf_datapath::program::compile: {e}"))?;
+    // What `Datapath::install` runs: the spec cache of the previous program.
+    let mut cache = prev.spec_cache.clone();
+    let (dp_way, _) = hf_datapath::program::compile_cached(
+        &next.msg,
+        &next.local,
+        Some(&prev.program),
+        &mut cache,
+        &[],
+    )
+    .map_err(|e| anyhow::anyhow!("hf_datapath::program::compile_cached: {e}"))?;
     if dp_way.flow_count() != fresh.flow_count() {
-        report.note(&format!(
-            "warning: hf_datapath::program::compile with the previous program (Datapath::install) \
-             has {} flows after the port add, a fresh compile {}: it reuses datapaths whose flows changed",
+        bail!(
+            "hf_datapath::program::compile_cached with the previous program (Datapath::install) \
+             has {} flows after the port add, a fresh compile {}",
             dp_way.flow_count(),
             fresh.flow_count()
-        ));
+        );
     }
     Ok(())
 }

@@ -15,11 +15,13 @@
 //! are computed afresh each time from the snapshot (they are cheap next to parsing), so the
 //! cached translation equals [`super::translate_with`]'s exactly.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use hf_model::sb;
 use hf_pipeline::FlowSpec;
 use uuid::Uuid;
+
+use super::Diagnostic;
 
 /// Everything [`super::translate_cached`] keeps between calls. Start with
 /// [`TranslateCache::default`]; one cache per chassis translated for.
@@ -43,6 +45,29 @@ impl TranslateCache {
     pub fn last_counts(&self) -> (usize, usize) {
         (self.flows.hits, self.flows.misses)
     }
+
+    /// Datapaths whose flows the last translation took whole from a recycled translation.
+    pub fn last_reused_datapaths(&self) -> usize {
+        self.flows.dps_reused
+    }
+
+    /// Gives back the [`super::Translation`] the last [`super::translate_cached`] call with
+    /// this cache returned, unchanged, once the caller is done with it: its datapaths' flows
+    /// are kept, so that the next translation takes a datapath whose rows are the same,
+    /// unchanged, whole (no copy, no sort). Optional: without it every row still reuses its
+    /// parse.
+    pub fn recycle(&mut self, t: super::Translation) {
+        let mut spec = t.spec;
+        self.flows.recycled.clear();
+        for (uuid, &i) in &t.datapath_index {
+            if let Some(d) = spec.datapaths.get_mut(i) {
+                self.flows
+                    .recycled
+                    .insert(*uuid, std::mem::take(&mut d.flows));
+            }
+        }
+        self.flows.recycled_rows = std::mem::take(&mut self.flows.rows_now);
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -62,10 +87,18 @@ pub(crate) struct FlowCache {
     vars: BTreeMap<String, String>,
     hits: usize,
     misses: usize,
-    /// Tests only: a deliberately wrong reuse rule (a row whose actions changed counts as
-    /// unchanged), to show the equivalence test catches a broken rule.
+    dps_reused: usize,
+    /// Per datapath (SB UUID): the rows (UUIDs, in translation order) the last translation
+    /// placed in it.
+    rows_now: HashMap<Uuid, Vec<Uuid>>,
+    /// A recycled translation's flows per datapath, and the rows they were made of.
+    recycled: HashMap<Uuid, Vec<FlowSpec>>,
+    recycled_rows: HashMap<Uuid, Vec<Uuid>>,
+    /// Tests only: a deliberately wrong reuse rule, to show the equivalence test catches a
+    /// broken rule: 1 = a row whose actions changed counts as unchanged; 2 = a datapath is
+    /// reused whole without checking that it has the same rows.
     #[cfg(test)]
-    pub(crate) broken: bool,
+    pub(crate) broken: u8,
 }
 
 impl FlowCache {
@@ -76,17 +109,80 @@ impl FlowCache {
         let mut last = std::mem::take(&mut self.new);
         if *vars != self.vars {
             last.clear();
+            self.recycled.clear();
+            self.recycled_rows.clear();
             self.vars = vars.clone();
         }
         self.old = last;
         self.hits = 0;
         self.misses = 0;
+        self.dps_reused = 0;
+    }
+
+    /// The datapaths (translation indexes) whose flows can be taken whole from the recycled
+    /// translation: the same rows, in the same order, every one unchanged. Takes them out;
+    /// forgets the rest of the recycled flows.
+    pub(crate) fn reusable_datapaths(
+        &mut self,
+        rows: &[(&sb::LogicalFlow, Vec<usize>, Option<Diagnostic>)],
+        index: &BTreeMap<Uuid, usize>,
+    ) -> BTreeMap<usize, Vec<FlowSpec>> {
+        let uuid_of: HashMap<usize, Uuid> = index.iter().map(|(u, &i)| (i, *u)).collect();
+        let mut now: HashMap<Uuid, Vec<Uuid>> = HashMap::new();
+        let mut dirty: HashSet<usize> = HashSet::new();
+        for (lf, targets, _) in rows {
+            let unchanged = self
+                .old
+                .get(&lf.uuid)
+                .is_some_and(|e| self.same(&e.row, lf));
+            for d in targets {
+                if !unchanged {
+                    dirty.insert(*d);
+                }
+                if let Some(u) = uuid_of.get(d) {
+                    now.entry(*u).or_default().push(lf.uuid);
+                }
+            }
+        }
+        let mut out = BTreeMap::new();
+        let mut recycled = std::mem::take(&mut self.recycled);
+        let recycled_rows = std::mem::take(&mut self.recycled_rows);
+        for (&i, u) in &uuid_of {
+            if dirty.contains(&i) {
+                continue;
+            }
+            let empty = Vec::new();
+            let rows_now = now.get(u).unwrap_or(&empty);
+            #[cfg(test)]
+            let check = self.broken != 2;
+            #[cfg(not(test))]
+            let check = true;
+            if check && recycled_rows.get(u).unwrap_or(&empty) != rows_now {
+                continue;
+            }
+            if let Some(flows) = recycled.remove(u) {
+                out.insert(i, flows);
+            }
+        }
+        self.dps_reused = out.len();
+        self.rows_now = now;
+        out
+    }
+
+    /// Keeps `lf`'s entry (an unchanged row all of whose datapaths were reused) for the next
+    /// translation; the reason it does not translate, if it does not.
+    pub(crate) fn keep(&mut self, lf: &sb::LogicalFlow) -> Option<String> {
+        let e = self.old.remove(&lf.uuid)?;
+        self.hits += 1;
+        let err = e.parsed.as_ref().err().cloned();
+        self.new.insert(lf.uuid, e);
+        err
     }
 
     /// Whether a cached row's result holds for `lf`: every column equal.
     fn same(&self, cached: &sb::LogicalFlow, lf: &sb::LogicalFlow) -> bool {
         #[cfg(test)]
-        if self.broken {
+        if self.broken == 1 {
             return sb::LogicalFlow {
                 actions: lf.actions.clone(),
                 ..cached.clone()
@@ -315,7 +411,7 @@ mod tests {
     }
 
     /// Runs `steps` random changes; returns the first step whose cached translation differs.
-    fn first_difference(seed: u64, steps: usize, broken: bool) -> Option<usize> {
+    fn first_difference(seed: u64, steps: usize, broken: u8) -> Option<usize> {
         let mut r = Rng(seed);
         let mut s = start(&mut r);
         let mut cache = TranslateCache::new();
@@ -324,7 +420,7 @@ mod tests {
         let opts = TranslateOptions {
             chassis: Some("hv1".into()),
         };
-        let (mut reused, mut parsed) = (0, 0);
+        let (mut reused, mut parsed, mut whole) = (0, 0, 0);
         for step in 0..steps {
             let extra = Extra::default();
             let want = translate_with(&s, &opts, &extra);
@@ -335,6 +431,11 @@ mod tests {
             if step > 0 {
                 reused += cache.last_counts().0;
                 parsed += cache.last_counts().1;
+                whole += cache.last_reused_datapaths();
+            }
+            // Odd seeds give the translations back: datapaths are then reused whole.
+            if seed % 2 == 1 {
+                cache.recycle(got);
             }
             for _ in 0..1 + r.below(3) {
                 mutate(&mut r, &mut s, &mut next);
@@ -343,23 +444,25 @@ mod tests {
         // The cache did its work: most rows were reused (a template variable change parses
         // everything again).
         assert!(reused > 4 * parsed, "{reused} rows reused, {parsed} parsed");
+        assert_eq!(seed % 2 == 1, whole > 0, "{whole} datapaths reused whole");
         None
     }
 
     #[test]
     fn cached_translation_equals_the_full_one_over_random_changes() {
-        for seed in [1, 2, 3, 4] {
-            assert_eq!(first_difference(seed, 80, false), None, "seed {seed}");
+        for seed in [1, 2, 3, 4, 5, 6] {
+            assert_eq!(first_difference(seed, 80, 0), None, "seed {seed}");
         }
     }
 
     #[test]
     fn a_broken_reuse_rule_is_caught() {
-        // Reusing a row whose actions changed must show up as a difference.
-        assert!(
-            [1, 2, 3, 4]
-                .iter()
-                .any(|&seed| first_difference(seed, 80, true).is_some())
-        );
+        // Reusing a row whose actions changed must show up as a difference, with and
+        // without whole datapaths reused (odd seeds recycle).
+        assert!(first_difference(1, 80, 1).is_some());
+        assert!(first_difference(2, 80, 1).is_some());
+        // So must reusing a datapath whose rows are not the same ones.
+        assert!(first_difference(1, 80, 2).is_some());
+        assert!(first_difference(3, 80, 2).is_some());
     }
 }
