@@ -14,6 +14,10 @@
 //!   is [`PortLocation::Unbound`] until the port appears (the datapath then compiles again).
 //! - Address sets: each member is parsed as a logical-flow constant (as `hf-controller`'s
 //!   translation does); port groups are taken as they are.
+//! - [`SpecCache`] (what `Datapath` uses): the parsed flows of the running program per
+//!   datapath; a new program's datapath whose flows are the same (identity, text, table,
+//!   priority, pipeline, stage, last good version) is not parsed again, and the datapaths it
+//!   did parse are exactly the ones [`Program::recompile`] must not reuse.
 //! - Structural problems (a zone map containing zone 0 or missing a zone the program uses,
 //!   an unparsable IP in the neighbour, VIP or chassis tables, an unparsable address-set
 //!   member, the pipeline's own [`hf_pipeline::CompileError`]s) are an `Err(String)`: the
