@@ -26,6 +26,6 @@ pub mod program_msg;
 pub mod translate;
 
 pub use translate::{
-    ChassisEntry, Diagnostic, Extra, TranslateOptions, Translation, needed_datapaths,
-    reachable_datapaths, translate, translate_with,
+    ChassisEntry, Diagnostic, Extra, TranslateCache, TranslateOptions, Translation,
+    needed_datapaths, reachable_datapaths, translate, translate_cached, translate_with,
 };

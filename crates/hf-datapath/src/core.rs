@@ -156,6 +156,8 @@ pub struct Datapath {
     pub(crate) pipeline: Pipeline,
     pub(crate) ct: Conntrack,
     pub(crate) program: Option<ProgramMsg>,
+    /// The parsed flows of the running program (so an unchanged datapath is not parsed again).
+    spec_cache: crate::program::SpecCache,
     pub(crate) flow_errors: Vec<FlowErrorMsg>,
     pub(crate) zones: BTreeMap<String, u16>,
     zones_changed: bool,
@@ -203,6 +205,7 @@ impl Datapath {
             next_port_id: 1,
             pipeline,
             program: None,
+            spec_cache: crate::program::SpecCache::new(),
             flow_errors: Vec::new(),
             zones,
             zones_changed: false,
@@ -315,10 +318,17 @@ impl Datapath {
     /// A port appeared or went: the program's `Local` locations resolve differently, so the
     /// installed program is compiled again (sharing unchanged tables).
     fn relocate(&mut self) {
-        let Some(msg) = self.program.clone() else {
+        let Some(msg) = self.program.take() else {
             return;
         };
-        match crate::program::compile(&msg, &self.port_ids(), Some(self.pipeline.program())) {
+        let local = self.port_ids();
+        match crate::program::compile_cached(
+            &msg,
+            &local,
+            Some(self.pipeline.program()),
+            &mut self.spec_cache,
+            &[],
+        ) {
             Ok((prog, errs)) => {
                 self.pipeline.set_program(prog);
                 self.flow_errors = errs;
@@ -331,6 +341,7 @@ impl Datapath {
                 ),
             ),
         }
+        self.program = Some(msg);
     }
 
     // ----- programs -----
@@ -338,24 +349,30 @@ impl Datapath {
     /// Installs `msg` atomically: compiled whole and swapped in, or refused (the previous
     /// program keeps running). On success the zone map becomes the program's.
     pub fn install(&mut self, msg: ProgramMsg) -> Result<Vec<FlowErrorMsg>, String> {
-        // Datapaths whose flows differ from the installed program's must be compiled again.
-        let changed: Vec<&str> = msg
-            .datapaths
-            .iter()
-            .filter(|d| {
-                self.program.as_ref().is_none_or(|old| {
-                    old.datapaths
-                        .iter()
-                        .find(|o| o.name == d.name)
-                        .is_none_or(|o| o.flows != d.flows)
+        // Datapaths whose flows differ from the installed program's must be compiled again:
+        // the spec cache knows them when it holds the running program's flows; otherwise they
+        // are found by comparing with the installed message.
+        let changed: Vec<&str> = if self.spec_cache.is_valid() {
+            Vec::new()
+        } else {
+            msg.datapaths
+                .iter()
+                .filter(|d| {
+                    self.program.as_ref().is_none_or(|old| {
+                        old.datapaths
+                            .iter()
+                            .find(|o| o.name == d.name)
+                            .is_none_or(|o| o.flows != d.flows)
+                    })
                 })
-            })
-            .map(|d| d.name.as_str())
-            .collect();
-        let (prog, errs) = crate::program::compile_changed(
+                .map(|d| d.name.as_str())
+                .collect()
+        };
+        let (prog, errs) = crate::program::compile_cached(
             &msg,
             &self.port_ids(),
             Some(self.pipeline.program()),
+            &mut self.spec_cache,
             &changed,
         )?;
         let mut tunnels = BTreeMap::new();

@@ -14,6 +14,10 @@
 //!   is [`PortLocation::Unbound`] until the port appears (the datapath then compiles again).
 //! - Address sets: each member is parsed as a logical-flow constant (as `hf-controller`'s
 //!   translation does); port groups are taken as they are.
+//! - [`SpecCache`] (what `Datapath` uses): the parsed flows of the running program per
+//!   datapath; a new program's datapath whose flows are the same (identity, text, table,
+//!   priority, pipeline, stage, last good version) is not parsed again, and the datapaths it
+//!   did parse are exactly the ones [`Program::recompile`] must not reuse.
 //! - Structural problems (a zone map containing zone 0 or missing a zone the program uses,
 //!   an unparsable IP in the neighbour, VIP or chassis tables, an unparsable address-set
 //!   member, the pipeline's own [`hf_pipeline::CompileError`]s) are an `Err(String)`: the
@@ -25,7 +29,7 @@
 //! DNS records ([`ProgramMsg::dns`]) go to [`ProgramSpec::dns`] as they are; the replies
 //! themselves (DHCP, DNS, RA) are built by the pipeline in packet-in mode.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 
 use hf_conntrack::Owner;
@@ -78,6 +82,207 @@ fn flow_spec(f: &FlowMsg, text: (&str, &str)) -> FlowSpec {
     fs
 }
 
+/// What a datapath's flows parsed to, besides the specs themselves.
+#[derive(Debug, Default)]
+struct CacheMeta {
+    /// Per message flow: which text its spec was built from.
+    used: Vec<Used>,
+    /// Per message flow: the whole message when it has a `last_good` text (compared whole);
+    /// `None` otherwise (compared against the spec's own fields and source text).
+    last_good: Vec<Option<FlowMsg>>,
+    /// The syntax errors reported for it (`kept_last_good: true`).
+    syntax: Vec<FlowErrorMsg>,
+}
+
+/// One datapath's parsed flows, kept from the last program compiled.
+#[derive(Debug, Clone)]
+struct ParsedDp {
+    flows: Vec<FlowSpec>,
+    used: Vec<Used>,
+    last_good: Vec<Option<FlowMsg>>,
+    syntax: Vec<FlowErrorMsg>,
+}
+
+impl ParsedDp {
+    /// Whether `flows` would parse to exactly these specs: same identity, table, priority,
+    /// pipeline, stage, SB uuid, stage hint and text (and the whole message for flows with a
+    /// last good version).
+    fn matches(&self, flows: &[FlowMsg]) -> bool {
+        flows.len() == self.flows.len()
+            && flows
+                .iter()
+                .zip(&self.flows)
+                .zip(self.used.iter().zip(&self.last_good))
+                .all(|((f, s), (u, lg))| match lg {
+                    Some(whole) => whole == f,
+                    None => {
+                        f.last_good.is_none()
+                            && *u == Used::Primary
+                            && f.egress == (s.pipeline == Pipe::Egress)
+                            && f.table == s.table
+                            && f.priority == s.priority
+                            && f.id == s.id.0
+                            && f.stage == s.stage
+                            && f.sb_uuid == s.sb_uuid
+                            && f.stage_hint == s.stage_hint
+                            && s.source
+                                .as_ref()
+                                .is_some_and(|t| t.matches == f.matches && t.actions == f.actions)
+                    }
+                })
+    }
+}
+
+/// A spec built by [`build_spec`], with where its flows came from.
+#[derive(Debug)]
+struct Built {
+    spec: ProgramSpec,
+    origins: Origins,
+    errors: Vec<FlowErrorMsg>,
+    /// Per datapath: taken from the cache, and its parse metadata.
+    meta: Vec<(bool, CacheMeta)>,
+}
+
+/// The parsed flows of the last program compiled, per datapath, so that a new program whose
+/// datapath carries the same flows is not parsed again, and the datapaths whose flows changed
+/// are known exactly (the ones not taken from the cache).
+///
+/// It holds what [`SpecCache::compile`] last compiled successfully; the `prev` program handed
+/// to the next [`SpecCache::compile`] must be that program (the datapath's running one). A
+/// failed build or compile empties it (the next program is then parsed whole and the caller's
+/// own list of changed datapaths is used).
+#[derive(Debug, Default, Clone)]
+pub struct SpecCache {
+    dps: HashMap<String, ParsedDp>,
+    valid: bool,
+}
+
+/// A spec built with a [`SpecCache`], waiting for [`SpecCache::compile`].
+#[derive(Debug)]
+pub struct CachedSpec {
+    built: Built,
+    /// The cache held the previous program's flows when this was built.
+    was_valid: bool,
+}
+
+impl CachedSpec {
+    /// The spec.
+    pub fn spec(&self) -> &ProgramSpec {
+        &self.built.spec
+    }
+
+    /// Flows that did not parse and run their last good version instead.
+    pub fn reported(&self) -> &[FlowErrorMsg] {
+        &self.built.errors
+    }
+
+    /// How many datapaths' flows came from the cache (not parsed again).
+    pub fn reused(&self) -> usize {
+        self.built.meta.iter().filter(|(hit, _)| *hit).count()
+    }
+
+    /// The datapaths whose flows changed since the cached program (parsed again), when the
+    /// cache held that program; `None` when it did not (nothing is known).
+    pub fn changed(&self) -> Option<Vec<&str>> {
+        self.was_valid.then(|| {
+            self.built
+                .spec
+                .datapaths
+                .iter()
+                .zip(&self.built.meta)
+                .filter(|(_, (hit, _))| !hit)
+                .map(|(d, _)| d.name.as_str())
+                .collect()
+        })
+    }
+}
+
+impl SpecCache {
+    /// An empty cache.
+    pub fn new() -> SpecCache {
+        SpecCache::default()
+    }
+
+    /// Whether it holds the flows of the last program compiled through it.
+    pub fn is_valid(&self) -> bool {
+        self.valid
+    }
+
+    /// Forgets everything (the running program was replaced another way).
+    pub fn clear(&mut self) {
+        self.dps.clear();
+        self.valid = false;
+    }
+
+    /// [`to_spec`] reusing the cached specs of datapaths whose flows did not change. Takes
+    /// the cached entries out: hand the result to [`SpecCache::compile`], which puts them
+    /// back on success.
+    pub fn build(
+        &mut self,
+        msg: &ProgramMsg,
+        local: &BTreeMap<String, u32>,
+    ) -> Result<CachedSpec, String> {
+        let was_valid = std::mem::take(&mut self.valid);
+        let mut old = std::mem::take(&mut self.dps);
+        let built = build_spec(msg, local, Some(&mut old))?;
+        Ok(CachedSpec { built, was_valid })
+    }
+
+    /// Compiles a spec from [`SpecCache::build`] (the same `msg`), sharing tables with `prev`
+    /// for every datapath that did not change. `changed` adds datapaths the caller knows
+    /// changed (needed only when the cache was not valid, see [`CachedSpec::changed`]).
+    pub fn compile(
+        &mut self,
+        msg: &ProgramMsg,
+        built: CachedSpec,
+        prev: Option<&Program>,
+        changed: &[&str],
+    ) -> Result<(Program, Vec<FlowErrorMsg>), String> {
+        let mut names: Vec<String> = changed.iter().map(|s| s.to_string()).collect();
+        if let Some(c) = built.changed() {
+            names.extend(c.into_iter().map(str::to_string));
+        }
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let Built {
+            spec,
+            origins,
+            errors,
+            meta,
+        } = built.built;
+        let (prog, reported, spec, swapped) =
+            compile_built(msg, spec, origins, errors, prev, &refs)?;
+        for ((d, (_, m)), di) in spec.datapaths.into_iter().zip(meta).zip(0..) {
+            if swapped.contains(&di) {
+                continue;
+            }
+            self.dps.insert(
+                d.name,
+                ParsedDp {
+                    flows: d.flows,
+                    used: m.used,
+                    last_good: m.last_good,
+                    syntax: m.syntax,
+                },
+            );
+        }
+        self.valid = true;
+        Ok((prog, reported))
+    }
+}
+
+/// [`compile_changed`] through `cache`: unchanged datapaths are not parsed again, and the
+/// datapaths whose flows changed are the ones the cache did not have (plus `changed`).
+pub fn compile_cached(
+    msg: &ProgramMsg,
+    local: &BTreeMap<String, u32>,
+    prev: Option<&Program>,
+    cache: &mut SpecCache,
+    changed: &[&str],
+) -> Result<(Program, Vec<FlowErrorMsg>), String> {
+    let built = cache.build(msg, local)?;
+    cache.compile(msg, built, prev, changed)
+}
+
 /// Checks the zone map: never zone 0, and every zone the program uses is in it.
 pub fn check_zones(msg: &ProgramMsg) -> Result<(), String> {
     if let Some((name, _)) = msg.zones.iter().find(|(_, z)| **z == 0) {
@@ -123,8 +328,11 @@ pub fn check_zones(msg: &ProgramMsg) -> Result<(), String> {
 fn build_spec(
     msg: &ProgramMsg,
     local: &BTreeMap<String, u32>,
-) -> Result<(ProgramSpec, Origins, Vec<FlowErrorMsg>), String> {
+    mut old: Option<&mut HashMap<String, ParsedDp>>,
+) -> Result<Built, String> {
     check_zones(msg)?;
+    let mut hits = Vec::with_capacity(msg.datapaths.len());
+    let mut misses = Vec::new();
     let mut spec = ProgramSpec {
         owner: Owner(msg.owner),
         ..ProgramSpec::default()
@@ -173,28 +381,63 @@ fn build_spec(
                 members: g.members.clone(),
             })
             .collect();
-        let mut flows = Vec::with_capacity(d.flows.len());
-        for (mi, f) in d.flows.iter().enumerate() {
-            let mut fs = flow_spec(f, (&f.matches, &f.actions));
-            let mut used = Used::Primary;
-            if let Some(err) = fs.parse_error.clone()
-                && let Some((m, a)) = &f.last_good
-            {
-                let lg = flow_spec(f, (m, a));
-                if lg.parse_error.is_none() {
-                    errors.push(FlowErrorMsg {
-                        id: f.id.clone(),
-                        datapath: d.name.clone(),
-                        reason: format!("syntax: {err}"),
-                        kept_last_good: true,
-                    });
-                    fs = lg;
-                    used = Used::LastGood;
+        let cached = old
+            .as_deref_mut()
+            .and_then(|c| c.remove(&d.name))
+            .filter(|c| c.matches(&d.flows));
+        let flows = match cached {
+            Some(c) => {
+                for (fi, u) in c.used.iter().enumerate() {
+                    origins.insert((di, fi), (fi, *u));
                 }
+                errors.extend(c.syntax.iter().cloned());
+                hits.push(Some(CacheMeta {
+                    used: c.used,
+                    last_good: c.last_good,
+                    syntax: c.syntax,
+                }));
+                c.flows
             }
-            origins.insert((di, flows.len()), (mi, used));
-            flows.push(fs);
-        }
+            None => {
+                let mut flows = Vec::with_capacity(d.flows.len());
+                let mut used_all = Vec::with_capacity(d.flows.len());
+                let mut syntax = Vec::new();
+                for (mi, f) in d.flows.iter().enumerate() {
+                    let mut fs = flow_spec(f, (&f.matches, &f.actions));
+                    let mut used = Used::Primary;
+                    if let Some(err) = fs.parse_error.clone()
+                        && let Some((m, a)) = &f.last_good
+                    {
+                        let lg = flow_spec(f, (m, a));
+                        if lg.parse_error.is_none() {
+                            syntax.push(FlowErrorMsg {
+                                id: f.id.clone(),
+                                datapath: d.name.clone(),
+                                reason: format!("syntax: {err}"),
+                                kept_last_good: true,
+                            });
+                            fs = lg;
+                            used = Used::LastGood;
+                        }
+                    }
+                    origins.insert((di, flows.len()), (mi, used));
+                    used_all.push(used);
+                    flows.push(fs);
+                }
+                errors.extend(syntax.iter().cloned());
+                hits.push(None);
+                misses.push(CacheMeta {
+                    used: used_all,
+                    last_good: d
+                        .flows
+                        .iter()
+                        .map(|f| f.last_good.is_some().then(|| f.clone()))
+                        .collect(),
+                    syntax,
+                });
+                flows
+            }
+        };
         spec.datapaths.push(DatapathSpec {
             name: d.name.clone(),
             tunnel_key: d.tunnel_key,
@@ -253,7 +496,21 @@ fn build_spec(
     for c in &msg.chassis_table {
         parse_ip(&format!("chassis {} (id {})", c.name, c.id), &c.ip)?;
     }
-    Ok((spec, origins, errors))
+    // Cache metadata in datapath order: a hit's, or the next miss's.
+    let mut misses = misses.into_iter();
+    let meta = hits
+        .into_iter()
+        .map(|h| match h {
+            Some(m) => (true, m),
+            None => (false, misses.next().unwrap_or_default()),
+        })
+        .collect();
+    Ok(Built {
+        spec,
+        origins,
+        errors,
+        meta,
+    })
 }
 
 /// [`ProgramMsg`] → [`ProgramSpec`], with the flows whose text did not parse replaced by their
@@ -263,7 +520,7 @@ pub fn to_spec(
     msg: &ProgramMsg,
     local: &BTreeMap<String, u32>,
 ) -> Result<(ProgramSpec, Vec<FlowErrorMsg>), String> {
-    build_spec(msg, local).map(|(s, _, e)| (s, e))
+    build_spec(msg, local, None).map(|b| (b.spec, b.errors))
 }
 
 fn error_msg(e: &FlowError, kept: bool) -> FlowErrorMsg {
@@ -309,7 +566,20 @@ pub fn compile_changed(
     prev: Option<&Program>,
     changed: &[&str],
 ) -> Result<(Program, Vec<FlowErrorMsg>), String> {
-    let (mut spec, origins, mut reported) = build_spec(msg, local)?;
+    let b = build_spec(msg, local, None)?;
+    compile_built(msg, b.spec, b.origins, b.errors, prev, changed).map(|(p, e, _, _)| (p, e))
+}
+
+/// The compile step: returns the program, every error, the spec it compiled and the indexes
+/// of the datapaths whose flows were swapped for their last good text after a compile error.
+fn compile_built(
+    msg: &ProgramMsg,
+    mut spec: ProgramSpec,
+    origins: Origins,
+    mut reported: Vec<FlowErrorMsg>,
+    prev: Option<&Program>,
+    changed: &[&str],
+) -> Result<(Program, Vec<FlowErrorMsg>, ProgramSpec, BTreeSet<usize>), String> {
     let run = |spec: &ProgramSpec| match prev {
         Some(p) => p.recompile(spec, changed),
         None => Program::compile(spec),
@@ -327,7 +597,7 @@ pub fn compile_changed(
     }
     if retry.is_empty() {
         reported.extend(errs.iter().map(|e| error_msg(e, false)));
-        return Ok((prog, reported));
+        return Ok((prog, reported, spec, BTreeSet::new()));
     }
     let mut swapped = BTreeMap::new();
     for (di, fi, mi, (m, a), e) in retry {
@@ -336,7 +606,7 @@ pub fn compile_changed(
         swapped.insert((di, fi), e);
     }
     let (prog, errs2) = run(&spec).map_err(|e| e.to_string())?;
-    let still_bad: std::collections::BTreeSet<(usize, usize)> =
+    let still_bad: BTreeSet<(usize, usize)> =
         errs2.iter().filter_map(|e| locate(&spec, e)).collect();
     for (pos, e) in &swapped {
         // The primary failed; the last good version runs unless it failed too.
@@ -348,7 +618,8 @@ pub fn compile_changed(
             _ => reported.push(error_msg(e, false)),
         }
     }
-    Ok((prog, reported))
+    let dps = swapped.keys().map(|(di, _)| *di).collect();
+    Ok((prog, reported, spec, dps))
 }
 
 #[cfg(test)]
@@ -411,6 +682,53 @@ mod tests {
         assert_eq!(errs.len(), 3);
         // a, c (as last good) and d compiled.
         assert_eq!(prog.flow_count(), 3);
+    }
+
+    #[test]
+    fn the_spec_cache_reports_what_a_fresh_compile_reports() {
+        let local = [("p1".to_string(), 7)].into();
+        let m = msg(vec![
+            flow("a", "ip4 &&& x", "next;", Some(("ip4", "next;"))),
+            flow("b", "ip4 &&& x", "next;", None),
+            flow(
+                "c",
+                "$nosuchset == ip4.src",
+                "next;",
+                Some(("ip6", "next;")),
+            ),
+            flow("d", "ip4", "next;", None),
+        ]);
+        let (fresh, want) = compile(&m, &local, None).unwrap();
+        let mut cache = SpecCache::new();
+        let (p1, e1) = compile_cached(&m, &local, None, &mut cache, &[]).unwrap();
+        assert_eq!(e1, want);
+        assert!(cache.is_valid());
+        // The same message again: taken from the cache (c was swapped after a compile error,
+        // so its datapath is parsed again), same program and errors.
+        let built = cache.build(&m, &local).unwrap();
+        assert_eq!(built.reported().len(), 1, "{:?}", built.reported());
+        let (p2, e2) = cache.compile(&m, built, Some(&p1), &[]).unwrap();
+        assert_eq!(e2, want);
+        assert_eq!(p2.flow_count(), fresh.flow_count());
+        // Without the compile-error swap the datapath comes from the cache and is reused.
+        let m2 = msg(vec![
+            flow("a", "ip4 &&& x", "next;", Some(("ip4", "next;"))),
+            flow("d", "ip4", "next;", None),
+        ]);
+        let (p3, _) = compile_cached(&m2, &local, Some(&p2), &mut cache, &[]).unwrap();
+        let built = cache.build(&m2, &local).unwrap();
+        assert_eq!(built.reused(), 1);
+        assert_eq!(built.changed(), Some(vec![]));
+        let (p4, e4) = cache.compile(&m2, built, Some(&p3), &[]).unwrap();
+        assert!(p4.datapath_shared_with(&p3, "sw0"));
+        assert_eq!(e4.len(), 1);
+        assert!(e4[0].kept_last_good);
+        // A structural error empties the cache: nothing is known afterwards.
+        let mut bad = m2.clone();
+        bad.zones.insert("lsp/x".into(), 0);
+        assert!(compile_cached(&bad, &local, Some(&p4), &mut cache, &[]).is_err());
+        assert!(!cache.is_valid());
+        assert_eq!(cache.build(&m2, &local).unwrap().changed(), None);
     }
 
     #[test]

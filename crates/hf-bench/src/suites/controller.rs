@@ -11,18 +11,19 @@
 //! Figures (the workload is in the names; every time in ms, lower is better):
 //! - `cold_start_NxP`: holdfast: the SB replica's initial sync (our `hf-ovsdb-net` client over
 //!   a unix socket, whole SB), then the chassis path once (median of 3): translate
-//!   ([`hf_controller::translate_with`] for `hv1`, `only_needed`), the `ProgramMsg`
+//!   ([`hf_controller::translate_cached`] for `hv1`, `only_needed`), the `ProgramMsg`
 //!   (`hf_controller::program_msg`), its `ToDatapath::Program` frame encoded and decoded
-//!   (`hf_datapath::proto`), the datapath's `hf_datapath::program::to_spec` and
-//!   [`hf_pipeline::Program::compile`]. Baseline `ovn-controller`: from starting the daemon
+//!   (`hf_datapath::proto`), the datapath's `hf_datapath::program::SpecCache::build` (its
+//!   `to_spec`) and `SpecCache::compile` ([`hf_pipeline::Program::compile`]). Baseline `ovn-controller`: from starting the daemon
 //!   (ovs-vswitchd already up with the interfaces) until its `Chassis_Private.nb_cfg` reaches
 //!   `SB_Global.nb_cfg`, which it writes once the OpenFlow flows of that SB are installed in
 //!   ovs-vswitchd (full recompute, claims, install).
 //! - `port_add_NxP`: one VIF added on `ls0` (with `requested-chassis=hv1`), median of 5,
 //!   timed on both sides from the moment the SB server holds the new `Port_Binding` (polled
 //!   every ~1 ms over one OVSDB connection; northd's own time is not counted). holdfast: until
-//!   our replica holds it (`sb_update`), then the same path with zones kept, the datapaths
-//!   whose flows changed found by diffing the previous `ProgramMsg`, and
+//!   our replica holds it (`sb_update`), then the same path with zones kept and both caches
+//!   as after the previous program, the datapaths whose flows changed named by the
+//!   `SpecCache` (the ones it parsed again), and
 //!   [`hf_pipeline::Program::recompile`] reusing every other datapath's tables (checked
 //!   against a fresh compile, untimed). Baseline `ovn-controller`: its interface is on `br-int`
 //!   beforehand; until `Chassis_Private.nb_cfg` reaches the `nb_cfg` of that change.
@@ -460,7 +461,8 @@ struct Split {
     sb_sync: Option<f64>,
     /// A port add: from the SB server holding the row to the replica holding it.
     sb_update: Option<f64>,
-    /// `hf_controller::translate_with`.
+    /// `hf_controller::translate_cached` (the controller's cache as after the previous
+    /// program; empty for a cold start).
     translate: f64,
     /// `hf_controller::program_msg::program_msg`: the translation as a `ProgramMsg`.
     to_msg: f64,
@@ -468,7 +470,8 @@ struct Split {
     encode: f64,
     /// `proto::Decoder` in the datapath.
     decode: f64,
-    /// `hf_datapath::program::to_spec`.
+    /// `hf_datapath::program::SpecCache::build` (`to_spec` reusing the previous program's
+    /// parsed datapaths).
     to_spec: f64,
     /// `Program::compile`, or for a change: finding the datapaths whose flows changed and
     /// `Program::recompile`.
@@ -532,6 +535,10 @@ struct Installed {
     program: hf_pipeline::Program,
     /// Bytes of the `ToDatapath::Program` frame.
     frame_bytes: usize,
+    /// The controller's translation cache after this program (`translate_cached`).
+    tr_cache: hf_controller::TranslateCache,
+    /// The datapath's parsed flows of this program (`hf_datapath::program::SpecCache`).
+    spec_cache: hf_datapath::program::SpecCache,
 }
 
 /// SB → the program installed in the datapath for `hv1`, the way a chassis does it:
@@ -543,6 +550,9 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
     let generation = prev.map_or(1, |p| p.generation + 1);
     let nb_cfg = sb.sb_global().values().map(|g| g.nb_cfg).max().unwrap_or(0);
 
+    // The caches as they were after `prev` (cloned untimed, so every try starts alike).
+    let mut tr_cache = prev.map(|p| p.tr_cache.clone()).unwrap_or_default();
+    let mut spec_cache = prev.map(|p| p.spec_cache.clone()).unwrap_or_default();
     let t = Instant::now();
     let opts = hf_controller::TranslateOptions {
         chassis: Some(CHASSIS.into()),
@@ -551,7 +561,7 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
         only_needed: true,
         zones: prev.map(|p| p.zones.clone()).unwrap_or_default(),
     };
-    let tr = hf_controller::translate_with(sb, &opts, &extra);
+    let tr = hf_controller::translate_cached(sb, &opts, &extra, &mut tr_cache);
     split.translate = ms(t.elapsed());
 
     let t = Instant::now();
@@ -563,6 +573,10 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
         &BTreeMap::new(),
         &hf_controller::program_msg::NoLastGood,
     );
+    // The translation goes back to the cache (its datapaths' flows are reused whole next
+    // time); counted in `to_msg`.
+    let (local, zones) = (tr.local_ports.clone(), tr.zones.clone());
+    tr_cache.recycle(tr);
     split.to_msg = ms(t.elapsed());
     if !build.skipped.is_empty() {
         bail!(
@@ -586,31 +600,33 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
     };
     split.decode = ms(t.elapsed());
 
-    let local = tr.local_ports.clone();
     let t = Instant::now();
-    let (spec, _reported) = hf_datapath::program::to_spec(&msg, &local)
+    let built = spec_cache
+        .build(&msg, &local)
         .map_err(|e| anyhow::anyhow!("the datapath refused the program: {e}"))?;
     split.to_spec = ms(t.elapsed());
 
     let t = Instant::now();
-    let (program, _errors) = match prev {
-        None => hf_pipeline::Program::compile(&spec),
-        Some(p) => {
-            let changed = changed_datapaths(&p.msg, &msg);
-            let refs: Vec<&str> = changed.iter().map(String::as_str).collect();
-            p.program.recompile(&spec, &refs)
-        }
-    }
-    .map_err(|e| anyhow::anyhow!("the program for {CHASSIS} does not compile: {e}"))?;
+    // The cache names the datapaths whose flows changed; without it, diff the messages.
+    let changed = match (prev, built.changed().is_some()) {
+        (Some(p), false) => changed_datapaths(&p.msg, &msg),
+        _ => Vec::new(),
+    };
+    let refs: Vec<&str> = changed.iter().map(String::as_str).collect();
+    let (program, _errors) = spec_cache
+        .compile(&msg, built, prev.map(|p| &p.program), &refs)
+        .map_err(|e| anyhow::anyhow!("the program for {CHASSIS} does not compile: {e}"))?;
     split.compile = ms(t.elapsed());
     Ok((
         Installed {
             generation,
-            zones: tr.zones,
+            zones,
             msg,
             local,
             program,
             frame_bytes: frame.len(),
+            tr_cache,
+            spec_cache,
         },
         split,
     ))
@@ -675,6 +691,20 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
         bail!("the SB replica never synced");
     }
     let sync_ms = ms(t.elapsed());
+    let (wait, receive, bytes, rows) = client.with(|r| {
+        let s = r.stats();
+        (
+            s.last_sync_wait_ms,
+            s.last_sync_receive_ms,
+            s.bytes_received,
+            s.rows_received,
+        )
+    });
+    report.note(&format!(
+        "SB sync {sync_ms:.0} ms: {wait} ms from the monitor request to the reply's first \
+         bytes (the server), {receive} ms receiving and loading it; {:.1} MB, {rows} rows",
+        bytes as f64 / 1e6
+    ));
     let watch = Arc::new(Mutex::new(Watch::default()));
     {
         let (client, watch) = (client.clone(), watch.clone());
@@ -816,15 +846,23 @@ fn check_port_add(report: &Report, prev: &Installed, next: &Installed) -> anyhow
         next.msg.datapaths.len(),
         fresh.flow_count()
     ));
-    let (dp_way, _) = hf_datapath::program::compile(&next.msg, &next.local, Some(&prev.program))
-        .map_err(|e| anyhow::anyhow!("hf_datapath::program::compile: {e}"))?;
+    // What `Datapath::install` runs: the spec cache of the previous program.
+    let mut cache = prev.spec_cache.clone();
+    let (dp_way, _) = hf_datapath::program::compile_cached(
+        &next.msg,
+        &next.local,
+        Some(&prev.program),
+        &mut cache,
+        &[],
+    )
+    .map_err(|e| anyhow::anyhow!("hf_datapath::program::compile_cached: {e}"))?;
     if dp_way.flow_count() != fresh.flow_count() {
-        report.note(&format!(
-            "warning: hf_datapath::program::compile with the previous program (Datapath::install) \
-             has {} flows after the port add, a fresh compile {}: it reuses datapaths whose flows changed",
+        bail!(
+            "hf_datapath::program::compile_cached with the previous program (Datapath::install) \
+             has {} flows after the port add, a fresh compile {}",
             dp_way.flow_count(),
             fresh.flow_count()
-        ));
+        );
     }
     Ok(())
 }

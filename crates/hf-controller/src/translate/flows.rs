@@ -120,13 +120,25 @@ pub fn flow_spec_with(
     Ok(fs)
 }
 
-pub(crate) fn translate_flows(sb: &SbSnapshot, chassis: Option<&str>, t: &mut Translation) {
+pub(crate) fn translate_flows(
+    sb: &SbSnapshot,
+    chassis: Option<&str>,
+    t: &mut Translation,
+    mut cache: Option<&mut super::cache::FlowCache>,
+) {
     let vars: BTreeMap<String, String> = chassis
         .and_then(|c| sb.chassis_template_var().values().find(|v| v.chassis == c))
         .map(|v| v.variables.clone())
         .unwrap_or_default();
+    if let Some(c) = cache.as_deref_mut() {
+        c.begin(&vars);
+    }
+    // First the rows' targets (translated datapath indexes), so that a cache can tell which
+    // datapaths see exactly the rows, unchanged, they saw last time.
+    let mut rows: Vec<(&sb::LogicalFlow, Vec<usize>, Option<Diagnostic>)> = Vec::new();
     for lf in sb.logical_flow().values() {
         let mut targets: Vec<usize> = Vec::new();
+        let mut missing = None;
         if let Some(d) = lf.logical_datapath {
             targets.extend(t.datapath_index.get(&d.uuid()));
         }
@@ -137,21 +149,46 @@ pub(crate) fn translate_flows(sb: &SbSnapshot, chassis: Option<&str>, t: &mut Tr
                         .iter()
                         .filter_map(|d| t.datapath_index.get(&d.uuid())),
                 ),
-                None => t.diagnostics.push(Diagnostic {
-                    table: "Logical_Flow",
-                    uuid: lf.uuid,
-                    reason: format!("logical_dp_group {} does not exist", g.uuid()),
-                }),
+                None => {
+                    missing = Some(Diagnostic {
+                        table: "Logical_Flow",
+                        uuid: lf.uuid,
+                        reason: format!("logical_dp_group {} does not exist", g.uuid()),
+                    })
+                }
             }
-        }
-        if targets.is_empty() {
-            continue;
         }
         targets.sort_unstable();
         targets.dedup();
-        match flow_spec_with(lf, &vars) {
+        rows.push((lf, targets, missing));
+    }
+    // Datapaths whose flows come whole from the cache (index → its sorted flows).
+    let mut reused: BTreeMap<usize, Vec<FlowSpec>> = match cache.as_deref_mut() {
+        Some(c) => c.reusable_datapaths(&rows, &t.datapath_index),
+        None => BTreeMap::new(),
+    };
+    for (lf, targets, missing) in rows {
+        t.diagnostics.extend(missing);
+        if targets.is_empty() {
+            continue;
+        }
+        let targets: Vec<usize> = targets
+            .into_iter()
+            .filter(|d| !reused.contains_key(d))
+            .collect();
+        let parsed = match cache.as_deref_mut() {
+            Some(c) if targets.is_empty() => match c.keep(lf) {
+                Some(reason) => Err(reason),
+                None => continue,
+            },
+            Some(c) => c.get(lf, &vars),
+            None => flow_spec_with(lf, &vars),
+        };
+        match parsed {
             Ok(fs) => {
-                let last = targets.len() - 1;
+                let Some(last) = targets.len().checked_sub(1) else {
+                    continue;
+                };
                 let mut fs = Some(fs);
                 for (i, d) in targets.into_iter().enumerate() {
                     let Some(dp) = t.spec.datapaths.get_mut(d) else {
@@ -169,7 +206,12 @@ pub(crate) fn translate_flows(sb: &SbSnapshot, chassis: Option<&str>, t: &mut Tr
         }
     }
     // A deterministic order whatever the UUIDs: pipeline, table, priority (high first), text.
-    for d in &mut t.spec.datapaths {
+    // (Reused datapaths are in that order already.)
+    for (i, d) in t.spec.datapaths.iter_mut().enumerate() {
+        if let Some(flows) = reused.remove(&i) {
+            d.flows = flows;
+            continue;
+        }
         d.flows.sort_by(|a, b| {
             let k = |f: &FlowSpec| {
                 (

@@ -36,6 +36,7 @@
 //! `Chassis_Template_Var` values; without a chassis, or for a name the chassis does not
 //! define, they stay and the flow is a per-flow error (ovn-controller skips such flows too).
 
+pub mod cache;
 pub mod dns;
 pub mod flows;
 pub mod ports;
@@ -133,6 +134,28 @@ pub fn translate(sb: &SbSnapshot, opts: &TranslateOptions) -> Translation {
 
 /// Translates `sb` for `opts.chassis` with the further inputs in `extra`.
 pub fn translate_with(sb: &SbSnapshot, opts: &TranslateOptions, extra: &Extra) -> Translation {
+    translate_inner(sb, opts, extra, None)
+}
+
+/// [`translate_with`] keeping what it can between calls in `cache` (see [`cache`]): the same
+/// result, exactly, without parsing again the `Logical_Flow` rows that did not change.
+pub fn translate_cached(
+    sb: &SbSnapshot,
+    opts: &TranslateOptions,
+    extra: &Extra,
+    cache: &mut TranslateCache,
+) -> Translation {
+    translate_inner(sb, opts, extra, Some(cache))
+}
+
+pub use cache::TranslateCache;
+
+fn translate_inner(
+    sb: &SbSnapshot,
+    opts: &TranslateOptions,
+    extra: &Extra,
+    cache: Option<&mut TranslateCache>,
+) -> Translation {
     let mut t = Translation {
         chassis: chassis_table(sb),
         ..Translation::default()
@@ -205,7 +228,7 @@ pub fn translate_with(sb: &SbSnapshot, opts: &TranslateOptions, extra: &Extra) -
     }
     ports::translate_ports(sb, chassis, &mut t);
     sets::translate_sets(sb, &mut t);
-    flows::translate_flows(sb, chassis, &mut t);
+    flows::translate_flows(sb, chassis, &mut t, cache.map(|c| &mut c.flows));
     flows::translate_neighbours(sb, &mut t);
     flows::translate_lbs(sb, &mut t);
     dns::translate_dns(sb, &mut t);

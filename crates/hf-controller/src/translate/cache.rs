@@ -1,0 +1,472 @@
+//! What [`super::translate_cached`] keeps between translations of successive SB snapshots.
+//!
+//! # What it does
+//!
+//! - `Logical_Flow`: every row's parse result ([`super::flows::flow_spec_with`]: a
+//!   [`FlowSpec`] or the reason the row is left out), keyed by UUID and kept with a copy of
+//!   the row it came from. A row equal to its copy (every column: match, actions, pipeline,
+//!   table, priority, external ids, datapath, datapath group, ...) and translated with the
+//!   same chassis template variables reuses the result; any other row is parsed again.
+//!   Rows not seen in a translation are forgotten at the next one.
+//! - Whole datapaths, when the caller gives the last translation back
+//!   ([`TranslateCache::recycle`]): a datapath whose rows are the same ones, in the same
+//!   order, every one unchanged, takes its (already sorted) flows from it without a copy.
+//!
+//! # What it does not do
+//!
+//! It does not decide anything: which rows go to which datapath, ports, sets, zones and the
+//! rest are computed afresh each time from the snapshot, so the cached translation equals
+//! [`super::translate_with`]'s exactly (the tests below check it over seeded random SB
+//! changes, and that deliberately broken reuse rules are caught).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use hf_model::sb;
+use hf_pipeline::FlowSpec;
+use uuid::Uuid;
+
+use super::Diagnostic;
+
+/// Everything [`super::translate_cached`] keeps between calls. Start with
+/// [`TranslateCache::default`]; one cache per chassis translated for.
+#[derive(Debug, Default, Clone)]
+pub struct TranslateCache {
+    pub(crate) flows: FlowCache,
+}
+
+impl TranslateCache {
+    /// An empty cache.
+    pub fn new() -> TranslateCache {
+        TranslateCache::default()
+    }
+
+    /// Forgets everything.
+    pub fn clear(&mut self) {
+        *self = TranslateCache::default();
+    }
+
+    /// (rows reused, rows parsed) by the last translation.
+    pub fn last_counts(&self) -> (usize, usize) {
+        (self.flows.hits, self.flows.misses)
+    }
+
+    /// Datapaths whose flows the last translation took whole from a recycled translation.
+    pub fn last_reused_datapaths(&self) -> usize {
+        self.flows.dps_reused
+    }
+
+    /// Gives back the [`super::Translation`] the last [`super::translate_cached`] call with
+    /// this cache returned, unchanged, once the caller is done with it: its datapaths' flows
+    /// are kept, so that the next translation takes a datapath whose rows are the same,
+    /// unchanged, whole (no copy, no sort). Optional: without it every row still reuses its
+    /// parse.
+    pub fn recycle(&mut self, t: super::Translation) {
+        let mut spec = t.spec;
+        self.flows.recycled.clear();
+        for (uuid, &i) in &t.datapath_index {
+            if let Some(d) = spec.datapaths.get_mut(i) {
+                self.flows
+                    .recycled
+                    .insert(*uuid, std::mem::take(&mut d.flows));
+            }
+        }
+        self.flows.recycled_rows = std::mem::take(&mut self.flows.rows_now);
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    row: sb::LogicalFlow,
+    parsed: Result<FlowSpec, String>,
+}
+
+/// Parsed `Logical_Flow` rows by UUID.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct FlowCache {
+    /// The entries of the previous translation (taken from as rows are met).
+    old: HashMap<Uuid, Entry>,
+    /// The entries of this translation.
+    new: HashMap<Uuid, Entry>,
+    /// The template variables the entries were parsed with.
+    vars: BTreeMap<String, String>,
+    hits: usize,
+    misses: usize,
+    dps_reused: usize,
+    /// Per datapath (SB UUID): the rows (UUIDs, in translation order) the last translation
+    /// placed in it.
+    rows_now: HashMap<Uuid, Vec<Uuid>>,
+    /// A recycled translation's flows per datapath, and the rows they were made of.
+    recycled: HashMap<Uuid, Vec<FlowSpec>>,
+    recycled_rows: HashMap<Uuid, Vec<Uuid>>,
+    /// Tests only: a deliberately wrong reuse rule, to show the equivalence test catches a
+    /// broken rule: 1 = a row whose actions changed counts as unchanged; 2 = a datapath is
+    /// reused whole without checking that it has the same rows.
+    #[cfg(test)]
+    pub(crate) broken: u8,
+}
+
+impl FlowCache {
+    /// Starts a translation with these template variables: what the last one saw becomes
+    /// the reusable set (everything, when the variables changed, is parsed again).
+    pub(crate) fn begin(&mut self, vars: &BTreeMap<String, String>) {
+        // Rows the last translation did not meet are gone from the SB (or not needed).
+        let mut last = std::mem::take(&mut self.new);
+        if *vars != self.vars {
+            last.clear();
+            self.recycled.clear();
+            self.recycled_rows.clear();
+            self.vars = vars.clone();
+        }
+        self.old = last;
+        self.hits = 0;
+        self.misses = 0;
+        self.dps_reused = 0;
+    }
+
+    /// The datapaths (translation indexes) whose flows can be taken whole from the recycled
+    /// translation: the same rows, in the same order, every one unchanged. Takes them out;
+    /// forgets the rest of the recycled flows.
+    pub(crate) fn reusable_datapaths(
+        &mut self,
+        rows: &[(&sb::LogicalFlow, Vec<usize>, Option<Diagnostic>)],
+        index: &BTreeMap<Uuid, usize>,
+    ) -> BTreeMap<usize, Vec<FlowSpec>> {
+        let uuid_of: HashMap<usize, Uuid> = index.iter().map(|(u, &i)| (i, *u)).collect();
+        let mut now: HashMap<Uuid, Vec<Uuid>> = HashMap::new();
+        let mut dirty: HashSet<usize> = HashSet::new();
+        for (lf, targets, _) in rows {
+            let unchanged = self
+                .old
+                .get(&lf.uuid)
+                .is_some_and(|e| self.same(&e.row, lf));
+            for d in targets {
+                if !unchanged {
+                    dirty.insert(*d);
+                }
+                if let Some(u) = uuid_of.get(d) {
+                    now.entry(*u).or_default().push(lf.uuid);
+                }
+            }
+        }
+        let mut out = BTreeMap::new();
+        let mut recycled = std::mem::take(&mut self.recycled);
+        let recycled_rows = std::mem::take(&mut self.recycled_rows);
+        for (&i, u) in &uuid_of {
+            if dirty.contains(&i) {
+                continue;
+            }
+            let empty = Vec::new();
+            let rows_now = now.get(u).unwrap_or(&empty);
+            #[cfg(test)]
+            let check = self.broken != 2;
+            #[cfg(not(test))]
+            let check = true;
+            if check && recycled_rows.get(u).unwrap_or(&empty) != rows_now {
+                continue;
+            }
+            if let Some(flows) = recycled.remove(u) {
+                out.insert(i, flows);
+            }
+        }
+        self.dps_reused = out.len();
+        self.rows_now = now;
+        out
+    }
+
+    /// Keeps `lf`'s entry (an unchanged row all of whose datapaths were reused) for the next
+    /// translation; the reason it does not translate, if it does not.
+    pub(crate) fn keep(&mut self, lf: &sb::LogicalFlow) -> Option<String> {
+        let e = self.old.remove(&lf.uuid)?;
+        self.hits += 1;
+        let err = e.parsed.as_ref().err().cloned();
+        self.new.insert(lf.uuid, e);
+        err
+    }
+
+    /// Whether a cached row's result holds for `lf`: every column equal.
+    fn same(&self, cached: &sb::LogicalFlow, lf: &sb::LogicalFlow) -> bool {
+        #[cfg(test)]
+        if self.broken == 1 {
+            return sb::LogicalFlow {
+                actions: lf.actions.clone(),
+                ..cached.clone()
+            } == *lf;
+        }
+        cached == lf
+    }
+
+    /// The parse result of `lf`: reused when the row is unchanged, else parsed (and kept).
+    pub(crate) fn get(
+        &mut self,
+        lf: &sb::LogicalFlow,
+        vars: &BTreeMap<String, String>,
+    ) -> Result<FlowSpec, String> {
+        let e = match self.old.remove(&lf.uuid) {
+            Some(e) if self.same(&e.row, lf) => {
+                self.hits += 1;
+                e
+            }
+            _ => {
+                self.misses += 1;
+                Entry {
+                    row: lf.clone(),
+                    parsed: super::flows::flow_spec_with(lf, vars),
+                }
+            }
+        };
+        let out = e.parsed.clone();
+        #[cfg(test)]
+        let e = Entry {
+            row: lf.clone(),
+            ..e
+        };
+        self.new.insert(lf.uuid, e);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! `translate_cached` against `translate_with` over seeded random SB changes.
+    #![allow(clippy::unwrap_used)]
+
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use hf_model::sb::{self, Delta};
+    use hf_model::{RowDelta, RowRef, SbSnapshot};
+    use uuid::Uuid;
+
+    use crate::translate::{
+        Extra, TranslateCache, TranslateOptions, translate_cached, translate_with,
+    };
+
+    /// SplitMix64.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+        fn pick<'a>(&mut self, v: &[&'a str]) -> &'a str {
+            v[self.below(v.len())]
+        }
+    }
+
+    fn u(n: u128) -> Uuid {
+        Uuid::from_u128(n)
+    }
+
+    const DPS: u128 = 6;
+    const MATCHES: &[&str] = &[
+        "1",
+        "ip4",
+        "ip4.dst == ^vip",
+        "inport == \"p1\"",
+        "eth.dst == 00:00:00:00:00:01",
+        "ip4 &&& x",
+        "tcp.dst == 80",
+    ];
+    const ACTIONS: &[&str] = &[
+        "next;",
+        "drop;",
+        "outport = \"p1\"; output;",
+        "ct_next;",
+        "nxt;",
+    ];
+
+    fn random_flow(r: &mut Rng, n: u128) -> sb::LogicalFlow {
+        let mut ids = BTreeMap::new();
+        ids.insert(
+            "stage-name".to_string(),
+            r.pick(&["ls_in_a", "ls_in_b"]).to_string(),
+        );
+        if r.below(3) == 0 {
+            ids.insert("stage-hint".to_string(), format!("{:x}", r.below(4)));
+        }
+        let group = r.below(3) == 0;
+        sb::LogicalFlow {
+            uuid: u(n),
+            logical_datapath: (!group).then(|| RowRef::new(u(1 + r.below(DPS as usize) as u128))),
+            logical_dp_group: group.then(|| RowRef::new(u(100 + r.below(2) as u128))),
+            match_: r.pick(MATCHES).into(),
+            actions: r.pick(ACTIONS).into(),
+            pipeline: if r.below(2) == 0 {
+                sb::LogicalFlowPipeline::Ingress
+            } else {
+                sb::LogicalFlowPipeline::Egress
+            },
+            table_id: r.below(3) as i64,
+            priority: [0, 50, 100][r.below(3)],
+            external_ids: ids,
+            ..Default::default()
+        }
+    }
+
+    fn group(r: &mut Rng, n: u128) -> sb::LogicalDpGroup {
+        sb::LogicalDpGroup {
+            uuid: u(n),
+            datapaths: (1..=DPS)
+                .filter(|_| r.below(2) == 0)
+                .map(|d| RowRef::new(u(d)))
+                .collect::<BTreeSet<_>>(),
+        }
+    }
+
+    fn start(r: &mut Rng) -> SbSnapshot {
+        let mut d = Delta::default();
+        d.datapath_binding = (1..=DPS)
+            .map(|n| {
+                let mut ids = BTreeMap::new();
+                ids.insert("logical-switch".to_string(), u(n + 50).to_string());
+                ids.insert("name".to_string(), format!("sw{n}"));
+                RowDelta::Insert(sb::DatapathBinding {
+                    uuid: u(n),
+                    external_ids: ids,
+                    tunnel_key: n as i64,
+                    ..Default::default()
+                })
+            })
+            .collect();
+        d.port_binding = vec![RowDelta::Insert(sb::PortBinding {
+            uuid: u(60),
+            datapath: RowRef::new(u(1)),
+            logical_port: "p1".into(),
+            tunnel_key: 1,
+            ..Default::default()
+        })];
+        d.chassis = vec![RowDelta::Insert(sb::Chassis {
+            uuid: u(70),
+            name: "hv1".into(),
+            ..Default::default()
+        })];
+        d.chassis_template_var = vec![RowDelta::Insert(sb::ChassisTemplateVar {
+            uuid: u(71),
+            chassis: "hv1".into(),
+            variables: [("vip".to_string(), "10.0.0.9".to_string())].into(),
+        })];
+        d.logical_dp_group = vec![
+            RowDelta::Insert(group(r, 100)),
+            RowDelta::Insert(group(r, 101)),
+        ];
+        d.logical_flow = (1000..1060)
+            .map(|n| RowDelta::Insert(random_flow(r, n)))
+            .collect();
+        let mut s = SbSnapshot::new();
+        s.apply(&d);
+        s
+    }
+
+    /// One random change: a flow edited, added or removed, a group's members or the
+    /// template variable changed.
+    fn mutate(r: &mut Rng, s: &mut SbSnapshot, next: &mut u128) {
+        let mut d = Delta::default();
+        let flows: Vec<sb::LogicalFlow> = s.logical_flow().values().cloned().collect();
+        let old = flows[r.below(flows.len())].clone();
+        let mut new = old.clone();
+        match r.below(10) {
+            0 => new.match_ = r.pick(MATCHES).into(),
+            1 => new.actions = r.pick(ACTIONS).into(),
+            2 => new.priority = [0, 50, 100, 7][r.below(4)],
+            3 => new.table_id = r.below(4) as i64,
+            4 => {
+                new.logical_dp_group = None;
+                new.logical_datapath = Some(RowRef::new(u(1 + r.below(DPS as usize) as u128)));
+            }
+            5 => {
+                new.external_ids
+                    .insert("stage-hint".into(), format!("{:x}", r.below(4)));
+            }
+            6 => {
+                d.logical_flow.push(RowDelta::Insert(random_flow(r, *next)));
+                *next += 1;
+            }
+            7 => d.logical_flow.push(RowDelta::Delete(old.clone())),
+            8 => {
+                let g = 100 + r.below(2) as u128;
+                let old_g = s.logical_dp_group()[&u(g)].clone();
+                d.logical_dp_group.push(RowDelta::Update {
+                    old: old_g,
+                    new: group(r, g),
+                });
+            }
+            _ => {
+                let old_v = s.chassis_template_var()[&u(71)].clone();
+                let mut new_v = old_v.clone();
+                new_v.variables.insert(
+                    "vip".into(),
+                    r.pick(&["10.0.0.9", "10.0.0.10", "bad"]).into(),
+                );
+                d.chassis_template_var.push(RowDelta::Update {
+                    old: old_v,
+                    new: new_v,
+                });
+            }
+        }
+        if new != old {
+            d.logical_flow.push(RowDelta::Update { old, new });
+        }
+        s.apply(&d);
+    }
+
+    /// Runs `steps` random changes; returns the first step whose cached translation differs.
+    fn first_difference(seed: u64, steps: usize, broken: u8) -> Option<usize> {
+        let mut r = Rng(seed);
+        let mut s = start(&mut r);
+        let mut cache = TranslateCache::new();
+        cache.flows.broken = broken;
+        let mut next = 2000;
+        let opts = TranslateOptions {
+            chassis: Some("hv1".into()),
+        };
+        let (mut reused, mut parsed, mut whole) = (0, 0, 0);
+        for step in 0..steps {
+            let extra = Extra::default();
+            let want = translate_with(&s, &opts, &extra);
+            let got = translate_cached(&s, &opts, &extra, &mut cache);
+            if format!("{:?}", want) != format!("{:?}", got) {
+                return Some(step);
+            }
+            if step > 0 {
+                reused += cache.last_counts().0;
+                parsed += cache.last_counts().1;
+                whole += cache.last_reused_datapaths();
+            }
+            // Odd seeds give the translations back: datapaths are then reused whole.
+            if seed % 2 == 1 {
+                cache.recycle(got);
+            }
+            for _ in 0..1 + r.below(3) {
+                mutate(&mut r, &mut s, &mut next);
+            }
+        }
+        // The cache did its work: most rows were reused (a template variable change parses
+        // everything again).
+        assert!(reused > 4 * parsed, "{reused} rows reused, {parsed} parsed");
+        assert_eq!(seed % 2 == 1, whole > 0, "{whole} datapaths reused whole");
+        None
+    }
+
+    #[test]
+    fn cached_translation_equals_the_full_one_over_random_changes() {
+        for seed in [1, 2, 3, 4, 5, 6] {
+            assert_eq!(first_difference(seed, 80, 0), None, "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn a_broken_reuse_rule_is_caught() {
+        // Reusing a row whose actions changed must show up as a difference, with and
+        // without whole datapaths reused (odd seeds recycle).
+        assert!(first_difference(1, 80, 1).is_some());
+        assert!(first_difference(2, 80, 1).is_some());
+        // So must reusing a datapath whose rows are not the same ones.
+        assert!(first_difference(1, 80, 2).is_some());
+        assert!(first_difference(3, 80, 2).is_some());
+    }
+}
