@@ -11,7 +11,7 @@
 //!   are built from the view when it is sent, so nothing is written twice.
 //! - Keeps the monitor conditions at what the view says this chassis needs
 //!   ([`super::monitor`]).
-//! - Translates ([`crate::translate_with`], only the needed datapaths, the datapath's zone
+//! - Translates ([`crate::translate_cached`], only the needed datapaths, the datapath's zone
 //!   map kept) and pushes a [`ProgramMsg`] atomically, only with a complete view: the replica
 //!   is in sync, the conditions are at their fixpoint and answered, SB has its `SB_Global`
 //!   and our `Chassis`, and the datapath's hello has come. One program in flight at a time. A
@@ -66,7 +66,7 @@ use super::chassis::{self, Identity};
 use super::lastgood::LastGood;
 use super::{binding, monitor, neigh};
 use crate::program_msg::{program_msg, same_content};
-use crate::{Extra, TranslateOptions, translate_with};
+use crate::{Extra, TranslateCache, TranslateOptions, translate_cached};
 
 /// What the controller is (the API of issue 11).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -245,6 +245,8 @@ pub struct Controller {
     lastgood: LastGood,
     installed_nb_cfg: Option<i64>,
     diag_seen: BTreeSet<String>,
+    /// Parsed flows and whole datapaths of the last translation, reused when unchanged.
+    translate_cache: TranslateCache,
     diagnostics: Vec<String>,
     log: VecDeque<(Level, String)>,
     now: Duration,
@@ -349,6 +351,7 @@ impl Controller {
             lastgood: LastGood::default(),
             installed_nb_cfg: None,
             diag_seen: BTreeSet::new(),
+            translate_cache: TranslateCache::default(),
             diagnostics: Vec::new(),
             log: VecDeque::new(),
             now,
@@ -1122,7 +1125,7 @@ impl Controller {
         self.translate_due = false;
         self.stats.translations += 1;
         let sb = self.sb.model();
-        let t = translate_with(
+        let t = translate_cached(
             sb,
             &TranslateOptions {
                 chassis: Some(self.cfg.chassis.clone()),
@@ -1131,6 +1134,7 @@ impl Controller {
                 only_needed: true,
                 zones: self.zones.clone(),
             },
+            &mut self.translate_cache,
         );
         let nb_cfg = sb.sb_global_row().map_or(0, |g| g.nb_cfg);
         // Diagnostics: each logged once while it lasts.
@@ -1172,6 +1176,7 @@ impl Controller {
             &retained,
             &self.lastgood,
         );
+        self.translate_cache.recycle(t);
         if !build.skipped.is_empty() {
             self.say(
                 Level::Warn,
