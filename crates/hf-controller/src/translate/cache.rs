@@ -319,8 +319,7 @@ mod tests {
     }
 
     fn start(r: &mut Rng) -> SbSnapshot {
-        let mut d = Delta::default();
-        d.datapath_binding = (1..=DPS)
+        let datapath_binding = (1..=DPS)
             .map(|n| {
                 let mut ids = BTreeMap::new();
                 ids.insert("logical-switch".to_string(), u(n + 50).to_string());
@@ -333,6 +332,10 @@ mod tests {
                 })
             })
             .collect();
+        let mut d = Delta {
+            datapath_binding,
+            ..Delta::default()
+        };
         d.port_binding = vec![RowDelta::Insert(sb::PortBinding {
             uuid: u(60),
             datapath: RowRef::new(u(1)),
