@@ -85,18 +85,7 @@ const COMMANDS: &[unixctl::Command] = &[
     ("ct-zone-list", "", 0, 0),
     ("debug/status", "", 0, 0),
     ("exit", "[--restart]", 0, 1),
-    ("list-commands", "", 0, 0),
     ("recompute", "", 0, 0),
-    ("version", "", 0, 0),
-    ("vlog/close", "", 0, 0),
-    ("vlog/list", "", 0, 0),
-    ("vlog/reopen", "", 0, 0),
-    (
-        "vlog/set",
-        "{spec | PATTERN:destination:pattern}",
-        1,
-        usize::MAX,
-    ),
 ];
 
 struct Request {

@@ -90,17 +90,6 @@ const COMMANDS: &[unixctl::Command] = &[
     ("dpctl/dump-conntrack", "[ZONE-NAME]", 0, 1),
     ("dpctl/flush-conntrack", "ZONE-NAME", 1, 1),
     ("exit", "", 0, 0),
-    ("list-commands", "", 0, 0),
-    ("version", "", 0, 0),
-    ("vlog/close", "", 0, 0),
-    ("vlog/list", "", 0, 0),
-    ("vlog/reopen", "", 0, 0),
-    (
-        "vlog/set",
-        "{spec | PATTERN:destination:pattern}",
-        1,
-        usize::MAX,
-    ),
 ];
 
 struct Request {

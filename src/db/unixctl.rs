@@ -40,10 +40,9 @@ pub struct Ctx {
     pub version: String,
 }
 
-/// The commands, sorted by name as `list-commands` prints them.
+/// ovsdb-server's own commands (with [`COMMON`]).
 const COMMANDS: &[Command] = &[
     ("exit", "", 0, 0),
-    ("list-commands", "", 0, 0),
     ("memory/show", "", 0, 0),
     ("ovsdb-server/add-remote", "REMOTE", 1, 1),
     ("ovsdb-server/compact", "", 0, usize::MAX),
@@ -52,6 +51,12 @@ const COMMANDS: &[Command] = &[
     ("ovsdb-server/reconnect", "", 0, 0),
     ("ovsdb-server/remove-remote", "REMOTE", 1, 1),
     ("ovsdb-server/sync-status", "", 0, 0),
+];
+
+/// The commands every holdfast daemon serves besides its own: `list-commands`, `version` and
+/// `vlog/*` (answered by [`super::shell::vlog_command`]).
+pub(crate) const COMMON: &[Command] = &[
+    ("list-commands", "", 0, 0),
     ("version", "", 0, 0),
     ("vlog/close", "", 0, 0),
     ("vlog/list", "", 0, 0),
@@ -174,7 +179,7 @@ pub(crate) struct Request {
     pub args: Vec<String>,
 }
 
-/// Checks one JSON-RPC message against `commands` as OVS's lib/unixctl.c does. `Ok` is a
+/// Checks one JSON-RPC message against `commands` and [`COMMON`] as OVS's lib/unixctl.c does. `Ok` is a
 /// request to run; `Err(Some(reply))` is the error reply to send instead; `Err(None)` a message
 /// that gets no reply (a notification or a message without a method), logged here.
 pub(crate) fn parse_request(m: Value, commands: &[Command]) -> Result<Request, Option<Value>> {
@@ -202,7 +207,7 @@ pub(crate) fn parse_request(m: Value, commands: &[Command]) -> Result<Request, O
         }
     }
     tracing::debug!("received request {method}{args:?}, id={id}");
-    let Some(&(_, _, min, max)) = commands.iter().find(|c| c.0 == method) else {
+    let Some(&(_, _, min, max)) = commands.iter().chain(COMMON).find(|c| c.0 == method) else {
         let text = format!(
             "\"{method}\" is not a valid command (use \"list-commands\" to see a list of valid commands)"
         );
@@ -227,10 +232,12 @@ pub(crate) fn reply(id: &Value, r: Result<String, String>) -> Value {
     }
 }
 
-/// `list-commands`' answer for `commands`.
+/// `list-commands`' answer for `commands` and [`COMMON`], sorted by name.
 pub(crate) fn list_commands(commands: &[Command]) -> String {
+    let mut all: Vec<&Command> = commands.iter().chain(COMMON).collect();
+    all.sort_by_key(|c| c.0);
     let mut s = String::from("The available commands are:\n");
-    for (name, usage, _, _) in commands {
+    for (name, usage, _, _) in all {
         s.push_str(&format!("  {name:<23} {usage}\n"));
     }
     s

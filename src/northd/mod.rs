@@ -88,23 +88,12 @@ const COMMANDS: &[unixctl::Command] = &[
     ("exit", "[--restart]", 0, 1),
     ("inc-engine/recompute", "", 0, 0),
     ("is-paused", "", 0, 0),
-    ("list-commands", "", 0, 0),
     ("memory/show", "", 0, 0),
     ("nb-connection-status", "", 0, 0),
     ("pause", "", 0, 0),
     ("resume", "", 0, 0),
     ("sb-connection-status", "", 0, 0),
     ("status", "", 0, 0),
-    ("version", "", 0, 0),
-    ("vlog/close", "", 0, 0),
-    ("vlog/list", "", 0, 0),
-    ("vlog/reopen", "", 0, 0),
-    (
-        "vlog/set",
-        "{spec | PATTERN:destination:pattern}",
-        1,
-        usize::MAX,
-    ),
 ];
 
 /// One unixctl request handed to the main loop.
