@@ -1220,8 +1220,12 @@ impl Controller {
         } else {
             self.generation += 1;
             self.stats.programs_pushed += 1;
-            self.send_dp(&ToDatapath::Program(Box::new(msg.clone())));
-            self.inflight.insert(msg.generation, msg);
+            // Encoded from the message kept in flight: the program (every flow) is not copied.
+            let m = ToDatapath::Program(Box::new(msg));
+            self.send_dp(&m);
+            if let ToDatapath::Program(msg) = m {
+                self.inflight.insert(msg.generation, *msg);
+            }
         }
         if !to_flush.is_empty() {
             self.stats.flush_requests += 1;
