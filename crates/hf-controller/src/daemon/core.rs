@@ -244,9 +244,10 @@ pub struct Controller {
     empty_since: Option<Duration>,
     lastgood: LastGood,
     installed_nb_cfg: Option<i64>,
-    diag_seen: BTreeSet<String>,
     /// Parsed flows and whole datapaths of the last translation, reused when unchanged.
     translate_cache: TranslateCache,
+    /// The last translation's diagnostics, in its order (those not in the previous list are
+    /// logged).
     diagnostics: Vec<String>,
     log: VecDeque<(Level, String)>,
     now: Duration,
@@ -350,7 +351,6 @@ impl Controller {
             empty_since: None,
             lastgood: LastGood::default(),
             installed_nb_cfg: None,
-            diag_seen: BTreeSet::new(),
             translate_cache: TranslateCache::default(),
             diagnostics: Vec::new(),
             log: VecDeque::new(),
@@ -1139,12 +1139,12 @@ impl Controller {
         let nb_cfg = sb.sb_global_row().map_or(0, |g| g.nb_cfg);
         // Diagnostics: each logged once while it lasts.
         let diags: Vec<String> = t.diagnostics.iter().map(|d| d.to_string()).collect();
+        let seen: BTreeSet<&str> = self.diagnostics.iter().map(String::as_str).collect();
         let fresh: Vec<String> = diags
             .iter()
-            .filter(|d| !self.diag_seen.contains(*d))
+            .filter(|d| !seen.contains(d.as_str()))
             .cloned()
             .collect();
-        self.diag_seen = diags.iter().cloned().collect();
         self.diagnostics = diags;
         for d in fresh {
             self.say(Level::Warn, format!("translation: {d}"));
