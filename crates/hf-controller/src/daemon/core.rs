@@ -1251,6 +1251,8 @@ fn only_status(d: &hf_model::sb::Delta) -> bool {
         .port_binding
         .iter()
         .filter(|r| match r {
+            // Only a row whose `up` changed is copied to compare the rest.
+            hf_model::RowDelta::Update { old, new } if old.up == new.up => old == new,
             hf_model::RowDelta::Update { old, new } => {
                 let mut o = old.clone();
                 o.up = new.up;
