@@ -1035,34 +1035,17 @@ impl Controller {
             return;
         }
         self.write_due = false;
-        let st = self.with_state(|st| st.clone());
-        // Neighbours already in the view are done.
+        // Neighbours and FDB entries already in the view are done; then one copy of the state
+        // to write from.
         let sb = self.sb.model();
-        let done: Vec<_> = st
-            .neigh
-            .iter()
-            .filter(|((d, p, ip), mac)| {
-                neigh::datapath_by_name(sb, d).is_none_or(|u| neigh::written(sb, u, p, ip, mac))
-            })
-            .map(|(k, _)| k.clone())
-            .collect();
-        let fdb_done: Vec<_> = st
-            .fdb
-            .iter()
-            .filter(|((d, mac), p)| neigh::fdb_written(sb, d, mac, p))
-            .map(|(k, _)| k.clone())
-            .collect();
-        if !done.is_empty() || !fdb_done.is_empty() {
-            self.with_state(|st| {
-                for k in &done {
-                    st.neigh.remove(k);
-                }
-                for k in &fdb_done {
-                    st.fdb.remove(k);
-                }
+        let st = self.with_state(|st| {
+            st.neigh.retain(|(d, p, ip), mac| {
+                !neigh::datapath_by_name(sb, d).is_none_or(|u| neigh::written(sb, u, p, ip, mac))
             });
-        }
-        let st = self.with_state(|st| st.clone());
+            st.fdb
+                .retain(|(d, mac), p| !neigh::fdb_written(sb, d, mac, p));
+            st.clone()
+        });
         if write_ops(self.sb.model(), &st).is_empty() {
             return;
         }
