@@ -654,9 +654,23 @@ fn decode_udp6(frame: &[u8], sport: u16, dport: u16) -> (Ipv6Addr, Ipv6Addr, Vec
     (ip.src_addr, ip.dst_addr, u.payload().to_vec())
 }
 
+/// Runs a Python decoder `script` on `m` (given as hex in `argv[1]`); its JSON output.
+fn python_decode(script: &str, m: &[u8]) -> serde_json::Value {
+    let hex: String = m.iter().map(|b| format!("{b:02x}")).collect();
+    let out = std::process::Command::new("python3")
+        .args(["-c", script, &hex])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "python: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// Decodes a DHCPv6 message with Python's standard library (RFC 8415 layout).
 fn python_dhcpv6(m: &[u8]) -> serde_json::Value {
-    let hex: String = m.iter().map(|b| format!("{b:02x}")).collect();
     let script = r#"
 import sys, struct, json, ipaddress
 m = bytes.fromhex(sys.argv[1])
@@ -689,16 +703,7 @@ for code, body in opts(m[4:]):
     elif code == 24: out["search"] = names(body)
 print(json.dumps(out))
 "#;
-    let out = std::process::Command::new("python3")
-        .args(["-c", script, &hex])
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "python: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    python_decode(script, m)
 }
 
 fn router_solicit(src: Ipv6Addr) -> Vec<u8> {
@@ -856,7 +861,6 @@ fn smoltcp_dhcp_client_is_configured_through_the_pipeline() {
 /// Decodes a Router Advertisement's preference and RDNSS, DNSSL and route information options
 /// with Python's standard library (RFC 4861, 4191, 8106 layouts).
 fn python_ra(m: &[u8]) -> serde_json::Value {
-    let hex: String = m.iter().map(|b| format!("{b:02x}")).collect();
     let script = r#"
 import sys, json, ipaddress
 m = bytes.fromhex(sys.argv[1])
@@ -886,14 +890,5 @@ while i < len(m):
     i += ln
 print(json.dumps(out))
 "#;
-    let out = std::process::Command::new("python3")
-        .args(["-c", script, &hex])
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "python: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    python_decode(script, m)
 }

@@ -244,9 +244,10 @@ pub struct Controller {
     empty_since: Option<Duration>,
     lastgood: LastGood,
     installed_nb_cfg: Option<i64>,
-    diag_seen: BTreeSet<String>,
     /// Parsed flows and whole datapaths of the last translation, reused when unchanged.
     translate_cache: TranslateCache,
+    /// The last translation's diagnostics, in its order (those not in the previous list are
+    /// logged).
     diagnostics: Vec<String>,
     log: VecDeque<(Level, String)>,
     now: Duration,
@@ -350,7 +351,6 @@ impl Controller {
             empty_since: None,
             lastgood: LastGood::default(),
             installed_nb_cfg: None,
-            diag_seen: BTreeSet::new(),
             translate_cache: TranslateCache::default(),
             diagnostics: Vec::new(),
             log: VecDeque::new(),
@@ -1035,34 +1035,17 @@ impl Controller {
             return;
         }
         self.write_due = false;
-        let st = self.with_state(|st| st.clone());
-        // Neighbours already in the view are done.
+        // Neighbours and FDB entries already in the view are done; then one copy of the state
+        // to write from.
         let sb = self.sb.model();
-        let done: Vec<_> = st
-            .neigh
-            .iter()
-            .filter(|((d, p, ip), mac)| {
-                neigh::datapath_by_name(sb, d).is_none_or(|u| neigh::written(sb, u, p, ip, mac))
-            })
-            .map(|(k, _)| k.clone())
-            .collect();
-        let fdb_done: Vec<_> = st
-            .fdb
-            .iter()
-            .filter(|((d, mac), p)| neigh::fdb_written(sb, d, mac, p))
-            .map(|(k, _)| k.clone())
-            .collect();
-        if !done.is_empty() || !fdb_done.is_empty() {
-            self.with_state(|st| {
-                for k in &done {
-                    st.neigh.remove(k);
-                }
-                for k in &fdb_done {
-                    st.fdb.remove(k);
-                }
+        let st = self.with_state(|st| {
+            st.neigh.retain(|(d, p, ip), mac| {
+                !neigh::datapath_by_name(sb, d).is_none_or(|u| neigh::written(sb, u, p, ip, mac))
             });
-        }
-        let st = self.with_state(|st| st.clone());
+            st.fdb
+                .retain(|(d, mac), p| !neigh::fdb_written(sb, d, mac, p));
+            st.clone()
+        });
         if write_ops(self.sb.model(), &st).is_empty() {
             return;
         }
@@ -1139,12 +1122,12 @@ impl Controller {
         let nb_cfg = sb.sb_global_row().map_or(0, |g| g.nb_cfg);
         // Diagnostics: each logged once while it lasts.
         let diags: Vec<String> = t.diagnostics.iter().map(|d| d.to_string()).collect();
+        let seen: BTreeSet<&str> = self.diagnostics.iter().map(String::as_str).collect();
         let fresh: Vec<String> = diags
             .iter()
-            .filter(|d| !self.diag_seen.contains(*d))
+            .filter(|d| !seen.contains(d.as_str()))
             .cloned()
             .collect();
-        self.diag_seen = diags.iter().cloned().collect();
         self.diagnostics = diags;
         for d in fresh {
             self.say(Level::Warn, format!("translation: {d}"));
@@ -1220,8 +1203,12 @@ impl Controller {
         } else {
             self.generation += 1;
             self.stats.programs_pushed += 1;
-            self.send_dp(&ToDatapath::Program(Box::new(msg.clone())));
-            self.inflight.insert(msg.generation, msg);
+            // Encoded from the message kept in flight: the program (every flow) is not copied.
+            let m = ToDatapath::Program(Box::new(msg));
+            self.send_dp(&m);
+            if let ToDatapath::Program(msg) = m {
+                self.inflight.insert(msg.generation, *msg);
+            }
         }
         if !to_flush.is_empty() {
             self.stats.flush_requests += 1;
@@ -1247,6 +1234,8 @@ fn only_status(d: &hf_model::sb::Delta) -> bool {
         .port_binding
         .iter()
         .filter(|r| match r {
+            // Only a row whose `up` changed is copied to compare the rest.
+            hf_model::RowDelta::Update { old, new } if old.up == new.up => old == new,
             hf_model::RowDelta::Update { old, new } => {
                 let mut o = old.clone();
                 o.up = new.up;

@@ -40,7 +40,9 @@ pub struct FlowErrorEntry {
 /// The store.
 #[derive(Debug, Clone, Default)]
 pub struct LastGood {
-    good: BTreeMap<(String, String), (String, String)>,
+    /// Datapath name -> flow identity -> (match, actions). Nested so a lookup borrows its
+    /// `&str` keys and an install of unchanged flows allocates nothing.
+    good: BTreeMap<String, BTreeMap<String, (String, String)>>,
     errors: BTreeMap<(String, String), FlowErrorEntry>,
     logged: BTreeSet<String>,
 }
@@ -48,7 +50,8 @@ pub struct LastGood {
 impl LastGoodLookup for LastGood {
     fn last_good(&self, datapath: &str, id: &str) -> Option<(&str, &str)> {
         self.good
-            .get(&(datapath.to_string(), id.to_string()))
+            .get(datapath)
+            .and_then(|flows| flows.get(id))
             .map(|(m, a)| (m.as_str(), a.as_str()))
     }
 }
@@ -58,12 +61,13 @@ impl LastGood {
     /// controller): a flow's `last_good` when it has one, else its text.
     pub fn seed(&mut self, p: &ProgramMsg) {
         for d in &p.datapaths {
+            let good = self.good.entry(d.name.clone()).or_default();
             for f in &d.flows {
-                let v = f
-                    .last_good
-                    .clone()
-                    .unwrap_or_else(|| (f.matches.clone(), f.actions.clone()));
-                self.good.entry((d.name.clone(), f.id.clone())).or_insert(v);
+                good.entry(f.id.clone()).or_insert_with(|| {
+                    f.last_good
+                        .clone()
+                        .unwrap_or_else(|| (f.matches.clone(), f.actions.clone()))
+                });
             }
         }
     }
@@ -75,19 +79,33 @@ impl LastGood {
             .iter()
             .map(|e| ((e.datapath.clone(), e.id.clone()), e))
             .collect();
-        let mut present = BTreeSet::new();
+        let failed_ids: BTreeSet<(&str, &str)> = errors
+            .iter()
+            .map(|e| (e.datapath.as_str(), e.id.as_str()))
+            .collect();
+        // Forget datapaths that left the program.
+        let datapaths: BTreeSet<&str> = p.datapaths.iter().map(|d| d.name.as_str()).collect();
+        self.good
+            .retain(|name, _| datapaths.contains(name.as_str()));
         for d in &p.datapaths {
+            let good = self.good.entry(d.name.clone()).or_default();
+            // Forget flows that left the datapath.
+            let ids: BTreeSet<&str> = d.flows.iter().map(|f| f.id.as_str()).collect();
+            good.retain(|id, _| ids.contains(id.as_str()));
             for f in &d.flows {
-                let key = (d.name.clone(), f.id.clone());
-                if !failed.contains_key(&key) {
-                    self.good
-                        .insert(key.clone(), (f.matches.clone(), f.actions.clone()));
+                if failed_ids.contains(&(d.name.as_str(), f.id.as_str())) {
+                    continue;
                 }
-                present.insert(key);
+                // Only a new or changed text is copied: most installs change few flows.
+                match good.get_mut(f.id.as_str()) {
+                    Some((m, a)) if *m == f.matches && *a == f.actions => {}
+                    Some(v) => *v = (f.matches.clone(), f.actions.clone()),
+                    None => {
+                        good.insert(f.id.clone(), (f.matches.clone(), f.actions.clone()));
+                    }
+                }
             }
         }
-        // Forget flows that left the program.
-        self.good.retain(|k, _| present.contains(k));
         self.errors = failed
             .into_iter()
             .map(|(k, e)| {
@@ -172,5 +190,78 @@ impl LastGood {
             );
         }
         m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hf_datapath::proto::{DatapathMsg, FlowMsg};
+
+    fn program(dps: &[(&str, &[(&str, &str)])]) -> ProgramMsg {
+        ProgramMsg {
+            datapaths: dps
+                .iter()
+                .map(|(name, flows)| DatapathMsg {
+                    name: (*name).to_string(),
+                    flows: flows
+                        .iter()
+                        .map(|(id, actions)| FlowMsg {
+                            id: (*id).to_string(),
+                            matches: "1".to_string(),
+                            actions: (*actions).to_string(),
+                            ..FlowMsg::default()
+                        })
+                        .collect(),
+                    ..DatapathMsg::default()
+                })
+                .collect(),
+            ..ProgramMsg::default()
+        }
+    }
+
+    fn error(datapath: &str, id: &str) -> FlowErrorMsg {
+        FlowErrorMsg {
+            id: id.to_string(),
+            datapath: datapath.to_string(),
+            reason: "bad action".to_string(),
+            kept_last_good: true,
+        }
+    }
+
+    #[test]
+    fn keeps_good_text_of_failed_flows_and_forgets_departed_ones() {
+        let mut lg = LastGood::default();
+        lg.installed(
+            &program(&[
+                ("ls1", &[("a", "next;"), ("b", "drop;")]),
+                ("ls2", &[("c", "next;")]),
+            ]),
+            &[],
+        );
+        assert_eq!(lg.last_good("ls1", "a"), Some(("1", "next;")));
+        assert_eq!(lg.last_good("ls2", "c"), Some(("1", "next;")));
+
+        // `a` fails in its new text, `b` changes, `ls2` and its flow leave.
+        let logs = lg.installed(
+            &program(&[("ls1", &[("a", "bogus;"), ("b", "next;")])]),
+            &[error("ls1", "a")],
+        );
+        assert_eq!(lg.last_good("ls1", "a"), Some(("1", "next;")));
+        assert_eq!(lg.last_good("ls1", "b"), Some(("1", "next;")));
+        assert_eq!(lg.last_good("ls2", "c"), None);
+        assert_eq!(lg.error_count(), 1);
+        assert_eq!(logs.len(), 1);
+        assert!(logs[0].0, "{logs:?}");
+
+        // `b` leaves the datapath; `a` is fixed and the cause is resolved.
+        let logs = lg.installed(&program(&[("ls1", &[("a", "drop;")])]), &[]);
+        assert_eq!(lg.last_good("ls1", "a"), Some(("1", "drop;")));
+        assert_eq!(lg.last_good("ls1", "b"), None);
+        assert_eq!(lg.error_count(), 0);
+        assert_eq!(
+            logs,
+            vec![(false, "flow error resolved: bad action".to_string())]
+        );
     }
 }
