@@ -456,13 +456,18 @@ impl Shell {
             let mut tunnel = Vec::new();
             let captured = &mut self.captured;
             self.dp.drain_transmit(|t| match t {
-                TransmitRef::Port { port, frame } => {
-                    let q = captured.entry(port.to_string()).or_default();
-                    if q.len() == CAPTURE_MAX {
-                        q.pop_front();
+                // The port's name is copied only for its first captured frame.
+                TransmitRef::Port { port, frame } => match captured.get_mut(port) {
+                    Some(q) => {
+                        if q.len() == CAPTURE_MAX {
+                            q.pop_front();
+                        }
+                        q.push_back(frame.to_vec());
                     }
-                    q.push_back(frame.to_vec());
-                }
+                    None => {
+                        captured.insert(port.to_string(), VecDeque::from([frame.to_vec()]));
+                    }
+                },
                 TransmitRef::Tunnel { dst, payload } => {
                     let to = SocketAddr::new(dst, self.geneve_port);
                     match udp.try_send_to(payload, to) {
