@@ -147,24 +147,13 @@ fn parse_port(s: &str) -> anyhow::Result<(String, Option<[u8; 6]>)> {
     }
     let mac = match mac {
         None => None,
-        Some(m) => Some(parse_mac(m).ok_or_else(|| {
-            anyhow::anyhow!("--port={s}: \"{m}\" is not a MAC address (xx:xx:xx:xx:xx:xx)")
-        })?),
+        Some(m) => Some(
+            hf_controller::translate::flows::parse_mac(m).ok_or_else(|| {
+                anyhow::anyhow!("--port={s}: \"{m}\" is not a MAC address (xx:xx:xx:xx:xx:xx)")
+            })?,
+        ),
     };
     Ok((name.to_string(), mac))
-}
-
-fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let mut out = [0u8; 6];
-    let mut n = 0;
-    for part in s.split(':') {
-        if n == 6 || part.len() != 2 {
-            return None;
-        }
-        out[n] = u8::from_str_radix(part, 16).ok()?;
-        n += 1;
-    }
-    (n == 6).then_some(out)
 }
 
 fn parse_hex(s: &str) -> Result<Vec<u8>, String> {
@@ -456,13 +445,18 @@ impl Shell {
             let mut tunnel = Vec::new();
             let captured = &mut self.captured;
             self.dp.drain_transmit(|t| match t {
-                TransmitRef::Port { port, frame } => {
-                    let q = captured.entry(port.to_string()).or_default();
-                    if q.len() == CAPTURE_MAX {
-                        q.pop_front();
+                // The port's name is copied only for its first captured frame.
+                TransmitRef::Port { port, frame } => match captured.get_mut(port) {
+                    Some(q) => {
+                        if q.len() == CAPTURE_MAX {
+                            q.pop_front();
+                        }
+                        q.push_back(frame.to_vec());
                     }
-                    q.push_back(frame.to_vec());
-                }
+                    None => {
+                        captured.insert(port.to_string(), VecDeque::from([frame.to_vec()]));
+                    }
+                },
                 TransmitRef::Tunnel { dst, payload } => {
                     let to = SocketAddr::new(dst, self.geneve_port);
                     match udp.try_send_to(payload, to) {
@@ -592,6 +586,14 @@ mod tests {
         );
         assert_eq!(parse_port("vm1").unwrap(), ("vm1".to_string(), None));
         assert!(parse_port("vm1,zz").is_err());
+        assert!(parse_port("vm1,02:00:00:00:00").is_err());
+        assert!(parse_port("vm1,02:00:00:00:00:01:02").is_err());
+        assert!(parse_port("vm1,+2:00:00:00:00:01").is_err());
+        // One-digit groups, as OVS's eth_addr_from_string and the flow language take them.
+        assert_eq!(
+            parse_port("vm1,2:0:0:0:0:1").unwrap(),
+            ("vm1".to_string(), Some([2, 0, 0, 0, 0, 1]))
+        );
         assert!(parse_port(",02:00:00:00:00:01").is_err());
         assert_eq!(parse_hex("0a0B ff").unwrap(), vec![10, 11, 255]);
         assert!(parse_hex("abc").is_err());

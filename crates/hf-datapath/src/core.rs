@@ -178,6 +178,9 @@ pub struct Datapath {
     last_sweep: Duration,
     /// Distinct drop causes already logged (so a flood logs once).
     logged: std::collections::BTreeSet<String>,
+    /// Where [`Datapath::log_once`] writes a key to look it up (reused: a flood of drops
+    /// allocates nothing).
+    log_key: String,
 }
 
 impl Datapath {
@@ -221,6 +224,7 @@ impl Datapath {
             logs: VecDeque::new(),
             last_sweep: Duration::ZERO,
             logged: Default::default(),
+            log_key: String::new(),
         }
     }
 
@@ -235,11 +239,25 @@ impl Datapath {
         }
     }
 
-    fn log_once(&mut self, level: Level, key: &str, msg: impl FnOnce() -> String) {
-        if self.logged.len() < 1024 && self.logged.insert(key.to_string()) {
-            let m = msg();
-            self.log(level, m);
+    fn log_once(
+        &mut self,
+        level: Level,
+        key: std::fmt::Arguments<'_>,
+        msg: impl FnOnce() -> String,
+    ) {
+        use std::fmt::Write;
+        if self.logged.len() >= 1024 {
+            return;
         }
+        self.log_key.clear();
+        // Writing into a String cannot fail.
+        let _ = self.log_key.write_fmt(key);
+        if self.logged.contains(self.log_key.as_str()) {
+            return;
+        }
+        self.logged.insert(self.log_key.clone());
+        let m = msg();
+        self.log(level, m);
     }
 
     /// The next log line.
@@ -451,7 +469,7 @@ impl Datapath {
         self.counters.rx_port += 1;
         let Some(p) = self.ports.get(port) else {
             self.counters.dropped += 1;
-            self.log_once(Level::Warn, &format!("noport:{port}"), || {
+            self.log_once(Level::Warn, format_args!("noport:{port}"), || {
                 format!("frame on unknown port {port}: dropped")
             });
             return;
@@ -469,7 +487,7 @@ impl Datapath {
             Ok(x) => x,
             Err(e) => {
                 self.counters.dropped += 1;
-                self.log_once(Level::Warn, &format!("geneve:{src}:{e}"), || {
+                self.log_once(Level::Warn, format_args!("geneve:{src}:{e}"), || {
                     format!("tunnel packet from {src}: {e}: dropped")
                 });
                 return;
@@ -477,7 +495,7 @@ impl Datapath {
         };
         let Some(ports) = repr.meta.ports else {
             self.counters.dropped += 1;
-            self.log_once(Level::Warn, &format!("geneve-noopt:{src}"), || {
+            self.log_once(Level::Warn, format_args!("geneve-noopt:{src}"), || {
                 format!("tunnel packet from {src} without OVN's port option: dropped")
             });
             return;
@@ -508,8 +526,9 @@ impl Datapath {
             }
             Err(e) => {
                 self.counters.dropped += 1;
-                let key = format!("proc:{tunnel}:{e}");
-                self.log_once(Level::Debug, &key, || format!("frame not processed: {e}"));
+                self.log_once(Level::Debug, format_args!("proc:{tunnel}:{e}"), || {
+                    format!("frame not processed: {e}")
+                });
             }
         }
         let mut no_tunnel = None;
@@ -569,7 +588,7 @@ impl Datapath {
                 .get(&chassis)
                 .cloned()
                 .unwrap_or_else(|| format!("id {chassis}, not in the chassis table"));
-            self.log_once(Level::Warn, &format!("tun:{chassis}"), || {
+            self.log_once(Level::Warn, format_args!("tun:{chassis}"), || {
                 format!("no Geneve tunnel to chassis {what}: frames dropped")
             });
         }
@@ -809,5 +828,38 @@ impl Datapath {
             ),
         );
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn warnings(dp: &mut Datapath) -> Vec<String> {
+        std::iter::from_fn(|| dp.poll_log())
+            .filter(|(l, _)| *l == Level::Warn)
+            .map(|(_, m)| m)
+            .collect()
+    }
+
+    #[test]
+    fn a_flood_of_drops_logs_each_cause_once() {
+        let mut dp = Datapath::new(DatapathConfig::new("hv1", [192, 0, 2, 1].into()));
+        let src: IpAddr = [192, 0, 2, 2].into();
+        for i in 0..100u64 {
+            let now = Duration::from_millis(i);
+            dp.handle_port_frame("ghost", &[0; 14], now);
+            dp.handle_port_frame("ghost2", &[0; 14], now);
+            dp.handle_tunnel(src, &[0xff], now);
+        }
+        let w = warnings(&mut dp);
+        assert_eq!(w.len(), 3, "{w:?}");
+        assert_eq!(w[0], "frame on unknown port ghost: dropped");
+        assert_eq!(w[1], "frame on unknown port ghost2: dropped");
+        assert!(w[2].starts_with("tunnel packet from 192.0.2.2: "), "{w:?}");
+        assert_eq!(dp.counters().dropped, 300);
+        // The same causes later still log nothing.
+        dp.handle_port_frame("ghost", &[0; 14], Duration::from_secs(1));
+        assert!(warnings(&mut dp).is_empty());
     }
 }

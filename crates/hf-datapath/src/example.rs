@@ -84,6 +84,19 @@ pub fn flows() -> Vec<FlowMsg> {
     ]
 }
 
+/// The datapath of chassis `hv` (1 or 2; `hv1`/`hv2`, tunnel IP `ips[hv - 1]`) with its VM's
+/// port (`vm1` or `vm2`, with its MAC) and no controller or program yet.
+pub fn chassis(hv: u32, ips: [IpAddr; 2]) -> crate::Datapath {
+    let (name, mac, ip) = if hv == 1 {
+        ("vm1", VM1_MAC, ips[0])
+    } else {
+        ("vm2", VM2_MAC, ips[1])
+    };
+    let mut dp = crate::Datapath::new(crate::DatapathConfig::new(&format!("hv{hv}"), ip));
+    dp.add_port(name, Some(mac));
+    dp
+}
+
 /// The program for chassis `hv` (1 or 2; `hv1`/`hv2`) with the two chassis's tunnel IPs.
 pub fn program(generation: u64, hv: u32, ips: [IpAddr; 2]) -> ProgramMsg {
     let port = |name: &str, key: u32, home: u32, zone: u16, mac: [u8; 6], ip: Ipv4Addr| PortMsg {

@@ -46,17 +46,7 @@ fn hello(chassis: &str) -> ToDatapath {
 }
 
 fn chassis(hv: u32) -> Datapath {
-    let mut dp = Datapath::new(DatapathConfig::new(
-        &format!("hv{hv}"),
-        IPS[hv as usize - 1],
-    ));
-    let (name, mac) = if hv == 1 {
-        ("vm1", VM1_MAC)
-    } else {
-        ("vm2", VM2_MAC)
-    };
-    dp.add_port(name, Some(mac));
-    dp
+    example::chassis(hv, IPS)
 }
 
 fn connect_and_program(dp: &mut Datapath, hv: u32, generation: u64, now: Duration) {

@@ -20,9 +20,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use hf_conntrack::fuzzing::{Seg, tcp_frame};
-use hf_datapath::example::{VM1_IP, VM1_MAC, VM2_IP, VM2_MAC, program};
+use hf_datapath::example::{self, VM1_IP, VM2_IP, program};
 use hf_datapath::proto::{FromDatapath, PROTOCOL_VERSION, ToDatapath, encode};
-use hf_datapath::{Datapath, DatapathConfig, TransmitRef};
+use hf_datapath::{Datapath, TransmitRef};
 use hf_wire::tcp_flags;
 
 use super::conntrack::{clocks_note, timed};
@@ -37,16 +37,7 @@ const TCP_SPORT: usize = 34;
 const TCP_CSUM: usize = 50;
 
 fn chassis(hv: u32) -> anyhow::Result<Datapath> {
-    let mut dp = Datapath::new(DatapathConfig::new(
-        &format!("hv{hv}"),
-        IPS[hv as usize - 1],
-    ));
-    let (port, mac) = if hv == 1 {
-        ("vm1", VM1_MAC)
-    } else {
-        ("vm2", VM2_MAC)
-    };
-    dp.add_port(port, Some(mac));
+    let mut dp = example::chassis(hv, IPS);
     dp.handle_control_connected(Duration::ZERO);
     let hello = ToDatapath::Hello {
         version: PROTOCOL_VERSION,
