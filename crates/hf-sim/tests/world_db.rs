@@ -144,3 +144,25 @@ fn database_file_errors_name_the_problem() {
         .expect_err("bad");
     assert!(!e.is_empty());
 }
+
+#[test]
+fn move_port_nb_refuses_keeps_the_host_where_it_was() {
+    let mut w = World::new(WorldConfig {
+        seed: 1,
+        chassis: vec!["hv1".into(), "hv2".into()],
+        northd: NorthdMode::Holdfast,
+    })
+    .expect("world");
+    // A host on a port NB does not know: NB refuses requested-chassis for it.
+    let cfg = hf_sim::net::HostConfig::new("ghost", [0x0a, 0, 0, 0, 0, 0x42], 7);
+    w.add_host_config("hv1", "ghost", cfg, false)
+        .expect("attach");
+    let e = w.move_port("ghost", "hv2").expect_err("no such NB port");
+    assert!(e.contains("ghost"), "{e}");
+    assert_eq!(
+        w.host_chassis("ghost"),
+        Some("hv1"),
+        "the host was lost: {e}"
+    );
+    assert!(w.host("ghost").is_some());
+}

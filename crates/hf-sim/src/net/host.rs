@@ -69,17 +69,68 @@ pub const UNSENT_WAIT: Duration = Duration::from_secs(3);
 const MAX_ROUNDS: usize = 100_000;
 const FIRST_EPHEMERAL: u16 = 49152;
 
-/// When a ping or UDP session stops waiting: [`PING_TIMEOUT`] after the last request left the
-/// host, or after [`UNSENT_WAIT`] more for requests still held.
-fn session_deadline(
-    sent_at: &[Duration],
-    emitted: u64,
+/// The timing a ping or UDP session keeps: one request per `interval`, when each was queued,
+/// when the last one left the host.
+#[derive(Debug)]
+struct Pacing {
+    interval: Duration,
+    next_at: Duration,
+    /// When request `seq` was queued, by sequence number.
+    sent_at: Vec<Duration>,
     last_emitted: Option<Duration>,
-) -> Duration {
-    let last_queued = sent_at.last().copied().unwrap_or_default();
-    match last_emitted {
-        Some(e) if emitted >= sent_at.len() as u64 => e.max(last_queued) + PING_TIMEOUT,
-        _ => last_queued + UNSENT_WAIT + PING_TIMEOUT,
+}
+
+impl Pacing {
+    /// The first request is due at `now`.
+    fn new(interval: Duration, now: Duration) -> Pacing {
+        Pacing {
+            interval,
+            next_at: now,
+            sent_at: Vec::new(),
+            last_emitted: None,
+        }
+    }
+
+    /// Whether another of `count` requests (`sent` so far) is due at `now`.
+    fn due(&self, sent: u64, count: u64, now: Duration) -> bool {
+        sent < count && self.next_at <= now
+    }
+
+    /// A request was queued at `now`; the next is due one interval later.
+    fn queued(&mut self, now: Duration) {
+        self.sent_at.push(now);
+        self.next_at = now + self.interval;
+    }
+
+    /// The round trip in µs of an answer at `now` to request `seq`; `None` for a request never
+    /// sent.
+    fn rtt_us(&self, seq: usize, now: Duration) -> Option<u64> {
+        self.sent_at.get(seq).map(|&t| us(now.saturating_sub(t)))
+    }
+
+    /// When the session stops waiting: [`PING_TIMEOUT`] after the last request left the host,
+    /// or after [`UNSENT_WAIT`] more for requests still held (`emitted` of them left).
+    fn deadline(&self, emitted: u64) -> Duration {
+        let last_queued = self.sent_at.last().copied().unwrap_or_default();
+        match self.last_emitted {
+            Some(e) if emitted >= self.sent_at.len() as u64 => e.max(last_queued) + PING_TIMEOUT,
+            _ => last_queued + UNSENT_WAIT + PING_TIMEOUT,
+        }
+    }
+
+    /// When the session next needs the host: its next request, or when it stops waiting.
+    fn wake(&self, sent: u64, count: u64, emitted: u64) -> Duration {
+        if sent < count {
+            self.next_at
+        } else {
+            self.deadline(emitted)
+        }
+    }
+
+    /// Whether the session is over at `now`: every request sent, and all answered or the wait
+    /// is over.
+    fn over(&self, now: Duration, sent: u64, count: u64, answered: u64, emitted: u64) -> bool {
+        sent >= count && (answered >= count || now >= self.deadline(emitted))
     }
 }
 
@@ -87,13 +138,10 @@ fn session_deadline(
 struct EchoSession {
     handle: SocketHandle,
     local: SocketAddr,
-    last_emitted: Option<Duration>,
     dst: IpAddr,
     port: u16,
     len: usize,
-    interval: Duration,
-    next_at: Duration,
-    sent_at: Vec<Duration>,
+    pacing: Pacing,
     rec: UdpRecord,
     key: u32,
 }
@@ -101,11 +149,8 @@ struct EchoSession {
 #[derive(Debug)]
 struct PingSession {
     handle: SocketHandle,
-    last_emitted: Option<Duration>,
     dst: IpAddr,
-    interval: Duration,
-    next_at: Duration,
-    sent_at: Vec<Duration>,
+    pacing: Pacing,
     rec: PingRecord,
 }
 
@@ -687,13 +732,10 @@ impl Host {
             EchoSession {
                 handle: h,
                 local: SocketAddr::new(src, lport),
-                last_emitted: None,
                 dst,
                 port,
                 len,
-                interval,
-                next_at: self.now,
-                sent_at: Vec::new(),
+                pacing: Pacing::new(interval, self.now),
                 rec,
                 key,
             },
@@ -735,11 +777,8 @@ impl Host {
             name.clone(),
             PingSession {
                 handle: h,
-                last_emitted: None,
                 dst,
-                interval,
-                next_at: self.now,
-                sent_at: Vec::new(),
+                pacing: Pacing::new(interval, self.now),
                 rec,
             },
         );
@@ -916,7 +955,7 @@ impl Host {
                 for p in self.pings.values_mut() {
                     if p.rec.ident == ident && !p.rec.done {
                         p.rec.emitted += 1;
-                        p.last_emitted = Some(self.now);
+                        p.pacing.last_emitted = Some(self.now);
                     }
                 }
             }
@@ -924,7 +963,7 @@ impl Host {
                 for p in self.udp.values_mut() {
                     if p.local == src && dst == SocketAddr::new(p.dst, p.port) && !p.rec.done {
                         p.rec.emitted += 1;
-                        p.last_emitted = Some(self.now);
+                        p.pacing.last_emitted = Some(self.now);
                     }
                 }
             }
@@ -1011,20 +1050,12 @@ impl Host {
         };
         for p in self.pings.values() {
             if !p.rec.done {
-                at(Some(if p.rec.sent < p.rec.count {
-                    p.next_at
-                } else {
-                    session_deadline(&p.sent_at, p.rec.emitted, p.last_emitted)
-                }));
+                at(Some(p.pacing.wake(p.rec.sent, p.rec.count, p.rec.emitted)));
             }
         }
         for p in self.udp.values() {
             if !p.rec.done {
-                at(Some(if p.rec.sent < p.rec.count {
-                    p.next_at
-                } else {
-                    session_deadline(&p.sent_at, p.rec.emitted, p.last_emitted)
-                }));
+                at(Some(p.pacing.wake(p.rec.sent, p.rec.count, p.rec.emitted)));
             }
         }
         for e in self.tcp.values() {
@@ -1219,23 +1250,23 @@ impl Host {
                     continue;
                 };
                 let i = usize::from(seq);
-                if ident != p.rec.ident || i >= p.sent_at.len() {
+                let Some(rtt) = p
+                    .pacing
+                    .rtt_us(i, now)
+                    .filter(|_| ident == p.rec.ident && data == ping_payload(p.rec.ident, seq))
+                else {
                     p.rec.bad_replies += 1;
                     continue;
-                }
-                if data != ping_payload(p.rec.ident, seq) {
-                    p.rec.bad_replies += 1;
-                    continue;
-                }
+                };
                 if p.rec.rtt_us[i].is_some() {
                     p.rec.duplicates += 1;
                     continue;
                 }
-                p.rec.rtt_us[i] = Some(us(now.saturating_sub(p.sent_at[i])));
+                p.rec.rtt_us[i] = Some(rtt);
                 p.rec.answered += 1;
             }
             // Requests.
-            while p.rec.sent < p.rec.count && p.next_at <= now {
+            while p.pacing.due(p.rec.sent, p.rec.count, now) {
                 let seq = p.rec.sent as u16;
                 let payload = ping_payload(p.rec.ident, seq);
                 let ok = match p.dst {
@@ -1272,15 +1303,12 @@ impl Host {
                 if !ok {
                     p.rec.send_errors += 1;
                 }
-                p.sent_at.push(now);
+                p.pacing.queued(now);
                 p.rec.sent += 1;
-                p.next_at = now + p.interval;
                 moved = true;
             }
-            if p.rec.sent >= p.rec.count
-                && (p.rec.answered >= p.rec.count
-                    || now >= session_deadline(&p.sent_at, p.rec.emitted, p.last_emitted))
-            {
+            let r = &p.rec;
+            if p.pacing.over(now, r.sent, r.count, r.answered, r.emitted) {
                 p.rec.done = true;
                 moved = true;
             }
@@ -1301,34 +1329,36 @@ impl Host {
                     p.rec.bad_replies += 1;
                     continue;
                 }
-                let seq = u32::from_be_bytes([data[4], data[5], data[6], data[7]]) as usize;
-                if seq >= p.sent_at.len() || data != udp_payload(p.key, seq as u32, p.len) {
+                let seq = u32::from_be_bytes([data[4], data[5], data[6], data[7]]);
+                let i = seq as usize;
+                let Some(rtt) = p
+                    .pacing
+                    .rtt_us(i, now)
+                    .filter(|_| data == udp_payload(p.key, seq, p.len))
+                else {
                     p.rec.bad_replies += 1;
                     continue;
-                }
-                if p.rec.rtt_us[seq].is_some() {
+                };
+                if p.rec.rtt_us[i].is_some() {
                     p.rec.duplicates += 1;
                     continue;
                 }
-                p.rec.rtt_us[seq] = Some(us(now.saturating_sub(p.sent_at[seq])));
+                p.rec.rtt_us[i] = Some(rtt);
                 p.rec.answered += 1;
             }
-            while p.rec.sent < p.rec.count && p.next_at <= now {
+            while p.pacing.due(p.rec.sent, p.rec.count, now) {
                 let seq = p.rec.sent as u32;
                 let payload = udp_payload(p.key, seq, p.len);
                 let dst = IpEndpoint::new(IpAddress::from(p.dst), p.port);
                 if sock.send_slice(&payload, dst).is_err() {
                     p.rec.send_errors += 1;
                 }
-                p.sent_at.push(now);
+                p.pacing.queued(now);
                 p.rec.sent += 1;
-                p.next_at = now + p.interval;
                 moved = true;
             }
-            if p.rec.sent >= p.rec.count
-                && (p.rec.answered >= p.rec.count
-                    || now >= session_deadline(&p.sent_at, p.rec.emitted, p.last_emitted))
-            {
+            let r = &p.rec;
+            if p.pacing.over(now, r.sent, r.count, r.answered, r.emitted) {
                 p.rec.done = true;
                 moved = true;
             }

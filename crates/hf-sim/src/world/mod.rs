@@ -841,14 +841,18 @@ impl World {
     /// re-attached there (same stack, same addresses).
     pub fn move_port(&mut self, lsp: &str, to: &str) -> Result<(), String> {
         let c = self.chassis_index(to)?;
-        let slot = self
-            .hosts
-            .remove(lsp)
-            .ok_or_else(|| format!("move_port: no host on port {lsp}"))?;
+        if !self.hosts.contains_key(lsp) {
+            return Err(format!("move_port: no host on port {lsp}"));
+        }
+        // NB first: when it refuses (no such port in NB), the host stays where it was.
+        self.db
+            .transact(NB, nb::set_requested_chassis(lsp, to), self.now)
+            .map_err(|e| format!("move_port {lsp} to {to}: {e}"))?;
+        let Some(slot) = self.hosts.remove(lsp) else {
+            return Err(format!("move_port: no host on port {lsp}"));
+        };
         self.chassis[slot.chassis].remove_port(lsp);
         let external = slot.up.config().latency > LinkConfig::cluster().latency;
-        self.db
-            .transact(NB, nb::set_requested_chassis(lsp, to), self.now)?;
         let spec = slot.spec.map(|mut s| {
             s.requested_chassis = Some(to.to_string());
             s
