@@ -88,6 +88,10 @@ pub struct DbLink {
     sid: Option<SessionId>,
 }
 
+/// The longest JSON-RPC message an external session may send: `holdfast db`'s default
+/// `--max-message`, so an outside client cannot make the sandbox buffer more.
+pub const EXTERNAL_MAX_MESSAGE: usize = 64 << 20;
+
 impl DbLink {
     /// A link with no session yet.
     pub fn new() -> DbLink {
@@ -340,13 +344,14 @@ impl Db {
         self.route();
     }
 
-    /// Opens an external session (the sandbox's bridge to a TCP connection).
+    /// Opens an external session (the sandbox's bridge to a TCP connection); a message longer
+    /// than [`EXTERNAL_MAX_MESSAGE`] closes it with a named error.
     pub fn external_connect(&mut self, now: Duration) -> SessionId {
         let sid = self.core.connect(server_now(now));
         self.external.insert(
             sid,
             External {
-                framer: Framer::new(1 << 30),
+                framer: Framer::new(EXTERNAL_MAX_MESSAGE),
                 out: Vec::new(),
             },
         );
