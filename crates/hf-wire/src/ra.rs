@@ -188,7 +188,13 @@ impl RaOpts {
                 }
                 "rdnss" => {
                     let a = ipv6s(name, v)?;
-                    m.extend_from_slice(&[25, 1 + 2 * a.len() as u8, 0, 0]);
+                    // The option length counts 8-byte units: 1 for the header, 2 an address.
+                    let len = a
+                        .len()
+                        .checked_mul(2)
+                        .and_then(|l| u8::try_from(l + 1).ok())
+                        .ok_or_else(|| bad(name, "too many addresses"))?;
+                    m.extend_from_slice(&[25, len, 0, 0]);
                     m.extend_from_slice(&u32::MAX.to_be_bytes());
                     for (a, _) in a {
                         m.extend_from_slice(&a.octets());

@@ -359,6 +359,27 @@ fn bad_options_are_named_errors() {
     assert_eq!(e, RaError::UnknownOption("bogus".into()));
 }
 
+/// The RDNSS option's length is one byte of 8-byte units: 127 addresses fill it, 128 (which
+/// once overflowed the length arithmetic) are a named error.
+#[test]
+fn rdnss_length_is_bounded() {
+    let addrs = |n: u128| -> Vec<Arg> {
+        (1..=n)
+            .map(|v| Arg::Num {
+                value: (0xfd00u128 << 112) | v,
+                prefix: None,
+            })
+            .collect()
+    };
+    let ra = RaOpts::encode(&args(&[("rdnss", addrs(127))])).unwrap();
+    assert_eq!(&ra.message[16..18], &[25, 255]);
+    assert_eq!(ra.message.len(), 16 + 255 * 8);
+    for n in [128, 300] {
+        let e = RaOpts::encode(&args(&[("rdnss", addrs(n))])).unwrap_err();
+        assert!(e.to_string().contains("rdnss: too many addresses"), "{e}");
+    }
+}
+
 #[test]
 fn dns_answers_decode_with_smoltcp() {
     let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
