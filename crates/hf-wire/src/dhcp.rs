@@ -670,8 +670,8 @@ pub enum Dhcp6Opt {
     IaAddr(Ipv6Addr),
     /// `dns_server`.
     DnsServer(Vec<Ipv6Addr>),
-    /// `domain_search`.
-    DomainSearch(String),
+    /// `domain_search`, RFC 1035 encoded (once, when the action is encoded).
+    DomainSearch(Vec<u8>),
 }
 
 /// The arguments of one `put_dhcpv6_opts`, in the action's order.
@@ -721,8 +721,7 @@ impl Dhcp6Opts {
                 OptType::Ipv6 => Dhcp6Opt::DnsServer(ipv6s()?),
                 _ => {
                     let s = string(f, name, v)?;
-                    encode_domains(s, false).map_err(|e| bad(f, name, e))?;
-                    Dhcp6Opt::DomainSearch(s.to_string())
+                    Dhcp6Opt::DomainSearch(encode_domains(s, false).map_err(|e| bad(f, name, e))?)
                 }
             });
         }
@@ -828,11 +827,7 @@ pub fn reply6(
                 let b: Vec<u8> = v.iter().flat_map(|a| a.octets()).collect();
                 opt6(&mut l4b, 23, &b);
             }
-            Dhcp6Opt::DomainSearch(s) => {
-                let b = encode_domains(s, false)
-                    .map_err(|_| DhcpError::BadRequest("domain search list does not encode"))?;
-                opt6(&mut l4b, 24, &b);
-            }
+            Dhcp6Opt::DomainSearch(b) => opt6(&mut l4b, 24, b),
         }
     }
     if !fits(p, l4b.len()) {

@@ -359,6 +359,26 @@ fn bad_options_are_named_errors() {
     assert_eq!(e, RaError::UnknownOption("bogus".into()));
 }
 
+/// The DHCPv6 domain search list is encoded once, with the action: RFC 1035 labels, no
+/// compression; a list that does not encode is refused there, not per packet.
+#[test]
+fn dhcpv6_domain_search_is_encoded_with_the_action() {
+    let o = Dhcp6Opts::encode(&args(&[(
+        "domain_search",
+        vec![Arg::Str("ovn.org, a.ovn.org".into())],
+    )]))
+    .unwrap();
+    assert_eq!(
+        o.opts,
+        vec![dhcp::Dhcp6Opt::DomainSearch(
+            b"\x03ovn\x03org\x00\x01a\x03ovn\x03org\x00".to_vec()
+        )]
+    );
+    let e =
+        Dhcp6Opts::encode(&args(&[("domain_search", vec![Arg::Str("a..b".into())])])).unwrap_err();
+    assert!(e.to_string().contains("domain_search"), "{e}");
+}
+
 /// The RDNSS option's length is one byte of 8-byte units: 127 addresses fill it, 128 (which
 /// once overflowed the length arithmetic) are a named error.
 #[test]
