@@ -220,7 +220,7 @@ pub fn answer(out: &mut Vec<u8>, frame: &[u8], p: &Parsed, record: &str) -> Resu
     let udp_len = l4b.len() as u16;
     l4b[4..6].copy_from_slice(&udp_len.to_be_bytes());
     l4b[6..8].copy_from_slice(&[0, 0]);
-    let l4_out = copy_l2_l3(out, frame, p, &l4b);
+    let l4_out = copy_l2_l3(out, frame, p, &l4b, None);
     if p.key.is_ipv6() {
         fix_l4_checksum6(out, p, l4_out, ip_proto::UDP, 6);
     }

@@ -235,7 +235,7 @@ pub fn reply(out: &mut Vec<u8>, frame: &[u8], p: &Parsed, ra: &RaOpts) -> Result
         return Err(RaError::NotSolicitation);
     }
     let start = out.len();
-    let l4 = copy_l2_l3(out, frame, p, &ra.message);
+    let l4 = copy_l2_l3(out, frame, p, &ra.message, None);
     fix_l4_checksum6(out, p, l4, ip_proto::ICMPV6, 2);
     Ok(out.len() - start)
 }
