@@ -441,6 +441,21 @@ fn dns_answers_decode_with_smoltcp() {
         "{got:?}"
     );
     assert!(got[2].contains("fd00::7"), "{got:?}");
+    // The query parsed once by the caller gives the same response; one longer than this
+    // frame's question is refused, not sliced past the end.
+    let query = dns::query_of(&f, &p).unwrap();
+    let mut again = Vec::new();
+    let rec = "10.0.0.7 fd00::7 10.0.0.8";
+    assert_eq!(dns::answer_query(&mut again, &f, &p, &query, rec), Ok(3));
+    assert_eq!(again, out);
+    let mut long = query.clone();
+    long.name_wire = vec![1; 400];
+    let mut none = Vec::new();
+    assert!(matches!(
+        dns::answer_query(&mut none, &f, &p, &long, rec),
+        Err(dns::DnsError::BadQuery(_))
+    ));
+    assert!(none.is_empty());
     // Unsupported types and responses are not answered.
     let mut mx = q.clone();
     let at = mx.len() - 3;
