@@ -185,7 +185,9 @@ pub fn answer_query(
         answers.extend_from_slice(&TTL.to_be_bytes());
         answers.extend_from_slice(&(data.len() as u16).to_be_bytes());
         answers.extend_from_slice(data);
-        count += 1;
+        // Saturates rather than overflows on a huge record: such an answer does not fit a frame
+        // and is refused below.
+        count = count.saturating_add(1);
     };
     let no_answer = || DnsError::NoAnswer {
         name: q.name.clone(),

@@ -456,6 +456,13 @@ fn dns_answers_decode_with_smoltcp() {
         Err(dns::DnsError::BadQuery(_))
     ));
     assert!(none.is_empty());
+    // A record of more addresses than ANCOUNT can count is refused (it cannot fit a frame).
+    let huge = "10.0.0.7 ".repeat(70_000);
+    assert_eq!(
+        dns::answer(&mut none, &f, &p, &huge),
+        Err(dns::DnsError::BadQuery("the answer would not fit a frame"))
+    );
+    assert!(none.is_empty());
     // Unsupported types and responses are not answered.
     let mut mx = q.clone();
     let at = mx.len() - 3;
