@@ -227,7 +227,7 @@ impl Runner<'_> {
                     .get(dp)
                     .and_then(|r| r.get(&q.name))
                     .ok_or_else(|| hf_wire::dns::DnsError::NoRecord(q.name.clone()).to_string())?;
-                hf_wire::dns::answer(out, &ctx.frame, &ctx.parsed, rec)
+                hf_wire::dns::answer_query(out, &ctx.frame, &ctx.parsed, &q, rec)
                     .map(|_| Kind::Dns)
                     .map_err(|e| e.to_string())?
             }

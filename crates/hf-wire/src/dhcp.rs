@@ -534,9 +534,15 @@ pub(crate) fn fits(p: &Parsed, l4_len: usize) -> bool {
 }
 
 /// Appends `frame`'s headers up to L4, then `l4` (a UDP header and payload or an ICMPv6
-/// message), and fixes the IP lengths and the IPv4 header checksum. Returns the start of L4 in
-/// `out`.
-pub(crate) fn copy_l2_l3(out: &mut Vec<u8>, frame: &[u8], p: &Parsed, l4: &[u8]) -> usize {
+/// message), and fixes the IP lengths and the IPv4 header checksum (after setting the IPv4
+/// destination to `ip4_dst` when given). Returns the start of L4 in `out`.
+pub(crate) fn copy_l2_l3(
+    out: &mut Vec<u8>,
+    frame: &[u8],
+    p: &Parsed,
+    l4: &[u8],
+    ip4_dst: Option<Ipv4Addr>,
+) -> usize {
     let start = out.len();
     let l3 = usize::from(p.layout.l3);
     let l4_at = usize::from(p.layout.l4);
@@ -547,6 +553,9 @@ pub(crate) fn copy_l2_l3(out: &mut Vec<u8>, frame: &[u8], p: &Parsed, l4: &[u8])
         let total = (l4_at - l3 + l4.len()) as u16;
         let h = start + l3;
         out[h + 2..h + 4].copy_from_slice(&total.to_be_bytes());
+        if let Some(dst) = ip4_dst {
+            out[h + 16..h + 20].copy_from_slice(&dst.octets());
+        }
         out[h + 10..h + 12].copy_from_slice(&[0, 0]);
         let cs = checksum(&out[h..h + ihl]);
         out[h + 10..h + 12].copy_from_slice(&cs.to_be_bytes());
@@ -629,20 +638,12 @@ pub fn reply4(
     let udp_len = l4b.len() as u16;
     l4b[4..6].copy_from_slice(&udp_len.to_be_bytes());
     l4b[6..8].copy_from_slice(&[0, 0]);
-    let before = out.len();
-    copy_l2_l3(out, frame, p, &l4b);
     let dst = if req.broadcast {
         Ipv4Addr::BROADCAST
     } else {
         opts.offer_ip
     };
-    let h = before + usize::from(p.layout.l3);
-    let l3 = usize::from(p.layout.l3);
-    let ihl = (usize::from(frame[l3] & 0x0f) * 4).min(usize::from(p.layout.l4) - l3);
-    out[h + 16..h + 20].copy_from_slice(&dst.octets());
-    out[h + 10..h + 12].copy_from_slice(&[0, 0]);
-    let cs = checksum(&out[h..h + ihl]);
-    out[h + 10..h + 12].copy_from_slice(&cs.to_be_bytes());
+    copy_l2_l3(out, frame, p, &l4b, Some(dst));
     Ok(reply)
 }
 
@@ -670,8 +671,8 @@ pub enum Dhcp6Opt {
     IaAddr(Ipv6Addr),
     /// `dns_server`.
     DnsServer(Vec<Ipv6Addr>),
-    /// `domain_search`.
-    DomainSearch(String),
+    /// `domain_search`, RFC 1035 encoded (once, when the action is encoded).
+    DomainSearch(Vec<u8>),
 }
 
 /// The arguments of one `put_dhcpv6_opts`, in the action's order.
@@ -721,8 +722,7 @@ impl Dhcp6Opts {
                 OptType::Ipv6 => Dhcp6Opt::DnsServer(ipv6s()?),
                 _ => {
                     let s = string(f, name, v)?;
-                    encode_domains(s, false).map_err(|e| bad(f, name, e))?;
-                    Dhcp6Opt::DomainSearch(s.to_string())
+                    Dhcp6Opt::DomainSearch(encode_domains(s, false).map_err(|e| bad(f, name, e))?)
                 }
             });
         }
@@ -828,11 +828,7 @@ pub fn reply6(
                 let b: Vec<u8> = v.iter().flat_map(|a| a.octets()).collect();
                 opt6(&mut l4b, 23, &b);
             }
-            Dhcp6Opt::DomainSearch(s) => {
-                let b = encode_domains(s, false)
-                    .map_err(|_| DhcpError::BadRequest("domain search list does not encode"))?;
-                opt6(&mut l4b, 24, &b);
-            }
+            Dhcp6Opt::DomainSearch(b) => opt6(&mut l4b, 24, b),
         }
     }
     if !fits(p, l4b.len()) {
@@ -841,7 +837,7 @@ pub fn reply6(
     let udp_len = l4b.len() as u16;
     l4b[4..6].copy_from_slice(&udp_len.to_be_bytes());
     l4b[6..8].copy_from_slice(&[0, 0]);
-    let l4_out = copy_l2_l3(out, frame, p, &l4b);
+    let l4_out = copy_l2_l3(out, frame, p, &l4b, None);
     fix_l4_checksum6(out, p, l4_out, ip_proto::UDP, 6);
     Ok(reply)
 }

@@ -5,7 +5,7 @@
 //! - [`parse_query`]: the first question of a DNS query (QR clear, QDCOUNT ≥ 1): its name
 //!   (lowercased, labels joined by dots, as pinctrl looks it up), type and where it ends.
 //!   Types A, AAAA, ANY and PTR are answered; others are [`DnsError::Unsupported`].
-//! - [`answer`]: given the record value for the name (SB `DNS.records`: space-separated
+//! - [`answer`] (or [`answer_query`] for a query already parsed): given the record value for the name (SB `DNS.records`: space-separated
 //!   addresses for A/AAAA/ANY, a host name for PTR), builds the response: the request's
 //!   Ethernet, IP and UDP headers (lengths and checksums fixed; UDP checksum 0 over IPv4 and
 //!   computed over IPv6), the header with QR set, ANCOUNT = the answers, and one answer per
@@ -159,8 +159,23 @@ fn encode_name(name: &str) -> Option<Vec<u8>> {
 /// Builds the response to the query in `frame` from `record` (the value SB holds for the
 /// query's name), appending the frame to `out`. Returns the number of answers.
 pub fn answer(out: &mut Vec<u8>, frame: &[u8], p: &Parsed, record: &str) -> Result<u16, DnsError> {
+    let q = query_of(frame, p)?;
+    answer_query(out, frame, p, &q, record)
+}
+
+/// [`answer`] for a query the caller already has from [`query_of`] on the same frame (it is
+/// not parsed again). A `q` that does not fit `frame` is [`DnsError::BadQuery`].
+pub fn answer_query(
+    out: &mut Vec<u8>,
+    frame: &[u8],
+    p: &Parsed,
+    q: &Query,
+    record: &str,
+) -> Result<u16, DnsError> {
     let (l4, m) = payload(frame, p)?;
-    let q = parse_query(m)?;
+    let question = m
+        .get(12..12 + q.name_wire.len() + 4)
+        .ok_or(DnsError::BadQuery("the query is not this frame's"))?;
     let mut answers: Vec<u8> = Vec::new();
     let mut count: u16 = 0;
     let mut rr = |ty: u16, data: &[u8]| {
@@ -170,7 +185,9 @@ pub fn answer(out: &mut Vec<u8>, frame: &[u8], p: &Parsed, record: &str) -> Resu
         answers.extend_from_slice(&TTL.to_be_bytes());
         answers.extend_from_slice(&(data.len() as u16).to_be_bytes());
         answers.extend_from_slice(data);
-        count += 1;
+        // Saturates rather than overflows on a huge record: such an answer does not fit a frame
+        // and is refused below.
+        count = count.saturating_add(1);
     };
     let no_answer = || DnsError::NoAnswer {
         name: q.name.clone(),
@@ -212,7 +229,7 @@ pub fn answer(out: &mut Vec<u8>, frame: &[u8], p: &Parsed, record: &str) -> Resu
     l4b[8 + 4..8 + 6].copy_from_slice(&1u16.to_be_bytes());
     l4b[8 + 6..8 + 8].copy_from_slice(&count.to_be_bytes());
     l4b[8 + 8..8 + 12].fill(0);
-    l4b.extend_from_slice(&m[12..12 + q.name_wire.len() + 4]);
+    l4b.extend_from_slice(question);
     l4b.extend_from_slice(&answers);
     if !crate::dhcp::fits(p, l4b.len()) {
         return Err(DnsError::BadQuery("the answer would not fit a frame"));
@@ -220,7 +237,7 @@ pub fn answer(out: &mut Vec<u8>, frame: &[u8], p: &Parsed, record: &str) -> Resu
     let udp_len = l4b.len() as u16;
     l4b[4..6].copy_from_slice(&udp_len.to_be_bytes());
     l4b[6..8].copy_from_slice(&[0, 0]);
-    let l4_out = copy_l2_l3(out, frame, p, &l4b);
+    let l4_out = copy_l2_l3(out, frame, p, &l4b, None);
     if p.key.is_ipv6() {
         fix_l4_checksum6(out, p, l4_out, ip_proto::UDP, 6);
     }

@@ -117,7 +117,7 @@ fn packet_in(data: &[u8], p: &crate::Parsed) {
         opts: vec![
             Dhcp6Opt::ServerId([0, 0, 0, 0, 0xff, 1]),
             Dhcp6Opt::IaAddr(Ipv6Addr::LOCALHOST),
-            Dhcp6Opt::DomainSearch("ovn.org".into()),
+            Dhcp6Opt::DomainSearch(b"\x03ovn\x03org\x00".to_vec()),
         ],
     };
     let ra = crate::ra::RaOpts::encode(&[("mtu".into(), n(1450))]).unwrap_or_default();

@@ -188,7 +188,13 @@ impl RaOpts {
                 }
                 "rdnss" => {
                     let a = ipv6s(name, v)?;
-                    m.extend_from_slice(&[25, 1 + 2 * a.len() as u8, 0, 0]);
+                    // The option length counts 8-byte units: 1 for the header, 2 an address.
+                    let len = a
+                        .len()
+                        .checked_mul(2)
+                        .and_then(|l| u8::try_from(l + 1).ok())
+                        .ok_or_else(|| bad(name, "too many addresses"))?;
+                    m.extend_from_slice(&[25, len, 0, 0]);
                     m.extend_from_slice(&u32::MAX.to_be_bytes());
                     for (a, _) in a {
                         m.extend_from_slice(&a.octets());
@@ -229,7 +235,7 @@ pub fn reply(out: &mut Vec<u8>, frame: &[u8], p: &Parsed, ra: &RaOpts) -> Result
         return Err(RaError::NotSolicitation);
     }
     let start = out.len();
-    let l4 = copy_l2_l3(out, frame, p, &ra.message);
+    let l4 = copy_l2_l3(out, frame, p, &ra.message, None);
     fix_l4_checksum6(out, p, l4, ip_proto::ICMPV6, 2);
     Ok(out.len() - start)
 }

@@ -359,6 +359,47 @@ fn bad_options_are_named_errors() {
     assert_eq!(e, RaError::UnknownOption("bogus".into()));
 }
 
+/// The DHCPv6 domain search list is encoded once, with the action: RFC 1035 labels, no
+/// compression; a list that does not encode is refused there, not per packet.
+#[test]
+fn dhcpv6_domain_search_is_encoded_with_the_action() {
+    let o = Dhcp6Opts::encode(&args(&[(
+        "domain_search",
+        vec![Arg::Str("ovn.org, a.ovn.org".into())],
+    )]))
+    .unwrap();
+    assert_eq!(
+        o.opts,
+        vec![dhcp::Dhcp6Opt::DomainSearch(
+            b"\x03ovn\x03org\x00\x01a\x03ovn\x03org\x00".to_vec()
+        )]
+    );
+    let e =
+        Dhcp6Opts::encode(&args(&[("domain_search", vec![Arg::Str("a..b".into())])])).unwrap_err();
+    assert!(e.to_string().contains("domain_search"), "{e}");
+}
+
+/// The RDNSS option's length is one byte of 8-byte units: 127 addresses fill it, 128 (which
+/// once overflowed the length arithmetic) are a named error.
+#[test]
+fn rdnss_length_is_bounded() {
+    let addrs = |n: u128| -> Vec<Arg> {
+        (1..=n)
+            .map(|v| Arg::Num {
+                value: (0xfd00u128 << 112) | v,
+                prefix: None,
+            })
+            .collect()
+    };
+    let ra = RaOpts::encode(&args(&[("rdnss", addrs(127))])).unwrap();
+    assert_eq!(&ra.message[16..18], &[25, 255]);
+    assert_eq!(ra.message.len(), 16 + 255 * 8);
+    for n in [128, 300] {
+        let e = RaOpts::encode(&args(&[("rdnss", addrs(n))])).unwrap_err();
+        assert!(e.to_string().contains("rdnss: too many addresses"), "{e}");
+    }
+}
+
 #[test]
 fn dns_answers_decode_with_smoltcp() {
     let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
@@ -400,6 +441,28 @@ fn dns_answers_decode_with_smoltcp() {
         "{got:?}"
     );
     assert!(got[2].contains("fd00::7"), "{got:?}");
+    // The query parsed once by the caller gives the same response; one longer than this
+    // frame's question is refused, not sliced past the end.
+    let query = dns::query_of(&f, &p).unwrap();
+    let mut again = Vec::new();
+    let rec = "10.0.0.7 fd00::7 10.0.0.8";
+    assert_eq!(dns::answer_query(&mut again, &f, &p, &query, rec), Ok(3));
+    assert_eq!(again, out);
+    let mut long = query.clone();
+    long.name_wire = vec![1; 400];
+    let mut none = Vec::new();
+    assert!(matches!(
+        dns::answer_query(&mut none, &f, &p, &long, rec),
+        Err(dns::DnsError::BadQuery(_))
+    ));
+    assert!(none.is_empty());
+    // A record of more addresses than ANCOUNT can count is refused (it cannot fit a frame).
+    let huge = "10.0.0.7 ".repeat(70_000);
+    assert_eq!(
+        dns::answer(&mut none, &f, &p, &huge),
+        Err(dns::DnsError::BadQuery("the answer would not fit a frame"))
+    );
+    assert!(none.is_empty());
     // Unsupported types and responses are not answered.
     let mut mx = q.clone();
     let at = mx.len() - 3;
