@@ -133,6 +133,22 @@ impl Selection {
     }
 }
 
+/// What an import does with a connection already in the table that holds one of an imported
+/// connection's tuples (or its SNAT claim).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ImportPolicy {
+    /// The imported state wins over whatever holds its tuples (a process handoff: the table
+    /// is the old process's).
+    #[default]
+    Replace,
+    /// Live migration: an entry for the *same* connection (the same original and reply
+    /// tuples) is replaced by the newer state (a delta after the pre-copy), but a different
+    /// connection of the destination that holds one of the tuples or the SNAT claim is kept, and
+    /// the imported one is refused as a [`ImportReport::collided`]: a NAT allocation that moves
+    /// never takes over one the destination already handed out.
+    SameConnection,
+}
+
 /// Why an import was refused as a whole.
 #[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -158,6 +174,9 @@ pub struct ImportReport {
     pub malformed: usize,
     /// Entries skipped because the table was full of established connections.
     pub refused: usize,
+    /// Entries skipped because another connection of this table holds one of their tuples or
+    /// their SNAT claim ([`ImportPolicy::SameConnection`]).
+    pub collided: usize,
 }
 
 fn conn_state(e: &Entry, now: u64) -> ConnState {
@@ -207,6 +226,31 @@ impl Conntrack {
             .map(move |e| conn_state(e, now))
     }
 
+    /// Whether a connection other than (`orig`, `reply`) holds one of those tuples (or, for an
+    /// SNAT connection, the claim on `reply`).
+    fn held_by_other(&self, orig: &Tuple, reply: &Tuple, snat: bool) -> bool {
+        let other = |idx: u32| {
+            let e = &self.entries[idx as usize];
+            !(e.orig == *orig && e.reply == *reply)
+        };
+        [orig, reply]
+            .into_iter()
+            .any(|t| self.find(t).is_some_and(|(idx, _)| other(idx)))
+            || (snat && self.claimer(reply).is_some_and(other))
+    }
+
+    /// Removes the connection owning tuple `t` (either direction); whether there was one. What
+    /// a migration source does with the connections it handed over, once the port is gone.
+    pub fn remove_connection(&mut self, t: &Tuple) -> bool {
+        match self.find(t) {
+            Some((idx, _)) => {
+                self.remove(idx);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Exports the connections `sel` selects that are live at `now`.
     pub fn export(&self, sel: &Selection, now: Duration) -> CtExport {
         let n = ms(now);
@@ -229,6 +273,18 @@ impl Conntrack {
         remap: impl Fn(u16) -> u16,
         now: Duration,
     ) -> Result<ImportReport, ImportError> {
+        self.import_with(data, |z| Some(remap(z)), now, ImportPolicy::Replace)
+    }
+
+    /// [`Conntrack::import`] with a [`ImportPolicy`], and a zone map that may refuse a zone
+    /// (`None`: the connection is skipped and counted as malformed).
+    pub fn import_with(
+        &mut self,
+        data: &CtExport,
+        remap: impl Fn(u16) -> Option<u16>,
+        now: Duration,
+        policy: ImportPolicy,
+    ) -> Result<ImportReport, ImportError> {
         if data.version != EXPORT_VERSION {
             return Err(ImportError::Version {
                 found: data.version,
@@ -242,9 +298,17 @@ impl Conntrack {
                 rep.malformed += 1;
                 continue;
             }
-            let zone = remap(c.orig.zone);
+            let Some(zone) = remap(c.orig.zone) else {
+                rep.malformed += 1;
+                continue;
+            };
             let orig = Tuple { zone, ..c.orig };
             let reply = Tuple { zone, ..c.reply };
+            if policy == ImportPolicy::SameConnection && self.held_by_other(&orig, &reply, c.snat)
+            {
+                rep.collided += 1;
+                continue;
+            }
             // The newer state wins: drop whatever holds these tuples or this SNAT claim.
             for t in [orig, reply] {
                 while let Some((idx, _)) = self.find(&t) {

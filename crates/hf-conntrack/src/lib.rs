@@ -113,7 +113,8 @@ mod tuple;
 pub use action::{CommitRefused, CtAction, CtResult, CtState, Masked, NatRange, NatRequest, Owner};
 pub use config::{Config, Timeouts};
 pub use export::{
-    ConnState, CtExport, EXPORT_VERSION, ImportError, ImportReport, Selection, TcpExport,
+    ConnState, CtExport, EXPORT_VERSION, ImportError, ImportPolicy, ImportReport, Selection,
+    TcpExport,
 };
 pub use flush::FlushError;
 pub use table::{Conntrack, Stats};

@@ -23,6 +23,11 @@ use crate::daemon::sbview::{LeanFlow, SbView, text_hash};
 use crate::flow::FlowId;
 use crate::output::{FlowDps, SbDesired};
 
+/// `Port_Binding.options` key the claiming controllers write when a port is activated on an
+/// additional chassis (ovn-controller 22.09+); northd keeps it while the port has additional
+/// chassis.
+pub const ACTIVATED: &str = "additional-chassis-activated";
+
 /// `["map", [[k, v], ...]]`.
 pub fn map(m: &BTreeMap<String, String>) -> Value {
     json!([
@@ -518,7 +523,20 @@ pub fn diff_ops(
         new.datapath = (*dp).into();
         new.tunnel_key = i64::from(row.tunnel_key);
         new.type_ = row.type_.clone();
+        // Retain the activation flags the claiming controllers wrote (ovn-northd does the
+        // same while the port has additional chassis): activation is SB state and must
+        // survive northd's rewrite of the options it owns.
+        let activated = (!row.requested_additional_chassis.is_empty())
+            .then(|| {
+                old.and_then(|o| o.options.get(ACTIVATED))
+                    .filter(|_| !row.options.contains_key(ACTIVATED))
+                    .cloned()
+            })
+            .flatten();
         new.options = row.options.clone();
+        if let Some(a) = activated {
+            new.options.insert(ACTIVATED.to_string(), a);
+        }
         new.mac = row.mac.clone();
         new.parent_port = row.parent_port.clone();
         new.tag = row.tag;

@@ -375,3 +375,57 @@ fn a_final_delta_selects_what_was_touched_since_the_pre_copy() {
     let ports: Vec<u16> = delta.conns.iter().map(|c| c.orig.sport).collect();
     assert_eq!(ports, vec![2, 3]);
 }
+
+#[test]
+fn a_migration_import_refreshes_its_own_connections_and_never_displaces_others() {
+    // The source's table: the migrating connections (zone 3) after a pre-copy.
+    let (src, _) = populated();
+    let now = secs(2);
+    let exp = src.export(&Selection::default().zone(3), now);
+    // A destination that already holds the same connections (an earlier pre-copy) refreshes
+    // them: the same original and reply tuples are the same connection.
+    let (mut same, _) = populated();
+    let rep = same
+        .import_with(&exp, Some, now, ImportPolicy::SameConnection)
+        .expect("imports");
+    assert_eq!((rep.imported, rep.replaced, rep.collided), (15, 15, 0));
+    // A destination where other connections hold the tuples (the reply tuples claimed by
+    // different originals) keeps them: each imported one is refused as a collision.
+    let mut other = Conntrack::new(Config::default());
+    let mut moved = exp.clone();
+    for c in &mut moved.conns {
+        c.orig.sport = c.orig.sport.wrapping_add(1);
+    }
+    other.import(&moved, |z| z, now).expect("imports");
+    let before = other.len();
+    let rep = other
+        .import_with(&exp, Some, now, ImportPolicy::SameConnection)
+        .expect("imports");
+    assert!(rep.collided > 0, "{rep:?}");
+    assert_eq!(rep.replaced, 0, "{rep:?}");
+    assert_eq!(other.len(), before + rep.imported);
+    crate::fuzzing::check_invariants(&other).expect("invariants");
+    // The plain import (a handoff) would have replaced them: the policy is what differs.
+    let rep = other.import(&exp, |z| z, now).expect("imports");
+    assert!(rep.replaced > 0, "{rep:?}");
+    // A zone the destination does not know skips the connection.
+    let mut d = Conntrack::new(Config::default());
+    let rep = d
+        .import_with(&exp, |_| None, now, ImportPolicy::SameConnection)
+        .expect("imports");
+    assert_eq!((rep.imported, rep.malformed), (0, 15));
+}
+
+#[test]
+fn remove_connection_takes_out_one_connection_by_either_tuple() {
+    let (mut ct, _) = populated();
+    let now = secs(2);
+    let all = ct.export(&Selection::everything(), now);
+    let n = ct.len();
+    let c = all.conns[0];
+    assert!(ct.remove_connection(&c.reply));
+    assert_eq!(ct.len(), n - 1);
+    assert!(ct.get(&c.orig, now).is_none());
+    assert!(!ct.remove_connection(&c.orig));
+    crate::fuzzing::check_invariants(&ct).expect("invariants");
+}
