@@ -22,7 +22,7 @@
 use std::collections::BTreeMap;
 
 use hf_datapath::proto::{
-    ChassisMsg, DatapathMsg, DnsMsg, FdbMsg, FlowMsg, GroupMsg, LbVipMsg, LocationMsg,
+    AnnounceMsg, ChassisMsg, DatapathMsg, MigrationMsg, DnsMsg, FdbMsg, FlowMsg, GroupMsg, LbVipMsg, LocationMsg,
     NeighbourMsg, PortMsg, ProgramMsg,
 };
 use hf_expr::actions::Pipeline;
@@ -123,7 +123,11 @@ pub fn program_msg(
                 kind: port_kind_name(&p.kind),
                 resident: p.resident,
                 also_remote: p.also_remote.clone(),
-                needs_activation: p.needs_activation,
+                activation: p.activation.map(|a| hf_datapath::proto::ActivationMsg {
+                    rarp: a.rarp,
+                    garp: a.garp,
+                    na: a.na,
+                }),
                 addresses: p.addresses.clone(),
                 port_security: p.port_security.clone(),
             })
@@ -187,7 +191,26 @@ pub fn program_msg(
         .iter()
         .map(|(n, v)| (n.clone(), v.clone()))
         .collect::<BTreeMap<String, Vec<String>>>();
+    let migrations = t
+        .migrations
+        .iter()
+        .map(|m| MigrationMsg {
+            port: m.port.clone(),
+            incoming: m.incoming,
+            peers: m.peers.clone(),
+            announce: m
+                .announce
+                .iter()
+                .map(|(mac, ip, via)| AnnounceMsg {
+                    mac: *mac,
+                    ip: ip.clone(),
+                    via: via.clone(),
+                })
+                .collect(),
+        })
+        .collect();
     let msg = ProgramMsg {
+        migrations,
         generation,
         chassis: chassis.to_string(),
         nb_cfg,

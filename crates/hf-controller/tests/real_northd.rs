@@ -513,7 +513,7 @@ fn real_northd_sb_translates_and_compiles() {
     let vm2 = port(&h1, "vm2");
     assert!(matches!(vm2.location, PortLocation::Local(_)) && vm2.resident);
     assert_eq!(vm2.also_remote, [hv2]);
-    assert!(!vm2.needs_activation, "hv1 is the primary chassis");
+    assert!(vm2.activation.is_none(), "hv1 is the primary chassis");
     assert!(
         matches!(port(&h1, "vm3").location, PortLocation::Remote { chassis } if chassis == hv2)
     );
@@ -554,13 +554,13 @@ fn real_northd_sb_translates_and_compiles() {
     assert!(matches!(vm2.location, PortLocation::Local(_)));
     assert_eq!(vm2.also_remote, [hv1]);
     assert!(
-        vm2.needs_activation,
+        vm2.activation.is_some(),
         "activation-strategy=rarp on the additional chassis"
     );
     assert!(!port(&h2, "vm1").resident);
     assert!(
         !vm2.resident,
-        "is_chassis_resident holds on the primary chassis only"
+        "is_chassis_resident holds on the primary chassis (and an activated additional one)"
     );
     let lp = port(&h2, "lp");
     assert!(!lp.resident && matches!(lp.location, PortLocation::Local(_)));

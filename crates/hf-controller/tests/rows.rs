@@ -185,26 +185,62 @@ fn claimed_bindings_and_activation_follow_sb() {
     let (t, p) = on("dst", &sb);
     let id = |n: &str| t.chassis_by_name(n).expect("chassis").id;
     assert!(matches!(p.location, PortLocation::Local(_)));
-    assert!(p.needs_activation);
+    assert_eq!(p.activation, Some(hf_pipeline::Activation::RARP));
     assert!(
         !p.resident,
-        "an additional chassis is not the port's resident"
+        "an additional chassis is not the port's resident until it is activated there"
     );
     assert_eq!(p.also_remote, [id("src")]);
     let (_, p) = on("src", &sb);
-    assert!(matches!(p.location, PortLocation::Local(_)) && !p.needs_activation);
+    assert!(matches!(p.location, PortLocation::Local(_)) && p.activation.is_none());
     assert!(p.resident);
     assert_eq!(p.also_remote, [id("dst")]);
     let (_, p) = on("other", &sb);
     assert_eq!(p.location, PortLocation::Remote { chassis: id("src") });
     assert_eq!(p.also_remote, [id("dst")]);
     assert!(!p.resident);
-    // Once activated there (SB says so), the destination no longer waits.
+    // Once activated there (SB says so), the destination no longer waits, and the port is
+    // resident there (its distributed NAT follows it), and still at the source until the CMS
+    // names the destination alone.
     vm.options
         .insert("additional-chassis-activated".into(), "dst".into());
+    d.port_binding = vec![RowDelta::Insert(vm.clone())];
+    let sb = snapshot(d.clone());
+    let (t, p) = on("dst", &sb);
+    assert!(p.activation.is_none());
+    assert!(p.resident);
+    assert_eq!(t.migrations.len(), 1);
+    assert!(t.migrations[0].incoming);
+    assert_eq!(t.migrations[0].peers, ["src"]);
+    let (t, p) = on("src", &sb);
+    assert!(p.resident);
+    assert_eq!(
+        (t.migrations[0].incoming, t.migrations[0].peers.clone()),
+        (false, vec!["dst".to_string()])
+    );
+    let (_, p) = on("other", &sb);
+    assert!(!p.resident);
+    // A comma list of strategies (OVN 25.09); an unknown name is diagnosed, not ignored.
+    vm.options.remove("additional-chassis-activated");
+    vm.options
+        .insert("activation-strategy".into(), "garp, na,bogus".into());
     d.port_binding = vec![RowDelta::Insert(vm)];
-    let (_, p) = on("dst", &snapshot(d));
-    assert!(!p.needs_activation);
+    let (t, p) = on("dst", &snapshot(d));
+    assert_eq!(
+        p.activation,
+        Some(hf_pipeline::Activation {
+            rarp: false,
+            garp: true,
+            na: true
+        })
+    );
+    assert!(
+        t.diagnostics
+            .iter()
+            .any(|d| d.reason.contains("\"bogus\"")),
+        "{:?}",
+        t.diagnostics
+    );
 }
 
 #[test]

@@ -153,6 +153,10 @@ impl Datapath {
                     while let Some(m) = self.pending.pop_front() {
                         self.send(&m);
                     }
+                    // Activations a previous controller may not have written to SB yet.
+                    for port in self.activated_ports() {
+                        self.send(&FromDatapath::PortActivated { port });
+                    }
                 }
                 other => self.refuse(format!("expected a hello first, got {}", name_of(&other))),
             }
@@ -193,7 +197,10 @@ impl Datapath {
                 Err(message) => self.send(&FromDatapath::Error { message }),
             },
             ToDatapath::SetPortActive { port } => match self.set_port_active(&port) {
-                Ok(()) => self.send(&FromDatapath::PortActivated { port }),
+                Ok(()) => {
+                    self.on_port_activated(&port, now);
+                    self.send(&FromDatapath::PortActivated { port })
+                }
                 Err(message) => self.send(&FromDatapath::Error { message }),
             },
             ToDatapath::GetCounters => {

@@ -61,6 +61,8 @@ pub struct DatapathConfig {
     pub conntrack: hf_conntrack::Config,
     /// The zone map from local storage (what the last run had); zone 0 entries are ignored.
     pub zones: BTreeMap<String, u16>,
+    /// Live migration limits and timers.
+    pub migration: crate::migrate::MigrationConfig,
 }
 
 impl DatapathConfig {
@@ -71,6 +73,7 @@ impl DatapathConfig {
             tunnel_ip,
             conntrack: hf_conntrack::Config::default(),
             zones: BTreeMap::new(),
+            migration: crate::migrate::MigrationConfig::default(),
         }
     }
 }
@@ -181,6 +184,19 @@ pub struct Datapath {
     /// Where [`Datapath::log_once`] writes a key to look it up (reused: a flood of drops
     /// allocates nothing).
     log_key: String,
+    /// Live migrations ([`crate::migrate`]).
+    pub(crate) mig: crate::migrate::Migrations,
+    /// The latest `now` any entry point was given (for work an entry point without `now`
+    /// triggers, such as an install).
+    pub(crate) clock: Duration,
+    /// Local ports whose deliveries are recorded for a migration's destination.
+    pub(crate) tracking: BTreeMap<u32, String>,
+    /// While a migration's held frames are released: the port, and the frame hashes its
+    /// source delivered (each trims one copy).
+    pub(crate) trim_port: Option<u32>,
+    pub(crate) trim: std::collections::HashMap<u64, u32>,
+    /// Held frames trimmed so far.
+    pub(crate) trimmed: u64,
 }
 
 impl Datapath {
@@ -225,6 +241,12 @@ impl Datapath {
             last_sweep: Duration::ZERO,
             logged: Default::default(),
             log_key: String::new(),
+            mig: Default::default(),
+            clock: Duration::ZERO,
+            tracking: BTreeMap::new(),
+            trim_port: None,
+            trim: Default::default(),
+            trimmed: 0,
         }
     }
 
@@ -239,7 +261,7 @@ impl Datapath {
         }
     }
 
-    fn log_once(
+    pub(crate) fn log_once(
         &mut self,
         level: Level,
         key: std::fmt::Arguments<'_>,
@@ -295,6 +317,7 @@ impl Datapath {
             self.ports.insert(name.to_string(), PortState { id, mac });
             self.port_names.insert(id, name.to_string());
             self.relocate();
+            self.sync_migrations(self.clock);
         }
         self.log(Level::Info, format!("port {name}: added"));
         self.notify(FromDatapath::PortAdded(LocalPort {
@@ -310,7 +333,9 @@ impl Datapath {
             return;
         };
         self.port_names.remove(&p.id);
+        self.mig_port_removed(name);
         self.relocate();
+        self.sync_migrations(self.clock);
         self.log(Level::Info, format!("port {name}: removed"));
         self.notify(FromDatapath::PortRemoved {
             name: name.to_string(),
@@ -434,6 +459,8 @@ impl Datapath {
             ),
         );
         self.program = Some(msg);
+        self.forget_activations();
+        self.sync_migrations(self.clock);
         Ok(errs)
     }
 
@@ -475,12 +502,17 @@ impl Datapath {
             return;
         };
         let id = p.id;
+        self.clock = self.clock.max(now);
+        if self.hold_from_port(port, frame) {
+            return;
+        }
         self.run(Ingress::Local(id), frame, now, false);
     }
 
     /// A Geneve payload (Geneve header + inner Ethernet frame) arrived from `src`.
     pub fn handle_tunnel(&mut self, src: IpAddr, geneve: &[u8], now: Duration) {
         self.counters.rx_tunnel += 1;
+        self.clock = self.clock.max(now);
         let parsed = GenevePacket::new_checked(geneve)
             .and_then(|g| GeneveRepr::parse(&g).map(|r| (r, g.header_len())));
         let (repr, hlen) = match parsed {
@@ -512,7 +544,7 @@ impl Datapath {
         self.run(from, inner, now, true);
     }
 
-    fn run(&mut self, from: Ingress, frame: &[u8], now: Duration, tunnel: bool) {
+    pub(crate) fn run(&mut self, from: Ingress, frame: &[u8], now: Duration, tunnel: bool) {
         let res = self
             .pipeline
             .process(&mut self.ct, from, frame, now, &mut self.outs);
@@ -532,21 +564,24 @@ impl Datapath {
             }
         }
         let mut no_tunnel = None;
-        for (dst, bytes) in self.outs.iter() {
+        let outs = std::mem::take(&mut self.outs);
+        for (dst, bytes) in outs.iter() {
             match dst {
                 Destination::Local(id) => match self.port_names.get(&id) {
                     Some(_) => {
-                        self.counters.tx_port += 1;
-                        let start = self.tx_bytes.len();
-                        self.tx_bytes.extend_from_slice(bytes);
-                        self.tx.push_back(TxDesc {
-                            to: TxTo::Port(id),
-                            start,
-                            len: bytes.len(),
-                        });
+                        if !self.note_delivery(id, bytes, now) || !self.trim_check(id, bytes) {
+                            continue;
+                        }
+                        self.queue_port_frame(id, bytes);
                     }
                     None => self.counters.dropped += 1,
                 },
+                Destination::Held {
+                    local,
+                    datapath,
+                    inport,
+                    outport,
+                } => self.hold_frame(local, datapath, inport, outport, bytes, now),
                 Destination::Tunnel {
                     chassis,
                     datapath,
@@ -581,6 +616,7 @@ impl Datapath {
                 _ => self.counters.dropped += 1,
             }
         }
+        self.outs = outs;
         self.outs.clear();
         if let Some(chassis) = no_tunnel {
             let what = self
@@ -592,11 +628,23 @@ impl Datapath {
                 format!("no Geneve tunnel to chassis {what}: frames dropped")
             });
         }
-        self.take_events();
+        self.take_events(now);
+    }
+
+    /// Queues `bytes` out of local port `id`.
+    pub(crate) fn queue_port_frame(&mut self, id: u32, bytes: &[u8]) {
+        self.counters.tx_port += 1;
+        let start = self.tx_bytes.len();
+        self.tx_bytes.extend_from_slice(bytes);
+        self.tx.push_back(TxDesc {
+            to: TxTo::Port(id),
+            start,
+            len: bytes.len(),
+        });
     }
 
     /// Turns the pipeline's events into controller messages.
-    fn take_events(&mut self) {
+    fn take_events(&mut self, now: Duration) {
         let events = self.pipeline.take_events();
         if events.is_empty() {
             return;
@@ -616,7 +664,8 @@ impl Datapath {
                     mac,
                 }),
                 Event::PortActivated { port, .. } => {
-                    self.log(Level::Info, format!("port {port}: activated by RARP"));
+                    self.log(Level::Info, format!("port {port}: activated by its announcement"));
+                    self.on_port_activated(&port, now);
                     self.notify(FromDatapath::PortActivated { port });
                 }
                 Event::Fdb {
@@ -714,15 +763,17 @@ impl Datapath {
         let ct = self.ct.poll_timeout();
         let ls = self.pipeline.learn_stats();
         let learn = (ls.ecmp + ls.lb_affinity > 0).then_some(self.last_sweep + LEARN_SWEEP);
-        match (ct, learn) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [ct, learn, self.migration_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Expires conntrack entries and learned entries due by `now`.
     pub fn handle_timeout(&mut self, now: Duration) {
+        self.clock = self.clock.max(now);
         self.ct.handle_timeout(now);
+        self.migration_timeout(now);
         if now >= self.last_sweep + LEARN_SWEEP {
             self.pipeline.expire_learned(now);
             self.last_sweep = now;
@@ -791,6 +842,7 @@ impl Datapath {
             zones: self.zones.clone(),
             // Encoding a plain struct into a Vec cannot fail.
             conntrack: postcard::to_allocvec(&ct).unwrap_or_default(),
+            activated: self.activated_ports(),
         }
     }
 
@@ -809,6 +861,10 @@ impl Datapath {
         if let Some((n, _)) = s.zones.iter().find(|(_, z)| **z == 0) {
             return Err(format!("exported zone map gives zone 0 to \"{n}\""));
         }
+        self.clock = self.clock.max(now);
+        // Activations made by the old process hold here too (before the program's install
+        // decides which ports wait).
+        self.mig.activated.extend(s.activated.iter().cloned());
         if let Some(p) = s.program {
             self.install(p)?;
         }

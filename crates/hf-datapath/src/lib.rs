@@ -11,6 +11,8 @@
 //!   flow cache, conntrack, the zone map, Geneve between chassis, and the control session
 //!   ([`control`]). The `holdfast datapath` daemon and the simulator both run it.
 //! - [`dump`]: conntrack entries in `dpctl/dump-conntrack`'s style.
+//! - [`migrate`]: live migration between datapaths: the state channel, the conntrack pre-copy,
+//!   deltas and final delta, and the destination's hold of the port's traffic until then.
 //!
 //! # What it does not do (yet)
 //!
@@ -19,9 +21,11 @@
 pub mod control;
 pub mod core;
 pub mod dump;
+pub mod migrate;
 #[doc(hidden)]
 pub mod example;
 pub mod program;
 pub mod proto;
 
 pub use crate::core::{Datapath, DatapathConfig, Level, MAX_PENDING, Transmit, TransmitRef};
+pub use crate::migrate::{MigrationConfig, MigrationStats, PeerId, StateDial, StateMsg};

@@ -367,7 +367,11 @@ fn build_spec(
                 kind: PortKind::from_sb(&p.kind),
                 resident: p.resident,
                 also_remote: p.also_remote.clone(),
-                needs_activation: p.needs_activation,
+                activation: p.activation.map(|a| hf_pipeline::Activation {
+                    rarp: a.rarp,
+                    garp: a.garp,
+                    na: a.na,
+                }),
                 addresses: p.addresses.clone(),
                 port_security: p.port_security.clone(),
             })

@@ -27,7 +27,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// The protocol version; both hellos carry it.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The largest frame accepted (a program for a 500-switch topology is tens of MB).
 pub const MAX_FRAME: usize = 512 << 20;
@@ -226,6 +226,9 @@ pub struct StateExport {
     pub zones: BTreeMap<String, u16>,
     /// Conntrack, as `hf_conntrack::CtExport` encoded with postcard.
     pub conntrack: Vec<u8>,
+    /// Ports activated on this chassis (a RARP/GARP/NA, or [`ToDatapath::SetPortActive`])
+    /// while the program still says they wait: the new process keeps them active.
+    pub activated: Vec<String>,
 }
 
 /// A whole program: everything a chassis forwards with.
@@ -260,6 +263,45 @@ pub struct ProgramMsg {
     pub dns: Vec<DnsMsg>,
     /// The conntrack owner recorded on connections this program commits.
     pub owner: u32,
+    /// Local ports in a live migration that involves this chassis.
+    pub migrations: Vec<MigrationMsg>,
+}
+
+/// A local port in a live migration (`requested-chassis="src,dst"`): this chassis is its
+/// destination (bound as an additional chassis) or its source (its primary chassis).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigrationMsg {
+    /// The logical port.
+    pub port: String,
+    /// This chassis is the destination.
+    pub incoming: bool,
+    /// The other chassis by name: the source (incoming), or the destinations.
+    pub peers: Vec<String>,
+    /// What the destination announces once the port is active there (a distributed
+    /// `dnat_and_snat`'s external address, so the provider network learns its new place).
+    pub announce: Vec<AnnounceMsg>,
+}
+
+/// A gratuitous ARP to send at activation.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnnounceMsg {
+    /// The Ethernet address (`external_mac`).
+    pub mac: [u8; 6],
+    /// The IPv4 address (`external_ip`), as text.
+    pub ip: String,
+    /// The local port it leaves by (a `localnet` port).
+    pub via: String,
+}
+
+/// What activates a port waiting on this chassis (`options:activation-strategy`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActivationMsg {
+    /// A RARP.
+    pub rarp: bool,
+    /// A gratuitous ARP.
+    pub garp: bool,
+    /// An IPv6 neighbour advertisement.
+    pub na: bool,
 }
 
 /// One logical datapath.
@@ -312,8 +354,9 @@ pub struct PortMsg {
     pub resident: bool,
     /// Further chassis (ids) it is bound to.
     pub also_remote: Vec<u32>,
-    /// Starts inactive here until activated.
-    pub needs_activation: bool,
+    /// Starts inactive here until one of these frames (or [`ToDatapath::SetPortActive`])
+    /// activates it; `None`: active.
+    pub activation: Option<ActivationMsg>,
     /// `Port_Binding.mac`.
     pub addresses: Vec<String>,
     /// `Port_Binding.port_security`.

@@ -159,8 +159,8 @@ impl Program {
                         if prog.local.insert(*id, (i as u32, p.key)).is_some() {
                             return Err(dup(*id));
                         }
-                        if p.needs_activation {
-                            prog.inactive.push(*id);
+                        if let Some(a) = p.activation {
+                            prog.inactive.push((*id, a));
                         }
                         Loc::Local(*id)
                     }

@@ -243,6 +243,8 @@ pub(crate) struct Runner<'a> {
     pub what_if: Option<crate::whatif::Cursor<'a>>,
     /// Events for the caller (learned neighbours).
     pub events: &'a mut Vec<crate::Event>,
+    /// Local ports whose traffic is held ([`crate::Pipeline::set_port_held`]).
+    pub held: &'a std::collections::BTreeSet<u32>,
     /// Packet-in mode ([`crate::Pipeline::set_packet_in`]).
     pub packet_in: bool,
     /// What packet-in actions did.
@@ -921,6 +923,17 @@ impl Runner<'_> {
                     "output to chassisredirect port {} in egress: dropped",
                     port.name
                 ));
+            }
+            // A held port: the frame comes out as it would enter the port's egress pipeline,
+            // for the caller to replay later (traces run egress as usual).
+            (Loc::Local(id), INGRESS) if self.held.contains(id) && self.mode != Mode::Trace => {
+                let dest = Destination::Held {
+                    local: *id,
+                    datapath: d.key,
+                    inport,
+                    outport,
+                };
+                self.record(w, Op::Emit(dest), rdepth);
             }
             (_, INGRESS) => {
                 self.record(w, Op::EnterEgress, rdepth);

@@ -144,7 +144,7 @@ use hf_conntrack::Conntrack;
 pub use learn::LearnStats;
 pub use packet_in::PacketInStats;
 pub use program::{
-    ActionHits, CompileError, DatapathKind, DatapathSpec, DnsSpec, FdbSpec, FlowError,
+    ActionHits, Activation, CompileError, DatapathKind, DatapathSpec, DnsSpec, FdbSpec, FlowError,
     FlowErrorKind, FlowId, FlowSpec, FlowText, GroupSpec, LbVipSpec, Neighbour, PortKind,
     PortLocation, PortSpec, Program, ProgramSpec,
 };
@@ -169,6 +169,20 @@ pub enum Destination {
         /// Logical ingress port key.
         inport: u32,
         /// Logical egress port key.
+        outport: u32,
+    },
+    /// Held for a local port ([`Pipeline::set_port_held`]): the frame as it would enter the
+    /// egress pipeline of `datapath` (the same thing a tunnel copy carries). The caller keeps
+    /// it and replays it later as [`Ingress::Tunnel`] with these keys, so the egress pipeline
+    /// (its ACLs and conntrack) runs only then.
+    Held {
+        /// The local port's id.
+        local: u32,
+        /// The datapath's tunnel key.
+        datapath: u32,
+        /// Logical ingress port key.
+        inport: u32,
+        /// Logical egress port key (the held port).
         outport: u32,
     },
 }
@@ -337,8 +351,10 @@ pub struct Pipeline {
     events: Vec<Event>,
     /// Bindings learned by `put_arp`/`put_nd`, by (datapath, port) name: reapplied on a swap.
     learned: std::collections::BTreeMap<(String, String, std::net::IpAddr), [u8; 6]>,
-    /// Local ports currently inactive.
-    inactive: std::collections::BTreeSet<u32>,
+    /// Local ports currently inactive, with what activates them.
+    inactive: std::collections::BTreeMap<u32, Activation>,
+    /// Local ports whose traffic is held (see [`Pipeline::set_port_held`]).
+    held: std::collections::BTreeSet<u32>,
     /// Activation decisions made here (by RARP or [`Pipeline::set_port_active`]): they
     /// outlive program swaps.
     activation: std::collections::BTreeMap<u32, bool>,
@@ -362,6 +378,7 @@ impl Pipeline {
             events: Vec::new(),
             learned: Default::default(),
             inactive: Default::default(),
+            held: Default::default(),
             activation: Default::default(),
             packet_in: false,
             pin_stats: PacketInStats::default(),
@@ -399,16 +416,19 @@ impl Pipeline {
             self.neigh.insert((dp as u32, key, ip, v6), m);
         }
         self.inactive = self.prog.inactive.iter().copied().collect();
+        // A decision made here matters only while the program still says "inactive": once it
+        // does not (the activation reached SB, or the port was bound here as primary), the
+        // decision is forgotten, so a later migration to this chassis waits again.
+        let inactive = &self.inactive;
+        self.activation
+            .retain(|id, _| self.prog.local.contains_key(id) && inactive.contains_key(id));
         for (&id, &active) in &self.activation {
-            if !self.prog.local.contains_key(&id) {
-                continue;
-            }
             if active {
                 self.inactive.remove(&id);
-            } else {
-                self.inactive.insert(id);
             }
         }
+        let local = &self.prog.local;
+        self.held.retain(|id| local.contains_key(id));
     }
 
     /// Replaces the program (and reloads the neighbour table from it, plus every binding
@@ -429,9 +449,15 @@ impl Pipeline {
     pub fn set_port_active(&mut self, id: u32, active: bool) {
         self.activation.insert(id, active);
         let changed = if active {
-            self.inactive.remove(&id)
+            self.inactive.remove(&id).is_some()
         } else {
-            self.inactive.insert(id)
+            let a = self
+                .prog
+                .inactive
+                .iter()
+                .find(|(i, _)| *i == id)
+                .map_or(Activation::RARP, |(_, a)| *a);
+            self.inactive.insert(id, a).is_none()
         };
         if changed {
             self.generation += 1;
@@ -465,7 +491,29 @@ impl Pipeline {
 
     /// Whether local port `id` is active (ports not waiting for activation always are).
     pub fn port_active(&self, id: u32) -> bool {
-        !self.inactive.contains(&id)
+        !self.inactive.contains_key(&id)
+    }
+
+    /// Holds (or stops holding) the traffic *to* local port `id`: while held, a frame an
+    /// ingress pipeline outputs to it, or a tunnel copy for it, does not run the port's egress
+    /// pipeline but comes out as [`Destination::Held`], for the caller to keep and replay in
+    /// order later (a live migration's destination holds the port's frames until it has the
+    /// final conntrack delta). Cached walks die.
+    pub fn set_port_held(&mut self, id: u32, held: bool) {
+        let changed = if held {
+            self.held.insert(id)
+        } else {
+            self.held.remove(&id)
+        };
+        if changed {
+            self.generation += 1;
+            self.cache.clear();
+        }
+    }
+
+    /// Whether traffic to local port `id` is held.
+    pub fn port_held(&self, id: u32) -> bool {
+        self.held.contains(&id)
     }
 
     /// Takes the events collected so far.
@@ -661,9 +709,8 @@ impl Pipeline {
                     .local
                     .get(&id)
                     .ok_or(ProcessError::UnknownLocalPort(id))?;
-                if self.inactive.contains(&id) {
-                    let rarp = frame.get(12..14) == Some(&[0x80, 0x35][..]);
-                    if !rarp {
+                if let Some(a) = self.inactive.get(&id) {
+                    if !a.activates(frame) {
                         return Ok(RunStats {
                             inactive_port: true,
                             ..RunStats::default()
@@ -738,6 +785,23 @@ impl Pipeline {
                     Some(program::Loc::Redirect(to)) => *to,
                     _ => outport,
                 };
+                // A copy for a held port is kept as it came, before its egress pipeline.
+                if let Some(program::Loc::Local(local)) = d.ports.get(&outport).map(|p| &p.loc)
+                    && self.held.contains(local)
+                    && mode != Mode::Trace
+                {
+                    out.clear();
+                    out.push(
+                        Destination::Held {
+                            local: *local,
+                            datapath,
+                            inport,
+                            outport,
+                        },
+                        frame,
+                    );
+                    return Ok(RunStats::default());
+                }
                 (dp, program::EGRESS, inport, outport)
             }
         };
@@ -773,6 +837,7 @@ impl Pipeline {
             hits: 0,
             what_if,
             events: &mut self.events,
+            held: &self.held,
             packet_in: self.packet_in,
             pin_stats: &mut self.pin_stats,
         };

@@ -118,12 +118,80 @@ pub struct PortSpec {
     /// `additional_chassis`): output to it also sends one tunnel copy to each of them.
     pub also_remote: Vec<u32>,
     /// The port starts inactive on this chassis (a migration destination with
-    /// `activation-strategy=rarp`): see [`crate::Pipeline::set_port_active`].
-    pub needs_activation: bool,
+    /// `options:activation-strategy`), and which frames of its own activate it: see
+    /// [`crate::Pipeline::set_port_active`]. `None`: active.
+    pub activation: Option<Activation>,
     /// `Port_Binding.mac`: `MAC [IP...]`, `unknown`, `router`, as written.
     pub addresses: Vec<String>,
     /// `Port_Binding.port_security`, as written.
     pub port_security: Vec<String>,
+}
+
+/// The frames that activate a port waiting on this chassis (`options:activation-strategy`, a
+/// comma list: `rarp` since OVN 22.09, `garp` and `na` since 25.09).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Activation {
+    /// A RARP (ethertype 0x8035), what QEMU sends after a migration.
+    pub rarp: bool,
+    /// A gratuitous ARP (sender address = target address).
+    pub garp: bool,
+    /// An IPv6 neighbour advertisement.
+    pub na: bool,
+}
+
+impl Activation {
+    /// RARP only (OVN 22.09's one strategy).
+    pub const RARP: Activation = Activation {
+        rarp: true,
+        garp: false,
+        na: false,
+    };
+
+    /// Parses `options:activation-strategy`: a comma list of `rarp`, `garp`, `na`. Unknown
+    /// names are returned apart (the caller reports them); `None` when no known name is left.
+    pub fn parse(list: &str) -> (Option<Activation>, Vec<String>) {
+        let mut a = Activation::default();
+        let mut unknown = Vec::new();
+        for s in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            match s {
+                "rarp" => a.rarp = true,
+                "garp" => a.garp = true,
+                "na" => a.na = true,
+                other => unknown.push(other.to_string()),
+            }
+        }
+        ((a.rarp || a.garp || a.na).then_some(a), unknown)
+    }
+
+    /// Whether `frame` (an Ethernet frame the port sent) activates it.
+    pub fn activates(&self, frame: &[u8]) -> bool {
+        let et = frame.get(12..14);
+        if self.rarp && et == Some(&[0x80, 0x35][..]) {
+            return true;
+        }
+        if self.garp
+            && et == Some(&[0x08, 0x06][..])
+            && let (Some(spa), Some(tpa)) = (frame.get(28..32), frame.get(38..42))
+        {
+            return spa == tpa;
+        }
+        // IPv6 (no extension headers), ICMPv6 type 136.
+        self.na
+            && et == Some(&[0x86, 0xdd][..])
+            && frame.get(20) == Some(&58)
+            && frame.get(54) == Some(&136)
+    }
+
+    /// The names, comma-separated (as the option writes them).
+    pub fn names(&self) -> String {
+        let mut v = Vec::new();
+        for (on, n) in [(self.rarp, "rarp"), (self.garp, "garp"), (self.na, "na")] {
+            if on {
+                v.push(n);
+            }
+        }
+        v.join(",")
+    }
 }
 
 /// A learned FDB entry (SB `FDB`): `mac` is behind `port` of `datapath`.
@@ -811,8 +879,8 @@ pub struct Program {
     /// Counted actions, indexed by the `counter` of their `CAct`.
     pub(crate) counters: Vec<Counted>,
     pub(crate) owner: Owner,
-    /// Local port ids that start inactive.
-    pub(crate) inactive: Vec<u32>,
+    /// Local port ids that start inactive, with what activates them.
+    pub(crate) inactive: Vec<(u32, Activation)>,
     /// The sets the flows were compiled against (to see which datapaths a change touches).
     pub(crate) sets: Sets,
     /// DNS records by datapath index (from [`ProgramSpec::dns`]), for `dns_lookup()`.

@@ -10,6 +10,7 @@ use hf_conntrack::fuzzing::{Seg, tcp_frame};
 use hf_conntrack::{Config, Conntrack, Owner};
 use hf_expr::actions::Pipeline as Pipe;
 use hf_pipeline::{
+    Activation,
     CompileError, DatapathKind, DatapathSpec, Destination, Event, FlowErrorKind, FlowId, FlowSpec,
     GroupSpec, Ingress, Outputs, Pipeline, PortLocation, PortSpec, Program, ProgramSpec,
 };
@@ -349,7 +350,7 @@ fn rarp() -> Vec<u8> {
 fn a_port_on_two_chassis_gets_both_copies_and_activates_on_rarp() {
     let mut mig = port("mig", 2, PortLocation::Local(2));
     mig.also_remote = vec![7];
-    mig.needs_activation = true;
+    mig.activation = Some(Activation::RARP);
     let s = spec(vec![switch(
         "ls",
         5,
@@ -434,6 +435,116 @@ fn a_port_on_two_chassis_gets_both_copies_and_activates_on_rarp() {
     p.set_port_active(2, true);
     p.set_program(Program::compile_strict(&s).expect("compiles"));
     assert!(p.port_active(2), "activation survives a program swap");
+    // A program that no longer says the port waits ends the decision: a later program that
+    // says it waits again (a new migration here) makes it wait again.
+    let mut active = s.clone();
+    active.datapaths[0].ports[1].activation = None;
+    p.set_program(Program::compile_strict(&active).expect("compiles"));
+    assert!(p.port_active(2));
+    p.set_program(Program::compile_strict(&s).expect("compiles"));
+    assert!(!p.port_active(2), "a new migration waits for its own activation");
+}
+
+fn garp(ip: Ipv4Addr) -> Vec<u8> {
+    let mut f = Vec::new();
+    hf_wire::reply::arp_request(&mut f, EthAddr([2, 0, 0, 0, 0, 2]), ip, ip);
+    f
+}
+
+#[test]
+fn activation_strategies_pick_which_announcement_activates() {
+    let garp_only = Activation {
+        garp: true,
+        ..Activation::default()
+    };
+    assert!(garp_only.activates(&garp(B)));
+    assert!(!garp_only.activates(&rarp()), "a RARP is not a GARP");
+    let mut ask = Vec::new();
+    hf_wire::reply::arp_request(&mut ask, EthAddr([2, 0, 0, 0, 0, 2]), B, Ipv4Addr::new(10, 0, 0, 1));
+    assert!(!garp_only.activates(&ask), "an ordinary ARP request is no announcement");
+    assert!(Activation::RARP.activates(&rarp()));
+    assert!(!Activation::RARP.activates(&garp(B)));
+    // An IPv6 neighbour advertisement: ICMPv6 type 136.
+    let mut na = vec![0u8; 78];
+    na[12..14].copy_from_slice(&[0x86, 0xdd]);
+    na[20] = 58;
+    na[54] = 136;
+    let na_only = Activation {
+        na: true,
+        ..Activation::default()
+    };
+    assert!(na_only.activates(&na));
+    na[54] = 135;
+    assert!(!na_only.activates(&na), "a solicitation does not activate");
+    assert_eq!(
+        Activation::parse("rarp, garp,bogus"),
+        (
+            Some(Activation {
+                rarp: true,
+                garp: true,
+                na: false
+            }),
+            vec!["bogus".to_string()]
+        )
+    );
+    assert_eq!(Activation::parse("bogus").0, None);
+}
+
+#[test]
+fn a_held_port_gets_its_frames_as_egress_input_to_replay_later() {
+    let mut mig = port("mig", 2, PortLocation::Local(2));
+    mig.also_remote = vec![7];
+    let s = spec(vec![switch(
+        "ls",
+        5,
+        vec![port("a", 1, PortLocation::Local(1)), mig],
+        vec![
+            flow(
+                Pipe::Ingress,
+                0,
+                10,
+                "inport == \"a\"",
+                "outport = \"mig\"; output;",
+            ),
+            // Egress rewrites, so a held frame is visibly the egress pipeline's input.
+            flow(Pipe::Egress, 0, 0, "1", "ip.ttl = 7; output;"),
+        ],
+    )]);
+    let mut p = Pipeline::new(Program::compile_strict(&s).expect("compiles"));
+    let mut ct = Conntrack::new(Config::default());
+    let held = Destination::Held {
+        local: 2,
+        datapath: 5,
+        inport: 1,
+        outport: 2,
+    };
+    // Cached before the hold: holding must not serve the cached walk.
+    run(&mut p, &mut ct, Ingress::Local(1), &syn());
+    p.set_port_held(2, true);
+    assert!(p.port_held(2));
+    let mut out = Outputs::default();
+    p.process(&mut ct, Ingress::Local(1), &syn(), Duration::from_secs(1), &mut out)
+        .expect("processed");
+    let got: Vec<(Destination, Vec<u8>)> = out.iter().map(|(d, b)| (d, b.to_vec())).collect();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(matches!(got[0].0, Destination::Tunnel { chassis: 7, .. }));
+    assert_eq!(got[1].0, held);
+    assert_eq!(got[1].1, syn(), "held before the egress pipeline ran");
+    // A tunnel copy for the held port is held as it came.
+    let from_tunnel = Ingress::Tunnel {
+        datapath: 5,
+        inport: 1,
+        outport: 2,
+    };
+    assert_eq!(run(&mut p, &mut ct, from_tunnel, &syn()), [held]);
+    // Released: the replay (a tunnel-style entry) runs the egress pipeline.
+    p.set_port_held(2, false);
+    p.process(&mut ct, from_tunnel, &syn(), Duration::from_secs(1), &mut out)
+        .expect("processed");
+    let got: Vec<(Destination, Vec<u8>)> = out.iter().map(|(d, b)| (d, b.to_vec())).collect();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].0, Destination::Local(2));
+    assert_ne!(got[0].1, syn(), "the egress pipeline ran");
 }
 
 #[test]

@@ -16,6 +16,10 @@
 //!   group (or `Gateway_Chassis` rows) and released by a chassis that is no longer it; an
 //!   `l3gateway` port by the chassis its `options:l3gateway-chassis` names (ovn-controller's
 //!   gateway claims, so `ovn-sbctl show` lists them under the gateway).
+//! - A port claimed as an additional chassis that the datapath activated (its RARP/GARP/NA)
+//!   gets this chassis's name added to `options:additional-chassis-activated`, as
+//!   ovn-controller does: activation is SB state, so a restarted controller or datapath keeps
+//!   the port active.
 //! - A `virtual` port is claimed when the datapath reports `bind_vport` ran for it
 //!   (`VportBound`): `chassis` and `virtual_parent` are set, as pinctrl does.
 //!
@@ -87,6 +91,9 @@ pub fn claim_of(
     }
 }
 
+/// The option that records activations (OVN 22.09+).
+const ACTIVATED: &str = "additional-chassis-activated";
+
 fn uuid_json(u: Uuid) -> Value {
     json!(["uuid", u.to_string()])
 }
@@ -101,6 +108,7 @@ pub fn binding_ops(
     local: &BTreeSet<String>,
     up_ports: &BTreeSet<String>,
     vports: &BTreeMap<String, String>,
+    activated: &BTreeSet<String>,
 ) -> Vec<Value> {
     let mut ops = Vec::new();
     for pb in sb.port_binding().values() {
@@ -166,6 +174,15 @@ pub fn binding_ops(
                 if !holds_additional {
                     mutations.push(json!(["additional_chassis", "insert", uuid_json(ours)]));
                 }
+                let listed = crate::translate::ports::activated_chassis(pb);
+                if activated.contains(&pb.logical_port) && !listed.contains(&name) {
+                    let mut list: Vec<&str> = listed;
+                    list.push(name);
+                    mutations.push(json!(["options", "delete", ["set", [ACTIVATED]]]));
+                    mutations.push(
+                        json!(["options", "insert", ["map", [[ACTIVATED, list.join(",")]]]]),
+                    );
+                }
             }
             Claim::None => {
                 if holds_primary {
@@ -188,6 +205,7 @@ pub fn binding_ops(
         if !row.is_empty() || !mutations.is_empty() {
             let what = match claim {
                 Claim::Primary => "claiming",
+                Claim::Additional if holds_additional => "activating (additional chassis)",
                 Claim::Additional => "claiming (additional chassis)",
                 Claim::None => "releasing",
             };

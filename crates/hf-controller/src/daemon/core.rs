@@ -154,6 +154,9 @@ struct WriteState {
     neigh: neigh::Pending,
     fdb: neigh::PendingFdb,
     vports: BTreeMap<String, String>,
+    /// Ports the datapath activated here (a migration's destination): written to SB as
+    /// `options:additional-chassis-activated`.
+    activated: BTreeSet<String>,
     nb_cfg: Option<i64>,
     wall_ms: i64,
     flow_report: BTreeMap<String, String>,
@@ -180,6 +183,7 @@ fn write_ops(sb: &SbSnapshot, st: &WriteState) -> Vec<Value> {
             &st.local,
             &st.up,
             &st.vports,
+            &st.activated,
         ));
     }
     ops.extend(neigh::neighbour_ops(sb, &st.neigh, st.wall_ms));
@@ -203,6 +207,7 @@ fn claims_pending(sb: &SbSnapshot, st: &WriteState) -> bool {
             &st.local,
             &st.up,
             &st.vports,
+            &st.activated,
         )
         .is_empty()
 }
@@ -316,6 +321,7 @@ impl Controller {
             neigh: BTreeMap::new(),
             fdb: BTreeMap::new(),
             vports: BTreeMap::new(),
+            activated: BTreeSet::new(),
             nb_cfg: None,
             wall_ms: tuning.wall_offset_ms + now.as_millis() as i64,
             flow_report: BTreeMap::new(),
@@ -749,6 +755,7 @@ impl Controller {
                     .unwrap_or_default();
                 self.with_state(|st| {
                     st.dp_ready = true;
+                    st.activated.retain(|p| local.contains(p));
                     st.local = local;
                     st.up = up;
                 });
@@ -871,8 +878,13 @@ impl Controller {
             FromDatapath::PortActivated { port } => {
                 self.say(
                     Level::Info,
-                    format!("port {port} activated on this chassis"),
+                    format!(
+                        "port {port} activated on this chassis; recording it in SB \
+                         (Port_Binding options:additional-chassis-activated)"
+                    ),
                 );
+                self.with_state(|st| st.activated.insert(port));
+                self.write_due = true;
             }
             FromDatapath::Flushed { names, entries } => {
                 for n in &names {
@@ -925,7 +937,11 @@ impl Controller {
 
     fn local_changed(&mut self) {
         let local = self.local_set();
-        self.with_state(|st| st.local = local);
+        self.with_state(|st| {
+            // A port that left this chassis is activated again only by a new announcement.
+            st.activated.retain(|p| local.contains(p));
+            st.local = local;
+        });
         self.write_due = true;
         self.conds_due = true;
         self.translate_due = true;

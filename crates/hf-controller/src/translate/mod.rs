@@ -118,6 +118,8 @@ pub struct Translation {
     pub zones: BTreeMap<String, u16>,
     /// SB datapath UUID → index in `spec.datapaths`.
     pub datapath_index: BTreeMap<Uuid, usize>,
+    /// Local ports in a live migration.
+    pub migrations: Vec<ports::MigrationSpec>,
 }
 
 impl Translation {

@@ -18,22 +18,60 @@
 //! | `localport` | every chassis | local, never tunnelled |
 //! | `vtep`, `remote`, others | not supported | unbound, with a diagnostic |
 //!
-//! A port bound here as an additional chassis with `options:activation-strategy=rarp`, and not
-//! listed in `options:additional-chassis-activated`, starts inactive.
+//! A port bound here as an additional chassis with `options:activation-strategy` (a comma list
+//! of `rarp`, `garp`, `na`; unknown names are diagnosed), and not listed in
+//! `options:additional-chassis-activated`, starts inactive.
 //!
 //! `is_chassis_resident()` follows ovn-controller's `is_chassis_resident_cb`: a port is
-//! resident where its (primary) `chassis` is (not on additional chassis; never for localnet,
-//! localport and patch ports, which nobody claims), a `chassisredirect` port on the active
-//! (highest-priority) member of its HA group, an `l3gateway` port on its gateway chassis.
+//! resident where its (primary) `chassis` is (never for localnet, localport and patch ports,
+//! which nobody claims), a `chassisredirect` port on the active (highest-priority) member of
+//! its HA group, an `l3gateway` port on its gateway chassis. One deliberate difference: an
+//! additional chassis listed in `options:additional-chassis-activated` is resident too (the VM
+//! runs there now), so what follows the port (a distributed `dnat_and_snat`'s NAT and its ARP
+//! answers) is applied where the port is active, not only where it was first bound. Until the
+//! CMS names the destination alone, the source stays resident as well and forwards what still
+//! reaches it (frames in flight, and what the provider network sends there until the
+//! destination's announcement arrives) to the destination.
+//!
+//! [`MigrationSpec`]s list the local ports in a live migration (bound here and on another
+//! chassis): the destination's source, the source's destinations, and what the destination
+//! announces at activation (the `nat_addresses` entries of switch ports that are
+//! `is_chassis_resident` on the port, out of their switch's `localnet` ports).
 
 use std::collections::BTreeMap;
 
 use hf_model::SbSnapshot;
 use hf_model::sb;
-use hf_pipeline::{GroupSpec, PortKind, PortLocation, PortSpec};
+use hf_pipeline::{Activation, GroupSpec, PortKind, PortLocation, PortSpec};
 use uuid::Uuid;
 
 use super::{Diagnostic, Translation};
+
+/// A local port in a live migration (see the module docs).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MigrationSpec {
+    /// The logical port.
+    pub port: String,
+    /// This chassis is the destination (an additional chassis).
+    pub incoming: bool,
+    /// The source (incoming) or the destinations, by chassis name.
+    pub peers: Vec<String>,
+    /// (MAC, IPv4 address, local port to send the gratuitous ARP by), at activation.
+    pub announce: Vec<([u8; 6], String, String)>,
+}
+
+/// The value of `options:additional-chassis-activated`: chassis names.
+pub(crate) fn activated_chassis(pb: &sb::PortBinding) -> Vec<&str> {
+    pb.options
+        .get("additional-chassis-activated")
+        .map(|l| {
+            l.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
+}
 
 /// Where a port is, before local ids are numbered.
 enum Place {
@@ -177,7 +215,7 @@ pub(crate) fn translate_ports(sb: &SbSnapshot, chassis: Option<&str>, t: &mut Tr
             }
             let kind = PortKind::from_sb(&pb.type_);
             let chassis_id = |u: Uuid| ids.get(&u).copied();
-            let (place, resident, also, needs_activation) = match chassis {
+            let (place, resident, also, activation) = match chassis {
                 None => place_everywhere(pb, &kind),
                 Some(name) => {
                     place_on(sb, pb, &kind, here, name, here_row, &chassis_id, &mut |r| {
@@ -238,7 +276,7 @@ pub(crate) fn translate_ports(sb: &SbSnapshot, chassis: Option<&str>, t: &mut Tr
                     kind,
                     resident,
                     also_remote: also,
-                    needs_activation,
+                    activation,
                     addresses: pb.mac.iter().cloned().collect(),
                     port_security: pb.port_security.iter().cloned().collect(),
                 },
@@ -276,9 +314,103 @@ pub(crate) fn translate_ports(sb: &SbSnapshot, chassis: Option<&str>, t: &mut Tr
     }
     // A logical port name bound twice (two datapaths) would make names ambiguous.
     translate_groups(sb, t, &index);
+    if let (Some(h), Some(name)) = (here, chassis) {
+        t.migrations = migrations(sb, h, name, t);
+    }
 }
 
-type Placed = (Place, bool, Vec<u32>, bool);
+/// The local VIF ports bound here and on another chassis (see the module docs).
+fn migrations(sb: &SbSnapshot, here: Uuid, name: &str, t: &Translation) -> Vec<MigrationSpec> {
+    let chassis_name = |u: Uuid| sb.chassis().get(&u).map(|c| c.name.clone());
+    let mut out = Vec::new();
+    for p in t.local_ports.keys() {
+        let Some(pb) = sb.port_binding_by_logical_port(p) else {
+            continue;
+        };
+        if !matches!(pb.type_.as_str(), "" | "virtual") {
+            continue;
+        }
+        let (primary, additional) = binding(sb, pb);
+        if additional.is_empty() {
+            continue;
+        }
+        let (incoming, peers) = if additional.contains(&here) {
+            (true, primary.into_iter().filter_map(chassis_name).collect())
+        } else if primary == Some(here) {
+            (false, additional.iter().filter_map(|u| chassis_name(*u)).collect())
+        } else {
+            continue;
+        };
+        let announce = if incoming {
+            announcements(sb, p, name, t)
+        } else {
+            Vec::new()
+        };
+        out.push(MigrationSpec {
+            port: p.clone(),
+            incoming,
+            peers,
+            announce,
+        });
+    }
+    out
+}
+
+/// The `nat_addresses` entries that follow `port` (`... is_chassis_resident("port")`), each
+/// out of the local `localnet` ports of the switch that announces it.
+fn announcements(
+    sb: &SbSnapshot,
+    port: &str,
+    _chassis: &str,
+    t: &Translation,
+) -> Vec<([u8; 6], String, String)> {
+    let cond = format!("is_chassis_resident(\"{port}\")");
+    let mut out = Vec::new();
+    for pb in sb.port_binding().values() {
+        for entry in &pb.nat_addresses {
+            if !entry.contains(&cond) {
+                continue;
+            }
+            let mut words = entry.split_whitespace();
+            let Some(mac) = words.next().and_then(parse_mac) else {
+                continue;
+            };
+            let ips: Vec<String> = words
+                .take_while(|w| !w.starts_with("is_chassis_resident"))
+                .filter(|w| w.parse::<std::net::Ipv4Addr>().is_ok())
+                .map(str::to_string)
+                .collect();
+            let vias: Vec<String> = sb
+                .port_binding_all_by_datapath(pb.datapath)
+                .filter(|q| q.type_ == "localnet" && t.local_ports.contains_key(&q.logical_port))
+                .map(|q| q.logical_port.clone())
+                .collect();
+            for ip in &ips {
+                for via in &vias {
+                    out.push((mac, ip.clone(), via.clone()));
+                }
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut m = [0u8; 6];
+    let mut n = 0;
+    for (i, part) in s.split(':').enumerate() {
+        if i >= 6 || part.len() != 2 {
+            return None;
+        }
+        m[i] = u8::from_str_radix(part, 16).ok()?;
+        n += 1;
+    }
+    (n == 6).then_some(m)
+}
+
+type Placed = (Place, bool, Vec<u32>, Option<Activation>);
 
 fn place_everywhere(pb: &sb::PortBinding, kind: &PortKind) -> Placed {
     let peer = || pb.options.get("peer").cloned().unwrap_or_default();
@@ -294,7 +426,7 @@ fn place_everywhere(pb: &sb::PortBinding, kind: &PortKind) -> Placed {
         _ => Place::Local,
     };
     // ovn-trace's `is_chassis_resident()` holds for every port name.
-    (place, true, Vec::new(), false)
+    (place, true, Vec::new(), None)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -344,20 +476,30 @@ fn place_on(
                 .filter_map(|c| chassis_id(*c))
                 .collect();
             if local {
-                let activation = here.is_some_and(|h| additional.contains(&h))
-                    && pb.options.get("activation-strategy").map(String::as_str) == Some("rarp")
-                    && !pb
-                        .options
-                        .get("additional-chassis-activated")
-                        .is_some_and(|l| l.split(',').any(|c| c.trim() == name));
-                // ovn-controller's is_chassis_resident_cb: `Port_Binding.chassis` only (an
-                // additional chassis receives the port's traffic but is not its resident).
-                (Place::Local, primary == here, also, activation)
+                let extra = here.is_some_and(|h| additional.contains(&h));
+                let activated = activated_chassis(pb).contains(&name);
+                let strategy = match pb.options.get("activation-strategy") {
+                    Some(list) if extra => {
+                        let (a, unknown) = Activation::parse(list);
+                        for u in unknown {
+                            diag(format!(
+                                "options:activation-strategy names {u:?}, which is not rarp,                                  garp or na: ignored"
+                            ));
+                        }
+                        a
+                    }
+                    _ => None,
+                };
+                let activation = strategy.filter(|_| !activated);
+                // ovn-controller's is_chassis_resident_cb (`Port_Binding.chassis`), plus an
+                // additional chassis where the port has been activated (module docs).
+                let resident = primary == here || (extra && activated);
+                (Place::Local, resident, also, activation)
             } else {
-                (remote_at(primary, diag), false, also, false)
+                (remote_at(primary, diag), false, also, None)
             }
         }
-        PortKind::Patch => (Place::Patch(peer()), false, Vec::new(), false),
+        PortKind::Patch => (Place::Patch(peer()), false, Vec::new(), None),
         PortKind::L3Gateway | PortKind::L2Gateway => {
             let key = if *kind == PortKind::L3Gateway {
                 "l3gateway-chassis"
@@ -371,9 +513,9 @@ fn place_on(
                 } else {
                     Place::Local
                 };
-                (place, true, Vec::new(), false)
+                (place, true, Vec::new(), None)
             } else {
-                (by_name(gw, diag), false, Vec::new(), false)
+                (by_name(gw, diag), false, Vec::new(), None)
             }
         }
         PortKind::ChassisRedirect => {
@@ -384,9 +526,9 @@ fn place_on(
                     .get("distributed-port")
                     .cloned()
                     .unwrap_or_default();
-                (Place::Redirect(dgp), true, Vec::new(), false)
+                (Place::Redirect(dgp), true, Vec::new(), None)
             } else {
-                (remote_at(primary, diag), false, Vec::new(), false)
+                (remote_at(primary, diag), false, Vec::new(), None)
             }
         }
         PortKind::Localnet => {
@@ -401,13 +543,13 @@ fn place_on(
             // Nobody claims a localnet or localport port (its `chassis` stays empty), so
             // is_chassis_resident() never holds for it.
             if mapped {
-                (Place::Local, false, Vec::new(), false)
+                (Place::Local, false, Vec::new(), None)
             } else {
-                (Place::Unbound, false, Vec::new(), false)
+                (Place::Unbound, false, Vec::new(), None)
             }
         }
-        PortKind::Localport => (Place::Local, false, Vec::new(), false),
-        _ => (Place::Unbound, false, Vec::new(), false),
+        PortKind::Localport => (Place::Local, false, Vec::new(), None),
+        _ => (Place::Unbound, false, Vec::new(), None),
     }
 }
 
