@@ -503,7 +503,7 @@ impl Datapath {
         };
         let id = p.id;
         self.clock = self.clock.max(now);
-        if self.hold_from_port(port, frame) {
+        if self.hold_from_port(port, id, frame) {
             return;
         }
         self.run(Ingress::Local(id), frame, now, false);

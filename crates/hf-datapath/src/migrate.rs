@@ -212,7 +212,7 @@ pub struct MigrationStats {
     pub overflowed: u64,
     /// Held frames dropped because they were older than the age limit.
     pub expired: u64,
-    /// Frames the port sent after activation, held until the final delta.
+    /// Frames the port sent before the final delta (its announcement apart), held until then.
     pub held_from_port: u64,
     /// Frame hashes the source reported as delivered.
     pub delivered_reported: u64,
@@ -398,6 +398,12 @@ impl Datapath {
         self.ports
             .get(name)
             .is_some_and(|p| self.pipeline.port_held(p.id))
+    }
+
+    /// The shell's clock reading, for work that an entry point without `now` (adding a port,
+    /// installing a program) triggers.
+    pub fn advance_clock(&mut self, now: Duration) {
+        self.clock = self.clock.max(now);
     }
 
     // ----- state sessions (the shell's side) -----
@@ -1159,22 +1165,20 @@ impl Datapath {
         for n in stale {
             self.abort_incoming(&n, "the port no longer waits here", now);
         }
-        // Outgoing migrations whose port was released here: drop what was handed over, after a
-        // grace.
+        // Outgoing migrations whose port was released here (its device went away, or the
+        // program no longer binds it here): what was handed over goes after a grace. The
+        // destination may still ask for the final delta meanwhile (the device goes as the VM
+        // resumes there, before its announcement arrives). A port bound here again keeps
+        // everything.
         let grace = self.cfg.migration.release_grace;
-        let released: Vec<String> = self
-            .mig
-            .outgoing
-            .iter()
-            .filter(|(n, o)| o.release_at.is_none() && !self.local_in_program(n))
-            .map(|(n, _)| n.clone())
-            .collect();
-        for n in released {
+        let names: Vec<String> = self.mig.outgoing.keys().cloned().collect();
+        for n in names {
+            let local = self.local_in_program(&n);
             if let Some(o) = self.mig.outgoing.get_mut(&n) {
-                if o.finished {
-                    o.release_at = Some(now + grace);
-                } else if let Some(o) = self.mig.outgoing.remove(&n) {
-                    self.mig.finish(o.stats, "released".into(), now);
+                match (o.release_at, local) {
+                    (None, false) => o.release_at = Some(now + grace),
+                    (Some(_), true) => o.release_at = None,
+                    _ => {}
                 }
             }
         }
@@ -1237,7 +1241,13 @@ impl Datapath {
     }
 
     fn dial(&mut self, chassis: &str, now: Duration) {
-        if self.mig.dialing.contains(chassis) || self.mig.peer_of(chassis).is_some() {
+        // A session dialed there whose hello has not come back yet counts as one.
+        let pending = self
+            .mig
+            .peers
+            .values()
+            .any(|p| !p.closing && p.chassis.is_none() && p.dialed.as_deref() == Some(chassis));
+        if pending || self.mig.dialing.contains(chassis) || self.mig.peer_of(chassis).is_some() {
             return;
         }
         let ip = self.program.as_ref().and_then(|p| {
@@ -1350,13 +1360,17 @@ impl Datapath {
         });
     }
 
-    /// A frame from local port `name` while its migration waits for the final delta: held
-    /// (true) or to be processed now (false).
-    pub(crate) fn hold_from_port(&mut self, name: &str, frame: &[u8]) -> bool {
+    /// A frame from local port `name` (id `id`) while its migration waits: held (true) or to
+    /// be processed now (false). Before activation, everything but the announcement that
+    /// activates the port is held (the VM may send before its hypervisor's RARP: OVN drops
+    /// that, which costs the VM its first segments); after it, everything until the final
+    /// delta.
+    pub(crate) fn hold_from_port(&mut self, name: &str, id: u32, frame: &[u8]) -> bool {
+        let waiting = self.pipeline.activation_of(id);
         let Some(inc) = self.mig.incoming.get_mut(name) else {
             return false;
         };
-        if inc.activated.is_none() {
+        if inc.activated.is_none() && waiting.is_none_or(|a| a.activates(frame)) {
             return false;
         }
         if inc.from_port.len() < MAX_FROM_PORT {
@@ -1575,6 +1589,9 @@ impl Datapath {
             let Some(o) = self.mig.outgoing.remove(&n) else {
                 continue;
             };
+            if !o.finished {
+                self.mig.finish(o.stats.clone(), "released".into(), now);
+            }
             let mut gone = 0;
             for t in &o.sent {
                 if self.ct.remove_connection(t) {

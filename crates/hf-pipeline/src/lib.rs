@@ -489,6 +489,11 @@ impl Pipeline {
         self.pin_stats
     }
 
+    /// What activates local port `id`, while it waits (`None`: it is active).
+    pub fn activation_of(&self, id: u32) -> Option<Activation> {
+        self.inactive.get(&id).copied()
+    }
+
     /// Whether local port `id` is active (ports not waiting for activation always are).
     pub fn port_active(&self, id: u32) -> bool {
         !self.inactive.contains_key(&id)

@@ -533,7 +533,13 @@ fn place_on(
         }
         PortKind::Localnet => {
             let net = pb.options.get("network_name");
-            let mapped = match here_row.and_then(|c| c.other_config.get("ovn-bridge-mappings")) {
+            // Without mappings (holdfast's controller registers an empty list: its datapath
+            // has a port for each provider network it reaches, named like the localnet port)
+            // every chassis has it.
+            let mappings = here_row
+                .and_then(|c| c.other_config.get("ovn-bridge-mappings"))
+                .filter(|m| !m.trim().is_empty());
+            let mapped = match mappings {
                 None => true,
                 Some(m) => net.is_some_and(|n| {
                     m.split(',')

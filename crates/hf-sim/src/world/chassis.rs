@@ -289,6 +289,29 @@ impl Chassis {
         self.restarts.0 += 1;
     }
 
+    /// The datapath crashes: a new one starts with the zone map (its mirrored local storage)
+    /// and the same local ports, and the controller reconnects to it.
+    pub fn crash_datapath(&mut self, now: Duration) {
+        let zones = self.datapath.zones().clone();
+        let mut dp = Datapath::new(datapath_cfg(&self.name, self.encap_ip, zones));
+        for (p, mac) in &self.ports {
+            dp.add_port(p, *mac);
+        }
+        self.replace_datapath(dp, now);
+    }
+
+    fn replace_datapath(&mut self, dp: Datapath, now: Duration) {
+        self.datapath.handle_control_disconnected(now);
+        self.datapath = dp;
+        self.watch = Decoder::new();
+        if let Some(c) = self.controller.as_mut() {
+            c.handle_dp_disconnected(now);
+            self.datapath.handle_control_connected(now);
+            c.handle_dp_connected(now);
+        }
+        self.restarts.1 += 1;
+    }
+
     /// Hands the datapath's state to a new datapath process and reconnects the controller.
     pub fn restart_datapath(&mut self, now: Duration) -> Result<(), String> {
         let state = self.datapath.export_state(now);
@@ -299,15 +322,7 @@ impl Chassis {
         for (p, mac) in &self.ports {
             dp.add_port(p, *mac);
         }
-        self.datapath.handle_control_disconnected(now);
-        self.datapath = dp;
-        self.watch = Decoder::new();
-        if let Some(c) = self.controller.as_mut() {
-            c.handle_dp_disconnected(now);
-            self.datapath.handle_control_connected(now);
-            c.handle_dp_connected(now);
-        }
-        self.restarts.1 += 1;
+        self.replace_datapath(dp, now);
         Ok(())
     }
 }

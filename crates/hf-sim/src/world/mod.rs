@@ -33,8 +33,11 @@
 pub mod chassis;
 pub mod db;
 pub mod hosts;
+pub mod migrate;
 pub mod nb;
 pub mod northd;
+pub mod physnet;
+pub mod state;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -47,7 +50,10 @@ use serde_json::Value;
 use crate::net::{Host, Link, LinkConfig, Record, Rng};
 use chassis::Chassis;
 use db::{Db, NB, SB};
+pub use migrate::{MigrationPlan, MigrationRecord};
 use northd::NorthdNode;
+use physnet::{NetPort, PhysNet};
+use state::{Carried, StateNet};
 
 /// Who writes SB.
 #[derive(Debug, Clone)]
@@ -76,9 +82,12 @@ pub fn encap_ip(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(192, 168, (i / 250) as u8, (i % 250 + 1) as u8)
 }
 
-struct HostSlot {
+pub(crate) struct HostSlot {
     /// What NB asked for when the host was made (`None`: added with [`World::add_host`]).
     spec: Option<hosts::HostSpec>,
+    /// On a provider network (an external host, [`World::add_net_host`]): `chassis` and the
+    /// links are unused.
+    net: Option<String>,
     /// The last frames the host sent (for [`World::trace_last`]).
     sent: std::collections::VecDeque<Vec<u8>>,
     host: Host,
@@ -140,8 +149,18 @@ pub struct World {
     northd: Option<NorthdNode>,
     northd_seed: u64,
     chassis: Vec<Chassis>,
-    tunnels: BTreeMap<(usize, usize), Link>,
+    tunnels: BTreeMap<(usize, usize), Link<Carried>>,
     hosts: BTreeMap<String, HostSlot>,
+    /// Provider networks by name, and the `localnet` ports on them (port → network).
+    physnets: BTreeMap<String, PhysNet>,
+    localnets: BTreeMap<String, String>,
+    /// The datapaths' state channel (live migration).
+    state: StateNet,
+    /// Whether the datapaths may open state sessions (a control case turns it off).
+    state_channel: bool,
+    /// Migrations the hypervisor runs, and those it finished.
+    hv: Vec<migrate::HvMigration>,
+    hv_done: Vec<MigrationRecord>,
     nb_seen: Option<String>,
     events: Vec<(u64, String)>,
     log: Vec<String>,
@@ -205,6 +224,12 @@ impl World {
             chassis,
             tunnels,
             hosts: BTreeMap::new(),
+            physnets: BTreeMap::new(),
+            localnets: BTreeMap::new(),
+            state: StateNet::default(),
+            state_channel: true,
+            hv: Vec::new(),
+            hv_done: Vec::new(),
             nb_seen: None,
             events: Vec::new(),
             log: Vec::new(),
@@ -223,7 +248,7 @@ impl World {
         self.seed
     }
 
-    fn event(&mut self, what: String) {
+    pub(crate) fn event(&mut self, what: String) {
         self.events.push((self.now.as_micros() as u64, what));
     }
 
@@ -271,7 +296,7 @@ impl World {
         &self.chassis
     }
 
-    fn chassis_index(&self, name: &str) -> Result<usize, String> {
+    pub(crate) fn chassis_index(&self, name: &str) -> Result<usize, String> {
         self.chassis
             .iter()
             .position(|c| c.name() == name)
@@ -293,9 +318,64 @@ impl World {
         self.hosts.get_mut(lsp).map(|h| &mut h.host)
     }
 
-    /// The chassis a host is attached to.
+    /// The chassis a host is attached to (`None` for an external host on a provider network).
     pub fn host_chassis(&self, lsp: &str) -> Option<&str> {
-        self.hosts.get(lsp).map(|h| self.chassis[h.chassis].name())
+        self.hosts
+            .get(lsp)
+            .filter(|h| h.net.is_none())
+            .map(|h| self.chassis[h.chassis].name())
+    }
+
+    /// Puts an external host named `name` on provider network `net` (the network a
+    /// `localnet` port's `network_name` names; created when new), 1 ms from the switch.
+    pub fn add_net_host(
+        &mut self,
+        net: &str,
+        name: &str,
+        cfg: crate::net::HostConfig,
+    ) -> Result<(), String> {
+        if self.hosts.contains_key(name) {
+            return Err(format!("add_net_host: a host named {name} exists"));
+        }
+        let host = Host::new(cfg, self.now).map_err(|e| format!("host {name}: {e:?}"))?;
+        let rng = self.rng.fork(&format!("physnet {net}"));
+        self.physnets
+            .entry(net.to_string())
+            .or_insert_with(|| PhysNet::new(net, rng))
+            .attach(NetPort::Host(name.to_string()));
+        let up = Link::new(LinkConfig::external(), self.rng.fork(&format!("{name} up")));
+        let down = Link::new(LinkConfig::external(), self.rng.fork(&format!("{name} down")));
+        self.hosts.insert(
+            name.to_string(),
+            HostSlot {
+                spec: None,
+                net: Some(net.to_string()),
+                sent: Default::default(),
+                host,
+                chassis: 0,
+                up,
+                down,
+            },
+        );
+        self.event(format!("host {name} attached to provider network {net}"));
+        self.settle();
+        Ok(())
+    }
+
+    /// A provider network.
+    pub fn physnet(&self, net: &str) -> Option<&PhysNet> {
+        self.physnets.get(net)
+    }
+
+    /// Turns the datapaths' state channel off (a control case: a migration then moves no
+    /// conntrack state) or on.
+    pub fn set_state_channel(&mut self, on: bool) {
+        self.state_channel = on;
+    }
+
+    /// The state channel's sessions and bytes.
+    pub fn state_net(&self) -> &StateNet {
+        &self.state
     }
 
     /// Attaches `host` to logical port `lsp` on `chassis` (replacing any host there).
@@ -348,6 +428,7 @@ impl World {
             lsp.to_string(),
             HostSlot {
                 spec: None,
+                net: None,
                 sent: Default::default(),
                 host,
                 chassis: c,
@@ -369,11 +450,12 @@ impl World {
         };
         let wanted = hosts::wanted(&nb);
         let mut moved = false;
+        moved |= self.sync_localnets(&nb);
         let gone: Vec<String> = self
             .hosts
-            .keys()
-            .filter(|k| !wanted.contains_key(*k))
-            .cloned()
+            .iter()
+            .filter(|(k, s)| s.net.is_none() && !wanted.contains_key(*k))
+            .map(|(k, _)| k.clone())
             .collect();
         for g in gone {
             if let Some(h) = self.hosts.remove(&g) {
@@ -384,9 +466,15 @@ impl World {
         }
         let mut rr = self.hosts.len();
         for (lsp, spec) in wanted {
-            match self.hosts.get(&lsp) {
+            match self.hosts.get_mut(&lsp) {
                 // Made by add_host, or still what NB asks for.
                 Some(h) if h.spec.as_ref().is_none_or(|s| *s == spec) => continue,
+                // Only requested-chassis changed: the CMS follows (or starts) a live
+                // migration; the hypervisor moves VMs, not NB.
+                Some(h) if migrate::keeps_host(h, &spec) => {
+                    h.spec = Some(spec);
+                    continue;
+                }
                 // NB changed the port (addresses, DHCP, requested-chassis): a new host
                 // (`attach` keeps the datapath port when chassis and MAC stay the same).
                 Some(_) => self.event(format!("host {lsp} replaced (its port changed)")),
@@ -430,19 +518,26 @@ impl World {
             self.log.extend(n.take_log());
         }
         for c in &mut self.chassis {
+            c.datapath_mut().advance_clock(now);
             moved |= c.step(&mut self.db, now);
             self.log.extend(c.take_log());
         }
         moved |= self.auto_attach();
-        // Hosts → their links up.
-        for s in self.hosts.values_mut() {
+        moved |= self.step_migrations();
+        // Hosts → their links up (or their provider network).
+        for (name, s) in self.hosts.iter_mut() {
             while let Some(f) = s.host.poll_transmit() {
                 moved = true;
                 if s.sent.len() == 8 {
                     s.sent.pop_front();
                 }
                 s.sent.push_back(f.clone());
-                s.up.send(f, now);
+                match s.net.as_ref().and_then(|n| self.physnets.get_mut(n)) {
+                    Some(p) => p.send(&NetPort::Host(name.clone()), f, now),
+                    None => {
+                        s.up.send(f, now);
+                    }
+                }
             }
         }
         // Links up → datapaths.
@@ -454,12 +549,59 @@ impl World {
                     .handle_port_frame(lsp, &f, now);
             }
         }
-        // Tunnels → datapaths.
+        // Tunnels → datapaths (and state sessions).
         for ((a, b), l) in &mut self.tunnels {
             let src = self.chassis[*a].encap_ip();
             while let Some(p) = l.poll_deliver(now) {
                 moved = true;
-                self.chassis[*b].datapath_mut().handle_tunnel(src, &p, now);
+                match p {
+                    Carried::Geneve(p) => {
+                        self.chassis[*b].datapath_mut().handle_tunnel(src, &p, now)
+                    }
+                    Carried::State(id, bytes) => {
+                        self.state
+                            .deliver(&mut self.chassis, *b, id, &bytes, now)
+                    }
+                }
+            }
+        }
+        // Provider networks → localnet ports and external hosts.
+        let mut arrived = Vec::new();
+        for p in self.physnets.values_mut() {
+            moved |= p.step(now, &mut arrived);
+        }
+        for (to, f) in arrived {
+            match to {
+                NetPort::Chassis(i, port) => {
+                    if let Some(c) = self.chassis.get_mut(i) {
+                        c.datapath_mut().handle_port_frame(&port, &f, now);
+                    }
+                }
+                NetPort::Host(h) => {
+                    if let Some(s) = self.hosts.get_mut(&h) {
+                        s.host.handle_frame(&f, now);
+                    }
+                }
+            }
+        }
+        // State sessions: dials and bytes.
+        if self.state_channel {
+            let mut out = Vec::new();
+            moved |= self.state.step(&mut self.chassis, now, &mut out);
+            for (pair, item, len) in out {
+                if let Some(l) = self.tunnels.get_mut(&pair) {
+                    l.send_sized(item, len, now);
+                }
+            }
+        } else {
+            for c in &mut self.chassis {
+                while let Some(d) = c.datapath_mut().poll_state_dial() {
+                    c.datapath_mut().handle_state_dial_failed(
+                        &d.chassis,
+                        "the state channel is off in this world",
+                        now,
+                    );
+                }
             }
         }
         // Datapaths → links down and tunnels.
@@ -468,7 +610,13 @@ impl World {
                 moved = true;
                 match t {
                     Transmit::Port { port, frame } => match self.hosts.get_mut(&port) {
-                        Some(s) if s.chassis == i => {
+                        _ if self.localnets.contains_key(&port) => {
+                            let net = &self.localnets[&port];
+                            if let Some(p) = self.physnets.get_mut(net) {
+                                p.send(&NetPort::Chassis(i, port.clone()), frame, now);
+                            }
+                        }
+                        Some(s) if s.chassis == i && s.net.is_none() => {
                             s.down.send(frame, now);
                         }
                         _ => self.log.push(format!(
@@ -480,7 +628,8 @@ impl World {
                         match self.chassis.iter().position(|c| c.encap_ip() == dst) {
                             Some(j) if j != i => {
                                 if let Some(l) = self.tunnels.get_mut(&(i, j)) {
-                                    l.send(payload, now);
+                                    let len = payload.len();
+                                    l.send_sized(Carried::Geneve(payload), len, now);
                                 }
                             }
                             _ => self.log.push(format!(
@@ -526,6 +675,10 @@ impl World {
         for l in self.tunnels.values() {
             ds.extend(l.next_deadline());
         }
+        for p in self.physnets.values() {
+            ds.extend(p.next_deadline());
+        }
+        ds.extend(self.migration_deadline());
         for s in self.hosts.values() {
             ds.extend(s.host.poll_timeout(self.now));
             ds.extend(s.up.next_deadline());
@@ -550,6 +703,7 @@ impl World {
                 s.host.handle_timeout(now);
             }
         }
+        self.step_migrations();
     }
 
     /// Runs until virtual time `t` (the sandbox calls this with the wall clock's progress).
@@ -768,7 +922,7 @@ impl World {
             let mut local_seen = 0;
             for dp in &p.datapaths {
                 for port in &dp.ports {
-                    let Some(h) = self.hosts.get(&port.name) else {
+                    let Some(h) = self.hosts.get(&port.name).filter(|h| h.net.is_none()) else {
                         continue;
                     };
                     match (&port.location, h.chassis == i) {
@@ -779,7 +933,12 @@ impl World {
                     }
                 }
             }
-            local_seen == self.hosts.values().filter(|h| h.chassis == i).count()
+            local_seen
+                == self
+                    .hosts
+                    .values()
+                    .filter(|h| h.net.is_none() && h.chassis == i)
+                    .count()
         })
     }
 
@@ -814,7 +973,20 @@ impl World {
     pub fn restart_datapath(&mut self, name: &str) -> Result<(), String> {
         let c = self.chassis_index(name)?;
         self.chassis[c].restart_datapath(self.now)?;
+        self.state.drop_chassis(c, &mut self.chassis, self.now);
         self.event(format!("datapath {name} restarted (state handoff)"));
+        self.settle();
+        Ok(())
+    }
+
+    /// Chassis `name`'s datapath crashes and a new one starts with only the zone map its
+    /// local storage mirrored: no program, no conntrack, no held frames, no state sessions
+    /// (the controller reconnects and pushes a program again).
+    pub fn crash_datapath(&mut self, name: &str) -> Result<(), String> {
+        let c = self.chassis_index(name)?;
+        self.chassis[c].crash_datapath(self.now);
+        self.state.drop_chassis(c, &mut self.chassis, self.now);
+        self.event(format!("datapath {name} crashed and restarted (state lost)"));
         self.settle();
         Ok(())
     }

@@ -97,6 +97,32 @@ pub fn set_requested_chassis(name: &str, chassis: &str) -> Txn {
     ]
 }
 
+/// `ovn-nbctl lsp-set-options`-style edit of some keys: `set` are written (replacing those
+/// keys), `remove` are deleted; other options are kept.
+pub fn set_port_options(name: &str, set: &[(&str, &str)], remove: &[&str]) -> Txn {
+    let keys: Vec<&str> = set.iter().map(|(k, _)| *k).chain(remove.iter().copied()).collect();
+    vec![
+        must_exist("Logical_Switch_Port", name),
+        json!({"op": "mutate", "table": "Logical_Switch_Port", "where": [["name", "==", name]],
+            "mutations": [["options", "delete", sset(&keys)]]}),
+        json!({"op": "mutate", "table": "Logical_Switch_Port", "where": [["name", "==", name]],
+            "mutations": [["options", "insert", omap(set)]]}),
+    ]
+}
+
+/// `ovn-nbctl lsp-add SW NAME -- lsp-set-type NAME localnet -- lsp-set-addresses NAME unknown
+/// -- lsp-set-options NAME network_name=NET`: the switch's way onto provider network `net`.
+pub fn localnet(sw: &str, name: &str, net: &str) -> Txn {
+    let l = label("lsp", name);
+    vec![
+        must_exist("Logical_Switch", sw),
+        json!({"op": "insert", "table": "Logical_Switch_Port", "uuid-name": l,
+            "row": {"name": name, "type": "localnet", "addresses": "unknown",
+                    "options": omap(&[("network_name", net)])}}),
+        add_to("Logical_Switch", sw, "ports", &l),
+    ]
+}
+
 /// `ovn-nbctl lr-add NAME`.
 pub fn router(name: &str) -> Txn {
     vec![json!({"op": "insert", "table": "Logical_Router", "row": {"name": name}})]

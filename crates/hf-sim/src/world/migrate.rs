@@ -1,0 +1,377 @@
+//! Live migration in the world (DESIGN "Live migration", incident C): the hypervisor's part
+//! ([`World::start_migration`]) and the whole story with the CMS's NB steps
+//! ([`World::migrate`]).
+//!
+//! The hypervisor's part, on the world's clock:
+//!
+//! 1. The destination's device appears: a datapath port with the VM's MAC on the destination
+//!    chassis (its controller claims it as an additional chassis; its datapath pulls the
+//!    port's state from the source).
+//! 2. Pre-copy ([`MigrationPlan::precopy`]): the VM runs on the source.
+//! 3. Stop: the source's device is stopped ([`hf_datapath::Datapath::stop_port`], as QEMU
+//!    stops the rings), then the VM pauses once what was already on its wire has reached it.
+//! 4. Pause ([`MigrationPlan::pause`], DESIGN's 30 ms): the VM sends and takes nothing.
+//! 5. Resume on the destination: the same host (its whole TCP/IP state) is attached there, the
+//!    source's device goes away, and the VM announces itself (a RARP, or a gratuitous ARP
+//!    when the strategy is `garp`).
+//!
+//! [`World::migrate`] wraps it in the CMS's steps: `options:requested-chassis="src,dst"` and
+//! `options:activation-strategy` first, then, [`MigrationPlan::final_step_after`] after the
+//! resume, `requested-chassis=dst` without the strategy.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::{HostSlot, World, nb};
+use crate::net::Link;
+
+/// How a migration runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationPlan {
+    /// How long the VM runs on the source once the destination's device exists.
+    pub precopy: Duration,
+    /// The hypervisor's downtime.
+    pub pause: Duration,
+    /// `options:activation-strategy` (and what the resumed VM sends: a RARP unless the list
+    /// has no `rarp`, then a gratuitous ARP).
+    pub strategy: String,
+    /// When the CMS names the destination alone, after the resume (`None`: it does not).
+    pub final_step_after: Option<Duration>,
+}
+
+impl Default for MigrationPlan {
+    fn default() -> MigrationPlan {
+        MigrationPlan {
+            precopy: Duration::from_millis(200),
+            pause: Duration::from_millis(30),
+            strategy: "rarp".into(),
+            final_step_after: Some(Duration::from_millis(100)),
+        }
+    }
+}
+
+/// What one migration did: the hypervisor's times, and what the datapaths moved (from the
+/// destination's [`hf_datapath::MigrationStats`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct MigrationRecord {
+    /// The host (its logical port).
+    pub host: String,
+    /// Source and destination chassis.
+    pub from: String,
+    /// Destination chassis.
+    pub to: String,
+    /// The pause (µs).
+    pub pause_us: u64,
+    /// Virtual times (µs): started, device stopped, VM paused, resumed.
+    pub started_us: u64,
+    /// The source's device stopped.
+    pub stopped_us: Option<u64>,
+    /// The VM paused.
+    pub paused_us: Option<u64>,
+    /// The VM resumed on the destination.
+    pub resumed_us: Option<u64>,
+    /// Connections imported by the destination, all batches.
+    pub entries_moved: u64,
+    /// Bytes of the batches.
+    pub bytes_moved: u64,
+    /// Connections in the pre-copy.
+    pub precopy_entries: u64,
+    /// Connections in the deltas.
+    pub delta_entries: u64,
+    /// Connections in the final delta.
+    pub final_delta_entries: u64,
+    /// Frames the destination held for the port.
+    pub buffered: u64,
+    /// Held frames dropped because the source had delivered them.
+    pub trimmed: u64,
+    /// Held frames dropped for room.
+    pub overflowed: u64,
+    /// Held frames dropped for age.
+    pub expired: u64,
+    /// Connections refused because the destination's own held their addresses.
+    pub collided: u64,
+    /// The destination's outcome (`completed`, `completed-without-final`, `aborted: ...`), or
+    /// the hypervisor's while it runs (`pre-copy`, `paused`, ...).
+    pub outcome: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Precopy { until: Duration },
+    Stopping { since: Duration },
+    Paused { until: Duration },
+}
+
+/// A migration the hypervisor is running.
+#[derive(Debug)]
+pub(crate) struct HvMigration {
+    pub(crate) host: String,
+    pub(crate) from: usize,
+    pub(crate) to: usize,
+    pause: Duration,
+    garp: bool,
+    pub(crate) phase: Phase,
+    pub(crate) rec: MigrationRecord,
+}
+
+fn us(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The longest the hypervisor waits for the source's wire to drain before pausing.
+const DRAIN: Duration = Duration::from_millis(1);
+
+impl World {
+    /// The hypervisor's part of migrating the VM on `host` to chassis `to` (see the module
+    /// docs): returns at once; the world runs it on its clock. The NB steps are the CMS's.
+    pub fn start_migration(
+        &mut self,
+        host: &str,
+        to: &str,
+        plan: &MigrationPlan,
+    ) -> Result<(), String> {
+        let to_i = self.chassis_index(to)?;
+        let slot = self
+            .hosts
+            .get(host)
+            .ok_or_else(|| format!("migrate: no host {host}"))?;
+        if slot.net.is_some() {
+            return Err(format!(
+                "migrate: {host} is an external host on a provider network, not a VM"
+            ));
+        }
+        if slot.chassis == to_i {
+            return Err(format!("migrate: {host} already runs on {to}"));
+        }
+        if self.hv.iter().any(|m| m.host == host) {
+            return Err(format!("migrate: {host} is already migrating"));
+        }
+        let from = slot.chassis;
+        let mac = slot.host.mac();
+        self.chassis[to_i].add_port(host, Some(mac));
+        let now = self.now;
+        let rec = MigrationRecord {
+            host: host.to_string(),
+            from: self.chassis[from].name().to_string(),
+            to: to.to_string(),
+            pause_us: us(plan.pause),
+            started_us: us(now),
+            outcome: "pre-copy".into(),
+            ..MigrationRecord::default()
+        };
+        self.event(format!(
+            "migration of {host} from {} to {to} started (pre-copy {:?}, pause {:?})",
+            rec.from, plan.precopy, plan.pause
+        ));
+        self.hv.push(HvMigration {
+            host: host.to_string(),
+            from,
+            to: to_i,
+            pause: plan.pause,
+            garp: !plan.strategy.split(',').any(|s| s.trim() == "rarp")
+                && plan.strategy.split(',').any(|s| s.trim() == "garp"),
+            phase: Phase::Precopy {
+                until: now + plan.precopy,
+            },
+            rec,
+        });
+        self.settle();
+        Ok(())
+    }
+
+    /// Moves the hypervisor's migrations along; true when something happened.
+    pub(crate) fn step_migrations(&mut self) -> bool {
+        let now = self.now;
+        let mut moved = false;
+        let mut i = 0;
+        while i < self.hv.len() {
+            let m = &self.hv[i];
+            match m.phase {
+                Phase::Precopy { until } if now >= until => {
+                    let (host, from) = (m.host.clone(), m.from);
+                    self.chassis[from].datapath_mut().stop_port(&host);
+                    self.hv[i].phase = Phase::Stopping { since: now };
+                    self.hv[i].rec.stopped_us = Some(us(now));
+                    self.hv[i].rec.outcome = "stopping".into();
+                    moved = true;
+                }
+                Phase::Stopping { since } => {
+                    let drained = self
+                        .hosts
+                        .get(&m.host)
+                        .is_none_or(|s| s.down.in_flight() == 0);
+                    if drained || now >= since + DRAIN {
+                        let pause = m.pause;
+                        if let Some(s) = self.hosts.get_mut(&self.hv[i].host) {
+                            s.host.pause(now);
+                        }
+                        self.hv[i].phase = Phase::Paused {
+                            until: now + pause,
+                        };
+                        self.hv[i].rec.paused_us = Some(us(now));
+                        self.hv[i].rec.outcome = "paused".into();
+                        moved = true;
+                    }
+                }
+                Phase::Paused { until } if now >= until => {
+                    let m = self.hv.remove(i);
+                    self.resume_on(m);
+                    moved = true;
+                    continue;
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        moved
+    }
+
+    fn resume_on(&mut self, m: HvMigration) {
+        let now = self.now;
+        let Some(mut slot) = self.hosts.remove(&m.host) else {
+            return;
+        };
+        // The source's device goes; the destination's (made at the start) gets the VM.
+        self.chassis[m.from].remove_port(&m.host);
+        self.chassis[m.from].datapath_mut().start_port(&m.host);
+        let cfg = slot.up.config().clone();
+        slot.up = Link::new(
+            cfg.clone(),
+            self.rng.fork(&format!("{} up on {}", m.host, m.to)),
+        );
+        slot.down = Link::new(cfg, self.rng.fork(&format!("{} down on {}", m.host, m.to)));
+        slot.chassis = m.to;
+        if let Some(spec) = slot.spec.as_mut() {
+            spec.requested_chassis = Some(self.chassis[m.to].name().to_string());
+        }
+        slot.host.resume(now);
+        if m.garp {
+            slot.host.announce_garp();
+        } else {
+            slot.host.announce_rarp();
+        }
+        let mut rec = m.rec;
+        rec.resumed_us = Some(us(now));
+        rec.outcome = "resumed".into();
+        self.event(format!(
+            "migration of {}: resumed on {} after {:?}",
+            m.host,
+            self.chassis[m.to].name(),
+            m.pause
+        ));
+        self.hosts.insert(m.host.clone(), slot);
+        self.hv_done.push(rec);
+    }
+
+    /// When the hypervisor next has work.
+    pub(crate) fn migration_deadline(&self) -> Option<Duration> {
+        self.hv
+            .iter()
+            .map(|m| match m.phase {
+                Phase::Precopy { until } | Phase::Paused { until } => until,
+                Phase::Stopping { since } => self
+                    .hosts
+                    .get(&m.host)
+                    .and_then(|s| s.down.next_deadline())
+                    .map_or(since + DRAIN, |d| d.min(since + DRAIN)),
+            })
+            .min()
+    }
+
+    /// Every migration, finished and running, with what the datapaths moved.
+    pub fn migrations(&self) -> Vec<MigrationRecord> {
+        let mut v: Vec<MigrationRecord> = self.hv_done.clone();
+        v.extend(self.hv.iter().map(|m| m.rec.clone()));
+        for r in &mut v {
+            let Some(dst) = self.chassis_by_name(&r.to) else {
+                continue;
+            };
+            let st = dst
+                .datapath()
+                .migration_stats()
+                .into_iter()
+                .filter(|s| s.port == r.host && s.role == "in" && s.started_us >= r.started_us)
+                .next_back();
+            if let Some(s) = st {
+                r.entries_moved = s.entries_moved;
+                r.bytes_moved = s.bytes_moved;
+                r.precopy_entries = s.precopy_entries;
+                r.delta_entries = s.delta_entries;
+                r.final_delta_entries = s.final_delta_entries;
+                r.buffered = s.buffered;
+                r.trimmed = s.trimmed;
+                r.overflowed = s.overflowed;
+                r.expired = s.expired;
+                r.collided = s.collided;
+                if r.resumed_us.is_some() && s.outcome != "running" {
+                    r.outcome = s.outcome;
+                }
+            }
+        }
+        v
+    }
+
+    /// Whether the hypervisor is migrating `host` now.
+    pub fn migrating(&self, host: &str) -> bool {
+        self.hv.iter().any(|m| m.host == host)
+    }
+
+    /// A whole live migration of the VM on `port` to chassis `to`: the CMS's first NB step
+    /// (`requested-chassis="src,dst"`, `activation-strategy`), the hypervisor's part, and,
+    /// [`MigrationPlan::final_step_after`] later, the CMS's last step (`requested-chassis=dst`).
+    /// Runs the world until then; returns the migration's record.
+    pub fn migrate(
+        &mut self,
+        port: &str,
+        to: &str,
+        plan: &MigrationPlan,
+    ) -> Result<MigrationRecord, String> {
+        let from = self
+            .host_chassis(port)
+            .ok_or_else(|| format!("migrate: no VM on port {port}"))?
+            .to_string();
+        self.chassis_index(to)?;
+        let both = format!("{from},{to}");
+        let mut opts = vec![("requested-chassis", both.as_str())];
+        if !plan.strategy.is_empty() {
+            opts.push(("activation-strategy", plan.strategy.as_str()));
+        }
+        self.db
+            .transact(super::NB, nb::set_port_options(port, &opts, &[]), self.now)
+            .map_err(|e| format!("migrate {port}: NB: {e}"))?;
+        self.settle();
+        let started = self.now;
+        self.start_migration(port, to, plan)?;
+        let limit = plan.precopy + plan.pause + Duration::from_secs(5);
+        if !self.run_until(|w| !w.migrating(port), limit) {
+            return Err(format!("migrate {port}: not resumed after {limit:?}"));
+        }
+        if let Some(after) = plan.final_step_after {
+            self.run_for(after);
+            self.db
+                .transact(
+                    super::NB,
+                    nb::set_port_options(port, &[("requested-chassis", to)], &["activation-strategy"]),
+                    self.now,
+                )
+                .map_err(|e| format!("migrate {port}: NB: {e}"))?;
+            self.settle();
+        }
+        self.migrations()
+            .into_iter()
+            .filter(|r| r.host == port && r.started_us >= us(started))
+            .next_back()
+            .ok_or_else(|| format!("migrate {port}: no record"))
+    }
+}
+
+/// The host slot is a VM the hypervisor is migrating: NB's requested-chassis follows it
+/// without a new host.
+pub(crate) fn keeps_host(slot: &HostSlot, wanted: &super::hosts::HostSpec) -> bool {
+    slot.spec.as_ref().is_some_and(|s| {
+        let mut s = s.clone();
+        s.requested_chassis = wanted.requested_chassis.clone();
+        s == *wanted
+    })
+}

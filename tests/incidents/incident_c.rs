@@ -1,0 +1,275 @@
+//! Incident C (`003`): a VM downloads a file through NAT and live-migrates; OVN SNATs its
+//! egress to the new node's address and the conntrack state stays behind, so the download
+//! dies. Here, in the deterministic simulator: the VM's per-VM egress address (a distributed
+//! `dnat_and_snat`) follows it, its conntrack entries move with it (pre-copy, deltas, final
+//! delta at activation), and the destination holds the VM's frames until then.
+//!
+//! Every case runs with a Neutron-style security group on the VM's port (egress allowed with
+//! allow-related; ingress only what is related, everything else dropped), a TCP download from
+//! the external host and an east-west TCP stream.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+use hf_sim::net::{Direction, HostConfig, TcpRecord, Transfer};
+use hf_sim::world::nb::{self, Nat, PortOpts, Txn};
+use hf_sim::world::{MigrationPlan, MigrationRecord, NorthdMode, World, WorldConfig};
+
+/// The VM that migrates, its floating (per-VM egress) address and external MAC.
+const VM: &str = "vm1";
+const VM_IP: &str = "10.0.1.11";
+const FIP: &str = "172.16.0.50";
+const FIP_MAC: &str = "02:00:00:00:ee:01";
+/// The external host, on the provider network `physnet1`.
+const EXT: &str = "ext1";
+const EXT_IP: Ipv4Addr = Ipv4Addr::new(172, 16, 0, 10);
+/// The east-west peer (another switch, another hypervisor).
+const PEER: &str = "vm3";
+const PEER_IP: &str = "10.0.2.13";
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().expect("a test address")
+}
+
+fn vm(sw: &str, name: &str, mac: &str, addr: &str, chassis: &'static str) -> Txn {
+    nb::port(
+        sw,
+        name,
+        &format!("{mac} {addr}"),
+        PortOpts {
+            port_security: true,
+            requested_chassis: Some(chassis),
+            ..PortOpts::default()
+        },
+    )
+}
+
+/// The default topology's shape with a provider network: switches ls1 and ls2 behind the
+/// distributed router lr0, whose gateway port lr0-ext (on gw1) reaches switch `ext`, whose
+/// localnet port reaches `physnet1`, where the external host lives. Everything SNATs to
+/// 172.16.0.100 on the gateway, except the VM, whose distributed `dnat_and_snat` gives it its
+/// own address wherever it runs.
+fn topology() -> Vec<Txn> {
+    let mut t = vec![
+        nb::router("lr0"),
+        nb::switch("ls1"),
+        nb::switch("ls2"),
+        nb::switch("ext"),
+        nb::router_port("lr0", "lr0-ls1", "00:00:00:00:ff:01", &["10.0.1.1/24"]),
+        nb::router_port("lr0", "lr0-ls2", "00:00:00:00:ff:02", &["10.0.2.1/24"]),
+        nb::router_port("lr0", "lr0-ext", "00:00:00:00:ff:10", &["172.16.0.1/24"]),
+        nb::patch("ls1", "ls1-lr0", "lr0-ls1"),
+        nb::patch("ls2", "ls2-lr0", "lr0-ls2"),
+        nb::patch("ext", "ext-lr0", "lr0-ext"),
+        nb::set_port_options("ext-lr0", &[("nat-addresses", "router")], &[]),
+        nb::localnet("ext", "ln-ext", "physnet1"),
+        nb::gateway_chassis("lr0-ext", "gw1", 20),
+        nb::nat(
+            "lr0",
+            Nat {
+                kind: "snat",
+                external_ip: "172.16.0.100",
+                logical_ip: "10.0.0.0/16",
+                logical_port: None,
+            },
+        ),
+        nb::nat(
+            "lr0",
+            Nat {
+                kind: "dnat_and_snat",
+                external_ip: FIP,
+                logical_ip: VM_IP,
+                logical_port: Some((VM, FIP_MAC)),
+            },
+        ),
+        vm("ls1", VM, "00:00:00:00:01:0b", VM_IP, "hv1"),
+        vm("ls1", "vm2", "00:00:00:00:01:0c", "10.0.1.12", "hv2"),
+        vm("ls2", PEER, "00:00:00:00:02:0d", PEER_IP, "hv3"),
+    ];
+    // The security group.
+    for (dir, prio, m, action) in [
+        ("from-lport", 1002, format!("inport == \"{VM}\" && ip4"), "allow-related"),
+        ("from-lport", 1001, format!("inport == \"{VM}\" && ip"), "drop"),
+        ("to-lport", 1001, format!("outport == \"{VM}\" && ip"), "drop"),
+    ] {
+        t.push(nb::acl("ls1", dir, prio, &m, action));
+    }
+    t
+}
+
+fn world(seed: u64) -> World {
+    let mut w = World::new(WorldConfig {
+        seed,
+        chassis: ["hv1", "hv2", "hv3", "gw1"].map(String::from).to_vec(),
+        northd: NorthdMode::Holdfast,
+    })
+    .expect("world");
+    w.nb_all(topology()).expect("NB");
+    w.add_net_host(
+        "physnet1",
+        EXT,
+        HostConfig::new(EXT, [0, 0, 0, 0, 0x10, 0x0a], seed ^ 0xe)
+            .with_ipv4(EXT_IP, 24, Some(Ipv4Addr::new(172, 16, 0, 1))),
+    )
+    .expect("external host");
+    let ok = w.run_until(|w| w.ports_ready(), Duration::from_secs(30));
+    assert!(ok, "not ready; log:\n{}", w.take_log().join("\n"));
+    w.run_for(Duration::from_millis(200));
+    w
+}
+
+/// 8 Mbit/s: long enough to span every migration, slow enough that pacing, not the window,
+/// sets the pace.
+const RATE: u64 = 1_000_000;
+
+struct Streams {
+    download: String,
+    east_west: String,
+}
+
+/// A paced download from the external host (through the VM's floating IP) and a paced
+/// east-west upload to the peer, both from the VM.
+fn start_streams(w: &mut World, bytes: u64) -> Streams {
+    w.tcp_listen(EXT, 80).expect("listen");
+    w.tcp_listen(PEER, 5001).expect("listen");
+    // Warm-up: neighbours learned on every path.
+    for dst in [EXT_IP.to_string(), PEER_IP.to_string()] {
+        w.ping(VM, ip(&dst), 2, Duration::from_millis(20)).expect("ping");
+        w.run_for(Duration::from_millis(1100));
+    }
+    let now = w.now();
+    let host = w.host_mut(VM).expect("vm");
+    let download = host
+        .start_transfer_with(
+            IpAddr::V4(EXT_IP),
+            80,
+            Transfer {
+                direction: Direction::Download,
+                bytes,
+                rate: Some(RATE),
+            },
+            now,
+        )
+        .expect("download");
+    let east_west = host
+        .start_transfer_with(
+            ip(PEER_IP),
+            5001,
+            Transfer {
+                direction: Direction::Upload,
+                bytes,
+                rate: Some(RATE),
+            },
+            now,
+        )
+        .expect("east-west");
+    w.run_for(Duration::from_millis(300));
+    for n in [&download, &east_west] {
+        let r = w.tcp_record(VM, n).expect("record");
+        assert!(
+            r.established_us.is_some() && r.bytes_received + r.bytes_acked > 0,
+            "{n} did not get going: {r:?}\nlog:\n{}",
+            w.take_log().join("\n")
+        );
+    }
+    Streams {
+        download,
+        east_west,
+    }
+}
+
+/// The far end's record of the VM's connection `local` (its `ip:port` as the far end saw it).
+fn far_end(w: &World, host: &str) -> Vec<TcpRecord> {
+    w.host(host)
+        .map(|h| {
+            h.tcp_names()
+                .iter()
+                .filter_map(|n| w.tcp_record(host, n))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn wait_done(w: &mut World, s: &Streams, limit: Duration) -> bool {
+    w.run_until(
+        |w| {
+            [&s.download, &s.east_west].iter().all(|n| {
+                w.tcp_record(VM, n)
+                    .is_some_and(|r| r.outcome != "running")
+            })
+        },
+        limit,
+    )
+}
+
+fn summary(w: &World, s: &Streams, migs: &[MigrationRecord]) -> String {
+    let mut out = String::new();
+    for n in [&s.download, &s.east_west] {
+        out.push_str(&format!("{n}: {:?}\n", w.tcp_record(VM, n)));
+    }
+    for h in [EXT, PEER] {
+        for r in far_end(w, h) {
+            out.push_str(&format!("{h}: {r:?}\n"));
+        }
+    }
+    for m in migs {
+        out.push_str(&format!("{m:?}\n"));
+    }
+    out
+}
+
+#[test]
+fn a_vm_with_its_own_egress_address_migrates_there_and_back_through_nat_and_keeps_tcp() {
+    let mut w = world(31);
+    let s = start_streams(&mut w, 2_500_000);
+    let ext_before = far_end(&w, EXT);
+    assert_eq!(ext_before.len(), 1, "{ext_before:?}");
+    let seen = ext_before[0].remote.clone();
+    assert!(seen.starts_with(&format!("{FIP}:")), "the external host sees the VM's own address: {seen}");
+    let mut migs = Vec::new();
+    for to in ["hv2", "hv1"] {
+        let m = w
+            .migrate(VM, to, &MigrationPlan::default())
+            .unwrap_or_else(|e| panic!("{e}\nlog:\n{}", w.take_log().join("\n")));
+        migs.push(m);
+        w.run_for(Duration::from_millis(300));
+    }
+    let done = wait_done(&mut w, &s, Duration::from_secs(10));
+    let log = w.take_log();
+    let sum = summary(&w, &s, &migs);
+    assert!(done, "streams did not finish:\n{sum}\nlog:\n{}", log.join("\n"));
+    for n in [&s.download, &s.east_west] {
+        let r = w.tcp_record(VM, n).expect("record");
+        assert_eq!(r.outcome, "complete", "{n}:\n{sum}");
+        assert_eq!(r.resets_received + r.resets_sent, 0, "{n}:\n{sum}");
+        assert!(
+            r.retransmitted_segments <= migs.len() as u64,
+            "at most one retransmission per migration:\n{sum}"
+        );
+        assert!(
+            r.stall_max_us < 50_000,
+            "stall {} us (a 30 ms pause):\n{sum}",
+            r.stall_max_us
+        );
+    }
+    // The far ends: every byte verified, one connection each, never a reset.
+    for h in [EXT, PEER] {
+        let far = far_end(&w, h);
+        assert_eq!(far.len(), 1, "{h} saw one connection:\n{sum}");
+        let r = &far[0];
+        assert_eq!(r.resets_received + r.resets_sent, 0, "{h}:\n{sum}");
+        assert!(r.stall_max_us < 50_000, "{h} stalled {} us:\n{sum}", r.stall_max_us);
+        assert!(r.retransmitted_segments <= migs.len() as u64, "{h}:\n{sum}");
+    }
+    let down = w.tcp_record(VM, &s.download).expect("record");
+    assert_eq!(down.bytes_verified, 2_500_000, "{sum}");
+    let ext = &far_end(&w, EXT)[0];
+    assert_eq!(ext.remote, seen, "the external host saw the same address and port throughout");
+    let peer = &far_end(&w, PEER)[0];
+    assert_eq!(peer.bytes_verified, 2_500_000, "{sum}");
+    for m in &migs {
+        assert_eq!(m.outcome, "completed", "{sum}");
+        assert!(m.entries_moved > 0 && m.precopy_entries > 0, "{sum}");
+    }
+}
+
