@@ -310,4 +310,21 @@ impl Chassis {
         self.restarts.1 += 1;
         Ok(())
     }
+
+    /// A datapath crash (see `World::crash_datapath`): a new datapath with only the zone map,
+    /// the same local ports, the controller reconnected.
+    pub fn crash_datapath(&mut self, now: Duration) {
+        let zones = self.datapath.zones().clone();
+        let mut dp = Datapath::new(datapath_cfg(&self.name, self.encap_ip, zones));
+        for (p, mac) in &self.ports {
+            dp.add_port(p, *mac);
+        }
+        self.datapath = dp;
+        self.watch = Decoder::new();
+        if let Some(c) = self.controller.as_mut() {
+            c.handle_dp_disconnected(now);
+            self.datapath.handle_control_connected(now);
+            c.handle_dp_connected(now);
+        }
+    }
 }

@@ -31,10 +31,12 @@
 //! [`hosts`] (how a host is configured from its NB port).
 
 pub mod chassis;
+mod crash;
 pub mod db;
 pub mod hosts;
 pub mod nb;
 pub mod northd;
+pub mod streams;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
