@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, anyhow};
 use hf_datapath::proto::LocationMsg;
 use hf_sim::world::nb::Txn;
+use hf_sim::world::streams::{Stream, StreamReport, StreamSpec};
 use hf_sim::world::{NorthdMode, World, WorldConfig};
 
 use super::bridge::{SessionId, SimHost};
@@ -348,6 +349,61 @@ impl Sim {
         self.world.rebuild_databases().map_err(|e| anyhow!("{e}"))
     }
 
+    /// Crash a chassis's datapath: a new one with only the zone map (no conntrack, no program
+    /// until the controller installs it again).
+    pub fn crash_datapath(&mut self, chassis: &str) -> anyhow::Result<()> {
+        self.world
+            .crash_datapath(chassis)
+            .map_err(|e| anyhow!("{e}"))
+    }
+
+    /// Hand a chassis's datapath state (conntrack, program, zones, ports) to a new datapath.
+    pub fn handoff_datapath(&mut self, chassis: &str) -> anyhow::Result<()> {
+        self.world
+            .restart_datapath(chassis)
+            .map_err(|e| anyhow!("{e}"))
+    }
+
+    /// The chassis' names, in configuration order.
+    pub fn chassis_names(&self) -> Vec<String> {
+        self.world
+            .chassis()
+            .iter()
+            .map(|c| c.name().to_string())
+            .collect()
+    }
+
+    /// Start a stream (see `hf_sim::world::streams`).
+    pub fn start_stream(&mut self, spec: StreamSpec) -> anyhow::Result<Stream> {
+        self.world.start_stream(spec).map_err(|e| anyhow!("{e}"))
+    }
+
+    /// Stop a stream; its report becomes final once both ends are.
+    pub fn stop_stream(&mut self, s: &mut Stream) -> anyhow::Result<()> {
+        self.world.stop_stream(s).map_err(|e| anyhow!("{e}"))
+    }
+
+    /// A stream as both its ends see it now.
+    pub fn stream_report(&self, s: &Stream) -> StreamReport {
+        self.world.stream_report(s)
+    }
+
+    /// `sandbox/migrate`: the hypervisor's part of a live migration of `host` to chassis `to`
+    /// (pre-copy, then a pause of `pause`, then resume on `to` and announce).
+    pub fn migrate(&mut self, host: &str, to: &str, pause: Duration) -> Result<String, String> {
+        // WIRE-MIGRATION: once `hf_sim::world::World::migrate_host(&mut self, host: &str,
+        // to: &str, pause: Duration) -> Result<String, String>` exists, replace the two lines
+        // below with:
+        //     self.world.migrate_host(host, to, pause)
+        let _ = (host, to, pause);
+        Err("sandbox/migrate: not available in this build".into())
+    }
+
+    /// The migrations for `sandbox/report` (see [`migrations`]).
+    pub fn migrations(&self) -> Vec<serde_json::Value> {
+        migrations(&self.world)
+    }
+
     /// The UUIDs of NB's logical switches.
     pub fn nb_switch_uuids(&self) -> Vec<String> {
         self.world.nb_snapshot().map_or_else(
@@ -386,6 +442,14 @@ impl Sim {
             self.world.advance_to(next);
         }
     }
+}
+
+/// The `migrations` list of `sandbox/report --format json`: one object per migration the
+/// world ran. WIRE-MIGRATION: empty until the world records migrations; fill it from
+/// `World::migrations()` (serialised) once that exists.
+pub fn migrations(world: &World) -> Vec<serde_json::Value> {
+    let _ = world;
+    Vec::new()
 }
 
 fn port_of(endpoint: &str) -> &str {
