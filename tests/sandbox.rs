@@ -440,6 +440,9 @@ fn bad_arguments_are_refused_by_name() {
     assert!(e.contains("--nb-port") && e.contains("--sb-port"), "{e}");
     let e = run(&["--chassis", "1"]);
     assert!(e.contains("--chassis"), "{e}");
+    // A story that exits has nothing to control.
+    let e = run(&["--scenario", "default", "--unixctl", "/tmp/never.ctl"]);
+    assert!(e.contains("--unixctl") && e.contains("--scenario"), "{e}");
 }
 
 /// Two runs with one seed print the same story, line for line (everything but the ports): the
