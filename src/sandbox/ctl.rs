@@ -313,18 +313,21 @@ pub fn parse(method: &str, args: &[String]) -> Result<Cmd, String> {
     })
 }
 
+/// Where a command's answer goes.
+type Reply = oneshot::Sender<Result<String, String>>;
+
 /// A command whose answer waits for the world.
 #[derive(Debug)]
 enum Pending {
     Ping {
         id: PingId,
         what: String,
-        reply: oneshot::Sender<Result<String, String>>,
+        reply: Reply,
     },
     Stop {
         name: String,
         since: Duration,
-        reply: oneshot::Sender<Result<String, String>>,
+        reply: Reply,
     },
 }
 
@@ -416,17 +419,13 @@ impl Ctl {
 
     /// Runs `cmd`; `Some` with the reply channel and the answer when it is answered now, `None`
     /// when the reply went to [`Ctl::poll`].
-    #[allow(clippy::type_complexity)]
     fn run(
         &mut self,
         sim: &mut Sim,
         cmd: Cmd,
         method: &str,
-        reply: oneshot::Sender<Result<String, String>>,
-    ) -> Option<(
-        oneshot::Sender<Result<String, String>>,
-        Result<String, String>,
-    )> {
+        reply: Reply,
+    ) -> Option<(Reply, Result<String, String>)> {
         let r = match cmd {
             Cmd::Exit => Ok(String::new()),
             Cmd::Version => Ok(format!("{PROGRAM} {}", env!("CARGO_PKG_VERSION"))),
@@ -449,7 +448,14 @@ impl Ctl {
                 port,
                 kind,
                 download,
-            } => self.start_stream(sim, &name, &client, &server, port, kind, download),
+            } => self.start_stream(
+                sim,
+                StreamSpec {
+                    port: port.unwrap_or(DEFAULT_STREAM_PORT),
+                    download,
+                    ..StreamSpec::new(&name, kind, &client, &server)
+                },
+            ),
             Cmd::Stop { name } => match self.streams.iter_mut().find(|(n, _)| *n == name) {
                 None => Err(format!("{method}: {}", self.no_stream(&name))),
                 Some((_, s)) => match sim.stop_stream(s) {
@@ -571,30 +577,17 @@ impl Ctl {
         Ok((id, what))
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn start_stream(
-        &mut self,
-        sim: &mut Sim,
-        name: &str,
-        client: &str,
-        server: &str,
-        port: Option<u16>,
-        kind: StreamKind,
-        download: bool,
-    ) -> Result<String, String> {
+    fn start_stream(&mut self, sim: &mut Sim, spec: StreamSpec) -> Result<String, String> {
         let method = "sandbox/stream";
-        if self.streams.iter().any(|(n, _)| n == name) {
+        let (name, kind, download) = (spec.name.clone(), spec.kind, spec.download);
+        if self.streams.iter().any(|(n, _)| *n == name) {
             return Err(format!(
                 "{method}: a stream named {name:?} exists already (sandbox/report lists them)"
             ));
         }
-        check_host(sim, method, client)?;
-        check_host(sim, method, server)?;
-        let spec = StreamSpec {
-            port: port.unwrap_or(DEFAULT_STREAM_PORT),
-            download,
-            ..StreamSpec::new(name, kind, client, server)
-        };
+        check_host(sim, method, &spec.client)?;
+        check_host(sim, method, &spec.server)?;
+        let (client, server) = (spec.client.clone(), spec.server.clone());
         let s = sim
             .start_stream(spec)
             .map_err(|e| format!("{method}: {e:#}"))?;
@@ -619,7 +612,7 @@ impl Ctl {
                 ),
             }
         );
-        self.streams.push((name.to_string(), s));
+        self.streams.push((name, s));
         Ok(line)
     }
 
