@@ -16,9 +16,15 @@
 //! - `bad_arguments_are_refused_by_name`, `two_runs_print_the_same_story`: an unknown scenario,
 //!   one port for both databases and too few chassis are refused; two runs with one seed print
 //!   the same story.
+//! - `control_socket_drives_the_sandbox`: real `ovs-appctl -t PATH` on `--unixctl PATH`: a
+//!   ping, TCP streams (one a download from the external host through SNAT) and a UDP stream
+//!   across a controller restart, a datapath handoff, a northd restart and a rebuild of both
+//!   databases; stopped, every stream reports bytes, all verified, no reset; wrong commands and
+//!   arguments exit 2 with a message naming what was wrong; `exit` stops the sandbox.
 //!
-//! Needs real OVN's `ovn-nbctl`/`ovn-sbctl`/`ovn-trace` for the second test (with `CI=true` their absence
-//! fails it). The sandbox is stopped by pid, also when an assertion fails.
+//! Needs real OVN's `ovn-nbctl`/`ovn-sbctl`/`ovn-trace` for the second test and OVS's
+//! `ovs-appctl` for the control socket's (with `CI=true` their absence fails them). The
+//! sandbox is stopped by pid, also when an assertion fails.
 
 // Tests are I/O shells: they read the clock and spawn readers.
 #![allow(clippy::disallowed_methods)]
@@ -434,6 +440,9 @@ fn bad_arguments_are_refused_by_name() {
     assert!(e.contains("--nb-port") && e.contains("--sb-port"), "{e}");
     let e = run(&["--chassis", "1"]);
     assert!(e.contains("--chassis"), "{e}");
+    // A story that exits has nothing to control.
+    let e = run(&["--scenario", "default", "--unixctl", "/tmp/never.ctl"]);
+    assert!(e.contains("--unixctl") && e.contains("--scenario"), "{e}");
 }
 
 /// Two runs with one seed print the same story, line for line (everything but the ports): the
@@ -468,4 +477,254 @@ fn two_runs_print_the_same_story() {
     let a = story("5");
     assert!(a.iter().any(|l| l == "story default: ok"), "{a:?}");
     assert_eq!(a, story("5"));
+}
+
+/// `ovs-appctl -t SOCKET ARGS...`: (exit status, stdout, stderr).
+fn appctl(socket: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let out = common::run(
+        Command::new("ovs-appctl").arg("-t").arg(socket).args(args),
+        Duration::from_secs(60),
+    );
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `ovs-appctl` that must succeed; its stdout.
+fn appctl_ok(socket: &std::path::Path, args: &[&str]) -> String {
+    let (code, out, err) = appctl(socket, args);
+    assert_eq!(code, 0, "ovs-appctl {args:?}: {err}{out}");
+    out
+}
+
+/// `sandbox/report --format json`, parsed.
+fn report(socket: &std::path::Path) -> serde_json::Value {
+    let text = appctl_ok(socket, &["sandbox/report", "--format", "json"]);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+/// Every stream's `bytes` (by name), from a report.
+fn bytes_by_stream(r: &serde_json::Value) -> Vec<(String, u64)> {
+    r["streams"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no streams list: {r}"))
+        .iter()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap_or("?").to_string(),
+                s["bytes"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+/// Polls the report until every stream moved more than `past` bytes (per stream, by name),
+/// or panics after a minute of wall time with the last report.
+fn wait_progress(socket: &std::path::Path, past: &[(String, u64)]) -> Vec<(String, u64)> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = report(socket);
+        let now = bytes_by_stream(&r);
+        let moved = now.len() == past.len()
+            && now
+                .iter()
+                .zip(past)
+                .all(|((n, b), (pn, pb))| n == pn && b > pb);
+        if moved {
+            return now;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the streams did not move past {past:?}: {r:#}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn control_socket_drives_the_sandbox() {
+    if !common::require("sandbox control socket", &["ovs-appctl"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let socket = dir.path().join("sandbox.ctl");
+    let socket_arg = socket.to_string_lossy().into_owned();
+    let mut sb = Sandbox::start(&["--nb-port", "0", "--sb-port", "0", "--unixctl", &socket_arg]);
+    let line = sb.wait_line("naming the control socket", Duration::from_secs(60), |l| {
+        l.starts_with("control socket: ")
+    });
+    assert!(line.contains(&socket_arg), "{line}");
+    sb.wait_line("saying the sandbox is up", Duration::from_secs(300), |l| {
+        l.starts_with("sandbox up:")
+    });
+
+    let list = appctl_ok(&socket, &["list-commands"]);
+    for c in [
+        "sandbox/ping",
+        "sandbox/stream",
+        "sandbox/stop",
+        "sandbox/restart",
+        "sandbox/handoff",
+        "sandbox/rebuild",
+        "sandbox/migrate",
+        "sandbox/report",
+    ] {
+        assert!(list.contains(c), "{c} not listed:\n{list}");
+    }
+    let ping = appctl_ok(&socket, &["sandbox/ping", "vm1", "vm4"]);
+    assert!(
+        ping.starts_with("ping vm1 (10.0.1.11, hv1) -> vm4 (10.0.2.14, hv2): 3/3 answered"),
+        "{ping}"
+    );
+    let ping = appctl_ok(&socket, &["sandbox/ping", "vm2", "172.16.0.10"]);
+    assert!(ping.contains("3/3 answered"), "{ping}");
+
+    for args in [
+        &["sandbox/stream", "t1", "vm1", "vm4", "tcp"][..],
+        &["sandbox/stream", "t2", "vm2", "ext1", "tcp", "--download"],
+        &["sandbox/stream", "u1", "vm3", "ext1:7000", "udp"],
+    ] {
+        let out = appctl_ok(&socket, args);
+        assert!(
+            out.starts_with(&format!("stream {} started", args[1])),
+            "{out}"
+        );
+    }
+    let names: Vec<(String, u64)> = ["t1", "t2", "u1"]
+        .iter()
+        .map(|n| (n.to_string(), 0))
+        .collect();
+    let mut seen = wait_progress(&socket, &names);
+
+    for (args, says) in [
+        (
+            &["sandbox/restart", "controller", "hv1"][..],
+            "controller hv1 restarted",
+        ),
+        (
+            &["sandbox/handoff", "datapath", "hv2"],
+            "datapath hv2 handed its state",
+        ),
+        (&["sandbox/restart", "northd"], "northd restarted"),
+        (&["sandbox/rebuild"], "rebuilt NB and SB"),
+    ] {
+        let out = appctl_ok(&socket, args);
+        assert!(out.contains(says), "{args:?}: {out}");
+        // The streams go on after each disruption.
+        seen = wait_progress(&socket, &seen);
+    }
+
+    for name in ["t1", "t2", "u1"] {
+        let out = appctl_ok(&socket, &["sandbox/stop", name]);
+        assert!(out.starts_with(&format!("{name} ")), "{out}");
+        assert!(out.contains(", stopped: "), "{out}");
+    }
+    let r = report(&socket);
+    assert_eq!(r["migrations"], serde_json::json!([]), "{r:#}");
+    let streams = r["streams"].as_array().expect("streams");
+    assert_eq!(streams.len(), 3, "{r:#}");
+    for s in streams {
+        for field in [
+            "name",
+            "kind",
+            "client",
+            "server",
+            "bytes",
+            "verified",
+            "max_stall_ms",
+            "retransmitted",
+            "timeouts",
+            "duplicates",
+            "resets",
+            "lost",
+            "peer_saw",
+        ] {
+            assert!(s.get(field).is_some(), "no {field}: {s:#}");
+        }
+        let bytes = s["bytes"].as_u64().expect("bytes");
+        assert!(bytes > 0, "{s:#}");
+        assert_eq!(s["state"], "stopped", "{s:#}");
+        assert_eq!(s["resets"], 0, "{s:#}");
+        assert!(s["max_stall_ms"].as_f64().is_some(), "{s:#}");
+        match s["kind"].as_str() {
+            Some("tcp") => {
+                assert_eq!(s["verified"].as_u64(), Some(bytes), "{s:#}");
+                assert!(s["lost"].is_null(), "{s:#}");
+            }
+            Some("udp") => assert_eq!(s["lost"], 0, "{s:#}"),
+            k => panic!("kind {k:?}: {s:#}"),
+        }
+        // The external host sees the SNAT address; the others the client's own.
+        let saw = s["peer_saw"].as_str().unwrap_or("");
+        let want = if s["server"] == "ext1" {
+            "172.16.0.100:"
+        } else {
+            "10.0.1.11:"
+        };
+        assert!(saw.starts_with(want), "{s:#}");
+    }
+    let text = appctl_ok(&socket, &["sandbox/report"]);
+    assert!(
+        text.contains("t1 tcp vm1 -> vm4:5201 upload, stopped: "),
+        "{text}"
+    );
+    assert!(text.contains("migrations: none"), "{text}");
+
+    // Refusals: ovs-appctl exits 2 and prints the server's message.
+    for (args, says) in [
+        (
+            &["sandbox/nope"][..],
+            "\"sandbox/nope\" is not a valid command",
+        ),
+        (&["sandbox/ping", "vm1"], "requires at least 2 arguments"),
+        (
+            &["sandbox/ping", "vm1", "vm99"],
+            "\"vm99\" is neither an IP address nor a host",
+        ),
+        (
+            &["sandbox/restart", "controller", "hv9"],
+            "no chassis named \"hv9\"",
+        ),
+        (
+            &["sandbox/restart", "vswitchd"],
+            "\"vswitchd\" is no process",
+        ),
+        (
+            &["sandbox/stream", "t1", "vm1", "vm4", "tcp"],
+            "\"t1\" exists already",
+        ),
+        (
+            &["sandbox/stream", "t9", "vm1", "vm4", "sctp"],
+            "\"sctp\" is no stream kind",
+        ),
+        (
+            &["sandbox/stream", "t9", "vm1", "nowhere", "tcp"],
+            "no host named \"nowhere\"",
+        ),
+        (&["sandbox/stop", "t9"], "no stream \"t9\""),
+        (&["sandbox/stop", "t1"], "stream t1 is stopped already"),
+        (&["sandbox/report", "--format", "xml"], "--format \"xml\""),
+        (
+            &["sandbox/migrate", "vm1", "hv2"],
+            "not available in this build",
+        ),
+    ] {
+        let (code, out, err) = appctl(&socket, args);
+        assert_eq!(code, 2, "{args:?} exit {code}: {out}{err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+
+    appctl_ok(&socket, &["exit"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = sb.child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the sandbox did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    assert!(!socket.exists(), "the socket was left behind");
 }

@@ -37,7 +37,16 @@ stays up (Ctrl-C stops it). While it runs, real OVN tools drive it:
       lsp-set-addresses p9 \"00:00:00:00:01:09 10.0.1.9\"
 
 A new switch port with addresses gets a simulated host at once, which the sandbox pings and \
-reports. Scenarios (--scenario NAME):
+reports. Its control socket (--unixctl PATH, printed at start-up) takes commands from \
+ovs-appctl:
+
+  ovs-appctl -t PATH sandbox/ping vm1 vm4
+  ovs-appctl -t PATH sandbox/stream s1 vm1 ext1 tcp --download
+  ovs-appctl -t PATH sandbox/restart controller hv1
+  ovs-appctl -t PATH sandbox/report --format json
+  ovs-appctl -t PATH list-commands
+
+Scenarios (--scenario NAME):
   default   ping across chassis, TCP across chassis and through SNAT to the external host
   restarts  TCP transfers while every controller and northd restart: nothing lost, no zone
             changed or flushed
@@ -71,6 +80,13 @@ pub struct SandboxArgs {
     #[arg(long, value_name = "N", default_value_t = 2,
           value_parser = clap::value_parser!(u16).range(2..=32))]
     pub chassis: u16,
+
+    /// The control socket `ovs-appctl -t PATH` talks to (`ovs-appctl -t PATH list-commands`
+    /// lists its commands: pings, streams, restarts, handoffs, rebuilds, migrations, reports).
+    /// Default: holdfast-sandbox.PID.ctl in $OVN_RUNDIR (or $OVS_RUNDIR), else in the
+    /// temporary directory; the sandbox prints the path. Not with --scenario.
+    #[arg(long, value_name = "PATH", conflicts_with = "scenario")]
+    pub unixctl: Option<std::path::PathBuf>,
 
     /// Print only the listening line, the outcome of each step and errors (no progress, no
     /// topology, no commands to try).

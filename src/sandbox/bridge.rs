@@ -17,11 +17,15 @@
 //!   host to ping). The world's virtual clock may run ahead of the wall clock (a story runs in
 //!   virtual time as fast as the CPU allows); the driver then keeps the offset, so the world
 //!   never pauses waiting for the wall clock to catch up.
+//! - Control commands ([`Control`], from the sandbox's unixctl socket, see [`super::ctl`])
+//!   reach the same task as [`Event::Control`] and run inside its world access
+//!   ([`SimHost::control`]), between two steps of the world, never concurrently with one.
 //!
 //! # What it does not do
 //!
-//! No TLS and no unix sockets: the sandbox is a local playground on loopback. No backpressure
-//! beyond the kernel's socket buffers (a client that stops reading grows its queue).
+//! No TLS, and no unix sockets for the databases: the sandbox is a local playground on
+//! loopback. No backpressure beyond the kernel's socket buffers (a client that stops reading
+//! grows its queue).
 
 // The bridge is an I/O shell: sockets, the clock, tasks.
 #![allow(clippy::disallowed_methods)]
@@ -58,9 +62,28 @@ pub trait SimHost {
     /// Run everything due up to `now`.
     fn advance_to(&mut self, now: Duration);
     /// Called after every step of the driver, with the world up to date: the sandbox's own
-    /// reactions (pinging a newly attached host, printing what happened). May advance the
-    /// world's clock further.
+    /// reactions (pinging a newly attached host, printing what happened, answering control
+    /// commands that waited for the world). May advance the world's clock further.
     fn after_step(&mut self) {}
+    /// A control command: answer through `c.reply` now, or keep it and answer from a later
+    /// [`SimHost::after_step`] (a command that waits for the world must not block the driver).
+    fn control(&mut self, c: Control) {
+        let _ = c
+            .reply
+            .send(Err(format!("\"{}\": no control commands here", c.method)));
+    }
+}
+
+/// One control command (a well-formed unixctl request) and where its answer goes: `Ok(text)`
+/// is the reply, `Err(text)` the error `ovs-appctl` prints before it exits with status 2.
+#[derive(Debug)]
+pub struct Control {
+    /// The command (`sandbox/ping`, ...).
+    pub method: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// The answer.
+    pub reply: tokio::sync::oneshot::Sender<Result<String, String>>,
 }
 
 /// The bound listeners.
@@ -130,6 +153,8 @@ pub enum Event {
     Input(u64, Vec<u8>),
     /// A connection ended.
     Disconnect(u64),
+    /// A control command.
+    Control(Control),
 }
 
 /// One connection: reads become [`Event::Input`], the channel's bytes are written back; when
@@ -287,6 +312,7 @@ fn handle_event<W: SimHost>(
                 world.db_disconnect(sid);
             }
         }
+        Event::Control(c) => world.control(c),
     }
 }
 

@@ -10,7 +10,9 @@
 //! the default story ([`story`]: pings and TCP transfers across chassis and through SNAT) and
 //! prints the results. With `--scenario NAME` it exits (status 1 when a step failed); without,
 //! it prints the commands to explore it and stays up, driving the world on the wall clock
-//! ([`bridge`]) and pinging every host that attaches itself to a new VIF port.
+//! ([`bridge`]) and pinging every host that attaches itself to a new VIF port. While it stays
+//! up, its control socket ([`ctl`], `ovs-appctl -t PATH`) runs pings, streams, restarts,
+//! handoffs, rebuilds and reports.
 //!
 //! # What it does not do
 //!
@@ -19,15 +21,16 @@
 //! external host), not the machine's.
 //!
 //! Submodules: [`args`] (the command line), [`bridge`] (TCP listeners whose connections are
-//! sessions of the world's OVSDB server, and the task that drives the world), [`topology`]
-//! (the default topology), [`sim`] (every call into the world), [`story`] (the stories and
-//! the watcher of new hosts).
+//! sessions of the world's OVSDB server, and the task that drives the world), [`ctl`] (the
+//! control socket and its commands), [`topology`] (the default topology), [`sim`] (every call
+//! into the world), [`story`] (the stories and the watcher of new hosts).
 
 // The sandbox is an I/O shell: it reads the clock and owns sockets.
 #![allow(clippy::disallowed_methods)]
 
 pub mod args;
 pub mod bridge;
+pub mod ctl;
 pub mod sim;
 pub mod story;
 pub mod topology;
@@ -122,6 +125,40 @@ async fn main(args: SandboxArgs) -> anyhow::Result<ExitCode> {
         "[1/{STEPS}] databases listening on tcp:{nb} (NB), tcp:{sb} (SB)"
     ));
     let (tx, rx) = mpsc::unbounded_channel();
+    let (exit_tx, mut exit_rx) = mpsc::unbounded_channel();
+    // The control socket, when the sandbox stays up; commands wait in the channel until the
+    // driver runs.
+    let ctl_path = if args.scenario.is_none() {
+        let path = args
+            .unixctl
+            .as_deref()
+            .map_or_else(ctl::default_path, crate::db::daemon::absolute);
+        match ctl::start(&path, tx.clone(), exit_tx) {
+            Ok(()) => {
+                Printer::emit(&format!(
+                    "control socket: {} (ovs-appctl -t {} list-commands)",
+                    path.display(),
+                    path.display()
+                ));
+                Some(path)
+            }
+            Err(e) if args.unixctl.is_some() => {
+                anyhow::bail!(
+                    "--unixctl {}: could not create the control socket: {e}",
+                    path.display()
+                )
+            }
+            Err(e) => {
+                p.result(&format!(
+                    "control socket: none ({}: {e}; give --unixctl PATH)",
+                    path.display()
+                ));
+                None
+            }
+        }
+    } else {
+        None
+    };
     listeners.spawn(tx);
 
     let mut sandbox = Sandbox::new(args.seed, topo, p)?;
@@ -151,12 +188,26 @@ async fn main(args: SandboxArgs) -> anyhow::Result<ExitCode> {
         });
     }
     p.info("");
-    p.info(&explore_text(sandbox.topology(), nb.port(), sb.port()));
+    p.info(&explore_text(
+        sandbox.topology(),
+        nb.port(),
+        sb.port(),
+        ctl_path.as_deref(),
+    ));
     p.result(&format!(
         "sandbox up: NB tcp:{nb}, SB tcp:{sb} (Ctrl-C stops it)"
     ));
     sandbox.watch_new_hosts();
-    bridge::drive(&mut sandbox, rx, shutdown()).await;
+    let stop = async {
+        tokio::select! {
+            _ = shutdown() => {}
+            _ = exit_rx.recv() => {}
+        }
+    };
+    bridge::drive(&mut sandbox, rx, stop).await;
+    if let Some(path) = ctl_path {
+        let _ = std::fs::remove_file(path);
+    }
     p.info("sandbox: stopped");
     Ok(ExitCode::SUCCESS)
 }
@@ -178,8 +229,8 @@ async fn shutdown() {
     }
 }
 
-/// The commands to try, with the ports the sandbox got.
-fn explore_text(t: &Topology, nb: u16, sb: u16) -> String {
+/// The commands to try, with the ports and the control socket the sandbox got.
+fn explore_text(t: &Topology, nb: u16, sb: u16, ctl: Option<&std::path::Path>) -> String {
     let a = &t.vms[0];
     let b = t
         .vms
@@ -202,7 +253,25 @@ fn explore_text(t: &Topology, nb: u16, sb: u16) -> String {
          \x20 ovn-trace --db=tcp:127.0.0.1:{sb} {sw} '{flow}'\n\
          \x20 ovn-nbctl {nbdb} --wait=hv lsp-add {sw} p9 -- lsp-set-addresses p9 \"00:00:00:00:01:09 10.0.1.9\"\n\
          a new switch port with addresses gets a simulated host at once; the sandbox pings it and\n\
-         says so (host p9 (10.0.1.9) on CHASSIS answers ping: RTT). Ctrl-C stops the sandbox.",
+         says so (host p9 (10.0.1.9) on CHASSIS answers ping: RTT). Ctrl-C stops the sandbox.{drive}",
+        drive = ctl.map_or_else(String::new, |path| {
+            let t = format!("ovs-appctl -t {}", path.display());
+            format!(
+                "\n\ndrive it through its control socket (hosts by port name, ext1 the external host):\n\
+                 \x20 {t} sandbox/ping {a} {b}\n\
+                 \x20 {t} sandbox/stream s1 {a} {b} tcp          # a verified 10 Mbit/s stream until stopped\n\
+                 \x20 {t} sandbox/stream s2 {a} ext1 tcp --download\n\
+                 \x20 {t} sandbox/stream u1 {a} ext1 udp\n\
+                 \x20 {t} sandbox/restart controller hv1        # or datapath CHASSIS (a crash), northd\n\
+                 \x20 {t} sandbox/handoff datapath hv2\n\
+                 \x20 {t} sandbox/rebuild\n\
+                 \x20 {t} sandbox/report                         # --format json for scripts\n\
+                 \x20 {t} sandbox/stop s1\n\
+                 \x20 {t} list-commands",
+                a = a.name,
+                b = b.name
+            )
+        }),
         sw = a.switch,
         flow = format!(
             "inport == \"{}\" && eth.src == {} && eth.dst == {lrp_mac} && ip4.src == {} && ip4.dst == {} && ip.ttl == 64 && icmp4.type == 8",

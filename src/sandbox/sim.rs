@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, anyhow};
 use hf_datapath::proto::LocationMsg;
 use hf_sim::world::nb::Txn;
+use hf_sim::world::streams::{Stream, StreamReport, StreamSpec};
 use hf_sim::world::{NorthdMode, World, WorldConfig};
 
 use super::bridge::{SessionId, SimHost};
@@ -348,6 +349,66 @@ impl Sim {
         self.world.rebuild_databases().map_err(|e| anyhow!("{e}"))
     }
 
+    /// Crash a chassis's datapath: a new one with only the zone map (no conntrack, no program
+    /// until the controller installs it again).
+    pub fn crash_datapath(&mut self, chassis: &str) -> anyhow::Result<()> {
+        self.world
+            .crash_datapath(chassis)
+            .map_err(|e| anyhow!("{e}"))
+    }
+
+    /// Hand a chassis's datapath state (conntrack, program, zones, ports) to a new datapath.
+    pub fn handoff_datapath(&mut self, chassis: &str) -> anyhow::Result<()> {
+        self.world
+            .restart_datapath(chassis)
+            .map_err(|e| anyhow!("{e}"))
+    }
+
+    /// The chassis' names, in configuration order.
+    pub fn chassis_names(&self) -> Vec<String> {
+        self.world
+            .chassis()
+            .iter()
+            .map(|c| c.name().to_string())
+            .collect()
+    }
+
+    /// Start a stream (see `hf_sim::world::streams`).
+    pub fn start_stream(&mut self, spec: StreamSpec) -> anyhow::Result<Stream> {
+        self.world.start_stream(spec).map_err(|e| anyhow!("{e}"))
+    }
+
+    /// Stop a stream; its report becomes final once both ends are.
+    pub fn stop_stream(&mut self, s: &mut Stream) -> anyhow::Result<()> {
+        self.world.stop_stream(s).map_err(|e| anyhow!("{e}"))
+    }
+
+    /// A stream as both its ends see it now.
+    pub fn stream_report(&self, s: &Stream) -> StreamReport {
+        self.world.stream_report(s)
+    }
+
+    /// `sandbox/migrate`: the hypervisor's part of a live migration of `host` to chassis `to`
+    /// (pre-copy, then a pause of `pause`, then resume on `to` and announce).
+    pub fn migrate(&mut self, host: &str, to: &str, pause: Duration) -> Result<String, String> {
+        let plan = hf_sim::world::MigrationPlan {
+            pause,
+            ..hf_sim::world::MigrationPlan::default()
+        };
+        self.world.start_migration(host, to, &plan)?;
+        Ok(format!(
+            "migrating {host} to {to}: pre-copy {} ms, then a {} ms pause; the NB steps \
+             (requested-chassis, activation-strategy) are the CMS's",
+            plan.precopy.as_millis(),
+            pause.as_millis()
+        ))
+    }
+
+    /// The migrations for `sandbox/report` (see [`migrations`]).
+    pub fn migrations(&self) -> Vec<serde_json::Value> {
+        migrations(&self.world)
+    }
+
     /// The UUIDs of NB's logical switches.
     pub fn nb_switch_uuids(&self) -> Vec<String> {
         self.world.nb_snapshot().map_or_else(
@@ -386,6 +447,31 @@ impl Sim {
             self.world.advance_to(next);
         }
     }
+}
+
+/// The `migrations` list of `sandbox/report --format json`: one object per migration the
+/// world ran: per migration its host, chassis, pause and what the datapaths moved.
+pub fn migrations(world: &World) -> Vec<serde_json::Value> {
+    world
+        .migrations()
+        .into_iter()
+        .map(|m| {
+            serde_json::json!({
+                "host": m.host,
+                "from": m.from,
+                "to": m.to,
+                "pause_ms": m.pause_us as f64 / 1000.0,
+                "entries_moved": m.entries_moved,
+                "bytes_moved": m.bytes_moved,
+                "precopy_entries": m.precopy_entries,
+                "final_delta_entries": m.final_delta_entries,
+                "buffered": m.buffered,
+                "trimmed": m.trimmed,
+                "overflowed": m.overflowed,
+                "outcome": m.outcome,
+            })
+        })
+        .collect()
 }
 
 fn port_of(endpoint: &str) -> &str {

@@ -17,7 +17,8 @@ use anyhow::bail;
 
 use super::Printer;
 use super::args::Scenario;
-use super::bridge::{SessionId, SimHost};
+use super::bridge::{Control, SessionId, SimHost};
+use super::ctl::Ctl;
 use super::sim::{HostInfo, PingId, PingResult, Sim, TcpId, TcpResult};
 use super::topology::Topology;
 
@@ -49,6 +50,8 @@ pub struct Sandbox {
     watching: bool,
     /// A client wrote to the database since the last look for new ports.
     nb_dirty: bool,
+    /// The control socket's commands: streams, answers that wait for the world.
+    ctl: Ctl,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -76,6 +79,7 @@ impl Sandbox {
             pinging: Vec::new(),
             watching: false,
             nb_dirty: false,
+            ctl: Ctl::new(),
         })
     }
 
@@ -714,8 +718,12 @@ impl SimHost for Sandbox {
         if self.watching {
             self.check_new_hosts();
         }
+        self.ctl.poll(&self.sim, &self.p);
         for line in self.sim.take_log() {
             self.p.log(&line);
         }
+    }
+    fn control(&mut self, c: Control) {
+        self.ctl.handle(&mut self.sim, &self.p, c);
     }
 }

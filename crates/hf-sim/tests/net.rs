@@ -7,6 +7,8 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
+use hf_sim::net::frames::{self, Class};
+use hf_sim::net::tcp::ENDLESS;
 use hf_sim::net::{
     Direction, Host, HostConfig, Link, LinkConfig, Record, Rng, TcpRecord, Transfer,
 };
@@ -32,6 +34,8 @@ struct Pair {
     /// Answer a's ARP requests for b on b's behalf (as OVN's ARP responder does), so b never
     /// hears from a before a's first packet.
     proxy_arp: bool,
+    /// Send a's next this many data segments twice (a network that duplicates).
+    duplicate_data: u32,
 }
 
 impl Pair {
@@ -61,6 +65,7 @@ impl Pair {
             b_got: Vec::new(),
             seed,
             proxy_arp: false,
+            duplicate_data: 0,
         }
     }
 
@@ -81,6 +86,12 @@ impl Pair {
                 r.resize(60, 0);
                 self.ba.send(r, self.now);
                 continue;
+            }
+            if self.duplicate_data > 0
+                && matches!(frames::classify(&f), Class::Tcp(s) if s.payload_len > 0)
+            {
+                self.duplicate_data -= 1;
+                self.ab.send(f.clone(), self.now);
             }
             self.ab.send(f, self.now);
         }
@@ -279,6 +290,7 @@ fn ten_mb_over_a_lossless_link_arrive_verified_without_retransmission() {
     assert_eq!((s.bytes_received, s.bytes_verified), (10 * MB, 10 * MB));
     assert_eq!(s.pattern_errors, 0);
     assert_eq!(s.retransmitted_segments, 0);
+    assert_eq!((s.duplicates, c.duplicates), (0, 0), "{s:#?}");
     // 10 MiB at 10 Gb/s is about 8.4 ms on the wire; allow for the handshake and acks.
     let took = c.completed_us.unwrap() - c.started_us;
     assert!((8_000..50_000).contains(&took), "took {took} µs");
@@ -410,6 +422,11 @@ fn a_paced_download_through_an_outage_records_the_stall() {
     assert!(c.stalls_over_200ms >= 1, "{c:#?}");
     let s = p.server_side(&c);
     assert!(s.retransmitted_segments > 0, "{s:#?}");
+    // Nothing came back during the outage, so no duplicate ACK asked for a retransmission:
+    // the source's timer did (and backed off while the wire stayed cut).
+    assert!(s.retransmission_timeouts >= 2, "{s:#?}");
+    assert_eq!(s.fast_retransmits, 0, "{s:#?}");
+    assert_eq!(s.timeout_retransmits, s.retransmitted_segments, "{s:#?}");
 }
 
 #[test]
@@ -867,4 +884,159 @@ fn two_new_neighbours_at_once_do_not_wait_for_each_other() {
         "{} requests for 10.0.0.9",
         asks.len()
     );
+}
+
+/// Every data segment the network delivers twice reaches the receiver as a duplicate of bytes it
+/// had received in order; the sender's own frames show no retransmission.
+#[test]
+fn a_segment_the_network_copies_is_a_duplicate_at_the_receiver() {
+    let mut p = Pair::new(21, LinkConfig::cluster());
+    p.b.listen_tcp(5001).unwrap();
+    p.duplicate_data = 3;
+    let n =
+        p.a.start_transfer(IpAddr::V4(B4), 5001, 64 * 1024, p.now)
+            .unwrap();
+    assert!(p.run_until(Duration::from_secs(5), |p| p.a.idle()));
+    let c = p.a.tcp_record(&n, p.now).unwrap();
+    let s = p.server_side(&c);
+    assert_eq!(c.outcome, "complete", "{c:#?}");
+    assert_eq!(
+        (s.bytes_verified, s.pattern_errors),
+        (64 * 1024, 0),
+        "{s:#?}"
+    );
+    assert_eq!(
+        p.duplicate_data, 0,
+        "the transfer had fewer than 3 data segments to copy"
+    );
+    assert_eq!(s.duplicates, 3, "{s:#?}");
+    assert_eq!(c.retransmitted_segments, 0, "{c:#?}");
+}
+
+/// On a lossy wire most losses are repaired by fast retransmits (later segments arrive and
+/// their duplicate ACKs ask for the hole); every retransmitted segment is one kind or the other.
+#[test]
+fn losses_in_a_busy_stream_are_mostly_fast_retransmits() {
+    let (p, n) = transfer_10mb(4, LinkConfig::cluster().with_loss_ppm(10_000));
+    let c = p.a.tcp_record(&n, p.now).unwrap();
+    assert_eq!(c.outcome, "complete", "{c:#?}");
+    assert!(c.fast_retransmits > 0, "{c:#?}");
+    assert_eq!(
+        c.fast_retransmits + c.timeout_retransmits,
+        c.retransmitted_segments,
+        "{c:#?}"
+    );
+    let s = p.server_side(&c);
+    // smoltcp goes back N: what it sends again after the hole had mostly arrived already.
+    assert!(s.duplicates > 0, "{s:#?}");
+}
+
+/// An endless transfer runs until its source is stopped, both ways; then both ends complete
+/// with every byte written verified. The receiving end cannot stop it.
+#[test]
+fn endless_transfers_stop_cleanly_at_their_source() {
+    let mut p = Pair::new(22, LinkConfig::cluster());
+    p.b.listen_tcp(5201).unwrap();
+    let mut names = Vec::new();
+    for direction in [Direction::Upload, Direction::Download] {
+        let t = Transfer {
+            direction,
+            bytes: ENDLESS,
+            rate: Some(1_250_000),
+        };
+        names.push(
+            p.a.start_transfer_with(IpAddr::V4(B4), 5201, t, p.now)
+                .unwrap(),
+        );
+    }
+    p.run_until(ms(200), |_| false);
+    let up = p.a.tcp_record(&names[0], p.now).unwrap();
+    let down = p.a.tcp_record(&names[1], p.now).unwrap();
+    assert_eq!(
+        (up.outcome.as_str(), down.outcome.as_str()),
+        ("running", "running")
+    );
+    assert!(
+        up.bytes_acked > 100_000 && down.bytes_verified > 100_000,
+        "{up:#?} {down:#?}"
+    );
+    // The sinks refuse; the sources stop.
+    assert!(p.a.stop_transfer(&names[1]).is_err());
+    let server_name = |p: &Pair, c: &TcpRecord, client: &str| {
+        p.b.tcp_names()
+            .into_iter()
+            .find(|n| {
+                n.ends_with(&format!("<-{}", c.local))
+                    && p.b.transfer_key(n) == p.a.transfer_key(client)
+            })
+            .unwrap()
+    };
+    let down_server = server_name(&p, &down, &names[1]);
+    let up_server = server_name(&p, &up, &names[0]);
+    let e = p.b.stop_transfer(&up_server).unwrap_err().to_string();
+    assert!(e.contains("this end receives"), "{e}");
+    p.a.stop_transfer(&names[0]).unwrap();
+    p.b.stop_transfer(&down_server).unwrap();
+    assert!(p.run_until(Duration::from_secs(5), |p| p.a.idle()));
+    p.run_until(ms(100), |_| false);
+    for n in &names {
+        let c = p.a.tcp_record(n, p.now).unwrap();
+        let s = p.server_side(&c);
+        for r in [&c, &s] {
+            assert_eq!(r.outcome, "complete", "{n}: {r:#?}");
+            assert_eq!(
+                (r.retransmitted_segments, r.resets_received),
+                (0, 0),
+                "{r:#?}"
+            );
+        }
+        let (sink, source) = if c.direction == "upload" {
+            (&s, &c)
+        } else {
+            (&c, &s)
+        };
+        assert_eq!(sink.bytes_verified, sink.bytes_expected, "{sink:#?}");
+        assert_eq!(sink.bytes_expected, source.bytes_expected);
+        assert_eq!(source.bytes_acked, source.bytes_expected, "{source:#?}");
+        assert!(sink.bytes_verified > 200_000, "{sink:#?}");
+    }
+}
+
+/// A UDP stream runs until stopped; on a lossy wire its lost requests are counted, and once
+/// it is done every request is either answered or lost.
+#[test]
+fn a_udp_stream_counts_what_it_lost() {
+    let mut p = Pair::new(23, LinkConfig::cluster().with_loss_ppm(50_000));
+    p.b.listen_udp_echo(7).unwrap();
+    let n =
+        p.a.udp_stream(IpAddr::V4(B4), 7, ms(1), 200, p.now)
+            .unwrap();
+    p.run_until(Duration::from_secs(2), |_| false);
+    let mid = p.a.udp_record_at(&n, p.now).unwrap();
+    assert!(!mid.done && mid.sent > 1500, "{}", mid.sent);
+    // Requests older than the 1 s timeout are judged: about 1 in 10 lost (a request or its
+    // echo, 5% each way).
+    assert!(
+        mid.lost > 30 && mid.lost < 300,
+        "{} lost of {}",
+        mid.lost,
+        mid.sent
+    );
+    p.a.stop_udp(&n).unwrap();
+    assert!(p.run_until(Duration::from_secs(3), |p| p.a.idle()));
+    let r = p.a.udp_record_at(&n, p.now).unwrap();
+    assert!(r.done);
+    assert_eq!(r.count, r.sent);
+    assert_eq!(
+        r.answered + r.lost,
+        r.sent,
+        "{} {} {}",
+        r.answered,
+        r.lost,
+        r.sent
+    );
+    assert_eq!(r.rtt_us.len() as u64, r.sent);
+    assert_eq!(r.bad_replies, 0);
+    // A lost request or echo leaves a gap of at least two intervals between echoes.
+    assert!(r.stall_max_us >= 2_000, "{}", r.stall_max_us);
 }

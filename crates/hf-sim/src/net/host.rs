@@ -144,6 +144,22 @@ struct EchoSession {
     pacing: Pacing,
     rec: UdpRecord,
     key: u32,
+    /// When the last echo arrived (or the session started).
+    last_echo: Duration,
+    /// Requests already judged answered or lost by [`PING_TIMEOUT`].
+    judged: usize,
+}
+
+impl EchoSession {
+    /// The record as of `now`: the stall includes a gap still open while requests are
+    /// outstanding.
+    fn snapshot(&self, now: Duration) -> UdpRecord {
+        let mut r = self.rec.clone();
+        if !r.done && r.sent > r.answered {
+            r.stall_max_us = r.stall_max_us.max(us(now.saturating_sub(self.last_echo)));
+        }
+        r
+    }
 }
 
 #[derive(Debug)]
@@ -700,6 +716,43 @@ impl Host {
         len: usize,
         now: Duration,
     ) -> Result<String, HostError> {
+        self.udp_session(dst, port, u64::from(count), interval, len, now)
+    }
+
+    /// Like [`Host::udp_exchange`], but the requests go on until [`Host::stop_udp`] (the
+    /// record's `count` is `u64::MAX` until then, and its `rtt_us` grows with every request).
+    pub fn udp_stream(
+        &mut self,
+        dst: IpAddr,
+        port: u16,
+        interval: Duration,
+        len: usize,
+        now: Duration,
+    ) -> Result<String, HostError> {
+        self.udp_session(dst, port, u64::MAX, interval, len, now)
+    }
+
+    /// Stops a UDP session: no request after those sent; it is done once their echoes came or
+    /// [`PING_TIMEOUT`] passed.
+    pub fn stop_udp(&mut self, name: &str) -> Result<(), HostError> {
+        let p = self
+            .udp
+            .get_mut(name)
+            .ok_or_else(|| HostError::Unknown(format!("UDP session {name}")))?;
+        p.rec.count = p.rec.count.min(p.rec.sent);
+        self.service(self.now);
+        Ok(())
+    }
+
+    fn udp_session(
+        &mut self,
+        dst: IpAddr,
+        port: u16,
+        count: u64,
+        interval: Duration,
+        len: usize,
+        now: Duration,
+    ) -> Result<String, HostError> {
         self.now = self.now.max(now);
         let src = self.source_for(dst)?;
         self.prepare(dst);
@@ -722,8 +775,13 @@ impl Host {
         let rec = UdpRecord {
             dst: SocketAddr::new(dst, port).to_string(),
             local: SocketAddr::new(src, lport).to_string(),
-            count: u64::from(count),
-            rtt_us: vec![None; usize::from(count)],
+            count,
+            // A bounded session's slots exist from the start; an endless one's grow.
+            rtt_us: if count == u64::MAX {
+                Vec::new()
+            } else {
+                vec![None; usize::try_from(count).unwrap_or(0)]
+            },
             ..UdpRecord::default()
         };
         let key = self.rng.next_u32();
@@ -738,6 +796,8 @@ impl Host {
                 pacing: Pacing::new(interval, self.now),
                 rec,
                 key,
+                last_echo: self.now,
+                judged: 0,
             },
         );
         self.service(self.now);
@@ -863,9 +923,44 @@ impl Host {
         self.pings.get(name).map(|p| &p.rec)
     }
 
-    /// A UDP session's record.
+    /// A UDP session's record (its stall without a gap still open; see
+    /// [`Host::udp_record_at`]).
     pub fn udp_record(&self, name: &str) -> Option<&UdpRecord> {
         self.udp.get(name).map(|p| &p.rec)
+    }
+
+    /// A UDP session's record as of `now`.
+    pub fn udp_record_at(&self, name: &str, now: Duration) -> Option<UdpRecord> {
+        self.udp.get(name).map(|p| p.snapshot(now))
+    }
+
+    /// The pattern key of TCP connection `name` (both ends of a connection have the same; a
+    /// server knows it once it has read the client's header).
+    pub fn transfer_key(&self, name: &str) -> Option<u32> {
+        self.tcp.get(name)?.conn.key()
+    }
+
+    /// Stops the transfer of TCP connection `name`, whose source this end must be (the client
+    /// of an upload, the server of a download): nothing more is written, the connection closes
+    /// once what was written is acknowledged, and an [`super::tcp::ENDLESS`] sink takes that
+    /// as the end.
+    pub fn stop_transfer(&mut self, name: &str) -> Result<(), HostError> {
+        let e = self
+            .tcp
+            .get_mut(name)
+            .ok_or_else(|| HostError::Unknown(format!("TCP connection {name}")))?;
+        if !e.conn.stop() {
+            return Err(HostError::Unknown(format!(
+                "source of the pattern on TCP connection {name} (this end receives it)"
+            )));
+        }
+        self.service(self.now);
+        Ok(())
+    }
+
+    /// The UDP echo server's record on `port`.
+    pub fn udp_server_record(&self, port: u16) -> Option<&UdpServerRecord> {
+        self.udp_servers.get(&port).map(|(_, r)| r)
     }
 
     /// The DHCP client's record (None without DHCP).
@@ -901,7 +996,7 @@ impl Host {
         r.udp = self
             .udp
             .iter()
-            .map(|(n, p)| (n.clone(), p.rec.clone()))
+            .map(|(n, p)| (n.clone(), p.snapshot(now)))
             .collect();
         r.udp_servers = self
             .udp_servers
@@ -917,6 +1012,10 @@ impl Host {
         if let Some(f) = self.flows.get(e.local, e.remote) {
             r.retransmitted_segments = f.retransmitted_segments;
             r.retransmitted_bytes = f.retransmitted_bytes;
+            r.fast_retransmits = f.fast_retransmits;
+            r.timeout_retransmits = f.timeout_retransmits;
+            r.retransmission_timeouts = f.retransmission_timeouts;
+            r.duplicates = f.duplicates;
             r.data_segments_sent = f.data_segments;
             r.resets_received = f.resets_received;
             r.resets_sent = f.resets_sent;
@@ -1345,9 +1444,19 @@ impl Host {
                 }
                 p.rec.rtt_us[i] = Some(rtt);
                 p.rec.answered += 1;
+                if i < p.judged {
+                    // Judged lost, and came after all.
+                    p.rec.lost = p.rec.lost.saturating_sub(1);
+                }
+                let gap = us(now.saturating_sub(p.last_echo));
+                p.rec.stall_max_us = p.rec.stall_max_us.max(gap);
+                p.last_echo = now;
             }
             while p.pacing.due(p.rec.sent, p.rec.count, now) {
                 let seq = p.rec.sent as u32;
+                if p.rec.rtt_us.len() <= seq as usize {
+                    p.rec.rtt_us.push(None);
+                }
                 let payload = udp_payload(p.key, seq, p.len);
                 let dst = IpEndpoint::new(IpAddress::from(p.dst), p.port);
                 if sock.send_slice(&payload, dst).is_err() {
@@ -1357,9 +1466,20 @@ impl Host {
                 p.rec.sent += 1;
                 moved = true;
             }
+            // Requests unanswered PING_TIMEOUT after they were queued are lost.
+            while let Some(&at) = p.pacing.sent_at.get(p.judged) {
+                if at + PING_TIMEOUT > now {
+                    break;
+                }
+                if p.rec.rtt_us.get(p.judged).is_some_and(Option::is_none) {
+                    p.rec.lost += 1;
+                }
+                p.judged += 1;
+            }
             let r = &p.rec;
             if p.pacing.over(now, r.sent, r.count, r.answered, r.emitted) {
                 p.rec.done = true;
+                p.rec.lost = p.rec.sent - p.rec.answered;
                 moved = true;
             }
         }

@@ -180,6 +180,22 @@ pub struct TcpRecord {
     /// Segments this end sent whose sequence range had been sent before, and their bytes.
     pub retransmitted_segments: u64,
     pub retransmitted_bytes: u64,
+    /// Of `retransmitted_segments`, those of fast-retransmit episodes: the sender went back to
+    /// its oldest unacknowledged byte after the third duplicate ACK (RFC 5681), and every
+    /// segment it sent again in that go-back-N burst. Seen from this end's own frames (see
+    /// [`super::frames`]).
+    pub fast_retransmits: u64,
+    /// Of `retransmitted_segments`, those of timeout episodes: retransmissions no duplicate
+    /// ACKs asked for (the sender's retransmission timer fired), with their go-back-N burst.
+    /// `fast_retransmits + timeout_retransmits == retransmitted_segments`.
+    pub timeout_retransmits: u64,
+    /// Retransmission timeouts: how many timeout episodes began (a backoff that sends the same
+    /// segment again is another one).
+    pub retransmission_timeouts: u64,
+    /// Data segments this end received whose every byte it had already received in order (a
+    /// retransmission of something that had arrived, or a copy the network made); counted
+    /// from this end's ingress frames.
+    pub duplicates: u64,
     /// Segments this end sent carrying data (SYN and FIN count as one byte).
     pub data_segments_sent: u64,
     /// The socket's state (smoltcp's names: ESTABLISHED, TIME-WAIT, CLOSED, ...).
@@ -231,6 +247,12 @@ pub struct UdpRecord {
     pub bad_replies: u64,
     pub duplicates: u64,
     pub send_errors: u64,
+    /// Requests whose echo had not come [`super::host::PING_TIMEOUT`] after they were queued
+    /// (once the session is done: every request never answered).
+    pub lost: u64,
+    /// The longest gap (µs) between two echoes arriving (from the first request to the first
+    /// echo for the first gap), including a gap still open while requests are outstanding.
+    pub stall_max_us: u64,
     pub done: bool,
 }
 

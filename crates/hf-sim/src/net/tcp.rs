@@ -11,6 +11,10 @@
 //! to a rate if asked), closes once every byte is acknowledged; the sink verifies, closes once it
 //! has every byte. Both ends track in-order progress and its longest gap (the stall).
 //!
+//! A transfer of [`ENDLESS`] bytes is a stream: the source writes until it is stopped
+//! ([`Conn::stop`]: its length becomes what it has written), then closes; the sink takes the
+//! source's FIN, after every byte it received was verified, as the end.
+//!
 //! # What it does not do
 //!
 //! No half-duplex tricks, no urgent data, no application-level retries: a connection that breaks
@@ -25,6 +29,9 @@ use super::rng::mix64;
 
 /// A paced source writes in steps of this many bytes (one full-sized segment at MTU 1500).
 pub const PACING_QUANTUM: u64 = 1460;
+
+/// The length of a transfer that runs until its source is stopped (see the module doc).
+pub const ENDLESS: u64 = u64::MAX;
 
 /// Header length in bytes.
 pub const HEADER_LEN: usize = 28;
@@ -317,6 +324,39 @@ impl Conn {
         }
     }
 
+    /// The pattern key of the transfer (a client knows it from the start, a server once it has
+    /// read the header): both ends of one connection have the same.
+    pub fn key(&self) -> Option<u32> {
+        self.source
+            .as_ref()
+            .map(|s| s.key)
+            .or(self.sink.as_ref().map(|s| s.key))
+    }
+
+    /// Whether this end sends the pattern (the client of an upload, the server of a download).
+    pub fn is_source(&self) -> bool {
+        match self.rec.direction.as_str() {
+            "upload" => self.rec.role == "client",
+            "download" => self.rec.role == "server",
+            _ => false,
+        }
+    }
+
+    /// Stops the source: no pattern byte is written after those already written, and the
+    /// connection closes once they are acknowledged (the transfer completes with that length).
+    /// False when this end is not the source.
+    pub fn stop(&mut self) -> bool {
+        if !self.is_source() {
+            return false;
+        }
+        let Some(s) = self.source.as_mut() else {
+            return false;
+        };
+        s.len = s.len.min(s.written.saturating_sub(s.header_total));
+        self.rec.bytes_expected = s.len;
+        true
+    }
+
     /// Notes whether the socket has a timeout (for telling a timeout from other closes).
     pub fn set_timeout_armed(&mut self, armed: bool) {
         self.timeout_armed = armed;
@@ -395,6 +435,23 @@ impl Conn {
                 s.progress.touch(now);
             }
         }
+        // An endless sink whose source finished (its FIN came after everything it sent was
+        // read): the transfer's length is what arrived.
+        if let Some(s) = self.sink.as_mut()
+            && s.len == ENDLESS
+            && !sock.can_recv()
+            && matches!(
+                sock.state(),
+                tcp::State::CloseWait
+                    | tcp::State::LastAck
+                    | tcp::State::Closing
+                    | tcp::State::TimeWait
+            )
+        {
+            s.len = s.received;
+            self.rec.bytes_expected = s.received;
+            moved = true;
+        }
         // Completion and closing.
         if !self.closing && self.done() && self.rec.pattern_errors == 0 {
             self.rec.completed_us.get_or_insert(us(now));
@@ -407,7 +464,7 @@ impl Conn {
             let source_done = self
                 .source
                 .as_ref()
-                .is_none_or(|s| s.written >= s.header_total + s.len);
+                .is_none_or(|s| s.written >= s.header_total.saturating_add(s.len));
             if source_done {
                 sock.close();
                 self.closing = true;
@@ -428,7 +485,7 @@ impl Conn {
         let source_done = self
             .source
             .as_ref()
-            .is_none_or(|s| s.acked_stream >= s.header_total + s.len);
+            .is_none_or(|s| s.acked_stream >= s.header_total.saturating_add(s.len));
         let sink_done = self.sink.as_ref().is_none_or(|s| s.received >= s.len);
         let known = self.pending_header.is_none();
         known && source_done && sink_done && (self.source.is_some() || self.sink.is_some())

@@ -38,6 +38,7 @@ pub mod nb;
 pub mod northd;
 pub mod physnet;
 pub mod state;
+pub mod streams;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
