@@ -378,6 +378,13 @@ impl Datapath {
         self.mig.stopped.remove(name);
     }
 
+    /// The conntrack table, to add or inspect state from outside the pipeline (tests and the
+    /// benchmark build synthetic connections with it).
+    #[doc(hidden)]
+    pub fn conntrack_mut(&mut self) -> &mut hf_conntrack::Conntrack {
+        &mut self.ct
+    }
+
     /// What every migration did, finished ones first (at most the last 64), then those
     /// running.
     pub fn migration_stats(&self) -> Vec<MigrationStats> {

@@ -304,12 +304,90 @@ impl World {
                 r.overflowed = s.overflowed;
                 r.expired = s.expired;
                 r.collided = s.collided;
-                if r.resumed_us.is_some() && s.outcome != "running" {
+                if r.resumed_us.is_some() && s.outcome != "running" && !r.outcome.starts_with("aborted") {
                     r.outcome = s.outcome;
                 }
             }
         }
         v
+    }
+
+    /// The hypervisor gives up migrating `host` (the destination died, or the operator
+    /// cancelled) while the VM still runs on the source: the destination's device goes, the
+    /// VM stays where it is. Refused once the VM is stopped (then it resumes on the
+    /// destination).
+    pub fn abort_migration(&mut self, host: &str) -> Result<(), String> {
+        let Some(k) = self.hv.iter().position(|m| m.host == host) else {
+            return Err(format!("abort_migration: {host} is not migrating"));
+        };
+        if !matches!(self.hv[k].phase, Phase::Precopy { .. }) {
+            return Err(format!(
+                "abort_migration: {host} is already stopped; it resumes on the destination"
+            ));
+        }
+        let m = self.hv.remove(k);
+        self.chassis[m.to].remove_port(host);
+        let mut rec = m.rec;
+        rec.outcome = "aborted by the hypervisor".into();
+        self.event(format!(
+            "migration of {host} to {} aborted; it stays on {}",
+            rec.to, rec.from
+        ));
+        self.hv_done.push(rec);
+        self.settle();
+        Ok(())
+    }
+
+    /// Adds `n` established TCP connections from the VM on `port` (its first address, ports
+    /// 20000 and up) to `peer:443`, tracked in the port's own zone on its chassis: synthetic
+    /// state beside a scenario's real streams (a migration must move all of it). Returns how
+    /// many the conntrack table holds in that zone afterwards.
+    pub fn add_synthetic_connections(
+        &mut self,
+        port: &str,
+        peer: std::net::IpAddr,
+        n: u16,
+    ) -> Result<u32, String> {
+        use hf_conntrack::fuzzing::{Seg, tcp_frame};
+        use hf_conntrack::{CtAction, Owner};
+        use hf_wire::tcp_flags::{ACK, SYN};
+        let chassis = self
+            .host_chassis(port)
+            .ok_or_else(|| format!("no VM on {port}"))?
+            .to_string();
+        let vm = self
+            .host(port)
+            .and_then(|h| h.ipv4())
+            .ok_or_else(|| format!("{port} has no IPv4 address"))?;
+        let now = self.now;
+        let dp = self
+            .datapath_mut(&chassis)
+            .ok_or_else(|| format!("no chassis {chassis}"))?;
+        let zone = *dp
+            .zones()
+            .get(&format!("lsp/{port}"))
+            .ok_or_else(|| format!("{chassis} has no zone for {port}"))?;
+        let ct = dp.conntrack_mut();
+        for i in 0..n {
+            let a = (std::net::IpAddr::V4(vm), 20000u16.wrapping_add(i));
+            let b = (peer, 443);
+            let (x, y) = (1000u32, 9000u32);
+            for (seg, commit) in [
+                (Seg::new(a, b, SYN, (x, 0), 0), true),
+                (Seg::new(b, a, SYN | ACK, (y, x + 1), 0), false),
+                (Seg::new(a, b, ACK, (x + 1, y + 1), 0), false),
+            ] {
+                let f = tcp_frame(&seg);
+                let p = hf_wire::parse(&f, 0, 0).map_err(|e| format!("synthetic frame: {e:?}"))?;
+                let act = if commit {
+                    CtAction::commit(Owner(1))
+                } else {
+                    CtAction::lookup()
+                };
+                ct.process(zone, &p, now, &act);
+            }
+        }
+        Ok(ct.zone_count(zone))
     }
 
     /// Whether the hypervisor is migrating `host` now.
@@ -346,6 +424,21 @@ impl World {
         let limit = plan.precopy + plan.pause + Duration::from_secs(5);
         if !self.run_until(|w| !w.migrating(port), limit) {
             return Err(format!("migrate {port}: not resumed after {limit:?}"));
+        }
+        // Until the destination has released what it held (or gave up): the migration's
+        // record is then final.
+        let t0 = us(started);
+        let settled = |w: &World| {
+            w.migrations()
+                .iter()
+                .rev()
+                .find(|r| r.host == port && r.started_us >= t0)
+                .is_some_and(|r| r.outcome != "resumed")
+        };
+        if !self.run_until(settled, Duration::from_secs(1)) {
+            return Err(format!(
+                "migrate {port}: the destination did not activate it within 1 s of the resume"
+            ));
         }
         if let Some(after) = plan.final_step_after {
             self.run_for(after);

@@ -309,6 +309,15 @@ impl World {
         self.chassis.iter().find(|c| c.name() == name)
     }
 
+    /// A chassis's datapath, to change it behind the world's back (a test's synthetic
+    /// conntrack state, say); the world settles on its next step.
+    pub fn datapath_mut(&mut self, chassis: &str) -> Option<&mut hf_datapath::Datapath> {
+        self.chassis
+            .iter_mut()
+            .find(|c| c.name() == chassis)
+            .map(|c| c.datapath_mut())
+    }
+
     /// The host attached to logical port `lsp`.
     pub fn host(&self, lsp: &str) -> Option<&Host> {
         self.hosts.get(lsp).map(|h| &h.host)
