@@ -1158,7 +1158,16 @@ impl Host {
             }
         }
         for e in self.tcp.values() {
-            at(e.conn.wake_at());
+            // A paced source whose socket cannot take more (the peer's window is closed) waits
+            // for an ACK, which smoltcp's own poll time covers: asking for its pacing time too
+            // would spin the clock a microsecond at a time.
+            let room = e.handle.is_some_and(|h| {
+                let s = self.sockets.get::<tcp::Socket>(h);
+                s.send_queue() < s.send_capacity()
+            });
+            if room {
+                at(e.conn.wake_at());
+            }
         }
         at(self.resolver.next_deadline());
         // Everything due at `now` was just done: a deadline at or before `now` (smoltcp asking to
