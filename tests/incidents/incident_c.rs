@@ -8,175 +8,12 @@
 //! allow-related; ingress only what is related, everything else dropped), a TCP download from
 //! the external host and an east-west TCP stream.
 
-use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
-use hf_sim::net::{Direction, HostConfig, TcpRecord, Transfer};
-use hf_sim::world::nb::{self, Nat, PortOpts, Txn};
-use hf_sim::world::{MigrationPlan, MigrationRecord, NorthdMode, World, WorldConfig};
-
-/// The VM that migrates, its floating (per-VM egress) address and external MAC.
-const VM: &str = "vm1";
-const VM_IP: &str = "10.0.1.11";
-const FIP: &str = "172.16.0.50";
-const FIP_MAC: &str = "02:00:00:00:ee:01";
-/// The external host, on the provider network `physnet1`.
-const EXT: &str = "ext1";
-const EXT_IP: Ipv4Addr = Ipv4Addr::new(172, 16, 0, 10);
-/// The east-west peer (another switch, another hypervisor).
-const PEER: &str = "vm3";
-const PEER_IP: &str = "10.0.2.13";
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().expect("a test address")
-}
-
-fn vm(sw: &str, name: &str, mac: &str, addr: &str, chassis: &'static str) -> Txn {
-    nb::port(
-        sw,
-        name,
-        &format!("{mac} {addr}"),
-        PortOpts {
-            port_security: true,
-            requested_chassis: Some(chassis),
-            ..PortOpts::default()
-        },
-    )
-}
-
-/// The default topology's shape with a provider network: switches ls1 and ls2 behind the
-/// distributed router lr0, whose gateway port lr0-ext (on gw1) reaches switch `ext`, whose
-/// localnet port reaches `physnet1`, where the external host lives. Everything SNATs to
-/// 172.16.0.100 on the gateway, except the VM, whose distributed `dnat_and_snat` gives it its
-/// own address wherever it runs.
-fn topology() -> Vec<Txn> {
-    let mut t = vec![
-        nb::router("lr0"),
-        nb::switch("ls1"),
-        nb::switch("ls2"),
-        nb::switch("ext"),
-        nb::router_port("lr0", "lr0-ls1", "00:00:00:00:ff:01", &["10.0.1.1/24"]),
-        nb::router_port("lr0", "lr0-ls2", "00:00:00:00:ff:02", &["10.0.2.1/24"]),
-        nb::router_port("lr0", "lr0-ext", "00:00:00:00:ff:10", &["172.16.0.1/24"]),
-        nb::patch("ls1", "ls1-lr0", "lr0-ls1"),
-        nb::patch("ls2", "ls2-lr0", "lr0-ls2"),
-        nb::patch("ext", "ext-lr0", "lr0-ext"),
-        nb::set_port_options("ext-lr0", &[("nat-addresses", "router")], &[]),
-        nb::localnet("ext", "ln-ext", "physnet1"),
-        nb::gateway_chassis("lr0-ext", "gw1", 20),
-        nb::nat(
-            "lr0",
-            Nat {
-                kind: "snat",
-                external_ip: "172.16.0.100",
-                logical_ip: "10.0.0.0/16",
-                logical_port: None,
-            },
-        ),
-        nb::nat(
-            "lr0",
-            Nat {
-                kind: "dnat_and_snat",
-                external_ip: FIP,
-                logical_ip: VM_IP,
-                logical_port: Some((VM, FIP_MAC)),
-            },
-        ),
-        vm("ls1", VM, "00:00:00:00:01:0b", VM_IP, "hv1"),
-        vm("ls1", "vm2", "00:00:00:00:01:0c", "10.0.1.12", "hv2"),
-        vm("ls2", PEER, "00:00:00:00:02:0d", PEER_IP, "hv3"),
-    ];
-    // The security group.
-    for (dir, prio, m, action) in [
-        ("from-lport", 1002, format!("inport == \"{VM}\" && ip4"), "allow-related"),
-        ("from-lport", 1001, format!("inport == \"{VM}\" && ip"), "drop"),
-        ("to-lport", 1001, format!("outport == \"{VM}\" && ip"), "drop"),
-    ] {
-        t.push(nb::acl("ls1", dir, prio, &m, action));
-    }
-    t
-}
-
-fn world(seed: u64) -> World {
-    let mut w = World::new(WorldConfig {
-        seed,
-        chassis: ["hv1", "hv2", "hv3", "gw1"].map(String::from).to_vec(),
-        northd: NorthdMode::Holdfast,
-    })
-    .expect("world");
-    w.nb_all(topology()).expect("NB");
-    w.add_net_host(
-        "physnet1",
-        EXT,
-        HostConfig::new(EXT, [0, 0, 0, 0, 0x10, 0x0a], seed ^ 0xe)
-            .with_ipv4(EXT_IP, 24, Some(Ipv4Addr::new(172, 16, 0, 1))),
-    )
-    .expect("external host");
-    let ok = w.run_until(|w| w.ports_ready(), Duration::from_secs(30));
-    assert!(ok, "not ready; log:\n{}", w.take_log().join("\n"));
-    w.run_for(Duration::from_millis(200));
-    w
-}
-
-/// 8 Mbit/s: long enough to span every migration, slow enough that pacing, not the window,
-/// sets the pace.
-const RATE: u64 = 1_000_000;
-
-struct Streams {
-    download: String,
-    east_west: String,
-}
-
-/// A paced download from the external host (through the VM's floating IP) and a paced
-/// east-west upload to the peer, both from the VM.
-fn start_streams(w: &mut World, bytes: u64) -> Streams {
-    w.tcp_listen(EXT, 80).expect("listen");
-    w.tcp_listen(PEER, 5001).expect("listen");
-    // Warm-up: neighbours learned on every path.
-    for dst in [EXT_IP.to_string(), PEER_IP.to_string()] {
-        w.ping(VM, ip(&dst), 2, Duration::from_millis(20)).expect("ping");
-        w.run_for(Duration::from_millis(1100));
-    }
-    let now = w.now();
-    let host = w.host_mut(VM).expect("vm");
-    let download = host
-        .start_transfer_with(
-            IpAddr::V4(EXT_IP),
-            80,
-            Transfer {
-                direction: Direction::Download,
-                bytes,
-                rate: Some(RATE),
-            },
-            now,
-        )
-        .expect("download");
-    let east_west = host
-        .start_transfer_with(
-            ip(PEER_IP),
-            5001,
-            Transfer {
-                direction: Direction::Upload,
-                bytes,
-                rate: Some(RATE),
-            },
-            now,
-        )
-        .expect("east-west");
-    w.run_for(Duration::from_millis(300));
-    for n in [&download, &east_west] {
-        let r = w.tcp_record(VM, n).expect("record");
-        assert!(
-            r.established_us.is_some() && r.bytes_received + r.bytes_acked > 0,
-            "{n} did not get going: {r:?}\nlog:\n{}",
-            w.take_log().join("\n")
-        );
-    }
-    Streams {
-        download,
-        east_west,
-    }
-}
+use hf_sim::net::TcpRecord;
+use hf_sim::world::incident_c::{EXT, FIP, PEER, Streams, VM, ip, start_streams, world};
+use hf_sim::world::nb;
+use hf_sim::world::{MigrationPlan, MigrationRecord, World};
 
 /// The far end's record of the VM's connection `local` (its `ip:port` as the far end saw it).
 fn far_end(w: &World, host: &str) -> Vec<TcpRecord> {
@@ -193,10 +30,9 @@ fn far_end(w: &World, host: &str) -> Vec<TcpRecord> {
 fn wait_done(w: &mut World, s: &Streams, limit: Duration) -> bool {
     w.run_until(
         |w| {
-            [&s.download, &s.east_west].iter().all(|n| {
-                w.tcp_record(VM, n)
-                    .is_some_and(|r| r.outcome != "running")
-            })
+            [&s.download, &s.east_west]
+                .iter()
+                .all(|n| w.tcp_record(VM, n).is_some_and(|r| r.outcome != "running"))
         },
         limit,
     )
@@ -226,7 +62,11 @@ fn assert_kept(w: &mut World, s: &Streams, migs: &[MigrationRecord], bytes: u64,
     let done = wait_done(w, s, Duration::from_secs(10));
     let log = w.take_log();
     let sum = summary(w, s, migs);
-    assert!(done, "streams did not finish:\n{sum}\nlog:\n{}", log.join("\n"));
+    assert!(
+        done,
+        "streams did not finish:\n{sum}\nlog:\n{}",
+        log.join("\n")
+    );
     let n = migs.len() as u64;
     let mut ends: Vec<(String, TcpRecord)> = [&s.download, &s.east_west]
         .iter()
@@ -238,7 +78,11 @@ fn assert_kept(w: &mut World, s: &Streams, migs: &[MigrationRecord], bytes: u64,
         ends.push((h.to_string(), far[0].clone()));
     }
     for (who, r) in &ends {
-        assert_eq!(r.resets_received + r.resets_sent, 0, "{who}: a reset\n{sum}");
+        assert_eq!(
+            r.resets_received + r.resets_sent,
+            0,
+            "{who}: a reset\n{sum}"
+        );
         assert_eq!(
             (r.retransmission_timeouts, r.timeout_retransmits),
             (0, 0),
@@ -255,7 +99,11 @@ fn assert_kept(w: &mut World, s: &Streams, migs: &[MigrationRecord], bytes: u64,
         );
     }
     let down = w.tcp_record(VM, &s.download).expect("record");
-    assert_eq!((down.outcome.as_str(), down.bytes_verified), ("complete", bytes), "{sum}");
+    assert_eq!(
+        (down.outcome.as_str(), down.bytes_verified),
+        ("complete", bytes),
+        "{sum}"
+    );
     let up = w.tcp_record(VM, &s.east_west).expect("record");
     assert_eq!(up.outcome, "complete", "{sum}");
     let peer = &far_end(w, PEER)[0];
@@ -310,7 +158,10 @@ fn a_vm_with_its_own_egress_address_migrates_there_and_back_and_keeps_tcp() {
     // The last source (hv2) drops what it handed over once the port is released there, after
     // the grace (DESIGN: the destination has it; the source must not keep it forever).
     let zone = format!("lsp/{VM}");
-    assert!(zone_count(&w, "hv1", &zone) > 0, "hv1 runs the VM's connections");
+    assert!(
+        zone_count(&w, "hv1", &zone) > 0,
+        "hv1 runs the VM's connections"
+    );
     w.run_for(Duration::from_secs(31));
     assert_eq!(
         zone_count(&w, "hv2", &zone),
@@ -329,7 +180,10 @@ fn without_the_conntrack_transfer_the_security_group_drops_the_stream() {
     w.set_state_channel(false);
     let m = migrate(&mut w, "hv2", &MigrationPlan::default());
     assert_eq!(m.entries_moved, 0, "{m:?}");
-    let at = w.tcp_record(VM, &s.download).expect("record").bytes_received;
+    let at = w
+        .tcp_record(VM, &s.download)
+        .expect("record")
+        .bytes_received;
     w.run_for(Duration::from_secs(5));
     let r = w.tcp_record(VM, &s.download).expect("record");
     assert!(
@@ -374,7 +228,10 @@ fn the_destination_dying_during_the_pre_copy_leaves_the_vm_on_the_source_with_ev
     // The CMS's first step and the hypervisor's start, with a long pre-copy.
     w.nb(nb::set_port_options(
         VM,
-        &[("requested-chassis", "hv1,hv2"), ("activation-strategy", "rarp")],
+        &[
+            ("requested-chassis", "hv1,hv2"),
+            ("activation-strategy", "rarp"),
+        ],
         &[],
     ))
     .expect("NB");
@@ -384,7 +241,11 @@ fn the_destination_dying_during_the_pre_copy_leaves_the_vm_on_the_source_with_ev
     };
     w.start_migration(VM, "hv2", &plan).expect("starts");
     w.run_for(Duration::from_millis(300));
-    let dst = w.chassis_by_name("hv2").expect("hv2").datapath().migration_stats();
+    let dst = w
+        .chassis_by_name("hv2")
+        .expect("hv2")
+        .datapath()
+        .migration_stats();
     assert!(
         dst.iter().any(|m| m.port == VM && m.precopy_entries > 0),
         "the pre-copy reached hv2: {dst:?}"
@@ -392,8 +253,12 @@ fn the_destination_dying_during_the_pre_copy_leaves_the_vm_on_the_source_with_ev
     // The destination's datapath dies; the hypervisor gives up; the CMS moves the port back.
     w.crash_datapath("hv2").expect("crash");
     w.abort_migration(VM).expect("abort");
-    w.nb(nb::set_port_options(VM, &[("requested-chassis", "hv1")], &["activation-strategy"]))
-        .expect("NB");
+    w.nb(nb::set_port_options(
+        VM,
+        &[("requested-chassis", "hv1")],
+        &["activation-strategy"],
+    ))
+    .expect("NB");
     assert_eq!(w.host_chassis(VM), Some("hv1"));
     assert!(
         zone_count(&w, "hv1", &zone) >= at_source,
@@ -424,13 +289,20 @@ fn activation_survives_a_controller_restart_and_a_datapath_handoff_on_the_destin
             })
             .unwrap_or_default()
     };
-    assert_eq!(activated(&w), "hv2", "the destination wrote its activation to SB");
+    assert_eq!(
+        activated(&w),
+        "hv2",
+        "the destination wrote its activation to SB"
+    );
     w.restart_controller("hv2").expect("restart");
     w.run_for(Duration::from_millis(50));
     w.restart_datapath("hv2").expect("handoff");
     w.run_for(Duration::from_millis(50));
     assert_eq!(activated(&w), "hv2");
     let dp = w.chassis_by_name("hv2").expect("hv2").datapath();
-    assert!(!dp.port_held(VM), "the port is active on hv2 after both restarts");
+    assert!(
+        !dp.port_held(VM),
+        "the port is active on hv2 after both restarts"
+    );
     assert_kept(&mut w, &s, &[m], bytes, &seen);
 }

@@ -304,8 +304,7 @@ impl Conntrack {
             };
             let orig = Tuple { zone, ..c.orig };
             let reply = Tuple { zone, ..c.reply };
-            if policy == ImportPolicy::SameConnection && self.held_by_other(&orig, &reply, c.snat)
-            {
+            if policy == ImportPolicy::SameConnection && self.held_by_other(&orig, &reply, c.snat) {
                 rep.collided += 1;
                 continue;
             }

@@ -22,8 +22,8 @@
 use std::collections::BTreeMap;
 
 use hf_datapath::proto::{
-    AnnounceMsg, ChassisMsg, DatapathMsg, MigrationMsg, DnsMsg, FdbMsg, FlowMsg, GroupMsg, LbVipMsg, LocationMsg,
-    NeighbourMsg, PortMsg, ProgramMsg,
+    AnnounceMsg, ChassisMsg, DatapathMsg, DnsMsg, FdbMsg, FlowMsg, GroupMsg, LbVipMsg, LocationMsg,
+    MigrationMsg, NeighbourMsg, PortMsg, ProgramMsg,
 };
 use hf_expr::actions::Pipeline;
 use hf_pipeline::{DatapathKind, PortKind, PortLocation};

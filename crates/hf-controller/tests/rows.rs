@@ -235,9 +235,7 @@ fn claimed_bindings_and_activation_follow_sb() {
         })
     );
     assert!(
-        t.diagnostics
-            .iter()
-            .any(|d| d.reason.contains("\"bogus\"")),
+        t.diagnostics.iter().any(|d| d.reason.contains("\"bogus\"")),
         "{:?}",
         t.diagnostics
     );

@@ -664,7 +664,10 @@ impl Datapath {
                     mac,
                 }),
                 Event::PortActivated { port, .. } => {
-                    self.log(Level::Info, format!("port {port}: activated by its announcement"));
+                    self.log(
+                        Level::Info,
+                        format!("port {port}: activated by its announcement"),
+                    );
                     self.on_port_activated(&port, now);
                     self.notify(FromDatapath::PortActivated { port });
                 }

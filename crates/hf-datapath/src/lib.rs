@@ -21,9 +21,9 @@
 pub mod control;
 pub mod core;
 pub mod dump;
-pub mod migrate;
 #[doc(hidden)]
 pub mod example;
+pub mod migrate;
 pub mod program;
 pub mod proto;
 

@@ -1607,7 +1607,10 @@ impl Datapath {
             }
             self.log(
                 Level::Info,
-                format!("port {n} left for {}: {gone} handed-over connections removed", o.stats.peer),
+                format!(
+                    "port {n} left for {}: {gone} handed-over connections removed",
+                    o.stats.peer
+                ),
             );
         }
         self.pull_due(now);

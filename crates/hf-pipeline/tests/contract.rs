@@ -10,9 +10,9 @@ use hf_conntrack::fuzzing::{Seg, tcp_frame};
 use hf_conntrack::{Config, Conntrack, Owner};
 use hf_expr::actions::Pipeline as Pipe;
 use hf_pipeline::{
-    Activation,
-    CompileError, DatapathKind, DatapathSpec, Destination, Event, FlowErrorKind, FlowId, FlowSpec,
-    GroupSpec, Ingress, Outputs, Pipeline, PortLocation, PortSpec, Program, ProgramSpec,
+    Activation, CompileError, DatapathKind, DatapathSpec, Destination, Event, FlowErrorKind,
+    FlowId, FlowSpec, GroupSpec, Ingress, Outputs, Pipeline, PortLocation, PortSpec, Program,
+    ProgramSpec,
 };
 use hf_wire::{EthAddr, tcp_flags};
 
@@ -442,7 +442,10 @@ fn a_port_on_two_chassis_gets_both_copies_and_activates_on_rarp() {
     p.set_program(Program::compile_strict(&active).expect("compiles"));
     assert!(p.port_active(2));
     p.set_program(Program::compile_strict(&s).expect("compiles"));
-    assert!(!p.port_active(2), "a new migration waits for its own activation");
+    assert!(
+        !p.port_active(2),
+        "a new migration waits for its own activation"
+    );
 }
 
 fn garp(ip: Ipv4Addr) -> Vec<u8> {
@@ -460,8 +463,16 @@ fn activation_strategies_pick_which_announcement_activates() {
     assert!(garp_only.activates(&garp(B)));
     assert!(!garp_only.activates(&rarp()), "a RARP is not a GARP");
     let mut ask = Vec::new();
-    hf_wire::reply::arp_request(&mut ask, EthAddr([2, 0, 0, 0, 0, 2]), B, Ipv4Addr::new(10, 0, 0, 1));
-    assert!(!garp_only.activates(&ask), "an ordinary ARP request is no announcement");
+    hf_wire::reply::arp_request(
+        &mut ask,
+        EthAddr([2, 0, 0, 0, 0, 2]),
+        B,
+        Ipv4Addr::new(10, 0, 0, 1),
+    );
+    assert!(
+        !garp_only.activates(&ask),
+        "an ordinary ARP request is no announcement"
+    );
     assert!(Activation::RARP.activates(&rarp()));
     assert!(!Activation::RARP.activates(&garp(B)));
     // An IPv6 neighbour advertisement: ICMPv6 type 136.
@@ -523,8 +534,14 @@ fn a_held_port_gets_its_frames_as_egress_input_to_replay_later() {
     p.set_port_held(2, true);
     assert!(p.port_held(2));
     let mut out = Outputs::default();
-    p.process(&mut ct, Ingress::Local(1), &syn(), Duration::from_secs(1), &mut out)
-        .expect("processed");
+    p.process(
+        &mut ct,
+        Ingress::Local(1),
+        &syn(),
+        Duration::from_secs(1),
+        &mut out,
+    )
+    .expect("processed");
     let got: Vec<(Destination, Vec<u8>)> = out.iter().map(|(d, b)| (d, b.to_vec())).collect();
     assert_eq!(got.len(), 2, "{got:?}");
     assert!(matches!(got[0].0, Destination::Tunnel { chassis: 7, .. }));
@@ -539,8 +556,14 @@ fn a_held_port_gets_its_frames_as_egress_input_to_replay_later() {
     assert_eq!(run(&mut p, &mut ct, from_tunnel, &syn()), [held]);
     // Released: the replay (a tunnel-style entry) runs the egress pipeline.
     p.set_port_held(2, false);
-    p.process(&mut ct, from_tunnel, &syn(), Duration::from_secs(1), &mut out)
-        .expect("processed");
+    p.process(
+        &mut ct,
+        from_tunnel,
+        &syn(),
+        Duration::from_secs(1),
+        &mut out,
+    )
+    .expect("processed");
     let got: Vec<(Destination, Vec<u8>)> = out.iter().map(|(d, b)| (d, b.to_vec())).collect();
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].0, Destination::Local(2));

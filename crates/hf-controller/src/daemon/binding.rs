@@ -179,9 +179,11 @@ pub fn binding_ops(
                     let mut list: Vec<&str> = listed;
                     list.push(name);
                     mutations.push(json!(["options", "delete", ["set", [ACTIVATED]]]));
-                    mutations.push(
-                        json!(["options", "insert", ["map", [[ACTIVATED, list.join(",")]]]]),
-                    );
+                    mutations.push(json!([
+                        "options",
+                        "insert",
+                        ["map", [[ACTIVATED, list.join(",")]]]
+                    ]));
                 }
             }
             Claim::None => {

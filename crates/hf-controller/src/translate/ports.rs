@@ -337,7 +337,10 @@ fn migrations(sb: &SbSnapshot, here: Uuid, name: &str, t: &Translation) -> Vec<M
         let (incoming, peers) = if additional.contains(&here) {
             (true, primary.into_iter().filter_map(chassis_name).collect())
         } else if primary == Some(here) {
-            (false, additional.iter().filter_map(|u| chassis_name(*u)).collect())
+            (
+                false,
+                additional.iter().filter_map(|u| chassis_name(*u)).collect(),
+            )
         } else {
             continue;
         };

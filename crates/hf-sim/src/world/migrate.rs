@@ -91,6 +91,11 @@ pub struct MigrationRecord {
     pub expired: u64,
     /// Connections refused because the destination's own held their addresses.
     pub collided: u64,
+    /// When the destination saw the VM's announcement, and when it released what it held
+    /// (µs): the final delta's round trip and import are the difference.
+    pub activated_us: Option<u64>,
+    /// See [`MigrationRecord::activated_us`].
+    pub released_us: Option<u64>,
     /// The destination's outcome (`completed`, `completed-without-final`, `aborted: ...`), or
     /// the hypervisor's while it runs (`pre-copy`, `paused`, ...).
     pub outcome: String,
@@ -206,9 +211,7 @@ impl World {
                         if let Some(s) = self.hosts.get_mut(&self.hv[i].host) {
                             s.host.pause(now);
                         }
-                        self.hv[i].phase = Phase::Paused {
-                            until: now + pause,
-                        };
+                        self.hv[i].phase = Phase::Paused { until: now + pause };
                         self.hv[i].rec.paused_us = Some(us(now));
                         self.hv[i].rec.outcome = "paused".into();
                         moved = true;
@@ -304,7 +307,12 @@ impl World {
                 r.overflowed = s.overflowed;
                 r.expired = s.expired;
                 r.collided = s.collided;
-                if r.resumed_us.is_some() && s.outcome != "running" && !r.outcome.starts_with("aborted") {
+                r.activated_us = s.activated_us;
+                r.released_us = s.completed_us.filter(|_| s.outcome != "running");
+                if r.resumed_us.is_some()
+                    && s.outcome != "running"
+                    && !r.outcome.starts_with("aborted")
+                {
                     r.outcome = s.outcome;
                 }
             }
@@ -445,7 +453,11 @@ impl World {
             self.db
                 .transact(
                     super::NB,
-                    nb::set_port_options(port, &[("requested-chassis", to)], &["activation-strategy"]),
+                    nb::set_port_options(
+                        port,
+                        &[("requested-chassis", to)],
+                        &["activation-strategy"],
+                    ),
                     self.now,
                 )
                 .map_err(|e| format!("migrate {port}: NB: {e}"))?;

@@ -33,6 +33,7 @@
 pub mod chassis;
 pub mod db;
 pub mod hosts;
+pub mod incident_c;
 pub mod migrate;
 pub mod nb;
 pub mod northd;
@@ -354,7 +355,10 @@ impl World {
             .or_insert_with(|| PhysNet::new(net, rng))
             .attach(NetPort::Host(name.to_string()));
         let up = Link::new(LinkConfig::external(), self.rng.fork(&format!("{name} up")));
-        let down = Link::new(LinkConfig::external(), self.rng.fork(&format!("{name} down")));
+        let down = Link::new(
+            LinkConfig::external(),
+            self.rng.fork(&format!("{name} down")),
+        );
         self.hosts.insert(
             name.to_string(),
             HostSlot {
@@ -569,8 +573,7 @@ impl World {
                         self.chassis[*b].datapath_mut().handle_tunnel(src, &p, now)
                     }
                     Carried::State(id, bytes) => {
-                        self.state
-                            .deliver(&mut self.chassis, *b, id, &bytes, now)
+                        self.state.deliver(&mut self.chassis, *b, id, &bytes, now)
                     }
                 }
             }
@@ -996,7 +999,9 @@ impl World {
         let c = self.chassis_index(name)?;
         self.chassis[c].crash_datapath(self.now);
         self.state.drop_chassis(c, &mut self.chassis, self.now);
-        self.event(format!("datapath {name} crashed and restarted (state lost)"));
+        self.event(format!(
+            "datapath {name} crashed and restarted (state lost)"
+        ));
         self.settle();
         Ok(())
     }

@@ -100,7 +100,11 @@ pub fn set_requested_chassis(name: &str, chassis: &str) -> Txn {
 /// `ovn-nbctl lsp-set-options`-style edit of some keys: `set` are written (replacing those
 /// keys), `remove` are deleted; other options are kept.
 pub fn set_port_options(name: &str, set: &[(&str, &str)], remove: &[&str]) -> Txn {
-    let keys: Vec<&str> = set.iter().map(|(k, _)| *k).chain(remove.iter().copied()).collect();
+    let keys: Vec<&str> = set
+        .iter()
+        .map(|(k, _)| *k)
+        .chain(remove.iter().copied())
+        .collect();
     vec![
         must_exist("Logical_Switch_Port", name),
         json!({"op": "mutate", "table": "Logical_Switch_Port", "where": [["name", "==", name]],

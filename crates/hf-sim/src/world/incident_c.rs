@@ -1,0 +1,204 @@
+//! Incident C's world (`../shared/incidents/003`), shared by `tests/incidents.rs`, the
+//! `migration` benchmark and the sandbox: the default topology's shape with a provider
+//! network, a VM with its own egress address (a distributed `dnat_and_snat`) and a
+//! Neutron-style security group, an external host on the provider network and an east-west
+//! peer, and the two paced streams every migration case runs.
+//!
+//! What it does not do: assert anything (its users do) or migrate (see [`super::migrate`]).
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+use crate::net::{Direction, HostConfig, Transfer};
+use crate::world::nb::{self, Nat, PortOpts, Txn};
+use crate::world::{NorthdMode, World, WorldConfig};
+
+/// The VM that migrates, its floating (per-VM egress) address and external MAC.
+pub const VM: &str = "vm1";
+pub const VM_IP: &str = "10.0.1.11";
+pub const FIP: &str = "172.16.0.50";
+pub const FIP_MAC: &str = "02:00:00:00:ee:01";
+/// The external host, on the provider network `physnet1`.
+pub const EXT: &str = "ext1";
+pub const EXT_IP: Ipv4Addr = Ipv4Addr::new(172, 16, 0, 10);
+/// The east-west peer (another switch, another hypervisor).
+pub const PEER: &str = "vm3";
+pub const PEER_IP: &str = "10.0.2.13";
+
+/// Parses a constant address of this module.
+pub fn ip(s: &str) -> IpAddr {
+    s.parse().expect("a test address")
+}
+
+fn vm(sw: &str, name: &str, mac: &str, addr: &str, chassis: &'static str) -> Txn {
+    nb::port(
+        sw,
+        name,
+        &format!("{mac} {addr}"),
+        PortOpts {
+            port_security: true,
+            requested_chassis: Some(chassis),
+            ..PortOpts::default()
+        },
+    )
+}
+
+/// The default topology's shape with a provider network: switches ls1 and ls2 behind the
+/// distributed router lr0, whose gateway port lr0-ext (on gw1) reaches switch `ext`, whose
+/// localnet port reaches `physnet1`, where the external host lives. Everything SNATs to
+/// 172.16.0.100 on the gateway, except the VM, whose distributed `dnat_and_snat` gives it its
+/// own address wherever it runs.
+pub fn topology() -> Vec<Txn> {
+    let mut t = vec![
+        nb::router("lr0"),
+        nb::switch("ls1"),
+        nb::switch("ls2"),
+        nb::switch("ext"),
+        nb::router_port("lr0", "lr0-ls1", "00:00:00:00:ff:01", &["10.0.1.1/24"]),
+        nb::router_port("lr0", "lr0-ls2", "00:00:00:00:ff:02", &["10.0.2.1/24"]),
+        nb::router_port("lr0", "lr0-ext", "00:00:00:00:ff:10", &["172.16.0.1/24"]),
+        nb::patch("ls1", "ls1-lr0", "lr0-ls1"),
+        nb::patch("ls2", "ls2-lr0", "lr0-ls2"),
+        nb::patch("ext", "ext-lr0", "lr0-ext"),
+        nb::set_port_options("ext-lr0", &[("nat-addresses", "router")], &[]),
+        nb::localnet("ext", "ln-ext", "physnet1"),
+        nb::gateway_chassis("lr0-ext", "gw1", 20),
+        nb::nat(
+            "lr0",
+            Nat {
+                kind: "snat",
+                external_ip: "172.16.0.100",
+                logical_ip: "10.0.0.0/16",
+                logical_port: None,
+            },
+        ),
+        nb::nat(
+            "lr0",
+            Nat {
+                kind: "dnat_and_snat",
+                external_ip: FIP,
+                logical_ip: VM_IP,
+                logical_port: Some((VM, FIP_MAC)),
+            },
+        ),
+        vm("ls1", VM, "00:00:00:00:01:0b", VM_IP, "hv1"),
+        vm("ls1", "vm2", "00:00:00:00:01:0c", "10.0.1.12", "hv2"),
+        vm("ls2", PEER, "00:00:00:00:02:0d", PEER_IP, "hv3"),
+    ];
+    // The security group.
+    for (dir, prio, m, action) in [
+        (
+            "from-lport",
+            1002,
+            format!("inport == \"{VM}\" && ip4"),
+            "allow-related",
+        ),
+        (
+            "from-lport",
+            1001,
+            format!("inport == \"{VM}\" && ip"),
+            "drop",
+        ),
+        (
+            "to-lport",
+            1001,
+            format!("outport == \"{VM}\" && ip"),
+            "drop",
+        ),
+    ] {
+        t.push(nb::acl("ls1", dir, prio, &m, action));
+    }
+    t
+}
+
+/// The world, ready: every port bound, neighbours warm. Panics when it does not come up
+/// within 30 s of virtual time (a broken build, not an input error).
+pub fn world(seed: u64) -> World {
+    let mut w = World::new(WorldConfig {
+        seed,
+        chassis: ["hv1", "hv2", "hv3", "gw1"].map(String::from).to_vec(),
+        northd: NorthdMode::Holdfast,
+    })
+    .expect("world");
+    w.nb_all(topology()).expect("NB");
+    w.add_net_host(
+        "physnet1",
+        EXT,
+        HostConfig::new(EXT, [0, 0, 0, 0, 0x10, 0x0a], seed ^ 0xe).with_ipv4(
+            EXT_IP,
+            24,
+            Some(Ipv4Addr::new(172, 16, 0, 1)),
+        ),
+    )
+    .expect("external host");
+    let ok = w.run_until(|w| w.ports_ready(), Duration::from_secs(30));
+    assert!(ok, "not ready; log:\n{}", w.take_log().join("\n"));
+    w.run_for(Duration::from_millis(200));
+    w
+}
+
+/// The streams' pace, bytes per second (8 Mbit/s): long enough to span every migration, slow enough that pacing, not the window,
+/// sets the pace.
+pub const RATE: u64 = 1_000_000;
+
+#[derive(Debug, Clone)]
+pub struct Streams {
+    /// The download from the external host (the VM's connection name).
+    pub download: String,
+    /// The east-west upload to the peer.
+    pub east_west: String,
+}
+
+/// A paced download from the external host (through the VM's floating IP) and a paced
+/// east-west upload to the peer, both from the VM.
+/// Starts both streams (`bytes` each) after warm-up pings, and runs until both are going.
+/// Panics when they do not get going (a broken build).
+pub fn start_streams(w: &mut World, bytes: u64) -> Streams {
+    w.tcp_listen(EXT, 80).expect("listen");
+    w.tcp_listen(PEER, 5001).expect("listen");
+    // Warm-up: neighbours learned on every path.
+    for dst in [EXT_IP.to_string(), PEER_IP.to_string()] {
+        w.ping(VM, ip(&dst), 2, Duration::from_millis(20))
+            .expect("ping");
+        w.run_for(Duration::from_millis(1100));
+    }
+    let now = w.now();
+    let host = w.host_mut(VM).expect("vm");
+    let download = host
+        .start_transfer_with(
+            IpAddr::V4(EXT_IP),
+            80,
+            Transfer {
+                direction: Direction::Download,
+                bytes,
+                rate: Some(RATE),
+            },
+            now,
+        )
+        .expect("download");
+    let east_west = host
+        .start_transfer_with(
+            ip(PEER_IP),
+            5001,
+            Transfer {
+                direction: Direction::Upload,
+                bytes,
+                rate: Some(RATE),
+            },
+            now,
+        )
+        .expect("east-west");
+    w.run_for(Duration::from_millis(300));
+    for n in [&download, &east_west] {
+        let r = w.tcp_record(VM, n).expect("record");
+        assert!(
+            r.established_us.is_some() && r.bytes_received + r.bytes_acked > 0,
+            "{n} did not get going: {r:?}\nlog:\n{}",
+            w.take_log().join("\n")
+        );
+    }
+    Streams {
+        download,
+        east_west,
+    }
+}
