@@ -4,6 +4,7 @@ pub mod central;
 pub mod conntrack;
 pub mod controller;
 pub mod expr;
+pub mod migration;
 pub mod northd;
 pub mod ovsdb;
 pub mod ovsdb_client;
@@ -62,5 +63,10 @@ pub const ALL: &[(&str, &str, SuiteFn)] = &[
         "sandbox",
         "hf-datapath: established TCP between two chassis through Geneve, in memory, one core (pps)",
         sandbox::run,
+    ),
+    (
+        "migration",
+        "incident C in the simulator: 100 live migrations of a VM with 10k conntrack entries behind NAT and a security group; stall p50/p99 (simulated ms), retransmissions, bytes moved",
+        migration::run,
     ),
 ];
