@@ -724,6 +724,7 @@ impl Datapath {
     }
 
     /// Exports `sel` and sends it as `phase`; returns (entries, bytes).
+    #[allow(clippy::too_many_arguments)]
     fn send_conns(
         &mut self,
         peer: PeerId,
@@ -1117,11 +1118,11 @@ impl Datapath {
                 self.abort_incoming(name, "the source changed", now);
             }
             // The port comes back here: what this chassis handed over earlier is live again.
-            if let Some(o) = self.mig.outgoing.remove(name) {
-                if !o.finished {
-                    self.mig
-                        .finish(o.stats, "aborted: the port migrates here".into(), now);
-                }
+            if let Some(o) = self.mig.outgoing.remove(name)
+                && !o.finished
+            {
+                self.mig
+                    .finish(o.stats, "aborted: the port migrates here".into(), now);
             }
             self.mig.next_epoch += 1;
             let epoch = (now.as_micros() as u64) << 16 | (self.mig.next_epoch & 0xffff);

@@ -17,6 +17,9 @@
 //!
 //! `--tiny`: 2 migrations of a VM with 100 synthetic entries.
 
+// A benchmark reads the wall clock (only for its note on how long the run took).
+#![allow(clippy::disallowed_methods)]
+
 use std::time::Duration;
 
 use hf_sim::world::incident_c::{self, EXT, PEER, VM, ip};

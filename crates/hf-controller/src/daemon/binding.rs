@@ -100,6 +100,7 @@ fn uuid_json(u: Uuid) -> Value {
 
 /// The operations that claim, update and release port bindings. `up_ports` are the ports the
 /// datapath has installed as local.
+#[allow(clippy::too_many_arguments)]
 pub fn binding_ops(
     sb: &SbSnapshot,
     ours: Uuid,

@@ -294,8 +294,7 @@ impl World {
                 .datapath()
                 .migration_stats()
                 .into_iter()
-                .filter(|s| s.port == r.host && s.role == "in" && s.started_us >= r.started_us)
-                .next_back();
+                .rfind(|s| s.port == r.host && s.role == "in" && s.started_us >= r.started_us);
             if let Some(s) = st {
                 r.entries_moved = s.entries_moved;
                 r.bytes_moved = s.bytes_moved;
@@ -465,8 +464,7 @@ impl World {
         }
         self.migrations()
             .into_iter()
-            .filter(|r| r.host == port && r.started_us >= us(started))
-            .next_back()
+            .rfind(|r| r.host == port && r.started_us >= us(started))
             .ok_or_else(|| format!("migrate {port}: no record"))
     }
 }

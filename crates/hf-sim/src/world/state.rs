@@ -92,8 +92,8 @@ impl StateNet {
                 }
             }
         }
-        for i in 0..chassis.len() {
-            while let Some((peer, bytes)) = chassis[i].datapath_mut().poll_state_transmit() {
+        for (i, c) in chassis.iter_mut().enumerate() {
+            while let Some((peer, bytes)) = c.datapath_mut().poll_state_transmit() {
                 moved = true;
                 let Some(s) = self
                     .sessions
