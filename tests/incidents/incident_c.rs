@@ -104,6 +104,9 @@ fn assert_kept(w: &mut World, s: &Streams, migs: &[MigrationRecord], bytes: u64,
         ("complete", bytes),
         "{sum}"
     );
+    // What the VM took on the source before it paused does not reach it again from the
+    // destination's buffer (the source reported it; the destination trimmed it).
+    assert_eq!(down.duplicates, 0, "segments the VM received twice:\n{sum}");
     let up = w.tcp_record(VM, &s.east_west).expect("record");
     assert_eq!(up.outcome, "complete", "{sum}");
     let peer = &far_end(w, PEER)[0];
