@@ -697,3 +697,81 @@ fn mac_bindings_age_on_the_wall_clock() {
         "the binding did not age once past the threshold"
     );
 }
+
+#[test]
+fn an_activation_the_controller_wrote_survives_northd_while_the_port_has_additional_chassis() {
+    let mut sim = Sim::new(1);
+    // Two chassis, so `requested-chassis=hv1,hv2` resolves.
+    for (n, ip) in [("hv1", "192.168.0.1"), ("hv2", "192.168.0.2")] {
+        sim.sb(json!([
+            {"op": "insert", "table": "Encap", "uuid-name": "e",
+                "row": {"type": "geneve", "ip": ip, "chassis_name": n}},
+            {"op": "insert", "table": "Chassis",
+                "row": {"name": n, "hostname": n, "encaps": ["named-uuid", "e"]}},
+        ]));
+    }
+    sim.nb_with_cfg(vec![
+        json!({"op": "insert", "table": "Logical_Switch", "row": {"name": "sw0"}}),
+    ]);
+    let mut ops = lsp_ops("sw0", "vm1", 1);
+    ops[0]["row"]["options"] = json!([
+        "map",
+        [
+            ["requested-chassis", "hv1,hv2"],
+            ["activation-strategy", "rarp"]
+        ]
+    ]);
+    sim.nb_with_cfg(ops);
+    sim.run();
+    let pb = |sim: &Sim| {
+        sim.db_sb()
+            .port_binding()
+            .values()
+            .find(|p| p.logical_port == "vm1")
+            .cloned()
+            .expect("vm1 bound")
+    };
+    assert_eq!(pb(&sim).requested_additional_chassis.len(), 1);
+    // The destination's controller records the activation, as ovn-controller does.
+    let u = pb(&sim).uuid.to_string();
+    sim.sb(
+        json!([{"op": "mutate", "table": "Port_Binding", "where": [["_uuid", "==", ["uuid", u]]],
+        "mutations": [["options", "insert",
+            ["map", [["additional-chassis-activated", "hv2"]]]]]}]),
+    );
+    sim.run();
+    // An NB change that makes northd rewrite the binding's options keeps it.
+    sim.nb_with_cfg(vec![json!({"op": "mutate", "table": "Logical_Switch_Port",
+        "where": [["name", "==", "vm1"]],
+        "mutations": [["options", "insert", ["map", [["foo", "bar"]]]]]})]);
+    sim.run();
+    let p = pb(&sim);
+    assert_eq!(
+        p.options.get("foo").map(String::as_str),
+        Some("bar"),
+        "northd rewrote options"
+    );
+    assert_eq!(
+        p.options
+            .get("additional-chassis-activated")
+            .map(String::as_str),
+        Some("hv2"),
+        "northd dropped the controller's activation: {:?}",
+        p.options
+    );
+    // Once the CMS names the destination alone, the flag goes (no additional chassis).
+    sim.nb_with_cfg(vec![
+        json!({"op": "mutate", "table": "Logical_Switch_Port", "where": [["name", "==", "vm1"]],
+            "mutations": [["options", "delete", ["set", ["requested-chassis"]]]]}),
+        json!({"op": "mutate", "table": "Logical_Switch_Port", "where": [["name", "==", "vm1"]],
+            "mutations": [["options", "insert", ["map", [["requested-chassis", "hv2"]]]]]}),
+    ]);
+    sim.run();
+    assert!(
+        !pb(&sim)
+            .options
+            .contains_key("additional-chassis-activated"),
+        "{:?}",
+        pb(&sim).options
+    );
+}
