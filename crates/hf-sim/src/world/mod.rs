@@ -14,17 +14,26 @@
 //!   [`World::next_deadline`], [`World::now`]. Between timers the world settles: it moves
 //!   every message and frame that is due until nothing moves.
 //! - Scenarios: [`World::ping`], [`World::udp`], [`World::tcp_transfer`],
-//!   [`World::restart_controller`], [`World::restart_datapath`], [`World::restart_northd`],
-//!   [`World::move_port`], [`World::rebuild_databases`]; [`World::record`].
+//!   [`World::restart_controller`], [`World::restart_datapath`] (a handoff),
+//!   [`World::crash_datapath`], [`World::restart_northd`], [`World::move_port`] (a re-plug),
+//!   [`World::rebuild_databases`]; [`World::record`].
+//! - Live migration ([`migrate`]): [`World::migrate`] (the CMS's NB steps and the
+//!   hypervisor's), [`World::start_migration`] (the hypervisor's part alone),
+//!   [`World::abort_migration`], [`World::migrations`]. The datapaths' state channel
+//!   ([`state`]) travels inside the tunnel links between chassis.
+//! - Provider networks ([`physnet`]): every chassis's `localnet` ports and the external hosts
+//!   of [`World::add_net_host`] on one learning switch per `network_name`.
+//! - Incident C's world, shared by tests, the benchmark and the sandbox: [`incident_c`].
 //! - The sandbox's access to the database: [`World::db_connect`], [`World::db_input`],
 //!   [`World::db_poll_output`], [`World::db_disconnect`].
 //!
 //! # What it does not do
 //!
 //! No real sockets, threads or clocks. The control plane (OVSDB sessions, the controller ↔
-//! datapath pipe) has no simulated latency: its messages move at once. External hosts are
-//! ordinary VIF ports on a chassis (marked with `external_ids:hf-sim-external=true`), on a 1 ms
-//! link; there is no localnet/provider-network emulation.
+//! datapath pipe) has no simulated latency: its messages move at once (the datapaths' state
+//! channel does pay the links). External hosts are either ordinary VIF ports on a chassis
+//! (marked with `external_ids:hf-sim-external=true`, on a 1 ms link) or hosts on a provider
+//! network; provider networks have no VLANs.
 //!
 //! Submodules: [`db`] (the server and its sessions), [`northd`] (northd on virtual time),
 //! [`nb`] (NB builders as OVSDB transactions), [`chassis`] (controller + datapath),
