@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use hf_sim::net::TcpRecord;
-use hf_sim::world::incident_c::{EXT, FIP, PEER, Streams, VM, ip, start_streams, world};
+use hf_sim::world::incident_c::{self, EXT, FIP, PEER, Streams, VM, ip, start_streams, world};
 use hf_sim::world::nb;
 use hf_sim::world::{MigrationPlan, MigrationRecord, World};
 
@@ -308,4 +308,35 @@ fn activation_survives_a_controller_restart_and_a_datapath_handoff_on_the_destin
         "the port is active on hv2 after both restarts"
     );
     assert_kept(&mut w, &s, &[m], bytes, &seen);
+}
+
+#[test]
+fn the_ovn_kubernetes_design_snats_to_the_new_node_and_the_download_breaks() {
+    // The incident's own design, on holdfast: a layer-2 network whose egress leaves through the
+    // gateway router of the VM's node, SNATed to that node's address. The conntrack state moves
+    // with the VM, but its egress address does not: the external host sees segments from
+    // another address and the connection breaks.
+    let mut w = incident_c::ovnk_world(35);
+    let s = incident_c::start_streams_to(&mut w, 2_500_000, incident_c::OVNK_PEER_IP);
+    let before = far_end(&w, EXT);
+    assert_eq!(before.len(), 1, "{before:?}");
+    assert!(
+        before[0].remote.starts_with("172.16.0.11:"),
+        "SNAT to hv1's address: {:?}",
+        before[0].remote
+    );
+    migrate(&mut w, "hv2", &MigrationPlan::default());
+    let at = w
+        .tcp_record(VM, &s.download)
+        .expect("record")
+        .bytes_received;
+    w.run_for(Duration::from_secs(5));
+    let r = w.tcp_record(VM, &s.download).expect("record");
+    let ext = far_end(&w, EXT);
+    assert!(
+        r.resets_received + r.resets_sent > 0 || r.bytes_received == at,
+        "the OVN-Kubernetes design must visibly break (a reset, or no progress for 5 s): {r:?}\n\
+         the external host: {ext:?}"
+    );
+    assert_ne!(r.outcome, "complete", "{r:?}");
 }

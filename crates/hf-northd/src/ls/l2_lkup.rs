@@ -1,6 +1,7 @@
 //! `ls_in_l2_lkup`: destination lookup. Unicast to the port owning `eth.dst` (VIF addresses,
 //! the router port MAC for `router` ports, on the gateway chassis only when the router port is
-//! a distributed gateway port seen through a localnet switch, and distributed NAT MACs where
+//! a distributed gateway port seen through a localnet switch or when several gateway routers
+//! share the MAC on the switch, and distributed NAT MACs where
 //! their logical port is resident); multicast and broadcast flood (`_MC_flood`); ARP requests
 //! and neighbour solicitations for router-owned addresses (its networks, NAT external IPs,
 //! reachable LB VIPs) go only to that router port (and to the L2 domain, `_MC_flood_l2`);
@@ -174,6 +175,24 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
         to_port(MC_FLOOD),
     );
     forwarding_groups(sw, out, diags);
+    // Router MACs that several gateway routers share on this switch (OVN-Kubernetes' layer-2
+    // design: every node's gateway router answers for the same gateway address): each copy is
+    // looked up only where its router runs, so a VM reaches the gateway router of its own
+    // node. ovn-northd 23.03 writes the same-match flows unconditionally (one of them wins at
+    // random); holdfast makes the choice local.
+    let mut seen_gw: BTreeSet<_> = BTreeSet::new();
+    let mut shared_gw: BTreeSet<_> = BTreeSet::new();
+    for p in sw.ports {
+        if let PortKind::SwitchRouter { lrp: Some(l) } = sw.port(*p).kind {
+            let r = &topo.ports[l];
+            if topo.datapaths[r.dp].gateway_chassis.is_some()
+                && let Some(m) = r.mac
+                && !seen_gw.insert(m)
+            {
+                shared_gw.insert(m);
+            }
+        }
+    }
     for p in sw.ports {
         let port = sw.port(*p);
         if matches!(&port.kind, PortKind::OtherLsp(t) if t == "external") {
@@ -232,6 +251,9 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
             if let Some(cr) = cr {
                 m.push(resident(&cr));
             }
+        }
+        if router.gateway_chassis.is_some() && shared_gw.contains(&rmac) {
+            m.push(resident(&port.name));
         }
         if macs.insert(rmac) {
             sw.for_port(

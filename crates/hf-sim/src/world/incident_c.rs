@@ -85,7 +85,14 @@ pub fn topology() -> Vec<Txn> {
         vm("ls1", "vm2", "00:00:00:00:01:0c", "10.0.1.12", "hv2"),
         vm("ls2", PEER, "00:00:00:00:02:0d", PEER_IP, "hv3"),
     ];
-    // The security group.
+    t.extend(security_group("ls1"));
+    t
+}
+
+/// A Neutron-style security group on the VM's port, as ACLs of its switch `sw`: egress allowed
+/// with allow-related, ingress only what is related, everything else dropped.
+pub fn security_group(sw: &str) -> Vec<Txn> {
+    let mut t = Vec::new();
     for (dir, prio, m, action) in [
         (
             "from-lport",
@@ -106,21 +113,89 @@ pub fn topology() -> Vec<Txn> {
             "drop",
         ),
     ] {
-        t.push(nb::acl("ls1", dir, prio, &m, action));
+        t.push(nb::acl(sw, dir, prio, &m, action));
     }
     t
+}
+
+/// The VM's address on the OVN-Kubernetes-shaped layer-2 network.
+pub const OVNK_VM_IP: &str = "10.100.0.11";
+/// The east-west peer's on that network.
+pub const OVNK_PEER_IP: &str = "10.100.0.13";
+
+/// The OVN-Kubernetes layer-2 design (the incident's): one switch `l2` (10.100.0.0/24) spanning
+/// the hypervisors, and on every node a gateway router (`options:chassis`) attached to it with
+/// the same gateway address and MAC (10.100.0.1), whose SNAT rewrites the network to that
+/// node's own address on the provider network (172.16.0.1N for node hvN), through the node's
+/// external switch. A VM's egress leaves through the gateway router of the node it runs on:
+/// after a migration, with another source address.
+pub fn ovnk_topology(nodes: &[&str]) -> Vec<Txn> {
+    let mut t = vec![nb::switch("l2")];
+    for (i, n) in nodes.iter().enumerate() {
+        let gr = format!("GR_{n}");
+        let ext = format!("ext_{n}");
+        let node_ip = format!("172.16.0.{}", 11 + i);
+        t.push(nb::router(&gr));
+        t.push(vec![
+            serde_json::json!({"op": "mutate", "table": "Logical_Router",
+            "where": [["name", "==", gr]],
+            "mutations": [["options", "insert", ["map", [["chassis", n]]]]]}),
+        ]);
+        t.push(nb::router_port(
+            &gr,
+            &format!("rtos-{n}"),
+            "0a:58:0a:64:00:01",
+            &["10.100.0.1/24"],
+        ));
+        t.push(nb::patch("l2", &format!("stor-{n}"), &format!("rtos-{n}")));
+        t.push(nb::switch(&ext));
+        t.push(nb::router_port(
+            &gr,
+            &format!("rtoe-{n}"),
+            &format!("0a:58:ac:10:00:{:02x}", 11 + i),
+            &[&format!("{node_ip}/24")],
+        ));
+        t.push(nb::patch(&ext, &format!("etor-{n}"), &format!("rtoe-{n}")));
+        t.push(nb::localnet(&ext, &format!("ln-{ext}"), "physnet1"));
+        t.push(nb::nat(
+            &gr,
+            Nat {
+                kind: "snat",
+                external_ip: &node_ip,
+                logical_ip: "10.100.0.0/24",
+                logical_port: None,
+            },
+        ));
+    }
+    t.push(vm("l2", VM, "00:00:00:00:01:0b", OVNK_VM_IP, "hv1"));
+    t.push(vm("l2", PEER, "00:00:00:00:02:0d", OVNK_PEER_IP, "hv3"));
+    t.extend(security_group("l2"));
+    t
+}
+
+/// The OVN-Kubernetes-shaped world (see [`ovnk_topology`]) on hv1, hv2, hv3, ready.
+pub fn ovnk_world(seed: u64) -> World {
+    build(
+        seed,
+        &["hv1", "hv2", "hv3"],
+        ovnk_topology(&["hv1", "hv2", "hv3"]),
+    )
 }
 
 /// The world, ready: every port bound, neighbours warm. Panics when it does not come up
 /// within 30 s of virtual time (a broken build, not an input error).
 pub fn world(seed: u64) -> World {
+    build(seed, &["hv1", "hv2", "hv3", "gw1"], topology())
+}
+
+fn build(seed: u64, chassis: &[&str], nb: Vec<Txn>) -> World {
     let mut w = World::new(WorldConfig {
         seed,
-        chassis: ["hv1", "hv2", "hv3", "gw1"].map(String::from).to_vec(),
+        chassis: chassis.iter().map(|c| c.to_string()).collect(),
         northd: NorthdMode::Holdfast,
     })
     .expect("world");
-    w.nb_all(topology()).expect("NB");
+    w.nb_all(nb).expect("NB");
     w.add_net_host(
         "physnet1",
         EXT,
@@ -155,11 +230,16 @@ pub struct Streams {
 /// first time); runs until both are going. Panics when they do not get going (a broken
 /// build).
 pub fn start_streams(w: &mut World, bytes: u64) -> Streams {
+    start_streams_to(w, bytes, PEER_IP)
+}
+
+/// [`start_streams`] with the peer at `peer_ip` (the OVN-Kubernetes-shaped world's).
+pub fn start_streams_to(w: &mut World, bytes: u64, peer_ip: &str) -> Streams {
     // The listeners stay from an earlier call (they accept any number of connections).
     if w.tcp_listen(EXT, 80).is_ok() {
         w.tcp_listen(PEER, 5001).expect("listen");
         // Warm-up: neighbours learned on every path.
-        for dst in [EXT_IP.to_string(), PEER_IP.to_string()] {
+        for dst in [EXT_IP.to_string(), peer_ip.to_string()] {
             w.ping(VM, ip(&dst), 2, Duration::from_millis(20))
                 .expect("ping");
             w.run_for(Duration::from_millis(1100));
@@ -181,7 +261,7 @@ pub fn start_streams(w: &mut World, bytes: u64) -> Streams {
         .expect("download");
     let east_west = host
         .start_transfer_with(
-            ip(PEER_IP),
+            ip(peer_ip),
             5001,
             Transfer {
                 direction: Direction::Upload,
