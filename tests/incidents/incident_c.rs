@@ -340,3 +340,56 @@ fn the_ovn_kubernetes_design_snats_to_the_new_node_and_the_download_breaks() {
     );
     assert_ne!(r.outcome, "complete", "{r:?}");
 }
+
+#[test]
+fn a_migration_that_never_activates_leaves_no_copy_at_the_destination() {
+    let mut w = world(36);
+    let bytes = 1_000_000;
+    let s = start_streams(&mut w, bytes);
+    let seen = seen_by_ext(&w);
+    let zone = format!("lsp/{VM}");
+    w.nb(nb::set_port_options(
+        VM,
+        &[
+            ("requested-chassis", "hv1,hv2"),
+            ("activation-strategy", "rarp"),
+        ],
+        &[],
+    ))
+    .expect("NB");
+    let plan = MigrationPlan {
+        precopy: Duration::from_secs(2),
+        ..MigrationPlan::default()
+    };
+    w.start_migration(VM, "hv2", &plan).expect("starts");
+    w.run_for(Duration::from_millis(300));
+    assert!(
+        zone_count(&w, "hv2", &zone) > 0,
+        "the pre-copy reached the destination"
+    );
+    // The operator cancels: the hypervisor gives up, the CMS moves the port back.
+    w.abort_migration(VM).expect("abort");
+    w.nb(nb::set_port_options(
+        VM,
+        &[("requested-chassis", "hv1")],
+        &["activation-strategy"],
+    ))
+    .expect("NB");
+    w.run_for(Duration::from_millis(50));
+    assert_eq!(
+        zone_count(&w, "hv2", &zone),
+        0,
+        "the destination dropped its copy"
+    );
+    let st = w
+        .chassis_by_name("hv2")
+        .expect("hv2")
+        .datapath()
+        .migration_stats();
+    assert!(
+        st.iter()
+            .any(|m| m.port == VM && m.outcome.starts_with("aborted")),
+        "{st:?}"
+    );
+    assert_kept(&mut w, &s, &[], bytes, &seen);
+}
