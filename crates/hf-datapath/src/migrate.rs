@@ -522,6 +522,13 @@ impl Datapath {
         }
     }
 
+    /// The chassis of session `peer` once its hello was accepted (`None` before that, after a
+    /// refusal's hello, and for unknown sessions): for the shell's listings and its hello
+    /// timeout.
+    pub fn state_peer(&self, peer: PeerId) -> Option<&str> {
+        self.mig.peers.get(&peer).and_then(|p| p.chassis.as_deref())
+    }
+
     /// Whether the shell should close session `peer` (it was refused) once its transmit queue
     /// is drained.
     pub fn state_wants_close(&self, peer: PeerId) -> bool {
