@@ -455,7 +455,9 @@ impl Shell {
                 Ev::Exit => exit = true,
                 Ev::Timer => self.dp.handle_timeout(now),
             }
-            // State sessions: dials, bytes out, closes (after whatever the event changed).
+            // State sessions: dials, bytes out, closes (after whatever the event changed; the
+            // core's reasons for a close are logged before the close).
+            self.flush_logs();
             self.state.pump(&mut self.dp, now);
             // Control answers.
             while let Some(frame) = self.dp.poll_control_transmit() {

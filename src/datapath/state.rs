@@ -104,7 +104,9 @@ pub fn parse_listen(s: &str) -> anyhow::Result<ListenSpec> {
     } else if let Some(r) = s.strip_prefix("pssl:") {
         (true, r)
     } else {
-        return Err(bad("the state channel listens on ptcp:PORT[:IP] or pssl:PORT[:IP]"));
+        return Err(bad(
+            "the state channel listens on ptcp:PORT[:IP] or pssl:PORT[:IP]",
+        ));
     };
     let (port, ip) = match rest.split_once(':') {
         Some((p, ip)) => (p, Some(ip)),
@@ -503,7 +505,7 @@ impl StateChannel {
                 continue;
             }
             let why = if dp.state_wants_close(peer) {
-                Some("refused (see above)".to_string())
+                Some("refused".to_string())
             } else if hello.is_none() && s.bytes_in > PRE_HELLO_MAX {
                 Some(format!("{} bytes and no hello", s.bytes_in))
             } else if hello.is_none() && s.deadline.is_some_and(|t| wall >= t) {
@@ -578,9 +580,7 @@ impl StateChannel {
             let r = tokio::time::timeout(DIAL_TIMEOUT, connect(addr, from, tls))
                 .await
                 .unwrap_or_else(|_| {
-                    Err(format!(
-                        "no connection to {addr} within {DIAL_TIMEOUT:?}"
-                    ))
+                    Err(format!("no connection to {addr} within {DIAL_TIMEOUT:?}"))
                 });
             match r {
                 Err(reason) => {
@@ -644,8 +644,7 @@ impl StateChannel {
                 Some(server) => {
                     // Refusals (plain text, no certificate, another CA) are logged there,
                     // naming the listener, the address and the reason.
-                    let Some(s) = hf_ovsdb_net::tls::accept(&name, tcp, addr, &server).await
-                    else {
+                    let Some(s) = hf_ovsdb_net::tls::accept(&name, tcp, addr, &server).await else {
                         let _ = tx.send(StateEvent::Refused { peer }).await;
                         return;
                     };
@@ -690,7 +689,7 @@ impl StateChannel {
             out.push_str(&format!(
                 "chassis={} address={} direction={} tls={} cert={} state={phase} bytes_in={} \
                  bytes_out={}\n",
-                dp.state_peer(peer).unwrap_or("-"),
+                dp.state_peer(peer).or(s.dialed.as_deref()).unwrap_or("-"),
                 s.addr,
                 if s.dialed.is_some() { "out" } else { "in" },
                 if s.tls { "yes" } else { "no" },
@@ -892,7 +891,11 @@ pub fn common_name(cert: &[u8]) -> Result<String, String> {
                     String::from_utf16(&units)
                         .map_err(|_| "has a common name that is not UTF-16".to_string())?
                 }
-                _ => return Err(format!("has a common name of an unsupported type ({tag:#04x})")),
+                _ => {
+                    return Err(format!(
+                        "has a common name of an unsupported type ({tag:#04x})"
+                    ));
+                }
             };
             found.push(text);
         }
@@ -971,7 +974,14 @@ mod tests {
             parse_listen("ptcp:6643:::1").unwrap().ip,
             Some("::1".parse().unwrap())
         );
-        for bad in ["tcp:6643", "ptcp:", "ptcp:70000", "pssl:x", "ptcp:1:nohost", "punix:/x"] {
+        for bad in [
+            "tcp:6643",
+            "ptcp:",
+            "ptcp:70000",
+            "pssl:x",
+            "ptcp:1:nohost",
+            "punix:/x",
+        ] {
             let e = parse_listen(bad).unwrap_err().to_string();
             assert!(e.contains(bad), "{e}");
         }

@@ -456,7 +456,10 @@ fn state_channel_over_mutual_tls_migrates_and_refuses_strangers() {
     wait_log(
         &dir,
         "hv1",
-        &["closing the session with chassis rogue", &rogue_addr.to_string()],
+        &[
+            "closing the session with chassis rogue",
+            &rogue_addr.to_string(),
+        ],
     );
     // (a') hv2's own certificate with a hello that claims to be hv1.
     let (mut liar, _) = tls_connect(pki.client("hv2"), hv1);
@@ -465,7 +468,10 @@ fn state_channel_over_mutual_tls_migrates_and_refuses_strangers() {
     wait_log(
         &dir,
         "hv1",
-        &["refused", "it says it is chassis hv1 but its certificate names hv2"],
+        &[
+            "refused",
+            "it says it is chassis hv1 but its certificate names hv2",
+        ],
     );
 
     // (b) A TLS client without a certificate: the handshake fails, hv1 names the address.
@@ -500,11 +506,7 @@ fn state_channel_over_mutual_tls_migrates_and_refuses_strangers() {
         read_to_end(&mut plain).is_empty(),
         "a plain TCP client got an answer"
     );
-    wait_log(
-        &dir,
-        "hv1",
-        &[&format!("refused {plain_addr}"), "not TLS"],
-    );
+    wait_log(&dir, "hv1", &[&format!("refused {plain_addr}"), "not TLS"]);
 
     // Both daemons run on; the session between them is the one it was, and the strangers'
     // are gone.
@@ -558,7 +560,10 @@ fn state_channel_over_plain_tcp_and_without_a_listener() {
     wait_log(
         &dir,
         "hv1",
-        &["state channel from", "hv9 is not a chassis of this datapath's program"],
+        &[
+            "state channel from",
+            "hv9 is not a chassis of this datapath's program",
+        ],
     );
     // Bytes that are no state frame at all.
     let mut junk = TcpStream::connect((IPS[0], state)).unwrap();
@@ -593,7 +598,11 @@ fn state_channel_over_plain_tcp_and_without_a_listener() {
         &["vm1,02:00:00:00:00:01", "vm2,02:00:00:00:00:02"],
         &[],
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     install(&dir, "hv2", destination_program());
     wait_log(
         &dir,
