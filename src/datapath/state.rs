@@ -290,6 +290,30 @@ struct Session {
 }
 
 impl Session {
+    /// A session being opened (dialed: `Some(chassis)`).
+    fn new(
+        dialed: Option<String>,
+        addr: SocketAddr,
+        tls: bool,
+        out: mpsc::UnboundedSender<Vec<u8>>,
+        written: Arc<AtomicU64>,
+        task: tokio::task::AbortHandle,
+    ) -> Session {
+        Session {
+            dialed,
+            addr,
+            tls,
+            cn: None,
+            phase: Phase::Connecting,
+            out: Some(out),
+            queued: 0,
+            written,
+            bytes_in: 0,
+            deadline: None,
+            task,
+        }
+    }
+
     fn bytes_out(&self) -> u64 {
         self.written.load(Ordering::Relaxed)
     }
@@ -535,34 +559,6 @@ impl StateChannel {
         }
     }
 
-    fn insert(
-        &mut self,
-        peer: PeerId,
-        dialed: Option<String>,
-        addr: SocketAddr,
-        tls: bool,
-        out: mpsc::UnboundedSender<Vec<u8>>,
-        written: Arc<AtomicU64>,
-        task: tokio::task::AbortHandle,
-    ) {
-        self.sessions.insert(
-            peer,
-            Session {
-                dialed,
-                addr,
-                tls,
-                cn: None,
-                phase: Phase::Connecting,
-                out: Some(out),
-                queued: 0,
-                written,
-                bytes_in: 0,
-                deadline: None,
-                task,
-            },
-        );
-    }
-
     fn dial(&mut self, d: StateDial) {
         let Some(l) = &self.listening else {
             return;
@@ -602,14 +598,16 @@ impl StateChannel {
                 }
             }
         });
-        self.insert(
+        self.sessions.insert(
             peer,
-            Some(d.chassis),
-            addr,
-            is_tls,
-            otx,
-            written,
-            task.abort_handle(),
+            Session::new(
+                Some(d.chassis),
+                addr,
+                is_tls,
+                otx,
+                written,
+                task.abort_handle(),
+            ),
         );
     }
 
@@ -666,7 +664,10 @@ impl StateChannel {
                 }
             }
         });
-        self.insert(peer, None, addr, is_tls, otx, written, task.abort_handle());
+        self.sessions.insert(
+            peer,
+            Session::new(None, addr, is_tls, otx, written, task.abort_handle()),
+        );
     }
 
     /// `datapath/state-sessions`: the listener, then one line per session.
