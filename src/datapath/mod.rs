@@ -18,6 +18,7 @@
 // An I/O shell: clocks, sockets, signals.
 #![allow(clippy::disallowed_methods)]
 
+mod cert;
 mod state;
 
 use std::collections::{BTreeMap, VecDeque};

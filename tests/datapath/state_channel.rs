@@ -572,6 +572,23 @@ fn state_channel_over_plain_tcp_and_without_a_listener() {
     junk.write_all(&[0, 0, 0, 3, 0xff, 0xff, 0xff]).unwrap();
     read_to_end(&mut junk);
     wait_log(&dir, "hv1", &["refused", "bad state frame"]);
+    // A frame that claims 1 MiB and never ends, from a peer that said no hello: cut at 64 KiB
+    // (the core would buffer up to its frame limit).
+    let mut big = TcpStream::connect((IPS[0], state)).unwrap();
+    big.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let big_addr = big.local_addr().unwrap();
+    let mut frame = vec![0u8, 0x10, 0, 0];
+    frame.resize(96 << 10, 0);
+    let _ = big.write_all(&frame);
+    read_to_end(&mut big);
+    wait_log(
+        &dir,
+        "hv1",
+        &[
+            &format!("closing the session with {big_addr}"),
+            "bytes and no hello",
+        ],
+    );
     alive(&dir, "hv1");
     wait_for(
         || sessions(&dir, "hv1").len().to_string(),
