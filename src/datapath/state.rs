@@ -468,7 +468,11 @@ impl StateChannel {
             StateEvent::Bytes { peer, data } => {
                 if let Some(s) = self.sessions.get_mut(&peer) {
                     s.bytes_in += data.len() as u64;
-                    dp.handle_state_bytes(peer, &data, now);
+                    // What a closing session still sends (while it lingers) goes nowhere: the
+                    // core may not have refused it (a guard here did), and must not buffer it.
+                    if s.phase == Phase::Up {
+                        dp.handle_state_bytes(peer, &data, now);
+                    }
                 }
             }
             StateEvent::Closed { peer, reason } => {
