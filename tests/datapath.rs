@@ -1,11 +1,15 @@
 //! `holdfast datapath` as processes: two daemons on 127.0.0.1 and 127.0.0.2 exchanging Geneve
 //! over UDP. A test client plays the controller on each control socket (hf_datapath::proto),
 //! frames are injected into and captured from the in-memory ports with real `ovs-appctl`, and
-//! forwarding goes on after the client is gone.
+//! forwarding goes on after the client is gone. Live migration's state channel between the two
+//! daemons, over mutual TLS and plain TCP, is `state_channel`.
 
 #![allow(clippy::disallowed_methods, clippy::unwrap_used)]
 
 mod common;
+
+#[path = "datapath/state_channel.rs"]
+mod state_channel;
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr};
@@ -56,13 +60,30 @@ fn appctl(dir: &Path, name: &str, args: &[&str]) -> String {
 }
 
 fn start(d: &mut Daemons, hv: usize, port: u16) {
+    let port_arg = if hv == 1 {
+        "vm1,02:00:00:00:00:01"
+    } else {
+        "vm2,02:00:00:00:00:02"
+    };
+    let out = spawn(d, hv, port, &[port_arg], &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs `holdfast datapath` for chassis `hv` (`hvN` on `IPS[N - 1]`) with in-memory `ports`
+/// and `extra` arguments, detached (its pidfile is recorded when it started).
+fn spawn(
+    d: &mut Daemons,
+    hv: usize,
+    port: u16,
+    ports: &[&str],
+    extra: &[String],
+) -> std::process::Output {
     let name = format!("hv{hv}");
     let dir = d.dir.path();
-    let (vm, mac) = if hv == 1 {
-        ("vm1", "02:00:00:00:00:01")
-    } else {
-        ("vm2", "02:00:00:00:00:02")
-    };
     let out = Command::new(common::holdfast())
         .arg("datapath")
         .args(common::daemon_args(dir, &name))
@@ -73,19 +94,18 @@ fn start(d: &mut Daemons, hv: usize, port: u16) {
             "--control=punix:{}",
             dir.join(format!("{name}.sock")).display()
         ))
-        .arg(format!("--port={vm},{mac}"))
+        .args(ports.iter().map(|p| format!("--port={p}")))
         .arg(format!(
             "--zones-file={}",
             dir.join(format!("{name}.zones")).display()
         ))
+        .args(extra)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    d.pidfiles.push(dir.join(format!("{name}.pid")));
+    if out.status.success() {
+        d.pidfiles.push(dir.join(format!("{name}.pid")));
+    }
+    out
 }
 
 struct Client {

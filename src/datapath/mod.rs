@@ -8,13 +8,18 @@
 //! the zone map mirrored to `--zones-file` (written atomically on every change, read on start),
 //! the daemon plumbing `holdfast db` has (`--detach`, `--pidfile`, `--log-file`, `--unixctl`,
 //! `-v`) and unixctl commands to look inside and to drive the in-memory ports from tests
-//! (`datapath/inject`, `datapath/capture`).
+//! (`datapath/inject`, `datapath/capture`), and live migration's state channel between
+//! datapaths (`--state-listen ptcp:PORT[:IP]|pssl:PORT[:IP]`, mutual TLS with `-p/-c/-C`;
+//! [`state`]).
 //!
 //! What it does not do: real network interfaces (a later issue: ports exist only in memory),
 //! outer Ethernet/IP headers of its own (the kernel's UDP socket carries Geneve), IPv6 tunnel
 //! endpoints other than what the socket does by itself.
 // An I/O shell: clocks, sockets, signals.
 #![allow(clippy::disallowed_methods)]
+
+mod cert;
+mod state;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -30,7 +35,7 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{UdpSocket, UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::db::shell::{self, DaemonArgs};
+use crate::db::shell::{self, ClientTlsArgs, DaemonArgs};
 use crate::db::{daemon, unixctl};
 
 const PROGRAM: &str = "holdfast-datapath";
@@ -46,7 +51,22 @@ const CAPTURE_MAX: usize = 1024;
 #[command(
     after_help = "Ports are in memory only (for the simulator, the sandbox and tests): frames \
 enter with `datapath/inject PORT HEX` and leave into `datapath/capture PORT`. Real network \
-interfaces come with a later issue."
+interfaces come with a later issue.
+
+Live migration's state channel: a migrating port's destination dials its source's encap IP at \
+the --state-listen port (the same on every chassis) and pulls the port's conntrack state \
+(a pre-copy, deltas, the final delta at activation). With pssl: both ends authenticate with \
+certificates signed by the -C CA, and a certificate's CN must be its chassis name.",
+    mut_arg("private_key", |a| a.help(
+        "TLS private key (PEM): for the pssl: state channel, both ways"
+    )),
+    mut_arg("certificate", |a| a.help(
+        "TLS certificate (PEM) whose CN is this chassis's name (--chassis): for the pssl: \
+state channel, both ways"
+    )),
+    mut_arg("ca_cert", |a| a.help(
+        "CA certificate (PEM) that must have signed every peer chassis's certificate (mutual TLS)"
+    )),
 )]
 pub struct DatapathArgs {
     /// The chassis name (`external_ids:system-id`); the controller must name the same.
@@ -76,6 +96,17 @@ pub struct DatapathArgs {
     #[arg(long, value_name = "FILE")]
     zones_file: Option<PathBuf>,
 
+    /// Live migration's state channel between datapaths: listen on PORT (IP: --encap-ip by
+    /// default), plain TCP (ptcp:) or mutual TLS (pssl:, needs -p/-c/-C). Peers are dialed at
+    /// their encap IP on the same PORT, over TLS with pssl:. Without it the datapath neither
+    /// listens nor dials, and migrations go on without their state.
+    #[arg(long, value_name = "ptcp:PORT[:IP]|pssl:PORT[:IP]")]
+    state_listen: Option<String>,
+
+    /// TLS for the state channel (OVN's -p/-c/-C).
+    #[command(flatten)]
+    tls: ClientTlsArgs,
+
     /// OVS's daemon options.
     #[command(flatten)]
     daemon: DaemonArgs,
@@ -87,6 +118,8 @@ const COMMANDS: &[unixctl::Command] = &[
     ("ct-zone-list", "", 0, 0),
     ("datapath/capture", "PORT", 1, 1),
     ("datapath/inject", "PORT HEX", 2, 2),
+    ("datapath/migrations", "", 0, 0),
+    ("datapath/state-sessions", "", 0, 0),
     ("dpctl/dump-conntrack", "[ZONE-NAME]", 0, 1),
     ("dpctl/flush-conntrack", "ZONE-NAME", 1, 1),
     ("exit", "", 0, 0),
@@ -231,6 +264,7 @@ pub fn run(args: DatapathArgs) -> anyhow::Result<ExitCode> {
     let udp = std::net::UdpSocket::bind(SocketAddr::new(args.encap_ip, args.geneve_port))
         .with_context(|| format!("binding Geneve on {}:{}", args.encap_ip, args.geneve_port))?;
     udp.set_nonblocking(true)?;
+    let state_bound = state::bind(args.state_listen.as_deref(), args.encap_ip, &args.tls)?;
     if control.exists() {
         let _ = std::fs::remove_file(&control);
     }
@@ -254,6 +288,7 @@ pub fn run(args: DatapathArgs) -> anyhow::Result<ExitCode> {
         captured: BTreeMap::new(),
         zones_file,
         geneve_port: 0,
+        state: state::StateChannel::new(state_bound),
     };
     let r = rt.block_on(shell.serve(
         &args,
@@ -279,6 +314,7 @@ enum Ev {
     Writable,
     Udp(std::io::Result<(usize, SocketAddr)>),
     Unixctl(Option<Request>),
+    State(state::StateEvent),
     Exit,
     Timer,
 }
@@ -289,6 +325,8 @@ struct Shell {
     captured: BTreeMap<String, VecDeque<Vec<u8>>>,
     zones_file: Option<PathBuf>,
     geneve_port: u16,
+    /// Live migration's sessions with other datapaths.
+    state: state::StateChannel,
 }
 
 impl Shell {
@@ -311,6 +349,7 @@ impl Shell {
         let udp = UdpSocket::from_std(udp)?;
         self.geneve_port = udp.local_addr()?.port();
         let listener = UnixListener::from_std(ctl_listener)?;
+        self.state.start()?;
         let (utx, mut urx) = mpsc::unbounded_channel();
         let (etx, mut erx) = mpsc::unbounded_channel();
         let bound = shell::bind_unixctl(
@@ -322,12 +361,13 @@ impl Shell {
         )?;
         shell::ready(ready, "", &args.daemon);
         tracing::info!(
-            "{PROGRAM} {}: chassis {}, Geneve on {}:{}, control punix:{}",
+            "{PROGRAM} {}: chassis {}, Geneve on {}:{}, control punix:{}, {}",
             env!("CARGO_PKG_VERSION"),
             args.chassis,
             args.encap_ip,
             self.geneve_port,
-            control.display()
+            control.display(),
+            self.state.describe()
         );
         for (name, mac) in ports {
             self.dp.add_port(&name, mac);
@@ -345,7 +385,14 @@ impl Shell {
         let mut exit = false;
         while !exit {
             let ev = {
-                let deadline = self.dp.poll_timeout().map(|d| self.origin + d);
+                // The core's timers (an unreachable one is none), and the state sessions'.
+                let deadline = self
+                    .dp
+                    .poll_timeout()
+                    .and_then(|d| self.origin.checked_add(d))
+                    .into_iter()
+                    .chain(self.state.deadline())
+                    .min();
                 let sleep = async {
                     match deadline {
                         Some(t) => tokio::time::sleep_until(t.into()).await,
@@ -372,6 +419,7 @@ impl Shell {
                     _ = writable => Ev::Writable,
                     r = udp.recv_from(&mut ubuf) => Ev::Udp(r),
                     q = urx.recv() => Ev::Unixctl(q),
+                    e = self.state.next() => Ev::State(e),
                     _ = erx.recv() => Ev::Exit,
                     _ = sleep => Ev::Timer,
                 }
@@ -404,9 +452,14 @@ impl Shell {
                     let r = self.command(&q.method, &q.args);
                     let _ = q.reply.send(r);
                 }
+                Ev::State(e) => self.state.handle(e, &mut self.dp, now),
                 Ev::Exit => exit = true,
                 Ev::Timer => self.dp.handle_timeout(now),
             }
+            // State sessions: dials, bytes out, closes (after whatever the event changed; the
+            // core's reasons for a close are logged before the close).
+            self.flush_logs();
+            self.state.pump(&mut self.dp, now);
             // Control answers.
             while let Some(frame) = self.dp.poll_control_transmit() {
                 if ses_w.is_some() {
@@ -560,6 +613,8 @@ impl Shell {
                 self.dp.handle_port_frame(port, &frame, now);
                 Ok(String::new())
             }
+            "datapath/migrations" => Ok(state::migrations_text(&self.dp.migration_stats())),
+            "datapath/state-sessions" => Ok(self.state.sessions_text(&self.dp)),
             "datapath/capture" => {
                 let port = arg(0);
                 if !self.dp.ports().iter().any(|p| p.name == port) {

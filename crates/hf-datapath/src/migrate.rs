@@ -355,6 +355,16 @@ impl Migrations {
         self.done.push_back(st);
     }
 
+    /// A session to `chassis` is being opened: dialed and not connected yet, or connected and
+    /// its hello not back yet.
+    fn session_pending(&self, chassis: &str) -> bool {
+        self.dialing.contains(chassis)
+            || self
+                .peers
+                .values()
+                .any(|p| !p.closing && p.chassis.is_none() && p.dialed.as_deref() == Some(chassis))
+    }
+
     fn peer_of(&self, chassis: &str) -> Option<PeerId> {
         self.peers
             .iter()
@@ -497,6 +507,18 @@ impl Datapath {
                     .finish(o.stats, "aborted: destination went away".into(), now);
             }
         }
+        // A session dialed to a source that ended before its hello (refused, or cut): dial
+        // again after the retry interval, as after a failed dial, not at once.
+        if p.chassis.is_none()
+            && let Some(c) = &p.dialed
+        {
+            for inc in self.mig.incoming.values_mut() {
+                if inc.source.as_deref() == Some(c.as_str()) && !inc.pulled {
+                    inc.next_pull = now + self.cfg.migration.retry;
+                    inc.lost_since.get_or_insert(now);
+                }
+            }
+        }
         // Pulls made on it: the source is gone for now.
         let Some(c) = p.chassis else { return };
         let waiting: Vec<String> = self
@@ -520,6 +542,13 @@ impl Datapath {
                 i.lost_since.get_or_insert(now);
             }
         }
+    }
+
+    /// The chassis of session `peer` once its hello was accepted (`None` before that, after a
+    /// refusal's hello, and for unknown sessions): for the shell's listings and its hello
+    /// timeout.
+    pub fn state_peer(&self, peer: PeerId) -> Option<&str> {
+        self.mig.peers.get(&peer).and_then(|p| p.chassis.as_deref())
     }
 
     /// Whether the shell should close session `peer` (it was refused) once its transmit queue
@@ -1250,12 +1279,7 @@ impl Datapath {
 
     fn dial(&mut self, chassis: &str, now: Duration) {
         // A session dialed there whose hello has not come back yet counts as one.
-        let pending = self
-            .mig
-            .peers
-            .values()
-            .any(|p| !p.closing && p.chassis.is_none() && p.dialed.as_deref() == Some(chassis));
-        if pending || self.mig.dialing.contains(chassis) || self.mig.peer_of(chassis).is_some() {
+        if self.mig.session_pending(chassis) || self.mig.peer_of(chassis).is_some() {
             return;
         }
         let ip = self.program.as_ref().and_then(|p| {
@@ -1633,7 +1657,15 @@ impl Datapath {
             if let Some(d) = i.final_deadline {
                 at(d);
             }
-            if !i.pulled && i.activated.is_none() && i.source.is_some() {
+            // While the session to the source is being opened, its outcome (connected, failed,
+            // closed) is what comes next, not the pull's retry: a pull due meanwhile would
+            // wake the shell in a loop until the dial ends.
+            if !i.pulled
+                && i.activated.is_none()
+                && i.source
+                    .as_deref()
+                    .is_some_and(|s| !self.mig.session_pending(s))
+            {
                 at(i.next_pull);
             }
             if let Some(l) = i.lost_since {

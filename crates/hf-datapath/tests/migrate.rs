@@ -309,6 +309,43 @@ fn a_peer_that_is_not_a_chassis_of_the_program_is_refused() {
     assert!(aborted);
 }
 
+/// A real dial takes time (a TCP connect, a TLS handshake): meanwhile no timer is due (a due
+/// pull woke the daemon's loop without end), and a session that ends before its hello is
+/// dialed again after the retry interval, not at once.
+#[test]
+fn a_slow_dial_sets_no_timer_and_a_session_lost_before_its_hello_is_retried_later() {
+    let cfg = MigrationConfig::default();
+    let retry = cfg.retry;
+    let (_, mut dst) = pair(cfg);
+    let d = dst.poll_state_dial().expect("hv2 dials its source");
+    assert_eq!(d.chassis, "hv1");
+    let now = ms(10);
+    assert!(
+        dst.poll_timeout().is_none_or(|t| t > now),
+        "a timer is due while the dial is under way: {:?}",
+        dst.poll_timeout()
+    );
+    dst.handle_timeout(now);
+    assert_eq!(dst.poll_state_dial(), None, "dialed twice");
+    // Connected, no hello yet: still nothing due.
+    dst.handle_state_connected(1, Some("hv1"), None, now);
+    assert!(dst.poll_timeout().is_none_or(|t| t > now));
+    // The session ends before the hello: the next dial waits for the retry interval.
+    dst.handle_state_disconnected(1, now);
+    let t = dst.poll_timeout().expect("a retry is due later");
+    assert!(t >= now + retry, "{t:?}");
+    dst.handle_timeout(now + retry / 2);
+    assert_eq!(dst.poll_state_dial(), None, "dialed again at once");
+    dst.handle_timeout(now + retry);
+    assert_eq!(
+        dst.poll_state_dial().map(|d| d.chassis),
+        Some("hv1".to_string())
+    );
+    // A failed dial waits for the retry interval too.
+    dst.handle_state_dial_failed("hv1", "cannot connect", now + retry);
+    assert!(dst.poll_timeout().is_some_and(|t| t >= now + retry * 2));
+}
+
 proptest::proptest! {
     #[test]
     fn state_channel_garbage_never_panics(
