@@ -707,8 +707,8 @@ fn control_socket_drives_the_sandbox() {
         (&["sandbox/stop", "t1"], "stream t1 is stopped already"),
         (&["sandbox/report", "--format", "xml"], "--format \"xml\""),
         (
-            &["sandbox/migrate", "vm1", "hv2"],
-            "not available in this build",
+            &["sandbox/migrate", "vm1", "hv9"],
+            "no chassis named \"hv9\"",
         ),
     ] {
         let (code, out, err) = appctl(&socket, args);
