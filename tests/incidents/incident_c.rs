@@ -146,6 +146,37 @@ fn zone_count(w: &World, chassis: &str, zone: &str) -> u32 {
         .map_or(0, |z| dp.conntrack().zone_count(*z))
 }
 
+/// The CMS's first step (hv1, hv2) and the hypervisor's start, with a pre-copy long enough to
+/// interrupt; runs 300 ms into it.
+fn start_slow_migration(w: &mut World) {
+    w.nb(nb::set_port_options(
+        VM,
+        &[
+            ("requested-chassis", "hv1,hv2"),
+            ("activation-strategy", "rarp"),
+        ],
+        &[],
+    ))
+    .expect("NB");
+    let plan = MigrationPlan {
+        precopy: Duration::from_secs(2),
+        ..MigrationPlan::default()
+    };
+    w.start_migration(VM, "hv2", &plan).expect("starts");
+    w.run_for(Duration::from_millis(300));
+}
+
+/// The hypervisor gives up; the CMS moves the port back to hv1.
+fn abort_and_move_back(w: &mut World) {
+    w.abort_migration(VM).expect("abort");
+    w.nb(nb::set_port_options(
+        VM,
+        &[("requested-chassis", "hv1")],
+        &["activation-strategy"],
+    ))
+    .expect("NB");
+}
+
 #[test]
 fn a_vm_with_its_own_egress_address_migrates_there_and_back_and_keeps_tcp() {
     let mut w = world(31);
@@ -229,21 +260,7 @@ fn the_destination_dying_during_the_pre_copy_leaves_the_vm_on_the_source_with_ev
     let zone = format!("lsp/{VM}");
     let at_source = zone_count(&w, "hv1", &zone);
     // The CMS's first step and the hypervisor's start, with a long pre-copy.
-    w.nb(nb::set_port_options(
-        VM,
-        &[
-            ("requested-chassis", "hv1,hv2"),
-            ("activation-strategy", "rarp"),
-        ],
-        &[],
-    ))
-    .expect("NB");
-    let plan = MigrationPlan {
-        precopy: Duration::from_secs(2),
-        ..MigrationPlan::default()
-    };
-    w.start_migration(VM, "hv2", &plan).expect("starts");
-    w.run_for(Duration::from_millis(300));
+    start_slow_migration(&mut w);
     let dst = w
         .chassis_by_name("hv2")
         .expect("hv2")
@@ -255,13 +272,7 @@ fn the_destination_dying_during_the_pre_copy_leaves_the_vm_on_the_source_with_ev
     );
     // The destination's datapath dies; the hypervisor gives up; the CMS moves the port back.
     w.crash_datapath("hv2").expect("crash");
-    w.abort_migration(VM).expect("abort");
-    w.nb(nb::set_port_options(
-        VM,
-        &[("requested-chassis", "hv1")],
-        &["activation-strategy"],
-    ))
-    .expect("NB");
+    abort_and_move_back(&mut w);
     assert_eq!(w.host_chassis(VM), Some("hv1"));
     assert!(
         zone_count(&w, "hv1", &zone) >= at_source,
@@ -348,33 +359,13 @@ fn a_migration_that_never_activates_leaves_no_copy_at_the_destination() {
     let s = start_streams(&mut w, bytes);
     let seen = seen_by_ext(&w);
     let zone = format!("lsp/{VM}");
-    w.nb(nb::set_port_options(
-        VM,
-        &[
-            ("requested-chassis", "hv1,hv2"),
-            ("activation-strategy", "rarp"),
-        ],
-        &[],
-    ))
-    .expect("NB");
-    let plan = MigrationPlan {
-        precopy: Duration::from_secs(2),
-        ..MigrationPlan::default()
-    };
-    w.start_migration(VM, "hv2", &plan).expect("starts");
-    w.run_for(Duration::from_millis(300));
+    start_slow_migration(&mut w);
     assert!(
         zone_count(&w, "hv2", &zone) > 0,
         "the pre-copy reached the destination"
     );
     // The operator cancels: the hypervisor gives up, the CMS moves the port back.
-    w.abort_migration(VM).expect("abort");
-    w.nb(nb::set_port_options(
-        VM,
-        &[("requested-chassis", "hv1")],
-        &["activation-strategy"],
-    ))
-    .expect("NB");
+    abort_and_move_back(&mut w);
     w.run_for(Duration::from_millis(50));
     assert_eq!(
         zone_count(&w, "hv2", &zone),

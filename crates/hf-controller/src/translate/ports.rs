@@ -375,7 +375,7 @@ fn announcements(
                 continue;
             }
             let mut words = entry.split_whitespace();
-            let Some(mac) = words.next().and_then(parse_mac) else {
+            let Some(mac) = words.next().and_then(super::flows::parse_mac) else {
                 continue;
             };
             let ips: Vec<String> = words
@@ -398,19 +398,6 @@ fn announcements(
     out.sort();
     out.dedup();
     out
-}
-
-fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let mut m = [0u8; 6];
-    let mut n = 0;
-    for (i, part) in s.split(':').enumerate() {
-        if i >= 6 || part.len() != 2 {
-            return None;
-        }
-        m[i] = u8::from_str_radix(part, 16).ok()?;
-        n += 1;
-    }
-    (n == 6).then_some(m)
 }
 
 type Placed = (Place, bool, Vec<u32>, Option<Activation>);

@@ -301,6 +301,38 @@ struct Outgoing {
     stats: MigrationStats,
 }
 
+impl Outgoing {
+    /// A pull of `port` by chassis `to` (session `peer`), started at `now`.
+    fn new(
+        peer: PeerId,
+        port: &str,
+        to: &str,
+        epoch: u64,
+        now: Duration,
+        next_delta: Duration,
+    ) -> Outgoing {
+        Outgoing {
+            peer,
+            epoch,
+            last_export: now,
+            next_delta,
+            delivered: VecDeque::new(),
+            sent: BTreeSet::new(),
+            finished: false,
+            release_at: None,
+            stats: MigrationStats {
+                port: port.to_string(),
+                role: "out".into(),
+                peer: to.to_string(),
+                epoch,
+                started_us: us(now),
+                outcome: "running".into(),
+                ..MigrationStats::default()
+            },
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Peer {
     dec: Decoder<StateMsg>,

@@ -1,7 +1,7 @@
 //! The source's side of a migration: pulls, the pre-copy, deltas and the final delta, what
 //! it delivered to the port, and the release of what it handed over.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -121,26 +121,8 @@ impl Datapath {
                 .finish(old.stats, "aborted: pulled again".into(), now);
         }
         // The port is leaving again: whatever an earlier migration left to remove stays.
-        let mut o = Outgoing {
-            peer,
-            epoch,
-            last_export: now,
-            next_delta: now + self.cfg.migration.delta_interval,
-            delivered: VecDeque::new(),
-            sent: BTreeSet::new(),
-            finished: false,
-            release_at: None,
-            stats: MigrationStats {
-                port: port.clone(),
-                role: "out".into(),
-                peer: from.clone(),
-                epoch,
-                started_us: us(now),
-                outcome: "running".into(),
-                ..MigrationStats::default()
-            },
-        };
-        o.stats.outcome = "running".into();
+        let next_delta = now + self.cfg.migration.delta_interval;
+        let o = Outgoing::new(peer, &port, &from, epoch, now, next_delta);
         self.mig.outgoing.insert(port.clone(), o);
         self.track_delivery();
         let sel = self.port_selection(&port);
@@ -195,27 +177,10 @@ impl Datapath {
                 );
                 return;
             }
-            self.mig.outgoing.insert(
-                port.clone(),
-                Outgoing {
-                    peer,
-                    epoch,
-                    last_export: Duration::ZERO,
-                    next_delta: Duration::MAX,
-                    delivered: VecDeque::new(),
-                    sent: BTreeSet::new(),
-                    finished: false,
-                    release_at: None,
-                    stats: MigrationStats {
-                        port: port.clone(),
-                        role: "out".into(),
-                        peer: from.clone(),
-                        epoch,
-                        started_us: us(now),
-                        ..MigrationStats::default()
-                    },
-                },
-            );
+            // Nothing exported yet (`last_export` zero), no deltas.
+            let mut o = Outgoing::new(peer, &port, &from, epoch, now, Duration::MAX);
+            o.last_export = Duration::ZERO;
+            self.mig.outgoing.insert(port.clone(), o);
         }
         let Some(o) = self.mig.outgoing.get_mut(&port) else {
             return;
