@@ -23,8 +23,9 @@
 //!
 //! No real sockets, threads or clocks. The control plane (OVSDB sessions, the controller ↔
 //! datapath pipe) has no simulated latency: its messages move at once. External hosts are
-//! ordinary VIF ports on a chassis (marked with `external_ids:hf-sim-external=true`), on a 1 ms
-//! link; there is no localnet/provider-network emulation.
+//! either ordinary VIF ports on a chassis (marked with `external_ids:hf-sim-external=true`), on a
+//! 1 ms link, or machines on a provider network that `localnet` ports reach ([`physnet`],
+//! [`World::add_net_host`]).
 //!
 //! Submodules: [`db`] (the server and its sessions), [`northd`] (northd on virtual time),
 //! [`nb`] (NB builders as OVSDB transactions), [`chassis`] (controller + datapath),

@@ -50,7 +50,12 @@ pub type Outbound = ((usize, usize), Carried, usize);
 impl StateNet {
     /// Opens the sessions the datapaths asked for and collects what they send: each item goes
     /// on the tunnel link `(from, to)`. True when anything moved.
-    pub fn step(&mut self, chassis: &mut [Chassis], now: Duration, out: &mut Vec<Outbound>) -> bool {
+    pub fn step(
+        &mut self,
+        chassis: &mut [Chassis],
+        now: Duration,
+        out: &mut Vec<Outbound>,
+    ) -> bool {
         let mut moved = false;
         for i in 0..chassis.len() {
             while let Some(d) = chassis[i].datapath_mut().poll_state_dial() {
@@ -87,8 +92,8 @@ impl StateNet {
                 }
             }
         }
-        for i in 0..chassis.len() {
-            while let Some((peer, bytes)) = chassis[i].datapath_mut().poll_state_transmit() {
+        for (i, c) in chassis.iter_mut().enumerate() {
+            while let Some((peer, bytes)) = c.datapath_mut().poll_state_transmit() {
                 moved = true;
                 let Some(s) = self
                     .sessions
@@ -121,7 +126,14 @@ impl StateNet {
     }
 
     /// Bytes of session `id` arrived at chassis `at`.
-    pub fn deliver(&mut self, chassis: &mut [Chassis], at: usize, id: u64, bytes: &[u8], now: Duration) {
+    pub fn deliver(
+        &mut self,
+        chassis: &mut [Chassis],
+        at: usize,
+        id: u64,
+        bytes: &[u8],
+        now: Duration,
+    ) {
         let Some(s) = self.sessions.iter().find(|s| s.id == id) else {
             return;
         };
