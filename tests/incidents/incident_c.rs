@@ -88,9 +88,24 @@ fn topology() -> Vec<Txn> {
     ];
     // The security group.
     for (dir, prio, m, action) in [
-        ("from-lport", 1002, format!("inport == \"{VM}\" && ip4"), "allow-related"),
-        ("from-lport", 1001, format!("inport == \"{VM}\" && ip"), "drop"),
-        ("to-lport", 1001, format!("outport == \"{VM}\" && ip"), "drop"),
+        (
+            "from-lport",
+            1002,
+            format!("inport == \"{VM}\" && ip4"),
+            "allow-related",
+        ),
+        (
+            "from-lport",
+            1001,
+            format!("inport == \"{VM}\" && ip"),
+            "drop",
+        ),
+        (
+            "to-lport",
+            1001,
+            format!("outport == \"{VM}\" && ip"),
+            "drop",
+        ),
     ] {
         t.push(nb::acl("ls1", dir, prio, &m, action));
     }
@@ -108,8 +123,11 @@ fn world(seed: u64) -> World {
     w.add_net_host(
         "physnet1",
         EXT,
-        HostConfig::new(EXT, [0, 0, 0, 0, 0x10, 0x0a], seed ^ 0xe)
-            .with_ipv4(EXT_IP, 24, Some(Ipv4Addr::new(172, 16, 0, 1))),
+        HostConfig::new(EXT, [0, 0, 0, 0, 0x10, 0x0a], seed ^ 0xe).with_ipv4(
+            EXT_IP,
+            24,
+            Some(Ipv4Addr::new(172, 16, 0, 1)),
+        ),
     )
     .expect("external host");
     let ok = w.run_until(|w| w.ports_ready(), Duration::from_secs(30));
@@ -134,7 +152,8 @@ fn start_streams(w: &mut World, bytes: u64) -> Streams {
     w.tcp_listen(PEER, 5001).expect("listen");
     // Warm-up: neighbours learned on every path.
     for dst in [EXT_IP.to_string(), PEER_IP.to_string()] {
-        w.ping(VM, ip(&dst), 2, Duration::from_millis(20)).expect("ping");
+        w.ping(VM, ip(&dst), 2, Duration::from_millis(20))
+            .expect("ping");
         w.run_for(Duration::from_millis(1100));
     }
     let now = w.now();
@@ -193,10 +212,9 @@ fn far_end(w: &World, host: &str) -> Vec<TcpRecord> {
 fn wait_done(w: &mut World, s: &Streams, limit: Duration) -> bool {
     w.run_until(
         |w| {
-            [&s.download, &s.east_west].iter().all(|n| {
-                w.tcp_record(VM, n)
-                    .is_some_and(|r| r.outcome != "running")
-            })
+            [&s.download, &s.east_west]
+                .iter()
+                .all(|n| w.tcp_record(VM, n).is_some_and(|r| r.outcome != "running"))
         },
         limit,
     )
@@ -226,7 +244,11 @@ fn assert_kept(w: &mut World, s: &Streams, migs: &[MigrationRecord], bytes: u64,
     let done = wait_done(w, s, Duration::from_secs(10));
     let log = w.take_log();
     let sum = summary(w, s, migs);
-    assert!(done, "streams did not finish:\n{sum}\nlog:\n{}", log.join("\n"));
+    assert!(
+        done,
+        "streams did not finish:\n{sum}\nlog:\n{}",
+        log.join("\n")
+    );
     let n = migs.len() as u64;
     let mut ends: Vec<(String, TcpRecord)> = [&s.download, &s.east_west]
         .iter()
@@ -238,7 +260,11 @@ fn assert_kept(w: &mut World, s: &Streams, migs: &[MigrationRecord], bytes: u64,
         ends.push((h.to_string(), far[0].clone()));
     }
     for (who, r) in &ends {
-        assert_eq!(r.resets_received + r.resets_sent, 0, "{who}: a reset\n{sum}");
+        assert_eq!(
+            r.resets_received + r.resets_sent,
+            0,
+            "{who}: a reset\n{sum}"
+        );
         assert_eq!(
             (r.retransmission_timeouts, r.timeout_retransmits),
             (0, 0),
@@ -255,7 +281,11 @@ fn assert_kept(w: &mut World, s: &Streams, migs: &[MigrationRecord], bytes: u64,
         );
     }
     let down = w.tcp_record(VM, &s.download).expect("record");
-    assert_eq!((down.outcome.as_str(), down.bytes_verified), ("complete", bytes), "{sum}");
+    assert_eq!(
+        (down.outcome.as_str(), down.bytes_verified),
+        ("complete", bytes),
+        "{sum}"
+    );
     let up = w.tcp_record(VM, &s.east_west).expect("record");
     assert_eq!(up.outcome, "complete", "{sum}");
     let peer = &far_end(w, PEER)[0];
@@ -310,7 +340,10 @@ fn a_vm_with_its_own_egress_address_migrates_there_and_back_and_keeps_tcp() {
     // The last source (hv2) drops what it handed over once the port is released there, after
     // the grace (DESIGN: the destination has it; the source must not keep it forever).
     let zone = format!("lsp/{VM}");
-    assert!(zone_count(&w, "hv1", &zone) > 0, "hv1 runs the VM's connections");
+    assert!(
+        zone_count(&w, "hv1", &zone) > 0,
+        "hv1 runs the VM's connections"
+    );
     w.run_for(Duration::from_secs(31));
     assert_eq!(
         zone_count(&w, "hv2", &zone),
@@ -329,7 +362,10 @@ fn without_the_conntrack_transfer_the_security_group_drops_the_stream() {
     w.set_state_channel(false);
     let m = migrate(&mut w, "hv2", &MigrationPlan::default());
     assert_eq!(m.entries_moved, 0, "{m:?}");
-    let at = w.tcp_record(VM, &s.download).expect("record").bytes_received;
+    let at = w
+        .tcp_record(VM, &s.download)
+        .expect("record")
+        .bytes_received;
     w.run_for(Duration::from_secs(5));
     let r = w.tcp_record(VM, &s.download).expect("record");
     assert!(
@@ -374,7 +410,10 @@ fn the_destination_dying_during_the_pre_copy_leaves_the_vm_on_the_source_with_ev
     // The CMS's first step and the hypervisor's start, with a long pre-copy.
     w.nb(nb::set_port_options(
         VM,
-        &[("requested-chassis", "hv1,hv2"), ("activation-strategy", "rarp")],
+        &[
+            ("requested-chassis", "hv1,hv2"),
+            ("activation-strategy", "rarp"),
+        ],
         &[],
     ))
     .expect("NB");
@@ -384,7 +423,11 @@ fn the_destination_dying_during_the_pre_copy_leaves_the_vm_on_the_source_with_ev
     };
     w.start_migration(VM, "hv2", &plan).expect("starts");
     w.run_for(Duration::from_millis(300));
-    let dst = w.chassis_by_name("hv2").expect("hv2").datapath().migration_stats();
+    let dst = w
+        .chassis_by_name("hv2")
+        .expect("hv2")
+        .datapath()
+        .migration_stats();
     assert!(
         dst.iter().any(|m| m.port == VM && m.precopy_entries > 0),
         "the pre-copy reached hv2: {dst:?}"
@@ -392,8 +435,12 @@ fn the_destination_dying_during_the_pre_copy_leaves_the_vm_on_the_source_with_ev
     // The destination's datapath dies; the hypervisor gives up; the CMS moves the port back.
     w.crash_datapath("hv2").expect("crash");
     w.abort_migration(VM).expect("abort");
-    w.nb(nb::set_port_options(VM, &[("requested-chassis", "hv1")], &["activation-strategy"]))
-        .expect("NB");
+    w.nb(nb::set_port_options(
+        VM,
+        &[("requested-chassis", "hv1")],
+        &["activation-strategy"],
+    ))
+    .expect("NB");
     assert_eq!(w.host_chassis(VM), Some("hv1"));
     assert!(
         zone_count(&w, "hv1", &zone) >= at_source,
@@ -424,14 +471,21 @@ fn activation_survives_a_controller_restart_and_a_datapath_handoff_on_the_destin
             })
             .unwrap_or_default()
     };
-    assert_eq!(activated(&w), "hv2", "the destination wrote its activation to SB");
+    assert_eq!(
+        activated(&w),
+        "hv2",
+        "the destination wrote its activation to SB"
+    );
     w.restart_controller("hv2").expect("restart");
     w.run_for(Duration::from_millis(50));
     w.restart_datapath("hv2").expect("handoff");
     w.run_for(Duration::from_millis(50));
     assert_eq!(activated(&w), "hv2");
     let dp = w.chassis_by_name("hv2").expect("hv2").datapath();
-    assert!(!dp.port_held(VM), "the port is active on hv2 after both restarts");
+    assert!(
+        !dp.port_held(VM),
+        "the port is active on hv2 after both restarts"
+    );
     // The world's record of the migration outlives the destination's datapath.
     let after = w.migrations();
     assert_eq!(after.len(), 1, "{after:?}");
