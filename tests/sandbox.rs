@@ -13,14 +13,25 @@
 //!   restarts` restarts every controller and northd, `--scenario rebuild` rebuilds both
 //!   databases with new UUIDs, while TCP transfers run; none retransmits a segment or sees a
 //!   reset, no zone changes or is flushed, and `--wait=hv` is reached again afterwards.
-//! - `bad_arguments_are_refused_by_name`, `two_runs_print_the_same_story`: an unknown scenario,
-//!   one port for both databases and too few chassis are refused; two runs with one seed print
-//!   the same story.
+//! - `live_migration_scenario_keeps_tcp`: `--scenario live-migration` (incident C) exits 0;
+//!   vm1, with its own egress address and a security group, migrates hv1 -> hv2 -> hv1, each
+//!   migration moving connections, and each connection prints every byte verified, a stall
+//!   under 50 ms, no retransmission timeout, no reset, and the external host seeing vm1's own
+//!   address throughout.
+//! - `bad_arguments_are_refused_by_name`, `two_runs_print_the_same_story`: an unknown scenario
+//!   or topology, the topology not built yet, one port for both databases and too few chassis
+//!   are refused; two runs with one seed print the same story.
 //! - `control_socket_drives_the_sandbox`: real `ovs-appctl -t PATH` on `--unixctl PATH`: a
 //!   ping, TCP streams (one a download from the external host through SNAT) and a UDP stream
 //!   across a controller restart, a datapath handoff, a northd restart and a rebuild of both
 //!   databases; stopped, every stream reports bytes, all verified, no reset; wrong commands and
 //!   arguments exit 2 with a message naming what was wrong; `exit` stops the sandbox.
+//! - `control_socket_migrates_a_vm`: the CMS's steps through real `ovn-nbctl` (a security
+//!   group and a floating IP for vm1, `requested-chassis=hv1,hv2` with
+//!   `activation-strategy=rarp`, then `requested-chassis=hv2`) around the hypervisor's
+//!   `sandbox/migrate vm1 hv2`, while streams run; then a controller restart and a datapath
+//!   handoff on the destination; the report shows the migration completed with connections
+//!   moved, and every stream verified every byte with no reset and one address throughout.
 //!
 //! Needs real OVN's `ovn-nbctl`/`ovn-sbctl`/`ovn-trace` for the second test and OVS's
 //! `ovs-appctl` for the control socket's (with `CI=true` their absence fails them). The
@@ -418,6 +429,84 @@ fn rebuild_scenario_loses_nothing() {
     );
 }
 
+/// The number in `text` right before `unit`, with a decimal point (e.g. "32.03 ms").
+fn decimal_before(text: &str, unit: &str) -> Option<f64> {
+    let i = text.find(unit)?;
+    let head = text[..i].trim_end();
+    let start = head
+        .rfind(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .map_or(0, |j| j + 1);
+    head[start..].parse().ok()
+}
+
+#[test]
+fn live_migration_scenario_keeps_tcp() {
+    let mut sb = Sandbox::start(&[
+        "--scenario",
+        "live-migration",
+        "--nb-port",
+        "0",
+        "--sb-port",
+        "0",
+    ]);
+    let verdict = sb.wait_line("with the story's verdict", Duration::from_secs(300), |l| {
+        l.starts_with("story live-migration:")
+    });
+    let status = sb.child.wait().expect("wait");
+    while let Ok(l) = sb.lines.recv_timeout(Duration::from_secs(5)) {
+        sb.seen.push(l);
+    }
+    let out = sb.output();
+    assert_eq!(verdict, "story live-migration: ok", "{out}");
+    assert!(status.success(), "exit status {status:?}\n{out}");
+    assert!(!out.contains("FAILED"), "{out}");
+    // The external host is on the provider network; vm1 has its own address and a security
+    // group.
+    assert!(out.contains("ext1 on physnet1"), "{out}");
+    assert!(out.contains("cms: dnat_and_snat 172.16.0.50"), "{out}");
+    assert!(out.contains("cms: security group on vm1"), "{out}");
+    // Two migrations, hv1 -> hv2 -> hv1, each moving connections, each completed.
+    let migrations: Vec<&String> = sb
+        .seen
+        .iter()
+        .filter(|l| l.trim_start().starts_with("migration "))
+        .collect();
+    assert_eq!(migrations.len(), 2, "{out}");
+    for (m, hop) in migrations.iter().zip(["vm1 hv1 -> hv2", "vm1 hv2 -> hv1"]) {
+        assert!(m.contains(hop), "{m}");
+        assert!(m.contains("paused 30.00 ms"), "{m}");
+        assert!(
+            number_before(m, "connection entries moved").unwrap_or(0) > 0,
+            "{m}"
+        );
+        assert!(m.ends_with("; completed"), "{m}");
+    }
+    // Each connection: every byte verified, its stall printed and under 50 ms, no reset, no
+    // retransmission timeout; the external host saw vm1's own address throughout.
+    for (name, far) in [
+        ("download", "ext1 saw 172.16.0.50:"),
+        ("east-west", "vm4 saw 10.0.1.11:"),
+    ] {
+        let line = sb
+            .seen
+            .iter()
+            .find(|l| l.trim_start().starts_with(&format!("{name}: ")))
+            .unwrap_or_else(|| panic!("no {name} results:\n{out}"));
+        let bytes = number_before(line, "bytes,").unwrap_or(0);
+        assert!(bytes > 0, "{line}");
+        assert_eq!(number_before(line, "verified"), Some(bytes), "{line}");
+        let stall = decimal_before(line, "ms,").unwrap_or_else(|| panic!("no stall: {line}"));
+        assert!(line.contains("longest stall "), "{line}");
+        assert!(stall > 0.0 && stall < 50.0, "{line}");
+        assert!(line.contains("/ 0 timeouts"), "{line}");
+        assert!(line.contains(" 0 resets (stopped)"), "{line}");
+        assert!(
+            line.contains(far) && line.ends_with(" throughout"),
+            "{line}"
+        );
+    }
+}
+
 #[test]
 fn bad_arguments_are_refused_by_name() {
     let run = |args: &[&str]| {
@@ -433,7 +522,15 @@ fn bad_arguments_are_refused_by_name() {
         e.contains("nope")
             && e.contains("default")
             && e.contains("restarts")
-            && e.contains("rebuild"),
+            && e.contains("rebuild")
+            && e.contains("live-migration"),
+        "{e}"
+    );
+    let e = run(&["--topology", "ring"]);
+    assert!(e.contains("ring") && e.contains("ovnk-l2"), "{e}");
+    let e = run(&["--topology", "ovnk-l2", "--nb-port", "0", "--sb-port", "0"]);
+    assert!(
+        e.contains("--topology ovnk-l2") && e.contains("the ovnk-l2 topology is not built yet"),
         "{e}"
     );
     let e = run(&["--nb-port", "7001", "--sb-port", "7001"]);
@@ -707,6 +804,14 @@ fn control_socket_drives_the_sandbox() {
         (&["sandbox/stop", "t1"], "stream t1 is stopped already"),
         (&["sandbox/report", "--format", "xml"], "--format \"xml\""),
         (
+            &["sandbox/migrate", "vm1", "hv1"],
+            "vm1 already runs on hv1",
+        ),
+        (
+            &["sandbox/migrate", "ext1", "hv2"],
+            "ext1 is an external host on a provider network, not a VM",
+        ),
+        (
             &["sandbox/migrate", "vm1", "hv9"],
             "no chassis named \"hv9\"",
         ),
@@ -727,4 +832,196 @@ fn control_socket_drives_the_sandbox() {
     };
     assert!(status.success(), "{status:?}");
     assert!(!socket.exists(), "the socket was left behind");
+}
+
+/// Polls the report until the first migration's outcome is `completed` (or panics after a
+/// minute of wall time, or when it ends otherwise); the report.
+fn wait_migration_completed(socket: &std::path::Path) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = report(socket);
+        let outcome = r["migrations"][0]["outcome"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        if outcome == "completed" {
+            return r;
+        }
+        assert!(
+            !outcome.starts_with("aborted") && !outcome.starts_with("completed-"),
+            "the migration ended {outcome:?}: {r:#}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the migration did not complete: {r:#}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn control_socket_migrates_a_vm() {
+    if !common::require("sandbox migration", &["ovs-appctl", "ovn-nbctl"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let socket = dir.path().join("sandbox.ctl");
+    let socket_arg = socket.to_string_lossy().into_owned();
+    let mut sb = Sandbox::start(&["--nb-port", "0", "--sb-port", "0", "--unixctl", &socket_arg]);
+    let listening = sb.wait_line("listening", Duration::from_secs(60), |l| {
+        l.contains("databases listening on")
+    });
+    let (nb_port, _) = ports(&listening);
+    sb.wait_line("saying the sandbox is up", Duration::from_secs(300), |l| {
+        l.starts_with("sandbox up:")
+    });
+    let nbdb = format!("--db=tcp:127.0.0.1:{nb_port}");
+    let nbctl = |args: &[&str]| {
+        common::run_ok(
+            Command::new("ovn-nbctl")
+                .args([nbdb.as_str(), "--timeout=60"])
+                .args(args),
+        )
+    };
+
+    // The CMS gives vm1 a security group and its own egress address.
+    nbctl(&[
+        "--wait=hv",
+        "acl-add",
+        "ls1",
+        "from-lport",
+        "1002",
+        "inport == \"vm1\" && ip4",
+        "allow-related",
+        "--",
+        "acl-add",
+        "ls1",
+        "from-lport",
+        "1001",
+        "inport == \"vm1\" && ip",
+        "drop",
+        "--",
+        "acl-add",
+        "ls1",
+        "to-lport",
+        "1001",
+        "outport == \"vm1\" && ip",
+        "drop",
+        "--",
+        "lr-nat-add",
+        "lr0",
+        "dnat_and_snat",
+        "172.16.0.50",
+        "10.0.1.11",
+        "vm1",
+        "02:00:00:00:ee:01",
+    ]);
+    for dst in ["ext1", "vm4"] {
+        let ping = appctl_ok(&socket, &["sandbox/ping", "vm1", dst]);
+        assert!(ping.contains("answered"), "{ping}");
+    }
+    for args in [
+        &[
+            "sandbox/stream",
+            "down",
+            "vm1",
+            "ext1:80",
+            "tcp",
+            "--download",
+        ][..],
+        &["sandbox/stream", "ew", "vm1", "vm4", "tcp"],
+    ] {
+        let out = appctl_ok(&socket, args);
+        assert!(
+            out.starts_with(&format!("stream {} started", args[1])),
+            "{out}"
+        );
+    }
+    let names: Vec<(String, u64)> = ["down", "ew"].iter().map(|n| (n.to_string(), 0)).collect();
+    let mut seen = wait_progress(&socket, &names);
+    let before = report(&socket);
+    let saw: Vec<String> = before["streams"]
+        .as_array()
+        .expect("streams")
+        .iter()
+        .map(|s| s["peer_saw"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert!(saw[0].starts_with("172.16.0.50:"), "{before:#}");
+
+    // The CMS's first step, the hypervisor's migration, the CMS's last step.
+    nbctl(&[
+        "--wait=hv",
+        "lsp-set-options",
+        "vm1",
+        "requested-chassis=hv1,hv2",
+        "activation-strategy=rarp",
+    ]);
+    let out = appctl_ok(&socket, &["sandbox/migrate", "vm1", "hv2", "--pause", "30"]);
+    assert!(out.starts_with("migrating vm1 to hv2"), "{out}");
+    wait_migration_completed(&socket);
+    nbctl(&[
+        "--wait=hv",
+        "lsp-set-options",
+        "vm1",
+        "requested-chassis=hv2",
+    ]);
+    seen = wait_progress(&socket, &seen);
+    // vm1 runs on hv2 now; its security group lets it reach out (and nobody else in).
+    let ping = appctl_ok(&socket, &["sandbox/ping", "vm1", "vm4"]);
+    assert!(
+        ping.starts_with("ping vm1 (10.0.1.11, hv2) -> vm4"),
+        "{ping}"
+    );
+    assert!(ping.contains("3/3 answered"), "{ping}");
+    let (code, _, err) = appctl(&socket, &["sandbox/ping", "vm4", "vm1"]);
+    assert_eq!(code, 2, "the security group let a ping in: {err}");
+    assert!(err.contains("0/3 answered"), "{err}");
+
+    // The destination's controller restarts and its datapath hands its state over.
+    for (args, says) in [
+        (
+            &["sandbox/restart", "controller", "hv2"][..],
+            "controller hv2 restarted",
+        ),
+        (
+            &["sandbox/handoff", "datapath", "hv2"],
+            "datapath hv2 handed its state",
+        ),
+    ] {
+        let out = appctl_ok(&socket, args);
+        assert!(out.contains(says), "{args:?}: {out}");
+        seen = wait_progress(&socket, &seen);
+    }
+
+    for name in ["down", "ew"] {
+        let out = appctl_ok(&socket, &["sandbox/stop", name]);
+        assert!(out.contains(", stopped: "), "{out}");
+    }
+    let r = report(&socket);
+    let migrations = r["migrations"].as_array().expect("migrations");
+    assert_eq!(migrations.len(), 1, "{r:#}");
+    let m = &migrations[0];
+    assert_eq!(
+        (&m["host"], &m["from"], &m["to"]),
+        (&"vm1".into(), &"hv1".into(), &"hv2".into()),
+        "{m:#}"
+    );
+    assert_eq!(m["outcome"], "completed", "{m:#}");
+    assert_eq!(m["pause_ms"].as_f64(), Some(30.0), "{m:#}");
+    assert!(m["entries_moved"].as_u64().unwrap_or(0) > 0, "{m:#}");
+    assert!(m["bytes_moved"].as_u64().unwrap_or(0) > 0, "{m:#}");
+    for (s, saw) in r["streams"].as_array().expect("streams").iter().zip(&saw) {
+        let bytes = s["bytes"].as_u64().expect("bytes");
+        assert!(bytes > 0, "{s:#}");
+        assert_eq!(s["verified"].as_u64(), Some(bytes), "{s:#}");
+        assert_eq!(s["state"], "stopped", "{s:#}");
+        assert_eq!(s["resets"], 0, "{s:#}");
+        assert_eq!(s["peer_saw"].as_str(), Some(saw.as_str()), "{s:#}");
+    }
+    let text = appctl_ok(&socket, &["sandbox/report"]);
+    assert!(
+        text.contains("vm1 hv1 -> hv2: paused 30.00 ms;") && text.contains("; completed"),
+        "{text}"
+    );
+    appctl_ok(&socket, &["exit"]);
 }

@@ -14,6 +14,10 @@ pub enum Scenario {
     /// The same transfers while both databases are rebuilt (every row again with new UUIDs,
     /// the same names): nothing lost, no zone changed or flushed.
     Rebuild,
+    /// Incident C: a VM with its own egress address (a distributed dnat_and_snat) and a
+    /// security group live-migrates there and back while it downloads from the external host
+    /// and streams to a VM on another switch; every connection keeps going.
+    LiveMigration,
 }
 
 impl Scenario {
@@ -23,6 +27,28 @@ impl Scenario {
             Scenario::Default => "default",
             Scenario::Restarts => "restarts",
             Scenario::Rebuild => "rebuild",
+            Scenario::LiveMigration => "live-migration",
+        }
+    }
+}
+
+/// The topology the sandbox builds (`--topology NAME`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TopologyKind {
+    /// Two switches behind a distributed router whose gateway port on gw1 SNATs to the
+    /// provider network physnet1, where the external host is.
+    Default,
+    /// OVN-Kubernetes' layer-2 design: one switch spanning the hypervisors, one gateway router
+    /// per node SNATing to that node's own address (not built yet).
+    OvnkL2,
+}
+
+impl TopologyKind {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            TopologyKind::Default => "default",
+            TopologyKind::OvnkL2 => "ovnk-l2",
         }
     }
 }
@@ -50,7 +76,12 @@ Scenarios (--scenario NAME):
   default   ping across chassis, TCP across chassis and through SNAT to the external host
   restarts  TCP transfers while every controller and northd restart: nothing lost, no zone
             changed or flushed
-  rebuild   the same while NB and SB are rebuilt with new UUIDs and the same names";
+  rebuild   the same while NB and SB are rebuilt with new UUIDs and the same names
+  live-migration
+            incident C: vm1, with its own egress address (a distributed dnat_and_snat) and a
+            security group, migrates hv1 -> hv2 -> hv1 while it downloads from the external
+            host and streams to a VM on another switch; fails on a reset, a retransmission
+            timeout, a stall of 50 ms or more, an unverified byte or a changed address";
 
 /// `holdfast sandbox [OPTIONS]`.
 #[derive(Debug, Args)]
@@ -69,6 +100,12 @@ pub struct SandboxArgs {
     /// staying up.
     #[arg(long, value_name = "NAME")]
     pub scenario: Option<Scenario>,
+
+    /// The topology to build: `default` (two switches behind a distributed router, SNAT on the
+    /// gateway chassis to the provider network physnet1); `ovnk-l2` (OVN-Kubernetes'
+    /// layer-2 design) is not built yet.
+    #[arg(long, value_name = "NAME", default_value = "default")]
+    pub topology: TopologyKind,
 
     /// Seed of the simulated world (database UUIDs, the hosts' TCP sequence numbers and ports):
     /// the same seed gives the same run.
@@ -102,6 +139,13 @@ pub struct SandboxArgs {
 impl SandboxArgs {
     /// Checks clap cannot express.
     pub fn validate(&self) -> anyhow::Result<()> {
+        if self.topology != TopologyKind::Default {
+            anyhow::bail!(
+                "--topology {}: the {} topology is not built yet (only --topology default runs)",
+                self.topology.name(),
+                self.topology.name()
+            );
+        }
         if self.nb_port != 0 && self.nb_port == self.sb_port {
             anyhow::bail!(
                 "--nb-port and --sb-port are both {}: give two different ports (or 0 for free ones)",

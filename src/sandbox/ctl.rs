@@ -19,8 +19,9 @@
 //! # What it does not do
 //!
 //! Authenticate: whoever may open the socket drives the sandbox (it is created with the
-//! process's umask, like OVS's). Migrate by itself: `sandbox/migrate` calls the world's
-//! migration once the world has one (see [`super::sim::Sim::migrate`]).
+//! process's umask, like OVS's). Do the CMS's part of a migration: `sandbox/migrate` is the
+//! hypervisor's (see [`super::sim::Sim::migrate`]); `requested-chassis` and
+//! `activation-strategy` are set with `ovn-nbctl`, as a CMS does.
 
 // An I/O shell: a unix socket and the process id.
 #![allow(clippy::disallowed_methods)]
@@ -35,7 +36,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::Printer;
 use super::bridge::{Control, Event, SimHost};
-use super::sim::{PingId, PingResult, Sim};
+use super::sim::{PingId, PingResult, Sim, migration_line};
 use crate::db::unixctl;
 
 /// The program name in the default socket path and in `version`.
@@ -563,7 +564,7 @@ impl Ctl {
                 let ip =
                     h.ip.clone()
                         .ok_or_else(|| format!("host {dst} has no IPv4 address (yet)"))?;
-                (ip.clone(), format!("{dst} ({ip}, {})", h.chassis))
+                (ip.clone(), format!("{dst} ({ip}, {})", h.place))
             }
         };
         let id = sim
@@ -572,7 +573,7 @@ impl Ctl {
         let what = format!(
             "ping {src} ({}, {}) -> {to}",
             from.ip.as_deref().unwrap_or("no address"),
-            from.chassis
+            from.place
         );
         Ok((id, what))
     }
@@ -626,13 +627,13 @@ impl Ctl {
                 let _ = writeln!(out, "  {}", stream_line(&sim.stream_report(s)));
             }
         }
-        let migrations = sim.migrations();
+        let migrations = sim.migration_records();
         if migrations.is_empty() {
             out.push_str("migrations: none\n");
         } else {
             out.push_str("migrations:\n");
-            for m in migrations {
-                let _ = writeln!(out, "  {m}");
+            for m in &migrations {
+                let _ = writeln!(out, "  {}", migration_line(m));
             }
         }
         out
@@ -739,8 +740,7 @@ fn ping_outcome(r: &PingResult) -> String {
 }
 
 fn host_list(sim: &Sim) -> String {
-    let hosts: Vec<String> = sim.vif_hosts().into_iter().map(|(h, _)| h).collect();
-    format!("hosts: {}", hosts.join(", "))
+    format!("hosts: {}", sim.host_names().join(", "))
 }
 
 fn check_host(sim: &Sim, method: &str, host: &str) -> Result<(), String> {

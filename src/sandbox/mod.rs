@@ -237,6 +237,12 @@ fn explore_text(t: &Topology, nb: u16, sb: u16, ctl: Option<&std::path::Path>) -
         .iter()
         .find(|v| v.switch != a.switch)
         .unwrap_or(&t.vms[t.vms.len() - 1]);
+    // Where the first host would migrate to: another hypervisor.
+    let to = t
+        .hypervisors
+        .iter()
+        .find(|h| **h != a.chassis)
+        .map_or("hv2", String::as_str);
     let nbdb = format!("--db=tcp:127.0.0.1:{nb}");
     let sbdb = format!("--db=tcp:127.0.0.1:{sb}");
     let lrp_mac = t
@@ -265,10 +271,14 @@ fn explore_text(t: &Topology, nb: u16, sb: u16, ctl: Option<&std::path::Path>) -
                  \x20 {t} sandbox/restart controller hv1        # or datapath CHASSIS (a crash), northd\n\
                  \x20 {t} sandbox/handoff datapath hv2\n\
                  \x20 {t} sandbox/rebuild\n\
+                 \x20 {t} sandbox/migrate {a} {to} --pause 30  # the hypervisor's part; the CMS\n\
+                 \x20     sets requested-chassis={a_ch},{to} activation-strategy=rarp first (README)\n\
                  \x20 {t} sandbox/report                         # --format json for scripts\n\
                  \x20 {t} sandbox/stop s1\n\
                  \x20 {t} list-commands",
                 a = a.name,
+                a_ch = a.chassis,
+                to = to,
                 b = b.name
             )
         }),

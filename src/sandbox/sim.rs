@@ -6,27 +6,31 @@
 //! ([`super::topology`]).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 use hf_datapath::proto::LocationMsg;
+use hf_sim::net::HostConfig;
+use hf_sim::world::hosts::parse_mac;
 use hf_sim::world::nb::Txn;
 use hf_sim::world::streams::{Stream, StreamReport, StreamSpec};
-use hf_sim::world::{NorthdMode, World, WorldConfig};
+use hf_sim::world::{MigrationPlan, MigrationRecord, NorthdMode, World, WorldConfig};
 
 use super::bridge::{SessionId, SimHost};
-use super::topology::Topology;
+use super::topology::{ExtHost, Topology};
 
 /// A host of the world.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostInfo {
-    /// Its name (the logical port's).
+    /// Its name (the logical port's; an external host's own).
     pub name: String,
     /// Its IPv4 address, once it has one.
     pub ip: Option<String>,
-    /// The chassis its port is on.
-    pub chassis: String,
+    /// Where it is: the chassis its port is on, or the provider network of an external host.
+    pub place: String,
+    /// An external host on a provider network (no logical port, no chassis).
+    pub external: bool,
     /// It takes its address by DHCP.
     pub dhcp: bool,
 }
@@ -115,8 +119,11 @@ impl TcpResult {
 /// The world.
 pub struct Sim {
     world: World,
+    seed: u64,
     /// (host, port) pairs listening for TCP.
     listening: BTreeSet<(String, u16)>,
+    /// External hosts on provider networks: host → network.
+    net_hosts: BTreeMap<String, String>,
 }
 
 impl std::fmt::Debug for Sim {
@@ -138,8 +145,28 @@ impl Sim {
         .map_err(|e| anyhow!("cannot build the simulated world: {e}"))?;
         Ok(Sim {
             world,
+            seed,
             listening: BTreeSet::new(),
+            net_hosts: BTreeMap::new(),
         })
+    }
+
+    /// Puts the external host `h` on its provider network.
+    pub fn add_net_host(&mut self, h: &ExtHost) -> anyhow::Result<()> {
+        let mac = parse_mac(&h.mac).ok_or_else(|| anyhow!("{}: bad MAC {:?}", h.name, h.mac))?;
+        let ip: Ipv4Addr =
+            h.ip.parse()
+                .with_context(|| format!("{}: bad address {:?}", h.name, h.ip))?;
+        let gw: Ipv4Addr = h
+            .gateway
+            .parse()
+            .with_context(|| format!("{}: bad gateway {:?}", h.name, h.gateway))?;
+        let cfg = HostConfig::new(&h.name, mac, self.seed ^ 0xe).with_ipv4(ip, h.prefix, Some(gw));
+        self.world
+            .add_net_host(h.net, &h.name, cfg)
+            .map_err(|e| anyhow!("{e}"))?;
+        self.net_hosts.insert(h.name.clone(), h.net.to_string());
+        Ok(())
     }
 
     /// One NB transaction (the builders of `hf_sim::world::nb`).
@@ -184,13 +211,26 @@ impl Sim {
         v
     }
 
-    /// A host's name, address and chassis.
+    /// Every host: the VIF ports' (by switch and name), then the external ones.
+    pub fn host_names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.vif_hosts().into_iter().map(|(h, _)| h).collect();
+        v.extend(self.net_hosts.keys().cloned());
+        v
+    }
+
+    /// A host's name, address and place (chassis or provider network).
     pub fn host_info(&self, host: &str) -> Option<HostInfo> {
         let h = self.world.host(host)?;
+        let net = self.net_hosts.get(host);
         Some(HostInfo {
             name: host.to_string(),
             ip: h.ipv4().map(|a| a.to_string()),
-            chassis: self.world.host_chassis(host).unwrap_or("?").to_string(),
+            place: net
+                .map(String::as_str)
+                .or_else(|| self.world.host_chassis(host))
+                .unwrap_or("?")
+                .to_string(),
+            external: net.is_some(),
             dhcp: h.dhcp_record().is_some(),
         })
     }
@@ -200,8 +240,12 @@ impl Sim {
         self.world.ports_ready()
     }
 
-    /// The host is attached and its chassis's program has its port as a local port.
+    /// The host is attached and its chassis's program has its port as a local port (an
+    /// external host: it is on its network).
     pub fn host_ready(&self, host: &str) -> bool {
+        if self.net_hosts.contains_key(host) {
+            return self.world.host(host).is_some();
+        }
         let Some(ch) = self.world.host_chassis(host) else {
             return false;
         };
@@ -391,22 +435,71 @@ impl Sim {
     /// `sandbox/migrate`: the hypervisor's part of a live migration of `host` to chassis `to`
     /// (pre-copy, then a pause of `pause`, then resume on `to` and announce).
     pub fn migrate(&mut self, host: &str, to: &str, pause: Duration) -> Result<String, String> {
-        let plan = hf_sim::world::MigrationPlan {
+        let plan = MigrationPlan {
             pause,
-            ..hf_sim::world::MigrationPlan::default()
+            ..MigrationPlan::default()
         };
+        let requested = self.requested_chassis(host);
         self.world.start_migration(host, to, &plan)?;
-        Ok(format!(
+        let mut text = format!(
             "migrating {host} to {to}: pre-copy {} ms, then a {} ms pause; the NB steps \
              (requested-chassis, activation-strategy) are the CMS's",
             plan.precopy.as_millis(),
             pause.as_millis()
-        ))
+        );
+        let named = requested
+            .as_deref()
+            .is_some_and(|r| r.split(',').any(|c| c.trim() == to));
+        if !named {
+            text.push_str(&format!(
+                "\nwarning: NB's requested-chassis of {host} is {:?}, which does not name {to}: \
+                 {to} will not bind the port and the VM loses its network when it resumes there \
+                 (the CMS's first step: ovn-nbctl lsp-set-options {host} \
+                 requested-chassis=FROM,{to} activation-strategy=rarp)",
+                requested.unwrap_or_default()
+            ));
+        }
+        Ok(text)
+    }
+
+    /// NB's `options:requested-chassis` of logical switch port `port`.
+    pub fn requested_chassis(&self, port: &str) -> Option<String> {
+        let nb = self.world.nb_snapshot().ok()?;
+        nb.logical_switch_port()
+            .values()
+            .find(|p| p.name == port)
+            .and_then(|p| p.options.get("requested-chassis").cloned())
+    }
+
+    /// A whole live migration of `host` to chassis `to` with the default plan (see
+    /// `hf_sim::world::World::migrate`): the CMS's first NB step, the hypervisor's part, the
+    /// CMS's last step 100 ms after the resume; runs the world until then.
+    pub fn migrate_whole(&mut self, host: &str, to: &str) -> anyhow::Result<MigrationRecord> {
+        self.world
+            .migrate(host, to, &MigrationPlan::default())
+            .map_err(|e| anyhow!("{e}"))
+    }
+
+    /// Every migration the world ran or runs.
+    pub fn migration_records(&self) -> Vec<MigrationRecord> {
+        self.world.migrations()
     }
 
     /// The migrations for `sandbox/report` (see [`migrations`]).
     pub fn migrations(&self) -> Vec<serde_json::Value> {
         migrations(&self.world)
+    }
+
+    /// How many TCP connections `host` accepted on `port` (a stream's server: more than one
+    /// means a client it saw under a second address or port).
+    pub fn accepted(&self, host: &str, port: u16) -> usize {
+        let prefix = format!("tcp:{host}:{port}<-");
+        self.world.host(host).map_or(0, |h| {
+            h.tcp_names()
+                .iter()
+                .filter(|n| n.starts_with(&prefix))
+                .count()
+        })
     }
 
     /// The UUIDs of NB's logical switches.
@@ -447,6 +540,31 @@ impl Sim {
             self.world.advance_to(next);
         }
     }
+}
+
+/// One migration for people: chassis, the pause, what the datapaths moved and held, and its
+/// outcome.
+pub fn migration_line(m: &MigrationRecord) -> String {
+    let pause = match (m.paused_us, m.resumed_us) {
+        (Some(p), Some(r)) => format!("paused {:.2} ms", r.saturating_sub(p) as f64 / 1000.0),
+        _ => format!("pause {:.2} ms planned", m.pause_us as f64 / 1000.0),
+    };
+    format!(
+        "{} {} -> {}: {pause}; {} connection entries moved in {} bytes (pre-copy {}, deltas {}, \
+         final delta {}); destination held {} frames ({} trimmed, {} overflowed); {}",
+        m.host,
+        m.from,
+        m.to,
+        m.entries_moved,
+        m.bytes_moved,
+        m.precopy_entries,
+        m.delta_entries,
+        m.final_delta_entries,
+        m.buffered,
+        m.trimmed,
+        m.overflowed,
+        m.outcome
+    )
 }
 
 /// The `migrations` list of `sandbox/report --format json`: one object per migration the

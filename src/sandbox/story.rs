@@ -1,7 +1,8 @@
 //! The sandbox's stories: bringing the default topology up (progress steps 2 to 4), the stories
 //! of step 5 (`default`: ping and TCP across chassis, TCP through SNAT to the external host;
-//! `restarts`: every controller and northd restarted while TCP transfers run), and the watcher
-//! that pings every host attaching itself to a new VIF port while the sandbox stays up.
+//! `restarts`: every controller and northd restarted while TCP transfers run; `rebuild`: both
+//! databases rebuilt under them; `live-migration`: incident C, in [`live_migration`]), and the
+//! watcher that pings every host attaching itself to a new VIF port while the sandbox stays up.
 //!
 //! Stories run in the simulator's virtual time as fast as the CPU allows; each step has a
 //! virtual-time limit and reports a failure (what did not happen) instead of hanging.
@@ -21,6 +22,8 @@ use super::bridge::{Control, SessionId, SimHost};
 use super::ctl::Ctl;
 use super::sim::{HostInfo, PingId, PingResult, Sim, TcpId, TcpResult};
 use super::topology::Topology;
+
+mod live_migration;
 
 /// Virtual time each coming-up step may take.
 const STEP_LIMIT: Duration = Duration::from_secs(30);
@@ -131,12 +134,14 @@ impl Sandbox {
             3,
             &format!("chassis {} up (programs installed)", chassis.join(", ")),
         );
+        // The external host is a machine on the provider network, not a logical port.
+        self.sim.add_net_host(&self.topo.ext_host)?;
         let want: Vec<String> = self
             .topo
             .vms
             .iter()
-            .chain(std::iter::once(&self.topo.ext_host))
             .map(|v| v.name.clone())
+            .chain(std::iter::once(self.topo.ext_host.name.clone()))
             .collect();
         if !self
             .sim
@@ -155,7 +160,7 @@ impl Sandbox {
         let hosts: Vec<String> = want
             .iter()
             .filter_map(|h| self.sim.host_info(h))
-            .map(|h| format!("{} on {}", h.name, h.chassis))
+            .map(|h| format!("{} on {}", h.name, h.place))
             .collect();
         self.known = want.into_iter().collect();
         self.p
@@ -169,6 +174,7 @@ impl Sandbox {
         let ok = match s {
             Scenario::Default => self.default_story(),
             Scenario::Restarts | Scenario::Rebuild => self.disruption_story(s),
+            Scenario::LiveMigration => self.live_migration_story(),
         };
         self.flush_log();
         ok
@@ -243,11 +249,11 @@ impl Sandbox {
                 .result("  error: the topology lacks the hosts for TCP");
             return false;
         };
-        let e = t.ext_host.clone();
+        let e = &t.ext_host;
         let transfers = [
             (
                 a.clone(),
-                b.clone(),
+                (b.name.clone(), b.ip.clone()),
                 format!(
                     "across chassis ({} -> {}) through lr0",
                     a.chassis, b.chassis
@@ -255,22 +261,20 @@ impl Sandbox {
             ),
             (
                 c.clone(),
-                e.clone(),
+                (e.name.clone(), e.ip.clone()),
                 format!("through SNAT on {} to the external host", t.gateway),
             ),
         ];
-        for (from, to, how) in transfers {
+        for (from, (to, to_ip), how) in transfers {
             let line = format!(
-                "  tcp {} ({}) -> {} ({}:{}), {how}: ",
+                "  tcp {} ({}) -> {to} ({to_ip}:{}), {how}: ",
                 from.name,
                 from.ip,
-                to.name,
-                to.ip,
                 story_port()
             );
-            match self.tcp(&from.name, &to.name, TCP_BYTES) {
+            match self.tcp(&from.name, &to, TCP_BYTES) {
                 Ok(r) if r.complete() => {
-                    let saw = if to.name == e.name {
+                    let saw = if to == e.name {
                         format!("; the external host saw source {}", r.server_saw_ip())
                     } else {
                         String::new()
@@ -284,7 +288,7 @@ impl Sandbox {
                         r.resets,
                         r.bytes_verified
                     ));
-                    if to.name == e.name && r.server_saw_ip() != t.snat_ip {
+                    if to == e.name && r.server_saw_ip() != t.snat_ip {
                         ok = false;
                         self.p.result(&format!(
                             "  FAILED: the external host saw {} instead of the SNAT address {}",
@@ -313,6 +317,11 @@ impl Sandbox {
     /// packet to an unknown neighbour becomes an ARP request: one warm-up ping per pair of
     /// the stories lets every host and router learn its neighbours first.
     fn warm_up(&mut self) {
+        self.warm_up_with(&[]);
+    }
+
+    /// [`Sandbox::warm_up`], with more (host, address) pairs to ping.
+    fn warm_up_with(&mut self, extra: &[(String, String)]) {
         let t = self.topo.clone();
         let (h1, h2) = (&t.hypervisors[0], &t.hypervisors[1]);
         let mut warm = Vec::new();
@@ -324,6 +333,7 @@ impl Sandbox {
         if let Some(c) = t.vm_on("ls1", h2) {
             warm.push((c.name.clone(), t.ext_host.ip.clone()));
         }
+        warm.extend(extra.iter().cloned());
         let mut answered = 0;
         for (from, ip) in &warm {
             match self.ping(from, ip, 2) {
@@ -414,36 +424,31 @@ impl Sandbox {
         let transfers = [
             (
                 a.clone(),
-                t.vm_on("ls2", h2).cloned().unwrap_or_else(|| b.clone()),
+                (b.name.clone(), b.ip.clone()),
                 RESTART_BYTES_ACROSS,
                 "across chassis through lr0",
             ),
             (
                 c.clone(),
-                t.ext_host.clone(),
+                (t.ext_host.name.clone(), t.ext_host.ip.clone()),
                 RESTART_BYTES_SNAT,
                 "through SNAT to the external host",
             ),
         ];
         let mut ids = Vec::new();
-        for (from, to, bytes, how) in &transfers {
-            match self
-                .sim
-                .start_tcp(&from.name, &to.name, story_port() + 1, *bytes)
-            {
+        for (from, (to, to_ip), bytes, how) in &transfers {
+            match self.sim.start_tcp(&from.name, to, story_port() + 1, *bytes) {
                 Ok(id) => ids.push((
                     id,
                     *bytes,
                     format!(
-                        "  tcp {} ({}) -> {} ({}), {how}",
-                        from.name, from.chassis, to.name, to.ip
+                        "  tcp {} ({}) -> {to} ({to_ip}), {how}",
+                        from.name, from.chassis
                     ),
                 )),
                 Err(e) => {
-                    self.p.result(&format!(
-                        "  tcp {} -> {}: FAILED: {e:#}",
-                        from.name, to.name
-                    ));
+                    self.p
+                        .result(&format!("  tcp {} -> {to}: FAILED: {e:#}", from.name));
                     return false;
                 }
             }
@@ -606,7 +611,7 @@ impl Sandbox {
                 if now.saturating_sub(since) >= NEW_HOST_PING_LIMIT {
                     self.p.result(&format!(
                         "host {name} on {} attached, but {} after {NEW_HOST_PING_LIMIT:?}",
-                        h.chassis,
+                        h.place,
                         if h.ip.is_none() {
                             "it has no address"
                         } else {
@@ -621,7 +626,7 @@ impl Sandbox {
             let ip = h.ip.clone().unwrap_or_default();
             self.p.info(&format!(
                 "host {name} ({ip}) attached on {}; pinging it",
-                h.chassis
+                h.place
             ));
             // Pinged from a topology host on its switch when there is one, else from the
             // first host (through the router).
@@ -637,7 +642,7 @@ impl Sandbox {
                 Ok(id) => self.pinging.push((h, id, now)),
                 Err(e) => self.p.result(&format!(
                     "host {name} ({ip}) on {}: cannot ping it: {e:#}",
-                    h.chassis
+                    h.place
                 )),
             }
         }
@@ -652,14 +657,14 @@ impl Sandbox {
                         "host {} ({ip}{}) on {} answers ping: {}",
                         h.name,
                         if h.dhcp { ", by DHCP" } else { "" },
-                        h.chassis,
+                        h.place,
                         ms(rtt)
                     ));
                 }
                 Some(r) if r.done && now.saturating_sub(since) >= NEW_HOST_PING_LIMIT => {
                     self.p.result(&format!(
                         "host {} ({ip}) on {} does not answer ping (no reply within {NEW_HOST_PING_LIMIT:?})",
-                        h.name, h.chassis
+                        h.name, h.place
                     ));
                 }
                 Some(r) if r.done => {
@@ -668,13 +673,13 @@ impl Sandbox {
                         Ok(id) => still.push((h, id, since)),
                         Err(e) => self.p.result(&format!(
                             "host {} ({ip}) on {}: cannot ping it: {e:#}",
-                            h.name, h.chassis
+                            h.name, h.place
                         )),
                     }
                 }
                 None => self.p.result(&format!(
                     "host {} ({ip}) on {}: its ping session is gone",
-                    h.name, h.chassis
+                    h.name, h.place
                 )),
                 _ => still.push((h, id, since)),
             }

@@ -3,12 +3,19 @@
 //!
 //! Two switches `ls1` (10.0.1.0/24) and `ls2` (10.0.2.0/24) behind a distributed router `lr0`,
 //! whose gateway port `lr0-ext` (172.16.0.1/24, on the gateway chassis `gw1`) reaches the
-//! external switch `ext` and the external host `ext1` (172.16.0.10, 1 ms away); traffic from the
-//! switches leaves through SNAT to 172.16.0.100. Hosts `vm1`... are spread over the hypervisor
-//! chassis in turn, alternating between the switches, two per chassis.
+//! external switch `ext`. As in a production OVN, `ext` is a provider network: its `localnet`
+//! port `ln-ext` (`network_name=physnet1`) bridges it to the physical network `physnet1` on
+//! every chassis, and the router's patch port `ext-lr0` announces the router's NAT addresses
+//! there (`nat-addresses=router`). The external host `ext1` (172.16.0.10, 1 ms away) is a
+//! machine on `physnet1`, not a logical port. Traffic from the switches leaves through SNAT to
+//! 172.16.0.100 on the gateway. Hosts `vm1`... are spread over the hypervisor chassis in turn,
+//! alternating between the switches, two per chassis.
 //!
-//! What it does not do: load balancers, ACLs or DHCP (the scenarios of the simulator's tests
-//! cover those); the user adds them with `ovn-nbctl` while the sandbox runs.
+//! The live-migration story adds what a CMS adds for a VM that keeps its own egress address
+//! and a security group ([`Topology::floating_ip`], [`Topology::security_group`]).
+//!
+//! What it does not do: load balancers or DHCP (the scenarios of the simulator's tests cover
+//! those); the user adds them with `ovn-nbctl` while the sandbox runs.
 
 use std::fmt::Write as _;
 
@@ -31,6 +38,24 @@ pub struct Vm {
     pub gateway: &'static str,
     /// The chassis it is bound on (`options:requested-chassis`).
     pub chassis: String,
+}
+
+/// A host on a provider network: outside the logical topology, reached through a `localnet`
+/// port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtHost {
+    /// Host name (what the control socket calls it).
+    pub name: String,
+    /// `xx:xx:xx:xx:xx:xx`.
+    pub mac: String,
+    /// Its IPv4 address.
+    pub ip: String,
+    /// Prefix length of its network.
+    pub prefix: u8,
+    /// Its default gateway (the router's gateway port).
+    pub gateway: &'static str,
+    /// The provider network it is on (`network_name` of the `localnet` port).
+    pub net: &'static str,
 }
 
 /// A switch with its subnet and router port.
@@ -67,12 +92,16 @@ pub struct Topology {
     pub snat_net: &'static str,
     /// Hosts on the internal switches.
     pub vms: Vec<Vm>,
-    /// The external host.
-    pub ext_host: Vm,
+    /// The external switch's `localnet` port.
+    pub localnet: &'static str,
+    /// The external host, on the provider network.
+    pub ext_host: ExtHost,
 }
 
 /// The NB chassis name of the gateway.
 pub const GATEWAY: &str = "gw1";
+/// The provider network of the external switch (`ovn-bridge-mappings`' name).
+pub const PROVIDER_NET: &str = "physnet1";
 
 impl Topology {
     /// The default topology over `hypervisors` chassis (at least 2).
@@ -130,14 +159,14 @@ impl Topology {
             snat_ip: "172.16.0.100",
             snat_net: "10.0.0.0/16",
             vms,
-            ext_host: Vm {
+            localnet: "ln-ext",
+            ext_host: ExtHost {
                 name: "ext1".into(),
-                switch: "ext",
                 mac: "00:00:00:00:10:0a".into(),
                 ip: "172.16.0.10".into(),
                 prefix: 24,
                 gateway: "172.16.0.1",
-                chassis: GATEWAY.into(),
+                net: PROVIDER_NET,
             },
         }
     }
@@ -174,6 +203,18 @@ impl Topology {
                 sn.lrp,
             ));
         }
+        // The external switch is a provider network: a localnet port, and the router's NAT
+        // addresses announced on it from wherever each is applied.
+        t.push(nb::localnet(
+            self.external.switch,
+            self.localnet,
+            self.ext_host.net,
+        ));
+        t.push(nb::set_port_options(
+            &self.ext_patch(),
+            &[("nat-addresses", "router")],
+            &[],
+        ));
         t.push(nb::gateway_chassis(self.external.lrp, self.gateway, 20));
         t.push(nb::nat(
             self.router,
@@ -184,7 +225,7 @@ impl Topology {
                 logical_port: None,
             },
         ));
-        for v in self.vms.iter().chain(std::iter::once(&self.ext_host)) {
+        for v in &self.vms {
             t.push(nb::port(
                 v.switch,
                 &v.name,
@@ -192,12 +233,64 @@ impl Topology {
                 PortOpts {
                     port_security: false,
                     requested_chassis: Some(&v.chassis),
-                    // The simulator puts an external host on a 1 ms link.
-                    external: v.name == self.ext_host.name,
+                    external: false,
                 },
             ));
         }
         t
+    }
+
+    /// The external switch's side of its patch to the router (`ext-lr0`).
+    pub fn ext_patch(&self) -> String {
+        format!("{}-{}", self.external.switch, self.router)
+    }
+
+    /// A distributed `dnat_and_snat` (`ovn-nbctl lr-nat-add lr0 dnat_and_snat EXTERNAL_IP
+    /// LOGICAL_IP PORT EXTERNAL_MAC`): `vm`'s own egress (and ingress) address, applied on
+    /// whichever chassis its port is active.
+    pub fn floating_ip(&self, vm: &Vm, external_ip: &str, external_mac: &str) -> Txn {
+        nb::nat(
+            self.router,
+            Nat {
+                kind: "dnat_and_snat",
+                external_ip,
+                logical_ip: &vm.ip,
+                logical_port: Some((&vm.name, external_mac)),
+            },
+        )
+    }
+
+    /// A Neutron-style security group on `vm`'s port, as ACLs on its switch: IPv4 from it
+    /// allowed (and what is related to it), any other IP from it and every IP to it dropped.
+    pub fn security_group(&self, vm: &Vm) -> Vec<Txn> {
+        Self::security_group_rules(&vm.name)
+            .into_iter()
+            .map(|(dir, prio, m, action)| nb::acl(vm.switch, dir, prio, &m, action))
+            .collect()
+    }
+
+    /// The security group's ACLs: (direction, priority, match, action).
+    pub fn security_group_rules(vm: &str) -> [(&'static str, i64, String, &'static str); 3] {
+        [
+            (
+                "from-lport",
+                1002,
+                format!("inport == \"{vm}\" && ip4"),
+                "allow-related",
+            ),
+            (
+                "from-lport",
+                1001,
+                format!("inport == \"{vm}\" && ip"),
+                "drop",
+            ),
+            (
+                "to-lport",
+                1001,
+                format!("outport == \"{vm}\" && ip"),
+                "drop",
+            ),
+        ]
     }
 
     /// The topology as the sandbox prints it.
@@ -212,7 +305,7 @@ impl Topology {
         let _ = writeln!(s, "  router {} (distributed)", self.router);
         for sn in self.subnets.iter().chain(std::iter::once(&self.external)) {
             let gw = if sn.switch == self.external.switch {
-                format!(", gateway port on {}", self.gateway)
+                format!(", gateway port on {} (nat-addresses=router)", self.gateway)
             } else {
                 String::new()
             };
@@ -243,10 +336,16 @@ impl Topology {
             "  switch {} {}",
             self.external.switch, self.external.cidr
         );
+        let _ = writeln!(
+            s,
+            "    port {} localnet to provider network {} (on every chassis)",
+            self.localnet, e.net
+        );
+        let _ = writeln!(s, "  provider network {}", e.net);
         let _ = write!(
             s,
-            "    port {:<5} {} {:<11} external host {} (1 ms away, behind {})",
-            e.name, e.mac, e.ip, e.name, e.chassis
+            "    host {:<4} {} {:<11} external, 1 ms away, gateway {}",
+            e.name, e.mac, e.ip, e.gateway
         );
         s
     }
@@ -277,6 +376,23 @@ mod tests {
         assert_eq!(t.vm_on("ls2", "hv2").map(|v| v.name.as_str()), Some("vm4"));
         let d = t.describe();
         assert!(d.contains("port vm4   00:00:00:00:02:0e 10.0.2.14"), "{d}");
+        assert!(
+            d.contains("port ln-ext localnet to provider network physnet1"),
+            "{d}"
+        );
+        assert!(d.contains("host ext1 00:00:00:00:10:0a 172.16.0.10"), "{d}");
+    }
+
+    /// The external host is no logical port: NB has the localnet port, the patch announces
+    /// the router's NAT addresses, and no port is named ext1.
+    #[test]
+    fn the_external_network_is_a_provider_network() {
+        let t = Topology::default_for(2);
+        let ops = serde_json::to_string(&t.nb_txns()).expect("JSON");
+        assert!(ops.contains(r#""type":"localnet""#), "{ops}");
+        assert!(ops.contains(r#"["network_name","physnet1"]"#), "{ops}");
+        assert!(ops.contains(r#"["nat-addresses","router"]"#), "{ops}");
+        assert!(!ops.contains(r#""name":"ext1""#), "{ops}");
     }
 
     #[test]

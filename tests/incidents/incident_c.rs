@@ -318,6 +318,14 @@ fn activation_survives_a_controller_restart_and_a_datapath_handoff_on_the_destin
         !dp.port_held(VM),
         "the port is active on hv2 after both restarts"
     );
+    // The world's record of the migration outlives the destination's datapath.
+    let after = w.migrations();
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!(
+        (after[0].outcome.as_str(), after[0].entries_moved),
+        ("completed", m.entries_moved),
+        "the record kept what the replaced datapath moved: {after:?}"
+    );
     assert_kept(&mut w, &s, &[m], bytes, &seen);
 }
 

@@ -413,7 +413,15 @@ impl Pipeline {
             };
             let (ip, v6) = program::ip_u128(*ip);
             let m = mac.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b));
-            self.neigh.insert((dp as u32, key, ip, v6), m);
+            let k = (dp as u32, key, ip, v6);
+            // A binding the new program lacks (a rebuilt SB has no `MAC_Binding` rows) is
+            // reported again, so the controller writes it back: `put_arp` sees no change and
+            // would never say so, and the other chassis would ARP for it forever.
+            if self.neigh.insert(k, m) != Some(m)
+                && let Some(e) = Event::neighbour(&self.prog, k, m)
+            {
+                self.events.push(e);
+            }
         }
         self.inactive = self.prog.inactive.iter().copied().collect();
         // A decision made here matters only while the program still says "inactive": once it

@@ -227,6 +227,7 @@ impl World {
             }
             i += 1;
         }
+        self.freeze_finished();
         moved
     }
 
@@ -282,41 +283,47 @@ impl World {
             .min()
     }
 
-    /// Every migration, finished and running, with what the datapaths moved.
+    /// Every migration, finished and running, with what the datapaths moved. A migration's
+    /// figures are the destination's while it runs; once the destination is done with it they
+    /// are kept in the record ([`World::step_migrations`] freezes them), so a later restart or
+    /// handoff of that datapath, or a later migration to it, does not change them.
     pub fn migrations(&self) -> Vec<MigrationRecord> {
         let mut v: Vec<MigrationRecord> = self.hv_done.clone();
         v.extend(self.hv.iter().map(|m| m.rec.clone()));
         for r in &mut v {
-            let Some(dst) = self.chassis_by_name(&r.to) else {
-                continue;
-            };
-            let st = dst
-                .datapath()
-                .migration_stats()
-                .into_iter()
-                .rfind(|s| s.port == r.host && s.role == "in" && s.started_us >= r.started_us);
-            if let Some(s) = st {
-                r.entries_moved = s.entries_moved;
-                r.bytes_moved = s.bytes_moved;
-                r.precopy_entries = s.precopy_entries;
-                r.delta_entries = s.delta_entries;
-                r.final_delta_entries = s.final_delta_entries;
-                r.buffered = s.buffered;
-                r.trimmed = s.trimmed;
-                r.overflowed = s.overflowed;
-                r.expired = s.expired;
-                r.collided = s.collided;
-                r.activated_us = s.activated_us;
-                r.released_us = s.completed_us.filter(|_| s.outcome != "running");
-                if r.resumed_us.is_some()
-                    && s.outcome != "running"
-                    && !r.outcome.starts_with("aborted")
-                {
-                    r.outcome = s.outcome;
-                }
+            // An aborted migration keeps its outcome; what the destination had (if it still
+            // has it) is shown beside it.
+            if (!is_final(&r.outcome) || r.outcome.starts_with("aborted by"))
+                && let Some(s) = self.destination_stats(r)
+            {
+                fill(r, &s);
             }
         }
         v
+    }
+
+    /// The destination datapath's figures for migration `r`: the latest of its incoming
+    /// migrations of the host that started with or after `r`.
+    fn destination_stats(&self, r: &MigrationRecord) -> Option<hf_datapath::MigrationStats> {
+        self.chassis_by_name(&r.to)?
+            .datapath()
+            .migration_stats()
+            .into_iter()
+            .rfind(|s| s.port == r.host && s.role == "in" && s.started_us >= r.started_us)
+    }
+
+    /// Keeps the destination's figures in the records of resumed migrations it is done with.
+    fn freeze_finished(&mut self) {
+        for k in 0..self.hv_done.len() {
+            if is_final(&self.hv_done[k].outcome) {
+                continue;
+            }
+            if let Some(s) = self.destination_stats(&self.hv_done[k])
+                && s.outcome != "running"
+            {
+                fill(&mut self.hv_done[k], &s);
+            }
+        }
     }
 
     /// The hypervisor gives up migrating `host` (the destination died, or the operator
@@ -466,6 +473,30 @@ impl World {
             .into_iter()
             .rfind(|r| r.host == port && r.started_us >= us(started))
             .ok_or_else(|| format!("migrate {port}: no record"))
+    }
+}
+
+/// Whether a record's outcome is the destination's last word (not the hypervisor's phase).
+fn is_final(outcome: &str) -> bool {
+    !matches!(outcome, "pre-copy" | "stopping" | "paused" | "resumed")
+}
+
+/// Copies the destination's figures into a record; its outcome too once the VM resumed.
+fn fill(r: &mut MigrationRecord, s: &hf_datapath::MigrationStats) {
+    r.entries_moved = s.entries_moved;
+    r.bytes_moved = s.bytes_moved;
+    r.precopy_entries = s.precopy_entries;
+    r.delta_entries = s.delta_entries;
+    r.final_delta_entries = s.final_delta_entries;
+    r.buffered = s.buffered;
+    r.trimmed = s.trimmed;
+    r.overflowed = s.overflowed;
+    r.expired = s.expired;
+    r.collided = s.collided;
+    r.activated_us = s.activated_us;
+    r.released_us = s.completed_us.filter(|_| s.outcome != "running");
+    if r.resumed_us.is_some() && s.outcome != "running" {
+        r.outcome = s.outcome.clone();
     }
 }
 
