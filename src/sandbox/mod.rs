@@ -42,7 +42,7 @@ use args::Scenario;
 use tokio::sync::mpsc;
 
 use bridge::Listeners;
-use story::Sandbox;
+use story::{Sandbox, Verdict};
 use topology::Topology;
 
 /// How many progress steps coming up takes.
@@ -117,7 +117,7 @@ pub fn run(args: SandboxArgs) -> anyhow::Result<ExitCode> {
 
 async fn main(args: SandboxArgs) -> anyhow::Result<ExitCode> {
     let p = Printer::new(args.quiet, args.verbose);
-    let topo = Topology::default_for(args.chassis);
+    let topo = Topology::new(args.topology, args.chassis);
     let listeners = Listeners::bind(args.nb_port, args.sb_port).await?;
     let (nb, sb) = listeners.addrs()?;
     // Always printed (also with --quiet): scripts and tests read the ports from it.
@@ -168,20 +168,16 @@ async fn main(args: SandboxArgs) -> anyhow::Result<ExitCode> {
     p.info(&sandbox.topology().describe());
     p.info("");
     let scenario = args.scenario.unwrap_or(Scenario::Default);
-    let ok = match up {
+    let verdict = match up {
         Ok(()) => sandbox.run_story(scenario),
         Err(e) => {
             p.result(&format!("error: {e:#}"));
-            false
+            Verdict::Failed(Some("the sandbox did not come up".into()))
         }
     };
-    p.result(&format!(
-        "story {}: {}",
-        scenario.name(),
-        if ok { "ok" } else { "FAILED" }
-    ));
+    p.result(&format!("story {}: {verdict}", scenario.name()));
     if args.scenario.is_some() {
-        return Ok(if ok {
+        return Ok(if verdict.ok() {
             ExitCode::SUCCESS
         } else {
             ExitCode::from(1)
@@ -245,11 +241,13 @@ fn explore_text(t: &Topology, nb: u16, sb: u16, ctl: Option<&std::path::Path>) -
         .map_or("hv2", String::as_str);
     let nbdb = format!("--db=tcp:127.0.0.1:{nb}");
     let sbdb = format!("--db=tcp:127.0.0.1:{sb}");
-    let lrp_mac = t
-        .subnets
-        .iter()
-        .find(|s| s.switch == a.switch)
-        .map_or("00:00:00:00:ff:01", |s| s.lrp_mac);
+    // To a host on another switch through the router, else straight to it.
+    let dst_mac = if b.switch == a.switch {
+        b.mac.as_str()
+    } else {
+        t.gateway_mac(a)
+    };
+    let (new_sw, new_mac, new_ip) = t.example_port();
     format!(
         "explore it (real OVN tools work against it):\n\
          \x20 ovn-nbctl {nbdb} show\n\
@@ -257,7 +255,7 @@ fn explore_text(t: &Topology, nb: u16, sb: u16, ctl: Option<&std::path::Path>) -
          \x20 ovn-sbctl {sbdb} lflow-list {sw}\n\
          \x20 holdfast trace --db=tcp:127.0.0.1:{sb} {sw} '{flow}'\n\
          \x20 ovn-trace --db=tcp:127.0.0.1:{sb} {sw} '{flow}'\n\
-         \x20 ovn-nbctl {nbdb} --wait=hv lsp-add {sw} p9 -- lsp-set-addresses p9 \"00:00:00:00:01:09 10.0.1.9\"\n\
+         \x20 ovn-nbctl {nbdb} --wait=hv lsp-add {new_sw} p9 -- lsp-set-addresses p9 \"{new_mac} {new_ip}\"\n\
          a new switch port with addresses gets a simulated host at once; the sandbox pings it and\n\
          says so (host p9 (10.0.1.9) on CHASSIS answers ping: RTT). Ctrl-C stops the sandbox.{drive}",
         drive = ctl.map_or_else(String::new, |path| {
@@ -284,7 +282,7 @@ fn explore_text(t: &Topology, nb: u16, sb: u16, ctl: Option<&std::path::Path>) -
         }),
         sw = a.switch,
         flow = format!(
-            "inport == \"{}\" && eth.src == {} && eth.dst == {lrp_mac} && ip4.src == {} && ip4.dst == {} && ip.ttl == 64 && icmp4.type == 8",
+            "inport == \"{}\" && eth.src == {} && eth.dst == {dst_mac} && ip4.src == {} && ip4.dst == {} && ip.ttl == 64 && icmp4.type == 8",
             a.name, a.mac, a.ip, b.ip
         ),
     )

@@ -157,11 +157,14 @@ impl Sim {
         let ip: Ipv4Addr =
             h.ip.parse()
                 .with_context(|| format!("{}: bad address {:?}", h.name, h.ip))?;
-        let gw: Ipv4Addr = h
+        let gw: Option<Ipv4Addr> = h
             .gateway
-            .parse()
-            .with_context(|| format!("{}: bad gateway {:?}", h.name, h.gateway))?;
-        let cfg = HostConfig::new(&h.name, mac, self.seed ^ 0xe).with_ipv4(ip, h.prefix, Some(gw));
+            .map(|g| {
+                g.parse()
+                    .with_context(|| format!("{}: bad gateway {g:?}", h.name))
+            })
+            .transpose()?;
+        let cfg = HostConfig::new(&h.name, mac, self.seed ^ 0xe).with_ipv4(ip, h.prefix, gw);
         self.world
             .add_net_host(h.net, &h.name, cfg)
             .map_err(|e| anyhow!("{e}"))?;
@@ -333,8 +336,12 @@ impl Sim {
                 .tcp_names()
                 .into_iter()
                 .filter_map(|n| self.world.tcp_record(&id.to, &n))
+                // The server's records of this port since the client opened (an earlier
+                // transfer to the same port is another connection).
                 .filter(|r| {
-                    r.role == "server" && r.local.ends_with(&format!(":{}", port_of(&c.remote)))
+                    r.role == "server"
+                        && r.started_us >= c.started_us
+                        && r.local.ends_with(&format!(":{}", port_of(&c.remote)))
                 })
                 .collect();
             recs.iter()
@@ -500,6 +507,15 @@ impl Sim {
                 .filter(|n| n.starts_with(&prefix))
                 .count()
         })
+    }
+
+    /// The TCP resets `host` sent to remote endpoints none of its connections has, by endpoint
+    /// (`ip:port`): segments that reached it from an address or port it does not know.
+    pub fn strays_reset(&self, host: &str) -> BTreeMap<String, u64> {
+        self.world
+            .host(host)
+            .map(|h| h.record(self.world.now()).strays_reset)
+            .unwrap_or_default()
     }
 
     /// The UUIDs of NB's logical switches.

@@ -1,8 +1,12 @@
-//! The sandbox's stories: bringing the default topology up (progress steps 2 to 4), the stories
-//! of step 5 (`default`: ping and TCP across chassis, TCP through SNAT to the external host;
+//! The sandbox's stories: bringing the topology up (progress steps 2 to 4), the stories of step
+//! 5 (`default`: ping and TCP across chassis, TCP through SNAT to the external host;
 //! `restarts`: every controller and northd restarted while TCP transfers run; `rebuild`: both
 //! databases rebuilt under them; `live-migration`: incident C, in [`live_migration`]), and the
 //! watcher that pings every host attaching itself to a new VIF port while the sandbox stays up.
+//!
+//! Every story runs on both topologies: the hosts it uses are picked by their place ([`Cast`]),
+//! not by name, and what the external host should see comes from the topology
+//! ([`Topology::egress`]).
 //!
 //! Stories run in the simulator's virtual time as fast as the CPU allows; each step has a
 //! virtual-time limit and reports a failure (what did not happen) instead of hanging.
@@ -21,7 +25,7 @@ use super::args::Scenario;
 use super::bridge::{Control, SessionId, SimHost};
 use super::ctl::Ctl;
 use super::sim::{HostInfo, PingId, PingResult, Sim, TcpId, TcpResult};
-use super::topology::Topology;
+use super::topology::{ExtHost, Topology, Vm};
 
 mod live_migration;
 
@@ -38,6 +42,107 @@ const PINGS: u64 = 3;
 /// How long a new host may take to answer its first ping (virtual time) before the sandbox
 /// says it does not.
 const NEW_HOST_PING_LIMIT: Duration = Duration::from_secs(10);
+
+/// A story's outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every step did what it should.
+    Ok,
+    /// A step failed; why, in a few words, when the story can say it in one line (each failure
+    /// was printed above the verdict).
+    Failed(Option<String>),
+}
+
+impl Verdict {
+    /// Every step did what it should.
+    pub fn ok(&self) -> bool {
+        *self == Verdict::Ok
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Verdict::Ok => f.write_str("ok"),
+            Verdict::Failed(None) => f.write_str("FAILED"),
+            Verdict::Failed(Some(why)) => write!(f, "FAILED ({why})"),
+        }
+    }
+}
+
+/// The hosts the stories use, by their place in the topology (both topologies have them).
+#[derive(Debug, Clone)]
+struct Cast {
+    /// The first VM on the first hypervisor.
+    first: Vm,
+    /// A VM on the second hypervisor on the first one's switch.
+    neighbour: Vm,
+    /// The far end of the transfer across chassis: a VM on the second hypervisor, on another
+    /// switch when the topology has one (through the router), else the last one there.
+    across: Vm,
+    /// The VM that reaches the external host: the first on the second hypervisor.
+    out: Vm,
+}
+
+impl Cast {
+    fn of(t: &Topology) -> Option<Cast> {
+        let (h1, h2) = (t.hypervisors.first()?, t.hypervisors.get(1)?);
+        let first = t.vms.iter().find(|v| &v.chassis == h1)?.clone();
+        let on_h2 = || t.vms.iter().filter(|v| &v.chassis == h2);
+        let neighbour = on_h2().find(|v| v.switch == first.switch)?.clone();
+        let across = on_h2()
+            .find(|v| v.switch != first.switch)
+            .or_else(|| on_h2().last())?
+            .clone();
+        let out = on_h2().next()?.clone();
+        Some(Cast {
+            first,
+            neighbour,
+            across,
+            out,
+        })
+    }
+}
+
+/// A host a story reaches: a VM or the external host.
+#[derive(Debug, Clone)]
+struct Target {
+    name: String,
+    ip: String,
+    /// Its chassis, or the provider network of the external host.
+    place: String,
+}
+
+impl Target {
+    fn vm(v: &Vm) -> Target {
+        Target {
+            name: v.name.clone(),
+            ip: v.ip.clone(),
+            place: v.chassis.clone(),
+        }
+    }
+
+    fn ext(e: &ExtHost) -> Target {
+        Target {
+            name: e.name.clone(),
+            ip: e.ip.clone(),
+            place: e.net.to_string(),
+        }
+    }
+}
+
+/// What the stories do with their [`Cast`] (see [`Sandbox::plan`]).
+#[derive(Debug, Clone)]
+struct Plan {
+    /// Pings: from, to, how they go.
+    pings: Vec<(Vm, Target, String)>,
+    /// The transfer across chassis: client, server.
+    across: (Vm, Vm),
+    /// The clients of the transfers to the external host, one per egress address.
+    snat: Vec<Vm>,
+    /// The external host.
+    ext: Target,
+}
 
 /// The sandbox: the world, its topology, and what it watches for.
 pub struct Sandbox {
@@ -97,7 +202,8 @@ impl Sandbox {
         for txn in self.topo.nb_txns() {
             self.sim.nb(txn)?;
         }
-        let datapaths = self.topo.subnets.len() + 2;
+        let (switches, routers) = self.topo.datapaths();
+        let datapaths = switches + routers;
         if !self.sim.run_until(STEP_LIMIT, |s| {
             s.sb_counts().is_ok_and(|(_, d)| d >= datapaths)
         }) {
@@ -110,8 +216,9 @@ impl Sandbox {
         self.p.progress(
             2,
             &format!(
-                "northd compiled {flows} flows for {dps} datapaths ({} switches, 1 router)",
-                datapaths - 1
+                "northd compiled {flows} flows for {dps} datapaths ({switches} switches, {routers} \
+                 router{})",
+                if routers == 1 { "" } else { "s" }
             ),
         );
         let chassis = self.topo.chassis();
@@ -169,15 +276,23 @@ impl Sandbox {
         Ok(())
     }
 
-    /// Run a story; whether every step succeeded. Results are printed as they come.
-    pub fn run_story(&mut self, s: Scenario) -> bool {
-        let ok = match s {
-            Scenario::Default => self.default_story(),
-            Scenario::Restarts | Scenario::Rebuild => self.disruption_story(s),
+    /// Run a story; its verdict. Results are printed as they come.
+    pub fn run_story(&mut self, s: Scenario) -> Verdict {
+        let verdict = match s {
+            Scenario::Default => Self::verdict(self.default_story()),
+            Scenario::Restarts | Scenario::Rebuild => Self::verdict(self.disruption_story(s)),
             Scenario::LiveMigration => self.live_migration_story(),
         };
         self.flush_log();
-        ok
+        verdict
+    }
+
+    fn verdict(ok: bool) -> Verdict {
+        if ok {
+            Verdict::Ok
+        } else {
+            Verdict::Failed(None)
+        }
     }
 
     /// Hand the world's log lines to the printer.
@@ -187,31 +302,79 @@ impl Sandbox {
         }
     }
 
+    /// The hosts of the stories, or a result line saying the topology lacks them.
+    fn cast(&self) -> Option<Cast> {
+        let c = Cast::of(&self.topo);
+        if c.is_none() {
+            self.p.result(
+                "  error: the topology lacks the hosts of the stories (two hypervisors with a VM \
+                 each on one switch)",
+            );
+        }
+        c
+    }
+
+    /// What the default story does with `c`: the pings (from, to, how), the transfer across
+    /// chassis, and the VMs that send to the external host (one per egress address).
+    fn plan(&self, c: &Cast) -> Plan {
+        let t = &self.topo;
+        let ext = Target::ext(&t.ext_host);
+        let mut pings = vec![(
+            c.first.clone(),
+            Target::vm(&c.neighbour),
+            "same switch".to_string(),
+        )];
+        if c.across.switch != c.first.switch {
+            pings.push((
+                c.first.clone(),
+                Target::vm(&c.across),
+                t.path(&c.first, &c.across),
+            ));
+        } else if let Some(e) = t.egress(&c.first.chassis) {
+            // One switch: ping out through the first VM's node instead.
+            pings.push((
+                c.first.clone(),
+                ext.clone(),
+                format!("through SNAT on {} to the external host", e.at),
+            ));
+        }
+        let mut snat: Vec<Vm> = Vec::new();
+        for v in [&c.out, &c.first] {
+            let ip = t.egress(&v.chassis).map(|e| e.ip);
+            if !snat
+                .iter()
+                .any(|s| t.egress(&s.chassis).map(|e| e.ip) == ip)
+            {
+                snat.push(v.clone());
+            }
+        }
+        Plan {
+            pings,
+            across: (c.first.clone(), c.across.clone()),
+            snat,
+            ext,
+        }
+    }
+
     fn default_story(&mut self) -> bool {
         self.p.progress(5, "running the default story");
         self.p.result(
             "results (simulated time: 10 Gb/s links, 50 us between chassis, 1 ms to the external host):",
         );
         let t = self.topo.clone();
-        let h1 = &t.hypervisors[0];
-        let h2 = &t.hypervisors[1];
+        let Some(cast) = self.cast() else {
+            return false;
+        };
+        let plan = self.plan(&cast);
         let mut ok = true;
         self.warm_up();
-        // L2 across chassis, then L3 through the distributed router across chassis.
-        let pairs = [
-            (t.vm_on("ls1", h1), t.vm_on("ls1", h2), "same switch"),
-            (t.vm_on("ls1", h1), t.vm_on("ls2", h2), "through lr0"),
-        ];
-        for (a, b, how) in pairs {
-            let (Some(a), Some(b)) = (a, b) else {
-                self.p
-                    .result("  error: the topology lacks the hosts to ping");
-                return false;
-            };
+        // L2 across chassis, then L3 through the distributed router across chassis (or out to
+        // the external host where there is no second switch).
+        for (a, b, how) in &plan.pings {
             let r = self.ping(&a.name, &b.ip, PINGS);
             let line = format!(
                 "  ping {} ({}, {}) -> {} ({}, {}), {how}: ",
-                a.name, a.ip, a.chassis, b.name, b.ip, b.chassis
+                a.name, a.ip, a.chassis, b.name, b.ip, b.place
             );
             match r {
                 Ok(r) if r.answered == r.count && r.count > 0 => {
@@ -241,40 +404,47 @@ impl Sandbox {
                 }
             }
         }
-        // TCP across chassis through the router, and through SNAT to the external host.
-        let across = (t.vm_on("ls1", h1), t.vm_on("ls2", h2));
-        let out = t.vm_on("ls1", h2);
-        let (Some(a), Some(b), Some(c)) = (across.0, across.1, out) else {
-            self.p
-                .result("  error: the topology lacks the hosts for TCP");
-            return false;
-        };
-        let e = &t.ext_host;
-        let transfers = [
-            (
-                a.clone(),
-                (b.name.clone(), b.ip.clone()),
-                format!(
-                    "across chassis ({} -> {}) through lr0",
-                    a.chassis, b.chassis
-                ),
+        // TCP across chassis (through the router where there is one), and through SNAT to the
+        // external host: from each egress address once.
+        let (a, b) = &plan.across;
+        let mut transfers = vec![(
+            a.clone(),
+            Target::vm(b),
+            format!(
+                "across chassis ({} -> {}) {}",
+                a.chassis,
+                b.chassis,
+                t.path(a, b)
             ),
-            (
-                c.clone(),
-                (e.name.clone(), e.ip.clone()),
-                format!("through SNAT on {} to the external host", t.gateway),
-            ),
-        ];
-        for (from, (to, to_ip), how) in transfers {
+            None,
+        )];
+        for v in &plan.snat {
+            let Some(e) = t.egress(&v.chassis) else {
+                self.p.result(&format!(
+                    "  error: {} on {} has no way out to the external host",
+                    v.name, v.chassis
+                ));
+                return false;
+            };
+            transfers.push((
+                v.clone(),
+                plan.ext.clone(),
+                format!("through SNAT on {} to the external host", e.at),
+                Some(e.ip),
+            ));
+        }
+        for (from, to, how, snat_ip) in transfers {
             let line = format!(
-                "  tcp {} ({}) -> {to} ({to_ip}:{}), {how}: ",
+                "  tcp {} ({}) -> {} ({}:{}), {how}: ",
                 from.name,
                 from.ip,
+                to.name,
+                to.ip,
                 story_port()
             );
-            match self.tcp(&from.name, &to, TCP_BYTES) {
+            match self.tcp(&from.name, &to.name, TCP_BYTES) {
                 Ok(r) if r.complete() => {
-                    let saw = if to == e.name {
+                    let saw = if snat_ip.is_some() {
                         format!("; the external host saw source {}", r.server_saw_ip())
                     } else {
                         String::new()
@@ -288,12 +458,13 @@ impl Sandbox {
                         r.resets,
                         r.bytes_verified
                     ));
-                    if to == e.name && r.server_saw_ip() != t.snat_ip {
+                    if let Some(want) = snat_ip
+                        && r.server_saw_ip() != want
+                    {
                         ok = false;
                         self.p.result(&format!(
-                            "  FAILED: the external host saw {} instead of the SNAT address {}",
+                            "  FAILED: the external host saw {} instead of the SNAT address {want}",
                             r.server_saw_ip(),
-                            t.snat_ip
                         ));
                     }
                 }
@@ -322,16 +493,21 @@ impl Sandbox {
 
     /// [`Sandbox::warm_up`], with more (host, address) pairs to ping.
     fn warm_up_with(&mut self, extra: &[(String, String)]) {
-        let t = self.topo.clone();
-        let (h1, h2) = (&t.hypervisors[0], &t.hypervisors[1]);
-        let mut warm = Vec::new();
-        for (a, b) in [("ls1", "ls1"), ("ls1", "ls2")] {
-            if let (Some(x), Some(y)) = (t.vm_on(a, h1), t.vm_on(b, h2)) {
-                warm.push((x.name.clone(), y.ip.clone()));
+        let mut warm: Vec<(String, String)> = Vec::new();
+        if let Some(c) = Cast::of(&self.topo) {
+            let plan = self.plan(&c);
+            let pairs = plan
+                .pings
+                .iter()
+                .map(|(a, b, _)| (a, b.ip.clone()))
+                .chain(std::iter::once((&plan.across.0, plan.across.1.ip.clone())))
+                .chain(plan.snat.iter().map(|v| (v, plan.ext.ip.clone())));
+            for (a, ip) in pairs {
+                let pair = (a.name.clone(), ip);
+                if !warm.contains(&pair) {
+                    warm.push(pair);
+                }
             }
-        }
-        if let Some(c) = t.vm_on("ls1", h2) {
-            warm.push((c.name.clone(), t.ext_host.ip.clone()));
         }
         warm.extend(extra.iter().cloned());
         let mut answered = 0;
@@ -412,27 +588,23 @@ impl Sandbox {
         );
         self.warm_up();
         let t = self.topo.clone();
-        let (h1, h2) = (&t.hypervisors[0], &t.hypervisors[1]);
-        let (Some(a), Some(b), Some(c)) =
-            (t.vm_on("ls1", h1), t.vm_on("ls2", h2), t.vm_on("ls1", h2))
-        else {
-            self.p
-                .result("  error: the topology lacks the hosts for TCP");
+        let Some(cast) = self.cast() else {
             return false;
         };
+        let (a, b, c) = (&cast.first, &cast.across, &cast.out);
         let zones_before = self.sim.zones();
         let transfers = [
             (
                 a.clone(),
                 (b.name.clone(), b.ip.clone()),
                 RESTART_BYTES_ACROSS,
-                "across chassis through lr0",
+                format!("across chassis {}", t.path(a, b)),
             ),
             (
                 c.clone(),
                 (t.ext_host.name.clone(), t.ext_host.ip.clone()),
                 RESTART_BYTES_SNAT,
-                "through SNAT to the external host",
+                "through SNAT to the external host".to_string(),
             ),
         ];
         let mut ids = Vec::new();

@@ -1049,7 +1049,17 @@ impl Host {
         self.rec.frames_out += 1;
         self.rec.bytes_out += f.len() as u64;
         match frames::classify(&f) {
-            Class::Tcp(s) => self.flows.egress(&s),
+            Class::Tcp(s) => {
+                if s.rst
+                    && !self
+                        .tcp
+                        .values()
+                        .any(|e| e.local == s.src && e.remote == s.dst)
+                {
+                    *self.rec.strays_reset.entry(s.dst.to_string()).or_default() += 1;
+                }
+                self.flows.egress(&s);
+            }
             Class::EchoRequest { ident, .. } => {
                 for p in self.pings.values_mut() {
                     if p.rec.ident == ident && !p.rec.done {

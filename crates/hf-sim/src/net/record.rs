@@ -130,6 +130,10 @@ pub struct HostRecord {
     pub udp_servers: BTreeMap<String, UdpServerRecord>,
     /// TCP RST segments received that matched no connection of the record.
     pub stray_resets_in: u64,
+    /// TCP RST segments the host sent to a remote endpoint none of its connections has, by that
+    /// endpoint (`ip:port`): its stack's answers to segments that matched no socket, e.g. a
+    /// connection's segments arriving from another address after a SNAT changed under it.
+    pub strays_reset: BTreeMap<String, u64>,
     /// The DHCPv4 client, when the host uses one.
     pub dhcp: Option<DhcpRecord>,
     /// ARP/RARP announcements the host sent (after a migration).

@@ -2,7 +2,9 @@
 //! `migration` benchmark and the sandbox: the default topology's shape with a provider
 //! network, a VM with its own egress address (a distributed `dnat_and_snat`) and a
 //! Neutron-style security group, an external host on the provider network and an east-west
-//! peer, and the two paced streams every migration case runs.
+//! peer, and the two paced streams every migration case runs. Also the incident's own design,
+//! OVN-Kubernetes' layer 2 ([`ovnk_topology`]), whose network without hosts
+//! ([`ovnk_gateways`]) the sandbox's `--topology ovnk-l2` builds too.
 //!
 //! What it does not do: assert anything (its users do) or migrate (see [`super::migrate`]).
 
@@ -122,54 +124,126 @@ pub fn security_group(sw: &str) -> Vec<Txn> {
 pub const OVNK_VM_IP: &str = "10.100.0.11";
 /// The east-west peer's on that network.
 pub const OVNK_PEER_IP: &str = "10.100.0.13";
+/// The OVN-Kubernetes layer-2 network's switch, spanning the nodes.
+pub const OVNK_SWITCH: &str = "l2";
+/// Its subnet (what every node's gateway router SNATs).
+pub const OVNK_CIDR: &str = "10.100.0.0/24";
+/// The gateway address every node's gateway router has on [`OVNK_SWITCH`].
+pub const OVNK_GATEWAY_IP: &str = "10.100.0.1";
+/// The gateway MAC every node's gateway router has on [`OVNK_SWITCH`] (OVN-Kubernetes derives
+/// it from the address: `0a:58` and the IPv4 octets).
+pub const OVNK_GATEWAY_MAC: &str = "0a:58:0a:64:00:01";
+/// The provider network every node's external switch reaches.
+pub const OVNK_PHYSNET: &str = "physnet1";
 
-/// The OVN-Kubernetes layer-2 design (the incident's): one switch `l2` (10.100.0.0/24) spanning
-/// the hypervisors, and on every node a gateway router (`options:chassis`) attached to it with
-/// the same gateway address and MAC (10.100.0.1), whose SNAT rewrites the network to that
-/// node's own address on the provider network (172.16.0.1N for node hvN), through the node's
-/// external switch. A VM's egress leaves through the gateway router of the node it runs on:
-/// after a migration, with another source address.
-pub fn ovnk_topology(nodes: &[&str]) -> Vec<Txn> {
-    let mut t = vec![nb::switch("l2")];
-    for (i, n) in nodes.iter().enumerate() {
-        let gr = format!("GR_{n}");
-        let ext = format!("ext_{n}");
-        let node_ip = format!("172.16.0.{}", 11 + i);
-        t.push(nb::router(&gr));
+/// One node of the OVN-Kubernetes layer-2 design: the names and addresses
+/// [`ovnk_gateways`] gives its gateway router and external switch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OvnkNode {
+    /// The chassis (the router's `options:chassis`).
+    pub chassis: String,
+    /// The gateway router, `GR_<chassis>`.
+    pub router: String,
+    /// The router's port on [`OVNK_SWITCH`], `rtos-<chassis>` ([`OVNK_GATEWAY_MAC`],
+    /// [`OVNK_GATEWAY_IP`]/24 on every node).
+    pub switch_port: String,
+    /// The switch's side of that patch, `stor-<chassis>`.
+    pub switch_patch: String,
+    /// The router's port on the external switch, `rtoe-<chassis>`.
+    pub ext_port: String,
+    /// That port's MAC, `0a:58:ac:10:00:NN` with NN the node address's last octet.
+    pub ext_mac: String,
+    /// The external switch, `ext_<chassis>`.
+    pub ext_switch: String,
+    /// The external switch's side of the patch, `etor-<chassis>`.
+    pub ext_patch: String,
+    /// The external switch's localnet port (`ln-ext_<chassis>`, on [`OVNK_PHYSNET`]).
+    pub localnet: String,
+    /// The node's own address on the provider network (172.16.0.11 for the first node, .12
+    /// for the second, ...): the router's external address and the SNAT target.
+    pub node_ip: String,
+}
+
+/// The nodes of [`ovnk_gateways`] over `nodes`, in order.
+pub fn ovnk_nodes(nodes: &[&str]) -> Vec<OvnkNode> {
+    nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| OvnkNode {
+            chassis: n.to_string(),
+            router: format!("GR_{n}"),
+            switch_port: format!("rtos-{n}"),
+            switch_patch: format!("stor-{n}"),
+            ext_port: format!("rtoe-{n}"),
+            ext_mac: format!("0a:58:ac:10:00:{:02x}", 11 + i),
+            ext_switch: format!("ext_{n}"),
+            ext_patch: format!("etor-{n}"),
+            localnet: format!("ln-ext_{n}"),
+            node_ip: format!("172.16.0.{}", 11 + i),
+        })
+        .collect()
+}
+
+/// The OVN-Kubernetes layer-2 design's network, without hosts: one switch [`OVNK_SWITCH`]
+/// ([`OVNK_CIDR`]) spanning the nodes, and on every node a gateway router (`options:chassis`)
+/// attached to it with the same gateway address and MAC ([`OVNK_GATEWAY_IP`],
+/// [`OVNK_GATEWAY_MAC`]), whose SNAT rewrites the network to that node's own address on the
+/// provider network (172.16.0.1N for the N-th node), through the node's external switch and its
+/// localnet port on [`OVNK_PHYSNET`] (see [`ovnk_nodes`]). A VM's egress leaves through the
+/// gateway router of the node it runs on: after a migration, with another source address.
+/// The VMs are the caller's (ports on [`OVNK_SWITCH`] with [`OVNK_GATEWAY_IP`] as gateway).
+pub fn ovnk_gateways(nodes: &[&str]) -> Vec<Txn> {
+    let mut t = vec![nb::switch(OVNK_SWITCH)];
+    for n in ovnk_nodes(nodes) {
+        t.push(nb::router(&n.router));
         t.push(vec![
             serde_json::json!({"op": "mutate", "table": "Logical_Router",
-            "where": [["name", "==", gr]],
-            "mutations": [["options", "insert", ["map", [["chassis", n]]]]]}),
+            "where": [["name", "==", n.router]],
+            "mutations": [["options", "insert", ["map", [["chassis", n.chassis]]]]]}),
         ]);
         t.push(nb::router_port(
-            &gr,
-            &format!("rtos-{n}"),
-            "0a:58:0a:64:00:01",
-            &["10.100.0.1/24"],
+            &n.router,
+            &n.switch_port,
+            OVNK_GATEWAY_MAC,
+            &[&format!("{OVNK_GATEWAY_IP}/24")],
         ));
-        t.push(nb::patch("l2", &format!("stor-{n}"), &format!("rtos-{n}")));
-        t.push(nb::switch(&ext));
+        t.push(nb::patch(OVNK_SWITCH, &n.switch_patch, &n.switch_port));
+        t.push(nb::switch(&n.ext_switch));
         t.push(nb::router_port(
-            &gr,
-            &format!("rtoe-{n}"),
-            &format!("0a:58:ac:10:00:{:02x}", 11 + i),
-            &[&format!("{node_ip}/24")],
+            &n.router,
+            &n.ext_port,
+            &n.ext_mac,
+            &[&format!("{}/24", n.node_ip)],
         ));
-        t.push(nb::patch(&ext, &format!("etor-{n}"), &format!("rtoe-{n}")));
-        t.push(nb::localnet(&ext, &format!("ln-{ext}"), "physnet1"));
+        t.push(nb::patch(&n.ext_switch, &n.ext_patch, &n.ext_port));
+        t.push(nb::localnet(&n.ext_switch, &n.localnet, OVNK_PHYSNET));
         t.push(nb::nat(
-            &gr,
+            &n.router,
             Nat {
                 kind: "snat",
-                external_ip: &node_ip,
-                logical_ip: "10.100.0.0/24",
+                external_ip: &n.node_ip,
+                logical_ip: OVNK_CIDR,
                 logical_port: None,
             },
         ));
     }
-    t.push(vm("l2", VM, "00:00:00:00:01:0b", OVNK_VM_IP, "hv1"));
-    t.push(vm("l2", PEER, "00:00:00:00:02:0d", OVNK_PEER_IP, "hv3"));
-    t.extend(security_group("l2"));
+    t
+}
+
+/// The incident's OVN-Kubernetes layer-2 world: [`ovnk_gateways`] over `nodes`, the VM on the
+/// first hypervisor (hv1) and the east-west peer on hv3, both on [`OVNK_SWITCH`], and the VM's
+/// security group.
+pub fn ovnk_topology(nodes: &[&str]) -> Vec<Txn> {
+    let mut t = ovnk_gateways(nodes);
+    t.push(vm(OVNK_SWITCH, VM, "00:00:00:00:01:0b", OVNK_VM_IP, "hv1"));
+    t.push(vm(
+        OVNK_SWITCH,
+        PEER,
+        "00:00:00:00:02:0d",
+        OVNK_PEER_IP,
+        "hv3",
+    ));
+    t.extend(security_group(OVNK_SWITCH));
     t
 }
 
