@@ -604,7 +604,10 @@ impl Sandbox {
                 c.clone(),
                 (t.ext_host.name.clone(), t.ext_host.ip.clone()),
                 RESTART_BYTES_SNAT,
-                "through SNAT to the external host".to_string(),
+                t.egress(&c.chassis).map_or_else(
+                    || "to the external host".to_string(),
+                    |e| format!("through SNAT on {} to the external host", e.at),
+                ),
             ),
         ];
         let mut ids = Vec::new();

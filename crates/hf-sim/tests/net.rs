@@ -773,6 +773,58 @@ fn a_paused_host_drops_what_arrives_and_catches_up_on_resume() {
     assert!(p.b.record(p.now).dropped_while_paused > 0);
 }
 
+/// `frame` (Ethernet, IPv4, TCP) with its TCP source port changed to `port`, checksum fixed.
+fn with_tcp_src_port(frame: &[u8], port: u16) -> Vec<u8> {
+    use smoltcp::wire::{IpAddress, Ipv4Packet, TcpPacket};
+    let mut f = frame.to_vec();
+    let ip = Ipv4Packet::new_checked(&f[14..]).unwrap();
+    let (src, dst) = (ip.src_addr(), ip.dst_addr());
+    let hl = usize::from(ip.header_len());
+    let mut tcp = TcpPacket::new_checked(&mut f[14 + hl..]).unwrap();
+    tcp.set_src_port(port);
+    tcp.fill_checksum(&IpAddress::Ipv4(src), &IpAddress::Ipv4(dst));
+    f
+}
+
+#[test]
+fn segments_from_an_endpoint_without_a_connection_are_reset_and_recorded() {
+    let mut p = Pair::new(16, LinkConfig::cluster());
+    p.b.listen_tcp(5001).unwrap();
+    let n = p.a.start_transfer(IpAddr::V4(B4), 5001, MB, p.now).unwrap();
+    p.run_until(ms(1), |_| false);
+    let c = p.a.tcp_record(&n, p.now).unwrap();
+    assert!(c.established_us.is_some(), "{c:#?}");
+    assert!(
+        p.b.record(p.now).strays_reset.is_empty(),
+        "the connection's own segments are no strays"
+    );
+    // One of a's data segments, as if its source port had changed under it (a SNAT moving to
+    // another address or port): b has no connection from there and answers with a reset.
+    let seg = p
+        .a_sent
+        .iter()
+        .rev()
+        .find(|f| matches!(frames::classify(f), Class::Tcp(s) if s.payload_len > 0))
+        .unwrap()
+        .clone();
+    let Class::Tcp(s) = frames::classify(&seg) else {
+        unreachable!("a TCP segment")
+    };
+    let other = s.src.port() + 1000;
+    p.b.handle_frame(&with_tcp_src_port(&seg, other), p.now);
+    p.run_until(ms(1), |_| false);
+    let strays = p.b.record(p.now).strays_reset;
+    assert_eq!(
+        strays.into_iter().collect::<Vec<_>>(),
+        [(format!("{A4}:{other}"), 1)],
+        "b reset the stranger once, by its endpoint"
+    );
+    // The real connection is not the stranger: it goes on.
+    assert!(p.run_until(Duration::from_secs(5), |p| p.a.idle()));
+    let c = p.a.tcp_record(&n, p.now).unwrap();
+    assert_eq!(c.outcome, "complete", "{c:#?}");
+}
+
 #[test]
 fn ipv6_hosts_have_a_link_local_address_that_answers() {
     let mut p = Pair::new(15, LinkConfig::cluster());

@@ -253,18 +253,17 @@ impl Sandbox {
         for (c, before) in conns.iter().zip(&seen) {
             let r = self.sim.stream_report(&c.stream);
             let reset_there = if c.far == ext.name && !strays.is_empty() {
-                format!(
-                    ", then {}'s segments from {}, which it reset",
-                    vm.name,
-                    strays
-                        .iter()
-                        .map(|(n, to, ep, k)| format!(
-                            "{ep}{} ({k} after migration {n} to {to})",
-                            node_note(&t, ep)
-                        ))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
+                let each: Vec<String> = strays
+                    .iter()
+                    .map(|(n, to, ep, k)| {
+                        format!(
+                            "after migration {n} (to {to}) segments from {}, which it reset {k} \
+                             times",
+                            endpoint(&t, ep)
+                        )
+                    })
+                    .collect();
+                format!(", then {}", each.join(", then "))
             } else {
                 String::new()
             };
@@ -306,13 +305,13 @@ impl Sandbox {
                     c.label, ext.name
                 ));
             }
-            for (n, to, endpoint, count) in &strays {
+            for (n, to, ep, count) in &strays {
                 failures.push(format!(
-                    "{}: after migration {n} (to {to}) {} got segments from {endpoint}{}, an \
-                     endpoint it had no connection with, and reset them ({count} resets)",
+                    "{}: after migration {n} (to {to}) {} got segments from {}, an endpoint it \
+                     had no connection with, and reset them ({count} resets)",
                     c.label,
                     ext.name,
-                    node_note(&t, endpoint)
+                    endpoint(&t, ep)
                 ));
             }
         }
@@ -400,15 +399,16 @@ fn east_west_peer(t: &Topology, vm: &Vm, h2: &str) -> Option<Vm> {
         .cloned()
 }
 
-/// `, hv2's node address` when `endpoint` (`ip:port`) is a node's address on `ovnk-l2`.
-fn node_note(t: &Topology, endpoint: &str) -> String {
-    let ip = endpoint.rsplit_once(':').map_or(endpoint, |(ip, _)| ip);
+/// `ep` (`ip:port`) for people: `172.16.0.12:49152 (hv2's node address)` when it is a node's
+/// address on `ovnk-l2`.
+fn endpoint(t: &Topology, ep: &str) -> String {
+    let ip = ep.rsplit_once(':').map_or(ep, |(ip, _)| ip);
     match &t.design {
-        Design::OvnkL2(o) => o
-            .node_with_ip(ip)
-            .map(|n| format!(", {}'s node address", n.chassis))
-            .unwrap_or_default(),
-        Design::Distributed(_) => String::new(),
+        Design::OvnkL2(o) => o.node_with_ip(ip).map_or_else(
+            || ep.to_string(),
+            |n| format!("{ep} ({}'s node address)", n.chassis),
+        ),
+        Design::Distributed(_) => ep.to_string(),
     }
 }
 
@@ -423,11 +423,11 @@ fn download_summary(
 ) -> Option<String> {
     match strays.first() {
         Some((n, to, ep, _)) => Some(format!(
-            "the download {}: after migration {n} to {to}, {}'s segments reached the external \
-             host from {ep}{}, and it reset them",
+            "the download {}: after migration {n} to {to} {}'s segments reached the external \
+             host from {}, and it reset them",
             if r.resets > 0 { "was reset" } else { "broke" },
             vm.name,
-            node_note(t, ep)
+            endpoint(t, ep)
         )),
         None if !failures.is_empty() => Some(format!("the download: {}", failures.join(", "))),
         None => None,
