@@ -18,9 +18,17 @@
 //!   migration moving connections, and each connection prints every byte verified, a stall
 //!   under 50 ms, no retransmission timeout, no reset, and the external host seeing vm1's own
 //!   address throughout.
+//! - `ovnk_l2_default_scenario_snats_to_each_node`: `--topology ovnk-l2 --scenario default`
+//!   (OVN-Kubernetes' layer-2 design, no gateway chassis) exits 0: pings across chassis on
+//!   `l2`, a transfer across chassis, and a transfer to the external host from each node, which
+//!   sees that node's own address (172.16.0.11 from hv1's router, 172.16.0.12 from hv2's).
+//! - `ovnk_l2_live_migration_scenario_breaks_the_download`: `--topology ovnk-l2 --scenario
+//!   live-migration` exits 1, as incident C did: the CMS adds no floating IP, the VM's egress
+//!   moves to hv2's node address with it, the external host resets what reaches it from there,
+//!   and the verdict names the broken download; the east-west stream is kept.
 //! - `bad_arguments_are_refused_by_name`, `two_runs_print_the_same_story`: an unknown scenario
-//!   or topology, the topology not built yet, one port for both databases and too few chassis
-//!   are refused; two runs with one seed print the same story.
+//!   or topology (the error lists both topologies), one port for both databases and too few
+//!   chassis are refused; two runs with one seed print the same story.
 //! - `control_socket_drives_the_sandbox`: real `ovs-appctl -t PATH` on `--unixctl PATH`: a
 //!   ping, TCP streams (one a download from the external host through SNAT) and a UDP stream
 //!   across a controller restart, a datapath handoff, a northd restart and a rebuild of both
@@ -507,6 +515,129 @@ fn live_migration_scenario_keeps_tcp() {
     }
 }
 
+/// `holdfast sandbox ARGS... --nb-port 0 --sb-port 0` run to its end: (exit code, stdout lines).
+fn run_story(args: &[&str]) -> (Option<i32>, Vec<String>) {
+    let out = common::run(
+        Command::new(common::holdfast())
+            .arg("sandbox")
+            .args(args)
+            .args(["--nb-port", "0", "--sb-port", "0"]),
+        Duration::from_secs(300),
+    );
+    let lines = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    (out.status.code(), lines)
+}
+
+#[test]
+fn ovnk_l2_default_scenario_snats_to_each_node() {
+    let (code, lines) = run_story(&["--topology", "ovnk-l2", "--scenario", "default"]);
+    let out = lines.join("\n");
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some("story default: ok"),
+        "{out}"
+    );
+    // The design: no gateway chassis, one switch, a gateway router per node.
+    for want in [
+        "[2/5] northd compiled",
+        "(3 switches, 2 routers)",
+        "[3/5] chassis hv1, hv2 up",
+        "switch l2 10.100.0.0/24",
+        "router GR_hv1 (options:chassis=hv1)",
+        "router GR_hv2 (options:chassis=hv2)",
+        "snat 10.100.0.0/24 -> 172.16.0.12 (hv2's own address)",
+    ] {
+        assert!(out.contains(want), "no {want:?}:\n{out}");
+    }
+    assert!(!out.contains("gw1"), "no gateway chassis:\n{out}");
+    let ping = lines
+        .iter()
+        .find(|l| {
+            l.trim_start()
+                .starts_with("ping vm1 (10.100.0.11, hv1) -> vm2 ")
+        })
+        .unwrap_or_else(|| panic!("no ping across chassis:\n{out}"));
+    assert!(ping.contains("3/3 answered"), "{ping}");
+    let tcp: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.trim_start().starts_with("tcp "))
+        .collect();
+    assert_eq!(tcp.len(), 3, "{out}");
+    for l in &tcp {
+        let bytes = number_before(l, "bytes in").unwrap_or(0);
+        assert!(bytes > 0, "no bytes moved: {l}");
+        assert_eq!(number_before(l, "verified"), Some(bytes), "{l}");
+    }
+    // Each node's router SNATs to that node's own address, and the external host saw it.
+    for (router, node_ip) in [("GR_hv1", "172.16.0.11"), ("GR_hv2", "172.16.0.12")] {
+        let l = tcp
+            .iter()
+            .find(|l| l.contains(&format!("through SNAT on {router} ")))
+            .unwrap_or_else(|| panic!("no transfer through {router}:\n{out}"));
+        assert!(
+            l.ends_with(&format!("the external host saw source {node_ip}")),
+            "{l}"
+        );
+    }
+}
+
+#[test]
+fn ovnk_l2_live_migration_scenario_breaks_the_download() {
+    let (code, lines) = run_story(&["--topology", "ovnk-l2", "--scenario", "live-migration"]);
+    let out = lines.join("\n");
+    assert_eq!(
+        code,
+        Some(1),
+        "the story fails on ovnk-l2, as incident C did:\n{out}"
+    );
+    let verdict = lines.last().map_or("", String::as_str);
+    assert!(
+        verdict.starts_with("story live-migration: FAILED (the download "),
+        "{out}"
+    );
+    // No floating IP in this design: the external host first sees hv1's node address.
+    assert!(out.contains("cms: no floating IP"), "{out}");
+    assert!(!out.contains("dnat_and_snat"), "{out}");
+    assert!(out.contains("ext1 sees vm1 as 172.16.0.11:"), "{out}");
+    let migration = lines
+        .iter()
+        .find(|l| l.trim_start().starts_with("migration 1: vm1 hv1 -> hv2"))
+        .unwrap_or_else(|| panic!("no first migration:\n{out}"));
+    assert!(migration.ends_with("; completed"), "{migration}");
+    // The download's line says how it broke: reset, and vm1's segments reaching the external
+    // host from hv2's node address after the migration to hv2.
+    let download = lines
+        .iter()
+        .find(|l| l.trim_start().starts_with("download: "))
+        .unwrap_or_else(|| panic!("no download results:\n{out}"))
+        .trim();
+    assert!(download.contains("(reset)"), "{download}");
+    assert!(
+        download.contains("ext1 saw 172.16.0.11:")
+            && download.contains("after migration 1 (to hv2) segments from 172.16.0.12:")
+            && download.contains("(hv2's node address)"),
+        "{download}"
+    );
+    assert!(
+        verdict.contains("from 172.16.0.12:") && verdict.contains("reset"),
+        "{verdict}"
+    );
+    assert!(out.contains("expected on ovnk-l2"), "{out}");
+    // What the design keeps: the east-west stream on l2, whose conntrack state moved.
+    let east_west = lines
+        .iter()
+        .find(|l| l.trim_start().starts_with("east-west: "))
+        .unwrap_or_else(|| panic!("no east-west results:\n{out}"));
+    assert!(
+        east_west.contains(" 0 resets (stopped)") && east_west.ends_with(" throughout"),
+        "{east_west}"
+    );
+}
+
 #[test]
 fn bad_arguments_are_refused_by_name() {
     let run = |args: &[&str]| {
@@ -527,12 +658,12 @@ fn bad_arguments_are_refused_by_name() {
         "{e}"
     );
     let e = run(&["--topology", "ring"]);
-    assert!(e.contains("ring") && e.contains("ovnk-l2"), "{e}");
-    let e = run(&["--topology", "ovnk-l2", "--nb-port", "0", "--sb-port", "0"]);
     assert!(
-        e.contains("--topology ovnk-l2") && e.contains("the ovnk-l2 topology is not built yet"),
+        e.contains("ring") && e.contains("default") && e.contains("ovnk-l2"),
         "{e}"
     );
+    let e = run(&["--topology", "ovnk-l2", "--chassis", "1"]);
+    assert!(e.contains("--chassis"), "{e}");
     let e = run(&["--nb-port", "7001", "--sb-port", "7001"]);
     assert!(e.contains("--nb-port") && e.contains("--sb-port"), "{e}");
     let e = run(&["--chassis", "1"]);

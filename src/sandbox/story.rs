@@ -92,7 +92,7 @@ impl Cast {
         let neighbour = on_h2().find(|v| v.switch == first.switch)?.clone();
         let across = on_h2()
             .find(|v| v.switch != first.switch)
-            .or_else(|| on_h2().last())?
+            .or_else(|| on_h2().next_back())?
             .clone();
         let out = on_h2().next()?.clone();
         Some(Cast {
