@@ -5,7 +5,8 @@
 //!
 //! Builds an `hf_sim` world (the in-memory OVSDB server with NB and SB, holdfast northd, one
 //! controller and datapath per chassis, simulated hosts with real TCP/IP stacks), puts the
-//! default topology ([`topology`]) into NB, and shows progress while it comes up: databases
+//! topology `--topology` names ([`topology`]: the default one, or OVN-Kubernetes' layer-2
+//! design) into NB, and shows progress while it comes up: databases
 //! listening, northd's flows, the chassis' programs installed, the hosts attached. It then runs
 //! the default story ([`story`]: pings and TCP transfers across chassis and through SNAT) and
 //! prints the results. With `--scenario NAME` it exits (status 1 when a step failed); without,
@@ -22,7 +23,7 @@
 //!
 //! Submodules: [`args`] (the command line), [`bridge`] (TCP listeners whose connections are
 //! sessions of the world's OVSDB server, and the task that drives the world), [`ctl`] (the
-//! control socket and its commands), [`topology`] (the default topology), [`sim`] (every call
+//! control socket and its commands), [`topology`] (the topologies), [`sim`] (every call
 //! into the world), [`story`] (the stories and the watcher of new hosts).
 
 // The sandbox is an I/O shell: it reads the clock and owns sockets.
@@ -257,7 +258,7 @@ fn explore_text(t: &Topology, nb: u16, sb: u16, ctl: Option<&std::path::Path>) -
          \x20 ovn-trace --db=tcp:127.0.0.1:{sb} {sw} '{flow}'\n\
          \x20 ovn-nbctl {nbdb} --wait=hv lsp-add {new_sw} p9 -- lsp-set-addresses p9 \"{new_mac} {new_ip}\"\n\
          a new switch port with addresses gets a simulated host at once; the sandbox pings it and\n\
-         says so (host p9 (10.0.1.9) on CHASSIS answers ping: RTT). Ctrl-C stops the sandbox.{drive}",
+         says so (host p9 ({new_ip}) on CHASSIS answers ping: RTT). Ctrl-C stops the sandbox.{drive}",
         drive = ctl.map_or_else(String::new, |path| {
             let t = format!("ovs-appctl -t {}", path.display());
             format!(
