@@ -22,6 +22,9 @@
 //!   (OVN-Kubernetes' layer-2 design, no gateway chassis) exits 0: pings across chassis on
 //!   `l2`, a transfer across chassis, and a transfer to the external host from each node, which
 //!   sees that node's own address (172.16.0.11 from hv1's router, 172.16.0.12 from hv2's).
+//! - `ovnk_l2_restarts_and_rebuild_lose_nothing`: the `restarts` and `rebuild` stories on
+//!   `--topology ovnk-l2`, with the same checks (every node's controller and northd restarted,
+//!   the transfer to the external host through its client's node).
 //! - `ovnk_l2_live_migration_scenario_breaks_the_download`: `--topology ovnk-l2 --scenario
 //!   live-migration` exits 1, as incident C did: the CMS adds no floating IP, the VM's egress
 //!   moves to hv2's node address with it, the external host resets what reaches it from there,
@@ -364,7 +367,21 @@ fn stays_up_for_real_ovn_tools() {
 /// retransmitted segment or a reset, `--wait=hv` reached afterwards, every chassis's zone map
 /// unchanged and nothing flushed.
 fn disruption(name: &str, what_line: &str) -> Sandbox {
-    let mut sb = Sandbox::start(&["--scenario", name, "--nb-port", "0", "--sb-port", "0"]);
+    disruption_on("default", &["hv1", "hv2", "gw1"], name, what_line)
+}
+
+/// [`disruption`] on `topology`, whose chassis are `chassis`.
+fn disruption_on(topology: &str, chassis: &[&str], name: &str, what_line: &str) -> Sandbox {
+    let mut sb = Sandbox::start(&[
+        "--topology",
+        topology,
+        "--scenario",
+        name,
+        "--nb-port",
+        "0",
+        "--sb-port",
+        "0",
+    ]);
     let verdict = sb.wait_line("with the story's verdict", Duration::from_secs(300), |l| {
         l.starts_with(&format!("story {name}:"))
     });
@@ -394,7 +411,7 @@ fn disruption(name: &str, what_line: &str) -> Sandbox {
         sb.seen.iter().any(|l| l.contains("--wait=hv reached")),
         "the control plane did not come back:\n{out}"
     );
-    for ch in ["hv1", "hv2", "gw1"] {
+    for ch in chassis {
         assert!(
             sb.seen.iter().any(|l| l
                 .trim_start()
@@ -432,6 +449,29 @@ fn rebuild_scenario_loses_nothing() {
     let sb = disruption("rebuild", "rebuilt NB and SB");
     assert!(
         sb.seen.iter().any(|l| l.contains("every UUID new")),
+        "{}",
+        sb.output()
+    );
+}
+
+#[test]
+fn ovnk_l2_restarts_and_rebuild_lose_nothing() {
+    let sb = disruption_on("ovnk-l2", &["hv1", "hv2"], "restarts", "restarted ");
+    let restarted = sb
+        .seen
+        .iter()
+        .find(|l| l.trim_start().starts_with("restarted "))
+        .expect("restart line");
+    assert!(
+        restarted.contains("controller hv1, controller hv2, northd"),
+        "every node's controller, then northd: {restarted}"
+    );
+    assert!(!sb.output().contains("gw1"), "{}", sb.output());
+    let sb = disruption_on("ovnk-l2", &["hv1", "hv2"], "rebuild", "rebuilt NB and SB");
+    assert!(
+        sb.seen
+            .iter()
+            .any(|l| l.contains("through SNAT on GR_hv2 on hv2 to the external host")),
         "{}",
         sb.output()
     );
