@@ -92,7 +92,8 @@ Topologies (--topology NAME):
             gateway chassis gw1, to the provider network physnet1 (the external host ext1)
   ovnk-l2   OVN-Kubernetes' layer-2 design: switch l2 across the hypervisors, a gateway
             router GR_hvN per node (the same gateway 10.100.0.1 on every node) SNATing to the
-            node's own address 172.16.0.1N on physnet1; no gateway chassis, no floating IP";
+            node's own address on physnet1 (172.16.0.11 for hv1, .12 for hv2, ...); no gateway
+            chassis, no floating IP";
 
 /// `holdfast sandbox [OPTIONS]`.
 #[derive(Debug, Args)]

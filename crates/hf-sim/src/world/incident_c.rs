@@ -188,7 +188,7 @@ pub fn ovnk_nodes(nodes: &[&str]) -> Vec<OvnkNode> {
 /// ([`OVNK_CIDR`]) spanning the nodes, and on every node a gateway router (`options:chassis`)
 /// attached to it with the same gateway address and MAC ([`OVNK_GATEWAY_IP`],
 /// [`OVNK_GATEWAY_MAC`]), whose SNAT rewrites the network to that node's own address on the
-/// provider network (172.16.0.1N for the N-th node), through the node's external switch and its
+/// provider network (172.16.0.11 for the first node, .12 for the second, ...), through the node's external switch and its
 /// localnet port on [`OVNK_PHYSNET`] (see [`ovnk_nodes`]). A VM's egress leaves through the
 /// gateway router of the node it runs on: after a migration, with another source address.
 /// The VMs are the caller's (ports on [`OVNK_SWITCH`] with [`OVNK_GATEWAY_IP`] as gateway).
