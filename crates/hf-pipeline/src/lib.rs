@@ -798,10 +798,12 @@ impl Pipeline {
                     Some(program::Loc::Redirect(to)) => *to,
                     _ => outport,
                 };
-                // A copy for a held port is kept as it came, before its egress pipeline.
-                if let Some(program::Loc::Local(local)) = d.ports.get(&outport).map(|p| &p.loc)
-                    && self.held.contains(local)
+                // A copy for a held port is kept as it came, before its egress pipeline (no
+                // lookup at all while nothing is held: the forwarding path's common case).
+                if !self.held.is_empty()
                     && mode != Mode::Trace
+                    && let Some(program::Loc::Local(local)) = d.ports.get(&outport).map(|p| &p.loc)
+                    && self.held.contains(local)
                 {
                     out.clear();
                     out.push(

@@ -403,6 +403,9 @@ impl Datapath {
     /// that, which costs the VM its first segments); after it, everything until the final
     /// delta.
     pub(crate) fn hold_from_port(&mut self, name: &str, id: u32, frame: &[u8]) -> bool {
+        if self.mig.incoming.is_empty() {
+            return false;
+        }
         let waiting = self.pipeline.activation_of(id);
         let Some(inc) = self.mig.incoming.get_mut(name) else {
             return false;
