@@ -123,11 +123,7 @@ pub fn program_msg(
                 kind: port_kind_name(&p.kind),
                 resident: p.resident,
                 also_remote: p.also_remote.clone(),
-                activation: p.activation.map(|a| hf_datapath::proto::ActivationMsg {
-                    rarp: a.rarp,
-                    garp: a.garp,
-                    na: a.na,
-                }),
+                activation: p.activation.map(Into::into),
                 addresses: p.addresses.clone(),
                 port_security: p.port_security.clone(),
             })

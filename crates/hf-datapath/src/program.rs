@@ -367,11 +367,7 @@ fn build_spec(
                 kind: PortKind::from_sb(&p.kind),
                 resident: p.resident,
                 also_remote: p.also_remote.clone(),
-                activation: p.activation.map(|a| hf_pipeline::Activation {
-                    rarp: a.rarp,
-                    garp: a.garp,
-                    na: a.na,
-                }),
+                activation: p.activation.map(Into::into),
                 addresses: p.addresses.clone(),
                 port_security: p.port_security.clone(),
             })

@@ -304,6 +304,26 @@ pub struct ActivationMsg {
     pub na: bool,
 }
 
+impl From<ActivationMsg> for hf_pipeline::Activation {
+    fn from(a: ActivationMsg) -> Self {
+        hf_pipeline::Activation {
+            rarp: a.rarp,
+            garp: a.garp,
+            na: a.na,
+        }
+    }
+}
+
+impl From<hf_pipeline::Activation> for ActivationMsg {
+    fn from(a: hf_pipeline::Activation) -> Self {
+        ActivationMsg {
+            rarp: a.rarp,
+            garp: a.garp,
+            na: a.na,
+        }
+    }
+}
+
 /// One logical datapath.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DatapathMsg {

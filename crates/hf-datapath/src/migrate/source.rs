@@ -94,12 +94,7 @@ impl Datapath {
     }
 
     pub(super) fn on_pull(&mut self, peer: PeerId, port: String, epoch: u64, now: Duration) {
-        let from = self
-            .mig
-            .peers
-            .get(&peer)
-            .and_then(|p| p.chassis.clone())
-            .unwrap_or_default();
+        let from = self.state_peer(peer).unwrap_or_default().to_string();
         if !self.ports.contains_key(&port) || !self.migrates_to(&port, &from) {
             let reason = format!(
                 "port {port} is not bound here for a migration to {from} (not yet, or not any more)"
@@ -153,12 +148,7 @@ impl Datapath {
         epoch: u64,
         now: Duration,
     ) {
-        let from = self
-            .mig
-            .peers
-            .get(&peer)
-            .and_then(|p| p.chassis.clone())
-            .unwrap_or_default();
+        let from = self.state_peer(peer).unwrap_or_default().to_string();
         let known = self
             .mig
             .outgoing
