@@ -194,6 +194,9 @@ pub struct Flow {
     pub hint: Option<Uuid>,
     /// `controller_meter`.
     pub meter: Option<String>,
+    /// `external_ids:hf-acl-broken` (`last-good` or `fail-closed`): the flow stands in for an
+    /// ACL whose match does not parse.
+    pub mark: Option<&'static str>,
 }
 
 /// The flows of one compile, in the order stages emitted them.
@@ -227,6 +230,7 @@ impl Flows {
             disc: disc.into(),
             hint,
             meter: None,
+            mark: None,
         });
     }
 

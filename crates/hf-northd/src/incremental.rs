@@ -412,7 +412,7 @@ impl Incremental {
         dirty: Vec<String>,
     ) -> Compiled {
         let mut diags = Diags::default();
-        let topo = Topo::build(nb, &opts.keys, opts.render.features, &mut diags);
+        let mut topo = Topo::build(nb, &opts.keys, opts.render.features, &mut diags);
         let new_links = links(&topo);
         let full = seeds.is_none();
         let mut dirty: BTreeSet<String> = dirty.into_iter().collect();
@@ -562,6 +562,7 @@ impl Incremental {
             sb,
             diagnostics,
             flows_built: built,
+            acl_last_good: std::mem::take(&mut topo.ls.acl_good),
         }
     }
 

@@ -73,6 +73,9 @@ pub struct Compiled {
     pub diagnostics: Vec<Diagnostic>,
     /// Flows built before datapath grouping.
     pub flows_built: usize,
+    /// NB `ACL` row → the match text in force: the next compile's `Keys::acl_last_good`
+    /// (see [`ls::index`]).
+    pub acl_last_good: std::collections::BTreeMap<uuid::Uuid, String>,
 }
 
 /// Compiles `nb`.
@@ -100,5 +103,6 @@ pub fn compile(nb: &NbSnapshot, opts: &Options) -> Compiled {
         sb,
         diagnostics,
         flows_built: flows.len(),
+        acl_last_good: topo.ls.acl_good,
     }
 }

@@ -44,6 +44,7 @@ pub(crate) struct Shape {
     actions: String,
     hint: Option<uuid::Uuid>,
     meter: Option<String>,
+    mark: Option<&'static str>,
 }
 
 impl Shape {
@@ -62,6 +63,11 @@ fn shared_owner(o: &Owner) -> Owner {
         o => o.clone(),
     }
 }
+
+/// The `Logical_Flow.external_ids` key on the flows that stand in for an ACL whose match does
+/// not parse: `last-good` (its last version that parsed) or `fail-closed` (drops what its port
+/// group or switch could send or receive). `holdfast check` reads it (`acl-broken`).
+pub const ACL_BROKEN_KEY: &str = "hf-acl-broken";
 
 /// Whether flows are grouped over datapaths with `opts`.
 pub(crate) fn grouping(opts: &RenderOptions) -> bool {
@@ -91,6 +97,7 @@ fn shape_of(
         actions: a,
         hint: fl.hint,
         meter: fl.meter.clone(),
+        mark: fl.mark,
     })
 }
 
@@ -208,6 +215,9 @@ fn insert(
         );
     }
     external_ids.insert("hf-flow-id".to_string(), id.to_string());
+    if let Some(m) = shape.mark {
+        external_ids.insert(ACL_BROKEN_KEY.to_string(), m.to_string());
+    }
     let row = FlowRow {
         dps,
         pipeline: shape.stage.pipeline().name(),

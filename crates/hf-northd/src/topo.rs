@@ -44,6 +44,11 @@ pub struct Keys {
     /// Port name → `Port_Binding.options:qdisc_queue_id` SB holds (kept, as ovn-northd keeps
     /// it).
     pub queue_ids: HashMap<String, u32>,
+    /// NB `ACL` row → the last text of its match that parsed, in this northd's run: a later
+    /// edit that breaks the match keeps this version (`Compiled::acl_last_good` gives the map
+    /// for the next compile). Not read from SB: a restarted northd has none, and a broken
+    /// drop or reject ACL then fails closed (see [`crate::ls::index`]).
+    pub acl_last_good: BTreeMap<Uuid, String>,
 }
 
 /// What kind of port.
@@ -235,7 +240,7 @@ impl<'a> Topo<'a> {
         t.add_router_ports(diags);
         t.resolve_peers(diags);
         t.assign_keys(keys);
-        t.ls = crate::ls::index::LsIndex::build(&t, diags);
+        t.ls = crate::ls::index::LsIndex::build(&t, &keys.acl_last_good, diags);
         t
     }
 

@@ -68,6 +68,7 @@ fn keys_of(c: &Compiled) -> Keys {
             .filter_map(|(n, p)| p.tag.map(|t| (n.clone(), t)))
             .collect(),
         bound_chassis: Default::default(),
+        acl_last_good: Default::default(),
         queue_ids: Default::default(),
     }
 }
@@ -352,14 +353,28 @@ fn invalid_nat_snat_port_range_without_gateway() {
 }
 
 #[test]
-fn unparsable_acl_match() {
+fn unparsable_allow_acl_match_is_left_out() {
     check(
         "ACL",
         "from-lport of sw0",
-        "does not parse",
-        |nb| nb.acl_ls("sw0", "from-lport", 1500, "ip4 && tcp.dst == ", "drop"),
+        "the ACL is left out",
+        |nb| nb.acl_ls("sw0", "from-lport", 1500, "ip4 && tcp.dst == ", "allow"),
         |nb, u| nb.delete("ACL", u, Some(("Logical_Switch", "acls"))),
         Strip::Nothing,
+    );
+}
+
+#[test]
+fn unparsable_drop_acl_match_fails_closed() {
+    // Its flows (hinted with the row) drop everything from sw0's ports; the rest is as
+    // without the row.
+    check(
+        "ACL",
+        "from-lport of sw0",
+        "fails closed",
+        |nb| nb.acl_ls("sw0", "from-lport", 1500, "ip4 && tcp.dst == ", "drop"),
+        |nb, u| nb.delete("ACL", u, Some(("Logical_Switch", "acls"))),
+        Strip::Hinted,
     );
 }
 

@@ -324,8 +324,16 @@ fn default_acl_drop_drops_what_no_acl_allows() {
     assert!(one.contains(&(canon_match("ip && !ct.est"), canon_actions("drop;"))));
 }
 
+/// The rows of `stage` on `dp` at `prio`.
+fn rows<'a>(sb: &'a SbDesired, dp: &str, stage: &str, prio: u16) -> Vec<&'a FlowRow> {
+    sb.flows
+        .values()
+        .filter(|f| f.external_ids["stage-name"] == stage && f.priority == prio && on(f, dp))
+        .collect()
+}
+
 #[test]
-fn an_unparsable_acl_is_one_diagnostic_and_the_rest_compiles() {
+fn an_unparsable_drop_acl_fails_closed_and_the_rest_compiles() {
     let (mut nb, _) = acl_nb(true);
     let bad = nb.acl_pg(
         "pg_web",
@@ -340,8 +348,122 @@ fn an_unparsable_acl_is_one_diagnostic_and_the_rest_compiles() {
     assert_eq!(about[0].table, "ACL");
     assert!(about[0].name.contains("pg_web"), "{}", about[0]);
     assert!(about[0].reason.contains("does not parse"), "{}", about[0]);
-    assert!(at(&c.sb, "sw0", "ls_out_acl", 2500).is_empty());
+    assert!(about[0].reason.contains("fails closed"), "{}", about[0]);
+    // Not left out: its drop covers everything to the group's ports (a typo must not open the
+    // group), and its flows say so.
+    let closed = rows(&c.sb, "sw0", "ls_out_acl", 2500);
+    assert_eq!(closed.len(), 2, "{closed:#?}");
+    for f in &closed {
+        assert_eq!(
+            f.external_ids.get("hf-acl-broken").map(String::as_str),
+            Some("fail-closed")
+        );
+        assert!(f.match_.contains("outport == @pg_web"), "{f:?}");
+        assert!(
+            !f.match_.contains("tcp.dst"),
+            "the whole group, not a guess at the match: {f:?}"
+        );
+        // An empty action list drops, as OVN writes it.
+        let a = canon_actions(&f.actions);
+        assert!(
+            a.is_empty() || a.contains("drop") || a.contains("ct_mark.blocked = 1"),
+            "{a:?} {f:?}"
+        );
+    }
+    // Nothing it could not cover is no longer dropped; the rest compiles as before.
     assert_eq!(at(&c.sb, "sw0", "ls_out_acl", 2002).len(), 2);
+    assert!(
+        c.sb.flows
+            .values()
+            .filter(|f| f.external_ids.contains_key("hf-acl-broken"))
+            .all(|f| f.priority == 2500)
+    );
+    // Its match is not remembered as a good one.
+    assert!(!c.acl_last_good.contains_key(&bad));
+}
+
+#[test]
+fn an_acl_whose_edit_breaks_it_keeps_its_last_good_version_until_a_restart() {
+    let (mut nb, _) = acl_nb(true);
+    let row = nb.acl_pg(
+        "pg_web",
+        "to-lport",
+        1500,
+        "outport == @pg_web && tcp.dst == 22",
+        "drop",
+    );
+    let good = compiled(&nb, FeatureSet::all());
+    assert_eq!(
+        good.acl_last_good.get(&row).map(String::as_str),
+        Some("outport == @pg_web && tcp.dst == 22")
+    );
+    let before: Vec<&FlowRow> = rows(&good.sb, "sw0", "ls_out_acl", 2500);
+    assert_eq!(before.len(), 2);
+    // The edit breaks the match; this northd still knows the last version that parsed.
+    nb.set(
+        "ACL",
+        row,
+        "match",
+        json!("outport == @pg_web && tcp.dst == 2 2"),
+    );
+    let opts = |last_good| Options {
+        keys: hf_northd::topo::Keys {
+            acl_last_good: last_good,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let kept = compile(&nb.snapshot(), &opts(good.acl_last_good.clone()));
+    let after = rows(&kept.sb, "sw0", "ls_out_acl", 2500);
+    assert_eq!(after.len(), 2);
+    for (a, b) in before.iter().zip(&after) {
+        assert_eq!((&a.match_, &a.actions), (&b.match_, &b.actions));
+        assert_eq!(a.external_ids["hf-flow-id"], b.external_ids["hf-flow-id"]);
+        assert_eq!(b.external_ids["hf-acl-broken"], "last-good");
+    }
+    let d: Vec<_> = kept.diagnostics.iter().filter(|d| d.row == row).collect();
+    assert_eq!(d.len(), 1, "{d:#?}");
+    assert!(d[0].reason.contains("stays in force"), "{}", d[0]);
+    // It carries over to the compile after.
+    assert_eq!(kept.acl_last_good, good.acl_last_good);
+    // A restarted northd never saw it parse: the ACL fails closed.
+    let fresh = compile(&nb.snapshot(), &opts(Default::default()));
+    for f in rows(&fresh.sb, "sw0", "ls_out_acl", 2500) {
+        assert_eq!(f.external_ids["hf-acl-broken"], "fail-closed");
+        assert!(!f.match_.contains("tcp.dst"), "{f:?}");
+    }
+    // Fixed: the marks go.
+    nb.set(
+        "ACL",
+        row,
+        "match",
+        json!("outport == @pg_web && tcp.dst == 23"),
+    );
+    let fixed = compile(&nb.snapshot(), &opts(kept.acl_last_good.clone()));
+    assert!(
+        fixed
+            .sb
+            .flows
+            .values()
+            .all(|f| !f.external_ids.contains_key("hf-acl-broken"))
+    );
+}
+
+#[test]
+fn an_unparsable_allow_acl_is_left_out() {
+    let (mut nb, _) = acl_nb(true);
+    let bad = nb.acl_pg(
+        "pg_web",
+        "to-lport",
+        1500,
+        "outport == @pg_web &&",
+        "allow-related",
+    );
+    let c = compiled(&nb, FeatureSet::all());
+    let d: Vec<_> = c.diagnostics.iter().filter(|d| d.row == bad).collect();
+    assert_eq!(d.len(), 1, "{d:#?}");
+    assert!(d[0].reason.contains("left out"), "{}", d[0]);
+    assert!(rows(&c.sb, "sw0", "ls_out_acl", 2500).is_empty());
 }
 
 #[test]

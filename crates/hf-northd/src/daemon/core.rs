@@ -140,6 +140,8 @@ pub struct Northd {
     /// bindings decide which datapaths are frozen, so they trigger compiles).
     features: FeatureSet,
     any_unsupported: bool,
+    /// The last match text of each ACL that parsed in this run (`Keys::acl_last_good`).
+    acl_last_good: BTreeMap<Uuid, String>,
     /// `NB_Global.external_ids` entries negotiation reports (`holdfast-unsupported-chassis:*`).
     report: BTreeMap<String, String>,
     /// MAC_Binding ageing: due now, or at this wall-clock time; the deletion in flight.
@@ -209,6 +211,7 @@ impl Northd {
             nb_txn: None,
             features: FeatureSet::all(),
             any_unsupported: false,
+            acl_last_good: BTreeMap::new(),
             report: BTreeMap::new(),
             age_due: true,
             age_at: None,
@@ -559,6 +562,7 @@ impl Northd {
         self.compile_due = false;
         self.sync_due = true;
         let mut opts = compile_options(sb);
+        opts.keys.acl_last_good = std::mem::take(&mut self.acl_last_good);
         let view = SbChassisView::from_parts(
             sb.chassis.values(),
             &sb.datapath_binding,
@@ -600,6 +604,7 @@ impl Northd {
             self.log.push_back(l);
         }
         self.diagnostics = c.diagnostics;
+        self.acl_last_good = c.acl_last_good;
         self.desired = Some(Arc::new(c.sb));
     }
 

@@ -775,3 +775,74 @@ fn an_activation_the_controller_wrote_survives_northd_while_the_port_has_additio
         pb(&sim).options
     );
 }
+
+/// The SB flows built for NB row `acl` (their `stage-hint`): (match, `hf-acl-broken`).
+fn acl_flows(sim: &Sim, acl: uuid::Uuid) -> Vec<(String, Option<String>)> {
+    let hint = acl.simple().to_string()[..8].to_string();
+    let mut v: Vec<(String, Option<String>)> = sim
+        .db_sb()
+        .logical_flow()
+        .values()
+        .filter(|f| f.external_ids.get("stage-hint") == Some(&hint))
+        .map(|f| {
+            (
+                f.match_.clone(),
+                f.external_ids.get("hf-acl-broken").cloned(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_running_northd_keeps_an_acls_last_good_match_and_a_restarted_one_fails_closed() {
+    let mut sim = Sim::new(1);
+    let mut ops = vec![json!({"op": "insert", "table": "Logical_Switch", "row": {"name": "sw0"}})];
+    ops.extend(lsp_ops("sw0", "p1", 1));
+    ops.push(json!({"op": "insert", "table": "ACL", "uuid-name": "a1",
+        "row": {"direction": "to-lport", "priority": 1000, "action": "drop",
+                "match": "outport == @pg1 && tcp.dst == 22"}}));
+    ops.push(
+        json!({"op": "insert", "table": "Port_Group", "row": {"name": "pg1",
+        "ports": ["set", [["named-uuid", "p_p1"]]], "acls": ["set", [["named-uuid", "a1"]]]}}),
+    );
+    sim.nb_with_cfg(ops);
+    sim.run();
+    let acl = sim.db_nb().acl().values().next().unwrap().uuid;
+    let good = acl_flows(&sim, acl);
+    assert!(!good.is_empty());
+    assert!(
+        good.iter()
+            .all(|(m, mark)| m.contains("tcp.dst == 22") && mark.is_none())
+    );
+    // An edit breaks the match: the flows stay as they were, marked.
+    sim.nb_with_cfg(vec![json!({"op": "update", "table": "ACL", "where": [],
+        "row": {"match": "outport == @pg1 && tcp.dst = = 22"}})]);
+    sim.run();
+    let kept = acl_flows(&sim, acl);
+    assert_eq!(
+        kept.iter().map(|(m, _)| m).collect::<Vec<_>>(),
+        good.iter().map(|(m, _)| m).collect::<Vec<_>>()
+    );
+    assert!(
+        kept.iter()
+            .all(|(_, mark)| mark.as_deref() == Some("last-good"))
+    );
+    // Another unrelated NB change does not lose it.
+    sim.nb_with_cfg(lsp_ops("sw0", "p2", 2));
+    sim.run();
+    assert_eq!(acl_flows(&sim, acl), kept);
+    // A restarted northd never saw it parse: it fails closed.
+    sim.kill(0);
+    sim.add_node(9);
+    sim.run();
+    let closed = acl_flows(&sim, acl);
+    assert!(!closed.is_empty());
+    assert!(
+        closed.iter().all(|(m, mark)| m.contains("outport == @pg1")
+            && !m.contains("tcp.dst")
+            && mark.as_deref() == Some("fail-closed")),
+        "{closed:?}"
+    );
+}

@@ -372,7 +372,13 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, _diags: &mut Diags) {
         sw.dflt(out, stage, u16::MAX - 3, "nd", nd_mld_acl(), vec![next()]);
     }
     for acl in &sw.acls {
+        let first = out.flows.len();
         consider(sw, out, acl, has_stateful);
+        if let Some(mark) = acl.broken {
+            for f in &mut out.flows[first..] {
+                f.mark = Some(mark);
+            }
+        }
     }
     dhcp_replies(sw, out, has_stateful);
     if super::dns::has_records(sw) {

@@ -4,9 +4,21 @@
 //! parsed once; and, per router, the addresses its switch-side ports answer ARP/ND for (router
 //! load-balancer VIPs, NAT external IPs and MACs).
 //!
-//! Bad rows become diagnostics here, once per row: an unparsable ACL match (the ACL is left
-//! out), an ACL action or direction 23.03 does not know, an unparsable VIP or backend (that
+//! Bad rows become diagnostics here, once per row: an unparsable ACL match, an ACL action or direction 23.03 does not know, an unparsable VIP or backend (that
 //! VIP is left out), load-balancer options holdfast does not compile. Nothing emits flows.
+//!
+//! An ACL whose match does not parse (a typo in an edit, or a construct this northd does not
+//! know) is never simply left out when that would open traffic (docs/acl-broken.md):
+//! - when this northd parsed an earlier version of the row's match (`Keys::acl_last_good`),
+//!   that version stays in force, whatever the verdict;
+//! - else a `drop` or `reject` ACL fails closed: its verdict applies to everything its holder
+//!   covers in its direction (`inport == @pg` / `outport == @pg` for a port group's ACL,
+//!   every packet for a switch's own ACL), at its priority;
+//! - else (an allow verdict) it is left out: what it would allow meets the lower-priority ACLs
+//!   and the default, as if it did not exist.
+//!
+//! Each case is a diagnostic naming the row, and its flows carry
+//! `external_ids:hf-acl-broken` ([`crate::render::ACL_BROKEN_KEY`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -58,6 +70,8 @@ pub struct AclInfo {
     pub label: u32,
     /// `options:apply-after-lb=true` (from-lport only).
     pub after_lb: bool,
+    /// The NB match does not parse: `last-good` or `fail-closed` (the flows' mark).
+    pub broken: Option<&'static str>,
     /// `log(...)` arguments when `log` is true.
     pub log: Option<hf_expr::actions::LogArgs>,
     /// `options:log-related=true`.
@@ -129,6 +143,9 @@ pub struct LsIndex {
     pub switch_has_vip: Vec<bool>,
     /// Per router datapath.
     pub router: HashMap<DpIdx, RouterAddrs>,
+    /// NB `ACL` row → the match text in force (the row's own when it parses, else its last
+    /// good one): the next compile's `Keys::acl_last_good`.
+    pub acl_good: BTreeMap<Uuid, String>,
 }
 
 fn verdict(a: &nb::AclAction) -> Option<AclVerdict> {
@@ -144,7 +161,11 @@ fn verdict(a: &nb::AclAction) -> Option<AclVerdict> {
 
 impl LsIndex {
     /// Builds the index for `topo`.
-    pub fn build(topo: &Topo<'_>, diags: &mut Diags) -> LsIndex {
+    pub fn build(
+        topo: &Topo<'_>,
+        last_good: &BTreeMap<Uuid, String>,
+        diags: &mut Diags,
+    ) -> LsIndex {
         let n = topo.datapaths.len();
         let mut ix = LsIndex {
             switch_acls: vec![Vec::new(); n],
@@ -154,27 +175,36 @@ impl LsIndex {
             switch_has_vip: vec![false; n],
             ..Default::default()
         };
-        ix.index_acls(topo, diags);
+        ix.index_acls(topo, last_good, diags);
         ix.index_lbs(topo, diags);
         ix.index_routers(topo);
         ix
     }
 
-    fn index_acls(&mut self, topo: &Topo<'_>, diags: &mut Diags) {
+    fn index_acls(
+        &mut self,
+        topo: &Topo<'_>,
+        last_good: &BTreeMap<Uuid, String>,
+        diags: &mut Diags,
+    ) {
         let nb = topo.nb;
         let symtab = SymbolTable::shared();
         let mut parsed: HashMap<(Uuid, String), Option<usize>> = HashMap::new();
         let mut add =
-            |ix: &mut LsIndex, dp: DpIdx, acl: &nb::Acl, holder: &str, diags: &mut Diags| {
+            |ix: &mut LsIndex, dp: DpIdx, acl: &nb::Acl, holder: Holder<'_>, diags: &mut Diags| {
                 ix.switch_acl_rows[dp] += 1;
                 if acl.action == nb::AclAction::AllowRelated {
                     ix.switch_stateful[dp] = true;
                 }
-                let key = (acl.uuid, holder.to_string());
+                let key = (acl.uuid, holder.name().to_string());
                 let slot = match parsed.get(&key) {
                     Some(s) => *s,
                     None => {
-                        let s = parse_acl(acl, holder, symtab, diags).map(|a| {
+                        let good = last_good.get(&acl.uuid).map(String::as_str);
+                        let s = parse_acl(acl, holder, good, symtab, diags).map(|a| {
+                            if a.broken != Some("fail-closed") {
+                                ix.acl_good.insert(a.uuid, a.nb_match.clone());
+                            }
                             ix.acls.push(a);
                             ix.acls.len() - 1
                         });
@@ -215,7 +245,7 @@ impl LsIndex {
             let mut acls: Vec<&nb::Acl> = ls.acls.iter().filter_map(|r| nb.get(*r)).collect();
             acls.sort_by_key(|a| a.uuid);
             for acl in acls {
-                add(self, dp, acl, &ls.name, diags);
+                add(self, dp, acl, Holder::Switch(&ls.name), diags);
             }
         }
         for (pg, dps) in &pg_switches {
@@ -223,7 +253,7 @@ impl LsIndex {
             acls.sort_by_key(|a| a.uuid);
             for dp in dps {
                 for acl in &acls {
-                    add(self, *dp, acl, &pg.name, diags);
+                    add(self, *dp, acl, Holder::PortGroup(&pg.name), diags);
                 }
             }
         }
@@ -336,13 +366,31 @@ impl LsIndex {
     }
 }
 
+/// What holds an ACL.
+#[derive(Clone, Copy, Debug)]
+enum Holder<'a> {
+    /// A switch's own `acls`.
+    Switch(&'a str),
+    /// A port group's `acls`.
+    PortGroup(&'a str),
+}
+
+impl Holder<'_> {
+    fn name(&self) -> &str {
+        match self {
+            Holder::Switch(n) | Holder::PortGroup(n) => n,
+        }
+    }
+}
+
 fn parse_acl(
     acl: &nb::Acl,
-    holder: &str,
+    holder: Holder<'_>,
+    last_good: Option<&str>,
     symtab: &SymbolTable,
     diags: &mut Diags,
 ) -> Option<AclInfo> {
-    let who = format!("{} of {holder}", acl.direction.as_str());
+    let who = format!("{} of {}", acl.direction.as_str(), holder.name());
     let Some(v) = verdict(&acl.action) else {
         diags.push(
             "ACL",
@@ -383,19 +431,18 @@ fn parse_acl(
         );
         return None;
     };
-    let matches = match hf_expr::parse_match(symtab, &acl.match_) {
-        Ok(e) => e,
+    let (matches, nb_match, broken) = match hf_expr::parse_match(symtab, &acl.match_) {
+        Ok(e) => (e, acl.match_.clone(), None),
         Err(e) => {
+            let (m, text, mark, done) = broken_acl(acl, holder, ingress, v, last_good, symtab)?;
             diags.push(
                 "ACL",
                 acl.uuid,
                 who,
-                format!(
-                    "match {:?} does not parse ({e}); the ACL is left out",
-                    acl.match_
-                ),
+                format!("match {:?} does not parse ({e}); {done}", acl.match_),
             );
-            return None;
+            let Some(m) = m else { return None };
+            (m, text, Some(mark))
         }
     };
     let log = acl.log.then(|| hf_expr::actions::LogArgs {
@@ -417,12 +464,12 @@ fn parse_acl(
     });
     Some(AclInfo {
         uuid: acl.uuid,
-        holder: holder.to_string(),
+        holder: holder.name().to_string(),
         ingress,
         priority,
         verdict: v,
         matches,
-        nb_match: acl.match_.clone(),
+        nb_match,
         label: u32::try_from(acl.label).unwrap_or(0),
         after_lb: ingress
             && acl
@@ -431,7 +478,82 @@ fn parse_acl(
                 .is_some_and(|v| v == "true"),
         log,
         log_related: acl.options.get("log-related").is_some_and(|v| v == "true"),
+        broken,
     })
+}
+
+/// What stands in for an ACL whose match does not parse: (the match in force, its text, the
+/// flows' mark, what was done for the diagnostic); the match is `None` when the ACL is left
+/// out. See the module doc.
+fn broken_acl(
+    acl: &nb::Acl,
+    holder: Holder<'_>,
+    ingress: bool,
+    v: AclVerdict,
+    last_good: Option<&str>,
+    symtab: &SymbolTable,
+) -> Option<(Option<Expr>, String, &'static str, String)> {
+    if let Some(text) = last_good
+        && let Ok(m) = hf_expr::parse_match(symtab, text)
+    {
+        return Some((
+            Some(m),
+            text.to_string(),
+            "last-good",
+            format!(
+                "its last version that parsed, {text:?}, stays in force until the match is fixed \
+                 (a restarted northd no longer knows it)"
+            ),
+        ));
+    }
+    if !matches!(v, AclVerdict::Drop | AclVerdict::Reject) {
+        return Some((
+            None,
+            acl.match_.clone(),
+            "left-out",
+            "the ACL is left out: what it would allow meets the lower-priority ACLs and the \
+             default"
+                .to_string(),
+        ));
+    }
+    let (scope, what) = match holder {
+        Holder::PortGroup(pg) => {
+            let port = if ingress { "inport" } else { "outport" };
+            (
+                format!("{port} == @{pg}"),
+                format!(
+                    "every packet {} the ports of port group {pg}",
+                    if ingress { "from" } else { "to" }
+                ),
+            )
+        }
+        Holder::Switch(ls) => (
+            "1".to_string(),
+            format!(
+                "every packet {} the ports of switch {ls}",
+                if ingress { "from" } else { "to" }
+            ),
+        ),
+    };
+    // A port group name the parser rejects cannot happen for a group northd emits flows for;
+    // should it, every packet of the switch is dropped rather than none.
+    let m = hf_expr::parse_match(symtab, &scope)
+        .or_else(|_| hf_expr::parse_match(symtab, "1"))
+        .ok()?;
+    Some((
+        Some(m),
+        acl.match_.clone(),
+        "fail-closed",
+        format!(
+            "no earlier version parsed, so the ACL fails closed: its {} applies to {what} at its \
+             priority until the match is fixed",
+            if v == AclVerdict::Drop {
+                "drop"
+            } else {
+                "reject"
+            }
+        ),
+    ))
 }
 
 fn parse_lb(lb: &nb::LoadBalancer, diags: &mut Diags) -> LbInfo {

@@ -223,6 +223,7 @@ impl<'a, 't> Sw<'a, 't> {
             disc: disc.into(),
             hint,
             meter,
+            mark: None,
         });
     }
 }
