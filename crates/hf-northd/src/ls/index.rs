@@ -441,7 +441,7 @@ fn parse_acl(
                 who,
                 format!("match {:?} does not parse ({e}); {done}", acl.match_),
             );
-            let Some(m) = m else { return None };
+            let m = m?;
             (m, text, Some(mark))
         }
     };
