@@ -189,6 +189,8 @@ pub struct Host {
     next_port: u16,
     client_seq: u64,
     listeners: BTreeMap<u16, SocketHandle>,
+    /// Listening ports that accept only these peer addresses ([`Host::listen_tcp_from`]).
+    allowed_peers: BTreeMap<u16, Vec<IpAddr>>,
     tcp: BTreeMap<String, TcpEntry>,
     pings: BTreeMap<String, PingSession>,
     ping_seq: u64,
@@ -364,6 +366,7 @@ impl Host {
             next_port: FIRST_EPHEMERAL,
             client_seq: 0,
             listeners: BTreeMap::new(),
+            allowed_peers: BTreeMap::new(),
             tcp: BTreeMap::new(),
             pings: BTreeMap::new(),
             ping_seq: 0,
@@ -600,6 +603,16 @@ impl Host {
         let h = self.new_listener(port)?;
         self.listeners.insert(port, h);
         self.service(self.now);
+        Ok(())
+    }
+
+    /// Accepts TCP connections on `port` from `peers` only, as a server that checks its
+    /// client's identity (mutual TLS bound to the client's address, as etcd's peer checks in
+    /// incident A): a connection from any other address is accepted by TCP, then aborted
+    /// (RST) once established and recorded with the outcome `refused: peer <ip> is not an allowed client`.
+    pub fn listen_tcp_from(&mut self, port: u16, peers: &[IpAddr]) -> Result<(), HostError> {
+        self.listen_tcp(port)?;
+        self.allowed_peers.insert(port, peers.to_vec());
         Ok(())
     }
 
@@ -1290,17 +1303,20 @@ impl Host {
                 remote: remote.to_string(),
                 ..TcpRecord::default()
             };
+            let mut conn = Conn::server(rec, now);
+            conn.set_timeout_armed(self.cfg.tcp_timeout.is_some());
+            if let Some(peers) = self.allowed_peers.get(&port)
+                && !peers.contains(&remote.ip())
+            {
+                conn.refuse(&format!("peer {} is not an allowed client", remote.ip()));
+            }
             self.tcp.insert(
                 name,
                 TcpEntry {
                     handle: Some(h),
                     local,
                     remote,
-                    conn: {
-                        let mut c = Conn::server(rec, now);
-                        c.set_timeout_armed(self.cfg.tcp_timeout.is_some());
-                        c
-                    },
+                    conn,
                 },
             );
             moved = true;

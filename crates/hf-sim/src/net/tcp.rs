@@ -232,6 +232,8 @@ pub struct Conn {
     closed: bool,
     /// The socket has a smoltcp timeout (it aborts when the peer stays silent that long).
     timeout_armed: bool,
+    /// This end refuses the peer ([`Conn::refuse`]): it aborts once the handshake is done.
+    refused: bool,
 }
 
 /// A client's transfer request.
@@ -305,7 +307,17 @@ impl Conn {
             closing: false,
             closed: false,
             timeout_armed: false,
+            refused: false,
         }
+    }
+
+    /// This end refused the peer (an application check, such as mutual TLS, failed): the
+    /// record's outcome is `refused: <why>`.
+    /// The connection is aborted (RST) once established, as a TLS server that rejects the
+    /// client's certificate closes an open connection.
+    pub fn refuse(&mut self, why: &str) {
+        self.rec.outcome = format!("refused: {why}");
+        self.refused = true;
     }
 
     /// An accepting end: it learns what to do from the client's header.
@@ -321,6 +333,7 @@ impl Conn {
             closing: false,
             closed: false,
             timeout_armed: false,
+            refused: false,
         }
     }
 
@@ -393,6 +406,10 @@ impl Conn {
             return false;
         }
         let mut moved = false;
+        if self.refused && sock.state() == tcp::State::Established {
+            sock.abort();
+            moved = true;
+        }
         if sock.state() == tcp::State::Listen {
             // An accepted socket that an RST sent back to LISTEN (smoltcp does that from
             // SYN-RECEIVED): this connection is over; the host's own listener serves the port.

@@ -42,6 +42,7 @@
 pub mod chassis;
 pub mod db;
 pub mod hosts;
+pub mod incident_a;
 pub mod incident_c;
 pub mod migrate;
 pub mod nb;
@@ -870,6 +871,19 @@ impl World {
     pub fn tcp_listen(&mut self, lsp: &str, port: u16) -> Result<(), String> {
         self.host_slot(lsp)?
             .listen_tcp(port)
+            .map_err(|e| format!("{lsp}: TCP listen {port}: {e:?}"))
+    }
+
+    /// Makes the host on `lsp` accept TCP on `port` from `peers` only (a server checking its
+    /// client's identity; see [`Host::listen_tcp_from`]).
+    pub fn tcp_listen_from(
+        &mut self,
+        lsp: &str,
+        port: u16,
+        peers: &[IpAddr],
+    ) -> Result<(), String> {
+        self.host_slot(lsp)?
+            .listen_tcp_from(port, peers)
             .map_err(|e| format!("{lsp}: TCP listen {port}: {e:?}"))
     }
 
