@@ -20,6 +20,12 @@ pub enum Scenario {
     /// connection keeps going; on ovnk-l2 its egress is SNATed to the node's address and the
     /// download breaks (the story fails, as incident C did).
     LiveMigration,
+    /// Incident A: a pod's per-pod snat row on OVN-Kubernetes' shared gateway router rewrites
+    /// its traffic to etcd on another node's host network, which refuses the node's address
+    /// (mutual TLS); the same row scoped with exempted_ext_ips, allowed_ext_ips or the NAT
+    /// match keeps the pod's address while the outside still sees the node's and NodePort
+    /// replies still work. Runs in its own simulated cluster.
+    SnatExemption,
 }
 
 impl Scenario {
@@ -30,6 +36,7 @@ impl Scenario {
             Scenario::Restarts => "restarts",
             Scenario::Rebuild => "rebuild",
             Scenario::LiveMigration => "live-migration",
+            Scenario::SnatExemption => "snat-exemption",
         }
     }
 }
@@ -86,6 +93,11 @@ Scenarios (--scenario NAME):
             on a reset, a retransmission timeout, a stall of 50 ms or more, an unverified byte
             or a changed address (on --topology ovnk-l2 it fails by design: the download breaks
             when the VM's egress moves to the new node's address)
+  snat-exemption
+            incident A, in its own simulated cluster (OVN-Kubernetes' shared gateway; not
+            --topology): the per-pod snat row rewrites the pod's connection to etcd, which
+            refuses the node's address; scoped with exempted_ext_ips, allowed_ext_ips or the
+            NAT match, etcd sees the pod, the outside still sees the node, NodePort replies work
 
 Topologies (--topology NAME):
   default   ls1 and ls2 behind the distributed router lr0; SNAT to 172.16.0.100 on the

@@ -118,6 +118,16 @@ pub fn run(args: SandboxArgs) -> anyhow::Result<ExitCode> {
 
 async fn main(args: SandboxArgs) -> anyhow::Result<ExitCode> {
     let p = Printer::new(args.quiet, args.verbose);
+    // Stories that build their own simulated cluster (an incident's own design).
+    if let Some(s @ Scenario::SnatExemption) = args.scenario {
+        let verdict = story::snat_exemption::story(args.seed, p);
+        p.result(&format!("story {}: {verdict}", s.name()));
+        return Ok(if verdict.ok() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        });
+    }
     let topo = Topology::new(args.topology, args.chassis);
     let listeners = Listeners::bind(args.nb_port, args.sb_port).await?;
     let (nb, sb) = listeners.addrs()?;

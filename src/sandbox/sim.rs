@@ -135,6 +135,11 @@ impl std::fmt::Debug for Sim {
 }
 
 impl Sim {
+    /// The world's seed.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
     /// A world seeded by `seed` with the topology's chassis and holdfast northd.
     pub fn new(seed: u64, topo: &Topology) -> anyhow::Result<Sim> {
         let world = World::new(WorldConfig {

@@ -28,6 +28,7 @@ use super::sim::{HostInfo, PingId, PingResult, Sim, TcpId, TcpResult};
 use super::topology::{ExtHost, Topology, Vm};
 
 mod live_migration;
+pub mod snat_exemption;
 
 /// Virtual time each coming-up step may take.
 const STEP_LIMIT: Duration = Duration::from_secs(30);
@@ -282,6 +283,7 @@ impl Sandbox {
             Scenario::Default => Self::verdict(self.default_story()),
             Scenario::Restarts | Scenario::Rebuild => Self::verdict(self.disruption_story(s)),
             Scenario::LiveMigration => self.live_migration_story(),
+            Scenario::SnatExemption => snat_exemption::story(self.sim.seed(), self.p),
         };
         self.flush_log();
         verdict
