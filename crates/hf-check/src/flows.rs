@@ -172,6 +172,10 @@ pub fn check(nb: &NbSnapshot, sb: &SbSnapshot, opts: &Options, out: &mut Vec<Fin
     }
 
     let parsed: Vec<Parsed<'_>> = sb.logical_flow().values().map(parse).collect();
+    let holdfast_northd = sb
+        .logical_flow()
+        .values()
+        .any(|f| f.external_ids.contains_key("hf-flow-id"));
     let pg_names: BTreeSet<&str> = sb.port_group().values().map(|g| g.name.as_str()).collect();
     // Flows nobody can parse, when there is no chassis to name.
     let counted: Vec<_> = neg
@@ -236,8 +240,10 @@ pub fn check(nb: &NbSnapshot, sb: &SbSnapshot, opts: &Options, out: &mut Vec<Fin
             };
             let fix = if neg.ignored {
                 "remove NB_Global options:ignore_chassis_features=true so northd lowers its flows to what every chassis understands (`ovn-nbctl remove NB_Global . options ignore_chassis_features`), or upgrade this chassis' controller".to_string()
+            } else if holdfast_northd {
+                "holdfast northd lowers flows to what every chassis advertises: check that it runs and has seen this chassis (`ovn-appctl -t ovn-northd status`), or upgrade this chassis' controller".to_string()
             } else {
-                "upgrade this chassis' controller, or restart northd so it negotiates with the chassis as they are now".to_string()
+                "upgrade this chassis' controller: the northd that wrote these flows (not holdfast's) does not negotiate holdfast feature levels".to_string()
             };
             out.push(Finding {
                 code: Code::FlowUnparsable,

@@ -597,3 +597,34 @@ fn text_and_json_shapes() {
     assert_eq!(f["table"], "NAT");
     assert_eq!(render_text(&[]), "check: no findings\n");
 }
+
+#[test]
+fn flow_unparsable_names_the_feature_outside_the_level() {
+    let nb = Nb::new();
+    let mut sb = Sb::new();
+    sb.chassis("hv2", "192.168.0.12", &[("holdfast-features", "hf-2")]);
+    // Incident B's construct: the block form of ct_commit (hf-2), in a flow of no group.
+    sb.flow(
+        "ip4 && ct.est",
+        "ct_commit { ct_label.blocked = 0; }; next;",
+        &[("stage-name", "ls_in_acl")],
+    );
+    sb.flow("ip4", "next;", &[("stage-name", "ls_in_acl")]);
+    assert!(of(&run(&nb, &sb, &[]), Code::FlowUnparsable).is_empty());
+    sb.chassis("hv1", "192.168.0.11", &[("holdfast-features", "hf-1")]);
+    let fs = run(&nb, &sb, &[]);
+    let hits = of(&fs, Code::FlowUnparsable);
+    assert_eq!(hits.len(), 1, "{}", render_text(&fs));
+    assert_eq!(hits[0].name, "hv1");
+    assert!(hits[0].message.contains("cannot parse 1 of 2 flows"), "{}", hits[0].message);
+    assert!(hits[0].message.contains("uses ct-commit-block"), "{}", hits[0].message);
+    assert!(hits[0].message.contains("ls_in_acl (ingress table 8) priority 1000"), "{}", hits[0].message);
+    // A real ovn-controller without flags is taken at OVN 20.06: it lacks the block form too.
+    let mut sb2 = Sb::new();
+    sb2.chassis("ovn1", "192.168.0.13", &[]);
+    sb2.flow("ip4", "ct_commit { ct_label.blocked = 0; }; next;", &[]);
+    let fs = run(&nb, &sb2, &[]);
+    let hits = of(&fs, Code::FlowUnparsable);
+    assert_eq!(hits.len(), 1, "{}", render_text(&fs));
+    assert!(hits[0].message.contains("ovn-controller flags: OVN 20.06"), "{}", hits[0].message);
+}
