@@ -1,7 +1,7 @@
 //! `holdfast check` as a command on live databases:
-//! - under `holdfast db` + `holdfast northd`: incident A's NAT row (error, text and JSON, exit
-//!   1) and its exemption (exit 0); a requested zone 0 (warning: exit 0, 1 with `--strict`); a
-//!   broken drop ACL; a live `holdfast datapath` whose zone map gives one zone to two names;
+//! - under `holdfast db` + `holdfast northd`: incident A's NAT row (an error, in text and JSON,
+//!   exit status 1) and its exemption (exit status 0); a requested zone 0 (a warning: exit
+//!   status 0, or 1 with `--strict`); a broken drop ACL; a live `holdfast datapath` whose zone map gives one zone to two names;
 //!   a socket that is not a datapath's, and databases that cannot be read (exit 2);
 //! - incident B under `holdfast northd`: an `hf-1` chassis with negotiation on (no finding)
 //!   and with `ignore_chassis_features=true` (flow-unparsable), and a chassis below `hf-1`;
@@ -122,7 +122,19 @@ fn localnet(dbs: &Dbs, ls: &str) {
 /// switch and on node1's host network 10.6.158.0/24 (listed in holdfast-cluster-cidrs), and a
 /// per-pod SNAT to the node's address. Returns the NAT row's UUID.
 fn incident_a(dbs: &Dbs) -> String {
-    nb(dbs, &["ls-add", "node1", "--", "ls-add", "join", "--", "ls-add", "ext_node1"]);
+    nb(
+        dbs,
+        &[
+            "ls-add",
+            "node1",
+            "--",
+            "ls-add",
+            "join",
+            "--",
+            "ls-add",
+            "ext_node1",
+        ],
+    );
     nb(
         dbs,
         &[
@@ -136,30 +148,109 @@ fn incident_a(dbs: &Dbs) -> String {
         ],
     );
     localnet(dbs, "ext_node1");
-    nb(dbs, &["lr-add", "ovn_cluster_router", "--", "lr-add", "GR_node1"]);
-    nb(dbs, &["set", "logical_router", "GR_node1", "options:chassis=node1"]);
-    link(dbs, "node1", "ovn_cluster_router", "rtos-node1", "0a:58:0a:81:00:01", "10.129.0.1/23");
-    link(dbs, "join", "ovn_cluster_router", "rtoj", "0a:58:64:40:00:01", "100.64.0.1/16");
-    link(dbs, "join", "GR_node1", "rtoj-GR_node1", "0a:58:64:40:00:02", "100.64.0.2/16");
-    link(dbs, "ext_node1", "GR_node1", "rtoe-GR_node1", "0a:58:0a:06:9e:0c", "10.6.158.12/24");
-    nb(dbs, &["lr-route-add", "GR_node1", "10.128.0.0/14", "100.64.0.1"]);
-    nb(dbs, &["lr-route-add", "GR_node1", "0.0.0.0/0", "10.6.158.1"]);
-    nb(dbs, &["lr-route-add", "ovn_cluster_router", "0.0.0.0/0", "100.64.0.2"]);
     nb(
         dbs,
-        &["set", "NB_Global", ".", "options:holdfast-cluster-cidrs=\"10.6.158.0/24\""],
+        &["lr-add", "ovn_cluster_router", "--", "lr-add", "GR_node1"],
     );
-    nb(dbs, &["lr-nat-add", "GR_node1", "snat", "10.6.158.12", "10.129.0.9"]);
-    nb(dbs, &["--bare", "--columns=_uuid", "find", "NAT", "logical_ip=10.129.0.9"])
+    nb(
+        dbs,
+        &["set", "logical_router", "GR_node1", "options:chassis=node1"],
+    );
+    link(
+        dbs,
+        "node1",
+        "ovn_cluster_router",
+        "rtos-node1",
+        "0a:58:0a:81:00:01",
+        "10.129.0.1/23",
+    );
+    link(
+        dbs,
+        "join",
+        "ovn_cluster_router",
+        "rtoj",
+        "0a:58:64:40:00:01",
+        "100.64.0.1/16",
+    );
+    link(
+        dbs,
+        "join",
+        "GR_node1",
+        "rtoj-GR_node1",
+        "0a:58:64:40:00:02",
+        "100.64.0.2/16",
+    );
+    link(
+        dbs,
+        "ext_node1",
+        "GR_node1",
+        "rtoe-GR_node1",
+        "0a:58:0a:06:9e:0c",
+        "10.6.158.12/24",
+    );
+    nb(
+        dbs,
+        &["lr-route-add", "GR_node1", "10.128.0.0/14", "100.64.0.1"],
+    );
+    nb(
+        dbs,
+        &["lr-route-add", "GR_node1", "0.0.0.0/0", "10.6.158.1"],
+    );
+    nb(
+        dbs,
+        &[
+            "lr-route-add",
+            "ovn_cluster_router",
+            "0.0.0.0/0",
+            "100.64.0.2",
+        ],
+    );
+    nb(
+        dbs,
+        &[
+            "set",
+            "NB_Global",
+            ".",
+            "options:holdfast-cluster-cidrs=\"10.6.158.0/24\"",
+        ],
+    );
+    nb(
+        dbs,
+        &[
+            "lr-nat-add",
+            "GR_node1",
+            "snat",
+            "10.6.158.12",
+            "10.129.0.9",
+        ],
+    );
+    nb(
+        dbs,
+        &[
+            "--bare",
+            "--columns=_uuid",
+            "find",
+            "NAT",
+            "logical_ip=10.129.0.9",
+        ],
+    )
 }
 
 /// Scopes NAT `nat` with an `exempted_ext_ips` address set of `addrs`.
 fn exempt(dbs: &Dbs, nat: &str, name: &str, addrs: &str) {
     let set = nb(
         dbs,
-        &["create", "Address_Set", &format!("name={name}"), &format!("addresses=\"{addrs}\"")],
+        &[
+            "create",
+            "Address_Set",
+            &format!("name={name}"),
+            &format!("addresses=\"{addrs}\""),
+        ],
     );
-    nb(dbs, &["set", "NAT", nat, &format!("exempted_ext_ips={set}")]);
+    nb(
+        dbs,
+        &["set", "NAT", nat, &format!("exempted_ext_ips={set}")],
+    );
 }
 
 #[test]
@@ -189,7 +280,10 @@ fn findings_and_exit_statuses_under_holdfast() {
         lines[1],
         format!("  --> NB NAT {nat} (GR_node1 snat 10.129.0.9 -> 10.6.158.12)")
     );
-    assert!(lines[3].starts_with("  = help: set exempted_ext_ips"), "{out}");
+    assert!(
+        lines[3].starts_with("  = help: set exempted_ext_ips"),
+        "{out}"
+    );
     assert_eq!(lines.last().copied(), Some("check: 1 error, 0 warnings"));
     let (code, f) = findings(&dbs, &[]);
     assert_eq!(code, 1);
@@ -205,7 +299,15 @@ fn findings_and_exit_statuses_under_holdfast() {
     assert_eq!((code, out.as_str()), (0, "check: no findings\n"));
 
     // A requested zone 0: a warning, which only --strict fails.
-    nb(&dbs, &["set", "logical_router", "GR_node1", "options:snat-ct-zone=0"]);
+    nb(
+        &dbs,
+        &[
+            "set",
+            "logical_router",
+            "GR_node1",
+            "options:snat-ct-zone=0",
+        ],
+    );
     let (code, f) = findings(&dbs, &[]);
     assert_eq!((code, codes(&f)), (0, vec!["zone-risk".to_string()]));
     assert_eq!(f[0]["severity"], "warning");
@@ -213,13 +315,29 @@ fn findings_and_exit_statuses_under_holdfast() {
     let (code, out, _) = check(&dbs, &["--strict"]);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("warning[zone-risk]: router GR_node1 requests conntrack zone 0"));
-    nb(&dbs, &["remove", "logical_router", "GR_node1", "options", "snat-ct-zone"]);
+    nb(
+        &dbs,
+        &[
+            "remove",
+            "logical_router",
+            "GR_node1",
+            "options",
+            "snat-ct-zone",
+        ],
+    );
 
     // A drop ACL whose match does not parse.
     nb(&dbs, &["pg-add", "pg_pods", "pod1"]);
     nb(
         &dbs,
-        &["acl-add", "pg_pods", "to-lport", "1000", "outport == @pg_pods && tcp.dst ==", "drop"],
+        &[
+            "acl-add",
+            "pg_pods",
+            "to-lport",
+            "1000",
+            "outport == @pg_pods && tcp.dst ==",
+            "drop",
+        ],
     );
     sync(&dbs);
     let (code, f) = findings(&dbs, &[]);
@@ -247,7 +365,12 @@ fn findings_and_exit_statuses_under_holdfast() {
     assert_eq!((code, codes(&f)), (1, vec!["zone-risk".to_string()]));
     assert_eq!(f[0]["table"], "zone map");
     assert_eq!(f[0]["row"], ctl.to_str().unwrap());
-    assert!(f[0]["message"].as_str().unwrap().contains("zone 7 is used by 2 names: lsp/a, lsp/b"));
+    assert!(
+        f[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("zone 7 is used by 2 names: lsp/a, lsp/b")
+    );
 
     // Not a datapath's socket (northd's): refused, exit 2.
     let (code, out, err) = check(&dbs, &["--datapath-ctl", northd.ctl.to_str().unwrap()]);
@@ -277,8 +400,14 @@ fn start_datapath(dir: &Path, name: &str) -> PidDaemon {
             .arg(format!("--chassis={name}"))
             .arg("--encap-ip=127.0.0.1")
             .arg("--geneve-port=0")
-            .arg(format!("--control=punix:{}", dir.join(format!("{name}.sock")).display()))
-            .arg(format!("--zones-file={}", dir.join(format!("{name}.zones")).display())),
+            .arg(format!(
+                "--control=punix:{}",
+                dir.join(format!("{name}.sock")).display()
+            ))
+            .arg(format!(
+                "--zones-file={}",
+                dir.join(format!("{name}.zones")).display()
+            )),
     );
     PidDaemon {
         pidfile: dir.join(format!("{name}.pid")),
@@ -297,48 +426,119 @@ fn incident_b_flows_and_chassis_under_holdfast_northd() {
     nb(&dbs, &["ls-add", "sw0"]);
     nb(
         &dbs,
-        &["lsp-add", "sw0", "vm1", "--", "lsp-set-addresses", "vm1", "0a:00:00:00:00:01 10.0.0.11"],
+        &[
+            "lsp-add",
+            "sw0",
+            "vm1",
+            "--",
+            "lsp-set-addresses",
+            "vm1",
+            "0a:00:00:00:00:01 10.0.0.11",
+        ],
     );
     nb(&dbs, &["pg-add", "pg_web", "vm1"]);
     nb(
         &dbs,
-        &["acl-add", "pg_web", "to-lport", "1002", "outport == @pg_web && tcp.dst == 80", "allow-related"],
+        &[
+            "acl-add",
+            "pg_web",
+            "to-lport",
+            "1002",
+            "outport == @pg_web && tcp.dst == 80",
+            "allow-related",
+        ],
     );
-    nb(&dbs, &["acl-add", "pg_web", "to-lport", "1000", "outport == @pg_web && ip", "drop"]);
-    nb(&dbs, &["lb-add", "lb0", "10.0.0.100:80", "10.0.0.11:8080", "tcp"]);
+    nb(
+        &dbs,
+        &[
+            "acl-add",
+            "pg_web",
+            "to-lport",
+            "1000",
+            "outport == @pg_web && ip",
+            "drop",
+        ],
+    );
+    nb(
+        &dbs,
+        &["lb-add", "lb0", "10.0.0.100:80", "10.0.0.11:8080", "tcp"],
+    );
     nb(&dbs, &["ls-lb-add", "sw0", "lb0"]);
-    run_ok(dbs.sbctl().args(["chassis-add", "hv1", "geneve", "192.168.0.11"]));
     run_ok(
         dbs.sbctl()
-            .args(["set", "chassis", "hv1", "other_config:holdfast-features=\"hf-1\""]),
+            .args(["chassis-add", "hv1", "geneve", "192.168.0.11"]),
     );
+    run_ok(dbs.sbctl().args([
+        "set",
+        "chassis",
+        "hv1",
+        "other_config:holdfast-features=\"hf-1\"",
+    ]));
     sync(&dbs);
     // northd negotiated hf-1: nothing the chassis cannot parse.
     let (code, f) = findings(&dbs, &[]);
     assert_eq!((code, codes(&f)), (0, Vec::<String>::new()), "{f:?}");
 
     // ignore_chassis_features: the newest forms reach the hf-1 chassis.
-    nb(&dbs, &["set", "NB_Global", ".", "options:ignore_chassis_features=true"]);
-    sync(&dbs);
-    let (code, f) = findings(&dbs, &[]);
-    assert_eq!((code, codes(&f)), (1, vec!["flow-unparsable".to_string()]), "{f:?}");
-    assert_eq!(f[0]["table"], "Chassis");
-    assert_eq!(f[0]["name"], "hv1");
-    let msg = f[0]["message"].as_str().unwrap();
-    assert!(msg.starts_with("chassis hv1 (other_config:holdfast-features=hf-1) cannot parse"), "{msg}");
-    assert!(f[0]["fix"].as_str().unwrap().contains("ignore_chassis_features"));
-    nb(&dbs, &["remove", "NB_Global", ".", "options", "ignore_chassis_features"]);
-    sync(&dbs);
-
-    // A chassis below hf-1: unsupported (and northd says so in NB too; one finding).
-    run_ok(dbs.sbctl().args(["chassis-add", "hv0", "geneve", "192.168.0.10"]));
-    run_ok(
-        dbs.sbctl()
-            .args(["set", "chassis", "hv0", "other_config:holdfast-features=\"addr-set\""]),
+    nb(
+        &dbs,
+        &[
+            "set",
+            "NB_Global",
+            ".",
+            "options:ignore_chassis_features=true",
+        ],
     );
     sync(&dbs);
     let (code, f) = findings(&dbs, &[]);
-    assert_eq!((code, codes(&f)), (1, vec!["chassis-unsupported".to_string()]), "{f:?}");
+    assert_eq!(
+        (code, codes(&f)),
+        (1, vec!["flow-unparsable".to_string()]),
+        "{f:?}"
+    );
+    assert_eq!(f[0]["table"], "Chassis");
+    assert_eq!(f[0]["name"], "hv1");
+    let msg = f[0]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("chassis hv1 (other_config:holdfast-features=hf-1) cannot parse"),
+        "{msg}"
+    );
+    assert!(
+        f[0]["fix"]
+            .as_str()
+            .unwrap()
+            .contains("ignore_chassis_features")
+    );
+    nb(
+        &dbs,
+        &[
+            "remove",
+            "NB_Global",
+            ".",
+            "options",
+            "ignore_chassis_features",
+        ],
+    );
+    sync(&dbs);
+
+    // A chassis below hf-1: unsupported (and northd says so in NB too; one finding).
+    run_ok(
+        dbs.sbctl()
+            .args(["chassis-add", "hv0", "geneve", "192.168.0.10"]),
+    );
+    run_ok(dbs.sbctl().args([
+        "set",
+        "chassis",
+        "hv0",
+        "other_config:holdfast-features=\"addr-set\"",
+    ]));
+    sync(&dbs);
+    let (code, f) = findings(&dbs, &[]);
+    assert_eq!(
+        (code, codes(&f)),
+        (1, vec!["chassis-unsupported".to_string()]),
+        "{f:?}"
+    );
     assert_eq!(f[0]["name"], "hv0");
 }
 
@@ -363,7 +563,10 @@ fn real_ovn_northd_on_a_realistic_nb_runs_clean() {
         pidfile: d.join("ovn-northd.pid"),
     };
     // A chassis as OVN 23.03's ovn-controller registers it.
-    run_ok(dbs.sbctl().args(["chassis-add", "hv1", "geneve", "192.168.0.11"]));
+    run_ok(
+        dbs.sbctl()
+            .args(["chassis-add", "hv1", "geneve", "192.168.0.11"]),
+    );
     run_ok(dbs.sbctl().args([
         "set",
         "chassis",
@@ -376,61 +579,157 @@ fn real_ovn_northd_on_a_realistic_nb_runs_clean() {
     // Two switches behind a distributed router, a join switch to a gateway router with an
     // external switch, SNAT of the cluster on the gateway router, load balancers on a switch
     // and on the gateway router, ACLs on a port group.
-    nb(&dbs, &["ls-add", "sw0", "--", "ls-add", "sw1", "--", "ls-add", "join", "--", "ls-add", "ext"]);
+    nb(
+        &dbs,
+        &[
+            "ls-add", "sw0", "--", "ls-add", "sw1", "--", "ls-add", "join", "--", "ls-add", "ext",
+        ],
+    );
     for (sw, p, addr) in [
         ("sw0", "vm1", "0a:00:00:00:00:01 10.0.0.11"),
         ("sw0", "vm2", "0a:00:00:00:00:02 10.0.0.12"),
         ("sw1", "vm3", "0a:00:00:00:01:03 10.0.1.13"),
     ] {
-        nb(&dbs, &["lsp-add", sw, p, "--", "lsp-set-addresses", p, addr]);
+        nb(
+            &dbs,
+            &["lsp-add", sw, p, "--", "lsp-set-addresses", p, addr],
+        );
         nb(&dbs, &["lsp-set-port-security", p, addr]);
     }
     localnet(&dbs, "ext");
     nb(&dbs, &["lr-add", "lr0", "--", "lr-add", "gr0"]);
-    nb(&dbs, &["set", "logical_router", "gr0", "options:chassis=hv1"]);
-    link(&dbs, "sw0", "lr0", "lr0-sw0", "0a:00:00:00:ff:00", "10.0.0.1/24");
-    link(&dbs, "sw1", "lr0", "lr0-sw1", "0a:00:00:00:ff:01", "10.0.1.1/24");
-    link(&dbs, "join", "lr0", "lr0-join", "0a:00:00:00:ff:02", "100.64.0.1/16");
-    link(&dbs, "join", "gr0", "gr0-join", "0a:00:00:00:ff:03", "100.64.0.2/16");
-    link(&dbs, "ext", "gr0", "gr0-ext", "0a:00:00:00:ff:04", "172.16.0.100/24");
+    nb(
+        &dbs,
+        &["set", "logical_router", "gr0", "options:chassis=hv1"],
+    );
+    link(
+        &dbs,
+        "sw0",
+        "lr0",
+        "lr0-sw0",
+        "0a:00:00:00:ff:00",
+        "10.0.0.1/24",
+    );
+    link(
+        &dbs,
+        "sw1",
+        "lr0",
+        "lr0-sw1",
+        "0a:00:00:00:ff:01",
+        "10.0.1.1/24",
+    );
+    link(
+        &dbs,
+        "join",
+        "lr0",
+        "lr0-join",
+        "0a:00:00:00:ff:02",
+        "100.64.0.1/16",
+    );
+    link(
+        &dbs,
+        "join",
+        "gr0",
+        "gr0-join",
+        "0a:00:00:00:ff:03",
+        "100.64.0.2/16",
+    );
+    link(
+        &dbs,
+        "ext",
+        "gr0",
+        "gr0-ext",
+        "0a:00:00:00:ff:04",
+        "172.16.0.100/24",
+    );
     nb(&dbs, &["lr-route-add", "lr0", "0.0.0.0/0", "100.64.0.2"]);
     nb(&dbs, &["lr-route-add", "gr0", "10.0.0.0/16", "100.64.0.1"]);
     nb(&dbs, &["lr-route-add", "gr0", "0.0.0.0/0", "172.16.0.254"]);
-    nb(&dbs, &["lr-nat-add", "gr0", "snat", "172.16.0.100", "10.0.0.0/16"]);
-    nb(&dbs, &["lb-add", "lb-web", "10.0.0.100:80", "10.0.0.11:8080,10.0.0.12:8080", "tcp"]);
+    nb(
+        &dbs,
+        &["lr-nat-add", "gr0", "snat", "172.16.0.100", "10.0.0.0/16"],
+    );
+    nb(
+        &dbs,
+        &[
+            "lb-add",
+            "lb-web",
+            "10.0.0.100:80",
+            "10.0.0.11:8080,10.0.0.12:8080",
+            "tcp",
+        ],
+    );
     nb(&dbs, &["ls-lb-add", "sw0", "lb-web"]);
-    nb(&dbs, &["lb-add", "lb-ext", "172.16.0.200:80", "10.0.1.13:80", "tcp"]);
+    nb(
+        &dbs,
+        &["lb-add", "lb-ext", "172.16.0.200:80", "10.0.1.13:80", "tcp"],
+    );
     nb(&dbs, &["lr-lb-add", "gr0", "lb-ext"]);
     nb(&dbs, &["pg-add", "pg_web", "vm1", "vm2"]);
     for (dir, prio, m, action) in [
-        ("to-lport", "1002", "outport == @pg_web && ip4 && tcp.dst == 80", "allow-related"),
-        ("from-lport", "1001", "inport == @pg_web && ip4", "allow-related"),
+        (
+            "to-lport",
+            "1002",
+            "outport == @pg_web && ip4 && tcp.dst == 80",
+            "allow-related",
+        ),
+        (
+            "from-lport",
+            "1001",
+            "inport == @pg_web && ip4",
+            "allow-related",
+        ),
         ("to-lport", "1000", "outport == @pg_web && ip", "drop"),
     ] {
         nb(&dbs, &["acl-add", "pg_web", dir, prio, m, action]);
     }
     sync(&dbs);
-    let n_flows = run_ok(dbs.sbctl().args(["--bare", "--columns=_uuid", "list", "Logical_Flow"]))
-        .split_whitespace()
-        .count();
+    let n_flows = run_ok(
+        dbs.sbctl()
+            .args(["--bare", "--columns=_uuid", "list", "Logical_Flow"]),
+    )
+    .split_whitespace()
+    .count();
     assert!(n_flows > 300, "real ovn-northd wrote only {n_flows} flows");
 
     // The cluster's SNAT also rewrites traffic to the chassis' tunnel address, reached through
     // the gateway router's default route: a true finding until it is scoped.
     let (code, f) = findings(&dbs, &[]);
-    assert_eq!((code, codes(&f)), (1, vec!["snat-internal".to_string()]), "{f:?}");
-    assert!(f[0]["message"].as_str().unwrap().contains("192.168.0.11"), "{f:?}");
-    let nat = nb(&dbs, &["--bare", "--columns=_uuid", "find", "NAT", "logical_ip=\"10.0.0.0/16\""]);
+    assert_eq!(
+        (code, codes(&f)),
+        (1, vec!["snat-internal".to_string()]),
+        "{f:?}"
+    );
+    assert!(
+        f[0]["message"].as_str().unwrap().contains("192.168.0.11"),
+        "{f:?}"
+    );
+    let nat = nb(
+        &dbs,
+        &[
+            "--bare",
+            "--columns=_uuid",
+            "find",
+            "NAT",
+            "logical_ip=\"10.0.0.0/16\"",
+        ],
+    );
     exempt(&dbs, &nat, "underlay", "192.168.0.0/24");
     let (code, out, err) = check(&dbs, &["--strict"]);
     assert_eq!((code, out.as_str()), (0, "check: no findings\n"), "{err}");
 
     // The same flows judged for a chassis at hf-1 (as a holdfast controller of that level
     // would advertise): real ovn-northd does not negotiate holdfast levels, so it fires.
-    run_ok(
-        dbs.sbctl()
-            .args(["set", "chassis", "hv1", "other_config:holdfast-features=\"hf-1\""]),
-    );
+    run_ok(dbs.sbctl().args([
+        "set",
+        "chassis",
+        "hv1",
+        "other_config:holdfast-features=\"hf-1\"",
+    ]));
     let (code, f) = findings(&dbs, &[]);
-    assert_eq!((code, codes(&f)), (1, vec!["flow-unparsable".to_string()]), "{f:?}");
+    assert_eq!(
+        (code, codes(&f)),
+        (1, vec!["flow-unparsable".to_string()]),
+        "{f:?}"
+    );
 }

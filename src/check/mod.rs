@@ -148,7 +148,14 @@ async fn read_all(a: &CheckArgs) -> anyhow::Result<(NbSnapshot, SbSnapshot, Vec<
         "Logical_Flow",
     ];
     let (nb, sb) = tokio::join!(
-        load::<NbSnapshot>("--ovnnb-db", &nb_db, nb_remotes, &nb_tables, tls.clone(), timeout),
+        load::<NbSnapshot>(
+            "--ovnnb-db",
+            &nb_db,
+            nb_remotes,
+            &nb_tables,
+            tls.clone(),
+            timeout
+        ),
         load::<SbSnapshot>("--ovnsb-db", &sb_db, sb_remotes, &sb_tables, tls, timeout),
     );
     let mut live = Vec::new();
@@ -260,7 +267,11 @@ fn read_datapath(path: &std::path::Path, timeout: Duration) -> anyhow::Result<Li
             continue;
         }
         let mut w = line.split_whitespace();
-        match (w.next(), w.next().and_then(|z| z.parse::<u16>().ok()), w.next()) {
+        match (
+            w.next(),
+            w.next().and_then(|z| z.parse::<u16>().ok()),
+            w.next(),
+        ) {
             (Some(name), Some(zone), None) => zones.push((name.to_string(), zone)),
             _ => bail!(
                 "--datapath-ctl {}: ct-zone-list line {}: {line:?} is not \"NAME ZONE\"",

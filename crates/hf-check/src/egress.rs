@@ -71,9 +71,7 @@ pub fn check(t: &Topo<'_>, out: &mut Vec<Finding>) {
                     .nat
                     .iter()
                     .filter_map(|x| nb.get(*x))
-                    .filter(|n| {
-                        matches!(n.type_, nb::NatType::Snat | nb::NatType::DnatAndSnat)
-                    })
+                    .filter(|n| matches!(n.type_, nb::NatType::Snat | nb::NatType::DnatAndSnat))
                     .filter_map(|n| parse_subnet(&n.logical_ip).map(|l| (n, l)))
                     .filter(|(_, l)| l.contains(ip))
                     // The most specific row wins, as OVN orders SNAT flows.

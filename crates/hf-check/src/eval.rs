@@ -157,8 +157,12 @@ fn term(t: &Term, net: &IpNet, width: u32, facts: &Facts<'_>) -> Tri {
             Some(nets) => {
                 let mut acc = Tri::False;
                 for s in nets.iter().filter(|s| s.addr().is_ipv4() == (width == 32)) {
-                    match masked(net, bits(s.network()), prefix_mask(width, s.prefix_len()), width)
-                    {
+                    match masked(
+                        net,
+                        bits(s.network()),
+                        prefix_mask(width, s.prefix_len()),
+                        width,
+                    ) {
                         Tri::True => return Tri::True,
                         Tri::Unknown => acc = Tri::Unknown,
                         Tri::False => {}
@@ -179,9 +183,7 @@ mod tests {
 
     fn ev(m: &str, src: &str, dst: &str) -> Tri {
         let e = hf_expr::parse_match(hf_expr::SymbolTable::shared(), m).unwrap();
-        let sets = |n: &str| {
-            (n == "internal").then(|| vec![parse_subnet("10.6.0.0/16").unwrap()])
-        };
+        let sets = |n: &str| (n == "internal").then(|| vec![parse_subnet("10.6.0.0/16").unwrap()]);
         eval(
             &e,
             &Facts {
@@ -195,33 +197,72 @@ mod tests {
     #[test]
     fn destination_prefixes() {
         let pod = "10.129.0.9/32";
-        assert_eq!(ev("ip4.dst != 10.6.158.0/24", pod, "10.6.158.0/24"), Tri::False);
+        assert_eq!(
+            ev("ip4.dst != 10.6.158.0/24", pod, "10.6.158.0/24"),
+            Tri::False
+        );
         assert_eq!(ev("ip4.dst != 10.6.158.0/24", pod, "8.8.8.0/24"), Tri::True);
         // Half of the network is excluded: cannot tell for the whole.
-        assert_eq!(ev("ip4.dst != 10.6.158.0/25", pod, "10.6.158.0/24"), Tri::Unknown);
-        assert_eq!(ev("ip4.dst == {1.1.1.1, 10.6.0.0/16}", pod, "10.6.158.0/24"), Tri::True);
-        assert_eq!(ev("!(ip4.dst == $internal)", pod, "10.6.158.0/24"), Tri::False);
-        assert_eq!(ev("ip4.dst != $unknown", pod, "10.6.158.0/24"), Tri::Unknown);
+        assert_eq!(
+            ev("ip4.dst != 10.6.158.0/25", pod, "10.6.158.0/24"),
+            Tri::Unknown
+        );
+        assert_eq!(
+            ev("ip4.dst == {1.1.1.1, 10.6.0.0/16}", pod, "10.6.158.0/24"),
+            Tri::True
+        );
+        assert_eq!(
+            ev("!(ip4.dst == $internal)", pod, "10.6.158.0/24"),
+            Tri::False
+        );
+        assert_eq!(
+            ev("ip4.dst != $unknown", pod, "10.6.158.0/24"),
+            Tri::Unknown
+        );
         // A bit mask: the third octet's low bit.
-        assert_eq!(ev("ip4.dst == 0.0.1.0/0.0.1.0", pod, "10.6.158.0/24"), Tri::False);
+        assert_eq!(
+            ev("ip4.dst == 0.0.1.0/0.0.1.0", pod, "10.6.158.0/24"),
+            Tri::False
+        );
     }
 
     #[test]
     fn sources_families_and_logic() {
-        assert_eq!(ev("ip4.src == 10.128.0.0/14", "10.129.0.9/32", "10.6.158.0/24"), Tri::True);
-        assert_eq!(ev("ip6.dst == ::/0", "10.129.0.9/32", "10.6.158.0/24"), Tri::False);
-        assert_eq!(ev("ip6", "10.129.0.9/32", "10.6.158.0/24"), Tri::False);
-        assert_eq!(ev("tcp.dst == 80", "10.129.0.9/32", "10.6.158.0/24"), Tri::Unknown);
         assert_eq!(
-            ev("tcp.dst == 80 && ip4.dst != 10.6.0.0/16", "10.129.0.9/32", "10.6.158.0/24"),
-            Tri::False
-        );
-        assert_eq!(
-            ev("tcp.dst == 80 || ip4.dst == 10.6.0.0/16", "10.129.0.9/32", "10.6.158.0/24"),
+            ev("ip4.src == 10.128.0.0/14", "10.129.0.9/32", "10.6.158.0/24"),
             Tri::True
         );
         assert_eq!(
-            ev("tcp.dst == 80 || ip4.dst != 10.6.0.0/16", "10.129.0.9/32", "10.6.158.0/24"),
+            ev("ip6.dst == ::/0", "10.129.0.9/32", "10.6.158.0/24"),
+            Tri::False
+        );
+        assert_eq!(ev("ip6", "10.129.0.9/32", "10.6.158.0/24"), Tri::False);
+        assert_eq!(
+            ev("tcp.dst == 80", "10.129.0.9/32", "10.6.158.0/24"),
+            Tri::Unknown
+        );
+        assert_eq!(
+            ev(
+                "tcp.dst == 80 && ip4.dst != 10.6.0.0/16",
+                "10.129.0.9/32",
+                "10.6.158.0/24"
+            ),
+            Tri::False
+        );
+        assert_eq!(
+            ev(
+                "tcp.dst == 80 || ip4.dst == 10.6.0.0/16",
+                "10.129.0.9/32",
+                "10.6.158.0/24"
+            ),
+            Tri::True
+        );
+        assert_eq!(
+            ev(
+                "tcp.dst == 80 || ip4.dst != 10.6.0.0/16",
+                "10.129.0.9/32",
+                "10.6.158.0/24"
+            ),
             Tri::Unknown
         );
     }

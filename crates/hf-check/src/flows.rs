@@ -109,7 +109,10 @@ fn cause(p: &Parsed<'_>, set: &FeatureSet, pg_names: &BTreeSet<&str>) -> Option<
         ));
     }
     if !set.contains("port-group-per-datapath")
-        && let Some(pg) = p.port_groups.iter().find(|g| !pg_names.contains(g.as_str()))
+        && let Some(pg) = p
+            .port_groups
+            .iter()
+            .find(|g| !pg_names.contains(g.as_str()))
     {
         return Some(format!(
             "names port group @{pg}, which SB has only per datapath: {}",

@@ -109,7 +109,10 @@ mod tests {
     #[test]
     fn first_uncovered_jumps_past_covers() {
         let net = n("10.6.158.0/24");
-        assert_eq!(first_uncovered(&net, &[]), Some("10.6.158.1".parse().unwrap()));
+        assert_eq!(
+            first_uncovered(&net, &[]),
+            Some("10.6.158.1".parse().unwrap())
+        );
         assert_eq!(first_uncovered(&net, &[n("10.6.0.0/16")]), None);
         assert_eq!(
             first_uncovered(&net, &[n("10.6.158.0/25")]),
@@ -126,7 +129,10 @@ mod tests {
             first_uncovered(&n("192.168.0.7/32"), &[]),
             Some("192.168.0.7".parse().unwrap())
         );
-        assert_eq!(first_uncovered(&n("192.168.0.7"), &[n("192.168.0.0/24")]), None);
+        assert_eq!(
+            first_uncovered(&n("192.168.0.7"), &[n("192.168.0.0/24")]),
+            None
+        );
     }
 
     #[test]

@@ -37,7 +37,10 @@ struct Hit<'t> {
     maybe: bool,
 }
 
-fn set_nets(nb: &hf_model::NbSnapshot, r: Option<hf_model::RowRef<nb::AddressSet>>) -> Option<Vec<IpNet>> {
+fn set_nets(
+    nb: &hf_model::NbSnapshot,
+    r: Option<hf_model::RowRef<nb::AddressSet>>,
+) -> Option<Vec<IpNet>> {
     let s = nb.get(r?)?;
     Some(s.addresses.iter().filter_map(|a| parse_subnet(a)).collect())
 }
@@ -96,14 +99,18 @@ fn row(t: &Topo<'_>, r: &Router<'_>, n: &nb::Nat) -> Option<Finding> {
         let chosen = match n.gateway_port.and_then(|g| t.nb.get(g)) {
             Some(g) => r.port_index(&g.name),
             None if dgps.len() == 1 => dgps.first().copied(),
-            None => dgps
-                .iter()
-                .copied()
-                .find(|i| r.ports[*i].nets.iter().any(|x| x.contains(&external.addr()))),
+            None => dgps.iter().copied().find(|i| {
+                r.ports[*i]
+                    .nets
+                    .iter()
+                    .any(|x| x.contains(&external.addr()))
+            }),
         };
         (Some(chosen?), Default::default())
     };
-    let allowed = n.allowed_ext_ips.map(|a| set_nets(t.nb, Some(a)).unwrap_or_default());
+    let allowed = n
+        .allowed_ext_ips
+        .map(|a| set_nets(t.nb, Some(a)).unwrap_or_default());
     let exempted = if allowed.is_some() {
         Vec::new()
     } else {
@@ -149,7 +156,13 @@ fn row(t: &Topo<'_>, r: &Router<'_>, n: &nb::Nat) -> Option<Finding> {
                 Some(a) => a
                     .iter()
                     .find(|x| overlaps(x, &i.net))
-                    .map(|x| if x.prefix_len() > i.net.prefix_len() { *x } else { i.net })
+                    .map(|x| {
+                        if x.prefix_len() > i.net.prefix_len() {
+                            *x
+                        } else {
+                            i.net
+                        }
+                    })
                     .unwrap_or(i.net),
                 None => i.net,
             };
@@ -219,15 +232,18 @@ fn row(t: &Topo<'_>, r: &Router<'_>, n: &nb::Nat) -> Option<Finding> {
     };
     let nets: Vec<String> = hits.iter().map(|h| h.internal.net.to_string()).collect();
     let scoped_by = if allowed.is_some() {
-        "allowed_ext_ips holds internal destinations; list only external networks in it"
-            .to_string()
+        "allowed_ext_ips holds internal destinations; list only external networks in it".to_string()
     } else {
         format!(
             "set exempted_ext_ips to an address set holding {} (`ovn-nbctl create Address_Set name=internal addresses='\"{}\"'`, then `ovn-nbctl set NAT {} exempted_ext_ips=<its uuid>`), or allowed_ext_ips to only the external networks, or a match (OVN 24.09, holdfast) such as `{}.dst != {}`",
             nets.join(", "),
             nets.join("\",\""),
             n.uuid,
-            if logical.addr().is_ipv4() { "ip4" } else { "ip6" },
+            if logical.addr().is_ipv4() {
+                "ip4"
+            } else {
+                "ip6"
+            },
             first.internal.net,
         )
     };

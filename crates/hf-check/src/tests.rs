@@ -74,13 +74,16 @@ impl Nb {
     }
 
     fn global(&mut self, col: &str, key: &str, value: &str) {
-        self.0.txn(vec![json!({"op": "mutate", "table": "NB_Global", "where": [],
-            "mutations": [[col, "delete", set(&[key])], [col, "insert", map(&[(key, value)])]]})]);
+        self.0.txn(vec![
+            json!({"op": "mutate", "table": "NB_Global", "where": [],
+            "mutations": [[col, "delete", set(&[key])], [col, "insert", map(&[(key, value)])]]}),
+        ]);
     }
 
     fn ls(&mut self, name: &str) -> Uuid {
-        self.0
-            .txn(vec![json!({"op": "insert", "table": "Logical_Switch", "row": {"name": name}})])
+        self.0.txn(vec![
+            json!({"op": "insert", "table": "Logical_Switch", "row": {"name": name}}),
+        ])
     }
 
     fn lsp(&mut self, ls: &str, name: &str, mut row: Value) -> Uuid {
@@ -106,7 +109,8 @@ impl Nb {
     }
 
     fn lr(&mut self, name: &str, options: &[(&str, &str)]) -> Uuid {
-        self.0.txn(vec![json!({"op": "insert", "table": "Logical_Router",
+        self.0
+            .txn(vec![json!({"op": "insert", "table": "Logical_Router",
             "row": {"name": name, "options": map(options)}})])
     }
 
@@ -146,7 +150,8 @@ impl Nb {
     }
 
     fn address_set(&mut self, name: &str, addrs: &[&str]) -> Uuid {
-        self.0.txn(vec![json!({"op": "insert", "table": "Address_Set",
+        self.0
+            .txn(vec![json!({"op": "insert", "table": "Address_Set",
             "row": {"name": name, "addresses": set(addrs)}})])
     }
 
@@ -174,7 +179,8 @@ impl Nb {
             .iter()
             .map(|u| json!(["uuid", u.to_string()]))
             .collect();
-        self.0.txn(vec![json!({"op": "insert", "table": "Port_Group",
+        self.0
+            .txn(vec![json!({"op": "insert", "table": "Port_Group",
             "row": {"name": name, "ports": ["set", ports]}})]);
     }
 
@@ -213,12 +219,14 @@ impl Sb {
     }
 
     fn chassis_private(&mut self, name: &str, ids: &[(&str, &str)]) -> Uuid {
-        self.0.txn(vec![json!({"op": "insert", "table": "Chassis_Private",
+        self.0
+            .txn(vec![json!({"op": "insert", "table": "Chassis_Private",
             "row": {"name": name, "external_ids": map(ids)}})])
     }
 
     fn flow(&mut self, m: &str, a: &str, ids: &[(&str, &str)]) -> Uuid {
-        self.0.txn(vec![json!({"op": "insert", "table": "Logical_Flow",
+        self.0
+            .txn(vec![json!({"op": "insert", "table": "Logical_Flow",
             "row": {"pipeline": "ingress", "table_id": 8, "priority": 1000, "match": m,
                 "actions": a, "external_ids": map(ids)}})])
     }
@@ -232,7 +240,9 @@ impl Sb {
         let mut opts = hf_northd::Options::default();
         neg.apply(&mut opts);
         let out = hf_northd::compile(nb, &opts);
-        let group = self.0.txn(vec![json!({"op": "insert", "table": "Logical_DP_Group",
+        let group = self
+            .0
+            .txn(vec![json!({"op": "insert", "table": "Logical_DP_Group",
             "row": {}})]);
         let mut ops = Vec::new();
         for f in out.sb.flows.values() {
@@ -274,11 +284,35 @@ fn incident_a(nb: &mut Nb) -> Uuid {
     nb.ls("ext_node1");
     nb.localnet("ext_node1");
     nb.lr("ovn_cluster_router", &[]);
-    nb.link("node1", "ovn_cluster_router", "rtos-node1", "0a:58:0a:81:00:01", &["10.129.0.1/23"]);
-    nb.link("join", "ovn_cluster_router", "rtoj", "0a:58:64:40:00:01", &["100.64.0.1/16"]);
+    nb.link(
+        "node1",
+        "ovn_cluster_router",
+        "rtos-node1",
+        "0a:58:0a:81:00:01",
+        &["10.129.0.1/23"],
+    );
+    nb.link(
+        "join",
+        "ovn_cluster_router",
+        "rtoj",
+        "0a:58:64:40:00:01",
+        &["100.64.0.1/16"],
+    );
     nb.lr("GR_node1", &[("chassis", "node1")]);
-    nb.link("join", "GR_node1", "rtoj-GR_node1", "0a:58:64:40:00:02", &["100.64.0.2/16"]);
-    nb.link("ext_node1", "GR_node1", "rtoe-GR_node1", "0a:58:0a:06:9e:0c", &["10.6.158.12/24"]);
+    nb.link(
+        "join",
+        "GR_node1",
+        "rtoj-GR_node1",
+        "0a:58:64:40:00:02",
+        &["100.64.0.2/16"],
+    );
+    nb.link(
+        "ext_node1",
+        "GR_node1",
+        "rtoe-GR_node1",
+        "0a:58:0a:06:9e:0c",
+        &["10.6.158.12/24"],
+    );
     nb.route("GR_node1", "10.128.0.0/14", "100.64.0.1");
     nb.route("GR_node1", "0.0.0.0/0", "10.6.158.1");
     nb.global("options", "holdfast-cluster-cidrs", "10.6.158.0/24");
@@ -297,21 +331,37 @@ fn snat_internal_incident_a_and_its_exemption() {
     assert_eq!(f.severity, Severity::Error);
     assert_eq!((f.table.as_str(), f.row.clone()), ("NAT", nat.to_string()));
     assert_eq!(f.name, "GR_node1 snat 10.129.0.9 -> 10.6.158.12");
-    assert!(f.message.contains("e.g. 10.6.158.1 in 10.6.158.0/24"), "{}", f.message);
+    assert!(
+        f.message.contains("e.g. 10.6.158.1 in 10.6.158.0/24"),
+        "{}",
+        f.message
+    );
     assert!(f.fix.contains("exempted_ext_ips"), "{}", f.fix);
     // The pod's own subnet and the join network lie behind the pods' own port: not reported.
     assert!(!f.message.contains("10.129.0.0/23"), "{}", f.message);
 
     // Exempting the host network scopes the row.
     let set = nb.address_set("internal", &["10.6.158.0/24"]);
-    nb.update("NAT", nat, json!({"exempted_ext_ips": ["uuid", set.to_string()]}));
+    nb.update(
+        "NAT",
+        nat,
+        json!({"exempted_ext_ips": ["uuid", set.to_string()]}),
+    );
     assert!(of(&run(&nb, &sb, &[]), Code::SnatInternal).is_empty());
     // A set covering only half of it does not.
-    nb.update("Address_Set", set, json!({"addresses": set_of(&["10.6.158.0/25"])}));
+    nb.update(
+        "Address_Set",
+        set,
+        json!({"addresses": set_of(&["10.6.158.0/25"])}),
+    );
     let fs = run(&nb, &sb, &[]);
     let hits = of(&fs, Code::SnatInternal);
     assert_eq!(hits.len(), 1);
-    assert!(hits[0].message.contains("e.g. 10.6.158.128"), "{}", hits[0].message);
+    assert!(
+        hits[0].message.contains("e.g. 10.6.158.128"),
+        "{}",
+        hits[0].message
+    );
 }
 
 fn set_of(items: &[&str]) -> Value {
@@ -325,10 +375,18 @@ fn snat_internal_allowed_and_match_scope() {
     let sb = Sb::new();
     // allowed_ext_ips holding only the internet's documentation range: scoped.
     let allowed = nb.address_set("outside", &["198.51.100.0/24"]);
-    nb.update("NAT", nat, json!({"allowed_ext_ips": ["uuid", allowed.to_string()]}));
+    nb.update(
+        "NAT",
+        nat,
+        json!({"allowed_ext_ips": ["uuid", allowed.to_string()]}),
+    );
     assert!(of(&run(&nb, &sb, &[]), Code::SnatInternal).is_empty());
     // ... and holding the host network: not.
-    nb.update("Address_Set", allowed, json!({"addresses": set_of(&["10.6.0.0/16"])}));
+    nb.update(
+        "Address_Set",
+        allowed,
+        json!({"addresses": set_of(&["10.6.0.0/16"])}),
+    );
     assert_eq!(of(&run(&nb, &sb, &[]), Code::SnatInternal).len(), 1);
     nb.update("NAT", nat, json!({"allowed_ext_ips": ["set", []]}));
 
@@ -340,7 +398,11 @@ fn snat_internal_allowed_and_match_scope() {
     let fs = run(&nb, &sb, &[]);
     let hits = of(&fs, Code::SnatInternal);
     assert_eq!(hits.len(), 1);
-    assert!(hits[0].message.contains("may rewrite"), "{}", hits[0].message);
+    assert!(
+        hits[0].message.contains("may rewrite"),
+        "{}",
+        hits[0].message
+    );
 }
 
 #[test]
@@ -351,9 +413,27 @@ fn snat_internal_distributed_router_only_through_its_gateway_port() {
     nb.ls("ext");
     nb.localnet("ext");
     nb.lr("lr0", &[]);
-    nb.link("sw0", "lr0", "lr0-sw0", "0a:00:00:00:ff:00", &["10.0.0.1/24"]);
-    nb.link("sw1", "lr0", "lr0-sw1", "0a:00:00:00:ff:01", &["10.0.1.1/24"]);
-    nb.link("ext", "lr0", "lr0-ext", "0a:00:00:00:ff:02", &["172.16.0.1/24"]);
+    nb.link(
+        "sw0",
+        "lr0",
+        "lr0-sw0",
+        "0a:00:00:00:ff:00",
+        &["10.0.0.1/24"],
+    );
+    nb.link(
+        "sw1",
+        "lr0",
+        "lr0-sw1",
+        "0a:00:00:00:ff:01",
+        &["10.0.1.1/24"],
+    );
+    nb.link(
+        "ext",
+        "lr0",
+        "lr0-ext",
+        "0a:00:00:00:ff:02",
+        &["172.16.0.1/24"],
+    );
     nb.gateway_chassis("lr0-ext", "gw1");
     // SNAT of everything: sw0 -> sw1 stays inside (not through the gateway port).
     nb.nat("lr0", "snat", "172.16.0.100", "10.0.0.0/16", json!({}));
@@ -365,8 +445,16 @@ fn snat_internal_distributed_router_only_through_its_gateway_port() {
     let fs = run(&nb, &sb, &[]);
     let hits = of(&fs, Code::SnatInternal);
     assert_eq!(hits.len(), 1, "{}", render_text(&fs));
-    assert!(hits[0].message.contains("192.168.0.11"), "{}", hits[0].message);
-    assert!(hits[0].message.contains("gateway port lr0-ext"), "{}", hits[0].message);
+    assert!(
+        hits[0].message.contains("192.168.0.11"),
+        "{}",
+        hits[0].message
+    );
+    assert!(
+        hits[0].message.contains("gateway port lr0-ext"),
+        "{}",
+        hits[0].message
+    );
 }
 
 #[test]
@@ -375,15 +463,31 @@ fn flow_unparsable_follows_negotiation() {
     nb.ls("sw0");
     let a = nb.vif("sw0", "vm1", "0a:00:00:00:00:01 10.0.0.11");
     nb.pg("pg_web", &[a]);
-    nb.acl_pg("pg_web", "to-lport", 1002, "outport == @pg_web && tcp.dst == 80", "allow-related");
-    nb.acl_pg("pg_web", "to-lport", 1000, "outport == @pg_web && ip", "drop");
+    nb.acl_pg(
+        "pg_web",
+        "to-lport",
+        1002,
+        "outport == @pg_web && tcp.dst == 80",
+        "allow-related",
+    );
+    nb.acl_pg(
+        "pg_web",
+        "to-lport",
+        1000,
+        "outport == @pg_web && ip",
+        "drop",
+    );
     let nbs = nb.snapshot();
     // An hf-1 chassis and northd negotiating: everything it gets is hf-1.
     let mut sb = Sb::new();
     sb.chassis("hv1", "192.168.0.11", &[("holdfast-features", "hf-1")]);
     sb.compile_from(&nbs);
     let fs = check(&nbs, &sb.snapshot(), &[], &Options::default());
-    assert!(of(&fs, Code::FlowUnparsable).is_empty(), "{}", render_text(&fs));
+    assert!(
+        of(&fs, Code::FlowUnparsable).is_empty(),
+        "{}",
+        render_text(&fs)
+    );
 
     // ignore_chassis_features: northd writes the newest form, the chassis cannot parse it.
     nb.global("options", "ignore_chassis_features", "true");
@@ -395,8 +499,16 @@ fn flow_unparsable_follows_negotiation() {
     let hits = of(&fs, Code::FlowUnparsable);
     assert_eq!(hits.len(), 1, "{}", render_text(&fs));
     assert_eq!(hits[0].row, hv1.to_string());
-    assert!(hits[0].message.contains("chassis hv1"), "{}", hits[0].message);
-    assert!(hits[0].fix.contains("ignore_chassis_features"), "{}", hits[0].fix);
+    assert!(
+        hits[0].message.contains("chassis hv1"),
+        "{}",
+        hits[0].message
+    );
+    assert!(
+        hits[0].fix.contains("ignore_chassis_features"),
+        "{}",
+        hits[0].fix
+    );
     // An hf-2 chassis parses all of it.
     let mut sb = Sb::new();
     sb.chassis("hv2", "192.168.0.12", &[("holdfast-features", "hf-2")]);
@@ -412,7 +524,11 @@ fn flow_unparsable_from_syntax_and_chassis_reports() {
     let fs = run(&nb, &sb, &[]);
     let hits = of(&fs, Code::FlowUnparsable);
     assert_eq!(hits.len(), 1, "{}", render_text(&fs));
-    assert!(hits[0].message.contains("1 of 1 flows do not parse"), "{}", hits[0].message);
+    assert!(
+        hits[0].message.contains("1 of 1 flows do not parse"),
+        "{}",
+        hits[0].message
+    );
 
     let mut sb = Sb::new();
     sb.flow("ip4", "next;", &[]);
@@ -444,7 +560,10 @@ fn chassis_unsupported_computed_and_reported() {
     let fs = run(&nb, &sb, &[]);
     let hits = of(&fs, Code::ChassisUnsupported);
     assert_eq!(hits.len(), 1, "{}", render_text(&fs));
-    assert_eq!((hits[0].name.as_str(), hits[0].row.clone()), ("old", old.to_string()));
+    assert_eq!(
+        (hits[0].name.as_str(), hits[0].row.clone()),
+        ("old", old.to_string())
+    );
     // It is not reported again as unable to parse flows.
     assert!(of(&fs, Code::FlowUnparsable).is_empty());
     // northd's own report of a chassis this check does not see.
@@ -500,12 +619,24 @@ fn layer2(nb: &mut Nb, nodes: &[&str]) {
     for (i, n) in nodes.iter().enumerate() {
         let gr = format!("GR_{n}");
         nb.lr(&gr, &[("chassis", n)]);
-        nb.link("l2", &gr, &format!("{gr}-l2"), "0a:58:0a:64:00:01", &["10.100.0.1/24"]);
+        nb.link(
+            "l2",
+            &gr,
+            &format!("{gr}-l2"),
+            "0a:58:0a:64:00:01",
+            &["10.100.0.1/24"],
+        );
         let ext = format!("ext_{n}");
         nb.ls(&ext);
         nb.localnet(&ext);
         let ip = format!("172.16.0.{}", i + 1);
-        nb.link(&ext, &gr, &format!("{gr}-ext"), &format!("0a:00:00:00:00:{:02x}", i + 1), &[&format!("{ip}/24")]);
+        nb.link(
+            &ext,
+            &gr,
+            &format!("{gr}-ext"),
+            &format!("0a:00:00:00:00:{:02x}", i + 1),
+            &[&format!("{ip}/24")],
+        );
         nb.nat(&gr, "snat", &ip, "10.100.0.0/24", json!({}));
     }
 }
@@ -522,16 +653,30 @@ fn egress_moves_with_per_node_gateways() {
     let hits = of(&fs, Code::EgressMoves);
     assert_eq!(hits.len(), 1, "{}", render_text(&fs));
     assert_eq!(hits[0].name, "vm1 on l2");
-    assert!(hits[0].message.contains("172.16.0.1 on hv1 (GR_hv1)"), "{}", hits[0].message);
+    assert!(
+        hits[0].message.contains("172.16.0.1 on hv1 (GR_hv1)"),
+        "{}",
+        hits[0].message
+    );
     assert!(hits[0].message.contains("172.16.0.2 on hv2 (GR_hv2)"));
     // The layer-2 subnet is internal, but it lies behind the sources' own port: no SNAT
     // finding.
-    assert!(of(&fs, Code::SnatInternal).is_empty(), "{}", render_text(&fs));
+    assert!(
+        of(&fs, Code::SnatInternal).is_empty(),
+        "{}",
+        render_text(&fs)
+    );
     // Its own distributed egress address follows it.
     nb.ls("ext");
     nb.localnet("ext");
     nb.lr("lr0", &[]);
-    nb.link("ext", "lr0", "lr0-ext", "0a:00:00:00:ff:02", &["172.16.0.254/24"]);
+    nb.link(
+        "ext",
+        "lr0",
+        "lr0-ext",
+        "0a:00:00:00:ff:02",
+        &["172.16.0.254/24"],
+    );
     nb.gateway_chassis("lr0-ext", "hv1");
     nb.nat(
         "lr0",
@@ -549,23 +694,59 @@ fn acl_broken_by_action_and_marker() {
     nb.ls("sw0");
     let p = nb.vif("sw0", "vm1", "0a:00:00:00:00:01 10.0.0.11");
     nb.pg("pg_web", &[p]);
-    nb.acl_pg("pg_web", "to-lport", 1000, "outport == @pg_web && tcp.dst == 22", "drop");
+    nb.acl_pg(
+        "pg_web",
+        "to-lport",
+        1000,
+        "outport == @pg_web && tcp.dst == 22",
+        "drop",
+    );
     let mut sb = Sb::new();
     assert!(of(&run(&nb, &sb, &[]), Code::AclBroken).is_empty());
-    let bad_drop = nb.acl_pg("pg_web", "to-lport", 1001, "outport == @pg_web && tcp.dst ==", "drop");
-    let bad_allow = nb.acl_pg("pg_web", "from-lport", 1001, "inport == @pg_web && ip4.dst = 1", "allow-related");
+    let bad_drop = nb.acl_pg(
+        "pg_web",
+        "to-lport",
+        1001,
+        "outport == @pg_web && tcp.dst ==",
+        "drop",
+    );
+    let bad_allow = nb.acl_pg(
+        "pg_web",
+        "from-lport",
+        1001,
+        "inport == @pg_web && ip4.dst = 1",
+        "allow-related",
+    );
     let fs = run(&nb, &sb, &[]);
     let hits = of(&fs, Code::AclBroken);
     assert_eq!(hits.len(), 2, "{}", render_text(&fs));
-    let drop = hits.iter().find(|f| f.row == bad_drop.to_string()).expect("drop ACL");
-    let allow = hits.iter().find(|f| f.row == bad_allow.to_string()).expect("allow ACL");
+    let drop = hits
+        .iter()
+        .find(|f| f.row == bad_drop.to_string())
+        .expect("drop ACL");
+    let allow = hits
+        .iter()
+        .find(|f| f.row == bad_allow.to_string())
+        .expect("allow ACL");
     assert_eq!(drop.severity, Severity::Error);
     assert_eq!(allow.severity, Severity::Warning);
     // Real ovn-northd (no hf-flow-id): the ACL is absent, a drop opens the group.
-    assert!(drop.message.contains("opens the port group"), "{}", drop.message);
+    assert!(
+        drop.message.contains("opens the port group"),
+        "{}",
+        drop.message
+    );
     // holdfast northd's marker.
     let hint = bad_drop.simple().to_string()[..8].to_string();
-    sb.flow("1", "drop;", &[("stage-hint", &hint), ("hf-acl-broken", "fail-closed"), ("hf-flow-id", "x")]);
+    sb.flow(
+        "1",
+        "drop;",
+        &[
+            ("stage-hint", &hint),
+            ("hf-acl-broken", "fail-closed"),
+            ("hf-flow-id", "x"),
+        ],
+    );
     let fs = run(&nb, &sb, &[]);
     let drop = of(&fs, Code::AclBroken)
         .into_iter()
@@ -581,9 +762,15 @@ fn text_and_json_shapes() {
     let fs = run(&nb, &Sb::new(), &[]);
     let text = render_text(&fs);
     let lines: Vec<&str> = text.lines().collect();
-    assert!(lines[0].starts_with("error[snat-internal]: snat on gateway router GR_node1"), "{text}");
+    assert!(
+        lines[0].starts_with("error[snat-internal]: snat on gateway router GR_node1"),
+        "{text}"
+    );
     assert!(lines[1].starts_with("  --> NB NAT "), "{text}");
-    assert!(lines[1].ends_with("(GR_node1 snat 10.129.0.9 -> 10.6.158.12)"), "{text}");
+    assert!(
+        lines[1].ends_with("(GR_node1 snat 10.129.0.9 -> 10.6.158.12)"),
+        "{text}"
+    );
     assert!(lines[2].starts_with("  = note: "), "{text}");
     assert!(lines[3].starts_with("  = help: "), "{text}");
     assert_eq!(lines.last().copied(), Some("check: 1 error, 0 warnings"));
@@ -616,9 +803,23 @@ fn flow_unparsable_names_the_feature_outside_the_level() {
     let hits = of(&fs, Code::FlowUnparsable);
     assert_eq!(hits.len(), 1, "{}", render_text(&fs));
     assert_eq!(hits[0].name, "hv1");
-    assert!(hits[0].message.contains("cannot parse 1 of 2 flows"), "{}", hits[0].message);
-    assert!(hits[0].message.contains("uses ct-commit-block"), "{}", hits[0].message);
-    assert!(hits[0].message.contains("ls_in_acl (ingress table 8) priority 1000"), "{}", hits[0].message);
+    assert!(
+        hits[0].message.contains("cannot parse 1 of 2 flows"),
+        "{}",
+        hits[0].message
+    );
+    assert!(
+        hits[0].message.contains("uses ct-commit-block"),
+        "{}",
+        hits[0].message
+    );
+    assert!(
+        hits[0]
+            .message
+            .contains("ls_in_acl (ingress table 8) priority 1000"),
+        "{}",
+        hits[0].message
+    );
     // A real ovn-controller without flags is taken at OVN 20.06: it lacks the block form too.
     let mut sb2 = Sb::new();
     sb2.chassis("ovn1", "192.168.0.13", &[]);
@@ -626,5 +827,9 @@ fn flow_unparsable_names_the_feature_outside_the_level() {
     let fs = run(&nb, &sb2, &[]);
     let hits = of(&fs, Code::FlowUnparsable);
     assert_eq!(hits.len(), 1, "{}", render_text(&fs));
-    assert!(hits[0].message.contains("ovn-controller flags: OVN 20.06"), "{}", hits[0].message);
+    assert!(
+        hits[0].message.contains("ovn-controller flags: OVN 20.06"),
+        "{}",
+        hits[0].message
+    );
 }

@@ -175,10 +175,7 @@ impl<'a> Topo<'a> {
                 .filter_map(|s| nb.get(*s))
                 .filter(|s| {
                     s.route_table.is_empty()
-                        && !matches!(
-                            s.policy,
-                            Some(nb::LogicalRouterStaticRoutePolicy::SrcIp)
-                        )
+                        && !matches!(s.policy, Some(nb::LogicalRouterStaticRoutePolicy::SrcIp))
                 })
                 .filter_map(|s| {
                     let prefix = parse_subnet(&s.ip_prefix)?;
@@ -303,7 +300,8 @@ impl<'a> Topo<'a> {
                 for a in addrs {
                     for w in a.split_whitespace().skip(1) {
                         if let Some(n) = parse_net(w) {
-                            let host = IpNet::new(n.addr(), if n.addr().is_ipv4() { 32 } else { 128 });
+                            let host =
+                                IpNet::new(n.addr(), if n.addr().is_ipv4() { 32 } else { 128 });
                             if let Ok(h) = host
                                 && !out.iter().any(|i| i.net.contains(&h.addr()))
                             {
@@ -330,7 +328,11 @@ impl<'a> Topo<'a> {
         }
         for e in self.sb.encap().values() {
             if let Some(n) = parse_net(e.ip.trim()) {
-                push(&mut out, n, format!("chassis {}'s encap IP", e.chassis_name));
+                push(
+                    &mut out,
+                    n,
+                    format!("chassis {}'s encap IP", e.chassis_name),
+                );
             }
         }
         out
