@@ -138,14 +138,20 @@ fn row(t: &Topo<'_>, r: &Router<'_>, n: &nb::Nat) -> Option<Finding> {
                 None => continue,
             },
         };
-        // Is the example routed through the NAT?
-        let rewritten = match (t.route(r, example), gw_ports) {
-            (Lookup::Dropped, _) => false,
-            (Lookup::Ports(p), Some(dgp)) => p.contains(&dgp),
-            (Lookup::Ports(p), None) => {
-                source_ports.is_empty() || p.iter().any(|x| !source_ports.contains(x))
-            }
-        };
+        // Is the example routed through the NAT? (An address of the router itself is not
+        // forwarded.)
+        let own = r
+            .ports
+            .iter()
+            .any(|p| p.nets.iter().any(|x| x.addr() == example));
+        let rewritten = !own
+            && match (t.route(r, example), gw_ports) {
+                (Lookup::Dropped, _) => false,
+                (Lookup::Ports(p), Some(dgp)) => p.contains(&dgp),
+                (Lookup::Ports(p), None) => {
+                    source_ports.is_empty() || p.iter().any(|x| !source_ports.contains(x))
+                }
+            };
         if !rewritten {
             continue;
         }

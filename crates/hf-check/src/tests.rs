@@ -753,6 +753,69 @@ fn acl_broken_by_action_and_marker() {
         .find(|f| f.row == bad_drop.to_string())
         .expect("drop ACL");
     assert!(drop.message.contains("fails closed"), "{}", drop.message);
+    // The other marker, and an allow ACL under holdfast northd (no marker: left out).
+    let mut sb = Sb::new();
+    sb.flow(
+        "1",
+        "next;",
+        &[
+            ("stage-hint", &hint),
+            ("hf-acl-broken", "last-good"),
+            ("hf-flow-id", "x"),
+        ],
+    );
+    let fs = run(&nb, &sb, &[]);
+    let hits = of(&fs, Code::AclBroken);
+    let drop = hits
+        .iter()
+        .find(|f| f.row == bad_drop.to_string())
+        .expect("drop ACL");
+    assert!(
+        drop.message.contains("keeps the ACL's last good version"),
+        "{}",
+        drop.message
+    );
+    let allow = hits
+        .iter()
+        .find(|f| f.row == bad_allow.to_string())
+        .expect("allow ACL");
+    assert!(
+        allow.message.contains("holdfast northd leaves it out"),
+        "{}",
+        allow.message
+    );
+}
+
+#[test]
+fn snat_internal_bad_cluster_cidrs_and_own_addresses() {
+    let mut nb = Nb::new();
+    let nat = incident_a(&mut nb);
+    // Exempt the host network; list a bad entry and the node's own address as internal.
+    let set = nb.address_set("internal", &["10.6.158.0/24"]);
+    nb.update(
+        "NAT",
+        nat,
+        json!({"exempted_ext_ips": ["uuid", set.to_string()]}),
+    );
+    nb.global(
+        "options",
+        "holdfast-cluster-cidrs",
+        "10.6.158.0/24, etcd.example, 10.6.158.12",
+    );
+    let fs = run(&nb, &Sb::new(), &[]);
+    let hits = of(&fs, Code::SnatInternal);
+    assert_eq!(hits.len(), 1, "{}", render_text(&fs));
+    assert_eq!(hits[0].severity, Severity::Warning);
+    assert_eq!(hits[0].table, "NB_Global");
+    assert!(
+        hits[0].message.contains("\"etcd.example\""),
+        "{}",
+        hits[0].message
+    );
+    // Without the exemption, the router's own address is not an example of rewritten traffic.
+    nb.update("NAT", nat, json!({"exempted_ext_ips": ["set", []]}));
+    nb.global("options", "holdfast-cluster-cidrs", "10.6.158.12");
+    assert!(of(&run(&nb, &Sb::new(), &[]), Code::SnatInternal).is_empty());
 }
 
 #[test]

@@ -5,7 +5,8 @@
 //! per-port request, it allocates port zones itself). Zone 0 requested is a warning: holdfast
 //! refuses it and allocates `lr/<name>/snat` by name, but a real `ovn-controller` would use
 //! zone 0, the host's, and flush it after a database rebuild (incident D). Two routers
-//! requesting the same zone, and a value that is not a zone, are warnings too.
+//! requesting the same zone (real `ovn-controller` gives it to both: shared state), and a value
+//! that is not a zone, are warnings too.
 //!
 //! From live datapaths ([`crate::LiveDatapath`], a `holdfast datapath`'s `ct-zone-list`): zone
 //! 0 in the map, and one zone used by two names, are errors (the datapath shares conntrack
@@ -85,7 +86,7 @@ pub fn check(nb: &NbSnapshot, live: &[LiveDatapath], out: &mut Vec<Finding>) {
                 "routers {} all request conntrack zone {zone} for their SNAT",
                 names.join(", ")
             ),
-            why: "only one of them can have the zone on a chassis that runs both; which one depends on order, so a restart can move SNAT state between zones".into(),
+            why: "on a chassis that runs both, real ovn-controller gives both the zone, so their SNAT state shares one conntrack table; holdfast gives it to the first by name and allocates the others elsewhere, so the CMS's choice does not hold".into(),
             fix: "give each router its own zone, or remove the requests and let zones be allocated by name".into(),
         });
     }
