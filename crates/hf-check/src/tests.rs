@@ -879,7 +879,7 @@ fn flow_unparsable_names_the_feature_outside_the_level() {
     assert!(
         hits[0]
             .message
-            .contains("ls_in_acl (ingress table 8) priority 1000"),
+            .contains("ls_in_acl (ingress table 8) priority 1000 (match `ip4 && ct.est`, actions `ct_commit { ct_label.blocked = 0; }; next;`)"),
         "{}",
         hits[0].message
     );
@@ -895,4 +895,65 @@ fn flow_unparsable_names_the_feature_outside_the_level() {
         "{}",
         hits[0].message
     );
+}
+
+#[test]
+fn bad_input_is_reported_or_skipped_never_a_panic() {
+    let mut nb = Nb::new();
+    nb.ls("sw");
+    nb.vif("sw", "p1", "not-a-mac 10.0.0.300 fd00::zz");
+    nb.lr("gr", &[("chassis", "hv1"), ("snat-ct-zone", "70000")]);
+    nb.link(
+        "sw",
+        "gr",
+        "gr-sw",
+        "0a:00:00:00:00:01",
+        &["banana", "10.0.0.1/24"],
+    );
+    nb.route("gr", "not-a-prefix", "discard");
+    nb.route("gr", "0.0.0.0/0", "nowhere");
+    let s = nb.address_set("odd", &["foo", "::/0", "0.0.0.0/0"]);
+    nb.nat("gr", "snat", "", "10.0.0.0/24", json!({}));
+    nb.nat("gr", "snat", "1.1.1.1", "garbage", json!({}));
+    nb.nat(
+        "gr",
+        "snat",
+        "1.1.1.2",
+        "0.0.0.0/0",
+        json!({"exempted_ext_ips": ["uuid", s.to_string()], "match": "((((ip4.dst == $odd"}),
+    );
+    nb.global("options", "holdfast-cluster-cidrs", ",,, ::/0,0.0.0.0/0 ,");
+    let mut sb = Sb::new();
+    sb.chassis(
+        "hv1",
+        "not-an-ip",
+        &[("holdfast-features", "hf-99, nonsense")],
+    );
+    sb.chassis_private("hv1", &[("holdfast-flow-errors", "many")]);
+    sb.flow("", "", &[]);
+    sb.flow(
+        "ip4.dst == $odd",
+        "next(pipeline=sideways);",
+        &[("stage-hint", "zz")],
+    );
+    let fs = run(
+        &nb,
+        &sb,
+        &[LiveDatapath {
+            name: "x".into(),
+            zones: vec![("a".into(), 0), ("a".into(), 0)],
+        }],
+    );
+    // What is reported names the row; the rest is skipped.
+    let text = render_text(&fs);
+    assert!(
+        text.contains("warning[zone-risk]: router gr requests conntrack zone \"70000\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("error[zone-risk]: the datapath's zone map gives zone 0"),
+        "{text}"
+    );
+    assert!(text.contains("error[flow-unparsable]"), "{text}");
+    let _ = render_json(&fs);
 }
