@@ -9,6 +9,9 @@
 //!   a gateway router with SNAT, load balancers, ACLs on port groups) and a chassis with OVN
 //!   23.03's flags: clean once the SNAT is scoped; the same flows judged at `hf-1` are not.
 //!
+//! - `holdfast sandbox`'s topologies: the default one is clean; OVN-Kubernetes' layer 2
+//!   (incident C) gives one egress-moves warning per VM.
+//!
 //! The finding codes' other cases are hf-check's unit tests.
 #![allow(clippy::disallowed_methods, clippy::unwrap_used)]
 
@@ -731,5 +734,113 @@ fn real_ovn_northd_on_a_realistic_nb_runs_clean() {
         (code, codes(&f)),
         (1, vec!["flow-unparsable".to_string()]),
         "{f:?}"
+    );
+}
+
+/// A running `holdfast sandbox` (killed on drop) and its databases' remotes.
+struct Sandbox {
+    child: std::process::Child,
+    nb: String,
+    sb: String,
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Sandbox {
+    /// Starts the sandbox on `topology` and waits until its hosts are attached (NB complete).
+    fn start(topology: &str) -> Sandbox {
+        use std::io::BufRead;
+        let mut child = Command::new(common::holdfast())
+            .args([
+                "sandbox",
+                "--nb-port=0",
+                "--sb-port=0",
+                "--topology",
+                topology,
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("cannot start holdfast sandbox");
+        let out = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut sb = Sandbox {
+            child,
+            nb: String::new(),
+            sb: String::new(),
+        };
+        let mut seen = Vec::new();
+        loop {
+            let line = rx
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|e| panic!("sandbox: {e:?}; output:\n{}", seen.join("\n")));
+            if line.contains("databases listening on") {
+                let mut r = line
+                    .split("tcp:")
+                    .skip(1)
+                    .map(|s| format!("tcp:{}", s.split_whitespace().next().unwrap_or("")));
+                sb.nb = r.next().unwrap_or_default();
+                sb.sb = r.next().unwrap_or_default();
+            }
+            let done = line.starts_with("[4/5]");
+            seen.push(line);
+            if done {
+                return sb;
+            }
+        }
+    }
+
+    fn check(&self) -> (i32, Vec<Value>) {
+        let out = common::run(
+            Command::new(common::holdfast()).args([
+                "check",
+                "--format=json",
+                &format!("--ovnnb-db={}", self.nb),
+                &format!("--ovnsb-db={}", self.sb),
+            ]),
+            Duration::from_secs(60),
+        );
+        let v: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        (
+            out.status.code().unwrap_or(-1),
+            v["findings"].as_array().cloned().unwrap_or_default(),
+        )
+    }
+}
+
+#[test]
+fn the_sandbox_topologies() {
+    // The default topology: every VM's egress is the gateway's SNAT, or its own floating IP.
+    let sb = Sandbox::start("default");
+    assert_eq!(sb.check(), (0, Vec::new()));
+    drop(sb);
+    // Incident C's OVN-Kubernetes layer 2: every VM leaves through its node's gateway router.
+    let sb = Sandbox::start("ovnk-l2");
+    let (code, f) = sb.check();
+    assert_eq!(code, 0, "{f:?}");
+    let names: Vec<&str> = f.iter().map(|x| x["name"].as_str().unwrap_or("")).collect();
+    assert_eq!(
+        names,
+        ["vm1 on l2", "vm2 on l2", "vm3 on l2", "vm4 on l2"],
+        "{f:?}"
+    );
+    assert!(
+        f.iter()
+            .all(|x| x["code"] == "egress-moves" && x["severity"] == "warning")
     );
 }

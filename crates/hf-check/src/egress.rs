@@ -34,7 +34,10 @@ pub fn check(t: &Topo<'_>, out: &mut Vec<Finding>) {
             own.insert(lp);
         }
     }
-    for ls in nb.logical_switch().values() {
+    // By switch and port name, so the report reads in order.
+    let mut switches: Vec<&nb::LogicalSwitch> = nb.logical_switch().values().collect();
+    switches.sort_by(|a, b| (&a.name, a.uuid).cmp(&(&b.name, b.uuid)));
+    for ls in switches {
         // The gateway routers on this switch.
         let grs: Vec<_> = t
             .routers
@@ -49,7 +52,10 @@ pub fn check(t: &Topo<'_>, out: &mut Vec<Finding>) {
         if grs.len() < 2 {
             continue;
         }
-        for p in ls.ports.iter().filter_map(|r| nb.get(*r)) {
+        let mut ports: Vec<&nb::LogicalSwitchPort> =
+            ls.ports.iter().filter_map(|r| nb.get(*r)).collect();
+        ports.sort_by(|a, b| (&a.name, a.uuid).cmp(&(&b.name, b.uuid)));
+        for p in ports {
             if !p.type_.is_empty() || own.contains(p.name.as_str()) {
                 continue;
             }

@@ -178,8 +178,8 @@ pub struct Options {
     pub policy: hf_northd::features::Policy,
 }
 
-/// Every finding about `nb`, `sb` and `live`, in [`Code::ALL`] order and, within a code, in
-/// row order.
+/// Every finding about `nb`, `sb` and `live`, in [`Code::ALL`] order and, within a code, in a
+/// fixed order (rows by UUID; ports by switch and port name).
 pub fn check(
     nb: &NbSnapshot,
     sb: &SbSnapshot,
