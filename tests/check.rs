@@ -735,6 +735,61 @@ fn real_ovn_northd_on_a_realistic_nb_runs_clean() {
         (1, vec!["flow-unparsable".to_string()]),
         "{f:?}"
     );
+    run_ok(dbs.sbctl().args([
+        "remove",
+        "chassis",
+        "hv1",
+        "other_config",
+        "holdfast-features",
+    ]));
+
+    // A drop ACL whose match does not parse: real ovn-northd writes its text, which no
+    // chassis can parse, so the ACL is absent and what it dropped passes.
+    nb(
+        &dbs,
+        &[
+            "acl-add",
+            "pg_web",
+            "to-lport",
+            "1003",
+            "outport == @pg_web && tcp.dst ==",
+            "drop",
+        ],
+    );
+    sync(&dbs);
+    let (code, f) = findings(&dbs, &[]);
+    assert_eq!(
+        (code, codes(&f)),
+        (
+            1,
+            vec!["flow-unparsable".to_string(), "acl-broken".to_string()]
+        ),
+        "{f:?}"
+    );
+    // A stateful drop ACL is two flows, whose stage-hint names the ACL.
+    let acl = nb(
+        &dbs,
+        &["--bare", "--columns=_uuid", "find", "ACL", "priority=1003"],
+    );
+    let msg = f[0]["message"].as_str().unwrap();
+    assert!(msg.contains("cannot parse 2 of"), "{msg}");
+    assert!(
+        msg.contains(&format!("from NB row {}...", &acl[..8])),
+        "{msg}"
+    );
+    assert!(
+        f[0]["fix"]
+            .as_str()
+            .unwrap()
+            .starts_with("these flows parse for no chassis")
+    );
+    assert!(
+        f[1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("opens the port group"),
+        "{f:?}"
+    );
 }
 
 /// A running `holdfast sandbox` (killed on drop) and its databases' remotes.

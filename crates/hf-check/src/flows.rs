@@ -241,7 +241,10 @@ pub fn check(nb: &NbSnapshot, sb: &SbSnapshot, opts: &Options, out: &mut Vec<Fin
                 FeatSource::OvnFlags(rel) => format!("ovn-controller flags: OVN {rel}"),
                 FeatSource::Remote => "remote".into(),
             };
-            let fix = if neg.ignored {
+            let broken = failing.iter().filter(|(p, _)| p.error.is_some()).count();
+            let fix = if broken == failing.len() {
+                "these flows parse for no chassis: correct the NB rows behind them (a flow's external_ids:stage-hint is its NB row's UUID prefix); `holdfast lflow check` explains each error".to_string()
+            } else if neg.ignored {
                 "remove NB_Global options:ignore_chassis_features=true so northd lowers its flows to what every chassis understands (`ovn-nbctl remove NB_Global . options ignore_chassis_features`), or upgrade this chassis' controller".to_string()
             } else if holdfast_northd {
                 "holdfast northd lowers flows to what every chassis advertises: check that it runs and has seen this chassis (`ovn-appctl -t ovn-northd status`), or upgrade this chassis' controller".to_string()
@@ -256,11 +259,22 @@ pub fn check(nb: &NbSnapshot, sb: &SbSnapshot, opts: &Options, out: &mut Vec<Fin
                 row: c.uuid.to_string(),
                 name: (*name).to_string(),
                 message: format!(
-                    "chassis {name} ({from}) cannot parse {} of {} flows, e.g. {} priority {} (match `{}`, actions `{}`): the flow {why}",
+                    "chassis {name} ({from}) cannot parse {} of {} flows{}, e.g. {} priority {}{} (match `{}`, actions `{}`): the flow {why}",
                     failing.len(),
                     parsed.len(),
+                    if broken > 0 && broken < failing.len() {
+                        format!(" ({broken} of them parse for no chassis)")
+                    } else {
+                        String::new()
+                    },
                     stage(first.flow),
                     first.flow.priority,
+                    first
+                        .flow
+                        .external_ids
+                        .get("stage-hint")
+                        .map(|h| format!(" from NB row {h}..."))
+                        .unwrap_or_default(),
                     excerpt(&first.flow.match_, 60),
                     excerpt(&first.flow.actions, 60),
                 ),
