@@ -1,5 +1,6 @@
 //! `holdfast`: the command-line entry point. Thin: parses arguments and wires crates together.
 
+mod check;
 mod controller;
 mod datapath;
 mod db;
@@ -25,6 +26,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Preflight: what in this NB/SB (and live datapaths) would break established connections
+    /// (NAT rewriting internal traffic, flows a chassis cannot parse, zone identities at risk,
+    /// egress that moves with a VM, broken ACLs), each with the row, the reason and the fix.
+    Check(Box<check::CheckArgs>),
     /// The OVSDB server: serves the NB and SB databases (and any other) to ovn-nbctl,
     /// ovsdb-client, OVS's IDLs and holdfast's own components.
     Db(Box<db::DbArgs>),
@@ -79,6 +84,7 @@ fn main() -> std::process::ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     match cli.command {
+        Command::Check(args) => check::run(*args),
         Command::Db(args) => db::run(*args),
         Command::Controller(args) => controller::run(*args),
         Command::Datapath(args) => datapath::run(*args),
