@@ -29,6 +29,9 @@
 //!   live-migration` exits 1, as incident C did: the CMS adds no floating IP, the VM's egress
 //!   moves to hv2's node address with it, the external host resets what reaches it from there,
 //!   and the verdict names the broken download; the east-west stream is kept.
+//! - `snat_exemption_scenario_tells_incident_a`: `--scenario snat-exemption` exits 0: `holdfast
+//!   check` names the incident's row, etcd refuses the node's address, and each of the three
+//!   scoping forms gives etcd the pod's address, the outside the node's, and NodePort replies.
 //! - `bad_arguments_are_refused_by_name`, `two_runs_print_the_same_story`: an unknown scenario
 //!   or topology (the error lists both topologies), one port for both databases and too few
 //!   chassis are refused; two runs with one seed print the same story.
@@ -569,6 +572,53 @@ fn run_story(args: &[&str]) -> (Option<i32>, Vec<String>) {
         .map(str::to_string)
         .collect();
     (out.status.code(), lines)
+}
+
+#[test]
+fn snat_exemption_scenario_tells_incident_a() {
+    let (code, lines) = run_story(&["--scenario", "snat-exemption"]);
+    let out = lines.join("\n");
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some("story snat-exemption: ok"),
+        "{out}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("error[snat-internal]")
+            && l.contains("GR_node1")
+            && l.contains("10.129.0.9")),
+        "{out}"
+    );
+    assert!(
+        out.contains("etcd saw 10.6.158.12: refused"),
+        "the control case: {out}"
+    );
+    for form in ["exempted_ext_ips:", "allowed_ext_ips:", "match:"] {
+        let i = lines
+            .iter()
+            .position(|l| l.trim() == form)
+            .unwrap_or_else(|| panic!("no {form} section: {out}"));
+        let section = lines[i + 1..i + 4].join("\n");
+        assert!(
+            section.contains("etcd saw 10.129.0.9: complete, 262144 of 262144"),
+            "{section}"
+        );
+        assert!(
+            section.contains("outside saw 10.6.158.12: 262144 of 262144"),
+            "{section}"
+        );
+        assert!(
+            section.contains("complete, 262144 of 262144 bytes verified at the client"),
+            "{section}"
+        );
+    }
+    assert!(
+        out.contains(
+            "no snat-internal finding with exempted_ext_ips, allowed_ext_ips, match (3 of 3)"
+        ),
+        "{out}"
+    );
 }
 
 #[test]

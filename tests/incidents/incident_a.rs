@@ -8,7 +8,9 @@
 //!   sees the pod's own address and serves it; a service outside the host networks still sees
 //!   the node's address (the SNAT still works where it should); a NodePort-like load balancer
 //!   on the same router still answers (its replies cross the scoped SNAT).
-//! - The incident's row as it was: etcd sees the node's address and refuses the connection.
+//! - The incident's row as it was: etcd sees the node's address and refuses the connection,
+//!   and `holdfast check` (its core, `hf_check`) names the row as an error; on each scoped row
+//!   it finds nothing.
 
 use hf_sim::net::TcpRecord;
 use hf_sim::world::World;
@@ -17,6 +19,20 @@ use hf_sim::world::incident_a::{
 };
 
 const BYTES: u64 = 64 * 1024;
+
+/// `holdfast check`'s `snat-internal` findings on the world's NB and SB, and its error count.
+fn snat_findings(w: &World) -> (Vec<hf_check::Finding>, usize) {
+    let nb = w.nb_snapshot().expect("NB");
+    let sb = w.sb_snapshot().expect("SB");
+    let all = hf_check::check(&nb, &sb, &[], &hf_check::Options::default());
+    let (errors, _) = hf_check::counts(&all);
+    (
+        all.into_iter()
+            .filter(|f| f.code == hf_check::Code::SnatInternal)
+            .collect(),
+        errors,
+    )
+}
 
 fn summary(w: &World, c: &Conns) -> String {
     let mut out = String::new();
@@ -50,6 +66,9 @@ fn every_scoping_form_keeps_the_pods_address_to_etcd_and_the_nodes_address_outsi
         let mut w = incident_a::world(17, s);
         let c = incident_a::run(&mut w, BYTES);
         let sum = format!("scoping {}:\n{}", s.name(), summary(&w, &c));
+        // The preflight agrees: nothing to report.
+        let (found, errors) = snat_findings(&w);
+        assert!(found.is_empty() && errors == 0, "{}: {found:#?}", s.name());
         // etcd saw the pod and served it: every byte verified at etcd.
         complete(w.tcp_record(POD, &c.etcd), "pod -> etcd", &sum);
         let at_etcd = served(&w, ETCD);
@@ -95,6 +114,27 @@ fn control_the_incidents_row_rewrites_the_pod_to_the_node_and_etcd_refuses_it() 
     }
     let pod = w.tcp_record(POD, &c.etcd).expect("record");
     assert_eq!(pod.outcome, "reset", "{sum}");
+    // `holdfast check` would have caught it: one error, naming the row and the fix.
+    let (found, errors) = snat_findings(&w);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(errors >= 1);
+    let f = &found[0];
+    assert_eq!(f.severity, hf_check::Severity::Error);
+    assert_eq!(f.table, "NAT");
+    let row = w
+        .nb_snapshot()
+        .expect("NB")
+        .nat()
+        .values()
+        .find(|n| n.logical_ip == POD_IP)
+        .map(|n| n.uuid.to_string())
+        .expect("the row");
+    assert_eq!(f.row, row);
+    assert!(
+        f.message.contains(POD_IP) && f.message.contains("GR_node1"),
+        "{f:?}"
+    );
+    assert!(f.fix.contains("exempted_ext_ips"), "{f:?}");
     // The rest works as with the scoped rows: only the internal destination broke.
     complete(w.tcp_record(POD, &c.outside), "pod -> outside", &sum);
     complete(

@@ -6,14 +6,16 @@
 //! accepts the pod's own address only (mutual TLS), a NodePort client and a service outside
 //! the cluster's host networks.
 //!
-//! 1. `holdfast check` on the incident's NB and SB: the row is an error (`snat-internal`).
-//! 2. The row as it was: the pod's connection to etcd arrives from the node's address and is
+//! 1. The cluster with the incident's row.
+//! 2. `holdfast check` on its NB and SB (the core `hf_check` the command runs): the row is an
+//!    error (`snat-internal`), printed as the command prints it.
+//! 3. The row as it was: the pod's connection to etcd arrives from the node's address and is
 //!    refused, as in the incident.
-//! 3. The same cluster with the row scoped each of the three ways (`exempted_ext_ips`,
+//! 4. The same cluster with the row scoped each of the three ways (`exempted_ext_ips`,
 //!    `allowed_ext_ips`, the NAT `match`): etcd sees the pod's address and takes every byte,
 //!    the outside service still sees the node's address, and the NodePort's replies, which
 //!    cross the same router, still arrive.
-//! 4. `holdfast check` on each fixed NB and SB: clean.
+//! 5. `holdfast check` on each fixed NB and SB: no `snat-internal` finding.
 //!
 //! The story fails when any of that does not happen (also when the unscoped row does not
 //! break: the control must be able to fail).
@@ -26,6 +28,18 @@ use hf_sim::world::incident_a::{
 };
 
 use super::Verdict;
+
+/// `holdfast check`'s `snat-internal` findings on the world's NB and SB.
+fn snat_findings(w: &World) -> Result<Vec<hf_check::Finding>, String> {
+    let nb = w.nb_snapshot()?;
+    let sb = w.sb_snapshot()?;
+    Ok(
+        hf_check::check(&nb, &sb, &[], &hf_check::Options::default())
+            .into_iter()
+            .filter(|f| f.code == hf_check::Code::SnatInternal)
+            .collect(),
+    )
+}
 use crate::sandbox::Printer;
 
 /// Bytes of each connection.
@@ -93,9 +107,21 @@ pub fn story(seed: u64, p: Printer) -> Verdict {
         incident_a::NODE_PORT
     ));
     let mut failures: Vec<String> = Vec::new();
-    // The incident's row.
-    p.progress(2, "the row as the incident had it (no scoping)");
-    let (_w, r) = run(seed, Scoping::None);
+    // The incident's row, first through the preflight.
+    let (w, r) = run(seed, Scoping::None);
+    p.progress(2, "holdfast check on the incident's NB and SB");
+    match snat_findings(&w) {
+        Ok(found) if !found.is_empty() => {
+            for l in hf_check::render_text(&found).lines() {
+                if !l.is_empty() {
+                    p.result(&format!("  {l}"));
+                }
+            }
+        }
+        Ok(_) => failures.push("holdfast check did not find the incident's row".into()),
+        Err(e) => failures.push(format!("holdfast check could not read the databases: {e}")),
+    }
+    p.progress(3, "the row as the incident had it (no scoping)");
     let refused = !r.etcd.is_empty()
         && r.etcd
             .iter()
@@ -117,11 +143,21 @@ pub fn story(seed: u64, p: Printer) -> Verdict {
     }
     // The fixes.
     p.progress(
-        3,
-        "the same cluster with the row scoped each of the three ways",
+        4,
+        "the same cluster with the row scoped each of the three ways (then holdfast check)",
     );
+    let mut clean = Vec::new();
     for s in Scoping::SCOPED {
-        let (_w, r) = run(seed, s);
+        let (w, r) = run(seed, s);
+        match snat_findings(&w) {
+            Ok(found) if found.is_empty() => clean.push(s.name()),
+            Ok(found) => failures.push(format!(
+                "{}: holdfast check still reports the row: {}",
+                s.name(),
+                found[0].message
+            )),
+            Err(e) => failures.push(format!("holdfast check could not read the databases: {e}")),
+        }
         let etcd_ok = r.etcd.len() == 1
             && r.etcd[0].0 == POD_IP
             && r.etcd[0].1 == "complete"
@@ -162,7 +198,13 @@ pub fn story(seed: u64, p: Printer) -> Verdict {
             }
         }
     }
-    p.progress(4, "done");
+    p.progress(5, "holdfast check on the scoped rows");
+    p.result(&format!(
+        "  no snat-internal finding with {} ({} of {})",
+        clean.join(", "),
+        clean.len(),
+        Scoping::SCOPED.len()
+    ));
     if failures.is_empty() {
         Verdict::Ok
     } else {
