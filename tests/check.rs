@@ -354,6 +354,14 @@ fn findings_and_exit_statuses_under_holdfast() {
             .starts_with("port group pg_pods to-lport priority 1000 drop"),
         "{f:?}"
     );
+    // What holdfast northd did, read from its SB marks (`hf-acl-broken`), end to end.
+    assert!(
+        f[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("holdfast northd fails closed"),
+        "{f:?}"
+    );
     nb(&dbs, &["acl-del", "pg_pods"]);
 
     // A live datapath whose zone map gives zone 7 to two names (as its --zones-file says).
