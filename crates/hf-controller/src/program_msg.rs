@@ -267,6 +267,7 @@ pub fn program_msg(
             })
             .collect(),
         owner: t.spec.owner.0,
+        feature_level: None,
     };
     ProgramBuild { msg, skipped }
 }
@@ -286,4 +287,5 @@ pub fn same_content(a: &ProgramMsg, b: &ProgramMsg) -> bool {
         && a.switch_snat_zones == b.switch_snat_zones
         && a.dns == b.dns
         && a.owner == b.owner
+        && a.feature_level == b.feature_level
 }

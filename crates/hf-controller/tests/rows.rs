@@ -276,7 +276,7 @@ fn per_datapath_port_groups_resolve_per_datapath() {
 }
 
 #[test]
-fn flow_identity_comes_from_hf_flow_id_else_stage_hint_and_match() {
+fn flow_identity_comes_from_hf_flow_id_else_pipeline_stage_priority_and_match() {
     let mut d = Delta::default();
     d.datapath_binding = vec![RowDelta::Insert(dp(1, 1, "a", false))];
     let mut with_id = lflow(30, 1, "ip4", "drop;");
@@ -302,16 +302,23 @@ fn flow_identity_comes_from_hf_flow_id_else_stage_hint_and_match() {
         .expect("flow 31");
     assert_eq!(
         f31.id,
-        hf_pipeline::FlowId::derived("ls_in_test", Some("a0dfbb58"), "ip6")
+        hf_pipeline::FlowId::derived(
+            hf_expr::actions::Pipeline::Ingress,
+            "ls_in_test",
+            0,
+            10,
+            "ip6"
+        )
     );
     assert_eq!(f31.stage_hint.as_deref(), Some("a0dfbb58"));
-    // The identity does not involve the UUID: the same row under another UUID keeps it.
+    // An NB rebuild: another UUID and another stage-hint (the NB row's new UUID prefix); the
+    // identity stays.
     let mut d = Delta::default();
     d.datapath_binding = vec![RowDelta::Insert(dp(1, 1, "a", false))];
     let mut again = lflow(99, 1, "ip6", "drop;");
     again
         .external_ids
-        .insert("stage-hint".into(), "a0dfbb58".into());
+        .insert("stage-hint".into(), "77e1c0de".into());
     d.logical_flow = vec![RowDelta::Insert(again)];
     let t2 = translate(&snapshot(d), &TranslateOptions::default());
     assert_eq!(t2.spec.datapaths[0].flows[0].id, f31.id);
