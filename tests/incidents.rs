@@ -2,5 +2,7 @@
 //! (DESIGN "Workspace"). Each replays what broke in the field on holdfast, shows holdfast
 //! keeps the connections, and shows the naive design breaking in the same world.
 
+#[path = "incidents/incident_b.rs"]
+mod incident_b;
 #[path = "incidents/incident_c.rs"]
 mod incident_c;

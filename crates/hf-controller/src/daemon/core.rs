@@ -269,6 +269,8 @@ pub struct Controller {
     flushing: BTreeSet<String>,
     empty_since: Option<Duration>,
     lastgood: LastGood,
+    /// Sets kept for last good versions (logged when they change).
+    kept_sets: Vec<String>,
     installed_nb_cfg: Option<i64>,
     /// Parsed flows and whole datapaths of the last translation, reused when unchanged.
     translate_cache: TranslateCache,
@@ -377,6 +379,7 @@ impl Controller {
             flushing: BTreeSet::new(),
             empty_since: None,
             lastgood: LastGood::default(),
+            kept_sets: Vec::new(),
             installed_nb_cfg: None,
             translate_cache: TranslateCache::default(),
             diagnostics: Vec::new(),
@@ -1238,6 +1241,19 @@ impl Controller {
         }
         let mut msg = build.msg;
         msg.feature_level = Some(self.tuning.feature_level.name().to_string());
+        if let Some(r) = &self.running {
+            let kept = super::lastgood::keep_sets(r, &mut msg);
+            if !kept.is_empty() && self.kept_sets != kept {
+                self.say(
+                    Level::Warn,
+                    format!(
+                        "set(s) {} gone from SB but named by last good flow versions: kept as they were",
+                        kept.join(", ")
+                    ),
+                );
+            }
+            self.kept_sets = kept;
+        }
         self.note_ports(&msg);
         // A view without any datapath while the datapath forwards for local ports: hold it.
         let running_dps = self

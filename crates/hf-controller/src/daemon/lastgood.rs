@@ -271,6 +271,54 @@ impl LastGood {
     }
 }
 
+/// Whether `text` names set `name` with `sigil` (`@pg`, `$as`), as a whole name.
+fn names_set(text: &str, sigil: char, name: &str) -> bool {
+    let pat = format!("{sigil}{name}");
+    text.match_indices(&pat).any(|(i, _)| {
+        text[i + pat.len()..]
+            .chars()
+            .next()
+            .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+    })
+}
+
+/// Port groups and address sets the running program has, the new one lacks, and a last good
+/// text of the new one names: copied into `next` (a last good version runs with the sets it
+/// ran with; without them it would not compile). Returns their names (`@pg`, `$as`).
+pub fn keep_sets(running: &ProgramMsg, next: &mut ProgramMsg) -> Vec<String> {
+    let needs = |sigil: char, name: &str| {
+        next.datapaths.iter().any(|d| {
+            d.flows.iter().any(|f| {
+                f.last_good
+                    .as_ref()
+                    .is_some_and(|(m, a)| names_set(m, sigil, name) || names_set(a, sigil, name))
+            })
+        })
+    };
+    let pgs: Vec<(String, Vec<String>)> = running
+        .port_groups
+        .iter()
+        .filter(|(n, _)| !next.port_groups.contains_key(*n) && needs('@', n))
+        .map(|(n, v)| (n.clone(), v.clone()))
+        .collect();
+    let sets: Vec<(String, Vec<String>)> = running
+        .address_sets
+        .iter()
+        .filter(|(n, _)| !next.address_sets.contains_key(*n) && needs('$', n))
+        .map(|(n, v)| (n.clone(), v.clone()))
+        .collect();
+    let mut kept = Vec::new();
+    for (n, v) in pgs {
+        kept.push(format!("@{n}"));
+        next.port_groups.insert(n, v);
+    }
+    for (n, v) in sets {
+        kept.push(format!("${n}"));
+        next.address_sets.insert(n, v);
+    }
+    kept
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,5 +434,23 @@ mod tests {
         seeded.seed(&p);
         assert_eq!(seeded.last_good("ls1", "x"), None);
         assert_eq!(seeded.last_good("ls1", "y"), Some(("1", "next;")));
+    }
+
+    #[test]
+    fn sets_a_last_good_text_names_are_kept() {
+        let mut running = program(&[("ls1", &[("a", "next;")])]);
+        running.port_groups.insert("pg_web".into(), vec!["web1".into()]);
+        running.port_groups.insert("pg_other".into(), vec!["x".into()]);
+        running.port_groups.insert("pg_web2".into(), vec!["y".into()]);
+        let mut next = program(&[("ls1", &[("a", "next;")])]);
+        next.datapaths[0].flows[0].last_good =
+            Some(("outport == @pg_web && ip4".into(), "next;".into()));
+        next.port_groups.insert("1_pg_web".into(), vec!["web1".into()]);
+        let kept = keep_sets(&running, &mut next);
+        // `@pg_web` is named (whole name: not `pg_web2`); `pg_other` is named by nothing.
+        assert_eq!(kept, vec!["@pg_web".to_string()]);
+        assert_eq!(next.port_groups["pg_web"], vec!["web1".to_string()]);
+        assert!(!next.port_groups.contains_key("pg_other"));
+        assert!(!next.port_groups.contains_key("pg_web2"));
     }
 }
