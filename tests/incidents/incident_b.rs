@@ -63,7 +63,7 @@ fn assert_clean_upgrade(w: &mut World, steps: &[Step], log: &[String], streams: 
         assert_eq!(s.resets(), 0, "{report}");
         assert_eq!(s.retransmitted(), 0, "{report}");
     }
-    let bad: Vec<&String> = log.iter().filter(|l| l.contains("flow error")).collect();
+    let bad: Vec<&String> = log.iter().filter(|l| l.contains("flow error:")).collect();
     assert!(bad.is_empty(), "flow errors logged:\n{bad:#?}\n{report}");
     // The last step is on hf-2 everywhere: the upgrade did happen.
     let last = steps.last().expect("steps");
@@ -147,6 +147,15 @@ fn forced_newer_form_runs_on_last_good_versions_and_says_so_once() {
         .map(|s| s.line())
         .collect::<Vec<_>>()
         .join("\n");
+    let status = w
+        .chassis_by_name("hv1")
+        .and_then(|c| c.controller())
+        .map(|c| c.status())
+        .unwrap_or_default();
+    assert!(
+        status.contains("Datapaths held at their last good flows: ls1"),
+        "{status}"
+    );
     for s in [&forced, &later] {
         for c in CHASSIS {
             let e = &s.errors[c];
@@ -187,10 +196,19 @@ fn forced_newer_form_runs_on_last_good_versions_and_says_so_once() {
             .count();
         assert!(!lines.is_empty(), "{c}: no flow error logged");
         assert_eq!(lines.len(), causes, "{c}: {lines:#?}");
+        // The newer form restructures the ACL stages (new flows with no older version), so
+        // the switch is held whole at the flows it ran.
         assert!(
             lines.iter().all(|l| l.contains(" flow(s) (first: flow ")
-                && l.contains("running the last good version")),
+                && l.contains("its datapath runs its last good flows (held)")),
             "{lines:#?}"
+        );
+        assert_eq!(
+            later.errors[c]
+                .reported
+                .get("holdfast-flow-errors-held-datapaths")
+                .map(String::as_str),
+            Some("1")
         );
     }
     // Among the causes, incident B's constructs.

@@ -268,6 +268,7 @@ pub fn program_msg(
             .collect(),
         owner: t.spec.owner.0,
         feature_level: None,
+        no_last_good: false,
     };
     ProgramBuild { msg, skipped }
 }
@@ -288,4 +289,5 @@ pub fn same_content(a: &ProgramMsg, b: &ProgramMsg) -> bool {
         && a.dns == b.dns
         && a.owner == b.owner
         && a.feature_level == b.feature_level
+        && a.no_last_good == b.no_last_good
 }

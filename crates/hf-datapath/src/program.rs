@@ -331,6 +331,20 @@ impl SpecCache {
         prev: Option<&Program>,
         changed: &[&str],
     ) -> Result<(Program, Vec<FlowErrorMsg>), String> {
+        self.compile_holding(msg, built, prev, None, changed)
+            .map(|c| (c.program, c.errors))
+    }
+
+    /// [`SpecCache::compile`] that may hold datapaths at the flows they ran in `prev_msg`
+    /// (the message `prev` was compiled from; see [`Compiled::held`]).
+    pub fn compile_holding(
+        &mut self,
+        msg: &ProgramMsg,
+        built: CachedSpec,
+        prev: Option<&Program>,
+        prev_msg: Option<&ProgramMsg>,
+        changed: &[&str],
+    ) -> Result<Compiled, String> {
         let mut names: Vec<String> = changed.iter().map(|s| s.to_string()).collect();
         if let Some(c) = built.changed() {
             names.extend(c.into_iter().map(str::to_string));
@@ -342,8 +356,13 @@ impl SpecCache {
             errors,
             meta,
         } = built.built;
-        let (prog, reported, spec, swapped) =
-            compile_built(msg, spec, origins, errors, prev, &refs)?;
+        let CompileOutcome {
+            prog,
+            reported,
+            spec,
+            swapped,
+            held,
+        } = compile_built(msg, spec, origins, errors, prev, prev_msg, &refs)?;
         for ((d, (_, m)), di) in spec.datapaths.into_iter().zip(meta).zip(0..) {
             if swapped.contains(&di) {
                 continue;
@@ -360,8 +379,41 @@ impl SpecCache {
         }
         self.valid = true;
         self.level = Some(msg.feature_level.clone());
-        Ok((prog, reported))
+        Ok(Compiled {
+            program: prog,
+            errors: reported,
+            held,
+        })
     }
+}
+
+/// A compiled program with its flow errors and the datapaths held at what they ran before.
+#[derive(Debug)]
+pub struct Compiled {
+    /// The program.
+    pub program: Program,
+    /// Every flow error.
+    pub errors: Vec<FlowErrorMsg>,
+    /// Datapaths held at the flows they ran in the previous message: the caller keeps those
+    /// flows (not the new message's) as what runs, so the next hold and a restarted
+    /// controller's hello see them.
+    pub held: Vec<String>,
+}
+
+/// [`compile_cached`] that may hold a datapath at the flows it ran in `prev_msg` (the
+/// message `prev` was compiled from): when some flow of the datapath has no version that
+/// compiles (its text and its last good text fail), the whole datapath keeps running what
+/// it ran, and its errors are reported with `held: true`.
+pub fn compile_cached_holding(
+    msg: &ProgramMsg,
+    local: &BTreeMap<String, u32>,
+    prev: Option<&Program>,
+    prev_msg: Option<&ProgramMsg>,
+    cache: &mut SpecCache,
+    changed: &[&str],
+) -> Result<Compiled, String> {
+    let built = cache.build(msg, local)?;
+    cache.compile_holding(msg, built, prev, prev_msg, changed)
 }
 
 /// [`compile_changed`] through `cache`: unchanged datapaths are not parsed again, and the
@@ -503,6 +555,7 @@ fn build_spec(
                     let mut used = Used::Primary;
                     if let Some(err) = fs.parse_error.clone()
                         && let Some((m, a)) = &f.last_good
+                        && !msg.no_last_good
                     {
                         let lg = flow_spec(f, (m, a), level);
                         if lg.parse_error.is_none() {
@@ -512,6 +565,7 @@ fn build_spec(
                                 reason: format!("syntax: {err}"),
                                 kept_last_good: true,
                                 failed_closed: false,
+                                held: false,
                             });
                             fs = lg;
                             used = Used::LastGood;
@@ -627,6 +681,7 @@ fn error_msg(e: &FlowError, kept: bool) -> FlowErrorMsg {
         reason: format!("{}: {}", e.kind, e.message),
         kept_last_good: kept,
         failed_closed: false,
+        held: false,
     }
 }
 
@@ -665,39 +720,78 @@ pub fn compile_changed(
     changed: &[&str],
 ) -> Result<(Program, Vec<FlowErrorMsg>), String> {
     let b = build_spec(msg, local, None)?;
-    compile_built(msg, b.spec, b.origins, b.errors, prev, changed).map(|(p, e, _, _)| (p, e))
+    compile_built(msg, b.spec, b.origins, b.errors, prev, None, changed)
+        .map(|o| (o.prog, o.reported))
 }
 
-/// The compile step: returns the program, every error, the spec it compiled and the indexes
-/// of the datapaths whose flows were swapped for their last good text after a compile error.
+/// What [`compile_built`] returns besides the program and the errors.
+struct CompileOutcome {
+    prog: Program,
+    reported: Vec<FlowErrorMsg>,
+    spec: ProgramSpec,
+    /// Datapaths (indexes) whose spec flows are not the message's parse: not to be cached.
+    swapped: BTreeSet<usize>,
+    /// Datapaths (names) held at the flows they ran before.
+    held: Vec<String>,
+}
+
+/// One message flow's spec as it ran: its text, else its last good text when that parses.
+fn ran_spec(f: &FlowMsg, level: Option<&LevelCheck>) -> FlowSpec {
+    let fs = flow_spec(f, (&f.matches, &f.actions), level);
+    if fs.parse_error.is_some()
+        && let Some((m, a)) = &f.last_good
+    {
+        let lg = flow_spec(f, (m, a), level);
+        if lg.parse_error.is_none() {
+            return lg;
+        }
+    }
+    fs
+}
+
+/// The compile step: per-flow last good versions for flows that fail, then datapaths held at
+/// what they ran before (`prev_msg`) where a flow still has no version, then fail-closed
+/// drops for security flows with no version in datapaths that cannot be held.
 fn compile_built(
     msg: &ProgramMsg,
     mut spec: ProgramSpec,
     origins: Origins,
     mut reported: Vec<FlowErrorMsg>,
     prev: Option<&Program>,
+    prev_msg: Option<&ProgramMsg>,
     changed: &[&str],
-) -> Result<(Program, Vec<FlowErrorMsg>, ProgramSpec, BTreeSet<usize>), String> {
-    let run = |spec: &ProgramSpec| match prev {
-        Some(p) => p.recompile(spec, changed),
-        None => Program::compile(spec),
-    };
+) -> Result<CompileOutcome, String> {
     let level = level_of(msg)?;
-    let (mut prog, errs) = run(&spec).map_err(|e| e.to_string())?;
+    let (mut prog, errs) = match prev {
+        Some(p) => p.recompile(&spec, changed),
+        None => Program::compile(&spec),
+    }
+    .map_err(|e| e.to_string())?;
     // Flows whose primary text failed to compile and that have a last good version.
     let mut retry = Vec::new();
     for e in &errs {
         if let Some((di, fi)) = locate(&spec, e)
             && let Some(&(mi, Used::Primary)) = origins.get(&(di, fi))
             && let Some(lg) = &msg.datapaths[di].flows[mi].last_good
+            && !msg.no_last_good
         {
             retry.push((di, fi, mi, lg.clone(), e.clone()));
         }
     }
+    // Every datapath whose spec is swapped below is compiled again, cached or not.
+    let mut dps = BTreeSet::new();
+    let run = |spec: &ProgramSpec, dps: &BTreeSet<usize>| {
+        let mut names: Vec<&str> = changed.to_vec();
+        names.extend(dps.iter().map(|&di| spec.datapaths[di].name.as_str()));
+        match prev {
+            Some(p) => p.recompile(spec, &names),
+            None => Program::compile(spec),
+        }
+        .map_err(|e| e.to_string())
+    };
     // Every error, with the spec flow it leaves without a running version (None: a version
     // runs, or the flow is not found).
     let mut outcome: Vec<(Option<(usize, usize)>, FlowErrorMsg)> = Vec::new();
-    let mut dps = BTreeSet::new();
     if retry.is_empty() {
         outcome.extend(errs.iter().map(|e| (locate(&spec, e), error_msg(e, false))));
     } else {
@@ -706,8 +800,9 @@ fn compile_built(
             let f = &msg.datapaths[di].flows[mi];
             spec.datapaths[di].flows[fi] = flow_spec(f, (&m, &a), level.as_ref());
             swapped.insert((di, fi), e);
+            dps.insert(di);
         }
-        let (p2, errs2) = run(&spec).map_err(|e| e.to_string())?;
+        let (p2, errs2) = run(&spec, &dps)?;
         prog = p2;
         let still_bad: BTreeSet<(usize, usize)> =
             errs2.iter().filter_map(|e| locate(&spec, e)).collect();
@@ -722,30 +817,57 @@ fn compile_built(
                 pos => outcome.push((pos, error_msg(e, false))),
             }
         }
-        dps.extend(swapped.keys().map(|(di, _)| *di));
     }
-    // Security flows that run no version of themselves fail closed.
-    let closing: BTreeSet<(usize, usize)> = outcome
+    // Flows with no running version, by datapath.
+    let no_version: BTreeSet<(usize, usize)> = outcome
         .iter()
         .filter(|(_, m)| !m.kept_last_good)
         .filter_map(|(pos, _)| *pos)
+        .collect();
+    // A datapath that ran before is held at what it ran (mixing two pipeline designs, the
+    // parsable flows of the new one and the old one's last good versions, is not sound).
+    let mut held: BTreeSet<usize> = BTreeSet::new();
+    if !msg.no_last_good
+        && let Some(old) = prev_msg
+    {
+        for &(di, _) in &no_version {
+            let name = &spec.datapaths[di].name;
+            if let Some(od) = old.datapaths.iter().find(|d| &d.name == name)
+                && held.insert(di)
+            {
+                let old_level = level_of(old).ok().flatten();
+                // The flows as they ran: at this program's level when it has one.
+                let lvl = level.as_ref().or(old_level.as_ref());
+                spec.datapaths[di].flows = od.flows.iter().map(|f| ran_spec(f, lvl)).collect();
+                dps.insert(di);
+            }
+        }
+    }
+    // Security flows with no version, in datapaths not held, fail closed.
+    let closing: BTreeSet<(usize, usize)> = no_version
+        .iter()
+        .filter(|(di, _)| !held.contains(di))
         .filter(|pos| {
             origins
                 .get(pos)
                 .is_some_and(|&(mi, _)| is_security_stage(&msg.datapaths[pos.0].flows[mi].stage))
         })
+        .copied()
         .collect();
-    if !closing.is_empty() {
-        for &(di, fi) in &closing {
-            if let Some(&(mi, _)) = origins.get(&(di, fi)) {
-                spec.datapaths[di].flows[fi] = fail_closed_spec(&msg.datapaths[di].flows[mi]);
-                dps.insert(di);
-            }
+    for &(di, fi) in &closing {
+        if let Some(&(mi, _)) = origins.get(&(di, fi)) {
+            spec.datapaths[di].flows[fi] = fail_closed_spec(&msg.datapaths[di].flows[mi]);
+            dps.insert(di);
         }
-        let (p3, errs3) = run(&spec).map_err(|e| e.to_string())?;
+    }
+    if !closing.is_empty() || !held.is_empty() {
+        let (p3, errs3) = run(&spec, &dps)?;
         prog = p3;
-        let bad: BTreeSet<(usize, usize)> =
-            errs3.iter().filter_map(|e| locate(&spec, e)).collect();
+        let bad: BTreeSet<(usize, usize)> = errs3
+            .iter()
+            .filter_map(|e| locate(&spec, e))
+            .filter(|(di, _)| !held.contains(di))
+            .collect();
         for (pos, m) in &mut outcome {
             if let Some(p) = pos
                 && closing.contains(p)
@@ -755,8 +877,29 @@ fn compile_built(
             }
         }
     }
+    let held_names: Vec<String> = held
+        .iter()
+        .map(|&di| spec.datapaths[di].name.clone())
+        .collect();
+    // Every error of a held datapath: its previous flows run.
+    for e in reported
+        .iter_mut()
+        .chain(outcome.iter_mut().map(|(_, m)| m))
+    {
+        if held_names.contains(&e.datapath) {
+            e.held = true;
+            e.kept_last_good = true;
+            e.failed_closed = false;
+        }
+    }
     reported.extend(outcome.into_iter().map(|(_, m)| m));
-    Ok((prog, reported, spec, dps))
+    Ok(CompileOutcome {
+        prog,
+        reported,
+        spec,
+        swapped: dps,
+        held: held_names,
+    })
 }
 
 #[cfg(test)]

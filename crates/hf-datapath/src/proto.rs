@@ -194,6 +194,10 @@ pub struct FlowErrorMsg {
     /// [`crate::program::is_security_stage`]): `drop;` over `1` runs at its table and priority
     /// instead (fail closed). False when the flow is simply left out.
     pub failed_closed: bool,
+    /// Its datapath is held at the flows it ran before this program (some flow of it has no
+    /// version that compiles, and the datapath had run one): none of the program's flows of
+    /// that datapath run, the previous ones do (`kept_last_good` is true).
+    pub held: bool,
 }
 
 /// Datapath counters.
@@ -274,6 +278,11 @@ pub struct ProgramMsg {
     /// it is, for this program, a flow that does not parse: the same fallback to its last good
     /// version and the same report (DESIGN "The control-plane/data-plane contract").
     pub feature_level: Option<String>,
+    /// A test hook (a naive controller that keeps no last good versions): flows do not fall
+    /// back to their `last_good` text, and no datapath is held at the flows it ran before
+    /// (normally false: a datapath with a flow that has no version that compiles keeps the
+    /// flows it ran before, see `crate::program`).
+    pub no_last_good: bool,
 }
 
 /// A local port in a live migration (`requested-chassis="src,dst"`): this chassis is its

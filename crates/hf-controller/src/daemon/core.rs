@@ -694,6 +694,13 @@ impl Controller {
                 self.lastgood.instead_summary(c)
             ));
         }
+        let held = self.lastgood.held_datapaths();
+        if !held.is_empty() {
+            s.push_str(&format!(
+                "Datapaths held at their last good flows: {}\n",
+                held.into_iter().collect::<Vec<_>>().join(", ")
+            ));
+        }
         let amb = self.lastgood.ambiguous();
         if !amb.is_empty() {
             s.push_str(&format!(
@@ -1241,6 +1248,7 @@ impl Controller {
         }
         let mut msg = build.msg;
         msg.feature_level = Some(self.tuning.feature_level.name().to_string());
+        msg.no_last_good = !self.tuning.keep_last_good;
         if let Some(r) = &self.running {
             let kept = super::lastgood::keep_sets(r, &mut msg);
             if !kept.is_empty() && self.kept_sets != kept {

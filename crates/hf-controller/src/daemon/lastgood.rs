@@ -15,7 +15,9 @@
 //! (`holdfast-flow-errors=<flows>`, at most [`MAX_REPORTED`]
 //! `holdfast-flow-error-N=<cause> (<n> flows)`, and how many of the flows run their last good
 //! version, `holdfast-flow-errors-last-good=<n>`, and how many failed closed,
-//! `holdfast-flow-errors-failed-closed=<n>`, each only when not zero).
+//! `holdfast-flow-errors-failed-closed=<n>`, and how many datapaths are held at their last
+//! good flows, `holdfast-flow-errors-held-datapaths=<n>`, each only when not zero). A held
+//! datapath's last good versions are not updated from the program that failed in it.
 //!
 //! Identities that several flows of one datapath share (flows without `hf-flow-id` that
 //! cannot be told apart, see `docs/flow-identity.md`) get no last good version: such an
@@ -45,12 +47,16 @@ pub struct FlowErrorEntry {
     pub kept_last_good: bool,
     /// No version of it runs; it is a security flow and `drop;` runs in its place.
     pub failed_closed: bool,
+    /// Its datapath is held at the flows it ran before (see `hf_datapath::program`).
+    pub held: bool,
 }
 
 impl FlowErrorEntry {
     /// What runs instead, as operators read it.
     pub fn instead(&self) -> &'static str {
-        if self.kept_last_good {
+        if self.held {
+            "its datapath runs its last good flows (held)"
+        } else if self.kept_last_good {
             "running the last good version"
         } else if self.failed_closed {
             "no good version known, failed closed (drop)"
@@ -124,10 +130,19 @@ impl LastGood {
         self.good
             .retain(|name, _| datapaths.contains(name.as_str()));
         self.ambiguous.clear();
+        // Held datapaths run what they ran: their last good versions stay as they are.
+        let held: BTreeSet<&str> = errors
+            .iter()
+            .filter(|e| e.held)
+            .map(|e| e.datapath.as_str())
+            .collect();
         for d in &p.datapaths {
             let shared = shared_ids(&d.flows);
             self.ambiguous
                 .extend(shared.iter().map(|id| (d.name.clone(), id.to_string())));
+            if held.contains(d.name.as_str()) {
+                continue;
+            }
             let good = self.good.entry(d.name.clone()).or_default();
             // Forget flows that left the datapath, and identities several flows share.
             let ids: BTreeSet<&str> = d.flows.iter().map(|f| f.id.as_str()).collect();
@@ -159,6 +174,7 @@ impl LastGood {
                         reason: e.reason.clone(),
                         kept_last_good: e.kept_last_good,
                         failed_closed: e.failed_closed,
+                        held: e.held,
                     },
                 )
             })
@@ -232,6 +248,15 @@ impl LastGood {
         self.errors.values().filter(|e| e.failed_closed).count()
     }
 
+    /// Datapaths held at their last good flows.
+    pub fn held_datapaths(&self) -> BTreeSet<&str> {
+        self.errors
+            .values()
+            .filter(|e| e.held)
+            .map(|e| e.datapath.as_str())
+            .collect()
+    }
+
     /// Identities several flows of one datapath share in the last program (no last good
     /// version is kept for them): (datapath, identity).
     pub fn ambiguous(&self) -> &BTreeSet<(String, String)> {
@@ -262,6 +287,7 @@ impl LastGood {
         for (key, n) in [
             ("holdfast-flow-errors-last-good", self.kept_count()),
             ("holdfast-flow-errors-failed-closed", self.failed_closed_count()),
+            ("holdfast-flow-errors-held-datapaths", self.held_datapaths().len()),
         ] {
             if n > 0 {
                 m.insert(key.to_string(), n.to_string());
@@ -353,6 +379,7 @@ mod tests {
             reason: "bad action".to_string(),
             kept_last_good: true,
             failed_closed: false,
+            held: false,
         }
     }
 
