@@ -51,15 +51,16 @@ fn acl(pg: &str, label: &str, direction: &str, priority: i64, m: &str, action: &
     ]
 }
 
-/// The NB: the switch, the three ports, the two port groups and their ACLs.
+/// The NB ports: the switch and the three ports (the security group comes after them,
+/// [`security_group`]).
 pub fn topology() -> Vec<Txn> {
-    let mut ports: Txn = Vec::new();
+    let mut t = vec![nb::switch("ls1")];
     for (name, mac, ip, chassis) in [
         (SERVER, "00:00:00:00:01:01", "10.0.1.10", "hv1"),
         (CLIENTS[0], "00:00:00:00:01:02", "10.0.1.20", "hv2"),
         (CLIENTS[1], "00:00:00:00:01:03", "10.0.1.30", "hv3"),
     ] {
-        ports.extend(nb::port(
+        t.push(nb::port(
             "ls1",
             name,
             &format!("{mac} {ip}"),
@@ -70,54 +71,82 @@ pub fn topology() -> Vec<Txn> {
             },
         ));
     }
-    ports.push(json!({"op": "insert", "table": "Port_Group", "row": {"name": "pg_web",
-        "ports": ["set", [["named-uuid", "lsp_web1"]]]}}));
-    ports.push(json!({"op": "insert", "table": "Port_Group", "row": {"name": "pg_clients",
-        "ports": ["set", [["named-uuid", "lsp_client1"], ["named-uuid", "lsp_client2"]]]}}));
-    vec![
-        nb::switch("ls1"),
-        ports,
-        acl(
+    t
+}
+
+/// A Neutron-style security group over existing switch ports: port groups `pg_web`
+/// (`server`) and `pg_clients` (`clients`) and their ACLs. `pg_web` admits TCP to [`PORT`]
+/// from `$pg_clients_ip4` (allow-related) and drops every other IPv4 packet to it, its egress
+/// allowed (allow-related); `pg_clients` may send anything (allow-related) and receives only
+/// what is related. One transaction. Errors name a port NB does not have.
+pub fn security_group(
+    nb: &hf_model::NbSnapshot,
+    server: &str,
+    clients: &[&str],
+) -> Result<Txn, String> {
+    let uuid = |name: &str| {
+        nb.logical_switch_port()
+            .values()
+            .find(|p| p.name == name)
+            .map(|p| json!(["uuid", p.uuid.to_string()]))
+            .ok_or_else(|| format!("security group: NB has no switch port named {name:?}"))
+    };
+    let web = vec![uuid(server)?];
+    let cl = clients
+        .iter()
+        .map(|c| uuid(c))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut t: Txn = vec![
+        json!({"op": "insert", "table": "Port_Group", "row": {"name": "pg_web",
+            "ports": ["set", web]}}),
+        json!({"op": "insert", "table": "Port_Group", "row": {"name": "pg_clients",
+            "ports": ["set", cl]}}),
+    ];
+    for (pg, label, dir, prio, m, action) in [
+        (
             "pg_web",
             "acl_web_in",
             "to-lport",
             1002,
-            &format!("outport == @pg_web && ip4 && ip4.src == $pg_clients_ip4 && tcp.dst == {PORT}"),
+            format!("outport == @pg_web && ip4 && ip4.src == $pg_clients_ip4 && tcp.dst == {PORT}"),
             "allow-related",
         ),
-        acl(
+        (
             "pg_web",
             "acl_web_drop",
             "to-lport",
             1001,
-            "outport == @pg_web && ip4",
+            "outport == @pg_web && ip4".to_string(),
             "drop",
         ),
-        acl(
+        (
             "pg_web",
             "acl_web_out",
             "from-lport",
             1002,
-            "inport == @pg_web && ip4",
+            "inport == @pg_web && ip4".to_string(),
             "allow-related",
         ),
-        acl(
+        (
             "pg_clients",
             "acl_clients_out",
             "from-lport",
             1002,
-            "inport == @pg_clients && ip4",
+            "inport == @pg_clients && ip4".to_string(),
             "allow-related",
         ),
-        acl(
+        (
             "pg_clients",
             "acl_clients_drop",
             "to-lport",
             1001,
-            "outport == @pg_clients && ip4",
+            "outport == @pg_clients && ip4".to_string(),
             "drop",
         ),
-    ]
+    ] {
+        t.extend(acl(pg, label, dir, prio, &m, action));
+    }
+    Ok(t)
 }
 
 /// `NB_Global options:ignore_chassis_features` set to `on` (`true`) or removed.
@@ -154,6 +183,8 @@ pub fn world(seed: u64) -> World {
             .expect("chassis");
     }
     w.nb_all(topology()).expect("NB");
+    let sg = security_group(&w.nb_snapshot().expect("NB"), SERVER, &CLIENTS).expect("ports");
+    w.nb(sg).expect("NB");
     let ok = w.run_until(|w| w.ports_ready(), Duration::from_secs(30));
     assert!(ok, "not ready; log:\n{}", w.take_log().join("\n"));
     w.run_for(Duration::from_millis(200));
