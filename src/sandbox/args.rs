@@ -20,6 +20,12 @@ pub enum Scenario {
     /// connection keeps going; on ovnk-l2 its egress is SNATed to the node's address and the
     /// download breaks (the story fails, as incident C did).
     LiveMigration,
+    /// Incident B: the controllers start at feature level hf-1, a security group (stateful
+    /// ACLs on port groups) guards TCP streams across chassis; the newer SB form is forced
+    /// (ignore_chassis_features) and taken back, then every controller is upgraded to hf-2 one
+    /// by one and northd restarted. Fails on a reset, a retransmission, an unverified byte, a
+    /// parse error during the upgrade, or an SB form change before every chassis has hf-2.
+    Upgrade,
 }
 
 impl Scenario {
@@ -30,6 +36,7 @@ impl Scenario {
             Scenario::Restarts => "restarts",
             Scenario::Rebuild => "rebuild",
             Scenario::LiveMigration => "live-migration",
+            Scenario::Upgrade => "upgrade",
         }
     }
 }
@@ -86,6 +93,12 @@ Scenarios (--scenario NAME):
             on a reset, a retransmission timeout, a stall of 50 ms or more, an unverified byte
             or a changed address (on --topology ovnk-l2 it fails by design: the download breaks
             when the VM's egress moves to the new node's address)
+  upgrade   incident B: controllers start at feature level hf-1; TCP streams through a
+            security group (stateful ACLs on port groups); the newer SB form forced with
+            ignore_chassis_features (hf-1 controllers keep their last good flows) and taken
+            back; then every controller upgraded to hf-2 one by one and northd restarted;
+            a report line per step (advertised levels, SB form, parse errors, resets,
+            retransmissions)
 
 Topologies (--topology NAME):
   default   ls1 and ls2 behind the distributed router lr0; SNAT to 172.16.0.100 on the
