@@ -635,7 +635,12 @@ fn parse_problems(log: &str) -> Vec<String> {
 
 /// `Chassis_Private.external_ids` of `name`, as `ovn-sbctl` prints the map.
 fn private_ids(sb: &str, name: &str) -> String {
-    find(sb, "Chassis_Private", "external_ids", &format!("name={name}"))
+    find(
+        sb,
+        "Chassis_Private",
+        "external_ids",
+        &format!("name={name}"),
+    )
 }
 
 /// Incident B with real OVN: a real ovn-controller 23.03 (hv1) and a holdfast controller at
@@ -660,8 +665,17 @@ fn real_and_hf1_controllers_under_holdfast_northd() {
     ] {
         let addr = format!("{mac} {ip}");
         nbctl(&[
-            "lsp-add", "ls0", p, "--", "lsp-set-addresses", p, &addr, "--",
-            "lsp-set-port-security", p, &addr,
+            "lsp-add",
+            "ls0",
+            p,
+            "--",
+            "lsp-set-addresses",
+            p,
+            &addr,
+            "--",
+            "lsp-set-port-security",
+            p,
+            &addr,
         ]);
     }
     nbctl(&["pg-add", "pg_web", "vm1"]);
@@ -674,10 +688,34 @@ fn real_and_hf1_controllers_under_holdfast_northd() {
             "outport == @pg_web && ip4 && ip4.src == $pg_clients_ip4 && tcp.dst == 5201",
             "allow-related",
         ),
-        ("pg_web", "to-lport", "1001", "outport == @pg_web && ip4", "drop"),
-        ("pg_web", "from-lport", "1002", "inport == @pg_web && ip4", "allow-related"),
-        ("pg_clients", "from-lport", "1002", "inport == @pg_clients && ip4", "allow-related"),
-        ("pg_clients", "to-lport", "1001", "outport == @pg_clients && ip4", "drop"),
+        (
+            "pg_web",
+            "to-lport",
+            "1001",
+            "outport == @pg_web && ip4",
+            "drop",
+        ),
+        (
+            "pg_web",
+            "from-lport",
+            "1002",
+            "inport == @pg_web && ip4",
+            "allow-related",
+        ),
+        (
+            "pg_clients",
+            "from-lport",
+            "1002",
+            "inport == @pg_clients && ip4",
+            "allow-related",
+        ),
+        (
+            "pg_clients",
+            "to-lport",
+            "1001",
+            "outport == @pg_clients && ip4",
+            "drop",
+        ),
     ] {
         nbctl(&["acl-add", pg, dir_, prio, m, action]);
     }
@@ -692,10 +730,16 @@ fn real_and_hf1_controllers_under_holdfast_northd() {
             .arg("--chassis=hv2")
             .arg("--encap-ip=127.0.0.1")
             .arg("--geneve-port=0")
-            .arg(format!("--control=punix:{}", hf_dir.join("dp.sock").display()))
+            .arg(format!(
+                "--control=punix:{}",
+                hf_dir.join("dp.sock").display()
+            ))
             .arg("--port=vm2,0a:00:00:00:00:02")
             .arg("--port=vm3,0a:00:00:00:00:03")
-            .arg(format!("--zones-file={}", hf_dir.join("hv2.zones").display())),
+            .arg(format!(
+                "--zones-file={}",
+                hf_dir.join("hv2.zones").display()
+            )),
     );
     let _dp = fixture::PidDaemon {
         pidfile: hf_dir.join("dp.pid"),
@@ -708,7 +752,10 @@ fn real_and_hf1_controllers_under_holdfast_northd() {
             .arg("--system-id=hv2")
             .arg("--encap-ip=127.0.0.1")
             .arg("--feature-level=hf-1")
-            .arg(format!("--datapath=unix:{}", hf_dir.join("dp.sock").display())),
+            .arg(format!(
+                "--datapath=unix:{}",
+                hf_dir.join("dp.sock").display()
+            )),
     );
     let _ctl = fixture::PidDaemon {
         pidfile: hf_dir.join("ctl.pid"),
@@ -761,14 +808,28 @@ fn real_and_hf1_controllers_under_holdfast_northd() {
     let problems = parse_problems(&real.log());
     assert!(problems.is_empty(), "ovn-controller: {problems:#?}");
     let ids = private_ids(&sb, "hv2");
-    assert!(!ids.contains("holdfast-flow-errors"), "hv2: {ids}\n{}", logs());
+    assert!(
+        !ids.contains("holdfast-flow-errors"),
+        "hv2: {ids}\n{}",
+        logs()
+    );
     let ctl = hf_dir.join("ctl.ctl");
-    let status = run_ok(Command::new("ovn-appctl").arg("-t").arg(&ctl).arg("debug/status"));
+    let status = run_ok(
+        Command::new("ovn-appctl")
+            .arg("-t")
+            .arg(&ctl)
+            .arg("debug/status"),
+    );
     assert!(status.contains("Feature level: hf-1"), "{status}");
     assert!(status.contains("Flow errors: 0 flow(s)"), "{status}");
     // Forced: the newer form. The real 23.03 controller parses it; the hf-1 one cannot and
     // says so in Chassis_Private, running its last good flows.
-    nbctl(&["set", "NB_Global", ".", "options:ignore_chassis_features=true"]);
+    nbctl(&[
+        "set",
+        "NB_Global",
+        ".",
+        "options:ignore_chassis_features=true",
+    ]);
     run_ok(dbs.nbctl().args(["--timeout=60", "--wait=sb", "sync"]));
     let texts = sbctl(
         &sb,
@@ -778,16 +839,27 @@ fn real_and_hf1_controllers_under_holdfast_northd() {
         texts.contains("ct_commit {") || texts.contains("ct_mark.blocked"),
         "ignore_chassis_features=true: still the older form"
     );
-    wait_for("hv2's flow errors in Chassis_Private", timeout, logs, || {
-        private_ids(&sb, "hv2").contains("holdfast-flow-errors=")
-    });
+    wait_for(
+        "hv2's flow errors in Chassis_Private",
+        timeout,
+        logs,
+        || private_ids(&sb, "hv2").contains("holdfast-flow-errors="),
+    );
     let ids = private_ids(&sb, "hv2");
     eprintln!("hv2 Chassis_Private external_ids: {ids}");
     assert!(ids.contains("holdfast-flow-error-1="), "{ids}");
     assert!(ids.contains("holdfast-flow-errors-last-good="), "{ids}");
     assert!(!ids.contains("failed-closed"), "{ids}");
-    let status = run_ok(Command::new("ovn-appctl").arg("-t").arg(&ctl).arg("debug/status"));
-    assert!(status.contains("Datapaths held at their last good flows: ls0"), "{status}");
+    let status = run_ok(
+        Command::new("ovn-appctl")
+            .arg("-t")
+            .arg(&ctl)
+            .arg("debug/status"),
+    );
+    assert!(
+        status.contains("Datapaths held at their last good flows: ls0"),
+        "{status}"
+    );
     // The real controller caught up with the newer form without a parse error.
     hv_sync();
     let problems = parse_problems(&real.log());

@@ -713,7 +713,13 @@ fn upgrade_scenario_keeps_tcp_through_the_security_group() {
     );
     let forms: Vec<&str> = steps
         .iter()
-        .map(|l| l.split("; SB form ").nth(1).unwrap_or("").get(..4).unwrap_or(""))
+        .map(|l| {
+            l.split("; SB form ")
+                .nth(1)
+                .unwrap_or("")
+                .get(..4)
+                .unwrap_or("")
+        })
         .collect();
     assert_eq!(
         forms,

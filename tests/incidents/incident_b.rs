@@ -81,10 +81,16 @@ fn upgrade_controllers_first_then_northd() {
     let mut w = world(SEED);
     let mut streams = start_streams(&mut w);
     let mut log = w.take_log();
-    let mut steps = vec![step(&mut w, "start (every controller hf-1)", &streams, &mut log)];
+    let mut steps = vec![step(
+        &mut w,
+        "start (every controller hf-1)",
+        &streams,
+        &mut log,
+    )];
     assert_eq!(steps[0].sb_form, Level::Hf1);
     for c in CHASSIS {
-        w.restart_controller_with(c, at(Level::Hf2)).expect("restart");
+        w.restart_controller_with(c, at(Level::Hf2))
+            .expect("restart");
         steps.push(step(&mut w, &format!("{c} at hf-2"), &streams, &mut log));
     }
     w.restart_northd().expect("northd");
@@ -103,11 +109,17 @@ fn upgrade_northd_first_then_controllers() {
     let mut w = world(SEED + 1);
     let mut streams = start_streams(&mut w);
     let mut log = w.take_log();
-    let mut steps = vec![step(&mut w, "start (every controller hf-1)", &streams, &mut log)];
+    let mut steps = vec![step(
+        &mut w,
+        "start (every controller hf-1)",
+        &streams,
+        &mut log,
+    )];
     w.restart_northd().expect("northd");
     steps.push(step(&mut w, "northd restarted", &streams, &mut log));
     for c in CHASSIS {
-        w.restart_controller_with(c, at(Level::Hf2)).expect("restart");
+        w.restart_controller_with(c, at(Level::Hf2))
+            .expect("restart");
         steps.push(step(&mut w, &format!("{c} at hf-2"), &streams, &mut log));
     }
     let forms: Vec<Level> = steps.iter().map(|s| s.sb_form).collect();
@@ -132,14 +144,19 @@ fn forced_newer_form_runs_on_last_good_versions_and_says_so_once() {
     let mut log = w.take_log();
     let before = step(&mut w, "start (every controller hf-1)", &streams, &mut log);
     assert_eq!(before.parse_errors(), 0, "{}", before.line());
-    w.nb(incident_b::ignore_chassis_features(true))
-        .expect("NB");
+    w.nb(incident_b::ignore_chassis_features(true)).expect("NB");
     let forced = step(&mut w, "ignore_chassis_features=true", &streams, &mut log);
     assert_eq!(forced.sb_form, Level::Hf2, "{}", forced.line());
     // More NB changes: programs are installed again with the same errors.
     for prio in [900, 901, 902] {
-        w.nb(nb::acl("ls1", "to-lport", prio, "ip6 && udp.dst == 9", "drop"))
-            .expect("NB");
+        w.nb(nb::acl(
+            "ls1",
+            "to-lport",
+            prio,
+            "ip6 && udp.dst == 9",
+            "drop",
+        ))
+        .expect("NB");
     }
     let later = step(&mut w, "three more NB changes", &streams, &mut log);
     let report = [&before, &forced, &later]
@@ -244,8 +261,7 @@ fn control_case_without_last_good_the_forced_form_fails_closed_and_traffic_stops
     let before = step(&mut w, "naive hf-1 controllers", &streams, &mut log);
     assert_eq!(before.parse_errors(), 0, "{}", before.line());
     let bytes_before: u64 = before.streams.iter().map(|s| s.bytes).sum();
-    w.nb(incident_b::ignore_chassis_features(true))
-        .expect("NB");
+    w.nb(incident_b::ignore_chassis_features(true)).expect("NB");
     let forced = step(&mut w, "ignore_chassis_features=true", &streams, &mut log);
     w.run_for(Duration::from_secs(3));
     let after = Step::record(&w, "3 s later", &streams);

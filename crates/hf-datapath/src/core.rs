@@ -431,7 +431,8 @@ impl Datapath {
                 .as_ref()
                 .and_then(|p| p.datapaths.iter().find(|d| &d.name == name))
                 .map(|d| d.flows.clone());
-            if let (Some(flows), Some(d)) = (old, msg.datapaths.iter_mut().find(|d| &d.name == name))
+            if let (Some(flows), Some(d)) =
+                (old, msg.datapaths.iter_mut().find(|d| &d.name == name))
             {
                 d.flows = flows;
             }

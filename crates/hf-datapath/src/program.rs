@@ -7,11 +7,15 @@
 //!   the message carries the flow's `last_good` text, that text is parsed instead and the flow
 //!   is reported with `kept_last_good: true`. The same holds for per-flow *compile* errors
 //!   (unknown set, unsupported action, ...): such a flow is compiled again from `last_good`.
-//!   A flow that fails without a usable last good version is left out and reported with
-//!   `kept_last_good: false` (the rest of the program runs) — unless it is in a security stage
-//!   ([`is_security_stage`]: port security and ACLs), where `drop;` over `1` runs at its table
-//!   and priority instead (fail closed, reported with `failed_closed: true`; see
-//!   `docs/flow-identity.md`, "Flows a controller cannot parse").
+//!   When a flow still has no version that runs, its datapath is held: if the previous
+//!   program had that datapath ([`compile_cached_holding`]), the whole datapath keeps the flows
+//!   it ran (every error of it reported with `held: true`; the caller keeps those flows as what
+//!   runs). With nothing to hold, a flow without a usable version is left out and reported
+//!   with `kept_last_good: false` (the rest of the program runs) — unless it is in a security
+//!   stage ([`is_security_stage`]: port security and ACLs), where `drop;` over `1` runs at its
+//!   table and priority instead (fail closed, reported with `failed_closed: true`). See
+//!   `docs/flow-identity.md`, "Flows a controller cannot parse". [`ProgramMsg::no_last_good`]
+//!   (a test hook) turns the fallback and the holding off.
 //! - [`ProgramMsg::feature_level`]: the controller's feature level. A flow text (or last good
 //!   text) that parses but uses a construct outside it is a syntax error for this program,
 //!   exactly as for a controller of that level that could not parse it (incident B): same
@@ -1031,11 +1035,17 @@ mod tests {
         let by_id: BTreeMap<_, _> = errs.iter().map(|e| (e.id.as_str(), e)).collect();
         assert_eq!(errs.len(), 2, "{errs:?}");
         assert!(by_id["a"].kept_last_good, "{errs:?}");
-        assert!(by_id["a"].reason.starts_with("syntax: actions: "), "{errs:?}");
+        assert!(
+            by_id["a"].reason.starts_with("syntax: actions: "),
+            "{errs:?}"
+        );
         assert!(by_id["a"].reason.contains("`ct-commit-block`"), "{errs:?}");
         assert!(by_id["a"].reason.contains("feature level hf-1"), "{errs:?}");
         assert!(!by_id["b"].kept_last_good && !by_id["b"].failed_closed);
-        assert!(by_id["b"].reason.contains("`ct-mark-subfields`"), "{errs:?}");
+        assert!(
+            by_id["b"].reason.contains("`ct-mark-subfields`"),
+            "{errs:?}"
+        );
         assert_eq!(prog.flow_count(), 2);
         // A last good text outside the level is no last good version.
         m.datapaths[0].flows[0].last_good = Some(("ip4".into(), newer.into()));
@@ -1078,9 +1088,18 @@ mod tests {
         ]);
         let (prog, errs) = compile(&m, &local, None).unwrap();
         let by_id: BTreeMap<_, _> = errs.iter().map(|e| (e.id.as_str(), e)).collect();
-        assert!(by_id["a"].failed_closed && !by_id["a"].kept_last_good, "{errs:?}");
-        assert!(by_id["b"].kept_last_good && !by_id["b"].failed_closed, "{errs:?}");
-        assert!(!by_id["c"].failed_closed && !by_id["c"].kept_last_good, "{errs:?}");
+        assert!(
+            by_id["a"].failed_closed && !by_id["a"].kept_last_good,
+            "{errs:?}"
+        );
+        assert!(
+            by_id["b"].kept_last_good && !by_id["b"].failed_closed,
+            "{errs:?}"
+        );
+        assert!(
+            !by_id["c"].failed_closed && !by_id["c"].kept_last_good,
+            "{errs:?}"
+        );
         assert!(by_id["d"].failed_closed, "{errs:?}");
         // a and d as drops, b as its last good version; c is left out.
         assert_eq!(prog.flow_count(), 3);

@@ -66,7 +66,8 @@ impl Sandbox {
         // 1. Every controller at hf-1.
         for c in &chassis {
             if let Err(e) = self.sim.restart_controller_with(c, at(Level::Hf1)) {
-                self.p.result(&format!("  FAILED: restarting {c} at hf-1: {e:#}"));
+                self.p
+                    .result(&format!("  FAILED: restarting {c} at hf-1: {e:#}"));
                 return failed("a controller did not restart");
             }
         }
@@ -81,7 +82,10 @@ impl Sandbox {
             .world()
             .nb_snapshot()
             .and_then(|nb| incident_b::security_group(&nb, &server.name, &names));
-        match sg.map_err(|e| anyhow::anyhow!(e)).and_then(|t| self.sim.nb(t)) {
+        match sg
+            .map_err(|e| anyhow::anyhow!(e))
+            .and_then(|t| self.sim.nb(t))
+        {
             Ok(()) => self.p.result(&format!(
                 "cms: security group: {} in pg_web (TCP {PORT} from pg_clients, allow-related; \
                  the rest dropped), {} in pg_clients (egress allow-related, ingress related only)",
@@ -130,28 +134,29 @@ impl Sandbox {
         }
         let mut problems: Vec<String> = Vec::new();
         let mut last_bytes = 0u64;
-        let mut record = |s: &mut Sandbox, what: &str, upgrade: bool, problems: &mut Vec<String>| {
-            s.sim.run_for(STEP_RUN);
-            let log = s.sim.take_log();
-            let errors_logged = log.iter().filter(|l| l.contains("|flow error: ")).count();
-            for l in &log {
-                s.p.log(l);
-            }
-            let step = Step::record(s.sim.world(), what, &streams);
-            s.p.result(&format!("  {}", step.line()));
-            let bytes: u64 = step.streams.iter().map(|r| r.bytes).sum();
-            if bytes <= last_bytes {
-                problems.push(format!("no progress at \"{what}\""));
-            }
-            last_bytes = bytes;
-            if step.resets() > 0 || step.retransmitted() > 0 {
-                problems.push(format!("resets or retransmissions at \"{what}\""));
-            }
-            if upgrade && (step.parse_errors() > 0 || errors_logged > 0) {
-                problems.push(format!("parse errors at \"{what}\""));
-            }
-            step
-        };
+        let mut record =
+            |s: &mut Sandbox, what: &str, upgrade: bool, problems: &mut Vec<String>| {
+                s.sim.run_for(STEP_RUN);
+                let log = s.sim.take_log();
+                let errors_logged = log.iter().filter(|l| l.contains("|flow error: ")).count();
+                for l in &log {
+                    s.p.log(l);
+                }
+                let step = Step::record(s.sim.world(), what, &streams);
+                s.p.result(&format!("  {}", step.line()));
+                let bytes: u64 = step.streams.iter().map(|r| r.bytes).sum();
+                if bytes <= last_bytes {
+                    problems.push(format!("no progress at \"{what}\""));
+                }
+                last_bytes = bytes;
+                if step.resets() > 0 || step.retransmitted() > 0 {
+                    problems.push(format!("resets or retransmissions at \"{what}\""));
+                }
+                if upgrade && (step.parse_errors() > 0 || errors_logged > 0) {
+                    problems.push(format!("parse errors at \"{what}\""));
+                }
+                step
+            };
         self.p.result("steps:");
         let start = record(self, "start: every controller at hf-1", true, &mut problems);
         if start.sb_form != Level::Hf1 {
@@ -166,14 +171,19 @@ impl Sandbox {
         let reporting = forced
             .errors
             .values()
-            .filter(|e| e.count > 0 && e.kept == e.count && e.reported.contains_key("holdfast-flow-errors"))
+            .filter(|e| {
+                e.count > 0 && e.kept == e.count && e.reported.contains_key("holdfast-flow-errors")
+            })
             .count();
         if forced.sb_form != Level::Hf2 || reporting == 0 {
-            problems.push("the forced newer form was not reported and run on last good flows".into());
+            problems
+                .push("the forced newer form was not reported and run on last good flows".into());
         }
         for (c, e) in &forced.errors {
             if e.count > 0 && e.kept != e.count {
-                problems.push(format!("{c}: flows without a last good version when forced"));
+                problems.push(format!(
+                    "{c}: flows without a last good version when forced"
+                ));
             }
         }
         if let Err(e) = self.sim.nb(incident_b::ignore_chassis_features(false)) {
@@ -184,7 +194,8 @@ impl Sandbox {
         // 4. Controllers first, then northd.
         for (i, c) in chassis.iter().enumerate() {
             if let Err(e) = self.sim.restart_controller_with(c, at(Level::Hf2)) {
-                self.p.result(&format!("  FAILED: restarting {c} at hf-2: {e:#}"));
+                self.p
+                    .result(&format!("  FAILED: restarting {c} at hf-2: {e:#}"));
                 return failed("a controller did not restart");
             }
             let step = record(self, &format!("{c} at hf-2"), true, &mut problems);
@@ -201,7 +212,8 @@ impl Sandbox {
             }
         }
         if let Err(e) = self.sim.restart_northd() {
-            self.p.result(&format!("  FAILED: restarting northd: {e:#}"));
+            self.p
+                .result(&format!("  FAILED: restarting northd: {e:#}"));
             return failed("northd did not restart");
         }
         record(self, "northd restarted", true, &mut problems);

@@ -286,8 +286,14 @@ impl LastGood {
         }
         for (key, n) in [
             ("holdfast-flow-errors-last-good", self.kept_count()),
-            ("holdfast-flow-errors-failed-closed", self.failed_closed_count()),
-            ("holdfast-flow-errors-held-datapaths", self.held_datapaths().len()),
+            (
+                "holdfast-flow-errors-failed-closed",
+                self.failed_closed_count(),
+            ),
+            (
+                "holdfast-flow-errors-held-datapaths",
+                self.held_datapaths().len(),
+            ),
         ] {
             if n > 0 {
                 m.insert(key.to_string(), n.to_string());
@@ -437,7 +443,10 @@ mod tests {
         );
         // The same errors on the next installs: nothing logged again.
         for _ in 0..3 {
-            assert!(lg.installed(&p, &[error("ls1", "a"), closed.clone()]).is_empty());
+            assert!(
+                lg.installed(&p, &[error("ls1", "a"), closed.clone()])
+                    .is_empty()
+            );
         }
         let r = lg.report();
         assert_eq!(r["holdfast-flow-errors"], "2");
@@ -455,7 +464,10 @@ mod tests {
         lg.installed(&p, &[]);
         assert_eq!(lg.last_good("ls1", "x"), None);
         assert_eq!(lg.last_good("ls1", "y"), Some(("1", "next;")));
-        assert!(lg.ambiguous().contains(&("ls1".to_string(), "x".to_string())));
+        assert!(
+            lg.ambiguous()
+                .contains(&("ls1".to_string(), "x".to_string()))
+        );
         // Seeding from a datapath's program skips them too.
         let mut seeded = LastGood::default();
         seeded.seed(&p);
@@ -466,13 +478,20 @@ mod tests {
     #[test]
     fn sets_a_last_good_text_names_are_kept() {
         let mut running = program(&[("ls1", &[("a", "next;")])]);
-        running.port_groups.insert("pg_web".into(), vec!["web1".into()]);
-        running.port_groups.insert("pg_other".into(), vec!["x".into()]);
-        running.port_groups.insert("pg_web2".into(), vec!["y".into()]);
+        running
+            .port_groups
+            .insert("pg_web".into(), vec!["web1".into()]);
+        running
+            .port_groups
+            .insert("pg_other".into(), vec!["x".into()]);
+        running
+            .port_groups
+            .insert("pg_web2".into(), vec!["y".into()]);
         let mut next = program(&[("ls1", &[("a", "next;")])]);
         next.datapaths[0].flows[0].last_good =
             Some(("outport == @pg_web && ip4".into(), "next;".into()));
-        next.port_groups.insert("1_pg_web".into(), vec!["web1".into()]);
+        next.port_groups
+            .insert("1_pg_web".into(), vec!["web1".into()]);
         let kept = keep_sets(&running, &mut next);
         // `@pg_web` is named (whole name: not `pg_web2`); `pg_other` is named by nothing.
         assert_eq!(kept, vec!["@pg_web".to_string()]);

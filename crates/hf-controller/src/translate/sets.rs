@@ -78,9 +78,7 @@ pub(crate) fn translate_sets(sb: &SbSnapshot, t: &mut Translation) {
 /// `1_pg_web`): how a controller without the `port-group-per-datapath` layout (OVN 20.06,
 /// holdfast `hf-1`) sees them, so a flow's `@pg_web` finds no group when northd wrote
 /// per-datapath rows (incident B's "expecting port group name").
-pub fn port_groups_as_written(
-    sb: &SbSnapshot,
-) -> std::collections::HashMap<String, Vec<String>> {
+pub fn port_groups_as_written(sb: &SbSnapshot) -> std::collections::HashMap<String, Vec<String>> {
     sb.port_group()
         .values()
         .map(|pg| {
