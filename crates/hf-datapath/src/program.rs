@@ -50,8 +50,8 @@ use hf_expr::features::{FeatureSet, used_by_actions, used_by_expr};
 use hf_expr::lexer::{Tok, tokenize};
 use hf_expr::{Constant, Expr, Sets};
 use hf_pipeline::{
-    DatapathKind, DatapathSpec, DnsSpec, FdbSpec, FlowError, FlowId, FlowSpec, GroupSpec,
-    LbVipSpec, Neighbour, PortKind, PortLocation, PortSpec, Program, ProgramSpec,
+    DatapathKind, DatapathSpec, DnsSpec, FdbSpec, FlowError, FlowErrorKind, FlowId, FlowSpec,
+    GroupSpec, LbVipSpec, Neighbour, PortKind, PortLocation, PortSpec, Program, ProgramSpec,
 };
 
 use crate::proto::{FlowErrorMsg, FlowMsg, LocationMsg, ProgramMsg};
@@ -795,9 +795,16 @@ fn compile_built(
     };
     // Every error, with the spec flow it leaves without a running version (None: a version
     // runs, or the flow is not found).
-    let mut outcome: Vec<(Option<(usize, usize)>, FlowErrorMsg)> = Vec::new();
+    // Whether the error is the language's (a text that does not parse, or not at the
+    // program's feature level: version skew) rather than the content's (an unknown set, an
+    // action that cannot run).
+    let syntax = |e: &FlowError| e.kind == FlowErrorKind::Syntax;
+    let mut outcome: Vec<(Option<(usize, usize)>, FlowErrorMsg, bool)> = Vec::new();
     if retry.is_empty() {
-        outcome.extend(errs.iter().map(|e| (locate(&spec, e), error_msg(e, false))));
+        outcome.extend(
+            errs.iter()
+                .map(|e| (locate(&spec, e), error_msg(e, false), syntax(e))),
+        );
     } else {
         let mut swapped = BTreeMap::new();
         for (di, fi, mi, (m, a), e) in retry {
@@ -813,28 +820,35 @@ fn compile_built(
         for (pos, e) in &swapped {
             // The primary failed; the last good version runs unless it failed too.
             let kept = !still_bad.contains(pos);
-            outcome.push(((!kept).then_some(*pos), error_msg(e, kept)));
+            outcome.push(((!kept).then_some(*pos), error_msg(e, kept), syntax(e)));
         }
         for e in &errs2 {
             match locate(&spec, e) {
                 Some(pos) if swapped.contains_key(&pos) => {}
-                pos => outcome.push((pos, error_msg(e, false))),
+                pos => outcome.push((pos, error_msg(e, false), syntax(e))),
             }
         }
     }
     // Flows with no running version, by datapath.
     let no_version: BTreeSet<(usize, usize)> = outcome
         .iter()
-        .filter(|(_, m)| !m.kept_last_good)
-        .filter_map(|(pos, _)| *pos)
+        .filter(|(_, m, _)| !m.kept_last_good)
+        .filter_map(|(pos, _, _)| *pos)
         .collect();
-    // A datapath that ran before is held at what it ran (mixing two pipeline designs, the
-    // parsable flows of the new one and the old one's last good versions, is not sound).
+    // A datapath that ran before is held at what it ran when one of its flows has no version
+    // because of the language (version skew: mixing two pipeline designs, the parsable flows
+    // of the new one and the old one's last good versions, is not sound). A flow whose content
+    // fails (an unknown set, say) does not hold its datapath: it fails alone, below.
+    let language: BTreeSet<usize> = outcome
+        .iter()
+        .filter(|(_, m, syn)| !m.kept_last_good && *syn)
+        .filter_map(|(pos, _, _)| pos.map(|(di, _)| di))
+        .collect();
     let mut held: BTreeSet<usize> = BTreeSet::new();
     if !msg.no_last_good
         && let Some(old) = prev_msg
     {
-        for &(di, _) in &no_version {
+        for &di in &language {
             let name = &spec.datapaths[di].name;
             if let Some(od) = old.datapaths.iter().find(|d| &d.name == name)
                 && held.insert(di)
@@ -872,7 +886,7 @@ fn compile_built(
             .filter_map(|e| locate(&spec, e))
             .filter(|(di, _)| !held.contains(di))
             .collect();
-        for (pos, m) in &mut outcome {
+        for (pos, m, _) in &mut outcome {
             if let Some(p) = pos
                 && closing.contains(p)
                 && !bad.contains(p)
@@ -888,7 +902,7 @@ fn compile_built(
     // Every error of a held datapath: its previous flows run.
     for e in reported
         .iter_mut()
-        .chain(outcome.iter_mut().map(|(_, m)| m))
+        .chain(outcome.iter_mut().map(|(_, m, _)| m))
     {
         if held_names.contains(&e.datapath) {
             e.held = true;
@@ -896,7 +910,7 @@ fn compile_built(
             e.failed_closed = false;
         }
     }
-    reported.extend(outcome.into_iter().map(|(_, m)| m));
+    reported.extend(outcome.into_iter().map(|(_, m, _)| m));
     Ok(CompileOutcome {
         prog,
         reported,
@@ -1105,6 +1119,70 @@ mod tests {
         assert_eq!(prog.flow_count(), 3);
         assert!(is_security_stage("ls_in_port_sec_l2"));
         assert!(!is_security_stage("ls_in_pre_acl"));
+    }
+
+    #[test]
+    fn a_datapath_with_a_flow_outside_the_language_is_held_at_what_it_ran() {
+        let local = [("p1".to_string(), 7)].into();
+        let acl = |id: &str, m: &str, a: &str| FlowMsg {
+            stage: "ls_in_acl".into(),
+            priority: 1000,
+            ..flow(id, m, a, None)
+        };
+        let mut old = msg(vec![acl("a", "ip4", "ct_commit(ct_label=0/1); next;")]);
+        old.feature_level = Some("hf-1".into());
+        let mut cache = SpecCache::new();
+        let (p1, e1) = compile_cached(&old, &local, None, &mut cache, &[]).unwrap();
+        assert!(e1.is_empty(), "{e1:?}");
+        // The newer design: `a` respelled (no last good sent: a naive message), and a new flow
+        // `b` with no older version.
+        let mut new = msg(vec![
+            acl("a", "ip4", "ct_commit { ct_mark.blocked = 0; }; next;"),
+            acl("b", "ip4 && ct_mark.blocked == 1", "drop;"),
+        ]);
+        new.feature_level = Some("hf-1".into());
+        new.generation = 2;
+        let c =
+            compile_cached_holding(&new, &local, Some(&p1), Some(&old), &mut cache, &[]).unwrap();
+        assert_eq!(c.held, vec!["sw0".to_string()]);
+        assert_eq!(c.errors.len(), 2, "{:?}", c.errors);
+        assert!(
+            c.errors
+                .iter()
+                .all(|e| e.held && e.kept_last_good && !e.failed_closed)
+        );
+        // The old flow runs: one flow, not a fail-closed drop and not the new ones.
+        assert_eq!(c.program.flow_count(), 1);
+        // Without a previous program there is nothing to hold: both fail closed.
+        let fresh = compile(&new, &local, None).unwrap().1;
+        assert!(
+            fresh.iter().all(|e| e.failed_closed && !e.held),
+            "{fresh:?}"
+        );
+        // A content error (an unknown port group) does not hold the datapath: it fails alone.
+        let mut content = msg(vec![
+            acl("a", "ip4", "ct_commit(ct_label=0/1); next;"),
+            acl("c", "inport == @nope", "next;"),
+        ]);
+        content.feature_level = Some("hf-1".into());
+        let mut cache = SpecCache::new();
+        let (p1, _) = compile_cached(&old, &local, None, &mut cache, &[]).unwrap();
+        let c = compile_cached_holding(&content, &local, Some(&p1), Some(&old), &mut cache, &[])
+            .unwrap();
+        assert!(c.held.is_empty(), "{:?}", c.errors);
+        assert!(
+            c.errors.len() == 1 && c.errors[0].failed_closed,
+            "{:?}",
+            c.errors
+        );
+        // The naive hook holds nothing.
+        new.no_last_good = true;
+        let mut cache = SpecCache::new();
+        let (p1, _) = compile_cached(&old, &local, None, &mut cache, &[]).unwrap();
+        let c =
+            compile_cached_holding(&new, &local, Some(&p1), Some(&old), &mut cache, &[]).unwrap();
+        assert!(c.held.is_empty());
+        assert!(c.errors.iter().all(|e| e.failed_closed), "{:?}", c.errors);
     }
 
     #[test]
