@@ -7,7 +7,9 @@
 //!   the message carries the flow's `last_good` text, that text is parsed instead and the flow
 //!   is reported with `kept_last_good: true`. The same holds for per-flow *compile* errors
 //!   (unknown set, unsupported action, ...): such a flow is compiled again from `last_good`.
-//!   When a flow still has no version that runs, its datapath is held: if the previous
+//!   When a flow still has no version that runs because of the language (a syntax error, or
+//!   a construct outside the program's feature level: version skew), its datapath is held: if
+//!   the previous
 //!   program had that datapath ([`compile_cached_holding`]), the whole datapath keeps the flows
 //!   it ran (every error of it reported with `held: true`; the caller keeps those flows as what
 //!   runs). With nothing to hold, a flow without a usable version is left out and reported
