@@ -741,6 +741,10 @@ struct CompileOutcome {
     held: Vec<String>,
 }
 
+/// One error of a compile: the spec flow it leaves without a running version (None: a
+/// version runs, or the flow is not found), the report, and whether it is a language error.
+type Outcome = (Option<(usize, usize)>, FlowErrorMsg, bool);
+
 /// One message flow's spec as it ran: its text, else its last good text when that parses.
 fn ran_spec(f: &FlowMsg, level: Option<&LevelCheck>) -> FlowSpec {
     let fs = flow_spec(f, (&f.matches, &f.actions), level);
@@ -801,7 +805,7 @@ fn compile_built(
     // program's feature level: version skew) rather than the content's (an unknown set, an
     // action that cannot run).
     let syntax = |e: &FlowError| e.kind == FlowErrorKind::Syntax;
-    let mut outcome: Vec<(Option<(usize, usize)>, FlowErrorMsg, bool)> = Vec::new();
+    let mut outcome: Vec<Outcome> = Vec::new();
     if retry.is_empty() {
         outcome.extend(
             errs.iter()
