@@ -6,7 +6,7 @@
 //! its port, `ovn-nbctl --wait=hv lsp-add` returns (real `ovn-nbctl` waits for
 //! `NB_Global.hv_cfg`, which northd computes from `Chassis_Private.nb_cfg`), `ovn-sbctl find
 //! port_binding` shows the new port bound to the chassis, and `ovn-appctl`/`ovs-appctl` talk
-//! to the two daemons' unixctl sockets.
+//! to the two daemons' unixctl sockets. `--feature-level` is in `--help` and validated.
 #![allow(clippy::disallowed_methods, clippy::unwrap_used)]
 
 mod common;
@@ -231,4 +231,29 @@ fn under_real_ovn_northd() {
         pidfile: d.join("ovn-northd.pid"),
     };
     end_to_end(d, &dbs);
+}
+
+/// `--feature-level` is documented and an unknown level is refused, naming the known ones.
+#[test]
+fn feature_level_is_documented_and_validated() {
+    let help = run_ok(Command::new(common::holdfast()).args(["controller", "--help"]));
+    assert!(
+        help.contains("--feature-level <LEVEL>") && help.contains("`hf-1`"),
+        "{help}"
+    );
+    let out = common::run(
+        Command::new(common::holdfast()).args([
+            "controller",
+            "--system-id=hv1",
+            "--encap-ip=127.0.0.1",
+            "--feature-level=hf-9",
+        ]),
+        Duration::from_secs(20),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("unknown feature level `hf-9` (known levels: hf-1, hf-2)"),
+        "{err}"
+    );
 }

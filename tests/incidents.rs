@@ -4,5 +4,7 @@
 
 #[path = "incidents/incident_a.rs"]
 mod incident_a;
+#[path = "incidents/incident_b.rs"]
+mod incident_b;
 #[path = "incidents/incident_c.rs"]
 mod incident_c;

@@ -19,6 +19,17 @@
 //! - it parsed every logical flow: zero `error parsing` and `lflow|WARN` lines in its log
 //!   (any that appear are printed).
 //!
+//! - version skew (incident B, `real_and_hf1_controllers_under_holdfast_northd`): a real
+//!   ovn-controller 23.03 and a holdfast controller started with `--feature-level hf-1`
+//!   (and its `holdfast datapath`) under the `holdfast northd` daemon, a Neutron-style
+//!   security group (stateful ACLs on port groups) across them: northd writes the `hf-1`
+//!   form, neither controller reports a parse error (the real one's log has no `error
+//!   parsing`/`Syntax error`/`lflow|WARN`, holdfast's `Chassis_Private.external_ids` no
+//!   `holdfast-flow-errors`); with `NB_Global options:ignore_chassis_features=true` northd
+//!   writes the newer form, the real 23.03 controller still parses it, and the `hf-1`
+//!   holdfast controller reports its flow errors in `Chassis_Private.external_ids` and runs
+//!   its last good flows.
+//!
 //! Every daemon runs `--detach --pidfile --unixctl --log-file` in a tempdir and is stopped by
 //! pid on drop, also when an assertion fails.
 #![allow(clippy::disallowed_methods, clippy::unwrap_used)]
@@ -610,4 +621,247 @@ fn real_controller_with_production_extras() {
         &containers,
         &["put_dhcp_opts(", "put_dhcpv6_opts(", "domain_search_list"],
     );
+}
+
+/// The real controller's log lines that say it could not parse a logical flow.
+fn parse_problems(log: &str) -> Vec<String> {
+    log.lines()
+        .filter(|l| {
+            l.contains("error parsing") || l.contains("Syntax error") || l.contains("lflow|WARN")
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// `Chassis_Private.external_ids` of `name`, as `ovn-sbctl` prints the map.
+fn private_ids(sb: &str, name: &str) -> String {
+    find(
+        sb,
+        "Chassis_Private",
+        "external_ids",
+        &format!("name={name}"),
+    )
+}
+
+/// Incident B with real OVN: a real ovn-controller 23.03 (hv1) and a holdfast controller at
+/// `hf-1` (hv2) under holdfast northd (see the module doc).
+#[test]
+fn real_and_hf1_controllers_under_holdfast_northd() {
+    if !common::require(
+        "version skew with a real ovn-controller",
+        &[TOOLS, &["ovn-appctl"]].concat(),
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let dbs = fixture::Dbs::start(d, fixture::Backend::Ovsdb);
+    let nbctl = |args: &[&str]| run_ok(dbs.nbctl().args(args));
+    nbctl(&["ls-add", "ls0"]);
+    for (p, mac, ip) in [
+        ("vm1", "0a:00:00:00:00:01", "10.0.0.1"),
+        ("vm2", "0a:00:00:00:00:02", "10.0.0.2"),
+        ("vm3", "0a:00:00:00:00:03", "10.0.0.3"),
+    ] {
+        let addr = format!("{mac} {ip}");
+        nbctl(&[
+            "lsp-add",
+            "ls0",
+            p,
+            "--",
+            "lsp-set-addresses",
+            p,
+            &addr,
+            "--",
+            "lsp-set-port-security",
+            p,
+            &addr,
+        ]);
+    }
+    nbctl(&["pg-add", "pg_web", "vm1"]);
+    nbctl(&["pg-add", "pg_clients", "vm2", "vm3"]);
+    for (pg, dir_, prio, m, action) in [
+        (
+            "pg_web",
+            "to-lport",
+            "1002",
+            "outport == @pg_web && ip4 && ip4.src == $pg_clients_ip4 && tcp.dst == 5201",
+            "allow-related",
+        ),
+        (
+            "pg_web",
+            "to-lport",
+            "1001",
+            "outport == @pg_web && ip4",
+            "drop",
+        ),
+        (
+            "pg_web",
+            "from-lport",
+            "1002",
+            "inport == @pg_web && ip4",
+            "allow-related",
+        ),
+        (
+            "pg_clients",
+            "from-lport",
+            "1002",
+            "inport == @pg_clients && ip4",
+            "allow-related",
+        ),
+        (
+            "pg_clients",
+            "to-lport",
+            "1001",
+            "outport == @pg_clients && ip4",
+            "drop",
+        ),
+    ] {
+        nbctl(&["acl-add", pg, dir_, prio, m, action]);
+    }
+    let northd = fixture::NorthdProc::start(d, "northd", &dbs.nb, &dbs.sb, &[]);
+    // The holdfast chassis hv2 at hf-1: its datapath (vm2, vm3) and its controller.
+    let hf_dir = d.join("hv2");
+    std::fs::create_dir_all(&hf_dir).unwrap();
+    run_ok(
+        Command::new(common::holdfast())
+            .arg("datapath")
+            .args(daemon_args(&hf_dir, "dp"))
+            .arg("--chassis=hv2")
+            .arg("--encap-ip=127.0.0.1")
+            .arg("--geneve-port=0")
+            .arg(format!(
+                "--control=punix:{}",
+                hf_dir.join("dp.sock").display()
+            ))
+            .arg("--port=vm2,0a:00:00:00:00:02")
+            .arg("--port=vm3,0a:00:00:00:00:03")
+            .arg(format!(
+                "--zones-file={}",
+                hf_dir.join("hv2.zones").display()
+            )),
+    );
+    let _dp = fixture::PidDaemon {
+        pidfile: hf_dir.join("dp.pid"),
+    };
+    run_ok(
+        Command::new(common::holdfast())
+            .arg("controller")
+            .args(daemon_args(&hf_dir, "ctl"))
+            .arg(format!("--ovnsb-db={}", dbs.sb))
+            .arg("--system-id=hv2")
+            .arg("--encap-ip=127.0.0.1")
+            .arg("--feature-level=hf-1")
+            .arg(format!(
+                "--datapath=unix:{}",
+                hf_dir.join("dp.sock").display()
+            )),
+    );
+    let _ctl = fixture::PidDaemon {
+        pidfile: hf_dir.join("ctl.pid"),
+    };
+    // The real chassis hv1 (vm1).
+    let real = Chassis::start(d, &dbs.sb, "hv1", "127.0.0.2", &["vm1".to_string()]);
+    let sb = dbs.sb.clone();
+    let logs = || {
+        format!(
+            "--- ovn-controller\n{}\n--- holdfast controller\n{}\n--- northd\n{}",
+            real.log(),
+            std::fs::read_to_string(hf_dir.join("ctl.log")).unwrap_or_default(),
+            northd.log_text()
+        )
+    };
+    let timeout = Duration::from_secs(60);
+    for p in ["vm1", "vm2", "vm3"] {
+        wait_for(&format!("{p} up"), timeout, logs, || {
+            find(&sb, "Port_Binding", "up", &format!("logical_port={p}")) == "true"
+        });
+    }
+    let hv_sync = || {
+        let out = run(
+            dbs.nbctl().args(["--timeout=60", "--wait=hv", "sync"]),
+            Duration::from_secs(90),
+        );
+        assert!(
+            out.status.success(),
+            "ovn-nbctl --wait=hv sync: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            logs()
+        );
+    };
+    hv_sync();
+    // hf-1 advertised; northd writes the older form; nobody has a parse error.
+    let adv = find(&sb, "Chassis", "other_config", "name=hv2");
+    assert!(
+        adv.contains("holdfast-features") && !adv.contains("ct-commit-block"),
+        "{adv}"
+    );
+    let texts = sbctl(
+        &sb,
+        &["--bare", "--columns=match,actions", "list", "Logical_Flow"],
+    );
+    assert!(texts.contains("@pg_web"), "no ACL flows in SB");
+    assert!(
+        !texts.contains("ct_commit {") && !texts.contains("ct_mark.blocked"),
+        "the newer form with an hf-1 chassis"
+    );
+    let problems = parse_problems(&real.log());
+    assert!(problems.is_empty(), "ovn-controller: {problems:#?}");
+    let ids = private_ids(&sb, "hv2");
+    assert!(
+        !ids.contains("holdfast-flow-errors"),
+        "hv2: {ids}\n{}",
+        logs()
+    );
+    let ctl = hf_dir.join("ctl.ctl");
+    let status = run_ok(
+        Command::new("ovn-appctl")
+            .arg("-t")
+            .arg(&ctl)
+            .arg("debug/status"),
+    );
+    assert!(status.contains("Feature level: hf-1"), "{status}");
+    assert!(status.contains("Flow errors: 0 flow(s)"), "{status}");
+    // Forced: the newer form. The real 23.03 controller parses it; the hf-1 one cannot and
+    // says so in Chassis_Private, running its last good flows.
+    nbctl(&[
+        "set",
+        "NB_Global",
+        ".",
+        "options:ignore_chassis_features=true",
+    ]);
+    run_ok(dbs.nbctl().args(["--timeout=60", "--wait=sb", "sync"]));
+    let texts = sbctl(
+        &sb,
+        &["--bare", "--columns=match,actions", "list", "Logical_Flow"],
+    );
+    assert!(
+        texts.contains("ct_commit {") || texts.contains("ct_mark.blocked"),
+        "ignore_chassis_features=true: still the older form"
+    );
+    wait_for(
+        "hv2's flow errors in Chassis_Private",
+        timeout,
+        logs,
+        || private_ids(&sb, "hv2").contains("holdfast-flow-errors="),
+    );
+    let ids = private_ids(&sb, "hv2");
+    eprintln!("hv2 Chassis_Private external_ids: {ids}");
+    assert!(ids.contains("holdfast-flow-error-1="), "{ids}");
+    assert!(ids.contains("holdfast-flow-errors-last-good="), "{ids}");
+    assert!(!ids.contains("failed-closed"), "{ids}");
+    let status = run_ok(
+        Command::new("ovn-appctl")
+            .arg("-t")
+            .arg(&ctl)
+            .arg("debug/status"),
+    );
+    assert!(
+        status.contains("Datapaths held at their last good flows: ls0"),
+        "{status}"
+    );
+    // The real controller caught up with the newer form without a parse error.
+    hv_sync();
+    let problems = parse_problems(&real.log());
+    assert!(problems.is_empty(), "ovn-controller: {problems:#?}");
 }

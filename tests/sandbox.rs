@@ -32,6 +32,11 @@
 //! - `snat_exemption_scenario_tells_incident_a`: `--scenario snat-exemption` exits 0: `holdfast
 //!   check` names the incident's row, etcd refuses the node's address, and each of the three
 //!   scoping forms gives etcd the pod's address, the outside the node's, and NodePort replies.
+//! - `upgrade_scenario_keeps_tcp_through_the_security_group`: `--scenario upgrade` (incident
+//!   B) exits 0; one report line per step; the forced newer form gives parse errors that all
+//!   run on last good flows (none failed closed); every other step has none; the SB form
+//!   changes to hf-2 only with the last chassis at hf-2; no reset, no retransmission, every
+//!   byte verified.
 //! - `bad_arguments_are_refused_by_name`, `two_runs_print_the_same_story`: an unknown scenario
 //!   or topology (the error lists both topologies), one port for both databases and too few
 //!   chassis are refused; two runs with one seed print the same story.
@@ -725,6 +730,75 @@ fn ovnk_l2_live_migration_scenario_breaks_the_download() {
     assert!(
         east_west.contains(" 0 resets (stopped)") && east_west.ends_with(" throughout"),
         "{east_west}"
+    );
+}
+
+#[test]
+fn upgrade_scenario_keeps_tcp_through_the_security_group() {
+    let (code, lines) = run_story(&["--scenario", "upgrade"]);
+    let out = lines.join("\n");
+    assert_eq!(code, Some(0), "{out}");
+    assert!(lines.iter().any(|l| l == "story upgrade: ok"), "{out}");
+    let steps: Vec<&str> = lines
+        .iter()
+        .map(|l| l.trim_start())
+        .filter(|l| l.contains("; SB form "))
+        .collect();
+    let names: Vec<&str> = steps
+        .iter()
+        .map(|l| l.split(": advertised").next().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "start: every controller at hf-1",
+            "ignore_chassis_features=true",
+            "ignore_chassis_features removed",
+            "hv1 at hf-2",
+            "hv2 at hf-2",
+            "gw1 at hf-2",
+            "northd restarted"
+        ],
+        "{out}"
+    );
+    let forms: Vec<&str> = steps
+        .iter()
+        .map(|l| {
+            l.split("; SB form ")
+                .nth(1)
+                .unwrap_or("")
+                .get(..4)
+                .unwrap_or("")
+        })
+        .collect();
+    assert_eq!(
+        forms,
+        ["hf-1", "hf-2", "hf-1", "hf-1", "hf-1", "hf-2", "hf-2"],
+        "{out}"
+    );
+    for (i, l) in steps.iter().enumerate() {
+        assert!(l.contains("; resets 0; retransmitted 0; "), "{l}");
+        if i == 1 {
+            // Forced: every chassis reports errors, all on their last good flows.
+            assert!(!l.contains("parse errors 0;"), "{l}");
+            for c in ["hv1", "hv2", "gw1"] {
+                assert!(l.contains(&format!("{c}: ")), "{l}");
+            }
+            assert_eq!(l.matches(" 0 failed closed").count(), 3, "{l}");
+        } else {
+            assert!(l.contains("parse errors 0;"), "{l}");
+        }
+    }
+    let result = lines
+        .iter()
+        .find(|l| l.trim_start().starts_with("vm2-vm1: "))
+        .unwrap_or_else(|| panic!("no stream result:\n{out}"));
+    let bytes = number_before(result, "bytes,").unwrap_or(0);
+    assert!(bytes > 1_000_000, "{result}");
+    assert_eq!(number_before(result, "verified"), Some(bytes), "{result}");
+    assert!(
+        result.ends_with(" 0 retransmitted, 0 resets (stopped)"),
+        "{result}"
     );
 }
 

@@ -62,6 +62,15 @@ pub struct ControllerArgs {
     #[arg(long)]
     monitor_all: bool,
 
+    /// The holdfast feature level to advertise (`Chassis.other_config:holdfast-features`) and
+    /// parse: `hf-1` (OVN 20.06's language and SB layout) or `hf-2` (up to OVN 23.03; the
+    /// default, the newest). An older level rehearses a rolling upgrade with holdfast's own
+    /// processes: flows using newer constructs are, for this controller, flows it cannot
+    /// parse (their last good version keeps running, reported in `debug/status` and
+    /// `Chassis_Private.external_ids:holdfast-flow-errors`).
+    #[arg(long, value_name = "LEVEL", value_parser = parse_feature_level)]
+    feature_level: Option<hf_expr::Level>,
+
     /// OVS's daemon options.
     #[command(flatten)]
     daemon: DaemonArgs,
@@ -69,6 +78,24 @@ pub struct ControllerArgs {
     /// TLS for ssl: databases.
     #[command(flatten)]
     tls: ClientTlsArgs,
+}
+
+/// `--feature-level`: a level name this build knows.
+fn parse_feature_level(s: &str) -> Result<hf_expr::Level, String> {
+    hf_expr::Level::ALL
+        .iter()
+        .copied()
+        .find(|l| l.name() == s)
+        .ok_or_else(|| {
+            format!(
+                "unknown feature level `{s}` (known levels: {})",
+                hf_expr::Level::ALL
+                    .iter()
+                    .map(|l| l.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
 }
 
 /// `version`'s text after the program name.
@@ -381,6 +408,9 @@ async fn serve(
             remotes: remotes.len(),
             probe_interval_ms: Some(PROBE_INTERVAL_MS),
             wall_offset_ms: wall_ms(),
+            feature_level: args
+                .feature_level
+                .unwrap_or_else(hf_controller::daemon::newest_level),
             ..Tuning::default()
         },
         Duration::ZERO,

@@ -26,6 +26,12 @@ pub enum Scenario {
     /// match keeps the pod's address while the outside still sees the node's and NodePort
     /// replies still work. Runs in its own simulated cluster.
     SnatExemption,
+    /// Incident B: the controllers start at feature level hf-1, a security group (stateful
+    /// ACLs on port groups) guards TCP streams across chassis; the newer SB form is forced
+    /// (ignore_chassis_features) and taken back, then every controller is upgraded to hf-2 one
+    /// by one and northd restarted. Fails on a reset, a retransmission, an unverified byte, a
+    /// parse error during the upgrade, or an SB form change before every chassis has hf-2.
+    Upgrade,
 }
 
 impl Scenario {
@@ -37,6 +43,7 @@ impl Scenario {
             Scenario::Rebuild => "rebuild",
             Scenario::LiveMigration => "live-migration",
             Scenario::SnatExemption => "snat-exemption",
+            Scenario::Upgrade => "upgrade",
         }
     }
 }
@@ -98,6 +105,12 @@ Scenarios (--scenario NAME):
             --topology): the per-pod snat row rewrites the pod's connection to etcd, which
             refuses the node's address; scoped with exempted_ext_ips, allowed_ext_ips or the
             NAT match, etcd sees the pod, the outside still sees the node, NodePort replies work
+  upgrade   incident B: controllers start at feature level hf-1; TCP streams through a
+            security group (stateful ACLs on port groups); the newer SB form forced with
+            ignore_chassis_features (hf-1 controllers keep their last good flows) and taken
+            back; then every controller upgraded to hf-2 one by one and northd restarted;
+            a report line per step (advertised levels, SB form, parse errors, resets,
+            retransmissions)
 
 Topologies (--topology NAME):
   default   ls1 and ls2 behind the distributed router lr0; SNAT to 172.16.0.100 on the

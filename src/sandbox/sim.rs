@@ -395,6 +395,22 @@ impl Sim {
             .map_err(|e| anyhow!("{e}"))
     }
 
+    /// Restart a chassis's controller with other settings (feature level; the upgrade story).
+    pub fn restart_controller_with(
+        &mut self,
+        chassis: &str,
+        t: hf_sim::world::chassis::ChassisTuning,
+    ) -> anyhow::Result<()> {
+        self.world
+            .restart_controller_with(chassis, t)
+            .map_err(|e| anyhow!("{e}"))
+    }
+
+    /// The world, to read (the upgrade story's records).
+    pub fn world(&self) -> &World {
+        &self.world
+    }
+
     /// Restart northd.
     pub fn restart_northd(&mut self) -> anyhow::Result<()> {
         self.world.restart_northd().map_err(|e| anyhow!("{e}"))

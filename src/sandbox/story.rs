@@ -1,7 +1,8 @@
 //! The sandbox's stories: bringing the topology up (progress steps 2 to 4), the stories of step
 //! 5 (`default`: ping and TCP across chassis, TCP through SNAT to the external host;
 //! `restarts`: every controller and northd restarted while TCP transfers run; `rebuild`: both
-//! databases rebuilt under them; `live-migration`: incident C, in [`live_migration`]), and the
+//! databases rebuilt under them; `live-migration`: incident C, in [`live_migration`];
+//! `upgrade`: incident B, a rolling upgrade from `hf-1`, in [`upgrade`]), and the
 //! watcher that pings every host attaching itself to a new VIF port while the sandbox stays up.
 //!
 //! Every story runs on both topologies: the hosts it uses are picked by their place ([`Cast`]),
@@ -29,6 +30,7 @@ use super::topology::{ExtHost, Topology, Vm};
 
 mod live_migration;
 pub mod snat_exemption;
+mod upgrade;
 
 /// Virtual time each coming-up step may take.
 const STEP_LIMIT: Duration = Duration::from_secs(30);
@@ -284,6 +286,7 @@ impl Sandbox {
             Scenario::Restarts | Scenario::Rebuild => Self::verdict(self.disruption_story(s)),
             Scenario::LiveMigration => self.live_migration_story(),
             Scenario::SnatExemption => snat_exemption::story(self.sim.seed(), self.p),
+            Scenario::Upgrade => self.upgrade_story(),
         };
         self.flush_log();
         verdict

@@ -267,6 +267,8 @@ pub fn program_msg(
             })
             .collect(),
         owner: t.spec.owner.0,
+        feature_level: None,
+        no_last_good: false,
     };
     ProgramBuild { msg, skipped }
 }
@@ -286,4 +288,6 @@ pub fn same_content(a: &ProgramMsg, b: &ProgramMsg) -> bool {
         && a.switch_snat_zones == b.switch_snat_zones
         && a.dns == b.dns
         && a.owner == b.owner
+        && a.feature_level == b.feature_level
+        && a.no_last_good == b.no_last_good
 }

@@ -276,7 +276,7 @@ fn per_datapath_port_groups_resolve_per_datapath() {
 }
 
 #[test]
-fn flow_identity_comes_from_hf_flow_id_else_stage_hint_and_match() {
+fn flow_identity_comes_from_hf_flow_id_else_pipeline_stage_priority_and_match() {
     let mut d = Delta::default();
     d.datapath_binding = vec![RowDelta::Insert(dp(1, 1, "a", false))];
     let mut with_id = lflow(30, 1, "ip4", "drop;");
@@ -302,19 +302,50 @@ fn flow_identity_comes_from_hf_flow_id_else_stage_hint_and_match() {
         .expect("flow 31");
     assert_eq!(
         f31.id,
-        hf_pipeline::FlowId::derived("ls_in_test", Some("a0dfbb58"), "ip6")
+        hf_pipeline::FlowId::derived(
+            hf_expr::actions::Pipeline::Ingress,
+            "ls_in_test",
+            0,
+            10,
+            "ip6"
+        )
     );
     assert_eq!(f31.stage_hint.as_deref(), Some("a0dfbb58"));
-    // The identity does not involve the UUID: the same row under another UUID keeps it.
+    // An NB rebuild: another UUID and another stage-hint (the NB row's new UUID prefix); the
+    // identity stays.
     let mut d = Delta::default();
     d.datapath_binding = vec![RowDelta::Insert(dp(1, 1, "a", false))];
     let mut again = lflow(99, 1, "ip6", "drop;");
     again
         .external_ids
-        .insert("stage-hint".into(), "a0dfbb58".into());
+        .insert("stage-hint".into(), "77e1c0de".into());
     d.logical_flow = vec![RowDelta::Insert(again)];
     let t2 = translate(&snapshot(d), &TranslateOptions::default());
     assert_eq!(t2.spec.datapaths[0].flows[0].id, f31.id);
+    // Two flows that differ only in priority are two identities; two that differ only in
+    // actions share one (they cannot be told apart: the controller keeps no last good
+    // version for it, see `daemon::lastgood`).
+    let mut d = Delta::default();
+    d.datapath_binding = vec![RowDelta::Insert(dp(1, 1, "a", false))];
+    let mut high = lflow(40, 1, "ip4", "next;");
+    high.priority = 20;
+    let twin = lflow(42, 1, "ip4", "drop;");
+    d.logical_flow = vec![
+        RowDelta::Insert(lflow(41, 1, "ip4", "next;")),
+        RowDelta::Insert(high),
+        RowDelta::Insert(twin),
+    ];
+    let t3 = translate(&snapshot(d), &TranslateOptions::default());
+    let id = |n: u128| {
+        t3.spec.datapaths[0]
+            .flows
+            .iter()
+            .find(|f| f.sb_uuid.as_deref() == Some(u(n).to_string().as_str()))
+            .map(|f| f.id.clone())
+            .expect("flow")
+    };
+    assert_ne!(id(40), id(41));
+    assert_eq!(id(41), id(42));
 }
 
 #[test]

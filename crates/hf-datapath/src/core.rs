@@ -411,13 +411,42 @@ impl Datapath {
                 .map(|d| d.name.as_str())
                 .collect()
         };
-        let (prog, errs) = crate::program::compile_cached(
+        let crate::program::Compiled {
+            program: prog,
+            errors: errs,
+            held,
+        } = crate::program::compile_cached_holding(
             &msg,
             &self.port_ids(),
             Some(self.pipeline.program()),
+            self.program.as_ref(),
             &mut self.spec_cache,
             &changed,
         )?;
+        // Held datapaths run their previous flows: those are what this program runs.
+        let mut msg = msg;
+        for name in &held {
+            let old = self
+                .program
+                .as_ref()
+                .and_then(|p| p.datapaths.iter().find(|d| &d.name == name))
+                .map(|d| d.flows.clone());
+            if let (Some(flows), Some(d)) =
+                (old, msg.datapaths.iter_mut().find(|d| &d.name == name))
+            {
+                d.flows = flows;
+            }
+        }
+        if !held.is_empty() {
+            self.log(
+                Level::Warn,
+                format!(
+                    "program {}: datapath(s) {} held at the flows they ran (a flow has no version that compiles)",
+                    msg.generation,
+                    held.join(", ")
+                ),
+            );
+        }
         let mut tunnels = BTreeMap::new();
         let mut no_tunnel = BTreeMap::new();
         for c in &msg.chassis_table {

@@ -7,8 +7,22 @@
 //!   the message carries the flow's `last_good` text, that text is parsed instead and the flow
 //!   is reported with `kept_last_good: true`. The same holds for per-flow *compile* errors
 //!   (unknown set, unsupported action, ...): such a flow is compiled again from `last_good`.
-//!   A flow that fails without a usable last good version is left out and reported with
-//!   `kept_last_good: false` (the rest of the program runs).
+//!   When a flow still has no version that runs because of the language (a syntax error, or
+//!   a construct outside the program's feature level: version skew), its datapath is held: if
+//!   the previous
+//!   program had that datapath ([`compile_cached_holding`]), the whole datapath keeps the flows
+//!   it ran (every error of it reported with `held: true`; the caller keeps those flows as what
+//!   runs). With nothing to hold, a flow without a usable version is left out and reported
+//!   with `kept_last_good: false` (the rest of the program runs) — unless it is in a security
+//!   stage ([`is_security_stage`]: port security and ACLs), where `drop;` over `1` runs at its
+//!   table and priority instead (fail closed, reported with `failed_closed: true`). See
+//!   `docs/flow-identity.md`, "Flows a controller cannot parse". [`ProgramMsg::no_last_good`]
+//!   (a test hook) turns the fallback and the holding off.
+//! - [`ProgramMsg::feature_level`]: the controller's feature level. A flow text (or last good
+//!   text) that parses but uses a construct outside it is a syntax error for this program,
+//!   exactly as for a controller of that level that could not parse it (incident B): same
+//!   fallback, same report. The cause names the construct, the feature and the level, never
+//!   the flow, so one cause covers every flow it hits.
 //! - Ports: [`LocationMsg::Local`] names a local port of the datapath (its `iface-id`); the
 //!   caller's `local` map gives its numeric id. A local name the datapath does not have (yet)
 //!   is [`PortLocation::Unbound`] until the port appears (the datapath then compiles again).
@@ -34,11 +48,12 @@ use std::net::IpAddr;
 
 use hf_conntrack::Owner;
 use hf_expr::actions::Pipeline as Pipe;
+use hf_expr::features::{FeatureSet, used_by_actions, used_by_expr};
 use hf_expr::lexer::{Tok, tokenize};
-use hf_expr::{Constant, Sets};
+use hf_expr::{Constant, Expr, Sets};
 use hf_pipeline::{
-    DatapathKind, DatapathSpec, DnsSpec, FdbSpec, FlowError, FlowId, FlowSpec, GroupSpec,
-    LbVipSpec, Neighbour, PortKind, PortLocation, PortSpec, Program, ProgramSpec,
+    DatapathKind, DatapathSpec, DnsSpec, FdbSpec, FlowError, FlowErrorKind, FlowId, FlowSpec,
+    GroupSpec, LbVipSpec, Neighbour, PortKind, PortLocation, PortSpec, Program, ProgramSpec,
 };
 
 use crate::proto::{FlowErrorMsg, FlowMsg, LocationMsg, ProgramMsg};
@@ -68,7 +83,56 @@ enum Used {
 /// Where each spec flow came from: (datapath index, flow index) → (message flow, text used).
 type Origins = BTreeMap<(usize, usize), (usize, Used)>;
 
-fn flow_spec(f: &FlowMsg, text: (&str, &str)) -> FlowSpec {
+/// The language a program's flows may use ([`ProgramMsg::feature_level`]).
+#[derive(Debug, Clone, PartialEq)]
+struct LevelCheck {
+    set: FeatureSet,
+    name: String,
+}
+
+/// The program's feature level: `None` for every feature; an unknown level is structural
+/// (the program is rejected, naming the known levels).
+fn level_of(msg: &ProgramMsg) -> Result<Option<LevelCheck>, String> {
+    match &msg.feature_level {
+        None => Ok(None),
+        Some(l) => FeatureSet::parse(l)
+            .map(|set| {
+                Some(LevelCheck {
+                    set,
+                    name: l.clone(),
+                })
+            })
+            .map_err(|e| format!("program feature level \"{l}\": {e}")),
+    }
+}
+
+/// Whether a stage enforces security (port security, ACLs): OVN's stage names
+/// (`ls_in_check_port_sec`, `ls_in_apply_port_sec`, `ls_out_check_port_sec`,
+/// `ls_out_apply_port_sec`, the older `ls_in_port_sec_*`/`ls_out_port_sec_*`, every
+/// `ls_in_acl*`/`ls_out_acl*`), as hf-northd's `render::is_security`. A flow there that runs
+/// no version of itself fails closed.
+pub fn is_security_stage(stage: &str) -> bool {
+    stage.starts_with("ls_in_acl")
+        || stage.starts_with("ls_out_acl")
+        || stage.starts_with("ls_in_port_sec")
+        || stage.starts_with("ls_out_port_sec")
+        || matches!(
+            stage,
+            "ls_in_check_port_sec"
+                | "ls_in_apply_port_sec"
+                | "ls_out_check_port_sec"
+                | "ls_out_apply_port_sec"
+        )
+}
+
+/// What runs instead of a security flow with no version that compiles: `drop;` over `1` at
+/// its table and priority. The datapath cannot know what a text it could not parse matched,
+/// so it drops everything that reaches that priority of the stage.
+fn fail_closed_spec(f: &FlowMsg) -> FlowSpec {
+    flow_spec(f, ("1", "drop;"), None)
+}
+
+fn flow_spec(f: &FlowMsg, text: (&str, &str), level: Option<&LevelCheck>) -> FlowSpec {
     let pipe = if f.egress {
         Pipe::Egress
     } else {
@@ -79,6 +143,31 @@ fn flow_spec(f: &FlowMsg, text: (&str, &str)) -> FlowSpec {
     fs.stage = f.stage.clone();
     fs.sb_uuid = f.sb_uuid.clone();
     fs.stage_hint = f.stage_hint.clone();
+    if let Some(l) = level
+        && fs.parse_error.is_none()
+    {
+        let outside = |u: &hf_expr::features::Use| !l.set.contains(u.feature.name);
+        let bad = used_by_expr(&fs.matches)
+            .into_iter()
+            .find(outside)
+            .map(|u| ("match", u))
+            .or_else(|| {
+                used_by_actions(&fs.actions)
+                    .into_iter()
+                    .find(outside)
+                    .map(|u| ("actions", u))
+            });
+        if let Some((what, u)) = bad {
+            let f = u.feature;
+            fs.parse_error = Some(format!(
+                "{what}: {} needs feature `{}` (holdfast level {}, OVN {}); this controller \
+                 parses feature level {}",
+                f.summary, f.name, f.hf, f.ovn, l.name
+            ));
+            fs.matches = Expr::Bool(false);
+            fs.actions = Vec::new();
+        }
+    }
     fs
 }
 
@@ -155,6 +244,9 @@ struct Built {
 pub struct SpecCache {
     dps: HashMap<String, ParsedDp>,
     valid: bool,
+    /// The feature level of the program the cached flows were parsed for (`None`: nothing
+    /// compiled yet). Another level parses every flow again.
+    level: Option<Option<String>>,
 }
 
 /// A spec built with a [`SpecCache`], waiting for [`SpecCache::compile`].
@@ -212,6 +304,7 @@ impl SpecCache {
     pub fn clear(&mut self) {
         self.dps.clear();
         self.valid = false;
+        self.level = None;
     }
 
     /// [`to_spec`] reusing the cached specs of datapaths whose flows did not change. Takes
@@ -222,8 +315,14 @@ impl SpecCache {
         msg: &ProgramMsg,
         local: &BTreeMap<String, u32>,
     ) -> Result<CachedSpec, String> {
-        let was_valid = std::mem::take(&mut self.valid);
+        let mut was_valid = std::mem::take(&mut self.valid);
         let mut old = std::mem::take(&mut self.dps);
+        if self.level.as_ref() != Some(&msg.feature_level) {
+            // Another language: every flow is parsed again and every datapath counts as
+            // changed (identical texts may now fail, or now succeed).
+            old.clear();
+            was_valid = true;
+        }
         let built = build_spec(msg, local, Some(&mut old))?;
         Ok(CachedSpec { built, was_valid })
     }
@@ -238,6 +337,20 @@ impl SpecCache {
         prev: Option<&Program>,
         changed: &[&str],
     ) -> Result<(Program, Vec<FlowErrorMsg>), String> {
+        self.compile_holding(msg, built, prev, None, changed)
+            .map(|c| (c.program, c.errors))
+    }
+
+    /// [`SpecCache::compile`] that may hold datapaths at the flows they ran in `prev_msg`
+    /// (the message `prev` was compiled from; see [`Compiled::held`]).
+    pub fn compile_holding(
+        &mut self,
+        msg: &ProgramMsg,
+        built: CachedSpec,
+        prev: Option<&Program>,
+        prev_msg: Option<&ProgramMsg>,
+        changed: &[&str],
+    ) -> Result<Compiled, String> {
         let mut names: Vec<String> = changed.iter().map(|s| s.to_string()).collect();
         if let Some(c) = built.changed() {
             names.extend(c.into_iter().map(str::to_string));
@@ -249,8 +362,13 @@ impl SpecCache {
             errors,
             meta,
         } = built.built;
-        let (prog, reported, spec, swapped) =
-            compile_built(msg, spec, origins, errors, prev, &refs)?;
+        let CompileOutcome {
+            prog,
+            reported,
+            spec,
+            swapped,
+            held,
+        } = compile_built(msg, spec, origins, errors, prev, prev_msg, &refs)?;
         for ((d, (_, m)), di) in spec.datapaths.into_iter().zip(meta).zip(0..) {
             if swapped.contains(&di) {
                 continue;
@@ -266,8 +384,42 @@ impl SpecCache {
             );
         }
         self.valid = true;
-        Ok((prog, reported))
+        self.level = Some(msg.feature_level.clone());
+        Ok(Compiled {
+            program: prog,
+            errors: reported,
+            held,
+        })
     }
+}
+
+/// A compiled program with its flow errors and the datapaths held at what they ran before.
+#[derive(Debug)]
+pub struct Compiled {
+    /// The program.
+    pub program: Program,
+    /// Every flow error.
+    pub errors: Vec<FlowErrorMsg>,
+    /// Datapaths held at the flows they ran in the previous message: the caller keeps those
+    /// flows (not the new message's) as what runs, so the next hold and a restarted
+    /// controller's hello see them.
+    pub held: Vec<String>,
+}
+
+/// [`compile_cached`] that may hold a datapath at the flows it ran in `prev_msg` (the
+/// message `prev` was compiled from): when some flow of the datapath has no version that
+/// compiles (its text and its last good text fail), the whole datapath keeps running what
+/// it ran, and its errors are reported with `held: true`.
+pub fn compile_cached_holding(
+    msg: &ProgramMsg,
+    local: &BTreeMap<String, u32>,
+    prev: Option<&Program>,
+    prev_msg: Option<&ProgramMsg>,
+    cache: &mut SpecCache,
+    changed: &[&str],
+) -> Result<Compiled, String> {
+    let built = cache.build(msg, local)?;
+    cache.compile_holding(msg, built, prev, prev_msg, changed)
 }
 
 /// [`compile_changed`] through `cache`: unchanged datapaths are not parsed again, and the
@@ -331,6 +483,8 @@ fn build_spec(
     mut old: Option<&mut HashMap<String, ParsedDp>>,
 ) -> Result<Built, String> {
     check_zones(msg)?;
+    let level = level_of(msg)?;
+    let level = level.as_ref();
     let mut hits = Vec::with_capacity(msg.datapaths.len());
     let mut misses = Vec::new();
     let mut spec = ProgramSpec {
@@ -403,18 +557,21 @@ fn build_spec(
                 let mut used_all = Vec::with_capacity(d.flows.len());
                 let mut syntax = Vec::new();
                 for (mi, f) in d.flows.iter().enumerate() {
-                    let mut fs = flow_spec(f, (&f.matches, &f.actions));
+                    let mut fs = flow_spec(f, (&f.matches, &f.actions), level);
                     let mut used = Used::Primary;
                     if let Some(err) = fs.parse_error.clone()
                         && let Some((m, a)) = &f.last_good
+                        && !msg.no_last_good
                     {
-                        let lg = flow_spec(f, (m, a));
+                        let lg = flow_spec(f, (m, a), level);
                         if lg.parse_error.is_none() {
                             syntax.push(FlowErrorMsg {
                                 id: f.id.clone(),
                                 datapath: d.name.clone(),
                                 reason: format!("syntax: {err}"),
                                 kept_last_good: true,
+                                failed_closed: false,
+                                held: false,
                             });
                             fs = lg;
                             used = Used::LastGood;
@@ -529,6 +686,8 @@ fn error_msg(e: &FlowError, kept: bool) -> FlowErrorMsg {
         datapath: e.datapath.clone(),
         reason: format!("{}: {}", e.kind, e.message),
         kept_last_good: kept,
+        failed_closed: false,
+        held: false,
     }
 }
 
@@ -567,59 +726,204 @@ pub fn compile_changed(
     changed: &[&str],
 ) -> Result<(Program, Vec<FlowErrorMsg>), String> {
     let b = build_spec(msg, local, None)?;
-    compile_built(msg, b.spec, b.origins, b.errors, prev, changed).map(|(p, e, _, _)| (p, e))
+    compile_built(msg, b.spec, b.origins, b.errors, prev, None, changed)
+        .map(|o| (o.prog, o.reported))
 }
 
-/// The compile step: returns the program, every error, the spec it compiled and the indexes
-/// of the datapaths whose flows were swapped for their last good text after a compile error.
+/// What [`compile_built`] returns besides the program and the errors.
+struct CompileOutcome {
+    prog: Program,
+    reported: Vec<FlowErrorMsg>,
+    spec: ProgramSpec,
+    /// Datapaths (indexes) whose spec flows are not the message's parse: not to be cached.
+    swapped: BTreeSet<usize>,
+    /// Datapaths (names) held at the flows they ran before.
+    held: Vec<String>,
+}
+
+/// One error of a compile: the spec flow it leaves without a running version (None: a
+/// version runs, or the flow is not found), the report, and whether it is a language error.
+type Outcome = (Option<(usize, usize)>, FlowErrorMsg, bool);
+
+/// One message flow's spec as it ran: its text, else its last good text when that parses.
+fn ran_spec(f: &FlowMsg, level: Option<&LevelCheck>) -> FlowSpec {
+    let fs = flow_spec(f, (&f.matches, &f.actions), level);
+    if fs.parse_error.is_some()
+        && let Some((m, a)) = &f.last_good
+    {
+        let lg = flow_spec(f, (m, a), level);
+        if lg.parse_error.is_none() {
+            return lg;
+        }
+    }
+    fs
+}
+
+/// The compile step: per-flow last good versions for flows that fail, then datapaths held at
+/// what they ran before (`prev_msg`) where a flow still has no version, then fail-closed
+/// drops for security flows with no version in datapaths that cannot be held.
 fn compile_built(
     msg: &ProgramMsg,
     mut spec: ProgramSpec,
     origins: Origins,
     mut reported: Vec<FlowErrorMsg>,
     prev: Option<&Program>,
+    prev_msg: Option<&ProgramMsg>,
     changed: &[&str],
-) -> Result<(Program, Vec<FlowErrorMsg>, ProgramSpec, BTreeSet<usize>), String> {
-    let run = |spec: &ProgramSpec| match prev {
-        Some(p) => p.recompile(spec, changed),
-        None => Program::compile(spec),
-    };
-    let (prog, errs) = run(&spec).map_err(|e| e.to_string())?;
+) -> Result<CompileOutcome, String> {
+    let level = level_of(msg)?;
+    let (mut prog, errs) = match prev {
+        Some(p) => p.recompile(&spec, changed),
+        None => Program::compile(&spec),
+    }
+    .map_err(|e| e.to_string())?;
     // Flows whose primary text failed to compile and that have a last good version.
     let mut retry = Vec::new();
     for e in &errs {
         if let Some((di, fi)) = locate(&spec, e)
             && let Some(&(mi, Used::Primary)) = origins.get(&(di, fi))
             && let Some(lg) = &msg.datapaths[di].flows[mi].last_good
+            && !msg.no_last_good
         {
             retry.push((di, fi, mi, lg.clone(), e.clone()));
         }
     }
+    // Every datapath whose spec is swapped below is compiled again, cached or not.
+    let mut dps = BTreeSet::new();
+    let run = |spec: &ProgramSpec, dps: &BTreeSet<usize>| {
+        let mut names: Vec<&str> = changed.to_vec();
+        names.extend(dps.iter().map(|&di| spec.datapaths[di].name.as_str()));
+        match prev {
+            Some(p) => p.recompile(spec, &names),
+            None => Program::compile(spec),
+        }
+        .map_err(|e| e.to_string())
+    };
+    // Every error, with the spec flow it leaves without a running version (None: a version
+    // runs, or the flow is not found).
+    // Whether the error is the language's (a text that does not parse, or not at the
+    // program's feature level: version skew) rather than the content's (an unknown set, an
+    // action that cannot run).
+    let syntax = |e: &FlowError| e.kind == FlowErrorKind::Syntax;
+    let mut outcome: Vec<Outcome> = Vec::new();
     if retry.is_empty() {
-        reported.extend(errs.iter().map(|e| error_msg(e, false)));
-        return Ok((prog, reported, spec, BTreeSet::new()));
-    }
-    let mut swapped = BTreeMap::new();
-    for (di, fi, mi, (m, a), e) in retry {
-        let f = &msg.datapaths[di].flows[mi];
-        spec.datapaths[di].flows[fi] = flow_spec(f, (&m, &a));
-        swapped.insert((di, fi), e);
-    }
-    let (prog, errs2) = run(&spec).map_err(|e| e.to_string())?;
-    let still_bad: BTreeSet<(usize, usize)> =
-        errs2.iter().filter_map(|e| locate(&spec, e)).collect();
-    for (pos, e) in &swapped {
-        // The primary failed; the last good version runs unless it failed too.
-        reported.push(error_msg(e, !still_bad.contains(pos)));
-    }
-    for e in &errs2 {
-        match locate(&spec, e) {
-            Some(pos) if swapped.contains_key(&pos) => {}
-            _ => reported.push(error_msg(e, false)),
+        outcome.extend(
+            errs.iter()
+                .map(|e| (locate(&spec, e), error_msg(e, false), syntax(e))),
+        );
+    } else {
+        let mut swapped = BTreeMap::new();
+        for (di, fi, mi, (m, a), e) in retry {
+            let f = &msg.datapaths[di].flows[mi];
+            spec.datapaths[di].flows[fi] = flow_spec(f, (&m, &a), level.as_ref());
+            swapped.insert((di, fi), e);
+            dps.insert(di);
+        }
+        let (p2, errs2) = run(&spec, &dps)?;
+        prog = p2;
+        let still_bad: BTreeSet<(usize, usize)> =
+            errs2.iter().filter_map(|e| locate(&spec, e)).collect();
+        for (pos, e) in &swapped {
+            // The primary failed; the last good version runs unless it failed too.
+            let kept = !still_bad.contains(pos);
+            outcome.push(((!kept).then_some(*pos), error_msg(e, kept), syntax(e)));
+        }
+        for e in &errs2 {
+            match locate(&spec, e) {
+                Some(pos) if swapped.contains_key(&pos) => {}
+                pos => outcome.push((pos, error_msg(e, false), syntax(e))),
+            }
         }
     }
-    let dps = swapped.keys().map(|(di, _)| *di).collect();
-    Ok((prog, reported, spec, dps))
+    // Flows with no running version, by datapath.
+    let no_version: BTreeSet<(usize, usize)> = outcome
+        .iter()
+        .filter(|(_, m, _)| !m.kept_last_good)
+        .filter_map(|(pos, _, _)| *pos)
+        .collect();
+    // A datapath that ran before is held at what it ran when one of its flows has no version
+    // because of the language (version skew: mixing two pipeline designs, the parsable flows
+    // of the new one and the old one's last good versions, is not sound). A flow whose content
+    // fails (an unknown set, say) does not hold its datapath: it fails alone, below.
+    let language: BTreeSet<usize> = outcome
+        .iter()
+        .filter(|(_, m, syn)| !m.kept_last_good && *syn)
+        .filter_map(|(pos, _, _)| pos.map(|(di, _)| di))
+        .collect();
+    let mut held: BTreeSet<usize> = BTreeSet::new();
+    if !msg.no_last_good
+        && let Some(old) = prev_msg
+    {
+        for &di in &language {
+            let name = &spec.datapaths[di].name;
+            if let Some(od) = old.datapaths.iter().find(|d| &d.name == name)
+                && held.insert(di)
+            {
+                let old_level = level_of(old).ok().flatten();
+                // The flows as they ran: at this program's level when it has one.
+                let lvl = level.as_ref().or(old_level.as_ref());
+                spec.datapaths[di].flows = od.flows.iter().map(|f| ran_spec(f, lvl)).collect();
+                dps.insert(di);
+            }
+        }
+    }
+    // Security flows with no version, in datapaths not held, fail closed.
+    let closing: BTreeSet<(usize, usize)> = no_version
+        .iter()
+        .filter(|(di, _)| !held.contains(di))
+        .filter(|pos| {
+            origins
+                .get(pos)
+                .is_some_and(|&(mi, _)| is_security_stage(&msg.datapaths[pos.0].flows[mi].stage))
+        })
+        .copied()
+        .collect();
+    for &(di, fi) in &closing {
+        if let Some(&(mi, _)) = origins.get(&(di, fi)) {
+            spec.datapaths[di].flows[fi] = fail_closed_spec(&msg.datapaths[di].flows[mi]);
+            dps.insert(di);
+        }
+    }
+    if !closing.is_empty() || !held.is_empty() {
+        let (p3, errs3) = run(&spec, &dps)?;
+        prog = p3;
+        let bad: BTreeSet<(usize, usize)> = errs3
+            .iter()
+            .filter_map(|e| locate(&spec, e))
+            .filter(|(di, _)| !held.contains(di))
+            .collect();
+        for (pos, m, _) in &mut outcome {
+            if let Some(p) = pos
+                && closing.contains(p)
+                && !bad.contains(p)
+            {
+                m.failed_closed = true;
+            }
+        }
+    }
+    let held_names: Vec<String> = held
+        .iter()
+        .map(|&di| spec.datapaths[di].name.clone())
+        .collect();
+    // Every error of a held datapath: its previous flows run.
+    for e in reported
+        .iter_mut()
+        .chain(outcome.iter_mut().map(|(_, m, _)| m))
+    {
+        if held_names.contains(&e.datapath) {
+            e.held = true;
+            e.kept_last_good = true;
+            e.failed_closed = false;
+        }
+    }
+    reported.extend(outcome.into_iter().map(|(_, m, _)| m));
+    Ok(CompileOutcome {
+        prog,
+        reported,
+        spec,
+        swapped: dps,
+        held: held_names,
+    })
 }
 
 #[cfg(test)]
@@ -729,6 +1033,162 @@ mod tests {
         assert!(compile_cached(&bad, &local, Some(&p4), &mut cache, &[]).is_err());
         assert!(!cache.is_valid());
         assert_eq!(cache.build(&m2, &local).unwrap().changed(), None);
+    }
+
+    #[test]
+    fn constructs_outside_the_feature_level_are_syntax_errors_with_the_same_fallback() {
+        let local = [("p1".to_string(), 7)].into();
+        let newer = "ct_commit { ct_mark.blocked = 0; }; next;";
+        let older = "ct_commit(ct_label=0/1); next;";
+        let mut m = msg(vec![
+            flow("a", "ip4", newer, Some(("ip4", older))),
+            flow("b", "ip4 && ct_mark.blocked == 1", "next;", None),
+            flow("c", "ip4", older, None),
+        ]);
+        // Every feature: everything compiles.
+        let (all, errs) = compile(&m, &local, None).unwrap();
+        assert!(errs.is_empty(), "{errs:?}");
+        assert_eq!(all.flow_count(), 3);
+        // hf-1: `a` runs its last good text, `b` has none (and is no security flow: left out).
+        m.feature_level = Some("hf-1".into());
+        let (prog, errs) = compile(&m, &local, None).unwrap();
+        let by_id: BTreeMap<_, _> = errs.iter().map(|e| (e.id.as_str(), e)).collect();
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert!(by_id["a"].kept_last_good, "{errs:?}");
+        assert!(
+            by_id["a"].reason.starts_with("syntax: actions: "),
+            "{errs:?}"
+        );
+        assert!(by_id["a"].reason.contains("`ct-commit-block`"), "{errs:?}");
+        assert!(by_id["a"].reason.contains("feature level hf-1"), "{errs:?}");
+        assert!(!by_id["b"].kept_last_good && !by_id["b"].failed_closed);
+        assert!(
+            by_id["b"].reason.contains("`ct-mark-subfields`"),
+            "{errs:?}"
+        );
+        assert_eq!(prog.flow_count(), 2);
+        // A last good text outside the level is no last good version.
+        m.datapaths[0].flows[0].last_good = Some(("ip4".into(), newer.into()));
+        let (_, errs) = compile(&m, &local, None).unwrap();
+        assert!(errs.iter().all(|e| !e.kept_last_good), "{errs:?}");
+        // The cache parses again when the level changes (same texts).
+        let mut cache = SpecCache::new();
+        m.feature_level = None;
+        let (p1, e1) = compile_cached(&m, &local, None, &mut cache, &[]).unwrap();
+        assert!(e1.is_empty());
+        m.feature_level = Some("hf-1".into());
+        let built = cache.build(&m, &local).unwrap();
+        assert_eq!(built.reused(), 0);
+        assert_eq!(built.changed(), Some(vec!["sw0"]));
+        let (_, e2) = cache.compile(&m, built, Some(&p1), &[]).unwrap();
+        assert_eq!(e2.len(), 2, "{e2:?}");
+        // An unknown level is structural, naming the known ones.
+        m.feature_level = Some("hf-9".into());
+        let e = compile(&m, &local, None).unwrap_err();
+        assert!(e.contains("hf-9") && e.contains("hf-1, hf-2"), "{e}");
+    }
+
+    #[test]
+    fn security_flows_with_no_version_that_compiles_fail_closed() {
+        let local = [("p1".to_string(), 7)].into();
+        let acl = |id: &str, stage: &str, m: &str, lg| FlowMsg {
+            stage: stage.into(),
+            priority: 1000,
+            ..flow(id, m, "next;", lg)
+        };
+        let m = msg(vec![
+            // No last good: fails closed.
+            acl("a", "ls_out_acl_eval", "ip4 &&& x", None),
+            // Its last good version runs: not failed closed.
+            acl("b", "ls_in_acl", "ip4 &&& x", Some(("ip4", "next;"))),
+            // Not a security stage: left out.
+            acl("c", "ls_in_l2_lkup", "ip4 &&& x", None),
+            // A compile error (unknown port group) in port security, no last good.
+            acl("d", "ls_in_check_port_sec", "inport == @nope", None),
+        ]);
+        let (prog, errs) = compile(&m, &local, None).unwrap();
+        let by_id: BTreeMap<_, _> = errs.iter().map(|e| (e.id.as_str(), e)).collect();
+        assert!(
+            by_id["a"].failed_closed && !by_id["a"].kept_last_good,
+            "{errs:?}"
+        );
+        assert!(
+            by_id["b"].kept_last_good && !by_id["b"].failed_closed,
+            "{errs:?}"
+        );
+        assert!(
+            !by_id["c"].failed_closed && !by_id["c"].kept_last_good,
+            "{errs:?}"
+        );
+        assert!(by_id["d"].failed_closed, "{errs:?}");
+        // a and d as drops, b as its last good version; c is left out.
+        assert_eq!(prog.flow_count(), 3);
+        assert!(is_security_stage("ls_in_port_sec_l2"));
+        assert!(!is_security_stage("ls_in_pre_acl"));
+    }
+
+    #[test]
+    fn a_datapath_with_a_flow_outside_the_language_is_held_at_what_it_ran() {
+        let local = [("p1".to_string(), 7)].into();
+        let acl = |id: &str, m: &str, a: &str| FlowMsg {
+            stage: "ls_in_acl".into(),
+            priority: 1000,
+            ..flow(id, m, a, None)
+        };
+        let mut old = msg(vec![acl("a", "ip4", "ct_commit(ct_label=0/1); next;")]);
+        old.feature_level = Some("hf-1".into());
+        let mut cache = SpecCache::new();
+        let (p1, e1) = compile_cached(&old, &local, None, &mut cache, &[]).unwrap();
+        assert!(e1.is_empty(), "{e1:?}");
+        // The newer design: `a` respelled (no last good sent: a naive message), and a new flow
+        // `b` with no older version.
+        let mut new = msg(vec![
+            acl("a", "ip4", "ct_commit { ct_mark.blocked = 0; }; next;"),
+            acl("b", "ip4 && ct_mark.blocked == 1", "drop;"),
+        ]);
+        new.feature_level = Some("hf-1".into());
+        new.generation = 2;
+        let c =
+            compile_cached_holding(&new, &local, Some(&p1), Some(&old), &mut cache, &[]).unwrap();
+        assert_eq!(c.held, vec!["sw0".to_string()]);
+        assert_eq!(c.errors.len(), 2, "{:?}", c.errors);
+        assert!(
+            c.errors
+                .iter()
+                .all(|e| e.held && e.kept_last_good && !e.failed_closed)
+        );
+        // The old flow runs: one flow, not a fail-closed drop and not the new ones.
+        assert_eq!(c.program.flow_count(), 1);
+        // Without a previous program there is nothing to hold: both fail closed.
+        let fresh = compile(&new, &local, None).unwrap().1;
+        assert!(
+            fresh.iter().all(|e| e.failed_closed && !e.held),
+            "{fresh:?}"
+        );
+        // A content error (an unknown port group) does not hold the datapath: it fails alone.
+        let mut content = msg(vec![
+            acl("a", "ip4", "ct_commit(ct_label=0/1); next;"),
+            acl("c", "inport == @nope", "next;"),
+        ]);
+        content.feature_level = Some("hf-1".into());
+        let mut cache = SpecCache::new();
+        let (p1, _) = compile_cached(&old, &local, None, &mut cache, &[]).unwrap();
+        let c = compile_cached_holding(&content, &local, Some(&p1), Some(&old), &mut cache, &[])
+            .unwrap();
+        assert!(c.held.is_empty(), "{:?}", c.errors);
+        assert!(
+            c.errors.len() == 1 && c.errors[0].failed_closed,
+            "{:?}",
+            c.errors
+        );
+        // The naive hook holds nothing.
+        new.no_last_good = true;
+        let mut cache = SpecCache::new();
+        let (p1, _) = compile_cached(&old, &local, None, &mut cache, &[]).unwrap();
+        let c =
+            compile_cached_holding(&new, &local, Some(&p1), Some(&old), &mut cache, &[]).unwrap();
+        assert!(c.held.is_empty());
+        assert!(c.errors.iter().all(|e| e.failed_closed), "{:?}", c.errors);
     }
 
     #[test]

@@ -27,7 +27,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// The protocol version; both hellos carry it.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The largest frame accepted (a program for a 500-switch topology is tens of MB).
 pub const MAX_FRAME: usize = 512 << 20;
@@ -190,6 +190,14 @@ pub struct FlowErrorMsg {
     pub reason: String,
     /// The last good version runs instead ([`FlowMsg::last_good`] compiled).
     pub kept_last_good: bool,
+    /// No last good version ran, and the flow is in a security stage (port security, ACLs:
+    /// [`crate::program::is_security_stage`]): `drop;` over `1` runs at its table and priority
+    /// instead (fail closed). False when the flow is simply left out.
+    pub failed_closed: bool,
+    /// Its datapath is held at the flows it ran before this program (some flow of it has no
+    /// version that compiles, and the datapath had run one): none of the program's flows of
+    /// that datapath run, the previous ones do (`kept_last_good` is true).
+    pub held: bool,
 }
 
 /// Datapath counters.
@@ -265,6 +273,16 @@ pub struct ProgramMsg {
     pub owner: u32,
     /// Local ports in a live migration that involves this chassis.
     pub migrations: Vec<MigrationMsg>,
+    /// The feature level the controller parses (`hf-1`, `hf-2`, a `hf_expr::FeatureSet`
+    /// spelling); `None`: every feature. A flow (or last good text) using a construct outside
+    /// it is, for this program, a flow that does not parse: the same fallback to its last good
+    /// version and the same report (DESIGN "The control-plane/data-plane contract").
+    pub feature_level: Option<String>,
+    /// A test hook (a naive controller that keeps no last good versions): flows do not fall
+    /// back to their `last_good` text, and no datapath is held at the flows it ran before
+    /// (normally false: a datapath with a flow that has no version that compiles keeps the
+    /// flows it ran before, see `crate::program`).
+    pub no_last_good: bool,
 }
 
 /// A local port in a live migration (`requested-chassis="src,dst"`): this chassis is its

@@ -259,9 +259,17 @@ pub enum DatapathKind {
     },
 }
 
-/// A flow's stable identity: `external_ids:hf-flow-id` when northd wrote one, else stage name,
-/// `stage-hint` and match (DESIGN "Flow identity"). The controller keys "last good version" by
-/// it.
+/// A flow's stable identity: `external_ids:hf-flow-id` when northd wrote one, else derived
+/// from what the flow *is* in its datapath (DESIGN "Flow identity"; the rule is written in
+/// `docs/flow-identity.md`). The controller keys "last good version" by it (with the datapath
+/// name).
+///
+/// The derived form ([`FlowId::derived`]) never involves a UUID or the `stage-hint` (a UUID
+/// prefix, so an NB rebuild would change it), and always involves the priority (two flows of
+/// one stage with one match at two priorities are two flows). Two flows of one datapath that
+/// agree on pipeline, stage (or table), priority and match but differ in actions get the same
+/// derived identity: they cannot be told apart, and the controller gives neither a last good
+/// version.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct FlowId(pub String);
 
@@ -271,9 +279,26 @@ impl FlowId {
         FlowId(format!("hf-flow-id:{id}"))
     }
 
-    /// The fallback identity: stage name, NB stage hint and match text.
-    pub fn derived(stage: &str, stage_hint: Option<&str>, matches: &str) -> FlowId {
-        FlowId(format!("{stage}|{}|{matches}", stage_hint.unwrap_or("")))
+    /// The fallback identity of a flow without `hf-flow-id` (real ovn-northd's): pipeline,
+    /// stage name (the table number when the flow has none: stage names survive a release
+    /// that inserts a table, numbers do not), priority and match text.
+    pub fn derived(
+        pipeline: Pipeline,
+        stage: &str,
+        table: u8,
+        priority: u16,
+        matches: &str,
+    ) -> FlowId {
+        let pipe = if pipeline == Pipeline::Egress {
+            "egress"
+        } else {
+            "ingress"
+        };
+        if stage.is_empty() {
+            FlowId(format!("{pipe}|table={table}|{priority}|{matches}"))
+        } else {
+            FlowId(format!("{pipe}|{stage}|{priority}|{matches}"))
+        }
     }
 }
 

@@ -43,7 +43,7 @@ fn flow(pipe: Pipe, table: u8, prio: u16, m: &str, a: &str) -> FlowSpec {
     let mut f = FlowSpec::from_text(pipe, table, prio, m, a);
     assert!(f.parse_error.is_none(), "{m} / {a}: {:?}", f.parse_error);
     f.stage = format!("stage{table}");
-    f.id = FlowId::derived(&f.stage, None, m);
+    f.id = FlowId::derived(f.pipeline, &f.stage, f.table, f.priority, m);
     f
 }
 
@@ -122,13 +122,18 @@ fn identity_reaches_the_trace() {
     assert_eq!(r.stage_hint.as_deref(), Some("a0dfbb58"));
     // The SB text is what a trace shows, as written.
     assert_eq!(r.matches, "ip4");
-    assert_eq!(
-        FlowId::derived("s", Some("h"), "ip4"),
-        FlowId::derived("s", Some("h"), "ip4")
-    );
+    let d = |stage: &str, table: u8, prio: u16, m: &str| {
+        FlowId::derived(Pipe::Ingress, stage, table, prio, m)
+    };
+    assert_eq!(d("s", 1, 10, "ip4"), d("s", 1, 10, "ip4"));
+    // The stage names the table; without a stage name the table number does.
+    assert_eq!(d("s", 1, 10, "ip4"), d("s", 2, 10, "ip4"));
+    assert_ne!(d("", 1, 10, "ip4"), d("", 2, 10, "ip4"));
+    // Priority and pipeline are part of it.
+    assert_ne!(d("s", 1, 10, "ip4"), d("s", 1, 11, "ip4"));
     assert_ne!(
-        FlowId::derived("s", Some("h"), "ip4"),
-        FlowId::derived("s", None, "ip4")
+        d("s", 1, 10, "ip4"),
+        FlowId::derived(Pipe::Egress, "s", 1, 10, "ip4")
     );
 }
 
@@ -163,7 +168,7 @@ fn a_bad_flow_is_its_own_error_and_the_rest_compiles() {
         let mut f = FlowSpec::from_text(Pipe::Ingress, 0, 100 + i as u16, m, a);
         f.stage = "ls_in_test".into();
         f.sb_uuid = Some(format!("uuid-{i}"));
-        f.id = FlowId::derived(&f.stage, None, m);
+        f.id = FlowId::derived(f.pipeline, &f.stage, f.table, f.priority, m);
         flows.push(f);
     }
     let s = spec(vec![switch(

@@ -95,6 +95,17 @@ pub struct Tuning {
     pub flush_grace: Duration,
     /// Wall-clock milliseconds at `now` = 0 (for `nb_cfg_timestamp` and `MAC_Binding.timestamp`).
     pub wall_offset_ms: i64,
+    /// The feature level this controller advertises (`Chassis.other_config:holdfast-features`)
+    /// and parses (`holdfast controller --feature-level`; default the newest). A flow using a
+    /// construct outside it is, for this controller, a flow it cannot parse: the program says
+    /// the level ([`ProgramMsg::feature_level`]) and the datapath treats such text as a syntax
+    /// error, with the same last-good fallback and report. Below `hf-2` the SB layout is the
+    /// older one too: `Port_Group` rows are taken by their names as written (a 20.06
+    /// controller does not know per-datapath rows, so `@pg` finds nothing).
+    pub feature_level: hf_expr::Level,
+    /// Test hook (incident B's control case): `false` hands the datapath no last good versions,
+    /// so a flow that does not parse has nothing to fall back to (a naive controller).
+    pub keep_last_good: bool,
 }
 
 impl Default for Tuning {
@@ -104,8 +115,18 @@ impl Default for Tuning {
             probe_interval_ms: Some(5_000),
             flush_grace: Duration::from_secs(5),
             wall_offset_ms: 0,
+            feature_level: newest_level(),
+            keep_last_good: true,
         }
     }
+}
+
+/// The newest feature level this build knows (the controller's default).
+pub fn newest_level() -> hf_expr::Level {
+    hf_expr::Level::ALL
+        .last()
+        .copied()
+        .unwrap_or(hf_expr::Level::Hf1)
 }
 
 /// How severe a log line is.
@@ -248,6 +269,8 @@ pub struct Controller {
     flushing: BTreeSet<String>,
     empty_since: Option<Duration>,
     lastgood: LastGood,
+    /// Sets kept for last good versions (logged when they change).
+    kept_sets: Vec<String>,
     installed_nb_cfg: Option<i64>,
     /// Parsed flows and whole datapaths of the last translation, reused when unchanged.
     translate_cache: TranslateCache,
@@ -287,7 +310,7 @@ impl Controller {
             encap_type: cfg.encap_type.clone(),
             encap_ip: cfg.encap_ip.clone(),
             monitor_all: cfg.monitor_all,
-            features: hf_expr::FeatureSet::level(hf_expr::Level::Hf2).to_list(),
+            features: hf_expr::FeatureSet::level(tuning.feature_level).to_list(),
         };
         let conds = monitor::conditions(
             &SbSnapshot::default(),
@@ -356,6 +379,7 @@ impl Controller {
             flushing: BTreeSet::new(),
             empty_since: None,
             lastgood: LastGood::default(),
+            kept_sets: Vec::new(),
             installed_nb_cfg: None,
             translate_cache: TranslateCache::default(),
             diagnostics: Vec::new(),
@@ -366,7 +390,7 @@ impl Controller {
         c.say(
             Level::Info,
             format!(
-                "holdfast controller for chassis {} ({} {}), {} monitoring",
+                "holdfast controller for chassis {} ({} {}), {} monitoring, feature level {}",
                 c.cfg.chassis,
                 c.cfg.encap_type,
                 c.cfg.encap_ip,
@@ -374,7 +398,8 @@ impl Controller {
                     "full"
                 } else {
                     "conditional"
-                }
+                },
+                c.tuning.feature_level
             ),
         );
         c
@@ -644,16 +669,43 @@ impl Controller {
                 .map_or_else(|| "none".to_string(), |n| n.to_string())
         ));
         s.push_str(&format!("Zones: {}\n", self.zones.len()));
+        s.push_str(&format!(
+            "Feature level: {}{}\n",
+            self.tuning.feature_level,
+            if self.tuning.keep_last_good {
+                ""
+            } else {
+                " (last good versions disabled: test hook)"
+            }
+        ));
         let causes = self.lastgood.causes();
         s.push_str(&format!(
-            "Flow errors: {} flow(s), {} cause(s)\n",
+            "Flow errors: {} flow(s), {} cause(s); {} on their last good version, {} failed closed\n",
             self.lastgood.error_count(),
-            causes.len()
+            causes.len(),
+            self.lastgood.kept_count(),
+            self.lastgood.failed_closed_count()
         ));
         for (c, (n, first)) in &causes {
             s.push_str(&format!(
-                "  {c}: {n} flow(s) (first: flow {} on datapath {})\n",
-                first.id, first.datapath
+                "  {c}: {n} flow(s) (first: flow {} on datapath {}); {}\n",
+                first.id,
+                first.datapath,
+                self.lastgood.instead_summary(c)
+            ));
+        }
+        let held = self.lastgood.held_datapaths();
+        if !held.is_empty() {
+            s.push_str(&format!(
+                "Datapaths held at their last good flows: {}\n",
+                held.into_iter().collect::<Vec<_>>().join(", ")
+            ));
+        }
+        let amb = self.lastgood.ambiguous();
+        if !amb.is_empty() {
+            s.push_str(&format!(
+                "Flows without a distinct identity (no last good version kept): {}\n",
+                amb.len()
             ));
         }
         if !self.diagnostics.is_empty() {
@@ -1124,7 +1176,7 @@ impl Controller {
         self.translate_due = false;
         self.stats.translations += 1;
         let sb = self.sb.model();
-        let t = translate_cached(
+        let mut t = translate_cached(
             sb,
             &TranslateOptions {
                 chassis: Some(self.cfg.chassis.clone()),
@@ -1167,13 +1219,22 @@ impl Controller {
             }
         }
         self.gone_since.retain(|n, _| retained.contains_key(n));
+        let level = hf_expr::FeatureSet::level(self.tuning.feature_level);
+        if !level.contains("port-group-per-datapath") {
+            t.spec.sets.port_groups =
+                crate::translate::sets::port_groups_as_written(self.sb.model());
+        }
         let build = program_msg(
             &t,
             &self.cfg.chassis,
             self.generation + 1,
             nb_cfg,
             &retained,
-            &self.lastgood,
+            if self.tuning.keep_last_good {
+                &self.lastgood
+            } else {
+                &crate::program_msg::NoLastGood
+            },
         );
         self.translate_cache.recycle(t);
         if !build.skipped.is_empty() {
@@ -1185,7 +1246,22 @@ impl Controller {
                 ),
             );
         }
-        let msg = build.msg;
+        let mut msg = build.msg;
+        msg.feature_level = Some(self.tuning.feature_level.name().to_string());
+        msg.no_last_good = !self.tuning.keep_last_good;
+        if let Some(r) = &self.running {
+            let kept = super::lastgood::keep_sets(r, &mut msg);
+            if !kept.is_empty() && self.kept_sets != kept {
+                self.say(
+                    Level::Warn,
+                    format!(
+                        "set(s) {} gone from SB but named by last good flow versions: kept as they were",
+                        kept.join(", ")
+                    ),
+                );
+            }
+            self.kept_sets = kept;
+        }
         self.note_ports(&msg);
         // A view without any datapath while the datapath forwards for local ports: hold it.
         let running_dps = self

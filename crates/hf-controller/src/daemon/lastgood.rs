@@ -9,9 +9,19 @@
 //! The store starts from the program the datapath hands a restarted controller.
 //!
 //! Errors are grouped by cause (the datapath's reason text): a cause is logged once when it
-//! first appears, with the number of flows it hits, and once when it is gone; [`LastGood::report`]
-//! gives the `Chassis_Private.external_ids` entries (`holdfast-flow-errors=<flows>` and at most
-//! [`MAX_REPORTED`] `holdfast-flow-error-N=<cause> (<n> flows)`).
+//! first appears, with the number of flows it hits and what runs instead (their last good
+//! version, a fail-closed drop, nothing), and once when it is gone — never again per install
+//! while it lasts. [`LastGood::report`] gives the `Chassis_Private.external_ids` entries
+//! (`holdfast-flow-errors=<flows>`, at most [`MAX_REPORTED`]
+//! `holdfast-flow-error-N=<cause> (<n> flows)`, and how many of the flows run their last good
+//! version, `holdfast-flow-errors-last-good=<n>`, and how many failed closed,
+//! `holdfast-flow-errors-failed-closed=<n>`, and how many datapaths are held at their last
+//! good flows, `holdfast-flow-errors-held-datapaths=<n>`, each only when not zero). A held
+//! datapath's last good versions are not updated from the program that failed in it.
+//!
+//! Identities that several flows of one datapath share (flows without `hf-flow-id` that
+//! cannot be told apart, see `docs/flow-identity.md`) get no last good version: such an
+//! identity is never stored, so neither flow can fall back to the other's text.
 //!
 //! [`FromDatapath::Installed`]: hf_datapath::proto::FromDatapath::Installed
 
@@ -35,6 +45,25 @@ pub struct FlowErrorEntry {
     pub reason: String,
     /// A last good version runs instead.
     pub kept_last_good: bool,
+    /// No version of it runs; it is a security flow and `drop;` runs in its place.
+    pub failed_closed: bool,
+    /// Its datapath is held at the flows it ran before (see `hf_datapath::program`).
+    pub held: bool,
+}
+
+impl FlowErrorEntry {
+    /// What runs instead, as operators read it.
+    pub fn instead(&self) -> &'static str {
+        if self.held {
+            "its datapath runs its last good flows (held)"
+        } else if self.kept_last_good {
+            "running the last good version"
+        } else if self.failed_closed {
+            "no good version known, failed closed (drop)"
+        } else {
+            "no good version known, the flow is left out"
+        }
+    }
 }
 
 /// The store.
@@ -45,6 +74,18 @@ pub struct LastGood {
     good: BTreeMap<String, BTreeMap<String, (String, String)>>,
     errors: BTreeMap<(String, String), FlowErrorEntry>,
     logged: BTreeSet<String>,
+    /// (datapath, identity) pairs several flows of the last program share.
+    ambiguous: BTreeSet<(String, String)>,
+}
+
+/// The identities several flows of a datapath share.
+fn shared_ids(flows: &[hf_datapath::proto::FlowMsg]) -> BTreeSet<&str> {
+    let mut seen = BTreeSet::new();
+    flows
+        .iter()
+        .filter(|f| !seen.insert(f.id.as_str()))
+        .map(|f| f.id.as_str())
+        .collect()
 }
 
 impl LastGoodLookup for LastGood {
@@ -61,8 +102,9 @@ impl LastGood {
     /// controller): a flow's `last_good` when it has one, else its text.
     pub fn seed(&mut self, p: &ProgramMsg) {
         for d in &p.datapaths {
+            let shared = shared_ids(&d.flows);
             let good = self.good.entry(d.name.clone()).or_default();
-            for f in &d.flows {
+            for f in d.flows.iter().filter(|f| !shared.contains(f.id.as_str())) {
                 good.entry(f.id.clone()).or_insert_with(|| {
                     f.last_good
                         .clone()
@@ -87,13 +129,28 @@ impl LastGood {
         let datapaths: BTreeSet<&str> = p.datapaths.iter().map(|d| d.name.as_str()).collect();
         self.good
             .retain(|name, _| datapaths.contains(name.as_str()));
+        self.ambiguous.clear();
+        // Held datapaths run what they ran: their last good versions stay as they are.
+        let held: BTreeSet<&str> = errors
+            .iter()
+            .filter(|e| e.held)
+            .map(|e| e.datapath.as_str())
+            .collect();
         for d in &p.datapaths {
+            let shared = shared_ids(&d.flows);
+            self.ambiguous
+                .extend(shared.iter().map(|id| (d.name.clone(), id.to_string())));
+            if held.contains(d.name.as_str()) {
+                continue;
+            }
             let good = self.good.entry(d.name.clone()).or_default();
-            // Forget flows that left the datapath.
+            // Forget flows that left the datapath, and identities several flows share.
             let ids: BTreeSet<&str> = d.flows.iter().map(|f| f.id.as_str()).collect();
-            good.retain(|id, _| ids.contains(id.as_str()));
+            good.retain(|id, _| ids.contains(id.as_str()) && !shared.contains(id.as_str()));
             for f in &d.flows {
-                if failed_ids.contains(&(d.name.as_str(), f.id.as_str())) {
+                if failed_ids.contains(&(d.name.as_str(), f.id.as_str()))
+                    || shared.contains(f.id.as_str())
+                {
                     continue;
                 }
                 // Only a new or changed text is copied: most installs change few flows.
@@ -116,6 +173,8 @@ impl LastGood {
                         id: e.id.clone(),
                         reason: e.reason.clone(),
                         kept_last_good: e.kept_last_good,
+                        failed_closed: e.failed_closed,
+                        held: e.held,
                     },
                 )
             })
@@ -127,14 +186,10 @@ impl LastGood {
                 logs.push((
                     true,
                     format!(
-                        "flow error: {cause}: {n} flow(s) (first: flow {} on datapath {}){}",
+                        "flow error: {cause}: {n} flow(s) (first: flow {} on datapath {}); {}",
                         first.id,
                         first.datapath,
-                        if first.kept_last_good {
-                            "; running the last good version"
-                        } else {
-                            "; no good version known, the flow is left out"
-                        }
+                        self.instead_summary(cause)
                     ),
                 ));
             }
@@ -163,9 +218,49 @@ impl LastGood {
         m
     }
 
+    /// What runs instead of the flows of `cause`: one kind, or the count of each.
+    pub fn instead_summary(&self, cause: &str) -> String {
+        let mut by: BTreeMap<&'static str, usize> = BTreeMap::new();
+        for e in self.errors.values().filter(|e| e.reason == cause) {
+            *by.entry(e.instead()).or_default() += 1;
+        }
+        if by.len() == 1 {
+            return by.keys().next().map_or_else(String::new, |k| k.to_string());
+        }
+        by.iter()
+            .map(|(k, n)| format!("{n} {k}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// Flows in error.
     pub fn error_count(&self) -> usize {
         self.errors.len()
+    }
+
+    /// Flows in error that run their last good version.
+    pub fn kept_count(&self) -> usize {
+        self.errors.values().filter(|e| e.kept_last_good).count()
+    }
+
+    /// Flows in error that failed closed.
+    pub fn failed_closed_count(&self) -> usize {
+        self.errors.values().filter(|e| e.failed_closed).count()
+    }
+
+    /// Datapaths held at their last good flows.
+    pub fn held_datapaths(&self) -> BTreeSet<&str> {
+        self.errors
+            .values()
+            .filter(|e| e.held)
+            .map(|e| e.datapath.as_str())
+            .collect()
+    }
+
+    /// Identities several flows of one datapath share in the last program (no last good
+    /// version is kept for them): (datapath, identity).
+    pub fn ambiguous(&self) -> &BTreeSet<(String, String)> {
+        &self.ambiguous
     }
 
     /// The current errors.
@@ -189,8 +284,71 @@ impl LastGood {
                 format!("{cause} ({n} flows)"),
             );
         }
+        for (key, n) in [
+            ("holdfast-flow-errors-last-good", self.kept_count()),
+            (
+                "holdfast-flow-errors-failed-closed",
+                self.failed_closed_count(),
+            ),
+            (
+                "holdfast-flow-errors-held-datapaths",
+                self.held_datapaths().len(),
+            ),
+        ] {
+            if n > 0 {
+                m.insert(key.to_string(), n.to_string());
+            }
+        }
         m
     }
+}
+
+/// Whether `text` names set `name` with `sigil` (`@pg`, `$as`), as a whole name.
+fn names_set(text: &str, sigil: char, name: &str) -> bool {
+    let pat = format!("{sigil}{name}");
+    text.match_indices(&pat).any(|(i, _)| {
+        text[i + pat.len()..]
+            .chars()
+            .next()
+            .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+    })
+}
+
+/// Port groups and address sets the running program has, the new one lacks, and a last good
+/// text of the new one names: copied into `next` (a last good version runs with the sets it
+/// ran with; without them it would not compile). Returns their names (`@pg`, `$as`).
+pub fn keep_sets(running: &ProgramMsg, next: &mut ProgramMsg) -> Vec<String> {
+    let needs = |sigil: char, name: &str| {
+        next.datapaths.iter().any(|d| {
+            d.flows.iter().any(|f| {
+                f.last_good
+                    .as_ref()
+                    .is_some_and(|(m, a)| names_set(m, sigil, name) || names_set(a, sigil, name))
+            })
+        })
+    };
+    let pgs: Vec<(String, Vec<String>)> = running
+        .port_groups
+        .iter()
+        .filter(|(n, _)| !next.port_groups.contains_key(*n) && needs('@', n))
+        .map(|(n, v)| (n.clone(), v.clone()))
+        .collect();
+    let sets: Vec<(String, Vec<String>)> = running
+        .address_sets
+        .iter()
+        .filter(|(n, _)| !next.address_sets.contains_key(*n) && needs('$', n))
+        .map(|(n, v)| (n.clone(), v.clone()))
+        .collect();
+    let mut kept = Vec::new();
+    for (n, v) in pgs {
+        kept.push(format!("@{n}"));
+        next.port_groups.insert(n, v);
+    }
+    for (n, v) in sets {
+        kept.push(format!("${n}"));
+        next.address_sets.insert(n, v);
+    }
+    kept
 }
 
 #[cfg(test)]
@@ -226,6 +384,8 @@ mod tests {
             datapath: datapath.to_string(),
             reason: "bad action".to_string(),
             kept_last_good: true,
+            failed_closed: false,
+            held: false,
         }
     }
 
@@ -263,5 +423,80 @@ mod tests {
             logs,
             vec![(false, "flow error resolved: bad action".to_string())]
         );
+    }
+
+    #[test]
+    fn a_cause_is_logged_once_while_it_lasts_and_reported_with_counts() {
+        let mut lg = LastGood::default();
+        lg.installed(&program(&[("ls1", &[("a", "next;"), ("b", "next;")])]), &[]);
+        let mut closed = error("ls1", "b");
+        closed.kept_last_good = false;
+        closed.failed_closed = true;
+        let p = program(&[("ls1", &[("a", "x;"), ("b", "x;")])]);
+        let logs = lg.installed(&p, &[error("ls1", "a"), closed.clone()]);
+        assert_eq!(logs.len(), 1, "{logs:?}");
+        assert!(logs[0].1.contains("2 flow(s)"), "{logs:?}");
+        assert!(
+            logs[0].1.contains("1 running the last good version")
+                && logs[0].1.contains("1 no good version known, failed closed"),
+            "{logs:?}"
+        );
+        // The same errors on the next installs: nothing logged again.
+        for _ in 0..3 {
+            assert!(
+                lg.installed(&p, &[error("ls1", "a"), closed.clone()])
+                    .is_empty()
+            );
+        }
+        let r = lg.report();
+        assert_eq!(r["holdfast-flow-errors"], "2");
+        assert_eq!(r["holdfast-flow-error-1"], "bad action (2 flows)");
+        assert_eq!(r["holdfast-flow-errors-last-good"], "1");
+        assert_eq!(r["holdfast-flow-errors-failed-closed"], "1");
+        assert_eq!(r.len(), 4, "{r:?}");
+    }
+
+    #[test]
+    fn flows_that_share_an_identity_get_no_last_good_version() {
+        let mut lg = LastGood::default();
+        // Two flows of ls1 share identity `x` (different actions); `y` is distinct.
+        let p = program(&[("ls1", &[("x", "next;"), ("x", "drop;"), ("y", "next;")])]);
+        lg.installed(&p, &[]);
+        assert_eq!(lg.last_good("ls1", "x"), None);
+        assert_eq!(lg.last_good("ls1", "y"), Some(("1", "next;")));
+        assert!(
+            lg.ambiguous()
+                .contains(&("ls1".to_string(), "x".to_string()))
+        );
+        // Seeding from a datapath's program skips them too.
+        let mut seeded = LastGood::default();
+        seeded.seed(&p);
+        assert_eq!(seeded.last_good("ls1", "x"), None);
+        assert_eq!(seeded.last_good("ls1", "y"), Some(("1", "next;")));
+    }
+
+    #[test]
+    fn sets_a_last_good_text_names_are_kept() {
+        let mut running = program(&[("ls1", &[("a", "next;")])]);
+        running
+            .port_groups
+            .insert("pg_web".into(), vec!["web1".into()]);
+        running
+            .port_groups
+            .insert("pg_other".into(), vec!["x".into()]);
+        running
+            .port_groups
+            .insert("pg_web2".into(), vec!["y".into()]);
+        let mut next = program(&[("ls1", &[("a", "next;")])]);
+        next.datapaths[0].flows[0].last_good =
+            Some(("outport == @pg_web && ip4".into(), "next;".into()));
+        next.port_groups
+            .insert("1_pg_web".into(), vec!["web1".into()]);
+        let kept = keep_sets(&running, &mut next);
+        // `@pg_web` is named (whole name: not `pg_web2`); `pg_other` is named by nothing.
+        assert_eq!(kept, vec!["@pg_web".to_string()]);
+        assert_eq!(next.port_groups["pg_web"], vec!["web1".to_string()]);
+        assert!(!next.port_groups.contains_key("pg_other"));
+        assert!(!next.port_groups.contains_key("pg_web2"));
     }
 }

@@ -19,6 +19,13 @@ use uuid::Uuid;
 use super::{Diagnostic, Translation};
 
 /// The identity, stage name and stage hint a flow row carries.
+///
+/// With `external_ids:hf-flow-id` (holdfast's northd) the identity is that key. Without it
+/// (real ovn-northd) it is [`FlowId::derived`]: pipeline, stage name (else table), priority
+/// and match text as written, never the UUID or the `stage-hint` (a UUID prefix that an NB
+/// rebuild changes). Flows of one datapath that share all of these (and differ in actions)
+/// share the identity; the controller gives such flows no last good version (see
+/// `docs/flow-identity.md`).
 pub fn flow_identity(lf: &sb::LogicalFlow) -> (FlowId, String, Option<String>) {
     let stage = lf
         .external_ids
@@ -28,7 +35,17 @@ pub fn flow_identity(lf: &sb::LogicalFlow) -> (FlowId, String, Option<String>) {
     let hint = lf.external_ids.get("stage-hint").cloned();
     let id = match lf.external_ids.get("hf-flow-id") {
         Some(h) => FlowId::hf(h),
-        None => FlowId::derived(&stage, hint.as_deref(), &lf.match_),
+        None => FlowId::derived(
+            if lf.pipeline == sb::LogicalFlowPipeline::Egress {
+                Pipeline::Egress
+            } else {
+                Pipeline::Ingress
+            },
+            &stage,
+            u8::try_from(lf.table_id).unwrap_or(u8::MAX),
+            u16::try_from(lf.priority).unwrap_or(u16::MAX),
+            &lf.match_,
+        ),
     };
     (id, stage, hint)
 }

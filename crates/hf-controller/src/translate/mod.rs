@@ -12,7 +12,8 @@
 //! - `Multicast_Group` → [`hf_pipeline::GroupSpec`]s; `Address_Set` and `Port_Group` → the program's sets
 //!   (SB port groups are per datapath in 23.03, `<datapath key>_<name>`; see [`sets`]).
 //! - `Logical_Flow` (with `Logical_DP_Group`: compiled for every member datapath) → flows
-//!   with their identity (`external_ids:hf-flow-id`, else stage name + `stage-hint` + match),
+//!   with their identity (`external_ids:hf-flow-id`, else pipeline + stage name + priority +
+//!   match, never a UUID or the `stage-hint`: [`flows::flow_identity`], `docs/flow-identity.md`),
 //!   stage name, SB UUID and stage hint. Text that does not parse stays in the program as a
 //!   flow with a parse error, which compilation reports per flow.
 //! - `MAC_Binding` and `Static_MAC_Binding` → neighbours; `FDB` → the program's FDB;

@@ -10,6 +10,8 @@
 //!   which matches the same packets: a flow of datapath D only ever compares `inport`/`outport`
 //!   with D's ports, and names of other datapaths' ports never equal them. Rows without a
 //!   datapath prefix (older northds) are taken as they are.
+//! - [`port_groups_as_written`]: every row under its own name, as a controller that predates
+//!   per-datapath rows (OVN 20.06, holdfast `hf-1`) reads them.
 
 use hf_expr::Constant;
 use hf_expr::lexer::{Tok, tokenize};
@@ -70,4 +72,19 @@ pub(crate) fn translate_sets(sb: &SbSnapshot, t: &mut Translation) {
             entry.dedup();
         }
     }
+}
+
+/// Every SB `Port_Group` row under the name it is written with (`1_pg_web` stays
+/// `1_pg_web`): how a controller without the `port-group-per-datapath` layout (OVN 20.06,
+/// holdfast `hf-1`) sees them, so a flow's `@pg_web` finds no group when northd wrote
+/// per-datapath rows (incident B's "expecting port group name").
+pub fn port_groups_as_written(sb: &SbSnapshot) -> std::collections::HashMap<String, Vec<String>> {
+    sb.port_group()
+        .values()
+        .map(|pg| {
+            let mut ports: Vec<String> = pg.ports.iter().cloned().collect();
+            ports.sort();
+            (pg.name.clone(), ports)
+        })
+        .collect()
 }

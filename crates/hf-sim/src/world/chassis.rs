@@ -4,6 +4,10 @@
 //!
 //! - [`Chassis::restart_controller`]: the controller is dropped (its SB session and its pipe
 //!   end) and a new one starts; it must reconcile from the datapath's hello.
+//! - The chassis's controller settings ([`ChassisTuning`]: the feature level it advertises
+//!   and parses, and the naive "no last good versions" test hook) apply to every controller
+//!   it starts from then on ([`Chassis::set_tuning`]): a rolling upgrade is a restart after
+//!   a new level is set.
 //! - [`Chassis::restart_datapath`]: a handoff: `export_state` → a new datapath (with the
 //!   mirrored zone map) → `import_state`, the same local ports re-added, the controller
 //!   reconnected to it.
@@ -48,10 +52,30 @@ impl DbClient for CtlSb<'_> {
     }
 }
 
-fn new_controller(name: &str, encap_ip: IpAddr, now: Duration) -> Controller {
+/// What a chassis's controllers are started with, beyond the world's fixed settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChassisTuning {
+    /// The feature level advertised and parsed ([`Tuning::feature_level`]).
+    pub feature_level: hf_expr::Level,
+    /// [`Tuning::keep_last_good`] (false: a naive controller, incident B's control case).
+    pub keep_last_good: bool,
+}
+
+impl Default for ChassisTuning {
+    fn default() -> Self {
+        ChassisTuning {
+            feature_level: hf_controller::daemon::newest_level(),
+            keep_last_good: true,
+        }
+    }
+}
+
+fn new_controller(name: &str, encap_ip: IpAddr, t: ChassisTuning, now: Duration) -> Controller {
     let tuning = Tuning {
         probe_interval_ms: None,
         wall_offset_ms: WALL_EPOCH_MS as i64,
+        feature_level: t.feature_level,
+        keep_last_good: t.keep_last_good,
         ..Tuning::default()
     };
     Controller::with_tuning(controller_cfg(name, encap_ip), tuning, now)
@@ -83,6 +107,7 @@ pub struct Chassis {
     stats: PipeStats,
     /// Controller restarts and datapath handoffs.
     pub restarts: (u64, u64),
+    tuning: ChassisTuning,
     log: Vec<String>,
 }
 
@@ -115,7 +140,7 @@ impl Chassis {
     /// A chassis whose controller connects on the next step.
     pub fn new(name: &str, encap_ip: IpAddr, now: Duration) -> Chassis {
         let mut datapath = Datapath::new(datapath_cfg(name, encap_ip, BTreeMap::new()));
-        let mut controller = new_controller(name, encap_ip, now);
+        let mut controller = new_controller(name, encap_ip, ChassisTuning::default(), now);
         datapath.handle_control_connected(now);
         controller.handle_dp_connected(now);
         Chassis {
@@ -128,8 +153,19 @@ impl Chassis {
             watch: Decoder::new(),
             stats: PipeStats::default(),
             restarts: (0, 0),
+            tuning: ChassisTuning::default(),
             log: Vec::new(),
         }
+    }
+
+    /// The settings the next controller starts with (the running one keeps its own).
+    pub fn set_tuning(&mut self, t: ChassisTuning) {
+        self.tuning = t;
+    }
+
+    /// The settings controllers start with.
+    pub fn tuning(&self) -> ChassisTuning {
+        self.tuning
     }
 
     /// The chassis name.
@@ -275,7 +311,7 @@ impl Chassis {
     /// Starts a controller (a no-op when one runs).
     pub fn start_controller(&mut self, now: Duration) {
         if self.controller.is_none() {
-            let mut c = new_controller(&self.name, self.encap_ip, now);
+            let mut c = new_controller(&self.name, self.encap_ip, self.tuning, now);
             self.datapath.handle_control_connected(now);
             c.handle_dp_connected(now);
             self.controller = Some(c);

@@ -23,7 +23,8 @@
 //!   ([`state`]) travels inside the tunnel links between chassis.
 //! - Provider networks ([`physnet`]): every chassis's `localnet` ports and the external hosts
 //!   of [`World::add_net_host`] on one learning switch per `network_name`.
-//! - Incident C's world, shared by tests, the benchmark and the sandbox: [`incident_c`].
+//! - Incident C's world, shared by tests, the benchmark and the sandbox: [`incident_c`];
+//!   incident B's (a rolling upgrade under a stateful port-group ACL): [`incident_b`].
 //! - The sandbox's access to the database: [`World::db_connect`], [`World::db_input`],
 //!   [`World::db_poll_output`], [`World::db_disconnect`].
 //!
@@ -43,6 +44,7 @@ pub mod chassis;
 pub mod db;
 pub mod hosts;
 pub mod incident_a;
+pub mod incident_b;
 pub mod incident_c;
 pub mod migrate;
 pub mod nb;
@@ -985,6 +987,28 @@ impl World {
         self.event(format!("controller {name} restarted"));
         self.settle();
         Ok(())
+    }
+
+    /// Restarts chassis `name`'s controller with new settings (a rolling upgrade's step:
+    /// another feature level; or the naive control case's hook). Every later restart of that
+    /// chassis keeps them.
+    pub fn restart_controller_with(
+        &mut self,
+        name: &str,
+        t: chassis::ChassisTuning,
+    ) -> Result<(), String> {
+        let c = self.chassis_index(name)?;
+        self.chassis[c].set_tuning(t);
+        self.event(format!(
+            "controller {name}: feature level {}{}",
+            t.feature_level,
+            if t.keep_last_good {
+                ""
+            } else {
+                ", no last good versions"
+            }
+        ));
+        self.restart_controller(name)
     }
 
     /// Stops chassis `name`'s controller (until [`World::start_controller`]).
