@@ -822,6 +822,9 @@ fn real_and_hf1_controllers_under_holdfast_northd() {
     );
     assert!(status.contains("Feature level: hf-1"), "{status}");
     assert!(status.contains("Flow errors: 0 flow(s)"), "{status}");
+    // The preflight agrees: nothing in this NB/SB breaks a connection.
+    let (code, findings) = holdfast_check(&dbs.nb, &sb);
+    assert_eq!((code, findings.len()), (0, 0), "{findings:#?}");
     // Forced: the newer form. The real 23.03 controller parses it; the hf-1 one cannot and
     // says so in Chassis_Private, running its last good flows.
     nbctl(&[
@@ -860,8 +863,47 @@ fn real_and_hf1_controllers_under_holdfast_northd() {
         status.contains("Datapaths held at their last good flows: ls0"),
         "{status}"
     );
+    // The preflight names the chassis that cannot parse the newer form, and only it.
+    let (code, findings) = holdfast_check(&dbs.nb, &sb);
+    assert_eq!(code, 1, "{findings:#?}");
+    let unparsable: Vec<&serde_json::Value> = findings
+        .iter()
+        .filter(|f| f["code"] == "flow-unparsable")
+        .collect();
+    assert!(!unparsable.is_empty(), "{findings:#?}");
+    assert!(
+        unparsable.iter().all(|f| f["severity"] == "error"
+            && f["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("hv2") && !m.contains("hv1"))),
+        "{unparsable:#?}"
+    );
     // The real controller caught up with the newer form without a parse error.
     hv_sync();
     let problems = parse_problems(&real.log());
     assert!(problems.is_empty(), "ovn-controller: {problems:#?}");
+}
+
+/// `holdfast check --format json` on NB `nb` and SB `sb`: (exit status, findings).
+fn holdfast_check(nb: &str, sb: &str) -> (i32, Vec<serde_json::Value>) {
+    let out = run(
+        Command::new(common::holdfast()).args([
+            "check",
+            &format!("--ovnnb-db={nb}"),
+            &format!("--ovnsb-db={sb}"),
+            "--format=json",
+        ]),
+        Duration::from_secs(60),
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "holdfast check printed no JSON ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (
+        out.status.code().unwrap_or(-1),
+        v["findings"].as_array().cloned().unwrap_or_default(),
+    )
 }
