@@ -4,3 +4,5 @@
 
 #[path = "incidents/incident_c.rs"]
 mod incident_c;
+#[path = "incidents/incident_d.rs"]
+mod incident_d;

@@ -118,7 +118,7 @@ pub fn run(args: SandboxArgs) -> anyhow::Result<ExitCode> {
 
 async fn main(args: SandboxArgs) -> anyhow::Result<ExitCode> {
     let p = Printer::new(args.quiet, args.verbose);
-    let topo = Topology::new(args.topology, args.chassis);
+    let topo = Topology::new(args.topology_kind(), args.chassis);
     let listeners = Listeners::bind(args.nb_port, args.sb_port).await?;
     let (nb, sb) = listeners.addrs()?;
     // Always printed (also with --quiet): scripts and tests read the ports from it.

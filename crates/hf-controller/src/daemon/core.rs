@@ -160,6 +160,8 @@ struct WriteState {
     nb_cfg: Option<i64>,
     wall_ms: i64,
     flow_report: BTreeMap<String, String>,
+    /// Zones exhausted ([`crate::translate::zones::EXHAUSTED`]): `holdfast-zone-error`.
+    zone_error: Option<String>,
 }
 
 fn write_ops(sb: &SbSnapshot, st: &WriteState) -> Vec<Value> {
@@ -167,12 +169,16 @@ fn write_ops(sb: &SbSnapshot, st: &WriteState) -> Vec<Value> {
     let Some(ours) = chassis::our_chassis(sb, &st.id.name) else {
         return ops;
     };
+    let mut report = st.flow_report.clone();
+    if let Some(e) = &st.zone_error {
+        report.insert(chassis::ZONE_ERROR_KEY.to_string(), e.clone());
+    }
     ops.extend(chassis::private_ops(
         sb,
         &st.id.name,
         st.nb_cfg,
         st.wall_ms,
-        &st.flow_report,
+        &report,
     ));
     if st.dp_ready {
         ops.extend(binding::binding_ops(
@@ -254,6 +260,8 @@ pub struct Controller {
     /// The last translation's diagnostics, in its order (those not in the previous list are
     /// logged).
     diagnostics: Vec<String>,
+    /// Why the last translation was not pushed: objects without a zone.
+    zone_error: Option<String>,
     log: VecDeque<(Level, String)>,
     now: Duration,
     stats: Stats,
@@ -325,6 +333,7 @@ impl Controller {
             nb_cfg: None,
             wall_ms: tuning.wall_offset_ms + now.as_millis() as i64,
             flow_report: BTreeMap::new(),
+            zone_error: None,
         }));
         let mut c = Controller {
             cfg,
@@ -359,6 +368,7 @@ impl Controller {
             installed_nb_cfg: None,
             translate_cache: TranslateCache::default(),
             diagnostics: Vec::new(),
+            zone_error: None,
             log: VecDeque::new(),
             now,
             stats: Stats::default(),
@@ -644,6 +654,9 @@ impl Controller {
                 .map_or_else(|| "none".to_string(), |n| n.to_string())
         ));
         s.push_str(&format!("Zones: {}\n", self.zones.len()));
+        if let Some(e) = &self.zone_error {
+            s.push_str(&format!("Zone error: {e}\n"));
+        }
         let causes = self.lastgood.causes();
         s.push_str(&format!(
             "Flow errors: {} flow(s), {} cause(s)\n",
@@ -894,6 +907,7 @@ impl Controller {
                     self.gone_since.remove(n);
                 }
                 self.stats.zones_flushed += names.len() as u64;
+                self.conds_due = true;
                 self.say(
                     Level::Info,
                     format!(
@@ -1027,7 +1041,8 @@ impl Controller {
         self.conds_due = false;
         let sb = self.sb.model();
         let local = self.local_set();
-        let want = monitor::conditions(sb, &self.cfg.chassis, &local, self.cfg.monitor_all);
+        let mut want = monitor::conditions(sb, &self.cfg.chassis, &local, self.cfg.monitor_all);
+        monitor::watch_ports(&mut want, &self.orphan_ports());
         self.monitored = if self.cfg.monitor_all {
             sb.datapath_binding().keys().copied().collect()
         } else {
@@ -1084,6 +1099,18 @@ impl Controller {
             && chassis::our_chassis(sb, &self.cfg.chassis).is_some()
     }
 
+    /// The ports whose `lsp/<port>` zones the datapath holds while no program this controller
+    /// knows has them (a previous controller held them through their grace and was restarted):
+    /// watched by name ([`monitor::watch_ports`]) so that [`Controller::gone`] can tell.
+    fn orphan_ports(&self) -> BTreeSet<String> {
+        self.zones
+            .keys()
+            .filter(|n| !self.zone_dp.contains_key(*n))
+            .filter_map(|n| n.strip_prefix("lsp/"))
+            .map(str::to_string)
+            .collect()
+    }
+
     /// Whether the logical object behind zone `name` is gone from SB (the view is complete).
     fn gone(&self, name: &str) -> bool {
         let sb = self.sb.model();
@@ -1092,7 +1119,8 @@ impl Controller {
                 return false;
             }
             return match self.zone_dp.get(name) {
-                None => false,
+                // An orphan: watched by name, so no row in a complete view means gone.
+                None => true,
                 Some(d) => match neigh::datapath_by_name(sb, d) {
                     None => true,
                     Some(u) => self.cfg.monitor_all || self.monitored.contains(&u),
@@ -1167,6 +1195,32 @@ impl Controller {
             }
         }
         self.gone_since.retain(|n, _| retained.contains_key(n));
+        // Objects without a zone (zones exhausted): fail closed, the running program stays.
+        let unzoned = crate::translate::zones::unzoned(&t);
+        let zone_error = (!unzoned.is_empty()).then(|| {
+            format!(
+                "{}: no conntrack zone for {} object(s) (first: {}); the running program is kept",
+                crate::translate::zones::EXHAUSTED,
+                unzoned.len(),
+                unzoned[0]
+            )
+        });
+        if zone_error != self.zone_error {
+            if let Some(e) = &zone_error {
+                self.say(Level::Err, e.clone());
+            }
+            self.zone_error = zone_error.clone();
+            self.with_state(|st| st.zone_error = zone_error);
+            self.write_due = true;
+        }
+        if self.zone_error.is_some() {
+            self.translate_cache.recycle(t);
+            self.send_flushes(to_flush);
+            if self.write_due {
+                self.write_round(now);
+            }
+            return;
+        }
         let build = program_msg(
             &t,
             &self.cfg.chassis,
@@ -1226,21 +1280,26 @@ impl Controller {
                 self.inflight.insert(msg.generation, *msg);
             }
         }
-        if !to_flush.is_empty() {
-            self.stats.flush_requests += 1;
-            self.say(
-                Level::Info,
-                format!(
-                    "flushing conntrack zone(s) of deleted objects: {}",
-                    to_flush.join(", ")
-                ),
-            );
-            self.flushing.extend(to_flush.iter().cloned());
-            self.send_dp(&ToDatapath::FlushZones { names: to_flush });
-        }
+        self.send_flushes(to_flush);
         if self.write_due {
             self.write_round(now);
         }
+    }
+
+    fn send_flushes(&mut self, to_flush: Vec<String>) {
+        if to_flush.is_empty() {
+            return;
+        }
+        self.stats.flush_requests += 1;
+        self.say(
+            Level::Info,
+            format!(
+                "flushing conntrack zone(s) of deleted objects: {}",
+                to_flush.join(", ")
+            ),
+        );
+        self.flushing.extend(to_flush.iter().cloned());
+        self.send_dp(&ToDatapath::FlushZones { names: to_flush });
     }
 }
 

@@ -14,6 +14,37 @@ use hf_pipeline::DatapathKind;
 
 use super::{Diagnostic, Translation};
 
+/// The name of the diagnostic for a zone that could not be allocated (every zone is taken).
+pub const EXHAUSTED: &str = "zone-exhausted";
+
+/// The zone names of objects of `t` that have no zone (zones were exhausted, see
+/// [`EXHAUSTED`]): their conntrack actions would have no zone, so a controller must not push
+/// a program built from `t` (it fails closed and keeps the running one).
+pub fn unzoned(t: &Translation) -> Vec<String> {
+    let mut out = Vec::new();
+    for d in &t.spec.datapaths {
+        match d.kind {
+            DatapathKind::Router { .. } => {
+                let (a, b) = router_zone_names(&d.name);
+                out.extend([a, b].into_iter().filter(|n| !t.zones.contains_key(n)));
+            }
+            _ => {
+                let s = switch_snat_zone_name(&d.name);
+                if !t.zones.contains_key(&s) {
+                    out.push(s);
+                }
+                out.extend(
+                    d.ports
+                        .iter()
+                        .map(|p| port_zone_name(&p.name))
+                        .filter(|n| !t.zones.contains_key(n)),
+                );
+            }
+        }
+    }
+    out
+}
+
 /// The zone name of a switch port.
 pub fn port_zone_name(port: &str) -> String {
     format!("lsp/{port}")
@@ -42,16 +73,29 @@ pub(crate) fn requested(sb: &hf_model::SbSnapshot, t: &mut Translation) -> BTree
         let Some(dp) = t.spec.datapaths.get(i) else {
             continue;
         };
+        let snat = router_zone_names(&dp.name).1;
         match z.trim().parse::<u16>() {
             Ok(n) if n != 0 => {
-                out.insert(router_zone_names(&dp.name).1, n);
+                out.insert(snat, n);
             }
-            _ => t.diagnostics.push(Diagnostic {
+            Ok(_) => t.diagnostics.push(Diagnostic {
                 table: "Datapath_Binding",
                 uuid: *uuid,
                 reason: format!(
-                    "external_ids:snat-ct-zone \"{z}\" is not a zone 1..=65535 (zone 0 is the \
-                     host's): a zone is allocated instead"
+                    "router {} asks for conntrack zone 0 (options:snat-ct-zone=0), the host's \
+                     zone, which holdfast never allocates or flushes: its SNAT zone {snat} gets \
+                     a zone by name instead, kept across restarts and database rebuilds (to \
+                     choose the number, set options:snat-ct-zone to 1..=65535)",
+                    dp.name
+                ),
+            }),
+            Err(_) => t.diagnostics.push(Diagnostic {
+                table: "Datapath_Binding",
+                uuid: *uuid,
+                reason: format!(
+                    "router {}: options:snat-ct-zone=\"{z}\" is not a zone number 1..=65535: \
+                     its SNAT zone {snat} gets a zone by name instead",
+                    dp.name
                 ),
             }),
         }
@@ -113,7 +157,12 @@ pub(crate) fn assign(
             t.diagnostics.push(Diagnostic {
                 table: "Datapath_Binding",
                 uuid: uuid::Uuid::nil(),
-                reason: format!("no conntrack zone left for {name}"),
+                reason: format!(
+                    "{EXHAUSTED}: no conntrack zone left for {name} (zones 1..=65535 are all \
+                     held; zone 0 is the host's and is never used instead): a program with it \
+                     is not pushed, the running one stays (delete unused ports, switches or \
+                     routers to free zones)"
+                ),
             });
             continue;
         }

@@ -43,6 +43,7 @@ pub mod chassis;
 pub mod db;
 pub mod hosts;
 pub mod incident_c;
+pub mod incident_d;
 pub mod migrate;
 pub mod nb;
 pub mod northd;
