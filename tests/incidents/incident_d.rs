@@ -104,7 +104,10 @@ fn a_rebuild_with_every_controller_restarted_keeps_tcp_through_the_snat() {
     w.run_for(Duration::from_millis(500));
     incident_d::rebuild_and_restart(&mut w).expect("rebuild");
     let mid = w.tcp_record(POD, &conn).expect("record").bytes_received;
-    assert!(mid > 0 && mid < BYTES / 2, "the rebuild came mid-download ({mid} bytes)");
+    assert!(
+        mid > 0 && mid < BYTES / 2,
+        "the rebuild came mid-download ({mid} bytes)"
+    );
     let done = w.run_until(
         |w| {
             w.tcp_record(POD, &conn)

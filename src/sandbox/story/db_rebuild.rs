@@ -66,10 +66,10 @@ impl Sandbox {
             for ch in chassis {
                 let zone = zones.get(ch).and_then(|(m, _)| m.get(&name)).copied();
                 let status = self.sim.controller_status(ch).unwrap_or_default();
+                let want = format!("router {r} asks for conntrack zone 0");
                 let diag = status
                     .lines()
-                    .map(str::trim)
-                    .find(|l| l.contains(&format!("router {r} asks for conntrack zone 0")));
+                    .find_map(|l| l.find(&want).map(|i| l[i..].trim_end().to_string()));
                 match (zone, diag) {
                     (Some(z), Some(d)) if z != 0 => self.p.result(&format!(
                         "  {r} asks for zone 0 (options:snat-ct-zone=0): refused, {name} is zone \
@@ -83,7 +83,7 @@ impl Sandbox {
                                 || "not in the zone map".to_string(),
                                 |z| { format!("zone {z}") }
                             ),
-                            d.unwrap_or("missing")
+                            d.as_deref().unwrap_or("missing")
                         ));
                     }
                 }
