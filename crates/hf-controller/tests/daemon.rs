@@ -675,9 +675,25 @@ fn topology_port(sw: &str, name: &str, n: u8) -> Vec<Value> {
     ]
 }
 
+/// Adds port vm0 to ls0 after the others have their zones: it gets the next free zone, not the
+/// one a fresh allocation in name order would give it (before vm1's), so every chassis's zone
+/// map differs from the canonical one (checked). A controller that ignored the datapath's map
+/// and allocated afresh would move zones.
+fn add_late_port(net: &mut Net) {
+    net.nb(Value::Array(topology_port("ls0", "vm0", 10)));
+    net.advance(Duration::from_secs(1));
+    for c in &net.chassis {
+        let z = c.dp.zones();
+        assert!(z.contains_key("lsp/vm0"), "{}: {z:?}", c.name);
+        let canon: BTreeMap<String, u16> = z.keys().cloned().zip(1u16..).collect();
+        assert_ne!(z, &canon, "{}: the zone map is the canonical one", c.name);
+    }
+}
+
 #[test]
 fn restart_with_the_same_datapath_pushes_nothing_and_keeps_zones() {
     let mut net = two_chassis();
+    add_late_port(&mut net);
     let zones = net.chassis[0].dp.zones().clone();
     let generation = net.chassis[0].dp.generation();
     net.stop_controller(0);
@@ -708,11 +724,12 @@ fn restart_with_the_same_datapath_pushes_nothing_and_keeps_zones() {
 #[test]
 fn rebuilt_databases_with_new_uuids_flush_nothing_and_keep_zones() {
     let mut net = two_chassis();
+    add_late_port(&mut net);
     let before: Vec<BTreeMap<String, u16>> =
         net.chassis.iter().map(|c| c.dp.zones().clone()).collect();
     let old_sb = net.db_sb();
-    // Rebuild: a fresh server (other UUIDs) with the same NB; the controllers reconnect at once
-    // and see an SB with only SB_Global until northd comes back a second later.
+    // Rebuild: a fresh server (other UUIDs) with the same NB; the controllers reconnect (and
+    // restart) at once and see an SB with only SB_Global until northd comes back a second later.
     net.stop_northd();
     let sids: Vec<SessionId> = net.chassis.iter().filter_map(|c| c.sid).collect();
     net.core = new_core(12345);
@@ -727,9 +744,16 @@ fn rebuilt_databases_with_new_uuids_flush_nothing_and_keep_zones() {
         let _ = i;
     }
     let _ = sids;
+    // Every controller restarts too (OVN-Kubernetes's upgrade restarts ovn-controller): the new
+    // ones learn the zones from their datapaths only.
+    for i in 0..net.chassis.len() {
+        net.stop_controller(i);
+        net.start_controller(i);
+    }
     net.nb(json!([{"op": "insert", "table": "NB_Global", "row": {}}]));
     net.sb(json!([{"op": "insert", "table": "SB_Global", "row": {}}]));
     net.nb(topology_ops());
+    net.nb(Value::Array(topology_port("ls0", "vm0", 10)));
     net.advance(Duration::from_secs(1));
     net.start_northd();
     net.advance(Duration::from_secs(10));
