@@ -390,3 +390,46 @@ fn a_requested_snat_zone_is_kept_and_zone_0_is_refused() {
         hf_pipeline::DatapathKind::Router { snat_zone: 5, .. }
     ));
 }
+
+/// Every zone held (by names the translation no longer has): the objects that need one get
+/// none, never zone 0; each is a named `zone-exhausted` diagnostic and `unzoned` lists them
+/// (the controller then keeps its running program). One zone freed: the first name gets it.
+#[test]
+fn exhausted_zones_are_a_named_error_never_zone_0() {
+    let mut d = Delta::default();
+    d.datapath_binding = vec![RowDelta::Insert(dp(1, 1, "r1", true))];
+    let sb = snapshot(d);
+    let mut held: BTreeMap<String, u16> = (1..=u16::MAX)
+        .map(|z| (format!("lr/gone{z}/dnat"), z))
+        .collect();
+    let extra = hf_controller::Extra {
+        only_needed: false,
+        zones: held.clone(),
+    };
+    let t = hf_controller::translate_with(&sb, &TranslateOptions::default(), &extra);
+    assert!(!t.zones.contains_key("lr/r1/dnat") && !t.zones.contains_key("lr/r1/snat"));
+    let named: Vec<_> = t
+        .diagnostics
+        .iter()
+        .filter(|x| {
+            x.reason
+                .starts_with("zone-exhausted: no conntrack zone left for lr/r1/")
+        })
+        .collect();
+    assert_eq!(named.len(), 2, "{:#?}", t.diagnostics);
+    assert_eq!(
+        hf_controller::translate::zones::unzoned(&t),
+        vec!["lr/r1/dnat".to_string(), "lr/r1/snat".to_string()]
+    );
+    held.remove("lr/gone7/dnat");
+    let extra = hf_controller::Extra {
+        only_needed: false,
+        zones: held,
+    };
+    let t = hf_controller::translate_with(&sb, &TranslateOptions::default(), &extra);
+    assert_eq!(t.zones.get("lr/r1/dnat"), Some(&7));
+    assert_eq!(
+        hf_controller::translate::zones::unzoned(&t),
+        vec!["lr/r1/snat".to_string()]
+    );
+}

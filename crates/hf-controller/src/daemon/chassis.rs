@@ -10,7 +10,8 @@
 //!   (`port-up-notif`, `ct-no-masked-label`, `mac-binding-timestamp`, `ovn-ct-lb-related`),
 //!   plus `holdfast-features=<hf-expr feature names>`. Keys other writers added are kept.
 //! - `Chassis_Private`: `name`, `chassis`, and (written by the core) `nb_cfg`,
-//!   `nb_cfg_timestamp` and the `holdfast-flow-error*` `external_ids`.
+//!   `nb_cfg_timestamp` and the `holdfast-flow-error*` and `holdfast-zone-error`
+//!   `external_ids`.
 //! - Rows deleted behind our back (a database rebuild, `ovn-sbctl chassis-del`) are inserted
 //!   again at the next write round.
 //!

@@ -22,7 +22,12 @@
 //!   `Port_Binding` left on a datapath this chassis monitors (or whose datapath is gone), a
 //!   switch or router with no `Datapath_Binding` — for [`Tuning::flush_grace`] of complete
 //!   views; then one [`ToDatapath::FlushZones`]. A UUID change never flushes anything: zones
-//!   are by name.
+//!   are by name. A restarted controller watches by name (monitor conditions) the ports of
+//!   `lsp/` zones the datapath holds that no program it knows has (held by its predecessor),
+//!   so those are judged and flushed too, one grace after its first complete view.
+//! - Zones exhausted ([`crate::translate::zones::EXHAUSTED`]): the translation is not pushed,
+//!   the running program stays; logged once, in [`Controller::status`] and in
+//!   `Chassis_Private.external_ids:holdfast-zone-error` until a translation has every zone.
 //! - `nb_cfg`: once the datapath answered `Installed` for a program translated at
 //!   `SB_Global.nb_cfg` N (or the translation at N equals what runs), `Chassis_Private.nb_cfg`
 //!   becomes N with `nb_cfg_timestamp`, so `ovn-nbctl --wait=hv` returns.

@@ -1,12 +1,19 @@
-//! Conntrack zones by stable name (DESIGN "Conntrack zones"): `lsp/<port>` for every switch
-//! port, `ls/<switch>/snat` for every switch (where `ct_snat_to_vip` commits hairpin SNAT),
-//! `lr/<router>/dnat` and `lr/<router>/snat` for every router. Never zone 0 (the
-//! host's). A router's `snat-ct-zone` (northd copies `options:snat-ct-zone` into
-//! `Datapath_Binding.external_ids`) is honoured first; assignments passed in are kept next when
-//! their zone is valid and not taken twice; the other names get the lowest free zones in name
-//! order, so the result is a function of the
-//! inputs only. Names that no longer exist are dropped from the returned map (the caller
-//! decides when a zone may be flushed), but their kept numbers are not reused for new names.
+//! Conntrack zones by stable name (DESIGN "Conntrack zones", `docs/zones.md`): `lsp/<port>`
+//! for every switch port, `ls/<switch>/snat` for every switch (where `ct_snat_to_vip` commits
+//! hairpin SNAT), `lr/<router>/dnat` and `lr/<router>/snat` for every router. Never zone 0
+//! (the host's). A router's `snat-ct-zone` (northd copies `options:snat-ct-zone` into
+//! `Datapath_Binding.external_ids`) is honoured first when it is 1..=65535; 0 (OVN-Kubernetes's
+//! gateway routers ask for the host's zone) or anything else is a diagnostic naming the router,
+//! and the name gets a zone like any other. Assignments passed in are kept next when their zone
+//! is valid and not taken twice; the other names get the lowest free zones in name order, so
+//! the result is a function of the inputs only. Names that no longer exist are dropped from the
+//! returned map (the caller decides when a zone may be flushed), but their kept numbers are not
+//! reused for new names.
+//!
+//! When every zone is taken, a name that needs one gets none: a [`EXHAUSTED`] diagnostic per
+//! name, its objects keep zone 0 in the spec as "none", and [`unzoned`] lists them, so the
+//! caller refuses the translation (the controller keeps its running program; a datapath
+//! refuses a switch port in zone 0 anyway). Nothing falls back to zone 0.
 
 use std::collections::{BTreeMap, BTreeSet};
 
