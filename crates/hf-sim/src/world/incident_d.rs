@@ -3,7 +3,8 @@
 //! gateway router `GR_<node>` (`options:chassis=<node>`, `options:snat-ct-zone=0`, as
 //! OVN-Kubernetes sets it so the router's SNAT shares the host's conntrack zone) whose `snat`
 //! rewrites the pod network to the node's address on the provider network; a pod on the
-//! cluster switch talks TCP to an external host through that SNAT.
+//! cluster switch talks TCP to an external host through that SNAT, and the external host talks
+//! TCP to the pod through a load balancer VIP on the node's address (the router's DNAT).
 //!
 //! The zone map is deliberately not the one a fresh allocation would give (lowest free zone in
 //! name order): the gateway routers are created after the cluster switch's ports (as
@@ -51,6 +52,10 @@ pub const EXT: &str = "ext1";
 pub const EXT_IP: Ipv4Addr = Ipv4Addr::new(172, 16, 0, 10);
 /// The port the external host serves on.
 pub const EXT_PORT: u16 = 443;
+/// A load balancer VIP on the node's address (like a NodePort in front of the API server):
+/// [`NODE_IP`]`:`[`VIP_PORT`] DNATed by [`ROUTER`] to [`POD`]`:`[`VIP_PORT`], so the external
+/// host's connections to it live in the router's DNAT zone.
+pub const VIP_PORT: u16 = 6443;
 /// The streams' pace, bytes per second.
 pub const RATE: u64 = 1_000_000;
 
@@ -85,6 +90,18 @@ pub fn pods() -> Vec<Txn> {
     ]
 }
 
+/// The VIP on [`ROUTER`] (see [`VIP_PORT`]).
+pub fn vip() -> Txn {
+    nb::load_balancer(
+        "lb-node-hv1",
+        &format!("{NODE_IP}:{VIP_PORT}"),
+        &[&format!("{POD_IP}:{VIP_PORT}")],
+        "tcp",
+        &[],
+        &[ROUTER],
+    )
+}
+
 /// The nodes' gateways ([`ovnk_gateways`]: `GR_<node>` with `options:chassis`, its `snat` of
 /// [`super::incident_c::OVNK_CIDR`] to the node's address, the external switch and its localnet port on
 /// [`OVNK_PHYSNET`]), each router with `options:snat-ct-zone=0`.
@@ -98,6 +115,7 @@ pub fn gateways() -> Vec<Txn> {
             "mutations": [["options", "insert", ["map", [["snat-ct-zone", "0"]]]]]}),
         ]);
     }
+    t.push(vip());
     t
 }
 
@@ -206,6 +224,38 @@ pub fn naive_flush(w: &mut World, chassis: &str, names: &[&str]) -> Result<u64, 
             .map_err(|e| format!("flush {name}: {e}"))? as u64;
     }
     Ok(n)
+}
+
+/// Starts a paced upload of `bytes` from the external host to [`POD`] through the VIP
+/// ([`VIP_PORT`] on [`NODE_IP`], the router's DNAT); runs until it is going and returns its
+/// connection name on the external host. Panics when it does not get going.
+pub fn start_vip_upload(w: &mut World, bytes: u64) -> String {
+    w.tcp_listen(POD, VIP_PORT).expect("listen");
+    let now = w.now();
+    let node: Ipv4Addr = NODE_IP.parse().expect("an address");
+    let name = w
+        .host_mut(EXT)
+        .expect("external host")
+        .start_transfer_with(
+            IpAddr::V4(node),
+            VIP_PORT,
+            Transfer {
+                direction: Direction::Upload,
+                bytes,
+                rate: Some(RATE),
+            },
+            now,
+        )
+        .expect("upload");
+    w.run_for(Duration::from_millis(1));
+    w.run_for(Duration::from_millis(300));
+    let r = w.tcp_record(EXT, &name).expect("record");
+    assert!(
+        r.established_us.is_some() && r.bytes_acked > 0,
+        "{name} did not get going: {r:?}\nlog:\n{}",
+        w.take_log().join("\n")
+    );
+    name
 }
 
 /// Starts a paced download of `bytes` from the external host to [`POD`] through
