@@ -135,14 +135,43 @@ pub(crate) fn assign(
     }
     let mut zones: BTreeMap<String, u16> = BTreeMap::new();
     let mut used: BTreeSet<u16> = BTreeSet::new();
+    let mut by_request: BTreeMap<u16, &String> = BTreeMap::new();
     for (name, &z) in requested {
-        if wanted.contains(name) && used.insert(z) {
-            zones.insert(name.clone(), z);
+        if !wanted.contains(name) {
+            continue;
         }
+        if let Some(first) = by_request.get(&z) {
+            t.diagnostics.push(Diagnostic {
+                table: "Datapath_Binding",
+                uuid: uuid::Uuid::nil(),
+                reason: format!(
+                    "{name}: options:snat-ct-zone={z} is also requested for {first}, which \
+                     keeps it: {name} gets a zone by name instead (give each router its own \
+                     number)"
+                ),
+            });
+            continue;
+        }
+        used.insert(z);
+        by_request.insert(z, name);
+        zones.insert(name.clone(), z);
     }
     for (name, &z) in keep {
-        if z != 0 && wanted.contains(name) && !zones.contains_key(name) && used.insert(z) {
+        if z == 0 || !wanted.contains(name) || zones.contains_key(name) {
+            continue;
+        }
+        if used.insert(z) {
             zones.insert(name.clone(), z);
+        } else if let Some(r) = by_request.get(&z) {
+            t.diagnostics.push(Diagnostic {
+                table: "Datapath_Binding",
+                uuid: uuid::Uuid::nil(),
+                reason: format!(
+                    "{name} held zone {z}, which {r} now requests (options:snat-ct-zone={z}): \
+                     {name} moves to another zone and its connections' conntrack entries stay \
+                     behind in zone {z}"
+                ),
+            });
         }
     }
     // Kept names the translation no longer has still hold their zones (the controller keeps
