@@ -8,3 +8,5 @@ mod incident_a;
 mod incident_b;
 #[path = "incidents/incident_c.rs"]
 mod incident_c;
+#[path = "incidents/incident_d.rs"]
+mod incident_d;

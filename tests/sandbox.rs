@@ -13,6 +13,11 @@
 //!   restarts` restarts every controller and northd, `--scenario rebuild` rebuilds both
 //!   databases with new UUIDs, while TCP transfers run; none retransmits a segment or sees a
 //!   reset, no zone changes or is flushed, and `--wait=hv` is reached again afterwards.
+//! - `db_rebuild_scenario_keeps_the_routers_zones_and_tcp`: `--scenario db-rebuild` (incident
+//!   D; `rebuild` is its alias) runs on `ovnk-l2` by default: the gateway routers' request for
+//!   zone 0 (`options:snat-ct-zone=0`) is refused with a diagnostic and a zone by name, and the
+//!   rebuild with every controller stopped and started keeps both zone maps (printed in full)
+//!   identical, flushes nothing, and both transfers verify every byte.
 //! - `live_migration_scenario_keeps_tcp`: `--scenario live-migration` (incident C) exits 0;
 //!   vm1, with its own egress address and a security group, migrates hv1 -> hv2 -> hv1, each
 //!   migration moving connections, and each connection prints every byte verified, a stall
@@ -390,12 +395,18 @@ fn disruption_on(topology: &str, chassis: &[&str], name: &str, what_line: &str) 
         "--sb-port",
         "0",
     ]);
+    // `rebuild` is an alias: the story's name is `db-rebuild`.
+    let story = if name == "rebuild" {
+        "db-rebuild"
+    } else {
+        name
+    };
     let verdict = sb.wait_line("with the story's verdict", Duration::from_secs(300), |l| {
-        l.starts_with(&format!("story {name}:"))
+        l.starts_with(&format!("story {story}:"))
     });
     let status = sb.child.wait().expect("wait");
     let out = sb.output();
-    assert_eq!(verdict, format!("story {name}: ok"), "{out}");
+    assert_eq!(verdict, format!("story {story}: ok"), "{out}");
     assert!(status.success(), "exit status {status:?}\n{out}");
     assert!(
         sb.seen.iter().any(|l| l.trim_start().starts_with(what_line)
@@ -577,6 +588,86 @@ fn run_story(args: &[&str]) -> (Option<i32>, Vec<String>) {
         .map(str::to_string)
         .collect();
     (out.status.code(), lines)
+}
+
+/// Incident D's story: without `--topology` it runs on OVN-Kubernetes's design; the gateway
+/// routers ask for zone 0 and get zones by name (with the controllers' diagnostic), and the
+/// rebuild with every controller restarted keeps every zone map whole (printed in full before
+/// and after), flushes nothing, and the transfers through SNAT and across chassis verify every
+/// byte without a retransmission or a reset.
+#[test]
+fn db_rebuild_scenario_keeps_the_routers_zones_and_tcp() {
+    let (code, lines) = run_story(&["--scenario", "db-rebuild"]);
+    let out = lines.join("\n");
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some("story db-rebuild: ok"),
+        "{out}"
+    );
+    let has = |pat: &str| lines.iter().any(|l| l.contains(pat));
+    assert!(
+        has("[3/5] chassis hv1, hv2 up"),
+        "ovnk-l2 by default:\n{out}"
+    );
+    for (r, ch) in [("GR_hv1", "hv1"), ("GR_hv2", "hv2")] {
+        let l = lines
+            .iter()
+            .find(|l| l.trim_start().starts_with(&format!("{r} asks for zone 0")))
+            .unwrap_or_else(|| panic!("no line for {r}:\n{out}"));
+        let zone = number_before(l, &format!("on {ch};")).unwrap_or(0);
+        assert!(
+            zone > 0
+                && l.contains(&format!("refused, lr/{r}/snat is zone"))
+                && l.contains(&format!("{ch}'s controller says:"))
+                && l.contains("never allocates or flushes"),
+            "{l}"
+        );
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.trim_start().starts_with("rebuilt NB and SB")
+                && l.contains("every UUID new")
+                && l.contains("every controller (hv1, hv2) stopped before and started after")
+                && l.contains("while the transfers ran")),
+        "{out}"
+    );
+    let tcp: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.trim_start().starts_with("tcp "))
+        .collect();
+    assert_eq!(tcp.len(), 2, "{out}");
+    assert!(
+        tcp.iter().any(|l| l.contains("through SNAT on GR_hv")),
+        "{out}"
+    );
+    for l in tcp {
+        let bytes = number_before(l, "bytes in").unwrap_or(0);
+        assert!(
+            bytes > 0
+                && l.contains(&format!("{bytes} verified"))
+                && l.contains("0 segments retransmitted, 0 resets"),
+            "{l}"
+        );
+    }
+    for ch in ["hv1", "hv2"] {
+        let map = |when: &str| {
+            lines
+                .iter()
+                .find_map(|l| l.trim_start().strip_prefix(&format!("{ch} {when}")))
+                .map(|m| m.trim().trim_end_matches(" (identical)").to_string())
+                .unwrap_or_else(|| panic!("no {ch} {when} line:\n{out}"))
+        };
+        let (before, after) = (map("before:"), map("after:"));
+        assert!(
+            before.contains(&format!("lr/GR_{ch}/snat="))
+                && before.split(' ').all(|kv| !kv.ends_with("=0")),
+            "{before}"
+        );
+        assert_eq!(before, after, "{ch}'s zone map changed");
+        assert!(has(&format!("{ch} flushes: 0")), "{out}");
+    }
 }
 
 #[test]

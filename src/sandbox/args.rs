@@ -11,9 +11,12 @@ pub enum Scenario {
     /// TCP transfers across chassis and through SNAT keep running while every controller and
     /// northd restart: no segment retransmitted, no reset, no zone changed or flushed.
     Restarts,
-    /// The same transfers while both databases are rebuilt (every row again with new UUIDs,
-    /// the same names): nothing lost, no zone changed or flushed.
-    Rebuild,
+    /// Incident D: OVN-Kubernetes's shared gateway (the SNAT routers ask for the host's
+    /// conntrack zone, options:snat-ct-zone=0), then the same transfers while every controller
+    /// stops, both databases are rebuilt (every row again with new UUIDs, the same names) and
+    /// every controller starts: nothing lost, no zone changed or flushed. `rebuild` is an alias.
+    #[value(alias = "rebuild")]
+    DbRebuild,
     /// Incident C: a VM with a security group live-migrates there and back while it downloads
     /// from the external host and streams to a VM on another hypervisor. On the default
     /// topology it has its own egress address (a distributed dnat_and_snat) and every
@@ -35,12 +38,20 @@ pub enum Scenario {
 }
 
 impl Scenario {
+    /// The topology the story runs on without `--topology`: OVN-Kubernetes's for incident D.
+    pub fn default_topology(self) -> TopologyKind {
+        match self {
+            Scenario::DbRebuild => TopologyKind::OvnkL2,
+            _ => TopologyKind::Default,
+        }
+    }
+
     /// The name on the command line.
     pub fn name(self) -> &'static str {
         match self {
             Scenario::Default => "default",
             Scenario::Restarts => "restarts",
-            Scenario::Rebuild => "rebuild",
+            Scenario::DbRebuild => "db-rebuild",
             Scenario::LiveMigration => "live-migration",
             Scenario::SnatExemption => "snat-exemption",
             Scenario::Upgrade => "upgrade",
@@ -92,7 +103,13 @@ Scenarios (--scenario NAME):
   default   ping across chassis, TCP across chassis and through SNAT to the external host
   restarts  TCP transfers while every controller and northd restart: nothing lost, no zone
             changed or flushed
-  rebuild   the same while NB and SB are rebuilt with new UUIDs and the same names
+  db-rebuild (alias: rebuild)
+            incident D: the SNAT routers ask for zone 0 (options:snat-ct-zone=0, as
+            OVN-Kubernetes's gateway routers do; holdfast gives them zones by name), then the
+            same transfers while every controller stops, NB and SB are rebuilt with new UUIDs
+            and the same names, and every controller starts; prints the zone maps before and
+            after (identical), the flushes (none), resets and bytes verified. Default topology:
+            ovnk-l2
   live-migration
             incident C: vm1, with a security group (and on the default topology its own
             egress address, a distributed dnat_and_snat), migrates hv1 -> hv2 -> hv1 while it
@@ -142,8 +159,9 @@ pub struct SandboxArgs {
     /// gateway chassis gw1 to the provider network physnet1) or `ovnk-l2` (OVN-Kubernetes'
     /// layer-2 design: one switch across the hypervisors, every hypervisor its own gateway
     /// router SNATing to its own address).
-    #[arg(long, value_name = "NAME", default_value = "default")]
-    pub topology: TopologyKind,
+    /// Default: `default`, or `ovnk-l2` with `--scenario db-rebuild`.
+    #[arg(long, value_name = "NAME")]
+    pub topology: Option<TopologyKind>,
 
     /// Seed of the simulated world (database UUIDs, the hosts' TCP sequence numbers and ports):
     /// the same seed gives the same run.
@@ -184,5 +202,13 @@ impl SandboxArgs {
             );
         }
         Ok(())
+    }
+
+    /// The topology to build: `--topology`, else the scenario's default.
+    pub fn topology_kind(&self) -> TopologyKind {
+        self.topology.unwrap_or_else(|| {
+            self.scenario
+                .map_or(TopologyKind::Default, Scenario::default_topology)
+        })
     }
 }

@@ -128,7 +128,7 @@ async fn main(args: SandboxArgs) -> anyhow::Result<ExitCode> {
             ExitCode::from(1)
         });
     }
-    let topo = Topology::new(args.topology, args.chassis);
+    let topo = Topology::new(args.topology_kind(), args.chassis);
     let listeners = Listeners::bind(args.nb_port, args.sb_port).await?;
     let (nb, sb) = listeners.addrs()?;
     // Always printed (also with --quiet): scripts and tests read the ports from it.

@@ -411,6 +411,29 @@ impl Sim {
         &self.world
     }
 
+    /// Stop a chassis's controller (its datapath keeps forwarding) until
+    /// [`Sim::start_controller`].
+    pub fn stop_controller(&mut self, chassis: &str) -> anyhow::Result<()> {
+        self.world
+            .stop_controller(chassis)
+            .map_err(|e| anyhow!("{e}"))
+    }
+
+    /// Start a stopped controller again.
+    pub fn start_controller(&mut self, chassis: &str) -> anyhow::Result<()> {
+        self.world
+            .start_controller(chassis)
+            .map_err(|e| anyhow!("{e}"))
+    }
+
+    /// A chassis's controller's status text (`holdfast controller`'s `status`), if it runs.
+    pub fn controller_status(&self, chassis: &str) -> Option<String> {
+        self.world
+            .chassis_by_name(chassis)
+            .and_then(|c| c.controller())
+            .map(|c| c.status())
+    }
+
     /// Restart northd.
     pub fn restart_northd(&mut self) -> anyhow::Result<()> {
         self.world.restart_northd().map_err(|e| anyhow!("{e}"))

@@ -198,6 +198,15 @@ fn conn_state(e: &Entry, now: u64) -> ConnState {
     }
 }
 
+impl CtExport {
+    /// The index of the first connection an import would skip as malformed (mismatched
+    /// tuples, missing TCP state), if any: a caller that must import all or nothing checks it
+    /// first.
+    pub fn first_malformed(&self) -> Option<usize> {
+        self.conns.iter().position(|c| !well_formed(c))
+    }
+}
+
 fn well_formed(c: &ConnState) -> bool {
     let (o, r) = (&c.orig, &c.reply);
     o.zone == r.zone

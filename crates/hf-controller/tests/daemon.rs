@@ -675,9 +675,25 @@ fn topology_port(sw: &str, name: &str, n: u8) -> Vec<Value> {
     ]
 }
 
+/// Adds port vm0 to ls0 after the others have their zones: it gets the next free zone, not the
+/// one a fresh allocation in name order would give it (before vm1's), so every chassis's zone
+/// map differs from the canonical one (checked). A controller that ignored the datapath's map
+/// and allocated afresh would move zones.
+fn add_late_port(net: &mut Net) {
+    net.nb(Value::Array(topology_port("ls0", "vm0", 10)));
+    net.advance(Duration::from_secs(1));
+    for c in &net.chassis {
+        let z = c.dp.zones();
+        assert!(z.contains_key("lsp/vm0"), "{}: {z:?}", c.name);
+        let canon: BTreeMap<String, u16> = z.keys().cloned().zip(1u16..).collect();
+        assert_ne!(z, &canon, "{}: the zone map is the canonical one", c.name);
+    }
+}
+
 #[test]
 fn restart_with_the_same_datapath_pushes_nothing_and_keeps_zones() {
     let mut net = two_chassis();
+    add_late_port(&mut net);
     let zones = net.chassis[0].dp.zones().clone();
     let generation = net.chassis[0].dp.generation();
     net.stop_controller(0);
@@ -708,11 +724,12 @@ fn restart_with_the_same_datapath_pushes_nothing_and_keeps_zones() {
 #[test]
 fn rebuilt_databases_with_new_uuids_flush_nothing_and_keep_zones() {
     let mut net = two_chassis();
+    add_late_port(&mut net);
     let before: Vec<BTreeMap<String, u16>> =
         net.chassis.iter().map(|c| c.dp.zones().clone()).collect();
     let old_sb = net.db_sb();
-    // Rebuild: a fresh server (other UUIDs) with the same NB; the controllers reconnect at once
-    // and see an SB with only SB_Global until northd comes back a second later.
+    // Rebuild: a fresh server (other UUIDs) with the same NB; the controllers reconnect (and
+    // restart) at once and see an SB with only SB_Global until northd comes back a second later.
     net.stop_northd();
     let sids: Vec<SessionId> = net.chassis.iter().filter_map(|c| c.sid).collect();
     net.core = new_core(12345);
@@ -727,9 +744,16 @@ fn rebuilt_databases_with_new_uuids_flush_nothing_and_keep_zones() {
         let _ = i;
     }
     let _ = sids;
+    // Every controller restarts too (OVN-Kubernetes's upgrade restarts ovn-controller): the new
+    // ones learn the zones from their datapaths only.
+    for i in 0..net.chassis.len() {
+        net.stop_controller(i);
+        net.start_controller(i);
+    }
     net.nb(json!([{"op": "insert", "table": "NB_Global", "row": {}}]));
     net.sb(json!([{"op": "insert", "table": "SB_Global", "row": {}}]));
     net.nb(topology_ops());
+    net.nb(Value::Array(topology_port("ls0", "vm0", 10)));
     net.advance(Duration::from_secs(1));
     net.start_northd();
     net.advance(Duration::from_secs(10));
@@ -765,13 +789,19 @@ fn a_deleted_port_has_its_zone_flushed_once() {
     net.nb(json!([{"op": "mutate", "table": "Logical_Switch", "where": [["name", "==", "ls0"]],
         "mutations": [["ports", "delete", ["set", [["uuid",
             net.db_nb().logical_switch_port().values().find(|p| p.name == "vm2").unwrap().uuid.to_string()]]]]]}]));
-    net.advance(Duration::from_secs(1));
-    // Within the grace period nothing is flushed yet, and the zone is still held.
-    for c in &net.chassis {
-        assert!(c.dp.zones().contains_key("lsp/vm2"), "{}", c.name);
-        assert_eq!(c.ctl.as_ref().unwrap().stats().flush_requests, 0);
+    // The controllers see the deletion at once (no latency in this harness); the zone is held
+    // for exactly the grace (5 s), then flushed at the next tick (100 ms).
+    let deleted = net.t;
+    let grace = Tuning::default().flush_grace;
+    let flushed_at = flushed_at(&mut net, "lsp/vm2", Duration::from_secs(11));
+    for (c, at) in net.chassis.iter().zip(&flushed_at) {
+        let held = at.expect("flushed") - deleted;
+        assert!(
+            held >= grace && held <= grace + TICK,
+            "{}: held {held:?}, not within [{grace:?}, {grace:?} + {TICK:?}]",
+            c.name
+        );
     }
-    net.advance(Duration::from_secs(10));
     for c in &net.chassis {
         let ctl = c.ctl.as_ref().unwrap();
         assert!(!c.dp.zones().contains_key("lsp/vm2"), "{}", c.name);
@@ -790,6 +820,144 @@ fn a_deleted_port_has_its_zone_flushed_once() {
     }
     // The other zones did not move.
     assert_eq!(net.chassis[0].dp.zones()["lsp/vm1"], zone_vm1);
+}
+
+/// The harness's poll interval ([`Net::advance`]'s step).
+const TICK: Duration = Duration::from_millis(100);
+
+/// Advances tick by tick up to `limit`; per chassis, when `zone` left its datapath's zone map.
+fn flushed_at(net: &mut Net, zone: &str, limit: Duration) -> Vec<Option<Duration>> {
+    let mut at = vec![None; net.chassis.len()];
+    let end = net.t + limit;
+    while net.t < end {
+        net.advance(TICK);
+        for (i, c) in net.chassis.iter().enumerate() {
+            if at[i].is_none() && !c.dp.zones().contains_key(zone) {
+                at[i] = Some(net.t);
+            }
+        }
+    }
+    at
+}
+
+/// A zone held through its grace when the controller restarts is not leaked: the restarted
+/// controller learns from the datapath's zone map that the port is gone (it watches the name
+/// in SB) and flushes it one grace after its own first complete view (it does not know how
+/// long the old one had waited). The other zones stay.
+#[test]
+fn a_zone_held_across_a_controller_restart_is_flushed_after_the_grace() {
+    let mut net = two_chassis();
+    let before: Vec<BTreeMap<String, u16>> =
+        net.chassis.iter().map(|c| c.dp.zones().clone()).collect();
+    let vm2 = net
+        .db_nb()
+        .logical_switch_port()
+        .values()
+        .find(|p| p.name == "vm2")
+        .unwrap()
+        .uuid;
+    net.nb(
+        json!([{"op": "mutate", "table": "Logical_Switch", "where": [["name", "==", "ls0"]],
+        "mutations": [["ports", "delete", ["set", [["uuid", vm2.to_string()]]]]]}]),
+    );
+    net.advance(Duration::from_secs(2));
+    for i in 0..net.chassis.len() {
+        assert!(net.chassis[i].dp.zones().contains_key("lsp/vm2"));
+        net.stop_controller(i);
+        net.start_controller(i);
+    }
+    let restarted = net.t;
+    let grace = Tuning::default().flush_grace;
+    let at = flushed_at(&mut net, "lsp/vm2", Duration::from_secs(12));
+    for (i, c) in net.chassis.iter().enumerate() {
+        let ctl = c.ctl.as_ref().unwrap();
+        let held = at[i].unwrap_or_else(|| {
+            panic!(
+                "{}: lsp/vm2 leaked after the restart: {:?}\n{}",
+                c.name,
+                c.dp.zones(),
+                ctl.status()
+            )
+        }) - restarted;
+        assert!(
+            held >= grace && held <= grace + TICK,
+            "{}: flushed {held:?} after the restart, not within [{grace:?}, {grace:?} + {TICK:?}]",
+            c.name
+        );
+        assert_eq!(ctl.stats().flush_requests, 1, "{}", c.name);
+        assert_eq!(ctl.stats().zones_flushed, 1, "{}", c.name);
+        let mut want = before[i].clone();
+        want.remove("lsp/vm2");
+        assert_eq!(c.dp.zones(), &want, "{}", c.name);
+    }
+}
+
+/// Zones exhausted: no program with a zone-less object is pushed (never zone 0); the
+/// controller says so in its status and in `Chassis_Private`, and recovers once zones are
+/// freed (here: the names that held them belong to routers that do not exist, flushed after
+/// the grace).
+#[test]
+fn exhausted_zones_fail_closed_and_are_reported() {
+    let mut net = two_chassis();
+    net.stop_controller(0);
+    // A new datapath process whose zone map (from local storage) holds every zone.
+    let old = &net.chassis[0].dp;
+    let mut zones: BTreeMap<String, u16> = BTreeMap::new();
+    for z in 1..=u16::MAX {
+        zones.insert(format!("lr/ghost{z}/dnat"), z);
+    }
+    let mut cfg = DatapathConfig::new("hv1", old.config().tunnel_ip);
+    cfg.zones = zones;
+    let mut dp = Datapath::new(cfg);
+    for p in old.ports() {
+        dp.add_port(&p.name, p.mac);
+    }
+    net.chassis[0].dp = dp;
+    net.start_controller(0);
+    net.advance(Duration::from_secs(1));
+    let c = &net.chassis[0];
+    assert!(
+        c.dp.program().is_none(),
+        "a program was pushed without zones"
+    );
+    let status = c.ctl.as_ref().unwrap().status();
+    assert!(
+        status.contains("Zone error: zone-exhausted: no conntrack zone for"),
+        "{status}"
+    );
+    assert!(
+        c.logs
+            .iter()
+            .any(|(l, s)| *l == Level::Err && s.starts_with("zone-exhausted")),
+        "{:?}",
+        c.logs
+    );
+    let sb = net.db_sb();
+    let pr = sb
+        .chassis_private()
+        .values()
+        .find(|p| p.name == "hv1")
+        .unwrap();
+    assert!(
+        pr.external_ids
+            .get("holdfast-zone-error")
+            .is_some_and(|e| e.starts_with("zone-exhausted")),
+        "{:?}",
+        pr.external_ids
+    );
+    // The ghosts are gone from SB: flushed after the grace, and the program goes in.
+    net.advance(Duration::from_secs(6));
+    let c = &net.chassis[0];
+    let p = c.dp.program().expect("a program once zones are free");
+    assert!(p.zones.values().all(|z| *z != 0));
+    assert!(!c.ctl.as_ref().unwrap().status().contains("Zone error"));
+    let sb = net.db_sb();
+    let pr = sb
+        .chassis_private()
+        .values()
+        .find(|p| p.name == "hv1")
+        .unwrap();
+    assert!(!pr.external_ids.contains_key("holdfast-zone-error"));
 }
 
 #[test]

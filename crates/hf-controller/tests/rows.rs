@@ -421,3 +421,79 @@ fn a_requested_snat_zone_is_kept_and_zone_0_is_refused() {
         hf_pipeline::DatapathKind::Router { snat_zone: 5, .. }
     ));
 }
+
+/// Every zone held (by names the translation no longer has): the objects that need one get
+/// none, never zone 0; each is a named `zone-exhausted` diagnostic and `unzoned` lists them
+/// (the controller then keeps its running program). One zone freed: the first name gets it.
+#[test]
+fn exhausted_zones_are_a_named_error_never_zone_0() {
+    let mut d = Delta::default();
+    d.datapath_binding = vec![RowDelta::Insert(dp(1, 1, "r1", true))];
+    let sb = snapshot(d);
+    let mut held: BTreeMap<String, u16> = (1..=u16::MAX)
+        .map(|z| (format!("lr/gone{z}/dnat"), z))
+        .collect();
+    let extra = hf_controller::Extra {
+        only_needed: false,
+        zones: held.clone(),
+    };
+    let t = hf_controller::translate_with(&sb, &TranslateOptions::default(), &extra);
+    assert!(!t.zones.contains_key("lr/r1/dnat") && !t.zones.contains_key("lr/r1/snat"));
+    let named: Vec<_> = t
+        .diagnostics
+        .iter()
+        .filter(|x| {
+            x.reason
+                .starts_with("zone-exhausted: no conntrack zone left for lr/r1/")
+        })
+        .collect();
+    assert_eq!(named.len(), 2, "{:#?}", t.diagnostics);
+    assert_eq!(
+        hf_controller::translate::zones::unzoned(&t),
+        vec!["lr/r1/dnat".to_string(), "lr/r1/snat".to_string()]
+    );
+    held.remove("lr/gone7/dnat");
+    let extra = hf_controller::Extra {
+        only_needed: false,
+        zones: held,
+    };
+    let t = hf_controller::translate_with(&sb, &TranslateOptions::default(), &extra);
+    assert_eq!(t.zones.get("lr/r1/dnat"), Some(&7));
+    assert_eq!(
+        hf_controller::translate::zones::unzoned(&t),
+        vec!["lr/r1/snat".to_string()]
+    );
+}
+
+/// Two routers asking for the same zone: the first (by name) keeps it, the second gets a zone
+/// by name and a diagnostic naming both; a name that held the requested number moves, said so.
+#[test]
+fn a_requested_zone_taken_twice_or_held_is_a_diagnostic() {
+    let mut d = Delta::default();
+    let mut r1 = dp(1, 1, "r1", true);
+    r1.external_ids.insert("snat-ct-zone".into(), "9".into());
+    let mut r2 = dp(2, 2, "r2", true);
+    r2.external_ids.insert("snat-ct-zone".into(), "9".into());
+    d.datapath_binding = vec![RowDelta::Insert(r1), RowDelta::Insert(r2)];
+    let sb = snapshot(d);
+    let extra = hf_controller::Extra {
+        only_needed: false,
+        zones: [("lr/r1/dnat".to_string(), 9)].into(),
+    };
+    let t = hf_controller::translate_with(&sb, &TranslateOptions::default(), &extra);
+    assert_eq!(t.zones["lr/r1/snat"], 9);
+    assert!(![0, 9].contains(&t.zones["lr/r2/snat"]));
+    assert!(![0, 9].contains(&t.zones["lr/r1/dnat"]));
+    let reasons: Vec<&str> = t.diagnostics.iter().map(|x| x.reason.as_str()).collect();
+    assert!(
+        reasons.iter().any(|r| r
+            .starts_with("lr/r2/snat: options:snat-ct-zone=9 is also requested for lr/r1/snat")),
+        "{reasons:#?}"
+    );
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.starts_with("lr/r1/dnat held zone 9, which lr/r1/snat now requests")),
+        "{reasons:#?}"
+    );
+}

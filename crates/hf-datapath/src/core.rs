@@ -879,7 +879,10 @@ impl Datapath {
     }
 
     /// Takes over an exported state: installs its program (against this datapath's ports),
-    /// adopts its zone map and imports its connections. Nothing changes on an error.
+    /// adopts its zone map and imports its connections. Everything is decoded and checked
+    /// first (the conntrack blob, its version, every connection, the zone map, the program's
+    /// compilation), so an error changes nothing: program, zone map, conntrack and
+    /// activations stay as they were.
     pub fn import_state(&mut self, s: StateExport, now: Duration) -> Result<(), String> {
         let ct: hf_conntrack::CtExport = postcard::from_bytes(&s.conntrack)
             .map_err(|e| format!("exported conntrack does not decode: {e}"))?;
@@ -890,20 +893,39 @@ impl Datapath {
                 hf_conntrack::EXPORT_VERSION
             ));
         }
+        if let Some(i) = ct.first_malformed() {
+            return Err(format!(
+                "exported conntrack connection {i} (of {}) is malformed (mismatched tuples or \
+                 TCP state): the export is corrupt; nothing imported",
+                ct.conns.len()
+            ));
+        }
+        if let Some(i) = ct.conns.iter().position(|c| c.orig.zone == 0) {
+            return Err(format!(
+                "exported conntrack connection {i} is in zone 0, the host's: nothing imported"
+            ));
+        }
         if let Some((n, _)) = s.zones.iter().find(|(_, z)| **z == 0) {
             return Err(format!("exported zone map gives zone 0 to \"{n}\""));
         }
         self.clock = self.clock.max(now);
-        // Activations made by the old process hold here too (before the program's install
-        // decides which ports wait).
-        self.mig.activated.extend(s.activated.iter().cloned());
         if let Some(p) = s.program {
-            self.install(p)?;
+            // Activations made by the old process hold here too (before the program's
+            // install decides which ports wait); undone if the program is refused.
+            let before = self.mig.activated.clone();
+            self.mig.activated.extend(s.activated.iter().cloned());
+            if let Err(e) = self.install(p) {
+                self.mig.activated = before;
+                return Err(e);
+            }
+        } else {
+            self.mig.activated.extend(s.activated.iter().cloned());
         }
         if self.zones != s.zones {
             self.zones = s.zones;
             self.zones_changed = true;
         }
+        // Checked above: the version matches, so the import takes every connection.
         let rep = self
             .ct
             .import(&ct, |z| z, now)

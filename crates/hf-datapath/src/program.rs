@@ -462,6 +462,15 @@ pub fn check_zones(msg: &ProgramMsg) -> Result<(), String> {
             need(sn, &|| format!("router {} (SNAT)", d.name))?;
         }
         for p in &d.ports {
+            // A switch port's conntrack (stateful ACLs, LB) runs in its own zone; a router's
+            // ports use the router's zones.
+            if d.router_zones.is_none() && p.zone == 0 {
+                return Err(format!(
+                    "port {} of switch {}: zone 0 belongs to the host; every switch port needs \
+                     a zone of its own from the zone map (\"lsp/{}\")",
+                    p.name, d.name, p.name
+                ));
+            }
             need(p.zone, &|| format!("port {} of {}", p.name, d.name))?;
         }
     }
@@ -1203,6 +1212,19 @@ mod tests {
             compile(&m, &local, None)
                 .unwrap_err()
                 .contains("not in the zone map")
+        );
+    }
+
+    #[test]
+    fn a_switch_port_in_zone_0_is_refused_by_name() {
+        let local = BTreeMap::new();
+        let mut m = msg(vec![]);
+        assert!(compile(&m, &local, None).is_ok());
+        m.datapaths[0].ports[0].zone = 0;
+        let e = compile(&m, &local, None).unwrap_err();
+        assert!(
+            e.contains("port p1 of switch sw0: zone 0 belongs to the host"),
+            "{e}"
         );
     }
 }

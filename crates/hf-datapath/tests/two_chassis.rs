@@ -371,6 +371,54 @@ fn export_import_keeps_connections() {
     assert_eq!(d.generation(), 0);
 }
 
+/// An export whose conntrack decodes but holds a corrupt connection is refused whole: the
+/// target keeps its program, zone map, connections and activations. (Installing the program
+/// first and skipping the bad connection would change the program and answer Ok.)
+#[test]
+fn a_corrupt_connection_in_an_export_changes_nothing() {
+    let mut n = Net::new();
+    let _ = handshake(&mut n, ms(10));
+    let mut state = n.dps[0].export_state(ms(20));
+    let mut ct: hf_conntrack::CtExport = postcard::from_bytes(&state.conntrack).unwrap();
+    assert!(!ct.conns.is_empty() && ct.first_malformed().is_none());
+    let last = ct.conns.len() - 1;
+    ct.conns[last].reply.zone = ct.conns[last].orig.zone.wrapping_add(1);
+    state.conntrack = postcard::to_allocvec(&ct).unwrap();
+    if let Some(p) = state.program.as_mut() {
+        p.generation = 99;
+    }
+    state.zones.insert("lsp/held".into(), 77);
+    state.activated.push("vm9".into());
+    // hv1's datapath itself is the target (its own state, a different generation to come).
+    let dp = &mut n.dps[0];
+    let (generation, zones, program) = (dp.generation(), dp.zones().clone(), dp.program().cloned());
+    let conns = dp.dump_conntrack(None, ms(21)).unwrap();
+    let e = dp.import_state(state, ms(21)).unwrap_err();
+    assert!(
+        e.contains("malformed") && e.contains("nothing imported"),
+        "{e}"
+    );
+    assert_eq!(dp.generation(), generation);
+    assert_eq!(dp.zones(), &zones);
+    assert_eq!(dp.program().cloned(), program);
+    assert_eq!(dp.dump_conntrack(None, ms(21)).unwrap(), conns);
+    assert_eq!(dp.export_state(ms(21)).activated, Vec::<String>::new());
+}
+
+/// The imported zone map is the export's, not the program's nor the new process's own: a name
+/// held beyond the program (a deleted port in its flush grace) comes along.
+#[test]
+fn an_import_adopts_the_exported_zone_map_with_its_held_names() {
+    let mut n = Net::new();
+    let _ = handshake(&mut n, ms(10));
+    let mut state = n.dps[0].export_state(ms(20));
+    state.zones.insert("lsp/held".into(), 77);
+    let mut fresh = chassis(1);
+    fresh.import_state(state.clone(), ms(21)).unwrap();
+    assert_eq!(fresh.zones(), &state.zones);
+    assert_eq!(fresh.zones()["lsp/held"], 77);
+}
+
 #[test]
 fn port_added_after_the_program_gets_traffic() {
     let mut dp = Datapath::new(DatapathConfig::new("hv2", IPS[1]));

@@ -80,14 +80,41 @@ fn ready_world(seed: u64) -> World {
     w
 }
 
+/// A [`scenarios::stateful_base`] world, ready, whose zone map is not the canonical one
+/// ([`scenarios::make_zones_uncanonical`]): conntrack is on the transfers' path, and a
+/// restarted controller or a new datapath that did not keep the zone map would lose it.
+fn ready_stateful_world(seed: u64) -> World {
+    let mut w = World::new(WorldConfig {
+        seed,
+        chassis: vec!["hv1".into(), "hv2".into()],
+        northd: NorthdMode::Holdfast,
+    })
+    .expect("world");
+    w.nb_all(scenarios::stateful_base()).expect("NB builds");
+    scenarios::wait_ready(&mut w);
+    scenarios::make_zones_uncanonical(&mut w);
+    w
+}
+
+/// Asserts the transfers' connections are in conntrack (their clients' zones on hv1).
+fn conntrack_on_path(w: &World) {
+    for z in ["lsp/vm1", "lsp/vm3"] {
+        assert!(
+            scenarios::zone_entries(w, "hv1", z) > 0,
+            "no conntrack entry in {z}"
+        );
+    }
+}
+
 #[test]
 fn controller_restart_during_transfers_loses_nothing() {
-    let mut w = ready_world(7);
+    let mut w = ready_stateful_world(7);
     let before = w.record().chassis;
     // Large enough to be in flight across both restarts.
     let bytes = 40_000_000;
     let conns = scenarios::start_transfers(&mut w, bytes);
     w.run_for(Duration::from_millis(3));
+    conntrack_on_path(&w);
     for (h, n) in &conns {
         let r = w.tcp_record(h, n).expect("record");
         assert!(
@@ -109,7 +136,11 @@ fn controller_restart_during_transfers_loses_nothing() {
     let after = w.record().chassis;
     for c in ["hv1", "hv2"] {
         assert_eq!(after[c].zones, before[c].zones, "{c}: zone map changed");
-        assert_eq!(after[c].flushes, 0, "{c}: {:?}", after[c].flushed);
+        assert_eq!(
+            after[c].flushes, before[c].flushes,
+            "{c}: {:?}",
+            after[c].flushed
+        );
         assert_eq!(after[c].restarts.0, 1);
     }
 }
@@ -185,12 +216,23 @@ fn northd_restart_changes_no_datapath() {
 
 #[test]
 fn datapath_handoff_keeps_connections() {
-    let mut w = ready_world(10);
+    let mut w = ready_stateful_world(10);
     let bytes = 20_000_000;
     let conns = scenarios::start_transfers(&mut w, bytes);
     w.run_for(Duration::from_millis(3));
+    conntrack_on_path(&w);
+    let entries = w
+        .chassis_by_name("hv1")
+        .map(|c| c.datapath().counters().conntrack_entries);
     let zones = w.record().chassis["hv1"].zones.clone();
     w.restart_datapath("hv1").expect("handoff");
+    // The new process (started without the zones file) holds the old one's map and entries.
+    assert_eq!(w.record().chassis["hv1"].zones, zones);
+    assert_eq!(
+        w.chassis_by_name("hv1")
+            .map(|c| c.datapath().counters().conntrack_entries),
+        entries
+    );
     scenarios::finish(&mut w, &conns, bytes);
     let after = w.record().chassis;
     assert_eq!(after["hv1"].zones, zones);
@@ -214,7 +256,7 @@ fn move_port_to_other_chassis() {
 
 #[test]
 fn rebuild_databases_changes_no_zone() {
-    let mut w = ready_world(12);
+    let mut w = ready_stateful_world(12);
     let before = w.record().chassis;
     let uuids_before: Vec<_> = w
         .nb_snapshot()
@@ -241,7 +283,11 @@ fn rebuild_databases_changes_no_zone() {
     let after = w.record().chassis;
     for c in ["hv1", "hv2"] {
         assert_eq!(after[c].zones, before[c].zones, "{c}: zone map changed");
-        assert_eq!(after[c].flushes, 0, "{c}: {:?}", after[c].flushed);
+        assert_eq!(
+            after[c].flushes, before[c].flushes,
+            "{c}: {:?}",
+            after[c].flushed
+        );
     }
     scenarios::ping_ok(&mut w, "vm1", "10.0.1.15", 2);
 }

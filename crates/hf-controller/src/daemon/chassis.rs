@@ -10,7 +10,8 @@
 //!   (`port-up-notif`, `ct-no-masked-label`, `mac-binding-timestamp`, `ovn-ct-lb-related`),
 //!   plus `holdfast-features=<hf-expr feature names>`. Keys other writers added are kept.
 //! - `Chassis_Private`: `name`, `chassis`, and (written by the core) `nb_cfg`,
-//!   `nb_cfg_timestamp` and the `holdfast-flow-error*` `external_ids`.
+//!   `nb_cfg_timestamp` and the `holdfast-flow-error*` and `holdfast-zone-error`
+//!   `external_ids`.
 //! - Rows deleted behind our back (a database rebuild, `ovn-sbctl chassis-del`) are inserted
 //!   again at the next write round.
 //!
@@ -161,6 +162,9 @@ pub fn registration_ops(sb: &SbSnapshot, id: &Identity) -> Vec<Value> {
     ops
 }
 
+/// The `Chassis_Private.external_ids` key reporting objects left without a conntrack zone.
+pub const ZONE_ERROR_KEY: &str = "holdfast-zone-error";
+
 /// The operations that make `Chassis_Private` report `nb_cfg` (with its timestamp) and the
 /// flow-error `external_ids`; empty when it already does (or the row is not there yet).
 pub fn private_ops(
@@ -183,7 +187,7 @@ pub fn private_ops(
     let mut ext: BTreeMap<String, String> = p
         .external_ids
         .iter()
-        .filter(|(k, _)| !k.starts_with("holdfast-flow-error"))
+        .filter(|(k, _)| !k.starts_with("holdfast-flow-error") && k.as_str() != ZONE_ERROR_KEY)
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     ext.extend(flow_errors.iter().map(|(k, v)| (k.clone(), v.clone())));

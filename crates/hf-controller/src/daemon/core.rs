@@ -22,7 +22,12 @@
 //!   `Port_Binding` left on a datapath this chassis monitors (or whose datapath is gone), a
 //!   switch or router with no `Datapath_Binding` — for [`Tuning::flush_grace`] of complete
 //!   views; then one [`ToDatapath::FlushZones`]. A UUID change never flushes anything: zones
-//!   are by name.
+//!   are by name. A restarted controller watches by name (monitor conditions) the ports of
+//!   `lsp/` zones the datapath holds that no program it knows has (held by its predecessor),
+//!   so those are judged and flushed too, one grace after its first complete view.
+//! - Zones exhausted ([`crate::translate::zones::EXHAUSTED`]): the translation is not pushed,
+//!   the running program stays; logged once, in [`Controller::status`] and in
+//!   `Chassis_Private.external_ids:holdfast-zone-error` until a translation has every zone.
 //! - `nb_cfg`: once the datapath answered `Installed` for a program translated at
 //!   `SB_Global.nb_cfg` N (or the translation at N equals what runs), `Chassis_Private.nb_cfg`
 //!   becomes N with `nb_cfg_timestamp`, so `ovn-nbctl --wait=hv` returns.
@@ -181,6 +186,8 @@ struct WriteState {
     nb_cfg: Option<i64>,
     wall_ms: i64,
     flow_report: BTreeMap<String, String>,
+    /// Zones exhausted ([`crate::translate::zones::EXHAUSTED`]): `holdfast-zone-error`.
+    zone_error: Option<String>,
 }
 
 fn write_ops(sb: &SbSnapshot, st: &WriteState) -> Vec<Value> {
@@ -188,12 +195,16 @@ fn write_ops(sb: &SbSnapshot, st: &WriteState) -> Vec<Value> {
     let Some(ours) = chassis::our_chassis(sb, &st.id.name) else {
         return ops;
     };
+    let mut report = st.flow_report.clone();
+    if let Some(e) = &st.zone_error {
+        report.insert(chassis::ZONE_ERROR_KEY.to_string(), e.clone());
+    }
     ops.extend(chassis::private_ops(
         sb,
         &st.id.name,
         st.nb_cfg,
         st.wall_ms,
-        &st.flow_report,
+        &report,
     ));
     if st.dp_ready {
         ops.extend(binding::binding_ops(
@@ -277,6 +288,8 @@ pub struct Controller {
     /// The last translation's diagnostics, in its order (those not in the previous list are
     /// logged).
     diagnostics: Vec<String>,
+    /// Why the last translation was not pushed: objects without a zone.
+    zone_error: Option<String>,
     log: VecDeque<(Level, String)>,
     now: Duration,
     stats: Stats,
@@ -348,6 +361,7 @@ impl Controller {
             nb_cfg: None,
             wall_ms: tuning.wall_offset_ms + now.as_millis() as i64,
             flow_report: BTreeMap::new(),
+            zone_error: None,
         }));
         let mut c = Controller {
             cfg,
@@ -383,6 +397,7 @@ impl Controller {
             installed_nb_cfg: None,
             translate_cache: TranslateCache::default(),
             diagnostics: Vec::new(),
+            zone_error: None,
             log: VecDeque::new(),
             now,
             stats: Stats::default(),
@@ -678,6 +693,9 @@ impl Controller {
                 " (last good versions disabled: test hook)"
             }
         ));
+        if let Some(e) = &self.zone_error {
+            s.push_str(&format!("Zone error: {e}\n"));
+        }
         let causes = self.lastgood.causes();
         s.push_str(&format!(
             "Flow errors: {} flow(s), {} cause(s); {} on their last good version, {} failed closed\n",
@@ -946,6 +964,7 @@ impl Controller {
                     self.gone_since.remove(n);
                 }
                 self.stats.zones_flushed += names.len() as u64;
+                self.conds_due = true;
                 self.say(
                     Level::Info,
                     format!(
@@ -1079,7 +1098,8 @@ impl Controller {
         self.conds_due = false;
         let sb = self.sb.model();
         let local = self.local_set();
-        let want = monitor::conditions(sb, &self.cfg.chassis, &local, self.cfg.monitor_all);
+        let mut want = monitor::conditions(sb, &self.cfg.chassis, &local, self.cfg.monitor_all);
+        monitor::watch_ports(&mut want, &self.orphan_ports());
         self.monitored = if self.cfg.monitor_all {
             sb.datapath_binding().keys().copied().collect()
         } else {
@@ -1136,6 +1156,18 @@ impl Controller {
             && chassis::our_chassis(sb, &self.cfg.chassis).is_some()
     }
 
+    /// The ports whose `lsp/<port>` zones the datapath holds while no program this controller
+    /// knows has them (a previous controller held them through their grace and was restarted):
+    /// watched by name ([`monitor::watch_ports`]) so that [`Controller::gone`] can tell.
+    fn orphan_ports(&self) -> BTreeSet<String> {
+        self.zones
+            .keys()
+            .filter(|n| !self.zone_dp.contains_key(*n))
+            .filter_map(|n| n.strip_prefix("lsp/"))
+            .map(str::to_string)
+            .collect()
+    }
+
     /// Whether the logical object behind zone `name` is gone from SB (the view is complete).
     fn gone(&self, name: &str) -> bool {
         let sb = self.sb.model();
@@ -1144,7 +1176,8 @@ impl Controller {
                 return false;
             }
             return match self.zone_dp.get(name) {
-                None => false,
+                // An orphan: watched by name, so no row in a complete view means gone.
+                None => true,
                 Some(d) => match neigh::datapath_by_name(sb, d) {
                     None => true,
                     Some(u) => self.cfg.monitor_all || self.monitored.contains(&u),
@@ -1219,6 +1252,32 @@ impl Controller {
             }
         }
         self.gone_since.retain(|n, _| retained.contains_key(n));
+        // Objects without a zone (zones exhausted): fail closed, the running program stays.
+        let unzoned = crate::translate::zones::unzoned(&t);
+        let zone_error = (!unzoned.is_empty()).then(|| {
+            format!(
+                "{}: no conntrack zone for {} object(s) (first: {}); the running program is kept",
+                crate::translate::zones::EXHAUSTED,
+                unzoned.len(),
+                unzoned[0]
+            )
+        });
+        if zone_error != self.zone_error {
+            if let Some(e) = &zone_error {
+                self.say(Level::Err, e.clone());
+            }
+            self.zone_error = zone_error.clone();
+            self.with_state(|st| st.zone_error = zone_error);
+            self.write_due = true;
+        }
+        if self.zone_error.is_some() {
+            self.translate_cache.recycle(t);
+            self.send_flushes(to_flush);
+            if self.write_due {
+                self.write_round(now);
+            }
+            return;
+        }
         let level = hf_expr::FeatureSet::level(self.tuning.feature_level);
         if !level.contains("port-group-per-datapath") {
             t.spec.sets.port_groups =
@@ -1302,21 +1361,26 @@ impl Controller {
                 self.inflight.insert(msg.generation, *msg);
             }
         }
-        if !to_flush.is_empty() {
-            self.stats.flush_requests += 1;
-            self.say(
-                Level::Info,
-                format!(
-                    "flushing conntrack zone(s) of deleted objects: {}",
-                    to_flush.join(", ")
-                ),
-            );
-            self.flushing.extend(to_flush.iter().cloned());
-            self.send_dp(&ToDatapath::FlushZones { names: to_flush });
-        }
+        self.send_flushes(to_flush);
         if self.write_due {
             self.write_round(now);
         }
+    }
+
+    fn send_flushes(&mut self, to_flush: Vec<String>) {
+        if to_flush.is_empty() {
+            return;
+        }
+        self.stats.flush_requests += 1;
+        self.say(
+            Level::Info,
+            format!(
+                "flushing conntrack zone(s) of deleted objects: {}",
+                to_flush.join(", ")
+            ),
+        );
+        self.flushing.extend(to_flush.iter().cloned());
+        self.send_dp(&ToDatapath::FlushZones { names: to_flush });
     }
 }
 

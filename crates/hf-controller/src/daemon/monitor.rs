@@ -63,6 +63,24 @@ pub fn local_datapaths(sb: &SbSnapshot, chassis: &str, local: &BTreeSet<String>)
     dps
 }
 
+/// Adds `Port_Binding` clauses for `ports` by `logical_port` to `conds` (the conditions of
+/// [`conditions`]): a restarted controller watches the ports whose zones the datapath holds
+/// without a datapath it knows for them, so that their absence from a complete view means they
+/// are gone. Nothing to add with `monitor_all` (every row is there).
+pub fn watch_ports(
+    conds: &mut BTreeMap<&'static str, Option<Vec<Value>>>,
+    ports: &BTreeSet<String>,
+) {
+    if let Some(Some(pb)) = conds.get_mut("Port_Binding") {
+        for p in ports {
+            let c = json!(["logical_port", "==", p]);
+            if !pb.contains(&c) {
+                pb.push(c);
+            }
+        }
+    }
+}
+
 /// The conditions (table → clauses) for chassis `chassis` with local ports `local`.
 /// `None` for every table with `monitor_all`.
 pub fn conditions(

@@ -1,18 +1,56 @@
-//! Conntrack zones by stable name (DESIGN "Conntrack zones"): `lsp/<port>` for every switch
-//! port, `ls/<switch>/snat` for every switch (where `ct_snat_to_vip` commits hairpin SNAT),
-//! `lr/<router>/dnat` and `lr/<router>/snat` for every router. Never zone 0 (the
-//! host's). A router's `snat-ct-zone` (northd copies `options:snat-ct-zone` into
-//! `Datapath_Binding.external_ids`) is honoured first; assignments passed in are kept next when
-//! their zone is valid and not taken twice; the other names get the lowest free zones in name
-//! order, so the result is a function of the
-//! inputs only. Names that no longer exist are dropped from the returned map (the caller
-//! decides when a zone may be flushed), but their kept numbers are not reused for new names.
+//! Conntrack zones by stable name (DESIGN "Conntrack zones", `docs/zones.md`): `lsp/<port>`
+//! for every switch port, `ls/<switch>/snat` for every switch (where `ct_snat_to_vip` commits
+//! hairpin SNAT), `lr/<router>/dnat` and `lr/<router>/snat` for every router. Never zone 0
+//! (the host's). A router's `snat-ct-zone` (northd copies `options:snat-ct-zone` into
+//! `Datapath_Binding.external_ids`) is honoured first when it is 1..=65535; 0 (OVN-Kubernetes's
+//! gateway routers ask for the host's zone) or anything else is a diagnostic naming the router,
+//! and the name gets a zone like any other. Assignments passed in are kept next when their zone
+//! is valid and not taken twice; the other names get the lowest free zones in name order, so
+//! the result is a function of the inputs only. Names that no longer exist are dropped from the
+//! returned map (the caller decides when a zone may be flushed), but their kept numbers are not
+//! reused for new names.
+//!
+//! When every zone is taken, a name that needs one gets none: a [`EXHAUSTED`] diagnostic per
+//! name, its objects keep zone 0 in the spec as "none", and [`unzoned`] lists them, so the
+//! caller refuses the translation (the controller keeps its running program; a datapath
+//! refuses a switch port in zone 0 anyway). Nothing falls back to zone 0.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use hf_pipeline::DatapathKind;
 
 use super::{Diagnostic, Translation};
+
+/// The name of the diagnostic for a zone that could not be allocated (every zone is taken).
+pub const EXHAUSTED: &str = "zone-exhausted";
+
+/// The zone names of objects of `t` that have no zone (zones were exhausted, see
+/// [`EXHAUSTED`]): their conntrack actions would have no zone, so a controller must not push
+/// a program built from `t` (it fails closed and keeps the running one).
+pub fn unzoned(t: &Translation) -> Vec<String> {
+    let mut out = Vec::new();
+    for d in &t.spec.datapaths {
+        match d.kind {
+            DatapathKind::Router { .. } => {
+                let (a, b) = router_zone_names(&d.name);
+                out.extend([a, b].into_iter().filter(|n| !t.zones.contains_key(n)));
+            }
+            _ => {
+                let s = switch_snat_zone_name(&d.name);
+                if !t.zones.contains_key(&s) {
+                    out.push(s);
+                }
+                out.extend(
+                    d.ports
+                        .iter()
+                        .map(|p| port_zone_name(&p.name))
+                        .filter(|n| !t.zones.contains_key(n)),
+                );
+            }
+        }
+    }
+    out
+}
 
 /// The zone name of a switch port.
 pub fn port_zone_name(port: &str) -> String {
@@ -42,16 +80,29 @@ pub(crate) fn requested(sb: &hf_model::SbSnapshot, t: &mut Translation) -> BTree
         let Some(dp) = t.spec.datapaths.get(i) else {
             continue;
         };
+        let snat = router_zone_names(&dp.name).1;
         match z.trim().parse::<u16>() {
             Ok(n) if n != 0 => {
-                out.insert(router_zone_names(&dp.name).1, n);
+                out.insert(snat, n);
             }
-            _ => t.diagnostics.push(Diagnostic {
+            Ok(_) => t.diagnostics.push(Diagnostic {
                 table: "Datapath_Binding",
                 uuid: *uuid,
                 reason: format!(
-                    "external_ids:snat-ct-zone \"{z}\" is not a zone 1..=65535 (zone 0 is the \
-                     host's): a zone is allocated instead"
+                    "router {} asks for conntrack zone 0 (options:snat-ct-zone=0), the host's \
+                     zone, which holdfast never allocates or flushes: its SNAT zone {snat} gets \
+                     a zone by name instead, kept across restarts and database rebuilds (to \
+                     choose the number, set options:snat-ct-zone to 1..=65535)",
+                    dp.name
+                ),
+            }),
+            Err(_) => t.diagnostics.push(Diagnostic {
+                table: "Datapath_Binding",
+                uuid: *uuid,
+                reason: format!(
+                    "router {}: options:snat-ct-zone=\"{z}\" is not a zone number 1..=65535: \
+                     its SNAT zone {snat} gets a zone by name instead",
+                    dp.name
                 ),
             }),
         }
@@ -84,14 +135,43 @@ pub(crate) fn assign(
     }
     let mut zones: BTreeMap<String, u16> = BTreeMap::new();
     let mut used: BTreeSet<u16> = BTreeSet::new();
+    let mut by_request: BTreeMap<u16, &String> = BTreeMap::new();
     for (name, &z) in requested {
-        if wanted.contains(name) && used.insert(z) {
-            zones.insert(name.clone(), z);
+        if !wanted.contains(name) {
+            continue;
         }
+        if let Some(first) = by_request.get(&z) {
+            t.diagnostics.push(Diagnostic {
+                table: "Datapath_Binding",
+                uuid: uuid::Uuid::nil(),
+                reason: format!(
+                    "{name}: options:snat-ct-zone={z} is also requested for {first}, which \
+                     keeps it: {name} gets a zone by name instead (give each router its own \
+                     number)"
+                ),
+            });
+            continue;
+        }
+        used.insert(z);
+        by_request.insert(z, name);
+        zones.insert(name.clone(), z);
     }
     for (name, &z) in keep {
-        if z != 0 && wanted.contains(name) && !zones.contains_key(name) && used.insert(z) {
+        if z == 0 || !wanted.contains(name) || zones.contains_key(name) {
+            continue;
+        }
+        if used.insert(z) {
             zones.insert(name.clone(), z);
+        } else if let Some(r) = by_request.get(&z) {
+            t.diagnostics.push(Diagnostic {
+                table: "Datapath_Binding",
+                uuid: uuid::Uuid::nil(),
+                reason: format!(
+                    "{name} held zone {z}, which {r} now requests (options:snat-ct-zone={z}): \
+                     {name} moves to another zone and its connections' conntrack entries stay \
+                     behind in zone {z}"
+                ),
+            });
         }
     }
     // Kept names the translation no longer has still hold their zones (the controller keeps
@@ -113,7 +193,12 @@ pub(crate) fn assign(
             t.diagnostics.push(Diagnostic {
                 table: "Datapath_Binding",
                 uuid: uuid::Uuid::nil(),
-                reason: format!("no conntrack zone left for {name}"),
+                reason: format!(
+                    "{EXHAUSTED}: no conntrack zone left for {name} (zones 1..=65535 are all \
+                     held; zone 0 is the host's and is never used instead): a program with it \
+                     is not pushed, the running one stays (delete unused ports, switches or \
+                     routers to free zones)"
+                ),
             });
             continue;
         }

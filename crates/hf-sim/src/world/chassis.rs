@@ -351,8 +351,9 @@ impl Chassis {
     /// Hands the datapath's state to a new datapath process and reconnects the controller.
     pub fn restart_datapath(&mut self, now: Duration) -> Result<(), String> {
         let state = self.datapath.export_state(now);
-        let zones = self.datapath.zones().clone();
-        let mut dp = Datapath::new(datapath_cfg(&self.name, self.encap_ip, zones));
+        // The new process starts without the mirrored map: its zone map comes from the handoff
+        // alone (what an upgrade with a lost or stale zones file must survive).
+        let mut dp = Datapath::new(datapath_cfg(&self.name, self.encap_ip, BTreeMap::new()));
         dp.import_state(state, now)
             .map_err(|e| format!("{}: import_state: {e}", self.name))?;
         for (p, mac) in &self.ports {

@@ -46,6 +46,7 @@ pub mod hosts;
 pub mod incident_a;
 pub mod incident_b;
 pub mod incident_c;
+pub mod incident_d;
 pub mod migrate;
 pub mod nb;
 pub mod northd;
