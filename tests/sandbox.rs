@@ -909,7 +909,10 @@ fn bad_arguments_are_refused_by_name() {
             && e.contains("default")
             && e.contains("restarts")
             && e.contains("rebuild")
-            && e.contains("live-migration"),
+            && e.contains("live-migration")
+            && e.contains("snat-exemption")
+            && e.contains("upgrade")
+            && e.contains("db-rebuild"),
         "{e}"
     );
     let e = run(&["--topology", "ring"]);
@@ -923,6 +926,17 @@ fn bad_arguments_are_refused_by_name() {
     assert!(e.contains("--nb-port") && e.contains("--sb-port"), "{e}");
     let e = run(&["--chassis", "1"]);
     assert!(e.contains("--chassis"), "{e}");
+    // A story in its own cluster takes no topology.
+    let e = run(&["--scenario", "snat-exemption", "--topology", "ovnk-l2"]);
+    assert!(
+        e.contains("--topology") && e.contains("snat-exemption"),
+        "{e}"
+    );
+    let e = run(&["--scenario", "snat-exemption", "--chassis", "4"]);
+    assert!(
+        e.contains("--chassis") && e.contains("snat-exemption"),
+        "{e}"
+    );
     // A story that exits has nothing to control.
     let e = run(&["--scenario", "default", "--unixctl", "/tmp/never.ctl"]);
     assert!(e.contains("--unixctl") && e.contains("--scenario"), "{e}");

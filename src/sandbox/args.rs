@@ -118,8 +118,8 @@ Scenarios (--scenario NAME):
             or a changed address (on --topology ovnk-l2 it fails by design: the download breaks
             when the VM's egress moves to the new node's address)
   snat-exemption
-            incident A, in its own simulated cluster (OVN-Kubernetes' shared gateway; not
-            --topology): the per-pod snat row rewrites the pod's connection to etcd, which
+            incident A, in its own simulated cluster (OVN-Kubernetes' shared gateway; no
+            --topology or --chassis, no databases served): the per-pod snat row rewrites the pod's connection to etcd, which
             refuses the node's address; scoped with exempted_ext_ips, allowed_ext_ips or the
             NAT match, etcd sees the pod, the outside still sees the node, NodePort replies work
   upgrade   incident B: controllers start at feature level hf-1; TCP streams through a
@@ -200,6 +200,22 @@ impl SandboxArgs {
                 "--nb-port and --sb-port are both {}: give two different ports (or 0 for free ones)",
                 self.nb_port
             );
+        }
+        if self.scenario == Some(Scenario::SnatExemption) {
+            if let Some(t) = self.topology {
+                anyhow::bail!(
+                    "--scenario snat-exemption builds its own cluster (OVN-Kubernetes' shared \
+                     gateway, incident A's design): --topology {} does not apply; leave it out",
+                    t.name()
+                );
+            }
+            if self.chassis != 2 {
+                anyhow::bail!(
+                    "--scenario snat-exemption builds its own cluster with 2 chassis: --chassis {} \
+                     does not apply; leave it out",
+                    self.chassis
+                );
+            }
         }
         Ok(())
     }

@@ -86,6 +86,32 @@ fn a_router_asking_for_zone_0_gets_a_zone_by_name_and_a_diagnostic() {
         )) && status.contains(SNAT_ZONE),
         "{status}"
     );
+    // `holdfast check` warns about the request before it ships, naming the router; with the
+    // live datapath's zone map it finds no zone 0 and no zone shared by two names.
+    let nb = w.nb_snapshot().expect("nb");
+    let live = hf_check::LiveDatapath {
+        name: "hv1".into(),
+        zones: c
+            .datapath()
+            .zones()
+            .iter()
+            .map(|(n, z)| (n.clone(), *z))
+            .collect(),
+    };
+    let found = hf_check::check(&nb, &sb, &[live], &hf_check::Options::default());
+    let risk: Vec<&hf_check::Finding> = found
+        .iter()
+        .filter(|f| f.code == hf_check::Code::ZoneRisk)
+        .collect();
+    assert!(!risk.is_empty(), "{found:#?}");
+    assert!(
+        risk.iter()
+            .all(|f| f.severity == hf_check::Severity::Warning
+                && f.table == "Logical_Router"
+                && f.message.contains("zone 0")),
+        "{risk:#?}"
+    );
+    assert!(risk.iter().any(|f| f.name.contains(ROUTER)), "{risk:#?}");
 }
 
 #[test]
