@@ -266,18 +266,20 @@ pub struct Conns {
 
 /// Opens the three connections, `bytes` each, and runs until they end (at most 10 s).
 pub fn run(w: &mut World, bytes: u64) -> Conns {
-    let now = w.now();
-    let pod = w.host_mut(POD).expect("pod");
-    let etcd = pod
-        .start_transfer(IpAddr::V4(ETCD_IP), ETCD_PORT, bytes, now)
+    let upload = |bytes| Transfer {
+        direction: Direction::Upload,
+        bytes,
+        rate: None,
+    };
+    let etcd = w
+        .tcp_start(POD, IpAddr::V4(ETCD_IP), ETCD_PORT, upload(bytes))
         .expect("etcd");
-    let outside = pod
-        .start_transfer(IpAddr::V4(OUTSIDE_IP), OUTSIDE_PORT, bytes, now)
+    let outside = w
+        .tcp_start(POD, IpAddr::V4(OUTSIDE_IP), OUTSIDE_PORT, upload(bytes))
         .expect("outside");
     let nodeport = w
-        .host_mut(CLIENT)
-        .expect("client")
-        .start_transfer_with(
+        .tcp_start(
+            CLIENT,
             ip(NODE_IP),
             NODE_PORT,
             Transfer {
@@ -285,7 +287,6 @@ pub fn run(w: &mut World, bytes: u64) -> Conns {
                 bytes,
                 rate: None,
             },
-            now,
         )
         .expect("nodeport");
     let c = Conns {

@@ -231,12 +231,10 @@ pub fn naive_flush(w: &mut World, chassis: &str, names: &[&str]) -> Result<u64, 
 /// connection name on the external host. Panics when it does not get going.
 pub fn start_vip_upload(w: &mut World, bytes: u64) -> String {
     w.tcp_listen(POD, VIP_PORT).expect("listen");
-    let now = w.now();
     let node: Ipv4Addr = NODE_IP.parse().expect("an address");
     let name = w
-        .host_mut(EXT)
-        .expect("external host")
-        .start_transfer_with(
+        .tcp_start(
+            EXT,
             IpAddr::V4(node),
             VIP_PORT,
             Transfer {
@@ -244,10 +242,8 @@ pub fn start_vip_upload(w: &mut World, bytes: u64) -> String {
                 bytes,
                 rate: Some(RATE),
             },
-            now,
         )
         .expect("upload");
-    w.run_for(Duration::from_millis(1));
     w.run_for(Duration::from_millis(300));
     let r = w.tcp_record(EXT, &name).expect("record");
     assert!(
@@ -267,29 +263,22 @@ pub fn start_download(w: &mut World, bytes: u64) -> String {
         w.ping(POD, IpAddr::V4(EXT_IP), 2, Duration::from_millis(20))
             .expect("ping");
         w.run_for(Duration::from_millis(1100));
-        let now = w.now();
-        w.host_mut(POD)
-            .expect("pod")
-            .start_transfer_with(
-                IpAddr::V4(EXT_IP),
-                EXT_PORT,
-                Transfer {
-                    direction: Direction::Download,
-                    bytes: 1000,
-                    rate: None,
-                },
-                now,
-            )
-            .expect("warm-up transfer");
-        // The new connection's SYN goes out at the host's next poll.
-        w.run_for(Duration::from_millis(1));
+        w.tcp_start(
+            POD,
+            IpAddr::V4(EXT_IP),
+            EXT_PORT,
+            Transfer {
+                direction: Direction::Download,
+                bytes: 1000,
+                rate: None,
+            },
+        )
+        .expect("warm-up transfer");
         w.run_for(Duration::from_secs(2));
     }
-    let now = w.now();
     let name = w
-        .host_mut(POD)
-        .expect("pod")
-        .start_transfer_with(
+        .tcp_start(
+            POD,
             IpAddr::V4(EXT_IP),
             EXT_PORT,
             Transfer {
@@ -297,10 +286,8 @@ pub fn start_download(w: &mut World, bytes: u64) -> String {
                 bytes,
                 rate: Some(RATE),
             },
-            now,
         )
         .expect("download");
-    w.run_for(Duration::from_millis(1));
     w.run_for(Duration::from_millis(300));
     let r = w.tcp_record(POD, &name).expect("record");
     assert!(

@@ -909,6 +909,26 @@ impl World {
         Ok(r)
     }
 
+    /// Opens a TCP connection from the host on `from` to `dst:port` for transfer `t` (an
+    /// upload or a download, paced or not) and runs what is due at once (its SYN leaves now);
+    /// the connection's name (see [`Host::tcp_record`]).
+    pub fn tcp_start(
+        &mut self,
+        from: &str,
+        dst: IpAddr,
+        port: u16,
+        t: crate::net::Transfer,
+    ) -> Result<String, String> {
+        let now = self.now;
+        let r = self
+            .host_slot(from)?
+            .start_transfer_with(dst, port, t, now)
+            .map_err(|e| format!("TCP from {from} to {dst}:{port}: {e:?}"))?;
+        self.event(format!("{from}: tcp {dst}:{port} {t:?} ({r})"));
+        self.settle();
+        Ok(r)
+    }
+
     /// The record of TCP connection `name` on the host on `lsp`.
     pub fn tcp_record(&self, lsp: &str, name: &str) -> Option<crate::net::TcpRecord> {
         self.hosts.get(lsp)?.host.tcp_record(name, self.now)
