@@ -256,6 +256,15 @@ fn exempt(dbs: &Dbs, nat: &str, name: &str, addrs: &str) {
     );
 }
 
+/// check reads the keys the holdfast controller writes: the same spelling on both sides.
+#[test]
+fn reads_the_keys_the_controller_writes() {
+    assert_eq!(
+        hf_check::zones::ZONE_ERROR_KEY,
+        hf_controller::daemon::chassis::ZONE_ERROR_KEY
+    );
+}
+
 #[test]
 fn findings_and_exit_statuses_under_holdfast() {
     if !common::require("check", TOOLS) {

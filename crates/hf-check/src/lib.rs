@@ -190,7 +190,7 @@ pub fn check(
     let topo = topo::Topo::new(nb, sb);
     snat::check(&topo, &mut out);
     flows::check(nb, sb, opts, &mut out);
-    zones::check(nb, live, &mut out);
+    zones::check(nb, sb, live, &mut out);
     egress::check(&topo, &mut out);
     acl::check(nb, sb, &mut out);
     out

@@ -612,6 +612,33 @@ fn zone_risk_requested_and_live() {
     assert!(hits[3].message.contains("lsp/vm1, lsp/vm2"));
 }
 
+#[test]
+fn zone_risk_a_chassis_out_of_zones() {
+    let nb = Nb::new();
+    let mut sb = Sb::new();
+    sb.chassis_private("hv1", &[("holdfast-flow-errors", "0")]);
+    assert!(of(&run(&nb, &sb, &[]), Code::ZoneRisk).is_empty());
+    let row = sb.chassis_private(
+        "hv2",
+        &[(
+            "holdfast-zone-error",
+            "zone-exhausted: no conntrack zone for 3 object(s) (first: lsp/p9); the running program is kept",
+        )],
+    );
+    let fs = run(&nb, &sb, &[]);
+    let hits = of(&fs, Code::ZoneRisk);
+    assert_eq!(hits.len(), 1, "{}", render_text(&fs));
+    assert_eq!(hits[0].severity, Severity::Error);
+    assert_eq!(hits[0].table, "Chassis_Private");
+    assert_eq!(hits[0].row, row.to_string());
+    assert_eq!(hits[0].name, "hv2");
+    assert!(
+        hits[0].message.contains("zone-exhausted"),
+        "{}",
+        hits[0].message
+    );
+}
+
 /// Incident C's OVN-Kubernetes layer-2 shape: a switch with one gateway router per node.
 fn layer2(nb: &mut Nb, nodes: &[&str]) {
     nb.ls("l2");

@@ -8,6 +8,10 @@
 //! requesting the same zone (real `ovn-controller` gives it to both: shared state), and a value
 //! that is not a zone, are warnings too.
 //!
+//! From SB: a chassis that reports `Chassis_Private.external_ids:holdfast-zone-error` (a
+//! holdfast controller that ran out of zones: it keeps its running program and installs no
+//! change until zones are freed) is an error.
+//!
 //! From live datapaths ([`crate::LiveDatapath`], a `holdfast datapath`'s `ct-zone-list`): zone
 //! 0 in the map, and one zone used by two names, are errors (the datapath shares conntrack
 //! state between them, or with the host, now).
@@ -17,12 +21,37 @@
 
 use std::collections::BTreeMap;
 
-use hf_model::NbSnapshot;
+use hf_model::{NbSnapshot, SbSnapshot};
 
 use crate::{Code, Finding, LiveDatapath, Severity, Source};
 
+/// The `Chassis_Private.external_ids` key a holdfast controller reports zone exhaustion under
+/// (`hf_controller::daemon::chassis::ZONE_ERROR_KEY`; written here, not imported, so check
+/// needs no controller).
+pub const ZONE_ERROR_KEY: &str = "holdfast-zone-error";
+
 /// Adds the findings.
-pub fn check(nb: &NbSnapshot, live: &[LiveDatapath], out: &mut Vec<Finding>) {
+pub fn check(nb: &NbSnapshot, sb: &SbSnapshot, live: &[LiveDatapath], out: &mut Vec<Finding>) {
+    let mut reports: Vec<_> = sb
+        .chassis_private()
+        .values()
+        .filter_map(|c| c.external_ids.get(ZONE_ERROR_KEY).map(|e| (c, e)))
+        .collect();
+    reports.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+    for (c, e) in reports {
+        out.push(Finding {
+            code: Code::ZoneRisk,
+            severity: Severity::Error,
+            source: Source::Sb,
+            table: "Chassis_Private".into(),
+            row: c.uuid.to_string(),
+            name: c.name.clone(),
+            message: format!("chassis {} reports {ZONE_ERROR_KEY}={e}", c.name),
+            why: "a chassis without a free conntrack zone installs no change at all (it keeps its running program rather than run conntrack without a zone), so new ports and every other change wait".into(),
+            fix: "delete what is no longer needed on that chassis (zones of deleted objects are freed after their grace), or spread the ports over more chassis".into(),
+        });
+    }
+
     let mut requested: BTreeMap<u16, Vec<(&str, uuid::Uuid)>> = BTreeMap::new();
     for lr in nb.logical_router().values() {
         let Some(z) = lr.options.get("snat-ct-zone") else {
