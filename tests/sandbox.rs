@@ -623,6 +623,13 @@ fn db_rebuild_scenario_keeps_the_routers_zones_and_tcp() {
                 && l.contains("never allocates or flushes"),
             "{l}"
         );
+        // The preflight warned about the request.
+        assert!(
+            has(&format!(
+                "warning[zone-risk]: router {r} requests conntrack zone 0"
+            )),
+            "{out}"
+        );
     }
     assert!(
         lines
@@ -880,6 +887,12 @@ fn upgrade_scenario_keeps_tcp_through_the_security_group() {
             assert!(l.contains("parse errors 0;"), "{l}");
         }
     }
+    // The preflight names every hf-1 chassis while the newer form is forced.
+    let check = lines
+        .iter()
+        .find(|l| l.trim_start().starts_with("holdfast check: "))
+        .unwrap_or_else(|| panic!("no holdfast check line:\n{out}"));
+    assert!(check.ends_with("naming hv1, hv2, gw1"), "{check}");
     let result = lines
         .iter()
         .find(|l| l.trim_start().starts_with("vm2-vm1: "))

@@ -136,6 +136,34 @@ impl Sandbox {
         if !self.request_zone_0() {
             return Verdict::Failed(Some("zone 0 was not refused with a diagnostic".into()));
         }
+        // The preflight sees the requests before they ship.
+        let w = self.sim.world();
+        match (w.nb_snapshot(), w.sb_snapshot()) {
+            (Ok(nb), Ok(sb)) => {
+                let found: Vec<hf_check::Finding> =
+                    hf_check::check(&nb, &sb, &[], &hf_check::Options::default())
+                        .into_iter()
+                        .filter(|f| f.code == hf_check::Code::ZoneRisk)
+                        .collect();
+                if found.is_empty() {
+                    return Verdict::Failed(Some(
+                        "holdfast check did not warn about the zone-0 requests".into(),
+                    ));
+                }
+                self.p.result("holdfast check on this NB and SB:");
+                for f in &found {
+                    self.p.result(&format!(
+                        "  {}[{}]: {}",
+                        f.severity.as_str(),
+                        f.code.as_str(),
+                        f.message
+                    ));
+                }
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                return Verdict::Failed(Some(format!("the databases could not be read: {e}")));
+            }
+        }
         let before = self.sim.zones();
         let ok = self.disruption_story(Scenario::DbRebuild);
         let after = self.sim.zones();

@@ -186,6 +186,34 @@ impl Sandbox {
                 ));
             }
         }
+        // What the preflight says of the forced form: every hf-1 chassis cannot parse it.
+        let w = self.sim.world();
+        if let (Ok(nb), Ok(sb)) = (w.nb_snapshot(), w.sb_snapshot()) {
+            let found: Vec<hf_check::Finding> =
+                hf_check::check(&nb, &sb, &[], &hf_check::Options::default())
+                    .into_iter()
+                    .filter(|f| f.code == hf_check::Code::FlowUnparsable)
+                    .collect();
+            let named: Vec<&str> = chassis
+                .iter()
+                .filter(|c| found.iter().any(|f| f.name == **c))
+                .map(String::as_str)
+                .collect();
+            self.p.result(&format!(
+                "  holdfast check: {} flow-unparsable finding(s), naming {}",
+                found.len(),
+                if named.is_empty() {
+                    "no chassis".to_string()
+                } else {
+                    named.join(", ")
+                }
+            ));
+            if named.len() != chassis.len() {
+                problems.push("holdfast check did not name every hf-1 chassis".into());
+            }
+        } else {
+            problems.push("the databases could not be read for holdfast check".into());
+        }
         if let Err(e) = self.sim.nb(incident_b::ignore_chassis_features(false)) {
             self.p.result(&format!("  FAILED: {e:#}"));
             return failed("NB write failed");
