@@ -878,6 +878,15 @@ fn real_and_hf1_controllers_under_holdfast_northd() {
                 .is_some_and(|m| m.contains("hv2") && !m.contains("hv1"))),
         "{unparsable:#?}"
     );
+    // What hv2 itself reports: its flows on their last good versions, its switch held.
+    assert!(
+        unparsable.iter().any(|f| f["table"] == "Chassis_Private"
+            && f["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("run their last good version")
+                    && m.contains("held at the flows"))),
+        "{unparsable:#?}"
+    );
     // The real controller caught up with the newer form without a parse error.
     hv_sync();
     let problems = parse_problems(&real.log());

@@ -307,6 +307,37 @@ pub fn check(nb: &NbSnapshot, sb: &SbSnapshot, opts: &Options, out: &mut Vec<Fin
             .first()
             .map(|(_, c)| format!(", first cause: {c}"))
             .unwrap_or_default();
+        // How the controller runs them (`docs/flow-identity.md`): last good versions, failed
+        // closed (dropped), whole datapaths held at the flows they ran.
+        let count = |k: &str| -> u64 {
+            cp.external_ids
+                .get(k)
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        let kept = count("holdfast-flow-errors-last-good");
+        let closed = count("holdfast-flow-errors-failed-closed");
+        let held = count("holdfast-flow-errors-held-datapaths");
+        let mut how = Vec::new();
+        if kept > 0 {
+            how.push(format!("{kept} run their last good version"));
+        }
+        if closed > 0 {
+            how.push(format!("{closed} failed closed (dropped)"));
+        }
+        if held > 0 {
+            how.push(format!(
+                "{held} datapath{} held at the flows {} ran (NB changes to {} wait)",
+                if held == 1 { "" } else { "s" },
+                if held == 1 { "it" } else { "they" },
+                if held == 1 { "it" } else { "them" },
+            ));
+        }
+        let how = if how.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", how.join("; "))
+        };
         out.push(Finding {
             code: Code::FlowUnparsable,
             severity: Severity::Error,
@@ -315,7 +346,7 @@ pub fn check(nb: &NbSnapshot, sb: &SbSnapshot, opts: &Options, out: &mut Vec<Fin
             row: cp.uuid.to_string(),
             name: cp.name.clone(),
             message: format!(
-                "chassis {} reports {n} flows it could not compile ({} causes){first}",
+                "chassis {} reports {n} flows it could not compile ({} causes){how}{first}",
                 cp.name,
                 causes.len().max(1)
             ),

@@ -547,6 +547,30 @@ fn flow_unparsable_from_syntax_and_chassis_reports() {
     assert_eq!(hits[0].table, "Chassis_Private");
     assert!(hits[0].message.contains("reports 3 flows"));
     assert!(hits[0].message.contains("unknown action foo"));
+    assert!(!hits[0].message.contains("held"), "{}", hits[0].message);
+    // How the chassis runs them: on last good versions, its datapath held.
+    sb.chassis_private(
+        "hv3",
+        &[
+            ("holdfast-flow-errors", "27"),
+            ("holdfast-flow-error-1", "syntax: ... (27 flows)"),
+            ("holdfast-flow-errors-last-good", "27"),
+            ("holdfast-flow-errors-held-datapaths", "1"),
+        ],
+    );
+    let fs = run(&nb, &sb, &[]);
+    let hv3: Vec<_> = of(&fs, Code::FlowUnparsable)
+        .into_iter()
+        .filter(|f| f.name == "hv3")
+        .collect();
+    assert_eq!(hv3.len(), 1, "{}", render_text(&fs));
+    assert!(
+        hv3[0]
+            .message
+            .contains("27 run their last good version; 1 datapath held at the flows it ran"),
+        "{}",
+        hv3[0].message
+    );
 }
 
 #[test]
