@@ -920,18 +920,18 @@ impl<'a> Socket<'a> {
     /// #     49152
     /// # }
     /// #
+    /// # fn example(iface: &mut Interface) {
     /// # let mut socket = Socket::new(
     /// #     SocketBuffer::new(vec![0; 1200]),
     /// #     SocketBuffer::new(vec![0; 1200])
     /// # );
-    /// #
-    /// # let mut iface: Interface = todo!();
     /// #
     /// socket.connect(
     ///     iface.context(),
     ///     (IpAddress::v4(10, 0, 0, 1), 80),
     ///     get_ephemeral_port()
     /// ).unwrap();
+    /// # }
     /// # }
     /// ```
     ///
