@@ -125,38 +125,33 @@ pub fn check(nb: &NbSnapshot, sb: &SbSnapshot, live: &[LiveDatapath], out: &mut 
             by_zone.entry(*zone).or_default().push(name);
         }
         for (zone, names) in &by_zone {
-            if *zone == 0 {
-                out.push(Finding {
-                    code: Code::ZoneRisk,
-                    severity: Severity::Error,
-                    source: Source::Datapath,
-                    table: "zone map".into(),
-                    row: dp.name.clone(),
-                    name: names.join(", "),
-                    message: format!(
-                        "the datapath's zone map gives zone 0, the host's, to {}",
-                        names.join(", ")
-                    ),
-                    why: "conntrack state of the host and of these objects mixes, and a flush of either breaks the other's connections (incident D)".into(),
-                    fix: "restart the datapath's controller so it reallocates by name (it never allocates zone 0), or remove the entry from the datapath's --zones-file while it is stopped".into(),
-                });
+            let list = names.join(", ");
+            let (message, why, fix) = if *zone == 0 {
+                (
+                    format!("the datapath's zone map gives zone 0, the host's, to {list}"),
+                    "conntrack state of the host and of these objects mixes, and a flush of either breaks the other's connections (incident D)",
+                    "restart the datapath's controller so it reallocates by name (it never allocates zone 0), or remove the entry from the datapath's --zones-file while it is stopped",
+                )
             } else if names.len() > 1 {
-                out.push(Finding {
-                    code: Code::ZoneRisk,
-                    severity: Severity::Error,
-                    source: Source::Datapath,
-                    table: "zone map".into(),
-                    row: dp.name.clone(),
-                    name: names.join(", "),
-                    message: format!(
-                        "zone {zone} is used by {} names: {}",
-                        names.len(),
-                        names.join(", ")
-                    ),
-                    why: "their connections share one conntrack table, so a flush for one breaks the others and their entries can collide".into(),
-                    fix: "restart the controller so it reconciles the zone map by name, or correct the datapath's --zones-file while it is stopped".into(),
-                });
-            }
+                (
+                    format!("zone {zone} is used by {} names: {list}", names.len()),
+                    "their connections share one conntrack table, so a flush for one breaks the others and their entries can collide",
+                    "restart the controller so it reconciles the zone map by name, or correct the datapath's --zones-file while it is stopped",
+                )
+            } else {
+                continue;
+            };
+            out.push(Finding {
+                code: Code::ZoneRisk,
+                severity: Severity::Error,
+                source: Source::Datapath,
+                table: "zone map".into(),
+                row: dp.name.clone(),
+                name: list,
+                message,
+                why: why.into(),
+                fix: fix.into(),
+            });
         }
     }
 }
