@@ -37,12 +37,16 @@ struct Hit<'t> {
     maybe: bool,
 }
 
+/// The networks of an address set (entries that are not networks left out).
+fn nets_of(s: &nb::AddressSet) -> Vec<IpNet> {
+    s.addresses.iter().filter_map(|a| parse_subnet(a)).collect()
+}
+
 fn set_nets(
     nb: &hf_model::NbSnapshot,
     r: Option<hf_model::RowRef<nb::AddressSet>>,
 ) -> Option<Vec<IpNet>> {
-    let s = nb.get(r?)?;
-    Some(s.addresses.iter().filter_map(|a| parse_subnet(a)).collect())
+    nb.get(r?).map(nets_of)
 }
 
 /// Adds the findings.
@@ -122,10 +126,7 @@ fn row(t: &Topo<'_>, r: &Router<'_>, n: &nb::Nat) -> Option<Finding> {
         // As northd parses it; a match that does not parse makes northd leave the row out.
         Some(hf_expr::parse_match(hf_expr::SymbolTable::shared(), &n.match_).ok()?)
     };
-    let sets = |name: &str| {
-        t.nb.address_set_by_name(name)
-            .map(|s| s.addresses.iter().filter_map(|a| parse_subnet(a)).collect())
-    };
+    let sets = |name: &str| t.nb.address_set_by_name(name).map(nets_of);
     let mut hits = Vec::new();
     for i in t.internal.iter().filter(|i| same_family(&i.net, &logical)) {
         let example = match &allowed {
@@ -183,8 +184,7 @@ fn row(t: &Topo<'_>, r: &Router<'_>, n: &nb::Nat) -> Option<Finding> {
                 // Undecided for the whole network: decided for the example alone, it is a
                 // sure hit; otherwise a possible one.
                 Tri::Unknown => {
-                    let host = IpNet::new(example, if example.is_ipv4() { 32 } else { 128 })
-                        .unwrap_or(i.net);
+                    let host = IpNet::from(example);
                     maybe = eval(e, &Facts { dst: host, ..facts }) != Tri::True;
                 }
             }

@@ -299,14 +299,11 @@ impl<'a> Topo<'a> {
                 let addrs = p.addresses.iter().chain(p.dynamic_addresses.iter());
                 for a in addrs {
                     for w in a.split_whitespace().skip(1) {
-                        if let Some(n) = parse_net(w) {
-                            let host =
-                                IpNet::new(n.addr(), if n.addr().is_ipv4() { 32 } else { 128 });
-                            if let Ok(h) = host
-                                && !out.iter().any(|i| i.net.contains(&h.addr()))
-                            {
-                                push(&mut out, h, format!("port {}'s address", p.name));
-                            }
+                        if let Some(n) = parse_net(w)
+                            && !out.iter().any(|i| i.net.contains(&n.addr()))
+                        {
+                            let host = IpNet::from(n.addr());
+                            push(&mut out, host, format!("port {}'s address", p.name));
                         }
                     }
                 }
