@@ -23,11 +23,11 @@ use hf_model::{NbSnapshot, SbSnapshot, nb};
 
 use crate::{Code, Finding, Severity, Source, excerpt};
 
-/// The SB marker key.
-pub const MARKER: &str = "hf-acl-broken";
+/// The SB marker key: holdfast northd's own constant, so the two cannot drift apart.
+pub use hf_northd::render::ACL_BROKEN_KEY as MARKER;
 
-/// Adds the findings.
-pub fn check(nb: &NbSnapshot, sb: &SbSnapshot, out: &mut Vec<Finding>) {
+/// Adds the findings; `holdfast`: holdfast northd wrote SB's flows.
+pub fn check(nb: &NbSnapshot, sb: &SbSnapshot, holdfast: bool, out: &mut Vec<Finding>) {
     let symtab = hf_expr::SymbolTable::shared();
     // ACL UUID -> what holds it.
     let mut holders: BTreeMap<uuid::Uuid, Vec<String>> = BTreeMap::new();
@@ -47,11 +47,9 @@ pub fn check(nb: &NbSnapshot, sb: &SbSnapshot, out: &mut Vec<Finding>) {
                 .push(format!("port group {}", pg.name));
         }
     }
-    // stage-hint -> markers; and whether holdfast northd wrote SB.
+    // stage-hint -> markers.
     let mut markers: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    let mut holdfast = false;
     for f in sb.logical_flow().values() {
-        holdfast |= f.external_ids.contains_key("hf-flow-id");
         if let (Some(m), Some(h)) = (f.external_ids.get(MARKER), f.external_ids.get("stage-hint")) {
             markers.entry(h.as_str()).or_default().push(m.as_str());
         }

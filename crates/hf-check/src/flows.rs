@@ -135,8 +135,14 @@ fn stage(f: &sb::LogicalFlow) -> String {
     }
 }
 
-/// Adds the findings.
-pub fn check(nb: &NbSnapshot, sb: &SbSnapshot, opts: &Options, out: &mut Vec<Finding>) {
+/// Adds the findings; `holdfast_northd`: holdfast northd wrote SB's flows.
+pub fn check(
+    nb: &NbSnapshot,
+    sb: &SbSnapshot,
+    opts: &Options,
+    holdfast_northd: bool,
+    out: &mut Vec<Finding>,
+) {
     let view = SbChassisView::from_snapshot(sb);
     let neg = negotiate(&view, nb, &opts.policy);
     let mut unsupported: BTreeSet<String> = BTreeSet::new();
@@ -175,10 +181,6 @@ pub fn check(nb: &NbSnapshot, sb: &SbSnapshot, opts: &Options, out: &mut Vec<Fin
     }
 
     let parsed: Vec<Parsed<'_>> = sb.logical_flow().values().map(parse).collect();
-    let holdfast_northd = sb
-        .logical_flow()
-        .values()
-        .any(|f| f.external_ids.contains_key("hf-flow-id"));
     let pg_names: BTreeSet<&str> = sb.port_group().values().map(|g| g.name.as_str()).collect();
     // Flows nobody can parse, when there is no chassis to name.
     let counted: Vec<_> = neg
@@ -285,11 +287,14 @@ pub fn check(nb: &NbSnapshot, sb: &SbSnapshot, opts: &Options, out: &mut Vec<Fin
     }
     // What chassis report.
     for cp in sb.chassis_private().values() {
-        let n: u64 = cp
-            .external_ids
-            .get("holdfast-flow-errors")
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0);
+        // A count the controller reports (0: none, or not a number).
+        let count = |k: &str| -> u64 {
+            cp.external_ids
+                .get(k)
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        let n = count("holdfast-flow-errors");
         if n == 0 {
             continue;
         }
@@ -309,12 +314,6 @@ pub fn check(nb: &NbSnapshot, sb: &SbSnapshot, opts: &Options, out: &mut Vec<Fin
             .unwrap_or_default();
         // How the controller runs them (`docs/flow-identity.md`): last good versions, failed
         // closed (dropped), whole datapaths held at the flows they ran.
-        let count = |k: &str| -> u64 {
-            cp.external_ids
-                .get(k)
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0)
-        };
         let kept = count("holdfast-flow-errors-last-good");
         let closed = count("holdfast-flow-errors-failed-closed");
         let held = count("holdfast-flow-errors-held-datapaths");

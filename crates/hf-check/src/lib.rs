@@ -188,12 +188,21 @@ pub fn check(
 ) -> Vec<Finding> {
     let mut out = Vec::new();
     let topo = topo::Topo::new(nb, sb);
+    let holdfast = written_by_holdfast_northd(sb);
     snat::check(&topo, &mut out);
-    flows::check(nb, sb, opts, &mut out);
+    flows::check(nb, sb, opts, holdfast, &mut out);
     zones::check(nb, sb, live, &mut out);
     egress::check(&topo, &mut out);
-    acl::check(nb, sb, &mut out);
+    acl::check(nb, sb, holdfast, &mut out);
     out
+}
+
+/// Holdfast northd wrote SB's flows (they carry `external_ids:hf-flow-id`); otherwise real
+/// `ovn-northd` did (or there are none).
+fn written_by_holdfast_northd(sb: &SbSnapshot) -> bool {
+    sb.logical_flow()
+        .values()
+        .any(|f| f.external_ids.contains_key("hf-flow-id"))
 }
 
 /// Counts by severity: (errors, warnings).
