@@ -265,6 +265,27 @@ fn reads_the_keys_the_controller_writes() {
     );
 }
 
+/// A `--timeout` that is not a number is a usage error naming it, not a panic.
+#[test]
+fn a_timeout_that_is_not_a_number_is_refused() {
+    let out = common::run(
+        Command::new(common::holdfast()).args([
+            "check",
+            "--ovnnb-db=unix:/nonexistent/nb.sock",
+            "--ovnsb-db=unix:/nonexistent/sb.sock",
+            "--timeout=nan",
+        ]),
+        Duration::from_secs(30),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(out.stdout.is_empty());
+    assert!(
+        err.contains("--timeout") && err.contains("\"nan\" is not a number of seconds"),
+        "{err}"
+    );
+}
+
 #[test]
 fn findings_and_exit_statuses_under_holdfast() {
     if !common::require("check", TOOLS) {

@@ -54,7 +54,7 @@ pub struct CheckArgs {
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
     /// Seconds to wait for each database (and datapath) before giving up (exit status 2).
-    #[arg(long, default_value_t = 10.0, value_name = "SECS")]
+    #[arg(long, default_value_t = 10.0, value_name = "SECS", value_parser = parse_secs)]
     pub timeout: f64,
     /// TLS for ssl: databases (OVN's -p/-c/-C).
     #[command(flatten)]
@@ -78,6 +78,15 @@ Findings (code, severity):
 
 Exit status: 0 no errors (and no warnings with --strict), 1 findings, 2 a database or datapath
 could not be read.";
+
+/// `--timeout`: seconds, a number (`nan` would make the clamp below, and then `Duration`,
+/// panic).
+fn parse_secs(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if !v.is_nan() => Ok(v),
+        _ => Err(format!("{s:?} is not a number of seconds (e.g. 10 or 0.5)")),
+    }
+}
 
 /// Exit status when the inputs cannot be read.
 const UNREADABLE: u8 = 2;
