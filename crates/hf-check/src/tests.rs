@@ -934,6 +934,18 @@ fn flow_unparsable_names_the_feature_outside_the_level() {
         "{}",
         hits[0].message
     );
+    // No flow carries hf-flow-id: a northd other than holdfast's wrote them.
+    assert!(hits[0].fix.contains("(not holdfast's)"), "{}", hits[0].fix);
+    // Once one does, holdfast northd wrote SB: the fix is about its negotiation.
+    sb.flow("ip4", "next;", &[("hf-flow-id", "00000000000000ab")]);
+    let fs = run(&nb, &sb, &[]);
+    let hits = of(&fs, Code::FlowUnparsable);
+    assert_eq!(hits.len(), 1, "{}", render_text(&fs));
+    assert!(
+        hits[0].fix.starts_with("holdfast northd lowers flows"),
+        "{}",
+        hits[0].fix
+    );
     // A real ovn-controller without flags is taken at OVN 20.06: it lacks the block form too.
     let mut sb2 = Sb::new();
     sb2.chassis("ovn1", "192.168.0.13", &[]);
