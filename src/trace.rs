@@ -86,7 +86,7 @@ pub struct TraceArgs {
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
     /// Seconds to wait for the database before failing.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, value_name = "SECS", value_parser = crate::check::parse_secs)]
     pub timeout: f64,
     /// Print what was fetched (rounds, rows per table, datapaths) on stderr.
     #[arg(long = "fetch-stats")]

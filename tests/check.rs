@@ -268,22 +268,37 @@ fn reads_the_keys_the_controller_writes() {
 /// A `--timeout` that is not a number is a usage error naming it, not a panic.
 #[test]
 fn a_timeout_that_is_not_a_number_is_refused() {
-    let out = common::run(
-        Command::new(common::holdfast()).args([
-            "check",
-            "--ovnnb-db=unix:/nonexistent/nb.sock",
-            "--ovnsb-db=unix:/nonexistent/sb.sock",
-            "--timeout=nan",
-        ]),
-        Duration::from_secs(30),
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(out.stdout.is_empty());
-    assert!(
-        err.contains("--timeout") && err.contains("\"nan\" is not a number of seconds"),
-        "{err}"
-    );
+    // NaN and infinity panicked in Duration::from_secs_f64; both commands share the parser.
+    for bad in ["nan", "inf", "-1"] {
+        for args in [
+            vec![
+                "check".to_string(),
+                "--ovnnb-db=unix:/nonexistent/nb.sock".into(),
+                "--ovnsb-db=unix:/nonexistent/sb.sock".into(),
+                format!("--timeout={bad}"),
+            ],
+            vec![
+                "trace".to_string(),
+                "--db=unix:/nonexistent/sb.sock".into(),
+                format!("--timeout={bad}"),
+                "ls0".into(),
+                "inport == \"p1\"".into(),
+            ],
+        ] {
+            let out = common::run(
+                Command::new(common::holdfast()).args(&args),
+                Duration::from_secs(30),
+            );
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+            assert!(out.stdout.is_empty(), "{args:?}");
+            assert!(
+                err.contains("--timeout")
+                    && err.contains(&format!("\"{bad}\" is not a number of seconds")),
+                "{args:?}: {err}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -81,10 +81,14 @@ could not be read.";
 
 /// `--timeout`: seconds, a number (`nan` would make the clamp below, and then `Duration`,
 /// panic).
-fn parse_secs(s: &str) -> Result<f64, String> {
+/// A `--timeout` value: a finite number of seconds, at least 0 (NaN or infinity would panic
+/// in `Duration::from_secs_f64`). Shared with `holdfast trace`.
+pub(crate) fn parse_secs(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
-        Ok(v) if !v.is_nan() => Ok(v),
-        _ => Err(format!("{s:?} is not a number of seconds (e.g. 10 or 0.5)")),
+        Ok(v) if v.is_finite() && v >= 0.0 && v < 1e9 => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a number of seconds (e.g. 10 or 0.5; 0 to 1e9)"
+        )),
     }
 }
 
