@@ -48,6 +48,22 @@ const PINGS: u64 = 3;
 /// says it does not.
 const NEW_HOST_PING_LIMIT: Duration = Duration::from_secs(10);
 
+/// `holdfast check`'s findings with `code` on the world's NB and SB (the core `hf_check` the
+/// command runs); an error when a database cannot be read.
+fn check_findings(
+    w: &hf_sim::world::World,
+    code: hf_check::Code,
+) -> Result<Vec<hf_check::Finding>, String> {
+    let nb = w.nb_snapshot()?;
+    let sb = w.sb_snapshot()?;
+    Ok(
+        hf_check::check(&nb, &sb, &[], &hf_check::Options::default())
+            .into_iter()
+            .filter(|f| f.code == code)
+            .collect(),
+    )
+}
+
 /// A story's outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {

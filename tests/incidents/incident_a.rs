@@ -47,12 +47,6 @@ fn summary(w: &World, c: &Conns) -> String {
     out
 }
 
-fn peer_ip(r: &TcpRecord) -> String {
-    r.remote
-        .rsplit_once(':')
-        .map_or(r.remote.clone(), |(ip, _)| ip.to_string())
-}
-
 fn complete(r: Option<TcpRecord>, what: &str, s: &str) -> TcpRecord {
     let r = r.unwrap_or_else(|| panic!("{what}: no record\n{s}"));
     assert_eq!(r.outcome, "complete", "{what}\n{s}");
@@ -73,13 +67,13 @@ fn every_scoping_form_keeps_the_pods_address_to_etcd_and_the_nodes_address_outsi
         complete(w.tcp_record(POD, &c.etcd), "pod -> etcd", &sum);
         let at_etcd = served(&w, ETCD);
         assert_eq!(at_etcd.len(), 1, "{sum}");
-        assert_eq!(peer_ip(&at_etcd[0]), POD_IP, "{sum}");
+        assert_eq!(at_etcd[0].remote_ip(), POD_IP, "{sum}");
         assert_eq!(at_etcd[0].bytes_verified, BYTES, "{sum}");
         // Outside the cluster the row still applies.
         complete(w.tcp_record(POD, &c.outside), "pod -> outside", &sum);
         let at_outside = served(&w, OUTSIDE);
         assert_eq!(at_outside.len(), 1, "{sum}");
-        assert_eq!(peer_ip(&at_outside[0]), NODE_IP, "{sum}");
+        assert_eq!(at_outside[0].remote_ip(), NODE_IP, "{sum}");
         assert_eq!(at_outside[0].bytes_verified, BYTES, "{sum}");
         // NodePort: the client's download came back through the router, every byte.
         let np = complete(
@@ -91,7 +85,7 @@ fn every_scoping_form_keeps_the_pods_address_to_etcd_and_the_nodes_address_outsi
         let at_pod = served(&w, POD);
         assert_eq!(at_pod.len(), 1, "{sum}");
         assert_eq!(
-            peer_ip(&at_pod[0]),
+            at_pod[0].remote_ip(),
             incident_a::CLIENT_IP.to_string(),
             "{sum}"
         );
@@ -107,7 +101,7 @@ fn control_the_incidents_row_rewrites_the_pod_to_the_node_and_etcd_refuses_it() 
     let at_etcd = served(&w, ETCD);
     assert!(!at_etcd.is_empty(), "{sum}");
     for r in &at_etcd {
-        assert_eq!(peer_ip(r), NODE_IP, "{sum}");
+        assert_eq!(r.remote_ip(), NODE_IP, "{sum}");
         assert!(r.outcome.starts_with("refused"), "{sum}");
         // It read the first bytes (a TLS server reads the ClientHello), never the rest.
         assert!(r.bytes_verified < BYTES, "{sum}");

@@ -17,14 +17,7 @@ use hf_sim::world::{MigrationPlan, MigrationRecord, World};
 
 /// The far end's record of the VM's connection `local` (its `ip:port` as the far end saw it).
 fn far_end(w: &World, host: &str) -> Vec<TcpRecord> {
-    w.host(host)
-        .map(|h| {
-            h.tcp_names()
-                .iter()
-                .filter_map(|n| w.tcp_record(host, n))
-                .collect()
-        })
-        .unwrap_or_default()
+    w.tcp_records(host)
 }
 
 fn wait_done(w: &mut World, s: &Streams, limit: Duration) -> bool {

@@ -22,19 +22,15 @@ const UP_BYTES: u64 = 4_000_000;
 
 /// The external host's record of the download (the warm-up's is another, smaller one).
 fn far_end(w: &World) -> Option<TcpRecord> {
-    let h = w.host(EXT)?;
-    h.tcp_names()
-        .iter()
-        .filter_map(|n| w.tcp_record(EXT, n))
+    w.tcp_records(EXT)
+        .into_iter()
         .find(|r| r.role == "server" && r.bytes_expected == BYTES)
 }
 
 /// The pod's record of the upload through the VIP.
 fn vip_server(w: &World) -> Option<TcpRecord> {
-    let h = w.host(POD)?;
-    h.tcp_names()
-        .iter()
-        .filter_map(|n| w.tcp_record(POD, n))
+    w.tcp_records(POD)
+        .into_iter()
         .find(|r| r.role == "server" && r.bytes_expected == UP_BYTES)
 }
 

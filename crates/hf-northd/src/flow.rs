@@ -196,7 +196,7 @@ pub struct Flow {
     pub meter: Option<String>,
     /// `external_ids:hf-acl-broken` (`last-good` or `fail-closed`): the flow stands in for an
     /// ACL whose match does not parse.
-    pub mark: Option<&'static str>,
+    pub mark: Option<crate::ls::index::AclBroken>,
 }
 
 /// The flows of one compile, in the order stages emitted them.

@@ -44,7 +44,7 @@ pub(crate) struct Shape {
     actions: String,
     hint: Option<uuid::Uuid>,
     meter: Option<String>,
-    mark: Option<&'static str>,
+    mark: Option<crate::ls::index::AclBroken>,
 }
 
 impl Shape {
@@ -216,7 +216,7 @@ fn insert(
     }
     external_ids.insert("hf-flow-id".to_string(), id.to_string());
     if let Some(m) = shape.mark {
-        external_ids.insert(ACL_BROKEN_KEY.to_string(), m.to_string());
+        external_ids.insert(ACL_BROKEN_KEY.to_string(), m.as_str().to_string());
     }
     let row = FlowRow {
         dps,

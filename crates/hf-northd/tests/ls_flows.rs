@@ -428,7 +428,9 @@ fn an_acl_whose_edit_breaks_it_keeps_its_last_good_version_until_a_restart() {
     assert_eq!(kept.acl_last_good, good.acl_last_good);
     // A restarted northd never saw it parse: the ACL fails closed.
     let fresh = compile(&nb.snapshot(), &opts(Default::default()));
-    for f in rows(&fresh.sb, "sw0", "ls_out_acl", 2500) {
+    let closed = rows(&fresh.sb, "sw0", "ls_out_acl", 2500);
+    assert_eq!(closed.len(), 2, "{closed:#?}");
+    for f in closed {
         assert_eq!(f.external_ids["hf-acl-broken"], "fail-closed");
         assert!(!f.match_.contains("tcp.dst"), "{f:?}");
     }

@@ -20,7 +20,9 @@
 
 use std::collections::BTreeMap;
 
-use super::{STEP_LIMIT, Sandbox, Verdict};
+use hf_sim::world::nb;
+
+use super::{STEP_LIMIT, Sandbox, Verdict, check_findings};
 use crate::sandbox::args::Scenario;
 use crate::sandbox::topology::Design;
 
@@ -41,12 +43,10 @@ impl Sandbox {
     fn request_zone_0(&mut self) -> bool {
         let routers = self.snat_routers();
         for (r, _) in &routers {
-            let txn = vec![
-                serde_json::json!({"op": "mutate", "table": "Logical_Router",
-                "where": [["name", "==", r]],
-                "mutations": [["options", "insert", ["map", [["snat-ct-zone", "0"]]]]]}),
-            ];
-            if let Err(e) = self.sim.nb(txn) {
+            if let Err(e) = self
+                .sim
+                .nb(nb::set_router_options(r, &[("snat-ct-zone", "0")]))
+            {
                 self.p.result(&format!(
                     "  {r}: FAILED: could not set options:snat-ct-zone=0: {e:#}"
                 ));
@@ -137,14 +137,8 @@ impl Sandbox {
             return Verdict::Failed(Some("zone 0 was not refused with a diagnostic".into()));
         }
         // The preflight sees the requests before they ship.
-        let w = self.sim.world();
-        match (w.nb_snapshot(), w.sb_snapshot()) {
-            (Ok(nb), Ok(sb)) => {
-                let found: Vec<hf_check::Finding> =
-                    hf_check::check(&nb, &sb, &[], &hf_check::Options::default())
-                        .into_iter()
-                        .filter(|f| f.code == hf_check::Code::ZoneRisk)
-                        .collect();
+        match check_findings(self.sim.world(), hf_check::Code::ZoneRisk) {
+            Ok(found) => {
                 if found.is_empty() {
                     return Verdict::Failed(Some(
                         "holdfast check did not warn about the zone-0 requests".into(),
@@ -160,7 +154,7 @@ impl Sandbox {
                     ));
                 }
             }
-            (Err(e), _) | (_, Err(e)) => {
+            Err(e) => {
                 return Verdict::Failed(Some(format!("the databases could not be read: {e}")));
             }
         }

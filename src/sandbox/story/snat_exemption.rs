@@ -20,35 +20,22 @@
 //! The story fails when any of that does not happen (also when the unscoped row does not
 //! break: the control must be able to fail).
 
-use hf_sim::net::TcpRecord;
 use hf_sim::world::World;
 use hf_sim::world::incident_a::{
     self, CLIENT, CLIENT_IP, ETCD, ETCD_IP, HOST_NETWORKS, NODE_IP, OUTSIDE, OUTSIDE_IP, POD,
     POD_IP, Scoping,
 };
 
-use super::Verdict;
+use super::{Verdict, check_findings};
 
 /// `holdfast check`'s `snat-internal` findings on the world's NB and SB.
 fn snat_findings(w: &World) -> Result<Vec<hf_check::Finding>, String> {
-    let nb = w.nb_snapshot()?;
-    let sb = w.sb_snapshot()?;
-    Ok(
-        hf_check::check(&nb, &sb, &[], &hf_check::Options::default())
-            .into_iter()
-            .filter(|f| f.code == hf_check::Code::SnatInternal)
-            .collect(),
-    )
+    check_findings(w, hf_check::Code::SnatInternal)
 }
 use crate::sandbox::Printer;
 
 /// Bytes of each connection.
 const BYTES: u64 = 256 * 1024;
-
-/// The address the far end saw of record `r` (`ip:port` → `ip`).
-fn peer_ip(r: &TcpRecord) -> &str {
-    r.remote.rsplit_once(':').map_or(&r.remote, |(ip, _)| ip)
-}
 
 /// What one run showed.
 struct Run {
@@ -67,11 +54,17 @@ fn run(seed: u64, s: Scoping) -> (World, Run) {
     let c = incident_a::run(&mut w, BYTES);
     let etcd = incident_a::served(&w, ETCD)
         .iter()
-        .map(|r| (peer_ip(r).to_string(), r.outcome.clone(), r.bytes_verified))
+        .map(|r| {
+            (
+                r.remote_ip().to_string(),
+                r.outcome.clone(),
+                r.bytes_verified,
+            )
+        })
         .collect();
     let outside = incident_a::served(&w, OUTSIDE)
         .iter()
-        .map(|r| (peer_ip(r).to_string(), r.bytes_verified))
+        .map(|r| (r.remote_ip().to_string(), r.bytes_verified))
         .collect();
     let pod_etcd = w
         .tcp_record(POD, &c.etcd)

@@ -27,16 +27,13 @@
 use std::time::Duration;
 
 use hf_expr::Level;
-use hf_sim::world::chassis::ChassisTuning;
-use hf_sim::world::incident_b::{self, PORT, Step};
+use hf_sim::world::incident_b::{self, PORT, RATE_BPS, Step, at};
 use hf_sim::world::streams::{Stream, StreamKind, StreamSpec};
 
-use super::{STEP_LIMIT, Sandbox, Verdict};
+use super::{STEP_LIMIT, Sandbox, Verdict, check_findings};
 
 /// How long each step lets the streams run before it is recorded.
 const STEP_RUN: Duration = Duration::from_secs(1);
-/// The streams' pace.
-const RATE_BPS: u64 = 4_000_000;
 
 impl Sandbox {
     /// The `upgrade` story (see the module doc); its verdict.
@@ -59,10 +56,6 @@ impl Sandbox {
             return failed("no VM on the server's switch on another hypervisor");
         }
         let chassis = self.topo.chassis();
-        let at = |l: Level| ChassisTuning {
-            feature_level: l,
-            keep_last_good: true,
-        };
         // 1. Every controller at hf-1.
         for c in &chassis {
             if let Err(e) = self.sim.restart_controller_with(c, at(Level::Hf1)) {
@@ -187,13 +180,7 @@ impl Sandbox {
             }
         }
         // What the preflight says of the forced form: every hf-1 chassis cannot parse it.
-        let w = self.sim.world();
-        if let (Ok(nb), Ok(sb)) = (w.nb_snapshot(), w.sb_snapshot()) {
-            let found: Vec<hf_check::Finding> =
-                hf_check::check(&nb, &sb, &[], &hf_check::Options::default())
-                    .into_iter()
-                    .filter(|f| f.code == hf_check::Code::FlowUnparsable)
-                    .collect();
+        if let Ok(found) = check_findings(self.sim.world(), hf_check::Code::FlowUnparsable) {
             let named: Vec<&str> = chassis
                 .iter()
                 .filter(|c| found.iter().any(|f| f.name == **c))

@@ -49,6 +49,26 @@ pub enum AclVerdict {
     Reject,
 }
 
+/// What stands in for an ACL whose match does not parse (the flows' mark,
+/// `external_ids:hf-acl-broken`, [`crate::render::ACL_BROKEN_KEY`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AclBroken {
+    /// Its last version that parsed in this northd's run (`last-good`).
+    LastGood,
+    /// Its verdict on everything its holder covers in its direction (`fail-closed`).
+    FailClosed,
+}
+
+impl AclBroken {
+    /// The mark's value: `last-good` or `fail-closed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AclBroken::LastGood => "last-good",
+            AclBroken::FailClosed => "fail-closed",
+        }
+    }
+}
+
 /// One ACL as the switch stages use it.
 #[derive(Clone, Debug)]
 pub struct AclInfo {
@@ -70,8 +90,8 @@ pub struct AclInfo {
     pub label: u32,
     /// `options:apply-after-lb=true` (from-lport only).
     pub after_lb: bool,
-    /// The NB match does not parse: `last-good` or `fail-closed` (the flows' mark).
-    pub broken: Option<&'static str>,
+    /// The NB match does not parse: what stands in for it (the flows' mark).
+    pub broken: Option<AclBroken>,
     /// `log(...)` arguments when `log` is true.
     pub log: Option<hf_expr::actions::LogArgs>,
     /// `options:log-related=true`.
@@ -202,7 +222,7 @@ impl LsIndex {
                     None => {
                         let good = last_good.get(&acl.uuid).map(String::as_str);
                         let s = parse_acl(acl, holder, good, symtab, diags).map(|a| {
-                            if a.broken != Some("fail-closed") {
+                            if a.broken != Some(AclBroken::FailClosed) {
                                 ix.acl_good.insert(a.uuid, a.nb_match.clone());
                             }
                             ix.acls.push(a);
@@ -434,14 +454,14 @@ fn parse_acl(
     let (matches, nb_match, broken) = match hf_expr::parse_match(symtab, &acl.match_) {
         Ok(e) => (e, acl.match_.clone(), None),
         Err(e) => {
-            let (m, text, mark, done) = broken_acl(acl, holder, ingress, v, last_good, symtab)?;
+            let (standin, done) = broken_acl(acl, holder, ingress, v, last_good, symtab);
             diags.push(
                 "ACL",
                 acl.uuid,
                 who,
                 format!("match {:?} does not parse ({e}); {done}", acl.match_),
             );
-            let m = m?;
+            let (m, text, mark) = standin?;
             (m, text, Some(mark))
         }
     };
@@ -482,9 +502,9 @@ fn parse_acl(
     })
 }
 
-/// What stands in for an ACL whose match does not parse: (the match in force, its text, the
-/// flows' mark, what was done for the diagnostic); the match is `None` when the ACL is left
-/// out. See the module doc.
+/// What stands in for an ACL whose match does not parse: the match in force, its text and
+/// the flows' mark (`None`: the ACL is left out), and what was done, for the diagnostic. See
+/// the module doc.
 fn broken_acl(
     acl: &nb::Acl,
     holder: Holder<'_>,
@@ -492,68 +512,56 @@ fn broken_acl(
     v: AclVerdict,
     last_good: Option<&str>,
     symtab: &SymbolTable,
-) -> Option<(Option<Expr>, String, &'static str, String)> {
+) -> (Option<(Expr, String, AclBroken)>, String) {
     if let Some(text) = last_good
         && let Ok(m) = hf_expr::parse_match(symtab, text)
     {
-        return Some((
-            Some(m),
-            text.to_string(),
-            "last-good",
+        return (
+            Some((m, text.to_string(), AclBroken::LastGood)),
             format!(
                 "its last version that parsed, {text:?}, stays in force until the match is fixed \
                  (a restarted northd no longer knows it)"
             ),
-        ));
+        );
     }
-    if !matches!(v, AclVerdict::Drop | AclVerdict::Reject) {
-        return Some((
-            None,
-            acl.match_.clone(),
-            "left-out",
-            "the ACL is left out: what it would allow meets the lower-priority ACLs and the \
-             default"
-                .to_string(),
-        ));
-    }
-    let (scope, what) = match holder {
-        Holder::PortGroup(pg) => {
-            let port = if ingress { "inport" } else { "outport" };
-            (
-                format!("{port} == @{pg}"),
-                format!(
-                    "every packet {} the ports of port group {pg}",
-                    if ingress { "from" } else { "to" }
-                ),
-            )
+    let verdict = match v {
+        AclVerdict::Drop => "drop",
+        AclVerdict::Reject => "reject",
+        AclVerdict::Allow | AclVerdict::AllowRelated | AclVerdict::AllowStateless => {
+            return (
+                None,
+                "the ACL is left out: what it would allow meets the lower-priority ACLs and the \
+                 default"
+                    .to_string(),
+            );
         }
+    };
+    let toward = if ingress { "from" } else { "to" };
+    let (scope, what) = match holder {
+        Holder::PortGroup(pg) => (
+            format!("{} == @{pg}", if ingress { "inport" } else { "outport" }),
+            format!("every packet {toward} the ports of port group {pg}"),
+        ),
         Holder::Switch(ls) => (
             "1".to_string(),
-            format!(
-                "every packet {} the ports of switch {ls}",
-                if ingress { "from" } else { "to" }
-            ),
+            format!("every packet {toward} the ports of switch {ls}"),
         ),
     };
     // A port group name the parser rejects cannot happen for a group northd emits flows for;
     // should it, every packet of the switch is dropped rather than none.
-    let m = hf_expr::parse_match(symtab, &scope)
-        .or_else(|_| hf_expr::parse_match(symtab, "1"))
-        .ok()?;
-    Some((
-        Some(m),
-        acl.match_.clone(),
-        "fail-closed",
-        format!(
-            "no earlier version parsed, so the ACL fails closed: its {} applies to {what} at its \
-             priority until the match is fixed",
-            if v == AclVerdict::Drop {
-                "drop"
-            } else {
-                "reject"
-            }
+    match hf_expr::parse_match(symtab, &scope).or_else(|_| hf_expr::parse_match(symtab, "1")) {
+        Ok(m) => (
+            Some((m, acl.match_.clone(), AclBroken::FailClosed)),
+            format!(
+                "no earlier version parsed, so the ACL fails closed: its {verdict} applies to \
+                 {what} at its priority until the match is fixed"
+            ),
         ),
-    ))
+        Err(e) => (
+            None,
+            format!("the ACL is left out: its fail-closed match {scope:?} does not parse ({e})"),
+        ),
+    }
 }
 
 fn parse_lb(lb: &nb::LoadBalancer, diags: &mut Diags) -> LbInfo {

@@ -293,6 +293,13 @@ fn ms3(us: u64) -> String {
 }
 
 impl TcpRecord {
+    /// The address of the other end, as this end saw it (`remote` without its port).
+    pub fn remote_ip(&self) -> &str {
+        self.remote
+            .rsplit_once(':')
+            .map_or(&self.remote, |(ip, _)| ip)
+    }
+
     /// One line for people: outcome, bytes, retransmissions, resets, longest stall.
     pub fn summary(&self) -> String {
         let bytes = if self.role == "client" && self.direction == "upload"

@@ -24,8 +24,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::net::{Direction, HostConfig, Transfer};
-use crate::world::nb::{self, Nat, PortOpts, Txn};
-use crate::world::{NorthdMode, World, WorldConfig};
+use crate::world::World;
+use crate::world::nb::{self, Nat, Txn};
 
 /// The pod, its address and MAC.
 pub const POD: &str = "pod1";
@@ -82,15 +82,7 @@ impl Scoping {
     }
 }
 
-/// Parses a constant address of this module.
-pub fn ip(s: &str) -> IpAddr {
-    s.parse().expect("a test address")
-}
-
-fn gateway_router(name: &str, chassis: &str) -> Txn {
-    vec![json!({"op": "insert", "table": "Logical_Router",
-        "row": {"name": name, "options": ["map", [["chassis", chassis]]]}})]
-}
+pub use crate::world::incident_c::ip;
 
 /// `ovn-nbctl lr-route-add ROUTER PREFIX NEXTHOP`.
 fn route(router: &str, prefix: &str, nexthop: &str) -> Txn {
@@ -113,7 +105,8 @@ pub fn topology(s: Scoping) -> Vec<Txn> {
         nb::switch("join"),
         nb::switch("ext_node1"),
         nb::router("ovn_cluster_router"),
-        gateway_router(GR, NODE_CHASSIS),
+        nb::router(GR),
+        nb::set_router_options(GR, &[("chassis", NODE_CHASSIS)]),
         nb::router_port(
             "ovn_cluster_router",
             "rtos-node1",
@@ -140,16 +133,7 @@ pub fn topology(s: Scoping) -> Vec<Txn> {
         nb::localnet("ext_node1", "lnet-node1", PHYSNET),
         route("ovn_cluster_router", "0.0.0.0/0", "100.64.0.2"),
         route(GR, "10.128.0.0/14", "100.64.0.1"),
-        nb::port(
-            "node1",
-            POD,
-            &format!("0a:58:0a:81:00:09 {POD_IP}"),
-            PortOpts {
-                port_security: true,
-                requested_chassis: Some(NODE_CHASSIS),
-                ..PortOpts::default()
-            },
-        ),
+        nb::vif("node1", POD, "0a:58:0a:81:00:09", POD_IP, NODE_CHASSIS),
         // The NodePort: the node's address and port to the pod, on the gateway router.
         nb::load_balancer(
             "nodeport-web",
@@ -210,12 +194,7 @@ pub fn scope(s: Scoping) -> Option<Txn> {
 /// provider network listening (etcd accepting the pod's address only), neighbours warm.
 /// Panics when it does not come up within 30 s of virtual time (a broken build).
 pub fn world(seed: u64, s: Scoping) -> World {
-    let mut w = World::new(WorldConfig {
-        seed,
-        chassis: vec!["hv1".into(), "hv2".into()],
-        northd: NorthdMode::Holdfast,
-    })
-    .expect("world");
+    let mut w = World::holdfast(seed, &[NODE_CHASSIS, "hv2"]);
     w.nb_all(topology(s)).expect("NB");
     let node = ip(NODE_IP);
     let IpAddr::V4(gw) = node else {
@@ -238,8 +217,7 @@ pub fn world(seed: u64, s: Scoping) -> World {
         )
         .expect("provider network host");
     }
-    let ok = w.run_until(|w| w.ports_ready(), Duration::from_secs(30));
-    assert!(ok, "not ready; log:\n{}", w.take_log().join("\n"));
+    w.await_ports_ready("the world");
     w.tcp_listen_from(ETCD, ETCD_PORT, &[ip(POD_IP)])
         .expect("etcd listens");
     w.tcp_listen(OUTSIDE, OUTSIDE_PORT).expect("listen");
@@ -305,13 +283,8 @@ pub fn run(w: &mut World, bytes: u64) -> Conns {
 
 /// The server-side records `host` has (what each server saw of its clients).
 pub fn served(w: &World, host: &str) -> Vec<crate::net::TcpRecord> {
-    w.host(host)
-        .map(|h| {
-            h.tcp_names()
-                .iter()
-                .filter_map(|n| w.tcp_record(host, n))
-                .filter(|r| r.role == "server")
-                .collect()
-        })
-        .unwrap_or_default()
+    w.tcp_records(host)
+        .into_iter()
+        .filter(|r| r.role == "server")
+        .collect()
 }

@@ -26,10 +26,10 @@ use hf_expr::{SymbolTable, parse_actions, parse_match};
 use hf_model::SbSnapshot;
 use serde_json::json;
 
+use crate::world::World;
 use crate::world::chassis::ChassisTuning;
-use crate::world::nb::{self, PortOpts, Txn};
+use crate::world::nb::{self, Txn};
 use crate::world::streams::{Stream, StreamKind, StreamReport, StreamSpec};
-use crate::world::{NorthdMode, World, WorldConfig};
 
 /// The chassis.
 pub const CHASSIS: [&str; 3] = ["hv1", "hv2", "hv3"];
@@ -60,16 +60,7 @@ pub fn topology() -> Vec<Txn> {
         (CLIENTS[0], "00:00:00:00:01:02", "10.0.1.20", "hv2"),
         (CLIENTS[1], "00:00:00:00:01:03", "10.0.1.30", "hv3"),
     ] {
-        t.push(nb::port(
-            "ls1",
-            name,
-            &format!("{mac} {ip}"),
-            PortOpts {
-                port_security: true,
-                requested_chassis: Some(chassis),
-                ..PortOpts::default()
-            },
-        ));
+        t.push(nb::vif("ls1", name, mac, ip, chassis));
     }
     t
 }
@@ -172,12 +163,7 @@ pub fn at(level: Level) -> ChassisTuning {
 /// The world, ready: every controller restarted at `hf-1` before NB is written, every port
 /// bound. Panics when it does not come up within 30 s of virtual time (a broken build).
 pub fn world(seed: u64) -> World {
-    let mut w = World::new(WorldConfig {
-        seed,
-        chassis: CHASSIS.iter().map(|c| c.to_string()).collect(),
-        northd: NorthdMode::Holdfast,
-    })
-    .expect("world");
+    let mut w = World::holdfast(seed, &CHASSIS);
     for c in CHASSIS {
         w.restart_controller_with(c, at(Level::Hf1))
             .expect("chassis");
@@ -185,8 +171,7 @@ pub fn world(seed: u64) -> World {
     w.nb_all(topology()).expect("NB");
     let sg = security_group(&w.nb_snapshot().expect("NB"), SERVER, &CLIENTS).expect("ports");
     w.nb(sg).expect("NB");
-    let ok = w.run_until(|w| w.ports_ready(), Duration::from_secs(30));
-    assert!(ok, "not ready; log:\n{}", w.take_log().join("\n"));
+    w.await_ports_ready("the world");
     w.run_for(Duration::from_millis(200));
     w
 }

@@ -12,8 +12,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use crate::net::{Direction, HostConfig, Transfer};
-use crate::world::nb::{self, Nat, PortOpts, Txn};
-use crate::world::{NorthdMode, World, WorldConfig};
+use crate::world::World;
+use crate::world::nb::{self, Nat, Txn};
 
 /// The VM that migrates, its floating (per-VM egress) address and external MAC.
 pub const VM: &str = "vm1";
@@ -30,19 +30,6 @@ pub const PEER_IP: &str = "10.0.2.13";
 /// Parses a constant address of this module.
 pub fn ip(s: &str) -> IpAddr {
     s.parse().expect("a test address")
-}
-
-fn vm(sw: &str, name: &str, mac: &str, addr: &str, chassis: &'static str) -> Txn {
-    nb::port(
-        sw,
-        name,
-        &format!("{mac} {addr}"),
-        PortOpts {
-            port_security: true,
-            requested_chassis: Some(chassis),
-            ..PortOpts::default()
-        },
-    )
 }
 
 /// The default topology's shape with a provider network: switches ls1 and ls2 behind the
@@ -83,9 +70,9 @@ pub fn topology() -> Vec<Txn> {
                 logical_port: Some((VM, FIP_MAC)),
             },
         ),
-        vm("ls1", VM, "00:00:00:00:01:0b", VM_IP, "hv1"),
-        vm("ls1", "vm2", "00:00:00:00:01:0c", "10.0.1.12", "hv2"),
-        vm("ls2", PEER, "00:00:00:00:02:0d", PEER_IP, "hv3"),
+        nb::vif("ls1", VM, "00:00:00:00:01:0b", VM_IP, "hv1"),
+        nb::vif("ls1", "vm2", "00:00:00:00:01:0c", "10.0.1.12", "hv2"),
+        nb::vif("ls2", PEER, "00:00:00:00:02:0d", PEER_IP, "hv3"),
     ];
     t.extend(security_group("ls1"));
     t
@@ -196,11 +183,10 @@ pub fn ovnk_gateways(nodes: &[&str]) -> Vec<Txn> {
     let mut t = vec![nb::switch(OVNK_SWITCH)];
     for n in ovnk_nodes(nodes) {
         t.push(nb::router(&n.router));
-        t.push(vec![
-            serde_json::json!({"op": "mutate", "table": "Logical_Router",
-            "where": [["name", "==", n.router]],
-            "mutations": [["options", "insert", ["map", [["chassis", n.chassis]]]]]}),
-        ]);
+        t.push(nb::set_router_options(
+            &n.router,
+            &[("chassis", &n.chassis)],
+        ));
         t.push(nb::router_port(
             &n.router,
             &n.switch_port,
@@ -235,8 +221,14 @@ pub fn ovnk_gateways(nodes: &[&str]) -> Vec<Txn> {
 /// security group.
 pub fn ovnk_topology(nodes: &[&str]) -> Vec<Txn> {
     let mut t = ovnk_gateways(nodes);
-    t.push(vm(OVNK_SWITCH, VM, "00:00:00:00:01:0b", OVNK_VM_IP, "hv1"));
-    t.push(vm(
+    t.push(nb::vif(
+        OVNK_SWITCH,
+        VM,
+        "00:00:00:00:01:0b",
+        OVNK_VM_IP,
+        "hv1",
+    ));
+    t.push(nb::vif(
         OVNK_SWITCH,
         PEER,
         "00:00:00:00:02:0d",
@@ -263,12 +255,7 @@ pub fn world(seed: u64) -> World {
 }
 
 fn build(seed: u64, chassis: &[&str], nb: Vec<Txn>) -> World {
-    let mut w = World::new(WorldConfig {
-        seed,
-        chassis: chassis.iter().map(|c| c.to_string()).collect(),
-        northd: NorthdMode::Holdfast,
-    })
-    .expect("world");
+    let mut w = World::holdfast(seed, chassis);
     w.nb_all(nb).expect("NB");
     w.add_net_host(
         "physnet1",
@@ -280,8 +267,7 @@ fn build(seed: u64, chassis: &[&str], nb: Vec<Txn>) -> World {
         ),
     )
     .expect("external host");
-    let ok = w.run_until(|w| w.ports_ready(), Duration::from_secs(30));
-    assert!(ok, "not ready; log:\n{}", w.take_log().join("\n"));
+    w.await_ports_ready("the world");
     w.run_for(Duration::from_millis(200));
     w
 }

@@ -23,10 +23,11 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
+use crate::net::TcpRecord;
 use crate::net::{Direction, HostConfig, Transfer};
+use crate::world::World;
 use crate::world::incident_c::{OVNK_PHYSNET, OVNK_SWITCH, ovnk_gateways, ovnk_nodes};
-use crate::world::nb::{self, PortOpts, Txn};
-use crate::world::{NorthdMode, World, WorldConfig};
+use crate::world::nb::{self, Txn};
 
 /// The nodes (chassis).
 pub const NODES: [&str; 2] = ["hv1", "hv2"];
@@ -59,17 +60,8 @@ pub const VIP_PORT: u16 = 6443;
 /// The streams' pace, bytes per second.
 pub const RATE: u64 = 1_000_000;
 
-fn pod(name: &str, mac: &str, ip: &str, chassis: &'static str) -> Txn {
-    nb::port(
-        OVNK_SWITCH,
-        name,
-        &format!("{mac} {ip}"),
-        PortOpts {
-            port_security: true,
-            requested_chassis: Some(chassis),
-            ..PortOpts::default()
-        },
-    )
+fn pod(name: &str, mac: &str, ip: &str, chassis: &str) -> Txn {
+    nb::vif(OVNK_SWITCH, name, mac, ip, chassis)
 }
 
 /// The cluster switch and its pods (with a stateful ACL, so the pods' own zones hold
@@ -109,11 +101,7 @@ pub fn gateways() -> Vec<Txn> {
     // The cluster switch is made by `pods`.
     let mut t: Vec<Txn> = ovnk_gateways(&NODES).into_iter().skip(1).collect();
     for n in ovnk_nodes(&NODES) {
-        t.push(vec![
-            serde_json::json!({"op": "mutate", "table": "Logical_Router",
-            "where": [["name", "==", n.router]],
-            "mutations": [["options", "insert", ["map", [["snat-ct-zone", "0"]]]]]}),
-        ]);
+        t.push(nb::set_router_options(&n.router, &[("snat-ct-zone", "0")]));
     }
     t.push(vip());
     t
@@ -123,15 +111,9 @@ pub fn gateways() -> Vec<Txn> {
 /// then the gateways, then [`GONE_POD`] deleted and its zone flushed. Panics when it does not
 /// come up within 30 s of virtual time (a broken build, not an input error).
 pub fn world(seed: u64) -> World {
-    let mut w = World::new(WorldConfig {
-        seed,
-        chassis: NODES.iter().map(|c| c.to_string()).collect(),
-        northd: NorthdMode::Holdfast,
-    })
-    .expect("world");
+    let mut w = World::holdfast(seed, &NODES);
     w.nb_all(pods()).expect("NB pods");
-    let ok = w.run_until(|w| w.ports_ready(), Duration::from_secs(30));
-    assert!(ok, "pods not ready; log:\n{}", w.take_log().join("\n"));
+    w.await_ports_ready("the pods");
     w.nb_all(gateways()).expect("NB gateways");
     w.add_net_host(
         OVNK_PHYSNET,
@@ -139,8 +121,7 @@ pub fn world(seed: u64) -> World {
         HostConfig::new(EXT, [0, 0, 0, 0, 0x10, 0x0a], seed ^ 0xd).with_ipv4(EXT_IP, 24, None),
     )
     .expect("external host");
-    let ok = w.run_until(|w| w.ports_ready(), Duration::from_secs(30));
-    assert!(ok, "gateways not ready; log:\n{}", w.take_log().join("\n"));
+    w.await_ports_ready("the gateways");
     delete_pod(&mut w, GONE_POD).expect("NB delete");
     // Past the controllers' flush grace: the deleted pod's zone is flushed and leaves the map.
     let gone = format!("lsp/{GONE_POD}");
@@ -244,10 +225,17 @@ pub fn start_vip_upload(w: &mut World, bytes: u64) -> String {
             },
         )
         .expect("upload");
+    going(w, EXT, name, |r| r.bytes_acked)
+}
+
+/// Runs 300 ms and returns `name` once connection `name` on `host` is established and its
+/// `progress` (bytes acknowledged or received) is past 0. Panics when it is not (a broken
+/// build).
+fn going(w: &mut World, host: &str, name: String, progress: fn(&TcpRecord) -> u64) -> String {
     w.run_for(Duration::from_millis(300));
-    let r = w.tcp_record(EXT, &name).expect("record");
+    let r = w.tcp_record(host, &name).expect("record");
     assert!(
-        r.established_us.is_some() && r.bytes_acked > 0,
+        r.established_us.is_some() && progress(&r) > 0,
         "{name} did not get going: {r:?}\nlog:\n{}",
         w.take_log().join("\n")
     );
@@ -288,12 +276,5 @@ pub fn start_download(w: &mut World, bytes: u64) -> String {
             },
         )
         .expect("download");
-    w.run_for(Duration::from_millis(300));
-    let r = w.tcp_record(POD, &name).expect("record");
-    assert!(
-        r.established_us.is_some() && r.bytes_received > 0,
-        "{name} did not get going: {r:?}\nlog:\n{}",
-        w.take_log().join("\n")
-    );
-    name
+    going(w, POD, name, |r| r.bytes_received)
 }

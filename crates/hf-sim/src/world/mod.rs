@@ -195,6 +195,17 @@ impl std::fmt::Debug for World {
 const MAX_ROUNDS: usize = 20_000;
 
 impl World {
+    /// A world on `chassis` with holdfast northd: the incident worlds' start. Panics when it
+    /// cannot be built (a broken build, not an input error).
+    pub(crate) fn holdfast(seed: u64, chassis: &[&str]) -> World {
+        World::new(WorldConfig {
+            seed,
+            chassis: chassis.iter().map(|c| c.to_string()).collect(),
+            northd: NorthdMode::Holdfast,
+        })
+        .expect("world")
+    }
+
     /// Builds the world at time zero and lets it settle (chassis registered, northd synced).
     pub fn new(cfg: WorldConfig) -> Result<World, String> {
         let now = Duration::ZERO;
@@ -934,6 +945,18 @@ impl World {
         self.hosts.get(lsp)?.host.tcp_record(name, self.now)
     }
 
+    /// Every TCP connection's record on the host on `lsp`, in name order (none when there is
+    /// no such host): what the far end of a connection saw, without knowing its name there.
+    pub fn tcp_records(&self, lsp: &str) -> Vec<crate::net::TcpRecord> {
+        self.hosts.get(lsp).map_or_else(Vec::new, |s| {
+            s.host
+                .tcp_names()
+                .iter()
+                .filter_map(|n| s.host.tcp_record(n, self.now))
+                .collect()
+        })
+    }
+
     /// `holdfast trace` of the `back`-th last frame (0 = the last) the host on `lsp` sent,
     /// through its chassis's running program with conntrack as it is now ("what if": nothing
     /// changes). A debugging aid.
@@ -968,6 +991,14 @@ impl World {
             )
             .map_err(|e| format!("trace: {e}"))?;
         Ok(t.to_string())
+    }
+
+    /// Runs until [`World::ports_ready`], at most 30 s of virtual time: the incident worlds'
+    /// start. Panics, with the world's log, when they are not (a broken build, not an input
+    /// error); `what` names what was to be ready.
+    pub(crate) fn await_ports_ready(&mut self, what: &str) {
+        let ok = self.run_until(|w| w.ports_ready(), Duration::from_secs(30));
+        assert!(ok, "{what} not ready; log:\n{}", self.take_log().join("\n"));
     }
 
     /// Whether every chassis runs a program in which every host's port is local on the

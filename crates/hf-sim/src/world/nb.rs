@@ -86,6 +86,21 @@ pub fn port(sw: &str, name: &str, addresses: &str, o: PortOpts<'_>) -> Txn {
     ]
 }
 
+/// A VM's or pod's port: [`port`] with addresses `MAC IP`, port security on them and
+/// `requested-chassis=CHASSIS`.
+pub fn vif(sw: &str, name: &str, mac: &str, ip: &str, chassis: &str) -> Txn {
+    port(
+        sw,
+        name,
+        &format!("{mac} {ip}"),
+        PortOpts {
+            port_security: true,
+            requested_chassis: Some(chassis),
+            ..PortOpts::default()
+        },
+    )
+}
+
 /// `ovn-nbctl lsp-set-options NAME requested-chassis=CHASSIS` (other options kept).
 pub fn set_requested_chassis(name: &str, chassis: &str) -> Txn {
     vec![
@@ -124,6 +139,19 @@ pub fn localnet(sw: &str, name: &str, net: &str) -> Txn {
             "row": {"name": name, "type": "localnet", "addresses": "unknown",
                     "options": omap(&[("network_name", net)])}}),
         add_to("Logical_Switch", sw, "ports", &l),
+    ]
+}
+
+/// `ovn-nbctl set Logical_Router ROUTER options:KEY=VALUE...`: `set` written (replacing those
+/// keys), other options kept.
+pub fn set_router_options(router: &str, set: &[(&str, &str)]) -> Txn {
+    let keys: Vec<&str> = set.iter().map(|(k, _)| *k).collect();
+    vec![
+        must_exist("Logical_Router", router),
+        json!({"op": "mutate", "table": "Logical_Router", "where": [["name", "==", router]],
+            "mutations": [["options", "delete", sset(&keys)]]}),
+        json!({"op": "mutate", "table": "Logical_Router", "where": [["name", "==", router]],
+            "mutations": [["options", "insert", omap(set)]]}),
     ]
 }
 
