@@ -861,16 +861,17 @@ fn compile_built(
         .collect();
     let mut held: BTreeSet<usize> = BTreeSet::new();
     if !msg.no_last_good
+        && !language.is_empty()
         && let Some(old) = prev_msg
     {
+        let old_level = level_of(old).ok().flatten();
+        // The flows as they ran: at this program's level when it has one.
+        let lvl = level.as_ref().or(old_level.as_ref());
         for &di in &language {
             let name = &spec.datapaths[di].name;
             if let Some(od) = old.datapaths.iter().find(|d| &d.name == name)
                 && held.insert(di)
             {
-                let old_level = level_of(old).ok().flatten();
-                // The flows as they ran: at this program's level when it has one.
-                let lvl = level.as_ref().or(old_level.as_ref());
                 spec.datapaths[di].flows = od.flows.iter().map(|f| ran_spec(f, lvl)).collect();
                 dps.insert(di);
             }
