@@ -54,7 +54,9 @@ pub struct FlowErrorEntry {
 impl FlowErrorEntry {
     /// What runs instead, as operators read it.
     pub fn instead(&self) -> &'static str {
-        if self.held {
+        if self.held && !self.kept_last_good {
+            "its datapath runs its last good flows (held), but this one no longer compiles: left out"
+        } else if self.held {
             "its datapath runs its last good flows (held)"
         } else if self.kept_last_good {
             "running the last good version"
