@@ -522,6 +522,13 @@ fn chassis_uuid(sb: &SbSnapshot, name: &str) -> uuid::Uuid {
     sb.chassis_by_name(name).unwrap().uuid
 }
 
+fn private<'a>(sb: &'a SbSnapshot, name: &str) -> &'a hf_model::sb::ChassisPrivate {
+    sb.chassis_private()
+        .values()
+        .find(|p| p.name == name)
+        .unwrap()
+}
+
 #[test]
 fn registers_claims_and_programs_only_its_datapaths() {
     let net = two_chassis();
@@ -542,11 +549,7 @@ fn registers_claims_and_programs_only_its_datapaths() {
             ch.other_config["holdfast-features"],
             hf_expr::FeatureSet::level(hf_expr::Level::Hf2).to_list()
         );
-        let p = sb
-            .chassis_private()
-            .values()
-            .find(|p| p.name == name)
-            .unwrap();
+        let p = private(&sb, name);
         assert_eq!(p.chassis.map(|c| c.uuid()), Some(ch.uuid));
     }
     // Claims: each VIF on the chassis whose datapath has it, and up once installed.
@@ -622,11 +625,7 @@ fn nb_cfg_is_reported_after_install() {
     net.advance(Duration::from_millis(500));
     let sb = net.db_sb();
     for name in ["hv1", "hv2"] {
-        let p = sb
-            .chassis_private()
-            .values()
-            .find(|p| p.name == name)
-            .unwrap();
+        let p = private(&sb, name);
         assert_eq!(p.nb_cfg, n, "{name}");
         assert!(p.nb_cfg_timestamp >= WALL0, "{name}");
     }
@@ -713,11 +712,7 @@ fn restart_with_the_same_datapath_pushes_nothing_and_keeps_zones() {
     let n = net.bump_nb_cfg();
     net.advance(Duration::from_millis(500));
     let sb = net.db_sb();
-    let p = sb
-        .chassis_private()
-        .values()
-        .find(|p| p.name == "hv1")
-        .unwrap();
+    let p = private(&sb, "hv1");
     assert_eq!(p.nb_cfg, n);
 }
 
@@ -933,11 +928,7 @@ fn exhausted_zones_fail_closed_and_are_reported() {
         c.logs
     );
     let sb = net.db_sb();
-    let pr = sb
-        .chassis_private()
-        .values()
-        .find(|p| p.name == "hv1")
-        .unwrap();
+    let pr = private(&sb, "hv1");
     assert!(
         pr.external_ids
             .get("holdfast-zone-error")
@@ -952,11 +943,7 @@ fn exhausted_zones_fail_closed_and_are_reported() {
     assert!(p.zones.values().all(|z| *z != 0));
     assert!(!c.ctl.as_ref().unwrap().status().contains("Zone error"));
     let sb = net.db_sb();
-    let pr = sb
-        .chassis_private()
-        .values()
-        .find(|p| p.name == "hv1")
-        .unwrap();
+    let pr = private(&sb, "hv1");
     assert!(!pr.external_ids.contains_key("holdfast-zone-error"));
 }
 
@@ -1034,11 +1021,7 @@ fn a_bad_flow_keeps_its_last_good_version_and_is_reported_once() {
     );
     // And in Chassis_Private.external_ids.
     let sb = net.db_sb();
-    let pr = sb
-        .chassis_private()
-        .values()
-        .find(|p| p.name == "hv1")
-        .unwrap();
+    let pr = private(&sb, "hv1");
     assert_eq!(
         pr.external_ids
             .get("holdfast-flow-errors")
@@ -1065,11 +1048,7 @@ fn a_bad_flow_keeps_its_last_good_version_and_is_reported_once() {
     }
     net.advance(Duration::from_secs(1));
     let sb = net.db_sb();
-    let pr = sb
-        .chassis_private()
-        .values()
-        .find(|p| p.name == "hv1")
-        .unwrap();
+    let pr = private(&sb, "hv1");
     assert!(!pr.external_ids.contains_key("holdfast-flow-errors"));
     assert!(net.chassis[0].dp.flow_errors().is_empty());
 }
@@ -1079,12 +1058,7 @@ fn a_deleted_chassis_row_is_registered_again() {
     let mut net = two_chassis();
     let sb = net.db_sb();
     let h1 = chassis_uuid(&sb, "hv1");
-    let pr = sb
-        .chassis_private()
-        .values()
-        .find(|p| p.name == "hv1")
-        .unwrap()
-        .uuid;
+    let pr = private(&sb, "hv1").uuid;
     net.sb(json!([
         {"op": "delete", "table": "Chassis_Private", "where": [["_uuid", "==", ["uuid", pr.to_string()]]]},
         {"op": "delete", "table": "Chassis", "where": [["_uuid", "==", ["uuid", h1.to_string()]]]}

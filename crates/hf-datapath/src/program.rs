@@ -861,16 +861,17 @@ fn compile_built(
         .collect();
     let mut held: BTreeSet<usize> = BTreeSet::new();
     if !msg.no_last_good
+        && !language.is_empty()
         && let Some(old) = prev_msg
     {
+        let old_level = level_of(old).ok().flatten();
+        // The flows as they ran: at this program's level when it has one.
+        let lvl = level.as_ref().or(old_level.as_ref());
         for &di in &language {
             let name = &spec.datapaths[di].name;
             if let Some(od) = old.datapaths.iter().find(|d| &d.name == name)
                 && held.insert(di)
             {
-                let old_level = level_of(old).ok().flatten();
-                // The flows as they ran: at this program's level when it has one.
-                let lvl = level.as_ref().or(old_level.as_ref());
                 spec.datapaths[di].flows = od.flows.iter().map(|f| ran_spec(f, lvl)).collect();
                 dps.insert(di);
             }
@@ -893,14 +894,22 @@ fn compile_built(
             dps.insert(di);
         }
     }
+    // Previous flows of held datapaths that no longer compile (a set they name is gone, say):
+    // reported, never silently absent.
+    let mut lost = Vec::new();
     if !closing.is_empty() || !held.is_empty() {
         let (p3, errs3) = run(&spec, &dps)?;
         prog = p3;
-        let bad: BTreeSet<(usize, usize)> = errs3
-            .iter()
-            .filter_map(|e| locate(&spec, e))
-            .filter(|(di, _)| !held.contains(di))
-            .collect();
+        let mut bad = BTreeSet::new();
+        for e in &errs3 {
+            match locate(&spec, e) {
+                Some((di, _)) if held.contains(&di) => lost.push(error_msg(e, false)),
+                Some(pos) => {
+                    bad.insert(pos);
+                }
+                None => {}
+            }
+        }
         for (pos, m, _) in &mut outcome {
             if let Some(p) = pos
                 && closing.contains(p)
@@ -926,6 +935,8 @@ fn compile_built(
         }
     }
     reported.extend(outcome.into_iter().map(|(_, m, _)| m));
+    // Held, but this previous flow runs no version: left out.
+    reported.extend(lost.into_iter().map(|e| FlowErrorMsg { held: true, ..e }));
     Ok(CompileOutcome {
         prog,
         reported,
@@ -1198,6 +1209,44 @@ mod tests {
             compile_cached_holding(&new, &local, Some(&p1), Some(&old), &mut cache, &[]).unwrap();
         assert!(c.held.is_empty());
         assert!(c.errors.iter().all(|e| e.failed_closed), "{:?}", c.errors);
+    }
+
+    #[test]
+    fn a_previous_flow_that_no_longer_compiles_in_a_held_datapath_is_reported() {
+        let local = [("p1".to_string(), 7)].into();
+        let acl = |id: &str, m: &str, a: &str| FlowMsg {
+            stage: "ls_in_acl".into(),
+            priority: 1000,
+            ..flow(id, m, a, None)
+        };
+        let mut old = msg(vec![
+            acl("a", "ip4", "ct_commit(ct_label=0/1); next;"),
+            acl("g", "outport == @pg_deny", "drop;"),
+        ]);
+        old.port_groups.insert("pg_deny".into(), vec!["p1".into()]);
+        old.feature_level = Some("hf-1".into());
+        let mut cache = SpecCache::new();
+        let (p1, e1) = compile_cached(&old, &local, None, &mut cache, &[]).unwrap();
+        assert!(e1.is_empty(), "{e1:?}");
+        // `a` respelled outside hf-1 holds sw0; the new program no longer has `pg_deny`, so
+        // the held datapath's previous flow `g` does not compile: it must be reported.
+        let mut new = msg(vec![acl(
+            "a",
+            "ip4",
+            "ct_commit { ct_mark.blocked = 0; }; next;",
+        )]);
+        new.feature_level = Some("hf-1".into());
+        new.generation = 2;
+        let c =
+            compile_cached_holding(&new, &local, Some(&p1), Some(&old), &mut cache, &[]).unwrap();
+        assert_eq!(c.held, vec!["sw0".to_string()]);
+        let g = c.errors.iter().find(|e| e.id == "g");
+        assert!(
+            g.is_some_and(|e| e.held && !e.kept_last_good && e.reason.contains("pg_deny")),
+            "{:?}",
+            c.errors
+        );
+        assert_eq!(c.program.flow_count(), 1);
     }
 
     #[test]

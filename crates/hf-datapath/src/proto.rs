@@ -196,7 +196,8 @@ pub struct FlowErrorMsg {
     pub failed_closed: bool,
     /// Its datapath is held at the flows it ran before this program (some flow of it has no
     /// version that compiles, and the datapath had run one): none of the program's flows of
-    /// that datapath run, the previous ones do (`kept_last_good` is true).
+    /// that datapath run, the previous ones do (`kept_last_good` is true; false for a previous
+    /// flow that no longer compiles, which is left out and reported).
     pub held: bool,
 }
 

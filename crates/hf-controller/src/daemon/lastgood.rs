@@ -54,7 +54,9 @@ pub struct FlowErrorEntry {
 impl FlowErrorEntry {
     /// What runs instead, as operators read it.
     pub fn instead(&self) -> &'static str {
-        if self.held {
+        if self.held && !self.kept_last_good {
+            "its datapath runs its last good flows (held), but this one no longer compiles: left out"
+        } else if self.held {
             "its datapath runs its last good flows (held)"
         } else if self.kept_last_good {
             "running the last good version"
@@ -78,14 +80,16 @@ pub struct LastGood {
     ambiguous: BTreeSet<(String, String)>,
 }
 
-/// The identities several flows of a datapath share.
-fn shared_ids(flows: &[hf_datapath::proto::FlowMsg]) -> BTreeSet<&str> {
-    let mut seen = BTreeSet::new();
-    flows
-        .iter()
-        .filter(|f| !seen.insert(f.id.as_str()))
-        .map(|f| f.id.as_str())
-        .collect()
+/// The identities of a datapath's flows, and those of them several flows share (one pass).
+fn ids_and_shared(flows: &[hf_datapath::proto::FlowMsg]) -> (BTreeSet<&str>, BTreeSet<&str>) {
+    let mut ids = BTreeSet::new();
+    let mut shared = BTreeSet::new();
+    for f in flows {
+        if !ids.insert(f.id.as_str()) {
+            shared.insert(f.id.as_str());
+        }
+    }
+    (ids, shared)
 }
 
 impl LastGoodLookup for LastGood {
@@ -102,7 +106,7 @@ impl LastGood {
     /// controller): a flow's `last_good` when it has one, else its text.
     pub fn seed(&mut self, p: &ProgramMsg) {
         for d in &p.datapaths {
-            let shared = shared_ids(&d.flows);
+            let (_, shared) = ids_and_shared(&d.flows);
             let good = self.good.entry(d.name.clone()).or_default();
             for f in d.flows.iter().filter(|f| !shared.contains(f.id.as_str())) {
                 good.entry(f.id.clone()).or_insert_with(|| {
@@ -137,7 +141,7 @@ impl LastGood {
             .map(|e| e.datapath.as_str())
             .collect();
         for d in &p.datapaths {
-            let shared = shared_ids(&d.flows);
+            let (ids, shared) = ids_and_shared(&d.flows);
             self.ambiguous
                 .extend(shared.iter().map(|id| (d.name.clone(), id.to_string())));
             if held.contains(d.name.as_str()) {
@@ -145,7 +149,6 @@ impl LastGood {
             }
             let good = self.good.entry(d.name.clone()).or_default();
             // Forget flows that left the datapath, and identities several flows share.
-            let ids: BTreeSet<&str> = d.flows.iter().map(|f| f.id.as_str()).collect();
             good.retain(|id, _| ids.contains(id.as_str()) && !shared.contains(id.as_str()));
             for f in &d.flows {
                 if failed_ids.contains(&(d.name.as_str(), f.id.as_str()))
