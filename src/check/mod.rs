@@ -85,7 +85,7 @@ could not be read.";
 /// in `Duration::from_secs_f64`). Shared with `holdfast trace`.
 pub(crate) fn parse_secs(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 && v < 1e9 => Ok(v),
+        Ok(v) if (0.0..1e9).contains(&v) => Ok(v),
         _ => Err(format!(
             "{s:?} is not a number of seconds (e.g. 10 or 0.5; 0 to 1e9)"
         )),
