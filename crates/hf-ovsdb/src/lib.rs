@@ -17,6 +17,7 @@
 //! Error kinds and their wire spellings are those of RFC 7047 and ovsdb-server ([`ErrorKind`]).
 
 pub mod atom;
+pub mod cond_index;
 pub mod condition;
 pub mod datum;
 pub mod db;

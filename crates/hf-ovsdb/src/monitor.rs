@@ -245,6 +245,18 @@ impl Monitor {
 
     /// The updates one committed delta causes for this monitor; None when there are none.
     pub fn updates(&self, schema: &Schema, delta: &TxnDelta) -> Option<Value> {
+        self.updates_selected(schema, delta, None)
+    }
+
+    /// Like [`Monitor::updates`], but looking only at some of the delta's changes: `rows[i]`
+    /// lists (ascending) the indices into `delta.tables[i]`'s changes to consider, e.g. those a
+    /// [`crate::cond_index::CondIndex`] found for this monitor. None considers every change.
+    pub fn updates_selected(
+        &self,
+        schema: &Schema,
+        delta: &TxnDelta,
+        rows: Option<&[Vec<u32>]>,
+    ) -> Option<Value> {
         let mut out = Map::new();
         let mut di = 0;
         for tm in &self.tables {
@@ -258,14 +270,23 @@ impl Monitor {
                 continue;
             }
             let ts = &schema.tables[tm.table];
-            let mut rows = Map::new();
-            for ch in changes {
+            let mut out_rows = Map::new();
+            let mut one = |ch: &RowChange| {
                 if let Some(v) = tm.change_json(ts, ch, self.version) {
-                    rows.insert(ch.uuid.to_string(), v);
+                    out_rows.insert(ch.uuid.to_string(), v);
                 }
+            };
+            match rows {
+                None => changes.iter().for_each(&mut one),
+                Some(rows) => rows
+                    .get(di)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|&i| changes.get(i as usize))
+                    .for_each(&mut one),
             }
-            if !rows.is_empty() {
-                out.insert(ts.name.clone(), Value::Object(rows));
+            if !out_rows.is_empty() {
+                out.insert(ts.name.clone(), Value::Object(out_rows));
             }
         }
         if out.is_empty() {
