@@ -28,7 +28,7 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{Notify, mpsc};
 
 use crate::framing::Framer;
-use crate::server::{Core, Now, Output, SessionId};
+use crate::server::{CompactionTask, Core, Now, Output, PendingUpdate, SessionId, ShellOutput};
 
 /// A passive remote to listen on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,10 +101,18 @@ impl Default for ServeOptions {
     }
 }
 
+/// What a connection's writer sends, in order.
+enum Chunk {
+    /// One encoded message.
+    Bytes(Vec<u8>),
+    /// A monitor update, encoded by the writer (outside the core's lock).
+    Update(PendingUpdate),
+}
+
 struct Conn {
     /// The listener that accepted it (see [`Listener`]).
     listener: u64,
-    tx: mpsc::UnboundedSender<Vec<u8>>,
+    tx: mpsc::UnboundedSender<Chunk>,
     backlog: Arc<AtomicUsize>,
     closed: Arc<AtomicBool>,
     wake: Arc<Notify>,
@@ -112,6 +120,8 @@ struct Conn {
 
 struct State {
     core: Core,
+    /// Where compactions go to be run off the lock.
+    compactions: mpsc::UnboundedSender<CompactionTask>,
     conns: HashMap<SessionId, Conn>,
     listeners: Vec<Listener>,
     next_listener: u64,
@@ -171,10 +181,17 @@ impl Server {
 }
 
 /// Bind every remote and start serving on the current tokio runtime.
-pub async fn start(core: Core, remotes: &[Remote], opts: ServeOptions) -> std::io::Result<Server> {
+pub async fn start(
+    mut core: Core,
+    remotes: &[Remote],
+    opts: ServeOptions,
+) -> std::io::Result<Server> {
     let start = Instant::now();
+    core.set_background_compaction(true);
+    let (compactions, mut compaction_rx) = mpsc::unbounded_channel::<CompactionTask>();
     let state = Arc::new(Mutex::new(State {
         core,
+        compactions,
         conns: HashMap::new(),
         listeners: Vec::new(),
         next_listener: 1,
@@ -188,6 +205,24 @@ pub async fn start(core: Core, remotes: &[Remote], opts: ServeOptions) -> std::i
     for r in remotes {
         let bound = server.add_remote(r).await?;
         server.local.push(bound);
+    }
+    {
+        // Compactions: encode and write the new file on a blocking thread, without the lock;
+        // then install it under the lock.
+        let (state, opts) = (state.clone(), opts.clone());
+        tokio::spawn(async move {
+            while let Some(task) = compaction_rx.recv().await {
+                let name = task.database().to_string();
+                match tokio::task::spawn_blocking(move || task.run()).await {
+                    Ok(done) => {
+                        let mut st = state.lock();
+                        st.core.finish_compaction(done);
+                        dispatch(&mut st, &opts);
+                    }
+                    Err(e) => tracing::warn!("compacting database {name} failed: {e}"),
+                }
+            }
+        });
     }
     {
         let (state, opts) = (state.clone(), opts.clone());
@@ -475,15 +510,36 @@ fn fmt_ip(ip: std::net::IpAddr) -> String {
 
 /// Deliver the core's outputs.
 fn dispatch(st: &mut State, opts: &ServeOptions) {
-    let outputs: Vec<Output> = st.core.poll_output().collect();
+    let outputs: Vec<ShellOutput> = st.core.poll_shell_output().collect();
+    while let Some(task) = st.core.poll_compaction() {
+        let _ = st.compactions.send(task);
+    }
     let mut dropped = Vec::new();
     for o in outputs {
-        match o {
-            Output::Send(sid, bytes) => {
+        let (sid, chunk, n) = match o {
+            ShellOutput::Output(Output::Send(sid, bytes)) => {
+                let n = bytes.len();
+                (sid, Chunk::Bytes(bytes), n)
+            }
+            ShellOutput::Update(sid, u) => {
+                let n = u.size_hint();
+                (sid, Chunk::Update(u), n)
+            }
+            ShellOutput::Output(Output::Close(sid, reason)) => {
+                tracing::info!("session {sid}: closing: {reason}");
+                dropped.push(sid);
+                continue;
+            }
+            ShellOutput::Output(Output::Log(line)) => {
+                tracing::warn!("{line}");
+                continue;
+            }
+        };
+        {
+            {
                 let Some(c) = st.conns.get(&sid) else {
                     continue;
                 };
-                let n = bytes.len();
                 let queued = c.backlog.fetch_add(n, Ordering::AcqRel) + n;
                 if queued > opts.max_backlog {
                     tracing::warn!(
@@ -493,13 +549,8 @@ fn dispatch(st: &mut State, opts: &ServeOptions) {
                     dropped.push(sid);
                     continue;
                 }
-                let _ = c.tx.send(bytes);
+                let _ = c.tx.send(chunk);
             }
-            Output::Close(sid, reason) => {
-                tracing::info!("session {sid}: closing: {reason}");
-                dropped.push(sid);
-            }
-            Output::Log(line) => tracing::warn!("{line}"),
         }
     }
     for sid in dropped {
@@ -510,13 +561,22 @@ fn dispatch(st: &mut State, opts: &ServeOptions) {
         st.core.disconnect(sid);
     }
     // Disconnects can queue lock hand-overs for others.
-    let again: Vec<Output> = st.core.poll_output().collect();
+    let again: Vec<ShellOutput> = st.core.poll_shell_output().collect();
     for o in again {
-        if let Output::Send(sid, bytes) = o
-            && let Some(c) = st.conns.get(&sid)
-        {
-            c.backlog.fetch_add(bytes.len(), Ordering::AcqRel);
-            let _ = c.tx.send(bytes);
+        let (sid, chunk, n) = match o {
+            ShellOutput::Output(Output::Send(sid, bytes)) => {
+                let n = bytes.len();
+                (sid, Chunk::Bytes(bytes), n)
+            }
+            ShellOutput::Update(sid, u) => {
+                let n = u.size_hint();
+                (sid, Chunk::Update(u), n)
+            }
+            _ => continue,
+        };
+        if let Some(c) = st.conns.get(&sid) {
+            c.backlog.fetch_add(n, Ordering::AcqRel);
+            let _ = c.tx.send(chunk);
         }
     }
 }
@@ -630,7 +690,7 @@ async fn connection<R, W>(
 
 async fn writer<W: AsyncWrite + Unpin>(
     mut wr: W,
-    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    mut rx: mpsc::UnboundedReceiver<Chunk>,
     backlog: Arc<AtomicUsize>,
     wake: Arc<Notify>,
     closed: Arc<AtomicBool>,
@@ -638,11 +698,36 @@ async fn writer<W: AsyncWrite + Unpin>(
     let mut out = Vec::with_capacity(64 * 1024);
     while let Some(first) = rx.recv().await {
         out.clear();
-        out.extend_from_slice(&first);
-        while out.len() < 1 << 20 {
-            match rx.try_recv() {
-                Ok(more) => out.extend_from_slice(&more),
-                Err(_) => break,
+        // Bytes counted in the backlog for what is taken now (an update counts its estimate).
+        let mut taken = 0;
+        let mut next = Some(first);
+        while let Some(chunk) = next.take() {
+            match chunk {
+                Chunk::Bytes(b) => {
+                    taken += b.len();
+                    out.extend_from_slice(&b);
+                }
+                Chunk::Update(u) => {
+                    taken += u.size_hint();
+                    // A large update is encoded on a blocking thread: this runtime's workers
+                    // keep serving other connections meanwhile.
+                    let bytes = if u.is_large() {
+                        tokio::task::spawn_blocking(move || u.encode())
+                            .await
+                            .ok()
+                            .flatten()
+                    } else {
+                        u.encode()
+                    };
+                    if let Some(b) = bytes {
+                        out.extend_from_slice(&b);
+                    }
+                }
+            }
+            if out.len() < 1 << 20
+                && let Ok(more) = rx.try_recv()
+            {
+                next = Some(more);
             }
         }
         if closed.load(Ordering::Acquire) {
@@ -650,12 +735,12 @@ async fn writer<W: AsyncWrite + Unpin>(
         }
         // Flush too: a TLS stream may keep records that did not fit in the socket buffer
         // until it is flushed (a no-op for plain sockets).
-        if wr.write_all(&out).await.is_err() || wr.flush().await.is_err() {
+        if !out.is_empty() && (wr.write_all(&out).await.is_err() || wr.flush().await.is_err()) {
             closed.store(true, Ordering::Release);
             wake.notify_one();
             break;
         }
-        backlog.fetch_sub(out.len(), Ordering::AcqRel);
+        backlog.fetch_sub(taken, Ordering::AcqRel);
         wake.notify_one();
     }
     let _ = wr.shutdown().await;

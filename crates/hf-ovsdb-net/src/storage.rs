@@ -39,6 +39,93 @@ pub struct FileStorage {
     path: PathBuf,
     file: File,
     size: u64,
+    /// A fault-injection hook for tests: stop a background replacement at this point.
+    crash_at: Option<CrashPoint>,
+}
+
+/// Where an injected crash stops a background replacement ([`FileStorage::inject_crash`]):
+/// the operation returns an error there and leaves the files as a crash would.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashPoint {
+    /// Half of the snapshot is in the new file.
+    SnapshotHalfWritten,
+    /// The snapshot is written and synced; the tail is not appended yet.
+    SnapshotWritten,
+    /// The tail is appended and synced to the new file; it has not been renamed.
+    TailWritten,
+    /// The new file has been renamed over the old one; nothing after.
+    Renamed,
+}
+
+impl CrashPoint {
+    /// Every point, in the order they are reached.
+    pub const ALL: [CrashPoint; 4] = [
+        CrashPoint::SnapshotHalfWritten,
+        CrashPoint::SnapshotWritten,
+        CrashPoint::TailWritten,
+        CrashPoint::Renamed,
+    ];
+}
+
+fn crash(at: Option<CrashPoint>, here: CrashPoint) -> std::io::Result<()> {
+    if at == Some(here) {
+        return Err(std::io::Error::other(format!("injected crash at {here:?}")));
+    }
+    Ok(())
+}
+
+/// A background replacement of a [`FileStorage`]: the new contents go to `FILE.tmp`.
+#[derive(Debug)]
+struct FileReplaceJob {
+    tmp: PathBuf,
+    file: Option<File>,
+    crash_at: Option<CrashPoint>,
+}
+
+impl crate::server::ReplaceJob for FileReplaceJob {
+    fn write(&mut self, contents: &[u8]) -> std::io::Result<()> {
+        let mut f = File::create(&self.tmp)?;
+        if self.crash_at == Some(CrashPoint::SnapshotHalfWritten) {
+            f.write_all(&contents[..contents.len() / 2])?;
+            return crash(self.crash_at, CrashPoint::SnapshotHalfWritten);
+        }
+        f.write_all(contents)?;
+        f.sync_all()?;
+        crash(self.crash_at, CrashPoint::SnapshotWritten)?;
+        self.file = Some(f);
+        Ok(())
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
+        self
+    }
+}
+
+fn tmp_path(path: &Path) -> PathBuf {
+    let mut tmp = path.to_path_buf().into_os_string();
+    tmp.push(".tmp");
+    PathBuf::from(tmp)
+}
+
+/// Make a rename in `path`'s directory durable; not all filesystems allow syncing a directory.
+fn sync_dir(path: &Path) {
+    if let Some(dir) = path.parent()
+        && let Ok(d) = File::open(if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        })
+    {
+        let _ = d.sync_all();
+    }
+}
+
+impl FileStorage {
+    /// Fault injection for tests: make the next background replacement stop at `at` as a
+    /// crash would (the call returns an error; the files stay as they are).
+    pub fn inject_crash(&mut self, at: CrashPoint) {
+        self.crash_at = Some(at);
+    }
 }
 
 /// What [`open`] read.
@@ -152,6 +239,7 @@ pub fn open(path: &Path, seed: u64, keep_history: usize) -> Result<Loaded, OpenE
             path: path.to_path_buf(),
             file,
             size: valid_len as u64,
+            crash_at: None,
         },
         history: history.into(),
         warning,
@@ -173,27 +261,49 @@ impl Storage for FileStorage {
     }
 
     fn replace(&mut self, contents: &[u8]) -> std::io::Result<()> {
-        let mut tmp = self.path.clone().into_os_string();
-        tmp.push(".tmp");
-        let tmp = PathBuf::from(tmp);
-        {
-            let mut f = File::create(&tmp)?;
-            f.write_all(contents)?;
-            f.sync_all()?;
-        }
+        let tmp = tmp_path(&self.path);
+        let mut f = File::create(&tmp)?;
+        f.write_all(contents)?;
+        f.sync_all()?;
         std::fs::rename(&tmp, &self.path)?;
-        if let Some(dir) = self.path.parent() {
-            // Make the rename itself durable; not all filesystems allow syncing a directory.
-            if let Ok(d) = File::open(if dir.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                dir
-            }) {
-                let _ = d.sync_all();
-            }
-        }
-        self.file = OpenOptions::new().append(true).open(&self.path)?;
+        sync_dir(&self.path);
+        // The handle follows the file through the rename: no reopening that could fail.
+        self.file = f;
         self.size = contents.len() as u64;
+        Ok(())
+    }
+
+    fn begin_replace(&mut self) -> std::io::Result<Option<Box<dyn crate::server::ReplaceJob>>> {
+        Ok(Some(Box::new(FileReplaceJob {
+            tmp: tmp_path(&self.path),
+            file: None,
+            crash_at: self.crash_at,
+        })))
+    }
+
+    fn finish_replace(
+        &mut self,
+        job: Box<dyn crate::server::ReplaceJob>,
+        tail: &[u8],
+    ) -> std::io::Result<()> {
+        let job = job
+            .into_any()
+            .downcast::<FileReplaceJob>()
+            .map_err(|_| std::io::Error::other("a replacement job of another storage"))?;
+        let Some(mut f) = job.file else {
+            return Err(std::io::Error::other(
+                "the new file was not written (the background job did not run or failed)",
+            ));
+        };
+        f.write_all(tail)?;
+        f.sync_all()?;
+        crash(self.crash_at, CrashPoint::TailWritten)?;
+        let size = f.metadata()?.len();
+        std::fs::rename(&job.tmp, &self.path)?;
+        crash(self.crash_at, CrashPoint::Renamed)?;
+        sync_dir(&self.path);
+        self.file = f;
+        self.size = size;
         Ok(())
     }
 }

@@ -513,10 +513,19 @@ pub fn record_delta(db: &mut Database, v: &Value) -> Result<TxnDelta> {
 
 /// A compacted file: the schema record and one record inserting every row.
 pub fn snapshot_file(db: &Database, date_ms: u64) -> Vec<u8> {
-    let mut out = encode_record(db.schema.to_json());
-    let delta = db.snapshot_delta();
-    if !delta.is_empty() {
-        out.extend(encode_record(&delta_record(&db.schema, &delta, date_ms)));
+    snapshot_file_from(&db.schema, db.snapshot_rows(), date_ms)
+}
+
+/// [`snapshot_file`] from a [`Database::snapshot_rows`] taken earlier (e.g. under a lock, the
+/// encoding done after it is released): the same bytes as `snapshot_file` of the database as
+/// it was then.
+pub fn snapshot_file_from(schema: &Schema, mut rows: TxnDelta, date_ms: u64) -> Vec<u8> {
+    let mut out = encode_record(schema.to_json());
+    for (_, r) in &mut rows.tables {
+        r.sort_by_key(|c| c.uuid);
+    }
+    if !rows.is_empty() {
+        out.extend(encode_record(&delta_record(schema, &rows, date_ms)));
     }
     out
 }

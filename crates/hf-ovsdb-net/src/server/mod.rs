@@ -9,6 +9,8 @@
 //! monotonic milliseconds plus wall-clock milliseconds (for file records only).
 
 mod admin;
+mod compact;
+mod echo;
 mod locks;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -21,7 +23,9 @@ use hf_ovsdb::txn::{TxnEnv, TxnOutcome, execute};
 use hf_ovsdb::{Database, ErrorKind, Monitor, MonitorVersion, OvsdbError, TxnDelta, Uuid};
 use serde_json::{Value, json};
 
-use crate::jsonrpc::{Message, notification_bytes, notification_bytes_raw, reply_bytes};
+use crate::jsonrpc::{Message, notification_bytes, reply_bytes};
+pub use compact::{CompactionDone, CompactionTask};
+pub use echo::{Echo, PendingUpdate};
 pub use locks::Locks;
 
 /// A connection's id.
@@ -35,6 +39,29 @@ pub trait Storage: Send {
     fn size(&self) -> u64;
     /// Atomically replace the whole contents (compaction).
     fn replace(&mut self, contents: &[u8]) -> std::io::Result<()>;
+    /// Start replacing the contents in the background: a job that writes the new contents
+    /// without this storage (so without the core), or None if this storage cannot (then
+    /// compaction uses [`Storage::replace`]). Appends go on to the current contents meanwhile.
+    fn begin_replace(&mut self) -> std::io::Result<Option<Box<dyn ReplaceJob>>> {
+        Ok(None)
+    }
+    /// Finish a job from [`Storage::begin_replace`] that has written the new contents: append
+    /// `tail` (what was appended since), make it durable and atomically make it the contents.
+    /// On error the current contents stay in use, complete.
+    fn finish_replace(&mut self, job: Box<dyn ReplaceJob>, tail: &[u8]) -> std::io::Result<()> {
+        let _ = (job, tail);
+        Err(std::io::Error::other(
+            "this storage cannot replace its contents in the background",
+        ))
+    }
+}
+
+/// The background part of a [`Storage`]'s replacement (see [`Storage::begin_replace`]).
+pub trait ReplaceJob: Send {
+    /// Write the new contents and make them durable (they are not in use yet).
+    fn write(&mut self, contents: &[u8]) -> std::io::Result<()>;
+    /// For the storage that made the job, to take it back in [`Storage::finish_replace`].
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any>;
 }
 
 /// Time as the core sees it.
@@ -86,6 +113,17 @@ pub enum Output {
     Log(String),
 }
 
+/// What the shell must do, with monitor updates not yet encoded ([`Core::poll_shell_output`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ShellOutput {
+    /// As [`Core::poll_output`] gives it.
+    Output(Output),
+    /// A monitor notification for a session: encode it ([`PendingUpdate::encode`], outside any
+    /// lock on the core) and send it if it is not empty, in order with the session's other
+    /// output.
+    Update(SessionId, PendingUpdate),
+}
+
 struct DbEntry {
     db: Database,
     storage: Option<Box<dyn Storage>>,
@@ -93,12 +131,16 @@ struct DbEntry {
     history_rows: usize,
     last_txn: Uuid,
     snapshot_size: u64,
+    /// The distinct monitor specs and their condition index; None when monitors changed.
+    specs: Option<echo::Specs>,
+    /// A compaction running off the core ([`Core::poll_compaction`]).
+    compacting: Option<compact::Running>,
 }
 
 struct MonitorEntry {
     db: usize,
     id: Value,
-    monitor: Monitor,
+    monitor: Arc<Monitor>,
     /// `monitor.spec_key()`, kept current across condition changes.
     key: String,
 }
@@ -129,7 +171,11 @@ pub struct Core {
     next_session: SessionId,
     locks: Locks,
     pending: Vec<Pending>,
-    out: Vec<Output>,
+    out: Vec<ShellOutput>,
+    /// Compactions write their file outside the core ([`Core::set_background_compaction`]).
+    background_compaction: bool,
+    compactions: Vec<CompactionTask>,
+    next_compaction: u64,
 }
 
 impl std::fmt::Debug for Core {
@@ -186,12 +232,17 @@ impl Core {
                 history_rows: 0,
                 last_txn: Uuid::nil(),
                 snapshot_size: 0,
+                specs: None,
+                compacting: None,
             }],
             sessions: Default::default(),
             next_session: 1,
             locks: Locks::default(),
             pending: Vec::new(),
             out: Vec::new(),
+            background_compaction: false,
+            compactions: Vec::new(),
+            next_compaction: 0,
         }
     }
 
@@ -219,6 +270,8 @@ impl Core {
             history_rows,
             last_txn,
             snapshot_size,
+            specs: None,
+            compacting: None,
         });
         self.trim_history(self.dbs.len() - 1);
         Ok(())
@@ -254,8 +307,11 @@ impl Core {
 
     /// A session ended: cancel its monitors and pending transactions, release its locks.
     pub fn disconnect(&mut self, sid: SessionId) {
-        if self.sessions.remove(&sid).is_none() {
+        let Some(s) = self.sessions.remove(&sid) else {
             return;
+        };
+        for m in s.monitors.values() {
+            self.dbs[m.db].specs = None;
         }
         self.pending.retain(|p| p.session != sid);
         for (name, owner) in self.locks.release_all(sid) {
@@ -268,9 +324,22 @@ impl Core {
         self.sessions.len()
     }
 
-    /// Take the queued outputs.
-    pub fn poll_output(&mut self) -> std::vec::Drain<'_, Output> {
+    /// Take the queued outputs, monitor updates encoded (here, by the caller).
+    pub fn poll_output(&mut self) -> impl Iterator<Item = Output> + '_ {
+        self.out.drain(..).filter_map(|o| match o {
+            ShellOutput::Output(o) => Some(o),
+            ShellOutput::Update(sid, u) => u.encode().map(|b| Output::Send(sid, b)),
+        })
+    }
+
+    /// Take the queued outputs with monitor updates still to be encoded, so that a shell can
+    /// encode them without holding the core (see [`PendingUpdate`]).
+    pub fn poll_shell_output(&mut self) -> std::vec::Drain<'_, ShellOutput> {
         self.out.drain(..)
+    }
+
+    fn emit(&mut self, o: Output) {
+        self.out.push(ShellOutput::Output(o));
     }
 
     /// When [`Core::tick`] must next be called (monotonic ms), if ever.
@@ -316,10 +385,10 @@ impl Core {
                     params: vec![],
                     id: json!("echo"),
                 };
-                self.out.push(Output::Send(sid, m.to_bytes()));
+                self.emit(Output::Send(sid, m.to_bytes()));
             }
             for (sid, p) in close {
-                self.out.push(Output::Close(
+                self.emit(Output::Close(
                     sid,
                     format!("no reply to inactivity probe after {p} ms"),
                 ));
@@ -349,7 +418,7 @@ impl Core {
         let msg = match Message::from_json(msg) {
             Ok(m) => m,
             Err(e) => {
-                self.out.push(Output::Close(sid, e.to_string()));
+                self.emit(Output::Close(sid, e.to_string()));
                 self.disconnect(sid);
                 return;
             }
@@ -369,17 +438,15 @@ impl Core {
     }
 
     fn reply(&mut self, sid: SessionId, id: &Value, result: &Value) {
-        self.out.push(Output::Send(sid, reply_bytes(id, result)));
+        self.emit(Output::Send(sid, reply_bytes(id, result)));
     }
 
     fn error(&mut self, sid: SessionId, id: Value, error: Value) {
-        self.out
-            .push(Output::Send(sid, Message::Error { error, id }.to_bytes()));
+        self.emit(Output::Send(sid, Message::Error { error, id }.to_bytes()));
     }
 
     fn notify(&mut self, sid: SessionId, method: &str, params: &Value) {
-        self.out
-            .push(Output::Send(sid, notification_bytes(method, params)));
+        self.emit(Output::Send(sid, notification_bytes(method, params)));
     }
 
     fn request(&mut self, sid: SessionId, method: &str, params: Vec<Value>, id: Value, now: Now) {
@@ -528,6 +595,9 @@ impl Core {
         let txn_id = record_txn_id(&record);
         if let Some(st) = &mut entry.storage {
             st.append(&record, delta.durable)?;
+            if let Some(r) = &mut entry.compacting {
+                r.tail.extend_from_slice(&record);
+            }
         }
         entry.db.apply(&delta);
         let delta = Arc::new(delta);
@@ -555,23 +625,101 @@ impl Core {
         let e = &mut self.dbs[dbi];
         let Some(st) = &mut e.storage else { return };
         let size = st.size();
-        if size < min || size < e.snapshot_size.saturating_mul(4) {
+        if size < min || size < e.snapshot_size.saturating_mul(4) || e.compacting.is_some() {
             return;
+        }
+        if self.background_compaction {
+            match st.begin_replace() {
+                Ok(Some(job)) => {
+                    self.next_compaction += 1;
+                    let id = self.next_compaction;
+                    e.compacting = Some(compact::Running {
+                        id,
+                        tail: Vec::new(),
+                    });
+                    self.compactions.push(CompactionTask {
+                        db: dbi,
+                        name: e.db.schema.name.clone(),
+                        id,
+                        schema: e.db.schema.clone(),
+                        snapshot: e.db.snapshot_rows(),
+                        wall_ms: now.wall_ms,
+                        job,
+                    });
+                    return;
+                }
+                Ok(None) => {}
+                Err(err) => {
+                    let name = e.db.schema.name.clone();
+                    return self.emit(Output::Log(format!(
+                        "compacting database {name} failed: cannot start the new file: {err}"
+                    )));
+                }
+            }
         }
         let snap = snapshot_file(&e.db, now.wall_ms);
         let name = e.db.schema.name.clone();
         match st.replace(&snap) {
             Ok(()) => {
                 e.snapshot_size = snap.len() as u64;
-                self.out.push(Output::Log(format!(
+                self.emit(Output::Log(format!(
                     "compacted database {name}: {size} bytes -> {} bytes",
                     snap.len()
                 )));
             }
-            Err(err) => self.out.push(Output::Log(format!(
+            Err(err) => self.emit(Output::Log(format!(
                 "compacting database {name} failed: {err}"
             ))),
         }
+    }
+
+    /// Let compactions write their file outside the core: they are then handed out by
+    /// [`Core::poll_compaction`] (for storages that can, see [`Storage::begin_replace`]) and
+    /// must be finished with [`Core::finish_compaction`]. Off by default: compaction then
+    /// happens inside the call that commits.
+    pub fn set_background_compaction(&mut self, on: bool) {
+        self.background_compaction = on;
+    }
+
+    /// A compaction to run outside the core ([`CompactionTask::run`]), if one is due.
+    pub fn poll_compaction(&mut self) -> Option<CompactionTask> {
+        self.compactions.pop()
+    }
+
+    /// Install the result of a [`CompactionTask`]: the storage appends what was committed
+    /// since the snapshot and swaps the new file in; on any error the old file stays in use.
+    pub fn finish_compaction(&mut self, done: CompactionDone) {
+        let Some(e) = self.dbs.get_mut(done.db) else {
+            return;
+        };
+        if e.compacting.as_ref().map(|r| r.id) != Some(done.id) {
+            return self.emit(Output::Log(format!(
+                "compaction of database {} finished after the database went away",
+                done.name
+            )));
+        }
+        let Some(running) = e.compacting.take() else {
+            return;
+        };
+        let name = done.name;
+        let msg = match (done.result, &mut e.storage) {
+            (Err(err), _) => format!("compacting database {name} failed: {err}"),
+            (Ok(_), None) => format!("compacting database {name} failed: it has no storage"),
+            (Ok(snap), Some(st)) => {
+                let before = st.size();
+                match st.finish_replace(done.job, &running.tail) {
+                    Ok(()) => {
+                        e.snapshot_size = snap;
+                        format!(
+                            "compacted database {name}: {before} bytes -> {} bytes",
+                            st.size()
+                        )
+                    }
+                    Err(err) => format!("compacting database {name} failed: {err}"),
+                }
+            }
+        };
+        self.emit(Output::Log(msg));
     }
 
     /// Compact every database now (e.g. on operator request).
@@ -587,35 +735,40 @@ impl Core {
         }
     }
 
-    fn publish(&mut self, dbi: usize, delta: &TxnDelta, txn_id: Uuid) {
+    fn publish(&mut self, dbi: usize, delta: &Arc<TxnDelta>, txn_id: Uuid) {
         let schema = self.dbs[dbi].db.schema.clone();
+        if self.dbs[dbi].specs.is_none() {
+            let monitors = self
+                .sessions
+                .values()
+                .flat_map(|s| s.monitors.values())
+                .filter(|m| m.db == dbi)
+                .map(|m| (m.key.as_str(), &m.monitor));
+            self.dbs[dbi].specs = Some(echo::Specs::build(schema.tables.len(), monitors));
+        }
+        let Some(specs) = &self.dbs[dbi].specs else {
+            return;
+        };
+        if specs.monitors.is_empty() {
+            return;
+        }
+        // Which specs may report which changes: through the condition index, once per spec.
+        let echoes = specs.echoes(&schema, delta);
         let txn = json!(txn_id.to_string()).to_string();
-        // Monitors with the same spec get the same updates: compute and serialise them once.
-        let mut cache: hashbrown::HashMap<&str, Option<Vec<u8>>> = hashbrown::HashMap::new();
         for (sid, s) in &self.sessions {
             for m in s.monitors.values() {
                 if m.db != dbi {
                     continue;
                 }
-                let updates = cache.entry(m.key.as_str()).or_insert_with(|| {
-                    m.monitor
-                        .updates(&schema, delta)
-                        .map(|u| u.to_string().into_bytes())
-                });
-                let Some(updates) = updates else { continue };
-                let id = m.id.to_string();
-                let bytes = match m.monitor.version {
-                    MonitorVersion::V1 => {
-                        notification_bytes_raw("update", &[id.as_bytes(), updates])
-                    }
-                    MonitorVersion::V2 => {
-                        notification_bytes_raw("update2", &[id.as_bytes(), updates])
-                    }
-                    MonitorVersion::V3 => {
-                        notification_bytes_raw("update3", &[id.as_bytes(), txn.as_bytes(), updates])
-                    }
+                let Some(Some(e)) = specs
+                    .by_key
+                    .get(m.key.as_str())
+                    .map(|&k| &echoes[k as usize])
+                else {
+                    continue;
                 };
-                self.out.push(Output::Send(*sid, bytes));
+                let u = echo::pending(e, m.monitor.version, m.id.to_string(), &txn);
+                self.out.push(ShellOutput::Update(*sid, u));
             }
         }
     }
@@ -714,9 +867,10 @@ impl Core {
                     db: dbi,
                     id: params[1].clone(),
                     key: monitor.spec_key(),
-                    monitor,
+                    monitor: Arc::new(monitor),
                 },
             );
+            self.dbs[dbi].specs = None;
         }
         self.reply(sid, &id, &result);
     }
@@ -739,8 +893,10 @@ impl Core {
             s.monitors.insert(old_id.to_string(), entry);
             return self.error(sid, id, json!("duplicate monitor ID"));
         }
-        let db = &self.dbs[entry.db];
-        let changed = entry.monitor.change_conditions(&db.db, reqs);
+        let db = &mut self.dbs[entry.db];
+        // The old spec may be shared by pending updates: change a copy.
+        let changed = Arc::make_mut(&mut entry.monitor).change_conditions(&db.db, reqs);
+        db.specs = None;
         let last_txn = db.last_txn;
         match changed {
             Err(e) => {
@@ -774,7 +930,10 @@ impl Core {
             .get_mut(&sid)
             .and_then(|s| s.monitors.remove(&mid.to_string()));
         match removed {
-            Some(_) => self.reply(sid, &id, &json!({})),
+            Some(m) => {
+                self.dbs[m.db].specs = None;
+                self.reply(sid, &id, &json!({}))
+            }
             None => self.error(sid, id, json!("unknown monitor")),
         }
     }

@@ -38,7 +38,7 @@ fn sent(c: &mut Core, sid: SessionId) -> Vec<Value> {
     for o in all {
         match o {
             Output::Send(s, b) if s == sid => mine.push(serde_json::from_slice(&b).unwrap()),
-            other => c.out.push(other),
+            other => c.out.push(ShellOutput::Output(other)),
         }
     }
     mine
@@ -518,6 +518,173 @@ fn file_records_carry_column_diffs_unless_disabled() {
         } else {
             assert!(last.get("_is_diff").is_none(), "{last}");
             assert_eq!(row["m"], json!(["map", [["k", "2"], ["x", "1"]]]));
+        }
+    }
+}
+
+fn updates_for(outs: &[ShellOutput], sid: SessionId) -> Vec<PendingUpdate> {
+    outs.iter()
+        .filter_map(|o| match o {
+            ShellOutput::Update(s, u) if *s == sid => Some(u.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn names_in_update(u: &PendingUpdate) -> std::collections::BTreeSet<String> {
+    let v: Value = serde_json::from_slice(&u.encode().unwrap()).unwrap();
+    v["params"][1]["S"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|r| r["insert"]["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// A big transaction's echo is not made under the core: the core has returned, and answers a
+/// small transaction from another client, before the big update's text exists; the big update,
+/// encoded afterwards by its sender, is complete, and the monitor gets the two in commit order.
+#[test]
+fn a_small_transaction_is_answered_while_a_big_echo_is_still_unwritten() {
+    let mut c = core();
+    let (a, b, w) = (c.connect(now(0)), c.connect(now(0)), c.connect(now(0)));
+    req(
+        &mut c,
+        a,
+        "monitor_cond",
+        json!(["T", "ma", {"S": [{"columns": ["name"]}]}]),
+        1,
+    );
+    sent(&mut c, a);
+    let n = 5000;
+    let mut ops = vec![json!("T")];
+    ops.extend(
+        (0..n).map(|i| json!({"op": "insert", "table": "S", "row": {"name": format!("r{i}")}})),
+    );
+    req(&mut c, b, "transact", Value::Array(ops), 2);
+    let first: Vec<ShellOutput> = c.poll_shell_output().collect();
+    let big = updates_for(&first, a);
+    assert_eq!(big.len(), 1, "{first:?}");
+    assert!(
+        !big[0].is_encoded(),
+        "the big echo was encoded under the core"
+    );
+
+    // Another client's small transaction is committed and answered meanwhile.
+    req(
+        &mut c,
+        w,
+        "transact",
+        json!(["T", {"op": "insert", "table": "S", "row": {"name": "small"}}]),
+        3,
+    );
+    let second: Vec<ShellOutput> = c.poll_shell_output().collect();
+    let reply = second
+        .iter()
+        .find_map(|o| match o {
+            ShellOutput::Output(Output::Send(s, bytes)) if *s == w => {
+                Some(serde_json::from_slice::<Value>(bytes).unwrap())
+            }
+            _ => None,
+        })
+        .expect("the small transaction is answered");
+    assert_eq!(reply["id"], 3);
+    assert!(reply["result"][0]["uuid"].is_array(), "{reply}");
+    assert!(!big[0].is_encoded(), "answering it needed the big echo");
+
+    // The big echo, written now, is complete; then comes the small one.
+    let got = names_in_update(&big[0]);
+    let want: std::collections::BTreeSet<String> = (0..n).map(|i| format!("r{i}")).collect();
+    assert_eq!(got, want);
+    let small = updates_for(&second, a);
+    assert_eq!(small.len(), 1);
+    assert_eq!(names_in_update(&small[0]), ["small".to_string()].into());
+}
+
+/// Compaction's snapshot is written by a task that needs nothing of the core (transactions
+/// commit while it has not run, and between its run and its installation), and a crash at any
+/// point of the replacement leaves a file that loads with every committed transaction.
+#[test]
+fn background_compaction_keeps_every_commit_and_survives_a_crash_anywhere() {
+    use crate::storage::CrashPoint;
+    let crashes = std::iter::once(None).chain(CrashPoint::ALL.map(Some));
+    for crash in crashes {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        crate::storage::create(&path, SCHEMA).unwrap();
+        let loaded = crate::storage::open(&path, 1, 100).unwrap();
+        let mut storage = loaded.storage;
+        if let Some(p) = crash {
+            storage.inject_crash(p);
+        }
+        let mut c = Core::new(
+            Config {
+                compact_min_bytes: 4000,
+                ..Config::default()
+            },
+            7,
+        );
+        c.set_background_compaction(true);
+        c.add_database(loaded.db, Some(Box::new(storage)), loaded.history)
+            .unwrap();
+        let s = c.connect(now(0));
+        let mut i = 0;
+        let task = loop {
+            insert(&mut c, s, &format!("n{i}"), i);
+            i += 1;
+            if let Some(t) = c.poll_compaction() {
+                break t;
+            }
+            assert!(i < 1000, "no compaction became due");
+        };
+        // Commits go on while the snapshot is being written...
+        for _ in 0..5 {
+            insert(&mut c, s, &format!("n{i}"), i);
+            i += 1;
+        }
+        let done = task.run();
+        // ... and between the write and the swap.
+        insert(&mut c, s, &format!("n{i}"), i);
+        i += 1;
+        c.finish_compaction(done);
+        let logs: Vec<String> = c
+            .poll_output()
+            .filter_map(|o| match o {
+                Output::Log(l) => Some(l),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(logs.len(), 1, "{logs:?}");
+        if crash.is_none() {
+            assert!(logs[0].starts_with("compacted database T"), "{logs:?}");
+            // After the swap, appends go to the new file.
+            insert(&mut c, s, &format!("n{i}"), i);
+            i += 1;
+        } else {
+            assert!(logs[0].contains("injected crash"), "{logs:?}");
+        }
+        let names = |db: &Database| -> std::collections::BTreeSet<String> {
+            let Ok(hf_ovsdb::ColumnRef::User(ci)) = db.schema.tables[0].column_ref("name") else {
+                panic!("no name column");
+            };
+            db.tables[0]
+                .rows
+                .values()
+                .map(|r| r.cols[ci].first().unwrap().as_str().unwrap().to_string())
+                .collect()
+        };
+        let want: std::collections::BTreeSet<String> = (0..i).map(|k| format!("n{k}")).collect();
+        assert_eq!(names(c.database("T").unwrap()), want);
+        drop(c);
+        let reopened = crate::storage::open(&path, 1, 100)
+            .unwrap_or_else(|e| panic!("crash at {crash:?}: the file does not load: {e}"));
+        assert_eq!(names(&reopened.db), want, "crash at {crash:?}");
+        let records = hf_ovsdb::file::RecordReader::new(&std::fs::read(&path).unwrap()).count();
+        match crash {
+            // Schema, snapshot, the six commits of the tail, the one after the swap.
+            None => assert_eq!(records, 2 + 6 + 1),
+            Some(CrashPoint::Renamed) => assert_eq!(records, 2 + 6),
+            Some(_) => assert_eq!(records, 1 + want.len()),
         }
     }
 }
