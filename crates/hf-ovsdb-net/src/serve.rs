@@ -508,6 +508,22 @@ fn fmt_ip(ip: std::net::IpAddr) -> String {
     }
 }
 
+/// A session's message as its writer's chunk and the bytes it counts in the backlog; other
+/// outputs as they are.
+fn to_chunk(o: ShellOutput) -> Result<(SessionId, Chunk, usize), Output> {
+    match o {
+        ShellOutput::Output(Output::Send(sid, bytes)) => {
+            let n = bytes.len();
+            Ok((sid, Chunk::Bytes(bytes), n))
+        }
+        ShellOutput::Update(sid, u) => {
+            let n = u.size_hint();
+            Ok((sid, Chunk::Update(u), n))
+        }
+        ShellOutput::Output(o) => Err(o),
+    }
+}
+
 /// Deliver the core's outputs.
 fn dispatch(st: &mut State, opts: &ServeOptions) {
     let outputs: Vec<ShellOutput> = st.core.poll_shell_output().collect();
@@ -516,42 +532,32 @@ fn dispatch(st: &mut State, opts: &ServeOptions) {
     }
     let mut dropped = Vec::new();
     for o in outputs {
-        let (sid, chunk, n) = match o {
-            ShellOutput::Output(Output::Send(sid, bytes)) => {
-                let n = bytes.len();
-                (sid, Chunk::Bytes(bytes), n)
-            }
-            ShellOutput::Update(sid, u) => {
-                let n = u.size_hint();
-                (sid, Chunk::Update(u), n)
-            }
-            ShellOutput::Output(Output::Close(sid, reason)) => {
+        let (sid, chunk, n) = match to_chunk(o) {
+            Ok(c) => c,
+            Err(Output::Close(sid, reason)) => {
                 tracing::info!("session {sid}: closing: {reason}");
                 dropped.push(sid);
                 continue;
             }
-            ShellOutput::Output(Output::Log(line)) => {
+            Err(Output::Log(line)) => {
                 tracing::warn!("{line}");
                 continue;
             }
+            Err(Output::Send(..)) => continue,
         };
-        {
-            {
-                let Some(c) = st.conns.get(&sid) else {
-                    continue;
-                };
-                let queued = c.backlog.fetch_add(n, Ordering::AcqRel) + n;
-                if queued > opts.max_backlog {
-                    tracing::warn!(
-                        "session {sid}: {queued} bytes queued exceed the {}-byte backlog limit; disconnecting the slow reader",
-                        opts.max_backlog
-                    );
-                    dropped.push(sid);
-                    continue;
-                }
-                let _ = c.tx.send(chunk);
-            }
+        let Some(c) = st.conns.get(&sid) else {
+            continue;
+        };
+        let queued = c.backlog.fetch_add(n, Ordering::AcqRel) + n;
+        if queued > opts.max_backlog {
+            tracing::warn!(
+                "session {sid}: {queued} bytes queued exceed the {}-byte backlog limit; disconnecting the slow reader",
+                opts.max_backlog
+            );
+            dropped.push(sid);
+            continue;
         }
+        let _ = c.tx.send(chunk);
     }
     for sid in dropped {
         if let Some(c) = st.conns.remove(&sid) {
@@ -563,16 +569,8 @@ fn dispatch(st: &mut State, opts: &ServeOptions) {
     // Disconnects can queue lock hand-overs for others.
     let again: Vec<ShellOutput> = st.core.poll_shell_output().collect();
     for o in again {
-        let (sid, chunk, n) = match o {
-            ShellOutput::Output(Output::Send(sid, bytes)) => {
-                let n = bytes.len();
-                (sid, Chunk::Bytes(bytes), n)
-            }
-            ShellOutput::Update(sid, u) => {
-                let n = u.size_hint();
-                (sid, Chunk::Update(u), n)
-            }
-            _ => continue,
+        let Ok((sid, chunk, n)) = to_chunk(o) else {
+            continue;
         };
         if let Some(c) = st.conns.get(&sid) {
             c.backlog.fetch_add(n, Ordering::AcqRel);
