@@ -12,6 +12,12 @@
 //! never reads cannot make the server buffer replies without bound); above `max_backlog` (monitor
 //! updates caused by other clients keep coming) the connection is dropped, as a client that far
 //! behind must resync anyway.
+//!
+//! Outside the core's lock: monitor updates are encoded by each connection's writer (a large
+//! one on a blocking thread; sessions with the same monitor spec share one encoding), and
+//! compactions write and sync their new file on a blocking thread, then swap it in under the
+//! lock (see [`crate::server`]). A monitor update's backlog size is an estimate made before it
+//! is encoded (a row count times a typical row's size).
 // The I/O shell is where the clock is read and tasks are spawned.
 #![allow(clippy::disallowed_methods)]
 

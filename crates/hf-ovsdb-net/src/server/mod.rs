@@ -7,6 +7,13 @@
 //! [`Core::handle`]; call [`Core::tick`] at or after [`Core::poll_timeout`]; after every call
 //! drain [`Core::poll_output`]; call [`Core::disconnect`] when a connection ends. Time is
 //! monotonic milliseconds plus wall-clock milliseconds (for file records only).
+//!
+//! Big transactions: a commit decides which monitors may report which rows through an index
+//! over their conditions ([`hf_ovsdb::cond_index`]) and queues the updates unencoded; a shell
+//! that drains [`Core::poll_shell_output`] instead encodes them outside its lock on the core
+//! ([`PendingUpdate`]), so other clients' requests are answered meanwhile. With
+//! [`Core::set_background_compaction`], compaction's file is written outside the core too
+//! ([`Core::poll_compaction`], [`Core::finish_compaction`]).
 
 mod admin;
 mod compact;
