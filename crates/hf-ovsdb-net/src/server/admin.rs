@@ -46,6 +46,13 @@ impl Core {
         for dbi in targets {
             let e = &mut self.dbs[dbi];
             let db_name = e.db.schema.name.clone();
+            if e.compacting.is_some() {
+                // Its new file is being written; replacing the file now would race with it.
+                return Err(CompactError::Io(
+                    db_name,
+                    "a background compaction of it is running; ask again when it has finished (see the log)".into(),
+                ));
+            }
             let Some(st) = &mut e.storage else {
                 // `_Server` (and in-memory databases) have no file: nothing to compact.
                 continue;

@@ -733,10 +733,21 @@ impl Core {
     pub fn compact_all(&mut self, now: Now) {
         for dbi in 1..self.dbs.len() {
             let e = &mut self.dbs[dbi];
+            let name = e.db.schema.name.clone();
+            if e.compacting.is_some() {
+                // Its new file is being written; replacing the file now would race with it.
+                self.emit(Output::Log(format!(
+                    "database {name} is being compacted in the background already"
+                )));
+                continue;
+            }
             if let Some(st) = &mut e.storage {
                 let snap = snapshot_file(&e.db, now.wall_ms);
-                if st.replace(&snap).is_ok() {
-                    e.snapshot_size = snap.len() as u64;
+                match st.replace(&snap) {
+                    Ok(()) => e.snapshot_size = snap.len() as u64,
+                    Err(err) => self.emit(Output::Log(format!(
+                        "compacting database {name} failed: {err}"
+                    ))),
                 }
             }
         }
