@@ -120,9 +120,9 @@ fn slow_readers_are_bounded() {
     // happens on a loaded, managed machine (seen here as "read: Interrupted system call" in
     // the differential test of the same binary). `recv` now retries EINTR. A second,
     // load-dependent limit: the 20-second read timeout, against the one long stall in this
-    // test, the compaction at about the 2,500th insert (a 10 MB snapshot written and fsynced
-    // under the core lock; ~100 ms unloaded against ~2 ms per insert, see "slowest insert"),
-    // which under heavy I/O can be far longer. So the writer waits as long as its connection
+    // test, the compaction at about the 2,500th insert (a 10 MB snapshot; since session 7 it is
+    // written and fsynced off the core lock, but the swap still appends and fsyncs the commits
+    // made meanwhile under it, docs/db-scale.md), which under heavy I/O can be far longer. So the writer waits as long as its connection
     // is open (the read timeout is only a hang guard), a failure says whether the server
     // closed it or it timed out, and it answers echo probes as every OVSDB client must.
     let mut w = Rpc::connect(&addr);
