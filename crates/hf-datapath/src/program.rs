@@ -93,13 +93,17 @@ struct LevelCheck {
 /// The program's feature level: `None` for every feature; an unknown level is structural
 /// (the program is rejected, naming the known levels).
 fn level_of(msg: &ProgramMsg) -> Result<Option<LevelCheck>, String> {
-    match &msg.feature_level {
+    level_named(msg.feature_level.as_deref())
+}
+
+fn level_named(level: Option<&str>) -> Result<Option<LevelCheck>, String> {
+    match level {
         None => Ok(None),
         Some(l) => FeatureSet::parse(l)
             .map(|set| {
                 Some(LevelCheck {
                     set,
-                    name: l.clone(),
+                    name: l.to_string(),
                 })
             })
             .map_err(|e| format!("program feature level \"{l}\": {e}")),
@@ -247,6 +251,8 @@ pub struct SpecCache {
     /// The feature level of the program the cached flows were parsed for (`None`: nothing
     /// compiled yet). Another level parses every flow again.
     level: Option<Option<String>>,
+    /// The datapaths whose flows the last successful compile parsed (not taken from here).
+    parsed: Vec<String>,
 }
 
 /// A spec built with a [`SpecCache`], waiting for [`SpecCache::compile`].
@@ -300,6 +306,12 @@ impl SpecCache {
         self.valid
     }
 
+    /// The datapaths (names) whose flows the last successful compile through this cache parsed
+    /// again, in program order: the ones it did not take from here.
+    pub fn last_parsed(&self) -> &[String] {
+        &self.parsed
+    }
+
     /// Forgets everything (the running program was replaced another way).
     pub fn clear(&mut self) {
         self.dps.clear();
@@ -323,8 +335,30 @@ impl SpecCache {
             old.clear();
             was_valid = true;
         }
-        let built = build_spec(msg, local, Some(&mut old))?;
+        let built = build_spec(msg, local, Some(&mut old), None)?;
         Ok(CachedSpec { built, was_valid })
+    }
+
+    /// [`SpecCache::build`] for a program known to differ from the cached one only in the
+    /// flows of the datapaths `may_differ` names (a delta's changed and added datapaths): the
+    /// others take their cached specs without comparing their flows. When the cache does not
+    /// hold the previous program (or the feature level changed) this is [`SpecCache::build`].
+    pub fn build_knowing(
+        &mut self,
+        msg: &ProgramMsg,
+        local: &BTreeMap<String, u32>,
+        may_differ: &BTreeSet<String>,
+    ) -> Result<CachedSpec, String> {
+        if !self.valid || self.level.as_ref() != Some(&msg.feature_level) {
+            return self.build(msg, local);
+        }
+        self.valid = false;
+        let mut old = std::mem::take(&mut self.dps);
+        let built = build_spec(msg, local, Some(&mut old), Some(may_differ))?;
+        Ok(CachedSpec {
+            built,
+            was_valid: true,
+        })
     }
 
     /// Compiles a spec from [`SpecCache::build`] (the same `msg`), sharing tables with `prev`
@@ -351,10 +385,31 @@ impl SpecCache {
         prev_msg: Option<&ProgramMsg>,
         changed: &[&str],
     ) -> Result<Compiled, String> {
+        self.compile_prev(msg, built, prev, PrevProgram::from_msg(prev_msg), changed)
+    }
+
+    /// [`SpecCache::compile_holding`] with the previous program as a [`PrevProgram`].
+    pub fn compile_prev(
+        &mut self,
+        msg: &ProgramMsg,
+        built: CachedSpec,
+        prev: Option<&Program>,
+        prev_msg: PrevProgram<'_>,
+        changed: &[&str],
+    ) -> Result<Compiled, String> {
         let mut names: Vec<String> = changed.iter().map(|s| s.to_string()).collect();
         if let Some(c) = built.changed() {
             names.extend(c.into_iter().map(str::to_string));
         }
+        let parsed: Vec<String> = built
+            .built
+            .spec
+            .datapaths
+            .iter()
+            .zip(&built.built.meta)
+            .filter(|(_, (hit, _))| !hit)
+            .map(|(d, _)| d.name.clone())
+            .collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let Built {
             spec,
@@ -385,11 +440,70 @@ impl SpecCache {
         }
         self.valid = true;
         self.level = Some(msg.feature_level.clone());
+        self.parsed = parsed;
         Ok(Compiled {
             program: prog,
             errors: reported,
             held,
         })
+    }
+}
+
+/// The program the running one was compiled from, for holding a datapath at the flows it ran
+/// ([`Compiled::held`]).
+#[derive(Debug, Clone, Copy)]
+pub enum PrevProgram<'a> {
+    /// None (nothing is held).
+    None,
+    /// This message.
+    Msg(&'a ProgramMsg),
+    /// The running message changed in place by a delta: `now` is the result, `undo` holds what
+    /// the delta replaced.
+    Delta {
+        /// The message after the delta.
+        now: &'a ProgramMsg,
+        /// What the delta replaced.
+        undo: &'a crate::delta::Undo,
+    },
+}
+
+impl<'a> PrevProgram<'a> {
+    fn from_msg(m: Option<&'a ProgramMsg>) -> PrevProgram<'a> {
+        m.map_or(PrevProgram::None, PrevProgram::Msg)
+    }
+
+    fn is_none(&self) -> bool {
+        matches!(self, PrevProgram::None)
+    }
+
+    /// The flows datapath `name` ran, if it ran.
+    pub fn flows_of(&self, name: &str) -> Option<&'a [FlowMsg]> {
+        let find = |m: &'a ProgramMsg| {
+            m.datapaths
+                .iter()
+                .find(|d| d.name == name)
+                .map(|d| d.flows.as_slice())
+        };
+        match *self {
+            PrevProgram::None => None,
+            PrevProgram::Msg(m) => find(m),
+            PrevProgram::Delta { now, undo } => match undo.prev_flows(name) {
+                crate::delta::PrevFlows::Same => find(now),
+                crate::delta::PrevFlows::Absent => None,
+                crate::delta::PrevFlows::Were(f) => Some(f),
+            },
+        }
+    }
+
+    /// Its feature level.
+    fn level(&self) -> Option<LevelCheck> {
+        match *self {
+            PrevProgram::None => None,
+            PrevProgram::Msg(m) => level_of(m).ok().flatten(),
+            PrevProgram::Delta { undo, .. } => {
+                level_named(undo.prev_feature_level()).ok().flatten()
+            }
+        }
     }
 }
 
@@ -490,6 +604,7 @@ fn build_spec(
     msg: &ProgramMsg,
     local: &BTreeMap<String, u32>,
     mut old: Option<&mut HashMap<String, ParsedDp>>,
+    may_differ: Option<&BTreeSet<String>>,
 ) -> Result<Built, String> {
     check_zones(msg)?;
     let level = level_of(msg)?;
@@ -547,7 +662,12 @@ fn build_spec(
         let cached = old
             .as_deref_mut()
             .and_then(|c| c.remove(&d.name))
-            .filter(|c| c.matches(&d.flows));
+            .filter(|c| {
+                // Known unchanged (and of the same length, a cheap guard): not compared.
+                let trusted = may_differ
+                    .is_some_and(|m| !m.contains(&d.name) && c.flows.len() == d.flows.len());
+                trusted || c.matches(&d.flows)
+            });
         let flows = match cached {
             Some(c) => {
                 for (fi, u) in c.used.iter().enumerate() {
@@ -686,7 +806,7 @@ pub fn to_spec(
     msg: &ProgramMsg,
     local: &BTreeMap<String, u32>,
 ) -> Result<(ProgramSpec, Vec<FlowErrorMsg>), String> {
-    build_spec(msg, local, None).map(|b| (b.spec, b.errors))
+    build_spec(msg, local, None, None).map(|b| (b.spec, b.errors))
 }
 
 fn error_msg(e: &FlowError, kept: bool) -> FlowErrorMsg {
@@ -734,9 +854,17 @@ pub fn compile_changed(
     prev: Option<&Program>,
     changed: &[&str],
 ) -> Result<(Program, Vec<FlowErrorMsg>), String> {
-    let b = build_spec(msg, local, None)?;
-    compile_built(msg, b.spec, b.origins, b.errors, prev, None, changed)
-        .map(|o| (o.prog, o.reported))
+    let b = build_spec(msg, local, None, None)?;
+    compile_built(
+        msg,
+        b.spec,
+        b.origins,
+        b.errors,
+        prev,
+        PrevProgram::None,
+        changed,
+    )
+    .map(|o| (o.prog, o.reported))
 }
 
 /// What [`compile_built`] returns besides the program and the errors.
@@ -777,7 +905,7 @@ fn compile_built(
     origins: Origins,
     mut reported: Vec<FlowErrorMsg>,
     prev: Option<&Program>,
-    prev_msg: Option<&ProgramMsg>,
+    prev_msg: PrevProgram<'_>,
     changed: &[&str],
 ) -> Result<CompileOutcome, String> {
     let level = level_of(msg)?;
@@ -860,19 +988,16 @@ fn compile_built(
         .filter_map(|(pos, _, _)| pos.map(|(di, _)| di))
         .collect();
     let mut held: BTreeSet<usize> = BTreeSet::new();
-    if !msg.no_last_good
-        && !language.is_empty()
-        && let Some(old) = prev_msg
-    {
-        let old_level = level_of(old).ok().flatten();
+    if !msg.no_last_good && !language.is_empty() && !prev_msg.is_none() {
+        let old_level = prev_msg.level();
         // The flows as they ran: at this program's level when it has one.
         let lvl = level.as_ref().or(old_level.as_ref());
         for &di in &language {
             let name = &spec.datapaths[di].name;
-            if let Some(od) = old.datapaths.iter().find(|d| &d.name == name)
+            if let Some(old_flows) = prev_msg.flows_of(name)
                 && held.insert(di)
             {
-                spec.datapaths[di].flows = od.flows.iter().map(|f| ran_spec(f, lvl)).collect();
+                spec.datapaths[di].flows = old_flows.iter().map(|f| ran_spec(f, lvl)).collect();
                 dps.insert(di);
             }
         }
