@@ -175,6 +175,9 @@ pub struct Datapath {
     /// `program` are those, not what the controller sent): a delta cannot apply until a whole
     /// program comes.
     held: Vec<String>,
+    /// Of the last install's datapaths, how many share their compiled tables with the program
+    /// it replaced.
+    last_shared: usize,
     pub(crate) zones: BTreeMap<String, u16>,
     zones_changed: bool,
     /// Chassis id → tunnel IP (Geneve chassis of the program's table).
@@ -240,6 +243,7 @@ impl Datapath {
             spec_cache: crate::program::SpecCache::new(),
             flow_errors: Vec::new(),
             held: Vec::new(),
+            last_shared: 0,
             zones,
             zones_changed: false,
             tunnels: BTreeMap::new(),
@@ -574,6 +578,7 @@ impl Datapath {
                 ),
             );
         }
+        self.last_shared = prog.shared_datapaths(self.pipeline.program());
         self.pipeline.set_program(prog);
         self.tunnels = tunnels;
         self.no_tunnel = no_tunnel;
@@ -598,6 +603,12 @@ impl Datapath {
         self.forget_activations();
         self.sync_migrations(self.clock);
         errs
+    }
+
+    /// How many datapaths of the last installed program share their compiled tables with the
+    /// program it replaced ([`hf_pipeline::Program::shared_datapaths`]).
+    pub fn last_install_shared(&self) -> usize {
+        self.last_shared
     }
 
     /// The spec cache's view of the last compile (which datapaths were parsed again).

@@ -335,8 +335,13 @@ impl SpecCache {
             old.clear();
             was_valid = true;
         }
-        let built = build_spec(msg, local, Some(&mut old), None)?;
-        Ok(CachedSpec { built, was_valid })
+        match build_spec(msg, local, Some(&mut old), None) {
+            Ok(built) => Ok(CachedSpec { built, was_valid }),
+            Err(e) => {
+                self.restore(old, was_valid);
+                Err(e)
+            }
+        }
     }
 
     /// [`SpecCache::build`] for a program known to differ from the cached one only in the
@@ -354,11 +359,23 @@ impl SpecCache {
         }
         self.valid = false;
         let mut old = std::mem::take(&mut self.dps);
-        let built = build_spec(msg, local, Some(&mut old), Some(may_differ))?;
-        Ok(CachedSpec {
-            built,
-            was_valid: true,
-        })
+        match build_spec(msg, local, Some(&mut old), Some(may_differ)) {
+            Ok(built) => Ok(CachedSpec {
+                built,
+                was_valid: true,
+            }),
+            Err(e) => {
+                self.restore(old, true);
+                Err(e)
+            }
+        }
+    }
+
+    /// A build failed (the running program stays): the entries it had not used yet go back
+    /// (what it took out is parsed again next time, and counts as changed).
+    fn restore(&mut self, old: HashMap<String, ParsedDp>, was_valid: bool) {
+        self.dps = old;
+        self.valid = was_valid;
     }
 
     /// Compiles a spec from [`SpecCache::build`] (the same `msg`), sharing tables with `prev`
