@@ -730,6 +730,39 @@ fn a_port_add_travels_as_a_small_delta_and_runs_what_a_whole_program_gives() {
     }
 }
 
+/// A datapath that runs another program than the controller thinks (replaced behind its back,
+/// here by an import with another generation) answers the delta with BaseMismatch; the
+/// controller then sends the whole program, which installs.
+#[test]
+fn a_refused_delta_base_brings_the_whole_program() {
+    let mut net = two_chassis();
+    let t = net.t;
+    let mut s = net.chassis[0].dp.export_state(t);
+    if let Some(p) = s.program.as_mut() {
+        p.generation += 100;
+    }
+    net.chassis[0].dp.import_state(s, t).unwrap();
+    let s0 = net.ctl(0).stats().clone();
+    net.chassis[0]
+        .dp
+        .add_port("vm4", Some([0x0a, 0, 0, 1, 0, 9]));
+    net.nb(Value::Array(topology_port("ls0", "vm4", 14)));
+    net.advance(Duration::from_millis(500));
+    let s1 = net.ctl(0).stats();
+    assert_eq!(s1.deltas_refused - s0.deltas_refused, 1, "{s1:?}");
+    assert!(
+        s1.programs_pushed - s1.deltas_pushed > s0.programs_pushed - s0.deltas_pushed,
+        "no whole program followed: {s1:?}"
+    );
+    let p = net.chassis[0].dp.program().unwrap();
+    assert!(
+        p.datapaths
+            .iter()
+            .any(|d| d.ports.iter().any(|x| x.name == "vm4"))
+    );
+    assert_eq!(net.ctl(0).running_program(), Some(p));
+}
+
 fn topology_port(sw: &str, name: &str, n: u8) -> Vec<Value> {
     vec![
         json!({"op": "insert", "table": "Logical_Switch_Port", "uuid-name": "newp",
