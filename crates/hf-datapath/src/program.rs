@@ -1189,12 +1189,25 @@ mod tests {
         assert!(p4.datapath_shared_with(&p3, "sw0"));
         assert_eq!(e4.len(), 1);
         assert!(e4[0].kept_last_good);
-        // A structural error empties the cache: nothing is known afterwards.
+        // A structural error found while building keeps the cache (the running program
+        // stays, and the cache still holds its flows): the running message again is taken
+        // from it whole.
         let mut bad = m2.clone();
         bad.zones.insert("lsp/x".into(), 0);
         assert!(compile_cached(&bad, &local, Some(&p4), &mut cache, &[]).is_err());
-        assert!(!cache.is_valid());
-        assert_eq!(cache.build(&m2, &local).unwrap().changed(), None);
+        assert!(cache.is_valid());
+        assert_eq!(cache.build(&m2, &local).unwrap().changed(), Some(vec![]));
+        // An error found by the compiler (after the build took the entries out) empties it:
+        // nothing is known afterwards.
+        let mut cache2 = SpecCache::new();
+        let (p5, _) = compile_cached(&m2, &local, None, &mut cache2, &[]).unwrap();
+        let mut dup = m2.clone();
+        let mut second = dup.datapaths[0].clone();
+        second.name = "sw1".into();
+        dup.datapaths.push(second);
+        assert!(compile_cached(&dup, &local, Some(&p5), &mut cache2, &[]).is_err());
+        assert!(!cache2.is_valid());
+        assert_eq!(cache2.build(&m2, &local).unwrap().changed(), None);
     }
 
     #[test]
