@@ -81,7 +81,19 @@ enum Used {
 }
 
 /// Where each spec flow came from: (datapath index, flow index) → (message flow, text used).
-type Origins = BTreeMap<(usize, usize), (usize, Used)>;
+///
+/// Every message flow gives exactly one spec flow at its own index, so this is, per datapath,
+/// which text each flow's spec was built from (a vector, not a map: a program of 157k flows
+/// builds it on every install).
+#[derive(Debug, Default)]
+struct Origins(Vec<Vec<Used>>);
+
+impl Origins {
+    /// (message flow, text used) of spec flow `fi` of datapath `di`.
+    fn get(&self, &(di, fi): &(usize, usize)) -> Option<(usize, Used)> {
+        self.0.get(di)?.get(fi).map(|u| (fi, *u))
+    }
+}
 
 /// The language a program's flows may use ([`ProgramMsg::feature_level`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -632,9 +644,9 @@ fn build_spec(
         owner: Owner(msg.owner),
         ..ProgramSpec::default()
     };
-    let mut origins = Origins::new();
+    let mut origins = Origins::default();
     let mut errors = Vec::new();
-    for (di, d) in msg.datapaths.iter().enumerate() {
+    for d in &msg.datapaths {
         let kind = match d.router_zones {
             None => DatapathKind::Switch,
             Some((dnat_zone, snat_zone)) => DatapathKind::Router {
@@ -687,9 +699,7 @@ fn build_spec(
             });
         let flows = match cached {
             Some(c) => {
-                for (fi, u) in c.used.iter().enumerate() {
-                    origins.insert((di, fi), (fi, *u));
-                }
+                origins.0.push(c.used.clone());
                 errors.extend(c.syntax.iter().cloned());
                 hits.push(Some(CacheMeta {
                     used: c.used,
@@ -723,11 +733,12 @@ fn build_spec(
                             used = Used::LastGood;
                         }
                     }
-                    origins.insert((di, flows.len()), (mi, used));
+                    debug_assert_eq!(flows.len(), mi);
                     used_all.push(used);
                     flows.push(fs);
                 }
                 errors.extend(syntax.iter().cloned());
+                origins.0.push(used_all.clone());
                 hits.push(None);
                 misses.push(CacheMeta {
                     used: used_all,
@@ -935,7 +946,7 @@ fn compile_built(
     let mut retry = Vec::new();
     for e in &errs {
         if let Some((di, fi)) = locate(&spec, e)
-            && let Some(&(mi, Used::Primary)) = origins.get(&(di, fi))
+            && let Some((mi, Used::Primary)) = origins.get(&(di, fi))
             && let Some(lg) = &msg.datapaths[di].flows[mi].last_good
             && !msg.no_last_good
         {
@@ -1026,12 +1037,12 @@ fn compile_built(
         .filter(|pos| {
             origins
                 .get(pos)
-                .is_some_and(|&(mi, _)| is_security_stage(&msg.datapaths[pos.0].flows[mi].stage))
+                .is_some_and(|(mi, _)| is_security_stage(&msg.datapaths[pos.0].flows[mi].stage))
         })
         .copied()
         .collect();
     for &(di, fi) in &closing {
-        if let Some(&(mi, _)) = origins.get(&(di, fi)) {
+        if let Some((mi, _)) = origins.get(&(di, fi)) {
             spec.datapaths[di].flows[fi] = fail_closed_spec(&msg.datapaths[di].flows[mi]);
             dps.insert(di);
         }
