@@ -78,6 +78,8 @@ struct Net {
     northd: Option<NorthdNode>,
     chassis: Vec<Chassis>,
     routes: BTreeMap<SessionId, Target>,
+    /// Controllers send program deltas (`Tuning::program_deltas`).
+    deltas: bool,
 }
 
 fn replica_cfg(tables: Vec<TableSelect>) -> ReplicaConfig {
@@ -99,11 +101,16 @@ fn ctl_config(name: &str, ip: &str) -> ControllerConfig {
 }
 
 fn new_controller(name: &str, ip: &str, t: Duration) -> Controller {
+    new_controller_deltas(name, ip, t, true)
+}
+
+fn new_controller_deltas(name: &str, ip: &str, t: Duration, deltas: bool) -> Controller {
     Controller::with_tuning(
         ctl_config(name, ip),
         Tuning {
             probe_interval_ms: None,
             wall_offset_ms: WALL0,
+            program_deltas: deltas,
             ..Tuning::default()
         },
         t,
@@ -122,6 +129,7 @@ impl Net {
             northd: None,
             chassis: Vec::new(),
             routes: BTreeMap::from([(writer, Target::Writer)]),
+            deltas: true,
         };
         net.nb(json!([{"op": "insert", "table": "NB_Global", "row": {}}]));
         net.sb(json!([{"op": "insert", "table": "SB_Global", "row": {}}]));
@@ -180,7 +188,7 @@ impl Net {
             IpAddr::V6(a) => a.to_string(),
         };
         let c = &mut self.chassis[i];
-        let mut ctl = new_controller(&c.name, &ip, self.t);
+        let mut ctl = new_controller_deltas(&c.name, &ip, self.t, self.deltas);
         c.dp.handle_control_connected(self.t);
         ctl.handle_dp_connected(self.t);
         c.ctl = Some(ctl);
@@ -500,7 +508,12 @@ fn topology_ops() -> Value {
 
 /// hv1 (vm1) and hv2 (vm2, vm3, vm9) on the topology, settled.
 fn two_chassis() -> Net {
+    two_chassis_deltas(true)
+}
+
+fn two_chassis_deltas(deltas: bool) -> Net {
     let mut net = Net::new();
+    net.deltas = deltas;
     net.nb(topology_ops());
     net.add_chassis("hv1", [192, 168, 0, 1], &["vm1"]);
     net.add_chassis("hv2", [192, 168, 0, 2], &["vm2", "vm3", "vm9"]);
@@ -665,6 +678,91 @@ fn nb_cfg_is_reported_after_install() {
     );
 }
 
+/// A port add travels as a delta (protocol version 4): every push after the first is one, its
+/// frame is a small fraction of the whole program's, and what the datapaths run afterwards is
+/// exactly what controllers sending whole programs give them (the same simulation without
+/// deltas).
+#[test]
+fn a_port_add_travels_as_a_small_delta_and_runs_what_a_whole_program_gives() {
+    let run = |deltas: bool| {
+        let mut net = two_chassis_deltas(deltas);
+        let s0 = net.ctl(0).stats().clone();
+        let whole = hf_datapath::proto::encode(&hf_datapath::proto::ToDatapath::Program(Box::new(
+            net.chassis[0].dp.program().unwrap().clone(),
+        )))
+        .unwrap()
+        .len() as u64;
+        net.chassis[0]
+            .dp
+            .add_port("vm4", Some([0x0a, 0, 0, 1, 0, 9]));
+        net.nb(Value::Array(topology_port("ls0", "vm4", 14)));
+        net.advance(Duration::from_millis(500));
+        (net, s0, whole)
+    };
+    let (a, s0, whole) = run(true);
+    let s = a.ctl(0).stats();
+    let pushed = s.programs_pushed - s0.programs_pushed;
+    assert!(pushed >= 1, "{s:?}");
+    assert_eq!(s.deltas_pushed - s0.deltas_pushed, pushed, "{s:?}");
+    assert_eq!(s.deltas_refused, 0, "{s:?}");
+    assert!(
+        s.last_push_bytes > 0 && s.last_push_bytes * 4 < whole,
+        "delta of {} bytes against a whole program of {whole}",
+        s.last_push_bytes
+    );
+    let p = a.chassis[0].dp.program().unwrap();
+    assert!(p.datapaths.iter().any(|d| {
+        d.ports.iter().any(|x| {
+            x.name == "vm4" && x.location == hf_datapath::proto::LocationMsg::Local("vm4".into())
+        })
+    }));
+    assert_eq!(a.ctl(0).running_program(), Some(p));
+    let (b, ..) = run(false);
+    assert_eq!(b.ctl(0).stats().deltas_pushed, 0);
+    for i in 0..2 {
+        assert_eq!(
+            a.chassis[i].dp.program(),
+            b.chassis[i].dp.program(),
+            "{}: the program after deltas differs from the whole programs'",
+            a.chassis[i].name
+        );
+        assert_eq!(a.chassis[i].dp.zones(), b.chassis[i].dp.zones());
+    }
+}
+
+/// A datapath that runs another program than the controller thinks (replaced behind its back,
+/// here by an import with another generation) answers the delta with BaseMismatch; the
+/// controller then sends the whole program, which installs.
+#[test]
+fn a_refused_delta_base_brings_the_whole_program() {
+    let mut net = two_chassis();
+    let t = net.t;
+    let mut s = net.chassis[0].dp.export_state(t);
+    if let Some(p) = s.program.as_mut() {
+        p.generation += 100;
+    }
+    net.chassis[0].dp.import_state(s, t).unwrap();
+    let s0 = net.ctl(0).stats().clone();
+    net.chassis[0]
+        .dp
+        .add_port("vm4", Some([0x0a, 0, 0, 1, 0, 9]));
+    net.nb(Value::Array(topology_port("ls0", "vm4", 14)));
+    net.advance(Duration::from_millis(500));
+    let s1 = net.ctl(0).stats();
+    assert_eq!(s1.deltas_refused - s0.deltas_refused, 1, "{s1:?}");
+    assert!(
+        s1.programs_pushed - s1.deltas_pushed > s0.programs_pushed - s0.deltas_pushed,
+        "no whole program followed: {s1:?}"
+    );
+    let p = net.chassis[0].dp.program().unwrap();
+    assert!(
+        p.datapaths
+            .iter()
+            .any(|d| d.ports.iter().any(|x| x.name == "vm4"))
+    );
+    assert_eq!(net.ctl(0).running_program(), Some(p));
+}
+
 fn topology_port(sw: &str, name: &str, n: u8) -> Vec<Value> {
     vec![
         json!({"op": "insert", "table": "Logical_Switch_Port", "uuid-name": "newp",
@@ -704,6 +802,7 @@ fn restart_with_the_same_datapath_pushes_nothing_and_keeps_zones() {
     let c = net.ctl(0);
     assert!(c.dp_ready() && c.sb_synced());
     assert_eq!(c.stats().programs_pushed, 0, "{:?}", c.stats());
+    assert_eq!(c.stats().deltas_pushed, 0, "{:?}", c.stats());
     assert!(c.stats().programs_unchanged >= 1);
     assert_eq!(c.stats().flush_requests, 0);
     assert_eq!(net.chassis[0].dp.generation(), generation);

@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use crate::core::{Datapath, Level};
+use crate::core::{Datapath, DeltaRefusal, Level};
 use crate::proto::{Decoder, FromDatapath, PROTOCOL_VERSION, ToDatapath, encode_to};
 
 /// One controller session.
@@ -212,6 +212,34 @@ impl Datapath {
                 self.send(&FromDatapath::Exported(Box::new(s)))
             }
             ToDatapath::Ping { seq } => self.send(&FromDatapath::Pong { seq }),
+            ToDatapath::ProgramDelta(d) => {
+                let generation = d.generation;
+                match self.install_delta(&d) {
+                    Ok(flow_errors) => self.send(&FromDatapath::Installed {
+                        generation,
+                        flow_errors,
+                    }),
+                    Err(DeltaRefusal::Base(reason)) => {
+                        self.log(
+                            Level::Info,
+                            format!("program delta {generation} not applied: {reason}"),
+                        );
+                        self.send(&FromDatapath::BaseMismatch {
+                            generation,
+                            base: d.base,
+                            running: self.generation(),
+                            reason,
+                        })
+                    }
+                    Err(DeltaRefusal::Rejected(reason)) => {
+                        self.log(
+                            Level::Warn,
+                            format!("program {generation} (a delta) rejected: {reason}"),
+                        );
+                        self.send(&FromDatapath::Rejected { generation, reason })
+                    }
+                }
+            }
         }
     }
 
@@ -236,5 +264,6 @@ fn name_of(m: &ToDatapath) -> &'static str {
         ToDatapath::GetCounters => "GetCounters",
         ToDatapath::ExportState => "ExportState",
         ToDatapath::Ping { .. } => "Ping",
+        ToDatapath::ProgramDelta(_) => "ProgramDelta",
     }
 }

@@ -44,6 +44,15 @@ use crate::proto::{
     Counters, FlowErrorMsg, FromDatapath, LearnedNeighbour, LocalPort, ProgramMsg, StateExport,
 };
 
+/// Why [`Datapath::install_delta`] did not install a delta (nothing changed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeltaRefusal {
+    /// This datapath does not run the delta's base: the controller sends the whole program.
+    Base(String),
+    /// The result does not compile (a structural error); the previous program keeps running.
+    Rejected(String),
+}
+
 /// Events kept for the controller while none is connected.
 pub const MAX_PENDING: usize = 4096;
 
@@ -162,6 +171,13 @@ pub struct Datapath {
     /// The parsed flows of the running program (so an unchanged datapath is not parsed again).
     spec_cache: crate::program::SpecCache,
     pub(crate) flow_errors: Vec<FlowErrorMsg>,
+    /// Datapaths of the installed program held at flows they ran before (their flows in
+    /// `program` are those, not what the controller sent): a delta cannot apply until a whole
+    /// program comes.
+    held: Vec<String>,
+    /// Of the last install's datapaths, how many share their compiled tables with the program
+    /// it replaced.
+    last_shared: usize,
     pub(crate) zones: BTreeMap<String, u16>,
     zones_changed: bool,
     /// Chassis id → tunnel IP (Geneve chassis of the program's table).
@@ -226,6 +242,8 @@ impl Datapath {
             program: None,
             spec_cache: crate::program::SpecCache::new(),
             flow_errors: Vec::new(),
+            held: Vec::new(),
+            last_shared: 0,
             zones,
             zones_changed: false,
             tunnels: BTreeMap::new(),
@@ -437,6 +455,98 @@ impl Datapath {
                 d.flows = flows;
             }
         }
+        Ok(self.installed(msg, prog, errs, held))
+    }
+
+    /// Applies `delta` to the installed program and installs the result atomically: only the
+    /// datapaths it changes or adds are parsed and compiled again (the others share their
+    /// tables), and on any error the running program stays exactly as it was.
+    /// `Err(DeltaRefusal::Base)`: this datapath does not run the delta's base (no program,
+    /// another generation, a held datapath, or content the delta does not fit): the
+    /// controller sends the whole program. `Err(DeltaRefusal::Rejected)`: the result does
+    /// not compile (as a whole program's structural error).
+    pub fn install_delta(
+        &mut self,
+        delta: &crate::delta::ProgramDelta,
+    ) -> Result<Vec<FlowErrorMsg>, DeltaRefusal> {
+        let Some(mut msg) = self.program.take() else {
+            return Err(DeltaRefusal::Base(format!(
+                "program delta to generation {} is against generation {}, but no program runs \
+                 here; send the whole program",
+                delta.generation, delta.base
+            )));
+        };
+        if !self.held.is_empty() && delta.base == msg.generation {
+            let reason = format!(
+                "program delta to generation {} is against generation {}, whose datapath(s) {} \
+                 run earlier flows here (held); send the whole program",
+                delta.generation,
+                delta.base,
+                self.held.join(", ")
+            );
+            self.program = Some(msg);
+            return Err(DeltaRefusal::Base(reason));
+        }
+        let no_last_good_changed = msg.no_last_good != delta.no_last_good;
+        let applied = match crate::delta::apply_undoable(&mut msg, delta) {
+            Ok(a) => a,
+            Err(e) => {
+                self.program = Some(msg);
+                return Err(DeltaRefusal::Base(e.to_string()));
+            }
+        };
+        let may_differ: std::collections::BTreeSet<String> =
+            applied.changed.iter().cloned().collect();
+        let changed: Vec<&str> = applied.changed.iter().map(String::as_str).collect();
+        let local = self.port_ids();
+        let built = if no_last_good_changed {
+            self.spec_cache.build(&msg, &local)
+        } else {
+            self.spec_cache.build_knowing(&msg, &local, &may_differ)
+        };
+        let prev = crate::program::PrevProgram::Delta {
+            now: &msg,
+            undo: &applied.undo,
+        };
+        let compiled = built.and_then(|b| {
+            self.spec_cache
+                .compile_prev(&msg, b, Some(self.pipeline.program()), prev, &changed)
+        });
+        let crate::program::Compiled {
+            program: prog,
+            errors: errs,
+            held,
+        } = match compiled {
+            Ok(c) => c,
+            Err(e) => {
+                applied.undo.revert(&mut msg);
+                self.program = Some(msg);
+                return Err(DeltaRefusal::Rejected(e));
+            }
+        };
+        // Held datapaths run their previous flows (what the delta replaced).
+        let olds: Vec<(String, Vec<crate::proto::FlowMsg>)> = held
+            .iter()
+            .filter_map(|n| prev.flows_of(n).map(|f| (n.clone(), f.to_vec())))
+            .collect();
+        for (name, flows) in olds {
+            if let Some(d) = msg.datapaths.iter_mut().find(|d| d.name == name) {
+                d.flows = flows;
+            }
+        }
+        drop(applied);
+        Ok(self.installed(msg, prog, errs, held))
+    }
+
+    /// The common end of [`Datapath::install`] and [`Datapath::install_delta`]: `prog`
+    /// (compiled from `msg`) runs.
+    fn installed(
+        &mut self,
+        msg: ProgramMsg,
+        prog: Program,
+        errs: Vec<FlowErrorMsg>,
+        held: Vec<String>,
+    ) -> Vec<FlowErrorMsg> {
         if !held.is_empty() {
             self.log(
                 Level::Warn,
@@ -468,6 +578,7 @@ impl Datapath {
                 ),
             );
         }
+        self.last_shared = prog.shared_datapaths(self.pipeline.program());
         self.pipeline.set_program(prog);
         self.tunnels = tunnels;
         self.no_tunnel = no_tunnel;
@@ -488,9 +599,21 @@ impl Datapath {
             ),
         );
         self.program = Some(msg);
+        self.held = held;
         self.forget_activations();
         self.sync_migrations(self.clock);
-        Ok(errs)
+        errs
+    }
+
+    /// How many datapaths of the last installed program share their compiled tables with the
+    /// program it replaced ([`hf_pipeline::Program::shared_datapaths`]).
+    pub fn last_install_shared(&self) -> usize {
+        self.last_shared
+    }
+
+    /// The spec cache's view of the last compile (which datapaths were parsed again).
+    pub fn spec_cache(&self) -> &crate::program::SpecCache {
+        &self.spec_cache
     }
 
     /// The zone map changed since the last call (the shell then writes it to local storage).

@@ -4,6 +4,8 @@
 //!
 //! - [`proto`]: the versioned controller ↔ datapath control protocol (program push, zone map,
 //!   conntrack dump and flush by owner, counters, state export for handoff).
+//! - [`delta`]: program deltas (what changed between two programs, per datapath and part) and
+//!   their exact, all-or-nothing application (protocol version 4).
 //! - [`program`]: a [`proto::ProgramMsg`] (flows as SB text, ports by name) →
 //!   [`hf_pipeline::ProgramSpec`] → a compiled program, with the last good version of a flow
 //!   running when its current text fails.
@@ -20,6 +22,7 @@
 
 pub mod control;
 pub mod core;
+pub mod delta;
 pub mod dump;
 #[doc(hidden)]
 pub mod example;
@@ -27,5 +30,7 @@ pub mod migrate;
 pub mod program;
 pub mod proto;
 
-pub use crate::core::{Datapath, DatapathConfig, Level, MAX_PENDING, Transmit, TransmitRef};
+pub use crate::core::{
+    Datapath, DatapathConfig, DeltaRefusal, Level, MAX_PENDING, Transmit, TransmitRef,
+};
 pub use crate::migrate::{MigrationConfig, MigrationStats, PeerId, StateDial, StateMsg};

@@ -81,7 +81,19 @@ enum Used {
 }
 
 /// Where each spec flow came from: (datapath index, flow index) → (message flow, text used).
-type Origins = BTreeMap<(usize, usize), (usize, Used)>;
+///
+/// Every message flow gives exactly one spec flow at its own index, so this is, per datapath,
+/// which text each flow's spec was built from (a vector, not a map: a program of 157k flows
+/// builds it on every install).
+#[derive(Debug, Default)]
+struct Origins(Vec<Vec<Used>>);
+
+impl Origins {
+    /// (message flow, text used) of spec flow `fi` of datapath `di`.
+    fn get(&self, &(di, fi): &(usize, usize)) -> Option<(usize, Used)> {
+        self.0.get(di)?.get(fi).map(|u| (fi, *u))
+    }
+}
 
 /// The language a program's flows may use ([`ProgramMsg::feature_level`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -93,13 +105,17 @@ struct LevelCheck {
 /// The program's feature level: `None` for every feature; an unknown level is structural
 /// (the program is rejected, naming the known levels).
 fn level_of(msg: &ProgramMsg) -> Result<Option<LevelCheck>, String> {
-    match &msg.feature_level {
+    level_named(msg.feature_level.as_deref())
+}
+
+fn level_named(level: Option<&str>) -> Result<Option<LevelCheck>, String> {
+    match level {
         None => Ok(None),
         Some(l) => FeatureSet::parse(l)
             .map(|set| {
                 Some(LevelCheck {
                     set,
-                    name: l.clone(),
+                    name: l.to_string(),
                 })
             })
             .map_err(|e| format!("program feature level \"{l}\": {e}")),
@@ -247,6 +263,8 @@ pub struct SpecCache {
     /// The feature level of the program the cached flows were parsed for (`None`: nothing
     /// compiled yet). Another level parses every flow again.
     level: Option<Option<String>>,
+    /// The datapaths whose flows the last successful compile parsed (not taken from here).
+    parsed: Vec<String>,
 }
 
 /// A spec built with a [`SpecCache`], waiting for [`SpecCache::compile`].
@@ -300,6 +318,12 @@ impl SpecCache {
         self.valid
     }
 
+    /// The datapaths (names) whose flows the last successful compile through this cache parsed
+    /// again, in program order: the ones it did not take from here.
+    pub fn last_parsed(&self) -> &[String] {
+        &self.parsed
+    }
+
     /// Forgets everything (the running program was replaced another way).
     pub fn clear(&mut self) {
         self.dps.clear();
@@ -323,8 +347,47 @@ impl SpecCache {
             old.clear();
             was_valid = true;
         }
-        let built = build_spec(msg, local, Some(&mut old))?;
-        Ok(CachedSpec { built, was_valid })
+        match build_spec(msg, local, Some(&mut old), None) {
+            Ok(built) => Ok(CachedSpec { built, was_valid }),
+            Err(e) => {
+                self.restore(old, was_valid);
+                Err(e)
+            }
+        }
+    }
+
+    /// [`SpecCache::build`] for a program known to differ from the cached one only in the
+    /// flows of the datapaths `may_differ` names (a delta's changed and added datapaths): the
+    /// others take their cached specs without comparing their flows. When the cache does not
+    /// hold the previous program (or the feature level changed) this is [`SpecCache::build`].
+    pub fn build_knowing(
+        &mut self,
+        msg: &ProgramMsg,
+        local: &BTreeMap<String, u32>,
+        may_differ: &BTreeSet<String>,
+    ) -> Result<CachedSpec, String> {
+        if !self.valid || self.level.as_ref() != Some(&msg.feature_level) {
+            return self.build(msg, local);
+        }
+        self.valid = false;
+        let mut old = std::mem::take(&mut self.dps);
+        match build_spec(msg, local, Some(&mut old), Some(may_differ)) {
+            Ok(built) => Ok(CachedSpec {
+                built,
+                was_valid: true,
+            }),
+            Err(e) => {
+                self.restore(old, true);
+                Err(e)
+            }
+        }
+    }
+
+    /// A build failed (the running program stays): the entries it had not used yet go back
+    /// (what it took out is parsed again next time, and counts as changed).
+    fn restore(&mut self, old: HashMap<String, ParsedDp>, was_valid: bool) {
+        self.dps = old;
+        self.valid = was_valid;
     }
 
     /// Compiles a spec from [`SpecCache::build`] (the same `msg`), sharing tables with `prev`
@@ -351,10 +414,31 @@ impl SpecCache {
         prev_msg: Option<&ProgramMsg>,
         changed: &[&str],
     ) -> Result<Compiled, String> {
+        self.compile_prev(msg, built, prev, PrevProgram::from_msg(prev_msg), changed)
+    }
+
+    /// [`SpecCache::compile_holding`] with the previous program as a [`PrevProgram`].
+    pub fn compile_prev(
+        &mut self,
+        msg: &ProgramMsg,
+        built: CachedSpec,
+        prev: Option<&Program>,
+        prev_msg: PrevProgram<'_>,
+        changed: &[&str],
+    ) -> Result<Compiled, String> {
         let mut names: Vec<String> = changed.iter().map(|s| s.to_string()).collect();
         if let Some(c) = built.changed() {
             names.extend(c.into_iter().map(str::to_string));
         }
+        let parsed: Vec<String> = built
+            .built
+            .spec
+            .datapaths
+            .iter()
+            .zip(&built.built.meta)
+            .filter(|(_, (hit, _))| !hit)
+            .map(|(d, _)| d.name.clone())
+            .collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let Built {
             spec,
@@ -385,11 +469,70 @@ impl SpecCache {
         }
         self.valid = true;
         self.level = Some(msg.feature_level.clone());
+        self.parsed = parsed;
         Ok(Compiled {
             program: prog,
             errors: reported,
             held,
         })
+    }
+}
+
+/// The program the running one was compiled from, for holding a datapath at the flows it ran
+/// ([`Compiled::held`]).
+#[derive(Debug, Clone, Copy)]
+pub enum PrevProgram<'a> {
+    /// None (nothing is held).
+    None,
+    /// This message.
+    Msg(&'a ProgramMsg),
+    /// The running message changed in place by a delta: `now` is the result, `undo` holds what
+    /// the delta replaced.
+    Delta {
+        /// The message after the delta.
+        now: &'a ProgramMsg,
+        /// What the delta replaced.
+        undo: &'a crate::delta::Undo,
+    },
+}
+
+impl<'a> PrevProgram<'a> {
+    fn from_msg(m: Option<&'a ProgramMsg>) -> PrevProgram<'a> {
+        m.map_or(PrevProgram::None, PrevProgram::Msg)
+    }
+
+    fn is_none(&self) -> bool {
+        matches!(self, PrevProgram::None)
+    }
+
+    /// The flows datapath `name` ran, if it ran.
+    pub fn flows_of(&self, name: &str) -> Option<&'a [FlowMsg]> {
+        let find = |m: &'a ProgramMsg| {
+            m.datapaths
+                .iter()
+                .find(|d| d.name == name)
+                .map(|d| d.flows.as_slice())
+        };
+        match *self {
+            PrevProgram::None => None,
+            PrevProgram::Msg(m) => find(m),
+            PrevProgram::Delta { now, undo } => match undo.prev_flows(name) {
+                crate::delta::PrevFlows::Same => find(now),
+                crate::delta::PrevFlows::Absent => None,
+                crate::delta::PrevFlows::Were(f) => Some(f),
+            },
+        }
+    }
+
+    /// Its feature level.
+    fn level(&self) -> Option<LevelCheck> {
+        match *self {
+            PrevProgram::None => None,
+            PrevProgram::Msg(m) => level_of(m).ok().flatten(),
+            PrevProgram::Delta { undo, .. } => {
+                level_named(undo.prev_feature_level()).ok().flatten()
+            }
+        }
     }
 }
 
@@ -490,6 +633,7 @@ fn build_spec(
     msg: &ProgramMsg,
     local: &BTreeMap<String, u32>,
     mut old: Option<&mut HashMap<String, ParsedDp>>,
+    may_differ: Option<&BTreeSet<String>>,
 ) -> Result<Built, String> {
     check_zones(msg)?;
     let level = level_of(msg)?;
@@ -500,9 +644,9 @@ fn build_spec(
         owner: Owner(msg.owner),
         ..ProgramSpec::default()
     };
-    let mut origins = Origins::new();
+    let mut origins = Origins::default();
     let mut errors = Vec::new();
-    for (di, d) in msg.datapaths.iter().enumerate() {
+    for d in &msg.datapaths {
         let kind = match d.router_zones {
             None => DatapathKind::Switch,
             Some((dnat_zone, snat_zone)) => DatapathKind::Router {
@@ -547,12 +691,15 @@ fn build_spec(
         let cached = old
             .as_deref_mut()
             .and_then(|c| c.remove(&d.name))
-            .filter(|c| c.matches(&d.flows));
+            .filter(|c| {
+                // Known unchanged (and of the same length, a cheap guard): not compared.
+                let trusted = may_differ
+                    .is_some_and(|m| !m.contains(&d.name) && c.flows.len() == d.flows.len());
+                trusted || c.matches(&d.flows)
+            });
         let flows = match cached {
             Some(c) => {
-                for (fi, u) in c.used.iter().enumerate() {
-                    origins.insert((di, fi), (fi, *u));
-                }
+                origins.0.push(c.used.clone());
                 errors.extend(c.syntax.iter().cloned());
                 hits.push(Some(CacheMeta {
                     used: c.used,
@@ -586,11 +733,12 @@ fn build_spec(
                             used = Used::LastGood;
                         }
                     }
-                    origins.insert((di, flows.len()), (mi, used));
+                    debug_assert_eq!(flows.len(), mi);
                     used_all.push(used);
                     flows.push(fs);
                 }
                 errors.extend(syntax.iter().cloned());
+                origins.0.push(used_all.clone());
                 hits.push(None);
                 misses.push(CacheMeta {
                     used: used_all,
@@ -686,7 +834,7 @@ pub fn to_spec(
     msg: &ProgramMsg,
     local: &BTreeMap<String, u32>,
 ) -> Result<(ProgramSpec, Vec<FlowErrorMsg>), String> {
-    build_spec(msg, local, None).map(|b| (b.spec, b.errors))
+    build_spec(msg, local, None, None).map(|b| (b.spec, b.errors))
 }
 
 fn error_msg(e: &FlowError, kept: bool) -> FlowErrorMsg {
@@ -734,9 +882,17 @@ pub fn compile_changed(
     prev: Option<&Program>,
     changed: &[&str],
 ) -> Result<(Program, Vec<FlowErrorMsg>), String> {
-    let b = build_spec(msg, local, None)?;
-    compile_built(msg, b.spec, b.origins, b.errors, prev, None, changed)
-        .map(|o| (o.prog, o.reported))
+    let b = build_spec(msg, local, None, None)?;
+    compile_built(
+        msg,
+        b.spec,
+        b.origins,
+        b.errors,
+        prev,
+        PrevProgram::None,
+        changed,
+    )
+    .map(|o| (o.prog, o.reported))
 }
 
 /// What [`compile_built`] returns besides the program and the errors.
@@ -777,7 +933,7 @@ fn compile_built(
     origins: Origins,
     mut reported: Vec<FlowErrorMsg>,
     prev: Option<&Program>,
-    prev_msg: Option<&ProgramMsg>,
+    prev_msg: PrevProgram<'_>,
     changed: &[&str],
 ) -> Result<CompileOutcome, String> {
     let level = level_of(msg)?;
@@ -790,7 +946,7 @@ fn compile_built(
     let mut retry = Vec::new();
     for e in &errs {
         if let Some((di, fi)) = locate(&spec, e)
-            && let Some(&(mi, Used::Primary)) = origins.get(&(di, fi))
+            && let Some((mi, Used::Primary)) = origins.get(&(di, fi))
             && let Some(lg) = &msg.datapaths[di].flows[mi].last_good
             && !msg.no_last_good
         {
@@ -860,19 +1016,16 @@ fn compile_built(
         .filter_map(|(pos, _, _)| pos.map(|(di, _)| di))
         .collect();
     let mut held: BTreeSet<usize> = BTreeSet::new();
-    if !msg.no_last_good
-        && !language.is_empty()
-        && let Some(old) = prev_msg
-    {
-        let old_level = level_of(old).ok().flatten();
+    if !msg.no_last_good && !language.is_empty() && !prev_msg.is_none() {
+        let old_level = prev_msg.level();
         // The flows as they ran: at this program's level when it has one.
         let lvl = level.as_ref().or(old_level.as_ref());
         for &di in &language {
             let name = &spec.datapaths[di].name;
-            if let Some(od) = old.datapaths.iter().find(|d| &d.name == name)
+            if let Some(old_flows) = prev_msg.flows_of(name)
                 && held.insert(di)
             {
-                spec.datapaths[di].flows = od.flows.iter().map(|f| ran_spec(f, lvl)).collect();
+                spec.datapaths[di].flows = old_flows.iter().map(|f| ran_spec(f, lvl)).collect();
                 dps.insert(di);
             }
         }
@@ -884,12 +1037,12 @@ fn compile_built(
         .filter(|pos| {
             origins
                 .get(pos)
-                .is_some_and(|&(mi, _)| is_security_stage(&msg.datapaths[pos.0].flows[mi].stage))
+                .is_some_and(|(mi, _)| is_security_stage(&msg.datapaths[pos.0].flows[mi].stage))
         })
         .copied()
         .collect();
     for &(di, fi) in &closing {
-        if let Some(&(mi, _)) = origins.get(&(di, fi)) {
+        if let Some((mi, _)) = origins.get(&(di, fi)) {
             spec.datapaths[di].flows[fi] = fail_closed_spec(&msg.datapaths[di].flows[mi]);
             dps.insert(di);
         }
@@ -1047,12 +1200,25 @@ mod tests {
         assert!(p4.datapath_shared_with(&p3, "sw0"));
         assert_eq!(e4.len(), 1);
         assert!(e4[0].kept_last_good);
-        // A structural error empties the cache: nothing is known afterwards.
+        // A structural error found while building keeps the cache (the running program
+        // stays, and the cache still holds its flows): the running message again is taken
+        // from it whole.
         let mut bad = m2.clone();
         bad.zones.insert("lsp/x".into(), 0);
         assert!(compile_cached(&bad, &local, Some(&p4), &mut cache, &[]).is_err());
-        assert!(!cache.is_valid());
-        assert_eq!(cache.build(&m2, &local).unwrap().changed(), None);
+        assert!(cache.is_valid());
+        assert_eq!(cache.build(&m2, &local).unwrap().changed(), Some(vec![]));
+        // An error found by the compiler (after the build took the entries out) empties it:
+        // nothing is known afterwards.
+        let mut cache2 = SpecCache::new();
+        let (p5, _) = compile_cached(&m2, &local, None, &mut cache2, &[]).unwrap();
+        let mut dup = m2.clone();
+        let mut second = dup.datapaths[0].clone();
+        second.name = "sw1".into();
+        dup.datapaths.push(second);
+        assert!(compile_cached(&dup, &local, Some(&p5), &mut cache2, &[]).is_err());
+        assert!(!cache2.is_valid());
+        assert_eq!(cache2.build(&m2, &local).unwrap().changed(), None);
     }
 
     #[test]

@@ -26,8 +26,17 @@ use std::collections::BTreeMap;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+pub use crate::delta::{
+    Applied, DatapathChange, DatapathsDelta, DeltaError, DeltaHint, ListDelta, MapDelta, PrevFlows,
+    ProgramDelta, Undo, apply, apply_undoable, between, unique_datapaths,
+};
+
 /// The protocol version; both hellos carry it.
-pub const PROTOCOL_VERSION: u32 = 3;
+///
+/// Version 4 added [`ToDatapath::ProgramDelta`] and [`FromDatapath::BaseMismatch`] (as new last
+/// variants: every message of version 3, the state export included, encodes the same, so a
+/// version-3 export imports; see `tests/handoff_v3.rs`).
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// The largest frame accepted (a program for a 500-switch topology is tens of MB).
 pub const MAX_FRAME: usize = 512 << 20;
@@ -71,6 +80,13 @@ pub enum ToDatapath {
         /// Echoed back.
         seq: u64,
     },
+    /// Install the running program changed by this delta ([`crate::delta`]), atomically as
+    /// for [`ToDatapath::Program`]: answered with [`FromDatapath::Installed`] or
+    /// [`FromDatapath::Rejected`] (the previous program keeps running), or with
+    /// [`FromDatapath::BaseMismatch`] when the datapath does not run the delta's base (no
+    /// program, another generation, a datapath held at earlier flows, or a delta that does
+    /// not fit): the controller then sends the whole program. (Added in version 4.)
+    ProgramDelta(Box<ProgramDelta>),
 }
 
 /// Datapath → controller.
@@ -154,6 +170,19 @@ pub enum FromDatapath {
         vport: String,
         /// Its parent port.
         parent: String,
+    },
+    /// A [`ToDatapath::ProgramDelta`] was not applied because this datapath does not run its
+    /// base as the controller knows it; nothing changed. The controller sends the whole
+    /// program. (Added in version 4.)
+    BaseMismatch {
+        /// The delta's generation.
+        generation: u64,
+        /// The delta's base.
+        base: u64,
+        /// The generation running here (0: none).
+        running: u64,
+        /// Why, in words.
+        reason: String,
     },
 }
 

@@ -466,9 +466,11 @@ struct Split {
     translate: f64,
     /// `hf_controller::program_msg::program_msg`: the translation as a `ProgramMsg`.
     to_msg: f64,
-    /// `proto::encode` of `ToDatapath::Program`.
+    /// `proto::encode` of `ToDatapath::Program`; for a change: `proto::between` (the delta
+    /// against the running program) and `proto::encode` of `ToDatapath::ProgramDelta`.
     encode: f64,
-    /// `proto::Decoder` in the datapath.
+    /// `proto::Decoder` in the datapath; for a change, and `proto::apply_undoable` to the
+    /// datapath's kept program.
     decode: f64,
     /// `hf_datapath::program::SpecCache::build` (`to_spec` reusing the previous program's
     /// parsed datapaths).
@@ -586,30 +588,60 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
         );
     }
 
+    // A change travels as a delta against the running program (protocol version 4), applied
+    // to the datapath's kept copy (cloned untimed, as the caches are).
+    let mut kept = prev.map(|p| p.msg.clone());
+    let mut new_msg = Some(build.msg);
     let t = Instant::now();
-    let frame = proto::encode(&ToDatapath::Program(Box::new(build.msg)))
-        .map_err(|e| anyhow::anyhow!("encoding the program: {e}"))?;
+    let frame = match (&kept, &mut new_msg) {
+        (Some(old), Some(new)) => proto::encode(&ToDatapath::ProgramDelta(Box::new(
+            proto::between(old, new, None),
+        ))),
+        (_, new) => proto::encode(&ToDatapath::Program(Box::new(
+            new.take().unwrap_or_default(),
+        ))),
+    }
+    .map_err(|e| anyhow::anyhow!("encoding the program: {e}"))?;
     split.encode = ms(t.elapsed());
 
     let t = Instant::now();
     let mut dec = proto::Decoder::<ToDatapath>::new();
     dec.push(&frame);
-    let msg = match dec.next_msg() {
-        Ok(Some(ToDatapath::Program(m))) => *m,
-        other => bail!("decoding the program frame gave {other:?}"),
+    let (msg, delta_changed) = match (dec.next_msg(), kept.take()) {
+        (Ok(Some(ToDatapath::Program(m))), None) => (*m, None),
+        (Ok(Some(ToDatapath::ProgramDelta(d))), Some(mut old)) => {
+            let a = proto::apply_undoable(&mut old, &d)
+                .map_err(|e| anyhow::anyhow!("the datapath refused the delta: {e}"))?;
+            (old, Some(a))
+        }
+        (other, _) => bail!("decoding the program frame gave {other:?}"),
     };
     split.decode = ms(t.elapsed());
+    // Untimed: the delta applied gives exactly the whole program.
+    if let Some(whole) = &new_msg
+        && *whole != msg
+    {
+        bail!("the program delta applied differs from the whole program");
+    }
+    drop(new_msg);
 
     let t = Instant::now();
-    let built = spec_cache
-        .build(&msg, &local)
-        .map_err(|e| anyhow::anyhow!("the datapath refused the program: {e}"))?;
+    let built = match &delta_changed {
+        Some(a) => {
+            let may_differ: std::collections::BTreeSet<String> =
+                a.changed.iter().cloned().collect();
+            spec_cache.build_knowing(&msg, &local, &may_differ)
+        }
+        None => spec_cache.build(&msg, &local),
+    }
+    .map_err(|e| anyhow::anyhow!("the datapath refused the program: {e}"))?;
     split.to_spec = ms(t.elapsed());
 
     let t = Instant::now();
-    // The cache names the datapaths whose flows changed; without it, diff the messages.
-    let changed = match (prev, built.changed().is_some()) {
-        (Some(p), false) => changed_datapaths(&p.msg, &msg),
+    // The delta names the datapaths that changed; without it the cache does, or a diff.
+    let changed = match (&delta_changed, prev, built.changed().is_some()) {
+        (Some(a), _, _) => a.changed.clone(),
+        (None, Some(p), false) => changed_datapaths(&p.msg, &msg),
         _ => Vec::new(),
     };
     let refs: Vec<&str> = changed.iter().map(String::as_str).collect();
@@ -808,6 +840,10 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
         split.sb_update = Some(ms(seen.saturating_duration_since(at_server)));
         if k == 0 {
             check_port_add(report, &current, &next)?;
+            report.note(&format!(
+                "holdfast {tag}: a port add's program delta frame is {} bytes (the whole program's {})",
+                next.frame_bytes, current.frame_bytes
+            ));
         }
         adds.push(split);
         current = next;

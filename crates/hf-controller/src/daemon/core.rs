@@ -111,6 +111,9 @@ pub struct Tuning {
     /// Test hook (incident B's control case): `false` hands the datapath no last good versions,
     /// so a flow that does not parse has nothing to fall back to (a naive controller).
     pub keep_last_good: bool,
+    /// Send program changes as deltas against the running program (protocol version 4;
+    /// default). `false` sends every program whole (tests compare the two).
+    pub program_deltas: bool,
 }
 
 impl Default for Tuning {
@@ -122,6 +125,7 @@ impl Default for Tuning {
             wall_offset_ms: 0,
             feature_level: newest_level(),
             keep_last_good: true,
+            program_deltas: true,
         }
     }
 }
@@ -168,6 +172,14 @@ pub struct Stats {
     pub sb_writes: u64,
     /// SB write transactions that failed.
     pub sb_write_failures: u64,
+    /// Of `programs_pushed`, those sent as a delta against the running program (protocol
+    /// version 4); the others went whole.
+    pub deltas_pushed: u64,
+    /// Deltas the datapath did not apply because it does not run their base (then the whole
+    /// program follows).
+    pub deltas_refused: u64,
+    /// Bytes of the last program or delta frame sent.
+    pub last_push_bytes: u64,
 }
 
 /// What the SB write transaction is built from (shared with the replica's builder).
@@ -271,6 +283,10 @@ pub struct Controller {
     dp_ports: BTreeMap<String, LocalPort>,
     zones: BTreeMap<String, u16>,
     running: Option<ProgramMsg>,
+    /// Whether the datapath runs `running` exactly (so a delta against it applies): false
+    /// after it held a datapath at earlier flows or refused a delta's base, until a whole
+    /// program is installed.
+    delta_ok: bool,
     inflight: BTreeMap<u64, ProgramMsg>,
     generation: u64,
     translate_due: bool,
@@ -385,6 +401,7 @@ impl Controller {
             dp_ports: BTreeMap::new(),
             zones: BTreeMap::new(),
             running: None,
+            delta_ok: true,
             inflight: BTreeMap::new(),
             generation: 0,
             translate_due: true,
@@ -795,6 +812,9 @@ impl Controller {
                     );
                 }
                 self.dp_hello = true;
+                // The hello's program is what the datapath keeps: a delta against it applies
+                // (the datapath answers BaseMismatch if it holds a datapath at other flows).
+                self.delta_ok = true;
                 self.dp_ports = ports.into_iter().map(|p| (p.name.clone(), p)).collect();
                 self.zones = zones;
                 if let Some(p) = program {
@@ -845,6 +865,8 @@ impl Controller {
                     return;
                 };
                 self.stats.programs_installed += 1;
+                // A held datapath runs earlier flows than `p` has: the next push goes whole.
+                self.delta_ok = !flow_errors.iter().any(|e| e.held);
                 for (err, line) in self.lastgood.installed(&p, &flow_errors) {
                     self.say(if err { Level::Warn } else { Level::Info }, line);
                 }
@@ -871,6 +893,31 @@ impl Controller {
                 );
                 self.running = Some(p);
                 self.write_due = true;
+            }
+            FromDatapath::BaseMismatch {
+                generation,
+                base,
+                running,
+                reason,
+            } => {
+                if self.inflight.remove(&generation).is_none() {
+                    self.say(
+                        Level::Warn,
+                        format!(
+                            "datapath refused the base of delta {generation}, which was not pushed"
+                        ),
+                    );
+                    return;
+                }
+                self.stats.deltas_refused += 1;
+                self.say(
+                    Level::Info,
+                    format!(
+                        "datapath runs generation {running}, not the delta's base {base} ({reason}): sending the whole program"
+                    ),
+                );
+                self.delta_ok = false;
+                self.translate_due = true;
             }
             FromDatapath::Rejected { generation, reason } => {
                 self.inflight.remove(&generation);
@@ -1354,12 +1401,42 @@ impl Controller {
         } else {
             self.generation += 1;
             self.stats.programs_pushed += 1;
-            // Encoded from the message kept in flight: the program (every flow) is not copied.
-            let m = ToDatapath::Program(Box::new(msg));
-            self.send_dp(&m);
-            if let ToDatapath::Program(msg) = m {
-                self.inflight.insert(msg.generation, *msg);
+            let before = self.dp_out.len();
+            // A delta against what the datapath runs when it runs it exactly; else the whole
+            // program. (The translation's set of touched datapaths, when it has one, is the
+            // hint: `between`'s hint must be a superset of what changed.)
+            let delta = match &self.running {
+                Some(r)
+                    if self.tuning.program_deltas
+                        && self.delta_ok
+                        && proto::unique_datapaths(&msg) =>
+                {
+                    Some(proto::between(r, &msg, None))
+                }
+                _ => None,
+            };
+            match delta {
+                Some(d) => {
+                    self.stats.deltas_pushed += 1;
+                    self.send_dp(&ToDatapath::ProgramDelta(Box::new(d)));
+                    self.inflight.insert(msg.generation, msg);
+                }
+                None => {
+                    // Encoded from the message kept in flight: the program (every flow) is
+                    // not copied.
+                    let m = ToDatapath::Program(Box::new(msg));
+                    self.send_dp(&m);
+                    if let ToDatapath::Program(msg) = m {
+                        self.inflight.insert(msg.generation, *msg);
+                    }
+                }
             }
+            self.stats.last_push_bytes = self
+                .dp_out
+                .iter()
+                .skip(before)
+                .map(|b| b.len() as u64)
+                .sum();
         }
         self.send_flushes(to_flush);
         if self.write_due {

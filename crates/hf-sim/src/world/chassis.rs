@@ -84,7 +84,7 @@ fn new_controller(name: &str, encap_ip: IpAddr, t: ChassisTuning, now: Duration)
 /// What the world saw on a chassis's control pipe.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PipeStats {
-    /// Programs pushed by controllers.
+    /// Programs pushed by controllers, whole or as deltas.
     pub programs: u64,
     /// `FlushZones` requests, and the zone names they named.
     pub flushes: u64,
@@ -229,7 +229,9 @@ impl Chassis {
         self.watch.push(b);
         loop {
             match self.watch.next_msg() {
-                Ok(Some(ToDatapath::Program(_))) => self.stats.programs += 1,
+                Ok(Some(ToDatapath::Program(_) | ToDatapath::ProgramDelta(_))) => {
+                    self.stats.programs += 1
+                }
                 Ok(Some(ToDatapath::FlushZones { names })) => {
                     self.stats.flushes += 1;
                     self.stats.flushed_names.extend(names);
