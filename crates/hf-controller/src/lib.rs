@@ -27,5 +27,6 @@ pub mod translate;
 
 pub use translate::{
     ChassisEntry, Diagnostic, Extra, Incremental, Touched, TranslateCache, TranslateOptions,
-    Translation, needed_datapaths, reachable_datapaths, translate, translate_cached, translate_with,
+    Translation, needed_datapaths, reachable_datapaths, translate, translate_cached,
+    translate_with,
 };

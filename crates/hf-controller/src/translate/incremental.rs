@@ -33,13 +33,14 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use hf_model::sb::{self, Delta};
-use hf_model::{RowDelta, SbSnapshot};
+use hf_model::SbSnapshot;
+use hf_model::sb::Delta;
+
 use hf_pipeline::{DatapathSpec, FlowSpec, PortLocation};
 use uuid::Uuid;
 
 use super::{
-    Diagnostic, Extra, TranslateCache, TranslateOptions, Touched, Translation, flows, ports, sets,
+    Diagnostic, Extra, Touched, TranslateCache, TranslateOptions, Translation, flows, ports, sets,
     zones,
 };
 
@@ -141,6 +142,9 @@ struct State {
     local: BTreeMap<Uuid, Vec<bool>>,
     /// Ports that make their datapath needed here: port → datapath.
     bound_here: HashMap<Uuid, Uuid>,
+    /// The datapaths needed here (with `only_needed`), translated or not (a datapath with a
+    /// bad key is needed but left out).
+    needed: BTreeSet<Uuid>,
     /// `options:peer` value → (port → its datapath) of the ports naming it.
     peers: HashMap<String, BTreeMap<Uuid, Uuid>>,
 }
@@ -211,18 +215,18 @@ impl Incremental {
         let last = self.last.take();
         let state = self.state.take();
         let only_needed = extra.only_needed && opts.chassis.is_some();
-        if let (Some(mut t), Some(mut s)) = (last, state)
-            && !changes.all
-            && s.opts == *opts
-            && s.only_needed == only_needed
-        {
-            if self.step(sb, extra, &changes, &mut t, &mut s) {
-                self.state = Some(s);
-                return t;
-            }
-            return self.full(sb, opts, extra, Some(t));
+        let (Some(mut t), Some(mut s)) = (last, state) else {
+            return self.full(sb, opts, extra, None);
+        };
+        if s.opts != *opts || s.only_needed != only_needed {
+            return self.full(sb, opts, extra, None);
         }
-        self.full(sb, opts, extra, None)
+        if !changes.all && self.step(sb, extra, &changes, &mut t, &mut s) {
+            self.state = Some(s);
+            return t;
+        }
+        // (A step gives up before it changes `t`.)
+        self.full(sb, opts, extra, Some(t))
     }
 
     /// Translates everything; `touched` against `prev` when given.
@@ -292,6 +296,9 @@ impl Incremental {
                 s.bound_here.insert(pb.uuid, pb.datapath.uuid());
             }
         }
+        if only_needed && let Some((_, c)) = here {
+            s.needed = super::needed_from(sb, c, s.bound_here.values().copied().collect());
+        }
         t.touched = prev.map(|p| compare(&p, &t));
         t.renumbered = BTreeSet::new();
         self.stats = IncrementalStats {
@@ -303,7 +310,8 @@ impl Incremental {
         t
     }
 
-    /// Re-translates what `c` changed in `t`; false when everything must be translated.
+    /// Re-translates what `c` changed in `t`; false (with `t` as it was) when everything must
+    /// be translated.
     fn step(
         &mut self,
         sb: &SbSnapshot,
@@ -362,8 +370,7 @@ impl Incremental {
             let start: BTreeSet<Uuid> = s.bound_here.values().copied().collect();
             // A port renamed to (or from) a patch port's peer changes where patches lead.
             if start != start_before || c.topo || !peer_dps.is_empty() {
-                let needed = super::needed_from(sb, ch, start);
-                if !needed.iter().eq(t.datapath_index.keys()) {
+                if super::needed_from(sb, ch, start) != s.needed {
                     return false;
                 }
             }
@@ -640,3 +647,7 @@ pub fn compare(old: &Translation, new: &Translation) -> Touched {
         || old.migrations != new.migrations;
     Touched { datapaths, rest }
 }
+
+#[cfg(test)]
+#[path = "incremental_tests.rs"]
+mod tests;

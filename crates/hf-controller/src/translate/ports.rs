@@ -328,7 +328,11 @@ pub(crate) fn number_local<'n>(names: impl Iterator<Item = &'n String>) -> BTree
 }
 
 /// Gives the local ports of `ports` their ids from `local_ports`; whether any changed.
-pub(crate) fn set_local_ids(ports: &mut [PortSpec], local: &[bool], local_ports: &BTreeMap<String, u32>) -> bool {
+pub(crate) fn set_local_ids(
+    ports: &mut [PortSpec],
+    local: &[bool],
+    local_ports: &BTreeMap<String, u32>,
+) -> bool {
     let mut changed = false;
     for (p, l) in ports.iter_mut().zip(local) {
         if !*l {
@@ -391,7 +395,12 @@ pub(crate) fn translate_ports(
 }
 
 /// The local VIF ports bound here and on another chassis (see the module docs).
-pub(crate) fn migrations(sb: &SbSnapshot, here: Uuid, name: &str, t: &Translation) -> Vec<MigrationSpec> {
+pub(crate) fn migrations(
+    sb: &SbSnapshot,
+    here: Uuid,
+    name: &str,
+    t: &Translation,
+) -> Vec<MigrationSpec> {
     let chassis_name = |u: Uuid| sb.chassis().get(&u).map(|c| c.name.clone());
     let mut out = Vec::new();
     for p in t.local_ports.keys() {
@@ -636,42 +645,51 @@ pub(crate) fn dp_groups(
     for g in groups {
         let key = (g.tunnel_key, g.uuid);
         if !((1 << 15)..=(1 << 16) - 1).contains(&g.tunnel_key) {
-            diags.push((key, Diagnostic {
-                table: "Multicast_Group",
-                uuid: g.uuid,
-                reason: format!(
-                    "group {}: tunnel_key {} is outside Geneve's multicast range 32768..=65535",
-                    g.name, g.tunnel_key
-                ),
-            }));
+            diags.push((
+                key,
+                Diagnostic {
+                    table: "Multicast_Group",
+                    uuid: g.uuid,
+                    reason: format!(
+                        "group {}: tunnel_key {} is outside Geneve's multicast range 32768..=65535",
+                        g.name, g.tunnel_key
+                    ),
+                },
+            ));
             continue;
         }
         if d.ports.iter().any(|p| i64::from(p.key) == g.tunnel_key)
             || out.iter().any(|x| i64::from(x.key) == g.tunnel_key)
         {
-            diags.push((key, Diagnostic {
-                table: "Multicast_Group",
-                uuid: g.uuid,
-                reason: format!(
-                    "group {}: tunnel_key {} is already used in datapath {}",
-                    g.name, g.tunnel_key, d.name
-                ),
-            }));
+            diags.push((
+                key,
+                Diagnostic {
+                    table: "Multicast_Group",
+                    uuid: g.uuid,
+                    reason: format!(
+                        "group {}: tunnel_key {} is already used in datapath {}",
+                        g.name, g.tunnel_key, d.name
+                    ),
+                },
+            ));
             continue;
         }
         let mut members: Vec<String> = Vec::new();
         for p in &g.ports {
             match sb.get(*p) {
                 Some(pb) if pb.datapath == g.datapath => members.push(pb.logical_port.clone()),
-                _ => diags.push((key, Diagnostic {
-                    table: "Multicast_Group",
-                    uuid: g.uuid,
-                    reason: format!(
-                        "group {}: member {} is not a port of its datapath: left out",
-                        g.name,
-                        p.uuid()
-                    ),
-                })),
+                _ => diags.push((
+                    key,
+                    Diagnostic {
+                        table: "Multicast_Group",
+                        uuid: g.uuid,
+                        reason: format!(
+                            "group {}: member {} is not a port of its datapath: left out",
+                            g.name,
+                            p.uuid()
+                        ),
+                    },
+                )),
             }
         }
         members.sort();
