@@ -617,8 +617,10 @@ impl Controller {
         self.sb.is_synced()
     }
 
-    /// Translate (and push if anything changed) at the next chance.
+    /// Translate (and push if anything changed) at the next chance: everything afresh, as
+    /// ovn-controller's `recompute` does.
     pub fn recompute(&mut self, now: Duration) {
+        self.translate_cache.everything();
         self.translate_due = true;
         self.write_due = true;
         self.step(now);

@@ -36,7 +36,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use hf_model::SbSnapshot;
 use hf_model::sb::Delta;
 
-use hf_pipeline::{DatapathSpec, FlowSpec, PortLocation};
+use hf_pipeline::{DatapathKind, DatapathSpec, FlowSpec, PortLocation};
 use uuid::Uuid;
 
 use super::{
@@ -138,6 +138,9 @@ struct State {
     lbs: Vec<Diagnostic>,
     dns: Vec<Diagnostic>,
     zones: Vec<Diagnostic>,
+    /// The last zone assignment reported nothing (no conflict, no exhaustion): the next one
+    /// may start from it ([`zones_fast`]).
+    zones_clean: bool,
     /// Per datapath: which of its ports are local here (aligned with its ports).
     local: BTreeMap<Uuid, Vec<bool>>,
     /// Ports that make their datapath needed here: port → datapath.
@@ -158,6 +161,8 @@ pub struct IncrementalStats {
     pub port_datapaths: usize,
     /// Flow rows translated again.
     pub flow_rows: usize,
+    /// Zones were assigned from the last assignment, not over every name.
+    pub zones_from_last: bool,
 }
 
 /// The incremental translator (see the module docs). One per chassis translated for.
@@ -271,6 +276,7 @@ impl Incremental {
         s.lbs = section(6);
         s.dns = section(7);
         s.zones = section(8);
+        s.zones_clean = !s.zones.iter().any(|d| d.uuid.is_nil());
         for (u, &i) in &t.datapath_index {
             let local: Vec<bool> = t.spec.datapaths[i]
                 .ports
@@ -305,6 +311,7 @@ impl Incremental {
             full: true,
             port_datapaths: t.spec.datapaths.len(),
             flow_rows: sb.logical_flow().len(),
+            zones_from_last: false,
         };
         self.state = Some(s);
         t
@@ -377,15 +384,19 @@ impl Incremental {
         }
         self.stats = IncrementalStats::default();
         let index = t.datapath_index.clone();
-        let uuid_of: BTreeMap<usize, Uuid> = index.iter().map(|(u, &i)| (i, *u)).collect();
         let mut touched: BTreeSet<usize> = BTreeSet::new();
         let mut rest = false;
         // Ports.
         let mut port_dps: BTreeSet<Uuid> = c.pb_dps.union(&peer_dps).copied().collect();
         port_dps.retain(|d| index.contains_key(d));
         let ctx = ports::PortCtx::new(sb, chassis, t);
+        // The zone names the re-translated switches had.
+        let mut old_names: BTreeSet<String> = BTreeSet::new();
         for dp in &port_dps {
             let i = index[dp];
+            if !matches!(t.spec.datapaths[i].kind, DatapathKind::Router { .. }) {
+                old_names.extend(t.spec.datapaths[i].ports.iter().map(|p| p.name.clone()));
+            }
             let mut diags = Vec::new();
             let (p, local): (Vec<_>, Vec<bool>) =
                 ports::dp_ports(sb, &ctx, *dp, &index, &mut diags)
@@ -557,13 +568,29 @@ impl Incremental {
             s.dns = std::mem::take(&mut t.diagnostics);
             rest |= old != t.spec.dns;
         }
-        // Zones: every time (they follow every zone name and the kept assignments).
-        let old_zones = std::mem::take(&mut t.zones);
-        let old_snat = t.spec.switch_snat_zones.clone();
+        // Zones: from the last assignment when it holds (the kept assignments include it),
+        // else all of them again.
         let requested = zones::requested(sb, t);
-        touched.extend(zones::assign(t, &requested, &extra.zones));
+        let dirty: Vec<usize> = port_dps.iter().map(|d| index[d]).collect();
+        match s
+            .zones_clean
+            .then(|| zones_fast(sb, t, &requested, &extra.zones, &dirty, &old_names))
+            .flatten()
+        {
+            Some((changed, moved)) => {
+                self.stats.zones_from_last = true;
+                touched.extend(changed);
+                rest |= moved;
+            }
+            None => {
+                let old_zones = std::mem::take(&mut t.zones);
+                let old_snat = t.spec.switch_snat_zones.clone();
+                touched.extend(zones::assign(t, &requested, &extra.zones));
+                rest |= old_zones != t.zones || old_snat != t.spec.switch_snat_zones;
+            }
+        }
         s.zones = std::mem::take(&mut t.diagnostics);
-        rest |= old_zones != t.zones || old_snat != t.spec.switch_snat_zones;
+        s.zones_clean = !s.zones.iter().any(|d| d.uuid.is_nil());
         // The diagnostics, in a full translation's order.
         let mut groups: Vec<((i64, Uuid), Diagnostic)> =
             s.groups.values().flatten().cloned().collect();
@@ -588,9 +615,126 @@ impl Incremental {
             rest,
         });
         t.renumbered = renumbered.iter().map(name).collect();
-        let _ = uuid_of;
         true
     }
+}
+
+/// [`zones::assign`]'s result computed from the last one, touching only the names of the
+/// re-translated datapaths (`dirty`, whose switch ports were `old_names`): possible when the
+/// last assignment reported nothing, `keep` holds every zone of it (as a controller's zone
+/// map does) and its other zones are distinct, and no zone runs out. Then every name keeps
+/// its zone, names gone are dropped and new ones get their kept zone or the lowest free ones
+/// in name order, exactly as [`zones::assign`] would. Returns the datapaths whose zones
+/// changed and whether the zone map did; `None` (nothing changed) when not possible.
+fn zones_fast(
+    sb: &SbSnapshot,
+    t: &mut Translation,
+    requested: &BTreeMap<String, u16>,
+    keep: &BTreeMap<String, u16>,
+    dirty: &[usize],
+    old_names: &BTreeSet<String>,
+) -> Option<(BTreeSet<usize>, bool)> {
+    if requested.iter().any(|(n, z)| t.zones.get(n) != Some(z)) {
+        return None;
+    }
+    let mut used = vec![0u64; 1 << 10];
+    let mut take = |z: u16| {
+        let (w, b) = (usize::from(z) >> 6, 1u64 << (z & 63));
+        let free = used[w] & b == 0;
+        used[w] |= b;
+        free
+    };
+    // `keep` ⊇ the last assignment; its other entries (`extra`) distinct and nonzero.
+    let mut extra: BTreeMap<&str, u16> = BTreeMap::new();
+    let mut k = keep.iter().peekable();
+    for (n, &z) in &t.zones {
+        if !take(z) {
+            return None;
+        }
+        while let Some((kn, &kz)) = k.next_if(|(kn, _)| kn.as_str() < n.as_str()) {
+            extra.insert(kn, kz);
+        }
+        if k.next() != Some((n, &z)) {
+            return None;
+        }
+    }
+    extra.extend(k.map(|(n, z)| (n.as_str(), *z)));
+    for &z in extra.values() {
+        if z == 0 || !take(z) {
+            return None;
+        }
+    }
+    // The re-translated switches' names now; names gone from them and from every other
+    // translated switch.
+    let mut now: BTreeSet<&str> = BTreeSet::new();
+    for &i in dirty {
+        let d = &t.spec.datapaths[i];
+        if !matches!(d.kind, DatapathKind::Router { .. }) {
+            now.extend(d.ports.iter().map(|p| p.name.as_str()));
+        }
+    }
+    let elsewhere = |n: &str| {
+        sb.port_binding_all_by_logical_port(n).any(|pb| {
+            t.datapath_index
+                .get(&pb.datapath.uuid())
+                .filter(|i| !dirty.contains(i))
+                .and_then(|&i| t.spec.datapaths.get(i))
+                .is_some_and(|d| {
+                    !matches!(d.kind, DatapathKind::Router { .. })
+                        && d.ports.iter().any(|p| p.name == n)
+                })
+        })
+    };
+    let gone: Vec<String> = old_names
+        .iter()
+        .filter(|n| !now.contains(n.as_str()) && !elsewhere(n))
+        .map(|n| zones::port_zone_name(n))
+        .collect();
+    let mut new: Vec<(String, u16)> = Vec::new();
+    let mut next: u32 = 1;
+    for n in now {
+        let name = zones::port_zone_name(n);
+        if t.zones.contains_key(&name) {
+            continue;
+        }
+        let z = match extra.get(name.as_str()) {
+            Some(&z) => z,
+            None => {
+                while next <= u32::from(u16::MAX) && !take(next as u16) {
+                    next += 1;
+                }
+                if next > u32::from(u16::MAX) {
+                    return None;
+                }
+                next as u16
+            }
+        };
+        new.push((name, z));
+    }
+    let moved = !gone.is_empty() || !new.is_empty();
+    for n in gone {
+        t.zones.remove(&n);
+    }
+    t.zones.extend(new);
+    let mut changed = BTreeSet::new();
+    for &i in dirty {
+        let d = &mut t.spec.datapaths[i];
+        if matches!(d.kind, DatapathKind::Router { .. }) {
+            continue;
+        }
+        for p in &mut d.ports {
+            let z = t
+                .zones
+                .get(&zones::port_zone_name(&p.name))
+                .copied()
+                .unwrap_or(0);
+            if p.zone != z {
+                p.zone = z;
+                changed.insert(i);
+            }
+        }
+    }
+    Some((changed, moved))
 }
 
 fn set_or_remove<T>(m: &mut BTreeMap<Uuid, Vec<T>>, k: Uuid, v: Vec<T>) {

@@ -478,7 +478,7 @@ fn run(
     let mut prev: Option<Translation> = None;
     let mut prev_msg: Option<ProgramMsg> = None;
     let (mut fulls, mut incrementals) = (0, 0);
-    let (mut touched, mut datapaths) = (0, 0);
+    let (mut touched, mut datapaths, mut zones_from_last) = (0, 0, 0);
     for step in 0..steps {
         // Half of the seeds keep zones as a daemon does (the last assignment), half do not.
         let extra = Extra {
@@ -504,6 +504,7 @@ fn run(
             fulls += 1;
         } else {
             incrementals += 1;
+            zones_from_last += usize::from(inc.stats().zones_from_last);
             touched += got.touched.as_ref().map_or(0, |t| t.datapaths.len());
             datapaths += got.spec.datapaths.len();
         }
@@ -565,8 +566,13 @@ fn run(
         incrementals > fulls,
         "seed {seed}: {incrementals} incremental, {fulls} full"
     );
-    // With zones kept (even seeds), `touched` names a few datapaths, not all of them.
+    // With zones kept (even seeds), `touched` names a few datapaths, not all of them, and
+    // zones are mostly assigned from the last assignment.
     if seed % 2 == 0 {
+        assert!(
+            zones_from_last * 2 > incrementals,
+            "seed {seed}: zones from the last assignment {zones_from_last} times of {incrementals}"
+        );
         assert!(
             touched * 2 < datapaths,
             "seed {seed}: {touched} of {datapaths} datapaths touched"
@@ -574,7 +580,8 @@ fn run(
     }
     if std::env::var("HF_DEBUG").is_ok() {
         eprintln!(
-            "seed {seed}: {incrementals} incremental, {fulls} full, {touched}/{datapaths} touched"
+            "seed {seed}: {incrementals} incremental ({zones_from_last} with zones from the \
+             last), {fulls} full, {touched}/{datapaths} touched"
         );
     }
     None
