@@ -477,15 +477,18 @@ fn run(
     let mut next: u128 = 50_000;
     let mut prev: Option<Translation> = None;
     let mut prev_msg: Option<ProgramMsg> = None;
+    // A daemon's zone map: every zone translated, names gone kept until flushed.
+    let mut held: BTreeMap<String, u16> = BTreeMap::new();
     let (mut fulls, mut incrementals) = (0, 0);
     let (mut touched, mut datapaths, mut zones_from_last) = (0, 0, 0);
     for step in 0..steps {
-        // Half of the seeds keep zones as a daemon does (the last assignment), half do not.
+        // Half of the seeds keep zones as a daemon does, half do not.
         let extra = Extra {
             only_needed: needed,
-            zones: match (&prev, seed % 2) {
-                (Some(p), 0) => p.zones.clone(),
-                _ => BTreeMap::new(),
+            zones: if seed % 2 == 0 {
+                held.clone()
+            } else {
+                BTreeMap::new()
             },
         };
         let want = translate_with(&s, opts, &extra);
@@ -538,20 +541,30 @@ fn run(
             }
         }
         // The program message reusing the last one equals the one built afresh.
-        let held: BTreeMap<String, u16> = if step % 3 == 0 {
+        let retained: BTreeMap<String, u16> = if step % 3 == 0 {
             [("lsp/gone".to_string(), 7)].into()
         } else {
             BTreeMap::new()
         };
-        let full = program_msg(&got, "hv1", step as u64, 0, &held, &NoLastGood);
+        let full = program_msg(&got, "hv1", step as u64, 0, &retained, &NoLastGood);
         if let Some(pm) = prev_msg.take() {
-            let reused = program_msg_reusing(&got, "hv1", step as u64, 0, &held, &NoLastGood, pm);
+            let reused =
+                program_msg_reusing(&got, "hv1", step as u64, 0, &retained, &NoLastGood, pm);
             if reused.msg != full.msg {
                 return Some(Failure::MsgDiffers(step));
             }
             prev_msg = Some(reused.msg);
         } else {
             prev_msg = Some(full.msg);
+        }
+        held.extend(want.zones.iter().map(|(n, z)| (n.clone(), *z)));
+        let gone: Vec<String> = held
+            .keys()
+            .filter(|n| !want.zones.contains_key(*n))
+            .cloned()
+            .collect();
+        if !gone.is_empty() && r.chance(4) {
+            held.remove(&gone[r.below(gone.len())]);
         }
         prev = Some(want);
         inc.recycle(got);
