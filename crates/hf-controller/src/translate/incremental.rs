@@ -120,6 +120,9 @@ impl Changes {
     }
 }
 
+/// A multicast group's diagnostic with the group's (tunnel key, UUID): their order.
+type GroupDiag = ((i64, Uuid), Diagnostic);
+
 /// What the last translation was made of, beyond the translation itself.
 #[derive(Debug, Default, Clone)]
 struct State {
@@ -131,7 +134,7 @@ struct State {
     /// load balancers; DNS; zones.
     head: Vec<Diagnostic>,
     ports: BTreeMap<Uuid, Vec<Diagnostic>>,
-    groups: BTreeMap<Uuid, Vec<((i64, Uuid), Diagnostic)>>,
+    groups: BTreeMap<Uuid, Vec<GroupDiag>>,
     sets: Vec<Diagnostic>,
     flows: BTreeMap<Uuid, Vec<Diagnostic>>,
     neigh: Vec<Diagnostic>,
@@ -376,10 +379,10 @@ impl Incremental {
         {
             let start: BTreeSet<Uuid> = s.bound_here.values().copied().collect();
             // A port renamed to (or from) a patch port's peer changes where patches lead.
-            if start != start_before || c.topo || !peer_dps.is_empty() {
-                if super::needed_from(sb, ch, start) != s.needed {
-                    return false;
-                }
+            if (start != start_before || c.topo || !peer_dps.is_empty())
+                && super::needed_from(sb, ch, start) != s.needed
+            {
+                return false;
             }
         }
         self.stats = IncrementalStats::default();
@@ -592,8 +595,7 @@ impl Incremental {
         s.zones = std::mem::take(&mut t.diagnostics);
         s.zones_clean = !s.zones.iter().any(|d| d.uuid.is_nil());
         // The diagnostics, in a full translation's order.
-        let mut groups: Vec<((i64, Uuid), Diagnostic)> =
-            s.groups.values().flatten().cloned().collect();
+        let mut groups: Vec<GroupDiag> = s.groups.values().flatten().cloned().collect();
         groups.sort_by_key(|(k, _)| *k);
         t.diagnostics = s
             .head

@@ -485,7 +485,7 @@ fn run(
         // Half of the seeds keep zones as a daemon does, half do not.
         let extra = Extra {
             only_needed: needed,
-            zones: if seed % 2 == 0 {
+            zones: if seed.is_multiple_of(2) {
                 held.clone()
             } else {
                 BTreeMap::new()
@@ -581,7 +581,7 @@ fn run(
     );
     // With zones kept (even seeds), `touched` names a few datapaths, not all of them, and
     // zones are mostly assigned from the last assignment.
-    if seed % 2 == 0 {
+    if seed.is_multiple_of(2) {
         assert!(
             zones_from_last * 2 > incrementals,
             "seed {seed}: zones from the last assignment {zones_from_last} times of {incrementals}"
