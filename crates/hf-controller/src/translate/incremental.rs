@@ -14,7 +14,7 @@
 //! | `Logical_DP_Group` | its rows, in its old and new members; the load balancers' VIPs |
 //! | `Port_Binding` | the ports and groups of its old and new datapath and of the datapaths whose patch ports name it as peer; local port ids; migrations; the needed-datapath set (a datapath in or out of it: everything) |
 //! | `Multicast_Group` | the groups of its old and new datapath |
-//! | `Address_Set`, `Port_Group` | the sets |
+//! | `Address_Set`, `Port_Group` | the sets of their old and new names |
 //! | `MAC_Binding`, `Static_MAC_Binding`, `FDB` | neighbours and FDB (FDB also after port changes) |
 //! | `Load_Balancer`, `DNS` | the LB VIPs, the DNS records |
 //! | `Chassis`, `Encap`, `Chassis_Template_Var`, `Datapath_Binding`, `HA_Chassis_Group`, `HA_Chassis`, `Gateway_Chassis` | everything ([`super::translate_cached`], which still reuses every unchanged flow's parse) |
@@ -64,7 +64,10 @@ struct Changes {
     lf_old: HashMap<Uuid, (BTreeSet<Uuid>, BTreeSet<Uuid>)>,
     /// Changed DP groups with their old members.
     dpg: BTreeMap<Uuid, BTreeSet<Uuid>>,
-    sets: bool,
+    /// Changed address sets, their old and new names; old and new names of changed port groups.
+    as_rows: BTreeSet<Uuid>,
+    as_names: BTreeSet<String>,
+    pg_names: BTreeSet<String>,
     neigh: bool,
     lb: bool,
     dns: bool,
@@ -112,7 +115,17 @@ impl Changes {
                 e.extend(row.datapaths.iter().map(|d| d.uuid()));
             }
         }
-        self.sets |= !d.address_set.is_empty() || !d.port_group.is_empty();
+        for r in &d.address_set {
+            self.as_rows.insert(r.uuid());
+            for row in r.before().into_iter().chain(r.after()) {
+                self.as_names.insert(row.name.clone());
+            }
+        }
+        for r in &d.port_group {
+            for row in r.before().into_iter().chain(r.after()) {
+                self.pg_names.insert(row.name.clone());
+            }
+        }
         self.neigh |=
             !d.mac_binding.is_empty() || !d.static_mac_binding.is_empty() || !d.fdb.is_empty();
         self.lb |= !d.load_balancer.is_empty();
@@ -135,7 +148,7 @@ struct State {
     head: Vec<Diagnostic>,
     ports: BTreeMap<Uuid, Vec<Diagnostic>>,
     groups: BTreeMap<Uuid, Vec<GroupDiag>>,
-    sets: Vec<Diagnostic>,
+    sets: BTreeMap<Uuid, Vec<Diagnostic>>,
     flows: BTreeMap<Uuid, Vec<Diagnostic>>,
     neigh: Vec<Diagnostic>,
     lbs: Vec<Diagnostic>,
@@ -271,7 +284,9 @@ impl Incremental {
             let key = (g.map_or(0, |g| g.tunnel_key), d.uuid);
             s.groups.entry(dp).or_default().push((key, d));
         }
-        s.sets = section(3);
+        for d in section(3) {
+            s.sets.entry(d.uuid).or_default().push(d);
+        }
         for d in section(4) {
             s.flows.entry(d.uuid).or_default().push(d);
         }
@@ -542,13 +557,7 @@ impl Incremental {
         }
         // Sets.
         t.diagnostics.clear();
-        if c.sets {
-            let old = std::mem::take(&mut t.spec.sets);
-            sets::translate_sets(sb, t);
-            s.sets = std::mem::take(&mut t.diagnostics);
-            rest |= old.addr_sets != t.spec.sets.addr_sets
-                || old.port_groups != t.spec.sets.port_groups;
-        }
+        rest |= sets::update_sets(sb, t, &c.as_rows, &c.as_names, &c.pg_names, &mut s.sets);
         // Neighbours and FDB (whose rows name ports by key).
         if c.neigh || (!port_dps.is_empty() && !sb.fdb().is_empty()) {
             let old = (
@@ -603,7 +612,7 @@ impl Incremental {
             .chain(s.ports.values().flatten())
             .cloned()
             .chain(groups.into_iter().map(|(_, d)| d))
-            .chain(s.sets.iter().cloned())
+            .chain(s.sets.values().flatten().cloned())
             .chain(s.flows.values().flatten().cloned())
             .chain(s.neigh.iter().cloned())
             .chain(s.lbs.iter().cloned())
