@@ -919,6 +919,23 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
             if b.msg != next.msg {
                 bail!("{name}: the incremental path's program message differs from the full one");
             }
+            if k == 0 && itries.is_empty() {
+                let st = i.stats();
+                let touched = tr.touched.as_ref().map(|t| (t.datapaths.len(), t.rest));
+                report.note(&format!(
+                    "holdfast {tag}: the first port add's change set: {} rows ({} \
+                     Logical_Flow, {} Port_Binding, {} Logical_DP_Group, {} Multicast_Group); \
+                     incremental: {st:?}, touched (datapaths, rest) {touched:?} of {} \
+                     datapaths, renumbered {}",
+                    delta.len(),
+                    delta.logical_flow.len(),
+                    delta.port_binding.len(),
+                    delta.logical_dp_group.len(),
+                    delta.multicast_group.len(),
+                    tr.spec.datapaths.len(),
+                    tr.renumbered.len()
+                ));
+            }
             i.recycle(tr);
             itries.push((translate, to_msg));
             inc_next = Some(i);
