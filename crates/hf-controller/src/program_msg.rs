@@ -19,14 +19,14 @@
 //! No compiling: the datapath compiles the text. A flow without source text (built in code,
 //! not from SB) cannot be described and is reported in [`ProgramBuild::skipped`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use hf_datapath::proto::{
     AnnounceMsg, ChassisMsg, DatapathMsg, DnsMsg, FdbMsg, FlowMsg, GroupMsg, LbVipMsg, LocationMsg,
     MigrationMsg, NeighbourMsg, PortMsg, ProgramMsg,
 };
 use hf_expr::actions::Pipeline;
-use hf_pipeline::{DatapathKind, PortKind, PortLocation};
+use hf_pipeline::{DatapathKind, DatapathSpec, PortKind, PortLocation};
 
 use crate::Translation;
 
@@ -93,86 +93,106 @@ pub fn program_msg(
         .map(|(n, id)| (*id, n.as_str()))
         .collect();
     let mut skipped = Vec::new();
-    let mut datapaths = Vec::with_capacity(t.spec.datapaths.len());
-    for d in &t.spec.datapaths {
-        let router_zones = match d.kind {
-            DatapathKind::Router {
-                dnat_zone,
-                snat_zone,
-            } => Some((dnat_zone, snat_zone)),
-            _ => None,
-        };
-        let ports = d
-            .ports
-            .iter()
-            .map(|p| PortMsg {
-                name: p.name.clone(),
-                key: p.key,
-                location: match &p.location {
-                    PortLocation::Local(id) => LocationMsg::Local(
-                        local_names
-                            .get(id)
-                            .map_or_else(|| p.name.clone(), |n| (*n).to_string()),
-                    ),
-                    PortLocation::Remote { chassis } => LocationMsg::Remote(*chassis),
-                    PortLocation::Patch { peer } => LocationMsg::Patch(peer.clone()),
-                    PortLocation::Redirect { port } => LocationMsg::Redirect(port.clone()),
-                    _ => LocationMsg::Unbound,
-                },
-                zone: p.zone,
-                kind: port_kind_name(&p.kind),
-                resident: p.resident,
-                also_remote: p.also_remote.clone(),
-                activation: p.activation.map(Into::into),
-                addresses: p.addresses.clone(),
-                port_security: p.port_security.clone(),
-            })
-            .collect();
-        let groups = d
-            .groups
-            .iter()
-            .map(|g| GroupMsg {
-                name: g.name.clone(),
-                key: g.key,
-                members: g.members.clone(),
-            })
-            .collect();
-        let mut flows = Vec::with_capacity(d.flows.len());
-        for f in &d.flows {
-            let Some(src) = &f.source else {
-                skipped.push((d.name.clone(), f.id.0.clone()));
-                continue;
-            };
-            let lg = last_good
-                .last_good(&d.name, &f.id.0)
-                .filter(|(m, a)| *m != src.matches || *a != src.actions)
-                .map(|(m, a)| (m.to_string(), a.to_string()));
-            flows.push(FlowMsg {
-                egress: f.pipeline == Pipeline::Egress,
-                table: f.table,
-                priority: f.priority,
-                matches: src.matches.clone(),
-                actions: src.actions.clone(),
-                id: f.id.0.clone(),
-                stage: f.stage.clone(),
-                sb_uuid: f.sb_uuid.clone(),
-                stage_hint: f.stage_hint.clone(),
-                last_good: lg,
-            });
-        }
-        datapaths.push(DatapathMsg {
-            name: d.name.clone(),
-            tunnel_key: d.tunnel_key,
-            router_zones,
-            ports,
-            groups,
-            flows,
-        });
+    let datapaths = t
+        .spec
+        .datapaths
+        .iter()
+        .map(|d| datapath_msg(d, &local_names, last_good, &mut skipped))
+        .collect();
+    let msg = assemble(t, chassis, generation, nb_cfg, extra_zones, datapaths);
+    ProgramBuild { msg, skipped }
+}
+
+/// [`program_msg`] for a translation with [`Translation::touched`] (from
+/// [`crate::Incremental`]), given the message built from the previous translation of the same
+/// translator: every datapath that is not touched (or only [`Translation::renumbered`]) takes
+/// its [`DatapathMsg`] from `prev` as it is (no per-flow work), and with `touched.rest` false
+/// everything outside datapaths too. Equal to [`program_msg`]'s message. Without `touched`,
+/// or when `prev` lacks a datapath, it builds as [`program_msg`] does.
+///
+/// The caller guarantees what `touched` cannot see: `prev` was built from the translation
+/// before `t`, with the same `last_good` answers for the reused datapaths, and is unchanged
+/// (a caller that edits messages, such as keeping sets, passes an unedited copy). Flows
+/// without source text of reused datapaths are not listed in [`ProgramBuild::skipped`] again
+/// (translations from SB have none).
+pub fn program_msg_reusing(
+    t: &Translation,
+    chassis: &str,
+    generation: u64,
+    nb_cfg: i64,
+    extra_zones: &BTreeMap<String, u16>,
+    last_good: &dyn LastGoodLookup,
+    mut prev: ProgramMsg,
+) -> ProgramBuild {
+    let Some(touched) = &t.touched else {
+        return program_msg(t, chassis, generation, nb_cfg, extra_zones, last_good);
+    };
+    let local_names: BTreeMap<u32, &str> = t
+        .local_ports
+        .iter()
+        .map(|(n, id)| (*id, n.as_str()))
+        .collect();
+    let mut old: HashMap<String, DatapathMsg> = std::mem::take(&mut prev.datapaths)
+        .into_iter()
+        .map(|d| (d.name.clone(), d))
+        .collect();
+    let mut skipped = Vec::new();
+    let datapaths = t
+        .spec
+        .datapaths
+        .iter()
+        .map(|d| {
+            let reuse = !touched.datapaths.contains(&d.name) || t.renumbered.contains(&d.name);
+            match old.remove(&d.name) {
+                Some(m) if reuse => m,
+                _ => datapath_msg(d, &local_names, last_good, &mut skipped),
+            }
+        })
+        .collect();
+    if touched.rest {
+        let msg = assemble(t, chassis, generation, nb_cfg, extra_zones, datapaths);
+        return ProgramBuild { msg, skipped };
     }
+    // Zones: the translation's (unchanged) plus `extra_zones`, which may differ from last time.
+    let same_zones = prev.zones.len()
+        == t.zones.len()
+            + extra_zones
+                .keys()
+                .filter(|n| !t.zones.contains_key(*n))
+                .count()
+        && extra_zones
+            .iter()
+            .all(|(n, z)| t.zones.contains_key(n) || prev.zones.get(n) == Some(z));
+    if !same_zones {
+        prev.zones = all_zones(t, extra_zones);
+    }
+    prev.datapaths = datapaths;
+    prev.generation = generation;
+    prev.chassis = chassis.to_string();
+    prev.nb_cfg = nb_cfg;
+    prev.feature_level = None;
+    prev.no_last_good = false;
+    ProgramBuild { msg: prev, skipped }
+}
+
+fn all_zones(t: &Translation, extra_zones: &BTreeMap<String, u16>) -> BTreeMap<String, u16> {
     let mut zones = t.zones.clone();
     for (n, z) in extra_zones {
         zones.entry(n.clone()).or_insert(*z);
     }
+    zones
+}
+
+/// The message of `t` with these datapaths.
+fn assemble(
+    t: &Translation,
+    chassis: &str,
+    generation: u64,
+    nb_cfg: i64,
+    extra_zones: &BTreeMap<String, u16>,
+    datapaths: Vec<DatapathMsg>,
+) -> ProgramMsg {
+    let zones = all_zones(t, extra_zones);
     let address_sets = t
         .spec
         .sets
@@ -205,7 +225,7 @@ pub fn program_msg(
                 .collect(),
         })
         .collect();
-    let msg = ProgramMsg {
+    ProgramMsg {
         migrations,
         generation,
         chassis: chassis.to_string(),
@@ -269,8 +289,89 @@ pub fn program_msg(
         owner: t.spec.owner.0,
         feature_level: None,
         no_last_good: false,
+    }
+}
+
+/// One datapath's message; flows without source text go to `skipped`.
+fn datapath_msg(
+    d: &DatapathSpec,
+    local_names: &BTreeMap<u32, &str>,
+    last_good: &dyn LastGoodLookup,
+    skipped: &mut Vec<(String, String)>,
+) -> DatapathMsg {
+    let router_zones = match d.kind {
+        DatapathKind::Router {
+            dnat_zone,
+            snat_zone,
+        } => Some((dnat_zone, snat_zone)),
+        _ => None,
     };
-    ProgramBuild { msg, skipped }
+    let ports = d
+        .ports
+        .iter()
+        .map(|p| PortMsg {
+            name: p.name.clone(),
+            key: p.key,
+            location: match &p.location {
+                PortLocation::Local(id) => LocationMsg::Local(
+                    local_names
+                        .get(id)
+                        .map_or_else(|| p.name.clone(), |n| (*n).to_string()),
+                ),
+                PortLocation::Remote { chassis } => LocationMsg::Remote(*chassis),
+                PortLocation::Patch { peer } => LocationMsg::Patch(peer.clone()),
+                PortLocation::Redirect { port } => LocationMsg::Redirect(port.clone()),
+                _ => LocationMsg::Unbound,
+            },
+            zone: p.zone,
+            kind: port_kind_name(&p.kind),
+            resident: p.resident,
+            also_remote: p.also_remote.clone(),
+            activation: p.activation.map(Into::into),
+            addresses: p.addresses.clone(),
+            port_security: p.port_security.clone(),
+        })
+        .collect();
+    let groups = d
+        .groups
+        .iter()
+        .map(|g| GroupMsg {
+            name: g.name.clone(),
+            key: g.key,
+            members: g.members.clone(),
+        })
+        .collect();
+    let mut flows = Vec::with_capacity(d.flows.len());
+    for f in &d.flows {
+        let Some(src) = &f.source else {
+            skipped.push((d.name.clone(), f.id.0.clone()));
+            continue;
+        };
+        let lg = last_good
+            .last_good(&d.name, &f.id.0)
+            .filter(|(m, a)| *m != src.matches || *a != src.actions)
+            .map(|(m, a)| (m.to_string(), a.to_string()));
+        flows.push(FlowMsg {
+            egress: f.pipeline == Pipeline::Egress,
+            table: f.table,
+            priority: f.priority,
+            matches: src.matches.clone(),
+            actions: src.actions.clone(),
+            id: f.id.0.clone(),
+            stage: f.stage.clone(),
+            sb_uuid: f.sb_uuid.clone(),
+            stage_hint: f.stage_hint.clone(),
+            last_good: lg,
+        });
+    }
+    DatapathMsg {
+        name: d.name.clone(),
+        tunnel_key: d.tunnel_key,
+        router_zones,
+        ports,
+        groups,
+        flows,
+    }
 }
 
 /// Whether two programs describe the same forwarding (everything but the generation and the

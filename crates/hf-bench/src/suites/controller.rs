@@ -41,6 +41,12 @@
 //!   `ovn-controller+ovs-vswitchd`; MB.
 //! - `cold_start_NxP_split_*`, `port_add_NxP_split_*`: where holdfast's time goes (`sb_sync`
 //!   or `sb_update`, `translate`, `to_msg`, `encode`, `decode`, `to_spec`, `compile`).
+//! - `port_add_NxP_incremental_translate`, `port_add_NxP_incremental_to_msg` (in process,
+//!   median of 3 per add, then of the adds): the same port add through the controller's
+//!   incremental path: [`hf_controller::Incremental`] fed the change set between the two
+//!   snapshots (made untimed by comparing them), and
+//!   `hf_controller::program_msg::program_msg_reusing` reusing the previous message; its
+//!   message is checked equal to the full path's (untimed).
 //! - `cold_start_NxP_heap_peak`: the counting allocator's peak growth over one pass of the
 //!   chassis path (the SB replica excluded); MB. `ovn_controller_NxP_peak_rss`: the daemon's
 //!   `VmHWM`; MB (different measures, hence no ratio).
@@ -507,6 +513,8 @@ impl Split {
 
 /// holdfast's figures.
 struct Ours {
+    /// The port add through the incremental path: (translate, to_msg), ms.
+    incremental: (f64, f64),
     cold_ms: f64,
     cold: Split,
     port_add_ms: f64,
@@ -522,6 +530,16 @@ impl Ours {
         for (step, v) in self.port_add.steps() {
             report.result(&format!("port_add_{tag}_split_{step}"), v, "ms");
         }
+        report.result(
+            &format!("port_add_{tag}_incremental_translate"),
+            self.incremental.0,
+            "ms",
+        );
+        report.result(
+            &format!("port_add_{tag}_incremental_to_msg"),
+            self.incremental.1,
+            "ms",
+        );
         report.result(&format!("cold_start_{tag}_heap_peak"), self.heap_mb, "MB");
     }
 }
@@ -664,6 +682,61 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
     ))
 }
 
+/// What the controller translates for.
+fn hv1_opts() -> hf_controller::TranslateOptions {
+    hf_controller::TranslateOptions {
+        chassis: Some(CHASSIS.into()),
+    }
+}
+
+/// The change set from `old` to `new` of the tables the translation reads (what the replica's
+/// `Event::Changes` would carry).
+fn sb_delta(old: &SbSnapshot, new: &SbSnapshot) -> hf_model::sb::Delta {
+    fn rows<K: Ord, T: Clone + PartialEq>(
+        a: &BTreeMap<K, T>,
+        b: &BTreeMap<K, T>,
+    ) -> Vec<hf_model::RowDelta<T>> {
+        let mut out = Vec::new();
+        for (u, x) in a {
+            match b.get(u) {
+                None => out.push(hf_model::RowDelta::Delete(x.clone())),
+                Some(y) if y != x => out.push(hf_model::RowDelta::Update {
+                    old: x.clone(),
+                    new: y.clone(),
+                }),
+                Some(_) => {}
+            }
+        }
+        for (u, y) in b {
+            if !a.contains_key(u) {
+                out.push(hf_model::RowDelta::Insert(y.clone()));
+            }
+        }
+        out
+    }
+    hf_model::sb::Delta {
+        address_set: rows(old.address_set(), new.address_set()),
+        chassis: rows(old.chassis(), new.chassis()),
+        chassis_template_var: rows(old.chassis_template_var(), new.chassis_template_var()),
+        datapath_binding: rows(old.datapath_binding(), new.datapath_binding()),
+        dns: rows(old.dns(), new.dns()),
+        encap: rows(old.encap(), new.encap()),
+        fdb: rows(old.fdb(), new.fdb()),
+        gateway_chassis: rows(old.gateway_chassis(), new.gateway_chassis()),
+        ha_chassis: rows(old.ha_chassis(), new.ha_chassis()),
+        ha_chassis_group: rows(old.ha_chassis_group(), new.ha_chassis_group()),
+        load_balancer: rows(old.load_balancer(), new.load_balancer()),
+        logical_dp_group: rows(old.logical_dp_group(), new.logical_dp_group()),
+        logical_flow: rows(old.logical_flow(), new.logical_flow()),
+        mac_binding: rows(old.mac_binding(), new.mac_binding()),
+        multicast_group: rows(old.multicast_group(), new.multicast_group()),
+        port_binding: rows(old.port_binding(), new.port_binding()),
+        port_group: rows(old.port_group(), new.port_group()),
+        static_mac_binding: rows(old.static_mac_binding(), new.static_mac_binding()),
+        ..Default::default()
+    }
+}
+
 /// The datapaths of `new` whose flows differ from the same-named datapath of `old` (or that
 /// are new): what the datapath, holding its previous program message, hands to `recompile`.
 fn changed_datapaths(old: &ProgramMsg, new: &ProgramMsg) -> Vec<String> {
@@ -789,7 +862,19 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
         current.program.flow_errors().count(),
         current.frame_bytes as f64 / 1e6
     ));
-    drop(snap);
+    // The incremental translator as after the cold start (untimed).
+    let mut inc = hf_controller::Incremental::new();
+    let tr = inc.translate(
+        &snap,
+        &hv1_opts(),
+        &hf_controller::Extra {
+            only_needed: true,
+            zones: BTreeMap::new(),
+        },
+    );
+    inc.recycle(tr);
+    let mut inc_snap = snap;
+    let mut inc_times = Vec::new();
 
     // Port adds: from the SB server holding the port (polled) to the new program: the update
     // reaching the replica, then the computation on it.
@@ -837,6 +922,60 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
         tries.sort_by(|a, b| a.total().total_cmp(&b.total()));
         let mut split = tries[1].clone();
         let next = next.context("no program")?;
+        // The incremental path on the same change (median of 3), checked against the full one.
+        let delta = sb_delta(&inc_snap, &snap);
+        let mut itries = Vec::new();
+        let mut inc_next = None;
+        for _ in 0..3 {
+            let mut i = inc.clone();
+            i.changed(&delta);
+            let prev_msg = current.msg.clone();
+            let extra = hf_controller::Extra {
+                only_needed: true,
+                zones: current.zones.clone(),
+            };
+            let t = Instant::now();
+            let tr = i.translate(&snap, &hv1_opts(), &extra);
+            let translate = ms(t.elapsed());
+            let t = Instant::now();
+            let b = hf_controller::program_msg::program_msg_reusing(
+                &tr,
+                CHASSIS,
+                next.generation,
+                next.msg.nb_cfg,
+                &BTreeMap::new(),
+                &hf_controller::program_msg::NoLastGood,
+                prev_msg,
+            );
+            let to_msg = ms(t.elapsed());
+            if b.msg != next.msg {
+                bail!("{name}: the incremental path's program message differs from the full one");
+            }
+            if k == 0 && itries.is_empty() {
+                let st = i.stats();
+                let touched = tr.touched.as_ref().map(|t| (t.datapaths.len(), t.rest));
+                report.note(&format!(
+                    "holdfast {tag}: the first port add's change set: {} rows ({} \
+                     Logical_Flow, {} Port_Binding, {} Logical_DP_Group, {} Multicast_Group); \
+                     incremental: {st:?}, touched (datapaths, rest) {touched:?} of {} \
+                     datapaths, renumbered {}",
+                    delta.len(),
+                    delta.logical_flow.len(),
+                    delta.port_binding.len(),
+                    delta.logical_dp_group.len(),
+                    delta.multicast_group.len(),
+                    tr.spec.datapaths.len(),
+                    tr.renumbered.len()
+                ));
+            }
+            i.recycle(tr);
+            itries.push((translate, to_msg));
+            inc_next = Some(i);
+        }
+        itries.sort_by(|a, b| (a.0 + a.1).total_cmp(&(b.0 + b.1)));
+        inc_times.push(itries[1]);
+        inc = inc_next.context("no translator")?;
+        inc_snap = snap;
         split.sb_update = Some(ms(seen.saturating_duration_since(at_server)));
         if k == 0 {
             check_port_add(report, &current, &next)?;
@@ -850,9 +989,12 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
     }
     adds.sort_by(|a, b| a.total().total_cmp(&b.total()));
     let port_add = adds[adds.len() / 2].clone();
+    inc_times.sort_by(|a, b| (a.0 + a.1).total_cmp(&(b.0 + b.1)));
+    let incremental = inc_times[inc_times.len() / 2];
     drop(client);
     drop(rt);
     Ok(Ours {
+        incremental,
         cold_ms: cold.total(),
         cold,
         port_add_ms: port_add.total(),

@@ -11,8 +11,8 @@
 //!   are built from the view when it is sent, so nothing is written twice.
 //! - Keeps the monitor conditions at what the view says this chassis needs
 //!   ([`super::monitor`]).
-//! - Translates ([`crate::translate_cached`], only the needed datapaths, the datapath's zone
-//!   map kept) and pushes a [`ProgramMsg`] atomically, only with a complete view: the replica
+//! - Translates incrementally ([`crate::Incremental`], fed the replica's change sets; only
+//!   the needed datapaths, the datapath's zone map kept) and pushes a [`ProgramMsg`] atomically, only with a complete view: the replica
 //!   is in sync, the conditions are at their fixpoint and answered, SB has its `SB_Global`
 //!   and our `Chassis`, and the datapath's hello has come. One program in flight at a time. A
 //!   translation whose content equals what the datapath runs is not pushed (a restarted
@@ -71,7 +71,7 @@ use super::chassis::{self, Identity};
 use super::lastgood::LastGood;
 use super::{binding, monitor, neigh};
 use crate::program_msg::{program_msg, same_content};
-use crate::{Extra, TranslateCache, TranslateOptions, translate_cached};
+use crate::{Extra, Incremental, TranslateOptions};
 
 /// What the controller is (the API of issue 11).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -299,8 +299,8 @@ pub struct Controller {
     /// Sets kept for last good versions (logged when they change).
     kept_sets: Vec<String>,
     installed_nb_cfg: Option<i64>,
-    /// Parsed flows and whole datapaths of the last translation, reused when unchanged.
-    translate_cache: TranslateCache,
+    /// The last translation and what it was made of; fed every change set since.
+    translate_cache: Incremental,
     /// The last translation's diagnostics, in its order (those not in the previous list are
     /// logged).
     diagnostics: Vec<String>,
@@ -412,7 +412,7 @@ impl Controller {
             lastgood: LastGood::default(),
             kept_sets: Vec::new(),
             installed_nb_cfg: None,
-            translate_cache: TranslateCache::default(),
+            translate_cache: Incremental::default(),
             diagnostics: Vec::new(),
             zone_error: None,
             log: VecDeque::new(),
@@ -634,8 +634,10 @@ impl Controller {
         self.sb.is_synced()
     }
 
-    /// Translate (and push if anything changed) at the next chance.
+    /// Translate (and push if anything changed) at the next chance: everything afresh, as
+    /// ovn-controller's `recompute` does.
     pub fn recompute(&mut self, now: Duration) {
+        self.translate_cache.everything();
         self.translate_due = true;
         self.write_due = true;
         self.step(now);
@@ -1086,7 +1088,16 @@ impl Controller {
                 Level::Info,
                 format!("SB: connected to remote {remote} ({})", method.name()),
             ),
-            Event::Resynced { full, rows, .. } => {
+            Event::Resynced {
+                full,
+                rows,
+                initial,
+            } => {
+                // A sync that sent everything replaced the view (its change set, when there
+                // is one, came before).
+                if full || initial {
+                    self.translate_cache.everything();
+                }
                 self.say(
                     Level::Debug,
                     format!("SB: in sync ({rows} rows, full={full})"),
@@ -1099,6 +1110,7 @@ impl Controller {
                 // Our own status writes (`Chassis_Private`, `Port_Binding.up`) change nothing
                 // the translation or the conditions read.
                 if !only_status(&d) {
+                    self.translate_cache.changed(&d);
                     self.conds_due = true;
                     self.translate_due = true;
                 }
@@ -1256,7 +1268,7 @@ impl Controller {
         self.translate_due = false;
         self.stats.translations += 1;
         let sb = self.sb.model();
-        let mut t = translate_cached(
+        let mut t = self.translate_cache.translate(
             sb,
             &TranslateOptions {
                 chassis: Some(self.cfg.chassis.clone()),
@@ -1265,7 +1277,6 @@ impl Controller {
                 only_needed: true,
                 zones: self.zones.clone(),
             },
-            &mut self.translate_cache,
         );
         let nb_cfg = sb.sb_global_row().map_or(0, |g| g.nb_cfg);
         // Diagnostics: each logged once while it lasts.
@@ -1326,10 +1337,13 @@ impl Controller {
             return;
         }
         let level = hf_expr::FeatureSet::level(self.tuning.feature_level);
-        if !level.contains("port-group-per-datapath") {
-            t.spec.sets.port_groups =
-                crate::translate::sets::port_groups_as_written(self.sb.model());
-        }
+        // (Given back to the translator as it was.)
+        let per_datapath_groups = (!level.contains("port-group-per-datapath")).then(|| {
+            std::mem::replace(
+                &mut t.spec.sets.port_groups,
+                crate::translate::sets::port_groups_as_written(self.sb.model()),
+            )
+        });
         let build = program_msg(
             &t,
             &self.cfg.chassis,
@@ -1342,6 +1356,9 @@ impl Controller {
                 &crate::program_msg::NoLastGood
             },
         );
+        if let Some(g) = per_datapath_groups {
+            t.spec.sets.port_groups = g;
+        }
         self.translate_cache.recycle(t);
         if !build.skipped.is_empty() {
             self.say(

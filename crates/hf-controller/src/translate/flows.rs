@@ -143,10 +143,7 @@ pub(crate) fn translate_flows(
     t: &mut Translation,
     mut cache: Option<&mut super::cache::FlowCache>,
 ) {
-    let vars: BTreeMap<String, String> = chassis
-        .and_then(|c| sb.chassis_template_var().values().find(|v| v.chassis == c))
-        .map(|v| v.variables.clone())
-        .unwrap_or_default();
+    let vars = template_vars(sb, chassis);
     if let Some(c) = cache.as_deref_mut() {
         c.begin(&vars);
     }
@@ -154,29 +151,7 @@ pub(crate) fn translate_flows(
     // datapaths see exactly the rows, unchanged, they saw last time.
     let mut rows: Vec<(&sb::LogicalFlow, Vec<usize>, Option<Diagnostic>)> = Vec::new();
     for lf in sb.logical_flow().values() {
-        let mut targets: Vec<usize> = Vec::new();
-        let mut missing = None;
-        if let Some(d) = lf.logical_datapath {
-            targets.extend(t.datapath_index.get(&d.uuid()));
-        }
-        if let Some(g) = lf.logical_dp_group {
-            match sb.get(g) {
-                Some(g) => targets.extend(
-                    g.datapaths
-                        .iter()
-                        .filter_map(|d| t.datapath_index.get(&d.uuid())),
-                ),
-                None => {
-                    missing = Some(Diagnostic {
-                        table: "Logical_Flow",
-                        uuid: lf.uuid,
-                        reason: format!("logical_dp_group {} does not exist", g.uuid()),
-                    })
-                }
-            }
-        }
-        targets.sort_unstable();
-        targets.dedup();
+        let (targets, missing) = flow_targets(sb, lf, &t.datapath_index);
         rows.push((lf, targets, missing));
     }
     // Datapaths whose flows come whole from the cache (index → its sorted flows).
@@ -229,17 +204,58 @@ pub(crate) fn translate_flows(
             d.flows = flows;
             continue;
         }
-        d.flows.sort_by(|a, b| {
-            let k = |f: &FlowSpec| {
-                (
-                    matches!(f.pipeline, Pipeline::Egress),
-                    f.table,
-                    std::cmp::Reverse(f.priority),
-                )
-            };
-            k(a).cmp(&k(b)).then_with(|| a.id.cmp(&b.id))
-        });
+        d.flows.sort_by(flow_order);
     }
+}
+
+/// The order of a datapath's flows: pipeline, table, priority (high first), identity. (Flows
+/// equal in all of these keep their rows' UUID order.)
+pub(crate) fn flow_order(a: &FlowSpec, b: &FlowSpec) -> std::cmp::Ordering {
+    let k = |f: &FlowSpec| {
+        (
+            matches!(f.pipeline, Pipeline::Egress),
+            f.table,
+            std::cmp::Reverse(f.priority),
+        )
+    };
+    k(a).cmp(&k(b)).then_with(|| a.id.cmp(&b.id))
+}
+
+/// The chassis's template variables (`Chassis_Template_Var`), empty without a chassis.
+pub(crate) fn template_vars(sb: &SbSnapshot, chassis: Option<&str>) -> BTreeMap<String, String> {
+    chassis
+        .and_then(|c| sb.chassis_template_var().values().find(|v| v.chassis == c))
+        .map(|v| v.variables.clone())
+        .unwrap_or_default()
+}
+
+/// The translated datapaths (indexes, sorted) a flow row goes to, and the diagnostic of a
+/// missing `logical_dp_group`.
+pub(crate) fn flow_targets(
+    sb: &SbSnapshot,
+    lf: &sb::LogicalFlow,
+    index: &BTreeMap<Uuid, usize>,
+) -> (Vec<usize>, Option<Diagnostic>) {
+    let mut targets: Vec<usize> = Vec::new();
+    let mut missing = None;
+    if let Some(d) = lf.logical_datapath {
+        targets.extend(index.get(&d.uuid()));
+    }
+    if let Some(g) = lf.logical_dp_group {
+        match sb.get(g) {
+            Some(g) => targets.extend(g.datapaths.iter().filter_map(|d| index.get(&d.uuid()))),
+            None => {
+                missing = Some(Diagnostic {
+                    table: "Logical_Flow",
+                    uuid: lf.uuid,
+                    reason: format!("logical_dp_group {} does not exist", g.uuid()),
+                })
+            }
+        }
+    }
+    targets.sort_unstable();
+    targets.dedup();
+    (targets, missing)
 }
 
 /// Parses `aa:bb:cc:dd:ee:ff` (surrounding blanks allowed) with the logical-flow lexer's rules.

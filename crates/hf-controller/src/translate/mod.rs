@@ -40,6 +40,7 @@
 pub mod cache;
 pub mod dns;
 pub mod flows;
+pub mod incremental;
 pub mod ports;
 pub mod sets;
 pub mod zones;
@@ -121,6 +122,25 @@ pub struct Translation {
     pub datapath_index: BTreeMap<Uuid, usize>,
     /// Local ports in a live migration.
     pub migrations: Vec<ports::MigrationSpec>,
+    /// What may differ from the previous translation of the same translator
+    /// ([`Incremental`]); `None` = unknown (compare everything), as from [`translate_with`].
+    pub touched: Option<Touched>,
+    /// Datapaths of `touched` whose only difference is the numbering of their local ports
+    /// ([`hf_pipeline::PortLocation::Local`] ids: a local port added or removed elsewhere
+    /// renumbers the ones after it). A program message names local ports, so it is the same
+    /// for them ([`crate::program_msg::program_msg_reusing`] reuses them).
+    pub renumbered: BTreeSet<String>,
+}
+
+/// What may differ between a translation and the previous one ([`Translation::touched`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Touched {
+    /// Datapath names whose ports, groups or flows may differ from the previous translation
+    /// (including datapaths added or removed).
+    pub datapaths: BTreeSet<String>,
+    /// Anything outside datapaths may differ: sets, chassis table, neighbours, FDB, LB VIPs,
+    /// DNS, zones, local ports, migrations.
+    pub rest: bool,
 }
 
 impl Translation {
@@ -152,12 +172,25 @@ pub fn translate_cached(
 }
 
 pub use cache::TranslateCache;
+pub use incremental::Incremental;
 
 fn translate_inner(
     sb: &SbSnapshot,
     opts: &TranslateOptions,
     extra: &Extra,
     cache: Option<&mut TranslateCache>,
+) -> Translation {
+    translate_marked(sb, opts, extra, cache, &mut Vec::new())
+}
+
+/// [`translate_inner`], noting in `marks` where each section's diagnostics end (datapaths,
+/// ports, groups, sets, flows, neighbours and FDB, load balancers, DNS; zones run to the end).
+pub(crate) fn translate_marked(
+    sb: &SbSnapshot,
+    opts: &TranslateOptions,
+    extra: &Extra,
+    cache: Option<&mut TranslateCache>,
+    marks: &mut Vec<usize>,
 ) -> Translation {
     let mut t = Translation {
         chassis: chassis_table(sb),
@@ -229,12 +262,18 @@ fn translate_inner(
             flows: Vec::new(),
         });
     }
-    ports::translate_ports(sb, chassis, &mut t);
+    marks.push(t.diagnostics.len());
+    ports::translate_ports(sb, chassis, &mut t, marks);
     sets::translate_sets(sb, &mut t);
+    marks.push(t.diagnostics.len());
     flows::translate_flows(sb, chassis, &mut t, cache.map(|c| &mut c.flows));
+    marks.push(t.diagnostics.len());
     flows::translate_neighbours(sb, &mut t);
+    marks.push(t.diagnostics.len());
     flows::translate_lbs(sb, &mut t);
+    marks.push(t.diagnostics.len());
     dns::translate_dns(sb, &mut t);
+    marks.push(t.diagnostics.len());
     let requested = zones::requested(sb, &mut t);
     zones::assign(&mut t, &requested, &extra.zones);
     t.spec.owner = hf_conntrack::Owner(1);
@@ -294,6 +333,11 @@ pub fn needed_datapaths(sb: &SbSnapshot, chassis: &str) -> BTreeSet<Uuid> {
             start.insert(pb.datapath.uuid());
         }
     }
+    needed_from(sb, chassis, start)
+}
+
+/// The datapaths reached from `start` (datapaths with ports bound to `chassis`).
+pub(crate) fn needed_from(sb: &SbSnapshot, chassis: &str, start: BTreeSet<Uuid>) -> BTreeSet<Uuid> {
     let mut out = BTreeSet::new();
     for d in start {
         if out.contains(&d) {

@@ -74,18 +74,13 @@ pub(crate) fn activated_chassis(pb: &sb::PortBinding) -> Vec<&str> {
 }
 
 /// Where a port is, before local ids are numbered.
+#[derive(Debug)]
 enum Place {
     Local,
     Remote(u32),
     Patch(String),
     Redirect(String),
     Unbound,
-}
-
-struct Pending {
-    dp: usize,
-    spec: PortSpec,
-    place: Place,
 }
 
 /// The chassis a VIF-like port is bound to: primary, then additional.
@@ -177,150 +172,235 @@ pub(crate) fn bound_on(sb: &SbSnapshot, pb: &sb::PortBinding, ch: Uuid, name: &s
     }
 }
 
-/// Fills the ports and multicast groups of `t.spec.datapaths`.
-pub(crate) fn translate_ports(sb: &SbSnapshot, chassis: Option<&str>, t: &mut Translation) {
-    let ids: BTreeMap<Uuid, u32> = sb
-        .chassis()
-        .values()
-        .filter_map(|c| t.chassis_by_name(&c.name).map(|e| (c.uuid, e.id)))
-        .collect();
-    let here: Option<Uuid> = chassis.and_then(|c| sb.chassis_by_name(c)).map(|c| c.uuid);
-    let here_row = here.and_then(|u| sb.chassis().get(&u));
-    let mut pending: Vec<Pending> = Vec::new();
-    let index = t.datapath_index.clone();
-    for (dp_uuid, &dpi) in &index {
-        let mut pbs: Vec<&sb::PortBinding> =
-            sb.port_binding_all_by_datapath((*dp_uuid).into()).collect();
-        pbs.sort_by_key(|p| (p.tunnel_key, p.uuid));
-        let mut seen_keys: BTreeMap<i64, &str> = BTreeMap::new();
-        for pb in pbs {
-            let diag = |reason: String| Diagnostic {
-                table: "Port_Binding",
-                uuid: pb.uuid,
-                reason: format!("logical port {}: {reason}", pb.logical_port),
-            };
-            if !(1..=(1 << 15) - 1).contains(&pb.tunnel_key) {
-                t.diagnostics.push(diag(format!(
-                    "tunnel_key {} is outside Geneve's 15-bit port range 1..=32767",
-                    pb.tunnel_key
-                )));
-                continue;
-            }
-            if let Some(other) = seen_keys.insert(pb.tunnel_key, &pb.logical_port) {
-                t.diagnostics.push(diag(format!(
-                    "tunnel_key {} is also used by {other} in the same datapath",
-                    pb.tunnel_key
-                )));
-                continue;
-            }
-            let kind = PortKind::from_sb(&pb.type_);
-            let chassis_id = |u: Uuid| ids.get(&u).copied();
-            let (place, resident, also, activation) = match chassis {
-                None => place_everywhere(pb, &kind),
-                Some(name) => {
-                    place_on(sb, pb, &kind, here, name, here_row, &chassis_id, &mut |r| {
-                        t.diagnostics.push(diag(r))
-                    })
-                }
-            };
-            if let PortKind::Vtep | PortKind::Remote | PortKind::Other(_) = kind {
-                t.diagnostics.push(diag(format!(
-                    "port type \"{}\" is not supported: treated as unbound",
-                    pb.type_
-                )));
-            }
-            let place = match place {
-                // A router port nothing is connected to (northd writes no options:peer): as
-                // in ovn-controller, output to it goes nowhere; nothing is wrong with the row.
-                Place::Patch(peer) if peer.is_empty() => Place::Unbound,
-                Place::Patch(peer) if sb.port_binding_by_logical_port(&peer).is_none() => {
-                    t.diagnostics.push(diag(format!(
-                        "options:peer names {peer}, which has no Port_Binding: treated as unbound"
-                    )));
-                    Place::Unbound
-                }
-                Place::Patch(peer)
-                    if sb
-                        .port_binding_by_logical_port(&peer)
-                        .is_some_and(|p| !index.contains_key(&p.datapath.uuid())) =>
-                {
-                    // The peer's datapath is not translated (not needed here).
-                    Place::Unbound
-                }
-                Place::Redirect(d) if d.is_empty() => {
-                    t.diagnostics.push(diag(
-                        "has no options:distributed-port: treated as unbound".into(),
-                    ));
-                    Place::Unbound
-                }
-                Place::Redirect(d)
-                    if !sb
-                        .port_binding_all_by_datapath((*dp_uuid).into())
-                        .any(|p| p.logical_port == d) =>
-                {
-                    t.diagnostics.push(diag(format!(
-                        "options:distributed-port names {d}, which is not in this datapath: \
-                         treated as unbound"
-                    )));
-                    Place::Unbound
-                }
-                p => p,
-            };
-            pending.push(Pending {
-                dp: dpi,
-                spec: PortSpec {
-                    name: pb.logical_port.clone(),
-                    key: pb.tunnel_key as u32,
-                    location: PortLocation::Unbound,
-                    zone: 0,
-                    kind,
-                    resident,
-                    also_remote: also,
-                    activation,
-                    addresses: pb.mac.iter().cloned().collect(),
-                    port_security: pb.port_security.iter().cloned().collect(),
-                },
-                place,
-            });
+/// What placing a port needs to know about the chassis (computed once per translation).
+pub(crate) struct PortCtx<'a> {
+    /// Chassis UUID → id of the chassis table.
+    ids: BTreeMap<Uuid, u32>,
+    /// Our chassis row's UUID.
+    here: Option<Uuid>,
+    here_row: Option<&'a sb::Chassis>,
+    chassis: Option<&'a str>,
+}
+
+impl<'a> PortCtx<'a> {
+    /// The context for `chassis`, whose chassis table `t.chassis` already holds.
+    pub(crate) fn new(sb: &'a SbSnapshot, chassis: Option<&'a str>, t: &Translation) -> Self {
+        let ids: BTreeMap<Uuid, u32> = sb
+            .chassis()
+            .values()
+            .filter_map(|c| t.chassis_by_name(&c.name).map(|e| (c.uuid, e.id)))
+            .collect();
+        let here: Option<Uuid> = chassis.and_then(|c| sb.chassis_by_name(c)).map(|c| c.uuid);
+        let here_row = here.and_then(|u| sb.chassis().get(&u));
+        PortCtx {
+            ids,
+            here,
+            here_row,
+            chassis,
         }
     }
-    // Local ids: 1.. in name order (a stable numbering the datapath maps to its interfaces).
-    let mut local_names: Vec<String> = pending
-        .iter()
-        .filter(|p| matches!(p.place, Place::Local))
-        .map(|p| p.spec.name.clone())
-        .collect();
-    local_names.sort();
-    local_names.dedup();
-    t.local_ports = local_names
-        .into_iter()
-        .enumerate()
-        .map(|(i, n)| (n, i as u32 + 1))
-        .collect();
-    for mut p in pending {
-        p.spec.location = match p.place {
-            Place::Local => match t.local_ports.get(&p.spec.name) {
-                Some(&id) => PortLocation::Local(id),
-                None => PortLocation::Unbound,
-            },
-            Place::Remote(c) => PortLocation::Remote { chassis: c },
-            Place::Patch(peer) => PortLocation::Patch { peer },
-            Place::Redirect(port) => PortLocation::Redirect { port },
-            Place::Unbound => PortLocation::Unbound,
+}
+
+/// One datapath's ports, in (tunnel key, UUID) order, with whether each is local here (its
+/// location is `Local(0)` until [`number_local`] numbers it); diagnostics go to `diags`.
+pub(crate) fn dp_ports(
+    sb: &SbSnapshot,
+    ctx: &PortCtx<'_>,
+    dp_uuid: Uuid,
+    index: &BTreeMap<Uuid, usize>,
+    diags: &mut Vec<Diagnostic>,
+) -> Vec<(PortSpec, bool)> {
+    let mut out = Vec::new();
+    let mut pbs: Vec<&sb::PortBinding> = sb.port_binding_all_by_datapath(dp_uuid.into()).collect();
+    pbs.sort_by_key(|p| (p.tunnel_key, p.uuid));
+    let mut seen_keys: BTreeMap<i64, &str> = BTreeMap::new();
+    for pb in pbs {
+        let diag = |reason: String| Diagnostic {
+            table: "Port_Binding",
+            uuid: pb.uuid,
+            reason: format!("logical port {}: {reason}", pb.logical_port),
         };
-        if let Some(d) = t.spec.datapaths.get_mut(p.dp) {
-            d.ports.push(p.spec);
+        if !(1..=(1 << 15) - 1).contains(&pb.tunnel_key) {
+            diags.push(diag(format!(
+                "tunnel_key {} is outside Geneve's 15-bit port range 1..=32767",
+                pb.tunnel_key
+            )));
+            continue;
+        }
+        if let Some(other) = seen_keys.insert(pb.tunnel_key, &pb.logical_port) {
+            diags.push(diag(format!(
+                "tunnel_key {} is also used by {other} in the same datapath",
+                pb.tunnel_key
+            )));
+            continue;
+        }
+        let kind = PortKind::from_sb(&pb.type_);
+        let chassis_id = |u: Uuid| ctx.ids.get(&u).copied();
+        let (place, resident, also, activation) = match ctx.chassis {
+            None => place_everywhere(pb, &kind),
+            Some(name) => place_on(
+                sb,
+                pb,
+                &kind,
+                ctx.here,
+                name,
+                ctx.here_row,
+                &chassis_id,
+                &mut |r| diags.push(diag(r)),
+            ),
+        };
+        if let PortKind::Vtep | PortKind::Remote | PortKind::Other(_) = kind {
+            diags.push(diag(format!(
+                "port type \"{}\" is not supported: treated as unbound",
+                pb.type_
+            )));
+        }
+        let place = match place {
+            // A router port nothing is connected to (northd writes no options:peer): as
+            // in ovn-controller, output to it goes nowhere; nothing is wrong with the row.
+            Place::Patch(peer) if peer.is_empty() => Place::Unbound,
+            Place::Patch(peer) if sb.port_binding_by_logical_port(&peer).is_none() => {
+                diags.push(diag(format!(
+                    "options:peer names {peer}, which has no Port_Binding: treated as unbound"
+                )));
+                Place::Unbound
+            }
+            Place::Patch(peer)
+                if sb
+                    .port_binding_by_logical_port(&peer)
+                    .is_some_and(|p| !index.contains_key(&p.datapath.uuid())) =>
+            {
+                // The peer's datapath is not translated (not needed here).
+                Place::Unbound
+            }
+            Place::Redirect(d) if d.is_empty() => {
+                diags.push(diag(
+                    "has no options:distributed-port: treated as unbound".into(),
+                ));
+                Place::Unbound
+            }
+            Place::Redirect(d)
+                if !sb
+                    .port_binding_all_by_datapath(dp_uuid.into())
+                    .any(|p| p.logical_port == d) =>
+            {
+                diags.push(diag(format!(
+                    "options:distributed-port names {d}, which is not in this datapath: \
+                     treated as unbound"
+                )));
+                Place::Unbound
+            }
+            p => p,
+        };
+        let local = matches!(place, Place::Local);
+        out.push((
+            PortSpec {
+                name: pb.logical_port.clone(),
+                key: pb.tunnel_key as u32,
+                location: match place {
+                    Place::Local => PortLocation::Local(0),
+                    Place::Remote(c) => PortLocation::Remote { chassis: c },
+                    Place::Patch(peer) => PortLocation::Patch { peer },
+                    Place::Redirect(port) => PortLocation::Redirect { port },
+                    Place::Unbound => PortLocation::Unbound,
+                },
+                zone: 0,
+                kind,
+                resident,
+                also_remote: also,
+                activation,
+                addresses: pb.mac.iter().cloned().collect(),
+                port_security: pb.port_security.iter().cloned().collect(),
+            },
+            local,
+        ));
+    }
+    out
+}
+
+/// Local ids: 1.. in name order (a stable numbering the datapath maps to its interfaces).
+pub(crate) fn number_local<'n>(names: impl Iterator<Item = &'n String>) -> BTreeMap<String, u32> {
+    let set: std::collections::BTreeSet<&String> = names.collect();
+    set.into_iter()
+        .enumerate()
+        .map(|(i, n)| (n.clone(), i as u32 + 1))
+        .collect()
+}
+
+/// Gives the local ports of `ports` their ids from `local_ports`; whether any changed.
+pub(crate) fn set_local_ids(
+    ports: &mut [PortSpec],
+    local: &[bool],
+    local_ports: &BTreeMap<String, u32>,
+) -> bool {
+    let mut changed = false;
+    for (p, l) in ports.iter_mut().zip(local) {
+        if !*l {
+            continue;
+        }
+        let loc = match local_ports.get(&p.name) {
+            Some(&id) => PortLocation::Local(id),
+            None => PortLocation::Unbound,
+        };
+        if p.location != loc {
+            p.location = loc;
+            changed = true;
         }
     }
-    // A logical port name bound twice (two datapaths) would make names ambiguous.
-    translate_groups(sb, t, &index);
-    if let (Some(h), Some(name)) = (here, chassis) {
+    changed
+}
+
+/// Fills the ports and multicast groups of `t.spec.datapaths`.
+pub(crate) fn translate_ports(
+    sb: &SbSnapshot,
+    chassis: Option<&str>,
+    t: &mut Translation,
+    marks: &mut Vec<usize>,
+) {
+    let ctx = PortCtx::new(sb, chassis, t);
+    let index = t.datapath_index.clone();
+    let mut locals: Vec<(usize, Vec<bool>)> = Vec::new();
+    for (dp_uuid, &dpi) in &index {
+        let ports = dp_ports(sb, &ctx, *dp_uuid, &index, &mut t.diagnostics);
+        let (ports, local): (Vec<PortSpec>, Vec<bool>) = ports.into_iter().unzip();
+        if let Some(d) = t.spec.datapaths.get_mut(dpi) {
+            d.ports = ports;
+            locals.push((dpi, local));
+        }
+    }
+    t.local_ports = number_local(locals.iter().flat_map(|(dpi, local)| {
+        t.spec.datapaths[*dpi]
+            .ports
+            .iter()
+            .zip(local)
+            .filter(|(_, l)| **l)
+            .map(|(p, _)| &p.name)
+    }));
+    for (dpi, local) in &locals {
+        set_local_ids(&mut t.spec.datapaths[*dpi].ports, local, &t.local_ports);
+    }
+    marks.push(t.diagnostics.len());
+    let mut gdiags = Vec::new();
+    for (dp_uuid, &dpi) in &index {
+        if let Some(d) = t.spec.datapaths.get_mut(dpi) {
+            d.groups = dp_groups(sb, *dp_uuid, d, &mut gdiags);
+        }
+    }
+    gdiags.sort_by_key(|(k, _)| *k);
+    t.diagnostics.extend(gdiags.into_iter().map(|(_, d)| d));
+    marks.push(t.diagnostics.len());
+    if let (Some(h), Some(name)) = (ctx.here, chassis) {
         t.migrations = migrations(sb, h, name, t);
     }
 }
 
 /// The local VIF ports bound here and on another chassis (see the module docs).
-fn migrations(sb: &SbSnapshot, here: Uuid, name: &str, t: &Translation) -> Vec<MigrationSpec> {
+pub(crate) fn migrations(
+    sb: &SbSnapshot,
+    here: Uuid,
+    name: &str,
+    t: &Translation,
+) -> Vec<MigrationSpec> {
     let chassis_name = |u: Uuid| sb.chassis().get(&u).map(|c| c.name.clone());
     let mut out = Vec::new();
     for p in t.local_ports.keys() {
@@ -549,60 +629,75 @@ fn place_on(
     }
 }
 
-fn translate_groups(sb: &SbSnapshot, t: &mut Translation, index: &BTreeMap<Uuid, usize>) {
-    let mut groups: Vec<&sb::MulticastGroup> = sb.multicast_group().values().collect();
+/// The multicast groups of one translated datapath `d` (SB UUID `dp`), in (tunnel key, UUID)
+/// order; diagnostics go to `diags` keyed by the group's (tunnel key, UUID), the order
+/// a full translation reports them in.
+pub(crate) fn dp_groups(
+    sb: &SbSnapshot,
+    dp: Uuid,
+    d: &hf_pipeline::DatapathSpec,
+    diags: &mut Vec<((i64, Uuid), Diagnostic)>,
+) -> Vec<GroupSpec> {
+    let mut groups: Vec<&sb::MulticastGroup> =
+        sb.multicast_group_all_by_datapath(dp.into()).collect();
     groups.sort_by_key(|g| (g.tunnel_key, g.uuid));
+    let mut out: Vec<GroupSpec> = Vec::new();
     for g in groups {
-        let Some(&dpi) = index.get(&g.datapath.uuid()) else {
-            continue;
-        };
+        let key = (g.tunnel_key, g.uuid);
         if !((1 << 15)..=(1 << 16) - 1).contains(&g.tunnel_key) {
-            t.diagnostics.push(Diagnostic {
-                table: "Multicast_Group",
-                uuid: g.uuid,
-                reason: format!(
-                    "group {}: tunnel_key {} is outside Geneve's multicast range 32768..=65535",
-                    g.name, g.tunnel_key
-                ),
-            });
+            diags.push((
+                key,
+                Diagnostic {
+                    table: "Multicast_Group",
+                    uuid: g.uuid,
+                    reason: format!(
+                        "group {}: tunnel_key {} is outside Geneve's multicast range 32768..=65535",
+                        g.name, g.tunnel_key
+                    ),
+                },
+            ));
             continue;
         }
-        let Some(d) = t.spec.datapaths.get_mut(dpi) else {
-            continue;
-        };
         if d.ports.iter().any(|p| i64::from(p.key) == g.tunnel_key)
-            || d.groups.iter().any(|x| i64::from(x.key) == g.tunnel_key)
+            || out.iter().any(|x| i64::from(x.key) == g.tunnel_key)
         {
-            t.diagnostics.push(Diagnostic {
-                table: "Multicast_Group",
-                uuid: g.uuid,
-                reason: format!(
-                    "group {}: tunnel_key {} is already used in datapath {}",
-                    g.name, g.tunnel_key, d.name
-                ),
-            });
+            diags.push((
+                key,
+                Diagnostic {
+                    table: "Multicast_Group",
+                    uuid: g.uuid,
+                    reason: format!(
+                        "group {}: tunnel_key {} is already used in datapath {}",
+                        g.name, g.tunnel_key, d.name
+                    ),
+                },
+            ));
             continue;
         }
         let mut members: Vec<String> = Vec::new();
         for p in &g.ports {
             match sb.get(*p) {
                 Some(pb) if pb.datapath == g.datapath => members.push(pb.logical_port.clone()),
-                _ => t.diagnostics.push(Diagnostic {
-                    table: "Multicast_Group",
-                    uuid: g.uuid,
-                    reason: format!(
-                        "group {}: member {} is not a port of its datapath: left out",
-                        g.name,
-                        p.uuid()
-                    ),
-                }),
+                _ => diags.push((
+                    key,
+                    Diagnostic {
+                        table: "Multicast_Group",
+                        uuid: g.uuid,
+                        reason: format!(
+                            "group {}: member {} is not a port of its datapath: left out",
+                            g.name,
+                            p.uuid()
+                        ),
+                    },
+                )),
             }
         }
         members.sort();
-        d.groups.push(GroupSpec {
+        out.push(GroupSpec {
             name: g.name.clone(),
             key: g.tunnel_key as u32,
             members,
         });
     }
+    out
 }

@@ -111,12 +111,15 @@ pub(crate) fn requested(sb: &hf_model::SbSnapshot, t: &mut Translation) -> BTree
 }
 
 /// Assigns zones: `requested` first (a CMS's explicit choice), then `keep`, then the lowest
-/// free ones.
+/// free ones. Returns the indexes of the datapaths whose ports' or router's zones changed
+/// (a translation made afresh starts with zone 0 everywhere).
 pub(crate) fn assign(
     t: &mut Translation,
     requested: &BTreeMap<String, u16>,
     keep: &BTreeMap<String, u16>,
-) {
+) -> BTreeSet<usize> {
+    let mut changed = BTreeSet::new();
+    t.spec.switch_snat_zones.clear();
     let mut wanted: BTreeSet<String> = BTreeSet::new();
     for d in &t.spec.datapaths {
         match d.kind {
@@ -205,19 +208,30 @@ pub(crate) fn assign(
         zones.insert(name.clone(), next as u16);
         used.insert(next as u16);
     }
-    for d in &mut t.spec.datapaths {
+    for (i, d) in t.spec.datapaths.iter_mut().enumerate() {
         match &mut d.kind {
             DatapathKind::Router {
                 dnat_zone,
                 snat_zone,
             } => {
                 let (a, b) = router_zone_names(&d.name);
-                *dnat_zone = zones.get(&a).copied().unwrap_or(0);
-                *snat_zone = zones.get(&b).copied().unwrap_or(0);
+                let (za, zb) = (
+                    zones.get(&a).copied().unwrap_or(0),
+                    zones.get(&b).copied().unwrap_or(0),
+                );
+                if (*dnat_zone, *snat_zone) != (za, zb) {
+                    changed.insert(i);
+                }
+                *dnat_zone = za;
+                *snat_zone = zb;
             }
             _ => {
                 for p in &mut d.ports {
-                    p.zone = zones.get(&port_zone_name(&p.name)).copied().unwrap_or(0);
+                    let z = zones.get(&port_zone_name(&p.name)).copied().unwrap_or(0);
+                    if p.zone != z {
+                        p.zone = z;
+                        changed.insert(i);
+                    }
                 }
                 if let Some(&z) = zones.get(&switch_snat_zone_name(&d.name)) {
                     t.spec.switch_snat_zones.push((d.name.clone(), z));
@@ -226,4 +240,5 @@ pub(crate) fn assign(
         }
     }
     t.zones = zones;
+    changed
 }
