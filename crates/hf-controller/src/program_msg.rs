@@ -19,7 +19,7 @@
 //! No compiling: the datapath compiles the text. A flow without source text (built in code,
 //! not from SB) cannot be described and is reported in [`ProgramBuild::skipped`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use hf_datapath::proto::{
     AnnounceMsg, ChassisMsg, DatapathMsg, DnsMsg, FdbMsg, FlowMsg, GroupMsg, LbVipMsg, LocationMsg,
@@ -377,8 +377,23 @@ fn datapath_msg(
 /// Whether two programs describe the same forwarding (everything but the generation and the
 /// `nb_cfg` they were translated at).
 pub fn same_content(a: &ProgramMsg, b: &ProgramMsg) -> bool {
+    a.datapaths == b.datapaths && same_outside_datapaths(a, b)
+}
+
+/// [`same_content`] for programs known to differ at most in the datapaths named in
+/// `datapaths` (and outside datapaths): the other datapaths are compared by name and place
+/// only, not flow by flow.
+pub fn same_content_within(a: &ProgramMsg, b: &ProgramMsg, datapaths: &BTreeSet<String>) -> bool {
+    a.datapaths.len() == b.datapaths.len()
+        && a.datapaths
+            .iter()
+            .zip(&b.datapaths)
+            .all(|(x, y)| x.name == y.name && (!datapaths.contains(&x.name) || x == y))
+        && same_outside_datapaths(a, b)
+}
+
+fn same_outside_datapaths(a: &ProgramMsg, b: &ProgramMsg) -> bool {
     a.chassis == b.chassis
-        && a.datapaths == b.datapaths
         && a.zones == b.zones
         && a.chassis_table == b.chassis_table
         && a.neighbours == b.neighbours

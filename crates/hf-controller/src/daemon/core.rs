@@ -70,7 +70,7 @@ use uuid::Uuid;
 use super::chassis::{self, Identity};
 use super::lastgood::LastGood;
 use super::{binding, monitor, neigh};
-use crate::program_msg::{program_msg, same_content};
+use crate::program_msg::{program_msg, same_content, same_content_within};
 use crate::{Extra, Incremental, TranslateOptions};
 
 /// What the controller is (the API of issue 11).
@@ -301,6 +301,11 @@ pub struct Controller {
     installed_nb_cfg: Option<i64>,
     /// The last translation and what it was made of; fed every change set since.
     translate_cache: Incremental,
+    /// What may differ between the running program and the latest translation's (the union
+    /// of the translations' [`crate::Touched`] since the one `running` was built from), the
+    /// hint for [`proto::between`] and for the unchanged check. `None`: unknown (after a
+    /// hello, a refused or rejected push, a push with flow errors): compare everything.
+    touched_since_running: Option<crate::Touched>,
     /// The last translation's diagnostics, in its order (those not in the previous list are
     /// logged).
     diagnostics: Vec<String>,
@@ -413,6 +418,7 @@ impl Controller {
             kept_sets: Vec::new(),
             installed_nb_cfg: None,
             translate_cache: Incremental::default(),
+            touched_since_running: None,
             diagnostics: Vec::new(),
             zone_error: None,
             log: VecDeque::new(),
@@ -814,6 +820,7 @@ impl Controller {
                     );
                 }
                 self.dp_hello = true;
+                self.touched_since_running = None;
                 // The hello's program is what the datapath keeps: a delta against it applies
                 // (the datapath answers BaseMismatch if it holds a datapath at other flows).
                 self.delta_ok = true;
@@ -869,6 +876,9 @@ impl Controller {
                 self.stats.programs_installed += 1;
                 // A held datapath runs earlier flows than `p` has: the next push goes whole.
                 self.delta_ok = !flow_errors.iter().any(|e| e.held);
+                // `p` runs now; flow errors change last good answers the translation's
+                // `touched` does not see.
+                self.touched_since_running = flow_errors.is_empty().then(crate::Touched::default);
                 for (err, line) in self.lastgood.installed(&p, &flow_errors) {
                     self.say(if err { Level::Warn } else { Level::Info }, line);
                 }
@@ -912,6 +922,7 @@ impl Controller {
                     return;
                 }
                 self.stats.deltas_refused += 1;
+                self.touched_since_running = None;
                 self.say(
                     Level::Info,
                     format!(
@@ -923,6 +934,7 @@ impl Controller {
             }
             FromDatapath::Rejected { generation, reason } => {
                 self.inflight.remove(&generation);
+                self.touched_since_running = None;
                 self.stats.programs_rejected += 1;
                 self.say(
                     Level::Err,
@@ -1279,6 +1291,14 @@ impl Controller {
             },
         );
         let nb_cfg = sb.sb_global_row().map_or(0, |g| g.nb_cfg);
+        self.touched_since_running = match (self.touched_since_running.take(), &t.touched) {
+            (Some(mut acc), Some(now)) => {
+                acc.datapaths.extend(now.datapaths.iter().cloned());
+                acc.rest |= now.rest;
+                Some(acc)
+            }
+            _ => None,
+        };
         // Diagnostics: each logged once while it lasts.
         let diags: Vec<String> = t.diagnostics.iter().map(|d| d.to_string()).collect();
         let seen: BTreeSet<&str> = self.diagnostics.iter().map(String::as_str).collect();
@@ -1406,9 +1426,22 @@ impl Controller {
         } else {
             self.empty_since = None;
         }
+        // Only the datapaths a translation since the running program's touched can differ
+        // (the parts outside datapaths are always compared: kept sets edit them).
+        let hint = self
+            .touched_since_running
+            .as_ref()
+            .map(|t| proto::DeltaHint {
+                datapaths: &t.datapaths,
+                rest: true,
+            });
         if let Some(r) = &self.running
-            && same_content(r, &msg)
+            && match hint {
+                Some(h) => same_content_within(r, &msg, h.datapaths),
+                None => same_content(r, &msg),
+            }
         {
+            self.touched_since_running = Some(crate::Touched::default());
             self.stats.programs_unchanged += 1;
             if self.installed_nb_cfg.is_none_or(|n| n < nb_cfg) {
                 self.installed_nb_cfg = Some(nb_cfg);
@@ -1420,15 +1453,15 @@ impl Controller {
             self.stats.programs_pushed += 1;
             let before = self.dp_out.len();
             // A delta against what the datapath runs when it runs it exactly; else the whole
-            // program. (The translation's set of touched datapaths, when it has one, is the
-            // hint: `between`'s hint must be a superset of what changed.)
+            // program. The hint (`touched_since_running`) is a superset of what changed:
+            // every translation since `running` was built is in it.
             let delta = match &self.running {
                 Some(r)
                     if self.tuning.program_deltas
                         && self.delta_ok
                         && proto::unique_datapaths(&msg) =>
                 {
-                    Some(proto::between(r, &msg, None))
+                    Some(proto::between(r, &msg, hint))
                 }
                 _ => None,
             };
