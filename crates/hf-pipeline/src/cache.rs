@@ -120,6 +120,16 @@ pub(crate) struct Cache {
     entries: usize,
     arena: Vec<Op>,
     clear_pending: bool,
+    stats: CacheStats,
+}
+
+/// How the cache's lookups went: what `hf-bench` reports per frame and the tests bound.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Lookups (one per segment run on the cached path).
+    pub lookups: u64,
+    /// Hash tables probed by those lookups (mask tables of the megaflow layer).
+    pub probes: u64,
 }
 
 impl Cache {
@@ -131,8 +141,10 @@ impl Cache {
         f: &[u128; NF],
         generation: u64,
     ) -> Option<(u32, u32)> {
+        self.stats.lookups += 1;
         let d = self.by_resume.get_mut(resume as usize)?;
         for i in 0..d.masks.len() {
+            self.stats.probes += 1;
             let m = &mut d.masks[i];
             let h = match m.only {
                 Some(h) => h,
@@ -247,6 +259,11 @@ impl Cache {
         if self.clear_pending {
             self.clear();
         }
+    }
+
+    /// Lookup counters since the pipeline was made.
+    pub(crate) fn stats(&self) -> CacheStats {
+        self.stats
     }
 
     /// Number of entries.

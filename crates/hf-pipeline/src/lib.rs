@@ -141,6 +141,7 @@ use std::time::Duration;
 
 use hf_conntrack::Conntrack;
 
+pub use cache::CacheStats;
 pub use learn::LearnStats;
 pub use packet_in::PacketInStats;
 pub use program::{
@@ -567,6 +568,11 @@ impl Pipeline {
     /// when they change a binding.
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// The flow cache's lookup counters (lookups and hash tables probed).
+    pub fn cache_stats(&self) -> CacheStats {
+        self.cache.stats()
     }
 
     /// Number of flow-cache entries.
