@@ -827,18 +827,16 @@ impl Pipeline {
             }
         };
         // Borrowed out of the result rather than moved out by `?`: one copy of the parse fewer.
-        let parsed = hf_wire::parse(frame, inport, u64::from(dp));
-        let parsed = match &parsed {
-            Ok(p) => p,
-            Err(e) => return Err((*e).into()),
-        };
+        // Parsed in place into the context (offsets into the frame, no parse copied around);
+        // a frame that does not parse leaves nothing a later run reads.
+        hf_wire::parse_into(frame, inport, u64::from(dp), &mut self.scr.ctx.parsed)?;
         let events_before = self.events.len();
         self.cache.maintain();
         self.scr.reset();
         let ctx = &mut self.scr.ctx;
         ctx.frame.clear();
         ctx.frame.extend_from_slice(frame);
-        ctx.load(parsed);
+        ctx.load();
         ctx.f[slot::INPORT] = u128::from(inport);
         ctx.f[slot::OUTPORT] = u128::from(outport);
         let mut r = Runner {
