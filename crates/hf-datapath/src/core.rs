@@ -593,17 +593,17 @@ impl Datapath {
             }
         }
         let mut no_tunnel = None;
-        // Frames are queued where the pipeline wrote them: taken out of `self` only so that
-        // the migration checks (which never queue) can borrow `self` meanwhile.
-        let mut outs = std::mem::take(&mut self.outs);
-        for i in outs.first()..outs.first() + outs.len() {
-            let Some((dst, bytes)) = outs.frame(i) else {
+        // Frames are queued where the pipeline wrote them (`outs` stays in place: moving it
+        // out and back stalled on store forwarding).
+        let first = self.outs.first();
+        for i in first..first + self.outs.len() {
+            let Some((dst, _)) = self.outs.frame(i) else {
                 continue;
             };
             match dst {
                 Destination::Local(id) => match self.port_names.get(&id) {
                     Some(_) => {
-                        if !self.note_delivery(id, bytes, now) || !self.trim_check(id, bytes) {
+                        if !self.delivery_ok(i, id, now) {
                             continue;
                         }
                         self.counters.tx_port += 1;
@@ -619,7 +619,13 @@ impl Datapath {
                     datapath,
                     inport,
                     outport,
-                } => self.hold_frame(local, datapath, inport, outport, bytes, now),
+                } => {
+                    // Held frames are copied anyway (kept for later): this copy lets the hold
+                    // borrow `self`.
+                    let f = self.outs.frame(i).map(|(_, b)| b.to_vec());
+                    let f = f.unwrap_or_default();
+                    self.hold_frame(local, datapath, inport, outport, &f, now)
+                }
                 Destination::Tunnel {
                     chassis,
                     datapath,
@@ -641,7 +647,7 @@ impl Datapath {
                         },
                         oam: false,
                     };
-                    let frame = encapsulate(&mut outs, i, &repr);
+                    let frame = encapsulate(&mut self.outs, i, &repr);
                     self.counters.tx_tunnel += 1;
                     self.tx.push_back(TxDesc {
                         to: TxTo::Tunnel(ip),
@@ -651,8 +657,7 @@ impl Datapath {
                 _ => self.counters.dropped += 1,
             }
         }
-        outs.keep();
-        self.outs = outs;
+        self.outs.keep();
         if self.tx.is_empty() {
             self.outs.reset();
         }
@@ -667,6 +672,20 @@ impl Datapath {
             });
         }
         self.take_events(now);
+    }
+
+    /// Whether frame `i` of the transmit buffer may go out of local port `id` (a migration may
+    /// stop or trim it). Copies the frame only while a migration needs to look at it.
+    fn delivery_ok(&mut self, i: usize, id: u32, now: Duration) -> bool {
+        if self.mig.stopped.is_empty()
+            && self.tracking.is_empty()
+            && (self.trim_port != Some(id) || self.trim.is_empty())
+        {
+            return true;
+        }
+        let f = self.outs.frame(i).map(|(_, b)| b.to_vec());
+        let f = f.unwrap_or_default();
+        self.note_delivery(id, &f, now) && self.trim_check(id, &f)
     }
 
     /// Queues `bytes` out of local port `id`.
