@@ -10,6 +10,12 @@
 //!   the port keys is required) runs the egress pipeline of the VNI's datapath. Outputs go to
 //!   local ports ([`Transmit::Port`]) or, Geneve-encapsulated with OVN's metadata, to the remote
 //!   chassis's tunnel IP from the program's chassis table ([`Transmit::Tunnel`]).
+//! - Copies: a tunnel payload is decapsulated in place (the inner frame is a slice of it); the
+//!   pipeline copies a frame into its context and writes each output once into the transmit
+//!   buffer (an [`Outputs`] with headroom), where a tunnelled frame gets its Geneve header
+//!   written in front of it (`encapsulate`; the copying path only if the headroom is too
+//!   short). [`Datapath::drain_transmit`] hands out those bytes; [`Datapath::poll_transmit`]
+//!   copies them into owned [`Transmit`]s.
 //! - Events of the pipeline (learned neighbours and FDB entries, `bind_vport`, RARP
 //!   activations) become messages to the controller; while none is connected they wait (up to
 //!   [`MAX_PENDING`]) and are sent after the next hello.
