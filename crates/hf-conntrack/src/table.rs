@@ -822,7 +822,9 @@ mod hot_path_tests {
         };
         let a: IpAddr = [10, 0, 0, 1].into();
         let b: IpAddr = [10, 0, 0, 2].into();
-        let flags = [0x02, 0x12, 0x10, 0x18, 0x11, 0x04, 0x14, 0x01, 0x00, 0x03, 0x10, 0x18];
+        let flags = [
+            0x02, 0x12, 0x10, 0x18, 0x11, 0x04, 0x14, 0x01, 0x00, 0x03, 0x10, 0x18,
+        ];
         let act = CtAction {
             commit: true,
             ..CtAction::default()
@@ -870,7 +872,10 @@ mod hot_path_tests {
                 let r1 = hot.process(1, &p, Duration::from_millis(now), &act);
                 let r2 = planned.process_planned(1, &p, now, &act);
                 assert_eq!(r1, r2, "step {step}: {s:?}");
-                assert_eq!(hot.stats.invalid - before, u64::from(r1.state.contains(CtState::INV)));
+                assert_eq!(
+                    hot.stats.invalid - before,
+                    u64::from(r1.state.contains(CtState::INV))
+                );
                 if r1.state.contains(CtState::EST) {
                     hot_hits += 1;
                 }
