@@ -10,6 +10,12 @@
 //!   the port keys is required) runs the egress pipeline of the VNI's datapath. Outputs go to
 //!   local ports ([`Transmit::Port`]) or, Geneve-encapsulated with OVN's metadata, to the remote
 //!   chassis's tunnel IP from the program's chassis table ([`Transmit::Tunnel`]).
+//! - Copies: a tunnel payload is decapsulated in place (the inner frame is a slice of it); the
+//!   pipeline copies a frame into its context and writes each output once into the transmit
+//!   buffer (an [`Outputs`] with headroom), where a tunnelled frame gets its Geneve header
+//!   written in front of it (`encapsulate`; the copying path only if the headroom is too
+//!   short). [`Datapath::drain_transmit`] hands out those bytes; [`Datapath::poll_transmit`]
+//!   copies them into owned [`Transmit`]s.
 //! - Events of the pipeline (learned neighbours and FDB entries, `bind_vport`, RARP
 //!   activations) become messages to the controller; while none is connected they wait (up to
 //!   [`MAX_PENDING`]) and are sent after the next hello.
@@ -134,8 +140,8 @@ enum TxTo {
 #[derive(Debug, Clone, Copy)]
 struct TxDesc {
     to: TxTo,
-    start: usize,
-    len: usize,
+    /// The frame's index in the transmit buffer (`Datapath::outs`).
+    frame: usize,
 }
 
 /// Severity of a [`Datapath::poll_log`] line.
@@ -184,9 +190,10 @@ pub struct Datapath {
     tunnels: BTreeMap<u32, IpAddr>,
     /// Chassis ids of the table that cannot be reached (another encapsulation).
     no_tunnel: BTreeMap<u32, String>,
-    /// Frames to send: their bytes back to back in `tx_bytes`, described in `tx`.
+    /// Frames to send, described in `tx`: their bytes are where the pipeline wrote them, in
+    /// `outs` (kept frames), a tunnelled frame's Geneve header written in its headroom. The
+    /// frames the pipeline produced are never copied again before they are sent.
     tx: VecDeque<TxDesc>,
-    tx_bytes: Vec<u8>,
     outs: Outputs,
     pub(crate) control: Option<Control>,
     pub(crate) ctl_tx: VecDeque<Vec<u8>>,
@@ -249,8 +256,7 @@ impl Datapath {
             tunnels: BTreeMap::new(),
             no_tunnel: BTreeMap::new(),
             tx: VecDeque::new(),
-            tx_bytes: Vec::new(),
-            outs: Outputs::default(),
+            outs: Outputs::with_headroom(GeneveRepr::MAX_LEN),
             control: None,
             ctl_tx: VecDeque::new(),
             pending: VecDeque::new(),
@@ -716,15 +722,24 @@ impl Datapath {
             }
         }
         let mut no_tunnel = None;
-        let outs = std::mem::take(&mut self.outs);
-        for (dst, bytes) in outs.iter() {
+        // Frames are queued where the pipeline wrote them (`outs` stays in place: moving it
+        // out and back stalled on store forwarding).
+        let first = self.outs.first();
+        for i in first..first + self.outs.len() {
+            let Some((dst, _)) = self.outs.frame(i) else {
+                continue;
+            };
             match dst {
                 Destination::Local(id) => match self.port_names.get(&id) {
                     Some(_) => {
-                        if !self.note_delivery(id, bytes, now) || !self.trim_check(id, bytes) {
+                        if !self.delivery_ok(i, id, now) {
                             continue;
                         }
-                        self.queue_port_frame(id, bytes);
+                        self.counters.tx_port += 1;
+                        self.tx.push_back(TxDesc {
+                            to: TxTo::Port(id),
+                            frame: i,
+                        });
                     }
                     None => self.counters.dropped += 1,
                 },
@@ -733,7 +748,13 @@ impl Datapath {
                     datapath,
                     inport,
                     outport,
-                } => self.hold_frame(local, datapath, inport, outport, bytes, now),
+                } => {
+                    // Held frames are copied anyway (kept for later): this copy lets the hold
+                    // borrow `self`.
+                    let f = self.outs.frame(i).map(|(_, b)| b.to_vec());
+                    let f = f.unwrap_or_default();
+                    self.hold_frame(local, datapath, inport, outport, &f, now)
+                }
                 Destination::Tunnel {
                     chassis,
                     datapath,
@@ -755,21 +776,20 @@ impl Datapath {
                         },
                         oam: false,
                     };
-                    let start = self.tx_bytes.len();
-                    repr.emit(&mut self.tx_bytes);
-                    self.tx_bytes.extend_from_slice(bytes);
+                    let frame = encapsulate(&mut self.outs, i, &repr);
                     self.counters.tx_tunnel += 1;
                     self.tx.push_back(TxDesc {
                         to: TxTo::Tunnel(ip),
-                        start,
-                        len: self.tx_bytes.len() - start,
+                        frame,
                     });
                 }
                 _ => self.counters.dropped += 1,
             }
         }
-        self.outs = outs;
-        self.outs.clear();
+        self.outs.keep();
+        if self.tx.is_empty() {
+            self.outs.reset();
+        }
         if let Some(chassis) = no_tunnel {
             let what = self
                 .no_tunnel
@@ -783,15 +803,29 @@ impl Datapath {
         self.take_events(now);
     }
 
+    /// Whether frame `i` of the transmit buffer may go out of local port `id` (a migration may
+    /// stop or trim it). Copies the frame only while a migration needs to look at it.
+    fn delivery_ok(&mut self, i: usize, id: u32, now: Duration) -> bool {
+        if self.mig.stopped.is_empty()
+            && self.tracking.is_empty()
+            && (self.trim_port != Some(id) || self.trim.is_empty())
+        {
+            return true;
+        }
+        let f = self.outs.frame(i).map(|(_, b)| b.to_vec());
+        let f = f.unwrap_or_default();
+        self.note_delivery(id, &f, now) && self.trim_check(id, &f)
+    }
+
     /// Queues `bytes` out of local port `id`.
     pub(crate) fn queue_port_frame(&mut self, id: u32, bytes: &[u8]) {
         self.counters.tx_port += 1;
-        let start = self.tx_bytes.len();
-        self.tx_bytes.extend_from_slice(bytes);
+        self.outs.push_frame(Destination::Local(id), bytes);
+        let frame = self.outs.first();
+        self.outs.keep();
         self.tx.push_back(TxDesc {
             to: TxTo::Port(id),
-            start,
-            len: bytes.len(),
+            frame,
         });
     }
 
@@ -856,16 +890,16 @@ impl Datapath {
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         loop {
             let Some(d) = self.tx.pop_front() else {
-                self.tx_bytes.clear();
+                self.outs.reset();
                 return None;
             };
             let bytes = self
-                .tx_bytes
-                .get(d.start..d.start + d.len)
-                .unwrap_or(&[])
-                .to_vec();
+                .outs
+                .frame(d.frame)
+                .map(|(_, b)| b.to_vec())
+                .unwrap_or_default();
             if self.tx.is_empty() {
-                self.tx_bytes.clear();
+                self.outs.reset();
             }
             match d.to {
                 TxTo::Port(id) => {
@@ -893,7 +927,7 @@ impl Datapath {
     /// does, minus the allocations): the forwarding loop of the shells and the benchmark.
     pub fn drain_transmit(&mut self, mut f: impl FnMut(TransmitRef<'_>)) {
         while let Some(d) = self.tx.pop_front() {
-            let bytes = self.tx_bytes.get(d.start..d.start + d.len).unwrap_or(&[]);
+            let bytes = self.outs.frame(d.frame).map_or(&[][..], |(_, b)| b);
             match d.to {
                 TxTo::Port(id) => match self.port_names.get(&id) {
                     Some(name) => f(TransmitRef::Port {
@@ -908,7 +942,7 @@ impl Datapath {
                 }),
             }
         }
-        self.tx_bytes.clear();
+        self.outs.reset();
     }
 
     // ----- timers -----
@@ -1064,6 +1098,26 @@ impl Datapath {
     }
 }
 
+/// Writes `repr`'s Geneve header in front of frame `i` of `outs`, in its headroom, and returns
+/// the index of the encapsulated frame: `i` itself, or, when the headroom left before it is too
+/// short, a copy (header and frame) pushed at the end (the copying path, which gives the same
+/// bytes).
+pub(crate) fn encapsulate(outs: &mut Outputs, i: usize, repr: &GeneveRepr) -> usize {
+    let hdr = repr.to_array();
+    let hdr = hdr.get(..repr.buffer_len()).unwrap_or(&hdr);
+    if outs.prepend(i, hdr).is_some() {
+        return i;
+    }
+    let Some((dst, bytes)) = outs.frame(i) else {
+        return i;
+    };
+    let mut v = Vec::with_capacity(hdr.len() + bytes.len());
+    v.extend_from_slice(hdr);
+    v.extend_from_slice(bytes);
+    outs.push_frame(dst, &v);
+    outs.first() + outs.len() - 1
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1094,5 +1148,75 @@ mod tests {
         // The same causes later still log nothing.
         dp.handle_port_frame("ghost", &[0; 14], Duration::from_secs(1));
         assert!(warnings(&mut dp).is_empty());
+    }
+
+    /// Frames with varied lengths and headrooms (seeded, deterministic): the Geneve payload
+    /// written in place in the headroom equals the copying version (header emitted, frame
+    /// appended), before and after other frames (kept or not), and decapsulates back to the
+    /// same header and frame; a headroom too short is the copying path, with the same bytes.
+    #[test]
+    fn encapsulate_in_place_equals_the_copying_version() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut in_place = 0;
+        let mut copied = 0;
+        for round in 0..400 {
+            let headroom = [GeneveRepr::MAX_LEN, 0, 8, 15, 16, 40][round % 6];
+            let mut outs = Outputs::with_headroom(headroom);
+            let mut frames = Vec::new();
+            for _ in 0..(1 + next() % 4) {
+                let len = (next() % 200) as usize;
+                let f: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+                outs.push_frame(Destination::Local(1), &f);
+                frames.push(f);
+                if next() % 3 == 0 {
+                    outs.keep();
+                }
+            }
+            let n = frames.len();
+            let base = outs.first() + outs.len() - n;
+            for (k, f) in frames.iter().enumerate() {
+                let repr = GeneveRepr {
+                    meta: OvnMetadata {
+                        datapath: (next() % (1 << 24)) as u32,
+                        ports: Some(PortKeys {
+                            ingress: (next() % (1 << 15)) as u16,
+                            egress: next() as u16,
+                        }),
+                    },
+                    oam: false,
+                };
+                let mut want = Vec::new();
+                repr.emit(&mut want);
+                want.extend_from_slice(f);
+                let i = encapsulate(&mut outs, base + k, &repr);
+                if i == base + k {
+                    in_place += 1;
+                    assert!(headroom >= GeneveRepr::MAX_LEN, "in place with {headroom}");
+                } else {
+                    copied += 1;
+                }
+                let (_, got) = outs.frame(i).expect("the encapsulated frame");
+                assert_eq!(got, &want[..], "round {round} frame {k}");
+                let g = GenevePacket::new_checked(got).expect("a Geneve header");
+                assert_eq!(GeneveRepr::parse(&g).expect("parses"), repr);
+                assert_eq!(&got[g.header_len()..], &f[..]);
+            }
+            // The frames not encapsulated yet are untouched by their neighbours' headers.
+            for (k, f) in frames.iter().enumerate() {
+                let (_, got) = outs.frame(base + k).expect("frame");
+                if got.len() == f.len() {
+                    assert_eq!(got, &f[..]);
+                } else {
+                    assert_eq!(&got[GeneveRepr::MAX_LEN..], &f[..]);
+                }
+            }
+        }
+        assert!(in_place > 100 && copied > 100, "{in_place} {copied}");
     }
 }

@@ -2,7 +2,8 @@
 //! walk performed. A walk's wildcards say which bits of the segment's start context its result
 //! depended on; every packet that agrees on those bits gets the same ops (conntrack still runs on
 //! each packet, and each recirculation is its own lookup). Entries carry the program generation
-//! they were made under; an entry from an older generation is a miss and is evicted.
+//! they were made under; an entry from an older generation is a miss (the walk that follows
+//! overwrites it in place).
 //!
 //! Ops live in one append-only arena and entries point at a range of it, so a replay reads ops by
 //! index without holding a borrow (or a reference count) while nested recirculations install new
@@ -32,13 +33,19 @@ pub(crate) const MAX_ENTRIES: usize = 200_000;
 /// Arena size (ops, including those of replaced entries) at which the cache starts over.
 pub(crate) const MAX_OPS: usize = 1 << 23;
 
-#[derive(Debug)]
+/// One megaflow. Its masked values live in its table's flat `values` (at `index * fields`), so
+/// a probe reads the table's arrays and no per-entry allocation.
+#[derive(Debug, Clone, Copy)]
 struct Entry {
-    values: Box<[u128]>,
+    /// The next entry with the same hash ([`NIL`] ends the chain).
+    next: u32,
     start: u32,
     len: u32,
     generation: u64,
 }
+
+/// "No entry" in [`Entry::next`].
+const NIL: u32 = u32::MAX;
 
 /// One masked field of a [`MaskTable`], in the form the per-packet path reads it.
 #[derive(Debug, Clone, Copy)]
@@ -65,11 +72,11 @@ struct MaskTable {
     fields: Box<[(u8, u128)]>,
     /// `fields` with each slot's [`SLOT_KEYS`] multiplier looked up once, for [`MaskTable::hash`].
     keyed: Box<[Keyed]>,
-    map: IdMap<Vec<Entry>>,
-    /// The hash of the map's one bucket when it has exactly one: a lookup then compares against
-    /// that bucket without hashing the packet (a packet whose masked values equal an entry's has
-    /// that entry's hash; one that matches nothing misses either way).
-    only: Option<u64>,
+    /// Hash → first entry of its chain.
+    map: IdMap<u32>,
+    entries: Vec<Entry>,
+    /// Entry `i`'s masked values at `i * fields.len()`.
+    values: Vec<u128>,
     hits: u64,
 }
 
@@ -88,9 +95,41 @@ impl MaskTable {
             fields,
             keyed,
             map: IdMap::default(),
-            only: None,
+            entries: Vec::new(),
+            values: Vec::new(),
             hits: 0,
         }
+    }
+
+    /// Whether entry `i`'s masked values are `f`'s.
+    #[inline(always)]
+    fn matches(&self, i: usize, f: &[u128; NF]) -> bool {
+        let n = self.keyed.len();
+        let Some(vals) = self.values.get(i * n..i * n + n) else {
+            return false;
+        };
+        self.keyed.iter().zip(vals).all(|(k, &v)| {
+            let (lo, hi) = masked(f, k);
+            (lo ^ v as u64) | (hi ^ (v >> 64) as u64) == 0
+        })
+    }
+
+    /// The entry `f` falls into, if any. A table with one entry is compared without hashing
+    /// (a packet whose masked values equal the entry's has its hash; one that does not misses
+    /// either way).
+    #[inline]
+    fn find(&self, f: &[u128; NF]) -> Option<usize> {
+        if self.entries.len() == 1 {
+            return self.matches(0, f).then_some(0);
+        }
+        let mut i = *self.map.get(&self.hash(f))?;
+        while i != NIL {
+            if self.matches(i as usize, f) {
+                return Some(i as usize);
+            }
+            i = self.entries.get(i as usize)?.next;
+        }
+        None
     }
 
     /// Sum of per-field products with per-slot odd constants, then one mix: the products do not
@@ -120,6 +159,16 @@ pub(crate) struct Cache {
     entries: usize,
     arena: Vec<Op>,
     clear_pending: bool,
+    stats: CacheStats,
+}
+
+/// How the cache's lookups went: what `hf-bench` reports per frame and the tests bound.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Lookups (one per segment run on the cached path).
+    pub lookups: u64,
+    /// Hash tables probed by those lookups (mask tables of the megaflow layer).
+    pub probes: u64,
 }
 
 impl Cache {
@@ -131,39 +180,27 @@ impl Cache {
         f: &[u128; NF],
         generation: u64,
     ) -> Option<(u32, u32)> {
+        self.stats.lookups += 1;
         let d = self.by_resume.get_mut(resume as usize)?;
         for i in 0..d.masks.len() {
+            self.stats.probes += 1;
             let m = &mut d.masks[i];
-            let h = match m.only {
-                Some(h) => h,
-                None => m.hash(f),
-            };
-            let Some(bucket) = m.map.get_mut(&h) else {
+            let Some(j) = m.find(f) else {
                 continue;
             };
-            let keyed = &m.keyed;
-            let hit = bucket.iter().position(|e| {
-                keyed.iter().zip(e.values.iter()).all(|(k, &v)| {
-                    let (lo, hi) = masked(f, k);
-                    (lo ^ v as u64) | (hi ^ (v >> 64) as u64) == 0
-                })
-            });
-            if let Some(j) = hit {
-                if bucket[j].generation != generation {
-                    // Made under an older program or neighbour table: it dies here, and another
-                    // mask may still hold a current entry.
-                    bucket.swap_remove(j);
-                    self.entries -= 1;
-                    continue;
-                }
-                let ops = (bucket[j].start, bucket[j].len);
-                d.masks[i].hits += 1;
-                // Keep the busiest masks first, as OVS's dpcls does.
-                if i > 0 && d.masks[i].hits > d.masks[i - 1].hits.saturating_mul(2) {
-                    d.masks.swap(i, i - 1);
-                }
-                return Some(ops);
+            let e = m.entries[j];
+            if e.generation != generation {
+                // Made under an older program or neighbour table: never replayed (the next
+                // insert of these values overwrites it), and another mask may still hold a
+                // current entry.
+                continue;
             }
+            m.hits += 1;
+            // Keep the busiest masks first, as OVS's dpcls does.
+            if i > 0 && d.masks[i].hits > d.masks[i - 1].hits.saturating_mul(2) {
+                d.masks.swap(i, i - 1);
+            }
+            return Some((e.start, e.len));
         }
         None
     }
@@ -203,29 +240,34 @@ impl Cache {
             }
         };
         let m = &mut d.masks[mi];
-        let values: Box<[u128]> = m
-            .fields
-            .iter()
-            .map(|&(f, mask)| start[usize::from(f)] & mask)
-            .collect();
-        let h = m.hash(start);
-        let bucket = m.map.entry(h).or_default();
-        match bucket.iter_mut().find(|e| e.values == values) {
-            Some(e) => {
+        let found = m.find(start);
+        match found {
+            Some(j) => {
+                let e = &mut m.entries[j];
                 (e.start, e.len) = (at, len);
                 e.generation = generation;
             }
             None => {
-                bucket.push(Entry {
-                    values,
+                let Ok(j) = u32::try_from(m.entries.len()) else {
+                    return;
+                };
+                let h = m.hash(start);
+                let head = m.map.entry(h).or_insert(NIL);
+                m.entries.push(Entry {
+                    next: *head,
                     start: at,
                     len,
                     generation,
                 });
+                *head = j;
+                let vals = m
+                    .fields
+                    .iter()
+                    .map(|&(f, mask)| start[usize::from(f)] & mask);
+                m.values.extend(vals);
                 self.entries += 1;
             }
         }
-        m.only = if m.map.len() == 1 { Some(h) } else { None };
     }
 
     /// The op at `i` of the arena.
@@ -247,6 +289,11 @@ impl Cache {
         if self.clear_pending {
             self.clear();
         }
+    }
+
+    /// Lookup counters since the pipeline was made.
+    pub(crate) fn stats(&self) -> CacheStats {
+        self.stats
     }
 
     /// Number of entries.

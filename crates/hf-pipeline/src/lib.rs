@@ -141,6 +141,7 @@ use std::time::Duration;
 
 use hf_conntrack::Conntrack;
 
+pub use cache::CacheStats;
 pub use learn::LearnStats;
 pub use packet_in::PacketInStats;
 pub use program::{
@@ -206,40 +207,131 @@ pub enum Ingress {
 }
 
 /// The frames a run produced. Reuse one across calls: it keeps its buffers.
+///
+/// Each frame can be preceded by `headroom` bytes ([`Outputs::with_headroom`]) so that a caller
+/// can write an encapsulation header in front of it in place ([`Outputs::prepend`]) instead of
+/// copying the frame after a header. [`Outputs::keep`] turns the frames so far into kept ones:
+/// hidden from [`Outputs::iter`] and not forgotten by [`Outputs::clear`] (what a run does
+/// first), so a datapath can use one `Outputs` as its transmit buffer and queue frames without
+/// copying them ([`Outputs::frame`] reads any frame, kept or not; [`Outputs::reset`] forgets
+/// all).
 #[derive(Debug, Default, Clone)]
 pub struct Outputs {
     bytes: Vec<u8>,
     pkts: Vec<(Destination, usize, usize)>,
+    headroom: usize,
+    /// Frames before this index (and their bytes) are kept.
+    kept: usize,
 }
 
 impl Outputs {
-    /// Forgets every frame (keeps the buffers).
+    /// An `Outputs` that leaves `headroom` bytes (zeros) before every frame.
+    pub fn with_headroom(headroom: usize) -> Outputs {
+        Outputs {
+            headroom,
+            ..Outputs::default()
+        }
+    }
+
+    /// The headroom left before each frame.
+    pub fn headroom(&self) -> usize {
+        self.headroom
+    }
+
+    /// Forgets every frame not kept (keeps the buffers).
     pub fn clear(&mut self) {
+        let end = self.kept_end();
+        self.bytes.truncate(end);
+        self.pkts.truncate(self.kept);
+    }
+
+    /// Forgets every frame, kept or not (keeps the buffers).
+    pub fn reset(&mut self) {
         self.bytes.clear();
         self.pkts.clear();
+        self.kept = 0;
     }
 
-    /// Number of frames.
+    /// Keeps every frame so far: [`Outputs::iter`] and [`Outputs::len`] no longer show them and
+    /// [`Outputs::clear`] no longer forgets them. Returns the index of the first frame not kept
+    /// before this call (the first of the frames just kept).
+    pub fn keep(&mut self) -> usize {
+        std::mem::replace(&mut self.kept, self.pkts.len())
+    }
+
+    fn kept_end(&self) -> usize {
+        self.kept
+            .checked_sub(1)
+            .and_then(|i| self.pkts.get(i))
+            .map_or(0, |p| p.2)
+    }
+
+    /// Number of frames (not kept).
     pub fn len(&self) -> usize {
-        self.pkts.len()
+        self.pkts.len() - self.kept
     }
 
-    /// True when nothing was sent.
+    /// True when nothing was sent (since the last [`Outputs::keep`]).
     pub fn is_empty(&self) -> bool {
-        self.pkts.is_empty()
+        self.len() == 0
     }
 
-    /// The frames, in the order they were sent.
+    /// Index of the first frame not kept (frames `first()..first() + len()` are the run's).
+    pub fn first(&self) -> usize {
+        self.kept
+    }
+
+    /// The frames not kept, in the order they were sent.
     pub fn iter(&self) -> impl Iterator<Item = (Destination, &[u8])> + '_ {
         self.pkts
+            .get(self.kept..)
+            .unwrap_or(&[])
             .iter()
             .map(|&(d, a, b)| (d, self.bytes.get(a..b).unwrap_or(&[])))
     }
 
+    /// Frame `i` (kept or not) and where it goes; `None` past the end.
+    pub fn frame(&self, i: usize) -> Option<(Destination, &[u8])> {
+        let &(d, a, b) = self.pkts.get(i)?;
+        Some((d, self.bytes.get(a..b)?))
+    }
+
+    /// Writes `header` in the headroom of frame `i`, just before it, and returns the header
+    /// and frame as one slice, without copying the frame: from then on frame `i` is header and
+    /// frame (headers stack: an outer one can be prepended to it while headroom is left). `None`
+    /// (and no change) when the frame does not exist or the headroom left before it is shorter
+    /// than `header`: the caller copies instead.
+    pub fn prepend(&mut self, i: usize, header: &[u8]) -> Option<&[u8]> {
+        let &(_, a, b) = self.pkts.get(i)?;
+        let room = a - self.room_start(i);
+        if header.len() > room {
+            return None;
+        }
+        let start = a - header.len();
+        self.bytes.get_mut(start..a)?.copy_from_slice(header);
+        if let Some(p) = self.pkts.get_mut(i) {
+            p.1 = start;
+        }
+        self.bytes.get(start..b)
+    }
+
+    /// Where the headroom of frame `i` starts: the end of the frame before it.
+    fn room_start(&self, i: usize) -> usize {
+        i.checked_sub(1)
+            .and_then(|j| self.pkts.get(j))
+            .map_or(0, |p| p.2)
+    }
+
+    /// Pushes a frame (with the headroom before it).
+    pub fn push_frame(&mut self, d: Destination, frame: &[u8]) {
+        self.push(d, frame);
+    }
+
     pub(crate) fn push(&mut self, d: Destination, frame: &[u8]) {
-        let a = self.bytes.len();
+        let room = self.bytes.len() + self.headroom;
+        self.bytes.resize(room, 0);
         self.bytes.extend_from_slice(frame);
-        self.pkts.push((d, a, self.bytes.len()));
+        self.pkts.push((d, room, self.bytes.len()));
     }
 }
 
@@ -569,6 +661,11 @@ impl Pipeline {
         self.generation
     }
 
+    /// The flow cache's lookup counters (lookups and hash tables probed).
+    pub fn cache_stats(&self) -> CacheStats {
+        self.cache.stats()
+    }
+
     /// Number of flow-cache entries.
     pub fn cache_len(&self) -> usize {
         self.cache.len()
@@ -764,17 +861,20 @@ impl Pipeline {
                                     .is_some_and(|p| matches!(p.loc, program::Loc::Local(_)))
                         })
                         .collect();
-                    let mut all = Outputs::default();
+                    // Each member's frames are kept while the next runs (a run clears what
+                    // is not kept), then shown together: no frame copied between buffers.
+                    let kept = out.kept;
                     let mut stats = RunStats::default();
                     let mut trace = trace;
                     let mut ct = ct;
+                    let mut res = Ok(());
                     for m in members {
                         let from = Ingress::Tunnel {
                             datapath,
                             inport,
                             outport: m,
                         };
-                        let s = self.run(
+                        match self.run(
                             ct.reborrow(),
                             from,
                             frame,
@@ -783,14 +883,20 @@ impl Pipeline {
                             trace.as_deref_mut(),
                             mode,
                             None,
-                        )?;
-                        stats.segments += s.segments;
-                        stats.cache_hits += s.cache_hits;
-                        for (d, b) in out.iter() {
-                            all.push(d, b);
+                        ) {
+                            Ok(s) => {
+                                stats.segments += s.segments;
+                                stats.cache_hits += s.cache_hits;
+                                out.keep();
+                            }
+                            Err(e) => {
+                                res = Err(e);
+                                break;
+                            }
                         }
                     }
-                    std::mem::swap(out, &mut all);
+                    out.kept = kept;
+                    res?;
                     return Ok(stats);
                 }
                 // A chassisredirect port resident here stands for its distributed port.
@@ -821,18 +927,16 @@ impl Pipeline {
             }
         };
         // Borrowed out of the result rather than moved out by `?`: one copy of the parse fewer.
-        let parsed = hf_wire::parse(frame, inport, u64::from(dp));
-        let parsed = match &parsed {
-            Ok(p) => p,
-            Err(e) => return Err((*e).into()),
-        };
+        // Parsed in place into the context (offsets into the frame, no parse copied around);
+        // a frame that does not parse leaves nothing a later run reads.
+        hf_wire::parse_into(frame, inport, u64::from(dp), &mut self.scr.ctx.parsed)?;
         let events_before = self.events.len();
         self.cache.maintain();
         self.scr.reset();
         let ctx = &mut self.scr.ctx;
         ctx.frame.clear();
         ctx.frame.extend_from_slice(frame);
-        ctx.load(parsed);
+        ctx.load();
         ctx.f[slot::INPORT] = u128::from(inport);
         ctx.f[slot::OUTPORT] = u128::from(outport);
         let mut r = Runner {

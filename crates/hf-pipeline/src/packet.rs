@@ -210,14 +210,12 @@ impl Ctx {
         }
     }
 
-    /// Resets every field and loads the headers of `parsed` (the frame is already in place).
-    pub(crate) fn load(&mut self, parsed: &Parsed) {
+    /// Resets every field and loads the headers of `self.parsed` (frame and parse are already
+    /// in place: the frame was parsed into the context).
+    pub(crate) fn load(&mut self) {
         self.f = [0; NF];
         self.ct_orig = None;
-        // The header slots come from the caller's copy, before it is copied in: reading
-        // `self.parsed` right after the copy's wide stores stalls on store forwarding.
-        set_headers(&mut self.f, &parsed.key);
-        self.parsed = *parsed;
+        set_headers(&mut self.f, &self.parsed.key);
     }
 
     /// (Re)loads the header slots from `self.parsed`, leaving metadata alone.

@@ -140,6 +140,55 @@ fn put_arp_learns_and_bumps_the_generation() {
     assert_eq!(&out[0].1[0..6], &sha.0);
 }
 
+/// A decision on `lookup_arp`'s result depends on the neighbour table, which no field of the
+/// segment's key describes: once `put_arp` learns the binding (and bumps the generation), the
+/// walk cached while the lookup failed must never be replayed. (Ignoring the generation in the
+/// cache's lookup makes this fail; `put_arp_learns_and_bumps_the_generation` does not see it,
+/// because a replay reruns `get_arp` itself.)
+#[test]
+fn a_learned_binding_is_not_answered_from_a_stale_cached_walk() {
+    let mut ct = Conntrack::new(Config::default());
+    let mut p = Pipeline::new(program(&[
+        (0, 100, "arp", "put_arp(inport, arp.spa, arp.sha);"),
+        (
+            0,
+            50,
+            "ip4",
+            "reg0[0] = lookup_arp(inport, ip4.src, eth.src); next;",
+        ),
+        (1, 100, "reg0[0] == 1", "outport = \"vm2\"; output;"),
+        (1, 0, "1", "drop;"),
+    ]));
+    let ip = syn();
+    let mut out = Outputs::default();
+    for round in 0..2 {
+        let r = p
+            .process(
+                &mut ct,
+                Ingress::Local(1),
+                &ip,
+                Duration::from_secs(1),
+                &mut out,
+            )
+            .expect("processed");
+        assert!(out.is_empty(), "round {round}: no binding yet: dropped");
+        assert_eq!(
+            r.cache_hits, round,
+            "round {round}: the second run is cached"
+        );
+    }
+    let mut arp = Vec::new();
+    let sha = EthAddr(ip[6..12].try_into().expect("6 bytes"));
+    hf_wire::reply::arp_request(&mut arp, sha, A, B);
+    assert!(run(&mut p, &mut ct, Ingress::Local(1), &arp).is_empty());
+    assert_eq!(p.neighbour(5, 1, A.into()), Some(sha.0));
+    assert_eq!(
+        dests(&run(&mut p, &mut ct, Ingress::Local(1), &ip)),
+        [Destination::Local(2)],
+        "the walk cached before the binding was learned was replayed"
+    );
+}
+
 #[test]
 fn flood_skips_the_input_port_and_tunnels_to_remote_members() {
     let mut ct = Conntrack::new(Config::default());

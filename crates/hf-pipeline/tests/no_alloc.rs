@@ -45,14 +45,17 @@ fn established_packets_on_the_cached_path_do_not_allocate() {
                 .expect("warm");
         }
     }
+    let stats0 = pipe.cache_stats();
     let before = hf_wire::fuzzing::allocations();
     let mut delivered = 0;
+    let mut segments = 0u64;
     for _ in 0..5 {
         for (port, f) in &frames {
             let r = pipe
                 .process(&mut ct, Ingress::Local(*port), f, now, &mut out)
                 .expect("cached");
             assert_eq!(r.cache_hits, r.segments, "every segment from the cache");
+            segments += u64::from(r.segments);
             delivered += out
                 .iter()
                 .filter(|(d, _)| matches!(d, Destination::Local(_)))
@@ -61,4 +64,14 @@ fn established_packets_on_the_cached_path_do_not_allocate() {
     }
     assert_eq!(delivered, 5 * frames.len());
     assert_eq!(hf_wire::fuzzing::allocations() - before, 0);
+    // One cache lookup per segment (per conntrack recirculation), and each lookup probes one
+    // hash table: the busiest mask first.
+    let stats = pipe.cache_stats();
+    let lookups = stats.lookups - stats0.lookups;
+    assert_eq!(lookups, segments, "one lookup per segment");
+    assert_eq!(
+        stats.probes - stats0.probes,
+        lookups,
+        "one probe per lookup"
+    );
 }

@@ -180,6 +180,27 @@ impl GeneveRepr {
         field::OPTIONS + if self.meta.ports.is_some() { 8 } else { 0 }
     }
 
+    /// The longest header [`Self::emit`] writes (with OVN's option).
+    pub const MAX_LEN: usize = field::OPTIONS + 8;
+
+    /// The header [`Self::emit`] appends, in a fixed array: its first [`Self::buffer_len`]
+    /// bytes (for writing it in place, in a buffer's headroom, without allocating).
+    pub fn to_array(&self) -> [u8; Self::MAX_LEN] {
+        let mut a = [0u8; Self::MAX_LEN];
+        let optlen = if self.meta.ports.is_some() { 2u8 } else { 0 };
+        let flags = if self.oam { 0x80 } else { 0 } | if optlen > 0 { 0x40 } else { 0 };
+        let vni = (self.meta.datapath & MAX_VNI).to_be_bytes();
+        let t = ethertype::TEB.to_be_bytes();
+        a[..8].copy_from_slice(&[optlen, flags, t[0], t[1], vni[1], vni[2], vni[3], 0]);
+        if let Some(pk) = self.meta.ports {
+            let c = OVN_OPT_CLASS.to_be_bytes();
+            let v = (u32::from(pk.ingress & MAX_INGRESS_PORT) << 16) | u32::from(pk.egress);
+            let v = v.to_be_bytes();
+            a[8..].copy_from_slice(&[c[0], c[1], OVN_OPT_TYPE, 1, v[0], v[1], v[2], v[3]]);
+        }
+        a
+    }
+
     /// Appends the header (with OVN's option when `meta.ports` is set) to `out`.
     pub fn emit(&self, out: &mut Vec<u8>) {
         let optlen = if self.meta.ports.is_some() { 2u8 } else { 0 };

@@ -59,7 +59,7 @@ pub mod reply;
 pub use checksum::{checksum, checksum_adjust, checksums_valid, pseudo_header_sum};
 pub use key::{EthAddr, FlowKey, frag, tcp_flags};
 pub use nat::{NatRewrite, RewriteError, apply_nat};
-pub use parse::{InnerHeaders, Layout, Parsed, TcpSegment, ethertype, ip_proto, parse};
+pub use parse::{InnerHeaders, Layout, Parsed, TcpSegment, ethertype, ip_proto, parse, parse_into};
 
 /// The header a [`ParseError`] is about.
 #[non_exhaustive]

@@ -124,10 +124,31 @@ pub const MAX_FRAME: usize = u16::MAX as usize;
 /// options), UDP, SCTP ports, ICMP and ICMPv6 including Neighbor Discovery options and the headers
 /// quoted in ICMP errors. Other ethertypes and protocols yield a key with the fields parsed so far.
 pub fn parse(frame: &[u8], in_port: u32, metadata: u64) -> Result<Parsed, ParseError> {
+    let mut p = Parsed {
+        key: FlowKey::new(in_port, metadata),
+        layout: Layout::default(),
+        tcp: TcpSegment::default(),
+        icmp_id: 0,
+        inner: None,
+    };
+    parse_into(frame, in_port, metadata, &mut p)?;
+    Ok(p)
+}
+
+/// [`parse`] into a caller's [`Parsed`] (the packet path's context), so the parse is not
+/// returned by value and copied again. On success `p` describes `frame` exactly as [`parse`]'s
+/// result would; on an error its contents are unspecified (but valid). Never panics; never
+/// allocates.
+pub fn parse_into(
+    frame: &[u8],
+    in_port: u32,
+    metadata: u64,
+    p: &mut Parsed,
+) -> Result<(), ParseError> {
     if frame.len() > MAX_FRAME {
         return Err(ParseError::Malformed(Layer::Ethernet));
     }
-    let mut p = Parsed {
+    *p = Parsed {
         key: FlowKey::new(in_port, metadata),
         layout: Layout::default(),
         tcp: TcpSegment::default(),
@@ -157,12 +178,12 @@ pub fn parse(frame: &[u8], in_port: u32, metadata: u64) -> Result<Parsed, ParseE
     p.layout.l3 = off as u16;
     p.layout.end = frame.len() as u16;
     match ty {
-        ethertype::ARP | ethertype::RARP => parse_arp(frame, off, &mut p)?,
-        ethertype::IPV4 => parse_ipv4(frame, off, &mut p)?,
-        ethertype::IPV6 => parse_ipv6(frame, off, &mut p)?,
+        ethertype::ARP | ethertype::RARP => parse_arp(frame, off, p)?,
+        ethertype::IPV4 => parse_ipv4(frame, off, p)?,
+        ethertype::IPV6 => parse_ipv6(frame, off, p)?,
         _ => {}
     }
-    Ok(p)
+    Ok(())
 }
 
 fn parse_arp(frame: &[u8], off: usize, p: &mut Parsed) -> Result<(), ParseError> {

@@ -615,3 +615,45 @@ fn write_seed_corpus() {
         std::fs::write(dir.join(format!("seed-{i:02}")), s).expect("write");
     }
 }
+
+/// `parse_into` over a context that still holds another frame's parse (the packet path reuses
+/// one) gives exactly what `parse` gives: nothing of the previous frame leaks (its VLAN tag, its
+/// ICMP quote, its TCP options). Each frame and each of its prefixes is parsed over each other
+/// frame's parse.
+#[test]
+fn parse_into_a_used_context_equals_parse() {
+    let f = tcp4_frame();
+    let p = parse(&f, 0, 0).expect("parses");
+    let mut quote = Vec::new();
+    reply::icmp4_error(&mut quote, &f, &p, Ipv4Addr::new(192, 0, 2, 254), 3, 3, 0).expect("ip");
+    let tagged = ip_frame(
+        v4(10, 0, 0, 1),
+        v4(10, 0, 0, 2),
+        ip_proto::TCP,
+        l4(ip_proto::TCP, 1, 2, 0x02, &[2, 4, 5, 0xb4, 1, 3, 3, 7], &[]),
+        Some(0x2064),
+    );
+    let mut ns = Vec::new();
+    reply::nd_ns(
+        &mut ns,
+        EthAddr(MAC_A),
+        Ipv6Addr::LOCALHOST,
+        Ipv6Addr::LOCALHOST,
+    );
+    let frames = [f, quote, tagged, icmp_echo(true), ns];
+    for (i, prev) in frames.iter().enumerate() {
+        for (j, f) in frames.iter().enumerate() {
+            for n in (0..=f.len()).rev() {
+                let mut ctx = parse(prev, 9, 99).expect("the previous frame parses");
+                let into = parse_into(&f[..n], 3, 7, &mut ctx);
+                match parse(&f[..n], 3, 7) {
+                    Ok(want) => {
+                        assert_eq!(into, Ok(()), "frame {j}[..{n}] over {i}");
+                        assert_eq!(ctx, want, "frame {j}[..{n}] parsed over frame {i}");
+                    }
+                    Err(e) => assert_eq!(into, Err(e), "frame {j}[..{n}] over {i}"),
+                }
+            }
+        }
+    }
+}

@@ -368,7 +368,7 @@ pub(crate) struct Migrations {
     dialing: BTreeSet<String>,
     next_epoch: u64,
     /// Ports the hypervisor stopped (frames to them are dropped, not delivered).
-    stopped: BTreeSet<String>,
+    pub(crate) stopped: BTreeSet<String>,
     /// Ports activated here while the program still said they wait (re-reported to a new
     /// controller, carried by a handoff).
     pub(crate) activated: BTreeSet<String>,
