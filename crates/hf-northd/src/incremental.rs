@@ -44,6 +44,16 @@ use crate::stage::DpKind;
 use crate::topo::{PortKind, Topo};
 use crate::{Compiled, Options};
 
+/// Test-only broken dependency rules: the oracles must catch each.
+#[cfg(test)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Broken {
+    /// A `Logical_Router_Port` change seeds no datapath (its router's flows go stale).
+    RouterPortSeedsNothing,
+    /// The sync's scope leaves `Port_Binding` identities out (the daemon core's rule).
+    ScopeWithoutPorts,
+}
+
 /// What must match between two compiles for the second to be incremental.
 #[derive(Clone, Debug, PartialEq)]
 struct OptsKey {
@@ -98,6 +108,9 @@ pub struct Incremental {
     changed: Option<BTreeSet<FlowId>>,
     /// Datapaths rebuilt by the last update.
     rebuilt: usize,
+    /// A broken rule (tests of the oracles only).
+    #[cfg(test)]
+    pub(crate) broken: Option<Broken>,
 }
 
 /// The datapath-level facts of a topology the dependency rules need.
@@ -194,7 +207,13 @@ impl Incremental {
                 self.run(nb, opts, Some(s), dirty.into_iter().collect())
             }
             None => {
+                #[cfg(test)]
+                let broken = self.broken;
                 *self = Incremental::default();
+                #[cfg(test)]
+                {
+                    self.broken = broken;
+                }
                 if key.features != FeatureSet::all() {
                     // Lowering reports over all datapaths: only the plain compile does that.
                     let c = crate::compile(nb, opts);
@@ -297,6 +316,10 @@ impl Incremental {
             self.lsp_switches(nb, r.uuid(), &mut s.switches);
         }
         for r in &d.logical_router_port {
+            #[cfg(test)]
+            if self.broken == Some(Broken::RouterPortSeedsNothing) {
+                continue;
+            }
             let u = r.uuid();
             if let Some(n) = self.port_dp.get(&u) {
                 s.routers.insert(n.clone());

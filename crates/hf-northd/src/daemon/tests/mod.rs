@@ -142,6 +142,7 @@ impl Sim {
         let mut nd = Northd::new(Config {
             paused: false,
             seed: seed + 1,
+            ..Config::default()
         });
         nd.start(&mut sb);
         self.nodes.push(Node {
@@ -846,3 +847,5 @@ fn a_running_northd_keeps_an_acls_last_good_match_and_a_restarted_one_fails_clos
         "{closed:?}"
     );
 }
+
+mod random_sync;
