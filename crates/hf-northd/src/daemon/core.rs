@@ -324,6 +324,13 @@ impl Northd {
         self.inc.broken = Some(b);
     }
 
+    /// Takes the next SB change of only `rows` for this core's own echo (tests: the race in
+    /// which another writer's change to rows northd just wrote goes unseen).
+    #[cfg(test)]
+    pub(crate) fn expect_echo_for_test(&mut self, rows: &[Uuid]) {
+        self.echo = Some(Arc::new(Mutex::new(rows.iter().copied().collect())));
+    }
+
     /// `inc-engine/recompute`: compile and sync everything at the next poll.
     pub fn recompute(&mut self) {
         self.pending = None;

@@ -849,3 +849,4 @@ fn a_running_northd_keeps_an_acls_last_good_match_and_a_restarted_one_fails_clos
 }
 
 mod random_sync;
+mod drift;
