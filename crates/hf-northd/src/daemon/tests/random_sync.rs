@@ -142,7 +142,7 @@ fn step(sim: &mut Sim, rng: &mut Rng, i: usize) -> String {
         .map(|p| (p.uuid, p.name.clone()))
         .collect();
     let net = 100 + i % 100;
-    match rng.below(15) {
+    match rng.below(17) {
         0 | 1 => {
             let p = format!("{ls}-n{i}");
             let addr = format!("0a:00:00:aa:{:02x}:{:02x} 10.0.{net}.{}", i / 256, i % 256, 1 + i % 200);
@@ -255,7 +255,7 @@ fn step(sim: &mut Sim, rng: &mut Rng, i: usize) -> String {
         12 => {
             let s = format!("new{i}");
             sim.nb(json!([{"op": "insert", "table": "Logical_Switch", "row": {"name": s}}]));
-            if rng.below(2) == 0 {
+            if rng.below(4) != 0 {
                 sim.nb(Value::Array(link_ops(
                     &s,
                     lr,
@@ -281,6 +281,25 @@ fn step(sim: &mut Sim, rng: &mut Rng, i: usize) -> String {
                 ]));
             }
             format!("delete switch {ls}")
+        }
+        14 | 15 => {
+            // The switch side of a router link goes alone (the router port stays).
+            let links: Vec<(uuid::Uuid, String)> = nb
+                .logical_switch_port()
+                .values()
+                .filter(|p| p.type_ == "router" && p.name.starts_with("new"))
+                .map(|p| (p.uuid, p.name.clone()))
+                .collect();
+            if links.is_empty() {
+                return "no link to cut".into();
+            }
+            let (u, n) = links[rng.below(links.len())].clone();
+            sim.nb(json!([
+                {"op": "mutate", "table": "Logical_Switch", "where": [],
+                    "mutations": [["ports", "delete", uref(u)]]},
+                {"op": "delete", "table": "Logical_Switch_Port", "where": [["_uuid", "==", uref(u)]]},
+            ]));
+            format!("unlink {n}")
         }
         _ => {
             let a: Vec<String> = (0..1 + rng.below(3))
@@ -330,6 +349,9 @@ fn run(seed: u64, steps: usize, broken: Option<Broken>) -> Result<(usize, u64), 
     let mut rng = Rng(seed | 1);
     for i in 0..steps {
         let what = step(&mut sim, &mut rng, i);
+        if std::env::var("HF_SYNC_VERBOSE").is_ok() {
+            eprintln!("step {i}: {what}");
+        }
         sim.run();
         let ops = full_diff_from_scratch(&sim);
         if !ops.is_empty() {
@@ -381,4 +403,12 @@ fn a_scope_without_port_bindings_is_caught() {
         .expect_err("the oracle missed port bindings left out of the scope");
     eprintln!("caught, as it must be: {e}");
     assert!(e.contains("Port_Binding"), "{e}");
+}
+
+#[test]
+fn a_router_port_change_taken_for_a_vifs_is_caught() {
+    let e = run(seed(), 160, Some(Broken::VifChangesNoRouter))
+        .expect_err("the oracle missed a router left stale by a switch-side link change");
+    eprintln!("caught, as it must be: {e}");
+    assert!(e.contains("unlink") || e.contains("delete switch"), "{e}");
 }
