@@ -149,8 +149,8 @@ pub fn insert_ops(d: &SbDesired, chassis: &HashMap<String, Uuid>) -> Vec<Value> 
             "pipeline": f.pipeline,
             "table_id": f.table_id,
             "priority": f.priority,
-            "match": f.match_,
-            "actions": f.actions,
+            "match": &*f.match_,
+            "actions": &*f.actions,
             "external_ids": map(&f.external_ids),
             "controller_meter": opt(f.controller_meter.as_ref().map(|m| json!(m))),
         });

@@ -328,7 +328,7 @@ fn assert_complete(sim: &Sim) {
     let want: BTreeMap<String, (String, String)> =
         c.sb.flows
             .iter()
-            .map(|(id, f)| (id.to_string(), (f.match_.clone(), f.actions.clone())))
+            .map(|(id, f)| (id.to_string(), (f.match_.to_string(), f.actions.to_string())))
             .collect();
     let have: BTreeMap<String, (String, String)> = sb
         .logical_flow()
