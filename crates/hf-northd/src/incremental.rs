@@ -6,8 +6,13 @@
 //! NB (the `incremental` test asserts this equality after every step of random NB changes).
 //!
 //! Which datapaths a change can touch ([`Incremental::update`]):
-//! - a switch or one of its ports (`Logical_Switch_Port`), its QoS rows: the switch and the
-//!   routers connected to it (their ARP resolution lists its addresses);
+//! - a VIF of a switch (a `Logical_Switch_Port` that is no `router` or `localnet` port before
+//!   or after and that no NAT names; a switch row whose port list alone changed by such
+//!   ports): the switch, and of each router facing it only the section of the router port
+//!   facing it ([`crate::lr::build_sections`]: that port's next-hop entries, which list the
+//!   switch's addresses), not the router's other flows;
+//! - a switch or one of its other ports, its QoS rows: the switch and the routers connected
+//!   to it;
 //! - a router, its ports (`Logical_Router_Port`, `Gateway_Chassis`), NAT rows, static routes
 //!   and policies: the router, its neighbours (switches and peer routers) and the routers on
 //!   those switches (switches answer ARP for the router's addresses and VIPs);

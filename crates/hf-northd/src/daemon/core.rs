@@ -8,7 +8,10 @@
 //!   tunnel keys SB has, through [`crate::incremental::Incremental`] (the NB change sets since
 //!   the last compile rebuild only the datapaths they touch; the first compile, a resync, a
 //!   features change and `inc-engine/recompute` are full ones), then one SB transaction built by [`crate::sync::diff_ops`]
-//!   against the view at send time; one transaction in flight at a time, and changes that
+//!   against the view at send time, over the SB identities the compiles since the last sync
+//!   changed ([`crate::sync::Scope`]); a full diff of every row instead on the first sync,
+//!   after an SB change that is not northd's echo, a `Chassis` change, a resync, a failure,
+//!   `inc-engine/recompute`, and every [`Config::full_diff_interval_ms`]; one transaction in flight at a time, and changes that
 //!   arrive meanwhile are coalesced into the next. A transaction with nothing to write is not
 //!   sent (restarting against an unchanged NB writes nothing).
 //! - `NB_Global.nb_cfg` goes to `SB_Global.nb_cfg` in the transaction that writes the matching
