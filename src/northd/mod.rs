@@ -380,8 +380,13 @@ fn command(
             let s = core.stats();
             Ok(format!(
                 "nb-rows:{nbr} sb-rows:{sbr} sb-flows:{flows} compiles:{} flows-built:{} sb-commits:{} sb-unchanged:{} nb-commits:{} full-diffs:{} scoped-diffs:{}",
-                s.compiles, s.last_flows_built, s.sb_commits, s.sb_unchanged, s.nb_commits,
-                s.full_diffs, s.scoped_diffs
+                s.compiles,
+                s.last_flows_built,
+                s.sb_commits,
+                s.sb_unchanged,
+                s.nb_commits,
+                s.full_diffs,
+                s.scoped_diffs
             ))
         }
         other => shell::vlog_command(other, args)

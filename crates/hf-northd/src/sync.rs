@@ -591,9 +591,7 @@ pub fn diff_ops(
 
     // Port_Binding by logical_port (read here: the HA groups a scoped diff visits are those
     // of the ports it visits).
-    let (old_pbs, dup_pbs) = by_key(sb.port_binding.values(), |r| {
-        Some(r.logical_port.as_str())
-    });
+    let (old_pbs, dup_pbs) = by_key(sb.port_binding.values(), |r| Some(r.logical_port.as_str()));
 
     // HA_Chassis_Group by name (rows of groups no port uses any more are deleted).
     let (old_hag, dup_hag) = by_key(sb.ha_chassis_group.values(), |r| Some(r.name.as_str()));

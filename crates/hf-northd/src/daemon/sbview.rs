@@ -806,10 +806,7 @@ impl SbView {
             "Logical_DP_Group",
             apply_pending(&mut self.logical_dp_group, p.logical_dp_group),
         );
-        note(
-            "Logical_Flow",
-            self.apply_flows(p.logical_flow),
-        );
+        note("Logical_Flow", self.apply_flows(p.logical_flow));
         note(
             "MAC_Binding",
             apply_hash(&mut self.mac_binding, p.mac_binding),

@@ -47,12 +47,20 @@ fn unseen_drift_is_repaired_by_recompute_and_by_the_periodic_full_diff() {
     // `inc-engine/recompute`: a full compile and a full diff.
     sim.nodes[0].nd.recompute();
     sim.run();
-    assert_eq!(actions(&sim, fu), want, "inc-engine/recompute left the drift");
+    assert_eq!(
+        actions(&sim, fu),
+        want,
+        "inc-engine/recompute left the drift"
+    );
     assert_eq!(sim.nodes[0].nd.stats().full_diffs, full + 1);
     // The periodic full diff, on the core's clock: not before the period, at it.
     let (fu, want) = drift(&mut sim);
     sim.advance(FULL_DIFF_INTERVAL_MS - 1);
-    assert_eq!(actions(&sim, fu), "drop;", "a full diff ran before its period");
+    assert_eq!(
+        actions(&sim, fu),
+        "drop;",
+        "a full diff ran before its period"
+    );
     sim.advance(1);
     assert_eq!(
         actions(&sim, fu),

@@ -328,7 +328,12 @@ fn assert_complete(sim: &Sim) {
     let want: BTreeMap<String, (String, String)> =
         c.sb.flows
             .iter()
-            .map(|(id, f)| (id.to_string(), (f.match_.to_string(), f.actions.to_string())))
+            .map(|(id, f)| {
+                (
+                    id.to_string(),
+                    (f.match_.to_string(), f.actions.to_string()),
+                )
+            })
             .collect();
     let have: BTreeMap<String, (String, String)> = sb
         .logical_flow()
@@ -848,5 +853,5 @@ fn a_running_northd_keeps_an_acls_last_good_match_and_a_restarted_one_fails_clos
     );
 }
 
-mod random_sync;
 mod drift;
+mod random_sync;

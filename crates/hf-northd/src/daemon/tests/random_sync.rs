@@ -65,7 +65,9 @@ fn world(sim: &mut Sim) {
             "addresses": ["set", ["10.0.0.11", "10.0.1.11"]]}}),
     ];
     for k in 0..4 {
-        ops.push(json!({"op": "insert", "table": "Logical_Switch", "row": {"name": format!("ls{k}")}}));
+        ops.push(
+            json!({"op": "insert", "table": "Logical_Switch", "row": {"name": format!("ls{k}")}}),
+        );
     }
     sim.nb(Value::Array(ops));
     for k in 0..4 {
@@ -145,7 +147,12 @@ fn step(sim: &mut Sim, rng: &mut Rng, i: usize) -> String {
     match rng.below(17) {
         0 | 1 => {
             let p = format!("{ls}-n{i}");
-            let addr = format!("0a:00:00:aa:{:02x}:{:02x} 10.0.{net}.{}", i / 256, i % 256, 1 + i % 200);
+            let addr = format!(
+                "0a:00:00:aa:{:02x}:{:02x} 10.0.{net}.{}",
+                i / 256,
+                i % 256,
+                1 + i % 200
+            );
             sim.nb(Value::Array(vif_ops(&ls, &p, &addr)));
             format!("add port {p}")
         }
@@ -265,7 +272,13 @@ fn step(sim: &mut Sim, rng: &mut Rng, i: usize) -> String {
                 sim.nb(Value::Array(vif_ops(
                     &s,
                     &format!("{s}-vm"),
-                    &format!("0a:00:00:ee:{:02x}:{:02x} 10.{}.{}.9", i / 256, i % 256, 150 + i / 256, i % 256),
+                    &format!(
+                        "0a:00:00:ee:{:02x}:{:02x} 10.{}.{}.9",
+                        i / 256,
+                        i % 256,
+                        150 + i / 256,
+                        i % 256
+                    ),
                 )));
             }
             format!("switch {s}")
