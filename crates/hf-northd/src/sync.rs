@@ -445,14 +445,14 @@ fn visit<'a, K: Ord, V>(
 
 /// The SB rows a diff deletes because `desired` no longer has their key: all such rows
 /// (full), or those of the scope's keys.
-fn gone<'a, K: Ord + std::hash::Hash + Eq, Q: Ord + ?Sized, V, R>(
+fn gone<'a, K, Q, V, R>(
     old: &'a HashMap<&'a Q, &'a R>,
     desired: &'a BTreeMap<K, V>,
     scope: Option<&'a BTreeSet<K>>,
 ) -> Vec<&'a R>
 where
-    K: std::borrow::Borrow<Q>,
-    Q: std::hash::Hash + Eq,
+    K: Ord + std::borrow::Borrow<Q>,
+    Q: Ord + std::hash::Hash + Eq + ?Sized,
 {
     match scope {
         None => {
