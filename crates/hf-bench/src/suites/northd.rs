@@ -154,11 +154,8 @@ impl Watch {
                 let Ok(m) = m else { return };
                 let at = Instant::now();
                 match m.get("method").and_then(|v| v.as_str()) {
-                    Some("update") => {
-                        if tx.send((at, m["params"].to_string())).is_err() {
-                            return;
-                        }
-                    }
+                    Some("update") if tx.send((at, m["params"].to_string())).is_err() => return,
+                    Some("update") => {}
                     Some("echo") => {
                         let r = serde_json::json!({"id": m["id"], "result": m["params"], "error": null});
                         let _ = writer.write_all(r.to_string().as_bytes());
