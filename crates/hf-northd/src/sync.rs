@@ -595,23 +595,9 @@ pub fn diff_ops(
 
     // HA_Chassis_Group by name (rows of groups no port uses any more are deleted).
     let (old_hag, dup_hag) = by_key(sb.ha_chassis_group.values(), |r| Some(r.name.as_str()));
-    // Scoped: the groups the visited ports name, as wanted and as SB has them.
-    let hag_scope: Option<BTreeSet<&str>> = scope.map(|sc| {
-        let mut names = BTreeSet::new();
-        for p in &sc.ports {
-            if let Some((g, _)) = d.ports.get(p).and_then(|r| r.ha_chassis_group.as_ref()) {
-                names.insert(g.as_str());
-            }
-            if let Some(g) = old_pbs
-                .get(p.as_str())
-                .and_then(|r| r.ha_chassis_group)
-                .and_then(|g| sb.ha_chassis_group.get(&g.uuid()))
-            {
-                names.insert(g.name.as_str());
-            }
-        }
-        names
-    });
+    // Every diff, scoped or not, compares every group: `ref_chassis` follows where SB shows
+    // ports bound (controllers' claims, which trigger no compile), and there are few groups.
+    let hag_scope: Option<BTreeSet<&str>> = None;
     let mut hag_uuid: HashMap<String, Uuid> = HashMap::new();
     let mut bound_by_dp: HashMap<Uuid, BTreeSet<Uuid>> = HashMap::new();
     if hag_scope.as_ref().is_none_or(|h| !h.is_empty()) {
