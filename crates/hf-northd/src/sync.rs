@@ -259,7 +259,7 @@ pub struct Scope {
     pub flows: HashSet<FlowId>,
     /// `Datapath_Binding` by datapath name.
     pub datapaths: BTreeSet<String>,
-    /// `Port_Binding` by logical port (with their `HA_Chassis_Group`s).
+    /// `Port_Binding` by logical port (`HA_Chassis_Group`s are compared on every diff).
     pub ports: BTreeSet<String>,
     /// `Multicast_Group` by (datapath name, group name).
     pub mcgroups: BTreeSet<(String, String)>,
