@@ -46,6 +46,12 @@ pub struct NorthdArgs {
     #[arg(long)]
     dry_run: bool,
 
+    /// Every SECONDS, diff every SB row northd owns against the NB compile, not only the
+    /// identities NB changes touched, repairing what other SB writers changed unseen (a
+    /// write northd sees is repaired at once; so does `inc-engine/recompute`). 0: never.
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    full_diff_interval: u64,
+
     /// OVS's daemon options.
     #[command(flatten)]
     daemon: DaemonArgs,
@@ -254,6 +260,8 @@ async fn serve(
     let mut core = Northd::new(CoreConfig {
         paused: args.dry_run,
         seed: seed(),
+        full_diff_interval_ms: (args.full_diff_interval > 0)
+            .then(|| args.full_diff_interval.saturating_mul(1000)),
     });
     sb.with(|s| core.start(s));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -371,8 +379,14 @@ fn command(
             );
             let s = core.stats();
             Ok(format!(
-                "nb-rows:{nbr} sb-rows:{sbr} sb-flows:{flows} compiles:{} flows-built:{} sb-commits:{} sb-unchanged:{} nb-commits:{}",
-                s.compiles, s.last_flows_built, s.sb_commits, s.sb_unchanged, s.nb_commits
+                "nb-rows:{nbr} sb-rows:{sbr} sb-flows:{flows} compiles:{} flows-built:{} sb-commits:{} sb-unchanged:{} nb-commits:{} full-diffs:{} scoped-diffs:{}",
+                s.compiles,
+                s.last_flows_built,
+                s.sb_commits,
+                s.sb_unchanged,
+                s.nb_commits,
+                s.full_diffs,
+                s.scoped_diffs
             ))
         }
         other => shell::vlog_command(other, args)

@@ -93,8 +93,8 @@ pub fn assert_sb_complete(nb_remote: &str, sb_remote: &str) {
                         f.pipeline.to_string(),
                         i64::from(f.table_id),
                         i64::from(f.priority),
-                        f.match_.clone(),
-                        f.actions.clone(),
+                        f.match_.to_string(),
+                        f.actions.to_string(),
                     ),
                 )
             })

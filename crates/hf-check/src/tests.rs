@@ -252,7 +252,7 @@ impl Sb {
                 .map(|(k, v)| (k.as_str(), v.as_str()))
                 .collect();
             let mut row = json!({"pipeline": f.pipeline, "table_id": f.table_id,
-                "priority": f.priority, "match": f.match_, "actions": f.actions,
+                "priority": f.priority, "match": &*f.match_, "actions": &*f.actions,
                 "external_ids": map(&ids)});
             if matches!(f.dps, hf_northd::output::FlowDps::Group(_)) {
                 row["logical_dp_group"] = json!(["uuid", group.to_string()]);

@@ -6,8 +6,13 @@
 //! NB (the `incremental` test asserts this equality after every step of random NB changes).
 //!
 //! Which datapaths a change can touch ([`Incremental::update`]):
-//! - a switch or one of its ports (`Logical_Switch_Port`), its QoS rows: the switch and the
-//!   routers connected to it (their ARP resolution lists its addresses);
+//! - a VIF of a switch (a `Logical_Switch_Port` that is no `router` or `localnet` port before
+//!   or after and that no NAT names; a switch row whose port list alone changed by such
+//!   ports): the switch, and of each router facing it only the section of the router port
+//!   facing it ([`crate::lr::build_sections`]: that port's next-hop entries, which list the
+//!   switch's addresses), not the router's other flows;
+//! - a switch or one of its other ports, its QoS rows: the switch and the routers connected
+//!   to it;
 //! - a router, its ports (`Logical_Router_Port`, `Gateway_Chassis`), NAT rows, static routes
 //!   and policies: the router, its neighbours (switches and peer routers) and the routers on
 //!   those switches (switches answer ARP for the router's addresses and VIPs);
@@ -44,6 +49,19 @@ use crate::stage::DpKind;
 use crate::topo::{PortKind, Topo};
 use crate::{Compiled, Options};
 
+/// Test-only broken dependency rules: the oracles must catch each.
+#[cfg(test)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Broken {
+    /// A `Logical_Router_Port` change seeds no datapath (its router's flows go stale).
+    RouterPortSeedsNothing,
+    /// The sync's scope leaves `Port_Binding` identities out (the daemon core's rule).
+    ScopeWithoutPorts,
+    /// Every switch port change is taken for a VIF's: router and localnet port changes
+    /// re-render only the facing routers' sections.
+    VifChangesNoRouter,
+}
+
 /// What must match between two compiles for the second to be incremental.
 #[derive(Clone, Debug, PartialEq)]
 struct OptsKey {
@@ -73,6 +91,9 @@ struct DpState {
     diags: Vec<Diagnostic>,
     /// Flows built (before grouping).
     built: usize,
+    /// A router's per-port sections ([`crate::lr::build_sections`]): router port name →
+    /// (shapes, flows built). Empty for switches.
+    sections: HashMap<String, (Vec<Arc<Shape>>, usize)>,
 }
 
 /// The incremental compiler's state. See the module documentation.
@@ -98,6 +119,11 @@ pub struct Incremental {
     changed: Option<BTreeSet<FlowId>>,
     /// Datapaths rebuilt by the last update.
     rebuilt: usize,
+    /// Router port sections re-rendered alone by the last update.
+    sections_rebuilt: usize,
+    /// A broken rule (tests of the oracles only).
+    #[cfg(test)]
+    pub(crate) broken: Option<Broken>,
 }
 
 /// The datapath-level facts of a topology the dependency rules need.
@@ -142,6 +168,9 @@ fn links(topo: &Topo<'_>) -> Links {
 struct Seeds {
     switches: BTreeSet<String>,
     routers: BTreeSet<String>,
+    /// Switches whose VIFs alone changed: rebuilt themselves, and of the routers they face
+    /// only the sections of the router ports facing them.
+    vif_switches: BTreeSet<String>,
 }
 
 impl Incremental {
@@ -159,6 +188,11 @@ impl Incremental {
     /// How many datapaths the last update rebuilt (all of them after a full compile).
     pub fn rebuilt(&self) -> usize {
         self.rebuilt
+    }
+
+    /// How many router port sections the last update re-rendered without their router.
+    pub fn sections_rebuilt(&self) -> usize {
+        self.sections_rebuilt
     }
 
     /// Forgets everything: the next update is a full compile.
@@ -194,7 +228,13 @@ impl Incremental {
                 self.run(nb, opts, Some(s), dirty.into_iter().collect())
             }
             None => {
+                #[cfg(test)]
+                let broken = self.broken;
                 *self = Incremental::default();
+                #[cfg(test)]
+                {
+                    self.broken = broken;
+                }
                 if key.features != FeatureSet::all() {
                     // Lowering reports over all datapaths: only the plain compile does that.
                     let c = crate::compile(nb, opts);
@@ -227,6 +267,7 @@ impl Incremental {
             out.insert(s.clone());
             out.extend(nb(s).iter().cloned());
         }
+        out.extend(seeds.vif_switches.iter().cloned());
         for r in &seeds.routers {
             out.insert(r.clone());
             for n in nb(r) {
@@ -284,6 +325,13 @@ impl Incremental {
             }
         }
         for r in &d.logical_switch {
+            // A switch whose port list alone changed, by VIFs only: as a VIF change.
+            if let RowDelta::Update { old, new } = r
+                && self.vif_ports_only(nb, d, old, new)
+            {
+                s.vif_switches.insert(new.name.clone());
+                continue;
+            }
             for row in [r.before(), r.after()].into_iter().flatten() {
                 s.switches.insert(row.name.clone());
             }
@@ -294,9 +342,17 @@ impl Incremental {
             }
         }
         for r in &d.logical_switch_port {
-            self.lsp_switches(nb, r.uuid(), &mut s.switches);
+            if self.vif_only(nb, r) {
+                self.lsp_switches(nb, r.uuid(), &mut s.vif_switches);
+            } else {
+                self.lsp_switches(nb, r.uuid(), &mut s.switches);
+            }
         }
         for r in &d.logical_router_port {
+            #[cfg(test)]
+            if self.broken == Some(Broken::RouterPortSeedsNothing) {
+                continue;
+            }
             let u = r.uuid();
             if let Some(n) = self.port_dp.get(&u) {
                 s.routers.insert(n.clone());
@@ -391,6 +447,56 @@ impl Incremental {
         Some(())
     }
 
+    /// Whether a `Logical_Switch_Port` change reaches routers only through the next-hop
+    /// entries of the router ports facing its switch ([`crate::lr::build_sections`]): it is
+    /// no router or localnet port before or after, and no NAT names it as `logical_port`.
+    fn vif_only(&self, nb: &NbSnapshot, r: &RowDelta<hf_model::nb::LogicalSwitchPort>) -> bool {
+        #[cfg(test)]
+        if self.broken == Some(Broken::VifChangesNoRouter) {
+            return true;
+        }
+        let rows: Vec<&hf_model::nb::LogicalSwitchPort> =
+            [r.before(), r.after()].into_iter().flatten().collect();
+        rows.iter()
+            .all(|p| p.type_ != "router" && p.type_ != "localnet")
+            && !nb.nat().values().any(|n| {
+                n.logical_port
+                    .as_ref()
+                    .is_some_and(|lp| rows.iter().any(|p| p.name == *lp))
+            })
+    }
+
+    /// Whether switch row `old` became `new` by its `ports` alone, gaining and losing only
+    /// ports that [`Incremental::vif_only`] would pass.
+    fn vif_ports_only(
+        &self,
+        nb: &NbSnapshot,
+        d: &NbDelta,
+        old: &hf_model::nb::LogicalSwitch,
+        new: &hf_model::nb::LogicalSwitch,
+    ) -> bool {
+        let mut a = old.clone();
+        a.ports = new.ports.clone();
+        if a != *new {
+            return false;
+        }
+        old.ports.symmetric_difference(&new.ports).all(|p| {
+            let u = p.uuid();
+            match d.logical_switch_port.iter().find(|r| r.uuid() == u) {
+                Some(r) => self.vif_only(nb, r),
+                None => nb.logical_switch_port().get(&u).is_some_and(|row| {
+                    self.vif_only(
+                        nb,
+                        &RowDelta::Update {
+                            old: row.clone(),
+                            new: row.clone(),
+                        },
+                    )
+                }),
+            }
+        })
+    }
+
     /// The switches a logical switch port was on (last compile) and is on (`nb`).
     fn lsp_switches(&self, nb: &NbSnapshot, u: Uuid, out: &mut BTreeSet<String>) {
         if let Some(n) = self.port_dp.get(&u) {
@@ -434,13 +540,44 @@ impl Incremental {
                 .filter(|n| !present.contains_key(n.as_str()))
                 .cloned(),
         );
+        // Routers of which only per-port sections need re-rendering: those facing a switch
+        // whose VIFs alone changed (and not dirty as a whole).
+        let mut partial: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        if let Some(sd) = &seeds {
+            for p in &topo.ports {
+                let PortKind::RouterPort {
+                    switch_peer: Some(l),
+                    ..
+                } = &p.kind
+                else {
+                    continue;
+                };
+                let (router, switch) = (
+                    &topo.datapaths[p.dp].name,
+                    &topo.datapaths[topo.ports[*l].dp].name,
+                );
+                if sd.vif_switches.contains(switch) && !dirty.contains(router) {
+                    partial
+                        .entry(router.clone())
+                        .or_default()
+                        .insert(p.name.clone());
+                }
+            }
+        }
         // Rebuild the dirty datapaths; take their old shapes out of the groups.
         let mut touched: BTreeSet<IdentityKey> = BTreeSet::new();
         let mut rebuilt = 0;
         for name in &dirty {
-            let old = self.dps.remove(name).map(|o| o.shapes).unwrap_or_default();
+            let (old, old_sections) = self
+                .dps
+                .remove(name)
+                .map(|o| (o.shapes, o.sections))
+                .unwrap_or_default();
             let Some(&i) = present.get(name.as_str()) else {
-                for sh in &old {
+                for sh in old
+                    .iter()
+                    .chain(old_sections.values().flat_map(|(v, _)| v.iter()))
+                {
                     self.ungroup(sh, name);
                     touched.insert(sh.identity());
                 }
@@ -449,40 +586,23 @@ impl Incremental {
             rebuilt += 1;
             let mut flows = Flows::default();
             let mut d = Diags::default();
+            let mut sections = HashMap::new();
             match topo.datapaths[i].kind {
                 DpKind::Switch => crate::ls::build(&topo, i, &mut flows, &mut d),
-                DpKind::Router => crate::lr::build(&topo, i, &mut flows, &mut d),
-            }
-            let new: Vec<Shape> = crate::render::shapes_all_features(&flows, &topo);
-            // Only shapes the datapath gained or lost change the groups, and only their
-            // identities' rows can change.
-            let mut count: HashMap<Arc<Shape>, i64> = HashMap::with_capacity(new.len());
-            for sh in old {
-                *count.entry(sh).or_default() -= 1;
-            }
-            for sh in &new {
-                match count.get_mut(sh) {
-                    Some(c) => *c += 1,
-                    None => {
-                        count.insert(Arc::new(sh.clone()), 1);
+                DpKind::Router => {
+                    crate::lr::build_core(&topo, i, &mut flows, &mut d);
+                    let mut old_sections = old_sections;
+                    for (port, fl) in crate::lr::build_sections(&topo, i, None) {
+                        let was = old_sections.remove(&port).unwrap_or_default().0;
+                        let shapes = self.swap_shapes(name, was, &fl, &topo, &mut touched);
+                        sections.insert(port, (shapes, fl.len()));
+                    }
+                    for (_, (was, _)) in old_sections {
+                        self.swap_shapes(name, was, &Flows::default(), &topo, &mut touched);
                     }
                 }
             }
-            for (sh, c) in &count {
-                if *c != 0 {
-                    touched.insert(sh.identity());
-                }
-                for _ in 0..(-*c).max(0) {
-                    self.ungroup(sh, name);
-                }
-                for _ in 0..(*c).max(0) {
-                    self.regroup(sh.clone(), name);
-                }
-            }
-            let shapes: Vec<Arc<Shape>> = new
-                .iter()
-                .filter_map(|sh| self.groups.get_key_value(sh).map(|(k, _)| k.clone()))
-                .collect();
+            let shapes = self.swap_shapes(name, old, &flows, &topo, &mut touched);
             let dp = &topo.datapaths[i];
             self.dps.insert(
                 name.clone(),
@@ -491,8 +611,27 @@ impl Incremental {
                     shapes,
                     diags: d.0,
                     built: flows.len(),
+                    sections,
                 },
             );
+        }
+        // Re-render the sections of the routers facing switches whose VIFs changed.
+        let mut sections_rebuilt = 0;
+        for (name, ports) in &partial {
+            let Some(&i) = present.get(name.as_str()) else {
+                continue;
+            };
+            let built = crate::lr::build_sections(&topo, i, Some(ports));
+            let Some(mut st) = self.dps.remove(name) else {
+                continue;
+            };
+            for (port, fl) in built {
+                sections_rebuilt += 1;
+                let was = st.sections.remove(&port).unwrap_or_default().0;
+                let shapes = self.swap_shapes(name, was, &fl, &topo, &mut touched);
+                st.sections.insert(port, (shapes, fl.len()));
+            }
+            self.dps.insert(name.clone(), st);
         }
         // Re-derive the touched identities' rows.
         let mut flows: BTreeMap<FlowId, FlowRow> = self.flows.take().unwrap_or_default();
@@ -546,7 +685,7 @@ impl Incremental {
         let mut built = 0;
         for s in self.dps.values() {
             diagnostics.extend(s.diags.iter().cloned());
-            built += s.built;
+            built += s.built + s.sections.values().map(|(_, n)| n).sum::<usize>();
         }
         for (_, d) in self.rows.values() {
             diagnostics.extend(d.iter().cloned());
@@ -558,12 +697,53 @@ impl Incremental {
         self.port_dp = new_links.port_dp;
         self.changed = if full { None } else { Some(changed) };
         self.rebuilt = rebuilt;
+        self.sections_rebuilt = sections_rebuilt;
         Compiled {
             sb,
             diagnostics,
             flows_built: built,
             acl_last_good: std::mem::take(&mut topo.ls.acl_good),
         }
+    }
+
+    /// Replaces `old`, shapes of datapath `dp` (or of one of its sections), by the shapes
+    /// of `flows`: only shapes gained or lost change the groups, and only their identities'
+    /// rows can change (added to `touched`). Returns the new shapes, shared with the groups.
+    fn swap_shapes(
+        &mut self,
+        dp: &str,
+        old: Vec<Arc<Shape>>,
+        flows: &Flows,
+        topo: &Topo<'_>,
+        touched: &mut BTreeSet<IdentityKey>,
+    ) -> Vec<Arc<Shape>> {
+        let new: Vec<Shape> = crate::render::shapes_all_features(flows, topo);
+        let mut count: HashMap<Arc<Shape>, i64> = HashMap::with_capacity(new.len());
+        for sh in old {
+            *count.entry(sh).or_default() -= 1;
+        }
+        for sh in &new {
+            match count.get_mut(sh) {
+                Some(c) => *c += 1,
+                None => {
+                    count.insert(Arc::new(sh.clone()), 1);
+                }
+            }
+        }
+        for (sh, c) in &count {
+            if *c != 0 {
+                touched.insert(sh.identity());
+            }
+            for _ in 0..(-*c).max(0) {
+                self.ungroup(sh, dp);
+            }
+            for _ in 0..(*c).max(0) {
+                self.regroup(sh.clone(), dp);
+            }
+        }
+        new.iter()
+            .filter_map(|sh| self.groups.get_key_value(sh).map(|(k, _)| k.clone()))
+            .collect()
     }
 
     fn ungroup(&mut self, sh: &Arc<Shape>, dp: &str) {

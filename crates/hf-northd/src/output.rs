@@ -6,6 +6,7 @@
 //! datapath, a multicast group its ports. The sync resolves keys to UUIDs.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use crate::flow::FlowId;
 
@@ -81,10 +82,10 @@ pub struct FlowRow {
     pub table_id: u8,
     /// `priority`.
     pub priority: u16,
-    /// `match`.
-    pub match_: String,
-    /// `actions`.
-    pub actions: String,
+    /// `match` (shared with the incremental compiler's shapes: one copy of each text).
+    pub match_: Arc<str>,
+    /// `actions` (shared likewise).
+    pub actions: Arc<str>,
     /// `external_ids`: `stage-name`, `stage-hint` where there is an NB row, `source`, and
     /// `hf-flow-id`.
     pub external_ids: BTreeMap<String, String>,

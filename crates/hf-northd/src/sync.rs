@@ -149,8 +149,8 @@ pub fn insert_ops(d: &SbDesired, chassis: &HashMap<String, Uuid>) -> Vec<Value> 
             "pipeline": f.pipeline,
             "table_id": f.table_id,
             "priority": f.priority,
-            "match": f.match_,
-            "actions": f.actions,
+            "match": &*f.match_,
+            "actions": &*f.actions,
             "external_ids": map(&f.external_ids),
             "controller_meter": opt(f.controller_meter.as_ref().map(|m| json!(m))),
         });
@@ -232,15 +232,122 @@ pub fn insert_ops(d: &SbDesired, chassis: &HashMap<String, Uuid>) -> Vec<Value> 
     ops
 }
 
-/// The sync's inputs besides SB: a source of fresh row UUIDs (new rows are inserted with
-/// their UUID given, so rows of one transaction refer to each other by UUID), and the
-/// `SB_Global.nb_cfg` to write with the flows.
+/// The sync's inputs besides SB: the desired state, the `SB_Global.nb_cfg` to write with the
+/// flows, and the scope of the diff.
 #[derive(Debug)]
 pub struct SyncInput<'a> {
     /// What SB should hold.
     pub desired: &'a SbDesired,
     /// `NB_Global.nb_cfg` of the NB the desired state was compiled from.
     pub nb_cfg: i64,
+    /// `None`: a full diff (every row of every table northd owns, duplicates and foreign
+    /// flows included). `Some`: only the identities in the scope are compared (see
+    /// [`Scope`]); rows outside it are assumed to be as the last sync left them.
+    pub scope: Option<&'a Scope>,
+}
+
+/// The SB identities a diff compares, when it is not a full one: the rows an NB change may
+/// have changed, by the identities [`SbDesired`] keys them with. `SB_Global` (one row) is
+/// always compared.
+///
+/// A scoped diff equals the full one when SB outside the scope is as northd last wrote it; a
+/// write by another SB client breaks that, which is why the daemon does a full diff after any
+/// SB change that is not its own echo, on `inc-engine/recompute`, and periodically.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Scope {
+    /// `Logical_Flow` identities.
+    pub flows: HashSet<FlowId>,
+    /// `Datapath_Binding` by datapath name.
+    pub datapaths: BTreeSet<String>,
+    /// `Port_Binding` by logical port (`HA_Chassis_Group`s are compared on every diff).
+    pub ports: BTreeSet<String>,
+    /// `Multicast_Group` by (datapath name, group name).
+    pub mcgroups: BTreeSet<(String, String)>,
+    /// `Port_Group` by name.
+    pub port_groups: BTreeSet<String>,
+    /// `Address_Set` by name.
+    pub address_sets: BTreeSet<String>,
+    /// `Load_Balancer` by name.
+    pub load_balancers: BTreeSet<String>,
+    /// `DNS` by `dns_id`.
+    pub dns: BTreeSet<String>,
+    /// `DHCP_Options` and `DHCPv6_Options` (fixed tables: compared as a whole).
+    pub dhcp: bool,
+}
+
+/// The keys of `a` and `b` whose values differ (present in one only, or unequal).
+fn changed_keys<K: Ord + Clone, V: PartialEq>(
+    a: &BTreeMap<K, V>,
+    b: &BTreeMap<K, V>,
+    out: &mut BTreeSet<K>,
+) {
+    for (k, v) in a {
+        if b.get(k) != Some(v) {
+            out.insert(k.clone());
+        }
+    }
+    for k in b.keys() {
+        if !a.contains_key(k) {
+            out.insert(k.clone());
+        }
+    }
+}
+
+impl Scope {
+    /// The scope that takes SB from `old` (what the last sync wrote) to `new`: the non-flow
+    /// rows that differ between the two, plus `flows`, the flow identities the compile
+    /// changed. (The non-flow tables are compared in memory; flows are not: the incremental
+    /// compiler names them.)
+    pub fn between(old: &SbDesired, new: &SbDesired, flows: &BTreeSet<FlowId>) -> Scope {
+        let mut s = Scope {
+            flows: flows.iter().copied().collect(),
+            ..Default::default()
+        };
+        changed_keys(&old.datapaths, &new.datapaths, &mut s.datapaths);
+        changed_keys(&old.ports, &new.ports, &mut s.ports);
+        changed_keys(&old.mcgroups, &new.mcgroups, &mut s.mcgroups);
+        changed_keys(&old.port_groups, &new.port_groups, &mut s.port_groups);
+        changed_keys(&old.address_sets, &new.address_sets, &mut s.address_sets);
+        changed_keys(
+            &old.load_balancers,
+            &new.load_balancers,
+            &mut s.load_balancers,
+        );
+        changed_keys(&old.dns, &new.dns, &mut s.dns);
+        s.dhcp = old.dhcp_options != new.dhcp_options || old.dhcpv6_options != new.dhcpv6_options;
+        s
+    }
+
+    /// Adds `other`'s identities.
+    pub fn merge(&mut self, other: Scope) {
+        self.flows.extend(other.flows);
+        self.datapaths.extend(other.datapaths);
+        self.ports.extend(other.ports);
+        self.mcgroups.extend(other.mcgroups);
+        self.port_groups.extend(other.port_groups);
+        self.address_sets.extend(other.address_sets);
+        self.load_balancers.extend(other.load_balancers);
+        self.dns.extend(other.dns);
+        self.dhcp |= other.dhcp;
+    }
+
+    /// How many identities it names.
+    pub fn len(&self) -> usize {
+        self.flows.len()
+            + self.datapaths.len()
+            + self.ports.len()
+            + self.mcgroups.len()
+            + self.port_groups.len()
+            + self.address_sets.len()
+            + self.load_balancers.len()
+            + self.dns.len()
+            + usize::from(self.dhcp)
+    }
+
+    /// Whether it names nothing (only `SB_Global` is compared).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// Counts of a diff, for logs and tests.
@@ -254,6 +361,8 @@ pub struct SyncStats {
     pub deleted: usize,
     /// Flows left alone because their datapath is frozen.
     pub frozen: usize,
+    /// Whether the diff was a full one (every row) rather than scoped.
+    pub full: bool,
 }
 
 impl SyncStats {
@@ -305,7 +414,7 @@ impl Ops<'_> {
 /// returned as duplicates.
 fn by_key<'a, R, K: std::hash::Hash + Eq>(
     rows: impl Iterator<Item = &'a R>,
-    key: impl Fn(&R) -> Option<K>,
+    key: impl Fn(&'a R) -> Option<K>,
 ) -> (HashMap<K, &'a R>, Vec<&'a R>) {
     let mut m = HashMap::new();
     let mut dups = Vec::new();
@@ -323,8 +432,52 @@ fn by_key<'a, R, K: std::hash::Hash + Eq>(
     (m, dups)
 }
 
+/// The entries of `m` a diff visits: all of them (full), or those the scope names.
+fn visit<'a, K: Ord, V>(
+    m: &'a BTreeMap<K, V>,
+    scope: Option<&'a BTreeSet<K>>,
+) -> Box<dyn Iterator<Item = (&'a K, &'a V)> + 'a> {
+    match scope {
+        None => Box::new(m.iter()),
+        Some(s) => Box::new(s.iter().filter_map(move |k| m.get_key_value(k))),
+    }
+}
+
+/// The SB rows a diff deletes because `desired` no longer has their key: all such rows
+/// (full), or those of the scope's keys.
+fn gone<'a, K, Q, V, R>(
+    old: &'a HashMap<&'a Q, &'a R>,
+    desired: &'a BTreeMap<K, V>,
+    scope: Option<&'a BTreeSet<K>>,
+) -> Vec<&'a R>
+where
+    K: Ord + std::borrow::Borrow<Q>,
+    Q: Ord + std::hash::Hash + Eq + ?Sized,
+{
+    match scope {
+        None => {
+            let mut v: Vec<(&Q, &R)> = old
+                .iter()
+                .filter(|(k, _)| !desired.contains_key(**k))
+                .map(|(k, r)| (*k, *r))
+                .collect();
+            v.sort_by(|a, b| a.0.cmp(b.0));
+            v.into_iter().map(|(_, r)| r).collect()
+        }
+        Some(s) => s
+            .iter()
+            .filter(|k| !desired.contains_key::<K>(k))
+            .filter_map(|k| {
+                let q: &Q = k.borrow();
+                old.get(q).copied()
+            })
+            .collect(),
+    }
+}
+
 /// The operations that turn `sb` into `input.desired` (see the module doc), and their counts.
-/// `fresh` gives the UUIDs of inserted rows.
+/// `fresh` gives the UUIDs of inserted rows. With a scope (and no frozen datapaths: those
+/// need every flow looked at) only the scope's identities are compared.
 pub fn diff_ops(
     input: &SyncInput<'_>,
     sb: &SbView,
@@ -332,9 +485,16 @@ pub fn diff_ops(
 ) -> (Vec<Value>, SyncStats) {
     use hf_model::sb as s;
     let d = input.desired;
+    // A view built by hand (tests) has no flow index: only a full diff can read it.
+    let scope = input
+        .scope
+        .filter(|_| d.frozen_datapaths.is_empty() && sb.flow_index_complete());
     let mut o = Ops {
         ops: Vec::new(),
-        stats: SyncStats::default(),
+        stats: SyncStats {
+            full: scope.is_none(),
+            ..Default::default()
+        },
         fresh,
     };
     let chassis: HashMap<&str, Uuid> = sb
@@ -370,7 +530,7 @@ pub fn diff_ops(
 
     // Datapath_Binding by external_ids:name.
     let (old_dps, dup_dps) = by_key(sb.datapath_binding.values(), |r| {
-        r.external_ids.get("name").cloned()
+        r.external_ids.get("name").map(String::as_str)
     });
     let lb_by_name: HashMap<&str, Uuid> = sb
         .load_balancer
@@ -378,8 +538,18 @@ pub fn diff_ops(
         .map(|l| (l.name.as_str(), l.uuid))
         .collect();
     let mut dp_uuid: HashMap<&str, Uuid> = HashMap::new();
-    for (name, row) in &d.datapaths {
-        let old = old_dps.get(name).copied();
+    if let Some(sc) = scope {
+        // Datapaths outside the scope keep their rows.
+        for name in d.datapaths.keys() {
+            if !sc.datapaths.contains(name)
+                && let Some(r) = old_dps.get(name.as_str())
+            {
+                dp_uuid.insert(name.as_str(), r.uuid);
+            }
+        }
+    }
+    for (name, row) in visit(&d.datapaths, scope.map(|s| &s.datapaths)) {
+        let old = old_dps.get(name.as_str()).copied();
         let new = s::DatapathBinding {
             uuid: old.map_or_else(|| o.fresh(), |r| r.uuid),
             external_ids: row.external_ids.clone(),
@@ -393,11 +563,12 @@ pub fn diff_ops(
         dp_uuid.insert(name.as_str(), new.uuid);
         o.put(&new, old);
     }
-    let mut dead_dps: BTreeSet<Uuid> = dup_dps.iter().map(|r| r.uuid).collect();
-    for (name, r) in &old_dps {
-        if !d.datapaths.contains_key(name) {
-            dead_dps.insert(r.uuid);
-        }
+    let mut dead_dps: BTreeSet<Uuid> = BTreeSet::new();
+    if scope.is_none() {
+        dead_dps.extend(dup_dps.iter().map(|r| r.uuid));
+    }
+    for r in gone(&old_dps, &d.datapaths, scope.map(|s| &s.datapaths)) {
+        dead_dps.insert(r.uuid);
     }
     for u in &dead_dps {
         if let Some(r) = sb.datapath_binding.get(u) {
@@ -405,41 +576,59 @@ pub fn diff_ops(
         }
     }
     // What refers to a deleted datapath goes with it.
-    for (m, mb) in &sb.mac_binding {
-        if dead_dps.contains(&mb.datapath) {
-            o.delete_uuid("MAC_Binding", *m);
+    if !dead_dps.is_empty() {
+        for (m, mb) in &sb.mac_binding {
+            if dead_dps.contains(&mb.datapath) {
+                o.delete_uuid("MAC_Binding", *m);
+            }
         }
-    }
-    for (m, dp) in &sb.static_mac_binding {
-        if dead_dps.contains(dp) {
-            o.delete_uuid("Static_MAC_Binding", *m);
+        for (m, dp) in &sb.static_mac_binding {
+            if dead_dps.contains(dp) {
+                o.delete_uuid("Static_MAC_Binding", *m);
+            }
         }
     }
 
+    // Port_Binding by logical_port (read here: the HA groups a scoped diff visits are those
+    // of the ports it visits).
+    let (old_pbs, dup_pbs) = by_key(sb.port_binding.values(), |r| Some(r.logical_port.as_str()));
+
     // HA_Chassis_Group by name (rows of groups no port uses any more are deleted).
-    let (old_hag, dup_hag) = by_key(sb.ha_chassis_group.values(), |r| Some(r.name.clone()));
+    let (old_hag, dup_hag) = by_key(sb.ha_chassis_group.values(), |r| Some(r.name.as_str()));
+    // Every diff, scoped or not, compares every group: `ref_chassis` follows where SB shows
+    // ports bound (controllers' claims, which trigger no compile), and there are few groups.
+    let hag_scope: Option<BTreeSet<&str>> = None;
     let mut hag_uuid: HashMap<String, Uuid> = HashMap::new();
     let mut bound_by_dp: HashMap<Uuid, BTreeSet<Uuid>> = HashMap::new();
-    for p in sb.port_binding.values() {
-        if let Some(c) = p.chassis {
-            bound_by_dp
-                .entry(p.datapath.uuid())
-                .or_default()
-                .insert(c.uuid());
+    if hag_scope.as_ref().is_none_or(|h| !h.is_empty()) {
+        for p in sb.port_binding.values() {
+            if let Some(c) = p.chassis {
+                bound_by_dp
+                    .entry(p.datapath.uuid())
+                    .or_default()
+                    .insert(c.uuid());
+            }
         }
     }
     for row in d.ports.values() {
+        if hag_scope.as_ref().is_some_and(|h| h.is_empty()) {
+            break;
+        }
         let Some((gname, members)) = &row.ha_chassis_group else {
             continue;
         };
-        if hag_uuid.contains_key(gname) {
+        if hag_uuid.contains_key(gname)
+            || hag_scope
+                .as_ref()
+                .is_some_and(|h| !h.contains(gname.as_str()))
+        {
             continue;
         }
         let want: BTreeSet<(String, Option<Uuid>, i64)> = members
             .iter()
             .map(|(c, p)| (c.clone(), chassis.get(c.as_str()).copied(), *p))
             .collect();
-        let old = old_hag.get(gname).copied();
+        let old = old_hag.get(gname.as_str()).copied();
         let have: BTreeSet<(String, Option<Uuid>, i64)> = old
             .map(|g| {
                 g.ha_chassis
@@ -495,23 +684,39 @@ pub fn diff_ops(
         hag_uuid.insert(gname.clone(), new.uuid);
         o.put(&new, old);
     }
-    for r in dup_hag {
-        o.delete(r);
-    }
-    for (name, r) in &old_hag {
-        if !hag_uuid.contains_key(name) {
-            o.delete(*r);
+    match &hag_scope {
+        None => {
+            for r in dup_hag {
+                o.delete(r);
+            }
+            let mut dead: Vec<(&str, &s::HaChassisGroup)> = old_hag
+                .iter()
+                .filter(|(n, _)| !hag_uuid.contains_key(**n))
+                .map(|(n, r)| (*n, *r))
+                .collect();
+            dead.sort_by_key(|(n, _)| *n);
+            for (_, r) in dead {
+                o.delete(r);
+            }
+        }
+        Some(h) => {
+            for n in h {
+                if !hag_uuid.contains_key(*n)
+                    && let Some(r) = old_hag.get(n)
+                {
+                    o.delete(*r);
+                }
+            }
         }
     }
 
-    // Port_Binding by logical_port; only northd's columns.
-    let (old_pbs, dup_pbs) = by_key(sb.port_binding.values(), |r| Some(r.logical_port.clone()));
+    // Port_Binding: only northd's columns.
     let mut pb_uuid: HashMap<&str, Uuid> = HashMap::new();
-    for (name, row) in &d.ports {
+    for (name, row) in visit(&d.ports, scope.map(|s| &s.ports)) {
         let Some(dp) = dp_uuid.get(row.datapath.as_str()) else {
             continue;
         };
-        let old = old_pbs.get(name).copied();
+        let old = old_pbs.get(name.as_str()).copied();
         // A new binding is written `up=false`: ovn-controller sets `up` only where northd
         // wrote it (23.03); afterwards `up` is the controller's.
         let mut new = old.cloned().unwrap_or_else(|| s::PortBinding {
@@ -562,14 +767,33 @@ pub fn diff_ops(
         pb_uuid.insert(name.as_str(), new.uuid);
         o.put(&new, old);
     }
-    for r in dup_pbs {
-        o.delete(r);
-    }
-    for (name, r) in &old_pbs {
-        if !pb_uuid.contains_key(name.as_str()) {
-            o.delete(*r);
+    if scope.is_none() {
+        for r in dup_pbs {
+            o.delete(r);
+        }
+        let mut dead: Vec<(&str, &s::PortBinding)> = old_pbs
+            .iter()
+            .filter(|(n, _)| !pb_uuid.contains_key(**n))
+            .map(|(n, r)| (*n, *r))
+            .collect();
+        dead.sort_by_key(|(n, _)| *n);
+        for (_, r) in dead {
+            o.delete(r);
+        }
+    } else {
+        for r in gone(&old_pbs, &d.ports, scope.map(|s| &s.ports)) {
+            o.delete(r);
         }
     }
+    // A port outside the scope keeps its row (scoped diffs only).
+    let port_ref = |p: &str| -> Option<Uuid> {
+        pb_uuid.get(p).copied().or_else(|| {
+            scope
+                .is_some_and(|sc| !sc.ports.contains(p))
+                .then(|| old_pbs.get(p).map(|r| r.uuid))
+                .flatten()
+        })
+    };
 
     // Logical_DP_Group by datapath set.
     let mut group_uuid: HashMap<Vec<Uuid>, Uuid> = HashMap::new();
@@ -599,7 +823,7 @@ pub fn diff_ops(
     let frozen: BTreeSet<Uuid> = d
         .frozen_datapaths
         .iter()
-        .filter_map(|n| old_dps.get(n).map(|r| r.uuid))
+        .filter_map(|n| old_dps.get(n.as_str()).map(|r| r.uuid))
         .collect();
     let is_frozen = |f: &LeanFlow| {
         f.logical_datapath.is_some_and(|u| frozen.contains(&u))
@@ -615,23 +839,51 @@ pub fn diff_ops(
     // that SB lacks is written for the other datapaths only.
     let mut frozen_ids: HashSet<FlowId> = HashSet::new();
     let mut old_flows: HashMap<FlowId, (Uuid, &LeanFlow)> = HashMap::new();
-    let mut flow_ids: Vec<(&Uuid, &LeanFlow)> = sb.logical_flow.iter().collect();
-    flow_ids.sort_unstable_by_key(|(u, _)| **u);
-    for (u, f) in flow_ids {
-        if is_frozen(f) {
-            o.stats.frozen += 1;
-            frozen_ids.extend(f.id);
-            continue;
-        }
-        match f.id {
-            Some(id) if !old_flows.contains_key(&id) && d.flows.contains_key(&id) => {
-                old_flows.insert(id, (*u, f));
+    let mut visit_flows: Vec<(FlowId, &crate::output::FlowRow)> = Vec::new();
+    match scope {
+        None => {
+            let mut flow_ids: Vec<(&Uuid, &LeanFlow)> = sb.logical_flow.iter().collect();
+            flow_ids.sort_unstable_by_key(|(u, _)| **u);
+            for (u, f) in flow_ids {
+                if is_frozen(f) {
+                    o.stats.frozen += 1;
+                    frozen_ids.extend(f.id);
+                    continue;
+                }
+                match f.id {
+                    Some(id) if !old_flows.contains_key(&id) && d.flows.contains_key(&id) => {
+                        old_flows.insert(id, (*u, f));
+                    }
+                    _ => o.delete_uuid("Logical_Flow", *u),
+                }
             }
-            _ => o.delete_uuid("Logical_Flow", *u),
+            visit_flows.extend(d.flows.iter().map(|(id, r)| (*id, r)));
+        }
+        Some(sc) => {
+            // The same rule over the scope's identities only: the lowest UUID of an identity
+            // northd wants is kept, every other row of it deleted.
+            let mut ids: Vec<FlowId> = sc.flows.iter().copied().collect();
+            ids.sort_unstable();
+            for id in ids {
+                let mut rows: Vec<Uuid> = sb.flows_with_id(id).to_vec();
+                rows.sort_unstable();
+                let want = d.flows.get(&id);
+                for (i, u) in rows.into_iter().enumerate() {
+                    match sb.logical_flow.get(&u) {
+                        Some(f) if i == 0 && want.is_some() => {
+                            old_flows.insert(id, (u, f));
+                        }
+                        _ => o.delete_uuid("Logical_Flow", u),
+                    }
+                }
+                if let Some(r) = want {
+                    visit_flows.push((id, r));
+                }
+            }
         }
     }
-    for (id, row) in &d.flows {
-        if frozen_ids.contains(id) {
+    for (id, row) in visit_flows {
+        if frozen_ids.contains(&id) {
             continue;
         }
         let (dp, group) = match &row.dps {
@@ -659,16 +911,16 @@ pub fn diff_ops(
                 }
             }
         };
-        let old = old_flows.get(id);
+        let old = old_flows.get(&id);
         let Some((uuid, f)) = old else {
             let new = s::LogicalFlow {
                 uuid: o.fresh(),
-                actions: row.actions.clone(),
+                actions: row.actions.to_string(),
                 controller_meter: row.controller_meter.clone(),
                 external_ids: row.external_ids.clone(),
                 logical_datapath: dp.map(Into::into),
                 logical_dp_group: group.map(Into::into),
-                match_: row.match_.clone(),
+                match_: row.match_.to_string(),
                 pipeline: s::LogicalFlowPipeline::from_wire(row.pipeline),
                 priority: i64::from(row.priority),
                 table_id: i64::from(row.table_id),
@@ -694,10 +946,10 @@ pub fn diff_ops(
             cols.insert("priority".into(), json!(row.priority));
         }
         if f.match_hash != text_hash(&row.match_) {
-            cols.insert("match".into(), json!(row.match_));
+            cols.insert("match".into(), json!(&*row.match_));
         }
         if f.actions_hash != text_hash(&row.actions) {
-            cols.insert("actions".into(), json!(row.actions));
+            cols.insert("actions".into(), json!(&*row.actions));
         }
         if f.controller_meter.as_deref() != row.controller_meter.as_deref() {
             cols.insert(
@@ -722,13 +974,13 @@ pub fn diff_ops(
     }
 
     // Multicast_Group by (datapath name, name).
-    let dp_name: HashMap<Uuid, &str> = old_dps.iter().map(|(n, r)| (r.uuid, n.as_str())).collect();
+    let dp_name: HashMap<Uuid, &str> = old_dps.iter().map(|(n, r)| (r.uuid, *n)).collect();
     let (old_mc, dup_mc) = by_key(sb.multicast_group.values(), |r| {
         dp_name
             .get(&r.datapath.uuid())
             .map(|n| ((*n).to_string(), r.name.clone()))
     });
-    for (key, row) in &d.mcgroups {
+    for (key, row) in visit(&d.mcgroups, scope.map(|s| &s.mcgroups)) {
         let Some(dp) = dp_uuid.get(key.0.as_str()) else {
             continue;
         };
@@ -740,27 +992,30 @@ pub fn diff_ops(
             ports: row
                 .ports
                 .iter()
-                .filter_map(|p| pb_uuid.get(p.as_str()))
-                .map(|u| (*u).into())
+                .filter_map(|p| port_ref(p))
+                .map(Into::into)
                 .collect(),
             tunnel_key: i64::from(row.tunnel_key),
         };
         o.put(&new, old);
     }
-    for r in dup_mc {
-        // A group of a deleted datapath: deleted with it (it refers to the datapath strongly).
-        o.delete(r);
-    }
-    for (key, r) in &old_mc {
-        if !d.mcgroups.contains_key(key) {
-            o.delete(*r);
+    if scope.is_none() {
+        for r in dup_mc {
+            // A group of a deleted datapath: deleted with it (it refers to the datapath
+            // strongly).
+            o.delete(r);
         }
+    }
+    let old_mc_ref: HashMap<&(String, String), &s::MulticastGroup> =
+        old_mc.iter().map(|(k, r)| (k, *r)).collect();
+    for r in gone(&old_mc_ref, &d.mcgroups, scope.map(|s| &s.mcgroups)) {
+        o.delete(r);
     }
 
     // Port_Group and Address_Set by name.
-    let (old_pg, dup_pg) = by_key(sb.port_group.values(), |r| Some(r.name.clone()));
-    for (name, ports) in &d.port_groups {
-        let old = old_pg.get(name).copied();
+    let (old_pg, dup_pg) = by_key(sb.port_group.values(), |r| Some(r.name.as_str()));
+    for (name, ports) in visit(&d.port_groups, scope.map(|s| &s.port_groups)) {
+        let old = old_pg.get(name.as_str()).copied();
         let new = s::PortGroup {
             uuid: old.map_or_else(|| o.fresh(), |r| r.uuid),
             name: name.clone(),
@@ -768,17 +1023,17 @@ pub fn diff_ops(
         };
         o.put(&new, old);
     }
-    for r in dup_pg {
-        o.delete(r);
-    }
-    for (name, r) in &old_pg {
-        if !d.port_groups.contains_key(name) {
-            o.delete(*r);
+    if scope.is_none() {
+        for r in dup_pg {
+            o.delete(r);
         }
     }
-    let (old_as, dup_as) = by_key(sb.address_set.values(), |r| Some(r.name.clone()));
-    for (name, addrs) in &d.address_sets {
-        let old = old_as.get(name).copied();
+    for r in gone(&old_pg, &d.port_groups, scope.map(|s| &s.port_groups)) {
+        o.delete(r);
+    }
+    let (old_as, dup_as) = by_key(sb.address_set.values(), |r| Some(r.name.as_str()));
+    for (name, addrs) in visit(&d.address_sets, scope.map(|s| &s.address_sets)) {
+        let old = old_as.get(name.as_str()).copied();
         let new = s::AddressSet {
             uuid: old.map_or_else(|| o.fresh(), |r| r.uuid),
             name: name.clone(),
@@ -786,25 +1041,27 @@ pub fn diff_ops(
         };
         o.put(&new, old);
     }
-    for r in dup_as {
-        o.delete(r);
-    }
-    for (name, r) in &old_as {
-        if !d.address_sets.contains_key(name) {
-            o.delete(*r);
+    if scope.is_none() {
+        for r in dup_as {
+            o.delete(r);
         }
+    }
+    for r in gone(&old_as, &d.address_sets, scope.map(|s| &s.address_sets)) {
+        o.delete(r);
     }
 
     // DNS by external_ids:dns_id (the NB row; DNS rows have no name).
-    let (old_dns, dup_dns) = by_key(sb.dns.values(), |r| r.external_ids.get("dns_id").cloned());
-    for (id, row) in &d.dns {
+    let (old_dns, dup_dns) = by_key(sb.dns.values(), |r| {
+        r.external_ids.get("dns_id").map(String::as_str)
+    });
+    for (id, row) in visit(&d.dns, scope.map(|s| &s.dns)) {
         let datapaths: BTreeSet<hf_model::RowRef<s::DatapathBinding>> = row
             .datapaths
             .iter()
             .filter_map(|n| dp_uuid.get(n.as_str()))
             .map(|u| (*u).into())
             .collect();
-        let old = old_dns.get(id).copied();
+        let old = old_dns.get(id.as_str()).copied();
         if datapaths.is_empty() {
             if let Some(r) = old {
                 o.delete(r);
@@ -819,19 +1076,19 @@ pub fn diff_ops(
         };
         o.put(&new, old);
     }
-    for r in dup_dns {
-        o.delete(r);
-    }
-    for (id, r) in &old_dns {
-        if !d.dns.contains_key(id) {
-            o.delete(*r);
+    if scope.is_none() {
+        for r in dup_dns {
+            o.delete(r);
         }
+    }
+    for r in gone(&old_dns, &d.dns, scope.map(|s| &s.dns)) {
+        o.delete(r);
     }
 
     // Load_Balancer by name.
-    let (old_lb, dup_lb) = by_key(sb.load_balancer.values(), |r| Some(r.name.clone()));
-    for (name, lb) in &d.load_balancers {
-        let old = old_lb.get(name).copied();
+    let (old_lb, dup_lb) = by_key(sb.load_balancer.values(), |r| Some(r.name.as_str()));
+    for (name, lb) in visit(&d.load_balancers, scope.map(|s| &s.load_balancers)) {
+        let old = old_lb.get(name.as_str()).copied();
         let mut new = old.cloned().unwrap_or_else(|| s::LoadBalancer {
             uuid: o.fresh(),
             name: name.clone(),
@@ -859,20 +1116,23 @@ pub fn diff_ops(
         }
         o.put(&new, old);
     }
-    for r in dup_lb {
-        o.delete(r);
-    }
-    for (name, r) in &old_lb {
-        if !d.load_balancers.contains_key(name) {
-            o.delete(*r);
+    if scope.is_none() {
+        for r in dup_lb {
+            o.delete(r);
         }
+    }
+    for r in gone(&old_lb, &d.load_balancers, scope.map(|s| &s.load_balancers)) {
+        o.delete(r);
     }
 
     // DHCP_Options and DHCPv6_Options by name: a row of another code or type is corrected,
     // rows of names northd does not know (and duplicates) are deleted.
-    let (old_d4, dup_d4) = by_key(sb.dhcp_options.values(), |r| Some(r.name.clone()));
+    if scope.is_some_and(|s| !s.dhcp) {
+        return (o.ops, o.stats);
+    }
+    let (old_d4, dup_d4) = by_key(sb.dhcp_options.values(), |r| Some(r.name.as_str()));
     for (name, row) in &d.dhcp_options {
-        let old = old_d4.get(name).copied();
+        let old = old_d4.get(name.as_str()).copied();
         let new = s::DhcpOptions {
             uuid: old.map_or_else(|| o.fresh(), |r| r.uuid),
             code: i64::from(row.code),
@@ -884,14 +1144,12 @@ pub fn diff_ops(
     for r in dup_d4 {
         o.delete(r);
     }
-    for (name, r) in &old_d4 {
-        if !d.dhcp_options.contains_key(name) {
-            o.delete(*r);
-        }
+    for r in gone(&old_d4, &d.dhcp_options, None) {
+        o.delete(r);
     }
-    let (old_d6, dup_d6) = by_key(sb.dhcpv6_options.values(), |r| Some(r.name.clone()));
+    let (old_d6, dup_d6) = by_key(sb.dhcpv6_options.values(), |r| Some(r.name.as_str()));
     for (name, row) in &d.dhcpv6_options {
-        let old = old_d6.get(name).copied();
+        let old = old_d6.get(name.as_str()).copied();
         let new = s::Dhcpv6Options {
             uuid: old.map_or_else(|| o.fresh(), |r| r.uuid),
             code: i64::from(row.code),
@@ -903,10 +1161,8 @@ pub fn diff_ops(
     for r in dup_d6 {
         o.delete(r);
     }
-    for (name, r) in &old_d6 {
-        if !d.dhcpv6_options.contains_key(name) {
-            o.delete(*r);
-        }
+    for r in gone(&old_d6, &d.dhcpv6_options, None) {
+        o.delete(r);
     }
     (o.ops, o.stats)
 }

@@ -213,34 +213,34 @@ fn one_hf1_chassis_holds_every_flow_to_hf1() {
     assert!(
         flows
             .values()
-            .any(|f| f.actions == "ct_commit(ct_label=0x0/0x1); next;"),
+            .any(|f| &*f.actions == "ct_commit(ct_label=0x0/0x1); next;"),
         "{flows:#?}"
     );
     assert!(by_disc(&flows, "ct_label.blocked == 1").len() == 1);
     // reject → drop, same match.
     let rej = by_disc(&flows, "tcp.dst == 22");
     assert_eq!(rej.len(), 1);
-    assert_eq!(rej[0].actions, "drop;");
+    assert_eq!(&*rej[0].actions, "drop;");
     // The drop ACL stays a drop, over a wider match.
     let d: Vec<_> = flows.values().filter(|f| f.priority == 1900).collect();
     assert_eq!(d.len(), 1, "{flows:#?}");
     assert_eq!(
-        d[0].match_, "ip4",
+        &*d[0].match_, "ip4",
         "widened: the label test is gone, the rest stays"
     );
-    assert_eq!(d[0].actions, "drop;");
+    assert_eq!(&*d[0].actions, "drop;");
     // Port security: drop rather than pass.
     let ps: Vec<_> = flows
         .values()
         .filter(|f| f.external_ids["stage-name"] == "ls_in_check_port_sec")
         .collect();
     assert_eq!(ps.len(), 1);
-    assert_eq!(ps[0].actions, "drop;");
+    assert_eq!(&*ps[0].actions, "drop;");
     // ct_lb_mark → ct_lb (`backends=` is 20.03's, within hf-1).
     assert!(
         flows
             .values()
-            .any(|f| f.actions == "reg0[1] = 0; ct_lb(backends=10.0.0.11:8080);"),
+            .any(|f| &*f.actions == "reg0[1] = 0; ct_lb(backends=10.0.0.11:8080);"),
         "{flows:#?}"
     );
     // Hairpin left out, and said so.

@@ -476,6 +476,7 @@ fn sync_removes_lb_hairpin_use_ct_mark_once_every_chassis_has_ct_no_masked_label
     let input = SyncInput {
         desired: &c.sb,
         nb_cfg: 0,
+        scope: None,
     };
     let (ops, _) = diff_ops(&input, &view, &mut fresh);
     let upd = ops
@@ -535,6 +536,7 @@ fn sync_keeps_dhcp_code_tables_by_name_correcting_and_deleting_as_ovn_northd() {
     let input = SyncInput {
         desired: &c.sb,
         nb_cfg: 0,
+        scope: None,
     };
     let (ops, _) = diff_ops(&input, &view, &mut fresh);
     let of = |t: &str, op: &str| -> Vec<&serde_json::Value> {

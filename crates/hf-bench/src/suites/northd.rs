@@ -13,8 +13,13 @@
 //!     returning; ms.
 //!   - `northd_lsp_add_NxP_wait_sb`: one `ovn-nbctl --wait=sb lsp-add` of a VIF with an
 //!     address on `ls0` (median of 3 ports); ms.
+//!   - `northd_lsp_add_NxP_nb_to_sb`: northd's own time for the same port adds, seen from
+//!     outside: an OVSDB client monitoring NB `Logical_Switch_Port` and one monitoring SB
+//!     `Port_Binding` (this process, its own JSON-RPC sessions) timestamp the update that
+//!     carries the new port on each; the figure is SB arrival − NB arrival (median of 3); ms.
 //!   - `northd_NxP_peak_rss`: the daemon's `VmHWM` after both; MB.
-//!   - `northd_cold_NxP_wait_sb_on_holdfast_db`, `northd_lsp_add_NxP_wait_sb_on_holdfast_db`:
+//!   - `northd_cold_NxP_wait_sb_on_holdfast_db`, `northd_lsp_add_NxP_wait_sb_on_holdfast_db`,
+//!     `northd_lsp_add_NxP_nb_to_sb_on_holdfast_db`:
 //!     the same for the holdfast stack (holdfast northd on one `holdfast db` serving both
 //!     databases) against ovn-northd on `ovsdb-server`s: what replacing both buys.
 //!
@@ -28,9 +33,12 @@
 // A benchmark is an I/O shell: it reads the clock and starts processes.
 #![allow(clippy::disallowed_methods)]
 
+use std::io::Write;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Instant;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use hf_model::NbSnapshot;
@@ -114,7 +122,71 @@ fn peak_rss_mb(pidfile: &Path) -> anyhow::Result<f64> {
 struct SideBySide {
     cold_ms: f64,
     lsp_add_ms: f64,
+    nb_to_sb_ms: f64,
     rss_mb: f64,
+}
+
+/// An OVSDB client of its own (raw JSON-RPC on a unix socket, a reader thread) monitoring one
+/// column of one table: every `update` notification is handed over with the instant it
+/// arrived. The server's echo probes are answered.
+struct Watch {
+    rx: mpsc::Receiver<(Instant, String)>,
+    stream: UnixStream,
+}
+
+impl Watch {
+    fn start(remote: &str, db: &str, table: &str, column: &str) -> anyhow::Result<Watch> {
+        let path = remote
+            .strip_prefix("unix:")
+            .with_context(|| format!("{remote}: the watch needs a unix: remote"))?;
+        let mut stream =
+            UnixStream::connect(path).with_context(|| format!("connecting to {path}"))?;
+        let req = serde_json::json!({"method": "monitor", "id": "watch",
+            "params": [db, null, {table: {"columns": [column], "select": {"initial": false}}}]});
+        stream.write_all(req.to_string().as_bytes())?;
+        let reader = stream.try_clone()?;
+        let mut writer = stream.try_clone()?;
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let msgs = serde_json::Deserializer::from_reader(std::io::BufReader::new(reader))
+                .into_iter::<serde_json::Value>();
+            for m in msgs {
+                let Ok(m) = m else { return };
+                let at = Instant::now();
+                match m.get("method").and_then(|v| v.as_str()) {
+                    Some("update") if tx.send((at, m["params"].to_string())).is_err() => return,
+                    Some("update") => {}
+                    Some("echo") => {
+                        let r = serde_json::json!({"id": m["id"], "result": m["params"], "error": null});
+                        let _ = writer.write_all(r.to_string().as_bytes());
+                    }
+                    _ => {}
+                }
+            }
+        });
+        Ok(Watch { rx, stream })
+    }
+
+    /// When the first update mentioning `needle` arrived (waits up to `timeout`).
+    fn seen(&self, needle: &str, timeout: Duration) -> anyhow::Result<Instant> {
+        let end = Instant::now() + timeout;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            let (at, text) = self
+                .rx
+                .recv_timeout(left)
+                .with_context(|| format!("no update mentioning {needle} within {timeout:?}"))?;
+            if text.contains(needle) {
+                return Ok(at);
+            }
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
 }
 
 /// Starts `northd` (`argv[0]` and its leading arguments) on a copy of `nb_file` and an empty
@@ -178,7 +250,10 @@ fn side(
     };
     nbctl(&["sync"]).with_context(|| format!("{name}: cold --wait=sb sync"))?;
     let cold_ms = start.elapsed().as_secs_f64() * 1e3;
+    let nb_watch = Watch::start(&nb, "OVN_Northbound", "Logical_Switch_Port", "name")?;
+    let sb_watch = Watch::start(&sb, "OVN_Southbound", "Port_Binding", "logical_port")?;
     let mut adds = Vec::new();
+    let mut nb_to_sb = Vec::new();
     for k in 0..3 {
         let port = format!("bench-new{k}");
         let addr = format!("0a:ff:00:00:00:{:02x} 10.1.0.{}", k + 1, 240 + k);
@@ -194,12 +269,18 @@ fn side(
         ])
         .with_context(|| format!("{name}: lsp-add --wait=sb"))?;
         adds.push(t.elapsed().as_secs_f64() * 1e3);
+        let quoted = format!("\"{port}\"");
+        let wait = Duration::from_secs(60);
+        let seen_nb = nb_watch.seen(&quoted, wait).context("NB watch")?;
+        let seen_sb = sb_watch.seen(&quoted, wait).context("SB watch")?;
+        nb_to_sb.push(seen_sb.saturating_duration_since(seen_nb).as_secs_f64() * 1e3);
     }
     let rss_mb = peak_rss_mb(&dir.join(format!("{name}.pid")))?;
     drop(northd);
     Ok(SideBySide {
         cold_ms,
         lsp_add_ms: median(adds),
+        nb_to_sb_ms: median(nb_to_sb),
         rss_mb,
     })
 }
@@ -320,11 +401,20 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
                 "ovn-northd",
                 ovn.lsp_add_ms,
             );
+            report.compare(
+                &format!("northd_lsp_add_{n}x{p}_nb_to_sb_on_holdfast_db"),
+                h.nb_to_sb_ms,
+                "ms",
+                b,
+                "ovn-northd",
+                ovn.nb_to_sb_ms,
+            );
         }
         let names = (
             format!("northd_cold_{n}x{p}_wait_sb"),
             format!("northd_lsp_add_{n}x{p}_wait_sb"),
             format!("northd_{n}x{p}_peak_rss"),
+            format!("northd_lsp_add_{n}x{p}_nb_to_sb"),
         );
         match ours {
             Ok(h) => {
@@ -338,6 +428,14 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
                     "ovn-northd",
                     ovn.lsp_add_ms,
                 );
+                report.compare(
+                    &names.3,
+                    h.nb_to_sb_ms,
+                    "ms",
+                    b,
+                    "ovn-northd",
+                    ovn.nb_to_sb_ms,
+                );
                 report.compare(&names.2, h.rss_mb, "MB", b, "ovn-northd", ovn.rss_mb);
             }
             Err(e) if ci() => {
@@ -350,6 +448,7 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
                 report.result(&format!("{}_ovn_northd", names.0), ovn.cold_ms, "ms");
                 report.result(&format!("{}_ovn_northd", names.1), ovn.lsp_add_ms, "ms");
                 report.result(&format!("{}_ovn_northd", names.2), ovn.rss_mb, "MB");
+                report.result(&format!("{}_ovn_northd", names.3), ovn.nb_to_sb_ms, "ms");
             }
         }
     }

@@ -8,7 +8,10 @@
 //!   tunnel keys SB has, through [`crate::incremental::Incremental`] (the NB change sets since
 //!   the last compile rebuild only the datapaths they touch; the first compile, a resync, a
 //!   features change and `inc-engine/recompute` are full ones), then one SB transaction built by [`crate::sync::diff_ops`]
-//!   against the view at send time; one transaction in flight at a time, and changes that
+//!   against the view at send time, over the SB identities the compiles since the last sync
+//!   changed ([`crate::sync::Scope`]); a full diff of every row instead on the first sync,
+//!   after an SB change that is not northd's echo, a `Chassis` change, a resync, a failure,
+//!   `inc-engine/recompute`, and every [`Config::full_diff_interval_ms`]; one transaction in flight at a time, and changes that
 //!   arrive meanwhile are coalesced into the next. A transaction with nothing to write is not
 //!   sent (restarting against an unchanged NB writes nothing).
 //! - `NB_Global.nb_cfg` goes to `SB_Global.nb_cfg` in the transaction that writes the matching
@@ -37,7 +40,7 @@ use super::sbview::SbView;
 use crate::diag::Diagnostic;
 use crate::features::{self, SbChassisView};
 use crate::output::SbDesired;
-use crate::sync::{SyncInput, SyncStats, diff_ops};
+use crate::sync::{Scope, SyncInput, SyncStats, diff_ops};
 use crate::tables::mac_binding;
 use crate::{Keys, Options};
 
@@ -51,13 +54,25 @@ pub struct Config {
     pub paused: bool,
     /// Seed for the UUIDs of inserted rows.
     pub seed: u64,
+    /// How often (ms of the core's clock) the sync diffs every row northd owns rather than
+    /// only the identities NB changes touched, repairing what other SB writers changed
+    /// unseen; `None`: never (only after foreign SB writes, resyncs, failures and
+    /// `inc-engine/recompute`). Default [`FULL_DIFF_INTERVAL_MS`].
+    pub full_diff_interval_ms: Option<u64>,
 }
+
+/// The default period of the full SB diff: 5 minutes. The scoped diff already falls back to
+/// a full one after any SB change northd did not write itself, so the period only bounds how
+/// long an unseen drift (a foreign write mistaken for northd's echo) can last; a full diff
+/// costs about 100 ms of CPU at 100k flows.
+pub const FULL_DIFF_INTERVAL_MS: u64 = 300_000;
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             paused: false,
             seed: 0x9e37_79b9_7f4a_7c15,
+            full_diff_interval_ms: Some(FULL_DIFF_INTERVAL_MS),
         }
     }
 }
@@ -112,6 +127,13 @@ pub struct Stats {
     pub last_flows_built: usize,
     /// Datapaths the last compile rebuilt (every datapath for a full compile).
     pub last_rebuilt: usize,
+    /// SB diffs over every row northd owns (the first, after foreign SB writes, resyncs,
+    /// failures, `inc-engine/recompute`, and periodically).
+    pub full_diffs: u64,
+    /// SB diffs over the identities NB changes touched only.
+    pub scoped_diffs: u64,
+    /// Identities the last scoped diff compared.
+    pub last_scope: usize,
 }
 
 /// The northd core. See the module documentation.
@@ -156,6 +178,11 @@ pub struct Northd {
     /// the next compile is a full one).
     inc: crate::incremental::Incremental,
     pending: Option<Vec<hf_model::NbDelta>>,
+    /// The SB identities the compiles since the last sync changed (`None`: the next sync
+    /// diffs everything).
+    scope: Option<Scope>,
+    /// When (the core's clock, ms) the next full diff is due.
+    full_diff_at: Option<u64>,
 }
 
 /// Past this many NB change sets between two compiles (a standby follows NB without
@@ -221,6 +248,8 @@ impl Northd {
             stats: Stats::default(),
             inc: crate::incremental::Incremental::new(),
             pending: None,
+            scope: None,
+            full_diff_at: None,
         }
     }
 
@@ -292,9 +321,23 @@ impl Northd {
         }
     }
 
+    /// Breaks a dependency rule, for the oracles' own tests.
+    #[cfg(test)]
+    pub(crate) fn break_for_test(&mut self, b: crate::incremental::Broken) {
+        self.inc.broken = Some(b);
+    }
+
+    /// Takes the next SB change of only `rows` for this core's own echo (tests: the race in
+    /// which another writer's change to rows northd just wrote goes unseen).
+    #[cfg(test)]
+    pub(crate) fn expect_echo_for_test(&mut self, rows: &[Uuid]) {
+        self.echo = Some(Arc::new(Mutex::new(rows.iter().copied().collect())));
+    }
+
     /// `inc-engine/recompute`: compile and sync everything at the next poll.
     pub fn recompute(&mut self) {
         self.pending = None;
+        self.scope = None;
         self.compile_due = true;
         self.sync_due = true;
         self.nb_side_due = true;
@@ -367,6 +410,8 @@ impl Northd {
                 // Chassis_Private: rows northd writes.
                 if c.touches("Chassis") || (self.any_unsupported && c.touches("Port_Binding")) {
                     self.compile_due = true;
+                    // Chassis references (requested-chassis, HA groups) resolve anew.
+                    self.scope = None;
                 }
                 if c.touches("MAC_Binding") {
                     self.age_due = true;
@@ -386,7 +431,9 @@ impl Northd {
                     if echo {
                         self.echo = None;
                     } else {
+                        // Another writer: only a full diff sees what it changed.
                         self.sync_due = true;
+                        self.scope = None;
                     }
                 }
                 self.nb_side_due = true;
@@ -395,6 +442,7 @@ impl Northd {
                 self.compile_due = true;
                 self.sync_due = true;
                 self.nb_side_due = true;
+                self.scope = None;
             }
             Event::LockAcquired(_) => {
                 self.active = true;
@@ -436,6 +484,7 @@ impl Northd {
                     TxnOutcome::Failed(e) => {
                         self.echo = None;
                         self.sync_due = true;
+                        self.scope = None;
                         self.sync_failed = true;
                         self.sync_failures += 1;
                         // Logged once per distinct failure streak, with a running count.
@@ -452,6 +501,7 @@ impl Northd {
                     other => {
                         self.sync_due = true;
                         self.sync_failed = true;
+                        self.scope = None;
                         self.say(Level::Warn, format!("SB transaction: {other:?}"));
                     }
                 }
@@ -488,6 +538,11 @@ impl Northd {
         if !nb.is_synced() || !sb.is_synced() {
             return;
         }
+        if self.full_diff_at.is_some_and(|t| now >= t) {
+            self.full_diff_at = None;
+            self.scope = None;
+            self.sync_due = true;
+        }
         // Compiles run in standby too, so that diagnostics show and a takeover is quick.
         if self.compile_due && (self.active || self.desired.is_none()) {
             self.compile(nb.model(), sb.model());
@@ -497,6 +552,12 @@ impl Northd {
         }
         if self.sync_due && self.sb_txn.is_none() && now >= self.sync_retry_at {
             self.sync_due = false;
+            if self.scope.is_none() || self.full_diff_at.is_none() {
+                self.full_diff_at = self
+                    .cfg
+                    .full_diff_interval_ms
+                    .map(|i| now.saturating_add(i));
+            }
             self.start_sync(nb.model(), sb);
         }
         if self.nb_side_due && self.nb_txn.is_none() {
@@ -579,14 +640,30 @@ impl Northd {
         }
         // The incremental compiler's flows back from the last desired state (a copy when a
         // sync still holds it), then the NB changes since: the result equals a full compile.
-        if let Some(d) = self.desired.take() {
-            match Arc::try_unwrap(d) {
-                Ok(sb) => self.inc.restore(sb.flows),
-                Err(d) => self.inc.restore(d.flows.clone()),
-            }
+        // The non-flow tables stay for the scope (what changed since), the flows go back.
+        let mut old = self.desired.take().map(|d| match Arc::try_unwrap(d) {
+            Ok(sb) => sb,
+            Err(d) => (*d).clone(),
+        });
+        if let Some(o) = &mut old {
+            self.inc.restore(std::mem::take(&mut o.flows));
         }
         let pending = self.pending.replace(Vec::new());
         let c = self.inc.update(nb, pending.as_deref(), &opts);
+        // The SB identities this compile may have changed, for the next sync.
+        match (self.inc.changed(), &old, &mut self.scope) {
+            (Some(flows), Some(old), Some(scope)) => {
+                #[allow(unused_mut)]
+                let mut s = Scope::between(old, &c.sb, flows);
+                #[cfg(test)]
+                if self.inc.broken == Some(crate::incremental::Broken::ScopeWithoutPorts) {
+                    s.ports.clear();
+                }
+                scope.merge(s);
+            }
+            _ => self.scope = None,
+        }
+        drop(old);
         self.stats.compiles += 1;
         self.stats.last_rebuilt = self.inc.rebuilt();
         self.stats.last_flows_built = c.flows_built;
@@ -618,6 +695,15 @@ impl Northd {
         let stats = Arc::new(Mutex::new(SyncStats::default()));
         let st = stats.clone();
         let rng = self.rng.clone();
+        // The scope goes with this transaction; the next one gathers anew.
+        let scope = self.scope.replace(Scope::default());
+        match &scope {
+            Some(s) => {
+                self.stats.scoped_diffs += 1;
+                self.stats.last_scope = s.len();
+            }
+            None => self.stats.full_diffs += 1,
+        }
         let echo = Arc::new(Mutex::new(std::collections::HashSet::new()));
         self.echo = Some(echo.clone());
         let id = sb.transact(Box::new(move |view: &SbView| {
@@ -630,6 +716,7 @@ impl Northd {
                 &SyncInput {
                     desired: &desired,
                     nb_cfg,
+                    scope: scope.as_ref(),
                 },
                 view,
                 &mut fresh,

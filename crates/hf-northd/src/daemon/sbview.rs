@@ -143,6 +143,11 @@ pub struct SbView {
     pub logical_dp_group: BTreeMap<Uuid, sb::LogicalDpGroup>,
     /// `Logical_Flow`, lean.
     pub logical_flow: HashMap<Uuid, LeanFlow>,
+    /// `Logical_Flow` rows by `hf-flow-id`, kept by the replica's updates (a view built by
+    /// hand has none; see [`SbView::flow_index_complete`]).
+    pub(crate) flow_index: HashMap<FlowId, Vec<Uuid>>,
+    /// Rows of `logical_flow` the index has seen (with an id or without).
+    pub(crate) flow_index_rows: usize,
     /// `MAC_Binding`: row → (datapath, timestamp).
     pub mac_binding: HashMap<Uuid, MacBindingRef>,
     /// `Static_MAC_Binding`: row → datapath.
@@ -215,6 +220,42 @@ const TABLES: &[(&str, Option<&[&str]>)] = &[
 ];
 
 impl SbView {
+    /// The `Logical_Flow` rows whose `hf-flow-id` is `id`.
+    pub fn flows_with_id(&self, id: FlowId) -> &[Uuid] {
+        self.flow_index.get(&id).map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether the flow index covers every `Logical_Flow` row (it does when the view is fed
+    /// by updates only, as the replica does; a scoped diff needs it).
+    pub fn flow_index_complete(&self) -> bool {
+        self.flow_index_rows == self.logical_flow.len()
+    }
+
+    fn apply_flows(&mut self, p: Pending<LeanFlow>) -> usize {
+        let n = p.len();
+        for (u, r) in p {
+            if let Some(old) = self.logical_flow.remove(&u) {
+                self.flow_index_rows -= 1;
+                if let Some(id) = old.id
+                    && let Some(v) = self.flow_index.get_mut(&id)
+                {
+                    v.retain(|x| *x != u);
+                    if v.is_empty() {
+                        self.flow_index.remove(&id);
+                    }
+                }
+            }
+            if let Some(r) = r {
+                self.flow_index_rows += 1;
+                if let Some(id) = r.id {
+                    self.flow_index.entry(id).or_default().push(u);
+                }
+                self.logical_flow.insert(u, r);
+            }
+        }
+        n
+    }
+
     /// The monitor selection: only the tables and columns the view keeps.
     pub fn tables() -> Vec<TableSelect> {
         TABLES
@@ -765,10 +806,7 @@ impl SbView {
             "Logical_DP_Group",
             apply_pending(&mut self.logical_dp_group, p.logical_dp_group),
         );
-        note(
-            "Logical_Flow",
-            apply_hash(&mut self.logical_flow, p.logical_flow),
-        );
+        note("Logical_Flow", self.apply_flows(p.logical_flow));
         note(
             "MAC_Binding",
             apply_hash(&mut self.mac_binding, p.mac_binding),

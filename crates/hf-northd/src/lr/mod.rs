@@ -31,16 +31,55 @@ use crate::flow::{DpIdx, Flows};
 use crate::stage::Stage;
 use crate::topo::Topo;
 
-/// Every flow of router `dp`.
-pub fn build(topo: &Topo<'_>, dp: DpIdx, out: &mut Flows, diags: &mut Diags) {
-    // A disabled router (`enabled=false`) forwards nothing: ovn-northd gives it no pipeline
-    // at all, and a datapath without flows drops every packet.
-    if topo
-        .nb
+/// Whether router `dp` is disabled (`enabled=false`): ovn-northd gives it no pipeline at
+/// all, and a datapath without flows drops every packet.
+fn disabled(topo: &Topo<'_>, dp: DpIdx) -> bool {
+    topo.nb
         .logical_router()
         .get(&topo.datapaths[dp].nb)
         .is_some_and(|l| l.enabled == Some(false))
-    {
+}
+
+/// Every flow of router `dp`.
+pub fn build(topo: &Topo<'_>, dp: DpIdx, out: &mut Flows, diags: &mut Diags) {
+    build_with(topo, dp, out, diags, true);
+}
+
+/// Router `dp`'s flows but for its per-port sections (see [`build_sections`]): with those,
+/// the same flows as [`build`].
+pub fn build_core(topo: &Topo<'_>, dp: DpIdx, out: &mut Flows, diags: &mut Diags) {
+    build_with(topo, dp, out, diags, false);
+}
+
+/// The per-port sections of router `dp` (the `lr_in_arp_resolve` next hops of each router
+/// port, see [`resolve::arp_resolve_port`]), of the ports `only` names (all when `None`),
+/// each into its own flow list, by router port name. They depend on the router and on the
+/// ports of the switch (or router) each port faces; [`build_core`]'s flows do not depend on
+/// that switch's VIFs.
+pub fn build_sections(
+    topo: &Topo<'_>,
+    dp: DpIdx,
+    only: Option<&std::collections::BTreeSet<String>>,
+) -> Vec<(String, Flows)> {
+    if disabled(topo, dp) {
+        return Vec::new();
+    }
+    // The router's diagnostics are the core's; these would repeat them.
+    let mut quiet = Diags::default();
+    let r = ctx::Rtr::new(topo, dp, &mut quiet);
+    r.ports
+        .iter()
+        .filter(|p| only.is_none_or(|o| o.contains(&p.name)))
+        .map(|p| {
+            let mut out = Flows::default();
+            resolve::arp_resolve_port(topo, &r, p, &mut out);
+            (p.name.clone(), out)
+        })
+        .collect()
+}
+
+fn build_with(topo: &Topo<'_>, dp: DpIdx, out: &mut Flows, diags: &mut Diags, sections: bool) {
+    if disabled(topo, dp) {
         return;
     }
     let r = ctx::Rtr::new(topo, dp, diags);
@@ -59,7 +98,11 @@ pub fn build(topo: &Topo<'_>, dp: DpIdx, out: &mut Flows, diags: &mut Diags) {
     routing::routing_ecmp(topo, &r, out, diags);
     routing::policy(topo, &r, out, diags);
     routing::policy_ecmp(topo, &r, out, diags);
-    resolve::arp_resolve(topo, &r, out, diags);
+    if sections {
+        resolve::arp_resolve(topo, &r, out, diags);
+    } else {
+        resolve::arp_resolve_common(topo, &r, out, diags);
+    }
     mtu::chk_pkt_len(topo, &r, out, diags);
     mtu::larger_pkts(topo, &r, out, diags);
     resolve::gw_redirect(topo, &r, out, diags);

@@ -58,6 +58,7 @@ impl NorthdNode {
         let mut core = Northd::new(CoreConfig {
             paused: false,
             seed,
+            ..CoreConfig::default()
         });
         core.start(&mut sb);
         NorthdNode {

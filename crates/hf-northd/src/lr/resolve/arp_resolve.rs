@@ -3,7 +3,15 @@
 use super::*;
 
 /// `lr_in_arp_resolve`.
-pub fn arp_resolve(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
+pub fn arp_resolve(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, diags: &mut Diags) {
+    arp_resolve_common(topo, r, out, diags);
+    for p in &r.ports {
+        arp_resolve_port(topo, r, p, out);
+    }
+}
+
+/// `lr_in_arp_resolve`'s flows that belong to no router port.
+pub fn arp_resolve_common(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
     let st = Stage::LrInArpResolve;
     let o = r.owner();
     let sp = Default::default;
@@ -52,6 +60,13 @@ pub fn arp_resolve(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags
         "mcast",
         None,
     );
+}
+
+/// The part of `lr_in_arp_resolve` that belongs to router port `p` (its next hops: the
+/// addresses on the switch it faces, its peer router, its NAT next hops): what a port change
+/// on that switch re-renders of the router (see [`crate::incremental`]).
+pub fn arp_resolve_port(topo: &Topo<'_>, r: &Rtr, p: &Rp, out: &mut Flows) {
+    let st = Stage::LrInArpResolve;
     let nat_ext: BTreeSet<IpAddr> = r.nats.iter().map(|n| n.external).collect();
     let dynamic_neigh = topo
         .nb
@@ -59,7 +74,7 @@ pub fn arp_resolve(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags
         .get(&topo.datapaths[r.dp].nb)
         .and_then(|l| l.options.get("dynamic_neigh_routers"))
         .is_some_and(|v| v == "true");
-    for p in &r.ports {
+    {
         let mut seen: BTreeSet<IpAddr> = BTreeSet::new();
         let own = Owner::Port(p.name.clone());
         let mut entry = |out: &mut Flows, ip: IpAddr, mac: Mac, owner: Owner, hint| {

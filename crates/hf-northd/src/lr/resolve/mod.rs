@@ -29,7 +29,7 @@ mod arp_request;
 mod arp_resolve;
 mod gw_redirect;
 pub use arp_request::arp_request;
-pub use arp_resolve::arp_resolve;
+pub use arp_resolve::{arp_resolve, arp_resolve_common, arp_resolve_port};
 pub use gw_redirect::gw_redirect;
 
 fn in_port_nets(p: &Rp, ip: IpAddr) -> bool {

@@ -142,6 +142,7 @@ impl Sim {
         let mut nd = Northd::new(Config {
             paused: false,
             seed: seed + 1,
+            ..Config::default()
         });
         nd.start(&mut sb);
         self.nodes.push(Node {
@@ -327,7 +328,12 @@ fn assert_complete(sim: &Sim) {
     let want: BTreeMap<String, (String, String)> =
         c.sb.flows
             .iter()
-            .map(|(id, f)| (id.to_string(), (f.match_.clone(), f.actions.clone())))
+            .map(|(id, f)| {
+                (
+                    id.to_string(),
+                    (f.match_.to_string(), f.actions.to_string()),
+                )
+            })
             .collect();
     let have: BTreeMap<String, (String, String)> = sb
         .logical_flow()
@@ -846,3 +852,6 @@ fn a_running_northd_keeps_an_acls_last_good_match_and_a_restarted_one_fails_clos
         "{closed:?}"
     );
 }
+
+mod drift;
+mod random_sync;

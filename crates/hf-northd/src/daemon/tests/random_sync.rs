@@ -1,0 +1,427 @@
+//! The sync's oracle: seeded random NB changes (switches, routers, router ports and their
+//! networks, VIFs, ACLs, port groups, address sets, load balancers, NAT, routes) committed to
+//! the in-memory NB while one northd follows; after every step, SB as the incremental compile
+//! and the scoped diff left it must be what a full compile from scratch and a full diff want:
+//! the full diff against it writes nothing. Broken dependency rules (test-only switches in
+//! the incremental compiler and the core) must make it fail.
+
+use super::*;
+use crate::incremental::Broken;
+use crate::sync::{SyncInput, diff_ops};
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+fn mutate_insert(table: &str, name: &str, col: &str, label: &str) -> Value {
+    json!({"op": "mutate", "table": table, "where": [["name", "==", name]],
+        "mutations": [[col, "insert", ["set", [["named-uuid", label]]]]]})
+}
+
+fn vif_ops(ls: &str, port: &str, addr: &str) -> Vec<Value> {
+    let l = format!("p_{}", port.replace('-', "_"));
+    vec![
+        json!({"op": "insert", "table": "Logical_Switch_Port", "uuid-name": l,
+            "row": {"name": port, "addresses": addr, "port_security": addr}}),
+        mutate_insert("Logical_Switch", ls, "ports", &l),
+    ]
+}
+
+/// A router port on `lr` and its switch-side twin on `ls`.
+fn link_ops(ls: &str, lr: &str, mac: &str, net: &str) -> Vec<Value> {
+    let lrp = format!("{lr}-{ls}");
+    let lsp = format!("{ls}-{lr}");
+    let (a, b) = (
+        format!("r_{}", lrp.replace('-', "_")),
+        format!("s_{}", lsp.replace('-', "_")),
+    );
+    vec![
+        json!({"op": "insert", "table": "Logical_Router_Port", "uuid-name": a,
+            "row": {"name": lrp, "mac": mac, "networks": net}}),
+        mutate_insert("Logical_Router", lr, "ports", &a),
+        json!({"op": "insert", "table": "Logical_Switch_Port", "uuid-name": b,
+            "row": {"name": lsp, "type": "router", "addresses": "router",
+                "options": ["map", [["router-port", lrp]]]}}),
+        mutate_insert("Logical_Switch", ls, "ports", &b),
+    ]
+}
+
+fn world(sim: &mut Sim) {
+    let mut ops = vec![
+        json!({"op": "insert", "table": "Logical_Router", "row": {"name": "lr0"}}),
+        json!({"op": "insert", "table": "Logical_Router", "row": {"name": "lr1"}}),
+        json!({"op": "insert", "table": "Address_Set", "row": {"name": "as1",
+            "addresses": ["set", ["10.0.0.11", "10.0.1.11"]]}}),
+    ];
+    for k in 0..4 {
+        ops.push(
+            json!({"op": "insert", "table": "Logical_Switch", "row": {"name": format!("ls{k}")}}),
+        );
+    }
+    sim.nb(Value::Array(ops));
+    for k in 0..4 {
+        let ls = format!("ls{k}");
+        let lr = if k == 3 { "lr1" } else { "lr0" };
+        sim.nb(Value::Array(link_ops(
+            &ls,
+            lr,
+            &format!("0a:00:00:00:ff:{k:02x}"),
+            &format!("10.0.{k}.1/24"),
+        )));
+        for j in 1..3 {
+            sim.nb(Value::Array(vif_ops(
+                &ls,
+                &format!("{ls}-vm{j}"),
+                &format!("0a:00:00:00:{k:02x}:{j:02x} 10.0.{k}.{}", 10 + j),
+            )));
+        }
+    }
+    // lr0 ↔ lr1.
+    sim.nb(json!([
+        {"op": "insert", "table": "Logical_Router_Port", "uuid-name": "a",
+            "row": {"name": "lr0-lr1", "mac": "0a:00:00:00:fd:00", "networks": "192.168.255.1/30",
+                "peer": "lr1-lr0"}},
+        mutate_insert("Logical_Router", "lr0", "ports", "a"),
+        {"op": "insert", "table": "Logical_Router_Port", "uuid-name": "b",
+            "row": {"name": "lr1-lr0", "mac": "0a:00:00:00:fd:01", "networks": "192.168.255.2/30",
+                "peer": "lr0-lr1"}},
+        mutate_insert("Logical_Router", "lr1", "ports", "b"),
+        {"op": "insert", "table": "Port_Group", "row": {"name": "pg1"}},
+    ]));
+}
+
+fn uuid_of(nb: &NbSnapshot, table: &str, name: &str) -> Option<uuid::Uuid> {
+    match table {
+        "Logical_Switch_Port" => nb
+            .logical_switch_port()
+            .values()
+            .find(|r| r.name == name)
+            .map(|r| r.uuid),
+        "Logical_Router_Port" => nb
+            .logical_router_port()
+            .values()
+            .find(|r| r.name == name)
+            .map(|r| r.uuid),
+        _ => None,
+    }
+}
+
+fn uref(u: uuid::Uuid) -> Value {
+    json!(["uuid", u.to_string()])
+}
+
+/// One random change; returns what it did.
+fn step(sim: &mut Sim, rng: &mut Rng, i: usize) -> String {
+    let nb = sim.db_nb();
+    let switches: Vec<String> = nb
+        .logical_switch()
+        .values()
+        .map(|s| s.name.clone())
+        .collect();
+    let ls = switches[rng.below(switches.len())].clone();
+    let lr = ["lr0", "lr1"][rng.below(2)];
+    let vifs: Vec<(uuid::Uuid, String)> = nb
+        .logical_switch_port()
+        .values()
+        .filter(|p| p.type_.is_empty())
+        .map(|p| (p.uuid, p.name.clone()))
+        .collect();
+    let lrps: Vec<(uuid::Uuid, String)> = nb
+        .logical_router_port()
+        .values()
+        .filter(|p| p.peer.is_none())
+        .map(|p| (p.uuid, p.name.clone()))
+        .collect();
+    let net = 100 + i % 100;
+    match rng.below(17) {
+        0 | 1 => {
+            let p = format!("{ls}-n{i}");
+            let addr = format!(
+                "0a:00:00:aa:{:02x}:{:02x} 10.0.{net}.{}",
+                i / 256,
+                i % 256,
+                1 + i % 200
+            );
+            sim.nb(Value::Array(vif_ops(&ls, &p, &addr)));
+            format!("add port {p}")
+        }
+        2 if !vifs.is_empty() => {
+            let (u, n) = vifs[rng.below(vifs.len())].clone();
+            sim.nb(json!([
+                {"op": "mutate", "table": "Logical_Switch", "where": [],
+                    "mutations": [["ports", "delete", uref(u)]]},
+                {"op": "delete", "table": "Logical_Switch_Port", "where": [["_uuid", "==", uref(u)]]},
+            ]));
+            format!("delete port {n}")
+        }
+        3 if !vifs.is_empty() => {
+            let (u, n) = vifs[rng.below(vifs.len())].clone();
+            let a = format!("0a:00:00:bb:00:{:02x} 10.1.{net}.5", i % 256);
+            sim.nb(json!([{"op": "update", "table": "Logical_Switch_Port",
+                "where": [["_uuid", "==", uref(u)]], "row": {"addresses": a}}]));
+            format!("readdress {n}")
+        }
+        4 => {
+            sim.nb(json!([
+                {"op": "insert", "table": "ACL", "uuid-name": "acl", "row": {"direction": "from-lport",
+                    "priority": 1000 + i, "match": "ip4 && tcp.dst == 443 && ip4.src == $as1",
+                    "action": "allow-related"}},
+                mutate_insert("Logical_Switch", &ls, "acls", "acl"),
+            ]));
+            format!("ACL on {ls}")
+        }
+        5 => {
+            let ps: Vec<Value> = vifs
+                .iter()
+                .filter(|_| rng.below(3) == 0)
+                .map(|v| uref(v.0))
+                .collect();
+            let n = ps.len();
+            let mut ops = vec![json!({"op": "update", "table": "Port_Group",
+                "where": [["name", "==", "pg1"]], "row": {"ports": ["set", ps]}})];
+            if rng.below(2) == 0 {
+                ops.push(json!({"op": "insert", "table": "ACL", "uuid-name": "pacl",
+                    "row": {"direction": "to-lport", "priority": 900 + i,
+                        "match": "outport == @pg1 && ip4", "action": "drop"}}));
+                ops.push(json!({"op": "mutate", "table": "Port_Group",
+                    "where": [["name", "==", "pg1"]],
+                    "mutations": [["acls", "insert", ["set", [["named-uuid", "pacl"]]]]]}));
+            }
+            sim.nb(Value::Array(ops));
+            format!("pg1 = {n} ports")
+        }
+        6 => {
+            let acls: Vec<uuid::Uuid> = nb.acl().keys().copied().collect();
+            if acls.is_empty() {
+                return "no ACL".into();
+            }
+            let a = acls[rng.below(acls.len())];
+            sim.nb(json!([
+                {"op": "mutate", "table": "Logical_Switch", "where": [],
+                    "mutations": [["acls", "delete", uref(a)]]},
+                {"op": "mutate", "table": "Port_Group", "where": [],
+                    "mutations": [["acls", "delete", uref(a)]]},
+                {"op": "delete", "table": "ACL", "where": [["_uuid", "==", uref(a)]]},
+            ]));
+            "delete ACL".into()
+        }
+        7 | 8 if !lrps.is_empty() => {
+            // A router port's networks (or MAC) change: the router's own flows and its
+            // neighbours' (ARP answers, resolution) change with it.
+            let (u, n) = lrps[rng.below(lrps.len())].clone();
+            let row = if rng.below(3) == 0 {
+                json!({"mac": format!("0a:00:00:dd:{:02x}:{:02x}", i / 256, i % 256)})
+            } else {
+                json!({"networks": ["set", [format!("10.{}.{}.1/24", 20 + i / 256, i % 256)]]})
+            };
+            sim.nb(json!([{"op": "update", "table": "Logical_Router_Port",
+                "where": [["_uuid", "==", uref(u)]], "row": row}]));
+            format!("router port {n} re-addressed")
+        }
+        9 => {
+            sim.nb(json!([
+                {"op": "insert", "table": "NAT", "uuid-name": "nat", "row": {"type": "dnat_and_snat",
+                    "external_ip": format!("172.16.0.{}", 10 + i % 200),
+                    "logical_ip": format!("10.0.0.{}", 20 + i % 200)}},
+                mutate_insert("Logical_Router", lr, "nat", "nat"),
+            ]));
+            format!("NAT on {lr}")
+        }
+        10 => {
+            sim.nb(json!([
+                {"op": "insert", "table": "Logical_Router_Static_Route", "uuid-name": "rt",
+                    "row": {"ip_prefix": format!("10.{}.0.0/16", 50 + i % 100), "nexthop": "192.168.255.2"}},
+                mutate_insert("Logical_Router", lr, "static_routes", "rt"),
+            ]));
+            format!("route on {lr}")
+        }
+        11 => {
+            let mut ops = vec![
+                json!({"op": "insert", "table": "Load_Balancer", "uuid-name": "lb",
+                    "row": {"name": format!("lb{i}"), "protocol": "tcp",
+                        "vips": ["map", [[format!("10.200.{}.1:80", i % 200), "10.0.0.11:80"]]]}}),
+                mutate_insert("Logical_Switch", &ls, "load_balancer", "lb"),
+            ];
+            if rng.below(2) == 0 {
+                ops.push(mutate_insert("Logical_Router", lr, "load_balancer", "lb"));
+            }
+            sim.nb(Value::Array(ops));
+            format!("LB on {ls}")
+        }
+        12 => {
+            let s = format!("new{i}");
+            sim.nb(json!([{"op": "insert", "table": "Logical_Switch", "row": {"name": s}}]));
+            if rng.below(4) != 0 {
+                sim.nb(Value::Array(link_ops(
+                    &s,
+                    lr,
+                    &format!("0a:00:00:cc:{:02x}:{:02x}", i / 256, i % 256),
+                    &format!("10.{}.{}.1/24", 150 + i / 256, i % 256),
+                )));
+                sim.nb(Value::Array(vif_ops(
+                    &s,
+                    &format!("{s}-vm"),
+                    &format!(
+                        "0a:00:00:ee:{:02x}:{:02x} 10.{}.{}.9",
+                        i / 256,
+                        i % 256,
+                        150 + i / 256,
+                        i % 256
+                    ),
+                )));
+            }
+            format!("switch {s}")
+        }
+        13 if ls.starts_with("new") => {
+            // Its ports go with it (garbage collected); its router port stays, peerless.
+            sim.nb(json!([{"op": "delete", "table": "Logical_Switch",
+                "where": [["name", "==", ls]]}]));
+            if let Some(u) = uuid_of(&nb, "Logical_Router_Port", &format!("{lr}-{ls}")) {
+                sim.nb(json!([
+                    {"op": "mutate", "table": "Logical_Router", "where": [],
+                        "mutations": [["ports", "delete", uref(u)]]},
+                ]));
+            }
+            format!("delete switch {ls}")
+        }
+        14 | 15 => {
+            // The switch side of a router link goes alone (the router port stays).
+            let links: Vec<(uuid::Uuid, String)> = nb
+                .logical_switch_port()
+                .values()
+                .filter(|p| p.type_ == "router" && p.name.starts_with("new"))
+                .map(|p| (p.uuid, p.name.clone()))
+                .collect();
+            if links.is_empty() {
+                return "no link to cut".into();
+            }
+            let (u, n) = links[rng.below(links.len())].clone();
+            sim.nb(json!([
+                {"op": "mutate", "table": "Logical_Switch", "where": [],
+                    "mutations": [["ports", "delete", uref(u)]]},
+                {"op": "delete", "table": "Logical_Switch_Port", "where": [["_uuid", "==", uref(u)]]},
+            ]));
+            format!("unlink {n}")
+        }
+        _ => {
+            let a: Vec<String> = (0..1 + rng.below(3))
+                .map(|k| format!("10.0.{}.{}", k, 10 + rng.below(50)))
+                .collect();
+            sim.nb(json!([{"op": "update", "table": "Address_Set",
+                "where": [["name", "==", "as1"]], "row": {"addresses": ["set", a]}}]));
+            "address set".into()
+        }
+    }
+}
+
+/// The full diff of a compile from scratch against SB as node 0 sees it: what it would
+/// write (empty when the incremental path left SB right).
+fn full_diff_from_scratch(sim: &Sim) -> Vec<Value> {
+    let nb = sim.db_nb();
+    let view = sim.nodes[0].sb.model();
+    let c = crate::compile(&nb, &compile_options(view));
+    let nb_cfg = nb.nb_global().values().next().map_or(0, |g| g.nb_cfg);
+    let mut n = 0u128;
+    let mut fresh = || {
+        n += 1;
+        uuid::Uuid::from_u128(n)
+    };
+    let (ops, _) = diff_ops(
+        &SyncInput {
+            desired: &c.sb,
+            nb_cfg,
+            scope: None,
+        },
+        view,
+        &mut fresh,
+    );
+    ops
+}
+
+/// Runs `steps` random steps; the first step (and what it did) after which SB differs from
+/// a fresh compile's full diff, if any.
+fn run(seed: u64, steps: usize, broken: Option<Broken>) -> Result<(usize, u64), String> {
+    let mut sim = Sim::new(1);
+    world(&mut sim);
+    sim.run();
+    if let Some(b) = broken {
+        sim.nodes[0].nd.break_for_test(b);
+    }
+    assert!(full_diff_from_scratch(&sim).is_empty(), "the cold sync");
+    let mut rng = Rng(seed | 1);
+    for i in 0..steps {
+        let what = step(&mut sim, &mut rng, i);
+        if std::env::var("HF_SYNC_VERBOSE").is_ok() {
+            eprintln!("step {i}: {what}");
+        }
+        sim.run();
+        let ops = full_diff_from_scratch(&sim);
+        if !ops.is_empty() {
+            let shown: Vec<String> = ops.iter().take(4).map(|o| o.to_string()).collect();
+            return Err(format!(
+                "seed {seed} step {i} ({what}): SB differs from a full compile + full diff ({} ops):\n{}",
+                ops.len(),
+                shown.join("\n")
+            ));
+        }
+    }
+    let s = sim.nodes[0].nd.stats();
+    Ok((steps, s.scoped_diffs))
+}
+
+fn seed() -> u64 {
+    std::env::var("HF_SYNC_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20_202)
+}
+
+#[test]
+fn incremental_sync_equals_full_compile_and_full_diff_over_random_changes() {
+    let steps: usize = std::env::var("HF_SYNC_STEPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(120);
+    let (steps, scoped) = run(seed(), steps, None).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("{steps} steps, {scoped} scoped diffs");
+    // The oracle must have exercised the scoped diff, not only full ones.
+    assert!(
+        scoped as usize > steps / 2,
+        "{scoped} of {steps} syncs were scoped"
+    );
+}
+
+#[test]
+fn a_router_port_change_that_does_not_rebuild_its_router_is_caught() {
+    let e = run(seed(), 120, Some(Broken::RouterPortSeedsNothing))
+        .expect_err("the oracle missed router flows left stale");
+    eprintln!("caught, as it must be: {e}");
+    assert!(e.contains("re-addressed"), "{e}");
+}
+
+#[test]
+fn a_scope_without_port_bindings_is_caught() {
+    let e = run(seed(), 120, Some(Broken::ScopeWithoutPorts))
+        .expect_err("the oracle missed port bindings left out of the scope");
+    eprintln!("caught, as it must be: {e}");
+    assert!(e.contains("Port_Binding"), "{e}");
+}
+
+#[test]
+fn a_router_port_change_taken_for_a_vifs_is_caught() {
+    let e = run(seed(), 160, Some(Broken::VifChangesNoRouter))
+        .expect_err("the oracle missed a router left stale by a switch-side link change");
+    eprintln!("caught, as it must be: {e}");
+    assert!(e.contains("unlink") || e.contains("delete switch"), "{e}");
+}
