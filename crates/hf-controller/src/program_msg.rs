@@ -87,11 +87,7 @@ pub fn program_msg(
     extra_zones: &BTreeMap<String, u16>,
     last_good: &dyn LastGoodLookup,
 ) -> ProgramBuild {
-    let local_names: BTreeMap<u32, &str> = t
-        .local_ports
-        .iter()
-        .map(|(n, id)| (*id, n.as_str()))
-        .collect();
+    let local_names = local_names(t);
     let mut skipped = Vec::new();
     let datapaths = t
         .spec
@@ -127,11 +123,7 @@ pub fn program_msg_reusing(
     let Some(touched) = &t.touched else {
         return program_msg(t, chassis, generation, nb_cfg, extra_zones, last_good);
     };
-    let local_names: BTreeMap<u32, &str> = t
-        .local_ports
-        .iter()
-        .map(|(n, id)| (*id, n.as_str()))
-        .collect();
+    let local_names = local_names(t);
     let mut old: HashMap<String, DatapathMsg> = std::mem::take(&mut prev.datapaths)
         .into_iter()
         .map(|d| (d.name.clone(), d))
@@ -173,6 +165,14 @@ pub fn program_msg_reusing(
     prev.feature_level = None;
     prev.no_last_good = false;
     ProgramBuild { msg: prev, skipped }
+}
+
+/// Local port id → logical port name.
+fn local_names(t: &Translation) -> BTreeMap<u32, &str> {
+    t.local_ports
+        .iter()
+        .map(|(n, id)| (*id, n.as_str()))
+        .collect()
 }
 
 fn all_zones(t: &Translation, extra_zones: &BTreeMap<String, u16>) -> BTreeMap<String, u16> {

@@ -142,6 +142,7 @@ impl Net {
         let mut nd = Northd::new(NorthdConfig {
             paused: false,
             seed: 99,
+            ..NorthdConfig::default()
         });
         nd.start(&mut sb);
         self.northd = Some(NorthdNode {
