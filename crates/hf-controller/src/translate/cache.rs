@@ -240,23 +240,7 @@ mod tests {
         Extra, TranslateCache, TranslateOptions, translate_cached, translate_with,
     };
 
-    /// SplitMix64.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-        fn pick<'a>(&mut self, v: &[&'a str]) -> &'a str {
-            v[self.below(v.len())]
-        }
-    }
+    use crate::translate::test_rng::Rng;
 
     fn u(n: u128) -> Uuid {
         Uuid::from_u128(n)

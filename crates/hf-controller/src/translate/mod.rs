@@ -43,6 +43,8 @@ pub mod flows;
 pub mod incremental;
 pub mod ports;
 pub mod sets;
+#[cfg(test)]
+mod test_rng;
 pub mod zones;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
