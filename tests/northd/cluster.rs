@@ -1,12 +1,32 @@
-//! holdfast northd against a real `ovsdb-server` Raft cluster (three SB members): it writes
-//! through the leader, `--wait=sb` works, and after the leader is killed it carries on with
-//! the new one and SB stays complete.
+//! holdfast northd and holdfast chassis on real `ovsdb-server` Raft clusters (issue 20's
+//! acceptance point), with leaders killed mid-run.
+//!
+//! - `northd_on_a_raft_sb_cluster_survives_losing_the_leader`: NB standalone, SB a 3-member
+//!   cluster; northd writes through the leader, `--wait=sb` works, and after the SB leader is
+//!   killed it carries on with the new one and SB stays complete.
+//! - `raft_nb_and_sb_lose_their_leaders_during_a_wait_hv_batch`: NB and SB both 3-member
+//!   clusters, `holdfast northd` and two holdfast chassis (`holdfast datapath` + `holdfast
+//!   controller`) given the three remotes. A batch of idempotent `ovn-nbctl --may-exist
+//!   --wait=hv` commands runs (ovn-nbctl given all three NB remotes); the NB leader is killed
+//!   while one command is in flight and the SB leader while a later one is. Asserted: every
+//!   command returns successfully (each within a command timeout, not a speed assertion);
+//!   every change is in NB; SB equals a fresh in-process compile of NB
+//!   ([`assert_sb_complete`]); `NB_Global.hv_cfg` reached `nb_cfg` and both chassis'
+//!   `Chassis_Private.nb_cfg` with it; every port the chassis host is bound to its chassis and
+//!   `up`.
+//! - `holdfast_db_restarted_during_a_wait_hv_batch`: the same batch against `holdfast db`,
+//!   which is standalone: it has no leader and no followers, so "losing the leader" means
+//!   losing the only server. It is killed with SIGKILL mid-batch and started again on the same
+//!   files; the same assertions hold.
+//!
+//! Every daemon runs `--detach --pidfile --unixctl --log-file` in the test's tempdir and is
+//! stopped by pid on drop, also when an assertion fails.
 
-use std::path::Path;
-use std::process::Command;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
-use crate::common::{self, run, run_ok};
+use crate::common::{self, daemon_args, run, run_ok};
 use crate::fixture::{Backend, Dbs, NorthdProc, PidDaemon, wait_for};
 use crate::ha::assert_sb_complete;
 
@@ -26,39 +46,109 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-fn start_member(d: &Path, i: usize) -> PidDaemon {
-    let pidfile = d.join(format!("sb{i}.pid"));
-    run_ok(
-        Command::new("ovsdb-server")
-            .arg("--detach")
-            .arg("--no-chdir")
-            .arg(format!("--pidfile={}", pidfile.display()))
-            .arg(format!(
-                "--log-file={}",
-                d.join(format!("sb{i}.log")).display()
-            ))
-            .arg(format!(
-                "--unixctl={}",
-                d.join(format!("sb{i}.ctl")).display()
-            ))
-            .arg(format!(
-                "--remote=punix:{}",
-                d.join(format!("sb{i}.sock")).display()
-            ))
-            .arg(d.join(format!("sb{i}.db"))),
-    );
-    PidDaemon { pidfile }
+/// A 3-member real `ovsdb-server` Raft cluster of one database: members `{base}0..2` with
+/// their files, sockets, unixctl sockets and logs in the test's directory.
+struct Raft {
+    dir: PathBuf,
+    base: &'static str,
+    db_name: &'static str,
+    members: Vec<PidDaemon>,
+    killed: Vec<usize>,
 }
 
-fn is_leader(d: &Path, i: usize) -> bool {
-    let out = run(
-        Command::new("ovs-appctl")
-            .arg("-t")
-            .arg(d.join(format!("sb{i}.ctl")))
-            .args(["cluster/status", "OVN_Southbound"]),
-        Duration::from_secs(10),
-    );
-    String::from_utf8_lossy(&out.stdout).contains("Role: leader")
+impl Raft {
+    /// `ovsdb-tool create-cluster` / `join-cluster` over three local TCP ports, then the three
+    /// servers, each with a unix socket for clients.
+    fn start(dir: &Path, base: &'static str, db_name: &'static str, schema: &str) -> Raft {
+        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let file = |i: usize| dir.join(format!("{base}{i}.db"));
+        run_ok(
+            Command::new("ovsdb-tool")
+                .arg("create-cluster")
+                .arg(file(0))
+                .arg(schema)
+                .arg(format!("tcp:127.0.0.1:{}", ports[0])),
+        );
+        for (i, port) in ports.iter().enumerate().skip(1) {
+            run_ok(
+                Command::new("ovsdb-tool")
+                    .arg("join-cluster")
+                    .arg(file(i))
+                    .arg(db_name)
+                    .arg(format!("tcp:127.0.0.1:{port}"))
+                    .arg(format!("tcp:127.0.0.1:{}", ports[0])),
+            );
+        }
+        let mut r = Raft {
+            dir: dir.to_path_buf(),
+            base,
+            db_name,
+            members: Vec::new(),
+            killed: Vec::new(),
+        };
+        for i in 0..3 {
+            let name = format!("{base}{i}");
+            run_ok(
+                Command::new("ovsdb-server")
+                    .args(daemon_args(dir, &name))
+                    .arg(format!("--remote=punix:{}", r.sock(i).display()))
+                    .arg(file(i)),
+            );
+            r.members.push(PidDaemon {
+                pidfile: dir.join(format!("{name}.pid")),
+            });
+        }
+        r
+    }
+
+    fn sock(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("{}{i}.sock", self.base))
+    }
+
+    /// All three members' remotes, as OVSDB tools take them.
+    fn remotes(&self) -> String {
+        self.remotes_of((0..3).collect())
+    }
+
+    /// The members not killed.
+    fn alive(&self) -> String {
+        self.remotes_of((0..3).filter(|i| !self.killed.contains(i)).collect())
+    }
+
+    fn remotes_of(&self, members: Vec<usize>) -> String {
+        members
+            .into_iter()
+            .map(|i| format!("unix:{}", self.sock(i).display()))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn is_leader(&self, i: usize) -> bool {
+        let out = run(
+            Command::new("ovs-appctl")
+                .arg("-t")
+                .arg(self.dir.join(format!("{}{i}.ctl", self.base)))
+                .args(["cluster/status", self.db_name]),
+            Duration::from_secs(10),
+        );
+        String::from_utf8_lossy(&out.stdout).contains("Role: leader")
+    }
+
+    /// SIGKILL the current leader (waiting for one to be elected first); its index.
+    fn kill_leader(&mut self) -> usize {
+        let mut leader = None;
+        let found = wait_for(Duration::from_secs(30), || {
+            leader = (0..3)
+                .filter(|i| !self.killed.contains(i))
+                .find(|i| self.is_leader(*i));
+            leader.is_some()
+        });
+        assert!(found, "the {} cluster has no leader", self.db_name);
+        let l = leader.unwrap_or_default();
+        self.members[l].kill9();
+        self.killed.push(l);
+        l
+    }
 }
 
 #[test]
@@ -73,29 +163,13 @@ fn northd_on_a_raft_sb_cluster_survives_losing_the_leader() {
     let d = dir.path();
     // NB: a standalone real ovsdb-server (Dbs starts an SB too; it is not used).
     let dbs = Dbs::start(d, Backend::Ovsdb);
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    run_ok(
-        Command::new("ovsdb-tool")
-            .arg("create-cluster")
-            .arg(d.join("sb0.db"))
-            .arg("/usr/share/ovn/ovn-sb.ovsschema")
-            .arg(format!("tcp:127.0.0.1:{}", ports[0])),
+    let mut sbc = Raft::start(
+        d,
+        "sbr",
+        "OVN_Southbound",
+        "/usr/share/ovn/ovn-sb.ovsschema",
     );
-    for i in 1..3 {
-        run_ok(
-            Command::new("ovsdb-tool")
-                .arg("join-cluster")
-                .arg(d.join(format!("sb{i}.db")))
-                .arg("OVN_Southbound")
-                .arg(format!("tcp:127.0.0.1:{}", ports[i]))
-                .arg(format!("tcp:127.0.0.1:{}", ports[0])),
-        );
-    }
-    let members: Vec<PidDaemon> = (0..3).map(|i| start_member(d, i)).collect();
-    let sb: String = (0..3)
-        .map(|i| format!("unix:{}", d.join(format!("sb{i}.sock")).display()))
-        .collect::<Vec<_>>()
-        .join(",");
+    let sb = sbc.remotes();
     run_ok(
         Command::new("ovn-sbctl")
             .arg(format!("--db={sb}"))
@@ -119,10 +193,7 @@ fn northd_on_a_raft_sb_cluster_survives_losing_the_leader() {
         "00:00:00:00:00:01 10.0.0.1",
     ]));
     assert_sb_complete(&dbs.nb, &sb);
-    let leader = (0..3)
-        .find(|i| is_leader(d, *i))
-        .expect("the cluster has a leader");
-    members[leader].kill9();
+    sbc.kill_leader();
     // The cluster elects another leader; northd follows it and keeps writing.
     run_ok(dbs.nbctl().args([
         "--timeout=60",
@@ -136,11 +207,331 @@ fn northd_on_a_raft_sb_cluster_survives_losing_the_leader() {
         "00:00:00:00:00:02 10.0.0.2",
     ]));
     assert!(wait_for(Duration::from_secs(20), || n.status() == "Status: active"));
-    let alive: String = (0..3)
-        .filter(|i| *i != leader)
-        .map(|i| format!("unix:{}", d.join(format!("sb{i}.sock")).display()))
-        .collect::<Vec<_>>()
-        .join(",");
-    assert_sb_complete(&dbs.nb, &alive);
-    drop(members);
+    assert_sb_complete(&dbs.nb, &sbc.alive());
+}
+
+/// The commands of the batch.
+const BATCH: usize = 20;
+/// Command index during which NB's leader dies, and SB's.
+const KILL_NB_AT: usize = 6;
+const KILL_SB_AT: usize = 13;
+
+/// A holdfast chassis: `holdfast datapath` with in-memory ports and `holdfast controller`.
+struct HfChassis {
+    _daemons: Vec<PidDaemon>,
+    dir: PathBuf,
+}
+
+impl HfChassis {
+    fn start(d: &Path, name: &str, sb: &str, ports: &[usize]) -> HfChassis {
+        let dir = d.join(name);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let mut daemons = Vec::new();
+        run_ok(
+            Command::new(common::holdfast())
+                .arg("datapath")
+                .args(daemon_args(&dir, "dp"))
+                .arg(format!("--chassis={name}"))
+                .arg("--encap-ip=127.0.0.1")
+                .arg("--geneve-port=0")
+                .arg(format!("--control=punix:{}", dir.join("dp.sock").display()))
+                .args(ports.iter().map(|p| format!("--port=p{p},{}", mac(*p))))
+                .arg(format!(
+                    "--zones-file={}",
+                    dir.join(format!("{name}.zones")).display()
+                )),
+        );
+        daemons.push(PidDaemon {
+            pidfile: dir.join("dp.pid"),
+        });
+        run_ok(
+            Command::new(common::holdfast())
+                .arg("controller")
+                .args(daemon_args(&dir, "ctl"))
+                .arg(format!("--ovnsb-db={sb}"))
+                .arg(format!("--system-id={name}"))
+                .arg("--encap-ip=127.0.0.1")
+                .arg(format!("--datapath=unix:{}", dir.join("dp.sock").display())),
+        );
+        daemons.push(PidDaemon {
+            pidfile: dir.join("ctl.pid"),
+        });
+        HfChassis {
+            _daemons: daemons,
+            dir,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("ctl.log")).unwrap_or_default()
+    }
+}
+
+fn mac(p: usize) -> String {
+    format!("0a:00:00:00:01:{p:02x}")
+}
+
+/// Which chassis hosts port `p`: even ports hv1, odd hv2; every fourth port is hosted
+/// nowhere (it stays down, as a port on a chassis not yet started).
+fn host(p: usize) -> Option<&'static str> {
+    match p % 4 {
+        3 => None,
+        x if x % 2 == 0 => Some("hv1"),
+        _ => Some("hv2"),
+    }
+}
+
+/// `ovn-nbctl --db=NB --timeout=60 --may-exist --wait=hv ...` for the batch's command `i`:
+/// add switch `sw{i%3}` and port `p{i}` with its addresses, idempotently.
+fn batch_command(nb: &str, i: usize) -> Command {
+    let sw = format!("sw{}", i % 3);
+    let p = format!("p{i}");
+    let mut c = Command::new("ovn-nbctl");
+    c.arg(format!("--db={nb}"))
+        .args(["--timeout=60", "--wait=hv", "--may-exist", "ls-add", &sw])
+        .args(["--", "--may-exist", "lsp-add", &sw, &p])
+        .args([
+            "--",
+            "lsp-set-addresses",
+            &p,
+            &format!("{} 10.0.{}.{}", mac(i), i % 3, 10 + i),
+        ]);
+    c
+}
+
+/// Spawn a batch command with its output captured.
+fn spawn(mut c: Command) -> (String, Child) {
+    let desc = format!("{c:?}");
+    let child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {desc}: {e}"));
+    (desc, child)
+}
+
+/// Wait for a spawned command (killing it after `timeout`); None when it timed out.
+fn finish(mut child: Child, timeout: Duration) -> Option<std::process::Output> {
+    let end = Instant::now() + timeout;
+    loop {
+        if let Ok(Some(_)) = child.try_wait() {
+            return child.wait_with_output().ok();
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Run the batch; `kill(i)` is called right after command `i` was started (the command is in
+/// flight). Every command must return, successfully.
+fn run_batch(nb: &str, mut kill: impl FnMut(usize), logs: &dyn Fn() -> String) {
+    for i in 0..BATCH {
+        let (desc, child) = spawn(batch_command(nb, i));
+        kill(i);
+        let out = finish(child, Duration::from_secs(90));
+        let Some(out) = out else {
+            panic!("{desc} never returned\n{}", logs());
+        };
+        assert!(
+            out.status.success(),
+            "{desc} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            logs()
+        );
+    }
+}
+
+/// `ovn-Xbctl --db=REMOTE --timeout=30 ARGS`.
+fn ctl(tool: &str, remote: &str, args: &[&str]) -> String {
+    run_ok(
+        Command::new(tool)
+            .arg(format!("--db={remote}"))
+            .arg("--timeout=30")
+            .args(args),
+    )
+    .trim()
+    .to_string()
+}
+
+/// Everything the batch must leave behind.
+fn assert_batch_done(nb: &str, sb: &str, logs: &dyn Fn() -> String) {
+    // Every change is in NB.
+    for i in 0..BATCH {
+        let p = format!("p{i}");
+        let addrs = ctl("ovn-nbctl", nb, &["lsp-get-addresses", &p]);
+        assert_eq!(
+            addrs,
+            format!("{} 10.0.{}.{}", mac(i), i % 3, 10 + i),
+            "port {p} in NB"
+        );
+        let sw = ctl("ovn-nbctl", nb, &["lsp-get-ls", &p]);
+        assert!(sw.contains(&format!("(sw{})", i % 3)), "{p} on {sw}");
+    }
+    let switches = ctl(
+        "ovn-nbctl",
+        nb,
+        &["--bare", "--columns=name", "list", "Logical_Switch"],
+    );
+    let mut names: Vec<&str> = switches.split_whitespace().collect();
+    names.sort_unstable();
+    assert_eq!(names, ["sw0", "sw1", "sw2"], "--may-exist made one of each");
+    // SB equals a fresh compile of NB.
+    assert_sb_complete(nb, sb);
+    // --wait=hv: hv_cfg reached nb_cfg, and both chassis report it.
+    let nb_cfg: i64 = ctl("ovn-nbctl", nb, &["get", "NB_Global", ".", "nb_cfg"])
+        .parse()
+        .expect("nb_cfg");
+    let hv_cfg: i64 = ctl("ovn-nbctl", nb, &["get", "NB_Global", ".", "hv_cfg"])
+        .parse()
+        .expect("hv_cfg");
+    assert!(
+        nb_cfg >= BATCH as i64,
+        "nb_cfg {nb_cfg}: each --wait=hv command bumps it"
+    );
+    assert_eq!(hv_cfg, nb_cfg, "hv_cfg caught up with nb_cfg\n{}", logs());
+    for hv in ["hv1", "hv2"] {
+        let c: i64 = ctl(
+            "ovn-sbctl",
+            sb,
+            &["get", "Chassis_Private", hv, "nb_cfg"],
+        )
+        .parse()
+        .expect("Chassis_Private nb_cfg");
+        assert!(c >= nb_cfg, "{hv} Chassis_Private.nb_cfg {c} < {nb_cfg}");
+    }
+    // The chassis follow SB: each hosted port bound to its chassis and up.
+    for i in 0..BATCH {
+        let p = format!("p{i}");
+        let chassis = ctl(
+            "ovn-sbctl",
+            sb,
+            &["--bare", "--columns=chassis", "find", "Port_Binding", &format!("logical_port={p}")],
+        );
+        let up = ctl(
+            "ovn-sbctl",
+            sb,
+            &["--bare", "--columns=up", "find", "Port_Binding", &format!("logical_port={p}")],
+        );
+        match host(i) {
+            Some(hv) => {
+                let uuid = ctl("ovn-sbctl", sb, &["--bare", "--columns=_uuid", "find", "Chassis", &format!("name={hv}")]);
+                assert_eq!(chassis, uuid, "{p} bound to {hv}\n{}", logs());
+                assert_eq!(up, "true", "{p} up\n{}", logs());
+            }
+            None => assert_eq!(chassis, "", "{p} hosted nowhere"),
+        }
+    }
+}
+
+/// Both chassis registered and a first `--wait=hv` round trip through them.
+fn wait_chassis(nb: &str, sb: &str, logs: &dyn Fn() -> String) {
+    let registered = wait_for(Duration::from_secs(30), || {
+        let s = ctl("ovn-sbctl", sb, &["--bare", "--columns=name", "list", "Chassis_Private"]);
+        s.contains("hv1") && s.contains("hv2")
+    });
+    assert!(registered, "the chassis never registered\n{}", logs());
+    let out = run(
+        Command::new("ovn-nbctl")
+            .arg(format!("--db={nb}"))
+            .args(["--timeout=60", "--wait=hv", "sync"]),
+        Duration::from_secs(90),
+    );
+    assert!(
+        out.status.success(),
+        "the first --wait=hv sync: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        logs()
+    );
+}
+
+#[test]
+fn raft_nb_and_sb_lose_their_leaders_during_a_wait_hv_batch() {
+    if !common::require("raft wait=hv batch", TOOLS) {
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("hf-raft-batch-")
+        .tempdir()
+        .expect("tempdir");
+    let d = dir.path();
+    let mut nbc = Raft::start(d, "nb", "OVN_Northbound", "/usr/share/ovn/ovn-nb.ovsschema");
+    let mut sbc = Raft::start(d, "sb", "OVN_Southbound", "/usr/share/ovn/ovn-sb.ovsschema");
+    let (nb, sb) = (nbc.remotes(), sbc.remotes());
+    ctl("ovn-nbctl", &nb, &["init"]);
+    ctl("ovn-sbctl", &sb, &["init"]);
+    let northd = NorthdProc::start(d, "northd", &nb, &sb, &[]);
+    let ports = |hv: &str| -> Vec<usize> { (0..BATCH).filter(|p| host(*p) == Some(hv)).collect() };
+    let hv1 = HfChassis::start(d, "hv1", &sb, &ports("hv1"));
+    let hv2 = HfChassis::start(d, "hv2", &sb, &ports("hv2"));
+    let logs = || {
+        format!(
+            "--- northd\n{}\n--- hv1\n{}\n--- hv2\n{}",
+            northd.log_text(),
+            hv1.log(),
+            hv2.log()
+        )
+    };
+    wait_chassis(&nb, &sb, &logs);
+    let mut killed = Vec::new();
+    run_batch(
+        &nb,
+        |i| {
+            if i == KILL_NB_AT {
+                killed.push(("NB", nbc.kill_leader()));
+            }
+            if i == KILL_SB_AT {
+                killed.push(("SB", sbc.kill_leader()));
+            }
+        },
+        &logs,
+    );
+    assert_eq!(killed.len(), 2, "both leaders were killed: {killed:?}");
+    assert_batch_done(&nbc.alive(), &sbc.alive(), &logs);
+}
+
+#[test]
+fn holdfast_db_restarted_during_a_wait_hv_batch() {
+    if !common::require("holdfast db wait=hv batch", &["ovn-nbctl", "ovn-sbctl", "ovn-appctl"]) {
+        return;
+    }
+    // holdfast db is standalone: one server, no leader election. Its counterpart of "the
+    // leader dies" is the only server dying (SIGKILL) and coming back on the same files.
+    let dir = tempfile::Builder::new()
+        .prefix("hf-hfdb-batch-")
+        .tempdir()
+        .expect("tempdir");
+    let d = dir.path();
+    let mut dbs = Dbs::start(d, Backend::Holdfast);
+    let (nb, sb) = (dbs.nb.clone(), dbs.sb.clone());
+    let northd = NorthdProc::start(d, "northd", &nb, &sb, &[]);
+    let ports = |hv: &str| -> Vec<usize> { (0..BATCH).filter(|p| host(*p) == Some(hv)).collect() };
+    let hv1 = HfChassis::start(d, "hv1", &sb, &ports("hv1"));
+    let hv2 = HfChassis::start(d, "hv2", &sb, &ports("hv2"));
+    let logs = || {
+        format!(
+            "--- northd\n{}\n--- hv1\n{}\n--- hv2\n{}",
+            northd.log_text(),
+            hv1.log(),
+            hv2.log()
+        )
+    };
+    wait_chassis(&nb, &sb, &logs);
+    let mut restarts = 0;
+    run_batch(
+        &nb,
+        |i| {
+            if i == KILL_NB_AT || i == KILL_SB_AT {
+                dbs.restart_holdfast();
+                restarts += 1;
+            }
+        },
+        &logs,
+    );
+    assert_eq!(restarts, 2);
+    assert_batch_done(&nb, &sb, &logs);
 }
