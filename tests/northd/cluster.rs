@@ -223,7 +223,7 @@ struct HfChassis {
 }
 
 impl HfChassis {
-    fn start(d: &Path, name: &str, sb: &str, ports: &[usize]) -> HfChassis {
+    fn start(d: &Path, name: &str, ip: &str, sb: &str, ports: &[usize]) -> HfChassis {
         let dir = d.join(name);
         std::fs::create_dir_all(&dir).expect("mkdir");
         let mut daemons = Vec::new();
@@ -232,7 +232,7 @@ impl HfChassis {
                 .arg("datapath")
                 .args(daemon_args(&dir, "dp"))
                 .arg(format!("--chassis={name}"))
-                .arg("--encap-ip=127.0.0.1")
+                .arg(format!("--encap-ip={ip}"))
                 .arg("--geneve-port=0")
                 .arg(format!("--control=punix:{}", dir.join("dp.sock").display()))
                 .args(ports.iter().map(|p| format!("--port=p{p},{}", mac(*p))))
@@ -250,7 +250,7 @@ impl HfChassis {
                 .args(daemon_args(&dir, "ctl"))
                 .arg(format!("--ovnsb-db={sb}"))
                 .arg(format!("--system-id={name}"))
-                .arg("--encap-ip=127.0.0.1")
+                .arg(format!("--encap-ip={ip}"))
                 .arg(format!("--datapath=unix:{}", dir.join("dp.sock").display())),
         );
         daemons.push(PidDaemon {
@@ -263,8 +263,15 @@ impl HfChassis {
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("ctl.log")).unwrap_or_default()
+        tail(&self.dir.join("ctl.log"))
     }
+}
+
+/// The last 30 lines of a log.
+fn tail(f: &Path) -> String {
+    let s = std::fs::read_to_string(f).unwrap_or_default();
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
 }
 
 fn mac(p: usize) -> String {
@@ -281,22 +288,48 @@ fn host(p: usize) -> Option<&'static str> {
     }
 }
 
-/// `ovn-nbctl --db=NB --timeout=60 --may-exist --wait=hv ...` for the batch's command `i`:
-/// add switch `sw{i%3}` and port `p{i}` with its addresses, idempotently.
-fn batch_command(nb: &str, i: usize) -> Command {
-    let sw = format!("sw{}", i % 3);
-    let p = format!("p{i}");
-    let mut c = Command::new("ovn-nbctl");
-    c.arg(format!("--db={nb}"))
-        .args(["--timeout=60", "--wait=hv", "--may-exist", "ls-add", &sw])
-        .args(["--", "--may-exist", "lsp-add", &sw, &p])
-        .args([
-            "--",
-            "lsp-set-addresses",
-            &p,
-            &format!("{} 10.0.{}.{}", mac(i), i % 3, 10 + i),
-        ]);
-    c
+/// `ovn-nbctl` in daemon mode (`--detach`, ovn-nbctl(8) "Daemon Mode") on the three NB
+/// remotes: one IDL session for the whole batch that follows the leader and re-runs a
+/// transaction whose connection died (a one-shot `ovn-nbctl` tries each remote once and gives
+/// up with "database connection failed" while no member is leader yet).
+struct NbctlDaemon {
+    _pid: PidDaemon,
+    ctl: String,
+}
+
+impl NbctlDaemon {
+    fn start(dir: &Path, nb: &str) -> NbctlDaemon {
+        let out = run_ok(
+            Command::new("ovn-nbctl")
+                .arg(format!("--db={nb}"))
+                .args(daemon_args(dir, "nbctl"))
+                .arg("-vconsole:off"),
+        );
+        NbctlDaemon {
+            _pid: PidDaemon {
+                pidfile: dir.join("nbctl.pid"),
+            },
+            ctl: out.trim().to_string(),
+        }
+    }
+
+    /// The batch's command `i`: add switch `sw{i%3}` and port `p{i}` with its addresses,
+    /// idempotently, and wait for the chassis (`--wait=hv`).
+    fn batch_command(&self, i: usize) -> Command {
+        let sw = format!("sw{}", i % 3);
+        let p = format!("p{i}");
+        let mut c = Command::new("ovn-nbctl");
+        c.env("OVN_NB_DAEMON", &self.ctl)
+            .args(["--timeout=60", "--wait=hv", "--may-exist", "ls-add", &sw])
+            .args(["--", "--may-exist", "lsp-add", &sw, &p])
+            .args([
+                "--",
+                "lsp-set-addresses",
+                &p,
+                &format!("{} 10.0.{}.{}", mac(i), i % 3, 10 + i),
+            ]);
+        c
+    }
 }
 
 /// Spawn a batch command with its output captured.
@@ -329,9 +362,9 @@ fn finish(mut child: Child, timeout: Duration) -> Option<std::process::Output> {
 
 /// Run the batch; `kill(i)` is called right after command `i` was started (the command is in
 /// flight). Every command must return, successfully.
-fn run_batch(nb: &str, mut kill: impl FnMut(usize), logs: &dyn Fn() -> String) {
+fn run_batch(nbctl: &NbctlDaemon, mut kill: impl FnMut(usize), logs: &dyn Fn() -> String) {
     for i in 0..BATCH {
-        let (desc, child) = spawn(batch_command(nb, i));
+        let (desc, child) = spawn(nbctl.batch_command(i));
         kill(i);
         let out = finish(child, Duration::from_secs(90));
         let Some(out) = out else {
@@ -466,20 +499,21 @@ fn raft_nb_and_sb_lose_their_leaders_during_a_wait_hv_batch() {
     ctl("ovn-sbctl", &sb, &["init"]);
     let northd = NorthdProc::start(d, "northd", &nb, &sb, &[]);
     let ports = |hv: &str| -> Vec<usize> { (0..BATCH).filter(|p| host(*p) == Some(hv)).collect() };
-    let hv1 = HfChassis::start(d, "hv1", &sb, &ports("hv1"));
-    let hv2 = HfChassis::start(d, "hv2", &sb, &ports("hv2"));
+    let hv1 = HfChassis::start(d, "hv1", "127.0.0.1", &sb, &ports("hv1"));
+    let hv2 = HfChassis::start(d, "hv2", "127.0.0.2", &sb, &ports("hv2"));
     let logs = || {
         format!(
             "--- northd\n{}\n--- hv1\n{}\n--- hv2\n{}",
-            northd.log_text(),
+            tail(&northd.log),
             hv1.log(),
             hv2.log()
         )
     };
     wait_chassis(&nb, &sb, &logs);
+    let nbctl = NbctlDaemon::start(d, &nb);
     let mut killed = Vec::new();
     run_batch(
-        &nb,
+        &nbctl,
         |i| {
             if i == KILL_NB_AT {
                 killed.push(("NB", nbc.kill_leader()));
@@ -510,20 +544,21 @@ fn holdfast_db_restarted_during_a_wait_hv_batch() {
     let (nb, sb) = (dbs.nb.clone(), dbs.sb.clone());
     let northd = NorthdProc::start(d, "northd", &nb, &sb, &[]);
     let ports = |hv: &str| -> Vec<usize> { (0..BATCH).filter(|p| host(*p) == Some(hv)).collect() };
-    let hv1 = HfChassis::start(d, "hv1", &sb, &ports("hv1"));
-    let hv2 = HfChassis::start(d, "hv2", &sb, &ports("hv2"));
+    let hv1 = HfChassis::start(d, "hv1", "127.0.0.1", &sb, &ports("hv1"));
+    let hv2 = HfChassis::start(d, "hv2", "127.0.0.2", &sb, &ports("hv2"));
     let logs = || {
         format!(
             "--- northd\n{}\n--- hv1\n{}\n--- hv2\n{}",
-            northd.log_text(),
+            tail(&northd.log),
             hv1.log(),
             hv2.log()
         )
     };
     wait_chassis(&nb, &sb, &logs);
+    let nbctl = NbctlDaemon::start(d, &nb);
     let mut restarts = 0;
     run_batch(
-        &nb,
+        &nbctl,
         |i| {
             if i == KILL_NB_AT || i == KILL_SB_AT {
                 dbs.restart_holdfast();
