@@ -364,9 +364,12 @@ fn finish(mut child: Child, timeout: Duration) -> Option<std::process::Output> {
 /// flight). Every command must return, successfully.
 fn run_batch(nbctl: &NbctlDaemon, mut kill: impl FnMut(usize), logs: &dyn Fn() -> String) {
     for i in 0..BATCH {
+        let t = Instant::now();
         let (desc, child) = spawn(nbctl.batch_command(i));
         kill(i);
         let out = finish(child, Duration::from_secs(90));
+        // For the reader of the output only: which commands waited out a leader change.
+        eprintln!("batch command {i}: {:?}", t.elapsed());
         let Some(out) = out else {
             panic!("{desc} never returned\n{}", logs());
         };
@@ -428,13 +431,9 @@ fn assert_batch_done(nb: &str, sb: &str, logs: &dyn Fn() -> String) {
     );
     assert_eq!(hv_cfg, nb_cfg, "hv_cfg caught up with nb_cfg\n{}", logs());
     for hv in ["hv1", "hv2"] {
-        let c: i64 = ctl(
-            "ovn-sbctl",
-            sb,
-            &["get", "Chassis_Private", hv, "nb_cfg"],
-        )
-        .parse()
-        .expect("Chassis_Private nb_cfg");
+        let c: i64 = ctl("ovn-sbctl", sb, &["get", "Chassis_Private", hv, "nb_cfg"])
+            .parse()
+            .expect("Chassis_Private nb_cfg");
         assert!(c >= nb_cfg, "{hv} Chassis_Private.nb_cfg {c} < {nb_cfg}");
     }
     // The chassis follow SB: each hosted port bound to its chassis and up.
@@ -443,16 +442,38 @@ fn assert_batch_done(nb: &str, sb: &str, logs: &dyn Fn() -> String) {
         let chassis = ctl(
             "ovn-sbctl",
             sb,
-            &["--bare", "--columns=chassis", "find", "Port_Binding", &format!("logical_port={p}")],
+            &[
+                "--bare",
+                "--columns=chassis",
+                "find",
+                "Port_Binding",
+                &format!("logical_port={p}"),
+            ],
         );
         let up = ctl(
             "ovn-sbctl",
             sb,
-            &["--bare", "--columns=up", "find", "Port_Binding", &format!("logical_port={p}")],
+            &[
+                "--bare",
+                "--columns=up",
+                "find",
+                "Port_Binding",
+                &format!("logical_port={p}"),
+            ],
         );
         match host(i) {
             Some(hv) => {
-                let uuid = ctl("ovn-sbctl", sb, &["--bare", "--columns=_uuid", "find", "Chassis", &format!("name={hv}")]);
+                let uuid = ctl(
+                    "ovn-sbctl",
+                    sb,
+                    &[
+                        "--bare",
+                        "--columns=_uuid",
+                        "find",
+                        "Chassis",
+                        &format!("name={hv}"),
+                    ],
+                );
                 assert_eq!(chassis, uuid, "{p} bound to {hv}\n{}", logs());
                 assert_eq!(up, "true", "{p} up\n{}", logs());
             }
@@ -464,14 +485,20 @@ fn assert_batch_done(nb: &str, sb: &str, logs: &dyn Fn() -> String) {
 /// Both chassis registered and a first `--wait=hv` round trip through them.
 fn wait_chassis(nb: &str, sb: &str, logs: &dyn Fn() -> String) {
     let registered = wait_for(Duration::from_secs(30), || {
-        let s = ctl("ovn-sbctl", sb, &["--bare", "--columns=name", "list", "Chassis_Private"]);
+        let s = ctl(
+            "ovn-sbctl",
+            sb,
+            &["--bare", "--columns=name", "list", "Chassis_Private"],
+        );
         s.contains("hv1") && s.contains("hv2")
     });
     assert!(registered, "the chassis never registered\n{}", logs());
     let out = run(
-        Command::new("ovn-nbctl")
-            .arg(format!("--db={nb}"))
-            .args(["--timeout=60", "--wait=hv", "sync"]),
+        Command::new("ovn-nbctl").arg(format!("--db={nb}")).args([
+            "--timeout=60",
+            "--wait=hv",
+            "sync",
+        ]),
         Duration::from_secs(90),
     );
     assert!(
@@ -525,12 +552,37 @@ fn raft_nb_and_sb_lose_their_leaders_during_a_wait_hv_batch() {
         &logs,
     );
     assert_eq!(killed.len(), 2, "both leaders were killed: {killed:?}");
+    // Everyone on the killed leaders had to find the new ones: northd on both databases (it
+    // writes, so it was on the leaders), each chassis on SB.
+    let connects = |log: &str, db: &str| log.matches(&format!("{db}: connected to remote")).count();
+    let northd_log = northd.log_text();
+    assert!(
+        connects(&northd_log, "NB") >= 2,
+        "northd never reconnected to NB\n{}",
+        logs()
+    );
+    assert!(
+        connects(&northd_log, "SB") >= 2,
+        "northd never reconnected to SB\n{}",
+        logs()
+    );
+    for hv in [&hv1, &hv2] {
+        let log = std::fs::read_to_string(hv.dir.join("ctl.log")).unwrap_or_default();
+        assert!(
+            connects(&log, "SB") >= 2,
+            "a chassis never reconnected to SB\n{}",
+            logs()
+        );
+    }
     assert_batch_done(&nbc.alive(), &sbc.alive(), &logs);
 }
 
 #[test]
 fn holdfast_db_restarted_during_a_wait_hv_batch() {
-    if !common::require("holdfast db wait=hv batch", &["ovn-nbctl", "ovn-sbctl", "ovn-appctl"]) {
+    if !common::require(
+        "holdfast db wait=hv batch",
+        &["ovn-nbctl", "ovn-sbctl", "ovn-appctl"],
+    ) {
         return;
     }
     // holdfast db is standalone: one server, no leader election. Its counterpart of "the
