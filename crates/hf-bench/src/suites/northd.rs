@@ -30,8 +30,17 @@
 //!
 //! Development knobs: `HF_BENCH_NORTHD_SIZE=300x30` runs one size, and
 //! `HF_BENCH_NORTHD_COMPILE_ONLY=1` only the in-process figures (for profiling).
+//!
+//! `HF_BENCH_NORTHD_DB=cluster` (issue 20's scale-out): both sides' NB and SB are 3-member
+//! real `ovsdb-server` Raft clusters ([`raft`]), every northd and `ovn-nbctl` given the three
+//! remotes. After the cold sync both leaders are killed; `northd_failover_NxP_wait_sb_raft`
+//! is the time from the kills to an `ovn-nbctl --wait=sb sync` returning (the election
+//! included), and the port adds then run on the surviving members. Every line gets the suffix
+//! `_raft`; the holdfast-db stack is not run (holdfast db is standalone).
 // A benchmark is an I/O shell: it reads the clock and starts processes.
 #![allow(clippy::disallowed_methods)]
+
+mod raft;
 
 use std::io::Write;
 use std::os::unix::net::UnixStream;
@@ -120,6 +129,8 @@ fn peak_rss_mb(pidfile: &Path) -> anyhow::Result<f64> {
 
 /// What one northd did on one NB.
 struct SideBySide {
+    /// From killing both leaders to `--wait=sb sync` returning (Raft clusters only).
+    failover_ms: Option<f64>,
     cold_ms: f64,
     lsp_add_ms: f64,
     nb_to_sb_ms: f64,
@@ -202,6 +213,7 @@ fn side(
     let nb_db = dir.join("nb.db");
     std::fs::copy(nb_file, &nb_db)?;
     let mut servers = Vec::new();
+    let mut clusters = Vec::new();
     let (nb, sb) = match holdfast_db {
         // One `holdfast db` serving both databases (OVN 23.03's schemas, as ovsdb-server).
         Some(bin) => {
@@ -221,6 +233,14 @@ fn side(
             servers.push(Daemon(dir.join("db.pid")));
             let r = format!("unix:{}", sock.display());
             (r.clone(), r)
+        }
+        None if raft::wanted()? => {
+            let nbr = raft::Raft::start(dir, "nb", "OVN_Northbound", &nb_db)?;
+            let sbr = raft::Raft::start(dir, "sb", "OVN_Southbound", Path::new(SB_SCHEMA))?;
+            let remotes = (nbr.remotes(), sbr.remotes());
+            clusters.push(nbr);
+            clusters.push(sbr);
+            remotes
         }
         None => {
             let nb_sock = dir.join("nb.sock");
@@ -242,31 +262,50 @@ fn side(
         .arg(format!("--ovnsb-db={sb}")))
     .with_context(|| format!("starting {name}"))?;
     let northd = Daemon(dir.join(format!("{name}.pid")));
-    let nbctl = |args: &[&str]| {
+    let nbctl = |nb: &str, args: &[&str]| {
         ok(Command::new("ovn-nbctl")
             .arg(format!("--db={nb}"))
             .args(["--wait=sb", "--timeout=120"])
             .args(args))
     };
-    nbctl(&["sync"]).with_context(|| format!("{name}: cold --wait=sb sync"))?;
+    nbctl(&nb, &["sync"]).with_context(|| format!("{name}: cold --wait=sb sync"))?;
     let cold_ms = start.elapsed().as_secs_f64() * 1e3;
-    let nb_watch = Watch::start(&nb, "OVN_Northbound", "Logical_Switch_Port", "name")?;
-    let sb_watch = Watch::start(&sb, "OVN_Southbound", "Port_Binding", "logical_port")?;
+    let (nb, watch_nb, watch_sb, failover_ms) = match clusters.as_mut_slice() {
+        [nbr, sbr] => {
+            // Both leaders die; northd follows the new ones. A one-shot ovn-nbctl tries each
+            // remote once, so it is started once NB has a leader again.
+            let t = Instant::now();
+            nbr.kill_leader()?;
+            sbr.kill_leader()?;
+            nbr.wait_leader(Duration::from_secs(60))?;
+            let nb = nbr.remotes();
+            nbctl(&nb, &["sync"])
+                .with_context(|| format!("{name}: --wait=sb sync after the leaders died"))?;
+            let failover = t.elapsed().as_secs_f64() * 1e3;
+            (nb, nbr.one(), sbr.one(), Some(failover))
+        }
+        _ => (nb.clone(), nb, sb, None),
+    };
+    let nb_watch = Watch::start(&watch_nb, "OVN_Northbound", "Logical_Switch_Port", "name")?;
+    let sb_watch = Watch::start(&watch_sb, "OVN_Southbound", "Port_Binding", "logical_port")?;
     let mut adds = Vec::new();
     let mut nb_to_sb = Vec::new();
     for k in 0..3 {
         let port = format!("bench-new{k}");
         let addr = format!("0a:ff:00:00:00:{:02x} 10.1.0.{}", k + 1, 240 + k);
         let t = Instant::now();
-        nbctl(&[
-            "lsp-add",
-            "ls0",
-            &port,
-            "--",
-            "lsp-set-addresses",
-            &port,
-            &addr,
-        ])
+        nbctl(
+            &nb,
+            &[
+                "lsp-add",
+                "ls0",
+                &port,
+                "--",
+                "lsp-set-addresses",
+                &port,
+                &addr,
+            ],
+        )
         .with_context(|| format!("{name}: lsp-add --wait=sb"))?;
         adds.push(t.elapsed().as_secs_f64() * 1e3);
         let quoted = format!("\"{port}\"");
@@ -277,7 +316,9 @@ fn side(
     }
     let rss_mb = peak_rss_mb(&dir.join(format!("{name}.pid")))?;
     drop(northd);
+    drop(clusters);
     Ok(SideBySide {
+        failover_ms,
         cold_ms,
         lsp_add_ms: median(adds),
         nb_to_sb_ms: median(nb_to_sb),
@@ -325,6 +366,8 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         None => all.to_vec(),
     };
     let sizes = chosen.as_slice();
+    let on_raft = raft::wanted()?;
+    let sfx = if on_raft { "_raft" } else { "" };
     for &(n, p) in sizes {
         let dir = tempfile::tempdir()?;
         let d = dir.path();
@@ -371,8 +414,11 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
                 None,
             ),
         };
-        // The whole holdfast stack: holdfast northd on holdfast db.
-        let stack = holdfast_bin().and_then(|bin| {
+        // The whole holdfast stack: holdfast northd on holdfast db (standalone only).
+        if on_raft {
+            report.note("HF_BENCH_NORTHD_DB=cluster: the holdfast db stack is not run (holdfast db is standalone)");
+        }
+        let stack = holdfast_bin().filter(|_| !on_raft).and_then(|bin| {
             side(
                 &d.join("stack"),
                 &nb_file,
@@ -411,14 +457,24 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
             );
         }
         let names = (
-            format!("northd_cold_{n}x{p}_wait_sb"),
-            format!("northd_lsp_add_{n}x{p}_wait_sb"),
-            format!("northd_{n}x{p}_peak_rss"),
-            format!("northd_lsp_add_{n}x{p}_nb_to_sb"),
+            format!("northd_cold_{n}x{p}_wait_sb{sfx}"),
+            format!("northd_lsp_add_{n}x{p}_wait_sb{sfx}"),
+            format!("northd_{n}x{p}_peak_rss{sfx}"),
+            format!("northd_lsp_add_{n}x{p}_nb_to_sb{sfx}"),
         );
         match ours {
             Ok(h) => {
                 let b = Better::Lower;
+                if let (Some(ours), Some(theirs)) = (h.failover_ms, ovn.failover_ms) {
+                    report.compare(
+                        &format!("northd_failover_{n}x{p}_wait_sb_raft"),
+                        ours,
+                        "ms",
+                        b,
+                        "ovn-northd",
+                        theirs,
+                    );
+                }
                 report.compare(&names.0, h.cold_ms, "ms", b, "ovn-northd", ovn.cold_ms);
                 report.compare(
                     &names.1,
