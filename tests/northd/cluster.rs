@@ -11,9 +11,12 @@
 //!   while one command is in flight and the SB leader while a later one is. Asserted: every
 //!   command returns successfully (each within a command timeout, not a speed assertion);
 //!   every change is in NB; SB equals a fresh in-process compile of NB
-//!   ([`assert_sb_complete`]); `NB_Global.hv_cfg` reached `nb_cfg` and both chassis'
-//!   `Chassis_Private.nb_cfg` with it; every port the chassis host is bound to its chassis and
-//!   `up`.
+//!   ([`assert_sb_complete`]); `nb_cfg` carried over (`SB_Global.nb_cfg` and `NB_Global.sb_cfg`
+//!   equal it); `NB_Global.hv_cfg` reached `nb_cfg` and both chassis' `Chassis_Private.nb_cfg`
+//!   with it; every port the chassis host is bound to its chassis and `up`; northd (on both
+//!   databases) and both chassis reconnected. The batch goes through `ovn-nbctl`'s daemon
+//!   mode: a one-shot `ovn-nbctl` started while no member is leader tries each remote once and
+//!   fails ("database connection failed"), which is OVN's client, not holdfast.
 //! - `holdfast_db_restarted_during_a_wait_hv_batch`: the same batch against `holdfast db`,
 //!   which is standalone: it has no leader and no followers, so "losing the leader" means
 //!   losing the only server. It is killed with SIGKILL mid-batch and started again on the same
@@ -146,6 +149,8 @@ impl Raft {
         assert!(found, "the {} cluster has no leader", self.db_name);
         let l = leader.unwrap_or_default();
         self.members[l].kill9();
+        // Its pid is dead: nothing to signal on drop (the pid may be reused).
+        let _ = std::fs::remove_file(&self.members[l].pidfile);
         self.killed.push(l);
         l
     }
@@ -430,6 +435,15 @@ fn assert_batch_done(nb: &str, sb: &str, logs: &dyn Fn() -> String) {
         "nb_cfg {nb_cfg}: each --wait=hv command bumps it"
     );
     assert_eq!(hv_cfg, nb_cfg, "hv_cfg caught up with nb_cfg\n{}", logs());
+    // nb_cfg carried over to the new leaders: SB_Global has it, and sb_cfg followed.
+    let sb_global: i64 = ctl("ovn-sbctl", sb, &["get", "SB_Global", ".", "nb_cfg"])
+        .parse()
+        .expect("SB_Global nb_cfg");
+    assert_eq!(sb_global, nb_cfg, "SB_Global.nb_cfg");
+    let sb_cfg: i64 = ctl("ovn-nbctl", nb, &["get", "NB_Global", ".", "sb_cfg"])
+        .parse()
+        .expect("sb_cfg");
+    assert_eq!(sb_cfg, nb_cfg, "NB_Global.sb_cfg");
     for hv in ["hv1", "hv2"] {
         let c: i64 = ctl("ovn-sbctl", sb, &["get", "Chassis_Private", hv, "nb_cfg"])
             .parse()
