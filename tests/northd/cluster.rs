@@ -137,6 +137,27 @@ impl Raft {
         String::from_utf8_lossy(&out.stdout).contains("Role: leader")
     }
 
+    /// `cluster/status` of the live members (for failure messages).
+    fn status(&self) -> String {
+        (0..3)
+            .filter(|i| !self.killed.contains(i))
+            .map(|i| {
+                let out = run(
+                    Command::new("ovs-appctl")
+                        .arg("-t")
+                        .arg(self.dir.join(format!("{}{i}.ctl", self.base)))
+                        .args(["cluster/status", self.db_name]),
+                    Duration::from_secs(10),
+                );
+                format!(
+                    "--- {}{i}\n{}",
+                    self.base,
+                    String::from_utf8_lossy(&out.stdout)
+                )
+            })
+            .collect()
+    }
+
     /// SIGKILL the current leader (waiting for one to be elected first); its index.
     fn kill_leader(&mut self) -> usize {
         let mut leader = None;
@@ -148,7 +169,13 @@ impl Raft {
         });
         assert!(found, "the {} cluster has no leader", self.db_name);
         let l = leader.unwrap_or_default();
+        let pid = self.members[l].pid().expect("the leader's pidfile");
         self.members[l].kill9();
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "the {} leader (pid {pid}) survived SIGKILL",
+            self.db_name
+        );
         // Its pid is dead: nothing to signal on drop (the pid may be reused).
         let _ = std::fs::remove_file(&self.members[l].pidfile);
         self.killed.push(l);
@@ -568,24 +595,36 @@ fn raft_nb_and_sb_lose_their_leaders_during_a_wait_hv_batch() {
     assert_eq!(killed.len(), 2, "both leaders were killed: {killed:?}");
     // Everyone on the killed leaders had to find the new ones: northd on both databases (it
     // writes, so it was on the leaders), each chassis on SB.
-    let connects = |log: &str, db: &str| log.matches(&format!("{db}: connected to remote")).count();
-    let northd_log = northd.log_text();
+    let connects = |log: &Path, db: &str| {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        text.matches(&format!("{db}: connected to remote")).count()
+    };
+    let status = || {
+        format!(
+            "killed {killed:?}\n{}{}\n{}",
+            nbc.status(),
+            sbc.status(),
+            logs()
+        )
+    };
+    let reconnected =
+        |log: &Path, db: &str| wait_for(Duration::from_secs(30), || connects(log, db) >= 2);
     assert!(
-        connects(&northd_log, "NB") >= 2,
+        reconnected(&northd.log, "NB"),
         "northd never reconnected to NB\n{}",
-        logs()
+        status()
     );
     assert!(
-        connects(&northd_log, "SB") >= 2,
+        reconnected(&northd.log, "SB"),
         "northd never reconnected to SB\n{}",
-        logs()
+        status()
     );
     for hv in [&hv1, &hv2] {
-        let log = std::fs::read_to_string(hv.dir.join("ctl.log")).unwrap_or_default();
         assert!(
-            connects(&log, "SB") >= 2,
-            "a chassis never reconnected to SB\n{}",
-            logs()
+            reconnected(&hv.dir.join("ctl.log"), "SB"),
+            "{} never reconnected to SB\n{}",
+            hv.dir.display(),
+            status()
         );
     }
     assert_batch_done(&nbc.alive(), &sbc.alive(), &logs);
