@@ -273,15 +273,11 @@ async fn serve(
             _ = term.recv() => { tracing::info!("exiting on signal"); break }
             ev = nb_rx.recv() => {
                 let Some(ev) = ev else { break };
-                log_event("NB", &ev);
-                core.handle_nb_event(ev);
-                while let Ok(ev) = nb_rx.try_recv() { core.handle_nb_event(ev); }
+                drain("NB", ev, &mut nb_rx, log_line, |ev| core.handle_nb_event(ev));
             }
             ev = sb_rx.recv() => {
                 let Some(ev) = ev else { break };
-                log_event("SB", &ev);
-                core.handle_sb_event(ev);
-                while let Ok(ev) = sb_rx.try_recv() { core.handle_sb_event(ev); }
+                drain("SB", ev, &mut sb_rx, log_line, |ev| core.handle_sb_event(ev));
             }
             q = urx.recv() => {
                 match q {
@@ -327,15 +323,49 @@ async fn serve(
     Ok(ExitCode::SUCCESS)
 }
 
-fn log_event<M: hf_ovsdb_net::client::Model>(db: &str, ev: &Event<M>) {
+/// Hands `first` and every event already waiting on `rx` to `handle`, each after its log line
+/// (if it has one) went to `log`. Every event of a burst is logged, not just the first: a
+/// reconnection to a new cluster leader usually arrives right behind other events.
+fn drain<M: hf_ovsdb_net::client::Model>(
+    db: &str,
+    first: Event<M>,
+    rx: &mut mpsc::UnboundedReceiver<Event<M>>,
+    mut log: impl FnMut(tracing::Level, String),
+    mut handle: impl FnMut(Event<M>),
+) {
+    let mut next = Some(first);
+    while let Some(ev) = next {
+        if let Some((level, line)) = event_line(db, &ev) {
+            log(level, line);
+        }
+        handle(ev);
+        next = rx.try_recv().ok();
+    }
+}
+
+/// The shell's own log line for a replica event (the core logs disconnections itself).
+fn event_line<M: hf_ovsdb_net::client::Model>(
+    db: &str,
+    ev: &Event<M>,
+) -> Option<(tracing::Level, String)> {
     match ev {
-        Event::Connected { remote, method } => {
-            tracing::info!("{db}: connected to remote {remote} ({})", method.name())
-        }
-        Event::Resynced { full, rows, .. } => {
-            tracing::debug!("{db}: in sync ({rows} rows, full={full})")
-        }
-        _ => {}
+        Event::Connected { remote, method } => Some((
+            tracing::Level::INFO,
+            format!("{db}: connected to remote {remote} ({})", method.name()),
+        )),
+        Event::Resynced { full, rows, .. } => Some((
+            tracing::Level::DEBUG,
+            format!("{db}: in sync ({rows} rows, full={full})"),
+        )),
+        _ => None,
+    }
+}
+
+fn log_line(level: tracing::Level, line: String) {
+    if level == tracing::Level::DEBUG {
+        tracing::debug!("{line}");
+    } else {
+        tracing::info!("{line}");
     }
 }
 
@@ -396,4 +426,57 @@ fn command(
 
 fn connection_status(synced: bool) -> String {
     if synced { "connected" } else { "not connected" }.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hf_ovsdb_net::client::MonitorMethod;
+
+    /// A reconnection queued behind the disconnection (as after a cluster leader dies) is
+    /// logged too, and every event reaches the core in order.
+    #[test]
+    fn every_event_of_a_burst_is_logged() {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Event<NbSnapshot>>();
+        let first = Event::Connected {
+            remote: 0,
+            method: MonitorMethod::Since,
+        };
+        for ev in [
+            Event::Disconnected {
+                remote: 0,
+                reason: "connection closed".into(),
+            },
+            Event::Connected {
+                remote: 1,
+                method: MonitorMethod::Since,
+            },
+        ] {
+            tx.send(ev).unwrap();
+        }
+        let mut lines = Vec::new();
+        let mut handled = Vec::new();
+        drain(
+            "NB",
+            first,
+            &mut rx,
+            |_, l| lines.push(l),
+            |ev| handled.push(format!("{ev:?}")),
+        );
+        assert_eq!(
+            lines,
+            [
+                "NB: connected to remote 0 (monitor_cond_since)",
+                "NB: connected to remote 1 (monitor_cond_since)"
+            ]
+        );
+        assert_eq!(
+            handled,
+            [
+                "Connected(0, Since)",
+                "Disconnected(0: connection closed)",
+                "Connected(1, Since)"
+            ]
+        );
+    }
 }
