@@ -20,7 +20,8 @@
 //! - `holdfast_db_restarted_during_a_wait_hv_batch`: the same batch against `holdfast db`,
 //!   which is standalone: it has no leader and no followers, so "losing the leader" means
 //!   losing the only server. It is killed with SIGKILL mid-batch and started again on the same
-//!   files; the same assertions hold.
+//!   files (twice: at the two kill points); the same assertions hold, and northd and both
+//!   chassis logged a session after each restart.
 //!
 //! Every daemon runs `--detach --pidfile --unixctl --log-file` in the test's tempdir and is
 //! stopped by pid on drop, also when an assertion fails.
@@ -523,6 +524,37 @@ fn assert_batch_done(nb: &str, sb: &str, logs: &dyn Fn() -> String) {
     }
 }
 
+/// Northd (on NB and SB) and every chassis (on SB) logged at least `sessions` sessions: they
+/// found the server again after losing it.
+fn assert_reconnected(
+    northd: &NorthdProc,
+    chassis: &[&HfChassis],
+    sessions: usize,
+    why: &dyn Fn() -> String,
+) {
+    let connects = |log: &Path, db: &str| {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        text.matches(&format!("{db}: connected to remote")).count()
+    };
+    let reconnected =
+        |log: &Path, db: &str| wait_for(Duration::from_secs(30), || connects(log, db) >= sessions);
+    for db in ["NB", "SB"] {
+        assert!(
+            reconnected(&northd.log, db),
+            "northd has fewer than {sessions} {db} sessions\n{}",
+            why()
+        );
+    }
+    for hv in chassis {
+        assert!(
+            reconnected(&hv.dir.join("ctl.log"), "SB"),
+            "{} has fewer than {sessions} SB sessions\n{}",
+            hv.dir.display(),
+            why()
+        );
+    }
+}
+
 /// Both chassis registered and a first `--wait=hv` round trip through them.
 fn wait_chassis(nb: &str, sb: &str, logs: &dyn Fn() -> String) {
     let registered = wait_for(Duration::from_secs(30), || {
@@ -595,10 +627,6 @@ fn raft_nb_and_sb_lose_their_leaders_during_a_wait_hv_batch() {
     assert_eq!(killed.len(), 2, "both leaders were killed: {killed:?}");
     // Everyone on the killed leaders had to find the new ones: northd on both databases (it
     // writes, so it was on the leaders), each chassis on SB.
-    let connects = |log: &Path, db: &str| {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        text.matches(&format!("{db}: connected to remote")).count()
-    };
     let status = || {
         format!(
             "killed {killed:?}\n{}{}\n{}",
@@ -607,26 +635,7 @@ fn raft_nb_and_sb_lose_their_leaders_during_a_wait_hv_batch() {
             logs()
         )
     };
-    let reconnected =
-        |log: &Path, db: &str| wait_for(Duration::from_secs(30), || connects(log, db) >= 2);
-    assert!(
-        reconnected(&northd.log, "NB"),
-        "northd never reconnected to NB\n{}",
-        status()
-    );
-    assert!(
-        reconnected(&northd.log, "SB"),
-        "northd never reconnected to SB\n{}",
-        status()
-    );
-    for hv in [&hv1, &hv2] {
-        assert!(
-            reconnected(&hv.dir.join("ctl.log"), "SB"),
-            "{} never reconnected to SB\n{}",
-            hv.dir.display(),
-            status()
-        );
-    }
+    assert_reconnected(&northd, &[&hv1, &hv2], 2, &status);
     assert_batch_done(&nbc.alive(), &sbc.alive(), &logs);
 }
 
@@ -673,5 +682,7 @@ fn holdfast_db_restarted_during_a_wait_hv_batch() {
         &logs,
     );
     assert_eq!(restarts, 2);
+    // Two restarts: the first session and one after each.
+    assert_reconnected(&northd, &[&hv1, &hv2], 3, &logs);
     assert_batch_done(&nb, &sb, &logs);
 }
