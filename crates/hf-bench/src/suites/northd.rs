@@ -35,8 +35,10 @@
 //! real `ovsdb-server` Raft clusters ([`raft`]), every northd and `ovn-nbctl` given the three
 //! remotes. After the cold sync both leaders are killed; `northd_failover_NxP_wait_sb_raft`
 //! is the time from the kills to an `ovn-nbctl --wait=sb sync` returning (the election
-//! included), and the port adds then run on the surviving members. Every line gets the suffix
-//! `_raft`; the holdfast-db stack is not run (holdfast db is standalone).
+//! included), and the port adds then run on the surviving members; these lines get the suffix
+//! `_raft`. holdfast db is standalone, so on the holdfast stack its only server is killed
+//! (SIGKILL) and started again on the same files instead (`..._on_holdfast_db_restarted`,
+//! with `northd_failover_NxP_wait_sb_on_holdfast_db_restarted`), against ovn-northd on Raft.
 // A benchmark is an I/O shell: it reads the clock and starts processes.
 #![allow(clippy::disallowed_methods)]
 
@@ -200,6 +202,18 @@ impl Drop for Watch {
     }
 }
 
+/// `holdfast db` (`bin`) serving `dir/nb.db` and `dir/sb.db` on `dir/db.sock`, detached.
+fn start_holdfast_db(bin: &Path, dir: &Path) -> anyhow::Result<Daemon> {
+    ok(Command::new(bin)
+        .arg("db")
+        .args(daemon_args(dir, "db"))
+        .arg(format!("--remote=punix:{}", dir.join("db.sock").display()))
+        .arg(dir.join("nb.db"))
+        .arg(dir.join("sb.db"))
+        .env("HOLDFAST_LOG", "warn"))?;
+    Ok(Daemon(dir.join("db.pid")))
+}
+
 /// Starts `northd` (`argv[0]` and its leading arguments) on a copy of `nb_file` and an empty
 /// SB in `dir`, times the cold compile and three `lsp-add`s.
 fn side(
@@ -222,16 +236,8 @@ fn side(
                 .args(["db", "create"])
                 .arg(&sb_db)
                 .arg(SB_SCHEMA))?;
-            let sock = dir.join("db.sock");
-            ok(Command::new(bin)
-                .arg("db")
-                .args(daemon_args(dir, "db"))
-                .arg(format!("--remote=punix:{}", sock.display()))
-                .arg(&nb_db)
-                .arg(&sb_db)
-                .env("HOLDFAST_LOG", "warn"))?;
-            servers.push(Daemon(dir.join("db.pid")));
-            let r = format!("unix:{}", sock.display());
+            servers.push(start_holdfast_db(bin, dir)?);
+            let r = format!("unix:{}", dir.join("db.sock").display());
             (r.clone(), r)
         }
         None if raft::wanted()? => {
@@ -283,6 +289,26 @@ fn side(
                 .with_context(|| format!("{name}: --wait=sb sync after the leaders died"))?;
             let failover = t.elapsed().as_secs_f64() * 1e3;
             (nb, nbr.one(), sbr.one(), Some(failover))
+        }
+        // holdfast db is standalone: its counterpart of losing the leader is losing the only
+        // server, killed with SIGKILL and started again on the same files.
+        _ if holdfast_db.is_some() && raft::wanted()? => {
+            let t = Instant::now();
+            let pidfile = dir.join("db.pid");
+            let pid = std::fs::read_to_string(&pidfile)?;
+            ok(Command::new("kill").args(["-9", pid.trim()]))?;
+            let gone = format!("/proc/{}", pid.trim());
+            while Path::new(&gone).exists() && t.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if let Some(bin) = holdfast_db {
+                std::mem::forget(servers.pop());
+                servers.push(start_holdfast_db(bin, dir).context("restarting holdfast db")?);
+            }
+            nbctl(&nb, &["sync"])
+                .with_context(|| format!("{name}: --wait=sb sync after holdfast db restarted"))?;
+            let failover = t.elapsed().as_secs_f64() * 1e3;
+            (nb.clone(), nb, sb, Some(failover))
         }
         _ => (nb.clone(), nb, sb, None),
     };
@@ -415,10 +441,7 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
             ),
         };
         // The whole holdfast stack: holdfast northd on holdfast db (standalone only).
-        if on_raft {
-            report.note("HF_BENCH_NORTHD_DB=cluster: the holdfast db stack is not run (holdfast db is standalone)");
-        }
-        let stack = holdfast_bin().filter(|_| !on_raft).and_then(|bin| {
+        let stack = holdfast_bin().and_then(|bin| {
             side(
                 &d.join("stack"),
                 &nb_file,
@@ -429,10 +452,22 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
             .map_err(|e| report.note(&format!("holdfast stack side skipped at {n}x{p}: {e:#}")))
             .ok()
         });
+        // With HF_BENCH_NORTHD_DB=cluster the holdfast db stack's server is restarted instead.
+        let restarted = if on_raft { "_restarted" } else { "" };
         if let Some(h) = &stack {
             let b = Better::Lower;
+            if let (Some(ours), Some(theirs)) = (h.failover_ms, ovn.failover_ms) {
+                report.compare(
+                    &format!("northd_failover_{n}x{p}_wait_sb_on_holdfast_db{restarted}"),
+                    ours,
+                    "ms",
+                    b,
+                    "ovn-northd",
+                    theirs,
+                );
+            }
             report.compare(
-                &format!("northd_cold_{n}x{p}_wait_sb_on_holdfast_db"),
+                &format!("northd_cold_{n}x{p}_wait_sb_on_holdfast_db{restarted}"),
                 h.cold_ms,
                 "ms",
                 b,
@@ -440,7 +475,7 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
                 ovn.cold_ms,
             );
             report.compare(
-                &format!("northd_lsp_add_{n}x{p}_wait_sb_on_holdfast_db"),
+                &format!("northd_lsp_add_{n}x{p}_wait_sb_on_holdfast_db{restarted}"),
                 h.lsp_add_ms,
                 "ms",
                 b,
@@ -448,7 +483,7 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
                 ovn.lsp_add_ms,
             );
             report.compare(
-                &format!("northd_lsp_add_{n}x{p}_nb_to_sb_on_holdfast_db"),
+                &format!("northd_lsp_add_{n}x{p}_nb_to_sb_on_holdfast_db{restarted}"),
                 h.nb_to_sb_ms,
                 "ms",
                 b,
