@@ -47,6 +47,12 @@
 //!   snapshots (made untimed by comparing them), and
 //!   `hf_controller::program_msg::program_msg_reusing` reusing the previous message; its
 //!   message is checked equal to the full path's (untimed).
+//! - `port_delete_NxP_daemons`, `acl_add_pgK_NxP_daemons`, `port_add_100_one_txn_NxP_daemons`,
+//!   `port_delete_100_one_txn_NxP_daemons`: after the port adds, on both chassis as processes,
+//!   a port delete (median of 5), an ACL added to a port group of K ports, one on every switch
+//!   (500 at 500×40; median of 3), and 100 ports of the chassis added, then deleted, in one NB
+//!   transaction; each from SB holding northd's result (`SB_Global.nb_cfg`) until the chassis
+//!   reports that `nb_cfg` (see `controller/changes.rs`). Baseline `ovn-controller`.
 //! - `cold_start_NxP_heap_peak`: the counting allocator's peak growth over one pass of the
 //!   chassis path (the SB replica excluded); MB. `ovn_controller_NxP_peak_rss`: the daemon's
 //!   `VmHWM`; MB (different measures, hence no ratio).
@@ -71,6 +77,7 @@ use anyhow::{Context, bail};
 use hf_datapath::proto::{self, ProgramMsg, ToDatapath};
 use hf_model::SbSnapshot;
 
+mod changes;
 mod chassis;
 
 use chassis::{HfChassis, Poller, RealChassis, measure_chassis, reset_chassis};
@@ -347,6 +354,7 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         Some(bin) => {
             let mut ports = mine.clone();
             ports.extend((0..ADDS).map(|k| new_port(2, k).0));
+            ports.extend(changes::bulk_ports(2, n).into_iter().map(|(nm, _)| nm));
             HfChassis::prepare(&bin, central.dir.path(), &central.sb, &ports).and_then(|mut ch| {
                 let r = measure_chassis(
                     report,
@@ -355,6 +363,7 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
                     "holdfast",
                     &mine[0],
                     2,
+                    (n, p),
                     Duration::from_secs(300),
                 );
                 drop(ch);
@@ -380,6 +389,7 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
             "ovn-controller",
             &mine[0],
             1,
+            (n, p),
             Duration::from_secs(1200),
         )
     });
@@ -417,6 +427,19 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
                     };
                     report.compare(&name, ours, "ms", b, base, theirs);
                 }
+                let pg = changes::pg_members(n, p).len();
+                for ((what, ours), (_, theirs)) in
+                    d.changes.lines(pg).into_iter().zip(t.changes.lines(pg))
+                {
+                    report.compare(
+                        &format!("{what}_{tag}_daemons"),
+                        ours,
+                        "ms",
+                        b,
+                        base,
+                        theirs,
+                    );
+                }
                 report.compare(
                     &format!("chassis_{tag}_peak_rss"),
                     d.chassis_rss_mb,
@@ -436,6 +459,10 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
                     t.port_add_up_ms,
                     "ms",
                 );
+                let pg = changes::pg_members(n, p).len();
+                for (what, v) in t.changes.lines(pg) {
+                    report.result(&format!("ovn_controller_{what}_{tag}"), v, "ms");
+                }
             }
             ours.emit_rest(report, &tag);
             report.result(&format!("ovn_controller_{tag}_peak_rss"), t.rss_mb, "MB");
@@ -451,6 +478,10 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
                 report.result(&format!("cold_start_{tag}_daemons"), d.cold_ms, "ms");
                 report.result(&format!("port_add_{tag}_daemons"), d.port_add_ms, "ms");
                 report.result(&format!("chassis_{tag}_peak_rss"), d.chassis_rss_mb, "MB");
+                let pg = changes::pg_members(n, p).len();
+                for (what, v) in d.changes.lines(pg) {
+                    report.result(&format!("{what}_{tag}_daemons"), v, "ms");
+                }
             }
             ours.emit_rest(report, &tag);
         }

@@ -4,6 +4,7 @@ pub mod central;
 pub mod conntrack;
 pub mod controller;
 pub mod expr;
+pub mod fanout;
 pub mod migration;
 pub mod northd;
 pub mod ovsdb;
@@ -58,6 +59,11 @@ pub const ALL: &[(&str, &str, SuiteFn)] = &[
         "controller",
         "holdfast chassis vs ovn-controller on the gen_topo SB real ovn-northd writes (500x40): cold start and one port added, with the split and peak heap",
         controller::run,
+    ),
+    (
+        "fanout",
+        "one NB change (an ACL on a port group over every switch) reaching 1,000 chassis: holdfast db core, northd and chassis cores in one process; heap per chassis",
+        fanout::run,
     ),
     (
         "sandbox",

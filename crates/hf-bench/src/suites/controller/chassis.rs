@@ -26,6 +26,8 @@ pub(super) struct Theirs {
     pub(super) cold_up_ms: f64,
     pub(super) port_add_ms: f64,
     pub(super) port_add_up_ms: f64,
+    /// Port delete, ACL on a port group, ports in one transaction.
+    pub(super) changes: super::changes::Changes,
     /// The controller's peak RSS.
     pub(super) rss_mb: f64,
     /// The controller's and the datapath's (ovs-vswitchd's).
@@ -279,6 +281,10 @@ pub(super) trait Measured {
     fn start(&mut self) -> anyhow::Result<()>;
     /// Makes `name` a local port before its logical port exists.
     fn prepare_port(&mut self, name: &str) -> anyhow::Result<()>;
+    /// [`Measured::prepare_port`] for several ports.
+    fn prepare_ports(&mut self, names: &[String]) -> anyhow::Result<()> {
+        names.iter().try_for_each(|n| self.prepare_port(n))
+    }
     /// The controller's log tail, for timeouts.
     fn log_tail(&self) -> String;
     /// The controller's own report (ovn-controller's `stopwatch/show`, holdfast's program
@@ -317,6 +323,11 @@ impl Measured for RealChassis {
 
     fn prepare_port(&mut self, name: &str) -> anyhow::Result<()> {
         self.vsctl(&iface_cmd(name)).map(|_| ())
+    }
+
+    fn prepare_ports(&mut self, names: &[String]) -> anyhow::Result<()> {
+        self.vsctl(&batch(names.iter().map(|n| iface_cmd(n))))
+            .map(|_| ())
     }
 
     fn log_tail(&self) -> String {
@@ -487,6 +498,7 @@ pub(super) fn measure_chassis(
     label: &str,
     probe: &str,
     side: u8,
+    size: (usize, usize),
     timeout: Duration,
 ) -> anyhow::Result<Theirs> {
     let mut poll = Poller::connect(&central.sb_sock())?;
@@ -635,8 +647,11 @@ pub(super) fn measure_chassis(
     if let Some(s) = ch.stopwatch(false) {
         report.note(&format!("{label} over the {ADDS} port adds:\n{s}"));
     }
+    let changes =
+        super::changes::measure(report, central, ch, &mut poll, label, side, size, timeout)?;
     let (rss_mb, chassis_rss_mb) = ch.rss_mb()?;
     Ok(Theirs {
+        changes,
         cold_ms,
         cold_up_ms,
         port_add_ms: median(adds),
