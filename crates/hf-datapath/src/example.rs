@@ -138,7 +138,7 @@ pub fn program(generation: u64, hv: u32, ips: [IpAddr; 2]) -> ProgramMsg {
                 members: vec!["vm1".into(), "vm2".into()],
             }],
             flows: flows(),
-        }],
+        }.into()],
         zones,
         chassis_table: (1..=2u32)
             .map(|id| ChassisMsg {
