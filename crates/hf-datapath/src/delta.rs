@@ -197,6 +197,12 @@ impl Keyed for DatapathMsg {
     }
 }
 
+impl<T: Keyed> Keyed for Arc<T> {
+    fn key(&self) -> &str {
+        (**self).key()
+    }
+}
+
 /// Why a delta does not apply. The program is unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DeltaError {

@@ -183,7 +183,7 @@ impl Controller {
         msg.feature_level = Some(self.tuning.feature_level.name().to_string());
         msg.no_last_good = !self.tuning.keep_last_good;
         if let Some(r) = &self.running {
-            let kept = super::lastgood::keep_sets(r, &mut msg);
+            let kept = super::super::lastgood::keep_sets(r, &mut msg);
             if !kept.is_empty() && self.kept_sets != kept {
                 self.say(
                     Level::Warn,
