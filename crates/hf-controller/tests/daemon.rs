@@ -1509,7 +1509,7 @@ fn random_sb_op(rng: &mut Rng, a: &SbSnapshot, net: &Net, step: usize) -> Value 
         let mut v: Vec<_> = a
             .logical_flow()
             .values()
-            .filter(|f| f.external_ids.contains_key("hf-flow-id"))
+            .filter(|f| f.external_ids.contains_key("hf-flow-id") && f.logical_datapath.is_some())
             .collect();
         v.sort_by_key(|f| f.external_ids["hf-flow-id"].clone());
         v
