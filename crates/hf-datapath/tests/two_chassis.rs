@@ -204,7 +204,7 @@ fn established_tcp_survives_disconnect_and_new_program() {
         id: "extra".into(),
         ..Default::default()
     };
-    p2.datapaths[0].flows.push(extra);
+    std::sync::Arc::make_mut(&mut p2.datapaths[0]).flows.push(extra);
     let ans = ctl(&mut n.dps[0], &[ToDatapath::Program(Box::new(p2))], ms(41));
     assert!(
         matches!(ans[..], [FromDatapath::Installed { generation: 2, .. }]),
@@ -522,11 +522,11 @@ fn rarp_activation_and_learned_neighbours_reach_the_controller() {
     let mut dp = chassis(1);
     dp.handle_control_connected(ms(0));
     let mut p = example::program(1, 1, IPS);
-    p.datapaths[0].ports[0].activation = Some(hf_datapath::proto::ActivationMsg {
+    std::sync::Arc::make_mut(&mut p.datapaths[0]).ports[0].activation = Some(hf_datapath::proto::ActivationMsg {
         rarp: true,
         ..Default::default()
     });
-    p.datapaths[0].flows.push(hf_datapath::proto::FlowMsg {
+    std::sync::Arc::make_mut(&mut p.datapaths[0]).flows.push(hf_datapath::proto::FlowMsg {
         table: 0,
         priority: 50,
         matches: "arp".into(),
@@ -640,13 +640,13 @@ fn dhcp_is_answered_in_the_datapath() {
     };
     // ovn-northd's ls_in_dhcp_options / ls_in_dhcp_response shape, ahead of the example's
     // tables (priority above them in tables 0 and 1).
-    p.datapaths[0].flows.push(flow(
+    std::sync::Arc::make_mut(&mut p.datapaths[0]).flows.push(flow(
         0,
         200,
         "inport == \"vm1\" && eth.src == 02:00:00:00:00:01 && ip4.src == 0.0.0.0 && ip4.dst == 255.255.255.255 && udp.src == 68 && udp.dst == 67",
         "reg0[3] = put_dhcp_opts(offerip = 10.0.0.1, router = 10.0.0.254, netmask = 255.255.255.0, server_id = 10.0.0.254, lease_time = 3600); next;",
     ));
-    p.datapaths[0].flows.push(flow(
+    std::sync::Arc::make_mut(&mut p.datapaths[0]).flows.push(flow(
         1,
         65535,
         "inport == \"vm1\" && eth.src == 02:00:00:00:00:01 && ip4 && udp.src == 68 && udp.dst == 67 && reg0[3]",
