@@ -461,7 +461,7 @@ fn bad_flow_keeps_last_good_version() {
     dp.handle_control_connected(ms(0));
     let mut p: ProgramMsg = example::program(1, 1, IPS);
     // The L2 flow to vm2 is broken; its last good version still forwards.
-    let f = p.datapaths[0]
+    let f = std::sync::Arc::make_mut(&mut p.datapaths[0])
         .flows
         .iter_mut()
         .find(|f| f.actions.contains("\"vm2\""))
@@ -698,7 +698,7 @@ fn changed_flow_on_unchanged_ports_takes_effect() {
     };
     assert!(forwards(&mut dp, ms(1)), "program 1 forwards to vm2");
     let mut p: ProgramMsg = example::program(2, 1, IPS);
-    let f = p.datapaths[0]
+    let f = std::sync::Arc::make_mut(&mut p.datapaths[0])
         .flows
         .iter_mut()
         .find(|f| f.actions.contains("\"vm2\""))
