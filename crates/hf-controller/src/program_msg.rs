@@ -363,7 +363,11 @@ fn datapath_msg(
                 share_or_new(a, &src.actions),
                 Some((Arc::clone(m), Arc::clone(a))),
             ),
-            None => (Arc::from(src.matches.as_str()), Arc::from(src.actions.as_str()), None),
+            None => (
+                Arc::from(src.matches.as_str()),
+                Arc::from(src.actions.as_str()),
+                None,
+            ),
         };
         flows.push(FlowMsg {
             egress: f.pipeline == Pipeline::Egress,
@@ -401,7 +405,10 @@ fn share_or_new(known: &Arc<str>, text: &str) -> Arc<str> {
 /// `nb_cfg` they were translated at).
 pub fn same_content(a: &ProgramMsg, b: &ProgramMsg) -> bool {
     a.datapaths.len() == b.datapaths.len()
-        && a.datapaths.iter().zip(&b.datapaths).all(|(x, y)| same_datapath(x, y))
+        && a.datapaths
+            .iter()
+            .zip(&b.datapaths)
+            .all(|(x, y)| same_datapath(x, y))
         && same_outside_datapaths(a, b)
 }
 
@@ -418,9 +425,7 @@ pub fn same_content_within(a: &ProgramMsg, b: &ProgramMsg, datapaths: &BTreeSet<
         && a.datapaths
             .iter()
             .zip(&b.datapaths)
-            .all(|(x, y)| {
-                x.name == y.name && (!datapaths.contains(&x.name) || same_datapath(x, y))
-            })
+            .all(|(x, y)| x.name == y.name && (!datapaths.contains(&x.name) || same_datapath(x, y)))
         && same_outside_datapaths(a, b)
 }
 

@@ -1430,12 +1430,15 @@ fn a_change_in_a_translation_that_was_not_pushed_reaches_the_datapath() {
     net.advance(Duration::from_secs(1));
     let acl_on_ls0 = |net: &Net| {
         net.chassis[0].dp.program().is_some_and(|p| {
-            p.datapaths.iter().any(|d| {
-                d.name == "ls0" && d.flows.iter().any(|f| f.matches.contains("10.9.9.9"))
-            })
+            p.datapaths
+                .iter()
+                .any(|d| d.name == "ls0" && d.flows.iter().any(|f| f.matches.contains("10.9.9.9")))
         })
     };
-    assert!(net.chassis[0].dp.program().is_some(), "no program installed");
+    assert!(
+        net.chassis[0].dp.program().is_some(),
+        "no program installed"
+    );
     assert!(!acl_on_ls0(&net));
     let s0 = net.ctl(0).stats().clone();
     // Held: an ACL on ls0 and a port on ls1 that gets no zone.
@@ -1465,8 +1468,10 @@ fn a_change_in_a_translation_that_was_not_pushed_reaches_the_datapath() {
         .find(|p| p.name == "vm5")
         .unwrap()
         .uuid;
-    net.nb(json!([{"op": "mutate", "table": "Logical_Switch", "where": [["name", "==", "ls1"]],
-        "mutations": [["ports", "delete", ["set", [["uuid", vm5.to_string()]]]]]}]));
+    net.nb(
+        json!([{"op": "mutate", "table": "Logical_Switch", "where": [["name", "==", "ls1"]],
+        "mutations": [["ports", "delete", ["set", [["uuid", vm5.to_string()]]]]]}]),
+    );
     let s2 = net.ctl(0).stats().clone();
     assert!(
         s2.deltas_pushed > s1.deltas_pushed,
@@ -1582,7 +1587,10 @@ fn incremental_messages_equal_whole_builds_over_random_changes() {
             a.advance(Duration::from_millis(200));
             b.advance(Duration::from_millis(200));
             for i in 0..2 {
-                let what = format!("seed {seed}, step {step}, {}, after {op_a}", a.chassis[i].name);
+                let what = format!(
+                    "seed {seed}, step {step}, {}, after {op_a}",
+                    a.chassis[i].name
+                );
                 assert_eq!(
                     a.ctl(i).running_program(),
                     b.ctl(i).running_program(),
@@ -1597,10 +1605,17 @@ fn incremental_messages_equal_whole_builds_over_random_changes() {
             }
         }
         for i in 0..2 {
-            assert!(a.ctl(i).stats().programs_pushed > 5, "{:?}", a.ctl(i).stats());
+            assert!(
+                a.ctl(i).stats().programs_pushed > 5,
+                "{:?}",
+                a.ctl(i).stats()
+            );
             assert_eq!(b.ctl(i).stats().datapath_messages_reused, 0);
             reused += a.ctl(i).stats().datapath_messages_reused;
         }
     }
-    assert!(reused > 0, "the reusing build never reused a datapath's message");
+    assert!(
+        reused > 0,
+        "the reusing build never reused a datapath's message"
+    );
 }

@@ -496,10 +496,11 @@ impl Undo {
         prog.feature_level = s.feature_level;
         prog.no_last_good = s.no_last_good;
         if let Some(order) = self.old_order {
-            let mut by_name: HashMap<String, Arc<DatapathMsg>> = std::mem::take(&mut prog.datapaths)
-                .into_iter()
-                .map(|d| (d.name.clone(), d))
-                .collect();
+            let mut by_name: HashMap<String, Arc<DatapathMsg>> =
+                std::mem::take(&mut prog.datapaths)
+                    .into_iter()
+                    .map(|d| (d.name.clone(), d))
+                    .collect();
             for a in &self.added {
                 by_name.remove(a);
             }

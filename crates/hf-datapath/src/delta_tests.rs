@@ -389,10 +389,12 @@ fn a_hint_must_be_a_superset() {
     let old = two_datapaths();
     let mut new = old.clone();
     new.generation = 6;
-    std::sync::Arc::make_mut(&mut new.datapaths[1]).flows.push(FlowMsg {
-        id: "new".into(),
-        ..FlowMsg::default()
-    });
+    std::sync::Arc::make_mut(&mut new.datapaths[1])
+        .flows
+        .push(FlowMsg {
+            id: "new".into(),
+            ..FlowMsg::default()
+        });
     let only0: BTreeSet<String> = ["dp0".to_string()].into();
     let d = between(
         &old,
@@ -430,7 +432,9 @@ fn a_flow_added_travels_alone() {
         matches: "ip6".into(),
         ..FlowMsg::default()
     };
-    std::sync::Arc::make_mut(&mut new.datapaths[1]).flows.insert(1, f.clone());
+    std::sync::Arc::make_mut(&mut new.datapaths[1])
+        .flows
+        .insert(1, f.clone());
     let d = between(&old, &new, None);
     assert_eq!(d.datapaths.changed.len(), 1);
     let c = &d.datapaths.changed[0];
@@ -451,7 +455,9 @@ fn a_delta_that_does_not_fit_changes_nothing() {
     let old = two_datapaths();
     let mut new = old.clone();
     new.generation = 6;
-    std::sync::Arc::make_mut(&mut new.datapaths[0]).flows.clear();
+    std::sync::Arc::make_mut(&mut new.datapaths[0])
+        .flows
+        .clear();
     new.zones.insert("lsp/x".into(), 9);
     let d = between(&old, &new, None);
     let mut other = old.clone();
@@ -469,7 +475,9 @@ fn a_delta_that_does_not_fit_changes_nothing() {
     // Same generation, other content: a flow it removes is missing. Nothing half-applies
     // (the zone it adds is not there either).
     let mut other = old.clone();
-    std::sync::Arc::make_mut(&mut other.datapaths[0]).flows.pop();
+    std::sync::Arc::make_mut(&mut other.datapaths[0])
+        .flows
+        .pop();
     let before = other.clone();
     let e = apply(&mut other, &d).unwrap_err();
     assert!(

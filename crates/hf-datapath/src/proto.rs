@@ -657,17 +657,20 @@ mod tests {
             ToDatapath::Program(Box::new(ProgramMsg {
                 generation: 7,
                 chassis: "hv1".into(),
-                datapaths: vec![DatapathMsg {
-                    name: "sw0".into(),
-                    tunnel_key: 1,
-                    flows: vec![FlowMsg {
-                        matches: "ip4".into(),
-                        actions: "next;".into(),
-                        id: "hf-flow-id:1".into(),
-                        ..FlowMsg::default()
-                    }],
-                    ..DatapathMsg::default()
-                }.into()],
+                datapaths: vec![
+                    DatapathMsg {
+                        name: "sw0".into(),
+                        tunnel_key: 1,
+                        flows: vec![FlowMsg {
+                            matches: "ip4".into(),
+                            actions: "next;".into(),
+                            id: "hf-flow-id:1".into(),
+                            ..FlowMsg::default()
+                        }],
+                        ..DatapathMsg::default()
+                    }
+                    .into(),
+                ],
                 ..ProgramMsg::default()
             })),
             ToDatapath::Ping { seq: 3 },

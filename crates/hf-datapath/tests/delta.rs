@@ -103,15 +103,17 @@ fn a_delta_recompiles_only_the_datapath_it_changes() {
     let ct = conntrack(&dp);
     let mut p2 = p1.clone();
     p2.generation = 2;
-    std::sync::Arc::make_mut(&mut p2.datapaths[1]).flows.push(FlowMsg {
-        table: 1,
-        priority: 10,
-        matches: "ip4.src == 10.9.9.9".into(),
-        actions: "drop;".into(),
-        id: "sw1-new".into(),
-        stage: "ls_in_1".into(),
-        ..FlowMsg::default()
-    });
+    std::sync::Arc::make_mut(&mut p2.datapaths[1])
+        .flows
+        .push(FlowMsg {
+            table: 1,
+            priority: 10,
+            matches: "ip4.src == 10.9.9.9".into(),
+            actions: "drop;".into(),
+            id: "sw1-new".into(),
+            stage: "ls_in_1".into(),
+            ..FlowMsg::default()
+        });
     let ans = ctl(&mut dp, &[delta(&p1, &p2)], ms(2));
     assert!(
         matches!(&ans[..], [FromDatapath::Installed { generation: 2, flow_errors }] if flow_errors.is_empty()),
@@ -147,7 +149,9 @@ fn a_delta_against_another_base_or_content_changes_nothing() {
     let ct = conntrack(&dp);
     let mut p2 = p1.clone();
     p2.generation = 2;
-    std::sync::Arc::make_mut(&mut p2.datapaths[0]).flows.remove(0);
+    std::sync::Arc::make_mut(&mut p2.datapaths[0])
+        .flows
+        .remove(0);
     p2.zones.insert("lsp/x".into(), 9);
     // Another base.
     let mut other = p1.clone();
@@ -168,13 +172,15 @@ fn a_delta_against_another_base_or_content_changes_nothing() {
     assert_eq!(dp.program(), Some(&p1));
     // The same generation, another content: a flow it removes is not there.
     let mut other = p1.clone();
-    std::sync::Arc::make_mut(&mut other.datapaths[0]).flows.insert(
-        0,
-        FlowMsg {
-            id: "not-here".into(),
-            ..FlowMsg::default()
-        },
-    );
+    std::sync::Arc::make_mut(&mut other.datapaths[0])
+        .flows
+        .insert(
+            0,
+            FlowMsg {
+                id: "not-here".into(),
+                ..FlowMsg::default()
+            },
+        );
     let ans = ctl(&mut dp, &[delta(&other, &p2)], ms(3));
     assert!(
         matches!(&ans[..], [FromDatapath::BaseMismatch { reason, .. }] if reason.contains("not-here")),

@@ -204,7 +204,9 @@ fn established_tcp_survives_disconnect_and_new_program() {
         id: "extra".into(),
         ..Default::default()
     };
-    std::sync::Arc::make_mut(&mut p2.datapaths[0]).flows.push(extra);
+    std::sync::Arc::make_mut(&mut p2.datapaths[0])
+        .flows
+        .push(extra);
     let ans = ctl(&mut n.dps[0], &[ToDatapath::Program(Box::new(p2))], ms(41));
     assert!(
         matches!(ans[..], [FromDatapath::Installed { generation: 2, .. }]),
@@ -522,18 +524,21 @@ fn rarp_activation_and_learned_neighbours_reach_the_controller() {
     let mut dp = chassis(1);
     dp.handle_control_connected(ms(0));
     let mut p = example::program(1, 1, IPS);
-    std::sync::Arc::make_mut(&mut p.datapaths[0]).ports[0].activation = Some(hf_datapath::proto::ActivationMsg {
-        rarp: true,
-        ..Default::default()
-    });
-    std::sync::Arc::make_mut(&mut p.datapaths[0]).flows.push(hf_datapath::proto::FlowMsg {
-        table: 0,
-        priority: 50,
-        matches: "arp".into(),
-        actions: "put_arp(inport, arp.spa, arp.sha); next;".into(),
-        id: "learn".into(),
-        ..Default::default()
-    });
+    std::sync::Arc::make_mut(&mut p.datapaths[0]).ports[0].activation =
+        Some(hf_datapath::proto::ActivationMsg {
+            rarp: true,
+            ..Default::default()
+        });
+    std::sync::Arc::make_mut(&mut p.datapaths[0])
+        .flows
+        .push(hf_datapath::proto::FlowMsg {
+            table: 0,
+            priority: 50,
+            matches: "arp".into(),
+            actions: "put_arp(inport, arp.spa, arp.sha); next;".into(),
+            id: "learn".into(),
+            ..Default::default()
+        });
     let ans = ctl(
         &mut dp,
         &[hello("hv1"), ToDatapath::Program(Box::new(p))],

@@ -582,8 +582,16 @@ impl Ours {
         report.result(&format!("cold_start_{tag}_heap_peak"), self.heap_mb, "MB");
         for (stage, h) in self.stages {
             let mb = |b: usize| b as f64 / 1e6;
-            report.result(&format!("cold_start_{tag}_heap_{stage}_peak"), mb(h.peak), "MB");
-            report.result(&format!("cold_start_{tag}_heap_{stage}_kept"), mb(h.kept), "MB");
+            report.result(
+                &format!("cold_start_{tag}_heap_{stage}_peak"),
+                mb(h.peak),
+                "MB",
+            );
+            report.result(
+                &format!("cold_start_{tag}_heap_{stage}_kept"),
+                mb(h.kept),
+                "MB",
+            );
         }
     }
 }
@@ -788,8 +796,11 @@ fn sb_delta(old: &SbSnapshot, new: &SbSnapshot) -> hf_model::sb::Delta {
 /// The datapaths of `new` whose flows differ from the same-named datapath of `old` (or that
 /// are new): what the datapath, holding its previous program message, hands to `recompile`.
 fn changed_datapaths(old: &ProgramMsg, new: &ProgramMsg) -> Vec<String> {
-    let before: HashMap<&str, &hf_datapath::proto::DatapathMsg> =
-        old.datapaths.iter().map(|d| (d.name.as_str(), d)).collect();
+    let before: HashMap<&str, &hf_datapath::proto::DatapathMsg> = old
+        .datapaths
+        .iter()
+        .map(|d| (d.name.as_str(), &**d))
+        .collect();
     new.datapaths
         .iter()
         .filter(|d| {

@@ -75,12 +75,15 @@ impl FlowErrorEntry {
     }
 }
 
+/// A flow's (match, actions), shared with the programs holding it.
+type Text = (Arc<str>, Arc<str>);
+
 /// The store.
 #[derive(Debug, Clone, Default)]
 pub struct LastGood {
     /// Datapath name -> flow identity -> (match, actions). Nested so a lookup borrows its
     /// `&str` keys and an install of unchanged flows allocates nothing.
-    good: BTreeMap<String, BTreeMap<String, (Arc<str>, Arc<str>)>>,
+    good: BTreeMap<String, BTreeMap<String, Text>>,
     /// Datapaths whose answers changed since [`LastGood::take_changed`].
     changed: BTreeSet<String>,
     errors: BTreeMap<(String, String), FlowErrorEntry>,
@@ -405,16 +408,16 @@ mod tests {
                 .iter()
                 .map(|(name, flows)| {
                     Arc::new(DatapathMsg {
-                    name: (*name).to_string(),
-                    flows: flows
-                        .iter()
-                        .map(|(id, actions)| FlowMsg {
-                            id: (*id).to_string(),
-                            matches: "1".into(),
-                            actions: (*actions).into(),
-                            ..FlowMsg::default()
-                        })
-                        .collect(),
+                        name: (*name).to_string(),
+                        flows: flows
+                            .iter()
+                            .map(|(id, actions)| FlowMsg {
+                                id: (*id).to_string(),
+                                matches: "1".into(),
+                                actions: (*actions).into(),
+                                ..FlowMsg::default()
+                            })
+                            .collect(),
                         ..DatapathMsg::default()
                     })
                 })

@@ -322,8 +322,7 @@ impl Controller {
         for n in &self.flushing {
             self.zones.remove(n);
         }
-        self.installed_nb_cfg =
-            Some(self.installed_nb_cfg.map_or(p.nb_cfg, |n| n.max(p.nb_cfg)));
+        self.installed_nb_cfg = Some(self.installed_nb_cfg.map_or(p.nb_cfg, |n| n.max(p.nb_cfg)));
         let up = installed_local(&p);
         let report = self.lastgood.report();
         let nb_cfg = self.installed_nb_cfg;
@@ -354,9 +353,7 @@ impl Controller {
         if self.inflight.remove(&generation).is_none() {
             self.say(
                 Level::Warn,
-                format!(
-                    "datapath refused the base of delta {generation}, which was not pushed"
-                ),
+                format!("datapath refused the base of delta {generation}, which was not pushed"),
             );
             return;
         }
