@@ -351,24 +351,13 @@ fn datapath_msg(
             skipped.push((d.name.clone(), f.id.0.clone()));
             continue;
         };
-        // A text equal to the last good one is the store's copy (held once); only a new text
-        // is allocated.
+        // Texts are shared, not copied (see [`SharedText`]).
         let good = last_good.last_good(&d.name, &f.id.0);
-        let (matches, actions, lg) = match good {
-            Some((m, a)) if **m == *src.matches && **a == *src.actions => {
-                (Arc::clone(m), Arc::clone(a), None)
-            }
-            Some((m, a)) => (
-                share_or_new(m, &src.matches),
-                share_or_new(a, &src.actions),
-                Some((Arc::clone(m), Arc::clone(a))),
-            ),
-            None => (
-                Arc::from(src.matches.as_str()),
-                Arc::from(src.actions.as_str()),
-                None,
-            ),
-        };
+        let lg = good
+            .filter(|(m, a)| **m != *src.matches || **a != *src.actions)
+            .map(|(m, a)| (Arc::clone(m), Arc::clone(a)));
+        let matches = src.matches.shared_or(good.map(|g| g.0));
+        let actions = src.actions.shared_or(good.map(|g| g.1));
         flows.push(FlowMsg {
             egress: f.pipeline == Pipeline::Egress,
             table: f.table,
@@ -392,12 +381,26 @@ fn datapath_msg(
     }
 }
 
-/// `known` when it reads `text`, else a new copy of `text`.
-fn share_or_new(known: &Arc<str>, text: &str) -> Arc<str> {
-    if **known == *text {
-        Arc::clone(known)
-    } else {
-        Arc::from(text)
+/// A flow text of the translation as a message takes it: the translation's own copy when the
+/// translation holds it shared (`Arc<str>`), else the last good store's copy when that reads
+/// the same (`known`), else a new one. Either way a text the store, the programs and the
+/// translation all hold is held once where the types allow it.
+trait SharedText {
+    fn shared_or(&self, known: Option<&Arc<str>>) -> Arc<str>;
+}
+
+impl SharedText for String {
+    fn shared_or(&self, known: Option<&Arc<str>>) -> Arc<str> {
+        match known {
+            Some(k) if **k == **self => Arc::clone(k),
+            _ => Arc::from(&**self),
+        }
+    }
+}
+
+impl SharedText for Arc<str> {
+    fn shared_or(&self, _: Option<&Arc<str>>) -> Arc<str> {
+        Arc::clone(self)
     }
 }
 
