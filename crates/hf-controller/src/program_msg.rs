@@ -354,7 +354,7 @@ fn datapath_msg(
         // Texts are shared, not copied (see [`SharedText`]).
         let good = last_good.last_good(&d.name, &f.id.0);
         let lg = good
-            .filter(|(m, a)| **m != *src.matches || **a != *src.actions)
+            .filter(|&(m, a)| **m != *src.matches || **a != *src.actions)
             .map(|(m, a)| (Arc::clone(m), Arc::clone(a)));
         let matches = src.matches.shared_or(good.map(|g| g.0));
         let actions = src.actions.shared_or(good.map(|g| g.1));
