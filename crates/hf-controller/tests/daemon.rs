@@ -1619,3 +1619,40 @@ fn incremental_messages_equal_whole_builds_over_random_changes() {
         "the reusing build never reused a datapath's message"
     );
 }
+
+/// Each flow text is held once by the controller: after a port add (some datapaths built
+/// again, the others reused), every flow of the running program has its texts shared with the
+/// last good store (the same allocation, not an equal copy).
+#[test]
+fn flow_texts_are_held_once_by_the_program_and_the_last_good_store() {
+    use hf_controller::program_msg::LastGoodLookup;
+    let mut net = two_chassis();
+    net.chassis[0]
+        .dp
+        .add_port("vm4", Some([0x0a, 0, 0, 1, 0, 9]));
+    net.nb(Value::Array(topology_port("ls0", "vm4", 14)));
+    net.advance(Duration::from_millis(500));
+    let ctl = net.ctl(0);
+    assert!(
+        ctl.stats().datapath_messages_reused > 0,
+        "{:?}",
+        ctl.stats()
+    );
+    let p = ctl.running_program().unwrap();
+    let lg = ctl.flow_errors();
+    let mut shared = 0;
+    for d in &p.datapaths {
+        for f in &d.flows {
+            if let Some((m, a)) = lg.last_good(&d.name, &f.id) {
+                assert!(
+                    Arc::ptr_eq(m, &f.matches) && Arc::ptr_eq(a, &f.actions),
+                    "flow {} of {}: the store holds its own copy",
+                    f.id,
+                    d.name
+                );
+                shared += 1;
+            }
+        }
+    }
+    assert!(shared > 100, "{shared} flows in the store");
+}
