@@ -82,3 +82,8 @@ pub fn reset_peak() -> usize {
 pub fn peak() -> usize {
     PEAK.load(Ordering::Relaxed)
 }
+
+/// Raises the peak to at least `v` (a nested measurement puts back the outer one's peak).
+pub fn raise_peak(v: usize) {
+    PEAK.fetch_max(v, Ordering::Relaxed);
+}

@@ -20,6 +20,7 @@
 //! not from SB) cannot be described and is reported in [`ProgramBuild::skipped`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use hf_datapath::proto::{
     AnnounceMsg, ChassisMsg, DatapathMsg, DnsMsg, FdbMsg, FlowMsg, GroupMsg, LbVipMsg, LocationMsg,
@@ -31,10 +32,11 @@ use hf_pipeline::{DatapathKind, DatapathSpec, PortKind, PortLocation};
 use crate::Translation;
 
 /// Where the last good text of a flow is looked up: (datapath name, flow id) → (match,
-/// actions).
+/// actions). The texts are shared: a flow whose current text equals its last good one takes
+/// the store's copy instead of a new one, so the store and the programs hold one.
 pub trait LastGoodLookup {
     /// The last text of this flow that compiled, if known.
-    fn last_good(&self, datapath: &str, id: &str) -> Option<(&str, &str)>;
+    fn last_good(&self, datapath: &str, id: &str) -> Option<(&Arc<str>, &Arc<str>)>;
 }
 
 /// No last good versions.
@@ -42,7 +44,7 @@ pub trait LastGoodLookup {
 pub struct NoLastGood;
 
 impl LastGoodLookup for NoLastGood {
-    fn last_good(&self, _: &str, _: &str) -> Option<(&str, &str)> {
+    fn last_good(&self, _: &str, _: &str) -> Option<(&Arc<str>, &Arc<str>)> {
         None
     }
 }
@@ -93,7 +95,7 @@ pub fn program_msg(
         .spec
         .datapaths
         .iter()
-        .map(|d| datapath_msg(d, &local_names, last_good, &mut skipped))
+        .map(|d| Arc::new(datapath_msg(d, &local_names, last_good, &mut skipped)))
         .collect();
     let msg = assemble(t, chassis, generation, nb_cfg, extra_zones, datapaths);
     ProgramBuild { msg, skipped }
@@ -107,10 +109,12 @@ pub fn program_msg(
 /// or when `prev` lacks a datapath, it builds as [`program_msg`] does.
 ///
 /// The caller guarantees what `touched` cannot see: `prev` was built from the translation
-/// before `t`, with the same `last_good` answers for the reused datapaths, and is unchanged
-/// (a caller that edits messages, such as keeping sets, passes an unedited copy). Flows
-/// without source text of reused datapaths are not listed in [`ProgramBuild::skipped`] again
-/// (translations from SB have none).
+/// before `t`, with the same `last_good` answers for the reused datapaths (a caller whose
+/// answers changed for a datapath removes it from `prev`, which then builds it afresh), and is
+/// unchanged (a caller that edits messages, such as keeping sets, passes an unedited copy).
+/// Reused datapaths are shared ([`Arc`]), not copied. Flows without source text of reused
+/// datapaths are not listed in [`ProgramBuild::skipped`] again (translations from SB have
+/// none).
 pub fn program_msg_reusing(
     t: &Translation,
     chassis: &str,
@@ -124,7 +128,7 @@ pub fn program_msg_reusing(
         return program_msg(t, chassis, generation, nb_cfg, extra_zones, last_good);
     };
     let local_names = local_names(t);
-    let mut old: HashMap<String, DatapathMsg> = std::mem::take(&mut prev.datapaths)
+    let mut old: HashMap<String, Arc<DatapathMsg>> = std::mem::take(&mut prev.datapaths)
         .into_iter()
         .map(|d| (d.name.clone(), d))
         .collect();
@@ -137,7 +141,7 @@ pub fn program_msg_reusing(
             let reuse = !touched.datapaths.contains(&d.name) || t.renumbered.contains(&d.name);
             match old.remove(&d.name) {
                 Some(m) if reuse => m,
-                _ => datapath_msg(d, &local_names, last_good, &mut skipped),
+                _ => Arc::new(datapath_msg(d, &local_names, last_good, &mut skipped)),
             }
         })
         .collect();
@@ -190,7 +194,7 @@ fn assemble(
     generation: u64,
     nb_cfg: i64,
     extra_zones: &BTreeMap<String, u16>,
-    datapaths: Vec<DatapathMsg>,
+    datapaths: Vec<Arc<DatapathMsg>>,
 ) -> ProgramMsg {
     let zones = all_zones(t, extra_zones);
     let address_sets = t
@@ -347,16 +351,19 @@ fn datapath_msg(
             skipped.push((d.name.clone(), f.id.0.clone()));
             continue;
         };
-        let lg = last_good
-            .last_good(&d.name, &f.id.0)
-            .filter(|(m, a)| *m != src.matches || *a != src.actions)
-            .map(|(m, a)| (m.to_string(), a.to_string()));
+        // Texts are shared, not copied (see [`SharedText`]).
+        let good = last_good.last_good(&d.name, &f.id.0);
+        let lg = good
+            .filter(|&(m, a)| **m != *src.matches || **a != *src.actions)
+            .map(|(m, a)| (Arc::clone(m), Arc::clone(a)));
+        let matches = src.matches.shared_or(good.map(|g| g.0));
+        let actions = src.actions.shared_or(good.map(|g| g.1));
         flows.push(FlowMsg {
             egress: f.pipeline == Pipeline::Egress,
             table: f.table,
             priority: f.priority,
-            matches: src.matches.clone(),
-            actions: src.actions.clone(),
+            matches,
+            actions,
             id: f.id.0.clone(),
             stage: f.stage.clone(),
             sb_uuid: f.sb_uuid.clone(),
@@ -374,10 +381,43 @@ fn datapath_msg(
     }
 }
 
+/// A flow text of the translation as a message takes it: the translation's own copy when the
+/// translation holds it shared (`Arc<str>`), else the last good store's copy when that reads
+/// the same (`known`), else a new one. Either way a text the store, the programs and the
+/// translation all hold is held once where the types allow it.
+trait SharedText {
+    fn shared_or(&self, known: Option<&Arc<str>>) -> Arc<str>;
+}
+
+impl SharedText for String {
+    fn shared_or(&self, known: Option<&Arc<str>>) -> Arc<str> {
+        match known {
+            Some(k) if **k == **self => Arc::clone(k),
+            _ => Arc::from(&**self),
+        }
+    }
+}
+
+impl SharedText for Arc<str> {
+    fn shared_or(&self, _: Option<&Arc<str>>) -> Arc<str> {
+        Arc::clone(self)
+    }
+}
+
 /// Whether two programs describe the same forwarding (everything but the generation and the
 /// `nb_cfg` they were translated at).
 pub fn same_content(a: &ProgramMsg, b: &ProgramMsg) -> bool {
-    a.datapaths == b.datapaths && same_outside_datapaths(a, b)
+    a.datapaths.len() == b.datapaths.len()
+        && a.datapaths
+            .iter()
+            .zip(&b.datapaths)
+            .all(|(x, y)| same_datapath(x, y))
+        && same_outside_datapaths(a, b)
+}
+
+/// Equal datapath messages; one shared message is equal without a look at its flows.
+fn same_datapath(x: &Arc<DatapathMsg>, y: &Arc<DatapathMsg>) -> bool {
+    Arc::ptr_eq(x, y) || x == y
 }
 
 /// [`same_content`] for programs known to differ at most in the datapaths named in
@@ -388,7 +428,7 @@ pub fn same_content_within(a: &ProgramMsg, b: &ProgramMsg, datapaths: &BTreeSet<
         && a.datapaths
             .iter()
             .zip(&b.datapaths)
-            .all(|(x, y)| x.name == y.name && (!datapaths.contains(&x.name) || x == y))
+            .all(|(x, y)| x.name == y.name && (!datapaths.contains(&x.name) || same_datapath(x, y)))
         && same_outside_datapaths(a, b)
 }
 

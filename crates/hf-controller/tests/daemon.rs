@@ -80,6 +80,8 @@ struct Net {
     routes: BTreeMap<SessionId, Target>,
     /// Controllers send program deltas (`Tuning::program_deltas`).
     deltas: bool,
+    /// Controllers build messages reusing untouched datapaths (`Tuning::incremental_messages`).
+    reuse: bool,
 }
 
 fn replica_cfg(tables: Vec<TableSelect>) -> ReplicaConfig {
@@ -105,12 +107,17 @@ fn new_controller(name: &str, ip: &str, t: Duration) -> Controller {
 }
 
 fn new_controller_deltas(name: &str, ip: &str, t: Duration, deltas: bool) -> Controller {
+    new_controller_with(name, ip, t, deltas, true)
+}
+
+fn new_controller_with(name: &str, ip: &str, t: Duration, deltas: bool, reuse: bool) -> Controller {
     Controller::with_tuning(
         ctl_config(name, ip),
         Tuning {
             probe_interval_ms: None,
             wall_offset_ms: WALL0,
             program_deltas: deltas,
+            incremental_messages: reuse,
             ..Tuning::default()
         },
         t,
@@ -130,6 +137,7 @@ impl Net {
             chassis: Vec::new(),
             routes: BTreeMap::from([(writer, Target::Writer)]),
             deltas: true,
+            reuse: true,
         };
         net.nb(json!([{"op": "insert", "table": "NB_Global", "row": {}}]));
         net.sb(json!([{"op": "insert", "table": "SB_Global", "row": {}}]));
@@ -189,7 +197,7 @@ impl Net {
             IpAddr::V6(a) => a.to_string(),
         };
         let c = &mut self.chassis[i];
-        let mut ctl = new_controller_deltas(&c.name, &ip, self.t, self.deltas);
+        let mut ctl = new_controller_with(&c.name, &ip, self.t, self.deltas, self.reuse);
         c.dp.handle_control_connected(self.t);
         ctl.handle_dp_connected(self.t);
         c.ctl = Some(ctl);
@@ -1097,8 +1105,8 @@ fn a_bad_flow_keeps_its_last_good_version_and_is_reported_once() {
             .flat_map(|d| d.flows.iter())
             .find(|f| f.id == format!("hf-flow-id:{id}"))
             .unwrap();
-        assert_eq!(f.actions, "frobnicate(reg0);");
-        assert_eq!(f.last_good.as_ref().map(|(_, a)| a.as_str()), Some("next;"));
+        assert_eq!(&*f.actions, "frobnicate(reg0);");
+        assert_eq!(f.last_good.as_ref().map(|(_, a)| &**a), Some("next;"));
     }
     // Logged once per distinct cause, with the count.
     let ctl = c.ctl.as_ref().unwrap();
@@ -1389,4 +1397,262 @@ fn a_refused_sb_write_is_logged_once_and_retried() {
         .count();
     assert_eq!(lines, 1, "{:?}", c.logs);
     assert!(ctl.status().contains("Chassis: hv3 (not registered)"));
+}
+
+/// A translation that is not pushed still changed what the datapath must get: the next push's
+/// delta hint is the union of every translation's `touched` since the running program, not
+/// only the latest one's. Here the held translation (zones exhausted by a port on ls1) also
+/// adds an ACL on ls0; the next translation only takes the ls1 port away again (it touches
+/// ls1, not ls0). A controller that kept only the latest translation's `touched` would compare
+/// and send ls1 alone: the ACL would never reach the datapath (or the push would be skipped
+/// as unchanged).
+#[test]
+fn a_change_in_a_translation_that_was_not_pushed_reaches_the_datapath() {
+    let mut net = two_chassis();
+    net.stop_controller(0);
+    // A new datapath process whose zone map holds every zone but the ones hv1's objects have
+    // now: the running program fits, any new object does not.
+    let old = &net.chassis[0].dp;
+    let mut zones = old.zones().clone();
+    let taken: BTreeSet<u16> = zones.values().copied().collect();
+    for z in (1..=u16::MAX).filter(|z| !taken.contains(z)) {
+        zones.insert(format!("lr/ghost{z}/dnat"), z);
+    }
+    let mut cfg = DatapathConfig::new("hv1", old.config().tunnel_ip);
+    cfg.zones = zones;
+    let mut dp = Datapath::new(cfg);
+    for p in old.ports() {
+        dp.add_port(&p.name, p.mac);
+    }
+    net.chassis[0].dp = dp;
+    net.start_controller(0);
+    // Less than the grace: the ghosts stay.
+    net.advance(Duration::from_secs(1));
+    let acl_on_ls0 = |net: &Net| {
+        net.chassis[0].dp.program().is_some_and(|p| {
+            p.datapaths
+                .iter()
+                .any(|d| d.name == "ls0" && d.flows.iter().any(|f| f.matches.contains("10.9.9.9")))
+        })
+    };
+    assert!(
+        net.chassis[0].dp.program().is_some(),
+        "no program installed"
+    );
+    assert!(!acl_on_ls0(&net));
+    let s0 = net.ctl(0).stats().clone();
+    // Held: an ACL on ls0 and a port on ls1 that gets no zone.
+    let mut ops = vec![
+        json!({"op": "insert", "table": "ACL", "uuid-name": "acl",
+            "row": {"direction": "from-lport", "priority": 1001,
+                    "match": "ip4.src == 10.9.9.9", "action": "drop"}}),
+        json!({"op": "mutate", "table": "Logical_Switch", "where": [["name", "==", "ls0"]],
+            "mutations": [["acls", "insert", ["set", [["named-uuid", "acl"]]]]]}),
+    ];
+    ops.extend(topology_port("ls1", "vm5", 15));
+    net.nb(Value::Array(ops));
+    let s1 = net.ctl(0).stats().clone();
+    assert!(s1.translations > s0.translations, "{s1:?}");
+    assert_eq!(s1.programs_pushed, s0.programs_pushed, "{s1:?}");
+    assert!(
+        net.ctl(0).status().contains("Zone error: zone-exhausted"),
+        "{}",
+        net.ctl(0).status()
+    );
+    assert!(!acl_on_ls0(&net));
+    // The port goes again: zones suffice, and the ACL must arrive with this push.
+    let vm5 = net
+        .db_nb()
+        .logical_switch_port()
+        .values()
+        .find(|p| p.name == "vm5")
+        .unwrap()
+        .uuid;
+    net.nb(
+        json!([{"op": "mutate", "table": "Logical_Switch", "where": [["name", "==", "ls1"]],
+        "mutations": [["ports", "delete", ["set", [["uuid", vm5.to_string()]]]]]}]),
+    );
+    let s2 = net.ctl(0).stats().clone();
+    assert!(
+        s2.deltas_pushed > s1.deltas_pushed,
+        "not pushed as a delta: {s2:?}"
+    );
+    assert!(
+        acl_on_ls0(&net),
+        "the ACL of the held translation did not reach the datapath"
+    );
+    assert_eq!(
+        net.ctl(0).running_program(),
+        net.chassis[0].dp.program(),
+        "the controller's idea of the running program is not what runs"
+    );
+}
+
+/// A seeded SplitMix64 (the property test below).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// One random SB change for `net` (northd stopped), chosen from `a`'s view (the two nets
+/// hold the same rows; flows are found again by identity): a flow's match or actions set to
+/// another text (sometimes one that does not compile, so last good versions come into play),
+/// a flow removed, a flow added, or an address set changed.
+fn random_sb_op(rng: &mut Rng, a: &SbSnapshot, net: &Net, step: usize) -> Value {
+    let flows: Vec<&hf_model::sb::LogicalFlow> = {
+        let mut v: Vec<_> = a
+            .logical_flow()
+            .values()
+            .filter(|f| f.external_ids.contains_key("hf-flow-id") && f.logical_datapath.is_some())
+            .collect();
+        v.sort_by_key(|f| f.external_ids["hf-flow-id"].clone());
+        v
+    };
+    let pick = flows[rng.below(flows.len())];
+    let id = pick.external_ids["hf-flow-id"].clone();
+    let sb = net.db_sb();
+    let uuid = sb
+        .logical_flow()
+        .values()
+        .find(|f| f.external_ids.get("hf-flow-id") == Some(&id))
+        .unwrap()
+        .uuid;
+    let by_uuid = json!([["_uuid", "==", ["uuid", uuid.to_string()]]]);
+    const ACTIONS: [&str; 4] = ["next;", "drop;", "reg0 = 1; next;", "frobnicate(reg0);"];
+    const MATCHES: [&str; 4] = ["1", "ip4", "ip4.src == 10.9.9.9", "ip4 &&"];
+    match rng.below(6) {
+        0 | 1 => json!([{"op": "update", "table": "Logical_Flow", "where": by_uuid,
+            "row": {"actions": ACTIONS[rng.below(ACTIONS.len())]}}]),
+        2 => json!([{"op": "update", "table": "Logical_Flow", "where": by_uuid,
+            "row": {"match": MATCHES[rng.below(MATCHES.len())]}}]),
+        3 => json!([{"op": "delete", "table": "Logical_Flow", "where": by_uuid}]),
+        4 => {
+            let dp = pick.logical_datapath.map(|d| d.uuid()).unwrap();
+            json!([{"op": "insert", "table": "Logical_Flow",
+                "row": {"logical_datapath": ["uuid", dp.to_string()],
+                        "pipeline": "ingress", "table_id": pick.table_id,
+                        "priority": 7, "match": format!("reg1 == {step}"),
+                        "actions": ACTIONS[rng.below(3)],
+                        "external_ids": ["map", [["hf-flow-id", format!("rnd{step}")],
+                                                 ["stage-name", "ls_in_acl"]]]}}])
+        }
+        _ => json!([{"op": "insert", "table": "Address_Set",
+            "row": {"name": format!("as{step}"), "addresses": ["set", ["10.1.1.1"]]}}]),
+    }
+}
+
+/// The daemon's message build reusing untouched datapaths' messages
+/// (`Tuning::incremental_messages`, `program_msg_reusing`) gives what building every message
+/// whole (`program_msg`) gives: two identical clusters, one controller kind each, take the
+/// same seeded random SB changes, and after every step each chassis's running program (the
+/// controller's, and the datapath's) is the same in both. Flow texts change under a stable
+/// identity and sometimes do not compile, so the last good answers change between builds of
+/// datapaths the next translation does not touch (the reusing build must not keep their stale
+/// `last_good` fields).
+#[test]
+fn incremental_messages_equal_whole_builds_over_random_changes() {
+    let cluster = |reuse: bool| {
+        let mut net = Net::new();
+        net.reuse = reuse;
+        net.nb(topology_ops());
+        net.add_chassis("hv1", [192, 168, 0, 1], &["vm1"]);
+        net.add_chassis("hv2", [192, 168, 0, 2], &["vm2", "vm3", "vm9"]);
+        net.advance(Duration::from_secs(1));
+        net.stop_northd();
+        net
+    };
+    let mut reused = 0;
+    for seed in 1..=3u64 {
+        let mut a = cluster(true);
+        let mut b = cluster(false);
+        let mut rng = Rng(seed);
+        for step in 0..30 {
+            let view = a.db_sb();
+            let mut r2 = Rng(rng.0);
+            let op_a = random_sb_op(&mut rng, &view, &a, step);
+            let op_b = random_sb_op(&mut r2, &view, &b, step);
+            a.sb(op_a.clone());
+            b.sb(op_b);
+            a.advance(Duration::from_millis(200));
+            b.advance(Duration::from_millis(200));
+            for i in 0..2 {
+                let what = format!(
+                    "seed {seed}, step {step}, {}, after {op_a}",
+                    a.chassis[i].name
+                );
+                assert_eq!(
+                    a.ctl(i).running_program(),
+                    b.ctl(i).running_program(),
+                    "{what}: the controller's program differs from the whole build's"
+                );
+                assert_eq!(
+                    a.chassis[i].dp.program(),
+                    b.chassis[i].dp.program(),
+                    "{what}: the datapath's program differs"
+                );
+                assert_eq!(a.chassis[i].dp.flow_errors(), b.chassis[i].dp.flow_errors());
+            }
+        }
+        for i in 0..2 {
+            assert!(
+                a.ctl(i).stats().programs_pushed > 5,
+                "{:?}",
+                a.ctl(i).stats()
+            );
+            assert_eq!(b.ctl(i).stats().datapath_messages_reused, 0);
+            reused += a.ctl(i).stats().datapath_messages_reused;
+        }
+    }
+    assert!(
+        reused > 0,
+        "the reusing build never reused a datapath's message"
+    );
+}
+
+/// Each flow text is held once by the controller: after a port add (some datapaths built
+/// again, the others reused), every flow of the running program has its texts shared with the
+/// last good store (the same allocation, not an equal copy).
+#[test]
+fn flow_texts_are_held_once_by_the_program_and_the_last_good_store() {
+    use hf_controller::program_msg::LastGoodLookup;
+    let mut net = two_chassis();
+    net.chassis[0]
+        .dp
+        .add_port("vm4", Some([0x0a, 0, 0, 1, 0, 9]));
+    net.nb(Value::Array(topology_port("ls0", "vm4", 14)));
+    net.advance(Duration::from_millis(500));
+    let ctl = net.ctl(0);
+    assert!(
+        ctl.stats().datapath_messages_reused > 0,
+        "{:?}",
+        ctl.stats()
+    );
+    let p = ctl.running_program().unwrap();
+    let lg = ctl.flow_errors();
+    let mut shared = 0;
+    for d in &p.datapaths {
+        for f in &d.flows {
+            if let Some((m, a)) = lg.last_good(&d.name, &f.id) {
+                assert!(
+                    Arc::ptr_eq(m, &f.matches) && Arc::ptr_eq(a, &f.actions),
+                    "flow {} of {}: the store holds its own copy",
+                    f.id,
+                    d.name
+                );
+                shared += 1;
+            }
+        }
+    }
+    assert!(shared > 100, "{shared} flows in the store");
 }

@@ -458,7 +458,7 @@ impl Datapath {
             if let (Some(flows), Some(d)) =
                 (old, msg.datapaths.iter_mut().find(|d| &d.name == name))
             {
-                d.flows = flows;
+                std::sync::Arc::make_mut(d).flows = flows;
             }
         }
         Ok(self.installed(msg, prog, errs, held))
@@ -537,7 +537,7 @@ impl Datapath {
             .collect();
         for (name, flows) in olds {
             if let Some(d) = msg.datapaths.iter_mut().find(|d| d.name == name) {
-                d.flows = flows;
+                std::sync::Arc::make_mut(d).flows = flows;
             }
         }
         drop(applied);

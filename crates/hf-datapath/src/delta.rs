@@ -32,6 +32,7 @@
 //! the compiler's job, as for a whole program).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -101,7 +102,7 @@ pub struct DatapathsDelta {
     /// Datapaths whose content changed.
     pub changed: Vec<DatapathChange>,
     /// New datapaths, whole, appended after the surviving ones (unless `order` says otherwise).
-    pub added: Vec<DatapathMsg>,
+    pub added: Vec<Arc<DatapathMsg>>,
     /// The names of the result in order, when that is not "the old order without the removed
     /// ones, then the added ones".
     pub order: Option<Vec<String>>,
@@ -193,6 +194,12 @@ impl Keyed for GroupMsg {
 impl Keyed for DatapathMsg {
     fn key(&self) -> &str {
         &self.name
+    }
+}
+
+impl<T: Keyed> Keyed for Arc<T> {
+    fn key(&self) -> &str {
+        (**self).key()
     }
 }
 
@@ -289,8 +296,8 @@ fn map_delta<V: Clone + PartialEq>(
 }
 
 fn datapaths_delta(
-    old: &[DatapathMsg],
-    new: &[DatapathMsg],
+    old: &[Arc<DatapathMsg>],
+    new: &[Arc<DatapathMsg>],
     hint: Option<&BTreeSet<String>>,
 ) -> DatapathsDelta {
     let old_ix: HashMap<&str, usize> = old
@@ -315,7 +322,8 @@ fn datapaths_delta(
                     continue;
                 }
                 let o = &old[i];
-                if o != d {
+                // One shared datapath (the controller's reused messages) is equal as it is.
+                if !Arc::ptr_eq(o, d) && o != d {
                     out.changed.push(DatapathChange {
                         name: d.name.clone(),
                         tunnel_key: d.tunnel_key,
@@ -425,7 +433,7 @@ pub struct Undo {
     /// The old order of datapath names, when the datapaths changed.
     old_order: Option<Vec<String>>,
     /// The old versions of changed and removed datapaths.
-    saved: HashMap<String, DatapathMsg>,
+    saved: HashMap<String, Arc<DatapathMsg>>,
     /// Names of datapaths the delta added.
     added: Vec<String>,
     zones: Vec<(String, Option<u16>)>,
@@ -488,10 +496,11 @@ impl Undo {
         prog.feature_level = s.feature_level;
         prog.no_last_good = s.no_last_good;
         if let Some(order) = self.old_order {
-            let mut by_name: HashMap<String, DatapathMsg> = std::mem::take(&mut prog.datapaths)
-                .into_iter()
-                .map(|d| (d.name.clone(), d))
-                .collect();
+            let mut by_name: HashMap<String, Arc<DatapathMsg>> =
+                std::mem::take(&mut prog.datapaths)
+                    .into_iter()
+                    .map(|d| (d.name.clone(), d))
+                    .collect();
             for a in &self.added {
                 by_name.remove(a);
             }
@@ -574,7 +583,7 @@ pub fn apply_undoable(prog: &mut ProgramMsg, delta: &ProgramDelta) -> Result<App
             return Err(bad(format!("datapath {n} named twice")));
         }
     }
-    let mut prepared: Vec<(usize, DatapathMsg)> = Vec::with_capacity(dd.changed.len());
+    let mut prepared: Vec<(usize, Arc<DatapathMsg>)> = Vec::with_capacity(dd.changed.len());
     for c in &dd.changed {
         let Some(&i) = ix.get(c.name.as_str()) else {
             return Err(bad(format!(
@@ -589,14 +598,14 @@ pub fn apply_undoable(prog: &mut ProgramMsg, delta: &ProgramDelta) -> Result<App
         let at = |what: &str, e: String| bad(format!("datapath {}: {what}: {e}", c.name));
         prepared.push((
             i,
-            DatapathMsg {
+            Arc::new(DatapathMsg {
                 name: c.name.clone(),
                 tunnel_key: c.tunnel_key,
                 router_zones: c.router_zones,
                 ports: edit_list(&o.ports, c.ports.as_ref()).map_err(|e| at("ports", e))?,
                 groups: edit_list(&o.groups, c.groups.as_ref()).map_err(|e| at("groups", e))?,
                 flows: edit_list(&o.flows, c.flows.as_ref()).map_err(|e| at("flows", e))?,
-            },
+            }),
         ));
     }
     for a in &dd.added {
@@ -671,7 +680,7 @@ pub fn apply_undoable(prog: &mut ProgramMsg, delta: &ProgramDelta) -> Result<App
             kept.push(a.clone());
         }
         if dd.order.is_some() {
-            let mut by_name: HashMap<String, DatapathMsg> =
+            let mut by_name: HashMap<String, Arc<DatapathMsg>> =
                 kept.into_iter().map(|d| (d.name.clone(), d)).collect();
             kept = result_names
                 .iter()

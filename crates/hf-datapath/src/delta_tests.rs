@@ -38,7 +38,7 @@ fn flow(rng: &mut Rng, n: usize) -> FlowMsg {
         egress: rng.chance(50),
         table: rng.below(4) as u8,
         priority: rng.below(3) as u16 * 50,
-        matches: format!("ip4.dst == 10.0.0.{}", rng.below(5)),
+        matches: format!("ip4.dst == 10.0.0.{}", rng.below(5)).into(),
         actions: ["next;", "drop;", "output;"][rng.below(3)].into(),
         id: format!("f{n}"),
         stage: "ls_in_acl".into(),
@@ -87,7 +87,7 @@ fn program(rng: &mut Rng) -> ProgramMsg {
         generation: rng.below(100) as u64,
         chassis: "hv1".into(),
         nb_cfg: rng.below(10) as i64,
-        datapaths: (0..rng.below(5)).map(|i| datapath(rng, i)).collect(),
+        datapaths: (0..rng.below(5)).map(|i| datapath(rng, i).into()).collect(),
         zones: (0..rng.below(4))
             .map(|i| (format!("lsp/p{i}"), i as u16 + 1))
             .collect(),
@@ -166,7 +166,7 @@ fn mutate(rng: &mut Rng, old: &ProgramMsg) -> ProgramMsg {
                 if !p.datapaths.iter().any(|d| d.name == format!("dp{n}")) {
                     let at = rng.below(p.datapaths.len() + 1);
                     let d = datapath(rng, n);
-                    p.datapaths.insert(at, d);
+                    p.datapaths.insert(at, d.into());
                 }
             }
             2 if rng.chance(30) => swap_two(rng, &mut p.datapaths),
@@ -177,6 +177,7 @@ fn mutate(rng: &mut Rng, old: &ProgramMsg) -> ProgramMsg {
         if !rng.chance(40) {
             continue;
         }
+        let d = std::sync::Arc::make_mut(d);
         if rng.chance(20) {
             d.tunnel_key += 100;
         }
@@ -377,7 +378,7 @@ fn two_datapaths() -> ProgramMsg {
     let mut rng = Rng::new(1);
     ProgramMsg {
         generation: 5,
-        datapaths: vec![datapath(&mut rng, 0), datapath(&mut rng, 1)],
+        datapaths: vec![datapath(&mut rng, 0).into(), datapath(&mut rng, 1).into()],
         ..ProgramMsg::default()
     }
 }
@@ -388,10 +389,12 @@ fn a_hint_must_be_a_superset() {
     let old = two_datapaths();
     let mut new = old.clone();
     new.generation = 6;
-    new.datapaths[1].flows.push(FlowMsg {
-        id: "new".into(),
-        ..FlowMsg::default()
-    });
+    std::sync::Arc::make_mut(&mut new.datapaths[1])
+        .flows
+        .push(FlowMsg {
+            id: "new".into(),
+            ..FlowMsg::default()
+        });
     let only0: BTreeSet<String> = ["dp0".to_string()].into();
     let d = between(
         &old,
@@ -429,7 +432,9 @@ fn a_flow_added_travels_alone() {
         matches: "ip6".into(),
         ..FlowMsg::default()
     };
-    new.datapaths[1].flows.insert(1, f.clone());
+    std::sync::Arc::make_mut(&mut new.datapaths[1])
+        .flows
+        .insert(1, f.clone());
     let d = between(&old, &new, None);
     assert_eq!(d.datapaths.changed.len(), 1);
     let c = &d.datapaths.changed[0];
@@ -450,7 +455,9 @@ fn a_delta_that_does_not_fit_changes_nothing() {
     let old = two_datapaths();
     let mut new = old.clone();
     new.generation = 6;
-    new.datapaths[0].flows.clear();
+    std::sync::Arc::make_mut(&mut new.datapaths[0])
+        .flows
+        .clear();
     new.zones.insert("lsp/x".into(), 9);
     let d = between(&old, &new, None);
     let mut other = old.clone();
@@ -468,7 +475,9 @@ fn a_delta_that_does_not_fit_changes_nothing() {
     // Same generation, other content: a flow it removes is missing. Nothing half-applies
     // (the zone it adds is not there either).
     let mut other = old.clone();
-    other.datapaths[0].flows.pop();
+    std::sync::Arc::make_mut(&mut other.datapaths[0])
+        .flows
+        .pop();
     let before = other.clone();
     let e = apply(&mut other, &d).unwrap_err();
     assert!(

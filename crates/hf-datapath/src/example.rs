@@ -124,21 +124,24 @@ pub fn program(generation: u64, hv: u32, ips: [IpAddr; 2]) -> ProgramMsg {
         generation,
         chassis: format!("hv{hv}"),
         nb_cfg: generation as i64,
-        datapaths: vec![DatapathMsg {
-            name: "sw0".into(),
-            tunnel_key: 1,
-            router_zones: None,
-            ports: vec![
-                port("vm1", 1, 1, VM1_ZONE, VM1_MAC, VM1_IP),
-                port("vm2", 2, 2, VM2_ZONE, VM2_MAC, VM2_IP),
-            ],
-            groups: vec![GroupMsg {
-                name: "_MC_flood".into(),
-                key: 32768,
-                members: vec!["vm1".into(), "vm2".into()],
-            }],
-            flows: flows(),
-        }],
+        datapaths: vec![
+            DatapathMsg {
+                name: "sw0".into(),
+                tunnel_key: 1,
+                router_zones: None,
+                ports: vec![
+                    port("vm1", 1, 1, VM1_ZONE, VM1_MAC, VM1_IP),
+                    port("vm2", 2, 2, VM2_ZONE, VM2_MAC, VM2_IP),
+                ],
+                groups: vec![GroupMsg {
+                    name: "_MC_flood".into(),
+                    key: 32768,
+                    members: vec!["vm1".into(), "vm2".into()],
+                }],
+                flows: flows(),
+            }
+            .into(),
+        ],
         zones,
         chassis_table: (1..=2u32)
             .map(|id| ChassisMsg {

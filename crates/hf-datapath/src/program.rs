@@ -230,9 +230,9 @@ impl ParsedDp {
                             && f.stage == s.stage
                             && f.sb_uuid == s.sb_uuid
                             && f.stage_hint == s.stage_hint
-                            && s.source
-                                .as_ref()
-                                .is_some_and(|t| t.matches == f.matches && t.actions == f.actions)
+                            && s.source.as_ref().is_some_and(|t| {
+                                *t.matches == *f.matches && *t.actions == *f.actions
+                            })
                     }
                 })
     }
@@ -1108,19 +1108,22 @@ mod tests {
         ProgramMsg {
             generation: 1,
             chassis: "hv1".into(),
-            datapaths: vec![DatapathMsg {
-                name: "sw0".into(),
-                tunnel_key: 1,
-                ports: vec![PortMsg {
-                    name: "p1".into(),
-                    key: 1,
-                    location: LocationMsg::Local("p1".into()),
-                    zone: 1,
-                    ..PortMsg::default()
-                }],
-                flows,
-                ..DatapathMsg::default()
-            }],
+            datapaths: vec![
+                DatapathMsg {
+                    name: "sw0".into(),
+                    tunnel_key: 1,
+                    ports: vec![PortMsg {
+                        name: "p1".into(),
+                        key: 1,
+                        location: LocationMsg::Local("p1".into()),
+                        zone: 1,
+                        ..PortMsg::default()
+                    }],
+                    flows,
+                    ..DatapathMsg::default()
+                }
+                .into(),
+            ],
             zones: [("lsp/p1".to_string(), 1)].into(),
             ..ProgramMsg::default()
         }
@@ -1213,9 +1216,9 @@ mod tests {
         let mut cache2 = SpecCache::new();
         let (p5, _) = compile_cached(&m2, &local, None, &mut cache2, &[]).unwrap();
         let mut dup = m2.clone();
-        let mut second = dup.datapaths[0].clone();
+        let mut second = (*dup.datapaths[0]).clone();
         second.name = "sw1".into();
-        dup.datapaths.push(second);
+        dup.datapaths.push(second.into());
         assert!(compile_cached(&dup, &local, Some(&p5), &mut cache2, &[]).is_err());
         assert!(!cache2.is_valid());
         assert_eq!(cache2.build(&m2, &local).unwrap().changed(), None);
@@ -1254,7 +1257,8 @@ mod tests {
         );
         assert_eq!(prog.flow_count(), 2);
         // A last good text outside the level is no last good version.
-        m.datapaths[0].flows[0].last_good = Some(("ip4".into(), newer.into()));
+        std::sync::Arc::make_mut(&mut m.datapaths[0]).flows[0].last_good =
+            Some(("ip4".into(), newer.into()));
         let (_, errs) = compile(&m, &local, None).unwrap();
         assert!(errs.iter().all(|e| !e.kept_last_good), "{errs:?}");
         // The cache parses again when the level changes (same texts).
@@ -1435,7 +1439,7 @@ mod tests {
         let local = BTreeMap::new();
         let mut m = msg(vec![]);
         assert!(compile(&m, &local, None).is_ok());
-        m.datapaths[0].ports[0].zone = 0;
+        std::sync::Arc::make_mut(&mut m.datapaths[0]).ports[0].zone = 0;
         let e = compile(&m, &local, None).unwrap_err();
         assert!(
             e.contains("port p1 of switch sw0: zone 0 belongs to the host"),

@@ -22,6 +22,7 @@
 //! messages. Untrusted bytes never panic: a bad length or payload is a [`ProtoError`].
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -278,8 +279,10 @@ pub struct ProgramMsg {
     pub chassis: String,
     /// `SB_Global.nb_cfg` the SB view had when this program was translated.
     pub nb_cfg: i64,
-    /// The datapaths.
-    pub datapaths: Vec<DatapathMsg>,
+    /// The datapaths, each shared (`Arc`): the running program, the one in flight and the
+    /// next build hold one copy of every datapath none of them changed. Encoded as the
+    /// datapath itself (serde's `rc`), so the wire bytes are version 3's.
+    pub datapaths: Vec<Arc<DatapathMsg>>,
     /// The zone map the program uses (stable name → zone; never 0). Every zone number in the
     /// program is in it; the datapath adopts it as its zone map.
     pub zones: BTreeMap<String, u16>,
@@ -451,10 +454,11 @@ pub struct FlowMsg {
     pub table: u8,
     /// Priority.
     pub priority: u16,
-    /// Match text.
-    pub matches: String,
-    /// Actions text.
-    pub actions: String,
+    /// Match text (shared: the controller's last good store and every program holding this
+    /// flow point at one copy; encoded as a string).
+    pub matches: Arc<str>,
+    /// Actions text (shared as `matches` is).
+    pub actions: Arc<str>,
     /// Stable identity (`hf_pipeline::FlowId`'s string).
     pub id: String,
     /// `external_ids:stage-name`.
@@ -466,7 +470,7 @@ pub struct FlowMsg {
     /// The last version of this flow (same identity) that compiled, when it differs from this
     /// one: the datapath compiles it instead when this text does not compile (DESIGN "The
     /// control-plane/data-plane contract"), so a bad flow never leaves a hole.
-    pub last_good: Option<(String, String)>,
+    pub last_good: Option<(Arc<str>, Arc<str>)>,
 }
 
 /// A chassis of the chassis table.
@@ -653,17 +657,20 @@ mod tests {
             ToDatapath::Program(Box::new(ProgramMsg {
                 generation: 7,
                 chassis: "hv1".into(),
-                datapaths: vec![DatapathMsg {
-                    name: "sw0".into(),
-                    tunnel_key: 1,
-                    flows: vec![FlowMsg {
-                        matches: "ip4".into(),
-                        actions: "next;".into(),
-                        id: "hf-flow-id:1".into(),
-                        ..FlowMsg::default()
-                    }],
-                    ..DatapathMsg::default()
-                }],
+                datapaths: vec![
+                    DatapathMsg {
+                        name: "sw0".into(),
+                        tunnel_key: 1,
+                        flows: vec![FlowMsg {
+                            matches: "ip4".into(),
+                            actions: "next;".into(),
+                            id: "hf-flow-id:1".into(),
+                            ..FlowMsg::default()
+                        }],
+                        ..DatapathMsg::default()
+                    }
+                    .into(),
+                ],
                 ..ProgramMsg::default()
             })),
             ToDatapath::Ping { seq: 3 },

@@ -41,7 +41,7 @@ fn ctl(dp: &mut Datapath, msgs: &[ToDatapath], now: Duration) -> Vec<FromDatapat
 /// ports live on hv2.
 fn program(generation: u64) -> ProgramMsg {
     let mut p = example::program(generation, 1, IPS);
-    let mut sw1 = p.datapaths[0].clone();
+    let mut sw1 = (*p.datapaths[0]).clone();
     sw1.name = "sw1".into();
     sw1.tunnel_key = 2;
     sw1.groups.clear();
@@ -54,7 +54,7 @@ fn program(generation: u64) -> ProgramMsg {
         ..PortMsg::default()
     }];
     p.zones.insert("lsp/a1".into(), 3);
-    p.datapaths.push(sw1);
+    p.datapaths.push(sw1.into());
     p
 }
 
@@ -103,15 +103,17 @@ fn a_delta_recompiles_only_the_datapath_it_changes() {
     let ct = conntrack(&dp);
     let mut p2 = p1.clone();
     p2.generation = 2;
-    p2.datapaths[1].flows.push(FlowMsg {
-        table: 1,
-        priority: 10,
-        matches: "ip4.src == 10.9.9.9".into(),
-        actions: "drop;".into(),
-        id: "sw1-new".into(),
-        stage: "ls_in_1".into(),
-        ..FlowMsg::default()
-    });
+    std::sync::Arc::make_mut(&mut p2.datapaths[1])
+        .flows
+        .push(FlowMsg {
+            table: 1,
+            priority: 10,
+            matches: "ip4.src == 10.9.9.9".into(),
+            actions: "drop;".into(),
+            id: "sw1-new".into(),
+            stage: "ls_in_1".into(),
+            ..FlowMsg::default()
+        });
     let ans = ctl(&mut dp, &[delta(&p1, &p2)], ms(2));
     assert!(
         matches!(&ans[..], [FromDatapath::Installed { generation: 2, flow_errors }] if flow_errors.is_empty()),
@@ -131,7 +133,7 @@ fn a_delta_recompiles_only_the_datapath_it_changes() {
     // same observation tells a full compile apart).
     let mut p3 = p2.clone();
     p3.generation = 3;
-    p3.datapaths[0].flows.pop();
+    std::sync::Arc::make_mut(&mut p3.datapaths[0]).flows.pop();
     let ans = ctl(&mut dp, &[ToDatapath::Program(Box::new(p3))], ms(4));
     assert!(
         matches!(&ans[..], [FromDatapath::Installed { generation: 3, .. }]),
@@ -147,7 +149,9 @@ fn a_delta_against_another_base_or_content_changes_nothing() {
     let ct = conntrack(&dp);
     let mut p2 = p1.clone();
     p2.generation = 2;
-    p2.datapaths[0].flows.remove(0);
+    std::sync::Arc::make_mut(&mut p2.datapaths[0])
+        .flows
+        .remove(0);
     p2.zones.insert("lsp/x".into(), 9);
     // Another base.
     let mut other = p1.clone();
@@ -168,13 +172,15 @@ fn a_delta_against_another_base_or_content_changes_nothing() {
     assert_eq!(dp.program(), Some(&p1));
     // The same generation, another content: a flow it removes is not there.
     let mut other = p1.clone();
-    other.datapaths[0].flows.insert(
-        0,
-        FlowMsg {
-            id: "not-here".into(),
-            ..FlowMsg::default()
-        },
-    );
+    std::sync::Arc::make_mut(&mut other.datapaths[0])
+        .flows
+        .insert(
+            0,
+            FlowMsg {
+                id: "not-here".into(),
+                ..FlowMsg::default()
+            },
+        );
     let ans = ctl(&mut dp, &[delta(&other, &p2)], ms(3));
     assert!(
         matches!(&ans[..], [FromDatapath::BaseMismatch { reason, .. }] if reason.contains("not-here")),
@@ -220,8 +226,8 @@ fn a_delta_that_does_not_compile_is_undone() {
     let mut bad = p1.clone();
     bad.generation = 2;
     // A port in a zone the zone map lacks (structural), a changed flow and a new set.
-    bad.datapaths[1].ports[0].zone = 42;
-    bad.datapaths[1].flows[0].actions = "drop;".into();
+    std::sync::Arc::make_mut(&mut bad.datapaths[1]).ports[0].zone = 42;
+    std::sync::Arc::make_mut(&mut bad.datapaths[1]).flows[0].actions = "drop;".into();
     bad.address_sets
         .insert("as1".into(), vec!["10.0.0.1".into()]);
     bad.datapaths.swap(0, 1);
@@ -234,7 +240,7 @@ fn a_delta_that_does_not_compile_is_undone() {
     assert_eq!(dp.generation(), 1);
     let mut p2 = p1.clone();
     p2.generation = 2;
-    p2.datapaths[1].flows[0].actions = "drop;".into();
+    std::sync::Arc::make_mut(&mut p2.datapaths[1]).flows[0].actions = "drop;".into();
     let ans = ctl(&mut dp, &[delta(&p1, &p2)], ms(3));
     assert!(
         matches!(&ans[..], [FromDatapath::Installed { generation: 2, .. }]),
@@ -251,7 +257,7 @@ fn a_held_datapath_asks_for_the_whole_program() {
     let (mut dp, p1) = running();
     let mut p2 = p1.clone();
     p2.generation = 2;
-    p2.datapaths[1].flows[0].matches = "ip4 &&& nonsense".into();
+    std::sync::Arc::make_mut(&mut p2.datapaths[1]).flows[0].matches = "ip4 &&& nonsense".into();
     let ans = ctl(&mut dp, &[delta(&p1, &p2)], ms(2));
     let [
         FromDatapath::Installed {
@@ -272,7 +278,7 @@ fn a_held_datapath_asks_for_the_whole_program() {
     assert_eq!(kept.datapaths[0], p2.datapaths[0]);
     let mut p3 = p2.clone();
     p3.generation = 3;
-    p3.datapaths[0].flows.pop();
+    std::sync::Arc::make_mut(&mut p3.datapaths[0]).flows.pop();
     let ans = ctl(&mut dp, &[delta(&p2, &p3)], ms(3));
     assert!(
         matches!(&ans[..], [FromDatapath::BaseMismatch { reason, .. }] if reason.contains("held")),

@@ -114,10 +114,10 @@ fn a_version_3_export_imports_and_keeps_its_connection() {
     // now drops new connections (established ones pass).
     let mut p2 = p.clone();
     p2.generation = 2;
-    let f = p2.datapaths[0]
+    let f = std::sync::Arc::make_mut(&mut p2.datapaths[0])
         .flows
         .iter_mut()
-        .find(|f| f.egress && f.matches == "ct.new")
+        .find(|f| f.egress && &*f.matches == "ct.new")
         .expect("the example's egress ct.new flow");
     f.actions = "drop;".into();
     let delta = || ToDatapath::ProgramDelta(Box::new(hf_datapath::proto::between(&p, &p2, None)));

@@ -204,7 +204,9 @@ fn established_tcp_survives_disconnect_and_new_program() {
         id: "extra".into(),
         ..Default::default()
     };
-    p2.datapaths[0].flows.push(extra);
+    std::sync::Arc::make_mut(&mut p2.datapaths[0])
+        .flows
+        .push(extra);
     let ans = ctl(&mut n.dps[0], &[ToDatapath::Program(Box::new(p2))], ms(41));
     assert!(
         matches!(ans[..], [FromDatapath::Installed { generation: 2, .. }]),
@@ -461,7 +463,7 @@ fn bad_flow_keeps_last_good_version() {
     dp.handle_control_connected(ms(0));
     let mut p: ProgramMsg = example::program(1, 1, IPS);
     // The L2 flow to vm2 is broken; its last good version still forwards.
-    let f = p.datapaths[0]
+    let f = std::sync::Arc::make_mut(&mut p.datapaths[0])
         .flows
         .iter_mut()
         .find(|f| f.actions.contains("\"vm2\""))
@@ -522,18 +524,21 @@ fn rarp_activation_and_learned_neighbours_reach_the_controller() {
     let mut dp = chassis(1);
     dp.handle_control_connected(ms(0));
     let mut p = example::program(1, 1, IPS);
-    p.datapaths[0].ports[0].activation = Some(hf_datapath::proto::ActivationMsg {
-        rarp: true,
-        ..Default::default()
-    });
-    p.datapaths[0].flows.push(hf_datapath::proto::FlowMsg {
-        table: 0,
-        priority: 50,
-        matches: "arp".into(),
-        actions: "put_arp(inport, arp.spa, arp.sha); next;".into(),
-        id: "learn".into(),
-        ..Default::default()
-    });
+    std::sync::Arc::make_mut(&mut p.datapaths[0]).ports[0].activation =
+        Some(hf_datapath::proto::ActivationMsg {
+            rarp: true,
+            ..Default::default()
+        });
+    std::sync::Arc::make_mut(&mut p.datapaths[0])
+        .flows
+        .push(hf_datapath::proto::FlowMsg {
+            table: 0,
+            priority: 50,
+            matches: "arp".into(),
+            actions: "put_arp(inport, arp.spa, arp.sha); next;".into(),
+            id: "learn".into(),
+            ..Default::default()
+        });
     let ans = ctl(
         &mut dp,
         &[hello("hv1"), ToDatapath::Program(Box::new(p))],
@@ -640,13 +645,13 @@ fn dhcp_is_answered_in_the_datapath() {
     };
     // ovn-northd's ls_in_dhcp_options / ls_in_dhcp_response shape, ahead of the example's
     // tables (priority above them in tables 0 and 1).
-    p.datapaths[0].flows.push(flow(
+    std::sync::Arc::make_mut(&mut p.datapaths[0]).flows.push(flow(
         0,
         200,
         "inport == \"vm1\" && eth.src == 02:00:00:00:00:01 && ip4.src == 0.0.0.0 && ip4.dst == 255.255.255.255 && udp.src == 68 && udp.dst == 67",
         "reg0[3] = put_dhcp_opts(offerip = 10.0.0.1, router = 10.0.0.254, netmask = 255.255.255.0, server_id = 10.0.0.254, lease_time = 3600); next;",
     ));
-    p.datapaths[0].flows.push(flow(
+    std::sync::Arc::make_mut(&mut p.datapaths[0]).flows.push(flow(
         1,
         65535,
         "inport == \"vm1\" && eth.src == 02:00:00:00:00:01 && ip4 && udp.src == 68 && udp.dst == 67 && reg0[3]",
@@ -698,7 +703,7 @@ fn changed_flow_on_unchanged_ports_takes_effect() {
     };
     assert!(forwards(&mut dp, ms(1)), "program 1 forwards to vm2");
     let mut p: ProgramMsg = example::program(2, 1, IPS);
-    let f = p.datapaths[0]
+    let f = std::sync::Arc::make_mut(&mut p.datapaths[0])
         .flows
         .iter_mut()
         .find(|f| f.actions.contains("\"vm2\""))

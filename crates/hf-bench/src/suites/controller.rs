@@ -54,7 +54,12 @@
 //!   transaction; each from SB holding northd's result (`SB_Global.nb_cfg`) until the chassis
 //!   reports that `nb_cfg` (see `controller/changes.rs`). Baseline `ovn-controller`.
 //! - `cold_start_NxP_heap_peak`: the counting allocator's peak growth over one pass of the
-//!   chassis path (the SB replica excluded); MB. `ovn_controller_NxP_peak_rss`: the daemon's
+//!   chassis path (the SB replica excluded); MB.
+//! - `cold_start_NxP_heap_<stage>_peak` and `cold_start_NxP_heap_<stage>_kept` for the stages
+//!   `replica_load` (the SB replica's initial sync, tokio client included), `translate` and
+//!   `message_build` (`program_msg`): the counting allocator's peak growth during the stage
+//!   and what the stage leaves allocated (the replica's rows, the translation, the message);
+//!   MB. Where a chassis's memory sits, stage by stage (the largest of the 3 cold passes). `ovn_controller_NxP_peak_rss`: the daemon's
 //!   `VmHWM`; MB (different measures, hence no ratio).
 //!
 //! The sides run one after the other on the same SB (in process, daemons, ovn-controller);
@@ -515,6 +520,8 @@ struct Split {
     /// `Program::compile`, or for a change: finding the datapaths whose flows changed and
     /// `Program::recompile`.
     compile: f64,
+    /// Heap of `translate` and of the message build (`to_msg`).
+    heap: (Heap, Heap),
 }
 
 impl Split {
@@ -542,6 +549,36 @@ impl Split {
     }
 }
 
+/// Heap per stage (bytes): peak growth during it, and growth it leaves behind.
+#[derive(Debug, Default, Clone, Copy)]
+struct Heap {
+    peak: usize,
+    kept: usize,
+}
+
+impl Heap {
+    /// Measures `f` (an enclosing measurement's peak is kept).
+    fn of<R>(f: impl FnOnce() -> R) -> (R, Heap) {
+        let outer = alloc::peak();
+        let base = alloc::reset_peak();
+        let r = f();
+        let peak = alloc::peak();
+        alloc::raise_peak(outer);
+        let h = Heap {
+            peak: peak.saturating_sub(base),
+            kept: alloc::live_bytes().saturating_sub(base),
+        };
+        (r, h)
+    }
+
+    fn max(self, o: Heap) -> Heap {
+        Heap {
+            peak: self.peak.max(o.peak),
+            kept: self.kept.max(o.kept),
+        }
+    }
+}
+
 /// holdfast's figures.
 struct Ours {
     /// The port add through the incremental path: (translate, to_msg), ms.
@@ -551,6 +588,8 @@ struct Ours {
     port_add_ms: f64,
     port_add: Split,
     heap_mb: f64,
+    /// `replica_load`, `translate`, `message_build`.
+    stages: [(&'static str, Heap); 3],
 }
 
 impl Ours {
@@ -572,6 +611,19 @@ impl Ours {
             "ms",
         );
         report.result(&format!("cold_start_{tag}_heap_peak"), self.heap_mb, "MB");
+        for (stage, h) in self.stages {
+            let mb = |b: usize| b as f64 / 1e6;
+            report.result(
+                &format!("cold_start_{tag}_heap_{stage}_peak"),
+                mb(h.peak),
+                "MB",
+            );
+            report.result(
+                &format!("cold_start_{tag}_heap_{stage}_kept"),
+                mb(h.kept),
+                "MB",
+            );
+        }
     }
 }
 
@@ -612,18 +664,22 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
         only_needed: true,
         zones: prev.map(|p| p.zones.clone()).unwrap_or_default(),
     };
-    let tr = hf_controller::translate_cached(sb, &opts, &extra, &mut tr_cache);
+    let (tr, heap_tr) =
+        Heap::of(|| hf_controller::translate_cached(sb, &opts, &extra, &mut tr_cache));
     split.translate = ms(t.elapsed());
 
     let t = Instant::now();
-    let build = hf_controller::program_msg::program_msg(
-        &tr,
-        CHASSIS,
-        generation,
-        nb_cfg,
-        &BTreeMap::new(),
-        &hf_controller::program_msg::NoLastGood,
-    );
+    let (build, heap_msg) = Heap::of(|| {
+        hf_controller::program_msg::program_msg(
+            &tr,
+            CHASSIS,
+            generation,
+            nb_cfg,
+            &BTreeMap::new(),
+            &hf_controller::program_msg::NoLastGood,
+        )
+    });
+    split.heap = (heap_tr, heap_msg);
     // The translation goes back to the cache (its datapaths' flows are reused whole next
     // time); counted in `to_msg`.
     let (local, zones) = (tr.local_ports.clone(), tr.zones.clone());
@@ -771,8 +827,11 @@ fn sb_delta(old: &SbSnapshot, new: &SbSnapshot) -> hf_model::sb::Delta {
 /// The datapaths of `new` whose flows differ from the same-named datapath of `old` (or that
 /// are new): what the datapath, holding its previous program message, hands to `recompile`.
 fn changed_datapaths(old: &ProgramMsg, new: &ProgramMsg) -> Vec<String> {
-    let before: HashMap<&str, &hf_datapath::proto::DatapathMsg> =
-        old.datapaths.iter().map(|d| (d.name.as_str(), d)).collect();
+    let before: HashMap<&str, &hf_datapath::proto::DatapathMsg> = old
+        .datapaths
+        .iter()
+        .map(|d| (d.name.as_str(), &**d))
+        .collect();
     new.datapaths
         .iter()
         .filter(|d| {
@@ -811,6 +870,7 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
         .build()?;
     let sb = format!("unix:{}", central.sb_sock().display());
     let t = Instant::now();
+    let heap_base = alloc::reset_peak();
     let (client, mut events) = {
         let _g = rt.enter();
         Client::<SbSnapshot>::spawn(
@@ -827,6 +887,10 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
         bail!("the SB replica never synced");
     }
     let sync_ms = ms(t.elapsed());
+    let heap_replica = Heap {
+        peak: alloc::peak().saturating_sub(heap_base),
+        kept: alloc::live_bytes().saturating_sub(heap_base),
+    };
     let (wait, receive, bytes, rows) = client.with(|r| {
         let s = r.stats();
         (
@@ -873,12 +937,15 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
     // Cold start: median of 3 computations on the synced replica (the sync counted once).
     let mut colds = Vec::new();
     let mut heap = 0usize;
+    let (mut heap_tr, mut heap_msg) = (Heap::default(), Heap::default());
     let mut installed = None;
     for _ in 0..3 {
         drop(installed.take());
         let base = alloc::reset_peak();
         let (inst, split) = install(&snap, None)?;
         heap = heap.max(alloc::peak().saturating_sub(base));
+        heap_tr = heap_tr.max(split.heap.0);
+        heap_msg = heap_msg.max(split.heap.1);
         colds.push(split);
         installed = Some(inst);
     }
@@ -1031,6 +1098,11 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
         port_add_ms: port_add.total(),
         port_add,
         heap_mb: heap as f64 / 1e6,
+        stages: [
+            ("replica_load", heap_replica),
+            ("translate", heap_tr),
+            ("message_build", heap_msg),
+        ],
     })
 }
 

@@ -12,7 +12,9 @@
 //! - Keeps the monitor conditions at what the view says this chassis needs
 //!   ([`super::monitor`]).
 //! - Translates incrementally ([`crate::Incremental`], fed the replica's change sets; only
-//!   the needed datapaths, the datapath's zone map kept) and pushes a [`ProgramMsg`] atomically, only with a complete view: the replica
+//!   the needed datapaths, the datapath's zone map kept), builds the message reusing the
+//!   untouched datapaths' messages (shared, see [`push`]) and pushes a [`ProgramMsg`]
+//!   (whole or as a delta) atomically, only with a complete view: the replica
 //!   is in sync, the conditions are at their fixpoint and answered, SB has its `SB_Global`
 //!   and our `Chassis`, and the datapath's hello has come. One program in flight at a time. A
 //!   translation whose content equals what the datapath runs is not pushed (a restarted
@@ -70,8 +72,11 @@ use uuid::Uuid;
 use super::chassis::{self, Identity};
 use super::lastgood::LastGood;
 use super::{binding, monitor, neigh};
-use crate::program_msg::{program_msg, same_content, same_content_within};
-use crate::{Extra, Incremental, TranslateOptions};
+use crate::Incremental;
+
+// Program pushes and the datapath's answers to them.
+#[path = "push.rs"]
+mod push;
 
 /// What the controller is (the API of issue 11).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,6 +119,10 @@ pub struct Tuning {
     /// Send program changes as deltas against the running program (protocol version 4;
     /// default). `false` sends every program whole (tests compare the two).
     pub program_deltas: bool,
+    /// Build each program message reusing the previous build's messages of the datapaths the
+    /// translation did not touch (`program_msg_reusing`; default). `false` builds every
+    /// message whole (`program_msg`; tests compare the two).
+    pub incremental_messages: bool,
 }
 
 impl Default for Tuning {
@@ -126,6 +135,7 @@ impl Default for Tuning {
             feature_level: newest_level(),
             keep_last_good: true,
             program_deltas: true,
+            incremental_messages: true,
         }
     }
 }
@@ -180,6 +190,9 @@ pub struct Stats {
     pub deltas_refused: u64,
     /// Bytes of the last program or delta frame sent.
     pub last_push_bytes: u64,
+    /// Datapath messages a build took from the previous build as they were (shared, not
+    /// built again): see [`Tuning::incremental_messages`].
+    pub datapath_messages_reused: u64,
 }
 
 /// What the SB write transaction is built from (shared with the replica's builder).
@@ -288,6 +301,11 @@ pub struct Controller {
     /// program is installed.
     delta_ok: bool,
     inflight: BTreeMap<u64, ProgramMsg>,
+    /// The last program message built, before the edits a push makes (kept sets, feature
+    /// level): what the next build reuses untouched datapaths from. Its datapaths are shared
+    /// with `running` and `inflight`. `None`: the next build is whole (no build yet, or a
+    /// translation since was not built, so `touched` no longer says what differs from it).
+    last_build: Option<ProgramMsg>,
     generation: u64,
     translate_due: bool,
     gone_since: BTreeMap<String, Duration>,
@@ -408,6 +426,7 @@ impl Controller {
             running: None,
             delta_ok: true,
             inflight: BTreeMap::new(),
+            last_build: None,
             generation: 0,
             translate_due: true,
             gone_since: BTreeMap::new(),
@@ -821,6 +840,7 @@ impl Controller {
                 }
                 self.dp_hello = true;
                 self.touched_since_running = None;
+                self.last_build = None;
                 // The hello's program is what the datapath keeps: a delta against it applies
                 // (the datapath answers BaseMismatch if it holds a datapath at other flows).
                 self.delta_ok = true;
@@ -865,84 +885,14 @@ impl Controller {
             FromDatapath::Installed {
                 generation,
                 flow_errors,
-            } => {
-                let Some(p) = self.inflight.remove(&generation) else {
-                    self.say(
-                        Level::Warn,
-                        format!("datapath installed generation {generation}, which was not pushed"),
-                    );
-                    return;
-                };
-                self.stats.programs_installed += 1;
-                // A held datapath runs earlier flows than `p` has: the next push goes whole.
-                self.delta_ok = !flow_errors.iter().any(|e| e.held);
-                // `p` runs now; flow errors change last good answers the translation's
-                // `touched` does not see.
-                self.touched_since_running = flow_errors.is_empty().then(crate::Touched::default);
-                for (err, line) in self.lastgood.installed(&p, &flow_errors) {
-                    self.say(if err { Level::Warn } else { Level::Info }, line);
-                }
-                self.zones = p.zones.clone();
-                for n in &self.flushing {
-                    self.zones.remove(n);
-                }
-                self.installed_nb_cfg =
-                    Some(self.installed_nb_cfg.map_or(p.nb_cfg, |n| n.max(p.nb_cfg)));
-                let up = installed_local(&p);
-                let report = self.lastgood.report();
-                let nb_cfg = self.installed_nb_cfg;
-                self.with_state(|st| {
-                    st.up = up;
-                    st.flow_report = report;
-                    st.nb_cfg = nb_cfg;
-                });
-                self.say(
-                    Level::Debug,
-                    format!(
-                        "datapath installed generation {generation} (nb_cfg {})",
-                        p.nb_cfg
-                    ),
-                );
-                self.running = Some(p);
-                self.write_due = true;
-            }
+            } => self.on_installed(generation, flow_errors),
             FromDatapath::BaseMismatch {
                 generation,
                 base,
                 running,
                 reason,
-            } => {
-                if self.inflight.remove(&generation).is_none() {
-                    self.say(
-                        Level::Warn,
-                        format!(
-                            "datapath refused the base of delta {generation}, which was not pushed"
-                        ),
-                    );
-                    return;
-                }
-                self.stats.deltas_refused += 1;
-                self.touched_since_running = None;
-                self.say(
-                    Level::Info,
-                    format!(
-                        "datapath runs generation {running}, not the delta's base {base} ({reason}): sending the whole program"
-                    ),
-                );
-                self.delta_ok = false;
-                self.translate_due = true;
-            }
-            FromDatapath::Rejected { generation, reason } => {
-                self.inflight.remove(&generation);
-                self.touched_since_running = None;
-                self.stats.programs_rejected += 1;
-                self.say(
-                    Level::Err,
-                    format!(
-                        "datapath rejected program generation {generation}: {reason}; it keeps running the previous one"
-                    ),
-                );
-            }
+            } => self.on_base_mismatch(generation, base, running, reason),
+            FromDatapath::Rejected { generation, reason } => self.on_rejected(generation, reason),
             FromDatapath::PortAdded(p) => {
                 self.say(Level::Info, format!("local port {} added", p.name));
                 self.dp_ports.insert(p.name.clone(), p);
@@ -1264,250 +1214,6 @@ impl Controller {
             Some(d) => neigh::datapath_by_name(sb, d).is_none(),
             None => false,
         }
-    }
-
-    fn maybe_push(&mut self, now: Duration) {
-        if !self.translate_due || !self.dp_ready() || !self.inflight.is_empty() {
-            return;
-        }
-        // Claims on their way change the program: translate once they are in the view.
-        if self.txn.is_some() && self.txn_claims {
-            return;
-        }
-        if !self.view_complete() {
-            return;
-        }
-        self.translate_due = false;
-        self.stats.translations += 1;
-        let sb = self.sb.model();
-        let mut t = self.translate_cache.translate(
-            sb,
-            &TranslateOptions {
-                chassis: Some(self.cfg.chassis.clone()),
-            },
-            &Extra {
-                only_needed: true,
-                zones: self.zones.clone(),
-            },
-        );
-        let nb_cfg = sb.sb_global_row().map_or(0, |g| g.nb_cfg);
-        self.touched_since_running = match (self.touched_since_running.take(), &t.touched) {
-            (Some(mut acc), Some(now)) => {
-                acc.datapaths.extend(now.datapaths.iter().cloned());
-                acc.rest |= now.rest;
-                Some(acc)
-            }
-            _ => None,
-        };
-        // Diagnostics: each logged once while it lasts.
-        let diags: Vec<String> = t.diagnostics.iter().map(|d| d.to_string()).collect();
-        let seen: BTreeSet<&str> = self.diagnostics.iter().map(String::as_str).collect();
-        let fresh: Vec<String> = diags
-            .iter()
-            .filter(|d| !seen.contains(d.as_str()))
-            .cloned()
-            .collect();
-        self.diagnostics = diags;
-        for d in fresh {
-            self.say(Level::Warn, format!("translation: {d}"));
-        }
-        // Zones the translation no longer has: kept until really gone.
-        let retained: BTreeMap<String, u16> = self
-            .zones
-            .iter()
-            .filter(|(n, _)| !t.zones.contains_key(*n))
-            .map(|(n, z)| (n.clone(), *z))
-            .collect();
-        let mut to_flush = Vec::new();
-        for n in retained.keys() {
-            if self.gone(n) {
-                let since = *self.gone_since.entry(n.clone()).or_insert(now);
-                if now >= since + self.tuning.flush_grace && !self.flushing.contains(n) {
-                    to_flush.push(n.clone());
-                }
-            } else {
-                self.gone_since.remove(n);
-            }
-        }
-        self.gone_since.retain(|n, _| retained.contains_key(n));
-        // Objects without a zone (zones exhausted): fail closed, the running program stays.
-        let unzoned = crate::translate::zones::unzoned(&t);
-        let zone_error = (!unzoned.is_empty()).then(|| {
-            format!(
-                "{}: no conntrack zone for {} object(s) (first: {}); the running program is kept",
-                crate::translate::zones::EXHAUSTED,
-                unzoned.len(),
-                unzoned[0]
-            )
-        });
-        if zone_error != self.zone_error {
-            if let Some(e) = &zone_error {
-                self.say(Level::Err, e.clone());
-            }
-            self.zone_error = zone_error.clone();
-            self.with_state(|st| st.zone_error = zone_error);
-            self.write_due = true;
-        }
-        if self.zone_error.is_some() {
-            self.translate_cache.recycle(t);
-            self.send_flushes(to_flush);
-            if self.write_due {
-                self.write_round(now);
-            }
-            return;
-        }
-        let level = hf_expr::FeatureSet::level(self.tuning.feature_level);
-        // (Given back to the translator as it was.)
-        let per_datapath_groups = (!level.contains("port-group-per-datapath")).then(|| {
-            std::mem::replace(
-                &mut t.spec.sets.port_groups,
-                crate::translate::sets::port_groups_as_written(self.sb.model()),
-            )
-        });
-        let build = program_msg(
-            &t,
-            &self.cfg.chassis,
-            self.generation + 1,
-            nb_cfg,
-            &retained,
-            if self.tuning.keep_last_good {
-                &self.lastgood
-            } else {
-                &crate::program_msg::NoLastGood
-            },
-        );
-        if let Some(g) = per_datapath_groups {
-            t.spec.sets.port_groups = g;
-        }
-        self.translate_cache.recycle(t);
-        if !build.skipped.is_empty() {
-            self.say(
-                Level::Warn,
-                format!(
-                    "{} flow(s) without SB text left out of the program",
-                    build.skipped.len()
-                ),
-            );
-        }
-        let mut msg = build.msg;
-        msg.feature_level = Some(self.tuning.feature_level.name().to_string());
-        msg.no_last_good = !self.tuning.keep_last_good;
-        if let Some(r) = &self.running {
-            let kept = super::lastgood::keep_sets(r, &mut msg);
-            if !kept.is_empty() && self.kept_sets != kept {
-                self.say(
-                    Level::Warn,
-                    format!(
-                        "set(s) {} gone from SB but named by last good flow versions: kept as they were",
-                        kept.join(", ")
-                    ),
-                );
-            }
-            self.kept_sets = kept;
-        }
-        self.note_ports(&msg);
-        // A view without any datapath while the datapath forwards for local ports: hold it.
-        let running_dps = self
-            .running
-            .as_ref()
-            .is_some_and(|r| !r.datapaths.is_empty());
-        if msg.datapaths.is_empty() && running_dps && !self.dp_ports.is_empty() {
-            let since = *self.empty_since.get_or_insert(now);
-            if now < since + self.tuning.flush_grace {
-                if since == now {
-                    self.say(
-                        Level::Warn,
-                        "SB shows no datapath for this chassis's ports; holding the running program"
-                            .into(),
-                    );
-                }
-                return;
-            }
-        } else {
-            self.empty_since = None;
-        }
-        // Only the datapaths a translation since the running program's touched can differ
-        // (the parts outside datapaths are always compared: kept sets edit them).
-        let hint = self
-            .touched_since_running
-            .as_ref()
-            .map(|t| proto::DeltaHint {
-                datapaths: &t.datapaths,
-                rest: true,
-            });
-        if let Some(r) = &self.running
-            && match hint {
-                Some(h) => same_content_within(r, &msg, h.datapaths),
-                None => same_content(r, &msg),
-            }
-        {
-            self.touched_since_running = Some(crate::Touched::default());
-            self.stats.programs_unchanged += 1;
-            if self.installed_nb_cfg.is_none_or(|n| n < nb_cfg) {
-                self.installed_nb_cfg = Some(nb_cfg);
-                self.with_state(|st| st.nb_cfg = Some(nb_cfg));
-                self.write_due = true;
-            }
-        } else {
-            self.generation += 1;
-            self.stats.programs_pushed += 1;
-            let before = self.dp_out.len();
-            // A delta against what the datapath runs when it runs it exactly; else the whole
-            // program. The hint (`touched_since_running`) is a superset of what changed:
-            // every translation since `running` was built is in it.
-            let delta = match &self.running {
-                Some(r)
-                    if self.tuning.program_deltas
-                        && self.delta_ok
-                        && proto::unique_datapaths(&msg) =>
-                {
-                    Some(proto::between(r, &msg, hint))
-                }
-                _ => None,
-            };
-            match delta {
-                Some(d) => {
-                    self.stats.deltas_pushed += 1;
-                    self.send_dp(&ToDatapath::ProgramDelta(Box::new(d)));
-                    self.inflight.insert(msg.generation, msg);
-                }
-                None => {
-                    // Encoded from the message kept in flight: the program (every flow) is
-                    // not copied.
-                    let m = ToDatapath::Program(Box::new(msg));
-                    self.send_dp(&m);
-                    if let ToDatapath::Program(msg) = m {
-                        self.inflight.insert(msg.generation, *msg);
-                    }
-                }
-            }
-            self.stats.last_push_bytes = self
-                .dp_out
-                .iter()
-                .skip(before)
-                .map(|b| b.len() as u64)
-                .sum();
-        }
-        self.send_flushes(to_flush);
-        if self.write_due {
-            self.write_round(now);
-        }
-    }
-
-    fn send_flushes(&mut self, to_flush: Vec<String>) {
-        if to_flush.is_empty() {
-            return;
-        }
-        self.stats.flush_requests += 1;
-        self.say(
-            Level::Info,
-            format!(
-                "flushing conntrack zone(s) of deleted objects: {}",
-                to_flush.join(", ")
-            ),
-        );
-        self.flushing.extend(to_flush.iter().cloned());
-        self.send_dp(&ToDatapath::FlushZones { names: to_flush });
     }
 }
 

@@ -19,6 +19,12 @@
 //! good flows, `holdfast-flow-errors-held-datapaths=<n>`, each only when not zero). A held
 //! datapath's last good versions are not updated from the program that failed in it.
 //!
+//! The texts are shared with the programs ([`hf_datapath::proto::FlowMsg`]'s `Arc<str>`): the
+//! store takes the installed program's copies, and a program built later takes the store's
+//! for every flow whose text did not change, so the controller holds each text once.
+//! [`LastGood::take_changed`] names the datapaths whose answers changed (a message built
+//! before for them carries stale `last_good` fields and is built again).
+//!
 //! Identities that several flows of one datapath share (flows without `hf-flow-id` that
 //! cannot be told apart, see `docs/flow-identity.md`) get no last good version: such an
 //! identity is never stored, so neither flow can fall back to the other's text.
@@ -26,6 +32,7 @@
 //! [`FromDatapath::Installed`]: hf_datapath::proto::FromDatapath::Installed
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use hf_datapath::proto::{FlowErrorMsg, ProgramMsg};
 
@@ -68,12 +75,17 @@ impl FlowErrorEntry {
     }
 }
 
+/// A flow's (match, actions), shared with the programs holding it.
+type Text = (Arc<str>, Arc<str>);
+
 /// The store.
 #[derive(Debug, Clone, Default)]
 pub struct LastGood {
     /// Datapath name -> flow identity -> (match, actions). Nested so a lookup borrows its
     /// `&str` keys and an install of unchanged flows allocates nothing.
-    good: BTreeMap<String, BTreeMap<String, (String, String)>>,
+    good: BTreeMap<String, BTreeMap<String, Text>>,
+    /// Datapaths whose answers changed since [`LastGood::take_changed`].
+    changed: BTreeSet<String>,
     errors: BTreeMap<(String, String), FlowErrorEntry>,
     logged: BTreeSet<String>,
     /// (datapath, identity) pairs several flows of the last program share.
@@ -93,11 +105,11 @@ fn ids_and_shared(flows: &[hf_datapath::proto::FlowMsg]) -> (BTreeSet<&str>, BTr
 }
 
 impl LastGoodLookup for LastGood {
-    fn last_good(&self, datapath: &str, id: &str) -> Option<(&str, &str)> {
+    fn last_good(&self, datapath: &str, id: &str) -> Option<(&Arc<str>, &Arc<str>)> {
         self.good
             .get(datapath)
             .and_then(|flows| flows.get(id))
-            .map(|(m, a)| (m.as_str(), a.as_str()))
+            .map(|(m, a)| (m, a))
     }
 }
 
@@ -106,6 +118,7 @@ impl LastGood {
     /// controller): a flow's `last_good` when it has one, else its text.
     pub fn seed(&mut self, p: &ProgramMsg) {
         for d in &p.datapaths {
+            self.changed.insert(d.name.clone());
             let (_, shared) = ids_and_shared(&d.flows);
             let good = self.good.entry(d.name.clone()).or_default();
             for f in d.flows.iter().filter(|f| !shared.contains(f.id.as_str())) {
@@ -131,8 +144,14 @@ impl LastGood {
             .collect();
         // Forget datapaths that left the program.
         let datapaths: BTreeSet<&str> = p.datapaths.iter().map(|d| d.name.as_str()).collect();
-        self.good
-            .retain(|name, _| datapaths.contains(name.as_str()));
+        let changed = &mut self.changed;
+        self.good.retain(|name, _| {
+            let keep = datapaths.contains(name.as_str());
+            if !keep {
+                changed.insert(name.clone());
+            }
+            keep
+        });
         self.ambiguous.clear();
         // Held datapaths run what they ran: their last good versions stay as they are.
         let held: BTreeSet<&str> = errors
@@ -149,21 +168,34 @@ impl LastGood {
             }
             let good = self.good.entry(d.name.clone()).or_default();
             // Forget flows that left the datapath, and identities several flows share.
+            let before = good.len();
             good.retain(|id, _| ids.contains(id.as_str()) && !shared.contains(id.as_str()));
+            let mut answers_changed = good.len() != before;
             for f in &d.flows {
                 if failed_ids.contains(&(d.name.as_str(), f.id.as_str()))
                     || shared.contains(f.id.as_str())
                 {
                     continue;
                 }
-                // Only a new or changed text is copied: most installs change few flows.
+                // The program's copies are taken (shared, not copied): one copy of each text.
                 match good.get_mut(f.id.as_str()) {
-                    Some((m, a)) if *m == f.matches && *a == f.actions => {}
-                    Some(v) => *v = (f.matches.clone(), f.actions.clone()),
+                    Some((m, a)) if Arc::ptr_eq(m, &f.matches) && Arc::ptr_eq(a, &f.actions) => {}
+                    Some((m, a)) => {
+                        answers_changed |= **m != *f.matches || **a != *f.actions;
+                        *m = Arc::clone(&f.matches);
+                        *a = Arc::clone(&f.actions);
+                    }
                     None => {
-                        good.insert(f.id.clone(), (f.matches.clone(), f.actions.clone()));
+                        answers_changed = true;
+                        good.insert(
+                            f.id.clone(),
+                            (Arc::clone(&f.matches), Arc::clone(&f.actions)),
+                        );
                     }
                 }
+            }
+            if answers_changed {
+                self.changed.insert(d.name.clone());
             }
         }
         self.errors = failed
@@ -208,6 +240,12 @@ impl LastGood {
             logs.push((false, format!("flow error resolved: {c}")));
         }
         logs
+    }
+
+    /// The datapaths whose answers ([`LastGoodLookup::last_good`]) changed since the last
+    /// call: a program message built before for them is stale.
+    pub fn take_changed(&mut self) -> BTreeSet<String> {
+        std::mem::take(&mut self.changed)
     }
 
     /// Errors by cause: (count, first entry).
@@ -359,22 +397,29 @@ mod tests {
     use super::*;
     use hf_datapath::proto::{DatapathMsg, FlowMsg};
 
+    /// [`LastGoodLookup::last_good`] as text.
+    fn lgt<'a>(l: &'a LastGood, datapath: &str, id: &str) -> Option<(&'a str, &'a str)> {
+        l.last_good(datapath, id).map(|(m, a)| (&**m, &**a))
+    }
+
     fn program(dps: &[(&str, &[(&str, &str)])]) -> ProgramMsg {
         ProgramMsg {
             datapaths: dps
                 .iter()
-                .map(|(name, flows)| DatapathMsg {
-                    name: (*name).to_string(),
-                    flows: flows
-                        .iter()
-                        .map(|(id, actions)| FlowMsg {
-                            id: (*id).to_string(),
-                            matches: "1".to_string(),
-                            actions: (*actions).to_string(),
-                            ..FlowMsg::default()
-                        })
-                        .collect(),
-                    ..DatapathMsg::default()
+                .map(|(name, flows)| {
+                    Arc::new(DatapathMsg {
+                        name: (*name).to_string(),
+                        flows: flows
+                            .iter()
+                            .map(|(id, actions)| FlowMsg {
+                                id: (*id).to_string(),
+                                matches: "1".into(),
+                                actions: (*actions).into(),
+                                ..FlowMsg::default()
+                            })
+                            .collect(),
+                        ..DatapathMsg::default()
+                    })
                 })
                 .collect(),
             ..ProgramMsg::default()
@@ -402,25 +447,25 @@ mod tests {
             ]),
             &[],
         );
-        assert_eq!(lg.last_good("ls1", "a"), Some(("1", "next;")));
-        assert_eq!(lg.last_good("ls2", "c"), Some(("1", "next;")));
+        assert_eq!(lgt(&lg, "ls1", "a"), Some(("1", "next;")));
+        assert_eq!(lgt(&lg, "ls2", "c"), Some(("1", "next;")));
 
         // `a` fails in its new text, `b` changes, `ls2` and its flow leave.
         let logs = lg.installed(
             &program(&[("ls1", &[("a", "bogus;"), ("b", "next;")])]),
             &[error("ls1", "a")],
         );
-        assert_eq!(lg.last_good("ls1", "a"), Some(("1", "next;")));
-        assert_eq!(lg.last_good("ls1", "b"), Some(("1", "next;")));
-        assert_eq!(lg.last_good("ls2", "c"), None);
+        assert_eq!(lgt(&lg, "ls1", "a"), Some(("1", "next;")));
+        assert_eq!(lgt(&lg, "ls1", "b"), Some(("1", "next;")));
+        assert_eq!(lgt(&lg, "ls2", "c"), None);
         assert_eq!(lg.error_count(), 1);
         assert_eq!(logs.len(), 1);
         assert!(logs[0].0, "{logs:?}");
 
         // `b` leaves the datapath; `a` is fixed and the cause is resolved.
         let logs = lg.installed(&program(&[("ls1", &[("a", "drop;")])]), &[]);
-        assert_eq!(lg.last_good("ls1", "a"), Some(("1", "drop;")));
-        assert_eq!(lg.last_good("ls1", "b"), None);
+        assert_eq!(lgt(&lg, "ls1", "a"), Some(("1", "drop;")));
+        assert_eq!(lgt(&lg, "ls1", "b"), None);
         assert_eq!(lg.error_count(), 0);
         assert_eq!(
             logs,
@@ -465,8 +510,8 @@ mod tests {
         // Two flows of ls1 share identity `x` (different actions); `y` is distinct.
         let p = program(&[("ls1", &[("x", "next;"), ("x", "drop;"), ("y", "next;")])]);
         lg.installed(&p, &[]);
-        assert_eq!(lg.last_good("ls1", "x"), None);
-        assert_eq!(lg.last_good("ls1", "y"), Some(("1", "next;")));
+        assert_eq!(lgt(&lg, "ls1", "x"), None);
+        assert_eq!(lgt(&lg, "ls1", "y"), Some(("1", "next;")));
         assert!(
             lg.ambiguous()
                 .contains(&("ls1".to_string(), "x".to_string()))
@@ -474,8 +519,8 @@ mod tests {
         // Seeding from a datapath's program skips them too.
         let mut seeded = LastGood::default();
         seeded.seed(&p);
-        assert_eq!(seeded.last_good("ls1", "x"), None);
-        assert_eq!(seeded.last_good("ls1", "y"), Some(("1", "next;")));
+        assert_eq!(lgt(&seeded, "ls1", "x"), None);
+        assert_eq!(lgt(&seeded, "ls1", "y"), Some(("1", "next;")));
     }
 
     #[test]
@@ -491,7 +536,7 @@ mod tests {
             .port_groups
             .insert("pg_web2".into(), vec!["y".into()]);
         let mut next = program(&[("ls1", &[("a", "next;")])]);
-        next.datapaths[0].flows[0].last_good =
+        Arc::make_mut(&mut next.datapaths[0]).flows[0].last_good =
             Some(("outport == @pg_web && ip4".into(), "next;".into()));
         next.port_groups
             .insert("1_pg_web".into(), vec!["web1".into()]);

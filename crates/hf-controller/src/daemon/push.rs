@@ -1,0 +1,384 @@
+//! Program pushes and their bookkeeping, a part of the controller core ([`super::Controller`]):
+//! turning a translation into the [`ProgramMsg`](hf_datapath::proto::ProgramMsg) to push (built reusing the untouched
+//! datapaths' messages of the previous build), deciding whole program or delta against what
+//! runs, and the datapath's answers (`Installed`, `BaseMismatch`, `Rejected`) that move the
+//! running program, the hint of what may differ from it, and whether a delta applies.
+//!
+//! It does not read SB or write to it (the core does), and it sends only program, delta and
+//! zone-flush messages.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hf_datapath::proto::{self, DatapathMsg, FlowErrorMsg, ToDatapath};
+
+use super::{Controller, Level, installed_local};
+use crate::program_msg::{program_msg, program_msg_reusing, same_content, same_content_within};
+use crate::{Extra, TranslateOptions};
+
+impl Controller {
+    pub(super) fn maybe_push(&mut self, now: Duration) {
+        if !self.translate_due || !self.dp_ready() || !self.inflight.is_empty() {
+            return;
+        }
+        // Claims on their way change the program: translate once they are in the view.
+        if self.txn.is_some() && self.txn_claims {
+            return;
+        }
+        if !self.view_complete() {
+            return;
+        }
+        self.translate_due = false;
+        self.stats.translations += 1;
+        let sb = self.sb.model();
+        let mut t = self.translate_cache.translate(
+            sb,
+            &TranslateOptions {
+                chassis: Some(self.cfg.chassis.clone()),
+            },
+            &Extra {
+                only_needed: true,
+                zones: self.zones.clone(),
+            },
+        );
+        let nb_cfg = sb.sb_global_row().map_or(0, |g| g.nb_cfg);
+        self.touched_since_running = match (self.touched_since_running.take(), &t.touched) {
+            (Some(mut acc), Some(now)) => {
+                acc.datapaths.extend(now.datapaths.iter().cloned());
+                acc.rest |= now.rest;
+                Some(acc)
+            }
+            _ => None,
+        };
+        // Diagnostics: each logged once while it lasts.
+        let diags: Vec<String> = t.diagnostics.iter().map(|d| d.to_string()).collect();
+        let seen: BTreeSet<&str> = self.diagnostics.iter().map(String::as_str).collect();
+        let fresh: Vec<String> = diags
+            .iter()
+            .filter(|d| !seen.contains(d.as_str()))
+            .cloned()
+            .collect();
+        self.diagnostics = diags;
+        for d in fresh {
+            self.say(Level::Warn, format!("translation: {d}"));
+        }
+        // Zones the translation no longer has: kept until really gone.
+        let retained: BTreeMap<String, u16> = self
+            .zones
+            .iter()
+            .filter(|(n, _)| !t.zones.contains_key(*n))
+            .map(|(n, z)| (n.clone(), *z))
+            .collect();
+        let mut to_flush = Vec::new();
+        for n in retained.keys() {
+            if self.gone(n) {
+                let since = *self.gone_since.entry(n.clone()).or_insert(now);
+                if now >= since + self.tuning.flush_grace && !self.flushing.contains(n) {
+                    to_flush.push(n.clone());
+                }
+            } else {
+                self.gone_since.remove(n);
+            }
+        }
+        self.gone_since.retain(|n, _| retained.contains_key(n));
+        // Objects without a zone (zones exhausted): fail closed, the running program stays.
+        let unzoned = crate::translate::zones::unzoned(&t);
+        let zone_error = (!unzoned.is_empty()).then(|| {
+            format!(
+                "{}: no conntrack zone for {} object(s) (first: {}); the running program is kept",
+                crate::translate::zones::EXHAUSTED,
+                unzoned.len(),
+                unzoned[0]
+            )
+        });
+        if zone_error != self.zone_error {
+            if let Some(e) = &zone_error {
+                self.say(Level::Err, e.clone());
+            }
+            self.zone_error = zone_error.clone();
+            self.with_state(|st| st.zone_error = zone_error);
+            self.write_due = true;
+        }
+        // Answers of the last good store that changed since the last build: their datapaths'
+        // messages in `last_build` are stale.
+        let stale = self.lastgood.take_changed();
+        if self.zone_error.is_some() {
+            // Not built: the next translation's `touched` is relative to this one, not to
+            // `last_build`'s.
+            self.last_build = None;
+            self.translate_cache.recycle(t);
+            self.send_flushes(to_flush);
+            if self.write_due {
+                self.write_round(now);
+            }
+            return;
+        }
+        let level = hf_expr::FeatureSet::level(self.tuning.feature_level);
+        // (Given back to the translator as it was.)
+        let per_datapath_groups = (!level.contains("port-group-per-datapath")).then(|| {
+            std::mem::replace(
+                &mut t.spec.sets.port_groups,
+                crate::translate::sets::port_groups_as_written(self.sb.model()),
+            )
+        });
+        let last_good: &dyn crate::program_msg::LastGoodLookup = if self.tuning.keep_last_good {
+            &self.lastgood
+        } else {
+            &crate::program_msg::NoLastGood
+        };
+        let prev = self
+            .last_build
+            .take()
+            .filter(|_| self.tuning.incremental_messages);
+        let build = match prev {
+            Some(mut prev) => {
+                prev.datapaths.retain(|d| !stale.contains(&d.name));
+                let had: HashSet<*const DatapathMsg> =
+                    prev.datapaths.iter().map(Arc::as_ptr).collect();
+                let b = program_msg_reusing(
+                    &t,
+                    &self.cfg.chassis,
+                    self.generation + 1,
+                    nb_cfg,
+                    &retained,
+                    last_good,
+                    prev,
+                );
+                self.stats.datapath_messages_reused += b
+                    .msg
+                    .datapaths
+                    .iter()
+                    .filter(|d| had.contains(&Arc::as_ptr(d)))
+                    .count() as u64;
+                b
+            }
+            None => program_msg(
+                &t,
+                &self.cfg.chassis,
+                self.generation + 1,
+                nb_cfg,
+                &retained,
+                last_good,
+            ),
+        };
+        if let Some(g) = per_datapath_groups {
+            t.spec.sets.port_groups = g;
+        }
+        self.translate_cache.recycle(t);
+        if !build.skipped.is_empty() {
+            self.say(
+                Level::Warn,
+                format!(
+                    "{} flow(s) without SB text left out of the program",
+                    build.skipped.len()
+                ),
+            );
+        }
+        if self.tuning.incremental_messages {
+            // Shares every datapath; copies the parts outside them.
+            self.last_build = Some(build.msg.clone());
+        }
+        let mut msg = build.msg;
+        msg.feature_level = Some(self.tuning.feature_level.name().to_string());
+        msg.no_last_good = !self.tuning.keep_last_good;
+        if let Some(r) = &self.running {
+            let kept = super::super::lastgood::keep_sets(r, &mut msg);
+            if !kept.is_empty() && self.kept_sets != kept {
+                self.say(
+                    Level::Warn,
+                    format!(
+                        "set(s) {} gone from SB but named by last good flow versions: kept as they were",
+                        kept.join(", ")
+                    ),
+                );
+            }
+            self.kept_sets = kept;
+        }
+        self.note_ports(&msg);
+        // A view without any datapath while the datapath forwards for local ports: hold it.
+        let running_dps = self
+            .running
+            .as_ref()
+            .is_some_and(|r| !r.datapaths.is_empty());
+        if msg.datapaths.is_empty() && running_dps && !self.dp_ports.is_empty() {
+            let since = *self.empty_since.get_or_insert(now);
+            if now < since + self.tuning.flush_grace {
+                if since == now {
+                    self.say(
+                        Level::Warn,
+                        "SB shows no datapath for this chassis's ports; holding the running program"
+                            .into(),
+                    );
+                }
+                return;
+            }
+        } else {
+            self.empty_since = None;
+        }
+        // Only the datapaths a translation since the running program's touched can differ
+        // (the parts outside datapaths are always compared: kept sets edit them).
+        let hint = self
+            .touched_since_running
+            .as_ref()
+            .map(|t| proto::DeltaHint {
+                datapaths: &t.datapaths,
+                rest: true,
+            });
+        if let Some(r) = &self.running
+            && match hint {
+                Some(h) => same_content_within(r, &msg, h.datapaths),
+                None => same_content(r, &msg),
+            }
+        {
+            self.touched_since_running = Some(crate::Touched::default());
+            self.stats.programs_unchanged += 1;
+            if self.installed_nb_cfg.is_none_or(|n| n < nb_cfg) {
+                self.installed_nb_cfg = Some(nb_cfg);
+                self.with_state(|st| st.nb_cfg = Some(nb_cfg));
+                self.write_due = true;
+            }
+        } else {
+            self.generation += 1;
+            self.stats.programs_pushed += 1;
+            let before = self.dp_out.len();
+            // A delta against what the datapath runs when it runs it exactly; else the whole
+            // program. The hint (`touched_since_running`) is a superset of what changed:
+            // every translation since `running` was built is in it.
+            let delta = match &self.running {
+                Some(r)
+                    if self.tuning.program_deltas
+                        && self.delta_ok
+                        && proto::unique_datapaths(&msg) =>
+                {
+                    Some(proto::between(r, &msg, hint))
+                }
+                _ => None,
+            };
+            match delta {
+                Some(d) => {
+                    self.stats.deltas_pushed += 1;
+                    self.send_dp(&ToDatapath::ProgramDelta(Box::new(d)));
+                    self.inflight.insert(msg.generation, msg);
+                }
+                None => {
+                    // Encoded from the message kept in flight: the program (every flow) is
+                    // not copied.
+                    let m = ToDatapath::Program(Box::new(msg));
+                    self.send_dp(&m);
+                    if let ToDatapath::Program(msg) = m {
+                        self.inflight.insert(msg.generation, *msg);
+                    }
+                }
+            }
+            self.stats.last_push_bytes = self
+                .dp_out
+                .iter()
+                .skip(before)
+                .map(|b| b.len() as u64)
+                .sum();
+        }
+        self.send_flushes(to_flush);
+        if self.write_due {
+            self.write_round(now);
+        }
+    }
+
+    pub(super) fn send_flushes(&mut self, to_flush: Vec<String>) {
+        if to_flush.is_empty() {
+            return;
+        }
+        self.stats.flush_requests += 1;
+        self.say(
+            Level::Info,
+            format!(
+                "flushing conntrack zone(s) of deleted objects: {}",
+                to_flush.join(", ")
+            ),
+        );
+        self.flushing.extend(to_flush.iter().cloned());
+        self.send_dp(&ToDatapath::FlushZones { names: to_flush });
+    }
+
+    /// The datapath installed `generation` (with these flow errors).
+    pub(super) fn on_installed(&mut self, generation: u64, flow_errors: Vec<FlowErrorMsg>) {
+        let Some(p) = self.inflight.remove(&generation) else {
+            self.say(
+                Level::Warn,
+                format!("datapath installed generation {generation}, which was not pushed"),
+            );
+            return;
+        };
+        self.stats.programs_installed += 1;
+        // A held datapath runs earlier flows than `p` has: the next push goes whole.
+        self.delta_ok = !flow_errors.iter().any(|e| e.held);
+        // `p` runs now; flow errors change last good answers the translation's
+        // `touched` does not see.
+        self.touched_since_running = flow_errors.is_empty().then(crate::Touched::default);
+        for (err, line) in self.lastgood.installed(&p, &flow_errors) {
+            self.say(if err { Level::Warn } else { Level::Info }, line);
+        }
+        self.zones = p.zones.clone();
+        for n in &self.flushing {
+            self.zones.remove(n);
+        }
+        self.installed_nb_cfg = Some(self.installed_nb_cfg.map_or(p.nb_cfg, |n| n.max(p.nb_cfg)));
+        let up = installed_local(&p);
+        let report = self.lastgood.report();
+        let nb_cfg = self.installed_nb_cfg;
+        self.with_state(|st| {
+            st.up = up;
+            st.flow_report = report;
+            st.nb_cfg = nb_cfg;
+        });
+        self.say(
+            Level::Debug,
+            format!(
+                "datapath installed generation {generation} (nb_cfg {})",
+                p.nb_cfg
+            ),
+        );
+        self.running = Some(p);
+        self.write_due = true;
+    }
+
+    /// The datapath does not run the base of delta `generation`.
+    pub(super) fn on_base_mismatch(
+        &mut self,
+        generation: u64,
+        base: u64,
+        running: u64,
+        reason: String,
+    ) {
+        if self.inflight.remove(&generation).is_none() {
+            self.say(
+                Level::Warn,
+                format!("datapath refused the base of delta {generation}, which was not pushed"),
+            );
+            return;
+        }
+        self.stats.deltas_refused += 1;
+        self.touched_since_running = None;
+        self.say(
+            Level::Info,
+            format!(
+                "datapath runs generation {running}, not the delta's base {base} ({reason}): sending the whole program"
+            ),
+        );
+        self.delta_ok = false;
+        self.translate_due = true;
+    }
+
+    /// The datapath rejected program `generation`.
+    pub(super) fn on_rejected(&mut self, generation: u64, reason: String) {
+        self.inflight.remove(&generation);
+        self.touched_since_running = None;
+        self.stats.programs_rejected += 1;
+        self.say(
+            Level::Err,
+            format!(
+                "datapath rejected program generation {generation}: {reason}; it keeps running the previous one"
+            ),
+        );
+    }
+}
