@@ -23,11 +23,11 @@ use hf_expr::actions::Pipeline as Pipe;
 use hf_expr::normalize::{Atom, Limits, Normalizer};
 use hf_expr::{Sets, SymbolTable};
 
+use crate::act_compile::{ActCompiler, UNSUPPORTED, compile_conj};
 use crate::classifier::{Classifier, FastMap};
 use crate::program::{
-    ActCompiler, CompileError, DatapathSpec, Dp, DpCode, EGRESS, FlowError, FlowErrorKind,
-    FlowInfo, INGRESS, Loc, Port, PortLocation, Program, ProgramSpec, UNSUPPORTED, compile_conj,
-    ip_u128,
+    CompileError, DatapathSpec, Dp, DpCode, EGRESS, FlowError, FlowErrorKind, FlowInfo, INGRESS,
+    Loc, Port, PortLocation, Program, ProgramSpec, ip_u128,
 };
 
 /// Geneve's limits (ovn-architecture(7), "Tunnel Encapsulations").

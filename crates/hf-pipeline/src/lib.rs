@@ -127,6 +127,7 @@ pub mod learn;
 mod packet;
 pub mod packet_in;
 mod port_sec;
+mod act_compile;
 mod program;
 mod stateful;
 mod trace;
