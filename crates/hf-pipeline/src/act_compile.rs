@@ -118,10 +118,11 @@ pub(crate) struct ActCompiler<'a> {
     port_key: &'a dyn Fn(&str) -> Option<u32>,
     pipe: u8,
     table: u8,
+    /// The datapath's tunnel key (what [`CAct`]s' `dp` fields hold).
     dp: u32,
     /// The datapath is a switch (`chk_lb_aff` loads IPv6 backends into `xxreg0` there).
     pub(crate) switch: bool,
-    arena: &'a mut crate::arena::Arena<CAct>,
+    arena: &'a mut Vec<CAct>,
     /// Counters already in the program; this flow's are numbered from here.
     pub(crate) counter_base: u32,
     /// Names of this flow's counted actions, in counter order.
@@ -141,7 +142,7 @@ impl ActCompiler<'_> {
         pipe: u8,
         table: u8,
         dp: u32,
-        arena: &'a mut crate::arena::Arena<CAct>,
+        arena: &'a mut Vec<CAct>,
     ) -> ActCompiler<'a> {
         ActCompiler {
             symtab: SymbolTable::shared(),

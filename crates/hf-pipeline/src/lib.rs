@@ -146,7 +146,7 @@ pub use cache::CacheStats;
 pub use learn::LearnStats;
 pub use packet_in::PacketInStats;
 pub use program::{
-    ActionHits, Activation, CompileError, DatapathKind, DatapathSpec, DnsSpec, FdbSpec, FlowError,
+    ActionHits, Activation, CompileError, CompileOptions, DatapathKind, DatapathSpec, DnsSpec, FdbSpec, FlowError,
     FlowErrorKind, FlowId, FlowSpec, FlowText, GroupSpec, LbVipSpec, Neighbour, PortKind,
     PortLocation, PortSpec, Program, ProgramSpec,
 };

@@ -623,7 +623,9 @@ fn uuid_suffix(u: Option<&str>) -> String {
 pub(crate) const INGRESS: u8 = 0;
 pub(crate) const EGRESS: u8 = 1;
 
-/// A compiled action. Nested bodies are ranges of the program's action arena.
+/// A compiled action. Nested bodies are ranges of the program's action arena. A `dp` field
+/// holds the datapath's tunnel key, not its index: a datapath's compiled code does not depend on
+/// its position in the program, so a recompile reuses it wherever the datapath moved.
 #[derive(Debug, Clone)]
 pub(crate) enum CAct {
     Next {
@@ -907,11 +909,27 @@ pub struct Program {
     pub(crate) inactive: Vec<(u32, Activation)>,
     /// The sets the flows were compiled against (to see which datapaths a change touches).
     pub(crate) sets: Sets,
-    /// DNS records by datapath index (from [`ProgramSpec::dns`]), for `dns_lookup()`.
+    /// How many datapaths the build that made it compiled (the others were reused).
+    pub(crate) compiled: usize,
+    /// DNS records by datapath tunnel key (from [`ProgramSpec::dns`]), for `dns_lookup()`.
     pub(crate) dns: FastMap<u32, std::collections::BTreeMap<String, String>>,
 }
 
-/// Where a counted action is: datapath index, pipeline, table, flow index, action name.
+/// How to compile: what the caller (an I/O shell) decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompileOptions {
+    /// Worker threads for compiling datapaths (1: on the caller's thread). The program is the
+    /// same for every value.
+    pub threads: usize,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions { threads: 1 }
+    }
+}
+
+/// Where a counted action is: datapath tunnel key, pipeline, table, flow index, action name.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Counted {
     pub dp: u32,
@@ -943,6 +961,18 @@ pub struct ActionHits {
 }
 
 impl Program {
+    /// The datapath with tunnel key `key`.
+    #[inline]
+    pub(crate) fn dp_by_key(&self, key: u32) -> Option<&Dp> {
+        self.dps.get(*self.by_key.get(&key)? as usize)
+    }
+
+    /// The index of the datapath with tunnel key `key` (`u32::MAX` when there is none).
+    #[inline]
+    pub(crate) fn dp_index(&self, key: u32) -> u32 {
+        self.by_key.get(&key).copied().unwrap_or(u32::MAX)
+    }
+
     /// Every counted action with its hit count from `hits` (indexed like `counters`).
     pub(crate) fn action_hits(&self, hits: &[u64]) -> Vec<ActionHits> {
         self.counters
@@ -952,7 +982,7 @@ impl Program {
             .filter_map(|(c, &hits)| {
                 let f = self.flows.get(c.flow as usize)?;
                 Some(ActionHits {
-                    datapath: self.dps.get(c.dp as usize)?.name.clone(),
+                    datapath: self.dp_by_key(c.dp)?.name.clone(),
                     pipeline: if c.pipe == INGRESS {
                         "ingress"
                     } else {
