@@ -18,7 +18,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hf_expr::actions::Pipeline as Pipe;
 use hf_expr::normalize::{Atom, Limits, Normalizer};
@@ -464,23 +463,21 @@ fn compile_units<'a>(
         let mut norm = new_norm();
         return (0..todo.len()).map(|j| one(&mut norm, j)).collect();
     }
-    // Work is handed out one datapath at a time (their sizes differ by orders of magnitude);
-    // results go to their own slot, so the order is the sequential one.
-    let next = AtomicUsize::new(0);
+    // Thread `t` compiles datapaths t, t + threads, ... (a fixed split: which thread compiles
+    // what never depends on timing); results go to their own slot, so the order is the
+    // sequential one.
     let mut slots: Vec<Option<Unit>> = (0..todo.len()).map(|_| None).collect();
+    let n = todo.len();
     std::thread::scope(|sc| {
         let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                sc.spawn(|| {
+            .map(|t| {
+                let one = &one;
+                sc.spawn(move || {
                     let mut norm = new_norm();
-                    let mut done = Vec::new();
-                    loop {
-                        let j = next.fetch_add(1, Ordering::Relaxed);
-                        if j >= todo.len() {
-                            return done;
-                        }
-                        done.push((j, one(&mut norm, j)));
-                    }
+                    (t..n)
+                        .step_by(threads)
+                        .map(|j| (j, one(&mut norm, j)))
+                        .collect::<Vec<_>>()
                 })
             })
             .collect();
