@@ -78,6 +78,9 @@ pub struct DatapathConfig {
     pub zones: BTreeMap<String, u16>,
     /// Live migration limits and timers.
     pub migration: crate::migrate::MigrationConfig,
+    /// Worker threads for compiling a program's datapaths (1: on the caller's thread). The
+    /// compiled program is the same for every value; the I/O shell chooses it.
+    pub compile_threads: usize,
 }
 
 impl DatapathConfig {
@@ -89,6 +92,7 @@ impl DatapathConfig {
             conntrack: hf_conntrack::Config::default(),
             zones: BTreeMap::new(),
             migration: crate::migrate::MigrationConfig::default(),
+            compile_threads: 1,
         }
     }
 }
@@ -225,6 +229,9 @@ pub struct Datapath {
 impl Datapath {
     /// A datapath with no ports and an empty program.
     pub fn new(cfg: DatapathConfig) -> Datapath {
+        let opts = hf_pipeline::CompileOptions {
+            threads: cfg.compile_threads.max(1),
+        };
         let empty = match Program::compile(&ProgramSpec::default()) {
             Ok((p, _)) => p,
             // An empty spec has nothing that can fail; keep a clear message if it ever does.
@@ -247,7 +254,7 @@ impl Datapath {
             next_port_id: 1,
             pipeline,
             program: None,
-            spec_cache: crate::program::SpecCache::new(),
+            spec_cache: crate::program::SpecCache::with_options(opts),
             flow_errors: Vec::new(),
             held: Vec::new(),
             last_shared: 0,

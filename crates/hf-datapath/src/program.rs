@@ -52,7 +52,7 @@ use hf_expr::features::{FeatureSet, used_by_actions, used_by_expr};
 use hf_expr::lexer::{Tok, tokenize};
 use hf_expr::{Constant, Expr, Sets};
 use hf_pipeline::{
-    DatapathKind, DatapathSpec, DnsSpec, FdbSpec, FlowError, FlowErrorKind, FlowId, FlowSpec,
+    CompileOptions, DatapathKind, DatapathSpec, DnsSpec, FdbSpec, FlowError, FlowErrorKind, FlowId, FlowSpec,
     GroupSpec, LbVipSpec, Neighbour, PortKind, PortLocation, PortSpec, Program, ProgramSpec,
 };
 
@@ -265,6 +265,8 @@ pub struct SpecCache {
     level: Option<Option<String>>,
     /// The datapaths whose flows the last successful compile parsed (not taken from here).
     parsed: Vec<String>,
+    /// How compiles through it run (worker threads).
+    opts: CompileOptions,
 }
 
 /// A spec built with a [`SpecCache`], waiting for [`SpecCache::compile`].
@@ -311,6 +313,15 @@ impl SpecCache {
     /// An empty cache.
     pub fn new() -> SpecCache {
         SpecCache::default()
+    }
+
+    /// An empty cache whose compiles run with `opts` (worker threads; the result is the
+    /// same for every value).
+    pub fn with_options(opts: CompileOptions) -> SpecCache {
+        SpecCache {
+            opts,
+            ..SpecCache::default()
+        }
     }
 
     /// Whether it holds the flows of the last program compiled through it.
@@ -452,7 +463,9 @@ impl SpecCache {
             spec,
             swapped,
             held,
-        } = compile_built(msg, spec, origins, errors, prev, prev_msg, &refs)?;
+        } = compile_built(
+            msg, spec, origins, errors, prev, prev_msg, &refs, &self.opts,
+        )?;
         for ((d, (_, m)), di) in spec.datapaths.into_iter().zip(meta).zip(0..) {
             if swapped.contains(&di) {
                 continue;
@@ -891,6 +904,7 @@ pub fn compile_changed(
         prev,
         PrevProgram::None,
         changed,
+        &CompileOptions::default(),
     )
     .map(|o| (o.prog, o.reported))
 }
@@ -927,6 +941,7 @@ fn ran_spec(f: &FlowMsg, level: Option<&LevelCheck>) -> FlowSpec {
 /// The compile step: per-flow last good versions for flows that fail, then datapaths held at
 /// what they ran before (`prev_msg`) where a flow still has no version, then fail-closed
 /// drops for security flows with no version in datapaths that cannot be held.
+#[allow(clippy::too_many_arguments)]
 fn compile_built(
     msg: &ProgramMsg,
     mut spec: ProgramSpec,
@@ -935,11 +950,12 @@ fn compile_built(
     prev: Option<&Program>,
     prev_msg: PrevProgram<'_>,
     changed: &[&str],
+    opts: &CompileOptions,
 ) -> Result<CompileOutcome, String> {
     let level = level_of(msg)?;
     let (mut prog, errs) = match prev {
-        Some(p) => p.recompile(&spec, changed),
-        None => Program::compile(&spec),
+        Some(p) => p.recompile_with(&spec, changed, opts),
+        None => Program::compile_with(&spec, opts),
     }
     .map_err(|e| e.to_string())?;
     // Flows whose primary text failed to compile and that have a last good version.
@@ -959,8 +975,8 @@ fn compile_built(
         let mut names: Vec<&str> = changed.to_vec();
         names.extend(dps.iter().map(|&di| spec.datapaths[di].name.as_str()));
         match prev {
-            Some(p) => p.recompile(spec, &names),
-            None => Program::compile(spec),
+            Some(p) => p.recompile_with(spec, &names, opts),
+            None => Program::compile_with(spec, opts),
         }
         .map_err(|e| e.to_string())
     };
