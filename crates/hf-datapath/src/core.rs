@@ -515,7 +515,25 @@ impl Datapath {
         let built = if no_last_good_changed {
             self.spec_cache.build(&msg, &local)
         } else {
-            self.spec_cache.build_knowing(&msg, &local, &may_differ)
+            let sets: std::collections::BTreeSet<String> = applied
+                .undo
+                .touched_address_sets()
+                .map(str::to_string)
+                .collect();
+            let groups: std::collections::BTreeSet<String> = applied
+                .undo
+                .touched_port_groups()
+                .map(str::to_string)
+                .collect();
+            self.spec_cache.build_knowing(
+                &msg,
+                &local,
+                crate::program::Knowing {
+                    datapaths: &may_differ,
+                    address_sets: &sets,
+                    port_groups: &groups,
+                },
+            )
         };
         let prev = crate::program::PrevProgram::Delta {
             now: &msg,
