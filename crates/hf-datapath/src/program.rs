@@ -1542,3 +1542,7 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+#[path = "spec_cache_tests.rs"]
+mod spec_cache_tests;
