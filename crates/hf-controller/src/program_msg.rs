@@ -349,14 +349,14 @@ fn datapath_msg(
         };
         let lg = last_good
             .last_good(&d.name, &f.id.0)
-            .filter(|(m, a)| *m != src.matches || *a != src.actions)
+            .filter(|(m, a)| *m != &*src.matches || *a != &*src.actions)
             .map(|(m, a)| (m.to_string(), a.to_string()));
         flows.push(FlowMsg {
             egress: f.pipeline == Pipeline::Egress,
             table: f.table,
             priority: f.priority,
-            matches: src.matches.clone(),
-            actions: src.actions.clone(),
+            matches: src.matches.to_string(),
+            actions: src.actions.to_string(),
             id: f.id.0.clone(),
             stage: f.stage.clone(),
             sb_uuid: f.sb_uuid.clone(),

@@ -235,7 +235,7 @@ impl ParsedDp {
                             && f.stage_hint == s.stage_hint
                             && s.source
                                 .as_ref()
-                                .is_some_and(|t| t.matches == f.matches && t.actions == f.actions)
+                                .is_some_and(|t| *t.matches == *f.matches && *t.actions == *f.actions)
                     }
                 })
     }

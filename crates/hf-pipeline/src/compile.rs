@@ -637,8 +637,8 @@ fn compile_dp(
         let (matches, actions) = match &fs.source {
             Some(t) => (t.matches.clone(), t.actions.clone()),
             None => (
-                fs.matches.to_string(),
-                hf_expr::printer::actions_to_string(&fs.actions),
+                fs.matches.to_string().into(),
+                hf_expr::printer::actions_to_string(&fs.actions).into(),
             ),
         };
         flows.push(FlowInfo {

@@ -379,8 +379,8 @@ impl Runner<'_> {
                         .and_then(|(f, _)| prog.flows.get(f as usize))
                         .map(|f| TraceFlow {
                             priority: f.priority,
-                            matches: f.matches.clone(),
-                            actions: f.actions.clone(),
+                            matches: f.matches.to_string(),
+                            actions: f.actions.to_string(),
                             id: f.id.clone(),
                             stage: f.stage.clone(),
                             sb_uuid: f.sb_uuid.clone(),

@@ -8,6 +8,7 @@
 
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::ops::Range;
 
 use hf_conntrack::{Masked, NatRange, Owner};
@@ -307,13 +308,14 @@ impl fmt::Display for FlowId {
     }
 }
 
-/// The SB text a flow was parsed from (what traces print).
+/// The SB text a flow was parsed from (what traces print). Shared, not copied, by the
+/// compiled program's flow table and by every clone of the spec.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FlowText {
     /// The match, as written.
-    pub matches: String,
+    pub matches: Arc<str>,
     /// The actions, as written.
-    pub actions: String,
+    pub actions: Arc<str>,
 }
 
 /// One logical flow.
@@ -379,8 +381,8 @@ impl FlowSpec {
             matches: hf_expr::parse_match(symtab, matches)?,
             actions: hf_expr::parse_actions(symtab, actions)?,
             source: Some(FlowText {
-                matches: matches.to_string(),
-                actions: actions.to_string(),
+                matches: matches.into(),
+                actions: actions.into(),
             }),
             ..FlowSpec::default()
         })
@@ -397,8 +399,8 @@ impl FlowSpec {
     ) -> FlowSpec {
         let symtab = SymbolTable::shared();
         let source = Some(FlowText {
-            matches: matches.to_string(),
-            actions: actions.to_string(),
+            matches: matches.into(),
+            actions: actions.into(),
         });
         let parsed = hf_expr::parse_match(symtab, matches)
             .map_err(|e| format!("match: {e}"))
@@ -879,8 +881,9 @@ pub(crate) struct Dp {
 #[derive(Debug, Clone)]
 pub(crate) struct FlowInfo {
     pub priority: u16,
-    pub matches: String,
-    pub actions: String,
+    /// The spec's text, shared with it.
+    pub matches: Arc<str>,
+    pub actions: Arc<str>,
     pub acts: Range<u32>,
     pub id: FlowId,
     pub stage: String,
@@ -990,7 +993,7 @@ impl Program {
                     },
                     table: c.table,
                     priority: f.priority,
-                    matches: f.matches.clone(),
+                    matches: f.matches.to_string(),
                     action: c.name,
                     hits,
                 })
