@@ -304,11 +304,10 @@ impl Program {
         let mut reused_keys: HashSet<u32> = HashSet::new();
         let mut todo: Vec<(usize, Vec<(String, u32)>)> = Vec::new();
         for (i, d) in spec.datapaths.iter().enumerate() {
-            let dp_names_keys = names_keys(d);
             if let (Some(o), Some(od)) = (old, old_dps.get(d.name.as_str()))
                 && od.key == d.tunnel_key
                 && !changed.contains(&d.name.as_str())
-                && od.tables.names == dp_names_keys
+                && same_names_keys(&od.tables.names, d)
                 && od
                     .tables
                     .resident_refs
@@ -324,7 +323,7 @@ impl Program {
                 reused_keys.insert(d.tunnel_key);
                 continue;
             }
-            todo.push((i, dp_names_keys));
+            todo.push((i, names_keys(d)));
         }
         prog.compiled = todo.len();
         let units = compile_units(spec, todo.iter(), &resident, opts.threads);
@@ -394,6 +393,20 @@ fn names_keys(d: &DatapathSpec) -> Vec<(String, u32)> {
         .collect();
     v.sort();
     v
+}
+
+/// Whether `names` (sorted, from [`names_keys`]) are `d`'s ports and groups, without building
+/// the list again (a recompile asks this of every datapath).
+fn same_names_keys(names: &[(String, u32)], d: &DatapathSpec) -> bool {
+    let has = |n: &str, k: u32| {
+        names
+            .binary_search_by(|(x, y)| (x.as_str(), *y).cmp(&(n, k)))
+            .is_ok()
+    };
+    // Names and keys are unique within a datapath that compiled (duplicates are an error).
+    names.len() == d.ports.len() + d.groups.len()
+        && d.ports.iter().all(|p| has(&p.name, p.key))
+        && d.groups.iter().all(|g| has(&g.name, g.key))
 }
 
 /// `$name` / `@name` resolve the same way in both set collections.

@@ -205,6 +205,12 @@ fn a_datapath_inserted_at_the_front_compiles_alone_and_the_rest_is_reused() {
     let (rekeyed, _) = moved.recompile(&s, &[]).expect("recompiles");
     assert_eq!(rekeyed.compiled_datapaths(), 1);
     assert_eq!(canonical(&rekeyed), canonical(&compile_all(&s)));
+    // So is one whose port was renamed, or got another key (its flows name ports).
+    s.datapaths[8].ports[0].name = "renamed".into();
+    s.datapaths[9].ports[0].key = 7;
+    let (renamed, _) = rekeyed.recompile(&s, &[]).expect("recompiles");
+    assert_eq!(renamed.compiled_datapaths(), 2);
+    assert_eq!(canonical(&renamed), canonical(&compile_all(&s)));
 }
 
 #[test]
