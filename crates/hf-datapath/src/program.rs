@@ -52,8 +52,9 @@ use hf_expr::features::{FeatureSet, used_by_actions, used_by_expr};
 use hf_expr::lexer::{Tok, tokenize};
 use hf_expr::{Constant, Expr, Sets};
 use hf_pipeline::{
-    CompileOptions, DatapathKind, DatapathSpec, DnsSpec, FdbSpec, FlowError, FlowErrorKind, FlowId, FlowSpec,
-    GroupSpec, LbVipSpec, Neighbour, PortKind, PortLocation, PortSpec, Program, ProgramSpec,
+    CompileOptions, DatapathKind, DatapathSpec, DnsSpec, FdbSpec, FlowError, FlowErrorKind, FlowId,
+    FlowSpec, GroupSpec, LbVipSpec, Neighbour, PortKind, PortLocation, PortSpec, Program,
+    ProgramSpec,
 };
 
 use crate::proto::{DatapathMsg, FlowErrorMsg, FlowMsg, LocationMsg, ProgramMsg};
@@ -233,9 +234,9 @@ impl ParsedDp {
                             && f.stage == s.stage
                             && f.sb_uuid == s.sb_uuid
                             && f.stage_hint == s.stage_hint
-                            && s.source
-                                .as_ref()
-                                .is_some_and(|t| *t.matches == *f.matches && *t.actions == *f.actions)
+                            && s.source.as_ref().is_some_and(|t| {
+                                *t.matches == *f.matches && *t.actions == *f.actions
+                            })
                     }
                 })
     }
@@ -702,10 +703,9 @@ fn build_spec(
                 && c.groups.len() == d.groups.len()
         });
         let kept = match &mut entry {
-            Some(c) if trusted => Some((
-                std::mem::take(&mut c.ports),
-                std::mem::take(&mut c.groups),
-            )),
+            Some(c) if trusted => {
+                Some((std::mem::take(&mut c.ports), std::mem::take(&mut c.groups)))
+            }
             _ => None,
         };
         let (ports, groups) = match kept {

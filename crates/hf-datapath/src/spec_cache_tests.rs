@@ -20,7 +20,11 @@ impl Rng {
         z ^ (z >> 31)
     }
     fn below(&mut self, n: usize) -> usize {
-        if n == 0 { 0 } else { (self.next() % n as u64) as usize }
+        if n == 0 {
+            0
+        } else {
+            (self.next() % n as u64) as usize
+        }
     }
     fn chance(&mut self, pct: u64) -> bool {
         self.next() % 100 < pct
@@ -166,7 +170,8 @@ fn mutate(rng: &mut Rng, old: &ProgramMsg) -> ProgramMsg {
         if rng.chance(40) {
             p.port_groups.remove(&k);
         } else {
-            p.port_groups.insert(k, vec![format!("p0-{}", rng.below(3))]);
+            p.port_groups
+                .insert(k, vec![format!("p0-{}", rng.below(3))]);
         }
     }
     p

@@ -57,7 +57,6 @@ impl<T: Clone> Arena<T> {
             self.push(v);
         }
     }
-
 }
 
 impl<T: Clone> Index<usize> for Arena<T> {

@@ -113,7 +113,11 @@ impl Program {
             .collect();
         self.dps
             .iter()
-            .filter(|d| theirs.get(d.name.as_str()).is_some_and(|t| Arc::ptr_eq(&d.tables, t)))
+            .filter(|d| {
+                theirs
+                    .get(d.name.as_str())
+                    .is_some_and(|t| Arc::ptr_eq(&d.tables, t))
+            })
             .count()
     }
 
@@ -641,12 +645,12 @@ fn compile_dp(
         let flow = flows.len() as u32;
         counters.extend(counted.into_iter().map(|name| Counted {
             dp: d.tunnel_key,
-                pipe,
-                table: fs.table,
-                flow,
-                name,
-                live: true,
-            }));
+            pipe,
+            table: fs.table,
+            flow,
+            name,
+            live: true,
+        }));
         let (matches, actions) = match &fs.source {
             Some(t) => (t.matches.clone(), t.actions.clone()),
             None => (

@@ -73,7 +73,10 @@ fn canonical(p: &Program) -> Vec<String> {
         out.push(format!("ports {ports:?}"));
         let mut groups: Vec<_> = d.groups.iter().collect();
         groups.sort();
-        out.push(format!("groups {groups:?} vips {:?} snat {:?}", d.vips, d.snat_zone));
+        out.push(format!(
+            "groups {groups:?} vips {:?} snat {:?}",
+            d.vips, d.snat_zone
+        ));
         let c = &d.tables;
         out.push(format!(
             "errors {:?} resident {:?} sets {:?} names {:?} flows {}",
@@ -218,8 +221,7 @@ fn worker_threads_compile_the_program_the_caller_thread_does() {
     let s = spec(40);
     let one = compile_all(&s);
     for threads in [2, 3, 8, 64] {
-        let (p, errs) =
-            Program::compile_with(&s, &CompileOptions { threads }).expect("compiles");
+        let (p, errs) = Program::compile_with(&s, &CompileOptions { threads }).expect("compiles");
         assert!(errs.is_empty());
         assert_eq!(p.compiled_datapaths(), 40);
         assert_eq!(canonical(&p), canonical(&one), "{threads} threads");

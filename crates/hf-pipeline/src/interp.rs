@@ -1104,7 +1104,12 @@ impl Runner<'_> {
                 ctx.ct_orig = None;
             }
             CAct::GetNeigh { v6, port, ip, dp } => {
-                let k = (self.prog.dp_index(*dp), ctx.read(*port) as u32, ctx.read(*ip), *v6);
+                let k = (
+                    self.prog.dp_index(*dp),
+                    ctx.read(*port) as u32,
+                    ctx.read(*ip),
+                    *v6,
+                );
                 let mac = self.neigh.get(&k).copied().unwrap_or(0);
                 ctx.write_masked(slot::ETH_DST, mac, full(slot::ETH_DST));
             }
@@ -1115,7 +1120,12 @@ impl Runner<'_> {
                 mac,
                 dp,
             } => {
-                let k = (self.prog.dp_index(*dp), ctx.read(*port) as u32, ctx.read(*ip), *v6);
+                let k = (
+                    self.prog.dp_index(*dp),
+                    ctx.read(*port) as u32,
+                    ctx.read(*ip),
+                    *v6,
+                );
                 let m = ctx.read(*mac);
                 if self.mode != Mode::Trace && self.neigh.get(&k) != Some(&m) {
                     self.neigh.insert(k, m);
@@ -1134,7 +1144,12 @@ impl Runner<'_> {
                 mac,
                 dp,
             } => {
-                let k = (self.prog.dp_index(*dp), ctx.read(*port) as u32, ctx.read(*ip), *v6);
+                let k = (
+                    self.prog.dp_index(*dp),
+                    ctx.read(*port) as u32,
+                    ctx.read(*ip),
+                    *v6,
+                );
                 let found = match (self.neigh.get(&k), mac) {
                     (Some(m), Some(want)) => *m == ctx.read(*want),
                     (Some(_), None) => true,
@@ -1182,7 +1197,6 @@ impl Runner<'_> {
             _ => {}
         }
     }
-
 
     pub(crate) fn count(&mut self, counter: u32) {
         if self.mode != Mode::Trace

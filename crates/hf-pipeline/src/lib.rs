@@ -118,6 +118,7 @@
 //! and an [`Outputs`] to fill (cleared first). [`Pipeline::set_program`] swaps programs and bumps
 //! the generation, so cached entries of the old program are never used again.
 
+mod act_compile;
 mod arena;
 mod cache;
 mod classifier;
@@ -127,7 +128,6 @@ pub mod learn;
 mod packet;
 pub mod packet_in;
 mod port_sec;
-mod act_compile;
 mod program;
 mod stateful;
 mod trace;
@@ -146,9 +146,9 @@ pub use cache::CacheStats;
 pub use learn::LearnStats;
 pub use packet_in::PacketInStats;
 pub use program::{
-    ActionHits, Activation, CompileError, CompileOptions, DatapathKind, DatapathSpec, DnsSpec, FdbSpec, FlowError,
-    FlowErrorKind, FlowId, FlowSpec, FlowText, GroupSpec, LbVipSpec, Neighbour, PortKind,
-    PortLocation, PortSpec, Program, ProgramSpec,
+    ActionHits, Activation, CompileError, CompileOptions, DatapathKind, DatapathSpec, DnsSpec,
+    FdbSpec, FlowError, FlowErrorKind, FlowId, FlowSpec, FlowText, GroupSpec, LbVipSpec, Neighbour,
+    PortKind, PortLocation, PortSpec, Program, ProgramSpec,
 };
 pub use trace::{Trace, TraceFlow, TraceRecord};
 pub use whatif::WhatIf;

@@ -8,8 +8,8 @@
 
 use std::fmt;
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::ops::Range;
+use std::sync::Arc;
 
 use hf_conntrack::{Masked, NatRange, Owner};
 use hf_expr::actions::{NatKind, NestedKind, Pipeline};
