@@ -156,6 +156,20 @@ impl Program {
             sets: spec.sets.clone(),
             dns: FastMap::default(),
         };
+        // Per datapath name, looked up once each (not a scan of the lists per datapath).
+        let mut vips_of: HashMap<&str, Vec<(u128, bool, u16, u8)>> = HashMap::new();
+        for v in &spec.lb_vips {
+            let (ip, v6) = ip_u128(v.ip);
+            vips_of
+                .entry(v.datapath.as_str())
+                .or_default()
+                .push((ip, v6, v.port, v.proto));
+        }
+        let mut snat_of: HashMap<&str, u16> = HashMap::new();
+        for (n, z) in &spec.switch_snat_zones {
+            // The first entry of a name wins, as a scan would find.
+            snat_of.entry(n.as_str()).or_insert(*z);
+        }
         // Ports first: patch peers may point forward.
         let mut names: HashMap<&str, (u32, u32)> = HashMap::new();
         let mut dp_names: HashMap<&str, u32> = HashMap::new();
@@ -263,20 +277,8 @@ impl Program {
                 members.dedup();
                 groups.insert(g.key, members);
             }
-            let vips = spec
-                .lb_vips
-                .iter()
-                .filter(|v| v.datapath == d.name)
-                .map(|v| {
-                    let (ip, v6) = ip_u128(v.ip);
-                    (ip, v6, v.port, v.proto)
-                })
-                .collect();
-            let snat_zone = spec
-                .switch_snat_zones
-                .iter()
-                .find(|(n, _)| *n == d.name)
-                .map(|(_, z)| *z);
+            let vips = vips_of.remove(d.name.as_str()).unwrap_or_default();
+            let snat_zone = snat_of.get(d.name.as_str()).copied();
             prog.dps.push(Dp {
                 name: d.name.clone(),
                 key: d.tunnel_key,
@@ -306,6 +308,8 @@ impl Program {
             .unwrap_or_default();
         let old_counters = prog.counters.len();
         let mut reused_keys: HashSet<u32> = HashSet::new();
+        // Whether a set resolves as before, asked once per set (many datapaths name one set).
+        let mut same_sets: HashMap<&str, bool> = HashMap::new();
         let mut todo: Vec<(usize, Vec<(String, u32)>)> = Vec::new();
         for (i, d) in spec.datapaths.iter().enumerate() {
             if let (Some(o), Some(od)) = (old, old_dps.get(d.name.as_str()))
@@ -321,7 +325,11 @@ impl Program {
                     .tables
                     .set_refs
                     .iter()
-                    .all(|s| same_set(s, &o.sets, &spec.sets))
+                    .all(|s| {
+                        *same_sets
+                            .entry(s.as_str())
+                            .or_insert_with(|| same_set(s, &o.sets, &spec.sets))
+                    })
             {
                 prog.dps[i].tables = od.tables.clone();
                 reused_keys.insert(d.tunnel_key);
