@@ -321,15 +321,11 @@ impl Program {
                     .resident_refs
                     .iter()
                     .all(|(p, r)| resident.contains(p.as_str()) == *r)
-                && od
-                    .tables
-                    .set_refs
-                    .iter()
-                    .all(|s| {
-                        *same_sets
-                            .entry(s.as_str())
-                            .or_insert_with(|| same_set(s, &o.sets, &spec.sets))
-                    })
+                && od.tables.set_refs.iter().all(|s| {
+                    *same_sets
+                        .entry(s.as_str())
+                        .or_insert_with(|| same_set(s, &o.sets, &spec.sets))
+                })
             {
                 prog.dps[i].tables = od.tables.clone();
                 reused_keys.insert(d.tunnel_key);
