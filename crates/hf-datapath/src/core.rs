@@ -231,6 +231,7 @@ impl Datapath {
     pub fn new(cfg: DatapathConfig) -> Datapath {
         let opts = hf_pipeline::CompileOptions {
             threads: cfg.compile_threads.max(1),
+            ..hf_pipeline::CompileOptions::default()
         };
         let empty = match Program::compile(&ProgramSpec::default()) {
             Ok((p, _)) => p,

@@ -334,7 +334,16 @@ impl Program {
             todo.push((i, names_keys(d)));
         }
         prog.compiled = todo.len();
-        let units = compile_units(spec, todo.iter(), &resident, opts.threads);
+        let flows: usize = todo
+            .iter()
+            .map(|(i, _)| spec.datapaths[*i].flows.len())
+            .sum();
+        let threads = if flows < opts.min_parallel_flows {
+            1
+        } else {
+            opts.threads
+        };
+        let units = compile_units(spec, todo.iter(), &resident, threads);
         for ((i, _), unit) in todo.iter().zip(units) {
             prog.dps[*i].tables = Arc::new(append_unit(&mut prog, unit));
         }

@@ -221,7 +221,14 @@ fn worker_threads_compile_the_program_the_caller_thread_does() {
     let s = spec(40);
     let one = compile_all(&s);
     for threads in [2, 3, 8, 64] {
-        let (p, errs) = Program::compile_with(&s, &CompileOptions { threads }).expect("compiles");
+        let (p, errs) = Program::compile_with(
+            &s,
+            &CompileOptions {
+                threads,
+                min_parallel_flows: 0,
+            },
+        )
+        .expect("compiles");
         assert!(errs.is_empty());
         assert_eq!(p.compiled_datapaths(), 40);
         assert_eq!(canonical(&p), canonical(&one), "{threads} threads");
@@ -238,7 +245,14 @@ fn worker_threads_compile_the_program_the_caller_thread_does() {
     let changed: Vec<&str> = changed.iter().map(String::as_str).collect();
     let (seq, _) = one.recompile(&s2, &changed).expect("recompiles");
     let (par, _) = one
-        .recompile_with(&s2, &changed, &CompileOptions { threads: 4 })
+        .recompile_with(
+            &s2,
+            &changed,
+            &CompileOptions {
+                threads: 4,
+                min_parallel_flows: 0,
+            },
+        )
         .expect("recompiles");
     assert_eq!(par.compiled_datapaths(), 3);
     assert_eq!(canonical(&par), canonical(&seq));

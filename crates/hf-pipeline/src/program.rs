@@ -924,11 +924,17 @@ pub struct CompileOptions {
     /// Worker threads for compiling datapaths (1: on the caller's thread). The program is the
     /// same for every value.
     pub threads: usize,
+    /// Fewer flows than this to compile run on the caller's thread whatever `threads` says
+    /// (starting workers costs more than a change's few datapaths, on a loaded machine most).
+    pub min_parallel_flows: usize,
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { threads: 1 }
+        CompileOptions {
+            threads: 1,
+            min_parallel_flows: 4096,
+        }
     }
 }
 

@@ -576,6 +576,7 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
     let mut spec_cache = prev.map(|p| p.spec_cache.clone()).unwrap_or_else(|| {
         hf_datapath::program::SpecCache::with_options(hf_pipeline::CompileOptions {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            ..hf_pipeline::CompileOptions::default()
         })
     });
     let t = Instant::now();
