@@ -103,6 +103,12 @@ pub struct DatapathArgs {
     #[arg(long, value_name = "ptcp:PORT[:IP]|pssl:PORT[:IP]")]
     state_listen: Option<String>,
 
+    /// Worker threads that compile a program's datapaths (a cold start's whole program, or a
+    /// change's datapaths). Default: the machine's available parallelism. The program is the
+    /// same for every value.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    compile_threads: Option<u16>,
+
     /// TLS for the state channel (OVN's -p/-c/-C).
     #[command(flatten)]
     tls: ClientTlsArgs,
@@ -282,6 +288,10 @@ pub fn run(args: DatapathArgs) -> anyhow::Result<ExitCode> {
         .context("starting tokio")?;
     let mut cfg = DatapathConfig::new(&args.chassis, args.encap_ip);
     cfg.zones = zones;
+    cfg.compile_threads = args.compile_threads.map_or_else(
+        || std::thread::available_parallelism().map_or(1, |n| n.get()),
+        usize::from,
+    );
     let shell = Shell {
         dp: Datapath::new(cfg),
         origin: Instant::now(),

@@ -376,7 +376,7 @@ fn chassis_template_variables_are_substituted_for_the_chassis() {
     );
     let f = &t.spec.datapaths[0].flows[0];
     assert_eq!(
-        f.source.as_ref().map(|s| s.matches.as_str()),
+        f.source.as_ref().map(|s| &*s.matches),
         Some("ip4.dst == 10.0.0.100 || inport == \"^vip\""),
         "substituted outside strings only"
     );

@@ -78,6 +78,9 @@ pub struct DatapathConfig {
     pub zones: BTreeMap<String, u16>,
     /// Live migration limits and timers.
     pub migration: crate::migrate::MigrationConfig,
+    /// Worker threads for compiling a program's datapaths (1: on the caller's thread). The
+    /// compiled program is the same for every value; the I/O shell chooses it.
+    pub compile_threads: usize,
 }
 
 impl DatapathConfig {
@@ -89,6 +92,7 @@ impl DatapathConfig {
             conntrack: hf_conntrack::Config::default(),
             zones: BTreeMap::new(),
             migration: crate::migrate::MigrationConfig::default(),
+            compile_threads: 1,
         }
     }
 }
@@ -225,6 +229,10 @@ pub struct Datapath {
 impl Datapath {
     /// A datapath with no ports and an empty program.
     pub fn new(cfg: DatapathConfig) -> Datapath {
+        let opts = hf_pipeline::CompileOptions {
+            threads: cfg.compile_threads.max(1),
+            ..hf_pipeline::CompileOptions::default()
+        };
         let empty = match Program::compile(&ProgramSpec::default()) {
             Ok((p, _)) => p,
             // An empty spec has nothing that can fail; keep a clear message if it ever does.
@@ -247,7 +255,7 @@ impl Datapath {
             next_port_id: 1,
             pipeline,
             program: None,
-            spec_cache: crate::program::SpecCache::new(),
+            spec_cache: crate::program::SpecCache::with_options(opts),
             flow_errors: Vec::new(),
             held: Vec::new(),
             last_shared: 0,
@@ -508,7 +516,25 @@ impl Datapath {
         let built = if no_last_good_changed {
             self.spec_cache.build(&msg, &local)
         } else {
-            self.spec_cache.build_knowing(&msg, &local, &may_differ)
+            let sets: std::collections::BTreeSet<String> = applied
+                .undo
+                .touched_address_sets()
+                .map(str::to_string)
+                .collect();
+            let groups: std::collections::BTreeSet<String> = applied
+                .undo
+                .touched_port_groups()
+                .map(str::to_string)
+                .collect();
+            self.spec_cache.build_knowing(
+                &msg,
+                &local,
+                crate::program::Knowing {
+                    datapaths: &may_differ,
+                    address_sets: &sets,
+                    port_groups: &groups,
+                },
+            )
         };
         let prev = crate::program::PrevProgram::Delta {
             now: &msg,

@@ -486,6 +486,16 @@ impl Undo {
         self.scalars.feature_level.as_deref()
     }
 
+    /// The address sets the delta added, changed or removed (names).
+    pub fn touched_address_sets(&self) -> impl Iterator<Item = &str> + '_ {
+        self.address_sets.iter().map(|(n, _)| n.as_str())
+    }
+
+    /// The port groups the delta added, changed or removed (names).
+    pub fn touched_port_groups(&self) -> impl Iterator<Item = &str> + '_ {
+        self.port_groups.iter().map(|(n, _)| n.as_str())
+    }
+
     /// Puts `prog` (the program the delta was applied to) back as it was.
     pub fn revert(self, prog: &mut ProgramMsg) {
         let s = self.scalars;

@@ -52,11 +52,12 @@ use hf_expr::features::{FeatureSet, used_by_actions, used_by_expr};
 use hf_expr::lexer::{Tok, tokenize};
 use hf_expr::{Constant, Expr, Sets};
 use hf_pipeline::{
-    DatapathKind, DatapathSpec, DnsSpec, FdbSpec, FlowError, FlowErrorKind, FlowId, FlowSpec,
-    GroupSpec, LbVipSpec, Neighbour, PortKind, PortLocation, PortSpec, Program, ProgramSpec,
+    CompileOptions, DatapathKind, DatapathSpec, DnsSpec, FdbSpec, FlowError, FlowErrorKind, FlowId,
+    FlowSpec, GroupSpec, LbVipSpec, Neighbour, PortKind, PortLocation, PortSpec, Program,
+    ProgramSpec,
 };
 
-use crate::proto::{FlowErrorMsg, FlowMsg, LocationMsg, ProgramMsg};
+use crate::proto::{DatapathMsg, FlowErrorMsg, FlowMsg, LocationMsg, ProgramMsg};
 
 /// Parses one address-set member as a logical-flow constant (an IPv4/IPv6 address or prefix,
 /// a MAC, a number).
@@ -199,10 +200,13 @@ struct CacheMeta {
     syntax: Vec<FlowErrorMsg>,
 }
 
-/// One datapath's parsed flows, kept from the last program compiled.
+/// One datapath's parsed flows, ports and groups, kept from the last program compiled.
 #[derive(Debug, Clone)]
 struct ParsedDp {
     flows: Vec<FlowSpec>,
+    /// Its ports as built (locations resolved against the `local` map of the time).
+    ports: Vec<PortSpec>,
+    groups: Vec<GroupSpec>,
     used: Vec<Used>,
     last_good: Vec<Option<FlowMsg>>,
     syntax: Vec<FlowErrorMsg>,
@@ -265,6 +269,22 @@ pub struct SpecCache {
     level: Option<Option<String>>,
     /// The datapaths whose flows the last successful compile parsed (not taken from here).
     parsed: Vec<String>,
+    /// How compiles through it run (worker threads).
+    opts: CompileOptions,
+    /// The address sets and port groups of the last program compiled (`None`: not known).
+    sets: Option<Sets>,
+}
+
+/// What may differ between the cached program and a new one (a delta's changes): everything
+/// else is taken from the cache without being compared.
+#[derive(Debug, Clone, Copy)]
+pub struct Knowing<'a> {
+    /// Datapaths changed or added.
+    pub datapaths: &'a BTreeSet<String>,
+    /// Address sets added, changed or removed.
+    pub address_sets: &'a BTreeSet<String>,
+    /// Port groups added, changed or removed.
+    pub port_groups: &'a BTreeSet<String>,
 }
 
 /// A spec built with a [`SpecCache`], waiting for [`SpecCache::compile`].
@@ -313,6 +333,15 @@ impl SpecCache {
         SpecCache::default()
     }
 
+    /// An empty cache whose compiles run with `opts` (worker threads; the result is the
+    /// same for every value).
+    pub fn with_options(opts: CompileOptions) -> SpecCache {
+        SpecCache {
+            opts,
+            ..SpecCache::default()
+        }
+    }
+
     /// Whether it holds the flows of the last program compiled through it.
     pub fn is_valid(&self) -> bool {
         self.valid
@@ -329,6 +358,7 @@ impl SpecCache {
         self.dps.clear();
         self.valid = false;
         self.level = None;
+        self.sets = None;
     }
 
     /// [`to_spec`] reusing the cached specs of datapaths whose flows did not change. Takes
@@ -347,7 +377,8 @@ impl SpecCache {
             old.clear();
             was_valid = true;
         }
-        match build_spec(msg, local, Some(&mut old), None) {
+        self.sets = None;
+        match build_spec(msg, local, Some(&mut old), None, None) {
             Ok(built) => Ok(CachedSpec { built, was_valid }),
             Err(e) => {
                 self.restore(old, was_valid);
@@ -357,21 +388,24 @@ impl SpecCache {
     }
 
     /// [`SpecCache::build`] for a program known to differ from the cached one only in the
-    /// flows of the datapaths `may_differ` names (a delta's changed and added datapaths): the
-    /// others take their cached specs without comparing their flows. When the cache does not
-    /// hold the previous program (or the feature level changed) this is [`SpecCache::build`].
+    /// datapaths, address sets and port groups `may_differ` names (a delta's changes): the
+    /// other datapaths take their cached flows, ports and groups without comparing them (only
+    /// local port locations are resolved again), and the other sets are not parsed again. When
+    /// the cache does not hold the previous program (or the feature level changed) this is
+    /// [`SpecCache::build`].
     pub fn build_knowing(
         &mut self,
         msg: &ProgramMsg,
         local: &BTreeMap<String, u32>,
-        may_differ: &BTreeSet<String>,
+        may_differ: Knowing<'_>,
     ) -> Result<CachedSpec, String> {
         if !self.valid || self.level.as_ref() != Some(&msg.feature_level) {
             return self.build(msg, local);
         }
         self.valid = false;
         let mut old = std::mem::take(&mut self.dps);
-        match build_spec(msg, local, Some(&mut old), Some(may_differ)) {
+        let sets = self.sets.take();
+        match build_spec(msg, local, Some(&mut old), Some(may_differ), sets) {
             Ok(built) => Ok(CachedSpec {
                 built,
                 was_valid: true,
@@ -452,7 +486,10 @@ impl SpecCache {
             spec,
             swapped,
             held,
-        } = compile_built(msg, spec, origins, errors, prev, prev_msg, &refs)?;
+        } = compile_built(
+            msg, spec, origins, errors, prev, prev_msg, &refs, &self.opts,
+        )?;
+        self.sets = Some(spec.sets);
         for ((d, (_, m)), di) in spec.datapaths.into_iter().zip(meta).zip(0..) {
             if swapped.contains(&di) {
                 continue;
@@ -461,6 +498,8 @@ impl SpecCache {
                 d.name,
                 ParsedDp {
                     flows: d.flows,
+                    ports: d.ports,
+                    groups: d.groups,
                     used: m.used,
                     last_good: m.last_good,
                     syntax: m.syntax,
@@ -633,7 +672,8 @@ fn build_spec(
     msg: &ProgramMsg,
     local: &BTreeMap<String, u32>,
     mut old: Option<&mut HashMap<String, ParsedDp>>,
-    may_differ: Option<&BTreeSet<String>>,
+    may_differ: Option<Knowing<'_>>,
+    old_sets: Option<Sets>,
 ) -> Result<Built, String> {
     check_zones(msg)?;
     let level = level_of(msg)?;
@@ -654,49 +694,35 @@ fn build_spec(
                 snat_zone,
             },
         };
-        let ports = d
-            .ports
-            .iter()
-            .map(|p| PortSpec {
-                name: p.name.clone(),
-                key: p.key,
-                location: match &p.location {
-                    LocationMsg::Local(iface) => match local.get(iface) {
-                        Some(&id) => PortLocation::Local(id),
-                        None => PortLocation::Unbound,
-                    },
-                    LocationMsg::Remote(chassis) => PortLocation::Remote { chassis: *chassis },
-                    LocationMsg::Patch(peer) => PortLocation::Patch { peer: peer.clone() },
-                    LocationMsg::Unbound => PortLocation::Unbound,
-                    LocationMsg::Redirect(port) => PortLocation::Redirect { port: port.clone() },
-                },
-                zone: p.zone,
-                kind: PortKind::from_sb(&p.kind),
-                resident: p.resident,
-                also_remote: p.also_remote.clone(),
-                activation: p.activation.map(Into::into),
-                addresses: p.addresses.clone(),
-                port_security: p.port_security.clone(),
-            })
-            .collect();
-        let groups = d
-            .groups
-            .iter()
-            .map(|g| GroupSpec {
-                name: g.name.clone(),
-                key: g.key,
-                members: g.members.clone(),
-            })
-            .collect();
-        let cached = old
-            .as_deref_mut()
-            .and_then(|c| c.remove(&d.name))
-            .filter(|c| {
-                // Known unchanged (and of the same length, a cheap guard): not compared.
-                let trusted = may_differ
-                    .is_some_and(|m| !m.contains(&d.name) && c.flows.len() == d.flows.len());
-                trusted || c.matches(&d.flows)
-            });
+        let mut entry = old.as_deref_mut().and_then(|c| c.remove(&d.name));
+        // Known unchanged (and of the same lengths, a cheap guard): taken without comparing.
+        let trusted = entry.as_ref().is_some_and(|c| {
+            may_differ.is_some_and(|m| !m.datapaths.contains(&d.name))
+                && c.flows.len() == d.flows.len()
+                && c.ports.len() == d.ports.len()
+                && c.groups.len() == d.groups.len()
+        });
+        let kept = match &mut entry {
+            Some(c) if trusted => {
+                Some((std::mem::take(&mut c.ports), std::mem::take(&mut c.groups)))
+            }
+            _ => None,
+        };
+        let (ports, groups) = match kept {
+            Some((mut ports, groups)) => {
+                // The local map is not the delta's: local locations are resolved again.
+                for (p, m) in ports.iter_mut().zip(&d.ports) {
+                    if let LocationMsg::Local(iface) = &m.location {
+                        p.location = local
+                            .get(iface)
+                            .map_or(PortLocation::Unbound, |&id| PortLocation::Local(id));
+                    }
+                }
+                (ports, groups)
+            }
+            None => (ports_of(d, local), groups_of(d)),
+        };
+        let cached = entry.filter(|c| trusted || c.matches(&d.flows));
         let flows = match cached {
             Some(c) => {
                 origins.0.push(c.used.clone());
@@ -769,18 +795,7 @@ fn build_spec(
             mac: n.mac,
         });
     }
-    let mut sets = Sets::default();
-    for (name, members) in &msg.address_sets {
-        let list = members
-            .iter()
-            .map(|m| parse_address(m).map_err(|e| format!("address set {name}: {e}")))
-            .collect::<Result<Vec<_>, _>>()?;
-        sets.addr_sets.insert(name.clone(), list);
-    }
-    for (name, ports) in &msg.port_groups {
-        sets.port_groups.insert(name.clone(), ports.clone());
-    }
-    spec.sets = sets;
+    spec.sets = sets_of(msg, may_differ, old_sets)?;
     spec.fdb = msg
         .fdb
         .iter()
@@ -827,6 +842,87 @@ fn build_spec(
     })
 }
 
+/// A datapath's ports as the spec has them, local locations resolved through `local`.
+fn ports_of(d: &DatapathMsg, local: &BTreeMap<String, u32>) -> Vec<PortSpec> {
+    d.ports
+        .iter()
+        .map(|p| PortSpec {
+            name: p.name.clone(),
+            key: p.key,
+            location: match &p.location {
+                LocationMsg::Local(iface) => match local.get(iface) {
+                    Some(&id) => PortLocation::Local(id),
+                    None => PortLocation::Unbound,
+                },
+                LocationMsg::Remote(chassis) => PortLocation::Remote { chassis: *chassis },
+                LocationMsg::Patch(peer) => PortLocation::Patch { peer: peer.clone() },
+                LocationMsg::Unbound => PortLocation::Unbound,
+                LocationMsg::Redirect(port) => PortLocation::Redirect { port: port.clone() },
+            },
+            zone: p.zone,
+            kind: PortKind::from_sb(&p.kind),
+            resident: p.resident,
+            also_remote: p.also_remote.clone(),
+            activation: p.activation.map(Into::into),
+            addresses: p.addresses.clone(),
+            port_security: p.port_security.clone(),
+        })
+        .collect()
+}
+
+/// A datapath's multicast groups as the spec has them.
+fn groups_of(d: &DatapathMsg) -> Vec<GroupSpec> {
+    d.groups
+        .iter()
+        .map(|g| GroupSpec {
+            name: g.name.clone(),
+            key: g.key,
+            members: g.members.clone(),
+        })
+        .collect()
+}
+
+/// The program's address sets (members parsed) and port groups. With `old` (the cached
+/// program's) and `knowing`, only the sets `knowing` names are parsed again; the others are
+/// taken from `old`, and the ones `msg` no longer has are dropped.
+fn sets_of(
+    msg: &ProgramMsg,
+    knowing: Option<Knowing<'_>>,
+    old: Option<Sets>,
+) -> Result<Sets, String> {
+    let parse = |name: &str, members: &[String]| {
+        members
+            .iter()
+            .map(|m| parse_address(m).map_err(|e| format!("address set {name}: {e}")))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let (Some(k), Some(mut sets)) = (knowing, old) else {
+        let mut sets = Sets::default();
+        for (name, members) in &msg.address_sets {
+            sets.addr_sets.insert(name.clone(), parse(name, members)?);
+        }
+        for (name, ports) in &msg.port_groups {
+            sets.port_groups.insert(name.clone(), ports.clone());
+        }
+        return Ok(sets);
+    };
+    sets.addr_sets
+        .retain(|n, _| msg.address_sets.contains_key(n));
+    for (name, members) in &msg.address_sets {
+        if k.address_sets.contains(name) || !sets.addr_sets.contains_key(name) {
+            sets.addr_sets.insert(name.clone(), parse(name, members)?);
+        }
+    }
+    sets.port_groups
+        .retain(|n, _| msg.port_groups.contains_key(n));
+    for (name, ports) in &msg.port_groups {
+        if k.port_groups.contains(name) || !sets.port_groups.contains_key(name) {
+            sets.port_groups.insert(name.clone(), ports.clone());
+        }
+    }
+    Ok(sets)
+}
+
 /// [`ProgramMsg`] → [`ProgramSpec`], with the flows whose text did not parse replaced by their
 /// last good text where there is one (listed with `kept_last_good: true`). Flows that still do
 /// not parse stay in the spec with their parse error; [`compile`] reports them.
@@ -834,7 +930,7 @@ pub fn to_spec(
     msg: &ProgramMsg,
     local: &BTreeMap<String, u32>,
 ) -> Result<(ProgramSpec, Vec<FlowErrorMsg>), String> {
-    build_spec(msg, local, None, None).map(|b| (b.spec, b.errors))
+    build_spec(msg, local, None, None, None).map(|b| (b.spec, b.errors))
 }
 
 fn error_msg(e: &FlowError, kept: bool) -> FlowErrorMsg {
@@ -882,7 +978,7 @@ pub fn compile_changed(
     prev: Option<&Program>,
     changed: &[&str],
 ) -> Result<(Program, Vec<FlowErrorMsg>), String> {
-    let b = build_spec(msg, local, None, None)?;
+    let b = build_spec(msg, local, None, None, None)?;
     compile_built(
         msg,
         b.spec,
@@ -891,6 +987,7 @@ pub fn compile_changed(
         prev,
         PrevProgram::None,
         changed,
+        &CompileOptions::default(),
     )
     .map(|o| (o.prog, o.reported))
 }
@@ -927,6 +1024,7 @@ fn ran_spec(f: &FlowMsg, level: Option<&LevelCheck>) -> FlowSpec {
 /// The compile step: per-flow last good versions for flows that fail, then datapaths held at
 /// what they ran before (`prev_msg`) where a flow still has no version, then fail-closed
 /// drops for security flows with no version in datapaths that cannot be held.
+#[allow(clippy::too_many_arguments)]
 fn compile_built(
     msg: &ProgramMsg,
     mut spec: ProgramSpec,
@@ -935,11 +1033,12 @@ fn compile_built(
     prev: Option<&Program>,
     prev_msg: PrevProgram<'_>,
     changed: &[&str],
+    opts: &CompileOptions,
 ) -> Result<CompileOutcome, String> {
     let level = level_of(msg)?;
     let (mut prog, errs) = match prev {
-        Some(p) => p.recompile(&spec, changed),
-        None => Program::compile(&spec),
+        Some(p) => p.recompile_with(&spec, changed, opts),
+        None => Program::compile_with(&spec, opts),
     }
     .map_err(|e| e.to_string())?;
     // Flows whose primary text failed to compile and that have a last good version.
@@ -959,8 +1058,8 @@ fn compile_built(
         let mut names: Vec<&str> = changed.to_vec();
         names.extend(dps.iter().map(|&di| spec.datapaths[di].name.as_str()));
         match prev {
-            Some(p) => p.recompile(spec, &names),
-            None => Program::compile(spec),
+            Some(p) => p.recompile_with(spec, &names, opts),
+            None => Program::compile_with(spec, opts),
         }
         .map_err(|e| e.to_string())
     };
@@ -1447,3 +1546,7 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+#[path = "spec_cache_tests.rs"]
+mod spec_cache_tests;

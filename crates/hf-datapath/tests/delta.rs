@@ -144,6 +144,34 @@ fn a_delta_recompiles_only_the_datapath_it_changes() {
 }
 
 #[test]
+fn a_datapath_added_in_front_leaves_the_others_compiled_and_forwarding() {
+    let (mut dp, p1) = running();
+    let ct = conntrack(&dp);
+    let mut p2 = p1.clone();
+    p2.generation = 2;
+    let mut front = p1.datapaths[1].clone();
+    front.name = "sw-front".into();
+    front.tunnel_key = 9;
+    front.ports[0].name = "f1".into();
+    p2.datapaths.insert(0, front);
+    let ans = ctl(&mut dp, &[delta(&p1, &p2)], ms(2));
+    assert!(
+        matches!(&ans[..], [FromDatapath::Installed { generation: 2, flow_errors }] if flow_errors.is_empty()),
+        "{ans:?}"
+    );
+    assert_eq!(dp.program(), Some(&p2));
+    // Only the new datapath was parsed and compiled; sw0 and sw1, now one place further
+    // down, keep their tables (reuse by position would have compiled both again).
+    assert_eq!(dp.spec_cache().last_parsed(), ["sw-front".to_string()]);
+    assert_eq!(dp.last_install_shared(), 2);
+    // sw0 forwards on, with its connection.
+    assert_eq!(conntrack(&dp), ct);
+    dp.handle_port_frame("vm1", &tcp(SYN, 1000, 0, 0), ms(3));
+    assert!(matches!(dp.poll_transmit(), Some(Transmit::Tunnel { .. })));
+    assert_eq!(conntrack(&dp).len(), 1);
+}
+
+#[test]
 fn a_delta_against_another_base_or_content_changes_nothing() {
     let (mut dp, p1) = running();
     let ct = conntrack(&dp);

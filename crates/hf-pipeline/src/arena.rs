@@ -57,18 +57,6 @@ impl<T: Clone> Arena<T> {
             self.push(v);
         }
     }
-
-    pub(crate) fn truncate(&mut self, n: usize) {
-        if n >= self.len {
-            return;
-        }
-        let nsegs = n.div_ceil(SEG);
-        self.segs.truncate(nsegs);
-        if let Some(last) = self.segs.last_mut() {
-            Arc::make_mut(last).truncate(n - (nsegs - 1) * SEG);
-        }
-        self.len = n;
-    }
 }
 
 impl<T: Clone> Index<usize> for Arena<T> {
@@ -87,23 +75,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn push_truncate_and_shared_clones() {
+    fn push_and_shared_clones() {
         let mut a: Arena<u32> = Arena::default();
         a.extend(0..(SEG as u32 * 2 + 5));
         let b = a.clone();
         assert!(Arc::ptr_eq(&a.segs[0], &b.segs[0]));
-        a.truncate(SEG + 3);
-        assert_eq!(a.len(), SEG + 3);
-        assert_eq!(a.get(SEG + 2), Some(&(SEG as u32 + 2)));
-        assert_eq!(a.get(SEG + 3), None);
+        // Appending clones only the last, partly filled segment.
         a.push(7);
-        assert_eq!(a[SEG + 3], 7);
+        assert_eq!(a[SEG * 2 + 5], 7);
+        assert!(Arc::ptr_eq(&a.segs[1], &b.segs[1]));
+        assert!(!Arc::ptr_eq(&a.segs[2], &b.segs[2]));
         // The clone is unchanged.
         assert_eq!(b.len(), SEG * 2 + 5);
+        assert_eq!(b.get(SEG * 2 + 5), None);
         assert_eq!(b[SEG + 3], SEG as u32 + 3);
-        a.truncate(0);
-        assert_eq!(a.len(), 0);
-        a.push(1);
-        assert_eq!(a[0], 1);
     }
 }

@@ -185,10 +185,40 @@ impl Classifier {
         list.sort_by_key(|r| std::cmp::Reverse(rules[*r as usize].prio));
     }
 
+    /// Adds `off` to every rule's flow index (the datapath's flows moved to `off..` of the
+    /// program's flow arena).
+    pub(crate) fn rebase(&mut self, off: u32) {
+        for r in &mut self.rules {
+            r.flow += off;
+        }
+    }
+
     /// Orders subtables by their best priority. Call once after the inserts.
     pub(crate) fn finish(&mut self) {
         self.subtables
             .sort_by_key(|s| std::cmp::Reverse(s.max_prio));
+    }
+
+    /// Every rule and subtable as text, with `flow` naming a rule's flow (tests compare
+    /// programs compiled different ways with it).
+    #[cfg(test)]
+    pub(crate) fn describe(&self, flow: &dyn Fn(u32) -> String) -> Vec<String> {
+        let rules = self.rules.iter().map(|r| {
+            format!(
+                "rule prio {} flow [{}] values {:?} residual {:?} dims {:?}",
+                r.prio,
+                flow(r.flow),
+                r.values,
+                r.residual,
+                r.dims
+            )
+        });
+        let subs = self.subtables.iter().map(|s| {
+            let mut lists: Vec<_> = s.map.iter().collect();
+            lists.sort();
+            format!("subtable {:?} max {} {:?}", s.fields, s.max_prio, lists)
+        });
+        rules.chain(subs).collect()
     }
 
     /// Number of subtables (distinct masks).

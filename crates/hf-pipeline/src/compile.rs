@@ -23,11 +23,11 @@ use hf_expr::actions::Pipeline as Pipe;
 use hf_expr::normalize::{Atom, Limits, Normalizer};
 use hf_expr::{Sets, SymbolTable};
 
+use crate::act_compile::{ActCompiler, UNSUPPORTED, compile_conj};
 use crate::classifier::{Classifier, FastMap};
 use crate::program::{
-    ActCompiler, CompileError, DatapathSpec, Dp, DpCode, EGRESS, FlowError, FlowErrorKind,
-    FlowInfo, INGRESS, Loc, Port, PortLocation, Program, ProgramSpec, UNSUPPORTED, compile_conj,
-    ip_u128,
+    CAct, CompileError, CompileOptions, Counted, DatapathSpec, Dp, DpCode, EGRESS, FlowError,
+    FlowErrorKind, FlowInfo, INGRESS, Loc, Port, PortLocation, Program, ProgramSpec, ip_u128,
 };
 
 /// Geneve's limits (ovn-architecture(7), "Tunnel Encapsulations").
@@ -41,7 +41,16 @@ impl Program {
     /// out; structural problems (unknown patch peers, duplicate keys, tunnel keys outside
     /// Geneve's limits) fail the whole program.
     pub fn compile(spec: &ProgramSpec) -> Result<(Program, Vec<FlowError>), CompileError> {
-        Program::build(spec, None, &[])
+        Program::build(spec, None, &[], &CompileOptions::default())
+    }
+
+    /// [`Program::compile`] with `opts` (worker threads). The program is the same whatever the
+    /// options.
+    pub fn compile_with(
+        spec: &ProgramSpec,
+        opts: &CompileOptions,
+    ) -> Result<(Program, Vec<FlowError>), CompileError> {
+        Program::build(spec, None, &[], opts)
     }
 
     /// Like [`Program::compile`], but the first flow error fails the program
@@ -55,16 +64,33 @@ impl Program {
     }
 
     /// Compiles `spec` again, reusing this program's compiled tables for every datapath that
-    /// keeps its position, name and tunnel key, is not named in `changed` (the datapaths whose
-    /// flows changed) and whose port and group names/keys, referenced address sets and port
-    /// groups, and the residency of the ports its flows ask about, are unchanged. The returned
-    /// errors cover the whole program (reused datapaths keep theirs).
+    /// keeps its name and tunnel key (wherever it now is in the list), is not named in
+    /// `changed` (the datapaths whose flows changed) and whose port and group names/keys,
+    /// referenced address sets and port groups, and the residency of the ports its flows ask
+    /// about, are unchanged. The returned errors cover the whole program (reused datapaths keep
+    /// theirs).
     pub fn recompile(
         &self,
         spec: &ProgramSpec,
         changed: &[&str],
     ) -> Result<(Program, Vec<FlowError>), CompileError> {
-        Program::build(spec, Some(self), changed)
+        Program::build(spec, Some(self), changed, &CompileOptions::default())
+    }
+
+    /// [`Program::recompile`] with `opts` (worker threads for the datapaths it compiles).
+    pub fn recompile_with(
+        &self,
+        spec: &ProgramSpec,
+        changed: &[&str],
+        opts: &CompileOptions,
+    ) -> Result<(Program, Vec<FlowError>), CompileError> {
+        Program::build(spec, Some(self), changed, opts)
+    }
+
+    /// How many datapaths the compile that made this program compiled (the rest it took from
+    /// the previous program).
+    pub fn compiled_datapaths(&self) -> usize {
+        self.compiled
     }
 
     /// Number of logical flows compiled (live ones).
@@ -77,13 +103,21 @@ impl Program {
         self.dps.iter().flat_map(|d| d.tables.errors.iter())
     }
 
-    /// How many datapaths' tables are shared with `other` (the same `Arc`): what
-    /// [`Program::recompile`] reused.
+    /// How many datapaths' tables are shared with `other`'s datapath of the same name (the same
+    /// `Arc`): what [`Program::recompile`] reused.
     pub fn shared_datapaths(&self, other: &Program) -> usize {
+        let theirs: HashMap<&str, &Arc<DpCode>> = other
+            .dps
+            .iter()
+            .map(|d| (d.name.as_str(), &d.tables))
+            .collect();
         self.dps
             .iter()
-            .zip(&other.dps)
-            .filter(|(a, b)| Arc::ptr_eq(&a.tables, &b.tables))
+            .filter(|d| {
+                theirs
+                    .get(d.name.as_str())
+                    .is_some_and(|t| Arc::ptr_eq(&d.tables, t))
+            })
             .count()
     }
 
@@ -105,9 +139,10 @@ impl Program {
         spec: &ProgramSpec,
         old: Option<&Program>,
         changed: &[&str],
+        opts: &CompileOptions,
     ) -> Result<(Program, Vec<FlowError>), CompileError> {
-        let symtab = SymbolTable::shared();
         let mut prog = Program {
+            compiled: 0,
             dps: Vec::new(),
             acts: Default::default(),
             flows: Default::default(),
@@ -121,6 +156,20 @@ impl Program {
             sets: spec.sets.clone(),
             dns: FastMap::default(),
         };
+        // Per datapath name, looked up once each (not a scan of the lists per datapath).
+        let mut vips_of: HashMap<&str, Vec<(u128, bool, u16, u8)>> = HashMap::new();
+        for v in &spec.lb_vips {
+            let (ip, v6) = ip_u128(v.ip);
+            vips_of
+                .entry(v.datapath.as_str())
+                .or_default()
+                .push((ip, v6, v.port, v.proto));
+        }
+        let mut snat_of: HashMap<&str, u16> = HashMap::new();
+        for (n, z) in &spec.switch_snat_zones {
+            // The first entry of a name wins, as a scan would find.
+            snat_of.entry(n.as_str()).or_insert(*z);
+        }
         // Ports first: patch peers may point forward.
         let mut names: HashMap<&str, (u32, u32)> = HashMap::new();
         let mut dp_names: HashMap<&str, u32> = HashMap::new();
@@ -228,20 +277,8 @@ impl Program {
                 members.dedup();
                 groups.insert(g.key, members);
             }
-            let vips = spec
-                .lb_vips
-                .iter()
-                .filter(|v| v.datapath == d.name)
-                .map(|v| {
-                    let (ip, v6) = ip_u128(v.ip);
-                    (ip, v6, v.port, v.proto)
-                })
-                .collect();
-            let snat_zone = spec
-                .switch_snat_zones
-                .iter()
-                .find(|(n, _)| *n == d.name)
-                .map(|(_, z)| *z);
+            let vips = vips_of.remove(d.name.as_str()).unwrap_or_default();
+            let snat_zone = snat_of.get(d.name.as_str()).copied();
             prog.dps.push(Dp {
                 name: d.name.clone(),
                 key: d.tunnel_key,
@@ -265,49 +302,59 @@ impl Program {
             // Counted actions of reused tables keep their counter numbers.
             prog.counters = o.counters.clone();
         }
-        let mut norm = Normalizer::new(symtab, Limits::default());
-        let mut all_errors = Vec::new();
+        // The old program's datapaths by identity (name), wherever they were.
+        let old_dps: HashMap<&str, &Dp> = old
+            .map(|o| o.dps.iter().map(|d| (d.name.as_str(), d)).collect())
+            .unwrap_or_default();
         let old_counters = prog.counters.len();
-        let mut reused = vec![false; spec.datapaths.len()];
+        let mut reused_keys: HashSet<u32> = HashSet::new();
+        // Whether a set resolves as before, asked once per set (many datapaths name one set).
+        let mut same_sets: HashMap<&str, bool> = HashMap::new();
+        let mut todo: Vec<(usize, Vec<(String, u32)>)> = Vec::new();
         for (i, d) in spec.datapaths.iter().enumerate() {
-            let dp_names_keys = names_keys(d);
-            if let Some(o) = old
-                && let Some(od) = o.dps.get(i)
-                && od.name == d.name
+            if let (Some(o), Some(od)) = (old, old_dps.get(d.name.as_str()))
                 && od.key == d.tunnel_key
                 && !changed.contains(&d.name.as_str())
-                && od.tables.names == dp_names_keys
+                && same_names_keys(&od.tables.names, d)
                 && od
                     .tables
                     .resident_refs
                     .iter()
                     .all(|(p, r)| resident.contains(p.as_str()) == *r)
-                && od
-                    .tables
-                    .set_refs
-                    .iter()
-                    .all(|s| same_set(s, &o.sets, &spec.sets))
+                && od.tables.set_refs.iter().all(|s| {
+                    *same_sets
+                        .entry(s.as_str())
+                        .or_insert_with(|| same_set(s, &o.sets, &spec.sets))
+                })
             {
                 prog.dps[i].tables = od.tables.clone();
-                all_errors.extend(od.tables.errors.iter().cloned());
-                reused[i] = true;
+                reused_keys.insert(d.tunnel_key);
                 continue;
             }
-            let code = compile_dp(
-                &mut prog,
-                &mut norm,
-                spec,
-                i as u32,
-                d,
-                &resident,
-                dp_names_keys,
-            );
-            all_errors.extend(code.errors.iter().cloned());
-            prog.dps[i].tables = Arc::new(code);
+            todo.push((i, names_keys(d)));
         }
+        prog.compiled = todo.len();
+        let flows: usize = todo
+            .iter()
+            .map(|(i, _)| spec.datapaths[*i].flows.len())
+            .sum();
+        let threads = if flows < opts.min_parallel_flows {
+            1
+        } else {
+            opts.threads
+        };
+        let units = compile_units(spec, todo.iter(), &resident, threads);
+        for ((i, _), unit) in todo.iter().zip(units) {
+            prog.dps[*i].tables = Arc::new(append_unit(&mut prog, unit));
+        }
+        let all_errors = prog
+            .dps
+            .iter()
+            .flat_map(|d| d.tables.errors.iter().cloned())
+            .collect();
         // Counters of the old program's flows that were not reused belong to dead flows.
         for c in prog.counters.iter_mut().take(old_counters) {
-            if !reused.get(c.dp as usize).copied().unwrap_or(false) {
+            if !reused_keys.contains(&c.dp) {
                 c.live = false;
             }
         }
@@ -341,7 +388,10 @@ impl Program {
             let Some(&dpi) = dp_names.get(e.datapath.as_str()) else {
                 return Err(CompileError::UnknownDnsDatapath(e.datapath.clone()));
             };
-            let recs = prog.dns.entry(dpi).or_default();
+            let recs = prog
+                .dns
+                .entry(spec.datapaths[dpi as usize].tunnel_key)
+                .or_default();
             for (name, value) in &e.records {
                 recs.entry(name.to_ascii_lowercase())
                     .or_insert_with(|| value.clone());
@@ -360,6 +410,20 @@ fn names_keys(d: &DatapathSpec) -> Vec<(String, u32)> {
         .collect();
     v.sort();
     v
+}
+
+/// Whether `names` (sorted, from [`names_keys`]) are `d`'s ports and groups, without building
+/// the list again (a recompile asks this of every datapath).
+fn same_names_keys(names: &[(String, u32)], d: &DatapathSpec) -> bool {
+    let has = |n: &str, k: u32| {
+        names
+            .binary_search_by(|(x, y)| (x.as_str(), *y).cmp(&(n, k)))
+            .is_ok()
+    };
+    // Names and keys are unique within a datapath that compiled (duplicates are an error).
+    names.len() == d.ports.len() + d.groups.len()
+        && d.ports.iter().all(|p| has(&p.name, p.key))
+        && d.groups.iter().all(|g| has(&g.name, g.key))
 }
 
 /// `$name` / `@name` resolve the same way in both set collections.
@@ -400,16 +464,107 @@ fn check_keys(d: &DatapathSpec) -> Result<(), CompileError> {
     Ok(())
 }
 
-/// Compiles one datapath's flows into fresh tables, appending to the program's arenas.
+/// One datapath compiled on its own: its tables and the arena entries it adds, numbered from 0
+/// (flows, actions and counters alike); [`append_unit`] moves them into the program.
+struct Unit {
+    code: DpCode,
+    acts: Vec<CAct>,
+    flows: Vec<FlowInfo>,
+    counters: Vec<Counted>,
+}
+
+/// Compiles the datapaths `todo` names (index, names and keys), on up to `threads` worker
+/// threads; the units come back in `todo`'s order, whatever the thread count (each datapath's
+/// unit depends only on the spec, never on what another thread compiled).
+fn compile_units<'a>(
+    spec: &ProgramSpec,
+    todo: impl ExactSizeIterator<Item = &'a (usize, Vec<(String, u32)>)>,
+    resident: &HashSet<&str>,
+    threads: usize,
+) -> Vec<Unit> {
+    let todo: Vec<&(usize, Vec<(String, u32)>)> = todo.collect();
+    let one = |norm: &mut Normalizer<'_>, j: usize| {
+        let (i, names) = todo[j];
+        compile_dp(norm, spec, &spec.datapaths[*i], resident, names.clone())
+    };
+    let new_norm = || Normalizer::new(SymbolTable::shared(), Limits::default());
+    let threads = threads.clamp(1, todo.len().max(1));
+    if threads == 1 {
+        let mut norm = new_norm();
+        return (0..todo.len()).map(|j| one(&mut norm, j)).collect();
+    }
+    // Thread `t` compiles datapaths t, t + threads, ... (a fixed split: which thread compiles
+    // what never depends on timing); results go to their own slot, so the order is the
+    // sequential one.
+    let mut slots: Vec<Option<Unit>> = (0..todo.len()).map(|_| None).collect();
+    let n = todo.len();
+    std::thread::scope(|sc| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let one = &one;
+                sc.spawn(move || {
+                    let mut norm = new_norm();
+                    (t..n)
+                        .step_by(threads)
+                        .map(|j| (j, one(&mut norm, j)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for w in workers {
+            match w.join() {
+                Ok(done) => {
+                    for (j, u) in done {
+                        slots[j] = Some(u);
+                    }
+                }
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+    });
+    slots.into_iter().flatten().collect()
+}
+
+/// Appends a unit's actions, flows and counters to the program's arenas, moving every index it
+/// holds (nested action ranges, a flow's actions, counter numbers, the tables' flows) by where
+/// they land.
+fn append_unit(prog: &mut Program, unit: Unit) -> DpCode {
+    let act_off = prog.acts.len() as u32;
+    let flow_off = prog.flows.len() as u32;
+    let ctr_off = prog.counters.len() as u32;
+    prog.acts.extend(unit.acts.into_iter().map(|mut a| {
+        match &mut a {
+            CAct::Nested { body, .. } => *body = body.start + act_off..body.end + act_off,
+            CAct::PacketIn { counter, .. }
+            | CAct::BindVport { counter, .. }
+            | CAct::Count { counter, .. } => *counter += ctr_off,
+            _ => {}
+        }
+        a
+    }));
+    prog.flows.extend(unit.flows.into_iter().map(|mut f| {
+        f.acts = f.acts.start + act_off..f.acts.end + act_off;
+        f
+    }));
+    prog.counters.extend(unit.counters.into_iter().map(|mut c| {
+        c.flow += flow_off;
+        c
+    }));
+    let mut code = unit.code;
+    for t in code.tables.iter_mut().flatten() {
+        t.rebase(flow_off);
+    }
+    code
+}
+
+/// Compiles one datapath's flows into fresh tables and arena entries of its own.
 fn compile_dp(
-    prog: &mut Program,
     norm: &mut Normalizer<'_>,
     spec: &ProgramSpec,
-    i: u32,
     d: &DatapathSpec,
     resident: &HashSet<&str>,
     names: Vec<(String, u32)>,
-) -> DpCode {
+) -> Unit {
     // "none" is key 0, as in ovn-controller's and ovn-trace's port lookup (northd's
     // `outport = get_fdb(eth.dst)` then `outport == "none"` relies on it).
     let port_key = |name: &str| -> Option<u32> {
@@ -423,9 +578,9 @@ fn compile_dp(
     };
     let is_resident = |name: &str| resident.contains(name);
     let mut code = DpCode::default();
+    let (mut acts, mut flows, mut counters) = (Vec::new(), Vec::new(), Vec::new());
     let mut resident_refs: HashSet<(String, bool)> = HashSet::new();
     let mut set_refs: HashSet<String> = HashSet::new();
-    let start_flows = prog.flows.len();
     for fs in &d.flows {
         let pipe = match fs.pipeline {
             Pipe::Egress => EGRESS,
@@ -481,9 +636,9 @@ fn compile_dp(
                 }
             }
         }
-        let mark = prog.acts.len();
-        let counter_base = prog.counters.len() as u32;
-        let mut cx = ActCompiler::new(&port_key, pipe, fs.table, i, &mut prog.acts);
+        let mark = acts.len();
+        let counter_base = counters.len() as u32;
+        let mut cx = ActCompiler::new(&port_key, pipe, fs.table, d.tunnel_key, &mut acts);
         cx.switch = matches!(d.kind, crate::DatapathKind::Switch);
         cx.counter_base = counter_base;
         let listed = cx.list(&fs.actions);
@@ -491,7 +646,7 @@ fn compile_dp(
         let acts = match listed {
             Ok(a) => a,
             Err(m) => {
-                prog.acts.truncate(mark);
+                acts.truncate(mark);
                 let (kind, m) = match m.strip_prefix(UNSUPPORTED) {
                     Some(rest) => (FlowErrorKind::Unsupported, rest.to_string()),
                     None => (FlowErrorKind::Action, m),
@@ -500,24 +655,23 @@ fn compile_dp(
                 continue;
             }
         };
-        let flow = prog.flows.len() as u32;
-        prog.counters
-            .extend(counted.into_iter().map(|name| crate::program::Counted {
-                dp: i,
-                pipe,
-                table: fs.table,
-                flow,
-                name,
-                live: true,
-            }));
+        let flow = flows.len() as u32;
+        counters.extend(counted.into_iter().map(|name| Counted {
+            dp: d.tunnel_key,
+            pipe,
+            table: fs.table,
+            flow,
+            name,
+            live: true,
+        }));
         let (matches, actions) = match &fs.source {
             Some(t) => (t.matches.clone(), t.actions.clone()),
             None => (
-                fs.matches.to_string(),
-                hf_expr::printer::actions_to_string(&fs.actions),
+                fs.matches.to_string().into(),
+                hf_expr::printer::actions_to_string(&fs.actions).into(),
             ),
         };
-        prog.flows.push(FlowInfo {
+        flows.push(FlowInfo {
             priority: fs.priority,
             matches,
             actions,
@@ -541,13 +695,18 @@ fn compile_dp(
     for t in code.tables.iter_mut().flatten() {
         t.finish();
     }
-    code.flow_count = prog.flows.len() - start_flows;
+    code.flow_count = flows.len();
     code.resident_refs = resident_refs.into_iter().collect();
     code.resident_refs.sort();
     code.set_refs = set_refs.into_iter().collect();
     code.set_refs.sort();
     code.names = names;
-    code
+    Unit {
+        code,
+        acts,
+        flows,
+        counters,
+    }
 }
 
 fn collect_sets(e: &hf_expr::Expr, out: &mut HashSet<String>) {
@@ -619,3 +778,7 @@ fn with_action_prereqs(matches: &hf_expr::Expr, actions: &[hf_expr::Action]) -> 
         _ => Expr::And(all),
     }
 }
+
+#[cfg(test)]
+#[path = "compile_tests.rs"]
+mod tests;

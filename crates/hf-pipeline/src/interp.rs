@@ -379,8 +379,8 @@ impl Runner<'_> {
                         .and_then(|(f, _)| prog.flows.get(f as usize))
                         .map(|f| TraceFlow {
                             priority: f.priority,
-                            matches: f.matches.clone(),
-                            actions: f.actions.clone(),
+                            matches: f.matches.to_string(),
+                            actions: f.actions.to_string(),
                             id: f.id.clone(),
                             stage: f.stage.clone(),
                             sb_uuid: f.sb_uuid.clone(),
@@ -593,7 +593,7 @@ impl Runner<'_> {
             }
             CAct::ChkLbHairpin { dst, dp, .. } => {
                 // The VIP check reads the connection's original tuple, which no field holds.
-                let mut s = match self.prog.dps.get(*dp as usize) {
+                let mut s = match self.prog.dp_by_key(*dp) {
                     Some(d) if !d.vips.is_empty() => OPAQUE,
                     _ => 0,
                 };
@@ -1104,7 +1104,12 @@ impl Runner<'_> {
                 ctx.ct_orig = None;
             }
             CAct::GetNeigh { v6, port, ip, dp } => {
-                let k = (*dp, ctx.read(*port) as u32, ctx.read(*ip), *v6);
+                let k = (
+                    self.prog.dp_index(*dp),
+                    ctx.read(*port) as u32,
+                    ctx.read(*ip),
+                    *v6,
+                );
                 let mac = self.neigh.get(&k).copied().unwrap_or(0);
                 ctx.write_masked(slot::ETH_DST, mac, full(slot::ETH_DST));
             }
@@ -1115,7 +1120,12 @@ impl Runner<'_> {
                 mac,
                 dp,
             } => {
-                let k = (*dp, ctx.read(*port) as u32, ctx.read(*ip), *v6);
+                let k = (
+                    self.prog.dp_index(*dp),
+                    ctx.read(*port) as u32,
+                    ctx.read(*ip),
+                    *v6,
+                );
                 let m = ctx.read(*mac);
                 if self.mode != Mode::Trace && self.neigh.get(&k) != Some(&m) {
                     self.neigh.insert(k, m);
@@ -1134,7 +1144,12 @@ impl Runner<'_> {
                 mac,
                 dp,
             } => {
-                let k = (*dp, ctx.read(*port) as u32, ctx.read(*ip), *v6);
+                let k = (
+                    self.prog.dp_index(*dp),
+                    ctx.read(*port) as u32,
+                    ctx.read(*ip),
+                    *v6,
+                );
                 let found = match (self.neigh.get(&k), mac) {
                     (Some(m), Some(want)) => *m == ctx.read(*want),
                     (Some(_), None) => true,
@@ -1147,7 +1162,7 @@ impl Runner<'_> {
                 let natted = st & 0x80 != 0 || ctx.f[slot::CT_MARK] & 2 != 0;
                 let rpl = st & 0x08 != 0;
                 let same = ctx.ip_pair().is_some_and(|(s, d)| s == d);
-                let vip = match self.prog.dps.get(*dp as usize) {
+                let vip = match self.prog.dp_by_key(*dp) {
                     Some(d) if !d.vips.is_empty() => ctx.ct_orig.is_some_and(|o| {
                         let a = u128::from_be_bytes(o.dst);
                         let a = if o.v6 { a } else { a & 0xffff_ffff };
@@ -1181,10 +1196,6 @@ impl Runner<'_> {
             }
             _ => {}
         }
-    }
-
-    pub(crate) fn dp_key(&self, dp: u32) -> u32 {
-        self.prog.dps.get(dp as usize).map_or(0, |d| d.key)
     }
 
     pub(crate) fn count(&mut self, counter: u32) {
@@ -1273,7 +1284,7 @@ impl Runner<'_> {
                 }
                 let dst = u128::from_be_bytes(orig.dst);
                 let dst = if orig.v6 { dst } else { dst & 0xffff_ffff };
-                let d = self.prog.dps.get(*dp as usize)?;
+                let d = self.prog.dp_by_key(*dp)?;
                 let &(vip, v6, _, _) = d.vips.iter().find(|&&(ip, v6, port, proto)| {
                     ip == dst
                         && v6 == orig.v6

@@ -118,6 +118,7 @@
 //! and an [`Outputs`] to fill (cleared first). [`Pipeline::set_program`] swaps programs and bumps
 //! the generation, so cached entries of the old program are never used again.
 
+mod act_compile;
 mod arena;
 mod cache;
 mod classifier;
@@ -145,9 +146,9 @@ pub use cache::CacheStats;
 pub use learn::LearnStats;
 pub use packet_in::PacketInStats;
 pub use program::{
-    ActionHits, Activation, CompileError, DatapathKind, DatapathSpec, DnsSpec, FdbSpec, FlowError,
-    FlowErrorKind, FlowId, FlowSpec, FlowText, GroupSpec, LbVipSpec, Neighbour, PortKind,
-    PortLocation, PortSpec, Program, ProgramSpec,
+    ActionHits, Activation, CompileError, CompileOptions, DatapathKind, DatapathSpec, DnsSpec,
+    FdbSpec, FlowError, FlowErrorKind, FlowId, FlowSpec, FlowText, GroupSpec, LbVipSpec, Neighbour,
+    PortKind, PortLocation, PortSpec, Program, ProgramSpec,
 };
 pub use trace::{Trace, TraceFlow, TraceRecord};
 pub use whatif::WhatIf;

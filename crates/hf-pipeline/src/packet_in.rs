@@ -45,9 +45,9 @@ pub enum Request {
     Dhcp4(Dhcp4Opts),
     /// `put_dhcpv6_opts`.
     Dhcp6(Dhcp6Opts),
-    /// `dns_lookup()` in the datapath with this index.
+    /// `dns_lookup()` in the datapath with this tunnel key.
     Dns {
-        /// Datapath index.
+        /// The datapath's tunnel key.
         dp: u32,
     },
     /// `put_nd_ra_opts`.

@@ -80,8 +80,7 @@ impl Runner<'_> {
                 let key = self.scr.ctx.f[s] as u32;
                 let prog = self.prog;
                 let ps = prog
-                    .dps
-                    .get(*dp as usize)
+                    .dp_by_key(*dp)
                     .and_then(|d| d.ports.get(&key))
                     .map_or(&[][..], |p| &p.ps[..]);
                 let fail = if *out {
@@ -94,9 +93,9 @@ impl Runner<'_> {
             CAct::PutFdb { dp, port, mac } => {
                 let (port, mac) = (self.scr.ctx.read(*port) as u32, self.scr.ctx.read(*mac));
                 if self.mode != Mode::Trace {
-                    let key = self.dp_key(*dp);
+                    let key = *dp;
                     if self.state.put_fdb(key, mac, port)
-                        && let Some(d) = self.prog.dps.get(*dp as usize)
+                        && let Some(d) = self.prog.dp_by_key(*dp)
                     {
                         self.events.push(Event::Fdb {
                             datapath: d.name.clone(),
@@ -111,24 +110,24 @@ impl Runner<'_> {
             }
             CAct::LookupFdb { dp, dst, port, mac } => {
                 let (port, mac) = (self.scr.ctx.read(*port) as u32, self.scr.ctx.read(*mac));
-                let key = self.dp_key(*dp);
+                let key = *dp;
                 let hit = self.state.fdb.get(&(key, mac)) == Some(&port);
                 self.scr.ctx.write(*dst, u128::from(hit));
             }
             CAct::GetFdb { dp, dst, mac } => {
                 let mac = self.scr.ctx.read(*mac);
-                let key = self.dp_key(*dp);
+                let key = *dp;
                 let port = self.state.fdb.get(&(key, mac)).copied().unwrap_or(0);
                 self.scr.ctx.write(*dst, u128::from(port));
             }
             CAct::CommitEcmpNh { dp, v6, proto } if self.mode != Mode::Trace => {
-                let key = self.dp_key(*dp);
+                let key = *dp;
                 let (fwd, rev) = ecmp_keys(&self.scr.ctx, key, *v6, *proto);
                 self.state.ecmp_commit(fwd, self.now);
                 self.state.ecmp_commit(rev, self.now);
             }
             CAct::ChkEcmpNh { dp, dst, mac } => {
-                let key = self.dp_key(*dp);
+                let key = *dp;
                 let v6 = self.scr.ctx.f[slot::ETH_TYPE] == 0x86dd;
                 let proto = self.scr.ctx.f[slot::IP_PROTO] as u8;
                 let (fwd, _) = ecmp_keys(&self.scr.ctx, key, v6, proto);
@@ -153,7 +152,7 @@ impl Runner<'_> {
                 let (vip, v6) = crate::program::ip_u128(*vip);
                 let client = self.scr.ctx.f[if v6 { slot::IP6_SRC } else { slot::IP4_SRC }];
                 let k = AffKey {
-                    dp: self.dp_key(*dp),
+                    dp: *dp,
                     v6,
                     client,
                     vip,
@@ -172,7 +171,7 @@ impl Runner<'_> {
                 let v6 = self.scr.ctx.f[slot::ETH_TYPE] == 0x86dd;
                 let proto = self.scr.ctx.f[slot::IP_PROTO] as u8;
                 let mut k = AffKey {
-                    dp: self.dp_key(*dp),
+                    dp: *dp,
                     v6,
                     client: self.scr.ctx.f[if v6 { slot::IP6_SRC } else { slot::IP4_SRC }],
                     vip: self.scr.ctx.f[if v6 { slot::IP6_DST } else { slot::IP4_DST }],
@@ -206,10 +205,10 @@ impl Runner<'_> {
                 let parent = self.scr.ctx.read(*parent) as u32;
                 self.count(*counter);
                 if self.mode != Mode::Trace {
-                    let key = self.dp_key(*dp);
+                    let key = *dp;
                     if self.state.vports.get(&(key, *vport)) != Some(&parent) {
                         self.state.vports.insert((key, *vport), parent);
-                        if let Some(d) = self.prog.dps.get(*dp as usize) {
+                        if let Some(d) = self.prog.dp_by_key(*dp) {
                             let name = |k: u32| {
                                 d.ports.get(&k).map_or_else(String::new, |p| p.name.clone())
                             };

@@ -655,7 +655,13 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
 
     // The caches as they were after `prev` (cloned untimed, so every try starts alike).
     let mut tr_cache = prev.map(|p| p.tr_cache.clone()).unwrap_or_default();
-    let mut spec_cache = prev.map(|p| p.spec_cache.clone()).unwrap_or_default();
+    // A cold start compiles on every core, as `holdfast datapath` does by default.
+    let mut spec_cache = prev.map(|p| p.spec_cache.clone()).unwrap_or_else(|| {
+        hf_datapath::program::SpecCache::with_options(hf_pipeline::CompileOptions {
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            ..hf_pipeline::CompileOptions::default()
+        })
+    });
     let t = Instant::now();
     let opts = hf_controller::TranslateOptions {
         chassis: Some(CHASSIS.into()),
@@ -735,7 +741,19 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
         Some(a) => {
             let may_differ: std::collections::BTreeSet<String> =
                 a.changed.iter().cloned().collect();
-            spec_cache.build_knowing(&msg, &local, &may_differ)
+            let sets: std::collections::BTreeSet<String> =
+                a.undo.touched_address_sets().map(str::to_string).collect();
+            let groups: std::collections::BTreeSet<String> =
+                a.undo.touched_port_groups().map(str::to_string).collect();
+            spec_cache.build_knowing(
+                &msg,
+                &local,
+                hf_datapath::program::Knowing {
+                    datapaths: &may_differ,
+                    address_sets: &sets,
+                    port_groups: &groups,
+                },
+            )
         }
         None => spec_cache.build(&msg, &local),
     }
