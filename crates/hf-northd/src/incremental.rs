@@ -60,6 +60,11 @@ pub(crate) enum Broken {
     /// Every switch port change is taken for a VIF's: router and localnet port changes
     /// re-render only the facing routers' sections.
     VifChangesNoRouter,
+    /// The VIF fast path ([`crate::vif_patch`]) leaves the datapath's multicast groups as
+    /// they were.
+    VifPatchNoMcast,
+    /// The VIF fast path does not key the datapath's ports anew.
+    VifPatchNoRekey,
 }
 
 /// What must match between two compiles for the second to be incremental.
@@ -121,9 +126,24 @@ pub struct Incremental {
     rebuilt: usize,
     /// Router port sections re-rendered alone by the last update.
     sections_rebuilt: usize,
+    /// The last compile's topology without its NB (patched by the VIF fast path).
+    topo: Option<crate::topo::TopoParts>,
+    /// The keys the last compile used.
+    seen_keys: Option<crate::topo::Keys>,
+    /// The last compile's diagnostics from the topology and the non-flow tables.
+    topo_diags: Vec<Diagnostic>,
+    /// The last result's non-flow tables (flows empty), while the caller has not taken them.
+    tables: Option<SbDesired>,
+    /// The non-flow identities the last update changed (`None`: unknown).
+    non_flow: Option<crate::sync::Scope>,
+    /// Whether the last update patched the topology and tables (the VIF fast path).
+    patched: bool,
     /// A broken rule (tests of the oracles only).
     #[cfg(test)]
     pub(crate) broken: Option<Broken>,
+    /// The last multicast groups ([`Broken::VifPatchNoMcast`] keeps them).
+    #[cfg(test)]
+    broken_mcgroups: Option<BTreeMap<(String, String), crate::output::McRow>>,
 }
 
 /// The datapath-level facts of a topology the dependency rules need.
@@ -195,6 +215,19 @@ impl Incremental {
         self.sections_rebuilt
     }
 
+    /// The non-flow SB identities (`Port_Binding`, `Multicast_Group`, ...) the last update
+    /// changed; `None` when unknown (a full compile, or the tables were not given back).
+    /// Its `flows` are empty: see [`Incremental::changed`].
+    pub fn non_flow_changed(&self) -> Option<&crate::sync::Scope> {
+        self.non_flow.as_ref()
+    }
+
+    /// Whether the last update patched the last topology and non-flow tables in place (the
+    /// plain VIF fast path, `vif_patch`) rather than building them anew.
+    pub fn patched(&self) -> bool {
+        self.patched
+    }
+
     /// Forgets everything: the next update is a full compile.
     pub fn reset(&mut self) {
         *self = Incremental::default();
@@ -225,7 +258,13 @@ impl Incremental {
             Some(s) => {
                 // Expansion over the old links here; over the new ones in `run`.
                 let dirty = self.expand(&s, &self.neighbours);
-                self.run(nb, opts, Some(s), dirty.into_iter().collect())
+                let plan = match (&self.topo, &self.seen_keys, deltas, &self.tables) {
+                    (Some(t), Some(k), Some(ds), Some(_)) => {
+                        crate::vif_patch::plan(nb, ds, t, k, &opts.keys)
+                    }
+                    _ => None,
+                };
+                self.run(nb, opts, Some(s), dirty.into_iter().collect(), plan)
             }
             None => {
                 #[cfg(test)]
@@ -243,15 +282,18 @@ impl Incremental {
                 }
                 self.key = Some(key);
                 self.flows = Some(BTreeMap::new());
-                self.run(nb, opts, None, Vec::new())
+                self.run(nb, opts, None, Vec::new(), None)
             }
         }
     }
 
-    /// Gives back the flows of the last [`Incremental::update`]'s result, unchanged.
-    pub fn restore(&mut self, flows: BTreeMap<FlowId, FlowRow>) {
+    /// Gives back the last [`Incremental::update`]'s result, unchanged: its flows, and its
+    /// non-flow tables (patched in place by the next update, and compared with its result to
+    /// name what changed). No copy of either is kept meanwhile.
+    pub fn restore(&mut self, mut sb: SbDesired) {
         if self.key.is_some() {
-            self.flows = Some(flows);
+            self.flows = Some(std::mem::take(&mut sb.flows));
+            self.tables = Some(sb);
         }
     }
 
@@ -516,10 +558,50 @@ impl Incremental {
         opts: &Options,
         seeds: Option<Seeds>,
         dirty: Vec<String>,
+        plan: Option<crate::vif_patch::Plan>,
     ) -> Compiled {
         let mut diags = Diags::default();
-        let mut topo = Topo::build(nb, &opts.keys, opts.render.features, &mut diags);
-        let new_links = links(&topo);
+        let tables_prev = self.tables.take();
+        let parts = self.topo.take();
+        // The plain VIF fast path patches the last topology; anything else builds it anew.
+        let (topo, patched) = match (plan, parts) {
+            (Some(plan), Some(parts)) => {
+                let mut topo = Topo::from_parts(nb, parts);
+                #[allow(unused_mut)]
+                let mut keys = std::borrow::Cow::Borrowed(&opts.keys);
+                #[cfg(test)]
+                if self.broken == Some(Broken::VifPatchNoRekey) {
+                    // Every port keeps the key it had: SB's keys are taken to be those.
+                    let mut k = opts.keys.clone();
+                    for p in &topo.ports {
+                        k.ports.insert(p.name.clone(), p.tunnel_key);
+                    }
+                    keys = std::borrow::Cow::Owned(k);
+                }
+                let p = crate::vif_patch::patch_topo(&mut topo, &plan, &keys, &mut diags);
+                (topo, Some((plan, p)))
+            }
+            _ => (
+                Topo::build(nb, &opts.keys, opts.render.features, &mut diags),
+                None,
+            ),
+        };
+        let new_links = match &patched {
+            Some((plan, p)) => {
+                let mut port_dp = std::mem::take(&mut self.port_dp);
+                for u in &plan.rows {
+                    port_dp.remove(u);
+                }
+                for (u, dp) in &p.present {
+                    port_dp.insert(*u, topo.datapaths[*dp].name.clone());
+                }
+                Links {
+                    neighbours: std::mem::take(&mut self.neighbours),
+                    port_dp,
+                }
+            }
+            None => links(&topo),
+        };
         let full = seeds.is_none();
         let mut dirty: BTreeSet<String> = dirty.into_iter().collect();
         if let Some(s) = &seeds {
@@ -674,14 +756,56 @@ impl Incremental {
                 self.rows.insert(key.clone(), (ids, d.0));
             }
         }
-        // Everything else is global: the non-flow tables and the diagnostics.
-        let mut sb = SbDesired {
-            flows,
-            ..Default::default()
+        // The non-flow tables: patched for plain VIF changes, else built anew and compared
+        // with the last ones (when given back) to name what changed.
+        let (sb, non_flow) = match (&patched, tables_prev) {
+            (Some((plan, p)), Some(mut sb)) => {
+                sb.flows = flows;
+                let s = crate::vif_patch::patch_tables(&topo, opts, plan, p, &mut sb, &mut diags);
+                (sb, Some(s))
+            }
+            (_, prev) => {
+                let mut sb = SbDesired {
+                    flows,
+                    ..Default::default()
+                };
+                crate::tables::build(&topo, opts, &mut sb, &mut diags);
+                sb.frozen_datapaths = opts.frozen_datapaths.clone();
+                let s = prev.map(|old| crate::sync::Scope::between(&old, &sb, &BTreeSet::new()));
+                (sb, s)
+            }
         };
-        crate::tables::build(&topo, opts, &mut sb, &mut diags);
-        sb.frozen_datapaths = opts.frozen_datapaths.clone();
-        let mut diagnostics = diags.0;
+        #[cfg(test)]
+        let sb = {
+            let mut sb = sb;
+            if self.broken == Some(Broken::VifPatchNoMcast)
+                && let (Some((_, p)), Some(old)) = (&patched, &self.broken_mcgroups)
+            {
+                for dp in &p.dps {
+                    let name = &topo.datapaths[*dp].name;
+                    sb.mcgroups.retain(|(d, _), _| d != name);
+                    for (k, v) in old.iter().filter(|((d, _), _)| d == name) {
+                        sb.mcgroups.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            if self.broken == Some(Broken::VifPatchNoMcast) {
+                self.broken_mcgroups = Some(sb.mcgroups.clone());
+            }
+            sb
+        };
+        // The topology's and tables' diagnostics: the last ones but the changed rows', when
+        // patched.
+        let global_diags: Vec<Diagnostic> = match &patched {
+            Some((plan, _)) => std::mem::take(&mut self.topo_diags)
+                .into_iter()
+                .filter(|d| !plan.rows.contains(&d.row))
+                .chain(diags.0)
+                .collect(),
+            None => diags.0,
+        };
+        let mut diagnostics = global_diags.clone();
+        self.topo_diags = global_diags;
         let mut built = 0;
         for s in self.dps.values() {
             diagnostics.extend(s.diags.iter().cloned());
@@ -696,13 +820,18 @@ impl Incremental {
         self.neighbours = new_links.neighbours;
         self.port_dp = new_links.port_dp;
         self.changed = if full { None } else { Some(changed) };
+        self.non_flow = if full { None } else { non_flow };
         self.rebuilt = rebuilt;
         self.sections_rebuilt = sections_rebuilt;
+        self.patched = patched.is_some();
+        let acl_last_good = topo.ls.acl_good.clone();
+        self.topo = Some(topo.into_parts());
+        self.seen_keys = Some(opts.keys.clone());
         Compiled {
             sb,
             diagnostics,
             flows_built: built,
-            acl_last_good: std::mem::take(&mut topo.ls.acl_good),
+            acl_last_good,
         }
     }
 
