@@ -19,7 +19,8 @@
 //! (`Keys::bound_chassis`), with a name no other port row has (or is derived, `cr-`), on a
 //! switch no other datapath shares a name with, staying on its switch under its name; and
 //! unless the tunnel keys of datapaths, the NB rows SB names, tags, queues, bound chassis,
-//! `SB_Global.options` and the last good ACL matches are what the last compile saw. Each of
+//! `SB_Global.options` and the last good ACL matches are what the last compile saw (or, for
+//! the matches, what it gave back). Each of
 //! those reaches rows beyond the port's own (tags and queues are allocated over all ports,
 //! HA groups' `ref_chassis` follow bound ports, port groups make address sets and ACL
 //! holders, names decide which duplicate wins). The oracle tests
@@ -93,7 +94,12 @@ pub(crate) fn plan(
     seen: &Keys,
     keys: &Keys,
 ) -> Option<Plan> {
-    if !same_keys(seen, keys) || keys.acl_last_good != t.ls.acl_good {
+    // The ACL index is kept: it reads the last good matches only for matches that do not
+    // parse, and gives back what it used (`acl_good`), so the ones the last compile saw or
+    // the ones it gave back make the same index.
+    if !same_keys(seen, keys)
+        || (keys.acl_last_good != seen.acl_last_good && keys.acl_last_good != t.ls.acl_good)
+    {
         return None;
     }
     // Only ports and switches' port lists (NB_Global's handshake columns were checked by

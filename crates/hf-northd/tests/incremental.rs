@@ -462,6 +462,7 @@ fn incremental_equals_full_compile_over_random_changes() {
         prev = non_flow(&got.sb);
         inc.restore(got.sb);
     }
+    eprintln!("{steps} steps: {partial} incremental, {patched} patched the topology");
     // The oracle must have exercised the incremental path, not only the fallback, and the
     // plain VIF fast path (topology and tables patched) among it.
     assert!(
