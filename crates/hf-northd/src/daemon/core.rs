@@ -134,6 +134,9 @@ pub struct Stats {
     pub scoped_diffs: u64,
     /// Identities the last scoped diff compared.
     pub last_scope: usize,
+    /// Compiles that patched the last topology and non-flow tables (plain VIF changes)
+    /// instead of building them anew.
+    pub topo_patched: u64,
 }
 
 /// The northd core. See the module documentation.
@@ -664,6 +667,7 @@ impl Northd {
         }
         self.stats.compiles += 1;
         self.stats.last_rebuilt = self.inc.rebuilt();
+        self.stats.topo_patched += u64::from(self.inc.patched());
         self.stats.last_flows_built = c.flows_built;
         // Diagnostics: log those that appear and those that go away.
         let old: BTreeSet<&Diagnostic> = self.diagnostics.iter().collect();

@@ -397,7 +397,7 @@ fn full_diff_from_scratch(sim: &Sim) -> Vec<Value> {
 
 /// Runs `steps` random steps; the first step (and what it did) after which SB differs from
 /// a fresh compile's full diff, if any.
-fn run(seed: u64, steps: usize, broken: Option<Broken>) -> Result<(usize, u64), String> {
+fn run(seed: u64, steps: usize, broken: Option<Broken>) -> Result<(usize, u64, u64), String> {
     let mut sim = Sim::new(1);
     world(&mut sim);
     sim.run();
@@ -423,7 +423,7 @@ fn run(seed: u64, steps: usize, broken: Option<Broken>) -> Result<(usize, u64), 
         }
     }
     let s = sim.nodes[0].nd.stats();
-    Ok((steps, s.scoped_diffs))
+    Ok((steps, s.scoped_diffs, s.topo_patched))
 }
 
 fn seed() -> u64 {
@@ -439,8 +439,13 @@ fn incremental_sync_equals_full_compile_and_full_diff_over_random_changes() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(120);
-    let (steps, scoped) = run(seed(), steps, None).unwrap_or_else(|e| panic!("{e}"));
-    eprintln!("{steps} steps, {scoped} scoped diffs");
+    let (steps, scoped, patched) = run(seed(), steps, None).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("{steps} steps, {scoped} scoped diffs, {patched} compiles patched the topology");
+    // ... and the plain VIF fast path (topology and non-flow tables patched).
+    assert!(
+        patched as usize > steps / 8,
+        "{patched} of {steps} compiles patched the topology"
+    );
     // The oracle must have exercised the scoped diff, not only full ones.
     assert!(
         scoped as usize > steps / 2,
