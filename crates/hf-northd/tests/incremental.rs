@@ -122,7 +122,21 @@ fn step(nb: &mut Nb, rng: &mut Rng, i: usize) -> String {
             format!("delete port {n}")
         }
         3 if !vifs.is_empty() => {
-            let (u, n) = vifs[rng.below(vifs.len())].clone();
+            // Half the time a member of pg_web (its address sets follow its addresses).
+            let members: Vec<(uuid::Uuid, String)> = snap
+                .port_group_by_name("pg_web")
+                .map(|pg| {
+                    vifs.iter()
+                        .filter(|v| pg.ports.iter().any(|p| p.uuid() == v.0))
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default();
+            let (u, n) = if !members.is_empty() && rng.below(2) == 0 {
+                members[rng.below(members.len())].clone()
+            } else {
+                vifs[rng.below(vifs.len())].clone()
+            };
             nb.set(
                 "Logical_Switch_Port",
                 u,
