@@ -30,9 +30,12 @@
 //! change of any other table (`NB_Global` other than northd's handshake columns,
 //! `Address_Set`, `DHCP_Options`, `DNS`, `Meter`, HA chassis groups, ...): correctness first.
 //!
-//! What it always redoes: [`crate::topo::Topo::build`] and the non-flow tables (they are global
-//! and cheaper than the flows). What it does not do: talk to SB; [`Incremental::changed`]
-//! tells the caller which flow identities changed in the last update.
+//! The topology and the non-flow tables: a change set of plain VIF changes patches the last
+//! ones in place (`crate::vif_patch`, whose doc lists the conditions); anything else redoes
+//! [`crate::topo::Topo::build`] and the non-flow tables and compares those with the last ones
+//! (when given back). What it does not do: talk to SB; [`Incremental::changed`] and
+//! [`Incremental::non_flow_changed`] tell the caller which flow and non-flow identities
+//! changed in the last update.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
