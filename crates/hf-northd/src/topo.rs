@@ -330,7 +330,12 @@ impl<'a> Topo<'a> {
         });
     }
 
-    pub(crate) fn add_port(&mut self, p: Port, table: &'static str, diags: &mut Diags) -> Option<PortIdx> {
+    pub(crate) fn add_port(
+        &mut self,
+        p: Port,
+        table: &'static str,
+        diags: &mut Diags,
+    ) -> Option<PortIdx> {
         if p.name.is_empty() {
             diags.push(table, p.nb, "", "has no name; it is left out");
             return None;
@@ -670,7 +675,6 @@ impl Topo<'_> {
             .map(|_| format!("the chassis-redirect port of distributed gateway port {base:?}"))
     }
 }
-
 
 /// One logical switch port of datapath `dp` as the topology holds it (tunnel key not yet
 /// assigned, router peer not yet resolved), with the diagnostics about the row itself.

@@ -207,7 +207,11 @@ pub(crate) fn plan(
         return None;
     }
     for u in &plan.rows {
-        if nb.port_group_all_by_ports(RowRef::from(*u)).next().is_some() {
+        if nb
+            .port_group_all_by_ports(RowRef::from(*u))
+            .next()
+            .is_some()
+        {
             return None;
         }
     }

@@ -296,7 +296,13 @@ fn step(nb: &mut Nb, rng: &mut Rng, i: usize) -> String {
                 "Logical_Switch_Port",
                 u,
                 "addresses",
-                json!(["set", [format!("0a:00:00:bc:00:{:02x} 10.2.{net}.5", i % 256), "unknown"]]),
+                json!([
+                    "set",
+                    [
+                        format!("0a:00:00:bc:00:{:02x} 10.2.{net}.5", i % 256),
+                        "unknown"
+                    ]
+                ]),
             );
             format!("unknown on {n}")
         }
@@ -433,7 +439,8 @@ fn incremental_equals_full_compile_over_random_changes() {
                     .collect(),
             );
             assert!(
-                out.is_empty() && real.port_groups.is_subset(&named.port_groups)
+                out.is_empty()
+                    && real.port_groups.is_subset(&named.port_groups)
                     && real.address_sets.is_subset(&named.address_sets)
                     && real.load_balancers.is_subset(&named.load_balancers)
                     && real.dns.is_subset(&named.dns)

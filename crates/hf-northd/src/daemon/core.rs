@@ -653,7 +653,11 @@ impl Northd {
         let pending = self.pending.replace(Vec::new());
         let c = self.inc.update(nb, pending.as_deref(), &opts);
         // The SB identities this compile may have changed, for the next sync.
-        match (self.inc.changed(), self.inc.non_flow_changed(), &mut self.scope) {
+        match (
+            self.inc.changed(),
+            self.inc.non_flow_changed(),
+            &mut self.scope,
+        ) {
             (Some(flows), Some(rest), Some(scope)) => {
                 let mut s = rest.clone();
                 s.flows = flows.iter().copied().collect();

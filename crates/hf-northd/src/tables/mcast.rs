@@ -61,7 +61,13 @@ pub fn build_dp(topo: &Topo<'_>, dp: DpIdx) -> BTreeMap<(String, String), McRow>
 }
 
 /// Every group name [`build`] writes (per datapath).
-pub const GROUPS: [&str; 5] = [MC_FLOOD, MC_UNKNOWN, MC_MROUTER_FLOOD, MC_STATIC, MC_FLOOD_L2];
+pub const GROUPS: [&str; 5] = [
+    MC_FLOOD,
+    MC_UNKNOWN,
+    MC_MROUTER_FLOOD,
+    MC_STATIC,
+    MC_FLOOD_L2,
+];
 
 /// Adds port `p` to the groups it belongs in.
 fn add_port(topo: &Topo<'_>, p: &crate::topo::Port, sb: &mut SbDesired) {
