@@ -387,6 +387,15 @@ impl Incremental {
             }
         }
         for r in &d.logical_switch_port {
+            // A router port with the same name: one of the two is left out as the duplicate,
+            // so that router changes as if its port did.
+            for row in [r.before(), r.after()].into_iter().flatten() {
+                for lrp in nb.logical_router_port_all_by_name(&row.name) {
+                    for lr in nb.logical_router_all_by_ports(RowRef::from(lrp.uuid)) {
+                        s.routers.insert(lr.name.clone());
+                    }
+                }
+            }
             if self.vif_only(nb, r) {
                 self.lsp_switches(nb, r.uuid(), &mut s.vif_switches);
             } else {
@@ -494,7 +503,8 @@ impl Incremental {
 
     /// Whether a `Logical_Switch_Port` change reaches routers only through the next-hop
     /// entries of the router ports facing its switch ([`crate::lr::build_sections`]): it is
-    /// no router or localnet port before or after, and no NAT names it as `logical_port`.
+    /// no router or localnet port before or after, no router port has its name, and no NAT
+    /// names it as `logical_port`.
     fn vif_only(&self, nb: &NbSnapshot, r: &RowDelta<hf_model::nb::LogicalSwitchPort>) -> bool {
         #[cfg(test)]
         if self.broken == Some(Broken::VifChangesNoRouter) {
@@ -502,13 +512,17 @@ impl Incremental {
         }
         let rows: Vec<&hf_model::nb::LogicalSwitchPort> =
             [r.before(), r.after()].into_iter().flatten().collect();
-        rows.iter()
-            .all(|p| p.type_ != "router" && p.type_ != "localnet")
-            && !nb.nat().values().any(|n| {
-                n.logical_port
-                    .as_ref()
-                    .is_some_and(|lp| rows.iter().any(|p| p.name == *lp))
-            })
+        // A name a router port row also has: whichever is left out as the duplicate, the
+        // router's ports change with it.
+        rows.iter().all(|p| {
+            p.type_ != "router"
+                && p.type_ != "localnet"
+                && nb.logical_router_port_all_by_name(&p.name).next().is_none()
+        }) && !nb.nat().values().any(|n| {
+            n.logical_port
+                .as_ref()
+                .is_some_and(|lp| rows.iter().any(|p| p.name == *lp))
+        })
     }
 
     /// Whether switch row `old` became `new` by its `ports` alone, gaining and losing only

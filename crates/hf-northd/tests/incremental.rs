@@ -621,3 +621,84 @@ fn scale_500x40_port_add() {
         per.join("; ")
     );
 }
+
+/// Which changes the VIF fast path takes and which it leaves to the full topology build, each
+/// checked against the full compile: a plain VIF's add, readdress and delete are patched; a
+/// port group member's readdress (address sets follow), a type change, a container port
+/// (tags) and a name a router port holds (the router port wins, with a diagnostic) are not.
+#[test]
+fn the_vif_fast_path_takes_plain_vifs_only() {
+    let mut nb = world();
+    let opts = Options::default();
+    let mut inc = Incremental::new();
+    let c = inc.update(&nb.snapshot(), None, &opts);
+    inc.restore(c.sb);
+    nb.record = Some(Vec::new());
+    let check = |nb: &mut Nb, inc: &mut Incremental, what: &str, patched: bool| {
+        let deltas = nb.record.replace(Vec::new()).unwrap_or_default();
+        let snap = nb.snapshot();
+        let got = inc.update(&snap, Some(&deltas), &opts);
+        let want = compile(&snap, &opts);
+        assert!(
+            got.sb.flows == want.sb.flows,
+            "{what}: flows differ from the full compile"
+        );
+        assert!(
+            got.sb == want.sb,
+            "{what}: non-flow SB differs from the full compile"
+        );
+        assert_eq!(got.diagnostics, want.diagnostics, "{what}");
+        assert_eq!(inc.patched(), patched, "{what}: patched");
+        inc.restore(got.sb);
+    };
+    let u = nb.vif("sx2", "sx2-new", "0a:00:00:09:02:77 10.9.2.77", true);
+    check(&mut nb, &mut inc, "add", true);
+    nb.set(
+        "Logical_Switch_Port",
+        u,
+        "addresses",
+        json!(["set", ["0a:00:00:09:02:78 10.9.2.78", "unknown"]]),
+    );
+    check(&mut nb, &mut inc, "readdress", true);
+    nb.set(
+        "Logical_Switch_Port",
+        u,
+        "port_security",
+        json!(["set", ["junk"]]),
+    );
+    check(&mut nb, &mut inc, "bad port_security (a diagnostic)", true);
+    nb.set(
+        "Logical_Switch_Port",
+        u,
+        "port_security",
+        json!(["set", []]),
+    );
+    check(&mut nb, &mut inc, "diagnostic resolved", true);
+    nb.set("Logical_Switch_Port", u, "type", json!("localport"));
+    check(&mut nb, &mut inc, "type change", false);
+    nb.set("Logical_Switch_Port", u, "type", json!(""));
+    check(&mut nb, &mut inc, "type back", false);
+    nb.delete("Logical_Switch_Port", u, Some(("Logical_Switch", "ports")));
+    check(&mut nb, &mut inc, "delete", true);
+    let web = nb
+        .snapshot()
+        .port_group_by_name("pg_web")
+        .and_then(|pg| pg.ports.iter().next().map(|p| p.uuid()))
+        .expect("pg_web has a member");
+    nb.set(
+        "Logical_Switch_Port",
+        web,
+        "addresses",
+        json!(["set", ["0a:00:00:01:01:99 10.0.1.99"]]),
+    );
+    check(&mut nb, &mut inc, "port group member readdressed", false);
+    nb.lsp_with(
+        "sx0",
+        "sx0-child",
+        json!({"parent_name": "sx0-vm1", "tag_request": 0, "addresses": ["set", ["0a:00:00:09:00:55"]]}),
+    );
+    check(&mut nb, &mut inc, "container port", false);
+    // (Switch port names are unique in NB; a router port's is not theirs to take.)
+    nb.vif("sx1", "lr1-sx0", "0a:00:00:09:01:66", false);
+    check(&mut nb, &mut inc, "a name a router port holds", false);
+}
