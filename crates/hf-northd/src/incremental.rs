@@ -66,8 +66,6 @@ pub(crate) enum Broken {
     /// The VIF fast path ([`crate::vif_patch`]) leaves the datapath's multicast groups as
     /// they were.
     VifPatchNoMcast,
-    /// The VIF fast path does not key the datapath's ports anew.
-    VifPatchNoRekey,
 }
 
 /// What must match between two compiles for the second to be incremental.
@@ -584,18 +582,7 @@ impl Incremental {
         let (topo, patched) = match (plan, parts) {
             (Some(plan), Some(parts)) => {
                 let mut topo = Topo::from_parts(nb, parts);
-                #[allow(unused_mut)]
-                let mut keys = std::borrow::Cow::Borrowed(&opts.keys);
-                #[cfg(test)]
-                if self.broken == Some(Broken::VifPatchNoRekey) {
-                    // Every port keeps the key it had: SB's keys are taken to be those.
-                    let mut k = opts.keys.clone();
-                    for p in &topo.ports {
-                        k.ports.insert(p.name.clone(), p.tunnel_key);
-                    }
-                    keys = std::borrow::Cow::Owned(k);
-                }
-                let p = crate::vif_patch::patch_topo(&mut topo, &plan, &keys, &mut diags);
+                let p = crate::vif_patch::patch_topo(&mut topo, &plan, &opts.keys, &mut diags);
                 (topo, Some((plan, p)))
             }
             _ => (

@@ -328,11 +328,19 @@ fn step(sim: &mut Sim, rng: &mut Rng, i: usize) -> String {
             format!("VIF {n} set {row}")
         }
         19 => {
-            // Two VIFs in one transaction, one named to sort before the switch's others.
-            let (a, b) = (format!("a{i}-{ls}"), format!("{ls}-z{i}"));
+            // Two VIFs, in one transaction or two committed before northd syncs, the second
+            // named to sort before the first (keys go in name order: the first, not yet in
+            // SB, takes the next key).
+            let (a, b) = (format!("{ls}-z{i}"), format!("a{i}-{ls}"));
             let mut ops = vif_ops(&ls, &a, &format!("0a:00:00:ab:{:02x}:01", i % 256));
-            ops.extend(vif_ops(&ls, &b, &format!("0a:00:00:ab:{:02x}:02", i % 256)));
-            sim.nb(Value::Array(ops));
+            let more = vif_ops(&ls, &b, &format!("0a:00:00:ab:{:02x}:02", i % 256));
+            if rng.below(2) == 0 {
+                ops.extend(more);
+                sim.nb(Value::Array(ops));
+            } else {
+                sim.nb(Value::Array(ops));
+                sim.nb(Value::Array(more));
+            }
             format!("add ports {a}, {b}")
         }
         20 => {
