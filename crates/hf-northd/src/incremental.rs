@@ -30,9 +30,12 @@
 //! change of any other table (`NB_Global` other than northd's handshake columns,
 //! `Address_Set`, `DHCP_Options`, `DNS`, `Meter`, HA chassis groups, ...): correctness first.
 //!
-//! What it always redoes: [`crate::topo::Topo::build`] and the non-flow tables (they are global
-//! and cheaper than the flows). What it does not do: talk to SB; [`Incremental::changed`]
-//! tells the caller which flow identities changed in the last update.
+//! The topology and the non-flow tables: a change set of plain VIF changes patches the last
+//! ones in place (`crate::vif_patch`, whose doc lists the conditions); anything else redoes
+//! [`crate::topo::Topo::build`] and the non-flow tables and compares those with the last ones
+//! (when given back). What it does not do: talk to SB; [`Incremental::changed`] and
+//! [`Incremental::non_flow_changed`] tell the caller which flow and non-flow identities
+//! changed in the last update.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -60,6 +63,9 @@ pub(crate) enum Broken {
     /// Every switch port change is taken for a VIF's: router and localnet port changes
     /// re-render only the facing routers' sections.
     VifChangesNoRouter,
+    /// The VIF fast path ([`crate::vif_patch`]) leaves the datapath's multicast groups as
+    /// they were.
+    VifPatchNoMcast,
 }
 
 /// What must match between two compiles for the second to be incremental.
@@ -121,9 +127,24 @@ pub struct Incremental {
     rebuilt: usize,
     /// Router port sections re-rendered alone by the last update.
     sections_rebuilt: usize,
+    /// The last compile's topology without its NB (patched by the VIF fast path).
+    topo: Option<crate::topo::TopoParts>,
+    /// The keys the last compile used.
+    seen_keys: Option<crate::topo::Keys>,
+    /// The last compile's diagnostics from the topology and the non-flow tables.
+    topo_diags: Vec<Diagnostic>,
+    /// The last result's non-flow tables (flows empty), while the caller has not taken them.
+    tables: Option<SbDesired>,
+    /// The non-flow identities the last update changed (`None`: unknown).
+    non_flow: Option<crate::sync::Scope>,
+    /// Whether the last update patched the topology and tables (the VIF fast path).
+    patched: bool,
     /// A broken rule (tests of the oracles only).
     #[cfg(test)]
     pub(crate) broken: Option<Broken>,
+    /// The last multicast groups ([`Broken::VifPatchNoMcast`] keeps them).
+    #[cfg(test)]
+    broken_mcgroups: Option<BTreeMap<(String, String), crate::output::McRow>>,
 }
 
 /// The datapath-level facts of a topology the dependency rules need.
@@ -195,6 +216,19 @@ impl Incremental {
         self.sections_rebuilt
     }
 
+    /// The non-flow SB identities (`Port_Binding`, `Multicast_Group`, ...) the last update
+    /// changed; `None` when unknown (a full compile, or the tables were not given back).
+    /// Its `flows` are empty: see [`Incremental::changed`].
+    pub fn non_flow_changed(&self) -> Option<&crate::sync::Scope> {
+        self.non_flow.as_ref()
+    }
+
+    /// Whether the last update patched the last topology and non-flow tables in place (the
+    /// plain VIF fast path, `vif_patch`) rather than building them anew.
+    pub fn patched(&self) -> bool {
+        self.patched
+    }
+
     /// Forgets everything: the next update is a full compile.
     pub fn reset(&mut self) {
         *self = Incremental::default();
@@ -225,7 +259,13 @@ impl Incremental {
             Some(s) => {
                 // Expansion over the old links here; over the new ones in `run`.
                 let dirty = self.expand(&s, &self.neighbours);
-                self.run(nb, opts, Some(s), dirty.into_iter().collect())
+                let plan = match (&self.topo, &self.seen_keys, deltas, &self.tables) {
+                    (Some(t), Some(k), Some(ds), Some(_)) => {
+                        crate::vif_patch::plan(nb, ds, t, k, &opts.keys)
+                    }
+                    _ => None,
+                };
+                self.run(nb, opts, Some(s), dirty.into_iter().collect(), plan)
             }
             None => {
                 #[cfg(test)]
@@ -243,15 +283,18 @@ impl Incremental {
                 }
                 self.key = Some(key);
                 self.flows = Some(BTreeMap::new());
-                self.run(nb, opts, None, Vec::new())
+                self.run(nb, opts, None, Vec::new(), None)
             }
         }
     }
 
-    /// Gives back the flows of the last [`Incremental::update`]'s result, unchanged.
-    pub fn restore(&mut self, flows: BTreeMap<FlowId, FlowRow>) {
+    /// Gives back the last [`Incremental::update`]'s result, unchanged: its flows, and its
+    /// non-flow tables (patched in place by the next update, and compared with its result to
+    /// name what changed). No copy of either is kept meanwhile.
+    pub fn restore(&mut self, mut sb: SbDesired) {
         if self.key.is_some() {
-            self.flows = Some(flows);
+            self.flows = Some(std::mem::take(&mut sb.flows));
+            self.tables = Some(sb);
         }
     }
 
@@ -342,6 +385,15 @@ impl Incremental {
             }
         }
         for r in &d.logical_switch_port {
+            // A router port with the same name: one of the two is left out as the duplicate,
+            // so that router changes as if its port did.
+            for row in [r.before(), r.after()].into_iter().flatten() {
+                for lrp in nb.logical_router_port_all_by_name(&row.name) {
+                    for lr in nb.logical_router_all_by_ports(RowRef::from(lrp.uuid)) {
+                        s.routers.insert(lr.name.clone());
+                    }
+                }
+            }
             if self.vif_only(nb, r) {
                 self.lsp_switches(nb, r.uuid(), &mut s.vif_switches);
             } else {
@@ -449,7 +501,8 @@ impl Incremental {
 
     /// Whether a `Logical_Switch_Port` change reaches routers only through the next-hop
     /// entries of the router ports facing its switch ([`crate::lr::build_sections`]): it is
-    /// no router or localnet port before or after, and no NAT names it as `logical_port`.
+    /// no router or localnet port before or after, no router port has its name, and no NAT
+    /// names it as `logical_port`.
     fn vif_only(&self, nb: &NbSnapshot, r: &RowDelta<hf_model::nb::LogicalSwitchPort>) -> bool {
         #[cfg(test)]
         if self.broken == Some(Broken::VifChangesNoRouter) {
@@ -457,13 +510,17 @@ impl Incremental {
         }
         let rows: Vec<&hf_model::nb::LogicalSwitchPort> =
             [r.before(), r.after()].into_iter().flatten().collect();
-        rows.iter()
-            .all(|p| p.type_ != "router" && p.type_ != "localnet")
-            && !nb.nat().values().any(|n| {
-                n.logical_port
-                    .as_ref()
-                    .is_some_and(|lp| rows.iter().any(|p| p.name == *lp))
-            })
+        // A name a router port row also has: whichever is left out as the duplicate, the
+        // router's ports change with it.
+        rows.iter().all(|p| {
+            p.type_ != "router"
+                && p.type_ != "localnet"
+                && nb.logical_router_port_all_by_name(&p.name).next().is_none()
+        }) && !nb.nat().values().any(|n| {
+            n.logical_port
+                .as_ref()
+                .is_some_and(|lp| rows.iter().any(|p| p.name == *lp))
+        })
     }
 
     /// Whether switch row `old` became `new` by its `ports` alone, gaining and losing only
@@ -516,10 +573,39 @@ impl Incremental {
         opts: &Options,
         seeds: Option<Seeds>,
         dirty: Vec<String>,
+        plan: Option<crate::vif_patch::Plan>,
     ) -> Compiled {
         let mut diags = Diags::default();
-        let mut topo = Topo::build(nb, &opts.keys, opts.render.features, &mut diags);
-        let new_links = links(&topo);
+        let tables_prev = self.tables.take();
+        let parts = self.topo.take();
+        // The plain VIF fast path patches the last topology; anything else builds it anew.
+        let (topo, patched) = match (plan, parts) {
+            (Some(plan), Some(parts)) => {
+                let mut topo = Topo::from_parts(nb, parts);
+                let p = crate::vif_patch::patch_topo(&mut topo, &plan, &opts.keys, &mut diags);
+                (topo, Some((plan, p)))
+            }
+            _ => (
+                Topo::build(nb, &opts.keys, opts.render.features, &mut diags),
+                None,
+            ),
+        };
+        let new_links = match &patched {
+            Some((plan, p)) => {
+                let mut port_dp = std::mem::take(&mut self.port_dp);
+                for u in &plan.rows {
+                    port_dp.remove(u);
+                }
+                for (u, dp) in &p.present {
+                    port_dp.insert(*u, topo.datapaths[*dp].name.clone());
+                }
+                Links {
+                    neighbours: std::mem::take(&mut self.neighbours),
+                    port_dp,
+                }
+            }
+            None => links(&topo),
+        };
         let full = seeds.is_none();
         let mut dirty: BTreeSet<String> = dirty.into_iter().collect();
         if let Some(s) = &seeds {
@@ -674,14 +760,56 @@ impl Incremental {
                 self.rows.insert(key.clone(), (ids, d.0));
             }
         }
-        // Everything else is global: the non-flow tables and the diagnostics.
-        let mut sb = SbDesired {
-            flows,
-            ..Default::default()
+        // The non-flow tables: patched for plain VIF changes, else built anew and compared
+        // with the last ones (when given back) to name what changed.
+        let (sb, non_flow) = match (&patched, tables_prev) {
+            (Some((plan, p)), Some(mut sb)) => {
+                sb.flows = flows;
+                let s = crate::vif_patch::patch_tables(&topo, opts, plan, p, &mut sb, &mut diags);
+                (sb, Some(s))
+            }
+            (_, prev) => {
+                let mut sb = SbDesired {
+                    flows,
+                    ..Default::default()
+                };
+                crate::tables::build(&topo, opts, &mut sb, &mut diags);
+                sb.frozen_datapaths = opts.frozen_datapaths.clone();
+                let s = prev.map(|old| crate::sync::Scope::between(&old, &sb, &BTreeSet::new()));
+                (sb, s)
+            }
         };
-        crate::tables::build(&topo, opts, &mut sb, &mut diags);
-        sb.frozen_datapaths = opts.frozen_datapaths.clone();
-        let mut diagnostics = diags.0;
+        #[cfg(test)]
+        let sb = {
+            let mut sb = sb;
+            if self.broken == Some(Broken::VifPatchNoMcast)
+                && let (Some((_, p)), Some(old)) = (&patched, &self.broken_mcgroups)
+            {
+                for dp in &p.dps {
+                    let name = &topo.datapaths[*dp].name;
+                    sb.mcgroups.retain(|(d, _), _| d != name);
+                    for (k, v) in old.iter().filter(|((d, _), _)| d == name) {
+                        sb.mcgroups.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            if self.broken == Some(Broken::VifPatchNoMcast) {
+                self.broken_mcgroups = Some(sb.mcgroups.clone());
+            }
+            sb
+        };
+        // The topology's and tables' diagnostics: the last ones but the changed rows', when
+        // patched.
+        let global_diags: Vec<Diagnostic> = match &patched {
+            Some((plan, _)) => std::mem::take(&mut self.topo_diags)
+                .into_iter()
+                .filter(|d| !plan.rows.contains(&d.row))
+                .chain(diags.0)
+                .collect(),
+            None => diags.0,
+        };
+        let mut diagnostics = global_diags.clone();
+        self.topo_diags = global_diags;
         let mut built = 0;
         for s in self.dps.values() {
             diagnostics.extend(s.diags.iter().cloned());
@@ -696,13 +824,18 @@ impl Incremental {
         self.neighbours = new_links.neighbours;
         self.port_dp = new_links.port_dp;
         self.changed = if full { None } else { Some(changed) };
+        self.non_flow = if full { None } else { non_flow };
         self.rebuilt = rebuilt;
         self.sections_rebuilt = sections_rebuilt;
+        self.patched = patched.is_some();
+        let acl_last_good = topo.ls.acl_good.clone();
+        self.topo = Some(topo.into_parts());
+        self.seen_keys = Some(opts.keys.clone());
         Compiled {
             sb,
             diagnostics,
             flows_built: built,
-            acl_last_good: std::mem::take(&mut topo.ls.acl_good),
+            acl_last_good,
         }
     }
 

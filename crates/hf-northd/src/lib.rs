@@ -39,6 +39,7 @@ pub mod stage;
 pub mod sync;
 pub mod tables;
 pub mod topo;
+mod vif_patch;
 
 use hf_model::NbSnapshot;
 

@@ -172,6 +172,52 @@ pub struct Topo<'a> {
     pub ls: crate::ls::index::LsIndex,
 }
 
+/// A [`Topo`] without its NB: what the incremental compiler keeps between compiles
+/// ([`crate::incremental`]), to patch for the next NB rather than build anew.
+#[derive(Debug)]
+pub(crate) struct TopoParts {
+    pub(crate) datapaths: Vec<Datapath>,
+    pub(crate) ports: Vec<Port>,
+    pub(crate) dp_by_name: HashMap<String, DpIdx>,
+    pub(crate) port_by_name: HashMap<String, PortIdx>,
+    pub(crate) dp_by_nb: HashMap<Uuid, DpIdx>,
+    pub(crate) global_options: BTreeMap<String, String>,
+    pub(crate) features: FeatureSet,
+    pub(crate) ls: crate::ls::index::LsIndex,
+}
+
+impl<'a> Topo<'a> {
+    /// Splits off the NB.
+    pub(crate) fn into_parts(self) -> TopoParts {
+        TopoParts {
+            datapaths: self.datapaths,
+            ports: self.ports,
+            dp_by_name: self.dp_by_name,
+            port_by_name: self.port_by_name,
+            dp_by_nb: self.dp_by_nb,
+            global_options: self.global_options,
+            features: self.features,
+            ls: self.ls,
+        }
+    }
+
+    /// A topology of `parts` reading rows from `nb` (which the caller has made agree with
+    /// them).
+    pub(crate) fn from_parts(nb: &'a NbSnapshot, p: TopoParts) -> Topo<'a> {
+        Topo {
+            nb,
+            datapaths: p.datapaths,
+            ports: p.ports,
+            dp_by_name: p.dp_by_name,
+            port_by_name: p.port_by_name,
+            dp_by_nb: p.dp_by_nb,
+            global_options: p.global_options,
+            features: p.features,
+            ls: p.ls,
+        }
+    }
+}
+
 impl<'a> Topo<'a> {
     /// Digests `nb`, keeping the tunnel keys in `keys` where they are still valid.
     pub fn build(
@@ -284,7 +330,12 @@ impl<'a> Topo<'a> {
         });
     }
 
-    fn add_port(&mut self, p: Port, table: &'static str, diags: &mut Diags) -> Option<PortIdx> {
+    pub(crate) fn add_port(
+        &mut self,
+        p: Port,
+        table: &'static str,
+        diags: &mut Diags,
+    ) -> Option<PortIdx> {
         if p.name.is_empty() {
             diags.push(table, p.nb, "", "has no name; it is left out");
             return None;
@@ -329,79 +380,7 @@ impl<'a> Topo<'a> {
                 ls.ports.iter().filter_map(|r| nb.get(*r)).collect();
             lsps.sort_by(|a, b| a.name.cmp(&b.name));
             for lsp in lsps {
-                let kind = match lsp.type_.as_str() {
-                    "" => PortKind::Vif,
-                    "router" => PortKind::SwitchRouter { lrp: None },
-                    "localnet" => PortKind::Localnet,
-                    "localport" => PortKind::Localport,
-                    other => PortKind::OtherLsp(other.to_string()),
-                };
-                let mut p = Port {
-                    name: lsp.name.clone(),
-                    dp,
-                    kind,
-                    nb: lsp.uuid,
-                    tunnel_key: 0,
-                    enabled: lsp.enabled.unwrap_or(true),
-                    addresses: Vec::new(),
-                    unknown: false,
-                    router_addresses: false,
-                    dynamic: false,
-                    port_security: Vec::new(),
-                    mac: None,
-                    networks: Vec::new(),
-                    gateway_chassis: Vec::new(),
-                    options: lsp.options.clone(),
-                };
-                for a in &lsp.addresses {
-                    match a.trim() {
-                        "unknown" => p.unknown = true,
-                        "router" => p.router_addresses = true,
-                        "dynamic" => p.dynamic = true,
-                        s if s.starts_with("dynamic ") => p.dynamic = true,
-                        s => match LportAddresses::parse(s) {
-                            Ok(x) => p.addresses.push(x),
-                            Err(e) => diags.push(
-                                "Logical_Switch_Port",
-                                lsp.uuid,
-                                &lsp.name,
-                                format!("addresses entry {s:?}: {e}; the entry is ignored"),
-                            ),
-                        },
-                    }
-                }
-                if p.dynamic {
-                    diags.push(
-                        "Logical_Switch_Port",
-                        lsp.uuid,
-                        &lsp.name,
-                        "dynamic addresses are not assigned by holdfast northd; the port has no addresses until they are set",
-                    );
-                }
-                if !lsp.mirror_rules.is_empty() {
-                    diags.push(
-                        "Logical_Switch_Port",
-                        lsp.uuid,
-                        &lsp.name,
-                        format!(
-                            "mirror_rules ({} rows): port mirroring is not implemented by holdfast northd; the port is not mirrored",
-                            lsp.mirror_rules.len()
-                        ),
-                    );
-                }
-                for a in &lsp.port_security {
-                    match LportAddresses::parse(a) {
-                        Ok(x) => p.port_security.push(x),
-                        Err(e) => diags.push(
-                            "Logical_Switch_Port",
-                            lsp.uuid,
-                            &lsp.name,
-                            format!(
-                                "port_security entry {a:?}: {e}; the port drops all traffic until it is fixed (fail closed)"
-                            ),
-                        ),
-                    }
-                }
+                let p = lsp_port(lsp, dp, diags);
                 self.add_port(p, "Logical_Switch_Port", diags);
             }
         }
@@ -622,37 +601,44 @@ impl<'a> Topo<'a> {
         }
         // Ports: the same order, within their datapath (1..32767).
         for dp in 0..self.datapaths.len() {
-            let ports = self.datapaths[dp].ports.clone();
-            let mut used = std::collections::HashSet::new();
-            let mut pending = Vec::new();
-            for p in &ports {
-                let port = &mut self.ports[*p];
-                let requested = port
-                    .options
-                    .get("requested-tnl-key")
-                    .and_then(|k| k.parse::<u32>().ok())
-                    .filter(|k| (1..=32767).contains(k));
-                match requested {
-                    Some(k) if used.insert(k) => port.tunnel_key = k,
-                    _ => pending.push(*p),
-                }
+            self.assign_port_keys(dp, keys);
+        }
+    }
+
+    /// The tunnel keys of datapath `dp`'s ports (1..32767): requested keys first, then the
+    /// keys SB has, then the lowest free key in name order. Depends on that datapath's ports
+    /// and `keys.ports` alone, so the incremental path redoes it per datapath.
+    pub(crate) fn assign_port_keys(&mut self, dp: DpIdx, keys: &Keys) {
+        let ports = self.datapaths[dp].ports.clone();
+        let mut used = std::collections::HashSet::new();
+        let mut pending = Vec::new();
+        for p in &ports {
+            let port = &mut self.ports[*p];
+            let requested = port
+                .options
+                .get("requested-tnl-key")
+                .and_then(|k| k.parse::<u32>().ok())
+                .filter(|k| (1..=32767).contains(k));
+            match requested {
+                Some(k) if used.insert(k) => port.tunnel_key = k,
+                _ => pending.push(*p),
             }
-            let mut rest = Vec::new();
-            for p in pending {
-                let port = &mut self.ports[p];
-                match keys.ports.get(&port.name).copied() {
-                    Some(k) if (1..=32767).contains(&k) && used.insert(k) => port.tunnel_key = k,
-                    _ => rest.push(p),
-                }
+        }
+        let mut rest = Vec::new();
+        for p in pending {
+            let port = &mut self.ports[p];
+            match keys.ports.get(&port.name).copied() {
+                Some(k) if (1..=32767).contains(&k) && used.insert(k) => port.tunnel_key = k,
+                _ => rest.push(p),
             }
-            let mut next = 1u32;
-            for p in rest {
-                while used.contains(&next) {
-                    next += 1;
-                }
-                used.insert(next);
-                self.ports[p].tunnel_key = next;
+        }
+        let mut next = 1u32;
+        for p in rest {
+            while used.contains(&next) {
+                next += 1;
             }
+            used.insert(next);
+            self.ports[p].tunnel_key = next;
         }
     }
 
@@ -688,6 +674,85 @@ impl Topo<'_> {
             })
             .map(|_| format!("the chassis-redirect port of distributed gateway port {base:?}"))
     }
+}
+
+/// One logical switch port of datapath `dp` as the topology holds it (tunnel key not yet
+/// assigned, router peer not yet resolved), with the diagnostics about the row itself.
+pub(crate) fn lsp_port(lsp: &nb::LogicalSwitchPort, dp: DpIdx, diags: &mut Diags) -> Port {
+    let kind = match lsp.type_.as_str() {
+        "" => PortKind::Vif,
+        "router" => PortKind::SwitchRouter { lrp: None },
+        "localnet" => PortKind::Localnet,
+        "localport" => PortKind::Localport,
+        other => PortKind::OtherLsp(other.to_string()),
+    };
+    let mut p = Port {
+        name: lsp.name.clone(),
+        dp,
+        kind,
+        nb: lsp.uuid,
+        tunnel_key: 0,
+        enabled: lsp.enabled.unwrap_or(true),
+        addresses: Vec::new(),
+        unknown: false,
+        router_addresses: false,
+        dynamic: false,
+        port_security: Vec::new(),
+        mac: None,
+        networks: Vec::new(),
+        gateway_chassis: Vec::new(),
+        options: lsp.options.clone(),
+    };
+    for a in &lsp.addresses {
+        match a.trim() {
+            "unknown" => p.unknown = true,
+            "router" => p.router_addresses = true,
+            "dynamic" => p.dynamic = true,
+            s if s.starts_with("dynamic ") => p.dynamic = true,
+            s => match LportAddresses::parse(s) {
+                Ok(x) => p.addresses.push(x),
+                Err(e) => diags.push(
+                    "Logical_Switch_Port",
+                    lsp.uuid,
+                    &lsp.name,
+                    format!("addresses entry {s:?}: {e}; the entry is ignored"),
+                ),
+            },
+        }
+    }
+    if p.dynamic {
+        diags.push(
+            "Logical_Switch_Port",
+            lsp.uuid,
+            &lsp.name,
+            "dynamic addresses are not assigned by holdfast northd; the port has no addresses until they are set",
+        );
+    }
+    if !lsp.mirror_rules.is_empty() {
+        diags.push(
+            "Logical_Switch_Port",
+            lsp.uuid,
+            &lsp.name,
+            format!(
+                "mirror_rules ({} rows): port mirroring is not implemented by holdfast northd; the port is not mirrored",
+                lsp.mirror_rules.len()
+            ),
+        );
+    }
+    for a in &lsp.port_security {
+        match LportAddresses::parse(a) {
+            Ok(x) => p.port_security.push(x),
+            Err(e) => diags.push(
+                "Logical_Switch_Port",
+                lsp.uuid,
+                &lsp.name,
+                format!(
+                    "port_security entry {a:?}: {e}; the port drops all traffic until it is fixed (fail closed)"
+                ),
+            ),
+        }
+    }
+    p
 }
 
 /// `networks` without those overlapping a network another port of the router already has

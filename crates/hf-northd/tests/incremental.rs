@@ -8,6 +8,7 @@ mod common;
 
 use common::{Nb, gen_topo_like, generator_like};
 use hf_northd::incremental::Incremental;
+use hf_northd::sync::Scope;
 use hf_northd::{Options, compile};
 use serde_json::json;
 
@@ -23,6 +24,14 @@ impl Rng {
     }
     fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
+    }
+}
+
+/// `sb` without its flows (what the non-flow scope is about).
+fn non_flow(sb: &hf_northd::SbDesired) -> hf_northd::SbDesired {
+    hf_northd::SbDesired {
+        flows: Default::default(),
+        ..sb.clone()
     }
 }
 
@@ -91,7 +100,7 @@ fn step(nb: &mut Nb, rng: &mut Rng, i: usize) -> String {
     let lr = routers[rng.below(routers.len())].clone();
     let vifs = lsp_uuids(nb);
     let net = 100 + i % 100;
-    match rng.below(16) {
+    match rng.below(24) {
         0 | 1 => {
             let name = format!("{ls}-n{i}");
             nb.vif(
@@ -113,7 +122,21 @@ fn step(nb: &mut Nb, rng: &mut Rng, i: usize) -> String {
             format!("delete port {n}")
         }
         3 if !vifs.is_empty() => {
-            let (u, n) = vifs[rng.below(vifs.len())].clone();
+            // Half the time a member of pg_web (its address sets follow its addresses).
+            let members: Vec<(uuid::Uuid, String)> = snap
+                .port_group_by_name("pg_web")
+                .map(|pg| {
+                    vifs.iter()
+                        .filter(|v| pg.ports.iter().any(|p| p.uuid() == v.0))
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default();
+            let (u, n) = if !members.is_empty() && rng.below(2) == 0 {
+                members[rng.below(members.len())].clone()
+            } else {
+                vifs[rng.below(vifs.len())].clone()
+            };
             nb.set(
                 "Logical_Switch_Port",
                 u,
@@ -249,9 +272,120 @@ fn step(nb: &mut Nb, rng: &mut Rng, i: usize) -> String {
             }
             "address set".into()
         }
-        _ => {
+        15 => {
             nb.global_option("mac_prefix", &format!("0a:{:02x}:00", i % 256));
             "global option".into()
+        }
+        16 | 17 if !vifs.is_empty() => {
+            // A VIF's options or enabled flag (multicast groups follow both).
+            let (u, n) = vifs[rng.below(vifs.len())].clone();
+            let row = match rng.below(4) {
+                0 => json!({"enabled": false}),
+                1 => json!({"enabled": true}),
+                2 => json!({"options": ["map", [["mcast_flood", "true"]]]}),
+                _ => json!({"options": ["map", [["requested-chassis", "hv1"]]]}),
+            };
+            nb.txn(vec![json!({"op": "update", "table": "Logical_Switch_Port",
+                "where": [["_uuid", "==", ["uuid", u.to_string()]]], "row": row.clone()})]);
+            format!("VIF {n} set {row}")
+        }
+        18 if !vifs.is_empty() => {
+            // A VIF's addresses gain `unknown` (the switch's _MC_unknown group).
+            let (u, n) = vifs[rng.below(vifs.len())].clone();
+            nb.set(
+                "Logical_Switch_Port",
+                u,
+                "addresses",
+                json!([
+                    "set",
+                    [
+                        format!("0a:00:00:bc:00:{:02x} 10.2.{net}.5", i % 256),
+                        "unknown"
+                    ]
+                ]),
+            );
+            format!("unknown on {n}")
+        }
+        19 if !vifs.is_empty() => {
+            // A VIF changes type (and back, on a later step): out of the fast path.
+            let (u, n) = vifs[rng.below(vifs.len())].clone();
+            let t = ["localport", "external", "virtual"][rng.below(3)];
+            nb.set("Logical_Switch_Port", u, "type", json!(t));
+            format!("VIF {n} becomes {t}")
+        }
+        20 => {
+            // Two VIFs in one transaction on one switch, one named to sort first (the tunnel
+            // keys of the ports after it move: keys are assigned in name order).
+            let a = format!("a{i}-{ls}");
+            let b = format!("{ls}-z{i}");
+            nb.vif(&ls, &a, &format!("0a:00:00:ab:{:02x}:01", i % 256), false);
+            nb.vif(&ls, &b, &format!("0a:00:00:ab:{:02x}:02", i % 256), false);
+            format!("add ports {a}, {b}")
+        }
+        21 => {
+            // A router with a port, or one of those removed.
+            let name = format!("lrn{i}");
+            let old: Vec<uuid::Uuid> = snap
+                .logical_router()
+                .values()
+                .filter(|r| r.name.starts_with("lrn"))
+                .map(|r| r.uuid)
+                .collect();
+            if !old.is_empty() && rng.below(2) == 0 {
+                let u = old[rng.below(old.len())];
+                nb.txn(vec![json!({"op": "delete", "table": "Logical_Router",
+                    "where": [["_uuid", "==", ["uuid", u.to_string()]]]})]);
+                return "delete router".into();
+            }
+            nb.lr(&name, &[]);
+            nb.lrp(
+                &name,
+                &format!("{name}-p"),
+                &format!("0a:00:00:dc:{:02x}:{:02x}", i / 256, i % 256),
+                &[&format!("10.{}.{}.1/24", 230 + i % 20, i % 256)],
+                None,
+            );
+            format!("router {name}")
+        }
+        22 => {
+            // A router port's peer set, changed or cleared (router-to-router links).
+            let lrps: Vec<(uuid::Uuid, String)> = snap
+                .logical_router_port()
+                .values()
+                .map(|p| (p.uuid, p.name.clone()))
+                .collect();
+            let (u, n) = lrps[rng.below(lrps.len())].clone();
+            let (_, peer) = lrps[rng.below(lrps.len())].clone();
+            if rng.below(3) == 0 {
+                nb.set("Logical_Router_Port", u, "peer", json!(["set", []]));
+                format!("{n} loses its peer")
+            } else {
+                nb.set("Logical_Router_Port", u, "peer", json!(peer));
+                format!("{n} peers {peer}")
+            }
+        }
+        _ => {
+            // A router port added to or removed from a router.
+            let extra: Vec<uuid::Uuid> = snap
+                .logical_router_port()
+                .values()
+                .filter(|p| p.name.starts_with("xp"))
+                .map(|p| p.uuid)
+                .collect();
+            if !extra.is_empty() && rng.below(2) == 0 {
+                let u = extra[rng.below(extra.len())];
+                nb.delete("Logical_Router_Port", u, Some(("Logical_Router", "ports")));
+                return "delete router port".into();
+            }
+            let name = format!("xp{i}");
+            nb.lrp(
+                &lr,
+                &name,
+                &format!("0a:00:00:dd:{:02x}:{:02x}", i / 256, i % 256),
+                &[&format!("10.{}.{}.1/24", 210 + i % 20, i % 256)],
+                None,
+            );
+            format!("router port {name} on {lr}")
         }
     }
 }
@@ -271,9 +405,11 @@ fn incremental_equals_full_compile_over_random_changes() {
     let opts = Options::default();
     let mut inc = Incremental::new();
     let c = inc.update(&nb.snapshot(), None, &opts);
-    inc.restore(c.sb.flows);
     nb.record = Some(Vec::new());
     let mut partial = 0;
+    let mut patched = 0;
+    let mut prev = non_flow(&c.sb);
+    inc.restore(c.sb);
     for i in 0..steps {
         let what = step(&mut nb, &mut rng, i);
         let deltas = nb.record.replace(Vec::new()).unwrap_or_default();
@@ -282,6 +418,38 @@ fn incremental_equals_full_compile_over_random_changes() {
         let want = compile(&snap, &opts);
         if inc.changed().is_some() {
             partial += 1;
+            // The non-flow identities it names cover every one that changed.
+            let named = inc.non_flow_changed().expect("named with the flows");
+            let real = Scope::between(&prev, &got.sb, &Default::default());
+            let missed = |a: Vec<String>| -> Vec<String> { a.into_iter().take(4).collect() };
+            let out: Vec<String> = missed(
+                real.ports
+                    .difference(&named.ports)
+                    .map(|p| format!("Port_Binding {p}"))
+                    .chain(
+                        real.mcgroups
+                            .difference(&named.mcgroups)
+                            .map(|g| format!("Multicast_Group {g:?}")),
+                    )
+                    .chain(
+                        real.datapaths
+                            .difference(&named.datapaths)
+                            .map(|d| format!("Datapath_Binding {d}")),
+                    )
+                    .collect(),
+            );
+            assert!(
+                out.is_empty()
+                    && real.port_groups.is_subset(&named.port_groups)
+                    && real.address_sets.is_subset(&named.address_sets)
+                    && real.load_balancers.is_subset(&named.load_balancers)
+                    && real.dns.is_subset(&named.dns)
+                    && (!real.dhcp || named.dhcp),
+                "seed {seed} step {i} ({what}): changed but not named: {out:?}"
+            );
+        }
+        if inc.patched() {
+            patched += 1;
         }
         if got.sb.flows != want.sb.flows {
             let mut diff = Vec::new();
@@ -312,12 +480,19 @@ fn incremental_equals_full_compile_over_random_changes() {
             "seed {seed} step {i} ({what}): diagnostics differ"
         );
         assert_eq!(got.flows_built, want.flows_built, "step {i} ({what})");
-        inc.restore(got.sb.flows);
+        prev = non_flow(&got.sb);
+        inc.restore(got.sb);
     }
-    // The oracle must have exercised the incremental path, not only the fallback.
+    eprintln!("{steps} steps: {partial} incremental, {patched} patched the topology");
+    // The oracle must have exercised the incremental path, not only the fallback, and the
+    // plain VIF fast path (topology and tables patched) among it.
     assert!(
         partial > steps / 2,
         "{partial} of {steps} steps were incremental"
+    );
+    assert!(
+        patched > steps / 8,
+        "{patched} of {steps} steps patched the topology"
     );
 }
 
@@ -327,7 +502,7 @@ fn a_port_add_rebuilds_only_its_switch_and_router() {
     let opts = Options::default();
     let mut inc = Incremental::new();
     let c = inc.update(&nb.snapshot(), None, &opts);
-    inc.restore(c.sb.flows);
+    inc.restore(c.sb);
     let all = inc.rebuilt();
     nb.record = Some(Vec::new());
     nb.vif("sx1", "sx1-new", "0a:00:00:09:01:77 10.9.1.77", true);
@@ -337,6 +512,21 @@ fn a_port_add_rebuilds_only_its_switch_and_router() {
     // sx1 alone, and of lr1 (its router) only the section of the router port facing sx1.
     assert_eq!(inc.rebuilt(), 1, "of {all}");
     assert_eq!(inc.sections_rebuilt(), 1);
+    // The topology and the non-flow tables were patched, not built anew, and the non-flow
+    // identities named are the port's row and its switch's groups.
+    assert!(inc.patched());
+    let named = inc.non_flow_changed().expect("named");
+    // (sx1-vm1 sorts after the new port: with no keys in SB its tunnel key moves.)
+    assert_eq!(
+        named.ports.iter().collect::<Vec<_>>(),
+        ["sx1-new", "sx1-vm1"],
+        "{named:?}"
+    );
+    assert!(named.datapaths.is_empty() && named.port_groups.is_empty());
+    assert!(
+        named.mcgroups.iter().all(|(d, _)| d == "sx1") && !named.mcgroups.is_empty(),
+        "{named:?}"
+    );
     let changed = inc.changed().expect("incremental").len();
     assert!(changed > 0 && changed < got.sb.flows.len() / 4, "{changed}");
     assert_eq!(got.sb, compile(&snap, &opts).sb);
@@ -367,7 +557,7 @@ fn scale_500x40_port_add() {
     let t_full = t.elapsed().as_secs_f64() * 1e3;
     let mut inc = Incremental::new();
     let c = inc.update(&snap, None, &opts);
-    inc.restore(c.sb.flows);
+    inc.restore(c.sb);
     // The pieces.
     let t = Instant::now();
     let mut diags = hf_northd::diag::Diags::default();
@@ -414,11 +604,12 @@ fn scale_500x40_port_add() {
         best = best.min(t.elapsed().as_secs_f64() * 1e3);
         changed = inc.changed().map_or(usize::MAX, |c| c.len());
         assert_eq!((inc.rebuilt(), inc.sections_rebuilt()), (1, 1));
+        assert!(inc.patched(), "the port add took the VIF fast path");
         if k == 2 {
             let want = compile(&snap, &opts);
             assert!(c.sb == want.sb, "incremental differs from the full compile");
         }
-        inc.restore(c.sb.flows);
+        inc.restore(c.sb);
     }
     println!(
         "{n}x{p}: full compile {t_full:.0} ms ({} rows); port add incremental {best:.1} ms \
@@ -429,4 +620,85 @@ fn scale_500x40_port_add() {
         "  split: topo {t_topo:.1} ms, tables {t_tables:.1} ms; {}",
         per.join("; ")
     );
+}
+
+/// Which changes the VIF fast path takes and which it leaves to the full topology build, each
+/// checked against the full compile: a plain VIF's add, readdress and delete are patched; a
+/// port group member's readdress (address sets follow), a type change, a container port
+/// (tags) and a name a router port holds (the router port wins, with a diagnostic) are not.
+#[test]
+fn the_vif_fast_path_takes_plain_vifs_only() {
+    let mut nb = world();
+    let opts = Options::default();
+    let mut inc = Incremental::new();
+    let c = inc.update(&nb.snapshot(), None, &opts);
+    inc.restore(c.sb);
+    nb.record = Some(Vec::new());
+    let check = |nb: &mut Nb, inc: &mut Incremental, what: &str, patched: bool| {
+        let deltas = nb.record.replace(Vec::new()).unwrap_or_default();
+        let snap = nb.snapshot();
+        let got = inc.update(&snap, Some(&deltas), &opts);
+        let want = compile(&snap, &opts);
+        assert!(
+            got.sb.flows == want.sb.flows,
+            "{what}: flows differ from the full compile"
+        );
+        assert!(
+            got.sb == want.sb,
+            "{what}: non-flow SB differs from the full compile"
+        );
+        assert_eq!(got.diagnostics, want.diagnostics, "{what}");
+        assert_eq!(inc.patched(), patched, "{what}: patched");
+        inc.restore(got.sb);
+    };
+    let u = nb.vif("sx2", "sx2-new", "0a:00:00:09:02:77 10.9.2.77", true);
+    check(&mut nb, &mut inc, "add", true);
+    nb.set(
+        "Logical_Switch_Port",
+        u,
+        "addresses",
+        json!(["set", ["0a:00:00:09:02:78 10.9.2.78", "unknown"]]),
+    );
+    check(&mut nb, &mut inc, "readdress", true);
+    nb.set(
+        "Logical_Switch_Port",
+        u,
+        "port_security",
+        json!(["set", ["junk"]]),
+    );
+    check(&mut nb, &mut inc, "bad port_security (a diagnostic)", true);
+    nb.set(
+        "Logical_Switch_Port",
+        u,
+        "port_security",
+        json!(["set", []]),
+    );
+    check(&mut nb, &mut inc, "diagnostic resolved", true);
+    nb.set("Logical_Switch_Port", u, "type", json!("localport"));
+    check(&mut nb, &mut inc, "type change", false);
+    nb.set("Logical_Switch_Port", u, "type", json!(""));
+    check(&mut nb, &mut inc, "type back", false);
+    nb.delete("Logical_Switch_Port", u, Some(("Logical_Switch", "ports")));
+    check(&mut nb, &mut inc, "delete", true);
+    let web = nb
+        .snapshot()
+        .port_group_by_name("pg_web")
+        .and_then(|pg| pg.ports.iter().next().map(|p| p.uuid()))
+        .expect("pg_web has a member");
+    nb.set(
+        "Logical_Switch_Port",
+        web,
+        "addresses",
+        json!(["set", ["0a:00:00:01:01:99 10.0.1.99"]]),
+    );
+    check(&mut nb, &mut inc, "port group member readdressed", false);
+    nb.lsp_with(
+        "sx0",
+        "sx0-child",
+        json!({"parent_name": "sx0-vm1", "tag_request": 0, "addresses": ["set", ["0a:00:00:09:00:55"]]}),
+    );
+    check(&mut nb, &mut inc, "container port", false);
+    // (Switch port names are unique in NB; a router port's is not theirs to take.)
+    nb.vif("sx1", "lr1-sx0", "0a:00:00:09:01:66", false);
+    check(&mut nb, &mut inc, "a name a router port holds", false);
 }

@@ -134,6 +134,9 @@ pub struct Stats {
     pub scoped_diffs: u64,
     /// Identities the last scoped diff compared.
     pub last_scope: usize,
+    /// Compiles that patched the last topology and non-flow tables (plain VIF changes)
+    /// instead of building them anew.
+    pub topo_patched: u64,
 }
 
 /// The northd core. See the module documentation.
@@ -638,23 +641,26 @@ impl Northd {
             self.report = report;
             self.nb_side_due = true;
         }
-        // The incremental compiler's flows back from the last desired state (a copy when a
-        // sync still holds it), then the NB changes since: the result equals a full compile.
-        // The non-flow tables stay for the scope (what changed since), the flows go back.
-        let mut old = self.desired.take().map(|d| match Arc::try_unwrap(d) {
+        // The last desired state goes back to the incremental compiler (a copy when a sync
+        // still holds it), then the NB changes since: the result equals a full compile, and
+        // the compiler names the flow and non-flow identities it changed.
+        if let Some(old) = self.desired.take().map(|d| match Arc::try_unwrap(d) {
             Ok(sb) => sb,
             Err(d) => (*d).clone(),
-        });
-        if let Some(o) = &mut old {
-            self.inc.restore(std::mem::take(&mut o.flows));
+        }) {
+            self.inc.restore(old);
         }
         let pending = self.pending.replace(Vec::new());
         let c = self.inc.update(nb, pending.as_deref(), &opts);
         // The SB identities this compile may have changed, for the next sync.
-        match (self.inc.changed(), &old, &mut self.scope) {
-            (Some(flows), Some(old), Some(scope)) => {
-                #[allow(unused_mut)]
-                let mut s = Scope::between(old, &c.sb, flows);
+        match (
+            self.inc.changed(),
+            self.inc.non_flow_changed(),
+            &mut self.scope,
+        ) {
+            (Some(flows), Some(rest), Some(scope)) => {
+                let mut s = rest.clone();
+                s.flows = flows.iter().copied().collect();
                 #[cfg(test)]
                 if self.inc.broken == Some(crate::incremental::Broken::ScopeWithoutPorts) {
                     s.ports.clear();
@@ -663,9 +669,9 @@ impl Northd {
             }
             _ => self.scope = None,
         }
-        drop(old);
         self.stats.compiles += 1;
         self.stats.last_rebuilt = self.inc.rebuilt();
+        self.stats.topo_patched += u64::from(self.inc.patched());
         self.stats.last_flows_built = c.flows_built;
         // Diagnostics: log those that appear and those that go away.
         let old: BTreeSet<&Diagnostic> = self.diagnostics.iter().collect();

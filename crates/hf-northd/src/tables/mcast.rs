@@ -12,7 +12,9 @@
 //! IGMP-learned groups (32773 and up) come from controllers' `IGMP_Group` rows and are not
 //! built here.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::flow::DpIdx;
 
 use crate::output::{McRow, SbDesired};
 use crate::stage::DpKind;
@@ -44,6 +46,31 @@ pub fn key(name: &str) -> Option<u32> {
 
 /// Adds the groups of every datapath.
 pub fn build(topo: &Topo<'_>, sb: &mut SbDesired) {
+    for p in &topo.ports {
+        add_port(topo, p, sb);
+    }
+}
+
+/// The groups of datapath `dp` alone, as [`build`] makes them (the incremental path's).
+pub fn build_dp(topo: &Topo<'_>, dp: DpIdx) -> BTreeMap<(String, String), McRow> {
+    let mut sb = SbDesired::default();
+    for q in &topo.datapaths[dp].ports {
+        add_port(topo, &topo.ports[*q], &mut sb);
+    }
+    sb.mcgroups
+}
+
+/// Every group name [`build`] writes (per datapath).
+pub const GROUPS: [&str; 5] = [
+    MC_FLOOD,
+    MC_UNKNOWN,
+    MC_MROUTER_FLOOD,
+    MC_STATIC,
+    MC_FLOOD_L2,
+];
+
+/// Adds port `p` to the groups it belongs in.
+fn add_port(topo: &Topo<'_>, p: &crate::topo::Port, sb: &mut SbDesired) {
     let mut add = |dp: &str, group: &'static str, port: &str| {
         sb.mcgroups
             .entry((dp.to_string(), group.to_string()))
@@ -54,16 +81,16 @@ pub fn build(topo: &Topo<'_>, sb: &mut SbDesired) {
             .ports
             .insert(port.to_string());
     };
-    for p in &topo.ports {
+    {
         let dp = &topo.datapaths[p.dp];
         if !p.enabled {
-            continue;
+            return;
         }
         if dp.kind == DpKind::Router {
             if opt_true(&p.options, "mcast_flood") {
                 add(&dp.name, MC_STATIC, &p.name);
             }
-            continue;
+            return;
         }
         add(&dp.name, MC_FLOOD, &p.name);
         let is_router = matches!(p.kind, PortKind::SwitchRouter { .. });

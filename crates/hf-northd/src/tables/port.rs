@@ -80,6 +80,24 @@ pub fn build(topo: &Topo<'_>, keys: &Keys, sb: &mut SbDesired, diags: &mut Diags
     }
 }
 
+/// The row of plain VIF `i` (type `""`, no parent, tag, QoS options or HA group: what the
+/// incremental path patches), as [`build`] writes it; its diagnostics go to `diags`.
+pub(crate) fn vif_row(topo: &Topo<'_>, i: PortIdx, diags: &mut Diags) -> Option<PortRow> {
+    switch_port(
+        topo,
+        i,
+        &topo.ports[i],
+        &HashMap::new(),
+        &HashMap::new(),
+        diags,
+    )
+}
+
+/// The QoS options that give a port an egress queue (`port_has_qos_params`).
+pub(crate) fn has_qos_options(o: &BTreeMap<String, String>) -> bool {
+    has_qos(o)
+}
+
 /// HA group name → names.
 type ByGroup = HashMap<String, BTreeSet<String>>;
 
