@@ -26,7 +26,7 @@ pub mod program_msg;
 pub mod translate;
 
 pub use translate::{
-    ChassisEntry, Diagnostic, Extra, Incremental, Touched, TranslateCache, TranslateOptions,
-    Translation, needed_datapaths, reachable_datapaths, translate, translate_cached,
-    translate_with,
+    ChassisEntry, Diagnostic, Extra, Incremental, Parallelism, Touched, TranslateCache,
+    TranslateOptions, Translation, needed_datapaths, reachable_datapaths, translate,
+    translate_cached, translate_par, translate_with,
 };

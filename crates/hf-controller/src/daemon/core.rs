@@ -114,6 +114,9 @@ pub struct Tuning {
     /// Send program changes as deltas against the running program (protocol version 4;
     /// default). `false` sends every program whole (tests compare the two).
     pub program_deltas: bool,
+    /// The threads a full translation (cold start, resync) uses; the result does not depend
+    /// on it (`holdfast controller --n-threads`; default here: the calling thread only).
+    pub translate_threads: crate::Parallelism,
 }
 
 impl Default for Tuning {
@@ -126,6 +129,7 @@ impl Default for Tuning {
             feature_level: newest_level(),
             keep_last_good: true,
             program_deltas: true,
+            translate_threads: crate::Parallelism::SEQUENTIAL,
         }
     }
 }
@@ -425,6 +429,8 @@ impl Controller {
             now,
             stats: Stats::default(),
         };
+        c.translate_cache
+            .set_parallelism(c.tuning.translate_threads);
         c.say(
             Level::Info,
             format!(

@@ -214,6 +214,12 @@ impl Incremental {
         self.changes.all = true;
     }
 
+    /// Full translations run on up to `par` threads (default: the calling thread only); the
+    /// result does not depend on it.
+    pub fn set_parallelism(&mut self, par: super::Parallelism) {
+        self.cache.set_parallelism(par);
+    }
+
     /// Gives the last translation back, unchanged, for the next one to start from.
     pub fn recycle(&mut self, t: Translation) {
         self.last = Some(t);
@@ -259,7 +265,9 @@ impl Incremental {
         prev: Option<Translation>,
     ) -> Translation {
         let mut marks = Vec::new();
-        let mut t = super::translate_marked(sb, opts, extra, Some(&mut self.cache), &mut marks);
+        let par = self.cache.par;
+        let mut t =
+            super::translate_marked(sb, opts, extra, Some(&mut self.cache), par, &mut marks);
         let chassis = opts.chassis.as_deref();
         let only_needed = extra.only_needed && chassis.is_some();
         let mut s = State {
