@@ -47,6 +47,9 @@
 //!   snapshots (made untimed by comparing them), and
 //!   `hf_controller::program_msg::program_msg_reusing` reusing the previous message; its
 //!   message is checked equal to the full path's (untimed).
+//! - `cold_start_NxP_translate_1_thread`, `cold_start_NxP_translate_N_threads`: the cold
+//!   translation alone ([`hf_controller::translate_par`], no cache, median of 3) on one
+//!   thread and on every core (the in-process and daemon lines above use every core).
 //! - `cold_start_NxP_heap_peak`: the counting allocator's peak growth over one pass of the
 //!   chassis path (the SB replica excluded); MB. `ovn_controller_NxP_peak_rss`: the daemon's
 //!   `VmHWM`; MB (different measures, hence no ratio).
@@ -520,6 +523,8 @@ struct Ours {
     port_add_ms: f64,
     port_add: Split,
     heap_mb: f64,
+    /// The cold translation (`translate_par`, no cache) on 1 thread and on [`threads`]: ms.
+    translate_threads: (f64, f64),
 }
 
 impl Ours {
@@ -541,6 +546,13 @@ impl Ours {
             "ms",
         );
         report.result(&format!("cold_start_{tag}_heap_peak"), self.heap_mb, "MB");
+        let (one, many) = self.translate_threads;
+        report.result(&format!("cold_start_{tag}_translate_1_thread"), one, "ms");
+        report.result(
+            &format!("cold_start_{tag}_translate_{}_threads", threads().get()),
+            many,
+            "ms",
+        );
     }
 }
 
@@ -572,6 +584,7 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
 
     // The caches as they were after `prev` (cloned untimed, so every try starts alike).
     let mut tr_cache = prev.map(|p| p.tr_cache.clone()).unwrap_or_default();
+    tr_cache.set_parallelism(threads());
     let mut spec_cache = prev.map(|p| p.spec_cache.clone()).unwrap_or_default();
     let t = Instant::now();
     let opts = hf_controller::TranslateOptions {
@@ -680,6 +693,13 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
         },
         split,
     ))
+}
+
+/// The threads a chassis translates on (the controller daemon's default: every core).
+fn threads() -> hf_controller::Parallelism {
+    hf_controller::Parallelism::threads(
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+    )
 }
 
 /// What the controller translates for.
@@ -855,6 +875,24 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
     let mut cold = colds[colds.len() / 2].clone();
     cold.sb_sync = Some(sync_ms);
     let mut current = installed.context("no program")?;
+    // The cold translation alone, sequential and on every core (median of 3 each).
+    let mut translate_threads = (0.0, 0.0);
+    for (par, out) in [
+        (hf_controller::Parallelism::SEQUENTIAL, &mut translate_threads.0),
+        (threads(), &mut translate_threads.1),
+    ] {
+        let extra = hf_controller::Extra {
+            only_needed: true,
+            zones: BTreeMap::new(),
+        };
+        let mut v = Vec::new();
+        for _ in 0..3 {
+            let t = Instant::now();
+            drop(hf_controller::translate_par(&snap, &hv1_opts(), &extra, par));
+            v.push(ms(t.elapsed()));
+        }
+        *out = median(v);
+    }
     report.note(&format!(
         "holdfast {tag}: {} compiled flows in {} datapaths, {} flow errors; the program frame is {:.1} MB",
         current.program.flow_count(),
@@ -864,6 +902,7 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
     ));
     // The incremental translator as after the cold start (untimed).
     let mut inc = hf_controller::Incremental::new();
+    inc.set_parallelism(threads());
     let tr = inc.translate(
         &snap,
         &hv1_opts(),
@@ -1000,6 +1039,7 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
         port_add_ms: port_add.total(),
         port_add,
         heap_mb: heap as f64 / 1e6,
+        translate_threads,
     })
 }
 

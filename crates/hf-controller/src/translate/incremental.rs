@@ -27,7 +27,8 @@
 //!
 //! # What it does not do
 //!
-//! No I/O, no threads. It does not look at the rows of tables the translation does not read
+//! No I/O. Only its full passes use threads ([`Incremental::set_parallelism`]); a step runs
+//! on the calling thread. It does not look at the rows of tables the translation does not read
 //! (`Chassis_Private`, `SB_Global`, ...). A translation not given back makes the next one
 //! start afresh, as do changed options or template variables.
 
