@@ -878,7 +878,10 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
     // The cold translation alone, sequential and on every core (median of 3 each).
     let mut translate_threads = (0.0, 0.0);
     for (par, out) in [
-        (hf_controller::Parallelism::SEQUENTIAL, &mut translate_threads.0),
+        (
+            hf_controller::Parallelism::SEQUENTIAL,
+            &mut translate_threads.0,
+        ),
         (threads(), &mut translate_threads.1),
     ] {
         let extra = hf_controller::Extra {
@@ -888,7 +891,12 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
         let mut v = Vec::new();
         for _ in 0..3 {
             let t = Instant::now();
-            drop(hf_controller::translate_par(&snap, &hv1_opts(), &extra, par));
+            drop(hf_controller::translate_par(
+                &snap,
+                &hv1_opts(),
+                &extra,
+                par,
+            ));
             v.push(ms(t.elapsed()));
         }
         *out = median(v);

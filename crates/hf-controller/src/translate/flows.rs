@@ -153,11 +153,10 @@ pub(crate) fn translate_flows(
     // datapaths see exactly the rows, unchanged, they saw last time.
     let lfs: Vec<&sb::LogicalFlow> = sb.logical_flow().values().collect();
     let index = &t.datapath_index;
-    let rows: Vec<(&sb::LogicalFlow, Vec<usize>, Option<Diagnostic>)> =
-        par::map(par, &lfs, |lf| {
-            let (targets, missing) = flow_targets(sb, lf, index);
-            (*lf, targets, missing)
-        });
+    let rows: Vec<(&sb::LogicalFlow, Vec<usize>, Option<Diagnostic>)> = par::map(par, &lfs, |lf| {
+        let (targets, missing) = flow_targets(sb, lf, index);
+        (*lf, targets, missing)
+    });
     drop(lfs);
     // Datapaths whose flows come whole from the cache (index → its sorted flows).
     let mut reused: BTreeMap<usize, Vec<FlowSpec>> = match cache.as_deref_mut() {
@@ -168,7 +167,7 @@ pub(crate) fn translate_flows(
     // parse; the parses then run on `par`'s threads.
     enum Plan {
         Skip,
-        Ready(Result<FlowSpec, String>),
+        Ready(Box<Result<FlowSpec, String>>),
         Parse,
     }
     let mut plans: Vec<(Plan, Vec<usize>)> = Vec::with_capacity(rows.len());
@@ -185,11 +184,11 @@ pub(crate) fn translate_flows(
             .collect();
         let plan = match cache.as_deref_mut() {
             Some(c) if targets.is_empty() => match c.keep(lf) {
-                Some(reason) => Plan::Ready(Err(reason)),
+                Some(reason) => Plan::Ready(Box::new(Err(reason))),
                 None => Plan::Skip,
             },
             Some(c) => match c.lookup(lf) {
-                Some(r) => Plan::Ready(r),
+                Some(r) => Plan::Ready(Box::new(r)),
                 None => Plan::Parse,
             },
             None => Plan::Parse,
@@ -204,7 +203,7 @@ pub(crate) fn translate_flows(
         t.diagnostics.extend(missing);
         let result = match plan {
             Plan::Skip => continue,
-            Plan::Ready(r) => r,
+            Plan::Ready(r) => *r,
             Plan::Parse => {
                 let Some(r) = parsed.next() else {
                     continue;

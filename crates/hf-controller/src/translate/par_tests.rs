@@ -81,11 +81,23 @@ fn first_difference(
 #[test]
 fn a_parallel_translation_equals_the_sequential_one() {
     for seed in 1..=4 {
-        assert_eq!(first_difference(seed, 40, &hv1(), true), None, "seed {seed}");
+        assert_eq!(
+            first_difference(seed, 40, &hv1(), true),
+            None,
+            "seed {seed}"
+        );
     }
     for seed in 11..=12 {
-        assert_eq!(first_difference(seed, 30, &hv1(), false), None, "seed {seed}");
+        assert_eq!(
+            first_difference(seed, 30, &hv1(), false),
+            None,
+            "seed {seed}"
+        );
         let none = TranslateOptions::default();
-        assert_eq!(first_difference(seed, 30, &none, false), None, "seed {seed}");
+        assert_eq!(
+            first_difference(seed, 30, &none, false),
+            None,
+            "seed {seed}"
+        );
     }
 }
