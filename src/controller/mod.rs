@@ -71,6 +71,12 @@ pub struct ControllerArgs {
     #[arg(long, value_name = "LEVEL", value_parser = parse_feature_level)]
     feature_level: Option<hf_expr::Level>,
 
+    /// The threads a full translation of the SB uses (the cold start, a resync), as
+    /// ovn-northd's `--n-threads`; the result is the same with any number. Default: the
+    /// available cores; 1 translates on the daemon's own thread.
+    #[arg(long, value_name = "N")]
+    n_threads: Option<usize>,
+
     /// OVS's daemon options.
     #[command(flatten)]
     daemon: DaemonArgs,
@@ -411,6 +417,9 @@ async fn serve(
             feature_level: args
                 .feature_level
                 .unwrap_or_else(hf_controller::daemon::newest_level),
+            translate_threads: hf_controller::Parallelism::threads(args.n_threads.unwrap_or_else(
+                || std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+            )),
             ..Tuning::default()
         },
         Duration::ZERO,

@@ -18,7 +18,9 @@
 //!
 //! # What it does not do
 //!
-//! No I/O of any kind: no sockets, no clock (the daemon core takes bytes and `now`). Live
+//! No I/O of any kind: no sockets, no clock (the daemon core takes bytes and `now`). The only
+//! threads are the scoped ones a translation may be given ([`Parallelism`], set by the
+//! caller's shell): computation only, with a result that does not depend on them. Live
 //! migration driving is a later issue.
 
 pub mod daemon;
@@ -26,7 +28,7 @@ pub mod program_msg;
 pub mod translate;
 
 pub use translate::{
-    ChassisEntry, Diagnostic, Extra, Incremental, Touched, TranslateCache, TranslateOptions,
-    Translation, needed_datapaths, reachable_datapaths, translate, translate_cached,
-    translate_with,
+    ChassisEntry, Diagnostic, Extra, Incremental, Parallelism, Touched, TranslateCache,
+    TranslateOptions, Translation, needed_datapaths, reachable_datapaths, translate,
+    translate_cached, translate_par, translate_with,
 };

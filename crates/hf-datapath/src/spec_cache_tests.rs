@@ -2,6 +2,7 @@
 //! flows, ports and groups and unchanged sets taken from the cache) equals the spec built from
 //! scratch ([`to_spec`]), over seeded random programs, deltas and local-port changes.
 
+use std::sync::Arc;
 use std::collections::BTreeMap;
 
 use super::*;
@@ -91,7 +92,7 @@ fn program(rng: &mut Rng) -> ProgramMsg {
     ProgramMsg {
         generation: 1,
         chassis: "hv1".into(),
-        datapaths: (0..1 + rng.below(5)).map(|i| datapath(rng, i)).collect(),
+        datapaths: (0..1 + rng.below(5)).map(|i| Arc::new(datapath(rng, i))).collect(),
         zones: (1..=3).map(|z| (format!("lsp/z{z}"), z)).collect(),
         address_sets: [("as0".to_string(), vec!["10.0.0.1".to_string()])].into(),
         port_groups: [("pg0".to_string(), vec!["p0-0".to_string()])].into(),
@@ -113,7 +114,7 @@ fn mutate(rng: &mut Rng, old: &ProgramMsg) -> ProgramMsg {
             let n = 10 + rng.below(30);
             if !p.datapaths.iter().any(|d| d.tunnel_key == n as u32 + 1) {
                 let at = rng.below(p.datapaths.len() + 1);
-                p.datapaths.insert(at, datapath(rng, n));
+                p.datapaths.insert(at, Arc::new(datapath(rng, n)));
             }
         }
         2 if p.datapaths.len() > 1 => {
@@ -124,7 +125,7 @@ fn mutate(rng: &mut Rng, old: &ProgramMsg) -> ProgramMsg {
     }
     let n = p.datapaths.len();
     for _ in 0..rng.below(3) {
-        let d = &mut p.datapaths[rng.below(n)];
+        let d = Arc::make_mut(&mut p.datapaths[rng.below(n)]);
         let dn: usize = d.name[2..].parse().unwrap_or(0);
         match rng.below(6) {
             0 => {

@@ -150,9 +150,10 @@ fn a_datapath_added_in_front_leaves_the_others_compiled_and_forwarding() {
     let mut p2 = p1.clone();
     p2.generation = 2;
     let mut front = p1.datapaths[1].clone();
-    front.name = "sw-front".into();
-    front.tunnel_key = 9;
-    front.ports[0].name = "f1".into();
+    let f = std::sync::Arc::make_mut(&mut front);
+    f.name = "sw-front".into();
+    f.tunnel_key = 9;
+    f.ports[0].name = "f1".into();
     p2.datapaths.insert(0, front);
     let ans = ctl(&mut dp, &[delta(&p1, &p2)], ms(2));
     assert!(

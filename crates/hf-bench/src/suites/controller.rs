@@ -53,6 +53,9 @@
 //!   (500 at 500×40; median of 3), and 100 ports of the chassis added, then deleted, in one NB
 //!   transaction; each from SB holding northd's result (`SB_Global.nb_cfg`) until the chassis
 //!   reports that `nb_cfg` (see `controller/changes.rs`). Baseline `ovn-controller`.
+//! - `cold_start_NxP_translate_1_thread`, `cold_start_NxP_translate_N_threads`: the cold
+//!   translation alone ([`hf_controller::translate_par`], no cache, median of 3) on one
+//!   thread and on every core (the in-process and daemon lines above use every core).
 //! - `cold_start_NxP_heap_peak`: the counting allocator's peak growth over one pass of the
 //!   chassis path (the SB replica excluded); MB.
 //! - `cold_start_NxP_heap_<stage>_peak` and `cold_start_NxP_heap_<stage>_kept` for the stages
@@ -590,6 +593,8 @@ struct Ours {
     heap_mb: f64,
     /// `replica_load`, `translate`, `message_build`.
     stages: [(&'static str, Heap); 3],
+    /// The cold translation (`translate_par`, no cache) on 1 thread and on [`threads`]: ms.
+    translate_threads: (f64, f64),
 }
 
 impl Ours {
@@ -624,6 +629,13 @@ impl Ours {
                 "MB",
             );
         }
+        let (one, many) = self.translate_threads;
+        report.result(&format!("cold_start_{tag}_translate_1_thread"), one, "ms");
+        report.result(
+            &format!("cold_start_{tag}_translate_{}_threads", threads().get()),
+            many,
+            "ms",
+        );
     }
 }
 
@@ -655,6 +667,7 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
 
     // The caches as they were after `prev` (cloned untimed, so every try starts alike).
     let mut tr_cache = prev.map(|p| p.tr_cache.clone()).unwrap_or_default();
+    tr_cache.set_parallelism(threads());
     // A cold start compiles on every core, as `holdfast datapath` does by default.
     let mut spec_cache = prev.map(|p| p.spec_cache.clone()).unwrap_or_else(|| {
         hf_datapath::program::SpecCache::with_options(hf_pipeline::CompileOptions {
@@ -785,6 +798,13 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
         },
         split,
     ))
+}
+
+/// The threads a chassis translates on (the controller daemon's default: every core).
+fn threads() -> hf_controller::Parallelism {
+    hf_controller::Parallelism::threads(
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+    )
 }
 
 /// What the controller translates for.
@@ -971,6 +991,32 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
     let mut cold = colds[colds.len() / 2].clone();
     cold.sb_sync = Some(sync_ms);
     let mut current = installed.context("no program")?;
+    // The cold translation alone, sequential and on every core (median of 3 each).
+    let mut translate_threads = (0.0, 0.0);
+    for (par, out) in [
+        (
+            hf_controller::Parallelism::SEQUENTIAL,
+            &mut translate_threads.0,
+        ),
+        (threads(), &mut translate_threads.1),
+    ] {
+        let extra = hf_controller::Extra {
+            only_needed: true,
+            zones: BTreeMap::new(),
+        };
+        let mut v = Vec::new();
+        for _ in 0..3 {
+            let t = Instant::now();
+            drop(hf_controller::translate_par(
+                &snap,
+                &hv1_opts(),
+                &extra,
+                par,
+            ));
+            v.push(ms(t.elapsed()));
+        }
+        *out = median(v);
+    }
     report.note(&format!(
         "holdfast {tag}: {} compiled flows in {} datapaths, {} flow errors; the program frame is {:.1} MB",
         current.program.flow_count(),
@@ -980,6 +1026,7 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
     ));
     // The incremental translator as after the cold start (untimed).
     let mut inc = hf_controller::Incremental::new();
+    inc.set_parallelism(threads());
     let tr = inc.translate(
         &snap,
         &hv1_opts(),
@@ -1121,6 +1168,7 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
             ("translate", heap_tr),
             ("message_build", heap_msg),
         ],
+        translate_threads,
     })
 }
 

@@ -123,6 +123,9 @@ pub struct Tuning {
     /// translation did not touch (`program_msg_reusing`; default). `false` builds every
     /// message whole (`program_msg`; tests compare the two).
     pub incremental_messages: bool,
+    /// The threads a full translation (cold start, resync) uses; the result does not depend
+    /// on it (`holdfast controller --n-threads`; default here: the calling thread only).
+    pub translate_threads: crate::Parallelism,
 }
 
 impl Default for Tuning {
@@ -136,6 +139,7 @@ impl Default for Tuning {
             keep_last_good: true,
             program_deltas: true,
             incremental_messages: true,
+            translate_threads: crate::Parallelism::SEQUENTIAL,
         }
     }
 }
@@ -444,6 +448,8 @@ impl Controller {
             now,
             stats: Stats::default(),
         };
+        c.translate_cache
+            .set_parallelism(c.tuning.translate_threads);
         c.say(
             Level::Info,
             format!(

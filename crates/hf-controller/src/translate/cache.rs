@@ -32,6 +32,8 @@ use super::Diagnostic;
 #[derive(Debug, Default, Clone)]
 pub struct TranslateCache {
     pub(crate) flows: FlowCache,
+    /// The threads a translation with this cache uses.
+    pub(crate) par: super::Parallelism,
 }
 
 impl TranslateCache {
@@ -40,9 +42,18 @@ impl TranslateCache {
         TranslateCache::default()
     }
 
-    /// Forgets everything.
+    /// Forgets everything (but the parallelism).
     pub fn clear(&mut self) {
-        *self = TranslateCache::default();
+        *self = TranslateCache {
+            par: self.par,
+            ..TranslateCache::default()
+        };
+    }
+
+    /// Translations with this cache run on up to `par` threads (default: the calling thread
+    /// only); the result does not depend on it.
+    pub fn set_parallelism(&mut self, par: super::Parallelism) {
+        self.par = par;
     }
 
     /// (rows reused, rows parsed) by the last translation.
@@ -195,25 +206,14 @@ impl FlowCache {
         cached == lf
     }
 
-    /// The parse result of `lf`: reused when the row is unchanged, else parsed (and kept).
-    pub(crate) fn get(
-        &mut self,
-        lf: &sb::LogicalFlow,
-        vars: &BTreeMap<String, String>,
-    ) -> Result<FlowSpec, String> {
+    /// The parse result of `lf` when the row is unchanged since it was parsed (kept for the
+    /// next translation); `None` when it must be parsed ([`FlowCache::store`] then keeps it).
+    pub(crate) fn lookup(&mut self, lf: &sb::LogicalFlow) -> Option<Result<FlowSpec, String>> {
         let e = match self.old.remove(&lf.uuid) {
-            Some(e) if self.same(&e.row, lf) => {
-                self.hits += 1;
-                e
-            }
-            _ => {
-                self.misses += 1;
-                Entry {
-                    row: lf.clone(),
-                    parsed: super::flows::flow_spec_with(lf, vars),
-                }
-            }
+            Some(e) if self.same(&e.row, lf) => e,
+            _ => return None,
         };
+        self.hits += 1;
         let out = e.parsed.clone();
         #[cfg(test)]
         let e = Entry {
@@ -221,7 +221,19 @@ impl FlowCache {
             ..e
         };
         self.new.insert(lf.uuid, e);
-        out
+        Some(out)
+    }
+
+    /// Keeps `parsed`, the parse of `lf` that [`FlowCache::lookup`] did not have.
+    pub(crate) fn store(&mut self, lf: &sb::LogicalFlow, parsed: Result<FlowSpec, String>) {
+        self.misses += 1;
+        self.new.insert(
+            lf.uuid,
+            Entry {
+                row: lf.clone(),
+                parsed,
+            },
+        );
     }
 }
 

@@ -16,6 +16,7 @@ use hf_model::sb;
 use hf_pipeline::{FdbSpec, FlowId, FlowSpec, LbVipSpec, Neighbour};
 use uuid::Uuid;
 
+use super::par::{self, Parallelism};
 use super::{Diagnostic, Translation};
 
 /// The identity, stage name and stage hint a flow row carries.
@@ -142,6 +143,7 @@ pub(crate) fn translate_flows(
     chassis: Option<&str>,
     t: &mut Translation,
     mut cache: Option<&mut super::cache::FlowCache>,
+    par: Parallelism,
 ) {
     let vars = template_vars(sb, chassis);
     if let Some(c) = cache.as_deref_mut() {
@@ -149,34 +151,70 @@ pub(crate) fn translate_flows(
     }
     // First the rows' targets (translated datapath indexes), so that a cache can tell which
     // datapaths see exactly the rows, unchanged, they saw last time.
-    let mut rows: Vec<(&sb::LogicalFlow, Vec<usize>, Option<Diagnostic>)> = Vec::new();
-    for lf in sb.logical_flow().values() {
-        let (targets, missing) = flow_targets(sb, lf, &t.datapath_index);
-        rows.push((lf, targets, missing));
-    }
+    let lfs: Vec<&sb::LogicalFlow> = sb.logical_flow().values().collect();
+    let index = &t.datapath_index;
+    let rows: Vec<(&sb::LogicalFlow, Vec<usize>, Option<Diagnostic>)> = par::map(par, &lfs, |lf| {
+        let (targets, missing) = flow_targets(sb, lf, index);
+        (*lf, targets, missing)
+    });
+    drop(lfs);
     // Datapaths whose flows come whole from the cache (index → its sorted flows).
     let mut reused: BTreeMap<usize, Vec<FlowSpec>> = match cache.as_deref_mut() {
         Some(c) => c.reusable_datapaths(&rows, &t.datapath_index),
         None => BTreeMap::new(),
     };
-    for (lf, targets, missing) in rows {
-        t.diagnostics.extend(missing);
+    // What each row needs, in row order: nothing, a result at hand (kept or cached), or a
+    // parse; the parses then run on `par`'s threads.
+    enum Plan {
+        Skip,
+        Ready(Box<Result<FlowSpec, String>>),
+        Parse,
+    }
+    let mut plans: Vec<(Plan, Vec<usize>)> = Vec::with_capacity(rows.len());
+    let mut to_parse: Vec<&sb::LogicalFlow> = Vec::new();
+    for (lf, targets, _) in &rows {
         if targets.is_empty() {
+            plans.push((Plan::Skip, Vec::new()));
             continue;
         }
         let targets: Vec<usize> = targets
-            .into_iter()
+            .iter()
+            .copied()
             .filter(|d| !reused.contains_key(d))
             .collect();
-        let parsed = match cache.as_deref_mut() {
+        let plan = match cache.as_deref_mut() {
             Some(c) if targets.is_empty() => match c.keep(lf) {
-                Some(reason) => Err(reason),
-                None => continue,
+                Some(reason) => Plan::Ready(Box::new(Err(reason))),
+                None => Plan::Skip,
             },
-            Some(c) => c.get(lf, &vars),
-            None => flow_spec_with(lf, &vars),
+            Some(c) => match c.lookup(lf) {
+                Some(r) => Plan::Ready(Box::new(r)),
+                None => Plan::Parse,
+            },
+            None => Plan::Parse,
         };
-        match parsed {
+        if matches!(plan, Plan::Parse) {
+            to_parse.push(lf);
+        }
+        plans.push((plan, targets));
+    }
+    let mut parsed = par::map(par, &to_parse, |lf| flow_spec_with(lf, &vars)).into_iter();
+    for ((lf, _, missing), (plan, targets)) in rows.into_iter().zip(plans) {
+        t.diagnostics.extend(missing);
+        let result = match plan {
+            Plan::Skip => continue,
+            Plan::Ready(r) => *r,
+            Plan::Parse => {
+                let Some(r) = parsed.next() else {
+                    continue;
+                };
+                if let Some(c) = cache.as_deref_mut() {
+                    c.store(lf, r.clone());
+                }
+                r
+            }
+        };
+        match result {
             Ok(fs) => {
                 let Some(last) = targets.len().checked_sub(1) else {
                     continue;
@@ -202,10 +240,13 @@ pub(crate) fn translate_flows(
     for (i, d) in t.spec.datapaths.iter_mut().enumerate() {
         if let Some(flows) = reused.remove(&i) {
             d.flows = flows;
-            continue;
         }
-        d.flows.sort_by(flow_order);
     }
+    par::for_each_mut(par, &mut t.spec.datapaths, |d| {
+        if !d.flows.is_sorted_by(|a, b| flow_order(a, b).is_le()) {
+            d.flows.sort_by(flow_order);
+        }
+    });
 }
 
 /// The order of a datapath's flows: pipeline, table, priority (high first), identity. (Flows

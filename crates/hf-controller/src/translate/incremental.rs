@@ -27,7 +27,8 @@
 //!
 //! # What it does not do
 //!
-//! No I/O, no threads. It does not look at the rows of tables the translation does not read
+//! No I/O. Only its full passes use threads ([`Incremental::set_parallelism`]); a step runs
+//! on the calling thread. It does not look at the rows of tables the translation does not read
 //! (`Chassis_Private`, `SB_Global`, ...). A translation not given back makes the next one
 //! start afresh, as do changed options or template variables.
 
@@ -214,6 +215,12 @@ impl Incremental {
         self.changes.all = true;
     }
 
+    /// Full translations run on up to `par` threads (default: the calling thread only); the
+    /// result does not depend on it.
+    pub fn set_parallelism(&mut self, par: super::Parallelism) {
+        self.cache.set_parallelism(par);
+    }
+
     /// Gives the last translation back, unchanged, for the next one to start from.
     pub fn recycle(&mut self, t: Translation) {
         self.last = Some(t);
@@ -259,7 +266,9 @@ impl Incremental {
         prev: Option<Translation>,
     ) -> Translation {
         let mut marks = Vec::new();
-        let mut t = super::translate_marked(sb, opts, extra, Some(&mut self.cache), &mut marks);
+        let par = self.cache.par;
+        let mut t =
+            super::translate_marked(sb, opts, extra, Some(&mut self.cache), par, &mut marks);
         let chassis = opts.chassis.as_deref();
         let only_needed = extra.only_needed && chassis.is_some();
         let mut s = State {
@@ -496,6 +505,10 @@ impl Incremental {
             }
         }
         self.stats.flow_rows = rows.len();
+        // Per datapath: the rows to take out (by UUID) and the flows to put in, applied in
+        // one pass per datapath (a router's tens of thousands of flows are moved once, not
+        // once per changed row).
+        let mut edits: BTreeMap<usize, (Vec<String>, Vec<FlowSpec>)> = BTreeMap::new();
         let empty = (BTreeSet::new(), BTreeSet::new());
         for r in &rows {
             let now = sb.logical_flow().get(r);
@@ -517,17 +530,8 @@ impl Incremental {
             }
             let key = r.to_string();
             for dp in &cands {
-                let Some(&i) = index.get(dp) else {
-                    continue;
-                };
-                let d = &mut t.spec.datapaths[i];
-                if let Some(pos) = d
-                    .flows
-                    .iter()
-                    .position(|f| f.sb_uuid.as_deref() == Some(key.as_str()))
-                {
-                    d.flows.remove(pos);
-                    touched.insert(i);
+                if let Some(&i) = index.get(dp) {
+                    edits.entry(i).or_default().0.push(key.clone());
                 }
             }
             s.flows.remove(r);
@@ -540,8 +544,7 @@ impl Incremental {
                 match flows::flow_spec_with(lf, &s.vars) {
                     Ok(fs) => {
                         for &i in &targets {
-                            insert_flow(&mut t.spec.datapaths[i], fs.clone());
-                            touched.insert(i);
+                            edits.entry(i).or_default().1.push(fs.clone());
                         }
                     }
                     Err(reason) => diags.push(Diagnostic {
@@ -554,6 +557,21 @@ impl Incremental {
             if !diags.is_empty() {
                 s.flows.insert(*r, diags);
             }
+        }
+        for (i, (gone, new)) in edits {
+            let d = &mut t.spec.datapaths[i];
+            let before = d.flows.len();
+            if !gone.is_empty() {
+                d.flows.retain(|f| {
+                    f.sb_uuid
+                        .as_deref()
+                        .is_none_or(|u| !gone.iter().any(|g| g == u))
+                });
+            }
+            if d.flows.len() != before || !new.is_empty() {
+                touched.insert(i);
+            }
+            insert_flows(d, new);
         }
         // Sets.
         t.diagnostics.clear();
@@ -756,15 +774,44 @@ fn set_or_remove<T>(m: &mut BTreeMap<Uuid, Vec<T>>, k: Uuid, v: Vec<T>) {
     }
 }
 
-/// Puts `fs` where a full translation's sort puts it: by [`flows::flow_order`], then (rows
-/// equal in it) by row UUID.
-fn insert_flow(d: &mut DatapathSpec, fs: FlowSpec) {
-    let pos = d.flows.partition_point(|f| {
-        flows::flow_order(f, &fs)
-            .then_with(|| f.sb_uuid.cmp(&fs.sb_uuid))
-            .is_lt()
+/// The order of a full translation's sort: by [`flows::flow_order`], then (rows equal in it)
+/// by row UUID.
+fn before(a: &FlowSpec, b: &FlowSpec) -> bool {
+    flows::flow_order(a, b)
+        .then_with(|| a.sb_uuid.cmp(&b.sb_uuid))
+        .is_lt()
+}
+
+/// Puts `new` where a full translation's sort puts them ([`before`]): one insertion for one
+/// flow, else one merge of the sorted lists.
+fn insert_flows(d: &mut DatapathSpec, mut new: Vec<FlowSpec>) {
+    if new.len() <= 1 {
+        for fs in new {
+            let pos = d.flows.partition_point(|f| before(f, &fs));
+            d.flows.insert(pos, fs);
+        }
+        return;
+    }
+    new.sort_by(|a, b| {
+        if before(a, b) {
+            std::cmp::Ordering::Less
+        } else if before(b, a) {
+            std::cmp::Ordering::Greater
+        } else {
+            std::cmp::Ordering::Equal
+        }
     });
-    d.flows.insert(pos, fs);
+    let old = std::mem::take(&mut d.flows);
+    let mut out = Vec::with_capacity(old.len() + new.len());
+    let mut new = new.into_iter().peekable();
+    for f in old {
+        while let Some(x) = new.next_if(|x| !before(&f, x)) {
+            out.push(x);
+        }
+        out.push(f);
+    }
+    out.extend(new);
+    d.flows = out;
 }
 
 /// What differs between two translations, datapath by datapath (by name).

@@ -617,3 +617,6 @@ fn a_removed_dependency_rule_is_caught() {
     // DP group changes that do not re-translate their flows.
     assert!((1..=8).any(|seed| run(seed, 150, 2, &hv1(), true).is_some()));
 }
+
+#[path = "par_tests.rs"]
+mod par_tests;

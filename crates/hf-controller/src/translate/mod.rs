@@ -41,6 +41,7 @@ pub mod cache;
 pub mod dns;
 pub mod flows;
 pub mod incremental;
+pub mod par;
 pub mod ports;
 pub mod sets;
 #[cfg(test)]
@@ -162,8 +163,20 @@ pub fn translate_with(sb: &SbSnapshot, opts: &TranslateOptions, extra: &Extra) -
     translate_inner(sb, opts, extra, None)
 }
 
+/// [`translate_with`] on up to `par` threads (per datapath, per flow row): the same result,
+/// exactly, whatever the number of threads.
+pub fn translate_par(
+    sb: &SbSnapshot,
+    opts: &TranslateOptions,
+    extra: &Extra,
+    par: Parallelism,
+) -> Translation {
+    translate_marked(sb, opts, extra, None, par, &mut Vec::new())
+}
+
 /// [`translate_with`] keeping what it can between calls in `cache` (see [`cache`]): the same
-/// result, exactly, without parsing again the `Logical_Flow` rows that did not change.
+/// result, exactly, without parsing again the `Logical_Flow` rows that did not change. It uses
+/// the cache's threads ([`TranslateCache::set_parallelism`]).
 pub fn translate_cached(
     sb: &SbSnapshot,
     opts: &TranslateOptions,
@@ -175,6 +188,7 @@ pub fn translate_cached(
 
 pub use cache::TranslateCache;
 pub use incremental::Incremental;
+pub use par::Parallelism;
 
 fn translate_inner(
     sb: &SbSnapshot,
@@ -182,7 +196,8 @@ fn translate_inner(
     extra: &Extra,
     cache: Option<&mut TranslateCache>,
 ) -> Translation {
-    translate_marked(sb, opts, extra, cache, &mut Vec::new())
+    let par = cache.as_ref().map_or(Parallelism::SEQUENTIAL, |c| c.par);
+    translate_marked(sb, opts, extra, cache, par, &mut Vec::new())
 }
 
 /// [`translate_inner`], noting in `marks` where each section's diagnostics end (datapaths,
@@ -192,6 +207,7 @@ pub(crate) fn translate_marked(
     opts: &TranslateOptions,
     extra: &Extra,
     cache: Option<&mut TranslateCache>,
+    par: Parallelism,
     marks: &mut Vec<usize>,
 ) -> Translation {
     let mut t = Translation {
@@ -265,10 +281,10 @@ pub(crate) fn translate_marked(
         });
     }
     marks.push(t.diagnostics.len());
-    ports::translate_ports(sb, chassis, &mut t, marks);
+    ports::translate_ports(sb, chassis, &mut t, marks, par);
     sets::translate_sets(sb, &mut t);
     marks.push(t.diagnostics.len());
-    flows::translate_flows(sb, chassis, &mut t, cache.map(|c| &mut c.flows));
+    flows::translate_flows(sb, chassis, &mut t, cache.map(|c| &mut c.flows), par);
     marks.push(t.diagnostics.len());
     flows::translate_neighbours(sb, &mut t);
     marks.push(t.diagnostics.len());

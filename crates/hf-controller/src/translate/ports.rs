@@ -45,6 +45,7 @@ use hf_model::sb;
 use hf_pipeline::{Activation, GroupSpec, PortKind, PortLocation, PortSpec};
 use uuid::Uuid;
 
+use super::par::{self, Parallelism};
 use super::{Diagnostic, Translation};
 
 /// A local port in a live migration (see the module docs).
@@ -356,12 +357,21 @@ pub(crate) fn translate_ports(
     chassis: Option<&str>,
     t: &mut Translation,
     marks: &mut Vec<usize>,
+    par: Parallelism,
 ) {
     let ctx = PortCtx::new(sb, chassis, t);
     let index = t.datapath_index.clone();
+    // Each datapath's ports (and their diagnostics) on `par`'s threads, put together in the
+    // order of `index`.
+    let dps: Vec<(Uuid, usize)> = index.iter().map(|(u, &i)| (*u, i)).collect();
+    let done = par::map(par, &dps, |&(dp_uuid, _)| {
+        let mut diags = Vec::new();
+        let ports = dp_ports(sb, &ctx, dp_uuid, &index, &mut diags);
+        (ports, diags)
+    });
     let mut locals: Vec<(usize, Vec<bool>)> = Vec::new();
-    for (dp_uuid, &dpi) in &index {
-        let ports = dp_ports(sb, &ctx, *dp_uuid, &index, &mut t.diagnostics);
+    for (&(_, dpi), (ports, diags)) in dps.iter().zip(done) {
+        t.diagnostics.extend(diags);
         let (ports, local): (Vec<PortSpec>, Vec<bool>) = ports.into_iter().unzip();
         if let Some(d) = t.spec.datapaths.get_mut(dpi) {
             d.ports = ports;
@@ -380,10 +390,19 @@ pub(crate) fn translate_ports(
         set_local_ids(&mut t.spec.datapaths[*dpi].ports, local, &t.local_ports);
     }
     marks.push(t.diagnostics.len());
+    let datapaths = &t.spec.datapaths;
+    let groups = par::map(par, &dps, |&(dp_uuid, dpi)| {
+        let mut gdiags = Vec::new();
+        let g = datapaths
+            .get(dpi)
+            .map(|d| dp_groups(sb, dp_uuid, d, &mut gdiags));
+        (g, gdiags)
+    });
     let mut gdiags = Vec::new();
-    for (dp_uuid, &dpi) in &index {
-        if let Some(d) = t.spec.datapaths.get_mut(dpi) {
-            d.groups = dp_groups(sb, *dp_uuid, d, &mut gdiags);
+    for (&(_, dpi), (g, diags)) in dps.iter().zip(groups) {
+        gdiags.extend(diags);
+        if let (Some(g), Some(d)) = (g, t.spec.datapaths.get_mut(dpi)) {
+            d.groups = g;
         }
     }
     gdiags.sort_by_key(|(k, _)| *k);
