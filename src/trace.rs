@@ -306,7 +306,8 @@ async fn connect_sb(db: &str, timeout: Duration) -> anyhow::Result<Loaded> {
     // The scoped tables start with their condition for an empty plan (the topology's
     // Port_Binding rows, nothing else), so the first round only adds to it.
     let empty = SbSnapshot::new();
-    let start: BTreeMap<&str, Vec<Value>> = Plan::default().conditions(&empty).into_iter().collect();
+    let start: BTreeMap<&str, Vec<Value>> =
+        Plan::default().conditions(&empty).into_iter().collect();
     tables.extend(
         SCOPED_TABLES
             .iter()
@@ -534,7 +535,10 @@ impl Loaded {
             // port would be unknown and never resident.
             let plan = &mut self.plan;
             let grew = self.flows.as_ref().is_some_and(|(c, _)| {
-                c.with(|fr| self.client.with(|r| plan.add_resident_ports(fr.model(), r.model())))
+                c.with(|fr| {
+                    self.client
+                        .with(|r| plan.add_resident_ports(fr.model(), r.model()))
+                })
             });
             if !grew {
                 return Ok(());

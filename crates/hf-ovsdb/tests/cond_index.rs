@@ -379,7 +379,12 @@ fn initial_contents_and_condition_changes_through_the_row_index_equal_a_scan() {
         let mut plain = Database::new(schema.clone(), 1);
         let mut version = 1;
         for _round in 0..4 {
-            random_commit(&mut r, &schema, &mut [&mut indexed, &mut plain], &mut version);
+            random_commit(
+                &mut r,
+                &schema,
+                &mut [&mut indexed, &mut plain],
+                &mut version,
+            );
             let mut m = random_monitor(&mut r, &schema);
             m.index_rows(&mut indexed);
             let init = m.initial(&indexed);
@@ -426,10 +431,8 @@ fn a_datapath_condition_reads_its_rows_and_not_the_table() {
         .map(|i| {
             let u = Uuid::from_u128(0x2000 + i);
             let mut row = (*random_row(&mut r, &schema, u, 1)).clone();
-            row.cols[c] = Datum::from_json(ty, &uuid_json(i as usize % 4), &mut |_| {
-                unreachable!()
-            })
-            .expect("datum");
+            row.cols[c] = Datum::from_json(ty, &uuid_json(i as usize % 4), &mut |_| unreachable!())
+                .expect("datum");
             RowChange {
                 uuid: u,
                 old: None,
@@ -462,7 +465,10 @@ fn a_datapath_condition_reads_its_rows_and_not_the_table() {
     // The old and the new condition's rows (datapaths 1 and 2): 100 candidates, still no scan.
     assert_eq!(db.row_index_stats(), (2, 0, 150));
     // A condition the index cannot answer scans, and says so.
-    m.change_conditions(&mut db, &json!({"Flow": [{"where": [["dp", "!=", uuid_json(1)]]}]}))
-        .expect("change");
+    m.change_conditions(
+        &mut db,
+        &json!({"Flow": [{"where": [["dp", "!=", uuid_json(1)]]}]}),
+    )
+    .expect("change");
     assert_eq!(db.row_index_stats().1, 1);
 }

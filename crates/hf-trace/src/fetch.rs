@@ -131,11 +131,7 @@ impl Plan {
                 .filter(|p| !topology(p))
                 .map(|p| json!(["logical_port", "==", p])),
         );
-        ports.extend(
-            TOPOLOGY_PORT_TYPES
-                .iter()
-                .map(|t| json!(["type", "==", t])),
-        );
+        ports.extend(TOPOLOGY_PORT_TYPES.iter().map(|t| json!(["type", "==", t])));
         let includes = |col: &str| -> Vec<Value> {
             self.datapaths
                 .iter()
@@ -275,9 +271,10 @@ impl Plan {
             let mut new = g.clone();
             new.datapaths.retain(|d| self.datapaths.contains(&d.uuid()));
             if new.datapaths.len() != g.datapaths.len() {
-                delta
-                    .logical_dp_group
-                    .push(RowDelta::Update { old: g.clone(), new });
+                delta.logical_dp_group.push(RowDelta::Update {
+                    old: g.clone(),
+                    new,
+                });
             }
         }
         delta.datapath_binding = sb
