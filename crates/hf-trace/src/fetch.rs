@@ -472,7 +472,18 @@ mod tests {
             find_datapath(&sb, "nope"),
             Err("unknown datapath \"nope\"".to_string())
         );
+        // An empty plan asks for nothing but the topology's port bindings.
         let empty = Plan::default().conditions(&sb);
-        assert!(empty.iter().all(|(_, c)| c == &vec![json!(false)]));
+        for (t, c) in &empty {
+            if *t == "Port_Binding" {
+                let types: Vec<Value> = TOPOLOGY_PORT_TYPES
+                    .iter()
+                    .map(|ty| json!(["type", "==", ty]))
+                    .collect();
+                assert_eq!(c, &types);
+            } else {
+                assert_eq!(c, &vec![json!(false)], "{t}");
+            }
+        }
     }
 }
