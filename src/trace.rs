@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
-use hf_controller::translate::{TranslateOptions, translate};
+use hf_controller::translate::{Extra, TranslateCache, TranslateOptions, translate_cached};
 use hf_model::{NbSnapshot, SbSnapshot};
 use hf_ovsdb_net::client::{Client, Config, Event, TableSelect, parse_remotes};
 use hf_ovsdb_net::framing::Framer;
@@ -281,6 +281,8 @@ struct Loaded {
     plan: Plan,
     sent: BTreeMap<&'static str, Vec<Value>>,
     session: Option<Session>,
+    /// The parsed flows of earlier translations: a round translates only the flows it fetched.
+    cache: TranslateCache,
     diagnostics: Vec<String>,
     shown: std::collections::BTreeSet<String>,
     dirty: bool,
@@ -301,6 +303,11 @@ async fn connect_sb(db: &str, timeout: Duration) -> anyhow::Result<Loaded> {
         bail!("--db: no database remote given");
     }
     let mut tables: Vec<TableSelect> = WHOLE_TABLES.iter().map(|t| TableSelect::all(t)).collect();
+    // The scoped tables start with their condition for an empty plan (the topology's
+    // Port_Binding rows, nothing else), so the first round only adds to it.
+    let empty = SbSnapshot::new();
+    let start: BTreeMap<&str, Vec<Value>> =
+        Plan::default().conditions(&empty).into_iter().collect();
     tables.extend(
         SCOPED_TABLES
             .iter()
@@ -308,17 +315,22 @@ async fn connect_sb(db: &str, timeout: Duration) -> anyhow::Result<Loaded> {
             .map(|t| TableSelect {
                 name: t.to_string(),
                 columns: None,
-                condition: Some(vec![json!(false)]),
+                condition: Some(start.get(t).cloned().unwrap_or_else(|| vec![json!(false)])),
             }),
     );
     let (client, events) = Client::<SbSnapshot>::spawn(remotes, sb_config(tables));
+    let sent = start
+        .into_iter()
+        .filter(|(t, _)| *t != "Logical_Flow")
+        .collect();
     let mut l = Loaded {
         client,
         events,
         flows: None,
         plan: Plan::default(),
-        sent: BTreeMap::new(),
+        sent,
         session: None,
+        cache: TranslateCache::default(),
         diagnostics: Vec::new(),
         shown: Default::default(),
         dirty: true,
@@ -448,14 +460,13 @@ impl Loaded {
         .await
     }
 
-    /// Sends the Logical_Flow condition (starting the flows session the first time).
-    async fn send_flows(&mut self, cond: Vec<Value>) -> anyhow::Result<()> {
+    /// Sends the Logical_Flow condition (starting the flows session the first time); false
+    /// when it is the one sent already. The caller waits.
+    fn send_flows(&mut self, cond: Vec<Value>) -> bool {
         if self.sent.get("Logical_Flow") == Some(&cond) {
-            return Ok(());
+            return false;
         }
         self.sent.insert("Logical_Flow", cond.clone());
-        self.rounds += 1;
-        let t0 = Instant::now();
         match self.flows.as_mut() {
             Some((c, _)) => c.with(|r| r.set_condition("Logical_Flow", Some(cond))),
             None => {
@@ -470,12 +481,7 @@ impl Loaded {
                 ));
             }
         }
-        if let Some((c, ev)) = self.flows.as_mut() {
-            wait_session(c, ev, &mut self.dirty, self.timeout, &self.db).await?;
-        }
-        self.times.1.push(t0.elapsed().as_millis() as u64);
-        self.dirty = true;
-        Ok(())
+        true
     }
 
     /// Widens the fetched rows until `dp` (or the inport's datapath) and all it reaches are in.
@@ -492,45 +498,50 @@ impl Loaded {
         self.close().await
     }
 
-    /// Sends the plan's conditions and widens it from what arrives, until it stops growing.
+    /// Widens the plan from what is local, sends its conditions (both sessions at once, one
+    /// round) and waits for the rows, until it stops growing. With the topology local, a
+    /// datapath the walk enters costs one round.
     async fn close(&mut self) -> anyhow::Result<()> {
         loop {
+            let plan = &mut self.plan;
+            self.client.with(|r| while plan.widen(r.model()) {});
             let conds = self.client.with(|r| self.plan.conditions(r.model()));
             let mut changed = false;
-            let mut flows = None;
+            let mut flows_changed = false;
             for (t, c) in conds {
                 if t == "Logical_Flow" {
-                    flows = Some(c);
+                    flows_changed = self.send_flows(c);
                 } else if self.sent.get(t) != Some(&c) {
                     changed = true;
                     self.client.with(|r| r.set_condition(t, Some(c.clone())));
                     self.sent.insert(t, c);
                 }
             }
-            if changed {
+            if changed || flows_changed {
                 self.rounds += 1;
                 let t0 = Instant::now();
-                self.wait_synced().await?;
+                if changed {
+                    self.wait_synced().await?;
+                }
+                if flows_changed && let Some((c, ev)) = self.flows.as_mut() {
+                    wait_session(c, ev, &mut self.dirty, self.timeout, &self.db).await?;
+                }
                 self.times.1.push(t0.elapsed().as_millis() as u64);
                 self.dirty = true;
+                continue;
             }
+            // Closed. The flows' `is_chassis_resident()` may name ports of other datapaths (a
+            // switch's flows name the router's `cr-` port): fetch those bindings too, or the
+            // port would be unknown and never resident.
             let plan = &mut self.plan;
-            if !self.client.with(|r| plan.widen(r.model())) && !changed {
-                // Closed: now the flows, once, for the datapaths and groups found.
-                if let Some(c) = flows {
-                    self.send_flows(c).await?;
-                }
-                // Their `is_chassis_resident()` may name ports of other datapaths (a switch's
-                // flows name the router's `cr-` port): fetch those bindings too, or the port
-                // would be unknown and never resident.
-                let plan = &mut self.plan;
-                let grew = self
-                    .flows
-                    .as_ref()
-                    .is_some_and(|(c, _)| c.with(|r| plan.add_resident_ports(r.model())));
-                if !grew {
-                    return Ok(());
-                }
+            let grew = self.flows.as_ref().is_some_and(|(c, _)| {
+                c.with(|fr| {
+                    self.client
+                        .with(|r| plan.add_resident_ports(fr.model(), r.model()))
+                })
+            });
+            if !grew {
+                return Ok(());
             }
         }
     }
@@ -549,7 +560,7 @@ impl Loaded {
                 Some(f) => f.with(|fr| plan.scoped(r.model(), Some(fr.model()))),
                 None => plan.scoped(r.model(), None),
             });
-            let t = translate(&scoped, &opts);
+            let t = translate_cached(&scoped, &opts, &Extra::default(), &mut self.cache);
             self.times.2 += t0.elapsed().as_millis() as u64;
             let t0 = Instant::now();
             self.diagnostics = t

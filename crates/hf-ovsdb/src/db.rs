@@ -114,6 +114,8 @@ pub struct Database {
     pub(crate) incoming: HashMap<Uuid, Incoming>,
     /// UUID source for new rows and versions.
     pub uuids: UuidGen,
+    /// Rows by column value, for monitor conditions ([`crate::row_index`]).
+    pub(crate) row_index: crate::row_index::RowIndex,
 }
 
 impl Database {
@@ -128,6 +130,7 @@ impl Database {
             })
             .collect();
         Database {
+            row_index: crate::row_index::RowIndex::new(schema.tables.len()),
             schema,
             tables,
             incoming: HashMap::new(),
@@ -162,6 +165,8 @@ impl Database {
         for (t, changes) in &delta.tables {
             let t = *t;
             for ch in changes {
+                self.row_index
+                    .update(t, ch.old.as_deref(), ch.new.as_deref());
                 if let Some(old) = &ch.old {
                     self.unlink(t, old);
                 }

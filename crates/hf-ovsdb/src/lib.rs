@@ -25,6 +25,7 @@ pub mod error;
 pub mod file;
 pub mod monitor;
 pub mod mutation;
+pub mod row_index;
 pub mod schema;
 pub mod server_db;
 pub mod txn;

@@ -216,7 +216,17 @@ impl Monitor {
         k
     }
 
-    /// The initial contents (the reply to the monitor request).
+    /// Creates the row indexes this monitor's conditions can use
+    /// ([`Database::ensure_row_index`]), so [`Monitor::initial`] and later condition changes
+    /// read only the rows the conditions can match.
+    pub fn index_rows(&self, db: &mut Database) {
+        for tm in &self.tables {
+            db.ensure_row_index(tm.table, &tm.condition);
+        }
+    }
+
+    /// The initial contents (the reply to the monitor request). Reads only the rows the
+    /// conditions can match when [`Monitor::index_rows`] indexed their columns.
     pub fn initial(&self, db: &Database) -> Value {
         let schema = &db.schema;
         let mut out = Map::new();
@@ -226,7 +236,7 @@ impl Monitor {
             }
             let ts = &schema.tables[tm.table];
             let mut rows = Map::new();
-            for r in db.tables[tm.table].rows.values() {
+            for r in db.monitored_rows(tm.table, &[&tm.condition]) {
                 if !tm.condition.eval(r) {
                     continue;
                 }
@@ -297,8 +307,10 @@ impl Monitor {
     }
 
     /// Replace conditions (`monitor_cond_change`). Returns the `<table-updates2>` for rows that
-    /// enter or leave the monitored set, or None if none do.
-    pub fn change_conditions(&mut self, db: &Database, v: &Value) -> Result<Option<Value>> {
+    /// enter or leave the monitored set, or None if none do. Only rows the old or the new
+    /// condition can match are read (through the row index, which this extends to the new
+    /// condition's columns).
+    pub fn change_conditions(&mut self, db: &mut Database, v: &Value) -> Result<Option<Value>> {
         if self.version == MonitorVersion::V1 {
             return Err(OvsdbError::syntax(
                 "monitor_cond_change needs a monitor_cond or monitor_cond_since monitor",
@@ -307,7 +319,7 @@ impl Monitor {
         let obj = v
             .as_object()
             .ok_or_else(|| OvsdbError::syntax("monitor_cond_change requests must be an object"))?;
-        let schema = &db.schema;
+        let schema = db.schema.clone();
         let mut new_conds: Vec<(usize, MonitorCondition)> = Vec::new();
         for (tname, reqs) in obj {
             let t = schema.require_table(tname)?;
@@ -343,9 +355,10 @@ impl Monitor {
             let Some(tm) = self.tables.iter_mut().find(|tm| tm.table == t) else {
                 continue;
             };
+            db.ensure_row_index(t, &cond);
             let ts = &schema.tables[t];
             let mut rows = Map::new();
-            for r in db.tables[t].rows.values() {
+            for r in db.monitored_rows(t, &[&tm.condition, &cond]) {
                 let was = tm.condition.eval(r);
                 let is = cond.eval(r);
                 if is && !was && tm.select.insert {

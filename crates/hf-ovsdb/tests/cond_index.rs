@@ -3,6 +3,10 @@
 //! the index's candidates equal the updates computed by evaluating every condition on every
 //! change (the naive path, which follows ovsdb-server's semantics and is compared against it in
 //! hf-ovsdb-net's tests).
+//!
+//! The row index ([`hf_ovsdb::row_index`]) never changes what a monitor's initial contents or
+//! a `monitor_cond_change` report: for random rows, commits and conditions they equal a scan
+//! of every row, and a datapath's condition reads that datapath's rows only.
 
 use std::sync::Arc;
 
@@ -10,7 +14,7 @@ use hf_ovsdb::cond_index::CondIndex;
 use hf_ovsdb::datum::Datum;
 use hf_ovsdb::db::{Row, RowChange, TxnDelta};
 use hf_ovsdb::schema::{ColumnRef, Schema};
-use hf_ovsdb::{Monitor, MonitorVersion, Uuid};
+use hf_ovsdb::{Database, Monitor, MonitorVersion, Uuid};
 use serde_json::{Value, json};
 
 const SCHEMA: &str = r#"{"name": "T", "version": "1.0.0", "tables": {
@@ -305,4 +309,166 @@ fn a_row_moving_between_datapaths_reaches_both_and_no_other_datapath() {
             .is_some_and(|v| v["Flow"][&key].get("insert").is_some())
     );
     assert_eq!(ups[2], None);
+}
+
+// ---- The row index: initial contents and condition changes read only candidate rows ----------
+
+/// One random transaction against `db`'s committed rows (inserts, deletes and modifications of
+/// rows 0..12 of Flow, whose `old` is the committed row), applied to every database in `dbs`.
+fn random_commit(r: &mut Rng, schema: &Schema, dbs: &mut [&mut Database], version: &mut u64) {
+    let mut flows = Vec::new();
+    for i in 0..12 {
+        let u = row_uuid(i);
+        let cur = dbs[0].row(0, &u).cloned();
+        *version += 1;
+        let (old, new) = match (r.below(3), cur) {
+            (0, _) => continue,
+            (1, Some(c)) => (Some(c), None),
+            (_, cur) => {
+                let new = match &cur {
+                    // Sometimes only the datapath moves.
+                    Some(c) if r.below(2) == 0 => {
+                        let mut n = (**c).clone();
+                        let k = col(schema, 0, "dp");
+                        n.cols[k] = random_row(r, schema, u, 0).cols[k].clone();
+                        n.version = Uuid::from_u128(u128::from(*version));
+                        Arc::new(n)
+                    }
+                    _ => random_row(r, schema, u, *version),
+                };
+                (cur, Some(new))
+            }
+        };
+        flows.push(RowChange { uuid: u, old, new });
+    }
+    let delta = TxnDelta {
+        tables: vec![(0, flows)],
+        ..Default::default()
+    };
+    for db in dbs.iter_mut() {
+        db.apply(&delta);
+    }
+}
+
+/// The rows of `Flow` a condition matches, by evaluating it on every row.
+fn matching(db: &Database, m: &Monitor) -> std::collections::BTreeSet<String> {
+    db.tables[0]
+        .rows
+        .values()
+        .filter(|row| m.tables[0].condition.eval(row))
+        .map(|row| row.uuid.to_string())
+        .collect()
+}
+
+fn keys(v: &Value, table: &str) -> std::collections::BTreeSet<String> {
+    v.get(table)
+        .and_then(Value::as_object)
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn initial_contents_and_condition_changes_through_the_row_index_equal_a_scan() {
+    let schema = Arc::new(Schema::parse(SCHEMA).expect("schema"));
+    let (mut lookups, mut changed) = (0, 0);
+    for seed in 0..300u64 {
+        let mut r = Rng(seed);
+        // `indexed` grows row indexes as monitors arrive and keeps them through later
+        // commits; `plain` never gets one (every read is a scan).
+        let mut indexed = Database::new(schema.clone(), 1);
+        let mut plain = Database::new(schema.clone(), 1);
+        let mut version = 1;
+        for _round in 0..4 {
+            random_commit(
+                &mut r,
+                &schema,
+                &mut [&mut indexed, &mut plain],
+                &mut version,
+            );
+            let mut m = random_monitor(&mut r, &schema);
+            m.index_rows(&mut indexed);
+            let init = m.initial(&indexed);
+            assert_eq!(init, m.initial(&plain), "seed {seed}: initial contents");
+            assert_eq!(keys(&init, "Flow"), matching(&plain, &m), "seed {seed}");
+            // A condition change: the rows entering or leaving, against the scan's answer.
+            let n = r.below(4);
+            let w = Value::Array((0..n).map(|_| random_clause(&mut r)).collect());
+            let before = matching(&plain, &m);
+            let mut m2 = m.clone();
+            let got = m
+                .change_conditions(&mut indexed, &json!({"Flow": [{"where": w}]}))
+                .expect("valid condition change")
+                .unwrap_or_else(|| json!({}));
+            let after = matching(&plain, &m);
+            let want: std::collections::BTreeSet<String> =
+                before.symmetric_difference(&after).cloned().collect();
+            assert_eq!(keys(&got, "Flow"), want, "seed {seed}: condition change");
+            let mut fresh = Database::new(schema.clone(), 1);
+            fresh.apply(&plain.snapshot_delta());
+            let same = m2
+                .change_conditions(&mut fresh, &json!({"Flow": [{"where": w}]}))
+                .expect("valid condition change")
+                .unwrap_or_else(|| json!({}));
+            assert_eq!(got, same, "seed {seed}: condition change rows");
+            changed += want.len();
+        }
+        lookups += indexed.row_index_stats().0;
+    }
+    // Not vacuous: many reads went through the index, and condition changes moved rows.
+    assert!(lookups > 300, "only {lookups} indexed reads");
+    assert!(changed > 300, "only {changed} rows entered or left");
+}
+
+#[test]
+fn a_datapath_condition_reads_its_rows_and_not_the_table() {
+    let schema = Arc::new(Schema::parse(SCHEMA).expect("schema"));
+    let mut db = Database::new(schema.clone(), 1);
+    let c = col(&schema, 0, "dp");
+    let ty = &schema.tables[0].columns[c].ty;
+    let mut r = Rng(7);
+    // 200 flows spread over 4 datapaths (50 each).
+    let rows: Vec<RowChange> = (0..200u128)
+        .map(|i| {
+            let u = Uuid::from_u128(0x2000 + i);
+            let mut row = (*random_row(&mut r, &schema, u, 1)).clone();
+            row.cols[c] = Datum::from_json(ty, &uuid_json(i as usize % 4), &mut |_| unreachable!())
+                .expect("datum");
+            RowChange {
+                uuid: u,
+                old: None,
+                new: Some(Arc::new(row)),
+            }
+        })
+        .collect();
+    db.apply(&TxnDelta {
+        tables: vec![(0, rows)],
+        ..Default::default()
+    });
+    let mut m = Monitor::from_json(
+        &schema,
+        &json!({"Flow": [{"columns": ["dp"], "where": [["dp", "==", uuid_json(1)]]}]}),
+        MonitorVersion::V2,
+    )
+    .expect("monitor");
+    m.index_rows(&mut db);
+    assert_eq!(keys(&m.initial(&db), "Flow").len(), 50);
+    // One lookup, no scan, and only the datapath's 50 rows looked at.
+    assert_eq!(db.row_index_stats(), (1, 0, 50));
+    let up = m
+        .change_conditions(
+            &mut db,
+            &json!({"Flow": [{"where": [["dp", "==", uuid_json(1)], ["dp", "==", uuid_json(2)]]}]}),
+        )
+        .expect("change")
+        .expect("rows enter");
+    assert_eq!(keys(&up, "Flow").len(), 50);
+    // The old and the new condition's rows (datapaths 1 and 2): 100 candidates, still no scan.
+    assert_eq!(db.row_index_stats(), (2, 0, 150));
+    // A condition the index cannot answer scans, and says so.
+    m.change_conditions(
+        &mut db,
+        &json!({"Flow": [{"where": [["dp", "!=", uuid_json(1)]]}]}),
+    )
+    .expect("change");
+    assert_eq!(db.row_index_stats().1, 1);
 }

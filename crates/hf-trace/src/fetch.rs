@@ -3,22 +3,28 @@
 //! packet).
 //!
 //! The shell replicates the small tables whole ([`WHOLE_TABLES`]: chassis, encaps, port
-//! groups, address sets, load balancers, ...) and the datapath-scoped ones ([`SCOPED_TABLES`],
-//! `Datapath_Binding` among them) under [`Plan::conditions`]: first only the datapath named on
-//! the command line (by name or UUID) or the microflow's inport, then, after each round,
-//! [`Plan::widen`] reads what arrived and adds the datapath groups containing the plan's
-//! datapaths, the peers of their patch and `l3gateway` ports, and the datapaths those peers are
-//! on as *neighbours* (only their Datapath_Binding row and the peer port are fetched), until the
-//! plan stops growing. [`Plan::scoped`] is the snapshot to translate: neighbours come out
-//! without flows, so a walk that enters one stops there; the shell then [`Plan::expand`]s it
-//! and traces again. No row of a datapath the packet does not reach is fetched (rows of the
-//! whole tables aside), and a neighbour costs two rows.
+//! groups, address sets, load balancers, `Datapath_Binding`, `Logical_DP_Group`, ...), the
+//! topology ([`TOPOLOGY_PORT_TYPES`]: every `patch`, `l3gateway` and `chassisredirect`
+//! `Port_Binding`, a few rows per datapath) and the datapath-scoped tables
+//! ([`SCOPED_TABLES`]) under [`Plan::conditions`]. Since the whole topology is local, the plan
+//! knows at once which datapaths a datapath's patch and `l3gateway` ports lead to (its
+//! *neighbours*) and which groups hold it: asking for one more datapath is one condition
+//! change (one per session: flows travel on their own), not one round per hop of the widening.
+//!
+//! [`Plan::widen`] resolves the datapath named on the command line (by name or UUID) or the
+//! microflow's inport, and computes groups, peers and neighbours from what is local.
+//! [`Plan::scoped`] is the snapshot to translate: the fetched datapaths whole, neighbours as
+//! their Datapath_Binding row and the peer ports only, without flows, so a walk that enters
+//! one stops there; the shell then [`Plan::expand`]s it and traces again. No scoped row
+//! (flows, ports, groups, bindings) of a datapath the packet does not reach is fetched; the
+//! whole tables and the topology rows aside.
 //!
 //! What it does not do: I/O (the shell sends the conditions and waits for the rows).
 
 use std::collections::BTreeSet;
 
 use hf_model::SbSnapshot;
+use hf_model::sb::PortBinding;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -39,12 +45,12 @@ pub const WHOLE_TABLES: &[&str] = &[
     "Meter",
     "Meter_Band",
     "Chassis_Template_Var",
+    "Datapath_Binding",
+    "Logical_DP_Group",
 ];
 
 /// Tables scoped to the plan's datapaths (their condition is [`Plan::conditions`]).
 pub const SCOPED_TABLES: &[&str] = &[
-    "Datapath_Binding",
-    "Logical_DP_Group",
     "Logical_Flow",
     "Port_Binding",
     "Multicast_Group",
@@ -55,29 +61,40 @@ pub const SCOPED_TABLES: &[&str] = &[
     "DNS",
 ];
 
+/// `Port_Binding` types always fetched, wherever they are: the links between datapaths (and
+/// the `cr-` ports `is_chassis_resident()` names), so neighbours are known without a round.
+pub const TOPOLOGY_PORT_TYPES: &[&str] = &["patch", "l3gateway", "chassisredirect"];
+
 /// The datapaths (and what hangs off them) a trace has asked for so far.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {
     /// Datapaths whose rows (flows, ports, groups, bindings) are fetched.
     pub datapaths: BTreeSet<Uuid>,
-    /// Datapaths next to them (behind a patch or `l3gateway` port) known only by their
-    /// Datapath_Binding row and the peer port: a walk that enters one is traced again after
-    /// [`Plan::expand`] fetched it.
+    /// Datapaths next to them (behind a patch or `l3gateway` port), or holding a port of
+    /// [`Plan::ports`], translated as their Datapath_Binding row and those ports alone: a
+    /// walk that enters one is traced again after [`Plan::expand`] fetched it.
     pub neighbours: BTreeSet<Uuid>,
     /// Logical_DP_Group UUIDs that contain a fetched datapath.
     pub groups: BTreeSet<Uuid>,
-    /// Peer port names fetched wherever they are.
+    /// The peers of the fetched datapaths' patch and `l3gateway` ports (topology rows, always
+    /// local).
+    pub peers: BTreeSet<String>,
+    /// Further port names fetched wherever they are (those `is_chassis_resident()` names).
     pub ports: BTreeSet<String>,
     /// Port names whose datapath is fetched (the microflow's inport, when no datapath is
     /// named).
     pub start_ports: BTreeSet<String>,
-    /// Datapath names (or UUIDs) asked for on the command line, fetched by
+    /// Datapath names (or UUIDs) asked for on the command line, found by
     /// `external_ids:name`, `external_ids:name2` or `_uuid`.
     pub names: BTreeSet<String>,
 }
 
 fn uuid(u: &Uuid) -> Value {
     json!(["uuid", u.to_string()])
+}
+
+fn is_link(pb: &PortBinding) -> bool {
+    matches!(pb.type_.as_str(), "patch" | "l3gateway")
 }
 
 impl Plan {
@@ -102,12 +119,19 @@ impl Plan {
                 .map(|g| json!(["logical_dp_group", "==", uuid(g)])),
         );
         let mut ports = on_dp("datapath");
+        // A port that is a topology row arrives anyway.
+        let topology = |p: &String| {
+            sb.port_binding_all_by_logical_port(p)
+                .any(|pb| TOPOLOGY_PORT_TYPES.contains(&pb.type_.as_str()))
+        };
         ports.extend(
             self.ports
                 .iter()
                 .chain(&self.start_ports)
+                .filter(|p| !topology(p))
                 .map(|p| json!(["logical_port", "==", p])),
         );
+        ports.extend(TOPOLOGY_PORT_TYPES.iter().map(|t| json!(["type", "==", t])));
         let includes = |col: &str| -> Vec<Value> {
             self.datapaths
                 .iter()
@@ -120,44 +144,23 @@ impl Plan {
             .filter_map(|d| sb.datapath_binding().get(d))
             .map(|d| json!(["dp_key", "==", d.tunnel_key]))
             .collect();
-        let optional_dp = |col: &str| -> Vec<Value> {
-            self.datapaths
-                .iter()
-                .map(|d| json!([col, "==", uuid(d)]))
-                .collect()
-        };
-        let mut dps = on_dp("_uuid");
-        dps.extend(
-            self.neighbours
-                .iter()
-                .map(|d| json!(["_uuid", "==", uuid(d)])),
-        );
-        for n in &self.names {
-            for key in ["name", "name2"] {
-                dps.push(json!(["external_ids", "includes", ["map", [[key, n]]]]));
-            }
-            if let Ok(u) = Uuid::parse_str(n) {
-                dps.push(json!(["_uuid", "==", uuid(&u)]));
-            }
-        }
         vec![
-            ("Datapath_Binding", or_false(dps)),
-            ("Logical_DP_Group", or_false(includes("datapaths"))),
             ("Logical_Flow", or_false(flows)),
-            ("Port_Binding", or_false(ports)),
+            ("Port_Binding", ports),
             ("Multicast_Group", or_false(on_dp("datapath"))),
             ("MAC_Binding", or_false(on_dp("datapath"))),
             ("Static_MAC_Binding", or_false(on_dp("datapath"))),
             ("FDB", or_false(fdb)),
-            ("IGMP_Group", or_false(optional_dp("datapath"))),
+            ("IGMP_Group", or_false(on_dp("datapath"))),
             ("DNS", or_false(includes("datapaths"))),
         ]
     }
 
-    /// Grows the plan from the rows that have arrived: the datapaths named and the start
-    /// ports' datapaths, the groups containing its datapaths, the peers of their patch and
-    /// `l3gateway` ports, and (as neighbours) the datapaths those peers are on. True when it
-    /// grew (the shell then sends the new conditions and waits again).
+    /// Grows the plan from the rows that are local: the datapaths named and the start ports'
+    /// datapaths, the groups containing its datapaths, the peers of their patch and
+    /// `l3gateway` ports, and (as neighbours) the datapaths those peers and [`Plan::ports`]
+    /// are on. Repeats until nothing grows (no round trip is needed in between: the topology
+    /// is local). True when it grew (the shell then sends the new conditions).
     pub fn widen(&mut self, sb: &SbSnapshot) -> bool {
         let before = self.clone();
         for (u, d) in sb.datapath_binding() {
@@ -170,6 +173,11 @@ impl Plan {
                 self.datapaths.insert(*u);
             }
         }
+        for p in &self.start_ports {
+            for pb in sb.port_binding_all_by_logical_port(p) {
+                self.datapaths.insert(pb.datapath.uuid());
+            }
+        }
         for (u, g) in sb.logical_dp_group() {
             if g.datapaths
                 .iter()
@@ -178,27 +186,25 @@ impl Plan {
                 self.groups.insert(*u);
             }
         }
-        for pb in sb.port_binding().values() {
-            if self.start_ports.contains(&pb.logical_port) {
-                self.datapaths.insert(pb.datapath.uuid());
+        for d in &self.datapaths {
+            for pb in sb.port_binding_all_by_datapath(hf_model::RowRef::new(*d)) {
+                if is_link(pb)
+                    && let Some(peer) = pb.options.get("peer")
+                {
+                    self.peers.insert(peer.clone());
+                }
             }
         }
-        for pb in sb.port_binding().values() {
-            let d = pb.datapath.uuid();
-            if self.ports.contains(&pb.logical_port) && !self.datapaths.contains(&d) {
-                self.neighbours.insert(d);
+        for name in self.peers.iter().chain(&self.ports) {
+            for pb in sb.port_binding_all_by_logical_port(name) {
+                let d = pb.datapath.uuid();
+                if !self.datapaths.contains(&d) {
+                    self.neighbours.insert(d);
+                }
             }
         }
         for d in &self.datapaths {
             self.neighbours.remove(d);
-        }
-        for pb in sb.port_binding().values() {
-            if self.datapaths.contains(&pb.datapath.uuid())
-                && matches!(pb.type_.as_str(), "patch" | "l3gateway")
-                && let Some(peer) = pb.options.get("peer")
-            {
-                self.ports.insert(peer.clone());
-            }
         }
         *self != before
     }
@@ -211,10 +217,11 @@ impl Plan {
     }
 
     /// Adds to [`Plan::ports`] every port an `is_chassis_resident("NAME")` in the flows of
-    /// `flows` names (a switch's flows name the router's `cr-` port, on another datapath):
-    /// without its binding the port would be unknown and never resident. True when the plan
-    /// grew. The names are read from the match text as northd writes them, without parsing.
-    pub fn add_resident_ports(&mut self, flows: &SbSnapshot) -> bool {
+    /// `flows` names (a switch's flows name the router's `cr-` port, on another datapath) that
+    /// `sb` does not hold yet: without its binding the port would be unknown and never
+    /// resident. True when the plan grew. The names are read from the match text as northd
+    /// writes them, without parsing.
+    pub fn add_resident_ports(&mut self, flows: &SbSnapshot, sb: &SbSnapshot) -> bool {
         const CALL: &str = "is_chassis_resident(\"";
         let before = self.ports.len();
         for lf in flows.logical_flow().values() {
@@ -222,7 +229,13 @@ impl Plan {
             while let Some(i) = rest.find(CALL) {
                 rest = &rest[i + CALL.len()..];
                 if let Some(j) = rest.find('"') {
-                    self.ports.insert(rest[..j].to_string());
+                    let name = &rest[..j];
+                    let here = sb
+                        .port_binding_all_by_logical_port(name)
+                        .any(|pb| self.datapaths.contains(&pb.datapath.uuid()));
+                    if !here && !self.ports.contains(name) {
+                        self.ports.insert(name.to_string());
+                    }
                     rest = &rest[j..];
                 }
             }
@@ -230,13 +243,16 @@ impl Plan {
         self.ports.len() != before
     }
 
-    /// The snapshot to translate: `sb` with each datapath group restricted to the fetched
-    /// datapaths, so neighbours come out as datapaths with their peer ports and no flows (a
-    /// walk that enters one stops at its first table, and the shell widens and traces again).
+    /// The snapshot to translate: `sb` with only the fetched datapaths' rows and, for each
+    /// neighbour, its Datapath_Binding row and the ports that lead to it (so neighbours come
+    /// out as datapaths with their peer ports and no flows: a walk that enters one stops at
+    /// its first table, and the shell widens and traces again); each datapath group
+    /// restricted to the fetched datapaths.
     ///
     /// `flows`, when given, holds the Logical_Flow rows (replicated on their own session);
     /// they are added to the result.
     pub fn scoped(&self, sb: &SbSnapshot, flows: Option<&SbSnapshot>) -> SbSnapshot {
+        use hf_model::RowDelta;
         let mut out = sb.clone();
         let mut delta = hf_model::SbDelta::default();
         if let Some(f) = flows {
@@ -244,19 +260,39 @@ impl Plan {
                 .logical_flow()
                 .values()
                 .filter(|lf| !sb.logical_flow().contains_key(&lf.uuid))
-                .map(|lf| hf_model::RowDelta::Insert(lf.clone()))
+                .map(|lf| RowDelta::Insert(lf.clone()))
                 .collect();
         }
         for g in sb.logical_dp_group().values() {
+            if !self.groups.contains(&g.uuid) {
+                delta.logical_dp_group.push(RowDelta::Delete(g.clone()));
+                continue;
+            }
             let mut new = g.clone();
             new.datapaths.retain(|d| self.datapaths.contains(&d.uuid()));
             if new.datapaths.len() != g.datapaths.len() {
-                delta.logical_dp_group.push(hf_model::RowDelta::Update {
+                delta.logical_dp_group.push(RowDelta::Update {
                     old: g.clone(),
                     new,
                 });
             }
         }
+        delta.datapath_binding = sb
+            .datapath_binding()
+            .values()
+            .filter(|d| !self.datapaths.contains(&d.uuid) && !self.neighbours.contains(&d.uuid))
+            .map(|d| RowDelta::Delete(d.clone()))
+            .collect();
+        delta.port_binding = sb
+            .port_binding()
+            .values()
+            .filter(|pb| {
+                !self.datapaths.contains(&pb.datapath.uuid())
+                    && !self.peers.contains(&pb.logical_port)
+                    && !self.ports.contains(&pb.logical_port)
+            })
+            .map(|pb| RowDelta::Delete(pb.clone()))
+            .collect();
         out.apply_owned(delta);
         out
     }
@@ -361,7 +397,17 @@ mod tests {
         assert_eq!(p.datapaths, [u(1)].into());
         assert_eq!(p.neighbours, [u(2)].into());
         assert_eq!(p.groups, [u(20)].into());
-        assert!(p.ports.contains("lr0-sw0"));
+        assert!(p.peers.contains("lr0-sw0"));
+        // The snapshot to translate: sw0 whole, lr0 as its row and the port to sw0.
+        let scoped = p.scoped(&sb, None);
+        let dps: BTreeSet<Uuid> = scoped.datapath_binding().keys().copied().collect();
+        assert_eq!(dps, [u(1), u(2)].into());
+        let ports: BTreeSet<&str> = scoped
+            .port_binding()
+            .values()
+            .map(|pb| pb.logical_port.as_str())
+            .collect();
+        assert_eq!(ports, ["vm1", "sw0-lr0", "lr0-sw0"].into());
         assert!(p.expand(u(2)));
         while p.widen(&sb) {}
         assert_eq!(p.datapaths, [u(1), u(2)].into());
@@ -397,9 +443,24 @@ mod tests {
         let mut flows = SbSnapshot::new();
         flows.apply_updates2(&updates).unwrap();
         let mut p = Plan::default();
-        assert!(p.add_resident_ports(&flows));
+        assert!(p.add_resident_ports(&flows, &SbSnapshot::new()));
         assert_eq!(p.ports, ["cr-lr0-pub".to_string(), "p2".into()].into());
-        assert!(!p.add_resident_ports(&flows));
+        assert!(!p.add_resident_ports(&flows, &SbSnapshot::new()));
+        // A port of a fetched datapath is there already.
+        let sb = sb();
+        let mut p = Plan::default();
+        p.datapaths.insert(u(1));
+        let updates = json!({"Logical_Flow": {u(33).to_string(): {"insert": {
+            "match": r#"is_chassis_resident("vm1") && is_chassis_resident("vm3")"#,
+            "actions": "next;", "table_id": 0, "priority": 1, "pipeline": "ingress",
+            "logical_datapath": ["uuid", u(1).to_string()]}}}});
+        let mut flows = SbSnapshot::new();
+        flows.apply_updates2(&updates).unwrap();
+        assert!(p.add_resident_ports(&flows, &sb));
+        assert_eq!(p.ports, ["vm3".to_string()].into());
+        // Its datapath becomes a neighbour.
+        while p.widen(&sb) {}
+        assert!(p.neighbours.contains(&u(3)));
     }
 
     #[test]
@@ -411,7 +472,18 @@ mod tests {
             find_datapath(&sb, "nope"),
             Err("unknown datapath \"nope\"".to_string())
         );
+        // An empty plan asks for nothing but the topology's port bindings.
         let empty = Plan::default().conditions(&sb);
-        assert!(empty.iter().all(|(_, c)| c == &vec![json!(false)]));
+        for (t, c) in &empty {
+            if *t == "Port_Binding" {
+                let types: Vec<Value> = TOPOLOGY_PORT_TYPES
+                    .iter()
+                    .map(|ty| json!(["type", "==", ty]))
+                    .collect();
+                assert_eq!(c, &types);
+            } else {
+                assert_eq!(c, &vec![json!(false)], "{t}");
+            }
+        }
     }
 }

@@ -8,6 +8,9 @@
 //!   fetch what the path reaches, translate, compile, trace, print) beside one `ovn-trace`
 //!   process on the same question (baseline `ovn-trace-cli`); median of 3 (1 at full size for
 //!   ovn-trace, which takes seconds); ms.
+//! - `cli_trace_NxP_end_to_end_holdfast_db`: the same `holdfast trace` run against `holdfast
+//!   db` serving a copy of that SB (its monitor conditions answered through the row index)
+//!   (baseline `ovn-trace-cli` on ovsdb-server); median of 3; ms.
 //! - `daemon_trace_NxP_per_trace`: the long-running mode, one request at a time over its unix
 //!   socket after a warm-up, beside `ovn-trace --detach` answering the same unixctl `trace`
 //!   request (`ovs-appctl -t CTL trace ...` sends exactly it; the request is sent directly so
@@ -163,6 +166,29 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         }
     }
 
+    // --- the same CLI against holdfast db, on a copy of the SB ------------------------------
+    if let Some(bin) = holdfast_bin() {
+        match holdfast_db_cli(&bin, d, &dp, &flow) {
+            Ok((ours, out)) => {
+                if !out.contains("\"ext-host\"") {
+                    report.note(&format!(
+                        "warning: holdfast trace on holdfast db did not deliver the benchmark packet to ext-host: {}",
+                        out.chars().take(400).collect::<String>()
+                    ));
+                }
+                report.compare(
+                    &format!("cli_trace_{size}_end_to_end_holdfast_db"),
+                    ours,
+                    "ms",
+                    Better::Lower,
+                    "ovn-trace-cli",
+                    theirs_cli,
+                );
+            }
+            Err(e) => report.note(&format!("holdfast db CLI figure skipped: {e:#}")),
+        }
+    }
+
     // --- the long-running mode -------------------------------------------------------------
     let per = if opts.tiny { 5 } else { 50 };
     ok(Command::new("ovn-trace")
@@ -222,6 +248,28 @@ fn holdfast_cli(bin: &Path, sb: &str, dp: &str, flow: &str) -> anyhow::Result<(f
         ours.push(t.elapsed().as_secs_f64() * 1e3);
     }
     Ok((median(ours), out))
+}
+
+/// [`holdfast_cli`] against `holdfast db` serving a copy of the SB file in `dir`.
+fn holdfast_db_cli(bin: &Path, dir: &Path, dp: &str, flow: &str) -> anyhow::Result<(f64, String)> {
+    let file = dir.join("hf-sb.db");
+    std::fs::copy(dir.join("sb.db"), &file).context("copying the SB file")?;
+    let sock = dir.join("hf-db.sock");
+    ok(Command::new(bin)
+        .arg("db")
+        .args(daemon_args(dir, "hf-db"))
+        .arg(format!("--remote=punix:{}", sock.display()))
+        .arg(&file)
+        .env("HOLDFAST_LOG", "warn"))?;
+    let _db = Daemon(dir.join("hf-db.pid"));
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+        if Instant::now() > deadline {
+            bail!("holdfast db never listened on {}", sock.display());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    holdfast_cli(bin, &format!("unix:{}", sock.display()), dp, flow)
 }
 
 /// The holdfast long-running mode's per-trace time (`holdfast trace --unixctl=SOCKET`, the

@@ -837,11 +837,13 @@ impl Core {
         {
             return self.error(sid, id, json!("duplicate monitor ID"));
         }
-        let entry = &self.dbs[dbi];
+        let entry = &mut self.dbs[dbi];
         let monitor = match Monitor::from_json(&entry.db.schema, &params[2], version) {
             Ok(m) => m,
             Err(e) => return self.error(sid, id, e.to_json()),
         };
+        monitor.index_rows(&mut entry.db);
+        let entry = &self.dbs[dbi];
         let result = if version == MonitorVersion::V3 {
             let last = params[3].as_str().and_then(|s| Uuid::parse_str(s).ok());
             let found = last.and_then(|l| {
@@ -913,7 +915,7 @@ impl Core {
         }
         let db = &mut self.dbs[entry.db];
         // The old spec may be shared by pending updates: change a copy.
-        let changed = Arc::make_mut(&mut entry.monitor).change_conditions(&db.db, reqs);
+        let changed = Arc::make_mut(&mut entry.monitor).change_conditions(&mut db.db, reqs);
         db.specs = None;
         let last_txn = db.last_txn;
         match changed {
