@@ -2,8 +2,8 @@
 //! flows, ports and groups and unchanged sets taken from the cache) equals the spec built from
 //! scratch ([`to_spec`]), over seeded random programs, deltas and local-port changes.
 
-use std::sync::Arc;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::*;
 use crate::delta::{apply_undoable, between};
@@ -92,7 +92,9 @@ fn program(rng: &mut Rng) -> ProgramMsg {
     ProgramMsg {
         generation: 1,
         chassis: "hv1".into(),
-        datapaths: (0..1 + rng.below(5)).map(|i| Arc::new(datapath(rng, i))).collect(),
+        datapaths: (0..1 + rng.below(5))
+            .map(|i| Arc::new(datapath(rng, i)))
+            .collect(),
         zones: (1..=3).map(|z| (format!("lsp/z{z}"), z)).collect(),
         address_sets: [("as0".to_string(), vec!["10.0.0.1".to_string()])].into(),
         port_groups: [("pg0".to_string(), vec!["p0-0".to_string()])].into(),

@@ -491,6 +491,7 @@ pub(super) fn log_time(stamp: &str) -> Option<std::time::SystemTime> {
 
 /// Cold start and port adds of a chassis measured from the SB server (see the module doc).
 /// `side` numbers the added ports (see [`new_port`]).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn measure_chassis(
     report: &Report,
     central: &Central,
