@@ -803,4 +803,4 @@ fn edit_list<T: Keyed + Clone>(old: &[T], d: Option<&ListDelta<T>>) -> Result<Ve
 
 #[cfg(test)]
 #[path = "delta_tests.rs"]
-mod tests;
+pub(crate) mod tests;

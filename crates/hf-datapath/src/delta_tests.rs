@@ -7,10 +7,10 @@ use super::*;
 use crate::proto::{Decoder, FromDatapath, LocationMsg, ToDatapath, encode, encode_to};
 
 /// A small deterministic generator (xorshift64*), so that a failing seed reproduces.
-struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    fn new(seed: u64) -> Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
     fn next(&mut self) -> u64 {
@@ -21,14 +21,14 @@ impl Rng {
         self.0 = x;
         x.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
-    fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         if n == 0 {
             0
         } else {
             (self.next() % n as u64) as usize
         }
     }
-    fn chance(&mut self, pct: u64) -> bool {
+    pub(crate) fn chance(&mut self, pct: u64) -> bool {
         self.next() % 100 < pct
     }
 }

@@ -9,28 +9,7 @@ use super::*;
 use crate::delta::{apply_undoable, between};
 use crate::proto::{DatapathMsg, GroupMsg, PortMsg};
 
-/// SplitMix64, seeded: a failing seed reproduces.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        if n == 0 {
-            0
-        } else {
-            (self.next() % n as u64) as usize
-        }
-    }
-    fn chance(&mut self, pct: u64) -> bool {
-        self.next() % 100 < pct
-    }
-}
+use crate::delta::tests::Rng;
 
 const TEXTS: &[(&str, &str)] = &[
     ("ip4", "next;"),
@@ -206,7 +185,7 @@ fn text(spec: &ProgramSpec, reported: &[FlowErrorMsg]) -> String {
 }
 
 fn check_seed(seed: u64) -> Result<usize, String> {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut cache = SpecCache::new();
     let mut msg = program(&mut rng);
     let mut local = local_map(&mut rng, &msg);
