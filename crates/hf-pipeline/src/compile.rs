@@ -371,7 +371,8 @@ impl Program {
             };
             let (ip, v6) = ip_u128(n.ip);
             let mac = n.mac.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b));
-            prog.neighbours.push((dpi, p.key, ip, v6, mac));
+            prog.neighbours
+                .push((spec.datapaths[dpi as usize].tunnel_key, p.key, ip, v6, mac));
         }
         for e in &spec.fdb {
             let Some(&dpi) = dp_names.get(e.datapath.as_str()) else {

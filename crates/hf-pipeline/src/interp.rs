@@ -221,6 +221,7 @@ impl Scratch {
 }
 
 /// The neighbour table: (datapath, port key, address, IPv6) → MAC.
+/// Neighbour bindings by (datapath tunnel key, port key, IP, v6), as the FDB is keyed.
 pub(crate) type Neighbours = crate::classifier::FastMap<(u32, u32, u128, bool), u128>;
 
 /// One packet's run.
@@ -1104,12 +1105,7 @@ impl Runner<'_> {
                 ctx.ct_orig = None;
             }
             CAct::GetNeigh { v6, port, ip, dp } => {
-                let k = (
-                    self.prog.dp_index(*dp),
-                    ctx.read(*port) as u32,
-                    ctx.read(*ip),
-                    *v6,
-                );
+                let k = (*dp, ctx.read(*port) as u32, ctx.read(*ip), *v6);
                 let mac = self.neigh.get(&k).copied().unwrap_or(0);
                 ctx.write_masked(slot::ETH_DST, mac, full(slot::ETH_DST));
             }
@@ -1120,12 +1116,7 @@ impl Runner<'_> {
                 mac,
                 dp,
             } => {
-                let k = (
-                    self.prog.dp_index(*dp),
-                    ctx.read(*port) as u32,
-                    ctx.read(*ip),
-                    *v6,
-                );
+                let k = (*dp, ctx.read(*port) as u32, ctx.read(*ip), *v6);
                 let m = ctx.read(*mac);
                 if self.mode != Mode::Trace && self.neigh.get(&k) != Some(&m) {
                     self.neigh.insert(k, m);
@@ -1144,12 +1135,7 @@ impl Runner<'_> {
                 mac,
                 dp,
             } => {
-                let k = (
-                    self.prog.dp_index(*dp),
-                    ctx.read(*port) as u32,
-                    ctx.read(*ip),
-                    *v6,
-                );
+                let k = (*dp, ctx.read(*port) as u32, ctx.read(*ip), *v6);
                 let found = match (self.neigh.get(&k), mac) {
                     (Some(m), Some(want)) => *m == ctx.read(*want),
                     (Some(_), None) => true,

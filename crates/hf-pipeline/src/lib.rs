@@ -413,7 +413,7 @@ impl Event {
         (dp, port, ip, v6): (u32, u32, u128, bool),
         mac: u128,
     ) -> Option<Event> {
-        let d = prog.dps.get(dp as usize)?;
+        let d = prog.dp_by_key(dp)?;
         let p = d.ports.get(&port)?;
         let ip = if v6 {
             std::net::IpAddr::V6(std::net::Ipv6Addr::from(ip))
@@ -497,16 +497,15 @@ impl Pipeline {
         }
         // What this pipeline learned wins over the program's (possibly older) bindings.
         for ((dpn, pn, ip), mac) in &self.learned {
-            let Some(dp) = self.prog.dps.iter().position(|d| &d.name == dpn) else {
+            let Some(d) = self.prog.dps.iter().find(|d| &d.name == dpn) else {
                 continue;
             };
-            let Some((&key, _)) = self.prog.dps[dp].ports.iter().find(|(_, p)| &p.name == pn)
-            else {
+            let Some((&key, _)) = d.ports.iter().find(|(_, p)| &p.name == pn) else {
                 continue;
             };
             let (ip, v6) = program::ip_u128(*ip);
             let m = mac.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b));
-            let k = (dp as u32, key, ip, v6);
+            let k = (d.key, key, ip, v6);
             // A binding the new program lacks (a rebuilt SB has no `MAC_Binding` rows) is
             // reported again, so the controller writes it back: `put_arp` sees no change and
             // would never say so, and the other chassis would ARP for it forever.
@@ -679,9 +678,8 @@ impl Pipeline {
         port_key: u32,
         ip: std::net::IpAddr,
     ) -> Option<[u8; 6]> {
-        let dp = *self.prog.by_key.get(&tunnel_key)?;
         let (ip, v6) = program::ip_u128(ip);
-        self.neigh.get(&(dp, port_key, ip, v6)).map(|m| {
+        self.neigh.get(&(tunnel_key, port_key, ip, v6)).map(|m| {
             let b = (*m as u64).to_be_bytes();
             [b[2], b[3], b[4], b[5], b[6], b[7]]
         })

@@ -902,6 +902,7 @@ pub struct Program {
     pub(crate) local: FastMap<u32, (u32, u32)>,
     /// Datapath tunnel key → index.
     pub(crate) by_key: FastMap<u32, u32>,
+    /// Initial neighbours: (datapath tunnel key, port key, IP, v6, MAC).
     pub(crate) neighbours: Vec<(u32, u32, u128, bool, u128)>,
     /// Initial FDB: (datapath tunnel key, MAC, port key).
     pub(crate) fdb: Vec<(u32, u128, u32)>,
@@ -974,12 +975,6 @@ impl Program {
     #[inline]
     pub(crate) fn dp_by_key(&self, key: u32) -> Option<&Dp> {
         self.dps.get(*self.by_key.get(&key)? as usize)
-    }
-
-    /// The index of the datapath with tunnel key `key` (`u32::MAX` when there is none).
-    #[inline]
-    pub(crate) fn dp_index(&self, key: u32) -> u32 {
-        self.by_key.get(&key).copied().unwrap_or(u32::MAX)
     }
 
     /// Every counted action with its hit count from `hits` (indexed like `counters`).
