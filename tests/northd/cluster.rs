@@ -526,12 +526,7 @@ fn assert_batch_done(nb: &str, sb: &str, logs: &dyn Fn() -> String) {
 
 /// Northd (on NB and SB) and every chassis (on SB) logged at least `sessions` sessions: they
 /// found the server again after losing it.
-fn assert_reconnected(
-    northd: &NorthdProc,
-    chassis: &[&HfChassis],
-    sessions: usize,
-    why: &dyn Fn() -> String,
-) {
+fn assert_reconnected(plane: &Plane, sessions: usize, why: &dyn Fn() -> String) {
     let connects = |log: &Path, db: &str| {
         let text = std::fs::read_to_string(log).unwrap_or_default();
         text.matches(&format!("{db}: connected to remote")).count()
@@ -540,18 +535,52 @@ fn assert_reconnected(
         |log: &Path, db: &str| wait_for(Duration::from_secs(30), || connects(log, db) >= sessions);
     for db in ["NB", "SB"] {
         assert!(
-            reconnected(&northd.log, db),
+            reconnected(&plane.northd.log, db),
             "northd has fewer than {sessions} {db} sessions\n{}",
             why()
         );
     }
-    for hv in chassis {
+    for hv in [&plane.hv1, &plane.hv2] {
         assert!(
             reconnected(&hv.dir.join("ctl.log"), "SB"),
             "{} has fewer than {sessions} SB sessions\n{}",
             hv.dir.display(),
             why()
         );
+    }
+}
+
+/// The control plane of the batch tests: holdfast northd on `nb`/`sb` and the two holdfast
+/// chassis hosting the batch's ports, started and registered.
+/// The chassis stop before northd (fields drop in order).
+struct Plane {
+    hv1: HfChassis,
+    hv2: HfChassis,
+    northd: NorthdProc,
+}
+
+impl Plane {
+    fn start(d: &Path, nb: &str, sb: &str) -> Plane {
+        let northd = NorthdProc::start(d, "northd", nb, sb, &[]);
+        let ports =
+            |hv: &str| -> Vec<usize> { (0..BATCH).filter(|p| host(*p) == Some(hv)).collect() };
+        let plane = Plane {
+            hv1: HfChassis::start(d, "hv1", "127.0.0.1", sb, &ports("hv1")),
+            hv2: HfChassis::start(d, "hv2", "127.0.0.2", sb, &ports("hv2")),
+            northd,
+        };
+        wait_chassis(nb, sb, &|| plane.logs());
+        plane
+    }
+
+    /// The daemons' log tails, for failure messages.
+    fn logs(&self) -> String {
+        format!(
+            "--- northd\n{}\n--- hv1\n{}\n--- hv2\n{}",
+            tail(&self.northd.log),
+            self.hv1.log(),
+            self.hv2.log()
+        )
     }
 }
 
@@ -597,19 +626,8 @@ fn raft_nb_and_sb_lose_their_leaders_during_a_wait_hv_batch() {
     let (nb, sb) = (nbc.remotes(), sbc.remotes());
     ctl("ovn-nbctl", &nb, &["init"]);
     ctl("ovn-sbctl", &sb, &["init"]);
-    let northd = NorthdProc::start(d, "northd", &nb, &sb, &[]);
-    let ports = |hv: &str| -> Vec<usize> { (0..BATCH).filter(|p| host(*p) == Some(hv)).collect() };
-    let hv1 = HfChassis::start(d, "hv1", "127.0.0.1", &sb, &ports("hv1"));
-    let hv2 = HfChassis::start(d, "hv2", "127.0.0.2", &sb, &ports("hv2"));
-    let logs = || {
-        format!(
-            "--- northd\n{}\n--- hv1\n{}\n--- hv2\n{}",
-            tail(&northd.log),
-            hv1.log(),
-            hv2.log()
-        )
-    };
-    wait_chassis(&nb, &sb, &logs);
+    let plane = Plane::start(d, &nb, &sb);
+    let logs = || plane.logs();
     let nbctl = NbctlDaemon::start(d, &nb);
     let mut killed = Vec::new();
     run_batch(
@@ -635,7 +653,7 @@ fn raft_nb_and_sb_lose_their_leaders_during_a_wait_hv_batch() {
             logs()
         )
     };
-    assert_reconnected(&northd, &[&hv1, &hv2], 2, &status);
+    assert_reconnected(&plane, 2, &status);
     assert_batch_done(&nbc.alive(), &sbc.alive(), &logs);
 }
 
@@ -656,19 +674,8 @@ fn holdfast_db_restarted_during_a_wait_hv_batch() {
     let d = dir.path();
     let mut dbs = Dbs::start(d, Backend::Holdfast);
     let (nb, sb) = (dbs.nb.clone(), dbs.sb.clone());
-    let northd = NorthdProc::start(d, "northd", &nb, &sb, &[]);
-    let ports = |hv: &str| -> Vec<usize> { (0..BATCH).filter(|p| host(*p) == Some(hv)).collect() };
-    let hv1 = HfChassis::start(d, "hv1", "127.0.0.1", &sb, &ports("hv1"));
-    let hv2 = HfChassis::start(d, "hv2", "127.0.0.2", &sb, &ports("hv2"));
-    let logs = || {
-        format!(
-            "--- northd\n{}\n--- hv1\n{}\n--- hv2\n{}",
-            tail(&northd.log),
-            hv1.log(),
-            hv2.log()
-        )
-    };
-    wait_chassis(&nb, &sb, &logs);
+    let plane = Plane::start(d, &nb, &sb);
+    let logs = || plane.logs();
     let nbctl = NbctlDaemon::start(d, &nb);
     let mut restarts = 0;
     run_batch(
@@ -683,6 +690,6 @@ fn holdfast_db_restarted_during_a_wait_hv_batch() {
     );
     assert_eq!(restarts, 2);
     // Two restarts: the first session and one after each.
-    assert_reconnected(&northd, &[&hv1, &hv2], 3, &logs);
+    assert_reconnected(&plane, 3, &logs);
     assert_batch_done(&nb, &sb, &logs);
 }
