@@ -47,8 +47,8 @@ use crate::{Opts, Report};
 
 /// Switches joined by one router.
 const GROUP: usize = 10;
-/// The measured ACL's distinguishing match.
-const ACL_MATCH: &str = "outport == @pg_all && ip4 && tcp.dst == 6789";
+/// The measured ACL's distinguishing term, found again in each chassis's program.
+const ACL_TERM: &str = "tcp.dst == 6789";
 /// Steps without anything moving or a due timer before giving up.
 const MAX_ROUNDS: usize = 10_000;
 
@@ -144,7 +144,7 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         &mut db,
         vec![
             json!({"op": "insert", "table": "ACL", "uuid-name": "acl_new",
-                "row": {"direction": "to-lport", "priority": 1001, "match": ACL_MATCH,
+                "row": {"direction": "to-lport", "priority": 1001, "match": format!("outport == @pg_all && ip4 && {ACL_TERM}"),
                     "action": "allow-related"}}),
             json!({"op": "mutate", "table": "Port_Group", "where": [["name", "==", "pg_all"]],
                 "mutations": [["acls", "insert", ["set", [["named-uuid", "acl_new"]]]]]}),
@@ -318,10 +318,9 @@ fn settle(
 /// Whether `c`'s running program has the measured ACL on datapath `ls`.
 fn holds_acl(c: &Chassis, ls: &str) -> bool {
     c.datapath().program().is_some_and(|p| {
-        p.datapaths.iter().filter(|d| d.name == ls).any(|d| {
-            d.flows
-                .iter()
-                .any(|f| f.matches.contains("tcp.dst == 6789"))
-        })
+        p.datapaths
+            .iter()
+            .filter(|d| d.name == ls)
+            .any(|d| d.flows.iter().any(|f| f.matches.contains(ACL_TERM)))
     })
 }
