@@ -7,6 +7,13 @@
 //! order of their highest priority, and the search stops once no later subtable can beat the
 //! best match so far.
 //!
+//! Rules carry a rank (their flow's place in the datapath's flow list): among rules of one
+//! priority the lower rank comes first in a hash list, and subtables of one best priority are
+//! visited lowest rank first. A fresh compile inserts in rank order, so this is insertion
+//! order; [`Classifier::insert`] and [`Classifier::remove_flows`] keep it when a recompile
+//! changes a table in place, so the table equals the one a fresh compile of the resulting
+//! flow list builds.
+//!
 //! Every subtable visited reports the fields it hashed to the caller's [`Examine`], which is how
 //! the walk accumulates a megaflow's wildcards: a lookup's result depends only on the bits it
 //! examined.
@@ -64,10 +71,12 @@ pub(crate) struct Conj {
     pub dims: Vec<Vec<Test>>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Rule {
     prio: u16,
     flow: u32,
+    /// The flow's place in its datapath's flow list (ties between equal priorities).
+    rank: Rank,
     values: Box<[u128]>,
     residual: Box<[Test]>,
     dims: Box<[Box<[Test]>]>,
@@ -131,10 +140,12 @@ pub(crate) fn mix(h: u64, v: u128) -> u64 {
     (h ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(31) ^ (h >> 17)
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Subtable {
     fields: Box<[(u8, u128)]>,
     max_prio: u16,
+    /// The lowest rank of its rules (subtables of one `max_prio` are visited in this order).
+    min_rank: Rank,
     map: IdMap<Vec<u32>>,
 }
 
@@ -144,16 +155,22 @@ impl Subtable {
     }
 }
 
+/// Where a rule sits among rules of equal priority: its flow's place in the datapath's flow
+/// list (an order key, gaps allowed), then which disjunct of the flow's match it is.
+pub(crate) type Rank = (u64, u32);
+
 /// A logical table.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Classifier {
     subtables: Vec<Subtable>,
     rules: Vec<Rule>,
 }
 
 impl Classifier {
-    /// Adds a rule for `flow` at `prio`.
-    pub(crate) fn insert(&mut self, prio: u16, flow: u32, conj: Conj) {
+    /// Adds a rule for `flow` at `prio`, `rank` being the flow's place in its datapath's flow
+    /// list and the disjunct's in the flow (among equal priorities the lower rank wins). Call [`Classifier::finish`] after
+    /// the inserts.
+    pub(crate) fn insert(&mut self, prio: u16, flow: u32, rank: Rank, conj: Conj) {
         let fields: Box<[(u8, u128)]> = conj.masked.iter().map(|&(f, m, _)| (f, m)).collect();
         let values: Box<[u128]> = conj.masked.iter().map(|&(_, m, v)| v & m).collect();
         let st = match self.subtables.iter().position(|s| s.fields == fields) {
@@ -162,6 +179,7 @@ impl Classifier {
                 self.subtables.push(Subtable {
                     fields,
                     max_prio: 0,
+                    min_rank: (u64::MAX, u32::MAX),
                     map: IdMap::default(),
                 });
                 self.subtables.len() - 1
@@ -171,18 +189,68 @@ impl Classifier {
         let sub = &mut self.subtables[st];
         let h = sub.hash_values(&values);
         sub.max_prio = sub.max_prio.max(prio);
+        sub.min_rank = sub.min_rank.min(rank);
         self.rules.push(Rule {
             prio,
             flow,
+            rank,
             values,
             residual: conj.residual.into(),
             dims: conj.dims.into_iter().map(Into::into).collect(),
         });
         let rules = &self.rules;
         let list = sub.map.entry(h).or_default();
-        list.push(id);
-        // Highest priority first; insertion order among equals.
-        list.sort_by_key(|r| std::cmp::Reverse(rules[*r as usize].prio));
+        // Highest priority first; lower rank first among equals.
+        let key = |r: &u32| {
+            let r = &rules[*r as usize];
+            (std::cmp::Reverse(r.prio), r.rank)
+        };
+        let at = list.partition_point(|r| key(r) <= (std::cmp::Reverse(prio), rank));
+        list.insert(at, id);
+    }
+
+    /// Removes every rule of the flows in `flows` (program flow indexes), keeping the others'
+    /// order; subtables left empty go, and the others' best priority and lowest rank are
+    /// recomputed. Call [`Classifier::finish`] afterwards. Returns how many rules went.
+    pub(crate) fn remove_flows(&mut self, flows: &std::collections::HashSet<u32>) -> usize {
+        if flows.is_empty() {
+            return 0;
+        }
+        // Old rule id → new id (u32::MAX: removed).
+        let mut new_id = Vec::with_capacity(self.rules.len());
+        let mut next = 0u32;
+        for r in &self.rules {
+            if flows.contains(&r.flow) {
+                new_id.push(u32::MAX);
+            } else {
+                new_id.push(next);
+                next += 1;
+            }
+        }
+        let removed = self.rules.len() - next as usize;
+        if removed == 0 {
+            return 0;
+        }
+        self.rules.retain(|r| !flows.contains(&r.flow));
+        let rules = &self.rules;
+        for sub in &mut self.subtables {
+            sub.map.retain(|_, list| {
+                list.retain_mut(|r| {
+                    *r = new_id[*r as usize];
+                    *r != u32::MAX
+                });
+                !list.is_empty()
+            });
+            sub.max_prio = 0;
+            sub.min_rank = (u64::MAX, u32::MAX);
+            for r in sub.map.values().flatten() {
+                let r = &rules[*r as usize];
+                sub.max_prio = sub.max_prio.max(r.prio);
+                sub.min_rank = sub.min_rank.min(r.rank);
+            }
+        }
+        self.subtables.retain(|s| !s.map.is_empty());
+        removed
     }
 
     /// Adds `off` to every rule's flow index (the datapath's flows moved to `off..` of the
@@ -193,32 +261,41 @@ impl Classifier {
         }
     }
 
-    /// Orders subtables by their best priority. Call once after the inserts.
+    /// Orders subtables by their best priority, then by their lowest rank (for a fresh
+    /// compile: the order they were made in). Call after inserts and removals.
     pub(crate) fn finish(&mut self) {
         self.subtables
-            .sort_by_key(|s| std::cmp::Reverse(s.max_prio));
+            .sort_by_key(|s| (std::cmp::Reverse(s.max_prio), s.min_rank));
     }
 
-    /// Every rule and subtable as text, with `flow` naming a rule's flow (tests compare
-    /// programs compiled different ways with it).
+    /// Every subtable (in visiting order) with its hash lists (in list order) as text, with
+    /// `flow` naming a rule's flow: where rules sit in the rule vector and their rank values
+    /// are left out, the orders they make are kept (tests compare programs compiled different
+    /// ways, fresh or changed in place, with it).
     #[cfg(test)]
     pub(crate) fn describe(&self, flow: &dyn Fn(u32) -> String) -> Vec<String> {
-        let rules = self.rules.iter().map(|r| {
-            format!(
-                "rule prio {} flow [{}] values {:?} residual {:?} dims {:?}",
-                r.prio,
-                flow(r.flow),
-                r.values,
-                r.residual,
-                r.dims
-            )
-        });
-        let subs = self.subtables.iter().map(|s| {
+        let mut out = Vec::new();
+        for s in &self.subtables {
+            out.push(format!("subtable {:?} max {}", s.fields, s.max_prio));
             let mut lists: Vec<_> = s.map.iter().collect();
-            lists.sort();
-            format!("subtable {:?} max {} {:?}", s.fields, s.max_prio, lists)
-        });
-        rules.chain(subs).collect()
+            lists.sort_by_key(|(h, _)| **h);
+            for (h, list) in lists {
+                out.push(format!("  hash {h:x}"));
+                for r in list {
+                    let r = &self.rules[*r as usize];
+                    out.push(format!(
+                        "    rule prio {} flow [{}] values {:?} residual {:?} dims {:?}",
+                        r.prio,
+                        flow(r.flow),
+                        r.values,
+                        r.residual,
+                        r.dims
+                    ));
+                }
+            }
+        }
+        out.push(format!("rules {}", self.rules.len()));
+        out
     }
 
     /// Number of subtables (distinct masks).
@@ -288,9 +365,9 @@ mod tests {
     #[test]
     fn highest_priority_wins_and_masks_are_reported() {
         let mut c = Classifier::default();
-        c.insert(10, 1, conj(&[(17, 0xffff_ff00, 0x0a00_0000)]));
-        c.insert(20, 2, conj(&[(17, 0xffff_ffff, 0x0a00_0005)]));
-        c.insert(0, 3, conj(&[]));
+        c.insert(10, 1, (1, 0), conj(&[(17, 0xffff_ff00, 0x0a00_0000)]));
+        c.insert(20, 2, (2, 0), conj(&[(17, 0xffff_ffff, 0x0a00_0005)]));
+        c.insert(0, 3, (3, 0), conj(&[]));
         c.finish();
         assert_eq!(c.subtable_count(), 3);
         let mut f = [0u128; NF];
@@ -311,6 +388,7 @@ mod tests {
         c.insert(
             5,
             7,
+            (1, 0),
             Conj {
                 masked: vec![],
                 residual: vec![Test::Port {

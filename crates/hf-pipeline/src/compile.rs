@@ -27,7 +27,8 @@ use crate::act_compile::{ActCompiler, UNSUPPORTED, compile_conj};
 use crate::classifier::{Classifier, FastMap};
 use crate::program::{
     CAct, CompileError, CompileOptions, Counted, DatapathSpec, Dp, DpCode, EGRESS, FlowError,
-    FlowErrorKind, FlowInfo, INGRESS, Loc, Port, PortLocation, Program, ProgramSpec, ip_u128,
+    FlowErrorKind, FlowInfo, FlowRefs, INGRESS, Loc, Port, PortLocation, Program, ProgramSpec,
+    Slot, ip_u128,
 };
 
 /// Geneve's limits (ovn-architecture(7), "Tunnel Encapsulations").
@@ -93,6 +94,18 @@ impl Program {
         self.compiled
     }
 
+    /// How many of [`Program::compiled_datapaths`] were changed in place, flow by flow (their
+    /// unchanged flows kept their compiled rules), rather than compiled whole.
+    pub fn patched_datapaths(&self) -> usize {
+        self.patched
+    }
+
+    /// How many flows the compile that made this program compiled (every flow of a datapath
+    /// compiled whole, the new or changed flows of one changed in place).
+    pub fn compiled_flows(&self) -> usize {
+        self.compiled_flows
+    }
+
     /// Number of logical flows compiled (live ones).
     pub fn flow_count(&self) -> usize {
         self.dps.iter().map(|d| d.tables.flow_count).sum()
@@ -143,6 +156,8 @@ impl Program {
     ) -> Result<(Program, Vec<FlowError>), CompileError> {
         let mut prog = Program {
             compiled: 0,
+            patched: 0,
+            compiled_flows: 0,
             dps: Vec::new(),
             acts: Default::default(),
             flows: Default::default(),
@@ -334,6 +349,34 @@ impl Program {
             todo.push((i, names_keys(d)));
         }
         prog.compiled = todo.len();
+        // Datapaths the old program had (same key, same kind): changed in place, flow by flow,
+        // where that is worth it; the rest compile whole.
+        let mut patched: HashMap<u32, HashSet<u32>> = HashMap::new();
+        if let Some(o) = old {
+            let mut norm = Normalizer::new(SymbolTable::shared(), Limits::default());
+            let mut whole = Vec::with_capacity(todo.len());
+            for (i, names) in todo {
+                let d = &spec.datapaths[i];
+                let od = old_dps
+                    .get(d.name.as_str())
+                    .filter(|od| od.key == d.tunnel_key)
+                    .map(|od| od.tables.clone())
+                    .filter(|c| c.switch == matches!(d.kind, crate::DatapathKind::Switch));
+                let p = od.and_then(|c| {
+                    patch_dp(&mut prog, &mut norm, spec, d, &resident, &c, &o.sets)
+                });
+                match p {
+                    Some(p) => {
+                        prog.patched += 1;
+                        prog.compiled_flows += p.compiled;
+                        patched.insert(d.tunnel_key, p.removed);
+                        prog.dps[i].tables = Arc::new(p.code);
+                    }
+                    None => whole.push((i, names)),
+                }
+            }
+            todo = whole;
+        }
         let flows: usize = todo
             .iter()
             .map(|(i, _)| spec.datapaths[*i].flows.len())
@@ -343,6 +386,7 @@ impl Program {
         } else {
             opts.threads
         };
+        prog.compiled_flows += flows;
         let units = compile_units(spec, todo.iter(), &resident, threads);
         for ((i, _), unit) in todo.iter().zip(units) {
             prog.dps[*i].tables = Arc::new(append_unit(&mut prog, unit));
@@ -353,9 +397,19 @@ impl Program {
             .flat_map(|d| d.tables.errors.iter().cloned())
             .collect();
         // Counters of the old program's flows that were not reused belong to dead flows.
+        // Counters of the flows a datapath changed in place dropped are dead too.
         for c in prog.counters.iter_mut().take(old_counters) {
-            if !reused_keys.contains(&c.dp) {
-                c.live = false;
+            match patched.get(&c.dp) {
+                Some(removed) => {
+                    if removed.contains(&c.flow) {
+                        c.live = false;
+                    }
+                }
+                None => {
+                    if !reused_keys.contains(&c.dp) {
+                        c.live = false;
+                    }
+                }
             }
         }
         for n in &spec.neighbours {
@@ -553,19 +607,50 @@ fn append_unit(prog: &mut Program, unit: Unit) -> DpCode {
     }));
     let mut code = unit.code;
     for t in code.tables.iter_mut().flatten() {
-        t.rebase(flow_off);
+        Arc::make_mut(t).rebase(flow_off);
+    }
+    for s in &mut code.slots {
+        if s.flow != Slot::ERROR {
+            s.flow += flow_off;
+        }
     }
     code
 }
 
-/// Compiles one datapath's flows into fresh tables and arena entries of its own.
-fn compile_dp(
+/// The rank of the flow at `j` in its datapath's list in a fresh compile: gaps of 2^16 leave
+/// room for flows a recompile inserts in place between two kept ones.
+fn rank_of(j: usize) -> u64 {
+    (j as u64 + 1) << 16
+}
+
+/// What compiling one flow needs of its datapath.
+struct DpCx<'a> {
+    spec: &'a ProgramSpec,
+    d: &'a DatapathSpec,
+    resident: &'a HashSet<&'a str>,
+    names: &'a [(String, u32)],
+}
+
+/// One flow compiled: where its rules go and the rules (flow index local to its [`Unit`]).
+struct NewFlow {
+    pipe: u8,
+    table: u8,
+    priority: u16,
+    flow: u32,
+    conjs: Vec<crate::classifier::Conj>,
+}
+
+/// Compiles `fs` into `unit`'s arenas (not its tables): the flow's rules, or why it did not
+/// compile; and the sets and residency answers its match names (also for a flow that did not
+/// compile past its match).
+fn compile_flow(
     norm: &mut Normalizer<'_>,
-    spec: &ProgramSpec,
-    d: &DatapathSpec,
-    resident: &HashSet<&str>,
-    names: Vec<(String, u32)>,
-) -> Unit {
+    cx: &DpCx<'_>,
+    fs: &crate::program::FlowSpec,
+    unit: &mut Unit,
+) -> (Result<NewFlow, FlowError>, Option<Box<FlowRefs>>) {
+    let d = cx.d;
+    let names = cx.names;
     // "none" is key 0, as in ovn-controller's and ovn-trace's port lookup (northd's
     // `outport = get_fdb(eth.dst)` then `outport == "none"` relies on it).
     let port_key = |name: &str| -> Option<u32> {
@@ -577,87 +662,88 @@ fn compile_dp(
             .ok()
             .map(|j| names[j].1)
     };
-    let is_resident = |name: &str| resident.contains(name);
-    let mut code = DpCode::default();
-    let (mut acts, mut flows, mut counters) = (Vec::new(), Vec::new(), Vec::new());
-    let mut resident_refs: HashSet<(String, bool)> = HashSet::new();
-    let mut set_refs: HashSet<String> = HashSet::new();
-    for fs in &d.flows {
-        let pipe = match fs.pipeline {
-            Pipe::Egress => EGRESS,
-            _ => INGRESS,
-        };
-        let err = |kind: FlowErrorKind, message: String| FlowError {
-            datapath: d.name.clone(),
-            pipeline: if pipe == EGRESS { "egress" } else { "ingress" },
-            table: fs.table,
-            priority: fs.priority,
-            id: fs.id.clone(),
-            stage: fs.stage.clone(),
-            sb_uuid: fs.sb_uuid.clone(),
-            kind,
-            message,
-        };
-        if let Some(e) = &fs.parse_error {
-            code.errors.push(err(FlowErrorKind::Syntax, e.clone()));
-            continue;
-        }
-        // Sets named by the match, found or not: a change to them recompiles this datapath.
-        collect_sets(&fs.matches, &mut set_refs);
-        let matches = with_action_prereqs(&fs.matches, &fs.actions);
-        let n = match norm.normalize(&matches, &spec.sets) {
-            Ok(n) => n,
-            Err(e) => {
-                code.errors.push(err(FlowErrorKind::Match, e.to_string()));
-                continue;
-            }
-        };
-        let unknown: Vec<&str> = n
-            .disjuncts
-            .iter()
-            .flat_map(|c| c.atoms.iter().chain(c.dims.iter().flatten()))
-            .filter_map(|a| match a {
-                Atom::Set { name, .. } => Some(name.as_str()),
-                _ => None,
-            })
-            .collect::<std::collections::BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        if !unknown.is_empty() {
-            code.errors.push(err(
-                FlowErrorKind::UnknownSet,
-                format!("unknown address set or port group {}", unknown.join(", ")),
-            ));
-            continue;
-        }
-        for c in &n.disjuncts {
-            for a in c.atoms.iter().chain(c.dims.iter().flatten()) {
-                if let Atom::Resident { port, .. } = a {
-                    resident_refs.insert((port.clone(), is_resident(port)));
-                }
+    let is_resident = |name: &str| cx.resident.contains(name);
+    let pipe = match fs.pipeline {
+        Pipe::Egress => EGRESS,
+        _ => INGRESS,
+    };
+    let err = |kind: FlowErrorKind, message: String| FlowError {
+        datapath: d.name.clone(),
+        pipeline: if pipe == EGRESS { "egress" } else { "ingress" },
+        table: fs.table,
+        priority: fs.priority,
+        id: fs.id.clone(),
+        stage: fs.stage.clone(),
+        sb_uuid: fs.sb_uuid.clone(),
+        kind,
+        message,
+    };
+    if let Some(e) = &fs.parse_error {
+        return (Err(err(FlowErrorKind::Syntax, e.clone())), None);
+    }
+    let mut refs = FlowRefs::default();
+    // Sets named by the match, found or not: a change to them recompiles this flow.
+    let mut sets = HashSet::new();
+    collect_sets(&fs.matches, &mut sets);
+    refs.sets = sets.into_iter().collect();
+    refs.sets.sort();
+    let boxed = |r: FlowRefs| (r != FlowRefs::default()).then(|| Box::new(r));
+    let matches = with_action_prereqs(&fs.matches, &fs.actions);
+    let n = match norm.normalize(&matches, &cx.spec.sets) {
+        Ok(n) => n,
+        Err(e) => return (Err(err(FlowErrorKind::Match, e.to_string())), boxed(refs)),
+    };
+    let unknown: Vec<&str> = n
+        .disjuncts
+        .iter()
+        .flat_map(|c| c.atoms.iter().chain(c.dims.iter().flatten()))
+        .filter_map(|a| match a {
+            Atom::Set { name, .. } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if !unknown.is_empty() {
+        let e = err(
+            FlowErrorKind::UnknownSet,
+            format!("unknown address set or port group {}", unknown.join(", ")),
+        );
+        return (Err(e), boxed(refs));
+    }
+    let mut resident = HashSet::new();
+    for c in &n.disjuncts {
+        for a in c.atoms.iter().chain(c.dims.iter().flatten()) {
+            if let Atom::Resident { port, .. } = a {
+                resident.insert((port.clone(), is_resident(port)));
             }
         }
-        let mark = acts.len();
-        let counter_base = counters.len() as u32;
-        let mut cx = ActCompiler::new(&port_key, pipe, fs.table, d.tunnel_key, &mut acts);
-        cx.switch = matches!(d.kind, crate::DatapathKind::Switch);
-        cx.counter_base = counter_base;
-        let listed = cx.list(&fs.actions);
-        let counted = std::mem::take(&mut cx.counted);
-        let acts = match listed {
-            Ok(a) => a,
-            Err(m) => {
-                acts.truncate(mark);
-                let (kind, m) = match m.strip_prefix(UNSUPPORTED) {
-                    Some(rest) => (FlowErrorKind::Unsupported, rest.to_string()),
-                    None => (FlowErrorKind::Action, m),
-                };
-                code.errors.push(err(kind, m));
-                continue;
-            }
-        };
-        let flow = flows.len() as u32;
-        counters.extend(counted.into_iter().map(|name| Counted {
+    }
+    refs.resident = resident.into_iter().collect();
+    refs.resident.sort();
+    let refs = boxed(refs);
+    let acts = &mut unit.acts;
+    let mark = acts.len();
+    let counter_base = unit.counters.len() as u32;
+    let mut cx_act = ActCompiler::new(&port_key, pipe, fs.table, d.tunnel_key, acts);
+    cx_act.switch = matches!(d.kind, crate::DatapathKind::Switch);
+    cx_act.counter_base = counter_base;
+    let listed = cx_act.list(&fs.actions);
+    let counted = std::mem::take(&mut cx_act.counted);
+    let act_range = match listed {
+        Ok(a) => a,
+        Err(m) => {
+            unit.acts.truncate(mark);
+            let (kind, m) = match m.strip_prefix(UNSUPPORTED) {
+                Some(rest) => (FlowErrorKind::Unsupported, rest.to_string()),
+                None => (FlowErrorKind::Action, m),
+            };
+            return (Err(err(kind, m)), refs);
+        }
+    };
+    let flow = unit.flows.len() as u32;
+    unit.counters
+        .extend(counted.into_iter().map(|name| Counted {
             dp: d.tunnel_key,
             pipe,
             table: fs.table,
@@ -665,49 +751,385 @@ fn compile_dp(
             name,
             live: true,
         }));
-        let (matches, actions) = match &fs.source {
-            Some(t) => (t.matches.clone(), t.actions.clone()),
-            None => (
-                fs.matches.to_string().into(),
-                hf_expr::printer::actions_to_string(&fs.actions).into(),
-            ),
-        };
-        flows.push(FlowInfo {
-            priority: fs.priority,
-            matches,
-            actions,
-            acts,
-            id: fs.id.clone(),
-            stage: fs.stage.clone(),
-            sb_uuid: fs.sb_uuid.clone(),
-            stage_hint: fs.stage_hint.clone(),
-        });
-        let tables = &mut code.tables[usize::from(pipe)];
-        let t = usize::from(fs.table);
-        if tables.len() <= t {
-            tables.resize_with(t + 1, Classifier::default);
-        }
-        for c in &n.disjuncts {
-            if let Some(conj) = compile_conj(c, &port_key, &is_resident) {
-                tables[t].insert(fs.priority, flow, conj);
+    let (matches, actions) = match &fs.source {
+        Some(t) => (t.matches.clone(), t.actions.clone()),
+        None => (
+            fs.matches.to_string().into(),
+            hf_expr::printer::actions_to_string(&fs.actions).into(),
+        ),
+    };
+    unit.flows.push(FlowInfo {
+        pipe,
+        table: fs.table,
+        priority: fs.priority,
+        matches,
+        actions,
+        acts: act_range,
+        id: fs.id.clone(),
+        stage: fs.stage.clone(),
+        sb_uuid: fs.sb_uuid.clone(),
+        stage_hint: fs.stage_hint.clone(),
+    });
+    let conjs = n
+        .disjuncts
+        .iter()
+        .filter_map(|c| compile_conj(c, &port_key, &is_resident))
+        .collect();
+    let nf = NewFlow {
+        pipe,
+        table: fs.table,
+        priority: fs.priority,
+        flow,
+        conjs,
+    };
+    (Ok(nf), refs)
+}
+
+/// Inserts a compiled flow's rules into `tables` (growing them to its table), ranked `rank`.
+fn insert_flow(tables: &mut [Vec<Arc<Classifier>>; 2], nf: NewFlow, flow: u32, rank: u64) {
+    let tables = &mut tables[usize::from(nf.pipe)];
+    let t = usize::from(nf.table);
+    if tables.len() <= t {
+        tables.resize_with(t + 1, Default::default);
+    }
+    let table = Arc::make_mut(&mut tables[t]);
+    for (k, conj) in nf.conjs.into_iter().enumerate() {
+        table.insert(nf.priority, flow, (rank, k as u32), conj);
+    }
+}
+
+/// The datapath-wide unions of its slots' sets and residency answers (sorted, as
+/// [`DpCode::set_refs`] and [`DpCode::resident_refs`] hold them).
+fn union_refs(slots: &[Slot]) -> (Vec<String>, Vec<(String, bool)>) {
+    let mut sets = std::collections::BTreeSet::new();
+    let mut resident = std::collections::BTreeSet::new();
+    for r in slots.iter().filter_map(|s| s.refs.as_deref()) {
+        sets.extend(r.sets.iter().cloned());
+        resident.extend(r.resident.iter().cloned());
+    }
+    (sets.into_iter().collect(), resident.into_iter().collect())
+}
+
+/// A datapath changed in place by [`patch_dp`]: its code, and the old program's flows it
+/// dropped (their counters die).
+struct Patched {
+    code: DpCode,
+    removed: HashSet<u32>,
+    compiled: usize,
+}
+
+/// Whether a flow already compiled (`fi`, from the old program) is what `fs` compiles to, as
+/// far as its own content goes: same place, priority, identity, metadata and text.
+fn same_flow(fi: &FlowInfo, fs: &crate::program::FlowSpec) -> bool {
+    let pipe = match fs.pipeline {
+        Pipe::Egress => EGRESS,
+        _ => INGRESS,
+    };
+    let Some(t) = &fs.source else {
+        return false;
+    };
+    let eq = |a: &Arc<str>, b: &Arc<str>| Arc::ptr_eq(a, b) || a == b;
+    fs.parse_error.is_none()
+        && fi.pipe == pipe
+        && fi.table == fs.table
+        && fi.priority == fs.priority
+        && eq(&fi.matches, &t.matches)
+        && eq(&fi.actions, &t.actions)
+        && fi.id == fs.id
+        && fi.stage == fs.stage
+        && fi.sb_uuid == fs.sb_uuid
+        && fi.stage_hint == fs.stage_hint
+}
+
+/// Recompiles datapath `d` by changing `old` (its code in the old program, whose arenas are
+/// `prog`'s prefix) in place: flows kept (same content, in the same relative order, naming
+/// no port, set or residency answer that changed) keep their rules and arena entries; the
+/// others' rules are removed and the new flows compiled alone and inserted at their place in
+/// the list's order. The result equals a fresh compile of `d` (`compile_tests.rs` checks it).
+/// `None` when that is not worth it or not possible (more flows to compile than to keep, no
+/// rank left between two kept flows, a changed name the text search cannot see): the caller
+/// compiles `d` whole.
+#[allow(clippy::too_many_arguments)]
+fn patch_dp(
+    prog: &mut Program,
+    norm: &mut Normalizer<'_>,
+    spec: &ProgramSpec,
+    d: &DatapathSpec,
+    resident: &HashSet<&str>,
+    old: &DpCode,
+    old_sets: &Sets,
+) -> Option<Patched> {
+    let names = names_keys(d);
+    // Text that, in a kept flow, means it compiles differently now: names whose key changed
+    // (or that came or went), ports whose residency changed, sets whose content changed.
+    let mut tokens: Vec<&str> = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    while i < old.names.len() || j < names.len() {
+        match (old.names.get(i), names.get(j)) {
+            (Some(a), Some(b)) if a == b => {
+                i += 1;
+                j += 1;
             }
+            (Some(a), Some(b)) if a < b => {
+                tokens.push(&a.0);
+                i += 1;
+            }
+            (Some(_), Some(b)) | (None, Some(b)) => {
+                tokens.push(&b.0);
+                j += 1;
+            }
+            (Some(a), None) => {
+                tokens.push(&a.0);
+                i += 1;
+            }
+            (None, None) => break,
         }
     }
-    for t in code.tables.iter_mut().flatten() {
-        t.finish();
+    // Port groups expand to member names: any name change may change a flow naming one.
+    let names_changed = !tokens.is_empty();
+    for (p, r) in &old.resident_refs {
+        if resident.contains(p.as_str()) != *r {
+            tokens.push(p);
+        }
     }
-    code.flow_count = flows.len();
-    code.resident_refs = resident_refs.into_iter().collect();
-    code.resident_refs.sort();
-    code.set_refs = set_refs.into_iter().collect();
-    code.set_refs.sort();
-    code.names = names;
-    Unit {
+    for set in &old.set_refs {
+        if !same_set(set, old_sets, &spec.sets) {
+            tokens.push(set);
+        }
+    }
+    // A name written with escapes in the text is not found by searching for it.
+    if tokens.iter().any(|t| t.contains(['"', '\\'])) {
+        return None;
+    }
+    let stale = |fi: &FlowInfo| {
+        (names_changed && fi.matches.contains('@'))
+            || tokens
+                .iter()
+                .any(|t| fi.matches.contains(t) || fi.actions.contains(t))
+    };
+    // Which old slot each new flow keeps (in increasing order, by construction).
+    let olds = &old.slots;
+    let info = |x: usize| prog.flows.get(olds[x].flow as usize);
+    let mut plan: Vec<Option<usize>> = Vec::with_capacity(d.flows.len());
+    let mut by_id: Option<HashMap<&crate::FlowId, Vec<usize>>> = None;
+    let mut k = 0;
+    for fs in &d.flows {
+        let same_at = |x: usize| info(x).is_some_and(|fi| same_flow(fi, fs));
+        let hit = if k < olds.len() && same_at(k) {
+            Some(k)
+        } else {
+            let map = by_id.get_or_insert_with(|| {
+                let mut m: HashMap<&crate::FlowId, Vec<usize>> = HashMap::new();
+                for x in 0..olds.len() {
+                    if let Some(fi) = info(x) {
+                        m.entry(&fi.id).or_default().push(x);
+                    }
+                }
+                m
+            });
+            map.get(&fs.id)
+                .and_then(|v| v.iter().copied().find(|&x| x >= k && same_at(x)))
+        };
+        match hit {
+            Some(x) => {
+                k = x + 1;
+                let keep = info(x).is_some_and(|fi| !stale(fi));
+                plan.push(keep.then_some(x));
+            }
+            None => plan.push(None),
+        }
+    }
+    let kept = plan.iter().flatten().count();
+    let fresh = plan.len() - kept;
+    if fresh > kept {
+        return None;
+    }
+    // Ranks: kept flows keep theirs; a run of new flows is spread between its neighbours'.
+    let mut ranks = vec![0u64; plan.len()];
+    let mut at = 0;
+    while at < plan.len() {
+        if let Some(x) = plan[at] {
+            ranks[at] = olds[x].rank;
+            at += 1;
+            continue;
+        }
+        let end = (at..plan.len())
+            .find(|&e| plan[e].is_some())
+            .unwrap_or(plan.len());
+        let lo = if at == 0 { 0 } else { ranks[at - 1] };
+        let run = (end - at) as u64;
+        let hi = match plan.get(end).copied().flatten() {
+            Some(x) => olds[x].rank,
+            None => lo.checked_add((run + 1) << 16)?,
+        };
+        let step = hi.checked_sub(lo)? / (run + 1);
+        if step == 0 {
+            return None;
+        }
+        for (t, r) in ranks[at..end].iter_mut().enumerate() {
+            *r = lo + step * (t as u64 + 1);
+        }
+        at = end;
+    }
+    // The old flows not kept: their rules go.
+    let mut kept_old = vec![false; olds.len()];
+    for x in plan.iter().flatten() {
+        kept_old[*x] = true;
+    }
+    let mut removed: HashSet<u32> = HashSet::new();
+    let mut by_table: HashMap<(u8, u8), HashSet<u32>> = HashMap::new();
+    for (x, s) in olds.iter().enumerate() {
+        if kept_old[x] || s.flow == Slot::ERROR {
+            continue;
+        }
+        if let Some(fi) = prog.flows.get(s.flow as usize) {
+            removed.insert(s.flow);
+            by_table
+                .entry((fi.pipe, fi.table))
+                .or_default()
+                .insert(s.flow);
+        }
+    }
+    let mut tables = old.tables.clone();
+    let mut touched: HashSet<(u8, u8)> = HashSet::new();
+    for ((pipe, table), flows) in &by_table {
+        if let Some(t) = tables[usize::from(*pipe)].get_mut(usize::from(*table)) {
+            Arc::make_mut(t).remove_flows(flows);
+            touched.insert((*pipe, *table));
+        }
+    }
+    // The new flows, compiled alone, then moved into the program's arenas.
+    let cx = DpCx {
+        spec,
+        d,
+        resident,
+        names: &names,
+    };
+    let mut unit = Unit {
+        code: DpCode::default(),
+        acts: Vec::new(),
+        flows: Vec::new(),
+        counters: Vec::new(),
+    };
+    let mut news = Vec::with_capacity(fresh);
+    for (fs, p) in d.flows.iter().zip(&plan) {
+        if p.is_none() {
+            news.push(compile_flow(norm, &cx, fs, &mut unit));
+        }
+    }
+    let flow_off = prog.flows.len() as u32;
+    append_unit(prog, unit);
+    let mut news = news.into_iter();
+    let mut errors = Vec::new();
+    let mut slots = Vec::with_capacity(plan.len());
+    for (p, rank) in plan.iter().zip(ranks) {
+        let slot = match p {
+            Some(x) => olds[*x].clone(),
+            None => {
+                let (res, refs) = news.next()?;
+                let flow = match res {
+                    Ok(nf) => {
+                        let flow = nf.flow + flow_off;
+                        touched.insert((nf.pipe, nf.table));
+                        insert_flow(&mut tables, nf, flow, rank);
+                        flow
+                    }
+                    Err(e) => {
+                        errors.push(e);
+                        Slot::ERROR
+                    }
+                };
+                Slot { rank, flow, refs }
+            }
+        };
+        slots.push(slot);
+    }
+    // As many tables per pipeline as a fresh compile makes: up to the last one a compiled
+    // flow is in.
+    let mut len = [0usize; 2];
+    for s in slots.iter().filter(|s| s.flow != Slot::ERROR) {
+        if let Some(fi) = prog.flows.get(s.flow as usize) {
+            let l = &mut len[usize::from(fi.pipe & 1)];
+            *l = (*l).max(usize::from(fi.table) + 1);
+        }
+    }
+    for (pipe, t) in tables.iter_mut().enumerate() {
+        t.resize_with(len[pipe], Default::default);
+    }
+    for (pipe, table) in touched {
+        if let Some(t) = tables[usize::from(pipe & 1)].get_mut(usize::from(table)) {
+            Arc::make_mut(t).finish();
+        }
+    }
+    let (set_refs, resident_refs) = union_refs(&slots);
+    let code = DpCode {
+        tables,
+        errors,
+        resident_refs,
+        set_refs,
+        names,
+        flow_count: slots.iter().filter(|s| s.flow != Slot::ERROR).count(),
+        switch: matches!(d.kind, crate::DatapathKind::Switch),
+        slots,
+    };
+    Some(Patched {
         code,
-        acts,
-        flows,
-        counters,
+        removed,
+        compiled: fresh,
+    })
+}
+
+/// Compiles one datapath's flows into fresh tables and arena entries of its own.
+fn compile_dp(
+    norm: &mut Normalizer<'_>,
+    spec: &ProgramSpec,
+    d: &DatapathSpec,
+    resident: &HashSet<&str>,
+    names: Vec<(String, u32)>,
+) -> Unit {
+    let cx = DpCx {
+        spec,
+        d,
+        resident,
+        names: &names,
+    };
+    let mut unit = Unit {
+        code: DpCode::default(),
+        acts: Vec::new(),
+        flows: Vec::new(),
+        counters: Vec::new(),
+    };
+    let mut tables: [Vec<Arc<Classifier>>; 2] = Default::default();
+    let mut slots = Vec::with_capacity(d.flows.len());
+    for (j, fs) in d.flows.iter().enumerate() {
+        let rank = rank_of(j);
+        let (res, refs) = compile_flow(norm, &cx, fs, &mut unit);
+        let flow = match res {
+            Ok(nf) => {
+                let flow = nf.flow;
+                insert_flow(&mut tables, nf, flow, rank);
+                flow
+            }
+            Err(e) => {
+                unit.code.errors.push(e);
+                Slot::ERROR
+            }
+        };
+        slots.push(Slot { rank, flow, refs });
     }
+    for t in tables.iter_mut().flatten() {
+        Arc::make_mut(t).finish();
+    }
+    let (set_refs, resident_refs) = union_refs(&slots);
+    let code = &mut unit.code;
+    code.tables = tables;
+    code.flow_count = unit.flows.len();
+    code.resident_refs = resident_refs;
+    code.set_refs = set_refs;
+    code.names = names;
+    code.switch = matches!(d.kind, crate::DatapathKind::Switch);
+    code.slots = slots;
+    unit
 }
 
 fn collect_sets(e: &hf_expr::Expr, out: &mut HashSet<String>) {

@@ -845,11 +845,12 @@ pub(crate) struct Port {
 }
 
 /// One datapath's compiled flows: shared (by `Arc`) between programs when a recompile leaves
-/// the datapath alone.
-#[derive(Debug, Default)]
+/// the datapath alone, and its tables shared table by table when a recompile changes some of
+/// its flows in place (see `compile.rs`).
+#[derive(Debug, Default, Clone)]
 pub(crate) struct DpCode {
     /// `tables[pipeline][table]`.
-    pub tables: [Vec<Classifier>; 2],
+    pub tables: [Vec<Arc<Classifier>>; 2],
     /// The flows that did not compile.
     pub errors: Vec<FlowError>,
     /// Port names its flows ask `is_chassis_resident` about, with the answer compiled in.
@@ -860,6 +861,36 @@ pub(crate) struct DpCode {
     pub names: Vec<(String, u32)>,
     /// Arena entries (flows) it owns.
     pub flow_count: usize,
+    /// Compiled for a switch (compiled actions differ between switches and routers).
+    pub switch: bool,
+    /// Per flow of the datapath's spec list, in order: what it became.
+    pub slots: Vec<Slot>,
+}
+
+/// What one flow of a datapath's spec list became.
+#[derive(Debug, Clone)]
+pub(crate) struct Slot {
+    /// Its place among the datapath's flows: increasing along the list, with gaps, so that a
+    /// flow inserted in place gets a rank between its neighbours' (the classifier's tie-break
+    /// between equal priorities).
+    pub rank: u64,
+    /// Its entry in the program's flow arena; [`Slot::ERROR`] when it did not compile (its
+    /// error is in [`DpCode::errors`]).
+    pub flow: u32,
+    /// Sets its match names and residency answers it compiled in (`None`: neither).
+    pub refs: Option<Box<FlowRefs>>,
+}
+
+impl Slot {
+    /// [`Slot::flow`] of a flow that did not compile.
+    pub const ERROR: u32 = u32::MAX;
+}
+
+/// The address sets / port groups a flow names and the residency answers it compiled in.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct FlowRefs {
+    pub sets: Vec<String>,
+    pub resident: Vec<(String, bool)>,
 }
 
 #[derive(Debug)]
@@ -880,6 +911,9 @@ pub(crate) struct Dp {
 /// What a trace shows of a flow.
 #[derive(Debug, Clone)]
 pub(crate) struct FlowInfo {
+    /// [`INGRESS`] or [`EGRESS`].
+    pub pipe: u8,
+    pub table: u8,
     pub priority: u16,
     /// The spec's text, shared with it.
     pub matches: Arc<str>,
@@ -915,6 +949,10 @@ pub struct Program {
     pub(crate) sets: Sets,
     /// How many datapaths the build that made it compiled (the others were reused).
     pub(crate) compiled: usize,
+    /// How many of those it changed in place (flow by flow) rather than compiling whole.
+    pub(crate) patched: usize,
+    /// How many flows the build that made it compiled (in whole and changed datapaths).
+    pub(crate) compiled_flows: usize,
     /// DNS records by datapath tunnel key (from [`ProgramSpec::dns`]), for `dns_lookup()`.
     pub(crate) dns: FastMap<u32, std::collections::BTreeMap<String, String>>,
 }
