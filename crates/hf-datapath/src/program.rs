@@ -242,6 +242,89 @@ impl ParsedDp {
     }
 }
 
+/// Whether message flow `f` parses to spec `s` (parsed from its own text): same identity,
+/// place, priority, metadata and text.
+fn same_parse(f: &FlowMsg, s: &FlowSpec) -> bool {
+    let eq = |a: &std::sync::Arc<str>, b: &std::sync::Arc<str>| {
+        std::sync::Arc::ptr_eq(a, b) || a == b
+    };
+    f.last_good.is_none()
+        && f.egress == (s.pipeline == Pipe::Egress)
+        && f.table == s.table
+        && f.priority == s.priority
+        && f.id == s.id.0
+        && f.stage == s.stage
+        && f.sb_uuid == s.sb_uuid
+        && f.stage_hint == s.stage_hint
+        && s
+            .source
+            .as_ref()
+            .is_some_and(|t| eq(&t.matches, &f.matches) && eq(&t.actions, &f.actions))
+}
+
+/// The cached parse of a datapath whose flows changed: each flow parsed from its own text (no
+/// last good version involved) can be taken once by a message flow it equals
+/// ([`same_parse`]), so that only new and changed flows are parsed again.
+struct Reusable {
+    flows: Vec<Option<FlowSpec>>,
+    /// Where the next flow most likely is (the lists mostly keep their order).
+    next: usize,
+    /// Identity → indexes, made at the first miss.
+    by_id: Option<HashMap<String, Vec<usize>>>,
+}
+
+impl Reusable {
+    fn new(c: ParsedDp) -> Reusable {
+        let flows = c
+            .flows
+            .into_iter()
+            .zip(c.used.iter().zip(&c.last_good))
+            .map(|(s, (u, lg))| (*u == Used::Primary && lg.is_none()).then_some(s))
+            .collect();
+        Reusable {
+            flows,
+            next: 0,
+            by_id: None,
+        }
+    }
+
+    fn take(&mut self, f: &FlowMsg) -> Option<FlowSpec> {
+        if f.last_good.is_some() {
+            return None;
+        }
+        let at = self.next;
+        if self
+            .flows
+            .get(at)
+            .and_then(Option::as_ref)
+            .is_some_and(|s| same_parse(f, s))
+        {
+            self.next = at + 1;
+            return self.flows.get_mut(at).and_then(Option::take);
+        }
+        let flows = &self.flows;
+        let by_id = self.by_id.get_or_insert_with(|| {
+            let mut m: HashMap<String, Vec<usize>> = HashMap::new();
+            for (i, s) in flows.iter().enumerate() {
+                if let Some(s) = s {
+                    m.entry(s.id.0.clone()).or_default().push(i);
+                }
+            }
+            m
+        });
+        let i = by_id.get(&f.id).and_then(|v| {
+            v.iter().copied().find(|&i| {
+                flows
+                    .get(i)
+                    .and_then(Option::as_ref)
+                    .is_some_and(|s| same_parse(f, s))
+            })
+        })?;
+        self.next = i + 1;
+        self.flows.get_mut(i).and_then(Option::take)
+    }
+}
+
 /// A spec built by [`build_spec`], with where its flows came from.
 #[derive(Debug)]
 struct Built {
@@ -722,7 +805,12 @@ fn build_spec(
             }
             None => (ports_of(d, local), groups_of(d)),
         };
-        let cached = entry.filter(|c| trusted || c.matches(&d.flows));
+        // A datapath whose flows changed still takes each unchanged flow's parse from the
+        // cache (`rest`); only the new and changed flows are parsed.
+        let (cached, mut rest) = match entry {
+            Some(c) if trusted || c.matches(&d.flows) => (Some(c), None),
+            other => (None, other.map(Reusable::new)),
+        };
         let flows = match cached {
             Some(c) => {
                 origins.0.push(c.used.clone());
@@ -739,6 +827,12 @@ fn build_spec(
                 let mut used_all = Vec::with_capacity(d.flows.len());
                 let mut syntax = Vec::new();
                 for (mi, f) in d.flows.iter().enumerate() {
+                    if let Some(fs) = rest.as_mut().and_then(|r| r.take(f)) {
+                        debug_assert_eq!(flows.len(), mi);
+                        used_all.push(Used::Primary);
+                        flows.push(fs);
+                        continue;
+                    }
                     let mut fs = flow_spec(f, (&f.matches, &f.actions), level);
                     let mut used = Used::Primary;
                     if let Some(err) = fs.parse_error.clone()
