@@ -333,6 +333,8 @@ struct Built {
     errors: Vec<FlowErrorMsg>,
     /// Per datapath: taken from the cache, and its parse metadata.
     meta: Vec<(bool, CacheMeta)>,
+    /// Flows parsed (not taken from the cache).
+    parsed_flows: usize,
 }
 
 /// The parsed flows of the last program compiled, per datapath, so that a new program whose
@@ -352,6 +354,8 @@ pub struct SpecCache {
     level: Option<Option<String>>,
     /// The datapaths whose flows the last successful compile parsed (not taken from here).
     parsed: Vec<String>,
+    /// How many flows the last successful compile parsed (the rest came from here).
+    parsed_flows: usize,
     /// How compiles through it run (worker threads).
     opts: CompileOptions,
     /// The address sets and port groups of the last program compiled (`None`: not known).
@@ -434,6 +438,13 @@ impl SpecCache {
     /// again, in program order: the ones it did not take from here.
     pub fn last_parsed(&self) -> &[String] {
         &self.parsed
+    }
+
+    /// How many flows the last successful compile through this cache parsed: in the datapaths
+    /// of [`SpecCache::last_parsed`], only the new and changed flows (the others' parses are
+    /// taken from here one by one).
+    pub fn last_parsed_flows(&self) -> usize {
+        self.parsed_flows
     }
 
     /// Forgets everything (the running program was replaced another way).
@@ -562,6 +573,7 @@ impl SpecCache {
             origins,
             errors,
             meta,
+            parsed_flows,
         } = built.built;
         let CompileOutcome {
             prog,
@@ -592,6 +604,7 @@ impl SpecCache {
         self.valid = true;
         self.level = Some(msg.feature_level.clone());
         self.parsed = parsed;
+        self.parsed_flows = parsed_flows;
         Ok(Compiled {
             program: prog,
             errors: reported,
@@ -769,6 +782,7 @@ fn build_spec(
     };
     let mut origins = Origins::default();
     let mut errors = Vec::new();
+    let mut parsed_flows = 0;
     for d in &msg.datapaths {
         let kind = match d.router_zones {
             None => DatapathKind::Switch,
@@ -833,6 +847,7 @@ fn build_spec(
                         flows.push(fs);
                         continue;
                     }
+                    parsed_flows += 1;
                     let mut fs = flow_spec(f, (&f.matches, &f.actions), level);
                     let mut used = Used::Primary;
                     if let Some(err) = fs.parse_error.clone()
@@ -933,6 +948,7 @@ fn build_spec(
         origins,
         errors,
         meta,
+        parsed_flows,
     })
 }
 

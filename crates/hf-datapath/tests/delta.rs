@@ -123,6 +123,11 @@ fn a_delta_recompiles_only_the_datapath_it_changes() {
     // Only sw1 was parsed and compiled again; sw0's tables are the same allocation.
     assert_eq!(dp.spec_cache().last_parsed(), ["sw1".to_string()]);
     assert_eq!(dp.last_install_shared(), 1);
+    // ... and in sw1 only the new flow was parsed and compiled: the others kept their parse
+    // and their classifier entries (sw1 changed in place).
+    assert_eq!(dp.spec_cache().last_parsed_flows(), 1);
+    assert_eq!(dp.pipeline().program().patched_datapaths(), 1);
+    assert_eq!(dp.pipeline().program().compiled_flows(), 1);
     // sw0 forwards on, with its connection.
     assert_eq!(conntrack(&dp), ct);
     // (A retransmitted SYN: the connection is the same one.)

@@ -1,5 +1,6 @@
-//! The judge of the flow cache: for random programs and packets, the cached path and the full
-//! walk give the same output frames and the same conntrack effects
+//! The judge of the flow cache: for random programs and packets, the cached path (running a
+//! program a recompile changed in place) and the full walk (a fresh compile) give the same
+//! output frames and the same conntrack effects
 //! ([`hf_pipeline::fuzzing::differential`] runs both and compares after every packet), and the
 //! fuzz target's committed corpus replays without a panic.
 
@@ -38,6 +39,8 @@ fn random_programs_exercise_the_cache() {
     assert!(stats.connections > 10, "{stats:?}");
     assert!(stats.learned > 10, "{stats:?}");
     assert!(stats.counted > 10, "{stats:?}");
+    // The cached side's programs were changed in place (not compiled whole).
+    assert!(stats.patched > 100, "{stats:?}");
 }
 
 #[test]
