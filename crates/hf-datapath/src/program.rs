@@ -245,9 +245,8 @@ impl ParsedDp {
 /// Whether message flow `f` parses to spec `s` (parsed from its own text): same identity,
 /// place, priority, metadata and text.
 fn same_parse(f: &FlowMsg, s: &FlowSpec) -> bool {
-    let eq = |a: &std::sync::Arc<str>, b: &std::sync::Arc<str>| {
-        std::sync::Arc::ptr_eq(a, b) || a == b
-    };
+    let eq =
+        |a: &std::sync::Arc<str>, b: &std::sync::Arc<str>| std::sync::Arc::ptr_eq(a, b) || a == b;
     f.last_good.is_none()
         && f.egress == (s.pipeline == Pipe::Egress)
         && f.table == s.table
@@ -256,8 +255,7 @@ fn same_parse(f: &FlowMsg, s: &FlowSpec) -> bool {
         && f.stage == s.stage
         && f.sb_uuid == s.sb_uuid
         && f.stage_hint == s.stage_hint
-        && s
-            .source
+        && s.source
             .as_ref()
             .is_some_and(|t| eq(&t.matches, &f.matches) && eq(&t.actions, &f.actions))
 }

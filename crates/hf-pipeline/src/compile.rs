@@ -10,7 +10,10 @@
 //!   switch ports and `cr-` ports), from [`crate::PortSpec::resident`] (not from the location:
 //!   a localport or an additional chassis's copy is local without being resident).
 //! - [`Program::recompile`] reuses the compiled tables (`Arc`-shared) of every datapath whose
-//!   flows, port names/keys, referenced sets and referenced residency did not change.
+//!   flows, port names/keys, referenced sets and referenced residency did not change, and
+//!   changes the others in place where it can (`patch_dp`): flows that did not change keep
+//!   their rules, the rest are removed or compiled alone, and the result equals a fresh
+//!   compile (docs/program-deltas.md, "Flow by flow").
 //!
 //! What it does not do: decide where ports live or which zones they get (the translation in
 //! `hf-controller` does), or keep a last good version of a flow that stopped compiling (the
@@ -362,9 +365,8 @@ impl Program {
                     .filter(|od| od.key == d.tunnel_key)
                     .map(|od| od.tables.clone())
                     .filter(|c| c.switch == matches!(d.kind, crate::DatapathKind::Switch));
-                let p = od.and_then(|c| {
-                    patch_dp(&mut prog, &mut norm, spec, d, &resident, &c, &o.sets)
-                });
+                let p = od
+                    .and_then(|c| patch_dp(&mut prog, &mut norm, spec, d, &resident, &c, &o.sets));
                 match p {
                     Some(p) => {
                         prog.patched += 1;

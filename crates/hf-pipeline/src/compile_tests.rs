@@ -495,7 +495,10 @@ fn in_place_changes_equal_a_fresh_compile_over_random_changes() {
     }
     // The in-place path ran, and compiled fewer flows than a whole datapath's.
     assert!(patched > 1000, "only {patched} datapaths changed in place");
-    assert!(partial > 1000, "only {partial} recompiles compiled fewer flows");
+    assert!(
+        partial > 1000,
+        "only {partial} recompiles compiled fewer flows"
+    );
 }
 
 #[test]
