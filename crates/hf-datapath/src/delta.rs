@@ -380,22 +380,34 @@ fn list_delta<T: Keyed + Clone + PartialEq>(old: &[T], new: &[T]) -> Option<List
     if old == new {
         return None;
     }
-    if !unique_keys(old) || !unique_keys(new) {
-        return Some(ListDelta::Whole(new.to_vec()));
+    // One pass over each list (a touched datapath's flows are thousands): a key twice in
+    // either list sends it whole.
+    let whole = || Some(ListDelta::Whole(new.to_vec()));
+    let mut old_ix: HashMap<&str, usize> = HashMap::with_capacity(old.len());
+    for (i, x) in old.iter().enumerate() {
+        if old_ix.insert(x.key(), i).is_some() {
+            return whole();
+        }
     }
-    let old_ix: HashMap<&str, usize> = old.iter().enumerate().map(|(i, x)| (x.key(), i)).collect();
-    let new_keys: HashSet<&str> = new.iter().map(Keyed::key).collect();
+    let mut hit = vec![false; old.len()];
+    let mut added_keys: HashSet<&str> = HashSet::new();
     let mut changed = Vec::new();
     let mut added = Vec::new();
     // The survivors must keep their relative order.
     let mut last = None;
     for (j, x) in new.iter().enumerate() {
         match old_ix.get(x.key()) {
-            None => added.push((j as u32, x.clone())),
-            Some(&i) => {
-                if last.is_some_and(|l| i < l) {
-                    return Some(ListDelta::Whole(new.to_vec()));
+            None => {
+                if !added_keys.insert(x.key()) {
+                    return whole();
                 }
+                added.push((j as u32, x.clone()));
+            }
+            Some(&i) => {
+                if hit[i] || last.is_some_and(|l| i < l) {
+                    return whole();
+                }
+                hit[i] = true;
                 last = Some(i);
                 if &old[i] != x {
                     changed.push(x.clone());
@@ -405,8 +417,9 @@ fn list_delta<T: Keyed + Clone + PartialEq>(old: &[T], new: &[T]) -> Option<List
     }
     let removed = old
         .iter()
-        .filter(|x| !new_keys.contains(x.key()))
-        .map(|x| x.key().to_string())
+        .zip(&hit)
+        .filter(|(_, h)| !**h)
+        .map(|(x, _)| x.key().to_string())
         .collect();
     Some(ListDelta::Edit {
         removed,
