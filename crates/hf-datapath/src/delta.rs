@@ -795,7 +795,8 @@ fn edit_list<T: Keyed + Clone>(old: &[T], d: Option<&ListDelta<T>>) -> Result<Ve
         .collect();
     let mut next = 0usize;
     let gone: HashSet<&str> = removed.iter().map(String::as_str).collect();
-    let mut keys: HashSet<&str> = ix.keys().copied().filter(|k| !gone.contains(k)).collect();
+    // Keys added so far (an added key must be neither a kept old one nor added twice).
+    let mut new_keys: HashSet<&str> = HashSet::with_capacity(added.len());
     for (at, x) in added {
         let at = *at as usize;
         if at < next || at > out.len() {
@@ -805,7 +806,8 @@ fn edit_list<T: Keyed + Clone>(old: &[T], d: Option<&ListDelta<T>>) -> Result<Ve
                 out.len()
             ));
         }
-        if !keys.insert(x.key()) {
+        let kept = ix.contains_key(x.key()) && !gone.contains(x.key());
+        if kept || !new_keys.insert(x.key()) {
             return Err(format!("{} to add is there already", x.key()));
         }
         out.insert(at, x.clone());
