@@ -449,6 +449,50 @@ fn a_flow_added_travels_alone() {
     );
 }
 
+/// A delta that adds a flow whose identity the running datapath already has (kept, not
+/// removed by the delta) does not fit: refused, nothing changed.
+#[test]
+fn a_delta_adding_an_identity_that_is_there_is_refused() {
+    let old = two_datapaths();
+    let mut new = old.clone();
+    new.generation = 6;
+    let f = FlowMsg {
+        id: "new".into(),
+        matches: "ip6".into(),
+        ..FlowMsg::default()
+    };
+    std::sync::Arc::make_mut(&mut new.datapaths[1])
+        .flows
+        .insert(1, f.clone());
+    let d = between(&old, &new, None);
+    // The running program already has a flow "new" (another content).
+    let mut other = old.clone();
+    std::sync::Arc::make_mut(&mut other.datapaths[1])
+        .flows
+        .push(FlowMsg {
+            id: "new".into(),
+            matches: "ip4".into(),
+            ..FlowMsg::default()
+        });
+    let before = other.clone();
+    let e = apply(&mut other, &d).unwrap_err();
+    assert!(
+        matches!(&e, DeltaError::Inconsistent { what, .. } if what.contains("flows")),
+        "{e}"
+    );
+    assert_eq!(other, before);
+    // A flow moved within the list (the list travels whole) fits, and gives the new program.
+    let mut moved = new.clone();
+    moved.generation = 7;
+    let dp = std::sync::Arc::make_mut(&mut moved.datapaths[1]);
+    let x = dp.flows.remove(1);
+    dp.flows.push(x);
+    let mut got = new.clone();
+    let d = between(&new, &moved, None);
+    apply(&mut got, &d).expect("fits");
+    assert_eq!(got, moved);
+}
+
 /// A delta against another generation, or one that does not fit, changes nothing.
 #[test]
 fn a_delta_that_does_not_fit_changes_nothing() {
