@@ -276,7 +276,7 @@ pub struct Scope {
 }
 
 /// The keys of `a` and `b` whose values differ (present in one only, or unequal).
-fn changed_keys<K: Ord + Clone, V: PartialEq>(
+pub(crate) fn changed_keys<K: Ord + Clone, V: PartialEq>(
     a: &BTreeMap<K, V>,
     b: &BTreeMap<K, V>,
     out: &mut BTreeSet<K>,

@@ -37,8 +37,9 @@ use crate::Options;
 use crate::diag::Diags;
 use crate::flow::DpIdx;
 use crate::output::SbDesired;
-use crate::sync::Scope;
-use crate::tables::{global, mcast, port};
+use crate::ls::index::LsIndex;
+use crate::sync::{Scope, changed_keys};
+use crate::tables::{global, groups, lb, mcast, port};
 use crate::topo::{Keys, PortIdx, PortKind, Topo, TopoParts, lsp_port};
 
 /// What one changed port does to the topology.
@@ -60,7 +61,20 @@ pub(crate) struct Plan {
     pub(crate) rows: BTreeSet<Uuid>,
     /// Datapaths whose port keys SB changed (re-keyed, their rows' keys patched).
     rekey: BTreeSet<DpIdx>,
+    /// ACLs, port groups (or a changed port's membership), address sets or switch-only load
+    /// balancers changed: the switch index ([`crate::ls::index::LsIndex`]) is built anew
+    /// over the kept topology, and `Port_Group` and `Address_Set` are derived anew and
+    /// compared by name.
+    pub(crate) index: bool,
+    /// Load balancers (or groups, or a switch's references to them) changed:
+    /// `Load_Balancer` is derived anew and compared by name.
+    lbs: bool,
 }
+
+/// The NB tables whose diagnostics the switch index and the group and load balancer tables
+/// make: all of them are redone when [`Plan::index`] is set.
+pub(crate) const INDEX_DIAG_TABLES: [&str; 4] =
+    ["ACL", "Load_Balancer", "Port_Group", "Address_Set"];
 
 /// A plain VIF, as the fast path takes it (see the module doc).
 fn plain(p: &LogicalSwitchPort) -> bool {
@@ -102,13 +116,25 @@ pub(crate) fn plan(
     {
         return None;
     }
-    // Only ports and switches' port lists (NB_Global's handshake columns were checked by
+    // Only ports, switches' port, ACL and load balancer lists, ACLs, port groups, address
+    // sets and load balancers no router uses (NB_Global's handshake columns were checked by
     // the caller's seeds).
     let mut first: BTreeMap<Uuid, Option<&LogicalSwitchPort>> = BTreeMap::new();
+    let mut plan = Plan::default();
     for d in deltas {
-        if d.len() != d.logical_switch.len() + d.logical_switch_port.len() + d.nb_global.len() {
+        let index_rows = d.acl.len() + d.port_group.len() + d.address_set.len();
+        let lb_rows = d.load_balancer.len() + d.load_balancer_group.len();
+        if d.len()
+            != d.logical_switch.len()
+                + d.logical_switch_port.len()
+                + d.nb_global.len()
+                + index_rows
+                + lb_rows
+        {
             return None;
         }
+        plan.index |= index_rows + lb_rows > 0;
+        plan.lbs |= lb_rows > 0;
         for r in &d.logical_switch_port {
             for row in [r.before(), r.after()].into_iter().flatten() {
                 if !plain(row) {
@@ -125,6 +151,18 @@ pub(crate) fn plan(
             };
             let mut a = old.clone();
             a.ports = new.ports.clone();
+            a.acls = new.acls.clone();
+            a.load_balancer = new.load_balancer.clone();
+            a.load_balancer_group = new.load_balancer_group.clone();
+            if a.acls != old.acls {
+                plan.index = true;
+            }
+            if a.load_balancer != old.load_balancer
+                || a.load_balancer_group != old.load_balancer_group
+            {
+                plan.index = true;
+                plan.lbs = true;
+            }
             if a != *new
                 || old
                     .ports
@@ -135,7 +173,9 @@ pub(crate) fn plan(
             }
         }
     }
-    let mut plan = Plan::default();
+    if plan.lbs && routers_use_lbs(nb, deltas) {
+        return None;
+    }
     let mut names: BTreeSet<&str> = BTreeSet::new();
     for (&u, before) in &first {
         // Where the topology has it: under its name before this change set.
@@ -206,13 +246,16 @@ pub(crate) fn plan(
     }) {
         return None;
     }
+    // A port in a port group makes its address sets and its switch an ACL holder: the
+    // index and the group tables are derived anew. (One that left a group changed the
+    // group's row, which set the flag above.)
     for u in &plan.rows {
         if nb
             .port_group_all_by_ports(RowRef::from(*u))
             .next()
             .is_some()
         {
-            return None;
+            plan.index = true;
         }
     }
     // Ports whose key SB changed since: their datapaths are keyed anew.
@@ -231,6 +274,41 @@ pub(crate) fn plan(
         }
     }
     Some(plan)
+}
+
+/// Whether a router uses (directly or through a group, before or after `deltas`) a load
+/// balancer or group the change set touches: router load balancers reach router ports'
+/// `Port_Binding`s and the routers' neighbour addresses, which the fast path does not patch.
+fn routers_use_lbs(nb: &NbSnapshot, deltas: &[NbDelta]) -> bool {
+    let mut lbs: BTreeSet<Uuid> = BTreeSet::new();
+    let mut groups: BTreeSet<Uuid> = BTreeSet::new();
+    for d in deltas {
+        lbs.extend(d.load_balancer.iter().map(|r| r.uuid()));
+        for r in &d.load_balancer_group {
+            groups.insert(r.uuid());
+            for row in [r.before(), r.after()].into_iter().flatten() {
+                lbs.extend(row.load_balancer.iter().map(|l| l.uuid()));
+            }
+        }
+        for r in &d.logical_switch {
+            for row in [r.before(), r.after()].into_iter().flatten() {
+                lbs.extend(row.load_balancer.iter().map(|l| l.uuid()));
+                groups.extend(row.load_balancer_group.iter().map(|g| g.uuid()));
+            }
+        }
+    }
+    for g in nb.load_balancer_group().values() {
+        if g.load_balancer.iter().any(|l| lbs.contains(&l.uuid())) {
+            groups.insert(g.uuid);
+        }
+    }
+    nb.logical_router().values().any(|lr| {
+        lr.load_balancer.iter().any(|l| lbs.contains(&l.uuid()))
+            || lr
+                .load_balancer_group
+                .iter()
+                .any(|g| groups.contains(&g.uuid()))
+    })
 }
 
 /// What [`patch_topo`] changed.
@@ -289,6 +367,10 @@ pub(crate) fn patch_topo(t: &mut Topo<'_>, plan: &Plan, keys: &Keys, diags: &mut
     }
     for dp in out.dps.iter().chain(plan.rekey.iter()) {
         t.assign_port_keys(*dp, keys);
+    }
+    if plan.index {
+        let ls = LsIndex::build(t, &keys.acl_last_good, diags);
+        t.ls = ls;
     }
     out
 }
@@ -382,6 +464,20 @@ pub(crate) fn patch_tables(
         }
     }
     global::build(t, opts, sb);
+    if plan.index {
+        let old = std::mem::take(&mut sb.port_groups);
+        groups::port_groups(t, &opts.render, sb, diags);
+        changed_keys(&old, &sb.port_groups, &mut scope.port_groups);
+        // After `global` (the `svc_monitor_mac` set holds the MAC chosen there).
+        let old = std::mem::take(&mut sb.address_sets);
+        groups::address_sets(t, sb, diags);
+        changed_keys(&old, &sb.address_sets, &mut scope.address_sets);
+    }
+    if plan.lbs {
+        let old = std::mem::take(&mut sb.load_balancers);
+        lb::build(t, &opts.render, sb, diags);
+        changed_keys(&old, &sb.load_balancers, &mut scope.load_balancers);
+    }
     sb.frozen_datapaths = opts.frozen_datapaths.clone();
     scope
 }
