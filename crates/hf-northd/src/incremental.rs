@@ -17,7 +17,11 @@
 //!   and policies: the router, its neighbours (switches and peer routers) and the routers on
 //!   those switches (switches answer ARP for the router's addresses and VIPs);
 //! - an ACL: the switches holding it directly or through a port group; a port group: the
-//!   switches of its ports, before and after;
+//!   switches of its ports, before and after; a switch whose `acls` alone changed: itself
+//!   (with its VIF rule when VIFs changed too). These rebuild the switches alone: no
+//!   router stage reads a switch's ACLs or port groups;
+//! - an address set: the routers whose NAT rows name it (`allowed_ext_ips`,
+//!   `exempted_ext_ips`); ACL matches name sets as `$name`, which controllers expand;
 //! - a load balancer or load-balancer group: the switches and routers using it (directly or
 //!   through a group), with the routers' expansion above;
 //! - a datapath whose name, row, kind or tunnel key changed, or that appears or disappears.
@@ -28,10 +32,11 @@
 //! key changes is rebuilt), features
 //! other than every feature (lowering aggregates diagnostics over all datapaths), and an NB
 //! change of any other table (`NB_Global` other than northd's handshake columns,
-//! `Address_Set`, `DHCP_Options`, `DNS`, `Meter`, HA chassis groups, ...): correctness first.
+//! `DHCP_Options`, `DNS`, `Meter`, HA chassis groups, ...): correctness first.
 //!
-//! The topology and the non-flow tables: a change set of plain VIF changes patches the last
-//! ones in place (`crate::vif_patch`, whose doc lists the conditions); anything else redoes
+//! The topology and the non-flow tables: a change set of plain VIF, ACL, port group, address
+//! set and switch-only load balancer changes patches the last ones in place
+//! (`crate::vif_patch`, whose doc lists the conditions); anything else redoes
 //! [`crate::topo::Topo::build`] and the non-flow tables and compares those with the last ones
 //! (when given back). What it does not do: talk to SB; [`Incremental::changed`] and
 //! [`Incremental::non_flow_changed`] tell the caller which flow and non-flow identities
@@ -133,7 +138,7 @@ pub struct Incremental {
     sections_rebuilt: usize,
     /// The last compile's topology without its NB (patched by the VIF fast path).
     topo: Option<crate::topo::TopoParts>,
-    /// The keys the last compile used.
+    /// The keys the last compile used, but the port keys (its topology has those).
     seen_keys: Option<crate::topo::Keys>,
     /// The last compile's diagnostics from the topology and the non-flow tables.
     topo_diags: Vec<Diagnostic>,
@@ -889,7 +894,7 @@ impl Incremental {
         self.patched = patched.is_some();
         let acl_last_good = topo.ls.acl_good.clone();
         self.topo = Some(topo.into_parts());
-        self.seen_keys = Some(opts.keys.clone());
+        self.seen_keys = Some(opts.keys.without_ports());
         Compiled {
             sb,
             diagnostics,

@@ -4,6 +4,16 @@
 //! [`Topo`] and non-flow tables in place, instead of [`Topo::build`] over all of NB and
 //! [`crate::tables::build`] over every port.
 //!
+//! The same path takes `ACL`, `Port_Group`, `Address_Set`, `Load_Balancer` and
+//! `Load_Balancer_Group` rows, and switch rows whose `acls`, `load_balancer` or
+//! `load_balancer_group` changed (with VIFs in port groups allowed): none of those reaches
+//! datapaths, ports or their keys, so the topology is kept and only its switch index
+//! ([`crate::ls::index::LsIndex`]: ACLs, port group holders, load balancers, router
+//! addresses) is built anew, with `Port_Group`, `Address_Set` and `Load_Balancer` derived
+//! anew and compared by name, and their diagnostics redone ([`INDEX_DIAG_TABLES`]). Load
+//! balancers a router uses (directly or through a group) are left to the full build: they
+//! reach the router ports' `Port_Binding`s.
+//!
 //! What it patches, per changed port: its entry in the topology (parsed as
 //! [`crate::topo::lsp_port`] parses it; deleted ports are swap-removed and the moved port's
 //! index mended everywhere it is held), its datapath's port tunnel keys
@@ -15,9 +25,10 @@
 //! What it does not do: anything else. [`plan`] answers `None` (the caller builds the
 //! topology and tables in full) unless every changed port is, in every version the change
 //! set holds and in NB now, of type `""` with no `parent_name`, `tag`, `tag_request`,
-//! `options:requested-tnl-key` or QoS options, in no port group, named by no NAT, not bound
+//! `options:requested-tnl-key` or QoS options, named by no NAT, not bound
 //! (`Keys::bound_chassis`), with a name no other port row has (or is derived, `cr-`), on a
-//! switch no other datapath shares a name with, staying on its switch under its name; and
+//! switch no other datapath shares a name with, staying on its switch under its name (in a
+//! port group, it has the index and group tables redone as above); and
 //! unless the tunnel keys of datapaths, the NB rows SB names, tags, queues, bound chassis,
 //! `SB_Global.options` and the last good ACL matches are what the last compile saw (or, for
 //! the matches, what it gave back). Each of
@@ -63,11 +74,11 @@ pub(crate) struct Plan {
     rekey: BTreeSet<DpIdx>,
     /// ACLs, port groups (or a changed port's membership), address sets or switch-only load
     /// balancers changed: the switch index ([`crate::ls::index::LsIndex`]) is built anew
-    /// over the kept topology, and `Port_Group` and `Address_Set` are derived anew and
-    /// compared by name.
+    /// over the kept topology, and `Port_Group`, `Address_Set` and `Load_Balancer` are
+    /// derived anew and compared by name.
     pub(crate) index: bool,
-    /// Load balancers (or groups, or a switch's references to them) changed:
-    /// `Load_Balancer` is derived anew and compared by name.
+    /// Load balancers (or groups, or a switch's references to them) changed (the index is
+    /// redone, `Load_Balancer` with it); none may be a router's.
     lbs: bool,
 }
 
@@ -88,7 +99,8 @@ fn plain(p: &LogicalSwitchPort) -> bool {
         && !p.name.starts_with("cr-")
 }
 
-/// Whether the `Keys` parts other than port keys are what the last compile saw.
+/// Whether the `Keys` parts other than port keys are what the last compile saw (`a` holds no
+/// port keys: see [`Keys::without_ports`]).
 fn same_keys(a: &Keys, b: &Keys) -> bool {
     a.datapaths == b.datapaths
         && a.nb_rows == b.nb_rows
@@ -100,7 +112,8 @@ fn same_keys(a: &Keys, b: &Keys) -> bool {
 
 /// The plan for `deltas` (applied in order to the NB the topology `t` was built from, giving
 /// `nb`), or `None` when the fast path does not apply (see the module doc). `seen` are the
-/// keys the last compile used, `keys` this compile's.
+/// keys the last compile used but its port keys (the topology has those), `keys` this
+/// compile's.
 pub(crate) fn plan(
     nb: &NbSnapshot,
     deltas: &[NbDelta],
@@ -258,19 +271,20 @@ pub(crate) fn plan(
             plan.index = true;
         }
     }
-    // Ports whose key SB changed since: their datapaths are keyed anew.
+    // Datapaths with a port whose key in SB is not the one the topology has (SB changed it,
+    // or has none for it): keyed anew. A datapath whose every port SB keys as the topology
+    // does is keyed the same again ([`Topo::assign_port_keys`] reads only its ports' keys),
+    // so no copy of the last compile's port keys is needed.
     for (name, k) in &keys.ports {
-        if seen.ports.get(name) != Some(k)
-            && let Some(&i) = t.port_by_name.get(name)
+        if let Some(&i) = t.port_by_name.get(name)
+            && t.ports[i].tunnel_key != *k
         {
             plan.rekey.insert(t.ports[i].dp);
         }
     }
-    for name in seen.ports.keys() {
-        if !keys.ports.contains_key(name)
-            && let Some(&i) = t.port_by_name.get(name)
-        {
-            plan.rekey.insert(t.ports[i].dp);
+    for p in &t.ports {
+        if !keys.ports.contains_key(&p.name) {
+            plan.rekey.insert(p.dp);
         }
     }
     Some(plan)
@@ -472,8 +486,7 @@ pub(crate) fn patch_tables(
         let old = std::mem::take(&mut sb.address_sets);
         groups::address_sets(t, sb, diags);
         changed_keys(&old, &sb.address_sets, &mut scope.address_sets);
-    }
-    if plan.lbs {
+        // Also when no load balancer changed: its diagnostics are redone with the others'.
         let old = std::mem::take(&mut sb.load_balancers);
         lb::build(t, &opts.render, sb, diags);
         changed_keys(&old, &sb.load_balancers, &mut scope.load_balancers);
