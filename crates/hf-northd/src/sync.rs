@@ -416,7 +416,7 @@ fn by_key<'a, R, K: std::hash::Hash + Eq>(
     rows: impl Iterator<Item = &'a R>,
     key: impl Fn(&'a R) -> Option<K>,
 ) -> (HashMap<K, &'a R>, Vec<&'a R>) {
-    let mut m = HashMap::new();
+    let mut m = HashMap::with_capacity(rows.size_hint().0);
     let mut dups = Vec::new();
     for r in rows {
         match key(r) {

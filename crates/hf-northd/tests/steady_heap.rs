@@ -60,6 +60,9 @@ fn cycle(nb: &mut Nb, inc: &mut Incremental, opts: &Options, k: usize) {
         f(nb);
         let deltas = nb.record.take().unwrap_or_default();
         let snap = nb.snapshot();
+        if std::env::var("HF_NO_COMPILE").is_ok() {
+            return;
+        }
         let c = inc.update(&snap, Some(&deltas), opts);
         assert!(
             inc.changed().is_some() && inc.patched(),
@@ -77,6 +80,13 @@ fn cycle(nb: &mut Nb, inc: &mut Incremental, opts: &Options, k: usize) {
             true,
         );
     });
+    let vif_only = std::env::var("HF_VIF_ONLY").is_ok();
+    if vif_only {
+        step(nb, &mut |nb| {
+            nb.delete("Logical_Switch_Port", port, Some(("Logical_Switch", "ports")));
+        });
+        return;
+    }
     step(nb, &mut |nb| {
         nb.set(
             "Port_Group",

@@ -380,7 +380,8 @@ fn step(sim: &mut Sim, rng: &mut Rng, i: usize) -> String {
             let row = if rng.below(2) == 0 {
                 json!({"priority": 1500 + i})
             } else {
-                json!({"action": ["drop", "allow", "reject"][rng.below(3)]})
+                let action = ["drop", "allow", "reject"][rng.below(3)];
+                json!({ "action": action })
             };
             sim.nb(json!([{"op": "update", "table": "ACL",
                 "where": [["_uuid", "==", uref(a)]], "row": row.clone()}]));
