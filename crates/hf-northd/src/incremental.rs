@@ -865,8 +865,7 @@ impl Incremental {
                 .into_iter()
                 .filter(|d| {
                     !plan.rows.contains(&d.row)
-                        && !(plan.index
-                            && crate::vif_patch::INDEX_DIAG_TABLES.contains(&d.table))
+                        && !(plan.index && crate::vif_patch::INDEX_DIAG_TABLES.contains(&d.table))
                 })
                 .chain(diags.0)
                 .collect(),

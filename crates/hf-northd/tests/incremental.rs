@@ -704,9 +704,19 @@ fn the_vif_fast_path_takes_plain_vifs_only() {
         "allow-related",
     );
     check(&mut nb, &mut inc, "ACL on a port group", true);
-    nb.set("ACL", acl, "match", json!("outport == @pg_web && tcp.dst == 8081"));
+    nb.set(
+        "ACL",
+        acl,
+        "match",
+        json!("outport == @pg_web && tcp.dst == 8081"),
+    );
     check(&mut nb, &mut inc, "ACL edited", true);
-    nb.set("ACL", acl, "match", json!("outport == @pg_web && tcp.dst =="));
+    nb.set(
+        "ACL",
+        acl,
+        "match",
+        json!("outport == @pg_web && tcp.dst =="),
+    );
     check(&mut nb, &mut inc, "ACL match broken (last good kept)", true);
     nb.delete("ACL", acl, Some(("Port_Group", "acls")));
     check(&mut nb, &mut inc, "ACL deleted", true);
@@ -727,7 +737,11 @@ fn the_vif_fast_path_takes_plain_vifs_only() {
         json!(["set", [["uuid", web.to_string()], ["uuid", sx.to_string()]]]),
     );
     check(&mut nb, &mut inc, "port group spans another switch", true);
-    if let Some(a) = nb.snapshot().address_set_by_name("as_clients").map(|a| a.uuid) {
+    if let Some(a) = nb
+        .snapshot()
+        .address_set_by_name("as_clients")
+        .map(|a| a.uuid)
+    {
         nb.set("Address_Set", a, "addresses", json!(["set", ["10.0.9.9"]]));
         check(&mut nb, &mut inc, "address set", true);
     }
@@ -747,7 +761,12 @@ fn the_vif_fast_path_takes_plain_vifs_only() {
         json!(["map", [["10.210.0.2:80", "10.0.0.12:80"]]]),
     );
     check(&mut nb, &mut inc, "switch load balancer edited", true);
-    nb.lb("lb_rt", &[("10.211.0.1:80", "10.0.0.11:80")], &["sx0"], &["lr1"]);
+    nb.lb(
+        "lb_rt",
+        &[("10.211.0.1:80", "10.0.0.11:80")],
+        &["sx0"],
+        &["lr1"],
+    );
     check(&mut nb, &mut inc, "router load balancer added", false);
     nb.lsp_with(
         "sx0",

@@ -105,7 +105,11 @@ fn cycle(nb: &mut Nb, inc: &mut Incremental, opts: &Options, k: usize) {
         nb.set("Port_Group", pg_uuid(nb), "ports", json!(["set", []]))
     });
     step(nb, &mut |nb| {
-        nb.delete("Logical_Switch_Port", port, Some(("Logical_Switch", "ports")));
+        nb.delete(
+            "Logical_Switch_Port",
+            port,
+            Some(("Logical_Switch", "ports")),
+        );
     });
 }
 
