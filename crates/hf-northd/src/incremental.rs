@@ -864,8 +864,11 @@ impl Incremental {
             Some((plan, _)) => std::mem::take(&mut self.topo_diags)
                 .into_iter()
                 .filter(|d| {
-                    !plan.rows.contains(&d.row)
-                        && !(plan.index && crate::vif_patch::INDEX_DIAG_TABLES.contains(&d.table))
+                    // Redone: the changed rows' diagnostics, and with the index those of
+                    // the index's tables.
+                    let redone = plan.rows.contains(&d.row)
+                        || (plan.index && crate::vif_patch::INDEX_DIAG_TABLES.contains(&d.table));
+                    !redone
                 })
                 .chain(diags.0)
                 .collect(),
