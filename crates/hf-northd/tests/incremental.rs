@@ -768,6 +768,23 @@ fn the_vif_fast_path_takes_plain_vifs_only() {
         &["lr1"],
     );
     check(&mut nb, &mut inc, "router load balancer added", false);
+    // A router's load balancer edited alone (no router row changes): its VIPs reach the
+    // gateway port's `Port_Binding` (`nat-addresses`), which the fast path does not patch.
+    let on_lr0: Vec<uuid::Uuid> = nb
+        .snapshot()
+        .logical_router()
+        .values()
+        .filter(|r| r.name == "lr0")
+        .flat_map(|r| r.load_balancer.iter().map(|l| l.uuid()))
+        .collect();
+    assert!(!on_lr0.is_empty(), "the world's router has a load balancer");
+    nb.set(
+        "Load_Balancer",
+        on_lr0[0],
+        "vips",
+        json!(["map", [["172.16.0.77:80", "10.0.0.11:80"]]]),
+    );
+    check(&mut nb, &mut inc, "router load balancer edited", false);
     nb.lsp_with(
         "sx0",
         "sx0-child",
