@@ -169,6 +169,10 @@ impl SbChassisView {
             bound: BTreeMap::new(),
         };
         for pb in port_bindings {
+            // Unbound ports (most, where few chassis run) cost no datapath lookup.
+            if pb.chassis.is_none() && pb.additional_chassis.is_empty() {
+                continue;
+            }
             let Some(dp) = datapaths
                 .get(&pb.datapath.uuid())
                 .and_then(|d| d.external_ids.get("name"))

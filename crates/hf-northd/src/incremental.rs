@@ -17,7 +17,11 @@
 //!   and policies: the router, its neighbours (switches and peer routers) and the routers on
 //!   those switches (switches answer ARP for the router's addresses and VIPs);
 //! - an ACL: the switches holding it directly or through a port group; a port group: the
-//!   switches of its ports, before and after;
+//!   switches of its ports, before and after; a switch whose `acls` alone changed: itself
+//!   (with its VIF rule when VIFs changed too). These rebuild the switches alone: no
+//!   router stage reads a switch's ACLs or port groups;
+//! - an address set: the routers whose NAT rows name it (`allowed_ext_ips`,
+//!   `exempted_ext_ips`); ACL matches name sets as `$name`, which controllers expand;
 //! - a load balancer or load-balancer group: the switches and routers using it (directly or
 //!   through a group), with the routers' expansion above;
 //! - a datapath whose name, row, kind or tunnel key changed, or that appears or disappears.
@@ -28,10 +32,11 @@
 //! key changes is rebuilt), features
 //! other than every feature (lowering aggregates diagnostics over all datapaths), and an NB
 //! change of any other table (`NB_Global` other than northd's handshake columns,
-//! `Address_Set`, `DHCP_Options`, `DNS`, `Meter`, HA chassis groups, ...): correctness first.
+//! `DHCP_Options`, `DNS`, `Meter`, HA chassis groups, ...): correctness first.
 //!
-//! The topology and the non-flow tables: a change set of plain VIF changes patches the last
-//! ones in place (`crate::vif_patch`, whose doc lists the conditions); anything else redoes
+//! The topology and the non-flow tables: a change set of plain VIF, ACL, port group, address
+//! set and switch-only load balancer changes patches the last ones in place
+//! (`crate::vif_patch`, whose doc lists the conditions); anything else redoes
 //! [`crate::topo::Topo::build`] and the non-flow tables and compares those with the last ones
 //! (when given back). What it does not do: talk to SB; [`Incremental::changed`] and
 //! [`Incremental::non_flow_changed`] tell the caller which flow and non-flow identities
@@ -66,6 +71,10 @@ pub(crate) enum Broken {
     /// The VIF fast path ([`crate::vif_patch`]) leaves the datapath's multicast groups as
     /// they were.
     VifPatchNoMcast,
+    /// An `ACL` change seeds no switch (its switches' flows go stale).
+    AclSeedsNothing,
+    /// The fast path keeps the last `Address_Set`s when the index is redone.
+    IndexPatchKeepsAddressSets,
 }
 
 /// What must match between two compiles for the second to be incremental.
@@ -129,7 +138,7 @@ pub struct Incremental {
     sections_rebuilt: usize,
     /// The last compile's topology without its NB (patched by the VIF fast path).
     topo: Option<crate::topo::TopoParts>,
-    /// The keys the last compile used.
+    /// The keys the last compile used, but the port keys (its topology has those).
     seen_keys: Option<crate::topo::Keys>,
     /// The last compile's diagnostics from the topology and the non-flow tables.
     topo_diags: Vec<Diagnostic>,
@@ -192,6 +201,9 @@ struct Seeds {
     /// Switches whose VIFs alone changed: rebuilt themselves, and of the routers they face
     /// only the sections of the router ports facing them.
     vif_switches: BTreeSet<String>,
+    /// Switches whose ACLs or port groups changed: rebuilt themselves only (no router stage
+    /// reads a switch's ACLs or its ports' port groups).
+    alone: BTreeSet<String>,
 }
 
 impl Incremental {
@@ -311,6 +323,7 @@ impl Incremental {
             out.extend(nb(s).iter().cloned());
         }
         out.extend(seeds.vif_switches.iter().cloned());
+        out.extend(seeds.alone.iter().cloned());
         for r in &seeds.routers {
             out.insert(r.clone());
             for n in nb(r) {
@@ -346,6 +359,7 @@ impl Incremental {
             - d.load_balancer_group.len()
             - d.gateway_chassis.len()
             - d.qos.len()
+            - d.address_set.len()
             - d.nb_global.len();
         if unclassified != 0 {
             return None;
@@ -374,6 +388,22 @@ impl Incremental {
             {
                 s.vif_switches.insert(new.name.clone());
                 continue;
+            }
+            // A switch whose ACL list alone changed (with VIFs at most): itself only.
+            if let RowDelta::Update { old, new } = r {
+                let mut a = old.clone();
+                a.acls = new.acls.clone();
+                if a == *new {
+                    s.alone.insert(new.name.clone());
+                    continue;
+                }
+                let mut b = new.clone();
+                b.acls = old.acls.clone();
+                if self.vif_ports_only(nb, d, old, &b) {
+                    s.alone.insert(new.name.clone());
+                    s.vif_switches.insert(new.name.clone());
+                    continue;
+                }
             }
             for row in [r.before(), r.after()].into_iter().flatten() {
                 s.switches.insert(row.name.clone());
@@ -428,21 +458,41 @@ impl Incremental {
                 s.switches.insert(ls.name.clone());
             }
         }
+        // ACLs and port groups reach only switch stages: their switches alone.
         for r in &d.acl {
+            #[cfg(test)]
+            if self.broken == Some(Broken::AclSeedsNothing) {
+                continue;
+            }
             let u = RowRef::from(r.uuid());
             for ls in nb.logical_switch_all_by_acls(u) {
-                s.switches.insert(ls.name.clone());
+                s.alone.insert(ls.name.clone());
             }
             for pg in nb.port_group_all_by_acls(u) {
                 for p in &pg.ports {
-                    self.lsp_switches(nb, p.uuid(), &mut s.switches);
+                    self.lsp_switches(nb, p.uuid(), &mut s.alone);
                 }
             }
         }
         for r in &d.port_group {
             for row in [r.before(), r.after()].into_iter().flatten() {
                 for p in &row.ports {
-                    self.lsp_switches(nb, p.uuid(), &mut s.switches);
+                    self.lsp_switches(nb, p.uuid(), &mut s.alone);
+                }
+            }
+        }
+        // An address set reaches flows only by name, through NAT `allowed_ext_ips` and
+        // `exempted_ext_ips` (ACL matches name it as `$name`, expanded by controllers).
+        for r in &d.address_set {
+            let u = r.uuid();
+            for n in nb.nat().values() {
+                let uses = [&n.allowed_ext_ips, &n.exempted_ext_ips]
+                    .iter()
+                    .any(|x| x.is_some_and(|a| a.uuid() == u));
+                if uses {
+                    for lr in nb.logical_router_all_by_nat(RowRef::from(n.uuid)) {
+                        s.routers.insert(lr.name.clone());
+                    }
                 }
             }
         }
@@ -765,7 +815,17 @@ impl Incremental {
         let (sb, non_flow) = match (&patched, tables_prev) {
             (Some((plan, p)), Some(mut sb)) => {
                 sb.flows = flows;
-                let s = crate::vif_patch::patch_tables(&topo, opts, plan, p, &mut sb, &mut diags);
+                #[cfg(test)]
+                let kept = (self.broken == Some(Broken::IndexPatchKeepsAddressSets))
+                    .then(|| sb.address_sets.clone());
+                #[allow(unused_mut)]
+                let mut s =
+                    crate::vif_patch::patch_tables(&topo, opts, plan, p, &mut sb, &mut diags);
+                #[cfg(test)]
+                if let Some(k) = kept {
+                    sb.address_sets = k;
+                    s.address_sets.clear();
+                }
                 (sb, Some(s))
             }
             (_, prev) => {
@@ -803,7 +863,13 @@ impl Incremental {
         let global_diags: Vec<Diagnostic> = match &patched {
             Some((plan, _)) => std::mem::take(&mut self.topo_diags)
                 .into_iter()
-                .filter(|d| !plan.rows.contains(&d.row))
+                .filter(|d| {
+                    // Redone: the changed rows' diagnostics, and with the index those of
+                    // the index's tables.
+                    let redone = plan.rows.contains(&d.row)
+                        || (plan.index && crate::vif_patch::INDEX_DIAG_TABLES.contains(&d.table));
+                    !redone
+                })
                 .chain(diags.0)
                 .collect(),
             None => diags.0,
@@ -830,7 +896,7 @@ impl Incremental {
         self.patched = patched.is_some();
         let acl_last_good = topo.ls.acl_good.clone();
         self.topo = Some(topo.into_parts());
-        self.seen_keys = Some(opts.keys.clone());
+        self.seen_keys = Some(opts.keys.without_ports());
         Compiled {
             sb,
             diagnostics,

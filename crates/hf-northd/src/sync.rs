@@ -276,7 +276,7 @@ pub struct Scope {
 }
 
 /// The keys of `a` and `b` whose values differ (present in one only, or unequal).
-fn changed_keys<K: Ord + Clone, V: PartialEq>(
+pub(crate) fn changed_keys<K: Ord + Clone, V: PartialEq>(
     a: &BTreeMap<K, V>,
     b: &BTreeMap<K, V>,
     out: &mut BTreeSet<K>,
@@ -416,7 +416,7 @@ fn by_key<'a, R, K: std::hash::Hash + Eq>(
     rows: impl Iterator<Item = &'a R>,
     key: impl Fn(&'a R) -> Option<K>,
 ) -> (HashMap<K, &'a R>, Vec<&'a R>) {
-    let mut m = HashMap::new();
+    let mut m = HashMap::with_capacity(rows.size_hint().0);
     let mut dups = Vec::new();
     for r in rows {
         match key(r) {

@@ -51,6 +51,22 @@ pub struct Keys {
     pub acl_last_good: BTreeMap<Uuid, String>,
 }
 
+impl Keys {
+    /// A copy without the port keys (the one part as large as the topology).
+    pub(crate) fn without_ports(&self) -> Keys {
+        Keys {
+            datapaths: self.datapaths.clone(),
+            ports: HashMap::new(),
+            sb_options: self.sb_options.clone(),
+            nb_rows: self.nb_rows.clone(),
+            tags: self.tags.clone(),
+            bound_chassis: self.bound_chassis.clone(),
+            queue_ids: self.queue_ids.clone(),
+            acl_last_good: self.acl_last_good.clone(),
+        }
+    }
+}
+
 /// What kind of port.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PortKind {

@@ -4,6 +4,16 @@
 //! [`Topo`] and non-flow tables in place, instead of [`Topo::build`] over all of NB and
 //! [`crate::tables::build`] over every port.
 //!
+//! The same path takes `ACL`, `Port_Group`, `Address_Set`, `Load_Balancer` and
+//! `Load_Balancer_Group` rows, and switch rows whose `acls`, `load_balancer` or
+//! `load_balancer_group` changed (with VIFs in port groups allowed): none of those reaches
+//! datapaths, ports or their keys, so the topology is kept and only its switch index
+//! ([`crate::ls::index::LsIndex`]: ACLs, port group holders, load balancers, router
+//! addresses) is built anew, with `Port_Group`, `Address_Set` and `Load_Balancer` derived
+//! anew and compared by name, and their diagnostics redone ([`INDEX_DIAG_TABLES`]). Load
+//! balancers a router uses (directly or through a group) are left to the full build: they
+//! reach the router ports' `Port_Binding`s.
+//!
 //! What it patches, per changed port: its entry in the topology (parsed as
 //! [`crate::topo::lsp_port`] parses it; deleted ports are swap-removed and the moved port's
 //! index mended everywhere it is held), its datapath's port tunnel keys
@@ -15,9 +25,10 @@
 //! What it does not do: anything else. [`plan`] answers `None` (the caller builds the
 //! topology and tables in full) unless every changed port is, in every version the change
 //! set holds and in NB now, of type `""` with no `parent_name`, `tag`, `tag_request`,
-//! `options:requested-tnl-key` or QoS options, in no port group, named by no NAT, not bound
+//! `options:requested-tnl-key` or QoS options, named by no NAT, not bound
 //! (`Keys::bound_chassis`), with a name no other port row has (or is derived, `cr-`), on a
-//! switch no other datapath shares a name with, staying on its switch under its name; and
+//! switch no other datapath shares a name with, staying on its switch under its name (in a
+//! port group, it has the index and group tables redone as above); and
 //! unless the tunnel keys of datapaths, the NB rows SB names, tags, queues, bound chassis,
 //! `SB_Global.options` and the last good ACL matches are what the last compile saw (or, for
 //! the matches, what it gave back). Each of
@@ -36,9 +47,10 @@ use uuid::Uuid;
 use crate::Options;
 use crate::diag::Diags;
 use crate::flow::DpIdx;
+use crate::ls::index::LsIndex;
 use crate::output::SbDesired;
-use crate::sync::Scope;
-use crate::tables::{global, mcast, port};
+use crate::sync::{Scope, changed_keys};
+use crate::tables::{global, groups, lb, mcast, port};
 use crate::topo::{Keys, PortIdx, PortKind, Topo, TopoParts, lsp_port};
 
 /// What one changed port does to the topology.
@@ -60,7 +72,20 @@ pub(crate) struct Plan {
     pub(crate) rows: BTreeSet<Uuid>,
     /// Datapaths whose port keys SB changed (re-keyed, their rows' keys patched).
     rekey: BTreeSet<DpIdx>,
+    /// ACLs, port groups (or a changed port's membership), address sets or switch-only load
+    /// balancers changed: the switch index ([`crate::ls::index::LsIndex`]) is built anew
+    /// over the kept topology, and `Port_Group`, `Address_Set` and `Load_Balancer` are
+    /// derived anew and compared by name.
+    pub(crate) index: bool,
+    /// Load balancers (or groups, or a switch's references to them) changed (the index is
+    /// redone, `Load_Balancer` with it); none may be a router's.
+    lbs: bool,
 }
+
+/// The NB tables whose diagnostics the switch index and the group and load balancer tables
+/// make: all of them are redone when [`Plan::index`] is set.
+pub(crate) const INDEX_DIAG_TABLES: [&str; 4] =
+    ["ACL", "Load_Balancer", "Port_Group", "Address_Set"];
 
 /// A plain VIF, as the fast path takes it (see the module doc).
 fn plain(p: &LogicalSwitchPort) -> bool {
@@ -74,7 +99,8 @@ fn plain(p: &LogicalSwitchPort) -> bool {
         && !p.name.starts_with("cr-")
 }
 
-/// Whether the `Keys` parts other than port keys are what the last compile saw.
+/// Whether the `Keys` parts other than port keys are what the last compile saw (`a` holds no
+/// port keys: see [`Keys::without_ports`]).
 fn same_keys(a: &Keys, b: &Keys) -> bool {
     a.datapaths == b.datapaths
         && a.nb_rows == b.nb_rows
@@ -86,7 +112,8 @@ fn same_keys(a: &Keys, b: &Keys) -> bool {
 
 /// The plan for `deltas` (applied in order to the NB the topology `t` was built from, giving
 /// `nb`), or `None` when the fast path does not apply (see the module doc). `seen` are the
-/// keys the last compile used, `keys` this compile's.
+/// keys the last compile used but its port keys (the topology has those), `keys` this
+/// compile's.
 pub(crate) fn plan(
     nb: &NbSnapshot,
     deltas: &[NbDelta],
@@ -102,13 +129,25 @@ pub(crate) fn plan(
     {
         return None;
     }
-    // Only ports and switches' port lists (NB_Global's handshake columns were checked by
+    // Only ports, switches' port, ACL and load balancer lists, ACLs, port groups, address
+    // sets and load balancers no router uses (NB_Global's handshake columns were checked by
     // the caller's seeds).
     let mut first: BTreeMap<Uuid, Option<&LogicalSwitchPort>> = BTreeMap::new();
+    let mut plan = Plan::default();
     for d in deltas {
-        if d.len() != d.logical_switch.len() + d.logical_switch_port.len() + d.nb_global.len() {
+        let index_rows = d.acl.len() + d.port_group.len() + d.address_set.len();
+        let lb_rows = d.load_balancer.len() + d.load_balancer_group.len();
+        if d.len()
+            != d.logical_switch.len()
+                + d.logical_switch_port.len()
+                + d.nb_global.len()
+                + index_rows
+                + lb_rows
+        {
             return None;
         }
+        plan.index |= index_rows + lb_rows > 0;
+        plan.lbs |= lb_rows > 0;
         for r in &d.logical_switch_port {
             for row in [r.before(), r.after()].into_iter().flatten() {
                 if !plain(row) {
@@ -125,6 +164,18 @@ pub(crate) fn plan(
             };
             let mut a = old.clone();
             a.ports = new.ports.clone();
+            a.acls = new.acls.clone();
+            a.load_balancer = new.load_balancer.clone();
+            a.load_balancer_group = new.load_balancer_group.clone();
+            if a.acls != old.acls {
+                plan.index = true;
+            }
+            if a.load_balancer != old.load_balancer
+                || a.load_balancer_group != old.load_balancer_group
+            {
+                plan.index = true;
+                plan.lbs = true;
+            }
             if a != *new
                 || old
                     .ports
@@ -135,7 +186,9 @@ pub(crate) fn plan(
             }
         }
     }
-    let mut plan = Plan::default();
+    if plan.lbs && routers_use_lbs(nb, deltas) {
+        return None;
+    }
     let mut names: BTreeSet<&str> = BTreeSet::new();
     for (&u, before) in &first {
         // Where the topology has it: under its name before this change set.
@@ -206,31 +259,70 @@ pub(crate) fn plan(
     }) {
         return None;
     }
+    // A port in a port group makes its address sets and its switch an ACL holder: the
+    // index and the group tables are derived anew. (One that left a group changed the
+    // group's row, which set the flag above.)
     for u in &plan.rows {
         if nb
             .port_group_all_by_ports(RowRef::from(*u))
             .next()
             .is_some()
         {
-            return None;
+            plan.index = true;
         }
     }
-    // Ports whose key SB changed since: their datapaths are keyed anew.
+    // Datapaths with a port whose key in SB is not the one the topology has (SB changed it,
+    // or has none for it): keyed anew. A datapath whose every port SB keys as the topology
+    // does is keyed the same again ([`Topo::assign_port_keys`] reads only its ports' keys),
+    // so no copy of the last compile's port keys is needed.
     for (name, k) in &keys.ports {
-        if seen.ports.get(name) != Some(k)
-            && let Some(&i) = t.port_by_name.get(name)
+        if let Some(&i) = t.port_by_name.get(name)
+            && t.ports[i].tunnel_key != *k
         {
             plan.rekey.insert(t.ports[i].dp);
         }
     }
-    for name in seen.ports.keys() {
-        if !keys.ports.contains_key(name)
-            && let Some(&i) = t.port_by_name.get(name)
-        {
-            plan.rekey.insert(t.ports[i].dp);
+    for p in &t.ports {
+        if !keys.ports.contains_key(&p.name) {
+            plan.rekey.insert(p.dp);
         }
     }
     Some(plan)
+}
+
+/// Whether a router uses (directly or through a group, before or after `deltas`) a load
+/// balancer or group the change set touches: router load balancers reach router ports'
+/// `Port_Binding`s and the routers' neighbour addresses, which the fast path does not patch.
+fn routers_use_lbs(nb: &NbSnapshot, deltas: &[NbDelta]) -> bool {
+    let mut lbs: BTreeSet<Uuid> = BTreeSet::new();
+    let mut groups: BTreeSet<Uuid> = BTreeSet::new();
+    for d in deltas {
+        lbs.extend(d.load_balancer.iter().map(|r| r.uuid()));
+        for r in &d.load_balancer_group {
+            groups.insert(r.uuid());
+            for row in [r.before(), r.after()].into_iter().flatten() {
+                lbs.extend(row.load_balancer.iter().map(|l| l.uuid()));
+            }
+        }
+        for r in &d.logical_switch {
+            for row in [r.before(), r.after()].into_iter().flatten() {
+                lbs.extend(row.load_balancer.iter().map(|l| l.uuid()));
+                groups.extend(row.load_balancer_group.iter().map(|g| g.uuid()));
+            }
+        }
+    }
+    for g in nb.load_balancer_group().values() {
+        if g.load_balancer.iter().any(|l| lbs.contains(&l.uuid())) {
+            groups.insert(g.uuid);
+        }
+    }
+    nb.logical_router().values().any(|lr| {
+        lr.load_balancer.iter().any(|l| lbs.contains(&l.uuid()))
+            || lr
+                .load_balancer_group
+                .iter()
+                .any(|g| groups.contains(&g.uuid()))
+    })
 }
 
 /// What [`patch_topo`] changed.
@@ -289,6 +381,10 @@ pub(crate) fn patch_topo(t: &mut Topo<'_>, plan: &Plan, keys: &Keys, diags: &mut
     }
     for dp in out.dps.iter().chain(plan.rekey.iter()) {
         t.assign_port_keys(*dp, keys);
+    }
+    if plan.index {
+        let ls = LsIndex::build(t, &keys.acl_last_good, diags);
+        t.ls = ls;
     }
     out
 }
@@ -382,6 +478,19 @@ pub(crate) fn patch_tables(
         }
     }
     global::build(t, opts, sb);
+    if plan.index {
+        let old = std::mem::take(&mut sb.port_groups);
+        groups::port_groups(t, &opts.render, sb, diags);
+        changed_keys(&old, &sb.port_groups, &mut scope.port_groups);
+        // After `global` (the `svc_monitor_mac` set holds the MAC chosen there).
+        let old = std::mem::take(&mut sb.address_sets);
+        groups::address_sets(t, sb, diags);
+        changed_keys(&old, &sb.address_sets, &mut scope.address_sets);
+        // Also when no load balancer changed: its diagnostics are redone with the others'.
+        let old = std::mem::take(&mut sb.load_balancers);
+        lb::build(t, &opts.render, sb, diags);
+        changed_keys(&old, &sb.load_balancers, &mut scope.load_balancers);
+    }
     sb.frozen_datapaths = opts.frozen_datapaths.clone();
     scope
 }

@@ -622,10 +622,12 @@ fn scale_500x40_port_add() {
     );
 }
 
-/// Which changes the VIF fast path takes and which it leaves to the full topology build, each
-/// checked against the full compile: a plain VIF's add, readdress and delete are patched; a
-/// port group member's readdress (address sets follow), a type change, a container port
-/// (tags) and a name a router port holds (the router port wins, with a diagnostic) are not.
+/// Which changes the fast path takes and which it leaves to the full topology build, each
+/// checked against the full compile: a plain VIF's add, readdress and delete, a port group
+/// member's readdress (address sets follow), ACLs on port groups (added, edited, broken,
+/// deleted), port group membership, address sets and switch load balancers are patched; a
+/// type change, a router's load balancer, a container port (tags) and a name a router port
+/// holds (the router port wins, with a diagnostic) are not.
 #[test]
 fn the_vif_fast_path_takes_plain_vifs_only() {
     let mut nb = world();
@@ -691,7 +693,98 @@ fn the_vif_fast_path_takes_plain_vifs_only() {
         "addresses",
         json!(["set", ["0a:00:00:01:01:99 10.0.1.99"]]),
     );
-    check(&mut nb, &mut inc, "port group member readdressed", false);
+    check(&mut nb, &mut inc, "port group member readdressed", true);
+    // ACLs, port groups, address sets and switch-only load balancers: the topology is kept,
+    // its switch index and the group and load balancer tables are derived anew.
+    let acl = nb.acl_pg(
+        "pg_web",
+        "to-lport",
+        1234,
+        "outport == @pg_web && tcp.dst == 8080",
+        "allow-related",
+    );
+    check(&mut nb, &mut inc, "ACL on a port group", true);
+    nb.set(
+        "ACL",
+        acl,
+        "match",
+        json!("outport == @pg_web && tcp.dst == 8081"),
+    );
+    check(&mut nb, &mut inc, "ACL edited", true);
+    nb.set(
+        "ACL",
+        acl,
+        "match",
+        json!("outport == @pg_web && tcp.dst =="),
+    );
+    check(&mut nb, &mut inc, "ACL match broken (last good kept)", true);
+    nb.delete("ACL", acl, Some(("Port_Group", "acls")));
+    check(&mut nb, &mut inc, "ACL deleted", true);
+    let pg = nb
+        .snapshot()
+        .port_group_by_name("pg_web")
+        .map(|p| p.uuid)
+        .expect("pg_web");
+    let sx = nb
+        .snapshot()
+        .logical_switch_port_by_name("sx1-vm1")
+        .map(|p| p.uuid)
+        .expect("sx1-vm1");
+    nb.set(
+        "Port_Group",
+        pg,
+        "ports",
+        json!(["set", [["uuid", web.to_string()], ["uuid", sx.to_string()]]]),
+    );
+    check(&mut nb, &mut inc, "port group spans another switch", true);
+    if let Some(a) = nb
+        .snapshot()
+        .address_set_by_name("as_clients")
+        .map(|a| a.uuid)
+    {
+        nb.set("Address_Set", a, "addresses", json!(["set", ["10.0.9.9"]]));
+        check(&mut nb, &mut inc, "address set", true);
+    }
+    nb.lb("lb_sw", &[("10.210.0.1:80", "10.0.0.11:80")], &["sx0"], &[]);
+    check(&mut nb, &mut inc, "switch load balancer added", true);
+    let lb = nb
+        .snapshot()
+        .load_balancer()
+        .values()
+        .find(|l| l.name == "lb_sw")
+        .map(|l| l.uuid)
+        .expect("lb_sw");
+    nb.set(
+        "Load_Balancer",
+        lb,
+        "vips",
+        json!(["map", [["10.210.0.2:80", "10.0.0.12:80"]]]),
+    );
+    check(&mut nb, &mut inc, "switch load balancer edited", true);
+    nb.lb(
+        "lb_rt",
+        &[("10.211.0.1:80", "10.0.0.11:80")],
+        &["sx0"],
+        &["lr1"],
+    );
+    check(&mut nb, &mut inc, "router load balancer added", false);
+    // A router's load balancer edited alone (no router row changes): its VIPs reach the
+    // gateway port's `Port_Binding` (`nat-addresses`), which the fast path does not patch.
+    let on_lr0: Vec<uuid::Uuid> = nb
+        .snapshot()
+        .logical_router()
+        .values()
+        .filter(|r| r.name == "lr0")
+        .flat_map(|r| r.load_balancer.iter().map(|l| l.uuid()))
+        .collect();
+    assert!(!on_lr0.is_empty(), "the world's router has a load balancer");
+    nb.set(
+        "Load_Balancer",
+        on_lr0[0],
+        "vips",
+        json!(["map", [["172.16.0.77:80", "10.0.0.11:80"]]]),
+    );
+    check(&mut nb, &mut inc, "router load balancer edited", false);
     nb.lsp_with(
         "sx0",
         "sx0-child",

@@ -129,8 +129,26 @@ fn peak_rss_mb(pidfile: &Path) -> anyhow::Result<f64> {
     Ok(kb / 1024.0)
 }
 
+/// How many delete-and-add cycles of one port the steady-RSS line runs.
+const PORT_CYCLES: usize = 8;
+
+/// `VmRSS` of the process whose pid is in `pidfile`, in MB.
+fn rss_now_mb(pidfile: &Path) -> anyhow::Result<f64> {
+    let pid = std::fs::read_to_string(pidfile)?;
+    let status = std::fs::read_to_string(format!("/proc/{}/status", pid.trim()))?;
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .context("VmRSS in /proc/PID/status")?;
+    Ok(kb / 1024.0)
+}
+
 /// What one northd did on one NB.
 struct SideBySide {
+    /// holdfast northd only: `VmRSS` growth over [`PORT_CYCLES`] port delete-and-add cycles.
+    rss_growth_mb: Option<f64>,
     /// From killing both leaders to `--wait=sb sync` returning (Raft clusters only).
     failover_ms: Option<f64>,
     cold_ms: f64,
@@ -340,10 +358,39 @@ fn side(
         let seen_sb = sb_watch.seen(&quoted, wait).context("SB watch")?;
         nb_to_sb.push(seen_sb.saturating_duration_since(seen_nb).as_secs_f64() * 1e3);
     }
-    let rss_mb = peak_rss_mb(&dir.join(format!("{name}.pid")))?;
+    let pidfile = dir.join(format!("{name}.pid"));
+    let rss_mb = peak_rss_mb(&pidfile)?;
+    // Steady memory: the same port deleted and added again, PORT_CYCLES times, after one
+    // warm-up cycle; the resident set must not grow (what the allocator keeps counts too).
+    let mut rss_growth_mb = None;
+    if name.starts_with("holdfast") {
+        let cycle = |k: usize| -> anyhow::Result<String> {
+            nbctl(&nb, &["lsp-del", "bench-new0"])?;
+            let addr = format!("0a:ff:00:00:01:{:02x} 10.1.1.{}", k % 256, 10 + k % 200);
+            nbctl(
+                &nb,
+                &[
+                    "lsp-add",
+                    "ls0",
+                    "bench-new0",
+                    "--",
+                    "lsp-set-addresses",
+                    "bench-new0",
+                    &addr,
+                ],
+            )
+        };
+        cycle(0).with_context(|| format!("{name}: port cycle"))?;
+        let start = rss_now_mb(&pidfile)?;
+        for k in 1..=PORT_CYCLES {
+            cycle(k).with_context(|| format!("{name}: port cycle"))?;
+        }
+        rss_growth_mb = Some(rss_now_mb(&pidfile)? - start);
+    }
     drop(northd);
     drop(clusters);
     Ok(SideBySide {
+        rss_growth_mb,
         failover_ms,
         cold_ms,
         lsp_add_ms: median(adds),
@@ -528,6 +575,13 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
                     ovn.nb_to_sb_ms,
                 );
                 report.compare(&names.2, h.rss_mb, "MB", b, "ovn-northd", ovn.rss_mb);
+                if let Some(g) = h.rss_growth_mb {
+                    report.result(
+                        &format!("northd_{n}x{p}_rss_growth_over_{PORT_CYCLES}_port_cycles{sfx}"),
+                        g,
+                        "MB",
+                    );
+                }
             }
             Err(e) if ci() => {
                 return Err(e.context(format!("holdfast northd side at {n}x{p} (CI=true)")));

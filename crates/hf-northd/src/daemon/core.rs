@@ -553,6 +553,7 @@ impl Northd {
         if !self.active || self.paused {
             return;
         }
+        let mut synced = false;
         if self.sync_due && self.sb_txn.is_none() && now >= self.sync_retry_at {
             self.sync_due = false;
             if self.scope.is_none() || self.full_diff_at.is_none() {
@@ -562,8 +563,12 @@ impl Northd {
                     .map(|i| now.saturating_add(i));
             }
             self.start_sync(nb.model(), sb);
+            // Sent (not finished at once as unchanged): its answer polls again.
+            synced = sb.pending_txns() > 0;
         }
-        if self.nb_side_due && self.nb_txn.is_none() {
+        // The NB side walks every port (`up`): not before the SB transaction just queued is
+        // on its way. Its answer (`TxnDone`) polls again.
+        if self.nb_side_due && self.nb_txn.is_none() && !synced {
             self.nb_side_due = false;
             self.start_nb_side(nb, sb.model(), wall_ms);
         }
@@ -812,7 +817,10 @@ fn op_row(op: &Value) -> Option<Uuid> {
 
 /// What compile reads from SB: tunnel keys by name.
 pub fn compile_options(sb: &SbView) -> Options {
-    let mut keys = Keys::default();
+    let mut keys = Keys {
+        ports: std::collections::HashMap::with_capacity(sb.port_binding.len()),
+        ..Default::default()
+    };
     for d in sb.datapath_binding.values() {
         if let (Some(n), Ok(k)) = (d.external_ids.get("name"), u32::try_from(d.tunnel_key)) {
             keys.datapaths.entry(n.clone()).or_insert(k);

@@ -5,6 +5,8 @@
 //! the full diff against it writes nothing. Broken dependency rules (test-only switches in
 //! the incremental compiler and the core) must make it fail.
 
+use std::collections::BTreeSet;
+
 use super::*;
 use crate::incremental::Broken;
 use crate::sync::{SyncInput, diff_ops};
@@ -144,7 +146,7 @@ fn step(sim: &mut Sim, rng: &mut Rng, i: usize) -> String {
         .map(|p| (p.uuid, p.name.clone()))
         .collect();
     let net = 100 + i % 100;
-    match rng.below(21) {
+    match rng.below(23) {
         0 | 1 => {
             let p = format!("{ls}-n{i}");
             let addr = format!(
@@ -368,6 +370,46 @@ fn step(sim: &mut Sim, rng: &mut Rng, i: usize) -> String {
             ]));
             format!("router {r}")
         }
+        16 => {
+            // An ACL row edited alone (its holders' rows unchanged).
+            let acls: Vec<uuid::Uuid> = nb.acl().keys().copied().collect();
+            if acls.is_empty() {
+                return "no ACL to edit".into();
+            }
+            let a = acls[rng.below(acls.len())];
+            let row = if rng.below(2) == 0 {
+                json!({"priority": 1500 + i})
+            } else {
+                let action = ["drop", "allow", "reject"][rng.below(3)];
+                json!({ "action": action })
+            };
+            sim.nb(json!([{"op": "update", "table": "ACL",
+                "where": [["_uuid", "==", uref(a)]], "row": row.clone()}]));
+            format!("ACL edit {row}")
+        }
+        21 => {
+            // A load balancer's VIPs edited, or the load balancer deleted.
+            let lbs: Vec<uuid::Uuid> = nb.load_balancer().keys().copied().collect();
+            if lbs.is_empty() {
+                return "no LB to edit".into();
+            }
+            let l = lbs[rng.below(lbs.len())];
+            if rng.below(3) == 0 {
+                sim.nb(json!([
+                    {"op": "mutate", "table": "Logical_Switch", "where": [],
+                        "mutations": [["load_balancer", "delete", uref(l)]]},
+                    {"op": "mutate", "table": "Logical_Router", "where": [],
+                        "mutations": [["load_balancer", "delete", uref(l)]]},
+                    {"op": "delete", "table": "Load_Balancer", "where": [["_uuid", "==", uref(l)]]},
+                ]));
+                return "LB deleted".into();
+            }
+            let vip = format!("10.201.{}.1:80", i % 200);
+            sim.nb(json!([{"op": "update", "table": "Load_Balancer",
+                "where": [["_uuid", "==", uref(l)]],
+                "row": {"vips": ["map", [[vip, "10.0.0.12:80"]]]}}]));
+            "LB edit vips".into()
+        }
         _ => {
             let a: Vec<String> = (0..1 + rng.below(3))
                 .map(|k| format!("10.0.{}.{}", k, 10 + rng.below(50)))
@@ -406,6 +448,22 @@ fn full_diff_from_scratch(sim: &Sim) -> Vec<Value> {
 /// Runs `steps` random steps; the first step (and what it did) after which SB differs from
 /// a fresh compile's full diff, if any.
 fn run(seed: u64, steps: usize, broken: Option<Broken>) -> Result<(usize, u64, u64), String> {
+    run_kinds(seed, steps, broken, &mut BTreeSet::new())
+}
+
+/// The kind of a step, from what it did: its first two words.
+fn kind(what: &str) -> String {
+    what.split(' ').take(2).collect::<Vec<_>>().join(" ")
+}
+
+/// [`run`], also naming the kinds of step ([`kind`]) whose compile patched the topology and
+/// tables rather than building them anew.
+fn run_kinds(
+    seed: u64,
+    steps: usize,
+    broken: Option<Broken>,
+    patched_kinds: &mut BTreeSet<String>,
+) -> Result<(usize, u64, u64), String> {
     let mut sim = Sim::new(1);
     world(&mut sim);
     sim.run();
@@ -415,11 +473,15 @@ fn run(seed: u64, steps: usize, broken: Option<Broken>) -> Result<(usize, u64, u
     assert!(full_diff_from_scratch(&sim).is_empty(), "the cold sync");
     let mut rng = Rng(seed | 1);
     for i in 0..steps {
+        let before = sim.nodes[0].nd.stats().topo_patched;
         let what = step(&mut sim, &mut rng, i);
         if std::env::var("HF_SYNC_VERBOSE").is_ok() {
             eprintln!("step {i}: {what}");
         }
         sim.run();
+        if sim.nodes[0].nd.stats().topo_patched > before {
+            patched_kinds.insert(kind(&what));
+        }
         let ops = full_diff_from_scratch(&sim);
         if !ops.is_empty() {
             let shown: Vec<String> = ops.iter().take(4).map(|o| o.to_string()).collect();
@@ -447,8 +509,29 @@ fn incremental_sync_equals_full_compile_and_full_diff_over_random_changes() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(120);
-    let (steps, scoped, patched) = run(seed(), steps, None).unwrap_or_else(|e| panic!("{e}"));
+    let mut kinds = BTreeSet::new();
+    let (steps, scoped, patched) =
+        run_kinds(seed(), steps, None, &mut kinds).unwrap_or_else(|e| panic!("{e}"));
     eprintln!("{steps} steps, {scoped} scoped diffs, {patched} compiles patched the topology");
+    eprintln!("kinds patched: {kinds:?}");
+    // Every kind of change the fast path takes did take it at least once: VIFs, ACLs on
+    // switches and port groups and their edits and deletions, port group membership, address
+    // sets, switch-only load balancers.
+    for k in [
+        "add port",
+        "readdress",
+        "ACL on",
+        "ACL edit",
+        "delete ACL",
+        "pg1 =",
+        "address set",
+        "LB edit",
+    ] {
+        assert!(
+            kinds.iter().any(|x| x.starts_with(k)),
+            "no {k:?} step patched the topology: {kinds:?}"
+        );
+    }
     // ... and the plain VIF fast path (topology and non-flow tables patched).
     assert!(
         patched as usize > steps / 8,
@@ -491,4 +574,20 @@ fn a_vif_patch_that_keeps_multicast_groups_is_caught() {
         .expect_err("the oracle missed multicast groups left stale by a VIF change");
     eprintln!("caught, as it must be: {e}");
     assert!(e.contains("Multicast_Group"), "{e}");
+}
+
+#[test]
+fn an_acl_edit_that_seeds_no_switch_is_caught() {
+    let e = run(seed(), 160, Some(Broken::AclSeedsNothing))
+        .expect_err("the oracle missed a switch left stale by an ACL edit");
+    eprintln!("caught, as it must be: {e}");
+    assert!(e.contains("ACL edit"), "{e}");
+}
+
+#[test]
+fn an_index_patch_that_keeps_address_sets_is_caught() {
+    let e = run(seed(), 160, Some(Broken::IndexPatchKeepsAddressSets))
+        .expect_err("the oracle missed address sets left stale by the fast path");
+    eprintln!("caught, as it must be: {e}");
+    assert!(e.contains("Address_Set"), "{e}");
 }
