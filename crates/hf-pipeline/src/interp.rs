@@ -50,7 +50,14 @@ pub(crate) enum Op {
     /// A data action from the program's arena.
     Act(u32),
     /// A conntrack action in `zone`; with a resume point, the continuation runs after it.
-    Ct { zone: u16, act: u32, resume: u32 },
+    /// `hint` is the cache's hint slot for the continuation (`cache::NO_HINT` until the op is
+    /// cached; see `cache`).
+    Ct {
+        zone: u16,
+        act: u32,
+        resume: u32,
+        hint: u32,
+    },
     /// Set a port slot (flood members).
     SetPort { slot: u8, key: u32 },
     /// Cross a patch port into datapath `dp` with `inport`.
@@ -264,14 +271,16 @@ enum Flow {
 impl Runner<'_> {
     /// Runs the segment that starts at `resume` with the current context: from the cache when it
     /// has an entry, otherwise by walking (and then caching the walk when it can).
-    pub(crate) fn run_segment(&mut self, resume: u32, rdepth: u32) {
+    pub(crate) fn run_segment(&mut self, resume: u32, rdepth: u32, hint: u32) {
         if rdepth > MAX_RECIRC {
             self.note("recirculation limit reached: dropped".into());
             return;
         }
         self.segments += 1;
         if self.mode == Mode::Cached
-            && let Some((start, len)) = self.cache.lookup(resume, &self.scr.ctx.f, *self.generation)
+            && let Some((start, len)) =
+                self.cache
+                    .lookup(resume, &self.scr.ctx.f, *self.generation, hint)
         {
             self.hits += 1;
             for k in start..start.saturating_add(len) {
@@ -336,7 +345,9 @@ impl Runner<'_> {
     fn describe(&self, op: &Op) -> String {
         match op {
             Op::Act(i) => format!("{:?}", self.prog.acts.get(*i as usize)),
-            Op::Ct { zone, act, resume } => format!(
+            Op::Ct {
+                zone, act, resume, ..
+            } => format!(
                 "ct zone {zone}: {:?}{}",
                 self.prog.acts.get(*act as usize),
                 if *resume == NO_RESUME {
@@ -669,6 +680,7 @@ impl Runner<'_> {
                 zone,
                 act: i,
                 resume,
+                hint: crate::cache::NO_HINT,
             },
             rdepth,
         );
@@ -980,7 +992,12 @@ impl Runner<'_> {
                     self.exec_act(a);
                 }
             }
-            Op::Ct { zone, act, resume } => {
+            Op::Ct {
+                zone,
+                act,
+                resume,
+                hint,
+            } => {
                 let r = self.exec_ct(zone, act);
                 if self.trace.is_some()
                     && let Some(r) = r
@@ -1006,7 +1023,7 @@ impl Runner<'_> {
                     }
                 }
                 if resume != NO_RESUME {
-                    self.run_segment(resume, rdepth + 1);
+                    self.run_segment(resume, rdepth + 1, hint);
                 }
             }
             Op::SetPort { slot: s, key } => {

@@ -58,8 +58,10 @@
 //!   ([`Pipeline::action_hits`]; traces do not count).
 //! - An action the pipeline cannot execute is a compile error naming the flow, never a no-op.
 //! - A megaflow cache keyed on exactly the bits each walk examined replays the recorded ops;
-//!   conntrack still runs on every packet and each recirculation after a conntrack action is its
-//!   own lookup (see [`interp`] for how wildcards are accumulated).
+//!   conntrack still runs on every packet, and the continuation after a conntrack
+//!   recirculation is first tried in the entry the same op's continuation was last found in
+//!   (checked, not trusted), so established traffic takes one hashed lookup per packet (see
+//!   [`interp`] for how wildcards are accumulated, `cache` for the hints).
 //! - [`Pipeline::trace`] runs the same walk and ops with conntrack in "what if" mode and records,
 //!   per table, the flow that matched and what its actions did.
 //!
@@ -959,7 +961,7 @@ impl Pipeline {
             packet_in: self.packet_in,
             pin_stats: &mut self.pin_stats,
         };
-        r.run_segment(resume_id(dp, pipe, 0), 0);
+        r.run_segment(resume_id(dp, pipe, 0), 0, cache::NO_HINT);
         let stats = RunStats {
             segments: r.segments,
             cache_hits: r.hits,
