@@ -234,6 +234,9 @@ pub(crate) type Neighbours = crate::classifier::FastMap<(u32, u32, u128, bool), 
 /// One packet's run.
 pub(crate) struct Runner<'a> {
     pub prog: &'a Program,
+    /// The received frame: the current frame until the context owns a copy
+    /// ([`Runner::own_frame`]).
+    pub input: &'a [u8],
     pub neigh: &'a mut Neighbours,
     pub state: &'a mut Learned,
     pub counters: &'a mut [u64],
@@ -269,6 +272,19 @@ enum Flow {
 }
 
 impl Runner<'_> {
+    /// Copies the received frame into the context before its first write (see [`Ctx`]). Every
+    /// path that may change the frame calls this first: data actions, conntrack rewrites,
+    /// packet generation.
+    #[inline]
+    pub(crate) fn own_frame(&mut self) {
+        let ctx = &mut self.scr.ctx;
+        if !ctx.owned {
+            ctx.frame.clear();
+            ctx.frame.extend_from_slice(self.input);
+            ctx.owned = true;
+        }
+    }
+
     /// Runs the segment that starts at `resume` with the current context: from the cache when it
     /// has an entry, otherwise by walking (and then caching the walk when it can).
     pub(crate) fn run_segment(&mut self, resume: u32, rdepth: u32, hint: u32) {
@@ -293,6 +309,9 @@ impl Runner<'_> {
                     // A plain field write (most of a replay) skips even `exec_act`'s frame.
                     Op::Act(i) => match self.prog.acts.get(i as usize) {
                         Some(CAct::Set { field, value, mask }) => {
+                            if crate::packet::in_frame(usize::from(*field)) {
+                                self.own_frame();
+                            }
                             self.scr
                                 .ctx
                                 .write_masked(usize::from(*field), *value, *mask)
@@ -1049,11 +1068,16 @@ impl Runner<'_> {
             Op::Save => {
                 let mut frame = self.scr.pool.pop().unwrap_or_default();
                 frame.clear();
-                frame.extend_from_slice(&self.scr.ctx.frame);
+                // A frame not yet copied is the received one, which nothing changes.
+                let owned = self.scr.ctx.owned;
+                if owned {
+                    frame.extend_from_slice(&self.scr.ctx.frame);
+                }
                 self.scr.stack.push(Ctx {
                     f: self.scr.ctx.f,
                     parsed: self.scr.ctx.parsed,
                     frame,
+                    owned,
                     ct_orig: self.scr.ctx.ct_orig,
                 });
             }
@@ -1063,14 +1087,26 @@ impl Runner<'_> {
                     self.scr.pool.push(old.frame);
                 }
             }
-            Op::Generate(kind) => return self.generate(kind),
-            Op::Emit(dest) => self.out.push(dest, &self.scr.ctx.frame),
+            Op::Generate(kind) => {
+                self.own_frame();
+                return self.generate(kind);
+            }
+            Op::Emit(dest) => {
+                let frame = if self.scr.ctx.owned {
+                    &self.scr.ctx.frame
+                } else {
+                    self.input
+                };
+                self.out.push(dest, frame)
+            }
         }
         true
     }
 
     #[inline]
     fn exec_act(&mut self, act: &CAct) {
+        // Any data action may write a header (the replay's plain field writes check first).
+        self.own_frame();
         if let CAct::PacketIn { .. } = act {
             return self.exec_packet_in(act);
         }
@@ -1343,6 +1379,11 @@ impl Runner<'_> {
             if r.rewrite.dst.is_some() {
                 r.state.0 |= 0x80;
             }
+        }
+        if !r.rewrite.is_empty() && !ctx.owned {
+            ctx.frame.clear();
+            ctx.frame.extend_from_slice(self.input);
+            ctx.owned = true;
         }
         match act {
             CAct::CtCommit { .. } => {}

@@ -935,13 +935,13 @@ impl Pipeline {
         self.cache.maintain();
         self.scr.reset();
         let ctx = &mut self.scr.ctx;
-        ctx.frame.clear();
-        ctx.frame.extend_from_slice(frame);
+        // Not copied: the runner copies the frame on its first write (`Runner::own_frame`).
         ctx.load();
         ctx.f[slot::INPORT] = u128::from(inport);
         ctx.f[slot::OUTPORT] = u128::from(outport);
         let mut r = Runner {
             prog: &self.prog,
+            input: frame,
             neigh: &mut self.neigh,
             state: &mut self.state,
             counters: &mut self.counters,
