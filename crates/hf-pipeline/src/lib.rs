@@ -850,8 +850,11 @@ impl Pipeline {
                     .get(&datapath)
                     .ok_or(ProcessError::UnknownDatapath(datapath))?;
                 let d = &self.prog.dps[dp as usize];
-                // A multicast group from a tunnel: this chassis's own members only.
-                if let Some(members) = d.groups.get(&outport) {
+                // A multicast group from a tunnel: this chassis's own members only. (Group keys
+                // start at `MIN_GROUP_KEY`, compile checks: a port's frame skips the lookup.)
+                if outport >= compile::MIN_GROUP_KEY
+                    && let Some(members) = d.groups.get(&outport)
+                {
                     let members: Vec<u32> = members
                         .iter()
                         .copied()
