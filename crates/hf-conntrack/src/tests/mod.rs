@@ -131,5 +131,9 @@ fn an_entry_fits_the_memory_budget() {
     // (see `Entry`); growing it past 192 bytes needs a new look at that budget.
     let size = std::mem::size_of::<crate::table::Entry>();
     assert!(size <= 192, "Entry is {size} bytes");
-    assert_eq!(std::mem::align_of::<crate::table::Entry>(), 64, "Entry is line-aligned");
+    assert_eq!(
+        std::mem::align_of::<crate::table::Entry>(),
+        64,
+        "Entry is line-aligned"
+    );
 }
