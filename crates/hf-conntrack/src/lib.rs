@@ -30,9 +30,10 @@
 //!
 //! # Memory and speed
 //!
-//! A connection costs one 176-byte slab entry plus one 8-byte index slot (the index hashes the
+//! A connection costs one 192-byte slab entry (three cache lines, aligned; a packet in the
+//! original direction reads two of them) plus one 8-byte index slot (the index hashes the
 //! direction-independent form of a tuple, so both directions of an untranslated connection share
-//! it; a translated one has two, plus an SNAT claim), about 200 bytes of heap at a million
+//! it; a translated one has two, plus an SNAT claim), about 210 bytes of heap at a million
 //! connections; the per-packet path (lookups, rewrites,
 //! related and invalid packets) never allocates (`tests/no_alloc.rs`). `hf-bench conntrack`
 //! measures both.

@@ -9,9 +9,22 @@
 //! index without holding a borrow (or a reference count) while nested recirculations install new
 //! entries. Clearing is deferred to [`Cache::maintain`], called between packets, so an index never
 //! dangles during a replay.
+//!
+//! # One lookup per packet, not per recirculation
+//!
+//! Each recirculating conntrack op in the arena owns a *hint* slot: the entry (mask table, index)
+//! its continuation was last found in. A replayed continuation first checks that entry against
+//! the context after conntrack (its masked values and its generation, the same test a hashed
+//! lookup ends with, but no hash and no table walk); only when it does not match is the
+//! continuation looked up, and the hint is pointed at what that lookup found. Any current entry
+//! of the resume point whose masked values equal the context's is a correct answer (every
+//! context an entry covers gets the same ops), so a hint that went stale (a mask table moved by
+//! the busiest-first reordering, an entry overwritten in place) can only miss, never answer
+//! wrongly. In the established-traffic case (one connection state, many connections) the
+//! continuation is found through the hint every time: one hashed lookup per packet per chassis.
 
 use crate::classifier::{IdMap, mix};
-use crate::interp::Op;
+use crate::interp::{NO_RESUME, Op};
 use crate::packet::NF;
 
 /// Odd per-slot multipliers for [`MaskTable::hash`] (splitmix64 of the slot number, forced odd).
@@ -44,8 +57,19 @@ struct Entry {
     generation: u64,
 }
 
-/// "No entry" in [`Entry::next`].
+/// "No entry" in [`Entry::next`] and in a hint.
 const NIL: u32 = u32::MAX;
+
+/// "No hint slot": what a recorded (not yet cached) conntrack op carries.
+pub(crate) const NO_HINT: u32 = u32::MAX;
+
+/// Where a recirculating op's continuation was last found: (mask table, entry) of the resume
+/// point's [`Dpcls`]; [`NIL`] when never.
+#[derive(Debug, Clone, Copy)]
+struct Hint {
+    mask: u32,
+    entry: u32,
+}
 
 /// One masked field of a [`MaskTable`], in the form the per-packet path reads it.
 #[derive(Debug, Clone, Copy)]
@@ -158,6 +182,8 @@ pub(crate) struct Cache {
     by_resume: Vec<Dpcls>,
     entries: usize,
     arena: Vec<Op>,
+    /// One slot per recirculating op in `arena` (see the module documentation).
+    hints: Vec<Hint>,
     clear_pending: bool,
     stats: CacheStats,
 }
@@ -165,23 +191,50 @@ pub(crate) struct Cache {
 /// How the cache's lookups went: what `hf-bench` reports per frame and the tests bound.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CacheStats {
-    /// Lookups (one per segment run on the cached path).
+    /// Hashed lookups: a segment whose entry was not found through its hint (the first segment
+    /// of every run, and a continuation whose hint missed).
     pub lookups: u64,
     /// Hash tables probed by those lookups (mask tables of the megaflow layer).
     pub probes: u64,
+    /// Continuations after a conntrack recirculation found through the recirculating op's hint:
+    /// one entry compared, no hash, no probe.
+    pub chained: u64,
+    /// Hints tried whose entry did not cover the context (a hashed lookup followed).
+    pub hint_refused: u64,
 }
 
 impl Cache {
     /// The ops for the segment at `resume` given the context `f`, if a current entry covers it.
+    /// `hint` is the hint slot of the recirculating op this segment continues ([`NO_HINT`] for
+    /// the first segment of a run): its entry is tried first, and it is pointed at what a
+    /// hashed lookup finds.
     #[inline]
     pub(crate) fn lookup(
         &mut self,
         resume: u32,
         f: &[u128; NF],
         generation: u64,
+        hint: u32,
     ) -> Option<(u32, u32)> {
-        self.stats.lookups += 1;
         let d = self.by_resume.get_mut(resume as usize)?;
+        if let Some(h) = self.hints.get(hint as usize)
+            && let Some(m) = d.masks.get_mut(h.mask as usize)
+            && let Some(e) = m.entries.get(h.entry as usize).copied()
+            && e.generation == generation
+            && m.matches(h.entry as usize, f)
+        {
+            self.stats.chained += 1;
+            m.hits += 1;
+            return Some((e.start, e.len));
+        }
+        if self
+            .hints
+            .get(hint as usize)
+            .is_some_and(|h| h.entry != NIL)
+        {
+            self.stats.hint_refused += 1;
+        }
+        self.stats.lookups += 1;
         for i in 0..d.masks.len() {
             self.stats.probes += 1;
             let m = &mut d.masks[i];
@@ -197,8 +250,16 @@ impl Cache {
             }
             m.hits += 1;
             // Keep the busiest masks first, as OVS's dpcls does.
+            let mut at = i;
             if i > 0 && d.masks[i].hits > d.masks[i - 1].hits.saturating_mul(2) {
                 d.masks.swap(i, i - 1);
+                at = i - 1;
+            }
+            if let Some(h) = self.hints.get_mut(hint as usize) {
+                *h = Hint {
+                    mask: at as u32,
+                    entry: j as u32,
+                };
             }
             return Some((e.start, e.len));
         }
@@ -220,7 +281,29 @@ impl Cache {
         let (Ok(at), Ok(len)) = (u32::try_from(self.arena.len()), u32::try_from(ops.len())) else {
             return;
         };
-        self.arena.extend_from_slice(ops);
+        // Each recirculating op gets its hint slot as it enters the arena.
+        let hints = &mut self.hints;
+        self.arena.extend(ops.iter().map(|&op| match op {
+            Op::Ct {
+                zone,
+                act,
+                resume,
+                hint: _,
+            } if resume != NO_RESUME => {
+                let hint = u32::try_from(hints.len()).unwrap_or(NO_HINT);
+                hints.push(Hint {
+                    mask: NIL,
+                    entry: NIL,
+                });
+                Op::Ct {
+                    zone,
+                    act,
+                    resume,
+                    hint,
+                }
+            }
+            op => op,
+        }));
         let fields: Box<[(u8, u128)]> = wc
             .iter()
             .enumerate()
@@ -280,6 +363,7 @@ impl Cache {
     pub(crate) fn clear(&mut self) {
         self.by_resume.clear();
         self.arena.clear();
+        self.hints.clear();
         self.entries = 0;
         self.clear_pending = false;
     }

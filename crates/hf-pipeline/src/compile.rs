@@ -37,7 +37,7 @@ use crate::program::{
 /// Geneve's limits (ovn-architecture(7), "Tunnel Encapsulations").
 const MAX_DP_KEY: u32 = (1 << 24) - 1;
 const MAX_PORT_KEY: u32 = (1 << 15) - 1;
-const MIN_GROUP_KEY: u32 = 1 << 15;
+pub(crate) const MIN_GROUP_KEY: u32 = 1 << 15;
 const MAX_GROUP_KEY: u32 = (1 << 16) - 1;
 
 impl Program {

@@ -364,6 +364,10 @@ pub struct Coverage {
     pub cache_hits: usize,
     /// Recirculations after conntrack.
     pub recirculations: usize,
+    /// Continuations after conntrack found through their op's hint (no hashed lookup).
+    pub chained: u64,
+    /// Hints tried and refused (their entry did not match the context after conntrack).
+    pub hint_refused: u64,
     /// Connections in the table at the end.
     pub connections: usize,
     /// Events reported plus learned entries (FDB, ECMP, affinity) at the end.
@@ -381,6 +385,8 @@ impl Coverage {
         self.outputs += o.outputs;
         self.cache_hits += o.cache_hits;
         self.recirculations += o.recirculations;
+        self.chained += o.chained;
+        self.hint_refused += o.hint_refused;
         self.connections += o.connections;
         self.learned += o.learned;
         self.counted += o.counted;
@@ -493,5 +499,8 @@ pub fn differential_with_coverage(data: &[u8]) -> Coverage {
     cov.learned += l.fdb + l.ecmp + l.lb_affinity;
     cov.packets = n;
     cov.connections = ct_a.len();
+    let st = a.cache_stats();
+    cov.chained = st.chained;
+    cov.hint_refused = st.hint_refused;
     cov
 }

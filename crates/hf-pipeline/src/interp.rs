@@ -50,7 +50,14 @@ pub(crate) enum Op {
     /// A data action from the program's arena.
     Act(u32),
     /// A conntrack action in `zone`; with a resume point, the continuation runs after it.
-    Ct { zone: u16, act: u32, resume: u32 },
+    /// `hint` is the cache's hint slot for the continuation (`cache::NO_HINT` until the op is
+    /// cached; see `cache`).
+    Ct {
+        zone: u16,
+        act: u32,
+        resume: u32,
+        hint: u32,
+    },
     /// Set a port slot (flood members).
     SetPort { slot: u8, key: u32 },
     /// Cross a patch port into datapath `dp` with `inport`.
@@ -227,6 +234,9 @@ pub(crate) type Neighbours = crate::classifier::FastMap<(u32, u32, u128, bool), 
 /// One packet's run.
 pub(crate) struct Runner<'a> {
     pub prog: &'a Program,
+    /// The received frame: the current frame until the context owns a copy
+    /// ([`Runner::own_frame`]).
+    pub input: &'a [u8],
     pub neigh: &'a mut Neighbours,
     pub state: &'a mut Learned,
     pub counters: &'a mut [u64],
@@ -262,16 +272,31 @@ enum Flow {
 }
 
 impl Runner<'_> {
+    /// Copies the received frame into the context before its first write (see [`Ctx`]). Every
+    /// path that may change the frame calls this first: data actions, conntrack rewrites,
+    /// packet generation.
+    #[inline]
+    pub(crate) fn own_frame(&mut self) {
+        let ctx = &mut self.scr.ctx;
+        if !ctx.owned {
+            ctx.frame.clear();
+            ctx.frame.extend_from_slice(self.input);
+            ctx.owned = true;
+        }
+    }
+
     /// Runs the segment that starts at `resume` with the current context: from the cache when it
     /// has an entry, otherwise by walking (and then caching the walk when it can).
-    pub(crate) fn run_segment(&mut self, resume: u32, rdepth: u32) {
+    pub(crate) fn run_segment(&mut self, resume: u32, rdepth: u32, hint: u32) {
         if rdepth > MAX_RECIRC {
             self.note("recirculation limit reached: dropped".into());
             return;
         }
         self.segments += 1;
         if self.mode == Mode::Cached
-            && let Some((start, len)) = self.cache.lookup(resume, &self.scr.ctx.f, *self.generation)
+            && let Some((start, len)) =
+                self.cache
+                    .lookup(resume, &self.scr.ctx.f, *self.generation, hint)
         {
             self.hits += 1;
             for k in start..start.saturating_add(len) {
@@ -284,6 +309,9 @@ impl Runner<'_> {
                     // A plain field write (most of a replay) skips even `exec_act`'s frame.
                     Op::Act(i) => match self.prog.acts.get(i as usize) {
                         Some(CAct::Set { field, value, mask }) => {
+                            if crate::packet::in_frame(usize::from(*field)) {
+                                self.own_frame();
+                            }
                             self.scr
                                 .ctx
                                 .write_masked(usize::from(*field), *value, *mask)
@@ -336,7 +364,9 @@ impl Runner<'_> {
     fn describe(&self, op: &Op) -> String {
         match op {
             Op::Act(i) => format!("{:?}", self.prog.acts.get(*i as usize)),
-            Op::Ct { zone, act, resume } => format!(
+            Op::Ct {
+                zone, act, resume, ..
+            } => format!(
                 "ct zone {zone}: {:?}{}",
                 self.prog.acts.get(*act as usize),
                 if *resume == NO_RESUME {
@@ -669,6 +699,7 @@ impl Runner<'_> {
                 zone,
                 act: i,
                 resume,
+                hint: crate::cache::NO_HINT,
             },
             rdepth,
         );
@@ -980,7 +1011,12 @@ impl Runner<'_> {
                     self.exec_act(a);
                 }
             }
-            Op::Ct { zone, act, resume } => {
+            Op::Ct {
+                zone,
+                act,
+                resume,
+                hint,
+            } => {
                 let r = self.exec_ct(zone, act);
                 if self.trace.is_some()
                     && let Some(r) = r
@@ -1006,7 +1042,7 @@ impl Runner<'_> {
                     }
                 }
                 if resume != NO_RESUME {
-                    self.run_segment(resume, rdepth + 1);
+                    self.run_segment(resume, rdepth + 1, hint);
                 }
             }
             Op::SetPort { slot: s, key } => {
@@ -1032,11 +1068,16 @@ impl Runner<'_> {
             Op::Save => {
                 let mut frame = self.scr.pool.pop().unwrap_or_default();
                 frame.clear();
-                frame.extend_from_slice(&self.scr.ctx.frame);
+                // A frame not yet copied is the received one, which nothing changes.
+                let owned = self.scr.ctx.owned;
+                if owned {
+                    frame.extend_from_slice(&self.scr.ctx.frame);
+                }
                 self.scr.stack.push(Ctx {
                     f: self.scr.ctx.f,
                     parsed: self.scr.ctx.parsed,
                     frame,
+                    owned,
                     ct_orig: self.scr.ctx.ct_orig,
                 });
             }
@@ -1046,14 +1087,26 @@ impl Runner<'_> {
                     self.scr.pool.push(old.frame);
                 }
             }
-            Op::Generate(kind) => return self.generate(kind),
-            Op::Emit(dest) => self.out.push(dest, &self.scr.ctx.frame),
+            Op::Generate(kind) => {
+                self.own_frame();
+                return self.generate(kind);
+            }
+            Op::Emit(dest) => {
+                let frame = if self.scr.ctx.owned {
+                    &self.scr.ctx.frame
+                } else {
+                    self.input
+                };
+                self.out.push(dest, frame)
+            }
         }
         true
     }
 
     #[inline]
     fn exec_act(&mut self, act: &CAct) {
+        // Any data action may write a header (the replay's plain field writes check first).
+        self.own_frame();
         if let CAct::PacketIn { .. } = act {
             return self.exec_packet_in(act);
         }
@@ -1326,6 +1379,11 @@ impl Runner<'_> {
             if r.rewrite.dst.is_some() {
                 r.state.0 |= 0x80;
             }
+        }
+        if !r.rewrite.is_empty() && !ctx.owned {
+            ctx.frame.clear();
+            ctx.frame.extend_from_slice(self.input);
+            ctx.owned = true;
         }
         match act {
             CAct::CtCommit { .. } => {}

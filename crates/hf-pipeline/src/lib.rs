@@ -58,8 +58,10 @@
 //!   ([`Pipeline::action_hits`]; traces do not count).
 //! - An action the pipeline cannot execute is a compile error naming the flow, never a no-op.
 //! - A megaflow cache keyed on exactly the bits each walk examined replays the recorded ops;
-//!   conntrack still runs on every packet and each recirculation after a conntrack action is its
-//!   own lookup (see [`interp`] for how wildcards are accumulated).
+//!   conntrack still runs on every packet, and the continuation after a conntrack
+//!   recirculation is first tried in the entry the same op's continuation was last found in
+//!   (checked, not trusted), so established traffic takes one hashed lookup per packet (see
+//!   [`interp`] for how wildcards are accumulated, `cache` for the hints).
 //! - [`Pipeline::trace`] runs the same walk and ops with conntrack in "what if" mode and records,
 //!   per table, the flow that matched and what its actions did.
 //!
@@ -848,8 +850,11 @@ impl Pipeline {
                     .get(&datapath)
                     .ok_or(ProcessError::UnknownDatapath(datapath))?;
                 let d = &self.prog.dps[dp as usize];
-                // A multicast group from a tunnel: this chassis's own members only.
-                if let Some(members) = d.groups.get(&outport) {
+                // A multicast group from a tunnel: this chassis's own members only. (Group keys
+                // start at `MIN_GROUP_KEY`, compile checks: a port's frame skips the lookup.)
+                if outport >= compile::MIN_GROUP_KEY
+                    && let Some(members) = d.groups.get(&outport)
+                {
                     let members: Vec<u32> = members
                         .iter()
                         .copied()
@@ -933,13 +938,13 @@ impl Pipeline {
         self.cache.maintain();
         self.scr.reset();
         let ctx = &mut self.scr.ctx;
-        ctx.frame.clear();
-        ctx.frame.extend_from_slice(frame);
+        // Not copied: the runner copies the frame on its first write (`Runner::own_frame`).
         ctx.load();
         ctx.f[slot::INPORT] = u128::from(inport);
         ctx.f[slot::OUTPORT] = u128::from(outport);
         let mut r = Runner {
             prog: &self.prog,
+            input: frame,
             neigh: &mut self.neigh,
             state: &mut self.state,
             counters: &mut self.counters,
@@ -959,7 +964,7 @@ impl Pipeline {
             packet_in: self.packet_in,
             pin_stats: &mut self.pin_stats,
         };
-        r.run_segment(resume_id(dp, pipe, 0), 0);
+        r.run_segment(resume_id(dp, pipe, 0), 0, cache::NO_HINT);
         let stats = RunStats {
             segments: r.segments,
             cache_hits: r.hits,

@@ -107,14 +107,27 @@ impl Bits {
 }
 
 /// The per-packet state: frame, parse and field values.
+///
+/// The frame is the caller's received frame, unchanged, until something writes to it: only then
+/// is it copied into `frame` (`owned`; see `Runner::own_frame`). A packet that is forwarded as
+/// it came (most of them) is parsed in place and copied once, into the output.
 #[derive(Debug, Clone)]
 pub(crate) struct Ctx {
     pub f: [u128; NF],
     pub parsed: Parsed,
+    /// The current frame when `owned`; stale otherwise (the received frame is current).
     pub frame: Vec<u8>,
+    /// Whether `frame` holds the current frame.
+    pub owned: bool,
     /// The original-direction tuple of the connection the last conntrack action found
     /// (`ct_nw_dst`, `ct_tp_dst`, ...), for `ct_snat_to_vip`.
     pub ct_orig: Option<hf_conntrack::Tuple>,
+}
+
+/// Whether a write to slot `field` may change the frame (header slots and the ICMP MTUs).
+#[inline(always)]
+pub(crate) fn in_frame(field: usize) -> bool {
+    (slot::HEADER_FIRST..=slot::HEADER_LAST).contains(&field) || field >= slot::ICMP4_FRAG_MTU
 }
 
 /// Writes the header slots of `k` over slots that are already zero.
@@ -206,13 +219,16 @@ impl Ctx {
                 inner: None,
             },
             frame: Vec::new(),
+            owned: false,
             ct_orig: None,
         }
     }
 
-    /// Resets every field and loads the headers of `self.parsed` (frame and parse are already
-    /// in place: the frame was parsed into the context).
+    /// Resets every field and loads the headers of `self.parsed` (the parse is already in
+    /// place: the received frame was parsed into the context, and is the current frame until
+    /// written).
     pub(crate) fn load(&mut self) {
+        self.owned = false;
         self.f = [0; NF];
         self.ct_orig = None;
         set_headers(&mut self.f, &self.parsed.key);
@@ -246,10 +262,7 @@ impl Ctx {
         let wm = WIDTH_MASKS[field];
         let new = ((old & !mask) | (value & mask)) & wm;
         self.f[field] = new;
-        if new != old
-            && ((slot::HEADER_FIRST..=slot::HEADER_LAST).contains(&field)
-                || field >= slot::ICMP4_FRAG_MTU)
-        {
+        if new != old && in_frame(field) {
             self.write_header(field, old, new);
         }
     }
@@ -399,6 +412,7 @@ impl Ctx {
     }
 
     fn put(&mut self, at: usize, bytes: &[u8]) {
+        debug_assert!(self.owned, "a frame write before the frame was copied");
         if let Some(dst) = self.frame.get_mut(at..at + bytes.len()) {
             dst.copy_from_slice(bytes);
         }
@@ -427,6 +441,7 @@ impl Ctx {
         if rw.is_empty() {
             return;
         }
+        debug_assert!(self.owned, "a rewrite before the frame was copied");
         if hf_wire::apply_nat(&mut self.frame, &mut self.parsed, rw).is_ok() {
             self.reload_l3_l4();
         }

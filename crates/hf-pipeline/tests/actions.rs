@@ -332,3 +332,68 @@ fn output_to_the_input_port_needs_flags_loopback() {
     );
     assert_eq!(run(&mut p, &mut ct, Ingress::Local(1), &other)[0].1, other);
 }
+
+/// A continuation after conntrack is first tried in the entry the same op's continuation was
+/// last found in, and that entry is checked, not trusted: a committed connection's packets
+/// (`ct_mark == 1` after conntrack) point the hint at their continuation, and the next
+/// connection's SYN (same first segment, `ct_mark == 0` after conntrack) must still be committed
+/// and delivered to vm2 rather than replay the committed path to the tunnel. (Replaying the
+/// hinted entry without comparing its masked values makes this fail.)
+#[test]
+fn a_continuation_hint_is_checked_against_the_state_after_conntrack() {
+    let mut p = Pipeline::new(program(&[
+        (0, 100, "ip", "ct_next;"),
+        (1, 100, "ct_mark == 1", "outport = \"far\"; output;"),
+        (
+            1,
+            90,
+            "ct.new",
+            "ct_commit { ct_mark = 1; }; outport = \"vm2\"; output;",
+        ),
+        (1, 0, "1", "drop;"),
+    ]));
+    let mut ct = Conntrack::new(Config::default());
+    let syn = |sport: u16| {
+        tcp_frame(&Seg::new(
+            (IpAddr::V4(A), sport),
+            (IpAddr::V4(B), 80),
+            tcp_flags::SYN,
+            (1, 0),
+            0,
+        ))
+    };
+    let far = Destination::Tunnel {
+        chassis: 7,
+        datapath: 5,
+        inport: 1,
+        outport: 3,
+    };
+    let vm2 = Destination::Local(2);
+    // Connection 1: its SYN is committed and goes to vm2; retransmissions find the mark and go
+    // to the tunnel (walked, then looked up: the hint is set).
+    let d = dests(&run(&mut p, &mut ct, Ingress::Local(1), &syn(1000)));
+    assert_eq!(d, vec![vm2]);
+    for _ in 0..2 {
+        let d = dests(&run(&mut p, &mut ct, Ingress::Local(1), &syn(1000)));
+        assert_eq!(d, vec![far]);
+    }
+    // The next retransmission's continuation comes through the hint: no hashed lookup for it.
+    let s0 = p.cache_stats();
+    let d = dests(&run(&mut p, &mut ct, Ingress::Local(1), &syn(1000)));
+    assert_eq!(d, vec![far]);
+    let s1 = p.cache_stats();
+    assert_eq!((s1.lookups - s0.lookups, s1.chained - s0.chained), (1, 1));
+    // Connection 2's SYN: same first segment, and the hint names connection 1's continuation.
+    let d = dests(&run(&mut p, &mut ct, Ingress::Local(1), &syn(2000)));
+    assert_eq!(d, vec![vm2], "the SYN took the committed connection's path");
+    assert_eq!(ct.len(), 2, "the SYN was not committed");
+    let s2 = p.cache_stats();
+    assert_eq!(
+        s2.chained, s1.chained,
+        "a hint that does not match is not used"
+    );
+    assert_eq!(s2.lookups - s1.lookups, 2, "the continuation was looked up");
+    // Connection 1 still goes to the tunnel (the hint moved to the other entry).
+    let d = dests(&run(&mut p, &mut ct, Ingress::Local(1), &syn(1000)));
+    assert_eq!(d, vec![far]);
+}

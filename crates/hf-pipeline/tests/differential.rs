@@ -16,7 +16,8 @@ proptest! {
 }
 
 /// The differential check has teeth: over many seeds the random programs do forward, recirculate
-/// and hit the cache (a generator that only dropped would make the property vacuous).
+/// and hit the cache, find continuations through hints and refuse hints that do not match (a
+/// generator that only dropped would make the property vacuous).
 #[test]
 fn random_programs_exercise_the_cache() {
     let mut stats = hf_pipeline::fuzzing::Coverage::default();
@@ -36,6 +37,10 @@ fn random_programs_exercise_the_cache() {
     assert!(stats.outputs > 100, "{stats:?}");
     assert!(stats.cache_hits > 100, "{stats:?}");
     assert!(stats.recirculations > 50, "{stats:?}");
+    // Continuations found through hints, and hints refused (the case a hint trusted blindly
+    // would get wrong).
+    assert!(stats.chained > 1000, "{stats:?}");
+    assert!(stats.hint_refused > 100, "{stats:?}");
     assert!(stats.connections > 10, "{stats:?}");
     assert!(stats.learned > 10, "{stats:?}");
     assert!(stats.counted > 10, "{stats:?}");

@@ -64,11 +64,17 @@ fn established_packets_on_the_cached_path_do_not_allocate() {
     }
     assert_eq!(delivered, 5 * frames.len());
     assert_eq!(hf_wire::fuzzing::allocations() - before, 0);
-    // One cache lookup per segment (per conntrack recirculation), and each lookup probes one
-    // hash table: the busiest mask first.
+    // One hashed lookup per packet (its first segment), probing one hash table (the busiest
+    // mask first); every continuation after conntrack found through its op's hint.
     let stats = pipe.cache_stats();
-    let lookups = stats.lookups - stats0.lookups;
-    assert_eq!(lookups, segments, "one lookup per segment");
+    let runs = 5 * frames.len() as u64;
+    let (lookups, chained) = (
+        stats.lookups - stats0.lookups,
+        stats.chained - stats0.chained,
+    );
+    assert!(segments > runs, "the traffic recirculates");
+    assert_eq!(lookups, runs, "one hashed lookup per packet");
+    assert_eq!(chained, segments - runs, "every continuation chained");
     assert_eq!(
         stats.probes - stats0.probes,
         lookups,

@@ -11,9 +11,11 @@
 //!
 //! - `cached_established_tcp/...`: frames per second delivered at B's port (goal: 5 Mpps).
 //! - `cached_established_tcp_allocs_per_frame`, `..._cache_lookups_per_frame`,
-//!   `..._cache_probes_per_frame`: allocation calls, flow-cache lookups (one per segment, so
-//!   two per chassis: before and after the conntrack recirculation) and hash tables those
-//!   lookups probed, per delivered frame (goals: 0, and one probe per lookup).
+//!   `..._cache_probes_per_frame`, `..._cache_chained_per_frame`: allocation calls, hashed
+//!   flow-cache lookups (goal: one per chassis, for the segment before the conntrack
+//!   recirculation), hash tables those lookups probed (goal: one per lookup), and continuations
+//!   after conntrack found through the recirculating op's hint instead of a lookup (one per
+//!   chassis), per delivered frame.
 //!
 //! The loop patches the connection's source port (with an incremental checksum update) into a
 //! hot frame template, as a freshly received frame would be. Allocation calls in the loop are
@@ -167,10 +169,11 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     let (delivered, took) = timed(|| pass(&mut dps, n_frames));
     let allocs = crate::alloc::allocations() - a0;
     let s1 = dps.each_ref().map(|d| d.pipeline().cache_stats());
-    let (lookups, probes) = (0..2).fold((0, 0), |(l, p), i| {
+    let (lookups, probes, chained) = (0..2).fold((0, 0, 0), |(l, p, c), i| {
         (
             l + s1[i].lookups - s0[i].lookups,
             p + s1[i].probes - s0[i].probes,
+            c + s1[i].chained - s0[i].chained,
         )
     });
     anyhow::ensure!(
@@ -199,6 +202,11 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         "cached_established_tcp_cache_probes_per_frame",
         probes as f64 / n_frames as f64,
         "probes",
+    );
+    report.result(
+        "cached_established_tcp_cache_chained_per_frame",
+        chained as f64 / n_frames as f64,
+        "continuations",
     );
     clocks_note(report, "cached_established_tcp", n_frames as f64, took);
     let c = dps[1].counters();
