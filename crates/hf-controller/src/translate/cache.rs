@@ -56,6 +56,22 @@ impl TranslateCache {
         self.par = par;
     }
 
+    /// Translations with this cache hold their flows in `form` (default
+    /// [`super::flows::FlowForm::Parsed`]); a change of form forgets every kept parse.
+    pub fn set_flow_form(&mut self, form: super::flows::FlowForm) {
+        if form != self.flows.form {
+            self.flows = FlowCache {
+                form,
+                ..FlowCache::default()
+            };
+        }
+    }
+
+    /// The form translations with this cache hold their flows in.
+    pub fn flow_form(&self) -> super::flows::FlowForm {
+        self.flows.form
+    }
+
     /// (rows reused, rows parsed) by the last translation.
     pub fn last_counts(&self) -> (usize, usize) {
         (self.flows.hits, self.flows.misses)
@@ -109,6 +125,8 @@ pub(crate) struct FlowCache {
     /// A recycled translation's flows per datapath, and the rows they were made of.
     recycled: HashMap<Uuid, Vec<FlowSpec>>,
     recycled_rows: HashMap<Uuid, Vec<Uuid>>,
+    /// The form the entries (and translations with this cache) hold flows in.
+    pub(crate) form: super::flows::FlowForm,
     /// Tests only: a deliberately wrong reuse rule, to show the equivalence test catches a
     /// broken rule: 1 = a row whose actions changed counts as unchanged; 2 = a datapath is
     /// reused whole without checking that it has the same rows.
