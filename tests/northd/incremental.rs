@@ -344,7 +344,7 @@ fn one_port_changes_exactly_its_rows_and_a_restart_writes_nothing() {
             .filter_map(|f| {
                 f.external_ids
                     .get("hf-flow-id")
-                    .map(|id| (id.clone(), (f.uuid, f.match_.clone(), f.actions.clone())))
+                    .map(|id| (id.clone(), (f.uuid, f.match_.to_string(), f.actions.to_string())))
             })
             .collect()
     };
@@ -468,7 +468,7 @@ fn keys_of(sb: &SbSnapshot) -> Keys {
         .filter_map(|f| {
             f.external_ids
                 .get("hf-flow-id")
-                .map(|id| (id.clone(), (f.match_.clone(), f.actions.clone())))
+                .map(|id| (id.clone(), (f.match_.to_string(), f.actions.to_string())))
         })
         .collect();
     (dps, pbs, flows)

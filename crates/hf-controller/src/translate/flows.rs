@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use hf_expr::actions::Pipeline;
 use hf_model::SbSnapshot;
@@ -103,6 +104,20 @@ pub fn substitute_templates(text: &str, vars: &BTreeMap<String, String>) -> Stri
     out
 }
 
+/// [`substitute_templates`] on shared text: `text` itself (no copy) when nothing is
+/// substituted, so a flow's text stays the replica's allocation.
+pub fn substitute_shared(text: &Arc<str>, vars: &BTreeMap<String, String>) -> Arc<str> {
+    if vars.is_empty() || !text.contains('^') {
+        return Arc::clone(text);
+    }
+    let s = substitute_templates(text, vars);
+    if *s == **text {
+        Arc::clone(text)
+    } else {
+        s.into()
+    }
+}
+
 /// How a translation holds each flow's match and actions.
 ///
 /// - [`FlowForm::Parsed`] (the default): parsed ([`FlowSpec::matches`], [`FlowSpec::actions`]),
@@ -157,22 +172,23 @@ pub fn flow_spec_form(
         .map_err(|_| format!("table_id {} is outside 0..=255", lf.table_id))?;
     let priority = u16::try_from(lf.priority)
         .map_err(|_| format!("priority {} is outside 0..=65535", lf.priority))?;
-    let (matches, actions) = (
-        substitute_templates(&lf.match_, vars),
-        substitute_templates(&lf.actions, vars),
-    );
+    // The text as the replica holds it (shared), unless a template variable changed it.
+    let source = FlowText {
+        matches: substitute_shared(&lf.match_, vars),
+        actions: substitute_shared(&lf.actions, vars),
+    };
     let mut fs = match form {
-        FlowForm::Parsed => FlowSpec::from_text(pipeline, table, priority, &matches, &actions),
+        FlowForm::Parsed => FlowSpec {
+            source: Some(source.clone()),
+            ..FlowSpec::from_text(pipeline, table, priority, &source.matches, &source.actions)
+        },
         FlowForm::Text => FlowSpec {
             pipeline,
             table,
             priority,
             matches: hf_expr::Expr::Bool(false),
             actions: Vec::new(),
-            source: Some(FlowText {
-                matches: matches.into(),
-                actions: actions.into(),
-            }),
+            source: Some(source),
             parse_error: Some(TEXT_FORM.to_string()),
             ..FlowSpec::default()
         },

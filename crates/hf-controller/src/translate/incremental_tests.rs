@@ -695,6 +695,34 @@ fn a_text_form_translation_equals_the_parsed_one_without_its_parses() {
 }
 
 #[test]
+fn flow_texts_are_the_replicas_own_allocations() {
+    // The text of a flow goes from the replica's row to the translation and the program
+    // message without a copy (in both forms); only a substituted template is new text.
+    let mut r = Rng(5);
+    let s = start(&mut r);
+    for form in [FlowForm::Parsed, FlowForm::Text] {
+        let mut inc = Incremental::new();
+        inc.set_flow_form(form);
+        let t = inc.translate(&s, &hv1(), &Extra::default());
+        let msg = program_msg(&t, "hv1", 1, 0, &BTreeMap::new(), &NoLastGood).msg;
+        let (mut shared, mut substituted) = (0, 0);
+        for f in msg.datapaths.iter().flat_map(|d| &d.flows) {
+            let uuid: Uuid = f.sb_uuid.as_deref().unwrap().parse().unwrap();
+            let row = &s.logical_flow()[&uuid];
+            assert!(std::sync::Arc::ptr_eq(&row.actions, &f.actions), "{form:?} {f:?}");
+            if row.match_.contains('^') {
+                assert_ne!(*row.match_, *f.matches);
+                substituted += 1;
+            } else {
+                assert!(std::sync::Arc::ptr_eq(&row.match_, &f.matches), "{form:?} {f:?}");
+                shared += 1;
+            }
+        }
+        assert!(shared > 20 && substituted > 0, "{shared} shared, {substituted} substituted");
+    }
+}
+
+#[test]
 fn a_removed_dependency_rule_is_caught() {
     // Port_Binding changes that do not re-translate their datapath's groups.
     assert!((1..=8).any(|seed| run(seed, 150, 1, &hv1(), true).is_some()));
