@@ -7,7 +7,10 @@
 //!   the row it came from. A row equal to its copy (every column: match, actions, pipeline,
 //!   table, priority, external ids, datapath, datapath group, ...) and translated with the
 //!   same chassis template variables reuses the result; any other row is parsed again.
-//!   Rows not seen in a translation are forgotten at the next one.
+//!   Rows not seen in a translation are forgotten at the next one. In
+//!   [`super::flows::FlowForm::Text`] (nothing parsed) only the row is kept, not its result:
+//!   building the flow again costs less than keeping it. The row's match and actions are the
+//!   replica's `Arc<str>`s, not copies.
 //! - Whole datapaths, when the caller gives the last translation back
 //!   ([`TranslateCache::recycle`]): a datapath whose rows are the same ones, in the same
 //!   order, every one unchanged, takes its (already sorted) flows from it without a copy.
@@ -103,8 +106,12 @@ impl TranslateCache {
 
 #[derive(Debug, Clone)]
 struct Entry {
+    /// The row (its texts are the replica's shared allocations).
     row: sb::LogicalFlow,
-    parsed: Result<FlowSpec, String>,
+    /// Its result; `None` for a flow translated in [`super::flows::FlowForm::Text`], which
+    /// is cheaper to build again than to keep (no parse), so that only the row is kept to
+    /// tell which datapaths are unchanged.
+    parsed: Option<Result<FlowSpec, String>>,
 }
 
 /// Parsed `Logical_Flow` rows by UUID.
@@ -207,7 +214,7 @@ impl FlowCache {
     pub(crate) fn keep(&mut self, lf: &sb::LogicalFlow) -> Option<String> {
         let e = self.old.remove(&lf.uuid)?;
         self.hits += 1;
-        let err = e.parsed.as_ref().err().cloned();
+        let err = e.parsed.as_ref().and_then(|p| p.as_ref().err().cloned());
         self.new.insert(lf.uuid, e);
         err
     }
@@ -231,8 +238,9 @@ impl FlowCache {
             Some(e) if self.same(&e.row, lf) => e,
             _ => return None,
         };
+        // (A text-form flow is built again, and kept by `store`.)
+        let out = e.parsed.clone()?;
         self.hits += 1;
-        let out = e.parsed.clone();
         #[cfg(test)]
         let e = Entry {
             row: lf.clone(),
@@ -243,8 +251,12 @@ impl FlowCache {
     }
 
     /// Keeps `parsed`, the parse of `lf` that [`FlowCache::lookup`] did not have.
-    pub(crate) fn store(&mut self, lf: &sb::LogicalFlow, parsed: Result<FlowSpec, String>) {
+    pub(crate) fn store(&mut self, lf: &sb::LogicalFlow, parsed: &Result<FlowSpec, String>) {
         self.misses += 1;
+        let parsed = match (self.form, parsed) {
+            (super::flows::FlowForm::Text, Ok(_)) => None,
+            (_, p) => Some(p.clone()),
+        };
         self.new.insert(
             lf.uuid,
             Entry {

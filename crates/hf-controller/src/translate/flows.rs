@@ -273,7 +273,7 @@ pub(crate) fn translate_flows(
                     continue;
                 };
                 if let Some(c) = cache.as_deref_mut() {
-                    c.store(lf, r.clone());
+                    c.store(lf, &r);
                 }
                 r
             }
