@@ -342,9 +342,12 @@ fn one_port_changes_exactly_its_rows_and_a_restart_writes_nothing() {
         s.logical_flow()
             .values()
             .filter_map(|f| {
-                f.external_ids
-                    .get("hf-flow-id")
-                    .map(|id| (id.clone(), (f.uuid, f.match_.to_string(), f.actions.to_string())))
+                f.external_ids.get("hf-flow-id").map(|id| {
+                    (
+                        id.clone(),
+                        (f.uuid, f.match_.to_string(), f.actions.to_string()),
+                    )
+                })
             })
             .collect()
     };

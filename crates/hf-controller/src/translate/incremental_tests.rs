@@ -9,8 +9,8 @@ use hf_model::{RowDelta, RowRef, SbSnapshot, Table};
 use uuid::Uuid;
 
 use super::{Incremental, compare};
-use crate::translate::flows::{FlowForm, TEXT_FORM};
 use crate::program_msg::{NoLastGood, program_msg, program_msg_reusing};
+use crate::translate::flows::{FlowForm, TEXT_FORM};
 use crate::translate::{Extra, TranslateOptions, Translation, translate_with};
 use hf_datapath::proto::ProgramMsg;
 
@@ -663,7 +663,14 @@ fn a_text_form_translation_equals_the_parsed_one_without_its_parses() {
         );
     }
     assert_eq!(
-        run_in(11, 100, 0, &TranslateOptions::default(), false, FlowForm::Text),
+        run_in(
+            11,
+            100,
+            0,
+            &TranslateOptions::default(),
+            false,
+            FlowForm::Text
+        ),
         None,
         "no chassis"
     );
@@ -709,16 +716,25 @@ fn flow_texts_are_the_replicas_own_allocations() {
         for f in msg.datapaths.iter().flat_map(|d| &d.flows) {
             let uuid: Uuid = f.sb_uuid.as_deref().unwrap().parse().unwrap();
             let row = &s.logical_flow()[&uuid];
-            assert!(std::sync::Arc::ptr_eq(&row.actions, &f.actions), "{form:?} {f:?}");
+            assert!(
+                std::sync::Arc::ptr_eq(&row.actions, &f.actions),
+                "{form:?} {f:?}"
+            );
             if row.match_.contains('^') {
                 assert_ne!(*row.match_, *f.matches);
                 substituted += 1;
             } else {
-                assert!(std::sync::Arc::ptr_eq(&row.match_, &f.matches), "{form:?} {f:?}");
+                assert!(
+                    std::sync::Arc::ptr_eq(&row.match_, &f.matches),
+                    "{form:?} {f:?}"
+                );
                 shared += 1;
             }
         }
-        assert!(shared > 20 && substituted > 0, "{shared} shared, {substituted} substituted");
+        assert!(
+            shared > 20 && substituted > 0,
+            "{shared} shared, {substituted} substituted"
+        );
     }
 }
 
