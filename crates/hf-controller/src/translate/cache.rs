@@ -282,6 +282,8 @@ mod tests {
         Extra, TranslateCache, TranslateOptions, translate_cached, translate_with,
     };
 
+    use crate::translate::flows::FlowForm;
+    use crate::translate::incremental::tests::as_text_form;
     use crate::translate::test_rng::Rng;
 
     fn u(n: u128) -> Uuid {
@@ -445,9 +447,16 @@ mod tests {
 
     /// Runs `steps` random changes; returns the first step whose cached translation differs.
     fn first_difference(seed: u64, steps: usize, broken: u8) -> Option<usize> {
+        first_difference_in(seed, steps, broken, FlowForm::Parsed)
+    }
+
+    /// [`first_difference`] with the cache in `form` (the text form compared with the full
+    /// translation without its parses).
+    fn first_difference_in(seed: u64, steps: usize, broken: u8, form: FlowForm) -> Option<usize> {
         let mut r = Rng(seed);
         let mut s = start(&mut r);
         let mut cache = TranslateCache::new();
+        cache.set_flow_form(form);
         cache.flows.broken = broken;
         let mut next = 2000;
         let opts = TranslateOptions {
@@ -457,6 +466,10 @@ mod tests {
         for step in 0..steps {
             let extra = Extra::default();
             let want = translate_with(&s, &opts, &extra);
+            let want = match form {
+                FlowForm::Parsed => want,
+                FlowForm::Text => as_text_form(&want),
+            };
             let got = translate_cached(&s, &opts, &extra, &mut cache);
             if format!("{:?}", want) != format!("{:?}", got) {
                 return Some(step);
@@ -475,8 +488,11 @@ mod tests {
             }
         }
         // The cache did its work: most rows were reused (a template variable change parses
-        // everything again).
-        assert!(reused > 4 * parsed, "{reused} rows reused, {parsed} parsed");
+        // everything again; the text form keeps rows, not flows, so it reuses whole datapaths
+        // only).
+        if form == FlowForm::Parsed {
+            assert!(reused > 4 * parsed, "{reused} rows reused, {parsed} parsed");
+        }
         assert_eq!(seed % 2 == 1, whole > 0, "{whole} datapaths reused whole");
         None
     }
@@ -486,6 +502,18 @@ mod tests {
         for seed in [1, 2, 3, 4, 5, 6] {
             assert_eq!(first_difference(seed, 80, 0), None, "seed {seed}");
         }
+    }
+
+    #[test]
+    fn a_text_form_cached_translation_equals_the_full_one_without_its_parses() {
+        for seed in [1, 2, 3, 4, 5, 6] {
+            assert_eq!(
+                first_difference_in(seed, 80, 0, FlowForm::Text),
+                None,
+                "seed {seed}"
+            );
+        }
+        assert!(first_difference_in(1, 80, 1, FlowForm::Text).is_some());
     }
 
     #[test]

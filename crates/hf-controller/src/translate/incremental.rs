@@ -863,4 +863,4 @@ pub fn compare(old: &Translation, new: &Translation) -> Touched {
 
 #[cfg(test)]
 #[path = "incremental_tests.rs"]
-mod tests;
+pub(crate) mod tests;

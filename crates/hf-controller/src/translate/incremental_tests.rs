@@ -445,7 +445,7 @@ enum Failure {
 }
 
 /// `t` as [`FlowForm::Text`] holds it: every flow from text has the parse left out.
-fn as_text_form(t: &Translation) -> Translation {
+pub(crate) fn as_text_form(t: &Translation) -> Translation {
     let mut t = t.clone();
     for d in &mut t.spec.datapaths {
         for f in d.flows.iter_mut().filter(|f| f.source.is_some()) {
