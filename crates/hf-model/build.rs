@@ -86,6 +86,18 @@ fn main() {
     }
 }
 
+/// Scalar string columns held as `Arc<str>` instead of `String`: long texts that the readers
+/// share rather than copy (the controller's translation, its program messages and its last
+/// good store hold a `Logical_Flow`'s match and actions as the replica's own allocation).
+const SHARED_TEXT: &[(&str, &str)] = &[("Logical_Flow", "match"), ("Logical_Flow", "actions")];
+
+fn is_shared_text(t: &TableSchema, c: &ColumnSchema) -> bool {
+    c.ty.is_scalar()
+        && SHARED_TEXT
+            .iter()
+            .any(|&(tn, cn)| t.name == tn && c.name == cn)
+}
+
 /// Format the generated file when rustfmt is at hand, so that it reads like the rest of the
 /// code; without rustfmt it stays valid, only less pretty.
 fn rustfmt(path: &Path) {
@@ -260,6 +272,7 @@ impl<'a> Gen<'a> {
             return e;
         }
         match bt.atomic {
+            AtomicType::String if is_shared_text(t, c) => "Arc<str>".into(),
             AtomicType::String => "String".into(),
             AtomicType::Integer => "i64".into(),
             AtomicType::Real => "f64".into(),

@@ -50,8 +50,8 @@ pub fn sb_flows(sb: &SbSnapshot) -> (BTreeMap<String, FlowText>, usize) {
             f.pipeline.as_str().to_string(),
             f.table_id,
             f.priority,
-            f.match_.clone(),
-            f.actions.clone(),
+            f.match_.to_string(),
+            f.actions.to_string(),
         );
         match f.external_ids.get("hf-flow-id") {
             Some(id) => {

@@ -342,9 +342,12 @@ fn one_port_changes_exactly_its_rows_and_a_restart_writes_nothing() {
         s.logical_flow()
             .values()
             .filter_map(|f| {
-                f.external_ids
-                    .get("hf-flow-id")
-                    .map(|id| (id.clone(), (f.uuid, f.match_.clone(), f.actions.clone())))
+                f.external_ids.get("hf-flow-id").map(|id| {
+                    (
+                        id.clone(),
+                        (f.uuid, f.match_.to_string(), f.actions.to_string()),
+                    )
+                })
             })
             .collect()
     };
@@ -468,7 +471,7 @@ fn keys_of(sb: &SbSnapshot) -> Keys {
         .filter_map(|f| {
             f.external_ids
                 .get("hf-flow-id")
-                .map(|id| (id.clone(), (f.match_.clone(), f.actions.clone())))
+                .map(|id| (id.clone(), (f.match_.to_string(), f.actions.to_string())))
         })
         .collect();
     (dps, pbs, flows)

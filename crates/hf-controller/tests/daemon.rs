@@ -1072,7 +1072,7 @@ fn a_bad_flow_keeps_its_last_good_version_and_is_reported_once() {
         .values()
         .filter(|f| {
             f.logical_datapath.map(|d| d.uuid()) == Some(ls0)
-                && f.actions == "next;"
+                && &*f.actions == "next;"
                 && f.external_ids.contains_key("hf-flow-id")
         })
         .collect();

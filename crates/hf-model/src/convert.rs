@@ -29,6 +29,21 @@ impl Atomic for String {
     }
 }
 
+/// A shared string: decoding takes the atom's own allocation (`Atom::String` is an
+/// `Arc<str>`), encoding hands it back, so neither copies the text.
+impl Atomic for Arc<str> {
+    const TYPE: AtomicType = AtomicType::String;
+    fn from_atom(a: &Atom) -> Option<Self> {
+        match a {
+            Atom::String(s) => Some(Arc::clone(s)),
+            _ => None,
+        }
+    }
+    fn to_atom(&self) -> Atom {
+        Atom::String(Arc::clone(self))
+    }
+}
+
 impl Atomic for i64 {
     const TYPE: AtomicType = AtomicType::Integer;
     fn from_atom(a: &Atom) -> Option<Self> {

@@ -915,12 +915,12 @@ pub fn diff_ops(
         let Some((uuid, f)) = old else {
             let new = s::LogicalFlow {
                 uuid: o.fresh(),
-                actions: row.actions.to_string(),
+                actions: (*row.actions).into(),
                 controller_meter: row.controller_meter.clone(),
                 external_ids: row.external_ids.clone(),
                 logical_datapath: dp.map(Into::into),
                 logical_dp_group: group.map(Into::into),
-                match_: row.match_.to_string(),
+                match_: (*row.match_).into(),
                 pipeline: s::LogicalFlowPipeline::from_wire(row.pipeline),
                 priority: i64::from(row.priority),
                 table_id: i64::from(row.table_id),

@@ -225,7 +225,7 @@ impl Plan {
         const CALL: &str = "is_chassis_resident(\"";
         let before = self.ports.len();
         for lf in flows.logical_flow().values() {
-            let mut rest = lf.match_.as_str();
+            let mut rest: &str = &lf.match_;
             while let Some(i) = rest.find(CALL) {
                 rest = &rest[i + CALL.len()..];
                 if let Some(j) = rest.find('"') {

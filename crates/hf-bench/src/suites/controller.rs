@@ -668,6 +668,8 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
     // The caches as they were after `prev` (cloned untimed, so every try starts alike).
     let mut tr_cache = prev.map(|p| p.tr_cache.clone()).unwrap_or_default();
     tr_cache.set_parallelism(threads());
+    // The daemon's form: the datapath parses the text it is sent.
+    tr_cache.set_flow_form(hf_controller::translate::flows::FlowForm::Text);
     // A cold start compiles on every core, as `holdfast datapath` does by default.
     let mut spec_cache = prev.map(|p| p.spec_cache.clone()).unwrap_or_else(|| {
         hf_datapath::program::SpecCache::with_options(hf_pipeline::CompileOptions {
@@ -1027,6 +1029,7 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
     // The incremental translator as after the cold start (untimed).
     let mut inc = hf_controller::Incremental::new();
     inc.set_parallelism(threads());
+    inc.set_flow_form(hf_controller::translate::flows::FlowForm::Text);
     let tr = inc.translate(
         &snap,
         &hv1_opts(),

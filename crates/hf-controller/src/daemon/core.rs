@@ -450,6 +450,9 @@ impl Controller {
         };
         c.translate_cache
             .set_parallelism(c.tuning.translate_threads);
+        // The datapath parses the flows' text; the controller never reads a parse tree.
+        c.translate_cache
+            .set_flow_form(crate::translate::flows::FlowForm::Text);
         c.say(
             Level::Info,
             format!(

@@ -9,11 +9,12 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use hf_expr::actions::Pipeline;
 use hf_model::SbSnapshot;
 use hf_model::sb;
-use hf_pipeline::{FdbSpec, FlowId, FlowSpec, LbVipSpec, Neighbour};
+use hf_pipeline::{FdbSpec, FlowId, FlowSpec, FlowText, LbVipSpec, Neighbour};
 use uuid::Uuid;
 
 use super::par::{self, Parallelism};
@@ -103,11 +104,59 @@ pub fn substitute_templates(text: &str, vars: &BTreeMap<String, String>) -> Stri
     out
 }
 
+/// [`substitute_templates`] on shared text: `text` itself (no copy) when nothing is
+/// substituted, so a flow's text stays the replica's allocation.
+pub fn substitute_shared(text: &Arc<str>, vars: &BTreeMap<String, String>) -> Arc<str> {
+    if vars.is_empty() || !text.contains('^') {
+        return Arc::clone(text);
+    }
+    let s = substitute_templates(text, vars);
+    if *s == **text {
+        Arc::clone(text)
+    } else {
+        s.into()
+    }
+}
+
+/// How a translation holds each flow's match and actions.
+///
+/// - [`FlowForm::Parsed`] (the default): parsed ([`FlowSpec::matches`], [`FlowSpec::actions`]),
+///   with the text in [`FlowSpec::source`]; for callers that compile the translation
+///   themselves (`holdfast trace`, tests).
+/// - [`FlowForm::Text`]: the text only, not parsed. The controller daemon's form: it hands its
+///   datapath the text ([`crate::program_msg`]), which the datapath parses, so the parse trees
+///   (most of a translation's heap, copied into every datapath of a DP group) were never
+///   read. Such a flow carries [`TEXT_FORM`] as its [`FlowSpec::parse_error`], so that
+///   compiling a text-form translation directly reports every flow instead of running empty
+///   matches; its program message is the same as the parsed form's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FlowForm {
+    /// Parsed match and actions, and the text.
+    #[default]
+    Parsed,
+    /// The text only.
+    Text,
+}
+
+/// The [`FlowSpec::parse_error`] of a flow translated in [`FlowForm::Text`].
+pub const TEXT_FORM: &str = "not parsed: text form (compile its program message)";
+
 /// [`flow_spec`] with chassis template variables substituted. The identity uses the text as
 /// written, so it is the same on every chassis.
 pub fn flow_spec_with(
     lf: &sb::LogicalFlow,
     vars: &BTreeMap<String, String>,
+) -> Result<FlowSpec, String> {
+    flow_spec_form(lf, vars, FlowForm::Parsed)
+}
+
+/// [`flow_spec_with`] in the given [`FlowForm`]: the same flow but for `matches`, `actions`
+/// and `parse_error` (the text form's text, identity, stage, hint, UUID, pipeline, table and
+/// priority equal the parsed form's, and so does the reason a row cannot be a flow).
+pub fn flow_spec_form(
+    lf: &sb::LogicalFlow,
+    vars: &BTreeMap<String, String>,
+    form: FlowForm,
 ) -> Result<FlowSpec, String> {
     let pipeline = match lf.pipeline {
         sb::LogicalFlowPipeline::Ingress => Pipeline::Ingress,
@@ -123,13 +172,27 @@ pub fn flow_spec_with(
         .map_err(|_| format!("table_id {} is outside 0..=255", lf.table_id))?;
     let priority = u16::try_from(lf.priority)
         .map_err(|_| format!("priority {} is outside 0..=65535", lf.priority))?;
-    let mut fs = FlowSpec::from_text(
-        pipeline,
-        table,
-        priority,
-        &substitute_templates(&lf.match_, vars),
-        &substitute_templates(&lf.actions, vars),
-    );
+    // The text as the replica holds it (shared), unless a template variable changed it.
+    let source = FlowText {
+        matches: substitute_shared(&lf.match_, vars),
+        actions: substitute_shared(&lf.actions, vars),
+    };
+    let mut fs = match form {
+        FlowForm::Parsed => FlowSpec {
+            source: Some(source.clone()),
+            ..FlowSpec::from_text(pipeline, table, priority, &source.matches, &source.actions)
+        },
+        FlowForm::Text => FlowSpec {
+            pipeline,
+            table,
+            priority,
+            matches: hf_expr::Expr::Bool(false),
+            actions: Vec::new(),
+            source: Some(source),
+            parse_error: Some(TEXT_FORM.to_string()),
+            ..FlowSpec::default()
+        },
+    };
     let (id, stage, hint) = flow_identity(lf);
     fs.id = id;
     fs.stage = stage;
@@ -146,6 +209,7 @@ pub(crate) fn translate_flows(
     par: Parallelism,
 ) {
     let vars = template_vars(sb, chassis);
+    let form = cache.as_deref().map_or(FlowForm::Parsed, |c| c.form);
     if let Some(c) = cache.as_deref_mut() {
         c.begin(&vars);
     }
@@ -198,7 +262,7 @@ pub(crate) fn translate_flows(
         }
         plans.push((plan, targets));
     }
-    let mut parsed = par::map(par, &to_parse, |lf| flow_spec_with(lf, &vars)).into_iter();
+    let mut parsed = par::map(par, &to_parse, |lf| flow_spec_form(lf, &vars, form)).into_iter();
     for ((lf, _, missing), (plan, targets)) in rows.into_iter().zip(plans) {
         t.diagnostics.extend(missing);
         let result = match plan {
@@ -209,7 +273,7 @@ pub(crate) fn translate_flows(
                     continue;
                 };
                 if let Some(c) = cache.as_deref_mut() {
-                    c.store(lf, r.clone());
+                    c.store(lf, &r);
                 }
                 r
             }

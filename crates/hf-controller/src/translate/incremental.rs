@@ -221,6 +221,16 @@ impl Incremental {
         self.cache.set_parallelism(par);
     }
 
+    /// Translations hold their flows in `form` (default [`super::flows::FlowForm::Parsed`];
+    /// the controller daemon uses [`super::flows::FlowForm::Text`]). A change of form
+    /// translates everything again at the next [`Incremental::translate`].
+    pub fn set_flow_form(&mut self, form: super::flows::FlowForm) {
+        if form != self.cache.flow_form() {
+            self.cache.set_flow_form(form);
+            self.changes.all = true;
+        }
+    }
+
     /// Gives the last translation back, unchanged, for the next one to start from.
     pub fn recycle(&mut self, t: Translation) {
         self.last = Some(t);
@@ -354,6 +364,7 @@ impl Incremental {
         t: &mut Translation,
         s: &mut State,
     ) -> bool {
+        let form = self.cache.flow_form();
         let chassis = s.opts.chassis.clone();
         let chassis = chassis.as_deref();
         // Which ports make datapaths needed here, and the patch ports naming each port.
@@ -541,7 +552,7 @@ impl Incremental {
             let (targets, missing) = flows::flow_targets(sb, lf, &index);
             let mut diags: Vec<Diagnostic> = missing.into_iter().collect();
             if !targets.is_empty() {
-                match flows::flow_spec_with(lf, &s.vars) {
+                match flows::flow_spec_form(lf, &s.vars, form) {
                     Ok(fs) => {
                         for &i in &targets {
                             edits.entry(i).or_default().1.push(fs.clone());
@@ -852,4 +863,4 @@ pub fn compare(old: &Translation, new: &Translation) -> Touched {
 
 #[cfg(test)]
 #[path = "incremental_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use super::{Incremental, compare};
 use crate::program_msg::{NoLastGood, program_msg, program_msg_reusing};
+use crate::translate::flows::{FlowForm, TEXT_FORM};
 use crate::translate::{Extra, TranslateOptions, Translation, translate_with};
 use hf_datapath::proto::ProgramMsg;
 
@@ -443,6 +444,19 @@ enum Failure {
     NotTouched(usize, String),
 }
 
+/// `t` as [`FlowForm::Text`] holds it: every flow from text has the parse left out.
+pub(crate) fn as_text_form(t: &Translation) -> Translation {
+    let mut t = t.clone();
+    for d in &mut t.spec.datapaths {
+        for f in d.flows.iter_mut().filter(|f| f.source.is_some()) {
+            f.matches = hf_expr::Expr::Bool(false);
+            f.actions = Vec::new();
+            f.parse_error = Some(TEXT_FORM.to_string());
+        }
+    }
+    t
+}
+
 /// Runs `steps` random change sets (each 1..=3 changes); the first failure.
 fn run(
     seed: u64,
@@ -451,9 +465,24 @@ fn run(
     opts: &TranslateOptions,
     needed: bool,
 ) -> Option<Failure> {
+    run_in(seed, steps, broken, opts, needed, FlowForm::Parsed)
+}
+
+/// [`run`] with the incremental translator holding flows in `form`. In
+/// [`FlowForm::Text`], each translation must equal the full (parsed) one with the parses
+/// left out, and its program message the parsed translation's.
+fn run_in(
+    seed: u64,
+    steps: usize,
+    broken: u8,
+    opts: &TranslateOptions,
+    needed: bool,
+    form: FlowForm,
+) -> Option<Failure> {
     let mut r = Rng(seed);
     let mut s = start(&mut r);
     let mut inc = Incremental::new();
+    inc.set_flow_form(form);
     inc.broken = broken;
     let mut next: u128 = 50_000;
     let mut prev: Option<Translation> = None;
@@ -472,7 +501,20 @@ fn run(
                 BTreeMap::new()
             },
         };
-        let want = translate_with(&s, opts, &extra);
+        let parsed = translate_with(&s, opts, &extra);
+        let want = match form {
+            FlowForm::Parsed => parsed,
+            FlowForm::Text => {
+                // The message the datapath gets is the parsed translation's.
+                let a = program_msg(&parsed, "hv1", 1, 0, &BTreeMap::new(), &NoLastGood);
+                let text = as_text_form(&parsed);
+                let b = program_msg(&text, "hv1", 1, 0, &BTreeMap::new(), &NoLastGood);
+                if a.msg != b.msg || !b.skipped.is_empty() {
+                    return Some(Failure::MsgDiffers(step));
+                }
+                text
+            }
+        };
         let got = inc.translate(&s, opts, &extra);
         if norm(&want) != norm(&got) {
             if std::env::var("HF_DEBUG").is_ok() {
@@ -606,6 +648,92 @@ fn incremental_translation_equals_the_full_one_over_random_changes() {
             run(seed, 100, 0, &TranslateOptions::default(), false),
             None,
             "seed {seed}, no chassis"
+        );
+    }
+}
+
+#[test]
+fn a_text_form_translation_equals_the_parsed_one_without_its_parses() {
+    // Full passes (template variables, chassis) and steps alike, with and without zones kept.
+    for seed in 1..=6 {
+        assert_eq!(
+            run_in(seed, 150, 0, &hv1(), true, FlowForm::Text),
+            None,
+            "seed {seed}, needed only"
+        );
+    }
+    assert_eq!(
+        run_in(
+            11,
+            100,
+            0,
+            &TranslateOptions::default(),
+            false,
+            FlowForm::Text
+        ),
+        None,
+        "no chassis"
+    );
+    // The text form holds no parse tree: every flow's match and actions are empty.
+    let mut r = Rng(3);
+    let s = start(&mut r);
+    let mut inc = Incremental::new();
+    inc.set_flow_form(FlowForm::Text);
+    let t = inc.translate(&s, &hv1(), &Extra::default());
+    let flows: Vec<_> = t.spec.datapaths.iter().flat_map(|d| &d.flows).collect();
+    assert!(flows.len() > 20, "{} flows", flows.len());
+    assert!(flows.iter().all(|f| f.actions.is_empty()
+        && f.matches == hf_expr::Expr::Bool(false)
+        && f.parse_error.as_deref() == Some(TEXT_FORM)));
+    // Compiled directly, a text-form program reports every flow instead of running them
+    // (the datapaths' flows alone: the random ports may clash).
+    let spec = hf_pipeline::ProgramSpec {
+        datapaths: (t.spec.datapaths.iter())
+            .map(|d| hf_pipeline::DatapathSpec {
+                ports: Vec::new(),
+                groups: Vec::new(),
+                ..d.clone()
+            })
+            .collect(),
+        ..hf_pipeline::ProgramSpec::default()
+    };
+    let (_, errors) = hf_pipeline::Program::compile(&spec).unwrap();
+    assert_eq!(errors.len(), flows.len());
+}
+
+#[test]
+fn flow_texts_are_the_replicas_own_allocations() {
+    // The text of a flow goes from the replica's row to the translation and the program
+    // message without a copy (in both forms); only a substituted template is new text.
+    let mut r = Rng(5);
+    let s = start(&mut r);
+    for form in [FlowForm::Parsed, FlowForm::Text] {
+        let mut inc = Incremental::new();
+        inc.set_flow_form(form);
+        let t = inc.translate(&s, &hv1(), &Extra::default());
+        let msg = program_msg(&t, "hv1", 1, 0, &BTreeMap::new(), &NoLastGood).msg;
+        let (mut shared, mut substituted) = (0, 0);
+        for f in msg.datapaths.iter().flat_map(|d| &d.flows) {
+            let uuid: Uuid = f.sb_uuid.as_deref().unwrap().parse().unwrap();
+            let row = &s.logical_flow()[&uuid];
+            assert!(
+                std::sync::Arc::ptr_eq(&row.actions, &f.actions),
+                "{form:?} {f:?}"
+            );
+            if row.match_.contains('^') {
+                assert_ne!(*row.match_, *f.matches);
+                substituted += 1;
+            } else {
+                assert!(
+                    std::sync::Arc::ptr_eq(&row.match_, &f.matches),
+                    "{form:?} {f:?}"
+                );
+                shared += 1;
+            }
+        }
+        assert!(
+            shared > 20 && substituted > 0,
+            "{shared} shared, {substituted} substituted"
         );
     }
 }

@@ -12,8 +12,8 @@ fn drift(sim: &mut Sim) -> (uuid::Uuid, String) {
     let (fu, f) = sb
         .logical_flow()
         .iter()
-        .find(|(_, f)| f.actions != "drop;")
-        .map(|(u, f)| (*u, f.actions.clone()))
+        .find(|(_, f)| &*f.actions != "drop;")
+        .map(|(u, f)| (*u, f.actions.to_string()))
         .expect("a flow");
     sim.nodes[0].nd.expect_echo_for_test(&[fu]);
     sim.sb(json!([{"op": "update", "table": "Logical_Flow",
@@ -23,7 +23,7 @@ fn drift(sim: &mut Sim) -> (uuid::Uuid, String) {
 }
 
 fn actions(sim: &Sim, u: uuid::Uuid) -> String {
-    sim.db_sb().logical_flow()[&u].actions.clone()
+    sim.db_sb().logical_flow()[&u].actions.to_string()
 }
 
 #[test]

@@ -344,7 +344,7 @@ fn assert_complete(sim: &Sim) {
                     .get("hf-flow-id")
                     .cloned()
                     .unwrap_or_default(),
-                (f.match_.clone(), f.actions.clone()),
+                (f.match_.to_string(), f.actions.to_string()),
             )
         })
         .collect();
@@ -629,7 +629,7 @@ fn frozen_datapaths_keep_their_flows_exactly() {
                             .is_some_and(|g| g.datapaths.iter().any(|d| d.uuid() == dp))
                     })
             })
-            .map(|f| (f.uuid, (f.match_.clone(), f.actions.clone())))
+            .map(|f| (f.uuid, (f.match_.to_string(), f.actions.to_string())))
             .collect()
     };
     let frozen_before = flows_on(&sim.db_sb(), sw0);
@@ -792,7 +792,7 @@ fn acl_flows(sim: &Sim, acl: uuid::Uuid) -> Vec<(String, Option<String>)> {
         .filter(|f| f.external_ids.get("stage-hint") == Some(&hint))
         .map(|f| {
             (
-                f.match_.clone(),
+                f.match_.to_string(),
                 f.external_ids.get("hf-acl-broken").cloned(),
             )
         })
