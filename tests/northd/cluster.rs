@@ -280,13 +280,27 @@ fn a_chassis_on_a_follower_gets_updates_and_its_writes_land() {
     let northd = NorthdProc::start(d, "northd", &dbs.nb, &sb, &[]);
     let leader = sbc.leader();
     let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
-    let hv = HfChassis::start(d, "hv1", "127.0.0.1", &sbc.remotes_of(followers.clone()), &[0, 1]);
+    let hv = HfChassis::start(
+        d,
+        "hv1",
+        "127.0.0.1",
+        &sbc.remotes_of(followers.clone()),
+        &[0, 1],
+    );
     let logs = || format!("--- northd\n{}\n--- hv1\n{}", tail(&northd.log), hv.log());
     let registered = wait_for(Duration::from_secs(30), || {
-        ctl("ovn-sbctl", &sb, &["--bare", "--columns=name", "list", "Chassis_Private"])
-            .contains("hv1")
+        ctl(
+            "ovn-sbctl",
+            &sb,
+            &["--bare", "--columns=name", "list", "Chassis_Private"],
+        )
+        .contains("hv1")
     });
-    assert!(registered, "hv1 never registered through a follower\n{}", logs());
+    assert!(
+        registered,
+        "hv1 never registered through a follower\n{}",
+        logs()
+    );
     let log = hv.dir.join("ctl.log");
     let on = |n: usize| sb_sessions(&log).get(n).map(|r| followers[*r]);
     let first = on(0).expect("hv1 logged its SB session");
@@ -297,13 +311,18 @@ fn a_chassis_on_a_follower_gets_updates_and_its_writes_land() {
     );
     // A port on the chassis: the chassis must see its Port_Binding (an update through the
     // follower) and write its binding, `up` and nb_cfg (through the follower to the leader).
-    let add_port = |p: usize| {
+    let add_port = |p: usize, alive: &str| {
         let name = format!("p{p}");
         let out = run(
             dbs.nbctl()
                 .args(["--timeout=60", "--wait=hv", "--may-exist", "ls-add", "sw0"])
                 .args(["--", "lsp-add", "sw0", &name])
-                .args(["--", "lsp-set-addresses", &name, &format!("{} 10.0.0.{}", mac(p), 10 + p)]),
+                .args([
+                    "--",
+                    "lsp-set-addresses",
+                    &name,
+                    &format!("{} 10.0.0.{}", mac(p), 10 + p),
+                ]),
             Duration::from_secs(90),
         );
         assert!(
@@ -312,36 +331,53 @@ fn a_chassis_on_a_follower_gets_updates_and_its_writes_land() {
             String::from_utf8_lossy(&out.stderr),
             logs()
         );
-        let alive = sbc.alive();
         let find = |col: &str| {
             ctl(
                 "ovn-sbctl",
-                &alive,
-                &["--bare", &format!("--columns={col}"), "find", "Port_Binding", &format!("logical_port={name}")],
+                alive,
+                &[
+                    "--bare",
+                    &format!("--columns={col}"),
+                    "find",
+                    "Port_Binding",
+                    &format!("logical_port={name}"),
+                ],
             )
         };
         let chassis = ctl(
             "ovn-sbctl",
-            &alive,
+            alive,
             &["--bare", "--columns=_uuid", "find", "Chassis", "name=hv1"],
         );
         assert_eq!(find("chassis"), chassis, "{name} bound to hv1\n{}", logs());
         assert_eq!(find("up"), "true", "{name} up\n{}", logs());
         let nb_cfg: i64 = dbs.nb_global("nb_cfg");
-        let written: i64 = ctl("ovn-sbctl", &alive, &["get", "Chassis_Private", "hv1", "nb_cfg"])
-            .parse()
-            .expect("Chassis_Private nb_cfg");
-        assert!(written >= nb_cfg, "Chassis_Private.nb_cfg {written} < {nb_cfg}");
+        let written: i64 = ctl(
+            "ovn-sbctl",
+            alive,
+            &["get", "Chassis_Private", "hv1", "nb_cfg"],
+        )
+        .parse()
+        .expect("Chassis_Private nb_cfg");
+        assert!(
+            written >= nb_cfg,
+            "Chassis_Private.nb_cfg {written} < {nb_cfg}"
+        );
     };
-    add_port(0);
-    assert_eq!(sb_sessions(&log).len(), 1, "one SB session so far\n{}", logs());
+    add_port(0, &sbc.alive());
+    assert_eq!(
+        sb_sessions(&log).len(),
+        1,
+        "one SB session so far\n{}",
+        logs()
+    );
     // The follower hv1 is on goes away: hv1 moves to the other follower.
     sbc.kill(first);
     let moved = wait_for(Duration::from_secs(30), || on(1).is_some());
     assert!(moved, "hv1 never found another member\n{}", logs());
     let second = on(1).unwrap_or(first);
     assert_ne!(second, first, "hv1's second session is on another member");
-    add_port(1);
+    add_port(1, &sbc.alive());
 }
 
 /// The commands of the batch.

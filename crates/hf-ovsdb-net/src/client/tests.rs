@@ -751,7 +751,11 @@ fn shuffled_remotes_spread_over_the_members_and_a_lost_member_passes_to_the_next
         .expect("such a seed");
     let o = order(Some(seed));
     // Three followers: a replica that is not leader-only syncs on the first of its order.
-    let mut f = Fake::new(vec![member(false, 10), member(false, 10), member(false, 10)]);
+    let mut f = Fake::new(vec![
+        member(false, 10),
+        member(false, 10),
+        member(false, 10),
+    ]);
     f.r = Replica::new(
         Config {
             remotes: 3,

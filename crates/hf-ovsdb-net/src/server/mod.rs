@@ -709,7 +709,11 @@ impl Core {
     /// core. Empty when `done` is not the running compaction. The current file keeps every
     /// record whatever happens: a catch-up that fails makes the compaction fail, not lose them.
     pub fn take_compaction_tail(&mut self, done: &CompactionDone) -> Vec<u8> {
-        match self.dbs.get_mut(done.db).and_then(|e| e.compacting.as_mut()) {
+        match self
+            .dbs
+            .get_mut(done.db)
+            .and_then(|e| e.compacting.as_mut())
+        {
             Some(r) if r.id == done.id => std::mem::take(&mut r.tail),
             _ => Vec::new(),
         }

@@ -724,8 +724,14 @@ fn compaction_catch_up_writes_the_tail_outside_the_core_and_finish_only_the_rest
     }
     let mut done = task.run();
     let tail = c.take_compaction_tail(&done);
-    assert!(!tail.is_empty(), "five commits were made during the snapshot");
-    assert!(c.take_compaction_tail(&done).is_empty(), "the tail was taken");
+    assert!(
+        !tail.is_empty(),
+        "five commits were made during the snapshot"
+    );
+    assert!(
+        c.take_compaction_tail(&done).is_empty(),
+        "the tail was taken"
+    );
     done.catch_up(&tail);
     // Two more commits during the catch-up: finish_compaction appends these alone.
     for _ in 0..2 {
