@@ -159,8 +159,8 @@ impl Raft {
             .collect()
     }
 
-    /// SIGKILL the current leader (waiting for one to be elected first); its index.
-    fn kill_leader(&mut self) -> usize {
+    /// The current leader (waiting up to 30 s for one to be elected).
+    fn leader(&self) -> usize {
         let mut leader = None;
         let found = wait_for(Duration::from_secs(30), || {
             leader = (0..3)
@@ -169,18 +169,28 @@ impl Raft {
             leader.is_some()
         });
         assert!(found, "the {} cluster has no leader", self.db_name);
-        let l = leader.unwrap_or_default();
-        let pid = self.members[l].pid().expect("the leader's pidfile");
-        self.members[l].kill9();
+        leader.unwrap_or_default()
+    }
+
+    /// SIGKILL the current leader (waiting for one to be elected first); its index.
+    fn kill_leader(&mut self) -> usize {
+        let l = self.leader();
+        self.kill(l);
+        l
+    }
+
+    /// SIGKILL member `i`.
+    fn kill(&mut self, i: usize) {
+        let pid = self.members[i].pid().expect("the member's pidfile");
+        self.members[i].kill9();
         assert!(
             !Path::new(&format!("/proc/{pid}")).exists(),
-            "the {} leader (pid {pid}) survived SIGKILL",
+            "the {} member {i} (pid {pid}) survived SIGKILL",
             self.db_name
         );
         // Its pid is dead: nothing to signal on drop (the pid may be reused).
-        let _ = std::fs::remove_file(&self.members[l].pidfile);
-        self.killed.push(l);
-        l
+        let _ = std::fs::remove_file(&self.members[i].pidfile);
+        self.killed.push(i);
     }
 }
 
@@ -241,6 +251,133 @@ fn northd_on_a_raft_sb_cluster_survives_losing_the_leader() {
     ]));
     assert!(wait_for(Duration::from_secs(20), || n.status() == "Status: active"));
     assert_sb_complete(&dbs.nb, &sbc.alive());
+}
+
+/// A chassis given only the SB cluster's two followers (ovn-controller's SB IDL is not
+/// leader-only; neither is holdfast controller's): it registers, follows SB, and its writes
+/// (`Chassis`, `Chassis_Private.nb_cfg`, bindings, `up`) land through the follower, so
+/// `--wait=hv` returns. The follower it is on is then killed: it moves to the other follower
+/// and a second port comes up the same way.
+#[test]
+fn a_chassis_on_a_follower_gets_updates_and_its_writes_land() {
+    if !common::require("chassis on a raft follower", TOOLS) {
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("hf-raft-follower-")
+        .tempdir()
+        .expect("tempdir");
+    let d = dir.path();
+    let dbs = Dbs::start(d, Backend::Ovsdb);
+    let mut sbc = Raft::start(
+        d,
+        "sbf",
+        "OVN_Southbound",
+        "/usr/share/ovn/ovn-sb.ovsschema",
+    );
+    let sb = sbc.remotes();
+    ctl("ovn-sbctl", &sb, &["init"]);
+    let northd = NorthdProc::start(d, "northd", &dbs.nb, &sb, &[]);
+    let leader = sbc.leader();
+    let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    let hv = HfChassis::start(
+        d,
+        "hv1",
+        "127.0.0.1",
+        &sbc.remotes_of(followers.clone()),
+        &[0, 1],
+    );
+    let logs = || format!("--- northd\n{}\n--- hv1\n{}", tail(&northd.log), hv.log());
+    let registered = wait_for(Duration::from_secs(30), || {
+        ctl(
+            "ovn-sbctl",
+            &sb,
+            &["--bare", "--columns=name", "list", "Chassis_Private"],
+        )
+        .contains("hv1")
+    });
+    assert!(
+        registered,
+        "hv1 never registered through a follower\n{}",
+        logs()
+    );
+    let log = hv.dir.join("ctl.log");
+    let on = |n: usize| sb_sessions(&log).get(n).map(|r| followers[*r]);
+    let first = on(0).expect("hv1 logged its SB session");
+    assert!(
+        !sbc.is_leader(first),
+        "hv1 is on member {first}, which leads\n{}",
+        sbc.status()
+    );
+    // A port on the chassis: the chassis must see its Port_Binding (an update through the
+    // follower) and write its binding, `up` and nb_cfg (through the follower to the leader).
+    let add_port = |p: usize, alive: &str| {
+        let name = format!("p{p}");
+        let out = run(
+            dbs.nbctl()
+                .args(["--timeout=60", "--wait=hv", "--may-exist", "ls-add", "sw0"])
+                .args(["--", "lsp-add", "sw0", &name])
+                .args([
+                    "--",
+                    "lsp-set-addresses",
+                    &name,
+                    &format!("{} 10.0.0.{}", mac(p), 10 + p),
+                ]),
+            Duration::from_secs(90),
+        );
+        assert!(
+            out.status.success(),
+            "lsp-add {name} --wait=hv: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            logs()
+        );
+        let find = |col: &str| {
+            ctl(
+                "ovn-sbctl",
+                alive,
+                &[
+                    "--bare",
+                    &format!("--columns={col}"),
+                    "find",
+                    "Port_Binding",
+                    &format!("logical_port={name}"),
+                ],
+            )
+        };
+        let chassis = ctl(
+            "ovn-sbctl",
+            alive,
+            &["--bare", "--columns=_uuid", "find", "Chassis", "name=hv1"],
+        );
+        assert_eq!(find("chassis"), chassis, "{name} bound to hv1\n{}", logs());
+        assert_eq!(find("up"), "true", "{name} up\n{}", logs());
+        let nb_cfg: i64 = dbs.nb_global("nb_cfg");
+        let written: i64 = ctl(
+            "ovn-sbctl",
+            alive,
+            &["get", "Chassis_Private", "hv1", "nb_cfg"],
+        )
+        .parse()
+        .expect("Chassis_Private nb_cfg");
+        assert!(
+            written >= nb_cfg,
+            "Chassis_Private.nb_cfg {written} < {nb_cfg}"
+        );
+    };
+    add_port(0, &sbc.alive());
+    assert_eq!(
+        sb_sessions(&log).len(),
+        1,
+        "one SB session so far\n{}",
+        logs()
+    );
+    // The follower hv1 is on goes away: hv1 moves to the other follower.
+    sbc.kill(first);
+    let moved = wait_for(Duration::from_secs(30), || on(1).is_some());
+    assert!(moved, "hv1 never found another member\n{}", logs());
+    let second = on(1).unwrap_or(first);
+    assert_ne!(second, first, "hv1's second session is on another member");
+    add_port(1, &sbc.alive());
 }
 
 /// The commands of the batch.
@@ -524,26 +661,55 @@ fn assert_batch_done(nb: &str, sb: &str, logs: &dyn Fn() -> String) {
     }
 }
 
-/// Northd (on NB and SB) and every chassis (on SB) logged at least `sessions` sessions: they
-/// found the server again after losing it.
-fn assert_reconnected(plane: &Plane, sessions: usize, why: &dyn Fn() -> String) {
+/// The remotes (indices into the remote list it was given) of every SB session a chassis's
+/// controller logged, in order.
+fn sb_sessions(log: &Path) -> Vec<usize> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.match_indices("SB: connected to remote ")
+        .filter_map(|(at, m)| {
+            let rest = &text[at + m.len()..];
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        })
+        .collect()
+}
+
+/// Northd (on NB and SB) logged at least `sessions` sessions, and so did every chassis (on
+/// SB) that was on a member that went away: they found the server again after losing it.
+/// `sb_lost`: the SB members that went away (None: the only server, which every chassis was
+/// on). A chassis on a member that stayed (controllers use any member, not the leader only)
+/// needs one session.
+fn assert_reconnected(
+    plane: &Plane,
+    sessions: usize,
+    sb_lost: Option<&[usize]>,
+    why: &dyn Fn() -> String,
+) {
     let connects = |log: &Path, db: &str| {
         let text = std::fs::read_to_string(log).unwrap_or_default();
         text.matches(&format!("{db}: connected to remote")).count()
     };
-    let reconnected =
-        |log: &Path, db: &str| wait_for(Duration::from_secs(30), || connects(log, db) >= sessions);
+    let reconnected = |log: &Path, db: &str, n: usize| {
+        wait_for(Duration::from_secs(30), || connects(log, db) >= n)
+    };
     for db in ["NB", "SB"] {
         assert!(
-            reconnected(&plane.northd.log, db),
+            reconnected(&plane.northd.log, db, sessions),
             "northd has fewer than {sessions} {db} sessions\n{}",
             why()
         );
     }
     for hv in [&plane.hv1, &plane.hv2] {
+        let log = hv.dir.join("ctl.log");
+        let first = sb_sessions(&log).first().copied();
+        let lost = match sb_lost {
+            None => true,
+            Some(members) => first.is_some_and(|r| members.contains(&r)),
+        };
+        let want = if lost { sessions } else { 1 };
         assert!(
-            reconnected(&hv.dir.join("ctl.log"), "SB"),
-            "{} has fewer than {sessions} SB sessions\n{}",
+            reconnected(&log, "SB", want),
+            "{} (first SB session on remote {first:?}) has fewer than {want} SB sessions\n{}",
             hv.dir.display(),
             why()
         );
@@ -644,7 +810,8 @@ fn raft_nb_and_sb_lose_their_leaders_during_a_wait_hv_batch() {
     );
     assert_eq!(killed.len(), 2, "both leaders were killed: {killed:?}");
     // Everyone on the killed leaders had to find the new ones: northd on both databases (it
-    // writes, so it was on the leaders), each chassis on SB.
+    // writes, so it was on the leaders), and each chassis that was on the SB leader (chassis
+    // use any member).
     let status = || {
         format!(
             "killed {killed:?}\n{}{}\n{}",
@@ -653,7 +820,12 @@ fn raft_nb_and_sb_lose_their_leaders_during_a_wait_hv_batch() {
             logs()
         )
     };
-    assert_reconnected(&plane, 2, &status);
+    let sb_lost: Vec<usize> = killed
+        .iter()
+        .filter(|(db, _)| *db == "SB")
+        .map(|(_, m)| *m)
+        .collect();
+    assert_reconnected(&plane, 2, Some(&sb_lost), &status);
     assert_batch_done(&nbc.alive(), &sbc.alive(), &logs);
 }
 
@@ -690,6 +862,6 @@ fn holdfast_db_restarted_during_a_wait_hv_batch() {
     );
     assert_eq!(restarts, 2);
     // Two restarts: the first session and one after each.
-    assert_reconnected(&plane, 3, &logs);
+    assert_reconnected(&plane, 3, None, &logs);
     assert_batch_done(&nb, &sb, &logs);
 }

@@ -219,7 +219,21 @@ pub async fn start(
         tokio::spawn(async move {
             while let Some(task) = compaction_rx.recv().await {
                 let name = task.database().to_string();
-                match tokio::task::spawn_blocking(move || task.run()).await {
+                // Snapshot, then the tail committed meanwhile (catch-up), each written and
+                // synced on a blocking thread; under the lock only the rest and the rename.
+                let run = tokio::task::spawn_blocking(move || task.run()).await;
+                let caught_up = match run {
+                    Ok(mut done) => {
+                        let tail = state.lock().core.take_compaction_tail(&done);
+                        tokio::task::spawn_blocking(move || {
+                            done.catch_up(&tail);
+                            done
+                        })
+                        .await
+                    }
+                    Err(e) => Err(e),
+                };
+                match caught_up {
                     Ok(done) => {
                         let mut st = state.lock();
                         st.core.finish_compaction(done);

@@ -96,6 +96,16 @@ impl crate::server::ReplaceJob for FileReplaceJob {
         Ok(())
     }
 
+    fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        let Some(f) = self.file.as_mut() else {
+            return Err(std::io::Error::other(
+                "the new file was not written (the background job did not run or failed)",
+            ));
+        };
+        f.write_all(bytes)?;
+        f.sync_data()
+    }
+
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
         self
     }

@@ -98,6 +98,16 @@ pub struct ControllerConfig {
 pub struct Tuning {
     /// How many SB remotes the shell can dial (a cluster's members).
     pub remotes: usize,
+    /// Use only a clustered SB's leader. Off by default, as ovn-controller's SB IDL
+    /// (`ovsdb_idl_set_leader_only(.., false)`): a chassis reads from any connected,
+    /// up-to-date member, and its writes (`Chassis_Private`, bindings) are forwarded to the
+    /// leader by the member. Only northd needs the leader.
+    pub leader_only: bool,
+    /// Dial the SB remotes in a shuffled order (OVS's default `shuffle_remotes`), so that the
+    /// chassis of a deployment spread over a cluster's members. The order is seeded by the
+    /// chassis name: stable for one chassis, different between chassis, and deterministic in
+    /// the simulator. `false`: in the order given.
+    pub shuffle_remotes: bool,
     /// The SB replica's inactivity probe (None: never).
     pub probe_interval_ms: Option<u64>,
     /// How long an object must stay gone (over complete views) before its zones are flushed,
@@ -132,6 +142,8 @@ impl Default for Tuning {
     fn default() -> Self {
         Tuning {
             remotes: 1,
+            leader_only: false,
+            shuffle_remotes: true,
             probe_interval_ms: Some(5_000),
             flush_grace: Duration::from_secs(5),
             wall_offset_ms: 0,
@@ -142,6 +154,13 @@ impl Default for Tuning {
             translate_threads: crate::Parallelism::SEQUENTIAL,
         }
     }
+}
+
+/// The seed of a chassis's SB remote order: FNV-1a of its name.
+fn name_seed(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// The newest feature level this build knows (the controller's default).
@@ -386,7 +405,8 @@ impl Controller {
             ReplicaConfig {
                 remotes: tuning.remotes.max(1),
                 tables,
-                leader_only: true,
+                leader_only: tuning.leader_only,
+                shuffle_seed: tuning.shuffle_remotes.then(|| name_seed(&cfg.chassis)),
                 probe_interval_ms: tuning.probe_interval_ms,
                 ..ReplicaConfig::default()
             },

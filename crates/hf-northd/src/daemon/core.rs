@@ -186,6 +186,13 @@ pub struct Northd {
     scope: Option<Scope>,
     /// When (the core's clock, ms) the next full diff is due.
     full_diff_at: Option<u64>,
+    /// Whether the `Resynced` event of each replica's current session has been handled. A
+    /// replica is synced as soon as its core has the rows, before its shell hands the event
+    /// over: [`Northd::poll`] waits for the event, so that the compile it triggers is the
+    /// only one (a cold start compiled the same NB twice, once before the event and once for
+    /// it).
+    nb_seen: bool,
+    sb_seen: bool,
 }
 
 /// Past this many NB change sets between two compiles (a standby follows NB without
@@ -253,6 +260,8 @@ impl Northd {
             pending: None,
             scope: None,
             full_diff_at: None,
+            nb_seen: false,
+            sb_seen: false,
         }
     }
 
@@ -380,6 +389,7 @@ impl Northd {
                 self.nb_side_due = true;
             }
             Event::Resynced { .. } => {
+                self.nb_seen = true;
                 self.pending = None;
                 self.compile_due = true;
                 self.sync_due = true;
@@ -398,6 +408,7 @@ impl Northd {
                 }
             }
             Event::Disconnected { remote, reason } => {
+                self.nb_seen = false;
                 self.say(Level::Info, format!("NB remote {remote}: {reason}"));
             }
             Event::Warning(w) => self.say(Level::Warn, format!("NB: {w}")),
@@ -442,6 +453,7 @@ impl Northd {
                 self.nb_side_due = true;
             }
             Event::Resynced { .. } => {
+                self.sb_seen = true;
                 self.compile_due = true;
                 self.sync_due = true;
                 self.nb_side_due = true;
@@ -520,6 +532,7 @@ impl Northd {
                 }
             }
             Event::Disconnected { remote, reason } => {
+                self.sb_seen = false;
                 self.say(Level::Info, format!("SB remote {remote}: {reason}"));
             }
             Event::Warning(w) => self.say(Level::Warn, format!("SB: {w}")),
@@ -538,7 +551,7 @@ impl Northd {
         if std::mem::take(&mut self.sync_failed) {
             self.sync_retry_at = now.saturating_add(1000);
         }
-        if !nb.is_synced() || !sb.is_synced() {
+        if !nb.is_synced() || !sb.is_synced() || !self.nb_seen || !self.sb_seen {
             return;
         }
         if self.full_diff_at.is_some_and(|t| now >= t) {

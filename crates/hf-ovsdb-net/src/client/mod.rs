@@ -89,6 +89,11 @@ pub struct Config {
     pub tables: Vec<TableSelect>,
     /// Only use a cluster's leader (for writers); otherwise any connected, up-to-date member.
     pub leader_only: bool,
+    /// Dial the remotes in an order shuffled by this seed (ovsdb-cs's `shuffle_remotes`, on by
+    /// default in OVS, so that the clients of a cluster spread over its members); `None`: in
+    /// the order given. The core has no random source: the caller picks the seed (a chassis
+    /// uses its name, so the order is stable per chassis and differs between chassis).
+    pub shuffle_seed: Option<u64>,
     /// Probe a silent server after this long, drop it after as long again (None: never).
     pub probe_interval_ms: Option<u64>,
     /// First backoff after a round of failed remotes.
@@ -114,6 +119,7 @@ impl Default for Config {
             remotes: 1,
             tables: Vec::new(),
             leader_only: true,
+            shuffle_seed: None,
             probe_interval_ms: Some(5_000),
             backoff_min_ms: 100,
             backoff_max_ms: 8_000,
@@ -237,6 +243,29 @@ impl<M: Model> std::fmt::Debug for Event<M> {
             Event::Warning(w) => write!(f, "Warning({w})"),
         }
     }
+}
+
+/// The order in which a replica with `cfg` dials its remotes (a permutation of
+/// `0..cfg.remotes`): the given order, or a Fisher–Yates shuffle driven by
+/// [`Config::shuffle_seed`] (splitmix64).
+pub fn remote_order(cfg: &Config) -> Vec<usize> {
+    let n = cfg.remotes.max(1);
+    let mut order: Vec<usize> = (0..n).collect();
+    if let Some(seed) = cfg.shuffle_seed {
+        let mut state = seed;
+        let mut next = || {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        for i in (1..n).rev() {
+            let j = (next() % (i as u64 + 1)) as usize;
+            order.swap(i, j);
+        }
+    }
+    order
 }
 
 /// Split a remote list as OVSDB tools spell it (`tcp:A:1,tcp:B:2`).

@@ -121,7 +121,7 @@ enum Dial {
 /// row set, which the model turns into the difference from what it holds, so a consumer sees
 /// [`Event::Changes`] only for what really changed while it was away.
 ///
-/// Reconnection: a connection that ends moves on to the next remote; after a whole round of
+/// Reconnection: a connection that ends moves on to the next remote (in [`Replica::remote_order`]); after a whole round of
 /// remotes failed without a sync the replica waits (backoff doubling from
 /// [`Config::backoff_min_ms`] to [`Config::backoff_max_ms`]). Inactivity probes: after
 /// [`Config::probe_interval_ms`] of silence an `echo` goes out, and after as long again without
@@ -133,6 +133,8 @@ pub struct Replica<M: Model> {
     model: M,
     conn: Option<Conn>,
     dial: Dial,
+    /// The order the remotes are dialed in ([`super::remote_order`]).
+    order: Vec<usize>,
     /// Remotes tried since the last sync.
     failed_in_round: usize,
     backoff_ms: u64,
@@ -171,15 +173,18 @@ impl<M: Model> std::fmt::Debug for Replica<M> {
 }
 
 impl<M: Model> Replica<M> {
-    /// A replica that will dial remote 0 first.
+    /// A replica that will dial the first remote of its order first (remote 0 unless
+    /// [`Config::shuffle_seed`] shuffles them).
     pub fn new(cfg: Config, now: u64) -> Self {
         let _ = now;
         let backoff_ms = cfg.backoff_min_ms;
+        let order = super::remote_order(&cfg);
         Replica {
             cfg,
             model: M::default(),
             conn: None,
-            dial: Dial::Now(0),
+            dial: Dial::Now(order.first().copied().unwrap_or(0)),
+            order,
             failed_in_round: 0,
             backoff_ms,
             next_req: 1,
@@ -244,6 +249,12 @@ impl<M: Model> Replica<M> {
     /// The last transaction id the server reported (`monitor_cond_since` only).
     pub fn last_txn_id(&self) -> Option<&str> {
         self.last_txn.as_deref()
+    }
+
+    /// The order the remotes are dialed in (a permutation of `0..remotes`; see
+    /// [`super::Config::shuffle_seed`]).
+    pub fn remote_order(&self) -> &[usize] {
+        &self.order
     }
 
     /// Whether this replica holds its lock.
@@ -582,12 +593,19 @@ impl<M: Model> Replica<M> {
         self.transmit.push_back(bytes);
     }
 
+    /// The remote dialed after `remote` (in [`Replica::remote_order`]).
+    fn next_remote(&self, remote: usize) -> usize {
+        let n = self.order.len().max(1);
+        let pos = self.order.iter().position(|r| *r == remote).unwrap_or(0);
+        self.order.get((pos + 1) % n).copied().unwrap_or(0)
+    }
+
     /// A dial of `remote` failed, or a member was rejected before sync.
     fn failed(&mut self, remote: usize, reason: String, now: u64) {
         self.events
             .push_back(Event::Disconnected { remote, reason });
         self.failed_in_round += 1;
-        let next = (remote + 1) % self.cfg.remotes.max(1);
+        let next = self.next_remote(remote);
         if self.failed_in_round >= self.cfg.remotes.max(1) {
             self.failed_in_round = 0;
             self.dial = Dial::At {
@@ -628,7 +646,7 @@ impl<M: Model> Replica<M> {
                 reason,
             });
             self.failed_in_round = 1;
-            self.dial = Dial::Now((conn.remote + 1) % self.cfg.remotes.max(1));
+            self.dial = Dial::Now(self.next_remote(conn.remote));
             if self.cfg.remotes <= 1 {
                 self.failed_in_round = 0;
             }

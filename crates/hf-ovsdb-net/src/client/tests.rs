@@ -721,3 +721,59 @@ fn first_sync_changes_only_when_asked() {
     assert_eq!(net.names(0), ["a"]);
     assert_eq!(net.names(1), ["a"]);
 }
+
+#[test]
+fn shuffled_remotes_spread_over_the_members_and_a_lost_member_passes_to_the_next_in_order() {
+    let order = |seed: Option<u64>| {
+        remote_order(&Config {
+            remotes: 3,
+            shuffle_seed: seed,
+            ..cfg()
+        })
+    };
+    assert_eq!(order(None), [0, 1, 2], "no seed: the order given");
+    let mut firsts = [0usize; 3];
+    for seed in 0..300u64 {
+        let o = order(Some(seed));
+        let mut sorted = o.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, [0, 1, 2], "seed {seed}: {o:?} is not a permutation");
+        firsts[o[0]] += 1;
+    }
+    // 300 clients over 3 members: each member is the first choice of a fair share.
+    assert!(firsts.iter().all(|n| *n >= 70), "first choices {firsts:?}");
+    // A seed whose order differs from both the given order and "the one after the last".
+    let seed = (0..100u64)
+        .find(|s| {
+            let o = order(Some(*s));
+            o[0] != 0 && o[1] != (o[0] + 1) % 3
+        })
+        .expect("such a seed");
+    let o = order(Some(seed));
+    // Three followers: a replica that is not leader-only syncs on the first of its order.
+    let mut f = Fake::new(vec![
+        member(false, 10),
+        member(false, 10),
+        member(false, 10),
+    ]);
+    f.r = Replica::new(
+        Config {
+            remotes: 3,
+            leader_only: false,
+            shuffle_seed: Some(seed),
+            ..cfg()
+        },
+        0,
+    );
+    f.at = None;
+    f.run();
+    assert_eq!(f.r.remote_order(), o.as_slice());
+    assert_eq!(f.r.synced_remote(), Some(o[0]), "{o:?}");
+    assert_eq!(f.r.stats().members_rejected, 0);
+    assert_eq!(f.r.model().logical_switch().len(), 1);
+    // The member goes away: the next one in the order, not the next index.
+    f.r.handle_disconnected(f.t);
+    f.at = None;
+    f.run();
+    assert_eq!(f.r.synced_remote(), Some(o[1]), "{o:?}");
+}

@@ -8,7 +8,11 @@
 //! being appended to the old file, and the core keeps a copy of those records (the tail). At
 //! [`super::Core::finish_compaction`] the storage appends the tail to the new file, makes it
 //! durable and swaps it in atomically (a rename), so a crash at any point leaves either the old
-//! file with every committed transaction or the new one with every committed transaction.
+//! file with every committed transaction or the new one with every committed transaction. The
+//! tail can be large (a cold SB's 100k-row transaction committed meanwhile): the runner first
+//! takes it out of the core ([`super::Core::take_compaction_tail`]) and appends it, synced,
+//! without the core ([`CompactionDone::catch_up`]), so that under the core only what committed
+//! during the catch-up is written and synced, with the rename.
 //!
 //! What it does not do: compact storages that cannot write in the background (their
 //! [`super::Storage::begin_replace`] answers None); those are compacted under the core as
@@ -81,6 +85,20 @@ pub struct CompactionDone {
     pub(super) job: Box<dyn ReplaceJob>,
     /// The snapshot's size, or why it could not be written.
     pub(super) result: std::io::Result<u64>,
+}
+
+impl CompactionDone {
+    /// Append `tail` (from [`super::Core::take_compaction_tail`]) to the new file and make it
+    /// durable, without the core. On failure the compaction fails at
+    /// [`super::Core::finish_compaction`] (the current file stays in use, complete).
+    pub fn catch_up(&mut self, tail: &[u8]) {
+        if tail.is_empty() || self.result.is_err() {
+            return;
+        }
+        if let Err(e) = self.job.append(tail) {
+            self.result = Err(e);
+        }
+    }
 }
 
 impl std::fmt::Debug for CompactionDone {

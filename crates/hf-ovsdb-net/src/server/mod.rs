@@ -67,6 +67,16 @@ pub trait Storage: Send {
 pub trait ReplaceJob: Send {
     /// Write the new contents and make them durable (they are not in use yet).
     fn write(&mut self, contents: &[u8]) -> std::io::Result<()>;
+    /// Append `bytes` to the new contents written by [`ReplaceJob::write`] and make them
+    /// durable (the catch-up: most of the tail, written without the core; see
+    /// [`Core::take_compaction_tail`]). Storages that cannot answer an error; the compaction
+    /// then fails and the current contents stay in use.
+    fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        let _ = bytes;
+        Err(std::io::Error::other(
+            "this storage cannot append to a background replacement",
+        ))
+    }
     /// For the storage that made the job, to take it back in [`Storage::finish_replace`].
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any>;
 }
@@ -693,8 +703,25 @@ impl Core {
         self.compactions.pop()
     }
 
+    /// The records committed since `done`'s snapshot, taken out of the core so that the caller
+    /// appends them to the new file without the core ([`CompactionDone::catch_up`]); then only
+    /// what commits after this call is appended by [`Core::finish_compaction`], under the
+    /// core. Empty when `done` is not the running compaction. The current file keeps every
+    /// record whatever happens: a catch-up that fails makes the compaction fail, not lose them.
+    pub fn take_compaction_tail(&mut self, done: &CompactionDone) -> Vec<u8> {
+        match self
+            .dbs
+            .get_mut(done.db)
+            .and_then(|e| e.compacting.as_mut())
+        {
+            Some(r) if r.id == done.id => std::mem::take(&mut r.tail),
+            _ => Vec::new(),
+        }
+    }
+
     /// Install the result of a [`CompactionTask`]: the storage appends what was committed
-    /// since the snapshot and swaps the new file in; on any error the old file stays in use.
+    /// since the snapshot (since [`Core::take_compaction_tail`], if it was called) and swaps
+    /// the new file in; on any error the old file stays in use.
     pub fn finish_compaction(&mut self, done: CompactionDone) {
         let Some(e) = self.dbs.get_mut(done.db) else {
             return;

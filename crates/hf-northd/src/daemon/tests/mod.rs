@@ -55,6 +55,9 @@ struct Node {
     alive: bool,
     /// Most SB transactions this node had pending at once.
     max_pending: usize,
+    /// Poll the core once before handing it the NB replica's events, as the daemon's shell
+    /// may (it polls after any event, while the other replica's are still queued).
+    late_nb_events: bool,
 }
 
 struct Sim {
@@ -153,6 +156,7 @@ impl Sim {
             sb_link: Link::new(),
             alive: true,
             max_pending: 0,
+            late_nb_events: false,
         });
     }
 
@@ -164,6 +168,12 @@ impl Sim {
             for n in self.nodes.iter_mut().filter(|n| n.alive) {
                 moved |= pump(&mut self.core, &mut n.nb, &mut n.nb_link, t);
                 moved |= pump(&mut self.core, &mut n.sb, &mut n.sb_link, t);
+                if n.late_nb_events {
+                    while let Some(e) = n.sb.poll_event() {
+                        n.nd.handle_sb_event(e);
+                    }
+                    n.nd.poll(&mut n.nb, &mut n.sb, t, 1_700_000_000_000 + t as i64);
+                }
                 while let Some(e) = n.nb.poll_event() {
                     n.nd.handle_nb_event(e);
                 }
@@ -414,6 +424,24 @@ fn cold_start_then_one_port_in_one_transaction() {
     assert_eq!(
         (s2.sb_commits, s2.sb_unchanged),
         (s.sb_commits, s.sb_unchanged)
+    );
+}
+
+#[test]
+fn a_cold_start_compiles_once_when_the_nb_sync_event_comes_late() {
+    let mut sim = Sim::new(0);
+    sim.nb(json!([{"op": "insert", "table": "Logical_Switch", "row": {"name": "sw0"}}]));
+    sim.nb(Value::Array(lsp_ops("sw0", "p1", 1)));
+    sim.add_node(0);
+    // The core is polled while the NB replica is synced but its `Resynced` is still queued.
+    sim.nodes[0].late_nb_events = true;
+    sim.run();
+    assert_eq!(sim.nodes[0].nd.role(), Role::Active);
+    assert_complete(&sim);
+    assert_eq!(
+        sim.nodes[0].nd.stats().compiles,
+        1,
+        "the same NB compiled again for its sync event"
     );
 }
 
