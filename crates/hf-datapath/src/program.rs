@@ -224,20 +224,7 @@ impl ParsedDp {
                 .zip(self.used.iter().zip(&self.last_good))
                 .all(|((f, s), (u, lg))| match lg {
                     Some(whole) => whole == f,
-                    None => {
-                        f.last_good.is_none()
-                            && *u == Used::Primary
-                            && f.egress == (s.pipeline == Pipe::Egress)
-                            && f.table == s.table
-                            && f.priority == s.priority
-                            && f.id == s.id.0
-                            && f.stage == s.stage
-                            && f.sb_uuid == s.sb_uuid
-                            && f.stage_hint == s.stage_hint
-                            && s.source.as_ref().is_some_and(|t| {
-                                *t.matches == *f.matches && *t.actions == *f.actions
-                            })
-                    }
+                    None => *u == Used::Primary && same_parse(f, s),
                 })
     }
 }

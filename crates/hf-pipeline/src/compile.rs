@@ -523,6 +523,7 @@ fn check_keys(d: &DatapathSpec) -> Result<(), CompileError> {
 
 /// One datapath compiled on its own: its tables and the arena entries it adds, numbered from 0
 /// (flows, actions and counters alike); [`append_unit`] moves them into the program.
+#[derive(Default)]
 struct Unit {
     code: DpCode,
     acts: Vec<CAct>,
@@ -1007,12 +1008,7 @@ fn patch_dp(
         resident,
         names: &names,
     };
-    let mut unit = Unit {
-        code: DpCode::default(),
-        acts: Vec::new(),
-        flows: Vec::new(),
-        counters: Vec::new(),
-    };
+    let mut unit = Unit::default();
     let mut news = Vec::with_capacity(fresh);
     for (fs, p) in d.flows.iter().zip(&plan) {
         if p.is_none() {
@@ -1095,12 +1091,7 @@ fn compile_dp(
         resident,
         names: &names,
     };
-    let mut unit = Unit {
-        code: DpCode::default(),
-        acts: Vec::new(),
-        flows: Vec::new(),
-        counters: Vec::new(),
-    };
+    let mut unit = Unit::default();
     let mut tables: [Vec<Arc<Classifier>>; 2] = Default::default();
     let mut slots = Vec::with_capacity(d.flows.len());
     for (j, fs) in d.flows.iter().enumerate() {
