@@ -176,11 +176,14 @@ fn flow_spec(f: &FlowMsg, text: (&str, &str), level: Option<&LevelCheck>) -> Flo
             });
         if let Some((what, u)) = bad {
             let f = u.feature;
-            fs.parse_error = Some(format!(
-                "{what}: {} needs feature `{}` (holdfast level {}, OVN {}); this controller \
-                 parses feature level {}",
-                f.summary, f.name, f.hf, f.ovn, l.name
-            ));
+            fs.parse_error = Some(
+                format!(
+                    "{what}: {} needs feature `{}` (holdfast level {}, OVN {}); this controller \
+                     parses feature level {}",
+                    f.summary, f.name, f.hf, f.ovn, l.name
+                )
+                .into(),
+            );
             fs.matches = Expr::Bool(false);
             fs.actions = Vec::new();
         }

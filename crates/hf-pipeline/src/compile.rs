@@ -682,7 +682,7 @@ fn compile_flow(
         message,
     };
     if let Some(e) = &fs.parse_error {
-        return (Err(err(FlowErrorKind::Syntax, e.clone())), None);
+        return (Err(err(FlowErrorKind::Syntax, e.to_string())), None);
     }
     let mut refs = FlowRefs::default();
     // Sets named by the match, found or not: a change to them recompiles this flow.

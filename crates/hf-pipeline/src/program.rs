@@ -342,8 +342,9 @@ pub struct FlowSpec {
     /// The text it came from, when it came from text.
     pub source: Option<FlowText>,
     /// Why the text did not parse: [`Program::compile`] reports it as this flow's error and
-    /// leaves the flow out.
-    pub parse_error: Option<String>,
+    /// leaves the flow out. A fixed reason (a flow translated as text only, say) is borrowed, so
+    /// a reason shared by every flow costs no allocation per flow.
+    pub parse_error: Option<std::borrow::Cow<'static, str>>,
 }
 
 impl Default for FlowSpec {
@@ -425,7 +426,7 @@ impl FlowSpec {
                 priority,
                 matches: Expr::Bool(false),
                 source,
-                parse_error: Some(e),
+                parse_error: Some(e.into()),
                 ..FlowSpec::default()
             },
         }

@@ -189,7 +189,7 @@ pub fn flow_spec_form(
             matches: hf_expr::Expr::Bool(false),
             actions: Vec::new(),
             source: Some(source),
-            parse_error: Some(TEXT_FORM.to_string()),
+            parse_error: Some(std::borrow::Cow::Borrowed(TEXT_FORM)),
             ..FlowSpec::default()
         },
     };

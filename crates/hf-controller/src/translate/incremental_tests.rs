@@ -451,7 +451,7 @@ pub(crate) fn as_text_form(t: &Translation) -> Translation {
         for f in d.flows.iter_mut().filter(|f| f.source.is_some()) {
             f.matches = hf_expr::Expr::Bool(false);
             f.actions = Vec::new();
-            f.parse_error = Some(TEXT_FORM.to_string());
+            f.parse_error = Some(TEXT_FORM.into());
         }
     }
     t
