@@ -65,6 +65,38 @@ fn insert(c: &mut Core, sid: SessionId, name: &str, id: u64) -> String {
     reply["result"][0]["uuid"][1].as_str().unwrap().to_string()
 }
 
+/// Commits rows until a compaction is due, then five more while its snapshot is unwritten (the
+/// tail the compaction must keep). `i` numbers the rows and ends past the last one.
+fn commit_until_compaction_and_five_more(
+    c: &mut Core,
+    s: SessionId,
+    i: &mut u64,
+) -> CompactionTask {
+    let task = loop {
+        insert(c, s, &format!("n{i}"), *i);
+        *i += 1;
+        if let Some(t) = c.poll_compaction() {
+            break t;
+        }
+        assert!(*i < 1000, "no compaction became due");
+    };
+    for _ in 0..5 {
+        insert(c, s, &format!("n{i}"), *i);
+        *i += 1;
+    }
+    task
+}
+
+/// The log lines the core has to say.
+fn logs(c: &mut Core) -> Vec<String> {
+    c.poll_output()
+        .filter_map(|o| match o {
+            Output::Log(l) => Some(l),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
 fn unknown_method_is_the_exact_string_the_idl_falls_back_on() {
     let mut c = core();
@@ -629,31 +661,14 @@ fn background_compaction_keeps_every_commit_and_survives_a_crash_anywhere() {
             .unwrap();
         let s = c.connect(now(0));
         let mut i = 0;
-        let task = loop {
-            insert(&mut c, s, &format!("n{i}"), i);
-            i += 1;
-            if let Some(t) = c.poll_compaction() {
-                break t;
-            }
-            assert!(i < 1000, "no compaction became due");
-        };
         // Commits go on while the snapshot is being written...
-        for _ in 0..5 {
-            insert(&mut c, s, &format!("n{i}"), i);
-            i += 1;
-        }
+        let task = commit_until_compaction_and_five_more(&mut c, s, &mut i);
         let done = task.run();
         // ... and between the write and the swap.
         insert(&mut c, s, &format!("n{i}"), i);
         i += 1;
         c.finish_compaction(done);
-        let logs: Vec<String> = c
-            .poll_output()
-            .filter_map(|o| match o {
-                Output::Log(l) => Some(l),
-                _ => None,
-            })
-            .collect();
+        let logs = logs(&mut c);
         assert_eq!(logs.len(), 1, "{logs:?}");
         if crash.is_none() {
             assert!(logs[0].starts_with("compacted database T"), "{logs:?}");
@@ -710,18 +725,7 @@ fn compaction_catch_up_writes_the_tail_outside_the_core_and_finish_only_the_rest
         .unwrap();
     let s = c.connect(now(0));
     let mut i = 0;
-    let task = loop {
-        insert(&mut c, s, &format!("n{i}"), i);
-        i += 1;
-        if let Some(t) = c.poll_compaction() {
-            break t;
-        }
-        assert!(i < 1000, "no compaction became due");
-    };
-    for _ in 0..5 {
-        insert(&mut c, s, &format!("n{i}"), i);
-        i += 1;
-    }
+    let task = commit_until_compaction_and_five_more(&mut c, s, &mut i);
     let mut done = task.run();
     let tail = c.take_compaction_tail(&done);
     assert!(
@@ -739,13 +743,7 @@ fn compaction_catch_up_writes_the_tail_outside_the_core_and_finish_only_the_rest
         i += 1;
     }
     c.finish_compaction(done);
-    let logs: Vec<String> = c
-        .poll_output()
-        .filter_map(|o| match o {
-            Output::Log(l) => Some(l),
-            _ => None,
-        })
-        .collect();
+    let logs = logs(&mut c);
     assert!(
         logs.len() == 1 && logs[0].starts_with("compacted database T"),
         "{logs:?}"
