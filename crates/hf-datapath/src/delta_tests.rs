@@ -421,9 +421,8 @@ fn a_hint_must_be_a_superset() {
     assert_eq!(got, new);
 }
 
-/// One flow added travels as that flow, not as its datapath.
-#[test]
-fn a_flow_added_travels_alone() {
+/// [`two_datapaths`], and the next generation with flow "new" (`ip6`) inserted second in dp1.
+fn one_flow_added() -> (ProgramMsg, ProgramMsg, FlowMsg) {
     let old = two_datapaths();
     let mut new = old.clone();
     new.generation = 6;
@@ -435,6 +434,13 @@ fn a_flow_added_travels_alone() {
     std::sync::Arc::make_mut(&mut new.datapaths[1])
         .flows
         .insert(1, f.clone());
+    (old, new, f)
+}
+
+/// One flow added travels as that flow, not as its datapath.
+#[test]
+fn a_flow_added_travels_alone() {
+    let (old, new, f) = one_flow_added();
     let d = between(&old, &new, None);
     assert_eq!(d.datapaths.changed.len(), 1);
     let c = &d.datapaths.changed[0];
@@ -453,24 +459,14 @@ fn a_flow_added_travels_alone() {
 /// removed by the delta) does not fit: refused, nothing changed.
 #[test]
 fn a_delta_adding_an_identity_that_is_there_is_refused() {
-    let old = two_datapaths();
-    let mut new = old.clone();
-    new.generation = 6;
-    let f = FlowMsg {
-        id: "new".into(),
-        matches: "ip6".into(),
-        ..FlowMsg::default()
-    };
-    std::sync::Arc::make_mut(&mut new.datapaths[1])
-        .flows
-        .insert(1, f.clone());
+    let (old, new, f) = one_flow_added();
     let d = between(&old, &new, None);
     // The running program already has a flow "new" (another content).
     let mut other = old.clone();
     std::sync::Arc::make_mut(&mut other.datapaths[1])
         .flows
         .push(FlowMsg {
-            id: "new".into(),
+            id: f.id.clone(),
             matches: "ip4".into(),
             ..FlowMsg::default()
         });
