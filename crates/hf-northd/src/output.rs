@@ -86,11 +86,91 @@ pub struct FlowRow {
     pub match_: Arc<str>,
     /// `actions` (shared likewise).
     pub actions: Arc<str>,
-    /// `external_ids`: `stage-name`, `stage-hint` where there is an NB row, `source`, and
-    /// `hf-flow-id`.
-    pub external_ids: BTreeMap<String, String>,
+    /// `external_ids`: `stage-name`, `stage-hint` where there is an NB row, `hf-flow-id`,
+    /// and `hf-acl-broken` on an ACL's stand-in (compact: no text until written).
+    pub external_ids: FlowExtIds,
     /// `controller_meter`.
     pub controller_meter: Option<String>,
+}
+
+/// A `Logical_Flow`'s `external_ids` as northd writes them, held compact (40 bytes, no
+/// allocation; each of 100k flows had a map of four to eight strings): the stage, the hint's
+/// and the identity's hex digits inline, the ACL stand-in's mark. Read like the map
+/// ([`FlowExtIds::get`], [`FlowExtIds::iter`] in key order);
+/// [`FlowExtIds::to_map`] makes the texts where a row is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowExtIds {
+    stage: crate::stage::Stage,
+    /// `stage-hint`: the NB row's UUID's first 8 hex digits.
+    hint: Option<[u8; 8]>,
+    /// `hf-flow-id`: 16 hex digits.
+    id: [u8; 16],
+    acl_broken: Option<crate::ls::index::AclBroken>,
+}
+
+fn hex_digits<const N: usize>(v: u64) -> [u8; N] {
+    const D: &[u8; 16] = b"0123456789abcdef";
+    let mut buf = [0u8; N];
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = D[((v >> (4 * (N - 1 - i))) & 0xf) as usize];
+    }
+    buf
+}
+
+fn ascii(b: &[u8]) -> &str {
+    // Only hex digits are stored.
+    std::str::from_utf8(b).unwrap_or_default()
+}
+
+impl FlowExtIds {
+    /// The ids of flow `id` of `stage`, from NB row `hint` (when there is one), standing in
+    /// for a broken ACL when `acl_broken` is set.
+    pub fn new(
+        stage: crate::stage::Stage,
+        hint: Option<&uuid::Uuid>,
+        id: FlowId,
+        acl_broken: Option<crate::ls::index::AclBroken>,
+    ) -> FlowExtIds {
+        FlowExtIds {
+            stage,
+            hint: hint.map(|u| {
+                let b = u.as_bytes();
+                hex_digits::<8>(u64::from(u32::from_be_bytes([b[0], b[1], b[2], b[3]])))
+            }),
+            id: hex_digits::<16>(id.0),
+            acl_broken,
+        }
+    }
+
+    /// The (key, value) pairs in key order, as a `BTreeMap<String, String>` lists them.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &str)> + '_ {
+        [
+            self.acl_broken
+                .map(|m| (crate::render::ACL_BROKEN_KEY, m.as_str())),
+            Some(("hf-flow-id", ascii(&self.id))),
+            self.hint.as_ref().map(|h| ("stage-hint", ascii(h))),
+            Some(("stage-name", self.stage.name())),
+        ]
+        .into_iter()
+        .flatten()
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
+
+    /// Whether `key` is there.
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// The texts, as the column holds them.
+    pub fn to_map(&self) -> BTreeMap<String, String> {
+        self.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
 }
 
 /// One `Multicast_Group`.

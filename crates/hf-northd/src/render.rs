@@ -121,35 +121,73 @@ pub fn flows(
     opts: &RenderOptions,
     diags: &mut Diags,
 ) -> BTreeMap<FlowId, FlowRow> {
-    let group = grouping(opts);
-    // Shape → datapath names.
-    let mut shapes: BTreeMap<Shape, Vec<&str>> = BTreeMap::new();
-    let mut lowered = Lowered::default();
-    for fl in &flows.flows {
-        let Some(shape) = shape_of(fl, opts, group, topo, &mut lowered) else {
-            continue;
-        };
-        shapes
-            .entry(shape)
-            .or_default()
-            .push(topo.datapaths[fl.dp].name.as_str());
-    }
-    lowered.report(diags);
-    // (stage, owner, disc) → the shapes that share it, for identity assignment.
-    let mut by_identity: BTreeMap<IdentityKey, Vec<(&Shape, Vec<&str>)>> = BTreeMap::new();
-    for (shape, dps) in &shapes {
-        by_identity
-            .entry(shape.identity())
-            .or_default()
-            .push((shape, dps.clone()));
-    }
-    let mut out = BTreeMap::new();
-    for (key, variants) in by_identity {
-        for (id, row) in identity_rows(&key, variants, group, diags) {
-            out.insert(id, row);
+    let mut r = Renderer::new(opts);
+    r.add(topo, flows);
+    r.finish(diags)
+}
+
+/// Renders flows a datapath at a time: each [`Renderer::add`] turns a batch of typed flows
+/// into shapes (their text), so a compile holds one datapath's typed flows at a time, never
+/// every datapath's. [`Renderer::finish`] groups and assigns identities as [`flows`] does.
+pub struct Renderer<'t> {
+    opts: RenderOptions,
+    group: bool,
+    /// Shape → datapath names.
+    shapes: BTreeMap<Shape, Vec<&'t str>>,
+    lowered: Lowered,
+}
+
+impl<'t> Renderer<'t> {
+    /// A renderer for `opts`.
+    pub fn new(opts: &RenderOptions) -> Renderer<'t> {
+        Renderer {
+            opts: opts.clone(),
+            group: grouping(opts),
+            shapes: BTreeMap::new(),
+            lowered: Lowered::default(),
         }
     }
-    out
+
+    /// Adds `flows` (of any datapaths of `topo`).
+    pub fn add(&mut self, topo: &'t Topo<'_>, flows: &Flows) {
+        for fl in &flows.flows {
+            let Some(shape) = shape_of(fl, &self.opts, self.group, topo, &mut self.lowered)
+            else {
+                continue;
+            };
+            self.shapes
+                .entry(shape)
+                .or_default()
+                .push(topo.datapaths[fl.dp].name.as_str());
+        }
+    }
+
+    /// The rows of every flow added; lowering's and identity clashes' diagnostics go to
+    /// `diags`.
+    pub fn finish(self, diags: &mut Diags) -> BTreeMap<FlowId, FlowRow> {
+        let Renderer {
+            group,
+            shapes,
+            lowered,
+            ..
+        } = self;
+        lowered.report(diags);
+        // (stage, owner, disc) → the shapes that share it, for identity assignment.
+        let mut by_identity: BTreeMap<IdentityKey, Vec<(&Shape, Vec<&str>)>> = BTreeMap::new();
+        for (shape, dps) in &shapes {
+            by_identity
+                .entry(shape.identity())
+                .or_default()
+                .push((shape, dps.clone()));
+        }
+        let mut out = BTreeMap::new();
+        for (key, variants) in by_identity {
+            for (id, row) in identity_rows(&key, variants, group, diags) {
+                out.insert(id, row);
+            }
+        }
+        out
+    }
 }
 
 /// The rows of one identity: `variants` are its shapes with the names of the datapaths that
@@ -206,18 +244,8 @@ fn insert(
     dps: FlowDps,
     diags: &mut Diags,
 ) {
-    let mut external_ids = BTreeMap::new();
-    external_ids.insert("stage-name".to_string(), shape.stage.name().to_string());
-    if let Some(h) = shape.hint {
-        external_ids.insert(
-            "stage-hint".to_string(),
-            h.simple().to_string()[..8].to_string(),
-        );
-    }
-    external_ids.insert("hf-flow-id".to_string(), id.to_string());
-    if let Some(m) = shape.mark {
-        external_ids.insert(ACL_BROKEN_KEY.to_string(), m.as_str().to_string());
-    }
+    let external_ids =
+        crate::output::FlowExtIds::new(shape.stage, shape.hint.as_ref(), id, shape.mark);
     let row = FlowRow {
         dps,
         pipeline: shape.stage.pipeline().name(),

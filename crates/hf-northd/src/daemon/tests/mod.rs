@@ -352,7 +352,7 @@ fn assert_complete(sim: &Sim) {
             (
                 f.external_ids
                     .get("hf-flow-id")
-                    .cloned()
+                    .map(str::to_string)
                     .unwrap_or_default(),
                 (f.match_.to_string(), f.actions.to_string()),
             )
