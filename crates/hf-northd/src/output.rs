@@ -263,3 +263,70 @@ impl SbDesired {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ls::index::AclBroken;
+    use crate::stage::Stage;
+
+    /// The map northd wrote before `FlowExtIds` (session 9's `render::insert`).
+    fn old_map(
+        stage: Stage,
+        hint: Option<uuid::Uuid>,
+        id: FlowId,
+        mark: Option<AclBroken>,
+    ) -> BTreeMap<String, String> {
+        let mut m = BTreeMap::new();
+        m.insert("stage-name".to_string(), stage.name().to_string());
+        if let Some(h) = hint {
+            m.insert(
+                "stage-hint".to_string(),
+                h.simple().to_string()[..8].to_string(),
+            );
+        }
+        m.insert("hf-flow-id".to_string(), id.to_string());
+        if let Some(m2) = mark {
+            m.insert(
+                crate::render::ACL_BROKEN_KEY.to_string(),
+                m2.as_str().to_string(),
+            );
+        }
+        m
+    }
+
+    #[test]
+    fn compact_external_ids_read_and_write_as_the_map_did() {
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let stages = [Stage::LsInAcl, Stage::LsInCheckPortSec, Stage::LrInArpResolve];
+        for i in 0..200 {
+            let stage = stages[i % stages.len()];
+            let hint = (i % 3 != 0).then(|| uuid::Uuid::from_u64_pair(next(), next()));
+            // Small identities too: leading zeros are written.
+            let id = FlowId(if i % 5 == 0 { next() >> 40 } else { next() });
+            let mark = match i % 7 {
+                0 => Some(AclBroken::LastGood),
+                1 => Some(AclBroken::FailClosed),
+                _ => None,
+            };
+            let want = old_map(stage, hint, id, mark);
+            let got = FlowExtIds::new(stage, hint.as_ref(), id, mark);
+            assert_eq!(got.to_map(), want, "case {i}");
+            // In the map's key order (the sync compares pair by pair with SB's).
+            let pairs: Vec<(&str, &str)> = got.iter().collect();
+            let want_pairs: Vec<(&str, &str)> =
+                want.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            assert_eq!(pairs, want_pairs, "case {i}");
+            for (k, v) in &want {
+                assert_eq!(got.get(k), Some(v.as_str()));
+            }
+            assert_eq!(got.get("source"), None);
+        }
+    }
+}

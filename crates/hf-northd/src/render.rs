@@ -36,9 +36,9 @@ impl Default for RenderOptions {
 /// The group key: everything but the datapath.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct Shape {
-    pub(crate) stage: Stage,
-    pub(crate) owner: Owner,
-    pub(crate) disc: String,
+    /// (stage, owner, discriminator), shared by every shape of the identity (the incremental
+    /// compiler keeps one allocation per identity).
+    pub(crate) ident: std::sync::Arc<IdentityKey>,
     priority: u16,
     match_: std::sync::Arc<str>,
     actions: std::sync::Arc<str>,
@@ -50,7 +50,17 @@ pub(crate) struct Shape {
 impl Shape {
     /// What its identity is made of.
     pub(crate) fn identity(&self) -> IdentityKey {
-        (self.stage, self.owner.clone(), self.disc.clone())
+        (*self.ident).clone()
+    }
+
+    /// The same shape with `ident` (equal to its own) as its identity's allocation.
+    pub(crate) fn with_ident(mut self, ident: std::sync::Arc<IdentityKey>) -> Shape {
+        self.ident = ident;
+        self
+    }
+
+    fn stage(&self) -> Stage {
+        self.ident.0
     }
 }
 
@@ -85,13 +95,15 @@ fn shape_of(
 ) -> Option<Shape> {
     let (m, a) = text(fl, &opts.features, topo, lowered)?;
     Some(Shape {
-        stage: fl.stage,
-        owner: if group {
-            shared_owner(&fl.owner)
-        } else {
-            fl.owner.clone()
-        },
-        disc: fl.disc.clone(),
+        ident: std::sync::Arc::new((
+            fl.stage,
+            if group {
+                shared_owner(&fl.owner)
+            } else {
+                fl.owner.clone()
+            },
+            fl.disc.clone(),
+        )),
         priority: fl.priority,
         match_: m.into(),
         actions: a.into(),
@@ -129,6 +141,7 @@ pub fn flows(
 /// Renders flows a datapath at a time: each [`Renderer::add`] turns a batch of typed flows
 /// into shapes (their text), so a compile holds one datapath's typed flows at a time, never
 /// every datapath's. [`Renderer::finish`] groups and assigns identities as [`flows`] does.
+#[derive(Debug)]
 pub struct Renderer<'t> {
     opts: RenderOptions,
     group: bool,
@@ -245,11 +258,11 @@ fn insert(
     diags: &mut Diags,
 ) {
     let external_ids =
-        crate::output::FlowExtIds::new(shape.stage, shape.hint.as_ref(), id, shape.mark);
+        crate::output::FlowExtIds::new(shape.stage(), shape.hint.as_ref(), id, shape.mark);
     let row = FlowRow {
         dps,
-        pipeline: shape.stage.pipeline().name(),
-        table_id: shape.stage.table(),
+        pipeline: shape.stage().pipeline().name(),
+        table_id: shape.stage().table(),
         priority: shape.priority,
         match_: shape.match_.clone(),
         actions: shape.actions.clone(),
@@ -262,11 +275,11 @@ fn insert(
         diags.push(
             "Logical_Flow",
             uuid::Uuid::nil(),
-            format!("{} {id}", shape.stage),
+            format!("{} {id}", shape.stage()),
             format!(
                 "two flows share identity {id} (owner {:?}, discriminator {:?}); only one is written: {:?}",
-                shape.owner,
-                shape.disc,
+                shape.ident.1,
+                shape.ident.2,
                 dup.map(|d| d.match_)
             ),
         );
@@ -292,12 +305,12 @@ pub fn is_security(fl: &Flow) -> bool {
 /// What could not be written as built, aggregated: one diagnostic per (stage, what was done,
 /// why), naming how many flows on which datapaths, so an old chassis does not turn every
 /// datapath's copy of a flow into its own line.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Lowered {
     by: BTreeMap<(Stage, &'static str, String), LoweredAgg>,
 }
 
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct LoweredAgg {
     flows: usize,
     dps: std::collections::BTreeSet<String>,
