@@ -60,17 +60,63 @@ impl Shape {
     }
 
     fn stage(&self) -> Stage {
-        self.ident.0
+        self.ident.stage
     }
 }
 
-/// (stage, owner, discriminator): what an identity is made of.
-pub(crate) type IdentityKey = (Stage, Owner, String);
+/// What an identity is made of: the stage, and the owner's key and the discriminator as one
+/// text (as [`FlowId::new`] hashes them), one allocation instead of an [`Owner`]'s strings
+/// and a discriminator.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct IdentityKey {
+    stage: Stage,
+    /// The owner's key, `\x1e`, the discriminator.
+    key: Box<str>,
+}
 
-fn shared_owner(o: &Owner) -> Owner {
+impl IdentityKey {
+    pub(crate) fn new(stage: Stage, owner: &Owner, disc: &str) -> IdentityKey {
+        let mut key = String::with_capacity(32 + disc.len());
+        owner.write_key(&mut key);
+        key.push('\x1e');
+        key.push_str(disc);
+        IdentityKey {
+            stage,
+            key: key.into_boxed_str(),
+        }
+    }
+
+    /// The identity of its flow written for datapath `dp` (`None`: shared by a group):
+    /// [`FlowId::new`] of the stage, owner and discriminator it was made from.
+    pub(crate) fn flow_id(&self, dp: Option<&str>) -> FlowId {
+        let sep: &[u8] = b"\x1e";
+        let (dp_sep, dp) = match dp {
+            Some(d) => (sep, d.as_bytes()),
+            None => (&[][..], &[][..]),
+        };
+        FlowId(crate::flow::fnv1a64_parts([
+            self.stage.pipeline().name().as_bytes(),
+            sep,
+            self.stage.name().as_bytes(),
+            sep,
+            self.key.as_bytes(),
+            dp_sep,
+            dp,
+        ]))
+    }
+
+    /// The owner and discriminator, readable (for diagnostics).
+    fn describe(&self) -> String {
+        self.key.replace(['\x1e', '\x1f'], "/")
+    }
+}
+
+/// The owner of a flow written for a group: a datapath's own flows are owned once.
+fn shared_owner(o: &Owner) -> &Owner {
+    static SHARED: Owner = Owner::Shared;
     match o {
-        Owner::Datapath(_) => Owner::Shared,
-        o => o.clone(),
+        Owner::Datapath(_) => &SHARED,
+        o => o,
     }
 }
 
@@ -95,15 +141,11 @@ fn shape_of(
 ) -> Option<Shape> {
     let (m, a) = text(fl, &opts.features, topo, lowered)?;
     Some(Shape {
-        ident: std::sync::Arc::new((
-            fl.stage,
-            if group {
-                shared_owner(&fl.owner)
-            } else {
-                fl.owner.clone()
-            },
-            fl.disc.clone(),
-        )),
+        ident: std::sync::Arc::new(if group {
+            IdentityKey::new(fl.stage, shared_owner(&fl.owner), &fl.disc)
+        } else {
+            IdentityKey::new(fl.stage, &fl.owner, &fl.disc)
+        }),
         priority: fl.priority,
         match_: m.into(),
         actions: a.into(),
@@ -214,7 +256,6 @@ pub(crate) fn identity_rows(
     group: bool,
     diags: &mut Diags,
 ) -> BTreeMap<FlowId, FlowRow> {
-    let (stage, owner, disc) = key;
     let mut variants: Vec<(&Shape, Vec<&str>)> = variants
         .into_iter()
         .map(|(s, mut names)| {
@@ -234,15 +275,15 @@ pub(crate) fn identity_rows(
     for (i, (shape, names)) in variants.into_iter().enumerate() {
         if group && names.len() > 1 {
             let id = if i == 0 {
-                FlowId::new(*stage, owner, disc, None)
+                key.flow_id(None)
             } else {
-                FlowId::new(*stage, owner, disc, Some(names[0]))
+                key.flow_id(Some(names[0]))
             };
             let names = names.iter().map(|n| n.to_string()).collect();
             insert(&mut out, id, shape, FlowDps::Group(names), diags);
         } else {
             for n in names {
-                let id = FlowId::new(*stage, owner, disc, Some(n));
+                let id = key.flow_id(Some(n));
                 insert(&mut out, id, shape, FlowDps::One(n.to_string()), diags);
             }
         }
@@ -277,9 +318,8 @@ fn insert(
             uuid::Uuid::nil(),
             format!("{} {id}", shape.stage()),
             format!(
-                "two flows share identity {id} (owner {:?}, discriminator {:?}); only one is written: {:?}",
-                shape.ident.1,
-                shape.ident.2,
+                "two flows share identity {id} (owner and discriminator {:?}); only one is written: {:?}",
+                shape.ident.describe(),
                 dup.map(|d| d.match_)
             ),
         );
@@ -526,6 +566,42 @@ mod tests {
 
     fn m(s: &str) -> Expr {
         parse_match(SymbolTable::shared(), s).expect("test match parses")
+    }
+
+    #[test]
+    fn identity_keys_give_the_identities_flow_ids_gave() {
+        let owners = [
+            Owner::Datapath("sw0".into()),
+            Owner::Port("sw0-p1".into()),
+            Owner::Shared,
+            Owner::Nat {
+                router: "lr0".into(),
+                kind: "snat".into(),
+                logical_ip: "10.0.0.0/24".into(),
+                external_ip: "172.16.0.1".into(),
+            },
+            Owner::Acl {
+                holder: "pg1".into(),
+                direction: "to-lport".into(),
+                priority: 1001,
+                nb_match: "ip4 && tcp.dst == 80".into(),
+            },
+        ];
+        for stage in [Stage::LsInAcl, Stage::LrInArpResolve] {
+            for o in &owners {
+                for disc in ["", "ip4", "0a:00:00:00:00:01"] {
+                    let k = IdentityKey::new(stage, o, disc);
+                    for dp in [None, Some("sw0"), Some("lr0")] {
+                        assert_eq!(k.flow_id(dp), FlowId::new(stage, o, disc, dp));
+                    }
+                }
+            }
+        }
+        // Told apart where the old key was.
+        let a = IdentityKey::new(Stage::LsInAcl, &Owner::Port("a".into()), "b");
+        let b = IdentityKey::new(Stage::LsInAcl, &Owner::Port("a".into()), "c");
+        assert_ne!(a, b);
+        assert_ne!(a.flow_id(None), b.flow_id(None));
     }
 
     #[test]
