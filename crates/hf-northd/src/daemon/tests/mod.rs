@@ -352,7 +352,7 @@ fn assert_complete(sim: &Sim) {
             (
                 f.external_ids
                     .get("hf-flow-id")
-                    .map(str::to_string)
+                    .cloned()
                     .unwrap_or_default(),
                 (f.match_.to_string(), f.actions.to_string()),
             )
