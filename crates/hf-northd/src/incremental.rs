@@ -699,7 +699,12 @@ impl Incremental {
         for (i, d) in topo.datapaths.iter().enumerate() {
             present.insert(d.name.as_str(), i);
             let ident = (d.kind, d.nb, d.tunnel_key);
-            if full || self.dps.get(d.name.as_str()).is_none_or(|s| s.ident != ident) {
+            if full
+                || self
+                    .dps
+                    .get(d.name.as_str())
+                    .is_none_or(|s| s.ident != ident)
+            {
                 dirty.insert(d.name.clone());
             }
         }

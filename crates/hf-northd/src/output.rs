@@ -304,7 +304,11 @@ mod tests {
             seed ^= seed << 17;
             seed
         };
-        let stages = [Stage::LsInAcl, Stage::LsInCheckPortSec, Stage::LrInArpResolve];
+        let stages = [
+            Stage::LsInAcl,
+            Stage::LsInCheckPortSec,
+            Stage::LrInArpResolve,
+        ];
         for i in 0..200 {
             let stage = stages[i % stages.len()];
             let hint = (i % 3 != 0).then(|| uuid::Uuid::from_u64_pair(next(), next()));

@@ -206,8 +206,7 @@ impl<'t> Renderer<'t> {
     /// Adds `flows` (of any datapaths of `topo`).
     pub fn add(&mut self, topo: &'t Topo<'_>, flows: &Flows) {
         for fl in &flows.flows {
-            let Some(shape) = shape_of(fl, &self.opts, self.group, topo, &mut self.lowered)
-            else {
+            let Some(shape) = shape_of(fl, &self.opts, self.group, topo, &mut self.lowered) else {
                 continue;
             };
             self.shapes

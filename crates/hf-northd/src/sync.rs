@@ -958,11 +958,8 @@ pub fn diff_ops(
             );
         }
         let mut have = f.external_ids();
-        let same_ids = row
-            .external_ids
-            .iter()
-            .all(|kv| have.next() == Some(kv))
-            && have.next().is_none();
+        let same_ids =
+            row.external_ids.iter().all(|kv| have.next() == Some(kv)) && have.next().is_none();
         if !same_ids {
             cols.insert("external_ids".into(), map(&row.external_ids.to_map()));
         }

@@ -641,7 +641,13 @@ fn in_process(report: &mut Report, n: usize, p: usize, nb_file: &Path) -> anyhow
 /// The daemon's compile (the incremental compiler's first, full one): its heap peak, what it
 /// keeps between compiles (state plus the desired SB it is given back), and what each part of
 /// that holds (notes).
-fn incremental_heap(report: &mut Report, n: usize, p: usize, nb: &NbSnapshot, opts: &hf_northd::Options) {
+fn incremental_heap(
+    report: &mut Report,
+    n: usize,
+    p: usize,
+    nb: &NbSnapshot,
+    opts: &hf_northd::Options,
+) {
     let base = alloc::reset_peak();
     let t = Instant::now();
     let mut inc = hf_northd::incremental::Incremental::new();
@@ -666,8 +672,14 @@ fn incremental_heap(report: &mut Report, n: usize, p: usize, nb: &NbSnapshot, op
     let mut parts = Vec::new();
     inc.drop_measured(&mut |what| {
         let now = alloc::live_bytes();
-        parts.push(format!("{what} {:.1} MB", last.saturating_sub(now) as f64 / 1e6));
+        parts.push(format!(
+            "{what} {:.1} MB",
+            last.saturating_sub(now) as f64 / 1e6
+        ));
         last = now;
     });
-    report.note(&format!("{n}x{p} incremental state held: {}", parts.join(", ")));
+    report.note(&format!(
+        "{n}x{p} incremental state held: {}",
+        parts.join(", ")
+    ));
 }
