@@ -7,6 +7,9 @@
 //!   (no I/O inside; median of 3); ms. With `compile_NxP_flows` (Logical_Flow rows written,
 //!   after datapath grouping) and `compile_NxP_heap_peak` (the counting allocator's peak growth
 //!   during one compile, NB snapshot excluded); MB.
+//! - `compile_NxP_incremental_full` / `_heap_peak` / `_kept`: the daemon's compile (the
+//!   incremental compiler's first, full one): ms, its heap peak, and what it keeps between
+//!   compiles with the desired SB given back (MB); a note names what each part holds.
 //! - Side by side, each northd on its own copy of the same NB and an empty SB (real
 //!   `ovsdb-server`s, OVN 23.03's schemas), baseline `ovn-northd`:
 //!   - `northd_cold_NxP_wait_sb`: from starting the daemon to `ovn-nbctl --wait=sb sync`
