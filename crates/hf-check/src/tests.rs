@@ -246,11 +246,7 @@ impl Sb {
             "row": {}})]);
         let mut ops = Vec::new();
         for f in out.sb.flows.values() {
-            let ids: Vec<(&str, &str)> = f
-                .external_ids
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect();
+            let ids: Vec<(&str, &str)> = f.external_ids.iter().collect();
             let mut row = json!({"pipeline": f.pipeline, "table_id": f.table_id,
                 "priority": f.priority, "match": &*f.match_, "actions": &*f.actions,
                 "external_ids": map(&ids)});

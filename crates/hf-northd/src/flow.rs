@@ -79,7 +79,7 @@ impl Owner {
         Owner::Shared
     }
 
-    fn write_key(&self, out: &mut String) {
+    pub(crate) fn write_key(&self, out: &mut String) {
         // Fields are separated by a byte that NB names cannot contain unescaped in practice;
         // the kind prefix keeps different kinds apart.
         let _ = match self {
@@ -162,10 +162,17 @@ impl std::fmt::Display for FlowId {
 
 /// FNV-1a, 64 bits: stable across builds and platforms (std's hashers are not).
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    fnv1a64_parts([bytes])
+}
+
+/// [`fnv1a64`] of the concatenation of `parts`, without concatenating them.
+pub fn fnv1a64_parts<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
+    for part in parts {
+        for b in part {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
     }
     h
 }

@@ -42,7 +42,7 @@
 //! [`Incremental::non_flow_changed`] tell the caller which flow and non-flow identities
 //! changed in the last update.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use hf_expr::FeatureSet;
@@ -111,19 +111,28 @@ struct DpState {
     sections: HashMap<String, (Vec<Arc<Shape>>, usize)>,
 }
 
+/// One identity's part of the last compile.
+#[derive(Debug, Default)]
+struct IdState {
+    /// Its shapes (usually one).
+    shapes: Vec<Arc<Shape>>,
+    /// The rows it was written as.
+    ids: Vec<FlowId>,
+    /// The diagnostics deriving them produced.
+    diags: Vec<Diagnostic>,
+}
+
 /// The incremental compiler's state. See the module documentation.
 #[derive(Debug, Default)]
 pub struct Incremental {
     /// `None` until a full compile.
     key: Option<OptsKey>,
-    dps: HashMap<String, DpState>,
-    /// Shape → the datapaths that have it (with multiplicity: a datapath may build one shape
-    /// twice).
-    groups: HashMap<Arc<Shape>, BTreeMap<String, u32>>,
-    /// Identity → its shapes.
-    by_identity: HashMap<IdentityKey, HashSet<Arc<Shape>>>,
-    /// Identity → the rows it was written as, and the diagnostics it produced.
-    rows: HashMap<IdentityKey, (Vec<FlowId>, Vec<Diagnostic>)>,
+    dps: HashMap<Arc<str>, DpState>,
+    /// Shape → the datapaths that have it, sorted by name, with multiplicity (a datapath may
+    /// build one shape twice); the names are the `dps` keys' allocations.
+    groups: HashMap<Arc<Shape>, Vec<(Arc<str>, u32)>>,
+    /// Identity → its shapes and rows; the key is the allocation its shapes share.
+    idents: HashMap<Arc<IdentityKey>, IdState>,
     /// Neighbours by datapath name (switch ↔ router, router ↔ router), as of the last compile.
     neighbours: HashMap<String, BTreeSet<String>>,
     /// Port NB row → datapath name, as of the last compile.
@@ -239,6 +248,30 @@ impl Incremental {
     /// plain VIF fast path, `vif_patch`) rather than building them anew.
     pub fn patched(&self) -> bool {
         self.patched
+    }
+
+    /// Drops the state field by field, calling `after` with each field's name once it is
+    /// freed: a memory profile's hook (`hf-bench northd` reports the bytes each held). The
+    /// desired SB the state holds (given back with [`Incremental::restore`]) is dropped first,
+    /// as `flows` then `tables`.
+    pub fn drop_measured(mut self, after: &mut dyn FnMut(&'static str)) {
+        drop(self.flows.take());
+        after("desired flows");
+        drop(self.tables.take());
+        after("desired non-flow tables");
+        drop(std::mem::take(&mut self.groups));
+        after("groups (shape -> datapaths)");
+        drop(std::mem::take(&mut self.idents));
+        after("identities (shapes, flow ids, diagnostics)");
+        drop(std::mem::take(&mut self.dps));
+        after("per-datapath shapes, sections, diagnostics");
+        drop(self.topo.take());
+        after("topology");
+        drop(std::mem::take(&mut self.neighbours));
+        drop(std::mem::take(&mut self.port_dp));
+        after("links (neighbours, port -> datapath)");
+        drop(self);
+        after("the rest");
     }
 
     /// Forgets everything: the next update is a full compile.
@@ -666,15 +699,20 @@ impl Incremental {
         for (i, d) in topo.datapaths.iter().enumerate() {
             present.insert(d.name.as_str(), i);
             let ident = (d.kind, d.nb, d.tunnel_key);
-            if full || self.dps.get(&d.name).is_none_or(|s| s.ident != ident) {
+            if full
+                || self
+                    .dps
+                    .get(d.name.as_str())
+                    .is_none_or(|s| s.ident != ident)
+            {
                 dirty.insert(d.name.clone());
             }
         }
         dirty.extend(
             self.dps
                 .keys()
-                .filter(|n| !present.contains_key(n.as_str()))
-                .cloned(),
+                .filter(|n| !present.contains_key(&***n))
+                .map(|n| n.to_string()),
         );
         // Routers of which only per-port sections need re-rendering: those facing a switch
         // whose VIFs alone changed (and not dirty as a whole).
@@ -701,21 +739,21 @@ impl Incremental {
             }
         }
         // Rebuild the dirty datapaths; take their old shapes out of the groups.
-        let mut touched: BTreeSet<IdentityKey> = BTreeSet::new();
+        let mut touched: BTreeSet<Arc<IdentityKey>> = BTreeSet::new();
         let mut rebuilt = 0;
         for name in &dirty {
-            let (old, old_sections) = self
-                .dps
-                .remove(name)
-                .map(|o| (o.shapes, o.sections))
-                .unwrap_or_default();
-            let Some(&i) = present.get(name.as_str()) else {
+            let (name, old, old_sections) = match self.dps.remove_entry(name.as_str()) {
+                Some((k, o)) => (k, o.shapes, o.sections),
+                None => (Arc::from(name.as_str()), Vec::new(), HashMap::new()),
+            };
+            let name = &name;
+            let Some(&i) = present.get(&**name) else {
                 for sh in old
                     .iter()
                     .chain(old_sections.values().flat_map(|(v, _)| v.iter()))
                 {
                     self.ungroup(sh, name);
-                    touched.insert(sh.identity());
+                    touched.insert(sh.ident.clone());
                 }
                 continue;
             };
@@ -758,9 +796,10 @@ impl Incremental {
                 continue;
             };
             let built = crate::lr::build_sections(&topo, i, Some(ports));
-            let Some(mut st) = self.dps.remove(name) else {
+            let Some((name, mut st)) = self.dps.remove_entry(name.as_str()) else {
                 continue;
             };
+            let name = &name;
             for (port, fl) in built {
                 sections_rebuilt += 1;
                 let was = st.sections.remove(&port).unwrap_or_default().0;
@@ -773,17 +812,19 @@ impl Incremental {
         let mut flows: BTreeMap<FlowId, FlowRow> = self.flows.take().unwrap_or_default();
         let mut changed = BTreeSet::new();
         for key in &touched {
-            let (old_ids, _) = self.rows.remove(key).unwrap_or_default();
+            let st = self.idents.get_mut(key);
+            let old_ids = st.map(|st| std::mem::take(&mut st.ids)).unwrap_or_default();
             let mut new_rows = BTreeMap::new();
             let mut d = Diags::default();
-            if let Some(shapes) = self.by_identity.get(key) {
-                let variants: Vec<(&Shape, Vec<&str>)> = shapes
+            if let Some(st) = self.idents.get(key) {
+                let variants: Vec<(&Shape, Vec<&str>)> = st
+                    .shapes
                     .iter()
                     .map(|sh| {
                         let names = self
                             .groups
                             .get(sh)
-                            .map(|m| m.keys().map(String::as_str).collect())
+                            .map(|m| m.iter().map(|(n, _)| &**n).collect())
                             .unwrap_or_default();
                         (sh.as_ref(), names)
                     })
@@ -806,8 +847,13 @@ impl Incremental {
                     }
                 }
             }
-            if !ids.is_empty() || !d.0.is_empty() {
-                self.rows.insert(key.clone(), (ids, d.0));
+            if let Some(st) = self.idents.get_mut(key) {
+                if st.shapes.is_empty() && ids.is_empty() && d.0.is_empty() {
+                    self.idents.remove(key);
+                } else {
+                    st.ids = ids;
+                    st.diags = d.0;
+                }
             }
         }
         // The non-flow tables: patched for plain VIF changes, else built anew and compared
@@ -881,8 +927,8 @@ impl Incremental {
             diagnostics.extend(s.diags.iter().cloned());
             built += s.built + s.sections.values().map(|(_, n)| n).sum::<usize>();
         }
-        for (_, d) in self.rows.values() {
-            diagnostics.extend(d.iter().cloned());
+        for st in self.idents.values() {
+            diagnostics.extend(st.diags.iter().cloned());
         }
         diagnostics.extend(opts.extra_diagnostics.iter().cloned());
         diagnostics.sort();
@@ -910,11 +956,11 @@ impl Incremental {
     /// rows can change (added to `touched`). Returns the new shapes, shared with the groups.
     fn swap_shapes(
         &mut self,
-        dp: &str,
+        dp: &Arc<str>,
         old: Vec<Arc<Shape>>,
         flows: &Flows,
         topo: &Topo<'_>,
-        touched: &mut BTreeSet<IdentityKey>,
+        touched: &mut BTreeSet<Arc<IdentityKey>>,
     ) -> Vec<Arc<Shape>> {
         let new: Vec<Shape> = crate::render::shapes_all_features(flows, topo);
         let mut count: HashMap<Arc<Shape>, i64> = HashMap::with_capacity(new.len());
@@ -925,13 +971,18 @@ impl Incremental {
             match count.get_mut(sh) {
                 Some(c) => *c += 1,
                 None => {
-                    count.insert(Arc::new(sh.clone()), 1);
+                    // One allocation per identity: a shape of a known identity takes its.
+                    let sh = match self.idents.get_key_value(&sh.ident) {
+                        Some((k, _)) => sh.clone().with_ident(k.clone()),
+                        None => sh.clone(),
+                    };
+                    count.insert(Arc::new(sh), 1);
                 }
             }
         }
         for (sh, c) in &count {
             if *c != 0 {
-                touched.insert(sh.identity());
+                touched.insert(sh.ident.clone());
             }
             for _ in 0..(-*c).max(0) {
                 self.ungroup(sh, dp);
@@ -949,41 +1000,38 @@ impl Incremental {
         let Some(m) = self.groups.get_mut(sh) else {
             return;
         };
-        if let Some(c) = m.get_mut(dp) {
-            *c -= 1;
-            if *c == 0 {
-                m.remove(dp);
+        if let Ok(i) = m.binary_search_by(|(n, _)| (**n).cmp(dp)) {
+            m[i].1 -= 1;
+            if m[i].1 == 0 {
+                m.remove(i);
             }
         }
         if m.is_empty() {
             self.groups.remove(sh);
-            let key = sh.identity();
-            if let Some(set) = self.by_identity.get_mut(&key) {
-                set.remove(sh);
-                if set.is_empty() {
-                    self.by_identity.remove(&key);
-                }
+            // Its rows stay until the identity is re-derived (it is in `touched`).
+            if let Some(st) = self.idents.get_mut(&sh.ident) {
+                st.shapes.retain(|x| x != sh);
             }
         }
     }
 
     /// Adds `sh` of `dp` to the groups.
-    fn regroup(&mut self, sh: Arc<Shape>, dp: &str) {
+    fn regroup(&mut self, sh: Arc<Shape>, dp: &Arc<str>) {
         let shared = match self.groups.get_key_value(&sh) {
             Some((k, _)) => k.clone(),
             None => {
-                self.by_identity
-                    .entry(sh.identity())
+                self.idents
+                    .entry(sh.ident.clone())
                     .or_default()
-                    .insert(sh.clone());
+                    .shapes
+                    .push(sh.clone());
                 sh.clone()
             }
         };
-        *self
-            .groups
-            .entry(shared.clone())
-            .or_default()
-            .entry(dp.to_string())
-            .or_default() += 1;
+        let m = self.groups.entry(shared).or_default();
+        match m.binary_search_by(|(n, _)| (**n).cmp(&**dp)) {
+            Ok(i) => m[i].1 += 1,
+            Err(i) => m.insert(i, (dp.clone(), 1)),
+        }
     }
 }

@@ -83,15 +83,21 @@ pub struct Compiled {
 pub fn compile(nb: &NbSnapshot, opts: &Options) -> Compiled {
     let mut diags = diag::Diags::default();
     let topo = topo::Topo::build(nb, &opts.keys, opts.render.features, &mut diags);
+    // One datapath's typed flows at a time: rendered to text, then dropped.
+    let mut renderer = render::Renderer::new(&opts.render);
+    let mut flows_built = 0;
     let mut flows = flow::Flows::default();
     for dp in 0..topo.datapaths.len() {
         match topo.datapaths[dp].kind {
             DpKind::Switch => ls::build(&topo, dp, &mut flows, &mut diags),
             DpKind::Router => lr::build(&topo, dp, &mut flows, &mut diags),
         }
+        flows_built += flows.len();
+        renderer.add(&topo, &flows);
+        flows.flows.clear();
     }
     let mut sb = SbDesired {
-        flows: render::flows(&topo, &flows, &opts.render, &mut diags),
+        flows: renderer.finish(&mut diags),
         ..Default::default()
     };
     tables::build(&topo, opts, &mut sb, &mut diags);
@@ -103,7 +109,7 @@ pub fn compile(nb: &NbSnapshot, opts: &Options) -> Compiled {
     Compiled {
         sb,
         diagnostics,
-        flows_built: flows.len(),
+        flows_built,
         acl_last_good: topo.ls.acl_good,
     }
 }

@@ -86,11 +86,91 @@ pub struct FlowRow {
     pub match_: Arc<str>,
     /// `actions` (shared likewise).
     pub actions: Arc<str>,
-    /// `external_ids`: `stage-name`, `stage-hint` where there is an NB row, `source`, and
-    /// `hf-flow-id`.
-    pub external_ids: BTreeMap<String, String>,
+    /// `external_ids`: `stage-name`, `stage-hint` where there is an NB row, `hf-flow-id`,
+    /// and `hf-acl-broken` on an ACL's stand-in (compact: no text until written).
+    pub external_ids: FlowExtIds,
     /// `controller_meter`.
     pub controller_meter: Option<String>,
+}
+
+/// A `Logical_Flow`'s `external_ids` as northd writes them, held compact (40 bytes, no
+/// allocation; each of 100k flows had a map of four to eight strings): the stage, the hint's
+/// and the identity's hex digits inline, the ACL stand-in's mark. Read like the map
+/// ([`FlowExtIds::get`], [`FlowExtIds::iter`] in key order);
+/// [`FlowExtIds::to_map`] makes the texts where a row is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowExtIds {
+    stage: crate::stage::Stage,
+    /// `stage-hint`: the NB row's UUID's first 8 hex digits.
+    hint: Option<[u8; 8]>,
+    /// `hf-flow-id`: 16 hex digits.
+    id: [u8; 16],
+    acl_broken: Option<crate::ls::index::AclBroken>,
+}
+
+fn hex_digits<const N: usize>(v: u64) -> [u8; N] {
+    const D: &[u8; 16] = b"0123456789abcdef";
+    let mut buf = [0u8; N];
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = D[((v >> (4 * (N - 1 - i))) & 0xf) as usize];
+    }
+    buf
+}
+
+fn ascii(b: &[u8]) -> &str {
+    // Only hex digits are stored.
+    std::str::from_utf8(b).unwrap_or_default()
+}
+
+impl FlowExtIds {
+    /// The ids of flow `id` of `stage`, from NB row `hint` (when there is one), standing in
+    /// for a broken ACL when `acl_broken` is set.
+    pub fn new(
+        stage: crate::stage::Stage,
+        hint: Option<&uuid::Uuid>,
+        id: FlowId,
+        acl_broken: Option<crate::ls::index::AclBroken>,
+    ) -> FlowExtIds {
+        FlowExtIds {
+            stage,
+            hint: hint.map(|u| {
+                let b = u.as_bytes();
+                hex_digits::<8>(u64::from(u32::from_be_bytes([b[0], b[1], b[2], b[3]])))
+            }),
+            id: hex_digits::<16>(id.0),
+            acl_broken,
+        }
+    }
+
+    /// The (key, value) pairs in key order, as a `BTreeMap<String, String>` lists them.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &str)> + '_ {
+        [
+            self.acl_broken
+                .map(|m| (crate::render::ACL_BROKEN_KEY, m.as_str())),
+            Some(("hf-flow-id", ascii(&self.id))),
+            self.hint.as_ref().map(|h| ("stage-hint", ascii(h))),
+            Some(("stage-name", self.stage.name())),
+        ]
+        .into_iter()
+        .flatten()
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
+
+    /// Whether `key` is there.
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// The texts, as the column holds them.
+    pub fn to_map(&self) -> BTreeMap<String, String> {
+        self.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
 }
 
 /// One `Multicast_Group`.
@@ -181,5 +261,76 @@ impl SbDesired {
                 FlowDps::One(_) => None,
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ls::index::AclBroken;
+    use crate::stage::Stage;
+
+    /// The map northd wrote before `FlowExtIds` (session 9's `render::insert`).
+    fn old_map(
+        stage: Stage,
+        hint: Option<uuid::Uuid>,
+        id: FlowId,
+        mark: Option<AclBroken>,
+    ) -> BTreeMap<String, String> {
+        let mut m = BTreeMap::new();
+        m.insert("stage-name".to_string(), stage.name().to_string());
+        if let Some(h) = hint {
+            m.insert(
+                "stage-hint".to_string(),
+                h.simple().to_string()[..8].to_string(),
+            );
+        }
+        m.insert("hf-flow-id".to_string(), id.to_string());
+        if let Some(m2) = mark {
+            m.insert(
+                crate::render::ACL_BROKEN_KEY.to_string(),
+                m2.as_str().to_string(),
+            );
+        }
+        m
+    }
+
+    #[test]
+    fn compact_external_ids_read_and_write_as_the_map_did() {
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let stages = [
+            Stage::LsInAcl,
+            Stage::LsInCheckPortSec,
+            Stage::LrInArpResolve,
+        ];
+        for i in 0..200 {
+            let stage = stages[i % stages.len()];
+            let hint = (i % 3 != 0).then(|| uuid::Uuid::from_u64_pair(next(), next()));
+            // Small identities too: leading zeros are written.
+            let id = FlowId(if i % 5 == 0 { next() >> 40 } else { next() });
+            let mark = match i % 7 {
+                0 => Some(AclBroken::LastGood),
+                1 => Some(AclBroken::FailClosed),
+                _ => None,
+            };
+            let want = old_map(stage, hint, id, mark);
+            let got = FlowExtIds::new(stage, hint.as_ref(), id, mark);
+            assert_eq!(got.to_map(), want, "case {i}");
+            // In the map's key order (the sync compares pair by pair with SB's).
+            let pairs: Vec<(&str, &str)> = got.iter().collect();
+            let want_pairs: Vec<(&str, &str)> =
+                want.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            assert_eq!(pairs, want_pairs, "case {i}");
+            for (k, v) in &want {
+                assert_eq!(got.get(k), Some(v.as_str()));
+            }
+            assert_eq!(got.get("source"), None);
+        }
     }
 }

@@ -36,9 +36,9 @@ impl Default for RenderOptions {
 /// The group key: everything but the datapath.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct Shape {
-    pub(crate) stage: Stage,
-    pub(crate) owner: Owner,
-    pub(crate) disc: String,
+    /// (stage, owner, discriminator), shared by every shape of the identity (the incremental
+    /// compiler keeps one allocation per identity).
+    pub(crate) ident: std::sync::Arc<IdentityKey>,
     priority: u16,
     match_: std::sync::Arc<str>,
     actions: std::sync::Arc<str>,
@@ -50,17 +50,73 @@ pub(crate) struct Shape {
 impl Shape {
     /// What its identity is made of.
     pub(crate) fn identity(&self) -> IdentityKey {
-        (self.stage, self.owner.clone(), self.disc.clone())
+        (*self.ident).clone()
+    }
+
+    /// The same shape with `ident` (equal to its own) as its identity's allocation.
+    pub(crate) fn with_ident(mut self, ident: std::sync::Arc<IdentityKey>) -> Shape {
+        self.ident = ident;
+        self
+    }
+
+    fn stage(&self) -> Stage {
+        self.ident.stage
     }
 }
 
-/// (stage, owner, discriminator): what an identity is made of.
-pub(crate) type IdentityKey = (Stage, Owner, String);
+/// What an identity is made of: the stage, and the owner's key and the discriminator as one
+/// text (as [`FlowId::new`] hashes them), one allocation instead of an [`Owner`]'s strings
+/// and a discriminator.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct IdentityKey {
+    stage: Stage,
+    /// The owner's key, `\x1e`, the discriminator.
+    key: Box<str>,
+}
 
-fn shared_owner(o: &Owner) -> Owner {
+impl IdentityKey {
+    pub(crate) fn new(stage: Stage, owner: &Owner, disc: &str) -> IdentityKey {
+        let mut key = String::with_capacity(32 + disc.len());
+        owner.write_key(&mut key);
+        key.push('\x1e');
+        key.push_str(disc);
+        IdentityKey {
+            stage,
+            key: key.into_boxed_str(),
+        }
+    }
+
+    /// The identity of its flow written for datapath `dp` (`None`: shared by a group):
+    /// [`FlowId::new`] of the stage, owner and discriminator it was made from.
+    pub(crate) fn flow_id(&self, dp: Option<&str>) -> FlowId {
+        let sep: &[u8] = b"\x1e";
+        let (dp_sep, dp) = match dp {
+            Some(d) => (sep, d.as_bytes()),
+            None => (&[][..], &[][..]),
+        };
+        FlowId(crate::flow::fnv1a64_parts([
+            self.stage.pipeline().name().as_bytes(),
+            sep,
+            self.stage.name().as_bytes(),
+            sep,
+            self.key.as_bytes(),
+            dp_sep,
+            dp,
+        ]))
+    }
+
+    /// The owner and discriminator, readable (for diagnostics).
+    fn describe(&self) -> String {
+        self.key.replace(['\x1e', '\x1f'], "/")
+    }
+}
+
+/// The owner of a flow written for a group: a datapath's own flows are owned once.
+fn shared_owner(o: &Owner) -> &Owner {
+    static SHARED: Owner = Owner::Shared;
     match o {
-        Owner::Datapath(_) => Owner::Shared,
-        o => o.clone(),
+        Owner::Datapath(_) => &SHARED,
+        o => o,
     }
 }
 
@@ -85,13 +141,11 @@ fn shape_of(
 ) -> Option<Shape> {
     let (m, a) = text(fl, &opts.features, topo, lowered)?;
     Some(Shape {
-        stage: fl.stage,
-        owner: if group {
-            shared_owner(&fl.owner)
+        ident: std::sync::Arc::new(if group {
+            IdentityKey::new(fl.stage, shared_owner(&fl.owner), &fl.disc)
         } else {
-            fl.owner.clone()
-        },
-        disc: fl.disc.clone(),
+            IdentityKey::new(fl.stage, &fl.owner, &fl.disc)
+        }),
         priority: fl.priority,
         match_: m.into(),
         actions: a.into(),
@@ -121,35 +175,73 @@ pub fn flows(
     opts: &RenderOptions,
     diags: &mut Diags,
 ) -> BTreeMap<FlowId, FlowRow> {
-    let group = grouping(opts);
-    // Shape → datapath names.
-    let mut shapes: BTreeMap<Shape, Vec<&str>> = BTreeMap::new();
-    let mut lowered = Lowered::default();
-    for fl in &flows.flows {
-        let Some(shape) = shape_of(fl, opts, group, topo, &mut lowered) else {
-            continue;
-        };
-        shapes
-            .entry(shape)
-            .or_default()
-            .push(topo.datapaths[fl.dp].name.as_str());
-    }
-    lowered.report(diags);
-    // (stage, owner, disc) → the shapes that share it, for identity assignment.
-    let mut by_identity: BTreeMap<IdentityKey, Vec<(&Shape, Vec<&str>)>> = BTreeMap::new();
-    for (shape, dps) in &shapes {
-        by_identity
-            .entry(shape.identity())
-            .or_default()
-            .push((shape, dps.clone()));
-    }
-    let mut out = BTreeMap::new();
-    for (key, variants) in by_identity {
-        for (id, row) in identity_rows(&key, variants, group, diags) {
-            out.insert(id, row);
+    let mut r = Renderer::new(opts);
+    r.add(topo, flows);
+    r.finish(diags)
+}
+
+/// Renders flows a datapath at a time: each [`Renderer::add`] turns a batch of typed flows
+/// into shapes (their text), so a compile holds one datapath's typed flows at a time, never
+/// every datapath's. [`Renderer::finish`] groups and assigns identities as [`flows`] does.
+#[derive(Debug)]
+pub struct Renderer<'t> {
+    opts: RenderOptions,
+    group: bool,
+    /// Shape → datapath names.
+    shapes: BTreeMap<Shape, Vec<&'t str>>,
+    lowered: Lowered,
+}
+
+impl<'t> Renderer<'t> {
+    /// A renderer for `opts`.
+    pub fn new(opts: &RenderOptions) -> Renderer<'t> {
+        Renderer {
+            opts: opts.clone(),
+            group: grouping(opts),
+            shapes: BTreeMap::new(),
+            lowered: Lowered::default(),
         }
     }
-    out
+
+    /// Adds `flows` (of any datapaths of `topo`).
+    pub fn add(&mut self, topo: &'t Topo<'_>, flows: &Flows) {
+        for fl in &flows.flows {
+            let Some(shape) = shape_of(fl, &self.opts, self.group, topo, &mut self.lowered) else {
+                continue;
+            };
+            self.shapes
+                .entry(shape)
+                .or_default()
+                .push(topo.datapaths[fl.dp].name.as_str());
+        }
+    }
+
+    /// The rows of every flow added; lowering's and identity clashes' diagnostics go to
+    /// `diags`.
+    pub fn finish(self, diags: &mut Diags) -> BTreeMap<FlowId, FlowRow> {
+        let Renderer {
+            group,
+            shapes,
+            lowered,
+            ..
+        } = self;
+        lowered.report(diags);
+        // (stage, owner, disc) → the shapes that share it, for identity assignment.
+        let mut by_identity: BTreeMap<IdentityKey, Vec<(&Shape, Vec<&str>)>> = BTreeMap::new();
+        for (shape, dps) in &shapes {
+            by_identity
+                .entry(shape.identity())
+                .or_default()
+                .push((shape, dps.clone()));
+        }
+        let mut out = BTreeMap::new();
+        for (key, variants) in by_identity {
+            for (id, row) in identity_rows(&key, variants, group, diags) {
+                out.insert(id, row);
+            }
+        }
+        out
+    }
 }
 
 /// The rows of one identity: `variants` are its shapes with the names of the datapaths that
@@ -163,7 +255,6 @@ pub(crate) fn identity_rows(
     group: bool,
     diags: &mut Diags,
 ) -> BTreeMap<FlowId, FlowRow> {
-    let (stage, owner, disc) = key;
     let mut variants: Vec<(&Shape, Vec<&str>)> = variants
         .into_iter()
         .map(|(s, mut names)| {
@@ -183,15 +274,15 @@ pub(crate) fn identity_rows(
     for (i, (shape, names)) in variants.into_iter().enumerate() {
         if group && names.len() > 1 {
             let id = if i == 0 {
-                FlowId::new(*stage, owner, disc, None)
+                key.flow_id(None)
             } else {
-                FlowId::new(*stage, owner, disc, Some(names[0]))
+                key.flow_id(Some(names[0]))
             };
             let names = names.iter().map(|n| n.to_string()).collect();
             insert(&mut out, id, shape, FlowDps::Group(names), diags);
         } else {
             for n in names {
-                let id = FlowId::new(*stage, owner, disc, Some(n));
+                let id = key.flow_id(Some(n));
                 insert(&mut out, id, shape, FlowDps::One(n.to_string()), diags);
             }
         }
@@ -206,22 +297,12 @@ fn insert(
     dps: FlowDps,
     diags: &mut Diags,
 ) {
-    let mut external_ids = BTreeMap::new();
-    external_ids.insert("stage-name".to_string(), shape.stage.name().to_string());
-    if let Some(h) = shape.hint {
-        external_ids.insert(
-            "stage-hint".to_string(),
-            h.simple().to_string()[..8].to_string(),
-        );
-    }
-    external_ids.insert("hf-flow-id".to_string(), id.to_string());
-    if let Some(m) = shape.mark {
-        external_ids.insert(ACL_BROKEN_KEY.to_string(), m.as_str().to_string());
-    }
+    let external_ids =
+        crate::output::FlowExtIds::new(shape.stage(), shape.hint.as_ref(), id, shape.mark);
     let row = FlowRow {
         dps,
-        pipeline: shape.stage.pipeline().name(),
-        table_id: shape.stage.table(),
+        pipeline: shape.stage().pipeline().name(),
+        table_id: shape.stage().table(),
         priority: shape.priority,
         match_: shape.match_.clone(),
         actions: shape.actions.clone(),
@@ -234,11 +315,10 @@ fn insert(
         diags.push(
             "Logical_Flow",
             uuid::Uuid::nil(),
-            format!("{} {id}", shape.stage),
+            format!("{} {id}", shape.stage()),
             format!(
-                "two flows share identity {id} (owner {:?}, discriminator {:?}); only one is written: {:?}",
-                shape.owner,
-                shape.disc,
+                "two flows share identity {id} (owner and discriminator {:?}); only one is written: {:?}",
+                shape.ident.describe(),
                 dup.map(|d| d.match_)
             ),
         );
@@ -264,12 +344,12 @@ pub fn is_security(fl: &Flow) -> bool {
 /// What could not be written as built, aggregated: one diagnostic per (stage, what was done,
 /// why), naming how many flows on which datapaths, so an old chassis does not turn every
 /// datapath's copy of a flow into its own line.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Lowered {
     by: BTreeMap<(Stage, &'static str, String), LoweredAgg>,
 }
 
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct LoweredAgg {
     flows: usize,
     dps: std::collections::BTreeSet<String>,
@@ -485,6 +565,42 @@ mod tests {
 
     fn m(s: &str) -> Expr {
         parse_match(SymbolTable::shared(), s).expect("test match parses")
+    }
+
+    #[test]
+    fn identity_keys_give_the_identities_flow_ids_gave() {
+        let owners = [
+            Owner::Datapath("sw0".into()),
+            Owner::Port("sw0-p1".into()),
+            Owner::Shared,
+            Owner::Nat {
+                router: "lr0".into(),
+                kind: "snat".into(),
+                logical_ip: "10.0.0.0/24".into(),
+                external_ip: "172.16.0.1".into(),
+            },
+            Owner::Acl {
+                holder: "pg1".into(),
+                direction: "to-lport".into(),
+                priority: 1001,
+                nb_match: "ip4 && tcp.dst == 80".into(),
+            },
+        ];
+        for stage in [Stage::LsInAcl, Stage::LrInArpResolve] {
+            for o in &owners {
+                for disc in ["", "ip4", "0a:00:00:00:00:01"] {
+                    let k = IdentityKey::new(stage, o, disc);
+                    for dp in [None, Some("sw0"), Some("lr0")] {
+                        assert_eq!(k.flow_id(dp), FlowId::new(stage, o, disc, dp));
+                    }
+                }
+            }
+        }
+        // Told apart where the old key was.
+        let a = IdentityKey::new(Stage::LsInAcl, &Owner::Port("a".into()), "b");
+        let b = IdentityKey::new(Stage::LsInAcl, &Owner::Port("a".into()), "c");
+        assert_ne!(a, b);
+        assert_ne!(a.flow_id(None), b.flow_id(None));
     }
 
     #[test]

@@ -151,7 +151,7 @@ pub fn insert_ops(d: &SbDesired, chassis: &HashMap<String, Uuid>) -> Vec<Value> 
             "priority": f.priority,
             "match": &*f.match_,
             "actions": &*f.actions,
-            "external_ids": map(&f.external_ids),
+            "external_ids": map(&f.external_ids.to_map()),
             "controller_meter": opt(f.controller_meter.as_ref().map(|m| json!(m))),
         });
         match &f.dps {
@@ -917,7 +917,7 @@ pub fn diff_ops(
                 uuid: o.fresh(),
                 actions: (*row.actions).into(),
                 controller_meter: row.controller_meter.clone(),
-                external_ids: row.external_ids.clone(),
+                external_ids: row.external_ids.to_map(),
                 logical_datapath: dp.map(Into::into),
                 logical_dp_group: group.map(Into::into),
                 match_: (*row.match_).into(),
@@ -958,13 +958,10 @@ pub fn diff_ops(
             );
         }
         let mut have = f.external_ids();
-        let same_ids = row
-            .external_ids
-            .iter()
-            .all(|(k, v)| have.next() == Some((k.as_str(), v.as_str())))
-            && have.next().is_none();
+        let same_ids =
+            row.external_ids.iter().all(|kv| have.next() == Some(kv)) && have.next().is_none();
         if !same_ids {
-            cols.insert("external_ids".into(), map(&row.external_ids));
+            cols.insert("external_ids".into(), map(&row.external_ids.to_map()));
         }
         if !cols.is_empty() {
             o.ops.push(json!({"op": "update", "table": "Logical_Flow",

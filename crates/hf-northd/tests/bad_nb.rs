@@ -77,7 +77,7 @@ fn strip(mut sb: SbDesired, how: &Strip<'_>, row: Uuid) -> SbDesired {
     let hint = row.simple().to_string()[..8].to_string();
     if matches!(how, Strip::Port(_) | Strip::Hinted | Strip::Nat(..)) {
         sb.flows
-            .retain(|_, f| f.external_ids.get("stage-hint") != Some(&hint));
+            .retain(|_, f| f.external_ids.get("stage-hint") != Some(hint.as_str()));
     }
     if let Strip::Port(name) = how {
         let quoted = format!("\"{name}\"");

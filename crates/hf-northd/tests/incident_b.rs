@@ -232,7 +232,7 @@ fn one_hf1_chassis_holds_every_flow_to_hf1() {
     // Port security: drop rather than pass.
     let ps: Vec<_> = flows
         .values()
-        .filter(|f| f.external_ids["stage-name"] == "ls_in_check_port_sec")
+        .filter(|f| f.external_ids.get("stage-name") == Some("ls_in_check_port_sec"))
         .collect();
     assert_eq!(ps.len(), 1);
     assert_eq!(&*ps[0].actions, "drop;");

@@ -37,7 +37,9 @@ fn at(sb: &SbDesired, dp: &str, stage: &str, prio: u16) -> Vec<(String, String)>
     let mut v: Vec<(String, String)> = sb
         .flows
         .values()
-        .filter(|f| f.external_ids["stage-name"] == stage && f.priority == prio && on(f, dp))
+        .filter(|f| {
+            f.external_ids.get("stage-name") == Some(stage) && f.priority == prio && on(f, dp)
+        })
         .map(|f| (canon_match(&f.match_), canon_actions(&f.actions)))
         .collect();
     v.sort();
@@ -328,7 +330,9 @@ fn default_acl_drop_drops_what_no_acl_allows() {
 fn rows<'a>(sb: &'a SbDesired, dp: &str, stage: &str, prio: u16) -> Vec<&'a FlowRow> {
     sb.flows
         .values()
-        .filter(|f| f.external_ids["stage-name"] == stage && f.priority == prio && on(f, dp))
+        .filter(|f| {
+            f.external_ids.get("stage-name") == Some(stage) && f.priority == prio && on(f, dp)
+        })
         .collect()
 }
 
@@ -354,10 +358,7 @@ fn an_unparsable_drop_acl_fails_closed_and_the_rest_compiles() {
     let closed = rows(&c.sb, "sw0", "ls_out_acl", 2500);
     assert_eq!(closed.len(), 2, "{closed:#?}");
     for f in &closed {
-        assert_eq!(
-            f.external_ids.get("hf-acl-broken").map(String::as_str),
-            Some("fail-closed")
-        );
+        assert_eq!(f.external_ids.get("hf-acl-broken"), Some("fail-closed"));
         assert!(f.match_.contains("outport == @pg_web"), "{f:?}");
         assert!(
             !f.match_.contains("tcp.dst"),
@@ -418,8 +419,11 @@ fn an_acl_whose_edit_breaks_it_keeps_its_last_good_version_until_a_restart() {
     assert_eq!(after.len(), 2);
     for (a, b) in before.iter().zip(&after) {
         assert_eq!((&a.match_, &a.actions), (&b.match_, &b.actions));
-        assert_eq!(a.external_ids["hf-flow-id"], b.external_ids["hf-flow-id"]);
-        assert_eq!(b.external_ids["hf-acl-broken"], "last-good");
+        assert_eq!(
+            a.external_ids.get("hf-flow-id"),
+            b.external_ids.get("hf-flow-id")
+        );
+        assert_eq!(b.external_ids.get("hf-acl-broken"), Some("last-good"));
     }
     let d: Vec<_> = kept.diagnostics.iter().filter(|d| d.row == row).collect();
     assert_eq!(d.len(), 1, "{d:#?}");
@@ -431,7 +435,7 @@ fn an_acl_whose_edit_breaks_it_keeps_its_last_good_version_until_a_restart() {
     let closed = rows(&fresh.sb, "sw0", "ls_out_acl", 2500);
     assert_eq!(closed.len(), 2, "{closed:#?}");
     for f in closed {
-        assert_eq!(f.external_ids["hf-acl-broken"], "fail-closed");
+        assert_eq!(f.external_ids.get("hf-acl-broken"), Some("fail-closed"));
         assert!(!f.match_.contains("tcp.dst"), "{f:?}");
     }
     // Fixed: the marks go.
@@ -534,7 +538,7 @@ fn fails(sb: &SbDesired, stage: &str, p: &Packet) -> bool {
     let sets = Sets::default();
     let mut best: Option<&FlowRow> = None;
     for f in sb.flows.values() {
-        if f.external_ids["stage-name"] != stage || !on(f, "sw0") {
+        if f.external_ids.get("stage-name") != Some(stage) || !on(f, "sw0") {
             continue;
         }
         let m = parse_match(symtab, &f.match_).expect("SB match parses");
@@ -743,7 +747,7 @@ fn switch_load_balancer_vips_balance_new_connections() {
         .sb
         .flows
         .values()
-        .filter(|f| f.external_ids["stage-name"] == "ls_in_lb" && f.priority == 120)
+        .filter(|f| f.external_ids.get("stage-name") == Some("ls_in_lb") && f.priority == 120)
         .collect();
     assert_eq!(lb.len(), 1);
     assert!(lb[0].actions.contains("ct_lb("), "{}", lb[0].actions);
@@ -979,15 +983,14 @@ fn dhcp_options_the_controller_cannot_parse_are_diagnosed() {
             about[0]
         );
         let port = format!("inport == \"{vm}\"");
-        let dhcp_flows = c
-            .sb
-            .flows
-            .values()
-            .filter(|f| {
-                f.external_ids.get("stage-name").map(String::as_str) == Some("ls_in_dhcp_options")
-                    && f.match_.contains(&port)
-            })
-            .count();
+        let dhcp_flows =
+            c.sb.flows
+                .values()
+                .filter(|f| {
+                    f.external_ids.get("stage-name") == Some("ls_in_dhcp_options")
+                        && f.match_.contains(&port)
+                })
+                .count();
         assert_eq!(dhcp_flows, 0, "{vm} gets no DHCP flows");
     }
 }

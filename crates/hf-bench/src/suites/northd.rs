@@ -7,6 +7,9 @@
 //!   (no I/O inside; median of 3); ms. With `compile_NxP_flows` (Logical_Flow rows written,
 //!   after datapath grouping) and `compile_NxP_heap_peak` (the counting allocator's peak growth
 //!   during one compile, NB snapshot excluded); MB.
+//! - `compile_NxP_incremental_full` / `_heap_peak` / `_kept`: the daemon's compile (the
+//!   incremental compiler's first, full one): ms, its heap peak, and what it keeps between
+//!   compiles with the desired SB given back (MB); a note names what each part holds.
 //! - Side by side, each northd on its own copy of the same NB and an empty SB (real
 //!   `ovsdb-server`s, OVN 23.03's schemas), baseline `ovn-northd`:
 //!   - `northd_cold_NxP_wait_sb`: from starting the daemon to `ovn-nbctl --wait=sb sync`
@@ -29,7 +32,8 @@
 //!   when an OVN tool is missing).
 //!
 //! Development knobs: `HF_BENCH_NORTHD_SIZE=300x30` runs one size, and
-//! `HF_BENCH_NORTHD_COMPILE_ONLY=1` only the in-process figures (for profiling).
+//! `HF_BENCH_NORTHD_COMPILE_ONLY=1` only the in-process figures (for profiling),
+//! `HF_BENCH_NORTHD_NB_CACHE=DIR` keeps the built NB in DIR and reuses it.
 //!
 //! `HF_BENCH_NORTHD_DB=cluster` (issue 20's scale-out): both sides' NB and SB are 3-member
 //! real `ovsdb-server` Raft clusters ([`raft`]), every northd and `ovn-nbctl` given the three
@@ -446,7 +450,14 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         let d = dir.path();
         // The NB, built by real ovn-nbctl with no northd running.
         let nb_file = d.join("nb-built.db");
-        {
+        // HF_BENCH_NORTHD_NB_CACHE=DIR (development knob): the built NB is kept in DIR as
+        // nb-NxP.db and reused by later runs.
+        let cache = std::env::var_os("HF_BENCH_NORTHD_NB_CACHE")
+            .map(|d| PathBuf::from(d).join(format!("nb-{n}x{p}.db")));
+        if let Some(c) = cache.as_ref().filter(|c| c.exists()) {
+            std::fs::copy(c, &nb_file)?;
+            report.note(&format!("reused the {n}x{p} NB from {}", c.display()));
+        } else {
             let (_nb_server, nb) = server(d, "build", NB_SCHEMA)?;
             let t = Instant::now();
             ok(Command::new(PYTHON).arg(&topo).args([
@@ -462,6 +473,9 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
                 t.elapsed().as_secs_f64()
             ));
             backup(&nb, "OVN_Northbound", &nb_file)?;
+            if let Some(c) = &cache {
+                std::fs::copy(&nb_file, c)?;
+            }
         }
         in_process(report, n, p, &nb_file)?;
         if compile_only {
@@ -623,5 +637,52 @@ fn in_process(report: &mut Report, n: usize, p: usize, nb_file: &Path) -> anyhow
         peak as f64 / 1e6,
         "MB",
     );
+    incremental_heap(report, n, p, &nb, &opts);
     Ok(())
+}
+
+/// The daemon's compile (the incremental compiler's first, full one): its heap peak, what it
+/// keeps between compiles (state plus the desired SB it is given back), and what each part of
+/// that holds (notes).
+fn incremental_heap(
+    report: &mut Report,
+    n: usize,
+    p: usize,
+    nb: &NbSnapshot,
+    opts: &hf_northd::Options,
+) {
+    let base = alloc::reset_peak();
+    let t = Instant::now();
+    let mut inc = hf_northd::incremental::Incremental::new();
+    let c = inc.update(nb, None, opts);
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    let peak = alloc::peak().saturating_sub(base);
+    inc.restore(c.sb);
+    drop((c.diagnostics, c.acl_last_good));
+    let kept = alloc::live_bytes().saturating_sub(base);
+    report.result(&format!("compile_{n}x{p}_incremental_full"), ms, "ms");
+    report.result(
+        &format!("compile_{n}x{p}_incremental_heap_peak"),
+        peak as f64 / 1e6,
+        "MB",
+    );
+    report.result(
+        &format!("compile_{n}x{p}_incremental_kept"),
+        kept as f64 / 1e6,
+        "MB",
+    );
+    let mut last = alloc::live_bytes();
+    let mut parts = Vec::new();
+    inc.drop_measured(&mut |what| {
+        let now = alloc::live_bytes();
+        parts.push(format!(
+            "{what} {:.1} MB",
+            last.saturating_sub(now) as f64 / 1e6
+        ));
+        last = now;
+    });
+    report.note(&format!(
+        "{n}x{p} incremental state held: {}",
+        parts.join(", ")
+    ));
 }
