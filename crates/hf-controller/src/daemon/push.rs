@@ -31,6 +31,11 @@ impl Controller {
         }
         self.translate_due = false;
         self.stats.translations += 1;
+        let change = self.change_at.take();
+        let t0 = self.tick();
+        if let Some(c) = change {
+            self.sw.record("sb-change-to-translate", t0.saturating_sub(c));
+        }
         let sb = self.sb.model();
         let mut t = self.translate_cache.translate(
             sb,
@@ -43,6 +48,8 @@ impl Controller {
             },
         );
         let nb_cfg = sb.sb_global_row().map_or(0, |g| g.nb_cfg);
+        let t1 = self.tick();
+        self.sw.record("translate", t1.saturating_sub(t0));
         self.touched_since_running = match (self.touched_since_running.take(), &t.touched) {
             (Some(mut acc), Some(now)) => {
                 acc.datapaths.extend(now.datapaths.iter().cloned());
@@ -237,7 +244,10 @@ impl Controller {
                 self.installed_nb_cfg = Some(nb_cfg);
                 self.with_state(|st| st.nb_cfg = Some(nb_cfg));
                 self.write_due = true;
+                self.nb_cfg_since = Some((now, change, nb_cfg));
             }
+            let t2 = self.tick();
+            self.sw.record("message-build", t2.saturating_sub(t1));
         } else {
             self.generation += 1;
             self.stats.programs_pushed += 1;
@@ -277,6 +287,9 @@ impl Controller {
                 .skip(before)
                 .map(|b| b.len() as u64)
                 .sum();
+            let t2 = self.tick();
+            self.sw.record("message-build", t2.saturating_sub(t1));
+            self.sent_at.insert(self.generation, (t2, change));
         }
         self.send_flushes(to_flush);
         if self.write_due {
@@ -310,6 +323,13 @@ impl Controller {
             return;
         };
         self.stats.programs_installed += 1;
+        let now = self.now;
+        if let Some((sent, change)) = self.sent_at.remove(&generation) {
+            self.sw.record("datapath-install", now.saturating_sub(sent));
+            self.nb_cfg_since = Some((now, change, p.nb_cfg));
+        }
+        // Older pushes never answered (a reconnect) are not waited for.
+        self.sent_at.retain(|g, _| *g > generation);
         // A held datapath runs earlier flows than `p` has: the next push goes whole.
         self.delta_ok = !flow_errors.iter().any(|e| e.held);
         // `p` runs now; flow errors change last good answers the translation's
