@@ -362,6 +362,8 @@ pub struct Controller {
     stage_clock: Option<hf_datapath::stopwatch::Clock>,
     /// When the first change set the translation has not seen yet came.
     change_at: Option<Duration>,
+    /// Why the change at `change_at` is waiting (a `wait-*` stage), first reason seen.
+    wait_reason: Option<&'static str>,
     /// Per pushed generation: when it was sent, and the change it carries.
     sent_at: BTreeMap<u64, (Duration, Option<Duration>)>,
     /// An `nb_cfg` to report: since when (installed or found unchanged), its change, its value.
@@ -372,14 +374,23 @@ pub struct Controller {
 }
 
 /// The controller's stopwatches (`stopwatch/show`), for one change on its way from SB to the
-/// chassis's `nb_cfg`: from the change set's arrival to the translation's start (a wait: a
-/// claim on its way, a program in flight, conditions changing), the translation, building and
-/// sending the message (CPU; with the shell's clock), from sending it to the datapath's
-/// `Installed`, from there to the `nb_cfg` write being sent (a wait: another write in flight)
-/// and to its commit; a claim's write to its commit; and the whole way.
+/// chassis's `nb_cfg`: from the change set's arrival to the translation's start (a wait), and
+/// the part of it spent on each reason (`wait-*`: the datapath's hello, a program in flight, a
+/// claim that moves a port, conditions changing); the translation; building and sending the
+/// message (CPU; with the shell's clock), and of it assembling the message (reusing untouched
+/// datapaths) and the bookkeeping before the comparison with what runs (last build copy, kept
+/// sets, port notes); from sending it to the datapath's `Installed`; from there to the
+/// `nb_cfg` write being sent (a wait: another write in flight) and to its commit; a write that
+/// claims or releases a port to its commit; and the whole way.
 pub const STAGES: &[&str] = &[
     "sb-change-to-translate",
+    "wait-datapath",
+    "wait-program-in-flight",
+    "wait-claim",
+    "wait-conditions",
     "translate",
+    "message-assemble",
+    "message-bookkeeping",
     "message-build",
     "datapath-install",
     "nb-cfg-write-wait",
@@ -501,6 +512,7 @@ impl Controller {
             sw: Stopwatches::new(STAGES),
             stage_clock: None,
             change_at: None,
+            wait_reason: None,
             sent_at: BTreeMap::new(),
             nb_cfg_since: None,
             txn_t: None,
@@ -1271,24 +1283,27 @@ impl Controller {
         if ops.is_empty() {
             return;
         }
-        // (For the `claim-commit` stopwatch: the write claims a port.)
+        // (For the `claim-commit` stopwatch: the write claims or releases a port.)
         let claims = ops.iter().any(|o| {
-            o["op"] == "comment"
-                && o["comment"]
-                    .as_str()
-                    .is_some_and(|c| c.contains(": claiming"))
+            o["table"] == "Port_Binding"
+                && (o["row"].get("chassis").is_some()
+                    || o["mutations"].as_array().is_some_and(|m| {
+                        m.iter().any(|x| x[0] == "additional_chassis")
+                    }))
         });
         self.txn_claims = claims_pending(self.sb.model(), &st);
         // The `nb_cfg` report this write carries (timed from when it was due).
+        // (The stage clock: the CPU since the event came counts.)
+        let sent = self.tick().max(now);
         let report = match (self.nb_cfg_since, st.nb_cfg) {
             (Some((since, change, n)), Some(m)) if m >= n => {
-                self.sw.record("nb-cfg-write-wait", now.saturating_sub(since));
+                self.sw.record("nb-cfg-write-wait", sent.saturating_sub(since));
                 self.nb_cfg_since = None;
                 Some(change)
             }
             _ => None,
         };
-        self.txn_t = Some((now, claims, report));
+        self.txn_t = Some((sent, claims, report));
         let shared = Arc::clone(&self.shared);
         self.stats.sb_writes += 1;
         self.txn = Some(self.sb.transact(Box::new(move |sb: &SbSnapshot| {

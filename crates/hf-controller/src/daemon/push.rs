@@ -19,14 +19,26 @@ use crate::{Extra, TranslateOptions};
 
 impl Controller {
     pub(super) fn maybe_push(&mut self, now: Duration) {
-        if !self.translate_due || !self.dp_ready() || !self.inflight.is_empty() {
+        if !self.translate_due {
             return;
         }
-        // Claims on their way change the program: translate once they are in the view.
-        if self.txn.is_some() && self.txn_claims {
-            return;
-        }
-        if !self.view_complete() {
+        // What the change waits for (the first reason is what its wait is recorded under).
+        let blocked = if !self.dp_ready() {
+            Some("wait-datapath")
+        } else if !self.inflight.is_empty() {
+            Some("wait-program-in-flight")
+        } else if self.txn.is_some() && self.txn_claims {
+            // Claims on their way change the program: translate once they are in the view.
+            Some("wait-claim")
+        } else if !self.view_complete() {
+            Some("wait-conditions")
+        } else {
+            None
+        };
+        if let Some(b) = blocked {
+            if self.change_at.is_some() && self.wait_reason.is_none() {
+                self.wait_reason = Some(b);
+            }
             return;
         }
         self.translate_due = false;
@@ -35,7 +47,11 @@ impl Controller {
         let t0 = self.tick();
         if let Some(c) = change {
             self.sw.record("sb-change-to-translate", t0.saturating_sub(c));
+            if let Some(r) = self.wait_reason.take() {
+                self.sw.record(r, t0.saturating_sub(c));
+            }
         }
+        self.wait_reason = None;
         let sb = self.sb.model();
         let mut t = self.translate_cache.translate(
             sb,
@@ -173,6 +189,8 @@ impl Controller {
             t.spec.sets.port_groups = g;
         }
         self.translate_cache.recycle(t);
+        let tb = self.tick();
+        self.sw.record("message-assemble", tb.saturating_sub(t1));
         if !build.skipped.is_empty() {
             self.say(
                 Level::Warn,
@@ -223,6 +241,8 @@ impl Controller {
         } else {
             self.empty_since = None;
         }
+        let tc = self.tick();
+        self.sw.record("message-bookkeeping", tc.saturating_sub(tb));
         // Only the datapaths a translation since the running program's touched can differ
         // (the parts outside datapaths are always compared: kept sets edit them).
         let hint = self

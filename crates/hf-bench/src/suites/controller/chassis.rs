@@ -454,7 +454,7 @@ impl Measured for HfChassis {
         ] {
             let path = self.dir.join(ctl);
             let s = crate::suites::trace::unixctl(&path, "stopwatch/show", &[]).ok()?;
-            out.push(format!("  {who}: {}", stopwatch_summary(&s)));
+            out.push(format!("  {who}: {}", hf_stopwatch_summary(&s)));
             if reset {
                 let _ = crate::suites::trace::unixctl(&path, "stopwatch/reset", &[]);
             }
@@ -482,21 +482,24 @@ impl Measured for HfChassis {
 
 /// `stopwatch/show`'s text as one line: `stage avg ms (samples), ...` (stages without
 /// samples left out).
-pub(super) fn stopwatch_summary(show: &str) -> String {
+pub(super) fn hf_stopwatch_summary(show: &str) -> String {
     let mut parts = Vec::new();
     let mut name = "";
     let mut samples = "";
+    let mut min = f64::NAN;
+    let msec = |v: &str| v.trim_end_matches(" msec").parse::<f64>().unwrap_or(f64::NAN);
     for l in show.lines() {
         if let Some(n) = l.strip_prefix("Statistics for '") {
             name = n.trim_end_matches('\'');
         } else if let Some(n) = l.trim().strip_prefix("Total samples: ") {
             samples = n;
+        } else if let Some(m) = l.trim().strip_prefix("Minimum: ") {
+            min = msec(m);
         } else if let Some(a) = l.trim().strip_prefix("Long term average: ") {
-            let a = a.trim_end_matches(" msec").parse::<f64>().unwrap_or(f64::NAN);
-            parts.push(format!("{name} {a:.1} ms ({samples})"));
+            parts.push(format!("{name} {:.1}/{min:.1} ms ({samples})", msec(a)));
         }
     }
-    parts.join(", ")
+    format!("stage average/minimum (samples): {}", parts.join(", "))
 }
 
 /// A log line's `YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC) as a wall-clock time.
