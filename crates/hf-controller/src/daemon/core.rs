@@ -376,7 +376,8 @@ pub struct Controller {
 /// The controller's stopwatches (`stopwatch/show`), for one change on its way from SB to the
 /// chassis's `nb_cfg`: from the change set's arrival to the translation's start (a wait), and
 /// the part of it spent on each reason (`wait-*`: the datapath's hello, a program in flight, a
-/// claim that moves a port, conditions changing); the translation; building and sending the
+/// claim that moves a port, conditions changing); the translation; its review (diagnostics,
+/// zones the translation no longer has, zones exhausted); building and sending the
 /// message (CPU; with the shell's clock), and of it assembling the message (reusing untouched
 /// datapaths) and the bookkeeping before the comparison with what runs (last build copy, kept
 /// sets, port notes); from sending it to the datapath's `Installed`; from there to the
@@ -389,6 +390,7 @@ pub const STAGES: &[&str] = &[
     "wait-claim",
     "wait-conditions",
     "translate",
+    "translation-review",
     "message-assemble",
     "message-bookkeeping",
     "message-build",

@@ -150,6 +150,8 @@ impl Controller {
         } else {
             &crate::program_msg::NoLastGood
         };
+        let ta = self.tick();
+        self.sw.record("translation-review", ta.saturating_sub(t1));
         let prev = self
             .last_build
             .take()
@@ -190,7 +192,7 @@ impl Controller {
         }
         self.translate_cache.recycle(t);
         let tb = self.tick();
-        self.sw.record("message-assemble", tb.saturating_sub(t1));
+        self.sw.record("message-assemble", tb.saturating_sub(ta));
         if !build.skipped.is_empty() {
             self.say(
                 Level::Warn,
@@ -355,7 +357,10 @@ impl Controller {
         // `p` runs now; flow errors change last good answers the translation's
         // `touched` does not see.
         self.touched_since_running = flow_errors.is_empty().then(crate::Touched::default);
-        for (err, line) in self.lastgood.installed(&p, &flow_errors) {
+        let lines = self
+            .lastgood
+            .installed_after(&p, &flow_errors, self.running.as_ref());
+        for (err, line) in lines {
             self.say(if err { Level::Warn } else { Level::Info }, line);
         }
         self.zones = p.zones.clone();
