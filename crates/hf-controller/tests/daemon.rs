@@ -761,7 +761,11 @@ fn a_requested_port_is_installed_while_its_claim_commits() {
         pb(&sb, "vm4").chassis.map(|c| c.uuid()),
         Some(chassis_uuid(&sb, "hv1"))
     );
-    assert_eq!(private(&sb, "hv1").nb_cfg, n, "nb_cfg reported before the claim committed");
+    assert_eq!(
+        private(&sb, "hv1").nb_cfg,
+        n,
+        "nb_cfg reported before the claim committed"
+    );
     net.release_replies();
     net.advance(Duration::from_millis(500));
     let sb = net.db_sb();
@@ -773,8 +777,17 @@ fn a_requested_port_is_installed_while_its_claim_commits() {
     // The claim's echo changed nothing the translation outputs: not translated again.
     assert_eq!(s.translations, translations + 1, "{s:?}");
     let sw = net.ctl(0).stopwatch();
-    for stage in ["claim-commit", "datapath-install", "nb-cfg-commit", "change-to-nb-cfg"] {
-        assert!(sw.samples(stage) >= 1, "{stage}: {}", sw.show(None).unwrap());
+    for stage in [
+        "claim-commit",
+        "datapath-install",
+        "nb-cfg-commit",
+        "change-to-nb-cfg",
+    ] {
+        assert!(
+            sw.samples(stage) >= 1,
+            "{stage}: {}",
+            sw.show(None).unwrap()
+        );
     }
 }
 

@@ -118,10 +118,12 @@ impl Datapath {
                 Ok(Some(msg)) => {
                     if matches!(msg, ToDatapath::Program(_) | ToDatapath::ProgramDelta(_)) {
                         let t1 = self.tick();
-                        self.stopwatch.record("program-decode", t1.saturating_sub(t0));
+                        self.stopwatch
+                            .record("program-decode", t1.saturating_sub(t0));
                         self.handle_msg(msg, now);
                         let t2 = self.tick();
-                        self.stopwatch.record("program-install", t2.saturating_sub(t1));
+                        self.stopwatch
+                            .record("program-install", t2.saturating_sub(t1));
                     } else {
                         self.handle_msg(msg, now);
                     }

@@ -196,7 +196,10 @@ mod tests {
         // Every stage, in declaration order, even one without samples.
         let all = s.show(None).unwrap();
         assert!(all.find("'a'").unwrap() < all.find("'b'").unwrap(), "{all}");
-        assert!(all.contains("Statistics for 'b'\n  Total samples: 0\n"), "{all}");
+        assert!(
+            all.contains("Statistics for 'b'\n  Total samples: 0\n"),
+            "{all}"
+        );
         let e = s.show(Some("c")).unwrap_err();
         assert!(e.contains("\"c\"") && e.contains("a, b"), "{e}");
         s.reset(Some("a")).unwrap();

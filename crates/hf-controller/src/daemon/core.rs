@@ -1289,9 +1289,9 @@ impl Controller {
         let claims = ops.iter().any(|o| {
             o["table"] == "Port_Binding"
                 && (o["row"].get("chassis").is_some()
-                    || o["mutations"].as_array().is_some_and(|m| {
-                        m.iter().any(|x| x[0] == "additional_chassis")
-                    }))
+                    || o["mutations"]
+                        .as_array()
+                        .is_some_and(|m| m.iter().any(|x| x[0] == "additional_chassis")))
         });
         self.txn_claims = claims_pending(self.sb.model(), &st);
         // The `nb_cfg` report this write carries (timed from when it was due).
@@ -1299,7 +1299,8 @@ impl Controller {
         let sent = self.tick().max(now);
         let report = match (self.nb_cfg_since, st.nb_cfg) {
             (Some((since, change, n)), Some(m)) if m >= n => {
-                self.sw.record("nb-cfg-write-wait", sent.saturating_sub(since));
+                self.sw
+                    .record("nb-cfg-write-wait", sent.saturating_sub(since));
                 self.nb_cfg_since = None;
                 Some(change)
             }
@@ -1380,26 +1381,18 @@ fn change_kind(d: &hf_model::sb::Delta) -> ChangeKind {
     let mut up_only = 0;
     let mut neutral = 0;
     for r in &d.port_binding {
-        match r {
-            // Only a row whose `up` or `chassis` changed is copied to compare the rest.
-            hf_model::RowDelta::Update { old, new } if old.up == new.up && old.chassis == new.chassis => {
-                if old == new {
-                    up_only += 1;
-                }
-            }
-            hf_model::RowDelta::Update { old, new } if old.chassis == new.chassis => {
-                let mut o = old.clone();
-                o.up = new.up;
-                if o == *new {
-                    up_only += 1;
-                }
-            }
-            hf_model::RowDelta::Update { old, new } => {
-                if binding::placement_neutral(old, new) {
-                    neutral += 1;
-                }
-            }
-            _ => {}
+        let hf_model::RowDelta::Update { old, new } = r else {
+            continue;
+        };
+        // Only a row whose `up` or `chassis` changed is copied to compare the rest.
+        if old.up == new.up && old.chassis == new.chassis {
+            up_only += usize::from(old == new);
+        } else if old.chassis == new.chassis {
+            let mut o = old.clone();
+            o.up = new.up;
+            up_only += usize::from(o == *new);
+        } else {
+            neutral += usize::from(binding::placement_neutral(old, new));
         }
     }
     if d.len() == d.chassis_private.len() + up_only {

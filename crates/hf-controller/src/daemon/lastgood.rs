@@ -152,8 +152,8 @@ impl LastGood {
             .map(|e| e.datapath.as_str())
             .chain(self.errors.keys().map(|(d, _)| d.as_str()))
             .collect();
-        let prev_dps: std::collections::HashMap<&str, &Arc<hf_datapath::proto::DatapathMsg>> =
-            prev.map_or_else(Default::default, |q| {
+        let prev_dps: std::collections::HashMap<&str, &Arc<hf_datapath::proto::DatapathMsg>> = prev
+            .map_or_else(Default::default, |q| {
                 q.datapaths.iter().map(|d| (d.name.as_str(), d)).collect()
             });
         let unchanged: BTreeSet<String> = p
@@ -465,7 +465,13 @@ mod tests {
 
     /// The store's whole state, comparable.
     fn state(l: &LastGood) -> String {
-        format!("{:?} {:?} {:?} {:?}", l.good, l.errors, l.ambiguous, l.report())
+        format!(
+            "{:?} {:?} {:?} {:?}",
+            l.good,
+            l.errors,
+            l.ambiguous,
+            l.report()
+        )
     }
 
     /// An install that shares unchanged datapaths with the previous program walks only the
@@ -495,7 +501,10 @@ mod tests {
         // ls2's flow compiled this time: its text is now its last good version.
         assert_eq!(lgt(&fast, "ls2", "c"), Some(("1", "bad")));
         assert_eq!(lgt(&fast, "ls1", "a"), Some(("1", "output;")));
-        assert!(fast.ambiguous.contains(&("ls3".to_string(), "d".to_string())));
+        assert!(
+            fast.ambiguous
+                .contains(&("ls3".to_string(), "d".to_string()))
+        );
     }
 
     fn error(datapath: &str, id: &str) -> FlowErrorMsg {

@@ -46,7 +46,8 @@ impl Controller {
         let change = self.change_at.take();
         let t0 = self.tick();
         if let Some(c) = change {
-            self.sw.record("sb-change-to-translate", t0.saturating_sub(c));
+            self.sw
+                .record("sb-change-to-translate", t0.saturating_sub(c));
             if let Some(r) = self.wait_reason.take() {
                 self.sw.record(r, t0.saturating_sub(c));
             }

@@ -487,7 +487,11 @@ pub(super) fn hf_stopwatch_summary(show: &str) -> String {
     let mut name = "";
     let mut samples = "";
     let mut min = f64::NAN;
-    let msec = |v: &str| v.trim_end_matches(" msec").parse::<f64>().unwrap_or(f64::NAN);
+    let msec = |v: &str| {
+        v.trim_end_matches(" msec")
+            .parse::<f64>()
+            .unwrap_or(f64::NAN)
+    };
     for l in show.lines() {
         if let Some(n) = l.strip_prefix("Statistics for '") {
             name = n.trim_end_matches('\'');
