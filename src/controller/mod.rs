@@ -119,7 +119,17 @@ const COMMANDS: &[unixctl::Command] = &[
     ("debug/status", "", 0, 0),
     ("exit", "[--restart]", 0, 1),
     ("recompute", "", 0, 0),
+    ("stopwatch/reset", "[NAME]", 0, 1),
+    ("stopwatch/show", "[NAME]", 0, 1),
 ];
+
+/// The origin of the core's `now` and of its stage clock.
+static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+/// The stage clock ([`Controller::set_stage_clock`]): time since [`START`].
+fn stage_clock() -> Duration {
+    START.get_or_init(Instant::now).elapsed()
+}
 
 struct Request {
     method: String,
@@ -400,7 +410,7 @@ async fn serve(
         remotes.join(","),
         dp_path.display()
     );
-    let start = Instant::now();
+    let start = *START.get_or_init(Instant::now);
     let cfg = ControllerConfig {
         chassis: args.system_id.clone(),
         hostname: args.hostname.clone().unwrap_or_else(hostname),
@@ -424,6 +434,7 @@ async fn serve(
         },
         Duration::ZERO,
     );
+    core.set_stage_clock(stage_clock);
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut links = Links {
         remotes,
@@ -536,6 +547,11 @@ fn command(
             .map(|(n, z)| format!("{n} {z}\n"))
             .collect()),
         "debug/status" => Ok(core.status()),
+        "stopwatch/show" => core.stopwatch().show(args.first().map(String::as_str)),
+        "stopwatch/reset" => core
+            .stopwatch_mut()
+            .reset(args.first().map(String::as_str))
+            .map(|()| String::new()),
         other => shell::vlog_command(other, args)
             .unwrap_or_else(|| Err(format!("\"{other}\" is not implemented"))),
     }

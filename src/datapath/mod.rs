@@ -129,7 +129,17 @@ const COMMANDS: &[unixctl::Command] = &[
     ("dpctl/dump-conntrack", "[ZONE-NAME]", 0, 1),
     ("dpctl/flush-conntrack", "ZONE-NAME", 1, 1),
     ("exit", "", 0, 0),
+    ("stopwatch/reset", "[NAME]", 0, 1),
+    ("stopwatch/show", "[NAME]", 0, 1),
 ];
+
+/// The origin of the core's `now` and of its stage clock.
+static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+/// The stage clock ([`Datapath::set_stage_clock`]): time since [`ORIGIN`].
+fn stage_clock() -> Duration {
+    ORIGIN.get_or_init(Instant::now).elapsed()
+}
 
 struct Request {
     method: String,
@@ -292,9 +302,11 @@ pub fn run(args: DatapathArgs) -> anyhow::Result<ExitCode> {
         || std::thread::available_parallelism().map_or(1, |n| n.get()),
         usize::from,
     );
+    let mut dp = Datapath::new(cfg);
+    dp.set_stage_clock(stage_clock);
     let shell = Shell {
-        dp: Datapath::new(cfg),
-        origin: Instant::now(),
+        dp,
+        origin: *ORIGIN.get_or_init(Instant::now),
         captured: BTreeMap::new(),
         zones_file,
         geneve_port: 0,
@@ -598,6 +610,12 @@ impl Shell {
                 .iter()
                 .map(|(n, z)| format!("{n} {z}\n"))
                 .collect()),
+            "stopwatch/show" => self.dp.stopwatch().show(args.first().map(String::as_str)),
+            "stopwatch/reset" => self
+                .dp
+                .stopwatch_mut()
+                .reset(args.first().map(String::as_str))
+                .map(|()| String::new()),
             "coverage/show" => {
                 let c = self.dp.counters();
                 Ok(format!(

@@ -82,6 +82,9 @@ struct Net {
     deltas: bool,
     /// Controllers build messages reusing untouched datapaths (`Tuning::incremental_messages`).
     reuse: bool,
+    /// Chassis whose SB transaction replies are held back (a slow SB commit), and the replies.
+    hold_replies: BTreeSet<usize>,
+    held: Vec<(usize, Vec<u8>)>,
 }
 
 fn replica_cfg(tables: Vec<TableSelect>) -> ReplicaConfig {
@@ -138,6 +141,8 @@ impl Net {
             routes: BTreeMap::from([(writer, Target::Writer)]),
             deltas: true,
             reuse: true,
+            hold_replies: BTreeSet::new(),
+            held: Vec::new(),
         };
         net.nb(json!([{"op": "insert", "table": "NB_Global", "row": {}}]));
         net.sb(json!([{"op": "insert", "table": "SB_Global", "row": {}}]));
@@ -334,12 +339,28 @@ impl Net {
                 }
             }
             Some(Target::Ctl(i)) => {
+                if self.hold_replies.contains(&i) && is_reply(b) {
+                    self.held.push((i, b.to_vec()));
+                    return;
+                }
                 if let Some(c) = self.chassis[i].ctl.as_mut() {
                     c.handle_sb_bytes(b, t);
                 }
             }
             Some(Target::Writer) | None => {}
         }
+    }
+
+    /// Delivers the held SB replies and stops holding them.
+    fn release_replies(&mut self) {
+        self.hold_replies.clear();
+        let t = self.t;
+        for (i, b) in std::mem::take(&mut self.held) {
+            if let Some(c) = self.chassis[i].ctl.as_mut() {
+                c.handle_sb_bytes(&b, t);
+            }
+        }
+        self.run();
     }
 
     fn closed(&mut self, s: SessionId, t: Duration) {
@@ -439,6 +460,12 @@ impl Net {
             "mutations": [["nb_cfg", "+=", 1]]}]));
         self.db_nb().nb_global().values().next().unwrap().nb_cfg
     }
+}
+
+/// Whether bytes from the server are a reply (to a transaction), not an update or a request.
+fn is_reply(b: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(b)
+        .is_ok_and(|v| v.get("method").is_none() && v.get("id").is_some_and(|i| !i.is_null()))
 }
 
 fn pump_replica<M: hf_ovsdb_net::client::Model>(
@@ -685,6 +712,83 @@ fn nb_cfg_is_reported_after_install() {
         "{:?}",
         net.ctl(0).stats()
     );
+}
+
+/// A port requested here (`options:requested-chassis`) is already placed here by the
+/// translation, so its claim is pipelined with the install: while the claim's commit is on
+/// its way (the SB replies to this chassis held back), the datapath already runs the port as
+/// local; `nb_cfg` is reported only after the claim committed (one write at a time, as
+/// ovn-controller); the claim's echo brings no second push. A controller that waited for the
+/// claim before translating would show the datapath without the port while the reply is held.
+#[test]
+fn a_requested_port_is_installed_while_its_claim_commits() {
+    let mut net = two_chassis();
+    net.chassis[0]
+        .dp
+        .add_port("vm4", Some([0x0a, 0, 0, 1, 0, 9]));
+    net.run();
+    let n = net.bump_nb_cfg();
+    net.advance(Duration::from_millis(500));
+    assert_eq!(private(&net.db_sb(), "hv1").nb_cfg, n);
+    let pushed = net.ctl(0).stats().programs_pushed;
+    let translations = net.ctl(0).stats().translations;
+    net.hold_replies.insert(0);
+    let mut ops = topology_port("ls0", "vm4", 14);
+    ops[0]["row"]["options"] = json!(["map", [["requested-chassis", "hv1"]]]);
+    ops.push(json!({"op": "mutate", "table": "NB_Global", "where": [],
+        "mutations": [["nb_cfg", "+=", 1]]}));
+    net.nb(Value::Array(ops));
+    net.run();
+    let local = |net: &Net| {
+        net.chassis[0].dp.program().is_some_and(|p| {
+            p.datapaths.iter().any(|d| {
+                d.ports.iter().any(|x| {
+                    x.name == "vm4"
+                        && x.location == hf_datapath::proto::LocationMsg::Local("vm4".into())
+                })
+            })
+        })
+    };
+    assert!(
+        local(&net),
+        "the datapath does not run vm4 while its claim commits: {:?}",
+        net.ctl(0).stats()
+    );
+    assert!(!net.held.is_empty(), "no SB reply was held");
+    // The claim is in SB (the server committed it); its reply has not come.
+    let sb = net.db_sb();
+    assert_eq!(
+        pb(&sb, "vm4").chassis.map(|c| c.uuid()),
+        Some(chassis_uuid(&sb, "hv1"))
+    );
+    assert_eq!(
+        private(&sb, "hv1").nb_cfg,
+        n,
+        "nb_cfg reported before the claim committed"
+    );
+    net.release_replies();
+    net.advance(Duration::from_millis(500));
+    let sb = net.db_sb();
+    assert_eq!(private(&sb, "hv1").nb_cfg, n + 1);
+    assert_eq!(pb(&sb, "vm4").up, Some(true));
+    assert!(local(&net));
+    let s = net.ctl(0).stats();
+    assert_eq!(s.programs_pushed, pushed + 1, "{s:?}");
+    // The claim's echo changed nothing the translation outputs: not translated again.
+    assert_eq!(s.translations, translations + 1, "{s:?}");
+    let sw = net.ctl(0).stopwatch();
+    for stage in [
+        "claim-commit",
+        "datapath-install",
+        "nb-cfg-commit",
+        "change-to-nb-cfg",
+    ] {
+        assert!(
+            sw.samples(stage) >= 1,
+            "{stage}: {}",
+            sw.show(None).unwrap()
+        );
+    }
 }
 
 /// A port add travels as a delta (protocol version 4): every push after the first is one, its

@@ -106,6 +106,7 @@ impl Datapath {
         }
         c.dec.push(data);
         loop {
+            let t0 = self.tick();
             let Some(c) = self.control.as_mut() else {
                 return;
             };
@@ -114,7 +115,19 @@ impl Datapath {
             }
             match c.dec.next_msg() {
                 Ok(None) => return,
-                Ok(Some(msg)) => self.handle_msg(msg, now),
+                Ok(Some(msg)) => {
+                    if matches!(msg, ToDatapath::Program(_) | ToDatapath::ProgramDelta(_)) {
+                        let t1 = self.tick();
+                        self.stopwatch
+                            .record("program-decode", t1.saturating_sub(t0));
+                        self.handle_msg(msg, now);
+                        let t2 = self.tick();
+                        self.stopwatch
+                            .record("program-install", t2.saturating_sub(t1));
+                    } else {
+                        self.handle_msg(msg, now);
+                    }
+                }
                 Err(e) => {
                     self.refuse(format!("bad control frame: {e}"));
                     return;

@@ -224,7 +224,23 @@ pub struct Datapath {
     pub(crate) trim: std::collections::HashMap<u64, u32>,
     /// Held frames trimmed so far.
     pub(crate) trimmed: u64,
+    /// Stage stopwatches of program installs (`stopwatch/show`).
+    pub(crate) stopwatch: crate::stopwatch::Stopwatches,
+    /// The shell's clock for the CPU stages (see [`Datapath::set_stage_clock`]).
+    stage_clock: Option<crate::stopwatch::Clock>,
 }
+
+/// The datapath's stopwatches, in the order a program goes through them: decoding the frame,
+/// applying a delta to the running program's message, parsing the changed flows into specs,
+/// compiling, switching the pipeline to the new program, and the whole install.
+pub const STAGES: &[&str] = &[
+    "program-decode",
+    "delta-apply",
+    "flow-parse",
+    "compile",
+    "program-swap",
+    "program-install",
+];
 
 impl Datapath {
     /// A datapath with no ports and an empty program.
@@ -279,7 +295,30 @@ impl Datapath {
             trim_port: None,
             trim: Default::default(),
             trimmed: 0,
+            stopwatch: crate::stopwatch::Stopwatches::new(STAGES),
+            stage_clock: None,
         }
+    }
+
+    /// Installs the clock the CPU stages of [`STAGES`] are timed with (the shell's monotonic
+    /// clock). Without one they read the last `now` given, so they show 0 (the simulator).
+    pub fn set_stage_clock(&mut self, clock: crate::stopwatch::Clock) {
+        self.stage_clock = Some(clock);
+    }
+
+    /// The stage clock's time (or the last `now`).
+    pub(crate) fn tick(&self) -> Duration {
+        self.stage_clock.map_or(self.clock, |c| c())
+    }
+
+    /// The stage stopwatches ([`STAGES`]).
+    pub fn stopwatch(&self) -> &crate::stopwatch::Stopwatches {
+        &self.stopwatch
+    }
+
+    /// The stage stopwatches, to reset them.
+    pub fn stopwatch_mut(&mut self) -> &mut crate::stopwatch::Stopwatches {
+        &mut self.stopwatch
     }
 
     /// The configuration.
@@ -502,6 +541,7 @@ impl Datapath {
             return Err(DeltaRefusal::Base(reason));
         }
         let no_last_good_changed = msg.no_last_good != delta.no_last_good;
+        let t0 = self.tick();
         let applied = match crate::delta::apply_undoable(&mut msg, delta) {
             Ok(a) => a,
             Err(e) => {
@@ -509,6 +549,8 @@ impl Datapath {
                 return Err(DeltaRefusal::Base(e.to_string()));
             }
         };
+        let t1 = self.tick();
+        self.stopwatch.record("delta-apply", t1.saturating_sub(t0));
         let may_differ: std::collections::BTreeSet<String> =
             applied.changed.iter().cloned().collect();
         let changed: Vec<&str> = applied.changed.iter().map(String::as_str).collect();
@@ -540,10 +582,14 @@ impl Datapath {
             now: &msg,
             undo: &applied.undo,
         };
+        let t2 = self.tick();
+        self.stopwatch.record("flow-parse", t2.saturating_sub(t1));
         let compiled = built.and_then(|b| {
             self.spec_cache
                 .compile_prev(&msg, b, Some(self.pipeline.program()), prev, &changed)
         });
+        let t3 = self.tick();
+        self.stopwatch.record("compile", t3.saturating_sub(t2));
         let crate::program::Compiled {
             program: prog,
             errors: errs,
@@ -567,7 +613,10 @@ impl Datapath {
             }
         }
         drop(applied);
-        Ok(self.installed(msg, prog, errs, held))
+        let r = self.installed(msg, prog, errs, held);
+        let t4 = self.tick();
+        self.stopwatch.record("program-swap", t4.saturating_sub(t3));
+        Ok(r)
     }
 
     /// The common end of [`Datapath::install`] and [`Datapath::install_delta`]: `prog`

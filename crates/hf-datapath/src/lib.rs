@@ -12,6 +12,7 @@
 //! - [`Datapath`] ([`core`]): the sans-I/O datapath: in-memory ports, the pipeline with its
 //!   flow cache, conntrack, the zone map, Geneve between chassis, and the control session
 //!   ([`control`]). The `holdfast datapath` daemon and the simulator both run it.
+//! - [`stopwatch`]: stage stopwatches (`stopwatch/show`) for a change's way through a daemon.
 //! - [`dump`]: conntrack entries in `dpctl/dump-conntrack`'s style.
 //! - [`migrate`]: live migration between datapaths: the state channel, the conntrack pre-copy,
 //!   deltas and final delta, and the destination's hold of the port's traffic until then.
@@ -29,6 +30,7 @@ pub mod example;
 pub mod migrate;
 pub mod program;
 pub mod proto;
+pub mod stopwatch;
 
 pub use crate::core::{
     Datapath, DatapathConfig, DeltaRefusal, Level, MAX_PENDING, Transmit, TransmitRef,

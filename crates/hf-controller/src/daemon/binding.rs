@@ -218,3 +218,85 @@ pub fn binding_ops(
     }
     ops
 }
+
+/// Whether the claims and releases [`binding_ops`] would write move a port in the translation
+/// (its primary or additional chassis as [`crate::translate::ports::binding`] reads them).
+/// `false` when every pending write only sets `up` or claims, as primary, a VIF whose
+/// `requested_chassis` is this chassis and that nobody holds (the translation already places
+/// it here: such a claim is pipelined with the program's install, as ovn-controller installs
+/// a port's flows in the iteration that claims it).
+#[allow(clippy::too_many_arguments)]
+pub fn claims_move_ports(
+    sb: &SbSnapshot,
+    ours: Uuid,
+    name: &str,
+    hostname: &str,
+    local: &BTreeSet<String>,
+    vports: &BTreeMap<String, String>,
+    activated: &BTreeSet<String>,
+) -> bool {
+    for pb in sb.port_binding().values() {
+        let holds_primary = pb.chassis.map(|c| c.uuid()) == Some(ours);
+        match pb.type_.as_str() {
+            "chassisredirect" => {
+                if (crate::translate::ports::ha_top(sb, pb) == Some(ours)) != holds_primary {
+                    return true;
+                }
+                continue;
+            }
+            "l3gateway" => {
+                let here = pb.options.get("l3gateway-chassis").map(String::as_str) == Some(name);
+                if here != holds_primary {
+                    return true;
+                }
+                continue;
+            }
+            "virtual" => {
+                if let Some(parent) = vports.get(&pb.logical_port)
+                    && (!holds_primary || pb.virtual_parent.as_deref() != Some(parent.as_str()))
+                {
+                    return true;
+                }
+                continue;
+            }
+            _ => {}
+        }
+        let holds_additional = pb.additional_chassis.iter().any(|c| c.uuid() == ours);
+        let moves = match claim_of(sb, pb, ours, name, hostname, local) {
+            Claim::Primary => {
+                holds_additional
+                    || (!holds_primary
+                        && (crate::translate::ports::binding(sb, pb).0 != Some(ours)
+                            || !pb.requested_additional_chassis.is_empty()))
+            }
+            Claim::Additional => {
+                holds_primary
+                    || !holds_additional
+                    || (activated.contains(&pb.logical_port)
+                        && !crate::translate::ports::activated_chassis(pb).contains(&name))
+            }
+            Claim::None => holds_primary || holds_additional,
+        };
+        if moves {
+            return true;
+        }
+    }
+    false
+}
+
+/// Whether a `Port_Binding` update changes nothing the translation places the port by: only
+/// `up`, or `chassis` from empty to this VIF's `requested_chassis` (its claim, which
+/// [`crate::translate::ports::binding`] already assumed).
+pub fn placement_neutral(old: &PortBinding, new: &PortBinding) -> bool {
+    let mut o = old.clone();
+    o.up = new.up;
+    if old.chassis.is_none()
+        && new.type_.is_empty()
+        && new.requested_additional_chassis.is_empty()
+        && new.chassis.is_some()
+        && new.chassis.map(|c| c.uuid()) == new.requested_chassis.map(|c| c.uuid())
+    {
+        o.chassis = new.chassis;
+    }
+    o == *new
+}

@@ -69,6 +69,8 @@ use hf_ovsdb_net::client::{
 use serde_json::Value;
 use uuid::Uuid;
 
+use hf_datapath::stopwatch::Stopwatches;
+
 use super::chassis::{self, Identity};
 use super::lastgood::LastGood;
 use super::{binding, monitor, neigh};
@@ -271,25 +273,25 @@ fn write_ops(sb: &SbSnapshot, st: &WriteState) -> Vec<Value> {
     ops
 }
 
-/// Whether the write round would claim or release ports (a translation waits for it: the
-/// program then has the ports where the claim puts them, instead of one push before and one
-/// after).
+/// Whether the write round would claim or release ports in a way that moves them in the
+/// translation (a translation waits for it: the program then has the ports where the claim
+/// puts them, instead of one push before and one after). A claim the translation already
+/// assumed (a VIF requested here, [`binding::claims_move_ports`]) is not waited for: its
+/// program is installed while the claim is on its way.
 fn claims_pending(sb: &SbSnapshot, st: &WriteState) -> bool {
     let Some(ours) = chassis::our_chassis(sb, &st.id.name) else {
         return false;
     };
     st.dp_ready
-        && !binding::binding_ops(
+        && binding::claims_move_ports(
             sb,
             ours,
             &st.id.name,
             &st.id.hostname,
             &st.local,
-            &st.up,
             &st.vports,
             &st.activated,
         )
-        .is_empty()
 }
 
 /// The controller core. See the module documentation.
@@ -355,7 +357,49 @@ pub struct Controller {
     log: VecDeque<(Level, String)>,
     now: Duration,
     stats: Stats,
+    /// Stage stopwatches ([`STAGES`]) and what they measure from.
+    sw: Stopwatches,
+    stage_clock: Option<hf_datapath::stopwatch::Clock>,
+    /// When the first change set the translation has not seen yet came.
+    change_at: Option<Duration>,
+    /// Why the change at `change_at` is waiting (a `wait-*` stage), first reason seen.
+    wait_reason: Option<&'static str>,
+    /// Per pushed generation: when it was sent, and the change it carries.
+    sent_at: BTreeMap<u64, (Duration, Option<Duration>)>,
+    /// An `nb_cfg` to report: since when (installed or found unchanged), its change, its value.
+    nb_cfg_since: Option<(Duration, Option<Duration>, i64)>,
+    /// The write in flight: when it was sent, whether it claims, and the `nb_cfg` report it
+    /// carries (its change).
+    txn_t: Option<(Duration, bool, Option<Option<Duration>>)>,
 }
+
+/// The controller's stopwatches (`stopwatch/show`), for one change on its way from SB to the
+/// chassis's `nb_cfg`: from the change set's arrival to the translation's start (a wait), and
+/// the part of it spent on each reason (`wait-*`: the datapath's hello, a program in flight, a
+/// claim that moves a port, conditions changing); the translation; its review (diagnostics,
+/// zones the translation no longer has, zones exhausted); building and sending the
+/// message (CPU; with the shell's clock), and of it assembling the message (reusing untouched
+/// datapaths) and the bookkeeping before the comparison with what runs (last build copy, kept
+/// sets, port notes); from sending it to the datapath's `Installed`; from there to the
+/// `nb_cfg` write being sent (a wait: another write in flight) and to its commit; a write that
+/// claims or releases a port to its commit; and the whole way.
+pub const STAGES: &[&str] = &[
+    "sb-change-to-translate",
+    "wait-datapath",
+    "wait-program-in-flight",
+    "wait-claim",
+    "wait-conditions",
+    "translate",
+    "translation-review",
+    "message-assemble",
+    "message-bookkeeping",
+    "message-build",
+    "datapath-install",
+    "nb-cfg-write-wait",
+    "nb-cfg-commit",
+    "claim-commit",
+    "change-to-nb-cfg",
+];
 
 impl std::fmt::Debug for Controller {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -467,6 +511,13 @@ impl Controller {
             log: VecDeque::new(),
             now,
             stats: Stats::default(),
+            sw: Stopwatches::new(STAGES),
+            stage_clock: None,
+            change_at: None,
+            wait_reason: None,
+            sent_at: BTreeMap::new(),
+            nb_cfg_since: None,
+            txn_t: None,
         };
         c.translate_cache
             .set_parallelism(c.tuning.translate_threads);
@@ -553,6 +604,7 @@ impl Controller {
         if !self.dp_connected {
             return;
         }
+        self.now = now;
         self.dp_dec.push(data);
         loop {
             match self.dp_dec.next_msg() {
@@ -681,6 +733,28 @@ impl Controller {
     /// Counters.
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// The stage stopwatches ([`STAGES`]).
+    pub fn stopwatch(&self) -> &Stopwatches {
+        &self.sw
+    }
+
+    /// The stage stopwatches, to reset them.
+    pub fn stopwatch_mut(&mut self) -> &mut Stopwatches {
+        &mut self.sw
+    }
+
+    /// Installs the clock the CPU stages (`translate`, `message-build`) are timed with (the
+    /// shell's monotonic clock, on the same origin as `now`). Without one they read the
+    /// event's `now`, so they show 0 (the simulator).
+    pub fn set_stage_clock(&mut self, clock: hf_datapath::stopwatch::Clock) {
+        self.stage_clock = Some(clock);
+    }
+
+    /// The stage clock's time (or the event's `now`).
+    pub(super) fn tick(&self) -> Duration {
+        self.stage_clock.map_or(self.now, |c| c())
     }
 
     /// Whether SB is connected and in sync.
@@ -1099,11 +1173,21 @@ impl Controller {
             }
             Event::Changes(d) => {
                 // Our own status writes (`Chassis_Private`, `Port_Binding.up`) change nothing
-                // the translation or the conditions read.
-                if !only_status(&d) {
-                    self.translate_cache.changed(&d);
-                    self.conds_due = true;
-                    self.translate_due = true;
+                // the translation or the conditions read; our claims of ports the translation
+                // already placed here (see `claims_pending`) change nothing it outputs: the
+                // translation sees them, but none is run for them.
+                match change_kind(&d) {
+                    ChangeKind::Status => {}
+                    ChangeKind::Neutral => {
+                        self.translate_cache.changed(&d);
+                        self.conds_due = true;
+                    }
+                    ChangeKind::Translate => {
+                        self.translate_cache.changed(&d);
+                        self.conds_due = true;
+                        self.translate_due = true;
+                        self.change_at.get_or_insert(now);
+                    }
                 }
                 self.write_due = true;
             }
@@ -1113,6 +1197,19 @@ impl Controller {
             Event::TxnDone { id, outcome, .. } => {
                 if self.txn == Some(id) {
                     self.txn = None;
+                    if let Some((sent, claims, report)) = self.txn_t.take()
+                        && !matches!(outcome, TxnOutcome::Failed(_))
+                    {
+                        if claims {
+                            self.sw.record("claim-commit", now.saturating_sub(sent));
+                        }
+                        if let Some(change) = report {
+                            self.sw.record("nb-cfg-commit", now.saturating_sub(sent));
+                            if let Some(c) = change {
+                                self.sw.record("change-to-nb-cfg", now.saturating_sub(c));
+                            }
+                        }
+                    }
                 }
                 self.write_due = true;
                 match outcome {
@@ -1184,10 +1281,32 @@ impl Controller {
                 .retain(|(d, mac), p| !neigh::fdb_written(sb, d, mac, p));
             st.clone()
         });
-        if write_ops(self.sb.model(), &st).is_empty() {
+        let ops = write_ops(self.sb.model(), &st);
+        if ops.is_empty() {
             return;
         }
+        // (For the `claim-commit` stopwatch: the write claims or releases a port.)
+        let claims = ops.iter().any(|o| {
+            o["table"] == "Port_Binding"
+                && (o["row"].get("chassis").is_some()
+                    || o["mutations"]
+                        .as_array()
+                        .is_some_and(|m| m.iter().any(|x| x[0] == "additional_chassis")))
+        });
         self.txn_claims = claims_pending(self.sb.model(), &st);
+        // The `nb_cfg` report this write carries (timed from when it was due).
+        // (The stage clock: the CPU since the event came counts.)
+        let sent = self.tick().max(now);
+        let report = match (self.nb_cfg_since, st.nb_cfg) {
+            (Some((since, change, n)), Some(m)) if m >= n => {
+                self.sw
+                    .record("nb-cfg-write-wait", sent.saturating_sub(since));
+                self.nb_cfg_since = None;
+                Some(change)
+            }
+            _ => None,
+        };
+        self.txn_t = Some((sent, claims, report));
         let shared = Arc::clone(&self.shared);
         self.stats.sb_writes += 1;
         self.txn = Some(self.sb.transact(Box::new(move |sb: &SbSnapshot| {
@@ -1246,23 +1365,43 @@ impl Controller {
     }
 }
 
-/// Whether a change set touches only `Chassis_Private` rows and `Port_Binding.up`.
-fn only_status(d: &hf_model::sb::Delta) -> bool {
-    let up_only = d
-        .port_binding
-        .iter()
-        .filter(|r| match r {
-            // Only a row whose `up` changed is copied to compare the rest.
-            hf_model::RowDelta::Update { old, new } if old.up == new.up => old == new,
-            hf_model::RowDelta::Update { old, new } => {
-                let mut o = old.clone();
-                o.up = new.up;
-                o == *new
-            }
-            _ => false,
-        })
-        .count();
-    d.len() == d.chassis_private.len() + up_only
+/// What a change set asks of the controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ChangeKind {
+    /// Only `Chassis_Private` rows and `Port_Binding.up`: nothing.
+    Status,
+    /// Besides those, only claims the translation already assumed
+    /// ([`binding::placement_neutral`]): the translation is told, but not run.
+    Neutral,
+    /// Anything else: a translation.
+    Translate,
+}
+
+fn change_kind(d: &hf_model::sb::Delta) -> ChangeKind {
+    let mut up_only = 0;
+    let mut neutral = 0;
+    for r in &d.port_binding {
+        let hf_model::RowDelta::Update { old, new } = r else {
+            continue;
+        };
+        // Only a row whose `up` or `chassis` changed is copied to compare the rest.
+        if old.up == new.up && old.chassis == new.chassis {
+            up_only += usize::from(old == new);
+        } else if old.chassis == new.chassis {
+            let mut o = old.clone();
+            o.up = new.up;
+            up_only += usize::from(o == *new);
+        } else {
+            neutral += usize::from(binding::placement_neutral(old, new));
+        }
+    }
+    if d.len() == d.chassis_private.len() + up_only {
+        ChangeKind::Status
+    } else if d.len() == d.chassis_private.len() + up_only + neutral {
+        ChangeKind::Neutral
+    } else {
+        ChangeKind::Translate
+    }
 }
 
 /// The ports a program has as local.

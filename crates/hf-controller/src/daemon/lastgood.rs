@@ -134,6 +134,40 @@ impl LastGood {
     /// `p` was installed with `errors`: records last good versions and the errors. Returns the
     /// log lines (new and resolved causes).
     pub fn installed(&mut self, p: &ProgramMsg, errors: &[FlowErrorMsg]) -> Vec<(bool, String)> {
+        self.installed_after(p, errors, None)
+    }
+
+    /// [`LastGood::installed`] for `p` following `prev`, the program the store last recorded:
+    /// a datapath of `p` that is `prev`'s very message (shared, the same [`Arc`]) and has flow
+    /// errors in neither install changes nothing here, so it is not walked again (an install
+    /// costs the datapaths that changed, not every flow of the program).
+    pub fn installed_after(
+        &mut self,
+        p: &ProgramMsg,
+        errors: &[FlowErrorMsg],
+        prev: Option<&ProgramMsg>,
+    ) -> Vec<(bool, String)> {
+        let with_errors: BTreeSet<&str> = errors
+            .iter()
+            .map(|e| e.datapath.as_str())
+            .chain(self.errors.keys().map(|(d, _)| d.as_str()))
+            .collect();
+        let prev_dps: std::collections::HashMap<&str, &Arc<hf_datapath::proto::DatapathMsg>> = prev
+            .map_or_else(Default::default, |q| {
+                q.datapaths.iter().map(|d| (d.name.as_str(), d)).collect()
+            });
+        let unchanged: BTreeSet<String> = p
+            .datapaths
+            .iter()
+            .filter(|d| {
+                !with_errors.contains(d.name.as_str())
+                    && prev_dps
+                        .get(d.name.as_str())
+                        .is_some_and(|q| Arc::ptr_eq(q, d))
+            })
+            .map(|d| d.name.clone())
+            .collect();
+        drop(with_errors);
         let failed: BTreeMap<(String, String), &FlowErrorMsg> = errors
             .iter()
             .map(|e| ((e.datapath.clone(), e.id.clone()), e))
@@ -152,7 +186,7 @@ impl LastGood {
             }
             keep
         });
-        self.ambiguous.clear();
+        self.ambiguous.retain(|(d, _)| unchanged.contains(d));
         // Held datapaths run what they ran: their last good versions stay as they are.
         let held: BTreeSet<&str> = errors
             .iter()
@@ -160,6 +194,9 @@ impl LastGood {
             .map(|e| e.datapath.as_str())
             .collect();
         for d in &p.datapaths {
+            if unchanged.contains(&d.name) {
+                continue;
+            }
             let (ids, shared) = ids_and_shared(&d.flows);
             self.ambiguous
                 .extend(shared.iter().map(|id| (d.name.clone(), id.to_string())));
@@ -424,6 +461,50 @@ mod tests {
                 .collect(),
             ..ProgramMsg::default()
         }
+    }
+
+    /// The store's whole state, comparable.
+    fn state(l: &LastGood) -> String {
+        format!(
+            "{:?} {:?} {:?} {:?}",
+            l.good,
+            l.errors,
+            l.ambiguous,
+            l.report()
+        )
+    }
+
+    /// An install that shares unchanged datapaths with the previous program walks only the
+    /// others, and ends in the state a full walk gives: over a sequence where a shared datapath
+    /// had an error before (so it must be walked again), one gains an ambiguous identity, and
+    /// one changes text. A walk that skipped a shared datapath with an earlier error (or
+    /// forgot its ambiguous identities) differs.
+    #[test]
+    fn installing_after_a_shared_program_equals_a_full_walk() {
+        let p1 = program(&[
+            ("ls1", &[("a", "next;"), ("b", "drop;")]),
+            ("ls2", &[("c", "bad")]),
+            ("ls3", &[("d", "next;"), ("d", "drop;")]),
+        ]);
+        // ls2 and ls3 shared (the same Arc); ls1 changes text.
+        let mut p2 = program(&[("ls1", &[("a", "output;"), ("b", "drop;")])]);
+        p2.datapaths.push(Arc::clone(&p1.datapaths[1]));
+        p2.datapaths.push(Arc::clone(&p1.datapaths[2]));
+        let e1 = [error("ls2", "c")];
+        let (mut full, mut fast) = (LastGood::default(), LastGood::default());
+        full.installed(&p1, &e1);
+        fast.installed_after(&p1, &e1, None);
+        assert_eq!(state(&full), state(&fast));
+        full.installed(&p2, &[]);
+        fast.installed_after(&p2, &[], Some(&p1));
+        assert_eq!(state(&full), state(&fast));
+        // ls2's flow compiled this time: its text is now its last good version.
+        assert_eq!(lgt(&fast, "ls2", "c"), Some(("1", "bad")));
+        assert_eq!(lgt(&fast, "ls1", "a"), Some(("1", "output;")));
+        assert!(
+            fast.ambiguous
+                .contains(&("ls3".to_string(), "d".to_string()))
+        );
     }
 
     fn error(datapath: &str, id: &str) -> FlowErrorMsg {

@@ -15,4 +15,4 @@ pub mod lastgood;
 pub mod monitor;
 pub mod neigh;
 
-pub use self::core::{Controller, ControllerConfig, Level, Stats, Tuning, newest_level};
+pub use self::core::{Controller, ControllerConfig, Level, STAGES, Stats, Tuning, newest_level};

@@ -19,18 +19,40 @@ use crate::{Extra, TranslateOptions};
 
 impl Controller {
     pub(super) fn maybe_push(&mut self, now: Duration) {
-        if !self.translate_due || !self.dp_ready() || !self.inflight.is_empty() {
+        if !self.translate_due {
             return;
         }
-        // Claims on their way change the program: translate once they are in the view.
-        if self.txn.is_some() && self.txn_claims {
-            return;
-        }
-        if !self.view_complete() {
+        // What the change waits for (the first reason is what its wait is recorded under).
+        let blocked = if !self.dp_ready() {
+            Some("wait-datapath")
+        } else if !self.inflight.is_empty() {
+            Some("wait-program-in-flight")
+        } else if self.txn.is_some() && self.txn_claims {
+            // Claims on their way change the program: translate once they are in the view.
+            Some("wait-claim")
+        } else if !self.view_complete() {
+            Some("wait-conditions")
+        } else {
+            None
+        };
+        if let Some(b) = blocked {
+            if self.change_at.is_some() && self.wait_reason.is_none() {
+                self.wait_reason = Some(b);
+            }
             return;
         }
         self.translate_due = false;
         self.stats.translations += 1;
+        let change = self.change_at.take();
+        let t0 = self.tick();
+        if let Some(c) = change {
+            self.sw
+                .record("sb-change-to-translate", t0.saturating_sub(c));
+            if let Some(r) = self.wait_reason.take() {
+                self.sw.record(r, t0.saturating_sub(c));
+            }
+        }
+        self.wait_reason = None;
         let sb = self.sb.model();
         let mut t = self.translate_cache.translate(
             sb,
@@ -43,6 +65,8 @@ impl Controller {
             },
         );
         let nb_cfg = sb.sb_global_row().map_or(0, |g| g.nb_cfg);
+        let t1 = self.tick();
+        self.sw.record("translate", t1.saturating_sub(t0));
         self.touched_since_running = match (self.touched_since_running.take(), &t.touched) {
             (Some(mut acc), Some(now)) => {
                 acc.datapaths.extend(now.datapaths.iter().cloned());
@@ -127,6 +151,8 @@ impl Controller {
         } else {
             &crate::program_msg::NoLastGood
         };
+        let ta = self.tick();
+        self.sw.record("translation-review", ta.saturating_sub(t1));
         let prev = self
             .last_build
             .take()
@@ -166,6 +192,8 @@ impl Controller {
             t.spec.sets.port_groups = g;
         }
         self.translate_cache.recycle(t);
+        let tb = self.tick();
+        self.sw.record("message-assemble", tb.saturating_sub(ta));
         if !build.skipped.is_empty() {
             self.say(
                 Level::Warn,
@@ -216,6 +244,8 @@ impl Controller {
         } else {
             self.empty_since = None;
         }
+        let tc = self.tick();
+        self.sw.record("message-bookkeeping", tc.saturating_sub(tb));
         // Only the datapaths a translation since the running program's touched can differ
         // (the parts outside datapaths are always compared: kept sets edit them).
         let hint = self
@@ -237,7 +267,10 @@ impl Controller {
                 self.installed_nb_cfg = Some(nb_cfg);
                 self.with_state(|st| st.nb_cfg = Some(nb_cfg));
                 self.write_due = true;
+                self.nb_cfg_since = Some((now, change, nb_cfg));
             }
+            let t2 = self.tick();
+            self.sw.record("message-build", t2.saturating_sub(t1));
         } else {
             self.generation += 1;
             self.stats.programs_pushed += 1;
@@ -277,6 +310,9 @@ impl Controller {
                 .skip(before)
                 .map(|b| b.len() as u64)
                 .sum();
+            let t2 = self.tick();
+            self.sw.record("message-build", t2.saturating_sub(t1));
+            self.sent_at.insert(self.generation, (t2, change));
         }
         self.send_flushes(to_flush);
         if self.write_due {
@@ -310,12 +346,22 @@ impl Controller {
             return;
         };
         self.stats.programs_installed += 1;
+        let now = self.now;
+        if let Some((sent, change)) = self.sent_at.remove(&generation) {
+            self.sw.record("datapath-install", now.saturating_sub(sent));
+            self.nb_cfg_since = Some((now, change, p.nb_cfg));
+        }
+        // Older pushes never answered (a reconnect) are not waited for.
+        self.sent_at.retain(|g, _| *g > generation);
         // A held datapath runs earlier flows than `p` has: the next push goes whole.
         self.delta_ok = !flow_errors.iter().any(|e| e.held);
         // `p` runs now; flow errors change last good answers the translation's
         // `touched` does not see.
         self.touched_since_running = flow_errors.is_empty().then(crate::Touched::default);
-        for (err, line) in self.lastgood.installed(&p, &flow_errors) {
+        let lines = self
+            .lastgood
+            .installed_after(&p, &flow_errors, self.running.as_ref());
+        for (err, line) in lines {
             self.say(if err { Level::Warn } else { Level::Info }, line);
         }
         self.zones = p.zones.clone();

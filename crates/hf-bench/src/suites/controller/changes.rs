@@ -126,6 +126,8 @@ pub(super) fn measure(
     create.extend(members.iter().cloned());
     // Untimed, but waited for: the chassis holds the group before the ACLs come.
     run(poll, &format!("pg-add {pg}"), &create)?;
+    // The stage stopwatches over the ACLs alone (reset before them).
+    let _ = ch.stopwatch(true);
     let mut acls = Vec::new();
     for k in 0..ACLS {
         let m = format!("outport == @{pg} && ip4 && tcp.dst == {}", 8000 + k);
@@ -134,6 +136,9 @@ pub(super) fn measure(
             &format!("acl-add {pg} #{k}"),
             &sv(&["acl-add", &pg, "to-lport", "1001", &m, "allow-related"]),
         )?);
+    }
+    if let Some(sw) = ch.stopwatch(false) {
+        report.note(&format!("{label} over the {ACLS} ACLs on {pg}:\n{sw}"));
     }
     run(poll, &format!("pg-del {pg}"), &sv(&["pg-del", &pg]))?;
 

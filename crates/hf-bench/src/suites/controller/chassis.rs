@@ -443,21 +443,34 @@ impl Measured for HfChassis {
         l[l.len().saturating_sub(3000)..].to_string()
     }
 
-    fn stopwatch(&self, _reset: bool) -> Option<String> {
-        // No stopwatches: its status says which program generation runs (one per push).
+    fn stopwatch(&self, reset: bool) -> Option<String> {
+        // The daemons' own stage stopwatches (`stopwatch/show`: the controller's from the SB
+        // change to nb_cfg committed, the datapath's decode/apply/parse/compile/swap), each
+        // stage as "average (samples)", and which program generation runs.
+        let mut out = Vec::new();
+        for (who, ctl) in [
+            ("controller", "holdfast-controller.ctl"),
+            ("datapath", "holdfast-datapath.ctl"),
+        ] {
+            let path = self.dir.join(ctl);
+            let s = crate::suites::trace::unixctl(&path, "stopwatch/show", &[]).ok()?;
+            out.push(format!("  {who}: {}", hf_stopwatch_summary(&s)));
+            if reset {
+                let _ = crate::suites::trace::unixctl(&path, "stopwatch/reset", &[]);
+            }
+        }
         let s = crate::suites::trace::unixctl(
             &self.dir.join("holdfast-controller.ctl"),
             "debug/status",
             &[],
         )
         .ok()?;
-        Some(
+        out.extend(
             s.lines()
                 .filter(|l| l.starts_with("Program:") || l.starts_with("Reported nb_cfg"))
-                .map(|l| format!("  {l}"))
-                .collect::<Vec<_>>()
-                .join("\n"),
-        )
+                .map(|l| format!("  {l}")),
+        );
+        Some(out.join("\n"))
     }
 
     fn rss_mb(&self) -> anyhow::Result<(f64, f64)> {
@@ -465,6 +478,32 @@ impl Measured for HfChassis {
         let d = vm_hwm_mb(&self.dir.join("holdfast-datapath.pid"))?;
         Ok((c, c + d))
     }
+}
+
+/// `stopwatch/show`'s text as one line: `stage avg ms (samples), ...` (stages without
+/// samples left out).
+pub(super) fn hf_stopwatch_summary(show: &str) -> String {
+    let mut parts = Vec::new();
+    let mut name = "";
+    let mut samples = "";
+    let mut min = f64::NAN;
+    let msec = |v: &str| {
+        v.trim_end_matches(" msec")
+            .parse::<f64>()
+            .unwrap_or(f64::NAN)
+    };
+    for l in show.lines() {
+        if let Some(n) = l.strip_prefix("Statistics for '") {
+            name = n.trim_end_matches('\'');
+        } else if let Some(n) = l.trim().strip_prefix("Total samples: ") {
+            samples = n;
+        } else if let Some(m) = l.trim().strip_prefix("Minimum: ") {
+            min = msec(m);
+        } else if let Some(a) = l.trim().strip_prefix("Long term average: ") {
+            parts.push(format!("{name} {:.1}/{min:.1} ms ({samples})", msec(a)));
+        }
+    }
+    format!("stage average/minimum (samples): {}", parts.join(", "))
 }
 
 /// A log line's `YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC) as a wall-clock time.
