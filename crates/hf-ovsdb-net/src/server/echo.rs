@@ -53,9 +53,10 @@ impl Echo {
     pub fn updates(&self) -> Option<&[u8]> {
         self.bytes
             .get_or_init(|| {
+                let mut out = Vec::new();
                 self.monitor
-                    .updates_selected(&self.schema, &self.delta, Some(&self.rows))
-                    .map(|u| u.to_string().into_bytes())
+                    .write_updates_selected(&self.schema, &self.delta, Some(&self.rows), &mut out)
+                    .then_some(out)
             })
             .as_deref()
     }
