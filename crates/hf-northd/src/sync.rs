@@ -1213,12 +1213,12 @@ fn diff(
     // rows of names northd does not know (and duplicates) are deleted.
     if scope.is_some_and(|s| !s.dhcp) {
         return (
-        Written {
-            sink: o.sink,
-            rows: o.rows,
-        },
-        o.stats,
-    );
+            Written {
+                sink: o.sink,
+                rows: o.rows,
+            },
+            o.stats,
+        );
     }
     let (old_d4, dup_d4) = by_key(sb.dhcp_options.values(), |r| Some(r.name.as_str()));
     for (name, row) in &d.dhcp_options {

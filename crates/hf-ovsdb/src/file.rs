@@ -620,7 +620,10 @@ mod tests {
                 row.insert("r".into(), json!(["set", [["uuid", bu]]]));
             }
             row.insert("e".into(), json!("gone"));
-            a.insert(format!("{:08x}-0000-4000-8000-000000000001", next() as u32), Value::Object(row));
+            a.insert(
+                format!("{:08x}-0000-4000-8000-000000000001", next() as u32),
+                Value::Object(row),
+            );
         }
         let d = record_delta(&mut db, &json!({"A": a, "B": b})).unwrap();
         db.apply(&d);
@@ -631,7 +634,10 @@ mod tests {
         }
         let mut via_value = encode_record(schema.to_json());
         via_value.extend(encode_record(&delta_record(&schema, &rows, 42)));
-        assert_eq!(String::from_utf8_lossy(&direct), String::from_utf8_lossy(&via_value));
+        assert_eq!(
+            String::from_utf8_lossy(&direct),
+            String::from_utf8_lossy(&via_value)
+        );
     }
 
     fn diff_schema() -> Arc<Schema> {

@@ -53,7 +53,9 @@ impl Echo {
     pub fn updates(&self) -> Option<&[u8]> {
         self.bytes
             .get_or_init(|| {
-                let mut out = Vec::new();
+                // Sized up front (about a Logical_Flow row's text per candidate): a
+                // 38 MB echo grown by doubling would touch twice its size in fresh pages.
+                let mut out = Vec::with_capacity(64 + self.candidate_rows() * 384);
                 self.monitor
                     .write_updates_selected(&self.schema, &self.delta, Some(&self.rows), &mut out)
                     .then_some(out)

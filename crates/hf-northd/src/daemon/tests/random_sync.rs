@@ -8,8 +8,8 @@
 use std::collections::BTreeSet;
 
 use super::*;
-use crate::incremental::Broken;
 use crate::daemon::sbview::SbView;
+use crate::incremental::Broken;
 use crate::output::SbDesired;
 use crate::sync::{SyncInput, diff_ops};
 
@@ -661,5 +661,8 @@ fn the_text_sync_equals_the_tree_sync_over_random_changes() {
     }
     // Not vacuous: inserts, updates and deletes were compared.
     assert!(compared > 1000, "{compared} operations compared");
-    assert!(updates > 10 && deletes > 10, "{updates} updates, {deletes} deletes");
+    assert!(
+        updates > 10 && deletes > 10,
+        "{updates} updates, {deletes} deletes"
+    );
 }
