@@ -17,7 +17,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use hf_ovsdb_net::client::OpsText;
 use serde_json::Map;
+
+mod text;
 
 use crate::daemon::sbview::{LeanFlow, SbView, text_hash};
 use crate::flow::FlowId;
@@ -372,36 +375,65 @@ impl SyncStats {
     }
 }
 
+/// Where a diff's operations go: JSON trees (the reference form, [`diff_ops`]) or JSON text
+/// written straight from the rows ([`diff_ops_text`], what the daemon sends).
+enum Sink {
+    Values(Vec<Value>),
+    Text(OpsText),
+}
+
 struct Ops<'a> {
-    ops: Vec<Value>,
+    sink: Sink,
+    /// The row each operation writes (northd recognises its own echo by them).
+    rows: Vec<Uuid>,
     stats: SyncStats,
     fresh: &'a mut dyn FnMut() -> Uuid,
 }
 
 impl Ops<'_> {
+    /// An operation built as a tree (the few that are not a whole typed row's).
+    fn push_value(&mut self, op: Value, row: Uuid) {
+        match &mut self.sink {
+            Sink::Values(v) => v.push(op),
+            Sink::Text(t) => t.push_value(&op),
+        }
+        self.rows.push(row);
+    }
+
     fn put<T: hf_model::Table>(&mut self, new: &T, old: Option<&T>) {
         match old {
             Some(o) => {
-                if let Some(op) = new.update_op(o) {
-                    self.ops.push(op);
+                let written = match &mut self.sink {
+                    Sink::Values(v) => new.update_op(o).map(|op| v.push(op)).is_some(),
+                    Sink::Text(t) => text::update(t, new, o),
+                };
+                if written {
+                    self.rows.push(new.uuid());
                     self.stats.updated += 1;
                 }
             }
             None => {
-                self.ops.push(new.insert_op());
+                match &mut self.sink {
+                    Sink::Values(v) => v.push(new.insert_op()),
+                    Sink::Text(t) => t.push_with(|out| text::insert(out, new)),
+                }
+                self.rows.push(new.uuid());
                 self.stats.inserted += 1;
             }
         }
     }
 
     fn delete<T: hf_model::Table>(&mut self, row: &T) {
-        self.ops.push(row.delete_op());
-        self.stats.deleted += 1;
+        self.delete_uuid(T::NAME, row.uuid());
     }
 
     fn delete_uuid(&mut self, table: &str, u: Uuid) {
-        self.ops.push(json!({"op": "delete", "table": table,
-            "where": [["_uuid", "==", ["uuid", u.to_string()]]]}));
+        match &mut self.sink {
+            Sink::Values(v) => v.push(json!({"op": "delete", "table": table,
+                "where": [["_uuid", "==", ["uuid", u.to_string()]]]})),
+            Sink::Text(t) => t.push_with(|out| text::delete(out, table, u)),
+        }
+        self.rows.push(u);
         self.stats.deleted += 1;
     }
 
@@ -478,11 +510,59 @@ where
 /// The operations that turn `sb` into `input.desired` (see the module doc), and their counts.
 /// `fresh` gives the UUIDs of inserted rows. With a scope (and no frozen datapaths: those
 /// need every flow looked at) only the scope's identities are compared.
+///
+/// The operations as JSON trees: the reference form of [`diff_ops_text`], which the daemon
+/// sends (tests compare the two).
 pub fn diff_ops(
     input: &SyncInput<'_>,
     sb: &SbView,
     fresh: &mut dyn FnMut() -> Uuid,
 ) -> (Vec<Value>, SyncStats) {
+    let (ops, stats) = diff(input, sb, fresh, Sink::Values(Vec::new()));
+    match ops.sink {
+        Sink::Values(v) => (v, stats),
+        // `diff` keeps the sink it was given.
+        Sink::Text(_) => (Vec::new(), stats),
+    }
+}
+
+/// What [`diff_ops_text`] writes: the operations as JSON text, and the row each writes.
+#[derive(Debug, Default)]
+pub struct TextOps {
+    /// The operations.
+    pub ops: OpsText,
+    /// The UUID of the row each operation inserts, updates or deletes.
+    pub rows: Vec<Uuid>,
+}
+
+/// [`diff_ops`] written as JSON text straight from the rows (no `Value` tree: a cold SB is
+/// 100k operations, ~30 MB of text and several times that as trees), with the row each
+/// operation writes.
+pub fn diff_ops_text(
+    input: &SyncInput<'_>,
+    sb: &SbView,
+    fresh: &mut dyn FnMut() -> Uuid,
+) -> (TextOps, SyncStats) {
+    let (o, stats) = diff(input, sb, fresh, Sink::Text(OpsText::new()));
+    let ops = match o.sink {
+        Sink::Text(t) => t,
+        // `diff` keeps the sink it was given.
+        Sink::Values(_) => OpsText::new(),
+    };
+    (TextOps { ops, rows: o.rows }, stats)
+}
+
+struct Written {
+    sink: Sink,
+    rows: Vec<Uuid>,
+}
+
+fn diff(
+    input: &SyncInput<'_>,
+    sb: &SbView,
+    fresh: &mut dyn FnMut() -> Uuid,
+    sink: Sink,
+) -> (Written, SyncStats) {
     use hf_model::sb as s;
     let d = input.desired;
     // A view built by hand (tests) has no flow index: only a full diff can read it.
@@ -490,7 +570,8 @@ pub fn diff_ops(
         .scope
         .filter(|_| d.frozen_datapaths.is_empty() && sb.flow_index_complete());
     let mut o = Ops {
-        ops: Vec::new(),
+        sink,
+        rows: Vec::new(),
         stats: SyncStats {
             full: scope.is_none(),
             ..Default::default()
@@ -964,8 +1045,11 @@ pub fn diff_ops(
             cols.insert("external_ids".into(), map(&row.external_ids.to_map()));
         }
         if !cols.is_empty() {
-            o.ops.push(json!({"op": "update", "table": "Logical_Flow",
-                "where": [["_uuid", "==", ["uuid", uuid.to_string()]]], "row": cols}));
+            o.push_value(
+                json!({"op": "update", "table": "Logical_Flow",
+                "where": [["_uuid", "==", ["uuid", uuid.to_string()]]], "row": cols}),
+                *uuid,
+            );
             o.stats.updated += 1;
         }
     }
@@ -1125,7 +1209,13 @@ pub fn diff_ops(
     // DHCP_Options and DHCPv6_Options by name: a row of another code or type is corrected,
     // rows of names northd does not know (and duplicates) are deleted.
     if scope.is_some_and(|s| !s.dhcp) {
-        return (o.ops, o.stats);
+        return (
+            Written {
+                sink: o.sink,
+                rows: o.rows,
+            },
+            o.stats,
+        );
     }
     let (old_d4, dup_d4) = by_key(sb.dhcp_options.values(), |r| Some(r.name.as_str()));
     for (name, row) in &d.dhcp_options {
@@ -1161,5 +1251,11 @@ pub fn diff_ops(
     for r in gone(&old_d6, &d.dhcpv6_options, None) {
         o.delete(r);
     }
-    (o.ops, o.stats)
+    (
+        Written {
+            sink: o.sink,
+            rows: o.rows,
+        },
+        o.stats,
+    )
 }

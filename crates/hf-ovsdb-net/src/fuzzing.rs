@@ -36,8 +36,23 @@ pub struct RunStats {
 
 /// Feed `data` to a server core as one client's byte stream (split at a data-dependent point,
 /// so framing across reads is exercised), with a second client monitoring everything.
+///
+/// Twice, on two cores: once as the server reads it ([`Framer::next_raw`],
+/// [`Core::handle_bytes`]: `transact` requests split into operation texts) and once through
+/// the tree path ([`Framer::next_message`], [`Core::handle`]); both must send the same bytes.
 pub fn rpc_stream(data: &[u8]) -> RunStats {
+    let (stats, split) = rpc_stream_via(data, true);
+    let (_, tree) = rpc_stream_via(data, false);
+    assert!(
+        split == tree,
+        "the split transact path answered differently from the tree path"
+    );
+    stats
+}
+
+fn rpc_stream_via(data: &[u8], split_path: bool) -> (RunStats, Vec<(u64, Vec<u8>)>) {
     let mut stats = RunStats::default();
+    let mut sent = Vec::new();
     let schema = match Schema::parse(SCHEMA) {
         Ok(s) => s,
         // The schema is a constant with its own unit test.
@@ -48,7 +63,7 @@ pub fn rpc_stream(data: &[u8]) -> RunStats {
         .add_database(Database::new(Arc::new(schema), 2), None, vec![])
         .is_err()
     {
-        return stats;
+        return (stats, sent);
     }
     let now = Now {
         mono_ms: 0,
@@ -65,10 +80,25 @@ pub fn rpc_stream(data: &[u8]) -> RunStats {
     let split = data.first().map_or(0, |b| usize::from(*b)).min(data.len());
     for chunk in [&data[..split], &data[split..]] {
         framer.push(chunk);
-        while let Some(m) = framer.next_message() {
-            match m {
-                Ok(v) => core.handle(sid, v, now),
-                Err(_) => return stats,
+        loop {
+            let handled = if split_path {
+                match framer.next_raw() {
+                    None => break,
+                    Some(Ok((_, bytes))) => core.handle_bytes(sid, &bytes, now).is_ok(),
+                    Some(Err(_)) => false,
+                }
+            } else {
+                match framer.next_message() {
+                    None => break,
+                    Some(Ok(v)) => {
+                        core.handle(sid, v, now);
+                        true
+                    }
+                    Some(Err(_)) => false,
+                }
+            };
+            if !handled {
+                return (stats, sent);
             }
             for o in core.poll_output() {
                 if let Output::Send(to, bytes) = o {
@@ -80,6 +110,7 @@ pub fn rpc_stream(data: &[u8]) -> RunStats {
                     } else if v.is_ok_and(|v| v["method"] == "update3") {
                         stats.updates += 1;
                     }
+                    sent.push((to, bytes));
                 }
             }
         }
@@ -90,7 +121,7 @@ pub fn rpc_stream(data: &[u8]) -> RunStats {
     });
     core.disconnect(sid);
     let _ = core.poll_output().count();
-    stats
+    (stats, sent)
 }
 
 /// Feed `data` to a client replica (NB model) as a server's byte stream. When the first byte is

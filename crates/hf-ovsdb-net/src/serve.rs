@@ -33,8 +33,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{Notify, mpsc};
 
-use crate::framing::Framer;
-use crate::server::{CompactionTask, Core, Now, Output, PendingUpdate, SessionId, ShellOutput};
+use crate::framing::{FrameError, Framer};
+use crate::server::{
+    CompactionTask, Core, Incoming, Now, Output, PendingUpdate, SessionId, ShellOutput,
+};
 
 /// A passive remote to listen on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -668,8 +670,12 @@ async fn connection<R, W>(
         framer.push(&buf[..n]);
         let mut msgs = Vec::new();
         let mut frame_error = None;
-        while let Some(m) = framer.next_message() {
-            match m {
+        // Parsed here, outside the core's lock; a `transact` request is split into its
+        // operations' texts, not parsed into one tree (see `Incoming`).
+        while let Some(m) = framer.next_raw() {
+            match m.and_then(|(offset, bytes)| {
+                Incoming::parse(&bytes).map_err(|reason| FrameError::Malformed { offset, reason })
+            }) {
                 Ok(v) => msgs.push(v),
                 Err(e) => {
                     frame_error = Some(e);
@@ -681,7 +687,7 @@ async fn connection<R, W>(
             let mut st = state.lock();
             let now = Server::now(start);
             for m in msgs {
-                st.core.handle(sid, m, now);
+                st.core.handle_incoming(sid, m, now);
             }
             dispatch(&mut st, &opts);
             if !st.conns.contains_key(&sid) {

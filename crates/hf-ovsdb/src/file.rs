@@ -525,7 +525,11 @@ pub fn snapshot_file_from(schema: &Schema, mut rows: TxnDelta, date_ms: u64) -> 
         r.sort_by_key(|c| c.uuid);
     }
     if !rows.is_empty() {
-        out.extend(encode_record(&delta_record(schema, &rows, date_ms)));
+        // Written directly (no JSON tree of the whole database): the same bytes as
+        // `encode_record(&delta_record(..))`, as `direct_encoding_equals_the_value_encoding`
+        // and `snapshot_is_the_value_encoding` check.
+        let opts = WriteOptions { column_diff: false };
+        out.extend(encode_delta_record_with(schema, &rows, date_ms, opts));
     }
     out
 }
@@ -571,6 +575,69 @@ mod tests {
                 assert_eq!(a.json.get("_is_diff").is_some(), column_diff);
             }
         }
+    }
+
+    /// The compacted file is written directly from the rows: byte for byte what the old
+    /// `Value` path (`encode_record(&delta_record(..))`) wrote, over generated rows.
+    #[test]
+    fn snapshot_is_the_value_encoding() {
+        let schema = Arc::new(
+            Schema::parse(
+                r#"{"name": "D", "tables": {"A": {"columns": {
+                "s": {"type": "string"}, "n": {"type": {"key": "integer", "min": 0, "max": 1}},
+                "m": {"type": {"key": "string", "value": "real", "min": 0, "max": "unlimited"}},
+                "r": {"type": {"key": {"type": "uuid", "refTable": "B"}, "min": 0, "max": "unlimited"}},
+                "e": {"type": "string", "ephemeral": true}}},
+                "B": {"columns": {"b": {"type": "boolean"}}}}}"#,
+            )
+            .unwrap(),
+        );
+        let mut db = Database::new(schema.clone(), 3);
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut a = Map::new();
+        let mut b = Map::new();
+        for i in 0..200u64 {
+            let bu = format!("8b7f2b9a-0000-4000-8000-{:012x}", 1000 + i);
+            b.insert(bu.clone(), json!({"b": next() % 2 == 0}));
+            let mut row = Map::new();
+            if next() % 4 != 0 {
+                row.insert("s".into(), json!(format!("s\"{}\u{7}é", next() % 50)));
+            }
+            if next() % 2 == 0 {
+                row.insert("n".into(), json!(next() as i64 % 1000 - 500));
+            }
+            let pairs: Vec<Value> = (0..next() % 4)
+                .map(|k| json!([format!("k{k}"), (next() % 1000) as f64 / 8.0]))
+                .collect();
+            row.insert("m".into(), json!(["map", pairs]));
+            if next() % 3 == 0 {
+                row.insert("r".into(), json!(["set", [["uuid", bu]]]));
+            }
+            row.insert("e".into(), json!("gone"));
+            a.insert(
+                format!("{:08x}-0000-4000-8000-000000000001", next() as u32),
+                Value::Object(row),
+            );
+        }
+        let d = record_delta(&mut db, &json!({"A": a, "B": b})).unwrap();
+        db.apply(&d);
+        let direct = snapshot_file(&db, 42);
+        let mut rows = db.snapshot_rows();
+        for (_, r) in &mut rows.tables {
+            r.sort_by_key(|c| c.uuid);
+        }
+        let mut via_value = encode_record(schema.to_json());
+        via_value.extend(encode_record(&delta_record(&schema, &rows, 42)));
+        assert_eq!(
+            String::from_utf8_lossy(&direct),
+            String::from_utf8_lossy(&via_value)
+        );
     }
 
     fn diff_schema() -> Arc<Schema> {

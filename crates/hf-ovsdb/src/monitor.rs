@@ -306,6 +306,77 @@ impl Monitor {
         }
     }
 
+    /// [`Monitor::updates_selected`] as JSON text appended to `out`, written straight from the
+    /// rows (no `Value` tree: a 100k-row echo is tens of megabytes of text and several times
+    /// that as a tree). The text means the same as the tree's (members may come in another
+    /// order: tables and columns in schema order). Returns false, with `out` unchanged, when
+    /// there is nothing to report.
+    pub fn write_updates_selected(
+        &self,
+        schema: &Schema,
+        delta: &TxnDelta,
+        rows: Option<&[Vec<u32>]>,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let start = out.len();
+        out.push(b'{');
+        let mut any_table = false;
+        let mut di = 0;
+        for tm in &self.tables {
+            while di < delta.tables.len() && delta.tables[di].0 < tm.table {
+                di += 1;
+            }
+            let Some((t, changes)) = delta.tables.get(di) else {
+                break;
+            };
+            if *t != tm.table {
+                continue;
+            }
+            let ts = &schema.tables[tm.table];
+            let table_mark = out.len();
+            if any_table {
+                out.push(b',');
+            }
+            write_str(out, &ts.name);
+            out.extend_from_slice(b":{");
+            let mut any_row = false;
+            let mut one = |ch: &RowChange| {
+                let row_mark = out.len();
+                if any_row {
+                    out.push(b',');
+                }
+                write_uuid_str(out, &ch.uuid);
+                out.push(b':');
+                if tm.write_change(ts, ch, self.version, out) {
+                    any_row = true;
+                } else {
+                    out.truncate(row_mark);
+                }
+            };
+            match rows {
+                None => changes.iter().for_each(&mut one),
+                Some(rows) => rows
+                    .get(di)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|&i| changes.get(i as usize))
+                    .for_each(&mut one),
+            }
+            if any_row {
+                out.push(b'}');
+                any_table = true;
+            } else {
+                out.truncate(table_mark);
+            }
+        }
+        if any_table {
+            out.push(b'}');
+        } else {
+            out.truncate(start);
+        }
+        any_table
+    }
+
     /// Replace conditions (`monitor_cond_change`). Returns the `<table-updates2>` for rows that
     /// enter or leave the monitored set, or None if none do. Only rows the old or the new
     /// condition can match are read (through the row index, which this extends to the new
@@ -401,6 +472,133 @@ impl TableMonitor {
         Value::Object(m)
     }
 
+    /// [`TableMonitor::row_json`] as text.
+    fn write_row(&self, ts: &TableSchema, r: &Row, skip_defaults: bool, out: &mut Vec<u8>) {
+        out.push(b'{');
+        let mut first = true;
+        for &c in &self.columns {
+            if skip_defaults && r.cols[c] == self.defaults[c] {
+                continue;
+            }
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            write_str(out, &ts.columns[c].name);
+            out.push(b':');
+            r.cols[c].write_json(&ts.columns[c].ty, out);
+        }
+        if self.version {
+            if !first {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"\"_version\":");
+            crate::atom::Atom::Uuid(r.version).write_json(out);
+        }
+        out.push(b'}');
+    }
+
+    /// [`TableMonitor::change_json`] as text; false (with whatever was written to be
+    /// truncated by the caller) when the change is not reported.
+    fn write_change(
+        &self,
+        ts: &TableSchema,
+        ch: &RowChange,
+        version: MonitorVersion,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let old = ch.old.as_deref().filter(|r| self.condition.eval(r));
+        let new = ch.new.as_deref().filter(|r| self.condition.eval(r));
+        match (old, new, version) {
+            (None, None, _) => false,
+            (None, Some(n), v) => {
+                if !self.select.insert {
+                    return false;
+                }
+                let v1 = v == MonitorVersion::V1;
+                out.extend_from_slice(if v1 { b"{\"new\":" } else { b"{\"insert\":" });
+                self.write_row(ts, n, !v1, out);
+                out.push(b'}');
+                true
+            }
+            (Some(o), None, MonitorVersion::V1) => {
+                if !self.select.delete {
+                    return false;
+                }
+                out.extend_from_slice(b"{\"old\":");
+                self.write_row(ts, o, false, out);
+                out.push(b'}');
+                true
+            }
+            (Some(_), None, _) => {
+                if self.select.delete {
+                    out.extend_from_slice(b"{\"delete\":null}");
+                }
+                self.select.delete
+            }
+            (Some(o), Some(n), v) => {
+                if !self.select.modify {
+                    return false;
+                }
+                let mut changed = self
+                    .columns
+                    .iter()
+                    .copied()
+                    .filter(|&c| o.cols[c] != n.cols[c])
+                    .peekable();
+                // `_version` changes with every modification (see `change_json`).
+                if changed.peek().is_none() && !self.version {
+                    return false;
+                }
+                if v == MonitorVersion::V1 {
+                    out.extend_from_slice(b"{\"old\":{");
+                    let mut first = true;
+                    for c in changed {
+                        if !first {
+                            out.push(b',');
+                        }
+                        first = false;
+                        write_str(out, &ts.columns[c].name);
+                        out.push(b':');
+                        o.cols[c].write_json(&ts.columns[c].ty, out);
+                    }
+                    if self.version {
+                        if !first {
+                            out.push(b',');
+                        }
+                        out.extend_from_slice(b"\"_version\":");
+                        crate::atom::Atom::Uuid(o.version).write_json(out);
+                    }
+                    out.extend_from_slice(b"},\"new\":");
+                    self.write_row(ts, n, false, out);
+                    out.push(b'}');
+                } else {
+                    out.extend_from_slice(b"{\"modify\":{");
+                    let mut first = true;
+                    for c in changed {
+                        if !first {
+                            out.push(b',');
+                        }
+                        first = false;
+                        let ty = &ts.columns[c].ty;
+                        write_str(out, &ts.columns[c].name);
+                        out.push(b':');
+                        Datum::diff(&o.cols[c], &n.cols[c], ty).write_json(ty, out);
+                    }
+                    if self.version {
+                        if !first {
+                            out.push(b',');
+                        }
+                        out.extend_from_slice(b"\"_version\":");
+                        crate::atom::Atom::Uuid(n.version).write_json(out);
+                    }
+                    out.extend_from_slice(b"}}");
+                }
+                true
+            }
+        }
+    }
+
     fn change_json(
         &self,
         ts: &TableSchema,
@@ -468,6 +666,20 @@ impl TableMonitor {
             }
         }
     }
+}
+
+/// A JSON string (escaped as serde_json escapes it).
+fn write_str(out: &mut Vec<u8>, s: &str) {
+    // Writing into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+/// A UUID as a JSON string.
+fn write_uuid_str(out: &mut Vec<u8>, u: &Uuid) {
+    let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    out.push(b'"');
+    out.extend_from_slice(u.hyphenated().encode_lower(&mut buf).as_bytes());
+    out.push(b'"');
 }
 
 /// Merge consecutive deltas into one: per row, the first `old` and the last `new`; rows that

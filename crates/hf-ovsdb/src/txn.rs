@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use hashbrown::{HashMap, HashSet};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
@@ -105,8 +106,74 @@ impl From<OvsdbError> for OpError {
     }
 }
 
+/// A `transact` request's operations (the params after the database name).
+#[derive(Debug, Clone)]
+pub enum TxnOps {
+    /// As JSON trees.
+    Values(Vec<Value>),
+    /// As JSON texts (each one valid JSON, e.g. borrowed from the request by a
+    /// `RawValue` parse), each parsed only when it runs: a 100k-operation request never
+    /// exists as one tree, only one operation's at a time.
+    Text(Vec<Box<RawValue>>),
+}
+
+impl TxnOps {
+    /// How many operations.
+    pub fn len(&self) -> usize {
+        match self {
+            TxnOps::Values(v) => v.len(),
+            TxnOps::Text(t) => t.len(),
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Operation `i` as a tree (`i < len`).
+    fn get(&self, i: usize) -> Result<std::borrow::Cow<'_, Value>> {
+        match self {
+            TxnOps::Values(v) => Ok(std::borrow::Cow::Borrowed(&v[i])),
+            TxnOps::Text(t) => serde_json::from_str(t[i].get())
+                .map(std::borrow::Cow::Owned)
+                .map_err(|e| OvsdbError::syntax(format!("operation is not valid JSON: {e}"))),
+        }
+    }
+}
+
 /// Execute the operations of a `transact` request (the params after the database name).
 pub fn execute(db: &mut Database, ops: &[Value], env: &dyn TxnEnv) -> TxnOutcome {
+    execute_ops(db, &Ops::Slice(ops), env)
+}
+
+/// [`execute`] for operations kept as [`TxnOps`] (trees or texts).
+pub fn execute_txn(db: &mut Database, ops: &TxnOps, env: &dyn TxnEnv) -> TxnOutcome {
+    execute_ops(db, &Ops::Owned(ops), env)
+}
+
+enum Ops<'a> {
+    Slice(&'a [Value]),
+    Owned(&'a TxnOps),
+}
+
+impl Ops<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Ops::Slice(s) => s.len(),
+            Ops::Owned(o) => o.len(),
+        }
+    }
+
+    fn get(&self, i: usize) -> Result<std::borrow::Cow<'_, Value>> {
+        match self {
+            Ops::Slice(s) => Ok(std::borrow::Cow::Borrowed(&s[i])),
+            Ops::Owned(o) => o.get(i),
+        }
+    }
+}
+
+fn execute_ops(db: &mut Database, ops: &Ops<'_>, env: &dyn TxnEnv) -> TxnOutcome {
     let uuid_gen = db.uuids.clone();
     let schema = db.schema.clone();
     let mut ex = Exec {
@@ -120,7 +187,17 @@ pub fn execute(db: &mut Database, ops: &[Value], env: &dyn TxnEnv) -> TxnOutcome
         durable: false,
     };
     let mut results = Vec::with_capacity(ops.len());
-    for (i, op) in ops.iter().enumerate() {
+    for i in 0..ops.len() {
+        let op = match ops.get(i) {
+            Ok(op) => op,
+            Err(e) => {
+                let e = e.context(format!("operation {} of {}", i + 1, ops.len()));
+                results.push(e.to_json());
+                results.resize(ops.len(), Value::Null);
+                return TxnOutcome::Failed { results, error: e };
+            }
+        };
+        let op = &*op;
         match ex.op(op, env) {
             Ok(r) => results.push(r),
             Err(OpError::Blocked(t)) => return TxnOutcome::Blocked { timeout_ms: t },

@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 
 use hf_expr::FeatureSet;
 use hf_model::NbSnapshot;
-use hf_ovsdb_net::client::{Event, Replica, TxnId, TxnOutcome};
+use hf_ovsdb_net::client::{Event, OpsText, Replica, TxnId, TxnOutcome};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -40,7 +40,7 @@ use super::sbview::SbView;
 use crate::diag::Diagnostic;
 use crate::features::{self, SbChassisView};
 use crate::output::SbDesired;
-use crate::sync::{Scope, SyncInput, SyncStats, diff_ops};
+use crate::sync::{Scope, SyncInput, SyncStats, diff_ops_text};
 use crate::tables::mac_binding;
 use crate::{Keys, Options};
 
@@ -730,13 +730,13 @@ impl Northd {
         }
         let echo = Arc::new(Mutex::new(std::collections::HashSet::new()));
         self.echo = Some(echo.clone());
-        let id = sb.transact(Box::new(move |view: &SbView| {
+        let id = sb.transact_text(Box::new(move |view: &SbView| {
             let mut guard = match rng.lock() {
                 Ok(g) => g,
                 Err(p) => p.into_inner(),
             };
             let mut fresh = || next_uuid(&mut guard);
-            let (mut ops, s) = diff_ops(
+            let (written, s) = diff_ops_text(
                 &SyncInput {
                     desired: &desired,
                     nb_cfg,
@@ -750,14 +750,17 @@ impl Northd {
             }
             if let Ok(mut e) = echo.lock() {
                 e.clear();
-                e.extend(ops.iter().filter_map(op_row));
+                e.extend(written.rows.iter().copied());
             }
-            if !ops.is_empty() {
-                // Only the lock's owner may write (as ovn-northd's IDL asserts it): a northd
-                // that lost the lock cannot commit a transaction it built before.
-                ops.insert(0, json!({"op": "assert", "lock": LOCK_NAME}));
-                ops.push(json!({"op": "comment", "comment": "holdfast northd"}));
+            if written.ops.is_empty() {
+                return OpsText::new();
             }
+            // Only the lock's owner may write (as ovn-northd's IDL asserts it): a northd that
+            // lost the lock cannot commit a transaction it built before.
+            let mut ops = OpsText::new();
+            ops.push_value(&json!({"op": "assert", "lock": LOCK_NAME}));
+            ops.append(written.ops);
+            ops.push_value(&json!({"op": "comment", "comment": "holdfast northd"}));
             ops
         }));
         self.sb_txn = Some((id, stats));
@@ -816,16 +819,6 @@ pub fn needs_compile(d: &hf_model::NbDelta) -> bool {
         }
     }
     cheap < d.len()
-}
-
-/// The row an insert (its `uuid`), update or delete (its `_uuid ==` condition) writes.
-fn op_row(op: &Value) -> Option<Uuid> {
-    let text = match op.get("op").and_then(Value::as_str)? {
-        "insert" => op.get("uuid")?.as_str()?,
-        "update" | "delete" | "mutate" => op.get("where")?.get(0)?.get(2)?.get(1)?.as_str()?,
-        _ => return None,
-    };
-    text.parse().ok()
 }
 
 /// What compile reads from SB: tunnel keys by name.

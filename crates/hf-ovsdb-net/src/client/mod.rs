@@ -34,7 +34,7 @@ pub use cluster::{MemberRejection, ServerInfo};
 pub use model::Model;
 pub use session::Replica;
 pub use shell::Client;
-pub use txn::{TxnBuilder, TxnError, TxnId, TxnOutcome};
+pub use txn::{OpsText, TextTxnBuilder, TxnBuilder, TxnError, TxnId, TxnOutcome};
 
 /// Which monitor method a session uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

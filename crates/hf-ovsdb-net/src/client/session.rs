@@ -11,7 +11,10 @@ use super::cluster::{MemberRejection, ServerInfo, ServerRow, judge};
 use super::model::FeedError;
 use super::model::Model;
 use super::stream::{Envelope, for_each_batch, load_table_updates2, parse};
-use super::txn::{PendingTxn, TxnBuilder, TxnError, TxnId, TxnOutcome, TxnState, classify_reply};
+use super::txn::{
+    Build, OpsText, PendingTxn, TextTxnBuilder, TxnBuilder, TxnError, TxnId, TxnOutcome, TxnState,
+    classify_reply,
+};
 use super::{Config, Event, MonitorMethod, Stats};
 use crate::framing::{FrameError, Framer};
 use crate::jsonrpc::Message;
@@ -420,6 +423,16 @@ impl<M: Model> Replica<M> {
     /// transaction is (re)sent and returns its operations (without the database name); an empty
     /// list finishes it as [`TxnOutcome::Unchanged`].
     pub fn transact(&mut self, build: TxnBuilder<M>) -> TxnId {
+        self.queue_txn(Build::Json(build))
+    }
+
+    /// [`Replica::transact`] for a transaction whose operations the builder writes as JSON
+    /// text ([`OpsText`]): sent as written, without a `Value` tree of the whole transaction.
+    pub fn transact_text(&mut self, build: TextTxnBuilder<M>) -> TxnId {
+        self.queue_txn(Build::Text(build))
+    }
+
+    fn queue_txn(&mut self, build: Build<M>) -> TxnId {
         let id = TxnId(self.next_txn);
         self.next_txn += 1;
         self.txns.push(PendingTxn {
@@ -589,6 +602,25 @@ impl<M: Model> Replica<M> {
             id: json!(id),
         }
         .to_bytes();
+        self.stats.bytes_sent += bytes.len() as u64;
+        self.transmit.push_back(bytes);
+    }
+
+    /// A `transact` request whose operations are JSON text: the same message [`Self::send`]
+    /// makes of their trees.
+    fn send_transact_text(&mut self, conn: &mut Conn, ops: &OpsText, req: Req) {
+        let id = self.next_req;
+        self.next_req += 1;
+        conn.pending.insert(id, req);
+        let mut bytes = Vec::with_capacity(ops.as_bytes().len() + 64);
+        bytes.extend_from_slice(b"{\"id\":");
+        bytes.extend_from_slice(id.to_string().as_bytes());
+        bytes.extend_from_slice(b",\"method\":\"transact\",\"params\":[");
+        // Serialising a string into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut bytes, M::DATABASE);
+        bytes.push(b',');
+        bytes.extend_from_slice(ops.as_bytes());
+        bytes.extend_from_slice(b"]}");
         self.stats.bytes_sent += bytes.len() as u64;
         self.transmit.push_back(bytes);
     }
@@ -1255,9 +1287,16 @@ impl<M: Model> Replica<M> {
                     i += 1;
                     continue;
                 }
-                let ops = (self.txns[i].build)(&self.model);
+                let ops = match &mut self.txns[i].build {
+                    Build::Json(b) => Ok(b(&self.model)),
+                    Build::Text(b) => Err(b(&self.model)),
+                };
                 self.txns[i].attempts += 1;
-                if ops.is_empty() {
+                let empty = match &ops {
+                    Ok(ops) => ops.is_empty(),
+                    Err(text) => text.is_empty(),
+                };
+                if empty {
                     let t = self.txns.remove(i);
                     self.events.push_back(Event::TxnDone {
                         id: t.id,
@@ -1266,15 +1305,20 @@ impl<M: Model> Replica<M> {
                     });
                     continue;
                 }
-                let mut params = Vec::with_capacity(ops.len() + 1);
-                params.push(json!(M::DATABASE));
-                params.extend(ops);
                 let id = self.txns[i].id;
                 self.txns[i].state = TxnState::Sent {
                     updates: self.updates_applied,
                 };
                 self.stats.txns_sent += 1;
-                self.send(&mut conn, "transact", Value::Array(params), Req::Txn(id));
+                match ops {
+                    Ok(ops) => {
+                        let mut params = Vec::with_capacity(ops.len() + 1);
+                        params.push(json!(M::DATABASE));
+                        params.extend(ops);
+                        self.send(&mut conn, "transact", Value::Array(params), Req::Txn(id));
+                    }
+                    Err(text) => self.send_transact_text(&mut conn, &text, Req::Txn(id)),
+                }
                 i += 1;
             }
         }

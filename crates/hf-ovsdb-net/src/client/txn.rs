@@ -27,6 +27,95 @@ use serde_json::{Value, json};
 /// Builds a transaction's operations (without the database name) from the replica's view.
 pub type TxnBuilder<M> = Box<dyn FnMut(&M) -> Vec<Value> + Send>;
 
+/// Builds a transaction's operations as JSON text (see [`OpsText`]); for transactions too
+/// large to build as `Value` trees (northd's cold SB is 100k operations).
+pub type TextTxnBuilder<M> = Box<dyn FnMut(&M) -> OpsText + Send>;
+
+/// How a queued transaction is built.
+pub(crate) enum Build<M> {
+    /// Operations as JSON trees.
+    Json(TxnBuilder<M>),
+    /// Operations as JSON text.
+    Text(TextTxnBuilder<M>),
+}
+
+/// A transaction's operations (without the database name) as JSON text, comma-separated, each
+/// appended by its writer; sent as written, never held as a `Value` tree.
+///
+/// Each operation must be exactly one JSON object: the writer is the caller's (e.g. northd
+/// writes rows straight from its own), and debug builds check every operation parses.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct OpsText {
+    text: Vec<u8>,
+    len: usize,
+}
+
+impl OpsText {
+    /// No operations.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Append an operation given as a tree (for the few small ones a caller builds so).
+    pub fn push_value(&mut self, op: &Value) {
+        self.push_with(|out| {
+            // Serialising a Value into a Vec cannot fail.
+            let _ = serde_json::to_writer(out, op);
+        });
+    }
+
+    /// Append an operation `write` writes as JSON text (one object).
+    pub fn push_with(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
+        if self.len > 0 {
+            self.text.push(b',');
+        }
+        let start = self.text.len();
+        write(&mut self.text);
+        debug_assert!(
+            serde_json::from_slice::<serde_json::Map<String, Value>>(&self.text[start..]).is_ok(),
+            "an operation written as text is not one JSON object: {}",
+            String::from_utf8_lossy(&self.text[start..])
+        );
+        self.len += 1;
+    }
+
+    /// Append `other`'s operations after these.
+    pub fn append(&mut self, other: OpsText) {
+        if other.len == 0 {
+            return;
+        }
+        if self.len > 0 {
+            self.text.push(b',');
+        }
+        self.text.extend_from_slice(&other.text);
+        self.len += other.len;
+    }
+
+    /// How many operations.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The operations' text, comma-separated (no brackets).
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.text
+    }
+
+    /// The operations as trees (tests and diagnostics).
+    pub fn to_values(&self) -> Result<Vec<Value>, serde_json::Error> {
+        let mut text = Vec::with_capacity(self.text.len() + 2);
+        text.push(b'[');
+        text.extend_from_slice(&self.text);
+        text.push(b']');
+        serde_json::from_slice(&text)
+    }
+}
+
 /// Identifies a transaction queued with [`super::Replica::transact`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TxnId(pub u64);
@@ -72,7 +161,7 @@ pub(crate) enum TxnState {
 
 pub(crate) struct PendingTxn<M> {
     pub(crate) id: TxnId,
-    pub(crate) build: TxnBuilder<M>,
+    pub(crate) build: Build<M>,
     pub(crate) attempts: u32,
     pub(crate) state: TxnState,
 }

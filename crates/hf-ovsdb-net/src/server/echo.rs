@@ -53,9 +53,12 @@ impl Echo {
     pub fn updates(&self) -> Option<&[u8]> {
         self.bytes
             .get_or_init(|| {
+                // Sized up front (about a Logical_Flow row's text per candidate): a
+                // 38 MB echo grown by doubling would touch twice its size in fresh pages.
+                let mut out = Vec::with_capacity(64 + self.candidate_rows() * 384);
                 self.monitor
-                    .updates_selected(&self.schema, &self.delta, Some(&self.rows))
-                    .map(|u| u.to_string().into_bytes())
+                    .write_updates_selected(&self.schema, &self.delta, Some(&self.rows), &mut out)
+                    .then_some(out)
             })
             .as_deref()
     }

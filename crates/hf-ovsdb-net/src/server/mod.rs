@@ -26,8 +26,9 @@ use std::sync::Arc;
 use hf_ovsdb::file::{WriteOptions, encode_delta_record_with, record_txn_id, snapshot_file};
 use hf_ovsdb::monitor::merge_deltas;
 use hf_ovsdb::server_db::{database_row, server_schema};
-use hf_ovsdb::txn::{TxnEnv, TxnOutcome, execute};
+use hf_ovsdb::txn::{TxnEnv, TxnOps, TxnOutcome, execute_txn};
 use hf_ovsdb::{Database, ErrorKind, Monitor, MonitorVersion, OvsdbError, TxnDelta, Uuid};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::jsonrpc::{Message, notification_bytes, reply_bytes};
@@ -176,8 +177,80 @@ struct Pending {
     session: SessionId,
     id: Value,
     db: usize,
-    ops: Vec<Value>,
+    ops: TxnOps,
     deadline_ms: Option<u64>,
+}
+
+/// A received message, parsed outside the core's lock ([`Incoming::parse`]) and handled
+/// under it ([`Core::handle_incoming`]).
+#[derive(Debug)]
+pub struct Incoming(Parsed);
+
+#[derive(Debug)]
+enum Parsed {
+    /// A `transact` request whose operations are JSON texts, each parsed only when it runs:
+    /// a 100k-operation request (a cold SB) never exists as one tree.
+    Transact { id: Value, db: String, ops: TxnOps },
+    /// Anything else, as one tree.
+    Message(Value),
+}
+
+impl Incoming {
+    /// Parse one framed message. A well-formed `transact` request is split into its
+    /// operations' texts; anything the split does not take (duplicate members, another
+    /// method, malformed params) is parsed whole and answered as before. Bytes that are not
+    /// JSON are an error saying what and where (serde_json's line and column).
+    pub fn parse(bytes: &[u8]) -> Result<Incoming, String> {
+        let split = RawRequest::parse(bytes).ok();
+        if let Some((id, db, ops)) = split.as_ref().and_then(RawRequest::transact) {
+            // A raw id is valid JSON.
+            if let Ok(id) = serde_json::from_str(id.get()) {
+                let ops = ops.into_iter().map(ToOwned::to_owned).collect();
+                return Ok(Incoming(Parsed::Transact {
+                    id,
+                    db,
+                    ops: TxnOps::Text(ops),
+                }));
+            }
+        }
+        serde_json::from_slice(bytes)
+            .map(|v| Incoming(Parsed::Message(v)))
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// A JSON-RPC message split into raw members (see [`Incoming::parse`]).
+#[derive(serde::Deserialize)]
+struct RawRequest<'a> {
+    #[serde(default, borrow)]
+    id: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    method: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    params: Option<&'a RawValue>,
+}
+
+impl<'a> RawRequest<'a> {
+    fn parse(bytes: &'a [u8]) -> serde_json::Result<Self> {
+        serde_json::from_slice(bytes)
+    }
+
+    /// The id, database name and operations of a well-formed `transact` request (an id that
+    /// is not null, params an array starting with a string); None for anything else,
+    /// which [`Core::handle`] answers as before.
+    fn transact(&self) -> Option<(&'a RawValue, String, Vec<&'a RawValue>)> {
+        if self.method?.get() != "\"transact\"" {
+            return None;
+        }
+        let id = self.id.filter(|i| i.get() != "null")?;
+        let mut params: Vec<&RawValue> = serde_json::from_str(self.params?.get()).ok()?;
+        if params.is_empty() {
+            return None;
+        }
+        let db: String = serde_json::from_str(params[0].get()).ok()?;
+        params.remove(0);
+        Some((id, db, params))
+    }
 }
 
 /// The server core.
@@ -425,6 +498,37 @@ impl Core {
         }
     }
 
+    /// Handle one framed message's bytes from session `sid` (from
+    /// [`crate::framing::Framer::next_raw`]): [`Incoming::parse`], then
+    /// [`Core::handle_incoming`]. Bytes that are not JSON are an error naming where (the
+    /// caller closes the connection, as for a framing error).
+    pub fn handle_bytes(&mut self, sid: SessionId, bytes: &[u8], now: Now) -> Result<(), String> {
+        let m = Incoming::parse(bytes)?;
+        self.handle_incoming(sid, m, now);
+        Ok(())
+    }
+
+    /// Handle one message parsed by [`Incoming::parse`].
+    pub fn handle_incoming(&mut self, sid: SessionId, m: Incoming, now: Now) {
+        let (id, db, ops) = match m.0 {
+            Parsed::Message(v) => return self.handle(sid, v, now),
+            Parsed::Transact { id, db, ops } => (id, db, ops),
+        };
+        let Some(s) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        s.last_rx_ms = now.mono_ms;
+        s.probe_sent_ms = None;
+        let Some(dbi) = self.db_index(&db) else {
+            let e = err_json(
+                ErrorKind::UnknownDatabase,
+                format!("transact request specifies unknown database {db}"),
+            );
+            return self.error(sid, id, e);
+        };
+        self.run_txn(sid, id, dbi, ops, now, false, None);
+    }
+
     /// Handle one message from session `sid`.
     pub fn handle(&mut self, sid: SessionId, msg: Value, now: Now) {
         let Some(s) = self.sessions.get_mut(&sid) else {
@@ -520,7 +624,7 @@ impl Core {
         };
         let mut params = params;
         let ops = params.split_off(1);
-        self.run_txn(sid, id, dbi, ops, now, false, None);
+        self.run_txn(sid, id, dbi, TxnOps::Values(ops), now, false, None);
     }
 
     /// Execute (or re-execute) a transaction and reply, commit, publish, and retry waiters.
@@ -530,7 +634,7 @@ impl Core {
         sid: SessionId,
         id: Value,
         dbi: usize,
-        ops: Vec<Value>,
+        ops: TxnOps,
         now: Now,
         expired: bool,
         deadline: Option<u64>,
@@ -540,7 +644,7 @@ impl Core {
             sid,
             expired,
         };
-        let outcome = execute(&mut self.dbs[dbi].db, &ops, &env);
+        let outcome = execute_txn(&mut self.dbs[dbi].db, &ops, &env);
         match outcome {
             TxnOutcome::Commit { mut results, delta } => {
                 if !delta.is_empty() {

@@ -94,8 +94,8 @@ fn pump<M: hf_ovsdb_net::client::Model>(
     while let Some(b) = r.poll_transmit() {
         moved = true;
         if let Some(s) = link.sid {
-            let v: Value = serde_json::from_slice(&b).unwrap();
-            core.handle(s, v, now(t));
+            // As holdfast db reads it: a transact split into its operations' texts.
+            core.handle_bytes(s, &b, now(t)).unwrap();
         }
     }
     if !link.hold {
