@@ -589,7 +589,9 @@ fn a_datapath_fetched_in_a_later_round_decides_the_answer() {
     }
     use std::io::Write;
     let f = Fixture::new();
-    f.nbctl("acl-add sw1 to-lport 1000 'outport == \"vm3\" && tcp.dst == 80' drop -- --wait=sb sync");
+    f.nbctl(
+        "acl-add sw1 to-lport 1000 'outport == \"vm3\" && tcp.dst == 80' drop -- --wait=sb sync",
+    );
     let mut child = Command::new(holdfast())
         .args(["trace", "--stdin", "--format=json", "--timeout=5", "--db"])
         .arg(f.sb())
@@ -602,12 +604,20 @@ fn a_datapath_fetched_in_a_later_round_decides_the_answer() {
     {
         let mut stdin = child.stdin.take().unwrap();
         for flow in [L2, L3, &port81] {
-            writeln!(stdin, "{}", serde_json::json!({"datapath": "sw0", "microflow": flow}))
-                .unwrap();
+            writeln!(
+                stdin,
+                "{}",
+                serde_json::json!({"datapath": "sw0", "microflow": flow})
+            )
+            .unwrap();
         }
     }
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -619,8 +629,15 @@ fn a_datapath_fetched_in_a_later_round_decides_the_answer() {
     assert_eq!(drop["stage"], "ls_out_acl", "{}", lines[1]);
     assert!(outputs(&lines[1]).is_empty(), "{}", lines[1]);
     let stages = stage_names(&lines[1]);
-    assert!(stages.contains(&"lr0/lr_in_ip_routing".to_string()), "{stages:?}");
-    assert_eq!(stages.last().map(String::as_str), Some("sw1/ls_out_acl"), "{stages:?}");
+    assert!(
+        stages.contains(&"lr0/lr_in_ip_routing".to_string()),
+        "{stages:?}"
+    );
+    assert_eq!(
+        stages.last().map(String::as_str),
+        Some("sw1/ls_out_acl"),
+        "{stages:?}"
+    );
     let theirs = f.ovn_trace("sw0", L3);
     assert!(!theirs.contains("output(\"vm3\")"), "{theirs}");
     // Port 81 passes the ACL and reaches vm3, for both.

@@ -315,7 +315,8 @@ impl Plan {
         // Flows: `sb`'s (none when they travel on their own session) and `flows`'.
         let lf: Vec<&LogicalFlow> = match flows {
             Some(f) if !sb.logical_flow().is_empty() => {
-                let mut all: BTreeMap<Uuid, &LogicalFlow> = f.logical_flow().iter().map(|(u, r)| (*u, r)).collect();
+                let mut all: BTreeMap<Uuid, &LogicalFlow> =
+                    f.logical_flow().iter().map(|(u, r)| (*u, r)).collect();
                 all.extend(sb.logical_flow().iter().map(|(u, r)| (*u, r)));
                 all.into_values().collect()
             }
@@ -329,7 +330,10 @@ impl Plan {
                 .values()
                 .filter(|g| self.groups.contains(&g.uuid))
                 .map(|g| {
-                    if g.datapaths.iter().all(|d| self.datapaths.contains(&d.uuid())) {
+                    if g.datapaths
+                        .iter()
+                        .all(|d| self.datapaths.contains(&d.uuid()))
+                    {
                         Cow::Borrowed(g)
                     } else {
                         let mut new = g.clone();
@@ -512,7 +516,9 @@ mod tests {
         };
         let mut row = json!({"match": format!("reg0 == {n}"), "actions": "next;", "table_id": 0,
             "priority": 1, "pipeline": "ingress"});
-        row.as_object_mut().unwrap().extend(on.as_object().unwrap().clone());
+        row.as_object_mut()
+            .unwrap()
+            .extend(on.as_object().unwrap().clone());
         (u(n).to_string(), json!({"insert": row}))
     }
 
