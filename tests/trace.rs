@@ -589,9 +589,7 @@ fn a_datapath_fetched_in_a_later_round_decides_the_answer() {
     }
     use std::io::Write;
     let f = Fixture::new();
-    f.nbctl(
-        "acl-add sw1 to-lport 1000 'outport == \"vm3\" && tcp.dst == 80' drop -- --wait=sb sync",
-    );
+    f.nbctl("--wait=sb acl-add sw1 to-lport 1000 'outport == \"vm3\" && tcp.dst == 80' drop");
     let mut child = Command::new(holdfast())
         .args(["trace", "--stdin", "--format=json", "--timeout=5", "--db"])
         .arg(f.sb())
