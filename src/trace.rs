@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
-use hf_controller::translate::{Extra, TranslateOptions, translate_with};
+use hf_controller::translate::{Extra, Incremental, TranslateOptions};
 use hf_model::{NbSnapshot, SbSnapshot};
 use hf_ovsdb_net::client::{Client, Config, Event, TableSelect, parse_remotes};
 use hf_ovsdb_net::framing::Framer;
@@ -279,6 +279,11 @@ struct Loaded {
     /// session never asks for it (not even with a `false` condition).
     flows: Option<(Client<SbSnapshot>, UnboundedReceiver<Event<SbSnapshot>>)>,
     plan: Plan,
+    /// What was translated last ([`Plan::scoped`] of the plan then), changed by
+    /// [`Plan::scoped_delta`] each round.
+    scoped: SbSnapshot,
+    /// Translates `scoped` again only where a round's delta touched it.
+    translator: Incremental,
     sent: BTreeMap<&'static str, Vec<Value>>,
     session: Option<Session>,
     diagnostics: Vec<String>,
@@ -326,6 +331,8 @@ async fn connect_sb(db: &str, timeout: Duration) -> anyhow::Result<Loaded> {
         events,
         flows: None,
         plan: Plan::default(),
+        scoped: SbSnapshot::new(),
+        translator: Incremental::new(),
         sent,
         session: None,
         diagnostics: Vec::new(),
@@ -552,15 +559,19 @@ impl Loaded {
             };
             let t0 = Instant::now();
             let plan = &self.plan;
+            let have = &self.scoped;
             let flows = self.flows.as_ref().map(|(c, _)| c);
-            let scoped = self.client.with(|r| match flows {
-                Some(f) => f.with(|fr| plan.scoped(r.model(), Some(fr.model()))),
-                None => plan.scoped(r.model(), None),
+            // What this round fetched (and what changed in SB since), as a change to the
+            // snapshot translated last: only that is translated and compiled again.
+            let delta = self.client.with(|r| match flows {
+                Some(f) => f.with(|fr| plan.scoped_delta(have, r.model(), Some(fr.model()))),
+                None => plan.scoped_delta(have, r.model(), None),
             });
-            // No parse cache across rounds: measured at 500×40 (5 rounds), keeping every
-            // round's parsed flows cost more (peak RSS 613 → 455 MB without it, translate
-            // time lower too) than parsing the scoped flows again.
-            let t = translate_with(&scoped, &opts, &Extra::default());
+            self.translator.changed(&delta);
+            self.scoped.apply_owned(delta);
+            let t = self
+                .translator
+                .translate(&self.scoped, &opts, &Extra::default());
             self.times.2 += t0.elapsed().as_millis() as u64;
             let t0 = Instant::now();
             self.diagnostics = t
@@ -569,8 +580,13 @@ impl Loaded {
                 .map(|d| format!("{} {}: {}", d.table, d.uuid, d.reason))
                 .collect();
             let names = t.chassis.iter().map(|c| (c.id, c.name.clone())).collect();
+            // The datapaths the translation may have changed (all of them when it cannot say).
+            let changed: Vec<&str> = match &t.touched {
+                Some(tc) => tc.datapaths.iter().map(String::as_str).collect(),
+                None => t.spec.datapaths.iter().map(|d| d.name.as_str()).collect(),
+            };
             let mut s = match self.session.take() {
-                Some(mut s) => match s.update(&t.spec) {
+                Some(mut s) => match s.update(&t.spec, &changed) {
                     Ok(()) => s,
                     Err(_) => {
                         Session::new(&t.spec).map_err(|e| Failure(format!("program: {e}")))?
@@ -588,6 +604,7 @@ impl Loaded {
                 }
             }
             self.session = Some(s);
+            self.translator.recycle(t);
             self.dirty = false;
             self.times.3 += t0.elapsed().as_millis() as u64;
         }

@@ -576,6 +576,76 @@ fn stdin_json_lines() {
     );
 }
 
+/// A packet whose answer is decided by the datapath a trace fetches last: sw0 → lr0 → sw1,
+/// with an ACL on sw1 (fetched in the third round, after the walk entered it) dropping TCP
+/// port 80 towards vm3. One long-running session answers a packet that stays on sw0 first,
+/// so each later round's rows join a session that has translated and compiled before: a
+/// session that did not merge a round's datapaths (their flows, or their compiled tables)
+/// would walk into an sw1 without flows and answer "no flow matched" instead of the ACL.
+#[test]
+fn a_datapath_fetched_in_a_later_round_decides_the_answer() {
+    if !require("later_round_decides", TOOLS) {
+        return;
+    }
+    use std::io::Write;
+    let f = Fixture::new();
+    f.nbctl("--wait=sb acl-add sw1 to-lport 1000 'outport == \"vm3\" && tcp.dst == 80' drop");
+    let mut child = Command::new(holdfast())
+        .args(["trace", "--stdin", "--format=json", "--timeout=5", "--db"])
+        .arg(f.sb())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let port81 = L3.replace("tcp.dst == 80", "tcp.dst == 81");
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        for flow in [L2, L3, &port81] {
+            writeln!(
+                stdin,
+                "{}",
+                serde_json::json!({"datapath": "sw0", "microflow": flow})
+            )
+            .unwrap();
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(outputs(&lines[0]), ["vm2"]);
+    // Port 80: sw1's ACL drops it, as real ovn-trace says.
+    let drop = &lines[1]["verdict"]["drop"];
+    assert_eq!(drop["stage"], "ls_out_acl", "{}", lines[1]);
+    assert!(outputs(&lines[1]).is_empty(), "{}", lines[1]);
+    let stages = stage_names(&lines[1]);
+    assert!(
+        stages.contains(&"lr0/lr_in_ip_routing".to_string()),
+        "{stages:?}"
+    );
+    assert_eq!(
+        stages.last().map(String::as_str),
+        Some("sw1/ls_out_acl"),
+        "{stages:?}"
+    );
+    let theirs = f.ovn_trace("sw0", L3);
+    assert!(!theirs.contains("output(\"vm3\")"), "{theirs}");
+    // Port 81 passes the ACL and reaches vm3, for both.
+    assert_eq!(outputs(&lines[2]), ["vm3"], "{}", lines[2]);
+    assert!(f.ovn_trace("sw0", &port81).contains("output(\"vm3\")"));
+    // The one-shot CLI walks the same rounds from nothing and agrees.
+    let v = f.trace_json(&["sw0", L3]);
+    assert_eq!(v["verdict"]["drop"]["stage"], "ls_out_acl", "{v}");
+}
+
 /// The JSON verdict's NAT list as (action, field, value) triples.
 fn nat(v: &Value) -> Vec<(String, String, String)> {
     v["verdict"]["nat"]

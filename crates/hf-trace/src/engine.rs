@@ -117,7 +117,6 @@ pub struct Session {
     by_key: BTreeMap<(u32, u32), (String, String)>,
     datapaths: Vec<String>,
     chassis_names: BTreeMap<u32, String>,
-    spec: ProgramSpec,
     /// Flows that did not compile (the rest did; the trace goes on without them).
     pub flow_errors: Vec<FlowError>,
 }
@@ -134,43 +133,30 @@ impl Session {
             by_key: BTreeMap::new(),
             datapaths: Vec::new(),
             chassis_names: BTreeMap::new(),
-            spec: spec.clone(),
             flow_errors,
         };
-        s.index();
+        s.index(spec);
         Ok(s)
     }
 
-    /// Replaces the program by `spec`'s, recompiling only the datapaths whose spec changed
-    /// (and those `Program::recompile` finds affected); the rest keep their compiled tables.
-    pub fn update(&mut self, spec: &ProgramSpec) -> Result<(), CompileError> {
-        let old: BTreeMap<&str, &hf_pipeline::DatapathSpec> = self
-            .spec
-            .datapaths
-            .iter()
-            .map(|d| (d.name.as_str(), d))
-            .collect();
-        let changed: Vec<&str> = spec
-            .datapaths
-            .iter()
-            .filter(|d| old.get(d.name.as_str()).is_none_or(|o| *o != *d))
-            .map(|d| d.name.as_str())
-            .collect();
-        let (prog, errors) = self.pipeline.program().recompile(spec, &changed)?;
+    /// Replaces the program by `spec`'s, recompiling only the datapaths named in `changed`
+    /// (those whose spec may differ from the last one's, such as an incremental translation's
+    /// touched datapaths, and those `Program::recompile` finds affected); the rest keep their
+    /// compiled tables. The session keeps no copy of the spec: the caller says what changed.
+    pub fn update(&mut self, spec: &ProgramSpec, changed: &[&str]) -> Result<(), CompileError> {
+        let (prog, errors) = self.pipeline.program().recompile(spec, changed)?;
         self.pipeline.set_program(prog);
         self.flow_errors = errors;
-        self.spec = spec.clone();
-        self.index();
+        self.index(spec);
         Ok(())
     }
 
-    fn index(&mut self) {
+    fn index(&mut self, spec: &ProgramSpec) {
         let s = self;
         s.ports.clear();
         s.by_local.clear();
         s.by_key.clear();
         s.datapaths.clear();
-        let spec = &s.spec;
         for d in &spec.datapaths {
             s.datapaths.push(d.name.clone());
             for p in &d.ports {

@@ -14,17 +14,19 @@
 //! [`Plan::widen`] resolves the datapath named on the command line (by name or UUID) or the
 //! microflow's inport, and computes groups, peers and neighbours from what is local.
 //! [`Plan::scoped`] is the snapshot to translate: the fetched datapaths whole, neighbours as
-//! their Datapath_Binding row and the peer ports only, without flows, so a walk that enters
-//! one stops there; the shell then [`Plan::expand`]s it and traces again. No scoped row
+//! their peer ports only, without flows, so a walk that enters one stops there; the shell then
+//! [`Plan::expand`]s it and traces again. [`Plan::scoped_delta`] is the same snapshot as a
+//! change to the previous one, so a round translates and compiles only what it fetched. No scoped row
 //! (flows, ports, groups, bindings) of a datapath the packet does not reach is fetched; the
 //! whole tables and the topology rows aside.
 //!
 //! What it does not do: I/O (the shell sends the conditions and waits for the rows).
 
-use std::collections::BTreeSet;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
 
-use hf_model::SbSnapshot;
-use hf_model::sb::PortBinding;
+use hf_model::sb::{Delta as SbDelta, LogicalFlow, PortBinding};
+use hf_model::{RowDelta, SbSnapshot, Table};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -244,58 +246,140 @@ impl Plan {
     }
 
     /// The snapshot to translate: `sb` with only the fetched datapaths' rows and, for each
-    /// neighbour, its Datapath_Binding row and the ports that lead to it (so neighbours come
-    /// out as datapaths with their peer ports and no flows: a walk that enters one stops at
-    /// its first table, and the shell widens and traces again); each datapath group
-    /// restricted to the fetched datapaths.
+    /// neighbour, the ports that lead to it (so neighbours come out as datapaths with their
+    /// peer ports and no flows: a walk that enters one stops at its first table, and the shell
+    /// widens and traces again); each datapath group restricted to the fetched datapaths.
+    /// Every `Datapath_Binding` row is kept (a datapath neither fetched nor a neighbour comes
+    /// out empty, with no port leading to it), so widening never changes that table and an
+    /// incremental translation of the snapshot need not start afresh.
     ///
     /// `flows`, when given, holds the Logical_Flow rows (replicated on their own session);
     /// they are added to the result.
     pub fn scoped(&self, sb: &SbSnapshot, flows: Option<&SbSnapshot>) -> SbSnapshot {
-        use hf_model::RowDelta;
-        let mut out = sb.clone();
-        let mut delta = hf_model::SbDelta::default();
-        if let Some(f) = flows {
-            delta.logical_flow = f
-                .logical_flow()
-                .values()
-                .filter(|lf| !sb.logical_flow().contains_key(&lf.uuid))
-                .map(|lf| RowDelta::Insert(lf.clone()))
-                .collect();
-        }
-        for g in sb.logical_dp_group().values() {
-            if !self.groups.contains(&g.uuid) {
-                delta.logical_dp_group.push(RowDelta::Delete(g.clone()));
-                continue;
-            }
-            let mut new = g.clone();
-            new.datapaths.retain(|d| self.datapaths.contains(&d.uuid()));
-            if new.datapaths.len() != g.datapaths.len() {
-                delta.logical_dp_group.push(RowDelta::Update {
-                    old: g.clone(),
-                    new,
-                });
-            }
-        }
-        delta.datapath_binding = sb
-            .datapath_binding()
-            .values()
-            .filter(|d| !self.datapaths.contains(&d.uuid) && !self.neighbours.contains(&d.uuid))
-            .map(|d| RowDelta::Delete(d.clone()))
-            .collect();
-        delta.port_binding = sb
-            .port_binding()
-            .values()
-            .filter(|pb| {
-                !self.datapaths.contains(&pb.datapath.uuid())
-                    && !self.peers.contains(&pb.logical_port)
-                    && !self.ports.contains(&pb.logical_port)
-            })
-            .map(|pb| RowDelta::Delete(pb.clone()))
-            .collect();
-        out.apply_owned(delta);
+        let mut out = SbSnapshot::new();
+        out.apply_owned(self.scoped_delta(&out, sb, flows));
         out
     }
+
+    /// The change that turns `have` (an earlier [`Plan::scoped`] result, kept by the caller)
+    /// into [`Plan::scoped`]`(sb, flows)`, row by row: what a widening round fetched arrives as
+    /// inserts (and the groups that gained a member as updates), so the caller applies it and
+    /// translates only what it touched instead of cloning and translating the whole snapshot
+    /// again. Every table is compared in UUID order against what it should hold, so rows
+    /// changed or removed in `sb` since are carried too.
+    pub fn scoped_delta(
+        &self,
+        have: &SbSnapshot,
+        sb: &SbSnapshot,
+        flows: Option<&SbSnapshot>,
+    ) -> SbDelta {
+        let mut d = SbDelta::default();
+        macro_rules! whole {
+            ($($t:ident),* $(,)?) => {
+                $( d.$t = diff(have.$t(), sb.$t().values().map(Cow::Borrowed)); )*
+            };
+        }
+        whole!(
+            address_set,
+            bfd,
+            chassis,
+            chassis_private,
+            chassis_template_var,
+            connection,
+            controller_event,
+            dhcp_options,
+            dhcpv6_options,
+            dns,
+            datapath_binding,
+            encap,
+            fdb,
+            gateway_chassis,
+            ha_chassis,
+            ha_chassis_group,
+            igmp_group,
+            ip_multicast,
+            load_balancer,
+            mac_binding,
+            meter,
+            meter_band,
+            mirror,
+            multicast_group,
+            port_group,
+            rbac_permission,
+            rbac_role,
+            sb_global,
+            ssl,
+            service_monitor,
+            static_mac_binding,
+        );
+        // Flows: `sb`'s (none when they travel on their own session) and `flows`'.
+        let lf: Vec<&LogicalFlow> = match flows {
+            Some(f) if !sb.logical_flow().is_empty() => {
+                let mut all: BTreeMap<Uuid, &LogicalFlow> =
+                    f.logical_flow().iter().map(|(u, r)| (*u, r)).collect();
+                all.extend(sb.logical_flow().iter().map(|(u, r)| (*u, r)));
+                all.into_values().collect()
+            }
+            Some(f) => f.logical_flow().values().collect(),
+            None => sb.logical_flow().values().collect(),
+        };
+        d.logical_flow = diff(have.logical_flow(), lf.into_iter().map(Cow::Borrowed));
+        d.logical_dp_group = diff(
+            have.logical_dp_group(),
+            sb.logical_dp_group()
+                .values()
+                .filter(|g| self.groups.contains(&g.uuid))
+                .map(|g| {
+                    if g.datapaths
+                        .iter()
+                        .all(|d| self.datapaths.contains(&d.uuid()))
+                    {
+                        Cow::Borrowed(g)
+                    } else {
+                        let mut new = g.clone();
+                        new.datapaths.retain(|d| self.datapaths.contains(&d.uuid()));
+                        Cow::Owned(new)
+                    }
+                }),
+        );
+        d.port_binding = diff(
+            have.port_binding(),
+            sb.port_binding()
+                .values()
+                .filter(|pb| {
+                    self.datapaths.contains(&pb.datapath.uuid())
+                        || self.peers.contains(&pb.logical_port)
+                        || self.ports.contains(&pb.logical_port)
+                })
+                .map(Cow::Borrowed),
+        );
+        d
+    }
+}
+
+/// The changes that turn `have` into `want` (rows in UUID order).
+fn diff<'a, T: Table>(
+    have: &BTreeMap<Uuid, T>,
+    want: impl Iterator<Item = Cow<'a, T>>,
+) -> Vec<RowDelta<T>> {
+    let mut out = Vec::new();
+    let mut old = have.iter().peekable();
+    for w in want {
+        let u = w.uuid();
+        while let Some((_, r)) = old.next_if(|(k, _)| **k < u) {
+            out.push(RowDelta::Delete(r.clone()));
+        }
+        match old.next_if(|(k, _)| **k == u) {
+            Some((_, r)) if *r == *w => {}
+            Some((_, r)) => out.push(RowDelta::Update {
+                old: r.clone(),
+                new: w.into_owned(),
+            }),
+            None => out.push(RowDelta::Insert(w.into_owned())),
+        }
+    }
+    out.extend(old.map(|(_, r)| RowDelta::Delete(r.clone())));
+    out
 }
 
 /// Finds a datapath as ovn-trace does: by UUID, by
@@ -398,10 +482,11 @@ mod tests {
         assert_eq!(p.neighbours, [u(2)].into());
         assert_eq!(p.groups, [u(20)].into());
         assert!(p.peers.contains("lr0-sw0"));
-        // The snapshot to translate: sw0 whole, lr0 as its row and the port to sw0.
+        // The snapshot to translate: sw0 whole, lr0 as the port to sw0 (every datapath's row
+        // is kept; those neither fetched nor neighbours have no port).
         let scoped = p.scoped(&sb, None);
         let dps: BTreeSet<Uuid> = scoped.datapath_binding().keys().copied().collect();
-        assert_eq!(dps, [u(1), u(2)].into());
+        assert_eq!(dps, [u(1), u(2), u(3), u(4)].into());
         let ports: BTreeSet<&str> = scoped
             .port_binding()
             .values()
@@ -421,6 +506,75 @@ mod tests {
         let g = &scoped.logical_dp_group()[&u(20)];
         let members: BTreeSet<Uuid> = g.datapaths.iter().map(|d| d.uuid()).collect();
         assert_eq!(members, [u(1)].into());
+    }
+
+    /// A Logical_Flow row on datapath `dp` (`None`: on group 20).
+    fn lf(n: u8, dp: Option<u8>) -> (String, Value) {
+        let on = match dp {
+            Some(d) => json!({"logical_datapath": ["uuid", u(d).to_string()]}),
+            None => json!({"logical_dp_group": ["uuid", u(20).to_string()]}),
+        };
+        let mut row = json!({"match": format!("reg0 == {n}"), "actions": "next;", "table_id": 0,
+            "priority": 1, "pipeline": "ingress"});
+        row.as_object_mut()
+            .unwrap()
+            .extend(on.as_object().unwrap().clone());
+        (u(n).to_string(), json!({"insert": row}))
+    }
+
+    #[test]
+    fn scoped_delta_carries_each_round_and_equals_a_fresh_scoping() {
+        let sb = sb();
+        let mut flows = SbSnapshot::new();
+        let obj = |v: Vec<(String, Value)>| Value::Object(v.into_iter().collect());
+        flows
+            .apply_updates2(&json!({"Logical_Flow": obj(vec![
+                lf(40, Some(1)), lf(41, Some(2)), lf(42, Some(3)), lf(43, None)])}))
+            .unwrap();
+        let mut p = Plan::default();
+        p.names.insert("sw0".into());
+        while p.widen(&sb) {}
+        let mut have = SbSnapshot::new();
+        let mut deltas = Vec::new();
+        for next in [Some(u(2)), Some(u(3)), None] {
+            let d = p.scoped_delta(&have, &sb, Some(&flows));
+            have.apply_owned(d.clone());
+            deltas.push(d);
+            assert_eq!(have, p.scoped(&sb, Some(&flows)), "round {}", deltas.len());
+            if let Some(n) = next {
+                assert!(p.expand(n));
+                while p.widen(&sb) {}
+            }
+        }
+        // Nothing changed since: nothing to carry.
+        assert!(p.scoped_delta(&have, &sb, Some(&flows)).is_empty());
+        // Entering lr0 carries its ports towards sw1 (lr0-sw1 and its peer) as inserts, and
+        // nothing else: every other row was there already.
+        let inserted = |d: &SbDelta| -> BTreeSet<Uuid> {
+            d.port_binding
+                .iter()
+                .filter(|r| matches!(r, RowDelta::Insert(_)))
+                .map(|r| r.uuid())
+                .collect()
+        };
+        assert_eq!(inserted(&deltas[1]), [u(14), u(15)].into());
+        assert_eq!(deltas[1].len(), 2, "{:?}", deltas[1]);
+        // Entering sw1 carries vm3, and the group as an update that gains sw1.
+        assert_eq!(inserted(&deltas[2]), [u(16)].into());
+        match &deltas[2].logical_dp_group[..] {
+            [RowDelta::Update { old, new }] => {
+                assert_eq!(old.datapaths.len(), 1);
+                assert_eq!(new.datapaths.len(), 2);
+            }
+            other => panic!("expected the group's update, got {other:?}"),
+        }
+        // A row removed from SB since leaves the scoped snapshot as a delete.
+        let mut gone = flows.clone();
+        gone.apply_updates2(&json!({"Logical_Flow": {u(40).to_string(): {"delete": null}}}))
+            .unwrap();
+        let d = p.scoped_delta(&have, &sb, Some(&gone));
+        assert_eq!(d.len(), 1);
+        assert!(matches!(&d.logical_flow[..], [RowDelta::Delete(r)] if r.uuid == u(40)));
     }
 
     #[test]
