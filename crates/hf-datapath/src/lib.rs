@@ -31,6 +31,6 @@ pub mod program;
 pub mod proto;
 
 pub use crate::core::{
-    Datapath, DatapathConfig, DeltaRefusal, Level, MAX_PENDING, Transmit, TransmitRef,
+    Datapath, DatapathConfig, DeltaRefusal, Level, MAX_PENDING, PortHandle, Transmit, TransmitRef,
 };
 pub use crate::migrate::{MigrationConfig, MigrationStats, PeerId, StateDial, StateMsg};

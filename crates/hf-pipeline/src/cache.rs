@@ -289,6 +289,7 @@ impl Cache {
                 act,
                 resume,
                 hint: _,
+                lookup_only,
             } if resume != NO_RESUME => {
                 let hint = u32::try_from(hints.len()).unwrap_or(NO_HINT);
                 hints.push(Hint {
@@ -300,6 +301,7 @@ impl Cache {
                     act,
                     resume,
                     hint,
+                    lookup_only,
                 }
             }
             op => op,

@@ -60,6 +60,9 @@ pub(crate) enum Op {
         act: u32,
         resume: u32,
         hint: u32,
+        /// `act` is a plain `ct_next` (a lookup with no action data): resolved when recorded,
+        /// so a replay runs it without reading the program's action arena.
+        lookup_only: bool,
     },
     /// Set a port slot (flood members).
     SetPort { slot: u8, key: u32 },
@@ -703,6 +706,7 @@ impl Runner<'_> {
                 act: i,
                 resume,
                 hint: crate::cache::NO_HINT,
+                lookup_only: matches!(act, CAct::CtNext),
             },
             rdepth,
         );
@@ -1019,8 +1023,15 @@ impl Runner<'_> {
                 act,
                 resume,
                 hint,
+                lookup_only,
             } => {
-                let r = self.exec_ct(zone, act);
+                // The specialised lookup on the cached path only: the full walk (the reference
+                // the differential tests hold the cached path to) and traces keep the generic one.
+                let r = if lookup_only && self.mode == Mode::Cached && self.what_if.is_none() {
+                    self.exec_ct_next(zone)
+                } else {
+                    self.exec_ct(zone, act)
+                };
                 if self.trace.is_some()
                     && let Some(r) = r
                 {
