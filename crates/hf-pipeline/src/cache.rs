@@ -25,11 +25,11 @@
 //! wrongly. In the established-traffic case (one connection state, many connections) the
 //! continuation is found through the hint every time: one hashed lookup per packet per chassis.
 
-use crate::classifier::{IdMap, mix};
 use crate::arena::Arena;
+use crate::classifier::{IdMap, mix};
 use crate::interp::{NO_RESUME, Op};
-use crate::program::CAct;
 use crate::packet::NF;
+use crate::program::CAct;
 
 /// Odd per-slot multipliers for [`MaskTable::hash`] (splitmix64 of the slot number, forced odd).
 const SLOT_KEYS: [u64; NF] = {
