@@ -167,6 +167,11 @@ pub(crate) struct PortState {
     pub mac: Option<[u8; 6]>,
 }
 
+/// A local port as [`Datapath::port_handle`] found it: its local id, so a frame's port is not
+/// looked up by name per frame ([`Datapath::handle_port_frame_at`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PortHandle(u32);
+
 /// The per-chassis datapath core. See the module docs.
 #[derive(Debug)]
 pub struct Datapath {
@@ -739,6 +744,35 @@ impl Datapath {
         if self.hold_from_port(port, id, frame) {
             return;
         }
+        self.run(Ingress::Local(id), frame, now, false);
+    }
+
+    /// The handle of local port `name`, for [`Datapath::handle_port_frame_at`]: the port's
+    /// name looked up once rather than per frame. `None` for a port that is not here.
+    pub fn port_handle(&self, name: &str) -> Option<PortHandle> {
+        self.ports.get(name).map(|p| PortHandle(p.id))
+    }
+
+    /// [`Datapath::handle_port_frame`] for the port `port` names, without a lookup by name.
+    /// Port ids are never reused: a handle of a removed port (even one added again under the
+    /// same name) names no port, and its frames are dropped and logged as on an unknown port.
+    pub fn handle_port_frame_at(&mut self, port: PortHandle, frame: &[u8], now: Duration) {
+        let id = port.0;
+        if self.ports_arriving() {
+            // Held frames are keyed by name: the slow path, while a migration arrives.
+            if let Some(name) = self.port_names.get(&id).cloned() {
+                return self.handle_port_frame(&name, frame, now);
+            }
+        }
+        self.counters.rx_port += 1;
+        if !self.port_names.contains_key(&id) {
+            self.counters.dropped += 1;
+            self.log_once(Level::Warn, format_args!("noport-id:{id}"), || {
+                format!("frame on removed port (local id {id}): dropped")
+            });
+            return;
+        }
+        self.clock = self.clock.max(now);
         self.run(Ingress::Local(id), frame, now, false);
     }
 

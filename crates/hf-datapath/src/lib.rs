@@ -33,6 +33,6 @@ pub mod proto;
 pub mod stopwatch;
 
 pub use crate::core::{
-    Datapath, DatapathConfig, DeltaRefusal, Level, MAX_PENDING, Transmit, TransmitRef,
+    Datapath, DatapathConfig, DeltaRefusal, Level, MAX_PENDING, PortHandle, Transmit, TransmitRef,
 };
 pub use crate::migrate::{MigrationConfig, MigrationStats, PeerId, StateDial, StateMsg};

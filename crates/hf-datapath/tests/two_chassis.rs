@@ -89,6 +89,24 @@ impl Net {
         now: Duration,
     ) -> Vec<(usize, String, Vec<u8>)> {
         self.dps[hv - 1].handle_port_frame(port, frame, now);
+        self.carry(now)
+    }
+
+    /// [`Net::send`] through a port handle.
+    fn send_at(
+        &mut self,
+        hv: usize,
+        port: hf_datapath::PortHandle,
+        frame: &[u8],
+        now: Duration,
+    ) -> Vec<(usize, String, Vec<u8>)> {
+        self.dps[hv - 1].handle_port_frame_at(port, frame, now);
+        self.carry(now)
+    }
+
+    /// Carries tunnel packets between the chassis until quiet; returns what came out of local
+    /// ports.
+    fn carry(&mut self, now: Duration) -> Vec<(usize, String, Vec<u8>)> {
         let mut out = Vec::new();
         loop {
             let mut moved = false;
@@ -732,4 +750,40 @@ fn changed_flow_on_unchanged_ports_takes_effect() {
         "{ans:?}"
     );
     assert!(forwards(&mut dp, ms(7)), "program 3 forwards again");
+}
+
+/// A port handle carries frames as the port's name does, and names only the port it was made
+/// for: after the port is removed (even added again under its name) its frames are dropped and
+/// logged, and the new port's handle is another.
+#[test]
+fn a_port_handle_names_one_port() {
+    let mut n = Net::new();
+    assert_eq!(n.dps[0].port_handle("vm9"), None);
+    let h = n.dps[0].port_handle("vm1").expect("vm1 is here");
+    let syn = tcp(true, SYN, 1000, 0, 0);
+    let got = n.send_at(1, h, &syn, ms(1));
+    assert_eq!(got.len(), 1, "SYN delivered through the handle: {got:?}");
+    assert_eq!(got[0].1, "vm2");
+    // The same bytes as by name.
+    let mut m = Net::new();
+    assert_eq!(m.send(1, "vm1", &syn, ms(1)), got);
+    let c = n.dps[0].counters();
+    assert_eq!((c.rx_port, c.dropped), (1, 0));
+    while n.dps[0].poll_log().is_some() {}
+    n.dps[0].remove_port("vm1");
+    n.dps[0].add_port("vm1", Some(VM1_MAC));
+    let h2 = n.dps[0].port_handle("vm1").expect("vm1 is back");
+    assert_ne!(h, h2, "a new port gets a new handle");
+    let got = n.send_at(1, h, &tcp(true, ACK, 1001, 5001, 0), ms(2));
+    assert!(got.is_empty(), "a stale handle delivers nothing: {got:?}");
+    let c = n.dps[0].counters();
+    assert_eq!((c.rx_port, c.dropped), (2, 1));
+    let mut logs = Vec::new();
+    while let Some((_, l)) = n.dps[0].poll_log() {
+        logs.push(l);
+    }
+    assert!(
+        logs.iter().any(|l| l.contains("removed port")),
+        "the drop is logged: {logs:?}"
+    );
 }

@@ -8,7 +8,9 @@
 //! Ops live in one append-only arena and entries point at a range of it, so a replay reads ops by
 //! index without holding a borrow (or a reference count) while nested recirculations install new
 //! entries. Clearing is deferred to [`Cache::maintain`], called between packets, so an index never
-//! dangles during a replay.
+//! dangles during a replay. A plain field write enters the arena as its own copy
+//! (`Op::SetConst`, in a flat table beside the arena), so most of a replay reads no program
+//! action.
 //!
 //! # One lookup per packet, not per recirculation
 //!
@@ -23,9 +25,11 @@
 //! wrongly. In the established-traffic case (one connection state, many connections) the
 //! continuation is found through the hint every time: one hashed lookup per packet per chassis.
 
+use crate::arena::Arena;
 use crate::classifier::{IdMap, mix};
 use crate::interp::{NO_RESUME, Op};
 use crate::packet::NF;
+use crate::program::CAct;
 
 /// Odd per-slot multipliers for [`MaskTable::hash`] (splitmix64 of the slot number, forced odd).
 const SLOT_KEYS: [u64; NF] = {
@@ -55,6 +59,14 @@ struct Entry {
     start: u32,
     len: u32,
     generation: u64,
+}
+
+/// A plain field write as [`Op::SetConst`] replays it.
+#[derive(Debug, Clone, Copy)]
+struct SetConst {
+    value: u128,
+    mask: u128,
+    field: u8,
 }
 
 /// "No entry" in [`Entry::next`] and in a hint.
@@ -184,6 +196,9 @@ pub(crate) struct Cache {
     arena: Vec<Op>,
     /// One slot per recirculating op in `arena` (see the module documentation).
     hints: Vec<Hint>,
+    /// The (field, value, mask) of each [`Op::SetConst`] in `arena`: a replay's plain field
+    /// writes read them here, one flat table, instead of from the program's segmented arena.
+    consts: Vec<SetConst>,
     clear_pending: bool,
     stats: CacheStats,
 }
@@ -274,6 +289,7 @@ impl Cache {
         start: &[u128; NF],
         ops: &[Op],
         generation: u64,
+        acts: &Arena<CAct>,
     ) {
         if self.entries >= MAX_ENTRIES || self.arena.len() >= MAX_OPS {
             self.clear_pending = true;
@@ -281,14 +297,23 @@ impl Cache {
         let (Ok(at), Ok(len)) = (u32::try_from(self.arena.len()), u32::try_from(ops.len())) else {
             return;
         };
-        // Each recirculating op gets its hint slot as it enters the arena.
-        let hints = &mut self.hints;
+        // Each recirculating op gets its hint slot as it enters the arena, and each plain
+        // field write its copy of the write.
+        let (hints, consts) = (&mut self.hints, &mut self.consts);
         self.arena.extend(ops.iter().map(|&op| match op {
+            Op::Act(i) => match (acts.get(i as usize), u32::try_from(consts.len())) {
+                (Some(&CAct::Set { field, value, mask }), Ok(j)) => {
+                    consts.push(SetConst { value, mask, field });
+                    Op::SetConst(j)
+                }
+                _ => op,
+            },
             Op::Ct {
                 zone,
                 act,
                 resume,
                 hint: _,
+                lookup_only,
             } if resume != NO_RESUME => {
                 let hint = u32::try_from(hints.len()).unwrap_or(NO_HINT);
                 hints.push(Hint {
@@ -300,6 +325,7 @@ impl Cache {
                     act,
                     resume,
                     hint,
+                    lookup_only,
                 }
             }
             op => op,
@@ -353,6 +379,13 @@ impl Cache {
         }
     }
 
+    /// The (field, value, mask) of [`Op::SetConst`] `j`.
+    #[inline]
+    pub(crate) fn set_const(&self, j: u32) -> Option<(usize, u128, u128)> {
+        let c = self.consts.get(j as usize)?;
+        Some((usize::from(c.field), c.value, c.mask))
+    }
+
     /// The op at `i` of the arena.
     #[inline]
     pub(crate) fn op(&self, i: u32) -> Option<Op> {
@@ -364,6 +397,7 @@ impl Cache {
         self.by_resume.clear();
         self.arena.clear();
         self.hints.clear();
+        self.consts.clear();
         self.entries = 0;
         self.clear_pending = false;
     }

@@ -60,6 +60,9 @@ pub(crate) enum Op {
         act: u32,
         resume: u32,
         hint: u32,
+        /// `act` is a plain `ct_next` (a lookup with no action data): resolved when recorded,
+        /// so a replay runs it without reading the program's action arena.
+        lookup_only: bool,
     },
     /// Set a port slot (flood members).
     SetPort { slot: u8, key: u32 },
@@ -76,6 +79,9 @@ pub(crate) enum Op {
     Generate(NestedKind),
     /// Send the current frame.
     Emit(Destination),
+    /// A plain field write (`CAct::Set`) whose field, value and mask the cache copied into its
+    /// own table when it stored the op (index into it): only cached ops are of this kind.
+    SetConst(u32),
 }
 
 pub(crate) fn resume_id(dp: u32, pipe: u8, table: u8) -> u32 {
@@ -309,7 +315,16 @@ impl Runner<'_> {
                 // Header and register writes are most of a replay: done here, as `exec_op` does
                 // them, without a call into its large frame.
                 match op {
-                    // A plain field write (most of a replay) skips even `exec_act`'s frame.
+                    // A plain field write (most of a replay), from the cache's own table: no
+                    // read of the program's arena, no call into `exec_act`'s frame.
+                    Op::SetConst(j) => {
+                        if let Some((field, value, mask)) = self.cache.set_const(j) {
+                            if crate::packet::in_frame(field) {
+                                self.own_frame();
+                            }
+                            self.scr.ctx.write_masked(field, value, mask)
+                        }
+                    }
                     Op::Act(i) => match self.prog.acts.get(i as usize) {
                         Some(CAct::Set { field, value, mask }) => {
                             if crate::packet::in_frame(usize::from(*field)) {
@@ -336,7 +351,7 @@ impl Runner<'_> {
         self.walk_tables(&mut w, dp, pipe, table, 0, rdepth);
         if self.mode == Mode::Cached && w.cacheable && *self.generation == gen_at_start {
             self.cache
-                .insert(resume, &w.wc, &start, &w.ops, gen_at_start);
+                .insert(resume, &w.wc, &start, &w.ops, gen_at_start, &self.prog.acts);
         }
     }
 
@@ -703,6 +718,7 @@ impl Runner<'_> {
                 act: i,
                 resume,
                 hint: crate::cache::NO_HINT,
+                lookup_only: matches!(act, CAct::CtNext),
             },
             rdepth,
         );
@@ -1019,8 +1035,15 @@ impl Runner<'_> {
                 act,
                 resume,
                 hint,
+                lookup_only,
             } => {
-                let r = self.exec_ct(zone, act);
+                // The specialised lookup on the cached path only: the full walk (the reference
+                // the differential tests hold the cached path to) and traces keep the generic one.
+                let r = if lookup_only && self.mode == Mode::Cached && self.what_if.is_none() {
+                    self.exec_ct_next(zone)
+                } else {
+                    self.exec_ct(zone, act)
+                };
                 if self.trace.is_some()
                     && let Some(r) = r
                 {
@@ -1093,6 +1116,14 @@ impl Runner<'_> {
             Op::Generate(kind) => {
                 self.own_frame();
                 return self.generate(kind);
+            }
+            Op::SetConst(j) => {
+                if let Some((field, value, mask)) = self.cache.set_const(j) {
+                    if crate::packet::in_frame(field) {
+                        self.own_frame();
+                    }
+                    self.scr.ctx.write_masked(field, value, mask)
+                }
             }
             Op::Emit(dest) => {
                 let frame = if self.scr.ctx.owned {

@@ -35,9 +35,28 @@ pub struct NatRewrite {
 }
 
 impl NatRewrite {
-    /// True when the rewrite changes nothing.
+    /// True when the rewrite changes nothing. Field by field (every field is an `Option`), not a
+    /// comparison with a built default: this runs on every conntrack result.
+    #[inline]
     pub fn is_empty(&self) -> bool {
-        *self == NatRewrite::default()
+        let NatRewrite {
+            src,
+            dst,
+            sport,
+            dport,
+            inner_src,
+            inner_dst,
+            inner_sport,
+            inner_dport,
+        } = self;
+        src.is_none()
+            && dst.is_none()
+            && sport.is_none()
+            && dport.is_none()
+            && inner_src.is_none()
+            && inner_dst.is_none()
+            && inner_sport.is_none()
+            && inner_dport.is_none()
     }
 
     fn touches_inner(&self) -> bool {

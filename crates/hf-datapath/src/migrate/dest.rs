@@ -397,6 +397,11 @@ impl Datapath {
         });
     }
 
+    /// Whether any port is arriving (its frames from the port may be held, by name).
+    pub(crate) fn ports_arriving(&self) -> bool {
+        !self.mig.incoming.is_empty()
+    }
+
     /// A frame from local port `name` (id `id`) while its migration waits: held (true) or to
     /// be processed now (false). Before activation, everything but the announcement that
     /// activates the port is held (the VM may send before its hypervisor's RARP: OVN drops

@@ -163,6 +163,29 @@ impl Runner<'_> {
         if self.trace.is_some() { Some(r) } else { None }
     }
 
+    /// [`Runner::exec_ct`] for a plain `ct_next` ([`Op::Ct`]'s `lookup_only`), outside "what
+    /// if" mode: the same lookup and the same writes to the context, without reading the
+    /// action from the program's arena (a chain of dependent loads on every replay).
+    pub(super) fn exec_ct_next(&mut self, zone: u16) -> Option<CtResult> {
+        let ctx = &mut self.scr.ctx;
+        let cta = CtAction::lookup();
+        let r = match &mut self.ct {
+            CtHandle::Live(ct) => ct.process(zone, &ctx.parsed, self.now, &cta),
+            CtHandle::WhatIf(ct) => ct.peek(zone, &ctx.parsed, self.now, &cta),
+        };
+        if !r.rewrite.is_empty() && !ctx.owned {
+            ctx.frame.clear();
+            ctx.frame.extend_from_slice(self.input);
+            ctx.owned = true;
+        }
+        ctx.f[slot::CT_STATE] = u128::from(r.state.0);
+        ctx.f[slot::CT_MARK] = u128::from(r.mark);
+        ctx.f[slot::CT_LABEL] = r.label;
+        ctx.ct_orig = r.orig;
+        ctx.rewrite(&r.rewrite);
+        if self.trace.is_some() { Some(r) } else { None }
+    }
+
     /// Replaces the packet by the one `kind` generates. False (and no change) when the builder
     /// refuses the packet.
     pub(super) fn generate(&mut self, kind: NestedKind) -> bool {
