@@ -539,6 +539,8 @@ struct Split {
     /// (the frame decoded into its kept `ProgramMsg`), `to_spec` (the spec cache's parsed
     /// flows) and `compile` (the compiled program).
     heap: [Heap; 5],
+    /// A cold start's heap by holder (a note).
+    breakdown: Option<String>,
 }
 
 impl Split {
@@ -716,6 +718,32 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
     });
     split.heap[0] = heap_tr;
     split.heap[1] = heap_msg;
+    if prev.is_none() {
+        // Where the translation's heap is (a clone's growth; shared `Arc`s count once).
+        let size = |f: &dyn Fn() -> Box<dyn std::any::Any>| {
+            let base = alloc::live_bytes();
+            let c = f();
+            let n = alloc::live_bytes().saturating_sub(base);
+            drop(c);
+            n as f64 / 1e6
+        };
+        let flows = size(&|| {
+            Box::new(
+                tr.spec
+                    .datapaths
+                    .iter()
+                    .map(|d| d.flows.clone())
+                    .collect::<Vec<_>>(),
+            )
+        });
+        let whole = size(&|| Box::new(tr.clone()));
+        let cache = size(&|| Box::new(tr_cache.clone()));
+        let msg = size(&|| Box::new(build.msg.clone()));
+        split.breakdown = Some(format!(
+            "translation {whole:.1} MB (its flows {flows:.1} MB), translate cache {cache:.1} MB, \
+             message {msg:.1} MB (clones; shared texts count once)"
+        ));
+    }
     // The translation goes back to the cache (its datapaths' flows are reused whole next
     // time); counted in `to_msg`.
     let (local, zones) = (tr.local_ports.clone(), tr.zones.clone());
@@ -1011,6 +1039,9 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
         }
         colds.push(split);
         installed = Some(inst);
+    }
+    if let Some(b) = colds.iter().find_map(|c| c.breakdown.clone()) {
+        report.note(&format!("cold start heap: {b}"));
     }
     colds.sort_by(|a, b| a.total().total_cmp(&b.total()));
     let mut cold = colds[colds.len() / 2].clone();

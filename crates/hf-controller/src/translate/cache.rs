@@ -517,6 +517,58 @@ mod tests {
         assert!(first_difference_in(1, 80, 1, FlowForm::Text).is_some());
     }
 
+    /// A datapath group's flow is one row: every datapath's copy of it holds the row's one
+    /// identity, stage, UUID and hint allocation (and the parsed form one match tree), in both
+    /// forms, fresh and cached. (The equality of the shared and the naive representation is
+    /// the tests above: the translations compare equal by value.)
+    #[test]
+    fn a_groups_flow_copies_share_one_identity() {
+        for form in [FlowForm::Parsed, FlowForm::Text] {
+            let mut r = Rng(7);
+            let mut s = start(&mut r);
+            let mut next = 2000;
+            let mut cache = TranslateCache::new();
+            cache.set_flow_form(form);
+            let opts = TranslateOptions {
+                chassis: Some("hv1".into()),
+            };
+            let mut checked = 0;
+            for _ in 0..10 {
+                let t = translate_cached(&s, &opts, &Extra::default(), &mut cache);
+                let mut by_uuid: BTreeMap<&str, Vec<&hf_pipeline::FlowSpec>> = BTreeMap::new();
+                for d in &t.spec.datapaths {
+                    for f in &d.flows {
+                        let key = f.sb_uuid.as_deref().unwrap_or_default();
+                        by_uuid.entry(key).or_default().push(f);
+                    }
+                }
+                for copies in by_uuid.values().filter(|c| c.len() > 1) {
+                    let a = copies[0];
+                    for b in &copies[1..] {
+                        let same = |x: Option<&std::sync::Arc<str>>, y: Option<&std::sync::Arc<str>>| {
+                            match (x, y) {
+                                (Some(x), Some(y)) => std::sync::Arc::ptr_eq(x, y),
+                                (None, None) => true,
+                                _ => false,
+                            }
+                        };
+                        assert!(std::sync::Arc::ptr_eq(&a.id.0, &b.id.0), "{form:?}");
+                        assert!(std::sync::Arc::ptr_eq(&a.stage, &b.stage), "{form:?}");
+                        assert!(same(a.sb_uuid.as_ref(), b.sb_uuid.as_ref()), "{form:?}");
+                        assert!(same(a.stage_hint.as_ref(), b.stage_hint.as_ref()), "{form:?}");
+                        assert!(std::sync::Arc::ptr_eq(&a.matches, &b.matches), "{form:?}");
+                        checked += 1;
+                    }
+                }
+                cache.recycle(t);
+                for _ in 0..2 {
+                    mutate(&mut r, &mut s, &mut next);
+                }
+            }
+            assert!(checked > 100, "{form:?}: {checked} group copies checked");
+        }
+    }
+
     #[test]
     fn a_broken_reuse_rule_is_caught() {
         // Reusing a row whose actions changed must show up as a difference, with and
