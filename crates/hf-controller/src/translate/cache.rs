@@ -3,10 +3,13 @@
 //! # What it does
 //!
 //! - `Logical_Flow`: every row's parse result ([`super::flows::flow_spec_with`]: a
-//!   [`FlowSpec`] or the reason the row is left out), keyed by UUID and kept with a copy of
-//!   the row it came from. A row equal to its copy (every column: match, actions, pipeline,
-//!   table, priority, external ids, datapath, datapath group, ...) and translated with the
-//!   same chassis template variables reuses the result; any other row is parsed again.
+//!   [`FlowSpec`] or the reason the row is left out), keyed by UUID and kept with what the
+//!   translation reads of the row it came from ([`RowKey`]: match, actions, pipeline, table,
+//!   priority, datapath, datapath group and the `stage-name`, `stage-hint` and `hf-flow-id`
+//!   external ids; not the other external ids, `controller_meter` nor `tags`, which no flow
+//!   depends on, and whose copy cost more than the rest of the cache). A row equal to it in
+//!   those and translated with the same chassis template variables reuses the result; any
+//!   other row is parsed again.
 //!   Rows not seen in a translation are forgotten at the next one. In
 //!   [`super::flows::FlowForm::Text`] (nothing parsed) only the row is kept, not its result:
 //!   building the flow again costs less than keeping it. The row's match and actions are the
@@ -104,10 +107,60 @@ impl TranslateCache {
     }
 }
 
+/// What the translation reads of a `Logical_Flow` row (see the module): a cached result holds
+/// for a row that [`RowKey::is`] this.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RowKey {
+    /// The replica's shared allocations.
+    match_: std::sync::Arc<str>,
+    actions: std::sync::Arc<str>,
+    pipeline: sb::LogicalFlowPipeline,
+    table_id: i64,
+    priority: i64,
+    logical_datapath: Option<Uuid>,
+    logical_dp_group: Option<Uuid>,
+    /// `external_ids:stage-name`, `stage-hint`, `hf-flow-id`.
+    ids: [Option<Box<str>>; 3],
+}
+
+/// The external ids a flow's translation reads ([`super::flows::flow_identity`]).
+const READ_IDS: [&str; 3] = ["stage-name", "stage-hint", "hf-flow-id"];
+
+impl RowKey {
+    pub(crate) fn of(lf: &sb::LogicalFlow) -> RowKey {
+        RowKey {
+            match_: std::sync::Arc::clone(&lf.match_),
+            actions: std::sync::Arc::clone(&lf.actions),
+            pipeline: lf.pipeline.clone(),
+            table_id: lf.table_id,
+            priority: lf.priority,
+            logical_datapath: lf.logical_datapath.map(|r| r.uuid()),
+            logical_dp_group: lf.logical_dp_group.map(|r| r.uuid()),
+            ids: READ_IDS.map(|k| lf.external_ids.get(k).map(|v| v.as_str().into())),
+        }
+    }
+
+    /// `lf` reads the same (no allocation).
+    pub(crate) fn is(&self, lf: &sb::LogicalFlow) -> bool {
+        *self.match_ == *lf.match_
+            && *self.actions == *lf.actions
+            && self.pipeline == lf.pipeline
+            && self.table_id == lf.table_id
+            && self.priority == lf.priority
+            && self.logical_datapath == lf.logical_datapath.map(|r| r.uuid())
+            && self.logical_dp_group == lf.logical_dp_group.map(|r| r.uuid())
+            && self
+                .ids
+                .iter()
+                .zip(READ_IDS)
+                .all(|(v, k)| v.as_deref() == lf.external_ids.get(k).map(String::as_str))
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Entry {
-    /// The row (its texts are the replica's shared allocations).
-    row: sb::LogicalFlow,
+    /// What the translation read of the row.
+    row: RowKey,
     /// Its result; `None` for a flow translated in [`super::flows::FlowForm::Text`], which
     /// is cheaper to build again than to keep (no parse), so that only the row is kept to
     /// tell which datapaths are unchanged.
@@ -219,16 +272,17 @@ impl FlowCache {
         err
     }
 
-    /// Whether a cached row's result holds for `lf`: every column equal.
-    fn same(&self, cached: &sb::LogicalFlow, lf: &sb::LogicalFlow) -> bool {
+    /// Whether a cached row's result holds for `lf`: every column the translation reads equal.
+    fn same(&self, cached: &RowKey, lf: &sb::LogicalFlow) -> bool {
         #[cfg(test)]
         if self.broken == 1 {
-            return sb::LogicalFlow {
+            return RowKey {
                 actions: lf.actions.clone(),
                 ..cached.clone()
-            } == *lf;
+            }
+            .is(lf);
         }
-        cached == lf
+        cached.is(lf)
     }
 
     /// The parse result of `lf` when the row is unchanged since it was parsed (kept for the
@@ -243,7 +297,7 @@ impl FlowCache {
         self.hits += 1;
         #[cfg(test)]
         let e = Entry {
-            row: lf.clone(),
+            row: RowKey::of(lf),
             ..e
         };
         self.new.insert(lf.uuid, e);
@@ -260,7 +314,7 @@ impl FlowCache {
         self.new.insert(
             lf.uuid,
             Entry {
-                row: lf.clone(),
+                row: RowKey::of(lf),
                 parsed,
             },
         );
