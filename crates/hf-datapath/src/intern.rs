@@ -150,9 +150,7 @@ pub fn opt_arc<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Arc<str>>, D::E
 }
 
 /// An optional pair of strings (a flow's last good text), decoded through [`intern`].
-pub fn opt_pair<'de, D: Deserializer<'de>>(
-    d: D,
-) -> Result<Option<(Arc<str>, Arc<str>)>, D::Error> {
+pub fn opt_pair<'de, D: Deserializer<'de>>(d: D) -> Result<Option<(Arc<str>, Arc<str>)>, D::Error> {
     Ok(Option::<(Interned, Interned)>::deserialize(d)?.map(|(m, a)| (m.0, a.0)))
 }
 
@@ -264,7 +262,10 @@ mod intern_tests {
                 }
             }
         }
-        assert!(shared_seen > 1000, "the programs repeat texts ({shared_seen})");
+        assert!(
+            shared_seen > 1000,
+            "the programs repeat texts ({shared_seen})"
+        );
     }
 
     #[test]

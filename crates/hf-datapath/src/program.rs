@@ -218,7 +218,11 @@ impl Parses {
         };
         let mut fs = p.clone();
         // The same pipeline, table and priority are not implied by the text: set them too.
-        fs.pipeline = if f.egress { Pipe::Egress } else { Pipe::Ingress };
+        fs.pipeline = if f.egress {
+            Pipe::Egress
+        } else {
+            Pipe::Ingress
+        };
         fs.table = f.table;
         fs.priority = f.priority;
         set_identity(&mut fs, f);

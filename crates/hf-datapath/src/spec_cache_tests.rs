@@ -310,9 +310,14 @@ fn a_shared_parse_equals_each_flows_own_parse() {
                 }
                 assert_eq!(*s, want, "seed {seed}: datapath {}", d.name);
                 for o in &seen {
-                    let same_text = o.source.as_ref().zip(s.source.as_ref()).is_some_and(|(a, b)| {
-                        Arc::ptr_eq(&a.matches, &b.matches) && Arc::ptr_eq(&a.actions, &b.actions)
-                    });
+                    let same_text =
+                        o.source
+                            .as_ref()
+                            .zip(s.source.as_ref())
+                            .is_some_and(|(a, b)| {
+                                Arc::ptr_eq(&a.matches, &b.matches)
+                                    && Arc::ptr_eq(&a.actions, &b.actions)
+                            });
                     if same_text {
                         assert!(Arc::ptr_eq(&o.matches, &s.matches), "seed {seed}");
                         assert!(Arc::ptr_eq(&o.actions, &s.actions), "seed {seed}");

@@ -833,8 +833,8 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
     let refs: Vec<&str> = changed.iter().map(String::as_str).collect();
     let (compiled, heap_compile) =
         Heap::of(|| spec_cache.compile(&msg, built, prev.map(|p| &p.program), &refs));
-    let (program, _errors) = compiled
-        .map_err(|e| anyhow::anyhow!("the program for {CHASSIS} does not compile: {e}"))?;
+    let (program, _errors) =
+        compiled.map_err(|e| anyhow::anyhow!("the program for {CHASSIS} does not compile: {e}"))?;
     split.heap[4] = heap_compile;
     split.compile = ms(t.elapsed());
     Ok((

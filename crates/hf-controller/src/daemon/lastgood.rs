@@ -172,9 +172,7 @@ impl LastGood {
             good.retain(|id, _| ids.contains(&**id) && !shared.contains(&**id));
             let mut answers_changed = good.len() != before;
             for f in &d.flows {
-                if failed_ids.contains(&(d.name.as_str(), &*f.id))
-                    || shared.contains(&*f.id)
-                {
+                if failed_ids.contains(&(d.name.as_str(), &*f.id)) || shared.contains(&*f.id) {
                     continue;
                 }
                 // The program's copies are taken (shared, not copied): one copy of each text.
