@@ -348,7 +348,7 @@ fn datapath_msg(
     let mut flows = Vec::with_capacity(d.flows.len());
     for f in &d.flows {
         let Some(src) = &f.source else {
-            skipped.push((d.name.clone(), f.id.0.clone()));
+            skipped.push((d.name.clone(), f.id.0.to_string()));
             continue;
         };
         // Texts are shared, not copied (see [`SharedText`]).

@@ -40,9 +40,9 @@ fn flow(rng: &mut Rng, n: usize) -> FlowMsg {
         priority: rng.below(3) as u16 * 50,
         matches: format!("ip4.dst == 10.0.0.{}", rng.below(5)).into(),
         actions: ["next;", "drop;", "output;"][rng.below(3)].into(),
-        id: format!("f{n}"),
+        id: format!("f{n}").into(),
         stage: "ls_in_acl".into(),
-        sb_uuid: rng.chance(50).then(|| format!("u{n}")),
+        sb_uuid: rng.chance(50).then(|| format!("u{n}").into()),
         stage_hint: None,
         last_good: rng.chance(20).then(|| ("ip4".into(), "next;".into())),
     }

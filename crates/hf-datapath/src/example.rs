@@ -31,8 +31,8 @@ fn f(egress: bool, table: u8, priority: u16, m: &str, a: &str) -> FlowMsg {
         priority,
         matches: m.into(),
         actions: a.into(),
-        id: format!("{}|{table}|{priority}|{m}", if egress { "E" } else { "I" }),
-        stage: format!("{}_{table}", if egress { "ls_out" } else { "ls_in" }),
+        id: format!("{}|{table}|{priority}|{m}", if egress { "E" } else { "I" }).into(),
+        stage: format!("{}_{table}", if egress { "ls_out" } else { "ls_in" }).into(),
         ..FlowMsg::default()
     }
 }

@@ -27,6 +27,7 @@ pub mod delta;
 pub mod dump;
 #[doc(hidden)]
 pub mod example;
+pub mod intern;
 pub mod migrate;
 pub mod program;
 pub mod proto;

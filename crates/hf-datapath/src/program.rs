@@ -45,6 +45,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use hf_conntrack::Owner;
 use hf_expr::actions::Pipeline as Pipe;
@@ -146,20 +147,19 @@ pub fn is_security_stage(stage: &str) -> bool {
 /// its table and priority. The datapath cannot know what a text it could not parse matched,
 /// so it drops everything that reaches that priority of the stage.
 fn fail_closed_spec(f: &FlowMsg) -> FlowSpec {
-    flow_spec(f, ("1", "drop;"), None)
+    flow_spec(f, (&Arc::from("1"), &Arc::from("drop;")), None)
 }
 
-fn flow_spec(f: &FlowMsg, text: (&str, &str), level: Option<&LevelCheck>) -> FlowSpec {
+/// The spec of message flow `f` from `text` (its own or its last good one). Every string is
+/// the message's allocation, shared (not copied).
+fn flow_spec(f: &FlowMsg, text: (&Arc<str>, &Arc<str>), level: Option<&LevelCheck>) -> FlowSpec {
     let pipe = if f.egress {
         Pipe::Egress
     } else {
         Pipe::Ingress
     };
-    let mut fs = FlowSpec::from_text(pipe, f.table, f.priority, text.0, text.1);
-    fs.id = FlowId(f.id.clone());
-    fs.stage = f.stage.clone();
-    fs.sb_uuid = f.sb_uuid.clone();
-    fs.stage_hint = f.stage_hint.clone();
+    let mut fs = FlowSpec::from_shared_text(pipe, f.table, f.priority, text.0, text.1);
+    set_identity(&mut fs, f);
     if let Some(l) = level
         && fs.parse_error.is_none()
     {
@@ -184,11 +184,58 @@ fn flow_spec(f: &FlowMsg, text: (&str, &str), level: Option<&LevelCheck>) -> Flo
                 )
                 .into(),
             );
-            fs.matches = Expr::Bool(false);
-            fs.actions = Vec::new();
+            fs.matches = Arc::new(Expr::Bool(false));
+            fs.actions = Arc::from([]);
         }
     }
     fs
+}
+
+/// Parses made during one spec build, by text allocation: a flow whose match and actions are
+/// the allocations of a flow parsed before (a datapath group's flow in its next datapath: the
+/// decoder shares equal texts, see [`crate::intern`]) takes that parse, sharing its trees,
+/// with its own identity, stage, UUID and hint. Keyed by address, so only texts the message
+/// keeps alive during the build are looked up.
+#[derive(Default)]
+struct Parses(HashMap<(usize, usize), FlowSpec>);
+
+impl Parses {
+    /// [`flow_spec`] of `f` from `text`, through the memo.
+    fn flow_spec(
+        &mut self,
+        f: &FlowMsg,
+        text: (&Arc<str>, &Arc<str>),
+        level: Option<&LevelCheck>,
+    ) -> FlowSpec {
+        let key = (
+            Arc::as_ptr(text.0).cast::<u8>() as usize,
+            Arc::as_ptr(text.1).cast::<u8>() as usize,
+        );
+        let Some(p) = self.0.get(&key) else {
+            let fs = flow_spec(f, text, level);
+            self.0.insert(key, fs.clone());
+            return fs;
+        };
+        let mut fs = p.clone();
+        // The same pipeline, table and priority are not implied by the text: set them too.
+        fs.pipeline = if f.egress {
+            Pipe::Egress
+        } else {
+            Pipe::Ingress
+        };
+        fs.table = f.table;
+        fs.priority = f.priority;
+        set_identity(&mut fs, f);
+        fs
+    }
+}
+
+/// `f`'s identity, stage, UUID and hint on its spec (shared allocations).
+fn set_identity(fs: &mut FlowSpec, f: &FlowMsg) {
+    fs.id = FlowId(f.id.clone());
+    fs.stage = f.stage.clone();
+    fs.sb_uuid = f.sb_uuid.clone();
+    fs.stage_hint = f.stage_hint.clone();
 }
 
 /// What a datapath's flows parsed to, besides the specs themselves.
@@ -258,7 +305,7 @@ struct Reusable {
     /// Where the next flow most likely is (the lists mostly keep their order).
     next: usize,
     /// Identity → indexes, made at the first miss.
-    by_id: Option<HashMap<String, Vec<usize>>>,
+    by_id: Option<HashMap<Arc<str>, Vec<usize>>>,
 }
 
 impl Reusable {
@@ -292,7 +339,7 @@ impl Reusable {
         }
         let flows = &self.flows;
         let by_id = self.by_id.get_or_insert_with(|| {
-            let mut m: HashMap<String, Vec<usize>> = HashMap::new();
+            let mut m: HashMap<Arc<str>, Vec<usize>> = HashMap::new();
             for (i, s) in flows.iter().enumerate() {
                 if let Some(s) = s {
                     m.entry(s.id.0.clone()).or_default().push(i);
@@ -300,7 +347,7 @@ impl Reusable {
             }
             m
         });
-        let i = by_id.get(&f.id).and_then(|v| {
+        let i = by_id.get(&*f.id).and_then(|v| {
             v.iter().copied().find(|&i| {
                 flows
                     .get(i)
@@ -771,6 +818,7 @@ fn build_spec(
     let mut origins = Origins::default();
     let mut errors = Vec::new();
     let mut parsed_flows = 0;
+    let mut parses = Parses::default();
     for d in &msg.datapaths {
         let kind = match d.router_zones {
             None => DatapathKind::Switch,
@@ -836,16 +884,16 @@ fn build_spec(
                         continue;
                     }
                     parsed_flows += 1;
-                    let mut fs = flow_spec(f, (&f.matches, &f.actions), level);
+                    let mut fs = parses.flow_spec(f, (&f.matches, &f.actions), level);
                     let mut used = Used::Primary;
                     if let Some(err) = fs.parse_error.clone()
                         && let Some((m, a)) = &f.last_good
                         && !msg.no_last_good
                     {
-                        let lg = flow_spec(f, (m, a), level);
+                        let lg = parses.flow_spec(f, (m, a), level);
                         if lg.parse_error.is_none() {
                             syntax.push(FlowErrorMsg {
-                                id: f.id.clone(),
+                                id: f.id.to_string(),
                                 datapath: d.name.clone(),
                                 reason: format!("syntax: {err}"),
                                 kept_last_good: true,
@@ -1033,7 +1081,7 @@ pub fn to_spec(
 
 fn error_msg(e: &FlowError, kept: bool) -> FlowErrorMsg {
     FlowErrorMsg {
-        id: e.id.0.clone(),
+        id: e.id.0.to_string(),
         datapath: e.datapath.clone(),
         reason: format!("{}: {}", e.kind, e.message),
         kept_last_good: kept,

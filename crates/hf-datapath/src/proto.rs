@@ -455,21 +455,29 @@ pub struct FlowMsg {
     /// Priority.
     pub priority: u16,
     /// Match text (shared: the controller's last good store and every program holding this
-    /// flow point at one copy; encoded as a string).
+    /// flow point at one copy; encoded as a string; decoded once per frame for all equal
+    /// texts, see [`crate::intern`]).
+    #[serde(deserialize_with = "crate::intern::arc")]
     pub matches: Arc<str>,
     /// Actions text (shared as `matches` is).
+    #[serde(deserialize_with = "crate::intern::arc")]
     pub actions: Arc<str>,
-    /// Stable identity (`hf_pipeline::FlowId`'s string).
-    pub id: String,
-    /// `external_ids:stage-name`.
-    pub stage: String,
-    /// SB `Logical_Flow` UUID.
-    pub sb_uuid: Option<String>,
-    /// `external_ids:stage-hint`.
-    pub stage_hint: Option<String>,
+    /// Stable identity (`hf_pipeline::FlowId`'s string; shared as `matches` is).
+    #[serde(deserialize_with = "crate::intern::arc")]
+    pub id: Arc<str>,
+    /// `external_ids:stage-name` (shared as `matches` is).
+    #[serde(deserialize_with = "crate::intern::arc")]
+    pub stage: Arc<str>,
+    /// SB `Logical_Flow` UUID (shared as `matches` is).
+    #[serde(deserialize_with = "crate::intern::opt_arc")]
+    pub sb_uuid: Option<Arc<str>>,
+    /// `external_ids:stage-hint` (shared as `matches` is).
+    #[serde(deserialize_with = "crate::intern::opt_arc")]
+    pub stage_hint: Option<Arc<str>>,
     /// The last version of this flow (same identity) that compiled, when it differs from this
     /// one: the datapath compiles it instead when this text does not compile (DESIGN "The
     /// control-plane/data-plane contract"), so a bad flow never leaves a hole.
+    #[serde(deserialize_with = "crate::intern::opt_pair")]
     pub last_good: Option<(Arc<str>, Arc<str>)>,
 }
 
@@ -627,7 +635,11 @@ impl<T: DeserializeOwned> Decoder<T> {
         let Some(payload) = rest.get(4..4 + len) else {
             return Ok(None);
         };
-        let msg = postcard::from_bytes(payload).map_err(|e| ProtoError::Decode {
+        // Equal flow texts of one frame decode into one allocation (`crate::intern`).
+        let texts = crate::intern::Scope::new();
+        let msg = postcard::from_bytes(payload);
+        drop(texts);
+        let msg = msg.map_err(|e| ProtoError::Decode {
             len,
             detail: e.to_string(),
         })?;

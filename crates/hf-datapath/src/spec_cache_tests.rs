@@ -27,7 +27,7 @@ fn flow(rng: &mut Rng, n: usize) -> FlowMsg {
         priority: 100 + n as u16,
         matches: m.into(),
         actions: a.into(),
-        id: format!("f{n}"),
+        id: format!("f{n}").into(),
         stage: "ls_in_acl".into(),
         last_good: rng.chance(30).then(|| ("ip4".into(), "next;".into())),
         ..FlowMsg::default()
@@ -249,4 +249,84 @@ fn a_deltas_cached_build_equals_a_build_from_scratch() {
     }
     // Most datapaths were taken from the cache unseen (the case the comparison is about).
     assert!(trusted > 5_000, "{trusted}");
+}
+
+/// `msg` with every equal flow text made one allocation, as a decoded frame has them
+/// ([`crate::intern`]).
+fn shared_texts(msg: &ProgramMsg) -> ProgramMsg {
+    let frame = crate::proto::encode(&crate::proto::ToDatapath::Program(Box::new(msg.clone())))
+        .unwrap_or_default();
+    let mut dec = crate::proto::Decoder::<crate::proto::ToDatapath>::new();
+    dec.push(&frame);
+    match dec.next_msg() {
+        Ok(Some(crate::proto::ToDatapath::Program(m))) => *m,
+        other => panic!("decoding gave {other:?}"),
+    }
+}
+
+/// A spec built with shared parses (a flow whose texts are the allocations of a flow parsed
+/// before takes that parse) equals, flow by flow, each flow parsed on its own from unshared
+/// copies of its texts; and flows of equal texts share one match tree and one action list.
+#[test]
+fn a_shared_parse_equals_each_flows_own_parse() {
+    let mut shared = 0;
+    for seed in 0..300 {
+        let mut rng = Rng::new(seed);
+        let mut msg = program(&mut rng);
+        // Other places, priorities, identities and stages for the same texts (a datapath
+        // group's flow has one place; a memo must not carry one flow's over to another).
+        for d in &mut msg.datapaths {
+            for f in &mut Arc::make_mut(d).flows {
+                f.egress = rng.chance(50);
+                f.table = rng.below(4) as u8;
+                f.priority = rng.below(3) as u16;
+                f.stage = ["ls_in_acl", "ls_in_l2_lkup", ""][rng.below(3)].into();
+                f.sb_uuid = rng.chance(50).then(|| format!("u{}", rng.below(3)).into());
+                f.stage_hint = rng.chance(50).then(|| format!("h{}", rng.below(3)).into());
+            }
+        }
+        if rng.chance(30) {
+            msg.feature_level = Some("hf-1".into());
+        }
+        let msg = shared_texts(&msg);
+        let local = local_map(&mut rng, &msg);
+        let (spec, _) = to_spec(&msg, &local).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        let level = level_of(&msg).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        let mut seen: Vec<&FlowSpec> = Vec::new();
+        for (d, sd) in msg.datapaths.iter().zip(&spec.datapaths) {
+            assert_eq!(d.flows.len(), sd.flows.len(), "seed {seed}");
+            for (f, s) in d.flows.iter().zip(&sd.flows) {
+                // The flow alone, from copies nobody else holds (no memo can answer it).
+                let own = (Arc::from(&*f.matches), Arc::from(&*f.actions));
+                let mut want = flow_spec(f, (&own.0, &own.1), level.as_ref());
+                if want.parse_error.is_some()
+                    && let Some((m, a)) = &f.last_good
+                {
+                    let lg_own = (Arc::from(&**m), Arc::from(&**a));
+                    let lg = flow_spec(f, (&lg_own.0, &lg_own.1), level.as_ref());
+                    if lg.parse_error.is_none() {
+                        want = lg;
+                    }
+                }
+                assert_eq!(*s, want, "seed {seed}: datapath {}", d.name);
+                for o in &seen {
+                    let same_text =
+                        o.source
+                            .as_ref()
+                            .zip(s.source.as_ref())
+                            .is_some_and(|(a, b)| {
+                                Arc::ptr_eq(&a.matches, &b.matches)
+                                    && Arc::ptr_eq(&a.actions, &b.actions)
+                            });
+                    if same_text {
+                        assert!(Arc::ptr_eq(&o.matches, &s.matches), "seed {seed}");
+                        assert!(Arc::ptr_eq(&o.actions, &s.actions), "seed {seed}");
+                        shared += 1;
+                    }
+                }
+                seen.push(s);
+            }
+        }
+    }
+    assert!(shared > 1_500, "flows sharing a parse: {shared}");
 }

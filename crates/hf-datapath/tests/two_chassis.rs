@@ -658,7 +658,7 @@ fn dhcp_is_answered_in_the_datapath() {
         priority,
         matches: m.into(),
         actions: a.into(),
-        id: format!("dhcp-{table}"),
+        id: format!("dhcp-{table}").into(),
         ..Default::default()
     };
     // ovn-northd's ls_in_dhcp_options / ls_in_dhcp_response shape, ahead of the example's

@@ -676,8 +676,8 @@ fn compile_flow(
         table: fs.table,
         priority: fs.priority,
         id: fs.id.clone(),
-        stage: fs.stage.clone(),
-        sb_uuid: fs.sb_uuid.clone(),
+        stage: fs.stage.to_string(),
+        sb_uuid: fs.sb_uuid.as_deref().map(str::to_string),
         kind,
         message,
     };

@@ -149,7 +149,7 @@ fn switch(name: &str, key: u32) -> DatapathSpec {
         .map(|(t, prio, m, a)| {
             let mut f = FlowSpec::from_text(Pipe::Ingress, *t, *prio, m, a);
             assert!(f.parse_error.is_none(), "{m} / {a}: {:?}", f.parse_error);
-            f.id = crate::FlowId(format!("{name}/{t}/{prio}"));
+            f.id = crate::FlowId(format!("{name}/{t}/{prio}").into());
             f
         })
         .collect();
@@ -317,8 +317,8 @@ fn random_flow(rng: &mut Rng, n: usize) -> FlowSpec {
     };
     let mut f = FlowSpec::from_text(pipe, rng.below(4) as u8, 10 * rng.below(4) as u16, m, a);
     // Identities are unique but for an occasional clash (derived identities can clash).
-    f.id = crate::FlowId(format!("f{}", if rng.chance(5) { 0 } else { n }));
-    f.stage = format!("stage{}", rng.below(3));
+    f.id = crate::FlowId(format!("f{}", if rng.chance(5) { 0 } else { n }).into());
+    f.stage = format!("stage{}", rng.below(3)).into();
     f
 }
 
@@ -514,7 +514,7 @@ fn a_flow_added_to_a_big_datapath_compiles_alone() {
                 &format!("ip4.src == 10.1.{}.{} && tcp.dst == 22", i / 200, i % 200),
                 "drop;",
             );
-            f.id = crate::FlowId(format!("acl{i}"));
+            f.id = crate::FlowId(format!("acl{i}").into());
             f
         })
         .collect();

@@ -431,9 +431,9 @@ impl Runner<'_> {
                             matches: f.matches.to_string(),
                             actions: f.actions.to_string(),
                             id: f.id.clone(),
-                            stage: f.stage.clone(),
-                            sb_uuid: f.sb_uuid.clone(),
-                            stage_hint: f.stage_hint.clone(),
+                            stage: f.stage.to_string(),
+                            sb_uuid: f.sb_uuid.as_deref().map(str::to_string),
+                            stage_hint: f.stage_hint.as_deref().map(str::to_string),
                         }),
                     effects: Vec::new(),
                 });

@@ -270,13 +270,16 @@ pub enum DatapathKind {
 /// agree on pipeline, stage (or table), priority and match but differ in actions get the same
 /// derived identity: they cannot be told apart, and the controller gives neither a last good
 /// version.
+///
+/// Shared, not copied: a flow of a datapath group carries one identity allocation into every
+/// datapath it applies to (and into the compiled program's flow table).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-pub struct FlowId(pub String);
+pub struct FlowId(pub Arc<str>);
 
 impl FlowId {
     /// The identity of a flow with `external_ids:hf-flow-id`.
     pub fn hf(id: &str) -> FlowId {
-        FlowId(format!("hf-flow-id:{id}"))
+        FlowId(format!("hf-flow-id:{id}").into())
     }
 
     /// The fallback identity of a flow without `hf-flow-id` (real ovn-northd's): pipeline,
@@ -295,9 +298,9 @@ impl FlowId {
             "ingress"
         };
         if stage.is_empty() {
-            FlowId(format!("{pipe}|table={table}|{priority}|{matches}"))
+            FlowId(format!("{pipe}|table={table}|{priority}|{matches}").into())
         } else {
-            FlowId(format!("{pipe}|{stage}|{priority}|{matches}"))
+            FlowId(format!("{pipe}|{stage}|{priority}|{matches}").into())
         }
     }
 }
@@ -327,18 +330,21 @@ pub struct FlowSpec {
     pub table: u8,
     /// Priority (higher wins).
     pub priority: u16,
-    /// The match.
-    pub matches: Expr,
-    /// The actions.
-    pub actions: Vec<Action>,
+    /// The match. Shared: a datapath that parses one text for many flows (a datapath group's
+    /// flow in each of its datapaths) holds one tree.
+    pub matches: Arc<Expr>,
+    /// The actions (shared as the match is).
+    pub actions: Arc<[Action]>,
     /// Stable identity.
     pub id: FlowId,
-    /// `external_ids:stage-name` (empty when unknown).
-    pub stage: String,
+    /// `external_ids:stage-name` (empty when unknown). Like the identity, UUID and hint,
+    /// shared by every copy of the flow (a datapath group's flow is one allocation for all
+    /// its datapaths).
+    pub stage: Arc<str>,
     /// The SB `Logical_Flow` UUID.
-    pub sb_uuid: Option<String>,
+    pub sb_uuid: Option<Arc<str>>,
     /// `external_ids:stage-hint`: the NB row behind the flow.
-    pub stage_hint: Option<String>,
+    pub stage_hint: Option<Arc<str>>,
     /// The text it came from, when it came from text.
     pub source: Option<FlowText>,
     /// Why the text did not parse: [`Program::compile`] reports it as this flow's error and
@@ -353,10 +359,10 @@ impl Default for FlowSpec {
             pipeline: Pipeline::Ingress,
             table: 0,
             priority: 0,
-            matches: Expr::Bool(true),
-            actions: Vec::new(),
+            matches: Arc::new(Expr::Bool(true)),
+            actions: Arc::from([]),
             id: FlowId::default(),
-            stage: String::new(),
+            stage: Arc::from(""),
             sb_uuid: None,
             stage_hint: None,
             source: None,
@@ -379,8 +385,8 @@ impl FlowSpec {
             pipeline,
             table,
             priority,
-            matches: hf_expr::parse_match(symtab, matches)?,
-            actions: hf_expr::parse_actions(symtab, actions)?,
+            matches: Arc::new(hf_expr::parse_match(symtab, matches)?),
+            actions: hf_expr::parse_actions(symtab, actions)?.into(),
             source: Some(FlowText {
                 matches: matches.into(),
                 actions: actions.into(),
@@ -398,10 +404,28 @@ impl FlowSpec {
         matches: &str,
         actions: &str,
     ) -> FlowSpec {
+        FlowSpec::from_shared_text(
+            pipeline,
+            table,
+            priority,
+            &Arc::from(matches),
+            &Arc::from(actions),
+        )
+    }
+
+    /// [`FlowSpec::from_text`] keeping the caller's text allocations as its
+    /// [`FlowSpec::source`] (no copy of the text).
+    pub fn from_shared_text(
+        pipeline: Pipeline,
+        table: u8,
+        priority: u16,
+        matches: &Arc<str>,
+        actions: &Arc<str>,
+    ) -> FlowSpec {
         let symtab = SymbolTable::shared();
         let source = Some(FlowText {
-            matches: matches.into(),
-            actions: actions.into(),
+            matches: Arc::clone(matches),
+            actions: Arc::clone(actions),
         });
         let parsed = hf_expr::parse_match(symtab, matches)
             .map_err(|e| format!("match: {e}"))
@@ -415,8 +439,8 @@ impl FlowSpec {
                 pipeline,
                 table,
                 priority,
-                matches: m,
-                actions: a,
+                matches: Arc::new(m),
+                actions: a.into(),
                 source,
                 ..FlowSpec::default()
             },
@@ -424,7 +448,7 @@ impl FlowSpec {
                 pipeline,
                 table,
                 priority,
-                matches: Expr::Bool(false),
+                matches: Arc::new(Expr::Bool(false)),
                 source,
                 parse_error: Some(e.into()),
                 ..FlowSpec::default()
@@ -921,9 +945,9 @@ pub(crate) struct FlowInfo {
     pub actions: Arc<str>,
     pub acts: Range<u32>,
     pub id: FlowId,
-    pub stage: String,
-    pub sb_uuid: Option<String>,
-    pub stage_hint: Option<String>,
+    pub stage: Arc<str>,
+    pub sb_uuid: Option<Arc<str>>,
+    pub stage_hint: Option<Arc<str>>,
 }
 
 /// A compiled program. Immutable; hand it to [`crate::Pipeline::new`] or

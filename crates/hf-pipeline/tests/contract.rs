@@ -42,7 +42,7 @@ fn port(name: &str, key: u32, location: PortLocation) -> PortSpec {
 fn flow(pipe: Pipe, table: u8, prio: u16, m: &str, a: &str) -> FlowSpec {
     let mut f = FlowSpec::from_text(pipe, table, prio, m, a);
     assert!(f.parse_error.is_none(), "{m} / {a}: {:?}", f.parse_error);
-    f.stage = format!("stage{table}");
+    f.stage = format!("stage{table}").into();
     f.id = FlowId::derived(f.pipeline, &f.stage, f.table, f.priority, m);
     f
 }
@@ -167,7 +167,7 @@ fn a_bad_flow_is_its_own_error_and_the_rest_compiles() {
     for (i, (m, a, _, _)) in bad.iter().enumerate() {
         let mut f = FlowSpec::from_text(Pipe::Ingress, 0, 100 + i as u16, m, a);
         f.stage = "ls_in_test".into();
-        f.sb_uuid = Some(format!("uuid-{i}"));
+        f.sb_uuid = Some(format!("uuid-{i}").into());
         f.id = FlowId::derived(f.pipeline, &f.stage, f.table, f.priority, m);
         flows.push(f);
     }

@@ -59,8 +59,10 @@
 //! - `cold_start_NxP_heap_peak`: the counting allocator's peak growth over one pass of the
 //!   chassis path (the SB replica excluded); MB.
 //! - `cold_start_NxP_heap_<stage>_peak` and `cold_start_NxP_heap_<stage>_kept` for the stages
-//!   `replica_load` (the SB replica's initial sync, tokio client included), `translate` and
-//!   `message_build` (`program_msg`): the counting allocator's peak growth during the stage
+//!   `replica_load` (the SB replica's initial sync, tokio client included), `translate`,
+//!   `message_build` (`program_msg`), and the datapath's `decode` (the frame decoded into the
+//!   kept `ProgramMsg`), `to_spec` (the spec cache's parsed flows) and `compile` (the compiled
+//!   program, `SpecCache::compile`): the counting allocator's peak growth during the stage
 //!   and what the stage leaves allocated (the replica's rows, the translation, the message);
 //!   MB. Where a chassis's memory sits, stage by stage (the largest of the 3 cold passes). `ovn_controller_NxP_peak_rss`: the daemon's
 //!   `VmHWM`; MB (different measures, hence no ratio).
@@ -70,6 +72,9 @@
 //!
 //! What it does not measure: packet forwarding (`hf-bench pipeline`, `hf-bench sandbox`), and
 //! ovn-controller's own `stopwatch/show` figures are printed as a note, not as lines.
+//!
+//! `HF_BENCH_CONTROLLER_IN_PROCESS=1` stops after the in-process holdfast figures (no daemons,
+//! no ovn-controller): for measuring the heap per stage quickly.
 //!
 //! With `CI=true` a missing OVN/OVS tool fails the suite; otherwise it is skipped with a note.
 // A benchmark is an I/O shell: it reads the clock and starts processes.
@@ -351,6 +356,13 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         })),
     )?;
     let ours = holdfast_side(report, &central, &tag).context("holdfast side")?;
+    if std::env::var_os("HF_BENCH_CONTROLLER_IN_PROCESS").is_some() {
+        report.note("HF_BENCH_CONTROLLER_IN_PROCESS: the in-process figures alone");
+        report.result(&format!("cold_start_{tag}"), ours.cold_ms, "ms");
+        report.result(&format!("port_add_{tag}"), ours.port_add_ms, "ms");
+        ours.emit_rest(report, &tag);
+        return Ok(());
+    }
     central.sbctl(&["chassis-del", CHASSIS])?;
     central.nbctl(Some("sb"), &sv(&["sync"]))?;
 
@@ -523,8 +535,12 @@ struct Split {
     /// `Program::compile`, or for a change: finding the datapaths whose flows changed and
     /// `Program::recompile`.
     compile: f64,
-    /// Heap of `translate` and of the message build (`to_msg`).
-    heap: (Heap, Heap),
+    /// Heap per stage: `translate`, the message build (`to_msg`), the datapath's `decode`
+    /// (the frame decoded into its kept `ProgramMsg`), `to_spec` (the spec cache's parsed
+    /// flows) and `compile` (the compiled program).
+    heap: [Heap; 5],
+    /// A cold start's heap by holder (a note).
+    breakdown: Option<String>,
 }
 
 impl Split {
@@ -591,8 +607,8 @@ struct Ours {
     port_add_ms: f64,
     port_add: Split,
     heap_mb: f64,
-    /// `replica_load`, `translate`, `message_build`.
-    stages: [(&'static str, Heap); 3],
+    /// `replica_load`, `translate`, `message_build`, `decode`, `to_spec`, `compile`.
+    stages: [(&'static str, Heap); 6],
     /// The cold translation (`translate_par`, no cache) on 1 thread and on [`threads`]: ms.
     translate_threads: (f64, f64),
 }
@@ -700,7 +716,34 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
             &hf_controller::program_msg::NoLastGood,
         )
     });
-    split.heap = (heap_tr, heap_msg);
+    split.heap[0] = heap_tr;
+    split.heap[1] = heap_msg;
+    if prev.is_none() {
+        // Where the translation's heap is (a clone's growth; shared `Arc`s count once).
+        let size = |f: &dyn Fn() -> Box<dyn std::any::Any>| {
+            let base = alloc::live_bytes();
+            let c = f();
+            let n = alloc::live_bytes().saturating_sub(base);
+            drop(c);
+            n as f64 / 1e6
+        };
+        let flows = size(&|| {
+            Box::new(
+                tr.spec
+                    .datapaths
+                    .iter()
+                    .map(|d| d.flows.clone())
+                    .collect::<Vec<_>>(),
+            )
+        });
+        let whole = size(&|| Box::new(tr.clone()));
+        let cache = size(&|| Box::new(tr_cache.clone()));
+        let msg = size(&|| Box::new(build.msg.clone()));
+        split.breakdown = Some(format!(
+            "translation {whole:.1} MB (its flows {flows:.1} MB), translate cache {cache:.1} MB, \
+             message {msg:.1} MB (clones; shared texts count once)"
+        ));
+    }
     // The translation goes back to the cache (its datapaths' flows are reused whole next
     // time); counted in `to_msg`.
     let (local, zones) = (tr.local_ports.clone(), tr.zones.clone());
@@ -731,17 +774,21 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
     split.encode = ms(t.elapsed());
 
     let t = Instant::now();
-    let mut dec = proto::Decoder::<ToDatapath>::new();
-    dec.push(&frame);
-    let (msg, delta_changed) = match (dec.next_msg(), kept.take()) {
-        (Ok(Some(ToDatapath::Program(m))), None) => (*m, None),
-        (Ok(Some(ToDatapath::ProgramDelta(d))), Some(mut old)) => {
-            let a = proto::apply_undoable(&mut old, &d)
-                .map_err(|e| anyhow::anyhow!("the datapath refused the delta: {e}"))?;
-            (old, Some(a))
+    let (decoded, heap_decode) = Heap::of(|| {
+        let mut dec = proto::Decoder::<ToDatapath>::new();
+        dec.push(&frame);
+        match (dec.next_msg(), kept.take()) {
+            (Ok(Some(ToDatapath::Program(m))), None) => Ok((*m, None)),
+            (Ok(Some(ToDatapath::ProgramDelta(d))), Some(mut old)) => {
+                let a = proto::apply_undoable(&mut old, &d)
+                    .map_err(|e| anyhow::anyhow!("the datapath refused the delta: {e}"))?;
+                Ok((old, Some(a)))
+            }
+            (other, _) => bail!("decoding the program frame gave {other:?}"),
         }
-        (other, _) => bail!("decoding the program frame gave {other:?}"),
-    };
+    });
+    let (msg, delta_changed) = decoded?;
+    split.heap[2] = heap_decode;
     split.decode = ms(t.elapsed());
     // Untimed: the delta applied gives exactly the whole program.
     if let Some(whole) = &new_msg
@@ -752,7 +799,7 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
     drop(new_msg);
 
     let t = Instant::now();
-    let built = match &delta_changed {
+    let (built, heap_spec) = Heap::of(|| match &delta_changed {
         Some(a) => {
             let may_differ: std::collections::BTreeSet<String> =
                 a.changed.iter().cloned().collect();
@@ -771,8 +818,9 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
             )
         }
         None => spec_cache.build(&msg, &local),
-    }
-    .map_err(|e| anyhow::anyhow!("the datapath refused the program: {e}"))?;
+    });
+    let built = built.map_err(|e| anyhow::anyhow!("the datapath refused the program: {e}"))?;
+    split.heap[3] = heap_spec;
     split.to_spec = ms(t.elapsed());
 
     let t = Instant::now();
@@ -783,9 +831,11 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
         _ => Vec::new(),
     };
     let refs: Vec<&str> = changed.iter().map(String::as_str).collect();
-    let (program, _errors) = spec_cache
-        .compile(&msg, built, prev.map(|p| &p.program), &refs)
-        .map_err(|e| anyhow::anyhow!("the program for {CHASSIS} does not compile: {e}"))?;
+    let (compiled, heap_compile) =
+        Heap::of(|| spec_cache.compile(&msg, built, prev.map(|p| &p.program), &refs));
+    let (program, _errors) =
+        compiled.map_err(|e| anyhow::anyhow!("the program for {CHASSIS} does not compile: {e}"))?;
+    split.heap[4] = heap_compile;
     split.compile = ms(t.elapsed());
     Ok((
         Installed {
@@ -977,17 +1027,21 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
     // Cold start: median of 3 computations on the synced replica (the sync counted once).
     let mut colds = Vec::new();
     let mut heap = 0usize;
-    let (mut heap_tr, mut heap_msg) = (Heap::default(), Heap::default());
+    let mut heaps = [Heap::default(); 5];
     let mut installed = None;
     for _ in 0..3 {
         drop(installed.take());
         let base = alloc::reset_peak();
         let (inst, split) = install(&snap, None)?;
         heap = heap.max(alloc::peak().saturating_sub(base));
-        heap_tr = heap_tr.max(split.heap.0);
-        heap_msg = heap_msg.max(split.heap.1);
+        for (h, s) in heaps.iter_mut().zip(split.heap) {
+            *h = h.max(s);
+        }
         colds.push(split);
         installed = Some(inst);
+    }
+    if let Some(b) = colds.iter().find_map(|c| c.breakdown.clone()) {
+        report.note(&format!("cold start heap: {b}"));
     }
     colds.sort_by(|a, b| a.total().total_cmp(&b.total()));
     let mut cold = colds[colds.len() / 2].clone();
@@ -1168,8 +1222,11 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
         heap_mb: heap as f64 / 1e6,
         stages: [
             ("replica_load", heap_replica),
-            ("translate", heap_tr),
-            ("message_build", heap_msg),
+            ("translate", heaps[0]),
+            ("message_build", heaps[1]),
+            ("decode", heaps[2]),
+            ("to_spec", heaps[3]),
+            ("compile", heaps[4]),
         ],
         translate_threads,
     })

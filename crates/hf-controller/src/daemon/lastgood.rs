@@ -83,7 +83,7 @@ type Text = (Arc<str>, Arc<str>);
 pub struct LastGood {
     /// Datapath name -> flow identity -> (match, actions). Nested so a lookup borrows its
     /// `&str` keys and an install of unchanged flows allocates nothing.
-    good: BTreeMap<String, BTreeMap<String, Text>>,
+    good: BTreeMap<String, BTreeMap<Arc<str>, Text>>,
     /// Datapaths whose answers changed since [`LastGood::take_changed`].
     changed: BTreeSet<String>,
     errors: BTreeMap<(String, String), FlowErrorEntry>,
@@ -97,8 +97,8 @@ fn ids_and_shared(flows: &[hf_datapath::proto::FlowMsg]) -> (BTreeSet<&str>, BTr
     let mut ids = BTreeSet::new();
     let mut shared = BTreeSet::new();
     for f in flows {
-        if !ids.insert(f.id.as_str()) {
-            shared.insert(f.id.as_str());
+        if !ids.insert(&*f.id) {
+            shared.insert(&*f.id);
         }
     }
     (ids, shared)
@@ -121,7 +121,7 @@ impl LastGood {
             self.changed.insert(d.name.clone());
             let (_, shared) = ids_and_shared(&d.flows);
             let good = self.good.entry(d.name.clone()).or_default();
-            for f in d.flows.iter().filter(|f| !shared.contains(f.id.as_str())) {
+            for f in d.flows.iter().filter(|f| !shared.contains(&*f.id)) {
                 good.entry(f.id.clone()).or_insert_with(|| {
                     f.last_good
                         .clone()
@@ -206,16 +206,14 @@ impl LastGood {
             let good = self.good.entry(d.name.clone()).or_default();
             // Forget flows that left the datapath, and identities several flows share.
             let before = good.len();
-            good.retain(|id, _| ids.contains(id.as_str()) && !shared.contains(id.as_str()));
+            good.retain(|id, _| ids.contains(&**id) && !shared.contains(&**id));
             let mut answers_changed = good.len() != before;
             for f in &d.flows {
-                if failed_ids.contains(&(d.name.as_str(), f.id.as_str()))
-                    || shared.contains(f.id.as_str())
-                {
+                if failed_ids.contains(&(d.name.as_str(), &*f.id)) || shared.contains(&*f.id) {
                     continue;
                 }
                 // The program's copies are taken (shared, not copied): one copy of each text.
-                match good.get_mut(f.id.as_str()) {
+                match good.get_mut(&*f.id) {
                     Some((m, a)) if Arc::ptr_eq(m, &f.matches) && Arc::ptr_eq(a, &f.actions) => {}
                     Some((m, a)) => {
                         answers_changed |= **m != *f.matches || **a != *f.actions;
@@ -449,7 +447,7 @@ mod tests {
                         flows: flows
                             .iter()
                             .map(|(id, actions)| FlowMsg {
-                                id: (*id).to_string(),
+                                id: (*id).into(),
                                 matches: "1".into(),
                                 actions: (*actions).into(),
                                 ..FlowMsg::default()

@@ -3,10 +3,13 @@
 //! # What it does
 //!
 //! - `Logical_Flow`: every row's parse result ([`super::flows::flow_spec_with`]: a
-//!   [`FlowSpec`] or the reason the row is left out), keyed by UUID and kept with a copy of
-//!   the row it came from. A row equal to its copy (every column: match, actions, pipeline,
-//!   table, priority, external ids, datapath, datapath group, ...) and translated with the
-//!   same chassis template variables reuses the result; any other row is parsed again.
+//!   [`FlowSpec`] or the reason the row is left out), keyed by UUID and kept with what the
+//!   translation reads of the row it came from ([`RowKey`]: match, actions, pipeline, table,
+//!   priority, datapath, datapath group and the `stage-name`, `stage-hint` and `hf-flow-id`
+//!   external ids; not the other external ids, `controller_meter` nor `tags`, which no flow
+//!   depends on, and whose copy cost more than the rest of the cache). A row equal to it in
+//!   those and translated with the same chassis template variables reuses the result; any
+//!   other row is parsed again.
 //!   Rows not seen in a translation are forgotten at the next one. In
 //!   [`super::flows::FlowForm::Text`] (nothing parsed) only the row is kept, not its result:
 //!   building the flow again costs less than keeping it. The row's match and actions are the
@@ -104,10 +107,60 @@ impl TranslateCache {
     }
 }
 
+/// What the translation reads of a `Logical_Flow` row (see the module): a cached result holds
+/// for a row that [`RowKey::is`] this.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RowKey {
+    /// The replica's shared allocations.
+    match_: std::sync::Arc<str>,
+    actions: std::sync::Arc<str>,
+    pipeline: sb::LogicalFlowPipeline,
+    table_id: i64,
+    priority: i64,
+    logical_datapath: Option<Uuid>,
+    logical_dp_group: Option<Uuid>,
+    /// `external_ids:stage-name`, `stage-hint`, `hf-flow-id`.
+    ids: [Option<Box<str>>; 3],
+}
+
+/// The external ids a flow's translation reads ([`super::flows::flow_identity`]).
+const READ_IDS: [&str; 3] = ["stage-name", "stage-hint", "hf-flow-id"];
+
+impl RowKey {
+    pub(crate) fn of(lf: &sb::LogicalFlow) -> RowKey {
+        RowKey {
+            match_: std::sync::Arc::clone(&lf.match_),
+            actions: std::sync::Arc::clone(&lf.actions),
+            pipeline: lf.pipeline.clone(),
+            table_id: lf.table_id,
+            priority: lf.priority,
+            logical_datapath: lf.logical_datapath.map(|r| r.uuid()),
+            logical_dp_group: lf.logical_dp_group.map(|r| r.uuid()),
+            ids: READ_IDS.map(|k| lf.external_ids.get(k).map(|v| v.as_str().into())),
+        }
+    }
+
+    /// `lf` reads the same (no allocation).
+    pub(crate) fn is(&self, lf: &sb::LogicalFlow) -> bool {
+        *self.match_ == *lf.match_
+            && *self.actions == *lf.actions
+            && self.pipeline == lf.pipeline
+            && self.table_id == lf.table_id
+            && self.priority == lf.priority
+            && self.logical_datapath == lf.logical_datapath.map(|r| r.uuid())
+            && self.logical_dp_group == lf.logical_dp_group.map(|r| r.uuid())
+            && self
+                .ids
+                .iter()
+                .zip(READ_IDS)
+                .all(|(v, k)| v.as_deref() == lf.external_ids.get(k).map(String::as_str))
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Entry {
-    /// The row (its texts are the replica's shared allocations).
-    row: sb::LogicalFlow,
+    /// What the translation read of the row.
+    row: RowKey,
     /// Its result; `None` for a flow translated in [`super::flows::FlowForm::Text`], which
     /// is cheaper to build again than to keep (no parse), so that only the row is kept to
     /// tell which datapaths are unchanged.
@@ -219,16 +272,17 @@ impl FlowCache {
         err
     }
 
-    /// Whether a cached row's result holds for `lf`: every column equal.
-    fn same(&self, cached: &sb::LogicalFlow, lf: &sb::LogicalFlow) -> bool {
+    /// Whether a cached row's result holds for `lf`: every column the translation reads equal.
+    fn same(&self, cached: &RowKey, lf: &sb::LogicalFlow) -> bool {
         #[cfg(test)]
         if self.broken == 1 {
-            return sb::LogicalFlow {
+            return RowKey {
                 actions: lf.actions.clone(),
                 ..cached.clone()
-            } == *lf;
+            }
+            .is(lf);
         }
-        cached == lf
+        cached.is(lf)
     }
 
     /// The parse result of `lf` when the row is unchanged since it was parsed (kept for the
@@ -243,7 +297,7 @@ impl FlowCache {
         self.hits += 1;
         #[cfg(test)]
         let e = Entry {
-            row: lf.clone(),
+            row: RowKey::of(lf),
             ..e
         };
         self.new.insert(lf.uuid, e);
@@ -260,7 +314,7 @@ impl FlowCache {
         self.new.insert(
             lf.uuid,
             Entry {
-                row: lf.clone(),
+                row: RowKey::of(lf),
                 parsed,
             },
         );
@@ -515,6 +569,65 @@ mod tests {
             );
         }
         assert!(first_difference_in(1, 80, 1, FlowForm::Text).is_some());
+    }
+
+    /// A datapath group's flow is one row: every datapath's copy of it holds the row's one
+    /// identity, stage, UUID and hint allocation (and the parsed form one match tree), in both
+    /// forms, fresh and cached. (The equality of the shared and the naive representation is
+    /// the tests above: the translations compare equal by value.) Not with a recycled
+    /// translation: a datapath taken whole keeps its previous copies, whose allocations a
+    /// text-form row rebuilt for the other datapaths does not share (equal values, two
+    /// allocations until that datapath changes).
+    #[test]
+    fn a_groups_flow_copies_share_one_identity() {
+        for form in [FlowForm::Parsed, FlowForm::Text] {
+            let mut r = Rng(7);
+            let mut s = start(&mut r);
+            let mut next = 2000;
+            let mut cache = TranslateCache::new();
+            cache.set_flow_form(form);
+            let opts = TranslateOptions {
+                chassis: Some("hv1".into()),
+            };
+            let mut checked = 0;
+            for _ in 0..10 {
+                let t = translate_cached(&s, &opts, &Extra::default(), &mut cache);
+                let mut by_uuid: BTreeMap<&str, Vec<&hf_pipeline::FlowSpec>> = BTreeMap::new();
+                for d in &t.spec.datapaths {
+                    for f in &d.flows {
+                        let key = f.sb_uuid.as_deref().unwrap_or_default();
+                        by_uuid.entry(key).or_default().push(f);
+                    }
+                }
+                for copies in by_uuid.values().filter(|c| c.len() > 1) {
+                    let a = copies[0];
+                    for b in &copies[1..] {
+                        let same =
+                            |x: Option<&std::sync::Arc<str>>, y: Option<&std::sync::Arc<str>>| {
+                                match (x, y) {
+                                    (Some(x), Some(y)) => std::sync::Arc::ptr_eq(x, y),
+                                    (None, None) => true,
+                                    _ => false,
+                                }
+                            };
+                        assert!(std::sync::Arc::ptr_eq(&a.id.0, &b.id.0), "{form:?}");
+                        assert!(std::sync::Arc::ptr_eq(&a.stage, &b.stage), "{form:?}");
+                        assert!(same(a.sb_uuid.as_ref(), b.sb_uuid.as_ref()), "{form:?}");
+                        assert!(
+                            same(a.stage_hint.as_ref(), b.stage_hint.as_ref()),
+                            "{form:?}"
+                        );
+                        assert!(std::sync::Arc::ptr_eq(&a.matches, &b.matches), "{form:?}");
+                        checked += 1;
+                    }
+                }
+                drop(t);
+                for _ in 0..2 {
+                    mutate(&mut r, &mut s, &mut next);
+                }
+            }
+            assert!(checked > 100, "{form:?}: {checked} group copies checked");
+        }
     }
 
     #[test]

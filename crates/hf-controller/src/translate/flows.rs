@@ -28,13 +28,17 @@ use super::{Diagnostic, Translation};
 /// rebuild changes). Flows of one datapath that share all of these (and differ in actions)
 /// share the identity; the controller gives such flows no last good version (see
 /// `docs/flow-identity.md`).
-pub fn flow_identity(lf: &sb::LogicalFlow) -> (FlowId, String, Option<String>) {
-    let stage = lf
+///
+/// Each is one allocation per row, shared by every datapath the row's flow is copied into.
+pub fn flow_identity(lf: &sb::LogicalFlow) -> (FlowId, Arc<str>, Option<Arc<str>>) {
+    let stage: Arc<str> = lf
         .external_ids
         .get("stage-name")
-        .cloned()
-        .unwrap_or_default();
-    let hint = lf.external_ids.get("stage-hint").cloned();
+        .map_or_else(|| Arc::from(""), |s| Arc::from(s.as_str()));
+    let hint = lf
+        .external_ids
+        .get("stage-hint")
+        .map(|s| Arc::from(s.as_str()));
     let id = match lf.external_ids.get("hf-flow-id") {
         Some(h) => FlowId::hf(h),
         None => FlowId::derived(
@@ -186,8 +190,8 @@ pub fn flow_spec_form(
             pipeline,
             table,
             priority,
-            matches: hf_expr::Expr::Bool(false),
-            actions: Vec::new(),
+            matches: Arc::new(hf_expr::Expr::Bool(false)),
+            actions: Arc::from([]),
             source: Some(source),
             parse_error: Some(std::borrow::Cow::Borrowed(TEXT_FORM)),
             ..FlowSpec::default()
@@ -197,7 +201,7 @@ pub fn flow_spec_form(
     fs.id = id;
     fs.stage = stage;
     fs.stage_hint = hint;
-    fs.sb_uuid = Some(lf.uuid.to_string());
+    fs.sb_uuid = Some(lf.uuid.to_string().into());
     Ok(fs)
 }
 

@@ -449,8 +449,8 @@ pub(crate) fn as_text_form(t: &Translation) -> Translation {
     let mut t = t.clone();
     for d in &mut t.spec.datapaths {
         for f in d.flows.iter_mut().filter(|f| f.source.is_some()) {
-            f.matches = hf_expr::Expr::Bool(false);
-            f.actions = Vec::new();
+            f.matches = std::sync::Arc::new(hf_expr::Expr::Bool(false));
+            f.actions = std::sync::Arc::from([]);
             f.parse_error = Some(TEXT_FORM.into());
         }
     }
@@ -683,7 +683,7 @@ fn a_text_form_translation_equals_the_parsed_one_without_its_parses() {
     let flows: Vec<_> = t.spec.datapaths.iter().flat_map(|d| &d.flows).collect();
     assert!(flows.len() > 20, "{} flows", flows.len());
     assert!(flows.iter().all(|f| f.actions.is_empty()
-        && f.matches == hf_expr::Expr::Bool(false)
+        && *f.matches == hf_expr::Expr::Bool(false)
         && f.parse_error.as_deref() == Some(TEXT_FORM)));
     // Compiled directly, a text-form program reports every flow instead of running them
     // (the datapaths' flows alone: the random ports may clash).
