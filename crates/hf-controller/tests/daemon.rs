@@ -1207,7 +1207,7 @@ fn a_bad_flow_keeps_its_last_good_version_and_is_reported_once() {
             .datapaths
             .iter()
             .flat_map(|d| d.flows.iter())
-            .find(|f| f.id == format!("hf-flow-id:{id}"))
+            .find(|f| *f.id == *format!("hf-flow-id:{id}"))
             .unwrap();
         assert_eq!(&*f.actions, "frobnicate(reg0);");
         assert_eq!(f.last_good.as_ref().map(|(_, a)| &**a), Some("next;"));

@@ -295,7 +295,7 @@ fn flow_identity_comes_from_hf_flow_id_else_pipeline_stage_priority_and_match() 
         .find(|f| f.sb_uuid.as_deref() == Some(u(30).to_string().as_str()))
         .expect("flow 30");
     assert_eq!(f30.id, hf_pipeline::FlowId::hf("f00d"));
-    assert_eq!(f30.stage, "ls_in_test");
+    assert_eq!(&*f30.stage, "ls_in_test");
     let f31 = flows
         .iter()
         .find(|f| f.sb_uuid.as_deref() == Some(u(31).to_string().as_str()))

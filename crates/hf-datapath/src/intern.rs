@@ -149,8 +149,11 @@ pub fn opt_arc<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Arc<str>>, D::E
     Ok(Option::<Interned>::deserialize(d)?.map(|s| s.0))
 }
 
+/// A flow's last good text: its match and its actions.
+pub type TextPair = (Arc<str>, Arc<str>);
+
 /// An optional pair of strings (a flow's last good text), decoded through [`intern`].
-pub fn opt_pair<'de, D: Deserializer<'de>>(d: D) -> Result<Option<(Arc<str>, Arc<str>)>, D::Error> {
+pub fn opt_pair<'de, D: Deserializer<'de>>(d: D) -> Result<Option<TextPair>, D::Error> {
     Ok(Option::<(Interned, Interned)>::deserialize(d)?.map(|(m, a)| (m.0, a.0)))
 }
 
