@@ -474,28 +474,45 @@ impl TableMonitor {
 
     /// [`TableMonitor::row_json`] as text.
     fn write_row(&self, ts: &TableSchema, r: &Row, skip_defaults: bool, out: &mut Vec<u8>) {
+        let cols = self
+            .columns
+            .iter()
+            .copied()
+            .filter(|&c| !(skip_defaults && r.cols[c] == self.defaults[c]));
         out.push(b'{');
+        self.write_members(ts, cols, r.version, out, |c, ty, out| {
+            r.cols[c].write_json(ty, out)
+        });
+        out.push(b'}');
+    }
+
+    /// Writes `"column":value` members (comma-separated, no braces) for `cols`, each value
+    /// written by `value`, then `"_version"` when the monitor reports it.
+    fn write_members(
+        &self,
+        ts: &TableSchema,
+        cols: impl Iterator<Item = usize>,
+        version: Uuid,
+        out: &mut Vec<u8>,
+        mut value: impl FnMut(usize, &crate::types::ColumnType, &mut Vec<u8>),
+    ) {
         let mut first = true;
-        for &c in &self.columns {
-            if skip_defaults && r.cols[c] == self.defaults[c] {
-                continue;
-            }
+        for c in cols {
             if !first {
                 out.push(b',');
             }
             first = false;
             write_str(out, &ts.columns[c].name);
             out.push(b':');
-            r.cols[c].write_json(&ts.columns[c].ty, out);
+            value(c, &ts.columns[c].ty, out);
         }
         if self.version {
             if !first {
                 out.push(b',');
             }
             out.extend_from_slice(b"\"_version\":");
-            crate::atom::Atom::Uuid(r.version).write_json(out);
+            crate::atom::Atom::Uuid(version).write_json(out);
         }
-        out.push(b'}');
     }
 
     /// [`TableMonitor::change_json`] as text; false (with whatever was written to be
@@ -552,46 +569,17 @@ impl TableMonitor {
                 }
                 if v == MonitorVersion::V1 {
                     out.extend_from_slice(b"{\"old\":{");
-                    let mut first = true;
-                    for c in changed {
-                        if !first {
-                            out.push(b',');
-                        }
-                        first = false;
-                        write_str(out, &ts.columns[c].name);
-                        out.push(b':');
-                        o.cols[c].write_json(&ts.columns[c].ty, out);
-                    }
-                    if self.version {
-                        if !first {
-                            out.push(b',');
-                        }
-                        out.extend_from_slice(b"\"_version\":");
-                        crate::atom::Atom::Uuid(o.version).write_json(out);
-                    }
+                    self.write_members(ts, changed, o.version, out, |c, ty, out| {
+                        o.cols[c].write_json(ty, out)
+                    });
                     out.extend_from_slice(b"},\"new\":");
                     self.write_row(ts, n, false, out);
                     out.push(b'}');
                 } else {
                     out.extend_from_slice(b"{\"modify\":{");
-                    let mut first = true;
-                    for c in changed {
-                        if !first {
-                            out.push(b',');
-                        }
-                        first = false;
-                        let ty = &ts.columns[c].ty;
-                        write_str(out, &ts.columns[c].name);
-                        out.push(b':');
-                        Datum::diff(&o.cols[c], &n.cols[c], ty).write_json(ty, out);
-                    }
-                    if self.version {
-                        if !first {
-                            out.push(b',');
-                        }
-                        out.extend_from_slice(b"\"_version\":");
-                        crate::atom::Atom::Uuid(n.version).write_json(out);
-                    }
+                    self.write_members(ts, changed, n.version, out, |c, ty, out| {
+                        Datum::diff(&o.cols[c], &n.cols[c], ty).write_json(ty, out)
+                    });
                     out.extend_from_slice(b"}}");
                 }
                 true

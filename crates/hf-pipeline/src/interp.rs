@@ -286,12 +286,7 @@ impl Runner<'_> {
     /// packet generation.
     #[inline]
     pub(crate) fn own_frame(&mut self) {
-        let ctx = &mut self.scr.ctx;
-        if !ctx.owned {
-            ctx.frame.clear();
-            ctx.frame.extend_from_slice(self.input);
-            ctx.owned = true;
-        }
+        self.scr.ctx.own(self.input);
     }
 
     /// Runs the segment that starts at `resume` with the current context: from the cache when it

@@ -234,6 +234,27 @@ impl Ctx {
         set_headers(&mut self.f, &self.parsed.key);
     }
 
+    /// Copies the received frame `input` into `frame` before the first write to it (see
+    /// `owned`); nothing when the frame is already the context's own.
+    pub(crate) fn own(&mut self, input: &[u8]) {
+        if !self.owned {
+            self.frame.clear();
+            self.frame.extend_from_slice(input);
+            self.owned = true;
+        }
+    }
+
+    /// Loads a recirculating conntrack action's result: `ct_state`, `ct_mark`, `ct_label`,
+    /// the connection's original direction, and its NAT rewrite of the frame (which must be
+    /// owned when the rewrite is not empty).
+    pub(crate) fn load_ct(&mut self, r: &hf_conntrack::CtResult) {
+        self.f[slot::CT_STATE] = u128::from(r.state.0);
+        self.f[slot::CT_MARK] = u128::from(r.mark);
+        self.f[slot::CT_LABEL] = r.label;
+        self.ct_orig = r.orig;
+        self.rewrite(&r.rewrite);
+    }
+
     /// (Re)loads the header slots from `self.parsed`, leaving metadata alone.
     pub(crate) fn load_headers(&mut self) {
         self.f[slot::HEADER_FIRST..=slot::HEADER_LAST].fill(0);

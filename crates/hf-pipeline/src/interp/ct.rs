@@ -141,22 +141,14 @@ impl Runner<'_> {
                 r.state.0 |= 0x80;
             }
         }
-        if !r.rewrite.is_empty() && !ctx.owned {
-            ctx.frame.clear();
-            ctx.frame.extend_from_slice(self.input);
-            ctx.owned = true;
+        if !r.rewrite.is_empty() {
+            ctx.own(self.input);
         }
         match act {
             CAct::CtCommit { .. } => {}
             // No recirculation: the NAT applies to the packet, ct_state stays as it was.
             CAct::CtSnatToVip { .. } => ctx.rewrite(&r.rewrite),
-            _ => {
-                ctx.f[slot::CT_STATE] = u128::from(r.state.0);
-                ctx.f[slot::CT_MARK] = u128::from(r.mark);
-                ctx.f[slot::CT_LABEL] = r.label;
-                ctx.ct_orig = r.orig;
-                ctx.rewrite(&r.rewrite);
-            }
+            _ => ctx.load_ct(&r),
         }
         // Only a trace reads the result: copying it out otherwise reloads the just-written
         // result with wider loads than its stores (a store-forwarding stall per packet).
@@ -173,16 +165,10 @@ impl Runner<'_> {
             CtHandle::Live(ct) => ct.process(zone, &ctx.parsed, self.now, &cta),
             CtHandle::WhatIf(ct) => ct.peek(zone, &ctx.parsed, self.now, &cta),
         };
-        if !r.rewrite.is_empty() && !ctx.owned {
-            ctx.frame.clear();
-            ctx.frame.extend_from_slice(self.input);
-            ctx.owned = true;
+        if !r.rewrite.is_empty() {
+            ctx.own(self.input);
         }
-        ctx.f[slot::CT_STATE] = u128::from(r.state.0);
-        ctx.f[slot::CT_MARK] = u128::from(r.mark);
-        ctx.f[slot::CT_LABEL] = r.label;
-        ctx.ct_orig = r.orig;
-        ctx.rewrite(&r.rewrite);
+        ctx.load_ct(&r);
         if self.trace.is_some() { Some(r) } else { None }
     }
 
