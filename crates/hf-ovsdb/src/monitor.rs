@@ -253,6 +253,44 @@ impl Monitor {
         Value::Object(out)
     }
 
+    /// Each monitored table that `delta` changes, in the monitor's table order, with the
+    /// changes to consider: all of them, or the ones `rows` selects (see
+    /// [`Monitor::updates_selected`]). Shared by the tree and the text encoders.
+    fn selected<'a>(
+        &'a self,
+        delta: &'a TxnDelta,
+        rows: Option<&'a [Vec<u32>]>,
+    ) -> impl Iterator<
+        Item = (
+            &'a TableMonitor,
+            Box<dyn Iterator<Item = &'a RowChange> + 'a>,
+        ),
+    > + 'a {
+        let mut di = 0;
+        self.tables
+            .iter()
+            .map_while(move |tm| {
+                while di < delta.tables.len() && delta.tables[di].0 < tm.table {
+                    di += 1;
+                }
+                let (t, changes) = delta.tables.get(di)?;
+                Some((tm, (*t == tm.table).then_some((di, changes))))
+            })
+            .filter_map(move |(tm, hit)| {
+                let (di, changes) = hit?;
+                let changes: Box<dyn Iterator<Item = &'a RowChange> + 'a> = match rows {
+                    None => Box::new(changes.iter()),
+                    Some(rows) => Box::new(
+                        rows.get(di)
+                            .into_iter()
+                            .flatten()
+                            .filter_map(move |&i| changes.get(i as usize)),
+                    ),
+                };
+                Some((tm, changes))
+            })
+    }
+
     /// The updates one committed delta causes for this monitor; None when there are none.
     pub fn updates(&self, schema: &Schema, delta: &TxnDelta) -> Option<Value> {
         self.updates_selected(schema, delta, None)
@@ -268,32 +306,13 @@ impl Monitor {
         rows: Option<&[Vec<u32>]>,
     ) -> Option<Value> {
         let mut out = Map::new();
-        let mut di = 0;
-        for tm in &self.tables {
-            while di < delta.tables.len() && delta.tables[di].0 < tm.table {
-                di += 1;
-            }
-            let Some((t, changes)) = delta.tables.get(di) else {
-                break;
-            };
-            if *t != tm.table {
-                continue;
-            }
+        for (tm, changes) in self.selected(delta, rows) {
             let ts = &schema.tables[tm.table];
             let mut out_rows = Map::new();
-            let mut one = |ch: &RowChange| {
+            for ch in changes {
                 if let Some(v) = tm.change_json(ts, ch, self.version) {
                     out_rows.insert(ch.uuid.to_string(), v);
                 }
-            };
-            match rows {
-                None => changes.iter().for_each(&mut one),
-                Some(rows) => rows
-                    .get(di)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|&i| changes.get(i as usize))
-                    .for_each(&mut one),
             }
             if !out_rows.is_empty() {
                 out.insert(ts.name.clone(), Value::Object(out_rows));
@@ -321,17 +340,7 @@ impl Monitor {
         let start = out.len();
         out.push(b'{');
         let mut any_table = false;
-        let mut di = 0;
-        for tm in &self.tables {
-            while di < delta.tables.len() && delta.tables[di].0 < tm.table {
-                di += 1;
-            }
-            let Some((t, changes)) = delta.tables.get(di) else {
-                break;
-            };
-            if *t != tm.table {
-                continue;
-            }
+        for (tm, changes) in self.selected(delta, rows) {
             let ts = &schema.tables[tm.table];
             let table_mark = out.len();
             if any_table {
@@ -340,7 +349,7 @@ impl Monitor {
             write_str(out, &ts.name);
             out.extend_from_slice(b":{");
             let mut any_row = false;
-            let mut one = |ch: &RowChange| {
+            for ch in changes {
                 let row_mark = out.len();
                 if any_row {
                     out.push(b',');
@@ -352,15 +361,6 @@ impl Monitor {
                 } else {
                     out.truncate(row_mark);
                 }
-            };
-            match rows {
-                None => changes.iter().for_each(&mut one),
-                Some(rows) => rows
-                    .get(di)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|&i| changes.get(i as usize))
-                    .for_each(&mut one),
             }
             if any_row {
                 out.push(b'}');
