@@ -531,13 +531,10 @@ fn daemon_answers_ovs_appctl_and_follows_changes() {
     }
 }
 
-#[test]
-fn stdin_json_lines() {
-    if !require("stdin_json_lines", TOOLS) {
-        return;
-    }
+/// Runs one `holdfast trace --stdin --format=json` session against the fixture's SB with
+/// `reqs` (one JSON request per line) and returns its answers, one per line.
+fn stdin_session(f: &Fixture, reqs: &[Value]) -> Vec<Value> {
     use std::io::Write;
-    let f = Fixture::new();
     let mut child = Command::new(holdfast())
         .args(["trace", "--stdin", "--format=json", "--timeout=5", "--db"])
         .arg(f.sb())
@@ -548,22 +545,36 @@ fn stdin_json_lines() {
         .unwrap();
     {
         let mut stdin = child.stdin.take().unwrap();
-        let reqs = [
-            serde_json::json!({"datapath": "sw0", "microflow": L2}),
-            serde_json::json!({"microflow": DENIED}),
-            serde_json::json!({"datapath": "sw0", "microflow": "inport == \"vm1\" && ip4.srcc == 1"}),
-            serde_json::json!({"datapath": "sw0", "microflow": L3, "format": "text"}),
-        ];
         for r in reqs {
             writeln!(stdin, "{r}").unwrap();
         }
     }
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+        .collect()
+}
+#[test]
+fn stdin_json_lines() {
+    if !require("stdin_json_lines", TOOLS) {
+        return;
+    }
+    let f = Fixture::new();
+    let lines = stdin_session(
+        &f,
+        &[
+            serde_json::json!({"datapath": "sw0", "microflow": L2}),
+            serde_json::json!({"microflow": DENIED}),
+            serde_json::json!({"datapath": "sw0", "microflow": "inport == \"vm1\" && ip4.srcc == 1"}),
+            serde_json::json!({"datapath": "sw0", "microflow": L3, "format": "text"}),
+        ],
+    );
     assert_eq!(lines.len(), 4, "{lines:?}");
     assert_eq!(outputs(&lines[0]), ["vm2"]);
     assert_eq!(lines[1]["verdict"]["drop"]["stage"], "ls_out_acl");
@@ -587,39 +598,14 @@ fn a_datapath_fetched_in_a_later_round_decides_the_answer() {
     if !require("later_round_decides", TOOLS) {
         return;
     }
-    use std::io::Write;
     let f = Fixture::new();
     f.nbctl("--wait=sb acl-add sw1 to-lport 1000 'outport == \"vm3\" && tcp.dst == 80' drop");
-    let mut child = Command::new(holdfast())
-        .args(["trace", "--stdin", "--format=json", "--timeout=5", "--db"])
-        .arg(f.sb())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
     let port81 = L3.replace("tcp.dst == 80", "tcp.dst == 81");
-    {
-        let mut stdin = child.stdin.take().unwrap();
-        for flow in [L2, L3, &port81] {
-            writeln!(
-                stdin,
-                "{}",
-                serde_json::json!({"datapath": "sw0", "microflow": flow})
-            )
-            .unwrap();
-        }
-    }
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+    let reqs: Vec<Value> = [L2, L3, &port81]
+        .into_iter()
+        .map(|flow| serde_json::json!({"datapath": "sw0", "microflow": flow}))
         .collect();
+    let lines = stdin_session(&f, &reqs);
     assert_eq!(lines.len(), 3, "{lines:?}");
     assert_eq!(outputs(&lines[0]), ["vm2"]);
     // Port 80: sw1's ACL drops it, as real ovn-trace says.
