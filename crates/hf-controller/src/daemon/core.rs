@@ -364,6 +364,9 @@ pub struct Controller {
     change_at: Option<Duration>,
     /// Why the change at `change_at` is waiting (a `wait-*` stage), first reason seen.
     wait_reason: Option<&'static str>,
+    /// The CPU the replica spent on the last SB input (decoding and applying it): recorded as
+    /// `sb-apply` when that input brought the change at `change_at`.
+    sb_apply: Duration,
     /// Per pushed generation: when it was sent, and the change it carries.
     sent_at: BTreeMap<u64, (Duration, Option<Duration>)>,
     /// An `nb_cfg` to report: since when (installed or found unchanged), its change, its value.
@@ -374,7 +377,10 @@ pub struct Controller {
 }
 
 /// The controller's stopwatches (`stopwatch/show`), for one change on its way from SB to the
-/// chassis's `nb_cfg`: from the change set's arrival to the translation's start (a wait), and
+/// chassis's `nb_cfg`: from the change set's arrival to the translation's start (a wait), the
+/// CPU of the input that brought it (`sb-apply`: the replica decoding and applying the update;
+/// `sb-change-note`: the change set handed to the translation cache; `conditions`: monitor
+/// conditions recomputed; `write-round`: the claim and status write built and sent), and
 /// the part of it spent on each reason (`wait-*`: the datapath's hello, a program in flight, a
 /// claim that moves a port, conditions changing); the translation; its review (diagnostics,
 /// zones the translation no longer has, zones exhausted); building and sending the
@@ -385,6 +391,10 @@ pub struct Controller {
 /// claims or releases a port to its commit; and the whole way.
 pub const STAGES: &[&str] = &[
     "sb-change-to-translate",
+    "sb-apply",
+    "sb-change-note",
+    "conditions",
+    "write-round",
     "wait-datapath",
     "wait-program-in-flight",
     "wait-claim",
@@ -515,6 +525,7 @@ impl Controller {
             stage_clock: None,
             change_at: None,
             wait_reason: None,
+            sb_apply: Duration::ZERO,
             sent_at: BTreeMap::new(),
             nb_cfg_since: None,
             txn_t: None,
@@ -567,8 +578,11 @@ impl Controller {
 
     /// Bytes from SB.
     pub fn handle_sb_bytes(&mut self, data: &[u8], now: Duration) {
+        let t = self.tick();
         self.sb.handle_bytes(data, ms(now));
+        self.sb_apply = self.tick().saturating_sub(t);
         self.step(now);
+        self.sb_apply = Duration::ZERO;
     }
 
     /// The SB connection ended or could not be made.
@@ -1137,12 +1151,28 @@ impl Controller {
         self.now = now;
         let wall = self.tuning.wall_offset_ms + now.as_millis() as i64;
         self.with_state(|st| st.wall_ms = wall);
+        // The parts of `sb-change-to-translate` (CPU, with the stage clock), recorded for the
+        // input that brings a change the translation has not seen.
+        let had = self.change_at.is_some();
+        let t0 = self.tick();
         while let Some(ev) = self.sb.poll_event() {
             self.sb_event(ev, now);
         }
+        let fresh = !had && self.change_at.is_some();
+        let t1 = self.tick();
+        if fresh {
+            self.sw.record("sb-apply", self.sb_apply);
+            self.sw.record("sb-change-note", t1.saturating_sub(t0));
+        }
         if self.sb.is_synced() {
             self.update_conditions();
+            let t2 = self.tick();
             self.write_round(now);
+            let t3 = self.tick();
+            if fresh {
+                self.sw.record("conditions", t2.saturating_sub(t1));
+                self.sw.record("write-round", t3.saturating_sub(t2));
+            }
             self.maybe_push(now);
         }
     }
