@@ -201,9 +201,7 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     // brings: rows and the heap they take loaded afresh), and the rows of every chassis's.
     if let Some(sb) = chassis[0].controller().map(|c| c.sb().model()) {
         let tables = replica_tables(sb)?;
-        let (rows, bytes) = tables
-            .iter()
-            .fold((0, 0), |(r, b), t| (r + t.1, b + t.2));
+        let (rows, bytes) = tables.iter().fold((0, 0), |(r, b), t| (r + t.1, b + t.2));
         let mut big: Vec<_> = tables.iter().filter(|t| t.1 > 0).collect();
         big.sort_by_key(|t| std::cmp::Reverse(t.2));
         let list: Vec<String> = big

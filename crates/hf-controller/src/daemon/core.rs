@@ -312,7 +312,10 @@ pub struct Controller {
     conds_settled: bool,
     /// The view or the local ports changed since the conditions were last computed.
     conds_due: bool,
+    /// The datapaths the conditions were computed for (every one with `monitor_all`).
     monitored: BTreeSet<Uuid>,
+    /// The ports the conditions watch by name ([`monitor::watch_ports`]).
+    watched_orphans: BTreeSet<String>,
     // The datapath link.
     dp_connected: bool,
     dp_dec: Decoder<FromDatapath>,
@@ -495,6 +498,7 @@ impl Controller {
             conds_settled: false,
             conds_due: true,
             monitored: BTreeSet::new(),
+            watched_orphans: BTreeSet::new(),
             dp_connected: false,
             dp_dec: Decoder::new(),
             dp_out: VecDeque::new(),
@@ -1206,15 +1210,26 @@ impl Controller {
                 // the translation or the conditions read; our claims of ports the translation
                 // already placed here (see `claims_pending`) change nothing it outputs: the
                 // translation sees them, but none is run for them.
-                match change_kind(&d) {
+                // The conditions are computed again only when the change can move them.
+                let kind = change_kind(&d);
+                if kind != ChangeKind::Status && !self.conds_due {
+                    let local = self.local_set();
+                    self.conds_due = self.cfg.monitor_all
+                        || monitor::may_move(
+                            self.sb.model(),
+                            &d,
+                            &self.cfg.chassis,
+                            &local,
+                            &self.monitored,
+                        );
+                }
+                match kind {
                     ChangeKind::Status => {}
                     ChangeKind::Neutral => {
                         self.translate_cache.changed(&d);
-                        self.conds_due = true;
                     }
                     ChangeKind::Translate => {
                         self.translate_cache.changed(&d);
-                        self.conds_due = true;
                         self.translate_due = true;
                         self.change_at.get_or_insert(now);
                     }
@@ -1269,6 +1284,13 @@ impl Controller {
     }
 
     fn update_conditions(&mut self) {
+        // The ports watched by name follow the zones the datapath holds, not SB.
+        if !self.conds_due {
+            let orphans = self.orphan_ports();
+            if orphans != self.watched_orphans {
+                self.conds_due = true;
+            }
+        }
         if !self.conds_due {
             return;
         }
@@ -1276,7 +1298,9 @@ impl Controller {
         let sb = self.sb.model();
         let local = self.local_set();
         let mut want = monitor::conditions(sb, &self.cfg.chassis, &local, self.cfg.monitor_all);
-        monitor::watch_ports(&mut want, &self.orphan_ports());
+        let orphans = self.orphan_ports();
+        monitor::watch_ports(&mut want, &orphans);
+        self.watched_orphans = orphans;
         self.monitored = if self.cfg.monitor_all {
             sb.datapath_binding().keys().copied().collect()
         } else {
