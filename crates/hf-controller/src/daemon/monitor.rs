@@ -361,8 +361,8 @@ mod tests {
     #[test]
     fn changes_judged_unable_to_move_the_conditions_leave_them_as_they_were() {
         let mut skipped = 0;
-        for seed in 1..=40 {
-            skipped += run(seed * 0x9e37_79b9_7f4a_7c15, 60);
+        for seed in 1..=40u64 {
+            skipped += run(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15), 60);
         }
         // The rule does spare work (else the test proves nothing about it).
         assert!(skipped > 100, "only {skipped} changes were judged neutral");
