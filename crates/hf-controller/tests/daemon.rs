@@ -778,6 +778,11 @@ fn a_requested_port_is_installed_while_its_claim_commits() {
     assert_eq!(s.translations, translations + 1, "{s:?}");
     let sw = net.ctl(0).stopwatch();
     for stage in [
+        // The parts of the input that brought the port (its CPU before the translation).
+        "sb-apply",
+        "sb-change-note",
+        "conditions",
+        "write-round",
         "claim-commit",
         "datapath-install",
         "nb-cfg-commit",

@@ -197,6 +197,38 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     let chassis_total: Duration = per_chassis.iter().sum();
     let slowest = per_chassis.iter().max().copied().unwrap_or_default();
 
+    // The replica of the first chassis, table by table (what conditional monitoring still
+    // brings: rows and the heap they take loaded afresh), and the rows of every chassis's.
+    if let Some(sb) = chassis[0].controller().map(|c| c.sb().model()) {
+        let tables = replica_tables(sb)?;
+        let (rows, bytes) = tables.iter().fold((0, 0), |(r, b), t| (r + t.1, b + t.2));
+        let mut big: Vec<_> = tables.iter().filter(|t| t.1 > 0).collect();
+        big.sort_by_key(|t| std::cmp::Reverse(t.2));
+        let list: Vec<String> = big
+            .iter()
+            .take(8)
+            .map(|(t, r, b)| format!("{t} {r} rows {:.0} KB", *b as f64 / 1024.0))
+            .collect();
+        report.note(&format!(
+            "hv0's SB replica: {rows} rows, {:.0} KB loaded afresh; largest: {}",
+            bytes as f64 / 1024.0,
+            list.join(", ")
+        ));
+        report.result(
+            &format!("{tag}_replica_heap_hv0"),
+            bytes as f64 / 1024.0,
+            "KB",
+        );
+    }
+    let all_rows: usize = chassis
+        .iter()
+        .filter_map(|c| c.controller().map(|c| c.sb().model().len()))
+        .sum();
+    report.note(&format!(
+        "SB replica rows per chassis: {:.0} on average",
+        all_rows as f64 / n as f64
+    ));
+
     // Memory: stop the controllers (their share), drop the chassis (the datapaths' and their
     // sessions'), then northd; what remains is the server's.
     let h_running = alloc::live_bytes();
@@ -255,6 +287,46 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         "KB",
     );
     Ok(())
+}
+
+/// Per SB table of `sb`: its name, its rows, and the heap those rows take when loaded afresh
+/// into an empty snapshot (through `<table-updates2>`, as the replica loads them; indexes
+/// included).
+fn replica_tables(sb: &hf_model::SbSnapshot) -> anyhow::Result<Vec<(&'static str, usize, usize)>> {
+    struct V<'a> {
+        sb: &'a hf_model::SbSnapshot,
+        out: Vec<(&'static str, usize, usize)>,
+        err: Option<String>,
+    }
+    impl hf_model::sb::TableVisitor for V<'_> {
+        fn visit<T: hf_model::sb::SnapshotTable>(&mut self) {
+            let rows = T::rows(self.sb);
+            let json: serde_json::Map<String, Value> = rows
+                .values()
+                .map(|r| (r.uuid().to_string(), json!({"insert": r.to_json_row()})))
+                .collect();
+            let updates = json!({ T::NAME: json });
+            let before = alloc::live_bytes();
+            let mut fresh = hf_model::SbSnapshot::default();
+            match fresh.apply_updates2(&updates) {
+                Ok(d) => drop(d),
+                Err(e) => self.err = Some(format!("{}: {e}", T::NAME)),
+            }
+            let bytes = alloc::live_bytes().saturating_sub(before);
+            drop(fresh);
+            self.out.push((T::NAME, rows.len(), bytes));
+        }
+    }
+    let mut v = V {
+        sb,
+        out: Vec::new(),
+        err: None,
+    };
+    hf_model::sb::for_each_table(&mut v);
+    match v.err {
+        Some(e) => bail!("reloading the replica: {e}"),
+        None => Ok(v.out),
+    }
 }
 
 /// `--tiny` 20 chassis × 4 ports, `HF_BENCH_FANOUT_CHASSIS=N` (× 20), else 1,000 × 20.

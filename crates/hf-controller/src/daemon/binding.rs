@@ -197,6 +197,11 @@ pub fn binding_ops(
                 }
             }
         }
+        if row.is_empty() && mutations.is_empty() {
+            // Nothing to write for this row (the usual case): no `where` clause is built, so
+            // that a round costs little per row held.
+            continue;
+        }
         let at = json!([["_uuid", "==", uuid_json(pb.uuid)]]);
         if !row.is_empty() {
             ops.push(json!({"op": "update", "table": "Port_Binding", "where": at, "row": row}));
@@ -205,16 +210,14 @@ pub fn binding_ops(
             ops.push(json!({"op": "mutate", "table": "Port_Binding", "where": at,
                             "mutations": mutations}));
         }
-        if !row.is_empty() || !mutations.is_empty() {
-            let what = match claim {
-                Claim::Primary => "claiming",
-                Claim::Additional if holds_additional => "activating (additional chassis)",
-                Claim::Additional => "claiming (additional chassis)",
-                Claim::None => "releasing",
-            };
-            ops.push(json!({"op": "comment",
-                "comment": format!("holdfast controller {name}: {what} lport {}", pb.logical_port)}));
-        }
+        let what = match claim {
+            Claim::Primary => "claiming",
+            Claim::Additional if holds_additional => "activating (additional chassis)",
+            Claim::Additional => "claiming (additional chassis)",
+            Claim::None => "releasing",
+        };
+        ops.push(json!({"op": "comment",
+            "comment": format!("holdfast controller {name}: {what} lport {}", pb.logical_port)}));
     }
     ops
 }

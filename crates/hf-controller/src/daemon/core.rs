@@ -312,7 +312,10 @@ pub struct Controller {
     conds_settled: bool,
     /// The view or the local ports changed since the conditions were last computed.
     conds_due: bool,
+    /// The datapaths the conditions were computed for (every one with `monitor_all`).
     monitored: BTreeSet<Uuid>,
+    /// The ports the conditions watch by name ([`monitor::watch_ports`]).
+    watched_orphans: BTreeSet<String>,
     // The datapath link.
     dp_connected: bool,
     dp_dec: Decoder<FromDatapath>,
@@ -364,6 +367,9 @@ pub struct Controller {
     change_at: Option<Duration>,
     /// Why the change at `change_at` is waiting (a `wait-*` stage), first reason seen.
     wait_reason: Option<&'static str>,
+    /// The CPU the replica spent on the last SB input (decoding and applying it): recorded as
+    /// `sb-apply` when that input brought the change at `change_at`.
+    sb_apply: Duration,
     /// Per pushed generation: when it was sent, and the change it carries.
     sent_at: BTreeMap<u64, (Duration, Option<Duration>)>,
     /// An `nb_cfg` to report: since when (installed or found unchanged), its change, its value.
@@ -374,7 +380,10 @@ pub struct Controller {
 }
 
 /// The controller's stopwatches (`stopwatch/show`), for one change on its way from SB to the
-/// chassis's `nb_cfg`: from the change set's arrival to the translation's start (a wait), and
+/// chassis's `nb_cfg`: from the change set's arrival to the translation's start (a wait), the
+/// CPU of the input that brought it (`sb-apply`: the replica decoding and applying the update;
+/// `sb-change-note`: the change set handed to the translation cache; `conditions`: monitor
+/// conditions recomputed; `write-round`: the claim and status write built and sent), and
 /// the part of it spent on each reason (`wait-*`: the datapath's hello, a program in flight, a
 /// claim that moves a port, conditions changing); the translation; its review (diagnostics,
 /// zones the translation no longer has, zones exhausted); building and sending the
@@ -385,6 +394,10 @@ pub struct Controller {
 /// claims or releases a port to its commit; and the whole way.
 pub const STAGES: &[&str] = &[
     "sb-change-to-translate",
+    "sb-apply",
+    "sb-change-note",
+    "conditions",
+    "write-round",
     "wait-datapath",
     "wait-program-in-flight",
     "wait-claim",
@@ -485,6 +498,7 @@ impl Controller {
             conds_settled: false,
             conds_due: true,
             monitored: BTreeSet::new(),
+            watched_orphans: BTreeSet::new(),
             dp_connected: false,
             dp_dec: Decoder::new(),
             dp_out: VecDeque::new(),
@@ -515,6 +529,7 @@ impl Controller {
             stage_clock: None,
             change_at: None,
             wait_reason: None,
+            sb_apply: Duration::ZERO,
             sent_at: BTreeMap::new(),
             nb_cfg_since: None,
             txn_t: None,
@@ -567,8 +582,11 @@ impl Controller {
 
     /// Bytes from SB.
     pub fn handle_sb_bytes(&mut self, data: &[u8], now: Duration) {
+        let t = self.tick();
         self.sb.handle_bytes(data, ms(now));
+        self.sb_apply = self.tick().saturating_sub(t);
         self.step(now);
+        self.sb_apply = Duration::ZERO;
     }
 
     /// The SB connection ended or could not be made.
@@ -1137,12 +1155,28 @@ impl Controller {
         self.now = now;
         let wall = self.tuning.wall_offset_ms + now.as_millis() as i64;
         self.with_state(|st| st.wall_ms = wall);
+        // The parts of `sb-change-to-translate` (CPU, with the stage clock), recorded for the
+        // input that brings a change the translation has not seen.
+        let had = self.change_at.is_some();
+        let t0 = self.tick();
         while let Some(ev) = self.sb.poll_event() {
             self.sb_event(ev, now);
         }
+        let fresh = !had && self.change_at.is_some();
+        let t1 = self.tick();
+        if fresh {
+            self.sw.record("sb-apply", self.sb_apply);
+            self.sw.record("sb-change-note", t1.saturating_sub(t0));
+        }
         if self.sb.is_synced() {
             self.update_conditions();
+            let t2 = self.tick();
             self.write_round(now);
+            let t3 = self.tick();
+            if fresh {
+                self.sw.record("conditions", t2.saturating_sub(t1));
+                self.sw.record("write-round", t3.saturating_sub(t2));
+            }
             self.maybe_push(now);
         }
     }
@@ -1176,15 +1210,26 @@ impl Controller {
                 // the translation or the conditions read; our claims of ports the translation
                 // already placed here (see `claims_pending`) change nothing it outputs: the
                 // translation sees them, but none is run for them.
-                match change_kind(&d) {
+                // The conditions are computed again only when the change can move them.
+                let kind = change_kind(&d);
+                if kind != ChangeKind::Status && !self.conds_due {
+                    let local = self.local_set();
+                    self.conds_due = self.cfg.monitor_all
+                        || monitor::may_move(
+                            self.sb.model(),
+                            &d,
+                            &self.cfg.chassis,
+                            &local,
+                            &self.monitored,
+                        );
+                }
+                match kind {
                     ChangeKind::Status => {}
                     ChangeKind::Neutral => {
                         self.translate_cache.changed(&d);
-                        self.conds_due = true;
                     }
                     ChangeKind::Translate => {
                         self.translate_cache.changed(&d);
-                        self.conds_due = true;
                         self.translate_due = true;
                         self.change_at.get_or_insert(now);
                     }
@@ -1239,6 +1284,13 @@ impl Controller {
     }
 
     fn update_conditions(&mut self) {
+        // The ports watched by name follow the zones the datapath holds, not SB.
+        if !self.conds_due {
+            let orphans = self.orphan_ports();
+            if orphans != self.watched_orphans {
+                self.conds_due = true;
+            }
+        }
         if !self.conds_due {
             return;
         }
@@ -1246,7 +1298,9 @@ impl Controller {
         let sb = self.sb.model();
         let local = self.local_set();
         let mut want = monitor::conditions(sb, &self.cfg.chassis, &local, self.cfg.monitor_all);
-        monitor::watch_ports(&mut want, &self.orphan_ports());
+        let orphans = self.orphan_ports();
+        monitor::watch_ports(&mut want, &orphans);
+        self.watched_orphans = orphans;
         self.monitored = if self.cfg.monitor_all {
             sb.datapath_binding().keys().copied().collect()
         } else {
