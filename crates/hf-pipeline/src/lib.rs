@@ -331,8 +331,16 @@ impl Outputs {
     }
 
     pub(crate) fn push(&mut self, d: Destination, frame: &[u8]) {
-        let room = self.bytes.len() + self.headroom;
-        self.bytes.resize(room, 0);
+        // The headroom's zeros copied from a constant (`resize` wrote them a byte at a time).
+        const ZEROS: [u8; 64] = [0; 64];
+        self.bytes.reserve(self.headroom + frame.len());
+        let mut left = self.headroom;
+        while left > 0 {
+            let n = left.min(ZEROS.len());
+            self.bytes.extend_from_slice(&ZEROS[..n]);
+            left -= n;
+        }
+        let room = self.bytes.len();
         self.bytes.extend_from_slice(frame);
         self.pkts.push((d, room, self.bytes.len()));
     }
@@ -457,6 +465,22 @@ pub struct Pipeline {
     packet_in: bool,
     /// What packet-in actions did.
     pin_stats: PacketInStats,
+    /// Per datapath (by index): whether it has a chassisredirect port resident here, so a
+    /// tunnel frame's egress port is looked up only where one may stand for another (set
+    /// with the program).
+    redirects: Vec<bool>,
+}
+
+/// Per datapath of `prog`, whether any of its ports is a resident chassisredirect port.
+fn redirect_flags(prog: &Program) -> Vec<bool> {
+    prog.dps
+        .iter()
+        .map(|d| {
+            d.ports
+                .values()
+                .any(|p| matches!(p.loc, program::Loc::Redirect(_)))
+        })
+        .collect()
 }
 
 impl Pipeline {
@@ -477,7 +501,9 @@ impl Pipeline {
             activation: Default::default(),
             packet_in: false,
             pin_stats: PacketInStats::default(),
+            redirects: Vec::new(),
         };
+        p.redirects = redirect_flags(&p.prog);
         p.load_state();
         p.load_learned();
         p
@@ -538,6 +564,7 @@ impl Pipeline {
     /// decisions made here ([`Pipeline::set_port_active`], RARP) carry over.
     pub fn set_program(&mut self, prog: Program) {
         self.prog = prog;
+        self.redirects = redirect_flags(&self.prog);
         self.generation += 1;
         self.load_state();
         self.load_learned();
@@ -903,10 +930,15 @@ impl Pipeline {
                     res?;
                     return Ok(stats);
                 }
-                // A chassisredirect port resident here stands for its distributed port.
-                let outport = match d.ports.get(&outport).map(|p| &p.loc) {
-                    Some(program::Loc::Redirect(to)) => *to,
-                    _ => outport,
+                // A chassisredirect port resident here stands for its distributed port (no
+                // lookup in a datapath without one).
+                let outport = if self.redirects.get(dp as usize).copied().unwrap_or(true) {
+                    match d.ports.get(&outport).map(|p| &p.loc) {
+                        Some(program::Loc::Redirect(to)) => *to,
+                        _ => outport,
+                    }
+                } else {
+                    outport
                 };
                 // A copy for a held port is kept as it came, before its egress pipeline (no
                 // lookup at all while nothing is held: the forwarding path's common case).
