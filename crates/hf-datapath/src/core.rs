@@ -963,10 +963,10 @@ impl Datapath {
 
     /// Turns the pipeline's events into controller messages.
     fn take_events(&mut self, now: Duration) {
-        let events = self.pipeline.take_events();
-        if events.is_empty() {
+        if !self.pipeline.has_events() {
             return;
         }
+        let events = self.pipeline.take_events();
         let mut learned = Vec::new();
         for ev in events {
             match ev {

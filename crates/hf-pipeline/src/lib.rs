@@ -331,16 +331,8 @@ impl Outputs {
     }
 
     pub(crate) fn push(&mut self, d: Destination, frame: &[u8]) {
-        // The headroom's zeros copied from a constant (`resize` wrote them a byte at a time).
-        const ZEROS: [u8; 64] = [0; 64];
-        self.bytes.reserve(self.headroom + frame.len());
-        let mut left = self.headroom;
-        while left > 0 {
-            let n = left.min(ZEROS.len());
-            self.bytes.extend_from_slice(&ZEROS[..n]);
-            left -= n;
-        }
-        let room = self.bytes.len();
+        let room = self.bytes.len() + self.headroom;
+        self.bytes.resize(room, 0);
         self.bytes.extend_from_slice(frame);
         self.pkts.push((d, room, self.bytes.len()));
     }
@@ -648,6 +640,13 @@ impl Pipeline {
     /// Whether traffic to local port `id` is held.
     pub fn port_held(&self, id: u32) -> bool {
         self.held.contains(&id)
+    }
+
+    /// Whether events were collected since the last [`Pipeline::take_events`] (what a caller
+    /// checks per frame before taking them).
+    #[inline]
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
     }
 
     /// Takes the events collected so far.
