@@ -378,7 +378,10 @@ fn a_program_swap_decides_again_where_chassisredirect_ports_are() {
     };
     let mut p = Pipeline::new(Program::compile_strict(&lr(remote())).expect("compiles"));
     let mut ct = Conntrack::new(Config::default());
-    assert!(run(&mut p, &mut ct, from, &syn()).is_empty(), "not resident: dropped");
+    assert!(
+        run(&mut p, &mut ct, from, &syn()).is_empty(),
+        "not resident: dropped"
+    );
     p.set_program(Program::compile_strict(&lr(resident())).expect("compiles"));
     assert_eq!(
         run(&mut p, &mut ct, from, &syn()),
@@ -386,7 +389,10 @@ fn a_program_swap_decides_again_where_chassisredirect_ports_are() {
         "resident after the swap: continues as lr-gw"
     );
     p.set_program(Program::compile_strict(&lr(remote())).expect("compiles"));
-    assert!(run(&mut p, &mut ct, from, &syn()).is_empty(), "moved away again");
+    assert!(
+        run(&mut p, &mut ct, from, &syn()).is_empty(),
+        "moved away again"
+    );
 }
 
 fn rarp() -> Vec<u8> {
