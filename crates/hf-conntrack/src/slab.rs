@@ -40,14 +40,16 @@ impl Slab {
 
 impl Index<usize> for Slab {
     type Output = Entry;
-    #[inline]
+    // Always inlined: an out-of-line call per packet (the hot path's entry access) cost more
+    // than the two loads it makes.
+    #[inline(always)]
     fn index(&self, i: usize) -> &Entry {
         &self.chunks[i >> CHUNK_BITS][i & (CHUNK - 1)]
     }
 }
 
 impl IndexMut<usize> for Slab {
-    #[inline]
+    #[inline(always)]
     fn index_mut(&mut self, i: usize) -> &mut Entry {
         &mut self.chunks[i >> CHUNK_BITS][i & (CHUNK - 1)]
     }

@@ -336,16 +336,27 @@ impl Conntrack {
     #[inline]
     pub(crate) fn find_h(&self, t: &Tuple, h: u32) -> Option<(u32, usize)> {
         let entries = &self.entries;
+        // The direction is decided by the compare that found the entry (not by comparing the
+        // tuple with the entry's again).
+        let mut dir = 0;
         let owns = |v: &u64| {
             let e = &entries[(*v as u32 >> 1) as usize];
-            (*v >> 32) as u32 == h
-                && (e.tuple((*v & 1) as usize) == t || (e.flags & F_SHARED != 0 && e.reply == *t))
+            if (*v >> 32) as u32 != h {
+                return false;
+            }
+            let d = (*v & 1) as usize;
+            if e.tuple(d) == t {
+                dir = d;
+                true
+            } else if e.flags & F_SHARED != 0 && e.reply == *t {
+                dir = 1;
+                true
+            } else {
+                false
+            }
         };
-        self.index.find(spread(h), owns).map(|&v| {
-            let idx = v as u32 >> 1;
-            let dir = usize::from(v & 1 == 1 || entries[idx as usize].orig != *t);
-            (idx, dir)
-        })
+        let idx = self.index.find(spread(h), owns).map(|&v| v as u32 >> 1)?;
+        Some((idx, dir))
     }
 
     /// The connection claiming `t` as its SNAT reply tuple, in any zone.

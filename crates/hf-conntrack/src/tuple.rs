@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 /// queries `sport` is the identifier and `dport` the request type (echo request for both an echo
 /// request and its reply), so the reply direction's tuple is the original with addresses swapped
 /// and the same `sport`/`dport`. For protocols without ports both are zero.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Tuple {
     /// Source address (16 bytes; IPv4 mapped).
     pub src: [u8; 16],
@@ -35,13 +35,19 @@ impl Hash for Tuple {
     fn hash<H: Hasher>(&self, h: &mut H) {
         h.write_u128(u128::from_ne_bytes(self.src));
         h.write_u128(u128::from_ne_bytes(self.dst));
-        h.write_u64(
-            u64::from(self.sport)
-                | u64::from(self.dport) << 16
-                | u64::from(self.zone) << 32
-                | u64::from(self.proto) << 48
-                | u64::from(self.v6) << 56,
-        );
+        h.write_u64(self.packed_rest());
+    }
+}
+
+/// Field-by-field equality (what a derive gives), compared as two 16-byte words and one
+/// 8-byte word: the per-packet lookup compares a tuple with its entry's, and the derived form
+/// compared the arrays and the five small fields one by one.
+impl PartialEq for Tuple {
+    #[inline(always)]
+    fn eq(&self, o: &Tuple) -> bool {
+        let a = (u128::from_ne_bytes(self.src) ^ u128::from_ne_bytes(o.src))
+            | (u128::from_ne_bytes(self.dst) ^ u128::from_ne_bytes(o.dst));
+        a == 0 && self.packed_rest() == o.packed_rest()
     }
 }
 
@@ -92,6 +98,16 @@ pub(crate) fn icmp_query_type(v6: bool, ty: u8) -> Option<(u8, bool)> {
 }
 
 impl Tuple {
+    /// Ports, zone, protocol and family in one word (a bijection: equal words, equal fields).
+    #[inline(always)]
+    pub(crate) fn packed_rest(&self) -> u64 {
+        u64::from(self.sport)
+            | u64::from(self.dport) << 16
+            | u64::from(self.zone) << 32
+            | u64::from(self.proto) << 48
+            | u64::from(self.v6) << 56
+    }
+
     /// True when `self` is not greater than [`Tuple::invert`]`(self)`, computed without building
     /// the inverse: the derived order compares `src` (against the inverse's `src`, our `dst`)
     /// first, then the ports, and every other field is the same on both sides.

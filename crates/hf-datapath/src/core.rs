@@ -167,6 +167,29 @@ pub(crate) struct PortState {
     pub mac: Option<[u8; 6]>,
 }
 
+/// Hashes a local port id (ids are the datapath's own, never from outside, so no keyed hash):
+/// one multiply, where a `BTreeMap` walked its nodes for every frame a port sent.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct PortIdHasher(u64);
+
+impl std::hash::Hasher for PortIdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.0 = (u64::from(i) ^ self.0).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// Local port id → name.
+pub(crate) type PortNames =
+    std::collections::HashMap<u32, String, std::hash::BuildHasherDefault<PortIdHasher>>;
+
 /// A local port as [`Datapath::port_handle`] found it: its local id, so a frame's port is not
 /// looked up by name per frame ([`Datapath::handle_port_frame_at`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -177,8 +200,8 @@ pub struct PortHandle(u32);
 pub struct Datapath {
     pub(crate) cfg: DatapathConfig,
     pub(crate) ports: BTreeMap<String, PortState>,
-    /// Local id → port name.
-    pub(crate) port_names: BTreeMap<u32, String>,
+    /// Local id → port name (hashed: read for every frame a port sends).
+    pub(crate) port_names: PortNames,
     next_port_id: u32,
     pub(crate) pipeline: Pipeline,
     pub(crate) ct: Conntrack,
@@ -272,7 +295,7 @@ impl Datapath {
             ct: Conntrack::new(cfg.conntrack.clone()),
             cfg,
             ports: BTreeMap::new(),
-            port_names: BTreeMap::new(),
+            port_names: PortNames::default(),
             next_port_id: 1,
             pipeline,
             program: None,
@@ -940,10 +963,10 @@ impl Datapath {
 
     /// Turns the pipeline's events into controller messages.
     fn take_events(&mut self, now: Duration) {
-        let events = self.pipeline.take_events();
-        if events.is_empty() {
+        if !self.pipeline.has_events() {
             return;
         }
+        let events = self.pipeline.take_events();
         let mut learned = Vec::new();
         for ev in events {
             match ev {

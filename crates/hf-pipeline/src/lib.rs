@@ -457,6 +457,22 @@ pub struct Pipeline {
     packet_in: bool,
     /// What packet-in actions did.
     pin_stats: PacketInStats,
+    /// Per datapath (by index): whether it has a chassisredirect port resident here, so a
+    /// tunnel frame's egress port is looked up only where one may stand for another (set
+    /// with the program).
+    redirects: Vec<bool>,
+}
+
+/// Per datapath of `prog`, whether any of its ports is a resident chassisredirect port.
+fn redirect_flags(prog: &Program) -> Vec<bool> {
+    prog.dps
+        .iter()
+        .map(|d| {
+            d.ports
+                .values()
+                .any(|p| matches!(p.loc, program::Loc::Redirect(_)))
+        })
+        .collect()
 }
 
 impl Pipeline {
@@ -477,7 +493,9 @@ impl Pipeline {
             activation: Default::default(),
             packet_in: false,
             pin_stats: PacketInStats::default(),
+            redirects: Vec::new(),
         };
+        p.redirects = redirect_flags(&p.prog);
         p.load_state();
         p.load_learned();
         p
@@ -538,6 +556,7 @@ impl Pipeline {
     /// decisions made here ([`Pipeline::set_port_active`], RARP) carry over.
     pub fn set_program(&mut self, prog: Program) {
         self.prog = prog;
+        self.redirects = redirect_flags(&self.prog);
         self.generation += 1;
         self.load_state();
         self.load_learned();
@@ -621,6 +640,13 @@ impl Pipeline {
     /// Whether traffic to local port `id` is held.
     pub fn port_held(&self, id: u32) -> bool {
         self.held.contains(&id)
+    }
+
+    /// Whether events were collected since the last [`Pipeline::take_events`] (what a caller
+    /// checks per frame before taking them).
+    #[inline]
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
     }
 
     /// Takes the events collected so far.
@@ -903,10 +929,15 @@ impl Pipeline {
                     res?;
                     return Ok(stats);
                 }
-                // A chassisredirect port resident here stands for its distributed port.
-                let outport = match d.ports.get(&outport).map(|p| &p.loc) {
-                    Some(program::Loc::Redirect(to)) => *to,
-                    _ => outport,
+                // A chassisredirect port resident here stands for its distributed port (no
+                // lookup in a datapath without one).
+                let outport = if self.redirects.get(dp as usize).copied().unwrap_or(true) {
+                    match d.ports.get(&outport).map(|p| &p.loc) {
+                        Some(program::Loc::Redirect(to)) => *to,
+                        _ => outport,
+                    }
+                } else {
+                    outport
                 };
                 // A copy for a held port is kept as it came, before its egress pipeline (no
                 // lookup at all while nothing is held: the forwarding path's common case).

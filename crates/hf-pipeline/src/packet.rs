@@ -458,10 +458,16 @@ impl Ctx {
     }
 
     /// Applies a NAT-style rewrite to frame and parse, then reloads the header slots it touches.
+    #[inline(always)]
     pub(crate) fn rewrite(&mut self, rw: &NatRewrite) {
-        if rw.is_empty() {
-            return;
+        // The test inline, the work out of line: most conntrack results rewrite nothing.
+        if !rw.is_empty() {
+            self.rewrite_nonempty(rw);
         }
+    }
+
+    #[inline(never)]
+    fn rewrite_nonempty(&mut self, rw: &NatRewrite) {
         debug_assert!(self.owned, "a rewrite before the frame was copied");
         if hf_wire::apply_nat(&mut self.frame, &mut self.parsed, rw).is_ok() {
             self.reload_l3_l4();

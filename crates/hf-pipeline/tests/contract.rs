@@ -341,6 +341,60 @@ fn chassisredirect_resident_here_continues_as_the_distributed_port() {
     );
 }
 
+/// Whether a datapath has a resident chassisredirect port is decided when the program is set
+/// (a tunnel frame's egress port is looked up only where one may stand for another): a program
+/// swap that makes `cr-lr-gw` resident here must redirect the next tunnel frame, and one that
+/// moves it away must stop doing so.
+#[test]
+fn a_program_swap_decides_again_where_chassisredirect_ports_are() {
+    let lr = |cr: PortLocation| {
+        spec(vec![DatapathSpec {
+            name: "lr".into(),
+            tunnel_key: 2,
+            kind: DatapathKind::Router {
+                dnat_zone: 20,
+                snat_zone: 21,
+            },
+            ports: vec![
+                port("lr-in", 1, PortLocation::Local(1)),
+                port("lr-gw", 2, PortLocation::Local(2)),
+                port("cr-lr-gw", 3, cr),
+            ],
+            groups: Vec::new(),
+            flows: vec![
+                flow(Pipe::Egress, 0, 10, "outport == \"lr-gw\"", "output;"),
+                flow(Pipe::Egress, 0, 0, "1", "drop;"),
+            ],
+        }])
+    };
+    let remote = || PortLocation::Remote { chassis: 7 };
+    let resident = || PortLocation::Redirect {
+        port: "lr-gw".into(),
+    };
+    let from = Ingress::Tunnel {
+        datapath: 2,
+        inport: 1,
+        outport: 3,
+    };
+    let mut p = Pipeline::new(Program::compile_strict(&lr(remote())).expect("compiles"));
+    let mut ct = Conntrack::new(Config::default());
+    assert!(
+        run(&mut p, &mut ct, from, &syn()).is_empty(),
+        "not resident: dropped"
+    );
+    p.set_program(Program::compile_strict(&lr(resident())).expect("compiles"));
+    assert_eq!(
+        run(&mut p, &mut ct, from, &syn()),
+        [Destination::Local(2)],
+        "resident after the swap: continues as lr-gw"
+    );
+    p.set_program(Program::compile_strict(&lr(remote())).expect("compiles"));
+    assert!(
+        run(&mut p, &mut ct, from, &syn()).is_empty(),
+        "moved away again"
+    );
+}
+
 fn rarp() -> Vec<u8> {
     let mut f = Vec::new();
     hf_wire::reply::arp_request(&mut f, EthAddr([2, 0, 0, 0, 0, 2]), B, B);
