@@ -54,6 +54,13 @@ impl Controller {
         }
         self.wait_reason = None;
         let sb = self.sb.model();
+        // Local port ids are kept from the last translation: a port added or removed changes
+        // no other port's id (ids never leave the controller: the program names local ports).
+        let local_ids = self
+            .translate_cache
+            .local_ids()
+            .cloned()
+            .unwrap_or_default();
         let mut t = self.translate_cache.translate(
             sb,
             &TranslateOptions {
@@ -62,6 +69,7 @@ impl Controller {
             &Extra {
                 only_needed: true,
                 zones: self.zones.clone(),
+                local_ids,
             },
         );
         let nb_cfg = sb.sb_global_row().map_or(0, |g| g.nb_cfg);
