@@ -380,7 +380,8 @@ pub struct Controller {
 /// zones the translation no longer has, zones exhausted); building and sending the
 /// message (CPU; with the shell's clock), and of it assembling the message (reusing untouched
 /// datapaths) and the bookkeeping before the comparison with what runs (last build copy, kept
-/// sets, port notes); from sending it to the datapath's `Installed`; from there to the
+/// sets, port notes); from sending it to the datapath's `Installed`; handling `Installed` (the
+/// last good store, CPU); from there to the
 /// `nb_cfg` write being sent (a wait: another write in flight) and to its commit; a write that
 /// claims or releases a port to its commit; and the whole way.
 pub const STAGES: &[&str] = &[
@@ -395,6 +396,7 @@ pub const STAGES: &[&str] = &[
     "message-bookkeeping",
     "message-build",
     "datapath-install",
+    "installed-bookkeeping",
     "nb-cfg-write-wait",
     "nb-cfg-commit",
     "claim-commit",

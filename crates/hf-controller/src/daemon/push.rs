@@ -18,6 +18,14 @@ use crate::program_msg::{program_msg, program_msg_reusing, same_content, same_co
 use crate::{Extra, TranslateOptions};
 
 impl Controller {
+    /// The local port ids of the last translation (logical port → id in
+    /// [`hf_pipeline::PortLocation::Local`]): each kept from the translation before, so a port
+    /// added or removed moves no other port's id. They never leave the controller (the
+    /// program names local ports); a restarted controller numbers afresh.
+    pub fn local_port_ids(&self) -> Option<&BTreeMap<String, u32>> {
+        self.translate_cache.local_ids()
+    }
+
     pub(super) fn maybe_push(&mut self, now: Duration) {
         if !self.translate_due {
             return;
@@ -355,6 +363,7 @@ impl Controller {
         };
         self.stats.programs_installed += 1;
         let now = self.now;
+        let handled = self.tick();
         if let Some((sent, change)) = self.sent_at.remove(&generation) {
             self.sw.record("datapath-install", now.saturating_sub(sent));
             self.nb_cfg_since = Some((now, change, p.nb_cfg));
@@ -394,6 +403,9 @@ impl Controller {
         );
         self.running = Some(p);
         self.write_due = true;
+        let done = self.tick();
+        self.sw
+            .record("installed-bookkeeping", done.saturating_sub(handled));
     }
 
     /// The datapath does not run the base of delta `generation`.
