@@ -60,7 +60,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hf_datapath::proto::{
-    self, Decoder, FromDatapath, LocalPort, LocationMsg, PROTOCOL_VERSION, ProgramMsg, ToDatapath,
+    self, DatapathMsg, Decoder, FromDatapath, LocalPort, LocationMsg, PROTOCOL_VERSION, ProgramMsg,
+    ToDatapath,
 };
 use hf_model::SbSnapshot;
 use hf_ovsdb_net::client::{
@@ -952,7 +953,7 @@ impl Controller {
                 self.dp_ports = ports.into_iter().map(|p| (p.name.clone(), p)).collect();
                 self.zones = zones;
                 if let Some(p) = program {
-                    self.note_ports(&p);
+                    self.note_ports(p.datapaths.iter().map(|d| &**d));
                     self.generation = self.generation.max(p.generation);
                     self.lastgood.seed(&p);
                     self.running = Some(*p);
@@ -1111,8 +1112,8 @@ impl Controller {
     }
 
     /// Remembers which datapath each port of `p` is on (for [`Controller::gone`]).
-    fn note_ports(&mut self, p: &ProgramMsg) {
-        for d in &p.datapaths {
+    pub(super) fn note_ports<'a>(&mut self, datapaths: impl Iterator<Item = &'a DatapathMsg>) {
+        for d in datapaths {
             for port in &d.ports {
                 self.zone_dp.insert(
                     crate::translate::zones::port_zone_name(&port.name),

@@ -173,11 +173,12 @@ impl Controller {
             .last_build
             .take()
             .filter(|_| self.tuning.incremental_messages);
+        // The datapath messages of the last build (noted already: see `note_ports` below).
+        let mut had: HashSet<*const DatapathMsg> = HashSet::new();
         let build = match prev {
             Some(mut prev) => {
                 prev.datapaths.retain(|d| !stale.contains(&d.name));
-                let had: HashSet<*const DatapathMsg> =
-                    prev.datapaths.iter().map(Arc::as_ptr).collect();
+                had = prev.datapaths.iter().map(Arc::as_ptr).collect();
                 let b = program_msg_reusing(
                     &t,
                     &self.cfg.chassis,
@@ -239,7 +240,14 @@ impl Controller {
             }
             self.kept_sets = kept;
         }
-        self.note_ports(&msg);
+        // Only the datapaths this build made: the ones taken from the last build were noted
+        // when it was made (the notes are only ever added to).
+        self.note_ports(
+            msg.datapaths
+                .iter()
+                .filter(|d| !had.contains(&Arc::as_ptr(d)))
+                .map(|d| &**d),
+        );
         // A view without any datapath while the datapath forwards for local ports: hold it.
         let running_dps = self
             .running
