@@ -104,12 +104,7 @@ impl Controller {
             self.say(Level::Warn, format!("translation: {d}"));
         }
         // Zones the translation no longer has: kept until really gone.
-        let retained: BTreeMap<String, u16> = self
-            .zones
-            .iter()
-            .filter(|(n, _)| !t.zones.contains_key(*n))
-            .map(|(n, z)| (n.clone(), *z))
-            .collect();
+        let retained = not_in(&self.zones, &t.zones);
         let mut to_flush = Vec::new();
         for n in retained.keys() {
             if self.gone(n) {
@@ -123,7 +118,17 @@ impl Controller {
         }
         self.gone_since.retain(|n, _| retained.contains_key(n));
         // Objects without a zone (zones exhausted): fail closed, the running program stays.
-        let unzoned = crate::translate::zones::unzoned(&t);
+        // Only a translation that ran out of zones has such objects (each with an exhausted
+        // diagnostic), so the walk over every port is made only then.
+        let exhausted = t
+            .diagnostics
+            .iter()
+            .any(|d| d.reason.starts_with(crate::translate::zones::EXHAUSTED));
+        let unzoned = if exhausted {
+            crate::translate::zones::unzoned(&t)
+        } else {
+            Vec::new()
+        };
         let zone_error = (!unzoned.is_empty()).then(|| {
             format!(
                 "{}: no conntrack zone for {} object(s) (first: {}); the running program is kept",
@@ -455,4 +460,17 @@ impl Controller {
             ),
         );
     }
+}
+
+/// The entries of `a` whose names `b` lacks (one ordered walk of both maps, no lookups).
+fn not_in(a: &BTreeMap<String, u16>, b: &BTreeMap<String, u16>) -> BTreeMap<String, u16> {
+    let mut out = BTreeMap::new();
+    let mut bs = b.keys().peekable();
+    for (n, z) in a {
+        while bs.next_if(|k| k.as_str() < n.as_str()).is_some() {}
+        if bs.peek().is_none_or(|k| *k != n) {
+            out.insert(n.clone(), *z);
+        }
+    }
+    out
 }
