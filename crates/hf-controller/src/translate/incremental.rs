@@ -19,6 +19,13 @@
 //! | `Load_Balancer`, `DNS` | the LB VIPs, the DNS records |
 //! | `Chassis`, `Encap`, `Chassis_Template_Var`, `Datapath_Binding`, `HA_Chassis_Group`, `HA_Chassis`, `Gateway_Chassis` | everything ([`super::translate_cached`], which still reuses every unchanged flow's parse) |
 //!
+//! Local port ids are assigned again over every local port after a port change (or when
+//! [`Extra::local_ids`] changed), keeping `local_ids` ([`ports::assign_local`]): with the last
+//! translation's ids kept, as the daemon passes them, no other port's id moves, so a port
+//! add touches only its own datapaths. [`Translation::touched`]'s `rest` names each part
+//! outside datapaths that may differ ([`Rest`]), and [`Translation::flow_edits`] how each
+//! touched datapath's flows changed (the rows taken out, the places of the flows put in).
+//!
 //! Zones are assigned again every time (a function of every zone name). Diagnostics are kept
 //! per section (per datapath, per flow row) and put together in [`super::translate_with`]'s
 //! order. The result equals [`super::translate_with`]'s exactly, and

@@ -759,3 +759,50 @@ pub(crate) fn dp_groups(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::assign_local;
+
+    fn ids(pairs: &[(&str, u32)]) -> BTreeMap<String, u32> {
+        pairs.iter().map(|(n, i)| (n.to_string(), *i)).collect()
+    }
+
+    fn names(n: &[&str]) -> Vec<String> {
+        n.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn kept_ids_stay_and_new_ports_take_free_ones() {
+        // Without ids to keep: 1.. in name order, whatever order the names come in.
+        let n = names(&["c", "a", "b", "a"]);
+        assert_eq!(
+            assign_local(n.iter(), &BTreeMap::new()),
+            ids(&[("a", 1), ("b", 2), ("c", 3)])
+        );
+        // Kept ids stay; a gone name's id (b = 2) is not given to a new name while it is
+        // kept; new names take the lowest free ids in name order.
+        let keep = ids(&[("a", 1), ("b", 2), ("c", 3)]);
+        let n = names(&["c", "a", "e", "d"]);
+        assert_eq!(
+            assign_local(n.iter(), &keep),
+            ids(&[("a", 1), ("c", 3), ("d", 4), ("e", 5)])
+        );
+        // Once b is no longer kept, its id is free again.
+        let keep = ids(&[("a", 1), ("c", 3), ("e", 5)]);
+        let n = names(&["a", "c", "e", "f"]);
+        assert_eq!(
+            assign_local(n.iter(), &keep),
+            ids(&[("a", 1), ("c", 3), ("e", 5), ("f", 2)])
+        );
+        // An id kept twice stays with the first name (name order); 0 is never kept.
+        let keep = ids(&[("x", 4), ("y", 4), ("z", 0)]);
+        let n = names(&["z", "y", "x"]);
+        assert_eq!(
+            assign_local(n.iter(), &keep),
+            ids(&[("x", 4), ("y", 1), ("z", 2)])
+        );
+    }
+}
