@@ -29,7 +29,6 @@ pub mod translate;
 
 pub use translate::{
     ChassisEntry, Diagnostic, Extra, FlowEdit, Incremental, Parallelism, Rest, Touched,
-    TranslateCache,
-    TranslateOptions, Translation, needed_datapaths, reachable_datapaths, translate,
-    translate_cached, translate_par, translate_with,
+    TranslateCache, TranslateOptions, Translation, needed_datapaths, reachable_datapaths,
+    translate, translate_cached, translate_par, translate_with,
 };

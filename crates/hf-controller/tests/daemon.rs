@@ -940,7 +940,9 @@ fn a_restart_with_local_ids_out_of_name_order_pushes_nothing() {
     let ids = |net: &Net| net.ctl(0).local_port_ids().cloned().unwrap_or_default();
     let mut seen: Vec<BTreeMap<String, u32>> = vec![ids(&net)];
     let add = |net: &mut Net, name: &str, n: u8| {
-        net.chassis[0].dp.add_port(name, Some([0x0a, 0, 0, 1, 0, n]));
+        net.chassis[0]
+            .dp
+            .add_port(name, Some([0x0a, 0, 0, 1, 0, n]));
         net.nb(Value::Array(topology_port("ls0", name, n)));
         net.advance(Duration::from_secs(1));
     };
@@ -955,8 +957,10 @@ fn a_restart_with_local_ids_out_of_name_order_pushes_nothing() {
         .find(|p| p.name == "vm5")
         .unwrap()
         .uuid;
-    net.nb(json!([{"op": "mutate", "table": "Logical_Switch", "where": [["name", "==", "ls0"]],
-        "mutations": [["ports", "delete", ["set", [["uuid", vm5.to_string()]]]]]}]));
+    net.nb(
+        json!([{"op": "mutate", "table": "Logical_Switch", "where": [["name", "==", "ls0"]],
+        "mutations": [["ports", "delete", ["set", [["uuid", vm5.to_string()]]]]]}]),
+    );
     // (Past the zone's grace: its flush is not what is tested here.)
     net.advance(Duration::from_secs(10));
     seen.push(ids(&net));
@@ -990,9 +994,17 @@ fn a_restart_with_local_ids_out_of_name_order_pushes_nothing() {
     // From the new numbering on, a port add moves nothing either.
     add(&mut net, "vm3a", 18);
     let after = ids(&net);
-    assert!(canonical.iter().all(|(n, id)| after.get(n) == Some(id)), "{after:?}");
+    assert!(
+        canonical.iter().all(|(n, id)| after.get(n) == Some(id)),
+        "{after:?}"
+    );
     assert_eq!(after.get("vm3a"), Some(&5));
-    assert_eq!(net.ctl(0).stats().deltas_pushed, 1, "{:?}", net.ctl(0).stats());
+    assert_eq!(
+        net.ctl(0).stats().deltas_pushed,
+        1,
+        "{:?}",
+        net.ctl(0).stats()
+    );
 }
 
 #[test]

@@ -188,7 +188,8 @@ impl LastGood {
             }
             keep
         });
-        self.ambiguous.retain(|(d, _)| unchanged.contains(d.as_str()));
+        self.ambiguous
+            .retain(|(d, _)| unchanged.contains(d.as_str()));
         // Held datapaths run what they ran: their last good versions stay as they are.
         let held: BTreeSet<&str> = errors
             .iter()

@@ -695,12 +695,7 @@ impl Incremental {
             rest,
         });
         t.renumbered = renumbered.iter().map(name).collect();
-        t.flow_edits = Some(
-            flow_edits
-                .into_iter()
-                .map(|(i, e)| (name(&i), e))
-                .collect(),
-        );
+        t.flow_edits = Some(flow_edits.into_iter().map(|(i, e)| (name(&i), e)).collect());
         true
     }
 }
