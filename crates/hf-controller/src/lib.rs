@@ -28,7 +28,7 @@ pub mod program_msg;
 pub mod translate;
 
 pub use translate::{
-    ChassisEntry, Diagnostic, Extra, Incremental, Parallelism, Touched, TranslateCache,
-    TranslateOptions, Translation, needed_datapaths, reachable_datapaths, translate,
-    translate_cached, translate_par, translate_with,
+    ChassisEntry, Diagnostic, Extra, FlowEdit, Incremental, Parallelism, Rest, Touched,
+    TranslateCache, TranslateOptions, Translation, needed_datapaths, reachable_datapaths,
+    translate, translate_cached, translate_par, translate_with,
 };

@@ -19,7 +19,7 @@
 //! No compiling: the datapath compiles the text. A flow without source text (built in code,
 //! not from SB) cannot be described and is reported in [`ProgramBuild::skipped`].
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use hf_datapath::proto::{
@@ -27,9 +27,10 @@ use hf_datapath::proto::{
     MigrationMsg, NeighbourMsg, PortMsg, ProgramMsg,
 };
 use hf_expr::actions::Pipeline;
-use hf_pipeline::{DatapathKind, DatapathSpec, PortKind, PortLocation};
+use hf_pipeline::{DatapathKind, DatapathSpec, FlowSpec, PortKind, PortLocation};
 
 use crate::Translation;
+use crate::translate::FlowEdit;
 
 /// Where the last good text of a flow is looked up: (datapath name, flow id) → (match,
 /// actions). The texts are shared: a flow whose current text equals its last good one takes
@@ -104,9 +105,13 @@ pub fn program_msg(
 /// [`program_msg`] for a translation with [`Translation::touched`] (from
 /// [`crate::Incremental`]), given the message built from the previous translation of the same
 /// translator: every datapath that is not touched (or only [`Translation::renumbered`]) takes
-/// its [`DatapathMsg`] from `prev` as it is (no per-flow work), and with `touched.rest` false
-/// everything outside datapaths too. Equal to [`program_msg`]'s message. Without `touched`,
-/// or when `prev` lacks a datapath, it builds as [`program_msg`] does.
+/// its [`DatapathMsg`] from `prev` as it is (no per-flow work); a touched one whose flows the
+/// translation says how it changed ([`Translation::flow_edits`]) takes its ports and groups
+/// from the translation and its flows from `prev`'s message, minus the rows removed, plus the
+/// flows added (built, and their last good versions looked up, for those alone); and of the
+/// parts outside datapaths only those [`Touched::rest`](crate::Touched::rest) names are built
+/// again. Equal to [`program_msg`]'s message. Without `touched`, or when `prev` lacks a
+/// datapath, it builds as [`program_msg`] does.
 ///
 /// The caller guarantees what `touched` cannot see: `prev` was built from the translation
 /// before `t`, with the same `last_good` answers for the reused datapaths (a caller whose
@@ -114,7 +119,7 @@ pub fn program_msg(
 /// unchanged (a caller that edits messages, such as keeping sets, passes an unedited copy).
 /// Reused datapaths are shared ([`Arc`]), not copied. Flows without source text of reused
 /// datapaths are not listed in [`ProgramBuild::skipped`] again (translations from SB have
-/// none).
+/// none; a datapath with such flows is built whole).
 pub fn program_msg_reusing(
     t: &Translation,
     chassis: &str,
@@ -141,34 +146,100 @@ pub fn program_msg_reusing(
             let reuse = !touched.datapaths.contains(&d.name) || t.renumbered.contains(&d.name);
             match old.remove(&d.name) {
                 Some(m) if reuse => m,
+                Some(m) if t.flow_edits.is_some() => {
+                    let edit = t.flow_edits.as_ref().and_then(|e| e.get(&d.name));
+                    match edited_datapath_msg(d, &m, edit, &local_names, last_good) {
+                        Some(e) => Arc::new(e),
+                        None => Arc::new(datapath_msg(d, &local_names, last_good, &mut skipped)),
+                    }
+                }
                 _ => Arc::new(datapath_msg(d, &local_names, last_good, &mut skipped)),
             }
         })
         .collect();
-    if touched.rest {
-        let msg = assemble(t, chassis, generation, nb_cfg, extra_zones, datapaths);
-        return ProgramBuild { msg, skipped };
-    }
-    // Zones: the translation's (unchanged) plus `extra_zones`, which may differ from last time.
-    let same_zones = prev.zones.len()
-        == t.zones.len()
-            + extra_zones
-                .keys()
-                .filter(|n| !t.zones.contains_key(*n))
-                .count()
+    let rest = touched.rest;
+    // Zones: the translation's plus `extra_zones`, which may differ from last time.
+    let same_zones = !rest.zones
+        && prev.zones.len()
+            == t.zones.len()
+                + extra_zones
+                    .keys()
+                    .filter(|n| !t.zones.contains_key(*n))
+                    .count()
         && extra_zones
             .iter()
             .all(|(n, z)| t.zones.contains_key(n) || prev.zones.get(n) == Some(z));
     if !same_zones {
         prev.zones = all_zones(t, extra_zones);
     }
+    if rest.zones {
+        prev.switch_snat_zones = t.spec.switch_snat_zones.clone();
+    }
+    if rest.sets {
+        (prev.address_sets, prev.port_groups) = sets_msg(t);
+    }
+    if rest.chassis {
+        prev.chassis_table = chassis_table_msg(t);
+    }
+    if rest.neighbours {
+        (prev.neighbours, prev.fdb) = neighbours_msg(t);
+    }
+    if rest.lb_vips {
+        prev.lb_vips = lb_vips_msg(t);
+    }
+    if rest.dns {
+        prev.dns = dns_msg(t);
+    }
+    if rest.migrations {
+        prev.migrations = migrations_msg(t);
+    }
     prev.datapaths = datapaths;
     prev.generation = generation;
     prev.chassis = chassis.to_string();
     prev.nb_cfg = nb_cfg;
+    prev.owner = t.spec.owner.0;
     prev.feature_level = None;
     prev.no_last_good = false;
     ProgramBuild { msg: prev, skipped }
+}
+
+/// Datapath `d`'s message from its previous message `prev` (built from the translation
+/// before, whose flows `edit` turned into `d`'s; `None`: the flows did not change): ports,
+/// groups and zones from `d`, the flows `prev`'s minus the rows `edit` removed plus the flows
+/// it added, built here. `None` when `prev`'s flows do not line up with `d`'s (a flow without
+/// source text in either): the caller builds the datapath whole.
+fn edited_datapath_msg(
+    d: &DatapathSpec,
+    prev: &DatapathMsg,
+    edit: Option<&FlowEdit>,
+    local_names: &BTreeMap<u32, &str>,
+    last_good: &dyn LastGoodLookup,
+) -> Option<DatapathMsg> {
+    let Some(edit) = edit else {
+        if prev.flows.len() != d.flows.len() {
+            return None;
+        }
+        return Some(datapath_head(d, local_names, prev.flows.clone()));
+    };
+    // `prev`'s flows without the removed rows, in order; the added flows go between them.
+    let gone: HashSet<&str> = edit.removed.iter().map(String::as_str).collect();
+    let mut kept = prev
+        .flows
+        .iter()
+        .filter(|f| f.sb_uuid.as_deref().is_none_or(|u| !gone.contains(u)));
+    let mut added = edit.added.iter().copied().peekable();
+    let mut flows = Vec::with_capacity(d.flows.len());
+    for (i, f) in d.flows.iter().enumerate() {
+        if added.next_if_eq(&i).is_some() {
+            flows.push(flow_msg(&d.name, f, last_good)?);
+        } else {
+            flows.push(kept.next()?.clone());
+        }
+    }
+    if kept.next().is_some() || added.next().is_some() {
+        return None;
+    }
+    Some(datapath_head(d, local_names, flows))
 }
 
 /// Local port id → logical port name.
@@ -196,23 +267,52 @@ fn assemble(
     extra_zones: &BTreeMap<String, u16>,
     datapaths: Vec<Arc<DatapathMsg>>,
 ) -> ProgramMsg {
-    let zones = all_zones(t, extra_zones);
+    let (address_sets, port_groups) = sets_msg(t);
+    let (neighbours, fdb) = neighbours_msg(t);
+    ProgramMsg {
+        migrations: migrations_msg(t),
+        generation,
+        chassis: chassis.to_string(),
+        nb_cfg,
+        datapaths,
+        zones: all_zones(t, extra_zones),
+        chassis_table: chassis_table_msg(t),
+        neighbours,
+        address_sets,
+        port_groups,
+        fdb,
+        lb_vips: lb_vips_msg(t),
+        switch_snat_zones: t.spec.switch_snat_zones.clone(),
+        dns: dns_msg(t),
+        owner: t.spec.owner.0,
+        feature_level: None,
+        no_last_good: false,
+    }
+}
+
+/// Address sets (each member printed back as a logical-flow constant) and port groups.
+type SetsMsg = (BTreeMap<String, Vec<String>>, BTreeMap<String, Vec<String>>);
+
+fn sets_msg(t: &Translation) -> SetsMsg {
     let address_sets = t
         .spec
         .sets
         .addr_sets
         .iter()
         .map(|(n, v)| (n.clone(), v.iter().map(|c| c.to_string()).collect()))
-        .collect::<BTreeMap<String, Vec<String>>>();
+        .collect();
     let port_groups = t
         .spec
         .sets
         .port_groups
         .iter()
         .map(|(n, v)| (n.clone(), v.clone()))
-        .collect::<BTreeMap<String, Vec<String>>>();
-    let migrations = t
-        .migrations
+        .collect();
+    (address_sets, port_groups)
+}
+
+fn migrations_msg(t: &Translation) -> Vec<MigrationMsg> {
+    t.migrations
         .iter()
         .map(|m| MigrationMsg {
             port: m.port.clone(),
@@ -228,72 +328,68 @@ fn assemble(
                 })
                 .collect(),
         })
+        .collect()
+}
+
+fn chassis_table_msg(t: &Translation) -> Vec<ChassisMsg> {
+    t.chassis
+        .iter()
+        .map(|c| ChassisMsg {
+            id: c.id,
+            name: c.name.clone(),
+            encap_type: c.encap_type.clone(),
+            ip: c.ip.clone(),
+        })
+        .collect()
+}
+
+fn neighbours_msg(t: &Translation) -> (Vec<NeighbourMsg>, Vec<FdbMsg>) {
+    let neighbours = t
+        .spec
+        .neighbours
+        .iter()
+        .map(|n| NeighbourMsg {
+            datapath: n.datapath.clone(),
+            port: n.port.clone(),
+            ip: n.ip.to_string(),
+            mac: n.mac,
+        })
         .collect();
-    ProgramMsg {
-        migrations,
-        generation,
-        chassis: chassis.to_string(),
-        nb_cfg,
-        datapaths,
-        zones,
-        chassis_table: t
-            .chassis
-            .iter()
-            .map(|c| ChassisMsg {
-                id: c.id,
-                name: c.name.clone(),
-                encap_type: c.encap_type.clone(),
-                ip: c.ip.clone(),
-            })
-            .collect(),
-        neighbours: t
-            .spec
-            .neighbours
-            .iter()
-            .map(|n| NeighbourMsg {
-                datapath: n.datapath.clone(),
-                port: n.port.clone(),
-                ip: n.ip.to_string(),
-                mac: n.mac,
-            })
-            .collect(),
-        address_sets,
-        port_groups,
-        fdb: t
-            .spec
-            .fdb
-            .iter()
-            .map(|f| FdbMsg {
-                datapath: f.datapath.clone(),
-                port: f.port.clone(),
-                mac: f.mac,
-            })
-            .collect(),
-        lb_vips: t
-            .spec
-            .lb_vips
-            .iter()
-            .map(|v| LbVipMsg {
-                datapath: v.datapath.clone(),
-                ip: v.ip.to_string(),
-                port: v.port,
-                proto: v.proto,
-            })
-            .collect(),
-        switch_snat_zones: t.spec.switch_snat_zones.clone(),
-        dns: t
-            .spec
-            .dns
-            .iter()
-            .map(|d| DnsMsg {
-                datapath: d.datapath.clone(),
-                records: d.records.clone(),
-            })
-            .collect(),
-        owner: t.spec.owner.0,
-        feature_level: None,
-        no_last_good: false,
-    }
+    let fdb = t
+        .spec
+        .fdb
+        .iter()
+        .map(|f| FdbMsg {
+            datapath: f.datapath.clone(),
+            port: f.port.clone(),
+            mac: f.mac,
+        })
+        .collect();
+    (neighbours, fdb)
+}
+
+fn lb_vips_msg(t: &Translation) -> Vec<LbVipMsg> {
+    t.spec
+        .lb_vips
+        .iter()
+        .map(|v| LbVipMsg {
+            datapath: v.datapath.clone(),
+            ip: v.ip.to_string(),
+            port: v.port,
+            proto: v.proto,
+        })
+        .collect()
+}
+
+fn dns_msg(t: &Translation) -> Vec<DnsMsg> {
+    t.spec
+        .dns
+        .iter()
+        .map(|d| DnsMsg {
+            datapath: d.datapath.clone(),
+            records: d.records.clone(),
+        })
+        .collect()
 }
 
 /// One datapath's message; flows without source text go to `skipped`.
@@ -302,6 +398,22 @@ fn datapath_msg(
     local_names: &BTreeMap<u32, &str>,
     last_good: &dyn LastGoodLookup,
     skipped: &mut Vec<(String, String)>,
+) -> DatapathMsg {
+    let mut flows = Vec::with_capacity(d.flows.len());
+    for f in &d.flows {
+        match flow_msg(&d.name, f, last_good) {
+            Some(m) => flows.push(m),
+            None => skipped.push((d.name.clone(), f.id.0.to_string())),
+        }
+    }
+    datapath_head(d, local_names, flows)
+}
+
+/// Datapath `d`'s message with these flows: its name, key, zones, ports and groups.
+fn datapath_head(
+    d: &DatapathSpec,
+    local_names: &BTreeMap<u32, &str>,
+    flows: Vec<FlowMsg>,
 ) -> DatapathMsg {
     let router_zones = match d.kind {
         DatapathKind::Router {
@@ -345,32 +457,6 @@ fn datapath_msg(
             members: g.members.clone(),
         })
         .collect();
-    let mut flows = Vec::with_capacity(d.flows.len());
-    for f in &d.flows {
-        let Some(src) = &f.source else {
-            skipped.push((d.name.clone(), f.id.0.to_string()));
-            continue;
-        };
-        // Texts are shared, not copied (see [`SharedText`]).
-        let good = last_good.last_good(&d.name, &f.id.0);
-        let lg = good
-            .filter(|&(m, a)| **m != *src.matches || **a != *src.actions)
-            .map(|(m, a)| (Arc::clone(m), Arc::clone(a)));
-        let matches = src.matches.shared_or(good.map(|g| g.0));
-        let actions = src.actions.shared_or(good.map(|g| g.1));
-        flows.push(FlowMsg {
-            egress: f.pipeline == Pipeline::Egress,
-            table: f.table,
-            priority: f.priority,
-            matches,
-            actions,
-            id: f.id.0.clone(),
-            stage: f.stage.clone(),
-            sb_uuid: f.sb_uuid.clone(),
-            stage_hint: f.stage_hint.clone(),
-            last_good: lg,
-        });
-    }
     DatapathMsg {
         name: d.name.clone(),
         tunnel_key: d.tunnel_key,
@@ -379,6 +465,31 @@ fn datapath_msg(
         groups,
         flows,
     }
+}
+
+/// One flow's message (with its last good version from `last_good`); `None` for a flow
+/// without source text.
+fn flow_msg(datapath: &str, f: &FlowSpec, last_good: &dyn LastGoodLookup) -> Option<FlowMsg> {
+    let src = f.source.as_ref()?;
+    // Texts are shared, not copied (see [`SharedText`]).
+    let good = last_good.last_good(datapath, &f.id.0);
+    let lg = good
+        .filter(|&(m, a)| **m != *src.matches || **a != *src.actions)
+        .map(|(m, a)| (Arc::clone(m), Arc::clone(a)));
+    let matches = src.matches.shared_or(good.map(|g| g.0));
+    let actions = src.actions.shared_or(good.map(|g| g.1));
+    Some(FlowMsg {
+        egress: f.pipeline == Pipeline::Egress,
+        table: f.table,
+        priority: f.priority,
+        matches,
+        actions,
+        id: f.id.0.clone(),
+        stage: f.stage.clone(),
+        sb_uuid: f.sb_uuid.clone(),
+        stage_hint: f.stage_hint.clone(),
+        last_good: lg,
+    })
 }
 
 /// A flow text of the translation as a message takes it: the translation's own copy when the

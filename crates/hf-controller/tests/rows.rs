@@ -436,6 +436,7 @@ fn exhausted_zones_are_a_named_error_never_zone_0() {
     let extra = hf_controller::Extra {
         only_needed: false,
         zones: held.clone(),
+        local_ids: Default::default(),
     };
     let t = hf_controller::translate_with(&sb, &TranslateOptions::default(), &extra);
     assert!(!t.zones.contains_key("lr/r1/dnat") && !t.zones.contains_key("lr/r1/snat"));
@@ -456,6 +457,7 @@ fn exhausted_zones_are_a_named_error_never_zone_0() {
     let extra = hf_controller::Extra {
         only_needed: false,
         zones: held,
+        local_ids: Default::default(),
     };
     let t = hf_controller::translate_with(&sb, &TranslateOptions::default(), &extra);
     assert_eq!(t.zones.get("lr/r1/dnat"), Some(&7));
@@ -479,6 +481,7 @@ fn a_requested_zone_taken_twice_or_held_is_a_diagnostic() {
     let extra = hf_controller::Extra {
         only_needed: false,
         zones: [("lr/r1/dnat".to_string(), 9)].into(),
+        local_ids: Default::default(),
     };
     let t = hf_controller::translate_with(&sb, &TranslateOptions::default(), &extra);
     assert_eq!(t.zones["lr/r1/snat"], 9);

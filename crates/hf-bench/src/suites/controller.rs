@@ -700,6 +700,7 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
     let extra = hf_controller::Extra {
         only_needed: true,
         zones: prev.map(|p| p.zones.clone()).unwrap_or_default(),
+        local_ids: Default::default(),
     };
     let (tr, heap_tr) =
         Heap::of(|| hf_controller::translate_cached(sb, &opts, &extra, &mut tr_cache));
@@ -1059,6 +1060,7 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
         let extra = hf_controller::Extra {
             only_needed: true,
             zones: BTreeMap::new(),
+            local_ids: Default::default(),
         };
         let mut v = Vec::new();
         for _ in 0..3 {
@@ -1090,6 +1092,7 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
         &hf_controller::Extra {
             only_needed: true,
             zones: BTreeMap::new(),
+            local_ids: Default::default(),
         },
     );
     inc.recycle(tr);
@@ -1153,6 +1156,8 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
             let extra = hf_controller::Extra {
                 only_needed: true,
                 zones: current.zones.clone(),
+                // Kept from the last translation, as the daemon does.
+                local_ids: i.local_ids().cloned().unwrap_or_default(),
             };
             let t = Instant::now();
             let tr = i.translate(&snap, &hv1_opts(), &extra);

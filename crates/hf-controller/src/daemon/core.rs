@@ -60,7 +60,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hf_datapath::proto::{
-    self, Decoder, FromDatapath, LocalPort, LocationMsg, PROTOCOL_VERSION, ProgramMsg, ToDatapath,
+    self, DatapathMsg, Decoder, FromDatapath, LocalPort, LocationMsg, PROTOCOL_VERSION, ProgramMsg,
+    ToDatapath,
 };
 use hf_model::SbSnapshot;
 use hf_ovsdb_net::client::{
@@ -389,7 +390,8 @@ pub struct Controller {
 /// zones the translation no longer has, zones exhausted); building and sending the
 /// message (CPU; with the shell's clock), and of it assembling the message (reusing untouched
 /// datapaths) and the bookkeeping before the comparison with what runs (last build copy, kept
-/// sets, port notes); from sending it to the datapath's `Installed`; from there to the
+/// sets, port notes); from sending it to the datapath's `Installed`; handling `Installed` (the
+/// last good store, CPU); from there to the
 /// `nb_cfg` write being sent (a wait: another write in flight) and to its commit; a write that
 /// claims or releases a port to its commit; and the whole way.
 pub const STAGES: &[&str] = &[
@@ -408,6 +410,7 @@ pub const STAGES: &[&str] = &[
     "message-bookkeeping",
     "message-build",
     "datapath-install",
+    "installed-bookkeeping",
     "nb-cfg-write-wait",
     "nb-cfg-commit",
     "claim-commit",
@@ -968,7 +971,7 @@ impl Controller {
                 self.dp_ports = ports.into_iter().map(|p| (p.name.clone(), p)).collect();
                 self.zones = zones;
                 if let Some(p) = program {
-                    self.note_ports(&p);
+                    self.note_ports(p.datapaths.iter().map(|d| &**d));
                     self.generation = self.generation.max(p.generation);
                     self.lastgood.seed(&p);
                     self.running = Some(*p);
@@ -1127,8 +1130,8 @@ impl Controller {
     }
 
     /// Remembers which datapath each port of `p` is on (for [`Controller::gone`]).
-    fn note_ports(&mut self, p: &ProgramMsg) {
-        for d in &p.datapaths {
+    pub(super) fn note_ports<'a>(&mut self, datapaths: impl Iterator<Item = &'a DatapathMsg>) {
+        for d in datapaths {
             for port in &d.ports {
                 self.zone_dp.insert(
                     crate::translate::zones::port_zone_name(&port.name),

@@ -31,7 +31,7 @@
 //!
 //! [`FromDatapath::Installed`]: hf_datapath::proto::FromDatapath::Installed
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use hf_datapath::proto::{FlowErrorMsg, ProgramMsg};
@@ -82,8 +82,10 @@ type Text = (Arc<str>, Arc<str>);
 #[derive(Debug, Clone, Default)]
 pub struct LastGood {
     /// Datapath name -> flow identity -> (match, actions). Nested so a lookup borrows its
-    /// `&str` keys and an install of unchanged flows allocates nothing.
-    good: BTreeMap<String, BTreeMap<Arc<str>, Text>>,
+    /// `&str` keys and an install of unchanged flows allocates nothing; hashed, so a lookup
+    /// (one per flow of a message built, of a datapath installed) does not compare long
+    /// identities a dozen times.
+    good: HashMap<String, HashMap<Arc<str>, Text>>,
     /// Datapaths whose answers changed since [`LastGood::take_changed`].
     changed: BTreeSet<String>,
     errors: BTreeMap<(String, String), FlowErrorEntry>,
@@ -93,9 +95,9 @@ pub struct LastGood {
 }
 
 /// The identities of a datapath's flows, and those of them several flows share (one pass).
-fn ids_and_shared(flows: &[hf_datapath::proto::FlowMsg]) -> (BTreeSet<&str>, BTreeSet<&str>) {
-    let mut ids = BTreeSet::new();
-    let mut shared = BTreeSet::new();
+fn ids_and_shared(flows: &[hf_datapath::proto::FlowMsg]) -> (HashSet<&str>, HashSet<&str>) {
+    let mut ids = HashSet::with_capacity(flows.len());
+    let mut shared = HashSet::new();
     for f in flows {
         if !ids.insert(&*f.id) {
             shared.insert(&*f.id);
@@ -156,7 +158,7 @@ impl LastGood {
             .map_or_else(Default::default, |q| {
                 q.datapaths.iter().map(|d| (d.name.as_str(), d)).collect()
             });
-        let unchanged: BTreeSet<String> = p
+        let unchanged: HashSet<&str> = p
             .datapaths
             .iter()
             .filter(|d| {
@@ -165,7 +167,7 @@ impl LastGood {
                         .get(d.name.as_str())
                         .is_some_and(|q| Arc::ptr_eq(q, d))
             })
-            .map(|d| d.name.clone())
+            .map(|d| d.name.as_str())
             .collect();
         drop(with_errors);
         let failed: BTreeMap<(String, String), &FlowErrorMsg> = errors
@@ -186,7 +188,8 @@ impl LastGood {
             }
             keep
         });
-        self.ambiguous.retain(|(d, _)| unchanged.contains(d));
+        self.ambiguous
+            .retain(|(d, _)| unchanged.contains(d.as_str()));
         // Held datapaths run what they ran: their last good versions stay as they are.
         let held: BTreeSet<&str> = errors
             .iter()
@@ -194,7 +197,7 @@ impl LastGood {
             .map(|e| e.datapath.as_str())
             .collect();
         for d in &p.datapaths {
-            if unchanged.contains(&d.name) {
+            if unchanged.contains(d.name.as_str()) {
                 continue;
             }
             let (ids, shared) = ids_and_shared(&d.flows);
@@ -465,7 +468,10 @@ mod tests {
     fn state(l: &LastGood) -> String {
         format!(
             "{:?} {:?} {:?} {:?}",
-            l.good,
+            l.good
+                .iter()
+                .map(|(d, g)| (d, g.iter().collect::<BTreeMap<_, _>>()))
+                .collect::<BTreeMap<_, _>>(),
             l.errors,
             l.ambiguous,
             l.report()

@@ -18,6 +18,14 @@ use crate::program_msg::{program_msg, program_msg_reusing, same_content, same_co
 use crate::{Extra, TranslateOptions};
 
 impl Controller {
+    /// The local port ids of the last translation (logical port → id in
+    /// [`hf_pipeline::PortLocation::Local`]): each kept from the translation before, so a port
+    /// added or removed moves no other port's id. They never leave the controller (the
+    /// program names local ports); a restarted controller numbers afresh.
+    pub fn local_port_ids(&self) -> Option<&BTreeMap<String, u32>> {
+        self.translate_cache.local_ids()
+    }
+
     pub(super) fn maybe_push(&mut self, now: Duration) {
         if !self.translate_due {
             return;
@@ -54,6 +62,13 @@ impl Controller {
         }
         self.wait_reason = None;
         let sb = self.sb.model();
+        // Local port ids are kept from the last translation: a port added or removed changes
+        // no other port's id (ids never leave the controller: the program names local ports).
+        let local_ids = self
+            .translate_cache
+            .local_ids()
+            .cloned()
+            .unwrap_or_default();
         let mut t = self.translate_cache.translate(
             sb,
             &TranslateOptions {
@@ -62,6 +77,7 @@ impl Controller {
             &Extra {
                 only_needed: true,
                 zones: self.zones.clone(),
+                local_ids,
             },
         );
         let nb_cfg = sb.sb_global_row().map_or(0, |g| g.nb_cfg);
@@ -88,12 +104,7 @@ impl Controller {
             self.say(Level::Warn, format!("translation: {d}"));
         }
         // Zones the translation no longer has: kept until really gone.
-        let retained: BTreeMap<String, u16> = self
-            .zones
-            .iter()
-            .filter(|(n, _)| !t.zones.contains_key(*n))
-            .map(|(n, z)| (n.clone(), *z))
-            .collect();
+        let retained = not_in(&self.zones, &t.zones);
         let mut to_flush = Vec::new();
         for n in retained.keys() {
             if self.gone(n) {
@@ -107,7 +118,17 @@ impl Controller {
         }
         self.gone_since.retain(|n, _| retained.contains_key(n));
         // Objects without a zone (zones exhausted): fail closed, the running program stays.
-        let unzoned = crate::translate::zones::unzoned(&t);
+        // Only a translation that ran out of zones has such objects (each with an exhausted
+        // diagnostic), so the walk over every port is made only then.
+        let exhausted = t
+            .diagnostics
+            .iter()
+            .any(|d| d.reason.starts_with(crate::translate::zones::EXHAUSTED));
+        let unzoned = if exhausted {
+            crate::translate::zones::unzoned(&t)
+        } else {
+            Vec::new()
+        };
         let zone_error = (!unzoned.is_empty()).then(|| {
             format!(
                 "{}: no conntrack zone for {} object(s) (first: {}); the running program is kept",
@@ -157,11 +178,12 @@ impl Controller {
             .last_build
             .take()
             .filter(|_| self.tuning.incremental_messages);
+        // The datapath messages of the last build (noted already: see `note_ports` below).
+        let mut had: HashSet<*const DatapathMsg> = HashSet::new();
         let build = match prev {
             Some(mut prev) => {
                 prev.datapaths.retain(|d| !stale.contains(&d.name));
-                let had: HashSet<*const DatapathMsg> =
-                    prev.datapaths.iter().map(Arc::as_ptr).collect();
+                had = prev.datapaths.iter().map(Arc::as_ptr).collect();
                 let b = program_msg_reusing(
                     &t,
                     &self.cfg.chassis,
@@ -223,7 +245,14 @@ impl Controller {
             }
             self.kept_sets = kept;
         }
-        self.note_ports(&msg);
+        // Only the datapaths this build made: the ones taken from the last build were noted
+        // when it was made (the notes are only ever added to).
+        self.note_ports(
+            msg.datapaths
+                .iter()
+                .filter(|d| !had.contains(&Arc::as_ptr(d)))
+                .map(|d| &**d),
+        );
         // A view without any datapath while the datapath forwards for local ports: hold it.
         let running_dps = self
             .running
@@ -347,6 +376,7 @@ impl Controller {
         };
         self.stats.programs_installed += 1;
         let now = self.now;
+        let handled = self.tick();
         if let Some((sent, change)) = self.sent_at.remove(&generation) {
             self.sw.record("datapath-install", now.saturating_sub(sent));
             self.nb_cfg_since = Some((now, change, p.nb_cfg));
@@ -386,6 +416,9 @@ impl Controller {
         );
         self.running = Some(p);
         self.write_due = true;
+        let done = self.tick();
+        self.sw
+            .record("installed-bookkeeping", done.saturating_sub(handled));
     }
 
     /// The datapath does not run the base of delta `generation`.
@@ -427,4 +460,17 @@ impl Controller {
             ),
         );
     }
+}
+
+/// The entries of `a` whose names `b` lacks (one ordered walk of both maps, no lookups).
+fn not_in(a: &BTreeMap<String, u16>, b: &BTreeMap<String, u16>) -> BTreeMap<String, u16> {
+    let mut out = BTreeMap::new();
+    let mut bs = b.keys().peekable();
+    for (n, z) in a {
+        while bs.next_if(|k| k.as_str() < n.as_str()).is_some() {}
+        if bs.peek().is_none_or(|k| *k != n) {
+            out.insert(n.clone(), *z);
+        }
+    }
+    out
 }

@@ -19,6 +19,13 @@
 //! | `Load_Balancer`, `DNS` | the LB VIPs, the DNS records |
 //! | `Chassis`, `Encap`, `Chassis_Template_Var`, `Datapath_Binding`, `HA_Chassis_Group`, `HA_Chassis`, `Gateway_Chassis` | everything ([`super::translate_cached`], which still reuses every unchanged flow's parse) |
 //!
+//! Local port ids are assigned again over every local port after a port change (or when
+//! [`Extra::local_ids`] changed), keeping `local_ids` ([`ports::assign_local`]): with the last
+//! translation's ids kept, as the daemon passes them, no other port's id moves, so a port
+//! add touches only its own datapaths. [`Translation::touched`]'s `rest` names each part
+//! outside datapaths that may differ ([`Rest`]), and [`Translation::flow_edits`] how each
+//! touched datapath's flows changed (the rows taken out, the places of the flows put in).
+//!
 //! Zones are assigned again every time (a function of every zone name). Diagnostics are kept
 //! per section (per datapath, per flow row) and put together in [`super::translate_with`]'s
 //! order. The result equals [`super::translate_with`]'s exactly, and
@@ -41,9 +48,19 @@ use hf_pipeline::{DatapathKind, DatapathSpec, FlowSpec, PortLocation};
 use uuid::Uuid;
 
 use super::{
-    Diagnostic, Extra, Touched, TranslateCache, TranslateOptions, Translation, flows, ports, sets,
-    zones,
+    Diagnostic, Extra, Rest, Touched, TranslateCache, TranslateOptions, Translation, flows, ports,
+    sets, zones,
 };
+
+/// How an incremental step changed one datapath's flows ([`Translation::flow_edits`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FlowEdit {
+    /// The SB UUIDs (as text) of the rows taken out (a superset: a row that was not in the
+    /// datapath may be named). Every flow of such a row left the datapath.
+    pub removed: Vec<String>,
+    /// Where the flows put in are in the datapath's new flow list, ascending.
+    pub added: Vec<usize>,
+}
 
 /// What changed since the last translation.
 #[derive(Debug, Default, Clone)]
@@ -165,6 +182,8 @@ struct State {
     /// The datapaths needed here (with `only_needed`), translated or not (a datapath with a
     /// bad key is needed but left out).
     needed: BTreeSet<Uuid>,
+    /// The local port ids the last translation was given to keep ([`Extra::local_ids`]).
+    local_keep: BTreeMap<String, u32>,
     /// `options:peer` value → (port → its datapath) of the ports naming it.
     peers: HashMap<String, BTreeMap<Uuid, Uuid>>,
 }
@@ -241,6 +260,12 @@ impl Incremental {
         self.stats
     }
 
+    /// The local port ids of the translation last given back ([`Incremental::recycle`]):
+    /// what a caller keeps by passing them as the next [`Extra::local_ids`].
+    pub fn local_ids(&self) -> Option<&BTreeMap<String, u32>> {
+        self.last.as_ref().map(|t| &t.local_ports)
+    }
+
     /// The translation of `sb` (equal to [`super::translate_with`]'s), with
     /// [`Translation::touched`] against the previous one.
     pub fn translate(
@@ -285,6 +310,7 @@ impl Incremental {
             opts: opts.clone(),
             only_needed,
             vars: flows::template_vars(sb, chassis),
+            local_keep: extra.local_ids.clone(),
             ..State::default()
         };
         let section = |i: usize| {
@@ -344,6 +370,7 @@ impl Incremental {
         }
         t.touched = prev.map(|p| compare(&p, &t));
         t.renumbered = BTreeSet::new();
+        t.flow_edits = None;
         self.stats = IncrementalStats {
             full: true,
             port_datapaths: t.spec.datapaths.len(),
@@ -423,7 +450,8 @@ impl Incremental {
         self.stats = IncrementalStats::default();
         let index = t.datapath_index.clone();
         let mut touched: BTreeSet<usize> = BTreeSet::new();
-        let mut rest = false;
+        let mut rest = Rest::default();
+        let mut flow_edits: BTreeMap<usize, FlowEdit> = BTreeMap::new();
         // Ports.
         let mut port_dps: BTreeSet<Uuid> = c.pb_dps.union(&peer_dps).copied().collect();
         port_dps.retain(|d| index.contains_key(d));
@@ -468,17 +496,23 @@ impl Incremental {
             set_or_remove(&mut s.groups, *dp, diags);
             touched.insert(i);
         }
-        // Local port ids (numbered over every datapath) and migrations.
+        // Local port ids (over every datapath, keeping `extra.local_ids`) and migrations.
         let mut renumbered = BTreeSet::new();
-        if !port_dps.is_empty() {
-            let local_ports = ports::number_local(s.local.iter().flat_map(|(dp, local)| {
-                t.spec.datapaths[index[dp]]
-                    .ports
-                    .iter()
-                    .zip(local)
-                    .filter(|(_, l)| **l)
-                    .map(|(p, _)| &p.name)
-            }));
+        if !port_dps.is_empty() || s.local_keep != extra.local_ids {
+            let local_ports = ports::assign_local(
+                s.local.iter().flat_map(|(dp, local)| {
+                    t.spec.datapaths[index[dp]]
+                        .ports
+                        .iter()
+                        .zip(local)
+                        .filter(|(_, l)| **l)
+                        .map(|(p, _)| &p.name)
+                }),
+                &extra.local_ids,
+            );
+            if s.local_keep != extra.local_ids {
+                s.local_keep = extra.local_ids.clone();
+            }
             let changed = local_ports != t.local_ports;
             for (dp, local) in &s.local {
                 let i = index[dp];
@@ -491,14 +525,13 @@ impl Incremental {
                     renumbered.insert(i);
                 }
             }
-            rest |= changed;
             t.local_ports = local_ports;
         }
         if !c.pb.is_empty()
             && let Some((h, ch)) = here
         {
             let m = ports::migrations(sb, h, ch, t);
-            rest |= m != t.migrations;
+            rest.migrations |= m != t.migrations;
             t.migrations = m;
         }
         // Flows.
@@ -581,12 +614,19 @@ impl Incremental {
             }
             if d.flows.len() != before || !new.is_empty() {
                 touched.insert(i);
+                let added = insert_flows(d, new);
+                flow_edits.insert(
+                    i,
+                    FlowEdit {
+                        removed: gone,
+                        added,
+                    },
+                );
             }
-            insert_flows(d, new);
         }
         // Sets.
         t.diagnostics.clear();
-        rest |= sets::update_sets(sb, t, &c.as_rows, &c.as_names, &c.pg_names, &mut s.sets);
+        rest.sets |= sets::update_sets(sb, t, &c.as_rows, &c.as_names, &c.pg_names, &mut s.sets);
         // Neighbours and FDB (whose rows name ports by key).
         if c.neigh || (!port_dps.is_empty() && !sb.fdb().is_empty()) {
             let old = (
@@ -595,19 +635,19 @@ impl Incremental {
             );
             flows::translate_neighbours(sb, t);
             s.neigh = std::mem::take(&mut t.diagnostics);
-            rest |= old.0 != t.spec.neighbours || old.1 != t.spec.fdb;
+            rest.neighbours |= old.0 != t.spec.neighbours || old.1 != t.spec.fdb;
         }
         if c.lb || !c.dpg.is_empty() {
             let old = std::mem::take(&mut t.spec.lb_vips);
             flows::translate_lbs(sb, t);
             s.lbs = std::mem::take(&mut t.diagnostics);
-            rest |= old != t.spec.lb_vips;
+            rest.lb_vips |= old != t.spec.lb_vips;
         }
         if c.dns {
             let old = std::mem::take(&mut t.spec.dns);
             super::dns::translate_dns(sb, t);
             s.dns = std::mem::take(&mut t.diagnostics);
-            rest |= old != t.spec.dns;
+            rest.dns |= old != t.spec.dns;
         }
         // Zones: from the last assignment when it holds (the kept assignments include it),
         // else all of them again.
@@ -621,13 +661,13 @@ impl Incremental {
             Some((changed, moved)) => {
                 self.stats.zones_from_last = true;
                 touched.extend(changed);
-                rest |= moved;
+                rest.zones |= moved;
             }
             None => {
                 let old_zones = std::mem::take(&mut t.zones);
                 let old_snat = t.spec.switch_snat_zones.clone();
                 touched.extend(zones::assign(t, &requested, &extra.zones));
-                rest |= old_zones != t.zones || old_snat != t.spec.switch_snat_zones;
+                rest.zones |= old_zones != t.zones || old_snat != t.spec.switch_snat_zones;
             }
         }
         s.zones = std::mem::take(&mut t.diagnostics);
@@ -655,6 +695,7 @@ impl Incremental {
             rest,
         });
         t.renumbered = renumbered.iter().map(name).collect();
+        t.flow_edits = Some(flow_edits.into_iter().map(|(i, e)| (name(&i), e)).collect());
         true
     }
 }
@@ -794,14 +835,16 @@ fn before(a: &FlowSpec, b: &FlowSpec) -> bool {
 }
 
 /// Puts `new` where a full translation's sort puts them ([`before`]): one insertion for one
-/// flow, else one merge of the sorted lists.
-fn insert_flows(d: &mut DatapathSpec, mut new: Vec<FlowSpec>) {
+/// flow, else one merge of the sorted lists. Returns where they went, ascending.
+fn insert_flows(d: &mut DatapathSpec, mut new: Vec<FlowSpec>) -> Vec<usize> {
     if new.len() <= 1 {
+        let mut at = Vec::with_capacity(1);
         for fs in new {
             let pos = d.flows.partition_point(|f| before(f, &fs));
             d.flows.insert(pos, fs);
+            at.push(pos);
         }
-        return;
+        return at;
     }
     new.sort_by(|a, b| {
         if before(a, b) {
@@ -814,15 +857,21 @@ fn insert_flows(d: &mut DatapathSpec, mut new: Vec<FlowSpec>) {
     });
     let old = std::mem::take(&mut d.flows);
     let mut out = Vec::with_capacity(old.len() + new.len());
+    let mut at = Vec::with_capacity(new.len());
     let mut new = new.into_iter().peekable();
     for f in old {
         while let Some(x) = new.next_if(|x| !before(&f, x)) {
+            at.push(out.len());
             out.push(x);
         }
         out.push(f);
     }
-    out.extend(new);
+    for x in new {
+        at.push(out.len());
+        out.push(x);
+    }
     d.flows = out;
+    at
 }
 
 /// What differs between two translations, datapath by datapath (by name).
@@ -847,17 +896,15 @@ pub fn compare(old: &Translation, new: &Translation) -> Touched {
         }
     }
     let (x, y) = (&old.spec, &new.spec);
-    let rest = x.sets.addr_sets != y.sets.addr_sets
-        || x.sets.port_groups != y.sets.port_groups
-        || x.neighbours != y.neighbours
-        || x.fdb != y.fdb
-        || x.lb_vips != y.lb_vips
-        || x.switch_snat_zones != y.switch_snat_zones
-        || x.dns != y.dns
-        || old.chassis != new.chassis
-        || old.local_ports != new.local_ports
-        || old.zones != new.zones
-        || old.migrations != new.migrations;
+    let rest = Rest {
+        sets: x.sets.addr_sets != y.sets.addr_sets || x.sets.port_groups != y.sets.port_groups,
+        chassis: old.chassis != new.chassis,
+        neighbours: x.neighbours != y.neighbours || x.fdb != y.fdb,
+        lb_vips: x.lb_vips != y.lb_vips,
+        dns: x.dns != y.dns,
+        zones: old.zones != new.zones || x.switch_snat_zones != y.switch_snat_zones,
+        migrations: old.migrations != new.migrations,
+    };
     Touched { datapaths, rest }
 }
 

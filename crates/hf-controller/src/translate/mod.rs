@@ -71,6 +71,11 @@ pub struct Extra {
     pub only_needed: bool,
     /// Zone assignments to keep (name → zone), e.g. the datapath's zone map.
     pub zones: BTreeMap<String, u16>,
+    /// Local port ids to keep (logical port → id), e.g. the previous translation's
+    /// [`Translation::local_ports`]: a port keeps its id, a new port takes the lowest id no
+    /// entry names, so one port added or removed changes no other port's id (see
+    /// [`ports::assign_local`]). Empty: 1.. in name order.
+    pub local_ids: BTreeMap<String, u32>,
 }
 
 /// A row that did not translate, or translated with a caveat.
@@ -117,7 +122,8 @@ pub struct Translation {
     /// Chassis table: name → numeric id used in PortLocation::Remote + encap type/IP.
     pub chassis: Vec<ChassisEntry>,
     /// Local port ids given to the ports bound here (logical port name → id in
-    /// [`hf_pipeline::PortLocation::Local`]), numbered 1.. in name order.
+    /// [`hf_pipeline::PortLocation::Local`]): those of [`Extra::local_ids`] kept, the others
+    /// the lowest free ones in name order.
     pub local_ports: BTreeMap<String, u32>,
     /// Conntrack zones by stable name.
     pub zones: BTreeMap<String, u16>,
@@ -129,10 +135,16 @@ pub struct Translation {
     /// ([`Incremental`]); `None` = unknown (compare everything), as from [`translate_with`].
     pub touched: Option<Touched>,
     /// Datapaths of `touched` whose only difference is the numbering of their local ports
-    /// ([`hf_pipeline::PortLocation::Local`] ids: a local port added or removed elsewhere
-    /// renumbers the ones after it). A program message names local ports, so it is the same
+    /// ([`hf_pipeline::PortLocation::Local`] ids: without [`Extra::local_ids`] holding the
+    /// previous ids, a local port added or removed elsewhere renumbers the ones after it). A program message names local ports, so it is the same
     /// for them ([`crate::program_msg::program_msg_reusing`] reuses them).
     pub renumbered: BTreeSet<String>,
+    /// How the flows of each datapath of `touched` changed, when known (from an
+    /// [`Incremental`] step; `None` from a full translation): a touched datapath not in the
+    /// map has the previous translation's flows, one in it those minus
+    /// [`FlowEdit::removed`] plus the flows at [`FlowEdit::added`]. A program message edits
+    /// its previous datapath messages by them ([`crate::program_msg::program_msg_reusing`]).
+    pub flow_edits: Option<BTreeMap<String, FlowEdit>>,
 }
 
 /// What may differ between a translation and the previous one ([`Translation::touched`]).
@@ -141,9 +153,59 @@ pub struct Touched {
     /// Datapath names whose ports, groups or flows may differ from the previous translation
     /// (including datapaths added or removed).
     pub datapaths: BTreeSet<String>,
-    /// Anything outside datapaths may differ: sets, chassis table, neighbours, FDB, LB VIPs,
-    /// DNS, zones, local ports, migrations.
-    pub rest: bool,
+    /// Which parts outside datapaths may differ.
+    pub rest: Rest,
+}
+
+/// The parts of a translation outside its datapaths, each of which may differ
+/// ([`Touched::rest`]). Local port ids are not among them: they appear only in the ports of
+/// datapaths (a datapath whose ports' ids changed is in [`Touched::datapaths`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rest {
+    /// Address sets and port groups.
+    pub sets: bool,
+    /// The chassis table.
+    pub chassis: bool,
+    /// Neighbours and the FDB.
+    pub neighbours: bool,
+    /// Load balancer VIPs.
+    pub lb_vips: bool,
+    /// DNS records.
+    pub dns: bool,
+    /// The zone map and the switches' SNAT zones.
+    pub zones: bool,
+    /// Local ports in a live migration.
+    pub migrations: bool,
+}
+
+impl Rest {
+    /// Every part.
+    pub const ALL: Rest = Rest {
+        sets: true,
+        chassis: true,
+        neighbours: true,
+        lb_vips: true,
+        dns: true,
+        zones: true,
+        migrations: true,
+    };
+
+    /// Whether any part may differ.
+    pub fn any(&self) -> bool {
+        *self != Rest::default()
+    }
+}
+
+impl std::ops::BitOrAssign for Rest {
+    fn bitor_assign(&mut self, o: Rest) {
+        self.sets |= o.sets;
+        self.chassis |= o.chassis;
+        self.neighbours |= o.neighbours;
+        self.lb_vips |= o.lb_vips;
+        self.dns |= o.dns;
+        self.zones |= o.zones;
+        self.migrations |= o.migrations;
+    }
 }
 
 impl Translation {
@@ -187,6 +249,7 @@ pub fn translate_cached(
 }
 
 pub use cache::TranslateCache;
+pub use incremental::FlowEdit;
 pub use incremental::Incremental;
 pub use par::Parallelism;
 
@@ -281,7 +344,7 @@ pub(crate) fn translate_marked(
         });
     }
     marks.push(t.diagnostics.len());
-    ports::translate_ports(sb, chassis, &mut t, marks, par);
+    ports::translate_ports(sb, chassis, &extra.local_ids, &mut t, marks, par);
     sets::translate_sets(sb, &mut t);
     marks.push(t.diagnostics.len());
     flows::translate_flows(sb, chassis, &mut t, cache.map(|c| &mut c.flows), par);

@@ -46,6 +46,7 @@ fn first_difference(
         let extra = Extra {
             only_needed: needed,
             zones: BTreeMap::new(),
+            local_ids: Default::default(),
         };
         let want = translate_with(&s, opts, &extra);
         let (want_text, want_frame) = (norm(&want), frame(&want));

@@ -203,7 +203,7 @@ impl<'a> PortCtx<'a> {
 }
 
 /// One datapath's ports, in (tunnel key, UUID) order, with whether each is local here (its
-/// location is `Local(0)` until [`number_local`] numbers it); diagnostics go to `diags`.
+/// location is `Local(0)` until [`assign_local`] numbers it); diagnostics go to `diags`.
 pub(crate) fn dp_ports(
     sb: &SbSnapshot,
     ctx: &PortCtx<'_>,
@@ -319,13 +319,47 @@ pub(crate) fn dp_ports(
     out
 }
 
-/// Local ids: 1.. in name order (a stable numbering the datapath maps to its interfaces).
-pub(crate) fn number_local<'n>(names: impl Iterator<Item = &'n String>) -> BTreeMap<String, u32> {
+/// Local port ids for the local port `names`, keeping the ids of `keep` (name → id, e.g. the
+/// previous translation's [`super::Translation::local_ports`]): a name in `keep` keeps its id
+/// when it is not 0 and no name before it (in name order) kept the same id; every other name
+/// gets the lowest id that is neither kept nor named in `keep` (a name gone from `names`
+/// still holds its id until the caller drops it from `keep`), in name order. A function of
+/// the inputs only, whatever order they came in; with `keep` empty, 1.. in name order.
+///
+/// So a port added or removed changes no other port's id, and an id freed by a removed port
+/// is reused only by a later call whose `keep` no longer names it (the controller passes the
+/// previous translation's ids, so never by the translation that removed the port). The ids
+/// never leave the controller: its program message names local ports
+/// ([`hf_datapath::proto::LocationMsg::Local`]) and the datapath numbers its interfaces
+/// itself, so no frame or flow of a datapath carries one.
+pub(crate) fn assign_local<'n>(
+    names: impl Iterator<Item = &'n String>,
+    keep: &BTreeMap<String, u32>,
+) -> BTreeMap<String, u32> {
     let set: std::collections::BTreeSet<&String> = names.collect();
-    set.into_iter()
-        .enumerate()
-        .map(|(i, n)| (n.clone(), i as u32 + 1))
-        .collect()
+    let mut out: BTreeMap<String, u32> = BTreeMap::new();
+    let mut taken: std::collections::HashSet<u32> = std::collections::HashSet::new();
+    for n in &set {
+        if let Some(&id) = keep.get(*n)
+            && id != 0
+            && taken.insert(id)
+        {
+            out.insert((*n).clone(), id);
+        }
+    }
+    let reserved: std::collections::HashSet<u32> = keep.values().copied().collect();
+    let mut next: u32 = 1;
+    for n in set {
+        if out.contains_key(n) {
+            continue;
+        }
+        while reserved.contains(&next) || taken.contains(&next) {
+            next = next.saturating_add(1);
+        }
+        taken.insert(next);
+        out.insert(n.clone(), next);
+    }
+    out
 }
 
 /// Gives the local ports of `ports` their ids from `local_ports`; whether any changed.
@@ -351,10 +385,12 @@ pub(crate) fn set_local_ids(
     changed
 }
 
-/// Fills the ports and multicast groups of `t.spec.datapaths`.
+/// Fills the ports and multicast groups of `t.spec.datapaths`; local port ids keep those of
+/// `local_keep` ([`assign_local`]).
 pub(crate) fn translate_ports(
     sb: &SbSnapshot,
     chassis: Option<&str>,
+    local_keep: &BTreeMap<String, u32>,
     t: &mut Translation,
     marks: &mut Vec<usize>,
     par: Parallelism,
@@ -378,14 +414,17 @@ pub(crate) fn translate_ports(
             locals.push((dpi, local));
         }
     }
-    t.local_ports = number_local(locals.iter().flat_map(|(dpi, local)| {
-        t.spec.datapaths[*dpi]
-            .ports
-            .iter()
-            .zip(local)
-            .filter(|(_, l)| **l)
-            .map(|(p, _)| &p.name)
-    }));
+    t.local_ports = assign_local(
+        locals.iter().flat_map(|(dpi, local)| {
+            t.spec.datapaths[*dpi]
+                .ports
+                .iter()
+                .zip(local)
+                .filter(|(_, l)| **l)
+                .map(|(p, _)| &p.name)
+        }),
+        local_keep,
+    );
     for (dpi, local) in &locals {
         set_local_ids(&mut t.spec.datapaths[*dpi].ports, local, &t.local_ports);
     }
@@ -719,4 +758,51 @@ pub(crate) fn dp_groups(
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::assign_local;
+
+    fn ids(pairs: &[(&str, u32)]) -> BTreeMap<String, u32> {
+        pairs.iter().map(|(n, i)| (n.to_string(), *i)).collect()
+    }
+
+    fn names(n: &[&str]) -> Vec<String> {
+        n.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn kept_ids_stay_and_new_ports_take_free_ones() {
+        // Without ids to keep: 1.. in name order, whatever order the names come in.
+        let n = names(&["c", "a", "b", "a"]);
+        assert_eq!(
+            assign_local(n.iter(), &BTreeMap::new()),
+            ids(&[("a", 1), ("b", 2), ("c", 3)])
+        );
+        // Kept ids stay; a gone name's id (b = 2) is not given to a new name while it is
+        // kept; new names take the lowest free ids in name order.
+        let keep = ids(&[("a", 1), ("b", 2), ("c", 3)]);
+        let n = names(&["c", "a", "e", "d"]);
+        assert_eq!(
+            assign_local(n.iter(), &keep),
+            ids(&[("a", 1), ("c", 3), ("d", 4), ("e", 5)])
+        );
+        // Once b is no longer kept, its id is free again.
+        let keep = ids(&[("a", 1), ("c", 3), ("e", 5)]);
+        let n = names(&["a", "c", "e", "f"]);
+        assert_eq!(
+            assign_local(n.iter(), &keep),
+            ids(&[("a", 1), ("c", 3), ("e", 5), ("f", 2)])
+        );
+        // An id kept twice stays with the first name (name order); 0 is never kept.
+        let keep = ids(&[("x", 4), ("y", 4), ("z", 0)]);
+        let n = names(&["z", "y", "x"]);
+        assert_eq!(
+            assign_local(n.iter(), &keep),
+            ids(&[("x", 4), ("y", 1), ("z", 2)])
+        );
+    }
 }
