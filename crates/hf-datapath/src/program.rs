@@ -676,17 +676,17 @@ impl<'a> PrevProgram<'a> {
     }
 
     /// The flows datapath `name` ran, if it ran.
-    pub fn flows_of(&self, name: &str) -> Option<&'a [FlowMsg]> {
+    pub fn flows_of(&self, name: &str) -> Option<std::borrow::Cow<'a, [FlowMsg]>> {
         let find = |m: &'a ProgramMsg| {
             m.datapaths
                 .iter()
                 .find(|d| d.name == name)
-                .map(|d| d.flows.as_slice())
+                .map(|d| std::borrow::Cow::Borrowed(d.flows.as_slice()))
         };
         match *self {
             PrevProgram::None => None,
             PrevProgram::Msg(m) => find(m),
-            PrevProgram::Delta { now, undo } => match undo.prev_flows(name) {
+            PrevProgram::Delta { now, undo } => match undo.prev_flows(name, now) {
                 crate::delta::PrevFlows::Same => find(now),
                 crate::delta::PrevFlows::Absent => None,
                 crate::delta::PrevFlows::Were(f) => Some(f),

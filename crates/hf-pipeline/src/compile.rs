@@ -326,11 +326,12 @@ impl Program {
             .unwrap_or_default();
         let old_counters = prog.counters.len();
         let mut reused_keys: HashSet<u32> = HashSet::new();
-        // Whether a set resolves as before, asked once per set (many datapaths name one set).
-        let mut same_sets: HashMap<&str, bool> = HashMap::new();
+        // Whether a set resolves as before in a datapath.
+        let empty = Sets::default();
+        let mut set_changes = SetChanges::new(old.map_or(&empty, |o| &o.sets), &spec.sets);
         let mut todo: Vec<(usize, Vec<(String, u32)>)> = Vec::new();
         for (i, d) in spec.datapaths.iter().enumerate() {
-            if let (Some(o), Some(od)) = (old, old_dps.get(d.name.as_str()))
+            if let Some(od) = old_dps.get(d.name.as_str())
                 && od.key == d.tunnel_key
                 && !changed.contains(&d.name.as_str())
                 && same_names_keys(&od.tables.names, d)
@@ -339,11 +340,11 @@ impl Program {
                     .resident_refs
                     .iter()
                     .all(|(p, r)| resident.contains(p.as_str()) == *r)
-                && od.tables.set_refs.iter().all(|s| {
-                    *same_sets
-                        .entry(s.as_str())
-                        .or_insert_with(|| same_set(s, &o.sets, &spec.sets))
-                })
+                && od
+                    .tables
+                    .set_refs
+                    .iter()
+                    .all(|s| set_changes.same_for(s, &od.tables.names))
             {
                 prog.dps[i].tables = od.tables.clone();
                 reused_keys.insert(d.tunnel_key);
@@ -355,7 +356,7 @@ impl Program {
         // Datapaths the old program had (same key, same kind): changed in place, flow by flow,
         // where that is worth it; the rest compile whole.
         let mut patched: HashMap<u32, HashSet<u32>> = HashMap::new();
-        if let Some(o) = old {
+        if old.is_some() {
             let mut norm = Normalizer::new(SymbolTable::shared(), Limits::default());
             let mut whole = Vec::with_capacity(todo.len());
             for (i, names) in todo {
@@ -365,8 +366,9 @@ impl Program {
                     .filter(|od| od.key == d.tunnel_key)
                     .map(|od| od.tables.clone())
                     .filter(|c| c.switch == matches!(d.kind, crate::DatapathKind::Switch));
-                let p = od
-                    .and_then(|c| patch_dp(&mut prog, &mut norm, spec, d, &resident, &c, &o.sets));
+                let p = od.and_then(|c| {
+                    patch_dp(&mut prog, &mut norm, spec, d, &resident, &c, &mut set_changes)
+                });
                 match p {
                     Some(p) => {
                         prog.patched += 1;
@@ -483,14 +485,86 @@ fn same_names_keys(names: &[(String, u32)], d: &DatapathSpec) -> bool {
         && d.groups.iter().all(|g| has(&g.name, g.key))
 }
 
-/// `$name` / `@name` resolve the same way in both set collections.
-fn same_set(s: &str, a: &Sets, b: &Sets) -> bool {
-    if let Some(n) = s.strip_prefix('$') {
-        a.addr_sets.get(n) == b.addr_sets.get(n)
-    } else if let Some(n) = s.strip_prefix('@') {
-        a.port_groups.get(n) == b.port_groups.get(n)
-    } else {
-        true
+/// How one set (`$name` / `@name`) changed between two set collections.
+enum SetChange<'a> {
+    /// Resolves the same way.
+    Same,
+    /// An address set that changed, or a set that came or went.
+    Whole,
+    /// A port group in both whose members differ: the names that came or went.
+    Members(Vec<&'a str>),
+}
+
+/// Which sets changed between the old program's and the new spec's collections, asked once
+/// per set (many datapaths name one set) and answered per datapath: a port group is compiled
+/// with only the members its datapath has ([`sets_for_dp`]), so a member that came or went
+/// in another datapath changes nothing here (a port joining a 500-switch group recompiles
+/// the flows naming it in its own switch only).
+struct SetChanges<'a> {
+    old: &'a Sets,
+    new: &'a Sets,
+    memo: HashMap<String, SetChange<'a>>,
+}
+
+impl<'a> SetChanges<'a> {
+    fn new(old: &'a Sets, new: &'a Sets) -> SetChanges<'a> {
+        SetChanges {
+            old,
+            new,
+            memo: HashMap::new(),
+        }
+    }
+
+    fn change(old: &'a Sets, new: &'a Sets, set: &str) -> SetChange<'a> {
+        if let Some(n) = set.strip_prefix('$') {
+            if old.addr_sets.get(n) == new.addr_sets.get(n) {
+                SetChange::Same
+            } else {
+                SetChange::Whole
+            }
+        } else if let Some(n) = set.strip_prefix('@') {
+            match (old.port_groups.get(n), new.port_groups.get(n)) {
+                (a, b) if a == b => SetChange::Same,
+                (Some(a), Some(b)) => {
+                    let a_set: HashSet<&str> = a.iter().map(String::as_str).collect();
+                    let b_set: HashSet<&str> = b.iter().map(String::as_str).collect();
+                    let diff: Vec<&str> = a_set.symmetric_difference(&b_set).copied().collect();
+                    if diff.is_empty() {
+                        // The same members in another order: the order of the
+                        // disjunction is compiled in, so compile again.
+                        SetChange::Whole
+                    } else {
+                        SetChange::Members(diff)
+                    }
+                }
+                _ => SetChange::Whole,
+            }
+        } else {
+            SetChange::Same
+        }
+    }
+
+    /// Whether `set` compiles the same way now in a datapath whose ports and groups are
+    /// `names` (sorted, [`names_keys`]).
+    fn same_for(&mut self, set: &str, names: &[(String, u32)]) -> bool {
+        let (old, new) = (self.old, self.new);
+        if !self.memo.contains_key(set) {
+            let c = Self::change(old, new, set);
+            self.memo.insert(set.to_string(), c);
+        }
+        let Some(c) = self.memo.get(set) else {
+            return false;
+        };
+        match c {
+            SetChange::Same => true,
+            SetChange::Whole => false,
+            SetChange::Members(diff) => !diff.iter().any(|m| {
+                *m == "none"
+                    || names
+                        .binary_search_by(|(x, _)| x.as_str().cmp(m))
+                        .is_ok()
+            }),
+        }
     }
 }
 
@@ -692,7 +766,15 @@ fn compile_flow(
     refs.sets.sort();
     let boxed = |r: FlowRefs| (r != FlowRefs::default()).then(|| Box::new(r));
     let matches = with_action_prereqs(&fs.matches, &fs.actions);
-    let n = match norm.normalize(&matches, &cx.spec.sets) {
+    // A port group is expanded to the members this datapath has (see `sets_for_dp`).
+    let local_sets;
+    let sets = if refs.sets.iter().any(|s| s.starts_with('@')) {
+        local_sets = sets_for_dp(&refs.sets, &cx.spec.sets, &port_key);
+        &local_sets
+    } else {
+        &cx.spec.sets
+    };
+    let n = match norm.normalize(&matches, sets) {
         Ok(n) => n,
         Err(e) => return (Err(err(FlowErrorKind::Match, e.to_string())), boxed(refs)),
     };
@@ -860,7 +942,7 @@ fn patch_dp(
     d: &DatapathSpec,
     resident: &HashSet<&str>,
     old: &DpCode,
-    old_sets: &Sets,
+    set_changes: &mut SetChanges<'_>,
 ) -> Option<Patched> {
     let names = names_keys(d);
     // Text that, in a kept flow, means it compiles differently now: names whose key changed
@@ -890,28 +972,42 @@ fn patch_dp(
     }
     // Port groups expand to member names: any name change may change a flow naming one.
     let names_changed = !tokens.is_empty();
-    for (p, r) in &old.resident_refs {
-        if resident.contains(p.as_str()) != *r {
-            tokens.push(p);
-        }
-    }
-    for set in &old.set_refs {
-        if !same_set(set, old_sets, &spec.sets) {
-            tokens.push(set);
-        }
-    }
+    // Residency answers and sets are found through each flow's references (its slot's
+    // `refs`: exactly what its match names), not by searching its text.
+    let resident_changed: HashSet<&str> = old
+        .resident_refs
+        .iter()
+        .filter(|(p, r)| resident.contains(p.as_str()) != *r)
+        .map(|(p, _)| p.as_str())
+        .collect();
+    // Sets that compile differently here (a port group's members in this datapath).
+    let sets_changed: HashSet<&str> = old
+        .set_refs
+        .iter()
+        .filter(|s| !set_changes.same_for(s, &names))
+        .map(String::as_str)
+        .collect();
     // A name written with escapes in the text is not found by searching for it.
     if tokens.iter().any(|t| t.contains(['"', '\\'])) {
         return None;
     }
-    let stale = |fi: &FlowInfo| {
-        (names_changed && fi.matches.contains('@'))
+    // Which old slot each new flow keeps (in increasing order, by construction).
+    let olds = &old.slots;
+    let stale = |x: usize, fi: &FlowInfo| {
+        let refs = olds[x].refs.as_deref();
+        let names_set = |f: &dyn Fn(&str) -> bool| refs.is_some_and(|r| r.sets.iter().any(|s| f(s)));
+        (names_changed && names_set(&|s| s.starts_with('@')))
+            || (!sets_changed.is_empty() && names_set(&|s| sets_changed.contains(s)))
+            || (!resident_changed.is_empty()
+                && refs.is_some_and(|r| {
+                    r.resident
+                        .iter()
+                        .any(|(p, _)| resident_changed.contains(p.as_str()))
+                }))
             || tokens
                 .iter()
                 .any(|t| fi.matches.contains(t) || fi.actions.contains(t))
     };
-    // Which old slot each new flow keeps (in increasing order, by construction).
-    let olds = &old.slots;
     let info = |x: usize| prog.flows.get(olds[x].flow as usize);
     let mut plan: Vec<Option<usize>> = Vec::with_capacity(d.flows.len());
     let mut by_id: Option<HashMap<&crate::FlowId, Vec<usize>>> = None;
@@ -936,7 +1032,7 @@ fn patch_dp(
         match hit {
             Some(x) => {
                 k = x + 1;
-                let keep = info(x).is_some_and(|fi| !stale(fi));
+                let keep = info(x).is_some_and(|fi| !stale(x, fi));
                 plan.push(keep.then_some(x));
             }
             None => plan.push(None),
@@ -1123,6 +1219,35 @@ fn compile_dp(
     code.switch = matches!(d.kind, crate::DatapathKind::Switch);
     code.slots = slots;
     unit
+}
+
+/// The sets a flow names (`refs`: `$name`, `@name`), with every port group cut down to the
+/// members `port_key` resolves in the flow's datapath. Exact: a name the datapath does not
+/// have compiles to a test that never holds (`inport == "x"`) or always holds
+/// (`inport != "x"`), so leaving it out of the group's disjunction (or conjunction) changes
+/// no lookup. It keeps a flow on a port group of every switch (an ACL on a 500-port group)
+/// from expanding 500 names in each of 500 datapaths, as ovn-controller's per-datapath
+/// `Port_Group` rows do (`<tunnel key>_<name>`). A set `refs` names that `all` lacks stays
+/// missing (the flow's unknown-set error).
+fn sets_for_dp(refs: &[String], all: &Sets, port_key: &dyn Fn(&str) -> Option<u32>) -> Sets {
+    let mut out = Sets::default();
+    for r in refs {
+        if let Some(n) = r.strip_prefix('$') {
+            if let Some(v) = all.addr_sets.get(n) {
+                out.addr_sets.insert(n.to_string(), v.clone());
+            }
+        } else if let Some(n) = r.strip_prefix('@')
+            && let Some(members) = all.port_groups.get(n)
+        {
+            let mine = members
+                .iter()
+                .filter(|m| port_key(m).is_some())
+                .cloned()
+                .collect();
+            out.port_groups.insert(n.to_string(), mine);
+        }
+    }
+    out
 }
 
 fn collect_sets(e: &hf_expr::Expr, out: &mut HashSet<String>) {
