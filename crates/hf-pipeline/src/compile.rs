@@ -189,8 +189,9 @@ impl Program {
             snat_of.entry(n.as_str()).or_insert(*z);
         }
         // Ports first: patch peers may point forward.
-        let mut names: HashMap<&str, (u32, u32)> = HashMap::new();
-        let mut dp_names: HashMap<&str, u32> = HashMap::new();
+        let all_ports: usize = spec.datapaths.iter().map(|d| d.ports.len()).sum();
+        let mut names: HashMap<&str, (u32, u32)> = HashMap::with_capacity(all_ports);
+        let mut dp_names: HashMap<&str, u32> = HashMap::with_capacity(spec.datapaths.len());
         let mut resident: HashSet<&str> = HashSet::new();
         for (i, d) in spec.datapaths.iter().enumerate() {
             check_keys(d)?;
@@ -219,7 +220,7 @@ impl Program {
             for p in &d.ports {
                 key_of.entry(p.name.as_str()).or_insert(p.key);
             }
-            let mut ports = FastMap::default();
+            let mut ports = FastMap::with_capacity_and_hasher(d.ports.len(), Default::default());
             for p in &d.ports {
                 let loc = match &p.location {
                     PortLocation::Local(id) => {
@@ -281,7 +282,7 @@ impl Program {
                     },
                 );
             }
-            let mut groups = FastMap::default();
+            let mut groups = FastMap::with_capacity_and_hasher(d.groups.len(), Default::default());
             for g in &d.groups {
                 if ports.contains_key(&g.key) || groups.contains_key(&g.key) {
                     return Err(dup(g.key));
@@ -356,6 +357,7 @@ impl Program {
         // Datapaths the old program had (same key, same kind): changed in place, flow by flow,
         // where that is worth it; the rest compile whole.
         let mut patched: HashMap<u32, HashSet<u32>> = HashMap::new();
+        let pgs = PgMembers::default();
         if old.is_some() {
             let mut norm = Normalizer::new(SymbolTable::shared(), Limits::default());
             let mut whole = Vec::with_capacity(todo.len());
@@ -367,7 +369,13 @@ impl Program {
                     .map(|od| od.tables.clone())
                     .filter(|c| c.switch == matches!(d.kind, crate::DatapathKind::Switch));
                 let p = od.and_then(|c| {
-                    patch_dp(&mut prog, &mut norm, spec, d, &resident, &c, &mut set_changes)
+                    patch_dp(
+                        &mut prog,
+                        &mut norm,
+                        (spec, d, &resident, &pgs),
+                        &c,
+                        &mut set_changes,
+                    )
                 });
                 match p {
                     Some(p) => {
@@ -391,7 +399,7 @@ impl Program {
             opts.threads
         };
         prog.compiled_flows += flows;
-        let units = compile_units(spec, todo.iter(), &resident, threads);
+        let units = compile_units(spec, todo.iter(), &resident, &pgs, threads);
         for ((i, _), unit) in todo.iter().zip(units) {
             prog.dps[*i].tables = Arc::new(append_unit(&mut prog, unit));
         }
@@ -612,12 +620,13 @@ fn compile_units<'a>(
     spec: &ProgramSpec,
     todo: impl ExactSizeIterator<Item = &'a (usize, Vec<(String, u32)>)>,
     resident: &HashSet<&str>,
+    pgs: &PgMembers,
     threads: usize,
 ) -> Vec<Unit> {
     let todo: Vec<&(usize, Vec<(String, u32)>)> = todo.collect();
     let one = |norm: &mut Normalizer<'_>, j: usize| {
         let (i, names) = todo[j];
-        compile_dp(norm, spec, &spec.datapaths[*i], resident, names.clone())
+        compile_dp(norm, spec, &spec.datapaths[*i], resident, pgs, names.clone())
     };
     let new_norm = || Normalizer::new(SymbolTable::shared(), Limits::default());
     let threads = threads.clamp(1, todo.len().max(1));
@@ -705,6 +714,7 @@ struct DpCx<'a> {
     spec: &'a ProgramSpec,
     d: &'a DatapathSpec,
     resident: &'a HashSet<&'a str>,
+    pgs: &'a PgMembers,
     names: &'a [(String, u32)],
 }
 
@@ -769,7 +779,7 @@ fn compile_flow(
     // A port group is expanded to the members this datapath has (see `sets_for_dp`).
     let local_sets;
     let sets = if refs.sets.iter().any(|s| s.starts_with('@')) {
-        local_sets = sets_for_dp(&refs.sets, &cx.spec.sets, &port_key);
+        local_sets = sets_for_dp(&refs.sets, &cx.spec.sets, cx.names, cx.pgs);
         &local_sets
     } else {
         &cx.spec.sets
@@ -938,9 +948,7 @@ fn same_flow(fi: &FlowInfo, fs: &crate::program::FlowSpec) -> bool {
 fn patch_dp(
     prog: &mut Program,
     norm: &mut Normalizer<'_>,
-    spec: &ProgramSpec,
-    d: &DatapathSpec,
-    resident: &HashSet<&str>,
+    (spec, d, resident, pgs): (&ProgramSpec, &DatapathSpec, &HashSet<&str>, &PgMembers),
     old: &DpCode,
     set_changes: &mut SetChanges<'_>,
 ) -> Option<Patched> {
@@ -1011,11 +1019,20 @@ fn patch_dp(
     let info = |x: usize| prog.flows.get(olds[x].flow as usize);
     let mut plan: Vec<Option<usize>> = Vec::with_capacity(d.flows.len());
     let mut by_id: Option<HashMap<&crate::FlowId, Vec<usize>>> = None;
+    // Misses looked up in the next `LOOK_AHEAD` old slots before indexing by identity.
+    const LOOK_AHEAD: usize = 64;
+    const LOOK_AHEAD_MISSES: usize = 16;
+    let mut misses = 0;
     let mut k = 0;
     for fs in &d.flows {
         let same_at = |x: usize| info(x).is_some_and(|fi| same_flow(fi, fs));
         let hit = if k < olds.len() && same_at(k) {
             Some(k)
+        } else if misses < LOOK_AHEAD_MISSES {
+            // A flow inserted here, or the old flows at `k` removed: the next few old slots
+            // tell (no index of the datapath's identities for a change of a few flows).
+            misses += 1;
+            (k..olds.len().min(k + LOOK_AHEAD)).find(|&x| same_at(x))
         } else {
             let map = by_id.get_or_insert_with(|| {
                 let mut m: HashMap<&crate::FlowId, Vec<usize>> = HashMap::new();
@@ -1102,6 +1119,7 @@ fn patch_dp(
         spec,
         d,
         resident,
+        pgs,
         names: &names,
     };
     let mut unit = Unit::default();
@@ -1179,12 +1197,14 @@ fn compile_dp(
     spec: &ProgramSpec,
     d: &DatapathSpec,
     resident: &HashSet<&str>,
+    pgs: &PgMembers,
     names: Vec<(String, u32)>,
 ) -> Unit {
     let cx = DpCx {
         spec,
         d,
         resident,
+        pgs,
         names: &names,
     };
     let mut unit = Unit::default();
@@ -1222,14 +1242,15 @@ fn compile_dp(
 }
 
 /// The sets a flow names (`refs`: `$name`, `@name`), with every port group cut down to the
-/// members `port_key` resolves in the flow's datapath. Exact: a name the datapath does not
+/// members the flow's datapath has (its port and group `names`, in their order, and `none`,
+/// which is key 0 everywhere). Exact: a name the datapath does not
 /// have compiles to a test that never holds (`inport == "x"`) or always holds
 /// (`inport != "x"`), so leaving it out of the group's disjunction (or conjunction) changes
 /// no lookup. It keeps a flow on a port group of every switch (an ACL on a 500-port group)
 /// from expanding 500 names in each of 500 datapaths, as ovn-controller's per-datapath
 /// `Port_Group` rows do (`<tunnel key>_<name>`). A set `refs` names that `all` lacks stays
 /// missing (the flow's unknown-set error).
-fn sets_for_dp(refs: &[String], all: &Sets, port_key: &dyn Fn(&str) -> Option<u32>) -> Sets {
+fn sets_for_dp(refs: &[String], all: &Sets, names: &[(String, u32)], pgs: &PgMembers) -> Sets {
     let mut out = Sets::default();
     for r in refs {
         if let Some(n) = r.strip_prefix('$') {
@@ -1237,17 +1258,44 @@ fn sets_for_dp(refs: &[String], all: &Sets, port_key: &dyn Fn(&str) -> Option<u3
                 out.addr_sets.insert(n.to_string(), v.clone());
             }
         } else if let Some(n) = r.strip_prefix('@')
-            && let Some(members) = all.port_groups.get(n)
+            && let Some(members) = pgs.of(all, n)
         {
-            let mine = members
+            // The datapath's names (tens) looked up in the group (up to thousands).
+            let mut mine: Vec<String> = names
                 .iter()
-                .filter(|m| port_key(m).is_some())
-                .cloned()
+                .filter(|(x, _)| members.contains(x.as_str()))
+                .map(|(x, _)| x.clone())
                 .collect();
+            if members.contains("none") {
+                mine.push("none".into());
+            }
             out.port_groups.insert(n.to_string(), mine);
         }
     }
     out
+}
+
+/// Port groups' members as sets, made once per compile for the groups its flows name
+/// (shared by the worker threads).
+#[derive(Default)]
+struct PgMembers(std::sync::Mutex<HashMap<String, Arc<HashSet<String>>>>);
+
+impl PgMembers {
+    /// Group `name`'s members in `all`, `None` when it has no such group.
+    fn of(&self, all: &Sets, name: &str) -> Option<Arc<HashSet<String>>> {
+        let members = all.port_groups.get(name)?;
+        // A poisoned lock (a worker panicked) only loses the memo.
+        let mut memo = match self.0.lock() {
+            Ok(m) => m,
+            Err(p) => p.into_inner(),
+        };
+        if let Some(m) = memo.get(name) {
+            return Some(m.clone());
+        }
+        let m = Arc::new(members.iter().cloned().collect::<HashSet<String>>());
+        memo.insert(name.to_string(), m.clone());
+        Some(m)
+    }
 }
 
 fn collect_sets(e: &hf_expr::Expr, out: &mut HashSet<String>) {
