@@ -848,7 +848,11 @@ impl<'o, T: Keyed> Finder<'o, T> {
 
     /// The index of `key`: `Ok(None)` when absent, `Err` when two items have it.
     fn find(&self, key: &str) -> Result<Option<usize>, String> {
-        let ambiguous = || Err(format!("two items have identity {key}, so an edit by identity is ambiguous"));
+        let ambiguous = || {
+            Err(format!(
+                "two items have identity {key}, so an edit by identity is ambiguous"
+            ))
+        };
         match &self.index {
             Some(m) => match m.get(key).map(Vec::as_slice) {
                 None | Some([]) => Ok(None),

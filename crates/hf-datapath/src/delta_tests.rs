@@ -344,13 +344,19 @@ fn check_seed(seed: u64) -> Result<(), String> {
             }
         };
         if was != o.flows {
-            return Err(format!("seed {seed}: the flows {} had before differ", o.name));
+            return Err(format!(
+                "seed {seed}: the flows {} had before differ",
+                o.name
+            ));
         }
     }
     for n in &new.datapaths {
         let had = old.datapaths.iter().any(|o| o.name == n.name);
         if !had && a.undo.prev_flows(&n.name, &got) != PrevFlows::Absent {
-            return Err(format!("seed {seed}: {} was added, not there before", n.name));
+            return Err(format!(
+                "seed {seed}: {} was added, not there before",
+                n.name
+            ));
         }
     }
     a.undo.revert(&mut got);
@@ -626,7 +632,12 @@ fn a_flow_edit_copies_no_kept_flow() {
     // Every kept flow's identity is held once: by the program, not by a copy in the undo.
     for f in &got.datapaths[1].flows {
         if &*f.id != "new" {
-            assert_eq!(std::sync::Arc::strong_count(&f.id), 1, "{} was copied", f.id);
+            assert_eq!(
+                std::sync::Arc::strong_count(&f.id),
+                1,
+                "{} was copied",
+                f.id
+            );
         }
     }
     assert_eq!(

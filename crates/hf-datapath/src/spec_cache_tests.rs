@@ -365,8 +365,18 @@ fn install_at_scale() {
                 key: p as u32 + 1,
                 location: loc,
                 zone: 1,
-                addresses: vec![format!("02:00:00:00:{:02x}:{p:02x} 10.{}.{}.{p}", k % 256, k / 256, k % 256)],
-                port_security: vec![format!("02:00:00:00:{:02x}:{p:02x} 10.{}.{}.{p}", k % 256, k / 256, k % 256)],
+                addresses: vec![format!(
+                    "02:00:00:00:{:02x}:{p:02x} 10.{}.{}.{p}",
+                    k % 256,
+                    k / 256,
+                    k % 256
+                )],
+                port_security: vec![format!(
+                    "02:00:00:00:{:02x}:{p:02x} 10.{}.{}.{p}",
+                    k % 256,
+                    k / 256,
+                    k % 256
+                )],
                 ..PortMsg::default()
             });
             let mut f = |t: u8, egress: bool, m: String, a: String, id: String| {
@@ -384,7 +394,10 @@ fn install_at_scale() {
             f(
                 1,
                 false,
-                format!("inport == \"{pn}\" && eth.src == 02:00:00:00:{:02x}:{p:02x}", k % 256),
+                format!(
+                    "inport == \"{pn}\" && eth.src == 02:00:00:00:{:02x}:{p:02x}",
+                    k % 256
+                ),
                 "next;".into(),
                 format!("ps{p}"),
             );
@@ -458,7 +471,16 @@ fn install_at_scale() {
         let t2 = t0.elapsed();
         let changed: Vec<&str> = a.changed.iter().map(String::as_str).collect();
         let c = cache
-            .compile_prev(running, built, Some(prog), PrevProgram::Delta { now: running, undo: &a.undo }, &changed)
+            .compile_prev(
+                running,
+                built,
+                Some(prog),
+                PrevProgram::Delta {
+                    now: running,
+                    undo: &a.undo,
+                },
+                &changed,
+            )
             .expect("compiles");
         let t3 = t0.elapsed();
         eprintln!(
@@ -503,9 +525,12 @@ fn install_at_scale() {
     next.generation = 3;
     for d in &mut next.datapaths {
         let d = Arc::make_mut(d);
-        for (i, m) in ["inport == @pg_bench && ip4 && tcp.dst == 22", "outport == @pg_bench && ip4 && tcp.dst == 22"]
-            .iter()
-            .enumerate()
+        for (i, m) in [
+            "inport == @pg_bench && ip4 && tcp.dst == 22",
+            "outport == @pg_bench && ip4 && tcp.dst == 22",
+        ]
+        .iter()
+        .enumerate()
         {
             let id = format!("{}/acl-{i}", d.name);
             d.flows.insert(
@@ -522,5 +547,10 @@ fn install_at_scale() {
             );
         }
     }
-    step("ACL on a group of every switch", next, &mut running, &mut prog);
+    step(
+        "ACL on a group of every switch",
+        next,
+        &mut running,
+        &mut prog,
+    );
 }

@@ -567,10 +567,7 @@ impl<'a> SetChanges<'a> {
             SetChange::Same => true,
             SetChange::Whole => false,
             SetChange::Members(diff) => !diff.iter().any(|m| {
-                *m == "none"
-                    || names
-                        .binary_search_by(|(x, _)| x.as_str().cmp(m))
-                        .is_ok()
+                *m == "none" || names.binary_search_by(|(x, _)| x.as_str().cmp(m)).is_ok()
             }),
         }
     }
@@ -626,7 +623,14 @@ fn compile_units<'a>(
     let todo: Vec<&(usize, Vec<(String, u32)>)> = todo.collect();
     let one = |norm: &mut Normalizer<'_>, j: usize| {
         let (i, names) = todo[j];
-        compile_dp(norm, spec, &spec.datapaths[*i], resident, pgs, names.clone())
+        compile_dp(
+            norm,
+            spec,
+            &spec.datapaths[*i],
+            resident,
+            pgs,
+            names.clone(),
+        )
     };
     let new_norm = || Normalizer::new(SymbolTable::shared(), Limits::default());
     let threads = threads.clamp(1, todo.len().max(1));
@@ -1003,7 +1007,8 @@ fn patch_dp(
     let olds = &old.slots;
     let stale = |x: usize, fi: &FlowInfo| {
         let refs = olds[x].refs.as_deref();
-        let names_set = |f: &dyn Fn(&str) -> bool| refs.is_some_and(|r| r.sets.iter().any(|s| f(s)));
+        let names_set =
+            |f: &dyn Fn(&str) -> bool| refs.is_some_and(|r| r.sets.iter().any(|s| f(s)));
         (names_changed && names_set(&|s| s.starts_with('@')))
             || (!sets_changed.is_empty() && names_set(&|s| sets_changed.contains(s)))
             || (!resident_changed.is_empty()

@@ -577,7 +577,9 @@ fn a_port_group_compiles_with_only_the_members_its_datapath_has() {
     assert_eq!(canonical(&big), canonical(&compile_all(&small)));
     // And it is the group's own switch's port that matches: per switch, one port.
     let mut own = s.clone();
-    own.sets.port_groups.insert("big".into(), vec!["ls1-p".into()]);
+    own.sets
+        .port_groups
+        .insert("big".into(), vec!["ls1-p".into()]);
     assert_ne!(
         canonical(&big),
         canonical(&compile_all(&own)),
@@ -660,7 +662,11 @@ fn acl_on_a_group_of_every_switch() {
                 Pipe::Ingress,
                 1,
                 50,
-                &format!("inport == \"{name}-p{p}\" && eth.src == 02:00:00:00:{:02x}:{:02x}", k % 256, p),
+                &format!(
+                    "inport == \"{name}-p{p}\" && eth.src == 02:00:00:00:{:02x}:{:02x}",
+                    k % 256,
+                    p
+                ),
                 "next;",
             );
             f.id = crate::FlowId(format!("ps{p}").into());
@@ -679,7 +685,11 @@ fn acl_on_a_group_of_every_switch() {
                     Pipe::Egress,
                     t,
                     100,
-                    &format!("outport == \"{name}-p{p}\" && ip4.dst == 10.{}.{}.{t}", k % 256, p),
+                    &format!(
+                        "outport == \"{name}-p{p}\" && ip4.dst == 10.{}.{}.{t}",
+                        k % 256,
+                        p
+                    ),
                     "next;",
                 );
                 f.id = crate::FlowId(format!("e{p}-{t}").into());
@@ -700,9 +710,12 @@ fn acl_on_a_group_of_every_switch() {
     let mut next = s.clone();
     let mut names = Vec::new();
     for d in &mut next.datapaths {
-        for (i, m) in ["inport == @pg_bench && ip4 && tcp.dst == 22", "outport == @pg_bench && ip4 && tcp.dst == 22"]
-            .iter()
-            .enumerate()
+        for (i, m) in [
+            "inport == @pg_bench && ip4 && tcp.dst == 22",
+            "outport == @pg_bench && ip4 && tcp.dst == 22",
+        ]
+        .iter()
+        .enumerate()
         {
             let mut f = FlowSpec::from_text(Pipe::Ingress, 8, 2000, m, "drop;");
             f.id = crate::FlowId(format!("acl-new-{i}").into());

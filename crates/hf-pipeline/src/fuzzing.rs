@@ -220,12 +220,7 @@ pub fn program_from(b: &mut Bytes<'_>) -> ProgramSpec {
     // the members it has (compile.rs `sets_for_dp`), the reference reads the whole group.
     sets.port_groups.insert(
         "pg1".into(),
-        vec![
-            "vm1".into(),
-            "rp".into(),
-            "lrp-ext".into(),
-            "ghost".into(),
-        ],
+        vec!["vm1".into(), "rp".into(), "lrp-ext".into(), "ghost".into()],
     );
     ProgramSpec {
         datapaths: vec![
