@@ -916,10 +916,12 @@ fn plan_list<'d, T: Keyed>(
     }
     // Keys added so far (an added key must be neither a kept old one nor added twice).
     let mut new_keys: HashSet<&str> = HashSet::with_capacity(added.len());
-    let mut len = old.len() - gone.len();
+    let kept_len = old.len() - gone.len();
     let mut next = 0usize;
-    for (at, x) in added {
+    for (inserted, (at, x)) in added.iter().enumerate() {
         let at = *at as usize;
+        // The list's length when this item goes in.
+        let len = kept_len + inserted;
         if at < next || at > len {
             return Err(format!(
                 "{} to add at {at}: out of order or beyond the list's {len} items",
@@ -935,7 +937,6 @@ fn plan_list<'d, T: Keyed>(
         if kept || !new_keys.insert(x.key()) {
             return Err(format!("{} to add is there already", x.key()));
         }
-        len += 1;
         next = at + 1;
     }
     gone.sort_unstable();
