@@ -633,7 +633,7 @@ impl Datapath {
         // Held datapaths run their previous flows (what the delta replaced).
         let olds: Vec<(String, Vec<crate::proto::FlowMsg>)> = held
             .iter()
-            .filter_map(|n| prev.flows_of(n).map(|f| (n.clone(), f.to_vec())))
+            .filter_map(|n| prev.flows_of(n).map(|f| (n.clone(), f.into_owned())))
             .collect();
         for (name, flows) in olds {
             if let Some(d) = msg.datapaths.iter_mut().find(|d| d.name == name) {

@@ -445,8 +445,10 @@ pub struct Undo {
     scalars: Scalars,
     /// The old order of datapath names, when the datapaths changed.
     old_order: Option<Vec<String>>,
-    /// The old versions of changed and removed datapaths.
+    /// The old versions of removed datapaths.
     saved: HashMap<String, Arc<DatapathMsg>>,
+    /// What changed in the changed datapaths (edited in place).
+    edited: HashMap<String, DpUndo>,
     /// Names of datapaths the delta added.
     added: Vec<String>,
     zones: Vec<(String, Option<u16>)>,
@@ -478,15 +480,24 @@ pub enum PrevFlows<'a> {
     Same,
     /// The delta added it: it had none.
     Absent,
-    /// The delta changed it: these were its flows.
-    Were(&'a [FlowMsg]),
+    /// The delta changed it: these were its flows (rebuilt from the program's and what the
+    /// delta replaced: the delta edits in place, keeping no copy of the list).
+    Were(std::borrow::Cow<'a, [FlowMsg]>),
 }
 
 impl Undo {
-    /// The flows datapath `name` had before the delta.
-    pub fn prev_flows(&self, name: &str) -> PrevFlows<'_> {
+    /// The flows datapath `name` had before the delta; `now` is the program the delta was
+    /// applied to (as it left it).
+    pub fn prev_flows<'a>(&'a self, name: &str, now: &'a ProgramMsg) -> PrevFlows<'a> {
         if let Some(d) = self.saved.get(name) {
-            PrevFlows::Were(&d.flows)
+            PrevFlows::Were(std::borrow::Cow::Borrowed(&d.flows))
+        } else if let Some(u) = self.edited.get(name) {
+            let cur = now.datapaths.iter().find(|d| d.name == name);
+            match (&u.flows, cur) {
+                (None, Some(d)) => PrevFlows::Were(std::borrow::Cow::Borrowed(&d.flows)),
+                (Some(f), Some(d)) => PrevFlows::Were(std::borrow::Cow::Owned(f.old(&d.flows))),
+                (_, None) => PrevFlows::Absent,
+            }
         } else if self.added.iter().any(|a| a == name) {
             PrevFlows::Absent
         } else {
@@ -518,6 +529,24 @@ impl Undo {
         prog.owner = s.owner;
         prog.feature_level = s.feature_level;
         prog.no_last_good = s.no_last_good;
+        // The changed datapaths first, in place (the order below moves them by name).
+        let mut edited = self.edited;
+        for d in &mut prog.datapaths {
+            if let Some(u) = edited.remove(&d.name) {
+                let d = Arc::make_mut(d);
+                d.tunnel_key = u.tunnel_key;
+                d.router_zones = u.router_zones;
+                if let Some(p) = u.ports {
+                    p.revert(&mut d.ports);
+                }
+                if let Some(g) = u.groups {
+                    g.revert(&mut d.groups);
+                }
+                if let Some(f) = u.flows {
+                    f.revert(&mut d.flows);
+                }
+            }
+        }
         if let Some(order) = self.old_order {
             let mut by_name: HashMap<String, Arc<DatapathMsg>> =
                 std::mem::take(&mut prog.datapaths)
@@ -606,7 +635,13 @@ pub fn apply_undoable(prog: &mut ProgramMsg, delta: &ProgramDelta) -> Result<App
             return Err(bad(format!("datapath {n} named twice")));
         }
     }
-    let mut prepared: Vec<(usize, Arc<DatapathMsg>)> = Vec::with_capacity(dd.changed.len());
+    type Plans<'d> = (
+        ListPlan<'d, PortMsg>,
+        ListPlan<'d, GroupMsg>,
+        ListPlan<'d, FlowMsg>,
+    );
+    let mut prepared: Vec<(usize, &DatapathChange, Plans<'_>)> =
+        Vec::with_capacity(dd.changed.len());
     for c in &dd.changed {
         let Some(&i) = ix.get(c.name.as_str()) else {
             return Err(bad(format!(
@@ -621,14 +656,12 @@ pub fn apply_undoable(prog: &mut ProgramMsg, delta: &ProgramDelta) -> Result<App
         let at = |what: &str, e: String| bad(format!("datapath {}: {what}: {e}", c.name));
         prepared.push((
             i,
-            Arc::new(DatapathMsg {
-                name: c.name.clone(),
-                tunnel_key: c.tunnel_key,
-                router_zones: c.router_zones,
-                ports: edit_list(&o.ports, c.ports.as_ref()).map_err(|e| at("ports", e))?,
-                groups: edit_list(&o.groups, c.groups.as_ref()).map_err(|e| at("groups", e))?,
-                flows: edit_list(&o.flows, c.flows.as_ref()).map_err(|e| at("flows", e))?,
-            }),
+            c,
+            (
+                plan_list(&o.ports, c.ports.as_ref()).map_err(|e| at("ports", e))?,
+                plan_list(&o.groups, c.groups.as_ref()).map_err(|e| at("groups", e))?,
+                plan_list(&o.flows, c.flows.as_ref()).map_err(|e| at("flows", e))?,
+            ),
         ));
     }
     for a in &dd.added {
@@ -682,10 +715,19 @@ pub fn apply_undoable(prog: &mut ProgramMsg, delta: &ProgramDelta) -> Result<App
     if structural || !dd.changed.is_empty() {
         undo.old_order = Some(prog.datapaths.iter().map(|d| d.name.clone()).collect());
     }
-    for (i, p) in prepared {
-        changed.push(p.name.clone());
-        let old = std::mem::replace(&mut prog.datapaths[i], p);
-        undo.saved.insert(old.name.clone(), old);
+    for (i, c, (ports, groups, flows)) in prepared {
+        changed.push(c.name.clone());
+        // In place: a datapath the program alone holds is not copied (one another holder
+        // shares is, once, by `make_mut`).
+        let d = Arc::make_mut(&mut prog.datapaths[i]);
+        let du = DpUndo {
+            tunnel_key: std::mem::replace(&mut d.tunnel_key, c.tunnel_key),
+            router_zones: std::mem::replace(&mut d.router_zones, c.router_zones),
+            ports: ports.make(&mut d.ports),
+            groups: groups.make(&mut d.groups),
+            flows: flows.make(&mut d.flows),
+        };
+        undo.edited.insert(c.name.clone(), du);
     }
     if structural {
         let old = std::mem::take(&mut prog.datapaths);
@@ -753,67 +795,261 @@ fn apply_map<V: Clone>(map: &mut BTreeMap<String, V>, d: &MapDelta<V>) -> Vec<(S
     saved
 }
 
-/// `old` changed by `d` (a copy; `old` is untouched), or what did not fit.
-fn edit_list<T: Keyed + Clone>(old: &[T], d: Option<&ListDelta<T>>) -> Result<Vec<T>, String> {
+/// A list edit checked against its list, waiting to be made in place ([`ListPlan::make`]).
+enum ListPlan<'d, T> {
+    /// The list stays.
+    Keep,
+    /// The list is replaced whole.
+    Whole(&'d [T]),
+    /// Old indexes removed (ascending), old indexes replaced, items inserted at their index
+    /// in the result (ascending).
+    Edit {
+        removed: Vec<usize>,
+        changed: Vec<(usize, &'d T)>,
+        added: &'d [(u32, T)],
+    },
+}
+
+/// What a list edit replaced, to put the list back ([`ListUndo::revert`]) or to see it as it
+/// was ([`ListUndo::old`]) without having copied the list.
+#[derive(Debug)]
+enum ListUndo<T> {
+    /// The list was replaced whole: the old one.
+    Whole(Vec<T>),
+    /// Edited in place.
+    Edit {
+        /// Removed items at their old index (ascending).
+        removed: Vec<(usize, T)>,
+        /// Replaced items at their old index.
+        changed: Vec<(usize, T)>,
+        /// Indexes of the inserted items in the result (ascending).
+        added: Vec<usize>,
+    },
+}
+
+/// Where the items an edit names are in `old`: a linear search for a few names (a change
+/// of one flow must not hash a datapath's thousands of identities), an index otherwise.
+struct Finder<'o, T> {
+    old: &'o [T],
+    index: Option<HashMap<&'o str, Vec<usize>>>,
+}
+
+impl<'o, T: Keyed> Finder<'o, T> {
+    fn new(old: &'o [T], names: usize) -> Finder<'o, T> {
+        let index = (names > 16).then(|| {
+            let mut m: HashMap<&str, Vec<usize>> = HashMap::with_capacity(old.len());
+            for (i, x) in old.iter().enumerate() {
+                m.entry(x.key()).or_default().push(i);
+            }
+            m
+        });
+        Finder { old, index }
+    }
+
+    /// The index of `key`: `Ok(None)` when absent, `Err` when two items have it.
+    fn find(&self, key: &str) -> Result<Option<usize>, String> {
+        let ambiguous = || {
+            Err(format!(
+                "two items have identity {key}, so an edit by identity is ambiguous"
+            ))
+        };
+        match &self.index {
+            Some(m) => match m.get(key).map(Vec::as_slice) {
+                None | Some([]) => Ok(None),
+                Some([i]) => Ok(Some(*i)),
+                Some(_) => ambiguous(),
+            },
+            None => {
+                let mut hits = self
+                    .old
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, x)| x.key() == key)
+                    .map(|(i, _)| i);
+                match (hits.next(), hits.next()) {
+                    (None, _) => Ok(None),
+                    (Some(i), None) => Ok(Some(i)),
+                    _ => ambiguous(),
+                }
+            }
+        }
+    }
+}
+
+/// Checks `d` against `old` (nothing changes), or says what did not fit. Costs what the edit
+/// names, not the list's length, for a small edit (see [`Finder`]).
+fn plan_list<'d, T: Keyed>(
+    old: &[T],
+    d: Option<&'d ListDelta<T>>,
+) -> Result<ListPlan<'d, T>, String> {
     let (removed, changed, added) = match d {
-        None => return Ok(old.to_vec()),
-        Some(ListDelta::Whole(v)) => return Ok(v.clone()),
+        None => return Ok(ListPlan::Keep),
+        Some(ListDelta::Whole(v)) => return Ok(ListPlan::Whole(v)),
         Some(ListDelta::Edit {
             removed,
             changed,
             added,
         }) => (removed, changed, added),
     };
-    let ix: HashMap<&str, usize> = old.iter().enumerate().map(|(i, x)| (x.key(), i)).collect();
-    if ix.len() != old.len() {
-        return Err("two items have one identity, so an edit by identity is ambiguous".into());
-    }
-    // What happens to each old item: kept, removed, or replaced by `changed[k]`.
-    let mut fate: Vec<Option<Option<&T>>> = vec![Some(None); old.len()];
+    let find = Finder::new(old, removed.len() + changed.len() + added.len());
+    let mut gone: Vec<usize> = Vec::with_capacity(removed.len());
+    let mut gone_set: HashSet<usize> = HashSet::with_capacity(removed.len());
     for k in removed {
-        let Some(&i) = ix.get(k.as_str()) else {
+        let Some(i) = find.find(k)? else {
             return Err(format!("{k} to remove is not there"));
         };
-        if fate[i].is_none() {
+        if !gone_set.insert(i) {
             return Err(format!("{k} removed twice"));
         }
-        fate[i] = None;
+        gone.push(i);
     }
+    let mut repl: Vec<(usize, &T)> = Vec::with_capacity(changed.len());
+    let mut repl_set: HashSet<usize> = HashSet::with_capacity(changed.len());
     for c in changed {
-        let Some(&i) = ix.get(c.key()) else {
+        let Some(i) = find.find(c.key())? else {
             return Err(format!("{} to change is not there", c.key()));
         };
-        match fate[i] {
-            Some(None) => fate[i] = Some(Some(c)),
-            _ => return Err(format!("{} changed twice or removed", c.key())),
+        if gone_set.contains(&i) || !repl_set.insert(i) {
+            return Err(format!("{} changed twice or removed", c.key()));
         }
+        repl.push((i, c));
     }
-    let mut out: Vec<T> = old
-        .iter()
-        .zip(fate)
-        .filter_map(|(o, f)| f.map(|c| c.unwrap_or(o).clone()))
-        .collect();
-    let mut next = 0usize;
-    let gone: HashSet<&str> = removed.iter().map(String::as_str).collect();
     // Keys added so far (an added key must be neither a kept old one nor added twice).
     let mut new_keys: HashSet<&str> = HashSet::with_capacity(added.len());
-    for (at, x) in added {
+    let kept_len = old.len() - gone.len();
+    let mut next = 0usize;
+    for (inserted, (at, x)) in added.iter().enumerate() {
         let at = *at as usize;
-        if at < next || at > out.len() {
+        // The list's length when this item goes in.
+        let len = kept_len + inserted;
+        if at < next || at > len {
             return Err(format!(
-                "{} to add at {at}: out of order or beyond the list's {} items",
-                x.key(),
-                out.len()
+                "{} to add at {at}: out of order or beyond the list's {len} items",
+                x.key()
             ));
         }
-        let kept = ix.contains_key(x.key()) && !gone.contains(x.key());
+        let kept = match find.find(x.key()) {
+            Ok(Some(i)) => !gone_set.contains(&i),
+            Ok(None) => false,
+            // Two old items with that identity: at most one is removed.
+            Err(_) => true,
+        };
         if kept || !new_keys.insert(x.key()) {
             return Err(format!("{} to add is there already", x.key()));
         }
-        out.insert(at, x.clone());
         next = at + 1;
     }
-    Ok(out)
+    gone.sort_unstable();
+    Ok(ListPlan::Edit {
+        removed: gone,
+        changed: repl,
+        added,
+    })
+}
+
+impl<T: Clone> ListPlan<'_, T> {
+    /// Makes the edit on `list` (the list it was planned against), in place: the items it
+    /// keeps are neither copied nor moved but for the shift of an insert or removal.
+    fn make(self, list: &mut Vec<T>) -> Option<ListUndo<T>> {
+        match self {
+            ListPlan::Keep => None,
+            ListPlan::Whole(v) => Some(ListUndo::Whole(std::mem::replace(list, v.to_vec()))),
+            ListPlan::Edit {
+                removed,
+                changed,
+                added,
+            } => {
+                let changed = changed
+                    .into_iter()
+                    .map(|(i, c)| (i, std::mem::replace(&mut list[i], c.clone())))
+                    .collect();
+                let mut out = Vec::with_capacity(removed.len());
+                if !removed.is_empty() {
+                    // One pass: the removed items move out, the rest close up.
+                    let mut gone = removed.iter().copied().peekable();
+                    let old = std::mem::take(list);
+                    list.reserve(old.len() - removed.len() + added.len());
+                    for (i, x) in old.into_iter().enumerate() {
+                        if gone.peek() == Some(&i) {
+                            gone.next();
+                            out.push((i, x));
+                        } else {
+                            list.push(x);
+                        }
+                    }
+                }
+                list.reserve(added.len());
+                let mut at_list = Vec::with_capacity(added.len());
+                for (at, x) in added {
+                    list.insert(*at as usize, x.clone());
+                    at_list.push(*at as usize);
+                }
+                Some(ListUndo::Edit {
+                    removed: out,
+                    changed,
+                    added: at_list,
+                })
+            }
+        }
+    }
+}
+
+impl<T: Clone> ListUndo<T> {
+    /// Puts `list` (as the edit left it) back as it was.
+    fn revert(self, list: &mut Vec<T>) {
+        match self {
+            ListUndo::Whole(v) => *list = v,
+            ListUndo::Edit {
+                removed,
+                changed,
+                added,
+            } => {
+                for at in added.into_iter().rev() {
+                    list.remove(at);
+                }
+                for (i, x) in removed {
+                    list.insert(i, x);
+                }
+                for (i, x) in changed {
+                    list[i] = x;
+                }
+            }
+        }
+    }
+
+    /// The list as it was, from `now` (the list as the edit left it); a copy.
+    fn old(&self, now: &[T]) -> Vec<T> {
+        match self {
+            ListUndo::Whole(old) => old.clone(),
+            ListUndo::Edit {
+                removed,
+                changed,
+                added,
+            } => {
+                let mut v = now.to_vec();
+                for at in added.iter().rev() {
+                    v.remove(*at);
+                }
+                for (i, x) in removed {
+                    v.insert(*i, x.clone());
+                }
+                for (i, x) in changed {
+                    v[*i] = x.clone();
+                }
+                v
+            }
+        }
+    }
+}
+
+/// What a delta changed in one datapath's lists (the datapath changed in place).
+#[derive(Debug)]
+struct DpUndo {
+    tunnel_key: u32,
+    router_zones: Option<(u16, u16)>,
+    ports: Option<ListUndo<PortMsg>>,
+    groups: Option<ListUndo<GroupMsg>>,
+    flows: Option<ListUndo<FlowMsg>>,
 }
 
 #[cfg(test)]

@@ -326,9 +326,39 @@ fn check_seed(seed: u64) -> Result<(), String> {
             ));
         }
     }
-    // Undo puts the old program back.
+    // Undo puts the old program back, and tells each datapath's flows before the delta
+    // (rebuilt from the edited lists and what the delta replaced).
     let mut got = old.clone();
     let a = apply_undoable(&mut got, &d).map_err(|e| format!("seed {seed}: {e}"))?;
+    for o in &old.datapaths {
+        let was = match a.undo.prev_flows(&o.name, &got) {
+            PrevFlows::Were(f) => f.into_owned(),
+            PrevFlows::Same => got
+                .datapaths
+                .iter()
+                .find(|d| d.name == o.name)
+                .map(|d| d.flows.clone())
+                .unwrap_or_default(),
+            PrevFlows::Absent => {
+                return Err(format!("seed {seed}: {} was there before", o.name));
+            }
+        };
+        if was != o.flows {
+            return Err(format!(
+                "seed {seed}: the flows {} had before differ",
+                o.name
+            ));
+        }
+    }
+    for n in &new.datapaths {
+        let had = old.datapaths.iter().any(|o| o.name == n.name);
+        if !had && a.undo.prev_flows(&n.name, &got) != PrevFlows::Absent {
+            return Err(format!(
+                "seed {seed}: {} was added, not there before",
+                n.name
+            ));
+        }
+    }
     a.undo.revert(&mut got);
     if got != old {
         return Err(format!(
@@ -568,4 +598,52 @@ fn damaged_delta_frames_never_panic() {
             while let Ok(Some(_)) = d.next_msg() {}
         }
     }
+}
+
+/// A delta edits a datapath's flow list in place: the flows it keeps are not copied (the
+/// undo holds only what it replaced), and the undo still gives the old list back.
+#[test]
+fn a_flow_edit_copies_no_kept_flow() {
+    let (old, new, _) = one_flow_added();
+    let d = between(&old, &new, None);
+    // A program that alone holds its datapaths and texts (no clone shares them).
+    let mut got = ProgramMsg {
+        datapaths: old
+            .datapaths
+            .iter()
+            .map(|dp| {
+                std::sync::Arc::new(DatapathMsg {
+                    flows: dp
+                        .flows
+                        .iter()
+                        .map(|f| FlowMsg {
+                            id: f.id.to_string().into(),
+                            ..f.clone()
+                        })
+                        .collect(),
+                    ..(**dp).clone()
+                })
+            })
+            .collect(),
+        ..old.clone()
+    };
+    let a = apply_undoable(&mut got, &d).expect("applies");
+    assert_eq!(got, new);
+    // Every kept flow's identity is held once: by the program, not by a copy in the undo.
+    for f in &got.datapaths[1].flows {
+        if &*f.id != "new" {
+            assert_eq!(
+                std::sync::Arc::strong_count(&f.id),
+                1,
+                "{} was copied",
+                f.id
+            );
+        }
+    }
+    assert_eq!(
+        a.undo.prev_flows(&got.datapaths[1].name.clone(), &got),
+        PrevFlows::Were(std::borrow::Cow::Borrowed(&old.datapaths[1].flows[..]))
+    );
+    a.undo.revert(&mut got);
+    assert_eq!(got, old);
 }

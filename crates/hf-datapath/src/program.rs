@@ -70,9 +70,11 @@ pub fn parse_address(s: &str) -> Result<Constant, String> {
     }
 }
 
-fn parse_ip(what: &str, s: &str) -> Result<IpAddr, String> {
+/// `s` as an IP address; `what` names it in the error (made only then: a program has
+/// thousands of neighbours and VIPs, parsed on every install).
+fn parse_ip(what: impl FnOnce() -> String, s: &str) -> Result<IpAddr, String> {
     s.parse::<IpAddr>()
-        .map_err(|_| format!("{what}: \"{s}\" is not an IP address"))
+        .map_err(|_| format!("{}: \"{s}\" is not an IP address", what()))
 }
 
 /// Which text a flow of the spec was built from.
@@ -676,17 +678,17 @@ impl<'a> PrevProgram<'a> {
     }
 
     /// The flows datapath `name` ran, if it ran.
-    pub fn flows_of(&self, name: &str) -> Option<&'a [FlowMsg]> {
+    pub fn flows_of(&self, name: &str) -> Option<std::borrow::Cow<'a, [FlowMsg]>> {
         let find = |m: &'a ProgramMsg| {
             m.datapaths
                 .iter()
                 .find(|d| d.name == name)
-                .map(|d| d.flows.as_slice())
+                .map(|d| std::borrow::Cow::Borrowed(d.flows.as_slice()))
         };
         match *self {
             PrevProgram::None => None,
             PrevProgram::Msg(m) => find(m),
-            PrevProgram::Delta { now, undo } => match undo.prev_flows(name) {
+            PrevProgram::Delta { now, undo } => match undo.prev_flows(name, now) {
                 crate::delta::PrevFlows::Same => find(now),
                 crate::delta::PrevFlows::Absent => None,
                 crate::delta::PrevFlows::Were(f) => Some(f),
@@ -936,7 +938,7 @@ fn build_spec(
         spec.neighbours.push(Neighbour {
             datapath: n.datapath.clone(),
             port: n.port.clone(),
-            ip: parse_ip(&format!("neighbour on {} {}", n.datapath, n.port), &n.ip)?,
+            ip: parse_ip(|| format!("neighbour on {} {}", n.datapath, n.port), &n.ip)?,
             mac: n.mac,
         });
     }
@@ -953,7 +955,7 @@ fn build_spec(
     for v in &msg.lb_vips {
         spec.lb_vips.push(LbVipSpec {
             datapath: v.datapath.clone(),
-            ip: parse_ip(&format!("load-balancer VIP on {}", v.datapath), &v.ip)?,
+            ip: parse_ip(|| format!("load-balancer VIP on {}", v.datapath), &v.ip)?,
             port: v.port,
             proto: v.proto,
         });
@@ -968,7 +970,7 @@ fn build_spec(
         })
         .collect();
     for c in &msg.chassis_table {
-        parse_ip(&format!("chassis {} (id {})", c.name, c.id), &c.ip)?;
+        parse_ip(|| format!("chassis {} (id {})", c.name, c.id), &c.ip)?;
     }
     // Cache metadata in datapath order: a hit's, or the next miss's.
     let mut misses = misses.into_iter();

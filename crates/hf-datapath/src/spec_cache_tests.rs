@@ -330,3 +330,227 @@ fn a_shared_parse_equals_each_flows_own_parse() {
     }
     assert!(shared > 1_500, "flows sharing a parse: {shared}");
 }
+
+/// A rough stand-in for the benchmark's 500×40 chassis (`HF_SCALE_SWITCHES` switches of 40
+/// ports, ~300 flows each, a port group with one port on every switch), for profiling a
+/// datapath's install of a delta in process: `cargo test --release -p hf-datapath --lib --
+/// --ignored install_at_scale --nocapture`. Prints each stage's time (delta apply, spec build,
+/// compile) for a port add on one switch and an ACL on the group; asserts nothing timed.
+#[test]
+#[ignore]
+#[allow(clippy::disallowed_methods)] // a profiling aid reads the clock
+fn install_at_scale() {
+    let n: usize = std::env::var("HF_SCALE_SWITCHES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500);
+    let mut local = BTreeMap::new();
+    let text = |s: String| -> Arc<str> { s.into() };
+    let mut dps = Vec::new();
+    let mut members = Vec::new();
+    for k in 0..n {
+        let name = format!("ls{k}");
+        let mut ports = Vec::new();
+        let mut flows = Vec::new();
+        for p in 0..40usize {
+            let pn = format!("{name}-p{p}");
+            let loc = if k % 10 == 0 {
+                local.insert(pn.clone(), (k * 100 + p) as u32);
+                LocationMsg::Local(pn.clone())
+            } else {
+                LocationMsg::Remote(2)
+            };
+            ports.push(PortMsg {
+                name: pn.clone(),
+                key: p as u32 + 1,
+                location: loc,
+                zone: 1,
+                addresses: vec![format!(
+                    "02:00:00:00:{:02x}:{p:02x} 10.{}.{}.{p}",
+                    k % 256,
+                    k / 256,
+                    k % 256
+                )],
+                port_security: vec![format!(
+                    "02:00:00:00:{:02x}:{p:02x} 10.{}.{}.{p}",
+                    k % 256,
+                    k / 256,
+                    k % 256
+                )],
+                ..PortMsg::default()
+            });
+            let mut f = |t: u8, egress: bool, m: String, a: String, id: String| {
+                flows.push(FlowMsg {
+                    egress,
+                    table: t,
+                    priority: 50,
+                    matches: text(m),
+                    actions: text(a),
+                    id: text(format!("{name}/{id}")),
+                    stage: "ls_in_l2_lkup".into(),
+                    ..FlowMsg::default()
+                })
+            };
+            f(
+                1,
+                false,
+                format!(
+                    "inport == \"{pn}\" && eth.src == 02:00:00:00:{:02x}:{p:02x}",
+                    k % 256
+                ),
+                "next;".into(),
+                format!("ps{p}"),
+            );
+            f(
+                20,
+                false,
+                format!("eth.dst == 02:00:00:00:{:02x}:{p:02x}", k % 256),
+                format!("outport = \"{pn}\"; output;"),
+                format!("l2-{p}"),
+            );
+            for t in 0..5u8 {
+                f(
+                    t,
+                    true,
+                    format!("outport == \"{pn}\" && ip4.dst == 10.{}.{p}.{t}", k % 256),
+                    "next;".into(),
+                    format!("e{p}-{t}"),
+                );
+            }
+        }
+        members.push(format!("{name}-p0"));
+        dps.push(Arc::new(DatapathMsg {
+            name,
+            tunnel_key: k as u32 + 1,
+            ports,
+            flows,
+            ..DatapathMsg::default()
+        }));
+    }
+    let msg = ProgramMsg {
+        generation: 1,
+        chassis: "hv1".into(),
+        datapaths: dps,
+        zones: [("lsp/z".to_string(), 1)].into(),
+        port_groups: [("pg_bench".to_string(), members)].into(),
+        ..ProgramMsg::default()
+    };
+    let mut cache = SpecCache::new();
+    let t = std::time::Instant::now();
+    let built = cache.build(&msg, &local).expect("builds");
+    let t_spec = t.elapsed();
+    let (mut prog, errs) = cache.compile(&msg, built, None, &[]).expect("compiles");
+    assert!(errs.is_empty(), "{:?}", &errs[..errs.len().min(3)]);
+    eprintln!(
+        "{n} switches, {} flows: cold spec build {t_spec:?}, compile {:?}",
+        prog.flow_count(),
+        t.elapsed() - t_spec
+    );
+    let mut running = msg;
+    let mut step = |name: &str, next: ProgramMsg, running: &mut ProgramMsg, prog: &mut Program| {
+        let d = between(running, &next, None);
+        let t0 = std::time::Instant::now();
+        let a = apply_undoable(running, &d).expect("applies");
+        let t1 = t0.elapsed();
+        let may: std::collections::BTreeSet<String> = a.changed.iter().cloned().collect();
+        let sets: std::collections::BTreeSet<String> =
+            a.undo.touched_address_sets().map(str::to_string).collect();
+        let groups: std::collections::BTreeSet<String> =
+            a.undo.touched_port_groups().map(str::to_string).collect();
+        let built = cache
+            .build_knowing(
+                running,
+                &local,
+                Knowing {
+                    datapaths: &may,
+                    address_sets: &sets,
+                    port_groups: &groups,
+                },
+            )
+            .expect("builds");
+        let t2 = t0.elapsed();
+        let changed: Vec<&str> = a.changed.iter().map(String::as_str).collect();
+        let c = cache
+            .compile_prev(
+                running,
+                built,
+                Some(prog),
+                PrevProgram::Delta {
+                    now: running,
+                    undo: &a.undo,
+                },
+                &changed,
+            )
+            .expect("compiles");
+        let t3 = t0.elapsed();
+        eprintln!(
+            "{name}: delta apply {t1:?}, spec build {:?}, compile {:?} ({} datapaths changed, {} patched, {} flows compiled)",
+            t2 - t1,
+            t3 - t2,
+            a.changed.len(),
+            c.program.patched_datapaths(),
+            c.program.compiled_flows()
+        );
+        *prog = c.program;
+        running.generation = next.generation;
+    };
+    // A port add on ls1 (a remote port: its flows and its port).
+    let mut next = running.clone();
+    next.generation = 2;
+    {
+        let d = Arc::make_mut(&mut next.datapaths[1]);
+        d.ports.push(PortMsg {
+            name: "ls1-new".into(),
+            key: 41,
+            location: LocationMsg::Remote(2),
+            zone: 1,
+            ..PortMsg::default()
+        });
+        d.flows.insert(
+            3,
+            FlowMsg {
+                table: 20,
+                priority: 50,
+                matches: "eth.dst == 02:00:00:00:ff:ff".into(),
+                actions: "outport = \"ls1-new\"; output;".into(),
+                id: "ls1/l2-new".into(),
+                stage: "ls_in_l2_lkup".into(),
+                ..FlowMsg::default()
+            },
+        );
+    }
+    step("port add", next, &mut running, &mut prog);
+    // An ACL on the group: two flows in every switch.
+    let mut next = running.clone();
+    next.generation = 3;
+    for d in &mut next.datapaths {
+        let d = Arc::make_mut(d);
+        for (i, m) in [
+            "inport == @pg_bench && ip4 && tcp.dst == 22",
+            "outport == @pg_bench && ip4 && tcp.dst == 22",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let id = format!("{}/acl-{i}", d.name);
+            d.flows.insert(
+                100,
+                FlowMsg {
+                    table: 8,
+                    priority: 2000,
+                    matches: (*m).into(),
+                    actions: "drop;".into(),
+                    id: id.into(),
+                    stage: "ls_in_acl_eval".into(),
+                    ..FlowMsg::default()
+                },
+            );
+        }
+    }
+    step(
+        "ACL on a group of every switch",
+        next,
+        &mut running,
+        &mut prog,
+    );
+}

@@ -47,8 +47,17 @@ impl<T: Clone> Arena<T> {
             self.segs.push(Arc::new(Vec::with_capacity(SEG)));
         }
         if let Some(last) = self.segs.last_mut() {
-            Arc::make_mut(last).push(v);
-            self.len += 1;
+            // A last segment shared with an older program is copied once, at its full
+            // capacity (a copy of only its length would grow again at the next push).
+            if Arc::get_mut(last).is_none() {
+                let mut own = Vec::with_capacity(SEG);
+                own.extend_from_slice(last);
+                *last = Arc::new(own);
+            }
+            if let Some(seg) = Arc::get_mut(last) {
+                seg.push(v);
+                self.len += 1;
+            }
         }
     }
 
@@ -80,8 +89,9 @@ mod tests {
         a.extend(0..(SEG as u32 * 2 + 5));
         let b = a.clone();
         assert!(Arc::ptr_eq(&a.segs[0], &b.segs[0]));
-        // Appending clones only the last, partly filled segment.
+        // Appending clones only the last, partly filled segment, at its full capacity.
         a.push(7);
+        assert_eq!(a.segs[2].capacity(), SEG);
         assert_eq!(a[SEG * 2 + 5], 7);
         assert!(Arc::ptr_eq(&a.segs[1], &b.segs[1]));
         assert!(!Arc::ptr_eq(&a.segs[2], &b.segs[2]));

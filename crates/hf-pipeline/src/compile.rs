@@ -189,8 +189,9 @@ impl Program {
             snat_of.entry(n.as_str()).or_insert(*z);
         }
         // Ports first: patch peers may point forward.
-        let mut names: HashMap<&str, (u32, u32)> = HashMap::new();
-        let mut dp_names: HashMap<&str, u32> = HashMap::new();
+        let all_ports: usize = spec.datapaths.iter().map(|d| d.ports.len()).sum();
+        let mut names: HashMap<&str, (u32, u32)> = HashMap::with_capacity(all_ports);
+        let mut dp_names: HashMap<&str, u32> = HashMap::with_capacity(spec.datapaths.len());
         let mut resident: HashSet<&str> = HashSet::new();
         for (i, d) in spec.datapaths.iter().enumerate() {
             check_keys(d)?;
@@ -219,7 +220,7 @@ impl Program {
             for p in &d.ports {
                 key_of.entry(p.name.as_str()).or_insert(p.key);
             }
-            let mut ports = FastMap::default();
+            let mut ports = FastMap::with_capacity_and_hasher(d.ports.len(), Default::default());
             for p in &d.ports {
                 let loc = match &p.location {
                     PortLocation::Local(id) => {
@@ -281,7 +282,7 @@ impl Program {
                     },
                 );
             }
-            let mut groups = FastMap::default();
+            let mut groups = FastMap::with_capacity_and_hasher(d.groups.len(), Default::default());
             for g in &d.groups {
                 if ports.contains_key(&g.key) || groups.contains_key(&g.key) {
                     return Err(dup(g.key));
@@ -326,11 +327,12 @@ impl Program {
             .unwrap_or_default();
         let old_counters = prog.counters.len();
         let mut reused_keys: HashSet<u32> = HashSet::new();
-        // Whether a set resolves as before, asked once per set (many datapaths name one set).
-        let mut same_sets: HashMap<&str, bool> = HashMap::new();
+        // Whether a set resolves as before in a datapath.
+        let empty = Sets::default();
+        let mut set_changes = SetChanges::new(old.map_or(&empty, |o| &o.sets), &spec.sets);
         let mut todo: Vec<(usize, Vec<(String, u32)>)> = Vec::new();
         for (i, d) in spec.datapaths.iter().enumerate() {
-            if let (Some(o), Some(od)) = (old, old_dps.get(d.name.as_str()))
+            if let Some(od) = old_dps.get(d.name.as_str())
                 && od.key == d.tunnel_key
                 && !changed.contains(&d.name.as_str())
                 && same_names_keys(&od.tables.names, d)
@@ -339,11 +341,11 @@ impl Program {
                     .resident_refs
                     .iter()
                     .all(|(p, r)| resident.contains(p.as_str()) == *r)
-                && od.tables.set_refs.iter().all(|s| {
-                    *same_sets
-                        .entry(s.as_str())
-                        .or_insert_with(|| same_set(s, &o.sets, &spec.sets))
-                })
+                && od
+                    .tables
+                    .set_refs
+                    .iter()
+                    .all(|s| set_changes.same_for(s, &od.tables.names))
             {
                 prog.dps[i].tables = od.tables.clone();
                 reused_keys.insert(d.tunnel_key);
@@ -355,7 +357,8 @@ impl Program {
         // Datapaths the old program had (same key, same kind): changed in place, flow by flow,
         // where that is worth it; the rest compile whole.
         let mut patched: HashMap<u32, HashSet<u32>> = HashMap::new();
-        if let Some(o) = old {
+        let pgs = PgMembers::default();
+        if old.is_some() {
             let mut norm = Normalizer::new(SymbolTable::shared(), Limits::default());
             let mut whole = Vec::with_capacity(todo.len());
             for (i, names) in todo {
@@ -365,8 +368,15 @@ impl Program {
                     .filter(|od| od.key == d.tunnel_key)
                     .map(|od| od.tables.clone())
                     .filter(|c| c.switch == matches!(d.kind, crate::DatapathKind::Switch));
-                let p = od
-                    .and_then(|c| patch_dp(&mut prog, &mut norm, spec, d, &resident, &c, &o.sets));
+                let p = od.and_then(|c| {
+                    patch_dp(
+                        &mut prog,
+                        &mut norm,
+                        (spec, d, &resident, &pgs),
+                        &c,
+                        &mut set_changes,
+                    )
+                });
                 match p {
                     Some(p) => {
                         prog.patched += 1;
@@ -389,7 +399,7 @@ impl Program {
             opts.threads
         };
         prog.compiled_flows += flows;
-        let units = compile_units(spec, todo.iter(), &resident, threads);
+        let units = compile_units(spec, todo.iter(), &resident, &pgs, threads);
         for ((i, _), unit) in todo.iter().zip(units) {
             prog.dps[*i].tables = Arc::new(append_unit(&mut prog, unit));
         }
@@ -483,14 +493,83 @@ fn same_names_keys(names: &[(String, u32)], d: &DatapathSpec) -> bool {
         && d.groups.iter().all(|g| has(&g.name, g.key))
 }
 
-/// `$name` / `@name` resolve the same way in both set collections.
-fn same_set(s: &str, a: &Sets, b: &Sets) -> bool {
-    if let Some(n) = s.strip_prefix('$') {
-        a.addr_sets.get(n) == b.addr_sets.get(n)
-    } else if let Some(n) = s.strip_prefix('@') {
-        a.port_groups.get(n) == b.port_groups.get(n)
-    } else {
-        true
+/// How one set (`$name` / `@name`) changed between two set collections.
+enum SetChange<'a> {
+    /// Resolves the same way.
+    Same,
+    /// An address set that changed, or a set that came or went.
+    Whole,
+    /// A port group in both whose members differ: the names that came or went.
+    Members(Vec<&'a str>),
+}
+
+/// Which sets changed between the old program's and the new spec's collections, asked once
+/// per set (many datapaths name one set) and answered per datapath: a port group is compiled
+/// with only the members its datapath has ([`sets_for_dp`]), so a member that came or went
+/// in another datapath changes nothing here (a port joining a 500-switch group recompiles
+/// the flows naming it in its own switch only).
+struct SetChanges<'a> {
+    old: &'a Sets,
+    new: &'a Sets,
+    memo: HashMap<String, SetChange<'a>>,
+}
+
+impl<'a> SetChanges<'a> {
+    fn new(old: &'a Sets, new: &'a Sets) -> SetChanges<'a> {
+        SetChanges {
+            old,
+            new,
+            memo: HashMap::new(),
+        }
+    }
+
+    fn change(old: &'a Sets, new: &'a Sets, set: &str) -> SetChange<'a> {
+        if let Some(n) = set.strip_prefix('$') {
+            if old.addr_sets.get(n) == new.addr_sets.get(n) {
+                SetChange::Same
+            } else {
+                SetChange::Whole
+            }
+        } else if let Some(n) = set.strip_prefix('@') {
+            match (old.port_groups.get(n), new.port_groups.get(n)) {
+                (a, b) if a == b => SetChange::Same,
+                (Some(a), Some(b)) => {
+                    let a_set: HashSet<&str> = a.iter().map(String::as_str).collect();
+                    let b_set: HashSet<&str> = b.iter().map(String::as_str).collect();
+                    let diff: Vec<&str> = a_set.symmetric_difference(&b_set).copied().collect();
+                    if diff.is_empty() {
+                        // The same members in another order: the order of the
+                        // disjunction is compiled in, so compile again.
+                        SetChange::Whole
+                    } else {
+                        SetChange::Members(diff)
+                    }
+                }
+                _ => SetChange::Whole,
+            }
+        } else {
+            SetChange::Same
+        }
+    }
+
+    /// Whether `set` compiles the same way now in a datapath whose ports and groups are
+    /// `names` (sorted, [`names_keys`]).
+    fn same_for(&mut self, set: &str, names: &[(String, u32)]) -> bool {
+        let (old, new) = (self.old, self.new);
+        if !self.memo.contains_key(set) {
+            let c = Self::change(old, new, set);
+            self.memo.insert(set.to_string(), c);
+        }
+        let Some(c) = self.memo.get(set) else {
+            return false;
+        };
+        match c {
+            SetChange::Same => true,
+            SetChange::Whole => false,
+            SetChange::Members(diff) => !diff.iter().any(|m| {
+                *m == "none" || names.binary_search_by(|(x, _)| x.as_str().cmp(m)).is_ok()
+            }),
+        }
     }
 }
 
@@ -538,12 +617,20 @@ fn compile_units<'a>(
     spec: &ProgramSpec,
     todo: impl ExactSizeIterator<Item = &'a (usize, Vec<(String, u32)>)>,
     resident: &HashSet<&str>,
+    pgs: &PgMembers,
     threads: usize,
 ) -> Vec<Unit> {
     let todo: Vec<&(usize, Vec<(String, u32)>)> = todo.collect();
     let one = |norm: &mut Normalizer<'_>, j: usize| {
         let (i, names) = todo[j];
-        compile_dp(norm, spec, &spec.datapaths[*i], resident, names.clone())
+        compile_dp(
+            norm,
+            spec,
+            &spec.datapaths[*i],
+            resident,
+            pgs,
+            names.clone(),
+        )
     };
     let new_norm = || Normalizer::new(SymbolTable::shared(), Limits::default());
     let threads = threads.clamp(1, todo.len().max(1));
@@ -631,6 +718,7 @@ struct DpCx<'a> {
     spec: &'a ProgramSpec,
     d: &'a DatapathSpec,
     resident: &'a HashSet<&'a str>,
+    pgs: &'a PgMembers,
     names: &'a [(String, u32)],
 }
 
@@ -692,7 +780,15 @@ fn compile_flow(
     refs.sets.sort();
     let boxed = |r: FlowRefs| (r != FlowRefs::default()).then(|| Box::new(r));
     let matches = with_action_prereqs(&fs.matches, &fs.actions);
-    let n = match norm.normalize(&matches, &cx.spec.sets) {
+    // A port group is expanded to the members this datapath has (see `sets_for_dp`).
+    let local_sets;
+    let sets = if refs.sets.iter().any(|s| s.starts_with('@')) {
+        local_sets = sets_for_dp(&refs.sets, &cx.spec.sets, cx.names, cx.pgs);
+        &local_sets
+    } else {
+        &cx.spec.sets
+    };
+    let n = match norm.normalize(&matches, sets) {
         Ok(n) => n,
         Err(e) => return (Err(err(FlowErrorKind::Match, e.to_string())), boxed(refs)),
     };
@@ -856,11 +952,9 @@ fn same_flow(fi: &FlowInfo, fs: &crate::program::FlowSpec) -> bool {
 fn patch_dp(
     prog: &mut Program,
     norm: &mut Normalizer<'_>,
-    spec: &ProgramSpec,
-    d: &DatapathSpec,
-    resident: &HashSet<&str>,
+    (spec, d, resident, pgs): (&ProgramSpec, &DatapathSpec, &HashSet<&str>, &PgMembers),
     old: &DpCode,
-    old_sets: &Sets,
+    set_changes: &mut SetChanges<'_>,
 ) -> Option<Patched> {
     let names = names_keys(d);
     // Text that, in a kept flow, means it compiles differently now: names whose key changed
@@ -890,36 +984,60 @@ fn patch_dp(
     }
     // Port groups expand to member names: any name change may change a flow naming one.
     let names_changed = !tokens.is_empty();
-    for (p, r) in &old.resident_refs {
-        if resident.contains(p.as_str()) != *r {
-            tokens.push(p);
-        }
-    }
-    for set in &old.set_refs {
-        if !same_set(set, old_sets, &spec.sets) {
-            tokens.push(set);
-        }
-    }
+    // Residency answers and sets are found through each flow's references (its slot's
+    // `refs`: exactly what its match names), not by searching its text.
+    let resident_changed: HashSet<&str> = old
+        .resident_refs
+        .iter()
+        .filter(|(p, r)| resident.contains(p.as_str()) != *r)
+        .map(|(p, _)| p.as_str())
+        .collect();
+    // Sets that compile differently here (a port group's members in this datapath).
+    let sets_changed: HashSet<&str> = old
+        .set_refs
+        .iter()
+        .filter(|s| !set_changes.same_for(s, &names))
+        .map(String::as_str)
+        .collect();
     // A name written with escapes in the text is not found by searching for it.
     if tokens.iter().any(|t| t.contains(['"', '\\'])) {
         return None;
     }
-    let stale = |fi: &FlowInfo| {
-        (names_changed && fi.matches.contains('@'))
+    // Which old slot each new flow keeps (in increasing order, by construction).
+    let olds = &old.slots;
+    let stale = |x: usize, fi: &FlowInfo| {
+        let refs = olds[x].refs.as_deref();
+        let names_set =
+            |f: &dyn Fn(&str) -> bool| refs.is_some_and(|r| r.sets.iter().any(|s| f(s)));
+        (names_changed && names_set(&|s| s.starts_with('@')))
+            || (!sets_changed.is_empty() && names_set(&|s| sets_changed.contains(s)))
+            || (!resident_changed.is_empty()
+                && refs.is_some_and(|r| {
+                    r.resident
+                        .iter()
+                        .any(|(p, _)| resident_changed.contains(p.as_str()))
+                }))
             || tokens
                 .iter()
                 .any(|t| fi.matches.contains(t) || fi.actions.contains(t))
     };
-    // Which old slot each new flow keeps (in increasing order, by construction).
-    let olds = &old.slots;
     let info = |x: usize| prog.flows.get(olds[x].flow as usize);
     let mut plan: Vec<Option<usize>> = Vec::with_capacity(d.flows.len());
     let mut by_id: Option<HashMap<&crate::FlowId, Vec<usize>>> = None;
+    // Misses looked up in the next `LOOK_AHEAD` old slots before indexing by identity.
+    const LOOK_AHEAD: usize = 64;
+    const LOOK_AHEAD_MISSES: usize = 16;
+    let mut misses = 0;
     let mut k = 0;
     for fs in &d.flows {
         let same_at = |x: usize| info(x).is_some_and(|fi| same_flow(fi, fs));
         let hit = if k < olds.len() && same_at(k) {
             Some(k)
+        } else if misses < LOOK_AHEAD_MISSES {
+            // A flow inserted here, or the old flows at `k` removed: the next few old slots
+            // tell (no index of the datapath's identities for a change of a few flows).
+            misses += 1;
+            (k..olds.len().min(k + LOOK_AHEAD)).find(|&x| same_at(x))
         } else {
             let map = by_id.get_or_insert_with(|| {
                 let mut m: HashMap<&crate::FlowId, Vec<usize>> = HashMap::new();
@@ -936,7 +1054,7 @@ fn patch_dp(
         match hit {
             Some(x) => {
                 k = x + 1;
-                let keep = info(x).is_some_and(|fi| !stale(fi));
+                let keep = info(x).is_some_and(|fi| !stale(x, fi));
                 plan.push(keep.then_some(x));
             }
             None => plan.push(None),
@@ -1006,6 +1124,7 @@ fn patch_dp(
         spec,
         d,
         resident,
+        pgs,
         names: &names,
     };
     let mut unit = Unit::default();
@@ -1083,12 +1202,14 @@ fn compile_dp(
     spec: &ProgramSpec,
     d: &DatapathSpec,
     resident: &HashSet<&str>,
+    pgs: &PgMembers,
     names: Vec<(String, u32)>,
 ) -> Unit {
     let cx = DpCx {
         spec,
         d,
         resident,
+        pgs,
         names: &names,
     };
     let mut unit = Unit::default();
@@ -1123,6 +1244,63 @@ fn compile_dp(
     code.switch = matches!(d.kind, crate::DatapathKind::Switch);
     code.slots = slots;
     unit
+}
+
+/// The sets a flow names (`refs`: `$name`, `@name`), with every port group cut down to the
+/// members the flow's datapath has (its port and group `names`, in their order, and `none`,
+/// which is key 0 everywhere). Exact: a name the datapath does not
+/// have compiles to a test that never holds (`inport == "x"`) or always holds
+/// (`inport != "x"`), so leaving it out of the group's disjunction (or conjunction) changes
+/// no lookup. It keeps a flow on a port group of every switch (an ACL on a 500-port group)
+/// from expanding 500 names in each of 500 datapaths, as ovn-controller's per-datapath
+/// `Port_Group` rows do (`<tunnel key>_<name>`). A set `refs` names that `all` lacks stays
+/// missing (the flow's unknown-set error).
+fn sets_for_dp(refs: &[String], all: &Sets, names: &[(String, u32)], pgs: &PgMembers) -> Sets {
+    let mut out = Sets::default();
+    for r in refs {
+        if let Some(n) = r.strip_prefix('$') {
+            if let Some(v) = all.addr_sets.get(n) {
+                out.addr_sets.insert(n.to_string(), v.clone());
+            }
+        } else if let Some(n) = r.strip_prefix('@')
+            && let Some(members) = pgs.of(all, n)
+        {
+            // The datapath's names (tens) looked up in the group (up to thousands).
+            let mut mine: Vec<String> = names
+                .iter()
+                .filter(|(x, _)| members.contains(x.as_str()))
+                .map(|(x, _)| x.clone())
+                .collect();
+            if members.contains("none") {
+                mine.push("none".into());
+            }
+            out.port_groups.insert(n.to_string(), mine);
+        }
+    }
+    out
+}
+
+/// Port groups' members as sets, made once per compile for the groups its flows name
+/// (shared by the worker threads).
+#[derive(Default)]
+struct PgMembers(std::sync::Mutex<HashMap<String, Arc<HashSet<String>>>>);
+
+impl PgMembers {
+    /// Group `name`'s members in `all`, `None` when it has no such group.
+    fn of(&self, all: &Sets, name: &str) -> Option<Arc<HashSet<String>>> {
+        let members = all.port_groups.get(name)?;
+        // A poisoned lock (a worker panicked) only loses the memo.
+        let mut memo = match self.0.lock() {
+            Ok(m) => m,
+            Err(p) => p.into_inner(),
+        };
+        if let Some(m) = memo.get(name) {
+            return Some(m.clone());
+        }
+        let m = Arc::new(members.iter().cloned().collect::<HashSet<String>>());
+        memo.insert(name.to_string(), m.clone());
+        Some(m)
+    }
 }
 
 fn collect_sets(e: &hf_expr::Expr, out: &mut HashSet<String>) {

@@ -537,3 +537,206 @@ fn a_flow_added_to_a_big_datapath_compiles_alone() {
     // The old program (still running until the swap) is untouched: copy-on-write.
     assert_eq!(canonical(&before), canonical(&compile_all(&s0)));
 }
+
+/// `spec(2)` with a port group `big` of both switches' ports and 400 names no datapath has
+/// (the other switches of a large cluster), and a flow naming it in each switch.
+fn big_group_spec() -> ProgramSpec {
+    let mut s = spec(2);
+    let mut members: Vec<String> = (0..400).map(|i| format!("far{i}")).collect();
+    members.push("ls1-p".into());
+    members.push("ls2-p".into());
+    s.sets.port_groups.insert("big".into(), members);
+    for d in &mut s.datapaths {
+        let mut f = FlowSpec::from_text(
+            Pipe::Ingress,
+            4,
+            2000,
+            "inport == @big && outport == @big && ip4",
+            "drop;",
+        );
+        f.id = crate::FlowId("acl-big".into());
+        d.flows.push(f);
+        let mut g = FlowSpec::from_text(Pipe::Egress, 4, 1900, "outport == @big", "next;");
+        g.id = crate::FlowId("acl-out-big".into());
+        d.flows.push(g);
+    }
+    s
+}
+
+#[test]
+fn a_port_group_compiles_with_only_the_members_its_datapath_has() {
+    let s = big_group_spec();
+    let big = compile_all(&s);
+    // The same program with the group cut to the two switches' ports: the names no datapath
+    // has compile to nothing (not 402 × 402 alternatives per switch kept as dimensions).
+    let mut small = s.clone();
+    small
+        .sets
+        .port_groups
+        .insert("big".into(), vec!["ls1-p".into(), "ls2-p".into()]);
+    assert_eq!(canonical(&big), canonical(&compile_all(&small)));
+    // And it is the group's own switch's port that matches: per switch, one port.
+    let mut own = s.clone();
+    own.sets
+        .port_groups
+        .insert("big".into(), vec!["ls1-p".into()]);
+    assert_ne!(
+        canonical(&big),
+        canonical(&compile_all(&own)),
+        "ls2's flow must still see ls2-p"
+    );
+}
+
+#[test]
+fn a_member_joining_a_group_recompiles_only_the_datapath_that_has_it() {
+    let mut s = big_group_spec();
+    s.datapaths.push(switch("ls3", 3));
+    let before = compile_all(&s);
+    // A port of ls2 (`ls2-q`, new) joins the group, and a name no datapath has: ls1 and ls3
+    // compile the same flows as before and are shared; ls2 changes.
+    let mut next = s.clone();
+    next.datapaths[1].ports.push(PortSpec {
+        name: "ls2-q".into(),
+        key: 2,
+        location: PortLocation::Local(22),
+        zone: 1,
+        ..PortSpec::default()
+    });
+    if let Some(m) = next.sets.port_groups.get_mut("big") {
+        m.push("ls2-q".into());
+        m.push("far-new".into());
+    }
+    let (after, errs) = before.recompile(&next, &[]).expect("recompiles");
+    assert!(errs.is_empty(), "{errs:?}");
+    assert!(after.datapath_shared_with(&before, "ls1"));
+    assert!(after.datapath_shared_with(&before, "ls3"));
+    assert!(!after.datapath_shared_with(&before, "ls2"));
+    assert_eq!(after.compiled_datapaths(), 1);
+    assert_eq!(canonical(&after), canonical(&compile_all(&next)));
+    // A member of ls1 leaving: ls1 changes in place (only the flows naming the group), and
+    // the result is a fresh compile's.
+    let mut last = next.clone();
+    if let Some(m) = last.sets.port_groups.get_mut("big") {
+        m.retain(|n| n != "ls1-p");
+    }
+    let (after2, errs) = after.recompile(&last, &[]).expect("recompiles");
+    assert!(errs.is_empty(), "{errs:?}");
+    assert!(after2.datapath_shared_with(&after, "ls2"));
+    assert!(!after2.datapath_shared_with(&after, "ls1"));
+    assert_eq!(after2.patched_datapaths(), 1);
+    assert_eq!(after2.compiled_flows(), 2);
+    assert_eq!(canonical(&after2), canonical(&compile_all(&last)));
+}
+
+/// A rough stand-in for the benchmark's 500×40 chassis (`N` switches of 40 ports and ~300
+/// flows, a port group with one port on every switch), for profiling the ACL change in
+/// process: `cargo test --release -p hf-pipeline --lib -- --ignored acl_on_a_group_of_every_switch --nocapture`.
+/// Prints times; asserts only that the recompile equals a fresh compile.
+#[test]
+#[ignore]
+#[allow(clippy::disallowed_methods)] // a profiling aid reads the clock
+fn acl_on_a_group_of_every_switch() {
+    let n: u32 = std::env::var("HF_ACL_SWITCHES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500);
+    let mut s = ProgramSpec::default();
+    let mut members = Vec::new();
+    for k in 1..=n {
+        let name = format!("ls{k}");
+        let mut d = switch(&name, k);
+        d.ports.clear();
+        for p in 0..40u32 {
+            d.ports.push(PortSpec {
+                name: format!("{name}-p{p}"),
+                key: p + 1,
+                location: if k % 10 == 0 {
+                    PortLocation::Local(k * 100 + p)
+                } else {
+                    PortLocation::Remote { chassis: 2 }
+                },
+                zone: 1,
+                ..PortSpec::default()
+            });
+            let mut f = FlowSpec::from_text(
+                Pipe::Ingress,
+                1,
+                50,
+                &format!(
+                    "inport == \"{name}-p{p}\" && eth.src == 02:00:00:00:{:02x}:{:02x}",
+                    k % 256,
+                    p
+                ),
+                "next;",
+            );
+            f.id = crate::FlowId(format!("ps{p}").into());
+            d.flows.push(f);
+            let mut f = FlowSpec::from_text(
+                Pipe::Ingress,
+                20,
+                50,
+                &format!("eth.dst == 02:00:00:00:{:02x}:{:02x}", k % 256, p),
+                &format!("outport = \"{name}-p{p}\"; output;"),
+            );
+            f.id = crate::FlowId(format!("l2-{p}").into());
+            d.flows.push(f);
+            for t in 0..5u8 {
+                let mut f = FlowSpec::from_text(
+                    Pipe::Egress,
+                    t,
+                    100,
+                    &format!(
+                        "outport == \"{name}-p{p}\" && ip4.dst == 10.{}.{}.{t}",
+                        k % 256,
+                        p
+                    ),
+                    "next;",
+                );
+                f.id = crate::FlowId(format!("e{p}-{t}").into());
+                d.flows.push(f);
+            }
+        }
+        members.push(format!("{name}-p0"));
+        s.datapaths.push(d);
+    }
+    s.sets.port_groups.insert("pg_bench".into(), members);
+    let t = std::time::Instant::now();
+    let (before, _) = Program::compile(&s).expect("compiles");
+    eprintln!(
+        "{n} switches, {} flows: cold compile {:?}",
+        before.flow_count(),
+        t.elapsed()
+    );
+    let mut next = s.clone();
+    let mut names = Vec::new();
+    for d in &mut next.datapaths {
+        for (i, m) in [
+            "inport == @pg_bench && ip4 && tcp.dst == 22",
+            "outport == @pg_bench && ip4 && tcp.dst == 22",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let mut f = FlowSpec::from_text(Pipe::Ingress, 8, 2000, m, "drop;");
+            f.id = crate::FlowId(format!("acl-new-{i}").into());
+            d.flows.insert(100, f);
+        }
+        names.push(d.name.clone());
+    }
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let t = std::time::Instant::now();
+    let (after, _) = before.recompile(&next, &refs).expect("recompiles");
+    eprintln!(
+        "ACL on a group of every switch: recompile {:?} ({} datapaths patched, {} flows compiled)",
+        t.elapsed(),
+        after.patched_datapaths(),
+        after.compiled_flows()
+    );
+    let t = std::time::Instant::now();
+    let (again, _) = after.recompile(&next, &[]).expect("recompiles");
+    eprintln!("nothing changed: recompile {:?}", t.elapsed());
+    drop(again);
+    if n <= 50 {
+        assert_eq!(canonical(&after), canonical(&compile_all(&next)));
+    }
+}

@@ -216,8 +216,12 @@ pub fn program_from(b: &mut Bytes<'_>) -> ProgramSpec {
         "as1".into(),
         vec![hf_expr::Constant::new(0x0a00_0001, hf_expr::Format::Ipv4)],
     );
-    sets.port_groups
-        .insert("pg1".into(), vec!["vm1".into(), "rp".into()]);
+    // Members of both datapaths and a name neither has: each datapath's flows compile with
+    // the members it has (compile.rs `sets_for_dp`), the reference reads the whole group.
+    sets.port_groups.insert(
+        "pg1".into(),
+        vec!["vm1".into(), "rp".into(), "lrp-ext".into(), "ghost".into()],
+    );
     ProgramSpec {
         datapaths: vec![
             DatapathSpec {

@@ -56,6 +56,10 @@
 //! - `cold_start_NxP_translate_1_thread`, `cold_start_NxP_translate_N_threads`: the cold
 //!   translation alone ([`hf_controller::translate_par`], no cache, median of 3) on one
 //!   thread and on every core (the in-process and daemon lines above use every core).
+//! - `port_add_NxP_heap_install_peak`, `port_add_NxP_heap_install_kept`: the datapath's side
+//!   of the (median) port add in process (the delta applied to the kept message, the spec
+//!   build, the compile): the largest stage's peak growth and what the three leave allocated
+//!   (the new program shares the old one's tables, so this is what the change costs); MB.
 //! - `cold_start_NxP_heap_peak`: the counting allocator's peak growth over one pass of the
 //!   chassis path (the SB replica excluded); MB.
 //! - `cold_start_NxP_heap_<stage>_peak` and `cold_start_NxP_heap_<stage>_kept` for the stages
@@ -632,6 +636,20 @@ impl Ours {
             "ms",
         );
         report.result(&format!("cold_start_{tag}_heap_peak"), self.heap_mb, "MB");
+        // The datapath's install of the port add: the delta applied to the kept message
+        // (`decode`), the spec build and the compile; the largest stage peak and what the
+        // three leave allocated.
+        let install = &self.port_add.heap[2..];
+        report.result(
+            &format!("port_add_{tag}_heap_install_peak"),
+            install.iter().map(|h| h.peak).max().unwrap_or(0) as f64 / 1e6,
+            "MB",
+        );
+        report.result(
+            &format!("port_add_{tag}_heap_install_kept"),
+            install.iter().map(|h| h.kept).sum::<usize>() as f64 / 1e6,
+            "MB",
+        );
         for (stage, h) in self.stages {
             let mb = |b: usize| b as f64 / 1e6;
             report.result(
