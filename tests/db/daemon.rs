@@ -1217,11 +1217,25 @@ fn the_central_daemons_run_without_transparent_huge_pages() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let db = crate::common::HoldfastDb::start(tmp.path(), &[("sb.db", &crate::common::sb_schema())], &[]);
+    let db = crate::common::HoldfastDb::start(
+        tmp.path(),
+        &[("sb.db", &crate::common::sb_schema())],
+        &[],
+    );
     assert_eq!(thp_enabled(db.pid()), "0", "holdfast db");
     let mut northd = Command::new(holdfast())
-        .args(["northd", "--no-chdir", "--ovnnb-db", &db.unix, "--ovnsb-db", &db.unix])
-        .arg(format!("--unixctl={}", tmp.path().join("northd.ctl").display()))
+        .args([
+            "northd",
+            "--no-chdir",
+            "--ovnnb-db",
+            &db.unix,
+            "--ovnsb-db",
+            &db.unix,
+        ])
+        .arg(format!(
+            "--unixctl={}",
+            tmp.path().join("northd.ctl").display()
+        ))
         .env("HOLDFAST_LOG", "warn")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
