@@ -376,6 +376,7 @@ fn outcome_name(o: &hf_ovsdb_net::client::TxnOutcome) -> &'static str {
         hf_ovsdb_net::client::TxnOutcome::Committed(_) => "committed",
         hf_ovsdb_net::client::TxnOutcome::Unchanged => "unchanged",
         hf_ovsdb_net::client::TxnOutcome::Failed(_) => "failed",
+        _ => "other",
     }
 }
 
