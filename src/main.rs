@@ -61,6 +61,12 @@ fn main() -> std::process::ExitCode {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let central = name == "ovsdb-server"
+        || name == "ovn-northd"
+        || args.get(1).is_some_and(|a| a == "db" || a == "northd");
+    if central {
+        no_huge_pages();
+    }
     let r = if name == "ovsdb-server" {
         db::OvsdbServerCli::parse_from(db::normalize_args(args)).run()
     } else if name == "ovn-northd" {
@@ -80,6 +86,17 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::from(1)
         }
     }
+}
+
+/// Turns transparent huge pages off for this process (and its `--detach` child) in the
+/// central daemons. mimalloc asks for huge pages on its arenas (`madvise`), so every first
+/// touch of a 2 MB region faults in and zeroes a whole huge page: a cold SB's 100k-row
+/// transaction spent ~40 % of holdfast db's CPU in `clear_page_erms` under
+/// `do_huge_pmd_anonymous_page`; without huge pages its system time went from 1.7 s to 0.6 s
+/// (docs/db-scale.md, "The cold start's timeline (session 11)"). Failing to set it only costs
+/// that time, so an error is ignored. Same effect as `MIMALLOC_ALLOW_THP=0`.
+fn no_huge_pages() {
+    let _ = nix::sys::prctl::set_thp_disable(true);
 }
 
 fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {

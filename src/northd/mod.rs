@@ -295,6 +295,9 @@ async fn serve(
         let (t0, c0) = (std::time::Instant::now(), core.stats().compiles);
         nb.with(|n| sb.with(|s| core.poll(n, s, now, wall_ms())));
         let took = t0.elapsed();
+        if took > std::time::Duration::from_millis(10) {
+            tracing::debug!("poll took {} ms", took.as_millis());
+        }
         if took > std::time::Duration::from_millis(100) {
             tracing::info!(
                 "busy for {} ms ({} compile(s), {} flows built, {} datapaths rebuilt)",
@@ -357,7 +360,23 @@ fn event_line<M: hf_ovsdb_net::client::Model>(
             tracing::Level::DEBUG,
             format!("{db}: in sync ({rows} rows, full={full})"),
         )),
+        // The cold-start timeline (docs/db-scale.md): when the transaction's reply and the
+        // changes (the echo among them) reach northd.
+        Event::TxnDone { id, outcome, .. } => Some((
+            tracing::Level::DEBUG,
+            format!("{db}: transaction {id:?} done: {}", outcome_name(outcome)),
+        )),
+        Event::Changes(_) => Some((tracing::Level::DEBUG, format!("{db}: changes"))),
         _ => None,
+    }
+}
+
+fn outcome_name(o: &hf_ovsdb_net::client::TxnOutcome) -> &'static str {
+    match o {
+        hf_ovsdb_net::client::TxnOutcome::Committed(_) => "committed",
+        hf_ovsdb_net::client::TxnOutcome::Unchanged => "unchanged",
+        hf_ovsdb_net::client::TxnOutcome::Failed(_) => "failed",
+        _ => "other",
     }
 }
 

@@ -1198,3 +1198,55 @@ fn ovs_ctl_starts_holdfast_for_conf_db() {
         !run_dir.join("ovsdb-server.pid").exists()
     });
 }
+
+/// The `THP_enabled:` line of a process's /proc status (1: transparent huge pages allowed).
+fn thp_enabled(pid: u32) -> String {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("THP_enabled:"))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_else(|| panic!("no THP_enabled line in /proc/{pid}/status:\n{s}"))
+}
+
+/// holdfast db and holdfast northd run without transparent huge pages (mimalloc asks for them,
+/// and zeroing them was ~40 % of the db's CPU at a cold SB: docs/db-scale.md).
+#[test]
+fn the_central_daemons_run_without_transparent_huge_pages() {
+    if thp_enabled(std::process::id()) != "1" {
+        eprintln!("skipping: this test process itself runs without transparent huge pages");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let db = crate::common::HoldfastDb::start(
+        tmp.path(),
+        &[("sb.db", &crate::common::sb_schema())],
+        &[],
+    );
+    assert_eq!(thp_enabled(db.pid()), "0", "holdfast db");
+    let mut northd = Command::new(holdfast())
+        .args([
+            "northd",
+            "--no-chdir",
+            "--ovnnb-db",
+            &db.unix,
+            "--ovnsb-db",
+            &db.unix,
+        ])
+        .arg(format!(
+            "--unixctl={}",
+            tmp.path().join("northd.ctl").display()
+        ))
+        .env("HOLDFAST_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The flag is set first thing in main; wait until the process is past exec.
+    wait_for("northd's unixctl socket", Duration::from_secs(30), || {
+        tmp.path().join("northd.ctl").exists()
+    });
+    let northd_thp = thp_enabled(northd.id());
+    let _ = northd.kill();
+    let _ = northd.wait();
+    assert_eq!(northd_thp, "0", "holdfast northd");
+}

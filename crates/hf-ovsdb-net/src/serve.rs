@@ -110,6 +110,10 @@ impl Default for ServeOptions {
 }
 
 /// What a connection's writer sends, in order.
+/// Messages at least this large get debug log lines with their timings (the cold-start
+/// timeline of docs/db-scale.md).
+const BIG_MESSAGE: usize = 1 << 20;
+
 enum Chunk {
     /// One encoded message.
     Bytes(Vec<u8>),
@@ -672,8 +676,11 @@ async fn connection<R, W>(
         let mut frame_error = None;
         // Parsed here, outside the core's lock; a `transact` request is split into its
         // operations' texts, not parsed into one tree (see `Incoming`).
+        let mut big = 0;
+        let parse_start = Instant::now();
         while let Some(m) = framer.next_raw() {
             match m.and_then(|(offset, bytes)| {
+                big = big.max(bytes.len());
                 Incoming::parse(&bytes).map_err(|reason| FrameError::Malformed { offset, reason })
             }) {
                 Ok(v) => msgs.push(v),
@@ -684,12 +691,30 @@ async fn connection<R, W>(
             }
         }
         if !msgs.is_empty() {
+            // The cold-start timeline (docs/db-scale.md): a large request's split, its wait
+            // for the lock, and its time under the lock.
+            let timed = big >= BIG_MESSAGE;
+            if timed {
+                tracing::debug!(
+                    "session {sid}: {big}-byte request split in {} ms",
+                    parse_start.elapsed().as_millis()
+                );
+            }
+            let waited = Instant::now();
             let mut st = state.lock();
+            let locked = Instant::now();
             let now = Server::now(start);
             for m in msgs {
                 st.core.handle_incoming(sid, m, now);
             }
             dispatch(&mut st, &opts);
+            if timed {
+                tracing::debug!(
+                    "session {sid}: request handled under the lock in {} ms (waited {} ms for it)",
+                    locked.elapsed().as_millis(),
+                    (locked - waited).as_millis()
+                );
+            }
             if !st.conns.contains_key(&sid) {
                 reason = "closed by server".into();
                 break 'conn;
@@ -736,10 +761,17 @@ async fn writer<W: AsyncWrite + Unpin>(
                     // A large update is encoded on a blocking thread: this runtime's workers
                     // keep serving other connections meanwhile.
                     let bytes = if u.is_large() {
-                        tokio::task::spawn_blocking(move || u.encode())
+                        let t = Instant::now();
+                        let b = tokio::task::spawn_blocking(move || u.encode())
                             .await
                             .ok()
-                            .flatten()
+                            .flatten();
+                        tracing::debug!(
+                            "large update ({} bytes) encoded in {} ms",
+                            b.as_ref().map_or(0, Vec::len),
+                            t.elapsed().as_millis()
+                        );
+                        b
                     } else {
                         u.encode()
                     };
@@ -759,10 +791,18 @@ async fn writer<W: AsyncWrite + Unpin>(
         }
         // Flush too: a TLS stream may keep records that did not fit in the socket buffer
         // until it is flushed (a no-op for plain sockets).
+        let t = Instant::now();
         if !out.is_empty() && (wr.write_all(&out).await.is_err() || wr.flush().await.is_err()) {
             closed.store(true, Ordering::Release);
             wake.notify_one();
             break;
+        }
+        if out.len() >= BIG_MESSAGE {
+            tracing::debug!(
+                "{} bytes written in {} ms",
+                out.len(),
+                t.elapsed().as_millis()
+            );
         }
         backlog.fetch_sub(taken, Ordering::AcqRel);
         wake.notify_one();

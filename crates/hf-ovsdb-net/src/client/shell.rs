@@ -201,6 +201,10 @@ impl<M: Model> Client<M> {
     }
 }
 
+/// Reads and writes of at least this many bytes get debug log lines with their timings (the
+/// cold-start timeline of docs/db-scale.md).
+const BIG_IO: usize = 1 << 20;
+
 async fn drive<M: Model>(
     shared: Arc<Mutex<Shared<M>>>,
     wake: Arc<Notify>,
@@ -265,6 +269,8 @@ async fn drive<M: Model>(
             generation += 1;
         }
         let mut write_failed = false;
+        let sent: usize = transmits.iter().map(Vec::len).sum();
+        let write_start = Instant::now();
         if let Some(w) = writer.as_mut() {
             for t in &transmits {
                 if w.write_all(t).await.is_err() {
@@ -276,6 +282,13 @@ async fn drive<M: Model>(
             if !transmits.is_empty() && !write_failed && w.flush().await.is_err() {
                 write_failed = true;
             }
+        }
+        if sent >= BIG_IO && !write_failed {
+            // The cold-start timeline (docs/db-scale.md).
+            tracing::debug!(
+                "{sent} bytes written in {} ms",
+                write_start.elapsed().as_millis()
+            );
         }
         if write_failed {
             writer = None;
@@ -345,7 +358,15 @@ async fn drive<M: Model>(
                 while let Ok(more) = in_rx.try_recv() {
                     batch.push(more);
                 }
-                let mut sh = shared.lock();
+                let received: usize = batch
+                    .iter()
+                    .map(|i| match i {
+                        Input::Bytes(_, b) => b.len(),
+                        Input::Closed(_) => 0,
+                    })
+                    .sum();
+                let (waited, mut sh) = (Instant::now(), shared.lock());
+                let handle_start = Instant::now();
                 for input in batch {
                     match input {
                         Input::Bytes(g, b) if g == generation => sh.core.handle_bytes(&b, now()),
@@ -357,6 +378,13 @@ async fn drive<M: Model>(
                         }
                         _ => {}
                     }
+                }
+                if received >= BIG_IO {
+                    tracing::debug!(
+                        "{received} bytes received and handled in {} ms (waited {} ms for the replica)",
+                        handle_start.elapsed().as_millis(),
+                        (handle_start - waited).as_millis()
+                    );
                 }
             }
             _ = wake.notified() => {}
