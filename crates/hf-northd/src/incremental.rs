@@ -813,7 +813,7 @@ impl Incremental {
         let mut changed = BTreeSet::new();
         // A full compile's rows, for a map built in one go: inserted one by one in identity
         // order (random in `FlowId` order) the map's nodes stay about two-thirds full; built
-        // from the sorted rows they are full (7 MB less at 100k rows). Same last-wins rule
+        // from the sorted rows they are full. Same last-wins rule
         // for equal ids as `insert`: `from_iter` keeps the last of equal keys.
         let mut fresh: Vec<(FlowId, FlowRow)> = Vec::new();
         for key in &touched {
