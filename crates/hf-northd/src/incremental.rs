@@ -1036,8 +1036,11 @@ impl Incremental {
             Some((k, _)) => k.clone(),
             None => {
                 let st = self.idents.entry(sh.ident.clone()).or_default();
-                // Most identities have one shape (see `groups` above).
-                st.shapes.reserve_exact(1);
+                // Most identities have one shape (see `groups` above); later pushes grow
+                // as usual (an identity may have a shape per datapath).
+                if st.shapes.capacity() == 0 {
+                    st.shapes.reserve_exact(1);
+                }
                 st.shapes.push(sh.clone());
                 sh.clone()
             }
