@@ -13,6 +13,8 @@ use clap::{Parser, Subcommand};
 
 // mimalloc instead of glibc's malloc: the OVSDB server's request path is allocation-bound (a
 // 100-row `transact` costs ~19% fewer instructions with it; see crates/hf-ovsdb-net/examples).
+// The `system-alloc` feature keeps glibc's malloc, so that heaptrack sees every allocation.
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -811,6 +811,11 @@ impl Incremental {
         // Re-derive the touched identities' rows.
         let mut flows: BTreeMap<FlowId, FlowRow> = self.flows.take().unwrap_or_default();
         let mut changed = BTreeSet::new();
+        // A full compile's rows, for a map built in one go: inserted one by one in identity
+        // order (random in `FlowId` order) the map's nodes stay about two-thirds full; built
+        // from the sorted rows they are full. Same last-wins rule
+        // for equal ids as `insert`: `from_iter` keeps the last of equal keys.
+        let mut fresh: Vec<(FlowId, FlowRow)> = Vec::new();
         for key in &touched {
             let st = self.idents.get_mut(key);
             let old_ids = st.map(|st| std::mem::take(&mut st.ids)).unwrap_or_default();
@@ -839,6 +844,11 @@ impl Incremental {
             }
             let ids: Vec<FlowId> = new_rows.keys().copied().collect();
             for (id, row) in new_rows {
+                if full {
+                    changed.insert(id);
+                    fresh.push((id, row));
+                    continue;
+                }
                 match flows.get(&id) {
                     Some(r) if *r == row => {}
                     _ => {
@@ -855,6 +865,11 @@ impl Incremental {
                     st.diags = d.0;
                 }
             }
+        }
+        if flows.is_empty() {
+            flows = fresh.into_iter().collect();
+        } else {
+            flows.extend(fresh);
         }
         // The non-flow tables: patched for plain VIF changes, else built anew and compared
         // with the last ones (when given back) to name what changed.
@@ -1020,15 +1035,22 @@ impl Incremental {
         let shared = match self.groups.get_key_value(&sh) {
             Some((k, _)) => k.clone(),
             None => {
-                self.idents
-                    .entry(sh.ident.clone())
-                    .or_default()
-                    .shapes
-                    .push(sh.clone());
+                let st = self.idents.entry(sh.ident.clone()).or_default();
+                // Most identities have one shape (see `groups` above); later pushes grow
+                // as usual (an identity may have a shape per datapath).
+                if st.shapes.capacity() == 0 {
+                    st.shapes.reserve_exact(1);
+                }
+                st.shapes.push(sh.clone());
                 sh.clone()
             }
         };
-        let m = self.groups.entry(shared).or_default();
+        // Most shapes belong to one datapath: a list of one, not `Vec`'s first growth to
+        // four (96 bytes a shape at 100k shapes).
+        let m = self
+            .groups
+            .entry(shared)
+            .or_insert_with(|| Vec::with_capacity(1));
         match m.binary_search_by(|(n, _)| (**n).cmp(&**dp)) {
             Ok(i) => m[i].1 += 1,
             Err(i) => m.insert(i, (dp.clone(), 1)),

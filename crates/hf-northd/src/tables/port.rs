@@ -57,6 +57,10 @@ pub fn build(topo: &Topo<'_>, keys: &Keys, sb: &mut SbDesired, diags: &mut Diags
     let tags = allocate_tags(topo, keys, diags);
     check_requested_keys(topo, diags);
     let queues = allocate_queues(topo, keys);
+    // Built in one go from every row when the map is empty (a full build): inserted one by
+    // one in topology order its nodes would stay about two-thirds full. `from_iter` keeps the
+    // last of equal names, as `insert` does.
+    let mut rows = Vec::with_capacity(topo.ports.len());
     for (i, p) in topo.ports.iter().enumerate() {
         let row = match &p.kind {
             PortKind::RouterPort { .. } => router_port(topo, p),
@@ -65,7 +69,12 @@ pub fn build(topo: &Topo<'_>, keys: &Keys, sb: &mut SbDesired, diags: &mut Diags
             _ => switch_port(topo, i, p, &tags, &queues, diags),
         };
         let Some(row) = row else { continue };
-        sb.ports.insert(p.name.clone(), row);
+        rows.push((p.name.clone(), row));
+    }
+    if sb.ports.is_empty() {
+        sb.ports = rows.into_iter().collect();
+    } else {
+        sb.ports.extend(rows);
     }
     let (chassis, switches) = ha_ref_chassis(topo, keys, sb);
     for row in sb.ports.values_mut() {
