@@ -894,6 +894,21 @@ fn topology_port(sw: &str, name: &str, n: u8) -> Vec<Value> {
 /// one a fresh allocation in name order would give it (before vm1's), so every chassis's zone
 /// map differs from the canonical one (checked). A controller that ignored the datapath's map
 /// and allocated afresh would move zones.
+/// Deletes logical switch port `name` from `switch` in NB.
+fn delete_lsp(net: &mut Net, switch: &str, name: &str) {
+    let uuid = net
+        .db_nb()
+        .logical_switch_port()
+        .values()
+        .find(|p| p.name == name)
+        .unwrap_or_else(|| panic!("{name} is in NB"))
+        .uuid;
+    net.nb(
+        json!([{"op": "mutate", "table": "Logical_Switch", "where": [["name", "==", switch]],
+        "mutations": [["ports", "delete", ["set", [["uuid", uuid.to_string()]]]]]}]),
+    );
+}
+
 fn add_late_port(net: &mut Net) {
     net.nb(Value::Array(topology_port("ls0", "vm0", 10)));
     net.advance(Duration::from_secs(1));
@@ -955,17 +970,7 @@ fn a_restart_with_local_ids_out_of_name_order_pushes_nothing() {
         add(&mut net, name, n);
         seen.push(ids(&net));
     }
-    let vm5 = net
-        .db_nb()
-        .logical_switch_port()
-        .values()
-        .find(|p| p.name == "vm5")
-        .unwrap()
-        .uuid;
-    net.nb(
-        json!([{"op": "mutate", "table": "Logical_Switch", "where": [["name", "==", "ls0"]],
-        "mutations": [["ports", "delete", ["set", [["uuid", vm5.to_string()]]]]]}]),
-    );
+    delete_lsp(&mut net, "ls0", "vm5");
     // (Past the zone's grace: its flush is not what is tested here.)
     net.advance(Duration::from_secs(10));
     seen.push(ids(&net));
@@ -1077,9 +1082,7 @@ fn a_deleted_port_has_its_zone_flushed_once() {
     }
     let zone_vm1 = net.chassis[0].dp.zones()["lsp/vm1"];
     // Delete vm2 from NB (its local port stays on hv2's datapath: only SB decides).
-    net.nb(json!([{"op": "mutate", "table": "Logical_Switch", "where": [["name", "==", "ls0"]],
-        "mutations": [["ports", "delete", ["set", [["uuid",
-            net.db_nb().logical_switch_port().values().find(|p| p.name == "vm2").unwrap().uuid.to_string()]]]]]}]));
+    delete_lsp(&mut net, "ls0", "vm2");
     // The controllers see the deletion at once (no latency in this harness); the zone is held
     // for exactly the grace (5 s), then flushed at the next tick (100 ms).
     let deleted = net.t;
@@ -1140,17 +1143,7 @@ fn a_zone_held_across_a_controller_restart_is_flushed_after_the_grace() {
     let mut net = two_chassis();
     let before: Vec<BTreeMap<String, u16>> =
         net.chassis.iter().map(|c| c.dp.zones().clone()).collect();
-    let vm2 = net
-        .db_nb()
-        .logical_switch_port()
-        .values()
-        .find(|p| p.name == "vm2")
-        .unwrap()
-        .uuid;
-    net.nb(
-        json!([{"op": "mutate", "table": "Logical_Switch", "where": [["name", "==", "ls0"]],
-        "mutations": [["ports", "delete", ["set", [["uuid", vm2.to_string()]]]]]}]),
-    );
+    delete_lsp(&mut net, "ls0", "vm2");
     net.advance(Duration::from_secs(2));
     for i in 0..net.chassis.len() {
         assert!(net.chassis[i].dp.zones().contains_key("lsp/vm2"));
@@ -1649,17 +1642,7 @@ fn a_change_in_a_translation_that_was_not_pushed_reaches_the_datapath() {
     );
     assert!(!acl_on_ls0(&net));
     // The port goes again: zones suffice, and the ACL must arrive with this push.
-    let vm5 = net
-        .db_nb()
-        .logical_switch_port()
-        .values()
-        .find(|p| p.name == "vm5")
-        .unwrap()
-        .uuid;
-    net.nb(
-        json!([{"op": "mutate", "table": "Logical_Switch", "where": [["name", "==", "ls1"]],
-        "mutations": [["ports", "delete", ["set", [["uuid", vm5.to_string()]]]]]}]),
-    );
+    delete_lsp(&mut net, "ls1", "vm5");
     let s2 = net.ctl(0).stats().clone();
     assert!(
         s2.deltas_pushed > s1.deltas_pushed,
