@@ -450,7 +450,16 @@ fn full_diff_from_scratch(sim: &Sim) -> Vec<Value> {
 /// Runs `steps` random steps; the first step (and what it did) after which SB differs from
 /// a fresh compile's full diff, if any.
 fn run(seed: u64, steps: usize, broken: Option<Broken>) -> Result<(usize, u64, u64), String> {
-    run_kinds(seed, steps, broken, &mut BTreeSet::new())
+    run_kinds(seed, steps, broken, &mut BTreeSet::new(), Start::Empty)
+}
+
+/// When northd starts: on the empty NB (the world arrives as changes, each classified), or
+/// on the populated one (its first compile is the incremental compiler's full path with every
+/// row in it, which the other start never runs).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Start {
+    Empty,
+    Populated,
 }
 
 /// The kind of a step, from what it did: its first two words.
@@ -465,10 +474,15 @@ fn run_kinds(
     steps: usize,
     broken: Option<Broken>,
     patched_kinds: &mut BTreeSet<String>,
+    start: Start,
 ) -> Result<(usize, u64, u64), String> {
-    let mut sim = Sim::new(1);
+    let mut sim = Sim::new(if start == Start::Empty { 1 } else { 0 });
     world(&mut sim);
     sim.run();
+    if start == Start::Populated {
+        sim.add_node(0);
+        sim.run();
+    }
     if let Some(b) = broken {
         sim.nodes[0].nd.break_for_test(b);
     }
@@ -513,7 +527,7 @@ fn incremental_sync_equals_full_compile_and_full_diff_over_random_changes() {
         .unwrap_or(120);
     let mut kinds = BTreeSet::new();
     let (steps, scoped, patched) =
-        run_kinds(seed(), steps, None, &mut kinds).unwrap_or_else(|e| panic!("{e}"));
+        run_kinds(seed(), steps, None, &mut kinds, Start::Empty).unwrap_or_else(|e| panic!("{e}"));
     eprintln!("{steps} steps, {scoped} scoped diffs, {patched} compiles patched the topology");
     eprintln!("kinds patched: {kinds:?}");
     // Every kind of change the fast path takes did take it at least once: VIFs, ACLs on
@@ -540,6 +554,19 @@ fn incremental_sync_equals_full_compile_and_full_diff_over_random_changes() {
         "{patched} of {steps} compiles patched the topology"
     );
     // The oracle must have exercised the scoped diff, not only full ones.
+    assert!(
+        scoped as usize > steps / 2,
+        "{scoped} of {steps} syncs were scoped"
+    );
+}
+
+/// The same oracle with northd started on the populated NB: its cold compile (the
+/// incremental compiler's full path) and every change after it equal a fresh compile.
+#[test]
+fn a_northd_started_on_a_populated_nb_equals_a_full_compile_over_random_changes() {
+    let (steps, scoped, _) =
+        run_kinds(seed() + 1, 60, None, &mut BTreeSet::new(), Start::Populated)
+            .unwrap_or_else(|e| panic!("{e}"));
     assert!(
         scoped as usize > steps / 2,
         "{scoped} of {steps} syncs were scoped"
