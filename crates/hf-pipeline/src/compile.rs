@@ -382,7 +382,10 @@ impl Program {
             if let Some(od) = old_dps.get(d.name.as_str())
                 && od.key == d.tunnel_key
                 && !changed.contains(&d.name.as_str())
-                && same_names_keys(&od.tables.names, d)
+                // Maps shared with the old datapath were built from equal ports and groups,
+                // so its tables' names are this spec's (no per-port lookup).
+                && (Arc::ptr_eq(&prog.dps[i].from, &od.from)
+                    || same_names_keys(&od.tables.names, d))
                 && od
                     .tables
                     .resident_refs
