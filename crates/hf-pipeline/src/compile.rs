@@ -30,8 +30,8 @@ use crate::act_compile::{ActCompiler, UNSUPPORTED, compile_conj};
 use crate::classifier::{Classifier, FastMap};
 use crate::program::{
     CAct, CompileError, CompileOptions, Counted, DatapathSpec, Dp, DpCode, EGRESS, FlowError,
-    FlowErrorKind, FlowInfo, FlowRefs, INGRESS, Loc, Port, PortLocation, Program, ProgramSpec,
-    Slot, ip_u128,
+    FlowErrorKind, FlowInfo, FlowRefs, INGRESS, Loc, Port, PortLocation, PortsFrom, Program,
+    ProgramSpec, Slot, ip_u128,
 };
 
 /// Geneve's limits (ovn-architecture(7), "Tunnel Encapsulations").
@@ -210,11 +210,50 @@ impl Program {
                 }
             }
         }
+        // The old program's port and group maps, shared where a datapath's ports and groups
+        // are what they were built from (any old program: they do not live in its arenas).
+        let old_maps: HashMap<&str, &Dp> = old
+            .map(|o| o.dps.iter().map(|d| (d.name.as_str(), d)).collect())
+            .unwrap_or_default();
         for (i, d) in spec.datapaths.iter().enumerate() {
             let dup = |id| CompileError::Duplicate {
                 datapath: d.name.clone(),
                 id,
             };
+            let vips = vips_of.remove(d.name.as_str()).unwrap_or_default();
+            let snat_zone = snat_of.get(d.name.as_str()).copied();
+            if let Some(od) = old_maps.get(d.name.as_str()).filter(|od| {
+                od.from.ports == d.ports
+                    && od.from.groups == d.groups
+                    && od
+                        .from
+                        .patches
+                        .iter()
+                        .all(|(peer, dp, port)| names.get(peer.as_str()) == Some(&(*dp, *port)))
+            }) {
+                for &(id, key, activation) in &od.from.local {
+                    if prog.local.insert(id, (i as u32, key)).is_some() {
+                        return Err(dup(id));
+                    }
+                    if let Some(a) = activation {
+                        prog.inactive.push((id, a));
+                    }
+                }
+                prog.dps.push(Dp {
+                    name: d.name.clone(),
+                    key: d.tunnel_key,
+                    kind: d.kind,
+                    ports: od.ports.clone(),
+                    groups: od.groups.clone(),
+                    from: od.from.clone(),
+                    vips,
+                    snat_zone,
+                    tables: Arc::new(DpCode::default()),
+                });
+                continue;
+            }
+            let mut local = Vec::new();
+            let mut patches = Vec::new();
             // Name to key within this datapath (the first port of a name, as a scan would find).
             let mut key_of: HashMap<&str, u32> = HashMap::new();
             for p in &d.ports {
@@ -230,11 +269,15 @@ impl Program {
                         if let Some(a) = p.activation {
                             prog.inactive.push((*id, a));
                         }
+                        local.push((*id, p.key, p.activation));
                         Loc::Local(*id)
                     }
                     PortLocation::Remote { chassis } => Loc::Remote(*chassis),
                     PortLocation::Patch { peer } => match names.get(peer.as_str()) {
-                        Some(&(dp, port)) => Loc::Patch { dp, port },
+                        Some(&(dp, port)) => {
+                            patches.push((peer.clone(), dp, port));
+                            Loc::Patch { dp, port }
+                        }
                         None => {
                             return Err(CompileError::UnknownPeer {
                                 port: p.name.clone(),
@@ -296,14 +339,18 @@ impl Program {
                 members.dedup();
                 groups.insert(g.key, members);
             }
-            let vips = vips_of.remove(d.name.as_str()).unwrap_or_default();
-            let snat_zone = snat_of.get(d.name.as_str()).copied();
             prog.dps.push(Dp {
                 name: d.name.clone(),
                 key: d.tunnel_key,
                 kind: d.kind,
-                ports,
-                groups,
+                ports: Arc::new(ports),
+                groups: Arc::new(groups),
+                from: Arc::new(PortsFrom {
+                    ports: d.ports.clone(),
+                    groups: d.groups.clone(),
+                    local,
+                    patches,
+                }),
                 vips,
                 snat_zone,
                 tables: Arc::new(DpCode::default()),
@@ -335,7 +382,10 @@ impl Program {
             if let Some(od) = old_dps.get(d.name.as_str())
                 && od.key == d.tunnel_key
                 && !changed.contains(&d.name.as_str())
-                && same_names_keys(&od.tables.names, d)
+                // Maps shared with the old datapath were built from equal ports and groups,
+                // so its tables' names are this spec's (no per-port lookup).
+                && (Arc::ptr_eq(&prog.dps[i].from, &od.from)
+                    || same_names_keys(&od.tables.names, d))
                 && od
                     .tables
                     .resident_refs

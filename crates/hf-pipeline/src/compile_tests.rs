@@ -740,3 +740,99 @@ fn acl_on_a_group_of_every_switch() {
         assert_eq!(canonical(&after), canonical(&compile_all(&next)));
     }
 }
+
+/// Whether datapath `name`'s port and group maps are the same allocation in both programs.
+fn maps_shared(a: &Program, b: &Program, name: &str) -> bool {
+    let find = |p: &Program| {
+        p.dps
+            .iter()
+            .find(|d| d.name == name)
+            .map(|d| (d.ports.clone(), d.groups.clone()))
+    };
+    match (find(a), find(b)) {
+        (Some((ap, ag)), Some((bp, bg))) => Arc::ptr_eq(&ap, &bp) && Arc::ptr_eq(&ag, &bg),
+        _ => false,
+    }
+}
+
+/// Six switches with a local port each, a hub patched to `ls1` and `ls2`, and on `ls3` a port
+/// with port security and an activation strategy, and a multicast group.
+fn patched_spec() -> ProgramSpec {
+    let mut s = spec(6);
+    let patch = |name: &str, key: u32, peer: &str| PortSpec {
+        name: name.into(),
+        key,
+        location: PortLocation::Patch { peer: peer.into() },
+        ..PortSpec::default()
+    };
+    s.datapaths[0].ports.push(patch("ls1-hub", 2, "hub-ls1"));
+    s.datapaths[1].ports.push(patch("ls2-hub", 2, "hub-ls2"));
+    let mut hub = switch("hub", 100);
+    hub.ports.push(patch("hub-ls1", 2, "ls1-hub"));
+    hub.ports.push(patch("hub-ls2", 3, "ls2-hub"));
+    s.datapaths.push(hub);
+    let ls3 = &mut s.datapaths[2];
+    ls3.ports.push(PortSpec {
+        name: "vm3".into(),
+        key: 2,
+        location: PortLocation::Local(300),
+        zone: 3,
+        activation: Some(crate::program::Activation {
+            rarp: true,
+            ..Default::default()
+        }),
+        port_security: vec!["00:00:00:00:00:03 10.0.0.3".into()],
+        ..PortSpec::default()
+    });
+    ls3.groups.push(crate::program::GroupSpec {
+        name: "_MC_flood".into(),
+        key: MIN_GROUP_KEY,
+        members: vec!["ls3-p".into(), "vm3".into()],
+    });
+    s
+}
+
+#[test]
+fn port_maps_are_shared_only_where_a_fresh_build_gives_the_same_maps() {
+    let mut s = patched_spec();
+    let p1 = compile_all(&s);
+    let names: Vec<String> = s.datapaths.iter().map(|d| d.name.clone()).collect();
+    // Nothing changed: every datapath's maps are the previous program's.
+    let (p2, _) = p1.recompile(&s, &[]).expect("recompiles");
+    for n in &names {
+        assert!(maps_shared(&p2, &p1, n), "{n} rebuilt");
+    }
+    assert_eq!(canonical(&p2), canonical(&p1));
+    // One port's security changed: only its datapath's maps are built again.
+    s.datapaths[2].ports[1].port_security = vec!["00:00:00:00:00:33 10.0.0.33".into()];
+    let (p3, _) = p2.recompile(&s, &[]).expect("recompiles");
+    assert!(!maps_shared(&p3, &p2, "ls3"));
+    assert!(maps_shared(&p3, &p2, "ls4") && maps_shared(&p3, &p2, "hub"));
+    assert_ne!(canonical(&p3), canonical(&p2));
+    assert_eq!(canonical(&p3), canonical(&compile_all(&s)));
+    // A local port moves to another interface: its datapath's maps and the local map follow.
+    s.datapaths[3].ports[0].location = PortLocation::Local(44);
+    let (p4, _) = p3.recompile(&s, &[]).expect("recompiles");
+    assert!(!maps_shared(&p4, &p3, "ls4"));
+    assert_eq!(canonical(&p4), canonical(&compile_all(&s)));
+    // A datapath inserted at the front moves every index: the patch peers resolve to other
+    // datapath indexes, so the patched datapaths' maps are built again; the rest are shared.
+    s.datapaths.insert(0, switch("ls-new", 1000));
+    let (p5, _) = p4.recompile(&s, &[]).expect("recompiles");
+    for n in ["ls1", "ls2", "hub"] {
+        assert!(!maps_shared(&p5, &p4, n), "{n} shared with stale peers");
+    }
+    assert!(maps_shared(&p5, &p4, "ls3") && maps_shared(&p5, &p4, "ls6"));
+    assert_eq!(canonical(&p5), canonical(&compile_all(&s)));
+    // A shared datapath's local port still takes part in the duplicate check: `ls5` (built
+    // again) now claims `ls6`'s interface, and `ls6` (shared) must collide with it.
+    s.datapaths[5].ports[0].location = PortLocation::Local(6);
+    let fresh = Program::compile(&s)
+        .map(|_| ())
+        .expect_err("duplicate interface");
+    let err = p5
+        .recompile(&s, &[])
+        .map(|_| ())
+        .expect_err("duplicate interface");
+    assert_eq!(err, fresh);
+}

@@ -918,13 +918,29 @@ pub(crate) struct FlowRefs {
     pub resident: Vec<(String, bool)>,
 }
 
+/// What a datapath's port and group maps were built from: its spec's ports and groups, its
+/// local ports (which go into the program's own map) and its patch peers as resolved (the
+/// one part that depends on other datapaths). A later build whose spec has the same ports
+/// and groups, and whose peers resolve the same, shares the maps instead of building them.
+#[derive(Debug, Default)]
+pub(crate) struct PortsFrom {
+    pub ports: Vec<PortSpec>,
+    pub groups: Vec<GroupSpec>,
+    /// (local id, port key, activation), in port order.
+    pub local: Vec<(u32, u32, Option<Activation>)>,
+    /// (peer name, its datapath index, its key).
+    pub patches: Vec<(String, u32, u32)>,
+}
+
 #[derive(Debug)]
 pub(crate) struct Dp {
     pub name: String,
     pub key: u32,
     pub kind: DatapathKind,
-    pub ports: FastMap<u32, Port>,
-    pub groups: FastMap<u32, Vec<u32>>,
+    pub ports: Arc<FastMap<u32, Port>>,
+    pub groups: Arc<FastMap<u32, Vec<u32>>>,
+    /// What `ports` and `groups` were built from (shared with them).
+    pub from: Arc<PortsFrom>,
     /// Load-balancer VIPs: (address, IPv6, port, protocol).
     pub vips: Vec<(u128, bool, u16, u8)>,
     /// The zone `ct_snat_to_vip` uses on a switch.
