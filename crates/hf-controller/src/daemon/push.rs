@@ -167,6 +167,13 @@ impl Controller {
                 crate::translate::sets::port_groups_as_written(self.sb.model()),
             )
         });
+        if per_datapath_groups.is_some()
+            && let Some(touched) = t.touched.as_mut()
+        {
+            // The groups as written are read from SB here, not from the translation's sets,
+            // whose `rest.sets` says nothing about them: the message's sets are built again.
+            touched.rest.sets = true;
+        }
         let last_good: &dyn crate::program_msg::LastGoodLookup = if self.tuning.keep_last_good {
             &self.lastgood
         } else {
