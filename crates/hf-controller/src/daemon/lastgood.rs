@@ -774,6 +774,30 @@ mod tests {
         assert_eq!(walked_by_adds, 20 * 6, "each add walks one identity");
     }
 
+    /// A restarted controller's store takes the datapath's program (`seed`): a flow there that
+    /// carries a last good version has that version as its answer, not its text. An install
+    /// that shares that flow's texts with the seeded program and edits another flow of its
+    /// datapath must still record the shared flow's text (it compiled now), as a full walk does:
+    /// an edited datapath that `seed` took is walked whole.
+    #[test]
+    fn an_edit_after_a_seed_records_the_shared_flows_that_now_compiled() {
+        let mut seeded = program(&[("ls1", &[("a", "frob;"), ("b", "drop;")])]);
+        Arc::make_mut(&mut seeded.datapaths[0]).flows[0].last_good =
+            Some(("1".into(), "next;".into()));
+        let mut next = seeded.clone();
+        let m = Arc::make_mut(&mut next.datapaths[0]);
+        m.flows[0].last_good = None;
+        m.flows[1].actions = "output;".into();
+        let (mut full, mut fast) = (LastGood::default(), LastGood::default());
+        full.seed(&seeded);
+        fast.seed(&seeded);
+        assert_eq!(lgt(&fast, "ls1", "a"), Some(("1", "next;")));
+        full.installed(&next, &[]);
+        fast.installed_after(&next, &[], Some(&seeded));
+        assert_eq!(state(&full), state(&fast));
+        assert_eq!(lgt(&fast, "ls1", "a"), Some(("1", "frob;")));
+    }
+
     fn error(datapath: &str, id: &str) -> FlowErrorMsg {
         FlowErrorMsg {
             id: id.to_string(),
