@@ -25,6 +25,12 @@
 //! [`LastGood::take_changed`] names the datapaths whose answers changed (a message built
 //! before for them carries stale `last_good` fields and is built again).
 //!
+//! An install costs what changed: a datapath whose message is the previous install's is not
+//! walked, and one whose message keeps the previous one's flows (the same text allocations)
+//! but for a few is updated for those flows' identities alone ([`LastGood::installed_after`]);
+//! a datapath with flow errors in either install, or taken by [`LastGood::seed`], is walked
+//! whole.
+//!
 //! Identities that several flows of one datapath share (flows without `hf-flow-id` that
 //! cannot be told apart, see `docs/flow-identity.md`) get no last good version: such an
 //! identity is never stored, so neither flow can fall back to the other's text.
