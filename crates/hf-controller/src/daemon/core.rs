@@ -325,6 +325,10 @@ pub struct Controller {
     dp_ports: BTreeMap<String, LocalPort>,
     zones: BTreeMap<String, u16>,
     running: Option<ProgramMsg>,
+    /// The program `running` replaced at the last `Installed`, dropped at the end of the step
+    /// (after the write round that reports its successor's `nb_cfg` is sent): freeing the
+    /// replaced datapaths' flows is not on the way to the report.
+    retired: Option<ProgramMsg>,
     /// Whether the datapath runs `running` exactly (so a delta against it applies): false
     /// after it held a datapath at earlier flows or refused a delta's base, until a whole
     /// program is installed.
@@ -509,6 +513,7 @@ impl Controller {
             dp_ports: BTreeMap::new(),
             zones: BTreeMap::new(),
             running: None,
+            retired: None,
             delta_ok: true,
             inflight: BTreeMap::new(),
             last_build: None,
@@ -1182,6 +1187,7 @@ impl Controller {
             }
             self.maybe_push(now);
         }
+        self.retired = None;
     }
 
     fn sb_event(&mut self, ev: Event<SbSnapshot>, now: Duration) {

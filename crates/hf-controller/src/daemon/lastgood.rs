@@ -25,6 +25,12 @@
 //! [`LastGood::take_changed`] names the datapaths whose answers changed (a message built
 //! before for them carries stale `last_good` fields and is built again).
 //!
+//! An install costs what changed: a datapath whose message is the previous install's is not
+//! walked, and one whose message keeps the previous one's flows (the same text allocations)
+//! but for a few is updated for those flows' identities alone ([`LastGood::installed_after`]);
+//! a datapath with flow errors in either install, or taken by [`LastGood::seed`], is walked
+//! whole.
+//!
 //! Identities that several flows of one datapath share (flows without `hf-flow-id` that
 //! cannot be told apart, see `docs/flow-identity.md`) get no last good version: such an
 //! identity is never stored, so neither flow can fall back to the other's text.
@@ -92,6 +98,52 @@ pub struct LastGood {
     logged: BTreeSet<String>,
     /// (datapath, identity) pairs several flows of the last program share.
     ambiguous: BTreeSet<(String, String)>,
+    /// Datapaths taken by [`LastGood::seed`] and not walked by an install since: their
+    /// answers are the seeded program's `last_good` fields, not its texts, so an install
+    /// against that program walks them whole.
+    seeded: HashSet<String>,
+    /// Flows walked by installs (hashed, looked up): see [`LastGood::flows_walked`].
+    walked: u64,
+}
+
+/// Flows of a datapath an install edits one by one (the rest of its message is the previous
+/// install's, shared); above this it walks the datapath whole.
+const EDIT_LIMIT: usize = 64;
+
+/// Whether `a` and `b` are the same flow as far as the store goes: its identity and the very
+/// texts (the same allocations) the store took from `b`.
+fn same_flow(a: &hf_datapath::proto::FlowMsg, b: &hf_datapath::proto::FlowMsg) -> bool {
+    Arc::ptr_eq(&a.matches, &b.matches)
+        && Arc::ptr_eq(&a.actions, &b.actions)
+        && (Arc::ptr_eq(&a.id, &b.id) || a.id == b.id)
+}
+
+/// The flows `new` has where `old` had others: `new`'s flows after the common first flows and
+/// before the common last ones (by [`same_flow`]), and `old`'s between the same. `None` when
+/// these are more than [`EDIT_LIMIT`] (the caller walks `new` whole). A datapath message built
+/// from the previous one by per-flow edits keeps every other flow as it was, so for one added
+/// or removed flow this is that flow.
+fn edited_flows<'a>(
+    old: &'a [hf_datapath::proto::FlowMsg],
+    new: &'a [hf_datapath::proto::FlowMsg],
+) -> Option<(
+    &'a [hf_datapath::proto::FlowMsg],
+    &'a [hf_datapath::proto::FlowMsg],
+)> {
+    let head = old
+        .iter()
+        .zip(new)
+        .take_while(|(a, b)| same_flow(a, b))
+        .count();
+    let tail = old[head..]
+        .iter()
+        .rev()
+        .zip(new[head..].iter().rev())
+        .take_while(|(a, b)| same_flow(a, b))
+        .count();
+    let gone = &old[head..old.len() - tail];
+    let came = &new[head..new.len() - tail];
+    (gone.len() + came.len() <= EDIT_LIMIT).then_some((gone, came))
 }
 
 /// The identities of a datapath's flows, and those of them several flows share (one pass).
@@ -121,6 +173,7 @@ impl LastGood {
     pub fn seed(&mut self, p: &ProgramMsg) {
         for d in &p.datapaths {
             self.changed.insert(d.name.clone());
+            self.seeded.insert(d.name.clone());
             let (_, shared) = ids_and_shared(&d.flows);
             let good = self.good.entry(d.name.clone()).or_default();
             for f in d.flows.iter().filter(|f| !shared.contains(&*f.id)) {
@@ -142,7 +195,11 @@ impl LastGood {
     /// [`LastGood::installed`] for `p` following `prev`, the program the store last recorded:
     /// a datapath of `p` that is `prev`'s very message (shared, the same [`Arc`]) and has flow
     /// errors in neither install changes nothing here, so it is not walked again (an install
-    /// costs the datapaths that changed, not every flow of the program).
+    /// costs the datapaths that changed, not every flow of the program). A datapath of `p`
+    /// whose message differs from `prev`'s in a few flows only, the others the same flows with
+    /// the same text allocations (a message built by per-flow edits), with flow errors in
+    /// neither install, is updated for the identities of those flows alone (an ACL added to
+    /// every datapath costs one identity per datapath, not every flow of each).
     pub fn installed_after(
         &mut self,
         p: &ProgramMsg,
@@ -169,6 +226,27 @@ impl LastGood {
             })
             .map(|d| d.name.as_str())
             .collect();
+        // Datapaths edited flow by flow: (the flows `prev` had, the flows `p` has in their
+        // place). Not for datapaths `seed` took and no install walked since.
+        let edited: std::collections::HashMap<
+            &str,
+            (
+                &[hf_datapath::proto::FlowMsg],
+                &[hf_datapath::proto::FlowMsg],
+            ),
+        > = p
+            .datapaths
+            .iter()
+            .filter(|d| {
+                !unchanged.contains(d.name.as_str())
+                    && !with_errors.contains(d.name.as_str())
+                    && !self.seeded.contains(&d.name)
+            })
+            .filter_map(|d| {
+                let q = prev_dps.get(d.name.as_str())?;
+                Some((d.name.as_str(), edited_flows(&q.flows, &d.flows)?))
+            })
+            .collect();
         drop(with_errors);
         let failed: BTreeMap<(String, String), &FlowErrorMsg> = errors
             .iter()
@@ -189,7 +267,7 @@ impl LastGood {
             keep
         });
         self.ambiguous
-            .retain(|(d, _)| unchanged.contains(d.as_str()));
+            .retain(|(d, _)| unchanged.contains(d.as_str()) || edited.contains_key(d.as_str()));
         // Held datapaths run what they ran: their last good versions stay as they are.
         let held: BTreeSet<&str> = errors
             .iter()
@@ -200,6 +278,14 @@ impl LastGood {
             if unchanged.contains(d.name.as_str()) {
                 continue;
             }
+            if let Some(&(gone, came)) = edited.get(d.name.as_str()) {
+                if self.edit(&d.name, &d.flows, gone, came) {
+                    self.changed.insert(d.name.clone());
+                }
+                continue;
+            }
+            self.seeded.remove(&d.name);
+            self.walked += d.flows.len() as u64;
             let (ids, shared) = ids_and_shared(&d.flows);
             self.ambiguous
                 .extend(shared.iter().map(|id| (d.name.clone(), id.to_string())));
@@ -278,6 +364,76 @@ impl LastGood {
             logs.push((false, format!("flow error resolved: {c}")));
         }
         logs
+    }
+
+    /// Datapath `name`'s answers after an install of `flows` that differs from the previous
+    /// install of the datapath (recorded here, without flow errors in either) in `gone`'s
+    /// place taking `came`: only the identities of those flows can change their answers or
+    /// become (or stop being) shared. Returns whether answers changed. As the whole walk.
+    fn edit(
+        &mut self,
+        name: &str,
+        flows: &[hf_datapath::proto::FlowMsg],
+        gone: &[hf_datapath::proto::FlowMsg],
+        came: &[hf_datapath::proto::FlowMsg],
+    ) -> bool {
+        let mut ids: Vec<&Arc<str>> = gone.iter().chain(came).map(|f| &f.id).collect();
+        ids.sort();
+        ids.dedup();
+        self.walked += ids.len() as u64;
+        if !self.good.contains_key(name) {
+            self.good.insert(name.to_string(), HashMap::new());
+        }
+        let Some(good) = self.good.get_mut(name) else {
+            return false;
+        };
+        let mut answers_changed = false;
+        for id in ids {
+            // The flows of the datapath with this identity (compared by length first: one
+            // pass over the datapath's flows per edited identity, no hashing).
+            let mut with = flows
+                .iter()
+                .filter(|f| f.id.len() == id.len() && f.id == *id);
+            let first = with.next();
+            let shared = with.next().is_some();
+            let key = (name.to_string(), id.to_string());
+            match first {
+                Some(f) if !shared => {
+                    self.ambiguous.remove(&key);
+                    match good.get_mut(&**id) {
+                        Some((m, a))
+                            if Arc::ptr_eq(m, &f.matches) && Arc::ptr_eq(a, &f.actions) => {}
+                        Some((m, a)) => {
+                            answers_changed |= **m != *f.matches || **a != *f.actions;
+                            *m = Arc::clone(&f.matches);
+                            *a = Arc::clone(&f.actions);
+                        }
+                        None => {
+                            answers_changed = true;
+                            good.insert(
+                                Arc::clone(&f.id),
+                                (Arc::clone(&f.matches), Arc::clone(&f.actions)),
+                            );
+                        }
+                    }
+                }
+                _ => {
+                    if shared {
+                        self.ambiguous.insert(key);
+                    } else {
+                        self.ambiguous.remove(&key);
+                    }
+                    answers_changed |= good.remove(&**id).is_some();
+                }
+            }
+        }
+        answers_changed
+    }
+
+    /// Flows the installs so far walked: every flow of a datapath walked whole, one per
+    /// identity of a datapath edited flow by flow (what an install costs, for tests).
+    pub fn flows_walked(&self) -> u64 {
+        self.walked
     }
 
     /// The datapaths whose answers ([`LastGoodLookup::last_good`]) changed since the last
@@ -509,6 +665,143 @@ mod tests {
             fast.ambiguous
                 .contains(&("ls3".to_string(), "d".to_string()))
         );
+    }
+
+    /// Installs of messages edited flow by flow (some datapaths shared, some edited a few
+    /// flows at a time: added, removed, text changed, an identity becoming shared or no
+    /// longer shared, equal text in a new allocation; sometimes a flow error, sometimes a
+    /// datapath rewritten whole) leave the store as a full walk of every install does, with
+    /// the same changed datapaths; and an install adding one flow to each of many large
+    /// datapaths walks one identity per datapath. A store that kept a removed identity, missed
+    /// one becoming shared, or walked the edited datapaths whole differs.
+    #[test]
+    fn installing_per_flow_edits_equals_a_full_walk() {
+        use crate::translate::test_rng::Rng;
+        const IDS: [&str; 8] = ["a", "b", "c", "d", "e", "f", "g", "h"];
+        const ACTIONS: [&str; 4] = ["next;", "drop;", "output;", "reg0 = 1; next;"];
+        let flow = |rng: &mut Rng, id: &str| FlowMsg {
+            id: id.into(),
+            matches: "1".into(),
+            actions: rng.pick(&ACTIONS).into(),
+            ..FlowMsg::default()
+        };
+        let mut walked_by_adds = 0;
+        for seed in 1..=20u64 {
+            let mut rng = Rng(seed);
+            let mut prev = program(&[]);
+            for n in 0..6 {
+                let flows: Vec<FlowMsg> = (0..10 + rng.below(20))
+                    .map(|i| flow(&mut rng, &format!("f{i}")))
+                    .collect();
+                prev.datapaths.push(Arc::new(DatapathMsg {
+                    name: format!("ls{n}"),
+                    flows,
+                    ..DatapathMsg::default()
+                }));
+            }
+            let (mut full, mut fast) = (LastGood::default(), LastGood::default());
+            full.installed(&prev, &[]);
+            fast.installed_after(&prev, &[], None);
+            for step in 0..40 {
+                let mut next = prev.clone();
+                let mut errors = Vec::new();
+                for d in next.datapaths.iter_mut() {
+                    if rng.chance(3) {
+                        continue;
+                    }
+                    let m = Arc::make_mut(d);
+                    for _ in 0..1 + rng.below(3) {
+                        let at = rng.below(m.flows.len() + 1);
+                        match rng.below(6) {
+                            0 | 1 => {
+                                let id = rng.pick(&IDS);
+                                m.flows.insert(at, flow(&mut rng, id));
+                            }
+                            2 if at < m.flows.len() => {
+                                m.flows.remove(at);
+                            }
+                            3 if at < m.flows.len() => {
+                                m.flows[at].actions = rng.pick(&ACTIONS).into();
+                            }
+                            4 if at < m.flows.len() => {
+                                // The same text in a new allocation.
+                                m.flows[at].matches = (*m.flows[at].matches).into();
+                            }
+                            _ if !m.flows.is_empty() => {
+                                let id = m.flows[rng.below(m.flows.len())].id.clone();
+                                m.flows.insert(
+                                    at,
+                                    FlowMsg {
+                                        id,
+                                        ..flow(&mut rng, "")
+                                    },
+                                );
+                            }
+                            _ => {}
+                        }
+                    }
+                    if rng.chance(8) {
+                        // Rewritten whole: every text a new allocation.
+                        for f in &mut m.flows {
+                            f.actions = (*f.actions).into();
+                        }
+                    }
+                    if rng.chance(10) && !m.flows.is_empty() {
+                        errors.push(error(&m.name, &m.flows[rng.below(m.flows.len())].id));
+                    }
+                }
+                let lf = full.installed(&next, &errors);
+                let lq = fast.installed_after(&next, &errors, Some(&prev));
+                let what = format!("seed {seed}, step {step}");
+                assert_eq!(state(&full), state(&fast), "{what}");
+                assert_eq!(lf, lq, "{what}");
+                assert_eq!(full.take_changed(), fast.take_changed(), "{what}");
+                prev = next;
+            }
+            // One flow added to each of 6 datapaths of 100 flows: 6 identities walked.
+            let mut big = prev.clone();
+            for d in big.datapaths.iter_mut() {
+                let m = Arc::make_mut(d);
+                m.flows = (0..100).map(|i| flow(&mut rng, &format!("f{i}"))).collect();
+            }
+            full.installed(&big, &[]);
+            fast.installed_after(&big, &[], Some(&prev));
+            let mut next = big.clone();
+            for d in next.datapaths.iter_mut() {
+                Arc::make_mut(d).flows.insert(50, flow(&mut rng, "acl"));
+            }
+            let before = fast.flows_walked();
+            full.installed(&next, &[]);
+            fast.installed_after(&next, &[], Some(&big));
+            walked_by_adds += fast.flows_walked() - before;
+            assert_eq!(state(&full), state(&fast), "seed {seed}, the adds");
+            assert_eq!(full.take_changed(), fast.take_changed());
+        }
+        assert_eq!(walked_by_adds, 20 * 6, "each add walks one identity");
+    }
+
+    /// A restarted controller's store takes the datapath's program (`seed`): a flow there that
+    /// carries a last good version has that version as its answer, not its text. An install
+    /// that shares that flow's texts with the seeded program and edits another flow of its
+    /// datapath must still record the shared flow's text (it compiled now), as a full walk does:
+    /// an edited datapath that `seed` took is walked whole.
+    #[test]
+    fn an_edit_after_a_seed_records_the_shared_flows_that_now_compiled() {
+        let mut seeded = program(&[("ls1", &[("a", "frob;"), ("b", "drop;")])]);
+        Arc::make_mut(&mut seeded.datapaths[0]).flows[0].last_good =
+            Some(("1".into(), "next;".into()));
+        let mut next = seeded.clone();
+        let m = Arc::make_mut(&mut next.datapaths[0]);
+        m.flows[0].last_good = None;
+        m.flows[1].actions = "output;".into();
+        let (mut full, mut fast) = (LastGood::default(), LastGood::default());
+        full.seed(&seeded);
+        fast.seed(&seeded);
+        assert_eq!(lgt(&fast, "ls1", "a"), Some(("1", "next;")));
+        full.installed(&next, &[]);
+        fast.installed_after(&next, &[], Some(&seeded));
+        assert_eq!(state(&full), state(&fast));
+        assert_eq!(lgt(&fast, "ls1", "a"), Some(("1", "frob;")));
     }
 
     fn error(datapath: &str, id: &str) -> FlowErrorMsg {

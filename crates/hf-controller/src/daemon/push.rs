@@ -421,7 +421,8 @@ impl Controller {
                 p.nb_cfg
             ),
         );
-        self.running = Some(p);
+        // (The replaced program is freed after the write round: see `retired`.)
+        self.retired = self.running.replace(p);
         self.write_due = true;
         let done = self.tick();
         self.sw

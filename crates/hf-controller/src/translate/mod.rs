@@ -45,7 +45,7 @@ pub mod par;
 pub mod ports;
 pub mod sets;
 #[cfg(test)]
-mod test_rng;
+pub(crate) mod test_rng;
 pub mod zones;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
