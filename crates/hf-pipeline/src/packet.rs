@@ -145,6 +145,9 @@ const fn bit(i: usize) -> u64 {
 // One bit per slot in [`Ctx::dirty`].
 const _: () = assert!(NF <= 64);
 
+/// The header slots' bits in [`Ctx::dirty`].
+const HEADERS: u64 = (bit(slot::HEADER_LAST + 1) - 1) & !(bit(slot::HEADER_FIRST) - 1);
+
 /// Writes the header slots of `k` (over whatever they held) and returns the mask of the slots
 /// it wrote, in [`Ctx::dirty`]'s form. Every header slot it does not write is left alone: the
 /// caller zeroes those that may be nonzero.
@@ -263,8 +266,18 @@ impl Ctx {
         self.ct_orig = None;
         let w = set_headers(&mut self.f, &self.parsed.key);
         // What the last run left that the new headers did not overwrite (the slots are
-        // disjoint from `w`, so the order does not matter).
-        let mut z = self.dirty & !w;
+        // disjoint from `w`, so the order does not matter). The metadata before the headers
+        // and the slots after them are a few inline stores each when any of them is dirty
+        // (a run nearly always writes some); a header slot only when the last packet had a
+        // header this one has not (a loop, but rarely entered).
+        let stale = self.dirty & !w;
+        if stale & (bit(slot::HEADER_FIRST) - 1) != 0 {
+            self.f[..slot::HEADER_FIRST].fill(0);
+        }
+        if stale & !(bit(slot::HEADER_LAST + 1) - 1) != 0 {
+            self.f[slot::HEADER_LAST + 1..].fill(0);
+        }
+        let mut z = stale & HEADERS;
         while z != 0 {
             let i = z.trailing_zeros() as usize;
             if let Some(v) = self.f.get_mut(i) {
@@ -318,7 +331,6 @@ impl Ctx {
     /// (Re)loads the header slots from `self.parsed`, leaving metadata alone.
     pub(crate) fn load_headers(&mut self) {
         self.f[slot::HEADER_FIRST..=slot::HEADER_LAST].fill(0);
-        const HEADERS: u64 = (bit(slot::HEADER_LAST + 1) - 1) & !(bit(slot::HEADER_FIRST) - 1);
         self.dirty &= !HEADERS;
         self.dirty |= set_headers(&mut self.f, &self.parsed.key);
     }
