@@ -1078,7 +1078,7 @@ impl Runner<'_> {
                 let f = &mut self.scr.ctx.f;
                 f[..6].fill(0);
                 f[slot::HEADER_LAST + 1..].fill(0);
-                f[slot::INPORT] = u128::from(inport);
+                self.scr.ctx.set(slot::INPORT, u128::from(inport));
                 self.scr.ctx.ct_orig = None;
             }
             Op::EnterEgress => {
@@ -1096,6 +1096,7 @@ impl Runner<'_> {
                 }
                 self.scr.stack.push(Ctx {
                     f: self.scr.ctx.f,
+                    dirty: self.scr.ctx.dirty,
                     parsed: self.scr.ctx.parsed,
                     frame,
                     owned,

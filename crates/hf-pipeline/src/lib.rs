@@ -971,8 +971,8 @@ impl Pipeline {
         let ctx = &mut self.scr.ctx;
         // Not copied: the runner copies the frame on its first write (`Runner::own_frame`).
         ctx.load();
-        ctx.f[slot::INPORT] = u128::from(inport);
-        ctx.f[slot::OUTPORT] = u128::from(outport);
+        ctx.set(slot::INPORT, u128::from(inport));
+        ctx.set(slot::OUTPORT, u128::from(outport));
         let mut r = Runner {
             prog: &self.prog,
             input: frame,

@@ -113,7 +113,13 @@ impl Bits {
 /// it came (most of them) is parsed in place and copied once, into the output.
 #[derive(Debug, Clone)]
 pub(crate) struct Ctx {
+    /// The field slots. Write them through [`Ctx::set`], [`Ctx::write_masked`] and the other
+    /// methods here, which keep `dirty`; a direct write may only store zero.
     pub f: [u128; NF],
+    /// Bit `i` set when `f[i]` may be nonzero (clear means zero): [`Ctx::load`] zeroes only
+    /// these slots (those the last run wrote and the new headers do not overwrite) instead of
+    /// all 45 of them.
+    pub dirty: u64,
     pub parsed: Parsed,
     /// The current frame when `owned`; stale otherwise (the received frame is current).
     pub frame: Vec<u8>,
@@ -130,10 +136,25 @@ pub(crate) fn in_frame(field: usize) -> bool {
     (slot::HEADER_FIRST..=slot::HEADER_LAST).contains(&field) || field >= slot::ICMP4_FRAG_MTU
 }
 
-/// Writes the header slots of `k` over slots that are already zero.
+/// The bit of slot `i` in [`Ctx::dirty`].
 #[inline(always)]
-fn set_headers(f: &mut [u128; NF], k: &hf_wire::FlowKey) {
+const fn bit(i: usize) -> u64 {
+    1 << i
+}
+
+// One bit per slot in [`Ctx::dirty`].
+const _: () = assert!(NF <= 64);
+
+/// The header slots' bits in [`Ctx::dirty`].
+const HEADERS: u64 = (bit(slot::HEADER_LAST + 1) - 1) & !(bit(slot::HEADER_FIRST) - 1);
+
+/// Writes the header slots of `k` (over whatever they held) and returns the mask of the slots
+/// it wrote, in [`Ctx::dirty`]'s form. Every header slot it does not write is left alone: the
+/// caller zeroes those that may be nonzero.
+#[inline(always)]
+fn set_headers(f: &mut [u128; NF], k: &hf_wire::FlowKey) -> u64 {
     use slot::*;
+    let mut w = bit(ETH_SRC) | bit(ETH_DST) | bit(ETH_TYPE) | bit(VLAN_TCI);
     f[ETH_SRC] = mac(k.eth_src);
     f[ETH_DST] = mac(k.eth_dst);
     f[ETH_TYPE] = u128::from(k.eth_type);
@@ -145,12 +166,16 @@ fn set_headers(f: &mut [u128; NF], k: &hf_wire::FlowKey) {
         f[IP_ECN] = u128::from(k.ip_tos & 3);
         f[IP_TTL] = u128::from(k.ip_ttl);
         f[IP_FRAG] = u128::from(k.ip_frag);
+        w |= bit(IP_PROTO) | bit(IP_DSCP) | bit(IP_ECN) | bit(IP_TTL) | bit(IP_FRAG);
     }
     if k.is_ipv4() {
         f[IP4_SRC] = u128::from(u32::from(k.ip4_src));
         f[IP4_DST] = u128::from(u32::from(k.ip4_dst));
+        w |= bit(IP4_SRC) | bit(IP4_DST);
     }
     if k.is_ipv6() {
+        w |= bit(IP6_SRC) | bit(IP6_DST) | bit(IP6_LABEL) | bit(ND_TARGET);
+        w |= bit(ND_SLL) | bit(ND_TLL);
         f[IP6_SRC] = u128::from(k.ip6_src);
         f[IP6_DST] = u128::from(k.ip6_dst);
         f[IP6_LABEL] = u128::from(k.ip6_label);
@@ -159,6 +184,7 @@ fn set_headers(f: &mut [u128; NF], k: &hf_wire::FlowKey) {
         f[ND_TLL] = mac(k.nd_tll);
     }
     if matches!(k.eth_type, 0x0806 | 0x8035) {
+        w |= bit(ARP_OP) | bit(ARP_SPA) | bit(ARP_TPA) | bit(ARP_SHA) | bit(ARP_THA);
         f[ARP_OP] = u128::from(k.arp_op);
         f[ARP_SPA] = u128::from(u32::from(k.arp_spa));
         f[ARP_TPA] = u128::from(u32::from(k.arp_tpa));
@@ -172,26 +198,32 @@ fn set_headers(f: &mut [u128; NF], k: &hf_wire::FlowKey) {
                 f[TCP_SRC] = s;
                 f[TCP_DST] = d;
                 f[TCP_FLAGS] = u128::from(k.tcp_flags);
+                w |= bit(TCP_SRC) | bit(TCP_DST) | bit(TCP_FLAGS);
             }
             ip_proto::UDP => {
                 f[UDP_SRC] = s;
                 f[UDP_DST] = d;
+                w |= bit(UDP_SRC) | bit(UDP_DST);
             }
             ip_proto::SCTP => {
                 f[SCTP_SRC] = s;
                 f[SCTP_DST] = d;
+                w |= bit(SCTP_SRC) | bit(SCTP_DST);
             }
             ip_proto::ICMP if k.is_ipv4() => {
                 f[ICMP4_TYPE] = u128::from(k.icmp_type);
                 f[ICMP4_CODE] = u128::from(k.icmp_code);
+                w |= bit(ICMP4_TYPE) | bit(ICMP4_CODE);
             }
             ip_proto::ICMPV6 if k.is_ipv6() => {
                 f[ICMP6_TYPE] = u128::from(k.icmp_type);
                 f[ICMP6_CODE] = u128::from(k.icmp_code);
+                w |= bit(ICMP6_TYPE) | bit(ICMP6_CODE);
             }
             _ => {}
         }
     }
+    w
 }
 
 #[inline(always)]
@@ -211,6 +243,7 @@ impl Ctx {
     pub(crate) fn new() -> Ctx {
         Ctx {
             f: [0; NF],
+            dirty: 0,
             parsed: Parsed {
                 key: hf_wire::FlowKey::default(),
                 layout: hf_wire::Layout::default(),
@@ -228,10 +261,49 @@ impl Ctx {
     /// place: the received frame was parsed into the context, and is the current frame until
     /// written).
     pub(crate) fn load(&mut self) {
+        debug_assert!(self.dirty_covers(), "a nonzero slot without its dirty bit");
         self.owned = false;
-        self.f = [0; NF];
         self.ct_orig = None;
-        set_headers(&mut self.f, &self.parsed.key);
+        let w = set_headers(&mut self.f, &self.parsed.key);
+        // What the last run left that the new headers did not overwrite (the slots are
+        // disjoint from `w`, so the order does not matter). The metadata before the headers
+        // and the slots after them are a few inline stores each when any of them is dirty
+        // (a run nearly always writes some); a header slot only when the last packet had a
+        // header this one has not (a loop, but rarely entered).
+        let stale = self.dirty & !w;
+        if stale & (bit(slot::HEADER_FIRST) - 1) != 0 {
+            self.f[..slot::HEADER_FIRST].fill(0);
+        }
+        if stale & !(bit(slot::HEADER_LAST + 1) - 1) != 0 {
+            self.f[slot::HEADER_LAST + 1..].fill(0);
+        }
+        let mut z = stale & HEADERS;
+        while z != 0 {
+            let i = z.trailing_zeros() as usize;
+            if let Some(v) = self.f.get_mut(i) {
+                *v = 0;
+            }
+            z &= z - 1;
+        }
+        self.dirty = w;
+    }
+
+    /// Writes `v` into slot `i` whole (no width mask, no write-through to the frame): for
+    /// metadata slots such as the ports.
+    #[inline(always)]
+    pub(crate) fn set(&mut self, i: usize, v: u128) {
+        if let Some(s) = self.f.get_mut(i) {
+            *s = v;
+            self.dirty |= bit(i);
+        }
+    }
+
+    /// Whether every nonzero slot has its `dirty` bit (the invariant [`Ctx::load`] relies on).
+    pub(crate) fn dirty_covers(&self) -> bool {
+        self.f
+            .iter()
+            .enumerate()
+            .all(|(i, v)| *v == 0 || self.dirty & bit(i) != 0)
     }
 
     /// Copies the received frame `input` into `frame` before the first write to it (see
@@ -251,6 +323,7 @@ impl Ctx {
         self.f[slot::CT_STATE] = u128::from(r.state.0);
         self.f[slot::CT_MARK] = u128::from(r.mark);
         self.f[slot::CT_LABEL] = r.label;
+        self.dirty |= bit(slot::CT_STATE) | bit(slot::CT_MARK) | bit(slot::CT_LABEL);
         self.ct_orig = r.orig;
         self.rewrite(&r.rewrite);
     }
@@ -258,7 +331,8 @@ impl Ctx {
     /// (Re)loads the header slots from `self.parsed`, leaving metadata alone.
     pub(crate) fn load_headers(&mut self) {
         self.f[slot::HEADER_FIRST..=slot::HEADER_LAST].fill(0);
-        set_headers(&mut self.f, &self.parsed.key);
+        self.dirty &= !HEADERS;
+        self.dirty |= set_headers(&mut self.f, &self.parsed.key);
     }
     /// Reads `b`'s bits, shifted down.
     pub(crate) fn read(&self, b: Bits) -> u128 {
@@ -283,6 +357,7 @@ impl Ctx {
         let wm = WIDTH_MASKS[field];
         let new = ((old & !mask) | (value & mask)) & wm;
         self.f[field] = new;
+        self.dirty |= bit(field);
         if new != old && in_frame(field) {
             self.write_header(field, old, new);
         }
@@ -477,6 +552,9 @@ impl Ctx {
     fn reload_l3_l4(&mut self) {
         use slot::*;
         let k = self.parsed.key;
+        self.dirty |= bit(IP4_SRC) | bit(IP4_DST) | bit(IP6_SRC) | bit(IP6_DST);
+        self.dirty |= bit(TCP_SRC) | bit(TCP_DST) | bit(UDP_SRC) | bit(UDP_DST);
+        self.dirty |= bit(SCTP_SRC) | bit(SCTP_DST);
         if k.is_ipv4() {
             self.f[IP4_SRC] = u128::from(u32::from(k.ip4_src));
             self.f[IP4_DST] = u128::from(u32::from(k.ip4_dst));
@@ -503,6 +581,66 @@ impl Ctx {
 mod tests {
     use super::slot::*;
     use super::*;
+
+    /// Loading a packet into a context that ran others (other shapes, registers, conntrack
+    /// results, NAT-reloaded headers) gives exactly the fields a fresh context gets: `load`'s
+    /// partial zeroing leaves nothing behind.
+    #[test]
+    fn load_leaves_nothing_of_the_last_packet() {
+        use hf_conntrack::fuzzing::{Seg, tcp_frame, udp_frame};
+        let (a4, b4) = (
+            IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+            IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+        );
+        let (a6, b6) = (
+            IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1)),
+            IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2)),
+        );
+        let frames = [
+            udp_frame(a6, 5353, b6, 53),
+            tcp_frame(&Seg::new((a4, 1000), (b4, 80), 0x12, (7, 9), 10)),
+            udp_frame(a4, 68, b4, 67),
+            tcp_frame(&Seg::new((a6, 1000), (b6, 443), 0x02, (1, 0), 0)),
+            udp_frame(a6, 5353, b6, 53),
+        ];
+        let mut ctx = Ctx::new();
+        for (n, fr) in frames.iter().cycle().take(12).enumerate() {
+            let parsed = hf_wire::parse(fr, 3, 1).expect("test frame parses");
+            ctx.parsed = parsed;
+            ctx.load();
+            let mut fresh = Ctx::new();
+            fresh.parsed = parsed;
+            fresh.load();
+            assert_eq!(
+                ctx.f, fresh.f,
+                "packet {n}: slots left from the last packet"
+            );
+            assert!(
+                ctx.dirty_covers(),
+                "packet {n}: a nonzero slot without its bit"
+            );
+            // What a run writes: ports, registers, flags, a conntrack result, a header.
+            ctx.set(INPORT, 7 + n as u128);
+            ctx.set(OUTPORT, 9);
+            ctx.write_masked(XXREG0, u128::MAX, u128::MAX);
+            ctx.write_masked(XREG4 + n % 2, 0x55, 0xff);
+            ctx.write_masked(FLAGS, 1, 1);
+            ctx.write_masked(ICMP4_FRAG_MTU, 1400, u128::MAX);
+            ctx.load_ct(&hf_conntrack::CtResult {
+                state: hf_conntrack::CtState(0x21),
+                zone: 1,
+                mark: 5,
+                label: 1 << 100,
+                rewrite: NatRewrite::default(),
+                orig: None,
+                refused: None,
+            });
+            ctx.f[CT_LABEL] = 0;
+            ctx.write_masked(CT_LABEL, 0xabc, u128::MAX);
+            ctx.reload_l3_l4();
+            assert!(ctx.dirty_covers(), "packet {n}: a write without its bit");
+        }
+    }
 
     #[test]
     fn slots_match_hf_expr() {
