@@ -933,3 +933,52 @@ impl SimHost for Sandbox {
         self.ctl.handle(&mut self.sim, &self.p, c);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hf_sim::world::streams::{StreamKind, StreamSpec};
+
+    /// A database rebuild loses no datagram of a UDP exchange with the external host through
+    /// the gateway's SNAT, whenever it comes relative to the datagrams: in flight (sent just
+    /// before), or sent a few milliseconds after, when the controllers install the programs
+    /// of the rebuilt SB (which has lost every `MAC_Binding`: without the neighbours written
+    /// again, the router turns the first datagram to the external host into an ARP request).
+    /// The sandbox's `control_socket_drives_the_sandbox` lost one this way, now and then,
+    /// depending on when the wall clock let the rebuild land.
+    #[test]
+    fn a_database_rebuild_loses_no_datagram_whenever_it_lands() {
+        let topo = Topology::default_for(2);
+        let mut sb = Sandbox::new(7, topo, Printer::new(true, false)).expect("sandbox");
+        sb.come_up().expect("the sandbox comes up");
+        let spec = StreamSpec {
+            port: 7000,
+            ..StreamSpec::new("u1", StreamKind::Udp, "vm3", "ext1")
+        };
+        let s = sb.sim.start_stream(spec).expect("stream");
+        let t0 = sb.sim.now();
+        // Warm-up: the router learns ext1's address (its first datagram becomes the ARP,
+        // judged lost after a second).
+        sb.sim.run_for(Duration::from_millis(1500));
+        let warm = sb.sim.stream_report(&s).lost;
+        let mut k = 160u32;
+        // The rebuild lands this long after a datagram was sent (10 ms apart).
+        for after_us in [0u64, 30, 3000, 5000, 7000] {
+            let at = t0 + Duration::from_millis(10) * k + Duration::from_micros(after_us);
+            sb.sim.advance_to(at);
+            sb.sim.rebuild_databases().expect("rebuild");
+            sb.sim.run_for(Duration::from_millis(1500));
+            let lost = sb.sim.stream_report(&s).lost;
+            assert_eq!(
+                lost, warm,
+                "a rebuild {after_us} us after a datagram was sent lost datagrams"
+            );
+            k += 300;
+        }
+        assert!(
+            sb.sim.stream_report(&s).bytes > 0,
+            "the exchange ran: {:?}",
+            sb.sim.stream_report(&s)
+        );
+    }
+}

@@ -346,6 +346,8 @@ pub struct Controller {
     zone_dp: BTreeMap<String, String>,
     flushing: BTreeSet<String>,
     empty_since: Option<Duration>,
+    /// Neighbours of a rebuilt SB's datapaths, written again ([`neigh::Restore`]).
+    neigh_restore: neigh::Restore,
     lastgood: LastGood,
     /// Sets kept for last good versions (logged when they change).
     kept_sets: Vec<String>,
@@ -408,6 +410,7 @@ pub const STAGES: &[&str] = &[
     "wait-program-in-flight",
     "wait-claim",
     "wait-conditions",
+    "wait-neighbours",
     "translate",
     "translation-review",
     "message-assemble",
@@ -523,6 +526,7 @@ impl Controller {
             zone_dp: BTreeMap::new(),
             flushing: BTreeSet::new(),
             empty_since: None,
+            neigh_restore: neigh::Restore::default(),
             lastgood: LastGood::default(),
             kept_sets: Vec::new(),
             installed_nb_cfg: None,
@@ -695,6 +699,9 @@ impl Controller {
         if let Some(e) = self.empty_since {
             at(e + self.tuning.flush_grace);
         }
+        if let Some(d) = self.neigh_restore.deadline() {
+            at(d);
+        }
         t
     }
 
@@ -708,6 +715,7 @@ impl Controller {
         let grace = self.tuning.flush_grace;
         if self.gone_since.values().any(|s| now >= *s + grace)
             || self.empty_since.is_some_and(|s| now >= s + grace)
+            || self.neigh_restore.deadline().is_some_and(|d| now >= d)
         {
             self.translate_due = true;
         }
@@ -1215,6 +1223,7 @@ impl Controller {
                 self.write_due = true;
             }
             Event::Changes(d) => {
+                self.restore_neighbours(&d, now);
                 // Our own status writes (`Chassis_Private`, `Port_Binding.up`) change nothing
                 // the translation or the conditions read; our claims of ports the translation
                 // already placed here (see `claims_pending`) change nothing it outputs: the
@@ -1326,6 +1335,33 @@ impl Controller {
         self.conds_settled = !changed;
         // A change is checked once more (the rows it brings may change it again).
         self.conds_due = changed;
+    }
+
+    /// Neighbours of rebuilt datapaths written again (see [`neigh::Restore`]).
+    fn restore_neighbours(&mut self, d: &hf_model::SbDelta, now: Duration) {
+        let (all, monitored) = (self.cfg.monitor_all, &self.monitored);
+        let add = self
+            .neigh_restore
+            .note(self.sb.model(), d, now, self.tuning.flush_grace, |u| {
+                all || monitored.contains(&u)
+            });
+        if add.is_empty() {
+            return;
+        }
+        self.say(
+            Level::Info,
+            format!(
+                "SB: {} neighbour(s) of rebuilt datapath(s) written to MAC_Binding again; programs wait for them",
+                add.len()
+            ),
+        );
+        self.with_state(|st| st.neigh.extend(add));
+        self.write_due = true;
+    }
+
+    /// Whether a program must wait for neighbours being written again.
+    fn neighbours_restoring(&mut self, now: Duration) -> bool {
+        self.neigh_restore.waiting(self.sb.model(), now)
     }
 
     fn write_round(&mut self, now: Duration) {

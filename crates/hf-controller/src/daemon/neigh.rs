@@ -12,8 +12,9 @@
 //! neighbours are dropped with a log line by the core.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
-use hf_model::SbSnapshot;
+use hf_model::{RowDelta, SbDelta, SbSnapshot};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -68,6 +69,97 @@ pub fn neighbour_ops(sb: &SbSnapshot, pending: &Pending, wall_ms: i64) -> Vec<Va
     ops
 }
 
+/// The `MAC_Binding` rows a change deleted together with their datapath (its
+/// `Datapath_Binding` row deleted in the same change): what
+/// a rebuilt SB (every row deleted, then written again with new UUIDs) takes away from a
+/// datapath that comes back under the same name. Keyed as [`Pending`] (by datapath name, not
+/// UUID), so that they can be written again on the new datapath.
+pub fn orphaned(d: &SbDelta) -> Vec<((String, String, String), String)> {
+    let mut out = Vec::new();
+    let gone_dp = |u: Uuid| {
+        d.datapath_binding.iter().find_map(|r| match r {
+            RowDelta::Delete(old) if old.uuid == u => Some(crate::translate::datapath_name(old)),
+            _ => None,
+        })
+    };
+    for r in &d.mac_binding {
+        if let RowDelta::Delete(m) = r
+            && let Some(name) = gone_dp(m.datapath.uuid())
+        {
+            out.push(((name, m.logical_port.clone(), m.ip.clone()), m.mac.clone()));
+        }
+    }
+    out
+}
+
+/// Neighbours of a rebuilt SB (incident D). A rebuild deletes every `MAC_Binding` row with
+/// its datapath; the datapath of the same name comes back with a new UUID and no neighbours,
+/// and a program translated from it would make its routers ask again (the first packet to
+/// each neighbour turned into an ARP or ND request: lost). So the rows deleted with their
+/// datapath ([`orphaned`]) are kept by name for a grace; when a datapath of that name is in
+/// the view again they are to be written to `MAC_Binding` again (as learned neighbours are),
+/// and programs wait for them ([`Restore::waiting`]) until they are in the view or the grace
+/// is over. A datapath deleted for good does not come back: its rows are forgotten after the
+/// grace and hold nothing back. Rows are written again with a new timestamp.
+///
+/// Not done: `FDB` rows (a lost entry floods instead of dropping), and neighbours of
+/// datapaths this chassis does not monitor (another chassis writes those).
+#[derive(Debug, Default, Clone)]
+pub struct Restore {
+    /// Deleted with their datapath: MAC and when.
+    orphans: Pending2,
+    /// Being written again: MAC and until when programs wait for them.
+    restoring: Pending2,
+}
+
+type Pending2 = BTreeMap<(String, String, String), (String, Duration)>;
+
+impl Restore {
+    /// Take in a change: the rows it deleted with their datapath; returns the neighbours to
+    /// write again now (their datapath is back under its name and `watched`).
+    pub fn note(
+        &mut self,
+        sb: &SbSnapshot,
+        d: &SbDelta,
+        now: Duration,
+        grace: Duration,
+        watched: impl Fn(Uuid) -> bool,
+    ) -> Vec<((String, String, String), String)> {
+        for (k, mac) in orphaned(d) {
+            self.orphans.insert(k, (mac, now));
+        }
+        self.orphans.retain(|_, (_, since)| now < *since + grace);
+        let back: Vec<_> = self
+            .orphans
+            .keys()
+            .filter(|(dp, _, _)| datapath_by_name(sb, dp).is_some_and(&watched))
+            .cloned()
+            .collect();
+        let mut add = Vec::new();
+        for k in back {
+            if let Some((mac, _)) = self.orphans.remove(&k) {
+                self.restoring.insert(k.clone(), (mac.clone(), now + grace));
+                add.push((k, mac));
+            }
+        }
+        add
+    }
+
+    /// Whether programs wait for neighbours being written again; forgets the ones in the view
+    /// or past their time.
+    pub fn waiting(&mut self, sb: &SbSnapshot, now: Duration) -> bool {
+        self.restoring.retain(|(dp, port, ip), (mac, until)| {
+            now < *until && !datapath_by_name(sb, dp).is_some_and(|u| written(sb, u, port, ip, mac))
+        });
+        !self.restoring.is_empty()
+    }
+
+    /// When the earliest wait ends.
+    pub fn deadline(&self) -> Option<Duration> {
+        self.restoring.values().map(|(_, until)| *until).min()
+    }
+}
+
 /// A pending FDB entry: (datapath name, MAC text) → logical port.
 pub type PendingFdb = BTreeMap<(String, String), String>;
 
@@ -109,4 +201,164 @@ pub fn fdb_ops(sb: &SbSnapshot, pending: &PendingFdb) -> Vec<Value> {
         }
     }
     ops
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hf_model::{RowRef, sb};
+
+    fn dp(n: u128, name: &str) -> sb::DatapathBinding {
+        sb::DatapathBinding {
+            uuid: Uuid::from_u128(n),
+            external_ids: [("name".to_string(), name.to_string())].into(),
+            tunnel_key: 1,
+            ..Default::default()
+        }
+    }
+
+    fn mb(n: u128, dp: u128, ip: &str, mac: &str) -> sb::MacBinding {
+        sb::MacBinding {
+            uuid: Uuid::from_u128(n),
+            datapath: RowRef::new(Uuid::from_u128(dp)),
+            logical_port: "lr0-ext".into(),
+            ip: ip.into(),
+            mac: mac.into(),
+            ..Default::default()
+        }
+    }
+
+    fn apply(sb: &mut SbSnapshot, d: &SbDelta) {
+        sb.apply(d);
+    }
+
+    const GRACE: Duration = Duration::from_secs(5);
+
+    /// lr0 (UUID 1) with a neighbour, and ls9 (UUID 2) with one; SB rebuilt: both deleted with
+    /// their neighbours, lr0 back as UUID 3, ls9 gone for good.
+    #[test]
+    fn neighbours_of_a_datapath_back_under_its_name_are_written_again_and_waited_for() {
+        let mut view = SbSnapshot::default();
+        let mut d = SbDelta::default();
+        d.datapath_binding.push(RowDelta::Insert(dp(1, "lr0")));
+        d.datapath_binding.push(RowDelta::Insert(dp(2, "ls9")));
+        d.mac_binding.push(RowDelta::Insert(mb(
+            10,
+            1,
+            "172.16.0.10",
+            "00:00:00:00:10:0a",
+        )));
+        d.mac_binding
+            .push(RowDelta::Insert(mb(11, 2, "10.9.0.5", "00:00:00:00:09:05")));
+        apply(&mut view, &d);
+        let mut r = Restore::default();
+        let t0 = Duration::from_secs(100);
+        assert!(r.note(&view, &d, t0, GRACE, |_| true).is_empty());
+
+        // The rebuild: every row deleted (one change), then lr0 written again (another).
+        let mut del = SbDelta::default();
+        del.datapath_binding.push(RowDelta::Delete(dp(1, "lr0")));
+        del.datapath_binding.push(RowDelta::Delete(dp(2, "ls9")));
+        del.mac_binding.push(RowDelta::Delete(mb(
+            10,
+            1,
+            "172.16.0.10",
+            "00:00:00:00:10:0a",
+        )));
+        del.mac_binding
+            .push(RowDelta::Delete(mb(11, 2, "10.9.0.5", "00:00:00:00:09:05")));
+        apply(&mut view, &del);
+        assert!(r.note(&view, &del, t0, GRACE, |_| true).is_empty());
+        assert!(
+            !r.waiting(&view, t0),
+            "nothing is back yet: nothing to wait for"
+        );
+
+        let mut back = SbDelta::default();
+        back.datapath_binding.push(RowDelta::Insert(dp(3, "lr0")));
+        apply(&mut view, &back);
+        let t1 = t0 + Duration::from_millis(3);
+        // Not watched by this chassis: not written (another chassis does).
+        assert!(
+            r.clone()
+                .note(&view, &back, t1, GRACE, |_| false)
+                .is_empty()
+        );
+        let add = r.note(&view, &back, t1, GRACE, |_| true);
+        assert_eq!(
+            add,
+            vec![(
+                (
+                    "lr0".to_string(),
+                    "lr0-ext".to_string(),
+                    "172.16.0.10".to_string()
+                ),
+                "00:00:00:00:10:0a".to_string()
+            )]
+        );
+        assert!(r.waiting(&view, t1), "programs wait for lr0's neighbour");
+        assert_eq!(r.deadline(), Some(t1 + GRACE));
+        // Written on the new datapath: no more waiting.
+        let mut w = SbDelta::default();
+        w.mac_binding.push(RowDelta::Insert(mb(
+            12,
+            3,
+            "172.16.0.10",
+            "00:00:00:00:10:0a",
+        )));
+        apply(&mut view, &w);
+        assert!(!r.waiting(&view, t1 + Duration::from_millis(1)));
+        // ls9 never came back: forgotten after the grace, never waited for.
+        let later = t0 + GRACE + Duration::from_millis(1);
+        let mut ls9 = SbDelta::default();
+        ls9.datapath_binding.push(RowDelta::Insert(dp(4, "ls9")));
+        apply(&mut view, &ls9);
+        assert!(r.note(&view, &ls9, later, GRACE, |_| true).is_empty());
+        assert!(!r.waiting(&view, later));
+    }
+
+    #[test]
+    fn a_wait_ends_with_its_grace_even_if_the_write_never_lands() {
+        let mut view = SbDelta::default();
+        view.datapath_binding.push(RowDelta::Delete(dp(1, "lr0")));
+        view.mac_binding.push(RowDelta::Delete(mb(
+            10,
+            1,
+            "172.16.0.10",
+            "00:00:00:00:10:0a",
+        )));
+        let mut sb = SbSnapshot::default();
+        let mut back = SbDelta::default();
+        back.datapath_binding.push(RowDelta::Insert(dp(3, "lr0")));
+        apply(&mut sb, &back);
+        let mut r = Restore::default();
+        let t0 = Duration::from_secs(1);
+        // Deleted and back in one change (the old UUID gone, the name present).
+        assert_eq!(r.note(&sb, &view, t0, GRACE, |_| true).len(), 1);
+        assert!(r.waiting(&sb, t0 + GRACE - Duration::from_millis(1)));
+        assert!(!r.waiting(&sb, t0 + GRACE));
+    }
+
+    /// A neighbour deleted while its datapath stays (aged out, or its port deleted) is not
+    /// written again.
+    #[test]
+    fn a_neighbour_deleted_alone_stays_deleted() {
+        let mut sb = SbSnapshot::default();
+        let mut d = SbDelta::default();
+        d.datapath_binding.push(RowDelta::Insert(dp(1, "lr0")));
+        apply(&mut sb, &d);
+        let mut del = SbDelta::default();
+        del.mac_binding.push(RowDelta::Delete(mb(
+            10,
+            1,
+            "172.16.0.10",
+            "00:00:00:00:10:0a",
+        )));
+        let mut r = Restore::default();
+        assert!(
+            r.note(&sb, &del, Duration::ZERO, GRACE, |_| true)
+                .is_empty()
+        );
+        assert!(!r.waiting(&sb, Duration::ZERO));
+    }
 }

@@ -40,6 +40,8 @@ impl Controller {
             Some("wait-claim")
         } else if !self.view_complete() {
             Some("wait-conditions")
+        } else if self.neighbours_restoring(now) {
+            Some("wait-neighbours")
         } else {
             None
         };
