@@ -232,6 +232,24 @@ mod tests {
         sb.apply(d);
     }
 
+    /// lr0 (UUID 1) and ls9 (UUID 2) with one neighbour each, inserted or deleted.
+    fn lr0_and_ls9(insert: bool) -> SbDelta {
+        fn op<T: hf_model::Table>(insert: bool, r: T) -> RowDelta<T> {
+            if insert {
+                RowDelta::Insert(r)
+            } else {
+                RowDelta::Delete(r)
+            }
+        }
+        let mut d = SbDelta::default();
+        d.datapath_binding = vec![op(insert, dp(1, "lr0")), op(insert, dp(2, "ls9"))];
+        d.mac_binding = vec![
+            op(insert, mb(10, 1, "172.16.0.10", "00:00:00:00:10:0a")),
+            op(insert, mb(11, 2, "10.9.0.5", "00:00:00:00:09:05")),
+        ];
+        d
+    }
+
     const GRACE: Duration = Duration::from_secs(5);
 
     /// lr0 (UUID 1) with a neighbour, and ls9 (UUID 2) with one; SB rebuilt: both deleted with
@@ -239,34 +257,14 @@ mod tests {
     #[test]
     fn neighbours_of_a_datapath_back_under_its_name_are_written_again_and_waited_for() {
         let mut view = SbSnapshot::default();
-        let mut d = SbDelta::default();
-        d.datapath_binding.push(RowDelta::Insert(dp(1, "lr0")));
-        d.datapath_binding.push(RowDelta::Insert(dp(2, "ls9")));
-        d.mac_binding.push(RowDelta::Insert(mb(
-            10,
-            1,
-            "172.16.0.10",
-            "00:00:00:00:10:0a",
-        )));
-        d.mac_binding
-            .push(RowDelta::Insert(mb(11, 2, "10.9.0.5", "00:00:00:00:09:05")));
+        let d = lr0_and_ls9(true);
         apply(&mut view, &d);
         let mut r = Restore::default();
         let t0 = Duration::from_secs(100);
         assert!(r.note(&view, &d, t0, GRACE, |_| true).is_empty());
 
         // The rebuild: every row deleted (one change), then lr0 written again (another).
-        let mut del = SbDelta::default();
-        del.datapath_binding.push(RowDelta::Delete(dp(1, "lr0")));
-        del.datapath_binding.push(RowDelta::Delete(dp(2, "ls9")));
-        del.mac_binding.push(RowDelta::Delete(mb(
-            10,
-            1,
-            "172.16.0.10",
-            "00:00:00:00:10:0a",
-        )));
-        del.mac_binding
-            .push(RowDelta::Delete(mb(11, 2, "10.9.0.5", "00:00:00:00:09:05")));
+        let del = lr0_and_ls9(false);
         apply(&mut view, &del);
         assert!(r.note(&view, &del, t0, GRACE, |_| true).is_empty());
         assert!(
