@@ -241,13 +241,14 @@ mod tests {
                 RowDelta::Delete(r)
             }
         }
-        let mut d = SbDelta::default();
-        d.datapath_binding = vec![op(insert, dp(1, "lr0")), op(insert, dp(2, "ls9"))];
-        d.mac_binding = vec![
-            op(insert, mb(10, 1, "172.16.0.10", "00:00:00:00:10:0a")),
-            op(insert, mb(11, 2, "10.9.0.5", "00:00:00:00:09:05")),
-        ];
-        d
+        SbDelta {
+            datapath_binding: vec![op(insert, dp(1, "lr0")), op(insert, dp(2, "ls9"))],
+            mac_binding: vec![
+                op(insert, mb(10, 1, "172.16.0.10", "00:00:00:00:10:0a")),
+                op(insert, mb(11, 2, "10.9.0.5", "00:00:00:00:09:05")),
+            ],
+            ..SbDelta::default()
+        }
     }
 
     const GRACE: Duration = Duration::from_secs(5);
