@@ -49,6 +49,11 @@ const DATABASES: [Database; 2] = [
             ("Port_Binding", "logical_port"),
             ("Port_Binding", "datapath"),
             ("Port_Binding", "chassis"),
+            // A chassis's claims act on its gateway ports and the rows it holds, found by
+            // these rather than by a walk over every binding (hf-controller's
+            // `binding::candidates`).
+            ("Port_Binding", "type"),
+            ("Port_Binding", "additional_chassis"),
             ("Logical_Flow", "logical_datapath"),
             ("Logical_Flow", "logical_dp_group"),
             ("Multicast_Group", "datapath"),

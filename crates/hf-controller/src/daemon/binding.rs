@@ -98,6 +98,35 @@ fn uuid_json(u: Uuid) -> Value {
     json!(["uuid", u.to_string()])
 }
 
+/// The rows [`binding_ops`] and [`claims_move_ports`] may act on, in UUID order (the order
+/// of a walk over every row): gateway ports (`chassisredirect`, `l3gateway`), the rows named
+/// by a local or virtual port here, and the rows this chassis holds as primary or additional
+/// chassis. Any other row yields nothing in either: a row that is not a gateway port, not
+/// local, not virtual here and not held is neither claimed nor released. Found through the
+/// snapshot's indexes, so a write round costs what this chassis has, not the whole view.
+pub fn candidates<'a>(
+    sb: &'a SbSnapshot,
+    ours: Uuid,
+    local: &BTreeSet<String>,
+    vports: &BTreeMap<String, String>,
+) -> Vec<&'a PortBinding> {
+    let mut rows: BTreeMap<Uuid, &PortBinding> = BTreeMap::new();
+    let mut add = |pb: &'a PortBinding| {
+        rows.insert(pb.uuid, pb);
+    };
+    for t in ["chassisredirect", "l3gateway"] {
+        sb.port_binding_all_by_type(t).for_each(&mut add);
+    }
+    for p in local.iter().chain(vports.keys()) {
+        sb.port_binding_all_by_logical_port(p).for_each(&mut add);
+    }
+    sb.port_binding_all_by_chassis(ours.into())
+        .for_each(&mut add);
+    sb.port_binding_all_by_additional_chassis(ours.into())
+        .for_each(&mut add);
+    rows.into_values().collect()
+}
+
 /// The operations that claim, update and release port bindings. `up_ports` are the ports the
 /// datapath has installed as local.
 #[allow(clippy::too_many_arguments)]
@@ -111,8 +140,27 @@ pub fn binding_ops(
     vports: &BTreeMap<String, String>,
     activated: &BTreeSet<String>,
 ) -> Vec<Value> {
+    let rows = candidates(sb, ours, local, vports);
+    binding_ops_over(
+        sb, rows, ours, name, hostname, local, up_ports, vports, activated,
+    )
+}
+
+/// [`binding_ops`] over the given rows (in their order).
+#[allow(clippy::too_many_arguments)]
+fn binding_ops_over<'a>(
+    sb: &'a SbSnapshot,
+    rows: impl IntoIterator<Item = &'a PortBinding>,
+    ours: Uuid,
+    name: &str,
+    hostname: &str,
+    local: &BTreeSet<String>,
+    up_ports: &BTreeSet<String>,
+    vports: &BTreeMap<String, String>,
+    activated: &BTreeSet<String>,
+) -> Vec<Value> {
     let mut ops = Vec::new();
-    for pb in sb.port_binding().values() {
+    for pb in rows {
         let gateway = match pb.type_.as_str() {
             "chassisredirect" => Some(crate::translate::ports::ha_top(sb, pb) == Some(ours)),
             "l3gateway" => {
@@ -238,7 +286,23 @@ pub fn claims_move_ports(
     vports: &BTreeMap<String, String>,
     activated: &BTreeSet<String>,
 ) -> bool {
-    for pb in sb.port_binding().values() {
+    let rows = candidates(sb, ours, local, vports);
+    claims_move_ports_over(sb, rows, ours, name, hostname, local, vports, activated)
+}
+
+/// [`claims_move_ports`] over the given rows.
+#[allow(clippy::too_many_arguments)]
+fn claims_move_ports_over<'a>(
+    sb: &'a SbSnapshot,
+    rows: impl IntoIterator<Item = &'a PortBinding>,
+    ours: Uuid,
+    name: &str,
+    hostname: &str,
+    local: &BTreeSet<String>,
+    vports: &BTreeMap<String, String>,
+    activated: &BTreeSet<String>,
+) -> bool {
+    for pb in rows {
         let holds_primary = pb.chassis.map(|c| c.uuid()) == Some(ours);
         match pb.type_.as_str() {
             "chassisredirect" => {
@@ -302,4 +366,145 @@ pub fn placement_neutral(old: &PortBinding, new: &PortBinding) -> bool {
         o.chassis = new.chassis;
     }
     o == *new
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::translate::test_rng::Rng;
+    use hf_model::{RowDelta, RowRef, sb};
+
+    const OURS: u128 = 1;
+    const OTHER: u128 = 2;
+    const NAMES: &[&str] = &["p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7"];
+
+    fn chassis_ref(rng: &mut Rng) -> Option<RowRef<sb::Chassis>> {
+        match rng.below(3) {
+            0 => None,
+            1 => Some(RowRef::new(Uuid::from_u128(OURS))),
+            _ => Some(RowRef::new(Uuid::from_u128(OTHER))),
+        }
+    }
+
+    /// A view of random bindings: every type the claims read, held, requested and optioned
+    /// every way, names shared by several rows.
+    fn random_view(rng: &mut Rng) -> SbSnapshot {
+        let mut d = hf_model::SbDelta::default();
+        for (n, name) in [(OURS, "hv1"), (OTHER, "hv2")] {
+            d.chassis.push(RowDelta::Insert(sb::Chassis {
+                uuid: Uuid::from_u128(n),
+                name: name.into(),
+                hostname: format!("{name}.example"),
+                ..Default::default()
+            }));
+        }
+        for i in 0..(4 + rng.below(20)) {
+            let mut pb = sb::PortBinding {
+                uuid: Uuid::from_u128(100 + i as u128),
+                logical_port: rng.pick(NAMES).into(),
+                type_: rng
+                    .pick(&[
+                        "",
+                        "",
+                        "",
+                        "chassisredirect",
+                        "l3gateway",
+                        "virtual",
+                        "patch",
+                    ])
+                    .into(),
+                chassis: chassis_ref(rng),
+                requested_chassis: chassis_ref(rng),
+                up: [None, Some(true), Some(false)][rng.below(3)],
+                ..Default::default()
+            };
+            if rng.chance(3) {
+                pb.additional_chassis
+                    .insert(RowRef::new(Uuid::from_u128([OURS, OTHER][rng.below(2)])));
+            }
+            if rng.chance(4) {
+                pb.requested_additional_chassis
+                    .insert(RowRef::new(Uuid::from_u128(OURS)));
+            }
+            if rng.chance(3) {
+                let v = rng.pick(&["", "hv1", "hv2", "hv2,hv1", "hv1.example", "hv1,hv2"]);
+                pb.options.insert("requested-chassis".into(), v.into());
+            }
+            if rng.chance(2) {
+                let v = rng.pick(&["hv1", "hv2"]);
+                pb.options.insert("l3gateway-chassis".into(), v.into());
+            }
+            if rng.chance(4) {
+                pb.options.insert(ACTIVATED.into(), "hv2".into());
+            }
+            if rng.chance(3) {
+                pb.virtual_parent = Some(rng.pick(NAMES).into());
+            }
+            d.port_binding.push(RowDelta::Insert(pb));
+        }
+        let mut view = SbSnapshot::default();
+        view.apply(&d);
+        view
+    }
+
+    fn some_names(rng: &mut Rng) -> BTreeSet<String> {
+        NAMES
+            .iter()
+            .filter(|_| rng.chance(3))
+            .map(|s| s.to_string())
+            .collect()
+    }
+
+    /// The write and the claim check over the candidates equal the same over every row of the
+    /// view, over random views and local, up, virtual and activated ports.
+    #[test]
+    fn candidates_give_what_a_walk_over_every_binding_gives() {
+        let ours = Uuid::from_u128(OURS);
+        let mut rng = Rng(7);
+        let (mut wrote, mut moved) = (0, 0);
+        for _ in 0..3000 {
+            let view = random_view(&mut rng);
+            let local = some_names(&mut rng);
+            let up = some_names(&mut rng);
+            let activated = some_names(&mut rng);
+            let vports: BTreeMap<String, String> = some_names(&mut rng)
+                .into_iter()
+                .map(|n| (n, rng.pick(NAMES).to_string()))
+                .collect();
+            let all = || view.port_binding().values();
+            let (n, h) = ("hv1", "hv1.example");
+            let want = binding_ops_over(&view, all(), ours, n, h, &local, &up, &vports, &activated);
+            let got = binding_ops(&view, ours, n, h, &local, &up, &vports, &activated);
+            assert_eq!(got, want, "local {local:?} vports {vports:?} view {view:?}");
+            let want =
+                claims_move_ports_over(&view, all(), ours, n, h, &local, &vports, &activated);
+            let got = claims_move_ports(&view, ours, n, h, &local, &vports, &activated);
+            assert_eq!(got, want, "local {local:?} vports {vports:?} view {view:?}");
+            wrote += usize::from(!got_empty(&view, ours, &local, &up, &vports, &activated));
+            moved += usize::from(got);
+        }
+        // The generator reaches both answers often.
+        assert!(wrote > 300 && moved > 300, "wrote {wrote}, moved {moved}");
+    }
+
+    fn got_empty(
+        view: &SbSnapshot,
+        ours: Uuid,
+        local: &BTreeSet<String>,
+        up: &BTreeSet<String>,
+        vports: &BTreeMap<String, String>,
+        activated: &BTreeSet<String>,
+    ) -> bool {
+        binding_ops(
+            view,
+            ours,
+            "hv1",
+            "hv1.example",
+            local,
+            up,
+            vports,
+            activated,
+        )
+        .is_empty()
+    }
 }
