@@ -376,17 +376,71 @@ fn unique_keys<T: Keyed>(items: &[T]) -> bool {
 }
 
 /// The change from `old` to `new`, `None` when they are equal.
+///
+/// The items both lists begin and end with (equal, in place) are neither removed, changed nor
+/// added, so the edit is computed over the rest alone: a flow added to a router's 31k flows
+/// hashes the few in between, not every identity twice. Applying an edit finds each identity
+/// it names in the whole list, so every such identity must be nowhere in the common parts
+/// (else the list travels whole).
 fn list_delta<T: Keyed + Clone + PartialEq>(old: &[T], new: &[T]) -> Option<ListDelta<T>> {
-    if old == new {
+    let head = old.iter().zip(new).take_while(|(a, b)| a == b).count();
+    if head == old.len() && head == new.len() {
         return None;
     }
-    // One pass over each list (a touched datapath's flows are thousands): a key twice in
-    // either list sends it whole.
+    let tail = old[head..]
+        .iter()
+        .rev()
+        .zip(new[head..].iter().rev())
+        .take_while(|(a, b)| a == b)
+        .count();
     let whole = || Some(ListDelta::Whole(new.to_vec()));
+    let (mid_old, mid_new) = (&old[head..old.len() - tail], &new[head..new.len() - tail]);
+    let Some((removed, changed, added)) = edit_between(mid_old, mid_new, head) else {
+        return whole();
+    };
+    // The identities the edit names, looked for in the common parts (compared by length
+    // first: a handful of names against the common items, no hashing).
+    let named: Vec<&str> = removed
+        .iter()
+        .map(String::as_str)
+        .chain(changed.iter().map(Keyed::key))
+        .chain(added.iter().map(|(_, x)| x.key()))
+        .collect();
+    let common = old[..head].iter().chain(&old[old.len() - tail..]);
+    let clash = if named.len() <= 16 {
+        common.into_iter().any(|x| {
+            named
+                .iter()
+                .any(|k| k.len() == x.key().len() && *k == x.key())
+        })
+    } else {
+        let named: HashSet<&str> = named.into_iter().collect();
+        common.into_iter().any(|x| named.contains(x.key()))
+    };
+    if clash {
+        return whole();
+    }
+    Some(ListDelta::Edit {
+        removed,
+        changed,
+        added,
+    })
+}
+
+/// An edit's parts (removed keys, changed items, items added at their index in the whole list,
+/// `offset` items before `new`'s first) turning `old` into `new`; `None` when it cannot be
+/// made by identity (a key twice in either list, survivors out of their relative order).
+#[allow(clippy::type_complexity)]
+fn edit_between<T: Keyed + Clone + PartialEq>(
+    old: &[T],
+    new: &[T],
+    offset: usize,
+) -> Option<(Vec<String>, Vec<T>, Vec<(u32, T)>)> {
+    // One pass over each list (a touched datapath's flows are thousands).
     let mut old_ix: HashMap<&str, usize> = HashMap::with_capacity(old.len());
     for (i, x) in old.iter().enumerate() {
         if old_ix.insert(x.key(), i).is_some() {
-            return whole();
+            return None;
         }
     }
     let mut hit = vec![false; old.len()];
@@ -399,13 +453,13 @@ fn list_delta<T: Keyed + Clone + PartialEq>(old: &[T], new: &[T]) -> Option<List
         match old_ix.get(x.key()) {
             None => {
                 if !added_keys.insert(x.key()) {
-                    return whole();
+                    return None;
                 }
-                added.push((j as u32, x.clone()));
+                added.push(((offset + j) as u32, x.clone()));
             }
             Some(&i) => {
                 if hit[i] || last.is_some_and(|l| i < l) {
-                    return whole();
+                    return None;
                 }
                 hit[i] = true;
                 last = Some(i);
@@ -421,11 +475,7 @@ fn list_delta<T: Keyed + Clone + PartialEq>(old: &[T], new: &[T]) -> Option<List
         .filter(|(_, h)| !**h)
         .map(|(x, _)| x.key().to_string())
         .collect();
-    Some(ListDelta::Edit {
-        removed,
-        changed,
-        added,
-    })
+    Some((removed, changed, added))
 }
 
 // ----- applying -----

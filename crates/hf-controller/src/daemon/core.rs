@@ -317,6 +317,9 @@ pub struct Controller {
     monitored: BTreeSet<Uuid>,
     /// The ports the conditions watch by name ([`monitor::watch_ports`]).
     watched_orphans: BTreeSet<String>,
+    /// `zones` or `zone_dp` changed since `watched_orphans` was computed (the walk over every
+    /// zone is made only then, not on every input).
+    orphans_dirty: bool,
     // The datapath link.
     dp_connected: bool,
     dp_dec: Decoder<FromDatapath>,
@@ -509,6 +512,7 @@ impl Controller {
             conds_due: true,
             monitored: BTreeSet::new(),
             watched_orphans: BTreeSet::new(),
+            orphans_dirty: true,
             dp_connected: false,
             dp_dec: Decoder::new(),
             dp_out: VecDeque::new(),
@@ -983,6 +987,7 @@ impl Controller {
                 self.delta_ok = true;
                 self.dp_ports = ports.into_iter().map(|p| (p.name.clone(), p)).collect();
                 self.zones = zones;
+                self.orphans_dirty = true;
                 if let Some(p) = program {
                     self.note_ports(p.datapaths.iter().map(|d| &**d));
                     self.generation = self.generation.max(p.generation);
@@ -1105,6 +1110,7 @@ impl Controller {
                 self.write_due = true;
             }
             FromDatapath::Flushed { names, entries } => {
+                self.orphans_dirty = true;
                 for n in &names {
                     self.zones.remove(n);
                     self.zone_dp.remove(n);
@@ -1145,6 +1151,7 @@ impl Controller {
     /// Remembers which datapath each port of `p` is on (for [`Controller::gone`]).
     pub(super) fn note_ports<'a>(&mut self, datapaths: impl Iterator<Item = &'a DatapathMsg>) {
         for d in datapaths {
+            self.orphans_dirty |= !d.ports.is_empty();
             for port in &d.ports {
                 self.zone_dp.insert(
                     crate::translate::zones::port_zone_name(&port.name),
@@ -1303,7 +1310,8 @@ impl Controller {
 
     fn update_conditions(&mut self) {
         // The ports watched by name follow the zones the datapath holds, not SB.
-        if !self.conds_due {
+        if !self.conds_due && self.orphans_dirty {
+            self.orphans_dirty = false;
             let orphans = self.orphan_ports();
             if orphans != self.watched_orphans {
                 self.conds_due = true;
@@ -1317,6 +1325,7 @@ impl Controller {
         let local = self.local_set();
         let mut want = monitor::conditions(sb, &self.cfg.chassis, &local, self.cfg.monitor_all);
         let orphans = self.orphan_ports();
+        self.orphans_dirty = false;
         monitor::watch_ports(&mut want, &orphans);
         self.watched_orphans = orphans;
         self.monitored = if self.cfg.monitor_all {

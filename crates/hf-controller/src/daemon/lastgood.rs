@@ -23,7 +23,11 @@
 //! store takes the installed program's copies, and a program built later takes the store's
 //! for every flow whose text did not change, so the controller holds each text once.
 //! [`LastGood::take_changed`] names the datapaths whose answers changed (a message built
-//! before for them carries stale `last_good` fields and is built again).
+//! before for them carries stale `last_good` fields and is built again), except those where
+//! the installed message itself stays exact, which [`LastGood::take_moved`] names: an install
+//! of new or changed flows that all compiled changes their answers to their own texts, which
+//! no message carries, so the next build reuses the installed messages (a port add does not
+//! build the hub router's 31k flows again).
 //!
 //! An install costs what changed: a datapath whose message is the previous install's is not
 //! walked, and one whose message keeps the previous one's flows (the same text allocations)
@@ -92,8 +96,16 @@ pub struct LastGood {
     /// (one per flow of a message built, of a datapath installed) does not compare long
     /// identities a dozen times.
     good: HashMap<String, HashMap<Arc<str>, Text>>,
-    /// Datapaths whose answers changed since [`LastGood::take_changed`].
+    /// Datapaths whose answers changed since [`LastGood::take_changed`] so that the installed
+    /// program's own message for them carries a stale `last_good` field (or conservatively:
+    /// seeded, gone).
     changed: BTreeSet<String>,
+    /// Datapaths whose answers changed since [`LastGood::take_moved`] while the installed
+    /// program's own message for them stays exact: only the answers of its newly installed
+    /// flows changed, from none to their own texts, which a message does not carry (a flow's
+    /// `last_good` is set only when it differs from its text). A message built before for
+    /// them other than the installed one may be stale.
+    moved: BTreeSet<String>,
     errors: BTreeMap<(String, String), FlowErrorEntry>,
     logged: BTreeSet<String>,
     /// (datapath, identity) pairs several flows of the last program share.
@@ -279,9 +291,8 @@ impl LastGood {
                 continue;
             }
             if let Some(&(gone, came)) = edited.get(d.name.as_str()) {
-                if self.edit(&d.name, &d.flows, gone, came) {
-                    self.changed.insert(d.name.clone());
-                }
+                let (answers_changed, stale) = self.edit(&d.name, &d.flows, gone, came);
+                self.note_change(&d.name, answers_changed, stale);
                 continue;
             }
             self.seeded.remove(&d.name);
@@ -292,6 +303,12 @@ impl LastGood {
             if held.contains(d.name.as_str()) {
                 continue;
             }
+            // Every flow that compiled now answers its own text (or nothing, when its identity
+            // is shared): the message is stale where it carried another answer.
+            let stale = d
+                .flows
+                .iter()
+                .any(|f| f.last_good.is_some() && !failed_ids.contains(&(d.name.as_str(), &*f.id)));
             let good = self.good.entry(d.name.clone()).or_default();
             // Forget flows that left the datapath, and identities several flows share.
             let before = good.len();
@@ -318,9 +335,7 @@ impl LastGood {
                     }
                 }
             }
-            if answers_changed {
-                self.changed.insert(d.name.clone());
-            }
+            self.note_change(&d.name, answers_changed, stale);
         }
         self.errors = failed
             .into_iter()
@@ -369,14 +384,15 @@ impl LastGood {
     /// Datapath `name`'s answers after an install of `flows` that differs from the previous
     /// install of the datapath (recorded here, without flow errors in either) in `gone`'s
     /// place taking `came`: only the identities of those flows can change their answers or
-    /// become (or stop being) shared. Returns whether answers changed. As the whole walk.
+    /// become (or stop being) shared. Returns whether answers changed, and whether `flows`
+    /// (the installed message) carries a stale answer for one of them. As the whole walk.
     fn edit(
         &mut self,
         name: &str,
         flows: &[hf_datapath::proto::FlowMsg],
         gone: &[hf_datapath::proto::FlowMsg],
         came: &[hf_datapath::proto::FlowMsg],
-    ) -> bool {
+    ) -> (bool, bool) {
         let mut ids: Vec<&Arc<str>> = gone.iter().chain(came).map(|f| &f.id).collect();
         ids.sort();
         ids.dedup();
@@ -385,9 +401,9 @@ impl LastGood {
             self.good.insert(name.to_string(), HashMap::new());
         }
         let Some(good) = self.good.get_mut(name) else {
-            return false;
+            return (false, false);
         };
-        let mut answers_changed = false;
+        let (mut answers_changed, mut stale) = (false, false);
         for id in ids {
             // The flows of the datapath with this identity (compared by length first: one
             // pass over the datapath's flows per edited identity, no hashing).
@@ -395,7 +411,14 @@ impl LastGood {
                 .iter()
                 .filter(|f| f.id.len() == id.len() && f.id == *id);
             let first = with.next();
-            let shared = with.next().is_some();
+            let second = with.next();
+            let shared = second.is_some();
+            // Each of them answers its own text (or nothing, shared) from now on.
+            stale |= first
+                .into_iter()
+                .chain(second)
+                .chain(with)
+                .any(|f| f.last_good.is_some());
             let key = (name.to_string(), id.to_string());
             match first {
                 Some(f) if !shared => {
@@ -427,7 +450,16 @@ impl LastGood {
                 }
             }
         }
-        answers_changed
+        (answers_changed, stale)
+    }
+
+    /// Records how datapath `name`'s answers changed in an install.
+    fn note_change(&mut self, name: &str, answers_changed: bool, stale: bool) {
+        if stale {
+            self.changed.insert(name.to_string());
+        } else if answers_changed {
+            self.moved.insert(name.to_string());
+        }
     }
 
     /// Flows the installs so far walked: every flow of a datapath walked whole, one per
@@ -437,9 +469,18 @@ impl LastGood {
     }
 
     /// The datapaths whose answers ([`LastGoodLookup::last_good`]) changed since the last
-    /// call: a program message built before for them is stale.
+    /// call so that a program message built before for them, the installed one included, is
+    /// stale. Where only the installed message stays exact, [`LastGood::take_moved`] names
+    /// them.
     pub fn take_changed(&mut self) -> BTreeSet<String> {
         std::mem::take(&mut self.changed)
+    }
+
+    /// The datapaths whose answers changed since the last call while the installed program's
+    /// messages for them stayed exact (see [`LastGood::take_changed`] for the others): a
+    /// message built for them that is not the installed one may be stale.
+    pub fn take_moved(&mut self) -> BTreeSet<String> {
+        std::mem::take(&mut self.moved)
     }
 
     /// Errors by cause: (count, first entry).

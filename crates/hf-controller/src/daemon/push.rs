@@ -7,7 +7,7 @@
 //! It does not read SB or write to it (the core does), and it sends only program, delta and
 //! zone-flush messages.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -149,7 +149,7 @@ impl Controller {
         }
         // Answers of the last good store that changed since the last build: their datapaths'
         // messages in `last_build` are stale.
-        let stale = self.lastgood.take_changed();
+        let stale = self.stale_messages();
         if self.zone_error.is_some() {
             // Not built: the next translation's `touched` is relative to this one, not to
             // `last_build`'s.
@@ -358,6 +358,34 @@ impl Controller {
         }
     }
 
+    /// The datapaths whose message in `last_build` carries stale last good answers: those the
+    /// store says changed, and those whose answers moved while the installed message stayed
+    /// exact when `last_build`'s message is not the installed one.
+    fn stale_messages(&mut self) -> BTreeSet<String> {
+        let mut stale = self.lastgood.take_changed();
+        let moved = self.lastgood.take_moved();
+        if moved.is_empty() {
+            return stale;
+        }
+        let running: HashMap<&str, &Arc<DatapathMsg>> = self
+            .running
+            .iter()
+            .flat_map(|r| &r.datapaths)
+            .filter(|d| moved.contains(&d.name))
+            .map(|d| (d.name.as_str(), d))
+            .collect();
+        for d in self.last_build.iter().flat_map(|b| &b.datapaths) {
+            if moved.contains(&d.name)
+                && running
+                    .get(d.name.as_str())
+                    .is_none_or(|r| !Arc::ptr_eq(r, d))
+            {
+                stale.insert(d.name.clone());
+            }
+        }
+        stale
+    }
+
     pub(super) fn send_flushes(&mut self, to_flush: Vec<String>) {
         if to_flush.is_empty() {
             return;
@@ -404,6 +432,7 @@ impl Controller {
             self.say(if err { Level::Warn } else { Level::Info }, line);
         }
         self.zones = p.zones.clone();
+        self.orphans_dirty = true;
         for n in &self.flushing {
             self.zones.remove(n);
         }
