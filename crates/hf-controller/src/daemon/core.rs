@@ -1151,12 +1151,16 @@ impl Controller {
     /// Remembers which datapath each port of `p` is on (for [`Controller::gone`]).
     pub(super) fn note_ports<'a>(&mut self, datapaths: impl Iterator<Item = &'a DatapathMsg>) {
         for d in datapaths {
-            self.orphans_dirty |= !d.ports.is_empty();
             for port in &d.ports {
-                self.zone_dp.insert(
-                    crate::translate::zones::port_zone_name(&port.name),
-                    d.name.clone(),
-                );
+                let fresh = self
+                    .zone_dp
+                    .insert(
+                        crate::translate::zones::port_zone_name(&port.name),
+                        d.name.clone(),
+                    )
+                    .is_none();
+                // A zone that was an orphan has a datapath now.
+                self.orphans_dirty |= fresh && self.watched_orphans.contains(&port.name);
             }
         }
     }
@@ -1310,6 +1314,11 @@ impl Controller {
 
     fn update_conditions(&mut self) {
         // The ports watched by name follow the zones the datapath holds, not SB.
+        // (`orphans_dirty` is set by every change that can move them: checked in debug builds.)
+        debug_assert!(
+            self.orphans_dirty || self.orphan_ports() == self.watched_orphans,
+            "orphan zones moved without orphans_dirty"
+        );
         if !self.conds_due && self.orphans_dirty {
             self.orphans_dirty = false;
             let orphans = self.orphan_ports();
@@ -1443,6 +1452,57 @@ impl Controller {
             .filter_map(|n| n.strip_prefix("lsp/"))
             .map(str::to_string)
             .collect()
+    }
+
+    /// Whether replacing the zones `old` with `new` can move [`Controller::orphan_ports`] (one
+    /// ordered walk of both): a port zone added that no datapath names, or a watched orphan's
+    /// zone gone.
+    pub(super) fn zones_move_orphans(
+        &self,
+        old: &BTreeMap<String, u16>,
+        new: &BTreeMap<String, u16>,
+    ) -> bool {
+        let orphan = |k: &str| {
+            k.strip_prefix("lsp/")
+                .is_some_and(|p| self.watched_orphans.contains(p))
+        };
+        let unnamed = |k: &str| k.starts_with("lsp/") && !self.zone_dp.contains_key(k);
+        let (mut a, mut b) = (old.keys().peekable(), new.keys().peekable());
+        loop {
+            match (a.peek(), b.peek()) {
+                (None, None) => return false,
+                (Some(k), None) => {
+                    if orphan(k) {
+                        return true;
+                    }
+                    a.next();
+                }
+                (None, Some(k)) => {
+                    if unnamed(k) {
+                        return true;
+                    }
+                    b.next();
+                }
+                (Some(ka), Some(kb)) => match ka.cmp(kb) {
+                    std::cmp::Ordering::Less => {
+                        if orphan(ka) {
+                            return true;
+                        }
+                        a.next();
+                    }
+                    std::cmp::Ordering::Greater => {
+                        if unnamed(kb) {
+                            return true;
+                        }
+                        b.next();
+                    }
+                    std::cmp::Ordering::Equal => {
+                        a.next();
+                        b.next();
+                    }
+                },
+            }
+        }
     }
 
     /// Whether the logical object behind zone `name` is gone from SB (the view is complete).

@@ -431,11 +431,12 @@ impl Controller {
         for (err, line) in lines {
             self.say(if err { Level::Warn } else { Level::Info }, line);
         }
-        self.zones = p.zones.clone();
-        self.orphans_dirty = true;
+        let mut zones = p.zones.clone();
         for n in &self.flushing {
-            self.zones.remove(n);
+            zones.remove(n);
         }
+        self.orphans_dirty |= self.zones_move_orphans(&self.zones, &zones);
+        self.zones = zones;
         self.installed_nb_cfg = Some(self.installed_nb_cfg.map_or(p.nb_cfg, |n| n.max(p.nb_cfg)));
         let up = installed_local(&p);
         let report = self.lastgood.report();
