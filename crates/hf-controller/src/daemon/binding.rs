@@ -127,11 +127,40 @@ pub fn candidates<'a>(
     rows.into_values().collect()
 }
 
+/// Whether `pb` is one of [`candidates`] (the same rule, for one row).
+pub fn is_candidate(
+    pb: &PortBinding,
+    ours: Uuid,
+    local: &BTreeSet<String>,
+    vports: &BTreeMap<String, String>,
+) -> bool {
+    matches!(pb.type_.as_str(), "chassisredirect" | "l3gateway")
+        || local.contains(&pb.logical_port)
+        || vports.contains_key(&pb.logical_port)
+        || pb.chassis.is_some_and(|c| c.uuid() == ours)
+        || pb.additional_chassis.iter().any(|c| c.uuid() == ours)
+}
+
+/// The rows `cands` names (those still in the view), or [`candidates`] when not given.
+fn rows<'a>(
+    sb: &'a SbSnapshot,
+    cands: Option<&[Uuid]>,
+    ours: Uuid,
+    local: &BTreeSet<String>,
+    vports: &BTreeMap<String, String>,
+) -> Vec<&'a PortBinding> {
+    match cands {
+        Some(c) => c.iter().filter_map(|u| sb.port_binding().get(u)).collect(),
+        None => candidates(sb, ours, local, vports),
+    }
+}
+
 /// The operations that claim, update and release port bindings. `up_ports` are the ports the
 /// datapath has installed as local.
 #[allow(clippy::too_many_arguments)]
 pub fn binding_ops(
     sb: &SbSnapshot,
+    cands: Option<&[Uuid]>,
     ours: Uuid,
     name: &str,
     hostname: &str,
@@ -140,7 +169,7 @@ pub fn binding_ops(
     vports: &BTreeMap<String, String>,
     activated: &BTreeSet<String>,
 ) -> Vec<Value> {
-    let rows = candidates(sb, ours, local, vports);
+    let rows = rows(sb, cands, ours, local, vports);
     binding_ops_over(
         sb, rows, ours, name, hostname, local, up_ports, vports, activated,
     )
@@ -279,6 +308,7 @@ fn binding_ops_over<'a>(
 #[allow(clippy::too_many_arguments)]
 pub fn claims_move_ports(
     sb: &SbSnapshot,
+    cands: Option<&[Uuid]>,
     ours: Uuid,
     name: &str,
     hostname: &str,
@@ -286,7 +316,7 @@ pub fn claims_move_ports(
     vports: &BTreeMap<String, String>,
     activated: &BTreeSet<String>,
 ) -> bool {
-    let rows = candidates(sb, ours, local, vports);
+    let rows = rows(sb, cands, ours, local, vports);
     claims_move_ports_over(sb, rows, ours, name, hostname, local, vports, activated)
 }
 
@@ -472,13 +502,22 @@ mod tests {
                 .map(|n| (n, rng.pick(NAMES).to_string()))
                 .collect();
             let all = || view.port_binding().values();
+            let cands: Vec<Uuid> = candidates(&view, ours, &local, &vports)
+                .iter()
+                .map(|pb| pb.uuid)
+                .collect();
+            let one_by_one: Vec<Uuid> = all()
+                .filter(|pb| is_candidate(pb, ours, &local, &vports))
+                .map(|pb| pb.uuid)
+                .collect();
+            assert_eq!(cands, one_by_one, "is_candidate against candidates");
             let (n, h) = ("hv1", "hv1.example");
             let want = binding_ops_over(&view, all(), ours, n, h, &local, &up, &vports, &activated);
-            let got = binding_ops(&view, ours, n, h, &local, &up, &vports, &activated);
+            let got = binding_ops(&view, None, ours, n, h, &local, &up, &vports, &activated);
             assert_eq!(got, want, "local {local:?} vports {vports:?} view {view:?}");
             let want =
                 claims_move_ports_over(&view, all(), ours, n, h, &local, &vports, &activated);
-            let got = claims_move_ports(&view, ours, n, h, &local, &vports, &activated);
+            let got = claims_move_ports(&view, None, ours, n, h, &local, &vports, &activated);
             assert_eq!(got, want, "local {local:?} vports {vports:?} view {view:?}");
             wrote += usize::from(!got_empty(&view, ours, &local, &up, &vports, &activated));
             moved += usize::from(got);
@@ -497,6 +536,7 @@ mod tests {
     ) -> bool {
         binding_ops(
             view,
+            None,
             ours,
             "hv1",
             "hv1.example",

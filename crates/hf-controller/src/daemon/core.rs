@@ -239,6 +239,9 @@ struct WriteState {
     flow_report: BTreeMap<String, String>,
     /// Zones exhausted ([`crate::translate::zones::EXHAUSTED`]): `holdfast-zone-error`.
     zone_error: Option<String>,
+    /// The `Port_Binding` rows the claims may act on ([`binding::candidates`]) as of the
+    /// round that built this state; `None`: found anew from the view.
+    cands: Option<Arc<[Uuid]>>,
 }
 
 fn write_ops(sb: &SbSnapshot, st: &WriteState) -> Vec<Value> {
@@ -260,6 +263,7 @@ fn write_ops(sb: &SbSnapshot, st: &WriteState) -> Vec<Value> {
     if st.dp_ready {
         ops.extend(binding::binding_ops(
             sb,
+            st.cands.as_deref(),
             ours,
             &st.id.name,
             &st.id.hostname,
@@ -286,6 +290,7 @@ fn claims_pending(sb: &SbSnapshot, st: &WriteState) -> bool {
     st.dp_ready
         && binding::claims_move_ports(
             sb,
+            st.cands.as_deref(),
             ours,
             &st.id.name,
             &st.id.hostname,
@@ -320,6 +325,11 @@ pub struct Controller {
     /// `zones` or `zone_dp` changed since `watched_orphans` was computed (the walk over every
     /// zone is made only then, not on every input).
     orphans_dirty: bool,
+    /// [`binding::candidates`] of the view, kept up to date from each change set (`None`:
+    /// found anew at the next write round, after a resync or a change of the local or
+    /// virtual ports or of our `Chassis` row): a write round then costs the rows this chassis
+    /// has, without a lookup per local port name.
+    bind_cands: Option<BTreeSet<Uuid>>,
     // The datapath link.
     dp_connected: bool,
     dp_dec: Decoder<FromDatapath>,
@@ -495,6 +505,7 @@ impl Controller {
             wall_ms: tuning.wall_offset_ms + now.as_millis() as i64,
             flow_report: BTreeMap::new(),
             zone_error: None,
+            cands: None,
         }));
         let mut c = Controller {
             cfg,
@@ -513,6 +524,7 @@ impl Controller {
             monitored: BTreeSet::new(),
             watched_orphans: BTreeSet::new(),
             orphans_dirty: true,
+            bind_cands: None,
             dp_connected: false,
             dp_dec: Decoder::new(),
             dp_out: VecDeque::new(),
@@ -1020,6 +1032,7 @@ impl Controller {
                     st.local = local;
                     st.up = up;
                 });
+                self.bind_cands = None;
                 self.conds_due = true;
                 self.translate_due = true;
                 self.write_due = true;
@@ -1096,6 +1109,7 @@ impl Controller {
                     ),
                 );
                 self.with_state(|st| st.vports.insert(vport, parent));
+                self.bind_cands = None;
                 self.write_due = true;
             }
             FromDatapath::PortActivated { port } => {
@@ -1172,6 +1186,7 @@ impl Controller {
             st.activated.retain(|p| local.contains(p));
             st.local = local;
         });
+        self.bind_cands = None;
         self.write_due = true;
         self.conds_due = true;
         self.translate_due = true;
@@ -1225,6 +1240,7 @@ impl Controller {
                 if full || initial {
                     self.translate_cache.everything();
                 }
+                self.bind_cands = None;
                 self.say(
                     Level::Debug,
                     format!("SB: in sync ({rows} rows, full={full})"),
@@ -1235,6 +1251,7 @@ impl Controller {
             }
             Event::Changes(d) => {
                 self.restore_neighbours(&d, now);
+                self.note_candidates(&d);
                 // Our own status writes (`Chassis_Private`, `Port_Binding.up`) change nothing
                 // the translation or the conditions read; our claims of ports the translation
                 // already placed here (see `claims_pending`) change nothing it outputs: the
@@ -1398,6 +1415,12 @@ impl Controller {
                 .retain(|(d, mac), p| !neigh::fdb_written(sb, d, mac, p));
             st.clone()
         });
+        let cands = self.candidates(&st);
+        let st = WriteState {
+            cands: cands.clone(),
+            ..st
+        };
+        self.with_state(|s| s.cands = cands);
         let ops = write_ops(self.sb.model(), &st);
         if ops.is_empty() {
             return;
@@ -1430,6 +1453,60 @@ impl Controller {
             let st = shared.lock().unwrap_or_else(|e| e.into_inner()).clone();
             write_ops(sb, &st)
         })));
+    }
+
+    /// The rows the claims may act on (see `bind_cands`), found anew when not known.
+    fn candidates(&mut self, st: &WriteState) -> Option<Arc<[Uuid]>> {
+        let sb = self.sb.model();
+        let ours = chassis::our_chassis(sb, &self.cfg.chassis)?;
+        let fresh = || -> BTreeSet<Uuid> {
+            binding::candidates(sb, ours, &st.local, &st.vports)
+                .iter()
+                .map(|pb| pb.uuid)
+                .collect()
+        };
+        let cands = match self.bind_cands.take() {
+            Some(c) => {
+                debug_assert_eq!(c, fresh(), "bind_cands drifted from the view");
+                c
+            }
+            None => fresh(),
+        };
+        let out: Arc<[Uuid]> = cands.iter().copied().collect();
+        self.bind_cands = Some(cands);
+        Some(out)
+    }
+
+    /// Keeps `bind_cands` up to date with change set `d` (applied to the view already).
+    fn note_candidates(&mut self, d: &hf_model::SbDelta) {
+        if self.bind_cands.is_none() {
+            return;
+        }
+        if !d.chassis.is_empty() {
+            // Our own row may have come, gone or been replaced.
+            self.bind_cands = None;
+            return;
+        }
+        let Some(ours) = chassis::our_chassis(self.sb.model(), &self.cfg.chassis) else {
+            self.bind_cands = None;
+            return;
+        };
+        let shared = Arc::clone(&self.shared);
+        let st = shared.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(cands) = self.bind_cands.as_mut() else {
+            return;
+        };
+        for r in &d.port_binding {
+            let (uuid, now) = match r {
+                hf_model::RowDelta::Insert(pb) => (pb.uuid, Some(pb)),
+                hf_model::RowDelta::Update { new, .. } => (new.uuid, Some(new)),
+                hf_model::RowDelta::Delete(pb) => (pb.uuid, None),
+            };
+            cands.remove(&uuid);
+            if now.is_some_and(|pb| binding::is_candidate(pb, ours, &st.local, &st.vports)) {
+                cands.insert(uuid);
+            }
+        }
     }
 
     /// Whether the view is complete enough to translate from.
