@@ -141,53 +141,60 @@ pub fn is_candidate(
         || pb.additional_chassis.iter().any(|c| c.uuid() == ours)
 }
 
-/// The rows `cands` names (those still in the view), or [`candidates`] when not given.
-fn rows<'a>(
-    sb: &'a SbSnapshot,
-    cands: Option<&[Uuid]>,
-    ours: Uuid,
-    local: &BTreeSet<String>,
-    vports: &BTreeMap<String, String>,
-) -> Vec<&'a PortBinding> {
-    match cands {
-        Some(c) => c.iter().filter_map(|u| sb.port_binding().get(u)).collect(),
-        None => candidates(sb, ours, local, vports),
+/// What the claims are made from: this chassis (`ours`, named `name`, on host `hostname`)
+/// and its ports.
+#[derive(Debug, Clone, Copy)]
+pub struct Claimant<'a> {
+    /// Our `Chassis` row.
+    pub ours: Uuid,
+    /// Our chassis name.
+    pub name: &'a str,
+    /// Our hostname (`options:requested-chassis` may name it).
+    pub hostname: &'a str,
+    /// The datapath's local ports.
+    pub local: &'a BTreeSet<String>,
+    /// The ports the datapath has installed as local.
+    pub up: &'a BTreeSet<String>,
+    /// Virtual ports bound here, with their parents.
+    pub vports: &'a BTreeMap<String, String>,
+    /// Ports the datapath activated here (a migration's destination).
+    pub activated: &'a BTreeSet<String>,
+    /// The [`candidates`] as kept by the caller; `None`: found from the view.
+    pub cands: Option<&'a [Uuid]>,
+}
+
+impl<'a> Claimant<'a> {
+    /// The rows the claims look at: those `cands` names (still in the view), or
+    /// [`candidates`].
+    fn rows<'s>(&self, sb: &'s SbSnapshot) -> Vec<&'s PortBinding> {
+        match self.cands {
+            Some(c) => c.iter().filter_map(|u| sb.port_binding().get(u)).collect(),
+            None => candidates(sb, self.ours, self.local, self.vports),
+        }
     }
 }
 
-/// The operations that claim, update and release port bindings. `up_ports` are the ports the
-/// datapath has installed as local.
-#[allow(clippy::too_many_arguments)]
-pub fn binding_ops(
-    sb: &SbSnapshot,
-    cands: Option<&[Uuid]>,
-    ours: Uuid,
-    name: &str,
-    hostname: &str,
-    local: &BTreeSet<String>,
-    up_ports: &BTreeSet<String>,
-    vports: &BTreeMap<String, String>,
-    activated: &BTreeSet<String>,
-) -> Vec<Value> {
-    let rows = rows(sb, cands, ours, local, vports);
-    binding_ops_over(
-        sb, rows, ours, name, hostname, local, up_ports, vports, activated,
-    )
+/// The operations that claim, update and release port bindings.
+pub fn binding_ops(sb: &SbSnapshot, c: &Claimant<'_>) -> Vec<Value> {
+    binding_ops_over(sb, c.rows(sb), c)
 }
 
 /// [`binding_ops`] over the given rows (in their order).
-#[allow(clippy::too_many_arguments)]
 fn binding_ops_over<'a>(
     sb: &'a SbSnapshot,
     rows: impl IntoIterator<Item = &'a PortBinding>,
-    ours: Uuid,
-    name: &str,
-    hostname: &str,
-    local: &BTreeSet<String>,
-    up_ports: &BTreeSet<String>,
-    vports: &BTreeMap<String, String>,
-    activated: &BTreeSet<String>,
+    c: &Claimant<'_>,
 ) -> Vec<Value> {
+    let Claimant {
+        ours,
+        name,
+        hostname,
+        local,
+        up: up_ports,
+        vports,
+        activated,
+        ..
+    } = *c;
     let mut ops = Vec::new();
     for pb in rows {
         let gateway = match pb.type_.as_str() {
@@ -305,33 +312,25 @@ fn binding_ops_over<'a>(
 /// `requested_chassis` is this chassis and that nobody holds (the translation already places
 /// it here: such a claim is pipelined with the program's install, as ovn-controller installs
 /// a port's flows in the iteration that claims it).
-#[allow(clippy::too_many_arguments)]
-pub fn claims_move_ports(
-    sb: &SbSnapshot,
-    cands: Option<&[Uuid]>,
-    ours: Uuid,
-    name: &str,
-    hostname: &str,
-    local: &BTreeSet<String>,
-    vports: &BTreeMap<String, String>,
-    activated: &BTreeSet<String>,
-) -> bool {
-    let rows = rows(sb, cands, ours, local, vports);
-    claims_move_ports_over(sb, rows, ours, name, hostname, local, vports, activated)
+pub fn claims_move_ports(sb: &SbSnapshot, c: &Claimant<'_>) -> bool {
+    claims_move_ports_over(sb, c.rows(sb), c)
 }
 
 /// [`claims_move_ports`] over the given rows.
-#[allow(clippy::too_many_arguments)]
 fn claims_move_ports_over<'a>(
     sb: &'a SbSnapshot,
     rows: impl IntoIterator<Item = &'a PortBinding>,
-    ours: Uuid,
-    name: &str,
-    hostname: &str,
-    local: &BTreeSet<String>,
-    vports: &BTreeMap<String, String>,
-    activated: &BTreeSet<String>,
+    c: &Claimant<'_>,
 ) -> bool {
+    let Claimant {
+        ours,
+        name,
+        hostname,
+        local,
+        vports,
+        activated,
+        ..
+    } = *c;
     for pb in rows {
         let holds_primary = pb.chassis.map(|c| c.uuid()) == Some(ours);
         match pb.type_.as_str() {
@@ -511,40 +510,29 @@ mod tests {
                 .map(|pb| pb.uuid)
                 .collect();
             assert_eq!(cands, one_by_one, "is_candidate against candidates");
-            let (n, h) = ("hv1", "hv1.example");
-            let want = binding_ops_over(&view, all(), ours, n, h, &local, &up, &vports, &activated);
-            let got = binding_ops(&view, None, ours, n, h, &local, &up, &vports, &activated);
+            let mut c = Claimant {
+                ours,
+                name: "hv1",
+                hostname: "hv1.example",
+                local: &local,
+                up: &up,
+                vports: &vports,
+                activated: &activated,
+                cands: None,
+            };
+            let want = binding_ops_over(&view, all(), &c);
+            let got = binding_ops(&view, &c);
             assert_eq!(got, want, "local {local:?} vports {vports:?} view {view:?}");
-            let want =
-                claims_move_ports_over(&view, all(), ours, n, h, &local, &vports, &activated);
-            let got = claims_move_ports(&view, None, ours, n, h, &local, &vports, &activated);
-            assert_eq!(got, want, "local {local:?} vports {vports:?} view {view:?}");
-            wrote += usize::from(!got_empty(&view, ours, &local, &up, &vports, &activated));
-            moved += usize::from(got);
+            let want_moves = claims_move_ports_over(&view, all(), &c);
+            assert_eq!(claims_move_ports(&view, &c), want_moves, "{view:?}");
+            // Kept candidates give the same.
+            c.cands = Some(&cands);
+            assert_eq!(binding_ops(&view, &c), want);
+            assert_eq!(claims_move_ports(&view, &c), want_moves);
+            wrote += usize::from(!want.is_empty());
+            moved += usize::from(want_moves);
         }
         // The generator reaches both answers often.
         assert!(wrote > 300 && moved > 300, "wrote {wrote}, moved {moved}");
-    }
-
-    fn got_empty(
-        view: &SbSnapshot,
-        ours: Uuid,
-        local: &BTreeSet<String>,
-        up: &BTreeSet<String>,
-        vports: &BTreeMap<String, String>,
-        activated: &BTreeSet<String>,
-    ) -> bool {
-        binding_ops(
-            view,
-            None,
-            ours,
-            "hv1",
-            "hv1.example",
-            local,
-            up,
-            vports,
-            activated,
-        )
-        .is_empty()
     }
 }

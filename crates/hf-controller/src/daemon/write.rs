@@ -57,17 +57,7 @@ fn write_ops(sb: &SbSnapshot, st: &WriteState) -> Vec<Value> {
         &report,
     ));
     if st.dp_ready {
-        ops.extend(binding::binding_ops(
-            sb,
-            st.cands.as_deref(),
-            ours,
-            &st.id.name,
-            &st.id.hostname,
-            &st.local,
-            &st.up,
-            &st.vports,
-            &st.activated,
-        ));
+        ops.extend(binding::binding_ops(sb, &claimant(st, ours)));
     }
     ops.extend(neigh::neighbour_ops(sb, &st.neigh, st.wall_ms));
     ops.extend(neigh::fdb_ops(sb, &st.fdb));
@@ -83,17 +73,21 @@ fn claims_pending(sb: &SbSnapshot, st: &WriteState) -> bool {
     let Some(ours) = chassis::our_chassis(sb, &st.id.name) else {
         return false;
     };
-    st.dp_ready
-        && binding::claims_move_ports(
-            sb,
-            st.cands.as_deref(),
-            ours,
-            &st.id.name,
-            &st.id.hostname,
-            &st.local,
-            &st.vports,
-            &st.activated,
-        )
+    st.dp_ready && binding::claims_move_ports(sb, &claimant(st, ours))
+}
+
+/// The claims' view of the write state.
+fn claimant(st: &WriteState, ours: Uuid) -> binding::Claimant<'_> {
+    binding::Claimant {
+        ours,
+        name: &st.id.name,
+        hostname: &st.id.hostname,
+        local: &st.local,
+        up: &st.up,
+        vports: &st.vports,
+        activated: &st.activated,
+        cands: st.cands.as_deref(),
+    }
 }
 
 impl Controller {
