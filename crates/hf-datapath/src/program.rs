@@ -372,6 +372,10 @@ struct Built {
     meta: Vec<(bool, CacheMeta)>,
     /// Flows parsed (not taken from the cache).
     parsed_flows: usize,
+    /// Per datapath: its ports and groups are the cached ones, every local location resolved
+    /// as before (taken unchanged from the last compile, so the compile need not compare them:
+    /// [`Program::recompile_knowing`]).
+    same_ports: Vec<bool>,
 }
 
 /// The parsed flows of the last program compiled, per datapath, so that a new program whose
@@ -611,6 +615,7 @@ impl SpecCache {
             errors,
             meta,
             parsed_flows,
+            same_ports,
         } = built.built;
         let CompileOutcome {
             prog,
@@ -619,7 +624,14 @@ impl SpecCache {
             swapped,
             held,
         } = compile_built(
-            msg, spec, origins, errors, prev, prev_msg, &refs, &self.opts,
+            msg,
+            spec,
+            origins,
+            errors,
+            prev,
+            prev_msg,
+            (&refs, &same_ports),
+            &self.opts,
         )?;
         self.sets = Some(spec.sets);
         for ((d, (_, m)), di) in spec.datapaths.into_iter().zip(meta).zip(0..) {
@@ -821,6 +833,7 @@ fn build_spec(
     let mut errors = Vec::new();
     let mut parsed_flows = 0;
     let mut parses = Parses::default();
+    let mut same_ports = Vec::with_capacity(msg.datapaths.len());
     for d in &msg.datapaths {
         let kind = match d.router_zones {
             None => DatapathKind::Switch,
@@ -846,16 +859,26 @@ fn build_spec(
         let (ports, groups) = match kept {
             Some((mut ports, groups)) => {
                 // The local map is not the delta's: local locations are resolved again.
+                let mut moved = false;
                 for (p, m) in ports.iter_mut().zip(&d.ports) {
                     if let LocationMsg::Local(iface) = &m.location {
-                        p.location = local
+                        let loc = local
                             .get(iface)
                             .map_or(PortLocation::Unbound, |&id| PortLocation::Local(id));
+                        if p.location != loc {
+                            p.location = loc;
+                            moved = true;
+                        }
                     }
                 }
+                // Unchanged ports and groups: the compile may share their maps unchecked.
+                same_ports.push(!moved);
                 (ports, groups)
             }
-            None => (ports_of(d, local), groups_of(d)),
+            None => {
+                same_ports.push(false);
+                (ports_of(d, local), groups_of(d))
+            }
         };
         // A datapath whose flows changed still takes each unchanged flow's parse from the
         // cache (`rest`); only the new and changed flows are parsed.
@@ -987,6 +1010,7 @@ fn build_spec(
         errors,
         meta,
         parsed_flows,
+        same_ports,
     })
 }
 
@@ -1134,7 +1158,7 @@ pub fn compile_changed(
         b.errors,
         prev,
         PrevProgram::None,
-        changed,
+        (changed, &[]),
         &CompileOptions::default(),
     )
     .map(|o| (o.prog, o.reported))
@@ -1180,12 +1204,12 @@ fn compile_built(
     mut reported: Vec<FlowErrorMsg>,
     prev: Option<&Program>,
     prev_msg: PrevProgram<'_>,
-    changed: &[&str],
+    (changed, same_ports): (&[&str], &[bool]),
     opts: &CompileOptions,
 ) -> Result<CompileOutcome, String> {
     let level = level_of(msg)?;
     let (mut prog, errs) = match prev {
-        Some(p) => p.recompile_with(&spec, changed, opts),
+        Some(p) => p.recompile_knowing(&spec, changed, same_ports, opts),
         None => Program::compile_with(&spec, opts),
     }
     .map_err(|e| e.to_string())?;
@@ -1206,7 +1230,7 @@ fn compile_built(
         let mut names: Vec<&str> = changed.to_vec();
         names.extend(dps.iter().map(|&di| spec.datapaths[di].name.as_str()));
         match prev {
-            Some(p) => p.recompile_with(spec, &names, opts),
+            Some(p) => p.recompile_knowing(spec, &names, same_ports, opts),
             None => Program::compile_with(spec, opts),
         }
         .map_err(|e| e.to_string())

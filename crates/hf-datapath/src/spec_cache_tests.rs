@@ -230,10 +230,21 @@ fn check_seed(seed: u64) -> Result<usize, String> {
             ));
         }
         let changed: Vec<&str> = dps.iter().map(String::as_str).collect();
-        prog = cache
+        let (next, errs) = cache
             .compile(&msg, built, Some(&prog), &changed)
-            .map_err(|e| format!("seed {seed} step {step}: compile: {e}"))?
-            .0;
+            .map_err(|e| format!("seed {seed} step {step}: compile: {e}"))?;
+        // The program too (ports shared unchecked where the cache promises them unchanged):
+        // what a fresh compile of the message gives, without the cache or a previous program.
+        let (fresh, fresh_errs) = crate::program::compile(&msg, &local, None)
+            .map_err(|e| format!("seed {seed} step {step}: fresh compile: {e}"))?;
+        if next.canonical_text() != fresh.canonical_text() || errs != fresh_errs {
+            return Err(format!(
+                "seed {seed} step {step}: the cached install differs from a fresh compile\n{:?}\n---\n{:?}",
+                next.canonical_text(),
+                fresh.canonical_text()
+            ));
+        }
+        prog = next;
     }
     Ok(trusted)
 }
