@@ -88,14 +88,15 @@ enum Used {
 ///
 /// Every message flow gives exactly one spec flow at its own index, so this is, per datapath,
 /// which text each flow's spec was built from (a vector, not a map: a program of 157k flows
-/// builds it on every install).
-#[derive(Debug, Default)]
-struct Origins(Vec<Vec<Used>>);
+/// builds it on every install). A view of the build's per-datapath [`CacheMeta`] (not a copy:
+/// a datapath taken from the cache costs nothing here).
+#[derive(Debug, Clone, Copy)]
+struct Origins<'a>(&'a [(bool, CacheMeta)]);
 
-impl Origins {
+impl Origins<'_> {
     /// (message flow, text used) of spec flow `fi` of datapath `di`.
     fn get(&self, &(di, fi): &(usize, usize)) -> Option<(usize, Used)> {
-        self.0.get(di)?.get(fi).map(|u| (fi, *u))
+        self.0.get(di)?.1.used.get(fi).map(|u| (fi, *u))
     }
 }
 
@@ -366,7 +367,6 @@ impl Reusable {
 #[derive(Debug)]
 struct Built {
     spec: ProgramSpec,
-    origins: Origins,
     errors: Vec<FlowErrorMsg>,
     /// Per datapath: taken from the cache, and its parse metadata.
     meta: Vec<(bool, CacheMeta)>,
@@ -611,7 +611,6 @@ impl SpecCache {
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let Built {
             spec,
-            origins,
             errors,
             meta,
             parsed_flows,
@@ -626,7 +625,7 @@ impl SpecCache {
         } = compile_built(
             msg,
             spec,
-            origins,
+            Origins(&meta),
             errors,
             prev,
             prev_msg,
@@ -829,7 +828,6 @@ fn build_spec(
         owner: Owner(msg.owner),
         ..ProgramSpec::default()
     };
-    let mut origins = Origins::default();
     let mut errors = Vec::new();
     let mut parsed_flows = 0;
     let mut parses = Parses::default();
@@ -888,7 +886,6 @@ fn build_spec(
         };
         let flows = match cached {
             Some(c) => {
-                origins.0.push(c.used.clone());
                 errors.extend(c.syntax.iter().cloned());
                 hits.push(Some(CacheMeta {
                     used: c.used,
@@ -934,7 +931,6 @@ fn build_spec(
                     flows.push(fs);
                 }
                 errors.extend(syntax.iter().cloned());
-                origins.0.push(used_all.clone());
                 hits.push(None);
                 misses.push(CacheMeta {
                     used: used_all,
@@ -1006,7 +1002,6 @@ fn build_spec(
         .collect();
     Ok(Built {
         spec,
-        origins,
         errors,
         meta,
         parsed_flows,
@@ -1154,7 +1149,7 @@ pub fn compile_changed(
     compile_built(
         msg,
         b.spec,
-        b.origins,
+        Origins(&b.meta),
         b.errors,
         prev,
         PrevProgram::None,
@@ -1200,7 +1195,7 @@ fn ran_spec(f: &FlowMsg, level: Option<&LevelCheck>) -> FlowSpec {
 fn compile_built(
     msg: &ProgramMsg,
     mut spec: ProgramSpec,
-    origins: Origins,
+    origins: Origins<'_>,
     mut reported: Vec<FlowErrorMsg>,
     prev: Option<&Program>,
     prev_msg: PrevProgram<'_>,

@@ -530,10 +530,24 @@ fn install_at_scale() {
             },
         );
     }
+    let without = running.clone();
+    let with = next.clone();
     step("port add", next, &mut running, &mut prog);
+    // `HF_SCALE_REPEAT=n`: the port removed and added again n times (more samples).
+    let repeat: u64 = std::env::var("HF_SCALE_REPEAT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    for r in 0..repeat {
+        for (name, m) in [("port remove", &without), ("port add", &with)] {
+            let mut m = m.clone();
+            m.generation = 4 + 2 * r + u64::from(name == "port add");
+            step(name, m, &mut running, &mut prog);
+        }
+    }
     // An ACL on the group: two flows in every switch.
     let mut next = running.clone();
-    next.generation = 3;
+    next.generation = 4 + 2 * repeat;
     for d in &mut next.datapaths {
         let d = Arc::make_mut(d);
         for (i, m) in [

@@ -209,8 +209,11 @@ impl Program {
         }
         // Ports first: patch peers may point forward.
         let all_ports: usize = spec.datapaths.iter().map(|d| d.ports.len()).sum();
-        let mut names: HashMap<&str, (u32, u32)> = HashMap::with_capacity(all_ports);
-        let mut dp_names: HashMap<&str, u32> = HashMap::with_capacity(spec.datapaths.len());
+        // Names come from the program (trusted): the fast hasher (one multiply per word).
+        let mut names: FastMap<&str, (u32, u32)> =
+            FastMap::with_capacity_and_hasher(all_ports, Default::default());
+        let mut dp_names: FastMap<&str, u32> =
+            FastMap::with_capacity_and_hasher(spec.datapaths.len(), Default::default());
         let mut resident: HashSet<&str> = HashSet::new();
         for (i, d) in spec.datapaths.iter().enumerate() {
             check_keys(d)?;
@@ -231,9 +234,10 @@ impl Program {
         }
         // The old program's port and group maps, shared where a datapath's ports and groups
         // are what they were built from (any old program: they do not live in its arenas).
-        let old_maps: HashMap<&str, &Dp> = old
+        let old_maps: FastMap<&str, &Dp> = old
             .map(|o| o.dps.iter().map(|d| (d.name.as_str(), d)).collect())
             .unwrap_or_default();
+        prog.dps.reserve_exact(spec.datapaths.len());
         for (i, d) in spec.datapaths.iter().enumerate() {
             let dup = |id| CompileError::Duplicate {
                 datapath: d.name.clone(),
@@ -388,7 +392,7 @@ impl Program {
             prog.counters = o.counters.clone();
         }
         // The old program's datapaths by identity (name), wherever they were.
-        let old_dps: HashMap<&str, &Dp> = old
+        let old_dps: FastMap<&str, &Dp> = old
             .map(|o| o.dps.iter().map(|d| (d.name.as_str(), d)).collect())
             .unwrap_or_default();
         let old_counters = prog.counters.len();
