@@ -88,14 +88,15 @@ enum Used {
 ///
 /// Every message flow gives exactly one spec flow at its own index, so this is, per datapath,
 /// which text each flow's spec was built from (a vector, not a map: a program of 157k flows
-/// builds it on every install).
-#[derive(Debug, Default)]
-struct Origins(Vec<Vec<Used>>);
+/// builds it on every install). A view of the build's per-datapath [`CacheMeta`] (not a copy:
+/// a datapath taken from the cache costs nothing here).
+#[derive(Debug, Clone, Copy)]
+struct Origins<'a>(&'a [(bool, CacheMeta)]);
 
-impl Origins {
+impl Origins<'_> {
     /// (message flow, text used) of spec flow `fi` of datapath `di`.
     fn get(&self, &(di, fi): &(usize, usize)) -> Option<(usize, Used)> {
-        self.0.get(di)?.get(fi).map(|u| (fi, *u))
+        self.0.get(di)?.1.used.get(fi).map(|u| (fi, *u))
     }
 }
 
@@ -366,12 +367,15 @@ impl Reusable {
 #[derive(Debug)]
 struct Built {
     spec: ProgramSpec,
-    origins: Origins,
     errors: Vec<FlowErrorMsg>,
     /// Per datapath: taken from the cache, and its parse metadata.
     meta: Vec<(bool, CacheMeta)>,
     /// Flows parsed (not taken from the cache).
     parsed_flows: usize,
+    /// Per datapath: its ports and groups are the cached ones, every local location resolved
+    /// as before (taken unchanged from the last compile, so the compile need not compare them:
+    /// [`Program::recompile_knowing`]).
+    same_ports: Vec<bool>,
 }
 
 /// The parsed flows of the last program compiled, per datapath, so that a new program whose
@@ -607,10 +611,10 @@ impl SpecCache {
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let Built {
             spec,
-            origins,
             errors,
             meta,
             parsed_flows,
+            same_ports,
         } = built.built;
         let CompileOutcome {
             prog,
@@ -619,7 +623,14 @@ impl SpecCache {
             swapped,
             held,
         } = compile_built(
-            msg, spec, origins, errors, prev, prev_msg, &refs, &self.opts,
+            msg,
+            spec,
+            Origins(&meta),
+            errors,
+            prev,
+            prev_msg,
+            (&refs, &same_ports),
+            &self.opts,
         )?;
         self.sets = Some(spec.sets);
         for ((d, (_, m)), di) in spec.datapaths.into_iter().zip(meta).zip(0..) {
@@ -817,10 +828,10 @@ fn build_spec(
         owner: Owner(msg.owner),
         ..ProgramSpec::default()
     };
-    let mut origins = Origins::default();
     let mut errors = Vec::new();
     let mut parsed_flows = 0;
     let mut parses = Parses::default();
+    let mut same_ports = Vec::with_capacity(msg.datapaths.len());
     for d in &msg.datapaths {
         let kind = match d.router_zones {
             None => DatapathKind::Switch,
@@ -846,16 +857,26 @@ fn build_spec(
         let (ports, groups) = match kept {
             Some((mut ports, groups)) => {
                 // The local map is not the delta's: local locations are resolved again.
+                let mut moved = false;
                 for (p, m) in ports.iter_mut().zip(&d.ports) {
                     if let LocationMsg::Local(iface) = &m.location {
-                        p.location = local
+                        let loc = local
                             .get(iface)
                             .map_or(PortLocation::Unbound, |&id| PortLocation::Local(id));
+                        if p.location != loc {
+                            p.location = loc;
+                            moved = true;
+                        }
                     }
                 }
+                // Unchanged ports and groups: the compile may share their maps unchecked.
+                same_ports.push(!moved);
                 (ports, groups)
             }
-            None => (ports_of(d, local), groups_of(d)),
+            None => {
+                same_ports.push(false);
+                (ports_of(d, local), groups_of(d))
+            }
         };
         // A datapath whose flows changed still takes each unchanged flow's parse from the
         // cache (`rest`); only the new and changed flows are parsed.
@@ -865,7 +886,6 @@ fn build_spec(
         };
         let flows = match cached {
             Some(c) => {
-                origins.0.push(c.used.clone());
                 errors.extend(c.syntax.iter().cloned());
                 hits.push(Some(CacheMeta {
                     used: c.used,
@@ -911,7 +931,6 @@ fn build_spec(
                     flows.push(fs);
                 }
                 errors.extend(syntax.iter().cloned());
-                origins.0.push(used_all.clone());
                 hits.push(None);
                 misses.push(CacheMeta {
                     used: used_all,
@@ -983,10 +1002,10 @@ fn build_spec(
         .collect();
     Ok(Built {
         spec,
-        origins,
         errors,
         meta,
         parsed_flows,
+        same_ports,
     })
 }
 
@@ -1130,11 +1149,11 @@ pub fn compile_changed(
     compile_built(
         msg,
         b.spec,
-        b.origins,
+        Origins(&b.meta),
         b.errors,
         prev,
         PrevProgram::None,
-        changed,
+        (changed, &[]),
         &CompileOptions::default(),
     )
     .map(|o| (o.prog, o.reported))
@@ -1176,16 +1195,16 @@ fn ran_spec(f: &FlowMsg, level: Option<&LevelCheck>) -> FlowSpec {
 fn compile_built(
     msg: &ProgramMsg,
     mut spec: ProgramSpec,
-    origins: Origins,
+    origins: Origins<'_>,
     mut reported: Vec<FlowErrorMsg>,
     prev: Option<&Program>,
     prev_msg: PrevProgram<'_>,
-    changed: &[&str],
+    (changed, same_ports): (&[&str], &[bool]),
     opts: &CompileOptions,
 ) -> Result<CompileOutcome, String> {
     let level = level_of(msg)?;
     let (mut prog, errs) = match prev {
-        Some(p) => p.recompile_with(&spec, changed, opts),
+        Some(p) => p.recompile_knowing(&spec, changed, same_ports, opts),
         None => Program::compile_with(&spec, opts),
     }
     .map_err(|e| e.to_string())?;
@@ -1206,7 +1225,7 @@ fn compile_built(
         let mut names: Vec<&str> = changed.to_vec();
         names.extend(dps.iter().map(|&di| spec.datapaths[di].name.as_str()));
         match prev {
-            Some(p) => p.recompile_with(spec, &names, opts),
+            Some(p) => p.recompile_knowing(spec, &names, same_ports, opts),
             None => Program::compile_with(spec, opts),
         }
         .map_err(|e| e.to_string())

@@ -230,10 +230,21 @@ fn check_seed(seed: u64) -> Result<usize, String> {
             ));
         }
         let changed: Vec<&str> = dps.iter().map(String::as_str).collect();
-        prog = cache
+        let (next, errs) = cache
             .compile(&msg, built, Some(&prog), &changed)
-            .map_err(|e| format!("seed {seed} step {step}: compile: {e}"))?
-            .0;
+            .map_err(|e| format!("seed {seed} step {step}: compile: {e}"))?;
+        // The program too (ports shared unchecked where the cache promises them unchanged):
+        // what a fresh compile of the message gives, without the cache or a previous program.
+        let (fresh, fresh_errs) = crate::program::compile(&msg, &local, None)
+            .map_err(|e| format!("seed {seed} step {step}: fresh compile: {e}"))?;
+        if next.canonical_text() != fresh.canonical_text() || errs != fresh_errs {
+            return Err(format!(
+                "seed {seed} step {step}: the cached install differs from a fresh compile\n{:?}\n---\n{:?}",
+                next.canonical_text(),
+                fresh.canonical_text()
+            ));
+        }
+        prog = next;
     }
     Ok(trusted)
 }
@@ -519,10 +530,24 @@ fn install_at_scale() {
             },
         );
     }
+    let without = running.clone();
+    let with = next.clone();
     step("port add", next, &mut running, &mut prog);
+    // `HF_SCALE_REPEAT=n`: the port removed and added again n times (more samples).
+    let repeat: u64 = std::env::var("HF_SCALE_REPEAT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    for r in 0..repeat {
+        for (name, m) in [("port remove", &without), ("port add", &with)] {
+            let mut m = m.clone();
+            m.generation = 4 + 2 * r + u64::from(name == "port add");
+            step(name, m, &mut running, &mut prog);
+        }
+    }
     // An ACL on the group: two flows in every switch.
     let mut next = running.clone();
-    next.generation = 3;
+    next.generation = 4 + 2 * repeat;
     for d in &mut next.datapaths {
         let d = Arc::make_mut(d);
         for (i, m) in [

@@ -272,7 +272,6 @@ impl Classifier {
     /// `flow` naming a rule's flow: where rules sit in the rule vector and their rank values
     /// are left out, the orders they make are kept (tests compare programs compiled different
     /// ways, fresh or changed in place, with it).
-    #[cfg(test)]
     pub(crate) fn describe(&self, flow: &dyn Fn(u32) -> String) -> Vec<String> {
         let mut out = Vec::new();
         for s in &self.subtables {

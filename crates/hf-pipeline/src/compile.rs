@@ -45,7 +45,7 @@ impl Program {
     /// out; structural problems (unknown patch peers, duplicate keys, tunnel keys outside
     /// Geneve's limits) fail the whole program.
     pub fn compile(spec: &ProgramSpec) -> Result<(Program, Vec<FlowError>), CompileError> {
-        Program::build(spec, None, &[], &CompileOptions::default())
+        Program::build(spec, None, &[], &[], &CompileOptions::default())
     }
 
     /// [`Program::compile`] with `opts` (worker threads). The program is the same whatever the
@@ -54,7 +54,7 @@ impl Program {
         spec: &ProgramSpec,
         opts: &CompileOptions,
     ) -> Result<(Program, Vec<FlowError>), CompileError> {
-        Program::build(spec, None, &[], opts)
+        Program::build(spec, None, &[], &[], opts)
     }
 
     /// Like [`Program::compile`], but the first flow error fails the program
@@ -78,7 +78,7 @@ impl Program {
         spec: &ProgramSpec,
         changed: &[&str],
     ) -> Result<(Program, Vec<FlowError>), CompileError> {
-        Program::build(spec, Some(self), changed, &CompileOptions::default())
+        Program::build(spec, Some(self), changed, &[], &CompileOptions::default())
     }
 
     /// [`Program::recompile`] with `opts` (worker threads for the datapaths it compiles).
@@ -88,7 +88,25 @@ impl Program {
         changed: &[&str],
         opts: &CompileOptions,
     ) -> Result<(Program, Vec<FlowError>), CompileError> {
-        Program::build(spec, Some(self), changed, opts)
+        Program::build(spec, Some(self), changed, &[], opts)
+    }
+
+    /// [`Program::recompile_with`] for a caller that knows which datapaths' ports and groups
+    /// did not change: `same_ports[i] == true` promises that `spec.datapaths[i]`'s ports and
+    /// groups equal the ones this program's datapath of the same name was built from (the
+    /// datapath's spec cache knows this for every datapath a delta did not name whose local
+    /// ports resolve as before). Such a datapath shares its port and group maps without the
+    /// port-by-port comparison [`Program::recompile`] makes (its patch peers are still
+    /// resolved again). A shorter slice, or `false`, compares as [`Program::recompile`] does.
+    /// A wrong promise gives a wrong program: the promise is the caller's to keep.
+    pub fn recompile_knowing(
+        &self,
+        spec: &ProgramSpec,
+        changed: &[&str],
+        same_ports: &[bool],
+        opts: &CompileOptions,
+    ) -> Result<(Program, Vec<FlowError>), CompileError> {
+        Program::build(spec, Some(self), changed, same_ports, opts)
     }
 
     /// How many datapaths the compile that made this program compiled (the rest it took from
@@ -155,6 +173,7 @@ impl Program {
         spec: &ProgramSpec,
         old: Option<&Program>,
         changed: &[&str],
+        same_ports: &[bool],
         opts: &CompileOptions,
     ) -> Result<(Program, Vec<FlowError>), CompileError> {
         let mut prog = Program {
@@ -190,8 +209,11 @@ impl Program {
         }
         // Ports first: patch peers may point forward.
         let all_ports: usize = spec.datapaths.iter().map(|d| d.ports.len()).sum();
-        let mut names: HashMap<&str, (u32, u32)> = HashMap::with_capacity(all_ports);
-        let mut dp_names: HashMap<&str, u32> = HashMap::with_capacity(spec.datapaths.len());
+        // Names come from the program (trusted): the fast hasher (one multiply per word).
+        let mut names: FastMap<&str, (u32, u32)> =
+            FastMap::with_capacity_and_hasher(all_ports, Default::default());
+        let mut dp_names: FastMap<&str, u32> =
+            FastMap::with_capacity_and_hasher(spec.datapaths.len(), Default::default());
         let mut resident: HashSet<&str> = HashSet::new();
         for (i, d) in spec.datapaths.iter().enumerate() {
             check_keys(d)?;
@@ -212,9 +234,10 @@ impl Program {
         }
         // The old program's port and group maps, shared where a datapath's ports and groups
         // are what they were built from (any old program: they do not live in its arenas).
-        let old_maps: HashMap<&str, &Dp> = old
+        let old_maps: FastMap<&str, &Dp> = old
             .map(|o| o.dps.iter().map(|d| (d.name.as_str(), d)).collect())
             .unwrap_or_default();
+        prog.dps.reserve_exact(spec.datapaths.len());
         for (i, d) in spec.datapaths.iter().enumerate() {
             let dup = |id| CompileError::Duplicate {
                 datapath: d.name.clone(),
@@ -222,9 +245,9 @@ impl Program {
             };
             let vips = vips_of.remove(d.name.as_str()).unwrap_or_default();
             let snat_zone = snat_of.get(d.name.as_str()).copied();
+            let promised = same_ports.get(i).copied().unwrap_or(false);
             if let Some(od) = old_maps.get(d.name.as_str()).filter(|od| {
-                od.from.ports == d.ports
-                    && od.from.groups == d.groups
+                (promised || (od.from.ports == d.ports && od.from.groups == d.groups))
                     && od
                         .from
                         .patches
@@ -369,7 +392,7 @@ impl Program {
             prog.counters = o.counters.clone();
         }
         // The old program's datapaths by identity (name), wherever they were.
-        let old_dps: HashMap<&str, &Dp> = old
+        let old_dps: FastMap<&str, &Dp> = old
             .map(|o| o.dps.iter().map(|d| (d.name.as_str(), d)).collect())
             .unwrap_or_default();
         let old_counters = prog.counters.len();

@@ -123,6 +123,7 @@
 mod act_compile;
 mod arena;
 mod cache;
+mod canonical;
 mod classifier;
 mod compile;
 pub mod interp;
