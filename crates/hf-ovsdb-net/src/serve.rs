@@ -16,7 +16,9 @@
 //! Outside the core's lock: monitor updates are encoded by each connection's writer (a large
 //! one on a blocking thread; sessions with the same monitor spec share one encoding), and
 //! compactions write and sync their new file on a blocking thread, then swap it in under the
-//! lock (see [`crate::server`]). A monitor update's backlog size is an estimate made before it
+//! lock (see [`crate::server`]). Each commit's file record is encoded and appended by one
+//! ordered writer task on a blocking thread; the transaction's reply, held by the core, goes
+//! out once its record is written (`Core::set_background_writes`). A monitor update's backlog size is an estimate made before it
 //! is encoded (a row count times a typical row's size).
 // The I/O shell is where the clock is read and tasks are spawned.
 #![allow(clippy::disallowed_methods)]
@@ -35,7 +37,8 @@ use tokio::sync::{Notify, mpsc};
 
 use crate::framing::{FrameError, Framer};
 use crate::server::{
-    CompactionTask, Core, Incoming, Now, Output, PendingUpdate, SessionId, ShellOutput,
+    CompactionTask, Core, Incoming, Now, Output, PendingUpdate, RecordWrite, RecordWritten,
+    SessionId, ShellOutput,
 };
 
 /// A passive remote to listen on.
@@ -134,6 +137,8 @@ struct State {
     core: Core,
     /// Where compactions go to be run off the lock.
     compactions: mpsc::UnboundedSender<CompactionTask>,
+    /// Where file records go to be encoded and written off the lock, in commit order.
+    records: mpsc::UnboundedSender<RecordWrite>,
     conns: HashMap<SessionId, Conn>,
     listeners: Vec<Listener>,
     next_listener: u64,
@@ -200,10 +205,13 @@ pub async fn start(
 ) -> std::io::Result<Server> {
     let start = Instant::now();
     core.set_background_compaction(true);
+    core.set_background_writes(true);
     let (compactions, mut compaction_rx) = mpsc::unbounded_channel::<CompactionTask>();
+    let (records, mut record_rx) = mpsc::unbounded_channel::<RecordWrite>();
     let state = Arc::new(Mutex::new(State {
         core,
         compactions,
+        records,
         conns: HashMap::new(),
         listeners: Vec::new(),
         next_listener: 1,
@@ -247,6 +255,46 @@ pub async fn start(
                     }
                     Err(e) => tracing::warn!("compacting database {name} failed: {e}"),
                 }
+            }
+        });
+    }
+    {
+        // File records: one ordered writer (a record may depend on the ones before it), each
+        // batch encoded and written on a blocking thread without the lock; then the replies
+        // they held are released under the lock.
+        let (state, opts) = (state.clone(), opts.clone());
+        tokio::spawn(async move {
+            while let Some(first) = record_rx.recv().await {
+                let mut batch = vec![first];
+                while let Ok(more) = record_rx.try_recv() {
+                    batch.push(more);
+                }
+                let lost: Vec<RecordWritten> = batch
+                    .iter()
+                    .map(|w| w.lost("the file writer's thread panicked"))
+                    .collect();
+                let t = Instant::now();
+                let done = tokio::task::spawn_blocking(move || {
+                    batch.into_iter().map(RecordWrite::run).collect::<Vec<_>>()
+                })
+                .await
+                .unwrap_or(lost);
+                let bytes: usize = done
+                    .iter()
+                    .map(|d| d.result().as_ref().map_or(0, |n| *n))
+                    .sum();
+                if bytes >= BIG_MESSAGE {
+                    tracing::debug!(
+                        "file records ({bytes} bytes) encoded and written in {} ms",
+                        t.elapsed().as_millis()
+                    );
+                }
+                let mut st = state.lock();
+                let now = Server::now(start);
+                for d in done {
+                    st.core.record_written(d, now);
+                }
+                dispatch(&mut st, &opts);
             }
         });
     }
@@ -555,6 +603,9 @@ fn dispatch(st: &mut State, opts: &ServeOptions) {
     let outputs: Vec<ShellOutput> = st.core.poll_shell_output().collect();
     while let Some(task) = st.core.poll_compaction() {
         let _ = st.compactions.send(task);
+    }
+    while let Some(w) = st.core.poll_record_write() {
+        let _ = st.records.send(w);
     }
     let mut dropped = Vec::new();
     for o in outputs {

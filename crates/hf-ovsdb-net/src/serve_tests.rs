@@ -101,3 +101,65 @@ async fn a_remote_probe_applies_to_its_sessions() {
     assert!(took < Duration::from_secs(3), "{took:?}");
     assert_eq!(server.remote_sessions(&tcp), Some(0));
 }
+
+/// Through the shell, with its record writer and its compaction runner: sequential
+/// transactions are each answered once their record is in the file, and the file is compacted
+/// as it grows (the compaction's start waits for the writer to catch up, its finish for the
+/// records queued meanwhile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_are_written_off_the_lock_and_the_file_still_compacts() {
+    const SCHEMA: &str = r#"{"name": "T", "version": "1.0.0", "tables": {
+      "S": {"isRoot": true, "columns": {"name": {"type": "string"}}}}}"#;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.db");
+    crate::storage::create(&path, SCHEMA).unwrap();
+    let loaded = crate::storage::open(&path, 1, 100).unwrap();
+    let mut c = Core::new(
+        Config {
+            probe_interval_ms: None,
+            compact_min_bytes: 4000,
+            ..Config::default()
+        },
+        7,
+    );
+    c.add_database(loaded.db, Some(Box::new(loaded.storage)), loaded.history)
+        .unwrap();
+    let tcp: Remote = "ptcp:0:127.0.0.1".parse().unwrap();
+    let server = start(c, std::slice::from_ref(&tcp), ServeOptions::default())
+        .await
+        .unwrap();
+    let addr = server.local_addrs()[0]
+        .trim_start_matches("tcp:")
+        .to_string();
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let records = || {
+        let bytes = std::fs::read(&path).unwrap();
+        hf_ovsdb::file::RecordReader::new(&bytes).count()
+    };
+    let n = 200;
+    for i in 0..n {
+        let msg = json!({"method": "transact", "id": i, "params": ["T",
+            {"op": "insert", "table": "S", "row": {"name": format!("row-{i}-{}", "x".repeat(40))}}]});
+        s.write_all(msg.to_string().as_bytes()).await.unwrap();
+        let got = read_until(&mut s, &format!("\"id\":{i}")).await;
+        assert!(got.contains("uuid"), "{got}");
+        // The reply follows the record.
+        let file = std::fs::read(&path).unwrap();
+        let name = format!("row-{i}-");
+        assert!(
+            file.windows(name.len()).any(|w| w == name.as_bytes()),
+            "answered before its record was written"
+        );
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while records() > n / 2 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        records() <= n / 2,
+        "no compaction: {} records after {n} transactions",
+        records()
+    );
+    let reopened = crate::storage::open(&path, 1, 100).unwrap();
+    assert_eq!(reopened.db.tables[0].rows.len(), n);
+}
