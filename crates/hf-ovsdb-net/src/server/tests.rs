@@ -1069,3 +1069,63 @@ fn background_writes_and_compaction_keep_every_record_once() {
     let reopened = crate::storage::open(&path, 1, 100).unwrap();
     assert_eq!(row_names(&reopened.db), want);
 }
+
+/// A core with one monitor per `monitors` entry (each its own session, the same spec), after a
+/// 2,000-row transaction: the update of the first monitor's session, alone.
+fn big_update(method: &str, monitors: usize) -> (PendingUpdate, Option<PendingUpdate>) {
+    let mut c = core();
+    let sessions: Vec<SessionId> = (0..monitors).map(|_| c.connect(now(0))).collect();
+    for &s in &sessions {
+        let mut params = json!(["T", "m1", {"S": [{"columns": ["name", "m"]}]}]);
+        if method == "monitor_cond_since" {
+            params
+                .as_array_mut()
+                .unwrap()
+                .push(json!("00000000-0000-0000-0000-000000000000"));
+        }
+        req(&mut c, s, method, params, 1);
+        sent(&mut c, s);
+    }
+    let w = c.connect(now(0));
+    let mut ops = vec![json!("T")];
+    ops.extend((0..2000).map(|i| {
+        json!({"op": "insert", "table": "S", "row": {"name": format!("r{i}"), "m": ["map", [["k\"", "v\\u00e9"]]]}})
+    }));
+    req(&mut c, w, "transact", Value::Array(ops), 2);
+    let mut ups = c.poll_shell_output().filter_map(|o| match o {
+        ShellOutput::Update(_, u) => Some(u),
+        _ => None,
+    });
+    let first = ups.next().expect("an update");
+    let second = ups.next();
+    (first, second)
+}
+
+/// A large update encoded in parts (as the shell streams it): the parts joined are exactly the
+/// message encoded whole, for every monitor version; several parts are made; an update whose
+/// text another session shares is made once, whole (one part).
+#[test]
+fn a_large_update_is_encoded_in_parts_that_join_to_the_whole_message() {
+    for method in ["monitor", "monitor_cond", "monitor_cond_since"] {
+        let (whole, _) = big_update(method, 1);
+        let whole = whole.encode().expect("something to report");
+        let (u, none) = big_update(method, 1);
+        assert!(none.is_none());
+        let mut parts = Vec::new();
+        assert!(u.encode_parts(4096, &mut |p| parts.push(p)));
+        assert!(parts.len() > 10, "{method}: {} parts", parts.len());
+        assert!(
+            parts[..parts.len() - 1].iter().all(|p| p.len() >= 4096),
+            "{method}: a part before the last is short"
+        );
+        assert_eq!(parts.concat(), whole, "{method}");
+        let v: Value = serde_json::from_slice(&whole).unwrap();
+        assert!(v["method"].as_str().unwrap().starts_with("update"), "{v}");
+    }
+    let (u, other) = big_update("monitor_cond", 2);
+    let other = other.expect("the second session's update");
+    let mut parts = Vec::new();
+    assert!(u.encode_parts(4096, &mut |p| parts.push(p)));
+    assert_eq!(parts.len(), 1, "a shared text is made once, whole");
+    assert_eq!(Some(parts.concat()), other.encode());
+}
