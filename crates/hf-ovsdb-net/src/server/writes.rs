@@ -23,6 +23,12 @@
 //! are refused before they commit. The server must be restarted (the file holds every
 //! transaction whose reply said it committed).
 //!
+//! Crash semantics: a reply never precedes its record in the file, but other clients' reads
+//! and monitor updates do (they must not wait for the file), so after a crash they may have
+//! seen a change that is not on disk, whose committer never got a reply. On reconnecting they
+//! get the whole contents again (next paragraph), which takes the change back. An `exit` with
+//! records queued is such a crash for them (nothing flushes the queue first).
+//!
 //! What it changes: in this mode a transaction's id (`update3`'s and `monitor_cond_since`'s
 //! last-txn-id) is drawn by the core, not taken from the record's SHA-1, so ids do not survive a
 //! restart: a client that reconnects after a restart gets the whole contents again (as from
