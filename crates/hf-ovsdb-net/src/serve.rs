@@ -14,9 +14,13 @@
 //! behind must resync anyway.
 //!
 //! Outside the core's lock: monitor updates are encoded by each connection's writer (a large
-//! one on a blocking thread; sessions with the same monitor spec share one encoding), and
+//! one on a blocking thread, in parts of 1 MB, each written as soon as it is made, so the
+//! first bytes go out while the rest is encoded; sessions with the same monitor spec share one
+//! encoding, made whole), and
 //! compactions write and sync their new file on a blocking thread, then swap it in under the
-//! lock (see [`crate::server`]). A monitor update's backlog size is an estimate made before it
+//! lock (see [`crate::server`]). Each commit's file record is encoded and appended by one
+//! ordered writer task on a blocking thread; the transaction's reply, held by the core, goes
+//! out once its record is written (`Core::set_background_writes`). A monitor update's backlog size is an estimate made before it
 //! is encoded (a row count times a typical row's size).
 // The I/O shell is where the clock is read and tasks are spawned.
 #![allow(clippy::disallowed_methods)]
@@ -35,7 +39,8 @@ use tokio::sync::{Notify, mpsc};
 
 use crate::framing::{FrameError, Framer};
 use crate::server::{
-    CompactionTask, Core, Incoming, Now, Output, PendingUpdate, SessionId, ShellOutput,
+    CompactionTask, Core, Incoming, Now, Output, PendingUpdate, RecordWrite, RecordWritten,
+    SessionId, ShellOutput,
 };
 
 /// A passive remote to listen on.
@@ -134,6 +139,8 @@ struct State {
     core: Core,
     /// Where compactions go to be run off the lock.
     compactions: mpsc::UnboundedSender<CompactionTask>,
+    /// Where file records go to be encoded and written off the lock, in commit order.
+    records: mpsc::UnboundedSender<RecordWrite>,
     conns: HashMap<SessionId, Conn>,
     listeners: Vec<Listener>,
     next_listener: u64,
@@ -200,10 +207,13 @@ pub async fn start(
 ) -> std::io::Result<Server> {
     let start = Instant::now();
     core.set_background_compaction(true);
+    core.set_background_writes(true);
     let (compactions, mut compaction_rx) = mpsc::unbounded_channel::<CompactionTask>();
+    let (records, mut record_rx) = mpsc::unbounded_channel::<RecordWrite>();
     let state = Arc::new(Mutex::new(State {
         core,
         compactions,
+        records,
         conns: HashMap::new(),
         listeners: Vec::new(),
         next_listener: 1,
@@ -247,6 +257,46 @@ pub async fn start(
                     }
                     Err(e) => tracing::warn!("compacting database {name} failed: {e}"),
                 }
+            }
+        });
+    }
+    {
+        // File records: one ordered writer (a record may depend on the ones before it), each
+        // batch encoded and written on a blocking thread without the lock; then the replies
+        // they held are released under the lock.
+        let (state, opts) = (state.clone(), opts.clone());
+        tokio::spawn(async move {
+            while let Some(first) = record_rx.recv().await {
+                let mut batch = vec![first];
+                while let Ok(more) = record_rx.try_recv() {
+                    batch.push(more);
+                }
+                let lost: Vec<RecordWritten> = batch
+                    .iter()
+                    .map(|w| w.lost("the file writer's thread panicked"))
+                    .collect();
+                let t = Instant::now();
+                let done = tokio::task::spawn_blocking(move || {
+                    batch.into_iter().map(RecordWrite::run).collect::<Vec<_>>()
+                })
+                .await
+                .unwrap_or(lost);
+                let bytes: usize = done
+                    .iter()
+                    .map(|d| d.result().as_ref().map_or(0, |n| *n))
+                    .sum();
+                if bytes >= BIG_MESSAGE {
+                    tracing::debug!(
+                        "file records ({bytes} bytes) encoded and written in {} ms",
+                        t.elapsed().as_millis()
+                    );
+                }
+                let mut st = state.lock();
+                let now = Server::now(start);
+                for d in done {
+                    st.core.record_written(d, now);
+                }
+                dispatch(&mut st, &opts);
             }
         });
     }
@@ -556,6 +606,9 @@ fn dispatch(st: &mut State, opts: &ServeOptions) {
     while let Some(task) = st.core.poll_compaction() {
         let _ = st.compactions.send(task);
     }
+    while let Some(w) = st.core.poll_record_write() {
+        let _ = st.records.send(w);
+    }
     let mut dropped = Vec::new();
     for o in outputs {
         let (sid, chunk, n) = match to_chunk(o) {
@@ -737,6 +790,46 @@ async fn connection<R, W>(
     let _ = writer.await;
 }
 
+/// A large update is encoded in parts of this size, each written as soon as it is made.
+const UPDATE_PART: usize = 1 << 20;
+
+/// Write and flush (a TLS stream may keep records that did not fit in the socket buffer until
+/// it is flushed; a no-op for plain sockets).
+async fn send_all<W: AsyncWrite + Unpin>(wr: &mut W, bytes: &[u8]) -> bool {
+    bytes.is_empty() || (wr.write_all(bytes).await.is_ok() && wr.flush().await.is_ok())
+}
+
+/// Encode a large update on a blocking thread in parts ([`PendingUpdate::encode_parts`]) and
+/// write each part as it comes, so the first bytes go out while the rest is encoded and the
+/// whole text never exists at once. False when the connection failed.
+async fn stream_update<W: AsyncWrite + Unpin>(wr: &mut W, u: PendingUpdate) -> bool {
+    let t = Instant::now();
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(2);
+    let enc = tokio::task::spawn_blocking(move || {
+        // A closed receiver (the connection failed) drops the rest.
+        u.encode_parts(UPDATE_PART, &mut |p| {
+            let _ = tx.blocking_send(p);
+        })
+    });
+    let (mut bytes, mut first_ms, mut ok) = (0, None, true);
+    while let Some(p) = rx.recv().await {
+        first_ms.get_or_insert_with(|| t.elapsed().as_millis());
+        bytes += p.len();
+        if !send_all(wr, &p).await {
+            ok = false;
+            break;
+        }
+    }
+    drop(rx);
+    let _ = enc.await;
+    tracing::debug!(
+        "large update ({bytes} bytes) encoded and written in parts in {} ms (first part out after {} ms)",
+        t.elapsed().as_millis(),
+        first_ms.unwrap_or(0)
+    );
+    ok
+}
+
 async fn writer<W: AsyncWrite + Unpin>(
     mut wr: W,
     mut rx: mpsc::UnboundedReceiver<Chunk>,
@@ -745,11 +838,13 @@ async fn writer<W: AsyncWrite + Unpin>(
     closed: Arc<AtomicBool>,
 ) {
     let mut out = Vec::with_capacity(64 * 1024);
-    while let Some(first) = rx.recv().await {
+    'run: while let Some(first) = rx.recv().await {
         out.clear();
         // Bytes counted in the backlog for what is taken now (an update counts its estimate).
         let mut taken = 0;
         let mut next = Some(first);
+        let t = Instant::now();
+        let mut written = 0;
         while let Some(chunk) = next.take() {
             match chunk {
                 Chunk::Bytes(b) => {
@@ -758,24 +853,20 @@ async fn writer<W: AsyncWrite + Unpin>(
                 }
                 Chunk::Update(u) => {
                     taken += u.size_hint();
-                    // A large update is encoded on a blocking thread: this runtime's workers
-                    // keep serving other connections meanwhile.
-                    let bytes = if u.is_large() {
-                        let t = Instant::now();
-                        let b = tokio::task::spawn_blocking(move || u.encode())
-                            .await
-                            .ok()
-                            .flatten();
-                        tracing::debug!(
-                            "large update ({} bytes) encoded in {} ms",
-                            b.as_ref().map_or(0, Vec::len),
-                            t.elapsed().as_millis()
-                        );
-                        b
-                    } else {
-                        u.encode()
-                    };
-                    if let Some(b) = bytes {
+                    if u.is_large() {
+                        // What came before it goes first; then its parts as they are made
+                        // (this runtime's workers keep serving other connections meanwhile).
+                        if closed.load(Ordering::Acquire)
+                            || !send_all(&mut wr, &out).await
+                            || !stream_update(&mut wr, u).await
+                        {
+                            closed.store(true, Ordering::Release);
+                            wake.notify_one();
+                            break 'run;
+                        }
+                        written += out.len();
+                        out.clear();
+                    } else if let Some(b) = u.encode() {
                         out.extend_from_slice(&b);
                     }
                 }
@@ -789,20 +880,14 @@ async fn writer<W: AsyncWrite + Unpin>(
         if closed.load(Ordering::Acquire) {
             break;
         }
-        // Flush too: a TLS stream may keep records that did not fit in the socket buffer
-        // until it is flushed (a no-op for plain sockets).
-        let t = Instant::now();
-        if !out.is_empty() && (wr.write_all(&out).await.is_err() || wr.flush().await.is_err()) {
+        if !send_all(&mut wr, &out).await {
             closed.store(true, Ordering::Release);
             wake.notify_one();
             break;
         }
-        if out.len() >= BIG_MESSAGE {
-            tracing::debug!(
-                "{} bytes written in {} ms",
-                out.len(),
-                t.elapsed().as_millis()
-            );
+        written += out.len();
+        if written >= BIG_MESSAGE {
+            tracing::debug!("{written} bytes written in {} ms", t.elapsed().as_millis());
         }
         backlog.fetch_sub(taken, Ordering::AcqRel);
         wake.notify_one();

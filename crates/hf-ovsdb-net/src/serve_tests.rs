@@ -101,3 +101,132 @@ async fn a_remote_probe_applies_to_its_sessions() {
     assert!(took < Duration::from_secs(3), "{took:?}");
     assert_eq!(server.remote_sessions(&tcp), Some(0));
 }
+
+/// Through the shell, with its record writer and its compaction runner: sequential
+/// transactions are each answered once their record is in the file, and the file is compacted
+/// as it grows (the compaction's start waits for the writer to catch up, its finish for the
+/// records queued meanwhile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_are_written_off_the_lock_and_the_file_still_compacts() {
+    const SCHEMA: &str = r#"{"name": "T", "version": "1.0.0", "tables": {
+      "S": {"isRoot": true, "columns": {"name": {"type": "string"}}}}}"#;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.db");
+    crate::storage::create(&path, SCHEMA).unwrap();
+    let loaded = crate::storage::open(&path, 1, 100).unwrap();
+    let mut c = Core::new(
+        Config {
+            probe_interval_ms: None,
+            compact_min_bytes: 4000,
+            ..Config::default()
+        },
+        7,
+    );
+    c.add_database(loaded.db, Some(Box::new(loaded.storage)), loaded.history)
+        .unwrap();
+    let tcp: Remote = "ptcp:0:127.0.0.1".parse().unwrap();
+    let server = start(c, std::slice::from_ref(&tcp), ServeOptions::default())
+        .await
+        .unwrap();
+    let addr = server.local_addrs()[0]
+        .trim_start_matches("tcp:")
+        .to_string();
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let records = || {
+        let bytes = std::fs::read(&path).unwrap();
+        hf_ovsdb::file::RecordReader::new(&bytes).count()
+    };
+    let n = 200;
+    for i in 0..n {
+        let msg = json!({"method": "transact", "id": i, "params": ["T",
+            {"op": "insert", "table": "S", "row": {"name": format!("row-{i}-{}", "x".repeat(40))}}]});
+        s.write_all(msg.to_string().as_bytes()).await.unwrap();
+        let got = read_until(&mut s, &format!("\"id\":{i}")).await;
+        assert!(got.contains("uuid"), "{got}");
+        // The reply follows the record.
+        let file = std::fs::read(&path).unwrap();
+        let name = format!("row-{i}-");
+        assert!(
+            file.windows(name.len()).any(|w| w == name.as_bytes()),
+            "answered before its record was written"
+        );
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while records() > n / 2 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        records() <= n / 2,
+        "no compaction: {} records after {n} transactions",
+        records()
+    );
+    let reopened = crate::storage::open(&path, 1, 100).unwrap();
+    assert_eq!(reopened.db.tables[0].rows.len(), n);
+}
+
+/// A large monitor update goes out in parts (encoded and written as they are made) and
+/// arrives as one valid JSON message holding every row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_update_streamed_in_parts_arrives_as_one_message() {
+    const SCHEMA: &str = r#"{"name": "T", "version": "1.0.0", "tables": {
+      "S": {"isRoot": true, "columns": {"name": {"type": "string"}}}}}"#;
+    let mut c = core();
+    let db = hf_ovsdb::Database::new(Arc::new(hf_ovsdb::Schema::parse(SCHEMA).unwrap()), 1);
+    c.add_database(db, None, vec![]).unwrap();
+    let tcp: Remote = "ptcp:0:127.0.0.1".parse().unwrap();
+    let server = start(c, std::slice::from_ref(&tcp), ServeOptions::default())
+        .await
+        .unwrap();
+    let addr = server.local_addrs()[0]
+        .trim_start_matches("tcp:")
+        .to_string();
+    let mut m = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let req = json!({"method": "monitor_cond_since", "id": 1, "params": ["T", "m",
+        {"S": [{"columns": ["name"]}]}, "00000000-0000-0000-0000-000000000000"]});
+    m.write_all(req.to_string().as_bytes()).await.unwrap();
+    read_until(&mut m, "\"id\":1").await;
+    let mut w = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let n = 6000;
+    let mut ops = vec![json!("T")];
+    ops.extend((0..n).map(|i| {
+        json!({"op": "insert", "table": "S", "row": {"name": format!("{i:05}-{}", "é\"x".repeat(100))}})
+    }));
+    let txn = json!({"method": "transact", "id": 2, "params": ops});
+    w.write_all(txn.to_string().as_bytes()).await.unwrap();
+    // Read until one whole JSON value has arrived.
+    let mut got = Vec::new();
+    let mut b = vec![0u8; 64 * 1024];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let update: serde_json::Value = loop {
+        let r = tokio::time::timeout_at(deadline, m.read(&mut b)).await;
+        let k = match r {
+            Ok(Ok(k)) if k > 0 => k,
+            other => panic!("no whole update: {other:?} after {} bytes", got.len()),
+        };
+        got.extend_from_slice(&b[..k]);
+        let mut it = serde_json::Deserializer::from_slice(&got).into_iter::<serde_json::Value>();
+        match it.next() {
+            Some(Ok(v)) => {
+                assert_eq!(it.byte_offset(), got.len(), "one message, nothing after");
+                break v;
+            }
+            Some(Err(e)) if e.is_eof() => continue,
+            other => panic!("not JSON: {other:?}"),
+        }
+    };
+    assert!(
+        got.len() > 3 << 20,
+        "a multi-part update: {} bytes",
+        got.len()
+    );
+    assert_eq!(update["method"], "update3");
+    assert_eq!(update["params"][0], "m");
+    let rows = update["params"][2]["S"].as_object().unwrap();
+    assert_eq!(rows.len(), n);
+    assert!(rows.values().any(|r| {
+        r["insert"]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("05999-é\"x")
+    }));
+}

@@ -337,6 +337,24 @@ impl Monitor {
         rows: Option<&[Vec<u32>]>,
         out: &mut Vec<u8>,
     ) -> bool {
+        self.write_updates_parts(schema, delta, rows, out, usize::MAX, &mut |_| {})
+    }
+
+    /// [`Monitor::write_updates_selected`] in parts: once `out` holds at least `part` bytes
+    /// after a row that is reported, `flush` is called to take them (it must leave `out` empty
+    /// or with its bytes still to be sent before what follows). The parts, concatenated with
+    /// what is left in `out` at the end, are exactly the text `write_updates_selected` writes.
+    /// Nothing is flushed before the first reported row, so when nothing is reported `flush` is
+    /// never called and false is returned with `out` unchanged.
+    pub fn write_updates_parts(
+        &self,
+        schema: &Schema,
+        delta: &TxnDelta,
+        rows: Option<&[Vec<u32>]>,
+        out: &mut Vec<u8>,
+        part: usize,
+        flush: &mut dyn FnMut(&mut Vec<u8>),
+    ) -> bool {
         let start = out.len();
         out.push(b'{');
         let mut any_table = false;
@@ -358,6 +376,11 @@ impl Monitor {
                 out.push(b':');
                 if tm.write_change(ts, ch, self.version, out) {
                     any_row = true;
+                    // Past this row nothing written so far is taken back (the table has a row,
+                    // so it and the whole object stay): the bytes may go.
+                    if out.len() >= part {
+                        flush(out);
+                    }
                 } else {
                     out.truncate(row_mark);
                 }

@@ -523,12 +523,43 @@ fn written_updates_mean_the_tree_updates_on_random_monitors_and_changes() {
             let written = m.write_updates_selected(&schema, &delta, rows, &mut out);
             assert_eq!(written, tree.is_some(), "seed {seed}: {:?}", m.tables);
             assert_eq!(&out[..6], b"prefix", "seed {seed}: the text is appended");
-            if let Some(tree) = tree {
+            if let Some(tree) = &tree {
                 let text: Value = serde_json::from_slice(&out[6..]).expect("valid JSON");
-                assert_eq!(text, tree, "seed {seed}: {:?}\ndelta: {delta:?}", m.tables);
+                assert_eq!(&text, tree, "seed {seed}: {:?}\ndelta: {delta:?}", m.tables);
                 reported += 1;
             } else {
                 assert_eq!(out.len(), 6, "seed {seed}: nothing written");
+            }
+            // In parts (as the server streams a large echo): the parts and the rest, joined,
+            // mean the same tree; nothing is flushed when nothing is reported.
+            for part in [1, 40, 300] {
+                let mut joined = b"prefix".to_vec();
+                let mut rest = Vec::new();
+                let mut flushes = 0;
+                let written = m.write_updates_parts(
+                    &schema,
+                    &delta,
+                    rows,
+                    &mut rest,
+                    part,
+                    &mut |o: &mut Vec<u8>| {
+                        flushes += 1;
+                        joined.append(o);
+                    },
+                );
+                joined.extend_from_slice(&rest);
+                assert_eq!(written, tree.is_some(), "seed {seed}, part {part}");
+                match &tree {
+                    Some(tree) => {
+                        let text: Value = serde_json::from_slice(&joined[6..])
+                            .unwrap_or_else(|e| panic!("seed {seed}, part {part}: {e}"));
+                        assert_eq!(&text, tree, "seed {seed}, part {part}");
+                        if part == 1 {
+                            assert!(flushes > 0, "seed {seed}: never flushed");
+                        }
+                    }
+                    None => assert_eq!((flushes, joined.len()), (0, 6), "seed {seed}"),
+                }
             }
         }
     }

@@ -44,8 +44,15 @@ impl Core {
         };
         let mut done = Vec::new();
         for dbi in targets {
+            let in_flight = self.writes_in_flight(dbi);
             let e = &mut self.dbs[dbi];
             let db_name = e.db.schema.name.clone();
+            if in_flight {
+                return Err(CompactError::Io(
+                    db_name,
+                    "records of it are being written; ask again in a moment".into(),
+                ));
+            }
             if e.compacting.is_some() {
                 // Its new file is being written; replacing the file now would race with it.
                 return Err(CompactError::Io(
@@ -53,12 +60,14 @@ impl Core {
                     "a background compaction of it is running; ask again when it has finished (see the log)".into(),
                 ));
             }
-            let Some(st) = &mut e.storage else {
+            let Some(file) = &e.storage else {
                 // `_Server` (and in-memory databases) have no file: nothing to compact.
                 continue;
             };
             let snap = hf_ovsdb::file::snapshot_file(&e.db, now.wall_ms);
-            st.replace(&snap)
+            file.lock()
+                .storage
+                .replace(&snap)
                 .map_err(|err| CompactError::Io(db_name.clone(), err.to_string()))?;
             e.snapshot_size = snap.len() as u64;
             done.push(db_name);

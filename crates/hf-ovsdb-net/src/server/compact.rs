@@ -5,7 +5,7 @@
 //! and hands out a [`CompactionTask`]. Whoever runs the task (a blocking thread in
 //! [`crate::serve`]) sorts and encodes the snapshot and writes it, made durable, through the
 //! storage's [`super::ReplaceJob`] to a new file that is not yet in use. Meanwhile commits go on
-//! being appended to the old file, and the core keeps a copy of those records (the tail). At
+//! being appended to the old file, and a copy of those records is kept with the file (the tail). At
 //! [`super::Core::finish_compaction`] the storage appends the tail to the new file, makes it
 //! durable and swaps it in atomically (a rename), so a crash at any point leaves either the old
 //! file with every committed transaction or the new one with every committed transaction. The
@@ -28,8 +28,6 @@ use super::ReplaceJob;
 /// A compaction in progress, as the core tracks it.
 pub(super) struct Running {
     pub id: u64,
-    /// Records committed since the snapshot, to be appended to the new file.
-    pub tail: Vec<u8>,
 }
 
 /// The part of a compaction that runs outside the core: encode and write the snapshot.

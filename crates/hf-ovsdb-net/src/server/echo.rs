@@ -7,7 +7,9 @@
 //! holds only shared, immutable things: the committed delta (`Arc`'d rows), the monitor spec
 //! as it was at commit, and the selected change indices. Whoever sends it (the connection's
 //! writer in [`crate::serve`], or [`super::Core::poll_output`] for sans-I/O callers) encodes
-//! it; monitors with the same spec share one encoding ([`Echo`]).
+//! it; monitors with the same spec share one encoding ([`Echo`]). An update no other session
+//! shares can be encoded in parts ([`PendingUpdate::encode_parts`]), which the shell writes as
+//! they are made.
 //!
 //! What it does not do: change what is reported. The index only narrows the candidates; the
 //! monitor's own evaluation ([`Monitor::updates_selected`]) decides, as before.
@@ -92,6 +94,67 @@ impl PendingUpdate {
             MonitorVersion::V2 => notification_bytes_raw("update2", &[id, u]),
             MonitorVersion::V3 => notification_bytes_raw("update3", &[id, self.txn.as_bytes(), u]),
         })
+    }
+
+    /// [`PendingUpdate::encode`] in parts of about `part` bytes, each given to `send` as soon as
+    /// it is made (the first starts the message, the last ends it), so a large update's first
+    /// bytes can go out while the rest is encoded and the whole text never exists at once. The
+    /// parts joined are exactly `encode`'s bytes. An update whose text other sessions share
+    /// (its [`Echo`] is pending for them too, or already made) is encoded whole, once, and sent
+    /// as one part. Returns false, sending nothing, when nothing is reported.
+    pub fn encode_parts(self, part: usize, send: &mut dyn FnMut(Vec<u8>)) -> bool {
+        if self.echo.is_encoded() || Arc::strong_count(&self.echo) > 1 {
+            return match self.encode() {
+                Some(b) => {
+                    send(b);
+                    true
+                }
+                None => false,
+            };
+        }
+        // As `notification_bytes_raw` frames it.
+        let method = match self.version {
+            MonitorVersion::V1 => "update",
+            MonitorVersion::V2 => "update2",
+            MonitorVersion::V3 => "update3",
+        };
+        let mut head = format!(
+            "{{\"id\":null,\"method\":\"{method}\",\"params\":[{},",
+            self.id
+        );
+        if self.version == MonitorVersion::V3 {
+            head.push_str(&self.txn);
+            head.push(',');
+        }
+        let mut head = Some(head.into_bytes());
+        let e = &self.echo;
+        let mut out = Vec::with_capacity(part.saturating_add(part / 8).min(64 << 20));
+        let any = e.monitor.write_updates_parts(
+            &e.schema,
+            &e.delta,
+            Some(&e.rows),
+            &mut out,
+            part,
+            &mut |o: &mut Vec<u8>| {
+                let fresh = Vec::with_capacity(part.saturating_add(part / 8).min(64 << 20));
+                let body = std::mem::replace(o, fresh);
+                send(match head.take() {
+                    Some(mut h) => {
+                        h.extend_from_slice(&body);
+                        h
+                    }
+                    None => body,
+                });
+            },
+        );
+        if !any {
+            return false;
+        }
+        let mut last = head.take().unwrap_or_default();
+        last.extend_from_slice(&out);
+        last.extend_from_slice(b"]}");
+        send(last);
+        true
     }
 
     /// Whether the shared update text has been made (by this or another session's sender).

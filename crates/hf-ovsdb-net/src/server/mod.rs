@@ -13,12 +13,16 @@
 //! that drains [`Core::poll_shell_output`] instead encodes them outside its lock on the core
 //! ([`PendingUpdate`]), so other clients' requests are answered meanwhile. With
 //! [`Core::set_background_compaction`], compaction's file is written outside the core too
-//! ([`Core::poll_compaction`], [`Core::finish_compaction`]).
+//! ([`Core::poll_compaction`], [`Core::finish_compaction`]). With
+//! [`Core::set_background_writes`], each commit's file record is encoded and appended outside
+//! the core as well, its reply held until then ([`Core::poll_record_write`],
+//! [`Core::record_written`]).
 
 mod admin;
 mod compact;
 mod echo;
 mod locks;
+mod writes;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -35,6 +39,7 @@ use crate::jsonrpc::{Message, notification_bytes, reply_bytes};
 pub use compact::{CompactionDone, CompactionTask};
 pub use echo::{Echo, PendingUpdate};
 pub use locks::Locks;
+pub use writes::{RecordWrite, RecordWritten};
 
 /// A connection's id.
 pub type SessionId = u64;
@@ -144,7 +149,17 @@ pub enum ShellOutput {
 
 struct DbEntry {
     db: Database,
-    storage: Option<Box<dyn Storage>>,
+    storage: Option<writes::SharedFile>,
+    /// Records queued for the writer ([`Core::poll_record_write`]) and written so far: the
+    /// file is caught up when they are equal.
+    queued: u64,
+    written: u64,
+    /// Replies of committed transactions whose records are not written yet, in order.
+    held: VecDeque<writes::HeldReply>,
+    /// Why a background write failed: transactions are refused from then on.
+    failed: Option<String>,
+    /// A finished compaction waiting for the records queued before it to be written.
+    finish_deferred: Option<CompactionDone>,
     history: VecDeque<(Uuid, Arc<TxnDelta>)>,
     history_rows: usize,
     last_txn: Uuid,
@@ -266,6 +281,12 @@ pub struct Core {
     background_compaction: bool,
     compactions: Vec<CompactionTask>,
     next_compaction: u64,
+    /// File records are written outside the core ([`Core::set_background_writes`]).
+    background_writes: bool,
+    writes: VecDeque<RecordWrite>,
+    /// Seed and counter of the transaction ids drawn in that mode.
+    txn_seed: u64,
+    txn_count: u64,
 }
 
 impl std::fmt::Debug for Core {
@@ -324,6 +345,11 @@ impl Core {
                 snapshot_size: 0,
                 specs: None,
                 compacting: None,
+                queued: 0,
+                written: 0,
+                held: VecDeque::new(),
+                failed: None,
+                finish_deferred: None,
             }],
             sessions: Default::default(),
             next_session: 1,
@@ -333,6 +359,10 @@ impl Core {
             background_compaction: false,
             compactions: Vec::new(),
             next_compaction: 0,
+            background_writes: false,
+            writes: VecDeque::new(),
+            txn_seed: seed,
+            txn_count: 0,
         }
     }
 
@@ -355,13 +385,18 @@ impl Core {
         let history_rows = history.iter().map(|(_, d)| d.len()).sum();
         self.dbs.push(DbEntry {
             db,
-            storage,
+            storage: storage.map(writes::shared),
             history: history.into(),
             history_rows,
             last_txn,
             snapshot_size,
             specs: None,
             compacting: None,
+            queued: 0,
+            written: 0,
+            held: VecDeque::new(),
+            failed: None,
+            finish_deferred: None,
         });
         self.trim_history(self.dbs.len() - 1);
         Ok(())
@@ -655,14 +690,29 @@ impl Core {
                         ));
                         return self.reply(sid, &id, &Value::Array(results));
                     }
-                    if let Err(e) = self.commit(dbi, delta, now) {
-                        results.push(err_json(
-                            ErrorKind::Io,
-                            format!("writing the database file failed: {e}"),
-                        ));
+                    if let Some(e) = &self.dbs[dbi].failed {
+                        let e = format!(
+                            "the database file is not being written (restart the server): an earlier write failed: {e}"
+                        );
+                        results.push(err_json(ErrorKind::Io, e));
                         return self.reply(sid, &id, &Value::Array(results));
                     }
-                    self.reply(sid, &id, &Value::Array(results));
+                    match self.commit(dbi, delta, now) {
+                        Err(e) => {
+                            results.push(err_json(
+                                ErrorKind::Io,
+                                format!("writing the database file failed: {e}"),
+                            ));
+                            return self.reply(sid, &id, &Value::Array(results));
+                        }
+                        Ok(Some(seq)) => self.dbs[dbi].held.push_back(writes::HeldReply {
+                            seq,
+                            sid,
+                            id,
+                            results,
+                        }),
+                        Ok(None) => self.reply(sid, &id, &Value::Array(results)),
+                    }
                     self.retry_pending(dbi, now);
                     return;
                 }
@@ -706,20 +756,33 @@ impl Core {
         }
     }
 
-    /// Persist, apply and publish a validated delta.
-    fn commit(&mut self, dbi: usize, delta: TxnDelta, now: Now) -> std::io::Result<()> {
+    /// Persist, apply and publish a validated delta. With background writes, the record is
+    /// queued for the writer instead: its number is returned, and the reply must wait for it.
+    fn commit(&mut self, dbi: usize, delta: TxnDelta, now: Now) -> std::io::Result<Option<u64>> {
+        if self.background_writes && self.dbs[dbi].storage.is_some() {
+            return Ok(Some(self.commit_background(dbi, delta, now)));
+        }
         let entry = &mut self.dbs[dbi];
         let opts = WriteOptions {
             column_diff: self.cfg.file_column_diff,
         };
         let record = encode_delta_record_with(&entry.db.schema, &delta, now.wall_ms, opts);
         let txn_id = record_txn_id(&record);
-        if let Some(st) = &mut entry.storage {
-            st.append(&record, delta.durable)?;
-            if let Some(r) = &mut entry.compacting {
-                r.tail.extend_from_slice(&record);
+        if let Some(file) = &entry.storage {
+            let mut f = file.lock();
+            f.storage.append(&record, delta.durable)?;
+            if entry.compacting.is_some() {
+                f.tail.extend_from_slice(&record);
             }
         }
+        let delta = self.apply_and_publish(dbi, delta, txn_id);
+        drop(delta);
+        self.maybe_compact(dbi, now);
+        Ok(None)
+    }
+
+    fn apply_and_publish(&mut self, dbi: usize, delta: TxnDelta, txn_id: Uuid) -> Arc<TxnDelta> {
+        let entry = &mut self.dbs[dbi];
         entry.db.apply(&delta);
         let delta = Arc::new(delta);
         entry.history_rows += delta.len();
@@ -727,8 +790,118 @@ impl Core {
         entry.last_txn = txn_id;
         self.trim_history(dbi);
         self.publish(dbi, &delta, txn_id);
-        self.maybe_compact(dbi, now);
-        Ok(())
+        delta
+    }
+
+    /// [`Core::commit`] with the record written outside the core.
+    fn commit_background(&mut self, dbi: usize, delta: TxnDelta, now: Now) -> u64 {
+        let txn_id = self.draw_txn_id();
+        let delta = self.apply_and_publish(dbi, delta, txn_id);
+        let e = &mut self.dbs[dbi];
+        let Some(file) = &e.storage else {
+            return e.queued;
+        };
+        e.queued += 1;
+        self.writes.push_back(RecordWrite {
+            db: dbi,
+            seq: e.queued,
+            schema: e.db.schema.clone(),
+            delta,
+            wall_ms: now.wall_ms,
+            opts: WriteOptions {
+                column_diff: self.cfg.file_column_diff,
+            },
+            to_tail: e.compacting.is_some(),
+            file: file.clone(),
+        });
+        e.queued
+    }
+
+    /// A transaction id for background writes (see [`writes`]): 128 bits from the seed and a
+    /// counter (splitmix64), as a random UUID.
+    fn draw_txn_id(&mut self) -> Uuid {
+        fn mix(mut z: u64) -> u64 {
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+        self.txn_count += 1;
+        let base = self.txn_seed.wrapping_add(
+            self.txn_count
+                .wrapping_mul(2)
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        );
+        let hi = mix(base);
+        let lo = mix(base.wrapping_add(0x9e37_79b9_7f4a_7c15));
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&hi.to_be_bytes());
+        b[8..].copy_from_slice(&lo.to_be_bytes());
+        uuid::Builder::from_random_bytes(b).into_uuid()
+    }
+
+    /// Write each commit's file record outside the core: commits queue [`RecordWrite`]s
+    /// ([`Core::poll_record_write`]) and hold their replies until [`Core::record_written`]
+    /// says the record is in the file. Off by default (records are written inside the call
+    /// that commits). See [`writes`] for what changes (transaction ids) and how failures and
+    /// compaction are handled.
+    pub fn set_background_writes(&mut self, on: bool) {
+        self.background_writes = on;
+    }
+
+    /// The next record to write, in commit order: run them in that order, one at a time
+    /// ([`RecordWrite::run`]) and give each result to [`Core::record_written`].
+    pub fn poll_record_write(&mut self) -> Option<RecordWrite> {
+        self.writes.pop_front()
+    }
+
+    /// A record from [`Core::poll_record_write`] has been written (or not): release the replies
+    /// it held, then run what waited for the file to catch up (a compaction's finish, or its
+    /// start).
+    pub fn record_written(&mut self, done: RecordWritten, now: Now) {
+        let Some(e) = self.dbs.get_mut(done.db) else {
+            return;
+        };
+        e.written = e.written.max(done.seq);
+        if let Err(err) = &done.result
+            && e.failed.is_none()
+        {
+            e.failed = Some(err.clone());
+            let name = e.db.schema.name.clone();
+            self.emit(Output::Log(format!(
+                "writing database {name}'s file failed: {err}; transactions on it are refused until the server is restarted"
+            )));
+        }
+        let e = &mut self.dbs[done.db];
+        let mut release = Vec::new();
+        while e.held.front().is_some_and(|h| h.seq <= done.seq) {
+            if let Some(h) = e.held.pop_front() {
+                let this = done.seq == h.seq;
+                release.push((h, this));
+            }
+        }
+        for (h, this) in release {
+            let mut results = h.results;
+            if this && let Err(err) = &done.result {
+                results.push(err_json(
+                    ErrorKind::Io,
+                    format!("writing the database file failed (the change is in memory, not on disk): {err}"),
+                ));
+            }
+            self.reply(h.sid, &h.id, &Value::Array(results));
+        }
+        if !self.writes_in_flight(done.db)
+            && let Some(deferred) = self.dbs[done.db].finish_deferred.take()
+        {
+            self.finish_compaction(deferred);
+        }
+        // (Only if the file has caught up: see there.)
+        self.maybe_compact(done.db, now);
+    }
+
+    /// Records queued for the writer and not yet written ([`Core::record_written`]).
+    fn writes_in_flight(&self, dbi: usize) -> bool {
+        let e = &self.dbs[dbi];
+        e.written < e.queued
     }
 
     fn trim_history(&mut self, dbi: usize) {
@@ -742,9 +915,16 @@ impl Core {
     }
 
     fn maybe_compact(&mut self, dbi: usize, now: Now) {
+        // With records still to be written, a snapshot would hold changes the file does not
+        // (and the compaction's tail would miss them): wait until they are written.
+        if self.writes_in_flight(dbi) {
+            return;
+        }
         let min = self.cfg.compact_min_bytes;
         let e = &mut self.dbs[dbi];
-        let Some(st) = &mut e.storage else { return };
+        let Some(file) = &e.storage else { return };
+        let mut file = file.lock();
+        let st = &mut file.storage;
         let size = st.size();
         if size < min || size < e.snapshot_size.saturating_mul(4) || e.compacting.is_some() {
             return;
@@ -754,10 +934,8 @@ impl Core {
                 Ok(Some(job)) => {
                     self.next_compaction += 1;
                     let id = self.next_compaction;
-                    e.compacting = Some(compact::Running {
-                        id,
-                        tail: Vec::new(),
-                    });
+                    file.tail.clear();
+                    e.compacting = Some(compact::Running { id });
                     self.compactions.push(CompactionTask {
                         db: dbi,
                         name: e.db.schema.name.clone(),
@@ -772,6 +950,7 @@ impl Core {
                 Ok(None) => {}
                 Err(err) => {
                     let name = e.db.schema.name.clone();
+                    drop(file);
                     return self.emit(Output::Log(format!(
                         "compacting database {name} failed: cannot start the new file: {err}"
                     )));
@@ -780,7 +959,9 @@ impl Core {
         }
         let snap = snapshot_file(&e.db, now.wall_ms);
         let name = e.db.schema.name.clone();
-        match st.replace(&snap) {
+        let replaced = file.storage.replace(&snap);
+        drop(file);
+        match replaced {
             Ok(()) => {
                 e.snapshot_size = snap.len() as u64;
                 self.emit(Output::Log(format!(
@@ -813,12 +994,16 @@ impl Core {
     /// core. Empty when `done` is not the running compaction. The current file keeps every
     /// record whatever happens: a catch-up that fails makes the compaction fail, not lose them.
     pub fn take_compaction_tail(&mut self, done: &CompactionDone) -> Vec<u8> {
-        match self
-            .dbs
-            .get_mut(done.db)
-            .and_then(|e| e.compacting.as_mut())
-        {
-            Some(r) if r.id == done.id => std::mem::take(&mut r.tail),
+        let Some(e) = self.dbs.get(done.db) else {
+            return Vec::new();
+        };
+        match (&e.compacting, &e.storage) {
+            // A record being written holds the file: leave the tail to the finish rather than
+            // wait for the write under the core.
+            (Some(r), Some(file)) if r.id == done.id => file
+                .try_lock()
+                .map(|mut f| std::mem::take(&mut f.tail))
+                .unwrap_or_default(),
             _ => Vec::new(),
         }
     }
@@ -827,6 +1012,13 @@ impl Core {
     /// since the snapshot (since [`Core::take_compaction_tail`], if it was called) and swaps
     /// the new file in; on any error the old file stays in use.
     pub fn finish_compaction(&mut self, done: CompactionDone) {
+        if done.db < self.dbs.len() && self.writes_in_flight(done.db) {
+            // Its tail is complete once the records queued so far are written
+            // ([`Core::record_written`] finishes it then).
+            let db = done.db;
+            self.dbs[db].finish_deferred = Some(done);
+            return;
+        }
         let Some(e) = self.dbs.get_mut(done.db) else {
             return;
         };
@@ -836,16 +1028,21 @@ impl Core {
                 done.name
             )));
         }
-        let Some(running) = e.compacting.take() else {
+        if e.compacting.take().is_none() {
             return;
-        };
+        }
         let name = done.name;
-        let msg = match (done.result, &mut e.storage) {
+        let mut file = e.storage.as_ref().map(|f| f.lock());
+        let tail = file
+            .as_mut()
+            .map(|f| std::mem::take(&mut f.tail))
+            .unwrap_or_default();
+        let msg = match (done.result, file.as_mut().map(|f| &mut f.storage)) {
             (Err(err), _) => format!("compacting database {name} failed: {err}"),
             (Ok(_), None) => format!("compacting database {name} failed: it has no storage"),
             (Ok(snap), Some(st)) => {
                 let before = st.size();
-                match st.finish_replace(done.job, &running.tail) {
+                match st.finish_replace(done.job, &tail) {
                     Ok(()) => {
                         e.snapshot_size = snap;
                         format!(
@@ -857,24 +1054,28 @@ impl Core {
                 }
             }
         };
+        drop(file);
         self.emit(Output::Log(msg));
     }
 
     /// Compact every database now (e.g. on operator request).
     pub fn compact_all(&mut self, now: Now) {
         for dbi in 1..self.dbs.len() {
+            let in_flight = self.writes_in_flight(dbi);
             let e = &mut self.dbs[dbi];
             let name = e.db.schema.name.clone();
-            if e.compacting.is_some() {
-                // Its new file is being written; replacing the file now would race with it.
+            if e.compacting.is_some() || in_flight {
+                // Its new file is being written, or records are; replacing the file now would
+                // race with them.
                 self.emit(Output::Log(format!(
-                    "database {name} is being compacted in the background already"
+                    "database {name} is not compacted now: a background compaction or file write of it is running"
                 )));
                 continue;
             }
-            if let Some(st) = &mut e.storage {
+            if let Some(file) = &e.storage {
                 let snap = snapshot_file(&e.db, now.wall_ms);
-                match st.replace(&snap) {
+                let replaced = file.lock().storage.replace(&snap);
+                match replaced {
                     Ok(()) => e.snapshot_size = snap.len() as u64,
                     Err(err) => self.emit(Output::Log(format!(
                         "compacting database {name} failed: {err}"

@@ -60,6 +60,7 @@ fn insert(c: &mut Core, sid: SessionId, name: &str, id: u64) -> String {
         json!(["T", {"op": "insert", "table": "S", "row": {"name": name}}]),
         id,
     );
+    write_records(c);
     let msgs = sent(c, sid);
     let reply = msgs.iter().find(|m| m["id"] == id).unwrap();
     reply["result"][0]["uuid"][1].as_str().unwrap().to_string()
@@ -88,6 +89,15 @@ fn commit_until_compaction_and_five_more(
 }
 
 /// The log lines the core has to say.
+/// Run the file writes queued by a core with background writes, in order, as the shell's
+/// writer does (nothing for a core that writes its records itself).
+fn write_records(c: &mut Core) {
+    while let Some(w) = c.poll_record_write() {
+        let done = w.run();
+        c.record_written(done, now(0));
+    }
+}
+
 fn logs(c: &mut Core) -> Vec<String> {
     c.poll_output()
         .filter_map(|o| match o {
@@ -640,7 +650,8 @@ fn a_small_transaction_is_answered_while_a_big_echo_is_still_unwritten() {
 fn background_compaction_keeps_every_commit_and_survives_a_crash_anywhere() {
     use crate::storage::CrashPoint;
     let crashes = std::iter::once(None).chain(CrashPoint::ALL.map(Some));
-    for crash in crashes {
+    let modes = crashes.flat_map(|c| [(c, false), (c, true)]);
+    for (crash, background_writes) in modes {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.db");
         crate::storage::create(&path, SCHEMA).unwrap();
@@ -657,6 +668,7 @@ fn background_compaction_keeps_every_commit_and_survives_a_crash_anywhere() {
             7,
         );
         c.set_background_compaction(true);
+        c.set_background_writes(background_writes);
         c.add_database(loaded.db, Some(Box::new(storage)), loaded.history)
             .unwrap();
         let s = c.connect(now(0));
@@ -691,9 +703,14 @@ fn background_compaction_keeps_every_commit_and_survives_a_crash_anywhere() {
         let want: std::collections::BTreeSet<String> = (0..i).map(|k| format!("n{k}")).collect();
         assert_eq!(names(c.database("T").unwrap()), want);
         drop(c);
-        let reopened = crate::storage::open(&path, 1, 100)
-            .unwrap_or_else(|e| panic!("crash at {crash:?}: the file does not load: {e}"));
-        assert_eq!(names(&reopened.db), want, "crash at {crash:?}");
+        let reopened = crate::storage::open(&path, 1, 100).unwrap_or_else(|e| {
+            panic!("crash at {crash:?} ({background_writes}): the file does not load: {e}")
+        });
+        assert_eq!(
+            names(&reopened.db),
+            want,
+            "crash at {crash:?} ({background_writes})"
+        );
         let records = hf_ovsdb::file::RecordReader::new(&std::fs::read(&path).unwrap()).count();
         match crash {
             // Schema, snapshot, the six commits of the tail, the one after the swap.
@@ -755,4 +772,360 @@ fn compaction_catch_up_writes_the_tail_outside_the_core_and_finish_only_the_rest
     assert_eq!(records, 2 + 5 + 2);
     let reopened = crate::storage::open(&path, 1, 100).unwrap();
     assert_eq!(reopened.db.tables[0].rows.len(), i as usize);
+}
+
+/// The rows named in a database (for the file tests).
+fn row_names(db: &Database) -> Vec<String> {
+    let Ok(hf_ovsdb::ColumnRef::User(ci)) = db.schema.tables[0].column_ref("name") else {
+        panic!("no name column");
+    };
+    let mut v: Vec<String> = db.tables[0]
+        .rows
+        .values()
+        .map(|r| r.cols[ci].first().unwrap().as_str().unwrap().to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Sends to `sid` in `outs`, parsed.
+fn sends_to(outs: &[ShellOutput], sid: SessionId) -> Vec<Value> {
+    outs.iter()
+        .filter_map(|o| match o {
+            ShellOutput::Output(Output::Send(s, b)) if *s == sid => {
+                Some(serde_json::from_slice(b).unwrap())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// With background writes, a big transaction's file record is neither encoded nor written under
+/// the core: the commit queues it, the monitor gets the update, another client's `echo` and
+/// read are answered, all while the record (held back here) is not in the file; the big
+/// transaction's reply waits for its record, and a later commit's reply waits behind it (one
+/// ordered writer), so the file holds the records in commit order.
+#[test]
+fn others_are_answered_while_a_big_record_is_still_being_written() {
+    let file = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut c = Core::new(Config::default(), 7);
+    c.set_background_writes(true);
+    let db = Database::new(Arc::new(hf_ovsdb::Schema::parse(SCHEMA).unwrap()), 1);
+    c.add_database(db, Some(Box::new(MemStorage(file.clone()))), vec![])
+        .unwrap();
+    let (a, b, w) = (c.connect(now(0)), c.connect(now(0)), c.connect(now(0)));
+    req(
+        &mut c,
+        a,
+        "monitor_cond",
+        json!(["T", "ma", {"S": [{"columns": ["name"]}]}]),
+        1,
+    );
+    sent(&mut c, a);
+    let n = 5000;
+    let mut ops = vec![json!("T")];
+    ops.extend(
+        (0..n).map(|i| json!({"op": "insert", "table": "S", "row": {"name": format!("r{i}")}})),
+    );
+    req(&mut c, b, "transact", Value::Array(ops), 2);
+    let first: Vec<ShellOutput> = c.poll_shell_output().collect();
+    assert_eq!(
+        updates_for(&first, a).len(),
+        1,
+        "the monitor has the update"
+    );
+    assert!(
+        sends_to(&first, b).is_empty(),
+        "replied before the record was written"
+    );
+    let big = c
+        .poll_record_write()
+        .expect("the big record is queued for the writer, not written under the core");
+    assert!(file.lock().unwrap().is_empty(), "written under the core");
+
+    req(&mut c, w, "echo", json!(["x"]), 3);
+    req(
+        &mut c,
+        w,
+        "transact",
+        json!(["T", {"op": "select", "table": "S", "where": [["name", "==", "r7"]], "columns": ["name"]}]),
+        4,
+    );
+    let mid: Vec<ShellOutput> = c.poll_shell_output().collect();
+    let got = sends_to(&mid, w);
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0]["result"], json!(["x"]));
+    assert_eq!(got[1]["result"], json!([{"rows": [{"name": "r7"}]}]));
+    assert!(sends_to(&mid, b).is_empty());
+
+    // A small commit meanwhile: its update goes out, its reply waits behind the big record.
+    req(
+        &mut c,
+        w,
+        "transact",
+        json!(["T", {"op": "insert", "table": "S", "row": {"name": "small"}}]),
+        5,
+    );
+    let after: Vec<ShellOutput> = c.poll_shell_output().collect();
+    assert_eq!(updates_for(&after, a).len(), 1);
+    assert!(sends_to(&after, w).is_empty());
+    let small = c.poll_record_write().expect("the small record is queued");
+    assert!(file.lock().unwrap().is_empty());
+
+    let done = big.run();
+    assert!(done.result().is_ok(), "{done:?}");
+    c.record_written(done, now(1));
+    let out: Vec<ShellOutput> = c.poll_shell_output().collect();
+    let replies = sends_to(&out, b);
+    assert_eq!(replies.len(), 1);
+    assert_eq!(replies[0]["id"], 2);
+    assert_eq!(replies[0]["result"].as_array().unwrap().len(), n);
+    assert!(sends_to(&out, w).is_empty(), "answered before its record");
+    c.record_written(small.run(), now(2));
+    let out: Vec<ShellOutput> = c.poll_shell_output().collect();
+    let replies = sends_to(&out, w);
+    assert_eq!(replies.len(), 1);
+    assert!(replies[0]["result"][0]["uuid"].is_array(), "{replies:?}");
+
+    let bytes = file.lock().unwrap().clone();
+    let recs: Vec<Value> = hf_ovsdb::file::RecordReader::new(&bytes)
+        .map(|r| r.unwrap().json)
+        .collect();
+    assert_eq!(recs.len(), 2);
+    assert_eq!(recs[0]["S"].as_object().unwrap().len(), n);
+    assert_eq!(recs[1]["S"].as_object().unwrap().len(), 1);
+}
+
+/// A storage whose appends fail.
+struct FailingStorage;
+
+impl Storage for FailingStorage {
+    fn append(&mut self, _: &[u8], _: bool) -> std::io::Result<()> {
+        Err(std::io::Error::other("disk full"))
+    }
+    fn size(&self) -> u64 {
+        0
+    }
+    fn replace(&mut self, _: &[u8]) -> std::io::Result<()> {
+        Err(std::io::Error::other("disk full"))
+    }
+}
+
+/// A background write that fails is reported, not lost: the transaction's reply carries the
+/// I/O error, a transaction queued behind it too (its record is not written after a missing
+/// one), and later transactions are refused before they commit.
+#[test]
+fn a_failed_background_write_is_answered_and_stops_further_commits() {
+    let mut c = Core::new(Config::default(), 7);
+    c.set_background_writes(true);
+    let db = Database::new(Arc::new(hf_ovsdb::Schema::parse(SCHEMA).unwrap()), 1);
+    c.add_database(db, Some(Box::new(FailingStorage)), vec![])
+        .unwrap();
+    let s = c.connect(now(0));
+    for (name, id) in [("a", 1), ("b", 2)] {
+        req(
+            &mut c,
+            s,
+            "transact",
+            json!(["T", {"op": "insert", "table": "S", "row": {"name": name}}]),
+            id,
+        );
+    }
+    assert!(sent(&mut c, s).is_empty());
+    write_records(&mut c);
+    let all: Vec<Output> = c.poll_output().collect();
+    let replies: Vec<Value> = all
+        .iter()
+        .filter_map(|o| match o {
+            Output::Send(_, b) => Some(serde_json::from_slice(b).unwrap()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(replies.len(), 2, "{all:?}");
+    for r in &replies {
+        let err = &r["result"][1];
+        assert_eq!(err["error"], "I/O error", "{r}");
+    }
+    assert!(
+        replies[0]["result"][1]["details"]
+            .as_str()
+            .unwrap()
+            .contains("disk full")
+    );
+    assert!(
+        all.iter()
+            .any(|o| matches!(o, Output::Log(l) if l.contains("disk full"))),
+        "{all:?}"
+    );
+    req(
+        &mut c,
+        s,
+        "transact",
+        json!(["T", {"op": "insert", "table": "S", "row": {"name": "c"}}]),
+        3,
+    );
+    let r = sent(&mut c, s);
+    assert_eq!(r.len(), 1, "refused at once: {r:?}");
+    assert_eq!(r[0]["result"][1]["error"], "I/O error");
+    assert!(
+        c.poll_record_write().is_none(),
+        "nothing queued after the failure"
+    );
+    assert_eq!(row_names(c.database("T").unwrap()), ["a", "b"]);
+}
+
+/// Background writes and a background compaction together: the compaction starts only when
+/// the file has caught up, records written while its snapshot is written go to its tail, and
+/// its finish waits for the records still queued; the new file holds every row exactly once.
+#[test]
+fn background_writes_and_compaction_keep_every_record_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.db");
+    crate::storage::create(&path, SCHEMA).unwrap();
+    let loaded = crate::storage::open(&path, 1, 100).unwrap();
+    let mut c = Core::new(
+        Config {
+            compact_min_bytes: 4000,
+            ..Config::default()
+        },
+        7,
+    );
+    c.set_background_compaction(true);
+    c.set_background_writes(true);
+    c.add_database(loaded.db, Some(Box::new(loaded.storage)), loaded.history)
+        .unwrap();
+    let s = c.connect(now(0));
+    let mut i = 0u64;
+    let commit = |c: &mut Core, i: &mut u64| {
+        req(
+            c,
+            s,
+            "transact",
+            json!(["T", {"op": "insert", "table": "S", "row": {"name": format!("n{i}")}}]),
+            *i,
+        );
+        *i += 1;
+    };
+    // Grow the file three records at a time, each written while the next is queued: no
+    // compaction starts before all are written (its snapshot would hold rows the file does
+    // not).
+    let task = loop {
+        for _ in 0..3 {
+            commit(&mut c, &mut i);
+        }
+        for _ in 0..2 {
+            let w = c.poll_record_write().unwrap();
+            c.record_written(w.run(), now(0));
+            assert!(
+                c.poll_compaction().is_none(),
+                "started with a record in flight"
+            );
+        }
+        write_records(&mut c);
+        if let Some(t) = c.poll_compaction() {
+            break t;
+        }
+    };
+    // Three commits while the snapshot is written: two written, one still queued.
+    for _ in 0..3 {
+        commit(&mut c, &mut i);
+    }
+    let queued: Vec<RecordWrite> = std::iter::from_fn(|| c.poll_record_write()).collect();
+    let mut queued = queued.into_iter();
+    let mut done = task.run();
+    for w in queued.by_ref().take(2) {
+        c.record_written(w.run(), now(0));
+    }
+    let tail = c.take_compaction_tail(&done);
+    done.catch_up(&tail);
+    c.finish_compaction(done);
+    assert!(logs(&mut c).is_empty(), "finished with a record queued");
+    commit(&mut c, &mut i);
+    let later = c.poll_record_write().unwrap();
+    for w in queued {
+        c.record_written(w.run(), now(0));
+    }
+    assert!(logs(&mut c).is_empty(), "finished with a record queued");
+    c.record_written(later.run(), now(0));
+    let l = logs(&mut c);
+    assert!(
+        l.len() == 1 && l[0].starts_with("compacted database T"),
+        "{l:?}"
+    );
+    commit(&mut c, &mut i);
+    write_records(&mut c);
+    let replies = sent(&mut c, s);
+    assert!(replies.iter().all(|r| r["error"].is_null()), "{replies:?}");
+    let want: Vec<String> = {
+        let mut v: Vec<String> = (0..i).map(|k| format!("n{k}")).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(row_names(c.database("T").unwrap()), want);
+    drop(c);
+    let bytes = std::fs::read(&path).unwrap();
+    // Schema, snapshot, the four commits of the tail, the one after the swap.
+    assert_eq!(hf_ovsdb::file::RecordReader::new(&bytes).count(), 2 + 4 + 1);
+    let reopened = crate::storage::open(&path, 1, 100).unwrap();
+    assert_eq!(row_names(&reopened.db), want);
+}
+
+/// A core with one monitor per `monitors` entry (each its own session, the same spec), after a
+/// 2,000-row transaction: the update of the first monitor's session, alone.
+fn big_update(method: &str, monitors: usize) -> (PendingUpdate, Option<PendingUpdate>) {
+    let mut c = core();
+    let sessions: Vec<SessionId> = (0..monitors).map(|_| c.connect(now(0))).collect();
+    for &s in &sessions {
+        let mut params = json!(["T", "m1", {"S": [{"columns": ["name", "m"]}]}]);
+        if method == "monitor_cond_since" {
+            params
+                .as_array_mut()
+                .unwrap()
+                .push(json!("00000000-0000-0000-0000-000000000000"));
+        }
+        req(&mut c, s, method, params, 1);
+        sent(&mut c, s);
+    }
+    let w = c.connect(now(0));
+    let mut ops = vec![json!("T")];
+    ops.extend((0..2000).map(|i| {
+        json!({"op": "insert", "table": "S", "row": {"name": format!("r{i}"), "m": ["map", [["k\"", "v\\u00e9"]]]}})
+    }));
+    req(&mut c, w, "transact", Value::Array(ops), 2);
+    let mut ups = c.poll_shell_output().filter_map(|o| match o {
+        ShellOutput::Update(_, u) => Some(u),
+        _ => None,
+    });
+    let first = ups.next().expect("an update");
+    let second = ups.next();
+    (first, second)
+}
+
+/// A large update encoded in parts (as the shell streams it): the parts joined are exactly the
+/// message encoded whole, for every monitor version; several parts are made; an update whose
+/// text another session shares is made once, whole (one part).
+#[test]
+fn a_large_update_is_encoded_in_parts_that_join_to_the_whole_message() {
+    for method in ["monitor", "monitor_cond", "monitor_cond_since"] {
+        let (whole, _) = big_update(method, 1);
+        let whole = whole.encode().expect("something to report");
+        let (u, none) = big_update(method, 1);
+        assert!(none.is_none());
+        let mut parts = Vec::new();
+        assert!(u.encode_parts(4096, &mut |p| parts.push(p)));
+        assert!(parts.len() > 10, "{method}: {} parts", parts.len());
+        assert!(
+            parts[..parts.len() - 1].iter().all(|p| p.len() >= 4096),
+            "{method}: a part before the last is short"
+        );
+        assert_eq!(parts.concat(), whole, "{method}");
+        let v: Value = serde_json::from_slice(&whole).unwrap();
+        assert!(v["method"].as_str().unwrap().starts_with("update"), "{v}");
+    }
+    let (u, other) = big_update("monitor_cond", 2);
+    let other = other.expect("the second session's update");
+    let mut parts = Vec::new();
+    assert!(u.encode_parts(4096, &mut |p| parts.push(p)));
+    assert_eq!(parts.len(), 1, "a shared text is made once, whole");
+    assert_eq!(Some(parts.concat()), other.encode());
 }
