@@ -666,6 +666,10 @@ impl Daemon<'_> {
                 }
             }
             server.shutdown_listeners();
+            // Committed transactions whose records are still queued: written before exiting.
+            if !server.flush_records(std::time::Duration::from_secs(30)).await {
+                tracing::warn!("exiting with file records not yet written (30 s passed)");
+            }
             if let Some(p) = unixctl_bound {
                 let _ = std::fs::remove_file(p);
             }

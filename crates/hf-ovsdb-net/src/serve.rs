@@ -470,6 +470,22 @@ impl Server {
         dispatch(&mut st, &self.opts);
     }
 
+    /// Waits until every file record committed so far is written (an orderly exit: the
+    /// transactions whose replies are held get them, and nothing other clients were shown is
+    /// lost), or `timeout` passes; whether it was written.
+    pub async fn flush_records(&self, timeout: Duration) -> bool {
+        let until = Instant::now() + timeout;
+        loop {
+            if !self.state.lock().core.records_pending() {
+                return true;
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// Stop every listener (removing unix socket files); sessions stay until the process ends.
     pub fn shutdown_listeners(&self) {
         let mut st = self.state.lock();

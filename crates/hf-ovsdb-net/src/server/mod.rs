@@ -898,6 +898,12 @@ impl Core {
         self.maybe_compact(done.db, now);
     }
 
+    /// Whether any database has records queued for the writer and not yet written (an
+    /// orderly exit waits for them: see [`crate::serve::Server::flush_records`]).
+    pub fn records_pending(&self) -> bool {
+        (0..self.dbs.len()).any(|i| self.writes_in_flight(i))
+    }
+
     /// Records queued for the writer and not yet written ([`Core::record_written`]).
     fn writes_in_flight(&self, dbi: usize) -> bool {
         let e = &self.dbs[dbi];

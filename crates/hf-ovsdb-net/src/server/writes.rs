@@ -26,8 +26,9 @@
 //! Crash semantics: a reply never precedes its record in the file, but other clients' reads
 //! and monitor updates do (they must not wait for the file), so after a crash they may have
 //! seen a change that is not on disk, whose committer never got a reply. On reconnecting they
-//! get the whole contents again (next paragraph), which takes the change back. An `exit` with
-//! records queued is such a crash for them (nothing flushes the queue first).
+//! get the whole contents again (next paragraph), which takes the change back. An orderly exit
+//! (`holdfast db`'s `exit` or a signal) first waits for the queue to be written
+//! ([`crate::serve::Server::flush_records`], at most 30 s); a kill is such a crash.
 //!
 //! What it changes: in this mode a transaction's id (`update3`'s and `monitor_cond_since`'s
 //! last-txn-id) is drawn by the core, not taken from the record's SHA-1, so ids do not survive a
