@@ -102,6 +102,18 @@ async fn a_remote_probe_applies_to_its_sessions() {
     assert_eq!(server.remote_sessions(&tcp), Some(0));
 }
 
+/// `c` served on an ephemeral loopback TCP port, with the port's `IP:PORT`.
+async fn serve_on_tcp(c: Core) -> (Server, String) {
+    let tcp: Remote = "ptcp:0:127.0.0.1".parse().unwrap();
+    let server = start(c, std::slice::from_ref(&tcp), ServeOptions::default())
+        .await
+        .unwrap();
+    let addr = server.local_addrs()[0]
+        .trim_start_matches("tcp:")
+        .to_string();
+    (server, addr)
+}
+
 /// Through the shell, with its record writer and its compaction runner: sequential
 /// transactions are each answered once their record is in the file, and the file is compacted
 /// as it grows (the compaction's start waits for the writer to catch up, its finish for the
@@ -124,13 +136,7 @@ async fn records_are_written_off_the_lock_and_the_file_still_compacts() {
     );
     c.add_database(loaded.db, Some(Box::new(loaded.storage)), loaded.history)
         .unwrap();
-    let tcp: Remote = "ptcp:0:127.0.0.1".parse().unwrap();
-    let server = start(c, std::slice::from_ref(&tcp), ServeOptions::default())
-        .await
-        .unwrap();
-    let addr = server.local_addrs()[0]
-        .trim_start_matches("tcp:")
-        .to_string();
+    let (_server, addr) = serve_on_tcp(c).await;
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let records = || {
         let bytes = std::fs::read(&path).unwrap();
@@ -173,13 +179,7 @@ async fn a_large_update_streamed_in_parts_arrives_as_one_message() {
     let mut c = core();
     let db = hf_ovsdb::Database::new(Arc::new(hf_ovsdb::Schema::parse(SCHEMA).unwrap()), 1);
     c.add_database(db, None, vec![]).unwrap();
-    let tcp: Remote = "ptcp:0:127.0.0.1".parse().unwrap();
-    let server = start(c, std::slice::from_ref(&tcp), ServeOptions::default())
-        .await
-        .unwrap();
-    let addr = server.local_addrs()[0]
-        .trim_start_matches("tcp:")
-        .to_string();
+    let (_server, addr) = serve_on_tcp(c).await;
     let mut m = tokio::net::TcpStream::connect(&addr).await.unwrap();
     let req = json!({"method": "monitor_cond_since", "id": 1, "params": ["T", "m",
         {"S": [{"columns": ["name"]}]}, "00000000-0000-0000-0000-000000000000"]});

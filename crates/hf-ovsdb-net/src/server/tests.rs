@@ -583,28 +583,41 @@ fn names_in_update(u: &PendingUpdate) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
+/// Rows of [`big_transaction_under_a_monitor`]'s insert.
+const BIG_ROWS: usize = 5000;
+
+/// Three sessions on `c`: `a` monitoring `S`'s names, `b` committing a [`BIG_ROWS`]-row
+/// insert, `w` idle; with the shell output of `b`'s transaction.
+fn big_transaction_under_a_monitor(
+    c: &mut Core,
+) -> (SessionId, SessionId, SessionId, Vec<ShellOutput>) {
+    let (a, b, w) = (c.connect(now(0)), c.connect(now(0)), c.connect(now(0)));
+    req(
+        c,
+        a,
+        "monitor_cond",
+        json!(["T", "ma", {"S": [{"columns": ["name"]}]}]),
+        1,
+    );
+    sent(c, a);
+    let mut ops = vec![json!("T")];
+    ops.extend(
+        (0..BIG_ROWS)
+            .map(|i| json!({"op": "insert", "table": "S", "row": {"name": format!("r{i}")}})),
+    );
+    req(c, b, "transact", Value::Array(ops), 2);
+    let first: Vec<ShellOutput> = c.poll_shell_output().collect();
+    (a, b, w, first)
+}
+
 /// A big transaction's echo is not made under the core: the core has returned, and answers a
 /// small transaction from another client, before the big update's text exists; the big update,
 /// encoded afterwards by its sender, is complete, and the monitor gets the two in commit order.
 #[test]
 fn a_small_transaction_is_answered_while_a_big_echo_is_still_unwritten() {
     let mut c = core();
-    let (a, b, w) = (c.connect(now(0)), c.connect(now(0)), c.connect(now(0)));
-    req(
-        &mut c,
-        a,
-        "monitor_cond",
-        json!(["T", "ma", {"S": [{"columns": ["name"]}]}]),
-        1,
-    );
-    sent(&mut c, a);
-    let n = 5000;
-    let mut ops = vec![json!("T")];
-    ops.extend(
-        (0..n).map(|i| json!({"op": "insert", "table": "S", "row": {"name": format!("r{i}")}})),
-    );
-    req(&mut c, b, "transact", Value::Array(ops), 2);
-    let first: Vec<ShellOutput> = c.poll_shell_output().collect();
+    let (a, _b, w, first) = big_transaction_under_a_monitor(&mut c);
+    let n = BIG_ROWS;
     let big = updates_for(&first, a);
     assert_eq!(big.len(), 1, "{first:?}");
     assert!(
@@ -721,15 +734,11 @@ fn background_compaction_keeps_every_commit_and_survives_a_crash_anywhere() {
     }
 }
 
-/// The tail committed while the snapshot was written is appended by the catch-up, without
-/// the core; `finish_compaction` appends only what committed after it. Every record is in the
-/// new file exactly once.
-#[test]
-fn compaction_catch_up_writes_the_tail_outside_the_core_and_finish_only_the_rest() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("t.db");
-    crate::storage::create(&path, SCHEMA).unwrap();
-    let loaded = crate::storage::open(&path, 1, 100).unwrap();
+/// A core compacting in the background past 4,000 bytes, and the database file at `path`
+/// created and opened for it (to add after any other setting).
+fn compacting_core_on(path: &std::path::Path) -> (Core, crate::storage::Loaded) {
+    crate::storage::create(path, SCHEMA).unwrap();
+    let loaded = crate::storage::open(path, 1, 100).unwrap();
     let mut c = Core::new(
         Config {
             compact_min_bytes: 4000,
@@ -738,6 +747,17 @@ fn compaction_catch_up_writes_the_tail_outside_the_core_and_finish_only_the_rest
         7,
     );
     c.set_background_compaction(true);
+    (c, loaded)
+}
+
+/// The tail committed while the snapshot was written is appended by the catch-up, without
+/// the core; `finish_compaction` appends only what committed after it. Every record is in the
+/// new file exactly once.
+#[test]
+fn compaction_catch_up_writes_the_tail_outside_the_core_and_finish_only_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.db");
+    let (mut c, loaded) = compacting_core_on(&path);
     c.add_database(loaded.db, Some(Box::new(loaded.storage)), loaded.history)
         .unwrap();
     let s = c.connect(now(0));
@@ -813,22 +833,8 @@ fn others_are_answered_while_a_big_record_is_still_being_written() {
     let db = Database::new(Arc::new(hf_ovsdb::Schema::parse(SCHEMA).unwrap()), 1);
     c.add_database(db, Some(Box::new(MemStorage(file.clone()))), vec![])
         .unwrap();
-    let (a, b, w) = (c.connect(now(0)), c.connect(now(0)), c.connect(now(0)));
-    req(
-        &mut c,
-        a,
-        "monitor_cond",
-        json!(["T", "ma", {"S": [{"columns": ["name"]}]}]),
-        1,
-    );
-    sent(&mut c, a);
-    let n = 5000;
-    let mut ops = vec![json!("T")];
-    ops.extend(
-        (0..n).map(|i| json!({"op": "insert", "table": "S", "row": {"name": format!("r{i}")}})),
-    );
-    req(&mut c, b, "transact", Value::Array(ops), 2);
-    let first: Vec<ShellOutput> = c.poll_shell_output().collect();
+    let (a, b, w, first) = big_transaction_under_a_monitor(&mut c);
+    let n = BIG_ROWS;
     assert_eq!(
         updates_for(&first, a).len(),
         1,
@@ -981,16 +987,7 @@ fn a_failed_background_write_is_answered_and_stops_further_commits() {
 fn background_writes_and_compaction_keep_every_record_once() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.db");
-    crate::storage::create(&path, SCHEMA).unwrap();
-    let loaded = crate::storage::open(&path, 1, 100).unwrap();
-    let mut c = Core::new(
-        Config {
-            compact_min_bytes: 4000,
-            ..Config::default()
-        },
-        7,
-    );
-    c.set_background_compaction(true);
+    let (mut c, loaded) = compacting_core_on(&path);
     c.set_background_writes(true);
     c.add_database(loaded.db, Some(Box::new(loaded.storage)), loaded.history)
         .unwrap();
