@@ -1346,57 +1346,6 @@ impl Controller {
             .collect()
     }
 
-    /// Whether replacing the zones `old` with `new` can move [`Controller::orphan_ports`] (one
-    /// ordered walk of both): a port zone added that no datapath names, or a watched orphan's
-    /// zone gone.
-    pub(super) fn zones_move_orphans(
-        &self,
-        old: &BTreeMap<String, u16>,
-        new: &BTreeMap<String, u16>,
-    ) -> bool {
-        let orphan = |k: &str| {
-            k.strip_prefix("lsp/")
-                .is_some_and(|p| self.watched_orphans.contains(p))
-        };
-        let unnamed = |k: &str| k.starts_with("lsp/") && !self.zone_dp.contains_key(k);
-        let (mut a, mut b) = (old.keys().peekable(), new.keys().peekable());
-        loop {
-            match (a.peek(), b.peek()) {
-                (None, None) => return false,
-                (Some(k), None) => {
-                    if orphan(k) {
-                        return true;
-                    }
-                    a.next();
-                }
-                (None, Some(k)) => {
-                    if unnamed(k) {
-                        return true;
-                    }
-                    b.next();
-                }
-                (Some(ka), Some(kb)) => match ka.cmp(kb) {
-                    std::cmp::Ordering::Less => {
-                        if orphan(ka) {
-                            return true;
-                        }
-                        a.next();
-                    }
-                    std::cmp::Ordering::Greater => {
-                        if unnamed(kb) {
-                            return true;
-                        }
-                        b.next();
-                    }
-                    std::cmp::Ordering::Equal => {
-                        a.next();
-                        b.next();
-                    }
-                },
-            }
-        }
-    }
-
     /// Whether the logical object behind zone `name` is gone from SB (the view is complete).
     fn gone(&self, name: &str) -> bool {
         let sb = self.sb.model();

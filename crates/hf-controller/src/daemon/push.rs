@@ -386,6 +386,17 @@ impl Controller {
         stale
     }
 
+    /// Whether replacing the zones `old` with `new` can move [`Controller::orphan_ports`]: a
+    /// port zone added that no datapath names, or a watched orphan's zone gone.
+    fn zones_move_orphans(&self, old: &BTreeMap<String, u16>, new: &BTreeMap<String, u16>) -> bool {
+        let orphan = |k: &String| {
+            k.strip_prefix("lsp/")
+                .is_some_and(|p| self.watched_orphans.contains(p))
+        };
+        let unnamed = |k: &String| k.starts_with("lsp/") && !self.zone_dp.contains_key(k);
+        not_in(old, new).keys().any(orphan) || not_in(new, old).keys().any(unnamed)
+    }
+
     pub(super) fn send_flushes(&mut self, to_flush: Vec<String>) {
         if to_flush.is_empty() {
             return;
@@ -513,4 +524,54 @@ fn not_in(a: &BTreeMap<String, u16>, b: &BTreeMap<String, u16>) -> BTreeMap<Stri
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Controller, ControllerConfig};
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    fn zones(names: &[&str]) -> BTreeMap<String, u16> {
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.to_string(), i as u16 + 1))
+            .collect()
+    }
+
+    /// Replacing the zones moves the orphans exactly when a port zone no datapath names comes,
+    /// or a watched orphan's zone goes; checked against the walk over every zone.
+    #[test]
+    fn zones_move_orphans_when_the_walk_would_give_others() {
+        let mut c = Controller::new(
+            ControllerConfig {
+                chassis: "hv1".into(),
+                hostname: "hv1.example".into(),
+                encap_type: "geneve".into(),
+                encap_ip: "192.168.0.1".into(),
+                monitor_all: false,
+            },
+            Duration::ZERO,
+        );
+        c.zone_dp.insert("lsp/a".into(), "ls0".into());
+        c.zones = zones(&["lsp/a", "lsp/b", "ls/ls0/snat"]);
+        c.watched_orphans = c.orphan_ports();
+        assert_eq!(c.watched_orphans, ["b".to_string()].into());
+        for (new, moves) in [
+            (&["lsp/a", "lsp/b", "ls/ls0/snat"][..], false),
+            (&["lsp/a", "lsp/b"][..], false),
+            (&["lsp/b"][..], false),
+            (&["lsp/a", "lsp/b", "lsp/c"][..], true),
+            (&["lsp/a"][..], true),
+            (&["lsp/a", "lsp/b", "ls/ls1/snat"][..], false),
+        ] {
+            let new = zones(new);
+            let got = c.zones_move_orphans(&c.zones, &new);
+            assert_eq!(got, moves, "{new:?}");
+            let before = std::mem::replace(&mut c.zones, new);
+            assert_eq!(c.orphan_ports() != c.watched_orphans, moves, "the walk");
+            c.zones = before;
+        }
+    }
 }
