@@ -179,6 +179,9 @@ impl Controller {
             self.bind_cands = None;
             return;
         }
+        if d.port_binding.is_empty() {
+            return;
+        }
         let Some(ours) = chassis::our_chassis(self.sb.model(), &self.cfg.chassis) else {
             self.bind_cands = None;
             return;
