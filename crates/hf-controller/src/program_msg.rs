@@ -19,12 +19,12 @@
 //! No compiling: the datapath compiles the text. A flow without source text (built in code,
 //! not from SB) cannot be described and is reported in [`ProgramBuild::skipped`].
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use hf_datapath::proto::{
-    AnnounceMsg, ChassisMsg, DatapathMsg, DnsMsg, FdbMsg, FlowMsg, GroupMsg, LbVipMsg, LocationMsg,
-    MigrationMsg, NeighbourMsg, PortMsg, ProgramMsg,
+    AnnounceMsg, ChassisMsg, DatapathMsg, DnsMsg, FdbMsg, FewTexts, FlowMsg, GroupMsg, LbVipMsg,
+    LocationMsg, MigrationMsg, NeighbourMsg, PortMsg, ProgramMsg,
 };
 use hf_expr::actions::Pipeline;
 use hf_pipeline::{DatapathKind, DatapathSpec, FlowSpec, PortKind, PortLocation};
@@ -222,11 +222,12 @@ fn edited_datapath_msg(
         return Some(datapath_head(d, local_names, prev.flows.clone()));
     };
     // `prev`'s flows without the removed rows, in order; the added flows go between them.
-    let gone: HashSet<&str> = edit.removed.iter().map(String::as_str).collect();
+    // (A router's 31k flows are probed here for a port add's few rows: no hashing.)
+    let gone = FewTexts::new(edit.removed.iter().map(String::as_str));
     let mut kept = prev
         .flows
         .iter()
-        .filter(|f| f.sb_uuid.as_deref().is_none_or(|u| !gone.contains(u)));
+        .filter(|f| gone.is_empty() || f.sb_uuid.as_deref().is_none_or(|u| !gone.contains(u)));
     let mut added = edit.added.iter().copied().peekable();
     let mut flows = Vec::with_capacity(d.flows.len());
     for (i, f) in d.flows.iter().enumerate() {

@@ -400,6 +400,53 @@ fn unique_keys<T: Keyed>(items: &[T]) -> bool {
 
 /// The change from `old` to `new`, `None` when they are equal.
 ///
+/// A set of texts that many candidates are tested against, each probe without hashing the
+/// candidate or reading more of it than its length and last 8 bytes unless those match one
+/// of the texts (flow identities share long prefixes, SB UUIDs share their length): a probe
+/// is a binary search over (length, tail) words, then a compare of the few equal ones.
+#[derive(Debug, Default)]
+pub struct FewTexts<'a> {
+    /// (length, last ≤ 8 bytes as a word, the text), sorted.
+    texts: Vec<(usize, u64, &'a str)>,
+}
+
+impl<'a> FewTexts<'a> {
+    /// The set of `texts`.
+    pub fn new(texts: impl IntoIterator<Item = &'a str>) -> FewTexts<'a> {
+        let mut texts: Vec<_> = texts.into_iter().map(|t| (t.len(), tail(t), t)).collect();
+        texts.sort_unstable();
+        texts.dedup();
+        FewTexts { texts }
+    }
+
+    /// No text.
+    pub fn is_empty(&self) -> bool {
+        self.texts.is_empty()
+    }
+
+    /// Whether `t` is one of the texts.
+    pub fn contains(&self, t: &str) -> bool {
+        if self.texts.is_empty() {
+            return false;
+        }
+        let k = (t.len(), tail(t));
+        let from = self.texts.partition_point(|(l, w, _)| (*l, *w) < k);
+        self.texts[from..]
+            .iter()
+            .take_while(|(l, w, _)| (*l, *w) == k)
+            .any(|(_, _, x)| *x == t)
+    }
+}
+
+/// The last (up to) 8 bytes of `t` as one word.
+fn tail(t: &str) -> u64 {
+    let b = t.as_bytes();
+    let mut w = [0u8; 8];
+    let n = b.len().min(8);
+    w[..n].copy_from_slice(&b[b.len() - n..]);
+    u64::from_le_bytes(w)
+}
+
 /// The items both lists begin and end with (equal, in place) are neither removed, changed nor
 /// added, so the edit is computed over the rest alone: a flow added to a router's 31k flows
 /// hashes the few in between, not every identity twice. Applying an edit finds each identity
@@ -430,16 +477,8 @@ fn list_delta<T: Keyed + Clone + PartialEq>(old: &[T], new: &[T]) -> Option<List
         .chain(added.iter().map(|(_, x)| x.key()))
         .collect();
     let common = old[..head].iter().chain(&old[old.len() - tail..]);
-    let clash = if named.len() <= 16 {
-        common.into_iter().any(|x| {
-            named
-                .iter()
-                .any(|k| k.len() == x.key().len() && *k == x.key())
-        })
-    } else {
-        let named: HashSet<&str> = named.into_iter().collect();
-        common.into_iter().any(|x| named.contains(x.key()))
-    };
+    let named = FewTexts::new(named);
+    let clash = common.into_iter().any(|x| named.contains(x.key()));
     if clash {
         return whole();
     }

@@ -647,3 +647,21 @@ fn a_flow_edit_copies_no_kept_flow() {
     a.undo.revert(&mut got);
     assert_eq!(got, old);
 }
+
+proptest::proptest! {
+    /// `FewTexts` answers as a hash set does, for texts that share lengths, tails and
+    /// prefixes (short texts, the empty one, and texts that differ only before their last
+    /// 8 bytes).
+    #[test]
+    fn few_texts_answer_as_a_set(
+        texts in proptest::collection::vec("(ab|x){0,3}[ab]{0,12}", 0..20),
+        probes in proptest::collection::vec("(ab|x){0,3}[ab]{0,12}", 0..40),
+    ) {
+        let set = FewTexts::new(texts.iter().map(String::as_str));
+        let plain: HashSet<&str> = texts.iter().map(String::as_str).collect();
+        proptest::prop_assert_eq!(set.is_empty(), plain.is_empty());
+        for p in probes.iter().chain(&texts) {
+            proptest::prop_assert_eq!(set.contains(p), plain.contains(p.as_str()), "{:?}", p);
+        }
+    }
+}

@@ -28,8 +28,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 pub use crate::delta::{
-    Applied, DatapathChange, DatapathsDelta, DeltaError, DeltaHint, ListDelta, MapDelta, PrevFlows,
-    ProgramDelta, Undo, apply, apply_undoable, between, unique_datapaths,
+    Applied, DatapathChange, DatapathsDelta, DeltaError, DeltaHint, FewTexts, ListDelta, MapDelta,
+    PrevFlows, ProgramDelta, Undo, apply, apply_undoable, between, unique_datapaths,
 };
 
 /// The protocol version; both hellos carry it.

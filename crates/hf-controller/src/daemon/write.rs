@@ -141,10 +141,15 @@ impl Controller {
         self.txn_t = Some((sent, claims, report));
         let shared = Arc::clone(&self.shared);
         self.stats.sb_writes += 1;
-        self.txn = Some(self.sb.transact(Box::new(move |sb: &SbSnapshot| {
-            let st = shared.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            write_ops(sb, &st)
-        })));
+        // The ops are sent as built when the write goes out at once (the usual case); a
+        // later attempt builds them again from the state as it is then.
+        self.txn = Some(self.sb.transact_built(
+            ops,
+            Box::new(move |sb: &SbSnapshot| {
+                let st = shared.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                write_ops(sb, &st)
+            }),
+        ));
     }
 
     /// The rows the claims may act on (see `bind_cands`), found anew when not known.

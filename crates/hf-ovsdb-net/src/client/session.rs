@@ -423,16 +423,25 @@ impl<M: Model> Replica<M> {
     /// transaction is (re)sent and returns its operations (without the database name); an empty
     /// list finishes it as [`TxnOutcome::Unchanged`].
     pub fn transact(&mut self, build: TxnBuilder<M>) -> TxnId {
-        self.queue_txn(Build::Json(build))
+        self.queue_txn(Build::Json(build), None)
+    }
+
+    /// [`Replica::transact`] with the operations `build` gives for the model as it is now,
+    /// built by the caller already (it looked at them to decide to write): they are sent as
+    /// they are when the transaction goes out before any update moves the model (one build
+    /// fewer); `build` runs for a later attempt or once the model moved.
+    pub fn transact_built(&mut self, ops: Vec<Value>, build: TxnBuilder<M>) -> TxnId {
+        let first = Some((self.updates_applied, ops));
+        self.queue_txn(Build::Json(build), first)
     }
 
     /// [`Replica::transact`] for a transaction whose operations the builder writes as JSON
     /// text ([`OpsText`]): sent as written, without a `Value` tree of the whole transaction.
     pub fn transact_text(&mut self, build: TextTxnBuilder<M>) -> TxnId {
-        self.queue_txn(Build::Text(build))
+        self.queue_txn(Build::Text(build), None)
     }
 
-    fn queue_txn(&mut self, build: Build<M>) -> TxnId {
+    fn queue_txn(&mut self, build: Build<M>, first: Option<(u64, Vec<Value>)>) -> TxnId {
         let id = TxnId(self.next_txn);
         self.next_txn += 1;
         self.txns.push(PendingTxn {
@@ -440,6 +449,7 @@ impl<M: Model> Replica<M> {
             build,
             attempts: 0,
             state: TxnState::Queued,
+            first,
         });
         self.flush_txns();
         id
@@ -1287,9 +1297,14 @@ impl<M: Model> Replica<M> {
                     i += 1;
                     continue;
                 }
-                let ops = match &mut self.txns[i].build {
-                    Build::Json(b) => Ok(b(&self.model)),
-                    Build::Text(b) => Err(b(&self.model)),
+                let first = self.txns[i]
+                    .first
+                    .take()
+                    .filter(|(at, _)| *at == self.updates_applied);
+                let ops = match (&mut self.txns[i].build, first) {
+                    (Build::Json(_), Some((_, ops))) => Ok(ops),
+                    (Build::Json(b), None) => Ok(b(&self.model)),
+                    (Build::Text(b), _) => Err(b(&self.model)),
                 };
                 self.txns[i].attempts += 1;
                 let empty = match &ops {

@@ -373,6 +373,34 @@ fn wait_conflict_is_retried_on_the_caught_up_view() {
     );
 }
 
+/// An insert of switch `name` (nothing when it exists).
+fn insert_switch_op(name: &str) -> Vec<Value> {
+    vec![json!({"op": "insert", "table": "Logical_Switch", "row": {"name": name}})]
+}
+
+#[test]
+fn built_ops_go_out_as_given_until_the_model_moves() {
+    let mut net = Net::new(1);
+    // Sent at once: the caller's ops, not the builder's.
+    net.peers[0].r.transact_built(
+        insert_switch_op("given"),
+        Box::new(|_: &NbSnapshot| insert_switch_op("rebuilt")),
+    );
+    net.run();
+    assert_eq!(net.names(0), ["given"]);
+    // Queued while disconnected, and the model moves before it goes out: built again.
+    net.up = false;
+    net.cut(0);
+    net.peers[0].r.transact_built(
+        insert_switch_op("stale"),
+        Box::new(|_: &NbSnapshot| insert_switch_op("fresh")),
+    );
+    net.add_switch("other");
+    net.up = true;
+    net.advance(60_000);
+    assert_eq!(net.names(0), ["fresh", "given", "other"]);
+}
+
 #[test]
 fn unknown_outcome_is_rebuilt_not_resent() {
     let mut net = Net::new(1);

@@ -164,6 +164,10 @@ pub(crate) struct PendingTxn<M> {
     pub(crate) build: Build<M>,
     pub(crate) attempts: u32,
     pub(crate) state: TxnState,
+    /// Operations the caller built already from the model as it was when the transaction
+    /// was queued (at this many applied updates): sent instead of running `build` when the
+    /// model has not moved since (see [`crate::client::Replica::transact_built`]).
+    pub(crate) first: Option<(u64, Vec<serde_json::Value>)>,
 }
 
 /// Sort a `transact` reply into success, conflict or failure.
