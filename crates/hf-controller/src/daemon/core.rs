@@ -397,6 +397,7 @@ impl Controller {
             &cfg.chassis,
             &BTreeSet::new(),
             cfg.monitor_all,
+            false,
         );
         let tables = <SbSnapshot as Model>::table_names()
             .into_iter()
@@ -1274,7 +1275,14 @@ impl Controller {
         self.conds_due = false;
         let sb = self.sb.model();
         let local = self.local_set();
-        let mut want = monitor::conditions(sb, &self.cfg.chassis, &local, self.cfg.monitor_all);
+        let whole_now = self.conds.get("Logical_Flow") == Some(&None);
+        let mut want = monitor::conditions(
+            sb,
+            &self.cfg.chassis,
+            &local,
+            self.cfg.monitor_all,
+            whole_now,
+        );
         let orphans = self.orphan_ports();
         self.orphans_dirty = false;
         monitor::watch_ports(&mut want, &orphans);
