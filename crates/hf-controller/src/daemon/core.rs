@@ -397,7 +397,6 @@ impl Controller {
             &cfg.chassis,
             &BTreeSet::new(),
             cfg.monitor_all,
-            false,
         );
         let tables = <SbSnapshot as Model>::table_names()
             .into_iter()
@@ -1275,14 +1274,7 @@ impl Controller {
         self.conds_due = false;
         let sb = self.sb.model();
         let local = self.local_set();
-        let whole_now = self.conds.get("Logical_Flow") == Some(&None);
-        let mut want = monitor::conditions(
-            sb,
-            &self.cfg.chassis,
-            &local,
-            self.cfg.monitor_all,
-            whole_now,
-        );
+        let mut want = monitor::conditions(sb, &self.cfg.chassis, &local, self.cfg.monitor_all);
         let orphans = self.orphan_ports();
         self.orphans_dirty = false;
         monitor::watch_ports(&mut want, &orphans);

@@ -22,10 +22,6 @@
 //! ([`may_move`]): a flow, a group or a port added to a datapath already local leaves them as
 //! they are, so a port add costs no pass over the view here.
 //!
-//! A chassis that needs most datapaths asks for the per-datapath tables above whole instead
-//! ([`whole_tables`]): one clause per datapath costs the server more than the few rows it
-//! leaves out.
-//!
 //! Note: an empty `where` list means every row in `monitor_cond`; "no row" is `[false]`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -92,14 +88,11 @@ pub fn watch_ports(
 
 /// The conditions (table → clauses) for chassis `chassis` with local ports `local`.
 /// `None` for every table with `monitor_all`.
-///
-/// `whole_now`: the per-datapath tables are monitored whole now (see [`whole_tables`]).
 pub fn conditions(
     sb: &SbSnapshot,
     chassis: &str,
     local: &BTreeSet<String>,
     monitor_all: bool,
-    whole_now: bool,
 ) -> BTreeMap<&'static str, Option<Vec<Value>>> {
     let mut out: BTreeMap<&'static str, Option<Vec<Value>>> = BTreeMap::new();
     if monitor_all {
@@ -110,13 +103,6 @@ pub fn conditions(
     }
     let ours = sb.chassis_by_name(chassis).map(|c| c.uuid);
     let dps = local_datapaths(sb, chassis, local);
-    if whole_tables(dps.len(), sb.datapath_binding().len(), whole_now) {
-        for t in PER_DATAPATH {
-            out.insert(t, None);
-        }
-        chassis_conditions(&mut out, chassis, ours);
-        return out;
-    }
     let mut pb = vec![
         json!(["type", "==", "patch"]),
         json!(["type", "==", "chassisredirect"]),
@@ -164,49 +150,6 @@ pub fn conditions(
         out.insert(t, Some(or_false(per_dp.clone())));
     }
     out.insert("DNS", Some(or_false(dns)));
-    chassis_conditions(&mut out, chassis, ours);
-    out
-}
-
-/// The tables whose rows belong to datapaths (monitored whole by [`whole_tables`]).
-const PER_DATAPATH: &[&str] = &[
-    "Port_Binding",
-    "Logical_Flow",
-    "MAC_Binding",
-    "Multicast_Group",
-    "Static_MAC_Binding",
-    "IP_Multicast",
-    "DNS",
-];
-
-/// Fewer datapaths than this in SB: always conditions (they are cheap to evaluate, and narrow).
-pub const WHOLE_TABLES_MIN_DATAPATHS: usize = 64;
-
-/// Whether the per-datapath tables are monitored whole rather than by one clause per local
-/// datapath: when the chassis needs at least half of SB's datapaths (a chassis with ports on
-/// most switches, or behind a hub router that links them all), and stays so until it needs
-/// fewer than a quarter (so a share near the line does not flip the conditions on every
-/// change). The server evaluates every clause on every row (ovsdb-server has no index for
-/// conditions): at 500 switches × 40 ports, 504 clauses over 100k flows kept a cold chassis
-/// 3.5 s longer than asking for the whole tables, which brings the same rows. The view then
-/// holds rows of datapaths not needed here (fewer than the needed ones); the translation
-/// keeps to the needed datapaths either way.
-pub fn whole_tables(needed: usize, all: usize, whole_now: bool) -> bool {
-    all >= WHOLE_TABLES_MIN_DATAPATHS
-        && if whole_now {
-            needed * 4 >= all
-        } else {
-            needed * 2 >= all
-        }
-}
-
-/// The conditions of the tables keyed by this chassis (`ours`: its `Chassis` row, once it
-/// exists).
-fn chassis_conditions(
-    out: &mut BTreeMap<&'static str, Option<Vec<Value>>>,
-    chassis: &str,
-    ours: Option<Uuid>,
-) {
     match ours {
         None => {
             out.insert("Chassis_Private", None);
@@ -230,6 +173,7 @@ fn chassis_conditions(
             out.insert("IGMP_Group", Some(vec![json!(["chassis", "==", u(c)])]));
         }
     }
+    out
 }
 
 /// Whether change set `d` (already applied to `sb`) can change what [`conditions`] and
@@ -335,98 +279,6 @@ mod tests {
         s
     }
 
-    #[test]
-    fn whole_tables_follow_the_share_with_a_margin() {
-        let m = WHOLE_TABLES_MIN_DATAPATHS;
-        assert!(whole_tables(m / 2, m, false));
-        assert!(!whole_tables(m / 2 - 1, m, false));
-        assert!(whole_tables(m / 4, m, true), "kept until below a quarter");
-        assert!(!whole_tables(m / 4 - 1, m, true));
-        assert!(
-            !whole_tables(m - 1, m - 1, false),
-            "small SBs keep their conditions"
-        );
-        assert!(!whole_tables(0, 0, false));
-    }
-
-    /// `n` datapaths (10..): the first is a router patched to the next `linked`; hv1 (1)
-    /// has a VIF bound on the second.
-    fn hub(n: u128, linked: u128) -> SbSnapshot {
-        let mut d = Delta::default();
-        d.chassis.push(RowDelta::Insert(Chassis {
-            uuid: u(1),
-            name: "hv1".into(),
-            ..Default::default()
-        }));
-        for i in 0..n {
-            d.datapath_binding.push(RowDelta::Insert(DatapathBinding {
-                uuid: u(10 + i),
-                tunnel_key: i as i64 + 1,
-                ..Default::default()
-            }));
-        }
-        for i in 1..=linked {
-            for (n, dp, name, peer) in [
-                (
-                    1000 + 2 * i,
-                    10 + i,
-                    format!("ls{i}-lr"),
-                    format!("lr-ls{i}"),
-                ),
-                (1001 + 2 * i, 10, format!("lr-ls{i}"), format!("ls{i}-lr")),
-            ] {
-                let mut p = PortBinding {
-                    uuid: u(n),
-                    datapath: RowRef::new(u(dp)),
-                    logical_port: name,
-                    type_: "patch".into(),
-                    ..Default::default()
-                };
-                p.options.insert("peer".into(), peer);
-                d.port_binding.push(RowDelta::Insert(p));
-            }
-        }
-        d.port_binding.push(RowDelta::Insert(PortBinding {
-            uuid: u(900),
-            datapath: RowRef::new(u(11)),
-            logical_port: "vif".into(),
-            chassis: Some(RowRef::new(u(1))),
-            ..Default::default()
-        }));
-        let mut s = SbSnapshot::new();
-        s.apply(&d);
-        s
-    }
-
-    #[test]
-    fn a_chassis_that_needs_most_datapaths_monitors_their_tables_whole() {
-        let local: BTreeSet<String> = ["vif".to_string()].into();
-        let n = WHOLE_TABLES_MIN_DATAPATHS as u128 + 6;
-        // Behind a hub router linking every switch: all of them are needed.
-        let most = conditions(&hub(n, n - 1), "hv1", &local, false, false);
-        for t in PER_DATAPATH {
-            assert_eq!(most[t], None, "{t}");
-        }
-        assert_eq!(
-            most["Chassis_Private"],
-            Some(vec![json!(["name", "==", "hv1"])]),
-            "our own rows stay conditioned"
-        );
-        // One switch linked: one clause per needed datapath.
-        let few = conditions(&hub(n, 1), "hv1", &local, false, false);
-        let Some(Some(lf)) = few.get("Logical_Flow") else {
-            panic!("conditioned: {few:?}");
-        };
-        assert_eq!(lf.len(), 2, "the switch and the router: {lf:?}");
-        // A third of them, whole already: stays whole; not yet whole: conditioned.
-        let third = hub(n, n / 3);
-        assert_eq!(
-            conditions(&third, "hv1", &local, false, true)["Logical_Flow"],
-            None
-        );
-        assert!(conditions(&third, "hv1", &local, false, false)["Logical_Flow"].is_some());
-    }
-
     struct Rng(u64);
     impl Rng {
         fn next(&mut self, n: u64) -> u64 {
@@ -461,7 +313,7 @@ mod tests {
         let mut r = Rng(seed);
         let mut skipped = 0;
         for step in 0..steps {
-            let before = conditions(&sb, "hv1", &local, false, false);
+            let before = conditions(&sb, "hv1", &local, false);
             let monitored = local_datapaths(&sb, "hv1", &local);
             let vifs: Vec<&PortBinding> = sb
                 .port_binding()
@@ -497,7 +349,7 @@ mod tests {
                     "seed {seed} step {step}: {d:?}"
                 );
                 assert_eq!(
-                    conditions(&sb, "hv1", &local, false, false),
+                    conditions(&sb, "hv1", &local, false),
                     before,
                     "seed {seed} step {step}: {d:?}"
                 );
