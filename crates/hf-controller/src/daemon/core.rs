@@ -1284,14 +1284,25 @@ impl Controller {
         } else {
             monitor::local_datapaths(sb, &self.cfg.chassis, &local)
         };
-        let mut changed = false;
+        let mut changed = Vec::new();
         for (t, c) in want {
             if self.conds.get(t) != Some(&c) {
                 self.sb.set_condition(t, c.clone());
                 self.conds.insert(t, c);
-                changed = true;
+                changed.push(t);
             }
         }
+        if !changed.is_empty() {
+            self.say(
+                Level::Debug,
+                format!(
+                    "SB monitor conditions changed: {} ({} datapath(s) monitored)",
+                    changed.join(", "),
+                    self.monitored.len()
+                ),
+            );
+        }
+        let changed = !changed.is_empty();
         self.conds_settled = !changed;
         // A change is checked once more (the rows it brings may change it again).
         self.conds_due = changed;
