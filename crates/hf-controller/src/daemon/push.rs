@@ -397,6 +397,64 @@ impl Controller {
         not_in(old, new).keys().any(orphan) || not_in(new, old).keys().any(unnamed)
     }
 
+    /// The zone map becomes `installed`'s, less the zones being flushed, edited in place: a
+    /// port add moves one entry of thousands, and a copy of the map per install cost more
+    /// than the rest of the `Installed` bookkeeping. Notes whether the edit can move the
+    /// orphan zones (as [`Controller::zones_move_orphans`] of the two maps would say).
+    fn take_zones(&mut self, installed: &BTreeMap<String, u16>) {
+        #[cfg(debug_assertions)]
+        let expected = {
+            let mut z = installed.clone();
+            for n in &self.flushing {
+                z.remove(n);
+            }
+            (self.zones_move_orphans(&self.zones, &z), z)
+        };
+        // Entries of `installed` that `self.zones` lacks or holds with another zone, and
+        // names `self.zones` has that `installed` lacks: one ordered walk of both.
+        let mut set: Vec<(&String, u16)> = Vec::new();
+        let mut gone: Vec<String> = Vec::new();
+        let mut old = self.zones.iter().peekable();
+        for (n, z) in installed {
+            while let Some((o, _)) = old.next_if(|(o, _)| o.as_str() < n.as_str()) {
+                gone.push(o.clone());
+            }
+            match old.next_if(|(o, _)| *o == n) {
+                Some((_, oz)) if oz == z => {}
+                _ => set.push((n, *z)),
+            }
+        }
+        gone.extend(old.map(|(o, _)| o.clone()));
+        gone.extend(
+            self.flushing
+                .iter()
+                .filter(|n| self.zones.contains_key(*n))
+                .cloned(),
+        );
+        set.retain(|(n, _)| !self.flushing.contains(*n));
+        let orphan = |k: &String| {
+            k.strip_prefix("lsp/")
+                .is_some_and(|p| self.watched_orphans.contains(p))
+        };
+        let unnamed = |k: &String| k.starts_with("lsp/") && !self.zone_dp.contains_key(k);
+        let moves = gone.iter().any(orphan)
+            || set
+                .iter()
+                .any(|(n, _)| !self.zones.contains_key(*n) && unnamed(n));
+        self.orphans_dirty |= moves;
+        for n in &gone {
+            self.zones.remove(n);
+        }
+        for (n, z) in set {
+            self.zones.insert(n.clone(), z);
+        }
+        #[cfg(debug_assertions)]
+        {
+            assert_eq!(self.zones, expected.1, "the zone map edited in place");
+            assert_eq!(moves, expected.0, "whether the edit moves the orphans");
+        }
+    }
+
     pub(super) fn send_flushes(&mut self, to_flush: Vec<String>) {
         if to_flush.is_empty() {
             return;
@@ -442,12 +500,7 @@ impl Controller {
         for (err, line) in lines {
             self.say(if err { Level::Warn } else { Level::Info }, line);
         }
-        let mut zones = p.zones.clone();
-        for n in &self.flushing {
-            zones.remove(n);
-        }
-        self.orphans_dirty |= self.zones_move_orphans(&self.zones, &zones);
-        self.zones = zones;
+        self.take_zones(&p.zones);
         self.installed_nb_cfg = Some(self.installed_nb_cfg.map_or(p.nb_cfg, |n| n.max(p.nb_cfg)));
         let up = installed_local(&p);
         let report = self.lastgood.report();
@@ -542,6 +595,56 @@ mod tests {
 
     /// Replacing the zones moves the orphans exactly when a port zone no datapath names comes,
     /// or a watched orphan's zone goes; checked against the walk over every zone.
+    #[test]
+    fn the_zone_map_edited_in_place_is_the_installed_one_less_the_flushed() {
+        let mut c = Controller::new(
+            ControllerConfig {
+                chassis: "hv1".into(),
+                hostname: "hv1.example".into(),
+                encap_type: "geneve".into(),
+                encap_ip: "192.168.0.1".into(),
+                monitor_all: false,
+            },
+            Duration::ZERO,
+        );
+        c.zone_dp.insert("lsp/a".into(), "ls0".into());
+        c.watched_orphans = ["b".to_string()].into();
+        let names = [
+            "lsp/a",
+            "lsp/b",
+            "lsp/c",
+            "lsp/d",
+            "ls/ls0/snat",
+            "lr/lr0/dnat",
+        ];
+        // Every pair of subsets (as bit masks) of the names, with zones that differ for
+        // some, and every subset flushed: the edit equals the plain rebuild.
+        let map = |mask: u32, shift: u16| -> BTreeMap<String, u16> {
+            names
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| mask & (1 << i) != 0)
+                .map(|(i, n)| (n.to_string(), i as u16 + 1 + shift * (i as u16 % 2)))
+                .collect()
+        };
+        for old in 0..64u32 {
+            for new in (0..64u32).step_by(5) {
+                for flush in [0u32, 0b10, 0b100101, 0b111111] {
+                    c.zones = map(old, 0);
+                    c.flushing = map(flush, 0).into_keys().collect();
+                    c.orphans_dirty = false;
+                    let installed = map(new, 10);
+                    let mut want = installed.clone();
+                    want.retain(|n, _| !c.flushing.contains(n));
+                    let moves = c.zones_move_orphans(&c.zones, &want);
+                    c.take_zones(&installed);
+                    assert_eq!(c.zones, want, "{old:b} {new:b} {flush:b}");
+                    assert_eq!(c.orphans_dirty, moves, "{old:b} {new:b} {flush:b}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn zones_move_orphans_when_the_walk_would_give_others() {
         let mut c = Controller::new(
