@@ -18,34 +18,6 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// mimalloc's `mi_option_purge_delay` (index 15 of its option enum in both the v2 and v3
-/// headers of the pinned `libmimalloc-sys`; the crate names no constant for it).
-#[cfg(not(feature = "system-alloc"))]
-const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
-
-#[cfg(not(feature = "system-alloc"))]
-unsafe extern "C" {
-    /// mimalloc's option setter (the C library `libmimalloc-sys` builds and links).
-    fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
-}
-
-/// Freed memory is handed back to the kernel 1 s after it was freed (arenas 10 s), not
-/// mimalloc's 10 ms: a chassis builds and drops multi-megabyte program messages and specs on
-/// every change, and with the default each change faulted its pages in again (a profile of
-/// the port add at 500×40: 23 % of the datapath's and 8 % of the controller's samples were
-/// page faults; 12 % and 5 % with 1 s). Peak RSS does not change (what is freed is reused
-/// before it is returned). `MIMALLOC_PURGE_DELAY` in the environment still decides.
-fn tune_allocator() {
-    #[cfg(not(feature = "system-alloc"))]
-    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none()
-        && std::env::var_os("MIMALLOC_RESET_DELAY").is_none()
-    {
-        // SAFETY: sets one integer option; called once at the start of `main`, before any
-        // thread is spawned (mimalloc documents the setter as not thread safe).
-        unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, 1000) };
-    }
-}
-
 /// Network virtualization that speaks OVN's language and keeps established connections alive.
 #[derive(Debug, Parser)]
 #[command(name = "holdfast", version, propagate_version = true)]
@@ -83,7 +55,6 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
-    tune_allocator();
     // Busybox-style: invoked through a link named `ovsdb-server`, the binary is holdfast's
     // OVSDB server with ovsdb-server's command line (so OVN's ovn-ctl can start it).
     let argv0 = std::env::args_os().next().unwrap_or_default();
@@ -141,68 +112,5 @@ fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Trace(args) => trace::run(args),
         Command::Northd(args) => northd::run(*args),
         Command::Sandbox(args) => sandbox::run(args),
-    }
-}
-
-#[cfg(all(test, not(feature = "system-alloc")))]
-mod alloc_tests {
-    use std::process::Command;
-
-    unsafe extern "C" {
-        /// mimalloc's option getter.
-        fn mi_option_get(option: std::ffi::c_int) -> std::ffi::c_long;
-    }
-
-    /// Runs this test alone in a child process with `env`; in the child, `check` runs.
-    fn in_child(name: &str, env: &[(&str, &str)], check: impl FnOnce()) {
-        if std::env::var_os("HF_ALLOC_PROBE").is_some() {
-            check();
-            return;
-        }
-        let exe = std::env::current_exe().expect("the test binary");
-        let mut cmd = Command::new(exe);
-        cmd.args(["--exact", name, "--test-threads=1"])
-            .env("HF_ALLOC_PROBE", "1")
-            .env_remove("MIMALLOC_PURGE_DELAY")
-            .env_remove("MIMALLOC_RESET_DELAY");
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let out = cmd.output().expect("run the test binary");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-    }
-
-    /// Index 15 is what mimalloc's own `MIMALLOC_PURGE_DELAY` sets (so the constant names
-    /// the purge delay), and `tune_allocator` leaves a value from the environment alone.
-    #[test]
-    fn the_purge_delay_option_is_index_15_and_the_environment_decides() {
-        in_child(
-            "alloc_tests::the_purge_delay_option_is_index_15_and_the_environment_decides",
-            &[("MIMALLOC_PURGE_DELAY", "1234")],
-            || {
-                super::tune_allocator();
-                // SAFETY: reads one integer option.
-                let v = unsafe { mi_option_get(super::MI_OPTION_PURGE_DELAY) };
-                assert_eq!(v, 1234);
-            },
-        );
-    }
-
-    #[test]
-    fn tune_allocator_sets_a_1s_purge_delay() {
-        in_child(
-            "alloc_tests::tune_allocator_sets_a_1s_purge_delay",
-            &[],
-            || {
-                super::tune_allocator();
-                // SAFETY: reads one integer option.
-                let v = unsafe { mi_option_get(super::MI_OPTION_PURGE_DELAY) };
-                assert_eq!(v, 1000);
-            },
-        );
     }
 }
