@@ -307,11 +307,19 @@ struct Reusable {
     flows: Vec<Option<FlowSpec>>,
     /// Where the next flow most likely is (the lists mostly keep their order).
     next: usize,
-    /// Identity → indexes, made at the first miss.
+    /// Identity → indexes, made once the look-ahead missed [`Reusable::LOOK_AHEAD_MISSES`]
+    /// times (the order changed more than a few flows' insertion or removal explains).
     by_id: Option<HashMap<Arc<str>, Vec<usize>>>,
+    /// Misses looked up by the look-ahead so far.
+    misses: usize,
 }
 
 impl Reusable {
+    /// How many cached flows after the expected place a miss looks at.
+    const LOOK_AHEAD: usize = 64;
+    /// How many misses are looked up ahead before the identities are indexed.
+    const LOOK_AHEAD_MISSES: usize = 16;
+
     fn new(c: ParsedDp) -> Reusable {
         let flows = c
             .flows
@@ -323,6 +331,7 @@ impl Reusable {
             flows,
             next: 0,
             by_id: None,
+            misses: 0,
         }
     }
 
@@ -341,6 +350,21 @@ impl Reusable {
             return self.flows.get_mut(at).and_then(Option::take);
         }
         let flows = &self.flows;
+        if self.misses < Self::LOOK_AHEAD_MISSES {
+            // A flow inserted here, or cached flows at `next` removed: the next few cached
+            // flows tell, without indexing the datapath's identities (a delta's change of one
+            // flow in a datapath of 31k must not cost a pass over them).
+            self.misses += 1;
+            let end = flows.len().min(at + Self::LOOK_AHEAD);
+            let i = (at..end).find(|&i| {
+                flows
+                    .get(i)
+                    .and_then(Option::as_ref)
+                    .is_some_and(|s| same_parse(f, s))
+            })?;
+            self.next = i + 1;
+            return self.flows.get_mut(i).and_then(Option::take);
+        }
         let by_id = self.by_id.get_or_insert_with(|| {
             let mut m: HashMap<Arc<str>, Vec<usize>> = HashMap::new();
             for (i, s) in flows.iter().enumerate() {
