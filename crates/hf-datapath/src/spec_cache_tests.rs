@@ -262,6 +262,40 @@ fn a_deltas_cached_build_equals_a_build_from_scratch() {
     assert!(trusted > 5_000, "{trusted}");
 }
 
+/// The same program again takes every datapath from the cache, those whose flows run their
+/// last good text included (their messages are kept, sparsely, and compared whole).
+#[test]
+fn flows_with_a_last_good_text_are_taken_from_the_cache_again() {
+    let mut with_last_good = 0;
+    for seed in 0..40 {
+        let mut rng = Rng::new(seed);
+        let msg = program(&mut rng);
+        let local = local_map(&mut rng, &msg);
+        let mut cache = SpecCache::new();
+        let (prog, _) = compile_cached(&msg, &local, None, &mut cache, &[])
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        let cached = cache.dps.len();
+        with_last_good += cache
+            .dps
+            .values()
+            .filter(|d| !d.last_good.0.is_empty())
+            .count();
+        let again = cache
+            .build(&msg, &local)
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        // (A datapath compiled again from last good texts after a compile error is not
+        // cached: it is parsed again.)
+        assert_eq!(again.reused(), cached, "seed {seed}");
+        cache
+            .compile(&msg, again, Some(&prog), &[])
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    }
+    assert!(
+        with_last_good > 10,
+        "cached datapaths with last good texts: {with_last_good}"
+    );
+}
+
 /// A big datapath's change of a few flows (one removed, one inserted, one changed) takes
 /// every unchanged flow's parse from the cache by looking a few flows ahead, without indexing
 /// the datapath's identities (the hub router's 31k flows must not cost a pass per port add).
@@ -297,7 +331,7 @@ fn a_few_flows_changed_in_a_big_datapath_are_found_by_looking_ahead() {
         ports: Vec::new(),
         groups: Vec::new(),
         used: vec![Used::Primary; old.len()],
-        last_good: vec![None; old.len()],
+        last_good: LastGoods::default(),
         syntax: Vec::new(),
     };
     let mut r = Reusable::new(cached);
@@ -320,7 +354,7 @@ fn a_few_flows_changed_in_a_big_datapath_are_found_by_looking_ahead() {
         ports: Vec::new(),
         groups: Vec::new(),
         used: vec![Used::Primary; old.len()],
-        last_good: vec![None; old.len()],
+        last_good: LastGoods::default(),
         syntax: Vec::new(),
     };
     let mut r = Reusable::new(cached);
