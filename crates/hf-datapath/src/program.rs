@@ -246,11 +246,40 @@ fn set_identity(fs: &mut FlowSpec, f: &FlowMsg) {
 struct CacheMeta {
     /// Per message flow: which text its spec was built from.
     used: Vec<Used>,
-    /// Per message flow: the whole message when it has a `last_good` text (compared whole);
-    /// `None` otherwise (compared against the spec's own fields and source text).
-    last_good: Vec<Option<FlowMsg>>,
+    /// The message flows that have a `last_good` text, whole (compared whole); the others
+    /// are compared against the spec's own fields and source text.
+    last_good: LastGoods,
     /// The syntax errors reported for it (`kept_last_good: true`).
     syntax: Vec<FlowErrorMsg>,
+}
+
+/// The flows of a datapath that carry a `last_good` text, by index in the message's list,
+/// ascending. Sparse: a controller sends last good texts for the few flows that changed text
+/// lately, and a slot per flow (136 bytes, mostly `None`) cost ~21 MB at 157k flows.
+#[derive(Debug, Default, Clone)]
+struct LastGoods(Vec<(u32, FlowMsg)>);
+
+impl LastGoods {
+    /// The flows of `flows` with a `last_good` text.
+    fn of(flows: &[FlowMsg]) -> LastGoods {
+        LastGoods(
+            (0u32..)
+                .zip(flows)
+                .filter(|(_, f)| f.last_good.is_some())
+                .map(|(i, f)| (i, f.clone()))
+                .collect(),
+        )
+    }
+
+    /// Flow `i`, when it has a `last_good` text.
+    fn get(&self, i: usize) -> Option<&FlowMsg> {
+        let i = u32::try_from(i).ok()?;
+        self.0
+            .binary_search_by_key(&i, |(at, _)| *at)
+            .ok()
+            .and_then(|k| self.0.get(k))
+            .map(|(_, f)| f)
+    }
 }
 
 /// One datapath's parsed flows, ports and groups, kept from the last program compiled.
@@ -261,7 +290,7 @@ struct ParsedDp {
     ports: Vec<PortSpec>,
     groups: Vec<GroupSpec>,
     used: Vec<Used>,
-    last_good: Vec<Option<FlowMsg>>,
+    last_good: LastGoods,
     syntax: Vec<FlowErrorMsg>,
 }
 
@@ -274,8 +303,9 @@ impl ParsedDp {
             && flows
                 .iter()
                 .zip(&self.flows)
-                .zip(self.used.iter().zip(&self.last_good))
-                .all(|((f, s), (u, lg))| match lg {
+                .zip(&self.used)
+                .enumerate()
+                .all(|(i, ((f, s), u))| match self.last_good.get(i) {
                     Some(whole) => whole == f,
                     None => *u == Used::Primary && same_parse(f, s),
                 })
@@ -307,22 +337,32 @@ struct Reusable {
     flows: Vec<Option<FlowSpec>>,
     /// Where the next flow most likely is (the lists mostly keep their order).
     next: usize,
-    /// Identity → indexes, made at the first miss.
+    /// Identity → indexes, made once the look-ahead missed [`Reusable::LOOK_AHEAD_MISSES`]
+    /// times (the order changed more than a few flows' insertion or removal explains).
     by_id: Option<HashMap<Arc<str>, Vec<usize>>>,
+    /// Misses looked up by the look-ahead so far.
+    misses: usize,
 }
 
 impl Reusable {
+    /// How many cached flows after the expected place a miss looks at.
+    const LOOK_AHEAD: usize = 64;
+    /// How many misses are looked up ahead before the identities are indexed.
+    const LOOK_AHEAD_MISSES: usize = 16;
+
     fn new(c: ParsedDp) -> Reusable {
         let flows = c
             .flows
             .into_iter()
-            .zip(c.used.iter().zip(&c.last_good))
-            .map(|(s, (u, lg))| (*u == Used::Primary && lg.is_none()).then_some(s))
+            .zip(&c.used)
+            .enumerate()
+            .map(|(i, (s, u))| (*u == Used::Primary && c.last_good.get(i).is_none()).then_some(s))
             .collect();
         Reusable {
             flows,
             next: 0,
             by_id: None,
+            misses: 0,
         }
     }
 
@@ -341,6 +381,21 @@ impl Reusable {
             return self.flows.get_mut(at).and_then(Option::take);
         }
         let flows = &self.flows;
+        if self.misses < Self::LOOK_AHEAD_MISSES {
+            // A flow inserted here, or cached flows at `next` removed: the next few cached
+            // flows tell, without indexing the datapath's identities (a delta's change of one
+            // flow in a datapath of 31k must not cost a pass over them).
+            self.misses += 1;
+            let end = flows.len().min(at + Self::LOOK_AHEAD);
+            let i = (at..end).find(|&i| {
+                flows
+                    .get(i)
+                    .and_then(Option::as_ref)
+                    .is_some_and(|s| same_parse(f, s))
+            })?;
+            self.next = i + 1;
+            return self.flows.get_mut(i).and_then(Option::take);
+        }
         let by_id = self.by_id.get_or_insert_with(|| {
             let mut m: HashMap<Arc<str>, Vec<usize>> = HashMap::new();
             for (i, s) in flows.iter().enumerate() {
@@ -934,11 +989,7 @@ fn build_spec(
                 hits.push(None);
                 misses.push(CacheMeta {
                     used: used_all,
-                    last_good: d
-                        .flows
-                        .iter()
-                        .map(|f| f.last_good.is_some().then(|| f.clone()))
-                        .collect(),
+                    last_good: LastGoods::of(&d.flows),
                     syntax,
                 });
                 flows

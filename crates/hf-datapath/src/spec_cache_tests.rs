@@ -262,6 +262,109 @@ fn a_deltas_cached_build_equals_a_build_from_scratch() {
     assert!(trusted > 5_000, "{trusted}");
 }
 
+/// The same program again takes every datapath from the cache, those whose flows run their
+/// last good text included (their messages are kept, sparsely, and compared whole).
+#[test]
+fn flows_with_a_last_good_text_are_taken_from_the_cache_again() {
+    let mut with_last_good = 0;
+    for seed in 0..40 {
+        let mut rng = Rng::new(seed);
+        let msg = program(&mut rng);
+        let local = local_map(&mut rng, &msg);
+        let mut cache = SpecCache::new();
+        let (prog, _) = compile_cached(&msg, &local, None, &mut cache, &[])
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        let cached = cache.dps.len();
+        with_last_good += cache
+            .dps
+            .values()
+            .filter(|d| !d.last_good.0.is_empty())
+            .count();
+        let again = cache
+            .build(&msg, &local)
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        // (A datapath compiled again from last good texts after a compile error is not
+        // cached: it is parsed again.)
+        assert_eq!(again.reused(), cached, "seed {seed}");
+        cache
+            .compile(&msg, again, Some(&prog), &[])
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    }
+    assert!(
+        with_last_good > 10,
+        "cached datapaths with last good texts: {with_last_good}"
+    );
+}
+
+/// A big datapath's change of a few flows (one removed, one inserted, one changed) takes
+/// every unchanged flow's parse from the cache by looking a few flows ahead, without indexing
+/// the datapath's identities (the hub router's 31k flows must not cost a pass per port add).
+#[test]
+fn a_few_flows_changed_in_a_big_datapath_are_found_by_looking_ahead() {
+    let old: Vec<FlowMsg> = (0..1_000)
+        .map(|i| FlowMsg {
+            table: (i % 7) as u8,
+            priority: 100,
+            matches: format!("ip4.dst == 10.0.{}.{}", i / 256, i % 256).into(),
+            actions: "next;".into(),
+            id: format!("lr0/f{i}").into(),
+            stage: "lr_in_ip_routing".into(),
+            ..FlowMsg::default()
+        })
+        .collect();
+    let mut new = old.clone();
+    new.remove(300);
+    new.insert(
+        600,
+        FlowMsg {
+            matches: "ip4.dst == 10.9.9.9".into(),
+            id: "lr0/new".into(),
+            ..old[0].clone()
+        },
+    );
+    new[800].actions = "drop;".into();
+    let cached = ParsedDp {
+        flows: old
+            .iter()
+            .map(|f| flow_spec(f, (&f.matches, &f.actions), None))
+            .collect(),
+        ports: Vec::new(),
+        groups: Vec::new(),
+        used: vec![Used::Primary; old.len()],
+        last_good: LastGoods::default(),
+        syntax: Vec::new(),
+    };
+    let mut r = Reusable::new(cached);
+    let taken: Vec<bool> = new.iter().map(|f| r.take(f).is_some()).collect();
+    let missed: Vec<usize> = (0..new.len()).filter(|&i| !taken[i]).collect();
+    assert_eq!(
+        missed,
+        [600, 800],
+        "only the inserted and the changed flow are parsed"
+    );
+    assert!(r.by_id.is_none(), "the identities were indexed");
+    // A reordered datapath still takes every parse (through the index).
+    let mut shuffled = old.clone();
+    shuffled.reverse();
+    let cached = ParsedDp {
+        flows: old
+            .iter()
+            .map(|f| flow_spec(f, (&f.matches, &f.actions), None))
+            .collect(),
+        ports: Vec::new(),
+        groups: Vec::new(),
+        used: vec![Used::Primary; old.len()],
+        last_good: LastGoods::default(),
+        syntax: Vec::new(),
+    };
+    let mut r = Reusable::new(cached);
+    let missed = shuffled.iter().filter(|f| r.take(f).is_none()).count();
+    assert!(
+        missed <= Reusable::LOOK_AHEAD_MISSES,
+        "{missed} parsed again"
+    );
+}
+
 /// `msg` with every equal flow text made one allocation, as a decoded frame has them
 /// ([`crate::intern`]).
 fn shared_texts(msg: &ProgramMsg) -> ProgramMsg {
@@ -438,11 +541,77 @@ fn install_at_scale() {
             ..DatapathMsg::default()
         }));
     }
+    // The hub router lr0 (the benchmark's has ~31k flows): a port per switch, an ARP
+    // resolution flow per switch port and a few routing flows per switch.
+    let mut ports = Vec::new();
+    let mut flows = Vec::new();
+    for k in 0..n {
+        let rp = format!("lr0-ls{k}");
+        ports.push(PortMsg {
+            name: rp.clone(),
+            key: k as u32 + 1,
+            location: LocationMsg::Unbound,
+            zone: 2,
+            ..PortMsg::default()
+        });
+        let mut f = |t: u8, prio: u16, m: String, a: String, id: String, stage: &str| {
+            flows.push(FlowMsg {
+                table: t,
+                priority: prio,
+                matches: text(m),
+                actions: text(a),
+                id: text(format!("lr0/{id}")),
+                stage: stage.into(),
+                ..FlowMsg::default()
+            })
+        };
+        for p in 0..40usize {
+            f(
+                14,
+                100,
+                format!(
+                    "outport == \"{rp}\" && reg0 == 10.{}.{}.{p}",
+                    k % 256,
+                    k / 256
+                ),
+                format!("eth.dst = 02:00:00:00:{:02x}:{p:02x}; next;", k % 256),
+                format!("arp-{k}-{p}"),
+                "lr_in_arp_resolve",
+            );
+        }
+        for t in 0..22u8 {
+            f(
+                t % 12,
+                90 + u16::from(t),
+                format!(
+                    "inport == \"{rp}\" && ip4.dst == 10.{}.{}.{t}",
+                    k % 256,
+                    k / 256
+                ),
+                "next;".into(),
+                format!("r-{k}-{t}"),
+                "lr_in_ip_routing",
+            );
+        }
+    }
+    dps.push(Arc::new(DatapathMsg {
+        name: "lr0".into(),
+        tunnel_key: n as u32 + 1,
+        router_zones: Some((2, 3)),
+        ports,
+        flows,
+        ..DatapathMsg::default()
+    }));
     let msg = ProgramMsg {
         generation: 1,
         chassis: "hv1".into(),
         datapaths: dps,
-        zones: [("lsp/z".to_string(), 1)].into(),
+        zones: [
+            ("lsp/z".to_string(), 1),
+            ("lr0_dnat".to_string(), 2),
+            ("lr0_snat".to_string(), 3),
+        ]
+        .into(),
         port_groups: [("pg_bench".to_string(), members)].into(),
         ..ProgramMsg::default()
     };
@@ -530,6 +699,23 @@ fn install_at_scale() {
             },
         );
     }
+    {
+        // lr0 learns the new port's address (one flow, as the controller's delta carries it).
+        let lr = next.datapaths.len() - 1;
+        let d = Arc::make_mut(&mut next.datapaths[lr]);
+        d.flows.insert(
+            41,
+            FlowMsg {
+                table: 14,
+                priority: 100,
+                matches: "outport == \"lr0-ls1\" && reg0 == 10.1.0.41".into(),
+                actions: "eth.dst = 02:00:00:00:ff:ff; next;".into(),
+                id: "lr0/arp-1-new".into(),
+                stage: "lr_in_arp_resolve".into(),
+                ..FlowMsg::default()
+            },
+        );
+    }
     let without = running.clone();
     let with = next.clone();
     step("port add", next, &mut running, &mut prog);
@@ -548,7 +734,11 @@ fn install_at_scale() {
     // An ACL on the group: two flows in every switch.
     let mut next = running.clone();
     next.generation = 4 + 2 * repeat;
-    for d in &mut next.datapaths {
+    for d in next
+        .datapaths
+        .iter_mut()
+        .filter(|d| d.router_zones.is_none())
+    {
         let d = Arc::make_mut(d);
         for (i, m) in [
             "inport == @pg_bench && ip4 && tcp.dst == 22",
