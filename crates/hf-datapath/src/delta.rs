@@ -441,9 +441,12 @@ impl<'a> FewTexts<'a> {
 /// The last (up to) 8 bytes of `t` as one word.
 fn tail(t: &str) -> u64 {
     let b = t.as_bytes();
+    // One unaligned load for the usual text (a variable-length copy is a call to `memcpy`).
+    if let Some(last) = b.last_chunk::<8>() {
+        return u64::from_le_bytes(*last);
+    }
     let mut w = [0u8; 8];
-    let n = b.len().min(8);
-    w[..n].copy_from_slice(&b[b.len() - n..]);
+    w[..b.len()].copy_from_slice(b);
     u64::from_le_bytes(w)
 }
 

@@ -446,7 +446,7 @@ pub struct GroupMsg {
 }
 
 /// One logical flow, as SB text with its identity.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Eq, Serialize, Deserialize)]
 pub struct FlowMsg {
     /// `false` = ingress, `true` = egress.
     pub egress: bool,
@@ -479,6 +479,53 @@ pub struct FlowMsg {
     /// control-plane/data-plane contract"), so a bad flow never leaves a hole.
     #[serde(deserialize_with = "crate::intern::opt_pair")]
     pub last_good: Option<(Arc<str>, Arc<str>)>,
+}
+
+/// Equal texts, by pointer first: the shared texts of one flow in two messages are one
+/// allocation (std's `Arc` compares pointers first only for sized types, so an `Arc<str>`
+/// compare is a `memcmp` of the whole text; a router's 31k flows are compared on every delta).
+pub fn same_text(a: &Arc<str>, b: &Arc<str>) -> bool {
+    Arc::ptr_eq(a, b) || **a == **b
+}
+
+fn same_opt_text(a: &Option<Arc<str>>, b: &Option<Arc<str>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => same_text(a, b),
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+impl PartialEq for FlowMsg {
+    fn eq(&self, o: &FlowMsg) -> bool {
+        // Every field, the cheap ones first (a destructure: a new field must be compared).
+        let FlowMsg {
+            egress,
+            table,
+            priority,
+            matches,
+            actions,
+            id,
+            stage,
+            sb_uuid,
+            stage_hint,
+            last_good,
+        } = self;
+        *egress == o.egress
+            && *table == o.table
+            && *priority == o.priority
+            && same_text(id, &o.id)
+            && same_text(matches, &o.matches)
+            && same_text(actions, &o.actions)
+            && same_text(stage, &o.stage)
+            && same_opt_text(sb_uuid, &o.sb_uuid)
+            && same_opt_text(stage_hint, &o.stage_hint)
+            && match (last_good, &o.last_good) {
+                (Some((m, a)), Some((om, oa))) => same_text(m, om) && same_text(a, oa),
+                (None, None) => true,
+                _ => false,
+            }
+    }
 }
 
 /// A chassis of the chassis table.
@@ -721,6 +768,71 @@ mod tests {
             let mut d = Decoder::<ToDatapath>::new();
             d.push(&data);
             while let Ok(Some(_)) = d.next_msg() {}
+        }
+    }
+
+    fn flow_msg() -> impl proptest::strategy::Strategy<Value = FlowMsg> {
+        use proptest::prelude::*;
+        let text = || proptest::sample::select(vec!["", "a", "ip4", "ip4 && tcp"]);
+        let opt = move || proptest::option::of(text());
+        (
+            any::<bool>(),
+            0u8..2,
+            0u16..2,
+            (text(), text(), text(), text()),
+            (opt(), opt(), proptest::option::of((text(), text()))),
+        )
+            .prop_map(
+                |(egress, table, priority, (m, a, id, st), (u, h, lg))| FlowMsg {
+                    egress,
+                    table,
+                    priority,
+                    matches: m.into(),
+                    actions: a.into(),
+                    id: id.into(),
+                    stage: st.into(),
+                    sb_uuid: u.map(Into::into),
+                    stage_hint: h.map(Into::into),
+                    last_good: lg.map(|(m, a)| (m.into(), a.into())),
+                },
+            )
+    }
+
+    proptest::proptest! {
+        /// A flow message equals another exactly when their encodings are equal (postcard's
+        /// encoding of these types is one-to-one), whether their texts share allocations or
+        /// not.
+        #[test]
+        fn flow_messages_are_equal_when_their_encodings_are(
+            a in flow_msg(),
+            other in flow_msg(),
+            field in 0usize..11,
+        ) {
+            // `b` is `a` with one field (or none) taken from `other`: pairs that differ in
+            // one field only, each field in turn.
+            let mut b = a.clone();
+            match field {
+                0 => b.egress = other.egress,
+                1 => b.table = other.table,
+                2 => b.priority = other.priority,
+                3 => b.matches = other.matches.clone(),
+                4 => b.actions = other.actions.clone(),
+                5 => b.id = other.id.clone(),
+                6 => b.stage = other.stage.clone(),
+                7 => b.sb_uuid = other.sb_uuid.clone(),
+                8 => b.stage_hint = other.stage_hint.clone(),
+                9 => b.last_good = other.last_good.clone(),
+                _ => b = other.clone(),
+            }
+            let same = encode(&a).ok() == encode(&b).ok();
+            proptest::prop_assert_eq!(a == b, same);
+            // The same texts in other allocations, and a clone sharing them.
+            let copy = FlowMsg {
+                matches: Arc::from(&*a.matches),
+                actions: Arc::from(&*a.actions),
+                ..a.clone()
+            };
+            proptest::prop_assert!(copy == a && a.clone() == a);
         }
     }
 }
