@@ -250,11 +250,18 @@ pub struct Controller {
     /// `zones` or `zone_dp` changed since `watched_orphans` was computed (the walk over every
     /// zone is made only then, not on every input).
     orphans_dirty: bool,
-    /// [`binding::candidates`] of the view, kept up to date from each change set (`None`:
-    /// found anew at the next write round, after a resync or a change of the local or
-    /// virtual ports or of our `Chassis` row): a write round then costs the rows this chassis
-    /// has, without a lookup per local port name.
+    /// [`binding::candidates`] of the view, kept up to date from each change set and, at each
+    /// write round, for the port names whose local or virtual state changed (`None`: found
+    /// anew at the next write round, after a resync or a change of our `Chassis` row): a
+    /// write round then costs the rows this chassis has, without a lookup per local port
+    /// name.
     bind_cands: Option<BTreeSet<Uuid>>,
+    /// The candidates a change set or a write named since the last write round (`None`:
+    /// unknown, every candidate is looked at): any other candidate's claim is as the last
+    /// round found it, unless its port name is among the changed `claim_prev` inputs.
+    claim_dirty: Option<BTreeSet<Uuid>>,
+    /// The claims' inputs as the last write round read them.
+    claim_prev: Option<write::ClaimInputs>,
     // The datapath link.
     dp_connected: bool,
     dp_dec: Decoder<FromDatapath>,
@@ -450,6 +457,8 @@ impl Controller {
             watched_orphans: BTreeSet::new(),
             orphans_dirty: true,
             bind_cands: None,
+            claim_dirty: None,
+            claim_prev: None,
             dp_connected: false,
             dp_dec: Decoder::new(),
             dp_out: VecDeque::new(),
@@ -957,7 +966,6 @@ impl Controller {
                     st.local = local;
                     st.up = up;
                 });
-                self.bind_cands = None;
                 self.conds_due = true;
                 self.translate_due = true;
                 self.write_due = true;
@@ -1034,7 +1042,6 @@ impl Controller {
                     ),
                 );
                 self.with_state(|st| st.vports.insert(vport, parent));
-                self.bind_cands = None;
                 self.write_due = true;
             }
             FromDatapath::PortActivated { port } => {
@@ -1111,7 +1118,6 @@ impl Controller {
             st.activated.retain(|p| local.contains(p));
             st.local = local;
         });
-        self.bind_cands = None;
         self.write_due = true;
         self.conds_due = true;
         self.translate_due = true;
@@ -1166,6 +1172,7 @@ impl Controller {
                     self.translate_cache.everything();
                 }
                 self.bind_cands = None;
+                self.claim_dirty = None;
                 self.say(
                     Level::Debug,
                     format!("SB: in sync ({rows} rows, full={full})"),
@@ -1241,6 +1248,8 @@ impl Controller {
                         }
                         self.stats.sb_write_failures += 1;
                         self.write_retry_at = Some(now + Duration::from_secs(1));
+                        // The retry looks at every candidate again.
+                        self.claim_dirty = None;
                     }
                     _ => {
                         if self.last_write_error.take().is_some() {

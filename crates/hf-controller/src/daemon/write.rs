@@ -40,6 +40,60 @@ pub(super) struct WriteState {
     pub(super) cands: Option<Arc<[Uuid]>>,
 }
 
+/// What a row's claim is made from besides the row itself and our `Chassis` row: a round
+/// looks again only at the rows of port names whose part of it changed since the last round.
+#[derive(Debug)]
+pub(super) struct ClaimInputs {
+    dp_ready: bool,
+    name: String,
+    hostname: String,
+    local: BTreeSet<String>,
+    up: BTreeSet<String>,
+    vports: BTreeMap<String, String>,
+    activated: BTreeSet<String>,
+}
+
+impl ClaimInputs {
+    fn of(st: &WriteState) -> ClaimInputs {
+        ClaimInputs {
+            dp_ready: st.dp_ready,
+            name: st.id.name.clone(),
+            hostname: st.id.hostname.clone(),
+            local: st.local.clone(),
+            up: st.up.clone(),
+            vports: st.vports.clone(),
+            activated: st.activated.clone(),
+        }
+    }
+
+    /// The port names whose local, up, virtual or activated state differs between `self` and
+    /// `st`; `None` when the chassis's own inputs changed (every row then).
+    fn changed_names(&self, st: &WriteState) -> Option<BTreeSet<String>> {
+        if self.dp_ready != st.dp_ready
+            || self.name != st.id.name
+            || self.hostname != st.id.hostname
+        {
+            return None;
+        }
+        let mut names: BTreeSet<String> = BTreeSet::new();
+        for (a, b) in [
+            (&self.local, &st.local),
+            (&self.up, &st.up),
+            (&self.activated, &st.activated),
+        ] {
+            names.extend(a.symmetric_difference(b).cloned());
+        }
+        let (a, b) = (&self.vports, &st.vports);
+        names.extend(
+            a.iter()
+                .filter(|(k, v)| b.get(*k) != Some(v))
+                .chain(b.iter().filter(|(k, v)| a.get(*k) != Some(v)))
+                .map(|(k, _)| k.clone()),
+        );
+        Some(names)
+    }
+}
+
 fn write_ops(sb: &SbSnapshot, st: &WriteState) -> Vec<Value> {
     let mut ops = chassis::registration_ops(sb, &st.id);
     let Some(ours) = chassis::our_chassis(sb, &st.id.name) else {
@@ -107,13 +161,40 @@ impl Controller {
                 .retain(|(d, mac), p| !neigh::fdb_written(sb, d, mac, p));
             st.clone()
         });
-        let cands = self.candidates(&st);
-        let st = WriteState {
-            cands: cands.clone(),
-            ..st
-        };
-        self.with_state(|s| s.cands = cands);
+        // The claims' inputs that moved since the last round: their rows are looked at again.
+        let names = self
+            .claim_prev
+            .as_ref()
+            .and_then(|p| ClaimInputs::changed_names(p, &st));
+        if names.is_none() {
+            self.claim_dirty = None;
+        }
+        let cands = self.candidates(&st, names.as_ref());
+        let rows = self.claim_rows(cands.as_ref(), names.as_ref());
+        self.with_state(|s| s.cands = cands.clone());
+        let st = WriteState { cands: rows, ..st };
         let ops = write_ops(self.sb.model(), &st);
+        #[cfg(debug_assertions)]
+        {
+            let every = WriteState {
+                cands: cands.clone(),
+                ..st.clone()
+            };
+            debug_assert_eq!(
+                ops,
+                write_ops(self.sb.model(), &every),
+                "the rows a write round looked at left out a row with a write"
+            );
+        }
+        // A row written (or to be written again when the write fails) is looked at again;
+        // every other row it looked at stays as the view has it until a change names it.
+        let wrote_bindings = ops.iter().any(|o| o["table"] == "Port_Binding");
+        self.claim_dirty = match (&st.cands, wrote_bindings) {
+            (_, false) => Some(BTreeSet::new()),
+            (Some(rows), true) => Some(rows.iter().copied().collect()),
+            (None, true) => None,
+        };
+        self.claim_prev = Some(ClaimInputs::of(&st));
         if ops.is_empty() {
             return;
         }
@@ -152,8 +233,14 @@ impl Controller {
         ));
     }
 
-    /// The rows the claims may act on (see `bind_cands`), found anew when not known.
-    fn candidates(&mut self, st: &WriteState) -> Option<Arc<[Uuid]>> {
+    /// The rows the claims may act on (see `bind_cands`), found anew when not known; the rows
+    /// of the port names in `names` (whose local, virtual, up or activated state changed
+    /// since the last round) are checked again.
+    fn candidates(
+        &mut self,
+        st: &WriteState,
+        names: Option<&BTreeSet<String>>,
+    ) -> Option<Arc<[Uuid]>> {
         let sb = self.sb.model();
         let ours = chassis::our_chassis(sb, &self.cfg.chassis)?;
         let fresh = || -> BTreeSet<Uuid> {
@@ -162,20 +249,67 @@ impl Controller {
                 .map(|pb| pb.uuid)
                 .collect()
         };
-        let cands = match self.bind_cands.take() {
-            Some(c) => {
+        let cands = match (self.bind_cands.take(), names) {
+            (Some(mut c), Some(names)) => {
+                for pb in names
+                    .iter()
+                    .flat_map(|n| sb.port_binding_all_by_logical_port(n))
+                {
+                    c.remove(&pb.uuid);
+                    if binding::is_candidate(pb, ours, &st.local, &st.vports) {
+                        c.insert(pb.uuid);
+                    }
+                }
                 debug_assert_eq!(c, fresh(), "bind_cands drifted from the view");
                 c
             }
-            None => fresh(),
+            _ => fresh(),
         };
         let out: Arc<[Uuid]> = cands.iter().copied().collect();
         self.bind_cands = Some(cands);
         Some(out)
     }
 
-    /// Keeps `bind_cands` up to date with change set `d` (applied to the view already).
+    /// The candidates a write round looks at (in their order): those a change set or a
+    /// write named since the last round (`claim_dirty`), those of the port names in `names`,
+    /// and the gateway ports (whose claim reads other tables); every candidate when the last
+    /// round's rows are not known.
+    fn claim_rows(
+        &self,
+        cands: Option<&Arc<[Uuid]>>,
+        names: Option<&BTreeSet<String>>,
+    ) -> Option<Arc<[Uuid]>> {
+        let (cands, names, Some(dirty)) = (cands?, names, &self.claim_dirty) else {
+            return cands.cloned();
+        };
+        let names = names.cloned().unwrap_or_default();
+        let sb = self.sb.model();
+        let mut look: BTreeSet<Uuid> = dirty.clone();
+        look.extend(
+            names
+                .iter()
+                .flat_map(|n| sb.port_binding_all_by_logical_port(n))
+                .chain(
+                    ["chassisredirect", "l3gateway"]
+                        .into_iter()
+                        .flat_map(|t| sb.port_binding_all_by_type(t)),
+                )
+                .map(|pb| pb.uuid),
+        );
+        Some(cands.iter().copied().filter(|u| look.contains(u)).collect())
+    }
+
+    /// Keeps `bind_cands` and `claim_dirty` up to date with change set `d` (applied to the
+    /// view already).
     pub(super) fn note_candidates(&mut self, d: &hf_model::SbDelta) {
+        if !d.chassis.is_empty() {
+            self.claim_dirty = None;
+        } else if let Some(dirty) = self.claim_dirty.as_mut() {
+            dirty.extend(d.port_binding.iter().map(|r| match r {
+                hf_model::RowDelta::Insert(pb) | hf_model::RowDelta::Delete(pb) => pb.uuid,
+                hf_model::RowDelta::Update { new, .. } => new.uuid,
+            }));
+        }
         if self.bind_cands.is_none() {
             return;
         }
