@@ -1827,3 +1827,65 @@ fn flow_texts_are_held_once_by_the_program_and_the_last_good_store() {
     }
     assert!(shared > 100, "{shared} flows in the store");
 }
+
+/// A `Logical_DP_Group` row that arrives alone (no port or datapath changed) moves the
+/// `Logical_Flow` condition: the flows of a new group naming a local datapath reach the
+/// program (the conditions are computed again over the local datapaths as they were), and a
+/// group of remote datapaths brings nothing.
+#[test]
+fn a_new_datapath_group_brings_its_flows() {
+    let mut net = two_chassis();
+    // northd would take the rows out again: stop it.
+    net.stop_northd();
+    let sb = net.db_sb();
+    let dp = |name: &str| {
+        sb.datapath_binding()
+            .values()
+            .find(|d| d.external_ids.get("name").map(String::as_str) == Some(name))
+            .unwrap()
+            .uuid
+    };
+    let (ls0, ls2) = (dp("ls0"), dp("ls2"));
+    let flow = |group: &str, ip: &str| {
+        json!({"op": "insert", "table": "Logical_Flow",
+            "row": {"logical_dp_group": ["named-uuid", group], "pipeline": "ingress",
+                    "table_id": 0, "priority": 1,
+                    "match": format!("ip4.dst == {ip}"), "actions": "drop;",
+                    "external_ids": ["map", [["stage-name", "ls_in_check_port_sec"]]]}})
+    };
+    net.sb(json!([
+        {"op": "insert", "table": "Logical_DP_Group", "uuid-name": "g_here",
+         "row": {"datapaths": ["set", [["uuid", ls0.to_string()], ["uuid", ls2.to_string()]]]}},
+        {"op": "insert", "table": "Logical_DP_Group", "uuid-name": "g_away",
+         "row": {"datapaths": ["set", [["uuid", ls2.to_string()]]]}},
+        flow("g_here", "203.0.113.77"),
+        flow("g_away", "203.0.113.88"),
+    ]));
+    net.advance(Duration::from_secs(1));
+    let p = net.chassis[0].dp.program().unwrap();
+    let holds = |dp: &str, ip: &str| {
+        p.datapaths
+            .iter()
+            .filter(|d| d.name == dp)
+            .flat_map(|d| d.flows.iter())
+            .any(|f| f.matches.contains(ip))
+    };
+    assert!(
+        holds("ls0", "203.0.113.77"),
+        "the group's flow did not reach hv1's ls0"
+    );
+    assert!(
+        !p.datapaths
+            .iter()
+            .flat_map(|d| d.flows.iter())
+            .any(|f| f.matches.contains("203.0.113.88")),
+        "a group of datapaths hv1 does not need brought its flow"
+    );
+    let view = net.ctl(0).sb().model();
+    assert!(
+        view.logical_flow()
+            .values()
+            .all(|f| !f.match_.contains("203.0.113.88")),
+        "hv1 monitors the flows of a group it does not need"
+    );
+}

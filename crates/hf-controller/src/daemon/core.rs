@@ -245,6 +245,10 @@ pub struct Controller {
     conds_due: bool,
     /// The datapaths the conditions were computed for (every one with `monitor_all`).
     monitored: BTreeSet<Uuid>,
+    /// `monitored` may differ from what [`monitor::local_datapaths`] gives now (`false`:
+    /// only `Logical_DP_Group` rows changed since, and the conditions take `monitored` as it
+    /// is instead of walking the view again).
+    dps_stale: bool,
     /// The ports the conditions watch by name ([`monitor::watch_ports`]).
     watched_orphans: BTreeSet<String>,
     /// `zones` or `zone_dp` changed since `watched_orphans` was computed (the walk over every
@@ -453,6 +457,7 @@ impl Controller {
             conds,
             conds_settled: false,
             conds_due: true,
+            dps_stale: true,
             monitored: BTreeSet::new(),
             watched_orphans: BTreeSet::new(),
             orphans_dirty: true,
@@ -967,6 +972,7 @@ impl Controller {
                     st.up = up;
                 });
                 self.conds_due = true;
+                self.dps_stale = true;
                 self.translate_due = true;
                 self.write_due = true;
             }
@@ -1065,6 +1071,7 @@ impl Controller {
                 }
                 self.stats.zones_flushed += names.len() as u64;
                 self.conds_due = true;
+                self.dps_stale = true;
                 self.say(
                     Level::Info,
                     format!(
@@ -1120,6 +1127,7 @@ impl Controller {
         });
         self.write_due = true;
         self.conds_due = true;
+        self.dps_stale = true;
         self.translate_due = true;
     }
 
@@ -1178,6 +1186,7 @@ impl Controller {
                     format!("SB: in sync ({rows} rows, full={full})"),
                 );
                 self.conds_due = true;
+                self.dps_stale = true;
                 self.translate_due = true;
                 self.write_due = true;
             }
@@ -1190,16 +1199,23 @@ impl Controller {
                 // translation sees them, but none is run for them.
                 // The conditions are computed again only when the change can move them.
                 let kind = change_kind(&d);
-                if kind != ChangeKind::Status && !self.conds_due {
+                if kind != ChangeKind::Status && !(self.conds_due && self.dps_stale) {
                     let local = self.local_set();
-                    self.conds_due = self.cfg.monitor_all
-                        || monitor::may_move(
+                    if self.cfg.monitor_all
+                        || monitor::moves_datapaths(
                             self.sb.model(),
                             &d,
                             &self.cfg.chassis,
                             &local,
                             &self.monitored,
-                        );
+                        )
+                    {
+                        self.conds_due = true;
+                        self.dps_stale = true;
+                    } else if !d.logical_dp_group.is_empty() {
+                        // The groups' clauses alone: over the datapaths as they are.
+                        self.conds_due = true;
+                    }
                 }
                 match kind {
                     ChangeKind::Status => {}
@@ -1275,6 +1291,7 @@ impl Controller {
             let orphans = self.orphan_ports();
             if orphans != self.watched_orphans {
                 self.conds_due = true;
+                self.dps_stale = true;
             }
         }
         if !self.conds_due {
@@ -1283,16 +1300,31 @@ impl Controller {
         self.conds_due = false;
         let sb = self.sb.model();
         let local = self.local_set();
-        let mut want = monitor::conditions(sb, &self.cfg.chassis, &local, self.cfg.monitor_all);
+        let monitored = if self.cfg.monitor_all {
+            sb.datapath_binding().keys().copied().collect()
+        } else if self.dps_stale {
+            monitor::local_datapaths(sb, &self.cfg.chassis, &local)
+        } else {
+            debug_assert_eq!(
+                self.monitored,
+                monitor::local_datapaths(sb, &self.cfg.chassis, &local),
+                "the local datapaths moved without dps_stale"
+            );
+            std::mem::take(&mut self.monitored)
+        };
+        self.dps_stale = false;
+        let mut want = monitor::conditions_over(
+            sb,
+            &self.cfg.chassis,
+            &local,
+            self.cfg.monitor_all,
+            &monitored,
+        );
+        self.monitored = monitored;
         let orphans = self.orphan_ports();
         self.orphans_dirty = false;
         monitor::watch_ports(&mut want, &orphans);
         self.watched_orphans = orphans;
-        self.monitored = if self.cfg.monitor_all {
-            sb.datapath_binding().keys().copied().collect()
-        } else {
-            monitor::local_datapaths(sb, &self.cfg.chassis, &local)
-        };
         let mut changed = Vec::new();
         for (t, c) in want {
             if self.conds.get(t) != Some(&c) {
@@ -1315,6 +1347,7 @@ impl Controller {
         self.conds_settled = !changed;
         // A change is checked once more (the rows it brings may change it again).
         self.conds_due = changed;
+        self.dps_stale = changed;
     }
 
     /// Neighbours of rebuilt datapaths written again (see [`neigh::Restore`]).

@@ -94,6 +94,23 @@ pub fn conditions(
     local: &BTreeSet<String>,
     monitor_all: bool,
 ) -> BTreeMap<&'static str, Option<Vec<Value>>> {
+    let dps = if monitor_all {
+        BTreeSet::new()
+    } else {
+        local_datapaths(sb, chassis, local)
+    };
+    conditions_over(sb, chassis, local, monitor_all, &dps)
+}
+
+/// [`conditions`] given what [`local_datapaths`] gives for `chassis` and `local` (`dps`):
+/// a caller that knows it unchanged does not walk the view for it again.
+pub fn conditions_over(
+    sb: &SbSnapshot,
+    chassis: &str,
+    local: &BTreeSet<String>,
+    monitor_all: bool,
+    dps: &BTreeSet<Uuid>,
+) -> BTreeMap<&'static str, Option<Vec<Value>>> {
     let mut out: BTreeMap<&'static str, Option<Vec<Value>>> = BTreeMap::new();
     if monitor_all {
         for t in CONDITIONED {
@@ -102,7 +119,6 @@ pub fn conditions(
         return out;
     }
     let ours = sb.chassis_by_name(chassis).map(|c| c.uuid);
-    let dps = local_datapaths(sb, chassis, local);
     let mut pb = vec![
         json!(["type", "==", "patch"]),
         json!(["type", "==", "chassisredirect"]),
@@ -128,7 +144,7 @@ pub fn conditions(
     let mut lf = Vec::new();
     let mut per_dp = Vec::new();
     let mut dns = Vec::new();
-    for d in &dps {
+    for d in dps {
         pb.push(json!(["datapath", "==", u(*d)]));
         lf.push(json!(["logical_datapath", "==", u(*d)]));
         per_dp.push(json!(["datapath", "==", u(*d)]));
@@ -195,9 +211,21 @@ pub fn may_move(
     local: &BTreeSet<String>,
     monitored: &BTreeSet<Uuid>,
 ) -> bool {
+    !d.logical_dp_group.is_empty() || moves_datapaths(sb, d, chassis, local, monitored)
+}
+
+/// Whether change set `d` can change what [`local_datapaths`] gives (and with it every
+/// clause of [`conditions`] but the `Logical_DP_Group` ones, which follow the groups'
+/// rows): [`may_move`] without the groups, which no walk reads.
+pub fn moves_datapaths(
+    sb: &SbSnapshot,
+    d: &Delta,
+    chassis: &str,
+    local: &BTreeSet<String>,
+    monitored: &BTreeSet<Uuid>,
+) -> bool {
     if !d.chassis.is_empty()
         || !d.datapath_binding.is_empty()
-        || !d.logical_dp_group.is_empty()
         || !d.ha_chassis_group.is_empty()
         || !d.ha_chassis.is_empty()
         || !d.gateway_chassis.is_empty()
