@@ -1201,20 +1201,25 @@ impl Controller {
                 let kind = change_kind(&d);
                 if kind != ChangeKind::Status && !(self.conds_due && self.dps_stale) {
                     let local = self.local_set();
-                    if self.cfg.monitor_all
-                        || monitor::moves_datapaths(
+                    let moves = if self.cfg.monitor_all {
+                        monitor::Move::Datapaths
+                    } else {
+                        monitor::may_move(
                             self.sb.model(),
                             &d,
                             &self.cfg.chassis,
                             &local,
                             &self.monitored,
                         )
-                    {
-                        self.conds_due = true;
-                        self.dps_stale = true;
-                    } else if !d.logical_dp_group.is_empty() {
+                    };
+                    match moves {
+                        monitor::Move::Datapaths => {
+                            self.conds_due = true;
+                            self.dps_stale = true;
+                        }
                         // The groups' clauses alone: over the datapaths as they are.
-                        self.conds_due = true;
+                        monitor::Move::Groups => self.conds_due = true,
+                        monitor::Move::Nothing => {}
                     }
                 }
                 match kind {

@@ -194,7 +194,7 @@ pub fn conditions_over(
 
 /// Whether change set `d` (already applied to `sb`) can change what [`conditions`] and
 /// [`local_datapaths`] give for `chassis` and `local`, `monitored` being what
-/// [`local_datapaths`] gave before it. `false` only when it cannot:
+/// [`local_datapaths`] gave before it. [`Move::Nothing`] only when it cannot:
 ///
 /// - the tables they read are `Chassis`, `Datapath_Binding`, `Logical_DP_Group`, the HA and
 ///   gateway tables and `Port_Binding`: a change to any of the others moves nothing;
@@ -210,14 +210,30 @@ pub fn may_move(
     chassis: &str,
     local: &BTreeSet<String>,
     monitored: &BTreeSet<Uuid>,
-) -> bool {
-    !d.logical_dp_group.is_empty() || moves_datapaths(sb, d, chassis, local, monitored)
+) -> Move {
+    if moves_datapaths(sb, d, chassis, local, monitored) {
+        Move::Datapaths
+    } else if !d.logical_dp_group.is_empty() {
+        Move::Groups
+    } else {
+        Move::Nothing
+    }
 }
 
-/// Whether change set `d` can change what [`local_datapaths`] gives (and with it every
-/// clause of [`conditions`] but the `Logical_DP_Group` ones, which follow the groups'
-/// rows): [`may_move`] without the groups, which no walk reads.
-pub fn moves_datapaths(
+/// What a change set may move ([`may_move`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Move {
+    /// Neither the conditions nor [`local_datapaths`].
+    Nothing,
+    /// The `Logical_DP_Group` clauses of the conditions alone: [`local_datapaths`] is as
+    /// before (no walk reads the groups).
+    Groups,
+    /// [`local_datapaths`] and with it every clause.
+    Datapaths,
+}
+
+/// Whether change set `d` can change what [`local_datapaths`] gives.
+fn moves_datapaths(
     sb: &SbSnapshot,
     d: &Delta,
     chassis: &str,
@@ -369,7 +385,7 @@ mod tests {
             };
             d.port_binding.push(row);
             sb.apply(&d);
-            if !may_move(&sb, &d, "hv1", &local, &monitored) {
+            if may_move(&sb, &d, "hv1", &local, &monitored) == Move::Nothing {
                 skipped += 1;
                 assert_eq!(
                     local_datapaths(&sb, "hv1", &local),
@@ -422,7 +438,7 @@ mod tests {
             }));
             sb.apply(&d);
             assert_eq!(
-                may_move(&sb, &d, "hv1", &local, &monitored),
+                may_move(&sb, &d, "hv1", &local, &monitored) != Move::Nothing,
                 want,
                 "a port requested here on datapath {dp}"
             );
@@ -430,6 +446,14 @@ mod tests {
         // Flows, groups and the rest never move them.
         let mut d = Delta::default();
         d.multicast_group.push(RowDelta::Insert(Default::default()));
-        assert!(!may_move(&sb, &d, "hv1", &local, &monitored));
+        assert_eq!(may_move(&sb, &d, "hv1", &local, &monitored), Move::Nothing);
+        // A group moves its clauses alone: the local datapaths stay.
+        let before = local_datapaths(&sb, "hv1", &local);
+        let mut d = Delta::default();
+        d.logical_dp_group
+            .push(RowDelta::Insert(Default::default()));
+        sb.apply(&d);
+        assert_eq!(may_move(&sb, &d, "hv1", &local, &before), Move::Groups);
+        assert_eq!(local_datapaths(&sb, "hv1", &local), before);
     }
 }

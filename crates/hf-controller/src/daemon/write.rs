@@ -282,12 +282,12 @@ impl Controller {
         let (cands, names, Some(dirty)) = (cands?, names, &self.claim_dirty) else {
             return cands.cloned();
         };
-        let names = names.cloned().unwrap_or_default();
         let sb = self.sb.model();
         let mut look: BTreeSet<Uuid> = dirty.clone();
         look.extend(
             names
-                .iter()
+                .into_iter()
+                .flatten()
                 .flat_map(|n| sb.port_binding_all_by_logical_port(n))
                 .chain(
                     ["chassisredirect", "l3gateway"]
