@@ -317,8 +317,39 @@ impl Cache {
     /// `hint` is the hint slot of the recirculating op this segment continues, [`FIRST_HINT`]
     /// for the first segment of a run (the resume point's own slot), or [`NO_HINT`]: the entry
     /// it names is tried first, and it is pointed at what a hashed lookup finds.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn lookup(
+        &mut self,
+        resume: u32,
+        f: &[u128; NF],
+        generation: u64,
+        hint: u32,
+    ) -> Option<(u32, u32)> {
+        // The copy: one record and the context, inline in the replay loop (the established
+        // flow's every lookup); anything else out of line.
+        let d = self.by_resume.get(resume as usize)?;
+        let h = if hint == FIRST_HINT {
+            Some(&d.first)
+        } else {
+            self.hints.get(hint as usize)
+        };
+        if let Some(h) = h
+            && h.covers(f, generation)
+        {
+            if hint == FIRST_HINT {
+                self.stats.first_hinted += 1;
+            } else {
+                self.stats.chained += 1;
+            }
+            return Some((h.start, h.len));
+        }
+        self.lookup_slow(resume, f, generation, hint)
+    }
+
+    /// [`Cache::lookup`] when the hint's copy does not cover `f`: a referring hint's entry,
+    /// then the hashed lookup.
+    #[inline(never)]
+    fn lookup_slow(
         &mut self,
         resume: u32,
         f: &[u128; NF],
@@ -332,15 +363,6 @@ impl Cache {
             self.hints.get(hint as usize)
         };
         if let Some(h) = h {
-            // The copy: one record and the context.
-            if h.covers(f, generation) {
-                if hint == FIRST_HINT {
-                    self.stats.first_hinted += 1;
-                } else {
-                    self.stats.chained += 1;
-                }
-                return Some((h.start, h.len));
-            }
             // A referring hint: the entry itself.
             if h.n == HINT_REF
                 && let Some(m) = d.masks.get_mut(h.mask as usize)
