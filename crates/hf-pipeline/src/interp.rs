@@ -344,6 +344,15 @@ impl Runner<'_> {
                         Some(a) => self.exec_act(a),
                         None => {}
                     },
+                    // The output, as `exec_op` does it, without a call into its frame.
+                    Op::Emit(dest) => {
+                        let frame = if self.scr.ctx.owned {
+                            &self.scr.ctx.frame
+                        } else {
+                            self.input
+                        };
+                        self.out.push(dest, frame)
+                    }
                     // The segment's last op recirculates after a plain lookup: the flat replay
                     // (conntrack, then the continuation in this loop).
                     Op::Ct {
