@@ -75,12 +75,92 @@ const NIL: u32 = u32::MAX;
 /// "No hint slot": what a recorded (not yet cached) conntrack op carries.
 pub(crate) const NO_HINT: u32 = u32::MAX;
 
-/// Where a recirculating op's continuation was last found: (mask table, entry) of the resume
-/// point's [`Dpcls`]; [`NIL`] when never.
+/// The hint of a run's first segment: its resume point's own slot ([`Dpcls::first`]).
+pub(crate) const FIRST_HINT: u32 = u32::MAX - 1;
+
+/// Masked fields a [`Hint`] copies inline (a key with more, or with a field wider than 64
+/// bits, is referred to instead).
+const HINT_FIELDS: usize = 4;
+
+/// `Hint::n` of a hint that refers to its entry (mask table, index) instead of copying it.
+const HINT_REF: u8 = u8::MAX;
+
+/// Where a segment's entry was last found, for the next packet to try first: a recirculating
+/// op's continuation (one slot per such op in the arena), or a resume point's first segment
+/// ([`Dpcls::first`]). It is a *copy* of the entry (its generation, its masked fields and
+/// values, its ops' range), so trying it reads this record and the context only: no mask table,
+/// no entry array, no values array (a chain of dependent loads). The copy is exactly the entry's
+/// own test: a current-generation entry whose masked values equal the context's is a correct
+/// answer, and the ops an entry named under the current generation stay in the arena (only a
+/// clear, which drops the hints too, removes them). A key with more than [`HINT_FIELDS`]
+/// fields, or one wider than 64 bits, is referred to by (mask table, entry) as before
+/// ([`HINT_REF`]).
 #[derive(Debug, Clone, Copy)]
 struct Hint {
+    generation: u64,
+    start: u32,
+    len: u32,
+    /// The entry (mask table, index) the hint was taken from; [`NIL`] when never.
     mask: u32,
     entry: u32,
+    /// Fields copied into `fields`/`keys`, or [`HINT_REF`].
+    n: u8,
+    fields: [u8; HINT_FIELDS],
+    /// (mask, masked value) of each copied field's low 64 bits.
+    keys: [(u64, u64); HINT_FIELDS],
+}
+
+impl Hint {
+    const NONE: Hint = Hint {
+        generation: 0,
+        start: 0,
+        len: 0,
+        mask: NIL,
+        entry: NIL,
+        n: HINT_REF,
+        fields: [0; HINT_FIELDS],
+        keys: [(0, 0); HINT_FIELDS],
+    };
+
+    /// A hint for entry `entry` of mask table `mask` (`m`), copied when its key fits.
+    fn of(m: &MaskTable, mask: usize, entry: usize, e: &Entry) -> Hint {
+        let mut h = Hint {
+            generation: e.generation,
+            start: e.start,
+            len: e.len,
+            mask: mask as u32,
+            entry: entry as u32,
+            ..Hint::NONE
+        };
+        let n = m.keyed.len();
+        let Some(vals) = m.values.get(entry * n..entry * n + n) else {
+            return h;
+        };
+        if n > HINT_FIELDS || m.keyed.iter().any(|k| k.hi != 0) {
+            return h;
+        }
+        for (i, (k, &v)) in m.keyed.iter().zip(vals).enumerate() {
+            h.fields[i] = k.field as u8;
+            h.keys[i] = (k.lo, v as u64);
+        }
+        h.n = n as u8;
+        h
+    }
+
+    /// Whether the copied entry covers `f` under `generation` (never for a referring hint).
+    #[inline(always)]
+    fn covers(&self, f: &[u128; NF], generation: u64) -> bool {
+        if self.generation != generation || self.n > HINT_FIELDS as u8 {
+            return false;
+        }
+        let n = usize::from(self.n);
+        self.fields[..n]
+            .iter()
+            .zip(&self.keys[..n])
+            .all(|(&field, &(mask, value))| {
+                (f.get(usize::from(field)).copied().unwrap_or(0) as u64) & mask == value
+            })
+    }
 }
 
 /// One masked field of a [`MaskTable`], in the form the per-packet path reads it.
@@ -182,9 +262,20 @@ impl MaskTable {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Dpcls {
     masks: Vec<MaskTable>,
+    /// Where the resume point's first segment (a run's [`FIRST_HINT`] lookup) was last found.
+    first: Hint,
+}
+
+impl Default for Dpcls {
+    fn default() -> Dpcls {
+        Dpcls {
+            masks: Vec::new(),
+            first: Hint::NONE,
+        }
+    }
 }
 
 /// The cache.
@@ -206,8 +297,8 @@ pub(crate) struct Cache {
 /// How the cache's lookups went: what `hf-bench` reports per frame and the tests bound.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CacheStats {
-    /// Hashed lookups: a segment whose entry was not found through its hint (the first segment
-    /// of every run, and a continuation whose hint missed).
+    /// Hashed lookups: a segment whose entry was not found through its hint (a first segment
+    /// or a continuation whose hint missed).
     pub lookups: u64,
     /// Hash tables probed by those lookups (mask tables of the megaflow layer).
     pub probes: u64,
@@ -216,14 +307,17 @@ pub struct CacheStats {
     pub chained: u64,
     /// Hints tried whose entry did not cover the context (a hashed lookup followed).
     pub hint_refused: u64,
+    /// First segments of a run found through their resume point's hint (the entry the last
+    /// first segment there was found in): one copied entry compared, no hash, no probe.
+    pub first_hinted: u64,
 }
 
 impl Cache {
     /// The ops for the segment at `resume` given the context `f`, if a current entry covers it.
-    /// `hint` is the hint slot of the recirculating op this segment continues ([`NO_HINT`] for
-    /// the first segment of a run): its entry is tried first, and it is pointed at what a
-    /// hashed lookup finds.
-    #[inline]
+    /// `hint` is the hint slot of the recirculating op this segment continues, [`FIRST_HINT`]
+    /// for the first segment of a run (the resume point's own slot), or [`NO_HINT`]: the entry
+    /// it names is tried first, and it is pointed at what a hashed lookup finds.
+    #[inline(always)]
     pub(crate) fn lookup(
         &mut self,
         resume: u32,
@@ -231,23 +325,62 @@ impl Cache {
         generation: u64,
         hint: u32,
     ) -> Option<(u32, u32)> {
-        let d = self.by_resume.get_mut(resume as usize)?;
-        if let Some(h) = self.hints.get(hint as usize)
-            && let Some(m) = d.masks.get_mut(h.mask as usize)
-            && let Some(e) = m.entries.get(h.entry as usize).copied()
-            && e.generation == generation
-            && m.matches(h.entry as usize, f)
+        // The copy: one record and the context, inline in the replay loop (the established
+        // flow's every lookup); anything else out of line.
+        let d = self.by_resume.get(resume as usize)?;
+        let h = if hint == FIRST_HINT {
+            Some(&d.first)
+        } else {
+            self.hints.get(hint as usize)
+        };
+        if let Some(h) = h
+            && h.covers(f, generation)
         {
-            self.stats.chained += 1;
-            m.hits += 1;
-            return Some((e.start, e.len));
+            if hint == FIRST_HINT {
+                self.stats.first_hinted += 1;
+            } else {
+                self.stats.chained += 1;
+            }
+            return Some((h.start, h.len));
         }
-        if self
-            .hints
-            .get(hint as usize)
-            .is_some_and(|h| h.entry != NIL)
-        {
-            self.stats.hint_refused += 1;
+        self.lookup_slow(resume, f, generation, hint)
+    }
+
+    /// [`Cache::lookup`] when the hint's copy does not cover `f`: a referring hint's entry,
+    /// then the hashed lookup.
+    #[inline(never)]
+    fn lookup_slow(
+        &mut self,
+        resume: u32,
+        f: &[u128; NF],
+        generation: u64,
+        hint: u32,
+    ) -> Option<(u32, u32)> {
+        let d = self.by_resume.get_mut(resume as usize)?;
+        let h = if hint == FIRST_HINT {
+            Some(&d.first)
+        } else {
+            self.hints.get(hint as usize)
+        };
+        if let Some(h) = h {
+            // A referring hint: the entry itself.
+            if h.n == HINT_REF
+                && let Some(m) = d.masks.get_mut(h.mask as usize)
+                && let Some(e) = m.entries.get(h.entry as usize).copied()
+                && e.generation == generation
+                && m.matches(h.entry as usize, f)
+            {
+                if hint == FIRST_HINT {
+                    self.stats.first_hinted += 1;
+                } else {
+                    self.stats.chained += 1;
+                }
+                m.hits += 1;
+                return Some((e.start, e.len));
+            }
+            if h.entry != NIL {
+                self.stats.hint_refused += 1;
+            }
         }
         self.stats.lookups += 1;
         for i in 0..d.masks.len() {
@@ -264,17 +397,21 @@ impl Cache {
                 continue;
             }
             m.hits += 1;
+            let fresh = Hint::of(m, i, j, &e);
             // Keep the busiest masks first, as OVS's dpcls does.
             let mut at = i;
             if i > 0 && d.masks[i].hits > d.masks[i - 1].hits.saturating_mul(2) {
                 d.masks.swap(i, i - 1);
                 at = i - 1;
             }
-            if let Some(h) = self.hints.get_mut(hint as usize) {
-                *h = Hint {
-                    mask: at as u32,
-                    entry: j as u32,
-                };
+            let fresh = Hint {
+                mask: at as u32,
+                ..fresh
+            };
+            if hint == FIRST_HINT {
+                d.first = fresh;
+            } else if let Some(h) = self.hints.get_mut(hint as usize) {
+                *h = fresh;
             }
             return Some((e.start, e.len));
         }
@@ -316,10 +453,7 @@ impl Cache {
                 lookup_only,
             } if resume != NO_RESUME => {
                 let hint = u32::try_from(hints.len()).unwrap_or(NO_HINT);
-                hints.push(Hint {
-                    mask: NIL,
-                    entry: NIL,
-                });
+                hints.push(Hint::NONE);
                 Op::Ct {
                     zone,
                     act,

@@ -380,6 +380,10 @@ pub struct Coverage {
     pub counted: u64,
     /// Datapaths of the cached side's program that a recompile changed in place.
     pub patched: usize,
+    /// First segments found through their resume point's hint (no hashed lookup).
+    pub first_hinted: u64,
+    /// Programs swapped under the cache mid-run (a port removed).
+    pub swapped: usize,
 }
 
 impl Coverage {
@@ -395,6 +399,8 @@ impl Coverage {
         self.learned += o.learned;
         self.counted += o.counted;
         self.patched += o.patched;
+        self.first_hinted += o.first_hinted;
+        self.swapped += o.swapped;
     }
 }
 
@@ -443,7 +449,36 @@ pub fn differential_with_coverage(data: &[u8]) -> Coverage {
     let (mut out_a, mut out_w) = (Outputs::default(), Outputs::default());
     let mut frames = Vec::new();
     let mut n = 0;
+    // Under the cache's feet, at fixed packets (chosen without consuming a byte): conntrack's
+    // connections all expire (the clock jumps past the longest timeout), then the program is
+    // swapped for one without `vm2` (a port removal), on both sides. Cached entries and their
+    // hints made before must not answer after.
+    let (expire_at, swap_at) = (20, 40);
+    let skew = |n: usize| {
+        Duration::from_millis(10 * n as u64)
+            + if n >= expire_at {
+                Duration::from_secs(6 * 86_400)
+            } else {
+                Duration::ZERO
+            }
+    };
     while !b.is_empty() && n < 64 {
+        if n == swap_at {
+            let mut removed = spec.clone();
+            for d in &mut removed.datapaths {
+                d.ports.retain(|p| p.name != "vm2");
+                for g in &mut d.groups {
+                    g.members.retain(|m| m != "vm2");
+                }
+            }
+            if let (Ok((pa, _)), Ok((pw, _))) =
+                (Program::compile(&removed), Program::compile(&removed))
+            {
+                a.set_program(pa);
+                w.set_program(pw);
+                cov.swapped += 1;
+            }
+        }
         // Replay earlier packets often so that the cache gets hits.
         let (from, frame) = if !frames.is_empty() && b.byte().is_multiple_of(2) {
             let i = usize::from(b.byte()) % frames.len();
@@ -451,7 +486,7 @@ pub fn differential_with_coverage(data: &[u8]) -> Coverage {
         } else {
             frame_from(&mut b)
         };
-        let now = Duration::from_millis(10 * n as u64);
+        let now = skew(n);
         let ra = a.process(&mut ct_a, from, &frame, now, &mut out_a);
         let rw = w.process_uncached(&mut ct_w, from, &frame, now, &mut out_w);
         assert_eq!(
@@ -484,7 +519,7 @@ pub fn differential_with_coverage(data: &[u8]) -> Coverage {
         frames.push((from, frame));
         n += 1;
     }
-    let now = Duration::from_millis(10 * n as u64);
+    let now = skew(n);
     assert_eq!(
         ct_a.export(&Selection::everything(), now),
         ct_w.export(&Selection::everything(), now),
@@ -506,5 +541,6 @@ pub fn differential_with_coverage(data: &[u8]) -> Coverage {
     let st = a.cache_stats();
     cov.chained = st.chained;
     cov.hint_refused = st.hint_refused;
+    cov.first_hinted = st.first_hinted;
     cov
 }

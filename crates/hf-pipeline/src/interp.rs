@@ -291,6 +291,15 @@ impl Runner<'_> {
 
     /// Runs the segment that starts at `resume` with the current context: from the cache when it
     /// has an entry, otherwise by walking (and then caching the walk when it can).
+    ///
+    /// # The flat replay
+    ///
+    /// A cached segment that ends in a plain `ct_next` that recirculates (the established
+    /// flow's shape: some writes, conntrack, the continuation) is not replayed through
+    /// [`Runner::exec_op`] and a nested `run_segment`: conntrack runs here, the continuation's
+    /// entry is tried through the op's hint (a copy of the entry, see `cache`) and its ops are
+    /// replayed by the same loop. Only a miss leaves the loop, for the same lookup and walk the
+    /// nested call would have made.
     pub(crate) fn run_segment(&mut self, resume: u32, rdepth: u32, hint: u32) {
         if rdepth > MAX_RECIRC {
             self.note("recirculation limit reached: dropped".into());
@@ -303,10 +312,13 @@ impl Runner<'_> {
                     .lookup(resume, &self.scr.ctx.f, *self.generation, hint)
         {
             self.hits += 1;
-            for k in start..start.saturating_add(len) {
+            let (mut k, mut end) = (start, start.saturating_add(len));
+            let mut rdepth = rdepth;
+            while k < end {
                 let Some(op) = self.cache.op(k) else {
                     break;
                 };
+                k += 1;
                 // Header and register writes are most of a replay: done here, as `exec_op` does
                 // them, without a call into its large frame.
                 match op {
@@ -332,6 +344,46 @@ impl Runner<'_> {
                         Some(a) => self.exec_act(a),
                         None => {}
                     },
+                    // The output, as `exec_op` does it, without a call into its frame.
+                    Op::Emit(dest) => {
+                        let frame = if self.scr.ctx.owned {
+                            &self.scr.ctx.frame
+                        } else {
+                            self.input
+                        };
+                        self.out.push(dest, frame)
+                    }
+                    // The segment's last op recirculates after a plain lookup: the flat replay
+                    // (conntrack, then the continuation in this loop).
+                    Op::Ct {
+                        zone,
+                        resume: next,
+                        hint: next_hint,
+                        lookup_only: true,
+                        ..
+                    } if k == end
+                        && next != NO_RESUME
+                        && rdepth < MAX_RECIRC
+                        && self.trace.is_none()
+                        && self.what_if.is_none() =>
+                    {
+                        self.exec_ct_next(zone);
+                        rdepth += 1;
+                        self.segments += 1;
+                        match self
+                            .cache
+                            .lookup(next, &self.scr.ctx.f, *self.generation, next_hint)
+                        {
+                            Some((s, l)) => {
+                                self.hits += 1;
+                                (k, end) = (s, s.saturating_add(l));
+                            }
+                            None => {
+                                self.walk_segment(next, rdepth);
+                                return;
+                            }
+                        }
+                    }
                     _ => {
                         self.exec_op(&op, rdepth);
                     }
@@ -339,6 +391,12 @@ impl Runner<'_> {
             }
             return;
         }
+        self.walk_segment(resume, rdepth);
+    }
+
+    /// Walks the segment that starts at `resume` (a cache miss, or an uncached run) and caches
+    /// the walk when it can.
+    fn walk_segment(&mut self, resume: u32, rdepth: u32) {
         let start = self.scr.ctx.f;
         let gen_at_start = *self.generation;
         let mut w = Walk::new();

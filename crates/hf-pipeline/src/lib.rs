@@ -996,7 +996,7 @@ impl Pipeline {
             packet_in: self.packet_in,
             pin_stats: &mut self.pin_stats,
         };
-        r.run_segment(resume_id(dp, pipe, 0), 0, cache::NO_HINT);
+        r.run_segment(resume_id(dp, pipe, 0), 0, cache::FIRST_HINT);
         let stats = RunStats {
             segments: r.segments,
             cache_hits: r.hits,

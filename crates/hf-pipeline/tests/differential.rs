@@ -41,6 +41,10 @@ fn random_programs_exercise_the_cache() {
     // would get wrong).
     assert!(stats.chained > 1000, "{stats:?}");
     assert!(stats.hint_refused > 100, "{stats:?}");
+    // First segments found through their resume point's hint (the flat path's first step), and
+    // programs swapped (a port removed) under the cache, after every connection expired.
+    assert!(stats.first_hinted > 1000, "{stats:?}");
+    assert!(stats.swapped > 100, "{stats:?}");
     assert!(stats.connections > 10, "{stats:?}");
     assert!(stats.learned > 10, "{stats:?}");
     assert!(stats.counted > 10, "{stats:?}");

@@ -11,11 +11,13 @@
 //!
 //! - `cached_established_tcp/...`: frames per second delivered at B's port (goal: 5 Mpps).
 //! - `cached_established_tcp_allocs_per_frame`, `..._cache_lookups_per_frame`,
-//!   `..._cache_probes_per_frame`, `..._cache_chained_per_frame`: allocation calls, hashed
-//!   flow-cache lookups (goal: one per chassis, for the segment before the conntrack
-//!   recirculation), hash tables those lookups probed (goal: one per lookup), and continuations
-//!   after conntrack found through the recirculating op's hint instead of a lookup (one per
-//!   chassis), per delivered frame.
+//!   `..._cache_probes_per_frame`, `..._cache_chained_per_frame`,
+//!   `..._cache_first_hinted_per_frame`: allocation calls, hashed flow-cache lookups (at most
+//!   one per chassis, for the segment before the conntrack recirculation; none once the
+//!   resume point's hint serves it), hash tables those lookups probed (one per lookup),
+//!   continuations after conntrack found through the recirculating op's hint instead of a
+//!   lookup (one per chassis), and first segments found through their resume point's hint
+//!   (one per chassis), per delivered frame.
 //!
 //! Frames enter A through the port's handle ([`Datapath::port_handle`], looked up once), as a
 //! port's receive loop would hold it.
@@ -194,11 +196,12 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     let (delivered, took) = timed(|| pass(&mut dps, n_frames));
     let allocs = crate::alloc::allocations() - a0;
     let s1 = dps.each_ref().map(|d| d.pipeline().cache_stats());
-    let (lookups, probes, chained) = (0..2).fold((0, 0, 0), |(l, p, c), i| {
+    let (lookups, probes, chained, first) = (0..2).fold((0, 0, 0, 0), |(l, p, c, h), i| {
         (
             l + s1[i].lookups - s0[i].lookups,
             p + s1[i].probes - s0[i].probes,
             c + s1[i].chained - s0[i].chained,
+            h + s1[i].first_hinted - s0[i].first_hinted,
         )
     });
     anyhow::ensure!(
@@ -232,6 +235,11 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         "cached_established_tcp_cache_chained_per_frame",
         chained as f64 / n_frames as f64,
         "continuations",
+    );
+    report.result(
+        "cached_established_tcp_cache_first_hinted_per_frame",
+        first as f64 / n_frames as f64,
+        "first segments",
     );
     clocks_note(report, "cached_established_tcp", n_frames as f64, took);
     let c = dps[1].counters();
