@@ -232,7 +232,7 @@ fn edited_datapath_msg(
     let mut flows = Vec::with_capacity(d.flows.len());
     for (i, f) in d.flows.iter().enumerate() {
         if added.next_if_eq(&i).is_some() {
-            flows.push(flow_msg(&d.name, f, last_good)?);
+            flows.push(Arc::new(flow_msg(&d.name, f, last_good)?));
         } else {
             flows.push(kept.next()?.clone());
         }
@@ -403,7 +403,7 @@ fn datapath_msg(
     let mut flows = Vec::with_capacity(d.flows.len());
     for f in &d.flows {
         match flow_msg(&d.name, f, last_good) {
-            Some(m) => flows.push(m),
+            Some(m) => flows.push(Arc::new(m)),
             None => skipped.push((d.name.clone(), f.id.0.to_string())),
         }
     }
@@ -414,7 +414,7 @@ fn datapath_msg(
 fn datapath_head(
     d: &DatapathSpec,
     local_names: &BTreeMap<u32, &str>,
-    flows: Vec<FlowMsg>,
+    flows: Vec<Arc<FlowMsg>>,
 ) -> DatapathMsg {
     let router_zones = match d.kind {
         DatapathKind::Router {

@@ -631,7 +631,7 @@ impl Datapath {
             }
         };
         // Held datapaths run their previous flows (what the delta replaced).
-        let olds: Vec<(String, Vec<crate::proto::FlowMsg>)> = held
+        let olds: Vec<(String, Vec<std::sync::Arc<crate::proto::FlowMsg>>)> = held
             .iter()
             .filter_map(|n| prev.flows_of(n).map(|f| (n.clone(), f.into_owned())))
             .collect();

@@ -122,7 +122,7 @@ pub struct DatapathChange {
     /// Multicast groups by name, when they changed.
     pub groups: Option<ListDelta<GroupMsg>>,
     /// Flows by identity, when they changed.
-    pub flows: Option<ListDelta<FlowMsg>>,
+    pub flows: Option<ListDelta<Arc<FlowMsg>>>,
 }
 
 /// The change of a list whose items have an identity ([`Keyed`]).
@@ -597,7 +597,7 @@ pub enum PrevFlows<'a> {
     Absent,
     /// The delta changed it: these were its flows (rebuilt from the program's and what the
     /// delta replaced: the delta edits in place, keeping no copy of the list).
-    Were(std::borrow::Cow<'a, [FlowMsg]>),
+    Were(std::borrow::Cow<'a, [Arc<FlowMsg>]>),
 }
 
 impl Undo {
@@ -753,7 +753,7 @@ pub fn apply_undoable(prog: &mut ProgramMsg, delta: &ProgramDelta) -> Result<App
     type Plans<'d> = (
         ListPlan<'d, PortMsg>,
         ListPlan<'d, GroupMsg>,
-        ListPlan<'d, FlowMsg>,
+        ListPlan<'d, Arc<FlowMsg>>,
     );
     let mut prepared: Vec<(usize, &DatapathChange, Plans<'_>)> =
         Vec::with_capacity(dd.changed.len());
@@ -1164,7 +1164,7 @@ struct DpUndo {
     router_zones: Option<(u16, u16)>,
     ports: Option<ListUndo<PortMsg>>,
     groups: Option<ListUndo<GroupMsg>>,
-    flows: Option<ListUndo<FlowMsg>>,
+    flows: Option<ListUndo<Arc<FlowMsg>>>,
 }
 
 #[cfg(test)]

@@ -33,8 +33,8 @@ impl Rng {
     }
 }
 
-fn flow(rng: &mut Rng, n: usize) -> FlowMsg {
-    FlowMsg {
+fn flow(rng: &mut Rng, n: usize) -> Arc<FlowMsg> {
+    Arc::new(FlowMsg {
         egress: rng.chance(50),
         table: rng.below(4) as u8,
         priority: rng.below(3) as u16 * 50,
@@ -45,7 +45,7 @@ fn flow(rng: &mut Rng, n: usize) -> FlowMsg {
         sb_uuid: rng.chance(50).then(|| format!("u{n}").into()),
         stage_hint: None,
         last_good: rng.chance(20).then(|| ("ip4".into(), "next;".into())),
-    }
+    })
 }
 
 fn port(rng: &mut Rng, n: usize) -> PortMsg {
@@ -190,10 +190,13 @@ fn mutate(rng: &mut Rng, old: &ProgramMsg) -> ProgramMsg {
         mutate_list(rng, &mut d.groups, &mut group, &mut |_, x| {
             x.members.push("px".into())
         });
-        mutate_list(rng, &mut d.flows, &mut flow, &mut |r, x| match r.below(3) {
-            0 => x.actions = "drop;".into(),
-            1 => x.last_good = Some(("1".into(), "next;".into())),
-            _ => x.priority += 1,
+        mutate_list(rng, &mut d.flows, &mut flow, &mut |r, x| {
+            let x = Arc::make_mut(x);
+            match r.below(3) {
+                0 => x.actions = "drop;".into(),
+                1 => x.last_good = Some(("1".into(), "next;".into())),
+                _ => x.priority += 1,
+            }
         });
     }
     if rng.chance(30) {
@@ -421,10 +424,10 @@ fn a_hint_must_be_a_superset() {
     new.generation = 6;
     std::sync::Arc::make_mut(&mut new.datapaths[1])
         .flows
-        .push(FlowMsg {
+        .push(Arc::new(FlowMsg {
             id: "new".into(),
             ..FlowMsg::default()
-        });
+        }));
     let only0: BTreeSet<String> = ["dp0".to_string()].into();
     let d = between(
         &old,
@@ -452,15 +455,15 @@ fn a_hint_must_be_a_superset() {
 }
 
 /// [`two_datapaths`], and the next generation with flow "new" (`ip6`) inserted second in dp1.
-fn one_flow_added() -> (ProgramMsg, ProgramMsg, FlowMsg) {
+fn one_flow_added() -> (ProgramMsg, ProgramMsg, Arc<FlowMsg>) {
     let old = two_datapaths();
     let mut new = old.clone();
     new.generation = 6;
-    let f = FlowMsg {
+    let f = Arc::new(FlowMsg {
         id: "new".into(),
         matches: "ip6".into(),
         ..FlowMsg::default()
-    };
+    });
     std::sync::Arc::make_mut(&mut new.datapaths[1])
         .flows
         .insert(1, f.clone());
@@ -495,11 +498,11 @@ fn a_delta_adding_an_identity_that_is_there_is_refused() {
     let mut other = old.clone();
     std::sync::Arc::make_mut(&mut other.datapaths[1])
         .flows
-        .push(FlowMsg {
+        .push(Arc::new(FlowMsg {
             id: f.id.clone(),
             matches: "ip4".into(),
             ..FlowMsg::default()
-        });
+        }));
     let before = other.clone();
     let e = apply(&mut other, &d).unwrap_err();
     assert!(
@@ -616,9 +619,11 @@ fn a_flow_edit_copies_no_kept_flow() {
                     flows: dp
                         .flows
                         .iter()
-                        .map(|f| FlowMsg {
-                            id: f.id.to_string().into(),
-                            ..f.clone()
+                        .map(|f| {
+                            Arc::new(FlowMsg {
+                                id: f.id.to_string().into(),
+                                ..(**f).clone()
+                            })
                         })
                         .collect(),
                     ..(**dp).clone()

@@ -138,7 +138,7 @@ pub fn program(generation: u64, hv: u32, ips: [IpAddr; 2]) -> ProgramMsg {
                     key: 32768,
                     members: vec!["vm1".into(), "vm2".into()],
                 }],
-                flows: flows(),
+                flows: flows().into_iter().map(Into::into).collect(),
             }
             .into(),
         ],

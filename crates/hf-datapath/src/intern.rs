@@ -206,7 +206,7 @@ mod intern_tests {
             };
             for _ in 0..r.below(20) {
                 let opt = |r: &mut Rng| (r.below(2) == 0).then(|| Arc::from(r.pick(TEXTS)));
-                dp.flows.push(FlowMsg {
+                dp.flows.push(Arc::new(FlowMsg {
                     egress: r.below(2) == 0,
                     table: r.below(30) as u8,
                     priority: r.below(200) as u16,
@@ -218,7 +218,7 @@ mod intern_tests {
                     stage_hint: opt(&mut r),
                     last_good: (r.below(3) == 0)
                         .then(|| (Arc::from(r.pick(TEXTS)), Arc::from(r.pick(TEXTS)))),
-                });
+                }));
             }
             msg.datapaths.push(Arc::new(dp));
         }

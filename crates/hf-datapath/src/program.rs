@@ -257,11 +257,11 @@ struct CacheMeta {
 /// ascending. Sparse: a controller sends last good texts for the few flows that changed text
 /// lately, and a slot per flow (136 bytes, mostly `None`) cost ~21 MB at 157k flows.
 #[derive(Debug, Default, Clone)]
-struct LastGoods(Vec<(u32, FlowMsg)>);
+struct LastGoods(Vec<(u32, Arc<FlowMsg>)>);
 
 impl LastGoods {
     /// The flows of `flows` with a `last_good` text.
-    fn of(flows: &[FlowMsg]) -> LastGoods {
+    fn of(flows: &[Arc<FlowMsg>]) -> LastGoods {
         LastGoods(
             (0u32..)
                 .zip(flows)
@@ -278,7 +278,7 @@ impl LastGoods {
             .binary_search_by_key(&i, |(at, _)| *at)
             .ok()
             .and_then(|k| self.0.get(k))
-            .map(|(_, f)| f)
+            .map(|(_, f)| &**f)
     }
 }
 
@@ -298,7 +298,7 @@ impl ParsedDp {
     /// Whether `flows` would parse to exactly these specs: same identity, table, priority,
     /// pipeline, stage, SB uuid, stage hint and text (and the whole message for flows with a
     /// last good version).
-    fn matches(&self, flows: &[FlowMsg]) -> bool {
+    fn matches(&self, flows: &[Arc<FlowMsg>]) -> bool {
         flows.len() == self.flows.len()
             && flows
                 .iter()
@@ -306,7 +306,7 @@ impl ParsedDp {
                 .zip(&self.used)
                 .enumerate()
                 .all(|(i, ((f, s), u))| match self.last_good.get(i) {
-                    Some(whole) => whole == f,
+                    Some(whole) => *whole == **f,
                     None => *u == Used::Primary && same_parse(f, s),
                 })
     }
@@ -744,7 +744,7 @@ impl<'a> PrevProgram<'a> {
     }
 
     /// The flows datapath `name` ran, if it ran.
-    pub fn flows_of(&self, name: &str) -> Option<std::borrow::Cow<'a, [FlowMsg]>> {
+    pub fn flows_of(&self, name: &str) -> Option<std::borrow::Cow<'a, [Arc<FlowMsg>]>> {
         let find = |m: &'a ProgramMsg| {
             m.datapaths
                 .iter()
@@ -1436,7 +1436,7 @@ mod tests {
                         zone: 1,
                         ..PortMsg::default()
                     }],
-                    flows,
+                    flows: flows.into_iter().map(Arc::new).collect(),
                     ..DatapathMsg::default()
                 }
                 .into(),
@@ -1574,7 +1574,7 @@ mod tests {
         );
         assert_eq!(prog.flow_count(), 2);
         // A last good text outside the level is no last good version.
-        std::sync::Arc::make_mut(&mut m.datapaths[0]).flows[0].last_good =
+        Arc::make_mut(&mut Arc::make_mut(&mut m.datapaths[0]).flows[0]).last_good =
             Some(("ip4".into(), newer.into()));
         let (_, errs) = compile(&m, &local, None).unwrap();
         assert!(errs.iter().all(|e| !e.kept_last_good), "{errs:?}");

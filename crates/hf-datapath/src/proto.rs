@@ -388,8 +388,10 @@ pub struct DatapathMsg {
     pub ports: Vec<PortMsg>,
     /// Multicast groups.
     pub groups: Vec<GroupMsg>,
-    /// Flows of both pipelines.
-    pub flows: Vec<FlowMsg>,
+    /// Flows of both pipelines, each shared: a datapath edited by a change of a few flows is a
+    /// new list of the same flows (one reference count each), not a copy of every flow's
+    /// texts, and two programs' lists compare by pointer first. Encoded as the flows.
+    pub flows: Vec<Arc<FlowMsg>>,
 }
 
 /// Where a port lives.
@@ -720,12 +722,12 @@ mod tests {
                     DatapathMsg {
                         name: "sw0".into(),
                         tunnel_key: 1,
-                        flows: vec![FlowMsg {
+                        flows: vec![Arc::new(FlowMsg {
                             matches: "ip4".into(),
                             actions: "next;".into(),
                             id: "hf-flow-id:1".into(),
                             ..FlowMsg::default()
-                        }],
+                        })],
                         ..DatapathMsg::default()
                     }
                     .into(),

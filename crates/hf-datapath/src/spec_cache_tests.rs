@@ -20,9 +20,9 @@ const TEXTS: &[(&str, &str)] = &[
     ("eth.type == 0x800", "next;"),
 ];
 
-fn flow(rng: &mut Rng, n: usize) -> FlowMsg {
+fn flow(rng: &mut Rng, n: usize) -> Arc<FlowMsg> {
     let (m, a) = TEXTS[rng.below(TEXTS.len())];
-    FlowMsg {
+    Arc::new(FlowMsg {
         table: rng.below(3) as u8,
         priority: 100 + n as u16,
         matches: m.into(),
@@ -31,7 +31,7 @@ fn flow(rng: &mut Rng, n: usize) -> FlowMsg {
         stage: "ls_in_acl".into(),
         last_good: rng.chance(30).then(|| ("ip4".into(), "next;".into())),
         ..FlowMsg::default()
-    }
+    })
 }
 
 fn port(rng: &mut Rng, dp: usize, n: usize) -> PortMsg {
@@ -131,7 +131,8 @@ fn mutate(rng: &mut Rng, old: &ProgramMsg) -> ProgramMsg {
             4 if !d.flows.is_empty() => {
                 let i = rng.below(d.flows.len());
                 let (m, a) = TEXTS[rng.below(TEXTS.len())];
-                (d.flows[i].matches, d.flows[i].actions) = (m.into(), a.into());
+                let f = Arc::make_mut(&mut d.flows[i]);
+                (f.matches, f.actions) = (m.into(), a.into());
             }
             _ => d.groups[0].members.reverse(),
         }
@@ -320,7 +321,8 @@ fn a_few_flows_changed_in_a_big_datapath_are_found_by_looking_ahead() {
             matches: "ip4.dst == 10.9.9.9".into(),
             id: "lr0/new".into(),
             ..old[0].clone()
-        },
+        }
+        .into(),
     );
     new[800].actions = "drop;".into();
     let cached = ParsedDp {
@@ -391,6 +393,7 @@ fn a_shared_parse_equals_each_flows_own_parse() {
         // group's flow has one place; a memo must not carry one flow's over to another).
         for d in &mut msg.datapaths {
             for f in &mut Arc::make_mut(d).flows {
+                let f = Arc::make_mut(f);
                 f.egress = rng.chance(50);
                 f.table = rng.below(4) as u8;
                 f.priority = rng.below(3) as u16;
@@ -537,7 +540,7 @@ fn install_at_scale() {
             name,
             tunnel_key: k as u32 + 1,
             ports,
-            flows,
+            flows: flows.into_iter().map(Arc::new).collect(),
             ..DatapathMsg::default()
         }));
     }
@@ -599,7 +602,7 @@ fn install_at_scale() {
         tunnel_key: n as u32 + 1,
         router_zones: Some((2, 3)),
         ports,
-        flows,
+        flows: flows.into_iter().map(Arc::new).collect(),
         ..DatapathMsg::default()
     }));
     let msg = ProgramMsg {
@@ -696,7 +699,8 @@ fn install_at_scale() {
                 id: "ls1/l2-new".into(),
                 stage: "ls_in_l2_lkup".into(),
                 ..FlowMsg::default()
-            },
+            }
+            .into(),
         );
     }
     {
@@ -713,7 +717,8 @@ fn install_at_scale() {
                 id: "lr0/arp-1-new".into(),
                 stage: "lr_in_arp_resolve".into(),
                 ..FlowMsg::default()
-            },
+            }
+            .into(),
         );
     }
     let without = running.clone();
@@ -758,7 +763,8 @@ fn install_at_scale() {
                     id: id.into(),
                     stage: "ls_in_acl_eval".into(),
                     ..FlowMsg::default()
-                },
+                }
+                .into(),
             );
         }
     }

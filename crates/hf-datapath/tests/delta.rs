@@ -103,9 +103,8 @@ fn a_delta_recompiles_only_the_datapath_it_changes() {
     let ct = conntrack(&dp);
     let mut p2 = p1.clone();
     p2.generation = 2;
-    std::sync::Arc::make_mut(&mut p2.datapaths[1])
-        .flows
-        .push(FlowMsg {
+    std::sync::Arc::make_mut(&mut p2.datapaths[1]).flows.push(
+        FlowMsg {
             table: 1,
             priority: 10,
             matches: "ip4.src == 10.9.9.9".into(),
@@ -113,7 +112,9 @@ fn a_delta_recompiles_only_the_datapath_it_changes() {
             id: "sw1-new".into(),
             stage: "ls_in_1".into(),
             ..FlowMsg::default()
-        });
+        }
+        .into(),
+    );
     let ans = ctl(&mut dp, &[delta(&p1, &p2)], ms(2));
     assert!(
         matches!(&ans[..], [FromDatapath::Installed { generation: 2, flow_errors }] if flow_errors.is_empty()),
@@ -213,7 +214,8 @@ fn a_delta_against_another_base_or_content_changes_nothing() {
             FlowMsg {
                 id: "not-here".into(),
                 ..FlowMsg::default()
-            },
+            }
+            .into(),
         );
     let ans = ctl(&mut dp, &[delta(&other, &p2)], ms(3));
     assert!(
@@ -261,7 +263,8 @@ fn a_delta_that_does_not_compile_is_undone() {
     bad.generation = 2;
     // A port in a zone the zone map lacks (structural), a changed flow and a new set.
     std::sync::Arc::make_mut(&mut bad.datapaths[1]).ports[0].zone = 42;
-    std::sync::Arc::make_mut(&mut bad.datapaths[1]).flows[0].actions = "drop;".into();
+    std::sync::Arc::make_mut(&mut std::sync::Arc::make_mut(&mut bad.datapaths[1]).flows[0])
+        .actions = "drop;".into();
     bad.address_sets
         .insert("as1".into(), vec!["10.0.0.1".into()]);
     bad.datapaths.swap(0, 1);
@@ -274,7 +277,8 @@ fn a_delta_that_does_not_compile_is_undone() {
     assert_eq!(dp.generation(), 1);
     let mut p2 = p1.clone();
     p2.generation = 2;
-    std::sync::Arc::make_mut(&mut p2.datapaths[1]).flows[0].actions = "drop;".into();
+    std::sync::Arc::make_mut(&mut std::sync::Arc::make_mut(&mut p2.datapaths[1]).flows[0])
+        .actions = "drop;".into();
     let ans = ctl(&mut dp, &[delta(&p1, &p2)], ms(3));
     assert!(
         matches!(&ans[..], [FromDatapath::Installed { generation: 2, .. }]),
@@ -291,7 +295,8 @@ fn a_held_datapath_asks_for_the_whole_program() {
     let (mut dp, p1) = running();
     let mut p2 = p1.clone();
     p2.generation = 2;
-    std::sync::Arc::make_mut(&mut p2.datapaths[1]).flows[0].matches = "ip4 &&& nonsense".into();
+    std::sync::Arc::make_mut(&mut std::sync::Arc::make_mut(&mut p2.datapaths[1]).flows[0])
+        .matches = "ip4 &&& nonsense".into();
     let ans = ctl(&mut dp, &[delta(&p1, &p2)], ms(2));
     let [
         FromDatapath::Installed {

@@ -119,6 +119,7 @@ fn a_version_3_export_imports_and_keeps_its_connection() {
         .iter_mut()
         .find(|f| f.egress && &*f.matches == "ct.new")
         .expect("the example's egress ct.new flow");
+    let f = std::sync::Arc::make_mut(f);
     f.actions = "drop;".into();
     let delta = || ToDatapath::ProgramDelta(Box::new(hf_datapath::proto::between(&p, &p2, None)));
     let ans = drive(&mut dp, delta(), ms(31));

@@ -224,7 +224,7 @@ fn established_tcp_survives_disconnect_and_new_program() {
     };
     std::sync::Arc::make_mut(&mut p2.datapaths[0])
         .flows
-        .push(extra);
+        .push(extra.into());
     let ans = ctl(&mut n.dps[0], &[ToDatapath::Program(Box::new(p2))], ms(41));
     assert!(
         matches!(ans[..], [FromDatapath::Installed { generation: 2, .. }]),
@@ -486,6 +486,7 @@ fn bad_flow_keeps_last_good_version() {
         .iter_mut()
         .find(|f| f.actions.contains("\"vm2\""))
         .unwrap();
+    let f = std::sync::Arc::make_mut(f);
     f.last_good = Some((f.matches.clone(), f.actions.clone()));
     f.actions = "outport = \"vm2\"; outptu;".into();
     let ans = ctl(
@@ -547,16 +548,17 @@ fn rarp_activation_and_learned_neighbours_reach_the_controller() {
             rarp: true,
             ..Default::default()
         });
-    std::sync::Arc::make_mut(&mut p.datapaths[0])
-        .flows
-        .push(hf_datapath::proto::FlowMsg {
+    std::sync::Arc::make_mut(&mut p.datapaths[0]).flows.push(
+        hf_datapath::proto::FlowMsg {
             table: 0,
             priority: 50,
             matches: "arp".into(),
             actions: "put_arp(inport, arp.spa, arp.sha); next;".into(),
             id: "learn".into(),
             ..Default::default()
-        });
+        }
+        .into(),
+    );
     let ans = ctl(
         &mut dp,
         &[hello("hv1"), ToDatapath::Program(Box::new(p))],
@@ -653,13 +655,16 @@ fn dhcp_is_answered_in_the_datapath() {
     let mut dp = chassis(1);
     dp.handle_control_connected(ms(0));
     let mut p = example::program(1, 1, IPS);
-    let flow = |table: u8, priority: u16, m: &str, a: &str| hf_datapath::proto::FlowMsg {
-        table,
-        priority,
-        matches: m.into(),
-        actions: a.into(),
-        id: format!("dhcp-{table}").into(),
-        ..Default::default()
+    let flow = |table: u8, priority: u16, m: &str, a: &str| {
+        hf_datapath::proto::FlowMsg {
+            table,
+            priority,
+            matches: m.into(),
+            actions: a.into(),
+            id: format!("dhcp-{table}").into(),
+            ..Default::default()
+        }
+        .into()
     };
     // ovn-northd's ls_in_dhcp_options / ls_in_dhcp_response shape, ahead of the example's
     // tables (priority above them in tables 0 and 1).
@@ -726,6 +731,7 @@ fn changed_flow_on_unchanged_ports_takes_effect() {
         .iter_mut()
         .find(|f| f.actions.contains("\"vm2\""))
         .unwrap();
+    let f = std::sync::Arc::make_mut(f);
     f.actions = "drop;".into();
     let ans = ctl(&mut dp, &[ToDatapath::Program(Box::new(p))], ms(2));
     assert!(

@@ -125,9 +125,10 @@ const EDIT_LIMIT: usize = 64;
 /// Whether `a` and `b` are the same flow as far as the store goes: its identity and the very
 /// texts (the same allocations) the store took from `b`.
 fn same_flow(a: &hf_datapath::proto::FlowMsg, b: &hf_datapath::proto::FlowMsg) -> bool {
-    Arc::ptr_eq(&a.matches, &b.matches)
-        && Arc::ptr_eq(&a.actions, &b.actions)
-        && (Arc::ptr_eq(&a.id, &b.id) || a.id == b.id)
+    std::ptr::eq(a, b)
+        || (Arc::ptr_eq(&a.matches, &b.matches)
+            && Arc::ptr_eq(&a.actions, &b.actions)
+            && (Arc::ptr_eq(&a.id, &b.id) || a.id == b.id))
 }
 
 /// The flows `new` has where `old` had others: `new`'s flows after the common first flows and
@@ -136,11 +137,11 @@ fn same_flow(a: &hf_datapath::proto::FlowMsg, b: &hf_datapath::proto::FlowMsg) -
 /// from the previous one by per-flow edits keeps every other flow as it was, so for one added
 /// or removed flow this is that flow.
 fn edited_flows<'a>(
-    old: &'a [hf_datapath::proto::FlowMsg],
-    new: &'a [hf_datapath::proto::FlowMsg],
+    old: &'a [Arc<hf_datapath::proto::FlowMsg>],
+    new: &'a [Arc<hf_datapath::proto::FlowMsg>],
 ) -> Option<(
-    &'a [hf_datapath::proto::FlowMsg],
-    &'a [hf_datapath::proto::FlowMsg],
+    &'a [Arc<hf_datapath::proto::FlowMsg>],
+    &'a [Arc<hf_datapath::proto::FlowMsg>],
 )> {
     let head = old
         .iter()
@@ -159,7 +160,7 @@ fn edited_flows<'a>(
 }
 
 /// The identities of a datapath's flows, and those of them several flows share (one pass).
-fn ids_and_shared(flows: &[hf_datapath::proto::FlowMsg]) -> (HashSet<&str>, HashSet<&str>) {
+fn ids_and_shared(flows: &[Arc<hf_datapath::proto::FlowMsg>]) -> (HashSet<&str>, HashSet<&str>) {
     let mut ids = HashSet::with_capacity(flows.len());
     let mut shared = HashSet::new();
     for f in flows {
@@ -243,8 +244,8 @@ impl LastGood {
         let edited: std::collections::HashMap<
             &str,
             (
-                &[hf_datapath::proto::FlowMsg],
-                &[hf_datapath::proto::FlowMsg],
+                &[Arc<hf_datapath::proto::FlowMsg>],
+                &[Arc<hf_datapath::proto::FlowMsg>],
             ),
         > = p
             .datapaths
@@ -389,9 +390,9 @@ impl LastGood {
     fn edit(
         &mut self,
         name: &str,
-        flows: &[hf_datapath::proto::FlowMsg],
-        gone: &[hf_datapath::proto::FlowMsg],
-        came: &[hf_datapath::proto::FlowMsg],
+        flows: &[Arc<hf_datapath::proto::FlowMsg>],
+        gone: &[Arc<hf_datapath::proto::FlowMsg>],
+        came: &[Arc<hf_datapath::proto::FlowMsg>],
     ) -> (bool, bool) {
         let mut ids: Vec<&Arc<str>> = gone.iter().chain(came).map(|f| &f.id).collect();
         ids.sort();
@@ -646,11 +647,13 @@ mod tests {
                         name: (*name).to_string(),
                         flows: flows
                             .iter()
-                            .map(|(id, actions)| FlowMsg {
-                                id: (*id).into(),
-                                matches: "1".into(),
-                                actions: (*actions).into(),
-                                ..FlowMsg::default()
+                            .map(|(id, actions)| {
+                                Arc::new(FlowMsg {
+                                    id: (*id).into(),
+                                    matches: "1".into(),
+                                    actions: (*actions).into(),
+                                    ..FlowMsg::default()
+                                })
                             })
                             .collect(),
                         ..DatapathMsg::default()
@@ -720,18 +723,20 @@ mod tests {
         use crate::translate::test_rng::Rng;
         const IDS: [&str; 8] = ["a", "b", "c", "d", "e", "f", "g", "h"];
         const ACTIONS: [&str; 4] = ["next;", "drop;", "output;", "reg0 = 1; next;"];
-        let flow = |rng: &mut Rng, id: &str| FlowMsg {
-            id: id.into(),
-            matches: "1".into(),
-            actions: rng.pick(&ACTIONS).into(),
-            ..FlowMsg::default()
+        let flow = |rng: &mut Rng, id: &str| {
+            Arc::new(FlowMsg {
+                id: id.into(),
+                matches: "1".into(),
+                actions: rng.pick(&ACTIONS).into(),
+                ..FlowMsg::default()
+            })
         };
         let mut walked_by_adds = 0;
         for seed in 1..=20u64 {
             let mut rng = Rng(seed);
             let mut prev = program(&[]);
             for n in 0..6 {
-                let flows: Vec<FlowMsg> = (0..10 + rng.below(20))
+                let flows: Vec<Arc<FlowMsg>> = (0..10 + rng.below(20))
                     .map(|i| flow(&mut rng, &format!("f{i}")))
                     .collect();
                 prev.datapaths.push(Arc::new(DatapathMsg {
@@ -762,20 +767,21 @@ mod tests {
                                 m.flows.remove(at);
                             }
                             3 if at < m.flows.len() => {
-                                m.flows[at].actions = rng.pick(&ACTIONS).into();
+                                Arc::make_mut(&mut m.flows[at]).actions = rng.pick(&ACTIONS).into();
                             }
                             4 if at < m.flows.len() => {
                                 // The same text in a new allocation.
-                                m.flows[at].matches = (*m.flows[at].matches).into();
+                                let f = Arc::make_mut(&mut m.flows[at]);
+                                f.matches = (*f.matches).into();
                             }
                             _ if !m.flows.is_empty() => {
                                 let id = m.flows[rng.below(m.flows.len())].id.clone();
                                 m.flows.insert(
                                     at,
-                                    FlowMsg {
+                                    Arc::new(FlowMsg {
                                         id,
-                                        ..flow(&mut rng, "")
-                                    },
+                                        ..(*flow(&mut rng, "")).clone()
+                                    }),
                                 );
                             }
                             _ => {}
@@ -784,6 +790,7 @@ mod tests {
                     if rng.chance(8) {
                         // Rewritten whole: every text a new allocation.
                         for f in &mut m.flows {
+                            let f = Arc::make_mut(f);
                             f.actions = (*f.actions).into();
                         }
                     }
@@ -829,12 +836,12 @@ mod tests {
     #[test]
     fn an_edit_after_a_seed_records_the_shared_flows_that_now_compiled() {
         let mut seeded = program(&[("ls1", &[("a", "frob;"), ("b", "drop;")])]);
-        Arc::make_mut(&mut seeded.datapaths[0]).flows[0].last_good =
+        Arc::make_mut(&mut Arc::make_mut(&mut seeded.datapaths[0]).flows[0]).last_good =
             Some(("1".into(), "next;".into()));
         let mut next = seeded.clone();
         let m = Arc::make_mut(&mut next.datapaths[0]);
-        m.flows[0].last_good = None;
-        m.flows[1].actions = "output;".into();
+        Arc::make_mut(&mut m.flows[0]).last_good = None;
+        Arc::make_mut(&mut m.flows[1]).actions = "output;".into();
         let (mut full, mut fast) = (LastGood::default(), LastGood::default());
         full.seed(&seeded);
         fast.seed(&seeded);
@@ -955,7 +962,7 @@ mod tests {
             .port_groups
             .insert("pg_web2".into(), vec!["y".into()]);
         let mut next = program(&[("ls1", &[("a", "next;")])]);
-        Arc::make_mut(&mut next.datapaths[0]).flows[0].last_good =
+        Arc::make_mut(&mut Arc::make_mut(&mut next.datapaths[0]).flows[0]).last_good =
             Some(("outport == @pg_web && ip4".into(), "next;".into()));
         next.port_groups
             .insert("1_pg_web".into(), vec!["web1".into()]);
