@@ -321,8 +321,7 @@ fn a_few_flows_changed_in_a_big_datapath_are_found_by_looking_ahead() {
             matches: "ip4.dst == 10.9.9.9".into(),
             id: "lr0/new".into(),
             ..old[0].clone()
-        }
-        .into(),
+        },
     );
     new[800].actions = "drop;".into();
     let cached = ParsedDp {

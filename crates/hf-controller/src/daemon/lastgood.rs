@@ -118,6 +118,9 @@ pub struct LastGood {
     walked: u64,
 }
 
+/// A datapath message's flows.
+type Flows = [Arc<hf_datapath::proto::FlowMsg>];
+
 /// Flows of a datapath an install edits one by one (the rest of its message is the previous
 /// install's, shared); above this it walks the datapath whole.
 const EDIT_LIMIT: usize = 64;
@@ -136,13 +139,7 @@ fn same_flow(a: &hf_datapath::proto::FlowMsg, b: &hf_datapath::proto::FlowMsg) -
 /// these are more than [`EDIT_LIMIT`] (the caller walks `new` whole). A datapath message built
 /// from the previous one by per-flow edits keeps every other flow as it was, so for one added
 /// or removed flow this is that flow.
-fn edited_flows<'a>(
-    old: &'a [Arc<hf_datapath::proto::FlowMsg>],
-    new: &'a [Arc<hf_datapath::proto::FlowMsg>],
-) -> Option<(
-    &'a [Arc<hf_datapath::proto::FlowMsg>],
-    &'a [Arc<hf_datapath::proto::FlowMsg>],
-)> {
+fn edited_flows<'a>(old: &'a Flows, new: &'a Flows) -> Option<(&'a Flows, &'a Flows)> {
     let head = old
         .iter()
         .zip(new)
@@ -160,7 +157,7 @@ fn edited_flows<'a>(
 }
 
 /// The identities of a datapath's flows, and those of them several flows share (one pass).
-fn ids_and_shared(flows: &[Arc<hf_datapath::proto::FlowMsg>]) -> (HashSet<&str>, HashSet<&str>) {
+fn ids_and_shared(flows: &Flows) -> (HashSet<&str>, HashSet<&str>) {
     let mut ids = HashSet::with_capacity(flows.len());
     let mut shared = HashSet::new();
     for f in flows {
@@ -241,13 +238,7 @@ impl LastGood {
             .collect();
         // Datapaths edited flow by flow: (the flows `prev` had, the flows `p` has in their
         // place). Not for datapaths `seed` took and no install walked since.
-        let edited: std::collections::HashMap<
-            &str,
-            (
-                &[Arc<hf_datapath::proto::FlowMsg>],
-                &[Arc<hf_datapath::proto::FlowMsg>],
-            ),
-        > = p
+        let edited: std::collections::HashMap<&str, (&Flows, &Flows)> = p
             .datapaths
             .iter()
             .filter(|d| {
@@ -387,13 +378,7 @@ impl LastGood {
     /// place taking `came`: only the identities of those flows can change their answers or
     /// become (or stop being) shared. Returns whether answers changed, and whether `flows`
     /// (the installed message) carries a stale answer for one of them. As the whole walk.
-    fn edit(
-        &mut self,
-        name: &str,
-        flows: &[Arc<hf_datapath::proto::FlowMsg>],
-        gone: &[Arc<hf_datapath::proto::FlowMsg>],
-        came: &[Arc<hf_datapath::proto::FlowMsg>],
-    ) -> (bool, bool) {
+    fn edit(&mut self, name: &str, flows: &Flows, gone: &Flows, came: &Flows) -> (bool, bool) {
         let mut ids: Vec<&Arc<str>> = gone.iter().chain(came).map(|f| &f.id).collect();
         ids.sort();
         ids.dedup();
