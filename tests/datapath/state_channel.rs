@@ -185,7 +185,8 @@ fn source_program() -> ProgramMsg {
 /// hv2's program: vm1 is bound here too and waits for its RARP; its state comes from hv1.
 fn destination_program() -> ProgramMsg {
     let mut p = example::program(1, 2, IPS);
-    let vm1 = &mut std::sync::Arc::make_mut(&mut p.datapaths[0]).ports[0];
+    let vm1 =
+        &mut std::sync::Arc::make_mut(&mut std::sync::Arc::make_mut(&mut p.datapaths[0]).ports)[0];
     assert_eq!(vm1.name, "vm1");
     vm1.location = LocationMsg::Local("vm1".into());
     vm1.resident = true;

@@ -27,7 +27,7 @@ use hf_datapath::proto::{
     LocationMsg, MigrationMsg, NeighbourMsg, PortMsg, ProgramMsg,
 };
 use hf_expr::actions::Pipeline;
-use hf_pipeline::{DatapathKind, DatapathSpec, FlowSpec, PortKind, PortLocation};
+use hf_pipeline::{DatapathKind, DatapathSpec, FlowSpec, PortKind, PortLocation, PortSpec};
 
 use crate::Translation;
 use crate::translate::FlowEdit;
@@ -61,21 +61,26 @@ pub struct ProgramBuild {
 
 /// `Port_Binding.type` of a port kind.
 pub fn port_kind_name(k: &PortKind) -> String {
+    port_kind_str(k).to_string()
+}
+
+/// [`port_kind_name`], borrowed.
+fn port_kind_str(k: &PortKind) -> &str {
     match k {
-        PortKind::Vif => String::new(),
-        PortKind::Patch => "patch".into(),
-        PortKind::L3Gateway => "l3gateway".into(),
-        PortKind::ChassisRedirect => "chassisredirect".into(),
-        PortKind::Localnet => "localnet".into(),
-        PortKind::Localport => "localport".into(),
-        PortKind::Virtual => "virtual".into(),
-        PortKind::External => "external".into(),
-        PortKind::L2Gateway => "l2gateway".into(),
-        PortKind::Vtep => "vtep".into(),
-        PortKind::Remote => "remote".into(),
-        PortKind::Other(s) => s.clone(),
+        PortKind::Vif => "",
+        PortKind::Patch => "patch",
+        PortKind::L3Gateway => "l3gateway",
+        PortKind::ChassisRedirect => "chassisredirect",
+        PortKind::Localnet => "localnet",
+        PortKind::Localport => "localport",
+        PortKind::Virtual => "virtual",
+        PortKind::External => "external",
+        PortKind::L2Gateway => "l2gateway",
+        PortKind::Vtep => "vtep",
+        PortKind::Remote => "remote",
+        PortKind::Other(s) => s,
         #[allow(unreachable_patterns)]
-        _ => "unknown".into(),
+        _ => "unknown",
     }
 }
 
@@ -219,7 +224,12 @@ fn edited_datapath_msg(
         if prev.flows.len() != d.flows.len() {
             return None;
         }
-        return Some(datapath_head(d, local_names, prev.flows.clone()));
+        return Some(datapath_head(
+            d,
+            local_names,
+            prev.flows.clone(),
+            Some(prev),
+        ));
     };
     // `prev`'s flows without the removed rows, in order; the added flows go between them.
     // (A router's 31k flows are probed here for a port add's few rows: no hashing.)
@@ -240,7 +250,7 @@ fn edited_datapath_msg(
     if kept.next().is_some() || added.next().is_some() {
         return None;
     }
-    Some(datapath_head(d, local_names, flows))
+    Some(datapath_head(d, local_names, flows, Some(prev)))
 }
 
 /// Local port id → logical port name.
@@ -407,14 +417,16 @@ fn datapath_msg(
             None => skipped.push((d.name.clone(), f.id.0.to_string())),
         }
     }
-    datapath_head(d, local_names, flows)
+    datapath_head(d, local_names, flows, None)
 }
 
-/// Datapath `d`'s message with these flows: its name, key, zones, ports and groups.
+/// Datapath `d`'s message with these flows: its name, key, zones, ports and groups. The
+/// ports and groups are `prev`'s (shared, not copied) when they are what `d` has.
 fn datapath_head(
     d: &DatapathSpec,
     local_names: &BTreeMap<u32, &str>,
     flows: Vec<Arc<FlowMsg>>,
+    prev: Option<&DatapathMsg>,
 ) -> DatapathMsg {
     let router_zones = match d.kind {
         DatapathKind::Router {
@@ -423,49 +435,134 @@ fn datapath_head(
         } => Some((dnat_zone, snat_zone)),
         _ => None,
     };
-    let ports = d
-        .ports
-        .iter()
-        .map(|p| PortMsg {
-            name: p.name.clone(),
-            key: p.key,
-            location: match &p.location {
-                PortLocation::Local(id) => LocationMsg::Local(
-                    local_names
-                        .get(id)
-                        .map_or_else(|| p.name.clone(), |n| (*n).to_string()),
-                ),
-                PortLocation::Remote { chassis } => LocationMsg::Remote(*chassis),
-                PortLocation::Patch { peer } => LocationMsg::Patch(peer.clone()),
-                PortLocation::Redirect { port } => LocationMsg::Redirect(port.clone()),
-                _ => LocationMsg::Unbound,
-            },
-            zone: p.zone,
-            kind: port_kind_name(&p.kind),
-            resident: p.resident,
-            also_remote: p.also_remote.clone(),
-            activation: p.activation.map(Into::into),
-            addresses: p.addresses.clone(),
-            port_security: p.port_security.clone(),
-        })
-        .collect();
-    let groups = d
-        .groups
-        .iter()
-        .map(|g| GroupMsg {
-            name: g.name.clone(),
-            key: g.key,
-            members: g.members.clone(),
-        })
-        .collect();
-    DatapathMsg {
+    let ports = match prev {
+        Some(m)
+            if m.ports.len() == d.ports.len()
+                && d.ports
+                    .iter()
+                    .zip(m.ports.iter())
+                    .all(|(p, m)| same_port(p, m, local_names)) =>
+        {
+            m.ports.clone()
+        }
+        _ => Arc::new(d.ports.iter().map(|p| port_msg(p, local_names)).collect()),
+    };
+    let groups = match prev {
+        Some(m)
+            if m.groups.len() == d.groups.len()
+                && d.groups
+                    .iter()
+                    .zip(m.groups.iter())
+                    .all(|(g, m)| g.name == m.name && g.key == m.key && g.members == m.members) =>
+        {
+            m.groups.clone()
+        }
+        _ => Arc::new(
+            d.groups
+                .iter()
+                .map(|g| GroupMsg {
+                    name: g.name.clone(),
+                    key: g.key,
+                    members: g.members.clone(),
+                })
+                .collect(),
+        ),
+    };
+    let msg = DatapathMsg {
         name: d.name.clone(),
         tunnel_key: d.tunnel_key,
         router_zones,
         ports,
         groups,
         flows,
+    };
+    debug_assert!(
+        prev.is_none() || {
+            let fresh = datapath_head(d, local_names, Vec::new(), None);
+            *fresh.ports == *msg.ports && *fresh.groups == *msg.groups
+        },
+        "datapath {}: a shared port or group list differs from a fresh build",
+        d.name
+    );
+    msg
+}
+
+/// Where a port lives, borrowed from its spec (`local_names`: local id → logical port name).
+enum LocationView<'a> {
+    Local(&'a str),
+    Remote(u32),
+    Patch(&'a str),
+    Redirect(&'a str),
+    Unbound,
+}
+
+fn location_view<'a>(p: &'a PortSpec, local_names: &BTreeMap<u32, &'a str>) -> LocationView<'a> {
+    match &p.location {
+        PortLocation::Local(id) => {
+            LocationView::Local(local_names.get(id).copied().unwrap_or(p.name.as_str()))
+        }
+        PortLocation::Remote { chassis } => LocationView::Remote(*chassis),
+        PortLocation::Patch { peer } => LocationView::Patch(peer),
+        PortLocation::Redirect { port } => LocationView::Redirect(port),
+        _ => LocationView::Unbound,
     }
+}
+
+/// Port `p`'s message.
+fn port_msg(p: &PortSpec, local_names: &BTreeMap<u32, &str>) -> PortMsg {
+    PortMsg {
+        name: p.name.clone(),
+        key: p.key,
+        location: match location_view(p, local_names) {
+            LocationView::Local(n) => LocationMsg::Local(n.to_string()),
+            LocationView::Remote(c) => LocationMsg::Remote(c),
+            LocationView::Patch(peer) => LocationMsg::Patch(peer.to_string()),
+            LocationView::Redirect(port) => LocationMsg::Redirect(port.to_string()),
+            LocationView::Unbound => LocationMsg::Unbound,
+        },
+        zone: p.zone,
+        kind: port_kind_name(&p.kind),
+        resident: p.resident,
+        also_remote: p.also_remote.clone(),
+        activation: p.activation.map(Into::into),
+        addresses: p.addresses.clone(),
+        port_security: p.port_security.clone(),
+    }
+}
+
+/// Whether `m` is [`port_msg`]'s message for `p`, without building it.
+fn same_port(p: &PortSpec, m: &PortMsg, local_names: &BTreeMap<u32, &str>) -> bool {
+    // A destructure: a new field must be compared.
+    let PortMsg {
+        name,
+        key,
+        location,
+        zone,
+        kind,
+        resident,
+        also_remote,
+        activation,
+        addresses,
+        port_security,
+    } = m;
+    let same_location = match (location_view(p, local_names), location) {
+        (LocationView::Local(a), LocationMsg::Local(b))
+        | (LocationView::Patch(a), LocationMsg::Patch(b))
+        | (LocationView::Redirect(a), LocationMsg::Redirect(b)) => a == b,
+        (LocationView::Remote(a), LocationMsg::Remote(b)) => a == *b,
+        (LocationView::Unbound, LocationMsg::Unbound) => true,
+        _ => false,
+    };
+    p.key == *key
+        && p.zone == *zone
+        && p.resident == *resident
+        && same_location
+        && p.name == *name
+        && port_kind_str(&p.kind) == kind
+        && p.also_remote == *also_remote
+        && p.activation.map(Into::into) == *activation
+        && p.addresses == *addresses
+        && p.port_security == *port_security
 }
 
 /// One flow's message (with its last good version from `last_good`); `None` for a flow
@@ -558,4 +655,80 @@ fn same_outside_datapaths(a: &ProgramMsg, b: &ProgramMsg) -> bool {
         && a.owner == b.owner
         && a.feature_level == b.feature_level
         && a.no_last_good == b.no_last_good
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hf_pipeline::Activation;
+
+    /// `same_port` agrees with `port_msg`, field by field: a message that differs from the
+    /// built one in any one field is not the same port (so a shared port list is never
+    /// stale), for each kind of location.
+    #[test]
+    fn a_port_is_the_same_only_as_its_own_message() {
+        let locals: BTreeMap<u32, &str> = [(7, "iface-7")].into();
+        let locations = [
+            PortLocation::Local(7),
+            PortLocation::Local(8),
+            PortLocation::Remote { chassis: 3 },
+            PortLocation::Patch {
+                peer: "lr0-ls0".into(),
+            },
+            PortLocation::Redirect {
+                port: "cr-lr0".into(),
+            },
+            PortLocation::Unbound,
+        ];
+        for location in locations {
+            let p = PortSpec {
+                name: "ls0-p0".into(),
+                key: 5,
+                location,
+                zone: 9,
+                kind: PortKind::Other("custom".into()),
+                resident: true,
+                also_remote: vec![2],
+                activation: Some(Activation {
+                    rarp: true,
+                    garp: false,
+                    na: false,
+                }),
+                addresses: vec!["0a:00:00:00:00:01 10.0.0.1".into()],
+                port_security: vec!["0a:00:00:00:00:01".into()],
+            };
+            let m = port_msg(&p, &locals);
+            assert!(same_port(&p, &m, &locals), "{m:?}");
+            type Edit = Box<dyn Fn(&mut PortMsg)>;
+            let edits: Vec<Edit> = vec![
+                Box::new(|m| m.name.push('x')),
+                Box::new(|m| m.key += 1),
+                Box::new(|m| {
+                    m.location = match &m.location {
+                        LocationMsg::Unbound => LocationMsg::Remote(1),
+                        _ => LocationMsg::Unbound,
+                    }
+                }),
+                Box::new(|m| match &mut m.location {
+                    LocationMsg::Local(s) | LocationMsg::Patch(s) | LocationMsg::Redirect(s) => {
+                        s.push('x')
+                    }
+                    LocationMsg::Remote(c) => *c += 1,
+                    LocationMsg::Unbound => m.location = LocationMsg::Local("x".into()),
+                }),
+                Box::new(|m| m.zone += 1),
+                Box::new(|m| m.kind = "patch".into()),
+                Box::new(|m| m.resident = !m.resident),
+                Box::new(|m| m.also_remote.push(4)),
+                Box::new(|m| m.activation = None),
+                Box::new(|m| m.addresses.clear()),
+                Box::new(|m| m.port_security.push("x".into())),
+            ];
+            for (i, edit) in edits.iter().enumerate() {
+                let mut other = m.clone();
+                edit(&mut other);
+                assert!(!same_port(&p, &other, &locals), "edit {i}: {other:?}");
+            }
+        }
+    }
 }

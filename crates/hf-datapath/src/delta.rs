@@ -652,10 +652,10 @@ impl Undo {
                 d.tunnel_key = u.tunnel_key;
                 d.router_zones = u.router_zones;
                 if let Some(p) = u.ports {
-                    p.revert(&mut d.ports);
+                    p.revert(Arc::make_mut(&mut d.ports));
                 }
                 if let Some(g) = u.groups {
-                    g.revert(&mut d.groups);
+                    g.revert(Arc::make_mut(&mut d.groups));
                 }
                 if let Some(f) = u.flows {
                     f.revert(&mut d.flows);
@@ -838,8 +838,8 @@ pub fn apply_undoable(prog: &mut ProgramMsg, delta: &ProgramDelta) -> Result<App
         let du = DpUndo {
             tunnel_key: std::mem::replace(&mut d.tunnel_key, c.tunnel_key),
             router_zones: std::mem::replace(&mut d.router_zones, c.router_zones),
-            ports: ports.make(&mut d.ports),
-            groups: groups.make(&mut d.groups),
+            ports: ports.make_shared(&mut d.ports),
+            groups: groups.make_shared(&mut d.groups),
             flows: flows.make(&mut d.flows),
         };
         undo.edited.insert(c.name.clone(), du);
@@ -1063,6 +1063,14 @@ fn plan_list<'d, T: Keyed>(
 }
 
 impl<T: Clone> ListPlan<'_, T> {
+    /// [`ListPlan::make`] on a shared list: copied first only when it changes and is shared.
+    fn make_shared(self, list: &mut Arc<Vec<T>>) -> Option<ListUndo<T>> {
+        match self {
+            ListPlan::Keep => None,
+            plan => plan.make(Arc::make_mut(list)),
+        }
+    }
+
     /// Makes the edit on `list` (the list it was planned against), in place: the items it
     /// keeps are neither copied nor moved but for the shift of an insert or removal.
     fn make(self, list: &mut Vec<T>) -> Option<ListUndo<T>> {

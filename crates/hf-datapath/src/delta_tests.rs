@@ -76,8 +76,14 @@ fn datapath(rng: &mut Rng, n: usize) -> DatapathMsg {
         name: format!("dp{n}"),
         tunnel_key: n as u32,
         router_zones: rng.chance(30).then_some((1, 2)),
-        ports: (0..rng.below(4)).map(|i| port(rng, i)).collect(),
-        groups: (0..rng.below(3)).map(|i| group(rng, i)).collect(),
+        ports: (0..rng.below(4))
+            .map(|i| port(rng, i))
+            .collect::<Vec<_>>()
+            .into(),
+        groups: (0..rng.below(3))
+            .map(|i| group(rng, i))
+            .collect::<Vec<_>>()
+            .into(),
         flows: (0..rng.below(8)).map(|i| flow(rng, i)).collect(),
     }
 }
@@ -184,12 +190,15 @@ fn mutate(rng: &mut Rng, old: &ProgramMsg) -> ProgramMsg {
         if rng.chance(10) {
             d.router_zones = d.router_zones.xor(Some((5, 6)));
         }
-        mutate_list(rng, &mut d.ports, &mut port, &mut |r, x| {
+        mutate_list(rng, Arc::make_mut(&mut d.ports), &mut port, &mut |r, x| {
             x.zone = r.below(9) as u16 + 1
         });
-        mutate_list(rng, &mut d.groups, &mut group, &mut |_, x| {
-            x.members.push("px".into())
-        });
+        mutate_list(
+            rng,
+            Arc::make_mut(&mut d.groups),
+            &mut group,
+            &mut |_, x| x.members.push("px".into()),
+        );
         mutate_list(rng, &mut d.flows, &mut flow, &mut |r, x| {
             let x = Arc::make_mut(x);
             match r.below(3) {

@@ -132,12 +132,14 @@ pub fn program(generation: u64, hv: u32, ips: [IpAddr; 2]) -> ProgramMsg {
                 ports: vec![
                     port("vm1", 1, 1, VM1_ZONE, VM1_MAC, VM1_IP),
                     port("vm2", 2, 2, VM2_ZONE, VM2_MAC, VM2_IP),
-                ],
+                ]
+                .into(),
                 groups: vec![GroupMsg {
                     name: "_MC_flood".into(),
                     key: 32768,
                     members: vec!["vm1".into(), "vm2".into()],
-                }],
+                }]
+                .into(),
                 flows: flows().into_iter().map(Into::into).collect(),
             }
             .into(),

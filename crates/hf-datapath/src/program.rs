@@ -842,7 +842,7 @@ pub fn check_zones(msg: &ProgramMsg) -> Result<(), String> {
             need(dn, &|| format!("router {} (DNAT)", d.name))?;
             need(sn, &|| format!("router {} (SNAT)", d.name))?;
         }
-        for p in &d.ports {
+        for p in d.ports.iter() {
             // A switch port's conntrack (stateful ACLs, LB) runs in its own zone; a router's
             // ports use the router's zones.
             if d.router_zones.is_none() && p.zone == 0 {
@@ -913,7 +913,7 @@ fn build_spec(
             Some((mut ports, groups)) => {
                 // The local map is not the delta's: local locations are resolved again.
                 let mut moved = false;
-                for (p, m) in ports.iter_mut().zip(&d.ports) {
+                for (p, m) in ports.iter_mut().zip(d.ports.iter()) {
                     if let LocationMsg::Local(iface) = &m.location {
                         let loc = local
                             .get(iface)
@@ -1435,7 +1435,8 @@ mod tests {
                         location: LocationMsg::Local("p1".into()),
                         zone: 1,
                         ..PortMsg::default()
-                    }],
+                    }]
+                    .into(),
                     flows: flows.into_iter().map(Arc::new).collect(),
                     ..DatapathMsg::default()
                 }
@@ -1756,7 +1757,7 @@ mod tests {
         let local = BTreeMap::new();
         let mut m = msg(vec![]);
         assert!(compile(&m, &local, None).is_ok());
-        std::sync::Arc::make_mut(&mut m.datapaths[0]).ports[0].zone = 0;
+        Arc::make_mut(&mut Arc::make_mut(&mut m.datapaths[0]).ports)[0].zone = 0;
         let e = compile(&m, &local, None).unwrap_err();
         assert!(
             e.contains("port p1 of switch sw0: zone 0 belongs to the host"),

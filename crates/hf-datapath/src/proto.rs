@@ -384,10 +384,11 @@ pub struct DatapathMsg {
     pub tunnel_key: u32,
     /// `None` for a switch; a router's (DNAT zone, SNAT zone).
     pub router_zones: Option<(u16, u16)>,
-    /// Ports.
-    pub ports: Vec<PortMsg>,
-    /// Multicast groups.
-    pub groups: Vec<GroupMsg>,
+    /// Ports (shared: a datapath whose flows changed keeps its ports' list; encoded as the
+    /// ports).
+    pub ports: Arc<Vec<PortMsg>>,
+    /// Multicast groups (shared as `ports` is).
+    pub groups: Arc<Vec<GroupMsg>>,
     /// Flows of both pipelines, each shared: a datapath edited by a change of a few flows is a
     /// new list of the same flows (one reference count each), not a copy of every flow's
     /// texts, and two programs' lists compare by pointer first. Encoded as the flows.

@@ -56,12 +56,13 @@ fn datapath(rng: &mut Rng, n: usize) -> DatapathMsg {
     DatapathMsg {
         name: format!("dp{n}"),
         tunnel_key: n as u32 + 1,
-        ports,
+        ports: ports.into(),
         groups: vec![GroupMsg {
             name: "_MC_flood".into(),
             key: 32768,
             members,
-        }],
+        }]
+        .into(),
         flows: (0..rng.below(6)).map(|i| flow(rng, i)).collect(),
         ..DatapathMsg::default()
     }
@@ -112,17 +113,20 @@ fn mutate(rng: &mut Rng, old: &ProgramMsg) -> ProgramMsg {
             0 => {
                 // Same port (name, key), new location, zone, addresses.
                 let i = rng.below(d.ports.len());
-                d.ports[i] = port(rng, dn, d.ports[i].key as usize - 1);
+                Arc::make_mut(&mut d.ports)[i] = port(rng, dn, d.ports[i].key as usize - 1);
             }
             1 => {
                 let k = d.ports.iter().map(|p| p.key).max().unwrap_or(0) as usize;
                 let p = port(rng, dn, k);
-                d.groups[0].members.push(p.name.clone());
-                d.ports.push(p);
+                Arc::make_mut(&mut d.groups)[0].members.push(p.name.clone());
+                Arc::make_mut(&mut d.ports).push(p);
             }
             2 if d.ports.len() > 1 => {
-                let gone = d.ports.remove(rng.below(d.ports.len()));
-                d.groups[0].members.retain(|m| *m != gone.name);
+                let i = rng.below(d.ports.len());
+                let gone = Arc::make_mut(&mut d.ports).remove(i);
+                Arc::make_mut(&mut d.groups)[0]
+                    .members
+                    .retain(|m| *m != gone.name);
             }
             3 => {
                 let i = d.flows.len() + rng.below(3);
@@ -134,7 +138,7 @@ fn mutate(rng: &mut Rng, old: &ProgramMsg) -> ProgramMsg {
                 let f = Arc::make_mut(&mut d.flows[i]);
                 (f.matches, f.actions) = (m.into(), a.into());
             }
-            _ => d.groups[0].members.reverse(),
+            _ => Arc::make_mut(&mut d.groups)[0].members.reverse(),
         }
     }
     if rng.chance(30) {
@@ -165,7 +169,7 @@ fn local_map(rng: &mut Rng, p: &ProgramMsg) -> BTreeMap<String, u32> {
     let mut id = 0;
     let mut m = BTreeMap::new();
     for d in &p.datapaths {
-        for port in &d.ports {
+        for port in d.ports.iter() {
             id += 1;
             if rng.chance(70) {
                 m.insert(port.name.clone(), id);
@@ -538,7 +542,7 @@ fn install_at_scale() {
         dps.push(Arc::new(DatapathMsg {
             name,
             tunnel_key: k as u32 + 1,
-            ports,
+            ports: ports.into(),
             flows: flows.into_iter().map(Arc::new).collect(),
             ..DatapathMsg::default()
         }));
@@ -600,7 +604,7 @@ fn install_at_scale() {
         name: "lr0".into(),
         tunnel_key: n as u32 + 1,
         router_zones: Some((2, 3)),
-        ports,
+        ports: ports.into(),
         flows: flows.into_iter().map(Arc::new).collect(),
         ..DatapathMsg::default()
     }));
@@ -681,7 +685,7 @@ fn install_at_scale() {
     next.generation = 2;
     {
         let d = Arc::make_mut(&mut next.datapaths[1]);
-        d.ports.push(PortMsg {
+        Arc::make_mut(&mut d.ports).push(PortMsg {
             name: "ls1-new".into(),
             key: 41,
             location: LocationMsg::Remote(2),

@@ -44,7 +44,7 @@ fn program(generation: u64) -> ProgramMsg {
     let mut sw1 = (*p.datapaths[0]).clone();
     sw1.name = "sw1".into();
     sw1.tunnel_key = 2;
-    sw1.groups.clear();
+    std::sync::Arc::make_mut(&mut sw1.groups).clear();
     sw1.flows.retain(|f| !f.actions.contains("outport"));
     sw1.ports = vec![PortMsg {
         name: "a1".into(),
@@ -52,7 +52,8 @@ fn program(generation: u64) -> ProgramMsg {
         location: LocationMsg::Remote(2),
         zone: 3,
         ..PortMsg::default()
-    }];
+    }]
+    .into();
     p.zones.insert("lsp/a1".into(), 3);
     p.datapaths.push(sw1.into());
     p
@@ -159,7 +160,7 @@ fn a_datapath_added_in_front_leaves_the_others_compiled_and_forwarding() {
     let f = std::sync::Arc::make_mut(&mut front);
     f.name = "sw-front".into();
     f.tunnel_key = 9;
-    f.ports[0].name = "f1".into();
+    std::sync::Arc::make_mut(&mut f.ports)[0].name = "f1".into();
     p2.datapaths.insert(0, front);
     let ans = ctl(&mut dp, &[delta(&p1, &p2)], ms(2));
     assert!(
@@ -262,7 +263,8 @@ fn a_delta_that_does_not_compile_is_undone() {
     let mut bad = p1.clone();
     bad.generation = 2;
     // A port in a zone the zone map lacks (structural), a changed flow and a new set.
-    std::sync::Arc::make_mut(&mut bad.datapaths[1]).ports[0].zone = 42;
+    std::sync::Arc::make_mut(&mut std::sync::Arc::make_mut(&mut bad.datapaths[1]).ports)[0].zone =
+        42;
     std::sync::Arc::make_mut(&mut std::sync::Arc::make_mut(&mut bad.datapaths[1]).flows[0])
         .actions = "drop;".into();
     bad.address_sets

@@ -53,7 +53,8 @@ fn install(dp: &mut Datapath, chassis: &str, p: ProgramMsg, now: Duration) {
 fn pair(cfg: MigrationConfig) -> (Datapath, Datapath) {
     let mut src = example::chassis(1, IPS);
     let mut p1 = example::program(1, 1, IPS);
-    std::sync::Arc::make_mut(&mut p1.datapaths[0]).ports[0].also_remote = vec![2];
+    std::sync::Arc::make_mut(&mut std::sync::Arc::make_mut(&mut p1.datapaths[0]).ports)[0]
+        .also_remote = vec![2];
     p1.migrations = vec![MigrationMsg {
         port: "vm1".into(),
         incoming: false,
@@ -67,7 +68,8 @@ fn pair(cfg: MigrationConfig) -> (Datapath, Datapath) {
     dst.add_port("vm2", Some(VM2_MAC));
     dst.add_port("vm1", Some(VM1_MAC));
     let mut p2 = example::program(1, 2, IPS);
-    let vm1 = &mut std::sync::Arc::make_mut(&mut p2.datapaths[0]).ports[0];
+    let vm1 =
+        &mut std::sync::Arc::make_mut(&mut std::sync::Arc::make_mut(&mut p2.datapaths[0]).ports)[0];
     vm1.location = LocationMsg::Local("vm1".into());
     vm1.activation = Some(ActivationMsg {
         rarp: true,

@@ -543,11 +543,11 @@ fn rarp_activation_and_learned_neighbours_reach_the_controller() {
     let mut dp = chassis(1);
     dp.handle_control_connected(ms(0));
     let mut p = example::program(1, 1, IPS);
-    std::sync::Arc::make_mut(&mut p.datapaths[0]).ports[0].activation =
-        Some(hf_datapath::proto::ActivationMsg {
-            rarp: true,
-            ..Default::default()
-        });
+    std::sync::Arc::make_mut(&mut std::sync::Arc::make_mut(&mut p.datapaths[0]).ports)[0]
+        .activation = Some(hf_datapath::proto::ActivationMsg {
+        rarp: true,
+        ..Default::default()
+    });
     std::sync::Arc::make_mut(&mut p.datapaths[0]).flows.push(
         hf_datapath::proto::FlowMsg {
             table: 0,

@@ -1104,7 +1104,7 @@ impl Controller {
     /// Remembers which datapath each port of `p` is on (for [`Controller::gone`]).
     pub(super) fn note_ports<'a>(&mut self, datapaths: impl Iterator<Item = &'a DatapathMsg>) {
         for d in datapaths {
-            for port in &d.ports {
+            for port in d.ports.iter() {
                 let fresh = self
                     .zone_dp
                     .insert(

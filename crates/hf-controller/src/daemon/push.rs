@@ -189,10 +189,18 @@ impl Controller {
             .filter(|_| self.tuning.incremental_messages);
         // The datapath messages of the last build (noted already: see `note_ports` below).
         let mut had: HashSet<*const DatapathMsg> = HashSet::new();
+        // Their port lists: an edited datapath shares its previous message's list when its
+        // ports did not change (`program_msg::datapath_head`, same datapath).
+        let mut had_ports: HashSet<*const Vec<proto::PortMsg>> = HashSet::new();
         let build = match prev {
             Some(mut prev) => {
                 prev.datapaths.retain(|d| !stale.contains(&d.name));
                 had = prev.datapaths.iter().map(Arc::as_ptr).collect();
+                had_ports = prev
+                    .datapaths
+                    .iter()
+                    .map(|d| Arc::as_ptr(&d.ports))
+                    .collect();
                 let b = program_msg_reusing(
                     &t,
                     &self.cfg.chassis,
@@ -259,7 +267,9 @@ impl Controller {
         self.note_ports(
             msg.datapaths
                 .iter()
-                .filter(|d| !had.contains(&Arc::as_ptr(d)))
+                .filter(|d| {
+                    !had.contains(&Arc::as_ptr(d)) && !had_ports.contains(&Arc::as_ptr(&d.ports))
+                })
                 .map(|d| &**d),
         );
         // A view without any datapath while the datapath forwards for local ports: hold it.

@@ -1011,7 +1011,7 @@ impl World {
             };
             let mut local_seen = 0;
             for dp in &p.datapaths {
-                for port in &dp.ports {
+                for port in dp.ports.iter() {
                     let Some(h) = self.hosts.get(&port.name).filter(|h| h.net.is_none()) else {
                         continue;
                     };
