@@ -77,7 +77,9 @@ struct Rule {
     flow: u32,
     /// The flow's place in its datapath's flow list (ties between equal priorities).
     rank: Rank,
-    values: Box<[u128]>,
+    /// Shared: a table that a program change edits is copied from the running program's
+    /// (copy on write), and its rules' values go with it without an allocation each.
+    values: std::sync::Arc<[u128]>,
     residual: Box<[Test]>,
     dims: Box<[Box<[Test]>]>,
 }
@@ -146,7 +148,8 @@ struct Subtable {
     max_prio: u16,
     /// The lowest rank of its rules (subtables of one `max_prio` are visited in this order).
     min_rank: Rank,
-    map: IdMap<Vec<u32>>,
+    /// Rule indexes by hash (inline up to 2: copying a table copies no list of one or two).
+    map: IdMap<smallvec::SmallVec<[u32; 2]>>,
 }
 
 impl Subtable {
@@ -172,7 +175,8 @@ impl Classifier {
     /// the inserts.
     pub(crate) fn insert(&mut self, prio: u16, flow: u32, rank: Rank, conj: Conj) {
         let fields: Box<[(u8, u128)]> = conj.masked.iter().map(|&(f, m, _)| (f, m)).collect();
-        let values: Box<[u128]> = conj.masked.iter().map(|&(_, m, v)| v & m).collect();
+        let values: std::sync::Arc<[u128]> =
+            conj.masked.iter().map(|&(_, m, v)| v & m).collect();
         let st = match self.subtables.iter().position(|s| s.fields == fields) {
             Some(i) => i,
             None => {
