@@ -175,8 +175,7 @@ impl Classifier {
     /// the inserts.
     pub(crate) fn insert(&mut self, prio: u16, flow: u32, rank: Rank, conj: Conj) {
         let fields: Box<[(u8, u128)]> = conj.masked.iter().map(|&(f, m, _)| (f, m)).collect();
-        let values: std::sync::Arc<[u128]> =
-            conj.masked.iter().map(|&(_, m, v)| v & m).collect();
+        let values: std::sync::Arc<[u128]> = conj.masked.iter().map(|&(_, m, v)| v & m).collect();
         let st = match self.subtables.iter().position(|s| s.fields == fields) {
             Some(i) => i,
             None => {

@@ -827,33 +827,46 @@ fn set_or_remove<T>(m: &mut BTreeMap<Uuid, Vec<T>>, k: Uuid, v: Vec<T>) {
 
 /// The order of a full translation's sort: by [`flows::flow_order`], then (rows equal in it)
 /// by row UUID.
+/// [`before`] as an ordering.
+fn order(a: &FlowSpec, b: &FlowSpec) -> std::cmp::Ordering {
+    if before(a, b) {
+        std::cmp::Ordering::Less
+    } else if before(b, a) {
+        std::cmp::Ordering::Greater
+    } else {
+        std::cmp::Ordering::Equal
+    }
+}
+
 fn before(a: &FlowSpec, b: &FlowSpec) -> bool {
     flows::flow_order(a, b)
         .then_with(|| a.sb_uuid.cmp(&b.sb_uuid))
         .is_lt()
 }
 
-/// Puts `new` where a full translation's sort puts them ([`before`]): one insertion for one
-/// flow, else one merge of the sorted lists. Returns where they went, ascending.
+/// Puts `new` where a full translation's sort puts them ([`before`]): a few flows are
+/// inserted in place (each found by a binary search of the old list; the list is not copied,
+/// a datapath of 250 flows gains an ACL's two in each of 500 switches), more in one merge of
+/// the sorted lists. Returns where they went, ascending.
 fn insert_flows(d: &mut DatapathSpec, mut new: Vec<FlowSpec>) -> Vec<usize> {
-    if new.len() <= 1 {
-        let mut at = Vec::with_capacity(1);
-        for fs in new {
-            let pos = d.flows.partition_point(|f| before(f, &fs));
+    /// Up to this many flows go in one by one.
+    const IN_PLACE: usize = 8;
+    if new.len() <= IN_PLACE {
+        // Sorted (stably: equal flows keep their order, as the merge keeps it), each goes
+        // before the first old flow not before it, after the new ones put in already.
+        new.sort_by(order);
+        let at: Vec<usize> = new
+            .iter()
+            .enumerate()
+            .map(|(k, fs)| d.flows.partition_point(|f| before(f, fs)) + k)
+            .collect();
+        d.flows.reserve(new.len());
+        for (fs, &pos) in new.into_iter().zip(&at) {
             d.flows.insert(pos, fs);
-            at.push(pos);
         }
         return at;
     }
-    new.sort_by(|a, b| {
-        if before(a, b) {
-            std::cmp::Ordering::Less
-        } else if before(b, a) {
-            std::cmp::Ordering::Greater
-        } else {
-            std::cmp::Ordering::Equal
-        }
-    });
+    new.sort_by(order);
     let old = std::mem::take(&mut d.flows);
     let mut out = Vec::with_capacity(old.len() + new.len());
     let mut at = Vec::with_capacity(new.len());
