@@ -400,7 +400,7 @@ impl Program {
         // Whether a set resolves as before in a datapath.
         let empty = Sets::default();
         let mut set_changes = SetChanges::new(old.map_or(&empty, |o| &o.sets), &spec.sets);
-        let mut todo: Vec<(usize, Vec<(String, u32)>)> = Vec::new();
+        let mut todo: Vec<(usize, Names)> = Vec::new();
         for (i, d) in spec.datapaths.iter().enumerate() {
             if let Some(od) = old_dps.get(d.name.as_str())
                 && od.key == d.tunnel_key
@@ -424,7 +424,12 @@ impl Program {
                 reused_keys.insert(d.tunnel_key);
                 continue;
             }
-            todo.push((i, names_keys(d)));
+            // The old datapath's names when they are this one's (a patch compares them).
+            let names = old_dps
+                .get(d.name.as_str())
+                .filter(|od| same_names_keys(&od.tables.names, d))
+                .map_or_else(|| names_keys(d).into(), |od| od.tables.names.clone());
+            todo.push((i, names));
         }
         prog.compiled = todo.len();
         // Datapaths the old program had (same key, same kind): changed in place, flow by flow,
@@ -446,7 +451,7 @@ impl Program {
                         &mut prog,
                         &mut norm,
                         (spec, d, &resident, &pgs),
-                        &c,
+                        (&c, names.clone()),
                         &mut set_changes,
                     )
                 });
@@ -540,6 +545,9 @@ impl Program {
         Ok((prog, all_errors))
     }
 }
+
+/// A datapath's (name, key) of ports and groups, sorted ([`names_keys`]).
+type Names = Arc<[(String, u32)]>;
 
 fn names_keys(d: &DatapathSpec) -> Vec<(String, u32)> {
     let mut v: Vec<(String, u32)> = d
@@ -688,12 +696,12 @@ struct Unit {
 /// unit depends only on the spec, never on what another thread compiled).
 fn compile_units<'a>(
     spec: &ProgramSpec,
-    todo: impl ExactSizeIterator<Item = &'a (usize, Vec<(String, u32)>)>,
+    todo: impl ExactSizeIterator<Item = &'a (usize, Names)>,
     resident: &HashSet<&str>,
     pgs: &PgMembers,
     threads: usize,
 ) -> Vec<Unit> {
-    let todo: Vec<&(usize, Vec<(String, u32)>)> = todo.collect();
+    let todo: Vec<&(usize, Names)> = todo.collect();
     let one = |norm: &mut Normalizer<'_>, j: usize| {
         let (i, names) = todo[j];
         compile_dp(
@@ -1026,14 +1034,18 @@ fn patch_dp(
     prog: &mut Program,
     norm: &mut Normalizer<'_>,
     (spec, d, resident, pgs): (&ProgramSpec, &DatapathSpec, &HashSet<&str>, &PgMembers),
-    old: &DpCode,
+    (old, names): (&DpCode, Names),
     set_changes: &mut SetChanges<'_>,
 ) -> Option<Patched> {
-    let names = names_keys(d);
     // Text that, in a kept flow, means it compiles differently now: names whose key changed
     // (or that came or went), ports whose residency changed, sets whose content changed.
     let mut tokens: Vec<&str> = Vec::new();
-    let (mut i, mut j) = (0, 0);
+    // (The same list when the caller found the names unchanged: nothing to compare.)
+    let (mut i, mut j) = if Arc::ptr_eq(&old.names, &names) {
+        (old.names.len(), names.len())
+    } else {
+        (0, 0)
+    };
     while i < old.names.len() || j < names.len() {
         match (old.names.get(i), names.get(j)) {
             (Some(a), Some(b)) if a == b => {
@@ -1276,7 +1288,7 @@ fn compile_dp(
     d: &DatapathSpec,
     resident: &HashSet<&str>,
     pgs: &PgMembers,
-    names: Vec<(String, u32)>,
+    names: Names,
 ) -> Unit {
     let cx = DpCx {
         spec,

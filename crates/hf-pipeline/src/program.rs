@@ -882,8 +882,9 @@ pub(crate) struct DpCode {
     pub resident_refs: Vec<(String, bool)>,
     /// Address sets and port groups its flows name (`$x`, `@x`).
     pub set_refs: Vec<String>,
-    /// (name, key) of its ports and groups when compiled: names in flows resolve to them.
-    pub names: Vec<(String, u32)>,
+    /// (name, key) of its ports and groups when compiled, sorted: names in flows resolve to
+    /// them (shared by the next compile when they did not change).
+    pub names: Arc<[(String, u32)]>,
     /// Arena entries (flows) it owns.
     pub flow_count: usize,
     /// Compiled for a switch (compiled actions differ between switches and routers).
