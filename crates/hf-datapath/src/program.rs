@@ -315,19 +315,18 @@ impl ParsedDp {
 /// Whether message flow `f` parses to spec `s` (parsed from its own text): same identity,
 /// place, priority, metadata and text.
 fn same_parse(f: &FlowMsg, s: &FlowSpec) -> bool {
-    let eq =
-        |a: &std::sync::Arc<str>, b: &std::sync::Arc<str>| std::sync::Arc::ptr_eq(a, b) || a == b;
+    use crate::proto::{same_opt_text, same_text};
     f.last_good.is_none()
         && f.egress == (s.pipeline == Pipe::Egress)
         && f.table == s.table
         && f.priority == s.priority
-        && f.id == s.id.0
-        && f.stage == s.stage
-        && f.sb_uuid == s.sb_uuid
-        && f.stage_hint == s.stage_hint
+        && same_text(&f.id, &s.id.0)
+        && same_text(&f.stage, &s.stage)
+        && same_opt_text(&f.sb_uuid, &s.sb_uuid)
+        && same_opt_text(&f.stage_hint, &s.stage_hint)
         && s.source
             .as_ref()
-            .is_some_and(|t| eq(&t.matches, &f.matches) && eq(&t.actions, &f.actions))
+            .is_some_and(|t| same_text(&t.matches, &f.matches) && same_text(&t.actions, &f.actions))
 }
 
 /// The cached parse of a datapath whose flows changed: each flow parsed from its own text (no

@@ -484,20 +484,7 @@ pub struct FlowMsg {
     pub last_good: Option<(Arc<str>, Arc<str>)>,
 }
 
-/// Equal texts, by pointer first: the shared texts of one flow in two messages are one
-/// allocation (std's `Arc` compares pointers first only for sized types, so an `Arc<str>`
-/// compare is a `memcmp` of the whole text; a router's 31k flows are compared on every delta).
-pub fn same_text(a: &Arc<str>, b: &Arc<str>) -> bool {
-    Arc::ptr_eq(a, b) || **a == **b
-}
-
-fn same_opt_text(a: &Option<Arc<str>>, b: &Option<Arc<str>>) -> bool {
-    match (a, b) {
-        (Some(a), Some(b)) => same_text(a, b),
-        (None, None) => true,
-        _ => false,
-    }
-}
+pub use hf_pipeline::{same_opt_text, same_text};
 
 impl PartialEq for FlowMsg {
     fn eq(&self, o: &FlowMsg) -> bool {

@@ -1008,17 +1008,17 @@ fn same_flow(fi: &FlowInfo, fs: &crate::program::FlowSpec) -> bool {
     let Some(t) = &fs.source else {
         return false;
     };
-    let eq = |a: &Arc<str>, b: &Arc<str>| Arc::ptr_eq(a, b) || a == b;
+    use crate::program::{same_opt_text, same_text};
     fs.parse_error.is_none()
         && fi.pipe == pipe
         && fi.table == fs.table
         && fi.priority == fs.priority
-        && eq(&fi.matches, &t.matches)
-        && eq(&fi.actions, &t.actions)
+        && same_text(&fi.matches, &t.matches)
+        && same_text(&fi.actions, &t.actions)
         && fi.id == fs.id
-        && fi.stage == fs.stage
-        && fi.sb_uuid == fs.sb_uuid
-        && fi.stage_hint == fs.stage_hint
+        && same_text(&fi.stage, &fs.stage)
+        && same_opt_text(&fi.sb_uuid, &fs.sb_uuid)
+        && same_opt_text(&fi.stage_hint, &fs.stage_hint)
 }
 
 /// Recompiles datapath `d` by changing `old` (its code in the old program, whose arenas are

@@ -151,7 +151,7 @@ pub use packet_in::PacketInStats;
 pub use program::{
     ActionHits, Activation, CompileError, CompileOptions, DatapathKind, DatapathSpec, DnsSpec,
     FdbSpec, FlowError, FlowErrorKind, FlowId, FlowSpec, FlowText, GroupSpec, LbVipSpec, Neighbour,
-    PortKind, PortLocation, PortSpec, Program, ProgramSpec,
+    PortKind, PortLocation, PortSpec, Program, ProgramSpec, same_opt_text, same_text,
 };
 pub use trace::{Trace, TraceFlow, TraceRecord};
 pub use whatif::WhatIf;

@@ -273,8 +273,38 @@ pub enum DatapathKind {
 ///
 /// Shared, not copied: a flow of a datapath group carries one identity allocation into every
 /// datapath it applies to (and into the compiled program's flow table).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+/// Compared by pointer first (see [`same_text`]).
+#[derive(Debug, Clone, Eq, PartialOrd, Ord, Default)]
 pub struct FlowId(pub Arc<str>);
+
+impl PartialEq for FlowId {
+    fn eq(&self, o: &FlowId) -> bool {
+        same_text(&self.0, &o.0)
+    }
+}
+
+impl std::hash::Hash for FlowId {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        // As the text's (equal identities are equal texts).
+        self.0.hash(h)
+    }
+}
+
+/// Equal texts, by pointer first: the shared texts of one flow in two programs or messages
+/// are one allocation (std's `Arc` compares pointers first only for sized types, so an
+/// `Arc<str>` compare is a `memcmp` of the whole text, run per flow of every changed datapath).
+pub fn same_text(a: &Arc<str>, b: &Arc<str>) -> bool {
+    Arc::ptr_eq(a, b) || **a == **b
+}
+
+/// [`same_text`] of two optional texts.
+pub fn same_opt_text(a: &Option<Arc<str>>, b: &Option<Arc<str>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => same_text(a, b),
+        (None, None) => true,
+        _ => false,
+    }
+}
 
 impl FlowId {
     /// The identity of a flow with `external_ids:hf-flow-id`.
