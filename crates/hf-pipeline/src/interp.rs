@@ -345,14 +345,7 @@ impl Runner<'_> {
                         None => {}
                     },
                     // The output, as `exec_op` does it, without a call into its frame.
-                    Op::Emit(dest) => {
-                        let frame = if self.scr.ctx.owned {
-                            &self.scr.ctx.frame
-                        } else {
-                            self.input
-                        };
-                        self.out.push(dest, frame)
-                    }
+                    Op::Emit(dest) => self.emit(dest),
                     // The segment's last op recirculates after a plain lookup: the flat replay
                     // (conntrack, then the continuation in this loop).
                     Op::Ct {
@@ -1075,6 +1068,17 @@ impl Runner<'_> {
         }
     }
 
+    /// The frame as it is now (rewritten, or the input) out to `dest`.
+    #[inline(always)]
+    fn emit(&mut self, dest: Destination) {
+        let frame = if self.scr.ctx.owned {
+            &self.scr.ctx.frame
+        } else {
+            self.input
+        };
+        self.out.push(dest, frame)
+    }
+
     /// Performs one op. The one implementation of every effect, whether walking or replaying.
     pub(crate) fn exec_op(&mut self, op: &Op, rdepth: u32) -> bool {
         match *op {
@@ -1179,14 +1183,7 @@ impl Runner<'_> {
                     self.scr.ctx.write_masked(field, value, mask)
                 }
             }
-            Op::Emit(dest) => {
-                let frame = if self.scr.ctx.owned {
-                    &self.scr.ctx.frame
-                } else {
-                    self.input
-                };
-                self.out.push(dest, frame)
-            }
+            Op::Emit(dest) => self.emit(dest),
         }
         true
     }

@@ -39,7 +39,7 @@
 //! (`Chassis_Private`, `SB_Global`, ...). A translation not given back makes the next one
 //! start afresh, as do changed options or template variables.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use hf_model::SbSnapshot;
 use hf_model::sb::Delta;
@@ -80,6 +80,9 @@ struct Changes {
     lf: BTreeSet<Uuid>,
     /// Per changed flow row: the datapaths and DP groups it named before.
     lf_old: HashMap<Uuid, (BTreeSet<Uuid>, BTreeSet<Uuid>)>,
+    /// Changed flow rows that were not there at the last translation (their first change
+    /// since is their insertion): no datapath holds their flows, none are taken out.
+    lf_new: HashSet<Uuid>,
     /// Changed DP groups with their old members.
     dpg: BTreeMap<Uuid, BTreeSet<Uuid>>,
     /// Changed address sets, their old and new names; old and new names of changed port groups.
@@ -121,7 +124,15 @@ impl Changes {
         }
         for r in &d.logical_flow {
             self.lf.insert(r.uuid());
-            let e = self.lf_old.entry(r.uuid()).or_default();
+            let e = match self.lf_old.entry(r.uuid()) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    if r.before().is_none() {
+                        self.lf_new.insert(r.uuid());
+                    }
+                    e.insert(Default::default())
+                }
+            };
             for row in r.before().into_iter().chain(r.after()) {
                 e.0.extend(row.logical_datapath.map(|d| d.uuid()));
                 e.1.extend(row.logical_dp_group.map(|g| g.uuid()));
@@ -572,10 +583,14 @@ impl Incremental {
                     cands.extend(row.datapaths.iter().map(|d| d.uuid()));
                 }
             }
-            let key = r.to_string();
-            for dp in &cands {
-                if let Some(&i) = index.get(dp) {
-                    edits.entry(i).or_default().0.push(key.clone());
+            // A row inserted since the last translation is in no datapath's flows yet (an
+            // ACL's two rows on a group of 500 switches would otherwise be looked for in each).
+            if !c.lf_new.contains(r) {
+                let key = r.to_string();
+                for dp in &cands {
+                    if let Some(&i) = index.get(dp) {
+                        edits.entry(i).or_default().0.push(key.clone());
+                    }
                 }
             }
             s.flows.remove(r);
