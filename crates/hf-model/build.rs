@@ -987,7 +987,23 @@ impl<'a> Gen<'a> {
         );
         let _ = writeln!(
             o,
-            "                _ => {{}}\n            }}\n        }}\n        let n = delta.len();\n        self.apply_owned(delta);\n        Ok(n)\n    }}\n}}\n"
+            "                _ => {{}}\n            }}\n        }}\n        let n = delta.len();\n        self.apply_owned(delta);\n        Ok(n)\n    }}\n\n\
+             /// Types one batch of one table's row updates (`{{uuid: update}}`, a part of a\n\
+             /// `<table-updates2>` that arrives in batches) into `delta` without applying it:\n\
+             /// each row's JSON is freed once typed. Apply the whole `delta` with\n\
+             /// [`Snapshot::apply`] once every batch is in, so that a large update is all or\n\
+             /// nothing and never exists as one JSON tree. A table this schema lacks is skipped.\n\
+             pub fn stage_updates2(&self, delta: &mut Delta, table: &str, rows: Value) -> Result<(), ModelError> {{\n\
+             match table {{"
+        );
+        each_table(
+            &mut o,
+            &s.tables,
+            "                {Table} => delta.{tn}.extend(table_updates2_owned(&self.{tn}, rows)?),",
+        );
+        let _ = writeln!(
+            o,
+            "                _ => {{}}\n            }}\n        Ok(())\n    }}\n}}\n"
         );
         let _ = writeln!(
             o,

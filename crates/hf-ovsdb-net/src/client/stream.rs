@@ -398,7 +398,10 @@ mod tests {
             })
             .collect();
         assert_eq!(got.len(), 1);
-        assert_eq!(got[0].len(), delta.len());
+        assert_eq!(
+            got[0], delta,
+            "the change set is the tree path's, in its order"
+        );
 
         // A bad row anywhere: nothing applied, the session starts over.
         let before = r.model().clone();
@@ -409,5 +412,40 @@ mod tests {
         assert!(why.contains("cannot apply an update"), "{why}");
         assert_eq!(*r.model(), before, "all or nothing");
         assert_eq!(r.last_txn_id(), None);
+    }
+
+    #[test]
+    fn a_row_named_twice_in_one_large_update_is_refused_whole() {
+        let mut r = fed(&reply(&updates(5, 10).to_string()), false, usize::MAX);
+        assert!(r.is_synced());
+        while r.poll_event().is_some() {}
+        let before = r.model().clone();
+        // More rows than one batch between the two mentions of the same new row.
+        let pad = "y".repeat(400);
+        let mut rows: Vec<String> = (0..3000)
+            .map(|i| {
+                format!(
+                    r#""{}":{{"insert":{{"name":"n{i}","external_ids":["map",[["pad","{pad}"]]]}}}}"#,
+                    uuid(200_000 + i)
+                )
+            })
+            .collect();
+        rows.push(format!(
+            r#""{}":{{"insert":{{"name":"again"}}}}"#,
+            uuid(200_000)
+        ));
+        let text = format!(r#"{{"Logical_Switch":{{{}}}}}"#, rows.join(","));
+        let bytes = format!(
+            r#"{{"id":null,"method":"update3","params":["hf-replica","6f0b2a2e-0000-4000-8000-0000000000e3",{text}]}}"#
+        );
+        assert!(bytes.len() > super::super::session_stream_min());
+        r.handle_bytes(bytes.as_bytes(), 5);
+        let why = r.poll_close().unwrap_or_default();
+        assert!(why.contains("named twice in one update"), "{why}");
+        assert_eq!(*r.model(), before, "all or nothing");
+        let changes = std::iter::from_fn(|| r.poll_event())
+            .filter(|e| matches!(e, crate::client::Event::Changes(_)))
+            .count();
+        assert_eq!(changes, 0, "no change reported");
     }
 }
