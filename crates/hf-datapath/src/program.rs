@@ -191,13 +191,17 @@ fn flow_spec(f: &FlowMsg, text: (&Arc<str>, &Arc<str>), level: Option<&LevelChec
             fs.actions = Arc::from([]);
         }
     }
+    // The trees were needed for the decisions above; the compile parses the text again, so
+    // that a program's ~150k trees never live at once (nor in the cache between compiles).
+    fs.drop_trees();
     fs
 }
 
 /// Parses made during one spec build, by text allocation: a flow whose match and actions are
 /// the allocations of a flow parsed before (a datapath group's flow in its next datapath: the
-/// decoder shares equal texts, see [`crate::intern`]) takes that parse, sharing its trees,
-/// with its own identity, stage, UUID and hint. Keyed by address, so only texts the message
+/// decoder shares equal texts, see [`crate::intern`]) takes that parse's outcome (its error,
+/// or none: the trees themselves are not kept, see [`FlowSpec::drop_trees`]), with its own
+/// identity, stage, UUID and hint. Keyed by address, so only texts the message
 /// keeps alive during the build are looked up.
 #[derive(Default)]
 struct Parses(HashMap<(usize, usize), FlowSpec>);

@@ -254,6 +254,29 @@ fn check_seed(seed: u64) -> Result<usize, String> {
     Ok(trusted)
 }
 
+/// The cache keeps the running program's flows without parse trees (a compile parses a flow's
+/// text again when it compiles it): what ~150k trees took between compiles.
+#[test]
+fn the_cache_keeps_no_parse_trees() {
+    let mut parsed = 0;
+    for seed in 0..20 {
+        let mut rng = Rng::new(seed);
+        let mut cache = SpecCache::new();
+        let msg = program(&mut rng);
+        let local = local_map(&mut rng, &msg);
+        compile_cached(&msg, &local, None, &mut cache, &[]).expect("compiles");
+        for f in cache.dps.values().flat_map(|d| &d.flows) {
+            parsed += usize::from(f.parse_error.is_none());
+            assert!(
+                !f.has_trees() || f.parse_error.is_some(),
+                "seed {seed}: {:?} keeps its trees",
+                f.id
+            );
+        }
+    }
+    assert!(parsed > 20, "{parsed}");
+}
+
 #[test]
 fn a_deltas_cached_build_equals_a_build_from_scratch() {
     let mut trusted = 0;

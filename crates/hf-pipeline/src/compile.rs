@@ -853,14 +853,20 @@ fn compile_flow(
     if let Some(e) = &fs.parse_error {
         return (Err(err(FlowErrorKind::Syntax, e.to_string())), None);
     }
+    // A flow kept without trees is parsed again here, on the compiling thread, and its trees
+    // are dropped again with this function's locals.
+    let (fs_matches, fs_actions) = match fs.trees() {
+        Ok(t) => t,
+        Err(e) => return (Err(err(FlowErrorKind::Syntax, e)), None),
+    };
     let mut refs = FlowRefs::default();
     // Sets named by the match, found or not: a change to them recompiles this flow.
     let mut sets = HashSet::new();
-    collect_sets(&fs.matches, &mut sets);
+    collect_sets(&fs_matches, &mut sets);
     refs.sets = sets.into_iter().collect();
     refs.sets.sort();
     let boxed = |r: FlowRefs| (r != FlowRefs::default()).then(|| Box::new(r));
-    let matches = with_action_prereqs(&fs.matches, &fs.actions);
+    let matches = with_action_prereqs(&fs_matches, &fs_actions);
     // A port group is expanded to the members this datapath has (see `sets_for_dp`).
     let local_sets;
     let sets = if refs.sets.iter().any(|s| s.starts_with('@')) {
@@ -908,7 +914,7 @@ fn compile_flow(
     let mut cx_act = ActCompiler::new(&port_key, pipe, fs.table, d.tunnel_key, acts);
     cx_act.switch = matches!(d.kind, crate::DatapathKind::Switch);
     cx_act.counter_base = counter_base;
-    let listed = cx_act.list(&fs.actions);
+    let listed = cx_act.list(&fs_actions);
     let counted = std::mem::take(&mut cx_act.counted);
     let act_range = match listed {
         Ok(a) => a,
@@ -934,8 +940,8 @@ fn compile_flow(
     let (matches, actions) = match &fs.source {
         Some(t) => (t.matches.clone(), t.actions.clone()),
         None => (
-            fs.matches.to_string().into(),
-            hf_expr::printer::actions_to_string(&fs.actions).into(),
+            fs_matches.to_string().into(),
+            hf_expr::printer::actions_to_string(&fs_actions).into(),
         ),
     };
     unit.flows.push(FlowInfo {

@@ -126,6 +126,32 @@ fn a_datapath_inserted_at_the_front_compiles_alone_and_the_rest_is_reused() {
 }
 
 #[test]
+fn flows_without_trees_compile_as_with_them() {
+    let with = spec(6);
+    let mut without = with.clone();
+    for f in without.datapaths.iter_mut().flat_map(|d| &mut d.flows) {
+        f.drop_trees();
+        assert!(!f.has_trees());
+        assert!(matches!(*f.matches, hf_expr::Expr::Bool(false)));
+    }
+    // Equal as flows (the trees are their text's parse), and compiled alike.
+    assert_eq!(with.datapaths[0].flows, without.datapaths[0].flows);
+    assert_eq!(
+        canonical(&compile_all(&without)),
+        canonical(&compile_all(&with))
+    );
+    // A flow parsed by hand (no text) keeps its trees; so does one whose text did not parse.
+    let mut bare = with.datapaths[0].flows[0].clone();
+    bare.source = None;
+    bare.drop_trees();
+    assert!(bare.has_trees());
+    let mut bad = FlowSpec::from_text(Pipe::Ingress, 0, 1, "ip4 &&& x", "next;");
+    assert!(bad.parse_error.is_some());
+    bad.drop_trees();
+    assert!(bad.has_trees());
+}
+
+#[test]
 fn worker_threads_compile_the_program_the_caller_thread_does() {
     let s = spec(40);
     let one = compile_all(&s);
@@ -377,6 +403,14 @@ fn check_in_place_seed(seed: u64) -> (usize, usize) {
     for step in 0..40 {
         let changed = random_change(&mut rng, &mut s, &mut next_id);
         let changed: Vec<&str> = changed.iter().map(String::as_str).collect();
+        // Half the time the flows hold no trees, as a datapath keeps them: flows compiled
+        // again (stale ones, whole datapaths) are parsed from their text.
+        if rng.chance(50) {
+            s.datapaths
+                .iter_mut()
+                .flat_map(|d| &mut d.flows)
+                .for_each(FlowSpec::drop_trees);
+        }
         let (next, errs) = prog.recompile(&s, &changed).expect("recompiles");
         let (fresh, fresh_errs) = Program::compile(&s).expect("compiles");
         assert_eq!(

@@ -352,7 +352,13 @@ pub struct FlowText {
 }
 
 /// One logical flow.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// A flow parsed from its [`FlowSpec::source`] text may hold no trees
+/// ([`FlowSpec::drop_trees`]): its match and actions are parsed again from that text when it
+/// is compiled ([`FlowSpec::trees`]). A datapath keeps its running program's flows that way,
+/// so that ~150k parse trees are not held between compiles (a recompile compiles only new and
+/// changed flows).
+#[derive(Debug, Clone)]
 pub struct FlowSpec {
     /// Ingress or egress.
     pub pipeline: Pipeline,
@@ -381,6 +387,64 @@ pub struct FlowSpec {
     /// leaves the flow out. A fixed reason (a flow translated as text only, say) is borrowed, so
     /// a reason shared by every flow costs no allocation per flow.
     pub parse_error: Option<std::borrow::Cow<'static, str>>,
+}
+
+/// The stand-ins a flow without trees holds ([`FlowSpec::drop_trees`]): one allocation shared
+/// by every such flow, told apart by address.
+static NO_TREES: std::sync::LazyLock<(Arc<Expr>, Arc<[Action]>)> =
+    std::sync::LazyLock::new(|| (Arc::new(Expr::Bool(false)), Arc::from([])));
+
+/// Equal flows: the same place, identity, metadata, text and parse result. A flow without
+/// trees equals one with them when their source texts are equal (its trees are that text's
+/// parse).
+impl PartialEq for FlowSpec {
+    fn eq(&self, o: &FlowSpec) -> bool {
+        let trees = !self.has_trees()
+            || !o.has_trees()
+            || (self.matches == o.matches && self.actions == o.actions);
+        self.pipeline == o.pipeline
+            && self.table == o.table
+            && self.priority == o.priority
+            && trees
+            && self.id == o.id
+            && self.stage == o.stage
+            && self.sb_uuid == o.sb_uuid
+            && self.stage_hint == o.stage_hint
+            && self.source == o.source
+            && self.parse_error == o.parse_error
+    }
+}
+
+impl FlowSpec {
+    /// Drops the match and action trees of a flow parsed from its source text without error
+    /// (they are parsed again from the text when it is compiled); other flows keep theirs.
+    pub fn drop_trees(&mut self) {
+        if self.source.is_some() && self.parse_error.is_none() {
+            self.matches = Arc::clone(&NO_TREES.0);
+            self.actions = Arc::clone(&NO_TREES.1);
+        }
+    }
+
+    /// Whether it holds its trees ([`FlowSpec::drop_trees`]).
+    pub fn has_trees(&self) -> bool {
+        !Arc::ptr_eq(&self.matches, &NO_TREES.0)
+    }
+
+    /// The match and action trees: its own, or parsed again from its source text when it
+    /// holds none. `Err` names the part that does not parse (not for a flow whose trees were
+    /// dropped: its text parsed before, and parsing is deterministic).
+    pub fn trees(&self) -> Result<(Arc<Expr>, Arc<[Action]>), String> {
+        if self.has_trees() {
+            return Ok((Arc::clone(&self.matches), Arc::clone(&self.actions)));
+        }
+        let Some(t) = &self.source else {
+            return Err("a flow without trees or text".into());
+        };
+        let symtab = SymbolTable::shared();
+        let m = hf_expr::parse_match(symtab, &t.matches).map_err(|e| format!("match: {e}"))?;
+        let a = hf_expr::parse_actions(symtab, &t.actions).map_err(|e| format!("actions: {e}"))?;
+        Ok((Arc::new(m), a.into()))
+    }
 }
 
 impl Default for FlowSpec {
