@@ -826,9 +826,14 @@ pub fn check_zones(msg: &ProgramMsg) -> Result<(), String> {
             "zone map gives zone 0 to \"{name}\": zone 0 belongs to the host"
         ));
     }
-    let known: std::collections::BTreeSet<u16> = msg.zones.values().copied().collect();
+    // A bit per zone (8 KiB): every port of the program is looked up on every install.
+    let mut known = vec![0u64; 1 << 10];
+    for z in msg.zones.values() {
+        known[usize::from(*z >> 6)] |= 1 << (z & 63);
+    }
+    let has = |z: u16| known[usize::from(z >> 6)] & (1 << (z & 63)) != 0;
     let need = |z: u16, what: &dyn Fn() -> String| {
-        if z != 0 && !known.contains(&z) {
+        if z != 0 && !has(z) {
             Err(format!(
                 "{} uses zone {z}, which is not in the zone map",
                 what()

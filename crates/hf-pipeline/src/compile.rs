@@ -820,7 +820,7 @@ fn compile_flow(
     cx: &DpCx<'_>,
     fs: &crate::program::FlowSpec,
     unit: &mut Unit,
-) -> (Result<NewFlow, FlowError>, Option<Box<FlowRefs>>) {
+) -> (Result<NewFlow, FlowError>, Option<Arc<FlowRefs>>) {
     let d = cx.d;
     let names = cx.names;
     // "none" is key 0, as in ovn-controller's and ovn-trace's port lookup (northd's
@@ -865,7 +865,7 @@ fn compile_flow(
     collect_sets(&fs_matches, &mut sets);
     refs.sets = sets.into_iter().collect();
     refs.sets.sort();
-    let boxed = |r: FlowRefs| (r != FlowRefs::default()).then(|| Box::new(r));
+    let boxed = |r: FlowRefs| (r != FlowRefs::default()).then(|| Arc::new(r));
     let matches = with_action_prereqs(&fs_matches, &fs_actions);
     // A port group is expanded to the members this datapath has (see `sets_for_dp`).
     let local_sets;

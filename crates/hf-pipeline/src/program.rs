@@ -997,8 +997,9 @@ pub(crate) struct Slot {
     /// Its entry in the program's flow arena; [`Slot::ERROR`] when it did not compile (its
     /// error is in [`DpCode::errors`]).
     pub flow: u32,
-    /// Sets its match names and residency answers it compiled in (`None`: neither).
-    pub refs: Option<Box<FlowRefs>>,
+    /// Sets its match names and residency answers it compiled in (`None`: neither); shared by
+    /// the programs that keep the flow (a patched recompile clones the slots it keeps).
+    pub refs: Option<Arc<FlowRefs>>,
 }
 
 impl Slot {
