@@ -170,6 +170,12 @@ pub(crate) struct Classifier {
 }
 
 impl Classifier {
+    /// How many rules it holds (a flow's match gives one per disjunct).
+    #[cfg(test)]
+    pub(crate) fn rule_count(&self) -> usize {
+        self.rules.len()
+    }
+
     /// Adds a rule for `flow` at `prio`, `rank` being the flow's place in its datapath's flow
     /// list and the disjunct's in the flow (among equal priorities the lower rank wins). Call [`Classifier::finish`] after
     /// the inserts.

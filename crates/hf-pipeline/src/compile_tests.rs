@@ -686,8 +686,95 @@ fn acl_on_a_group_of_every_switch() {
     let (again, _) = after.recompile(&next, &[]).expect("recompiles");
     eprintln!("nothing changed: recompile {:?}", t.elapsed());
     drop(again);
+    drop(before);
+    // Where a compiled program's heap sits: a fresh compile, then its parts dropped one by one.
+    let mb = |b: isize| b as f64 / 1e6;
+    let base = heap::now();
+    let (mut p, _) = Program::compile(&next).expect("compiles");
+    let whole = heap::now() - base;
+    let at = heap::now();
+    let rules: usize = p
+        .dps
+        .iter()
+        .flat_map(|d| d.tables.tables.iter().flatten())
+        .map(|c| c.rule_count())
+        .sum();
+    eprintln!(
+        "  ({} flows, {} actions, {rules} classifier rules; counted in {:.1} MB)",
+        p.flows.len(),
+        p.acts.len(),
+        mb(heap::now() - at)
+    );
+    let mut part = |what: &str, f: &mut dyn FnMut(&mut Program)| {
+        let at = heap::now();
+        f(&mut p);
+        eprintln!("  {what}: {:.1} MB", mb(at - heap::now()));
+    };
+    eprintln!("heap of the compiled program: {:.1} MB", mb(whole));
+    part("flow infos", &mut |p| p.flows = Default::default());
+    part("actions", &mut |p| p.acts = Default::default());
+    part("counters", &mut |p| p.counters = Default::default());
+    part("slots", &mut |p| {
+        for d in &mut p.dps {
+            if let Some(c) = Arc::get_mut(&mut d.tables) {
+                c.slots = Vec::new();
+            }
+        }
+    });
+    part("classifier tables", &mut |p| {
+        for d in &mut p.dps {
+            if let Some(c) = Arc::get_mut(&mut d.tables) {
+                c.tables = Default::default();
+            }
+        }
+    });
+    let at = heap::now();
+    drop(p);
+    eprintln!(
+        "  the rest (datapaths, ports, names): {:.1} MB",
+        mb(at - heap::now())
+    );
     if n <= 50 {
         assert_eq!(canonical(&after), canonical(&compile_all(&next)));
+    }
+}
+
+/// A counting allocator for the profiling harness's heap figures (every test of this binary
+/// allocates through it; it only counts).
+mod heap {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::sync::atomic::{AtomicIsize, Ordering};
+
+    static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+    struct Counting;
+
+    // SAFETY: every call is passed to the system allocator unchanged; only the sizes are
+    // counted.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+            LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+            // SAFETY: the caller's layout, as given.
+            unsafe { System.alloc(l) }
+        }
+        unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+            LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+            // SAFETY: `p` came from `alloc` with this layout.
+            unsafe { System.dealloc(p, l) }
+        }
+        unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+            LIVE.fetch_add(n as isize - l.size() as isize, Ordering::Relaxed);
+            // SAFETY: as for `dealloc`, with the caller's new size.
+            unsafe { System.realloc(p, l, n) }
+        }
+    }
+
+    #[global_allocator]
+    static A: Counting = Counting;
+
+    /// Bytes allocated and not freed, now.
+    pub fn now() -> isize {
+        LIVE.load(Ordering::Relaxed)
     }
 }
 
