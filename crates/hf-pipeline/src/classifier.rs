@@ -80,6 +80,14 @@ struct Rule {
     /// Shared: a table that a program change edits is copied from the running program's
     /// (copy on write), and its rules' values go with it without an allocation each.
     values: std::sync::Arc<[u128]>,
+    /// Tests beyond the masked values (`None`: none, as for most rules: one pointer instead of
+    /// two empty boxed slices in every rule).
+    more: Option<Box<MoreTests>>,
+}
+
+/// A rule's residual tests and conjunctive-match dimensions.
+#[derive(Debug, Clone)]
+struct MoreTests {
     residual: Box<[Test]>,
     dims: Box<[Box<[Test]>]>,
 }
@@ -204,8 +212,12 @@ impl Classifier {
             flow,
             rank,
             values,
-            residual: conj.residual.into(),
-            dims: conj.dims.into_iter().map(Into::into).collect(),
+            more: (!conj.residual.is_empty() || !conj.dims.is_empty()).then(|| {
+                Box::new(MoreTests {
+                    residual: conj.residual.into(),
+                    dims: conj.dims.into_iter().map(Into::into).collect(),
+                })
+            }),
         });
         let rules = &self.rules;
         let list = sub.map.entry(h).or_default();
@@ -277,6 +289,13 @@ impl Classifier {
             .sort_by_key(|s| (std::cmp::Reverse(s.max_prio), s.min_rank));
     }
 
+    /// Gives back the slack the inserts' growth left in the rule vector. The hash maps keep
+    /// theirs: a full map would grow (rehash whole) on the first insert of a patch.
+    pub(crate) fn shrink(&mut self) {
+        self.rules.shrink_to_fit();
+        self.subtables.shrink_to_fit();
+    }
+
     /// Every subtable (in visiting order) with its hash lists (in list order) as text, with
     /// `flow` naming a rule's flow: where rules sit in the rule vector and their rank values
     /// are left out, the orders they make are kept (tests compare programs compiled different
@@ -296,8 +315,8 @@ impl Classifier {
                         r.prio,
                         flow(r.flow),
                         r.values,
-                        r.residual,
-                        r.dims
+                        r.more.as_ref().map_or(&[][..], |m| &m.residual[..]),
+                        r.more.as_ref().map_or(&[][..], |m| &m.dims[..])
                     ));
                 }
             }
@@ -337,10 +356,13 @@ impl Classifier {
                     .iter()
                     .zip(rule.values.iter())
                     .all(|(&(fi, m), v)| f.get(usize::from(fi)).copied().unwrap_or(0) & m == *v)
-                    && rule.residual.iter().all(|t| t.eval(f, wc))
-                    && rule.dims.iter().all(|d| {
-                        // Evaluate every alternative so the examined bits do not depend on order.
-                        d.iter().fold(false, |any, t| t.eval(f, wc) | any)
+                    && rule.more.as_ref().is_none_or(|m| {
+                        m.residual.iter().all(|t| t.eval(f, wc))
+                            && m.dims.iter().all(|d| {
+                                // Evaluate every alternative so the examined bits do not
+                                // depend on order.
+                                d.iter().fold(false, |any, t| t.eval(f, wc) | any)
+                            })
                     });
                 if hit {
                     best = Some((rule.flow, rule.prio));

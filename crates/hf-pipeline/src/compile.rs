@@ -1323,8 +1323,13 @@ fn compile_dp(
         slots.push(Slot { rank, flow, refs });
     }
     for t in tables.iter_mut().flatten() {
-        Arc::make_mut(t).finish();
+        let t = Arc::make_mut(t);
+        t.finish();
+        // A fresh table is kept as long as the datapath does not change: without the slack
+        // its growth left (a patched one is copied on write, at its length, anyway).
+        t.shrink();
     }
+    slots.shrink_to_fit();
     let (set_refs, resident_refs) = union_refs(&slots);
     let code = &mut unit.code;
     code.tables = tables;
