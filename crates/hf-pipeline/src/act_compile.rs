@@ -294,7 +294,11 @@ impl ActCompiler<'_> {
                     }
                     _ => {}
                 }
-                CAct::CtCommit { mark, label, moves }
+                CAct::CtCommit {
+                    mark,
+                    label: label.map(Box::new),
+                    moves: moves.into(),
+                }
             }
             Action::CtNat { kind, target, .. } => CAct::CtNat {
                 kind: *kind,
@@ -333,7 +337,7 @@ impl ActCompiler<'_> {
                                 .collect()
                         })
                         .unwrap_or_default(),
-                    hash,
+                    hash: hash.into(),
                     flag,
                 }
             }

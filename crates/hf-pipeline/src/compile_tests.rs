@@ -711,6 +711,14 @@ fn acl_on_a_group_of_every_switch() {
         eprintln!("  {what}: {:.1} MB", mb(at - heap::now()));
     };
     eprintln!("heap of the compiled program: {:.1} MB", mb(whole));
+    eprintln!(
+        "  (sizes: CAct {} B, FlowInfo {} B, NatRange {} B, Masked<u128> {} B, Bits {} B)",
+        std::mem::size_of::<crate::program::CAct>(),
+        std::mem::size_of::<crate::program::FlowInfo>(),
+        std::mem::size_of::<hf_conntrack::NatRange>(),
+        std::mem::size_of::<hf_conntrack::Masked<u128>>(),
+        std::mem::size_of::<crate::packet::Bits>(),
+    );
     part("flow infos", &mut |p| p.flows = Default::default());
     part("actions", &mut |p| p.acts = Default::default());
     part("counters", &mut |p| p.counters = Default::default());

@@ -776,9 +776,12 @@ pub(crate) enum CAct {
     /// `ct_commit`: commit with mark/label updates; the packet continues unchanged.
     CtCommit {
         mark: Option<Masked<u32>>,
-        label: Option<Masked<u128>>,
+        /// Boxed, as the lists below: every action of a program is as large as the largest
+        /// variant (48 bytes, a `Set`'s two 128-bit words), and a label's two words would
+        /// double that.
+        label: Option<Box<Masked<u128>>>,
         /// `ct_mark`/`ct_label` bits (destination) loaded from packet fields (source).
-        moves: Vec<(Bits, Bits)>,
+        moves: Box<[(Bits, Bits)]>,
     },
     /// `ct_snat`/`ct_dnat` (and `_in_czone`), with or without a target.
     CtNat {
@@ -792,8 +795,8 @@ pub(crate) enum CAct {
     /// committed into `ct_mark`/`ct_label` beside `natted`.
     CtLb {
         mark: bool,
-        backends: Vec<(IpAddr, u16)>,
-        hash: Vec<u8>,
+        backends: Box<[(IpAddr, u16)]>,
+        hash: Box<[u8]>,
         flag: u32,
     },
     /// `ct_snat_to_vip`: when the connection was DNATed to a backend of one of this datapath's

@@ -17,7 +17,7 @@ impl Runner<'_> {
             CAct::CtNext => CtAction::lookup(),
             CAct::CtCommit { mark, label, moves } => CtAction {
                 mark: with_moves32(*mark, moves, ctx),
-                label: with_moves128(*label, moves, ctx),
+                label: with_moves128(label.as_deref().copied(), moves, ctx),
                 ..CtAction::commit(owner)
             },
             CAct::CtNat { kind, target } => match target {
