@@ -310,7 +310,7 @@ impl<'a> Gen<'a> {
                     t.name, c.name
                 );
                 let v = c.ty.value.as_ref().expect("map has a value type");
-                format!("BTreeMap<{k}, {}>", Self::base_type(t, c, v, true))
+                format!("SmallMap<{k}, {}>", Self::base_type(t, c, v, true))
             }
         }
     }
@@ -450,6 +450,7 @@ impl<'a> Gen<'a> {
              use serde_json::{Map, Value};\n\
              use uuid::Uuid;\n\n\
              use crate::convert::{Atomic, RowReader, map_datum, optional_datum, scalar_datum, set_datum};\n\
+             use crate::small_map::SmallMap;\n\
              use crate::update::{Index, apply_rows, apply_rows_owned, table_changes, table_updates2, table_updates2_owned};\n\
              use crate::{Column, ModelError, RowDelta, RowRef, Table};\n",
         );

@@ -30,7 +30,7 @@ fn dp(n: u128, key: i64, name: &str, router: bool) -> sb::DatapathBinding {
     ids.insert("name".into(), name.into());
     sb::DatapathBinding {
         uuid: u(n),
-        external_ids: ids,
+        external_ids: ids.into(),
         tunnel_key: key,
         ..Default::default()
     }
@@ -66,7 +66,7 @@ fn lflow(n: u128, dpn: u128, m: &str, a: &str) -> sb::LogicalFlow {
         pipeline: sb::LogicalFlowPipeline::Ingress,
         table_id: 0,
         priority: 10,
-        external_ids: ids,
+        external_ids: ids.into(),
         ..Default::default()
     }
 }

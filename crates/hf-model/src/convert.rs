@@ -1,6 +1,6 @@
 //! Conversions between datums and Rust values, used by the generated row types.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use hf_ovsdb::{Atom, AtomicType, Datum, Row, TableSchema};
@@ -200,9 +200,9 @@ impl<'a> RowReader<'a> {
     pub(crate) fn map<K: Atomic + Ord, V: Atomic>(
         &self,
         column: &str,
-    ) -> Result<BTreeMap<K, V>, ModelError> {
+    ) -> Result<crate::SmallMap<K, V>, ModelError> {
         let Some(d) = self.datum(column)? else {
-            return Ok(BTreeMap::new());
+            return Ok(crate::SmallMap::new());
         };
         if d.values.len() != d.keys.len() {
             return Err(self.err(column, "expected a map but found a set".into()));
@@ -232,6 +232,6 @@ pub(crate) fn set_datum<T: Atomic>(v: &BTreeSet<T>) -> Datum {
 }
 
 /// The datum of a map column.
-pub(crate) fn map_datum<K: Atomic, V: Atomic>(v: &BTreeMap<K, V>) -> Datum {
+pub(crate) fn map_datum<K: Atomic, V: Atomic>(v: &crate::SmallMap<K, V>) -> Datum {
     Datum::map_from(v.iter().map(|(k, v)| (k.to_atom(), v.to_atom())).collect())
 }

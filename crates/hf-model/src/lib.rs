@@ -48,11 +48,13 @@
 mod convert;
 mod error;
 mod row_ref;
+pub mod small_map;
 mod table;
 mod update;
 
 pub use error::ModelError;
 pub use row_ref::RowRef;
+pub use small_map::{SmallMap, StrMap};
 pub use table::{Column, RowDelta, Table};
 
 /// holdfast's `OVN_Northbound` tables (generated from `schemas/ovn-nb.ovsschema`): OVN 23.03's

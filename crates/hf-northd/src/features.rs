@@ -163,7 +163,7 @@ impl SbChassisView {
                 .map(|c| ChassisRow {
                     uuid: c.uuid,
                     name: c.name.clone(),
-                    other_config: c.other_config.clone(),
+                    other_config: c.other_config.clone().into(),
                 })
                 .collect(),
             bound: BTreeMap::new(),

@@ -633,7 +633,7 @@ fn diff(
         let old = old_dps.get(name.as_str()).copied();
         let new = s::DatapathBinding {
             uuid: old.map_or_else(|| o.fresh(), |r| r.uuid),
-            external_ids: row.external_ids.clone(),
+            external_ids: row.external_ids.clone().into(),
             load_balancers: row
                 .load_balancers
                 .iter()
@@ -819,7 +819,7 @@ fn diff(
                     .cloned()
             })
             .flatten();
-        new.options = row.options.clone();
+        new.options = row.options.clone().into();
         if let Some(a) = activated {
             new.options.insert(ACTIVATED.to_string(), a);
         }
@@ -827,7 +827,7 @@ fn diff(
         new.parent_port = row.parent_port.clone();
         new.tag = row.tag;
         new.nat_addresses = row.nat_addresses.clone();
-        new.external_ids = row.external_ids.clone();
+        new.external_ids = row.external_ids.clone().into();
         new.requested_chassis = row
             .requested_chassis
             .as_ref()
@@ -998,7 +998,7 @@ fn diff(
                 uuid: o.fresh(),
                 actions: (*row.actions).into(),
                 controller_meter: row.controller_meter.clone(),
-                external_ids: row.external_ids.to_map(),
+                external_ids: row.external_ids.to_map().into(),
                 logical_datapath: dp.map(Into::into),
                 logical_dp_group: group.map(Into::into),
                 match_: (*row.match_).into(),
@@ -1152,8 +1152,8 @@ fn diff(
         let new = s::Dns {
             uuid: old.map_or_else(|| o.fresh(), |r| r.uuid),
             datapaths,
-            external_ids: row.external_ids.clone(),
-            records: row.records.clone(),
+            external_ids: row.external_ids.clone().into(),
+            records: row.records.clone().into(),
         };
         o.put(&new, old);
     }
@@ -1175,9 +1175,9 @@ fn diff(
             name: name.clone(),
             ..Default::default()
         });
-        new.vips = lb.vips.clone();
-        new.options = lb.options.clone();
-        new.external_ids = lb.external_ids.clone();
+        new.vips = lb.vips.clone().into();
+        new.options = lb.options.clone().into();
+        new.external_ids = lb.external_ids.clone().into();
         new.protocol = lb
             .protocol
             .as_deref()

@@ -254,7 +254,8 @@ impl<'a> Topo<'a> {
                 .values()
                 .next()
                 .map(|g| g.options.clone())
-                .unwrap_or_default(),
+                .unwrap_or_default()
+                .into(),
             features,
             ls: Default::default(),
         };
@@ -478,7 +479,7 @@ impl<'a> Topo<'a> {
                     mac: Some(mac),
                     networks,
                     gateway_chassis: gws,
-                    options: lrp.options.clone(),
+                    options: lrp.options.clone().into(),
                 };
                 let is_dgp = p.is_dgp() && self.datapaths[dp].gateway_chassis.is_none();
                 if let Some(idx) = self.add_port(p, "Logical_Router_Port", diags)
@@ -717,7 +718,7 @@ pub(crate) fn lsp_port(lsp: &nb::LogicalSwitchPort, dp: DpIdx, diags: &mut Diags
         mac: None,
         networks: Vec::new(),
         gateway_chassis: Vec::new(),
-        options: lsp.options.clone(),
+        options: lsp.options.clone().into(),
     };
     for a in &lsp.addresses {
         match a.trim() {

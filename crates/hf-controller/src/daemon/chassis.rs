@@ -72,10 +72,12 @@ pub fn other_config(id: &Identity) -> BTreeMap<String, String> {
 }
 
 /// An OVSDB map value.
-pub fn map_json(m: &BTreeMap<String, String>) -> Value {
+pub fn map_json<'a>(m: impl IntoIterator<Item = (&'a String, &'a String)>) -> Value {
     json!([
         "map",
-        m.iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>()
+        m.into_iter()
+            .map(|(k, v)| json!([k, v]))
+            .collect::<Vec<_>>()
     ])
 }
 
@@ -191,7 +193,7 @@ pub fn private_ops(
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     ext.extend(flow_errors.iter().map(|(k, v)| (k.clone(), v.clone())));
-    if ext != p.external_ids {
+    if !ext.iter().eq(p.external_ids.iter()) {
         row.insert("external_ids".into(), map_json(&ext));
     }
     if row.is_empty() {

@@ -386,7 +386,7 @@ mod tests {
             // Table 300 cannot be a flow: its row is left out with a diagnostic.
             table_id: [0, 1, 2, 300][r.below(4)],
             priority: [0, 50, 100][r.below(3)],
-            external_ids: ids,
+            external_ids: ids.into(),
             ..Default::default()
         }
     }
@@ -409,7 +409,7 @@ mod tests {
                 ids.insert("name".to_string(), format!("sw{n}"));
                 RowDelta::Insert(sb::DatapathBinding {
                     uuid: u(n),
-                    external_ids: ids,
+                    external_ids: ids.into(),
                     tunnel_key: n as i64,
                     ..Default::default()
                 })

@@ -336,6 +336,7 @@ pub(crate) fn template_vars(sb: &SbSnapshot, chassis: Option<&str>) -> BTreeMap<
         .and_then(|c| sb.chassis_template_var().values().find(|v| v.chassis == c))
         .map(|v| v.variables.clone())
         .unwrap_or_default()
+        .into()
 }
 
 /// The translated datapaths (indexes, sorted) a flow row goes to, and the diagnostic of a

@@ -47,7 +47,7 @@ fn dp_row(n: u128, key: i64) -> sb::DatapathBinding {
     ids.insert("name".to_string(), format!("dp{n}"));
     sb::DatapathBinding {
         uuid: u(n),
-        external_ids: ids,
+        external_ids: ids.into(),
         tunnel_key: key,
         ..Default::default()
     }
@@ -169,7 +169,7 @@ fn random_flow(r: &mut Rng, n: u128) -> sb::LogicalFlow {
         },
         table_id: if r.chance(10) { 300 } else { r.below(3) as i64 },
         priority: [0, 50, 100][r.below(3)],
-        external_ids: ids,
+        external_ids: ids.into(),
         ..Default::default()
     }
 }

@@ -859,7 +859,7 @@ pub fn compile_options(sb: &SbView) -> Options {
         }
     }
     if let Some(g) = sb.sb_global.values().next() {
-        keys.sb_options = g.options.clone();
+        keys.sb_options = g.options.clone().into();
     }
     Options {
         keys,

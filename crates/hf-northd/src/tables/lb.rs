@@ -102,9 +102,9 @@ pub fn build(topo: &Topo<'_>, opts: &RenderOptions, sb: &mut SbDesired, diags: &
         sb.load_balancers.insert(
             l.name.clone(),
             LbRow {
-                vips: l.vips.clone(),
+                vips: l.vips.clone().into(),
                 protocol: l.protocol.as_ref().map(|p| p.as_str().to_string()),
-                options,
+                options: options.into(),
                 external_ids,
                 datapaths: switches,
                 dp_group,

@@ -40,7 +40,7 @@ pub struct Ageing {
     pub next_in_ms: Option<i64>,
 }
 
-fn threshold_ms(opts: &BTreeMap<String, String>) -> Option<i64> {
+fn threshold_ms(opts: &hf_model::SmallMap<String, String>) -> Option<i64> {
     // smap_get_uint: an unsigned integer; anything else is 0 (never).
     let s: u64 = opts.get("mac_binding_age_threshold")?.trim().parse().ok()?;
     let ms = i64::try_from(s.checked_mul(1000)?).ok()?;

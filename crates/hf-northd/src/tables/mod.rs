@@ -48,6 +48,6 @@ pub fn build(topo: &Topo<'_>, opts: &Options, sb: &mut SbDesired, diags: &mut Di
 }
 
 /// `true`/`false` option parsing as OVN's `smap_get_bool` does it (only `true` is true).
-pub(crate) fn opt_true(m: &std::collections::BTreeMap<String, String>, key: &str) -> bool {
-    m.get(key).is_some_and(|v| v == "true")
+pub(crate) fn opt_true(m: &impl hf_model::StrMap, key: &str) -> bool {
+    m.get_str(key).is_some_and(|v| v == "true")
 }

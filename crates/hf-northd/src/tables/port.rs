@@ -103,7 +103,7 @@ pub(crate) fn vif_row(topo: &Topo<'_>, i: PortIdx, diags: &mut Diags) -> Option<
 }
 
 /// The QoS options that give a port an egress queue (`port_has_qos_params`).
-pub(crate) fn has_qos_options(o: &BTreeMap<String, String>) -> bool {
+pub(crate) fn has_qos_options(o: &impl hf_model::StrMap) -> bool {
     has_qos(o)
 }
 
@@ -281,12 +281,12 @@ fn router_port(topo: &Topo<'_>, p: &Port) -> Option<PortRow> {
         ipv6_options(p, lrp, &mut row.options);
     }
     row.mac.insert(lrp_mac(lrp));
-    row.external_ids = lrp.external_ids.clone();
+    row.external_ids = lrp.external_ids.clone().into();
     Some(row)
 }
 
 /// `smap_get_int`: the integer, or `default` when absent or not one.
-fn get_int(m: &BTreeMap<String, String>, key: &str, default: i64) -> i64 {
+fn get_int(m: &hf_model::SmallMap<String, String>, key: &str, default: i64) -> i64 {
     m.get(key)
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(default)
@@ -445,7 +445,7 @@ fn redirect_port(topo: &Topo<'_>, p: &Port, of: PortIdx) -> Option<PortRow> {
         row.options.insert("always-redirect".into(), "true".into());
     }
     row.mac.insert(lrp_mac(lrp));
-    row.external_ids = lrp.external_ids.clone();
+    row.external_ids = lrp.external_ids.clone().into();
     row.ha_chassis_group = ha_group_of_lrp(topo, lrp);
     Some(row)
 }
@@ -651,7 +651,7 @@ fn common_lsp_columns(lsp: &nb::LogicalSwitchPort, row: &mut PortRow) {
     row.parent_port = lsp.parent_name.clone().filter(|n| !n.is_empty());
     row.mac = lsp.addresses.clone();
     row.port_security = lsp.port_security.clone();
-    row.external_ids = lsp.external_ids.clone();
+    row.external_ids = lsp.external_ids.clone().into();
     if let Some(n) = lsp
         .external_ids
         .get("neutron:port_name")
@@ -662,10 +662,10 @@ fn common_lsp_columns(lsp: &nb::LogicalSwitchPort, row: &mut PortRow) {
 }
 
 /// The QoS options that give a port an egress queue (`port_has_qos_params`).
-fn has_qos(o: &BTreeMap<String, String>) -> bool {
+fn has_qos(o: &impl hf_model::StrMap) -> bool {
     ["qos_max_rate", "qos_min_rate", "qos_burst"]
         .iter()
-        .any(|k| o.contains_key(*k))
+        .any(|k| o.get_str(k).is_some())
 }
 
 /// The largest queue id (`QDISC_MAX_QUEUE_ID`).
@@ -722,7 +722,7 @@ fn switch_port(
 ) -> Option<PortRow> {
     let lsp = topo.nb.logical_switch_port().get(&p.nb)?;
     let mut row = base(topo, p);
-    row.options = lsp.options.clone();
+    row.options = lsp.options.clone().into();
     if let Some(q) = queues.get(&i) {
         row.options.insert("qdisc_queue_id".into(), q.to_string());
     }
