@@ -32,6 +32,9 @@
 //!   datapath; a new program's datapath whose flows are the same (identity, text, table,
 //!   priority, pipeline, stage, last good version) is not parsed again, and the datapaths it
 //!   did parse are exactly the ones [`Program::recompile`] must not reuse.
+//! - No flow keeps its parse trees ([`FlowSpec::drop_trees`]): a flow is parsed to decide
+//!   (syntax, feature level, last good, fail closed), and the compile parses its text again
+//!   when it compiles it. The cache holds what was decided, not the trees.
 //! - Structural problems (a zone map containing zone 0 or missing a zone the program uses,
 //!   an unparsable IP in the neighbour, VIP or chassis tables, an unparsable address-set
 //!   member, the pipeline's own [`hf_pipeline::CompileError`]s) are an `Err(String)`: the

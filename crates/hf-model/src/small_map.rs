@@ -71,26 +71,11 @@ impl<K, V> SmallMap<K, V> {
         self.entries.iter().map(|(_, v)| v)
     }
 
-    /// The first entry (smallest key).
-    pub fn first_key_value(&self) -> Option<(&K, &V)> {
-        self.entries.first().map(pair)
-    }
-
-    /// The last entry (largest key).
-    pub fn last_key_value(&self) -> Option<(&K, &V)> {
-        self.entries.last().map(pair)
-    }
-
     /// Keeps the entries `f` answers true for.
     pub fn retain(&mut self, mut f: impl FnMut(&K, &mut V) -> bool) {
         let mut v = std::mem::take(&mut self.entries).into_vec();
         v.retain_mut(|(k, val)| f(k, val));
         self.entries = v.into_boxed_slice();
-    }
-
-    /// Removes every entry.
-    pub fn clear(&mut self) {
-        self.entries = Box::default();
     }
 }
 
@@ -108,14 +93,6 @@ impl<K: Ord, V> SmallMap<K, V> {
         K: Borrow<Q>,
     {
         self.find(k).ok().map(|i| &self.entries[i].1)
-    }
-
-    /// The entry of key `k`.
-    pub fn get_key_value<Q: Ord + ?Sized>(&self, k: &Q) -> Option<(&K, &V)>
-    where
-        K: Borrow<Q>,
-    {
-        self.find(k).ok().map(|i| pair(&self.entries[i]))
     }
 
     /// The value of key `k`, to change.
@@ -224,16 +201,11 @@ impl<K: Ord, V> From<SmallMap<K, V>> for BTreeMap<K, V> {
     }
 }
 
-impl<K: Ord + Clone, V: Clone> From<&SmallMap<K, V>> for BTreeMap<K, V> {
-    fn from(m: &SmallMap<K, V>) -> Self {
-        m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
-    }
-}
-
 impl<K: Ord + Borrow<Q>, Q: Ord + ?Sized, V> std::ops::Index<&Q> for SmallMap<K, V> {
     type Output = V;
 
-    /// The value of a key that is in (panics otherwise, as `BTreeMap`'s index does).
+    /// The value of a key that is in (panics otherwise, as `BTreeMap`'s index does: for
+    /// tests and keys known present, never for input).
     fn index(&self, k: &Q) -> &V {
         match self.get(k) {
             Some(v) => v,

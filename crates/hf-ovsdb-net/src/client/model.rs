@@ -176,40 +176,6 @@ fn table_updates_to<T: Table>(
     Ok((!out.is_empty()).then_some(Value::Object(out)))
 }
 
-/// The rows an update arriving in batches has named so far, by table: a row named twice in
-/// one update is malformed (a tree would have kept the last; typed batches would report
-/// two changes of one row).
-#[derive(Default)]
-struct SeenRows {
-    tables: Vec<(String, std::collections::HashSet<Uuid>)>,
-}
-
-impl SeenRows {
-    fn check(&mut self, table: &str, rows: &Map<String, Value>) -> Result<(), ModelError> {
-        let i = match self.tables.iter().position(|(t, _)| t == table) {
-            Some(i) => i,
-            None => {
-                self.tables.push((table.to_string(), Default::default()));
-                self.tables.len() - 1
-            }
-        };
-        let seen = &mut self.tables[i].1;
-        for u in rows.keys() {
-            // A key that is not a UUID is reported by the typing, with its place.
-            if let Ok(uuid) = hf_ovsdb::atom::parse_uuid(u)
-                && !seen.insert(uuid)
-            {
-                return Err(ModelError::Row {
-                    table: table.to_string(),
-                    uuid,
-                    detail: "named twice in one update".into(),
-                });
-            }
-        }
-        Ok(())
-    }
-}
-
 macro_rules! impl_model {
     ($module:ident, $snap:ty, $db:expr) => {
         impl Model for $snap {
@@ -230,11 +196,10 @@ macro_rules! impl_model {
             ) -> Result<Self::Delta, FeedError> {
                 // Typed batch by batch, applied once whole: a large update (a condition
                 // change that brings most of SB) never exists as one JSON tree.
+                // (The reader refuses a row named twice: `stream::for_each_batch`.)
                 let mut delta = Self::Delta::default();
-                let mut seen = SeenRows::default();
                 let snap = &*self;
                 feed(&mut |table, rows| {
-                    seen.check(table, &rows)?;
                     snap.stage_updates2(&mut delta, table, Value::Object(rows))
                 })?;
                 self.apply(&delta);

@@ -9,6 +9,8 @@
 //! change set, as a whole; see `session.rs`), and it does not make the load all or nothing by
 //! itself: the session only streams into an empty replica and empties it again on error.
 
+use std::collections::{HashMap, HashSet};
+
 use hf_model::ModelError;
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
@@ -121,11 +123,15 @@ impl<'de> Visitor<'de> for Tables<'_, '_> {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<usize, A::Error> {
         let mut n = 0;
+        // The rows named so far, by table (a table may be named twice, as JSON allows).
+        let mut seen: HashMap<String, HashSet<u128>> = HashMap::new();
         while let Some(table) = map.next_key::<String>()? {
+            let seen = seen.entry(table.clone()).or_default();
             n += map.next_value_seed(Rows {
                 table: &table,
                 sink: &mut *self.sink,
                 stash: &mut *self.stash,
+                seen,
             })?;
         }
         Ok(n)
@@ -137,6 +143,10 @@ struct Rows<'m, 's> {
     table: &'m str,
     sink: &'m mut RowSink<'s>,
     stash: &'m mut Option<ModelError>,
+    /// The table's rows named so far in this `<table-updates2>`: a row named twice is
+    /// malformed (a tree keeps the last silently; batches would report two changes of one
+    /// row, or the second insert of a row as a model error).
+    seen: &'m mut HashSet<u128>,
 }
 
 impl<'de> DeserializeSeed<'de> for Rows<'_, '_> {
@@ -158,6 +168,15 @@ impl<'de> Visitor<'de> for Rows<'_, '_> {
             let next = map.next_key::<String>()?;
             let last = next.is_none();
             if let Some(uuid) = next {
+                // A key that is not a UUID is reported by the typing, with its place.
+                if let Ok(u) = hf_ovsdb::atom::parse_uuid(&uuid)
+                    && !self.seen.insert(u.as_u128())
+                {
+                    return Err(de::Error::custom(format!(
+                        "row {uuid} of table {} is named twice in one update",
+                        self.table
+                    )));
+                }
                 let row: Value = map.next_value()?;
                 batch.insert(uuid, row);
                 n += 1;
@@ -416,11 +435,18 @@ mod tests {
 
     #[test]
     fn a_row_named_twice_in_one_large_update_is_refused_whole() {
+        // The second mention right after the first (one batch), or after more rows than a
+        // batch holds.
+        for at in [1, 3000] {
+            row_named_twice_at(at);
+        }
+    }
+
+    fn row_named_twice_at(at: usize) {
         let mut r = fed(&reply(&updates(5, 10).to_string()), false, usize::MAX);
         assert!(r.is_synced());
         while r.poll_event().is_some() {}
         let before = r.model().clone();
-        // More rows than one batch between the two mentions of the same new row.
         let pad = "y".repeat(400);
         let mut rows: Vec<String> = (0..3000)
             .map(|i| {
@@ -430,10 +456,10 @@ mod tests {
                 )
             })
             .collect();
-        rows.push(format!(
-            r#""{}":{{"insert":{{"name":"again"}}}}"#,
-            uuid(200_000)
-        ));
+        rows.insert(
+            at,
+            format!(r#""{}":{{"insert":{{"name":"again"}}}}"#, uuid(200_000)),
+        );
         let text = format!(r#"{{"Logical_Switch":{{{}}}}}"#, rows.join(","));
         let bytes = format!(
             r#"{{"id":null,"method":"update3","params":["hf-replica","6f0b2a2e-0000-4000-8000-0000000000e3",{text}]}}"#
@@ -441,11 +467,11 @@ mod tests {
         assert!(bytes.len() > super::super::session_stream_min());
         r.handle_bytes(bytes.as_bytes(), 5);
         let why = r.poll_close().unwrap_or_default();
-        assert!(why.contains("named twice in one update"), "{why}");
-        assert_eq!(*r.model(), before, "all or nothing");
+        assert!(why.contains("named twice in one update"), "at {at}: {why}");
+        assert_eq!(*r.model(), before, "at {at}: all or nothing");
         let changes = std::iter::from_fn(|| r.poll_event())
             .filter(|e| matches!(e, crate::client::Event::Changes(_)))
             .count();
-        assert_eq!(changes, 0, "no change reported");
+        assert_eq!(changes, 0, "at {at}: no change reported");
     }
 }
