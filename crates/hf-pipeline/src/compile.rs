@@ -865,7 +865,7 @@ fn compile_flow(
     collect_sets(&fs_matches, &mut sets);
     refs.sets = sets.into_iter().collect();
     refs.sets.sort();
-    let boxed = |r: FlowRefs| (r != FlowRefs::default()).then(|| Arc::new(r));
+    let shared = |r: FlowRefs| (r != FlowRefs::default()).then(|| Arc::new(r));
     let matches = with_action_prereqs(&fs_matches, &fs_actions);
     // A port group is expanded to the members this datapath has (see `sets_for_dp`).
     let local_sets;
@@ -877,7 +877,7 @@ fn compile_flow(
     };
     let n = match norm.normalize(&matches, sets) {
         Ok(n) => n,
-        Err(e) => return (Err(err(FlowErrorKind::Match, e.to_string())), boxed(refs)),
+        Err(e) => return (Err(err(FlowErrorKind::Match, e.to_string())), shared(refs)),
     };
     let unknown: Vec<&str> = n
         .disjuncts
@@ -895,7 +895,7 @@ fn compile_flow(
             FlowErrorKind::UnknownSet,
             format!("unknown address set or port group {}", unknown.join(", ")),
         );
-        return (Err(e), boxed(refs));
+        return (Err(e), shared(refs));
     }
     let mut resident = HashSet::new();
     for c in &n.disjuncts {
@@ -907,7 +907,7 @@ fn compile_flow(
     }
     refs.resident = resident.into_iter().collect();
     refs.resident.sort();
-    let refs = boxed(refs);
+    let refs = shared(refs);
     let acts = &mut unit.acts;
     let mark = acts.len();
     let counter_base = unit.counters.len() as u32;
