@@ -33,6 +33,7 @@ use crate::program::{
     FlowErrorKind, FlowInfo, FlowRefs, INGRESS, Loc, Port, PortLocation, PortsFrom, Program,
     ProgramSpec, Slot, ip_u128,
 };
+use crate::reparse::Reparse;
 
 /// Geneve's limits (ovn-architecture(7), "Tunnel Encapsulations").
 const MAX_DP_KEY: u32 = (1 << 24) - 1;
@@ -121,6 +122,13 @@ impl Program {
         self.patched
     }
 
+    /// How many flows' texts the compile that made this program parsed again (flows kept
+    /// without trees, [`crate::FlowSpec::drop_trees`]; a text held by several datapaths, as a
+    /// datapath group's flow is, is parsed once per compiling thread).
+    pub fn parsed_flows(&self) -> usize {
+        self.parsed_flows
+    }
+
     /// How many flows the compile that made this program compiled (every flow of a datapath
     /// compiled whole, the new or changed flows of one changed in place).
     pub fn compiled_flows(&self) -> usize {
@@ -180,6 +188,7 @@ impl Program {
             compiled: 0,
             patched: 0,
             compiled_flows: 0,
+            parsed_flows: 0,
             dps: Vec::new(),
             acts: Default::default(),
             flows: Default::default(),
@@ -437,7 +446,7 @@ impl Program {
         let mut patched: HashMap<u32, HashSet<u32>> = HashMap::new();
         let pgs = PgMembers::default();
         if old.is_some() {
-            let mut norm = Normalizer::new(SymbolTable::shared(), Limits::default());
+            let mut w = Worker::new();
             let mut whole = Vec::with_capacity(todo.len());
             for (i, names) in todo {
                 let d = &spec.datapaths[i];
@@ -449,7 +458,7 @@ impl Program {
                 let p = od.and_then(|c| {
                     patch_dp(
                         &mut prog,
-                        &mut norm,
+                        &mut w,
                         (spec, d, &resident, &pgs),
                         (&c, names.clone()),
                         &mut set_changes,
@@ -465,6 +474,7 @@ impl Program {
                     None => whole.push((i, names)),
                 }
             }
+            prog.parsed_flows += w.parses.parsed;
             todo = whole;
         }
         let flows: usize = todo
@@ -477,7 +487,8 @@ impl Program {
             opts.threads
         };
         prog.compiled_flows += flows;
-        let units = compile_units(spec, todo.iter(), &resident, &pgs, threads);
+        let (units, parsed) = compile_units(spec, todo.iter(), &resident, &pgs, threads);
+        prog.parsed_flows += parsed;
         for ((i, _), unit) in todo.iter().zip(units) {
             prog.dps[*i].tables = Arc::new(append_unit(&mut prog, unit));
         }
@@ -691,55 +702,68 @@ struct Unit {
     counters: Vec<Counted>,
 }
 
+/// What one compiling thread keeps from flow to flow: the normaliser (with its cache) and
+/// the trees of the texts it parsed last.
+struct Worker<'a> {
+    norm: Normalizer<'a>,
+    parses: Reparse,
+}
+
+impl Worker<'_> {
+    fn new() -> Self {
+        Worker {
+            norm: Normalizer::new(SymbolTable::shared(), Limits::default()),
+            parses: Reparse::default(),
+        }
+    }
+}
+
 /// Compiles the datapaths `todo` names (index, names and keys), on up to `threads` worker
 /// threads; the units come back in `todo`'s order, whatever the thread count (each datapath's
-/// unit depends only on the spec, never on what another thread compiled).
+/// unit depends only on the spec, never on what another thread compiled). Also: how many
+/// flows' texts the threads parsed.
 fn compile_units<'a>(
     spec: &ProgramSpec,
     todo: impl ExactSizeIterator<Item = &'a (usize, Names)>,
     resident: &HashSet<&str>,
     pgs: &PgMembers,
     threads: usize,
-) -> Vec<Unit> {
+) -> (Vec<Unit>, usize) {
     let todo: Vec<&(usize, Names)> = todo.collect();
-    let one = |norm: &mut Normalizer<'_>, j: usize| {
+    let one = |w: &mut Worker<'_>, j: usize| {
         let (i, names) = todo[j];
-        compile_dp(
-            norm,
-            spec,
-            &spec.datapaths[*i],
-            resident,
-            pgs,
-            names.clone(),
-        )
+        compile_dp(w, spec, &spec.datapaths[*i], resident, pgs, names.clone())
     };
-    let new_norm = || Normalizer::new(SymbolTable::shared(), Limits::default());
     let threads = threads.clamp(1, todo.len().max(1));
     if threads == 1 {
-        let mut norm = new_norm();
-        return (0..todo.len()).map(|j| one(&mut norm, j)).collect();
+        let mut w = Worker::new();
+        let units = (0..todo.len()).map(|j| one(&mut w, j)).collect();
+        return (units, w.parses.parsed);
     }
     // Thread `t` compiles datapaths t, t + threads, ... (a fixed split: which thread compiles
     // what never depends on timing); results go to their own slot, so the order is the
     // sequential one.
     let mut slots: Vec<Option<Unit>> = (0..todo.len()).map(|_| None).collect();
+    let mut parsed = 0;
     let n = todo.len();
     std::thread::scope(|sc| {
         let workers: Vec<_> = (0..threads)
             .map(|t| {
                 let one = &one;
                 sc.spawn(move || {
-                    let mut norm = new_norm();
-                    (t..n)
+                    let mut w = Worker::new();
+                    let done = (t..n)
                         .step_by(threads)
-                        .map(|j| (j, one(&mut norm, j)))
-                        .collect::<Vec<_>>()
+                        .map(|j| (j, one(&mut w, j)))
+                        .collect::<Vec<_>>();
+                    (done, w.parses.parsed)
                 })
             })
             .collect();
         for w in workers {
             match w.join() {
-                Ok(done) => {
+                Ok((done, p)) => {
+                    parsed += p;
                     for (j, u) in done {
                         slots[j] = Some(u);
                     }
@@ -748,7 +772,7 @@ fn compile_units<'a>(
             }
         }
     });
-    slots.into_iter().flatten().collect()
+    (slots.into_iter().flatten().collect(), parsed)
 }
 
 /// Appends a unit's actions, flows and counters to the program's arenas, moving every index it
@@ -816,7 +840,7 @@ struct NewFlow {
 /// compile; and the sets and residency answers its match names (also for a flow that did not
 /// compile past its match).
 fn compile_flow(
-    norm: &mut Normalizer<'_>,
+    w: &mut Worker<'_>,
     cx: &DpCx<'_>,
     fs: &crate::program::FlowSpec,
     unit: &mut Unit,
@@ -853,9 +877,9 @@ fn compile_flow(
     if let Some(e) = &fs.parse_error {
         return (Err(err(FlowErrorKind::Syntax, e.to_string())), None);
     }
-    // A flow kept without trees is parsed again here, on the compiling thread, and its trees
-    // are dropped again with this function's locals.
-    let (fs_matches, fs_actions) = match fs.trees() {
+    // A flow kept without trees is parsed again here, on the compiling thread (once per text
+    // and thread: `Reparse`), and its trees are dropped again with the thread's memo.
+    let (fs_matches, fs_actions) = match w.parses.trees(fs) {
         Ok(t) => t,
         Err(e) => return (Err(err(FlowErrorKind::Syntax, e)), None),
     };
@@ -875,7 +899,7 @@ fn compile_flow(
     } else {
         &cx.spec.sets
     };
-    let n = match norm.normalize(&matches, sets) {
+    let n = match w.norm.normalize(&matches, sets) {
         Ok(n) => n,
         Err(e) => return (Err(err(FlowErrorKind::Match, e.to_string())), shared(refs)),
     };
@@ -1038,7 +1062,7 @@ fn same_flow(fi: &FlowInfo, fs: &crate::program::FlowSpec) -> bool {
 #[allow(clippy::too_many_arguments)]
 fn patch_dp(
     prog: &mut Program,
-    norm: &mut Normalizer<'_>,
+    w: &mut Worker<'_>,
     (spec, d, resident, pgs): (&ProgramSpec, &DatapathSpec, &HashSet<&str>, &PgMembers),
     (old, names): (&DpCode, Names),
     set_changes: &mut SetChanges<'_>,
@@ -1222,7 +1246,7 @@ fn patch_dp(
     let mut news = Vec::with_capacity(fresh);
     for (fs, p) in d.flows.iter().zip(&plan) {
         if p.is_none() {
-            news.push(compile_flow(norm, &cx, fs, &mut unit));
+            news.push(compile_flow(w, &cx, fs, &mut unit));
         }
     }
     let flow_off = prog.flows.len() as u32;
@@ -1289,7 +1313,7 @@ fn patch_dp(
 
 /// Compiles one datapath's flows into fresh tables and arena entries of its own.
 fn compile_dp(
-    norm: &mut Normalizer<'_>,
+    w: &mut Worker<'_>,
     spec: &ProgramSpec,
     d: &DatapathSpec,
     resident: &HashSet<&str>,
@@ -1308,7 +1332,7 @@ fn compile_dp(
     let mut slots = Vec::with_capacity(d.flows.len());
     for (j, fs) in d.flows.iter().enumerate() {
         let rank = rank_of(j);
-        let (res, refs) = compile_flow(norm, &cx, fs, &mut unit);
+        let (res, refs) = compile_flow(w, &cx, fs, &mut unit);
         let flow = match res {
             Ok(nf) => {
                 let flow = nf.flow;

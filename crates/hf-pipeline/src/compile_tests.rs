@@ -151,6 +151,51 @@ fn flows_without_trees_compile_as_with_them() {
     assert!(bad.has_trees());
 }
 
+/// A datapath group's flow is one text in every datapath of the group: a compile of flows kept
+/// without trees parses it once per compiling thread, not once per datapath, and compiles
+/// what it would from trees.
+#[test]
+fn a_text_shared_by_datapaths_is_parsed_once_per_thread() {
+    let n = 12;
+    let mut with = spec(n);
+    let shared = FlowSpec::from_text(Pipe::Ingress, 0, 7, "ip4 && tcp.dst == 22", "drop;");
+    for d in &mut with.datapaths {
+        // A clone holds the same text allocations, as the datapath's decoded flows do.
+        d.flows.push(shared.clone());
+    }
+    let total: usize = with.datapaths.iter().map(|d| d.flows.len()).sum();
+    let mut without = with.clone();
+    without
+        .datapaths
+        .iter_mut()
+        .flat_map(|d| &mut d.flows)
+        .for_each(FlowSpec::drop_trees);
+    let reference = canonical(&compile_all(&with));
+    assert_eq!(
+        compile_all(&with).parsed_flows(),
+        0,
+        "trees kept: nothing parsed"
+    );
+    for threads in [1, 2, 3] {
+        let (p, errs) = Program::compile_with(
+            &without,
+            &CompileOptions {
+                threads,
+                min_parallel_flows: 0,
+            },
+        )
+        .expect("compiles");
+        assert!(errs.is_empty(), "{errs:?}");
+        assert_eq!(canonical(&p), reference, "{threads} threads");
+        // Every other text is its datapath's own; the shared one is parsed by each thread.
+        assert_eq!(
+            p.parsed_flows(),
+            total - n as usize + threads,
+            "{threads} threads"
+        );
+    }
+}
+
 #[test]
 fn worker_threads_compile_the_program_the_caller_thread_does() {
     let s = spec(40);

@@ -132,6 +132,7 @@ mod packet;
 pub mod packet_in;
 mod port_sec;
 mod program;
+mod reparse;
 mod stateful;
 mod trace;
 mod whatif;

@@ -1093,6 +1093,8 @@ pub struct Program {
     pub(crate) patched: usize,
     /// How many flows the build that made it compiled (in whole and changed datapaths).
     pub(crate) compiled_flows: usize,
+    /// How many flows' texts it parsed again (see [`Program::parsed_flows`]).
+    pub(crate) parsed_flows: usize,
     /// DNS records by datapath tunnel key (from [`ProgramSpec::dns`]), for `dns_lookup()`.
     pub(crate) dns: FastMap<u32, std::collections::BTreeMap<String, String>>,
 }
