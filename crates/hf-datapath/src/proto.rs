@@ -644,13 +644,45 @@ impl<T: DeserializeOwned> Decoder<T> {
         Self::default()
     }
 
-    /// Adds received bytes.
+    /// Adds received bytes. A large frame's buffer is allocated once, at its length, when its
+    /// header has arrived (growing by doubling copied a 36 MB program four times over and
+    /// could leave twice its size allocated).
     pub fn push(&mut self, data: &[u8]) {
         if self.pos > 0 && self.pos == self.buf.len() {
             self.buf.clear();
             self.pos = 0;
         }
+        if let Some(frame) = self.pending_frame(data) {
+            let want = (self.pos + 4 + frame).saturating_sub(self.buf.len());
+            if want > self.buf.capacity() - self.buf.len() {
+                self.buf.reserve_exact(want.max(data.len()));
+            }
+        }
         self.buf.extend_from_slice(data);
+    }
+
+    /// The payload length of the frame that starts at `pos`, once its header is in the buffer
+    /// or in `data` (`None` for an impossible length: [`Decoder::next_msg`] reports it).
+    fn pending_frame(&self, data: &[u8]) -> Option<usize> {
+        let mut head = [0u8; 4];
+        let have = &self.buf[self.pos..];
+        for (k, b) in have.iter().chain(data).take(4).enumerate() {
+            head[k] = *b;
+        }
+        if have.len() + data.len() < 4 {
+            return None;
+        }
+        let len = u32::from_be_bytes(head) as usize;
+        (len <= MAX_FRAME).then_some(len)
+    }
+
+    /// Gives a large frame's buffer back once nothing is buffered: a program frame is tens of
+    /// megabytes, and a datapath keeps running for months after its first one.
+    fn release(&mut self) {
+        const KEEP: usize = 1 << 20;
+        if self.buf.is_empty() && self.buf.capacity() > KEEP {
+            self.buf = Vec::new();
+        }
     }
 
     /// Bytes buffered but not yet decoded.
@@ -684,6 +716,7 @@ impl<T: DeserializeOwned> Decoder<T> {
         if self.pos == self.buf.len() {
             self.buf.clear();
             self.pos = 0;
+            self.release();
         } else if self.pos > (1 << 20) && self.pos * 2 > self.buf.len() {
             self.buf.drain(..self.pos);
             self.pos = 0;
@@ -740,6 +773,76 @@ mod tests {
             assert_eq!(got, msgs, "split {split}");
             assert_eq!(d.buffered(), 0);
         }
+    }
+
+    /// A program frame of several megabytes, received in socket-sized chunks (after a small
+    /// frame, and split inside its header): its buffer is allocated once at the frame's length,
+    /// and given back once the frame is decoded; a small frame's buffer is kept.
+    #[test]
+    fn a_large_frame_is_buffered_in_one_allocation_and_given_back() {
+        let flows = (0..40_000)
+            .map(|i| {
+                Arc::new(FlowMsg {
+                    matches: format!("ip4.dst == 10.0.{}.{}", i / 256, i % 256).into(),
+                    actions: "next;".into(),
+                    id: format!("hf-flow-id:{i}").into(),
+                    ..FlowMsg::default()
+                })
+            })
+            .collect();
+        let big = ToDatapath::Program(Box::new(ProgramMsg {
+            generation: 1,
+            chassis: "hv1".into(),
+            datapaths: vec![
+                DatapathMsg {
+                    name: "sw0".into(),
+                    tunnel_key: 1,
+                    flows,
+                    ..DatapathMsg::default()
+                }
+                .into(),
+            ],
+            ..ProgramMsg::default()
+        }));
+        let mut bytes = Vec::new();
+        encode_to(&ToDatapath::Ping { seq: 1 }, &mut bytes).unwrap();
+        let small = bytes.len();
+        encode_to(&big, &mut bytes).unwrap();
+        let frame = bytes.len() - small;
+        assert!(frame > 2 << 20, "{frame} bytes");
+        let mut d = Decoder::<ToDatapath>::new();
+        let mut got = Vec::new();
+        let mut allocations = 0;
+        let mut last_ptr = std::ptr::null();
+        // The first chunk ends two bytes into the large frame's header.
+        let (first, rest) = bytes.split_at(small + 2);
+        for chunk in std::iter::once(first).chain(rest.chunks(64 << 10)) {
+            d.push(chunk);
+            if d.buf.as_ptr() != last_ptr && d.buf.capacity() > 1 << 20 {
+                allocations += 1;
+                last_ptr = d.buf.as_ptr();
+            }
+            assert!(
+                d.buf.capacity() <= frame + (64 << 10),
+                "{}",
+                d.buf.capacity()
+            );
+            while let Some(m) = d.next_msg().unwrap() {
+                got.push(m);
+            }
+        }
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[1], big);
+        assert_eq!(allocations, 1, "the large frame's buffer moved");
+        assert_eq!(
+            d.buf.capacity(),
+            0,
+            "the large frame's buffer is given back"
+        );
+        // A small frame leaves its (small) buffer in place for the next one.
+        d.push(&bytes[..small]);
+        assert!(d.next_msg().unwrap().is_some());
+        assert!(d.buf.capacity() > 0);
     }
 
     #[test]
