@@ -63,10 +63,12 @@ fn main() -> std::process::ExitCode {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let central = name == "ovsdb-server"
+    let daemon = name == "ovsdb-server"
         || name == "ovn-northd"
-        || args.get(1).is_some_and(|a| a == "db" || a == "northd");
-    if central {
+        || args.get(1).is_some_and(|a| {
+            ["db", "northd", "controller", "datapath"].contains(&a.to_str().unwrap_or(""))
+        });
+    if daemon {
         no_huge_pages();
     }
     let r = if name == "ovsdb-server" {
@@ -91,12 +93,17 @@ fn main() -> std::process::ExitCode {
 }
 
 /// Turns transparent huge pages off for this process (and its `--detach` child) in the
-/// central daemons. mimalloc asks for huge pages on its arenas (`madvise`), so every first
-/// touch of a 2 MB region faults in and zeroes a whole huge page: a cold SB's 100k-row
-/// transaction spent ~40 % of holdfast db's CPU in `clear_page_erms` under
-/// `do_huge_pmd_anonymous_page`; without huge pages its system time went from 1.7 s to 0.6 s
-/// (docs/db-scale.md, "The cold start's timeline (session 11)"). Failing to set it only costs
-/// that time, so an error is ignored. Same effect as `MIMALLOC_ALLOW_THP=0`.
+/// daemons. mimalloc asks for huge pages on its arenas (`madvise`), so every first touch of a
+/// 2 MB region faults in and zeroes a whole huge page, and the whole page stays resident
+/// while any of it is used:
+/// - a cold SB's 100k-row transaction spent ~40 % of holdfast db's CPU in `clear_page_erms`
+///   under `do_huge_pmd_anonymous_page`; without huge pages its system time went from 1.7 s
+///   to 0.6 s (docs/db-scale.md, "The cold start's timeline (session 11)");
+/// - a chassis at 500x40 peaked at 458 MB (controller) and 371 MB (datapath) with them and
+///   393 / 339 MB without (docs/change-latency.md, "Session 19").
+///
+/// Failing to set it only costs that, so an error is ignored. Same effect as
+/// `MIMALLOC_ALLOW_THP=0`.
 fn no_huge_pages() {
     let _ = nix::sys::prctl::set_thp_disable(true);
 }

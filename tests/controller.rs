@@ -62,6 +62,28 @@ fn start_chassis(d: &Path, sb: &str) -> Vec<PidDaemon> {
     out
 }
 
+/// holdfast controller and holdfast datapath run without transparent huge pages: mimalloc asks
+/// for them, and a page stays resident whole while any of it is used (at 500x40 the chassis
+/// peaked ~100 MB higher with them: docs/change-latency.md, "Session 19").
+#[test]
+fn the_chassis_daemons_run_without_transparent_huge_pages() {
+    if common::thp_enabled(std::process::id()) != "1" {
+        eprintln!("skipping: this test process itself runs without transparent huge pages");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    // No SB is needed: the controller keeps trying to connect, and runs meanwhile.
+    let sb = format!("unix:{}", tmp.path().join("no-sb.sock").display());
+    let chassis = start_chassis(tmp.path(), &sb);
+    for (d, what) in chassis
+        .iter()
+        .zip(["holdfast datapath", "holdfast controller"])
+    {
+        let pid = d.pid().expect("a pid in the pidfile");
+        assert_eq!(common::thp_enabled(pid as u32), "0", "{what}");
+    }
+}
+
 fn logs(d: &Path) -> String {
     ["ctl.log", "dp.log", "northd.log", "ovn-northd.log"]
         .iter()

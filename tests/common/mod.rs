@@ -488,3 +488,14 @@ pub fn kill_pidfiles(pidfiles: &[PathBuf]) {
         }
     }
 }
+
+/// `THP_enabled` of process `pid` (`/proc/PID/status`): "1" when transparent huge pages are
+/// allowed, "0" when the process turned them off (`PR_SET_THP_DISABLE`).
+pub fn thp_enabled(pid: u32) -> String {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("reading /proc/{pid}/status: {e}"));
+    s.lines()
+        .find_map(|l| l.strip_prefix("THP_enabled:"))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_else(|| panic!("no THP_enabled line in /proc/{pid}/status:\n{s}"))
+}

@@ -1200,18 +1200,11 @@ fn ovs_ctl_starts_holdfast_for_conf_db() {
 }
 
 /// The `THP_enabled:` line of a process's /proc status (1: transparent huge pages allowed).
-fn thp_enabled(pid: u32) -> String {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    s.lines()
-        .find_map(|l| l.strip_prefix("THP_enabled:"))
-        .map(|v| v.trim().to_string())
-        .unwrap_or_else(|| panic!("no THP_enabled line in /proc/{pid}/status:\n{s}"))
-}
-
 /// holdfast db and holdfast northd run without transparent huge pages (mimalloc asks for them,
 /// and zeroing them was ~40 % of the db's CPU at a cold SB: docs/db-scale.md).
 #[test]
 fn the_central_daemons_run_without_transparent_huge_pages() {
+    use crate::common::thp_enabled;
     if thp_enabled(std::process::id()) != "1" {
         eprintln!("skipping: this test process itself runs without transparent huge pages");
         return;
