@@ -2,27 +2,29 @@
 //!
 //! An OVN row's maps hold a handful of entries. A `BTreeMap` allocates a 544-byte node for
 //! its first entry, so 100k `Logical_Flow` rows with three `external_ids` each held ~55 MB of
-//! nodes in a controller's replica. A `SmallMap` is its entries sorted by key in one boxed
-//! slice (16 bytes inline, 48 bytes per `String` pair), with the lookups of a `BTreeMap`:
-//! binary search by key, iteration in key order. Inserting or removing one entry is O(n);
-//! build a map with [`FromIterator`] (later pairs win, as `BTreeMap` inserts do) instead of
-//! entry by entry.
+//! nodes in a controller's replica. A `SmallMap` is its entries sorted by key in one shared
+//! slice (`Arc<[(K, V)]>`, none for an empty map: 16 bytes inline), with the lookups of a
+//! `BTreeMap`: binary search by key, iteration in key order. A clone shares the entries, so a
+//! change set that holds the same rows as the snapshot (a large update's) does not copy every
+//! row's maps; a change to a shared map copies it first. Inserting or removing one entry is
+//! O(n); build a map with [`FromIterator`] (later pairs win, as `BTreeMap` inserts do) instead
+//! of entry by entry.
 
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 /// A map with few entries, sorted by key (see the module doc).
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SmallMap<K, V> {
-    entries: Box<[(K, V)]>,
+    /// Never `Some` of an empty slice, so that equal maps compare equal.
+    entries: Option<Arc<[(K, V)]>>,
 }
 
 impl<K, V> Default for SmallMap<K, V> {
     fn default() -> Self {
-        SmallMap {
-            entries: Box::default(),
-        }
+        SmallMap { entries: None }
     }
 }
 
@@ -46,36 +48,54 @@ impl<K, V> SmallMap<K, V> {
         Self::default()
     }
 
+    /// The map of `sorted` (sorted by key, no key twice).
+    fn of_sorted(sorted: Vec<(K, V)>) -> Self {
+        SmallMap {
+            entries: (!sorted.is_empty()).then(|| sorted.into()),
+        }
+    }
+
+    fn slice(&self) -> &[(K, V)] {
+        self.entries.as_deref().unwrap_or(&[])
+    }
+
     /// Number of entries.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.slice().len()
     }
 
     /// Whether it has no entry.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.entries.is_none()
     }
 
     /// The entries in key order.
     pub fn iter(&self) -> Iter<'_, K, V> {
-        self.entries.iter().map(pair as fn(&(K, V)) -> (&K, &V))
+        self.slice().iter().map(pair as fn(&(K, V)) -> (&K, &V))
     }
 
     /// The keys in order.
     pub fn keys(&self) -> impl DoubleEndedIterator<Item = &K> + ExactSizeIterator + Clone {
-        self.entries.iter().map(|(k, _)| k)
+        self.slice().iter().map(|(k, _)| k)
     }
 
     /// The values in key order.
     pub fn values(&self) -> impl DoubleEndedIterator<Item = &V> + ExactSizeIterator + Clone {
-        self.entries.iter().map(|(_, v)| v)
+        self.slice().iter().map(|(_, v)| v)
+    }
+}
+
+impl<K: Clone, V: Clone> SmallMap<K, V> {
+    /// The entries, to change (copied when the slice is shared).
+    fn take_vec(&mut self) -> Vec<(K, V)> {
+        self.entries.take().map(|a| a.to_vec()).unwrap_or_default()
     }
 
     /// Keeps the entries `f` answers true for.
     pub fn retain(&mut self, mut f: impl FnMut(&K, &mut V) -> bool) {
-        let mut v = std::mem::take(&mut self.entries).into_vec();
+        let mut v = self.take_vec();
         v.retain_mut(|(k, val)| f(k, val));
-        self.entries = v.into_boxed_slice();
+        *self = Self::of_sorted(v);
     }
 }
 
@@ -84,7 +104,7 @@ impl<K: Ord, V> SmallMap<K, V> {
     where
         K: Borrow<Q>,
     {
-        self.entries.binary_search_by(|(x, _)| x.borrow().cmp(k))
+        self.slice().binary_search_by(|(x, _)| x.borrow().cmp(k))
     }
 
     /// The value of key `k`.
@@ -92,15 +112,7 @@ impl<K: Ord, V> SmallMap<K, V> {
     where
         K: Borrow<Q>,
     {
-        self.find(k).ok().map(|i| &self.entries[i].1)
-    }
-
-    /// The value of key `k`, to change.
-    pub fn get_mut<Q: Ord + ?Sized>(&mut self, k: &Q) -> Option<&mut V>
-    where
-        K: Borrow<Q>,
-    {
-        self.find(k).ok().map(|i| &mut self.entries[i].1)
+        self.find(k).ok().map(|i| &self.slice()[i].1)
     }
 
     /// Whether key `k` is in.
@@ -110,15 +122,30 @@ impl<K: Ord, V> SmallMap<K, V> {
     {
         self.find(k).is_ok()
     }
+}
+
+impl<K: Ord + Clone, V: Clone> SmallMap<K, V> {
+    /// The value of key `k`, to change (the entries are copied first when shared).
+    pub fn get_mut<Q: Ord + ?Sized>(&mut self, k: &Q) -> Option<&mut V>
+    where
+        K: Borrow<Q>,
+    {
+        let i = self.find(k).ok()?;
+        let entries = Arc::make_mut(self.entries.as_mut()?);
+        Some(&mut entries[i].1)
+    }
 
     /// Sets `k` to `v`; returns the value it replaced.
     pub fn insert(&mut self, k: K, v: V) -> Option<V> {
         match self.find(&k) {
-            Ok(i) => Some(std::mem::replace(&mut self.entries[i].1, v)),
+            Ok(i) => {
+                let entries = Arc::make_mut(self.entries.as_mut()?);
+                Some(std::mem::replace(&mut entries[i].1, v))
+            }
             Err(i) => {
-                let mut e = std::mem::take(&mut self.entries).into_vec();
+                let mut e = self.take_vec();
                 e.insert(i, (k, v));
-                self.entries = e.into_boxed_slice();
+                *self = Self::of_sorted(e);
                 None
             }
         }
@@ -130,9 +157,9 @@ impl<K: Ord, V> SmallMap<K, V> {
         K: Borrow<Q>,
     {
         let i = self.find(k).ok()?;
-        let mut e = std::mem::take(&mut self.entries).into_vec();
+        let mut e = self.take_vec();
         let (_, v) = e.remove(i);
-        self.entries = e.into_boxed_slice();
+        *self = Self::of_sorted(e);
         Some(v)
     }
 }
@@ -150,25 +177,24 @@ impl<K: Ord, V> FromIterator<(K, V)> for SmallMap<K, V> {
                 _ => out.push(e),
             }
         }
-        SmallMap {
-            entries: out.into_boxed_slice(),
-        }
+        Self::of_sorted(out)
     }
 }
 
-impl<K: Ord, V> Extend<(K, V)> for SmallMap<K, V> {
+impl<K: Ord + Clone, V: Clone> Extend<(K, V)> for SmallMap<K, V> {
     fn extend<I: IntoIterator<Item = (K, V)>>(&mut self, it: I) {
-        let old = std::mem::take(&mut self.entries).into_vec();
+        let old = self.take_vec();
         *self = old.into_iter().chain(it).collect();
     }
 }
 
-impl<K, V> IntoIterator for SmallMap<K, V> {
+impl<K: Clone, V: Clone> IntoIterator for SmallMap<K, V> {
     type Item = (K, V);
     type IntoIter = std::vec::IntoIter<(K, V)>;
 
-    fn into_iter(self) -> Self::IntoIter {
-        self.entries.into_vec().into_iter()
+    /// (The entries are copied when the slice is shared.)
+    fn into_iter(mut self) -> Self::IntoIter {
+        self.take_vec().into_iter()
     }
 }
 
@@ -183,9 +209,7 @@ impl<'a, K, V> IntoIterator for &'a SmallMap<K, V> {
 
 impl<K: Ord, V> From<BTreeMap<K, V>> for SmallMap<K, V> {
     fn from(m: BTreeMap<K, V>) -> Self {
-        SmallMap {
-            entries: m.into_iter().collect::<Vec<_>>().into_boxed_slice(),
-        }
+        Self::of_sorted(m.into_iter().collect())
     }
 }
 
@@ -195,7 +219,7 @@ impl<K: Ord, V, const N: usize> From<[(K, V); N]> for SmallMap<K, V> {
     }
 }
 
-impl<K: Ord, V> From<SmallMap<K, V>> for BTreeMap<K, V> {
+impl<K: Ord + Clone, V: Clone> From<SmallMap<K, V>> for BTreeMap<K, V> {
     fn from(m: SmallMap<K, V>) -> Self {
         m.into_iter().collect()
     }
@@ -253,9 +277,14 @@ mod tests {
                 .collect();
             let mut b: BTreeMap<u8, u32> = init.iter().copied().collect();
             let mut s: SmallMap<u8, u32> = init.iter().copied().collect();
+            // A clone taken now and then: changes to `s` never show in it.
+            let (mut kept, mut kept_b) = (s.clone(), b.clone());
             for _ in 0..30 {
                 let k = next(10) as u8;
-                match next(5) {
+                if next(4) == 0 {
+                    (kept, kept_b) = (s.clone(), b.clone());
+                }
+                match next(6) {
                     0 => {
                         let v = next(100) as u32;
                         assert_eq!(s.insert(k, v), b.insert(k, v));
@@ -270,13 +299,44 @@ mod tests {
                         s.extend(more);
                         b.extend(more);
                     }
+                    4 => {
+                        let v = next(100) as u32;
+                        if let Some(x) = s.get_mut(&k) {
+                            *x = v;
+                        }
+                        if let Some(x) = b.get_mut(&k) {
+                            *x = v;
+                        }
+                    }
                     _ => assert_eq!(s.get(&k), b.get(&k)),
                 }
+                assert!(
+                    kept.iter().eq(kept_b.iter()),
+                    "a clone changed with the map"
+                );
                 assert_eq!(s.len(), b.len());
+                assert_eq!(s.is_empty(), b.is_empty());
                 assert!(s.iter().eq(b.iter()));
                 assert_eq!(format!("{s:?}"), format!("{b:?}"));
                 assert_eq!(SmallMap::from(b.clone()), s);
             }
         }
+    }
+
+    /// A clone shares the entries (a row cloned into a change set copies no map), and an
+    /// emptied map is the empty map (equal, and holding nothing).
+    #[test]
+    fn a_clone_shares_its_entries() {
+        let m: SmallMap<String, String> = [("a".to_string(), "1".to_string())].into();
+        let c = m.clone();
+        let (Some(x), Some(y)) = (&m.entries, &c.entries) else {
+            panic!("a map with an entry holds a slice");
+        };
+        assert!(Arc::ptr_eq(x, y));
+        let mut e = m.clone();
+        assert_eq!(e.remove("a").as_deref(), Some("1"));
+        assert!(e.entries.is_none());
+        assert_eq!(e, SmallMap::new());
+        assert_eq!(m.len(), 1);
     }
 }
