@@ -61,6 +61,12 @@ pub fn require(test: &str, tools: &[&str]) -> bool {
 
 /// Run a command to completion with a timeout; panics with its output if it cannot run.
 pub fn run(cmd: &mut Command, timeout: Duration) -> Output {
+    run_for(cmd, timeout).unwrap_or_else(|why| panic!("{why}"))
+}
+
+/// [`run`] that does not panic when the command outlives `timeout`: it is killed, and the
+/// error names it with what it printed.
+pub fn run_for(cmd: &mut Command, timeout: Duration) -> Result<Output, String> {
     let desc = format!("{cmd:?}");
     let mut child = cmd
         .stdin(Stdio::null())
@@ -107,16 +113,16 @@ pub fn run(cmd: &mut Command, timeout: Duration) -> Output {
     let stdout = out_t.join().unwrap_or_default();
     let stderr = err_t.join().unwrap_or_default();
     match status {
-        Some(status) => Output {
+        Some(status) => Ok(Output {
             status,
             stdout,
             stderr,
-        },
-        None => panic!(
+        }),
+        None => Err(format!(
             "timed out after {timeout:?}: {desc}\nstdout: {}\nstderr: {}",
             String::from_utf8_lossy(&stdout),
             String::from_utf8_lossy(&stderr)
-        ),
+        )),
     }
 }
 

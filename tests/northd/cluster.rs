@@ -7,32 +7,39 @@
 //! - `raft_nb_and_sb_lose_their_leaders_during_a_wait_hv_batch`: NB and SB both 3-member
 //!   clusters, `holdfast northd` and two holdfast chassis (`holdfast datapath` + `holdfast
 //!   controller`) given the three remotes. A batch of idempotent `ovn-nbctl --may-exist
-//!   --wait=hv` commands runs (ovn-nbctl given all three NB remotes); the NB leader is killed
-//!   while one command is in flight and the SB leader while a later one is. Asserted: every
-//!   command returns successfully (each within a command timeout, not a speed assertion);
-//!   every change is in NB; SB equals a fresh in-process compile of NB
-//!   ([`assert_sb_complete`]); `nb_cfg` carried over (`SB_Global.nb_cfg` and `NB_Global.sb_cfg`
-//!   equal it); `NB_Global.hv_cfg` reached `nb_cfg` and both chassis' `Chassis_Private.nb_cfg`
-//!   with it; every port the chassis host is bound to its chassis and `up`; northd (on both
-//!   databases) and both chassis reconnected. The batch goes through `ovn-nbctl`'s daemon
-//!   mode: a one-shot `ovn-nbctl` started while no member is leader tries each remote once and
-//!   fails ("database connection failed"), which is OVN's client, not holdfast.
+//!   --wait=hv` commands (switches, ports with addresses bound to the chassis by their
+//!   datapaths' ports, ACLs, load balancers; [`batch_args`]) runs, each a one-shot `ovn-nbctl`
+//!   given all three NB remotes, as an operator runs it; the NB leader is killed while one
+//!   command is in flight and the SB leader while a later one is. A command that failed
+//!   because the NB leader went away ("database connection failed": a one-shot `ovn-nbctl`
+//!   whose leader dies, or that finds no leader yet, gives up rather than wait for an
+//!   election) is run again and recorded ([`Rerun`]); any other failure fails the test.
+//!   Asserted: every command returns successfully (each run within [`COMMAND_BOUND`], under
+//!   its own `--timeout=60`; not a speed assertion); every change is in NB, once; SB equals a
+//!   fresh compile of NB, flows by identity and text ([`assert_sb_complete`]) and every row
+//!   and column northd owns by a full diff ([`assert_no_full_diff`]); `nb_cfg` carried over
+//!   (`SB_Global.nb_cfg` and `NB_Global.sb_cfg` equal it); `NB_Global.hv_cfg` reached
+//!   `nb_cfg` and both chassis' `Chassis_Private.nb_cfg` with it; every port the chassis host
+//!   is bound to its chassis and `up`; northd (on both databases) and both chassis
+//!   reconnected.
 //! - `holdfast_db_restarted_during_a_wait_hv_batch`: the same batch against `holdfast db`,
 //!   which is standalone: it has no leader and no followers, so "losing the leader" means
 //!   losing the only server. It is killed with SIGKILL mid-batch and started again on the same
 //!   files (twice: at the two kill points); the same assertions hold, and northd and both
-//!   chassis logged a session after each restart.
+//!   chassis logged a session after each restart. Its batch goes through `ovn-nbctl`'s
+//!   daemon mode (one IDL session that waits out the restart and re-runs a transaction
+//!   itself), so no command is re-run by the test.
 //!
 //! Every daemon runs `--detach --pidfile --unixctl --log-file` in the test's tempdir and is
 //! stopped by pid on drop, also when an assertion fails.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::common::{self, daemon_args, run, run_ok};
+use crate::common::{self, daemon_args, run, run_for, run_ok};
 use crate::fixture::{Backend, Dbs, NorthdProc, PidDaemon, wait_for};
-use crate::ha::assert_sb_complete;
+use crate::ha::{assert_no_full_diff, assert_sb_complete};
 
 const TOOLS: &[&str] = &[
     "ovsdb-server",
@@ -458,10 +465,9 @@ fn host(p: usize) -> Option<&'static str> {
     }
 }
 
-/// `ovn-nbctl` in daemon mode (`--detach`, ovn-nbctl(8) "Daemon Mode") on the three NB
-/// remotes: one IDL session for the whole batch that follows the leader and re-runs a
-/// transaction whose connection died (a one-shot `ovn-nbctl` tries each remote once and gives
-/// up with "database connection failed" while no member is leader yet).
+/// `ovn-nbctl` in daemon mode (`--detach`, ovn-nbctl(8) "Daemon Mode") on the NB remotes:
+/// one IDL session for the whole batch that follows the leader and re-runs a transaction
+/// whose connection died.
 struct NbctlDaemon {
     _pid: PidDaemon,
     ctl: String,
@@ -482,74 +488,166 @@ impl NbctlDaemon {
             ctl: out.trim().to_string(),
         }
     }
-
-    /// The batch's command `i`: add switch `sw{i%3}` and port `p{i}` with its addresses,
-    /// idempotently, and wait for the chassis (`--wait=hv`).
-    fn batch_command(&self, i: usize) -> Command {
-        let sw = format!("sw{}", i % 3);
-        let p = format!("p{i}");
-        let mut c = Command::new("ovn-nbctl");
-        c.env("OVN_NB_DAEMON", &self.ctl)
-            .args(["--timeout=60", "--wait=hv", "--may-exist", "ls-add", &sw])
-            .args(["--", "--may-exist", "lsp-add", &sw, &p])
-            .args([
-                "--",
-                "lsp-set-addresses",
-                &p,
-                &format!("{} 10.0.{}.{}", mac(i), i % 3, 10 + i),
-            ]);
-        c
-    }
 }
 
-/// Spawn a batch command with its output captured.
-fn spawn(mut c: Command) -> (String, Child) {
-    let desc = format!("{c:?}");
-    let child = c
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {desc}: {e}"));
-    (desc, child)
+/// How the batch's commands reach NB.
+enum Nbctl {
+    /// A one-shot `ovn-nbctl --db=REMOTES` per command, given every cluster member (it writes
+    /// through the leader: `--leader-only` is its default). A one-shot `ovn-nbctl` whose
+    /// leader dies under it, or that starts while no member leads yet, tries each remote once
+    /// and fails ("database connection failed"); the commands are idempotent, so such a
+    /// command is run again, and the re-run is recorded ([`Rerun`]).
+    OneShot(String),
+    /// [`NbctlDaemon`]: never re-run by the test.
+    Daemon(NbctlDaemon),
 }
 
-/// Wait for a spawned command (killing it after `timeout`); None when it timed out.
-fn finish(mut child: Child, timeout: Duration) -> Option<std::process::Output> {
-    let end = Instant::now() + timeout;
-    loop {
-        if let Ok(Some(_)) = child.try_wait() {
-            return child.wait_with_output().ok();
+/// The batch's command `i`, after `ovn-nbctl`'s global options: add switch `sw{i%3}` and port
+/// `p{i}` with its addresses; every fifth command also an ACL on the switch for the port, and
+/// every seventh a load balancer on the switch with the port as its backend. All with
+/// `--may-exist`, so running a command twice changes nothing the first run did.
+fn batch_args(i: usize) -> Vec<String> {
+    let sw = format!("sw{}", i % 3);
+    let p = format!("p{i}");
+    let mut a: Vec<String> = Vec::new();
+    let mut cmd = |words: &[&str]| {
+        if !a.is_empty() {
+            a.push("--".into());
         }
-        if Instant::now() > end {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(5));
+        a.extend(words.iter().map(|w| w.to_string()));
+    };
+    cmd(&["--may-exist", "ls-add", &sw]);
+    cmd(&["--may-exist", "lsp-add", &sw, &p]);
+    cmd(&["lsp-set-addresses", &p, &addresses(i)]);
+    if let Some((prio, m)) = acl(i) {
+        cmd(&[
+            "--may-exist",
+            "acl-add",
+            &sw,
+            "to-lport",
+            &prio,
+            &m,
+            "allow-related",
+        ]);
     }
+    if let Some((lb, vip, backend)) = lb(i) {
+        cmd(&["--may-exist", "lb-add", &lb, &vip, &backend, "tcp"]);
+        cmd(&["--may-exist", "ls-lb-add", &sw, &lb]);
+    }
+    a
 }
 
-/// Run the batch; `kill(i)` is called right after command `i` was started (the command is in
-/// flight). Every command must return, successfully.
-fn run_batch(nbctl: &NbctlDaemon, mut kill: impl FnMut(usize), logs: &dyn Fn() -> String) {
+/// Port `p{i}`'s addresses.
+fn addresses(i: usize) -> String {
+    format!("{} 10.0.{}.{}", mac(i), i % 3, 10 + i)
+}
+
+/// The ACL command `i` adds: (priority, match).
+fn acl(i: usize) -> Option<(String, String)> {
+    (i % 5 == 2).then(|| {
+        (
+            format!("{}", 1000 + i),
+            format!("outport == \"p{i}\" && ip4 && tcp.dst == 80"),
+        )
+    })
+}
+
+/// The load balancer command `i` adds: (name, VIP, backend).
+fn lb(i: usize) -> Option<(String, String, String)> {
+    (i % 7 == 4).then(|| {
+        (
+            format!("lb{i}"),
+            format!("10.1.0.{i}:80"),
+            format!("10.0.{}.{}:8080", i % 3, 10 + i),
+        )
+    })
+}
+
+/// A batch command that failed because NB's leader went away, and was run again.
+#[derive(Debug)]
+struct Rerun {
+    /// The command's index.
+    command: usize,
+    /// Its attempt that failed (1 = the first run).
+    attempt: usize,
+    /// How long that attempt ran.
+    took: Duration,
+    /// Its `ovn-nbctl` error.
+    error: String,
+}
+
+/// How many times a one-shot command is run at most (the first run and its re-runs).
+const ATTEMPTS: usize = 5;
+/// How long one run of a batch command may take before the test kills it and fails: each runs
+/// with `--timeout=60`, which bounds its `--wait=hv`.
+const COMMAND_BOUND: Duration = Duration::from_secs(75);
+
+/// Whether a one-shot `ovn-nbctl` failed for want of a leader (its connection to the NB
+/// cluster), not for what it asked: only those are re-run.
+fn lost_the_leader(stderr: &str) -> bool {
+    stderr.contains("database connection failed")
+        || stderr.contains("connection dropped")
+        || stderr.contains("transaction error")
+}
+
+/// Run the batch; `kill(i)` is called right after command `i` was first started (the command
+/// is in flight). Every command must return successfully within [`COMMAND_BOUND`] a run; a
+/// one-shot command that lost the leader is run again (at most [`ATTEMPTS`] runs). Returns
+/// the re-runs.
+fn run_batch(nbctl: &Nbctl, mut kill: impl FnMut(usize), logs: &dyn Fn() -> String) -> Vec<Rerun> {
+    let mut reruns = Vec::new();
     for i in 0..BATCH {
         let t = Instant::now();
-        let (desc, child) = spawn(nbctl.batch_command(i));
-        kill(i);
-        let out = finish(child, Duration::from_secs(90));
+        for attempt in 1..=ATTEMPTS {
+            let mut c = Command::new("ovn-nbctl");
+            match nbctl {
+                Nbctl::OneShot(nb) => c.arg(format!("--db={nb}")),
+                Nbctl::Daemon(d) => c.env("OVN_NB_DAEMON", &d.ctl),
+            };
+            c.args(["--timeout=60", "--wait=hv"]).args(batch_args(i));
+            let desc = format!("{c:?}");
+            let run_t = Instant::now();
+            // The kill lands while the command runs (here, on another thread).
+            let out = std::thread::scope(|s| {
+                let running = s.spawn(|| run_for(&mut c, COMMAND_BOUND));
+                if attempt == 1 {
+                    kill(i);
+                }
+                running.join().expect("the command's thread")
+            })
+            .unwrap_or_else(|why| panic!("{why}\n{}", logs()));
+            if out.status.success() {
+                break;
+            }
+            let error = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            let retry = matches!(nbctl, Nbctl::OneShot(_)) && lost_the_leader(&error);
+            let why = if error.contains("Alarm clock") {
+                " (its --timeout=60 expired: the change or its --wait=hv never completed)"
+            } else {
+                ""
+            };
+            assert!(
+                retry && attempt < ATTEMPTS,
+                "{desc} failed (run {attempt}, after {:?}; earlier runs printed above){why}: {error}\n{}",
+                run_t.elapsed(),
+                logs()
+            );
+            let r = Rerun {
+                command: i,
+                attempt,
+                took: run_t.elapsed(),
+                error,
+            };
+            eprintln!(
+                "re-running command {i}: run {} failed after {:?}: {}",
+                r.attempt, r.took, r.error
+            );
+            reruns.push(r);
+        }
         // For the reader of the output only: which commands waited out a leader change.
         eprintln!("batch command {i}: {:?}", t.elapsed());
-        let Some(out) = out else {
-            panic!("{desc} never returned\n{}", logs());
-        };
-        assert!(
-            out.status.success(),
-            "{desc} failed: {}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            logs()
-        );
     }
+    reruns
 }
 
 /// `ovn-Xbctl --db=REMOTE --timeout=30 ARGS`.
@@ -566,28 +664,84 @@ fn ctl(tool: &str, remote: &str, args: &[&str]) -> String {
 
 /// Everything the batch must leave behind.
 fn assert_batch_done(nb: &str, sb: &str, logs: &dyn Fn() -> String) {
-    // Every change is in NB.
+    // Every change is in NB, once.
     for i in 0..BATCH {
         let p = format!("p{i}");
         let addrs = ctl("ovn-nbctl", nb, &["lsp-get-addresses", &p]);
-        assert_eq!(
-            addrs,
-            format!("{} 10.0.{}.{}", mac(i), i % 3, 10 + i),
-            "port {p} in NB"
-        );
+        assert_eq!(addrs, addresses(i), "port {p} in NB");
         let sw = ctl("ovn-nbctl", nb, &["lsp-get-ls", &p]);
         assert!(sw.contains(&format!("(sw{})", i % 3)), "{p} on {sw}");
     }
-    let switches = ctl(
+    let names = |table: &str| {
+        let mut v: Vec<String> = ctl(
+            "ovn-nbctl",
+            nb,
+            &["--bare", "--columns=name", "list", table],
+        )
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+        v.sort_unstable();
+        v
+    };
+    assert_eq!(
+        names("Logical_Switch"),
+        ["sw0", "sw1", "sw2"],
+        "--may-exist made one of each"
+    );
+    assert_eq!(
+        names("Logical_Switch_Port"),
+        {
+            let mut v: Vec<String> = (0..BATCH).map(|i| format!("p{i}")).collect();
+            v.sort_unstable();
+            v
+        },
+        "one port per command"
+    );
+    let matches = ctl(
         "ovn-nbctl",
         nb,
-        &["--bare", "--columns=name", "list", "Logical_Switch"],
+        &["--bare", "--columns=priority,match", "list", "ACL"],
     );
-    let mut names: Vec<&str> = switches.split_whitespace().collect();
-    names.sort_unstable();
-    assert_eq!(names, ["sw0", "sw1", "sw2"], "--may-exist made one of each");
-    // SB equals a fresh compile of NB.
+    let acls: Vec<(String, String)> = (0..BATCH).filter_map(acl).collect();
+    assert_eq!(
+        matches.matches("tcp.dst == 80").count(),
+        acls.len(),
+        "one ACL per ACL command: {matches}"
+    );
+    for (i, (prio, m)) in (0..BATCH).filter_map(|i| acl(i).map(|a| (i, a))) {
+        let on = ctl("ovn-nbctl", nb, &["acl-list", &format!("sw{}", i % 3)]);
+        assert!(
+            on.contains(&m) && on.contains(&prio),
+            "ACL {prio} {m} on sw{}: {on}",
+            i % 3
+        );
+    }
+    let lbs: Vec<(usize, (String, String, String))> =
+        (0..BATCH).filter_map(|i| lb(i).map(|l| (i, l))).collect();
+    assert_eq!(
+        names("Load_Balancer"),
+        {
+            let mut v: Vec<String> = lbs.iter().map(|(_, l)| l.0.clone()).collect();
+            v.sort_unstable();
+            v
+        },
+        "one load balancer per LB command"
+    );
+    for (i, (name, vip, backend)) in &lbs {
+        let on = ctl("ovn-nbctl", nb, &["ls-lb-list", &format!("sw{}", i % 3)]);
+        assert!(
+            on.contains(name.as_str())
+                && on.contains(vip.as_str())
+                && on.contains(backend.as_str()),
+            "{name} {vip} -> {backend} on sw{}: {on}",
+            i % 3
+        );
+    }
+    // SB equals a fresh compile of NB: the flows by identity and text, and every row northd
+    // owns by a full diff.
     assert_sb_complete(nb, sb);
+    assert_no_full_diff(nb, sb);
     // --wait=hv: hv_cfg reached nb_cfg, and both chassis report it.
     let nb_cfg: i64 = ctl("ovn-nbctl", nb, &["get", "NB_Global", ".", "nb_cfg"])
         .parse()
@@ -794,9 +948,9 @@ fn raft_nb_and_sb_lose_their_leaders_during_a_wait_hv_batch() {
     ctl("ovn-sbctl", &sb, &["init"]);
     let plane = Plane::start(d, &nb, &sb);
     let logs = || plane.logs();
-    let nbctl = NbctlDaemon::start(d, &nb);
+    let nbctl = Nbctl::OneShot(nb.clone());
     let mut killed = Vec::new();
-    run_batch(
+    let reruns = run_batch(
         &nbctl,
         |i| {
             if i == KILL_NB_AT {
@@ -809,6 +963,14 @@ fn raft_nb_and_sb_lose_their_leaders_during_a_wait_hv_batch() {
         &logs,
     );
     assert_eq!(killed.len(), 2, "both leaders were killed: {killed:?}");
+    // The record of what was run again (`run_batch` printed each): only commands from the one
+    // in flight when NB's leader died on (a command before it has no reason to fail), and only
+    // for a lost leader (`run_batch` fails on any other error).
+    eprintln!("{} re-run(s)", reruns.len());
+    assert!(
+        reruns.iter().all(|r| r.command >= KILL_NB_AT),
+        "a command failed before NB's leader was killed: {reruns:?}"
+    );
     // Everyone on the killed leaders had to find the new ones: northd on both databases (it
     // writes, so it was on the leaders), and each chassis that was on the SB leader (chassis
     // use any member).
@@ -848,9 +1010,9 @@ fn holdfast_db_restarted_during_a_wait_hv_batch() {
     let (nb, sb) = (dbs.nb.clone(), dbs.sb.clone());
     let plane = Plane::start(d, &nb, &sb);
     let logs = || plane.logs();
-    let nbctl = NbctlDaemon::start(d, &nb);
+    let nbctl = Nbctl::Daemon(NbctlDaemon::start(d, &nb));
     let mut restarts = 0;
-    run_batch(
+    let reruns = run_batch(
         &nbctl,
         |i| {
             if i == KILL_NB_AT || i == KILL_SB_AT {
@@ -861,6 +1023,7 @@ fn holdfast_db_restarted_during_a_wait_hv_batch() {
         &logs,
     );
     assert_eq!(restarts, 2);
+    assert!(reruns.is_empty(), "daemon-mode commands are never re-run");
     // Two restarts: the first session and one after each.
     assert_reconnected(&plane, 3, None, &logs);
     assert_batch_done(&nb, &sb, &logs);
