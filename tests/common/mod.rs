@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod raft;
+
 /// The `holdfast` binary under test.
 pub fn holdfast() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_holdfast"))
@@ -25,6 +27,15 @@ pub fn nb_schema() -> PathBuf {
 /// holdfast's SB schema.
 pub fn sb_schema() -> PathBuf {
     repo().join("schemas/ovn-sb.ovsschema")
+}
+
+/// A free loopback TCP port (bound and released: another process could take it, which is
+/// unlikely on a test machine).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
 }
 
 /// Whether every tool is on PATH (or is an existing path). When one is missing: under `CI=true`

@@ -37,6 +37,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::common::raft::Cluster;
 use crate::common::{self, daemon_args, run, run_for, run_ok};
 use crate::fixture::{Backend, Dbs, NorthdProc, PidDaemon, wait_for};
 use crate::ha::{assert_no_full_diff, assert_sb_complete};
@@ -48,158 +49,13 @@ const TOOLS: &[&str] = &[
     "ovn-sbctl",
     "ovn-appctl",
     "ovs-appctl",
+    NB_SCHEMA,
+    SB_SCHEMA,
 ];
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// A 3-member real `ovsdb-server` Raft cluster of one database: members `{base}0..2` with
-/// their files, sockets, unixctl sockets and logs in the test's directory.
-struct Raft {
-    dir: PathBuf,
-    base: &'static str,
-    db_name: &'static str,
-    members: Vec<PidDaemon>,
-    killed: Vec<usize>,
-}
-
-impl Raft {
-    /// `ovsdb-tool create-cluster` / `join-cluster` over three local TCP ports, then the three
-    /// servers, each with a unix socket for clients.
-    fn start(dir: &Path, base: &'static str, db_name: &'static str, schema: &str) -> Raft {
-        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-        let file = |i: usize| dir.join(format!("{base}{i}.db"));
-        run_ok(
-            Command::new("ovsdb-tool")
-                .arg("create-cluster")
-                .arg(file(0))
-                .arg(schema)
-                .arg(format!("tcp:127.0.0.1:{}", ports[0])),
-        );
-        for (i, port) in ports.iter().enumerate().skip(1) {
-            run_ok(
-                Command::new("ovsdb-tool")
-                    .arg("join-cluster")
-                    .arg(file(i))
-                    .arg(db_name)
-                    .arg(format!("tcp:127.0.0.1:{port}"))
-                    .arg(format!("tcp:127.0.0.1:{}", ports[0])),
-            );
-        }
-        let mut r = Raft {
-            dir: dir.to_path_buf(),
-            base,
-            db_name,
-            members: Vec::new(),
-            killed: Vec::new(),
-        };
-        for i in 0..3 {
-            let name = format!("{base}{i}");
-            run_ok(
-                Command::new("ovsdb-server")
-                    .args(daemon_args(dir, &name))
-                    .arg(format!("--remote=punix:{}", r.sock(i).display()))
-                    .arg(file(i)),
-            );
-            r.members.push(PidDaemon {
-                pidfile: dir.join(format!("{name}.pid")),
-            });
-        }
-        r
-    }
-
-    fn sock(&self, i: usize) -> PathBuf {
-        self.dir.join(format!("{}{i}.sock", self.base))
-    }
-
-    /// All three members' remotes, as OVSDB tools take them.
-    fn remotes(&self) -> String {
-        self.remotes_of((0..3).collect())
-    }
-
-    /// The members not killed.
-    fn alive(&self) -> String {
-        self.remotes_of((0..3).filter(|i| !self.killed.contains(i)).collect())
-    }
-
-    fn remotes_of(&self, members: Vec<usize>) -> String {
-        members
-            .into_iter()
-            .map(|i| format!("unix:{}", self.sock(i).display()))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    fn is_leader(&self, i: usize) -> bool {
-        let out = run(
-            Command::new("ovs-appctl")
-                .arg("-t")
-                .arg(self.dir.join(format!("{}{i}.ctl", self.base)))
-                .args(["cluster/status", self.db_name]),
-            Duration::from_secs(10),
-        );
-        String::from_utf8_lossy(&out.stdout).contains("Role: leader")
-    }
-
-    /// `cluster/status` of the live members (for failure messages).
-    fn status(&self) -> String {
-        (0..3)
-            .filter(|i| !self.killed.contains(i))
-            .map(|i| {
-                let out = run(
-                    Command::new("ovs-appctl")
-                        .arg("-t")
-                        .arg(self.dir.join(format!("{}{i}.ctl", self.base)))
-                        .args(["cluster/status", self.db_name]),
-                    Duration::from_secs(10),
-                );
-                format!(
-                    "--- {}{i}\n{}",
-                    self.base,
-                    String::from_utf8_lossy(&out.stdout)
-                )
-            })
-            .collect()
-    }
-
-    /// The current leader (waiting up to 30 s for one to be elected).
-    fn leader(&self) -> usize {
-        let mut leader = None;
-        let found = wait_for(Duration::from_secs(30), || {
-            leader = (0..3)
-                .filter(|i| !self.killed.contains(i))
-                .find(|i| self.is_leader(*i));
-            leader.is_some()
-        });
-        assert!(found, "the {} cluster has no leader", self.db_name);
-        leader.unwrap_or_default()
-    }
-
-    /// SIGKILL the current leader (waiting for one to be elected first); its index.
-    fn kill_leader(&mut self) -> usize {
-        let l = self.leader();
-        self.kill(l);
-        l
-    }
-
-    /// SIGKILL member `i`.
-    fn kill(&mut self, i: usize) {
-        let pid = self.members[i].pid().expect("the member's pidfile");
-        self.members[i].kill9();
-        assert!(
-            !Path::new(&format!("/proc/{pid}")).exists(),
-            "the {} member {i} (pid {pid}) survived SIGKILL",
-            self.db_name
-        );
-        // Its pid is dead: nothing to signal on drop (the pid may be reused).
-        let _ = std::fs::remove_file(&self.members[i].pidfile);
-        self.killed.push(i);
-    }
-}
+/// Real OVN 23.03's schemas (the clusters run what real OVN runs).
+const NB_SCHEMA: &str = "/usr/share/ovn/ovn-nb.ovsschema";
+const SB_SCHEMA: &str = "/usr/share/ovn/ovn-sb.ovsschema";
 
 #[test]
 fn northd_on_a_raft_sb_cluster_survives_losing_the_leader() {
@@ -213,12 +69,7 @@ fn northd_on_a_raft_sb_cluster_survives_losing_the_leader() {
     let d = dir.path();
     // NB: a standalone real ovsdb-server (Dbs starts an SB too; it is not used).
     let dbs = Dbs::start(d, Backend::Ovsdb);
-    let mut sbc = Raft::start(
-        d,
-        "sbr",
-        "OVN_Southbound",
-        "/usr/share/ovn/ovn-sb.ovsschema",
-    );
+    let mut sbc = Cluster::start(d, "sbr", Path::new(SB_SCHEMA), "OVN_Southbound", 3);
     let sb = sbc.remotes();
     run_ok(
         Command::new("ovn-sbctl")
@@ -276,12 +127,7 @@ fn a_chassis_on_a_follower_gets_updates_and_its_writes_land() {
         .expect("tempdir");
     let d = dir.path();
     let dbs = Dbs::start(d, Backend::Ovsdb);
-    let mut sbc = Raft::start(
-        d,
-        "sbf",
-        "OVN_Southbound",
-        "/usr/share/ovn/ovn-sb.ovsschema",
-    );
+    let mut sbc = Cluster::start(d, "sbf", Path::new(SB_SCHEMA), "OVN_Southbound", 3);
     let sb = sbc.remotes();
     ctl("ovn-sbctl", &sb, &["init"]);
     let northd = NorthdProc::start(d, "northd", &dbs.nb, &sb, &[]);
@@ -941,8 +787,8 @@ fn raft_nb_and_sb_lose_their_leaders_during_a_wait_hv_batch() {
         .tempdir()
         .expect("tempdir");
     let d = dir.path();
-    let mut nbc = Raft::start(d, "nb", "OVN_Northbound", "/usr/share/ovn/ovn-nb.ovsschema");
-    let mut sbc = Raft::start(d, "sb", "OVN_Southbound", "/usr/share/ovn/ovn-sb.ovsschema");
+    let mut nbc = Cluster::start(d, "nb", Path::new(NB_SCHEMA), "OVN_Northbound", 3);
+    let mut sbc = Cluster::start(d, "sb", Path::new(SB_SCHEMA), "OVN_Southbound", 3);
     let (nb, sb) = (nbc.remotes(), sbc.remotes());
     ctl("ovn-nbctl", &nb, &["init"]);
     ctl("ovn-sbctl", &sb, &["init"]);
