@@ -264,4 +264,31 @@ impl Cluster {
         self.members[i].kill9();
         self.killed.push(i);
     }
+
+    /// Start every killed member again on its file (it rejoins the cluster with the log it
+    /// had), and wait up to 30 s until each is a cluster member again that knows the leader.
+    pub fn rejoin(&mut self) {
+        let back: Vec<usize> = std::mem::take(&mut self.killed);
+        for i in &back {
+            self.members[*i].restart();
+        }
+        let end = Instant::now() + Duration::from_secs(30);
+        for i in back {
+            loop {
+                let s = self.members[i].cluster_status(&self.db_name);
+                if s.contains("Status: cluster member")
+                    && s.lines()
+                        .any(|l| l.starts_with("Leader: ") && !l.contains("unknown"))
+                {
+                    break;
+                }
+                assert!(
+                    Instant::now() < end,
+                    "{} member {i} never rejoined:\n{s}",
+                    self.db_name
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
 }
