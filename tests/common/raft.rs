@@ -265,6 +265,34 @@ impl Cluster {
         self.killed.push(i);
     }
 
+    /// Move leadership away from the live leader (`cluster/failure-test transfer-leadership`,
+    /// the transfer ovsdb-server makes before writing a snapshot): the old leader stays up as
+    /// a follower, its connections open. Waits up to 30 s for another member to lead; returns
+    /// (old leader, new leader).
+    pub fn transfer_leadership(&self) -> (usize, usize) {
+        let old = self.leader();
+        run_ok(
+            Command::new("ovs-appctl")
+                .arg("-t")
+                .arg(&self.members[old].ctl)
+                .args(["cluster/failure-test", "transfer-leadership"]),
+        );
+        let end = Instant::now() + Duration::from_secs(30);
+        loop {
+            let new = self.leader();
+            if new != old {
+                return (old, new);
+            }
+            assert!(
+                Instant::now() < end,
+                "{} leadership never moved from member {old}:\n{}",
+                self.db_name,
+                self.status()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Start every killed member again on its file (it rejoins the cluster with the log it
     /// had), and wait up to 30 s until each is a cluster member again that knows the leader.
     pub fn rejoin(&mut self) {

@@ -9,7 +9,9 @@
 //!   controller`) given the three remotes. A batch of idempotent `ovn-nbctl --may-exist
 //!   --wait=hv` commands (switches, ports with addresses bound to the chassis by their
 //!   datapaths' ports, ACLs, load balancers; [`batch_args`]) runs, each a one-shot `ovn-nbctl`
-//!   given all three NB remotes, as an operator runs it. While commands are in flight: the
+//!   given all three NB remotes, as an operator runs it. While commands are in flight: both
+//!   clusters' leadership moves to another live member (commands 3 and 9: the old leader
+//!   stays up, its clients' connections open, and a leader-only client must move), the
 //!   NB leader is killed (command 6), the killed member comes back and rejoins (10), the SB
 //!   leader is killed (13) and its member comes back (16), and both new leaders are killed at
 //!   once (18). A command that lost the NB leader is run again and recorded ([`Rerun`]):
@@ -26,7 +28,8 @@
 //!   ([`assert_no_full_diff`]); `nb_cfg` carried over (`SB_Global.nb_cfg` and
 //!   `NB_Global.sb_cfg` equal it); `NB_Global.hv_cfg` reached `nb_cfg` and both chassis'
 //!   `Chassis_Private.nb_cfg` with it; every port the chassis host is bound to its chassis and
-//!   `up`; northd (on both databases) and both chassis reconnected.
+//!   `up`; northd followed every leader change of both databases (a session after each) and
+//!   both chassis reconnected.
 //! - `holdfast_db_restarted_during_a_wait_hv_batch`: the same batch against `holdfast db`,
 //!   which is standalone: it has no leader and no followers, so "losing the leader" means
 //!   losing the only server. It is killed with SIGKILL mid-batch and started again on the same
@@ -248,6 +251,10 @@ const KILL_SB_AT: usize = 13;
 const REJOIN_NB_AT: usize = 10;
 const REJOIN_SB_AT: usize = 16;
 const KILL_BOTH_AT: usize = 18;
+/// Commands during which, in the Raft test, both clusters' leadership moves to another live
+/// member ([`Cluster::transfer_leadership`]): no connection breaks, yet a leader-only client
+/// must move.
+const MOVE_LEADERS_AT: [usize; 2] = [3, 9];
 
 /// A holdfast chassis: `holdfast datapath` with in-memory ports and `holdfast controller`.
 struct HfChassis {
@@ -448,14 +455,20 @@ const TIMEOUT_S: u64 = 30;
 /// How long the test lets one run take before it kills it (past its `--timeout`).
 const COMMAND_BOUND: Duration = Duration::from_secs(TIMEOUT_S + 15);
 
-/// Whether a one-shot `ovn-nbctl` failed for want of a leader: its own error line says it
-/// has no database connection (not what it asked, and not its `--timeout`: the `reconnect`
-/// lines it logs on the way, "connection dropped" and the like, are no verdict).
+/// Whether a one-shot `ovn-nbctl` failed as a client does when the leader changes under it:
+/// its own error line says it has no database connection, or that its transaction was
+/// refused (seen while leadership moved: the retry of a transaction the old leader had
+/// committed, built on a replica that did not show it yet, inserts the `--may-exist` port
+/// again: "Transaction causes multiple rows in "Logical_Switch_Port" table to have identical
+/// values"). Not its `--timeout`, and not the `reconnect` lines it logs on the way
+/// ("connection dropped" and the like). The test then checks that only commands in flight
+/// while NB's leader changed were re-run.
 fn lost_the_leader(stderr: &str) -> bool {
     !stderr.contains("Alarm clock")
-        && stderr
-            .lines()
-            .any(|l| l.starts_with("ovn-nbctl: ") && l.contains("database connection failed"))
+        && stderr.lines().any(|l| {
+            l.starts_with("ovn-nbctl: ")
+                && (l.contains("database connection failed") || l.contains("transaction error"))
+        })
 }
 
 /// For a run that hung until its `--timeout` ("Alarm clock"): whether holdfast had done its
@@ -911,9 +924,14 @@ fn raft_nb_and_sb_lose_their_leaders_during_a_wait_hv_batch() {
         sb: sb.clone(),
     };
     let mut killed = Vec::new();
+    let mut moved = Vec::new();
     let reruns = run_batch(
         &nbctl,
         |i| {
+            if MOVE_LEADERS_AT.contains(&i) {
+                moved.push(("NB", nbc.transfer_leadership()));
+                moved.push(("SB", sbc.transfer_leadership()));
+            }
             if i == KILL_NB_AT || i == KILL_BOTH_AT {
                 killed.push(("NB", nbc.kill_leader()));
             }
@@ -930,13 +948,17 @@ fn raft_nb_and_sb_lose_their_leaders_during_a_wait_hv_batch() {
         &logs,
     );
     assert_eq!(killed.len(), 4, "every leader kill happened: {killed:?}");
-    // The record of what was run again (`run_batch` printed each): only commands from the one
-    // in flight when NB's leader died on (a command before it has no reason to fail), and only
-    // for a lost leader (`run_batch` fails on any other error).
+    assert_eq!(moved.len(), 4, "every leadership move happened: {moved:?}");
+    eprintln!("leaders killed (database, member): {killed:?}; moved (old, new): {moved:?}");
+    // The record of what was run again (`run_batch` printed each): only commands in flight
+    // while NB's leader changed (the others have no reason to fail), and only for a lost
+    // leader (`run_batch` fails on any other error).
     eprintln!("{} re-run(s)", reruns.len());
+    let nb_changed =
+        |i: usize| MOVE_LEADERS_AT.contains(&i) || i == KILL_NB_AT || i == KILL_BOTH_AT;
     assert!(
-        reruns.iter().all(|r| r.command >= KILL_NB_AT),
-        "a command failed before NB's leader was killed: {reruns:?}"
+        reruns.iter().all(|r| nb_changed(r.command)),
+        "a command failed while NB's leader stayed: {reruns:?}"
     );
     // Everyone on the killed leaders had to find the new ones: northd on both databases (it
     // writes, so it was on the leaders), and each chassis that was on the SB leader (chassis
@@ -954,7 +976,9 @@ fn raft_nb_and_sb_lose_their_leaders_during_a_wait_hv_batch() {
         .filter(|(db, _)| *db == "SB")
         .map(|(_, m)| *m)
         .collect();
-    assert_reconnected(&plane, 3, Some(&sb_lost), &status);
+    // northd is leader-only: one session to start with and one after each of the four
+    // leader changes of each database (two moves, two kills).
+    assert_reconnected(&plane, 5, Some(&sb_lost), &status);
     assert_batch_done(&nbc.alive(), &sbc.alive(), &logs);
 }
 
