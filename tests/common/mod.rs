@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod raft;
+
 /// The `holdfast` binary under test.
 pub fn holdfast() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_holdfast"))
@@ -25,6 +27,15 @@ pub fn nb_schema() -> PathBuf {
 /// holdfast's SB schema.
 pub fn sb_schema() -> PathBuf {
     repo().join("schemas/ovn-sb.ovsschema")
+}
+
+/// A free loopback TCP port (bound and released: another process could take it, which is
+/// unlikely on a test machine).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
 }
 
 /// Whether every tool is on PATH (or is an existing path). When one is missing: under `CI=true`
@@ -61,6 +72,12 @@ pub fn require(test: &str, tools: &[&str]) -> bool {
 
 /// Run a command to completion with a timeout; panics with its output if it cannot run.
 pub fn run(cmd: &mut Command, timeout: Duration) -> Output {
+    run_for(cmd, timeout).unwrap_or_else(|why| panic!("{why}"))
+}
+
+/// [`run`] that does not panic when the command outlives `timeout`: it is killed, and the
+/// error names it with what it printed.
+pub fn run_for(cmd: &mut Command, timeout: Duration) -> Result<Output, String> {
     let desc = format!("{cmd:?}");
     let mut child = cmd
         .stdin(Stdio::null())
@@ -107,16 +124,16 @@ pub fn run(cmd: &mut Command, timeout: Duration) -> Output {
     let stdout = out_t.join().unwrap_or_default();
     let stderr = err_t.join().unwrap_or_default();
     match status {
-        Some(status) => Output {
+        Some(status) => Ok(Output {
             status,
             stdout,
             stderr,
-        },
-        None => panic!(
+        }),
+        None => Err(format!(
             "timed out after {timeout:?}: {desc}\nstdout: {}\nstderr: {}",
             String::from_utf8_lossy(&stdout),
             String::from_utf8_lossy(&stderr)
-        ),
+        )),
     }
 }
 

@@ -18,13 +18,7 @@ pub(crate) fn link_dir(dir: &Path) -> PathBuf {
     bin
 }
 
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub(crate) use crate::common::free_port;
 
 pub(crate) fn pid_of(pidfile: &Path) -> Option<i32> {
     std::fs::read_to_string(pidfile).ok()?.trim().parse().ok()

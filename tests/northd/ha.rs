@@ -23,6 +23,11 @@ const TOOLS: &[&str] = &[
 
 /// Replicate a whole database once.
 pub fn replicate<M: Model + Clone>(remote: &str) -> M {
+    replicated(remote, M::clone)
+}
+
+/// Replicate a whole database once and look at it with `f`.
+pub fn replicated<M: Model, R>(remote: &str, f: impl FnOnce(&M) -> R) -> R {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -34,8 +39,47 @@ pub fn replicate<M: Model + Clone>(remote: &str) -> M {
                 .await,
             "the replica of {remote} never synced"
         );
-        c.with(|r| r.model().clone())
+        c.with(|r| f(r.model()))
     })
+}
+
+/// SB is exactly what northd owes NB: a compile from scratch of NB (with the tunnel keys and
+/// chassis features SB shows, as the daemon reads them) and a full diff against SB, every row
+/// and column of every table northd owns (flows, datapaths, port bindings, multicast groups,
+/// port groups, address sets, load balancers, `SB_Global`, ...), asks for no operation.
+/// Independent of the daemon's incremental state: nothing of it is read.
+pub fn assert_no_full_diff(nb_remote: &str, sb_remote: &str) {
+    use hf_northd::daemon::{SbView, core::compile_options};
+    use hf_northd::{features, sync};
+    let nb: NbSnapshot = replicate(nb_remote);
+    let ops = replicated(sb_remote, |sb: &SbView| {
+        let mut opts = compile_options(sb);
+        let chassis = features::SbChassisView::from_parts(
+            sb.chassis.values(),
+            &sb.datapath_binding,
+            sb.port_binding.values(),
+        );
+        features::negotiate(&chassis, &nb, &features::Policy::default()).apply(&mut opts);
+        let c = hf_northd::compile(&nb, &opts);
+        let input = sync::SyncInput {
+            desired: &c.sb,
+            nb_cfg: nb.nb_global().values().next().map_or(0, |g| g.nb_cfg),
+            scope: None,
+        };
+        let mut n = 0u128;
+        sync::diff_ops(&input, sb, &mut || {
+            n += 1;
+            uuid::Uuid::from_u128(n)
+        })
+        .0
+    });
+    let shown: Vec<String> = ops.iter().take(6).map(|o| o.to_string()).collect();
+    assert!(
+        ops.is_empty(),
+        "SB differs from a fresh compile of NB: a full diff wants {} operations, first:\n{}",
+        ops.len(),
+        shown.join("\n")
+    );
 }
 
 /// A flow as compared: (pipeline, table, priority, match, actions).
