@@ -31,7 +31,7 @@ mod tests;
 use serde_json::Value;
 
 pub use cluster::{MemberRejection, ServerInfo};
-pub use model::Model;
+pub use model::{Model, Staged};
 pub use session::Replica;
 pub use shell::Client;
 pub use txn::{OpsText, TextTxnBuilder, TxnBuilder, TxnError, TxnId, TxnOutcome};

@@ -8,8 +8,8 @@ use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
 use super::cluster::{MemberRejection, ServerInfo, ServerRow, judge};
-use super::model::FeedError;
 use super::model::Model;
+use super::model::{FeedError, Staged};
 use super::stream::{Envelope, for_each_batch, load_table_updates2, parse};
 use super::txn::{
     Build, OpsText, PendingTxn, TextTxnBuilder, TxnBuilder, TxnError, TxnId, TxnOutcome, TxnState,
@@ -361,7 +361,9 @@ impl<M: Model> Replica<M> {
                 && (m.get() == "\"update2\"" || m.get() == "\"update3\"")
                 && let Some(r) = self.update_raw(m.get() == "\"update3\"", params)
             {
-                if let Err(reason) = r {
+                // The update's bytes go before its rows are copied into the snapshot.
+                drop(bytes);
+                if let Err(reason) = r.and_then(|staged| self.update_staged(staged)) {
                     return self.drop_conn(conn, reason, now);
                 }
                 continue;
@@ -985,14 +987,14 @@ impl<M: Model> Replica<M> {
         Ok(())
     }
 
-    /// An `update2`/`update3` notification's params as raw text, applied batch by batch with
-    /// [`Model::apply_updates2_batches`]. `None` when they are not the replica monitor's (or
+    /// An `update2`/`update3` notification's params as raw text, typed batch by batch with
+    /// [`Model::stage_updates2_batches`] (applied by [`Replica::update_staged`]). `None` when they are not the replica monitor's (or
     /// not shaped as expected): the tree path then handles, or reports, them.
     fn update_raw(
         &mut self,
         v3: bool,
         params: &serde_json::value::RawValue,
-    ) -> Option<Result<(), String>> {
+    ) -> Option<Result<Staged<M::Delta>, String>> {
         let parts: Vec<&serde_json::value::RawValue> = serde_json::from_str(params.get()).ok()?;
         let (id, last, updates) = match (v3, &parts[..]) {
             (true, [i, l, u]) => (*i, Some(*l), *u),
@@ -1007,28 +1009,39 @@ impl<M: Model> Replica<M> {
         }
         self.stats.updates_received += 1;
         let mut rows = 0;
-        let r = self.model.apply_updates2_batches(&mut |sink| {
+        let r = self.model.stage_updates2_batches(&mut |sink| {
             rows = for_each_batch(updates.get(), sink)?;
             Ok(rows)
         });
         self.stats.rows_received += rows as u64;
-        Some(match r {
-            Ok(delta) => {
-                self.updates_applied += 1;
-                if M::delta_len(&delta) > 0 {
-                    self.events.push_back(Event::Changes(delta));
+        Some(r.map_err(|e| {
+            // The replica no longer matches the server: start over with a full resync.
+            self.last_txn = None;
+            match e {
+                FeedError::Json(e) => format!("malformed update: {e}"),
+                FeedError::Model(e) => format!("cannot apply an update: {e}"),
+            }
+        }))
+    }
+
+    /// Applies what [`Replica::update_raw`] staged (once the update's bytes are freed) and
+    /// reports its changes.
+    fn update_staged(&mut self, staged: Staged<M::Delta>) -> Result<(), String> {
+        let delta = match staged {
+            Staged::Applied(d) => d,
+            Staged::Pending(d) => {
+                if let Err(e) = self.model.apply_staged(&d) {
+                    self.last_txn = None;
+                    return Err(format!("cannot apply an update: {e}"));
                 }
-                Ok(())
+                d
             }
-            Err(e) => {
-                // The replica no longer matches the server: start over with a full resync.
-                self.last_txn = None;
-                Err(match e {
-                    FeedError::Json(e) => format!("malformed update: {e}"),
-                    FeedError::Model(e) => format!("cannot apply an update: {e}"),
-                })
-            }
-        })
+        };
+        self.updates_applied += 1;
+        if M::delta_len(&delta) > 0 {
+            self.events.push_back(Event::Changes(delta));
+        }
+        Ok(())
     }
 
     /// Whether a reply that is the full row set goes straight into the model, keeping no

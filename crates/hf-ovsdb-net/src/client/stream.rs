@@ -433,6 +433,41 @@ mod tests {
         assert_eq!(r.last_txn_id(), None);
     }
 
+    /// A staged update changes nothing until it is applied, and then what the one-step
+    /// apply changes; a model that does not stage has nothing to apply.
+    #[test]
+    fn a_staged_update_is_applied_only_by_apply_staged() {
+        use crate::client::{Model, Staged};
+        let base = updates(5, 30);
+        let mut staged = NbSnapshot::default();
+        staged.apply_updates2(&base).unwrap();
+        let mut direct = staged.clone();
+        let before = staged.clone();
+        let mut ls = serde_json::Map::new();
+        for i in 0..600 {
+            ls.insert(
+                uuid(200_000 + i),
+                json!({"insert": {"name": format!("new{i}")}}),
+            );
+        }
+        ls.insert(uuid(0), json!({"modify": {"name": "renamed"}}));
+        ls.insert(uuid(1), json!({"delete": null}));
+        let u = json!({"Logical_Switch": ls});
+        let feed_of = |u: &Value| {
+            let text = u.to_string();
+            move |sink: &mut crate::client::model::RowSink<'_>| super::for_each_batch(&text, sink)
+        };
+        let want = direct.apply_updates2_batches(&mut feed_of(&u)).unwrap();
+        let Staged::Pending(d) = staged.stage_updates2_batches(&mut feed_of(&u)).unwrap() else {
+            panic!("a typed snapshot stages");
+        };
+        assert_eq!(staged, before, "staging changes nothing");
+        assert_eq!(d, want);
+        staged.apply_staged(&d).unwrap();
+        assert_eq!(staged, direct);
+        assert_ne!(staged, before);
+    }
+
     #[test]
     fn a_row_named_twice_in_one_large_update_is_refused_whole() {
         // The second mention right after the first (one batch), or after more rows than a
