@@ -170,19 +170,17 @@ impl Cluster {
             db_name: db_name.to_string(),
             killed: Vec::new(),
         };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while cluster
-            .members
-            .iter()
-            .any(|m| !m.cluster_status(db_name).contains("Status: cluster member"))
-        {
-            assert!(
-                Instant::now() < deadline,
-                "the {db_name} cluster never formed:\n{}",
-                cluster.status()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        poll(
+            Duration::from_secs(60),
+            || {
+                cluster
+                    .members
+                    .iter()
+                    .all(|m| m.cluster_status(db_name).contains("Status: cluster member"))
+                    .then_some(())
+            },
+            || format!("the {db_name} cluster never formed:\n{}", cluster.status()),
+        );
         cluster
     }
 
@@ -233,23 +231,21 @@ impl Cluster {
 
     /// The current leader, waiting up to 30 s for one to be elected.
     pub fn leader(&self) -> usize {
-        let end = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(l) = self
-                .alive_members()
-                .into_iter()
-                .find(|i| self.is_leader(*i))
-            {
-                return l;
-            }
-            assert!(
-                Instant::now() < end,
-                "the {} cluster has no leader:\n{}",
-                self.db_name,
-                self.status()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        poll(
+            Duration::from_secs(30),
+            || {
+                self.alive_members()
+                    .into_iter()
+                    .find(|i| self.is_leader(*i))
+            },
+            || {
+                format!(
+                    "the {} cluster has no leader:\n{}",
+                    self.db_name,
+                    self.status()
+                )
+            },
+        )
     }
 
     /// SIGKILL the current leader (waiting for one to be elected first); its index.
@@ -277,20 +273,18 @@ impl Cluster {
                 .arg(&self.members[old].ctl)
                 .args(["cluster/failure-test", "transfer-leadership"]),
         );
-        let end = Instant::now() + Duration::from_secs(30);
-        loop {
-            let new = self.leader();
-            if new != old {
-                return (old, new);
-            }
-            assert!(
-                Instant::now() < end,
-                "{} leadership never moved from member {old}:\n{}",
-                self.db_name,
-                self.status()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let new = poll(
+            Duration::from_secs(30),
+            || Some(self.leader()).filter(|n| *n != old),
+            || {
+                format!(
+                    "{} leadership never moved from member {old}:\n{}",
+                    self.db_name,
+                    self.status()
+                )
+            },
+        );
+        (old, new)
     }
 
     /// Start every killed member again on its file (it rejoins the cluster with the log it
@@ -300,23 +294,35 @@ impl Cluster {
         for i in &back {
             self.members[*i].restart();
         }
-        let end = Instant::now() + Duration::from_secs(30);
         for i in back {
-            loop {
-                let s = self.members[i].cluster_status(&self.db_name);
-                if s.contains("Status: cluster member")
+            let rejoined = |s: &str| {
+                s.contains("Status: cluster member")
                     && s.lines()
                         .any(|l| l.starts_with("Leader: ") && !l.contains("unknown"))
-                {
-                    break;
-                }
-                assert!(
-                    Instant::now() < end,
-                    "{} member {i} never rejoined:\n{s}",
-                    self.db_name
-                );
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            };
+            poll(
+                Duration::from_secs(30),
+                || rejoined(&self.members[i].cluster_status(&self.db_name)).then_some(()),
+                || {
+                    format!(
+                        "{} member {i} never rejoined:\n{}",
+                        self.db_name,
+                        self.members[i].cluster_status(&self.db_name)
+                    )
+                },
+            );
         }
+    }
+}
+
+/// `f`'s answer once it has one, asking every 20 ms; panics with `why()` after `timeout`.
+fn poll<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>, why: impl Fn() -> String) -> T {
+    let end = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < end, "{}", why());
+        std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -1193,7 +1193,6 @@ fn ovs_ctl_starts_holdfast_for_conf_db() {
     });
 }
 
-/// The `THP_enabled:` line of a process's /proc status (1: transparent huge pages allowed).
 /// holdfast db and holdfast northd run without transparent huge pages (mimalloc asks for them,
 /// and zeroing them was ~40 % of the db's CPU at a cold SB: docs/db-scale.md).
 #[test]
