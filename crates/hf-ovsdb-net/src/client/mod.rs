@@ -11,7 +11,7 @@
 //! concurrency and retry ([`txn`]), and one lock (`lock`/`steal`/`unlock`). Large messages are
 //! read without one JSON tree per message: the first sync's reply streams into the model a
 //! batch of rows at a time ([`Model::load_rows`]), and update notifications of a mebibyte or
-//! more are applied batch by batch ([`Model::apply_updates2_batches`]); see `stream.rs`.
+//! more are typed batch by batch ([`Model::stage_updates2_batches`]); see `stream.rs`.
 //!
 //! What it does not do: open sockets or read clocks (the shell and the simulator do), or
 //! validate rows against the schema (the server does; the model keeps what it receives).

@@ -75,10 +75,10 @@ pub trait Model: Default + std::fmt::Debug + Send + 'static {
 
     /// [`Model::apply_updates2`] of a `<table-updates2>` that arrives in batches: `feed` calls
     /// its sink with each batch of one table's row updates (`{uuid: update}`) and returns the
-    /// number of row updates, or why the input is malformed. All or nothing. The session uses
-    /// it for large update notifications. The default collects the batches into one tree and
-    /// applies it; a model that can stage typed rows overrides it, so that a large update never
-    /// exists as one JSON tree.
+    /// number of row updates, or why the input is malformed. All or nothing. The default collects
+    /// the batches into one tree and applies it; it is what [`Model::stage_updates2_batches`]
+    /// does for a model that does not stage (northd's `SbView` overrides it). The session's
+    /// typed snapshots stage instead, so that a large update never exists as one JSON tree.
     fn apply_updates2_batches(&mut self, feed: &mut Feed<'_>) -> Result<Self::Delta, FeedError> {
         let mut tree = Map::new();
         feed(&mut |table, rows| {
@@ -220,19 +220,6 @@ macro_rules! impl_model {
 
             fn load_updates2(&mut self, updates: Value) -> Result<usize, ModelError> {
                 <$snap>::load_updates2(self, updates)
-            }
-
-            fn apply_updates2_batches(
-                &mut self,
-                feed: &mut Feed<'_>,
-            ) -> Result<Self::Delta, FeedError> {
-                match self.stage_updates2_batches(feed)? {
-                    Staged::Pending(delta) => {
-                        self.apply(&delta);
-                        Ok(delta)
-                    }
-                    Staged::Applied(delta) => Ok(delta),
-                }
             }
 
             fn stage_updates2_batches(

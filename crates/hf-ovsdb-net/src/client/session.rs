@@ -8,8 +8,7 @@ use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
 use super::cluster::{MemberRejection, ServerInfo, ServerRow, judge};
-use super::model::Model;
-use super::model::{FeedError, Staged};
+use super::model::{FeedError, Model, Staged};
 use super::stream::{Envelope, for_each_batch, load_table_updates2, parse};
 use super::txn::{
     Build, OpsText, PendingTxn, TextTxnBuilder, TxnBuilder, TxnError, TxnId, TxnOutcome, TxnState,
@@ -988,8 +987,9 @@ impl<M: Model> Replica<M> {
     }
 
     /// An `update2`/`update3` notification's params as raw text, typed batch by batch with
-    /// [`Model::stage_updates2_batches`] (applied by [`Replica::update_staged`]). `None` when they are not the replica monitor's (or
-    /// not shaped as expected): the tree path then handles, or reports, them.
+    /// [`Model::stage_updates2_batches`] (applied by [`Replica::update_staged`]). `None` when
+    /// they are not the replica monitor's (or not shaped as expected): the tree path then
+    /// handles, or reports, them.
     fn update_raw(
         &mut self,
         v3: bool,

@@ -433,8 +433,8 @@ mod tests {
         assert_eq!(r.last_txn_id(), None);
     }
 
-    /// A staged update changes nothing until it is applied, and then what the one-step
-    /// apply changes; a model that does not stage has nothing to apply.
+    /// A staged update changes nothing until it is applied, and then what the tree path
+    /// changes, with the tree path's change set.
     #[test]
     fn a_staged_update_is_applied_only_by_apply_staged() {
         use crate::client::{Model, Staged};
@@ -457,7 +457,7 @@ mod tests {
             let text = u.to_string();
             move |sink: &mut crate::client::model::RowSink<'_>| super::for_each_batch(&text, sink)
         };
-        let want = direct.apply_updates2_batches(&mut feed_of(&u)).unwrap();
+        let want = direct.apply_updates2(&u).unwrap();
         let Staged::Pending(d) = staged.stage_updates2_batches(&mut feed_of(&u)).unwrap() else {
             panic!("a typed snapshot stages");
         };
