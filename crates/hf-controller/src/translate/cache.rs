@@ -147,34 +147,44 @@ fn pipe_of(lf: &sb::LogicalFlow) -> (u8, Option<&str>) {
     }
 }
 
-/// The texts a key compares besides match and actions, each either absent (`\u{1}`) or
-/// present (`\u{2}` and the value), in one string: an unlisted pipeline value first, then the
-/// [`READ_IDS`]. Written and compared piece by piece ([`ids_pieces`]), so a value holding the
-/// marker bytes cannot make two different rows read the same.
-fn ids_pieces(lf: &sb::LogicalFlow) -> impl Iterator<Item = Option<&str>> {
+/// The texts a key compares besides match and actions, in one string: an unlisted pipeline
+/// value first, then the [`READ_IDS`], each either absent (`\u{1}`) or present (`\u{2}`, its
+/// length in bytes, `:`, the value). Length-prefixed, so a value holding the marker bytes
+/// cannot make two different rows write the same text.
+fn write_ids(lf: &sb::LogicalFlow, out: &mut String) {
+    use std::fmt::Write as _;
     let (_, other) = pipe_of(lf);
-    std::iter::once(other).chain(
-        READ_IDS
-            .iter()
-            .map(|k| lf.external_ids.get(*k).map(String::as_str)),
-    )
+    let ids = READ_IDS
+        .iter()
+        .map(|k| lf.external_ids.get(*k).map(String::as_str));
+    for p in std::iter::once(other).chain(ids) {
+        match p {
+            None => out.push('\u{1}'),
+            Some(v) => {
+                // (Writing to a String cannot fail.)
+                let _ = write!(out, "\u{2}{}:{v}", v.len());
+            }
+        }
+    }
 }
 
 fn ids_text(lf: &sb::LogicalFlow) -> Box<str> {
     let mut out = String::new();
-    for p in ids_pieces(lf) {
-        match p {
-            None => out.push('\u{1}'),
-            Some(v) => {
-                out.push('\u{2}');
-                // The length first: a value is read back by its length, never by a marker.
-                out.push_str(&v.len().to_string());
-                out.push(':');
-                out.push_str(v);
-            }
-        }
-    }
+    write_ids(lf, &mut out);
     out.into()
+}
+
+/// Whether `ids` ([`ids_text`] of some row) is `lf`'s: written into a per-thread buffer, so
+/// a translation's comparisons allocate nothing once it has grown.
+fn same_ids(ids: &str, lf: &sb::LogicalFlow) -> bool {
+    thread_local! {
+        static BUF: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+    }
+    BUF.with_borrow_mut(|buf| {
+        buf.clear();
+        write_ids(lf, buf);
+        *buf == ids
+    })
 }
 
 impl RowKey {
@@ -203,27 +213,6 @@ impl RowKey {
             && self.logical_dp_group == lf.logical_dp_group.map(|r| r.uuid())
             && same_ids(&self.ids, lf)
     }
-}
-
-/// Whether `ids` ([`ids_text`] of some row) is `lf`'s, without building `lf`'s.
-fn same_ids(ids: &str, lf: &sb::LogicalFlow) -> bool {
-    let mut rest = ids;
-    for p in ids_pieces(lf) {
-        match (p, rest.as_bytes().first()) {
-            (None, Some(1)) => rest = &rest[1..],
-            (Some(v), Some(2)) => {
-                let Some((len, after)) = rest[1..].split_once(':') else {
-                    return false;
-                };
-                if len.parse::<usize>().ok() != Some(v.len()) || !after.starts_with(v) {
-                    return false;
-                }
-                rest = &after[v.len()..];
-            }
-            _ => return false,
-        }
-    }
-    rest.is_empty()
 }
 
 #[derive(Debug, Clone)]
