@@ -35,7 +35,11 @@ fn ours(file: &str) -> Schema {
 }
 
 fn installed(file: &str) -> Option<Schema> {
-    let path = Path::new("/usr/share/ovn").join(file);
+    installed_in(Path::new("/usr/share/ovn"), file)
+}
+
+fn installed_in(dir: &Path, file: &str) -> Option<Schema> {
+    let path = dir.join(file);
     let Ok(text) = std::fs::read_to_string(&path) else {
         missing(&path.display().to_string());
         return None;
@@ -228,6 +232,44 @@ fn nb_differences_from_ovn_are_listed() {
 #[test]
 fn sb_differences_from_ovn_are_listed() {
     check_against_ovn("ovn-sb.ovsschema");
+}
+
+/// `vswitch.ovsschema` is a subset of Open vSwitch's own schema (the tables and columns a
+/// chassis reads and writes in its local database), with each listed table's attributes and
+/// each listed column's type exactly OVS's: the only differences are tables and columns left
+/// out.
+#[test]
+fn vswitch_is_a_subset_of_ovs_with_the_same_types() {
+    let Some(theirs) = installed_in(Path::new("/usr/share/openvswitch"), "vswitch.ovsschema")
+    else {
+        return;
+    };
+    let ours = ours("vswitch.ovsschema");
+    let wrong: Vec<String> = differences(&ours, &theirs)
+        .into_iter()
+        .filter(|d| !matches!(d.key.change.as_str(), "table-removed" | "column-removed"))
+        .map(|d| format!("{:?}: {}", d.key, d.detail))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "schemas/vswitch.tables differs from OVS's vswitch.ovsschema beyond leaving things out: \
+         {wrong:#?}"
+    );
+    // What the chassis cannot work without is there.
+    for (t, c) in [
+        ("Open_vSwitch", "external_ids"),
+        ("Open_vSwitch", "next_cfg"),
+        ("Open_vSwitch", "cur_cfg"),
+        ("Bridge", "ports"),
+        ("Port", "interfaces"),
+        ("Interface", "ofport"),
+        ("Interface", "error"),
+    ] {
+        assert!(
+            ours.table(t).and_then(|tt| tt.column_index(c)).is_some(),
+            "vswitch.ovsschema lacks {t}.{c}"
+        );
+    }
 }
 
 /// The comparison itself finds each kind of difference (on our own schema, so this runs

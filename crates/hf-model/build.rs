@@ -1,5 +1,5 @@
-//! Generates `nb.rs` and `sb.rs` in OUT_DIR from `schemas/ovn-nb.ovsschema` and
-//! `schemas/ovn-sb.ovsschema`: one typed struct, one column enum and one enum per string-enum
+//! Generates `nb.rs`, `sb.rs` and `vswitch.rs` in OUT_DIR from `schemas/ovn-nb.ovsschema`,
+//! `schemas/ovn-sb.ovsschema` and `schemas/vswitch.ovsschema`: one typed struct, one column enum and one enum per string-enum
 //! column for every table, plus the `Snapshot`, `Delta` and `AnyRow` types of the database.
 //!
 //! The schema is parsed with hf-ovsdb itself, so the generated column order is exactly the one
@@ -20,7 +20,7 @@ type Database = (
     &'static [(&'static str, &'static str)],
 );
 
-const DATABASES: [Database; 2] = [
+const DATABASES: [Database; 3] = [
     (
         "ovn-nb.ovsschema",
         "nb",
@@ -59,6 +59,13 @@ const DATABASES: [Database; 2] = [
             ("Multicast_Group", "datapath"),
             ("Chassis", "encaps"),
         ],
+    ),
+    // A chassis's local database (the subset of Open vSwitch's it reads and writes): which
+    // port and bridge hold an interface.
+    (
+        "vswitch.ovsschema",
+        "vswitch",
+        &[("Bridge", "ports"), ("Port", "interfaces")],
     ),
 ];
 

@@ -12,6 +12,9 @@
 //! - [`Datapath`] ([`core`]): the sans-I/O datapath: in-memory ports, the pipeline with its
 //!   flow cache, conntrack, the zone map, Geneve between chassis, and the control session
 //!   ([`control`]). The `holdfast datapath` daemon and the simulator both run it.
+//! - [`local`]: the chassis's local database (OVS's `Open_vSwitch`) as ovs-vswitchd reads it:
+//!   which interfaces of the integration bridge attach to which logical ports, their ofports,
+//!   and the write-back (`ofport`, `link_state`, `error`, `cur_cfg`).
 //! - [`stopwatch`]: stage stopwatches (`stopwatch/show`) for a change's way through a daemon.
 //! - [`dump`]: conntrack entries in `dpctl/dump-conntrack`'s style.
 //! - [`migrate`]: live migration between datapaths: the state channel, the conntrack pre-copy,
@@ -28,6 +31,7 @@ pub mod dump;
 #[doc(hidden)]
 pub mod example;
 pub mod intern;
+pub mod local;
 pub mod migrate;
 pub mod program;
 pub mod proto;

@@ -1,8 +1,10 @@
 //! hf-model: typed OVN northbound and southbound rows, snapshots and change sets, generated at
-//! build time from `schemas/ovn-nb.ovsschema` and `schemas/ovn-sb.ovsschema`. Sans-I/O.
+//! build time from `schemas/ovn-nb.ovsschema` and `schemas/ovn-sb.ovsschema`, and the same for
+//! the part of a chassis's local Open vSwitch database it uses ([`vswitch`], from
+//! `schemas/vswitch.ovsschema`). Sans-I/O.
 //!
-//! This is the one vocabulary northd, controller, check and trace share: nobody else defines
-//! NB/SB row types.
+//! This is the one vocabulary northd, controller, datapath, check and trace share: nobody else
+//! defines NB, SB or local-database row types.
 //!
 //! What it does:
 //! - [`nb`] and [`sb`]: one struct per table (`nb::LogicalSwitch`, `nb::Nat`,
@@ -69,5 +71,12 @@ pub mod sb {
     include!(concat!(env!("OUT_DIR"), "/sb.rs"));
 }
 
+/// The chassis's local database (`Open_vSwitch`, the subset in `schemas/vswitch.tables`):
+/// `Open_vSwitch`, `Bridge`, `Port` and `Interface` rows.
+pub mod vswitch {
+    include!(concat!(env!("OUT_DIR"), "/vswitch.rs"));
+}
+
 pub use nb::{Delta as NbDelta, Snapshot as NbSnapshot};
 pub use sb::{Delta as SbDelta, Snapshot as SbSnapshot};
+pub use vswitch::{Delta as VswitchDelta, Snapshot as VswitchSnapshot};

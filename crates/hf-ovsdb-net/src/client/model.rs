@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use hf_model::{ModelError, NbSnapshot, SbSnapshot, Table};
+use hf_model::{ModelError, NbSnapshot, SbSnapshot, Table, VswitchSnapshot};
 use hf_ovsdb::Datum;
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
@@ -312,3 +312,4 @@ macro_rules! impl_model {
 
 impl_model!(nb, NbSnapshot, "OVN_Northbound");
 impl_model!(sb, SbSnapshot, "OVN_Southbound");
+impl_model!(vswitch, VswitchSnapshot, "Open_vSwitch");
