@@ -709,6 +709,12 @@ impl Controller {
         self.dp_ports.keys().map(String::as_str)
     }
 
+    /// The logical ports whose flows the datapath runs here (what SB `Port_Binding.up` and the
+    /// local database's `ovn-installed` say).
+    pub fn installed_ports(&self) -> BTreeSet<String> {
+        self.with_state(|st| st.up.clone())
+    }
+
     /// The `nb_cfg` the datapath runs a program for.
     pub fn installed_nb_cfg(&self) -> Option<i64> {
         self.installed_nb_cfg

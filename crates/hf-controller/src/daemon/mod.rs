@@ -6,12 +6,14 @@
 //! Modules: [`core`] (the state machine and the call contract), [`chassis`] (Chassis, Encap
 //! and Chassis_Private registration), [`binding`] (Port_Binding claims), [`monitor`]
 //! (conditions), [`lastgood`] (last good flow versions and flow errors by cause), [`neigh`]
-//! (learned neighbours → MAC_Binding).
+//! (learned neighbours → MAC_Binding), [`local`] (the local OVS database: chassis settings,
+//! `ovn-installed`).
 
 pub mod binding;
 pub mod chassis;
 pub mod core;
 pub mod lastgood;
+pub mod local;
 pub mod monitor;
 pub mod neigh;
 
