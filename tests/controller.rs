@@ -279,3 +279,136 @@ fn feature_level_is_documented_and_validated() {
         "{err}"
     );
 }
+
+/// The local OVS database (`vswitch.ovsschema`, OVS's own) served by `holdfast db` or by a
+/// real ovsdb-server, set up with real `ovs-vsctl` as an operator or a CNI would.
+fn local_db(d: &Path, real: bool) -> (String, Box<dyn std::any::Any>) {
+    let schema = Path::new("/usr/share/openvswitch/vswitch.ovsschema");
+    // Its own directory: the SB's holdfast db has d/db.sock.
+    let d = &d.join("local");
+    std::fs::create_dir(d).unwrap();
+    if real {
+        let s = common::OvsdbServer::start(d, "conf.db", schema);
+        (s.remote.clone(), Box::new(s))
+    } else {
+        let s = common::HoldfastDb::start(d, &[("conf.db", schema)], &[]);
+        (s.unix.clone(), Box::new(s))
+    }
+}
+
+fn vsctl(db: &str, args: &[&str]) -> String {
+    run_ok(
+        Command::new("ovs-vsctl")
+            .arg(format!("--db={db}"))
+            .arg("--no-wait")
+            .args(args),
+    )
+}
+
+/// ovn-controller's way of being configured: only the local database on the command line
+/// (no --system-id, --ovnsb-db or --encap-ip), its settings in `Open_vSwitch external_ids`
+/// written by real `ovs-vsctl`; and ovn-installed written back on the interface once the
+/// port's flows run (what OVN-Kubernetes' CNI waits for), removed when the port goes.
+fn settings_and_ovn_installed(real_local_db: bool) {
+    if !common::require(
+        "controller with a local database",
+        &[TOOLS, &["ovs-vsctl", "ovsdb-server", "ovsdb-tool"]].concat(),
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let dbs = Dbs::start(d, Backend::Holdfast);
+    let _northd = NorthdProc::start(d, "northd", &dbs.nb, &dbs.sb, &[]);
+    run_ok(dbs.nbctl().args(["ls-add", "ls0"]));
+    run_ok(dbs.nbctl().args(["lsp-add", "ls0", "vm1"]));
+    let (conf, _server) = local_db(d, real_local_db);
+    vsctl(&conf, &["init"]);
+    vsctl(
+        &conf,
+        &[
+            "set",
+            "Open_vSwitch",
+            ".",
+            "external_ids:system-id=hv1",
+            &format!("external_ids:ovn-remote={}", dbs.sb),
+            "external_ids:ovn-encap-type=geneve",
+            "external_ids:ovn-encap-ip=127.0.0.1",
+            "external_ids:hostname=hv1.local",
+        ],
+    );
+    vsctl(
+        &conf,
+        &[
+            "add-br",
+            "br-int",
+            "--",
+            "add-port",
+            "br-int",
+            "tap0",
+            "--",
+            "set",
+            "Interface",
+            "tap0",
+            "external_ids:iface-id=vm1",
+        ],
+    );
+    run_ok(
+        Command::new(common::holdfast())
+            .arg("datapath")
+            .args(daemon_args(d, "dp"))
+            .arg("--chassis=hv1")
+            .arg("--encap-ip=127.0.0.1")
+            .arg("--geneve-port=0")
+            .arg(format!("--control=punix:{}", d.join("dp.sock").display()))
+            .arg("--port=vm1,0a:00:00:00:00:01")
+            // A database without bridges for the datapath: this test is about the controller.
+            .arg(format!("unix:{}", d.join("none.sock").display())),
+    );
+    let _dp = PidDaemon {
+        pidfile: d.join("dp.pid"),
+    };
+    run_ok(
+        Command::new(common::holdfast())
+            .arg("controller")
+            .args(daemon_args(d, "ctl"))
+            .arg(format!("--datapath=unix:{}", d.join("dp.sock").display()))
+            .arg(&conf),
+    );
+    let _ctl = PidDaemon {
+        pidfile: d.join("ctl.pid"),
+    };
+    let installed = || vsctl(&conf, &["get", "Interface", "tap0", "external_ids"]);
+    let ok = wait_for(Duration::from_secs(30), || {
+        let s = run_ok(dbs.sbctl().arg("show"));
+        s.contains("Chassis hv1")
+            && s.contains("hostname: hv1.local")
+            && s.contains("Port_Binding vm1")
+            && installed().contains("ovn-installed=\"true\"")
+    });
+    assert!(
+        ok,
+        "ovn-sbctl show:\n{}\ntap0 external_ids: {}\n{}",
+        run_ok(dbs.sbctl().arg("show")),
+        installed(),
+        logs(d)
+    );
+    assert!(installed().contains("ovn-installed-ts="), "{}", installed());
+    // The logical port goes: the mark goes with it.
+    run_ok(dbs.nbctl().args(["lsp-del", "vm1"]));
+    let gone = wait_for(Duration::from_secs(30), || {
+        !installed().contains("ovn-installed")
+    });
+    assert!(gone, "tap0 external_ids: {}\n{}", installed(), logs(d));
+    assert!(installed().contains("iface-id=vm1"), "{}", installed());
+}
+
+#[test]
+fn the_local_database_configures_the_controller_and_takes_ovn_installed() {
+    settings_and_ovn_installed(false);
+}
+
+#[test]
+fn under_a_real_local_ovsdb_server() {
+    settings_and_ovn_installed(true);
+}

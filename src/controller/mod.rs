@@ -5,10 +5,12 @@
 //! moves bytes both ways, reads the clock, serves unixctl, and uses the daemon plumbing
 //! `holdfast db` has (detach, monitor, pidfile, vlog).
 //!
-//! What it does not do: read the local OVS database (ovn-controller's positional
-//! `OVS-DATABASE` and `external_ids:ovn-*` settings: holdfast's chassis settings are options
-//! here: `--system-id`, `--encap-ip`, `--encap-type`, `--hostname`, `--monitor-all`), or
-//! ovn-controller's OpenFlow-specific commands (`group-table-list`, `meter-table-list`,
+//! The local OVS database (ovn-controller's positional `OVS-DATABASE`, [`local`]) gives the
+//! chassis settings (`external_ids:system-id`, `ovn-remote`, `ovn-encap-ip`, ...) that no
+//! flag gives, and takes `Interface external_ids:ovn-installed`.
+//!
+//! What it does not do: apply a change of those settings without a restart (it logs that one
+//! is needed), create the integration bridge, or ovn-controller's OpenFlow-specific commands (`group-table-list`, `meter-table-list`,
 //! `lflow-cache/*`, `inject-pkt`): they are refused as unknown commands.
 // An I/O shell: clocks, sockets, signals.
 #![allow(clippy::disallowed_methods)]
@@ -27,29 +29,43 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::db::shell::{self, ClientTlsArgs, DaemonArgs, ovn_logdir, ovn_rundir};
+
+mod local;
 use crate::db::{daemon, unixctl};
+use hf_controller::daemon::local::Settings;
+use local::LocalDb;
 
 /// ovn-controller's options, as holdfast takes them.
 #[derive(Debug, Args)]
 pub struct ControllerArgs {
-    /// The SB database: `tcp:IP:PORT`, `unix:PATH` or `ssl:IP:PORT`, a comma list for a
-    /// cluster.
-    #[arg(long, value_name = "DATABASE", default_value = "tcp:127.0.0.1:6642")]
-    ovnsb_db: String,
+    /// The local OVS database, ovn-controller's OVS-DATABASE: `unix:PATH` or `tcp:IP:PORT`
+    /// (default: unix:$OVS_RUNDIR/db.sock). The chassis settings come from its `Open_vSwitch
+    /// external_ids` (`system-id`, `ovn-remote`, `ovn-encap-ip`, `ovn-encap-type`, `hostname`,
+    /// `ovn-monitor-all`) where no flag gives them (the controller waits for them), and once a
+    /// port's flows run, its `Interface` gets `external_ids:ovn-installed=true`.
+    #[arg(value_name = "OVS-DATABASE")]
+    database: Option<String>,
 
-    /// The chassis name (`Chassis.name`; ovn-controller's `external_ids:system-id`).
+    /// The SB database (`external_ids:ovn-remote`): `tcp:IP:PORT`, `unix:PATH` or
+    /// `ssl:IP:PORT`, a comma list for a cluster.
+    #[arg(long, value_name = "DATABASE")]
+    ovnsb_db: Option<String>,
+
+    /// The chassis name (`Chassis.name`; `external_ids:system-id`).
     #[arg(long, value_name = "NAME")]
-    system_id: String,
+    system_id: Option<String>,
 
-    /// The tunnel endpoint IP other chassis send Geneve to (`ovn-encap-ip`).
+    /// The tunnel endpoint IP other chassis send Geneve to (`external_ids:ovn-encap-ip`).
     #[arg(long, value_name = "IP")]
-    encap_ip: std::net::IpAddr,
+    encap_ip: Option<std::net::IpAddr>,
 
-    /// The encapsulation (`ovn-encap-type`); holdfast speaks `geneve`.
-    #[arg(long, value_name = "TYPE", default_value = "geneve")]
-    encap_type: String,
+    /// The encapsulation (`external_ids:ovn-encap-type`; default geneve, the only one
+    /// holdfast speaks).
+    #[arg(long, value_name = "TYPE")]
+    encap_type: Option<String>,
 
-    /// The hostname to register (`Chassis.hostname`; default: this host's name).
+    /// The hostname to register (`Chassis.hostname`, `external_ids:hostname`; default: this
+    /// host's name).
     #[arg(long, value_name = "NAME")]
     hostname: Option<String>,
 
@@ -58,7 +74,8 @@ pub struct ControllerArgs {
     #[arg(long, value_name = "unix:PATH")]
     datapath: Option<String>,
 
-    /// Monitor every SB row (`ovn-monitor-all=true`) instead of only what this chassis needs.
+    /// Monitor every SB row (`external_ids:ovn-monitor-all=true`) instead of only what this
+    /// chassis needs.
     #[arg(long)]
     monitor_all: bool,
 
@@ -187,17 +204,16 @@ pub fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         &ovn_logdir(),
         str::to_string,
     )?;
-    if args.encap_type != "geneve" {
-        anyhow::bail!(
-            "--encap-type={}: holdfast's datapath speaks only geneve",
-            args.encap_type
-        );
+    let flags = flag_settings(&args);
+    let local_db = match &args.database {
+        Some(d) => d.clone(),
+        None => format!("unix:{}", daemon::rundir().join("db.sock").display()),
+    };
+    shell::check_db_remotes("OVS-DATABASE", &parse_remotes(&local_db))?;
+    // With every setting on the command line, mistakes are reported before detaching.
+    if flags.missing().is_empty() {
+        Chassis::check(&flags, &args.tls)?;
     }
-    if args.system_id.trim().is_empty() {
-        anyhow::bail!("--system-id: the chassis name must not be empty");
-    }
-    let remotes = parse_remotes(&args.ovnsb_db);
-    shell::check_db_remotes("--ovnsb-db", &remotes)?;
     let rundir = ovn_rundir();
     let dp_path = match &args.datapath {
         None => daemon::rundir().join("holdfast-datapath.sock"),
@@ -206,7 +222,6 @@ pub fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
             _ => anyhow::bail!("--datapath={d}: the datapath's control socket is unix:PATH"),
         },
     };
-    let tls = args.tls.client_config(&remotes)?;
     let shell::Started {
         mut ready,
         pidfile: _pidfile,
@@ -219,8 +234,8 @@ pub fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         .context("starting tokio")?;
     let r = rt.block_on(serve(
         &args,
-        remotes,
-        tls,
+        flags,
+        local_db,
         dp_path,
         unixctl_path,
         &rundir,
@@ -230,6 +245,97 @@ pub fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         tracing::error!("{e:#}");
     }
     r
+}
+
+/// The chassis settings the command line gives.
+fn flag_settings(args: &ControllerArgs) -> Settings {
+    Settings {
+        system_id: args.system_id.clone(),
+        remote: args.ovnsb_db.clone(),
+        encap_ip: args.encap_ip.map(|ip| ip.to_string()),
+        encap_type: args.encap_type.clone(),
+        hostname: args.hostname.clone(),
+        monitor_all: args.monitor_all,
+    }
+}
+
+/// The settings the controller needs, checked.
+#[derive(Clone)]
+struct Chassis {
+    name: String,
+    remotes: Vec<String>,
+    tls: Option<Arc<hf_ovsdb_net::tls::ClientConfig>>,
+    encap_ip: std::net::IpAddr,
+    encap_type: String,
+}
+
+impl Chassis {
+    /// Checks complete settings; the error names the setting and where it came from.
+    fn check(s: &Settings, tls: &ClientTlsArgs) -> anyhow::Result<Chassis> {
+        let what = |flag: &str, key: &str| format!("--{flag} (or external_ids:{key})");
+        let name = s.system_id.clone().unwrap_or_default();
+        if name.trim().is_empty() {
+            anyhow::bail!(
+                "{}: the chassis name must not be empty",
+                what("system-id", "system-id")
+            );
+        }
+        let encap_type = s.encap_type.clone().unwrap_or_else(|| "geneve".into());
+        if encap_type != "geneve" {
+            anyhow::bail!(
+                "{}={encap_type}: holdfast's datapath speaks only geneve",
+                what("encap-type", "ovn-encap-type")
+            );
+        }
+        let ip_text = s.encap_ip.clone().unwrap_or_default();
+        let encap_ip = ip_text.parse().map_err(|_| {
+            anyhow::anyhow!(
+                "{}={ip_text}: not an IP address",
+                what("encap-ip", "ovn-encap-ip")
+            )
+        })?;
+        let remotes = parse_remotes(s.remote.as_deref().unwrap_or_default());
+        shell::check_db_remotes("--ovnsb-db (or external_ids:ovn-remote)", &remotes)?;
+        let tls = tls.client_config(&remotes)?;
+        Ok(Chassis {
+            name,
+            remotes,
+            tls,
+            encap_ip,
+            encap_type,
+        })
+    }
+}
+
+/// The flags completed from the local database, waiting for it (and for the settings it
+/// lacks) as ovn-controller does; says once what it waits for.
+async fn wait_settings(local: &mut LocalDb, flags: &Settings) -> anyhow::Result<Settings> {
+    if flags.missing().is_empty() {
+        return Ok(flags.clone());
+    }
+    let mut said = String::new();
+    loop {
+        let missing = match local.settings(flags) {
+            Some(s) if s.missing().is_empty() => return Ok(s),
+            Some(s) => format!(
+                "waiting for external_ids:{} in the local database {}",
+                s.missing().join(", external_ids:"),
+                local.remote()
+            ),
+            None => format!(
+                "waiting for the local database {} for the settings no flag gives: {}",
+                local.remote(),
+                flags.missing().join(", ")
+            ),
+        };
+        if missing != said {
+            tracing::info!("{missing}");
+            said = missing;
+        }
+        if !local.next().await {
+            anyhow::bail!("the local database's replica stopped");
+        }
+    }
 }
 
 /// What the I/O tasks tell the main loop; `epoch` tells a stale connection's news apart.
@@ -388,8 +494,8 @@ async fn drain(core: &mut Controller, links: &mut Links, start: Instant) {
 #[allow(clippy::too_many_arguments)]
 async fn serve(
     args: &ControllerArgs,
-    remotes: Vec<String>,
-    tls: Option<Arc<hf_ovsdb_net::tls::ClientConfig>>,
+    flags: Settings,
+    local_db: String,
     dp_path: PathBuf,
     unixctl_path: Option<PathBuf>,
     rundir: &Path,
@@ -404,19 +510,25 @@ async fn serve(
         |p| start_unixctl(p, utx),
     )?;
     shell::ready(ready, "", &args.daemon);
+    let mut local = LocalDb::spawn(&local_db);
+    let settings = wait_settings(&mut local, &flags).await?;
+    let chassis = Chassis::check(&settings, &args.tls)?;
+    local.set_running(settings.clone());
+    let Chassis { remotes, tls, .. } = chassis.clone();
     tracing::info!(
-        "{PROGRAM} {CONTROLLER_VERSION}: chassis {}, SB {}, datapath unix:{}",
-        args.system_id,
+        "{PROGRAM} {CONTROLLER_VERSION}: chassis {}, SB {}, datapath unix:{}, local database {}",
+        chassis.name,
         remotes.join(","),
-        dp_path.display()
+        dp_path.display(),
+        local.remote()
     );
     let start = *START.get_or_init(Instant::now);
     let cfg = ControllerConfig {
-        chassis: args.system_id.clone(),
-        hostname: args.hostname.clone().unwrap_or_else(hostname),
-        encap_type: args.encap_type.clone(),
-        encap_ip: args.encap_ip.to_string(),
-        monitor_all: args.monitor_all,
+        chassis: chassis.name.clone(),
+        hostname: settings.hostname.clone().unwrap_or_else(hostname),
+        encap_type: chassis.encap_type.clone(),
+        encap_ip: chassis.encap_ip.to_string(),
+        monitor_all: settings.monitor_all,
     };
     let mut core = Controller::with_tuning(
         cfg,
@@ -451,6 +563,7 @@ async fn serve(
     };
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut exit = false;
+    let mut local_alive = true;
     drain(&mut core, &mut links, start).await;
     links.dial_dp();
     while !exit {
@@ -500,6 +613,7 @@ async fn serve(
                     _ => {}
                 }
             }
+            alive = local.next(), if local_alive => local_alive = alive,
             q = urx.recv() => {
                 let Some(q) = q else { continue };
                 let r = command(&q.method, &q.args, &mut core, start.elapsed());
@@ -512,6 +626,7 @@ async fn serve(
         }
         drain(&mut core, &mut links, start).await;
         links.dial_dp();
+        local.sync_installed(&chassis.name, core.installed_ports(), &flags);
     }
     if exit {
         tracing::info!("exiting by unixctl request");

@@ -19,6 +19,7 @@
 #![allow(clippy::disallowed_methods)]
 
 mod cert;
+mod local;
 mod state;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -69,13 +70,26 @@ state channel, both ways"
     )),
 )]
 pub struct DatapathArgs {
-    /// The chassis name (`external_ids:system-id`); the controller must name the same.
-    #[arg(long, value_name = "NAME")]
-    chassis: String,
+    /// The chassis's local OVS database, as ovs-vswitchd takes it: `unix:PATH` or
+    /// `tcp:IP:PORT` (default: unix:$OVS_RUNDIR/db.sock). The interfaces on the integration
+    /// bridge's ports (`external_ids:ovn-bridge`, default br-int) with
+    /// `external_ids:iface-id=PORT` are opened and attached to logical port PORT; each
+    /// `Interface` row gets its `ofport`, `ifindex`, `mac_in_use`, `mtu`, `admin_state`,
+    /// `link_state` and `error`, and `Open_vSwitch.cur_cfg` follows `next_cfg` (so `ovs-vsctl`
+    /// without --no-wait returns). The chassis name and encap IP come from its
+    /// `external_ids:system-id` and `ovn-encap-ip` when --chassis and --encap-ip are not given.
+    #[arg(value_name = "DATABASE")]
+    database: Option<String>,
 
-    /// The local tunnel endpoint: Geneve is received on IP:--geneve-port and sent from it.
+    /// The chassis name (default: the local database's `external_ids:system-id`); the
+    /// controller must name the same.
+    #[arg(long, value_name = "NAME")]
+    chassis: Option<String>,
+
+    /// The local tunnel endpoint: Geneve is received on IP:--geneve-port and sent from it
+    /// (default: the local database's `external_ids:ovn-encap-ip`).
     #[arg(long, value_name = "IP")]
-    encap_ip: IpAddr,
+    encap_ip: Option<IpAddr>,
 
     /// The Geneve UDP port, here and on the remote chassis (0: an ephemeral port, printed in
     /// the log; remote chassis are then reached on that same number).
@@ -259,6 +273,18 @@ pub fn run(args: DatapathArgs) -> anyhow::Result<ExitCode> {
         str::to_string,
     )?;
     let rundir = daemon::rundir();
+    let local_db = match &args.database {
+        Some(d) => d.clone(),
+        None => format!("unix:{}", rundir.join("db.sock").display()),
+    };
+    shell::check_db_remotes("DATABASE", &hf_ovsdb_net::client::parse_remotes(&local_db))?;
+    let (chassis, encap_ip) = match (&args.chassis, args.encap_ip) {
+        (Some(c), Some(ip)) => (c.clone(), ip),
+        (c, ip) => local::read_settings(&local_db, c.as_deref(), ip)?,
+    };
+    if chassis.trim().is_empty() {
+        anyhow::bail!("--chassis (or external_ids:system-id): the chassis name must not be empty");
+    }
     let control = match &args.control {
         None => rundir.join(format!("{PROGRAM}.sock")),
         Some(c) => match c.strip_prefix("punix:") {
@@ -277,10 +303,10 @@ pub fn run(args: DatapathArgs) -> anyhow::Result<ExitCode> {
         None => BTreeMap::new(),
     };
     // Bind before detaching so that errors reach the caller.
-    let udp = std::net::UdpSocket::bind(SocketAddr::new(args.encap_ip, args.geneve_port))
-        .with_context(|| format!("binding Geneve on {}:{}", args.encap_ip, args.geneve_port))?;
+    let udp = std::net::UdpSocket::bind(SocketAddr::new(encap_ip, args.geneve_port))
+        .with_context(|| format!("binding Geneve on {encap_ip}:{}", args.geneve_port))?;
     udp.set_nonblocking(true)?;
-    let state_bound = state::bind(args.state_listen.as_deref(), args.encap_ip, &args.tls)?;
+    let state_bound = state::bind(args.state_listen.as_deref(), encap_ip, &args.tls)?;
     if control.exists() {
         let _ = std::fs::remove_file(&control);
     }
@@ -296,7 +322,7 @@ pub fn run(args: DatapathArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting tokio")?;
-    let mut cfg = DatapathConfig::new(&args.chassis, args.encap_ip);
+    let mut cfg = DatapathConfig::new(&chassis, encap_ip);
     cfg.zones = zones;
     cfg.compile_threads = args.compile_threads.map_or_else(
         || std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -311,6 +337,9 @@ pub fn run(args: DatapathArgs) -> anyhow::Result<ExitCode> {
         zones_file,
         geneve_port: 0,
         state: state::StateChannel::new(state_bound),
+        chassis: chassis.clone(),
+        encap_ip,
+        local_db,
     };
     let r = rt.block_on(shell.serve(
         &args,
@@ -349,6 +378,10 @@ struct Shell {
     geneve_port: u16,
     /// Live migration's sessions with other datapaths.
     state: state::StateChannel,
+    chassis: String,
+    encap_ip: IpAddr,
+    /// The local OVS database's remote.
+    local_db: String,
 }
 
 impl Shell {
@@ -385,8 +418,8 @@ impl Shell {
         tracing::info!(
             "{PROGRAM} {}: chassis {}, Geneve on {}:{}, control punix:{}, {}",
             env!("CARGO_PKG_VERSION"),
-            args.chassis,
-            args.encap_ip,
+            self.chassis,
+            self.encap_ip,
             self.geneve_port,
             control.display(),
             self.state.describe()

@@ -1,0 +1,285 @@
+//! The datapath's replica of the chassis's local OVS database (its positional `DATABASE`, as
+//! ovs-vswitchd takes it): which interfaces to open for which logical ports, and what it saw
+//! of them written back ([`hf_datapath::local`] decides; this moves it).
+
+// Wired into the shell with the AF_PACKET ports (next commit).
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use hf_datapath::local::{Observed, Ofports, Plan, plan, write_ops};
+use hf_model::VswitchSnapshot;
+use hf_ovsdb_net::client::{Client, Config, Event, TableSelect, TxnOutcome};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+const IDLE: u8 = 0;
+const WRITING: u8 = 1;
+/// The last write failed: write again.
+const FAILED: u8 = 2;
+
+/// The local database's replica and the write-back state.
+pub struct LocalDb {
+    remote: String,
+    chassis: String,
+    client: Arc<Client<VswitchSnapshot>>,
+    events: UnboundedReceiver<Event<VswitchSnapshot>>,
+    synced: bool,
+    /// The rows changed since the last plan.
+    changed: bool,
+    /// The observations changed since the last write (or the rows did).
+    dirty: bool,
+    writing: Arc<AtomicU8>,
+    ofports: Ofports,
+    foreign: Option<bool>,
+}
+
+/// The columns the datapath reads and writes, per table.
+const TABLES: &[(&str, &[&str])] = &[
+    (
+        "Open_vSwitch",
+        &["bridges", "external_ids", "next_cfg", "cur_cfg"],
+    ),
+    ("Bridge", &["name", "ports"]),
+    ("Port", &["name", "interfaces"]),
+    (
+        "Interface",
+        &[
+            "name",
+            "type",
+            "external_ids",
+            "ofport",
+            "ofport_request",
+            "ifindex",
+            "mac_in_use",
+            "mtu",
+            "admin_state",
+            "link_state",
+            "error",
+        ],
+    ),
+];
+
+impl LocalDb {
+    /// Starts the replica of `remote` for the datapath of `chassis`; it keeps reconnecting
+    /// while the database is not there.
+    pub fn spawn(remote: &str, chassis: &str) -> Self {
+        let cfg = Config {
+            tables: TABLES
+                .iter()
+                .map(|(t, cols)| TableSelect {
+                    name: (*t).into(),
+                    columns: Some(cols.iter().map(|c| (*c).to_string()).collect()),
+                    condition: None,
+                })
+                .collect(),
+            backoff_min_ms: 100,
+            backoff_max_ms: 2_000,
+            ..Config::default()
+        };
+        let (client, events) = Client::<VswitchSnapshot>::spawn(vec![remote.to_string()], cfg);
+        LocalDb {
+            remote: remote.to_string(),
+            chassis: chassis.to_string(),
+            client: Arc::new(client),
+            events,
+            synced: false,
+            changed: false,
+            dirty: false,
+            writing: Arc::default(),
+            ofports: Ofports::default(),
+            foreign: None,
+        }
+    }
+
+    /// The remote's name.
+    pub fn remote(&self) -> &str {
+        &self.remote
+    }
+
+    /// The next event of the replica, taken in; false when the replica stopped.
+    pub async fn next(&mut self) -> bool {
+        let Some(e) = self.events.recv().await else {
+            return false;
+        };
+        match e {
+            Event::Resynced { .. } => {
+                if !self.synced {
+                    tracing::info!("local database {}: connected", self.remote);
+                }
+                self.synced = true;
+                self.changed = true;
+            }
+            Event::Changes(_) => self.changed = true,
+            Event::Disconnected { reason, .. } => {
+                if self.synced {
+                    tracing::warn!("local database {}: {reason}", self.remote);
+                } else {
+                    tracing::debug!("local database {}: {reason}", self.remote);
+                }
+                self.synced = false;
+            }
+            Event::Warning(w) => tracing::warn!("local database {}: {w}", self.remote),
+            _ => {}
+        }
+        true
+    }
+
+    /// The plan, when the rows changed since the last one (none for a database that belongs
+    /// to another chassis: its `system-id` names another one).
+    pub fn plan_if_changed(&mut self) -> Option<Plan> {
+        if !self.synced || !std::mem::take(&mut self.changed) {
+            return None;
+        }
+        self.dirty = true;
+        let p = self.client.with(|r| plan(r.model()));
+        let foreign = p.system_id.as_deref().is_some_and(|s| s != self.chassis);
+        if self.foreign != Some(foreign) {
+            if foreign {
+                tracing::warn!(
+                    "local database {}: external_ids:system-id={} is not this datapath's \
+                     chassis {}: its interfaces are left alone",
+                    self.remote,
+                    p.system_id.as_deref().unwrap_or_default(),
+                    self.chassis
+                );
+            }
+            self.foreign = Some(foreign);
+        }
+        if foreign {
+            return Some(Plan::default());
+        }
+        if p.root.is_some() && !p.bridge_found {
+            tracing::warn!(
+                "local database {}: no integration bridge {} (ovs-vsctl add-br {})",
+                self.remote,
+                p.bridge,
+                p.bridge
+            );
+        }
+        Some(p)
+    }
+
+    /// Something observed changed: write at the next [`LocalDb::write`].
+    pub fn mark_dirty(&mut self) {
+        self.dirty = true;
+    }
+
+    /// Writes what the datapath saw (`observed`; `failed`: interfaces that could not be
+    /// opened) to the rows of `plan`, when anything changed since the last write and no write
+    /// is on its way.
+    pub fn write(
+        &mut self,
+        plan: &Plan,
+        observed: &BTreeMap<String, Observed>,
+        failed: &BTreeSet<String>,
+    ) {
+        if !self.synced || self.foreign == Some(true) || plan.root.is_none() {
+            return;
+        }
+        match self.writing.load(Ordering::Acquire) {
+            WRITING => return,
+            FAILED => self.dirty = true,
+            _ => {}
+        }
+        if !std::mem::take(&mut self.dirty) {
+            return;
+        }
+        self.client
+            .with(|r| self.ofports.assign(r.model(), plan, failed));
+        let (plan, ofports, observed) = (plan.clone(), self.ofports.clone(), observed.clone());
+        if self
+            .client
+            .with(|r| write_ops(r.model(), &plan, &ofports, &observed))
+            .is_empty()
+        {
+            return;
+        }
+        self.writing.store(WRITING, Ordering::Release);
+        let (client, writing, remote) = (
+            Arc::clone(&self.client),
+            Arc::clone(&self.writing),
+            self.remote.clone(),
+        );
+        tokio::spawn(async move {
+            let (outcome, _) = client
+                .transact(Box::new(move |m: &VswitchSnapshot| {
+                    write_ops(m, &plan, &ofports, &observed)
+                }))
+                .await;
+            let next = match outcome {
+                TxnOutcome::Failed(e) => {
+                    tracing::warn!("local database {remote}: writing the interfaces failed: {e}");
+                    FAILED
+                }
+                _ => IDLE,
+            };
+            writing.store(next, Ordering::Release);
+        });
+    }
+}
+
+/// The chassis name and encap IP from the local database, for a datapath whose command line
+/// lacks them: reads `remote` until its `Open_vSwitch external_ids` has `system-id` and
+/// `ovn-encap-ip` (saying once what it waits for).
+pub fn read_settings(
+    remote: &str,
+    chassis: Option<&str>,
+    encap_ip: Option<std::net::IpAddr>,
+) -> anyhow::Result<(String, std::net::IpAddr)> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let cfg = Config {
+            tables: vec![TableSelect {
+                name: "Open_vSwitch".into(),
+                columns: Some(vec!["external_ids".into()]),
+                condition: None,
+            }],
+            backoff_min_ms: 100,
+            backoff_max_ms: 2_000,
+            ..Config::default()
+        };
+        let (client, mut events) = Client::<VswitchSnapshot>::spawn(vec![remote.to_string()], cfg);
+        let mut said = false;
+        loop {
+            let got = client.with(|r| {
+                let ext = |k: &str| {
+                    r.model()
+                        .open_vswitch_row()
+                        .and_then(|o| o.external_ids.get(k))
+                        .map(|v| v.trim().to_string())
+                        .filter(|v| !v.is_empty())
+                };
+                (
+                    chassis.map(str::to_string).or_else(|| ext("system-id")),
+                    encap_ip.map(|i| i.to_string()).or_else(|| {
+                        ext("ovn-encap-ip").map(|v| v.split(',').next().unwrap_or("").to_string())
+                    }),
+                )
+            });
+            if let (Some(name), Some(ip)) = got {
+                let ip = ip.trim().parse().map_err(|_| {
+                    anyhow::anyhow!(
+                        "local database {remote}: external_ids:ovn-encap-ip={ip} is not an IP \
+                         address"
+                    )
+                })?;
+                return Ok((name, ip));
+            }
+            if !said {
+                tracing::info!(
+                    "waiting for the local database {remote} to name the chassis \
+                     (external_ids:system-id) and its encap IP (external_ids:ovn-encap-ip), \
+                     or give --chassis and --encap-ip"
+                );
+                said = true;
+            }
+            if events.recv().await.is_none() {
+                anyhow::bail!("local database {remote}: the replica stopped");
+            }
+        }
+    })
+}
