@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use crate::core::{Datapath, DeltaRefusal, Level};
-use crate::proto::{Decoder, FromDatapath, PROTOCOL_VERSION, ToDatapath, encode_to};
+use crate::proto::{Decoder, FromDatapath, PROTOCOL_VERSION, ToDatapath, encode_to, speaks};
 
 /// One controller session.
 #[derive(Debug, Default)]
@@ -26,6 +26,8 @@ pub(crate) struct Control {
     dec: Decoder<ToDatapath>,
     hello: bool,
     closing: bool,
+    /// The peer's protocol version (from its hello).
+    version: u32,
 }
 
 impl Control {
@@ -141,9 +143,10 @@ impl Datapath {
         if !hello {
             match msg {
                 ToDatapath::Hello { version, chassis } => {
-                    if version != PROTOCOL_VERSION {
+                    if !speaks(version) {
                         return self.refuse(format!(
-                            "controller speaks protocol version {version}, this datapath speaks {PROTOCOL_VERSION}"
+                            "controller speaks protocol version {version}, this datapath speaks {}..={PROTOCOL_VERSION}",
+                            crate::proto::MIN_PROTOCOL_VERSION
                         ));
                     }
                     if chassis != self.cfg.chassis {
@@ -154,6 +157,7 @@ impl Datapath {
                     }
                     if let Some(c) = self.control.as_mut() {
                         c.hello = true;
+                        c.version = version;
                     }
                     let answer = FromDatapath::Hello {
                         version: PROTOCOL_VERSION,
@@ -225,6 +229,26 @@ impl Datapath {
                 self.send(&FromDatapath::Exported(Box::new(s)))
             }
             ToDatapath::Ping { seq } => self.send(&FromDatapath::Pong { seq }),
+            ToDatapath::TakeOver => {
+                let version = self.control.as_ref().map_or(0, |c| c.version);
+                if version < 5 {
+                    return self.refuse(format!(
+                        "a takeover needs protocol version 5, the peer said {version}"
+                    ));
+                }
+                let s = self.export_state(now);
+                self.log(
+                    Level::Info,
+                    format!(
+                        "taken over by a new datapath process: state exported (program {}, {} zones, {} bytes of conntrack); forwarding stops here",
+                        self.generation(),
+                        s.zones.len(),
+                        s.conntrack.len()
+                    ),
+                );
+                self.send(&FromDatapath::Exported(Box::new(s)));
+                self.handed_over = true;
+            }
             ToDatapath::ProgramDelta(d) => {
                 let generation = d.generation;
                 match self.install_delta(&d) {
@@ -278,5 +302,6 @@ fn name_of(m: &ToDatapath) -> &'static str {
         ToDatapath::ExportState => "ExportState",
         ToDatapath::Ping { .. } => "Ping",
         ToDatapath::ProgramDelta(_) => "ProgramDelta",
+        ToDatapath::TakeOver => "TakeOver",
     }
 }

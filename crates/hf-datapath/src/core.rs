@@ -198,6 +198,8 @@ pub struct PortHandle(u32);
 /// The per-chassis datapath core. See the module docs.
 #[derive(Debug)]
 pub struct Datapath {
+    /// Taken over by a new process ([`crate::proto::ToDatapath::TakeOver`]): forwards nothing more.
+    pub(crate) handed_over: bool,
     pub(crate) cfg: DatapathConfig,
     pub(crate) ports: BTreeMap<String, PortState>,
     /// Local id → port name (hashed: read for every frame a port sends).
@@ -301,6 +303,7 @@ impl Datapath {
             program: None,
             spec_cache: crate::program::SpecCache::with_options(opts),
             flow_errors: Vec::new(),
+            handed_over: false,
             held: Vec::new(),
             last_shared: 0,
             zones,
@@ -752,6 +755,13 @@ impl Datapath {
 
     // ----- traffic -----
 
+    /// Whether a new datapath process took this one's place ([`crate::proto::ToDatapath::TakeOver`]): its
+    /// state went with the export, and frames given to it now are dropped (the shell stops
+    /// reading and hands its sockets over).
+    pub fn handed_over(&self) -> bool {
+        self.handed_over
+    }
+
     /// A frame arrived on local port `port`.
     pub fn handle_port_frame(&mut self, port: &str, frame: &[u8], now: Duration) {
         self.counters.rx_port += 1;
@@ -835,6 +845,11 @@ impl Datapath {
     }
 
     pub(crate) fn run(&mut self, from: Ingress, frame: &[u8], now: Duration, tunnel: bool) {
+        if self.handed_over {
+            // The connections now live in the new process: this one must not change them.
+            self.counters.dropped += 1;
+            return;
+        }
         let res = self
             .pipeline
             .process(&mut self.ct, from, frame, now, &mut self.outs);

@@ -37,7 +37,20 @@ pub use crate::delta::{
 /// Version 4 added [`ToDatapath::ProgramDelta`] and [`FromDatapath::BaseMismatch`] (as new last
 /// variants: every message of version 3, the state export included, encodes the same, so a
 /// version-3 export imports; see `tests/handoff_v3.rs`).
-pub const PROTOCOL_VERSION: u32 = 4;
+///
+/// Version 5 added the hitless takeover of a running datapath by a new process
+/// ([`ToDatapath::TakeOver`], [`FromDatapath::HandOver`]), again as new last variants. A
+/// controller never sends or receives them, so a version-5 peer still speaks with a version-4
+/// one ([`MIN_PROTOCOL_VERSION`]); only a takeover needs version 5 at both ends.
+pub const PROTOCOL_VERSION: u32 = 5;
+
+/// The oldest peer version this build speaks with (see [`PROTOCOL_VERSION`]).
+pub const MIN_PROTOCOL_VERSION: u32 = 4;
+
+/// Whether a peer's hello version is one this build speaks.
+pub fn speaks(version: u32) -> bool {
+    (MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version)
+}
 
 /// The largest frame accepted (a program for a 500-switch topology is tens of MB).
 pub const MAX_FRAME: usize = 512 << 20;
@@ -88,6 +101,12 @@ pub enum ToDatapath {
     /// program, another generation, a datapath held at earlier flows, or a delta that does
     /// not fit): the controller then sends the whole program. (Added in version 4.)
     ProgramDelta(Box<ProgramDelta>),
+    /// A new datapath process takes this one's place (`holdfast datapath --takeover`): the
+    /// answer is [`FromDatapath::Exported`] with the whole state, after which this datapath
+    /// forwards nothing more ([`crate::Datapath::handed_over`]); its shell then sends
+    /// [`FromDatapath::HandOver`] with its sockets and exits. Only from a version-5 peer.
+    /// (Added in version 5.)
+    TakeOver,
 }
 
 /// Datapath → controller.
@@ -185,6 +204,31 @@ pub enum FromDatapath {
         /// Why, in words.
         reason: String,
     },
+    /// The sockets of a datapath that was taken over ([`ToDatapath::TakeOver`]), passed with
+    /// this frame as `SCM_RIGHTS` ancillary data, one file descriptor per handle, in order.
+    /// Sent by the daemon's shell, after [`FromDatapath::Exported`]. (Added in version 5.)
+    HandOver {
+        /// What each passed descriptor is.
+        handles: Vec<HandleMsg>,
+    },
+}
+
+/// One socket passed in a takeover ([`FromDatapath::HandOver`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HandleMsg {
+    /// A port's interface socket (AF_PACKET).
+    Port {
+        /// The logical port (`iface-id`) it is attached to.
+        port: String,
+        /// The network device.
+        ifname: String,
+    },
+    /// The Geneve UDP socket.
+    Geneve,
+    /// The control socket's listener.
+    Control,
+    /// Live migration's state-channel listener.
+    StateListen,
 }
 
 /// A local port of the datapath.

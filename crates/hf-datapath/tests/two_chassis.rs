@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use hf_conntrack::fuzzing::{Seg, icmp_echo, tcp_frame};
 use hf_datapath::example::{self, VM1_IP, VM1_MAC, VM2_IP, VM2_MAC};
-use hf_datapath::proto::{Decoder, FromDatapath, PROTOCOL_VERSION, ProgramMsg, ToDatapath, encode};
+use hf_datapath::proto::{
+    Decoder, FromDatapath, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, ProgramMsg, ToDatapath, encode,
+};
 use hf_datapath::{Datapath, DatapathConfig, Transmit};
 use hf_wire::tcp_flags::{ACK, PSH, SYN};
 
@@ -389,6 +391,44 @@ fn export_import_keeps_connections() {
     let mut d = chassis(1);
     assert!(d.import_state(broken, ms(1)).is_err());
     assert_eq!(d.generation(), 0);
+}
+
+/// A takeover (`holdfast datapath --takeover`): a version-4 peer (a controller) may not ask
+/// for it; a version-5 one gets the whole state, after which the old process forwards nothing
+/// (the connections continue in the process that imported them, not in two places).
+#[test]
+fn a_takeover_exports_the_state_and_the_old_process_forwards_no_more() {
+    let mut n = Net::new();
+    let (s1, s2) = handshake(&mut n, ms(10));
+    n.dps[0].handle_control_connected(ms(11));
+    let v4 = ToDatapath::Hello {
+        version: MIN_PROTOCOL_VERSION,
+        chassis: "hv1".into(),
+    };
+    let ans = ctl(&mut n.dps[0], &[v4, ToDatapath::TakeOver], ms(11));
+    assert!(
+        matches!(ans.last(), Some(FromDatapath::Error { message }) if message.contains("version 5")),
+        "{ans:?}"
+    );
+    assert!(!n.dps[0].handed_over());
+    let data = tcp(true, ACK | PSH, s1, s2, 20);
+    assert_eq!(n.send(1, "vm1", &data, ms(12)).len(), 1);
+    n.dps[0].handle_control_connected(ms(13));
+    let ans = ctl(&mut n.dps[0], &[hello("hv1"), ToDatapath::TakeOver], ms(13));
+    let Some(FromDatapath::Exported(state)) = ans.last() else {
+        panic!("{ans:?}")
+    };
+    assert!(n.dps[0].handed_over());
+    let dropped = n.dps[0].counters().dropped;
+    let more = tcp(true, ACK | PSH, s1 + 20, s2, 20);
+    assert!(n.send(1, "vm1", &more, ms(14)).is_empty());
+    assert_eq!(n.dps[0].counters().dropped, dropped + 1);
+    let mut fresh = chassis(1);
+    fresh.import_state((**state).clone(), ms(15)).unwrap();
+    n.dps[0] = fresh;
+    assert_eq!(n.send(1, "vm1", &more, ms(16)).len(), 1);
+    let back = tcp(false, ACK | PSH, s2, s1 + 40, 10);
+    assert_eq!(n.send(2, "vm2", &back, ms(17)).len(), 1);
 }
 
 /// An export whose conntrack decodes but holds a corrupt connection is refused whole: the

@@ -917,11 +917,12 @@ impl Controller {
                 zones,
                 program,
             } => {
-                if version != PROTOCOL_VERSION {
+                if !proto::speaks(version) {
                     self.say(
                         Level::Err,
                         format!(
-                            "datapath speaks control protocol version {version}, this controller {PROTOCOL_VERSION}: not using it"
+                            "datapath speaks control protocol version {version}, this controller {}..={PROTOCOL_VERSION}: not using it",
+                            proto::MIN_PROTOCOL_VERSION
                         ),
                     );
                     self.dp_lost();
@@ -1102,6 +1103,13 @@ impl Controller {
             FromDatapath::Pong { .. } => {}
             FromDatapath::Error { message } => {
                 self.say(Level::Warn, format!("datapath: {message}"));
+            }
+            // Only a takeover (datapath to datapath) carries sockets; a controller never asks.
+            FromDatapath::HandOver { .. } => {
+                self.say(
+                    Level::Warn,
+                    "datapath: an unrequested HandOver message: ignored".into(),
+                );
             }
         }
         let _ = now;
