@@ -24,6 +24,14 @@ command -v ovs-vswitchd >/dev/null 2>&1 || need_pkgs+=(openvswitch-switch)
 [ -f /usr/share/ovn/ovn-nb.ovsschema ] || need_pkgs+=(ovn-common)
 /usr/bin/python3 -c 'import ovs.db.idl' >/dev/null 2>&1 || need_pkgs+=(python3-openvswitch)
 command -v ip >/dev/null 2>&1 || need_pkgs+=(iproute2)
+# The real-network harness (crates/hf-testkit): traffic, offloads, the kernel's conntrack.
+command -v iperf3 >/dev/null 2>&1 || need_pkgs+=(iperf3)
+nc -h 2>&1 | grep -q OpenBSD || need_pkgs+=(netcat-openbsd)
+command -v busybox >/dev/null 2>&1 || need_pkgs+=(busybox)
+command -v ethtool >/dev/null 2>&1 || command -v /usr/sbin/ethtool >/dev/null 2>&1 || need_pkgs+=(ethtool)
+command -v conntrack >/dev/null 2>&1 || command -v /usr/sbin/conntrack >/dev/null 2>&1 || need_pkgs+=(conntrack)
+command -v nft >/dev/null 2>&1 || command -v /usr/sbin/nft >/dev/null 2>&1 || need_pkgs+=(nftables)
+command -v ping >/dev/null 2>&1 || need_pkgs+=(iputils-ping)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   # Deduplicate.
   mapfile -t need_pkgs < <(printf '%s\n' "${need_pkgs[@]}" | sort -u)
