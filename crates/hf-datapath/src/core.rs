@@ -209,7 +209,7 @@ pub struct Datapath {
     pub(crate) ct: Conntrack,
     pub(crate) program: Option<ProgramMsg>,
     /// The parsed flows of the running program (so an unchanged datapath is not parsed again).
-    spec_cache: crate::program::SpecCache,
+    pub(crate) spec_cache: crate::program::SpecCache,
     pub(crate) flow_errors: Vec<FlowErrorMsg>,
     /// Datapaths of the installed program held at flows they ran before (their flows in
     /// `program` are those, not what the controller sent): a delta cannot apply until a whole
@@ -462,10 +462,11 @@ impl Datapath {
 
     /// A port appeared or went: the program's `Local` locations resolve differently, so the
     /// installed program is compiled again (sharing unchanged tables).
-    fn relocate(&mut self) {
+    pub(crate) fn relocate(&mut self) {
         let Some(msg) = self.program.take() else {
             return;
         };
+        self.spec_cache.set_active(&self.mig.activated);
         let local = self.port_ids();
         match crate::program::compile_cached(
             &msg,
@@ -494,6 +495,7 @@ impl Datapath {
     /// Installs `msg` atomically: compiled whole and swapped in, or refused (the previous
     /// program keeps running). On success the zone map becomes the program's.
     pub fn install(&mut self, msg: ProgramMsg) -> Result<Vec<FlowErrorMsg>, String> {
+        self.spec_cache.set_active(&self.mig.activated);
         // Datapaths whose flows differ from the installed program's must be compiled again:
         // the spec cache knows them when it holds the running program's flows; otherwise they
         // are found by comparing with the installed message.
@@ -586,6 +588,7 @@ impl Datapath {
             applied.changed.iter().cloned().collect();
         let changed: Vec<&str> = applied.changed.iter().map(String::as_str).collect();
         let local = self.port_ids();
+        self.spec_cache.set_active(&self.mig.activated);
         let built = if no_last_good_changed {
             self.spec_cache.build(&msg, &local)
         } else {

@@ -61,7 +61,7 @@ use hf_pipeline::{
     ProgramSpec,
 };
 
-use crate::proto::{DatapathMsg, FlowErrorMsg, FlowMsg, LocationMsg, ProgramMsg};
+use crate::proto::{DatapathMsg, FlowErrorMsg, FlowMsg, LocationMsg, PortMsg, ProgramMsg};
 
 /// Parses one address-set member as a logical-flow constant (an IPv4/IPv6 address or prefix,
 /// a MAC, a number).
@@ -462,6 +462,8 @@ pub struct SpecCache {
     opts: CompileOptions,
     /// The address sets and port groups of the last program compiled (`None`: not known).
     sets: Option<Sets>,
+    /// Ports activated here ([`SpecCache::set_active`]).
+    active: BTreeSet<String>,
 }
 
 /// What may differ between the cached program and a new one (a delta's changes): everything
@@ -557,6 +559,20 @@ impl SpecCache {
         self.sets = None;
     }
 
+    /// The ports activated on this chassis (a RARP, GARP or NA, or the controller's
+    /// `SetPortActive`) while the program still says they wait: `is_chassis_resident()` holds
+    /// for them from the activation on, as ovn-controller counts a port resident once it has
+    /// claimed it, before SB says `additional-chassis-activated`. (Without it, the frames a
+    /// migrated VM sends between its activation and the controller's next program would miss
+    /// its distributed NAT.) Returns whether the set changed; the next build uses it.
+    pub fn set_active(&mut self, active: &BTreeSet<String>) -> bool {
+        if self.active == *active {
+            return false;
+        }
+        self.active.clone_from(active);
+        true
+    }
+
     /// [`to_spec`] reusing the cached specs of datapaths whose flows did not change. Takes
     /// the cached entries out: hand the result to [`SpecCache::compile`], which puts them
     /// back on success.
@@ -574,7 +590,7 @@ impl SpecCache {
             was_valid = true;
         }
         self.sets = None;
-        match build_spec(msg, local, Some(&mut old), None, None) {
+        match build_spec(msg, local, &self.active, Some(&mut old), None, None) {
             Ok(built) => Ok(CachedSpec { built, was_valid }),
             Err(e) => {
                 self.restore(old, was_valid);
@@ -601,7 +617,14 @@ impl SpecCache {
         self.valid = false;
         let mut old = std::mem::take(&mut self.dps);
         let sets = self.sets.take();
-        match build_spec(msg, local, Some(&mut old), Some(may_differ), sets) {
+        match build_spec(
+            msg,
+            local,
+            &self.active,
+            Some(&mut old),
+            Some(may_differ),
+            sets,
+        ) {
             Ok(built) => Ok(CachedSpec {
                 built,
                 was_valid: true,
@@ -881,6 +904,7 @@ pub fn check_zones(msg: &ProgramMsg) -> Result<(), String> {
 fn build_spec(
     msg: &ProgramMsg,
     local: &BTreeMap<String, u32>,
+    active: &BTreeSet<String>,
     mut old: Option<&mut HashMap<String, ParsedDp>>,
     may_differ: Option<Knowing<'_>>,
     old_sets: Option<Sets>,
@@ -922,7 +946,8 @@ fn build_spec(
         };
         let (ports, groups) = match kept {
             Some((mut ports, groups)) => {
-                // The local map is not the delta's: local locations are resolved again.
+                // The local map is not the delta's: local locations are resolved again, and so
+                // is the residency of ports activated here.
                 let mut moved = false;
                 for (p, m) in ports.iter_mut().zip(d.ports.iter()) {
                     if let LocationMsg::Local(iface) = &m.location {
@@ -934,6 +959,11 @@ fn build_spec(
                             moved = true;
                         }
                     }
+                    let resident = resident(m, active);
+                    if p.resident != resident {
+                        p.resident = resident;
+                        moved = true;
+                    }
                 }
                 // Unchanged ports and groups: the compile may share their maps unchecked.
                 same_ports.push(!moved);
@@ -941,7 +971,7 @@ fn build_spec(
             }
             None => {
                 same_ports.push(false);
-                (ports_of(d, local), groups_of(d))
+                (ports_of(d, local, active), groups_of(d))
             }
         };
         // A datapath whose flows changed still takes each unchanged flow's parse from the
@@ -1071,8 +1101,21 @@ fn build_spec(
     })
 }
 
+/// Whether `is_chassis_resident()` holds for port `m` here: as the program says, or, for a
+/// local port waiting for its activation, once it was activated here ([`SpecCache::set_active`]).
+fn resident(m: &PortMsg, active: &BTreeSet<String>) -> bool {
+    m.resident
+        || (m.activation.is_some()
+            && matches!(m.location, LocationMsg::Local(_))
+            && active.contains(&m.name))
+}
+
 /// A datapath's ports as the spec has them, local locations resolved through `local`.
-fn ports_of(d: &DatapathMsg, local: &BTreeMap<String, u32>) -> Vec<PortSpec> {
+fn ports_of(
+    d: &DatapathMsg,
+    local: &BTreeMap<String, u32>,
+    active: &BTreeSet<String>,
+) -> Vec<PortSpec> {
     d.ports
         .iter()
         .map(|p| PortSpec {
@@ -1090,7 +1133,7 @@ fn ports_of(d: &DatapathMsg, local: &BTreeMap<String, u32>) -> Vec<PortSpec> {
             },
             zone: p.zone,
             kind: PortKind::from_sb(&p.kind),
-            resident: p.resident,
+            resident: resident(p, active),
             also_remote: p.also_remote.clone(),
             activation: p.activation.map(Into::into),
             addresses: p.addresses.clone(),
@@ -1159,7 +1202,7 @@ pub fn to_spec(
     msg: &ProgramMsg,
     local: &BTreeMap<String, u32>,
 ) -> Result<(ProgramSpec, Vec<FlowErrorMsg>), String> {
-    build_spec(msg, local, None, None, None).map(|b| (b.spec, b.errors))
+    build_spec(msg, local, &BTreeSet::new(), None, None, None).map(|b| (b.spec, b.errors))
 }
 
 fn error_msg(e: &FlowError, kept: bool) -> FlowErrorMsg {
@@ -1207,7 +1250,7 @@ pub fn compile_changed(
     prev: Option<&Program>,
     changed: &[&str],
 ) -> Result<(Program, Vec<FlowErrorMsg>), String> {
-    let b = build_spec(msg, local, None, None, None)?;
+    let b = build_spec(msg, local, &BTreeSet::new(), None, None, None)?;
     compile_built(
         msg,
         b.spec,

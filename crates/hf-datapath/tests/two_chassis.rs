@@ -833,3 +833,70 @@ fn a_port_handle_names_one_port() {
         "the drop is logged: {logs:?}"
     );
 }
+
+/// A port activated here counts as resident (`is_chassis_resident()`) from its activation on,
+/// as ovn-controller counts a port it claimed, not only once the controller's next program
+/// says so (SB's `additional-chassis-activated` takes a round trip): a migrated VM's first
+/// frames must not miss what only its resident chassis does (its distributed NAT).
+#[test]
+fn a_port_activated_here_is_resident_before_the_controller_says_so() {
+    let mut dp = chassis(1);
+    dp.handle_control_connected(ms(0));
+    let mut p = example::program(1, 1, IPS);
+    let d = std::sync::Arc::make_mut(&mut p.datapaths[0]);
+    let vm1 = &mut std::sync::Arc::make_mut(&mut d.ports)[0];
+    vm1.resident = false;
+    vm1.activation = Some(hf_datapath::proto::ActivationMsg {
+        rarp: true,
+        ..Default::default()
+    });
+    d.flows.push(
+        hf_datapath::proto::FlowMsg {
+            table: 0,
+            priority: 200,
+            matches: "ip4 && !is_chassis_resident(\"vm1\")".into(),
+            actions: "drop;".into(),
+            id: "not-resident".into(),
+            ..Default::default()
+        }
+        .into(),
+    );
+    let ans = ctl(
+        &mut dp,
+        &[hello("hv1"), ToDatapath::Program(Box::new(p.clone()))],
+        ms(0),
+    );
+    assert!(
+        matches!(&ans[..], [_, FromDatapath::Installed { flow_errors, .. }] if flow_errors.is_empty()),
+        "{ans:?}"
+    );
+    let mut rarp = Vec::new();
+    hf_wire::reply::arp_request(&mut rarp, hf_wire::EthAddr(VM1_MAC), VM1_IP, VM1_IP);
+    rarp[12..14].copy_from_slice(&[0x80, 0x35]);
+    rarp[20..22].copy_from_slice(&[0, 3]);
+    dp.handle_port_frame("vm1", &rarp, ms(2));
+    while dp.poll_transmit().is_some() {}
+    // Activated, and the program still says vm1 is not resident: it is, here.
+    let ping = icmp_echo(VM1_IP.into(), VM2_IP.into(), 7, false);
+    dp.handle_port_frame("vm1", &ping, ms(3));
+    assert!(
+        matches!(dp.poll_transmit(), Some(Transmit::Tunnel { .. })),
+        "vm1's frame after its activation was dropped as not resident"
+    );
+    // The controller's next program says so too: nothing changes.
+    let d = std::sync::Arc::make_mut(&mut p.datapaths[0]);
+    let vm1 = &mut std::sync::Arc::make_mut(&mut d.ports)[0];
+    vm1.resident = true;
+    vm1.activation = None;
+    p.generation = 2;
+    let ans = ctl(&mut dp, &[ToDatapath::Program(Box::new(p))], ms(4));
+    assert!(
+        matches!(
+            ans.last(),
+            Some(FromDatapath::Installed { generation: 2, .. })
+        ),
+        "{ans:?}"
+    );
+    dp.handle_port_frame("vm1", &ping, ms(5));
+    assert!(matches!(dp.poll_transmit(), Some(Transmit::Tunnel { .. })));
+}

@@ -428,6 +428,10 @@ impl Datapath {
     /// The pipeline activated local port `name` (its RARP/GARP/NA, or the controller).
     pub(crate) fn on_port_activated(&mut self, name: &str, now: Duration) {
         self.mig.activated.insert(name.to_string());
+        // `is_chassis_resident()` holds for it here from now on, before SB says so.
+        if self.spec_cache.set_active(&self.mig.activated) {
+            self.relocate();
+        }
         let Some(inc) = self.mig.incoming.get_mut(name) else {
             return;
         };
