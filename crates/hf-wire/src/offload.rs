@@ -429,7 +429,8 @@ fn headers(frame: &[u8], off: &Offload, gso: &Gso) -> Result<Headers, OffloadErr
 /// frame with: the IPv4 total length, an id incremented per segment and a fresh header checksum;
 /// the IPv6 payload length; for TCP the sequence number advanced by the bytes before it, CWR kept
 /// only on the first segment and FIN and PSH only on the last; for UDP the datagram length; and a
-/// complete L4 checksum. A super-frame without payload yields one frame.
+/// complete L4 checksum. A super-frame whose payload fits one segment goes as it is, with its
+/// checksum completed (Linux does not treat it as GSO either).
 pub fn segment(frame: &[u8], off: &Offload, out: &mut Segments) -> Result<usize, OffloadError> {
     out.clear();
     let Some(gso) = off.gso else {
@@ -452,7 +453,19 @@ pub fn segment(frame: &[u8], off: &Offload, out: &mut Segments) -> Result<usize,
     if h.hdr - h.l3 + mss.min(payload.len()) > usize::from(u16::MAX) {
         return Err(OffloadError::TooLong);
     }
-    let count = payload.len().div_ceil(mss).max(1);
+    if payload.len() <= mss {
+        // Linux's `virtio_net_hdr_to_skb`: "too small packets are not really GSO ones": the
+        // frame goes as it is, with its checksum completed.
+        let start = out.push(&frame[..h.end]);
+        let r = complete_checksum(&mut out.bytes[start..], off);
+        if r.is_err() {
+            out.clear();
+            r?;
+        }
+        out.close();
+        return Ok(1);
+    }
+    let count = payload.len().div_ceil(mss);
     out.bytes.reserve(count * h.hdr + payload.len());
     let ip_id = be16(frame, h.l3 + 4).unwrap_or(0);
     let seq = if h.tcp {
