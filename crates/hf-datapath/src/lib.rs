@@ -20,9 +20,14 @@
 //! - [`migrate`]: live migration between datapaths: the state channel, the conntrack pre-copy,
 //!   deltas and final delta, and the destination's hold of the port's traffic until then.
 //!
+//! - [`port`]: real frame devices behind the [`port::FramePort`] trait: [`port::AfPacket`]
+//!   (batched `AF_PACKET` with VLAN tags restored and `PACKET_VNET_HDR` offload metadata). The
+//!   shell drives them; the core does not see them.
+//!
 //! # What it does not do (yet)
 //!
-//! Real interfaces (a later issue); the packet-in replies (DHCP, DNS, RA) are the pipeline's.
+//! Wire real ports into the core and the daemon (`src/datapath/`); the packet-in replies (DHCP,
+//! DNS, RA) are the pipeline's.
 
 pub mod control;
 pub mod core;
@@ -33,6 +38,7 @@ pub mod example;
 pub mod intern;
 pub mod local;
 pub mod migrate;
+pub mod port;
 pub mod program;
 pub mod proto;
 pub mod stopwatch;

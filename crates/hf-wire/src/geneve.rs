@@ -27,6 +27,23 @@ pub const MAX_VNI: u32 = (1 << 24) - 1;
 /// Largest logical ingress port key (15 bits).
 pub const MAX_INGRESS_PORT: u16 = (1 << 15) - 1;
 
+/// Bytes a Geneve tunnel with OVN's option adds to a logical frame's L3 size, so
+/// `VM-facing MTU = underlay MTU - overhead(outer_ipv6)`: the inner Ethernet header (14, carried
+/// as tunnel payload), the outer IPv4 (20) or IPv6 (40) header, UDP (8), Geneve (8) and OVN's
+/// metadata option (8): 58 over IPv4, 78 over IPv6. (The outer Ethernet header does not count
+/// against an MTU; an inner 802.1Q tag would add 4 more.) OVN documents the same 58.
+pub const fn overhead(outer_ipv6: bool) -> u16 {
+    let outer_ip = if outer_ipv6 { 40 } else { 20 };
+    14 + outer_ip + 8 + 8 + 8
+}
+
+/// The largest MTU a VM-facing port can have when its frames leave through a Geneve tunnel over
+/// an underlay of `underlay_mtu` (e.g. 1500 -> 1442 over IPv4, 1422 over IPv6); 0 when the
+/// underlay is too small to carry anything.
+pub const fn inner_mtu(underlay_mtu: u32, outer_ipv6: bool) -> u32 {
+    underlay_mtu.saturating_sub(overhead(outer_ipv6) as u32)
+}
+
 /// Byte ranges of the fixed Geneve header.
 mod field {
     use std::ops::Range;

@@ -9,7 +9,9 @@
 //! (ARP requests and replies, ICMP echo replies and errors, TCP resets, ND solicitations and
 //! advertisements), builds the replies ovn-controller's pinctrl builds for packet-in actions
 //! (DHCPv4/DHCPv6 in [`dhcp`], DNS in [`dns`], router advertisements in [`ra`]), and
-//! encapsulates/decapsulates Geneve as OVN uses it ([`geneve`]).
+//! encapsulates/decapsulates Geneve as OVN uses it ([`geneve`]), and types the offload metadata
+//! (partial checksums, segmentation) a packet socket reports beside a frame, with the software
+//! fallback that completes checksums and segments super-frames ([`offload`]).
 //!
 //! # What it does not do
 //!
@@ -52,6 +54,7 @@ pub mod dns;
 pub mod geneve;
 mod key;
 pub mod nat;
+pub mod offload;
 mod parse;
 pub mod ra;
 pub mod reply;
