@@ -302,3 +302,132 @@ fn two_daemons_forward_through_geneve_and_outlive_the_controller() {
         other => panic!("hello answer: {other:?}"),
     }
 }
+
+fn pid_of(pidfile: &Path) -> i32 {
+    std::fs::read_to_string(pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
+    })
+}
+
+/// `holdfast datapath --takeover`: a new process takes hv1's place. It gets the program, the
+/// zone map and the connections (the ICMP entry made before is still there, not made again),
+/// serves on the old process's Geneve socket (same port: hv2 keeps sending to it) and control
+/// socket (a controller reconnects at the same path and finds the program), and the old
+/// process exits. A datapath that refuses (none runs there) leaves nothing behind.
+#[test]
+fn a_takeover_carries_the_state_and_the_sockets_to_a_new_process() {
+    if !common::require("datapath takeover", &["ovs-appctl"]) {
+        return;
+    }
+    let mut d = Daemons {
+        dir: tempfile::tempdir().unwrap(),
+        pidfiles: Vec::new(),
+    };
+    let port = free_port();
+    start(&mut d, 1, port);
+    start(&mut d, 2, port);
+    let dir = d.dir.path().to_path_buf();
+    for hv in 1..=2u32 {
+        let mut c = Client::connect(&dir.join(format!("hv{hv}.sock")));
+        c.send(&ToDatapath::Hello {
+            version: PROTOCOL_VERSION,
+            chassis: format!("hv{hv}"),
+        });
+        assert!(matches!(c.recv(), FromDatapath::Hello { .. }));
+        c.send(&ToDatapath::Program(Box::new(example::program(1, hv, IPS))));
+        assert!(matches!(c.recv(), FromDatapath::Installed { .. }));
+    }
+    let p = ping(1);
+    appctl(&dir, "hv1", &["datapath/inject", "vm1", &hex(&p)]);
+    assert_eq!(capture(&dir, "hv2", "vm2"), vec![hex(&p)]);
+    let ct_before = appctl(&dir, "hv1", &["dpctl/dump-conntrack"]);
+    assert!(
+        ct_before.contains("icmp,orig=(src=10.0.0.1,dst=10.0.0.2,id=1"),
+        "{ct_before}"
+    );
+    let old = pid_of(&dir.join("hv1.pid"));
+    // Wrong chassis: refused, and the running datapath goes on.
+    let out = Command::new(common::holdfast())
+        .arg("datapath")
+        .args(common::daemon_args(&dir, "hv1new"))
+        .args(["--chassis=hv9", "--encap-ip=127.0.0.1", "--takeover"])
+        .arg(format!(
+            "--control=punix:{}",
+            dir.join("hv1.sock").display()
+        ))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("refused") && err.contains("\"hv9\""),
+        "{err}"
+    );
+    assert!(alive(old));
+    // The takeover.
+    let out = spawn(
+        &mut d,
+        1,
+        port,
+        &["vm1,02:00:00:00:00:01"],
+        &["--takeover".into()],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let new = pid_of(&dir.join("hv1.pid"));
+    assert_ne!(new, old);
+    let t0 = Instant::now();
+    while alive(old) && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!alive(old), "the old datapath still runs");
+    let log = std::fs::read_to_string(dir.join("hv1.log")).unwrap();
+    assert!(log.contains("took over from the datapath"), "{log}");
+    // The connection came along: the same entry, and the reply finds it.
+    assert_eq!(appctl(&dir, "hv1", &["dpctl/dump-conntrack"]), ct_before);
+    let cov = appctl(&dir, "hv1", &["coverage/show"]);
+    assert!(cov.contains("generation 1\n"), "{cov}");
+    // hv2 → hv1 over the same Geneve port, and hv1 → hv2.
+    let mut reply = Vec::new();
+    let mut m = vec![0, 0, 0, 0];
+    m.extend_from_slice(&1u16.to_be_bytes());
+    m.extend_from_slice(&[0, 1, b'h', b'f']);
+    hf_wire::reply::ip_packet(
+        &mut reply,
+        EthAddr(VM2_MAC),
+        EthAddr(VM1_MAC),
+        VM2_IP.into(),
+        VM1_IP.into(),
+        hf_wire::ip_proto::ICMP,
+        &m,
+    )
+    .unwrap();
+    appctl(&dir, "hv2", &["datapath/inject", "vm2", &hex(&reply)]);
+    assert_eq!(capture(&dir, "hv1", "vm1"), vec![hex(&reply)]);
+    let p = ping(2);
+    appctl(&dir, "hv1", &["datapath/inject", "vm1", &hex(&p)]);
+    assert_eq!(capture(&dir, "hv2", "vm2"), vec![hex(&p)]);
+    // A controller reconnects at the same control socket and finds the program.
+    let mut c = Client::connect(&dir.join("hv1.sock"));
+    c.send(&ToDatapath::Hello {
+        version: PROTOCOL_VERSION,
+        chassis: "hv1".into(),
+    });
+    match c.recv() {
+        FromDatapath::Hello { program, .. } => {
+            assert_eq!(program.map(|p| p.generation), Some(1));
+        }
+        other => panic!("hello answer: {other:?}"),
+    }
+}

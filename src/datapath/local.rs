@@ -2,9 +2,6 @@
 //! ovs-vswitchd takes it): which interfaces to open for which logical ports, and what it saw
 //! of them written back ([`hf_datapath::local`] decides; this moves it).
 
-// Wired into the shell with the AF_PACKET ports (next commit).
-#![allow(dead_code)]
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -93,11 +90,6 @@ impl LocalDb {
         }
     }
 
-    /// The remote's name.
-    pub fn remote(&self) -> &str {
-        &self.remote
-    }
-
     /// The next event of the replica, taken in; false when the replica stopped.
     pub async fn next(&mut self) -> bool {
         let Some(e) = self.events.recv().await else {
@@ -161,6 +153,15 @@ impl LocalDb {
         Some(p)
     }
 
+    /// Whether [`LocalDb::write`] would write now (the shell then gathers the observations).
+    pub fn wants_write(&self) -> bool {
+        let state = self.writing.load(Ordering::Acquire);
+        self.synced
+            && (self.dirty || state == FAILED)
+            && self.foreign != Some(true)
+            && state != WRITING
+    }
+
     /// Something observed changed: write at the next [`LocalDb::write`].
     pub fn mark_dirty(&mut self) {
         self.dirty = true;
@@ -175,17 +176,10 @@ impl LocalDb {
         observed: &BTreeMap<String, Observed>,
         failed: &BTreeSet<String>,
     ) {
-        if !self.synced || self.foreign == Some(true) || plan.root.is_none() {
+        if !self.wants_write() || plan.root.is_none() {
             return;
         }
-        match self.writing.load(Ordering::Acquire) {
-            WRITING => return,
-            FAILED => self.dirty = true,
-            _ => {}
-        }
-        if !std::mem::take(&mut self.dirty) {
-            return;
-        }
+        self.dirty = false;
         self.client
             .with(|r| self.ofports.assign(r.model(), plan, failed));
         let (plan, ofports, observed) = (plan.clone(), self.ofports.clone(), observed.clone());

@@ -19,8 +19,10 @@
 #![allow(clippy::disallowed_methods)]
 
 mod cert;
+mod devices;
 mod local;
 mod state;
+mod takeover;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -30,6 +32,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
+use std::os::fd::AsRawFd;
+
+use hf_datapath::proto::HandleMsg;
 use hf_datapath::{Datapath, DatapathConfig, Level, TransmitRef};
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
@@ -100,6 +105,14 @@ pub struct DatapathArgs {
     /// punix:$OVS_RUNDIR/holdfast-datapath.sock).
     #[arg(long, value_name = "punix:PATH")]
     control: Option<String>,
+
+    /// Take a running datapath's place without resetting a connection: connect to its control
+    /// socket (--control), compile its program while it still forwards, then take its state
+    /// (program, zone map, conntrack, activations) and its sockets (ports, Geneve, control,
+    /// state channel) and serve on them; the old process exits. Both must speak control
+    /// protocol version 5 or later.
+    #[arg(long)]
+    takeover: bool,
 
     /// An in-memory port named by its iface-id, optionally with its MAC (repeatable).
     #[arg(long = "port", value_name = "NAME[,MAC]")]
@@ -302,17 +315,43 @@ pub fn run(args: DatapathArgs) -> anyhow::Result<ExitCode> {
         Some(p) => read_zones(p)?,
         None => BTreeMap::new(),
     };
-    // Bind before detaching so that errors reach the caller.
-    let udp = std::net::UdpSocket::bind(SocketAddr::new(encap_ip, args.geneve_port))
-        .with_context(|| format!("binding Geneve on {encap_ip}:{}", args.geneve_port))?;
-    udp.set_nonblocking(true)?;
-    let state_bound = state::bind(args.state_listen.as_deref(), encap_ip, &args.tls)?;
-    if control.exists() {
-        let _ = std::fs::remove_file(&control);
+    let mut cfg = DatapathConfig::new(&chassis, encap_ip);
+    cfg.zones = zones;
+    cfg.compile_threads = args.compile_threads.map_or_else(
+        || std::thread::available_parallelism().map_or(1, |n| n.get()),
+        usize::from,
+    );
+    let mut dp = Datapath::new(cfg);
+    dp.set_stage_clock(stage_clock);
+    for (name, mac) in &ports {
+        dp.add_port(name, *mac);
     }
-    let ctl_listener = std::os::unix::net::UnixListener::bind(&control)
-        .with_context(|| format!("{}: cannot create the control socket", control.display()))?;
-    ctl_listener.set_nonblocking(true)?;
+    // Bind (or take over) before detaching so that errors reach the caller.
+    let sockets = if args.takeover {
+        take_over(&mut dp, &control, &chassis)?
+    } else {
+        let udp = std::net::UdpSocket::bind(SocketAddr::new(encap_ip, args.geneve_port))
+            .with_context(|| format!("binding Geneve on {encap_ip}:{}", args.geneve_port))?;
+        if control.exists() {
+            let _ = std::fs::remove_file(&control);
+        }
+        let ctl = std::os::unix::net::UnixListener::bind(&control)
+            .with_context(|| format!("{}: cannot create the control socket", control.display()))?;
+        Sockets {
+            udp,
+            control: ctl,
+            state: None,
+            ports: Vec::new(),
+        }
+    };
+    sockets.udp.set_nonblocking(true)?;
+    sockets.control.set_nonblocking(true)?;
+    let state_bound = state::bind(
+        args.state_listen.as_deref(),
+        encap_ip,
+        &args.tls,
+        sockets.state,
+    )?;
     let shell::Started {
         mut ready,
         pidfile: _pidfile,
@@ -322,14 +361,6 @@ pub fn run(args: DatapathArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting tokio")?;
-    let mut cfg = DatapathConfig::new(&chassis, encap_ip);
-    cfg.zones = zones;
-    cfg.compile_threads = args.compile_threads.map_or_else(
-        || std::thread::available_parallelism().map_or(1, |n| n.get()),
-        usize::from,
-    );
-    let mut dp = Datapath::new(cfg);
-    dp.set_stage_clock(stage_clock);
     let shell = Shell {
         dp,
         origin: *ORIGIN.get_or_init(Instant::now),
@@ -340,22 +371,104 @@ pub fn run(args: DatapathArgs) -> anyhow::Result<ExitCode> {
         chassis: chassis.clone(),
         encap_ip,
         local_db,
+        devices: devices::Devices::default(),
+        inherited_ports: sockets.ports,
     };
     let r = rt.block_on(shell.serve(
         &args,
-        ports,
-        udp,
-        ctl_listener,
+        sockets.udp,
+        sockets.control,
         &control,
         unixctl_path,
         &rundir,
         &mut ready,
     ));
-    let _ = std::fs::remove_file(&control);
+    // A datapath that handed over leaves its control socket to the new process.
+    if !matches!(r, Ok(Served::HandedOver)) {
+        let _ = std::fs::remove_file(&control);
+    }
+    let r = r.map(|_| ExitCode::SUCCESS);
     if let Err(e) = &r {
         tracing::error!("{e:#}");
     }
     r
+}
+
+/// The sockets the daemon serves on: bound, or taken over.
+struct Sockets {
+    udp: std::net::UdpSocket,
+    control: std::os::unix::net::UnixListener,
+    state: Option<std::net::TcpListener>,
+    /// Ports' AF_PACKET sockets: (logical port, interface, socket).
+    ports: Vec<(String, String, std::os::fd::OwnedFd)>,
+}
+
+/// How [`Shell::serve`] ended.
+enum Served {
+    /// A signal or `exit`.
+    Stopped,
+    /// A new process took over (its sockets went with the state).
+    HandedOver,
+}
+
+/// `--takeover`: takes the running datapath's place (see [`takeover`]); `dp` gets its program
+/// (compiled while the old process still forwards), then its state, and the sockets come back.
+fn take_over(dp: &mut Datapath, control: &Path, chassis: &str) -> anyhow::Result<Sockets> {
+    let (t, running) = takeover::Takeover::connect(control, chassis)?;
+    for p in &running.ports {
+        if dp.port_handle(&p.name).is_none() {
+            dp.add_port(&p.name, p.mac);
+        }
+    }
+    if let Some(p) = running.program {
+        let generation = p.generation;
+        dp.install(p).map_err(|e| {
+            anyhow::anyhow!(
+                "--takeover: the running program {generation} does not compile here: {e}; the \
+                 old datapath keeps running"
+            )
+        })?;
+    }
+    let (handed, old_pid) = t.finish()?;
+    // From here the old process forwards nothing: whatever fails, this one serves.
+    if let Err(e) = dp.import_state(handed.state, Duration::ZERO) {
+        tracing::error!("--takeover: the state does not import ({e}); serving without it");
+    }
+    let (mut udp, mut ctl, mut st) = (None, None, None);
+    let mut ports = Vec::new();
+    for (h, fd) in handed.sockets {
+        match h {
+            HandleMsg::Geneve => udp = Some(std::net::UdpSocket::from(fd)),
+            HandleMsg::Control => ctl = Some(std::os::unix::net::UnixListener::from(fd)),
+            HandleMsg::StateListen => st = Some(std::net::TcpListener::from(fd)),
+            HandleMsg::Port { port, ifname } => ports.push((port, ifname, fd)),
+        }
+    }
+    if let Some(pid) = old_pid
+        && !takeover::wait_exit(pid, Duration::from_secs(10))
+    {
+        tracing::warn!("--takeover: the old datapath (pid {pid}) has not exited yet");
+    }
+    let (Some(udp), Some(control)) = (udp, ctl) else {
+        anyhow::bail!("--takeover: the old datapath did not pass its Geneve and control sockets");
+    };
+    tracing::info!(
+        "took over from the datapath at {} (pid {}): program {}, {} conntrack entries",
+        control
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_pathname().map(|p| p.display().to_string()))
+            .unwrap_or_default(),
+        old_pid.map_or_else(|| "?".into(), |p| p.to_string()),
+        dp.generation(),
+        dp.counters().conntrack_entries
+    );
+    Ok(Sockets {
+        udp,
+        control,
+        state: st,
+        ports,
+    })
 }
 
 enum Ev {
@@ -368,6 +481,12 @@ enum Ev {
     State(state::StateEvent),
     Exit,
     Timer,
+    /// The local database changed (or its replica stopped: false).
+    Local(bool),
+    /// An interface has frames waiting.
+    Device(String),
+    /// The once-a-second look at the interfaces.
+    Tick,
 }
 
 struct Shell {
@@ -382,6 +501,10 @@ struct Shell {
     encap_ip: IpAddr,
     /// The local OVS database's remote.
     local_db: String,
+    /// The real interfaces.
+    devices: devices::Devices,
+    /// Ports taken over from the previous process: (logical port, interface, socket).
+    inherited_ports: Vec<(String, String, std::os::fd::OwnedFd)>,
 }
 
 impl Shell {
@@ -393,14 +516,13 @@ impl Shell {
     async fn serve(
         mut self,
         args: &DatapathArgs,
-        ports: Vec<(String, Option<[u8; 6]>)>,
         udp: std::net::UdpSocket,
         ctl_listener: std::os::unix::net::UnixListener,
         control: &Path,
         unixctl_path: Option<PathBuf>,
         rundir: &Path,
         ready: &mut daemon::Readiness,
-    ) -> anyhow::Result<ExitCode> {
+    ) -> anyhow::Result<Served> {
         let udp = UdpSocket::from_std(udp)?;
         self.geneve_port = udp.local_addr()?.port();
         let listener = UnixListener::from_std(ctl_listener)?;
@@ -424,9 +546,14 @@ impl Shell {
             control.display(),
             self.state.describe()
         );
-        for (name, mac) in ports {
-            self.dp.add_port(&name, mac);
+        for (port, ifname, fd) in std::mem::take(&mut self.inherited_ports) {
+            self.devices.adopt_fd(port, ifname, fd, &mut self.dp);
         }
+        let mut local = local::LocalDb::spawn(&self.local_db, &self.chassis);
+        let mut local_alive = true;
+        let mut plan = hf_datapath::local::Plan::default();
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         self.flush_logs();
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         // The controller session: read half, write half, and what waits to be written
@@ -475,6 +602,9 @@ impl Shell {
                     r = udp.recv_from(&mut ubuf) => Ev::Udp(r),
                     q = urx.recv() => Ev::Unixctl(q),
                     e = self.state.next() => Ev::State(e),
+                    alive = local.next(), if local_alive => Ev::Local(alive),
+                    n = std::future::poll_fn(|cx| self.devices.poll_ready(cx)) => Ev::Device(n),
+                    _ = tick.tick() => Ev::Tick,
                     _ = erx.recv() => Ev::Exit,
                     _ = sleep => Ev::Timer,
                 }
@@ -510,6 +640,21 @@ impl Shell {
                 Ev::State(e) => self.state.handle(e, &mut self.dp, now),
                 Ev::Exit => exit = true,
                 Ev::Timer => self.dp.handle_timeout(now),
+                Ev::Local(alive) => {
+                    local_alive = alive;
+                    if let Some(p) = local.plan_if_changed() {
+                        self.devices.apply(&p, &mut self.dp);
+                        plan = p;
+                    }
+                }
+                Ev::Device(name) => self.devices.receive(&name, &mut self.dp, now),
+                Ev::Tick => {
+                    if self.devices.missing() {
+                        self.devices.retry(&mut self.dp);
+                    }
+                    // Link states and the like change without telling: looked at once a second.
+                    local.mark_dirty();
+                }
             }
             // State sessions: dials, bytes out, closes (after whatever the event changed; the
             // core's reasons for a close are logged before the close).
@@ -543,6 +688,49 @@ impl Shell {
                     lost = true;
                 }
             }
+            if self.dp.handed_over()
+                && let Some(w) = ses_w.as_ref()
+            {
+                // The state is on its way: the sockets follow it, and this process ends.
+                self.flush_logs();
+                let mut handles = vec![
+                    (HandleMsg::Geneve, udp.as_raw_fd()),
+                    (HandleMsg::Control, listener.as_raw_fd()),
+                ];
+                handles.extend(
+                    self.state
+                        .listener_fd()
+                        .map(|fd| (HandleMsg::StateListen, fd)),
+                );
+                handles.extend(
+                    self.devices
+                        .handles()
+                        .into_iter()
+                        .map(|(port, ifname, fd)| (HandleMsg::Port { port, ifname }, fd)),
+                );
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+                while !ctl_out.is_empty() {
+                    match tokio::time::timeout_at(deadline, w.writable()).await {
+                        Ok(Ok(())) => {}
+                        _ => {
+                            anyhow::bail!("taken over, but the new process does not read its state")
+                        }
+                    }
+                    match w.try_write(&ctl_out) {
+                        Ok(n) => {
+                            ctl_out.drain(..n);
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(e) => anyhow::bail!("taken over, but sending the state failed: {e}"),
+                    }
+                }
+                takeover::hand_over(w.as_ref().as_raw_fd(), &handles)?;
+                tracing::info!("handed over to a new datapath process: exiting");
+                if let Some(p) = bound {
+                    let _ = std::fs::remove_file(p);
+                }
+                return Ok(Served::HandedOver);
+            }
             let refused = self.dp.control_wants_close() && ctl_out.is_empty();
             if (lost || refused) && ses_r.is_some() {
                 (ses_r, ses_w) = (None, None);
@@ -552,7 +740,9 @@ impl Shell {
             // Frames out.
             let mut tunnel = Vec::new();
             let captured = &mut self.captured;
+            let devices = &mut self.devices;
             self.dp.drain_transmit(|t| match t {
+                TransmitRef::Port { port, frame } if devices.send(port, frame) => {}
                 // The port's name is copied only for its first captured frame.
                 TransmitRef::Port { port, frame } => match captured.get_mut(port) {
                     Some(q) => {
@@ -582,6 +772,12 @@ impl Shell {
                     tracing::warn!("Geneve to {to}: {e}");
                 }
             }
+            self.devices.handle_send_errors(&mut self.dp);
+            if self.devices.take_changed() {
+                local.mark_dirty();
+            }
+            let (seen, failed) = self.devices.observed_if(local.wants_write());
+            local.write(&plan, &seen, &failed);
             self.persist_zones();
             self.flush_logs();
         }
@@ -591,7 +787,7 @@ impl Shell {
         if let Some(p) = bound {
             let _ = std::fs::remove_file(p);
         }
-        Ok(ExitCode::SUCCESS)
+        Ok(Served::Stopped)
     }
 
     fn persist_zones(&mut self) {

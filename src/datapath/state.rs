@@ -198,6 +198,7 @@ pub fn bind(
     spec: Option<&str>,
     encap_ip: IpAddr,
     tls: &ClientTlsArgs,
+    inherited: Option<std::net::TcpListener>,
 ) -> anyhow::Result<Option<Bound>> {
     let Some(spec) = spec else {
         return Ok(None);
@@ -209,8 +210,12 @@ pub fn bind(
         None
     };
     let want = SocketAddr::new(l.ip.unwrap_or(encap_ip), l.port);
-    let listener = std::net::TcpListener::bind(want)
-        .with_context(|| format!("--state-listen={spec}: cannot listen on {want}"))?;
+    // A takeover's listener is the old process's, bound as this --state-listen says.
+    let listener = match inherited {
+        Some(l) => l,
+        None => std::net::TcpListener::bind(want)
+            .with_context(|| format!("--state-listen={spec}: cannot listen on {want}"))?,
+    };
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
     Ok(Some(Bound {
@@ -392,6 +397,17 @@ impl StateChannel {
             l.listener = Some(TcpListener::from_std(s)?);
         }
         Ok(())
+    }
+
+    /// The listener's descriptor, for a takeover.
+    pub fn listener_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        let l = self.listening.as_ref()?;
+        match (&l.listener, &l.std) {
+            (Some(t), _) => Some(t.as_raw_fd()),
+            (None, Some(s)) => Some(s.as_raw_fd()),
+            (None, None) => None,
+        }
     }
 
     /// What the start-up log line says about the state channel.
