@@ -19,3 +19,6 @@ mod fixture;
 
 #[path = "real/basic.rs"]
 mod basic;
+
+#[path = "real/restarts.rs"]
+mod restarts;
