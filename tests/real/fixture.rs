@@ -22,8 +22,8 @@ pub(crate) fn vswitch_schema() -> &'static Path {
 pub(crate) struct Central {
     pub(crate) nb: String,
     pub(crate) sb: String,
-    pub(crate) _db: Proc,
-    pub(crate) _northd: Proc,
+    pub(crate) db: Proc,
+    pub(crate) northd: Proc,
 }
 
 impl Central {
@@ -63,9 +63,19 @@ impl Central {
         Central {
             nb: remote.clone(),
             sb: remote,
-            _db: db,
-            _northd: northd,
+            db,
+            northd,
         }
+    }
+
+    /// Incident D's rebuild: the databases and northd stop, their files are deleted, and
+    /// everything starts again empty (the CMS then writes the same names with new UUIDs).
+    pub(crate) fn rebuild(&mut self, lab: &Lab, ns: &Netns) {
+        self.northd.stop();
+        self.db.stop();
+        let _ = std::fs::remove_dir_all(lab.dir().join("central"));
+        let _ = std::fs::remove_file(lab.dir().join("ovnsb.sock"));
+        *self = Central::start(lab, ns);
     }
 
     pub(crate) fn nbctl(&self, args: &[&str]) -> String {
@@ -251,21 +261,14 @@ pub(crate) fn vm_iface(mac: &str, ip: &str, gw: Option<&str>) -> VmIface {
 /// second switch with a third VM.
 pub(crate) struct Cluster {
     pub(crate) central: Central,
+    pub(crate) central_ns: Netns,
     pub(crate) hv: Vec<Chassis>,
     pub(crate) vms: Vec<Netns>,
     pub(crate) lab: Lab,
 }
 
-pub(crate) fn cluster(test: &str) -> Option<Cluster> {
-    if !hf_testkit::require_root(test, "network namespaces and veth pairs")
-        || !hf_testkit::require_tools(test, TEST_TOOLS)
-        || !common::require(test, &["ovs-vsctl", "ovn-nbctl"])
-    {
-        return None;
-    }
-    let lab = Lab::new().unwrap();
-    let central_ns = lab.netns("central").unwrap();
-    let central = Central::start(&lab, &central_ns);
+/// The northbound topology of [`cluster`]: `ls1` (vm1, vm2) and `ls2` (vm3) behind `lr0`.
+pub(crate) fn build_nb(central: &Central) {
     central.nbctl(&["ls-add", "ls1"]);
     central.nbctl(&["ls-add", "ls2"]);
     central.nbctl(&["lr-add", "lr0"]);
@@ -318,6 +321,19 @@ pub(crate) fn cluster(test: &str) -> Option<Cluster> {
             &format!("{mac} {ip}"),
         ]);
     }
+}
+
+pub(crate) fn cluster(test: &str) -> Option<Cluster> {
+    if !hf_testkit::require_root(test, "network namespaces and veth pairs")
+        || !hf_testkit::require_tools(test, TEST_TOOLS)
+        || !common::require(test, &["ovs-vsctl", "ovn-nbctl"])
+    {
+        return None;
+    }
+    let lab = Lab::new().unwrap();
+    let central_ns = lab.netns("central").unwrap();
+    let central = Central::start(&lab, &central_ns);
+    build_nb(&central);
     let hv1 = lab.netns("hv1").unwrap();
     let hv2 = lab.netns("hv2").unwrap();
     lab.veth((&hv1, "underlay"), (&hv2, "underlay")).unwrap();
@@ -354,6 +370,7 @@ pub(crate) fn cluster(test: &str) -> Option<Cluster> {
     c1.plug("tap3", "vm3");
     let cl = Cluster {
         central,
+        central_ns,
         hv: vec![c1, c2],
         vms: vec![vm1, vm2, vm3],
         lab,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use hf_testkit::{Iperf3Opts, Netns, Proc};
 
-use super::fixture::{Cluster, cluster, wait};
+use super::fixture::{Cluster, build_nb, cluster, wait};
 
 /// iperf3 at a fixed rate (so a debug build keeps up and the intervals mean something),
 /// reversed: the server sends to `from`, which connected, so what reaches `from` is let in by
@@ -90,6 +90,27 @@ fn assert_host_entry_kept(cl: &Cluster, port: u16, before: &hf_testkit::conntrac
     );
 }
 
+/// vm1's security group: it may connect out, nothing may connect in; what comes back to it is
+/// let in by conntrack alone, so a datapath that lost its connections drops it.
+fn security_group(cl: &Cluster) {
+    cl.central.nbctl(&[
+        "--wait=hv",
+        "acl-add",
+        "ls1",
+        "from-lport",
+        "1002",
+        "inport == \"vm1\" && ip4",
+        "allow-related",
+        "--",
+        "acl-add",
+        "ls1",
+        "to-lport",
+        "1001",
+        "outport == \"vm1\" && ip4",
+        "drop",
+    ]);
+}
+
 #[test]
 fn kernel_tcp_survives_a_controller_restart_and_a_datapath_takeover() {
     let Some(mut cl) = cluster("kernel_tcp_survives_a_controller_restart_and_a_datapath_takeover")
@@ -160,4 +181,52 @@ fn kernel_tcp_survives_a_controller_restart_and_a_datapath_takeover() {
         "{}",
         cl.logs()
     );
+}
+
+/// Incident D with real kernel TCP: NB and SB deleted and rebuilt from scratch by the CMS
+/// (the same names, new UUIDs), northd and every controller restarted, while vm1's
+/// connections run through its conntrack-only security group: nothing is flushed, nothing
+/// resets, and the chassis's own kernel conntrack keeps its entry.
+#[test]
+fn kernel_tcp_survives_nb_and_sb_rebuilt_with_the_controllers_restarted() {
+    let Some(mut cl) =
+        cluster("kernel_tcp_survives_nb_and_sb_rebuilt_with_the_controllers_restarted")
+    else {
+        return;
+    };
+    let (_s, _c, hport) = host_connection(&cl);
+    let entry = host_entry(&cl.hv[0].ns, hport).unwrap();
+    security_group(&cl);
+    let (vm1, vm2, vm3) = (cl.vms[0].clone(), cl.vms[1].clone(), cl.vms[2].clone());
+    let _ = vm1.ping("10.0.1.12", 2);
+    let _ = vm1.ping("10.0.2.13", 2);
+    let _srv1 = vm2.iperf3_server("10.0.1.12", 5201).unwrap();
+    let _srv2 = vm3.iperf3_server("10.0.2.13", 5202).unwrap();
+    let zones: Vec<String> = cl
+        .hv
+        .iter()
+        .map(|c| std::fs::read_to_string(c.dir.join("zones.json")).unwrap_or_default())
+        .collect();
+    let across = transfer(&vm1, "10.0.1.12", 5201, 12);
+    let local = transfer(&vm1, "10.0.2.13", 5202, 12);
+    std::thread::sleep(Duration::from_millis(1500));
+    let ns = cl.central_ns.clone();
+    cl.central.rebuild(&cl.lab, &ns);
+    build_nb(&cl.central);
+    security_group(&cl);
+    for c in &mut cl.hv {
+        if let Some(mut p) = c.controller.take() {
+            p.stop();
+        }
+        c.start_controller();
+    }
+    finished(&cl, across, "NB and SB rebuilt, across chassis", 1.5);
+    finished(&cl, local, "NB and SB rebuilt, on one chassis", 1.5);
+    assert_host_entry_kept(&cl, hport, &entry);
+    for (c, before) in cl.hv.iter().zip(&zones) {
+        let log = std::fs::read_to_string(c.dir.join("ctl.log")).unwrap_or_default();
+        assert!(!log.contains("flushing conntrack"), "{}", cl.logs());
+        let after = std::fs::read_to_string(c.dir.join("zones.json")).unwrap_or_default();
+        assert_eq!(&after, before, "{}: the zone map changed", c.name);
+    }
 }
