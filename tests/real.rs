@@ -22,3 +22,6 @@ mod basic;
 
 #[path = "real/restarts.rs"]
 mod restarts;
+
+#[path = "real/migrate.rs"]
+mod migrate;

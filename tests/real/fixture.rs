@@ -189,6 +189,8 @@ impl Chassis {
             format!("--zones-file={}", self.path("zones.json")),
             format!("--unixctl={}", self.path("dp.ctl")),
             format!("--log-file={}", self.path("dp.log")),
+            // Live migration's state channel, on the encap IP (peers dial the same port).
+            "--state-listen=ptcp:6690".into(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();

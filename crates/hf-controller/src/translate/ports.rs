@@ -611,7 +611,7 @@ fn place_on(
                         let (a, unknown) = Activation::parse(list);
                         for u in unknown {
                             diag(format!(
-                                "options:activation-strategy names {u:?}, which is not rarp,                                  garp or na: ignored"
+                                "options:activation-strategy names {u:?}, which is not rarp, garp or na: ignored"
                             ));
                         }
                         a
