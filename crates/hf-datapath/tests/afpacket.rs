@@ -116,13 +116,17 @@ fn frames_both_ways_never_read_back_and_mtu() {
     a.veth("a0", "a1", Some(&r));
     let mut p0 = open_in(&a, "a0");
     let mut p1 = open_in(&r, "a1");
+    // A second port on a1 (as during a datapath takeover, or the host sending on the interface):
+    // the kernel never loops a socket's own sends back to it, but another socket's outgoing
+    // frames it does deliver, unless PACKET_IGNORE_OUTGOING.
+    let mut p1b = open_in(&r, "a1");
     assert!(p0.ifindex() > 0 && p1.ifindex() > 0);
     assert!(p1.vnet_hdr());
     assert!(p1.link_up().unwrap());
     assert!(
         r.ip(&["-d", "link", "show", "a1"])
-            .contains("promiscuity 1"),
-        "the port makes its interface promiscuous"
+            .contains("promiscuity 2"),
+        "each port makes its interface promiscuous"
     );
     assert_eq!((p1.mtu(), p1.max_frame()), (1500, 1514));
 
@@ -158,10 +162,22 @@ fn frames_both_ways_never_read_back_and_mtu() {
         secs(3),
         Duration::from_millis(300),
     );
+    let got1b = collect(
+        &mut p1b,
+        ours,
+        from0.len(),
+        secs(3),
+        Duration::from_millis(100),
+    );
     // Each side received exactly the other's frames, in order, and none of its own.
     let bytes = |g: &[(Vec<u8>, RxMeta)]| g.iter().map(|(f, _)| f.clone()).collect::<Vec<_>>();
     assert_eq!(bytes(&got0), from1);
     assert_eq!(bytes(&got1), from0);
+    assert_eq!(
+        bytes(&got1b),
+        from0,
+        "a1's outgoing frames are not read back on a1"
+    );
     assert!(got0.iter().all(|(_, m)| m.vlan.is_none()));
     let s1 = p1.stats();
     assert_eq!(s1.tx_frames, from1.len() as u64);
@@ -195,7 +211,7 @@ fn frames_both_ways_never_read_back_and_mtu() {
         })
     );
 
-    drop(p1);
+    drop((p1, p1b));
     assert!(
         r.ip(&["-d", "link", "show", "a1"])
             .contains("promiscuity 0")
@@ -262,6 +278,64 @@ fn vlan_tags_the_kernel_stripped_are_put_back() {
     );
     assert_eq!(got[0].1.vlan.map(|t| t.vid()), Some(100));
     assert_eq!(p.stats().rx_vlan_restored, 4);
+
+    // A tagged TCP super-frame with a partial checksum: the offsets in its metadata are the
+    // kernel's (untagged) ones plus the tag the port put back, so they still point at TCP.
+    let (f, off) = tagged_tcp_super_frame();
+    assert!(p0.send(&f, &TxMeta { offload: off }).unwrap());
+    let tcp = |f: &[u8]| inner_type(f) == 0x0800;
+    let got = collect(&mut p, tcp, 1, secs(3), Duration::ZERO);
+    let (g, m) = &got[0];
+    assert_eq!(g, &f);
+    assert_eq!(m.offload.csum, off.csum, "csum_start moved with the tag");
+    assert_eq!(
+        m.offload.gso.map(|g| (g.kind, g.size)),
+        Some((GsoKind::TcpV4, 1000))
+    );
+    let mut segs = Segments::new();
+    assert_eq!(offload::segment(g, &m.offload, &mut segs), Ok(3));
+}
+
+/// An 802.1Q-tagged IPv4/TCP frame with 3000 bytes of payload, its TCP checksum field holding
+/// the pseudo-header sum, and the metadata that says so (segments of 1000).
+fn tagged_tcp_super_frame() -> (Vec<u8>, hf_wire::offload::Offload) {
+    use hf_wire::offload::{Gso, Offload};
+    let payload = 3000usize;
+    let mut f = vec![
+        2, 0, 0, 0, 0, 0x99, 2, 0, 0, 0, 0, 1, 0x81, 0, 0, 42, 0x08, 0x00,
+    ];
+    let l3 = f.len();
+    f.extend_from_slice(&[0x45, 0]);
+    f.extend_from_slice(&((40 + payload) as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 1, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+    let ipcs = hf_wire::checksum(&f[l3..]);
+    f[l3 + 10..l3 + 12].copy_from_slice(&ipcs.to_be_bytes());
+    let l4 = f.len();
+    f.extend_from_slice(&[
+        0x9c, 0x40, 0x13, 0x89, 0, 0, 0, 1, 0, 0, 0, 1, 0x50, 0x18, 1, 0,
+    ]);
+    f.extend_from_slice(&[0, 0, 0, 0]);
+    f.extend((0..payload).map(|i| i as u8));
+    let src = std::net::IpAddr::from([10, 0, 0, 1]);
+    let dst = std::net::IpAddr::from([10, 0, 0, 2]);
+    let mut ps = hf_wire::pseudo_header_sum(src, dst, 6, (20 + payload) as u32);
+    while ps > 0xffff {
+        ps = (ps & 0xffff) + (ps >> 16);
+    }
+    f[l4 + 16..l4 + 18].copy_from_slice(&(ps as u16).to_be_bytes());
+    let off = Offload {
+        csum: Csum::Partial {
+            start: l4 as u16,
+            offset: 16,
+        },
+        gso: Some(Gso {
+            kind: GsoKind::TcpV4,
+            size: 1000,
+            hdr_len: (l4 + 20) as u16,
+            ecn: false,
+        }),
+    };
+    (f, off)
 }
 
 #[derive(Debug, Default, Clone, Copy)]
