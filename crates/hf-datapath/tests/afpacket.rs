@@ -74,6 +74,14 @@ fn inner_type(f: &[u8]) -> u16 {
     0
 }
 
+fn wait_link_up(p: &AfPacket) {
+    let t0 = Instant::now();
+    while !p.link_up().unwrap() {
+        assert!(t0.elapsed() < secs(3), "{} did not come up", p.name());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Receives on `p` until `want` frames passing `keep` arrived or `limit` passed, then keeps
 /// listening for `linger` (to catch frames that must not come).
 fn collect(
@@ -116,13 +124,18 @@ fn frames_both_ways_never_read_back_and_mtu() {
     a.veth("a0", "a1", Some(&r));
     let mut p0 = open_in(&a, "a0");
     let mut p1 = open_in(&r, "a1");
+    // A second port on a1 (as during a datapath takeover, or the host sending on the interface):
+    // the kernel never loops a socket's own sends back to it, but another socket's outgoing
+    // frames it does deliver, unless PACKET_IGNORE_OUTGOING.
+    let mut p1b = open_in(&r, "a1");
     assert!(p0.ifindex() > 0 && p1.ifindex() > 0);
     assert!(p1.vnet_hdr());
-    assert!(p1.link_up().unwrap());
+    // IFF_RUNNING follows the carrier through the kernel's link watch, a moment after "up".
+    wait_link_up(&p1);
     assert!(
         r.ip(&["-d", "link", "show", "a1"])
-            .contains("promiscuity 1"),
-        "the port makes its interface promiscuous"
+            .contains("promiscuity 2"),
+        "each port makes its interface promiscuous"
     );
     assert_eq!((p1.mtu(), p1.max_frame()), (1500, 1514));
 
@@ -158,10 +171,22 @@ fn frames_both_ways_never_read_back_and_mtu() {
         secs(3),
         Duration::from_millis(300),
     );
+    let got1b = collect(
+        &mut p1b,
+        ours,
+        from0.len(),
+        secs(3),
+        Duration::from_millis(100),
+    );
     // Each side received exactly the other's frames, in order, and none of its own.
     let bytes = |g: &[(Vec<u8>, RxMeta)]| g.iter().map(|(f, _)| f.clone()).collect::<Vec<_>>();
     assert_eq!(bytes(&got0), from1);
     assert_eq!(bytes(&got1), from0);
+    assert_eq!(
+        bytes(&got1b),
+        from0,
+        "a1's outgoing frames are not read back on a1"
+    );
     assert!(got0.iter().all(|(_, m)| m.vlan.is_none()));
     let s1 = p1.stats();
     assert_eq!(s1.tx_frames, from1.len() as u64);
@@ -195,11 +220,19 @@ fn frames_both_ways_never_read_back_and_mtu() {
         })
     );
 
-    drop(p1);
-    assert!(
-        r.ip(&["-d", "link", "show", "a1"])
-            .contains("promiscuity 0")
-    );
+    drop((p1, p1b));
+    // (Polled: a child another test is spawning may hold the sockets until its exec.)
+    let t0 = Instant::now();
+    while !r
+        .ip(&["-d", "link", "show", "a1"])
+        .contains("promiscuity 0")
+    {
+        assert!(
+            t0.elapsed() < secs(3),
+            "closing the ports ends their promiscuity"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -262,6 +295,64 @@ fn vlan_tags_the_kernel_stripped_are_put_back() {
     );
     assert_eq!(got[0].1.vlan.map(|t| t.vid()), Some(100));
     assert_eq!(p.stats().rx_vlan_restored, 4);
+
+    // A tagged TCP super-frame with a partial checksum: the offsets in its metadata are the
+    // kernel's (untagged) ones plus the tag the port put back, so they still point at TCP.
+    let (f, off) = tagged_tcp_super_frame();
+    assert!(p0.send(&f, &TxMeta { offload: off }).unwrap());
+    let tcp = |f: &[u8]| inner_type(f) == 0x0800;
+    let got = collect(&mut p, tcp, 1, secs(3), Duration::ZERO);
+    let (g, m) = &got[0];
+    assert_eq!(g, &f);
+    assert_eq!(m.offload.csum, off.csum, "csum_start moved with the tag");
+    assert_eq!(
+        m.offload.gso.map(|g| (g.kind, g.size)),
+        Some((GsoKind::TcpV4, 1000))
+    );
+    let mut segs = Segments::new();
+    assert_eq!(offload::segment(g, &m.offload, &mut segs), Ok(3));
+}
+
+/// An 802.1Q-tagged IPv4/TCP frame with 3000 bytes of payload, its TCP checksum field holding
+/// the pseudo-header sum, and the metadata that says so (segments of 1000).
+fn tagged_tcp_super_frame() -> (Vec<u8>, hf_wire::offload::Offload) {
+    use hf_wire::offload::{Gso, Offload};
+    let payload = 3000usize;
+    let mut f = vec![
+        2, 0, 0, 0, 0, 0x99, 2, 0, 0, 0, 0, 1, 0x81, 0, 0, 42, 0x08, 0x00,
+    ];
+    let l3 = f.len();
+    f.extend_from_slice(&[0x45, 0]);
+    f.extend_from_slice(&((40 + payload) as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 1, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+    let ipcs = hf_wire::checksum(&f[l3..]);
+    f[l3 + 10..l3 + 12].copy_from_slice(&ipcs.to_be_bytes());
+    let l4 = f.len();
+    f.extend_from_slice(&[
+        0x9c, 0x40, 0x13, 0x89, 0, 0, 0, 1, 0, 0, 0, 1, 0x50, 0x18, 1, 0,
+    ]);
+    f.extend_from_slice(&[0, 0, 0, 0]);
+    f.extend((0..payload).map(|i| i as u8));
+    let src = std::net::IpAddr::from([10, 0, 0, 1]);
+    let dst = std::net::IpAddr::from([10, 0, 0, 2]);
+    let mut ps = hf_wire::pseudo_header_sum(src, dst, 6, (20 + payload) as u32);
+    while ps > 0xffff {
+        ps = (ps & 0xffff) + (ps >> 16);
+    }
+    f[l4 + 16..l4 + 18].copy_from_slice(&(ps as u16).to_be_bytes());
+    let off = Offload {
+        csum: Csum::Partial {
+            start: l4 as u16,
+            offset: 16,
+        },
+        gso: Some(Gso {
+            kind: GsoKind::TcpV4,
+            size: 1000,
+            hdr_len: (l4 + 20) as u16,
+            ecn: false,
+        }),
+    };
+    (f, off)
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -282,11 +373,18 @@ struct Relay {
 
 impl Relay {
     /// Relays between `x` and `y`, passing on the offload metadata `keep` says.
-    fn start(mut x: AfPacket, mut y: AfPacket, keep: Keep) -> Relay {
+    fn start(x: AfPacket, y: AfPacket, keep: Keep) -> Relay {
+        Relay::start_with(x, y, keep, false)
+    }
+
+    /// With `batched`, each received batch is copied out and sent with one `send_batch` (what a
+    /// datapath does); otherwise each frame is sent from the receive buffer with `send`.
+    fn start_with(mut x: AfPacket, mut y: AfPacket, keep: Keep, batched: bool) -> Relay {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
             let mut st = RelayStats::default();
+            let mut buf = Batch::default();
             while !flag.load(Ordering::Relaxed) {
                 let mut fds = [x.fd().as_raw_fd(), y.fd().as_raw_fd()].map(|fd| libc::pollfd {
                     fd,
@@ -296,10 +394,16 @@ impl Relay {
                 // SAFETY: two live pollfds, exclusively borrowed for the call.
                 unsafe { libc::poll(fds.as_mut_ptr(), 2, 50) };
                 if fds[0].revents != 0 {
-                    pump(&mut x, &mut y, keep, &mut st);
+                    match batched {
+                        true => pump_batched(&mut x, &mut y, keep, &mut st, &mut buf),
+                        false => pump(&mut x, &mut y, keep, &mut st),
+                    }
                 }
                 if fds[1].revents != 0 {
-                    pump(&mut y, &mut x, keep, &mut st);
+                    match batched {
+                        true => pump_batched(&mut y, &mut x, keep, &mut st, &mut buf),
+                        false => pump(&mut y, &mut x, keep, &mut st),
+                    }
                 }
             }
             (st, x, y)
@@ -336,19 +440,78 @@ enum Keep {
     Nothing,
 }
 
+/// Counts a received frame and returns the metadata to send it with.
+fn relay_meta(m: &RxMeta, keep: Keep, st: &mut RelayStats) -> TxMeta {
+    st.frames += 1;
+    st.gso += u64::from(m.offload.gso.is_some());
+    st.partial += u64::from(matches!(m.offload.csum, Csum::Partial { .. }));
+    let mut meta = m.to_tx();
+    match keep {
+        Keep::All => {}
+        Keep::Csum => meta.offload.gso = None,
+        Keep::Nothing => meta = TxMeta::default(),
+    }
+    meta
+}
+
+/// A batch copied out of the receive buffers.
+#[derive(Default)]
+struct Batch {
+    bytes: Vec<u8>,
+    frames: Vec<(usize, usize, TxMeta)>,
+}
+
+fn pump_batched(
+    from: &mut AfPacket,
+    to: &mut AfPacket,
+    keep: Keep,
+    st: &mut RelayStats,
+    b: &mut Batch,
+) {
+    for _ in 0..16 {
+        b.bytes.clear();
+        b.frames.clear();
+        let n = from
+            .recv_batch(&mut |f, m| {
+                let meta = relay_meta(m, keep, st);
+                let at = b.bytes.len();
+                b.bytes.extend_from_slice(f);
+                b.frames.push((at, b.bytes.len(), meta));
+            })
+            .unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        let tx: Vec<TxFrame<'_>> = b
+            .frames
+            .iter()
+            .map(|&(s, e, meta)| TxFrame {
+                frame: &b.bytes[s..e],
+                meta,
+            })
+            .collect();
+        let mut done = 0;
+        while done < tx.len() {
+            match to.send_batch(&tx[done..]) {
+                Ok(0) => {
+                    st.full += (tx.len() - done) as u64;
+                    break;
+                }
+                Ok(k) => done += k,
+                Err(_) => {
+                    st.other_errors += 1;
+                    break;
+                }
+            }
+        }
+    }
+}
+
 fn pump(from: &mut AfPacket, to: &mut AfPacket, keep: Keep, st: &mut RelayStats) {
     for _ in 0..16 {
         let n = from
             .recv_batch(&mut |f, m| {
-                st.frames += 1;
-                st.gso += u64::from(m.offload.gso.is_some());
-                st.partial += u64::from(matches!(m.offload.csum, Csum::Partial { .. }));
-                let mut meta = m.to_tx();
-                match keep {
-                    Keep::All => {}
-                    Keep::Csum => meta.offload.gso = None,
-                    Keep::Nothing => meta = TxMeta::default(),
-                }
+                let meta = relay_meta(m, keep, st);
                 match to.send(f, &meta) {
                     Ok(true) => {}
                     Ok(false) => st.full += 1,
@@ -584,7 +747,10 @@ fn interface_down_deleted_and_back() {
         AfPacket::open("a-name-far-too-long-for-linux"),
         Err(PortError::BadName { .. })
     ));
-    let mut p = open_in(&r, "g1");
+    // The port a datapath takeover would receive over SCM_RIGHTS: adopted from a bare socket.
+    let fd = open_cfg(&r, "g1", AfPacketConfig::default()).into_fd();
+    let mut p = AfPacket::adopt(fd, AfPacketConfig::default()).unwrap();
+    assert_eq!((p.name(), p.vnet_hdr(), p.mtu()), ("g1", true, 1500));
     let mut q = open_in(&r, "g1");
     let mut s = open_in(&r, "g0");
     let old = p.ifindex();
@@ -599,11 +765,7 @@ fn interface_down_deleted_and_back() {
     }
     assert!(!p.link_up().unwrap());
     r.ip(&["link", "set", "g1", "up"]);
-    let t0 = Instant::now();
-    while !p.link_up().unwrap() {
-        assert!(t0.elapsed() < secs(3), "g1 did not come up");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_link_up(&p);
     // (q saw the same LinkDown; read it off so it does not count below.)
     let _ = q.recv_batch(&mut |_, _| {});
     assert!(s.send(&test_frame(5, 1, 80), &TxMeta::default()).unwrap());
@@ -640,26 +802,44 @@ fn interface_down_deleted_and_back() {
     drop(s);
 }
 
-/// Parses iperf3's JSON for the receiver's rate in Gb/s.
-fn iperf_gbps(json: &str) -> f64 {
-    let at = json
-        .find("\"sum_received\"")
-        .expect("iperf3 JSON has sum_received");
-    let rest = &json[at..];
-    let b = rest.find("\"bits_per_second\":").unwrap() + "\"bits_per_second\":".len();
-    let num: String = rest[b..]
+/// The number after `"key":` in `s`.
+fn json_num(s: &str, key: &str) -> f64 {
+    let k = format!("\"{key}\":");
+    let at = s
+        .find(&k)
+        .unwrap_or_else(|| panic!("no {key} in iperf3's JSON"))
+        + k.len();
+    let num: String = s[at..]
         .trim_start()
         .chars()
-        .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == 'e' || *c == '+')
+        .take_while(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '+' | '-'))
         .collect();
-    num.parse::<f64>().unwrap() / 1e9
+    num.parse().unwrap()
 }
 
+/// TCP: the receiver's rate in Gb/s.
 fn iperf(client: &Netns, server: &Netns, ip: &str) -> f64 {
     let _srv = server.spawn("iperf3", &["-s", "-1", "-p", "5201"]);
     std::thread::sleep(Duration::from_millis(400));
     let json = client.exec("iperf3", &["-c", ip, "-p", "5201", "-t", "5", "-J"]);
-    iperf_gbps(&json)
+    let at = json.find("\"sum_received\"").unwrap();
+    json_num(&json[at..], "bits_per_second") / 1e9
+}
+
+/// UDP with 60-byte payloads (64-byte frames with the FCS), sent as fast as one sender can:
+/// datagrams received per second, in thousands.
+fn iperf_udp_kpps(client: &Netns, server: &Netns, ip: &str) -> f64 {
+    let _srv = server.spawn("iperf3", &["-s", "-1", "-p", "5201"]);
+    std::thread::sleep(Duration::from_millis(400));
+    let args = [
+        "-c", ip, "-p", "5201", "-t", "5", "-u", "-b", "0", "-l", "60", "-J",
+    ];
+    let json = client.exec("iperf3", &args);
+    // The run's totals are the last "sum" before "sum_sent" (earlier ones are per interval).
+    let end = json.rfind("\"sum_sent\"").unwrap();
+    let sum = &json[json[..end].rfind("\"sum\":").unwrap()..end];
+    let got = json_num(sum, "packets") - json_num(sum, "lost_packets");
+    got / json_num(sum, "seconds") / 1e3
 }
 
 /// Throughput figures, not assertions: `cargo test --release -p hf-datapath --test afpacket --
@@ -681,13 +861,18 @@ fn relay_throughput() {
             b.ethtool_k("b0", feats);
         }
         let g = iperf(&a, &b, "10.79.0.2");
+        let on = feats.is_empty();
         println!(
             "direct veth, offloads {}: {g:.2} Gb/s",
-            if feats.is_empty() { "on" } else { "off" }
+            if on { "on" } else { "off" }
         );
+        if on {
+            let k = iperf_udp_kpps(&a, &b, "10.79.0.2");
+            println!("direct veth, 60-byte UDP payloads: {k:.0} kpps received");
+        }
     }
     // Through the relay: vnet_hdr on (offloads cross), and off with the endpoints' offloads off.
-    for vnet in [true, false] {
+    for (vnet, batched) in [(true, false), (true, true), (false, true)] {
         let feats: &[&str] = if vnet {
             &[]
         } else {
@@ -698,15 +883,19 @@ fn relay_throughput() {
             vnet_hdr: vnet,
             ..AfPacketConfig::default()
         };
-        let relay = Relay::start(
-            open_cfg(&t.r, "a1", cfg),
-            open_cfg(&t.r, "b1", cfg),
-            Keep::All,
-        );
+        let (x, y) = (open_cfg(&t.r, "a1", cfg), open_cfg(&t.r, "b1", cfg));
+        let relay = Relay::start_with(x, y, Keep::All, batched);
         let g = iperf(&t.a, &t.b, "10.79.0.2");
+        let k = iperf_udp_kpps(&t.a, &t.b, "10.79.0.2");
         let (st, _, _) = relay.finish();
         println!(
-            "relay, vnet_hdr {}: {g:.2} Gb/s ({} frames relayed, {} super-frames)",
+            "relay ({}), vnet_hdr {}: {g:.2} Gb/s ({} frames relayed, {} super-frames); \
+             60-byte UDP payloads: {k:.0} kpps received",
+            if batched {
+                "send_batch"
+            } else {
+                "send per frame"
+            },
             if vnet {
                 "on"
             } else {

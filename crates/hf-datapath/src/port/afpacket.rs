@@ -352,7 +352,8 @@ impl AfPacket {
             frame: &[],
         }; MAX_BATCH];
         let total = seg.len();
-        let mut sent = 0;
+        // Segments taken from the front (sent or refused one by one), and of those refused.
+        let (mut sent, mut dropped) = (0, 0);
         while sent < total {
             let mut k = 0;
             for (s, f) in slices.iter_mut().zip(seg.iter().skip(sent)) {
@@ -374,13 +375,16 @@ impl AfPacket {
                         TxFail::Full if sent == 0 => return Ok(false),
                         // Part of the frame went out: the rest is dropped, the frame consumed.
                         TxFail::Full => break,
-                        TxFail::Frame(_) => sent += 1,
+                        TxFail::Frame(_) => {
+                            sent += 1;
+                            dropped += 1;
+                        }
                         fail @ TxFail::Port(_) => return Err(fail),
                     }
                 }
             }
         }
-        self.stats.tx_dropped += (total - sent.min(total)) as u64;
+        self.stats.tx_dropped += (total - sent.min(total) + dropped) as u64;
         Ok(true)
     }
 }

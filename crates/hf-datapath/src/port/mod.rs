@@ -244,7 +244,8 @@ pub trait FramePort: std::fmt::Debug + Send {
     fn link_up(&self) -> Result<bool, PortError>;
 
     /// Receives up to one batch of waiting frames, calling `f` for each, and returns how many it
-    /// handed over (0: nothing is waiting). Never blocks.
+    /// took from the device, including any it dropped as malformed (counted in [`PortStats`]):
+    /// 0 means nothing was waiting. Never blocks.
     fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8], &RxMeta)) -> Result<usize, PortError>;
 
     /// Sends one frame. `Ok(false)` when the socket's send buffer is full (the frame was not
