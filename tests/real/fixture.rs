@@ -269,19 +269,22 @@ pub(crate) struct Cluster {
     pub(crate) lab: Lab,
 }
 
-/// The northbound topology of [`cluster`]: `ls1` (vm1, vm2) and `ls2` (vm3) behind `lr0`.
-pub(crate) fn build_nb(central: &Central) {
-    central.nbctl(&["ls-add", "ls1"]);
-    central.nbctl(&["ls-add", "ls2"]);
-    central.nbctl(&["lr-add", "lr0"]);
-    central.nbctl(&[
+/// The northbound topology of [`cluster`]: `ls1` (vm1, vm2) and `ls2` (vm3) behind `lr0`,
+/// and `extra` commands, written in one transaction as a CMS restoring its state would.
+pub(crate) fn build_nb(central: &Central, extra: &[&[&str]]) {
+    let mut cmds: Vec<Vec<String>> = Vec::new();
+    let mut cmd = |c: &[&str]| cmds.push(c.iter().map(|s| s.to_string()).collect());
+    cmd(&["ls-add", "ls1"]);
+    cmd(&["ls-add", "ls2"]);
+    cmd(&["lr-add", "lr0"]);
+    cmd(&[
         "lrp-add",
         "lr0",
         "lr0-ls1",
         "02:00:00:00:01:01",
         "10.0.1.1/24",
     ]);
-    central.nbctl(&[
+    cmd(&[
         "lrp-add",
         "lr0",
         "lr0-ls2",
@@ -290,39 +293,30 @@ pub(crate) fn build_nb(central: &Central) {
     ]);
     for (ls, lrp) in [("ls1", "lr0-ls1"), ("ls2", "lr0-ls2")] {
         let p = format!("{ls}-lr0");
-        central.nbctl(&[
-            "lsp-add",
-            ls,
-            &p,
-            "--",
-            "lsp-set-type",
-            &p,
-            "router",
-            "--",
-            "lsp-set-addresses",
-            &p,
-            "router",
-            "--",
-            "lsp-set-options",
-            &p,
-            &format!("router-port={lrp}"),
-        ]);
+        cmd(&["lsp-add", ls, &p]);
+        cmd(&["lsp-set-type", &p, "router"]);
+        cmd(&["lsp-set-addresses", &p, "router"]);
+        cmd(&["lsp-set-options", &p, &format!("router-port={lrp}")]);
     }
     for (ls, vm, mac, ip) in [
         ("ls1", "vm1", "0a:00:00:00:00:01", "10.0.1.11"),
         ("ls1", "vm2", "0a:00:00:00:00:02", "10.0.1.12"),
         ("ls2", "vm3", "0a:00:00:00:00:03", "10.0.2.13"),
     ] {
-        central.nbctl(&[
-            "lsp-add",
-            ls,
-            vm,
-            "--",
-            "lsp-set-addresses",
-            vm,
-            &format!("{mac} {ip}"),
-        ]);
+        cmd(&["lsp-add", ls, vm]);
+        cmd(&["lsp-set-addresses", vm, &format!("{mac} {ip}")]);
     }
+    for c in extra {
+        cmd(c);
+    }
+    let mut args: Vec<&str> = Vec::new();
+    for (n, c) in cmds.iter().enumerate() {
+        if n > 0 {
+            args.push("--");
+        }
+        args.extend(c.iter().map(String::as_str));
+    }
+    central.nbctl(&args);
 }
 
 pub(crate) fn cluster(test: &str) -> Option<Cluster> {
@@ -335,7 +329,7 @@ pub(crate) fn cluster(test: &str) -> Option<Cluster> {
     let lab = Lab::new().unwrap();
     let central_ns = lab.netns("central").unwrap();
     let central = Central::start(&lab, &central_ns);
-    build_nb(&central);
+    build_nb(&central, &[]);
     let hv1 = lab.netns("hv1").unwrap();
     let hv2 = lab.netns("hv2").unwrap();
     lab.veth((&hv1, "underlay"), (&hv2, "underlay")).unwrap();

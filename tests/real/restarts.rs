@@ -92,23 +92,32 @@ fn assert_host_entry_kept(cl: &Cluster, port: u16, before: &hf_testkit::conntrac
 
 /// vm1's security group: it may connect out, nothing may connect in; what comes back to it is
 /// let in by conntrack alone, so a datapath that lost its connections drops it.
-fn security_group(cl: &Cluster) {
-    cl.central.nbctl(&[
-        "--wait=hv",
+const SECURITY_GROUP: [&[&str]; 2] = [
+    &[
         "acl-add",
         "ls1",
         "from-lport",
         "1002",
         "inport == \"vm1\" && ip4",
         "allow-related",
-        "--",
+    ],
+    &[
         "acl-add",
         "ls1",
         "to-lport",
         "1001",
         "outport == \"vm1\" && ip4",
         "drop",
-    ]);
+    ],
+];
+
+fn security_group(cl: &Cluster) {
+    let [a, b] = SECURITY_GROUP;
+    let mut args = vec!["--wait=hv"];
+    args.extend_from_slice(a);
+    args.push("--");
+    args.extend_from_slice(b);
+    cl.central.nbctl(&args);
 }
 
 #[test]
@@ -212,8 +221,10 @@ fn kernel_tcp_survives_nb_and_sb_rebuilt_with_the_controllers_restarted() {
     std::thread::sleep(Duration::from_millis(1500));
     let ns = cl.central_ns.clone();
     cl.central.rebuild(&cl.lab, &ns);
-    build_nb(&cl.central);
-    security_group(&cl);
+    // The CMS writes its whole state back at once (a controller that translated a partial
+    // rebuild would run a program without the security group meanwhile, and the connections'
+    // conntrack would fall behind them: see docs/real-interfaces.md, "Not done yet").
+    build_nb(&cl.central, &SECURITY_GROUP);
     for c in &mut cl.hv {
         if let Some(mut p) = c.controller.take() {
             p.stop();
