@@ -38,8 +38,9 @@ enum Command {
     /// The per-chassis controller, as ovn-controller: registers the chassis in SB, claims its
     /// ports and programs the local `holdfast datapath`.
     Controller(Box<controller::ControllerArgs>),
-    /// The per-chassis datapath: in-memory ports, Geneve tunnels, the flow cache, conntrack
-    /// and the zone map, under a controller's control socket.
+    /// The per-chassis datapath: real ports from the local OVS database (AF_PACKET) and
+    /// in-memory ones, Geneve tunnels, the flow cache, conntrack and the zone map, under a
+    /// controller's control socket.
     Datapath(Box<datapath::DatapathArgs>),
     /// Check and explain OVN logical flows (match/action language).
     Lflow(lflow::LflowArgs),

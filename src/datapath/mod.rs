@@ -1,20 +1,27 @@
 //! `holdfast datapath`: the per-chassis datapath daemon, a thin shell around
-//! [`hf_datapath::Datapath`].
+//! [`hf_datapath::Datapath`] (ovs-vswitchd's place in a chassis).
 //!
-//! What it does: in-memory ports given on the command line (`--port NAME[,MAC]`), Geneve to
-//! and from other chassis over UDP on `--encap-ip` (port `--geneve-port`, 6081 by default; the
-//! remote chassis are reached on the same port number), the controller's control socket
-//! (`--control punix:PATH`, one controller at a time; a new connection replaces the old one),
-//! the zone map mirrored to `--zones-file` (written atomically on every change, read on start),
-//! the daemon plumbing `holdfast db` has (`--detach`, `--pidfile`, `--log-file`, `--unixctl`,
-//! `-v`) and unixctl commands to look inside and to drive the in-memory ports from tests
-//! (`datapath/inject`, `datapath/capture`), and live migration's state channel between
-//! datapaths (`--state-listen ptcp:PORT[:IP]|pssl:PORT[:IP]`, mutual TLS with `-p/-c/-C`;
-//! [`state`]).
+//! What it does: the chassis's local OVS database as its first argument ([`local`]: the
+//! interfaces of the integration bridge with `external_ids:iface-id` become AF_PACKET ports
+//! ([`devices`]), and their rows get `ofport`, `link_state`, `error`... back, with `cur_cfg`
+//! following `next_cfg`); in-memory ports given on the command line (`--port NAME[,MAC]`, for
+//! tests and the simulator); Geneve to and from other chassis over UDP on `--encap-ip` (port
+//! `--geneve-port`, 6081 by default; the remote chassis are reached on the same port number);
+//! the controller's control socket (`--control punix:PATH`, one controller at a time; a new
+//! connection replaces the old one); the zone map mirrored to `--zones-file` (written
+//! atomically on every change, read on start); the hitless restart (`--takeover`,
+//! [`takeover`]: state and sockets from the running process); the daemon plumbing `holdfast
+//! db` has (`--detach`, `--pidfile`, `--log-file`, `--unixctl`, `-v`) and unixctl commands to
+//! look inside and to drive the in-memory ports from tests (`datapath/inject`,
+//! `datapath/capture`); and live migration's state channel between datapaths
+//! (`--state-listen ptcp:PORT[:IP]|pssl:PORT[:IP]`, mutual TLS with `-p/-c/-C`; [`state`]).
 //!
-//! What it does not do: real network interfaces (a later issue: ports exist only in memory),
-//! outer Ethernet/IP headers of its own (the kernel's UDP socket carries Geneve), IPv6 tunnel
-//! endpoints other than what the socket does by itself.
+//! What it does not do: internal ports (tap devices it would create), patch and tunnel
+//! interfaces in the local database, bridges other than the integration bridge (each refused
+//! with its reason in `Interface.error`), AF_XDP, outer Ethernet/IP headers of its own (the
+//! kernel's UDP socket carries Geneve), IPv6 tunnel endpoints other than what the socket does
+//! by itself. Offloaded frames (partial checksums, TSO super-frames) are completed or
+//! segmented before the pipeline, not carried through it.
 // An I/O shell: clocks, sockets, signals.
 #![allow(clippy::disallowed_methods)]
 
@@ -55,9 +62,11 @@ const CAPTURE_MAX: usize = 1024;
 /// `holdfast datapath`'s options.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Ports are in memory only (for the simulator, the sandbox and tests): frames \
-enter with `datapath/inject PORT HEX` and leave into `datapath/capture PORT`. Real network \
-interfaces come with a later issue.
+    after_help = "Real ports come from the local OVS database (DATABASE): `ovs-vsctl add-port br-int \
+tap0 -- set Interface tap0 external_ids:iface-id=vm1` attaches tap0 to logical port vm1 (an \
+AF_PACKET socket), `ovs-vsctl del-port br-int tap0` detaches it. In-memory ports (--port, for the \
+simulator and tests): frames enter with `datapath/inject PORT HEX` and leave into \
+`datapath/capture PORT`.
 
 Live migration's state channel: a migrating port's destination dials its source's encap IP at \
 the --state-listen port (the same on every chassis) and pulls the port's conntrack state \
