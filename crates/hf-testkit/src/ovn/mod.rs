@@ -34,6 +34,9 @@ pub mod raft;
 pub use central::Central;
 pub use chassis::{ChassisOpts, RealChassis};
 
+/// How long a daemon may take to detach (an `ovsdb-server` reading a large database).
+const DAEMON_START_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// Real OVN 23.03's NB schema.
 pub const NB_SCHEMA: &str = "/usr/share/ovn/ovn-nb.ovsschema";
 /// Real OVN 23.03's SB schema.
@@ -119,10 +122,10 @@ pub struct Daemon {
 
 impl Daemon {
     /// Run `c` with [`daemon_args`]`(dir, name)` appended; it returns once the daemon has
-    /// detached (its pidfile written).
+    /// detached (its pidfile written), within 5 minutes.
     pub fn start(dir: &Path, name: &str, mut c: Command) -> Result<Daemon> {
         c.args(daemon_args(dir, name));
-        cmd::run(&mut c, DEFAULT_TIMEOUT)?;
+        cmd::run(&mut c, DAEMON_START_TIMEOUT)?;
         Ok(Daemon::adopt(dir, name))
     }
 
@@ -210,6 +213,8 @@ pub struct OvsdbServer {
     pub daemon: Daemon,
     /// `unix:DIR/NAME.sock`.
     pub remote: String,
+    /// `DIR/NAME.sock`.
+    pub sock: PathBuf,
     /// The files it serves.
     pub files: Vec<PathBuf>,
 }
@@ -222,13 +227,13 @@ impl OvsdbServer {
         OvsdbServer::serve(dir, name, &[file], &[])
     }
 
-    /// Serve `files` as daemon `NAME` in `dir`, on `unix:DIR/NAME.sock` and the `remotes`
-    /// (`ptcp:PORT:127.0.0.1`, ...).
+    /// Serve `files` as daemon `NAME` in `dir` on `unix:DIR/NAME.sock`, with more `args`
+    /// (`--remote=ptcp:PORT:127.0.0.1`, TLS files, ...).
     pub fn serve(
         dir: &Path,
         name: &str,
         files: &[PathBuf],
-        remotes: &[String],
+        args: &[String],
     ) -> Result<OvsdbServer> {
         let sock = dir.join(format!("{name}.sock"));
         // A socket left by a killed server would make the new one fail to listen.
@@ -236,11 +241,12 @@ impl OvsdbServer {
         let mut c = Command::new("ovsdb-server");
         in_rundir(&mut c, dir)
             .arg(format!("--remote=punix:{}", sock.display()))
-            .args(remotes.iter().map(|r| format!("--remote={r}")))
+            .args(args)
             .args(files);
         Ok(OvsdbServer {
             daemon: Daemon::start(dir, name, c)?,
             remote: format!("unix:{}", sock.display()),
+            sock,
             files: files.to_vec(),
         })
     }
