@@ -206,6 +206,16 @@ impl Drop for Daemon {
     }
 }
 
+/// SIGTERM the daemons whose pidfiles are listed, last started first, without waiting (for a
+/// `Drop` of daemons started elsewhere; [`Daemon`] does this for one).
+pub fn stop_pidfiles(pidfiles: &[PathBuf]) {
+    for p in pidfiles.iter().rev() {
+        if let Some(pid) = read_pidfile(p) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+        }
+    }
+}
+
 /// A real `ovsdb-server` serving database files; stopped on drop.
 #[derive(Debug)]
 pub struct OvsdbServer {
