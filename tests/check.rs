@@ -465,9 +465,7 @@ fn start_datapath(dir: &Path, name: &str) -> PidDaemon {
                 dir.join(format!("{name}.zones")).display()
             )),
     );
-    PidDaemon {
-        pidfile: dir.join(format!("{name}.pid")),
-    }
+    PidDaemon::adopt(dir, name)
 }
 
 #[test]
@@ -615,9 +613,7 @@ fn real_ovn_northd_on_a_realistic_nb_runs_clean() {
             .arg(format!("--ovnnb-db={}", dbs.nb))
             .arg(format!("--ovnsb-db={}", dbs.sb)),
     );
-    let _northd = PidDaemon {
-        pidfile: d.join("ovn-northd.pid"),
-    };
+    let _northd = PidDaemon::adopt(d, "ovn-northd");
     // A chassis as OVN 23.03's ovn-controller registers it.
     run_ok(
         dbs.sbctl()

@@ -43,9 +43,7 @@ fn start_chassis(d: &Path, sb: &str) -> Vec<PidDaemon> {
             .arg("--port=vm2,0a:00:00:00:00:02")
             .arg(format!("--zones-file={}", d.join("hv1.zones").display())),
     );
-    out.push(PidDaemon {
-        pidfile: d.join("dp.pid"),
-    });
+    out.push(PidDaemon::adopt(d, "dp"));
     run_ok(
         Command::new(common::holdfast())
             .arg("controller")
@@ -56,9 +54,7 @@ fn start_chassis(d: &Path, sb: &str) -> Vec<PidDaemon> {
             .arg("--encap-ip=127.0.0.1")
             .arg(format!("--datapath=unix:{}", d.join("dp.sock").display())),
     );
-    out.push(PidDaemon {
-        pidfile: d.join("ctl.pid"),
-    });
+    out.push(PidDaemon::adopt(d, "ctl"));
     out
 }
 
@@ -193,7 +189,7 @@ fn end_to_end(d: &Path, dbs: &Dbs) {
     // A restarted controller finds the datapath running what it would push: no new program,
     // the same zones, nothing flushed.
     let before = program_line(&status);
-    chassis[1].kill9();
+    chassis[1].kill9().unwrap();
     run_ok(
         Command::new(common::holdfast())
             .arg("controller")
@@ -249,9 +245,7 @@ fn under_real_ovn_northd() {
             .arg(format!("--ovnnb-db={}", dbs.nb))
             .arg(format!("--ovnsb-db={}", dbs.sb)),
     );
-    let _northd = PidDaemon {
-        pidfile: d.join("ovn-northd.pid"),
-    };
+    let _northd = PidDaemon::adopt(d, "ovn-northd");
     end_to_end(d, &dbs);
 }
 

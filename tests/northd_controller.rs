@@ -53,11 +53,11 @@ mod topo;
 mod verdict;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{daemon_args, run, run_ok};
+use hf_testkit::ovn::{ChassisOpts, RealChassis};
 use oracle::{Backend, Env};
 use topo::{CHASSIS, CHASSIS_FEATURES, Topology};
 
@@ -76,139 +76,6 @@ const TOOLS: &[&str] = &[
 
 /// The chassis the real ovn-controller is (its encap IP from the generator's table).
 const REAL: &str = "hv1";
-
-/// A real chassis: its own Open_vSwitch database, ovs-vswitchd (dummy datapath) and
-/// ovn-controller, all in `dir`; stopped by pid on drop (controller first).
-struct Chassis {
-    dir: PathBuf,
-    db: String,
-    pidfiles: Vec<PathBuf>,
-}
-
-impl Drop for Chassis {
-    fn drop(&mut self) {
-        crate::common::kill_pidfiles(&self.pidfiles);
-    }
-}
-
-/// Every OVS/OVN tool run for the chassis looks for its run directory here.
-fn in_dir<'a>(c: &'a mut Command, dir: &Path) -> &'a mut Command {
-    for v in [
-        "OVS_RUNDIR",
-        "OVS_LOGDIR",
-        "OVS_DBDIR",
-        "OVN_RUNDIR",
-        "OVN_LOGDIR",
-    ] {
-        c.env(v, dir);
-    }
-    c
-}
-
-impl Chassis {
-    fn start(dir: &Path, sb: &str, name: &str, encap_ip: &str, vifs: &[String]) -> Chassis {
-        let dir = dir.join(format!("chassis-{name}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let conf = dir.join("conf.db");
-        run_ok(
-            Command::new("ovsdb-tool")
-                .arg("create")
-                .arg(&conf)
-                .arg("/usr/share/openvswitch/vswitch.ovsschema"),
-        );
-        let sock = dir.join("db.sock");
-        let db = format!("unix:{}", sock.display());
-        let mut c = Chassis {
-            dir: dir.clone(),
-            db: db.clone(),
-            pidfiles: Vec::new(),
-        };
-        run_ok(
-            in_dir(&mut Command::new("ovsdb-server"), &dir)
-                .args(daemon_args(&dir, "ovsdb-server"))
-                .arg(format!("--remote=punix:{}", sock.display()))
-                .arg(&conf),
-        );
-        c.pidfiles.push(dir.join("ovsdb-server.pid"));
-        let vsctl = |args: &[&str]| {
-            run_ok(
-                in_dir(&mut Command::new("ovs-vsctl"), &dir)
-                    .arg(format!("--db={db}"))
-                    .arg("--no-wait")
-                    .args(args),
-            )
-        };
-        vsctl(&["init"]);
-        vsctl(&[
-            "set",
-            "open_vswitch",
-            ".",
-            &format!("external_ids:system-id={name}"),
-            &format!("external_ids:hostname=host-{name}"),
-            &format!("external_ids:ovn-remote={sb}"),
-            "external_ids:ovn-encap-type=geneve",
-            &format!("external_ids:ovn-encap-ip={encap_ip}"),
-        ]);
-        vsctl(&[
-            "add-br",
-            "br-int",
-            "--",
-            "set",
-            "bridge",
-            "br-int",
-            "fail-mode=secure",
-            "other-config:disable-in-band=true",
-        ]);
-        for v in vifs {
-            vsctl(&[
-                "add-port",
-                "br-int",
-                v,
-                "--",
-                "set",
-                "interface",
-                v,
-                &format!("external_ids:iface-id={v}"),
-            ]);
-        }
-        run_ok(
-            in_dir(&mut Command::new("ovs-vswitchd"), &dir)
-                .arg("--enable-dummy=override")
-                .args(daemon_args(&dir, "ovs-vswitchd"))
-                .arg(&db),
-        );
-        c.pidfiles.push(dir.join("ovs-vswitchd.pid"));
-        // ovn-controller 23.03 has no --unixctl: its control socket goes to OVN_RUNDIR
-        // (this directory) as ovn-controller.<pid>.ctl.
-        let mut args = daemon_args(&dir, "ovn-controller");
-        args.retain(|a| !a.starts_with("--unixctl="));
-        run_ok(
-            in_dir(&mut Command::new("ovn-controller"), &dir)
-                .args(args)
-                .arg(&db),
-        );
-        c.pidfiles.push(dir.join("ovn-controller.pid"));
-        c
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("ovn-controller.log")).unwrap_or_default()
-    }
-
-    fn openflow_flows(&self) -> usize {
-        // dump-aggregate: one line (`... flow_count=N`), whatever the number of flows.
-        let out = run_ok(
-            in_dir(&mut Command::new("ovs-ofctl"), &self.dir)
-                .arg("dump-aggregate")
-                .arg(format!("unix:{}", self.dir.join("br-int.mgmt").display())),
-        );
-        let _ = &self.db;
-        out.split("flow_count=")
-            .nth(1)
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or_else(|| panic!("ovs-ofctl dump-aggregate: {out}"))
-    }
-}
 
 fn sbctl(sb: &str, args: &[&str]) -> String {
     run_ok(
@@ -399,8 +266,17 @@ fn one_topology(t: &Topology, fill: Fill, extra_claims: &[String], actions: &[&s
         .collect();
     assert!(!mine.is_empty(), "seed {}: no VIF on {REAL}", t.seed);
     let ip = CHASSIS.iter().find(|(n, _)| *n == REAL).unwrap().1;
-    let ch = Chassis::start(&env.dir, &env.sb, REAL, ip, &mine);
-    let log = || ch.log();
+    let ch = RealChassis::start(
+        &env.dir,
+        &ChassisOpts {
+            name: REAL,
+            sb: &env.sb,
+            encap_ip: ip,
+            vifs: &mine,
+        },
+    )
+    .unwrap();
+    let log = || ch.controller_log();
     let timeout = Duration::from_secs(60);
     let sb = env.sb.clone();
 
@@ -497,7 +373,7 @@ fn one_topology(t: &Topology, fill: Fill, extra_claims: &[String], actions: &[&s
             );
         }
     }
-    let of = ch.openflow_flows();
+    let of = ch.openflow_flows().unwrap();
     assert!(of > 0, "seed {}: br-int has no OpenFlow flows", t.seed);
 
     // Parsed every logical flow.
@@ -741,9 +617,7 @@ fn real_and_hf1_controllers_under_holdfast_northd() {
                 hf_dir.join("hv2.zones").display()
             )),
     );
-    let _dp = fixture::PidDaemon {
-        pidfile: hf_dir.join("dp.pid"),
-    };
+    let _dp = fixture::PidDaemon::adopt(&hf_dir, "dp");
     run_ok(
         Command::new(common::holdfast())
             .arg("controller")
@@ -757,16 +631,23 @@ fn real_and_hf1_controllers_under_holdfast_northd() {
                 hf_dir.join("dp.sock").display()
             )),
     );
-    let _ctl = fixture::PidDaemon {
-        pidfile: hf_dir.join("ctl.pid"),
-    };
+    let _ctl = fixture::PidDaemon::adopt(&hf_dir, "ctl");
     // The real chassis hv1 (vm1).
-    let real = Chassis::start(d, &dbs.sb, "hv1", "127.0.0.2", &["vm1".to_string()]);
+    let real = RealChassis::start(
+        d,
+        &ChassisOpts {
+            name: "hv1",
+            sb: &dbs.sb,
+            encap_ip: "127.0.0.2",
+            vifs: &["vm1".to_string()],
+        },
+    )
+    .unwrap();
     let sb = dbs.sb.clone();
     let logs = || {
         format!(
             "--- ovn-controller\n{}\n--- holdfast controller\n{}\n--- northd\n{}",
-            real.log(),
+            real.controller_log(),
             std::fs::read_to_string(hf_dir.join("ctl.log")).unwrap_or_default(),
             northd.log_text()
         )
@@ -805,7 +686,7 @@ fn real_and_hf1_controllers_under_holdfast_northd() {
         !texts.contains("ct_commit {") && !texts.contains("ct_mark.blocked"),
         "the newer form with an hf-1 chassis"
     );
-    let problems = parse_problems(&real.log());
+    let problems = parse_problems(&real.controller_log());
     assert!(problems.is_empty(), "ovn-controller: {problems:#?}");
     let ids = private_ids(&sb, "hv2");
     assert!(
@@ -889,7 +770,7 @@ fn real_and_hf1_controllers_under_holdfast_northd() {
     );
     // The real controller caught up with the newer form without a parse error.
     hv_sync();
-    let problems = parse_problems(&real.log());
+    let problems = parse_problems(&real.controller_log());
     assert!(problems.is_empty(), "ovn-controller: {problems:#?}");
 }
 

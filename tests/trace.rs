@@ -6,11 +6,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::{OvsdbServer, holdfast, require, run, run_ok};
+use common::{holdfast, require, run, run_ok};
+use hf_testkit::ovn::{Central, Daemon};
 use serde_json::Value;
 
 const TOOLS: &[&str] = &[
@@ -20,63 +20,21 @@ const TOOLS: &[&str] = &[
     "ovn-nbctl",
     "ovn-trace",
     "ovs-appctl",
-    "/usr/share/ovn/ovn-nb.ovsschema",
-    "/usr/share/ovn/ovn-sb.ovsschema",
+    hf_testkit::ovn::NB_SCHEMA,
+    hf_testkit::ovn::SB_SCHEMA,
 ];
-
-/// A detached real daemon stopped by its pidfile.
-struct Daemon(PathBuf);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Ok(p) = std::fs::read_to_string(&self.0)
-            && let Ok(pid) = p.trim().parse::<i32>()
-        {
-            let _ = Command::new("kill").arg(pid.to_string()).status();
-        }
-    }
-}
 
 /// NB and SB on real ovsdb-server, real ovn-northd between them, and the topology: switch
 /// `sw0` (vm1, vm2; a to-lport drop ACL for TCP port 23 towards vm2), switch `sw1` (vm3),
 /// router `lr0` joining them, and an unrelated switch `other` (o1).
 struct Fixture {
-    northd: Option<Daemon>,
-    _nb: OvsdbServer,
-    _sb: OvsdbServer,
-    /// Last: fields drop in declaration order, and the daemons are stopped through pidfiles in
-    /// this directory (dropped first, it left every daemon of every fixture running).
-    dir: tempfile::TempDir,
+    c: Central,
 }
 
 impl Fixture {
     fn new() -> Fixture {
-        let dir = tempfile::tempdir().unwrap();
-        let nb = OvsdbServer::start(
-            dir.path(),
-            "nb.db",
-            Path::new("/usr/share/ovn/ovn-nb.ovsschema"),
-        );
-        let sb = OvsdbServer::start(
-            dir.path(),
-            "sb.db",
-            Path::new("/usr/share/ovn/ovn-sb.ovsschema"),
-        );
-        let d = dir.path();
-        run_ok(
-            Command::new("ovn-northd")
-                .arg("--detach")
-                .arg(format!("--pidfile={}", d.join("northd.pid").display()))
-                .arg(format!("--log-file={}", d.join("northd.log").display()))
-                .arg(format!("--unixctl={}", d.join("northd.ctl").display()))
-                .arg(format!("--ovnnb-db={}", nb.remote))
-                .arg(format!("--ovnsb-db={}", sb.remote)),
-        );
         let f = Fixture {
-            northd: Some(Daemon(d.join("northd.pid"))),
-            dir,
-            _nb: nb,
-            _sb: sb,
+            c: Central::start().unwrap(),
         };
         for cmd in [
             "ls-add sw0",
@@ -99,19 +57,15 @@ impl Fixture {
         f
     }
 
-    fn sock(&self, name: &str) -> String {
-        format!("unix:{}", self.dir.path().join(name).display())
-    }
-
     fn sb(&self) -> String {
-        self.sock("sb.db.sock")
+        self.c.sb.clone()
     }
 
     fn nbctl(&self, cmd: &str) {
         run_ok(
             Command::new("sh")
                 .arg("-c")
-                .arg(format!("ovn-nbctl --db={} {cmd}", self.sock("nb.db.sock"))),
+                .arg(format!("ovn-nbctl --db={} {cmd}", self.c.nb)),
         );
     }
 
@@ -250,7 +204,7 @@ fn acl_drop_names_the_stage_and_nb_row() {
         return;
     }
     let f = Fixture::new();
-    let nb = f.sock("nb.db.sock");
+    let nb = f.c.nb.clone();
     let v = f.trace_json(&["--ovnnb-db", &nb, "sw0", DENIED]);
     assert!(outputs(&v).is_empty(), "{v}");
     assert_eq!(v["verdict"]["drop"]["stage"], "ls_out_acl", "{v}");
@@ -335,7 +289,7 @@ fn bad_input_is_a_clear_error() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown port \"nope\""));
     // An unreachable database.
-    let gone = f.dir.path().join("nothing.sock");
+    let gone = f.c.dir().join("nothing.sock");
     let t0 = Instant::now();
     let out = run(
         Command::new(holdfast())
@@ -467,10 +421,10 @@ fn daemon_answers_ovs_appctl_and_follows_changes() {
         return;
     }
     let f = Fixture::new();
-    let d = f.dir.path();
+    let d = f.c.dir();
     let ctl = d.join("trace.ctl");
     let pid = d.join("trace.pid");
-    let _daemon = Daemon(pid.clone());
+    let _daemon = Daemon::adopt(d, "trace");
     run_ok(
         Command::new(holdfast())
             .args(["trace", "--detach", "--timeout=5", "--db"])
@@ -783,13 +737,7 @@ fn rows_that_do_not_translate_are_named_and_the_trace_goes_on() {
     }
     let mut f = Fixture::new();
     // Stop northd, so the row it would delete stays: a flow whose match does not parse.
-    let pidfile = f.dir.path().join("northd.pid");
-    drop(f.northd.take());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while pidfile.exists() {
-        assert!(Instant::now() < deadline, "northd did not stop");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    f.c.stop_northd().unwrap();
     let sw0 = run_ok(Command::new("ovn-sbctl").args([
         &format!("--db={}", f.sb()),
         "--bare",

@@ -155,7 +155,7 @@ async fn follows_and_resyncs_with_ovsdb_server_standalone() {
     let dir = tempfile::tempdir().unwrap();
     let mut m = procs::standalone(dir.path(), real_nb());
     let remote = m.remote();
-    scenario(remote, move || m.restart(), false).await;
+    scenario(remote, move || m.restart().unwrap(), false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,7 +177,7 @@ async fn follows_and_resyncs_with_ovsdb_server_cluster_of_one() {
     scenario(
         remote,
         move || {
-            ms[0].restart();
+            ms[0].restart().unwrap();
             std::thread::sleep(Duration::from_millis(200));
         },
         true,

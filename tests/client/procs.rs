@@ -1,16 +1,23 @@
 //! Real `ovsdb-server` processes for the client tests (standalone and Raft members, from
-//! `common::raft`) and the replicas the tests run against them.
+//! hf-testkit) and the replicas the tests run against them.
 
 use std::path::Path;
 use std::time::Duration;
 
 use hf_ovsdb_net::client::{Client, Config, Event, Model, TableSelect};
 
-pub use crate::common::raft::{Member, standalone};
+pub use hf_testkit::ovn::raft::Member;
+
+/// A standalone `ovsdb-server` for `schema` in `dir`.
+pub fn standalone(dir: &Path, schema: &Path) -> Member {
+    hf_testkit::ovn::raft::standalone(dir, schema).unwrap()
+}
 
 /// A Raft cluster of `n` members for `schema` (database `name`), every member joined.
 pub fn cluster(dir: &Path, schema: &Path, name: &str, n: usize) -> Vec<Member> {
-    crate::common::raft::Cluster::start(dir, "m", schema, name, n).members
+    hf_testkit::ovn::raft::Cluster::start(dir, "m", schema, name, n)
+        .unwrap()
+        .members
 }
 
 /// A replica of `tables` (every model table when empty).

@@ -77,7 +77,7 @@ async fn leader_killed_during_a_write_stream() {
         if batch == 4 {
             // The batch is on its way: kill the leader under it.
             tokio::time::sleep(std::time::Duration::from_micros(300)).await;
-            members[first].kill9();
+            members[first].kill9().unwrap();
             killed = true;
         }
         for t in tasks {

@@ -1,13 +1,15 @@
-//! Helpers shared by the integration binaries: finding tools, temporary directories, and
-//! processes (holdfast's and real OVN's) that are always stopped, also when a test fails.
-#![allow(dead_code)]
+//! Helpers shared by the integration binaries: holdfast's binary, schemas and `holdfast db`
+//! process, a raw JSON-RPC client, and hf-testkit's runners under the names the tests use
+//! (real OVN's daemons are hf-testkit's `ovn` fixtures).
+#![allow(dead_code, unused_imports)]
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-pub mod raft;
+pub use hf_testkit::ovn::{OvsdbServer, daemon_args};
+pub use hf_testkit::require_tools as require;
 
 /// The `holdfast` binary under test.
 pub fn holdfast() -> PathBuf {
@@ -32,42 +34,7 @@ pub fn sb_schema() -> PathBuf {
 /// A free loopback TCP port (bound and released: another process could take it, which is
 /// unlikely on a test machine).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// Whether every tool is on PATH (or is an existing path). When one is missing: under `CI=true`
-/// the test fails; otherwise it prints why it skips and returns false.
-pub fn require(test: &str, tools: &[&str]) -> bool {
-    let missing: Vec<&str> = tools
-        .iter()
-        .copied()
-        .filter(|t| {
-            if t.starts_with('/') {
-                !Path::new(t).exists()
-            } else {
-                Command::new("sh")
-                    .arg("-c")
-                    .arg(format!("command -v {t}"))
-                    .output()
-                    .map_or(true, |o| !o.status.success())
-            }
-        })
-        .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    let msg = format!(
-        "{test}: missing {} (scripts/test.sh installs them)",
-        missing.join(", ")
-    );
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{msg}");
-    }
-    eprintln!("SKIP {msg}");
-    false
+    hf_testkit::cmd::free_port().expect("a free port")
 }
 
 /// Run a command to completion with a timeout; panics with its output if it cannot run.
@@ -75,79 +42,15 @@ pub fn run(cmd: &mut Command, timeout: Duration) -> Output {
     run_for(cmd, timeout).unwrap_or_else(|why| panic!("{why}"))
 }
 
-/// [`run`] that does not panic when the command outlives `timeout`: it is killed, and the
-/// error names it with what it printed.
+/// [`run`] that does not panic when the command outlives `timeout` (or cannot start): it is
+/// killed, and the error names it with what it printed.
 pub fn run_for(cmd: &mut Command, timeout: Duration) -> Result<Output, String> {
-    let desc = format!("{cmd:?}");
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {desc}: {e}"));
-    // Drain both pipes while waiting: a child writing more than a pipe buffer (64 KiB) would
-    // otherwise block forever and look like a timeout.
-    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
-        std::thread::spawn(move || {
-            use std::io::Read as _;
-            let mut buf = Vec::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_end(&mut buf);
-            }
-            buf
-        })
-    };
-    let out_t = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
-    );
-    let err_t = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
-    );
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break Some(status);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let stdout = out_t.join().unwrap_or_default();
-    let stderr = err_t.join().unwrap_or_default();
-    match status {
-        Some(status) => Ok(Output {
-            status,
-            stdout,
-            stderr,
-        }),
-        None => Err(format!(
-            "timed out after {timeout:?}: {desc}\nstdout: {}\nstderr: {}",
-            String::from_utf8_lossy(&stdout),
-            String::from_utf8_lossy(&stderr)
-        )),
-    }
+    hf_testkit::cmd::output(cmd, None, timeout).map_err(|e| e.to_string())
 }
 
-/// Run and require success; returns stdout.
+/// Run and require success (within 60 s); returns stdout.
 pub fn run_ok(cmd: &mut Command) -> String {
-    let desc = format!("{cmd:?}");
-    let out = run(cmd, Duration::from_secs(60));
-    assert!(
-        out.status.success(),
-        "{desc} failed: {}\nstdout: {}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    hf_testkit::cmd::run(cmd, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A `holdfast db` process; killed on drop.
@@ -261,63 +164,6 @@ impl HoldfastDb {
 impl Drop for HoldfastDb {
     fn drop(&mut self) {
         self.kill9();
-    }
-}
-
-/// A real `ovsdb-server` serving one database file over a unix socket; stopped on drop.
-pub struct OvsdbServer {
-    pidfile: PathBuf,
-    /// `unix:PATH`.
-    pub remote: String,
-}
-
-impl OvsdbServer {
-    /// Create `dir/name` from `schema` with ovsdb-tool and serve it.
-    pub fn start(dir: &Path, name: &str, schema: &Path) -> Self {
-        let db = dir.join(name);
-        run_ok(
-            Command::new("ovsdb-tool")
-                .arg("create")
-                .arg(&db)
-                .arg(schema),
-        );
-        Self::serve(dir, name)
-    }
-
-    /// Serve the existing database file `dir/name`.
-    pub fn serve(dir: &Path, name: &str) -> Self {
-        let db = dir.join(name);
-        let sock = dir.join(format!("{name}.sock"));
-        let pidfile = dir.join(format!("{name}.pid"));
-        run_ok(
-            Command::new("ovsdb-server")
-                .arg("--detach")
-                .arg(format!("--pidfile={}", pidfile.display()))
-                .arg(format!(
-                    "--log-file={}",
-                    dir.join(format!("{name}.log")).display()
-                ))
-                .arg(format!(
-                    "--unixctl={}",
-                    dir.join(format!("{name}.ctl")).display()
-                ))
-                .arg(format!("--remote=punix:{}", sock.display()))
-                .arg(&db),
-        );
-        OvsdbServer {
-            pidfile,
-            remote: format!("unix:{}", sock.display()),
-        }
-    }
-}
-
-impl Drop for OvsdbServer {
-    fn drop(&mut self) {
-        if let Ok(p) = std::fs::read_to_string(&self.pidfile)
-            && let Ok(pid) = p.trim().parse::<i32>()
-        {
-            let _ = Command::new("kill").arg(pid.to_string()).status();
-        }
     }
 }
 
@@ -473,37 +319,18 @@ impl Rpc {
     }
 }
 
-/// Resident memory of a process, in bytes.
+/// Resident memory of a process, in bytes (0 when it cannot be read).
 pub fn rss_bytes(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
-}
-
-/// The flags every real OVS/OVN daemon a test starts gets: detached, with its pidfile, log
-/// file and unixctl socket named `NAME.pid`/`.log`/`.ctl` in `dir`.
-pub fn daemon_args(dir: &Path, name: &str) -> Vec<String> {
-    vec![
-        "--detach".into(),
-        "--no-chdir".into(),
-        format!("--pidfile={}", dir.join(format!("{name}.pid")).display()),
-        format!("--log-file={}", dir.join(format!("{name}.log")).display()),
-        format!("--unixctl={}", dir.join(format!("{name}.ctl")).display()),
-    ]
+    i32::try_from(pid)
+        .ok()
+        .and_then(|p| hf_testkit::ovn::vm_bytes(p, "VmRSS").ok())
+        .unwrap_or(0)
 }
 
 /// Stops the daemons whose pidfiles are listed, last started first (for `Drop` impls: also
 /// when a test fails).
 pub fn kill_pidfiles(pidfiles: &[PathBuf]) {
-    for p in pidfiles.iter().rev() {
-        if let Ok(s) = std::fs::read_to_string(p)
-            && let Ok(pid) = s.trim().parse::<i32>()
-        {
-            let _ = Command::new("kill").arg(pid.to_string()).status();
-        }
-    }
+    hf_testkit::ovn::stop_pidfiles(pidfiles);
 }
 
 /// `THP_enabled` of process `pid` (`/proc/PID/status`): "1" when transparent huge pages are

@@ -636,12 +636,10 @@ fn unixctl_commands_through_ovs_appctl() {
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("{key} in {m}"))
     };
-    let real = crate::common::OvsdbServer::start(
-        dir,
-        "real.db",
-        Path::new("/usr/share/ovn/ovn-nb.ovsschema"),
-    );
-    let real_ctl = dir.join("real.db.ctl");
+    let real =
+        crate::common::OvsdbServer::create(dir, "real", Path::new(hf_testkit::ovn::NB_SCHEMA))
+            .unwrap();
+    let real_ctl = real.daemon.ctl();
     let mut deltas = Vec::new();
     for (ctl, db) in [(&ctl, unix.clone()), (&real_ctl, real.remote.clone())] {
         // ovn-nbctl creates NB_Global when it is missing: have it on both before measuring.

@@ -231,7 +231,7 @@ fn ovn_nbctl_against_holdfast_matches_ovsdb_server() {
     }
     let dir = tempfile::tempdir().unwrap();
     let hf = HoldfastDb::start(dir.path(), &[("nb.db", &nb_schema())], &[]);
-    let real = OvsdbServer::start(dir.path(), "real-nb.db", std::path::Path::new(OVN_NB));
+    let real = OvsdbServer::create(dir.path(), "real-nb", std::path::Path::new(OVN_NB)).unwrap();
 
     let ours = columns(nb_schema().to_str().unwrap());
     let theirs = columns(OVN_NB);

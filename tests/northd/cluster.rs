@@ -45,10 +45,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::common::raft::Cluster;
 use crate::common::{self, daemon_args, run, run_for, run_ok};
 use crate::fixture::{Backend, Dbs, NorthdProc, PidDaemon, wait_for};
 use crate::ha::{assert_no_full_diff, assert_sb_complete};
+use hf_testkit::ovn::raft::Cluster;
 
 const TOOLS: &[&str] = &[
     "ovsdb-server",
@@ -77,7 +77,7 @@ fn northd_on_a_raft_sb_cluster_survives_losing_the_leader() {
     let d = dir.path();
     // NB: a standalone real ovsdb-server (Dbs starts an SB too; it is not used).
     let dbs = Dbs::start(d, Backend::Ovsdb);
-    let mut sbc = Cluster::start(d, "sbr", Path::new(SB_SCHEMA), "OVN_Southbound", 3);
+    let mut sbc = Cluster::start(d, "sbr", Path::new(SB_SCHEMA), "OVN_Southbound", 3).unwrap();
     let sb = sbc.remotes();
     run_ok(
         Command::new("ovn-sbctl")
@@ -102,7 +102,7 @@ fn northd_on_a_raft_sb_cluster_survives_losing_the_leader() {
         "00:00:00:00:00:01 10.0.0.1",
     ]));
     assert_sb_complete(&dbs.nb, &sb);
-    sbc.kill_leader();
+    sbc.kill_leader().unwrap();
     // The cluster elects another leader; northd follows it and keeps writing.
     run_ok(dbs.nbctl().args([
         "--timeout=60",
@@ -135,11 +135,11 @@ fn a_chassis_on_a_follower_gets_updates_and_its_writes_land() {
         .expect("tempdir");
     let d = dir.path();
     let dbs = Dbs::start(d, Backend::Ovsdb);
-    let mut sbc = Cluster::start(d, "sbf", Path::new(SB_SCHEMA), "OVN_Southbound", 3);
+    let mut sbc = Cluster::start(d, "sbf", Path::new(SB_SCHEMA), "OVN_Southbound", 3).unwrap();
     let sb = sbc.remotes();
     ctl("ovn-sbctl", &sb, &["init"]);
     let northd = NorthdProc::start(d, "northd", &dbs.nb, &sb, &[]);
-    let leader = sbc.leader();
+    let leader = sbc.leader().unwrap();
     let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
     let hv = HfChassis::start(
         d,
@@ -233,7 +233,7 @@ fn a_chassis_on_a_follower_gets_updates_and_its_writes_land() {
         logs()
     );
     // The follower hv1 is on goes away: hv1 moves to the other follower.
-    sbc.kill(first);
+    sbc.kill(first).unwrap();
     let moved = wait_for(Duration::from_secs(30), || on(1).is_some());
     assert!(moved, "hv1 never found another member\n{}", logs());
     let second = on(1).unwrap_or(first);
@@ -281,9 +281,7 @@ impl HfChassis {
                     dir.join(format!("{name}.zones")).display()
                 )),
         );
-        daemons.push(PidDaemon {
-            pidfile: dir.join("dp.pid"),
-        });
+        daemons.push(PidDaemon::adopt(&dir, "dp"));
         run_ok(
             Command::new(common::holdfast())
                 .arg("controller")
@@ -293,9 +291,7 @@ impl HfChassis {
                 .arg(format!("--encap-ip={ip}"))
                 .arg(format!("--datapath=unix:{}", dir.join("dp.sock").display())),
         );
-        daemons.push(PidDaemon {
-            pidfile: dir.join("ctl.pid"),
-        });
+        daemons.push(PidDaemon::adopt(&dir, "ctl"));
         HfChassis {
             _daemons: daemons,
             dir,
@@ -345,9 +341,7 @@ impl NbctlDaemon {
                 .arg("-vconsole:off"),
         );
         NbctlDaemon {
-            _pid: PidDaemon {
-                pidfile: dir.join("nbctl.pid"),
-            },
+            _pid: PidDaemon::adopt(dir, "nbctl"),
             ctl: out.trim().to_string(),
         }
     }
@@ -912,8 +906,8 @@ fn raft_nb_and_sb_lose_their_leaders_during_a_wait_hv_batch() {
         .tempdir()
         .expect("tempdir");
     let d = dir.path();
-    let mut nbc = Cluster::start(d, "nb", Path::new(NB_SCHEMA), "OVN_Northbound", 3);
-    let mut sbc = Cluster::start(d, "sb", Path::new(SB_SCHEMA), "OVN_Southbound", 3);
+    let mut nbc = Cluster::start(d, "nb", Path::new(NB_SCHEMA), "OVN_Northbound", 3).unwrap();
+    let mut sbc = Cluster::start(d, "sb", Path::new(SB_SCHEMA), "OVN_Southbound", 3).unwrap();
     let (nb, sb) = (nbc.remotes(), sbc.remotes());
     ctl("ovn-nbctl", &nb, &["init"]);
     ctl("ovn-sbctl", &sb, &["init"]);
@@ -929,20 +923,20 @@ fn raft_nb_and_sb_lose_their_leaders_during_a_wait_hv_batch() {
         &nbctl,
         |i| {
             if MOVE_LEADERS_AT.contains(&i) {
-                moved.push(("NB", nbc.transfer_leadership()));
-                moved.push(("SB", sbc.transfer_leadership()));
+                moved.push(("NB", nbc.transfer_leadership().unwrap()));
+                moved.push(("SB", sbc.transfer_leadership().unwrap()));
             }
             if i == KILL_NB_AT || i == KILL_BOTH_AT {
-                killed.push(("NB", nbc.kill_leader()));
+                killed.push(("NB", nbc.kill_leader().unwrap()));
             }
             if i == KILL_SB_AT || i == KILL_BOTH_AT {
-                killed.push(("SB", sbc.kill_leader()));
+                killed.push(("SB", sbc.kill_leader().unwrap()));
             }
             if i == REJOIN_NB_AT {
-                nbc.rejoin();
+                nbc.rejoin().unwrap();
             }
             if i == REJOIN_SB_AT {
-                sbc.rejoin();
+                sbc.rejoin().unwrap();
             }
         },
         &logs,

@@ -4,7 +4,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use hf_testkit::ovn::{NB_SCHEMA, OvsdbServer, SB_SCHEMA, create_db};
 
 use crate::common::{self, HoldfastDb, run, run_ok};
 
@@ -142,54 +144,12 @@ impl Drop for NorthdProc {
 }
 
 /// Polls `f` every 20 ms until it holds or `t` passes.
-pub fn wait_for(t: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + t;
-    loop {
-        if f() {
-            return true;
-        }
-        if Instant::now() > end {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+pub fn wait_for(t: Duration, f: impl FnMut() -> bool) -> bool {
+    hf_testkit::cmd::wait_until(t, String::new, f).is_ok()
 }
 
-/// A pidfile-started daemon stopped on drop (real ovsdb-server, real ovn-northd).
-pub struct PidDaemon {
-    /// Its pidfile.
-    pub pidfile: PathBuf,
-}
-
-impl PidDaemon {
-    /// The pid.
-    pub fn pid(&self) -> Option<i32> {
-        std::fs::read_to_string(&self.pidfile)
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-    }
-
-    /// SIGKILL and wait.
-    pub fn kill9(&self) {
-        if let Some(p) = self.pid() {
-            let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
-            wait_for(Duration::from_secs(5), || {
-                !Path::new(&format!("/proc/{p}")).exists()
-            });
-        }
-    }
-}
-
-impl Drop for PidDaemon {
-    fn drop(&mut self) {
-        if let Some(p) = self.pid() {
-            let _ = Command::new("kill")
-                .arg(p.to_string())
-                .stderr(std::process::Stdio::null())
-                .status();
-        }
-    }
-}
+/// A pidfile-started daemon stopped on drop (real ovsdb-server, real ovn-northd, holdfast's).
+pub use hf_testkit::ovn::Daemon as PidDaemon;
 
 /// The databases of one test.
 pub struct Dbs {
@@ -243,40 +203,15 @@ impl Dbs {
             Backend::Ovsdb => {
                 let mut remotes = Vec::new();
                 let mut daemons = Vec::new();
-                for (x, schema) in [
-                    (nb_name, "/usr/share/ovn/ovn-nb.ovsschema"),
-                    ("sb.db", "/usr/share/ovn/ovn-sb.ovsschema"),
-                ] {
+                for (x, schema) in [(nb_name, NB_SCHEMA), ("sb.db", SB_SCHEMA)] {
                     let db = dir.join(x);
                     let base = x.trim_end_matches(".db");
                     let sock = dir.join(format!("{base}.sock"));
-                    let pidfile = dir.join(format!("{base}.pid"));
                     if !db.exists() {
-                        run_ok(
-                            Command::new("ovsdb-tool")
-                                .arg("create")
-                                .arg(&db)
-                                .arg(schema),
-                        );
+                        create_db(&db, Path::new(schema)).unwrap();
                     }
                     if !sock.exists() {
-                        run_ok(
-                            Command::new("ovsdb-server")
-                                .arg("--detach")
-                                .arg("--no-chdir")
-                                .arg(format!("--pidfile={}", pidfile.display()))
-                                .arg(format!(
-                                    "--log-file={}",
-                                    dir.join(format!("{base}.log")).display()
-                                ))
-                                .arg(format!(
-                                    "--unixctl={}",
-                                    dir.join(format!("{base}.ctl")).display()
-                                ))
-                                .arg(format!("--remote=punix:{}", sock.display()))
-                                .arg(&db),
-                        );
-                        daemons.push(PidDaemon { pidfile });
+                        daemons.push(OvsdbServer::serve(dir, base, &[db], &[]).unwrap().daemon);
                     }
                     remotes.push(format!("unix:{}", sock.display()));
                 }

@@ -264,9 +264,7 @@ fn standby_behind_real_ovn_northd() {
             .arg(format!("--ovnnb-db={}", dbs.nb))
             .arg(format!("--ovnsb-db={}", dbs.sb)),
     );
-    let real = PidDaemon {
-        pidfile: d.join("ovn-northd.pid"),
-    };
+    let real = PidDaemon::adopt(d, "ovn-northd");
     run_ok(dbs.nbctl().args(["--wait=sb", "ls-add", "sw0"]));
     let ours = NorthdProc::start(d, "hf", &dbs.nb, &dbs.sb, &[]);
     assert!(wait_for(Duration::from_secs(10), || {
@@ -285,7 +283,7 @@ fn standby_behind_real_ovn_northd() {
         with_id.is_empty() && without > 0,
         "SB is not real ovn-northd's"
     );
-    real.kill9();
+    real.kill9().unwrap();
     assert!(
         wait_for(Duration::from_secs(15), || ours.status()
             == "Status: active"),

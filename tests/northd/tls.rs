@@ -76,9 +76,7 @@ fn northd_over_ssl_to_a_real_ovsdb_server() {
             .arg(format!("--ca-cert={}", ca.display()))
             .arg(d.join("sbtls.db")),
     );
-    let _sb = PidDaemon {
-        pidfile: d.join("sbtls.pid"),
-    };
+    let _sb = PidDaemon::adopt(d, "sbtls");
     let sb = format!("ssl:127.0.0.1:{port}");
     // Without the TLS options an ssl: database is refused by name, in the foreground.
     let out = run(

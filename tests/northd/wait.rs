@@ -393,9 +393,7 @@ fn ovn_ctl_start_and_stop_northd() {
         .trim()
         .parse()
         .unwrap();
-    let guard = crate::fixture::PidDaemon {
-        pidfile: pidfile.clone(),
-    };
+    let guard = crate::fixture::PidDaemon::adopt(&run_dir, "ovn-northd");
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
     assert_eq!(
         exe,

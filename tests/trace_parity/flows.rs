@@ -149,5 +149,5 @@ pub fn corpus_sb(dir: &Path, variant: &str) -> crate::common::OvsdbServer {
         .status()
         .expect("run ovn_corpus.sh");
     assert!(status.success(), "ovn_corpus.sh {variant} failed: {status}");
-    crate::common::OvsdbServer::serve(dir, &format!("corpus-{variant}.db"))
+    crate::common::OvsdbServer::serve(dir, &format!("corpus-{variant}"), &[copy], &[]).unwrap()
 }

@@ -9,11 +9,13 @@
 //! (the daemon mode cannot take `--ct`/`--lb-dst` per request: ovn-trace consumes them once
 //! per process) with `--minimal` and parses its answer into a [`Verdict`].
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::common::{HoldfastDb, daemon_args, holdfast, run, run_ok};
+use hf_testkit::ovn::{Daemon, NB_SCHEMA, OvsdbServer, SB_SCHEMA};
+
+use crate::common::{HoldfastDb, holdfast, run, run_ok};
 use crate::topo::{CHASSIS, CHASSIS_FEATURES, Packet, Topology};
 use crate::verdict::Verdict;
 
@@ -34,7 +36,8 @@ pub struct Env {
     pub dir: PathBuf,
     /// Whether a northd runs (an environment without one is filled by the test).
     pub northd: bool,
-    pidfiles: Vec<PathBuf>,
+    /// Real daemons, stopped last started first.
+    daemons: Vec<Daemon>,
     _hfdb: Option<HoldfastDb>,
     /// Holds the daemons' files; removed on drop, after the daemons are stopped (last field).
     _dir: tempfile::TempDir,
@@ -42,7 +45,9 @@ pub struct Env {
 
 impl Drop for Env {
     fn drop(&mut self) {
-        crate::common::kill_pidfiles(&self.pidfiles);
+        while let Some(d) = self.daemons.pop() {
+            drop(d);
+        }
     }
 }
 
@@ -59,30 +64,14 @@ impl Env {
             .tempdir()
             .expect("tempdir");
         let d = dir.path().to_path_buf();
-        let mut pidfiles = Vec::new();
+        let mut daemons = Vec::new();
         let (nb, sb, hfdb) = match backend {
             Backend::OvsdbServer => {
                 let mut remotes = Vec::new();
-                for (x, schema) in [
-                    ("nb", "/usr/share/ovn/ovn-nb.ovsschema"),
-                    ("sb", "/usr/share/ovn/ovn-sb.ovsschema"),
-                ] {
-                    let db = d.join(format!("{x}.db"));
-                    run_ok(
-                        Command::new("ovsdb-tool")
-                            .arg("create")
-                            .arg(&db)
-                            .arg(schema),
-                    );
-                    let sock = d.join(format!("{x}.sock"));
-                    run_ok(
-                        Command::new("ovsdb-server")
-                            .args(daemon_args(&d, x))
-                            .arg(format!("--remote=punix:{}", sock.display()))
-                            .arg(&db),
-                    );
-                    pidfiles.push(d.join(format!("{x}.pid")));
-                    remotes.push(format!("unix:{}", sock.display()));
+                for (x, schema) in [("nb", NB_SCHEMA), ("sb", SB_SCHEMA)] {
+                    let server = OvsdbServer::create(&d, x, Path::new(schema)).unwrap();
+                    remotes.push(server.remote);
+                    daemons.push(server.daemon);
                 }
                 (remotes[0].clone(), remotes[1].clone(), None)
             }
@@ -99,20 +88,17 @@ impl Env {
             }
         };
         if northd {
-            run_ok(
-                Command::new("ovn-northd")
-                    .args(daemon_args(&d, "northd"))
-                    .arg(format!("--ovnnb-db={nb}"))
-                    .arg(format!("--ovnsb-db={sb}")),
-            );
-            pidfiles.push(d.join("northd.pid"));
+            let mut c = Command::new("ovn-northd");
+            c.arg(format!("--ovnnb-db={nb}"))
+                .arg(format!("--ovnsb-db={sb}"));
+            daemons.push(Daemon::start(&d, "northd", c).unwrap());
         }
         let env = Env {
             nb,
             sb,
             dir: d,
             northd,
-            pidfiles,
+            daemons,
             _hfdb: hfdb,
             _dir: dir,
         };

@@ -16,7 +16,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Central, require};
+use common::{Central, SbOf, require};
 use hf_conntrack::{Config, Conntrack};
 use hf_controller::translate::{TranslateOptions, translate};
 use hf_pipeline::{Destination, Ingress, Outputs, Pipeline, Program};
@@ -223,26 +223,31 @@ fn port_security_fdb_and_dhcp_agree_with_ovn_trace() {
     ) {
         return;
     }
-    let c = Central::start();
-    c.nbctl(&["ls-add", "sw"]);
+    let c = Central::start().unwrap();
+    c.nbctl(&["ls-add", "sw"]).unwrap();
     let m = |i: u8| format!("02:00:00:00:00:{i:02x}");
-    c.nbctl(&["lsp-add", "sw", "p5"]);
-    c.nbctl(&["lsp-set-addresses", "p5", &format!("{} fd00::5", m(5))]);
-    c.nbctl(&["lsp-set-port-security", "p5", &format!("{} fd00::5", m(5))]);
+    c.nbctl(&["lsp-add", "sw", "p5"]).unwrap();
+    c.nbctl(&["lsp-set-addresses", "p5", &format!("{} fd00::5", m(5))])
+        .unwrap();
+    c.nbctl(&["lsp-set-port-security", "p5", &format!("{} fd00::5", m(5))])
+        .unwrap();
     for (p, i) in [("p1", 1u8), ("p2", 2), ("p4", 4)] {
-        c.nbctl(&["lsp-add", "sw", p]);
+        c.nbctl(&["lsp-add", "sw", p]).unwrap();
         let a = format!("{} 10.0.0.{i}", m(i));
-        c.nbctl(&["lsp-set-addresses", p, &a]);
+        c.nbctl(&["lsp-set-addresses", p, &a]).unwrap();
     }
-    c.nbctl(&["lsp-set-port-security", "p1", &format!("{} 10.0.0.1", m(1))]);
+    c.nbctl(&["lsp-set-port-security", "p1", &format!("{} 10.0.0.1", m(1))])
+        .unwrap();
     // p2 may only receive for 10.0.0.2 (and broadcast/multicast).
-    c.nbctl(&["lsp-set-port-security", "p2", &format!("{} 10.0.0.2", m(2))]);
+    c.nbctl(&["lsp-set-port-security", "p2", &format!("{} 10.0.0.2", m(2))])
+        .unwrap();
     // p3 has unknown addresses: it receives what no port claims, and its MACs are learned.
-    c.nbctl(&["lsp-add", "sw", "p3"]);
-    c.nbctl(&["lsp-set-addresses", "p3", "unknown"]);
+    c.nbctl(&["lsp-add", "sw", "p3"]).unwrap();
+    c.nbctl(&["lsp-set-addresses", "p3", "unknown"]).unwrap();
     // Native DHCP for p4.
     let uuid = c
         .nbctl(&["create", "DHCP_Options", "cidr=10.0.0.0/24"])
+        .unwrap()
         .trim()
         .to_string();
     c.nbctl(&[
@@ -252,15 +257,18 @@ fn port_security_fdb_and_dhcp_agree_with_ovn_trace() {
         "router=10.0.0.254",
         "server_id=10.0.0.254",
         &format!("server_mac={}", m(0xfe)),
-    ]);
-    c.nbctl(&["lsp-set-dhcpv4-options", "p4", &uuid]);
+    ])
+    .unwrap();
+    c.nbctl(&["lsp-set-dhcpv4-options", "p4", &uuid]).unwrap();
     // A router on the switch (ICMP errors it generates) and a reject ACL.
-    c.nbctl(&["lr-add", "lr0"]);
-    c.nbctl(&["lrp-add", "lr0", "lrp0", &m(0xfe), "10.0.0.254/24"]);
-    c.nbctl(&["lsp-add", "sw", "sw-lr0"]);
-    c.nbctl(&["lsp-set-type", "sw-lr0", "router"]);
-    c.nbctl(&["lsp-set-addresses", "sw-lr0", "router"]);
-    c.nbctl(&["lsp-set-options", "sw-lr0", "router-port=lrp0"]);
+    c.nbctl(&["lr-add", "lr0"]).unwrap();
+    c.nbctl(&["lrp-add", "lr0", "lrp0", &m(0xfe), "10.0.0.254/24"])
+        .unwrap();
+    c.nbctl(&["lsp-add", "sw", "sw-lr0"]).unwrap();
+    c.nbctl(&["lsp-set-type", "sw-lr0", "router"]).unwrap();
+    c.nbctl(&["lsp-set-addresses", "sw-lr0", "router"]).unwrap();
+    c.nbctl(&["lsp-set-options", "sw-lr0", "router-port=lrp0"])
+        .unwrap();
     c.nbctl(&[
         "acl-add",
         "sw",
@@ -268,8 +276,9 @@ fn port_security_fdb_and_dhcp_agree_with_ovn_trace() {
         "1000",
         "udp.dst == 7",
         "reject",
-    ]);
-    c.sync();
+    ])
+    .unwrap();
+    c.sync().unwrap();
     let sb = c.sb_snapshot();
     let t = translate(&sb, &TranslateOptions::default());
     // The translation fills the program's FDB from SB's FDB rows.

@@ -11,7 +11,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{Central, require};
+use common::{Central, SbOf, require};
 use hf_controller::translate::{TranslateOptions, translate};
 use hf_pipeline::Program;
 
@@ -29,8 +29,8 @@ fn every_action_northd_emits_compiles() {
     ) {
         return;
     }
-    let c = Central::start();
-    let nb = |args: &[&str]| c.nbctl(args);
+    let c = Central::start().unwrap();
+    let nb = |args: &[&str]| c.nbctl(args).unwrap();
     nb(&["set", "NB_Global", ".", "options:controller_event=true"]);
     nb(&["ls-add", "sw0"]);
     nb(&[
@@ -264,7 +264,7 @@ fn every_action_northd_emits_compiles() {
         nb(&["ls-lb-add", "sw0", lb]);
     }
     nb(&["lr-lb-add", "lr0", "lb-aff"]);
-    c.sync();
+    c.sync().unwrap();
 
     let sb = c.sb_snapshot();
     let t = translate(&sb, &TranslateOptions::default());

@@ -7,6 +7,8 @@
 
 mod common;
 
+use common::SbOf;
+
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
@@ -33,7 +35,7 @@ const SERVER_MAC: &str = "00:00:00:00:ff:01";
 const SERVER_MAC_B: [u8; 6] = [0, 0, 0, 0, 0xff, 1];
 
 fn topology(c: &common::Central) {
-    let n = |args: &[&str]| c.nbctl(args);
+    let n = |args: &[&str]| c.nbctl(args).unwrap();
     n(&["ls-add", "sw0"]);
     n(&[
         "lsp-add",
@@ -134,8 +136,9 @@ fn topology(c: &common::Central) {
         "records={\"vm1.ovn.org\"=\"10.0.0.11 fd00::11\", \"11.0.0.10.in-addr.arpa\"=\"vm1.ovn.org\"}",
     ]);
     n(&["add", "Logical_Switch", "sw0", "dns_records", dns.trim()]);
-    c.sbctl(&["chassis-add", "hv1", "geneve", "127.0.0.1"]);
-    c.sync();
+    c.sbctl(&["chassis-add", "hv1", "geneve", "127.0.0.1"])
+        .unwrap();
+    c.sync().unwrap();
 }
 
 struct Chassis {
@@ -377,7 +380,7 @@ fn real_northd_dhcp_dns_and_ra_are_answered_in_the_datapath() {
     if !need_ovn("real_northd_dhcp_dns_and_ra_are_answered_in_the_datapath") {
         return;
     }
-    let c = common::Central::start();
+    let c = common::Central::start().unwrap();
     topology(&c);
     let mut ch = Chassis::new(&c);
 
@@ -791,7 +794,7 @@ fn smoltcp_dhcp_client_is_configured_through_the_pipeline() {
     use smoltcp::time::Instant;
     use smoltcp::wire::HardwareAddress;
 
-    let c = common::Central::start();
+    let c = common::Central::start().unwrap();
     topology(&c);
     let mut ch = Chassis::new(&c);
     let mut dev = Wire::default();

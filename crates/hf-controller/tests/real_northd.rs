@@ -9,6 +9,8 @@
 
 mod common;
 
+use common::SbOf;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use hf_controller::{Extra, TranslateOptions, Translation, translate, translate_with};
@@ -16,7 +18,7 @@ use hf_pipeline::{DatapathKind, PortLocation, PortSpec, Program};
 
 fn topology(c: &common::Central) {
     let n = |args: &[&str]| {
-        c.nbctl(args);
+        c.nbctl(args).unwrap();
     };
     n(&[
         "ls-add", "sw0", "--", "ls-add", "sw1", "--", "ls-add", "public", "--", "ls-add", "iso",
@@ -285,9 +287,9 @@ fn topology(c: &common::Central) {
         ("hv4", "192.168.0.4"),
         ("hv5", "192.168.0.5"),
     ] {
-        c.sbctl(&["chassis-add", ch, "geneve", ip]);
+        c.sbctl(&["chassis-add", ch, "geneve", ip]).unwrap();
     }
-    c.sync();
+    c.sync().unwrap();
     // Neighbours: a static binding (NB), a learned one and an FDB entry (as a controller
     // would write them to SB).
     n(&[
@@ -296,14 +298,16 @@ fn topology(c: &common::Central) {
         "172.16.0.50",
         "00:00:00:00:aa:01",
     ]);
-    c.sync();
-    let lr0 = c.sbctl(&[
-        "--bare",
-        "--columns=_uuid",
-        "find",
-        "Datapath_Binding",
-        "external_ids:name=lr0",
-    ]);
+    c.sync().unwrap();
+    let lr0 = c
+        .sbctl(&[
+            "--bare",
+            "--columns=_uuid",
+            "find",
+            "Datapath_Binding",
+            "external_ids:name=lr0",
+        ])
+        .unwrap();
     c.sbctl(&[
         "create",
         "MAC_Binding",
@@ -311,28 +315,34 @@ fn topology(c: &common::Central) {
         "logical_port=lr0-public",
         "ip=172.16.0.60",
         "mac=\"00:00:00:00:aa:02\"",
-    ]);
-    let public = c.sbctl(&[
-        "--bare",
-        "--columns=tunnel_key",
-        "find",
-        "Datapath_Binding",
-        "external_ids:name=public",
-    ]);
-    let ln = c.sbctl(&[
-        "--bare",
-        "--columns=tunnel_key",
-        "find",
-        "Port_Binding",
-        "logical_port=ln",
-    ]);
+    ])
+    .unwrap();
+    let public = c
+        .sbctl(&[
+            "--bare",
+            "--columns=tunnel_key",
+            "find",
+            "Datapath_Binding",
+            "external_ids:name=public",
+        ])
+        .unwrap();
+    let ln = c
+        .sbctl(&[
+            "--bare",
+            "--columns=tunnel_key",
+            "find",
+            "Port_Binding",
+            "logical_port=ln",
+        ])
+        .unwrap();
     c.sbctl(&[
         "create",
         "FDB",
         &format!("dp_key={}", public.trim()),
         &format!("port_key={}", ln.trim()),
         "mac=\"00:00:00:00:aa:03\"",
-    ]);
+    ])
+    .unwrap();
 }
 
 fn port<'a>(t: &'a Translation, name: &str) -> &'a PortSpec {
@@ -381,7 +391,7 @@ fn real_northd_sb_translates_and_compiles() {
     ) {
         return;
     }
-    let c = common::Central::start();
+    let c = common::Central::start().unwrap();
     topology(&c);
     let sb = c.sb_snapshot();
 

@@ -13,6 +13,9 @@ use crate::{KitError, Result};
 /// How long [`run`] and the [`Netns`](crate::Netns) helpers give a command by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// A timeout that never comes (a benchmark's command that may run for many minutes).
+pub const NO_TIMEOUT: Duration = Duration::MAX;
+
 /// The command line of `cmd`, for messages: program and arguments, quoted where needed.
 pub fn describe(cmd: &Command) -> String {
     let quote = |s: &std::ffi::OsStr| {
@@ -121,7 +124,9 @@ pub fn lossy(b: &[u8]) -> String {
 /// Wait for `child` up to `timeout`; on timeout SIGKILL its process group (it was started as
 /// a group leader) and reap it, and return `None`.
 pub(crate) fn wait_or_kill(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
-    let deadline = Instant::now() + timeout;
+    let Some(deadline) = Instant::now().checked_add(timeout) else {
+        return child.wait().ok();
+    };
     loop {
         match child.try_wait() {
             Ok(Some(s)) => return Some(s),
@@ -186,7 +191,7 @@ pub fn poll<T>(
     what: impl FnOnce() -> String,
     mut f: impl FnMut() -> Option<T>,
 ) -> Result<T> {
-    let end = Instant::now() + timeout;
+    let end = deadline(timeout);
     loop {
         if let Some(v) = f() {
             return Ok(v);
@@ -199,6 +204,13 @@ pub fn poll<T>(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// `now + timeout`, or far in the future for [`NO_TIMEOUT`].
+pub(crate) fn deadline(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
 }
 
 /// [`poll`] for a condition.

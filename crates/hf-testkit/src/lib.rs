@@ -13,7 +13,8 @@
 //! - Traffic with the real tools: [`Netns::ping`], a one-shot TCP exchange with `nc`
 //!   ([`nc_exchange`]), `iperf3` servers and clients whose `--json` reports are parsed
 //!   ([`Iperf3Report`]: a reset or any other failure is an error that carries what was
-//!   transferred), and the kernel's own conntrack table ([`conntrack`]).
+//!   transferred), a DHCPv4 client that changes nothing outside its namespace
+//!   ([`Netns::dhcp`]), and the kernel's own conntrack table ([`conntrack`]).
 //! - [`require_root`] / [`require_tools`]: a test that cannot run prints one `SKIP: <test>: why`
 //!   line and returns; under `CI=true` it fails instead (a missing dependency never skips in CI).
 //! - [`ovn`]: real `ovsdb-server`, `ovn-northd`, `ovs-vswitchd --enable-dummy` and
@@ -84,6 +85,6 @@ pub use lab::{Lab, Netns, Veth, VethEnd, VethOpts, VmIface, sweep_stale};
 pub use proc::Proc;
 pub use skip::{is_ci, require_root, require_tools, skip_or_fail};
 pub use traffic::{
-    Exchange, Iperf3Client, Iperf3Interval, Iperf3Opts, Iperf3Report, Iperf3Server, PingStats,
-    nc_exchange,
+    DhcpLease, Exchange, Iperf3Client, Iperf3Interval, Iperf3Opts, Iperf3Report, Iperf3Server,
+    PingStats, nc_exchange,
 };

@@ -107,7 +107,7 @@ impl Proc {
     /// Wait up to `timeout` for it to exit by itself; an error (with its output) if it did not
     /// (it keeps running).
     pub fn wait(&mut self, timeout: Duration) -> Result<ExitStatus> {
-        let end = Instant::now() + timeout;
+        let end = cmd::deadline(timeout);
         loop {
             if let Some(s) = self.try_status() {
                 return Ok(s);

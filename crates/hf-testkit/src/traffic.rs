@@ -105,6 +105,122 @@ impl Netns {
     }
 }
 
+/// What a DHCPv4 server offered, as busybox `udhcpc` hands it to its script.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DhcpLease {
+    /// The address (`ip`).
+    pub ip: String,
+    /// Its prefix length (`mask`).
+    pub prefix: u8,
+    /// The routers offered (`router`), first one used as the default route.
+    pub routers: Vec<String>,
+    /// DNS servers (`dns`).
+    pub dns: Vec<String>,
+    /// Lease time in seconds (`lease`).
+    pub lease_secs: Option<u64>,
+    /// The server's identifier (`serverid`).
+    pub server_id: Option<String>,
+    /// Every variable the script saw on `bound`, as `name=value` (`domain`, `hostname`, ...).
+    pub raw: Vec<(String, String)>,
+}
+
+/// The script `udhcpc` runs (`-s`): it writes what it was given to the lease file, and on
+/// `bound`/`renew` sets the address and default route with `ip` (inside the client's
+/// namespace: nothing outside it changes, no resolv.conf is written).
+const UDHCPC_SCRIPT: &str = r#"#!/bin/sh
+{
+    echo "event=$1"
+    for v in interface ip mask subnet router dns lease serverid domain hostname; do
+        eval "x=\${$v}"
+        [ -n "$x" ] && echo "$v=$x"
+    done
+    echo "end"
+} >> "$HF_LEASE_FILE"
+case "$1" in
+    deconfig) ip addr flush dev "$interface" ;;
+    bound|renew)
+        ip addr flush dev "$interface"
+        ip addr add "$ip/$mask" dev "$interface"
+        if [ -n "$router" ]; then
+            ip route replace default via "${router%% *}" dev "$interface"
+        fi
+        ;;
+esac
+exit 0
+"#;
+
+impl Netns {
+    /// Get an address for `ifname` from a DHCPv4 server with busybox `udhcpc` and the
+    /// harness's own script: on success the namespace has the address and a default route via
+    /// the first router, and the lease's fields are returned. Errors: no lease within
+    /// `timeout` (with what udhcpc said).
+    pub fn dhcp(&self, ifname: &str, timeout: Duration) -> Result<DhcpLease> {
+        let script = self.lab.unique_file("udhcpc-script", "sh");
+        let lease_file = script.with_extension("lease");
+        std::fs::write(&script, UDHCPC_SCRIPT)
+            .map_err(|e| KitError::io(format!("writing {}", script.display()), e))?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| KitError::io(format!("chmod {}", script.display()), e))?;
+        let tries = timeout.as_secs().max(1).to_string();
+        let mut c = self.command("busybox");
+        c.args([
+            "udhcpc", "-f", "-q", "-n", "-i", ifname, "-T", "1", "-A", "1", "-t",
+        ])
+        .arg(&tries)
+        .arg("-s")
+        .arg(&script)
+        .env("HF_LEASE_FILE", &lease_file);
+        let out = cmd::output(&mut c, None, timeout + Duration::from_secs(5))?;
+        cmd::check(&c, out)?;
+        let text = std::fs::read_to_string(&lease_file).unwrap_or_default();
+        DhcpLease::parse_bound(&text).ok_or_else(|| KitError::Parse {
+            what: "udhcpc's lease".into(),
+            detail: format!("no `bound` event in what the script recorded:\n{text}"),
+        })
+    }
+}
+
+impl DhcpLease {
+    /// The last `bound` event the harness's udhcpc script recorded.
+    fn parse_bound(text: &str) -> Option<DhcpLease> {
+        let mut last = None;
+        let mut cur: Option<Vec<(String, String)>> = None;
+        for line in text.lines() {
+            match line.split_once('=') {
+                Some(("event", e)) => cur = (e == "bound" || e == "renew").then(Vec::new),
+                Some((k, v)) => {
+                    if let Some(c) = cur.as_mut() {
+                        c.push((k.to_string(), v.to_string()));
+                    }
+                }
+                None if line == "end" => {
+                    if let Some(c) = cur.take() {
+                        last = Some(c);
+                    }
+                }
+                None => {}
+            }
+        }
+        let raw = last?;
+        let get = |k: &str| raw.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        let words = |k: &str| {
+            get(k)
+                .map(|v| v.split_whitespace().map(str::to_string).collect())
+                .unwrap_or_default()
+        };
+        Some(DhcpLease {
+            ip: get("ip")?,
+            prefix: get("mask")?.parse().ok()?,
+            routers: words("router"),
+            dns: words("dns"),
+            lease_secs: get("lease").and_then(|l| l.parse().ok()),
+            server_id: get("serverid"),
+            raw,
+        })
+    }
+}
+
 /// What both sides of [`nc_exchange`] received.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Exchange {

@@ -266,6 +266,52 @@ fn kernel_conntrack_of_a_namespace() -> Result<()> {
 }
 
 #[test]
+fn dhcp_configures_only_its_namespace() -> Result<()> {
+    if !ready("dhcp_configures_only_its_namespace") {
+        return Ok(());
+    }
+    let lab = Lab::new()?;
+    let (srv, vm) = (lab.netns("dhcpd")?, lab.netns("vm")?);
+    lab.veth((&srv, "eth0"), (&vm, "eth0"))?;
+    srv.addr_add("eth0", "192.0.2.1/24")?;
+    let conf = lab.dir().join("udhcpd.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "start 192.0.2.100\nend 192.0.2.110\ninterface eth0\n\
+             lease_file {dir}/udhcpd.leases\npidfile {dir}/udhcpd.pid\n\
+             option subnet 255.255.255.0\noption router 192.0.2.1\n\
+             option dns 192.0.2.53\noption lease 600\n",
+            dir = lab.dir().display()
+        ),
+    )
+    .expect("udhcpd.conf");
+    std::fs::write(lab.dir().join("udhcpd.leases"), b"").expect("leases");
+    let conf = conf.to_str().expect("utf-8 path").to_string();
+    let _udhcpd = srv.spawn("udhcpd", &["busybox", "udhcpd", "-f", &conf])?;
+    let resolv = std::fs::read("/etc/resolv.conf").ok();
+    let lease = vm.dhcp("eth0", Duration::from_secs(10))?;
+    assert!(lease.ip.starts_with("192.0.2.1"), "{lease:?}");
+    assert_eq!(lease.prefix, 24);
+    assert_eq!(lease.routers, ["192.0.2.1"]);
+    assert_eq!(lease.dns, ["192.0.2.53"]);
+    assert_eq!(lease.lease_secs, Some(600));
+    let addrs = vm.ip(&["-4", "addr", "show", "dev", "eth0"])?;
+    assert!(addrs.contains(&format!("{}/24", lease.ip)), "{addrs}");
+    let routes = vm.ip(&["route", "show", "default"])?;
+    assert!(routes.contains("via 192.0.2.1"), "{routes}");
+    assert_eq!(vm.ping("192.0.2.1", 1)?.received, 1);
+    // Nothing outside the namespace changed.
+    assert_eq!(std::fs::read("/etc/resolv.conf").ok(), resolv);
+    // No server: no lease, and the error says so.
+    let lonely = lab.netns("lonely")?;
+    let peer = lab.netns("peer")?;
+    lab.veth((&lonely, "eth0"), (&peer, "eth0"))?;
+    assert!(lonely.dhcp("eth0", Duration::from_secs(2)).is_err());
+    Ok(())
+}
+
+#[test]
 fn labs_in_parallel_do_not_collide() {
     if !ready("labs_in_parallel_do_not_collide") {
         return;

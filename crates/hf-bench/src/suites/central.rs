@@ -1,7 +1,8 @@
-//! Real OVN daemons for the suites that measure against them (`ovsdb-client`, `trace`): a
-//! `--detach --pidfile --unixctl --log-file` daemon stopped by pid on drop, and the gen_topo
-//! "central" both suites start (NB and SB `ovsdb-server`s, `ovn-northd` compiling the NB that
-//! `shared/bench/gen_topo.py` builds). It does not measure anything itself.
+//! Real OVN daemons for the suites that measure against them (`ovsdb-client`, `trace`,
+//! `controller`): the gen_topo "central" they start (hf-testkit's [`Central`]: NB and SB
+//! `ovsdb-server`s, `ovn-northd` compiling the NB that `shared/bench/gen_topo.py` builds), and
+//! the daemon helpers of hf-testkit under the names the suites use. It does not measure
+//! anything itself.
 // A benchmark is an I/O shell: it starts processes.
 #![allow(clippy::disallowed_methods)]
 
@@ -9,70 +10,36 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
+use hf_testkit::ovn::{CENTRAL_TOOLS, OvsdbServer};
+pub use hf_testkit::ovn::{Central, Daemon, NB_SCHEMA, SB_SCHEMA, daemon_args};
 
 use crate::Report;
 
 /// The Python OVS's IDL and gen_topo run under.
 pub const PYTHON: &str = "/usr/bin/python3";
-/// Real OVN 23.03's NB schema.
-pub const NB_SCHEMA: &str = "/usr/share/ovn/ovn-nb.ovsschema";
-/// Real OVN 23.03's SB schema.
-pub const SB_SCHEMA: &str = "/usr/share/ovn/ovn-sb.ovsschema";
 
-/// A daemon started with `--detach --pidfile`, stopped on drop.
-pub struct Daemon(pub PathBuf);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Ok(p) = std::fs::read_to_string(&self.0) {
-            let _ = Command::new("kill").arg(p.trim()).status();
-        }
-    }
-}
-
-/// Runs `cmd`; its stdout, or an error with its stderr.
+/// Runs `cmd` (however long it takes: a benchmark's commands may run for minutes); its
+/// stdout, or an error with its status and stderr.
 pub fn ok(cmd: &mut Command) -> anyhow::Result<String> {
-    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "{cmd:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok(hf_testkit::cmd::run(cmd, hf_testkit::cmd::NO_TIMEOUT)?)
 }
 
-/// The options every OVS/OVN daemon gets: detached, files `dir/name.{pid,log,ctl}`.
-pub fn daemon_args(dir: &Path, name: &str) -> Vec<String> {
-    vec![
-        "--detach".into(),
-        "--no-chdir".into(),
-        format!("--pidfile={}", dir.join(format!("{name}.pid")).display()),
-        format!("--log-file={}", dir.join(format!("{name}.log")).display()),
-        format!("--unixctl={}", dir.join(format!("{name}.ctl")).display()),
-    ]
+/// A `Vm*` figure (`VmHWM`, `VmRSS`) of the process whose pid is in `pidfile`, in MB.
+pub fn vm_mb(pidfile: &Path, field: &str) -> anyhow::Result<f64> {
+    let pid = hf_testkit::cmd::read_pidfile(pidfile)
+        .with_context(|| format!("no pid in {}", pidfile.display()))?;
+    Ok(hf_testkit::ovn::vm_bytes(pid, field)? as f64 / (1024.0 * 1024.0))
 }
 
 /// A fresh `ovsdb-server` on `dir/name.db` with `schema`; the daemon and its remote.
 pub fn server(dir: &Path, name: &str, schema: &str) -> anyhow::Result<(Daemon, String)> {
-    let db = dir.join(format!("{name}.db"));
-    ok(Command::new("ovsdb-tool")
-        .arg("create")
-        .arg(&db)
-        .arg(schema))?;
-    let sock = dir.join(format!("{name}.sock"));
-    ok(Command::new("ovsdb-server")
-        .args(daemon_args(dir, name))
-        .arg(format!("--remote=punix:{}", sock.display()))
-        .arg(&db))?;
-    Ok((
-        Daemon(dir.join(format!("{name}.pid"))),
-        format!("unix:{}", sock.display()),
-    ))
+    let s = OvsdbServer::create(dir, name, Path::new(schema))?;
+    Ok((s.daemon, s.remote))
 }
 
-fn gen_topo() -> Option<PathBuf> {
+/// `shared/bench/gen_topo.py`, when it is there.
+pub fn gen_topo() -> Option<PathBuf> {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     // crates/hf-bench → the repository → its sibling `shared/`.
     [
@@ -83,106 +50,68 @@ fn gen_topo() -> Option<PathBuf> {
     .find(|p| p.exists())
 }
 
-/// NB and SB ovsdb-servers holding the gen_topo NB and the SB real ovn-northd compiled from
-/// it (northd is stopped once the SB is written). Stopped and removed on drop.
-pub struct Central {
-    /// NB remote (`unix:...`).
-    pub nb: String,
-    /// SB remote (`unix:...`).
-    pub sb: String,
-    _servers: [Daemon; 2],
-    /// The temporary directory (last field: dropped after the daemons are stopped).
-    pub dir: tempfile::TempDir,
+/// Runs gen_topo.py (`topo`) for the `n` switches × `p` ports topology on `central`'s NB and
+/// waits until its northd has compiled it into the SB.
+pub fn build_topo(
+    report: &Report,
+    central: &Central,
+    topo: &Path,
+    n: usize,
+    p: usize,
+) -> anyhow::Result<()> {
+    let t = Instant::now();
+    ok(Command::new(PYTHON).arg(topo).args([
+        "--n",
+        &n.to_string(),
+        "--p",
+        &p.to_string(),
+        "--db",
+        &central.nb,
+        "--wait",
+        "sb",
+    ]))
+    .context("gen_topo.py")?;
+    report.note(&format!(
+        "built the {n}x{p} NB and ovn-northd's SB in {:.1} s",
+        t.elapsed().as_secs_f64()
+    ));
+    Ok(())
 }
 
-impl Central {
-    /// Builds the `n` switches × `p` ports topology. `Ok(None)` (with a `skipped:` note) when
-    /// a tool in `tools` (besides the ones this needs) or gen_topo.py is missing.
-    pub fn gen_topo(
-        report: &mut Report,
-        n: usize,
-        p: usize,
-        tools: &[&str],
-    ) -> anyhow::Result<Option<Central>> {
-        for tool in ["ovsdb-server", "ovsdb-tool", "ovn-northd", "ovn-nbctl"]
-            .iter()
-            .chain(tools)
-        {
-            if Command::new("sh")
-                .arg("-c")
-                .arg(format!("command -v {tool}"))
-                .output()
-                .map_or(true, |o| !o.status.success())
-            {
-                report.note(&format!(
-                    "skipped: {tool} is not installed (needs OVN's packages)"
-                ));
-                return Ok(None);
-            }
-        }
-        let Some(topo) = gen_topo() else {
-            report.note("skipped: shared/bench/gen_topo.py not found");
+/// NB and SB ovsdb-servers holding the gen_topo NB of `n` switches × `p` ports and the SB real
+/// ovn-northd compiled from it (northd is stopped once the SB is written). `Ok(None)` (with a
+/// `skipped:` note) when a tool in `tools` (besides the ones this needs) or gen_topo.py is
+/// missing. Stopped and removed on drop.
+///
+/// `HF_BENCH_CENTRAL_DBS=<dir>` serves copies of `<dir>/nb.db` and `<dir>/sb.db` (an earlier
+/// run's), for comparing builds on the same data without rebuilding it for minutes.
+pub fn gen_topo_central(
+    report: &mut Report,
+    n: usize,
+    p: usize,
+    tools: &[&str],
+) -> anyhow::Result<Option<Central>> {
+    for tool in CENTRAL_TOOLS.iter().chain(tools) {
+        if !hf_testkit::cmd::have_tool(tool) {
+            report.note(&format!(
+                "skipped: {tool} is not installed (needs OVN's packages)"
+            ));
             return Ok(None);
-        };
-        let dir = tempfile::tempdir()?;
-        let d = dir.path();
-        // Reuse databases built by an earlier run (copies of its `nb.db` and `sb.db`), for
-        // comparing builds on the same data without rebuilding it for minutes.
-        if let Some(src) = std::env::var_os("HF_BENCH_CENTRAL_DBS") {
-            let src = PathBuf::from(src);
-            let mut servers = Vec::new();
-            for name in ["nb", "sb"] {
-                let db = d.join(format!("{name}.db"));
-                std::fs::copy(src.join(format!("{name}.db")), &db)
-                    .with_context(|| format!("HF_BENCH_CENTRAL_DBS: {name}.db"))?;
-                let sock = d.join(format!("{name}.sock"));
-                ok(Command::new("ovsdb-server")
-                    .args(daemon_args(d, name))
-                    .arg(format!("--remote=punix:{}", sock.display()))
-                    .arg(&db))?;
-                servers.push((
-                    Daemon(d.join(format!("{name}.pid"))),
-                    format!("unix:{}", sock.display()),
-                ));
-            }
-            report.note(&format!("reused the databases in {}", src.display()));
-            let (sb_server, sb) = servers.pop().context("sb")?;
-            let (nb_server, nb) = servers.pop().context("nb")?;
-            return Ok(Some(Central {
-                nb,
-                sb,
-                _servers: [nb_server, sb_server],
-                dir,
-            }));
         }
-        let (nb_server, nb) = server(d, "nb", NB_SCHEMA)?;
-        let (sb_server, sb) = server(d, "sb", SB_SCHEMA)?;
-        ok(Command::new("ovn-northd")
-            .args(daemon_args(d, "northd"))
-            .arg(format!("--ovnnb-db={nb}"))
-            .arg(format!("--ovnsb-db={sb}")))?;
-        let northd = Daemon(d.join("northd.pid"));
-        let t = Instant::now();
-        ok(Command::new(PYTHON)
-            .arg(&topo)
-            .arg("--n")
-            .arg(n.to_string())
-            .arg("--p")
-            .arg(p.to_string())
-            .arg("--db")
-            .arg(&nb)
-            .arg("--wait")
-            .arg("sb"))?;
-        report.note(&format!(
-            "built the {n}x{p} NB and ovn-northd's SB in {:.1} s",
-            t.elapsed().as_secs_f64()
-        ));
-        drop(northd);
-        Ok(Some(Central {
-            nb,
-            sb,
-            _servers: [nb_server, sb_server],
-            dir,
-        }))
     }
+    let Some(topo) = gen_topo() else {
+        report.note("skipped: shared/bench/gen_topo.py not found");
+        return Ok(None);
+    };
+    if let Some(src) = std::env::var_os("HF_BENCH_CENTRAL_DBS") {
+        let src = PathBuf::from(src);
+        let c = Central::from_files(&src.join("nb.db"), &src.join("sb.db"))
+            .context("HF_BENCH_CENTRAL_DBS")?;
+        report.note(&format!("reused the databases in {}", src.display()));
+        return Ok(Some(c));
+    }
+    let mut c = Central::start()?;
+    build_topo(report, &c, &topo, n, p)?;
+    c.stop_northd()?;
+    Ok(Some(c))
 }

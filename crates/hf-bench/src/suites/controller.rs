@@ -99,15 +99,14 @@ mod chassis;
 
 use chassis::{HfChassis, Poller, RealChassis, measure_chassis, reset_chassis};
 
-use super::central::{Daemon, NB_SCHEMA, PYTHON, SB_SCHEMA, daemon_args, ok, server};
+use super::central::{build_topo, gen_topo, ok};
 use crate::alloc;
 use crate::report::Better;
 use crate::{Opts, Report};
+use hf_testkit::ovn::{ChassisOpts, VSWITCH_SCHEMA};
 
 /// The measured chassis.
 const CHASSIS: &str = "hv1";
-/// OVS's schema for the chassis's private `Open_vSwitch` database.
-const VSWITCH_SCHEMA: &str = "/usr/share/openvswitch/vswitch.ovsschema";
 /// Port adds measured per side (the median is reported).
 const ADDS: usize = 5;
 
@@ -123,27 +122,6 @@ fn holdfast_bin() -> Option<PathBuf> {
 
 fn ci() -> bool {
     std::env::var("CI").as_deref() == Ok("true")
-}
-
-fn have(tool: &str) -> bool {
-    if tool.starts_with('/') {
-        return Path::new(tool).exists();
-    }
-    Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {tool}"))
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-fn gen_topo() -> Option<PathBuf> {
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    [
-        manifest.join("../../../shared/bench/gen_topo.py"),
-        PathBuf::from("/work/shared/bench/gen_topo.py"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -182,43 +160,18 @@ fn local_ports(n: usize, p: usize) -> Vec<String> {
 struct Central {
     nb: String,
     sb: String,
-    /// northd, then the servers (stopped in this order).
-    _daemons: Vec<Daemon>,
-    dir: tempfile::TempDir,
+    /// northd, then the servers (stopped in this order), and their directory.
+    real: hf_testkit::ovn::Central,
 }
 
 impl Central {
     fn start(report: &Report, topo: &Path, n: usize, p: usize) -> anyhow::Result<Central> {
-        let dir = tempfile::tempdir()?;
-        let d = dir.path();
-        let (nb_server, nb) = server(d, "nb", NB_SCHEMA)?;
-        let (sb_server, sb) = server(d, "sb", SB_SCHEMA)?;
-        ok(Command::new("ovn-northd")
-            .args(daemon_args(d, "ovn-northd"))
-            .arg(format!("--ovnnb-db={nb}"))
-            .arg(format!("--ovnsb-db={sb}")))?;
-        let northd = Daemon(d.join("ovn-northd.pid"));
-        let t = Instant::now();
-        ok(Command::new(PYTHON).arg(topo).args([
-            "--n",
-            &n.to_string(),
-            "--p",
-            &p.to_string(),
-            "--db",
-            &nb,
-            "--wait",
-            "sb",
-        ]))
-        .context("gen_topo.py")?;
-        report.note(&format!(
-            "built the {n}x{p} NB and ovn-northd's SB in {:.1} s",
-            t.elapsed().as_secs_f64()
-        ));
+        let real = hf_testkit::ovn::Central::start()?;
+        build_topo(report, &real, topo, n, p)?;
         Ok(Central {
-            nb,
-            sb,
-            _daemons: vec![northd, sb_server, nb_server],
-            dir,
+            nb: real.nb.clone(),
+            sb: real.sb.clone(),
+            real,
         })
     }
 
@@ -259,7 +212,7 @@ impl Central {
 
     /// The SB's unix socket.
     fn sb_sock(&self) -> PathBuf {
-        self.dir.path().join("sb.sock")
+        self.real.path("sb.sock")
     }
 }
 
@@ -320,7 +273,7 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         "ovn-appctl",
         VSWITCH_SCHEMA,
     ] {
-        if !have(tool) {
+        if !hf_testkit::cmd::have_tool(tool) {
             if ci() {
                 bail!("{tool} is not installed (needs OVN's and OVS's packages; CI=true)");
             }
@@ -379,7 +332,7 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
             let mut ports = mine.clone();
             ports.extend((0..ADDS).map(|k| new_port(2, k).0));
             ports.extend(changes::bulk_ports(2, n).into_iter().map(|(nm, _)| nm));
-            HfChassis::prepare(&bin, central.dir.path(), &central.sb, &ports).and_then(|mut ch| {
+            HfChassis::prepare(&bin, central.real.dir(), &central.sb, &ports).and_then(|mut ch| {
                 let r = measure_chassis(
                     report,
                     &central,
@@ -405,7 +358,17 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         }
     };
 
-    let theirs = RealChassis::prepare(central.dir.path(), &central.sb, &mine).and_then(|mut ch| {
+    let theirs = RealChassis::prepare(
+        central.real.dir(),
+        &ChassisOpts {
+            name: CHASSIS,
+            sb: &central.sb,
+            encap_ip: "127.0.0.2",
+            vifs: &mine,
+        },
+    )
+    .map_err(anyhow::Error::from)
+    .and_then(|mut ch| {
         measure_chassis(
             report,
             &central,

@@ -58,7 +58,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use hf_model::NbSnapshot;
 
-use super::central::{Daemon, NB_SCHEMA, PYTHON, SB_SCHEMA, daemon_args, ok, server};
+use super::central::{
+    Daemon, NB_SCHEMA, PYTHON, SB_SCHEMA, daemon_args, gen_topo, ok, server, vm_mb,
+};
 use crate::alloc;
 use crate::report::Better;
 use crate::{Opts, Report};
@@ -68,16 +70,6 @@ fn holdfast_bin() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let p = exe.parent()?.join("holdfast");
     p.exists().then_some(p)
-}
-
-fn gen_topo() -> Option<PathBuf> {
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    [
-        manifest.join("../../../shared/bench/gen_topo.py"),
-        PathBuf::from("/work/shared/bench/gen_topo.py"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
 }
 
 /// `CI=true`: a missing baseline or holdfast side fails the suite instead of being skipped.
@@ -122,15 +114,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// `VmHWM` of the process whose pid is in `pidfile`, in MB.
 fn peak_rss_mb(pidfile: &Path) -> anyhow::Result<f64> {
-    let pid = std::fs::read_to_string(pidfile)?;
-    let status = std::fs::read_to_string(format!("/proc/{}/status", pid.trim()))?;
-    let kb: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .context("VmHWM in /proc/PID/status")?;
-    Ok(kb / 1024.0)
+    vm_mb(pidfile, "VmHWM")
 }
 
 /// How many delete-and-add cycles of one port the steady-RSS line runs.
@@ -138,15 +122,7 @@ const PORT_CYCLES: usize = 8;
 
 /// `VmRSS` of the process whose pid is in `pidfile`, in MB.
 fn rss_now_mb(pidfile: &Path) -> anyhow::Result<f64> {
-    let pid = std::fs::read_to_string(pidfile)?;
-    let status = std::fs::read_to_string(format!("/proc/{}/status", pid.trim()))?;
-    let kb: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .context("VmRSS in /proc/PID/status")?;
-    Ok(kb / 1024.0)
+    vm_mb(pidfile, "VmRSS")
 }
 
 /// What one northd did on one NB.
@@ -233,7 +209,7 @@ fn start_holdfast_db(bin: &Path, dir: &Path) -> anyhow::Result<Daemon> {
         .arg(dir.join("nb.db"))
         .arg(dir.join("sb.db"))
         .env("HOLDFAST_LOG", "warn"))?;
-    Ok(Daemon(dir.join("db.pid")))
+    Ok(Daemon::adopt(dir, "db"))
 }
 
 /// Starts `northd` (`argv[0]` and its leading arguments) on a copy of `nb_file` and an empty
@@ -276,7 +252,7 @@ fn side(
                 .args(daemon_args(dir, "nb"))
                 .arg(format!("--remote=punix:{}", nb_sock.display()))
                 .arg(&nb_db))?;
-            servers.push(Daemon(dir.join("nb.pid")));
+            servers.push(Daemon::adopt(dir, "nb"));
             let (sb_server, sb) = server(dir, "sb", SB_SCHEMA)?;
             servers.push(sb_server);
             (format!("unix:{}", nb_sock.display()), sb)
@@ -289,7 +265,7 @@ fn side(
         .arg(format!("--ovnnb-db={nb}"))
         .arg(format!("--ovnsb-db={sb}")))
     .with_context(|| format!("starting {name}"))?;
-    let northd = Daemon(dir.join(format!("{name}.pid")));
+    let northd = Daemon::adopt(dir, name);
     let nbctl = |nb: &str, args: &[&str]| {
         ok(Command::new("ovn-nbctl")
             .arg(format!("--db={nb}"))

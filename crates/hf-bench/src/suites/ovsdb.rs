@@ -36,6 +36,9 @@ use anyhow::{Context, bail};
 use hf_ovsdb_net::framing::Framer;
 use serde_json::{Value, json};
 
+use hf_testkit::cmd::free_port;
+use hf_testkit::ovn::{OvsdbServer, create_db};
+
 use crate::report::Better;
 use crate::{Opts, Report};
 
@@ -70,18 +73,14 @@ enum Target {
         addr: Addr,
         unix: Addr,
         tls: Option<Addr>,
-        pidfile: PathBuf,
+        _server: OvsdbServer,
     },
 }
 
 impl Drop for Target {
     fn drop(&mut self) {
         match self {
-            Target::Ovsdb { pidfile, .. } => {
-                if let Ok(p) = std::fs::read_to_string(pidfile) {
-                    let _ = Command::new("kill").arg(p.trim()).status();
-                }
-            }
+            Target::Ovsdb { .. } => {}
             Target::HoldfastProcess { child, .. } => {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -150,12 +149,6 @@ fn holdfast_bin() -> Option<PathBuf> {
     }
     let p = std::env::current_exe().ok()?.parent()?.join("holdfast");
     p.exists().then_some(p)
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 /// `holdfast db` in its own process on a unix socket (and `pssl:` with `pki`).
@@ -254,44 +247,21 @@ fn start_ovsdb_server(dir: &Path, pki: Option<&Pki>) -> anyhow::Result<Target> {
     let schema = dir.join("nb.ovsschema");
     std::fs::write(&schema, NB_SCHEMA)?;
     let db = dir.join("ovs-nb.db");
-    let ok = Command::new("ovsdb-tool")
-        .arg("create")
-        .arg(&db)
-        .arg(&schema)
-        .status()?
-        .success();
-    if !ok {
-        bail!("ovsdb-tool create failed");
-    }
+    create_db(&db, &schema)?;
     // Pick a free port, then hand it to ovsdb-server.
     let port = free_port()?;
-    let sock = dir.join("ovs.sock");
-    let pidfile = dir.join("ovs.pid");
-    let mut cmd = Command::new("ovsdb-server");
-    let tls_port = match pki {
-        Some(p) => {
-            let tls_port = free_port()?;
-            cmd.arg(format!("--remote=pssl:{tls_port}:127.0.0.1"))
-                .arg(format!("--private-key={}", p.server[0].display()))
-                .arg(format!("--certificate={}", p.server[1].display()))
-                .arg(format!("--ca-cert={}", p.server[2].display()));
-            Some(tls_port)
-        }
-        None => None,
-    };
-    let ok = cmd
-        .arg("--detach")
-        .arg(format!("--remote=punix:{}", sock.display()))
-        .arg(format!("--pidfile={}", pidfile.display()))
-        .arg(format!("--log-file={}", dir.join("ovs.log").display()))
-        .arg(format!("--unixctl={}", dir.join("ovs.ctl").display()))
-        .arg(format!("--remote=ptcp:{port}:127.0.0.1"))
-        .arg(&db)
-        .status()?
-        .success();
-    if !ok {
-        bail!("ovsdb-server failed to start");
+    let mut args = vec![format!("--remote=ptcp:{port}:127.0.0.1")];
+    let mut tls_port = None;
+    if let Some(p) = pki {
+        let tp = free_port()?;
+        args.push(format!("--remote=pssl:{tp}:127.0.0.1"));
+        args.push(format!("--private-key={}", p.server[0].display()));
+        args.push(format!("--certificate={}", p.server[1].display()));
+        args.push(format!("--ca-cert={}", p.server[2].display()));
+        tls_port = Some(tp);
     }
+    let server = OvsdbServer::serve(dir, "ovs", &[db], &args)?;
+    let sock = server.sock.clone();
     let addr = format!("127.0.0.1:{port}");
     let t = Target::Ovsdb {
         addr: Addr::Tcp(addr.clone()),
@@ -299,7 +269,7 @@ fn start_ovsdb_server(dir: &Path, pki: Option<&Pki>) -> anyhow::Result<Target> {
         tls: tls_port
             .zip(pki)
             .map(|(tp, p)| Addr::Tls(format!("127.0.0.1:{tp}"), p.client.clone())),
-        pidfile,
+        _server: server,
     };
     for _ in 0..100 {
         if TcpStream::connect(&addr).is_ok() {

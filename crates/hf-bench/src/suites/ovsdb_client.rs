@@ -36,7 +36,7 @@ use hf_model::{NbSnapshot, SbSnapshot};
 use hf_ovsdb_net::client::{Client, Config, Model};
 use serde_json::Value;
 
-use super::central::{Central, NB_SCHEMA, PYTHON, SB_SCHEMA, ok};
+use super::central::{NB_SCHEMA, PYTHON, SB_SCHEMA, gen_topo_central, ok};
 use crate::alloc;
 use crate::report::Better;
 use crate::{Opts, Report};
@@ -152,12 +152,12 @@ fn db_name(db: &str) -> String {
 /// Run the suite.
 pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     let (n, p) = if opts.tiny { (5, 4) } else { (500, 40) };
-    let Some(central) = Central::gen_topo(report, n, p, &[])? else {
+    let Some(central) = gen_topo_central(report, n, p, &[])? else {
         return Ok(());
     };
-    let (dir, nb, sb) = (&central.dir, central.nb.clone(), central.sb.clone());
+    let (dir, nb, sb) = (central.dir(), central.nb.clone(), central.sb.clone());
 
-    let script = dir.path().join("idl_sync.py");
+    let script = dir.join("idl_sync.py");
     std::fs::write(&script, IDL_SCRIPT)?;
     let have_idl = std::env::var_os("HF_BENCH_SKIP_IDL").is_none()
         && Command::new(PYTHON)

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use super::central::{Central, Daemon, daemon_args, ok};
+use super::central::{Daemon, daemon_args, gen_topo_central, ok};
 use crate::alloc;
 use crate::report::Better;
 use crate::{Opts, Report};
@@ -86,10 +86,10 @@ fn wait_ctl(sock: &Path) -> anyhow::Result<()> {
 /// Run the suite.
 pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     let (n, p) = if opts.tiny { (5, 4) } else { (500, 40) };
-    let Some(central) = Central::gen_topo(report, n, p, &["ovn-trace"])? else {
+    let Some(central) = gen_topo_central(report, n, p, &["ovn-trace"])? else {
         return Ok(());
     };
-    let (d, sb) = (central.dir.path(), central.sb.clone());
+    let (d, sb) = (central.dir(), central.sb.clone());
     // hv1 hosts the gateway router; bind one VIF so residency is defined for it.
     ok(Command::new("ovn-sbctl").arg(format!("--db={sb}")).args([
         "chassis-add",
@@ -194,7 +194,7 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     ok(Command::new("ovn-trace")
         .args(daemon_args(d, "ovn-trace"))
         .arg(format!("--db={sb}")))?;
-    let _ovn_trace = Daemon(d.join("ovn-trace.pid"));
+    let _ovn_trace = Daemon::adopt(d, "ovn-trace");
     let ctl = d.join("ovn-trace.ctl");
     wait_ctl(&ctl)?;
     // The first request waits for the SB download.
@@ -261,7 +261,7 @@ fn holdfast_db_cli(bin: &Path, dir: &Path, dp: &str, flow: &str) -> anyhow::Resu
         .arg(format!("--remote=punix:{}", sock.display()))
         .arg(&file)
         .env("HOLDFAST_LOG", "warn"))?;
-    let _db = Daemon(dir.join("hf-db.pid"));
+    let _db = Daemon::adopt(dir, "hf-db");
     let deadline = Instant::now() + Duration::from_secs(600);
     while std::os::unix::net::UnixStream::connect(&sock).is_err() {
         if Instant::now() > deadline {

@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use super::{
-    ADDS, CHASSIS, Central, VSWITCH_SCHEMA, batch, finish_child, median, ms, new_port, sv,
-};
+pub(super) use hf_testkit::ovn::RealChassis;
+
+use super::{ADDS, CHASSIS, Central, batch, finish_child, median, ms, new_port, sv};
 use crate::Report;
-use crate::suites::central::{Daemon, daemon_args, ok};
+use crate::suites::central::{Daemon, daemon_args, ok, vm_mb};
 
 /// ovn-controller's figures.
 pub(super) struct Theirs {
@@ -32,146 +32,6 @@ pub(super) struct Theirs {
     pub(super) rss_mb: f64,
     /// The controller's and the datapath's (ovs-vswitchd's).
     pub(super) chassis_rss_mb: f64,
-}
-
-/// A real chassis: a private Open_vSwitch database, ovs-vswitchd (dummy datapath) and
-/// ovn-controller, in `dir`; stopped by pid on drop (controller first).
-pub(super) struct RealChassis {
-    dir: PathBuf,
-    db: String,
-    daemons: Vec<Daemon>,
-}
-
-impl Drop for RealChassis {
-    fn drop(&mut self) {
-        while let Some(d) = self.daemons.pop() {
-            drop(d);
-        }
-    }
-}
-
-/// Every OVS/OVN tool run for the chassis looks for its run directory here.
-pub(super) fn in_dir<'a>(c: &'a mut Command, dir: &Path) -> &'a mut Command {
-    for v in [
-        "OVS_RUNDIR",
-        "OVS_LOGDIR",
-        "OVS_DBDIR",
-        "OVN_RUNDIR",
-        "OVN_LOGDIR",
-    ] {
-        c.env(v, dir);
-    }
-    c
-}
-
-impl RealChassis {
-    /// The database, ovs-vswitchd and br-int with one dummy interface per VIF; no controller.
-    pub(super) fn prepare(dir: &Path, sb: &str, vifs: &[String]) -> anyhow::Result<RealChassis> {
-        let dir = dir.join(format!("chassis-{CHASSIS}"));
-        std::fs::create_dir_all(&dir)?;
-        let conf = dir.join("conf.db");
-        ok(Command::new("ovsdb-tool")
-            .arg("create")
-            .arg(&conf)
-            .arg(VSWITCH_SCHEMA))?;
-        let sock = dir.join("db.sock");
-        let mut c = RealChassis {
-            dir: dir.clone(),
-            db: format!("unix:{}", sock.display()),
-            daemons: Vec::new(),
-        };
-        ok(in_dir(&mut Command::new("ovsdb-server"), &dir)
-            .args(daemon_args(&dir, "ovsdb-server"))
-            .arg(format!("--remote=punix:{}", sock.display()))
-            .arg(&conf))?;
-        c.daemons.push(Daemon(dir.join("ovsdb-server.pid")));
-        c.vsctl(&sv(&["init"]))?;
-        c.vsctl(&sv(&[
-            "set",
-            "open_vswitch",
-            ".",
-            &format!("external_ids:system-id={CHASSIS}"),
-            &format!("external_ids:hostname=host-{CHASSIS}"),
-            &format!("external_ids:ovn-remote={sb}"),
-            "external_ids:ovn-encap-type=geneve",
-            "external_ids:ovn-encap-ip=127.0.0.2",
-        ]))?;
-        let mut cmds = vec![sv(&[
-            "add-br",
-            "br-int",
-            "--",
-            "set",
-            "bridge",
-            "br-int",
-            "fail-mode=secure",
-            "other-config:disable-in-band=true",
-        ])];
-        cmds.extend(vifs.iter().map(|v| iface_cmd(v)));
-        c.vsctl(&batch(cmds))?;
-        ok(in_dir(&mut Command::new("ovs-vswitchd"), &dir)
-            .arg("--enable-dummy=override")
-            .args(daemon_args(&dir, "ovs-vswitchd"))
-            .arg(&c.db))?;
-        c.daemons.push(Daemon(dir.join("ovs-vswitchd.pid")));
-        Ok(c)
-    }
-
-    fn vsctl(&self, args: &[String]) -> anyhow::Result<String> {
-        ok(in_dir(&mut Command::new("ovs-vsctl"), &self.dir)
-            .arg(format!("--db={}", self.db))
-            .arg("--no-wait")
-            .args(args))
-    }
-
-    fn start_controller(&mut self) -> anyhow::Result<()> {
-        // ovn-controller 23.03 has no --unixctl: its control socket goes to OVN_RUNDIR (this
-        // directory) as ovn-controller.<pid>.ctl.
-        let mut args = daemon_args(&self.dir, "ovn-controller");
-        args.retain(|a| !a.starts_with("--unixctl="));
-        ok(in_dir(&mut Command::new("ovn-controller"), &self.dir)
-            .args(args)
-            .arg(&self.db))?;
-        self.daemons
-            .push(Daemon(self.dir.join("ovn-controller.pid")));
-        Ok(())
-    }
-
-    fn controller_pid(&self) -> anyhow::Result<String> {
-        Ok(std::fs::read_to_string(self.dir.join("ovn-controller.pid"))
-            .context("ovn-controller's pidfile")?
-            .trim()
-            .to_string())
-    }
-
-    /// `ovn-appctl -t ovn-controller COMMAND`.
-    fn appctl(&self, cmd: &str) -> anyhow::Result<String> {
-        let ctl = self
-            .dir
-            .join(format!("ovn-controller.{}.ctl", self.controller_pid()?));
-        ok(in_dir(&mut Command::new("ovn-appctl"), &self.dir)
-            .arg("-t")
-            .arg(ctl)
-            .arg(cmd))
-    }
-
-    fn log_tail(&self) -> String {
-        let l = std::fs::read_to_string(self.dir.join("ovn-controller.log")).unwrap_or_default();
-        l[l.len().saturating_sub(3000)..].to_string()
-    }
-}
-
-/// `add-port br-int V -- set interface V external_ids:iface-id=V` (one ovs-vsctl command list).
-pub(super) fn iface_cmd(v: &str) -> Vec<String> {
-    sv(&[
-        "add-port",
-        "br-int",
-        v,
-        "--",
-        "set",
-        "interface",
-        v,
-        &format!("external_ids:iface-id={v}"),
-    ])
 }
 
 /// A synchronous OVSDB connection for polling (JSON-RPC `transact` with selects), so that
@@ -304,47 +164,40 @@ pub(super) trait Measured {
 
 /// `VmHWM` of the process in `pidfile`, in MB.
 pub(super) fn vm_hwm_mb(pidfile: &Path) -> anyhow::Result<f64> {
-    let pid = std::fs::read_to_string(pidfile)
-        .with_context(|| format!("reading {}", pidfile.display()))?;
-    let status = std::fs::read_to_string(format!("/proc/{}/status", pid.trim()))?;
-    let kb: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .context("VmHWM in /proc/PID/status")?;
-    Ok(kb / 1024.0)
+    vm_mb(pidfile, "VmHWM")
 }
 
 impl Measured for RealChassis {
     fn start(&mut self) -> anyhow::Result<()> {
-        self.start_controller()
+        Ok(self.start_controller()?)
     }
 
     fn prepare_port(&mut self, name: &str) -> anyhow::Result<()> {
-        self.vsctl(&iface_cmd(name)).map(|_| ())
+        self.vsctl(RealChassis::iface_cmd(name))?;
+        Ok(())
     }
 
     fn prepare_ports(&mut self, names: &[String]) -> anyhow::Result<()> {
-        self.vsctl(&batch(names.iter().map(|n| iface_cmd(n))))
-            .map(|_| ())
+        self.vsctl(batch(names.iter().map(|n| RealChassis::iface_cmd(n))))?;
+        Ok(())
     }
 
     fn log_tail(&self) -> String {
-        RealChassis::log_tail(self)
+        let l = self.controller_log();
+        l[l.floor_char_boundary(l.len().saturating_sub(3000))..].to_string()
     }
 
     fn stopwatch(&self, reset: bool) -> Option<String> {
-        let s = self.appctl("stopwatch/show").ok()?;
+        let s = self.appctl(&["stopwatch/show"]).ok()?;
         if reset {
-            let _ = self.appctl("stopwatch/reset");
+            let _ = self.appctl(&["stopwatch/reset"]);
         }
         Some(format!("  stopwatch/show:\n{}", stopwatch_summary(&s)))
     }
 
     fn rss_mb(&self) -> anyhow::Result<(f64, f64)> {
-        let c = vm_hwm_mb(&self.dir.join("ovn-controller.pid"))?;
-        let v = vm_hwm_mb(&self.dir.join("ovs-vswitchd.pid"))?;
+        let c = vm_hwm_mb(&self.dir().join("ovn-controller.pid"))?;
+        let v = vm_hwm_mb(&self.dir().join("ovs-vswitchd.pid"))?;
         Ok((c, c + v))
     }
 }
@@ -394,7 +247,7 @@ impl HfChassis {
             // Info: its "program N installed" lines time the install (see `installs`).
             .env("HOLDFAST_LOG", "info"))
         .context("starting holdfast datapath")?;
-        c.daemons.push(Daemon(dir.join("holdfast-datapath.pid")));
+        c.daemons.push(Daemon::adopt(&dir, "holdfast-datapath"));
         Ok(c)
     }
 }
@@ -415,7 +268,7 @@ impl Measured for HfChassis {
             .env("HOLDFAST_LOG", "warn"))
         .context("starting holdfast controller")?;
         self.daemons
-            .push(Daemon(self.dir.join("holdfast-controller.pid")));
+            .push(Daemon::adopt(&self.dir, "holdfast-controller"));
         Ok(())
     }
 

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+use hf_testkit::cmd::free_port;
+
 use super::super::central::{Daemon, daemon_args, ok};
 
 /// Whether the suite runs on clusters (`HF_BENCH_NORTHD_DB=cluster`); any other value is an
@@ -32,12 +34,6 @@ pub struct Raft {
     name: String,
     db: &'static str,
     members: Vec<Option<Daemon>>,
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 impl Raft {
@@ -77,8 +73,7 @@ impl Raft {
                 .arg(format!("--remote=punix:{}", r.sock(i).display()))
                 .arg(file(i)))
             .with_context(|| format!("starting cluster member {member}"))?;
-            r.members
-                .push(Some(Daemon(dir.join(format!("{member}.pid")))));
+            r.members.push(Some(Daemon::adopt(dir, &member)));
         }
         Ok(r)
     }
@@ -134,15 +129,8 @@ impl Raft {
     pub fn kill_leader(&mut self) -> anyhow::Result<()> {
         let l = self.wait_leader(Duration::from_secs(30))?;
         if let Some(d) = self.members[l].take() {
-            let pid = std::fs::read_to_string(&d.0)?;
-            ok(Command::new("kill").args(["-9", pid.trim()]))?;
-            let gone = format!("/proc/{}", pid.trim());
-            let end = Instant::now() + Duration::from_secs(5);
-            while Path::new(&gone).exists() && Instant::now() < end {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            // Dead: its pid must not be signalled again on drop.
-            std::mem::forget(d);
+            // Its pidfile goes too: the dead pid is not signalled again on drop.
+            d.kill9()?;
         }
         Ok(())
     }

@@ -1,17 +1,18 @@
-//! Real `ovsdb-server` processes: standalone or members of a Raft cluster of one database, in a
-//! test's directory, each listening on a loopback TCP port and a unix socket, started with
-//! `--detach --pidfile --unixctl --log-file` and stopped by pid on drop (also when a test
-//! fails). Shared by the client tests (`tests/client/`) and northd's cluster tests
-//! (`tests/northd/cluster.rs`).
+//! Real `ovsdb-server` processes, standalone or members of a Raft cluster of one database,
+//! each listening on a loopback TCP port and a unix socket in its own directory, stopped on
+//! drop (also when a test fails).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::{free_port, run, run_ok};
+use super::{Daemon, create_db, daemon_args, in_rundir};
+use crate::Result;
+use crate::cmd::{self, DEFAULT_TIMEOUT, free_port, poll};
 
-/// One `ovsdb-server` process serving one database file; its pidfile, unixctl socket, log
-/// and client socket are `ovsdb.pid`/`.ctl`/`.log`/`.sock` in its own directory.
+/// One `ovsdb-server` serving one database file; its pidfile, unixctl socket, log and client
+/// socket are `ovsdb.pid`/`.ctl`/`.log`/`.sock` in its own directory.
+#[derive(Debug)]
 pub struct Member {
     /// Its directory.
     pub dir: PathBuf,
@@ -21,10 +22,36 @@ pub struct Member {
     pub port: u16,
     /// The unixctl socket.
     pub ctl: PathBuf,
-    pidfile: PathBuf,
+    daemon: Daemon,
 }
 
 impl Member {
+    /// Start `ovsdb-server` on `db` (created by the caller) in `dir`, on a new port.
+    pub fn start(dir: &Path, db: &Path) -> Result<Member> {
+        let mut m = Member {
+            dir: dir.to_path_buf(),
+            db: db.to_path_buf(),
+            port: free_port()?,
+            ctl: dir.join("ovsdb.ctl"),
+            daemon: Daemon::adopt(dir, "ovsdb"),
+        };
+        m.spawn()?;
+        Ok(m)
+    }
+
+    fn spawn(&mut self) -> Result<()> {
+        // A socket file left by a killed server would make the new one fail to listen.
+        let _ = std::fs::remove_file(self.sock());
+        let mut c = Command::new("ovsdb-server");
+        in_rundir(&mut c, &self.dir)
+            .arg(format!("--remote=ptcp:{}:127.0.0.1", self.port))
+            .arg(format!("--remote=punix:{}", self.sock().display()))
+            .arg(&self.db)
+            .args(daemon_args(&self.dir, "ovsdb"));
+        // The handle stays: it names the same pidfile (replacing it would stop the new server).
+        cmd::run(&mut c, DEFAULT_TIMEOUT).map(drop)
+    }
+
     /// `tcp:127.0.0.1:PORT`.
     pub fn remote(&self) -> String {
         format!("tcp:127.0.0.1:{}", self.port)
@@ -39,104 +66,41 @@ impl Member {
         self.dir.join("ovsdb.sock")
     }
 
-    /// Start `ovsdb-server` on `db` (created by the caller) in `dir`, on a new port.
-    pub fn start(dir: &Path, db: &Path) -> Self {
-        let mut m = Member {
-            dir: dir.to_path_buf(),
-            db: db.to_path_buf(),
-            port: free_port(),
-            ctl: dir.join("ovsdb.ctl"),
-            pidfile: dir.join("ovsdb.pid"),
-        };
-        m.spawn();
-        m
-    }
-
-    fn spawn(&mut self) {
-        // A socket file left by a killed server would make the new one fail to listen.
-        let _ = std::fs::remove_file(self.sock());
-        run_ok(
-            Command::new("ovsdb-server")
-                .arg("--detach")
-                .arg("--no-chdir")
-                .arg(format!("--pidfile={}", self.pidfile.display()))
-                .arg(format!(
-                    "--log-file={}",
-                    self.dir.join("ovsdb.log").display()
-                ))
-                .arg(format!("--unixctl={}", self.ctl.display()))
-                .arg(format!("--remote=ptcp:{}:127.0.0.1", self.port))
-                .arg(format!("--remote=punix:{}", self.sock().display()))
-                .arg(&self.db),
-        );
-    }
-
     /// The pid, while it runs.
     pub fn pid(&self) -> Option<i32> {
-        std::fs::read_to_string(&self.pidfile)
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
+        self.daemon.pid()
     }
 
-    /// SIGKILL the server and wait until it is gone; its pidfile is removed (the pid may be
-    /// reused: nothing to signal on drop).
-    pub fn kill9(&mut self) {
-        if let Some(pid) = self.pid() {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            let end = Instant::now() + Duration::from_secs(5);
-            while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < end {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            assert!(
-                !Path::new(&format!("/proc/{pid}")).exists(),
-                "ovsdb-server {} (pid {pid}) survived SIGKILL",
-                self.dir.display()
-            );
-        }
-        let _ = std::fs::remove_file(&self.pidfile);
+    /// SIGKILL the server and wait until it is gone.
+    pub fn kill9(&mut self) -> Result<()> {
+        self.daemon.kill9()
     }
 
     /// Start again on the same file, port and socket.
-    pub fn restart(&mut self) {
-        self.kill9();
-        self.spawn();
+    pub fn restart(&mut self) -> Result<()> {
+        self.kill9()?;
+        self.spawn()
     }
 
     /// `ovs-appctl cluster/status` of database `name` (empty when the server does not answer).
     pub fn cluster_status(&self, name: &str) -> String {
-        let out = run(
-            Command::new("ovs-appctl")
-                .arg("-t")
-                .arg(&self.ctl)
-                .arg("cluster/status")
-                .arg(name),
-            Duration::from_secs(10),
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let mut c = Command::new("ovs-appctl");
+        c.arg("-t").arg(&self.ctl).arg("cluster/status").arg(name);
+        cmd::output(&mut c, None, Duration::from_secs(10))
+            .map(|o| cmd::lossy(&o.stdout))
+            .unwrap_or_default()
     }
 }
 
-impl Drop for Member {
-    fn drop(&mut self) {
-        if let Some(pid) = self.pid() {
-            let _ = Command::new("kill").arg(pid.to_string()).status();
-        }
-    }
-}
-
-/// A standalone `ovsdb-server` for `schema`, in `dir`.
-pub fn standalone(dir: &Path, schema: &Path) -> Member {
+/// A standalone `ovsdb-server` for `schema`, in `dir` (database file `dir/db`).
+pub fn standalone(dir: &Path, schema: &Path) -> Result<Member> {
     let db = dir.join("db");
-    run_ok(
-        Command::new("ovsdb-tool")
-            .arg("create")
-            .arg(&db)
-            .arg(schema),
-    );
+    create_db(&db, schema)?;
     Member::start(dir, &db)
 }
 
 /// A Raft cluster of one database: members `DIR/{base}{i}/`, in the order of their remotes.
+#[derive(Debug)]
 pub struct Cluster {
     /// The members, killed ones included.
     pub members: Vec<Member>,
@@ -147,12 +111,19 @@ pub struct Cluster {
 impl Cluster {
     /// `ovsdb-tool create-cluster` / `join-cluster` over `n` loopback TCP ports for Raft, the
     /// servers, and a wait (up to 60 s) until every member has joined.
-    pub fn start(dir: &Path, base: &str, schema: &Path, db_name: &str, n: usize) -> Cluster {
-        let raft: Vec<u16> = (0..n).map(|_| free_port()).collect();
+    pub fn start(
+        dir: &Path,
+        base: &str,
+        schema: &Path,
+        db_name: &str,
+        n: usize,
+    ) -> Result<Cluster> {
+        let raft: Vec<u16> = (0..n).map(|_| free_port()).collect::<Result<_>>()?;
         let mut members = Vec::new();
         for (i, port) in raft.iter().enumerate() {
             let d = dir.join(format!("{base}{i}"));
-            std::fs::create_dir_all(&d).expect("mkdir");
+            std::fs::create_dir_all(&d)
+                .map_err(|e| crate::KitError::io(format!("creating {}", d.display()), e))?;
             let db = d.join("db");
             let local = format!("tcp:127.0.0.1:{port}");
             let mut c = Command::new("ovsdb-tool");
@@ -162,8 +133,8 @@ impl Cluster {
                 c.arg("join-cluster").arg(&db).arg(db_name).arg(&local);
                 c.args(raft[..i].iter().map(|p| format!("tcp:127.0.0.1:{p}")));
             }
-            run_ok(&mut c);
-            members.push(Member::start(&d, &db));
+            cmd::run(&mut c, DEFAULT_TIMEOUT)?;
+            members.push(Member::start(&d, &db)?);
         }
         let cluster = Cluster {
             members,
@@ -172,6 +143,7 @@ impl Cluster {
         };
         poll(
             Duration::from_secs(60),
+            || format!("the {db_name} cluster to form:\n{}", cluster.status()),
             || {
                 cluster
                     .members
@@ -179,9 +151,8 @@ impl Cluster {
                     .all(|m| m.cluster_status(db_name).contains("Status: cluster member"))
                     .then_some(())
             },
-            || format!("the {db_name} cluster never formed:\n{}", cluster.status()),
-        );
-        cluster
+        )?;
+        Ok(cluster)
     }
 
     /// Every member's unix socket, as OVSDB tools take a list of remotes.
@@ -230,69 +201,71 @@ impl Cluster {
     }
 
     /// The current leader, waiting up to 30 s for one to be elected.
-    pub fn leader(&self) -> usize {
+    pub fn leader(&self) -> Result<usize> {
         poll(
             Duration::from_secs(30),
+            || {
+                format!(
+                    "a leader of the {} cluster:\n{}",
+                    self.db_name,
+                    self.status()
+                )
+            },
             || {
                 self.alive_members()
                     .into_iter()
                     .find(|i| self.is_leader(*i))
             },
-            || {
-                format!(
-                    "the {} cluster has no leader:\n{}",
-                    self.db_name,
-                    self.status()
-                )
-            },
         )
     }
 
     /// SIGKILL the current leader (waiting for one to be elected first); its index.
-    pub fn kill_leader(&mut self) -> usize {
-        let l = self.leader();
-        self.kill(l);
-        l
+    pub fn kill_leader(&mut self) -> Result<usize> {
+        let l = self.leader()?;
+        self.kill(l)?;
+        Ok(l)
     }
 
     /// SIGKILL member `i`.
-    pub fn kill(&mut self, i: usize) {
-        self.members[i].kill9();
+    pub fn kill(&mut self, i: usize) -> Result<()> {
+        self.members[i].kill9()?;
         self.killed.push(i);
+        Ok(())
     }
 
     /// Move leadership away from the live leader (`cluster/failure-test transfer-leadership`,
     /// the transfer ovsdb-server makes before writing a snapshot): the old leader stays up as
     /// a follower, its connections open. Waits up to 30 s for another member to lead; returns
     /// (old leader, new leader).
-    pub fn transfer_leadership(&self) -> (usize, usize) {
-        let old = self.leader();
-        run_ok(
+    pub fn transfer_leadership(&self) -> Result<(usize, usize)> {
+        let old = self.leader()?;
+        cmd::run(
             Command::new("ovs-appctl")
                 .arg("-t")
                 .arg(&self.members[old].ctl)
                 .args(["cluster/failure-test", "transfer-leadership"]),
-        );
+            DEFAULT_TIMEOUT,
+        )?;
         let new = poll(
             Duration::from_secs(30),
-            || Some(self.leader()).filter(|n| *n != old),
             || {
                 format!(
-                    "{} leadership never moved from member {old}:\n{}",
+                    "{} leadership to move from member {old}:\n{}",
                     self.db_name,
                     self.status()
                 )
             },
-        );
-        (old, new)
+            || self.leader().ok().filter(|n| *n != old),
+        )?;
+        Ok((old, new))
     }
 
     /// Start every killed member again on its file (it rejoins the cluster with the log it
     /// had), and wait up to 30 s until each is a cluster member again that knows the leader.
-    pub fn rejoin(&mut self) {
+    pub fn rejoin(&mut self) -> Result<()> {
         let back: Vec<usize> = std::mem::take(&mut self.killed);
         for i in &back {
-            self.members[*i].restart();
+            self.members[*i].restart()?;
         }
         for i in back {
             let rejoined = |s: &str| {
@@ -302,27 +275,16 @@ impl Cluster {
             };
             poll(
                 Duration::from_secs(30),
-                || rejoined(&self.members[i].cluster_status(&self.db_name)).then_some(()),
                 || {
                     format!(
-                        "{} member {i} never rejoined:\n{}",
+                        "{} member {i} to rejoin:\n{}",
                         self.db_name,
                         self.members[i].cluster_status(&self.db_name)
                     )
                 },
-            );
+                || rejoined(&self.members[i].cluster_status(&self.db_name)).then_some(()),
+            )?;
         }
-    }
-}
-
-/// `f`'s answer once it has one, asking every 20 ms; panics with `why()` after `timeout`.
-fn poll<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>, why: impl Fn() -> String) -> T {
-    let end = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < end, "{}", why());
-        std::thread::sleep(Duration::from_millis(20));
+        Ok(())
     }
 }

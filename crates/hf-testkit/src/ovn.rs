@@ -1,1 +1,0 @@
-//! Real OVS/OVN daemons for the tests that compare with them (filled in by part 2).
