@@ -282,7 +282,7 @@ fn local_db(d: &Path, real: bool) -> (String, Box<dyn std::any::Any>) {
     let d = &d.join("local");
     std::fs::create_dir(d).unwrap();
     if real {
-        let s = common::OvsdbServer::start(d, "conf.db", schema);
+        let s = common::OvsdbServer::create(d, "conf", schema).unwrap();
         (s.remote.clone(), Box::new(s))
     } else {
         let s = common::HoldfastDb::start(d, &[("conf.db", schema)], &[]);
@@ -359,9 +359,7 @@ fn settings_and_ovn_installed(real_local_db: bool) {
             // A database without bridges for the datapath: this test is about the controller.
             .arg(format!("unix:{}", d.join("none.sock").display())),
     );
-    let _dp = PidDaemon {
-        pidfile: d.join("dp.pid"),
-    };
+    let _dp = PidDaemon::adopt(d, "dp");
     run_ok(
         Command::new(common::holdfast())
             .arg("controller")
@@ -369,9 +367,7 @@ fn settings_and_ovn_installed(real_local_db: bool) {
             .arg(format!("--datapath=unix:{}", d.join("dp.sock").display()))
             .arg(&conf),
     );
-    let _ctl = PidDaemon {
-        pidfile: d.join("ctl.pid"),
-    };
+    let _ctl = PidDaemon::adopt(d, "ctl");
     let installed = || vsctl(&conf, &["get", "Interface", "tap0", "external_ids"]);
     let ok = wait_for(Duration::from_secs(30), || {
         let s = run_ok(dbs.sbctl().arg("show"));
