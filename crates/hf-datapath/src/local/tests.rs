@@ -13,6 +13,9 @@ struct Db {
     db: Database,
 }
 
+/// An interface to add: (name, type, external_ids).
+type Iface<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
+
 impl Db {
     fn new() -> Self {
         Db {
@@ -39,7 +42,7 @@ impl Db {
 
     /// `ovs-vsctl add-br`/`add-port` in one transaction: bridge `bridge` with one port per
     /// interface `(name, type, external_ids)`, and the root row with `ext` when it is new.
-    fn add(&mut self, bridge: &str, ifaces: &[(&str, &str, &[(&str, &str)])]) {
+    fn add(&mut self, bridge: &str, ifaces: &[Iface<'_>]) {
         let snap = self.snap();
         let mut ops = Vec::new();
         let mut port_refs = Vec::new();
