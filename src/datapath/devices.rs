@@ -13,7 +13,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hf_datapath::local::{Observed, Plan};
-use hf_datapath::port::{AfPacket, AfPacketConfig, FramePort, PortError, RxMeta, TxMeta};
+use hf_datapath::port::{AfPacket, AfPacketConfig, FramePort, PortError, RxMeta, TxFrame, TxMeta};
 use hf_datapath::{Datapath, PortHandle};
 use hf_wire::offload;
 use tokio::io::Interest;
@@ -39,6 +39,10 @@ struct Device {
     handle: PortHandle,
     /// Frames left after the budget ran out: serve again without waiting.
     pending: bool,
+    /// Frames to send, back to back, and their lengths: sent in batches once the core's
+    /// transmits are drained ([`Devices::flush`]).
+    tx: Vec<u8>,
+    tx_lens: Vec<usize>,
 }
 
 /// The open interfaces, and what the database wants.
@@ -60,6 +64,8 @@ pub struct Devices {
     segs: offload::Segments,
     /// Send errors met while the core's transmits were drained, handled after.
     send_errors: Vec<(String, PortError)>,
+    /// Frames dropped because an interface's send buffer was full.
+    pub tx_full_dropped: u64,
 }
 
 impl Devices {
@@ -156,6 +162,8 @@ impl Devices {
                 iface_id,
                 handle,
                 pending: true,
+                tx: Vec::new(),
+                tx_lens: Vec::new(),
             },
         );
         self.changed = true;
@@ -237,9 +245,8 @@ impl Devices {
         }
     }
 
-    /// Sends `frame` out of the interface attached to logical port `port`; false when no
-    /// interface is (an in-memory port). A full send buffer drops the frame, as a NIC's full
-    /// queue does; errors are handled by [`Devices::handle_send_errors`].
+    /// Queues `frame` for the interface attached to logical port `port` (sent by
+    /// [`Devices::flush`]); false when no interface is (an in-memory port).
     pub fn send(&mut self, port: &str, frame: &[u8]) -> bool {
         let Some(name) = self.by_port.get(port) else {
             return false;
@@ -247,10 +254,47 @@ impl Devices {
         let Some(d) = self.open.get_mut(name) else {
             return false;
         };
-        if let Err(e) = d.port.send(frame, &TxMeta::default()) {
-            self.send_errors.push((name.clone(), e));
-        }
+        d.tx.extend_from_slice(frame);
+        d.tx_lens.push(frame.len());
         true
+    }
+
+    /// Sends the queued frames, a batch (`sendmmsg`) per interface. What a full send buffer
+    /// refuses is dropped, as a NIC's full queue drops; errors are handled by
+    /// [`Devices::handle_send_errors`].
+    pub fn flush(&mut self) {
+        for (name, d) in &mut self.open {
+            if d.tx_lens.is_empty() {
+                continue;
+            }
+            let Device {
+                port, tx, tx_lens, ..
+            } = d;
+            let mut frames: Vec<TxFrame<'_>> = Vec::with_capacity(tx_lens.len());
+            let mut at = 0;
+            for &len in tx_lens.iter() {
+                frames.push(TxFrame {
+                    frame: &tx[at..at + len],
+                    meta: TxMeta::default(),
+                });
+                at += len;
+            }
+            let mut sent = 0;
+            while sent < frames.len() {
+                match port.send_batch(&frames[sent..]) {
+                    Ok(0) => break,
+                    Ok(n) => sent += n,
+                    Err(e) => {
+                        self.send_errors.push((name.clone(), e));
+                        break;
+                    }
+                }
+            }
+            self.tx_full_dropped += (frames.len() - sent) as u64;
+            drop(frames);
+            tx.clear();
+            tx_lens.clear();
+        }
     }
 
     /// The errors of the last sends.

@@ -810,6 +810,7 @@ impl Shell {
                     tracing::warn!("Geneve to {to}: {e}");
                 }
             }
+            self.devices.flush();
             self.devices.handle_send_errors(&mut self.dp);
             if self.devices.take_changed() {
                 local.mark_dirty();
@@ -886,7 +887,7 @@ impl Shell {
             "coverage/show" => {
                 let c = self.dp.counters();
                 Ok(format!(
-                    "generation {}\nrx_port {}\nrx_tunnel {}\ntx_port {}\ntx_tunnel {}\ndropped {}\ncache_hits {}\ncache_misses {}\nconntrack_entries {}\npacket_in {}\n",
+                    "generation {}\nrx_port {}\nrx_tunnel {}\ntx_port {}\ntx_tunnel {}\ndropped {}\ncache_hits {}\ncache_misses {}\nconntrack_entries {}\npacket_in {}\ntx_port_full_dropped {}\n",
                     c.generation,
                     c.rx_port,
                     c.rx_tunnel,
@@ -896,7 +897,8 @@ impl Shell {
                     c.cache_hits,
                     c.cache_misses,
                     c.conntrack_entries,
-                    c.packet_in
+                    c.packet_in,
+                    self.devices.tx_full_dropped
                 ))
             }
             "datapath/inject" => {
