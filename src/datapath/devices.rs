@@ -3,9 +3,10 @@
 //! and the kernel change, with what was seen of each for the write-back
 //! ([`hf_datapath::local::Observed`]).
 //!
-//! Frames with offload metadata (a partial checksum, a segmentation super-frame) are completed
-//! or segmented in software before the core sees them, so every frame the pipeline handles is a
-//! whole one.
+//! Frames with offload metadata (a partial checksum, a segmentation super-frame) go through the
+//! core whole when it can carry them ([`Datapath::handle_port_frame_offload`]) and leave with
+//! their metadata for the device that sends them; otherwise (a migration watching the ports)
+//! they are completed or segmented in software first.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -15,7 +16,7 @@ use std::time::Duration;
 use hf_datapath::local::{Observed, Plan};
 use hf_datapath::port::{AfPacket, AfPacketConfig, FramePort, PortError, RxMeta, TxFrame, TxMeta};
 use hf_datapath::{Datapath, PortHandle};
-use hf_wire::offload;
+use hf_wire::offload::{self, Offload};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
@@ -39,10 +40,10 @@ struct Device {
     handle: PortHandle,
     /// Frames left after the budget ran out: serve again without waiting.
     pending: bool,
-    /// Frames to send, back to back, and their lengths: sent in batches once the core's
-    /// transmits are drained ([`Devices::flush`]).
+    /// Frames to send, back to back, with their lengths and offloads: sent in batches once
+    /// the core's transmits are drained ([`Devices::flush`]).
     tx: Vec<u8>,
-    tx_lens: Vec<usize>,
+    tx_lens: Vec<(usize, Offload)>,
 }
 
 /// The open interfaces, and what the database wants.
@@ -247,7 +248,7 @@ impl Devices {
 
     /// Queues `frame` for the interface attached to logical port `port` (sent by
     /// [`Devices::flush`]); false when no interface is (an in-memory port).
-    pub fn send(&mut self, port: &str, frame: &[u8]) -> bool {
+    pub fn send(&mut self, port: &str, frame: &[u8], offload: &Offload) -> bool {
         let Some(name) = self.by_port.get(port) else {
             return false;
         };
@@ -255,7 +256,7 @@ impl Devices {
             return false;
         };
         d.tx.extend_from_slice(frame);
-        d.tx_lens.push(frame.len());
+        d.tx_lens.push((frame.len(), *offload));
         true
     }
 
@@ -272,10 +273,10 @@ impl Devices {
             } = d;
             let mut frames: Vec<TxFrame<'_>> = Vec::with_capacity(tx_lens.len());
             let mut at = 0;
-            for &len in tx_lens.iter() {
+            for &(len, offload) in tx_lens.iter() {
                 frames.push(TxFrame {
                     frame: &tx[at..at + len],
-                    meta: TxMeta::default(),
+                    meta: TxMeta { offload },
                 });
                 at += len;
             }
@@ -404,6 +405,10 @@ fn deliver(
     let o = &meta.offload;
     if o.is_none() {
         return dp.handle_port_frame_at(handle, frame, now);
+    }
+    // Whole through the pipeline when the datapath can carry it; else segments.
+    if dp.handle_port_frame_offload(handle, frame, o, now) {
+        return;
     }
     match offload::segment(frame, o, segs) {
         Ok(_) => {

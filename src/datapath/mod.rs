@@ -387,6 +387,7 @@ pub fn run(args: DatapathArgs) -> anyhow::Result<ExitCode> {
         local_db,
         devices: devices::Devices::default(),
         inherited_ports: sockets.ports,
+        segs: hf_wire::offload::Segments::new(),
     };
     let r = rt.block_on(shell.serve(
         &args,
@@ -533,6 +534,8 @@ struct Shell {
     devices: devices::Devices,
     /// Ports taken over from the previous process: (logical port, interface, socket).
     inherited_ports: Vec<(String, String, std::os::fd::OwnedFd)>,
+    /// Segments of offloaded frames for in-memory ports and the tunnel (reused).
+    segs: hf_wire::offload::Segments,
 }
 
 impl Shell {
@@ -779,8 +782,10 @@ impl Shell {
             let mut tunnel = Vec::new();
             let captured = &mut self.captured;
             let devices = &mut self.devices;
-            self.dp.drain_transmit(|t| match t {
-                TransmitRef::Port { port, frame } if devices.send(port, frame) => {}
+            let geneve_port = self.geneve_port;
+            let segs = &mut self.segs;
+            // In-memory ports and the tunnel take whole frames.
+            let mut emit = |t: TransmitRef<'_>| match t {
                 // The port's name is copied only for its first captured frame.
                 TransmitRef::Port { port, frame } => match captured.get_mut(port) {
                     Some(q) => {
@@ -794,7 +799,7 @@ impl Shell {
                     }
                 },
                 TransmitRef::Tunnel { dst, payload } => {
-                    let to = SocketAddr::new(dst, self.geneve_port);
+                    let to = SocketAddr::new(dst, geneve_port);
                     match udp.try_send_to(payload, to) {
                         Ok(_) => {}
                         // The socket's buffer is full: send it once it has room.
@@ -804,7 +809,21 @@ impl Shell {
                         Err(e) => tracing::warn!("Geneve to {to}: {e}"),
                     }
                 }
+            };
+            let mut unfit = 0u64;
+            self.dp.drain_transmit_offload(|t, o| match t {
+                // A real port takes the frame with its offload (the device finishes it).
+                TransmitRef::Port { port, frame } if devices.send(port, frame, o) => {}
+                t if o.is_none() => emit(t),
+                t => {
+                    if !hf_datapath::offload::complete(t, o, segs, &mut emit) {
+                        unfit += 1;
+                    }
+                }
             });
+            if unfit > 0 {
+                tracing::warn!("{unfit} offloaded frame(s) whose metadata does not fit: dropped");
+            }
             for (to, payload) in tunnel {
                 if let Err(e) = udp.send_to(&payload, to).await {
                     tracing::warn!("Geneve to {to}: {e}");

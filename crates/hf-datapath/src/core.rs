@@ -46,6 +46,8 @@ use hf_pipeline::{Destination, Event, Ingress, Outputs, Pipeline, Program, Progr
 use hf_wire::geneve::{GenevePacket, GeneveRepr, OvnMetadata, PortKeys};
 
 use crate::control::Control;
+use hf_wire::offload::Offload;
+
 use crate::proto::{
     Counters, FlowErrorMsg, FromDatapath, LearnedNeighbour, LocalPort, ProgramMsg, StateExport,
 };
@@ -142,10 +144,13 @@ enum TxTo {
 }
 
 #[derive(Debug, Clone, Copy)]
-struct TxDesc {
+pub(crate) struct TxDesc {
     to: TxTo,
     /// The frame's index in the transmit buffer (`Datapath::outs`).
     frame: usize,
+    /// Checksum and segmentation still to do (an offloaded frame carried whole:
+    /// [`Datapath::handle_port_frame_offload`]); for a tunnel, of the inner frame.
+    pub(crate) offload: Offload,
 }
 
 /// Severity of a [`Datapath::poll_log`] line.
@@ -228,7 +233,9 @@ pub struct Datapath {
     /// `outs` (kept frames), a tunnelled frame's Geneve header written in its headroom. The
     /// frames the pipeline produced are never copied again before they are sent.
     tx: VecDeque<TxDesc>,
-    outs: Outputs,
+    /// The offloaded frame being processed ([`crate::offload`]): what its outputs carry.
+    pub(crate) rx_offload: crate::offload::RxOffload,
+    pub(crate) outs: Outputs,
     pub(crate) control: Option<Control>,
     pub(crate) ctl_tx: VecDeque<Vec<u8>>,
     /// Messages for the controller produced while none had said hello.
@@ -311,6 +318,7 @@ impl Datapath {
             tunnels: BTreeMap::new(),
             no_tunnel: BTreeMap::new(),
             tx: VecDeque::new(),
+            rx_offload: crate::offload::RxOffload::default(),
             outs: Outputs::with_headroom(GeneveRepr::MAX_LEN),
             control: None,
             ctl_tx: VecDeque::new(),
@@ -886,9 +894,11 @@ impl Datapath {
                             continue;
                         }
                         self.counters.tx_port += 1;
+                        let offload = self.out_offload(i);
                         self.tx.push_back(TxDesc {
                             to: TxTo::Port(id),
                             frame: i,
+                            offload,
                         });
                     }
                     None => self.counters.dropped += 1,
@@ -926,11 +936,13 @@ impl Datapath {
                         },
                         oam: false,
                     };
+                    let offload = self.out_offload(i);
                     let frame = encapsulate(&mut self.outs, i, &repr);
                     self.counters.tx_tunnel += 1;
                     self.tx.push_back(TxDesc {
                         to: TxTo::Tunnel(ip),
                         frame,
+                        offload,
                     });
                 }
                 _ => self.counters.dropped += 1,
@@ -976,6 +988,7 @@ impl Datapath {
         self.tx.push_back(TxDesc {
             to: TxTo::Port(id),
             frame,
+            offload: Offload::default(),
         });
     }
 
@@ -1043,13 +1056,28 @@ impl Datapath {
                 self.outs.reset();
                 return None;
             };
-            let bytes = self
+            let mut bytes = self
                 .outs
                 .frame(d.frame)
                 .map(|(_, b)| b.to_vec())
                 .unwrap_or_default();
             if self.tx.is_empty() {
                 self.outs.reset();
+            }
+            // One frame per call: a partial checksum is completed here; a super-frame (which
+            // only drain_transmit can cut into several) is dropped, and said so.
+            if !d.offload.is_none() {
+                let whole = d.offload.gso.is_none()
+                    && hf_wire::offload::complete_checksum(&mut bytes, &d.offload).is_ok();
+                if !whole {
+                    self.counters.dropped += 1;
+                    self.log_once(Level::Warn, format_args!("poll-gso"), || {
+                        "poll_transmit: an offloaded super-frame dropped (drain_transmit cuts \
+                         them into segments)"
+                            .into()
+                    });
+                    continue;
+                }
             }
             match d.to {
                 TxTo::Port(id) => {
@@ -1076,20 +1104,43 @@ impl Datapath {
     /// Hands every queued frame to `f` without copying it (what [`Datapath::poll_transmit`]
     /// does, minus the allocations): the forwarding loop of the shells and the benchmark.
     pub fn drain_transmit(&mut self, mut f: impl FnMut(TransmitRef<'_>)) {
+        let mut whole = hf_wire::offload::Segments::new();
+        let mut failed = 0;
+        self.drain_transmit_offload(|t, o| {
+            if o.is_none() {
+                return f(t);
+            }
+            if !crate::offload::complete(t, o, &mut whole, &mut f) {
+                failed += 1;
+            }
+        });
+        self.counters.dropped += failed;
+    }
+
+    /// [`Datapath::drain_transmit`] for a shell that hands offloads to its devices: each frame
+    /// comes with the checksum and segmentation still to do ([`Offload`]; of the inner frame
+    /// for a tunnel), as [`Datapath::handle_port_frame_offload`] carried them.
+    pub fn drain_transmit_offload(&mut self, mut f: impl FnMut(TransmitRef<'_>, &Offload)) {
         while let Some(d) = self.tx.pop_front() {
             let bytes = self.outs.frame(d.frame).map_or(&[][..], |(_, b)| b);
             match d.to {
                 TxTo::Port(id) => match self.port_names.get(&id) {
-                    Some(name) => f(TransmitRef::Port {
-                        port: name,
-                        frame: bytes,
-                    }),
+                    Some(name) => f(
+                        TransmitRef::Port {
+                            port: name,
+                            frame: bytes,
+                        },
+                        &d.offload,
+                    ),
                     None => self.counters.dropped += 1,
                 },
-                TxTo::Tunnel(dst) => f(TransmitRef::Tunnel {
-                    dst,
-                    payload: bytes,
-                }),
+                TxTo::Tunnel(dst) => f(
+                    TransmitRef::Tunnel {
+                        dst,
+                        payload: bytes,
+                    },
+                    &d.offload,
+                ),
             }
         }
         self.outs.reset();

@@ -38,6 +38,7 @@ pub mod example;
 pub mod intern;
 pub mod local;
 pub mod migrate;
+pub mod offload;
 pub mod port;
 pub mod program;
 pub mod proto;

@@ -301,6 +301,13 @@ impl Outputs {
         Some((d, self.bytes.get(a..b)?))
     }
 
+    /// Frame `i` (kept or not), to change in place (a datapath restoring what it changed
+    /// before the pipeline ran, such as an offloaded frame's partial checksum field).
+    pub fn frame_mut(&mut self, i: usize) -> Option<&mut [u8]> {
+        let &(_, a, b) = self.pkts.get(i)?;
+        self.bytes.get_mut(a..b)
+    }
+
     /// Writes `header` in the headroom of frame `i`, just before it, and returns the header
     /// and frame as one slice, without copying the frame: from then on frame `i` is header and
     /// frame (headers stack: an outer one can be prepended to it while headroom is left). `None`
