@@ -30,6 +30,7 @@ mod devices;
 mod local;
 mod state;
 mod takeover;
+mod tunnel;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -388,6 +389,7 @@ pub fn run(args: DatapathArgs) -> anyhow::Result<ExitCode> {
         devices: devices::Devices::default(),
         inherited_ports: sockets.ports,
         segs: hf_wire::offload::Segments::new(),
+        tunnel_tx: tunnel::TunnelTx::default(),
     };
     let r = rt.block_on(shell.serve(
         &args,
@@ -534,8 +536,10 @@ struct Shell {
     devices: devices::Devices,
     /// Ports taken over from the previous process: (logical port, interface, socket).
     inherited_ports: Vec<(String, String, std::os::fd::OwnedFd)>,
-    /// Segments of offloaded frames for in-memory ports and the tunnel (reused).
+    /// Segments of offloaded frames for in-memory ports (reused).
     segs: hf_wire::offload::Segments,
+    /// Offloaded frames into the tunnel.
+    tunnel_tx: tunnel::TunnelTx,
 }
 
 impl Shell {
@@ -811,16 +815,27 @@ impl Shell {
                 }
             };
             let mut unfit = 0u64;
+            let tunnel_tx = &mut self.tunnel_tx;
+            let mut later = Vec::new();
             self.dp.drain_transmit_offload(|t, o| match t {
                 // A real port takes the frame with its offload (the device finishes it).
                 TransmitRef::Port { port, frame } if devices.send(port, frame, o) => {}
                 t if o.is_none() => emit(t),
+                // Segments into the tunnel in one UDP GSO send.
+                TransmitRef::Tunnel { dst, payload } => {
+                    let to = SocketAddr::new(dst, geneve_port);
+                    match tunnel::send(tunnel_tx, &udp, to, payload, o) {
+                        Ok(left) => later.extend(left.into_iter().map(|d| (to, d))),
+                        Err(()) => unfit += 1,
+                    }
+                }
                 t => {
                     if !hf_datapath::offload::complete(t, o, segs, &mut emit) {
                         unfit += 1;
                     }
                 }
             });
+            tunnel.extend(later);
             if unfit > 0 {
                 tracing::warn!("{unfit} offloaded frame(s) whose metadata does not fit: dropped");
             }
@@ -906,7 +921,7 @@ impl Shell {
             "coverage/show" => {
                 let c = self.dp.counters();
                 Ok(format!(
-                    "generation {}\nrx_port {}\nrx_tunnel {}\ntx_port {}\ntx_tunnel {}\ndropped {}\ncache_hits {}\ncache_misses {}\nconntrack_entries {}\npacket_in {}\ntx_port_full_dropped {}\n",
+                    "generation {}\nrx_port {}\nrx_tunnel {}\ntx_port {}\ntx_tunnel {}\ndropped {}\ncache_hits {}\ncache_misses {}\nconntrack_entries {}\npacket_in {}\ntx_port_full_dropped {}\ntx_tunnel_gso_sends {}\ntx_tunnel_gso_datagrams {}\n",
                     c.generation,
                     c.rx_port,
                     c.rx_tunnel,
@@ -917,7 +932,9 @@ impl Shell {
                     c.cache_misses,
                     c.conntrack_entries,
                     c.packet_in,
-                    self.devices.tx_full_dropped
+                    self.devices.tx_full_dropped,
+                    self.tunnel_tx.gso_sends,
+                    self.tunnel_tx.gso_datagrams
                 ))
             }
             "datapath/inject" => {

@@ -48,6 +48,19 @@ fn two_chassis_carry_kernel_tcp_between_namespaces() {
         r.bits_per_second / 1e9,
         r.retransmits
     );
+    // vm2's super-frames crossed hv2's datapath whole and left in UDP GSO sends.
+    let cov = super::common::run_ok(
+        std::process::Command::new("ovs-appctl")
+            .arg("-t")
+            .arg(cl.hv[1].dir.join("dp.ctl"))
+            .arg("coverage/show"),
+    );
+    let gso: u64 = cov
+        .lines()
+        .find_map(|l| l.strip_prefix("tx_tunnel_gso_sends "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(gso > 0, "no UDP GSO send into the tunnel: {cov}");
     // The datapath's write-back, read with real ovs-vsctl.
     let hv1 = &cl.hv[0];
     let ofport = hv1.vsctl(&["get", "Interface", "tap1", "ofport"]);
