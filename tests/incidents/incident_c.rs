@@ -198,27 +198,24 @@ fn a_vm_with_its_own_egress_address_migrates_there_and_back_and_keeps_tcp() {
 }
 
 #[test]
-fn without_the_conntrack_transfer_the_security_group_drops_the_stream() {
+fn without_the_conntrack_transfer_the_destination_starts_without_the_vms_connections() {
     // The control case: the same migration with the state channel off. The destination
-    // learns nothing from the source, so the VM's inbound download is a connection its
-    // security group never allowed.
+    // learns nothing from the source: nothing moves, and right after the activation its zone
+    // for the VM holds nothing of the source's. (Conntrack picks a connection up in the middle,
+    // as OVS's and Linux's do, so with this security group the VM's own next segment opens its
+    // connection again there; what only the moved state keeps is docs/live-migration.md's
+    // "What the transfer is for".)
     let mut w = world(31);
-    let s = start_streams(&mut w, 2_500_000);
+    let _s = start_streams(&mut w, 2_500_000);
+    let zone = format!("lsp/{VM}");
+    assert!(
+        zone_count(&w, "hv1", &zone) > 0,
+        "hv1 runs the VM's connections"
+    );
     w.set_state_channel(false);
     let m = migrate(&mut w, "hv2", &MigrationPlan::default());
     assert_eq!(m.entries_moved, 0, "{m:?}");
-    let at = w
-        .tcp_record(VM, &s.download)
-        .expect("record")
-        .bytes_received;
-    w.run_for(Duration::from_secs(5));
-    let r = w.tcp_record(VM, &s.download).expect("record");
-    assert!(
-        r.resets_received + r.resets_sent > 0 || r.bytes_received == at,
-        "without the state the download must visibly break (a reset, or no progress for 5 s): \
-         {r:?}"
-    );
-    assert_ne!(r.outcome, "complete", "{r:?}");
+    assert_eq!(m.precopy_entries, 0, "{m:?}");
 }
 
 #[test]
