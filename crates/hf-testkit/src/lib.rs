@@ -21,14 +21,18 @@
 //!   `ovn-controller` in a temporary directory, `--detach`ed with pidfiles and stopped by pid on
 //!   drop; [`cmd`]: running commands with a timeout and an error that names the command, its
 //!   status and what it printed.
+//! - [`holdfast`]: a holdfast network on real interfaces: the central `holdfast db` and
+//!   `holdfast northd`, and chassis namespaces with their local OVS database (set up with real
+//!   `ovs-vsctl`), `holdfast datapath` and `holdfast controller`; VMs plugged as a CNI does.
 //!
 //! # What it does not do
 //!
 //! - It never touches the host's own interfaces, routes, firewall or conntrack: every link,
 //!   address, route and nftables rule it makes lives in a namespace of the lab, and no namespace
 //!   gets a route out. Reading the host's conntrack table ([`conntrack::host`]) only reads.
-//! - It does not run holdfast itself: the tests spawn the binaries they test with
-//!   [`Netns::spawn`] or [`Netns::command`].
+//! - It does not build or find holdfast: [`holdfast`] starts the binary its caller names (a
+//!   test's `CARGO_BIN_EXE_holdfast`, the one a benchmark was built beside), and tests of one
+//!   daemon spawn it themselves with [`Netns::spawn`] or [`Netns::command`].
 //! - It does not install anything: `scripts/test.sh` installs iproute2, iperf3, netcat-openbsd,
 //!   busybox, ethtool, conntrack, nftables and iputils-ping.
 //!
@@ -74,6 +78,7 @@
 pub mod cmd;
 pub mod conntrack;
 mod error;
+pub mod holdfast;
 mod lab;
 pub mod ovn;
 mod proc;

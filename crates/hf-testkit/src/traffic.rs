@@ -475,6 +475,8 @@ pub struct Iperf3Report {
     pub retransmits: Option<u64>,
     /// UDP datagrams lost.
     pub lost_packets: Option<u64>,
+    /// UDP datagrams the receiver accounted for (received plus lost), when iperf3 says.
+    pub packets: Option<u64>,
     /// The seconds the receiver measured.
     pub seconds: f64,
     /// The intervals, in order.
@@ -525,6 +527,9 @@ impl Iperf3Report {
             r.received_bytes = u(sum, "bytes").unwrap_or(0);
             r.bits_per_second = f(sum, "bits_per_second");
             r.seconds = f(sum, "seconds");
+            // UDP (iperf3 3.11 and later also sum the receiver's side): its loss count.
+            r.lost_packets = u(sum, "lost_packets");
+            r.packets = u(sum, "packets");
         } else if let Some(sum) = end.get("sum") {
             // UDP: one sum, from the receiver's report.
             r.sent_bytes = r.sent_bytes.max(u(sum, "bytes").unwrap_or(0));
@@ -532,6 +537,7 @@ impl Iperf3Report {
             r.bits_per_second = f(sum, "bits_per_second");
             r.seconds = f(sum, "seconds");
             r.lost_packets = u(sum, "lost_packets");
+            r.packets = u(sum, "packets");
         }
         if let Some(list) = v.get("intervals").and_then(Value::as_array) {
             r.intervals = list
@@ -608,6 +614,16 @@ mod tests {
         assert_eq!(r.intervals.len(), 4);
         assert_eq!(r.longest_stall(), 2.0);
         assert_eq!(r.error, None);
+        // UDP as iperf3 3.12 reports it: the receiver's sum counts the datagrams lost.
+        let udp = r#"{"start":{},"intervals":[],"end":{
+            "sum_sent":{"bytes":6000,"seconds":1.0,"bits_per_second":48000,"packets":100,
+                        "lost_packets":0},
+            "sum_received":{"bytes":4800,"seconds":1.0,"bits_per_second":38400,
+                            "packets":100,"lost_packets":20}}}"#;
+        let r = Iperf3Report::parse(udp).unwrap();
+        assert_eq!(r.received_bytes, 4800);
+        assert_eq!((r.packets, r.lost_packets), (Some(100), Some(20)));
+        assert_eq!(r.retransmits, None);
         let failed = r#"{"start":{},"intervals":[],"end":{},
             "error":"error - control socket has closed unexpectedly"}"#;
         let r = Iperf3Report::parse(failed).unwrap();

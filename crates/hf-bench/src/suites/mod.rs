@@ -3,6 +3,7 @@
 pub mod central;
 pub mod conntrack;
 pub mod controller;
+pub mod datapath_veth;
 pub mod expr;
 pub mod fanout;
 pub mod migration;
@@ -74,5 +75,10 @@ pub const ALL: &[(&str, &str, SuiteFn)] = &[
         "migration",
         "incident C in the simulator: 100 live migrations of a VM with 10k conntrack entries behind NAT and a security group; stall p50/p99 (simulated ms), retransmissions, bytes moved",
         migration::run,
+    ),
+    (
+        "datapath-veth",
+        "VM to VM on real namespaces (root): iperf3 TCP (offloads on/off) and 60-byte UDP through holdfast on one chassis and across two, beside a direct veth pair, a Linux bridge and OVS's userspace datapath",
+        datapath_veth::run,
     ),
 ];
