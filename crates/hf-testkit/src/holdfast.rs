@@ -125,6 +125,8 @@ pub struct Chassis {
     db: Proc,
     datapath: Option<Proc>,
     controller: Option<Proc>,
+    /// Datapath processes started (each gets its own process name).
+    restarts: u32,
 }
 
 impl Chassis {
@@ -175,6 +177,7 @@ impl Chassis {
             db,
             datapath: None,
             controller: None,
+            restarts: 0,
         };
         // No datapath runs yet: nothing would follow next_cfg.
         c.vsctl(&["--no-wait", "init"])?;
@@ -225,7 +228,11 @@ impl Chassis {
     }
 
     fn start_datapath(&mut self) -> Result<()> {
-        let args = [
+        self.spawn_datapath(&[])
+    }
+
+    fn spawn_datapath(&mut self, extra: &[&str]) -> Result<()> {
+        let mut args = vec![
             self.holdfast.display().to_string(),
             "datapath".into(),
             self.conf.clone(),
@@ -233,10 +240,36 @@ impl Chassis {
             format!("--zones-file={}", self.file("zones.json")),
             format!("--unixctl={}", self.file("dp.ctl")),
             format!("--log-file={}", self.file("dp.log")),
+            // Live migration's state channel, on the encap IP (peers dial the same port).
+            "--state-listen=ptcp:6690".into(),
         ];
+        args.extend(extra.iter().map(|s| s.to_string()));
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        self.datapath = Some(self.ns.spawn(&format!("{}-datapath", self.name), &argv)?);
+        self.restarts += 1;
+        let name = format!("{}-datapath{}", self.name, self.restarts);
+        self.datapath = Some(self.ns.spawn(&name, &argv)?);
         wait_path(&self.dir.join("dp.sock"))
+    }
+
+    /// A hitless datapath restart: a new `holdfast datapath --takeover` takes the running
+    /// one's place; returns the old process (it exits once it handed over).
+    pub fn take_over_datapath(&mut self) -> Result<Option<Proc>> {
+        let old = self.datapath.take();
+        self.spawn_datapath(&["--takeover"])?;
+        Ok(old)
+    }
+
+    /// Stops the controller and starts it again.
+    pub fn restart_controller(&mut self) -> Result<()> {
+        if let Some(mut p) = self.controller.take() {
+            p.stop();
+        }
+        self.start_controller()
+    }
+
+    /// The chassis's directory (its local database, logs and sockets: `dp.ctl`, `ctl.ctl`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     fn start_controller(&mut self) -> Result<()> {

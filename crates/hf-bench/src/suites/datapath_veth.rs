@@ -368,7 +368,7 @@ fn seconds(opts: &Opts) -> anyhow::Result<u64> {
 }
 
 /// The `holdfast` binary: `$HOLDFAST_BIN`, else the one built beside this one.
-fn holdfast_bin() -> Option<PathBuf> {
+pub(crate) fn holdfast_bin() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("HOLDFAST_BIN") {
         return Some(PathBuf::from(p));
     }

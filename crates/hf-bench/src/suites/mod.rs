@@ -7,6 +7,7 @@ pub mod datapath_veth;
 pub mod expr;
 pub mod fanout;
 pub mod migration;
+pub mod migration_real;
 pub mod northd;
 pub mod ovsdb;
 pub mod ovsdb_client;
@@ -80,5 +81,10 @@ pub const ALL: &[(&str, &str, SuiteFn)] = &[
         "datapath-veth",
         "VM to VM on real namespaces (root): iperf3 TCP (offloads on/off) and 60-byte UDP through holdfast on one chassis and across two, beside a direct veth pair, a Linux bridge and OVS's userspace datapath",
         datapath_veth::run,
+    ),
+    (
+        "migration-real",
+        "live migrations of a VM between two holdfast chassis on real namespaces (root) during kernel TCP to an external namespace: the stall it sees (p50, p99)",
+        migration_real::run,
     ),
 ];
