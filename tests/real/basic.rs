@@ -52,7 +52,7 @@ fn two_chassis_carry_kernel_tcp_between_namespaces() {
     let cov = super::common::run_ok(
         std::process::Command::new("ovs-appctl")
             .arg("-t")
-            .arg(cl.hv[1].dir.join("dp.ctl"))
+            .arg(cl.hv[1].dir().join("dp.ctl"))
             .arg("coverage/show"),
     );
     let gso: u64 = cov
@@ -62,27 +62,23 @@ fn two_chassis_carry_kernel_tcp_between_namespaces() {
         .unwrap_or(0);
     assert!(gso > 0, "no UDP GSO send into the tunnel: {cov}");
     // The datapath's write-back, read with real ovs-vsctl.
-    let hv1 = &cl.hv[0];
-    let ofport = hv1.vsctl(&["get", "Interface", "tap1", "ofport"]);
+    let hv1 = |args: &[&str]| cl.vsctl(0, args);
+    let ofport = hv1(&["get", "Interface", "tap1", "ofport"]);
     assert!(ofport.trim().parse::<i64>().unwrap() > 0, "{ofport}");
     assert_eq!(
-        hv1.vsctl(&["get", "Interface", "tap1", "link_state"])
-            .trim(),
+        hv1(&["get", "Interface", "tap1", "link_state"]).trim(),
         "up"
     );
-    assert_eq!(
-        hv1.vsctl(&["get", "Interface", "tap1", "error"]).trim(),
-        "[]"
-    );
+    assert_eq!(hv1(&["get", "Interface", "tap1", "error"]).trim(), "[]");
     // Without --no-wait, ovs-vsctl waits for cur_cfg: it returns.
-    hv1.vsctl(&["set", "Interface", "tap1", "external_ids:note=x"]);
+    hv1(&["set", "Interface", "tap1", "external_ids:note=x"]);
     // A port that does not exist is reported as OVS reports it.
-    hv1.vsctl(&["add-port", "br-int", "nosuch0"]);
+    hv1(&["add-port", "br-int", "nosuch0"]);
     let ok = wait(Duration::from_secs(10), || {
-        hv1.vsctl(&["get", "Interface", "nosuch0", "error"])
+        hv1(&["get", "Interface", "nosuch0", "error"])
             .contains("could not open network device nosuch0 (No such device)")
     });
-    assert!(ok, "{}", hv1.vsctl(&["list", "Interface", "nosuch0"]));
+    assert!(ok, "{}", hv1(&["list", "Interface", "nosuch0"]));
     let _ = &cl.lab;
     let _ = &cl.central;
 }
@@ -102,12 +98,12 @@ fn ovs_vsctl_attaches_and_detaches_ports() {
         "{}",
         cl.logs()
     );
-    cl.hv[1].vsctl(&["del-port", "br-int", "tap2"]);
+    cl.vsctl(1, &["del-port", "br-int", "tap2"]);
     let gone = wait(Duration::from_secs(20), || {
         vm1.ping("10.0.1.12", 1).map_or(true, |p| p.received == 0)
     });
     assert!(gone, "vm2 still answers after del-port\n{}", cl.logs());
-    cl.hv[1].plug("tap2", "vm2");
+    cl.hv[1].plug("tap2", "vm2").unwrap();
     let back = wait(Duration::from_secs(30), || {
         vm2.ping("10.0.1.11", 1).is_ok_and(|p| p.received == 1)
     });

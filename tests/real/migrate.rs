@@ -18,7 +18,7 @@ fn kernel_tcp_survives_a_live_migration_between_chassis() {
     };
     // vm1 may connect out, nothing may connect in: what reaches it after the move is let in by
     // the conntrack state that moved with it.
-    cl.central.nbctl(&[
+    cl.nbctl(&[
         "--wait=hv",
         "acl-add",
         "ls1",
@@ -46,7 +46,7 @@ fn kernel_tcp_survives_a_live_migration_between_chassis() {
     std::thread::sleep(Duration::from_millis(1500));
 
     // The CMS's first step.
-    cl.central.nbctl(&[
+    cl.nbctl(&[
         "--wait=hv",
         "lsp-set-options",
         "vm1",
@@ -58,7 +58,7 @@ fn kernel_tcp_survives_a_live_migration_between_chassis() {
         .lab
         .attach(
             &vm1,
-            &cl.hv[1].ns,
+            cl.hv[1].ns(),
             "tap1b",
             &VmIface {
                 ifname: "eth1".into(),
@@ -68,7 +68,7 @@ fn kernel_tcp_survives_a_live_migration_between_chassis() {
             },
         )
         .unwrap();
-    cl.hv[1].plug("tap1b", "vm1");
+    cl.hv[1].plug("tap1b", "vm1").unwrap();
     // The hypervisor's pause: the VM stops on hv1 and resumes on hv2 with the same address,
     // and announces itself.
     vm1.link_down("eth0").unwrap();
@@ -78,9 +78,9 @@ fn kernel_tcp_survives_a_live_migration_between_chassis() {
     vm1.route_add("0.0.0.0/0", "10.0.1.1").unwrap();
     vm1.garp("eth1", "10.0.1.11").unwrap();
     // The old attachment goes; the CMS's last step.
-    cl.hv[0].vsctl(&["del-port", "br-int", "tap1"]);
+    cl.vsctl(0, &["del-port", "br-int", "tap1"]);
     vm1.ip(&["link", "del", "eth0"]).unwrap();
-    cl.central.nbctl(&[
+    cl.nbctl(&[
         "--wait=hv",
         "lsp-set-options",
         "vm1",
@@ -118,7 +118,7 @@ fn kernel_tcp_survives_a_live_migration_between_chassis() {
     let migrations = super::common::run_ok(
         std::process::Command::new("ovs-appctl")
             .arg("-t")
-            .arg(cl.hv[1].dir.join("dp.ctl"))
+            .arg(cl.hv[1].dir().join("dp.ctl"))
             .arg("datapath/migrations"),
     );
     eprintln!("{migrations}");

@@ -51,7 +51,7 @@ fn finished(cl: &Cluster, c: hf_testkit::Iperf3Client, what: &str, event_s: f64)
 /// A host connection through the chassis namespace's own kernel conntrack: an idle TCP
 /// connection over the underlay from hv1 to hv2. Returns its processes and its port.
 fn host_connection(cl: &Cluster) -> (Proc, Proc, u16) {
-    let (hv1, hv2) = (&cl.hv[0].ns, &cl.hv[1].ns);
+    let (hv1, hv2) = (cl.hv[0].ns(), cl.hv[1].ns());
     hv1.track_connections().unwrap();
     let port = 7700;
     let server = hv2
@@ -82,7 +82,7 @@ fn host_entry(ns: &Netns, port: u16) -> Option<hf_testkit::conntrack::Entry> {
 }
 
 fn assert_host_entry_kept(cl: &Cluster, port: u16, before: &hf_testkit::conntrack::Entry) {
-    let now = host_entry(&cl.hv[0].ns, port);
+    let now = host_entry(cl.hv[0].ns(), port);
     assert!(
         now.as_ref()
             .is_some_and(|e| e.orig == before.orig && e.reply == before.reply),
@@ -117,7 +117,7 @@ fn security_group(cl: &Cluster) {
     args.extend_from_slice(a);
     args.push("--");
     args.extend_from_slice(b);
-    cl.central.nbctl(&args);
+    cl.nbctl(&args);
 }
 
 #[test]
@@ -127,10 +127,10 @@ fn kernel_tcp_survives_a_controller_restart_and_a_datapath_takeover() {
         return;
     };
     let (_s, _c, hport) = host_connection(&cl);
-    let entry = host_entry(&cl.hv[0].ns, hport).unwrap();
+    let entry = host_entry(cl.hv[0].ns(), hport).unwrap();
     // vm1's security group: it may connect out, nothing may connect in; what comes back to it
     // is let in by conntrack alone, so a datapath that lost its connections drops it.
-    cl.central.nbctl(&[
+    cl.nbctl(&[
         "--wait=hv",
         "acl-add",
         "ls1",
@@ -162,10 +162,7 @@ fn kernel_tcp_survives_a_controller_restart_and_a_datapath_takeover() {
     let across = transfer(&vm1, "10.0.1.12", 5201, 6);
     let local = transfer(&vm1, "10.0.2.13", 5202, 6);
     std::thread::sleep(Duration::from_millis(1500));
-    if let Some(mut p) = cl.hv[0].controller.take() {
-        p.stop();
-    }
-    cl.hv[0].start_controller();
+    cl.hv[0].restart_controller().unwrap();
     finished(&cl, across, "controller restart, across chassis", 1.5);
     finished(&cl, local, "controller restart, on one chassis", 1.5);
     assert_host_entry_kept(&cl, hport, &entry);
@@ -174,13 +171,12 @@ fn kernel_tcp_survives_a_controller_restart_and_a_datapath_takeover() {
     let across = transfer(&vm1, "10.0.1.12", 5201, 6);
     let local = transfer(&vm1, "10.0.2.13", 5202, 6);
     std::thread::sleep(Duration::from_millis(1500));
-    let mut old = cl.hv[0].datapath.take().unwrap();
-    cl.hv[0].start_datapath(&["--takeover"]);
+    let mut old = cl.hv[0].take_over_datapath().unwrap().unwrap();
     let exited = wait(Duration::from_secs(15), || !old.is_running());
     assert!(exited, "the old datapath still runs\n{}", cl.logs());
     finished(&cl, across, "datapath takeover, across chassis", 1.5);
     finished(&cl, local, "datapath takeover, on one chassis", 1.5);
-    let log = std::fs::read_to_string(cl.hv[0].dir.join("dp.log")).unwrap_or_default();
+    let log = std::fs::read_to_string(cl.hv[0].dir().join("dp.log")).unwrap_or_default();
     assert!(log.contains("took over from the datapath"), "{}", cl.logs());
     assert_host_entry_kept(&cl, hport, &entry);
     // The new datapath still serves the ports the database attaches.
@@ -204,7 +200,7 @@ fn kernel_tcp_survives_nb_and_sb_rebuilt_with_the_controllers_restarted() {
         return;
     };
     let (_s, _c, hport) = host_connection(&cl);
-    let entry = host_entry(&cl.hv[0].ns, hport).unwrap();
+    let entry = host_entry(cl.hv[0].ns(), hport).unwrap();
     security_group(&cl);
     let (vm1, vm2, vm3) = (cl.vms[0].clone(), cl.vms[1].clone(), cl.vms[2].clone());
     let _ = vm1.ping("10.0.1.12", 2);
@@ -214,30 +210,29 @@ fn kernel_tcp_survives_nb_and_sb_rebuilt_with_the_controllers_restarted() {
     let zones: Vec<String> = cl
         .hv
         .iter()
-        .map(|c| std::fs::read_to_string(c.dir.join("zones.json")).unwrap_or_default())
+        .map(|c| std::fs::read_to_string(c.dir().join("zones.json")).unwrap_or_default())
         .collect();
     let across = transfer(&vm1, "10.0.1.12", 5201, 12);
     let local = transfer(&vm1, "10.0.2.13", 5202, 12);
     std::thread::sleep(Duration::from_millis(1500));
     let ns = cl.central_ns.clone();
-    cl.central.rebuild(&cl.lab, &ns);
+    cl.central
+        .rebuild(&cl.lab, &ns, &super::common::holdfast())
+        .unwrap();
     // The CMS writes its whole state back at once (a controller that translated a partial
     // rebuild would run a program without the security group meanwhile, and the connections'
     // conntrack would fall behind them: see docs/real-interfaces.md, "Not done yet").
     build_nb(&cl.central, &SECURITY_GROUP);
     for c in &mut cl.hv {
-        if let Some(mut p) = c.controller.take() {
-            p.stop();
-        }
-        c.start_controller();
+        c.restart_controller().unwrap();
     }
     finished(&cl, across, "NB and SB rebuilt, across chassis", 1.5);
     finished(&cl, local, "NB and SB rebuilt, on one chassis", 1.5);
     assert_host_entry_kept(&cl, hport, &entry);
     for (c, before) in cl.hv.iter().zip(&zones) {
-        let log = std::fs::read_to_string(c.dir.join("ctl.log")).unwrap_or_default();
+        let log = std::fs::read_to_string(c.dir().join("ctl.log")).unwrap_or_default();
         assert!(!log.contains("flushing conntrack"), "{}", cl.logs());
-        let after = std::fs::read_to_string(c.dir.join("zones.json")).unwrap_or_default();
-        assert_eq!(&after, before, "{}: the zone map changed", c.name);
+        let after = std::fs::read_to_string(c.dir().join("zones.json")).unwrap_or_default();
+        assert_eq!(&after, before, "{}: the zone map changed", c.name());
     }
 }

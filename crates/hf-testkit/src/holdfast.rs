@@ -107,6 +107,32 @@ impl Central {
         )
     }
 
+    /// `ovn-nbctl` with `cmds` in one transaction (joined with `--`), as a CMS writes its
+    /// state at once.
+    pub fn nbctl_all(&self, cmds: &[&[&str]]) -> Result<String> {
+        let mut args = Vec::new();
+        for (i, c) in cmds.iter().enumerate() {
+            if i > 0 {
+                args.push("--");
+            }
+            args.extend_from_slice(c);
+        }
+        self.nbctl(&args)
+    }
+
+    /// Incident D's rebuild: northd and the databases stop, their files are deleted, and both
+    /// start again empty (the CMS then writes the same names, with new UUIDs).
+    pub fn rebuild(&mut self, lab: &Lab, ns: &Netns, holdfast: &Path) -> Result<()> {
+        self.northd.stop();
+        self.db.stop();
+        let data = lab.dir().join("central");
+        std::fs::remove_dir_all(&data)
+            .map_err(|e| KitError::io(format!("removing {}", data.display()), e))?;
+        let _ = std::fs::remove_file(lab.dir().join("ovnsb.sock"));
+        *self = Central::start(lab, ns, holdfast)?;
+        Ok(())
+    }
+
     /// The central processes (`holdfast db`, `holdfast northd`).
     pub fn procs(&self) -> [&Proc; 2] {
         [&self.db, &self.northd]

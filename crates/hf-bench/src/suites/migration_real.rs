@@ -205,14 +205,7 @@ impl Net {
             &["lsp-set-addresses", "vm", "0a:00:00:00:00:0b 10.0.1.11"],
             &["lr-nat-add", "lr0", "snat", "172.16.0.100", "10.0.1.0/24"],
         ];
-        let mut args = Vec::new();
-        for (i, c) in cmds.iter().enumerate() {
-            if i > 0 {
-                args.push("--");
-            }
-            args.extend_from_slice(c);
-        }
-        central.nbctl(&args)?;
+        central.nbctl_all(cmds)?;
         // The underlay: a bridge the three chassis hang on.
         let ul = lab.netns("underlay")?;
         ul.ip(&["link", "add", "br0", "type", "bridge"])?;
