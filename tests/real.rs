@@ -25,3 +25,6 @@ mod restarts;
 
 #[path = "real/migrate.rs"]
 mod migrate;
+
+#[path = "real/gateway.rs"]
+mod gateway;

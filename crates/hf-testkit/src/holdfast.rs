@@ -374,3 +374,133 @@ impl Chassis {
             .collect()
     }
 }
+
+/// A network with a gateway, built on [`Central`] and [`Chassis`]: chassis `hv1`, `hv2` and the
+/// gateway chassis `gw1` on one underlay bridge (`192.168.100.1..3`, Geneve between them);
+/// switch `ls1` (`10.0.1.0/24`) behind router `lr0`, whose gateway port `lr0-ext`
+/// (`172.16.0.1/24`) is on `gw1` with the router's SNAT to `172.16.0.100` for `10.0.0.0/16`; the
+/// provider network `physnet1` (switch `ext`, localnet port `ln-ext`, the router port with
+/// `nat-addresses=router`) reaches the external namespace `ext` (`172.16.0.10/24`), plugged on
+/// `gw1` as the localnet port (holdfast's datapath attaches a provider network so). VMs are
+/// added with [`GatewayNet::vm`].
+#[derive(Debug)]
+pub struct GatewayNet {
+    /// The central databases and northd.
+    pub central: Central,
+    /// `hv1`, `hv2`, `gw1`.
+    pub chassis: Vec<Chassis>,
+    /// The external namespace.
+    pub ext: Netns,
+}
+
+/// The VMs' MTU under Geneve over a 1500-byte underlay.
+pub const VM_MTU: u32 = 1400;
+
+impl GatewayNet {
+    /// Builds it (the NB in one transaction, as a CMS writes its state).
+    pub fn build(lab: &Lab, holdfast: &Path) -> Result<GatewayNet> {
+        let cns = lab.netns("central")?;
+        let central = Central::start(lab, &cns, holdfast)?;
+        let cmds: &[&[&str]] = &[
+            &["ls-add", "ls1"],
+            &["ls-add", "ext"],
+            &["lr-add", "lr0"],
+            &[
+                "lrp-add",
+                "lr0",
+                "lr0-ls1",
+                "02:00:00:00:01:01",
+                "10.0.1.1/24",
+            ],
+            &[
+                "lrp-add",
+                "lr0",
+                "lr0-ext",
+                "02:00:00:00:ee:01",
+                "172.16.0.1/24",
+            ],
+            &["lrp-set-gateway-chassis", "lr0-ext", "gw1"],
+            &["lsp-add", "ls1", "ls1-lr0"],
+            &["lsp-set-type", "ls1-lr0", "router"],
+            &["lsp-set-addresses", "ls1-lr0", "router"],
+            &["lsp-set-options", "ls1-lr0", "router-port=lr0-ls1"],
+            &["lsp-add", "ext", "ext-lr0"],
+            &["lsp-set-type", "ext-lr0", "router"],
+            &["lsp-set-addresses", "ext-lr0", "router"],
+            &[
+                "lsp-set-options",
+                "ext-lr0",
+                "router-port=lr0-ext",
+                "nat-addresses=router",
+            ],
+            &["lsp-add", "ext", "ln-ext"],
+            &["lsp-set-type", "ln-ext", "localnet"],
+            &["lsp-set-addresses", "ln-ext", "unknown"],
+            &["lsp-set-options", "ln-ext", "network_name=physnet1"],
+            &["lr-nat-add", "lr0", "snat", "172.16.0.100", "10.0.0.0/16"],
+        ];
+        central.nbctl_all(cmds)?;
+        let ul = lab.netns("underlay")?;
+        ul.ip(&["link", "add", "br0", "type", "bridge"])?;
+        ul.link_up("br0")?;
+        let mut chassis = Vec::new();
+        for (i, name) in ["hv1", "hv2", "gw1"].iter().enumerate() {
+            let ns = lab.netns(name)?;
+            lab.veth((&ns, "underlay"), (&ul, name))?;
+            ul.ip(&["link", "set", name, "master", "br0"])?;
+            let ip = format!("192.168.100.{}", i + 1);
+            ns.addr_add("underlay", &format!("{ip}/24"))?;
+            chassis.push(Chassis::start(lab, &ns, holdfast, name, &ip, &central.sb)?);
+        }
+        let ext = lab.netns("ext")?;
+        lab.veth((&ext, "eth0"), (chassis[2].ns(), "physnet"))?;
+        ext.addr_add("eth0", "172.16.0.10/24")?;
+        chassis[2].plug("physnet", "ln-ext")?;
+        Ok(GatewayNet {
+            central,
+            chassis,
+            ext,
+        })
+    }
+
+    /// VM `name` on `ls1` with `mac` and `ip` (`10.0.1.X`): its logical port, its namespace on
+    /// chassis `on` (0: hv1, 1: hv2) behind tap `tap`, plugged, and installed.
+    pub fn vm(
+        &self,
+        lab: &Lab,
+        name: &str,
+        on: usize,
+        tap: &str,
+        mac: &str,
+        ip: &str,
+    ) -> Result<Netns> {
+        self.central.nbctl_all(&[
+            &["lsp-add", "ls1", name],
+            &["lsp-set-addresses", name, &format!("{mac} {ip}")],
+        ])?;
+        let c = self
+            .chassis
+            .get(on)
+            .ok_or_else(|| KitError::Invalid(format!("no chassis {on}")))?;
+        let vm = lab.vm(
+            name,
+            c.ns(),
+            tap,
+            &crate::VmIface {
+                mac: Some(mac.into()),
+                addrs: vec![format!("{ip}/24")],
+                gateway: Some("10.0.1.1".into()),
+                mtu: Some(VM_MTU),
+                ..crate::VmIface::default()
+            },
+        )?;
+        c.plug(tap, name)?;
+        c.wait_installed(tap, Duration::from_secs(60))?;
+        Ok(vm)
+    }
+
+    /// The daemons' logs of every chassis.
+    pub fn logs(&self) -> String {
+        self.chassis.iter().map(Chassis::logs).collect()
+    }
+}

@@ -27,15 +27,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use hf_testkit::holdfast::{Central, Chassis};
+use hf_testkit::holdfast::{GatewayNet, VM_MTU};
 use hf_testkit::{Lab, Netns, VmIface};
 
 use crate::{Opts, Report};
 
 const TOOLS: &[&str] = &["ip", "ovs-vsctl", "ovn-nbctl", "python3", "busybox"];
-
-/// The VM's MTU under Geneve over a 1500-byte underlay.
-const VM_MTU: u32 = 1400;
 
 /// The receiver (in the external namespace): accepts one connection and writes, on EOF, the
 /// gaps between arrivals longer than 2 ms as `start end` lines (CLOCK_MONOTONIC seconds).
@@ -154,105 +151,25 @@ fn now_s() -> f64 {
 }
 
 struct Net {
-    central: Central,
-    chassis: Vec<Chassis>,
+    net: GatewayNet,
     vm: Netns,
-    ext: Netns,
 }
 
 impl Net {
     fn build(lab: &Lab, bin: &Path) -> anyhow::Result<Net> {
-        let cns = lab.netns("central")?;
-        let central = Central::start(lab, &cns, bin)?;
-        // One transaction, as a CMS writes its state.
-        let cmds: &[&[&str]] = &[
-            &["ls-add", "ls1"],
-            &["ls-add", "ext"],
-            &["lr-add", "lr0"],
-            &[
-                "lrp-add",
-                "lr0",
-                "lr0-ls1",
-                "02:00:00:00:01:01",
-                "10.0.1.1/24",
-            ],
-            &[
-                "lrp-add",
-                "lr0",
-                "lr0-ext",
-                "02:00:00:00:ee:01",
-                "172.16.0.1/24",
-            ],
-            &["lrp-set-gateway-chassis", "lr0-ext", "gw1"],
-            &["lsp-add", "ls1", "ls1-lr0"],
-            &["lsp-set-type", "ls1-lr0", "router"],
-            &["lsp-set-addresses", "ls1-lr0", "router"],
-            &["lsp-set-options", "ls1-lr0", "router-port=lr0-ls1"],
-            &["lsp-add", "ext", "ext-lr0"],
-            &["lsp-set-type", "ext-lr0", "router"],
-            &["lsp-set-addresses", "ext-lr0", "router"],
-            &[
-                "lsp-set-options",
-                "ext-lr0",
-                "router-port=lr0-ext",
-                "nat-addresses=router",
-            ],
-            &["lsp-add", "ext", "ln-ext"],
-            &["lsp-set-type", "ln-ext", "localnet"],
-            &["lsp-set-addresses", "ln-ext", "unknown"],
-            &["lsp-set-options", "ln-ext", "network_name=physnet1"],
-            &["lsp-add", "ls1", "vm"],
-            &["lsp-set-addresses", "vm", "0a:00:00:00:00:0b 10.0.1.11"],
-            &["lr-nat-add", "lr0", "snat", "172.16.0.100", "10.0.1.0/24"],
-        ];
-        central.nbctl_all(cmds)?;
-        // The underlay: a bridge the three chassis hang on.
-        let ul = lab.netns("underlay")?;
-        ul.ip(&["link", "add", "br0", "type", "bridge"])?;
-        ul.link_up("br0")?;
-        let mut chassis = Vec::new();
-        for (i, name) in ["hv1", "hv2", "gw1"].iter().enumerate() {
-            let ns = lab.netns(name)?;
-            lab.veth((&ns, "underlay"), (&ul, name))?;
-            ul.ip(&["link", "set", name, "master", "br0"])?;
-            let ip = format!("192.168.100.{}", i + 1);
-            ns.addr_add("underlay", &format!("{ip}/24"))?;
-            chassis.push(Chassis::start(lab, &ns, bin, name, &ip, &central.sb)?);
-        }
-        let ext = lab.netns("ext")?;
-        lab.veth((&ext, "eth0"), (chassis[2].ns(), "physnet"))?;
-        ext.addr_add("eth0", "172.16.0.10/24")?;
-        chassis[2].plug("physnet", "ln-ext")?;
-        let vm = lab.vm(
-            "vm",
-            chassis[0].ns(),
-            "tap0",
-            &VmIface {
-                mac: Some("0a:00:00:00:00:0b".into()),
-                addrs: vec!["10.0.1.11/24".into()],
-                gateway: Some("10.0.1.1".into()),
-                mtu: Some(VM_MTU),
-                ..VmIface::default()
-            },
-        )?;
-        chassis[0].plug("tap0", "vm")?;
-        chassis[0].wait_installed("tap0", Duration::from_secs(60))?;
+        let net = GatewayNet::build(lab, bin)?;
+        let vm = net.vm(lab, "vm", 0, "tap0", "0a:00:00:00:00:0b", "10.0.1.11")?;
         // The path works before anything moves (the first packets resolve neighbours).
         hf_testkit::cmd::wait_until(
             Duration::from_secs(30),
             || "the VM reaching the external namespace".into(),
             || vm.ping("172.16.0.10", 1).is_ok_and(|p| p.received == 1),
         )?;
-        Ok(Net {
-            central,
-            chassis,
-            vm,
-            ext,
-        })
+        Ok(Net { net, vm })
     }
 
     fn logs(&self) -> String {
-        self.chassis.iter().map(Chassis::logs).collect()
+        self.net.logs()
     }
 
     /// `n` migrations during the stream; the stall of each, in ms.
@@ -260,7 +177,7 @@ impl Net {
         let dir = lab.dir();
         let gaps_file = dir.join("gaps.txt");
         let stop = dir.join("stop");
-        let recv = self.ext.spawn(
+        let recv = self.net.ext.spawn(
             "stall-receiver",
             &[
                 "python3",
@@ -295,8 +212,8 @@ impl Net {
         let mut ifname = "eth0".to_string();
         for m in 0..n {
             let there = 1 - here;
-            let (src, dst) = (&self.chassis[here], &self.chassis[there]);
-            self.central.nbctl(&[
+            let (src, dst) = (&self.net.chassis[here], &self.net.chassis[there]);
+            self.net.central.nbctl(&[
                 "--wait=hv",
                 "lsp-set-options",
                 "vm",
@@ -327,7 +244,7 @@ impl Net {
             self.vm.garp(&new_if, "10.0.1.11")?;
             src.vsctl(&["del-port", "br-int", &tap])?;
             self.vm.ip(&["link", "del", &ifname])?;
-            self.central.nbctl(&[
+            self.net.central.nbctl(&[
                 "--wait=hv",
                 "lsp-set-options",
                 "vm",
