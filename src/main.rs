@@ -5,6 +5,7 @@ mod controller;
 mod datapath;
 mod db;
 mod lflow;
+mod localdb;
 mod northd;
 mod sandbox;
 mod trace;

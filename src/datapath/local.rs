@@ -3,31 +3,21 @@
 //! of them written back ([`hf_datapath::local`] decides; this moves it).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
 
 use hf_datapath::local::{Observed, Ofports, Plan, plan, write_ops};
 use hf_model::VswitchSnapshot;
-use hf_ovsdb_net::client::{Client, Config, Event, TableSelect, TxnOutcome};
-use tokio::sync::mpsc::UnboundedReceiver;
+use hf_ovsdb_net::client::{Client, Config, TableSelect};
 
-const IDLE: u8 = 0;
-const WRITING: u8 = 1;
-/// The last write failed: write again.
-const FAILED: u8 = 2;
+use crate::localdb::Replica;
 
 /// The local database's replica and the write-back state.
 pub struct LocalDb {
-    remote: String,
+    db: Replica,
     chassis: String,
-    client: Arc<Client<VswitchSnapshot>>,
-    events: UnboundedReceiver<Event<VswitchSnapshot>>,
-    synced: bool,
     /// The rows changed since the last plan.
     changed: bool,
     /// The observations changed since the last write (or the rows did).
     dirty: bool,
-    writing: Arc<AtomicU8>,
     ofports: Ofports,
     foreign: Option<bool>,
 }
@@ -62,29 +52,11 @@ impl LocalDb {
     /// Starts the replica of `remote` for the datapath of `chassis`; it keeps reconnecting
     /// while the database is not there.
     pub fn spawn(remote: &str, chassis: &str) -> Self {
-        let cfg = Config {
-            tables: TABLES
-                .iter()
-                .map(|(t, cols)| TableSelect {
-                    name: (*t).into(),
-                    columns: Some(cols.iter().map(|c| (*c).to_string()).collect()),
-                    condition: None,
-                })
-                .collect(),
-            backoff_min_ms: 100,
-            backoff_max_ms: 2_000,
-            ..Config::default()
-        };
-        let (client, events) = Client::<VswitchSnapshot>::spawn(vec![remote.to_string()], cfg);
         LocalDb {
-            remote: remote.to_string(),
+            db: Replica::spawn(remote, TABLES),
             chassis: chassis.to_string(),
-            client: Arc::new(client),
-            events,
-            synced: false,
             changed: false,
             dirty: false,
-            writing: Arc::default(),
             ofports: Ofports::default(),
             foreign: None,
         }
@@ -92,47 +64,30 @@ impl LocalDb {
 
     /// The next event of the replica, taken in; false when the replica stopped.
     pub async fn next(&mut self) -> bool {
-        let Some(e) = self.events.recv().await else {
-            return false;
-        };
-        match e {
-            Event::Resynced { .. } => {
-                if !self.synced {
-                    tracing::info!("local database {}: connected", self.remote);
-                }
-                self.synced = true;
-                self.changed = true;
+        match self.db.next().await {
+            Some(changed) => {
+                self.changed |= changed;
+                true
             }
-            Event::Changes(_) => self.changed = true,
-            Event::Disconnected { reason, .. } => {
-                if self.synced {
-                    tracing::warn!("local database {}: {reason}", self.remote);
-                } else {
-                    tracing::debug!("local database {}: {reason}", self.remote);
-                }
-                self.synced = false;
-            }
-            Event::Warning(w) => tracing::warn!("local database {}: {w}", self.remote),
-            _ => {}
+            None => false,
         }
-        true
     }
 
     /// The plan, when the rows changed since the last one (none for a database that belongs
     /// to another chassis: its `system-id` names another one).
     pub fn plan_if_changed(&mut self) -> Option<Plan> {
-        if !self.synced || !std::mem::take(&mut self.changed) {
+        if !self.db.synced || !std::mem::take(&mut self.changed) {
             return None;
         }
         self.dirty = true;
-        let p = self.client.with(|r| plan(r.model()));
+        let p = self.db.with(plan);
         let foreign = p.system_id.as_deref().is_some_and(|s| s != self.chassis);
         if self.foreign != Some(foreign) {
             if foreign {
                 tracing::warn!(
                     "local database {}: external_ids:system-id={} is not this datapath's \
                      chassis {}: its interfaces are left alone",
-                    self.remote,
+                    self.db.remote,
                     p.system_id.as_deref().unwrap_or_default(),
                     self.chassis
                 );
@@ -145,7 +100,7 @@ impl LocalDb {
         if p.root.is_some() && !p.bridge_found {
             tracing::warn!(
                 "local database {}: no integration bridge {} (ovs-vsctl add-br {})",
-                self.remote,
+                self.db.remote,
                 p.bridge,
                 p.bridge
             );
@@ -155,11 +110,10 @@ impl LocalDb {
 
     /// Whether [`LocalDb::write`] would write now (the shell then gathers the observations).
     pub fn wants_write(&self) -> bool {
-        let state = self.writing.load(Ordering::Acquire);
-        self.synced
-            && (self.dirty || state == FAILED)
+        self.db.synced
+            && (self.dirty || self.db.last_write_failed())
             && self.foreign != Some(true)
-            && state != WRITING
+            && !self.db.writing()
     }
 
     /// Something observed changed: write at the next [`LocalDb::write`].
@@ -180,37 +134,19 @@ impl LocalDb {
             return;
         }
         self.dirty = false;
-        self.client
-            .with(|r| self.ofports.assign(r.model(), plan, failed));
+        self.db.with(|m| self.ofports.assign(m, plan, failed));
         let (plan, ofports, observed) = (plan.clone(), self.ofports.clone(), observed.clone());
         if self
-            .client
-            .with(|r| write_ops(r.model(), &plan, &ofports, &observed))
+            .db
+            .with(|m| write_ops(m, &plan, &ofports, &observed))
             .is_empty()
         {
             return;
         }
-        self.writing.store(WRITING, Ordering::Release);
-        let (client, writing, remote) = (
-            Arc::clone(&self.client),
-            Arc::clone(&self.writing),
-            self.remote.clone(),
+        self.db.write(
+            "the interfaces",
+            Box::new(move |m: &VswitchSnapshot| write_ops(m, &plan, &ofports, &observed)),
         );
-        tokio::spawn(async move {
-            let (outcome, _) = client
-                .transact(Box::new(move |m: &VswitchSnapshot| {
-                    write_ops(m, &plan, &ofports, &observed)
-                }))
-                .await;
-            let next = match outcome {
-                TxnOutcome::Failed(e) => {
-                    tracing::warn!("local database {remote}: writing the interfaces failed: {e}");
-                    FAILED
-                }
-                _ => IDLE,
-            };
-            writing.store(next, Ordering::Release);
-        });
     }
 }
 

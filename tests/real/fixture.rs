@@ -13,6 +13,35 @@ pub(crate) const TEST_TOOLS: &[&str] = &["ip", "ovs-vsctl", "ovn-nbctl", "nc", "
 /// The VMs' MTU: the underlay's 1500 less Geneve's 58 bytes.
 pub(crate) const VM_MTU: u32 = 1400;
 
+/// vm1's security group: it may connect out, nothing may connect in; what comes back to it is
+/// let in by conntrack alone (as replies), so a datapath that lost its connections drops it.
+pub(crate) const VM1_SECURITY_GROUP: [&[&str]; 2] = [
+    &[
+        "acl-add",
+        "ls1",
+        "from-lport",
+        "1002",
+        "inport == \"vm1\" && ip4",
+        "allow-related",
+    ],
+    &[
+        "acl-add",
+        "ls1",
+        "to-lport",
+        "1001",
+        "outport == \"vm1\" && ip4",
+        "drop",
+    ],
+];
+
+/// Adds [`VM1_SECURITY_GROUP`] and waits until every chassis runs it.
+pub(crate) fn add_vm1_security_group(central: &Central) {
+    let [a, b] = VM1_SECURITY_GROUP;
+    let mut first = vec!["--wait=hv"];
+    first.extend_from_slice(a);
+    central.nbctl_all(&[&first, b]).unwrap();
+}
+
 /// Whether `f` holds within `t`.
 pub(crate) fn wait(t: Duration, mut f: impl FnMut() -> bool) -> bool {
     hf_testkit::cmd::wait_until(t, String::new, &mut f).is_ok()

@@ -11,7 +11,7 @@ use hf_testkit::holdfast::GatewayNet;
 use hf_testkit::{Iperf3Opts, Lab, Netns, VmIface};
 
 use super::common;
-use super::fixture::{TEST_TOOLS, wait};
+use super::fixture::{TEST_TOOLS, add_vm1_security_group, wait};
 
 fn net(test: &str) -> Option<(Lab, GatewayNet)> {
     if !hf_testkit::require_root(test, "network namespaces and veth pairs")
@@ -82,27 +82,7 @@ fn a_stateful_acl_drops_new_inbound_and_lets_replies_in() {
     };
     let vm1 = vm(&lab, &net, "vm1", 0, "0a:00:00:00:00:01", "10.0.1.11");
     let vm2 = vm(&lab, &net, "vm2", 1, "0a:00:00:00:00:02", "10.0.1.12");
-    net.central
-        .nbctl_all(&[
-            &[
-                "--wait=hv",
-                "acl-add",
-                "ls1",
-                "from-lport",
-                "1002",
-                "inport == \"vm1\" && ip4",
-                "allow-related",
-            ],
-            &[
-                "acl-add",
-                "ls1",
-                "to-lport",
-                "1001",
-                "outport == \"vm1\" && ip4",
-                "drop",
-            ],
-        ])
-        .unwrap();
+    add_vm1_security_group(&net.central);
     let _ = vm1.ping("10.0.1.12", 2);
     // vm2's data flows to vm1 on the connection vm1 opened.
     let _srv = vm2.iperf3_server("10.0.1.12", 5201).unwrap();

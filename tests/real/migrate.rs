@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use hf_testkit::{Iperf3Opts, VmIface};
 
-use super::fixture::{cluster, wait};
+use super::fixture::{add_vm1_security_group, cluster, wait};
 
 #[test]
 fn kernel_tcp_survives_a_live_migration_between_chassis() {
@@ -18,22 +18,7 @@ fn kernel_tcp_survives_a_live_migration_between_chassis() {
     };
     // vm1 may connect out, nothing may connect in: what reaches it after the move is let in by
     // the conntrack state that moved with it.
-    cl.nbctl(&[
-        "--wait=hv",
-        "acl-add",
-        "ls1",
-        "from-lport",
-        "1002",
-        "inport == \"vm1\" && ip4",
-        "allow-related",
-        "--",
-        "acl-add",
-        "ls1",
-        "to-lport",
-        "1001",
-        "outport == \"vm1\" && ip4",
-        "drop",
-    ]);
+    add_vm1_security_group(&cl.central);
     let (vm1, vm3) = (cl.vms[0].clone(), cl.vms[2].clone());
     let _ = vm1.ping("10.0.2.13", 2);
     let _srv = vm3.iperf3_server("10.0.2.13", 5201).unwrap();

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use hf_testkit::{Iperf3Opts, Netns, Proc};
 
-use super::fixture::{Cluster, build_nb, cluster, wait};
+use super::fixture::{
+    Cluster, VM1_SECURITY_GROUP, add_vm1_security_group, build_nb, cluster, wait,
+};
 
 /// iperf3 at a fixed rate (so a debug build keeps up and the intervals mean something),
 /// reversed: the server sends to `from`, which connected, so what reaches `from` is let in by
@@ -88,36 +90,6 @@ fn assert_host_entry_kept(cl: &Cluster, port: u16, before: &hf_testkit::conntrac
             .is_some_and(|e| e.orig == before.orig && e.reply == before.reply),
         "the host connection's kernel conntrack entry changed: {before:?} -> {now:?}"
     );
-}
-
-/// vm1's security group: it may connect out, nothing may connect in; what comes back to it is
-/// let in by conntrack alone, so a datapath that lost its connections drops it.
-const SECURITY_GROUP: [&[&str]; 2] = [
-    &[
-        "acl-add",
-        "ls1",
-        "from-lport",
-        "1002",
-        "inport == \"vm1\" && ip4",
-        "allow-related",
-    ],
-    &[
-        "acl-add",
-        "ls1",
-        "to-lport",
-        "1001",
-        "outport == \"vm1\" && ip4",
-        "drop",
-    ],
-];
-
-fn security_group(cl: &Cluster) {
-    let [a, b] = SECURITY_GROUP;
-    let mut args = vec!["--wait=hv"];
-    args.extend_from_slice(a);
-    args.push("--");
-    args.extend_from_slice(b);
-    cl.nbctl(&args);
 }
 
 #[test]
@@ -201,7 +173,7 @@ fn kernel_tcp_survives_nb_and_sb_rebuilt_with_the_controllers_restarted() {
     };
     let (_s, _c, hport) = host_connection(&cl);
     let entry = host_entry(cl.hv[0].ns(), hport).unwrap();
-    security_group(&cl);
+    add_vm1_security_group(&cl.central);
     let (vm1, vm2, vm3) = (cl.vms[0].clone(), cl.vms[1].clone(), cl.vms[2].clone());
     let _ = vm1.ping("10.0.1.12", 2);
     let _ = vm1.ping("10.0.2.13", 2);
@@ -222,7 +194,7 @@ fn kernel_tcp_survives_nb_and_sb_rebuilt_with_the_controllers_restarted() {
     // The CMS writes its whole state back at once (a controller that translated a partial
     // rebuild would run a program without the security group meanwhile, and the connections'
     // conntrack would fall behind them: see docs/real-interfaces.md, "Not done yet").
-    build_nb(&cl.central, &SECURITY_GROUP);
+    build_nb(&cl.central, &VM1_SECURITY_GROUP);
     for c in &mut cl.hv {
         c.restart_controller().unwrap();
     }
