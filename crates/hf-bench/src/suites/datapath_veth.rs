@@ -3,7 +3,8 @@
 //!
 //! # Topologies
 //!
-//! Each is its own hf-testkit lab ([`topo`]), built, measured and removed in turn:
+//! Each is its own hf-testkit lab ([`topo`]); all are built first, then measured in turn (so a
+//! change of the machine's load during the run touches them alike), then removed:
 //! - `direct-veth`: two namespaces on one veth pair (the limit);
 //! - `linux-bridge`: a Linux bridge in a switch namespace, a veth pair to each VM;
 //! - `ovs-netdev`: real `ovs-vswitchd` with `datapath_type=netdev` (its userspace datapath) and
@@ -18,7 +19,8 @@
 //!
 //! # Workloads
 //!
-//! Per topology, with iperf3 between the two VMs (client → server), one measurement each:
+//! Per topology, with iperf3 between the two VMs (client → server); each figure is the
+//! median of its runs (the runs' values are noted on stderr):
 //! - `tcp_1stream_offloads_on`: one TCP stream, every veth end's offloads as the kernel makes
 //!   them (checksums, SG, TSO, GSO on; GRO off); the receiver's Gbit/s, the sender's
 //!   retransmits;
@@ -33,11 +35,11 @@
 //!
 //! # Knobs
 //!
-//! - `--tiny`: 1 s per measurement (CI keeps the suite working; the figures mean nothing).
-//! - `HF_BENCH_DATAPATH_SECONDS=N`: N seconds per measurement (default 10; TCP omits its
-//!   first second, slow start, from the figure).
-//! - `HF_BENCH_PERF_DIR=DIR`: record `perf record -g` of the holdfast datapaths during each
-//!   holdfast measurement into `DIR/<topology>-<workload>.data` (`perf report -i FILE`).
+//! - `--tiny`: one run of 1 s (CI keeps the suite working; the figures mean nothing).
+//! - `HF_BENCH_DATAPATH_SECONDS=N`: N seconds per run (default 5; TCP also omits its first
+//!   second, slow start, from the figure); `HF_BENCH_DATAPATH_RUNS=N`: runs (default 3).
+//! - `HF_BENCH_PERF_DIR=DIR`: `perf record -g` of the holdfast datapaths during the first run
+//!   of each holdfast measurement, into `DIR/<topology>-<workload>.data` (`perf report -i`).
 //!
 //! Without root it prints one `SKIP:` line and reports nothing (under `CI=true` it fails).
 // A benchmark is an I/O shell: it reads the clock and starts processes.
@@ -65,8 +67,10 @@ const HOLDFAST_TOOLS: &[&str] = &["ovs-vsctl", "ovn-nbctl"];
 const BASELINES: &[&str] = &["direct-veth", "ovs-netdev"];
 /// iperf3's port on every server.
 const PORT: u16 = 5201;
-/// Seconds per measurement unless `--tiny` or `HF_BENCH_DATAPATH_SECONDS` says otherwise.
-const DEFAULT_SECONDS: u64 = 10;
+/// Seconds per run unless `--tiny` or `HF_BENCH_DATAPATH_SECONDS` says otherwise.
+const DEFAULT_SECONDS: u64 = 5;
+/// Runs per (topology, workload) unless `--tiny` or `HF_BENCH_DATAPATH_RUNS` says otherwise.
+const DEFAULT_RUNS: u64 = 3;
 /// The UDP payload of `udp_60B`.
 const UDP_PAYLOAD: u32 = 60;
 
@@ -117,11 +121,19 @@ struct Figure {
     loss_percent: Option<f64>,
 }
 
-/// What the run measured so far: (topology, workload) → figure.
-type Figures = BTreeMap<(&'static str, Workload), Figure>;
+/// Every run of every (topology, workload), in the order they ran.
+type Samples = BTreeMap<(&'static str, Workload), Vec<Figure>>;
 
 /// Builds a baseline topology.
 type Build = fn() -> anyhow::Result<Topo>;
+
+/// How long and how often each (topology, workload) is measured.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    secs: u64,
+    runs: usize,
+    tiny: bool,
+}
 
 pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     if !nix::unistd::geteuid().is_root() {
@@ -134,16 +146,24 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
             absent.join(", ")
         ));
     }
-    let secs = seconds(opts)?;
+    let plan = plan(opts)?;
     report.note(&format!(
-        "iperf3 VM to VM, {secs} s per measurement{}, MTU 1500; offloads off = checksum/SG/TSO/GSO/GRO \
-         off on every veth end crossed; udp_60B with offloads off",
-        if opts.tiny { "" } else { " (TCP omits its first second)" }
+        "iperf3 VM to VM, median of {} run(s) of {} s{}, the topologies in turn within each run; \
+         MTU 1500; offloads off = checksum/SG/TSO/GSO/GRO off on every veth end crossed; \
+         udp_60B with offloads off",
+        plan.runs,
+        plan.secs,
+        if plan.tiny {
+            ""
+        } else {
+            " (TCP omits its first second)"
+        }
     ));
     let perf = perf_dir()?;
-    let mut figures = Figures::new();
-    let mut failures = Vec::new();
 
+    // Every topology is built first and measured in turn, so that a change in the machine's
+    // load during the run touches all of them alike.
+    let mut topos = Vec::new();
     let baselines: [(&str, &[&str], Build); 3] = [
         ("direct-veth", &[], topo::direct),
         ("linux-bridge", &[], topo::linux_bridge),
@@ -155,20 +175,8 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
             not_measured(report, name, &format!("missing {}", absent.join(", ")))?;
             continue;
         }
-        let t = build().with_context(|| format!("setting up {name}"))?;
-        measure(
-            report,
-            &t,
-            secs,
-            opts.tiny,
-            None,
-            &mut figures,
-            &mut failures,
-        )?;
-        drop(t);
-        emit(report, &figures, name, false);
+        topos.push(build().with_context(|| format!("setting up {name}"))?);
     }
-
     match holdfast_bin() {
         None => not_measured(
             report,
@@ -181,23 +189,36 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
             "holdfast",
             &format!("missing {}", missing(HOLDFAST_TOOLS).join(", ")),
         )?,
-        Some(bin) => {
-            let t = topo::holdfast(&bin).context("setting up the holdfast chassis")?;
-            let names: Vec<&'static str> = t.pairs.iter().map(|p| p.name).collect();
-            measure(
-                report,
-                &t,
-                secs,
-                opts.tiny,
-                perf.as_deref(),
-                &mut figures,
-                &mut failures,
-            )?;
-            drop(t);
-            for name in names {
-                emit(report, &figures, name, true);
-            }
+        Some(bin) => topos.push(topo::holdfast(&bin).context("setting up the holdfast chassis")?),
+    }
+
+    let mut samples = Samples::new();
+    let failures = measure(report, &topos, plan, perf.as_deref(), &mut samples)?;
+    // In the order they were built: the baselines, then holdfast's against them.
+    let names: Vec<&'static str> = topos
+        .iter()
+        .flat_map(|t| &t.pairs)
+        .map(|p| p.name)
+        .collect();
+    drop(topos);
+
+    let figures: Figures = samples
+        .iter()
+        .filter_map(|(k, runs)| median(runs).map(|f| (*k, f)))
+        .collect();
+    for ((name, w), runs) in &samples {
+        if runs.len() > 1 {
+            let all: Vec<String> = runs.iter().map(|f| format!("{:.3}", f.value)).collect();
+            report.note(&format!(
+                "{name}/{}: runs {} {}",
+                w.name(),
+                all.join(", "),
+                w.unit()
+            ));
         }
+    }
+    for name in names {
+        emit(report, &figures, name, name.starts_with("holdfast"));
     }
     if !failures.is_empty() {
         bail!("measurements that failed: {}", failures.join("; "));
@@ -205,63 +226,78 @@ pub fn run(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Run every workload on every pair of `t`; a failed measurement is noted and listed in
-/// `failures` (the suite fails at the end: a topology that does not forward is broken).
+/// What the run measured: (topology, workload) → the median run.
+type Figures = BTreeMap<(&'static str, Workload), Figure>;
+
+/// The run with the median value (its retransmits or loss with it).
+fn median(runs: &[Figure]) -> Option<Figure> {
+    let mut v = runs.to_vec();
+    v.sort_by(|a, b| a.value.total_cmp(&b.value));
+    v.get(v.len() / 2).copied()
+}
+
+/// Run every workload `plan.runs` times on every pair of every topology, the pairs in turn
+/// within each run. A failed measurement is noted; the failures are returned (the suite fails
+/// at the end: a topology that does not forward is broken).
 fn measure(
     report: &Report,
-    t: &Topo,
-    secs: u64,
-    tiny: bool,
+    topos: &[Topo],
+    plan: Plan,
     perf: Option<&Path>,
-    figures: &mut Figures,
-    failures: &mut Vec<String>,
-) -> anyhow::Result<()> {
-    let servers = t
-        .pairs
-        .iter()
-        .map(|p| p.server.iperf3_server(p.server_ip, PORT))
-        .collect::<Result<Vec<_>, _>>()?;
+    samples: &mut Samples,
+) -> anyhow::Result<Vec<String>> {
+    let mut failures = Vec::new();
+    let mut servers = Vec::new();
+    for p in topos.iter().flat_map(|t| &t.pairs) {
+        servers.push(p.server.iperf3_server(p.server_ip, PORT)?);
+    }
     // A new topology has the kernel's defaults ("on"; GRO stays as the kernel set it).
     let mut offloads = true;
     for w in WORKLOADS {
-        if offloads != w.offloads() {
-            t.set_offloads(w.offloads())?;
-            offloads = w.offloads();
-        }
-        // Neighbours resolved and flows installed before the clock starts.
-        t.wait_connected()?;
-        for p in &t.pairs {
-            let recording = match perf {
-                Some(dir) if !p.forwarders.is_empty() => Some(perf_start(dir, p, w)?),
-                _ => None,
-            };
-            let r = one(p, w, secs, tiny);
-            if let Some(child) = recording {
-                perf_stop(child);
+        for t in topos {
+            if offloads != w.offloads() {
+                t.set_offloads(w.offloads())?;
             }
-            match r {
-                Ok(f) => {
-                    figures.insert((p.name, w), f);
-                }
-                Err(e) => {
-                    report.note(&format!("{}/{}: failed: {e:#}", p.name, w.name()));
-                    failures.push(format!("{}/{}", p.name, w.name()));
-                    if !p.forwarders.is_empty() {
-                        eprintln!("{}", t.logs());
+            // Neighbours resolved and flows installed before the clock starts.
+            t.wait_connected()?;
+        }
+        offloads = w.offloads();
+        for run in 0..plan.runs {
+            for t in topos {
+                for p in &t.pairs {
+                    let recording = match perf {
+                        Some(dir) if run == 0 && !p.forwarders.is_empty() => {
+                            Some(perf_start(dir, p, w)?)
+                        }
+                        _ => None,
+                    };
+                    let r = one(p, w, plan);
+                    if let Some(child) = recording {
+                        perf_stop(child);
+                    }
+                    match r {
+                        Ok(f) => samples.entry((p.name, w)).or_default().push(f),
+                        Err(e) => {
+                            report.note(&format!("{}/{}: failed: {e:#}", p.name, w.name()));
+                            failures.push(format!("{}/{} (run {})", p.name, w.name(), run + 1));
+                            if !p.forwarders.is_empty() {
+                                eprintln!("{}", t.logs());
+                            }
+                        }
                     }
                 }
             }
         }
     }
     drop(servers);
-    Ok(())
+    Ok(failures)
 }
 
 /// One iperf3 run of `w` from `p`'s client to its server.
-fn one(p: &Pair, w: Workload, secs: u64, tiny: bool) -> anyhow::Result<Figure> {
-    let mut o = Iperf3Opts::new(p.server_ip, PORT).duration(Duration::from_secs(secs));
+fn one(p: &Pair, w: Workload, plan: Plan) -> anyhow::Result<Figure> {
+    let mut o = Iperf3Opts::new(p.server_ip, PORT).duration(Duration::from_secs(plan.secs));
     if w.tcp() {
-        if !tiny {
+        if !plan.tiny {
             o.extra = vec!["--omit".into(), "1".into()];
         }
     } else {
@@ -352,19 +388,31 @@ fn missing<'a>(tools: &[&'a str]) -> Vec<&'a str> {
         .collect()
 }
 
-/// Seconds per measurement: `--tiny` 1, `HF_BENCH_DATAPATH_SECONDS`, else 10.
-fn seconds(opts: &Opts) -> anyhow::Result<u64> {
+/// Seconds per run and runs: `--tiny` one of 1 s; else `HF_BENCH_DATAPATH_SECONDS` (default
+/// 5) and `HF_BENCH_DATAPATH_RUNS` (default 3).
+fn plan(opts: &Opts) -> anyhow::Result<Plan> {
     if opts.tiny {
-        return Ok(1);
+        return Ok(Plan {
+            secs: 1,
+            runs: 1,
+            tiny: true,
+        });
     }
-    match std::env::var("HF_BENCH_DATAPATH_SECONDS") {
-        Ok(v) => v
-            .parse::<u64>()
-            .ok()
-            .filter(|&s| s > 0)
-            .with_context(|| format!("HF_BENCH_DATAPATH_SECONDS={v:?}: expected seconds, >= 1")),
-        Err(_) => Ok(DEFAULT_SECONDS),
-    }
+    let var = |name: &str, default: u64| -> anyhow::Result<u64> {
+        match std::env::var(name) {
+            Ok(v) => v
+                .parse::<u64>()
+                .ok()
+                .filter(|&n| n > 0)
+                .with_context(|| format!("{name}={v:?}: expected a whole number >= 1")),
+            Err(_) => Ok(default),
+        }
+    };
+    Ok(Plan {
+        secs: var("HF_BENCH_DATAPATH_SECONDS", DEFAULT_SECONDS)?,
+        runs: usize::try_from(var("HF_BENCH_DATAPATH_RUNS", DEFAULT_RUNS)?)?,
+        tiny: false,
+    })
 }
 
 /// The `holdfast` binary: `$HOLDFAST_BIN`, else the one built beside this one.
