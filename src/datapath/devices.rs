@@ -20,6 +20,9 @@ use hf_wire::offload::{self, Offload};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
+/// Frames at least this long (super-frames) are sent at once rather than queued and copied.
+const DIRECT_SEND: usize = 16 << 10;
+
 /// Frames received per port per wake-up before the other ports get their turn.
 const BUDGET: usize = 256;
 
@@ -255,8 +258,23 @@ impl Devices {
         let Some(d) = self.open.get_mut(name) else {
             return false;
         };
-        d.tx.extend_from_slice(frame);
-        d.tx_lens.push((frame.len(), *offload));
+        if frame.len() < DIRECT_SEND {
+            d.tx.extend_from_slice(frame);
+            d.tx_lens.push((frame.len(), *offload));
+            return true;
+        }
+        // A super-frame goes at once (one system call carries it whole; queueing would copy
+        // it again), after what waits for the same interface, to keep the order.
+        let (_, (dropped, error)) = flush_one(d);
+        self.tx_full_dropped += dropped;
+        if let Some(e) = error {
+            self.send_errors.push((name.clone(), e));
+        }
+        match d.port.send(frame, &TxMeta { offload: *offload }) {
+            Ok(true) => {}
+            Ok(false) => self.tx_full_dropped += 1,
+            Err(e) => self.send_errors.push((name.clone(), e)),
+        }
         true
     }
 
@@ -265,36 +283,11 @@ impl Devices {
     /// [`Devices::handle_send_errors`].
     pub fn flush(&mut self) {
         for (name, d) in &mut self.open {
-            if d.tx_lens.is_empty() {
-                continue;
+            let (_, (dropped, error)) = flush_one(d);
+            self.tx_full_dropped += dropped;
+            if let Some(e) = error {
+                self.send_errors.push((name.clone(), e));
             }
-            let Device {
-                port, tx, tx_lens, ..
-            } = d;
-            let mut frames: Vec<TxFrame<'_>> = Vec::with_capacity(tx_lens.len());
-            let mut at = 0;
-            for &(len, offload) in tx_lens.iter() {
-                frames.push(TxFrame {
-                    frame: &tx[at..at + len],
-                    meta: TxMeta { offload },
-                });
-                at += len;
-            }
-            let mut sent = 0;
-            while sent < frames.len() {
-                match port.send_batch(&frames[sent..]) {
-                    Ok(0) => break,
-                    Ok(n) => sent += n,
-                    Err(e) => {
-                        self.send_errors.push((name.clone(), e));
-                        break;
-                    }
-                }
-            }
-            self.tx_full_dropped += (frames.len() - sent) as u64;
-            drop(frames);
-            tx.clear();
-            tx_lens.clear();
         }
     }
 
@@ -390,6 +383,43 @@ impl Devices {
             Err(e) => tracing::warn!("--takeover: port {port} ({ifname}): {e}: closed"),
         }
     }
+}
+
+/// Sends what waits for `d`, a batch (`sendmmsg`) at a time: how many went, and (how many a
+/// full send buffer dropped, the error that stopped it).
+fn flush_one(d: &mut Device) -> (usize, (u64, Option<PortError>)) {
+    if d.tx_lens.is_empty() {
+        return (0, (0, None));
+    }
+    let Device {
+        port, tx, tx_lens, ..
+    } = d;
+    let mut frames: Vec<TxFrame<'_>> = Vec::with_capacity(tx_lens.len());
+    let mut at = 0;
+    for &(len, offload) in tx_lens.iter() {
+        frames.push(TxFrame {
+            frame: &tx[at..at + len],
+            meta: TxMeta { offload },
+        });
+        at += len;
+    }
+    let mut sent = 0;
+    let mut error = None;
+    while sent < frames.len() {
+        match port.send_batch(&frames[sent..]) {
+            Ok(0) => break,
+            Ok(n) => sent += n,
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        }
+    }
+    let dropped = (frames.len() - sent) as u64;
+    drop(frames);
+    tx.clear();
+    tx_lens.clear();
+    (sent, (dropped, error))
 }
 
 /// Hands one received frame to the core, whole: a partial checksum completed, a super-frame
