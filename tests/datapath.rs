@@ -175,11 +175,8 @@ fn ping(id: u16) -> Vec<u8> {
     f
 }
 
-#[test]
-fn two_daemons_forward_through_geneve_and_outlive_the_controller() {
-    if !common::require("datapath daemons", &["ovs-appctl"]) {
-        return;
-    }
+/// hv1 and hv2 started on one Geneve port, in a new directory.
+fn two_daemons() -> (Daemons, u16) {
     let mut d = Daemons {
         dir: tempfile::tempdir().unwrap(),
         pidfiles: Vec::new(),
@@ -187,6 +184,15 @@ fn two_daemons_forward_through_geneve_and_outlive_the_controller() {
     let port = free_port();
     start(&mut d, 1, port);
     start(&mut d, 2, port);
+    (d, port)
+}
+
+#[test]
+fn two_daemons_forward_through_geneve_and_outlive_the_controller() {
+    if !common::require("datapath daemons", &["ovs-appctl"]) {
+        return;
+    }
+    let (mut d, port) = two_daemons();
     let dir = d.dir.path().to_path_buf();
     let mut clients = Vec::new();
     for hv in 1..=2u32 {
@@ -328,13 +334,7 @@ fn a_takeover_carries_the_state_and_the_sockets_to_a_new_process() {
     if !common::require("datapath takeover", &["ovs-appctl"]) {
         return;
     }
-    let mut d = Daemons {
-        dir: tempfile::tempdir().unwrap(),
-        pidfiles: Vec::new(),
-    };
-    let port = free_port();
-    start(&mut d, 1, port);
-    start(&mut d, 2, port);
+    let (mut d, port) = two_daemons();
     let dir = d.dir.path().to_path_buf();
     for hv in 1..=2u32 {
         let mut c = Client::connect(&dir.join(format!("hv{hv}.sock")));

@@ -100,24 +100,7 @@ fn kernel_tcp_survives_a_controller_restart_and_a_datapath_takeover() {
     };
     let (_s, _c, hport) = host_connection(&cl);
     let entry = host_entry(cl.hv[0].ns(), hport).unwrap();
-    // vm1's security group: it may connect out, nothing may connect in; what comes back to it
-    // is let in by conntrack alone, so a datapath that lost its connections drops it.
-    cl.nbctl(&[
-        "--wait=hv",
-        "acl-add",
-        "ls1",
-        "from-lport",
-        "1002",
-        "inport == \"vm1\" && ip4",
-        "allow-related",
-        "--",
-        "acl-add",
-        "ls1",
-        "to-lport",
-        "1001",
-        "outport == \"vm1\" && ip4",
-        "drop",
-    ]);
+    add_vm1_security_group(&cl.central);
     // Warm up the neighbours, then: vm1 (hv1) -> vm2 (hv2) across chassis, and vm1 -> vm3 on
     // hv1 through the router.
     let (vm1, vm2, vm3) = (cl.vms[0].clone(), cl.vms[1].clone(), cl.vms[2].clone());
