@@ -946,12 +946,16 @@ fn raft_nb_and_sb_lose_their_leaders_during_a_wait_hv_batch() {
     eprintln!("leaders killed (database, member): {killed:?}; moved (old, new): {moved:?}");
     // The record of what was run again (`run_batch` printed each): only commands in flight
     // while NB's leader changed (the others have no reason to fail), and only for a lost
-    // leader (`run_batch` fails on any other error).
+    // leader (`run_batch` fails on any other error). A killed leader's followers elect a new
+    // one only once their election timer runs out, so the command after the kill may still
+    // find none (seen under CI load: the command at the kill went through a follower's view
+    // before the timer, the next one failed until the election).
     eprintln!("{} re-run(s)", reruns.len());
     let nb_changed =
         |i: usize| MOVE_LEADERS_AT.contains(&i) || i == KILL_NB_AT || i == KILL_BOTH_AT;
+    let near_change = |i: usize| nb_changed(i) || (i > 0 && nb_changed(i - 1));
     assert!(
-        reruns.iter().all(|r| nb_changed(r.command)),
+        reruns.iter().all(|r| near_change(r.command)),
         "a command failed while NB's leader stayed: {reruns:?}"
     );
     // Everyone on the killed leaders had to find the new ones: northd on both databases (it
