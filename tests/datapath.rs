@@ -310,19 +310,10 @@ fn two_daemons_forward_through_geneve_and_outlive_the_controller() {
 }
 
 fn pid_of(pidfile: &Path) -> i32 {
-    std::fs::read_to_string(pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
+    hf_testkit::cmd::read_pidfile(pidfile).unwrap()
 }
 
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit_once(')')
-            .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
-    })
-}
+use hf_testkit::cmd::alive;
 
 /// `holdfast datapath --takeover`: a new process takes hv1's place. It gets the program, the
 /// zone map and the connections (the ICMP entry made before is still there, not made again),

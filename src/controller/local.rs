@@ -12,8 +12,9 @@ use crate::localdb::Replica;
 /// The local database's replica and what was last written to it.
 pub struct LocalDb {
     db: Replica,
-    /// The installed ports last written, and whether the rows changed since.
+    /// The installed ports last written, their version, and whether the rows changed since.
     written: Option<BTreeSet<String>>,
+    written_version: Option<u64>,
     dirty: bool,
     /// Logged once: the database belongs to another chassis.
     foreign_warned: bool,
@@ -34,6 +35,7 @@ impl LocalDb {
                 ],
             ),
             written: None,
+            written_version: None,
             dirty: true,
             foreign_warned: false,
             running: None,
@@ -83,10 +85,20 @@ impl LocalDb {
         }
     }
 
-    /// Writes `ovn-installed` for `installed` when it or the rows changed since the last
+    /// Writes `ovn-installed` for the installed ports (`installed`, copied only when their
+    /// `version` moved or the rows changed) when they or the rows changed since the last
     /// write (one write at a time; `chassis` must own the database).
-    pub fn sync_installed(&mut self, chassis: &str, installed: BTreeSet<String>, flags: &Settings) {
+    pub fn sync_installed(
+        &mut self,
+        chassis: &str,
+        version: u64,
+        installed: impl FnOnce() -> BTreeSet<String>,
+        flags: &Settings,
+    ) {
         if !self.db.synced {
+            return;
+        }
+        if !self.dirty && self.written_version == Some(version) && !self.db.last_write_failed() {
             return;
         }
         if self.dirty {
@@ -98,6 +110,8 @@ impl LocalDb {
         if self.db.last_write_failed() {
             self.written = None;
         }
+        let installed = installed();
+        self.written_version = Some(version);
         if !self.dirty && self.written.as_ref() == Some(&installed) {
             return;
         }

@@ -626,7 +626,12 @@ async fn serve(
         }
         drain(&mut core, &mut links, start).await;
         links.dial_dp();
-        local.sync_installed(&chassis.name, core.installed_ports(), &flags);
+        local.sync_installed(
+            &chassis.name,
+            core.installed_ports_version(),
+            || core.installed_ports(),
+            &flags,
+        );
     }
     if exit {
         tracing::info!("exiting by unixctl request");

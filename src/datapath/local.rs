@@ -4,9 +4,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use hf_controller::daemon::local::Settings;
 use hf_datapath::local::{Observed, Ofports, Plan, plan, write_ops};
 use hf_model::VswitchSnapshot;
-use hf_ovsdb_net::client::{Client, Config, TableSelect};
 
 use crate::localdb::Replica;
 
@@ -152,46 +152,28 @@ impl LocalDb {
 
 /// The chassis name and encap IP from the local database, for a datapath whose command line
 /// lacks them: reads `remote` until its `Open_vSwitch external_ids` has `system-id` and
-/// `ovn-encap-ip` (saying once what it waits for).
+/// `ovn-encap-ip` (saying once what it waits for), as the controller reads them
+/// ([`Settings::read`]).
 pub fn read_settings(
     remote: &str,
     chassis: Option<&str>,
     encap_ip: Option<std::net::IpAddr>,
 ) -> anyhow::Result<(String, std::net::IpAddr)> {
+    let flags = Settings {
+        system_id: chassis.map(str::to_string),
+        encap_ip: encap_ip.map(|i| i.to_string()),
+        ..Settings::default()
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let cfg = Config {
-            tables: vec![TableSelect {
-                name: "Open_vSwitch".into(),
-                columns: Some(vec!["external_ids".into()]),
-                condition: None,
-            }],
-            backoff_min_ms: 100,
-            backoff_max_ms: 2_000,
-            ..Config::default()
-        };
-        let (client, mut events) = Client::<VswitchSnapshot>::spawn(vec![remote.to_string()], cfg);
+        let mut db = Replica::spawn(remote, &[("Open_vSwitch", &["external_ids"])]);
         let mut said = false;
         loop {
-            let got = client.with(|r| {
-                let ext = |k: &str| {
-                    r.model()
-                        .open_vswitch_row()
-                        .and_then(|o| o.external_ids.get(k))
-                        .map(|v| v.trim().to_string())
-                        .filter(|v| !v.is_empty())
-                };
-                (
-                    chassis.map(str::to_string).or_else(|| ext("system-id")),
-                    encap_ip.map(|i| i.to_string()).or_else(|| {
-                        ext("ovn-encap-ip").map(|v| v.split(',').next().unwrap_or("").to_string())
-                    }),
-                )
-            });
-            if let (Some(name), Some(ip)) = got {
-                let ip = ip.trim().parse().map_err(|_| {
+            let got = db.with(|m| Settings::read(&flags, m));
+            if let (Some(name), Some(ip)) = (got.system_id, got.encap_ip) {
+                let ip = ip.parse().map_err(|_| {
                     anyhow::anyhow!(
                         "local database {remote}: external_ids:ovn-encap-ip={ip} is not an IP \
                          address"
@@ -207,7 +189,7 @@ pub fn read_settings(
                 );
                 said = true;
             }
-            if events.recv().await.is_none() {
+            if db.next().await.is_none() {
                 anyhow::bail!("local database {remote}: the replica stopped");
             }
         }

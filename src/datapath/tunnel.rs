@@ -39,10 +39,8 @@ pub fn send(
     payload: &[u8],
     o: &Offload,
 ) -> Result<Vec<Vec<u8>>, ()> {
-    let hlen = hf_wire::geneve::GenevePacket::new_checked(payload)
-        .map(|g| g.header_len())
-        .map_err(|_| ())?;
-    let (hdr, inner) = payload.split_at(hlen);
+    let (hdr, inner) = hf_datapath::offload::split_geneve(payload).ok_or(())?;
+    let hlen = hdr.len();
     hf_wire::offload::segment(inner, o, &mut tx.segs).map_err(|_| ())?;
     let mut left = Vec::new();
     let n = tx.segs.len();

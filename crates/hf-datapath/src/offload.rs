@@ -156,6 +156,14 @@ fn shift(o: Offload, delta: isize) -> Option<Offload> {
     Some(o)
 }
 
+/// A tunnel payload as its Geneve header and inner frame; none when it is not Geneve.
+pub fn split_geneve(payload: &[u8]) -> Option<(&[u8], &[u8])> {
+    let hlen = hf_wire::geneve::GenevePacket::new_checked(payload)
+        .ok()?
+        .header_len();
+    (hlen <= payload.len()).then(|| payload.split_at(hlen))
+}
+
 /// Hands `t` to `f` whole: a partial checksum completed, a super-frame cut into segments (for
 /// a tunnel, the inner frame's, each behind the Geneve header). For consumers that cannot pass
 /// offloads on ([`Datapath::drain_transmit`]).
@@ -176,14 +184,13 @@ pub fn complete(
             }
         }
         TransmitRef::Tunnel { dst, payload } => {
-            let hlen = hf_wire::geneve::GenevePacket::new_checked(payload)
-                .map(|g| g.header_len())
-                .unwrap_or(payload.len());
-            let (hdr, inner) = payload.split_at(hlen.min(payload.len()));
+            let Some((hdr, inner)) = split_geneve(payload) else {
+                return false;
+            };
             if hf_wire::offload::segment(inner, o, segs).is_err() {
                 return false;
             }
-            let mut buf = Vec::with_capacity(hlen + 1514);
+            let mut buf = Vec::with_capacity(hdr.len() + 1514);
             for s in segs.iter() {
                 buf.clear();
                 buf.extend_from_slice(hdr);

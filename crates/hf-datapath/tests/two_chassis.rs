@@ -578,6 +578,15 @@ proptest::proptest! {
     }
 }
 
+/// vm1's RARP (what a migrated VM announces itself with).
+fn vm1_rarp() -> Vec<u8> {
+    let mut rarp = Vec::new();
+    hf_wire::reply::arp_request(&mut rarp, hf_wire::EthAddr(VM1_MAC), VM1_IP, VM1_IP);
+    rarp[12..14].copy_from_slice(&[0x80, 0x35]);
+    rarp[20..22].copy_from_slice(&[0, 3]);
+    rarp
+}
+
 #[test]
 fn rarp_activation_and_learned_neighbours_reach_the_controller() {
     let mut dp = chassis(1);
@@ -613,10 +622,7 @@ fn rarp_activation_and_learned_neighbours_reach_the_controller() {
     dp.handle_port_frame("vm1", &ping, ms(1));
     assert_eq!(dp.poll_transmit(), None);
     // Its RARP activates it, and the controller hears so.
-    let mut rarp = Vec::new();
-    hf_wire::reply::arp_request(&mut rarp, hf_wire::EthAddr(VM1_MAC), VM1_IP, VM1_IP);
-    rarp[12..14].copy_from_slice(&[0x80, 0x35]);
-    rarp[20..22].copy_from_slice(&[0, 3]);
+    let rarp = vm1_rarp();
     dp.handle_port_frame("vm1", &rarp, ms(2));
     while dp.poll_transmit().is_some() {}
     let ans = ctl(&mut dp, &[], ms(2));
@@ -870,10 +876,7 @@ fn a_port_activated_here_is_resident_before_the_controller_says_so() {
         matches!(&ans[..], [_, FromDatapath::Installed { flow_errors, .. }] if flow_errors.is_empty()),
         "{ans:?}"
     );
-    let mut rarp = Vec::new();
-    hf_wire::reply::arp_request(&mut rarp, hf_wire::EthAddr(VM1_MAC), VM1_IP, VM1_IP);
-    rarp[12..14].copy_from_slice(&[0x80, 0x35]);
-    rarp[20..22].copy_from_slice(&[0, 3]);
+    let rarp = vm1_rarp();
     dp.handle_port_frame("vm1", &rarp, ms(2));
     while dp.poll_transmit().is_some() {}
     // Activated, and the program still says vm1 is not resident: it is, here.

@@ -434,14 +434,7 @@ fn headers(frame: &[u8], off: &Offload, gso: &Gso) -> Result<Headers, OffloadErr
 pub fn segment(frame: &[u8], off: &Offload, out: &mut Segments) -> Result<usize, OffloadError> {
     out.clear();
     let Some(gso) = off.gso else {
-        let start = out.push(frame);
-        let r = complete_checksum(&mut out.bytes[start..], off);
-        if r.is_err() {
-            out.clear();
-            r?;
-        }
-        out.close();
-        return Ok(1);
+        return whole(frame, off, out);
     };
     if gso.size == 0 {
         return Err(OffloadError::ZeroSize);
@@ -456,14 +449,7 @@ pub fn segment(frame: &[u8], off: &Offload, out: &mut Segments) -> Result<usize,
     if payload.len() <= mss {
         // Linux's `virtio_net_hdr_to_skb`: "too small packets are not really GSO ones": the
         // frame goes as it is, with its checksum completed.
-        let start = out.push(&frame[..h.end]);
-        let r = complete_checksum(&mut out.bytes[start..], off);
-        if r.is_err() {
-            out.clear();
-            r?;
-        }
-        out.close();
-        return Ok(1);
+        return whole(&frame[..h.end], off, out);
     }
     let count = payload.len().div_ceil(mss);
     out.bytes.reserve(count * h.hdr + payload.len());
@@ -548,6 +534,17 @@ fn fix_segment(
         v => v,
     };
     f[csum_at..csum_at + 2].copy_from_slice(&cs.to_be_bytes());
+}
+
+/// `frame` as the one segment of `out`, its checksum completed.
+fn whole(frame: &[u8], off: &Offload, out: &mut Segments) -> Result<usize, OffloadError> {
+    let start = out.push(frame);
+    if let Err(e) = complete_checksum(&mut out.bytes[start..], off) {
+        out.clear();
+        return Err(e);
+    }
+    out.close();
+    Ok(1)
 }
 
 #[cfg(test)]

@@ -301,6 +301,8 @@ pub struct Controller {
     /// Sets kept for last good versions (logged when they change).
     kept_sets: Vec<String>,
     installed_nb_cfg: Option<i64>,
+    /// Bumped whenever the installed ports ([`Controller::installed_ports`]) are set anew.
+    pub(super) installed_version: u64,
     /// The last translation and what it was made of; fed every change set since.
     translate_cache: Incremental,
     /// What may differ between the running program and the latest translation's (the union
@@ -485,6 +487,7 @@ impl Controller {
             lastgood: LastGood::default(),
             kept_sets: Vec::new(),
             installed_nb_cfg: None,
+            installed_version: 0,
             translate_cache: Incremental::default(),
             touched_since_running: None,
             diagnostics: Vec::new(),
@@ -713,6 +716,12 @@ impl Controller {
     /// local database's `ovn-installed` say).
     pub fn installed_ports(&self) -> BTreeSet<String> {
         self.with_state(|st| st.up.clone())
+    }
+
+    /// Changes whenever [`Controller::installed_ports`] may have: a shell that mirrors the set
+    /// copies it only then.
+    pub fn installed_ports_version(&self) -> u64 {
+        self.installed_version
     }
 
     /// The `nb_cfg` the datapath runs a program for.
@@ -978,6 +987,7 @@ impl Controller {
                     st.local = local;
                     st.up = up;
                 });
+                self.installed_version += 1;
                 self.conds_due = true;
                 self.dps_stale = true;
                 self.translate_due = true;

@@ -522,6 +522,7 @@ impl Controller {
             st.flow_report = report;
             st.nb_cfg = nb_cfg;
         });
+        self.installed_version += 1;
         self.say(
             Level::Debug,
             format!(
