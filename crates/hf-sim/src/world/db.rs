@@ -118,6 +118,10 @@ pub struct Db {
     /// Incremented each time the databases are recreated: older links are stale.
     epoch: u64,
     log: Vec<String>,
+    /// A clock for [`Db::server_busy`] (the simulator itself reads none; a benchmark sets it).
+    stopwatch: Option<fn() -> Duration>,
+    /// The server's time in [`Db::pump`] (requests handled, output routed), by `stopwatch`.
+    server_busy: Duration,
 }
 
 impl std::fmt::Debug for Db {
@@ -181,6 +185,8 @@ impl Db {
             next_id: 0,
             epoch: 0,
             log: Vec::new(),
+            stopwatch: None,
+            server_busy: Duration::ZERO,
         };
         db.transact(
             NB,
@@ -279,6 +285,19 @@ impl Db {
         Ok(reply)
     }
 
+    /// Has [`Db::pump`] add the server's share of its work (handling the client's requests,
+    /// making and routing every session's output) to [`Db::server_busy`], read with `clock`
+    /// (a benchmark's monotonic clock): what a client's step costs the server, told apart from
+    /// what it costs the client.
+    pub fn set_stopwatch(&mut self, clock: fn() -> Duration) {
+        self.stopwatch = Some(clock);
+    }
+
+    /// The server's time in [`Db::pump`] since the stopwatch was set (zero without one).
+    pub fn server_busy(&self) -> Duration {
+        self.server_busy
+    }
+
     /// Moves one client's messages both ways; true when something moved.
     pub fn pump(&mut self, c: &mut dyn DbClient, link: &mut DbLink, now: Duration) -> bool {
         let mut moved = false;
@@ -302,17 +321,28 @@ impl Db {
             link.sid = Some(sid);
             c.handle_connected(remote, now);
         }
+        let mut requests = Vec::new();
         while let Some(b) = c.poll_transmit() {
             moved = true;
-            let Some(s) = link.sid else { continue };
-            match serde_json::from_slice::<Value>(&b) {
-                Ok(v) => self.core.handle(s, v, server_now(now)),
-                Err(e) => self
-                    .log
-                    .push(format!("session {s}: client sent unparsable JSON: {e}")),
+            if link.sid.is_some() {
+                requests.push(b);
+            }
+        }
+        let started = self.stopwatch.map(|clock| clock());
+        if let Some(s) = link.sid {
+            for b in requests {
+                match serde_json::from_slice::<Value>(&b) {
+                    Ok(v) => self.core.handle(s, v, server_now(now)),
+                    Err(e) => self
+                        .log
+                        .push(format!("session {s}: client sent unparsable JSON: {e}")),
+                }
             }
         }
         self.route();
+        if let (Some(clock), Some(t)) = (self.stopwatch, started) {
+            self.server_busy += clock().saturating_sub(t);
+        }
         if let Some(s) = link.sid
             && let Some(q) = self.inbox.get_mut(&s)
         {
