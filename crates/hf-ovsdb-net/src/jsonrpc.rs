@@ -119,6 +119,17 @@ pub fn reply_bytes(id: &Value, result: &Value) -> Vec<u8> {
     out
 }
 
+/// Serialise a reply whose result is already-serialised JSON text.
+pub fn reply_bytes_raw(id: &Value, result: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(40 + result.len());
+    out.extend_from_slice(b"{\"id\":");
+    out.extend_from_slice(id.to_string().as_bytes());
+    out.extend_from_slice(b",\"result\":");
+    out.extend_from_slice(result);
+    out.extend_from_slice(b",\"error\":null}");
+    out
+}
+
 /// Serialise a notification.
 pub fn notification_bytes(method: &str, params: &Value) -> Vec<u8> {
     let mut out = Vec::with_capacity(128);

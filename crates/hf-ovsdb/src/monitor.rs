@@ -227,30 +227,54 @@ impl Monitor {
 
     /// The initial contents (the reply to the monitor request). Reads only the rows the
     /// conditions can match when [`Monitor::index_rows`] indexed their columns.
+    /// [`Monitor::write_initial`] as a tree (the server sends the text).
     pub fn initial(&self, db: &Database) -> Value {
+        let mut out = Vec::new();
+        self.write_initial(db, &mut out);
+        text_tree(&out)
+    }
+
+    /// The initial contents as JSON text (`{"Table": {"uuid": {"initial": row}}}`, or
+    /// `{"new": row}` for `monitor`), rows in UUID order, tables in the monitor's order; an
+    /// empty table is left out.
+    pub fn write_initial(&self, db: &Database, out: &mut Vec<u8>) {
         let schema = &db.schema;
-        let mut out = Map::new();
+        out.push(b'{');
+        let mut first_table = true;
         for tm in &self.tables {
             if !tm.select.initial {
                 continue;
             }
             let ts = &schema.tables[tm.table];
-            let mut rows = Map::new();
-            for r in db.monitored_rows(tm.table, &[&tm.condition]) {
-                if !tm.condition.eval(r) {
-                    continue;
+            let mut rows: Vec<&Arc<Row>> = db
+                .monitored_rows(tm.table, &[&tm.condition])
+                .filter(|r| tm.condition.eval(r))
+                .collect();
+            if rows.is_empty() {
+                continue;
+            }
+            rows.sort_unstable_by_key(|r| r.uuid);
+            table_start(out, &mut first_table, &ts.name);
+            for (k, r) in rows.iter().enumerate() {
+                if k > 0 {
+                    out.push(b',');
                 }
-                let v = match self.version {
-                    MonitorVersion::V1 => json!({"new": tm.row_json(ts, r, false)}),
-                    _ => json!({"initial": tm.row_json(ts, r, true)}),
-                };
-                rows.insert(r.uuid.to_string(), v);
+                write_uuid_str(out, &r.uuid);
+                match self.version {
+                    MonitorVersion::V1 => {
+                        out.extend_from_slice(b":{\"new\":");
+                        tm.write_row(ts, r, false, out);
+                    }
+                    _ => {
+                        out.extend_from_slice(b":{\"initial\":");
+                        tm.write_row(ts, r, true, out);
+                    }
+                }
+                out.push(b'}');
             }
-            if !rows.is_empty() {
-                out.insert(ts.name.clone(), Value::Object(rows));
-            }
+            out.push(b'}');
         }
-        Value::Object(out)
+        out.push(b'}');
     }
 
     /// Each monitored table that `delta` changes, in the monitor's table order, with the
@@ -401,10 +425,29 @@ impl Monitor {
     }
 
     /// Replace conditions (`monitor_cond_change`). Returns the `<table-updates2>` for rows that
-    /// enter or leave the monitored set, or None if none do. Only rows the old or the new
-    /// condition can match are read (through the row index, which this extends to the new
-    /// condition's columns).
+    /// enter or leave the monitored set, or None if none do. [`Monitor::change_conditions_text`]
+    /// as a tree (the server sends the text).
     pub fn change_conditions(&mut self, db: &mut Database, v: &Value) -> Result<Option<Value>> {
+        Ok(self
+            .change_conditions_text(db, v)?
+            .map(|text| text_tree(&text)))
+    }
+
+    /// Replace conditions (`monitor_cond_change`). Returns the `<table-updates2>` text for
+    /// rows that enter or leave the monitored set (rows in UUID order), or None if none do.
+    ///
+    /// Only rows that can change sides are read: a condition is a disjunction, so a row that
+    /// a clause present in both the old and the new condition matches stays, and one that no
+    /// clause in only one of them matches keeps its side. The candidates are therefore the
+    /// rows that the clauses the change added or removed can match (through the row index,
+    /// which this extends to the new condition's columns); the whole conditions still decide
+    /// each of them. A trace that adds one datapath's clause to a monitor holding four reads
+    /// that datapath's rows, not all five's again.
+    pub fn change_conditions_text(
+        &mut self,
+        db: &mut Database,
+        v: &Value,
+    ) -> Result<Option<Vec<u8>>> {
         if self.version == MonitorVersion::V1 {
             return Err(OvsdbError::syntax(
                 "monitor_cond_change needs a monitor_cond or monitor_cond_since monitor",
@@ -444,37 +487,103 @@ impl Monitor {
             }
             new_conds.push((t, cond));
         }
-        let mut out = Map::new();
+        let mut out = Vec::new();
+        out.push(b'{');
+        let mut first_table = true;
         for (t, cond) in new_conds {
             let Some(tm) = self.tables.iter_mut().find(|tm| tm.table == t) else {
                 continue;
             };
             db.ensure_row_index(t, &cond);
             let ts = &schema.tables[t];
-            let mut rows = Map::new();
-            for r in db.monitored_rows(t, &[&tm.condition, &cond]) {
+            let mut rows: Vec<(Arc<Row>, bool)> = Vec::new();
+            let changed = changed_clauses(&tm.condition, &cond);
+            let candidates: Box<dyn Iterator<Item = &Arc<Row>>> = match &changed {
+                Some((added, removed)) => {
+                    let narrowed: Vec<&MonitorCondition> = [added, removed]
+                        .into_iter()
+                        .filter(|c| !c.clauses.is_empty())
+                        .collect();
+                    if narrowed.is_empty() {
+                        // The same clauses (perhaps in another order): no row changes sides.
+                        Box::new(std::iter::empty())
+                    } else {
+                        db.monitored_rows(t, &narrowed)
+                    }
+                }
+                None => db.monitored_rows(t, &[&tm.condition, &cond]),
+            };
+            for r in candidates {
                 let was = tm.condition.eval(r);
                 let is = cond.eval(r);
-                if is && !was && tm.select.insert {
-                    rows.insert(
-                        r.uuid.to_string(),
-                        json!({"insert": tm.row_json(ts, r, true)}),
-                    );
-                } else if was && !is && tm.select.delete {
-                    rows.insert(r.uuid.to_string(), json!({"delete": null}));
+                if (is && !was && tm.select.insert) || (was && !is && tm.select.delete) {
+                    rows.push((Arc::clone(r), is));
                 }
             }
             tm.condition = cond;
-            if !rows.is_empty() {
-                out.insert(ts.name.clone(), Value::Object(rows));
+            if rows.is_empty() {
+                continue;
             }
+            rows.sort_unstable_by_key(|(r, _)| r.uuid);
+            table_start(&mut out, &mut first_table, &ts.name);
+            for (k, (r, inserted)) in rows.iter().enumerate() {
+                if k > 0 {
+                    out.push(b',');
+                }
+                write_uuid_str(&mut out, &r.uuid);
+                if *inserted {
+                    out.extend_from_slice(b":{\"insert\":");
+                    tm.write_row(ts, r, true, &mut out);
+                    out.push(b'}');
+                } else {
+                    out.extend_from_slice(b":{\"delete\":null}");
+                }
+            }
+            out.push(b'}');
         }
-        Ok(if out.is_empty() {
-            None
-        } else {
-            Some(Value::Object(out))
-        })
+        out.push(b'}');
+        Ok((!first_table).then_some(out))
     }
+}
+
+/// The clauses of `new` that `old` lacks and those of `old` that `new` lacks, as conditions;
+/// None when either condition is empty (every row: no clause narrows it) or when comparing
+/// them would cost more than reading the rows (over a million clause pairs).
+fn changed_clauses(
+    old: &MonitorCondition,
+    new: &MonitorCondition,
+) -> Option<(MonitorCondition, MonitorCondition)> {
+    if old.clauses.is_empty()
+        || new.clauses.is_empty()
+        || old.clauses.len().saturating_mul(new.clauses.len()) > 1 << 20
+    {
+        return None;
+    }
+    let only = |a: &MonitorCondition, b: &MonitorCondition| MonitorCondition {
+        clauses: a
+            .clauses
+            .iter()
+            .filter(|c| !b.clauses.contains(c))
+            .cloned()
+            .collect(),
+    };
+    Some((only(new, old), only(old, new)))
+}
+
+/// Opens table `name`'s member of an updates object (`"name":{`), after a comma unless first.
+fn table_start(out: &mut Vec<u8>, first: &mut bool, name: &str) {
+    if !*first {
+        out.push(b',');
+    }
+    *first = false;
+    write_str(out, name);
+    out.extend_from_slice(b":{");
+}
+
+/// JSON text this module wrote, as a tree.
+fn text_tree(text: &[u8]) -> Value {
+    // The text is the writers' own JSON: parsing it cannot fail.
+    serde_json::from_slice(text).unwrap_or(Value::Null)
 }
 
 impl TableMonitor {

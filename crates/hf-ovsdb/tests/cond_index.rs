@@ -370,7 +370,7 @@ fn keys(v: &Value, table: &str) -> std::collections::BTreeSet<String> {
 #[test]
 fn initial_contents_and_condition_changes_through_the_row_index_equal_a_scan() {
     let schema = Arc::new(Schema::parse(SCHEMA).expect("schema"));
-    let (mut lookups, mut changed) = (0, 0);
+    let (mut lookups, mut changed, mut kept_clauses) = (0, 0, 0);
     for seed in 0..300u64 {
         let mut r = Rng(seed);
         // `indexed` grows row indexes as monitors arrive and keeps them through later
@@ -411,12 +411,43 @@ fn initial_contents_and_condition_changes_through_the_row_index_equal_a_scan() {
                 .unwrap_or_else(|| json!({}));
             assert_eq!(got, same, "seed {seed}: condition change rows");
             changed += want.len();
+            // A second change that keeps some of those clauses, drops others and adds new
+            // ones (a trace or a controller widening its datapaths): only the clauses that
+            // differ are read, and the rows that change sides are still the scan's.
+            let Value::Array(kept) = &w else {
+                unreachable!()
+            };
+            let mut w2: Vec<Value> = kept.iter().filter(|_| r.below(3) > 0).cloned().collect();
+            for _ in 0..r.below(3) {
+                w2.push(random_clause(&mut r));
+            }
+            if r.below(2) == 0 {
+                w2.reverse();
+            }
+            let before = matching(&plain, &m);
+            let got = m
+                .change_conditions(&mut indexed, &json!({"Flow": [{"where": w2}]}))
+                .expect("valid condition change")
+                .unwrap_or_else(|| json!({}));
+            let after = matching(&plain, &m);
+            let want: std::collections::BTreeSet<String> =
+                before.symmetric_difference(&after).cloned().collect();
+            assert_eq!(
+                keys(&got, "Flow"),
+                want,
+                "seed {seed}: narrowed condition change"
+            );
+            kept_clauses += usize::from(!kept.is_empty() && !w2.is_empty());
         }
         lookups += indexed.row_index_stats().0;
     }
     // Not vacuous: many reads went through the index, and condition changes moved rows.
     assert!(lookups > 300, "only {lookups} indexed reads");
     assert!(changed > 300, "only {changed} rows entered or left");
+    assert!(
+        kept_clauses > 300,
+        "only {kept_clauses} changes kept clauses"
+    );
 }
 
 #[test]
@@ -462,8 +493,28 @@ fn a_datapath_condition_reads_its_rows_and_not_the_table() {
         .expect("change")
         .expect("rows enter");
     assert_eq!(keys(&up, "Flow").len(), 50);
-    // The old and the new condition's rows (datapaths 1 and 2): 100 candidates, still no scan.
-    assert_eq!(db.row_index_stats(), (2, 0, 150));
+    // Only the added clause's rows (datapath 2) can change sides: 50 candidates, no scan
+    // (datapath 1's rows, matched by a clause both conditions hold, are not read again).
+    assert_eq!(db.row_index_stats(), (2, 0, 100));
+    // Dropping a clause reads only its rows: datapath 1's leave.
+    let up = m
+        .change_conditions(
+            &mut db,
+            &json!({"Flow": [{"where": [["dp", "==", uuid_json(2)]]}]}),
+        )
+        .expect("change")
+        .expect("rows leave");
+    assert_eq!(keys(&up, "Flow").len(), 50);
+    assert_eq!(db.row_index_stats(), (3, 0, 150));
+    // The same clauses in another order: nothing read, nothing sent.
+    let none = m
+        .change_conditions(
+            &mut db,
+            &json!({"Flow": [{"where": [["dp", "==", uuid_json(2)]]}]}),
+        )
+        .expect("change");
+    assert!(none.is_none());
+    assert_eq!(db.row_index_stats(), (3, 0, 150));
     // A condition the index cannot answer scans, and says so.
     m.change_conditions(
         &mut db,

@@ -35,7 +35,9 @@ use hf_ovsdb::{Database, ErrorKind, Monitor, MonitorVersion, OvsdbError, TxnDelt
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use crate::jsonrpc::{Message, notification_bytes, reply_bytes};
+use crate::jsonrpc::{
+    Message, notification_bytes, notification_bytes_raw, reply_bytes, reply_bytes_raw,
+};
 pub use compact::{CompactionDone, CompactionTask};
 pub use echo::{Echo, PendingUpdate};
 pub use locks::Locks;
@@ -1182,7 +1184,10 @@ impl Core {
         };
         monitor.index_rows(&mut entry.db);
         let entry = &self.dbs[dbi];
-        let result = if version == MonitorVersion::V3 {
+        // The reply's result as JSON text: the initial contents are written as text (a large
+        // monitor's rows are never a tree).
+        let mut result = Vec::new();
+        if version == MonitorVersion::V3 {
             let last = params[3].as_str().and_then(|s| Uuid::parse_str(s).ok());
             let found = last.and_then(|l| {
                 if l == entry.last_txn && !l.is_nil() {
@@ -1207,17 +1212,23 @@ impl Core {
                     let updates = monitor
                         .updates(&entry.db.schema, &merged)
                         .unwrap_or_else(|| json!({}));
-                    json!([true, entry.last_txn.to_string(), updates])
+                    result = json!([true, entry.last_txn.to_string(), updates])
+                        .to_string()
+                        .into_bytes();
                 }
-                None => json!([
-                    false,
-                    entry.last_txn.to_string(),
-                    monitor.initial(&entry.db)
-                ]),
+                None => {
+                    result.extend_from_slice(b"[false,");
+                    result.extend_from_slice(
+                        json!(entry.last_txn.to_string()).to_string().as_bytes(),
+                    );
+                    result.push(b',');
+                    monitor.write_initial(&entry.db, &mut result);
+                    result.push(b']');
+                }
             }
         } else {
-            monitor.initial(&entry.db)
-        };
+            monitor.write_initial(&entry.db, &mut result);
+        }
         if let Some(s) = self.sessions.get_mut(&sid) {
             s.monitors.insert(
                 key,
@@ -1230,7 +1241,7 @@ impl Core {
             );
             self.dbs[dbi].specs = None;
         }
-        self.reply(sid, &id, &result);
+        self.emit(Output::Send(sid, reply_bytes_raw(&id, &result)));
     }
 
     fn monitor_cond_change(&mut self, sid: SessionId, params: Vec<Value>, id: Value) {
@@ -1253,7 +1264,7 @@ impl Core {
         }
         let db = &mut self.dbs[entry.db];
         // The old spec may be shared by pending updates: change a copy.
-        let changed = Arc::make_mut(&mut entry.monitor).change_conditions(&mut db.db, reqs);
+        let changed = Arc::make_mut(&mut entry.monitor).change_conditions_text(&mut db.db, reqs);
         db.specs = None;
         let last_txn = db.last_txn;
         match changed {
@@ -1267,12 +1278,15 @@ impl Core {
                 let version = entry.monitor.version;
                 s.monitors.insert(new_id.to_string(), entry);
                 if let Some(u) = updates {
-                    match version {
+                    let mid = new_id.to_string();
+                    let bytes = match version {
                         MonitorVersion::V3 => {
-                            self.notify(sid, "update3", &json!([new_id, last_txn.to_string(), u]))
+                            let txn = json!(last_txn.to_string()).to_string();
+                            notification_bytes_raw("update3", &[mid.as_bytes(), txn.as_bytes(), &u])
                         }
-                        _ => self.notify(sid, "update2", &json!([new_id, u])),
-                    }
+                        _ => notification_bytes_raw("update2", &[mid.as_bytes(), &u]),
+                    };
+                    self.emit(Output::Send(sid, bytes));
                 }
                 self.reply(sid, &id, &json!({}));
             }
