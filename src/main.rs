@@ -68,7 +68,7 @@ fn main() -> std::process::ExitCode {
     let daemon = name == "ovsdb-server"
         || name == "ovn-northd"
         || args.get(1).is_some_and(|a| {
-            ["db", "northd", "controller", "datapath"].contains(&a.to_str().unwrap_or(""))
+            ["db", "northd", "controller", "datapath", "trace"].contains(&a.to_str().unwrap_or(""))
         });
     if daemon {
         no_huge_pages();
