@@ -150,6 +150,10 @@ pub struct Northd {
     sync_due: bool,
     /// NB-side values (sb_cfg, hv_cfg, LSP up) may need writing.
     nb_side_due: bool,
+    /// The ports whose `up` may have changed since the last NB-side pass (their NB row or
+    /// their `Port_Binding` changed); None: every port (a resync, a failed write, a chassis
+    /// change). A port add then costs one port's look, not a walk over every port.
+    up_dirty: Option<BTreeSet<String>>,
     /// A sync transaction failed: the next one waits until this time (`now`, ms), so a
     /// transaction the server keeps refusing is retried once a second, not in a loop.
     sync_failed: bool,
@@ -239,6 +243,7 @@ impl Northd {
             compile_due: true,
             sync_due: true,
             nb_side_due: true,
+            up_dirty: None,
             sync_failed: false,
             sync_retry_at: 0,
             sync_failures: 0,
@@ -328,6 +333,7 @@ impl Northd {
             self.compile_due = true;
             self.sync_due = true;
             self.nb_side_due = true;
+            self.up_dirty = None;
             sb.lock(LOCK_NAME);
             self.say(Level::Info, "resumed".into());
         }
@@ -353,6 +359,7 @@ impl Northd {
         self.compile_due = true;
         self.sync_due = true;
         self.nb_side_due = true;
+        self.up_dirty = None;
     }
 
     /// The next log line.
@@ -386,6 +393,22 @@ impl Northd {
                 }) {
                     self.sync_due = true;
                 }
+                if let Some(dirty) = &mut self.up_dirty {
+                    for r in &d.logical_switch_port {
+                        match r {
+                            hf_model::RowDelta::Insert(n) => {
+                                dirty.insert(n.name.clone());
+                            }
+                            hf_model::RowDelta::Delete(o) => {
+                                dirty.insert(o.name.clone());
+                            }
+                            hf_model::RowDelta::Update { old, new } => {
+                                dirty.insert(old.name.clone());
+                                dirty.insert(new.name.clone());
+                            }
+                        }
+                    }
+                }
                 self.nb_side_due = true;
             }
             Event::Resynced { .. } => {
@@ -394,6 +417,7 @@ impl Northd {
                 self.compile_due = true;
                 self.sync_due = true;
                 self.nb_side_due = true;
+                self.up_dirty = None;
             }
             Event::TxnDone { id, outcome, .. } if Some(id) == self.nb_txn => {
                 self.nb_txn = None;
@@ -402,6 +426,7 @@ impl Northd {
                     TxnOutcome::Unchanged => {}
                     TxnOutcome::Failed(e) => {
                         self.nb_side_due = true;
+                        self.up_dirty = None;
                         self.say(Level::Warn, format!("NB transaction failed: {e}"));
                     }
                     other => self.say(Level::Warn, format!("NB transaction: {other:?}")),
@@ -450,6 +475,12 @@ impl Northd {
                         self.scope = None;
                     }
                 }
+                // `up` reads the port's binding and its chassis (`is-remote`).
+                if c.touches("Chassis") {
+                    self.up_dirty = None;
+                } else if let Some(dirty) = &mut self.up_dirty {
+                    dirty.extend(c.port_names.iter().cloned());
+                }
                 self.nb_side_due = true;
             }
             Event::Resynced { .. } => {
@@ -457,12 +488,14 @@ impl Northd {
                 self.compile_due = true;
                 self.sync_due = true;
                 self.nb_side_due = true;
+                self.up_dirty = None;
                 self.scope = None;
             }
             Event::LockAcquired(_) => {
                 self.active = true;
                 self.sync_due = true;
                 self.nb_side_due = true;
+                self.up_dirty = None;
                 self.say(
                     Level::Info,
                     "ovn-northd lock acquired. This ovn-northd instance is now active.".into(),
@@ -643,15 +676,8 @@ impl Northd {
     fn compile(&mut self, nb: &NbSnapshot, sb: &SbView) {
         self.compile_due = false;
         self.sync_due = true;
-        let mut opts = compile_options(sb);
+        let (mut opts, neg) = negotiated_options(nb, sb);
         opts.keys.acl_last_good = std::mem::take(&mut self.acl_last_good);
-        let view = SbChassisView::from_parts(
-            sb.chassis.values(),
-            &sb.datapath_binding,
-            sb.port_binding.values(),
-        );
-        let neg = features::negotiate(&view, nb, &features::Policy::default());
-        neg.apply(&mut opts);
         self.features = neg.features;
         self.any_unsupported = neg.unsupported().next().is_some();
         let report = neg.report();
@@ -767,7 +793,8 @@ impl Northd {
     }
 
     fn start_nb_side(&mut self, nb: &mut Replica<NbSnapshot>, sb: &SbView, wall_ms: i64) {
-        let mut plan = nb_side(nb.model(), sb);
+        let dirty = self.up_dirty.replace(BTreeSet::new());
+        let mut plan = nb_side(nb.model(), sb, dirty.as_ref());
         if let Some(g) = nb.model().nb_global().values().next() {
             let have: BTreeMap<&String, &String> = g
                 .external_ids
@@ -867,9 +894,23 @@ pub fn compile_options(sb: &SbView) -> Options {
     }
 }
 
+/// [`compile_options`] with the chassis' feature negotiation applied, as the daemon compiles,
+/// and the negotiation.
+pub(crate) fn negotiated_options(nb: &NbSnapshot, sb: &SbView) -> (Options, features::Negotiated) {
+    let mut opts = compile_options(sb);
+    let view = SbChassisView::from_parts(
+        sb.chassis.values(),
+        &sb.datapath_binding,
+        sb.port_binding.values(),
+    );
+    let neg = features::negotiate(&view, nb, &features::Policy::default());
+    neg.apply(&mut opts);
+    (opts, neg)
+}
+
 /// The NB writes due: values computed from SB, applied against the NB view at send time.
 #[derive(Clone, Debug, Default)]
-struct NbPlan {
+pub(crate) struct NbPlan {
     /// Create NB_Global.
     create_global: bool,
     /// `sb_cfg` (SB_Global.nb_cfg as SB shows it).
@@ -879,7 +920,7 @@ struct NbPlan {
     /// `nb_cfg` to stamp `nb_cfg_timestamp` for (it reached SB).
     nb_cfg_seen: Option<i64>,
     /// LSP UUID → `up`.
-    ups: Vec<(Uuid, bool)>,
+    pub(crate) ups: Vec<(Uuid, bool)>,
     /// The `NB_Global.external_ids` negotiation report: exactly these prefixed keys.
     report: Option<BTreeMap<String, String>>,
 }
@@ -895,7 +936,7 @@ impl NbPlan {
     }
 }
 
-fn nb_side(nb: &NbSnapshot, sb: &SbView) -> NbPlan {
+pub(crate) fn nb_side(nb: &NbSnapshot, sb: &SbView, dirty: Option<&BTreeSet<String>>) -> NbPlan {
     let mut plan = NbPlan::default();
     let Some(g) = nb.nb_global().values().next() else {
         plan.create_global = true;
@@ -930,32 +971,55 @@ fn nb_side(nb: &NbSnapshot, sb: &SbView) -> NbPlan {
         plan.hv_cfg = Some((hv, ts));
     }
     // Logical_Switch_Port.up, as 23.03: router ports are up; others when bound to a chassis
-    // and the controller says so (a remote chassis' ports are up once bound).
+    // and the controller says so (a remote chassis' ports are up once bound). Only the ports
+    // named in `dirty` when given (and SB's name index covers every binding), else all.
+    // Of several bindings with one name, the last in UUID order counts.
+    if let Some(dirty) = dirty
+        && dirty.iter().all(|n| sb.port_bindings_named(n).is_some())
+    {
+        for name in dirty {
+            let pbs = sb.port_bindings_named(name).unwrap_or_default();
+            let Some(pb) = pbs.last() else { continue };
+            for lsp in nb.logical_switch_port_all_by_name(name) {
+                lsp_up(&mut plan, lsp, pb, sb);
+            }
+        }
+        return plan;
+    }
     let pbs: std::collections::HashMap<&str, &hf_model::sb::PortBinding> = sb
         .port_binding
         .values()
         .map(|p| (p.logical_port.as_str(), p))
         .collect();
     for lsp in nb.logical_switch_port().values() {
-        let Some(pb) = pbs.get(lsp.name.as_str()) else {
-            continue;
-        };
-        let up = if lsp.type_ == "router" {
-            true
-        } else if let Some(c) = pb.chassis {
-            let remote = sb
-                .chassis
-                .get(&c.uuid())
-                .is_some_and(|c| c.other_config.get("is-remote").is_some_and(|v| v == "true"));
-            remote || pb.up == Some(true)
-        } else {
-            false
-        };
-        if lsp.up != Some(up) {
-            plan.ups.push((lsp.uuid, up));
+        if let Some(pb) = pbs.get(lsp.name.as_str()) {
+            lsp_up(&mut plan, lsp, pb, sb);
         }
     }
     plan
+}
+
+/// Adds `lsp`'s `up` to `plan` when it differs from what its binding `pb` says.
+fn lsp_up(
+    plan: &mut NbPlan,
+    lsp: &hf_model::nb::LogicalSwitchPort,
+    pb: &hf_model::sb::PortBinding,
+    sb: &SbView,
+) {
+    let up = if lsp.type_ == "router" {
+        true
+    } else if let Some(c) = pb.chassis {
+        let remote = sb
+            .chassis
+            .get(&c.uuid())
+            .is_some_and(|c| c.other_config.get("is-remote").is_some_and(|v| v == "true"));
+        remote || pb.up == Some(true)
+    } else {
+        false
+    };
+    if lsp.up != Some(up) {
+        plan.ups.push((lsp.uuid, up));
+    }
 }
 
 fn uuid_where(u: Uuid) -> Value {

@@ -99,6 +99,9 @@ pub struct SbChanges {
     /// own transaction from somebody else's write). Rows of `Logical_DP_Group` and
     /// `HA_Chassis` (not root: the server collects them) are not listed.
     pub northd_uuids: Vec<Uuid>,
+    /// The `logical_port` of every `Port_Binding` that changed, before and after (what a
+    /// port's NB `up` follows).
+    pub port_names: BTreeSet<String>,
 }
 
 impl SbChanges {
@@ -148,6 +151,11 @@ pub struct SbView {
     pub(crate) flow_index: HashMap<FlowId, Vec<Uuid>>,
     /// Rows of `logical_flow` the index has seen (with an id or without).
     pub(crate) flow_index_rows: usize,
+    /// `Port_Binding` rows by `logical_port`, kept by the replica's updates (a view built by
+    /// hand has none; see [`SbView::port_bindings_named`]).
+    pub(crate) pb_by_name: HashMap<String, Vec<Uuid>>,
+    /// Rows of `port_binding` the name index has seen.
+    pub(crate) pb_index_rows: usize,
     /// `MAC_Binding`: row → (datapath, timestamp).
     pub mac_binding: HashMap<Uuid, MacBindingRef>,
     /// `Static_MAC_Binding`: row → datapath.
@@ -229,6 +237,55 @@ impl SbView {
     /// by updates only, as the replica does; a scoped diff needs it).
     pub fn flow_index_complete(&self) -> bool {
         self.flow_index_rows == self.logical_flow.len()
+    }
+
+    /// The `Port_Binding` rows whose `logical_port` is `name`, in UUID order; None when the
+    /// name index does not cover every row (a view built by hand).
+    pub fn port_bindings_named(&self, name: &str) -> Option<Vec<&sb::PortBinding>> {
+        if self.pb_index_rows != self.port_binding.len() {
+            return None;
+        }
+        let mut rows: Vec<&sb::PortBinding> = self
+            .pb_by_name
+            .get(name)
+            .into_iter()
+            .flatten()
+            .filter_map(|u| self.port_binding.get(u))
+            .collect();
+        rows.sort_by_key(|p| p.uuid);
+        Some(rows)
+    }
+
+    /// Applies `Port_Binding` changes, keeping the name index; the names before and after go
+    /// to `names`.
+    fn apply_port_bindings(
+        &mut self,
+        p: Pending<sb::PortBinding>,
+        names: &mut BTreeSet<String>,
+    ) -> usize {
+        let n = p.len();
+        for (u, r) in p {
+            if let Some(old) = self.port_binding.remove(&u) {
+                self.pb_index_rows -= 1;
+                if let Some(v) = self.pb_by_name.get_mut(&old.logical_port) {
+                    v.retain(|x| *x != u);
+                    if v.is_empty() {
+                        self.pb_by_name.remove(&old.logical_port);
+                    }
+                }
+                names.insert(old.logical_port);
+            }
+            if let Some(r) = r {
+                self.pb_index_rows += 1;
+                self.pb_by_name
+                    .entry(r.logical_port.clone())
+                    .or_default()
+                    .push(u);
+                names.insert(r.logical_port.clone());
+                self.port_binding.insert(u, r);
+            }
+        }
+        n
     }
 
     fn apply_flows(&mut self, p: Pending<LeanFlow>) -> usize {
@@ -765,10 +822,9 @@ impl SbView {
             "Datapath_Binding",
             apply_pending(&mut self.datapath_binding, p.datapath_binding),
         );
-        note(
-            "Port_Binding",
-            apply_pending(&mut self.port_binding, p.port_binding),
-        );
+        let mut names = BTreeSet::new();
+        let n = self.apply_port_bindings(p.port_binding, &mut names);
+        note("Port_Binding", n);
         note(
             "Multicast_Group",
             apply_pending(&mut self.multicast_group, p.multicast_group),
@@ -807,6 +863,7 @@ impl SbView {
             apply_pending(&mut self.logical_dp_group, p.logical_dp_group),
         );
         note("Logical_Flow", self.apply_flows(p.logical_flow));
+        c.port_names = names;
         note(
             "MAC_Binding",
             apply_hash(&mut self.mac_binding, p.mac_binding),
