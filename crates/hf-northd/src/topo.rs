@@ -22,7 +22,7 @@ pub type PortIdx = usize;
 
 /// Tunnel keys already in use, by name: what SB holds (so keys survive restarts and NB
 /// rebuilds with new UUIDs).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Keys {
     /// Datapath name → tunnel key.
     pub datapaths: HashMap<String, u32>,

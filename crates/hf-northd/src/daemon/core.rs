@@ -154,6 +154,12 @@ pub struct Northd {
     /// their `Port_Binding` changed); None: every port (a resync, a failed write, a chassis
     /// change). A port add then costs one port's look, not a walk over every port.
     up_dirty: Option<BTreeSet<String>>,
+    /// The last compile's keys from SB ([`compile_options`]), kept up to date by the
+    /// `Port_Binding` names in `keys_dirty` (None: made anew from every SB row at the next
+    /// compile: after a resync or a `Datapath_Binding` or `Chassis` change). A port add then
+    /// re-reads one port's binding, not 20k.
+    keys: Option<Keys>,
+    keys_dirty: BTreeSet<String>,
     /// A sync transaction failed: the next one waits until this time (`now`, ms), so a
     /// transaction the server keeps refusing is retried once a second, not in a loop.
     sync_failed: bool,
@@ -244,6 +250,8 @@ impl Northd {
             sync_due: true,
             nb_side_due: true,
             up_dirty: None,
+            keys: None,
+            keys_dirty: BTreeSet::new(),
             sync_failed: false,
             sync_retry_at: 0,
             sync_failures: 0,
@@ -343,6 +351,14 @@ impl Northd {
     #[cfg(test)]
     pub(crate) fn break_for_test(&mut self, b: crate::incremental::Broken) {
         self.inc.broken = Some(b);
+    }
+
+    /// The keys the next compile starts from, when kept (tests: they must equal
+    /// [`compile_options`]'s from the whole view).
+    #[cfg(test)]
+    pub(crate) fn kept_keys_for_test(&self, sb: &SbView) -> Option<Keys> {
+        let mut k = self.keys.clone()?;
+        refresh_port_keys(&mut k, sb, &self.keys_dirty).then_some(k)
     }
 
     /// Takes the next SB change of only `rows` for this core's own echo (tests: the race in
@@ -475,6 +491,12 @@ impl Northd {
                         self.scope = None;
                     }
                 }
+                // The keys read datapath bindings, port bindings and chassis names.
+                if c.touches("Chassis") || c.touches("Datapath_Binding") {
+                    self.keys = None;
+                } else {
+                    self.keys_dirty.extend(c.port_names.iter().cloned());
+                }
                 // `up` reads the port's binding and its chassis (`is-remote`).
                 if c.touches("Chassis") {
                     self.up_dirty = None;
@@ -489,6 +511,7 @@ impl Northd {
                 self.sync_due = true;
                 self.nb_side_due = true;
                 self.up_dirty = None;
+                self.keys = None;
                 self.scope = None;
             }
             Event::LockAcquired(_) => {
@@ -676,7 +699,19 @@ impl Northd {
     fn compile(&mut self, nb: &NbSnapshot, sb: &SbView) {
         self.compile_due = false;
         self.sync_due = true;
-        let (mut opts, neg) = negotiated_options(nb, sb);
+        let kept = self
+            .keys
+            .take()
+            .and_then(|mut k| refresh_port_keys(&mut k, sb, &self.keys_dirty).then_some(k));
+        let base = match kept {
+            Some(keys) => Options {
+                keys,
+                ..Default::default()
+            },
+            None => compile_options(sb),
+        };
+        self.keys_dirty.clear();
+        let (mut opts, neg) = negotiate(base, nb, sb);
         opts.keys.acl_last_good = std::mem::take(&mut self.acl_last_good);
         self.features = neg.features;
         self.any_unsupported = neg.unsupported().next().is_some();
@@ -696,6 +731,8 @@ impl Northd {
         }
         let pending = self.pending.replace(Vec::new());
         let c = self.inc.update(nb, pending.as_deref(), &opts);
+        opts.keys.acl_last_good = BTreeMap::new();
+        self.keys = Some(std::mem::take(&mut opts.keys));
         // The SB identities this compile may have changed, for the next sync.
         match (
             self.inc.changed(),
@@ -866,24 +903,7 @@ pub fn compile_options(sb: &SbView) -> Options {
         }
     }
     for p in sb.port_binding.values() {
-        if let Ok(k) = u32::try_from(p.tunnel_key) {
-            keys.ports.entry(p.logical_port.clone()).or_insert(k);
-        }
-        if let Some(t) = p.tag {
-            keys.tags.entry(p.logical_port.clone()).or_insert(t);
-        }
-        if let Some(q) = p
-            .options
-            .get("qdisc_queue_id")
-            .and_then(|q| q.parse::<u32>().ok())
-        {
-            keys.queue_ids.entry(p.logical_port.clone()).or_insert(q);
-        }
-        if let Some(c) = p.chassis.and_then(|c| sb.chassis.get(&c.uuid())) {
-            keys.bound_chassis
-                .entry(p.logical_port.clone())
-                .or_insert_with(|| c.name.clone());
-        }
+        add_port_keys(&mut keys, p, sb);
     }
     if let Some(g) = sb.sb_global.values().next() {
         keys.sb_options = g.options.clone().into();
@@ -894,10 +914,67 @@ pub fn compile_options(sb: &SbView) -> Options {
     }
 }
 
+/// `p`'s entries in `keys`, unless a binding of the same name earlier in UUID order gave them.
+fn add_port_keys(keys: &mut Keys, p: &hf_model::sb::PortBinding, sb: &SbView) {
+    if let Ok(k) = u32::try_from(p.tunnel_key) {
+        keys.ports.entry(p.logical_port.clone()).or_insert(k);
+    }
+    if let Some(t) = p.tag {
+        keys.tags.entry(p.logical_port.clone()).or_insert(t);
+    }
+    if let Some(q) = p
+        .options
+        .get("qdisc_queue_id")
+        .and_then(|q| q.parse::<u32>().ok())
+    {
+        keys.queue_ids.entry(p.logical_port.clone()).or_insert(q);
+    }
+    if let Some(c) = p.chassis.and_then(|c| sb.chassis.get(&c.uuid())) {
+        keys.bound_chassis
+            .entry(p.logical_port.clone())
+            .or_insert_with(|| c.name.clone());
+    }
+}
+
+/// Brings the keys of a previous [`compile_options`] up to date with `sb` when only the
+/// `Port_Binding` rows named in `names` changed since (and `SB_Global`, whose options are
+/// read again): each name's entries are made again from its bindings. False (and `keys` as
+/// it was) when the view's name index cannot say which bindings a name has.
+fn refresh_port_keys(keys: &mut Keys, sb: &SbView, names: &BTreeSet<String>) -> bool {
+    let mut rows = Vec::with_capacity(names.len());
+    for n in names {
+        match sb.port_bindings_named(n) {
+            Some(pbs) => rows.push((n, pbs)),
+            None => return false,
+        }
+    }
+    for (n, pbs) in rows {
+        keys.ports.remove(n.as_str());
+        keys.tags.remove(n.as_str());
+        keys.queue_ids.remove(n.as_str());
+        keys.bound_chassis.remove(n.as_str());
+        for p in pbs {
+            add_port_keys(keys, p, sb);
+        }
+    }
+    keys.sb_options = sb
+        .sb_global
+        .values()
+        .next()
+        .map(|g| g.options.clone().into())
+        .unwrap_or_default();
+    true
+}
+
 /// [`compile_options`] with the chassis' feature negotiation applied, as the daemon compiles,
 /// and the negotiation.
+#[cfg(test)]
 pub(crate) fn negotiated_options(nb: &NbSnapshot, sb: &SbView) -> (Options, features::Negotiated) {
-    let mut opts = compile_options(sb);
+    negotiate(compile_options(sb), nb, sb)
+}
+
+/// `opts` with the chassis' feature negotiation applied, and the negotiation.
+fn negotiate(mut opts: Options, nb: &NbSnapshot, sb: &SbView) -> (Options, features::Negotiated) {
     let view = SbChassisView::from_parts(
         sb.chassis.values(),
         &sb.datapath_binding,

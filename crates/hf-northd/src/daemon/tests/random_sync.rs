@@ -578,18 +578,25 @@ fn binding_step(sim: &mut Sim, rng: &mut Rng) -> String {
     }
 }
 
-/// NB's `up` as a pass over every port would write it: an error naming the step when there
-/// is something left to write.
+/// NB's `up` as a pass over every port would write it, and the keys northd keeps between
+/// compiles as made anew from the whole SB view: an error naming the step otherwise.
 fn check_up(sim: &Sim, seed: u64, i: usize, what: &str) -> Result<(), String> {
-    let ups = super::core::nb_side(&sim.db_nb(), sim.nodes[0].sb.model(), None).ups;
-    if ups.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
+    let view = sim.nodes[0].sb.model();
+    let ups = super::core::nb_side(&sim.db_nb(), view, None).ups;
+    if !ups.is_empty() {
+        return Err(format!(
             "seed {seed} step {i} ({what}): {} ports' NB up is not what their bindings say",
             ups.len()
-        ))
+        ));
     }
+    if let Some(kept) = sim.nodes[0].nd.kept_keys_for_test(view)
+        && kept != compile_options(view).keys
+    {
+        return Err(format!(
+            "seed {seed} step {i} ({what}): the kept keys differ from the SB view's"
+        ));
+    }
+    Ok(())
 }
 
 #[test]
