@@ -148,6 +148,9 @@ fn step(sim: &mut Sim, rng: &mut Rng, i: usize) -> String {
         .map(|p| (p.uuid, p.name.clone()))
         .collect();
     let net = 100 + i % 100;
+    if i % 9 == 4 {
+        return dynamic_step(sim, i);
+    }
     match rng.below(23) {
         0 | 1 => {
             let p = format!("{ls}-n{i}");
@@ -423,6 +426,43 @@ fn step(sim: &mut Sim, rng: &mut Rng, i: usize) -> String {
     }
 }
 
+/// Every ninth step: dynamic addresses (a port asking for them, a switch's IPAM options
+/// set, changed or removed); the daemon writes the assignments to NB before it compiles.
+fn dynamic_step(sim: &mut Sim, i: usize) -> String {
+    let k = (i / 9) % 4;
+    let ls = format!("ls{k}");
+    match (i / 9) % 5 {
+        0 | 3 => {
+            let p = format!("{ls}-d{i}");
+            let addr = if i % 2 == 0 {
+                "dynamic".to_string()
+            } else {
+                format!("0a:00:00:cc:00:{:02x} dynamic", i % 256)
+            };
+            sim.nb(Value::Array(vif_ops(&ls, &p, &addr)));
+            format!("add dynamic port {p}")
+        }
+        1 => {
+            let oc = json!(["map", [["subnet", format!("10.0.{k}.0/24")],
+                ["exclude_ips", format!("10.0.{k}.2..10.0.{k}.{}", 3 + i % 7)]]]);
+            sim.nb(json!([{"op": "update", "table": "Logical_Switch",
+                "where": [["name", "==", ls]], "row": {"other_config": oc}}]));
+            format!("subnet on {ls}")
+        }
+        2 => {
+            let oc = json!(["map", [["ipv6_prefix", format!("fd00:{k}::")]]]);
+            sim.nb(json!([{"op": "update", "table": "Logical_Switch",
+                "where": [["name", "==", ls]], "row": {"other_config": oc}}]));
+            format!("ipv6_prefix on {ls}")
+        }
+        _ => {
+            sim.nb(json!([{"op": "update", "table": "Logical_Switch",
+                "where": [["name", "==", ls]], "row": {"other_config": ["map", []]}}]));
+            format!("no IPAM on {ls}")
+        }
+    }
+}
+
 /// The full diff of a compile from scratch against SB as node 0 sees it: what it would
 /// write (empty when the incremental path left SB right).
 fn full_diff_from_scratch(sim: &Sim) -> Vec<Value> {
@@ -488,6 +528,7 @@ fn run_kinds(
     }
     assert!(full_diff_from_scratch(&sim).is_empty(), "the cold sync");
     let mut rng = Rng(seed | 1);
+    let mut dynamic_seen = 0;
     for i in 0..steps {
         let before = sim.nodes[0].nd.stats().topo_patched;
         let what = step(&mut sim, &mut rng, i);
@@ -498,6 +539,12 @@ fn run_kinds(
         if sim.nodes[0].nd.stats().topo_patched > before {
             patched_kinds.insert(kind(&what));
         }
+        dynamic_seen += sim
+            .db_nb()
+            .logical_switch_port()
+            .values()
+            .filter(|p| p.dynamic_addresses.is_some())
+            .count();
         let ops = full_diff_from_scratch(&sim);
         if !ops.is_empty() {
             let shown: Vec<String> = ops.iter().take(4).map(|o| o.to_string()).collect();
@@ -508,6 +555,11 @@ fn run_kinds(
             ));
         }
     }
+    // Dynamic addresses were assigned (by the daemon, before its compiles) along the way.
+    assert!(
+        steps < 40 || dynamic_seen > 0,
+        "no port had dynamic addresses in {steps} steps"
+    );
     let s = sim.nodes[0].nd.stats();
     Ok((steps, s.scoped_diffs, s.topo_patched))
 }
