@@ -715,7 +715,9 @@ fn dynamic_steps(seed: u64) -> Vec<Step> {
     };
     let n = 10 + seed % 50;
     let mut s: Vec<Step> = vec![
-        words(&format!("ls-add sw0 -- set logical_switch sw0 other_config:subnet=10.{n}.0.0/24")),
+        words(&format!(
+            "ls-add sw0 -- set logical_switch sw0 other_config:subnet=10.{n}.0.0/24"
+        )),
         vec![
             "set".into(),
             "logical_switch".into(),
@@ -726,8 +728,12 @@ fn dynamic_steps(seed: u64) -> Vec<Step> {
             "ls-add sw1 -- set logical_switch sw1 other_config:subnet=192.168.{n}.0/28 other_config:ipv6_prefix=fd00:{n}::"
         )),
         words("ls-add sw2 -- set logical_switch sw2 other_config:mac_only=true"),
-        words(&format!("ls-add sw3 -- set logical_switch sw3 other_config:ipv6_prefix=fd00:{n}:3::/64")),
-        words(&format!("ls-add sw4 -- set logical_switch sw4 other_config:subnet=172.16.{n}.0/24")),
+        words(&format!(
+            "ls-add sw3 -- set logical_switch sw3 other_config:ipv6_prefix=fd00:{n}:3::/64"
+        )),
+        words(&format!(
+            "ls-add sw4 -- set logical_switch sw4 other_config:subnet=172.16.{n}.0/24"
+        )),
         words(&format!(
             "lr-add lr0 -- lrp-add lr0 lr0-sw0 00:00:00:00:ff:01 10.{n}.0.6/24 -- lsp-add sw0 sw0-lr0 -- lsp-set-type sw0-lr0 router -- lsp-set-addresses sw0-lr0 router -- lsp-set-options sw0-lr0 router-port=lr0-sw0"
         )),
@@ -754,14 +760,16 @@ fn dynamic_steps(seed: u64) -> Vec<Step> {
             }
             _ => "dynamic".to_string(),
         };
+        // `set` rather than `lsp-set-addresses`, which refuses an IPv4 another port holds.
         s.push(vec![
             "lsp-add".into(),
             format!("sw{sw}"),
             name.clone(),
             "--".into(),
-            "lsp-set-addresses".into(),
+            "set".into(),
+            "Logical_Switch_Port".into(),
             name.clone(),
-            addr,
+            format!("addresses=\"{addr}\""),
         ]);
         ports.push((name, sw));
         if i == 6 {
@@ -792,7 +800,9 @@ fn dynamic_steps(seed: u64) -> Vec<Step> {
         "sw4".into(),
         format!("other_config:exclude_ips=\"172.16.{n}.2\""),
     ]);
-    s.push(words(&format!("set logical_switch sw4 other_config:subnet=172.17.{n}.0/24")));
+    s.push(words(&format!(
+        "set logical_switch sw4 other_config:subnet=172.17.{n}.0/24"
+    )));
     s.push(words("remove logical_switch sw4 other_config subnet"));
     s
 }
@@ -837,8 +847,14 @@ fn holdfast_start(env: &Env, name: &str) -> StopOnDrop {
             .arg(format!("--ovnsb-db={}", env.sb))
             .args(["--detach", "--no-chdir", "-vconsole:off"])
             .arg(format!("--pidfile={}", pidfile.display()))
-            .arg(format!("--unixctl={}", d.join(format!("{name}.ctl")).display()))
-            .arg(format!("--log-file={}", d.join(format!("{name}.log")).display())),
+            .arg(format!(
+                "--unixctl={}",
+                d.join(format!("{name}.ctl")).display()
+            ))
+            .arg(format!(
+                "--log-file={}",
+                d.join(format!("{name}.log")).display()
+            )),
     );
     StopOnDrop(pidfile)
 }
@@ -872,6 +888,7 @@ fn dynamic_addresses_match_real_northd() {
     let seeds = env_num("HF_DYNAMIC_SEEDS", 3);
     let mut bad = Vec::new();
     let mut assigned = 0usize;
+    let (mut rows, mut flows_compared) = (0usize, 0usize);
     for seed in first..first + seeds {
         let a = Env::start(Backend::OvsdbServer);
         let b = Env::start_with(Backend::OvsdbServer, false);
@@ -891,10 +908,15 @@ fn dynamic_addresses_match_real_northd() {
         let mut hf = holdfast_start(&b, "hf-northd");
         nbctl_wait(&b, &words("sync"));
         let global = |env: &Env, db: &str, col: &str| {
-            common::run_ok(Command::new(if db == "nb" { "ovn-nbctl" } else { "ovn-sbctl" }).args([
-                &format!("--db={}", if db == "nb" { &env.nb } else { &env.sb }),
+            let (tool, remote, table) = if db == "nb" {
+                ("ovn-nbctl", &env.nb, "NB_Global")
+            } else {
+                ("ovn-sbctl", &env.sb, "SB_Global")
+            };
+            common::run_ok(Command::new(tool).args([
+                format!("--db={remote}").as_str(),
                 "get",
-                if db == "nb" { "NB_Global" } else { "SB_Global" },
+                table,
                 ".",
                 col,
             ]))
@@ -967,10 +989,12 @@ fn dynamic_addresses_match_real_northd() {
                 bad.push(format!("seed {seed}: {l}"));
             }
         }
+        rows += ta.values().map(|r| r.len()).sum::<usize>();
         let (fa, fb) = (
             flow_set(&flows::load_sb(&a.sb)),
             flow_set(&flows::load_sb(&b.sb)),
         );
+        flows_compared += fa.len();
         for f in fa.difference(&fb) {
             bad.push(format!("seed {seed}: flow only in ovn-northd: {f:?}"));
         }
@@ -980,10 +1004,13 @@ fn dynamic_addresses_match_real_northd() {
         drop(hf);
     }
     eprintln!(
-        "dynamic addresses: {seeds} sequences, {assigned} ports assigned at the end, {} differences",
+        "dynamic addresses: {seeds} sequences, {assigned} ports assigned at the end, {rows} SB rows and {flows_compared} flows of real ovn-northd compared, {} differences",
         bad.len()
     );
-    assert!(assigned > 0, "nothing was assigned");
+    assert!(
+        assigned > 0 && rows > 0 && flows_compared > 0,
+        "nothing was compared"
+    );
     assert!(
         bad.is_empty(),
         "{} differences:\n{}",

@@ -64,6 +64,9 @@ pub struct Request {
 /// Parses a dynamic `addresses` entry (`"dynamic"`, `"MAC dynamic"`, `"dynamic IP4"`,
 /// `"dynamic IP6"`, `"dynamic IP4 IP6"`); `None` for anything else.
 pub fn request(entry: &str) -> Option<Request> {
+    if !entry.contains("dynamic") {
+        return None;
+    }
     let w: Vec<&str> = entry.split_whitespace().collect();
     let ip4 = |s: &str| s.parse::<Ipv4Addr>().ok();
     let ip6 = |s: &str| s.parse::<Ipv6Addr>().ok();
@@ -129,11 +132,7 @@ impl Pool4 {
             b = pb;
             e = e.max(pe);
         }
-        let inside: Vec<(u32, u32)> = self
-            .taken
-            .range(b..=e)
-            .map(|(k, v)| (*k, *v))
-            .collect();
+        let inside: Vec<(u32, u32)> = self.taken.range(b..=e).map(|(k, v)| (*k, *v)).collect();
         for (k, v) in inside {
             self.taken.remove(&k);
             e = e.max(v);
@@ -572,7 +571,10 @@ pub fn plan(nb: &NbSnapshot, prefix: [u8; 3]) -> Plan {
             Part::Keep => u.cur.ipv4.first().map(|n| n.addr()),
             Part::Remove => None,
             Part::Static(a) => Some(a),
-            Part::Dynamic => pool.as_ref().and_then(Pool4::first_free).map(Ipv4Addr::from),
+            Part::Dynamic => pool
+                .as_ref()
+                .and_then(Pool4::first_free)
+                .map(Ipv4Addr::from),
         };
         let mac = match u.mac {
             Part::Keep => u.cur.mac.unwrap_or(Mac(0)),
@@ -614,13 +616,7 @@ fn fresh(u: &mut Update<'_>, req: &Request, c: &SwitchConfig) {
 
 /// A port with an assignment: which parts change (ovn-northd's
 /// `dynamic_addresses_check_for_updates`).
-fn check(
-    u: &mut Update<'_>,
-    req: &Request,
-    c: &SwitchConfig,
-    pool: Option<&Pool4>,
-    macs: &Macs,
-) {
+fn check(u: &mut Update<'_>, req: &Request, c: &SwitchConfig, pool: Option<&Pool4>, macs: &Macs) {
     let cur = &u.cur;
     u.mac = match (req.mac, cur.mac) {
         (Some(m), Some(c)) if m == c => Part::Keep,

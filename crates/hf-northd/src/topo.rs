@@ -748,7 +748,11 @@ pub(crate) fn lsp_port(
     crate::ipam::diagnose_port(lsp, ls, diags);
     if p.dynamic
         && let Some(d) = &lsp.dynamic_addresses
-        && ls.is_some_and(|ls| crate::ipam::SwitchConfig::parse(&ls.other_config).0.enabled())
+        && ls.is_some_and(|ls| {
+            crate::ipam::SwitchConfig::parse(&ls.other_config)
+                .0
+                .enabled()
+        })
     {
         match LportAddresses::parse(d) {
             Ok(x) => p.addresses.push(x),

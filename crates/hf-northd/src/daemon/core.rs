@@ -646,9 +646,9 @@ impl Northd {
                             "dynamic addresses did not settle after several NB transactions; compiling with what NB holds".into(),
                         );
                     }
-                    self.ipam_txn = Some(nb.transact(Box::new(move |view: &NbSnapshot| {
-                        ipam_ops(view, &prefix)
-                    })));
+                    self.ipam_txn = Some(
+                        nb.transact(Box::new(move |view: &NbSnapshot| ipam_ops(view, &prefix))),
+                    );
                     return;
                 }
             }
@@ -937,9 +937,11 @@ fn ipam_ops(nb: &NbSnapshot, prefix: &str) -> Vec<Value> {
     if let Some(g) = nb.nb_global().values().next()
         && g.options.get("mac_prefix").map(String::as_str) != Some(prefix)
     {
-        ops.push(json!({"op": "mutate", "table": "NB_Global", "where": uuid_where(g.uuid),
+        ops.push(
+            json!({"op": "mutate", "table": "NB_Global", "where": uuid_where(g.uuid),
             "mutations": [["options", "delete", ["set", ["mac_prefix"]]],
-                          ["options", "insert", ["map", [["mac_prefix", prefix]]]]]}));
+                          ["options", "insert", ["map", [["mac_prefix", prefix]]]]]}),
+        );
     }
     let plan = crate::ipam::plan(nb, crate::tables::global::prefix_bytes(prefix));
     for (u, v) in plan.writes {

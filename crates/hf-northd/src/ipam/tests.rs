@@ -34,7 +34,11 @@ impl Nb {
                 self.db.apply(&delta);
                 results
                     .iter()
-                    .find_map(|r| r.get("uuid").and_then(|u| u.get(1)).and_then(|u| u.as_str()))
+                    .find_map(|r| {
+                        r.get("uuid")
+                            .and_then(|u| u.get(1))
+                            .and_then(|u| u.as_str())
+                    })
                     .and_then(|u| u.parse().ok())
                     .unwrap_or_default()
             }
@@ -113,10 +117,22 @@ fn dynamic_entries_parse_as_ovn_reads_them() {
 #[test]
 fn the_next_ipv4_is_the_lowest_free_and_the_mac_follows_it() {
     let mut nb = Nb::new();
-    nb.ls("sw", &[("subnet", "10.0.0.0/24"), ("exclude_ips", "10.0.0.3 10.0.0.5..10.0.0.6")]);
+    nb.ls(
+        "sw",
+        &[
+            ("subnet", "10.0.0.0/24"),
+            ("exclude_ips", "10.0.0.3 10.0.0.5..10.0.0.6"),
+        ],
+    );
     nb.lsp("sw", "st", &["0a:00:00:00:00:ff 10.0.0.2"]);
-    assert_eq!(nb.add("sw", "a", &["dynamic"]).as_deref(), Some("0a:00:00:00:00:05 10.0.0.4"));
-    assert_eq!(nb.add("sw", "b", &["dynamic"]).as_deref(), Some("0a:00:00:00:00:08 10.0.0.7"));
+    assert_eq!(
+        nb.add("sw", "a", &["dynamic"]).as_deref(),
+        Some("0a:00:00:00:00:05 10.0.0.4")
+    );
+    assert_eq!(
+        nb.add("sw", "b", &["dynamic"]).as_deref(),
+        Some("0a:00:00:00:00:08 10.0.0.7")
+    );
     // A static MAC keeps it; the IPv4 is still assigned.
     assert_eq!(
         nb.add("sw", "c", &["02:00:00:00:00:01 dynamic"]).as_deref(),
@@ -136,7 +152,10 @@ fn a_taken_mac_moves_to_the_next_one() {
     // The MAC 10.0.0.2 would get (low bits + 1 = 3) is a static one, on another switch too.
     nb.ls("other", &[]);
     nb.lsp("other", "st", &["0a:00:00:00:00:03"]);
-    assert_eq!(nb.add("sw", "a", &["dynamic"]).as_deref(), Some("0a:00:00:00:00:04 10.0.0.2"));
+    assert_eq!(
+        nb.add("sw", "a", &["dynamic"]).as_deref(),
+        Some("0a:00:00:00:00:04 10.0.0.2")
+    );
 }
 
 #[test]
@@ -147,13 +166,19 @@ fn ipv6_is_the_eui64_of_the_mac_and_mac_only_assigns_a_mac() {
         nb.add("v6", "a", &["dynamic"]).as_deref(),
         Some("0a:00:00:00:00:01 fd00:1::800:ff:fe00:1")
     );
-    nb.ls("both", &[("subnet", "192.168.1.0/24"), ("ipv6_prefix", "fd00:2::/64")]);
+    nb.ls(
+        "both",
+        &[("subnet", "192.168.1.0/24"), ("ipv6_prefix", "fd00:2::/64")],
+    );
     assert_eq!(
         nb.add("both", "b", &["dynamic"]).as_deref(),
         Some("0a:00:00:a8:01:03 192.168.1.2 fd00:2::800:ff:fea8:103")
     );
     nb.ls("mac", &[("mac_only", "true")]);
-    assert_eq!(nb.add("mac", "c", &["dynamic"]).as_deref(), Some("0a:00:00:00:00:02"));
+    assert_eq!(
+        nb.add("mac", "c", &["dynamic"]).as_deref(),
+        Some("0a:00:00:00:00:02")
+    );
 }
 
 #[test]
@@ -168,18 +193,24 @@ fn assignments_are_kept_reassigned_on_conflict_and_cleared() {
     nb.run();
     assert_eq!(nb.dyn_of(a).as_deref(), Some("0a:00:00:00:00:03 10.0.0.3"));
     // An excluded address moves it too.
-    nb.txn(vec![json!({"op": "mutate", "table": "Logical_Switch", "where": [],
-        "mutations": [["other_config", "insert", ["map", [["exclude_ips", "10.0.0.3"]]]]]})]);
+    nb.txn(vec![
+        json!({"op": "mutate", "table": "Logical_Switch", "where": [],
+        "mutations": [["other_config", "insert", ["map", [["exclude_ips", "10.0.0.3"]]]]]}),
+    ]);
     nb.run();
     assert_eq!(nb.dyn_of(a).as_deref(), Some("0a:00:00:00:00:03 10.0.0.4"));
     // A subnet change reassigns the IPv4.
-    nb.txn(vec![json!({"op": "update", "table": "Logical_Switch", "where": [],
-        "row": {"other_config": ["map", [["subnet", "10.1.0.0/16"]]]}})]);
+    nb.txn(vec![
+        json!({"op": "update", "table": "Logical_Switch", "where": [],
+        "row": {"other_config": ["map", [["subnet", "10.1.0.0/16"]]]}}),
+    ]);
     nb.run();
     assert_eq!(nb.dyn_of(a).as_deref(), Some("0a:00:00:00:00:03 10.1.0.2"));
     // No subnet any more: the column goes.
-    nb.txn(vec![json!({"op": "update", "table": "Logical_Switch", "where": [],
-        "row": {"other_config": ["map", []]}})]);
+    nb.txn(vec![
+        json!({"op": "update", "table": "Logical_Switch", "where": [],
+        "row": {"other_config": ["map", []]}}),
+    ]);
     nb.run();
     assert_eq!(nb.dyn_of(a), None);
 }
@@ -213,7 +244,10 @@ fn router_addresses_and_the_broadcast_address_are_never_given() {
             "mutations": [["ports", "insert", ["named-uuid", "p"]]]}),
     ]);
     // .1 is taken as the first address, .2 by the router, .3 is the broadcast address.
-    assert_eq!(nb.add("sw", "a", &["dynamic"]).as_deref(), Some("0a:00:00:00:00:01"));
+    assert_eq!(
+        nb.add("sw", "a", &["dynamic"]).as_deref(),
+        Some("0a:00:00:00:00:01")
+    );
 }
 
 #[test]
@@ -221,7 +255,11 @@ fn bad_options_are_named() {
     let mut nb = Nb::new();
     nb.ls(
         "sw",
-        &[("subnet", "10.0.0.0"), ("ipv6_prefix", "fd00::/48"), ("exclude_ips", "x")],
+        &[
+            ("subnet", "10.0.0.0"),
+            ("ipv6_prefix", "fd00::/48"),
+            ("exclude_ips", "x"),
+        ],
     );
     let snap = nb.snap();
     let ls = snap.logical_switch().values().next().unwrap();
@@ -231,10 +269,13 @@ fn bad_options_are_named() {
     assert!(problems[0].contains("other_config:subnet \"10.0.0.0\""));
     assert!(problems[1].contains("must be /64"));
     let (_, problems) = SwitchConfig::parse(
-        &[("subnet", "10.0.0.0/24"), ("exclude_ips", "10.0.0.9 10.1.0.1 x 10.0.0.20")]
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
+        &[
+            ("subnet", "10.0.0.0/24"),
+            ("exclude_ips", "10.0.0.9 10.1.0.1 x 10.0.0.20"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
     );
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert!(problems[0].contains("not in the subnet"), "{problems:?}");

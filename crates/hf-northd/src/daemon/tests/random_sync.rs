@@ -443,8 +443,13 @@ fn dynamic_step(sim: &mut Sim, i: usize) -> String {
             format!("add dynamic port {p}")
         }
         1 => {
-            let oc = json!(["map", [["subnet", format!("10.0.{k}.0/24")],
-                ["exclude_ips", format!("10.0.{k}.2..10.0.{k}.{}", 3 + i % 7)]]]);
+            let oc = json!([
+                "map",
+                [
+                    ["subnet", format!("10.0.{k}.0/24")],
+                    ["exclude_ips", format!("10.0.{k}.2..10.0.{k}.{}", 3 + i % 7)]
+                ]
+            ]);
             sim.nb(json!([{"op": "update", "table": "Logical_Switch",
                 "where": [["name", "==", ls]], "row": {"other_config": oc}}]));
             format!("subnet on {ls}")
