@@ -162,12 +162,22 @@ impl Pool4 {
     }
 }
 
+/// `subnet` and `exclude_ips`, parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Subnet4 {
+    /// Network + 1.
+    start: u32,
+    /// Addresses after the network (the last is the broadcast address).
+    total: u32,
+    /// `exclude_ips` ranges (inclusive, clamped to the subnet).
+    excluded: Vec<(u32, u32)>,
+}
+
 /// A switch's IPAM configuration, parsed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SwitchConfig {
-    /// `subnet` as (network + 1, addresses after the network) and the `exclude_ips` ranges
-    /// (inclusive, clamped to the subnet).
-    ipv4: Option<(u32, u32, Vec<(u32, u32)>)>,
+    /// `subnet` and `exclude_ips`.
+    ipv4: Option<Subnet4>,
     /// `ipv6_prefix`, first 64 bits.
     ipv6_prefix: Option<Ipv6Addr>,
     /// `mac_only`, when neither of the others is set.
@@ -199,7 +209,11 @@ impl SwitchConfig {
                             ));
                         }
                     }
-                    c.ipv4 = Some((start, host, ex));
+                    c.ipv4 = Some(Subnet4 {
+                        start,
+                        total: host,
+                        excluded: ex,
+                    });
                 }
                 Err(e) => problems.push(format!(
                     "other_config:subnet {s:?}: {e}; no IPv4 addresses are assigned on this switch"
@@ -233,10 +247,10 @@ impl SwitchConfig {
     }
 
     fn pool(&self) -> Option<Pool4> {
-        let (start, total, ex) = self.ipv4.as_ref()?;
-        let mut p = Pool4::new(*start, *total);
-        for (a, b) in ex {
-            p.take_range(a - start, b - start + 1);
+        let s = self.ipv4.as_ref()?;
+        let mut p = Pool4::new(s.start, s.total);
+        for (a, b) in &s.excluded {
+            p.take_range(a - s.start, b - s.start + 1);
         }
         Some(p)
     }

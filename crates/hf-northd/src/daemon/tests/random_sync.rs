@@ -434,7 +434,7 @@ fn dynamic_step(sim: &mut Sim, i: usize) -> String {
     match (i / 9) % 5 {
         0 | 3 => {
             let p = format!("{ls}-d{i}");
-            let addr = if i % 2 == 0 {
+            let addr = if i.is_multiple_of(2) {
                 "dynamic".to_string()
             } else {
                 format!("0a:00:00:cc:00:{:02x} dynamic", i % 256)
