@@ -431,7 +431,7 @@ fn step(sim: &mut Sim, rng: &mut Rng, i: usize) -> String {
 fn dynamic_step(sim: &mut Sim, i: usize) -> String {
     let k = (i / 9) % 4;
     let ls = format!("ls{k}");
-    match (i / 9) % 5 {
+    match (i / 9) % 6 {
         0 | 3 => {
             let p = format!("{ls}-d{i}");
             let addr = if i.is_multiple_of(2) {
@@ -460,10 +460,32 @@ fn dynamic_step(sim: &mut Sim, i: usize) -> String {
                 "where": [["name", "==", ls]], "row": {"other_config": oc}}]));
             format!("ipv6_prefix on {ls}")
         }
-        _ => {
+        4 => {
             sim.nb(json!([{"op": "update", "table": "Logical_Switch",
                 "where": [["name", "==", ls]], "row": {"other_config": ["map", []]}}]));
             format!("no IPAM on {ls}")
+        }
+        _ => {
+            // A VIF of the switch (static or dynamic) asks for dynamic addresses anew.
+            let nb = sim.db_nb();
+            let Some(p) = nb
+                .logical_switch()
+                .values()
+                .find(|s| s.name == ls)
+                .and_then(|s| {
+                    s.ports
+                        .iter()
+                        .filter_map(|r| nb.logical_switch_port().get(&r.uuid()))
+                        .find(|p| p.type_.is_empty())
+                })
+                .map(|p| p.uuid)
+            else {
+                return format!("no VIF on {ls}");
+            };
+            let a = format!("0a:00:00:dd:00:{:02x} dynamic", i % 256);
+            sim.nb(json!([{"op": "update", "table": "Logical_Switch_Port",
+                "where": [["_uuid", "==", uref(p)]], "row": {"addresses": a}}]));
+            format!("readdress dynamic on {ls}")
         }
     }
 }
