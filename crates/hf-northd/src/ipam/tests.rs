@@ -297,3 +297,65 @@ fn the_pool_merges_ranges_and_finds_the_lowest_gap() {
     p.take_range(0, 254);
     assert_eq!(p.first_free(), None, "the broadcast address is never free");
 }
+
+#[test]
+fn the_compile_names_unusable_options_and_dynamic_ports_that_get_nothing() {
+    let mut nb = Nb::new();
+    nb.ls(
+        "bad",
+        &[("subnet", "10.0.0.0/33"), ("exclude_ips", "10.0.0.5")],
+    );
+    nb.ls("plain", &[]);
+    nb.lsp("plain", "p", &["dynamic"]);
+    nb.lsp("bad", "q", &["dynamic", "0a:00:00:00:00:01 dynamic"]);
+    let c = crate::compile(&nb.snap(), &crate::Options::default());
+    let has = |table: &str, name: &str, what: &str| {
+        c.diagnostics
+            .iter()
+            .any(|d| d.table == table && d.name == name && d.reason.contains(what))
+    };
+    assert!(
+        has(
+            "Logical_Switch",
+            "bad",
+            "other_config:subnet \"10.0.0.0/33\": prefix length 33 is above 32"
+        ),
+        "{:#?}",
+        c.diagnostics
+    );
+    assert!(has(
+        "Logical_Switch_Port",
+        "p",
+        "switch \"plain\" sets none of other_config:subnet"
+    ));
+    assert!(has(
+        "Logical_Switch_Port",
+        "q",
+        "more than one dynamic entry"
+    ));
+    assert!(has("Logical_Switch_Port", "q", "switch \"bad\" sets none"));
+    // Nothing is assigned on either switch, and no other diagnostic says so twice.
+    assert!(nb.run().is_empty());
+}
+
+#[test]
+fn the_compile_uses_what_dynamic_addresses_holds() {
+    let mut nb = Nb::new();
+    nb.ls("sw", &[("subnet", "10.0.0.0/24")]);
+    let a = nb.lsp("sw", "a", &["dynamic"]);
+    let flows = |nb: &Nb| -> String {
+        let c = crate::compile(&nb.snap(), &crate::Options::default());
+        assert!(c.diagnostics.is_empty(), "{:#?}", c.diagnostics);
+        c.sb.flows
+            .values()
+            .map(|f| format!("{} {}\n", f.match_, f.actions))
+            .collect()
+    };
+    // Not yet assigned: no address for the port.
+    assert!(!flows(&nb).contains("0a:00:00:00:00:03"));
+    nb.run();
+    assert_eq!(nb.dyn_of(a).as_deref(), Some("0a:00:00:00:00:03 10.0.0.2"));
+    let f = flows(&nb);
+    assert!(f.contains("eth.dst == 0a:00:00:00:00:03"), "{f}");
+    assert!(f.contains("arp.tpa == 10.0.0.2"), "{f}");
+}
