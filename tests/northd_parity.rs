@@ -804,6 +804,33 @@ fn dynamic_steps(seed: u64) -> Vec<Step> {
         "set logical_switch sw4 other_config:subnet=172.17.{n}.0/24"
     )));
     s.push(words("remove logical_switch sw4 other_config subnet"));
+    // Asked-for IPv6 (alone, and with an IPv4), then a /29 filled past its last address
+    // (the sixth port gets a MAC alone).
+    let set_addr = |p: &str, a: &str| -> Step {
+        vec![
+            "set".to_string(),
+            "Logical_Switch_Port".into(),
+            p.into(),
+            format!("addresses=\"{a}\""),
+        ]
+    };
+    let mut v6 = words("lsp-add sw3 r0 --");
+    v6.extend(set_addr("r0", &format!("dynamic fd00:{n}:3::5")));
+    s.push(v6);
+    let mut both = words("lsp-add sw1 r1 --");
+    both.extend(set_addr(
+        "r1",
+        &format!("dynamic 192.168.{n}.9 fd00:{n}::9"),
+    ));
+    s.push(both);
+    s.push(words(&format!(
+        "ls-add sw5 -- set logical_switch sw5 other_config:subnet=10.{n}.5.0/29"
+    )));
+    for k in 0..6 {
+        s.push(words(&format!(
+            "lsp-add sw5 x{k} -- lsp-set-addresses x{k} dynamic"
+        )));
+    }
     s
 }
 
