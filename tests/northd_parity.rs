@@ -831,6 +831,8 @@ fn dynamic_steps(seed: u64) -> Vec<Step> {
             "lsp-add sw5 x{k} -- lsp-set-addresses x{k} dynamic"
         )));
     }
+    // A port group of dynamic ports: its address sets list their dynamic addresses.
+    s.push(words("pg-add pgd x0 x5 r0 r1 q0"));
     s
 }
 
