@@ -3,7 +3,7 @@
 //! `"dynamic IP6"`, `"dynamic IP4 IP6"`), with the semantics of ovn-northd 23.03
 //! (`build_ipam`, northd/ipam.c). Pure: [`plan`] reads NB and a MAC prefix and returns the
 //! column writes; the daemon sends them and the compile reads the column back
-//! ([`crate::topo::lsp_port`] appends it to the port's addresses).
+//! (`topo::lsp_port` appends it to the port's addresses).
 //!
 //! What it does, per run:
 //! - Each switch's pool: IPv4 from `other_config:subnet` (network + 1 is taken, the broadcast

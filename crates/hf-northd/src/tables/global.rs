@@ -7,7 +7,8 @@
 //! NB_Global.options (when it parses), what SB_Global.options already holds
 //! ([`crate::Keys::sb_options`], so a restarted northd keeps them), and else a value derived
 //! from a hash of the NB_Global row's UUID (deterministic for a given NB; locally
-//! administered, unicast, as OVN's random ones are).
+//! administered, unicast, as OVN's random ones are). The daemon writes the `mac_prefix` so
+//! chosen back to NB, as ovn-northd does ([`mac_prefix`]; dynamic MACs are assigned under it).
 
 use crate::Options;
 use crate::addr::Mac;
