@@ -410,7 +410,7 @@ fn dynamic_step(nb: &mut Nb, ls: &str, i: usize) -> String {
         }
         1 => {
             let u = nb.snapshot().logical_switch_by_name(ls).map(|s| s.uuid);
-            let subnet = if i % 3 == 0 {
+            let subnet = if i.is_multiple_of(3) {
                 "10.77.0.0/33"
             } else {
                 "10.77.0.0/24"
