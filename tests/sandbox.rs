@@ -370,6 +370,55 @@ fn stays_up_for_real_ovn_tools() {
         "{ping}\n{}",
         sb.output()
     );
+    // A dynamic port (issue 21): northd assigns its address from ls1's subnet (past the
+    // excluded ones) and writes it to NB; its host takes it by DHCP, then answers ping.
+    common::run_ok(Command::new("ovn-nbctl").args([
+        &nbdb,
+        "--timeout=60",
+        "--wait=hv",
+        "set",
+        "Logical_Switch",
+        "ls1",
+        "other_config:subnet=10.0.1.0/24",
+        "other_config:exclude_ips=\"10.0.1.2..10.0.1.99\"",
+        "--",
+        "lsp-add",
+        "ls1",
+        "p7",
+        "--",
+        "lsp-set-addresses",
+        "p7",
+        "dynamic",
+        "--",
+        "lsp-set-dhcpv4-options",
+        "p7",
+        dhcp.trim(),
+    ]));
+    let assigned = common::run_ok(Command::new("ovn-nbctl").args([
+        &nbdb,
+        "get",
+        "Logical_Switch_Port",
+        "p7",
+        "dynamic_addresses",
+    ]));
+    let ip = assigned
+        .trim()
+        .trim_matches('"')
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_else(|| panic!("p7's dynamic_addresses: {assigned}"))
+        .to_string();
+    assert!(ip.starts_with("10.0.1.") && ip != "10.0.1.1", "{assigned}");
+    let ping = sb.wait_line(
+        "for p7's host answering ping",
+        Duration::from_secs(60),
+        |l| l.starts_with("host p7 (") && !l.ends_with("pinging it"),
+    );
+    assert!(
+        ping.starts_with(&format!("host p7 ({ip}, by DHCP) on ")) && ping.contains("answers ping"),
+        "{ping}\n{}",
+        sb.output()
+    );
     // Still up and serving after all that.
     let show = common::run_ok(Command::new("ovn-nbctl").args([&nbdb, "show"]));
     assert!(show.contains("p9"), "{show}");

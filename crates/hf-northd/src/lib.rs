@@ -21,7 +21,8 @@
 //! [`Options`]).
 //!
 //! What it does not do: talk to databases (the daemon syncs [`output::SbDesired`] against SB
-//! through the client replica), allocate dynamic addresses, or run BFD/service monitors.
+//! through the client replica; it writes the dynamic addresses [`ipam::plan`] decides, which
+//! the compile then reads from NB), or run BFD/service monitors.
 
 pub mod addr;
 pub mod build;
@@ -30,6 +31,7 @@ pub mod diag;
 pub mod features;
 pub mod flow;
 pub mod incremental;
+pub mod ipam;
 pub mod lr;
 pub mod ls;
 pub mod output;

@@ -118,7 +118,8 @@ pub struct Port {
     pub unknown: bool,
     /// `addresses` has `router` (a switch-side router port taking the LRP's addresses).
     pub router_addresses: bool,
-    /// `addresses` has `dynamic` (not assigned by holdfast: a diagnostic says so).
+    /// `addresses` has a dynamic entry (`dynamic`, `MAC dynamic`, ...): the switch's IPAM
+    /// assigns it ([`crate::ipam`]) and `addresses` ends with what `dynamic_addresses` holds.
     pub dynamic: bool,
     /// Parsed `port_security` entries.
     pub port_security: Vec<LportAddresses>,
@@ -393,11 +394,12 @@ impl<'a> Topo<'a> {
             let Some(ls) = nb.logical_switch().get(&self.datapaths[dp].nb) else {
                 continue;
             };
+            crate::ipam::diagnose(ls, diags);
             let mut lsps: Vec<&nb::LogicalSwitchPort> =
                 ls.ports.iter().filter_map(|r| nb.get(*r)).collect();
             lsps.sort_by(|a, b| a.name.cmp(&b.name));
             for lsp in lsps {
-                let p = lsp_port(lsp, dp, diags);
+                let p = lsp_port(lsp, dp, Some(ls), diags);
                 self.add_port(p, "Logical_Switch_Port", diags);
             }
         }
@@ -693,9 +695,16 @@ impl Topo<'_> {
     }
 }
 
-/// One logical switch port of datapath `dp` as the topology holds it (tunnel key not yet
-/// assigned, router peer not yet resolved), with the diagnostics about the row itself.
-pub(crate) fn lsp_port(lsp: &nb::LogicalSwitchPort, dp: DpIdx, diags: &mut Diags) -> Port {
+/// One logical switch port of datapath `dp` (switch row `ls`) as the topology holds it
+/// (tunnel key not yet assigned, router peer not yet resolved), with the diagnostics about
+/// the row itself. A port with a dynamic entry on a switch that assigns addresses gets what
+/// `dynamic_addresses` holds as its last address entry (as ovn-northd appends it).
+pub(crate) fn lsp_port(
+    lsp: &nb::LogicalSwitchPort,
+    dp: DpIdx,
+    ls: Option<&nb::LogicalSwitch>,
+    diags: &mut Diags,
+) -> Port {
     let kind = match lsp.type_.as_str() {
         "" => PortKind::Vif,
         "router" => PortKind::SwitchRouter { lrp: None },
@@ -724,8 +733,7 @@ pub(crate) fn lsp_port(lsp: &nb::LogicalSwitchPort, dp: DpIdx, diags: &mut Diags
         match a.trim() {
             "unknown" => p.unknown = true,
             "router" => p.router_addresses = true,
-            "dynamic" => p.dynamic = true,
-            s if s.starts_with("dynamic ") => p.dynamic = true,
+            s if crate::ipam::is_dynamic(s) => p.dynamic = true,
             s => match LportAddresses::parse(s) {
                 Ok(x) => p.addresses.push(x),
                 Err(e) => diags.push(
@@ -737,13 +745,24 @@ pub(crate) fn lsp_port(lsp: &nb::LogicalSwitchPort, dp: DpIdx, diags: &mut Diags
             },
         }
     }
-    if p.dynamic {
-        diags.push(
-            "Logical_Switch_Port",
-            lsp.uuid,
-            &lsp.name,
-            "dynamic addresses are not assigned by holdfast northd; the port has no addresses until they are set",
-        );
+    crate::ipam::diagnose_port(lsp, ls, diags);
+    if p.dynamic
+        && let Some(d) = &lsp.dynamic_addresses
+        && ls.is_some_and(|ls| {
+            crate::ipam::SwitchConfig::parse(&ls.other_config)
+                .0
+                .enabled()
+        })
+    {
+        match LportAddresses::parse(d) {
+            Ok(x) => p.addresses.push(x),
+            Err(e) => diags.push(
+                "Logical_Switch_Port",
+                lsp.uuid,
+                &lsp.name,
+                format!("dynamic_addresses {d:?}: {e}; the port has no dynamic address until northd assigns one"),
+            ),
+        }
     }
     if !lsp.mirror_rules.is_empty() {
         diags.push(

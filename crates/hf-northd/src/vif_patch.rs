@@ -356,7 +356,8 @@ pub(crate) fn patch_topo(t: &mut Topo<'_>, plan: &Plan, keys: &Keys, diags: &mut
                 let Some(&i) = t.port_by_name.get(&row.name) else {
                     continue;
                 };
-                let mut p = lsp_port(row, *dp, diags);
+                let ls = t.nb.logical_switch().get(&t.datapaths[*dp].nb);
+                let mut p = lsp_port(row, *dp, ls, diags);
                 p.tunnel_key = t.ports[i].tunnel_key;
                 t.ports[i] = p;
                 out.dps.insert(*dp);
@@ -366,7 +367,8 @@ pub(crate) fn patch_topo(t: &mut Topo<'_>, plan: &Plan, keys: &Keys, diags: &mut
                 let Some(row) = t.nb.logical_switch_port().get(u) else {
                     continue;
                 };
-                let p = lsp_port(row, *dp, diags);
+                let ls = t.nb.logical_switch().get(&t.datapaths[*dp].nb);
+                let p = lsp_port(row, *dp, ls, diags);
                 let i = t.ports.len();
                 let at = t.datapaths[*dp]
                     .ports

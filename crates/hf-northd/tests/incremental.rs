@@ -100,6 +100,9 @@ fn step(nb: &mut Nb, rng: &mut Rng, i: usize) -> String {
     let lr = routers[rng.below(routers.len())].clone();
     let vifs = lsp_uuids(nb);
     let net = 100 + i % 100;
+    if i % 11 == 5 {
+        return dynamic_step(nb, &ls, i);
+    }
     match rng.below(24) {
         0 | 1 => {
             let name = format!("{ls}-n{i}");
@@ -388,6 +391,55 @@ fn step(nb: &mut Nb, rng: &mut Rng, i: usize) -> String {
             format!("router port {name} on {lr}")
         }
     }
+}
+
+/// Every eleventh step: dynamic addresses on switch `ls` (a port asking for them, IPAM options
+/// set, unusable or removed), then, as the daemon does before it compiles, the assignments
+/// [`hf_northd::ipam::plan`] decides written to NB (in the same change sets).
+fn dynamic_step(nb: &mut Nb, ls: &str, i: usize) -> String {
+    let what = match (i / 11) % 4 {
+        0 | 3 => {
+            let name = format!("{ls}-d{i}");
+            let addr = if i.is_multiple_of(2) {
+                "dynamic".to_string()
+            } else {
+                format!("0a:00:00:ee:00:{:02x} dynamic", i % 256)
+            };
+            nb.lsp_with(ls, &name, json!({"addresses": addr}));
+            format!("add dynamic port {name}")
+        }
+        1 => {
+            let u = nb.snapshot().logical_switch_by_name(ls).map(|s| s.uuid);
+            let subnet = if i.is_multiple_of(3) {
+                "10.77.0.0/33"
+            } else {
+                "10.77.0.0/24"
+            };
+            nb.set(
+                "Logical_Switch",
+                u.expect("switch"),
+                "other_config",
+                json!(["map", [["subnet", subnet], ["ipv6_prefix", "fd00:77::"]]]),
+            );
+            format!("IPAM options on {ls} (subnet {subnet})")
+        }
+        _ => {
+            let u = nb.snapshot().logical_switch_by_name(ls).map(|s| s.uuid);
+            nb.set(
+                "Logical_Switch",
+                u.expect("switch"),
+                "other_config",
+                json!(["map", []]),
+            );
+            format!("no IPAM on {ls}")
+        }
+    };
+    let plan = hf_northd::ipam::plan(&nb.snapshot(), [0x0a, 0, 0]);
+    for (u, v) in plan.writes {
+        let v = v.map_or(json!(["set", []]), |s| json!(s));
+        nb.set("Logical_Switch_Port", u, "dynamic_addresses", v);
+    }
+    what
 }
 
 #[test]

@@ -63,6 +63,11 @@ fn dhcp() {
 }
 
 #[test]
+fn dhcp_dynamic() {
+    run(scenarios::dhcp_dynamic());
+}
+
+#[test]
 fn restarts_under_load() {
     run(scenarios::restarts());
 }

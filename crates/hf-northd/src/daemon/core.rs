@@ -19,6 +19,12 @@
 //!   (and its timestamp) is the minimum `Chassis_Private.nb_cfg` over non-remote chassis (the
 //!   NB's own `nb_cfg` when there is none), as OVN 23.03 computes it. `Logical_Switch_Port.up`
 //!   follows `Port_Binding.up`/`chassis` as 23.03 sets it.
+//! - Dynamic addresses: before a compile, [`crate::ipam::plan`] decides
+//!   `Logical_Switch_Port.dynamic_addresses` over NB (and `NB_Global.options:mac_prefix` is
+//!   written when NB lacks it, as ovn-northd writes its random one); when something is to be
+//!   written, that NB transaction goes first and the compile (and the SB sync, so that
+//!   `nb_cfg` never reaches SB before the addresses) waits for it, then reads the addresses
+//!   from NB. A standby writes nothing and compiles what NB holds.
 //! - Diagnostics of each compile are logged once when they appear and once when they go
 //!   away, and kept for `status`.
 //!
@@ -171,6 +177,12 @@ pub struct Northd {
     /// echo, which needs no new diff (see [`Northd::handle_sb_event`]).
     echo: Option<Arc<Mutex<std::collections::HashSet<Uuid>>>>,
     nb_txn: Option<TxnId>,
+    /// Dynamic addresses may need writing (NB changed, the lock was taken); the NB
+    /// transaction writing them; how many were sent since the last compile (a plan that does
+    /// not settle stops holding compiles back after a few).
+    ipam_due: bool,
+    ipam_txn: Option<TxnId>,
+    ipam_rounds: u32,
     /// The last negotiation: features, and whether a chassis is unsupported (then port
     /// bindings decide which datapaths are frozen, so they trigger compiles).
     features: FeatureSet,
@@ -259,6 +271,9 @@ impl Northd {
             sb_txn: None,
             echo: None,
             nb_txn: None,
+            ipam_due: true,
+            ipam_txn: None,
+            ipam_rounds: 0,
             features: FeatureSet::all(),
             any_unsupported: false,
             acl_last_good: BTreeMap::new(),
@@ -342,6 +357,7 @@ impl Northd {
             self.sync_due = true;
             self.nb_side_due = true;
             self.up_dirty = None;
+            self.ipam_due = true;
             sb.lock(LOCK_NAME);
             self.say(Level::Info, "resumed".into());
         }
@@ -376,6 +392,7 @@ impl Northd {
         self.sync_due = true;
         self.nb_side_due = true;
         self.up_dirty = None;
+        self.ipam_due = true;
     }
 
     /// The next log line.
@@ -393,7 +410,13 @@ impl Northd {
             Event::Changes(d) => {
                 // Northd's own NB writes (sb_cfg, hv_cfg, LSP up) change nothing in SB; a new
                 // nb_cfg needs a sync (it goes to SB_Global), anything else a compile.
-                if needs_compile(&d) {
+                // `mac_prefix` written as the compile already had it changes nothing either
+                // (the incremental compiler still hears of it: its next compile is full).
+                if self.prefix_echo(&d) {
+                    if let Some(p) = &mut self.pending {
+                        p.push(d.clone());
+                    }
+                } else if needs_compile(&d) {
                     if let Some(p) = &mut self.pending {
                         if p.len() < MAX_PENDING {
                             p.push(d.clone());
@@ -403,6 +426,7 @@ impl Northd {
                     }
                     self.compile_due = true;
                     self.sync_due = true;
+                    self.ipam_due = true;
                 } else if d.nb_global.iter().any(|r| match r {
                     hf_model::RowDelta::Update { old, new } => old.nb_cfg != new.nb_cfg,
                     _ => true,
@@ -430,6 +454,7 @@ impl Northd {
             Event::Resynced { .. } => {
                 self.nb_seen = true;
                 self.pending = None;
+                self.ipam_due = true;
                 self.compile_due = true;
                 self.sync_due = true;
                 self.nb_side_due = true;
@@ -448,6 +473,22 @@ impl Northd {
                     other => self.say(Level::Warn, format!("NB transaction: {other:?}")),
                 }
             }
+            Event::TxnDone { id, outcome, .. } if Some(id) == self.ipam_txn => {
+                self.ipam_txn = None;
+                match outcome {
+                    TxnOutcome::Committed(_) => self.stats.nb_commits += 1,
+                    TxnOutcome::Unchanged => {}
+                    // Compiled with what NB holds; the next NB change tries again.
+                    TxnOutcome::Failed(e) => self.say(
+                        Level::Warn,
+                        format!("NB transaction (dynamic addresses) failed: {e}"),
+                    ),
+                    other => self.say(
+                        Level::Warn,
+                        format!("NB transaction (dynamic addresses): {other:?}"),
+                    ),
+                }
+            }
             Event::Disconnected { remote, reason } => {
                 self.nb_seen = false;
                 self.say(Level::Info, format!("NB remote {remote}: {reason}"));
@@ -455,6 +496,36 @@ impl Northd {
             Event::Warning(w) => self.say(Level::Warn, format!("NB: {w}")),
             _ => {}
         }
+    }
+
+    /// Whether `d` is only `NB_Global.options:mac_prefix` set to the prefix the last compile
+    /// gave SB (besides the handshake columns): northd's own write of it.
+    fn prefix_echo(&self, d: &hf_model::NbDelta) -> bool {
+        let Some(want) = self
+            .desired
+            .as_ref()
+            .and_then(|s| s.sb_options.get("mac_prefix"))
+        else {
+            return false;
+        };
+        d.len() == d.nb_global.len()
+            && !d.nb_global.is_empty()
+            && d.nb_global.iter().all(|r| match r {
+                hf_model::RowDelta::Update { old, new } => {
+                    let mut a = old.clone();
+                    a.nb_cfg = new.nb_cfg;
+                    a.nb_cfg_timestamp = new.nb_cfg_timestamp;
+                    a.sb_cfg = new.sb_cfg;
+                    a.sb_cfg_timestamp = new.sb_cfg_timestamp;
+                    a.hv_cfg = new.hv_cfg;
+                    a.hv_cfg_timestamp = new.hv_cfg_timestamp;
+                    a.options = new.options.clone();
+                    let mut o = old.options.clone();
+                    o.insert("mac_prefix".to_string(), want.clone());
+                    a == *new && o == new.options && old.nb_cfg == new.nb_cfg
+                }
+                _ => false,
+            })
     }
 
     /// One SB replica event.
@@ -516,6 +587,7 @@ impl Northd {
             }
             Event::LockAcquired(_) => {
                 self.active = true;
+                self.ipam_due = true;
                 self.sync_due = true;
                 self.nb_side_due = true;
                 self.up_dirty = None;
@@ -615,6 +687,28 @@ impl Northd {
             self.scope = None;
             self.sync_due = true;
         }
+        // Dynamic addresses first: the compile reads them from NB.
+        if self.active && !self.paused {
+            if self.ipam_txn.is_some() {
+                return;
+            }
+            if std::mem::take(&mut self.ipam_due) && self.ipam_rounds < MAX_IPAM_ROUNDS {
+                let prefix = crate::tables::global::mac_prefix(nb.model(), &sb_options(sb.model()));
+                if !ipam_ops(nb.model(), &prefix).is_empty() {
+                    self.ipam_rounds += 1;
+                    if self.ipam_rounds == MAX_IPAM_ROUNDS {
+                        self.say(
+                            Level::Warn,
+                            "dynamic addresses did not settle after several NB transactions; compiling with what NB holds".into(),
+                        );
+                    }
+                    self.ipam_txn = Some(
+                        nb.transact(Box::new(move |view: &NbSnapshot| ipam_ops(view, &prefix))),
+                    );
+                    return;
+                }
+            }
+        }
         // Compiles run in standby too, so that diagnostics show and a takeover is quick.
         if self.compile_due && (self.active || self.desired.is_none()) {
             self.compile(nb.model(), sb.model());
@@ -698,6 +792,7 @@ impl Northd {
 
     fn compile(&mut self, nb: &NbSnapshot, sb: &SbView) {
         self.compile_due = false;
+        self.ipam_rounds = 0;
         self.sync_due = true;
         let kept = self
             .keys
@@ -883,6 +978,45 @@ pub fn needs_compile(d: &hf_model::NbDelta) -> bool {
         }
     }
     cheap < d.len()
+}
+
+/// NB transactions of dynamic addresses in a row (with no compile between) after which the
+/// daemon compiles with what NB holds rather than wait for the plan to settle.
+const MAX_IPAM_ROUNDS: u32 = 4;
+
+/// `SB_Global.options` as SB holds them.
+fn sb_options(sb: &SbView) -> BTreeMap<String, String> {
+    sb.sb_global
+        .values()
+        .next()
+        .map(|g| g.options.clone().into())
+        .unwrap_or_default()
+}
+
+/// The NB operations that write the dynamic addresses [`crate::ipam::plan`] decides over
+/// `nb`, and `NB_Global.options:mac_prefix` when NB does not hold `prefix` (the prefix in
+/// force, [`crate::tables::global::mac_prefix`]); empty when nothing is to be written.
+fn ipam_ops(nb: &NbSnapshot, prefix: &str) -> Vec<Value> {
+    let mut ops = Vec::new();
+    if let Some(g) = nb.nb_global().values().next()
+        && g.options.get("mac_prefix").map(String::as_str) != Some(prefix)
+    {
+        ops.push(
+            json!({"op": "mutate", "table": "NB_Global", "where": uuid_where(g.uuid),
+            "mutations": [["options", "delete", ["set", ["mac_prefix"]]],
+                          ["options", "insert", ["map", [["mac_prefix", prefix]]]]]}),
+        );
+    }
+    let plan = crate::ipam::plan(nb, crate::tables::global::prefix_bytes(prefix));
+    for (u, v) in plan.writes {
+        let v = match v {
+            Some(s) => json!(s),
+            None => json!(["set", []]),
+        };
+        ops.push(json!({"op": "update", "table": "Logical_Switch_Port",
+            "where": uuid_where(u), "row": {"dynamic_addresses": v}}));
+    }
+    ops
 }
 
 /// What compile reads from SB: tunnel keys by name.

@@ -7,7 +7,8 @@
 //! NB_Global.options (when it parses), what SB_Global.options already holds
 //! ([`crate::Keys::sb_options`], so a restarted northd keeps them), and else a value derived
 //! from a hash of the NB_Global row's UUID (deterministic for a given NB; locally
-//! administered, unicast, as OVN's random ones are).
+//! administered, unicast, as OVN's random ones are). The daemon writes the `mac_prefix` so
+//! chosen back to NB, as ovn-northd does ([`mac_prefix`]; dynamic MACs are assigned under it).
 
 use crate::Options;
 use crate::addr::Mac;
@@ -59,9 +60,8 @@ fn mix(seed: u64) -> u64 {
 
 /// Six bytes from a hash of the NB_Global UUID and `salt`, locally administered and unicast
 /// (what OVN's `eth_addr_random` makes).
-fn derived(topo: &Topo<'_>, salt: u64) -> [u8; 6] {
-    let uuid = topo
-        .nb
+fn derived(nb: &hf_model::NbSnapshot, salt: u64) -> [u8; 6] {
+    let uuid = nb
         .nb_global()
         .keys()
         .next()
@@ -74,26 +74,51 @@ fn derived(topo: &Topo<'_>, salt: u64) -> [u8; 6] {
     b
 }
 
+/// The MAC prefix in force (`xx:xx:xx`): `NB_Global.options:mac_prefix` when it parses,
+/// else the one SB holds (`sb_options`), else one derived from the NB_Global row. The daemon
+/// writes it to NB when NB lacks it (as ovn-northd writes its random one), and
+/// [`crate::ipam`] assigns MACs under it.
+pub fn mac_prefix(
+    nb: &hf_model::NbSnapshot,
+    sb_options: &std::collections::BTreeMap<String, String>,
+) -> String {
+    nb.nb_global()
+        .values()
+        .next()
+        .and_then(|g| g.options.get("mac_prefix"))
+        .and_then(|p| parse_prefix(p))
+        .or_else(|| sb_options.get("mac_prefix").and_then(|p| parse_prefix(p)))
+        .unwrap_or_else(|| {
+            let b = derived(nb, 1);
+            format!("{:02x}:{:02x}:{:02x}", b[0], b[1], b[2])
+        })
+}
+
+/// `xx:xx:xx` (as [`mac_prefix`] prints it) as three bytes.
+pub fn prefix_bytes(p: &str) -> [u8; 3] {
+    let mut b = [0u8; 3];
+    for (i, part) in p.split(':').take(3).enumerate() {
+        b[i] = u8::from_str_radix(part, 16).unwrap_or(0);
+    }
+    b
+}
+
 /// Fills `sb.sb_options`.
 pub fn build(topo: &Topo<'_>, opts: &Options, sb: &mut SbDesired) {
     let nb = &topo.global_options;
     let have = &opts.keys.sb_options;
     let mut o = nb.clone();
-    let prefix = nb
-        .get("mac_prefix")
-        .and_then(|p| parse_prefix(p))
-        .or_else(|| have.get("mac_prefix").and_then(|p| parse_prefix(p)))
-        .unwrap_or_else(|| {
-            let b = derived(topo, 1);
-            format!("{:02x}:{:02x}:{:02x}", b[0], b[1], b[2])
-        });
+    let prefix = match nb.get("mac_prefix").and_then(|p| parse_prefix(p)) {
+        Some(p) => p,
+        None => mac_prefix(topo.nb, have),
+    };
     o.insert("mac_prefix".into(), prefix);
     let svc = nb
         .get("svc_monitor_mac")
         .and_then(|m| parse_mac(m))
         .or_else(|| have.get("svc_monitor_mac").and_then(|m| parse_mac(m)))
         .unwrap_or_else(|| {
-            let b = derived(topo, 2);
+            let b = derived(topo.nb, 2);
             format!(
                 "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
                 b[0], b[1], b[2], b[3], b[4], b[5]

@@ -106,10 +106,7 @@ pub fn address_sets(topo: &Topo<'_>, sb: &mut SbDesired, diags: &mut Diags) {
             let entries = lsp
                 .addresses
                 .iter()
-                .filter(|a| {
-                    let a = a.trim();
-                    a != "dynamic" && !a.starts_with("dynamic ")
-                })
+                .filter(|a| !crate::ipam::is_dynamic(a))
                 .chain(lsp.dynamic_addresses.iter());
             for e in entries {
                 if let Some((a, b)) = split(e) {

@@ -13,8 +13,8 @@
 //! Also [`dns`] (`DNS`).
 //!
 //! What it does not do: IGMP groups (learned by controllers), service monitors, meters,
-//! mirrors, template variables, static MAC bindings, dynamic address allocation, and
-//! `ipv6_ra_pd_list` (read back from SB by OVN). VXLAN mode's smaller key spaces are not
+//! mirrors, template variables, static MAC bindings, and `ipv6_ra_pd_list` (read back from
+//! SB by OVN). Dynamic addresses are [`crate::ipam`]'s, written to NB by the daemon. VXLAN mode's smaller key spaces are not
 //! served (`max_tunid` is Geneve's).
 
 pub mod datapath;

@@ -4,8 +4,11 @@
 //! patched to the same switch whose network contains the address (else a /24 with no
 //! gateway).
 //!
-//! What it does not do: IPv6 hosts, `dynamic` or `unknown` addresses, several addresses per
-//! port (the first MAC and IPv4 address are used), container (`parent_name`) ports.
+//! A port whose first entry asks for dynamic addresses (`dynamic`, `MAC dynamic`, ...) gets its
+//! host once northd has written `dynamic_addresses`, with that MAC (and that IPv4, or DHCP).
+//!
+//! What it does not do: IPv6 hosts, `unknown` addresses, several addresses per port (the first
+//! MAC and IPv4 address are used), container (`parent_name`) ports.
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -91,9 +94,15 @@ pub fn wanted(nb: &NbSnapshot) -> BTreeMap<String, HostSpec> {
             if !p.type_.is_empty() || p.parent_name.is_some() {
                 continue;
             }
-            let Some(addr) = p.addresses.iter().next() else {
+            let Some(mut addr) = p.addresses.iter().next() else {
                 continue;
             };
+            if hf_northd::ipam::is_dynamic(addr) {
+                match &p.dynamic_addresses {
+                    Some(d) => addr = d,
+                    None => continue,
+                }
+            }
             let mut words = addr.split_whitespace();
             let Some(mac) = words.next().and_then(parse_mac) else {
                 continue;

@@ -678,6 +678,162 @@ pub fn dhcp() -> Scenario {
     }
 }
 
+/// Issue 21: a port with `addresses=dynamic` on a switch with `other_config:subnet` (and
+/// `exclude_ips`) gets its address from northd's IPAM, written to NB, and its host takes it by
+/// DHCP, then reaches the router and the other switch; a `dynamic 10.0.0.30` port (a dynamic
+/// MAC) gets a host with that address. Two more dynamic ports come one after the other and the
+/// first leaves, so the second holds an address a fresh assignment would not give it: a
+/// northd restart and rebuilt databases (new UUIDs) keep every assignment, and the hosts
+/// keep talking.
+pub fn dhcp_dynamic() -> Scenario {
+    let mut nbt = base();
+    nbt.push(vec![
+        serde_json::json!({"op": "update", "table": "Logical_Switch",
+        "where": [["name", "==", "sw0"]],
+        "row": {"other_config": ["map", [["subnet", "10.0.0.0/24"],
+            ["exclude_ips", "10.0.0.2..10.0.0.20"]]]}}),
+    ]);
+    nbt.push(nb::port(
+        "sw0",
+        "vm7",
+        "dynamic",
+        PortOpts {
+            requested_chassis: Some("hv2"),
+            ..PortOpts::default()
+        },
+    ));
+    nbt.push(nb::port(
+        "sw0",
+        "vm8",
+        "dynamic 10.0.0.30",
+        PortOpts {
+            requested_chassis: Some("hv1"),
+            ..PortOpts::default()
+        },
+    ));
+    nbt.push(nb::dhcpv4(
+        "vm7",
+        "10.0.0.0/24",
+        &[
+            ("router", "10.0.0.1"),
+            ("server_id", "10.0.0.1"),
+            ("server_mac", "00:00:00:00:ff:01"),
+            ("lease_time", "3600"),
+        ],
+    ));
+    Scenario {
+        name: "dhcp_dynamic",
+        chassis: vec!["hv1", "hv2"],
+        nb: nbt,
+        check: |w| {
+            wait_ready(w);
+            let got = w.run_until(
+                |w| {
+                    w.host("vm7")
+                        .and_then(|h| h.dhcp_record())
+                        .is_some_and(|d| !d.leases.is_empty())
+                },
+                Duration::from_secs(20),
+            );
+            let d = w.host("vm7").and_then(|h| h.dhcp_record()).cloned();
+            assert!(got, "no lease: {d:?}\n{}", w.take_log().join("\n"));
+            let d = d.expect("record");
+            let nb = w.nb_snapshot().expect("NB");
+            let dynamic = nb
+                .logical_switch_port()
+                .values()
+                .find(|p| p.name == "vm7")
+                .and_then(|p| p.dynamic_addresses.clone())
+                .expect("northd wrote dynamic_addresses");
+            // The lowest address past the excluded ones, as ovn-northd gives it (the MAC
+            // follows the address: its low 24 bits plus one).
+            let mac = &dynamic[..dynamic.find(' ').expect("MAC IP")];
+            assert!(mac.ends_with(":00:00:16"), "{dynamic}");
+            assert_eq!(&dynamic[mac.len()..], " 10.0.0.21", "{dynamic}");
+            assert_eq!(d.leases[0].address, "10.0.0.21/24", "{d:?}");
+            assert_eq!(d.leases[0].router.as_deref(), Some("10.0.0.1"), "{d:?}");
+            assert_eq!(
+                w.host("vm7").and_then(|h| h.ipv4()),
+                Some(Ipv4Addr::new(10, 0, 0, 21))
+            );
+            ping_ok(w, "vm7", "10.0.0.1", 2);
+            ping_ok(w, "vm7", "10.0.1.13", 2);
+            let assigned = |w: &World| -> Vec<Option<String>> {
+                let nb = w.nb_snapshot().expect("NB");
+                ["vm7", "vm8"]
+                    .iter()
+                    .map(|n| {
+                        nb.logical_switch_port()
+                            .values()
+                            .find(|p| p.name == *n)
+                            .and_then(|p| p.dynamic_addresses.clone())
+                    })
+                    .collect()
+            };
+            let before = assigned(w);
+            assert!(
+                before[1]
+                    .as_deref()
+                    .is_some_and(|d| d.ends_with(":00:00:1f 10.0.0.30")),
+                "{before:?}"
+            );
+            ping_ok(w, "vm7", "10.0.0.30", 2);
+            for vm in ["vm9", "vm10"] {
+                w.nb(nb::port("sw0", vm, "dynamic", PortOpts::default()))
+                    .expect("add port");
+                w.run_for(Duration::from_millis(500));
+            }
+            let nb0 = w.nb_snapshot().expect("NB");
+            let vm9 = nb0
+                .logical_switch_port()
+                .values()
+                .find(|p| p.name == "vm9")
+                .expect("vm9")
+                .uuid;
+            let held = |w: &World| {
+                w.nb_snapshot()
+                    .expect("NB")
+                    .logical_switch_port()
+                    .values()
+                    .find(|p| p.name == "vm10")
+                    .and_then(|p| p.dynamic_addresses.clone())
+            };
+            assert!(
+                held(w).is_some_and(|d| d.ends_with(" 10.0.0.23")),
+                "{:?}",
+                held(w)
+            );
+            w.nb(vec![
+                serde_json::json!({"op": "mutate", "table": "Logical_Switch",
+                    "where": [["name", "==", "sw0"]],
+                    "mutations": [["ports", "delete", ["uuid", vm9.to_string()]]]}),
+                serde_json::json!({"op": "delete", "table": "Logical_Switch_Port",
+                    "where": [["_uuid", "==", ["uuid", vm9.to_string()]]]}),
+            ])
+            .expect("delete vm9");
+            w.run_for(Duration::from_millis(500));
+            let before: Vec<Option<String>> = assigned(w).into_iter().chain([held(w)]).collect();
+            assert!(
+                before[2]
+                    .as_deref()
+                    .is_some_and(|d| d.ends_with(" 10.0.0.23")),
+                "{before:?}"
+            );
+            let assigned = |w: &World| -> Vec<Option<String>> {
+                assigned(w).into_iter().chain([held(w)]).collect()
+            };
+            w.restart_northd().expect("restart northd");
+            w.run_for(Duration::from_secs(1));
+            assert_eq!(assigned(w), before, "a northd restart moved addresses");
+            w.rebuild_databases().expect("rebuild");
+            w.run_for(Duration::from_secs(1));
+            assert_eq!(assigned(w), before, "rebuilt databases moved addresses");
+            wait_ready(w);
+            ping_ok(w, "vm7", "10.0.0.30", 2);
+        },
+    }
+}
+
 /// Both controllers restarted while TCP transfers cross the tunnel, with conntrack on their
 /// path (security groups on both clients, [`stateful_base`]): no segment retransmitted, no
 /// reset, zone maps unchanged, nothing flushed; the datapaths forward meanwhile.

@@ -148,6 +148,9 @@ fn step(sim: &mut Sim, rng: &mut Rng, i: usize) -> String {
         .map(|p| (p.uuid, p.name.clone()))
         .collect();
     let net = 100 + i % 100;
+    if i % 9 == 4 {
+        return dynamic_step(sim, i);
+    }
     match rng.below(23) {
         0 | 1 => {
             let p = format!("{ls}-n{i}");
@@ -423,6 +426,70 @@ fn step(sim: &mut Sim, rng: &mut Rng, i: usize) -> String {
     }
 }
 
+/// Every ninth step: dynamic addresses (a port asking for them, a switch's IPAM options
+/// set, changed or removed); the daemon writes the assignments to NB before it compiles.
+fn dynamic_step(sim: &mut Sim, i: usize) -> String {
+    let k = (i / 9) % 4;
+    let ls = format!("ls{k}");
+    match (i / 9) % 6 {
+        0 | 3 => {
+            let p = format!("{ls}-d{i}");
+            let addr = if i.is_multiple_of(2) {
+                "dynamic".to_string()
+            } else {
+                format!("0a:00:00:cc:00:{:02x} dynamic", i % 256)
+            };
+            sim.nb(Value::Array(vif_ops(&ls, &p, &addr)));
+            format!("add dynamic port {p}")
+        }
+        1 => {
+            let oc = json!([
+                "map",
+                [
+                    ["subnet", format!("10.0.{k}.0/24")],
+                    ["exclude_ips", format!("10.0.{k}.2..10.0.{k}.{}", 3 + i % 7)]
+                ]
+            ]);
+            sim.nb(json!([{"op": "update", "table": "Logical_Switch",
+                "where": [["name", "==", ls]], "row": {"other_config": oc}}]));
+            format!("subnet on {ls}")
+        }
+        2 => {
+            let oc = json!(["map", [["ipv6_prefix", format!("fd00:{k}::")]]]);
+            sim.nb(json!([{"op": "update", "table": "Logical_Switch",
+                "where": [["name", "==", ls]], "row": {"other_config": oc}}]));
+            format!("ipv6_prefix on {ls}")
+        }
+        4 => {
+            sim.nb(json!([{"op": "update", "table": "Logical_Switch",
+                "where": [["name", "==", ls]], "row": {"other_config": ["map", []]}}]));
+            format!("no IPAM on {ls}")
+        }
+        _ => {
+            // A VIF of the switch (static or dynamic) asks for dynamic addresses anew.
+            let nb = sim.db_nb();
+            let Some(p) = nb
+                .logical_switch()
+                .values()
+                .find(|s| s.name == ls)
+                .and_then(|s| {
+                    s.ports
+                        .iter()
+                        .filter_map(|r| nb.logical_switch_port().get(&r.uuid()))
+                        .find(|p| p.type_.is_empty())
+                })
+                .map(|p| p.uuid)
+            else {
+                return format!("no VIF on {ls}");
+            };
+            let a = format!("0a:00:00:dd:00:{:02x} dynamic", i % 256);
+            sim.nb(json!([{"op": "update", "table": "Logical_Switch_Port",
+                "where": [["_uuid", "==", uref(p)]], "row": {"addresses": a}}]));
+            format!("readdress dynamic on {ls}")
+        }
+    }
+}
+
 /// The full diff of a compile from scratch against SB as node 0 sees it: what it would
 /// write (empty when the incremental path left SB right).
 fn full_diff_from_scratch(sim: &Sim) -> Vec<Value> {
@@ -490,6 +557,7 @@ fn run_kinds(
     }
     assert!(full_diff_from_scratch(&sim).is_empty(), "the cold sync");
     let mut rng = Rng(seed | 1);
+    let mut dynamic_seen = 0;
     for i in 0..steps {
         let before = sim.nodes[0].nd.stats().topo_patched;
         let what = step(&mut sim, &mut rng, i);
@@ -501,6 +569,12 @@ fn run_kinds(
             patched_kinds.insert(kind(&what));
         }
         check_up(&sim, seed, i, &what)?;
+        dynamic_seen += sim
+            .db_nb()
+            .logical_switch_port()
+            .values()
+            .filter(|p| p.dynamic_addresses.is_some())
+            .count();
         let ops = full_diff_from_scratch(&sim);
         if !ops.is_empty() {
             let shown: Vec<String> = ops.iter().take(4).map(|o| o.to_string()).collect();
@@ -511,6 +585,11 @@ fn run_kinds(
             ));
         }
     }
+    // Dynamic addresses were assigned (by the daemon, before its compiles) along the way.
+    assert!(
+        steps < 40 || dynamic_seen > 0,
+        "no port had dynamic addresses in {steps} steps"
+    );
     let s = sim.nodes[0].nd.stats();
     Ok((steps, s.scoped_diffs, s.topo_patched))
 }
