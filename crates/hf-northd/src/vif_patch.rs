@@ -275,15 +275,10 @@ pub(crate) fn plan(
     // or has none for it): keyed anew. A datapath whose every port SB keys as the topology
     // does is keyed the same again ([`Topo::assign_port_keys`] reads only its ports' keys),
     // so no copy of the last compile's port keys is needed.
-    for (name, k) in &keys.ports {
-        if let Some(&i) = t.port_by_name.get(name)
-            && t.ports[i].tunnel_key != *k
-        {
-            plan.rekey.insert(t.ports[i].dp);
-        }
-    }
+    // One pass over the topology's ports, one lookup each (a port whose name another port
+    // of the topology shares is compared too: re-keying its datapath gives the same keys).
     for p in &t.ports {
-        if !keys.ports.contains_key(&p.name) {
+        if keys.ports.get(&p.name) != Some(&p.tunnel_key) {
             plan.rekey.insert(p.dp);
         }
     }
