@@ -14,6 +14,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
+/// The diff's maps over every SB row of a table (20k port bindings at 500x40): foldhash, not
+/// SipHash, whose per-key cost showed in every port add's profile.
+type FastMap<K, V> = hashbrown::HashMap<K, V>;
+
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -447,14 +451,14 @@ impl Ops<'_> {
 fn by_key<'a, R, K: std::hash::Hash + Eq>(
     rows: impl Iterator<Item = &'a R>,
     key: impl Fn(&'a R) -> Option<K>,
-) -> (HashMap<K, &'a R>, Vec<&'a R>) {
-    let mut m = HashMap::with_capacity(rows.size_hint().0);
+) -> (FastMap<K, &'a R>, Vec<&'a R>) {
+    let mut m = FastMap::with_capacity(rows.size_hint().0);
     let mut dups = Vec::new();
     for r in rows {
         match key(r) {
             Some(k) => match m.entry(k) {
-                std::collections::hash_map::Entry::Occupied(_) => dups.push(r),
-                std::collections::hash_map::Entry::Vacant(e) => {
+                hashbrown::hash_map::Entry::Occupied(_) => dups.push(r),
+                hashbrown::hash_map::Entry::Vacant(e) => {
                     e.insert(r);
                 }
             },
@@ -478,7 +482,7 @@ fn visit<'a, K: Ord, V>(
 /// The SB rows a diff deletes because `desired` no longer has their key: all such rows
 /// (full), or those of the scope's keys.
 fn gone<'a, K, Q, V, R>(
-    old: &'a HashMap<&'a Q, &'a R>,
+    old: &'a FastMap<&'a Q, &'a R>,
     desired: &'a BTreeMap<K, V>,
     scope: Option<&'a BTreeSet<K>>,
 ) -> Vec<&'a R>
@@ -680,7 +684,7 @@ fn diff(
     // ports bound (controllers' claims, which trigger no compile), and there are few groups.
     let hag_scope: Option<BTreeSet<&str>> = None;
     let mut hag_uuid: HashMap<String, Uuid> = HashMap::new();
-    let mut bound_by_dp: HashMap<Uuid, BTreeSet<Uuid>> = HashMap::new();
+    let mut bound_by_dp: FastMap<Uuid, BTreeSet<Uuid>> = FastMap::new();
     if hag_scope.as_ref().is_none_or(|h| !h.is_empty()) {
         for p in sb.port_binding.values() {
             if let Some(c) = p.chassis {
@@ -792,7 +796,7 @@ fn diff(
     }
 
     // Port_Binding: only northd's columns.
-    let mut pb_uuid: HashMap<&str, Uuid> = HashMap::new();
+    let mut pb_uuid: FastMap<&str, Uuid> = FastMap::new();
     for (name, row) in visit(&d.ports, scope.map(|s| &s.ports)) {
         let Some(dp) = dp_uuid.get(row.datapath.as_str()) else {
             continue;
@@ -1087,7 +1091,7 @@ fn diff(
             o.delete(r);
         }
     }
-    let old_mc_ref: HashMap<&(String, String), &s::MulticastGroup> =
+    let old_mc_ref: FastMap<&(String, String), &s::MulticastGroup> =
         old_mc.iter().map(|(k, r)| (k, *r)).collect();
     for r in gone(&old_mc_ref, &d.mcgroups, scope.map(|s| &s.mcgroups)) {
         o.delete(r);

@@ -4,7 +4,11 @@
 //! Bad rows become [`crate::diag::Diagnostic`]s here (unparsable addresses, dangling peers,
 //! duplicate names) and are left out or reduced; the rest of the topology is complete.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+// foldhash, not SipHash: the port maps hold 20k names at 500x40 and every port add looks
+// each topology port up once.
+use hashbrown::HashMap;
 
 use hf_expr::FeatureSet;
 use hf_model::NbSnapshot;

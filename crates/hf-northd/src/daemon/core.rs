@@ -1022,7 +1022,7 @@ fn ipam_ops(nb: &NbSnapshot, prefix: &str) -> Vec<Value> {
 /// What compile reads from SB: tunnel keys by name.
 pub fn compile_options(sb: &SbView) -> Options {
     let mut keys = Keys {
-        ports: std::collections::HashMap::with_capacity(sb.port_binding.len()),
+        ports: hashbrown::HashMap::with_capacity(sb.port_binding.len()),
         ..Default::default()
     };
     for d in sb.datapath_binding.values() {
