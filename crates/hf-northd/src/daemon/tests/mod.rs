@@ -883,3 +883,42 @@ fn a_running_northd_keeps_an_acls_last_good_match_and_a_restarted_one_fails_clos
 
 mod drift;
 mod random_sync;
+
+#[test]
+fn the_first_dynamic_port_gets_its_address_and_static_ports_cost_no_address_plan() {
+    // A switch with a subnet and static ports only: while no port is dynamic, northd skips
+    // the address plan; the first `dynamic` port (and a later one) still get addresses, and
+    // deleting them leaves the plan skipped again.
+    let mut sim = Sim::new(1);
+    sim.nb_with_cfg(vec![json!({"op": "insert", "table": "Logical_Switch",
+        "row": {"name": "sw0", "other_config": ["map", [["subnet", "10.0.0.0/24"]]]}})]);
+    sim.nb_with_cfg(lsp_ops("sw0", "static1", 5));
+    sim.run();
+    let assigned = |sim: &Sim, name: &str| {
+        sim.db_nb()
+            .logical_switch_port_by_name(name)
+            .and_then(|p| p.dynamic_addresses.clone())
+    };
+    for (i, name) in ["dyn1", "dyn2"].iter().enumerate() {
+        let mut ops = lsp_ops("sw0", name, 10 + i as u8);
+        ops[0]["row"]["addresses"] = json!("dynamic");
+        sim.nb_with_cfg(ops);
+        sim.run();
+        let a = assigned(&sim, name).unwrap_or_else(|| panic!("{name} got no address"));
+        assert!(a.contains("10.0.0."), "{name}: {a}");
+    }
+    sim.nb(json!([
+        {"op": "mutate", "table": "Logical_Switch", "where": [],
+            "mutations": [["ports", "delete", ["set", [
+                ["uuid", sim.db_nb().logical_switch_port_by_name("dyn1").map(|p| p.uuid.to_string()).unwrap_or_default()],
+                ["uuid", sim.db_nb().logical_switch_port_by_name("dyn2").map(|p| p.uuid.to_string()).unwrap_or_default()]]]]]},
+        {"op": "delete", "table": "Logical_Switch_Port", "where": [["name", "==", "dyn1"]]},
+        {"op": "delete", "table": "Logical_Switch_Port", "where": [["name", "==", "dyn2"]]},
+    ]));
+    sim.run();
+    assert_eq!(sim.nodes[0].nd.dynamic_rows_for_test(), Some(0));
+    sim.nb_with_cfg(lsp_ops("sw0", "static2", 6));
+    sim.run();
+    assert_eq!(sim.nodes[0].nd.dynamic_rows_for_test(), Some(0));
+    assert!(assigned(&sim, "static2").is_none());
+}
