@@ -379,6 +379,7 @@ fn cold_start_then_one_port_in_one_transaction() {
     let mut sim = Sim::new(1);
     let cfg = sim.nb_with_cfg(vec![
         json!({"op": "insert", "table": "Logical_Switch", "row": {"name": "sw0"}}),
+        json!({"op": "insert", "table": "Logical_Switch", "row": {"name": "sw1"}}),
     ]);
     sim.run();
     let g = sim.db_nb().nb_global().values().next().unwrap().clone();
@@ -921,4 +922,30 @@ fn the_first_dynamic_port_gets_its_address_and_static_ports_cost_no_address_plan
     sim.run();
     assert_eq!(sim.nodes[0].nd.dynamic_rows_for_test(), Some(0));
     assert!(assigned(&sim, "static2").is_none());
+}
+
+#[test]
+fn the_first_port_add_after_a_cold_start_on_a_populated_nb_is_incremental() {
+    // northd starts on an NB that already holds the switches (it compiles before it takes the
+    // lock, then writes `mac_prefix`): its own write must not make the next compile full.
+    let mut sim = Sim::new(0);
+    sim.nb_with_cfg(vec![
+        json!({"op": "insert", "table": "Logical_Switch", "row": {"name": "sw0"}}),
+        json!({"op": "insert", "table": "Logical_Switch", "row": {"name": "sw1"}}),
+        json!({"op": "insert", "table": "Logical_Switch", "row": {"name": "sw2"}}),
+    ]);
+    sim.add_node(0);
+    sim.run();
+    assert!(
+        sim.db_nb()
+            .nb_global()
+            .values()
+            .next()
+            .is_some_and(|g| g.options.contains_key("mac_prefix")),
+        "northd wrote no mac_prefix"
+    );
+    sim.nb_with_cfg(lsp_ops("sw0", "p1", 1));
+    sim.run();
+    assert_complete(&sim);
+    assert_eq!(sim.nodes[0].nd.stats().last_rebuilt, 1, "a full compile");
 }
