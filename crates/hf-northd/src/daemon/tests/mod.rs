@@ -948,4 +948,11 @@ fn the_first_port_add_after_a_cold_start_on_a_populated_nb_is_incremental() {
     sim.run();
     assert_complete(&sim);
     assert_eq!(sim.nodes[0].nd.stats().last_rebuilt, 1, "a full compile");
+    // That compile built the topology anew (the cold one saw SB without any key); the next
+    // port add patches it.
+    let patched = sim.nodes[0].nd.stats().topo_patched;
+    sim.nb_with_cfg(lsp_ops("sw1", "p2", 2));
+    sim.run();
+    assert_complete(&sim);
+    assert_eq!(sim.nodes[0].nd.stats().topo_patched, patched + 1);
 }
