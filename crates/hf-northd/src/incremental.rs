@@ -400,14 +400,7 @@ impl Incremental {
         for r in &d.nb_global {
             match r {
                 RowDelta::Update { old, new } => {
-                    let mut a = old.clone();
-                    a.nb_cfg = new.nb_cfg;
-                    a.nb_cfg_timestamp = new.nb_cfg_timestamp;
-                    a.sb_cfg = new.sb_cfg;
-                    a.sb_cfg_timestamp = new.sb_cfg_timestamp;
-                    a.hv_cfg = new.hv_cfg;
-                    a.hv_cfg_timestamp = new.hv_cfg_timestamp;
-                    if a != *new {
+                    if with_handshake_of(old, new) != *new {
                         return None;
                     }
                 }
@@ -1056,4 +1049,20 @@ impl Incremental {
             Err(i) => m.insert(i, (dp.clone(), 1)),
         }
     }
+}
+
+/// `old` with `new`'s handshake columns (`nb_cfg`, `sb_cfg`, `hv_cfg` and their timestamps),
+/// which northd and the CMS bump on every `--wait`: equal to `new` when nothing else changed.
+pub(crate) fn with_handshake_of(
+    old: &hf_model::nb::NbGlobal,
+    new: &hf_model::nb::NbGlobal,
+) -> hf_model::nb::NbGlobal {
+    let mut a = old.clone();
+    a.nb_cfg = new.nb_cfg;
+    a.nb_cfg_timestamp = new.nb_cfg_timestamp;
+    a.sb_cfg = new.sb_cfg;
+    a.sb_cfg_timestamp = new.sb_cfg_timestamp;
+    a.hv_cfg = new.hv_cfg;
+    a.hv_cfg_timestamp = new.hv_cfg_timestamp;
+    a
 }

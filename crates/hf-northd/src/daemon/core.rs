@@ -557,13 +557,7 @@ impl Northd {
             && !d.nb_global.is_empty()
             && d.nb_global.iter().all(|r| match r {
                 hf_model::RowDelta::Update { old, new } => {
-                    let mut a = old.clone();
-                    a.nb_cfg = new.nb_cfg;
-                    a.nb_cfg_timestamp = new.nb_cfg_timestamp;
-                    a.sb_cfg = new.sb_cfg;
-                    a.sb_cfg_timestamp = new.sb_cfg_timestamp;
-                    a.hv_cfg = new.hv_cfg;
-                    a.hv_cfg_timestamp = new.hv_cfg_timestamp;
+                    let mut a = crate::incremental::with_handshake_of(old, new);
                     a.options = new.options.clone();
                     let mut o = old.options.clone();
                     o.insert("mac_prefix".to_string(), want.clone());
@@ -1012,17 +1006,10 @@ pub fn needs_compile(d: &hf_model::NbDelta) -> bool {
     use hf_model::RowDelta;
     let mut cheap = 0;
     for r in &d.nb_global {
-        if let RowDelta::Update { old, new } = r {
-            let mut a = old.clone();
-            a.nb_cfg = new.nb_cfg;
-            a.nb_cfg_timestamp = new.nb_cfg_timestamp;
-            a.sb_cfg = new.sb_cfg;
-            a.sb_cfg_timestamp = new.sb_cfg_timestamp;
-            a.hv_cfg = new.hv_cfg;
-            a.hv_cfg_timestamp = new.hv_cfg_timestamp;
-            if a == *new {
-                cheap += 1;
-            }
+        if let RowDelta::Update { old, new } = r
+            && crate::incremental::with_handshake_of(old, new) == *new
+        {
+            cheap += 1;
         }
     }
     for r in &d.logical_switch_port {

@@ -7,6 +7,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
+use hf_sim::net::record::DhcpRecord;
 use hf_sim::world::World;
 use hf_sim::world::nb::{self, Nat, PortOpts, Txn};
 
@@ -628,6 +629,36 @@ pub fn load_balancer() -> Scenario {
     }
 }
 
+/// DHCPv4 options for `port` on sw0 (10.0.0.0/24, the router at 10.0.0.1).
+fn sw0_dhcp(port: &str) -> Txn {
+    nb::dhcpv4(
+        port,
+        "10.0.0.0/24",
+        &[
+            ("router", "10.0.0.1"),
+            ("server_id", "10.0.0.1"),
+            ("server_mac", "00:00:00:00:ff:01"),
+            ("lease_time", "3600"),
+        ],
+    )
+}
+
+/// Runs until `host` holds a DHCP lease (20 s at most, else the test fails with the log);
+/// its DHCP record.
+fn wait_lease(w: &mut World, host: &str) -> DhcpRecord {
+    let got = w.run_until(
+        |w| {
+            w.host(host)
+                .and_then(|h| h.dhcp_record())
+                .is_some_and(|d| !d.leases.is_empty())
+        },
+        Duration::from_secs(20),
+    );
+    let d = w.host(host).and_then(|h| h.dhcp_record()).cloned();
+    assert!(got, "no lease: {d:?}\n{}", w.take_log().join("\n"));
+    d.expect("record")
+}
+
 pub fn dhcp() -> Scenario {
     let mut nbt = base();
     nbt.push(nb::port(
@@ -639,33 +670,14 @@ pub fn dhcp() -> Scenario {
             ..PortOpts::default()
         },
     ));
-    nbt.push(nb::dhcpv4(
-        "vm6",
-        "10.0.0.0/24",
-        &[
-            ("router", "10.0.0.1"),
-            ("server_id", "10.0.0.1"),
-            ("server_mac", "00:00:00:00:ff:01"),
-            ("lease_time", "3600"),
-        ],
-    ));
+    nbt.push(sw0_dhcp("vm6"));
     Scenario {
         name: "dhcp",
         chassis: vec!["hv1", "hv2"],
         nb: nbt,
         check: |w| {
             wait_ready(w);
-            let got = w.run_until(
-                |w| {
-                    w.host("vm6")
-                        .and_then(|h| h.dhcp_record())
-                        .is_some_and(|d| !d.leases.is_empty())
-                },
-                Duration::from_secs(20),
-            );
-            let d = w.host("vm6").and_then(|h| h.dhcp_record()).cloned();
-            assert!(got, "no lease: {d:?}\n{}", w.take_log().join("\n"));
-            let d = d.expect("record");
+            let d = wait_lease(w, "vm6");
             assert_eq!(d.leases[0].address, "10.0.0.16/24", "{d:?}");
             assert_eq!(d.leases[0].router.as_deref(), Some("10.0.0.1"), "{d:?}");
             assert_eq!(
@@ -711,33 +723,14 @@ pub fn dhcp_dynamic() -> Scenario {
             ..PortOpts::default()
         },
     ));
-    nbt.push(nb::dhcpv4(
-        "vm7",
-        "10.0.0.0/24",
-        &[
-            ("router", "10.0.0.1"),
-            ("server_id", "10.0.0.1"),
-            ("server_mac", "00:00:00:00:ff:01"),
-            ("lease_time", "3600"),
-        ],
-    ));
+    nbt.push(sw0_dhcp("vm7"));
     Scenario {
         name: "dhcp_dynamic",
         chassis: vec!["hv1", "hv2"],
         nb: nbt,
         check: |w| {
             wait_ready(w);
-            let got = w.run_until(
-                |w| {
-                    w.host("vm7")
-                        .and_then(|h| h.dhcp_record())
-                        .is_some_and(|d| !d.leases.is_empty())
-                },
-                Duration::from_secs(20),
-            );
-            let d = w.host("vm7").and_then(|h| h.dhcp_record()).cloned();
-            assert!(got, "no lease: {d:?}\n{}", w.take_log().join("\n"));
-            let d = d.expect("record");
+            let d = wait_lease(w, "vm7");
             let nb = w.nb_snapshot().expect("NB");
             let dynamic = nb
                 .logical_switch_port()
