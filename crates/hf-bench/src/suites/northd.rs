@@ -266,10 +266,12 @@ fn side(
         .arg(format!("--ovnsb-db={sb}")))
     .with_context(|| format!("starting {name}"))?;
     let northd = Daemon::adopt(dir, name);
+    // Ten minutes: ovn-northd's cold 100k-row SB transaction through a loaded Raft cluster
+    // took more than the two minutes this once allowed (session 21, 500x40).
     let nbctl = |nb: &str, args: &[&str]| {
         ok(Command::new("ovn-nbctl")
             .arg(format!("--db={nb}"))
-            .args(["--wait=sb", "--timeout=120"])
+            .args(["--wait=sb", "--timeout=600"])
             .args(args))
     };
     nbctl(&nb, &["sync"]).with_context(|| format!("{name}: cold --wait=sb sync"))?;
