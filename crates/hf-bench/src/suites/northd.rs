@@ -241,6 +241,8 @@ fn side(
         None if raft::wanted()? => {
             let nbr = raft::Raft::start(dir, "nb", "OVN_Northbound", &nb_db)?;
             let sbr = raft::Raft::start(dir, "sb", "OVN_Southbound", Path::new(SB_SCHEMA))?;
+            nbr.raise_election_timer(raft::ELECTION_TIMER_MS)?;
+            sbr.raise_election_timer(raft::ELECTION_TIMER_MS)?;
             let remotes = (nbr.remotes(), sbr.remotes());
             clusters.push(nbr);
             clusters.push(sbr);
