@@ -110,19 +110,8 @@ fn holdfast_fill(env: &Env, hf_features: Option<&str>) -> Filled {
             );
         }
     }
-    let pidfile = d.join("hf-northd.pid");
     let ctl = d.join("hf-northd.ctl");
-    common::run_ok(
-        Command::new(common::holdfast())
-            .arg("northd")
-            .arg(format!("--ovnnb-db={}", env.nb))
-            .arg(format!("--ovnsb-db={}", env.sb))
-            .args(["--detach", "--no-chdir", "-vconsole:off"])
-            .arg(format!("--pidfile={}", pidfile.display()))
-            .arg(format!("--unixctl={}", ctl.display()))
-            .arg(format!("--log-file={}", d.join("hf-northd.log").display())),
-    );
-    let _stop = StopOnDrop(pidfile);
+    let _stop = holdfast_start(env, "hf-northd");
     common::run_ok(
         Command::new("ovn-nbctl")
             .arg(format!("--db={}", env.nb))
