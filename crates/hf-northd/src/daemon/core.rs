@@ -1229,11 +1229,14 @@ pub(crate) fn nb_side(nb: &NbSnapshot, sb: &SbView, dirty: Option<&BTreeSet<Stri
     // and the controller says so (a remote chassis' ports are up once bound). Only the ports
     // named in `dirty` when given (and SB's name index covers every binding), else all.
     // Of several bindings with one name, the last in UUID order counts.
-    if let Some(dirty) = dirty
-        && dirty.iter().all(|n| sb.port_bindings_named(n).is_some())
-    {
-        for name in dirty {
-            let pbs = sb.port_bindings_named(name).unwrap_or_default();
+    // Each name's bindings, read once (None when the view's name index cannot say).
+    let named: Option<Vec<(&String, Vec<&hf_model::sb::PortBinding>)>> = dirty.and_then(|d| {
+        d.iter()
+            .map(|n| sb.port_bindings_named(n).map(|pbs| (n, pbs)))
+            .collect()
+    });
+    if let Some(named) = named {
+        for (name, pbs) in named {
             let Some(pb) = pbs.last() else { continue };
             for lsp in nb.logical_switch_port_all_by_name(name) {
                 lsp_up(&mut plan, lsp, pb, sb);
