@@ -140,6 +140,10 @@ pub struct SbView {
     pub load_balancer: BTreeMap<Uuid, sb::LoadBalancer>,
     /// `HA_Chassis`.
     pub ha_chassis: BTreeMap<Uuid, sb::HaChassis>,
+    /// `Meter`.
+    pub meter: BTreeMap<Uuid, sb::Meter>,
+    /// `Meter_Band`.
+    pub meter_band: BTreeMap<Uuid, sb::MeterBand>,
     /// `HA_Chassis_Group`.
     pub ha_chassis_group: BTreeMap<Uuid, sb::HaChassisGroup>,
     /// `Logical_DP_Group`.
@@ -204,6 +208,8 @@ const TABLES: &[(&str, Option<&[&str]>)] = &[
     ("DHCPv6_Options", None),
     ("Load_Balancer", None),
     ("HA_Chassis", Some(&["chassis", "priority", "external_ids"])),
+    ("Meter", None),
+    ("Meter_Band", None),
     (
         "HA_Chassis_Group",
         Some(&["name", "ha_chassis", "ref_chassis"]),
@@ -345,6 +351,8 @@ impl SbView {
             + self.dhcpv6_options.len()
             + self.load_balancer.len()
             + self.ha_chassis.len()
+            + self.meter.len()
+            + self.meter_band.len()
             + self.ha_chassis_group.len()
             + self.logical_dp_group.len()
             + self.logical_flow.len()
@@ -715,6 +723,8 @@ struct AllPending {
     dhcpv6_options: Pending<sb::Dhcpv6Options>,
     load_balancer: Pending<sb::LoadBalancer>,
     ha_chassis: Pending<sb::HaChassis>,
+    meter: Pending<sb::Meter>,
+    meter_band: Pending<sb::MeterBand>,
     ha_chassis_group: Pending<sb::HaChassisGroup>,
     logical_dp_group: Pending<sb::LogicalDpGroup>,
     logical_flow: Pending<LeanFlow>,
@@ -748,6 +758,8 @@ impl SbView {
                 .load_balancer
                 .extend(typed_changes(&self.load_balancer, u)?),
             "HA_Chassis" => p.ha_chassis.extend(typed_changes(&self.ha_chassis, u)?),
+            "Meter" => p.meter.extend(typed_changes(&self.meter, u)?),
+            "Meter_Band" => p.meter_band.extend(typed_changes(&self.meter_band, u)?),
             "HA_Chassis_Group" => p
                 .ha_chassis_group
                 .extend(typed_changes(&self.ha_chassis_group, u)?),
@@ -787,6 +799,8 @@ impl SbView {
             || !p.dhcpv6_options.is_empty()
             || !p.dns.is_empty()
             || !p.ha_chassis.is_empty()
+            || !p.meter.is_empty()
+            || !p.meter_band.is_empty()
             || !p.ha_chassis_group.is_empty()
             || !p.logical_dp_group.is_empty()
             || !p.logical_flow.is_empty()
@@ -803,6 +817,7 @@ impl SbView {
             c.northd_uuids.extend(ids_of(&p.dhcpv6_options));
             c.northd_uuids.extend(ids_of(&p.dns));
             c.northd_uuids.extend(ids_of(&p.ha_chassis_group));
+            c.northd_uuids.extend(ids_of(&p.meter));
             c.northd_uuids.extend(ids_of(&p.logical_flow));
             c.northd_uuids.extend(ids_of(&p.static_mac_binding));
         }
@@ -858,6 +873,11 @@ impl SbView {
             "HA_Chassis_Group",
             apply_pending(&mut self.ha_chassis_group, p.ha_chassis_group),
         );
+        note("Meter", apply_pending(&mut self.meter, p.meter));
+        note(
+            "Meter_Band",
+            apply_pending(&mut self.meter_band, p.meter_band),
+        );
         note(
             "Logical_DP_Group",
             apply_pending(&mut self.logical_dp_group, p.logical_dp_group),
@@ -893,6 +913,8 @@ impl SbView {
             "DHCPv6_Options" => k(&self.dhcpv6_options),
             "Load_Balancer" => k(&self.load_balancer),
             "HA_Chassis" => k(&self.ha_chassis),
+            "Meter" => k(&self.meter),
+            "Meter_Band" => k(&self.meter_band),
             "HA_Chassis_Group" => k(&self.ha_chassis_group),
             "Logical_DP_Group" => k(&self.logical_dp_group),
             "Logical_Flow" => self.logical_flow.keys().copied().collect(),

@@ -12,7 +12,9 @@
 //!
 //! Also [`dns`] (`DNS`).
 //!
-//! What it does not do: IGMP groups (learned by controllers), service monitors, meters,
+//! [`meter`] (`Meter` and `Meter_Band`).
+//!
+//! What it does not do: IGMP groups (learned by controllers), service monitors,
 //! mirrors, template variables, static MAC bindings, and `ipv6_ra_pd_list` (read back from
 //! SB by OVN). Dynamic addresses are [`crate::ipam`]'s, written to NB by the daemon. VXLAN mode's smaller key spaces are not
 //! served (`max_tunid` is Geneve's).
@@ -25,6 +27,7 @@ pub mod groups;
 pub mod lb;
 pub mod mac_binding;
 pub mod mcast;
+pub mod meter;
 pub mod port;
 
 use crate::Options;
@@ -40,6 +43,7 @@ pub fn build(topo: &Topo<'_>, opts: &Options, sb: &mut SbDesired, diags: &mut Di
     mcast::build(topo, sb);
     dns::build(topo, sb);
     dhcp::build(sb);
+    meter::build(topo, sb, diags);
     groups::port_groups(topo, &opts.render, sb, diags);
     lb::build(topo, &opts.render, sb, diags);
     global::build(topo, opts, sb);
