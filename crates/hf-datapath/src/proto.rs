@@ -42,7 +42,12 @@ pub use crate::delta::{
 /// ([`ToDatapath::TakeOver`], [`FromDatapath::HandOver`]), again as new last variants. A
 /// controller never sends or receives them, so a version-5 peer still speaks with a version-4
 /// one ([`MIN_PROTOCOL_VERSION`]); only a takeover needs version 5 at both ends.
-pub const PROTOCOL_VERSION: u32 = 5;
+///
+/// Version 6 added meters ([`ToDatapath::Meters`]) and ACL log lines
+/// ([`FromDatapath::AclLog`]), again as new last variants, each sent only to a version-6 peer:
+/// with an older controller a datapath writes ACL log lines to its own log, and an older
+/// datapath runs unmetered.
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// The oldest peer version this build speaks with (see [`PROTOCOL_VERSION`]).
 pub const MIN_PROTOCOL_VERSION: u32 = 4;
@@ -107,6 +112,31 @@ pub enum ToDatapath {
     /// [`FromDatapath::HandOver`] with its sockets and exits. Only from a version-5 peer.
     /// (Added in version 5.)
     TakeOver,
+    /// The chassis's meters (SB `Meter`) and the flows' controller meters
+    /// (`Logical_Flow.controller_meter`, by flow identity), replacing the last ones; they
+    /// apply to the running program and every later one. Only to a version-6 peer. (Added in
+    /// version 6.)
+    Meters(MetersMsg),
+}
+
+/// The meters a chassis runs ([`ToDatapath::Meters`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetersMsg {
+    /// SB `Meter` rows.
+    pub meters: Vec<MeterMsg>,
+    /// (flow identity, meter name) for every flow with a `controller_meter`.
+    pub flow_meters: Vec<(String, String)>,
+}
+
+/// One SB `Meter` with its drop bands.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MeterMsg {
+    /// `name`.
+    pub name: String,
+    /// `unit` is `pktps` (else `kbps`).
+    pub pktps: bool,
+    /// (`rate`, `burst_size`) of each band.
+    pub bands: Vec<(u64, u64)>,
 }
 
 /// Datapath → controller.
@@ -211,6 +241,10 @@ pub enum FromDatapath {
         /// What each passed descriptor is.
         handles: Vec<HandleMsg>,
     },
+    /// ACL log lines (`log()` actions that ran with their meter's leave), each the text
+    /// ovn-controller's `acl_log` module writes after `acl_log|INFO|`
+    /// ([`crate::acl_log::line`]). Only to a version-6 peer. (Added in version 6.)
+    AclLog(Vec<String>),
 }
 
 /// One socket passed in a takeover ([`FromDatapath::HandOver`]).

@@ -78,6 +78,8 @@ use super::{binding, monitor, neigh};
 use crate::Incremental;
 
 // Program pushes and the datapath's answers to them.
+#[path = "meters.rs"]
+mod meters;
 #[path = "push.rs"]
 mod push;
 #[path = "write.rs"]
@@ -271,6 +273,12 @@ pub struct Controller {
     dp_dec: Decoder<FromDatapath>,
     dp_out: VecDeque<Vec<u8>>,
     dp_hello: bool,
+    /// The datapath's protocol version (from its hello).
+    dp_version: u32,
+    /// The meters last sent to the datapath (`None`: none since its hello).
+    meters_sent: Option<proto::MetersMsg>,
+    /// ACL log lines from the datapath, for the shell to write (`acl_log` module).
+    acl_logs: VecDeque<String>,
     dp_ports: BTreeMap<String, LocalPort>,
     zones: BTreeMap<String, u16>,
     running: Option<ProgramMsg>,
@@ -470,6 +478,9 @@ impl Controller {
             dp_dec: Decoder::new(),
             dp_out: VecDeque::new(),
             dp_hello: false,
+            dp_version: 0,
+            meters_sent: None,
+            acl_logs: VecDeque::new(),
             dp_ports: BTreeMap::new(),
             zones: BTreeMap::new(),
             running: None,
@@ -685,6 +696,12 @@ impl Controller {
     /// The next log line.
     pub fn poll_log(&mut self) -> Option<(Level, String)> {
         self.log.pop_front()
+    }
+
+    /// The next ACL log line from the datapath: the text ovn-controller's `acl_log` module
+    /// writes at INFO (the shell logs it under that module).
+    pub fn poll_acl_log(&mut self) -> Option<String> {
+        self.acl_logs.pop_front()
     }
 
     /// The SB replica (its model is the controller's view).
@@ -947,6 +964,8 @@ impl Controller {
                     );
                 }
                 self.dp_hello = true;
+                self.dp_version = version;
+                self.meters_sent = None;
                 self.touched_since_running = None;
                 self.last_build = None;
                 // The hello's program is what the datapath keeps: a delta against it applies
@@ -1111,6 +1130,13 @@ impl Controller {
                 self.say(Level::Info, "datapath exported its state".into());
             }
             FromDatapath::Pong { .. } => {}
+            FromDatapath::AclLog(lines) => {
+                for l in lines {
+                    if self.acl_logs.len() < meters::MAX_ACL_LOGS {
+                        self.acl_logs.push_back(l);
+                    }
+                }
+            }
             FromDatapath::Error { message } => {
                 self.say(Level::Warn, format!("datapath: {message}"));
             }
@@ -1183,6 +1209,7 @@ impl Controller {
                 self.sw.record("write-round", t3.saturating_sub(t2));
             }
             self.maybe_push(now);
+            self.sync_meters();
         }
         self.retired = None;
     }
