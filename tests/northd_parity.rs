@@ -28,6 +28,8 @@ mod common;
 
 #[path = "northd_parity/copp.rs"]
 mod copp;
+#[path = "northd_parity/copp_nb.rs"]
+mod copp_nb;
 
 #[allow(dead_code)]
 #[path = "trace_parity/flows.rs"]
