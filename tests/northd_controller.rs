@@ -36,11 +36,13 @@
 
 mod common;
 
+#[path = "northd_controller/acl_log.rs"]
+mod acl_log;
+#[path = "northd_parity/copp_nb.rs"]
+mod copp_nb;
 #[allow(dead_code)]
 #[path = "northd/fixture.rs"]
 mod fixture;
-#[path = "northd_parity/copp_nb.rs"]
-mod copp_nb;
 #[allow(dead_code)]
 #[path = "trace_parity/oracle.rs"]
 mod oracle;

@@ -16,8 +16,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use hf_model::SbSnapshot;
 
 use super::{both, env_num, nb_of};
-use crate::oracle::Env;
 use crate::copp_nb::extras;
+use crate::oracle::Env;
 use crate::topo::Topology;
 use crate::{flows, tables};
 

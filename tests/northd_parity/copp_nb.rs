@@ -115,4 +115,3 @@ pub fn extras(t: &Topology) -> Vec<Vec<String>> {
     ]);
     c
 }
-

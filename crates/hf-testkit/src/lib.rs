@@ -75,6 +75,7 @@
 // A test harness is an I/O shell: it reads the clock, spawns processes and threads.
 #![allow(clippy::disallowed_methods)]
 
+pub mod acl_log;
 pub mod cmd;
 pub mod conntrack;
 mod error;

@@ -1,44 +1,17 @@
 //! Issue 21's meter and ACL log behaviour: a QoS bandwidth limit (`set_meter`) caps a UDP
 //! flood at its rate and burst while other traffic passes whole; logged `drop` ACLs write
-//! `acl_log` lines (parsed by [`parse_acl_log`], the parser the real ovn-controller test uses
-//! on ovn-controller's own lines), one per packet without a meter and no more than the meter's
+//! `acl_log` lines (parsed by `hf_testkit::acl_log::parse`, the parser the real ovn-controller
+//! test uses on ovn-controller's own lines), one per packet without a meter and no more than the meter's
 //! rate and burst with one.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hf_sim::world::World;
 use hf_sim::world::nb::Txn;
+use hf_testkit::acl_log::parse as parse_acl_log;
 use serde_json::json;
 
 use super::{Scenario, base, ip, udp_ok, wait_ready};
-
-/// One `acl_log` line as OVN's own test suite reads it (its `check_acl_log.py`: the text after
-/// the last `|`, `key=value` pairs before the first `:`, the packet's after it, the first of
-/// those being the protocol): key → value, quotes stripped.
-pub fn parse_acl_log(line: &str) -> BTreeMap<String, String> {
-    let strip = |s: &str| {
-        s.trim_matches(|c: char| c.is_whitespace() || c == '"' || c == '\'')
-            .to_string()
-    };
-    let mut out = BTreeMap::new();
-    let details = line.rsplit_once('|').map_or(line, |(_, d)| d);
-    let (acl, packet) = details.split_once(':').unwrap_or((details, ""));
-    for datum in acl.split(',') {
-        let (k, v) = datum.rsplit_once('=').unwrap_or(("", datum));
-        out.insert(strip(k), strip(v));
-    }
-    for datum in packet.split(',') {
-        let (k, v) = datum.rsplit_once('=').unwrap_or(("", datum));
-        let k = if k.is_empty() {
-            "protocol".to_string()
-        } else {
-            strip(k)
-        };
-        out.insert(k, strip(v));
-    }
-    out
-}
 
 fn meter(name: &str, unit: &str, rate: i64, burst: i64) -> Txn {
     vec![
