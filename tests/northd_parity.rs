@@ -30,6 +30,8 @@ mod common;
 mod copp;
 #[path = "northd_parity/copp_nb.rs"]
 mod copp_nb;
+#[path = "northd_parity/ecmp.rs"]
+mod ecmp;
 
 #[allow(dead_code)]
 #[path = "trace_parity/flows.rs"]

@@ -201,6 +201,8 @@ pub struct Hop {
     pub port: usize,
     /// The port's address used as source (`reg1`/`xxreg1`).
     pub src: IpAddr,
+    /// `options:ecmp_symmetric_reply=true` (used on gateway routers).
+    pub symmetric: bool,
 }
 
 /// Routes with the same (table, prefix, direction): one flow, or an ECMP group.
@@ -841,12 +843,12 @@ impl Rtr {
             if rt.bfd.is_some() {
                 diags.push("Logical_Router_Static_Route", rt.uuid, &handle, "BFD is not run by holdfast northd; the route is used whatever its next hop's state");
             }
-            if rt
+            let symmetric = rt
                 .options
                 .get("ecmp_symmetric_reply")
-                .is_some_and(|v| v == "true")
-            {
-                diags.push("Logical_Router_Static_Route", rt.uuid, &handle, "options:ecmp_symmetric_reply is not implemented by holdfast northd; replies take the router's own ECMP choice");
+                .is_some_and(|v| v == "true");
+            if symmetric && !self.gw_router {
+                diags.push("Logical_Router_Static_Route", rt.uuid, &handle, "options:ecmp_symmetric_reply works on gateway routers only (options:chassis), as in OVN 23.03; on this router replies take the router's own ECMP choice");
             }
             if rt.nexthop == "discard" {
                 self.routes.push(RouteGroup {
@@ -914,6 +916,7 @@ impl Rtr {
                 nexthop: Some(nh),
                 port,
                 src: src_ip,
+                symmetric,
             };
             match groups.get(&key) {
                 Some(&g) => {

@@ -3,8 +3,7 @@
 //! `routing/policy.rs`, `resolve/gw_redirect.rs`, ...). [`build`] digests the router once
 //! ([`ctx::Rtr`]) and runs every stage in table order.
 //!
-//! What is not built (yet): ECMP
-//! symmetric replies (`lr_in_ecmp_stateful`), BFD, stateless NAT, `lb_force_snat_ip` on
+//! What is not built (yet): BFD, stateless NAT, `lb_force_snat_ip` on
 //! distributed routers' SNAT side, NAT `gateway_port` beyond the first match, DHCPv6 prefix
 //! delegation, multicast relay. Rows asking for them compile without those flows.
 
@@ -97,6 +96,7 @@ fn build_with(topo: &Topo<'_>, dp: DpIdx, out: &mut Flows, diags: &mut Diags, se
     routing::routing_pre(topo, &r, out, diags);
     routing::routing(topo, &r, out, diags);
     routing::routing_ecmp(topo, &r, out, diags);
+    routing::ecmp_reply(topo, &r, out, diags);
     routing::policy(topo, &r, out, diags);
     routing::policy_ecmp(topo, &r, out, diags);
     if sections {
@@ -115,7 +115,7 @@ fn build_with(topo: &Topo<'_>, dp: DpIdx, out: &mut Flows, diags: &mut Diags, se
     egress::post_snat(topo, &r, out, diags);
     egress::egr_loop(topo, &r, out, diags);
     egress::delivery(topo, &r, out, diags);
-    // ECMP symmetric replies are not built: the stage passes everything on.
+    // The stage's default (ECMP symmetric replies add to it).
     out.add(
         dp,
         Stage::LrInEcmpStateful,

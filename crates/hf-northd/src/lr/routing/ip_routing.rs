@@ -2,6 +2,30 @@
 
 use super::*;
 
+/// A route group's match terms: its route table (`REG_ROUTE_TABLE_ID`) and its prefix.
+fn route_terms(r: &Rtr, g: &crate::lr::ctx::RouteGroup) -> Vec<Expr> {
+    let v6 = g.prefix.addr().is_ipv6();
+    let id = r.route_tables.get(&g.table).copied().unwrap_or(0);
+    let mut m: Vec<Expr> = Vec::new();
+    if id != 0 || (!g.src && !g.connected) {
+        m.push(reg_eq(Reg::RouteTableId, u128::from(id)));
+    }
+    m.push(eq(
+        f(&format!(
+            "{}.{}",
+            ipf(v6),
+            if g.src { "src" } else { "dst" }
+        )),
+        net(g.prefix),
+    ));
+    m
+}
+
+/// A route group's match (as ovn-northd's `build_route_match` without a port).
+pub(super) fn route_match(r: &Rtr, g: &crate::lr::ctx::RouteGroup) -> Expr {
+    and(route_terms(r, g))
+}
+
 /// `lr_in_ip_routing`.
 pub fn routing(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
     let st = Stage::LrInIpRouting;
@@ -48,19 +72,7 @@ pub fn routing(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
     }
     for g in &r.routes {
         let v6 = g.prefix.addr().is_ipv6();
-        let id = r.route_tables.get(&g.table).copied().unwrap_or(0);
-        let mut m: Vec<Expr> = Vec::new();
-        if id != 0 || (!g.src && !g.connected) {
-            m.push(reg_eq(Reg::RouteTableId, u128::from(id)));
-        }
-        m.push(eq(
-            f(&format!(
-                "{}.{}",
-                ipf(v6),
-                if g.src { "src" } else { "dst" }
-            )),
-            net(g.prefix),
-        ));
+        let mut m = route_terms(r, g);
         let prio = route_priority(g.prefix.prefix_len(), g.src, g.connected);
         if let Some((uuid, owner)) = &g.discard {
             out.add(

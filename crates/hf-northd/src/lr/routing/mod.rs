@@ -3,7 +3,8 @@
 //! prefix first with OVN 23.03's priorities: `plen * 3 + 2` connected, `plen * 3 + 1` static
 //! destination routes, `plen * 3` source routes), `lr_in_ip_routing_ecmp` (one flow per member
 //! of an ECMP group chosen with `select`), `lr_in_policy` and `lr_in_policy_ecmp` (router
-//! policies: allow, drop, reroute to one or several next hops). One function per stage.
+//! policies: allow, drop, reroute to one or several next hops). One function per stage, and
+//! [`ecmp_reply`] for ECMP symmetric replies (flows in several stages).
 
 use std::net::IpAddr;
 
@@ -23,11 +24,13 @@ use crate::regs::Reg;
 use crate::stage::Stage;
 use crate::topo::Topo;
 
+mod ecmp_reply;
 mod ip_routing;
 mod policy;
 mod policy_ecmp;
 mod routing_ecmp;
 mod routing_pre;
+pub use ecmp_reply::ecmp_reply;
 pub use ip_routing::routing;
 pub use policy::policy;
 pub use policy_ecmp::policy_ecmp;
