@@ -50,6 +50,7 @@ const TABLES: &[(&str, &[&str])] = &[
     ("Logical_DP_Group", &[]),
     ("Meter_Band", &[]),
     ("Meter", &[]),
+    ("Chassis_Template_Var", &[]),
 ];
 
 fn select(remote: &str, table: &str) -> Vec<serde_json::Map<String, Value>> {
@@ -189,6 +190,7 @@ pub fn dump(remote: &str) -> Tables {
                     format!("{}/{}", render(&r["datapath"], &names), s(r, "name"))
                 }
                 "HA_Chassis" | "Logical_DP_Group" | "Meter_Band" => names[&uuid_of(r)].clone(),
+                "Chassis_Template_Var" => s(r, "chassis"),
                 "Port_Group" | "Address_Set" => keyed(s(r, "name")),
                 // DNS rows have no name: by their switches.
                 "DNS" => format!("dns{}", render(&r["datapaths"], &names)),
@@ -334,6 +336,20 @@ pub fn production_extras(t: &crate::topo::Topology) -> Vec<Vec<String>> {
         c(&["lsp-add", "sw0", "ctr2", &parent, "0"]),
         c(&["lsp-add", "sw0", "ctr3", &parent, "7"]),
         periodic_ra(),
+        // Chassis template variables (copied to SB by chassis name).
+        c(&[
+            "create",
+            "Chassis_Template_Var",
+            "chassis=hv1",
+            "variables:vip=10.0.0.77",
+            "variables:backends=\"10.0.0.10:80,10.0.0.11:80\"",
+        ]),
+        c(&[
+            "create",
+            "Chassis_Template_Var",
+            "chassis=hv2",
+            "variables:vip=10.0.0.78",
+        ]),
         // One DNS row on sw0 (values are lowercased in SB).
         c(&[
             "--id=@dns",

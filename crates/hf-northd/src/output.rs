@@ -249,6 +249,8 @@ pub struct SbDesired {
     pub load_balancers: BTreeMap<String, LbRow>,
     /// `DNS` by NB `DNS` row UUID (its `dns_id`).
     pub dns: BTreeMap<String, DnsRow>,
+    /// `Chassis_Template_Var` by `chassis`: its `variables` (NB's, as 23.03 copies them).
+    pub template_vars: BTreeMap<String, BTreeMap<String, String>>,
     /// `Meter` by name: NB's meters and the ACLs' own copies of `fair` ones.
     pub meters: BTreeMap<String, MeterRow>,
     /// `DHCP_Options` by name: the DHCPv4 option codes ovn-controller parses with.

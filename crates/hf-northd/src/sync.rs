@@ -209,6 +209,10 @@ pub fn insert_ops(d: &SbDesired, chassis: &HashMap<String, Uuid>) -> Vec<Value> 
         ops.push(json!({"op": "insert", "table": "Meter",
             "row": {"name": name, "unit": m.unit, "bands": ref_set(bands)}}));
     }
+    for (chassis, vars) in &d.template_vars {
+        ops.push(json!({"op": "insert", "table": "Chassis_Template_Var",
+            "row": {"chassis": chassis, "variables": map(vars)}}));
+    }
     for (name, addrs) in &d.address_sets {
         ops.push(json!({"op": "insert", "table": "Address_Set",
             "row": {"name": name, "addresses": str_set(addrs)}}));
@@ -293,6 +297,8 @@ pub struct Scope {
     pub dns: BTreeSet<String>,
     /// `Meter` by name.
     pub meters: BTreeSet<String>,
+    /// `Chassis_Template_Var` by chassis.
+    pub template_vars: BTreeSet<String>,
     /// `DHCP_Options` and `DHCPv6_Options` (fixed tables: compared as a whole).
     pub dhcp: bool,
 }
@@ -337,6 +343,7 @@ impl Scope {
         );
         changed_keys(&old.dns, &new.dns, &mut s.dns);
         changed_keys(&old.meters, &new.meters, &mut s.meters);
+        changed_keys(&old.template_vars, &new.template_vars, &mut s.template_vars);
         s.dhcp = old.dhcp_options != new.dhcp_options || old.dhcpv6_options != new.dhcpv6_options;
         s
     }
@@ -352,6 +359,7 @@ impl Scope {
         self.load_balancers.extend(other.load_balancers);
         self.dns.extend(other.dns);
         self.meters.extend(other.meters);
+        self.template_vars.extend(other.template_vars);
         self.dhcp |= other.dhcp;
     }
 
@@ -366,6 +374,7 @@ impl Scope {
             + self.load_balancers.len()
             + self.dns.len()
             + self.meters.len()
+            + self.template_vars.len()
             + usize::from(self.dhcp)
     }
 
@@ -1229,6 +1238,28 @@ fn diff(
         }
     }
     for r in gone(&old_meter, &d.meters, scope.map(|s| &s.meters)) {
+        o.delete(r);
+    }
+
+    // Chassis_Template_Var by chassis.
+    let (old_tv, dup_tv) = by_key(sb.chassis_template_var.values(), |r| {
+        Some(r.chassis.as_str())
+    });
+    for (chassis, vars) in visit(&d.template_vars, scope.map(|s| &s.template_vars)) {
+        let old = old_tv.get(chassis.as_str()).copied();
+        let new = s::ChassisTemplateVar {
+            uuid: old.map_or_else(|| o.fresh(), |r| r.uuid),
+            chassis: chassis.clone(),
+            variables: vars.clone().into(),
+        };
+        o.put(&new, old);
+    }
+    if scope.is_none() {
+        for r in dup_tv {
+            o.delete(r);
+        }
+    }
+    for r in gone(&old_tv, &d.template_vars, scope.map(|s| &s.template_vars)) {
         o.delete(r);
     }
 

@@ -297,14 +297,6 @@ impl<'a> Topo<'a> {
             }
         }
         t.add_switch_ports(diags);
-        for v in nb.chassis_template_var().values() {
-            diags.push(
-                "Chassis_Template_Var",
-                v.uuid,
-                &v.chassis,
-                "chassis template variables are not implemented by holdfast northd: this row is ignored and `^name` references in NB rows do not resolve",
-            );
-        }
         t.add_router_ports(diags);
         t.resolve_peers(diags);
         t.assign_keys(keys);

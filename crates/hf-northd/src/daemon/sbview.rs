@@ -140,6 +140,8 @@ pub struct SbView {
     pub load_balancer: BTreeMap<Uuid, sb::LoadBalancer>,
     /// `HA_Chassis`.
     pub ha_chassis: BTreeMap<Uuid, sb::HaChassis>,
+    /// `Chassis_Template_Var`.
+    pub chassis_template_var: BTreeMap<Uuid, sb::ChassisTemplateVar>,
     /// `Meter`.
     pub meter: BTreeMap<Uuid, sb::Meter>,
     /// `Meter_Band`.
@@ -208,6 +210,7 @@ const TABLES: &[(&str, Option<&[&str]>)] = &[
     ("DHCPv6_Options", None),
     ("Load_Balancer", None),
     ("HA_Chassis", Some(&["chassis", "priority", "external_ids"])),
+    ("Chassis_Template_Var", None),
     ("Meter", None),
     ("Meter_Band", None),
     (
@@ -352,6 +355,7 @@ impl SbView {
             + self.load_balancer.len()
             + self.ha_chassis.len()
             + self.meter.len()
+            + self.chassis_template_var.len()
             + self.meter_band.len()
             + self.ha_chassis_group.len()
             + self.logical_dp_group.len()
@@ -724,6 +728,7 @@ struct AllPending {
     load_balancer: Pending<sb::LoadBalancer>,
     ha_chassis: Pending<sb::HaChassis>,
     meter: Pending<sb::Meter>,
+    chassis_template_var: Pending<sb::ChassisTemplateVar>,
     meter_band: Pending<sb::MeterBand>,
     ha_chassis_group: Pending<sb::HaChassisGroup>,
     logical_dp_group: Pending<sb::LogicalDpGroup>,
@@ -759,6 +764,9 @@ impl SbView {
                 .extend(typed_changes(&self.load_balancer, u)?),
             "HA_Chassis" => p.ha_chassis.extend(typed_changes(&self.ha_chassis, u)?),
             "Meter" => p.meter.extend(typed_changes(&self.meter, u)?),
+            "Chassis_Template_Var" => p
+                .chassis_template_var
+                .extend(typed_changes(&self.chassis_template_var, u)?),
             "Meter_Band" => p.meter_band.extend(typed_changes(&self.meter_band, u)?),
             "HA_Chassis_Group" => p
                 .ha_chassis_group
@@ -800,6 +808,7 @@ impl SbView {
             || !p.dns.is_empty()
             || !p.ha_chassis.is_empty()
             || !p.meter.is_empty()
+            || !p.chassis_template_var.is_empty()
             || !p.meter_band.is_empty()
             || !p.ha_chassis_group.is_empty()
             || !p.logical_dp_group.is_empty()
@@ -818,6 +827,7 @@ impl SbView {
             c.northd_uuids.extend(ids_of(&p.dns));
             c.northd_uuids.extend(ids_of(&p.ha_chassis_group));
             c.northd_uuids.extend(ids_of(&p.meter));
+            c.northd_uuids.extend(ids_of(&p.chassis_template_var));
             c.northd_uuids.extend(ids_of(&p.logical_flow));
             c.northd_uuids.extend(ids_of(&p.static_mac_binding));
         }
@@ -875,6 +885,10 @@ impl SbView {
         );
         note("Meter", apply_pending(&mut self.meter, p.meter));
         note(
+            "Chassis_Template_Var",
+            apply_pending(&mut self.chassis_template_var, p.chassis_template_var),
+        );
+        note(
             "Meter_Band",
             apply_pending(&mut self.meter_band, p.meter_band),
         );
@@ -914,6 +928,7 @@ impl SbView {
             "Load_Balancer" => k(&self.load_balancer),
             "HA_Chassis" => k(&self.ha_chassis),
             "Meter" => k(&self.meter),
+            "Chassis_Template_Var" => k(&self.chassis_template_var),
             "Meter_Band" => k(&self.meter_band),
             "HA_Chassis_Group" => k(&self.ha_chassis_group),
             "Logical_DP_Group" => k(&self.logical_dp_group),

@@ -12,7 +12,7 @@
 //!
 //! Also [`dns`] (`DNS`).
 //!
-//! [`meter`] (`Meter` and `Meter_Band`).
+//! [`meter`] (`Meter` and `Meter_Band`), [`template_var`] (`Chassis_Template_Var`).
 //!
 //! What it does not do: IGMP groups (learned by controllers), service monitors,
 //! mirrors, template variables, static MAC bindings, and `ipv6_ra_pd_list` (read back from
@@ -29,6 +29,7 @@ pub mod mac_binding;
 pub mod mcast;
 pub mod meter;
 pub mod port;
+pub mod template_var;
 
 use crate::Options;
 use crate::diag::Diags;
@@ -44,6 +45,7 @@ pub fn build(topo: &Topo<'_>, opts: &Options, sb: &mut SbDesired, diags: &mut Di
     dns::build(topo, sb);
     dhcp::build(sb);
     meter::build(topo, sb, diags);
+    template_var::build(topo, sb, diags);
     groups::port_groups(topo, &opts.render, sb, diags);
     lb::build(topo, &opts.render, sb, diags);
     global::build(topo, opts, sb);
