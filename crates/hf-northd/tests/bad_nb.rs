@@ -516,22 +516,4 @@ fn unimplemented_features_are_reported() {
         },
         Strip::Nothing,
     );
-    check(
-        "Chassis_Template_Var",
-        "hv1",
-        "not implemented",
-        |nb| {
-            nb.txn(vec![
-                json!({"op": "insert", "table": "Chassis_Template_Var",
-                "row": {"chassis": "hv1", "variables": ["map", [["vip", "10.0.0.200"]]]}}),
-            ])
-        },
-        |nb, u| {
-            nb.txn(vec![
-                json!({"op": "delete", "table": "Chassis_Template_Var",
-                "where": [["_uuid", "==", ["uuid", u.to_string()]]]}),
-            ]);
-        },
-        Strip::Nothing,
-    );
 }
