@@ -32,6 +32,8 @@ mod flows;
 #[allow(dead_code)]
 #[path = "trace_parity/oracle.rs"]
 mod oracle;
+#[path = "northd_parity/health.rs"]
+mod health;
 #[allow(dead_code)]
 #[path = "northd_parity/tables.rs"]
 mod tables;

@@ -48,6 +48,7 @@ const TABLES: &[(&str, &[&str])] = &[
     ("HA_Chassis_Group", &[]),
     ("HA_Chassis", &[]),
     ("Logical_DP_Group", &[]),
+    ("Service_Monitor", &[]),
 ];
 
 fn select(remote: &str, table: &str) -> Vec<serde_json::Map<String, Value>> {
@@ -181,6 +182,14 @@ pub fn dump(remote: &str) -> Tables {
                 }
                 "HA_Chassis" | "Logical_DP_Group" => names[&uuid_of(r)].clone(),
                 "Port_Group" | "Address_Set" => keyed(s(r, "name")),
+                // By SB's index.
+                "Service_Monitor" => format!(
+                    "{} {}:{} {}",
+                    s(r, "logical_port"),
+                    s(r, "ip"),
+                    r["port"],
+                    render(&r["protocol"], &names)
+                ),
                 // DNS rows have no name: by their switches.
                 "DNS" => format!("dns{}", render(&r["datapaths"], &names)),
                 _ => s(r, "name"),
