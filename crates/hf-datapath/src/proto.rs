@@ -42,7 +42,15 @@ pub use crate::delta::{
 /// ([`ToDatapath::TakeOver`], [`FromDatapath::HandOver`]), again as new last variants. A
 /// controller never sends or receives them, so a version-5 peer still speaks with a version-4
 /// one ([`MIN_PROTOCOL_VERSION`]); only a takeover needs version 5 at both ends.
-pub const PROTOCOL_VERSION: u32 = 5;
+///
+/// Version 6 added the service monitors ([`ToDatapath::SvcMonitors`],
+/// [`FromDatapath::SvcStatus`]: LB health checks, probed by the datapath, see
+/// [`crate::svc`]), again as new last variants: neither end sends them to a peer that said a
+/// lower version, so version 6 still speaks with 4 and 5 (without health checks).
+pub const PROTOCOL_VERSION: u32 = 6;
+
+/// The first version with service monitors.
+pub const SVC_VERSION: u32 = 6;
 
 /// The oldest peer version this build speaks with (see [`PROTOCOL_VERSION`]).
 pub const MIN_PROTOCOL_VERSION: u32 = 4;
@@ -107,6 +115,48 @@ pub enum ToDatapath {
     /// [`FromDatapath::HandOver`] with its sockets and exits. Only from a version-5 peer.
     /// (Added in version 5.)
     TakeOver,
+    /// The service monitors whose logical ports are bound here, all of them (a monitor not in
+    /// the list stops): the datapath probes each backend ([`crate::svc`]) and answers with
+    /// [`FromDatapath::SvcStatus`] for every monitor whose status it knows. Only to a
+    /// version-6 peer. (Added in version 6.)
+    SvcMonitors(Vec<SvcMonitorMsg>),
+}
+
+/// One service monitor to probe (SB `Service_Monitor`, with the backend's MAC resolved by the
+/// controller as pinctrl resolves it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SvcMonitorMsg {
+    /// `logical_port`: the backend's port, local here.
+    pub logical_port: String,
+    /// `ip`: the backend.
+    pub ip: String,
+    /// `port`: the backend's service port.
+    pub port: u16,
+    /// `protocol`: `tcp` or `udp`.
+    pub protocol: String,
+    /// `src_mac` (`svc_monitor_mac`).
+    pub src_mac: [u8; 6],
+    /// `src_ip`.
+    pub src_ip: String,
+    /// The backend's MAC.
+    pub dst_mac: [u8; 6],
+    /// `options` (`interval`, `timeout`, `success_count`, `failure_count`).
+    pub options: BTreeMap<String, String>,
+}
+
+/// A monitor's status as the datapath's probes found it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SvcStatusMsg {
+    /// `logical_port`.
+    pub logical_port: String,
+    /// `ip`.
+    pub ip: String,
+    /// `port`.
+    pub port: u16,
+    /// `protocol`.
+    pub protocol: String,
+    /// `online` or `offline`.
+    pub status: String,
 }
 
 /// Datapath → controller.
@@ -211,6 +261,9 @@ pub enum FromDatapath {
         /// What each passed descriptor is.
         handles: Vec<HandleMsg>,
     },
+    /// Service monitors whose status changed (or, in answer to [`ToDatapath::SvcMonitors`],
+    /// every monitor whose status is known). Only to a version-6 peer. (Added in version 6.)
+    SvcStatus(Vec<SvcStatusMsg>),
 }
 
 /// One socket passed in a takeover ([`FromDatapath::HandOver`]).

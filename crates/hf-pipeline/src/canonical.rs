@@ -29,10 +29,12 @@ fn act_text(p: &Program, i: u32) -> String {
         ),
         CAct::PacketIn { counter: c, .. }
         | CAct::BindVport { counter: c, .. }
+        | CAct::SvcCheck { counter: c, .. }
         | CAct::Count { counter: c, .. } => {
             let mut z = a.clone();
             if let CAct::PacketIn { counter, .. }
             | CAct::BindVport { counter, .. }
+            | CAct::SvcCheck { counter, .. }
             | CAct::Count { counter, .. } = &mut z
             {
                 *counter = 0;

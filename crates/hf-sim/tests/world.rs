@@ -2,6 +2,8 @@
 //! the world-only ones: controller and northd restarts, reproducibility.
 
 mod scenarios;
+#[path = "world_only/health.rs"]
+mod health;
 
 use hf_sim::world::{NorthdMode, World, WorldConfig};
 use scenarios::Scenario;

@@ -271,6 +271,13 @@ pub struct Controller {
     dp_dec: Decoder<FromDatapath>,
     dp_out: VecDeque<Vec<u8>>,
     dp_hello: bool,
+    /// The datapath's protocol version (from its hello).
+    dp_version: u32,
+    /// The service monitors last sent to the datapath ([`super::svc`]); `None`: not yet on
+    /// this session.
+    svc_sent: Option<Vec<proto::SvcMonitorMsg>>,
+    /// Why monitors were left out, as last logged.
+    svc_bad: Vec<String>,
     dp_ports: BTreeMap<String, LocalPort>,
     zones: BTreeMap<String, u16>,
     running: Option<ProgramMsg>,
@@ -438,6 +445,7 @@ impl Controller {
             neigh: BTreeMap::new(),
             fdb: BTreeMap::new(),
             vports: BTreeMap::new(),
+            svc: BTreeMap::new(),
             activated: BTreeSet::new(),
             nb_cfg: None,
             wall_ms: tuning.wall_offset_ms + now.as_millis() as i64,
@@ -470,6 +478,9 @@ impl Controller {
             dp_dec: Decoder::new(),
             dp_out: VecDeque::new(),
             dp_hello: false,
+            dp_version: 0,
+            svc_sent: None,
+            svc_bad: Vec::new(),
             dp_ports: BTreeMap::new(),
             zones: BTreeMap::new(),
             running: None,
@@ -902,6 +913,7 @@ impl Controller {
     fn dp_lost(&mut self) {
         self.dp_connected = false;
         self.dp_hello = false;
+        self.svc_sent = None;
         self.dp_out.clear();
         self.inflight.clear();
         self.flushing.clear();
@@ -947,6 +959,8 @@ impl Controller {
                     );
                 }
                 self.dp_hello = true;
+                self.dp_version = version;
+                self.svc_sent = None;
                 self.touched_since_running = None;
                 self.last_build = None;
                 // The hello's program is what the datapath keeps: a delta against it applies
@@ -1052,6 +1066,24 @@ impl Controller {
                     self.with_state(|st| st.fdb.extend(add));
                     self.write_due = true;
                 }
+            }
+            FromDatapath::SvcStatus(v) => {
+                for s in &v {
+                    self.say(
+                        Level::Info,
+                        format!(
+                            "service monitor {} {}:{} ({}) is {}",
+                            s.logical_port, s.ip, s.port, s.protocol, s.status
+                        ),
+                    );
+                }
+                self.with_state(|st| {
+                    for s in v {
+                        st.svc
+                            .insert((s.logical_port, s.ip, s.port, s.protocol), s.status);
+                    }
+                });
+                self.write_due = true;
             }
             FromDatapath::VportBound {
                 datapath,
@@ -1183,8 +1215,32 @@ impl Controller {
                 self.sw.record("write-round", t3.saturating_sub(t2));
             }
             self.maybe_push(now);
+            self.svc_round();
         }
         self.retired = None;
+    }
+
+    /// Sends the datapath the monitors of the local ports when they changed (version-6
+    /// datapaths only; see [`super::svc`]).
+    fn svc_round(&mut self) {
+        if !self.dp_hello || self.dp_version < proto::SVC_VERSION {
+            return;
+        }
+        let sb = self.sb.model();
+        if sb.service_monitor().is_empty() && self.svc_sent.as_ref().is_some_and(Vec::is_empty) {
+            return;
+        }
+        let (list, bad) = super::svc::local_monitors(sb, &self.local_set());
+        if bad != self.svc_bad {
+            for b in bad.iter().filter(|b| !self.svc_bad.contains(b)).cloned().collect::<Vec<_>>() {
+                self.say(Level::Warn, b);
+            }
+            self.svc_bad = bad;
+        }
+        if self.svc_sent.as_ref() != Some(&list) {
+            self.send_dp(&ToDatapath::SvcMonitors(list.clone()));
+            self.svc_sent = Some(list);
+        }
     }
 
     fn sb_event(&mut self, ev: Event<SbSnapshot>, now: Duration) {
