@@ -29,11 +29,11 @@ mod common;
 #[allow(dead_code)]
 #[path = "trace_parity/flows.rs"]
 mod flows;
+#[path = "northd_parity/health.rs"]
+mod health;
 #[allow(dead_code)]
 #[path = "trace_parity/oracle.rs"]
 mod oracle;
-#[path = "northd_parity/health.rs"]
-mod health;
 #[allow(dead_code)]
 #[path = "northd_parity/tables.rs"]
 mod tables;

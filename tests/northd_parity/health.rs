@@ -10,7 +10,9 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 use super::oracle::{Backend, Env};
-use super::{Step, common, env_num, flow_set, flows, holdfast_start, nbctl_wait, stop, tables, topo, words};
+use super::{
+    Step, common, env_num, flow_set, flows, holdfast_start, nbctl_wait, stop, tables, topo, words,
+};
 
 /// The MAC both NBs set, so `Service_Monitor.src_mac` and the responders compare.
 const SVC_MAC: &str = "0a:00:00:00:5e:01";
@@ -35,7 +37,9 @@ fn nb_steps(seed: u64) -> Vec<Step> {
     let mut rnd = rng(seed);
     let n = 10 + seed % 40;
     let mut s: Vec<Step> = vec![
-        words(&format!("set NB_Global . options:svc_monitor_mac={SVC_MAC}")),
+        words(&format!(
+            "set NB_Global . options:svc_monitor_mac={SVC_MAC}"
+        )),
         words("ls-add sw0 -- ls-add sw1 -- lr-add lr0"),
     ];
     for sw in 0..2 {
@@ -155,7 +159,9 @@ fn nb_steps(seed: u64) -> Vec<Step> {
             ))),
         }
         if rnd(3) == 0 {
-            s.push(words(&format!("set load_balancer {name} options:reject=true")));
+            s.push(words(&format!(
+                "set load_balancer {name} options:reject=true"
+            )));
         }
     }
     s

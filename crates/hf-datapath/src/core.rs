@@ -1068,7 +1068,11 @@ impl Datapath {
 
     /// Takes the controller's service monitors ([`crate::svc::Prober::set`]) and answers with
     /// every status known.
-    pub(crate) fn set_svc_monitors(&mut self, list: Vec<crate::proto::SvcMonitorMsg>, now: Duration) {
+    pub(crate) fn set_svc_monitors(
+        &mut self,
+        list: Vec<crate::proto::SvcMonitorMsg>,
+        now: Duration,
+    ) {
         for bad in self.svc.set(list) {
             self.log(Level::Warn, bad);
         }
@@ -1089,7 +1093,10 @@ impl Datapath {
             match self.ports.get(&p.port).map(|s| s.id) {
                 Some(id) => self.queue_port_frame(id, &p.frame),
                 None => self.log_once(Level::Warn, format_args!("svc:{}", p.port), || {
-                    format!("service monitor probe for port {}: no such local port", p.port)
+                    format!(
+                        "service monitor probe for port {}: no such local port",
+                        p.port
+                    )
                 }),
             }
         }
@@ -1223,10 +1230,15 @@ impl Datapath {
         let ct = self.ct.poll_timeout();
         let ls = self.pipeline.learn_stats();
         let learn = (ls.ecmp + ls.lb_affinity > 0).then_some(self.last_sweep + LEARN_SWEEP);
-        [ct, learn, self.migration_deadline(), self.svc.poll_timeout()]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            ct,
+            learn,
+            self.migration_deadline(),
+            self.svc.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Expires conntrack entries and learned entries due by `now`.

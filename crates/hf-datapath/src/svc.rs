@@ -349,13 +349,23 @@ impl Prober {
             if k.tp_dst != m.tp_src || p.tcp.ack != m.seq.wrapping_add(1) {
                 return;
             }
-            let (syn, rst, ack) = (k.tcp_flags & 0x02 != 0, k.tcp_flags & 0x04 != 0, k.tcp_flags & 0x10 != 0);
+            let (syn, rst, ack) = (
+                k.tcp_flags & 0x02 != 0,
+                k.tcp_flags & 0x04 != 0,
+                k.tcp_flags & 0x10 != 0,
+            );
             if syn && ack {
                 m.n_success += 1;
                 m.state = State::Online;
                 m.next_send = now + m.interval;
                 // Free the backend's half-open connection.
-                let l4 = tcp(m.tp_src, m.msg.port, p.tcp.ack, p.tcp.seq.wrapping_add(1), 0x14);
+                let l4 = tcp(
+                    m.tp_src,
+                    m.msg.port,
+                    p.tcp.ack,
+                    p.tcp.seq.wrapping_add(1),
+                    0x14,
+                );
                 let m = m.clone();
                 self.emit(&m, ip_proto::TCP, &l4);
             } else if rst {

@@ -173,7 +173,7 @@ fn a_version_3_controller_is_refused_by_name() {
     assert_eq!(
         ans,
         [FromDatapath::Error {
-            message: "controller speaks protocol version 3, this datapath speaks 4..=5".into()
+            message: "controller speaks protocol version 3, this datapath speaks 4..=6".into()
         }]
     );
     assert!(dp.control_wants_close());

@@ -102,9 +102,7 @@ impl SvcPlan {
         if self.active.is_empty() {
             return None;
         }
-        self.active
-            .get(&(lb, vip.to_string()))
-            .map(Vec::as_slice)
+        self.active.get(&(lb, vip.to_string())).map(Vec::as_slice)
     }
 
     /// Responders on switch `sw`.
@@ -161,9 +159,9 @@ pub fn plan(
         for sw in switches {
             for p in sw.ports.iter().filter_map(|r| nb.get(*r)) {
                 if let Some(n) = wanted.get(p.name.as_str()) {
-                    ports
-                        .entry(n)
-                        .or_insert_with(|| PortAt::Switch(sw.name.clone(), p.enabled.unwrap_or(true)));
+                    ports.entry(n).or_insert_with(|| {
+                        PortAt::Switch(sw.name.clone(), p.enabled.unwrap_or(true))
+                    });
                 }
             }
         }

@@ -931,8 +931,8 @@ pub(crate) enum CAct {
         ports: Vec<u32>,
     },
     /// An action with no effect on forwarding whose hits are counted: `log`, `set_meter`,
-    /// `sample`, `trigger_event`, `set_queue`, `igmp`, `handle_svc_check`,
-    /// `handle_dhcpv6_reply`, `handle_bfd_msg` (the last four are the controller's packet-in
+    /// `sample`, `trigger_event`, `set_queue`, `igmp`,
+    /// `handle_dhcpv6_reply`, `handle_bfd_msg` (the last three are the controller's packet-in
     /// handlers; ovn-trace does nothing for them either).
     Count {
         #[allow(dead_code)] // shown by traces through Debug

@@ -207,7 +207,10 @@ impl Runner<'_> {
                 {
                     self.events.push(Event::SvcCheck {
                         datapath: d.name.clone(),
-                        port: d.ports.get(&port).map_or_else(String::new, |p| p.name.clone()),
+                        port: d
+                            .ports
+                            .get(&port)
+                            .map_or_else(String::new, |p| p.name.clone()),
                         frame: self.scr.ctx.frame.to_vec(),
                     });
                 }

@@ -9,6 +9,8 @@
 //!   releases the ones that went away ([`super::binding`]); writes learned neighbours to
 //!   `MAC_Binding` ([`super::neigh`]). One SB transaction in flight at a time; its operations
 //!   are built from the view when it is sent, so nothing is written twice.
+//! - LB health checks ([`super::svc`]): sends a version-6 datapath the `Service_Monitor`s of
+//!   the local ports (whenever they change) and writes the statuses it reports.
 //! - Keeps the monitor conditions at what the view says this chassis needs
 //!   ([`super::monitor`]).
 //! - Translates incrementally ([`crate::Incremental`], fed the replica's change sets; only
@@ -1232,7 +1234,12 @@ impl Controller {
         }
         let (list, bad) = super::svc::local_monitors(sb, &self.local_set());
         if bad != self.svc_bad {
-            for b in bad.iter().filter(|b| !self.svc_bad.contains(b)).cloned().collect::<Vec<_>>() {
+            for b in bad
+                .iter()
+                .filter(|b| !self.svc_bad.contains(b))
+                .cloned()
+                .collect::<Vec<_>>()
+            {
                 self.say(Level::Warn, b);
             }
             self.svc_bad = bad;

@@ -50,7 +50,11 @@ fn same_ip(a: &str, b: &std::net::IpAddr) -> bool {
 
 /// The backend MAC of `ip` on port `lport` (see the module documentation).
 fn backend_mac(sb: &SbSnapshot, lport: &str, ip: &std::net::IpAddr) -> Option<[u8; 6]> {
-    for pb in sb.port_binding().values().filter(|p| p.logical_port == lport) {
+    for pb in sb
+        .port_binding()
+        .values()
+        .filter(|p| p.logical_port == lport)
+    {
         for entry in &pb.mac {
             let mut words = entry.split_whitespace();
             let Some(mac) = words.next().and_then(parse_mac) else {
@@ -178,6 +182,9 @@ mod tests {
         assert_eq!(parse_mac("0a:00:00:00:00"), None);
         assert_eq!(parse_mac("0a:00:00:00:00:01:02"), None);
         assert_eq!(parse_mac("zz:00:00:00:00:01"), None);
-        assert!(same_ip("10.0.0.3/24", &"10.0.0.3".parse().unwrap_or(std::net::IpAddr::from([0; 4]))));
+        assert!(same_ip(
+            "10.0.0.3/24",
+            &"10.0.0.3".parse().unwrap_or(std::net::IpAddr::from([0; 4]))
+        ));
     }
 }

@@ -162,8 +162,7 @@ impl Controller {
             });
             st.fdb
                 .retain(|(d, mac), p| !neigh::fdb_written(sb, d, mac, p));
-            st.svc
-                .retain(|k, s| !super::super::svc::written(sb, k, s));
+            st.svc.retain(|k, s| !super::super::svc::written(sb, k, s));
             st.clone()
         });
         // The claims' inputs that moved since the last round: their rows are looked at again.

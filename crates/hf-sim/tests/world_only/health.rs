@@ -73,10 +73,19 @@ fn connect(w: &mut World, n: usize) -> (usize, usize) {
 }
 
 /// Runs until `pred`, at most `limit`; the virtual time it took.
-fn time_until(w: &mut World, limit: Duration, what: &str, pred: impl FnMut(&World) -> bool) -> Duration {
+fn time_until(
+    w: &mut World,
+    limit: Duration,
+    what: &str,
+    pred: impl FnMut(&World) -> bool,
+) -> Duration {
     let t0 = w.now();
     let ok = w.run_until(pred, limit);
-    assert!(ok, "{what}: not within {limit:?}; log:\n{}", w.take_log().join("\n"));
+    assert!(
+        ok,
+        "{what}: not within {limit:?}; log:\n{}",
+        w.take_log().join("\n")
+    );
     w.now() - t0
 }
 
@@ -124,12 +133,17 @@ fn health_check_takes_a_dead_backend_out_of_the_vip_and_puts_it_back() {
     }
     // Both monitors (vm2 probed from hv1, vm4 from hv2) come online.
     let up = time_until(&mut w, Duration::from_secs(30), "both online", |w| {
-        status(w, "vm2").as_deref() == Some("online") && status(w, "vm4").as_deref() == Some("online")
+        status(w, "vm2").as_deref() == Some("online")
+            && status(w, "vm4").as_deref() == Some("online")
     });
     eprintln!("health: both backends online {up:?} after the services started");
     w.run_for(Duration::from_millis(500));
     let both = "ct_lb_mark(backends=10.0.0.12:8080,10.0.0.14:8080);";
-    assert!(vip_backends(&w).is_some_and(|a| a.contains(both)), "{:?}", vip_backends(&w));
+    assert!(
+        vip_backends(&w).is_some_and(|a| a.contains(both)),
+        "{:?}",
+        vip_backends(&w)
+    );
     let (a, b) = connect(&mut w, 16);
     assert!(a > 0 && b > 0 && a + b == 16, "vm2 {a}, vm4 {b}");
 
@@ -142,7 +156,9 @@ fn health_check_takes_a_dead_backend_out_of_the_vip_and_puts_it_back() {
         + time_until(&mut w, Duration::from_secs(5), "vm4 out of the VIP", |w| {
             vip_backends(w).is_some_and(|a| a.contains("ct_lb_mark(backends=10.0.0.12:8080);"))
         });
-    eprintln!("health: vm4 offline {off:?} after its service stopped, out of the VIP's flow {out:?} after");
+    eprintln!(
+        "health: vm4 offline {off:?} after its service stopped, out of the VIP's flow {out:?} after"
+    );
     // At most FAILURE failures one interval apart, the first within an interval of the stop
     // (the RSTs come at once: no timeout). Fewer when failures from before the services
     // started are still counted: as in pinctrl, a counter is reset only when it sets the
@@ -151,7 +167,11 @@ fn health_check_takes_a_dead_backend_out_of_the_vip_and_puts_it_back() {
         off > Duration::ZERO && off <= Duration::from_secs(INTERVAL * FAILURE + TIMEOUT),
         "offline after {off:?}"
     );
-    assert!(out - off < Duration::from_secs(1), "northd took {:?}", out - off);
+    assert!(
+        out - off < Duration::from_secs(1),
+        "northd took {:?}",
+        out - off
+    );
     assert_eq!(status(&w, "vm2").as_deref(), Some("online"));
     w.run_for(Duration::from_millis(500));
     let (a, b) = connect(&mut w, 12);
@@ -166,7 +186,9 @@ fn health_check_takes_a_dead_backend_out_of_the_vip_and_puts_it_back() {
         + time_until(&mut w, Duration::from_secs(5), "vm4 back in the VIP", |w| {
             vip_backends(w).is_some_and(|a| a.contains(both))
         });
-    eprintln!("health: vm4 online {on:?} after its service came back, in the VIP's flow {back:?} after");
+    eprintln!(
+        "health: vm4 online {on:?} after its service came back, in the VIP's flow {back:?} after"
+    );
     // SUCCESS successes one interval apart (the success counter was reset when it set the
     // status online), the first within an interval of the restart.
     assert!(
@@ -174,7 +196,11 @@ fn health_check_takes_a_dead_backend_out_of_the_vip_and_puts_it_back() {
             && on <= Duration::from_secs(INTERVAL * SUCCESS + TIMEOUT),
         "online after {on:?}"
     );
-    assert!(back - on < Duration::from_secs(1), "northd took {:?}", back - on);
+    assert!(
+        back - on < Duration::from_secs(1),
+        "northd took {:?}",
+        back - on
+    );
     w.run_for(Duration::from_millis(500));
     let (a, b) = connect(&mut w, 16);
     assert!(a > 0 && b > 0 && a + b == 16, "vm2 {a}, vm4 {b}");
