@@ -78,6 +78,9 @@ pub struct Responder {
     pub lb_name: String,
 }
 
+/// A backend: IP and port (as the VIP's flows list it).
+pub type Backend = (IpAddr, Option<u16>);
+
 /// The health checks' part of a compile. See the module documentation.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SvcPlan {
@@ -87,7 +90,7 @@ pub struct SvcPlan {
     pub monitors: BTreeMap<SvcKey, MonRow>,
     /// (load balancer, VIP key as written) → the backends its flows list, for VIPs with a
     /// health check.
-    pub active: BTreeMap<(Uuid, String), Vec<(IpAddr, Option<u16>)>>,
+    pub active: BTreeMap<(Uuid, String), Vec<Backend>>,
     /// (switch name, source IP) → the responder (the first load balancer by name wins when
     /// several map the same source on one switch; the flows are equal but for the hint).
     pub responders: BTreeMap<(String, IpAddr), Responder>,
@@ -98,7 +101,7 @@ pub struct SvcPlan {
 impl SvcPlan {
     /// The backends of `vip` (its key as written) of load balancer `lb` when the VIP has a
     /// health check; `None`: every backend is used.
-    pub fn active(&self, lb: Uuid, vip: &str) -> Option<&[(IpAddr, Option<u16>)]> {
+    pub fn active(&self, lb: Uuid, vip: &str) -> Option<&[Backend]> {
         if self.active.is_empty() {
             return None;
         }
