@@ -256,6 +256,7 @@ fn health_checks_match_real_northd() {
     let seeds = env_num("HF_HEALTH_SEEDS", 4);
     let mut bad = Vec::new();
     let (mut monitors_seen, mut flows_compared, mut status_steps) = (0usize, 0usize, 0usize);
+    let mut v6_monitors = 0usize;
     for seed in first..first + seeds {
         let a = Env::start(Backend::OvsdbServer);
         let b = Env::start_with(Backend::OvsdbServer, false);
@@ -280,6 +281,7 @@ fn health_checks_match_real_northd() {
         }
         let (m, f) = compare(&a, &b, &format!("seed {seed} NB"), &mut bad);
         monitors_seen += m;
+        v6_monitors += monitors(&a).iter().filter(|m| m.1.contains(':')).count();
         flows_compared += f;
         // Monitors go offline and online; some ports come up (an online monitor whose port
         // is down is set offline by northd).
@@ -347,7 +349,7 @@ fn health_checks_match_real_northd() {
         drop(hf);
     }
     eprintln!(
-        "health checks: {seeds} NBs, {monitors_seen} Service_Monitor rows, {status_steps} status changes, {flows_compared} flows of real ovn-northd compared, {} differences",
+        "health checks: {seeds} NBs, {monitors_seen} Service_Monitor rows ({v6_monitors} IPv6), {status_steps} status changes, {flows_compared} flows of real ovn-northd compared, {} differences",
         bad.len()
     );
     assert!(

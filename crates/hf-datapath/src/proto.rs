@@ -52,6 +52,10 @@ pub const PROTOCOL_VERSION: u32 = 6;
 /// The first version with service monitors.
 pub const SVC_VERSION: u32 = 6;
 
+/// The version a takeover's hello says (the first with [`ToDatapath::TakeOver`]): the
+/// running datapath may be older than the new process.
+pub const TAKEOVER_VERSION: u32 = 5;
+
 /// The oldest peer version this build speaks with (see [`PROTOCOL_VERSION`]).
 pub const MIN_PROTOCOL_VERSION: u32 = 4;
 

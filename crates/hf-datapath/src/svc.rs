@@ -513,6 +513,38 @@ mod tests {
     }
 
     #[test]
+    fn udp_port_unreachable_quoting_the_probe_is_a_failure() {
+        let mut pr = Prober::default();
+        let mut m = msg("udp");
+        m.options.insert("failure_count".into(), "1".into());
+        pr.set(vec![m]);
+        let (out, _) = pr.poll(Duration::ZERO);
+        assert_eq!(out.len(), 1);
+        let probe = &out[0].frame;
+        let p = hf_wire::parse(probe, 0, 0).expect("probe parses");
+        assert_eq!((p.key.ip_proto, p.key.tp_dst), (ip_proto::UDP, 80));
+        let mut icmp = Vec::new();
+        hf_wire::reply::icmp4_error(
+            &mut icmp,
+            probe,
+            &p,
+            std::net::Ipv4Addr::new(10, 0, 0, 3),
+            3,
+            3,
+            0,
+        )
+        .expect("builds");
+        // Another port's quote is not this monitor's.
+        pr.handle_reply("p2", &icmp, Duration::from_millis(5));
+        let (_, ch) = pr.poll(Duration::from_millis(5));
+        assert!(ch.is_empty());
+        pr.handle_reply("p1", &icmp, Duration::from_millis(5));
+        let (_, ch) = pr.poll(Duration::from_millis(5));
+        assert_eq!(ch.len(), 1);
+        assert_eq!(ch[0].status, "offline");
+    }
+
+    #[test]
     fn a_reply_for_another_probe_or_garbage_changes_nothing() {
         let mut pr = Prober::default();
         pr.set(vec![msg("tcp")]);

@@ -275,6 +275,11 @@ pub struct Controller {
     dp_hello: bool,
     /// The datapath's protocol version (from its hello).
     dp_version: u32,
+    /// The version this controller's hello says: [`PROTOCOL_VERSION`], one less after each
+    /// refusal by an older datapath (which refuses newer versions), down to
+    /// [`proto::MIN_PROTOCOL_VERSION`]; back to [`PROTOCOL_VERSION`] after a session that
+    /// was accepted ends (the datapath may have been upgraded meanwhile).
+    hello_version: u32,
     /// The service monitors last sent to the datapath ([`super::svc`]); `None`: not yet on
     /// this session.
     svc_sent: Option<Vec<proto::SvcMonitorMsg>>,
@@ -481,6 +486,7 @@ impl Controller {
             dp_out: VecDeque::new(),
             dp_hello: false,
             dp_version: 0,
+            hello_version: PROTOCOL_VERSION,
             svc_sent: None,
             svc_bad: Vec::new(),
             dp_ports: BTreeMap::new(),
@@ -594,7 +600,7 @@ impl Controller {
         self.dp_out.clear();
         self.inflight.clear();
         self.send_dp(&ToDatapath::Hello {
-            version: PROTOCOL_VERSION,
+            version: self.hello_version,
             chassis: self.cfg.chassis.clone(),
         });
         self.step(now);
@@ -626,6 +632,9 @@ impl Controller {
 
     /// The control connection ended. The datapath keeps forwarding with what it runs.
     pub fn handle_dp_disconnected(&mut self, now: Duration) {
+        if self.dp_hello {
+            self.hello_version = PROTOCOL_VERSION;
+        }
         if self.dp_connected {
             self.say(
                 Level::Warn,
@@ -1147,6 +1156,22 @@ impl Controller {
             FromDatapath::Pong { .. } => {}
             FromDatapath::Error { message } => {
                 self.say(Level::Warn, format!("datapath: {message}"));
+                // Refused before its hello: an older datapath; the next session says an older
+                // version (every message this controller sends below it encodes the same).
+                if !self.dp_hello
+                    && message.contains("protocol version")
+                    && self.hello_version > proto::MIN_PROTOCOL_VERSION
+                {
+                    self.hello_version -= 1;
+                    self.say(
+                        Level::Info,
+                        format!(
+                            "the datapath refused control protocol version {}; the next session says {}",
+                            self.hello_version + 1,
+                            self.hello_version
+                        ),
+                    );
+                }
             }
             // Only a takeover (datapath to datapath) carries sockets; a controller never asks.
             FromDatapath::HandOver { .. } => {
