@@ -3,7 +3,8 @@
 //! both backends; one backend's service stops (its port answers SYNs with RSTs): its chassis's
 //! datapath finds it offline, the controller writes `Service_Monitor.status`, holdfast northd
 //! drops it from the VIP, and new connections all reach the other backend; the service comes
-//! back: online again, back in the VIP. The timeline is asserted against the check's options.
+//! back: online again, back in the VIP; its host goes silent (no RSTs): offline through probe
+//! timeouts. The timeline is asserted against the check's options.
 
 use std::time::Duration;
 
@@ -157,7 +158,7 @@ fn health_check_takes_a_dead_backend_out_of_the_vip_and_puts_it_back() {
             vip_backends(w).is_some_and(|a| a.contains("ct_lb_mark(backends=10.0.0.12:8080);"))
         });
     eprintln!(
-        "health: vm4 offline {off:?} after its service stopped, out of the VIP's flow {out:?} after"
+        "health: vm4 offline {off:?} after its service stopped, out of the VIP's flow at {out:?}"
     );
     // At most FAILURE failures one interval apart, the first within an interval of the stop
     // (the RSTs come at once: no timeout). Fewer when failures from before the services
@@ -187,7 +188,7 @@ fn health_check_takes_a_dead_backend_out_of_the_vip_and_puts_it_back() {
             vip_backends(w).is_some_and(|a| a.contains(both))
         });
     eprintln!(
-        "health: vm4 online {on:?} after its service came back, in the VIP's flow {back:?} after"
+        "health: vm4 online {on:?} after its service came back, back in the VIP's flow at {back:?}"
     );
     // SUCCESS successes one interval apart (the success counter was reset when it set the
     // status online), the first within an interval of the restart.
@@ -204,4 +205,25 @@ fn health_check_takes_a_dead_backend_out_of_the_vip_and_puts_it_back() {
     w.run_for(Duration::from_millis(500));
     let (a, b) = connect(&mut w, 16);
     assert!(a > 0 && b > 0 && a + b == 16, "vm2 {a}, vm4 {b}");
+
+    // vm4's host goes silent (paused: it answers nothing, not even RSTs): each probe times
+    // out, and the next one goes an interval after the timeout, so failures come
+    // interval + timeout apart (pinctrl's timing).
+    let now = w.now();
+    w.host_mut("vm4").expect("vm4").pause(now);
+    let silent = time_until(
+        &mut w,
+        Duration::from_secs(30),
+        "vm4 offline (silent)",
+        |w| status(w, "vm4").as_deref() == Some("offline"),
+    );
+    eprintln!("health: vm4 offline {silent:?} after its host went silent");
+    let period = Duration::from_secs(INTERVAL + TIMEOUT);
+    assert!(
+        silent >= period * (FAILURE as u32 - 1) && silent <= period * FAILURE as u32,
+        "offline after {silent:?}"
+    );
+    w.run_for(Duration::from_millis(500));
+    let (a, b) = connect(&mut w, 8);
+    assert_eq!((a, b), (8, 0), "new connections all reach vm2");
 }
