@@ -8,6 +8,8 @@
 
 mod common;
 
+#[path = "datapath/acl_log_format.rs"]
+mod acl_log_format;
 #[path = "datapath/state_channel.rs"]
 mod state_channel;
 

@@ -39,6 +39,8 @@ mod common;
 #[allow(dead_code)]
 #[path = "northd/fixture.rs"]
 mod fixture;
+#[path = "northd_parity/copp_nb.rs"]
+mod copp_nb;
 #[allow(dead_code)]
 #[path = "trace_parity/oracle.rs"]
 mod oracle;
@@ -510,6 +512,10 @@ fn real_controller_with_production_extras() {
         .expect("a distributed router topology");
     let extras = tables::production_extras(&t);
     t.nb.extend(extras);
+    // Meters, CoPP on switches and the router, logged ACLs with plain and fair meters, LBs
+    // without backends (issue 21): the real controller parses those flows too.
+    let meters = copp_nb::extras(&t);
+    t.nb.extend(meters);
     // The containers' parent: a VIF on this chassis (the extras pick sw0's first VIF).
     let parent = t
         .vifs
@@ -537,7 +543,13 @@ fn real_controller_with_production_extras() {
         &t,
         Fill::Daemon,
         &containers,
-        &["put_dhcp_opts(", "put_dhcpv6_opts(", "domain_search_list"],
+        &[
+            "put_dhcp_opts(",
+            "put_dhcpv6_opts(",
+            "domain_search_list",
+            "log(name=\"fair-drop\"",
+            "trigger_event(",
+        ],
     );
 }
 

@@ -33,6 +33,11 @@
 
 mod common;
 
+#[path = "northd_parity/copp.rs"]
+mod copp;
+#[path = "northd_parity/copp_nb.rs"]
+mod copp_nb;
+
 #[allow(dead_code)]
 #[path = "trace_parity/flows.rs"]
 mod flows;
@@ -229,6 +234,15 @@ fn northd_parity_with_real_northd() {
 type FlowKey = (String, String, i64, String, String);
 
 fn flow_set(sb: &SbSnapshot) -> BTreeSet<FlowKey> {
+    flow_set_with(sb, false)
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect()
+}
+
+/// [`flow_set`] with each flow's `controller_meter` (empty when unset, or when `meter` is
+/// false).
+fn flow_set_with(sb: &SbSnapshot, meter: bool) -> BTreeSet<(FlowKey, String)> {
     let symtab = hf_expr::symbols::SymbolTable::shared();
     let dp_name = |u: &uuid::Uuid| {
         sb.datapath_binding()
@@ -261,8 +275,16 @@ fn flow_set(sb: &SbSnapshot) -> BTreeSet<FlowKey> {
             .cloned()
             .unwrap_or_else(|| format!("{:?}{}", f.pipeline, f.table_id));
         let (m, a) = (norm_m(&f.match_), norm_a(&f.actions));
+        let cm = if meter {
+            f.controller_meter.clone().unwrap_or_default()
+        } else {
+            String::new()
+        };
         for d in dps {
-            out.insert((d, stage.clone(), f.priority, m.clone(), a.clone()));
+            out.insert((
+                (d, stage.clone(), f.priority, m.clone(), a.clone()),
+                cm.clone(),
+            ));
         }
     }
     out

@@ -482,6 +482,10 @@ async fn drain(core: &mut Controller, links: &mut Links, start: Instant) {
                 Level::Err => tracing::error!("{line}"),
             }
         }
+        // ACL logs under ovn-controller's module name, as log shippers expect them.
+        while let Some(line) = core.poll_acl_log() {
+            tracing::info!(target: "acl_log", "{line}");
+        }
         if !moved {
             break;
         }

@@ -82,6 +82,7 @@ const FILE: usize = 2;
 /// holdfast's log modules (OVS's names where the job is the same) and the tracing target
 /// prefixes each covers; the longest matching prefix wins, anything else is `ovsdb_server`.
 pub const MODULES: &[(&str, &[&str])] = &[
+    ("acl_log", &["acl_log"]),
     ("daemon_unix", &["holdfast::db::daemon"]),
     (
         "jsonrpc",
@@ -101,7 +102,7 @@ pub const MODULES: &[(&str, &[&str])] = &[
     ("unixctl", &["holdfast::db::unixctl"]),
     ("vlog", &["holdfast::db::vlog"]),
 ];
-const DEFAULT_MODULE: usize = 7;
+const DEFAULT_MODULE: usize = 8;
 
 fn module_of(target: &str) -> usize {
     let mut best = (DEFAULT_MODULE, 0);
@@ -468,6 +469,7 @@ mod tests {
         assert_eq!(MODULES[module_of("hf_ovsdb_net::serve")].0, "jsonrpc");
         assert_eq!(MODULES[module_of("hf_ovsdb_net::storage")].0, "ovsdb_file");
         assert_eq!(MODULES[module_of("hf_ovsdb_netx")].0, "ovsdb_server");
+        assert_eq!(MODULES[module_of("acl_log")].0, "acl_log");
     }
 
     #[test]

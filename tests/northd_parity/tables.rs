@@ -48,6 +48,8 @@ const TABLES: &[(&str, &[&str])] = &[
     ("HA_Chassis_Group", &[]),
     ("HA_Chassis", &[]),
     ("Logical_DP_Group", &[]),
+    ("Meter_Band", &[]),
+    ("Meter", &[]),
     ("Service_Monitor", &[]),
 ];
 
@@ -145,6 +147,13 @@ pub fn dump(remote: &str) -> Tables {
     for r in &rows["HA_Chassis_Group"] {
         names.insert(uuid_of(r), s(r, "name"));
     }
+    // Bands have no name: by what they say.
+    for r in &rows["Meter_Band"] {
+        names.insert(
+            uuid_of(r),
+            format!("{}/{}/{}", s(r, "action"), r["rate"], r["burst_size"]),
+        );
+    }
     for r in &rows["Logical_DP_Group"] {
         let dps = render(&r["datapaths"], &names);
         names.insert(uuid_of(r), format!("dpg{dps}"));
@@ -180,7 +189,7 @@ pub fn dump(remote: &str) -> Tables {
                 "Multicast_Group" => {
                     format!("{}/{}", render(&r["datapath"], &names), s(r, "name"))
                 }
-                "HA_Chassis" | "Logical_DP_Group" => names[&uuid_of(r)].clone(),
+                "HA_Chassis" | "Logical_DP_Group" | "Meter_Band" => names[&uuid_of(r)].clone(),
                 "Port_Group" | "Address_Set" => keyed(s(r, "name")),
                 // By SB's index.
                 "Service_Monitor" => format!(

@@ -27,7 +27,7 @@ pub(crate) struct Control {
     hello: bool,
     closing: bool,
     /// The peer's protocol version (from its hello).
-    version: u32,
+    pub(crate) version: u32,
 }
 
 impl Control {
@@ -255,6 +255,7 @@ impl Datapath {
                 self.send(&FromDatapath::Exported(Box::new(s)));
                 self.handed_over = true;
             }
+            ToDatapath::Meters(m) => self.set_meters(m),
             ToDatapath::ProgramDelta(d) => {
                 let generation = d.generation;
                 match self.install_delta(&d) {
@@ -309,6 +310,7 @@ fn name_of(m: &ToDatapath) -> &'static str {
         ToDatapath::Ping { .. } => "Ping",
         ToDatapath::ProgramDelta(_) => "ProgramDelta",
         ToDatapath::TakeOver => "TakeOver",
+        ToDatapath::Meters(_) => "Meters",
         ToDatapath::SvcMonitors(_) => "SvcMonitors",
     }
 }

@@ -1006,9 +1006,23 @@ impl Datapath {
         }
         let events = self.pipeline.take_events();
         let mut learned = Vec::new();
+        let mut acl_logs = Vec::new();
         let mut svc = false;
         for ev in events {
             match ev {
+                Event::AclLog {
+                    name,
+                    severity,
+                    verdict,
+                    direction,
+                    frame,
+                } => acl_logs.push(crate::acl_log::line(
+                    name.as_deref(),
+                    verdict,
+                    severity,
+                    direction,
+                    &frame,
+                )),
                 Event::Neighbour {
                     datapath,
                     port,
@@ -1059,9 +1073,51 @@ impl Datapath {
         if !learned.is_empty() {
             self.notify(FromDatapath::Learned(learned));
         }
+        if !acl_logs.is_empty() {
+            // A version-6 controller writes them as ovn-controller does; with an older one (or
+            // none) they go to this datapath's own log.
+            if self
+                .control
+                .as_ref()
+                .is_some_and(|c| c.ready() && c.version >= 6)
+            {
+                self.notify(FromDatapath::AclLog(acl_logs));
+            } else {
+                for l in acl_logs {
+                    self.log(Level::Info, format!("acl_log: {l}"));
+                }
+            }
+        }
         if svc {
             self.run_svc(now);
         }
+    }
+
+    /// Installs the meters a controller sent ([`crate::proto::ToDatapath::Meters`]).
+    pub(crate) fn set_meters(&mut self, m: crate::proto::MetersMsg) {
+        let n = (m.meters.len(), m.flow_meters.len());
+        let specs = m
+            .meters
+            .into_iter()
+            .map(|x| hf_pipeline::MeterSpec {
+                name: x.name,
+                pktps: x.pktps,
+                bands: x.bands,
+            })
+            .collect();
+        let flows = m
+            .flow_meters
+            .into_iter()
+            .map(|(f, name)| (hf_pipeline::FlowId(f.into()), name))
+            .collect();
+        self.pipeline.set_meters(specs, flows);
+        self.log(
+            Level::Info,
+            format!(
+                "meters: {} configured, {} flow(s) with a controller meter",
+                n.0, n.1
+            ),
+        );
     }
 
     // ----- service monitors -----

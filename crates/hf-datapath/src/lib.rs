@@ -29,6 +29,7 @@
 //! Wire real ports into the core and the daemon (`src/datapath/`); the packet-in replies (DHCP,
 //! DNS, RA) are the pipeline's.
 
+pub mod acl_log;
 pub mod control;
 pub mod core;
 pub mod delta;

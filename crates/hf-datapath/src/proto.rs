@@ -43,10 +43,13 @@ pub use crate::delta::{
 /// controller never sends or receives them, so a version-5 peer still speaks with a version-4
 /// one ([`MIN_PROTOCOL_VERSION`]); only a takeover needs version 5 at both ends.
 ///
-/// Version 6 added the service monitors ([`ToDatapath::SvcMonitors`],
-/// [`FromDatapath::SvcStatus`]: LB health checks, probed by the datapath, see
-/// [`crate::svc`]), again as new last variants: neither end sends them to a peer that said a
-/// lower version, so version 6 still speaks with 4 and 5 (without health checks).
+/// Version 6 added meters ([`ToDatapath::Meters`]) and ACL log lines
+/// ([`FromDatapath::AclLog`]), and the service monitors ([`ToDatapath::SvcMonitors`],
+/// [`FromDatapath::SvcStatus`]: LB health checks, probed by the datapath, see [`crate::svc`]),
+/// again as new last variants, each sent only to a version-6 peer: with an older controller a
+/// datapath writes ACL log lines to its own log and runs no health checks, and an older
+/// datapath runs unmetered and unprobed (a controller it refuses greets it with its version
+/// next).
 pub const PROTOCOL_VERSION: u32 = 6;
 
 /// The first version with service monitors.
@@ -119,11 +122,36 @@ pub enum ToDatapath {
     /// [`FromDatapath::HandOver`] with its sockets and exits. Only from a version-5 peer.
     /// (Added in version 5.)
     TakeOver,
+    /// The chassis's meters (SB `Meter`) and the flows' controller meters
+    /// (`Logical_Flow.controller_meter`, by flow identity), replacing the last ones; they
+    /// apply to the running program and every later one. Only to a version-6 peer. (Added in
+    /// version 6.)
+    Meters(MetersMsg),
     /// The service monitors whose logical ports are bound here, all of them (a monitor not in
     /// the list stops): the datapath probes each backend ([`crate::svc`]) and answers with
     /// [`FromDatapath::SvcStatus`] for every monitor whose status it knows. Only to a
     /// version-6 peer. (Added in version 6.)
     SvcMonitors(Vec<SvcMonitorMsg>),
+}
+
+/// The meters a chassis runs ([`ToDatapath::Meters`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetersMsg {
+    /// SB `Meter` rows.
+    pub meters: Vec<MeterMsg>,
+    /// (flow identity, meter name) for every flow with a `controller_meter`.
+    pub flow_meters: Vec<(String, String)>,
+}
+
+/// One SB `Meter` with its drop bands.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MeterMsg {
+    /// `name`.
+    pub name: String,
+    /// `unit` is `pktps` (else `kbps`).
+    pub pktps: bool,
+    /// (`rate`, `burst_size`) of each band.
+    pub bands: Vec<(u64, u64)>,
 }
 
 /// One service monitor to probe (SB `Service_Monitor`, with the backend's MAC resolved by the
@@ -265,6 +293,10 @@ pub enum FromDatapath {
         /// What each passed descriptor is.
         handles: Vec<HandleMsg>,
     },
+    /// ACL log lines (`log()` actions that ran with their meter's leave), each the text
+    /// ovn-controller's `acl_log` module writes after `acl_log|INFO|`
+    /// ([`crate::acl_log::line`]). Only to a version-6 peer. (Added in version 6.)
+    AclLog(Vec<String>),
     /// Service monitors whose status changed (or, in answer to [`ToDatapath::SvcMonitors`],
     /// every monitor whose status is known). Only to a version-6 peer. (Added in version 6.)
     SvcStatus(Vec<SvcStatusMsg>),

@@ -27,12 +27,14 @@
 
 pub mod addr;
 pub mod build;
+pub mod copp;
 pub mod daemon;
 pub mod diag;
 pub mod features;
 pub mod flow;
 pub mod incremental;
 pub mod ipam;
+pub mod lb_event;
 pub mod lr;
 pub mod ls;
 pub mod output;

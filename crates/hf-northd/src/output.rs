@@ -221,6 +221,15 @@ pub struct DhcpOptRow {
     pub type_: &'static str,
 }
 
+/// One `Meter` (keyed by `name`) with its `Meter_Band`s.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct MeterRow {
+    /// `unit`: `kbps` or `pktps`.
+    pub unit: String,
+    /// `bands`: (`action`, `rate`, `burst_size`), sorted.
+    pub bands: BTreeSet<(String, i64, i64)>,
+}
+
 /// Everything northd writes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SbDesired {
@@ -240,6 +249,8 @@ pub struct SbDesired {
     pub load_balancers: BTreeMap<String, LbRow>,
     /// `DNS` by NB `DNS` row UUID (its `dns_id`).
     pub dns: BTreeMap<String, DnsRow>,
+    /// `Meter` by name: NB's meters and the ACLs' own copies of `fair` ones.
+    pub meters: BTreeMap<String, MeterRow>,
     /// `DHCP_Options` by name: the DHCPv4 option codes ovn-controller parses with.
     pub dhcp_options: BTreeMap<String, DhcpOptRow>,
     /// `DHCPv6_Options` by name.

@@ -196,6 +196,19 @@ pub fn insert_ops(d: &SbDesired, chassis: &HashMap<String, Uuid>) -> Vec<Value> 
             "records": map(&row.records), "datapaths": ref_set(dps),
             "external_ids": map(&row.external_ids)}}));
     }
+    for (i, (name, m)) in d.meters.iter().enumerate() {
+        let mut bands = Vec::new();
+        for (j, (action, rate, burst)) in m.bands.iter().enumerate() {
+            let l = format!("mb{i}_{j}");
+            ops.push(
+                json!({"op": "insert", "table": "Meter_Band", "uuid-name": l,
+                "row": {"action": action, "rate": rate, "burst_size": burst}}),
+            );
+            bands.push(named(&l));
+        }
+        ops.push(json!({"op": "insert", "table": "Meter",
+            "row": {"name": name, "unit": m.unit, "bands": ref_set(bands)}}));
+    }
     for (name, addrs) in &d.address_sets {
         ops.push(json!({"op": "insert", "table": "Address_Set",
             "row": {"name": name, "addresses": str_set(addrs)}}));
@@ -284,6 +297,8 @@ pub struct Scope {
     pub load_balancers: BTreeSet<String>,
     /// `DNS` by `dns_id`.
     pub dns: BTreeSet<String>,
+    /// `Meter` by name.
+    pub meters: BTreeSet<String>,
     /// `DHCP_Options` and `DHCPv6_Options` (fixed tables: compared as a whole).
     pub dhcp: bool,
 }
@@ -327,6 +342,7 @@ impl Scope {
             &mut s.load_balancers,
         );
         changed_keys(&old.dns, &new.dns, &mut s.dns);
+        changed_keys(&old.meters, &new.meters, &mut s.meters);
         s.dhcp = old.dhcp_options != new.dhcp_options || old.dhcpv6_options != new.dhcpv6_options;
         s
     }
@@ -341,6 +357,7 @@ impl Scope {
         self.address_sets.extend(other.address_sets);
         self.load_balancers.extend(other.load_balancers);
         self.dns.extend(other.dns);
+        self.meters.extend(other.meters);
         self.dhcp |= other.dhcp;
     }
 
@@ -354,6 +371,7 @@ impl Scope {
             + self.address_sets.len()
             + self.load_balancers.len()
             + self.dns.len()
+            + self.meters.len()
             + usize::from(self.dhcp)
     }
 
@@ -1173,6 +1191,50 @@ fn diff(
         }
     }
     for r in gone(&old_dns, &d.dns, scope.map(|s| &s.dns)) {
+        o.delete(r);
+    }
+
+    // Meter by name, its bands compared as (action, rate, burst) and written anew on a change.
+    let (old_meter, dup_meter) = by_key(sb.meter.values(), |r| Some(r.name.as_str()));
+    for (name, m) in visit(&d.meters, scope.map(|s| &s.meters)) {
+        let old = old_meter.get(name.as_str()).copied();
+        let bands_now: Option<BTreeSet<(String, i64, i64)>> = old.and_then(|r| {
+            r.bands
+                .iter()
+                .map(|b| {
+                    sb.meter_band
+                        .get(&b.uuid())
+                        .map(|b| (b.action.as_str().to_string(), b.rate, b.burst_size))
+                })
+                .collect()
+        });
+        let mut new = old.cloned().unwrap_or_else(|| s::Meter {
+            uuid: o.fresh(),
+            name: name.clone(),
+            ..Default::default()
+        });
+        new.unit = s::MeterUnit::from_wire(&m.unit);
+        if bands_now.as_ref() != Some(&m.bands) {
+            new.bands.clear();
+            for (action, rate, burst) in &m.bands {
+                let b = s::MeterBand {
+                    uuid: o.fresh(),
+                    action: s::MeterBandAction::from_wire(action),
+                    rate: *rate,
+                    burst_size: *burst,
+                };
+                o.put(&b, None);
+                new.bands.insert(b.uuid.into());
+            }
+        }
+        o.put(&new, old);
+    }
+    if scope.is_none() {
+        for r in dup_meter {
+            o.delete(r);
+        }
+    }
+    for r in gone(&old_meter, &d.meters, scope.map(|s| &s.meters)) {
         o.delete(r);
     }
 

@@ -50,7 +50,7 @@ use crate::flow::DpIdx;
 use crate::ls::index::LsIndex;
 use crate::output::SbDesired;
 use crate::sync::{Scope, changed_keys};
-use crate::tables::{global, groups, lb, mcast, port};
+use crate::tables::{global, groups, lb, mcast, meter, port};
 use crate::topo::{Keys, PortIdx, PortKind, Topo, TopoParts, lsp_port};
 
 /// What one changed port does to the topology.
@@ -487,6 +487,11 @@ pub(crate) fn patch_tables(
         let old = std::mem::take(&mut sb.load_balancers);
         lb::build(t, &opts.render, sb, diags);
         changed_keys(&old, &sb.load_balancers, &mut scope.load_balancers);
+        // An ACL's own copy of a `fair` meter comes and goes with the ACL (the meters'
+        // diagnostics are about `Meter` rows, which take the full build).
+        let old = std::mem::take(&mut sb.meters);
+        meter::build(t, sb, &mut Diags::default());
+        changed_keys(&old, &sb.meters, &mut scope.meters);
     }
     sb.frozen_datapaths = opts.frozen_datapaths.clone();
     scope

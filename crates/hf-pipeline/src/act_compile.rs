@@ -9,6 +9,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ops::Range;
+use std::sync::Arc;
 
 use hf_conntrack::{Masked, NatRange};
 use hf_expr::actions::{CtCommit, NextArgs, Pipeline, ResultFn};
@@ -182,6 +183,9 @@ impl ActCompiler<'_> {
         // `select` continues in the next table (OVN's group buckets resubmit there); the
         // interpreter does that (`interp`), so nothing is appended here.
         for a in actions {
+            if let Some(halt) = punt_kind(a) {
+                out.push(CAct::CtrlPunt { halt });
+            }
             out.push(self.one(a)?);
         }
         let start = self.arena.len() as u32;
@@ -460,8 +464,19 @@ impl ActCompiler<'_> {
                 mac: self.bits(mac)?,
             },
             Action::SetQueue { .. } => self.counted_act("set_queue"),
-            Action::SetMeter { .. } => self.counted_act("set_meter"),
-            Action::Log { .. } => self.counted_act("log"),
+            Action::SetMeter { rate, burst, .. } => CAct::SetMeter {
+                counter: self.count("set_meter"),
+                rate: *rate,
+                burst: burst.unwrap_or(0),
+            },
+            Action::Log { args, .. } => CAct::Log {
+                counter: self.count("log"),
+                name: args.name.as_deref().map(Arc::from),
+                severity: severity(args.severity.as_deref())?,
+                verdict: verdict(args.verdict.as_deref())?,
+                meter: args.meter.as_deref().map(Arc::from),
+                egress: self.pipe == EGRESS,
+            },
             Action::Sample { .. } => self.counted_act("sample"),
             Action::TriggerEvent { .. } => self.counted_act("trigger_event"),
             Action::Igmp { .. } => self.counted_act("igmp"),
@@ -546,6 +561,50 @@ impl ActCompiler<'_> {
             counter: self.count(name),
         }
     }
+}
+
+/// Whether `a` is a controller action in OVN (ovn-controller sends the packet to pinctrl),
+/// and if so whether the packet continues only through the controller (`true`: a metered-out
+/// packet is dropped). `log` is metered by its own meter (see [`CAct::Log`]).
+fn punt_kind(a: &Action) -> Option<bool> {
+    match a {
+        Action::Nested { kind, .. } if *kind != hf_expr::actions::NestedKind::Clone => Some(false),
+        Action::PutArp { .. }
+        | Action::PutNd { .. }
+        | Action::TriggerEvent { .. }
+        | Action::Igmp { .. }
+        | Action::HandleBfdMsg { .. }
+        | Action::HandleSvcCheck { .. }
+        | Action::HandleDhcpv6Reply { .. }
+        | Action::BindVport { .. } => Some(false),
+        Action::Result {
+            func: ResultFn::PutDhcpOpts { .. } | ResultFn::PutNdRaOpts { .. } | ResultFn::DnsLookup,
+            ..
+        } => Some(true),
+        _ => None,
+    }
+}
+
+/// `log`'s `severity` (default `info`, as ovn-northd writes it).
+fn severity(s: Option<&str>) -> Result<&'static str, String> {
+    Ok(match s.unwrap_or("info") {
+        "alert" => "alert",
+        "warning" => "warning",
+        "notice" => "notice",
+        "info" => "info",
+        "debug" => "debug",
+        other => return Err(format!("log: unknown severity `{other}`")),
+    })
+}
+
+/// `log`'s `verdict` (`allow` when absent, as ovn-controller's encoding defaults it).
+fn verdict(v: Option<&str>) -> Result<&'static str, String> {
+    Ok(match v.unwrap_or("allow") {
+        "allow" => "allow",
+        "drop" => "drop",
+        "reject" => "reject",
+        other => return Err(format!("log: unknown verdict `{other}`")),
+    })
 }
 
 /// `tcp`/`udp`/`sctp` (as `commit_ecmp_nh` and `commit_lb_aff` spell them) → IP protocol.

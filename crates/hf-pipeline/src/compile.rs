@@ -787,6 +787,8 @@ fn append_unit(prog: &mut Program, unit: Unit) -> DpCode {
             CAct::Nested { body, .. } => *body = body.start + act_off..body.end + act_off,
             CAct::PacketIn { counter, .. }
             | CAct::BindVport { counter, .. }
+            | CAct::Log { counter, .. }
+            | CAct::SetMeter { counter, .. }
             | CAct::SvcCheck { counter, .. }
             | CAct::Count { counter, .. } => *counter += ctr_off,
             _ => {}

@@ -269,6 +269,14 @@ pub(crate) struct Runner<'a> {
     pub packet_in: bool,
     /// What packet-in actions did.
     pub pin_stats: &'a mut crate::PacketInStats,
+    /// The chassis's meters ([`crate::meter`]).
+    pub meters: &'a mut crate::meter::Meters,
+    /// A meter dropped the packet: nothing more of it runs or is sent.
+    pub halted: bool,
+    /// The flow whose actions the walk is running (for its controller meter).
+    pub cur_flow: u32,
+    /// The controller meter a walk found for the `log` about to run (one without its own).
+    pub log_meter: Option<std::sync::Arc<str>>,
 }
 
 enum Flow {
@@ -341,7 +349,12 @@ impl Runner<'_> {
                                 .ctx
                                 .write_masked(usize::from(*field), *value, *mask)
                         }
-                        Some(a) => self.exec_act(a),
+                        Some(a) => {
+                            self.exec_act(a);
+                            if self.halted {
+                                return;
+                            }
+                        }
                         None => {}
                     },
                     // The output, as `exec_op` does it, without a call into its frame.
@@ -457,6 +470,9 @@ impl Runner<'_> {
             return;
         };
         loop {
+            if self.halted {
+                return;
+            }
             w.steps += 1;
             if w.steps > MAX_STEPS {
                 self.note("lookup limit reached: dropped".into());
@@ -489,7 +505,10 @@ impl Runner<'_> {
                 return;
             };
             let acts = prog.flows[flow as usize].acts.clone();
-            match self.exec_list(w, dp, pipe, table, acts, depth, rdepth) {
+            let outer = std::mem::replace(&mut self.cur_flow, flow);
+            let done = self.exec_list(w, dp, pipe, table, acts, depth, rdepth);
+            self.cur_flow = outer;
+            match done {
                 Flow::Tail(p, t) => {
                     pipe = p;
                     table = t;
@@ -512,11 +531,40 @@ impl Runner<'_> {
     ) -> Flow {
         let prog = self.prog;
         let last = acts.end.saturating_sub(1);
+        let mut skip = false;
         for i in acts {
+            if self.halted {
+                w.cacheable = false;
+                return Flow::Done;
+            }
             let Some(act) = prog.acts.get(i as usize) else {
                 return Flow::Done;
             };
+            if std::mem::take(&mut skip) {
+                continue;
+            }
             match act {
+                CAct::CtrlPunt { halt } => {
+                    if let Some(m) = self.punt_meter() {
+                        // The meter's answer changes from packet to packet.
+                        w.cacheable = false;
+                        if !self.charge(&m) {
+                            self.note(format!("controller meter {m} over its rate: punt left out"));
+                            if *halt {
+                                self.halted = true;
+                                return Flow::Done;
+                            }
+                            skip = true;
+                        }
+                    }
+                }
+                CAct::Log { meter: None, .. } => {
+                    if let Some(m) = self.punt_meter() {
+                        w.cacheable = false;
+                        self.log_meter = Some(m);
+                    }
+                    self.record(w, Op::Act(i), rdepth);
+                }
                 CAct::Next { pipeline, table: t } => {
                     if i == last {
                         return Flow::Tail(*pipeline, *t);
@@ -639,10 +687,37 @@ impl Runner<'_> {
                 _ => {
                     self.track(w, act);
                     self.record(w, Op::Act(i), rdepth);
+                    if self.halted {
+                        w.cacheable = false;
+                        return Flow::Done;
+                    }
                 }
             }
         }
         Flow::Continue
+    }
+
+    /// The controller meter of the flow the walk is in, if any.
+    fn punt_meter(&self) -> Option<std::sync::Arc<str>> {
+        if self.meters.no_flow_meters() {
+            return None;
+        }
+        let f = self.prog.flows.get(self.cur_flow as usize)?;
+        self.meters.flow_meter(&f.id)
+    }
+
+    /// Charges this packet to named meter `m` (traces charge nothing and pass).
+    pub(crate) fn charge(&mut self, m: &std::sync::Arc<str>) -> bool {
+        if self.mode == Mode::Trace {
+            return true;
+        }
+        let len = if self.scr.ctx.owned {
+            self.scr.ctx.frame.len()
+        } else {
+            self.input.len()
+        };
+        self.meters
+            .allow(&crate::meter::MeterKey::Named(m.clone()), len, self.now)
     }
 
     /// Updates the walk's dependency tracking for a data action about to run.
@@ -1073,6 +1148,9 @@ impl Runner<'_> {
     /// The frame as it is now (rewritten, or the input) out to `dest`.
     #[inline(always)]
     fn emit(&mut self, dest: Destination) {
+        if self.halted {
+            return;
+        }
         let frame = if self.scr.ctx.owned {
             &self.scr.ctx.frame
         } else {
@@ -1200,6 +1278,9 @@ impl Runner<'_> {
         if matches!(
             act,
             CAct::Count { .. }
+                | CAct::Log { .. }
+                | CAct::SetMeter { .. }
+                | CAct::CtrlPunt { .. }
                 | CAct::PortSec { .. }
                 | CAct::PutFdb { .. }
                 | CAct::LookupFdb { .. }

@@ -57,6 +57,9 @@
 //!   `handle_dhcpv6_reply` and `handle_bfd_msg` change nothing. These and
 //!   `log`, `set_meter`, `sample`, `trigger_event`, `set_queue` count their hits per flow
 //!   ([`Pipeline::action_hits`]; traces do not count).
+//! - Meters ([`meter`], [`Pipeline::set_meters`]): `set_meter` drops what is over its rate,
+//!   `log(...)` reports an [`Event::AclLog`] (ovn-controller's `acl_log` line) when its meter
+//!   allows, and a flow's controller meter (CoPP) limits its controller actions.
 //! - An action the pipeline cannot execute is a compile error naming the flow, never a no-op.
 //! - A megaflow cache keyed on exactly the bits each walk examined replays the recorded ops;
 //!   conntrack still runs on every packet, and the continuation after a conntrack
@@ -98,8 +101,8 @@
 //! [`Destination::Tunnel`] carries the keys; the datapath encapsulates with `hf_wire::geneve`).
 //! DHCP, DHCPv6, DNS and router-advertisement replies only in packet-in mode; no periodic
 //! router advertisements, no IGMP/MLD snooping, no service-monitor probes (the datapath's
-//! `svc` module sends them), no meters enforced and no samples exported (only
-//! counted). `select` has no `hash_fields` form (OVN 23.03's parser has none either).
+//! `svc` module sends them) and no samples exported (only counted). `select` has no
+//! `hash_fields` form (OVN 23.03's parser has none either).
 //! The FDB does not age. VLAN, IPv6 flow label and ND
 //! option writes change the fields the pipeline matches on but not the frame. Output to a
 //! multicast group from the egress pipeline drops. A conntrack
@@ -130,6 +133,7 @@ mod classifier;
 mod compile;
 pub mod interp;
 pub mod learn;
+pub mod meter;
 mod packet;
 pub mod packet_in;
 mod port_sec;
@@ -150,6 +154,7 @@ use hf_conntrack::Conntrack;
 
 pub use cache::CacheStats;
 pub use learn::LearnStats;
+pub use meter::{MeterSpec, MeterStats};
 pub use packet_in::PacketInStats;
 pub use program::{
     ActionHits, Activation, CompileError, CompileOptions, DatapathKind, DatapathSpec, DnsSpec,
@@ -411,6 +416,20 @@ pub enum Event {
         /// Its parent port.
         parent: String,
     },
+    /// `log(...)` ran (and its meter allowed it): what ovn-controller writes as an `acl_log`
+    /// line. `frame` is the packet as it was when the action ran.
+    AclLog {
+        /// `name`, if the ACL has one.
+        name: Option<String>,
+        /// `alert`, `warning`, `notice`, `info` or `debug`.
+        severity: &'static str,
+        /// `allow`, `drop` or `reject`.
+        verdict: &'static str,
+        /// `from-lport` (ingress pipeline) or `to-lport` (egress).
+        direction: &'static str,
+        /// The packet.
+        frame: Vec<u8>,
+    },
     /// `handle_svc_check(P)`: a reply to a service monitor's probe (addressed to
     /// `svc_monitor_mac`) arrived from logical port `port`; the chassis's monitor logic reads
     /// it (TCP SYN-ACK or RST, ICMP port unreachable).
@@ -477,6 +496,8 @@ pub struct Pipeline {
     activation: std::collections::BTreeMap<u32, bool>,
     /// Packet-in mode: DHCP/DHCPv6/DNS/RA actions build their replies (see [`packet_in`]).
     packet_in: bool,
+    /// Meters and their buckets (see [`meter`]); they outlive program swaps.
+    meters: meter::Meters,
     /// What packet-in actions did.
     pin_stats: PacketInStats,
     /// Per datapath (by index): whether it has a chassisredirect port resident here, so a
@@ -514,6 +535,7 @@ impl Pipeline {
             held: Default::default(),
             activation: Default::default(),
             packet_in: false,
+            meters: meter::Meters::default(),
             pin_stats: PacketInStats::default(),
             redirects: Vec::new(),
         };
@@ -606,6 +628,19 @@ impl Pipeline {
             self.generation += 1;
             self.cache.clear();
         }
+    }
+
+    /// Sets the chassis's meters and the flows' controller meters ([`meter`]). The flow
+    /// cache starts over (a cached walk may have skipped a punt's meter check).
+    pub fn set_meters(&mut self, meters: Vec<MeterSpec>, flow_meters: Vec<(FlowId, String)>) {
+        self.meters.set(meters, flow_meters);
+        self.generation += 1;
+        self.cache.clear();
+    }
+
+    /// The meters' passed/dropped counts and the meters named but not configured.
+    pub fn meters(&self) -> &meter::Meters {
+        &self.meters
     }
 
     /// Packet-in mode. Off (the default, and what `holdfast trace` uses), `put_dhcp_opts`,
@@ -1016,6 +1051,10 @@ impl Pipeline {
             held: &self.held,
             packet_in: self.packet_in,
             pin_stats: &mut self.pin_stats,
+            meters: &mut self.meters,
+            halted: false,
+            cur_flow: 0,
+            log_meter: None,
         };
         r.run_segment(resume_id(dp, pipe, 0), 0, cache::FIRST_HINT);
         let stats = RunStats {

@@ -930,7 +930,31 @@ pub(crate) enum CAct {
     FwdGroup {
         ports: Vec<u32>,
     },
-    /// An action with no effect on forwarding whose hits are counted: `log`, `set_meter`,
+    /// `log(...)`: an [`crate::Event::AclLog`] unless its meter (or, without one, its flow's
+    /// controller meter) is over the rate; counted.
+    Log {
+        counter: u32,
+        name: Option<Arc<str>>,
+        severity: &'static str,
+        verdict: &'static str,
+        meter: Option<Arc<str>>,
+        /// The flow is in the egress pipeline (`to-lport`).
+        egress: bool,
+    },
+    /// `set_meter(rate, burst)` (kbps): a packet over the rate is dropped; counted.
+    SetMeter {
+        counter: u32,
+        rate: u64,
+        burst: u64,
+    },
+    /// Put before each controller action (packet generation, `put_arp`/`put_nd`, packet-in
+    /// replies, events): a walk that meets it while its flow has a controller meter asks the
+    /// meter, is not cached, and skips the next action when the meter is over the rate
+    /// (`halt`: drops the packet instead). Never recorded as an op.
+    CtrlPunt {
+        halt: bool,
+    },
+    /// An action with no effect on forwarding whose hits are counted:
     /// `sample`, `trigger_event`, `set_queue`, `igmp`,
     /// `handle_dhcpv6_reply`, `handle_bfd_msg` (the last three are the controller's packet-in
     /// handlers; ovn-trace does nothing for them either).

@@ -68,6 +68,15 @@ impl Runner<'_> {
             CAct::ChkLbAff { dst, .. } => format!("  chk_lb_aff: {}", ctx.read(*dst)),
             CAct::CommitLbAff { .. } => "  commit_lb_aff: learned (not in a trace)".into(),
             CAct::BindVport { .. } => "  bind_vport: reported (not in a trace)".into(),
+            CAct::Log { meter, .. } => format!(
+                "  log: an acl_log line{} (not in a trace)",
+                meter
+                    .as_ref()
+                    .map_or(String::new(), |m| format!(" when meter {m} allows"))
+            ),
+            CAct::SetMeter { rate, burst, .. } => format!(
+                "  set_meter: within {rate} kbps (burst {burst} kbit) passes, more is dropped (a trace assumes within)"
+            ),
             CAct::SvcCheck { .. } => {
                 "  handle_svc_check: punted to the service monitor (not in a trace)".into()
             }
@@ -78,6 +87,52 @@ impl Runner<'_> {
     fn exec_stateful_inner(&mut self, act: &CAct) {
         match act {
             CAct::Count { counter, .. } => self.count(*counter),
+            CAct::CtrlPunt { .. } => {}
+            CAct::Log {
+                counter,
+                name,
+                severity,
+                verdict,
+                meter,
+                egress,
+            } => {
+                self.count(*counter);
+                let meter = meter.clone().or_else(|| self.log_meter.take());
+                if self.mode == Mode::Trace || meter.is_some_and(|m| !self.charge(&m)) {
+                    return;
+                }
+                let frame = if self.scr.ctx.owned {
+                    self.scr.ctx.frame.clone()
+                } else {
+                    self.input.to_vec()
+                };
+                self.events.push(Event::AclLog {
+                    name: name.as_deref().map(str::to_string),
+                    severity,
+                    verdict,
+                    direction: if *egress { "to-lport" } else { "from-lport" },
+                    frame,
+                });
+            }
+            CAct::SetMeter {
+                counter,
+                rate,
+                burst,
+            } => {
+                self.count(*counter);
+                if self.mode == Mode::Trace {
+                    return;
+                }
+                let len = if self.scr.ctx.owned {
+                    self.scr.ctx.frame.len()
+                } else {
+                    self.input.len()
+                };
+                let key = crate::meter::MeterKey::Rate(*rate, *burst);
+                if !self.meters.allow(&key, len, self.now) {
+                    self.halted = true;
+                }
+            }
             CAct::PortSec { dst, out, dp } => {
                 let s = if *out { slot::OUTPORT } else { slot::INPORT };
                 let key = self.scr.ctx.f[s] as u32;

@@ -865,8 +865,12 @@ fn controller_actions_as_ovn_trace_models_them_and_counters() {
     }
     run_at(&mut p, &mut ct, 2, &arp(M2, IP2, IP1), 1);
     run_at(&mut p, &mut ct, 2, &arp(M2, IP2, IP1), 1);
+    let (logs, others): (Vec<Event>, Vec<Event>) = p
+        .take_events()
+        .into_iter()
+        .partition(|e| matches!(e, Event::AclLog { .. }));
     assert_eq!(
-        p.take_events(),
+        others,
         [Event::BindVport {
             datapath: "ls".into(),
             vport: "vm3".into(),
@@ -874,6 +878,13 @@ fn controller_actions_as_ovn_trace_models_them_and_counters() {
         }],
         "reported once"
     );
+    // `log` (no meter): one acl_log event per logged packet, with the packet.
+    assert_eq!(logs.len(), 2, "{logs:?}");
+    assert!(matches!(
+        &logs[0],
+        Event::AclLog { name: Some(n), severity: "info", verdict: "allow", direction: "from-lport", frame }
+            if n == "a" && frame.as_slice() == arp(M2, IP2, IP1).as_slice()
+    ));
     let hits = p.action_hits();
     let count = |name: &str| -> u64 {
         hits.iter()
@@ -1258,4 +1269,126 @@ fn counters_name_the_right_flows_after_a_partial_recompile() {
         (meter.datapath.as_str(), meter.priority, meter.hits),
         ("ls2", 7, 2)
     );
+}
+
+fn run_ms(p: &mut Pipeline, ct: &mut Conntrack, from: u32, frame: &[u8], ms: u64) -> Vec<Out> {
+    let mut out = Outputs::default();
+    p.process(
+        ct,
+        Ingress::Local(from),
+        frame,
+        Duration::from_millis(ms),
+        &mut out,
+    )
+    .expect("processed");
+    collect(&out)
+}
+
+/// Meters (issue 21): `set_meter` caps a flood (cached replays included), `log(meter=...)`
+/// limits log lines but not packets, and a flow's controller meter limits its punts.
+#[test]
+fn meters_cap_floods_logs_and_punts() {
+    let flows: &[Flow<'_>] = &[
+        (
+            Pipe::Ingress,
+            0,
+            100,
+            "udp.dst == 9",
+            "set_meter(80); next;",
+        ),
+        (
+            Pipe::Ingress,
+            0,
+            90,
+            "tcp",
+            "log(name=\"l\", severity=alert, verdict=drop, meter=\"lm\"); next;",
+        ),
+        (
+            Pipe::Ingress,
+            0,
+            80,
+            "ip4.dst == 10.0.0.99",
+            "icmp4 { eth.dst <-> eth.src; ip4.dst <-> ip4.src; outport = inport; flags.loopback = 1; output; };",
+        ),
+        (Pipe::Ingress, 0, 0, "1", "next;"),
+        (Pipe::Ingress, 1, 0, "1", "outport = \"vm2\"; output;"),
+        (Pipe::Egress, 0, 0, "1", "output;"),
+    ];
+    let s = spec([&[], &[], &[]], flows);
+    let mut p = pipeline(&s);
+    let icmp_flow = s.datapaths[0]
+        .flows
+        .iter()
+        .find(|f| f.priority == 80)
+        .map(|f| f.id.clone())
+        .expect("the icmp4 flow");
+    p.set_meters(
+        vec![
+            hf_pipeline::MeterSpec {
+                name: "lm".into(),
+                pktps: true,
+                bands: vec![(2, 1)],
+            },
+            hf_pipeline::MeterSpec {
+                name: "copp".into(),
+                pktps: true,
+                bands: vec![(5, 5)],
+            },
+        ],
+        vec![(icmp_flow, "copp".into())],
+    );
+    let mut ct = Conntrack::new(Config::default());
+    // 80 kbps = 10,000 bytes/s; 1,000-byte datagrams at 1,000/s for 2 s: the 10-packet burst
+    // and 10/s pass.
+    let mut big = udp4(M1, M2, IP1, IP2, 5, 9);
+    big.resize(1000, 0);
+    let passed = (0..2000u64)
+        .filter(|ms| !run_ms(&mut p, &mut ct, 1, &big, *ms).is_empty())
+        .count();
+    assert!((29..=31).contains(&passed), "set_meter passed {passed}");
+    // Another port, same meter text: the same bucket (one meter per distinct set_meter).
+    assert!(
+        run_ms(&mut p, &mut ct, 3, &big, 1999).is_empty(),
+        "the bucket is shared"
+    );
+    // log: every packet forwarded, 1 + 2/s log lines.
+    let syn = tcp(M1, M2, IP1.into(), IP2.into(), 1, 2, 2);
+    p.take_events();
+    for ms in 0..1000u64 {
+        assert_eq!(run_ms(&mut p, &mut ct, 1, &syn, 3000 + ms).len(), 1);
+    }
+    let logs = p
+        .take_events()
+        .into_iter()
+        .filter(|e| {
+            matches!(
+                e,
+                Event::AclLog {
+                    verdict: "drop",
+                    severity: "alert",
+                    ..
+                }
+            )
+        })
+        .count();
+    assert!((2..=4).contains(&logs), "logged {logs}");
+    // The controller meter: 5 + 5/s ICMP answers out of 1,000 asks.
+    let ask = udp4(M1, M2, IP1, Ipv4Addr::new(10, 0, 0, 99), 1, 2);
+    let answered = (0..1000u64)
+        .filter(|ms| !run_ms(&mut p, &mut ct, 1, &ask, 5000 + ms).is_empty())
+        .count();
+    assert!((9..=11).contains(&answered), "answered {answered}");
+    let stats = p.meters().stats();
+    let copp = stats
+        .iter()
+        .find(|(n, _)| n == "copp")
+        .expect("copp stats")
+        .1;
+    assert_eq!(copp.passed + copp.dropped, 1000);
+    // Without the controller meter every ask is answered.
+    p.set_meters(Vec::new(), Vec::new());
+    let answered = (0..100u64)
+        .filter(|ms| !run_ms(&mut p, &mut ct, 1, &ask, 7000 + ms).is_empty())
+        .count();
+    assert_eq!(answered, 100);
 }

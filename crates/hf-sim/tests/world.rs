@@ -70,6 +70,11 @@ fn dhcp_dynamic() {
 }
 
 #[test]
+fn meters_and_acl_logs() {
+    run(scenarios::meters::meters());
+}
+
+#[test]
 fn restarts_under_load() {
     run(scenarios::restarts());
 }

@@ -80,6 +80,8 @@ use super::{binding, monitor, neigh};
 use crate::Incremental;
 
 // Program pushes and the datapath's answers to them.
+#[path = "meters.rs"]
+mod meters;
 #[path = "push.rs"]
 mod push;
 #[path = "write.rs"]
@@ -285,6 +287,10 @@ pub struct Controller {
     svc_sent: Option<Vec<proto::SvcMonitorMsg>>,
     /// Why monitors were left out, as last logged.
     svc_bad: Vec<String>,
+    /// The meters last sent to the datapath (`None`: none since its hello).
+    meters_sent: Option<proto::MetersMsg>,
+    /// ACL log lines from the datapath, for the shell to write (`acl_log` module).
+    acl_logs: VecDeque<String>,
     dp_ports: BTreeMap<String, LocalPort>,
     zones: BTreeMap<String, u16>,
     running: Option<ProgramMsg>,
@@ -489,6 +495,8 @@ impl Controller {
             hello_version: PROTOCOL_VERSION,
             svc_sent: None,
             svc_bad: Vec::new(),
+            meters_sent: None,
+            acl_logs: VecDeque::new(),
             dp_ports: BTreeMap::new(),
             zones: BTreeMap::new(),
             running: None,
@@ -707,6 +715,12 @@ impl Controller {
     /// The next log line.
     pub fn poll_log(&mut self) -> Option<(Level, String)> {
         self.log.pop_front()
+    }
+
+    /// The next ACL log line from the datapath: the text ovn-controller's `acl_log` module
+    /// writes at INFO (the shell logs it under that module).
+    pub fn poll_acl_log(&mut self) -> Option<String> {
+        self.acl_logs.pop_front()
     }
 
     /// The SB replica (its model is the controller's view).
@@ -972,6 +986,7 @@ impl Controller {
                 self.dp_hello = true;
                 self.dp_version = version;
                 self.svc_sent = None;
+                self.meters_sent = None;
                 self.touched_since_running = None;
                 self.last_build = None;
                 // The hello's program is what the datapath keeps: a delta against it applies
@@ -1154,6 +1169,13 @@ impl Controller {
                 self.say(Level::Info, "datapath exported its state".into());
             }
             FromDatapath::Pong { .. } => {}
+            FromDatapath::AclLog(lines) => {
+                for l in lines {
+                    if self.acl_logs.len() < meters::MAX_ACL_LOGS {
+                        self.acl_logs.push_back(l);
+                    }
+                }
+            }
             FromDatapath::Error { message } => {
                 self.say(Level::Warn, format!("datapath: {message}"));
                 // Refused before its hello: an older datapath; the next session says an older
@@ -1243,6 +1265,7 @@ impl Controller {
             }
             self.maybe_push(now);
             self.svc_round();
+            self.sync_meters();
         }
         self.retired = None;
     }

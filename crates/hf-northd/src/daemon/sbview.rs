@@ -142,6 +142,10 @@ pub struct SbView {
     pub service_monitor: BTreeMap<Uuid, sb::ServiceMonitor>,
     /// `HA_Chassis`.
     pub ha_chassis: BTreeMap<Uuid, sb::HaChassis>,
+    /// `Meter`.
+    pub meter: BTreeMap<Uuid, sb::Meter>,
+    /// `Meter_Band`.
+    pub meter_band: BTreeMap<Uuid, sb::MeterBand>,
     /// `HA_Chassis_Group`.
     pub ha_chassis_group: BTreeMap<Uuid, sb::HaChassisGroup>,
     /// `Logical_DP_Group`.
@@ -207,6 +211,8 @@ const TABLES: &[(&str, Option<&[&str]>)] = &[
     ("Load_Balancer", None),
     ("Service_Monitor", None),
     ("HA_Chassis", Some(&["chassis", "priority", "external_ids"])),
+    ("Meter", None),
+    ("Meter_Band", None),
     (
         "HA_Chassis_Group",
         Some(&["name", "ha_chassis", "ref_chassis"]),
@@ -349,6 +355,8 @@ impl SbView {
             + self.load_balancer.len()
             + self.service_monitor.len()
             + self.ha_chassis.len()
+            + self.meter.len()
+            + self.meter_band.len()
             + self.ha_chassis_group.len()
             + self.logical_dp_group.len()
             + self.logical_flow.len()
@@ -720,6 +728,8 @@ struct AllPending {
     load_balancer: Pending<sb::LoadBalancer>,
     service_monitor: Pending<sb::ServiceMonitor>,
     ha_chassis: Pending<sb::HaChassis>,
+    meter: Pending<sb::Meter>,
+    meter_band: Pending<sb::MeterBand>,
     ha_chassis_group: Pending<sb::HaChassisGroup>,
     logical_dp_group: Pending<sb::LogicalDpGroup>,
     logical_flow: Pending<LeanFlow>,
@@ -756,6 +766,8 @@ impl SbView {
                 .service_monitor
                 .extend(typed_changes(&self.service_monitor, u)?),
             "HA_Chassis" => p.ha_chassis.extend(typed_changes(&self.ha_chassis, u)?),
+            "Meter" => p.meter.extend(typed_changes(&self.meter, u)?),
+            "Meter_Band" => p.meter_band.extend(typed_changes(&self.meter_band, u)?),
             "HA_Chassis_Group" => p
                 .ha_chassis_group
                 .extend(typed_changes(&self.ha_chassis_group, u)?),
@@ -807,6 +819,8 @@ impl SbView {
             || !p.dhcpv6_options.is_empty()
             || !p.dns.is_empty()
             || !p.ha_chassis.is_empty()
+            || !p.meter.is_empty()
+            || !p.meter_band.is_empty()
             || !p.ha_chassis_group.is_empty()
             || !p.logical_dp_group.is_empty()
             || !p.logical_flow.is_empty()
@@ -824,6 +838,7 @@ impl SbView {
             c.northd_uuids.extend(ids_of(&p.dhcpv6_options));
             c.northd_uuids.extend(ids_of(&p.dns));
             c.northd_uuids.extend(ids_of(&p.ha_chassis_group));
+            c.northd_uuids.extend(ids_of(&p.meter));
             c.northd_uuids.extend(ids_of(&p.logical_flow));
             c.northd_uuids.extend(ids_of(&p.static_mac_binding));
         }
@@ -883,6 +898,11 @@ impl SbView {
             "HA_Chassis_Group",
             apply_pending(&mut self.ha_chassis_group, p.ha_chassis_group),
         );
+        note("Meter", apply_pending(&mut self.meter, p.meter));
+        note(
+            "Meter_Band",
+            apply_pending(&mut self.meter_band, p.meter_band),
+        );
         note(
             "Logical_DP_Group",
             apply_pending(&mut self.logical_dp_group, p.logical_dp_group),
@@ -919,6 +939,8 @@ impl SbView {
             "Load_Balancer" => k(&self.load_balancer),
             "Service_Monitor" => k(&self.service_monitor),
             "HA_Chassis" => k(&self.ha_chassis),
+            "Meter" => k(&self.meter),
+            "Meter_Band" => k(&self.meter_band),
             "HA_Chassis_Group" => k(&self.ha_chassis_group),
             "Logical_DP_Group" => k(&self.logical_dp_group),
             "Logical_Flow" => self.logical_flow.keys().copied().collect(),

@@ -268,6 +268,8 @@ pub struct Rtr {
     pub nats: Vec<Nat>,
     /// LB VIPs.
     pub vips: Vec<Vip>,
+    /// VIPs without backends that raise events ([`crate::lb_event`]).
+    pub lb_events: Vec<crate::lb_event::EventVip>,
     /// Route groups, in priority order of emission.
     pub routes: Vec<RouteGroup>,
     /// Policies.
@@ -351,6 +353,7 @@ impl Rtr {
             dgp: None,
             nats: Vec::new(),
             vips: Vec::new(),
+            lb_events: Vec::new(),
             routes: Vec::new(),
             policies: Vec::new(),
             route_tables: BTreeMap::new(),
@@ -363,16 +366,6 @@ impl Rtr {
             tunnel_key: d.tunnel_key,
             dnat_force_snat: Vec::new(),
         };
-        if let Some(lr) = lr
-            && lr.copp.is_some()
-        {
-            diags.push(
-                "Logical_Router",
-                lr.uuid,
-                &lr.name,
-                "copp (control-plane protection meters) is not applied by holdfast northd; controller actions are unmetered",
-            );
-        }
         if let Some(lr) = lr
             && lr.options.get("mcast_relay").is_some_and(|v| v == "true")
         {
@@ -736,6 +729,16 @@ impl Rtr {
                     continue;
                 }
                 let reject = bs.is_empty() && lb.options.get("reject").is_some_and(|v| v == "true");
+                if bs.is_empty() && !reject && crate::lb_event::enabled(topo, lb) {
+                    self.lb_events.push(crate::lb_event::EventVip {
+                        lb: lb.uuid,
+                        owner: Owner::LoadBalancer(lb.name.clone()),
+                        ip,
+                        port,
+                        proto,
+                        key: vip.clone(),
+                    });
+                }
                 if bs.is_empty() && !reject {
                     diags.push("Load_Balancer", lb.uuid, &lb.name, format!("VIP {vip:?} has no backends (and no options:reject=true); router {} leaves it out", self.name));
                     continue;

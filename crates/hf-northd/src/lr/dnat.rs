@@ -133,6 +133,19 @@ pub fn build(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
             None,
         );
     }
+    for e in &r.lb_events {
+        let (m, a) = crate::lb_event::flow(e.lb, e.ip, e.port, e.proto);
+        out.add(
+            r.dp,
+            st,
+            130,
+            m,
+            a,
+            e.owner.clone(),
+            format!("event-{}", e.key),
+            Some(e.lb),
+        );
+    }
     let dgp_res = r.dgp.and_then(|d| r.ports[d].resident());
     for v in &r.vips {
         let fam = ipf(v.ip.is_ipv6());

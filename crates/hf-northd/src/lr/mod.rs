@@ -82,6 +82,7 @@ fn build_with(topo: &Topo<'_>, dp: DpIdx, out: &mut Flows, diags: &mut Diags, se
     if disabled(topo, dp) {
         return;
     }
+    let start = out.flows.len();
     let r = ctx::Rtr::new(topo, dp, diags);
     admission::build(topo, &r, out, diags);
     lookup_neighbor::build(topo, &r, out, diags);
@@ -125,6 +126,7 @@ fn build_with(topo: &Topo<'_>, dp: DpIdx, out: &mut Flows, diags: &mut Diags, se
         "default",
         None,
     );
+    crate::copp::apply(topo, dp, &mut out.flows[start..], diags);
 }
 
 #[cfg(test)]

@@ -126,6 +126,8 @@ pub struct LbInfo {
     pub hash_fields: Option<String>,
     /// `options:reject=true`: a VIP without backends rejects.
     pub reject_empty: bool,
+    /// A VIP without backends raises an event ([`crate::lb_event`]).
+    pub event: bool,
 }
 
 /// What a router's switch-side ports answer or forward ARP/ND for.
@@ -209,6 +211,7 @@ impl LsIndex {
     ) {
         let nb = topo.nb;
         let symtab = SymbolTable::shared();
+        let fair = fair_meters(topo);
         let mut parsed: HashMap<(Uuid, String), Option<usize>> = HashMap::new();
         let mut add =
             |ix: &mut LsIndex, dp: DpIdx, acl: &nb::Acl, holder: Holder<'_>, diags: &mut Diags| {
@@ -221,7 +224,7 @@ impl LsIndex {
                     Some(s) => *s,
                     None => {
                         let good = last_good.get(&acl.uuid).map(String::as_str);
-                        let s = parse_acl(acl, holder, good, symtab, diags).map(|a| {
+                        let s = parse_acl(acl, holder, good, symtab, &fair, diags).map(|a| {
                             if a.broken != Some(AclBroken::FailClosed) {
                                 ix.acl_good.insert(a.uuid, a.nb_match.clone());
                             }
@@ -310,7 +313,9 @@ impl LsIndex {
                     self.switch_has_vip[dp] = true;
                 }
                 let i = *parsed.entry(uuid).or_insert_with(|| {
-                    self.lbs.push(parse_lb(lb, diags));
+                    let mut info = parse_lb(lb, diags);
+                    info.event = crate::lb_event::enabled(topo, lb);
+                    self.lbs.push(info);
                     self.lbs.len() - 1
                 });
                 mine.push(i);
@@ -403,11 +408,34 @@ impl Holder<'_> {
     }
 }
 
+/// The names of the `fair` meters: an ACL logging through one gets a copy of its own
+/// ([`acl_log_meter`]).
+pub fn fair_meters<'a>(topo: &Topo<'a>) -> BTreeSet<&'a str> {
+    topo.nb
+        .meter()
+        .values()
+        .filter(|m| m.fair == Some(true))
+        .map(|m| m.name.as_str())
+        .collect()
+}
+
+/// The meter an ACL's `log()` names: its `meter`, or for a `fair` meter the ACL's own copy
+/// `<meter>__<ACL UUID>` (a row of its own in SB `Meter`, as ovn-northd 23.03 makes it).
+pub fn acl_log_meter(acl: &nb::Acl, fair: &BTreeSet<&str>) -> Option<String> {
+    let m = acl.meter.as_ref()?;
+    Some(if fair.contains(m.as_str()) {
+        format!("{m}__{}", acl.uuid)
+    } else {
+        m.clone()
+    })
+}
+
 fn parse_acl(
     acl: &nb::Acl,
     holder: Holder<'_>,
     last_good: Option<&str>,
     symtab: &SymbolTable,
+    fair: &BTreeSet<&str>,
     diags: &mut Diags,
 ) -> Option<AclInfo> {
     let who = format!("{} of {}", acl.direction.as_str(), holder.name());
@@ -480,7 +508,7 @@ fn parse_acl(
             }
             .to_string(),
         ),
-        meter: acl.meter.clone(),
+        meter: acl_log_meter(acl, fair),
     });
     Some(AclInfo {
         uuid: acl.uuid,
@@ -651,5 +679,6 @@ fn parse_lb(lb: &nb::LoadBalancer, diags: &mut Diags) -> LbInfo {
         vips,
         hash_fields,
         reject_empty: lb.options.get("reject").is_some_and(|v| v == "true"),
+        event: false,
     }
 }

@@ -156,16 +156,6 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
         }],
     );
     multicast(sw, out, diags);
-    if let Some(ls) = topo.nb.logical_switch().get(&topo.datapaths[sw.dp].nb)
-        && ls.copp.is_some()
-    {
-        diags.push(
-            "Logical_Switch",
-            ls.uuid,
-            &ls.name,
-            "copp (control-plane protection meters) is not applied by holdfast northd; controller actions are unmetered",
-        );
-    }
     sw.dflt(
         out,
         Stage::LsInL2Lkup,

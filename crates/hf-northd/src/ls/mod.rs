@@ -230,6 +230,7 @@ impl<'a, 't> Sw<'a, 't> {
 
 /// Every flow of switch `dp`.
 pub fn build(topo: &Topo<'_>, dp: DpIdx, out: &mut Flows, diags: &mut Diags) {
+    let start = out.flows.len();
     let sw = Sw::new(topo, dp);
     check_port_sec::build(&sw, out, diags);
     apply_port_sec::build(&sw, out, diags);
@@ -251,6 +252,7 @@ pub fn build(topo: &Topo<'_>, dp: DpIdx, out: &mut Flows, diags: &mut Diags) {
     external_port::build(&sw, out, diags);
     l2_lkup::build(&sw, out, diags);
     l2_unknown::build(&sw, out, diags);
+    crate::copp::apply(topo, dp, &mut out.flows[start..], diags);
 }
 
 #[cfg(test)]

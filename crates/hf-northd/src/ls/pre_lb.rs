@@ -46,6 +46,22 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, _diags: &mut Diags) {
             );
         }
     }
+    for lb in sw.lbs.iter().filter(|l| l.event && !l.reject_empty) {
+        for vip in lb.vips.iter().filter(|v| v.backends.is_empty()) {
+            let (m, a) = crate::lb_event::flow(lb.uuid, vip.ip, vip.port, lb.proto);
+            sw.owned(
+                out,
+                Stage::LsInPreLb,
+                130,
+                crate::flow::Owner::LoadBalancer(lb.name.clone()),
+                format!("event {}", vip.key),
+                Some(lb.uuid),
+                m,
+                a,
+                None,
+            );
+        }
+    }
     let mut skip = sw.router_ports.clone();
     if !sw.has_lb_vip {
         skip.extend(&sw.localnet);

@@ -12,9 +12,10 @@
 //!
 //! Also [`dns`] (`DNS`).
 //!
-//! `Service_Monitor` rows are [`crate::svc`]'s plan, copied here.
+//! [`meter`] (`Meter` and `Meter_Band`). `Service_Monitor` rows are [`crate::svc`]'s plan,
+//! copied here.
 //!
-//! What it does not do: IGMP groups (learned by controllers), meters,
+//! What it does not do: IGMP groups (learned by controllers),
 //! mirrors, template variables, static MAC bindings, and `ipv6_ra_pd_list` (read back from
 //! SB by OVN). Dynamic addresses are [`crate::ipam`]'s, written to NB by the daemon. VXLAN mode's smaller key spaces are not
 //! served (`max_tunid` is Geneve's).
@@ -27,6 +28,7 @@ pub mod groups;
 pub mod lb;
 pub mod mac_binding;
 pub mod mcast;
+pub mod meter;
 pub mod port;
 
 use crate::Options;
@@ -42,6 +44,7 @@ pub fn build(topo: &Topo<'_>, opts: &Options, sb: &mut SbDesired, diags: &mut Di
     mcast::build(topo, sb);
     dns::build(topo, sb);
     dhcp::build(sb);
+    meter::build(topo, sb, diags);
     groups::port_groups(topo, &opts.render, sb, diags);
     lb::build(topo, &opts.render, sb, diags);
     global::build(topo, opts, sb);

@@ -276,6 +276,9 @@ impl Chassis {
                     .push(format!("{}|controller|{l:?}|{line}", self.name));
             }
         }
+        while let Some(line) = ctl.poll_acl_log() {
+            self.log.push(format!("{}|acl_log|INFO|{line}", self.name));
+        }
         while let Some((l, line)) = self.datapath.poll_log() {
             self.log
                 .push(format!("{}|datapath|{l:?}|{line}", self.name));

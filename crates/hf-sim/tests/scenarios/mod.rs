@@ -11,6 +11,8 @@ use hf_sim::net::record::DhcpRecord;
 use hf_sim::world::World;
 use hf_sim::world::nb::{self, Nat, PortOpts, Txn};
 
+pub mod meters;
+
 /// One scenario.
 pub struct Scenario {
     /// Its name.
