@@ -122,7 +122,11 @@ fn health_check_takes_a_dead_backend_out_of_the_vip_and_puts_it_back() {
         ],
     ));
     let mut w = World::new(WorldConfig {
-        seed: 21,
+        // HF_HEALTH_SEED: another world seed (host ISNs and ports, probe ports, phases).
+        seed: std::env::var("HF_HEALTH_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(21),
         chassis: vec!["hv1".into(), "hv2".into()],
         northd: NorthdMode::Holdfast,
     })
