@@ -287,6 +287,9 @@ pub struct Controller {
     svc_sent: Option<Vec<proto::SvcMonitorMsg>>,
     /// Why monitors were left out, as last logged.
     svc_bad: Vec<String>,
+    /// The monitors' inputs changed (`Service_Monitor`, `Port_Binding`, `MAC_Binding`, the
+    /// local ports): the next step computes the list again.
+    svc_due: bool,
     /// The meters last sent to the datapath (`None`: none since its hello).
     meters_sent: Option<proto::MetersMsg>,
     /// ACL log lines from the datapath, for the shell to write (`acl_log` module).
@@ -495,6 +498,7 @@ impl Controller {
             hello_version: PROTOCOL_VERSION,
             svc_sent: None,
             svc_bad: Vec::new(),
+            svc_due: true,
             meters_sent: None,
             acl_logs: VecDeque::new(),
             dp_ports: BTreeMap::new(),
@@ -1224,6 +1228,7 @@ impl Controller {
     }
 
     fn local_changed(&mut self) {
+        self.svc_due = true;
         let local = self.local_set();
         self.with_state(|st| {
             // A port that left this chassis is activated again only by a new announcement.
@@ -1276,6 +1281,9 @@ impl Controller {
         if !self.dp_hello || self.dp_version < proto::SVC_VERSION {
             return;
         }
+        if !std::mem::take(&mut self.svc_due) && self.svc_sent.is_some() {
+            return;
+        }
         let sb = self.sb.model();
         if sb.service_monitor().is_empty() && self.svc_sent.as_ref().is_some_and(Vec::is_empty) {
             return;
@@ -1324,8 +1332,15 @@ impl Controller {
                 self.dps_stale = true;
                 self.translate_due = true;
                 self.write_due = true;
+                self.svc_due = true;
             }
             Event::Changes(d) => {
+                if !d.service_monitor.is_empty()
+                    || !d.port_binding.is_empty()
+                    || !d.mac_binding.is_empty()
+                {
+                    self.svc_due = true;
+                }
                 self.restore_neighbours(&d, now);
                 self.note_candidates(&d);
                 // Our own status writes (`Chassis_Private`, `Port_Binding.up`) change nothing

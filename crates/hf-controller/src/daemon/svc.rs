@@ -48,13 +48,15 @@ fn same_ip(a: &str, b: &std::net::IpAddr) -> bool {
     a.parse::<std::net::IpAddr>().is_ok_and(|x| x == *b)
 }
 
-/// The backend MAC of `ip` on port `lport` (see the module documentation).
-fn backend_mac(sb: &SbSnapshot, lport: &str, ip: &std::net::IpAddr) -> Option<[u8; 6]> {
-    for pb in sb
-        .port_binding()
-        .values()
-        .filter(|p| p.logical_port == lport)
-    {
+/// The backend MAC of `ip` on port `lport` (see the module documentation), `pbs` the port
+/// bindings by name.
+fn backend_mac(
+    sb: &SbSnapshot,
+    pbs: &BTreeMap<&str, Vec<&hf_model::sb::PortBinding>>,
+    lport: &str,
+    ip: &std::net::IpAddr,
+) -> Option<[u8; 6]> {
+    for pb in pbs.get(lport).into_iter().flatten() {
         for entry in &pb.mac {
             let mut words = entry.split_whitespace();
             let Some(mac) = words.next().and_then(parse_mac) else {
@@ -79,6 +81,24 @@ pub fn local_monitors(
 ) -> (Vec<SvcMonitorMsg>, Vec<String>) {
     let mut out = Vec::new();
     let mut bad = Vec::new();
+    if sb.service_monitor().is_empty() {
+        return (out, bad);
+    }
+    // One pass over the bindings, for the monitored local ports only.
+    let wanted: BTreeSet<&str> = sb
+        .service_monitor()
+        .values()
+        .map(|m| m.logical_port.as_str())
+        .filter(|p| local.contains(*p))
+        .collect();
+    let mut pbs: BTreeMap<&str, Vec<&hf_model::sb::PortBinding>> = BTreeMap::new();
+    if !wanted.is_empty() {
+        for pb in sb.port_binding().values() {
+            if let Some(n) = wanted.get(pb.logical_port.as_str()) {
+                pbs.entry(n).or_default().push(pb);
+            }
+        }
+    }
     for m in sb.service_monitor().values() {
         if !local.contains(&m.logical_port) {
             continue;
@@ -97,7 +117,7 @@ pub fn local_monitors(
             ));
             continue;
         };
-        let Some(dst_mac) = backend_mac(sb, &m.logical_port, &ip) else {
+        let Some(dst_mac) = backend_mac(sb, &pbs, &m.logical_port, &ip) else {
             bad.push(format!(
                 "service monitor {}/{}:{}: no MAC for {} on the port (Port_Binding.mac or MAC_Binding); not probed",
                 m.logical_port, m.ip, m.port, m.ip
