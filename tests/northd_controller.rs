@@ -380,6 +380,48 @@ fn one_topology(t: &Topology, fill: Fill, extra_claims: &[String], actions: &[&s
     let of = ch.openflow_flows().unwrap();
     assert!(of > 0, "seed {}: br-int has no OpenFlow flows", t.seed);
 
+    // Health checks: the real controller probes the monitors of its ports (a dummy interface
+    // answers nothing: TCP probes time out, so `offline`) and writes their status.
+    let monitored: Vec<String> = sbctl(
+        &sb,
+        &[
+            "--bare",
+            "--columns=logical_port",
+            "list",
+            "Service_Monitor",
+        ],
+    )
+    .split_whitespace()
+    .filter(|p| mine.iter().any(|m| m == p))
+    .map(str::to_string)
+    .collect();
+    for p in &monitored {
+        wait_for(
+            &format!("{p}'s Service_Monitor status"),
+            timeout,
+            log,
+            || {
+                !find(
+                    &sb,
+                    "Service_Monitor",
+                    "status",
+                    &format!("logical_port={p}"),
+                )
+                .is_empty()
+            },
+        );
+        eprintln!(
+            "seed {}: ovn-controller wrote {p}'s Service_Monitor status {:?}",
+            t.seed,
+            find(
+                &sb,
+                "Service_Monitor",
+                "status",
+                &format!("logical_port={p}")
+            )
+        );
+    }
+
     // Parsed every logical flow.
     let text = log();
     let bad: Vec<&str> = text
@@ -511,6 +553,72 @@ fn real_controller_with_production_extras() {
             "trigger_event(",
         ],
     );
+}
+
+/// LB health checks under the `holdfast northd` daemon: a TCP load balancer whose backends
+/// are VIFs of the real chassis, with a `Load_Balancer_Health_Check` and `ip_port_mappings`:
+/// the real controller parses every flow (the responders for the monitors' source IP, the
+/// `handle_svc_check` punts), probes its backends and writes `Service_Monitor.status`.
+#[test]
+fn real_controller_probes_holdfast_service_monitors() {
+    if !common::require("northd_controller", TOOLS) {
+        return;
+    }
+    let mut t = picked()
+        .into_iter()
+        .find(|t| !t.gateway_router)
+        .expect("a distributed router topology");
+    let backs: Vec<(String, String)> = t
+        .vifs
+        .iter()
+        .filter(|v| v.chassis == REAL && !v.ip4.is_empty())
+        .map(|v| {
+            (
+                v.name.clone(),
+                v.ip4.split('/').next().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        !backs.is_empty(),
+        "a VIF with an address on the real chassis"
+    );
+    let list: Vec<String> = backs.iter().map(|(_, ip)| format!("{ip}:8080")).collect();
+    let words = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+    t.nb.push(words(&format!(
+        "lb-add lbhc 172.31.99.1:80 {} tcp -- ls-lb-add sw0 lbhc",
+        list.join(",")
+    )));
+    t.nb.push(
+        [
+            "--id=@hc",
+            "create",
+            "Load_Balancer_Health_Check",
+            "vip=\"172.31.99.1:80\"",
+            "options:interval=1",
+            "options:timeout=1",
+            "--",
+            "add",
+            "Load_Balancer",
+            "lbhc",
+            "health_check",
+            "@hc",
+        ]
+        .map(String::from)
+        .to_vec(),
+    );
+    for (p, ip) in &backs {
+        t.nb.push(vec![
+            "set".into(),
+            "load_balancer".into(),
+            "lbhc".into(),
+            format!(
+                "ip_port_mappings:{ip}=\"{p}:{}.254\"",
+                ip.rsplit_once('.').map_or("10.0.0", |(net, _)| net)
+            ),
+        ]);
+    }
+    one_topology(&t, Fill::Daemon, &[], &["handle_svc_check(inport);"]);
 }
 
 /// The real controller's log lines that say it could not parse a logical flow.

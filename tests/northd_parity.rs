@@ -19,6 +19,13 @@
 //! `Load_Balancer`, HA chassis groups, `SB_Global`): rows keyed by name, references by name,
 //! one line per differing column; `HF_TABLE` filters tables by prefix.
 //!
+//! `health_checks_match_real_northd` (module `northd_parity/health.rs`, issue 21): seeded NBs
+//! with LB health checks and `ip_port_mappings` on switches and routers, TCP and UDP, IPv4
+//! and IPv6, on both northds; `Service_Monitor.status` written with `ovn-sbctl` on both SBs
+//! (ports up or not, a holdfast restart midway, every monitor offline, a check removed): SB
+//! tables (`Service_Monitor` included) and flows equal after every step. `HF_HEALTH_SEEDS`
+//! (default 4) NBs from `HF_PARITY_SEED`.
+//!
 //! Environment as `trace_parity.rs`: `HF_PARITY_TOPOLOGIES` (default 24), `HF_PARITY_PACKETS`
 //! (default 50), `HF_PARITY_SEED` (default 9000); `HF_PARITY_HF_FEATURES=hf-1` makes SB B's
 //! chassis advertise that holdfast feature list (incident B's older formulations).
@@ -36,6 +43,8 @@ mod ecmp;
 #[allow(dead_code)]
 #[path = "trace_parity/flows.rs"]
 mod flows;
+#[path = "northd_parity/health.rs"]
+mod health;
 #[allow(dead_code)]
 #[path = "trace_parity/oracle.rs"]
 mod oracle;

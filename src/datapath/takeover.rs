@@ -24,8 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use hf_datapath::proto::{
-    Decoder, FromDatapath, HandleMsg, LocalPort, PROTOCOL_VERSION, ProgramMsg, StateExport,
-    ToDatapath, encode,
+    Decoder, FromDatapath, HandleMsg, LocalPort, ProgramMsg, StateExport, ToDatapath, encode,
 };
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 
@@ -77,8 +76,9 @@ impl Takeover {
             path,
             old_pid,
         };
+        // The takeover's version, not this build's: the running datapath may be older.
         t.send(&ToDatapath::Hello {
-            version: PROTOCOL_VERSION,
+            version: hf_datapath::proto::TAKEOVER_VERSION,
             chassis: chassis.to_string(),
         })?;
         loop {

@@ -51,6 +51,7 @@ const TABLES: &[(&str, &[&str])] = &[
     ("Meter_Band", &[]),
     ("Meter", &[]),
     ("Chassis_Template_Var", &[]),
+    ("Service_Monitor", &[]),
 ];
 
 fn select(remote: &str, table: &str) -> Vec<serde_json::Map<String, Value>> {
@@ -192,6 +193,14 @@ pub fn dump(remote: &str) -> Tables {
                 "HA_Chassis" | "Logical_DP_Group" | "Meter_Band" => names[&uuid_of(r)].clone(),
                 "Chassis_Template_Var" => s(r, "chassis"),
                 "Port_Group" | "Address_Set" => keyed(s(r, "name")),
+                // By SB's index.
+                "Service_Monitor" => format!(
+                    "{} {}:{} {}",
+                    s(r, "logical_port"),
+                    s(r, "ip"),
+                    r["port"],
+                    render(&r["protocol"], &names)
+                ),
                 // DNS rows have no name: by their switches.
                 "DNS" => format!("dns{}", render(&r["datapaths"], &names)),
                 _ => s(r, "name"),

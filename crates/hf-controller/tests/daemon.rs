@@ -1889,3 +1889,57 @@ fn a_new_datapath_group_brings_its_flows() {
         "hv1 monitors the flows of a group it does not need"
     );
 }
+
+/// An older datapath (control protocol version 5, before the service monitors) refuses a
+/// version-6 hello: the controller's next session says 5 and is served (without health
+/// checks); after that session ends it tries its own version again.
+#[test]
+fn an_older_datapath_is_greeted_with_its_version() {
+    use hf_datapath::proto::{Decoder, FromDatapath, PROTOCOL_VERSION, ToDatapath, encode};
+    let t = Duration::ZERO;
+    let mut c = new_controller("hv1", "192.168.0.1", t);
+    let sent = |c: &mut Controller| {
+        let mut dec: Decoder<ToDatapath> = Decoder::new();
+        let mut v = Vec::new();
+        while let Some(b) = c.poll_dp_transmit() {
+            dec.push(&b);
+            while let Some(m) = dec.next_msg().expect("decodes") {
+                v.push(m);
+            }
+        }
+        v
+    };
+    let hello_version = |c: &mut Controller| {
+        sent(c).into_iter().find_map(|m| match m {
+            ToDatapath::Hello { version, .. } => Some(version),
+            _ => None,
+        })
+    };
+    c.handle_dp_connected(t);
+    assert_eq!(hello_version(&mut c), Some(PROTOCOL_VERSION));
+    let refusal = FromDatapath::Error {
+        message: format!(
+            "controller speaks protocol version {PROTOCOL_VERSION}, this datapath speaks 4..=5"
+        ),
+    };
+    c.handle_dp_bytes(&encode(&refusal).unwrap(), t);
+    c.handle_dp_disconnected(t);
+    c.handle_dp_connected(t);
+    assert_eq!(hello_version(&mut c), Some(PROTOCOL_VERSION - 1));
+    let hello = FromDatapath::Hello {
+        version: PROTOCOL_VERSION - 1,
+        chassis: "hv1".into(),
+        ports: vec![],
+        zones: BTreeMap::new(),
+        program: None,
+    };
+    c.handle_dp_bytes(&encode(&hello).unwrap(), t);
+    assert!(c.dp_ready());
+    // Nothing a version-5 datapath cannot decode: no service monitor list.
+    for m in sent(&mut c) {
+        assert!(!matches!(m, ToDatapath::SvcMonitors(_)), "{m:?}");
+    }
+    c.handle_dp_disconnected(t);
+    c.handle_dp_connected(t);
+    assert_eq!(hello_version(&mut c), Some(PROTOCOL_VERSION));
+}

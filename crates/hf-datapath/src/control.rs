@@ -34,6 +34,11 @@ impl Control {
     pub(crate) fn ready(&self) -> bool {
         self.hello && !self.closing
     }
+
+    /// The peer's protocol version (0 before its hello).
+    pub(crate) fn version(&self) -> u32 {
+        self.version
+    }
 }
 
 impl Datapath {
@@ -229,6 +234,7 @@ impl Datapath {
                 self.send(&FromDatapath::Exported(Box::new(s)))
             }
             ToDatapath::Ping { seq } => self.send(&FromDatapath::Pong { seq }),
+            ToDatapath::SvcMonitors(list) => self.set_svc_monitors(list, now),
             ToDatapath::TakeOver => {
                 let version = self.control.as_ref().map_or(0, |c| c.version);
                 if version < 5 {
@@ -305,5 +311,6 @@ fn name_of(m: &ToDatapath) -> &'static str {
         ToDatapath::ProgramDelta(_) => "ProgramDelta",
         ToDatapath::TakeOver => "TakeOver",
         ToDatapath::Meters(_) => "Meters",
+        ToDatapath::SvcMonitors(_) => "SvcMonitors",
     }
 }

@@ -21,7 +21,11 @@
 //!   [`MAX_PENDING`]) and are sent after the next hello.
 //! - The control session ([`crate::control`]): hello with version check, program install,
 //!   zone flushes, conntrack dumps, counters, state export.
-//! - Timers: conntrack expiry and learned-table expiry ([`Datapath::poll_timeout`]).
+//! - Service monitors (LB health checks, [`crate::svc`]): probes out of the monitored local
+//!   ports, replies punted by `handle_svc_check`, status changes to the controller
+//!   (protocol version 6).
+//! - Timers: conntrack expiry, learned-table expiry and the monitors' probes
+//!   ([`Datapath::poll_timeout`]).
 //!
 //! # What it does not do
 //!
@@ -265,6 +269,8 @@ pub struct Datapath {
     pub(crate) stopwatch: crate::stopwatch::Stopwatches,
     /// The shell's clock for the CPU stages (see [`Datapath::set_stage_clock`]).
     stage_clock: Option<crate::stopwatch::Clock>,
+    /// Service monitors (LB health checks) probed from here ([`crate::svc`]).
+    pub(crate) svc: crate::svc::Prober,
 }
 
 /// The datapath's stopwatches, in the order a program goes through them: decoding the frame,
@@ -336,6 +342,7 @@ impl Datapath {
             trimmed: 0,
             stopwatch: crate::stopwatch::Stopwatches::new(STAGES),
             stage_clock: None,
+            svc: crate::svc::Prober::default(),
         }
     }
 
@@ -1000,6 +1007,7 @@ impl Datapath {
         let events = self.pipeline.take_events();
         let mut learned = Vec::new();
         let mut acl_logs = Vec::new();
+        let mut svc = false;
         for ev in events {
             match ev {
                 Event::AclLog {
@@ -1052,6 +1060,10 @@ impl Datapath {
                     vport,
                     parent,
                 }),
+                Event::SvcCheck { port, frame, .. } => {
+                    self.svc.handle_reply(&port, &frame, now);
+                    svc = true;
+                }
                 other => self.log(
                     Level::Warn,
                     format!("pipeline event not handled: {other:?}"),
@@ -1075,6 +1087,9 @@ impl Datapath {
                     self.log(Level::Info, format!("acl_log: {l}"));
                 }
             }
+        }
+        if svc {
+            self.run_svc(now);
         }
     }
 
@@ -1103,6 +1118,68 @@ impl Datapath {
                 n.0, n.1
             ),
         );
+    }
+
+    // ----- service monitors -----
+
+    /// Takes the controller's service monitors ([`crate::svc::Prober::set`]) and answers with
+    /// every status known.
+    pub(crate) fn set_svc_monitors(
+        &mut self,
+        list: Vec<crate::proto::SvcMonitorMsg>,
+        now: Duration,
+    ) {
+        for bad in self.svc.set(list) {
+            self.log(Level::Warn, bad);
+        }
+        let known = self.svc.statuses();
+        if !known.is_empty() {
+            self.send_svc(known);
+        }
+        self.run_svc(now);
+    }
+
+    /// Runs the monitors: probes out of their local ports, status changes to the controller.
+    fn run_svc(&mut self, now: Duration) {
+        if self.svc.is_empty() {
+            return;
+        }
+        let (frames, changes) = self.svc.poll(now);
+        for p in frames {
+            match self.ports.get(&p.port).map(|s| s.id) {
+                Some(id) => self.queue_port_frame(id, &p.frame),
+                None => self.log_once(Level::Warn, format_args!("svc:{}", p.port), || {
+                    format!(
+                        "service monitor probe for port {}: no such local port",
+                        p.port
+                    )
+                }),
+            }
+        }
+        if !changes.is_empty() {
+            for c in &changes {
+                self.log(
+                    Level::Info,
+                    format!(
+                        "service monitor {} {}:{} ({}): {}",
+                        c.logical_port, c.ip, c.port, c.protocol, c.status
+                    ),
+                );
+            }
+            self.send_svc(changes);
+        }
+    }
+
+    /// Status messages go only to a controller that speaks them (version 6); another learns
+    /// them all when it sends its monitors.
+    fn send_svc(&mut self, s: Vec<crate::proto::SvcStatusMsg>) {
+        if self
+            .control
+            .as_ref()
+            .is_some_and(|c| c.ready() && c.version() >= crate::proto::SVC_VERSION)
+        {
+            self.send(&FromDatapath::SvcStatus(s));
+        }
     }
 
     /// The next frame to send.
@@ -1209,10 +1286,15 @@ impl Datapath {
         let ct = self.ct.poll_timeout();
         let ls = self.pipeline.learn_stats();
         let learn = (ls.ecmp + ls.lb_affinity > 0).then_some(self.last_sweep + LEARN_SWEEP);
-        [ct, learn, self.migration_deadline()]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            ct,
+            learn,
+            self.migration_deadline(),
+            self.svc.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Expires conntrack entries and learned entries due by `now`.
@@ -1223,6 +1305,9 @@ impl Datapath {
         if now >= self.last_sweep + LEARN_SWEEP {
             self.pipeline.expire_learned(now);
             self.last_sweep = now;
+        }
+        if self.svc.poll_timeout().is_some_and(|t| t <= now) {
+            self.run_svc(now);
         }
     }
 

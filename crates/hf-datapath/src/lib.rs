@@ -44,6 +44,7 @@ pub mod port;
 pub mod program;
 pub mod proto;
 pub mod stopwatch;
+pub mod svc;
 
 pub use crate::core::{
     Datapath, DatapathConfig, DeltaRefusal, Level, MAX_PENDING, PortHandle, Transmit, TransmitRef,

@@ -44,10 +44,20 @@ pub use crate::delta::{
 /// one ([`MIN_PROTOCOL_VERSION`]); only a takeover needs version 5 at both ends.
 ///
 /// Version 6 added meters ([`ToDatapath::Meters`]) and ACL log lines
-/// ([`FromDatapath::AclLog`]), again as new last variants, each sent only to a version-6 peer:
-/// with an older controller a datapath writes ACL log lines to its own log, and an older
-/// datapath runs unmetered.
+/// ([`FromDatapath::AclLog`]), and the service monitors ([`ToDatapath::SvcMonitors`],
+/// [`FromDatapath::SvcStatus`]: LB health checks, probed by the datapath, see [`crate::svc`]),
+/// again as new last variants, each sent only to a version-6 peer: with an older controller a
+/// datapath writes ACL log lines to its own log and runs no health checks, and an older
+/// datapath runs unmetered and unprobed (a controller it refuses greets it with its version
+/// next).
 pub const PROTOCOL_VERSION: u32 = 6;
+
+/// The first version with service monitors.
+pub const SVC_VERSION: u32 = 6;
+
+/// The version a takeover's hello says (the first with [`ToDatapath::TakeOver`]): the
+/// running datapath may be older than the new process.
+pub const TAKEOVER_VERSION: u32 = 5;
 
 /// The oldest peer version this build speaks with (see [`PROTOCOL_VERSION`]).
 pub const MIN_PROTOCOL_VERSION: u32 = 4;
@@ -117,6 +127,11 @@ pub enum ToDatapath {
     /// apply to the running program and every later one. Only to a version-6 peer. (Added in
     /// version 6.)
     Meters(MetersMsg),
+    /// The service monitors whose logical ports are bound here, all of them (a monitor not in
+    /// the list stops): the datapath probes each backend ([`crate::svc`]) and answers with
+    /// [`FromDatapath::SvcStatus`] for every monitor whose status it knows. Only to a
+    /// version-6 peer. (Added in version 6.)
+    SvcMonitors(Vec<SvcMonitorMsg>),
 }
 
 /// The meters a chassis runs ([`ToDatapath::Meters`]).
@@ -137,6 +152,43 @@ pub struct MeterMsg {
     pub pktps: bool,
     /// (`rate`, `burst_size`) of each band.
     pub bands: Vec<(u64, u64)>,
+}
+
+/// One service monitor to probe (SB `Service_Monitor`, with the backend's MAC resolved by the
+/// controller as pinctrl resolves it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SvcMonitorMsg {
+    /// `logical_port`: the backend's port, local here.
+    pub logical_port: String,
+    /// `ip`: the backend.
+    pub ip: String,
+    /// `port`: the backend's service port.
+    pub port: u16,
+    /// `protocol`: `tcp` or `udp`.
+    pub protocol: String,
+    /// `src_mac` (`svc_monitor_mac`).
+    pub src_mac: [u8; 6],
+    /// `src_ip`.
+    pub src_ip: String,
+    /// The backend's MAC.
+    pub dst_mac: [u8; 6],
+    /// `options` (`interval`, `timeout`, `success_count`, `failure_count`).
+    pub options: BTreeMap<String, String>,
+}
+
+/// A monitor's status as the datapath's probes found it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SvcStatusMsg {
+    /// `logical_port`.
+    pub logical_port: String,
+    /// `ip`.
+    pub ip: String,
+    /// `port`.
+    pub port: u16,
+    /// `protocol`.
+    pub protocol: String,
+    /// `online` or `offline`.
+    pub status: String,
 }
 
 /// Datapath → controller.
@@ -245,6 +297,9 @@ pub enum FromDatapath {
     /// ovn-controller's `acl_log` module writes after `acl_log|INFO|`
     /// ([`crate::acl_log::line`]). Only to a version-6 peer. (Added in version 6.)
     AclLog(Vec<String>),
+    /// Service monitors whose status changed (or, in answer to [`ToDatapath::SvcMonitors`],
+    /// every monitor whose status is known). Only to a version-6 peer. (Added in version 6.)
+    SvcStatus(Vec<SvcStatusMsg>),
 }
 
 /// One socket passed in a takeover ([`FromDatapath::HandOver`]).

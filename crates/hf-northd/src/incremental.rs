@@ -26,7 +26,9 @@
 //!   through a group), with the routers' expansion above;
 //! - a datapath whose name, row, kind or tunnel key changed, or that appears or disappears.
 //!
-//! What falls back to the full compile: the first compile, a change of the features, the
+//! What falls back to the full compile: the first compile, a change of the health checks'
+//! plan ([`crate::svc::plan`]: `Service_Monitor` status in SB, health checks, mappings, the
+//! mapped ports), a change of the features, the
 //! frozen datapaths or the negotiation diagnostics in [`Options`] (tunnel keys and
 //! `SB_Global.options` do not: only the non-flow tables read them, and a datapath whose tunnel
 //! key changes is rebuilt), features
@@ -157,6 +159,9 @@ pub struct Incremental {
     non_flow: Option<crate::sync::Scope>,
     /// Whether the last update patched the topology and tables (the VIF fast path).
     patched: bool,
+    /// The health checks' plan of the last update: an update whose plan differs is a full
+    /// one ([`crate::svc`]).
+    svc: Option<crate::svc::SvcPlan>,
     /// A broken rule (tests of the oracles only).
     #[cfg(test)]
     pub(crate) broken: Option<Broken>,
@@ -290,9 +295,15 @@ impl Incremental {
         opts: &Options,
     ) -> Compiled {
         let key = OptsKey::of(opts);
+        // Health checks: a monitor's status (an SB input) or a mapping can change the flows
+        // of datapaths no NB change names; any change to the plan makes the update full.
+        let svc = crate::svc::plan(nb, &opts.keys.svc, &opts.keys.sb_options);
+        let svc_same = self.svc.as_ref() == Some(&svc);
+        self.svc = Some(svc.clone());
         let seeds = match deltas {
             Some(ds)
-                if self.key.as_ref() == Some(&key)
+                if svc_same
+                    && self.key.as_ref() == Some(&key)
                     && key.features == FeatureSet::all()
                     && self.flows.is_some() =>
             {
@@ -320,6 +331,7 @@ impl Incremental {
                 {
                     self.broken = broken;
                 }
+                self.svc = Some(svc);
                 if key.features != FeatureSet::all() {
                     // Lowering reports over all datapaths: only the plain compile does that.
                     let c = crate::compile(nb, opts);
@@ -922,9 +934,12 @@ impl Incremental {
                     // the index's tables.
                     let redone = plan.rows.contains(&d.row)
                         || (plan.index && crate::vif_patch::INDEX_DIAG_TABLES.contains(&d.table));
-                    !redone
+                    // The health checks' plan is the last one (else the update is full):
+                    // its diagnostics are added back whole.
+                    !redone && !topo.svc.diags.contains(d)
                 })
                 .chain(diags.0)
+                .chain(topo.svc.diags.iter().cloned())
                 .collect(),
             None => diags.0,
         };

@@ -22,7 +22,8 @@
 //!
 //! What it does not do: talk to databases (the daemon syncs [`output::SbDesired`] against SB
 //! through the client replica; it writes the dynamic addresses [`ipam::plan`] decides, which
-//! the compile then reads from NB), or run BFD/service monitors.
+//! the compile then reads from NB), or run BFD or probe service monitors ([`svc`] plans
+//! the `Service_Monitor` rows and which backends a health-checked VIP lists).
 
 pub mod addr;
 pub mod build;
@@ -40,6 +41,7 @@ pub mod output;
 pub mod regs;
 pub mod render;
 pub mod stage;
+pub mod svc;
 pub mod sync;
 pub mod tables;
 pub mod topo;

@@ -257,6 +257,10 @@ pub struct SbDesired {
     pub dhcp_options: BTreeMap<String, DhcpOptRow>,
     /// `DHCPv6_Options` by name.
     pub dhcpv6_options: BTreeMap<String, DhcpOptRow>,
+    /// `Service_Monitor` by its index (logical port, IP, port, protocol): what
+    /// [`crate::svc`] planned; `status` is the controllers' (northd writes it only to set a
+    /// monitor whose port is down `offline`).
+    pub service_monitors: BTreeMap<crate::svc::SvcKey, crate::svc::MonRow>,
     /// `SB_Global.options` northd owns (`mac_prefix`, `svc_monitor_mac`, `max_tunid`, ...).
     pub sb_options: BTreeMap<String, String>,
     /// Datapaths whose flows the sync must leave exactly as SB has them (fail closed: a

@@ -249,6 +249,12 @@ pub fn insert_ops(d: &SbDesired, chassis: &HashMap<String, Uuid>) -> Vec<Value> 
                 "row": {"name": name, "code": r.code, "type": r.type_}}));
         }
     }
+    for (k, m) in &d.service_monitors {
+        ops.push(json!({"op": "insert", "table": "Service_Monitor", "row": {
+            "ip": k.ip, "port": k.port, "logical_port": k.logical_port,
+            "protocol": k.protocol, "options": map(&m.options), "src_mac": m.src_mac,
+            "src_ip": m.src_ip}}));
+    }
     if !d.sb_options.is_empty() {
         ops.push(json!({"op": "update", "table": "SB_Global", "where": [],
             "row": {"options": map(&d.sb_options)}}));
@@ -1300,6 +1306,57 @@ fn diff(
         }
     }
     for r in gone(&old_lb, &d.load_balancers, scope.map(|s| &s.load_balancers)) {
+        o.delete(r);
+    }
+
+    // Service_Monitor by (logical_port, ip, port, protocol), always whole (a few rows): the
+    // columns northd writes are corrected, `status` is left to the controllers but for a
+    // monitor whose port is down (set `offline`, as ovn-northd does), and rows no health check
+    // needs are deleted.
+    let (old_sm, dup_sm) = by_key(sb.service_monitor.values(), |r| {
+        Some(crate::svc::SvcKey {
+            logical_port: r.logical_port.clone(),
+            ip: r.ip.clone(),
+            port: u16::try_from(r.port).unwrap_or(0),
+            protocol: r
+                .protocol
+                .as_ref()
+                .map_or_else(|| "tcp".to_string(), |p| p.as_str().to_string()),
+        })
+    });
+    for (key, row) in &d.service_monitors {
+        let old = old_sm.get(key).copied();
+        let mut new = old.cloned().unwrap_or_else(|| s::ServiceMonitor {
+            uuid: o.fresh(),
+            ip: key.ip.clone(),
+            port: i64::from(key.port),
+            logical_port: key.logical_port.clone(),
+            protocol: Some(s::ServiceMonitorProtocol::from_wire(&key.protocol)),
+            ..Default::default()
+        });
+        new.options = row.options.clone().into();
+        new.src_mac = row.src_mac.clone();
+        new.src_ip = row.src_ip.clone();
+        if row.force_offline
+            && new
+                .status
+                .as_ref()
+                .is_some_and(|st| st.as_str() == "online")
+        {
+            new.status = Some(s::ServiceMonitorStatus::from_wire("offline"));
+        }
+        o.put(&new, old);
+    }
+    for r in dup_sm {
+        o.delete(r);
+    }
+    let mut gone_sm: Vec<&s::ServiceMonitor> = old_sm
+        .iter()
+        .filter(|(k, _)| !d.service_monitors.contains_key(*k))
+        .map(|(_, r)| *r)
+        .collect();
+    gone_sm.sort_by_key(|r| r.uuid);
+    for r in gone_sm {
         o.delete(r);
     }
 

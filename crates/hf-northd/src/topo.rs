@@ -53,6 +53,9 @@ pub struct Keys {
     /// for the next compile). Not read from SB: a restarted northd has none, and a broken
     /// drop or reject ACL then fails closed (see [`crate::ls::index`]).
     pub acl_last_good: BTreeMap<Uuid, String>,
+    /// `Service_Monitor` rows SB holds: status and whether the port is up (what the health
+    /// checks' [`crate::svc::plan`] reads).
+    pub svc: BTreeMap<crate::svc::SvcKey, crate::svc::SvcSeen>,
 }
 
 impl Keys {
@@ -67,6 +70,7 @@ impl Keys {
             bound_chassis: self.bound_chassis.clone(),
             queue_ids: self.queue_ids.clone(),
             acl_last_good: self.acl_last_good.clone(),
+            svc: self.svc.clone(),
         }
     }
 }
@@ -191,6 +195,8 @@ pub struct Topo<'a> {
     /// What the switch stages need beyond this (ACLs, load balancers, router addresses per
     /// switch), digested once.
     pub ls: crate::ls::index::LsIndex,
+    /// The health checks' plan ([`crate::svc`]).
+    pub svc: std::sync::Arc<crate::svc::SvcPlan>,
 }
 
 /// A [`Topo`] without its NB: what the incremental compiler keeps between compiles
@@ -205,6 +211,7 @@ pub(crate) struct TopoParts {
     pub(crate) global_options: BTreeMap<String, String>,
     pub(crate) features: FeatureSet,
     pub(crate) ls: crate::ls::index::LsIndex,
+    pub(crate) svc: std::sync::Arc<crate::svc::SvcPlan>,
 }
 
 impl<'a> Topo<'a> {
@@ -219,6 +226,7 @@ impl<'a> Topo<'a> {
             global_options: self.global_options,
             features: self.features,
             ls: self.ls,
+            svc: self.svc,
         }
     }
 
@@ -235,6 +243,7 @@ impl<'a> Topo<'a> {
             global_options: p.global_options,
             features: p.features,
             ls: p.ls,
+            svc: p.svc,
         }
     }
 }
@@ -263,6 +272,7 @@ impl<'a> Topo<'a> {
                 .into(),
             features,
             ls: Default::default(),
+            svc: Default::default(),
         };
         // Datapaths, by name; a second row with a name already taken is refused.
         let mut switches: Vec<&nb::LogicalSwitch> = nb.logical_switch().values().collect();
@@ -301,6 +311,9 @@ impl<'a> Topo<'a> {
         t.resolve_peers(diags);
         t.assign_keys(keys);
         t.ls = crate::ls::index::LsIndex::build(&t, &keys.acl_last_good, diags);
+        let svc = crate::svc::plan(nb, &keys.svc, &keys.sb_options);
+        diags.0.extend(svc.diags.iter().cloned());
+        t.svc = std::sync::Arc::new(svc);
         t
     }
 

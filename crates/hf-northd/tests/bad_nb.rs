@@ -70,6 +70,7 @@ fn keys_of(c: &Compiled) -> Keys {
         bound_chassis: Default::default(),
         acl_last_good: Default::default(),
         queue_ids: Default::default(),
+        svc: Default::default(),
     }
 }
 

@@ -581,3 +581,111 @@ fn sync_keeps_dhcp_code_tables_by_name_correcting_and_deleting_as_ovn_northd() {
     );
     assert!(v6_names.contains(&"ia_addr"), "{v6_names:?}");
 }
+
+/// LB health checks (issue 21): `Service_Monitor` rows for the mapped backends, the VIP's
+/// flows listing only backends not offline (an unmapped one left out), the responder for the
+/// monitors' source IP, diagnostics for bad mappings; and a status change (an SB input, no NB
+/// change) recompiled by the incremental compiler exactly as a full compile.
+#[test]
+fn health_checks_plan_monitors_and_follow_their_status() {
+    use hf_northd::incremental::Incremental;
+    use hf_northd::svc::{SvcKey, SvcSeen};
+    let mut nb = Nb::new();
+    generator_like(&mut nb);
+    nb.lb(
+        "lb-hc",
+        &[(
+            "10.0.0.99:80",
+            "10.0.0.11:8080,10.0.0.12:8080,10.0.1.11:8080,10.0.1.12:8080",
+        )],
+        &["sw0"],
+        &["lr0"],
+    );
+    nb.txn(vec![
+        json!({"op": "insert", "table": "Load_Balancer_Health_Check", "uuid-name": "hc",
+            "row": {"vip": "10.0.0.99:80", "options": ["map", [["interval", "3"], ["failure_count", "2"]]]}}),
+        json!({"op": "mutate", "table": "Load_Balancer", "where": [["name", "==", "lb-hc"]],
+            "mutations": [["health_check", "insert", ["set", [["named-uuid", "hc"]]]],
+                ["ip_port_mappings", "insert", ["map", [
+                    ["10.0.0.11", "sw0-vm1:10.0.0.254"],
+                    ["10.0.0.12", "sw0-vm2:10.0.0.254"],
+                    ["10.0.1.11", "nosuch:10.0.1.254"]]]]]}),
+    ]);
+    let snap = nb.snapshot();
+    let opts = Options::default();
+    let c = compile(&snap, &opts);
+    let mons: Vec<&SvcKey> = c.sb.service_monitors.keys().collect();
+    assert_eq!(
+        mons.iter()
+            .map(|k| k.logical_port.as_str())
+            .collect::<Vec<_>>(),
+        vec!["sw0-vm1", "sw0-vm2"]
+    );
+    let m = &c.sb.service_monitors[mons[0]];
+    assert_eq!(
+        (m.src_ip.as_str(), m.src_mac.as_str()),
+        ("10.0.0.254", c.sb.sb_options["svc_monitor_mac"].as_str())
+    );
+    assert_eq!(m.options.get("interval").map(String::as_str), Some("3"));
+    assert!(has_diag(&c, "lb-hc", "no logical port \"nosuch\""));
+    assert!(has_diag(
+        &c,
+        "lb-hc",
+        "backend 10.0.1.12 has no ip_port_mappings entry"
+    ));
+    let lb_actions = |c: &Compiled| -> Vec<String> {
+        let mut v: Vec<String> =
+            c.sb.flows
+                .values()
+                .filter(|f| f.match_.contains("10.0.0.99") && f.actions.contains("backends="))
+                .map(|f| f.actions.to_string())
+                .collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    for a in lb_actions(&c) {
+        assert!(a.contains("backends=10.0.0.11:8080,10.0.0.12:8080)"), "{a}");
+    }
+    assert!(
+        c.sb.flows
+            .values()
+            .any(|f| f.match_.contains("arp.tpa == 10.0.0.254") && f.priority == 110),
+        "the monitors' source IP is answered"
+    );
+    // sw0-vm2's monitor goes offline in SB: incremental (no NB change) equals full.
+    let mut inc = Incremental::new();
+    let first = inc.update(&snap, None, &opts);
+    inc.restore(first.sb);
+    let mut opts2 = Options::default();
+    opts2.keys.svc.insert(
+        (*mons[1]).clone(),
+        SvcSeen {
+            status: "offline".into(),
+            port_up: true,
+        },
+    );
+    let got = inc.update(&snap, Some(&[]), &opts2);
+    let want = compile(&snap, &opts2);
+    assert_eq!(got.sb, want.sb);
+    assert_eq!(got.diagnostics, want.diagnostics);
+    for a in lb_actions(&want) {
+        assert!(a.contains("backends=10.0.0.11:8080)"), "{a}");
+    }
+    // Online but its port is not up: northd sets it offline, and leaves it out.
+    let mut opts3 = Options::default();
+    opts3.keys.svc.insert(
+        (*mons[1]).clone(),
+        SvcSeen {
+            status: "online".into(),
+            port_up: false,
+        },
+    );
+    inc.restore(got.sb);
+    let got = inc.update(&snap, Some(&[]), &opts3);
+    assert_eq!(got.sb, compile(&snap, &opts3).sb);
+    assert!(got.sb.service_monitors[mons[1]].force_offline);
+    for a in lb_actions(&got) {
+        assert!(a.contains("backends=10.0.0.11:8080)"), "{a}");
+    }
+}

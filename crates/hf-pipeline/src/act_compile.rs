@@ -480,10 +480,11 @@ impl ActCompiler<'_> {
             Action::Sample { .. } => self.counted_act("sample"),
             Action::TriggerEvent { .. } => self.counted_act("trigger_event"),
             Action::Igmp { .. } => self.counted_act("igmp"),
-            Action::HandleSvcCheck { port, .. } => {
-                self.bits(port)?;
-                self.counted_act("handle_svc_check")
-            }
+            Action::HandleSvcCheck { port, .. } => CAct::SvcCheck {
+                dp: self.dp,
+                port: self.bits(port)?,
+                counter: self.count("handle_svc_check"),
+            },
             Action::HandleDhcpv6Reply { .. } => self.counted_act("handle_dhcpv6_reply"),
             Action::HandleBfdMsg { .. } => self.counted_act("handle_bfd_msg"),
             Action::CtSnatToVip { .. } => CAct::CtSnatToVip { dp: self.dp },

@@ -31,12 +31,14 @@ fn act_text(p: &Program, i: u32) -> String {
         | CAct::BindVport { counter: c, .. }
         | CAct::Log { counter: c, .. }
         | CAct::SetMeter { counter: c, .. }
+        | CAct::SvcCheck { counter: c, .. }
         | CAct::Count { counter: c, .. } => {
             let mut z = a.clone();
             if let CAct::PacketIn { counter, .. }
             | CAct::BindVport { counter, .. }
             | CAct::Log { counter, .. }
             | CAct::SetMeter { counter, .. }
+            | CAct::SvcCheck { counter, .. }
             | CAct::Count { counter, .. } = &mut z
             {
                 *counter = 0;

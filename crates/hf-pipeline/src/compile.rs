@@ -789,6 +789,7 @@ fn append_unit(prog: &mut Program, unit: Unit) -> DpCode {
             | CAct::BindVport { counter, .. }
             | CAct::Log { counter, .. }
             | CAct::SetMeter { counter, .. }
+            | CAct::SvcCheck { counter, .. }
             | CAct::Count { counter, .. } => *counter += ctr_off,
             _ => {}
         }

@@ -789,6 +789,8 @@ impl Runner<'_> {
                 w.derive(f(dst), dst.mask(), s);
             }
             CAct::CheckPktLarger { dst, .. } => w.derive(f(dst), dst.mask(), OPAQUE),
+            // Every reply is punted with its bytes: never cached.
+            CAct::SvcCheck { .. } => w.cacheable = false,
             CAct::PacketIn { dst, .. } => {
                 w.set_const(f(dst), dst.mask());
                 if self.packet_in {
@@ -1288,6 +1290,7 @@ impl Runner<'_> {
                 | CAct::CommitLbAff { .. }
                 | CAct::ChkLbAff { .. }
                 | CAct::BindVport { .. }
+                | CAct::SvcCheck { .. }
         ) {
             return self.exec_stateful(act);
         }

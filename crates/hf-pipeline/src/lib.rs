@@ -44,7 +44,8 @@
 //!   (`commit_lb_aff`, `chk_lb_aff`: idle timeout, backend loaded into `reg4`/`xxreg0`/`xxreg1`
 //!   and `reg8[0..15]`), `ct_snat_to_vip` (hairpin SNAT to the VIP of [`ProgramSpec::lb_vips`]),
 //!   `ct_lb_mark(...; hash_fields=...)` and its `skip_snat`/`force_snat` flags, `bind_vport`
-//!   and `fwd_group`. State learned this way lives in the [`Pipeline`] (see [`learn`]),
+//!   and `fwd_group`. `handle_svc_check` punts the frame to the chassis's service monitor
+//!   ([`Event::SvcCheck`]; such walks are not cached). State learned this way lives in the [`Pipeline`] (see [`learn`]),
 //!   survives program swaps, and is reported as [`Event`]s with learned neighbours
 //!   ([`Pipeline::take_events`]).
 //! - Packet-in actions: by default as ovn-trace models them (`put_dhcp_opts`, `put_dhcpv6_opts`
@@ -53,7 +54,7 @@
 //!   router advertisement as ovn-controller's pinctrl does and store whether they could
 //!   ([`packet_in`]); their options are typed at compile time, an unknown one is a flow
 //!   error. `igmp` (IGMP and MLD),
-//!   `handle_svc_check`, `handle_dhcpv6_reply` and `handle_bfd_msg` change nothing. These and
+//!   `handle_dhcpv6_reply` and `handle_bfd_msg` change nothing. These and
 //!   `log`, `set_meter`, `sample`, `trigger_event`, `set_queue` count their hits per flow
 //!   ([`Pipeline::action_hits`]; traces do not count).
 //! - Meters ([`meter`], [`Pipeline::set_meters`]): `set_meter` drops what is over its rate,
@@ -99,7 +100,9 @@
 //! No I/O, no clock, no threads: `now` is an argument. No Geneve encapsulation (a
 //! [`Destination::Tunnel`] carries the keys; the datapath encapsulates with `hf_wire::geneve`).
 //! DHCP, DHCPv6, DNS and router-advertisement replies only in packet-in mode; no periodic
-//! router advertisements, no IGMP/MLD snooping, no service-monitor probes and no samples exported (only counted). `select` has no `hash_fields` form (OVN 23.03's parser has none either).
+//! router advertisements, no IGMP/MLD snooping, no service-monitor probes (the datapath's
+//! `svc` module sends them) and no samples exported (only counted). `select` has no
+//! `hash_fields` form (OVN 23.03's parser has none either).
 //! The FDB does not age. VLAN, IPv6 flow label and ND
 //! option writes change the fields the pipeline matches on but not the frame. Output to a
 //! multicast group from the egress pipeline drops. A conntrack
@@ -425,6 +428,17 @@ pub enum Event {
         /// `from-lport` (ingress pipeline) or `to-lport` (egress).
         direction: &'static str,
         /// The packet.
+        frame: Vec<u8>,
+    },
+    /// `handle_svc_check(P)`: a reply to a service monitor's probe (addressed to
+    /// `svc_monitor_mac`) arrived from logical port `port`; the chassis's monitor logic reads
+    /// it (TCP SYN-ACK or RST, ICMP port unreachable).
+    SvcCheck {
+        /// Datapath name.
+        datapath: String,
+        /// The logical port it came from.
+        port: String,
+        /// The frame as it arrived.
         frame: Vec<u8>,
     },
     /// A port waiting for activation sent a RARP and is now active on this chassis.

@@ -918,6 +918,14 @@ pub(crate) enum CAct {
         parent: Bits,
         counter: u32,
     },
+    /// `handle_svc_check(P)`: the packet (a reply to a service monitor's probe) is punted to
+    /// the chassis's monitor logic as an [`crate::Event::SvcCheck`]; forwarding ends here for
+    /// it as in OVN (the action is the flow's last).
+    SvcCheck {
+        dp: u32,
+        port: Bits,
+        counter: u32,
+    },
     /// `fwd_group(childports=...)`: output to one child port chosen by the 5-tuple hash.
     FwdGroup {
         ports: Vec<u32>,
@@ -947,8 +955,8 @@ pub(crate) enum CAct {
         halt: bool,
     },
     /// An action with no effect on forwarding whose hits are counted:
-    /// `sample`, `trigger_event`, `set_queue`, `igmp`, `handle_svc_check`,
-    /// `handle_dhcpv6_reply`, `handle_bfd_msg` (the last four are the controller's packet-in
+    /// `sample`, `trigger_event`, `set_queue`, `igmp`,
+    /// `handle_dhcpv6_reply`, `handle_bfd_msg` (the last three are the controller's packet-in
     /// handlers; ovn-trace does nothing for them either).
     Count {
         #[allow(dead_code)] // shown by traces through Debug

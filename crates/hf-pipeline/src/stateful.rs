@@ -77,6 +77,9 @@ impl Runner<'_> {
             CAct::SetMeter { rate, burst, .. } => format!(
                 "  set_meter: within {rate} kbps (burst {burst} kbit) passes, more is dropped (a trace assumes within)"
             ),
+            CAct::SvcCheck { .. } => {
+                "  handle_svc_check: punted to the service monitor (not in a trace)".into()
+            }
             _ => String::new(),
         }
     }
@@ -249,6 +252,22 @@ impl Runner<'_> {
                     };
                     self.scr.ctx.write(reg, v.backend);
                     self.scr.ctx.write(AFF_PORT, u128::from(v.port));
+                }
+            }
+            CAct::SvcCheck { dp, port, counter } => {
+                let port = self.scr.ctx.read(*port) as u32;
+                self.count(*counter);
+                if self.mode != Mode::Trace
+                    && let Some(d) = self.prog.dp_by_key(*dp)
+                {
+                    self.events.push(Event::SvcCheck {
+                        datapath: d.name.clone(),
+                        port: d
+                            .ports
+                            .get(&port)
+                            .map_or_else(String::new, |p| p.name.clone()),
+                        frame: self.scr.ctx.frame.to_vec(),
+                    });
                 }
             }
             CAct::BindVport {

@@ -1,6 +1,8 @@
 //! The acceptance scenarios with holdfast northd in the world (see `scenarios/mod.rs`), and
 //! the world-only ones: controller and northd restarts, reproducibility.
 
+#[path = "world_only/health.rs"]
+mod health;
 mod scenarios;
 
 use hf_sim::world::{NorthdMode, World, WorldConfig};

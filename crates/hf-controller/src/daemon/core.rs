@@ -9,6 +9,8 @@
 //!   releases the ones that went away ([`super::binding`]); writes learned neighbours to
 //!   `MAC_Binding` ([`super::neigh`]). One SB transaction in flight at a time; its operations
 //!   are built from the view when it is sent, so nothing is written twice.
+//! - LB health checks ([`super::svc`]): sends a version-6 datapath the `Service_Monitor`s of
+//!   the local ports (whenever they change) and writes the statuses it reports.
 //! - Keeps the monitor conditions at what the view says this chassis needs
 //!   ([`super::monitor`]).
 //! - Translates incrementally ([`crate::Incremental`], fed the replica's change sets; only
@@ -275,6 +277,19 @@ pub struct Controller {
     dp_hello: bool,
     /// The datapath's protocol version (from its hello).
     dp_version: u32,
+    /// The version this controller's hello says: [`PROTOCOL_VERSION`], one less after each
+    /// refusal by an older datapath (which refuses newer versions), down to
+    /// [`proto::MIN_PROTOCOL_VERSION`]; back to [`PROTOCOL_VERSION`] after a session that
+    /// was accepted ends (the datapath may have been upgraded meanwhile).
+    hello_version: u32,
+    /// The service monitors last sent to the datapath ([`super::svc`]); `None`: not yet on
+    /// this session.
+    svc_sent: Option<Vec<proto::SvcMonitorMsg>>,
+    /// Why monitors were left out, as last logged.
+    svc_bad: Vec<String>,
+    /// The monitors' inputs changed (`Service_Monitor`, `Port_Binding`, `MAC_Binding`, the
+    /// local ports): the next step computes the list again.
+    svc_due: bool,
     /// The meters last sent to the datapath (`None`: none since its hello).
     meters_sent: Option<proto::MetersMsg>,
     /// ACL log lines from the datapath, for the shell to write (`acl_log` module).
@@ -446,6 +461,7 @@ impl Controller {
             neigh: BTreeMap::new(),
             fdb: BTreeMap::new(),
             vports: BTreeMap::new(),
+            svc: BTreeMap::new(),
             activated: BTreeSet::new(),
             nb_cfg: None,
             wall_ms: tuning.wall_offset_ms + now.as_millis() as i64,
@@ -479,6 +495,10 @@ impl Controller {
             dp_out: VecDeque::new(),
             dp_hello: false,
             dp_version: 0,
+            hello_version: PROTOCOL_VERSION,
+            svc_sent: None,
+            svc_bad: Vec::new(),
+            svc_due: true,
             meters_sent: None,
             acl_logs: VecDeque::new(),
             dp_ports: BTreeMap::new(),
@@ -592,7 +612,7 @@ impl Controller {
         self.dp_out.clear();
         self.inflight.clear();
         self.send_dp(&ToDatapath::Hello {
-            version: PROTOCOL_VERSION,
+            version: self.hello_version,
             chassis: self.cfg.chassis.clone(),
         });
         self.step(now);
@@ -624,6 +644,9 @@ impl Controller {
 
     /// The control connection ended. The datapath keeps forwarding with what it runs.
     pub fn handle_dp_disconnected(&mut self, now: Duration) {
+        if self.dp_hello {
+            self.hello_version = PROTOCOL_VERSION;
+        }
         if self.dp_connected {
             self.say(
                 Level::Warn,
@@ -919,6 +942,7 @@ impl Controller {
     fn dp_lost(&mut self) {
         self.dp_connected = false;
         self.dp_hello = false;
+        self.svc_sent = None;
         self.dp_out.clear();
         self.inflight.clear();
         self.flushing.clear();
@@ -965,6 +989,7 @@ impl Controller {
                 }
                 self.dp_hello = true;
                 self.dp_version = version;
+                self.svc_sent = None;
                 self.meters_sent = None;
                 self.touched_since_running = None;
                 self.last_build = None;
@@ -1072,6 +1097,24 @@ impl Controller {
                     self.write_due = true;
                 }
             }
+            FromDatapath::SvcStatus(v) => {
+                for s in &v {
+                    self.say(
+                        Level::Info,
+                        format!(
+                            "service monitor {} {}:{} ({}) is {}",
+                            s.logical_port, s.ip, s.port, s.protocol, s.status
+                        ),
+                    );
+                }
+                self.with_state(|st| {
+                    for s in v {
+                        st.svc
+                            .insert((s.logical_port, s.ip, s.port, s.protocol), s.status);
+                    }
+                });
+                self.write_due = true;
+            }
             FromDatapath::VportBound {
                 datapath,
                 vport,
@@ -1139,6 +1182,22 @@ impl Controller {
             }
             FromDatapath::Error { message } => {
                 self.say(Level::Warn, format!("datapath: {message}"));
+                // Refused before its hello: an older datapath; the next session says an older
+                // version (every message this controller sends below it encodes the same).
+                if !self.dp_hello
+                    && message.contains("protocol version")
+                    && self.hello_version > proto::MIN_PROTOCOL_VERSION
+                {
+                    self.hello_version -= 1;
+                    self.say(
+                        Level::Info,
+                        format!(
+                            "the datapath refused control protocol version {}; the next session says {}",
+                            self.hello_version + 1,
+                            self.hello_version
+                        ),
+                    );
+                }
             }
             // Only a takeover (datapath to datapath) carries sockets; a controller never asks.
             FromDatapath::HandOver { .. } => {
@@ -1169,6 +1228,7 @@ impl Controller {
     }
 
     fn local_changed(&mut self) {
+        self.svc_due = true;
         let local = self.local_set();
         self.with_state(|st| {
             // A port that left this chassis is activated again only by a new announcement.
@@ -1209,9 +1269,41 @@ impl Controller {
                 self.sw.record("write-round", t3.saturating_sub(t2));
             }
             self.maybe_push(now);
+            self.svc_round();
             self.sync_meters();
         }
         self.retired = None;
+    }
+
+    /// Sends the datapath the monitors of the local ports when they changed (version-6
+    /// datapaths only; see [`super::svc`]).
+    fn svc_round(&mut self) {
+        if !self.dp_hello || self.dp_version < proto::SVC_VERSION {
+            return;
+        }
+        if !std::mem::take(&mut self.svc_due) && self.svc_sent.is_some() {
+            return;
+        }
+        let sb = self.sb.model();
+        if sb.service_monitor().is_empty() && self.svc_sent.as_ref().is_some_and(Vec::is_empty) {
+            return;
+        }
+        let (list, bad) = super::svc::local_monitors(sb, &self.local_set());
+        if bad != self.svc_bad {
+            for b in bad
+                .iter()
+                .filter(|b| !self.svc_bad.contains(b))
+                .cloned()
+                .collect::<Vec<_>>()
+            {
+                self.say(Level::Warn, b);
+            }
+            self.svc_bad = bad;
+        }
+        if self.svc_sent.as_ref() != Some(&list) {
+            self.send_dp(&ToDatapath::SvcMonitors(list.clone()));
+            self.svc_sent = Some(list);
+        }
     }
 
     fn sb_event(&mut self, ev: Event<SbSnapshot>, now: Duration) {
@@ -1240,8 +1332,15 @@ impl Controller {
                 self.dps_stale = true;
                 self.translate_due = true;
                 self.write_due = true;
+                self.svc_due = true;
             }
             Event::Changes(d) => {
+                if !d.service_monitor.is_empty()
+                    || !d.port_binding.is_empty()
+                    || !d.mac_binding.is_empty()
+                {
+                    self.svc_due = true;
+                }
                 self.restore_neighbours(&d, now);
                 self.note_candidates(&d);
                 // Our own status writes (`Chassis_Private`, `Port_Binding.up`) change nothing

@@ -16,5 +16,6 @@ pub mod lastgood;
 pub mod local;
 pub mod monitor;
 pub mod neigh;
+pub mod svc;
 
 pub use self::core::{Controller, ControllerConfig, Level, STAGES, Stats, Tuning, newest_level};

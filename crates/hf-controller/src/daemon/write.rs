@@ -27,6 +27,8 @@ pub(super) struct WriteState {
     pub(super) neigh: neigh::Pending,
     pub(super) fdb: neigh::PendingFdb,
     pub(super) vports: BTreeMap<String, String>,
+    /// Service monitor statuses the datapath found, until the view shows them.
+    pub(super) svc: super::super::svc::Pending,
     /// Ports the datapath activated here (a migration's destination): written to SB as
     /// `options:additional-chassis-activated`.
     pub(super) activated: BTreeSet<String>,
@@ -115,6 +117,7 @@ fn write_ops(sb: &SbSnapshot, st: &WriteState) -> Vec<Value> {
     }
     ops.extend(neigh::neighbour_ops(sb, &st.neigh, st.wall_ms));
     ops.extend(neigh::fdb_ops(sb, &st.fdb));
+    ops.extend(super::super::svc::status_ops(sb, &st.svc));
     ops
 }
 
@@ -159,6 +162,7 @@ impl Controller {
             });
             st.fdb
                 .retain(|(d, mac), p| !neigh::fdb_written(sb, d, mac, p));
+            st.svc.retain(|k, s| !super::super::svc::written(sb, k, s));
             st.clone()
         });
         // The claims' inputs that moved since the last round: their rows are looked at again.

@@ -581,6 +581,18 @@ impl Northd {
                 if c.touches("MAC_Binding") {
                     self.age_due = true;
                 }
+                // Health checks: a monitor's status, or its port going up or down, changes
+                // which backends the VIP lists ([`crate::svc`]).
+                if c.touches("Service_Monitor")
+                    || (c.touches("Port_Binding")
+                        && self.desired.as_ref().is_some_and(|d| {
+                            d.service_monitors
+                                .keys()
+                                .any(|k| c.port_names.contains(&k.logical_port))
+                        }))
+                {
+                    self.compile_due = true;
+                }
                 // Controllers' writes (chassis, up, Chassis_Private, MAC_Binding) need no
                 // sync: only a change to a row or column northd writes does.
                 // The echo of northd's own transaction (a change made only of rows it just
@@ -858,6 +870,7 @@ impl Northd {
         };
         self.keys_dirty.clear();
         let (mut opts, neg) = negotiate(base, nb, sb);
+        opts.keys.svc = svc_seen(sb);
         opts.keys.acl_last_good = std::mem::take(&mut self.acl_last_good);
         self.features = neg.features;
         self.any_unsupported = neg.unsupported().next().is_some();
@@ -1086,10 +1099,48 @@ pub fn compile_options(sb: &SbView) -> Options {
     if let Some(g) = sb.sb_global.values().next() {
         keys.sb_options = g.options.clone().into();
     }
+    keys.svc = svc_seen(sb);
     Options {
         keys,
         ..Default::default()
     }
+}
+
+/// The `Service_Monitor` rows with a status, and whether their ports are up (what the health
+/// checks' plan reads; see [`crate::svc`]).
+fn svc_seen(sb: &SbView) -> BTreeMap<crate::svc::SvcKey, crate::svc::SvcSeen> {
+    let mut out = BTreeMap::new();
+    for m in sb.service_monitor.values() {
+        let Some(status) = &m.status else {
+            continue;
+        };
+        let Ok(port) = u16::try_from(m.port) else {
+            continue;
+        };
+        let up = match sb.port_bindings_named(&m.logical_port) {
+            Some(pbs) => pbs.iter().any(|p| p.up == Some(true)),
+            None => sb
+                .port_binding
+                .values()
+                .any(|p| p.logical_port == m.logical_port && p.up == Some(true)),
+        };
+        out.insert(
+            crate::svc::SvcKey {
+                logical_port: m.logical_port.clone(),
+                ip: m.ip.clone(),
+                port,
+                protocol: m
+                    .protocol
+                    .as_ref()
+                    .map_or_else(|| "tcp".to_string(), |p| p.as_str().to_string()),
+            },
+            crate::svc::SvcSeen {
+                status: status.as_str().to_string(),
+                port_up: up,
+            },
+        );
+    }
+    out
 }
 
 /// `p`'s entries in `keys`, unless a binding of the same name earlier in UUID order gave them.

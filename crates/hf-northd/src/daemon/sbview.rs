@@ -138,6 +138,8 @@ pub struct SbView {
     pub dhcpv6_options: BTreeMap<Uuid, sb::Dhcpv6Options>,
     /// `Load_Balancer`.
     pub load_balancer: BTreeMap<Uuid, sb::LoadBalancer>,
+    /// `Service_Monitor` (northd writes all but `status`, which it reads).
+    pub service_monitor: BTreeMap<Uuid, sb::ServiceMonitor>,
     /// `HA_Chassis`.
     pub ha_chassis: BTreeMap<Uuid, sb::HaChassis>,
     /// `Chassis_Template_Var`.
@@ -209,6 +211,7 @@ const TABLES: &[(&str, Option<&[&str]>)] = &[
     ("DHCP_Options", None),
     ("DHCPv6_Options", None),
     ("Load_Balancer", None),
+    ("Service_Monitor", None),
     ("HA_Chassis", Some(&["chassis", "priority", "external_ids"])),
     ("Chassis_Template_Var", None),
     ("Meter", None),
@@ -353,6 +356,7 @@ impl SbView {
             + self.dhcp_options.len()
             + self.dhcpv6_options.len()
             + self.load_balancer.len()
+            + self.service_monitor.len()
             + self.ha_chassis.len()
             + self.meter.len()
             + self.chassis_template_var.len()
@@ -726,6 +730,7 @@ struct AllPending {
     dhcp_options: Pending<sb::DhcpOptions>,
     dhcpv6_options: Pending<sb::Dhcpv6Options>,
     load_balancer: Pending<sb::LoadBalancer>,
+    service_monitor: Pending<sb::ServiceMonitor>,
     ha_chassis: Pending<sb::HaChassis>,
     meter: Pending<sb::Meter>,
     chassis_template_var: Pending<sb::ChassisTemplateVar>,
@@ -762,6 +767,9 @@ impl SbView {
             "Load_Balancer" => p
                 .load_balancer
                 .extend(typed_changes(&self.load_balancer, u)?),
+            "Service_Monitor" => p
+                .service_monitor
+                .extend(typed_changes(&self.service_monitor, u)?),
             "HA_Chassis" => p.ha_chassis.extend(typed_changes(&self.ha_chassis, u)?),
             "Meter" => p.meter.extend(typed_changes(&self.meter, u)?),
             "Chassis_Template_Var" => p
@@ -784,6 +792,12 @@ impl SbView {
 
     fn apply_all(&mut self, p: AllPending) -> SbChanges {
         let mut c = SbChanges::default();
+        // A controller's status write is not northd's row changing.
+        let status_only = |old: &sb::ServiceMonitor, new: &sb::ServiceMonitor| {
+            let mut o = old.clone();
+            o.status = new.status.clone();
+            o == *new
+        };
         let controller_only = |old: &sb::PortBinding, new: &sb::PortBinding| {
             let mut o = old.clone();
             o.chassis = new.chassis;
@@ -803,6 +817,12 @@ impl SbView {
             || !p.port_group.is_empty()
             || !p.address_set.is_empty()
             || !p.load_balancer.is_empty()
+            || p.service_monitor
+                .iter()
+                .any(|(u, r)| match (self.service_monitor.get(u), r) {
+                    (Some(old), Some(new)) => !status_only(old, new),
+                    _ => true,
+                })
             || !p.dhcp_options.is_empty()
             || !p.dhcpv6_options.is_empty()
             || !p.dns.is_empty()
@@ -822,6 +842,7 @@ impl SbView {
             c.northd_uuids.extend(ids_of(&p.port_group));
             c.northd_uuids.extend(ids_of(&p.address_set));
             c.northd_uuids.extend(ids_of(&p.load_balancer));
+            c.northd_uuids.extend(ids_of(&p.service_monitor));
             c.northd_uuids.extend(ids_of(&p.dhcp_options));
             c.northd_uuids.extend(ids_of(&p.dhcpv6_options));
             c.northd_uuids.extend(ids_of(&p.dns));
@@ -876,6 +897,10 @@ impl SbView {
             apply_pending(&mut self.load_balancer, p.load_balancer),
         );
         note(
+            "Service_Monitor",
+            apply_pending(&mut self.service_monitor, p.service_monitor),
+        );
+        note(
             "HA_Chassis",
             apply_pending(&mut self.ha_chassis, p.ha_chassis),
         );
@@ -926,6 +951,7 @@ impl SbView {
             "DHCP_Options" => k(&self.dhcp_options),
             "DHCPv6_Options" => k(&self.dhcpv6_options),
             "Load_Balancer" => k(&self.load_balancer),
+            "Service_Monitor" => k(&self.service_monitor),
             "HA_Chassis" => k(&self.ha_chassis),
             "Meter" => k(&self.meter),
             "Chassis_Template_Var" => k(&self.chassis_template_var),

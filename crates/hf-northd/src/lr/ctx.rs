@@ -674,9 +674,6 @@ impl Rtr {
                     continue;
                 }
             };
-            if !lb.health_check.is_empty() {
-                diags.push("Load_Balancer", lb.uuid, &lb.name, format!("health checks are not run by holdfast northd; router {} uses every backend", self.name));
-            }
             let skip_snat = lb.options.get("skip_snat").is_some_and(|v| v == "true");
             let responder = lb
                 .options

@@ -2,7 +2,8 @@
 //! (gateway routers: `ct_dnat` with `flags.loopback`; distributed routers: `ct_dnat_in_czone`
 //! on the gateway chassis or the logical port's chassis), and router load balancers
 //! (`ct_lb_mark` for new connections; established and related ones carry on with the
-//! `skip_snat`/`force_snat` marks they were committed with).
+//! `skip_snat`/`force_snat` marks they were committed with). A VIP with a health check lists
+//! only the backends [`crate::svc`] finds not offline.
 
 use hf_expr::actions::NatKind;
 
@@ -156,7 +157,22 @@ pub fn build(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         } else {
             110
         };
-        if !r.gw_router && !v.reject {
+        // A VIP with a health check lists the backends whose monitors are not offline; with
+        // none, it rejects (`options:reject=true`) or drops, as 23.03's
+        // `build_lb_vip_actions`.
+        let active = topo.svc.active(v.lb, &v.key);
+        let none_active = active.is_some_and(<[_]>::is_empty);
+        let reject = v.reject
+            || (none_active
+                && topo
+                    .nb
+                    .load_balancer()
+                    .get(&v.lb)
+                    .and_then(|lb| lb.options.get("reject"))
+                    .is_some_and(|x| x == "true"));
+        let drop = none_active && !reject;
+        let backends = active.unwrap_or(&v.backends);
+        if !r.gw_router && !reject {
             m.extend(dgp_res.clone());
         }
         let mut a = Vec::new();
@@ -170,7 +186,7 @@ pub fn build(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
             None
         };
         let flag = flag.filter(|_| topo.features.contains("ct-lb-flags"));
-        if v.reject {
+        if reject {
             a = vec![
                 hf_expr::Action::assign(crate::build::f("reg0"), num(0)),
                 crate::lr::act::nested(
@@ -184,9 +200,11 @@ pub fn build(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
                     ],
                 ),
             ];
+        } else if drop {
+            a.push(hf_expr::Action::drop());
         } else {
             a.push(crate::lr::act::ct_lb_mark_hashed(
-                &v.backends,
+                backends,
                 v.hash_fields.as_deref(),
                 flag,
             ));

@@ -116,6 +116,7 @@ pub fn arp_reply(m: Mac, a: Ipv4Addr) -> Vec<Action> {
 /// Writes the stage for `sw`.
 pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
     sw.dflt(out, Stage::LsInArpRsp, 0, "default", always(), vec![next()]);
+    svc_monitor_responders(sw, out);
     let vlan_passthru = sw
         .topo
         .nb
@@ -254,6 +255,49 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
                 );
             }
         }
+    }
+}
+
+/// Priority 110: the source IPs of the health checks' monitors whose ports are on `sw`
+/// answer with `svc_monitor_mac` (ovn-northd's `build_lswitch_arp_nd_service_monitor`), so
+/// backends can reply to probes.
+fn svc_monitor_responders(sw: &Sw<'_, '_>, out: &mut Flows) {
+    let plan = &sw.topo.svc;
+    let Some(m) = Mac::parse(&plan.mac) else {
+        return;
+    };
+    for (ip, r) in plan.responders_on(&sw.topo.datapaths[sw.dp].name) {
+        let (disc, matches, actions) = match ip {
+            IpAddr::V4(a) => (format!("svc-arp {a}"), arp_for(a), arp_reply(m, a)),
+            IpAddr::V6(a) => (
+                format!("svc-nd {a}"),
+                and([pred("nd_ns"), eq(f("nd.target"), ip6(a))]),
+                vec![Action::nested(
+                    NestedKind::NdNa,
+                    vec![
+                        Action::move_field(f("eth.dst"), f("eth.src")),
+                        Action::assign(f("eth.src"), mac(m)),
+                        Action::assign(f("ip6.src"), ip6(a)),
+                        Action::assign(f("nd.target"), ip6(a)),
+                        Action::assign(f("nd.tll"), mac(m)),
+                        Action::move_field(f("outport"), f("inport")),
+                        loopback(),
+                        output(),
+                    ],
+                )],
+            ),
+        };
+        sw.owned(
+            out,
+            Stage::LsInArpRsp,
+            110,
+            crate::flow::Owner::LoadBalancer(r.lb_name.clone()),
+            disc,
+            Some(r.lb),
+            matches,
+            actions,
+            None,
+        );
     }
 }
 

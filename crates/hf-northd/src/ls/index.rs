@@ -665,14 +665,6 @@ fn parse_lb(lb: &nb::LoadBalancer, diags: &mut Diags) -> LbInfo {
             );
         }
     }
-    if !lb.health_check.is_empty() {
-        diags.push(
-            "Load_Balancer",
-            lb.uuid,
-            &lb.name,
-            "health_check is not run by holdfast northd; every backend is used",
-        );
-    }
     let hash_fields = (!lb.selection_fields.is_empty()).then(|| {
         lb.selection_fields
             .iter()

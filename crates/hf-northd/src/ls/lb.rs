@@ -1,6 +1,8 @@
 //! `ls_in_lb`: new connections to a VIP of a load balancer on the switch are balanced with
 //! `ct_lb_mark(backends=...)` (priority 120 with a port, 110 without); a VIP without backends
 //! rejects when the load balancer has `options:reject=true` and drops otherwise (23.03.1).
+//! A VIP with a health check lists only the backends [`crate::svc`] finds not offline (none:
+//! as without backends).
 
 use std::net::IpAddr;
 
@@ -35,7 +37,13 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, _diags: &mut Diags) {
                 m.push(eq_num(f(&format!("{}.dst", lb.proto)), port.into()));
                 prio = 120;
             }
-            let actions = if vip.backends.is_empty() {
+            // A VIP with a health check lists the backends whose monitors are not offline.
+            let backends = sw
+                .topo
+                .svc
+                .active(lb.uuid, &vip.key)
+                .unwrap_or(&vip.backends);
+            let actions = if backends.is_empty() {
                 if lb.reject_empty {
                     vec![
                         Action::assign(regs::field_of(regs::REG0_ALL), num(0)),
@@ -59,8 +67,7 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, _diags: &mut Diags) {
                     Action::CtLb {
                         mark: true,
                         args: Some(CtLbArgs {
-                            backends: vip
-                                .backends
+                            backends: backends
                                 .iter()
                                 .map(|(ip, port)| Backend {
                                     ip: constant(*ip),

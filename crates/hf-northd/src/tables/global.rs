@@ -94,6 +94,28 @@ pub fn mac_prefix(
         })
 }
 
+/// The service monitor MAC in force: `NB_Global.options:svc_monitor_mac` when it parses,
+/// else the one SB holds (`sb_options`), else one derived from the NB_Global row (ovn-northd
+/// draws a random one). Flows read it too (the monitor source's ARP/ND responder).
+pub fn svc_monitor_mac(
+    nb: &hf_model::NbSnapshot,
+    sb_options: &std::collections::BTreeMap<String, String>,
+) -> String {
+    nb.nb_global()
+        .values()
+        .next()
+        .and_then(|g| g.options.get("svc_monitor_mac"))
+        .and_then(|m| parse_mac(m))
+        .or_else(|| sb_options.get("svc_monitor_mac").and_then(|m| parse_mac(m)))
+        .unwrap_or_else(|| {
+            let b = derived(nb, 2);
+            format!(
+                "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+                b[0], b[1], b[2], b[3], b[4], b[5]
+            )
+        })
+}
+
 /// `xx:xx:xx` (as [`mac_prefix`] prints it) as three bytes.
 pub fn prefix_bytes(p: &str) -> [u8; 3] {
     let mut b = [0u8; 3];
@@ -113,18 +135,7 @@ pub fn build(topo: &Topo<'_>, opts: &Options, sb: &mut SbDesired) {
         None => mac_prefix(topo.nb, have),
     };
     o.insert("mac_prefix".into(), prefix);
-    let svc = nb
-        .get("svc_monitor_mac")
-        .and_then(|m| parse_mac(m))
-        .or_else(|| have.get("svc_monitor_mac").and_then(|m| parse_mac(m)))
-        .unwrap_or_else(|| {
-            let b = derived(topo.nb, 2);
-            format!(
-                "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-                b[0], b[1], b[2], b[3], b[4], b[5]
-            )
-        });
-    o.insert("svc_monitor_mac".into(), svc);
+    o.insert("svc_monitor_mac".into(), svc_monitor_mac(topo.nb, have));
     o.insert("max_tunid".into(), MAX_TUNID.to_string());
     o.insert(
         "northd_internal_version".into(),

@@ -13,9 +13,10 @@
 //! Also [`dns`] (`DNS`).
 //!
 //! [`meter`] (`Meter` and `Meter_Band`), [`template_var`] (`Chassis_Template_Var`).
+//! `Service_Monitor` rows are [`crate::svc`]'s plan, copied here.
 //!
-//! What it does not do: IGMP groups (learned by controllers), service monitors,
-//! mirrors, template variables, static MAC bindings, and `ipv6_ra_pd_list` (read back from
+//! What it does not do: IGMP groups (learned by controllers),
+//! mirrors, static MAC bindings, and `ipv6_ra_pd_list` (read back from
 //! SB by OVN). Dynamic addresses are [`crate::ipam`]'s, written to NB by the daemon. VXLAN mode's smaller key spaces are not
 //! served (`max_tunid` is Geneve's).
 
@@ -49,6 +50,8 @@ pub fn build(topo: &Topo<'_>, opts: &Options, sb: &mut SbDesired, diags: &mut Di
     groups::port_groups(topo, &opts.render, sb, diags);
     lb::build(topo, &opts.render, sb, diags);
     global::build(topo, opts, sb);
+    // The health checks' monitors, planned with the topology ([`crate::svc`]).
+    sb.service_monitors = topo.svc.monitors.clone();
     // After `global` (the `svc_monitor_mac` set holds the MAC chosen there).
     groups::address_sets(topo, sb, diags);
 }

@@ -606,6 +606,22 @@ impl Host {
         Ok(())
     }
 
+    /// Stops accepting TCP connections on `port` (a service that stops): the listener goes, so
+    /// a SYN to the port is answered with a RST by the stack. Connections already accepted
+    /// carry on. False when nothing listened there.
+    pub fn unlisten_tcp(&mut self, port: u16) -> bool {
+        self.allowed_peers.remove(&port);
+        match self.listeners.remove(&port) {
+            Some(h) => {
+                self.sockets.get_mut::<tcp::Socket>(h).abort();
+                self.service(self.now);
+                self.sockets.remove(h);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Accepts TCP connections on `port` from `peers` only, as a server that checks its
     /// client's identity (mutual TLS bound to the client's address, as etcd's peer checks in
     /// incident A): a connection from any other address is accepted by TCP, then aborted

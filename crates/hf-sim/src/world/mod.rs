@@ -888,6 +888,16 @@ impl World {
             .map_err(|e| format!("{lsp}: TCP listen {port}: {e:?}"))
     }
 
+    /// Makes the host on `lsp` stop accepting TCP on `port` (its service stops; SYNs are
+    /// answered with RSTs).
+    pub fn tcp_unlisten(&mut self, lsp: &str, port: u16) -> Result<(), String> {
+        if self.host_slot(lsp)?.unlisten_tcp(port) {
+            Ok(())
+        } else {
+            Err(format!("{lsp}: nothing listens on TCP {port}"))
+        }
+    }
+
     /// Makes the host on `lsp` accept TCP on `port` from `peers` only (a server checking its
     /// client's identity; see [`Host::listen_tcp_from`]).
     pub fn tcp_listen_from(

@@ -255,6 +255,26 @@ pub fn load_balancer(
     ops
 }
 
+/// A `Load_Balancer_Health_Check` for `vip` (as the `vips` key is written) of load balancer
+/// `lb` with `options` (`interval`, `timeout`, `success_count`, `failure_count`), and the
+/// `ip_port_mappings` entries (`backend IP` → `LPORT:SOURCE_IP`).
+pub fn health_check(
+    lb: &str,
+    vip: &str,
+    options: &[(&str, &str)],
+    mappings: &[(&str, &str)],
+) -> Txn {
+    let l = label("hc", lb);
+    vec![
+        must_exist("Load_Balancer", lb),
+        json!({"op": "insert", "table": "Load_Balancer_Health_Check", "uuid-name": l,
+            "row": {"vip": vip, "options": omap(options)}}),
+        json!({"op": "mutate", "table": "Load_Balancer", "where": [["name", "==", lb]],
+            "mutations": [["health_check", "insert", ["set", [["named-uuid", l]]]],
+                          ["ip_port_mappings", "insert", omap(mappings)]]}),
+    ]
+}
+
 /// `ovn-nbctl acl-add SW DIRECTION PRIORITY MATCH ACTION` (`from-lport`/`to-lport`;
 /// `allow-related`, `allow`, `drop`, `reject`).
 pub fn acl(sw: &str, direction: &str, priority: i64, match_: &str, action: &str) -> Txn {
