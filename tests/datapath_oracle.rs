@@ -153,6 +153,15 @@ fn oracle_nb(t: &Topology) -> Vec<Vec<String>> {
     nb
 }
 
+/// The logical port behind a real interface.
+fn lp_of(iface: &str) -> &str {
+    if iface == real::PHYS_IFACE {
+        "ln-ext"
+    } else {
+        iface
+    }
+}
+
 fn describe_outputs(o: &Outputs) -> String {
     if o.is_empty() {
         return "    (nothing: dropped)".into();
@@ -296,6 +305,13 @@ fn run_topology(seed: u64, per: usize, fig: &mut Figures, failures: &mut Vec<Str
                 }
             };
             let bytes = frame.build();
+            // Debugging aid: HF_ORACLE_TRACE=TEXT prints holdfast's trace of every packet of the
+            // flows whose description contains TEXT, before it is sent.
+            if let Ok(w) = std::env::var("HF_ORACLE_TRACE")
+                && flow.describe().contains(&w)
+            {
+                eprintln!("trace of step {k}:\n{}", ours.trace(lp_of(&port), &bytes));
+            }
             if verbose {
                 eprintln!(
                     "seed {seed} {} step {k} into {port}: {}",
@@ -351,6 +367,18 @@ fn run_topology(seed: u64, per: usize, fig: &mut Figures, failures: &mut Vec<Str
                 } else {
                     String::from("(ofproto/trace printed for the first 3 failures only)")
                 };
+                // Debugging aid: HF_ORACLE_KEEP=SECS keeps the daemons of the first failure up.
+                if failures.is_empty()
+                    && let Some(secs) = std::env::var("HF_ORACLE_KEEP")
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                {
+                    eprintln!(
+                        "seed {seed}: keeping the SB at {} for {secs} s",
+                        real.central.sb
+                    );
+                    std::thread::sleep(Duration::from_secs(secs));
+                }
                 failures.push(format!(
                     "--- seed {seed} flow {}\n  step {k} ({role:?}) into {port}: {}\n  real datapath:\n{}\n  holdfast:\n{}\n{}  holdfast conntrack:\n{}\n  real: ovs-appctl --target={}/ovs-vswitchd.ctl ofproto/trace br-int in_port={port} <hex above>\n{}",
                     flow.describe(),
@@ -362,7 +390,7 @@ fn run_topology(seed: u64, per: usize, fig: &mut Figures, failures: &mut Vec<Str
                     } else {
                         format!("  real datapath, late frames of the previous step:\n{}\n", describe_outputs(&late))
                     },
-                    ours.conntrack(),
+                    format!("{}\n  holdfast's trace of the packet (what if, on the state after it):\n{}", ours.conntrack(), if failures.len() < 3 { ours.trace(lp, &bytes) } else { String::new() }),
                     real.chassis.dir().display(),
                     trace
                 ));

@@ -85,11 +85,26 @@ impl OurSide {
         out
     }
 
+    /// A what-if trace of `frame` into `lp` on the current state, for a failure report.
+    pub fn trace(&mut self, lp: &str, frame: &[u8]) -> String {
+        self.dp
+            .trace_port_frame(lp, frame, self.now)
+            .unwrap_or_default()
+    }
+
     /// Conntrack entries, for a failure report.
     pub fn conntrack(&self) -> String {
-        self.dp
+        let zones: Vec<String> = self
+            .dp
+            .zones()
+            .iter()
+            .map(|(n, z)| format!("{n}={z}"))
+            .collect();
+        let entries = self
+            .dp
             .dump_conntrack(None, self.now)
             .map(|v| v.join("\n"))
-            .unwrap_or_else(|e| e)
+            .unwrap_or_else(|e| e);
+        format!("zones: {}\n{entries}", zones.join(" "))
     }
 }
