@@ -296,6 +296,34 @@ impl Frame {
     }
 }
 
+/// `frame` (Ethernet + IPv4) with its IPv4 source replaced by `src`, the IPv4 header checksum
+/// and a TCP or UDP checksum computed again; every other byte as it was.
+pub fn with_ip4_src(frame: &[u8], src: Ipv4Addr) -> Option<Vec<u8>> {
+    let mut b = frame.to_vec();
+    let ihl = usize::from(*b.get(14)? & 0x0f) * 4;
+    let total = usize::from(u16::from_be_bytes([*b.get(16)?, *b.get(17)?]));
+    let end = 14 + total;
+    if b.len() < end || ihl < 20 {
+        return None;
+    }
+    b[26..30].copy_from_slice(&src.octets());
+    b[24..26].copy_from_slice(&[0, 0]);
+    let c = csum(&b[14..14 + ihl]);
+    b[24..26].copy_from_slice(&c.to_be_bytes());
+    let dst = Ipv4Addr::new(b[30], b[31], b[32], b[33]);
+    let (proto, l4) = (b[23], 14 + ihl);
+    let at = match proto {
+        6 => l4 + 16,
+        17 => l4 + 6,
+        _ => return Some(b),
+    };
+    b.get(at + 1)?;
+    b[at..at + 2].copy_from_slice(&[0, 0]);
+    let c = l4_csum(src, dst, proto, &b[l4..end]);
+    b[at..at + 2].copy_from_slice(&c.to_be_bytes());
+    Some(b)
+}
+
 /// A gratuitous ARP (broadcast, sender address = target address): what ovn-controller
 /// announces on its own for ports on switches with a localnet port, unrelated to any packet
 /// the test sends.
