@@ -24,6 +24,11 @@ pub const ENCAP_IP: &str = "127.0.0.11";
 /// The dummy interface on the provider bridge that the localnet port reaches.
 pub const PHYS_IFACE: &str = "phys0";
 
+/// How long a packet's outputs may take to come out when fewer than holdfast's have (pinctrl's
+/// packet-ins go through ovn-controller: seconds on a loaded 2-core machine). Only a real
+/// difference waits this long.
+const PINCTRL_DEADLINE: Duration = Duration::from_secs(5);
+
 pub struct RealSide {
     /// Dropped first: ovn-controller and ovs-vswitchd stop before the databases.
     pub chassis: RealChassis,
@@ -98,7 +103,7 @@ impl RealSide {
             central
                 .nbctl(&["--timeout=60", "--wait=hv", "sync"])
                 .expect("--wait=hv sync");
-            let snap = crate::load_sb(&sb);
+            let snap = crate::tp_flows::load_sb(&sb);
             let unbound: Vec<&String> = expect_bound
                 .iter()
                 .filter(|p| {
@@ -203,7 +208,7 @@ impl RealSide {
 
     /// Inject `frame` and collect what comes out: wait until at least `expect` frames came
     /// out and nothing more for a quiet period (pinctrl's packet-ins are asynchronous), or
-    /// until the deadline when fewer arrive.
+    /// until [`PINCTRL_DEADLINE`] when fewer arrive.
     pub fn send(
         &mut self,
         iface: &str,
@@ -228,7 +233,7 @@ impl RealSide {
             if n >= expect && last_change.elapsed() >= quiet && start.elapsed() >= quiet {
                 return got;
             }
-            if start.elapsed() > Duration::from_millis(1500) {
+            if start.elapsed() > PINCTRL_DEADLINE {
                 return got;
             }
         }
