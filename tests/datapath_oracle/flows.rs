@@ -268,6 +268,9 @@ const CLASSES: &[&str] = &[
     "arp-router",
 ];
 
+/// Reject flows per topology, at most.
+const MAX_REJECT_FLOWS: usize = 12;
+
 fn any_kind(r: &mut Rng, tcp_ports: &[u16]) -> Kind {
     let sport = r.range(1024, 60000) as u16;
     match r.range(0, 5) {
@@ -298,6 +301,13 @@ pub fn make_flows(t: &Topology, seed: u64, n: usize) -> Vec<Flow> {
     while out.len() < n && guard < n * 30 {
         guard += 1;
         let class = *r.pick(CLASSES);
+        // Both sides start again after each reject flow (`Flow::restart_after`): a dozen per
+        // topology keeps the run short.
+        if class.starts_with("reject")
+            && out.iter().filter(|f: &&Flow| f.restart_after()).count() >= MAX_REJECT_FLOWS
+        {
+            continue;
+        }
         let ci = r.range(0, nv - 1);
         let c = hosts[ci].clone();
         let lrp_mac = |i: usize| parse_mac(&t.lrps[t.vifs[i].switch].mac);
