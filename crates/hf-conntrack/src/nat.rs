@@ -95,9 +95,15 @@ impl Conntrack {
                 // `orig`, which nobody owns, so no connection can own the reply tuple either.
                 return Ok((reply, flags, self.hash(&reply)));
             }
-            return match self.reply_free(&reply, ignore) {
-                Some(h) if reply != *orig => Ok((reply, flags, h)),
-                _ => Err(CommitRefused::TupleTaken),
+            // Nothing is chosen without SNAT: the reply tuple is fixed, and only a connection of
+            // this zone can hold it. An SNAT claim of another zone is no conflict (a gateway
+            // router's SNAT zone and the zone of the port behind it track the same translated
+            // connection, as Linux and OVS do); claims only keep SNAT allocations apart.
+            let h = self.hash(&reply);
+            return match self.find_h(&reply, h) {
+                Some((idx, _)) if Some(idx) != ignore => Err(CommitRefused::TupleTaken),
+                _ if reply == *orig => Err(CommitRefused::TupleTaken),
+                _ => Ok((reply, flags, h)),
             };
         };
         let (lo, hi) = addr_range(&r, orig.v6)?;

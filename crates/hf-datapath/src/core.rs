@@ -1342,6 +1342,21 @@ impl Datapath {
         &self.flow_errors
     }
 
+    /// A trace of `frame` arriving on local port `port` against the live conntrack and
+    /// tables in "what if" mode (nothing changes): what a failure report shows next to the
+    /// outputs. `None` for an unknown port.
+    pub fn trace_port_frame(&mut self, port: &str, frame: &[u8], now: Duration) -> Option<String> {
+        let id = self.ports.get(port)?.id;
+        let mut outs = Outputs::with_headroom(0);
+        let t = self
+            .pipeline
+            .trace(&self.ct, Ingress::Local(id), frame, now, &mut outs);
+        Some(match t {
+            Ok(t) => t.to_string(),
+            Err(e) => format!("trace failed: {e}"),
+        })
+    }
+
     /// The pipeline (for traces and action hit counts).
     pub fn pipeline(&self) -> &Pipeline {
         &self.pipeline

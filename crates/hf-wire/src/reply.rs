@@ -311,6 +311,16 @@ pub fn tcp_reset(out: &mut Vec<u8>, p: &Parsed) -> Result<usize, BuildError> {
     reset(out, p, true)
 }
 
+/// OVN's `reject` answer to a TCP segment as ovn-controller's pinctrl builds it
+/// (`pinctrl_handle_reject` → `pinctrl_handle_tcp_reset` with loopback): the reset of
+/// [`tcp_reset`] (addresses swapped) with TTL 63, as real OVS then forwards it (found by the
+/// real-datapath oracle, `tests/datapath_oracle.rs`).
+pub fn tcp_reset_reject(out: &mut Vec<u8>, p: &Parsed) -> Result<usize, BuildError> {
+    let n = reset(out, p, true)?;
+    set_ttl(out, n, p.key.is_ipv6(), 63);
+    Ok(n)
+}
+
 /// OVN's `tcp_reset { }` packet as ovn-controller's pinctrl builds it: the reset (sequence
 /// numbers as [`tcp_reset`]) with the segment's *own* Ethernet and IP addresses, its ports
 /// swapped, and TTL 63; the logical flow's nested actions swap the addresses.

@@ -273,6 +273,37 @@ fn icmp_errors_quote_the_packet_and_parse_back() {
 }
 
 #[test]
+fn reject_resets_leave_with_ttl_63_as_pinctrl_builds_them() {
+    let f = tcp4_frame();
+    let p = parse(&f, 0, 0).expect("parses");
+    let (mut plain, mut reject) = (Vec::new(), Vec::new());
+    reply::tcp_reset(&mut plain, &p).expect("resets a SYN");
+    reply::tcp_reset_reject(&mut reject, &p).expect("resets a SYN");
+    assert!(checksums_ok(&reject));
+    let (a, b) = (
+        parse(&plain, 0, 0).expect("parses"),
+        parse(&reject, 0, 0).expect("parses"),
+    );
+    assert_eq!(b.key.ip_ttl, 63);
+    assert_eq!(
+        (
+            a.key.ip_src(),
+            a.key.ip_dst(),
+            a.tcp.seq,
+            a.tcp.ack,
+            a.key.tcp_flags
+        ),
+        (
+            b.key.ip_src(),
+            b.key.ip_dst(),
+            b.tcp.seq,
+            b.tcp.ack,
+            b.key.tcp_flags
+        )
+    );
+}
+
+#[test]
 fn tcp_resets_answer_syns_and_acks() {
     // A SYN (no ACK) is answered with RST|ACK acknowledging the SYN and its payload.
     let f = tcp4_frame();

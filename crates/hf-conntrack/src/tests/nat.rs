@@ -291,3 +291,23 @@ fn nat_exhaustion_is_per_peer_and_refused_cleanly() {
     let r = ct.process(4, &udp(v4(10, 0, 0, 9), 3, v4(8, 8, 4, 4), 53), now, &bad);
     assert_eq!(r.refused, Some(CommitRefused::NatRange));
 }
+
+/// r21 (found by the real-datapath oracle): a connection SNATed in one zone is committed again,
+/// translated, in another zone (a gateway router's SNAT zone, then the destination port's
+/// zone): the second commit is a connection of its own, and the reply is tracked in both.
+#[test]
+fn r21_a_snated_connection_commits_again_in_another_zone() {
+    let mut ct = Conntrack::new(Config::default());
+    let mut t = Tcp::new(v4(10, 0, 0, 11), 32891, v4(10, 1, 0, 12), 22);
+    let now = secs(1);
+    let act = commit().snat(NatRange::addr(ext()));
+    let (_, _, snated) = through(&mut ct, 2, &t.seg(0, SYN, 0), now, &act);
+    let (r, _, _) = through(&mut ct, 19, &snated, now, &commit());
+    assert_eq!(r.refused, None, "the commit in zone 19 is refused");
+    assert_eq!(r.state, CtState::TRK | CtState::NEW);
+    let mut back = t;
+    back.a = ext();
+    let reply = back.seg(1, SYN | ACK, 0);
+    let r = ct.process(19, &parsed(&reply), now, &CtAction::lookup());
+    assert_eq!(r.state, CtState::TRK | CtState::EST | CtState::RPL);
+}

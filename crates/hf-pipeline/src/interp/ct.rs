@@ -203,8 +203,9 @@ impl Runner<'_> {
             }
             NestedKind::TcpReset => reply::tcp_reset_same_addresses(out, &ctx.parsed).is_ok(),
             NestedKind::SctpAbort => reply::sctp_abort(out, &ctx.frame, &ctx.parsed, false).is_ok(),
+            // pinctrl's reset for `reject` leaves with TTL 63, like `tcp_reset { }`'s.
             NestedKind::Reject if k.ip_proto == ip_proto::TCP && ctx.parsed.has_l4() => {
-                reply::tcp_reset(out, &ctx.parsed).is_ok()
+                reply::tcp_reset_reject(out, &ctx.parsed).is_ok()
             }
             NestedKind::Reject if k.ip_proto == ip_proto::SCTP && ctx.parsed.has_l4() => {
                 reply::sctp_abort(out, &ctx.frame, &ctx.parsed, true).is_ok()
