@@ -497,6 +497,26 @@ fn duplicate_requested_tunnel_key() {
 #[test]
 fn unimplemented_features_are_reported() {
     check(
+        "NAT",
+        "dnat_and_snat 10.0.0.13 172.16.0.113",
+        "add_route",
+        |nb| {
+            nb.nat_with(
+                "lr0",
+                "dnat_and_snat",
+                "172.16.0.113",
+                "10.0.0.13",
+                json!({"options": ["map", [["add_route", "true"]]]}),
+            )
+        },
+        |nb, u| {
+            nb.txn(vec![json!({"op": "update", "table": "NAT",
+                "where": [["_uuid", "==", ["uuid", u.to_string()]]],
+                "row": {"options": ["map", []]}})]);
+        },
+        Strip::Nothing,
+    );
+    check(
         "Logical_Switch_Port",
         "sw0-mirrored",
         "mirroring is not implemented",

@@ -632,6 +632,14 @@ impl Rtr {
                     }
                 }
             };
+            if n.options.get("add_route").is_some_and(|v| v == "true") && kind != NatKind::Snat {
+                diags.push(
+                    "NAT",
+                    n.uuid,
+                    &handle,
+                    "options:add_route (routable NAT) is not built by holdfast northd: other routers on the gateway port's switch get no route to the external address",
+                );
+            }
             self.nats.push(Nat {
                 uuid: n.uuid,
                 kind,
