@@ -878,6 +878,21 @@ fn dynamic_addresses(env: &Env) -> BTreeMap<String, String> {
 }
 
 /// `ovn-nbctl --wait=sb` with `step`'s words on `env`.
+/// The generator's chassis in `env`'s SB, with the feature flags OVN 23.03's controllers set.
+fn register_chassis(env: &Env) {
+    let mut sb = Command::new("ovn-sbctl");
+    sb.arg(format!("--db={}", env.sb));
+    for (i, (name, ip)) in topo::CHASSIS.iter().enumerate() {
+        if i > 0 {
+            sb.arg("--");
+        }
+        sb.args(["chassis-add", name, "geneve", ip]);
+        sb.args(["--", "set", "chassis", name])
+            .args(topo::CHASSIS_FEATURES);
+    }
+    common::run_ok(&mut sb);
+}
+
 fn nbctl_wait(env: &Env, step: &[String]) {
     common::run_ok(
         Command::new("ovn-nbctl")
@@ -944,17 +959,7 @@ fn dynamic_addresses_match_real_northd() {
         let a = Env::start(Backend::OvsdbServer);
         let b = Env::start_with(Backend::OvsdbServer, false);
         for env in [&a, &b] {
-            let mut sb = Command::new("ovn-sbctl");
-            sb.arg(format!("--db={}", env.sb));
-            for (i, (name, ip)) in topo::CHASSIS.iter().enumerate() {
-                if i > 0 {
-                    sb.arg("--");
-                }
-                sb.args(["chassis-add", name, "geneve", ip]);
-                sb.args(["--", "set", "chassis", name])
-                    .args(topo::CHASSIS_FEATURES);
-            }
-            common::run_ok(&mut sb);
+            register_chassis(env);
         }
         let mut hf = holdfast_start(&b, "hf-northd");
         nbctl_wait(&b, &words("sync"));

@@ -261,17 +261,7 @@ fn health_checks_match_real_northd() {
         let a = Env::start(Backend::OvsdbServer);
         let b = Env::start_with(Backend::OvsdbServer, false);
         for env in [&a, &b] {
-            let mut sb = Command::new("ovn-sbctl");
-            sb.arg(format!("--db={}", env.sb));
-            for (i, (name, ip)) in topo::CHASSIS.iter().enumerate() {
-                if i > 0 {
-                    sb.arg("--");
-                }
-                sb.args(["chassis-add", name, "geneve", ip]);
-                sb.args(["--", "set", "chassis", name])
-                    .args(topo::CHASSIS_FEATURES);
-            }
-            common::run_ok(&mut sb);
+            super::register_chassis(env);
         }
         let mut hf = holdfast_start(&b, "hf-northd");
         for st in nb_steps(seed) {

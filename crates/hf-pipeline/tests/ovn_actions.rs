@@ -60,11 +60,7 @@ fn pipeline(s: &ProgramSpec) -> Pipeline {
 /// Runs `frame` three ways (cached twice, then the full walk on a fresh copy of the state) and
 /// returns the cached run's outputs after checking that all three agree.
 fn run_at(p: &mut Pipeline, ct: &mut Conntrack, from: u32, frame: &[u8], now: u64) -> Vec<Out> {
-    let now = Duration::from_secs(now);
-    let mut out = Outputs::default();
-    p.process(ct, Ingress::Local(from), frame, now, &mut out)
-        .expect("processed");
-    collect(&out)
+    run_ms(p, ct, from, frame, now * 1000)
 }
 
 type Out = (Destination, Vec<u8>);
