@@ -51,6 +51,7 @@ const TABLES: &[(&str, &[&str])] = &[
     ("Meter_Band", &[]),
     ("Meter", &[]),
     ("Chassis_Template_Var", &[]),
+    ("Mirror", &[]),
     ("Service_Monitor", &[]),
 ];
 
@@ -140,6 +141,9 @@ pub fn dump(remote: &str) -> Tables {
     }
     for r in &rows["Port_Binding"] {
         names.insert(uuid_of(r), s(r, "logical_port"));
+    }
+    for r in &rows["Mirror"] {
+        names.insert(uuid_of(r), format!("mirror:{}", s(r, "name")));
     }
     for r in &rows["HA_Chassis"] {
         let ch = render(&r["chassis"], &names);
@@ -345,6 +349,25 @@ pub fn production_extras(t: &crate::topo::Topology) -> Vec<Vec<String>> {
         c(&["lsp-add", "sw0", "ctr2", &parent, "0"]),
         c(&["lsp-add", "sw0", "ctr3", &parent, "7"]),
         periodic_ra(),
+        // Port mirrors (GRE to-lport and ERSPAN from-lport) on a VIF.
+        c(&[
+            "mirror-add",
+            "mirror-gre",
+            "gre",
+            "7",
+            "to-lport",
+            "192.0.2.7",
+        ]),
+        c(&[
+            "mirror-add",
+            "mirror-erspan",
+            "erspan",
+            "8",
+            "from-lport",
+            "192.0.2.8",
+        ]),
+        c(&["lsp-attach-mirror", &vm(1), "mirror-gre"]),
+        c(&["lsp-attach-mirror", &vm(1), "mirror-erspan"]),
         // Chassis template variables (copied to SB by chassis name).
         c(&[
             "create",

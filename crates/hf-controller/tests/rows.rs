@@ -500,3 +500,43 @@ fn a_requested_zone_taken_twice_or_held_is_a_diagnostic() {
         "{reasons:#?}"
     );
 }
+
+/// A local port with `mirror_rules` (which holdfast's datapath does not mirror yet) is a
+/// diagnostic on the chassis where it is bound, and only there.
+#[test]
+fn a_mirrored_local_port_is_a_diagnostic() {
+    let mut d = Delta::default();
+    d.chassis = vec![
+        RowDelta::Insert(chassis(100, "hv1")),
+        RowDelta::Insert(chassis(101, "hv2")),
+    ];
+    d.datapath_binding = vec![RowDelta::Insert(dp(1, 7, "sw", false))];
+    d.mirror = vec![RowDelta::Insert(sb::Mirror {
+        uuid: u(50),
+        name: "m0".into(),
+        sink: "192.0.2.7".into(),
+        index: 7,
+        ..Default::default()
+    })];
+    let mut vm = pb(10, 1, "vm", 1, "");
+    vm.chassis = Some(RowRef::new(u(100)));
+    vm.mirror_rules = [RowRef::new(u(50))].into();
+    d.port_binding = vec![RowDelta::Insert(vm)];
+    let sb = snapshot(d);
+    let on = |c: &str| {
+        translate(
+            &sb,
+            &TranslateOptions {
+                chassis: Some(c.into()),
+            },
+        )
+        .diagnostics
+        .iter()
+        .any(|x| x.uuid == u(10) && x.reason.contains("not mirrored"))
+    };
+    assert!(
+        on("hv1"),
+        "the chassis it is bound to says it is not mirrored"
+    );
+    assert!(!on("hv2"));
+}

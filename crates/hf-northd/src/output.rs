@@ -60,6 +60,21 @@ pub struct PortRow {
     pub ha_ref_datapaths: BTreeSet<String>,
     /// `port_security`.
     pub port_security: BTreeSet<String>,
+    /// `mirror_rules`, by mirror name (resolved to SB `Mirror` rows by the sync).
+    pub mirror_rules: BTreeSet<String>,
+}
+
+/// One `Mirror` (keyed by `name`).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct MirrorRow {
+    /// `filter`: `from-lport` or `to-lport`.
+    pub filter: String,
+    /// `index` (the tunnel key of the mirror's GRE or ERSPAN packets).
+    pub index: i64,
+    /// `sink`: where mirrored packets go.
+    pub sink: String,
+    /// `type`: `gre` or `erspan`.
+    pub type_: String,
 }
 
 /// Where a flow is written.
@@ -249,6 +264,8 @@ pub struct SbDesired {
     pub load_balancers: BTreeMap<String, LbRow>,
     /// `DNS` by NB `DNS` row UUID (its `dns_id`).
     pub dns: BTreeMap<String, DnsRow>,
+    /// `Mirror` by name (NB's, as 23.03 copies them).
+    pub mirrors: BTreeMap<String, MirrorRow>,
     /// `Chassis_Template_Var` by `chassis`: its `variables` (NB's, as 23.03 copies them).
     pub template_vars: BTreeMap<String, BTreeMap<String, String>>,
     /// `Meter` by name: NB's meters and the ACLs' own copies of `fair` ones.

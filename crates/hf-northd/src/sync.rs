@@ -88,6 +88,14 @@ pub fn insert_ops(d: &SbDesired, chassis: &HashMap<String, Uuid>) -> Vec<Value> 
         dp_label.insert(name.as_str(), l);
     }
     let dp_ref = |n: &str| dp_label.get(n).map(|l| named(l));
+    let mut mirror_label: HashMap<&str, String> = HashMap::new();
+    for (i, (name, m)) in d.mirrors.iter().enumerate() {
+        let l = label("mirror", i);
+        ops.push(json!({"op": "insert", "table": "Mirror", "uuid-name": l,
+            "row": {"name": name, "filter": m.filter, "index": m.index, "sink": m.sink,
+                "type": m.type_}}));
+        mirror_label.insert(name.as_str(), l);
+    }
     let mut port_label = HashMap::new();
     for (i, (name, row)) in d.ports.iter().enumerate() {
         let Some(dp) = dp_ref(&row.datapath) else {
@@ -104,6 +112,8 @@ pub fn insert_ops(d: &SbDesired, chassis: &HashMap<String, Uuid>) -> Vec<Value> 
             "nat_addresses": str_set(&row.nat_addresses),
             "external_ids": map(&row.external_ids),
             "port_security": str_set(&row.port_security),
+            "mirror_rules": ref_set(row.mirror_rules.iter()
+                .filter_map(|m| mirror_label.get(m.as_str())).map(|l| named(l)).collect()),
             "parent_port": opt(row.parent_port.as_ref().map(|p| json!(p))),
             "tag": opt(row.tag.map(|t| json!(t))),
             // ovn-controller sets `up` only where northd wrote it as false.
@@ -305,6 +315,8 @@ pub struct Scope {
     pub meters: BTreeSet<String>,
     /// `Chassis_Template_Var` by chassis.
     pub template_vars: BTreeSet<String>,
+    /// `Mirror` by name.
+    pub mirrors: BTreeSet<String>,
     /// `DHCP_Options` and `DHCPv6_Options` (fixed tables: compared as a whole).
     pub dhcp: bool,
 }
@@ -350,6 +362,7 @@ impl Scope {
         changed_keys(&old.dns, &new.dns, &mut s.dns);
         changed_keys(&old.meters, &new.meters, &mut s.meters);
         changed_keys(&old.template_vars, &new.template_vars, &mut s.template_vars);
+        changed_keys(&old.mirrors, &new.mirrors, &mut s.mirrors);
         s.dhcp = old.dhcp_options != new.dhcp_options || old.dhcpv6_options != new.dhcpv6_options;
         s
     }
@@ -366,6 +379,7 @@ impl Scope {
         self.dns.extend(other.dns);
         self.meters.extend(other.meters);
         self.template_vars.extend(other.template_vars);
+        self.mirrors.extend(other.mirrors);
         self.dhcp |= other.dhcp;
     }
 
@@ -381,6 +395,7 @@ impl Scope {
             + self.dns.len()
             + self.meters.len()
             + self.template_vars.len()
+            + self.mirrors.len()
             + usize::from(self.dhcp)
     }
 
@@ -828,6 +843,34 @@ fn diff(
         }
     }
 
+    // Mirror by name, before the bindings that name them.
+    let (old_mirror, dup_mirror) = by_key(sb.mirror.values(), |r| Some(r.name.as_str()));
+    let mut mirror_uuid: FastMap<&str, Uuid> =
+        old_mirror.iter().map(|(n, r)| (*n, r.uuid)).collect();
+    for (name, m) in visit(&d.mirrors, scope.map(|s| &s.mirrors)) {
+        let old = old_mirror.get(name.as_str()).copied();
+        let new = s::Mirror {
+            uuid: old.map_or_else(|| o.fresh(), |r| r.uuid),
+            name: name.clone(),
+            filter: s::MirrorFilter::from_wire(&m.filter),
+            index: m.index,
+            sink: m.sink.clone(),
+            type_: s::MirrorType::from_wire(&m.type_),
+            external_ids: old.map(|r| r.external_ids.clone()).unwrap_or_default(),
+        };
+        mirror_uuid.insert(name.as_str(), new.uuid);
+        o.put(&new, old);
+    }
+    if scope.is_none() {
+        for r in dup_mirror {
+            o.delete(r);
+        }
+    }
+    for r in gone(&old_mirror, &d.mirrors, scope.map(|s| &s.mirrors)) {
+        mirror_uuid.remove(r.name.as_str());
+        o.delete(r);
+    }
+
     // Port_Binding: only northd's columns.
     let mut pb_uuid: FastMap<&str, Uuid> = FastMap::new();
     for (name, row) in visit(&d.ports, scope.map(|s| &s.ports)) {
@@ -882,6 +925,12 @@ fn diff(
             .and_then(|(g, _)| hag_uuid.get(g))
             .map(|u| (*u).into());
         new.port_security = row.port_security.clone();
+        new.mirror_rules = row
+            .mirror_rules
+            .iter()
+            .filter_map(|m| mirror_uuid.get(m.as_str()))
+            .map(|u| (*u).into())
+            .collect();
         pb_uuid.insert(name.as_str(), new.uuid);
         o.put(&new, old);
     }

@@ -773,17 +773,6 @@ pub(crate) fn lsp_port(
             ),
         }
     }
-    if !lsp.mirror_rules.is_empty() {
-        diags.push(
-            "Logical_Switch_Port",
-            lsp.uuid,
-            &lsp.name,
-            format!(
-                "mirror_rules ({} rows): port mirroring is not implemented by holdfast northd; the port is not mirrored",
-                lsp.mirror_rules.len()
-            ),
-        );
-    }
     for a in &lsp.port_security {
         match LportAddresses::parse(a) {
             Ok(x) => p.port_security.push(x),

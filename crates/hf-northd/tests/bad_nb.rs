@@ -516,25 +516,4 @@ fn unimplemented_features_are_reported() {
         },
         Strip::Nothing,
     );
-    check(
-        "Logical_Switch_Port",
-        "sw0-mirrored",
-        "mirroring is not implemented",
-        |nb| {
-            let m = nb.txn(vec![json!({"op": "insert", "table": "Mirror", "uuid-name": "m",
-                "row": {"name": "m0", "filter": "to-lport", "sink": "127.0.0.1", "type": "gre", "index": 1}})]);
-            nb.lsp_with(
-                "sw0",
-                "sw0-mirrored",
-                json!({"addresses": ["set", ["0a:00:00:00:77:01 10.0.0.77"]],
-                    "mirror_rules": ["set", [["uuid", m.to_string()]]]}),
-            )
-        },
-        |nb, u| {
-            nb.txn(vec![json!({"op": "update", "table": "Logical_Switch_Port",
-                "where": [["_uuid", "==", ["uuid", u.to_string()]]],
-                "row": {"mirror_rules": ["set", []]}})]);
-        },
-        Strip::Nothing,
-    );
 }

@@ -294,6 +294,12 @@ pub(crate) fn dp_ports(
             p => p,
         };
         let local = matches!(place, Place::Local);
+        if local && !pb.mirror_rules.is_empty() {
+            diags.push(diag(format!(
+                "mirror_rules ({} mirror(s)): port mirroring (GRE/ERSPAN) is not done by the holdfast datapath; the port is not mirrored",
+                pb.mirror_rules.len()
+            )));
+        }
         out.push((
             PortSpec {
                 name: pb.logical_port.clone(),

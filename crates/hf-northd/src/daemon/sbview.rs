@@ -142,6 +142,8 @@ pub struct SbView {
     pub service_monitor: BTreeMap<Uuid, sb::ServiceMonitor>,
     /// `HA_Chassis`.
     pub ha_chassis: BTreeMap<Uuid, sb::HaChassis>,
+    /// `Mirror`.
+    pub mirror: BTreeMap<Uuid, sb::Mirror>,
     /// `Chassis_Template_Var`.
     pub chassis_template_var: BTreeMap<Uuid, sb::ChassisTemplateVar>,
     /// `Meter`.
@@ -199,6 +201,7 @@ const TABLES: &[(&str, Option<&[&str]>)] = &[
             "requested_additional_chassis",
             "ha_chassis_group",
             "port_security",
+            "mirror_rules",
             "chassis",
             "additional_chassis",
             "up",
@@ -214,6 +217,7 @@ const TABLES: &[(&str, Option<&[&str]>)] = &[
     ("Service_Monitor", None),
     ("HA_Chassis", Some(&["chassis", "priority", "external_ids"])),
     ("Chassis_Template_Var", None),
+    ("Mirror", None),
     ("Meter", None),
     ("Meter_Band", None),
     (
@@ -360,6 +364,7 @@ impl SbView {
             + self.ha_chassis.len()
             + self.meter.len()
             + self.chassis_template_var.len()
+            + self.mirror.len()
             + self.meter_band.len()
             + self.ha_chassis_group.len()
             + self.logical_dp_group.len()
@@ -734,6 +739,7 @@ struct AllPending {
     ha_chassis: Pending<sb::HaChassis>,
     meter: Pending<sb::Meter>,
     chassis_template_var: Pending<sb::ChassisTemplateVar>,
+    mirror: Pending<sb::Mirror>,
     meter_band: Pending<sb::MeterBand>,
     ha_chassis_group: Pending<sb::HaChassisGroup>,
     logical_dp_group: Pending<sb::LogicalDpGroup>,
@@ -772,6 +778,7 @@ impl SbView {
                 .extend(typed_changes(&self.service_monitor, u)?),
             "HA_Chassis" => p.ha_chassis.extend(typed_changes(&self.ha_chassis, u)?),
             "Meter" => p.meter.extend(typed_changes(&self.meter, u)?),
+            "Mirror" => p.mirror.extend(typed_changes(&self.mirror, u)?),
             "Chassis_Template_Var" => p
                 .chassis_template_var
                 .extend(typed_changes(&self.chassis_template_var, u)?),
@@ -829,6 +836,7 @@ impl SbView {
             || !p.ha_chassis.is_empty()
             || !p.meter.is_empty()
             || !p.chassis_template_var.is_empty()
+            || !p.mirror.is_empty()
             || !p.meter_band.is_empty()
             || !p.ha_chassis_group.is_empty()
             || !p.logical_dp_group.is_empty()
@@ -849,6 +857,7 @@ impl SbView {
             c.northd_uuids.extend(ids_of(&p.ha_chassis_group));
             c.northd_uuids.extend(ids_of(&p.meter));
             c.northd_uuids.extend(ids_of(&p.chassis_template_var));
+            c.northd_uuids.extend(ids_of(&p.mirror));
             c.northd_uuids.extend(ids_of(&p.logical_flow));
             c.northd_uuids.extend(ids_of(&p.static_mac_binding));
         }
@@ -909,6 +918,7 @@ impl SbView {
             apply_pending(&mut self.ha_chassis_group, p.ha_chassis_group),
         );
         note("Meter", apply_pending(&mut self.meter, p.meter));
+        note("Mirror", apply_pending(&mut self.mirror, p.mirror));
         note(
             "Chassis_Template_Var",
             apply_pending(&mut self.chassis_template_var, p.chassis_template_var),
@@ -955,6 +965,7 @@ impl SbView {
             "HA_Chassis" => k(&self.ha_chassis),
             "Meter" => k(&self.meter),
             "Chassis_Template_Var" => k(&self.chassis_template_var),
+            "Mirror" => k(&self.mirror),
             "Meter_Band" => k(&self.meter_band),
             "HA_Chassis_Group" => k(&self.ha_chassis_group),
             "Logical_DP_Group" => k(&self.logical_dp_group),

@@ -12,11 +12,12 @@
 //!
 //! Also [`dns`] (`DNS`).
 //!
-//! [`meter`] (`Meter` and `Meter_Band`), [`template_var`] (`Chassis_Template_Var`).
+//! [`meter`] (`Meter` and `Meter_Band`), [`template_var`] (`Chassis_Template_Var`), [`mirror`]
+//! (`Mirror`).
 //! `Service_Monitor` rows are [`crate::svc`]'s plan, copied here.
 //!
 //! What it does not do: IGMP groups (learned by controllers),
-//! mirrors, static MAC bindings, and `ipv6_ra_pd_list` (read back from
+//! static MAC bindings, and `ipv6_ra_pd_list` (read back from
 //! SB by OVN). Dynamic addresses are [`crate::ipam`]'s, written to NB by the daemon. VXLAN mode's smaller key spaces are not
 //! served (`max_tunid` is Geneve's).
 
@@ -29,6 +30,7 @@ pub mod lb;
 pub mod mac_binding;
 pub mod mcast;
 pub mod meter;
+pub mod mirror;
 pub mod port;
 pub mod template_var;
 
@@ -47,6 +49,7 @@ pub fn build(topo: &Topo<'_>, opts: &Options, sb: &mut SbDesired, diags: &mut Di
     dhcp::build(sb);
     meter::build(topo, sb, diags);
     template_var::build(topo, sb, diags);
+    mirror::build(topo, sb, diags);
     groups::port_groups(topo, &opts.render, sb, diags);
     lb::build(topo, &opts.render, sb, diags);
     global::build(topo, opts, sb);

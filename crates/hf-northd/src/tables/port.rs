@@ -475,7 +475,7 @@ fn switch_router_port(
     if let Some(l) = lrp {
         row.nat_addresses = nat_addresses(topo, p, lsp, l, chassis.is_some(), diags);
     }
-    common_lsp_columns(lsp, &mut row);
+    common_lsp_columns(topo, lsp, &mut row);
     Some(row)
 }
 
@@ -647,8 +647,14 @@ fn nat_on_port(topo: &Topo<'_>, nat: &nb::Nat, l: PortIdx) -> bool {
 }
 
 /// Columns every non-router switch port and router-type switch port share.
-fn common_lsp_columns(lsp: &nb::LogicalSwitchPort, row: &mut PortRow) {
+fn common_lsp_columns(topo: &Topo<'_>, lsp: &nb::LogicalSwitchPort, row: &mut PortRow) {
     row.parent_port = lsp.parent_name.clone().filter(|n| !n.is_empty());
+    row.mirror_rules = lsp
+        .mirror_rules
+        .iter()
+        .filter_map(|m| topo.nb.get(*m))
+        .map(|m| m.name.clone())
+        .collect();
     row.mac = lsp.addresses.clone();
     row.port_security = lsp.port_security.clone();
     row.external_ids = lsp.external_ids.clone().into();
@@ -754,7 +760,7 @@ fn switch_port(
         row.requested_chassis = names.next().map(str::to_string);
         row.requested_additional_chassis = names.map(str::to_string).collect();
     }
-    common_lsp_columns(lsp, &mut row);
+    common_lsp_columns(topo, lsp, &mut row);
     row.tag = tags.get(&i).copied();
     Some(row)
 }
