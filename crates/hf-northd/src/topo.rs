@@ -293,7 +293,23 @@ impl<'a> Topo<'a> {
                 .then(b.ports.len().cmp(&a.ports.len()))
                 .then(a.uuid.cmp(&b.uuid))
         });
+        for g in nb.nb_global().values().filter(|g| g.ipsec) {
+            diags.push(
+                "NB_Global",
+                g.uuid,
+                ".",
+                "ipsec=true: IPsec is not built by holdfast (SB_Global.ipsec is not written; tunnels between chassis stay unencrypted)",
+            );
+        }
         for ls in switches {
+            if ls.other_config.get("interconn-ts").is_some() {
+                diags.push(
+                    "Logical_Switch",
+                    ls.uuid,
+                    &ls.name,
+                    "other_config:interconn-ts: OVN interconnection is not built by holdfast; the transit switch is compiled as a plain switch (no IGMP relay to remote availability zones)",
+                );
+            }
             t.add_datapath(&ls.name, DpKind::Switch, ls.uuid, "Logical_Switch", diags);
         }
         for lr in &routers {

@@ -497,6 +497,30 @@ fn duplicate_requested_tunnel_key() {
 #[test]
 fn unimplemented_features_are_reported() {
     check(
+        "NB_Global",
+        ".",
+        "IPsec",
+        |nb| {
+            nb.txn(vec![
+                json!({"op": "update", "table": "NB_Global", "where": [],
+                "row": {"ipsec": true}}),
+            ]);
+            nb.snapshot()
+                .nb_global()
+                .values()
+                .next()
+                .map(|g| g.uuid)
+                .unwrap_or_default()
+        },
+        |nb, _| {
+            nb.txn(vec![
+                json!({"op": "update", "table": "NB_Global", "where": [],
+                "row": {"ipsec": false}}),
+            ]);
+        },
+        Strip::Nothing,
+    );
+    check(
         "NAT",
         "dnat_and_snat 10.0.0.13 172.16.0.113",
         "add_route",
