@@ -11,7 +11,7 @@ use std::process::Command;
 
 use super::oracle::{Backend, Env};
 use super::{
-    Step, common, env_num, flow_set, flows, holdfast_start, nbctl_wait, stop, tables, topo, words,
+    Step, common, env_num, flow_set, flows, holdfast_start, nbctl_wait, stop, tables, words,
 };
 
 /// The MAC both NBs set, so `Service_Monitor.src_mac` and the responders compare.
