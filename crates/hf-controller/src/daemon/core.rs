@@ -292,6 +292,9 @@ pub struct Controller {
     svc_due: bool,
     /// The meters last sent to the datapath (`None`: none since its hello).
     meters_sent: Option<proto::MetersMsg>,
+    /// The meters' inputs changed (`Meter`, `Meter_Band`, a flow with a `controller_meter`, a
+    /// resync, a datapath hello): the next step builds the message again.
+    meters_due: bool,
     /// ACL log lines from the datapath, for the shell to write (`acl_log` module).
     acl_logs: VecDeque<String>,
     dp_ports: BTreeMap<String, LocalPort>,
@@ -500,6 +503,7 @@ impl Controller {
             svc_bad: Vec::new(),
             svc_due: true,
             meters_sent: None,
+            meters_due: true,
             acl_logs: VecDeque::new(),
             dp_ports: BTreeMap::new(),
             zones: BTreeMap::new(),
@@ -991,6 +995,7 @@ impl Controller {
                 self.dp_version = version;
                 self.svc_sent = None;
                 self.meters_sent = None;
+                self.meters_due = true;
                 self.touched_since_running = None;
                 self.last_build = None;
                 // The hello's program is what the datapath keeps: a delta against it applies
@@ -1333,8 +1338,12 @@ impl Controller {
                 self.translate_due = true;
                 self.write_due = true;
                 self.svc_due = true;
+                self.meters_due = true;
             }
             Event::Changes(d) => {
+                if meters::touches_meters(&d) {
+                    self.meters_due = true;
+                }
                 if !d.service_monitor.is_empty()
                     || !d.port_binding.is_empty()
                     || !d.mac_binding.is_empty()

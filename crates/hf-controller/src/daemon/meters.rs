@@ -6,7 +6,8 @@
 //! log lines (the datapath does, `hf_datapath::acl_log`).
 
 use hf_datapath::proto::{self, ToDatapath};
-use hf_model::SbSnapshot;
+use hf_model::sb::{Delta, LogicalFlow};
+use hf_model::{RowDelta, SbSnapshot};
 
 use super::{Controller, Level};
 
@@ -14,7 +15,7 @@ impl Controller {
     /// Sends the datapath the meters of the SB view when they changed (or since its hello):
     /// SB `Meter` rows and every flow's `controller_meter` by flow identity.
     pub(super) fn sync_meters(&mut self) {
-        if !self.dp_hello || self.dp_version < 6 {
+        if !self.dp_hello || self.dp_version < 6 || !std::mem::take(&mut self.meters_due) {
             return;
         }
         let m = meters_msg(self.sb.model());
@@ -34,6 +35,19 @@ impl Controller {
         self.send_dp(&ToDatapath::Meters(m.clone()));
         self.meters_sent = Some(m);
     }
+}
+
+/// Whether change set `d` can change [`meters_msg`]: a `Meter` or `Meter_Band` row, or a
+/// flow that has (or had) a `controller_meter` (most flow changes have none, and the message
+/// is built from every flow).
+pub(super) fn touches_meters(d: &Delta) -> bool {
+    let metered = |f: &LogicalFlow| f.controller_meter.is_some();
+    !d.meter.is_empty()
+        || !d.meter_band.is_empty()
+        || d.logical_flow.iter().any(|r| match r {
+            RowDelta::Insert(f) | RowDelta::Delete(f) => metered(f),
+            RowDelta::Update { old, new } => metered(old) || metered(new),
+        })
 }
 
 /// ACL log lines kept for the shell at most (a flood beyond it is dropped, as a full
@@ -79,5 +93,36 @@ pub fn meters_msg(sb: &SbSnapshot) -> proto::MetersMsg {
     proto::MetersMsg {
         meters,
         flow_meters,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flow(meter: Option<&str>) -> LogicalFlow {
+        LogicalFlow {
+            controller_meter: meter.map(str::to_string),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    #[allow(clippy::field_reassign_with_default)]
+    fn only_meter_rows_and_metered_flows_make_the_message_due() {
+        let mut d = Delta::default();
+        d.logical_flow = vec![RowDelta::Insert(flow(None))];
+        assert!(!touches_meters(&d), "a plain flow");
+        d.logical_flow.push(RowDelta::Update {
+            old: flow(Some("m")),
+            new: flow(None),
+        });
+        assert!(touches_meters(&d), "a flow that lost its meter");
+        let mut d = Delta::default();
+        d.logical_flow = vec![RowDelta::Delete(flow(Some("m")))];
+        assert!(touches_meters(&d), "a metered flow gone");
+        let mut d = Delta::default();
+        d.meter = vec![RowDelta::Insert(hf_model::sb::Meter::default())];
+        assert!(touches_meters(&d), "a meter");
     }
 }
