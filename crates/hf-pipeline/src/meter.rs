@@ -90,13 +90,21 @@ pub struct MeterStats {
     pub dropped: u64,
 }
 
+/// One meter in use: its unit, a bucket per band, and what it passed and dropped (since its
+/// configuration last changed). Made on its first packet, so a packet allocates nothing.
+#[derive(Debug, Clone)]
+struct Metered {
+    pktps: bool,
+    bands: Vec<Bucket>,
+    stats: MeterStats,
+}
+
 /// The chassis's meters: configuration, buckets, and which flows are metered by which meter.
 #[derive(Debug, Default)]
 pub struct Meters {
     cfg: BTreeMap<Arc<str>, MeterSpec>,
-    buckets: HashMap<MeterKey, Vec<Bucket>>,
+    buckets: HashMap<MeterKey, Metered>,
     flow_meters: HashMap<FlowId, Arc<str>>,
-    stats: BTreeMap<MeterKey, MeterStats>,
     unknown: BTreeMap<Arc<str>, u64>,
 }
 
@@ -133,24 +141,23 @@ impl Meters {
     /// Charges one packet of `bytes` to meter `key` at `now`: `true` when it is within the
     /// rate.
     pub(crate) fn allow(&mut self, key: &MeterKey, bytes: usize, now: Duration) -> bool {
-        let (pktps, bands): (bool, Vec<(u64, u64)>) = match key {
-            MeterKey::Named(n) => match self.cfg.get(n) {
-                Some(m) => (m.pktps, m.bands.clone()),
-                None => {
-                    *self.unknown.entry(n.clone()).or_default() += 1;
-                    return true;
+        if !self.buckets.contains_key(key) {
+            // First packet of this meter (or of its new configuration): its buckets, full.
+            let one;
+            let (pktps, bands) = match key {
+                MeterKey::Named(n) => match self.cfg.get(n) {
+                    Some(m) => (m.pktps, m.bands.as_slice()),
+                    None => {
+                        *self.unknown.entry(n.clone()).or_default() += 1;
+                        return true;
+                    }
+                },
+                MeterKey::Rate(rate, burst) => {
+                    one = [(*rate, *burst)];
+                    (false, &one[..])
                 }
-            },
-            MeterKey::Rate(rate, burst) => (false, vec![(*rate, *burst)]),
-        };
-        let units: u128 = if pktps {
-            1
-        } else {
-            // kbps: a kilobit is 1000 bits; the buckets count bits.
-            (bytes as u128) * 8
-        };
-        let buckets = self.buckets.entry(key.clone()).or_insert_with(|| {
-            bands
+            };
+            let bands = bands
                 .iter()
                 .map(|(rate, burst)| {
                     if pktps {
@@ -159,45 +166,58 @@ impl Meters {
                         Bucket::new(rate.saturating_mul(1000), burst.saturating_mul(1000), now)
                     }
                 })
-                .collect()
-        });
+                .collect();
+            self.buckets.insert(
+                key.clone(),
+                Metered {
+                    pktps,
+                    bands,
+                    stats: MeterStats::default(),
+                },
+            );
+        }
+        let Some(m) = self.buckets.get_mut(key) else {
+            return true;
+        };
+        // pktps counts packets; kbps counts bits (a kilobit is 1000 bits).
+        let units: u128 = if m.pktps { 1 } else { (bytes as u128) * 8 };
         let need = units * 1_000_000;
         let mut ok = true;
-        for b in buckets.iter_mut() {
+        for b in m.bands.iter_mut() {
             b.refill(now);
             if b.tokens < need {
                 ok = false;
             }
         }
         if ok {
-            for b in buckets.iter_mut() {
+            for b in m.bands.iter_mut() {
                 b.tokens -= need;
             }
-        }
-        let s = self.stats.entry(key.clone()).or_default();
-        if ok {
-            s.passed += 1;
+            m.stats.passed += 1;
         } else {
-            s.dropped += 1;
+            m.stats.dropped += 1;
         }
         ok
     }
 
-    /// Per meter (named ones by name, `set_meter`s as `set_meter(RATE, BURST)`): packets
-    /// passed and dropped.
+    /// Per meter in use, by name (`set_meter`s as `set_meter(RATE, BURST)`): packets passed
+    /// and dropped since its configuration last changed.
     pub fn stats(&self) -> Vec<(String, MeterStats)> {
-        self.stats
+        let mut v: Vec<(String, MeterStats)> = self
+            .buckets
             .iter()
-            .map(|(k, s)| {
+            .map(|(k, m)| {
                 (
                     match k {
                         MeterKey::Named(n) => n.to_string(),
                         MeterKey::Rate(r, b) => format!("set_meter({r}, {b})"),
                     },
-                    *s,
+                    m.stats,
                 )
             })
-            .collect()
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
     }
 
     /// Meters named by flows but not configured (they pass everything), with how many packets
