@@ -17,6 +17,8 @@
 //! protocol name 23.03 does not know, or a meter that does not exist, is a diagnostic (OVN
 //! ignores both without a word); the punts stay unmetered.
 
+use std::collections::BTreeSet;
+
 use hf_expr::actions::{Action, NestedKind, ResultFn};
 
 use crate::diag::Diags;
@@ -57,6 +59,7 @@ pub fn apply(topo: &Topo<'_>, dp: DpIdx, flows: &mut [Flow], diags: &mut Diags) 
     let Some(copp) = copp.and_then(|c| topo.nb.copp().get(&c.uuid())) else {
         return;
     };
+    let meters: BTreeSet<&str> = topo.nb.meter().values().map(|m| m.name.as_str()).collect();
     for (proto, meter) in copp.meters.iter() {
         if !PROTOS.contains(&proto.as_str()) {
             diags.push(
@@ -69,7 +72,7 @@ pub fn apply(topo: &Topo<'_>, dp: DpIdx, flows: &mut [Flow], diags: &mut Diags) 
                     PROTOS.join(", ")
                 ),
             );
-        } else if !meter_exists(topo, meter) {
+        } else if !meters.contains(meter.as_str()) {
             diags.push(
                 table,
                 uuid,
@@ -86,28 +89,17 @@ pub fn apply(topo: &Topo<'_>, dp: DpIdx, flows: &mut [Flow], diags: &mut Diags) 
             continue;
         };
         if let Some(m) = copp.meters.get(proto)
-            && meter_exists(topo, m)
+            && meters.contains(m.as_str())
         {
             f.meter = Some(m.clone());
         }
     }
 }
 
-fn meter_exists(topo: &Topo<'_>, name: &str) -> bool {
-    topo.nb.meter().values().any(|m| m.name == name)
-}
-
 /// The control protocol flow `f` punts to the controller, as ovn-northd 23.03 classifies it
 /// (`router`: the flow belongs to a router).
 pub fn proto_of(router: bool, f: &Flow) -> Option<&'static str> {
-    let mut found = None;
-    for a in &f.actions {
-        if let Some(p) = action_proto(router, f, a) {
-            found = Some(p);
-            break;
-        }
-    }
-    found
+    f.actions.iter().find_map(|a| action_proto(router, f, a))
 }
 
 fn action_proto(router: bool, f: &Flow, a: &Action) -> Option<&'static str> {

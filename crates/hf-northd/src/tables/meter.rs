@@ -43,8 +43,8 @@ pub fn build(topo: &Topo<'_>, sb: &mut SbDesired, diags: &mut Diags) {
         if &name == base {
             continue;
         }
-        if let Some(m) = nb.meter().values().find(|m| &m.name == base) {
-            sb.meters.insert(name, row_of(m));
+        if let Some(row) = sb.meters.get(base.as_str()).cloned() {
+            sb.meters.insert(name, row);
         }
     }
 }
