@@ -44,6 +44,9 @@ mod copp_nb;
 #[path = "northd/fixture.rs"]
 mod fixture;
 #[allow(dead_code)]
+#[path = "trace_parity/flows.rs"]
+mod flows;
+#[allow(dead_code)]
 #[path = "trace_parity/oracle.rs"]
 mod oracle;
 #[allow(dead_code)]

@@ -3,8 +3,9 @@
 //! compiles a switch with logged ACLs (named and unnamed, drop, reject and allow-related, from-
 //! and to-lport, severities), a real chassis (ovs-vswitchd's dummy datapath) runs them, and
 //! packets enter its VIF with `netdev-dummy/receive`. Each `acl_log` line ovn-controller writes
-//! must equal, after its `acl_log(...)|INFO|` prefix, the line holdfast writes for the same
-//! packet and ACL (`hf_datapath::acl_log::line`), and both must read the same through
+//! must equal, after its `acl_log(...)|INFO|` prefix, the line holdfast's chassis (translation,
+//! program and datapath in process, on the same SB) writes for the same packet, which must be
+//! the case's expected line; and both must read the same through
 //! `hf_testkit::acl_log::parse` (OVN's `check_acl_log.py` reading).
 //!
 //! IPv4 only: IPv6 datagrams injected this way were conntrack-invalid in ovs-vswitchd's
@@ -95,6 +96,52 @@ fn icmp_echo() -> Vec<u8> {
 
 /// (frame, ACL name, verdict, severity, direction).
 type Case<'a> = (Vec<u8>, Option<&'a str>, &'a str, &'a str, &'a str);
+
+/// holdfast's chassis `hv1` on the same SB, in process (translation, program, datapath with
+/// the two VIFs); with no controller attached its datapath writes the `acl_log` lines to its
+/// own log as `acl_log: LINE`.
+fn holdfast_chassis(sb_remote: &str) -> hf_datapath::Datapath {
+    use hf_controller::program_msg::{NoLastGood, program_msg};
+    use hf_controller::translate::{Extra, TranslateOptions, translate_with};
+    let sb = crate::flows::load_sb(sb_remote);
+    let t = translate_with(
+        &sb,
+        &TranslateOptions {
+            chassis: Some("hv1".into()),
+        },
+        &Extra {
+            only_needed: true,
+            ..Extra::default()
+        },
+    );
+    let build = program_msg(
+        &t,
+        "hv1",
+        1,
+        0,
+        &std::collections::BTreeMap::new(),
+        &NoLastGood,
+    );
+    let mut dp = hf_datapath::Datapath::new(hf_datapath::DatapathConfig::new(
+        "hv1",
+        "127.0.0.21".parse().unwrap(),
+    ));
+    for p in ["vm1", "vm2"] {
+        dp.add_port(p, None);
+    }
+    let errs = dp.install(build.msg).expect("install");
+    assert!(errs.is_empty(), "flow errors: {errs:?}");
+    dp
+}
+
+/// The `acl_log` lines holdfast's datapath writes for `frame` entering `vm1`.
+fn holdfast_lines(dp: &mut hf_datapath::Datapath, frame: &[u8], at: Duration) -> Vec<String> {
+    dp.handle_port_frame("vm1", frame, at);
+    while dp.poll_transmit().is_some() {}
+    std::iter::from_fn(|| dp.poll_log())
+        .filter_map(|(_, l)| l.strip_prefix("acl_log: ").map(str::to_string))
+        .collect()
+}
 
 /// The `acl_log` lines of ovn-controller's log, each after its `|INFO|`.
 fn real_lines(ch: &RealChassis) -> Vec<String> {
@@ -203,10 +250,20 @@ fn real_controller_acl_log_lines_equal_holdfast() {
         (tcp_syn(81), Some("tcp-81"), "drop", "debug", "from-lport"),
     ];
     let ctl = ch.dir().join("ovs-vswitchd.ctl");
+    let mut ours = holdfast_chassis(&env.sb);
     let mut compared = 0;
-    for (frame, name, verdict, severity, direction) in &cases {
+    for (i, (frame, name, verdict, severity, direction)) in cases.iter().enumerate() {
         let hex: String = frame.iter().map(|b| format!("{b:02x}")).collect();
-        let want = hf_datapath::acl_log::line(*name, verdict, severity, direction, frame);
+        // holdfast's chassis, on the same packet: exactly one line, the one this case is.
+        let mine = holdfast_lines(&mut ours, frame, Duration::from_secs(1 + i as u64));
+        assert_eq!(
+            mine,
+            [hf_datapath::acl_log::line(
+                *name, verdict, severity, direction, frame
+            )],
+            "holdfast's chassis"
+        );
+        let want = mine[0].clone();
         // One case at a time. A packet-in is best effort in OVS (one sent while pinctrl or
         // the datapath flow is not ready is lost), so the packet is sent again each second
         // until a line comes; every line that comes must be this case's.
