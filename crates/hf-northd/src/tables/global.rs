@@ -74,46 +74,51 @@ fn derived(nb: &hf_model::NbSnapshot, salt: u64) -> [u8; 6] {
     b
 }
 
+/// An address option northd chooses: `NB_Global.options:KEY` when `parse` takes it, else the
+/// one SB holds (`sb_options`), else the first `len` bytes of one derived from the NB_Global
+/// row with `salt` (where ovn-northd draws a random one).
+fn chosen(
+    nb: &hf_model::NbSnapshot,
+    sb_options: &std::collections::BTreeMap<String, String>,
+    key: &str,
+    parse: impl Fn(&str) -> Option<String>,
+    salt: u64,
+    len: usize,
+) -> String {
+    nb.nb_global()
+        .values()
+        .next()
+        .and_then(|g| g.options.get(key))
+        .and_then(|v| parse(v))
+        .or_else(|| sb_options.get(key).and_then(|v| parse(v)))
+        .unwrap_or_else(|| {
+            derived(nb, salt)[..len]
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(":")
+        })
+}
+
 /// The MAC prefix in force (`xx:xx:xx`): `NB_Global.options:mac_prefix` when it parses,
-/// else the one SB holds (`sb_options`), else one derived from the NB_Global row. The daemon
+/// else the one SB holds, else one derived from the NB_Global row ([`chosen`]). The daemon
 /// writes it to NB when NB lacks it (as ovn-northd writes its random one), and
 /// [`crate::ipam`] assigns MACs under it.
 pub fn mac_prefix(
     nb: &hf_model::NbSnapshot,
     sb_options: &std::collections::BTreeMap<String, String>,
 ) -> String {
-    nb.nb_global()
-        .values()
-        .next()
-        .and_then(|g| g.options.get("mac_prefix"))
-        .and_then(|p| parse_prefix(p))
-        .or_else(|| sb_options.get("mac_prefix").and_then(|p| parse_prefix(p)))
-        .unwrap_or_else(|| {
-            let b = derived(nb, 1);
-            format!("{:02x}:{:02x}:{:02x}", b[0], b[1], b[2])
-        })
+    chosen(nb, sb_options, "mac_prefix", parse_prefix, 1, 3)
 }
 
 /// The service monitor MAC in force: `NB_Global.options:svc_monitor_mac` when it parses,
-/// else the one SB holds (`sb_options`), else one derived from the NB_Global row (ovn-northd
-/// draws a random one). Flows read it too (the monitor source's ARP/ND responder).
+/// else the one SB holds, else one derived from the NB_Global row ([`chosen`]). Flows read
+/// it too (the monitor source's ARP/ND responder).
 pub fn svc_monitor_mac(
     nb: &hf_model::NbSnapshot,
     sb_options: &std::collections::BTreeMap<String, String>,
 ) -> String {
-    nb.nb_global()
-        .values()
-        .next()
-        .and_then(|g| g.options.get("svc_monitor_mac"))
-        .and_then(|m| parse_mac(m))
-        .or_else(|| sb_options.get("svc_monitor_mac").and_then(|m| parse_mac(m)))
-        .unwrap_or_else(|| {
-            let b = derived(nb, 2);
-            format!(
-                "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-                b[0], b[1], b[2], b[3], b[4], b[5]
-            )
-        })
+    chosen(nb, sb_options, "svc_monitor_mac", parse_mac, 2, 6)
 }
 
 /// `xx:xx:xx` (as [`mac_prefix`] prints it) as three bytes.
