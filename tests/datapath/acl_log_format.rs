@@ -10,21 +10,17 @@ use std::process::Command;
 
 const E: [u8; 12] = [0x50, 0x54, 0, 0, 0, 2, 0x50, 0x54, 0, 0, 0, 1];
 
-/// splitmix64.
-struct Rng(u64);
+/// The simulator's seeded generator, with the two draws the packets need.
+struct Rng(hf_sim::net::Rng);
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.0.next_u64() % n
+    }
+    fn next(&mut self) -> u64 {
+        self.0.next_u64()
     }
     fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
+        (0..n).map(|_| self.0.next_u64() as u8).collect()
     }
 }
 
@@ -165,7 +161,7 @@ fn acl_log_flow_format_is_ovs_flow_format() {
     if !crate::common::require("acl_log_flow_format_is_ovs_flow_format", &["ovs-ofctl"]) {
         return;
     }
-    let mut r = Rng(2112);
+    let mut r = Rng(hf_sim::net::Rng::new(2112));
     let packets: Vec<Vec<u8>> = (0..3000).map(|_| packet(&mut r)).collect();
     let dir = tempfile::tempdir().unwrap();
     let pcap = dir.path().join("p.pcap");
