@@ -32,6 +32,8 @@ command -v ethtool >/dev/null 2>&1 || command -v /usr/sbin/ethtool >/dev/null 2>
 command -v conntrack >/dev/null 2>&1 || command -v /usr/sbin/conntrack >/dev/null 2>&1 || need_pkgs+=(conntrack)
 command -v nft >/dev/null 2>&1 || command -v /usr/sbin/nft >/dev/null 2>&1 || need_pkgs+=(nftables)
 command -v ping >/dev/null 2>&1 || need_pkgs+=(iputils-ping)
+# Mirror copies read back by an independent decoder (tests/datapath/mirror_format.rs).
+command -v tcpdump >/dev/null 2>&1 || command -v /usr/bin/tcpdump >/dev/null 2>&1 || need_pkgs+=(tcpdump)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   # Deduplicate.
   mapfile -t need_pkgs < <(printf '%s\n' "${need_pkgs[@]}" | sort -u)

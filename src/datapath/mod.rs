@@ -390,6 +390,8 @@ pub fn run(args: DatapathArgs) -> anyhow::Result<ExitCode> {
         inherited_ports: sockets.ports,
         segs: hf_wire::offload::Segments::new(),
         tunnel_tx: tunnel::TunnelTx::default(),
+        gre: hf_datapath::port::GreSender::default(),
+        gre_failed: std::collections::BTreeSet::new(),
     };
     let r = rt.block_on(shell.serve(
         &args,
@@ -540,6 +542,9 @@ struct Shell {
     segs: hf_wire::offload::Segments,
     /// Offloaded frames into the tunnel.
     tunnel_tx: tunnel::TunnelTx,
+    /// Mirror copies out to their sinks, and the sinks a send failed to (logged once each).
+    gre: hf_datapath::port::GreSender,
+    gre_failed: std::collections::BTreeSet<IpAddr>,
 }
 
 impl Shell {
@@ -788,8 +793,21 @@ impl Shell {
             let devices = &mut self.devices;
             let geneve_port = self.geneve_port;
             let segs = &mut self.segs;
+            let gre = &mut self.gre;
+            let gre_failed = &mut self.gre_failed;
             // In-memory ports and the tunnel take whole frames.
             let mut emit = |t: TransmitRef<'_>| match t {
+                TransmitRef::Mirror { dst, payload } => match gre.send(dst, payload) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => {
+                        if gre_failed.insert(dst) {
+                            tracing::warn!(
+                                "mirror copies to {dst}: {e} (a raw GRE socket needs CAP_NET_RAW); dropped"
+                            );
+                        }
+                    }
+                },
                 // The port's name is copied only for its first captured frame.
                 TransmitRef::Port { port, frame } => match captured.get_mut(port) {
                     Some(q) => {

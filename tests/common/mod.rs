@@ -343,3 +343,22 @@ pub fn thp_enabled(pid: u32) -> String {
         .map(|v| v.trim().to_string())
         .unwrap_or_else(|| panic!("no THP_enabled line in /proc/{pid}/status:\n{s}"))
 }
+
+/// A pcap file (Ethernet link type) holding `frames` in order, with zero timestamps.
+#[allow(dead_code)]
+pub fn pcap(frames: &[Vec<u8>]) -> Vec<u8> {
+    let mut b: Vec<u8> = Vec::new();
+    b.extend(0xa1b2_c3d4u32.to_le_bytes());
+    b.extend(2u16.to_le_bytes());
+    b.extend(4u16.to_le_bytes());
+    b.extend([0u8; 8]);
+    b.extend(65535u32.to_le_bytes());
+    b.extend(1u32.to_le_bytes());
+    for p in frames {
+        b.extend([0u8; 8]);
+        b.extend((p.len() as u32).to_le_bytes());
+        b.extend((p.len() as u32).to_le_bytes());
+        b.extend(p);
+    }
+    b
+}

@@ -165,20 +165,7 @@ fn acl_log_flow_format_is_ovs_flow_format() {
     let packets: Vec<Vec<u8>> = (0..3000).map(|_| packet(&mut r)).collect();
     let dir = tempfile::tempdir().unwrap();
     let pcap = dir.path().join("p.pcap");
-    let mut b: Vec<u8> = Vec::new();
-    b.extend(0xa1b2_c3d4u32.to_le_bytes());
-    b.extend(2u16.to_le_bytes());
-    b.extend(4u16.to_le_bytes());
-    b.extend([0u8; 8]);
-    b.extend(65535u32.to_le_bytes());
-    b.extend(1u32.to_le_bytes());
-    for p in &packets {
-        b.extend([0u8; 8]);
-        b.extend((p.len() as u32).to_le_bytes());
-        b.extend((p.len() as u32).to_le_bytes());
-        b.extend(p);
-    }
-    std::fs::write(&pcap, &b).unwrap();
+    std::fs::write(&pcap, crate::common::pcap(&packets)).unwrap();
     let out = crate::common::run_ok(Command::new("ovs-ofctl").arg("parse-pcap").arg(&pcap));
     let theirs: Vec<String> = out
         .lines()

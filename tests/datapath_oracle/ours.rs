@@ -80,6 +80,11 @@ impl OurSide {
                         .or_default()
                         .push(payload);
                 }
+                Transmit::Mirror { dst, payload } => {
+                    out.entry(format!("mirror:{dst}"))
+                        .or_default()
+                        .push(payload);
+                }
             }
         }
         out

@@ -157,25 +157,29 @@ impl RealSide {
     /// `netdev-dummy/receive IFACE HEX`.
     pub fn inject(&mut self, iface: &str, frame: &[u8]) {
         let hex: String = frame.iter().map(|b| format!("{b:02x}")).collect();
+        if let Some(Err(e)) = self.vswitchd_appctl("netdev-dummy/receive", &[iface, &hex]) {
+            panic!("netdev-dummy/receive {iface}: {e}");
+        }
+    }
+
+    /// An `ovs-appctl` command to ovs-vswitchd over the open connection: `None` when
+    /// ovs-vswitchd is gone ([`RealSide::aborted`] says why), else its reply or error.
+    pub fn vswitchd_appctl(
+        &mut self,
+        method: &str,
+        params: &[&str],
+    ) -> Option<Result<serde_json::Value, serde_json::Value>> {
         let id = self.next_id;
         self.next_id += 1;
-        let req = serde_json::json!({
-            "id": id,
-            "method": "netdev-dummy/receive",
-            "params": [iface, hex],
-        });
-        // A write or read error means ovs-vswitchd is gone: [`RealSide::aborted`] says why.
-        if self.ctl.write_all(req.to_string().as_bytes()).is_err() {
-            return;
-        }
+        let req = serde_json::json!({"id": id, "method": method, "params": params});
+        self.ctl.write_all(req.to_string().as_bytes()).ok()?;
         let mut de =
             serde_json::Deserializer::from_reader(&mut self.ctl).into_iter::<serde_json::Value>();
-        if let Some(Ok(reply)) = de.next() {
-            assert!(
-                reply.get("error").is_none_or(serde_json::Value::is_null),
-                "netdev-dummy/receive {iface}: {reply}"
-            );
-        }
+        let reply = de.next()?.ok()?;
+        Some(match reply.get("error") {
+            Some(e) if !e.is_null() => Err(e.clone()),
+            _ => Ok(reply.get("result").cloned().unwrap_or_default()),
+        })
     }
 
     /// Frames transmitted since the last call, per interface in order (gratuitous ARPs left

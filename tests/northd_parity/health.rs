@@ -10,22 +10,10 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 use super::oracle::{Backend, Env};
-use super::{
-    Step, common, env_num, flow_set, flows, holdfast_start, nbctl_wait, stop, tables, words,
-};
+use super::{Step, common, env_num, holdfast_start, nbctl_wait, stop, words};
 
 /// The MAC both NBs set, so `Service_Monitor.src_mac` and the responders compare.
 const SVC_MAC: &str = "0a:00:00:00:5e:01";
-
-fn rng(seed: u64) -> impl FnMut(u64) -> u64 {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    move |n: u64| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x % n
-    }
-}
 
 fn step(parts: &[&str]) -> Step {
     parts.iter().map(|s| s.to_string()).collect()
@@ -34,7 +22,7 @@ fn step(parts: &[&str]) -> Step {
 /// The NB of `seed`: two switches behind router `lr0`, eight ports with IPv4 and IPv6
 /// addresses, and two to four load balancers with health checks.
 fn nb_steps(seed: u64) -> Vec<Step> {
-    let mut rnd = rng(seed);
+    let mut rnd = super::draw(seed);
     let n = 10 + seed % 40;
     let mut s: Vec<Step> = vec![
         words(&format!(
@@ -216,35 +204,10 @@ fn set_status(env: &Env, m: &(String, String, String), status: &str) {
     }
 }
 
-/// Both SBs' tables and flows; one line per difference.
+/// [`super::compare_sbs`]; returns (`Service_Monitor` rows in A, flows compared).
 fn compare(a: &Env, b: &Env, what: &str, bad: &mut Vec<String>) -> (usize, usize) {
-    let (ta, tb) = (tables::dump(&a.sb), tables::dump(&b.sb));
-    for l in tables::diff(&ta, &tb) {
-        if !tables::allowed(&l) {
-            bad.push(format!("{what}: {l}"));
-        }
-    }
-    let (fa, fb) = (
-        flow_set(&flows::load_sb(&a.sb)),
-        flow_set(&flows::load_sb(&b.sb)),
-    );
-    for f in fa.difference(&fb) {
-        bad.push(format!("{what}: flow only in ovn-northd: {f:?}"));
-    }
-    for f in fb.difference(&fa) {
-        bad.push(format!("{what}: flow only in holdfast: {f:?}"));
-    }
-    (ta.get("Service_Monitor").map_or(0, |t| t.len()), fa.len())
-}
-
-/// Both northds have seen everything: NB synced twice (an SB write reaches ovn-northd
-/// before the next NB change it handles).
-fn settle(a: &Env, b: &Env) {
-    for _ in 0..2 {
-        for env in [a, b] {
-            nbctl_wait(env, &words("sync"));
-        }
-    }
+    let (ta, flows) = super::compare_sbs(a, b, what, bad);
+    (ta.get("Service_Monitor").map_or(0, |t| t.len()), flows)
 }
 
 #[test]
@@ -282,7 +245,7 @@ fn health_checks_match_real_northd() {
                 monitors(&b)
             ));
         }
-        let mut rnd = rng(seed ^ 0x5eed);
+        let mut rnd = super::draw(seed ^ 0x5eed);
         let ports: BTreeSet<&String> = mons.iter().map(|m| &m.0).collect();
         for p in ports.iter().filter(|_| rnd(3) != 0) {
             for env in [&a, &b] {
@@ -295,7 +258,7 @@ fn health_checks_match_real_northd() {
                 ]));
             }
         }
-        settle(&a, &b);
+        super::settle(&a, &b);
         compare(&a, &b, &format!("seed {seed} ports up"), &mut bad);
         for round in 0..6 {
             if mons.is_empty() {
@@ -306,7 +269,7 @@ fn health_checks_match_real_northd() {
             for env in [&a, &b] {
                 set_status(env, m, status);
             }
-            settle(&a, &b);
+            super::settle(&a, &b);
             status_steps += 1;
             compare(
                 &a,
@@ -318,7 +281,7 @@ fn health_checks_match_real_northd() {
                 // Restarted: status kept, nothing written.
                 stop(hf);
                 hf = holdfast_start(&b, "hf-northd-2");
-                settle(&a, &b);
+                super::settle(&a, &b);
                 compare(&a, &b, &format!("seed {seed} after restart"), &mut bad);
             }
         }
@@ -328,13 +291,13 @@ fn health_checks_match_real_northd() {
                 set_status(env, m, "offline");
             }
         }
-        settle(&a, &b);
+        super::settle(&a, &b);
         compare(&a, &b, &format!("seed {seed} all offline"), &mut bad);
         // The checks go: monitors deleted, every backend used again.
         for env in [&a, &b] {
             nbctl_wait(env, &words("clear load_balancer lb0 health_check"));
         }
-        settle(&a, &b);
+        super::settle(&a, &b);
         compare(&a, &b, &format!("seed {seed} lb0 check cleared"), &mut bad);
         drop(hf);
     }
@@ -346,10 +309,5 @@ fn health_checks_match_real_northd() {
         monitors_seen > 0 && flows_compared > 0,
         "nothing was compared"
     );
-    assert!(
-        bad.is_empty(),
-        "{} differences:\n{}",
-        bad.len(),
-        bad.iter().take(60).cloned().collect::<Vec<_>>().join("\n")
-    );
+    super::assert_no_differences(&bad);
 }

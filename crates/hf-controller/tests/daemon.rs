@@ -271,6 +271,7 @@ impl Net {
                     t,
                 );
             }
+            let mut tunnelled = Vec::new();
             for (i, c) in self.chassis.iter_mut().enumerate() {
                 let Some(ctl) = c.ctl.as_mut() else {
                     while c.dp.poll_control_transmit().is_some() {}
@@ -308,7 +309,24 @@ impl Net {
                     c.logs.push(l);
                 }
                 while c.dp.poll_log().is_some() {}
-                while c.dp.poll_transmit().is_some() {}
+                // Geneve between the datapaths (BFD between gateways); frames out of ports
+                // go nowhere.
+                let src = c.dp.config().tunnel_ip;
+                while let Some(x) = c.dp.poll_transmit() {
+                    if let hf_datapath::Transmit::Tunnel { dst, payload } = x {
+                        tunnelled.push((src, dst, payload));
+                    }
+                }
+            }
+            for (src, dst, payload) in std::mem::take(&mut tunnelled) {
+                if let Some(c) = self
+                    .chassis
+                    .iter_mut()
+                    .find(|c| c.dp.config().tunnel_ip == dst)
+                {
+                    moved = true;
+                    c.dp.handle_tunnel(src, &payload, t);
+                }
             }
             let out: Vec<Output> = self.core.poll_output().collect();
             for o in out {
@@ -1538,7 +1556,8 @@ fn gateway_ports_are_claimed_by_the_active_gateway() {
         {"op": "mutate", "table": "Logical_Router_Port", "where": [["name", "==", "lr0-ls1"]],
          "mutations": [["gateway_chassis", "insert", ["set", [["named-uuid", "g1"]]]]]}
     ]));
-    net.advance(Duration::from_secs(1));
+    // (BFD between the two gateways comes up first: 1 s packets while down.)
+    net.advance(Duration::from_secs(4));
     let sb = net.db_sb();
     assert_eq!(
         pb(&sb, &name).chassis.map(|c| c.uuid()),

@@ -437,6 +437,7 @@ fn exhausted_zones_are_a_named_error_never_zone_0() {
         only_needed: false,
         zones: held.clone(),
         local_ids: Default::default(),
+        ha_up: None,
     };
     let t = hf_controller::translate_with(&sb, &TranslateOptions::default(), &extra);
     assert!(!t.zones.contains_key("lr/r1/dnat") && !t.zones.contains_key("lr/r1/snat"));
@@ -458,6 +459,7 @@ fn exhausted_zones_are_a_named_error_never_zone_0() {
         only_needed: false,
         zones: held,
         local_ids: Default::default(),
+        ha_up: None,
     };
     let t = hf_controller::translate_with(&sb, &TranslateOptions::default(), &extra);
     assert_eq!(t.zones.get("lr/r1/dnat"), Some(&7));
@@ -482,6 +484,7 @@ fn a_requested_zone_taken_twice_or_held_is_a_diagnostic() {
         only_needed: false,
         zones: [("lr/r1/dnat".to_string(), 9)].into(),
         local_ids: Default::default(),
+        ha_up: None,
     };
     let t = hf_controller::translate_with(&sb, &TranslateOptions::default(), &extra);
     assert_eq!(t.zones["lr/r1/snat"], 9);
@@ -501,10 +504,10 @@ fn a_requested_zone_taken_twice_or_held_is_a_diagnostic() {
     );
 }
 
-/// A local port with `mirror_rules` (which holdfast's datapath does not mirror yet) is a
-/// diagnostic on the chassis where it is bound, and only there.
+/// A local port with `mirror_rules` gives its chassis's datapath the session (and no
+/// translation diagnostic any more: the datapath mirrors); another chassis gets none.
 #[test]
-fn a_mirrored_local_port_is_a_diagnostic() {
+fn a_mirrored_local_port_goes_to_its_datapath() {
     let mut d = Delta::default();
     d.chassis = vec![
         RowDelta::Insert(chassis(100, "hv1")),
@@ -516,6 +519,8 @@ fn a_mirrored_local_port_is_a_diagnostic() {
         name: "m0".into(),
         sink: "192.0.2.7".into(),
         index: 7,
+        type_: sb::MirrorType::Erspan,
+        filter: sb::MirrorFilter::ToLport,
         ..Default::default()
     })];
     let mut vm = pb(10, 1, "vm", 1, "");
@@ -523,20 +528,27 @@ fn a_mirrored_local_port_is_a_diagnostic() {
     vm.mirror_rules = [RowRef::new(u(50))].into();
     d.port_binding = vec![RowDelta::Insert(vm)];
     let sb = snapshot(d);
-    let on = |c: &str| {
-        translate(
-            &sb,
-            &TranslateOptions {
-                chassis: Some(c.into()),
-            },
-        )
-        .diagnostics
-        .iter()
-        .any(|x| x.uuid == u(10) && x.reason.contains("not mirrored"))
-    };
-    assert!(
-        on("hv1"),
-        "the chassis it is bound to says it is not mirrored"
+    let local: std::collections::BTreeSet<String> = ["vm".to_string()].into();
+    let (list, bad) = hf_controller::daemon::local_mirrors(&sb, &local);
+    assert!(bad.is_empty(), "{bad:?}");
+    assert_eq!(
+        list,
+        vec![hf_datapath::proto::MirrorMsg {
+            name: "m0".into(),
+            kind: hf_datapath::proto::MirrorKind::Erspan,
+            filter: hf_datapath::proto::MirrorFilter::ToLport,
+            sink: "192.0.2.7".into(),
+            index: 7,
+            ports: vec!["vm".into()],
+        }]
     );
-    assert!(!on("hv2"));
+    let (none, _) = hf_controller::daemon::local_mirrors(&sb, &Default::default());
+    assert!(none.is_empty());
+    let t = translate(
+        &sb,
+        &TranslateOptions {
+            chassis: Some("hv1".into()),
+        },
+    );
+    assert!(!t.diagnostics.iter().any(|x| x.reason.contains("mirror")));
 }

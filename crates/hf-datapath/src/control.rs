@@ -235,6 +235,9 @@ impl Datapath {
             }
             ToDatapath::Ping { seq } => self.send(&FromDatapath::Pong { seq }),
             ToDatapath::SvcMonitors(list) => self.set_svc_monitors(list, now),
+            ToDatapath::Mirrors(list) => self.set_mirrors(list),
+            ToDatapath::Bfd(m) => self.set_bfd(m, now),
+            ToDatapath::Garps(list) => self.send_garps(list, now),
             ToDatapath::TakeOver => {
                 let version = self.control.as_ref().map_or(0, |c| c.version);
                 if version < 5 {
@@ -312,5 +315,8 @@ fn name_of(m: &ToDatapath) -> &'static str {
         ToDatapath::TakeOver => "TakeOver",
         ToDatapath::Meters(_) => "Meters",
         ToDatapath::SvcMonitors(_) => "SvcMonitors",
+        ToDatapath::Mirrors(_) => "Mirrors",
+        ToDatapath::Bfd(_) => "Bfd",
+        ToDatapath::Garps(_) => "Garps",
     }
 }

@@ -120,6 +120,14 @@ pub enum Transmit {
         /// Geneve header and inner Ethernet frame.
         payload: Vec<u8>,
     },
+    /// To a mirror session's sink ([`crate::mirror`]): the IP payload for protocol 47 (a GRE
+    /// header, ERSPAN's after it for an ERSPAN session, and the mirrored frame).
+    Mirror {
+        /// The sink's IP.
+        dst: IpAddr,
+        /// GRE (and ERSPAN) header and the frame.
+        payload: Vec<u8>,
+    },
 }
 
 /// A queued frame, borrowed ([`Datapath::drain_transmit`]).
@@ -139,19 +147,28 @@ pub enum TransmitRef<'a> {
         /// Geneve header and inner Ethernet frame.
         payload: &'a [u8],
     },
+    /// To a mirror session's sink (GRE (and ERSPAN) header + frame, for IP protocol 47).
+    Mirror {
+        /// The sink's IP.
+        dst: IpAddr,
+        /// GRE (and ERSPAN) header and the frame.
+        payload: &'a [u8],
+    },
 }
 
 #[derive(Debug, Clone, Copy)]
-enum TxTo {
+pub(crate) enum TxTo {
     Port(u32),
     Tunnel(IpAddr),
+    /// A mirror session's sink.
+    Mirror(IpAddr),
 }
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TxDesc {
-    to: TxTo,
+    pub(crate) to: TxTo,
     /// The frame's index in the transmit buffer (`Datapath::outs`).
-    frame: usize,
+    pub(crate) frame: usize,
     /// Checksum and segmentation still to do (an offloaded frame carried whole:
     /// [`Datapath::handle_port_frame_offload`]); for a tunnel, of the inner frame.
     pub(crate) offload: Offload,
@@ -236,7 +253,7 @@ pub struct Datapath {
     /// Frames to send, described in `tx`: their bytes are where the pipeline wrote them, in
     /// `outs` (kept frames), a tunnelled frame's Geneve header written in its headroom. The
     /// frames the pipeline produced are never copied again before they are sent.
-    tx: VecDeque<TxDesc>,
+    pub(crate) tx: VecDeque<TxDesc>,
     /// The offloaded frame being processed ([`crate::offload`]): what its outputs carry.
     pub(crate) rx_offload: crate::offload::RxOffload,
     pub(crate) outs: Outputs,
@@ -271,6 +288,12 @@ pub struct Datapath {
     stage_clock: Option<crate::stopwatch::Clock>,
     /// Service monitors (LB health checks) probed from here ([`crate::svc`]).
     pub(crate) svc: crate::svc::Prober,
+    /// Port mirroring sessions ([`crate::mirror`]).
+    pub(crate) mirror: crate::mirror::Mirrors,
+    /// BFD with other chassis over the tunnels ([`crate::bfd`]).
+    pub(crate) bfd: crate::bfd::Bfd,
+    /// Gratuitous ARPs still to repeat: (when, frame, local port).
+    pub(crate) garps: Vec<(Duration, Vec<u8>, String)>,
 }
 
 /// The datapath's stopwatches, in the order a program goes through them: decoding the frame,
@@ -343,6 +366,9 @@ impl Datapath {
             stopwatch: crate::stopwatch::Stopwatches::new(STAGES),
             stage_clock: None,
             svc: crate::svc::Prober::default(),
+            mirror: crate::mirror::Mirrors::default(),
+            bfd: crate::bfd::Bfd::default(),
+            garps: Vec::new(),
         }
     }
 
@@ -433,6 +459,7 @@ impl Datapath {
             self.next_port_id += 1;
             self.ports.insert(name.to_string(), PortState { id, mac });
             self.port_names.insert(id, name.to_string());
+            self.mirror.rebind(&self.ports);
             self.relocate();
             self.sync_migrations(self.clock);
         }
@@ -450,6 +477,7 @@ impl Datapath {
             return;
         };
         self.port_names.remove(&p.id);
+        self.mirror.rebind(&self.ports);
         self.mig_port_removed(name);
         self.relocate();
         self.sync_migrations(self.clock);
@@ -843,6 +871,13 @@ impl Datapath {
                 return;
             }
         };
+        if repr.meta.datapath == 0
+            && repr.meta.ports.is_none()
+            && let Some(inner) = geneve.get(hlen..)
+            && let Some(c) = crate::bfd::control_in(inner)
+        {
+            return self.bfd_receive(src, c, now);
+        }
         let Some(ports) = repr.meta.ports else {
             self.counters.dropped += 1;
             self.log_once(Level::Warn, format_args!("geneve-noopt:{src}"), || {
@@ -887,6 +922,8 @@ impl Datapath {
             }
         }
         let mut no_tunnel = None;
+        // The mirror sessions this packet was copied to (once each, as OVS mirrors).
+        let mut mirrored = 0u32;
         // Frames are queued where the pipeline wrote them (`outs` stays in place: moving it
         // out and back stalled on store forwarding).
         let first = self.outs.first();
@@ -907,6 +944,9 @@ impl Datapath {
                             frame: i,
                             offload,
                         });
+                        if !self.mirror.is_empty() {
+                            self.mirror_delivered(id, i, &mut mirrored);
+                        }
                     }
                     None => self.counters.dropped += 1,
                 },
@@ -955,6 +995,12 @@ impl Datapath {
                 _ => self.counters.dropped += 1,
             }
         }
+        if let Ingress::Local(id) = from {
+            let mask = self.mirror.sent_by(id);
+            if mask != 0 {
+                self.mirror_copy(mask, &mut mirrored, id, frame);
+            }
+        }
         self.outs.keep();
         if self.tx.is_empty() {
             self.outs.reset();
@@ -997,6 +1043,10 @@ impl Datapath {
             frame,
             offload: Offload::default(),
         });
+        if !self.mirror.is_empty() {
+            self.mirror_delivered(id, frame, &mut 0);
+            self.outs.keep();
+        }
     }
 
     /// Turns the pipeline's events into controller messages.
@@ -1230,6 +1280,12 @@ impl Datapath {
                         payload: bytes,
                     });
                 }
+                TxTo::Mirror(dst) => {
+                    return Some(Transmit::Mirror {
+                        dst,
+                        payload: bytes,
+                    });
+                }
             }
         }
     }
@@ -1274,6 +1330,13 @@ impl Datapath {
                     },
                     &d.offload,
                 ),
+                TxTo::Mirror(dst) => f(
+                    TransmitRef::Mirror {
+                        dst,
+                        payload: bytes,
+                    },
+                    &d.offload,
+                ),
             }
         }
         self.outs.reset();
@@ -1291,6 +1354,8 @@ impl Datapath {
             learn,
             self.migration_deadline(),
             self.svc.poll_timeout(),
+            self.bfd.poll_timeout(),
+            self.garps.iter().map(|g| g.0).min(),
         ]
         .into_iter()
         .flatten()
@@ -1306,6 +1371,7 @@ impl Datapath {
             self.pipeline.expire_learned(now);
             self.last_sweep = now;
         }
+        self.run_bfd(now);
         if self.svc.poll_timeout().is_some_and(|t| t <= now) {
             self.run_svc(now);
         }

@@ -17,6 +17,10 @@
 //!   and the write-back (`ofport`, `link_state`, `error`, `cur_cfg`).
 //! - [`stopwatch`]: stage stopwatches (`stopwatch/show`) for a change's way through a daemon.
 //! - [`dump`]: conntrack entries in `dpctl/dump-conntrack`'s style.
+//! - [`bfd`]: BFD with other chassis over the Geneve tunnels (which gateways are alive), and
+//!   the gratuitous ARPs of a gateway that takes over.
+//! - [`mirror`]: port mirroring (SB `Mirror`): GRE and ERSPAN copies of what a port sends or
+//!   is delivered, to the session's sink, as OVS sends them for ovn-controller.
 //! - [`migrate`]: live migration between datapaths: the state channel, the conntrack pre-copy,
 //!   deltas and final delta, and the destination's hold of the port's traffic until then.
 //!
@@ -30,6 +34,7 @@
 //! DNS, RA) are the pipeline's.
 
 pub mod acl_log;
+pub mod bfd;
 pub mod control;
 pub mod core;
 pub mod delta;
@@ -39,6 +44,7 @@ pub mod example;
 pub mod intern;
 pub mod local;
 pub mod migrate;
+pub mod mirror;
 pub mod offload;
 pub mod port;
 pub mod program;

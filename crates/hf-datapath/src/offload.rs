@@ -99,6 +99,7 @@ impl Datapath {
             && self.tracking.is_empty()
             && self.trim.is_empty()
             && !self.handed_over
+            && self.mirror.is_empty()
     }
 
     /// The metadata output `i` of the frame being processed carries, its checksum field
@@ -182,6 +183,13 @@ pub fn complete(
             for s in segs.iter() {
                 f(TransmitRef::Port { port, frame: s });
             }
+        }
+        // Mirror copies are whole frames (no pass-through while a session runs).
+        TransmitRef::Mirror { .. } => {
+            if !o.is_none() {
+                return false;
+            }
+            f(t);
         }
         TransmitRef::Tunnel { dst, payload } => {
             let Some((hdr, inner)) = split_geneve(payload) else {

@@ -50,7 +50,14 @@ pub use crate::delta::{
 /// datapath writes ACL log lines to its own log and runs no health checks, and an older
 /// datapath runs unmetered and unprobed (a controller it refuses greets it with its version
 /// next).
-pub const PROTOCOL_VERSION: u32 = 6;
+///
+/// Version 7 added port mirroring ([`ToDatapath::Mirrors`]: SB `Mirror` sessions of the local
+/// ports, see [`crate::mirror`]), as a new last variant, sent only to a version-7 peer: an
+/// older datapath mirrors nothing, and the controller says so for every mirrored local port.
+pub const PROTOCOL_VERSION: u32 = 7;
+
+/// The first version with port mirroring.
+pub const MIRROR_VERSION: u32 = 7;
 
 /// The first version with service monitors.
 pub const SVC_VERSION: u32 = 6;
@@ -132,6 +139,65 @@ pub enum ToDatapath {
     /// [`FromDatapath::SvcStatus`] for every monitor whose status it knows. Only to a
     /// version-6 peer. (Added in version 6.)
     SvcMonitors(Vec<SvcMonitorMsg>),
+    /// The mirror sessions of the local ports, all of them (a session not in the list stops):
+    /// what a port sends and/or receives is copied, encapsulated in GRE or ERSPAN, to the
+    /// session's sink ([`crate::mirror`], [`crate::Transmit::Mirror`]). Only to a version-7
+    /// peer. (Added in version 7.)
+    Mirrors(Vec<MirrorMsg>),
+    /// The chassis to run BFD with over the tunnels, all of them (a session not in the list
+    /// stops), and the timers ([`crate::bfd`]); the datapath answers with
+    /// [`FromDatapath::BfdStatus`] whenever a state changes. Only to a version-7 peer. (Added
+    /// in version 7.)
+    Bfd(BfdMsg),
+    /// Gratuitous ARPs to send now and again 1 s and 3 s later (a gateway that became
+    /// active for its addresses, as pinctrl announces them). Only to a version-7 peer. (Added
+    /// in version 7.)
+    Garps(Vec<AnnounceMsg>),
+}
+
+/// [`ToDatapath::Bfd`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BfdMsg {
+    /// (chassis name, tunnel IP) of each peer.
+    pub peers: Vec<(String, std::net::IpAddr)>,
+    /// The timers.
+    pub timers: crate::bfd::BfdTimers,
+}
+
+/// How a mirror session reaches its sink (SB `Mirror.type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum MirrorKind {
+    /// GRE (RFC 2890) with the session's index as key, carrying the Ethernet frame (`0x6558`).
+    Gre,
+    /// ERSPAN type II (version 1) in GRE with a sequence number.
+    Erspan,
+}
+
+/// Which of a port's frames a session copies (SB `Mirror.filter`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum MirrorFilter {
+    /// What the port sends into the network (`from-lport`), as it sent it.
+    FromLport,
+    /// What the network delivers to the port (`to-lport`), as it is delivered.
+    ToLport,
+}
+
+/// One mirror session (an SB `Mirror` row) and the local ports whose `mirror_rules` name it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct MirrorMsg {
+    /// `name`.
+    pub name: String,
+    /// `type`.
+    pub kind: MirrorKind,
+    /// `filter`.
+    pub filter: MirrorFilter,
+    /// `sink`: the collector's IP address (as SB has it; the datapath parses it).
+    pub sink: String,
+    /// `index`: the GRE key; for ERSPAN the session ID and, as OVS reads ovn-controller's
+    /// `erspan_idx` option, the ERSPAN index.
+    pub index: i64,
+    /// The local ports mirrored (logical port names, as the datapath's ports are named).
+    pub ports: Vec<String>,
 }
 
 /// The meters a chassis runs ([`ToDatapath::Meters`]).
@@ -300,6 +366,9 @@ pub enum FromDatapath {
     /// Service monitors whose status changed (or, in answer to [`ToDatapath::SvcMonitors`],
     /// every monitor whose status is known). Only to a version-6 peer. (Added in version 6.)
     SvcStatus(Vec<SvcStatusMsg>),
+    /// Every BFD session's state, after any changed ([`ToDatapath::Bfd`]). Only to a
+    /// version-7 peer. (Added in version 7.)
+    BfdStatus(Vec<crate::bfd::BfdStatusMsg>),
 }
 
 /// One socket passed in a takeover ([`FromDatapath::HandOver`]).

@@ -73,7 +73,7 @@ fn delivered(dp: &mut Datapath) -> Vec<String> {
     std::iter::from_fn(|| dp.poll_transmit())
         .filter_map(|t| match t {
             Transmit::Port { port, .. } => Some(port),
-            Transmit::Tunnel { .. } => None,
+            Transmit::Tunnel { .. } | Transmit::Mirror { .. } => None,
         })
         .collect()
 }
@@ -173,7 +173,7 @@ fn a_version_3_controller_is_refused_by_name() {
     assert_eq!(
         ans,
         [FromDatapath::Error {
-            message: "controller speaks protocol version 3, this datapath speaks 4..=6".into()
+            message: "controller speaks protocol version 3, this datapath speaks 4..=7".into()
         }]
     );
     assert!(dp.control_wants_close());

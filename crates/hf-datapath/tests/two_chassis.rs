@@ -126,6 +126,7 @@ impl Net {
                             let src = IPS[i];
                             self.dps[j].handle_tunnel(src, &payload, now);
                         }
+                        Transmit::Mirror { dst, .. } => panic!("no mirror is set up: {dst}"),
                     }
                 }
             }

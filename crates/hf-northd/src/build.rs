@@ -134,6 +134,23 @@ pub fn net4(n: Ipv4Net) -> Value {
     Value::Const(c)
 }
 
+/// An IPv4 network constant that keeps its prefix length even for a host (`/32`), as
+/// ovn-northd prints a route's prefix.
+pub fn net4_len(n: Ipv4Net) -> Value {
+    let mut c = Constant::ipv4(n.network());
+    c.mask = Some(Mask::Prefix(n.prefix_len()));
+    Value::Const(c)
+}
+
+/// `field == {values}`, braces kept for one value too (as ovn-northd writes some sets).
+pub fn set_braced(field: FieldRef, values: impl IntoIterator<Item = Value>) -> Expr {
+    Expr::Cmp {
+        field,
+        op: RelOp::Eq,
+        rhs: Rhs::Set(values.into_iter().map(Term::new).collect()),
+    }
+}
+
 /// An IPv6 network constant, host bits cleared.
 pub fn net6(n: Ipv6Net) -> Value {
     let mut c = Constant::ipv6(n.network());

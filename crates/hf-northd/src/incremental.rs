@@ -162,6 +162,8 @@ pub struct Incremental {
     /// The health checks' plan of the last update: an update whose plan differs is a full
     /// one ([`crate::svc`]).
     svc: Option<crate::svc::SvcPlan>,
+    /// Whether the last update read any `IGMP_Group` row.
+    igmp_any: bool,
     /// A broken rule (tests of the oracles only).
     #[cfg(test)]
     pub(crate) broken: Option<Broken>,
@@ -300,9 +302,14 @@ impl Incremental {
         let svc = crate::svc::plan(nb, &opts.keys.svc, &opts.keys.sb_options);
         let svc_same = self.svc.as_ref() == Some(&svc);
         self.svc = Some(svc.clone());
+        // Learned multicast groups (SB `IGMP_Group`, see [`crate::tables::igmp`]) are not
+        // patched: while any exist (or the last update had some), every update is full.
+        let igmp_quiet = opts.keys.igmp.is_empty() && !self.igmp_any;
+        self.igmp_any = !opts.keys.igmp.is_empty();
         let seeds = match deltas {
             Some(ds)
                 if svc_same
+                    && igmp_quiet
                     && self.key.as_ref() == Some(&key)
                     && key.features == FeatureSet::all()
                     && self.flows.is_some() =>
@@ -332,6 +339,7 @@ impl Incremental {
                     self.broken = broken;
                 }
                 self.svc = Some(svc);
+                self.igmp_any = !opts.keys.igmp.is_empty();
                 if key.features != FeatureSet::all() {
                     // Lowering reports over all datapaths: only the plain compile does that.
                     let c = crate::compile(nb, opts);

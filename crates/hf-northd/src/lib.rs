@@ -35,6 +35,7 @@ pub mod flow;
 pub mod incremental;
 pub mod ipam;
 pub mod lb_event;
+pub mod lb_template;
 pub mod lr;
 pub mod ls;
 pub mod output;

@@ -56,6 +56,12 @@ pub struct Keys {
     /// `Service_Monitor` rows SB holds: status and whether the port is up (what the health
     /// checks' [`crate::svc::plan`] reads).
     pub svc: BTreeMap<crate::svc::SvcKey, crate::svc::SvcSeen>,
+    /// The controllers' `IGMP_Group` rows, resolved to names and sorted (what
+    /// [`crate::tables::igmp`] turns into learned `Multicast_Group` rows and flows).
+    pub igmp: Vec<crate::tables::igmp::IgmpSeen>,
+    /// Learned `Multicast_Group` rows SB holds: (datapath name, group name) → tunnel key
+    /// (kept, as ovn-northd keeps a group's key).
+    pub mc_keys: BTreeMap<(String, String), u32>,
 }
 
 impl Keys {
@@ -71,6 +77,8 @@ impl Keys {
             queue_ids: self.queue_ids.clone(),
             acl_last_good: self.acl_last_good.clone(),
             svc: self.svc.clone(),
+            igmp: self.igmp.clone(),
+            mc_keys: self.mc_keys.clone(),
         }
     }
 }
@@ -197,6 +205,8 @@ pub struct Topo<'a> {
     pub ls: crate::ls::index::LsIndex,
     /// The health checks' plan ([`crate::svc`]).
     pub svc: std::sync::Arc<crate::svc::SvcPlan>,
+    /// The controllers' `IGMP_Group` rows ([`Keys::igmp`]).
+    pub igmp: std::sync::Arc<Vec<crate::tables::igmp::IgmpSeen>>,
 }
 
 /// A [`Topo`] without its NB: what the incremental compiler keeps between compiles
@@ -212,6 +222,7 @@ pub(crate) struct TopoParts {
     pub(crate) features: FeatureSet,
     pub(crate) ls: crate::ls::index::LsIndex,
     pub(crate) svc: std::sync::Arc<crate::svc::SvcPlan>,
+    pub(crate) igmp: std::sync::Arc<Vec<crate::tables::igmp::IgmpSeen>>,
 }
 
 impl<'a> Topo<'a> {
@@ -227,6 +238,7 @@ impl<'a> Topo<'a> {
             features: self.features,
             ls: self.ls,
             svc: self.svc,
+            igmp: self.igmp,
         }
     }
 
@@ -244,6 +256,7 @@ impl<'a> Topo<'a> {
             features: p.features,
             ls: p.ls,
             svc: p.svc,
+            igmp: p.igmp,
         }
     }
 }
@@ -273,6 +286,7 @@ impl<'a> Topo<'a> {
             features,
             ls: Default::default(),
             svc: Default::default(),
+            igmp: std::sync::Arc::new(keys.igmp.clone()),
         };
         // Datapaths, by name; a second row with a name already taken is refused.
         let mut switches: Vec<&nb::LogicalSwitch> = nb.logical_switch().values().collect();
@@ -299,6 +313,14 @@ impl<'a> Topo<'a> {
                 g.uuid,
                 ".",
                 "ipsec=true: IPsec is not built by holdfast (SB_Global.ipsec is not written; tunnels between chassis stay unencrypted)",
+            );
+        }
+        for b in nb.bfd().values() {
+            diags.push(
+                "BFD",
+                b.uuid,
+                format!("{} {}", b.logical_port, b.dst_ip),
+                "BFD on logical router ports is not built by holdfast northd: no SB BFD row, no session to the next hop, NB status left as it is (BFD between chassis for gateway failover is the datapath's, without this table)",
             );
         }
         for ls in switches {

@@ -94,3 +94,8 @@ fn real_dhcp() {
 fn real_restarts_under_load() {
     run_real(scenarios::restarts());
 }
+
+#[test]
+fn real_mirrors() {
+    run_real(scenarios::mirrors::mirrors());
+}

@@ -1,6 +1,8 @@
 //! The acceptance scenarios with holdfast northd in the world (see `scenarios/mod.rs`), and
 //! the world-only ones: controller and northd restarts, reproducibility.
 
+#[path = "world_only/failover.rs"]
+mod failover;
 #[path = "world_only/health.rs"]
 mod health;
 mod scenarios;
@@ -435,4 +437,9 @@ fn same_seed_same_record() {
     assert!(a == b, "two runs with seed 99 recorded different bytes");
     let c = story(100);
     assert!(a != c, "another seed should change something (ISNs, ports)");
+}
+
+#[test]
+fn mirrors() {
+    run(scenarios::mirrors::mirrors());
 }

@@ -682,6 +682,7 @@ fn install(sb: &SbSnapshot, prev: Option<&Installed>) -> anyhow::Result<(Install
         only_needed: true,
         zones: prev.map(|p| p.zones.clone()).unwrap_or_default(),
         local_ids: Default::default(),
+        ha_up: None,
     };
     let (tr, heap_tr) =
         Heap::of(|| hf_controller::translate_cached(sb, &opts, &extra, &mut tr_cache));
@@ -1042,6 +1043,7 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
             only_needed: true,
             zones: BTreeMap::new(),
             local_ids: Default::default(),
+            ha_up: None,
         };
         let mut v = Vec::new();
         for _ in 0..3 {
@@ -1074,6 +1076,7 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
             only_needed: true,
             zones: BTreeMap::new(),
             local_ids: Default::default(),
+            ha_up: None,
         },
     );
     inc.recycle(tr);
@@ -1139,6 +1142,7 @@ fn holdfast_side(report: &Report, central: &Central, tag: &str) -> anyhow::Resul
                 zones: current.zones.clone(),
                 // Kept from the last translation, as the daemon does.
                 local_ids: i.local_ids().cloned().unwrap_or_default(),
+                ha_up: None,
             };
             let t = Instant::now();
             let tr = i.translate(&snap, &hv1_opts(), &extra);

@@ -106,6 +106,7 @@ fn deliver(dps: &mut [Datapath; 2], from: usize, now: Duration) -> usize {
     src.drain_transmit(|t| match t {
         TransmitRef::Tunnel { payload, .. } => dst.handle_tunnel(IPS[from], payload, now),
         TransmitRef::Port { .. } => delivered += 1,
+        TransmitRef::Mirror { .. } => {}
     });
     dst.drain_transmit(|t| {
         if let TransmitRef::Port { frame, .. } = t {

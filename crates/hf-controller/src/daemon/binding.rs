@@ -161,6 +161,10 @@ pub struct Claimant<'a> {
     pub activated: &'a BTreeSet<String>,
     /// The [`candidates`] as kept by the caller; `None`: found from the view.
     pub cands: Option<&'a [Uuid]>,
+    /// The chassis whose BFD sessions are up, while BFD runs: a gateway claims a
+    /// `chassisredirect` port when it is the first live one
+    /// ([`crate::translate::ports::ha_active`]).
+    pub ha_up: Option<&'a BTreeSet<String>>,
 }
 
 impl<'a> Claimant<'a> {
@@ -198,7 +202,7 @@ fn binding_ops_over<'a>(
     let mut ops = Vec::new();
     for pb in rows {
         let gateway = match pb.type_.as_str() {
-            "chassisredirect" => Some(crate::translate::ports::ha_top(sb, pb) == Some(ours)),
+            "chassisredirect" => Some(crate::translate::ports::ha_active(sb, pb, ours, c.ha_up)),
             "l3gateway" => {
                 Some(pb.options.get("l3gateway-chassis").map(String::as_str) == Some(name))
             }
@@ -335,7 +339,7 @@ fn claims_move_ports_over<'a>(
         let holds_primary = pb.chassis.map(|c| c.uuid()) == Some(ours);
         match pb.type_.as_str() {
             "chassisredirect" => {
-                if (crate::translate::ports::ha_top(sb, pb) == Some(ours)) != holds_primary {
+                if crate::translate::ports::ha_active(sb, pb, ours, c.ha_up) != holds_primary {
                     return true;
                 }
                 continue;
@@ -519,6 +523,7 @@ mod tests {
                 vports: &vports,
                 activated: &activated,
                 cands: None,
+                ha_up: None,
             };
             let want = binding_ops_over(&view, all(), &c);
             let got = binding_ops(&view, &c);

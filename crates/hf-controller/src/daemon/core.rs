@@ -80,8 +80,13 @@ use super::{binding, monitor, neigh};
 use crate::Incremental;
 
 // Program pushes and the datapath's answers to them.
+#[path = "ha.rs"]
+mod ha;
 #[path = "meters.rs"]
 mod meters;
+#[path = "mirror.rs"]
+mod mirror;
+pub use mirror::local_mirrors;
 #[path = "push.rs"]
 mod push;
 #[path = "write.rs"]
@@ -295,6 +300,22 @@ pub struct Controller {
     /// The meters' inputs changed (`Meter`, `Meter_Band`, a flow with a `controller_meter`, a
     /// resync, a datapath hello): the next step builds the message again.
     meters_due: bool,
+    /// The BFD peers and timers last sent to the datapath ([`ha`]; `None`: none since its
+    /// hello).
+    bfd_sent: Option<proto::BfdMsg>,
+    /// Their inputs changed.
+    bfd_due: bool,
+    /// The chassis whose BFD sessions are up, while BFD runs (the translation's
+    /// `Extra::ha_up`).
+    ha_up: Option<BTreeSet<String>>,
+    /// The mirror sessions last sent to the datapath ([`mirror`]; `None`: none since its
+    /// hello).
+    mirrors_sent: Option<Vec<proto::MirrorMsg>>,
+    /// Their inputs changed (`Mirror`, a binding with mirror rules, the local ports, a resync,
+    /// a datapath hello).
+    mirrors_due: bool,
+    /// What was left out of them, as last logged.
+    mirrors_bad: Vec<String>,
     /// ACL log lines from the datapath, for the shell to write (`acl_log` module).
     acl_logs: VecDeque<String>,
     dp_ports: BTreeMap<String, LocalPort>,
@@ -471,6 +492,7 @@ impl Controller {
             flow_report: BTreeMap::new(),
             zone_error: None,
             cands: None,
+            ha_up: None,
         }));
         let mut c = Controller {
             cfg,
@@ -502,6 +524,12 @@ impl Controller {
             svc_sent: None,
             svc_bad: Vec::new(),
             svc_due: true,
+            bfd_sent: None,
+            bfd_due: true,
+            ha_up: None,
+            mirrors_sent: None,
+            mirrors_due: true,
+            mirrors_bad: Vec::new(),
             meters_sent: None,
             meters_due: true,
             acl_logs: VecDeque::new(),
@@ -996,6 +1024,10 @@ impl Controller {
                 self.svc_sent = None;
                 self.meters_sent = None;
                 self.meters_due = true;
+                self.mirrors_sent = None;
+                self.mirrors_due = true;
+                self.bfd_sent = None;
+                self.bfd_due = true;
                 self.touched_since_running = None;
                 self.last_build = None;
                 // The hello's program is what the datapath keeps: a delta against it applies
@@ -1102,6 +1134,7 @@ impl Controller {
                     self.write_due = true;
                 }
             }
+            FromDatapath::BfdStatus(v) => self.bfd_status(v),
             FromDatapath::SvcStatus(v) => {
                 for s in &v {
                     self.say(
@@ -1234,6 +1267,7 @@ impl Controller {
 
     fn local_changed(&mut self) {
         self.svc_due = true;
+        self.mirrors_due = true;
         let local = self.local_set();
         self.with_state(|st| {
             // A port that left this chassis is activated again only by a new announcement.
@@ -1276,6 +1310,8 @@ impl Controller {
             self.maybe_push(now);
             self.svc_round();
             self.sync_meters();
+            self.sync_mirrors();
+            self.sync_bfd();
         }
         self.retired = None;
     }
@@ -1339,10 +1375,18 @@ impl Controller {
                 self.write_due = true;
                 self.svc_due = true;
                 self.meters_due = true;
+                self.mirrors_due = true;
+                self.bfd_due = true;
             }
             Event::Changes(d) => {
                 if meters::touches_meters(&d) {
                     self.meters_due = true;
+                }
+                if mirror::touches_mirrors(&d) {
+                    self.mirrors_due = true;
+                }
+                if ha::touches_bfd(&d) {
+                    self.bfd_due = true;
                 }
                 if !d.service_monitor.is_empty()
                     || !d.port_binding.is_empty()

@@ -18,4 +18,6 @@ pub mod monitor;
 pub mod neigh;
 pub mod svc;
 
-pub use self::core::{Controller, ControllerConfig, Level, STAGES, Stats, Tuning, newest_level};
+pub use self::core::{
+    Controller, ControllerConfig, Level, STAGES, Stats, Tuning, local_mirrors, newest_level,
+};

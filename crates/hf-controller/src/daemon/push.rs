@@ -80,6 +80,7 @@ impl Controller {
                 only_needed: true,
                 zones: self.zones.clone(),
                 local_ids,
+                ha_up: self.ha_up.clone(),
             },
         );
         let nb_cfg = sb.sb_global_row().map_or(0, |g| g.nb_cfg);

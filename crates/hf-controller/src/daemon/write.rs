@@ -40,6 +40,8 @@ pub(super) struct WriteState {
     /// The `Port_Binding` rows the claims may act on ([`binding::candidates`]) as of the
     /// round that built this state; `None`: found anew from the view.
     pub(super) cands: Option<Arc<[Uuid]>>,
+    /// The chassis whose BFD sessions are up, while BFD runs: gateways claim by it.
+    pub(super) ha_up: Option<BTreeSet<String>>,
 }
 
 /// What a row's claim is made from besides the row itself and our `Chassis` row: a round
@@ -53,6 +55,7 @@ pub(super) struct ClaimInputs {
     up: BTreeSet<String>,
     vports: BTreeMap<String, String>,
     activated: BTreeSet<String>,
+    ha_up: Option<BTreeSet<String>>,
 }
 
 impl ClaimInputs {
@@ -65,6 +68,7 @@ impl ClaimInputs {
             up: st.up.clone(),
             vports: st.vports.clone(),
             activated: st.activated.clone(),
+            ha_up: st.ha_up.clone(),
         }
     }
 
@@ -74,6 +78,7 @@ impl ClaimInputs {
         if self.dp_ready != st.dp_ready
             || self.name != st.id.name
             || self.hostname != st.id.hostname
+            || self.ha_up != st.ha_up
         {
             return None;
         }
@@ -144,6 +149,7 @@ fn claimant(st: &WriteState, ours: Uuid) -> binding::Claimant<'_> {
         vports: &st.vports,
         activated: &st.activated,
         cands: st.cands.as_deref(),
+        ha_up: st.ha_up.as_ref(),
     }
 }
 

@@ -169,6 +169,8 @@ type GroupDiag = ((i64, Uuid), Diagnostic);
 #[derive(Debug, Default, Clone)]
 struct State {
     opts: TranslateOptions,
+    /// [`Extra::ha_up`] of the last full translation (a change translates everything).
+    ha_up: Option<BTreeSet<String>>,
     only_needed: bool,
     vars: BTreeMap<String, String>,
     /// Diagnostics by section: chassis and datapaths; ports per datapath; groups per datapath
@@ -292,7 +294,7 @@ impl Incremental {
         let (Some(mut t), Some(mut s)) = (last, state) else {
             return self.full(sb, opts, extra, None);
         };
-        if s.opts != *opts || s.only_needed != only_needed {
+        if s.opts != *opts || s.only_needed != only_needed || s.ha_up != extra.ha_up {
             return self.full(sb, opts, extra, None);
         }
         if !changes.all && self.step(sb, extra, &changes, &mut t, &mut s) {
@@ -321,6 +323,7 @@ impl Incremental {
             opts: opts.clone(),
             only_needed,
             vars: flows::template_vars(sb, chassis),
+            ha_up: extra.ha_up.clone(),
             local_keep: extra.local_ids.clone(),
             ..State::default()
         };
@@ -466,7 +469,8 @@ impl Incremental {
         // Ports.
         let mut port_dps: BTreeSet<Uuid> = c.pb_dps.union(&peer_dps).copied().collect();
         port_dps.retain(|d| index.contains_key(d));
-        let ctx = ports::PortCtx::new(sb, chassis, t);
+        let mut ctx = ports::PortCtx::new(sb, chassis, t);
+        ctx.ha_up = extra.ha_up.as_ref();
         // The zone names the re-translated switches had.
         let mut old_names: BTreeSet<String> = BTreeSet::new();
         for dp in &port_dps {

@@ -553,6 +553,7 @@ fn run_in(
             } else {
                 BTreeMap::new()
             },
+            ha_up: None,
         };
         let parsed = translate_with(&s, opts, &extra);
         let want = match form {

@@ -76,6 +76,10 @@ pub struct Extra {
     /// entry names, so one port added or removed changes no other port's id (see
     /// [`ports::assign_local`]). Empty: 1.. in name order.
     pub local_ids: BTreeMap<String, u32>,
+    /// The chassis whose BFD sessions with this one are up, while BFD runs: a
+    /// `chassisredirect` port's gateway is then the first live one by priority
+    /// ([`ports::ha_live_top`]); `None`: the claimed (or highest-priority) gateway.
+    pub ha_up: Option<BTreeSet<String>>,
 }
 
 /// A row that did not translate, or translated with a caveat.
@@ -344,7 +348,15 @@ pub(crate) fn translate_marked(
         });
     }
     marks.push(t.diagnostics.len());
-    ports::translate_ports(sb, chassis, &extra.local_ids, &mut t, marks, par);
+    ports::translate_ports(
+        sb,
+        chassis,
+        extra.ha_up.as_ref(),
+        &extra.local_ids,
+        &mut t,
+        marks,
+        par,
+    );
     sets::translate_sets(sb, &mut t);
     marks.push(t.diagnostics.len());
     flows::translate_flows(sb, chassis, &mut t, cache.map(|c| &mut c.flows), par);

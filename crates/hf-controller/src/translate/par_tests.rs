@@ -47,6 +47,7 @@ fn first_difference(
             only_needed: needed,
             zones: BTreeMap::new(),
             local_ids: Default::default(),
+            ha_up: None,
         };
         let want = translate_with(&s, opts, &extra);
         let (want_text, want_frame) = (norm(&want), frame(&want));

@@ -38,7 +38,7 @@
 //! announces at activation (the `nat_addresses` entries of switch ports that are
 //! `is_chassis_resident` on the port, out of their switch's `localnet` ports).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use hf_model::SbSnapshot;
 use hf_model::sb;
@@ -106,8 +106,69 @@ pub(crate) fn binding(sb: &SbSnapshot, pb: &sb::PortBinding) -> (Option<Uuid>, V
     (primary, additional)
 }
 
+/// The gateway of a `chassisredirect` port as this chassis sees it while BFD runs (`up`: the
+/// chassis whose sessions are Up), for a group of two or more gateways: the first by priority
+/// that is this chassis or is up, as ovn-controller's `ha_chassis_group_is_active` decides for
+/// a gateway and OVS's `bundle(active_backup)` for the others. A gateway that reaches no other
+/// chassis does not count itself (it may be the one cut off), nor one whose other gateways are
+/// all down and that reaches none of the group's `ref_chassis` (a session up to some other
+/// group's chassis is not enough). `None`: the static choice
+/// applies (BFD not running, or fewer than two gateways); `Some(None)`: no gateway is alive.
+pub(crate) fn ha_live_top(
+    sb: &SbSnapshot,
+    pb: &sb::PortBinding,
+    here: Option<Uuid>,
+    up: Option<&BTreeSet<String>>,
+) -> Option<Option<Uuid>> {
+    let up = up?;
+    if pb.type_ != "chassisredirect" {
+        return None;
+    }
+    let cands = ha_sorted(sb, pb);
+    if cands.len() < 2 {
+        return None;
+    }
+    // `ha_chassis_group_is_active`: with every other gateway down, this one is active only
+    // if it still reaches one of the group's `ref_chassis` (else it may be the one cut off).
+    let others_up = cands.iter().any(|c| Some(c.2) != here && up.contains(&c.1));
+    let refs_up = || {
+        pb.ha_chassis_group
+            .and_then(|g| sb.get(g))
+            .is_some_and(|g| {
+                g.ref_chassis
+                    .iter()
+                    .filter_map(|r| sb.get(*r))
+                    .any(|r| up.contains(&r.name))
+            })
+    };
+    let alive_here = !up.is_empty() && (others_up || refs_up());
+    let me = |c: &(i64, String, Uuid)| Some(c.2) == here && alive_here;
+    Some(
+        cands
+            .iter()
+            .find(|c| me(c) || up.contains(&c.1))
+            .map(|c| c.2),
+    )
+}
+
+/// Whether this chassis (`ours`) is the gateway of `pb` now: [`ha_live_top`], else [`ha_top`].
+pub(crate) fn ha_active(
+    sb: &SbSnapshot,
+    pb: &sb::PortBinding,
+    ours: Uuid,
+    up: Option<&BTreeSet<String>>,
+) -> bool {
+    ha_live_top(sb, pb, Some(ours), up).unwrap_or_else(|| ha_top(sb, pb)) == Some(ours)
+}
+
 /// The highest-priority chassis of the port's HA chassis group (then gateway_chassis).
 pub(crate) fn ha_top(sb: &SbSnapshot, pb: &sb::PortBinding) -> Option<Uuid> {
+    ha_sorted(sb, pb).first().map(|c| c.2)
+}
+
+/// The port's gateways (HA chassis group, else gateway_chassis): (priority, name, chassis),
+/// highest priority first, ties by name.
+fn ha_sorted(sb: &SbSnapshot, pb: &sb::PortBinding) -> Vec<(i64, String, Uuid)> {
     let named = |prio: i64, ch: Option<hf_model::RowRef<sb::Chassis>>| {
         let ch = ch?;
         Some((prio, sb.get(ch)?.name.clone(), ch.uuid()))
@@ -133,7 +194,7 @@ pub(crate) fn ha_top(sb: &SbSnapshot, pb: &sb::PortBinding) -> Option<Uuid> {
     }
     // Highest priority wins; ties go to the lower name (deterministic).
     cands.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-    cands.first().map(|c| c.2)
+    cands
 }
 
 /// Every chassis of the port's HA chassis group and gateway_chassis rows.
@@ -177,6 +238,8 @@ pub(crate) fn bound_on(sb: &SbSnapshot, pb: &sb::PortBinding, ch: Uuid, name: &s
 pub(crate) struct PortCtx<'a> {
     /// Chassis UUID → id of the chassis table.
     ids: BTreeMap<Uuid, u32>,
+    /// The chassis whose BFD sessions are up, while BFD runs ([`ha_live_top`]).
+    pub(crate) ha_up: Option<&'a BTreeSet<String>>,
     /// Our chassis row's UUID.
     here: Option<Uuid>,
     here_row: Option<&'a sb::Chassis>,
@@ -195,6 +258,7 @@ impl<'a> PortCtx<'a> {
         let here_row = here.and_then(|u| sb.chassis().get(&u));
         PortCtx {
             ids,
+            ha_up: None,
             here,
             here_row,
             chassis,
@@ -243,6 +307,7 @@ pub(crate) fn dp_ports(
                 sb,
                 pb,
                 &kind,
+                ctx.ha_up,
                 ctx.here,
                 name,
                 ctx.here_row,
@@ -294,12 +359,6 @@ pub(crate) fn dp_ports(
             p => p,
         };
         let local = matches!(place, Place::Local);
-        if local && !pb.mirror_rules.is_empty() {
-            diags.push(diag(format!(
-                "mirror_rules ({} mirror(s)): port mirroring (GRE/ERSPAN) is not done by the holdfast datapath; the port is not mirrored",
-                pb.mirror_rules.len()
-            )));
-        }
         out.push((
             PortSpec {
                 name: pb.logical_port.clone(),
@@ -396,12 +455,14 @@ pub(crate) fn set_local_ids(
 pub(crate) fn translate_ports(
     sb: &SbSnapshot,
     chassis: Option<&str>,
+    ha_up: Option<&BTreeSet<String>>,
     local_keep: &BTreeMap<String, u32>,
     t: &mut Translation,
     marks: &mut Vec<usize>,
     par: Parallelism,
 ) {
-    let ctx = PortCtx::new(sb, chassis, t);
+    let mut ctx = PortCtx::new(sb, chassis, t);
+    ctx.ha_up = ha_up;
     let index = t.datapath_index.clone();
     // Each datapath's ports (and their diagnostics) on `par`'s threads, put together in the
     // order of `index`.
@@ -568,6 +629,7 @@ fn place_on(
     sb: &SbSnapshot,
     pb: &sb::PortBinding,
     kind: &PortKind,
+    ha_up: Option<&BTreeSet<String>>,
     here: Option<Uuid>,
     name: &str,
     here_row: Option<&sb::Chassis>,
@@ -654,6 +716,7 @@ fn place_on(
         }
         PortKind::ChassisRedirect => {
             let (primary, _) = binding(sb, pb);
+            let primary = ha_live_top(sb, pb, here, ha_up).unwrap_or(primary);
             if primary.is_some() && primary == here {
                 let dgp = pb
                     .options
@@ -768,9 +831,80 @@ pub(crate) fn dp_groups(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use std::collections::{BTreeMap, BTreeSet};
 
-    use super::assign_local;
+    use hf_model::{RowRef, SbSnapshot, sb};
+    use uuid::Uuid;
+
+    use super::{assign_local, ha_live_top};
+
+    /// gw1 (20) and gw2 (10) for cr-x, hv1 in the group's `ref_chassis`; hv9 a chassis of
+    /// nothing here.
+    fn ha_view() -> (SbSnapshot, sb::PortBinding) {
+        use hf_model::RowDelta;
+        let mut d = hf_model::SbDelta::default();
+        for (n, name) in [(1, "gw1"), (2, "gw2"), (3, "hv1"), (9, "hv9")] {
+            d.chassis.push(RowDelta::Insert(sb::Chassis {
+                uuid: Uuid::from_u128(n),
+                name: name.into(),
+                ..Default::default()
+            }));
+        }
+        let mut g = sb::HaChassisGroup {
+            uuid: Uuid::from_u128(50),
+            name: "x".into(),
+            ..Default::default()
+        };
+        for (n, prio) in [(1u128, 20), (2, 10)] {
+            d.ha_chassis.push(RowDelta::Insert(sb::HaChassis {
+                uuid: Uuid::from_u128(40 + n),
+                chassis: Some(RowRef::new(Uuid::from_u128(n))),
+                priority: prio,
+                ..Default::default()
+            }));
+            g.ha_chassis.insert(RowRef::new(Uuid::from_u128(40 + n)));
+        }
+        g.ref_chassis.insert(RowRef::new(Uuid::from_u128(3)));
+        d.ha_chassis_group.push(RowDelta::Insert(g));
+        let pb = sb::PortBinding {
+            uuid: Uuid::from_u128(60),
+            logical_port: "cr-x".into(),
+            type_: "chassisredirect".into(),
+            ha_chassis_group: Some(RowRef::new(Uuid::from_u128(50))),
+            ..Default::default()
+        };
+        d.port_binding.push(RowDelta::Insert(pb.clone()));
+        let mut view = SbSnapshot::default();
+        view.apply(&d);
+        (view, pb)
+    }
+
+    #[test]
+    fn a_gateway_left_alone_is_active_only_if_it_reaches_a_ref_chassis() {
+        let (sb, pb) = ha_view();
+        let gw2 = Some(Uuid::from_u128(2));
+        let up = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<BTreeSet<_>>();
+        // gw1 up: gw1 is first.
+        let s = up(&["gw1", "hv1"]);
+        assert_eq!(
+            ha_live_top(&sb, &pb, gw2, Some(&s)),
+            Some(Some(Uuid::from_u128(1)))
+        );
+        // gw1 down, hv1 (a ref_chassis) up: gw2 takes over.
+        let s = up(&["hv1"]);
+        assert_eq!(ha_live_top(&sb, &pb, gw2, Some(&s)), Some(gw2));
+        // gw1 down and only a chassis outside the group up: ha_chassis_group_is_active says
+        // no (it may be gw2 that is cut off from the group's chassis).
+        let s = up(&["hv9"]);
+        assert_eq!(ha_live_top(&sb, &pb, gw2, Some(&s)), Some(None));
+        // Nothing up: not active.
+        let s = up(&[]);
+        assert_eq!(ha_live_top(&sb, &pb, gw2, Some(&s)), Some(None));
+        // A chassis that is no gateway follows the first live gateway.
+        let s = up(&["gw2"]);
+        let hv1 = Some(Uuid::from_u128(3));
+        assert_eq!(ha_live_top(&sb, &pb, hv1, Some(&s)), Some(gw2));
+    }
 
     fn ids(pairs: &[(&str, u32)]) -> BTreeMap<String, u32> {
         pairs.iter().map(|(n, i)| (n.to_string(), *i)).collect()

@@ -1,5 +1,5 @@
 //! Real frame devices the datapath's shell drives: the [`FramePort`] trait and its AF_PACKET
-//! implementation, [`AfPacket`].
+//! implementation, [`AfPacket`]; and [`GreSender`], the raw GRE sockets mirror copies leave by.
 //!
 //! # What it does
 //!
@@ -39,6 +39,7 @@
 //! over IPv6).
 
 mod afpacket;
+mod gre;
 mod sys;
 
 use std::os::fd::BorrowedFd;
@@ -46,6 +47,7 @@ use std::os::fd::BorrowedFd;
 pub use hf_wire::offload::{Csum, Gso, GsoKind, Offload, OffloadError};
 
 pub use self::afpacket::{AfPacket, AfPacketConfig};
+pub use self::gre::GreSender;
 
 /// The Ethernet header's length, which an MTU does not count.
 pub const ETH_HLEN: usize = 14;

@@ -405,3 +405,72 @@ pub(super) fn send_many(fd: BorrowedFd<'_>, frames: &[TxSlice<'_>]) -> io::Resul
         Ok(r as usize)
     }
 }
+
+/// `socket(domain, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, proto)`: an IP raw socket (the
+/// kernel writes the IP header) for one protocol, such as GRE for mirror copies.
+pub(super) fn ip_raw_socket(domain: c_int, proto: c_int) -> io::Result<OwnedFd> {
+    // SAFETY: socket(2) takes no pointers; a non-negative result is a new descriptor we own.
+    let fd = cvt(unsafe {
+        libc::socket(
+            domain,
+            libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            proto,
+        )
+    })?;
+    // SAFETY: `fd` was just returned by socket(2) and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `sendto(fd, buf, 0, dst)` on an IP raw socket (the port field of `dst` is unused).
+pub(super) fn sendto_ip(fd: BorrowedFd<'_>, buf: &[u8], dst: std::net::IpAddr) -> io::Result<()> {
+    let r = match dst {
+        std::net::IpAddr::V4(a) => {
+            let sa = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: 0,
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: `buf` and `sa` are live for the call and their lengths are theirs.
+            unsafe {
+                libc::sendto(
+                    fd.as_raw_fd(),
+                    buf.as_ptr().cast::<c_void>(),
+                    buf.len(),
+                    0,
+                    (&sa as *const libc::sockaddr_in).cast::<libc::sockaddr>(),
+                    size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                )
+            }
+        }
+        std::net::IpAddr::V6(a) => {
+            let sa = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: 0,
+                sin6_flowinfo: 0,
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.octets(),
+                },
+                sin6_scope_id: 0,
+            };
+            // SAFETY: `buf` and `sa` are live for the call and their lengths are theirs.
+            unsafe {
+                libc::sendto(
+                    fd.as_raw_fd(),
+                    buf.as_ptr().cast::<c_void>(),
+                    buf.len(),
+                    0,
+                    (&sa as *const libc::sockaddr_in6).cast::<libc::sockaddr>(),
+                    size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+                )
+            }
+        }
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}

@@ -584,6 +584,7 @@ impl Northd {
                 // Health checks: a monitor's status, or its port going up or down, changes
                 // which backends the VIP lists ([`crate::svc`]).
                 if c.touches("Service_Monitor")
+                    || c.touches("IGMP_Group")
                     || (c.touches("Port_Binding")
                         && self.desired.as_ref().is_some_and(|d| {
                             d.service_monitors
@@ -871,6 +872,7 @@ impl Northd {
         self.keys_dirty.clear();
         let (mut opts, neg) = negotiate(base, nb, sb);
         opts.keys.svc = svc_seen(sb);
+        (opts.keys.igmp, opts.keys.mc_keys) = igmp_seen(sb);
         opts.keys.acl_last_good = std::mem::take(&mut self.acl_last_good);
         self.features = neg.features;
         self.any_unsupported = neg.unsupported().next().is_some();
@@ -1100,10 +1102,65 @@ pub fn compile_options(sb: &SbView) -> Options {
         keys.sb_options = g.options.clone().into();
     }
     keys.svc = svc_seen(sb);
+    (keys.igmp, keys.mc_keys) = igmp_seen(sb);
     Options {
         keys,
         ..Default::default()
     }
+}
+
+/// The controllers' `IGMP_Group` rows resolved to names (rows without chassis, datapath or a
+/// known datapath are left out), and the keys of the learned `Multicast_Group` rows SB holds
+/// (see [`crate::tables::igmp`]).
+#[allow(clippy::type_complexity)]
+fn igmp_seen(
+    sb: &SbView,
+) -> (
+    Vec<crate::tables::igmp::IgmpSeen>,
+    BTreeMap<(String, String), u32>,
+) {
+    let dp_name = |u: &Uuid| {
+        sb.datapath_binding
+            .get(u)
+            .and_then(|d| d.external_ids.get("name").cloned())
+    };
+    let mut rows = Vec::new();
+    for g in sb.igmp_group.values() {
+        let (Some(dp), Some(ch)) = (g.datapath.and_then(|d| dp_name(&d.uuid())), g.chassis) else {
+            continue;
+        };
+        let chassis = sb
+            .chassis
+            .get(&ch.uuid())
+            .map_or_else(|| ch.uuid().to_string(), |c| c.name.clone());
+        let mut ports: Vec<String> = g
+            .ports
+            .iter()
+            .filter_map(|p| {
+                sb.port_binding
+                    .get(&p.uuid())
+                    .map(|b| b.logical_port.clone())
+            })
+            .collect();
+        ports.sort();
+        rows.push(crate::tables::igmp::IgmpSeen {
+            datapath: dp,
+            address: g.address.clone(),
+            chassis,
+            ports,
+        });
+    }
+    rows.sort();
+    let mut keys = BTreeMap::new();
+    for m in sb.multicast_group.values() {
+        let (Some(dp), Ok(k)) = (dp_name(&m.datapath.uuid()), u32::try_from(m.tunnel_key)) else {
+            continue;
+        };
+        if k >= crate::tables::igmp::MIN_KEY {
+            keys.insert((dp, m.name.clone()), k);
+        }
+    }
+    (rows, keys)
 }
 
 /// The `Service_Monitor` rows with a status, and whether their ports are up (what the health

@@ -6,7 +6,7 @@
 //! sync can tell whether a row equals the desired one without keeping its text.
 //!
 //! What it does not do: keep flow text (so it cannot print a flow), or hold controller-only
-//! tables (Encap, IGMP_Group, FDB, ...). `MAC_Binding` and `Static_MAC_Binding` are held as
+//! tables (Encap, FDB, ...) other than `IGMP_Group`, which it reads. `MAC_Binding` and `Static_MAC_Binding` are held as
 //! row → datapath only, so that deleting a datapath deletes what refers to it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -140,6 +140,9 @@ pub struct SbView {
     pub load_balancer: BTreeMap<Uuid, sb::LoadBalancer>,
     /// `Service_Monitor` (northd writes all but `status`, which it reads).
     pub service_monitor: BTreeMap<Uuid, sb::ServiceMonitor>,
+    /// `IGMP_Group`: the controllers' learned multicast groups (northd only reads them; see
+    /// [`crate::tables::igmp`]).
+    pub igmp_group: BTreeMap<Uuid, sb::IgmpGroup>,
     /// `HA_Chassis`.
     pub ha_chassis: BTreeMap<Uuid, sb::HaChassis>,
     /// `Mirror`.
@@ -215,6 +218,7 @@ const TABLES: &[(&str, Option<&[&str]>)] = &[
     ("DHCPv6_Options", None),
     ("Load_Balancer", None),
     ("Service_Monitor", None),
+    ("IGMP_Group", None),
     ("HA_Chassis", Some(&["chassis", "priority", "external_ids"])),
     ("Chassis_Template_Var", None),
     ("Mirror", None),
@@ -361,6 +365,7 @@ impl SbView {
             + self.dhcpv6_options.len()
             + self.load_balancer.len()
             + self.service_monitor.len()
+            + self.igmp_group.len()
             + self.ha_chassis.len()
             + self.meter.len()
             + self.chassis_template_var.len()
@@ -736,6 +741,7 @@ struct AllPending {
     dhcpv6_options: Pending<sb::Dhcpv6Options>,
     load_balancer: Pending<sb::LoadBalancer>,
     service_monitor: Pending<sb::ServiceMonitor>,
+    igmp_group: Pending<sb::IgmpGroup>,
     ha_chassis: Pending<sb::HaChassis>,
     meter: Pending<sb::Meter>,
     chassis_template_var: Pending<sb::ChassisTemplateVar>,
@@ -776,6 +782,7 @@ impl SbView {
             "Service_Monitor" => p
                 .service_monitor
                 .extend(typed_changes(&self.service_monitor, u)?),
+            "IGMP_Group" => p.igmp_group.extend(typed_changes(&self.igmp_group, u)?),
             "HA_Chassis" => p.ha_chassis.extend(typed_changes(&self.ha_chassis, u)?),
             "Meter" => p.meter.extend(typed_changes(&self.meter, u)?),
             "Mirror" => p.mirror.extend(typed_changes(&self.mirror, u)?),
@@ -910,6 +917,10 @@ impl SbView {
             apply_pending(&mut self.service_monitor, p.service_monitor),
         );
         note(
+            "IGMP_Group",
+            apply_pending(&mut self.igmp_group, p.igmp_group),
+        );
+        note(
             "HA_Chassis",
             apply_pending(&mut self.ha_chassis, p.ha_chassis),
         );
@@ -962,6 +973,7 @@ impl SbView {
             "DHCPv6_Options" => k(&self.dhcpv6_options),
             "Load_Balancer" => k(&self.load_balancer),
             "Service_Monitor" => k(&self.service_monitor),
+            "IGMP_Group" => k(&self.igmp_group),
             "HA_Chassis" => k(&self.ha_chassis),
             "Meter" => k(&self.meter),
             "Chassis_Template_Var" => k(&self.chassis_template_var),

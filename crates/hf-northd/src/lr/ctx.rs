@@ -41,6 +41,9 @@ pub struct Rp {
     pub peer_lrp: Option<PortIdx>,
     /// `options:route_table`.
     pub route_table: Option<String>,
+    /// The routable NAT and LB addresses of the other routers on the switch it faces
+    /// ([`crate::lr::routable::beside`]), found once for the routes and the resolution.
+    pub routable: Vec<crate::lr::routable::Routable>,
 }
 
 impl Rp {
@@ -375,7 +378,7 @@ impl Rtr {
                 "Logical_Router",
                 lr.uuid,
                 &lr.name,
-                "options:mcast_relay is not implemented by holdfast northd; multicast is not routed",
+                "options:mcast_relay=true: relay flows and groups are written as ovn-northd 23.03 writes them, but relaying through holdfast chassis is not checked in the simulator",
             );
         }
         if let Some(lr) = lr {
@@ -453,6 +456,11 @@ impl Rtr {
                 v6,
                 cr: is_dgp.then(|| format!("cr-{}", p.name)),
                 peer_switch: switch_peer.map(|s| topo.ports[s].dp),
+                routable: crate::lr::routable::beside(
+                    topo,
+                    pi,
+                    switch_peer.map(|s| topo.ports[s].dp),
+                ),
                 peer_lrp: *peer,
                 route_table: p
                     .options
@@ -632,14 +640,6 @@ impl Rtr {
                     }
                 }
             };
-            if n.options.get("add_route").is_some_and(|v| v == "true") && kind != NatKind::Snat {
-                diags.push(
-                    "NAT",
-                    n.uuid,
-                    &handle,
-                    "options:add_route (routable NAT) is not built by holdfast northd: other routers on the gateway port's switch get no route to the external address",
-                );
-            }
             self.nats.push(Nat {
                 uuid: n.uuid,
                 kind,
@@ -673,6 +673,15 @@ impl Rtr {
         lbs.sort_by(|a, b| (&a.name, a.uuid).cmp(&(&b.name, b.uuid)));
         lbs.dedup_by_key(|l| l.uuid);
         for lb in lbs {
+            if crate::lb_template::is_template(lb) {
+                diags.push(
+                    "Load_Balancer",
+                    lb.uuid,
+                    &lb.name,
+                    crate::lb_template::NOT_BUILT,
+                );
+                continue;
+            }
             let proto = match &lb.protocol {
                 None | Some(nb::LoadBalancerProtocol::Tcp) => "tcp",
                 Some(nb::LoadBalancerProtocol::Udp) => "udp",

@@ -117,10 +117,12 @@ pub fn build(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         "ttl-mcast",
     );
     add(50, pred("eth.bcast"), drop(), "eth-bcast");
+    // Multicast goes on to routing when the router relays it ([`crate::lr::mcast`]).
+    let relay = crate::lr::mcast::relay(topo, r);
     add(
         82,
         or([pred("ip4.mcast"), pred("ip6.mcast")]),
-        drop(),
+        if relay { vec![next()] } else { drop() },
         "mcast",
     );
     add(83, pred("ip6.mcast_rsvd"), drop(), "mcast-rsvd");

@@ -1,7 +1,8 @@
 //! The logical router pipelines (ovn-northd(8) "Logical Router Datapaths"): one module per
 //! stage; stages that share helpers are child modules of one parent (`egress/undnat.rs`,
 //! `routing/policy.rs`, `resolve/gw_redirect.rs`, ...). [`build`] digests the router once
-//! ([`ctx::Rtr`]) and runs every stage in table order.
+//! ([`ctx::Rtr`]) and runs every stage in table order. [`routable`]: the routable NAT and
+//! load balancer addresses of the other routers on a port's switch (routes, resolution).
 //!
 //! What is not built (yet): BFD, stateless NAT, `lb_force_snat_ip` on
 //! distributed routers' SNAT side, NAT `gateway_port` beyond the first match, DHCPv6 prefix
@@ -17,10 +18,12 @@ pub mod ip_input;
 pub mod lb_aff;
 pub mod learn_neighbor;
 pub mod lookup_neighbor;
+pub mod mcast;
 pub mod mtu;
 pub mod nat;
 pub mod nd_ra;
 pub mod resolve;
+pub mod routable;
 pub mod routing;
 pub mod unsnat;
 
@@ -87,6 +90,7 @@ fn build_with(topo: &Topo<'_>, dp: DpIdx, out: &mut Flows, diags: &mut Diags, se
     lookup_neighbor::build(topo, &r, out, diags);
     learn_neighbor::build(topo, &r, out, diags);
     ip_input::build(topo, &r, out, diags);
+    mcast::ip_input(topo, &r, out);
     unsnat::build(topo, &r, out, diags);
     defrag::build(topo, &r, out, diags);
     lb_aff::check(topo, &r, out, diags);
@@ -95,6 +99,7 @@ fn build_with(topo: &Topo<'_>, dp: DpIdx, out: &mut Flows, diags: &mut Diags, se
     nd_ra::build(topo, &r, out, diags);
     routing::routing_pre(topo, &r, out, diags);
     routing::routing(topo, &r, out, diags);
+    mcast::routing(topo, &r, out);
     routing::routing_ecmp(topo, &r, out, diags);
     routing::ecmp_reply(topo, &r, out, diags);
     routing::policy(topo, &r, out, diags);
@@ -115,6 +120,7 @@ fn build_with(topo: &Topo<'_>, dp: DpIdx, out: &mut Flows, diags: &mut Diags, se
     egress::post_snat(topo, &r, out, diags);
     egress::egr_loop(topo, &r, out, diags);
     egress::delivery(topo, &r, out, diags);
+    mcast::delivery(topo, &r, out);
     // The stage's default (ECMP symmetric replies add to it).
     out.add(
         dp,

@@ -309,7 +309,7 @@ impl LsIndex {
             }
             let mut mine: Vec<usize> = Vec::with_capacity(rows.len());
             for (uuid, lb) in rows {
-                if !lb.vips.is_empty() {
+                if !lb.vips.is_empty() && !crate::lb_template::is_template(lb) {
                     self.switch_has_vip[dp] = true;
                 }
                 let i = *parsed.entry(uuid).or_insert_with(|| {
@@ -355,7 +355,10 @@ impl LsIndex {
                     lbs.extend(g.load_balancer.iter().filter_map(|r| nb.get(*r)));
                 }
             }
-            for lb in lbs {
+            for lb in lbs
+                .into_iter()
+                .filter(|l| !crate::lb_template::is_template(l))
+            {
                 for k in lb.vips.keys() {
                     match parse_ip_port(k) {
                         Some((IpAddr::V4(a), _)) => {
@@ -611,7 +614,16 @@ fn parse_lb(lb: &nb::LoadBalancer, diags: &mut Diags) -> LbInfo {
         }
     };
     let mut vips = Vec::new();
-    for (k, v) in &lb.vips {
+    let template = crate::lb_template::is_template(lb);
+    if template {
+        diags.push(
+            "Load_Balancer",
+            lb.uuid,
+            &lb.name,
+            crate::lb_template::NOT_BUILT,
+        );
+    }
+    for (k, v) in lb.vips.iter().filter(|_| !template) {
         let Some((ip, port)) = parse_ip_port(k) else {
             diags.push(
                 "Load_Balancer",

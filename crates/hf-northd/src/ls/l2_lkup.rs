@@ -336,23 +336,56 @@ fn forwarding_groups(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
 /// IGMP/MLD snooping (`other_config:mcast_snoop=true`): reports go to the controller, link-local
 /// multicast floods, unregistered IP multicast goes to multicast routers (routers with
 /// `options:mcast_relay`) and to `options:mcast_flood` ports, or is dropped, unless
-/// `other_config:mcast_flood_unregistered=true`. Groups learned into SB `IGMP_Group` are not
-/// read by the compile (a diagnostic says so).
-fn multicast(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
+/// `other_config:mcast_flood_unregistered=true`. Groups the controllers learned (SB
+/// `IGMP_Group`, see [`crate::tables::igmp`]) go to their `Multicast_Group` at priority 90
+/// (also to the multicast routers and static flood ports), whether or not snooping is on, as
+/// 23.03 writes them.
+fn multicast(sw: &Sw<'_, '_>, out: &mut Flows, _diags: &mut Diags) {
     let topo = sw.topo;
     let Some(ls) = topo.nb.logical_switch().get(&topo.datapaths[sw.dp].nb) else {
         return;
     };
     let on = |k: &str| ls.other_config.get(k).is_some_and(|v| v == "true");
+    let relay = sw.router_ports.iter().any(|p| {
+        let PortKind::SwitchRouter { lrp: Some(l) } = sw.port(*p).kind else {
+            return false;
+        };
+        topo.nb
+            .logical_router()
+            .get(&topo.datapaths[topo.ports[l].dp].nb)
+            .is_some_and(|lr| lr.options.get("mcast_relay").is_some_and(|v| v == "true"))
+    });
+    let flood_static = sw.ports.iter().any(|p| {
+        sw.port(*p)
+            .options
+            .get("mcast_flood")
+            .is_some_and(|v| v == "true")
+    });
+    for g in crate::tables::igmp::flow_groups(topo, &topo.igmp, sw.dp) {
+        let m = match g.addr {
+            IpAddr::V4(a) => and([pred("eth.mcast"), pred("ip4"), eq(f("ip4.dst"), ip4(a))]),
+            IpAddr::V6(a) => and([pred("eth.mcast"), pred("ip6"), eq(f("ip6.dst"), ip6(a))]),
+        };
+        let mut a = Vec::new();
+        if relay {
+            a.push(clone(to_port(super::MC_MROUTER_FLOOD)));
+        }
+        if flood_static {
+            a.push(clone(to_port(MC_STATIC)));
+        }
+        a.extend(to_port(&g.name));
+        sw.dflt(
+            out,
+            Stage::LsInL2Lkup,
+            90,
+            &format!("mcast-group {}", g.name),
+            m,
+            a,
+        );
+    }
     if !on("mcast_snoop") {
         return;
     }
-    diags.push(
-        "Logical_Switch",
-        ls.uuid,
-        &ls.name,
-        "IGMP/MLD groups learned into SB IGMP_Group are not compiled by holdfast northd; registered multicast is handled as unregistered",
-    );
     let igmp = || {
         vec![Action::Igmp {
             span: hf_expr::Span::default(),
@@ -394,21 +427,6 @@ fn multicast(sw: &Sw<'_, '_>, out: &mut Flows, diags: &mut Diags) {
     if on("mcast_flood_unregistered") {
         return;
     }
-    let relay = sw.router_ports.iter().any(|p| {
-        let PortKind::SwitchRouter { lrp: Some(l) } = sw.port(*p).kind else {
-            return false;
-        };
-        topo.nb
-            .logical_router()
-            .get(&topo.datapaths[topo.ports[l].dp].nb)
-            .is_some_and(|lr| lr.options.get("mcast_relay").is_some_and(|v| v == "true"))
-    });
-    let flood_static = sw.ports.iter().any(|p| {
-        sw.port(*p)
-            .options
-            .get("mcast_flood")
-            .is_some_and(|v| v == "true")
-    });
     let mut a = Vec::new();
     if relay {
         a.push(clone(to_port(super::MC_MROUTER_FLOOD)));

@@ -9,8 +9,8 @@
 //! | `_MC_static`        | 32771 | ports (switch or enabled router ports) with `options:mcast_flood` |
 //! | `_MC_flood_l2`      | 32772 | enabled switch ports that are not of type router |
 //!
-//! IGMP-learned groups (32773 and up) come from controllers' `IGMP_Group` rows and are not
-//! built here.
+//! IGMP-learned groups (32773 and up) come from controllers' `IGMP_Group` rows and are built
+//! by [`crate::tables::igmp`].
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -26,6 +26,7 @@ pub mod dhcp;
 pub mod dns;
 pub mod global;
 pub mod groups;
+pub mod igmp;
 pub mod lb;
 pub mod mac_binding;
 pub mod mcast;
@@ -45,6 +46,7 @@ pub fn build(topo: &Topo<'_>, opts: &Options, sb: &mut SbDesired, diags: &mut Di
     datapath::check_requested_keys(topo, diags);
     port::build(topo, &opts.keys, sb, diags);
     mcast::build(topo, sb);
+    igmp::build(topo, &opts.keys.igmp, &opts.keys.mc_keys, sb);
     dns::build(topo, sb);
     dhcp::build(sb);
     meter::build(topo, sb, diags);

@@ -54,7 +54,7 @@ pub mod physnet;
 pub mod state;
 pub mod streams;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
@@ -179,6 +179,21 @@ pub struct World {
     nb_seen: Option<String>,
     events: Vec<(u64, String)>,
     log: Vec<String>,
+    /// Mirror collectors by address ([`World::add_collector`]): what reached each.
+    collectors: BTreeMap<IpAddr, Vec<Collected>>,
+    /// Chassis killed ([`World::kill_chassis`]): they run nothing, what reaches them is lost.
+    dead: BTreeSet<usize>,
+}
+
+/// A frame a mirror collector received ([`World::collected`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Collected {
+    /// When.
+    pub at: Duration,
+    /// The chassis that sent it.
+    pub chassis: String,
+    /// The IP payload (protocol 47): GRE header, ERSPAN's for ERSPAN, the mirrored frame.
+    pub payload: Vec<u8>,
 }
 
 impl std::fmt::Debug for World {
@@ -259,9 +274,23 @@ impl World {
             nb_seen: None,
             events: Vec::new(),
             log: Vec::new(),
+            collectors: BTreeMap::new(),
+            dead: BTreeSet::new(),
         };
         w.settle();
         Ok(w)
+    }
+
+    /// Adds a mirror collector (a tap-as-a-service sink) at `ip` on the chassis' underlay:
+    /// GRE/ERSPAN packets the datapaths send to it are kept, in order, for
+    /// [`World::collected`]. They arrive at once (no link in between).
+    pub fn add_collector(&mut self, ip: IpAddr) {
+        self.collectors.entry(ip).or_default();
+    }
+
+    /// What the collector at `ip` received.
+    pub fn collected(&self, ip: IpAddr) -> &[Collected] {
+        self.collectors.get(&ip).map_or(&[], Vec::as_slice)
     }
 
     /// Virtual time now.
@@ -555,7 +584,10 @@ impl World {
             moved |= n.step(&mut self.db, now);
             self.log.extend(n.take_log());
         }
-        for c in &mut self.chassis {
+        for (i, c) in self.chassis.iter_mut().enumerate() {
+            if self.dead.contains(&i) {
+                continue;
+            }
             c.datapath_mut().advance_clock(now);
             moved |= c.step(&mut self.db, now);
             self.log.extend(c.take_log());
@@ -582,6 +614,9 @@ impl World {
         for (lsp, s) in &mut self.hosts {
             while let Some(f) = s.up.poll_deliver(now) {
                 moved = true;
+                if self.dead.contains(&s.chassis) {
+                    continue;
+                }
                 self.chassis[s.chassis]
                     .datapath_mut()
                     .handle_port_frame(lsp, &f, now);
@@ -592,6 +627,9 @@ impl World {
             let src = self.chassis[*a].encap_ip();
             while let Some(p) = l.poll_deliver(now) {
                 moved = true;
+                if self.dead.contains(b) {
+                    continue;
+                }
                 match p {
                     Carried::Geneve(p) => {
                         self.chassis[*b].datapath_mut().handle_tunnel(src, &p, now)
@@ -610,6 +648,9 @@ impl World {
         for (to, f) in arrived {
             match to {
                 NetPort::Chassis(i, port) => {
+                    if self.dead.contains(&i) {
+                        continue;
+                    }
                     if let Some(c) = self.chassis.get_mut(i) {
                         c.datapath_mut().handle_port_frame(&port, &f, now);
                     }
@@ -643,6 +684,9 @@ impl World {
         }
         // Datapaths → links down and tunnels.
         for i in 0..self.chassis.len() {
+            if self.dead.contains(&i) {
+                continue;
+            }
             while let Some(t) = self.chassis[i].datapath_mut().poll_transmit() {
                 moved = true;
                 match t {
@@ -675,6 +719,17 @@ impl World {
                             )),
                         }
                     }
+                    Transmit::Mirror { dst, payload } => match self.collectors.get_mut(&dst) {
+                        Some(c) => c.push(Collected {
+                            at: now,
+                            chassis: self.chassis[i].name().to_string(),
+                            payload,
+                        }),
+                        None => self.log.push(format!(
+                            "{}: mirror frame for {dst}, which is no collector",
+                            self.chassis[i].name()
+                        )),
+                    },
                 }
             }
         }
@@ -706,8 +761,10 @@ impl World {
         let mut ds: Vec<Duration> = Vec::new();
         ds.extend(self.db.poll_timeout());
         ds.extend(self.northd.as_ref().and_then(NorthdNode::poll_timeout));
-        for c in &self.chassis {
-            ds.extend(c.poll_timeout());
+        for (i, c) in self.chassis.iter().enumerate() {
+            if !self.dead.contains(&i) {
+                ds.extend(c.poll_timeout());
+            }
         }
         for l in self.tunnels.values() {
             ds.extend(l.next_deadline());
@@ -730,8 +787,8 @@ impl World {
         if let Some(n) = self.northd.as_mut() {
             n.handle_timeout(now);
         }
-        for c in &mut self.chassis {
-            if c.poll_timeout().is_some_and(|t| t <= now) {
+        for (i, c) in self.chassis.iter_mut().enumerate() {
+            if !self.dead.contains(&i) && c.poll_timeout().is_some_and(|t| t <= now) {
                 c.handle_timeout(now);
             }
         }
@@ -1078,6 +1135,19 @@ impl World {
         let c = self.chassis_index(name)?;
         self.chassis[c].stop_controller(&mut self.db, self.now);
         self.event(format!("controller {name} stopped"));
+        self.settle();
+        Ok(())
+    }
+
+    /// Kills chassis `name` (a host failure): its controller's SB session ends, its datapath
+    /// stops forwarding and sending (BFD included), and every frame that reaches it (tunnels,
+    /// its VMs' links, its provider network ports) is lost. Its `Chassis` row stays, as a
+    /// dead host's does.
+    pub fn kill_chassis(&mut self, name: &str) -> Result<(), String> {
+        let c = self.chassis_index(name)?;
+        self.chassis[c].stop_controller(&mut self.db, self.now);
+        self.dead.insert(c);
+        self.event(format!("chassis {name} killed"));
         self.settle();
         Ok(())
     }

@@ -12,6 +12,7 @@ use hf_sim::world::World;
 use hf_sim::world::nb::{self, Nat, PortOpts, Txn};
 
 pub mod meters;
+pub mod mirrors;
 
 /// One scenario.
 pub struct Scenario {

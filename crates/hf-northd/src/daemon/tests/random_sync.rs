@@ -151,6 +151,10 @@ fn step(sim: &mut Sim, rng: &mut Rng, i: usize) -> String {
     if i % 9 == 4 {
         return dynamic_step(sim, i);
     }
+    // Every 40th step from the 6th: symmetric ECMP on lr0 as a gateway router.
+    if i % 40 == 6 {
+        return symmetric_ecmp(sim, i, true);
+    }
     match rng.below(23) {
         0 | 1 => {
             let p = format!("{ls}-n{i}");
@@ -227,10 +231,15 @@ fn step(sim: &mut Sim, rng: &mut Rng, i: usize) -> String {
             // A router port's networks (or MAC) change: the router's own flows and its
             // neighbours' (ARP answers, resolution) change with it.
             let (u, n) = lrps[rng.below(lrps.len())].clone();
-            let row = if rng.below(3) == 0 {
-                json!({"mac": format!("0a:00:00:dd:{:02x}:{:02x}", i / 256, i % 256)})
-            } else {
-                json!({"networks": ["set", [format!("10.{}.{}.1/24", 20 + i / 256, i % 256)]]})
+            let row = match rng.below(4) {
+                0 => json!({"mac": format!("0a:00:00:dd:{:02x}:{:02x}", i / 256, i % 256)}),
+                // A re-keyed port: ECMP symmetric reply flows name port keys.
+                1 => {
+                    json!({"options": ["map", [["requested-tnl-key", format!("{}", 100 + i % 50)]]]})
+                }
+                _ => {
+                    json!({"networks": ["set", [format!("10.{}.{}.1/24", 20 + i / 256, i % 256)]]})
+                }
             };
             sim.nb(json!([{"op": "update", "table": "Logical_Router_Port",
                 "where": [["_uuid", "==", uref(u)]], "row": row}]));
@@ -245,6 +254,7 @@ fn step(sim: &mut Sim, rng: &mut Rng, i: usize) -> String {
             ]));
             format!("NAT on {lr}")
         }
+        10 if rng.below(3) == 0 => symmetric_ecmp(sim, i, rng.below(2) == 0),
         10 => {
             sim.nb(json!([
                 {"op": "insert", "table": "Logical_Router_Static_Route", "uuid-name": "rt",
@@ -426,6 +436,29 @@ fn step(sim: &mut Sim, rng: &mut Rng, i: usize) -> String {
     }
 }
 
+/// ECMP routes with symmetric replies on lr0 (whose flows name its ports' tunnel keys), lr0
+/// made a gateway router (`gw`) or a distributed one again.
+fn symmetric_ecmp(sim: &mut Sim, i: usize, gw: bool) -> String {
+    let prefix = format!("10.{}.0.0/16", 50 + i % 100);
+    let sym = json!(["map", [["ecmp_symmetric_reply", "true"]]]);
+    let opts = if gw {
+        json!(["map", [["chassis", "hv1"]]])
+    } else {
+        json!(["map", []])
+    };
+    sim.nb(json!([
+        {"op": "insert", "table": "Logical_Router_Static_Route", "uuid-name": "rt",
+            "row": {"ip_prefix": prefix, "nexthop": "192.168.255.2", "options": sym}},
+        {"op": "insert", "table": "Logical_Router_Static_Route", "uuid-name": "rt2",
+            "row": {"ip_prefix": prefix, "nexthop": "10.0.0.254", "options": sym}},
+        mutate_insert("Logical_Router", "lr0", "static_routes", "rt"),
+        mutate_insert("Logical_Router", "lr0", "static_routes", "rt2"),
+        {"op": "update", "table": "Logical_Router", "where": [["name", "==", "lr0"]],
+            "row": {"options": opts}},
+    ]));
+    format!("symmetric ECMP on lr0 (gateway router: {gw})")
+}
+
 /// Every ninth step: dynamic addresses (a port asking for them, a switch's IPAM options
 /// set, changed or removed); the daemon writes the assignments to NB before it compiles.
 fn dynamic_step(sim: &mut Sim, i: usize) -> String {
@@ -558,6 +591,7 @@ fn run_kinds(
     assert!(full_diff_from_scratch(&sim).is_empty(), "the cold sync");
     let mut rng = Rng(seed | 1);
     let mut dynamic_seen = 0;
+    let mut ecmp_reply_seen = 0;
     for i in 0..steps {
         let before = sim.nodes[0].nd.stats().topo_patched;
         let what = step(&mut sim, &mut rng, i);
@@ -575,6 +609,12 @@ fn run_kinds(
             .values()
             .filter(|p| p.dynamic_addresses.is_some())
             .count();
+        ecmp_reply_seen += sim
+            .db_sb()
+            .logical_flow()
+            .values()
+            .filter(|f| f.actions.contains("ct_mark.ecmp_reply_port"))
+            .count();
         let ops = full_diff_from_scratch(&sim);
         if !ops.is_empty() {
             let shown: Vec<String> = ops.iter().take(4).map(|o| o.to_string()).collect();
@@ -589,6 +629,11 @@ fn run_kinds(
     assert!(
         steps < 40 || dynamic_seen > 0,
         "no port had dynamic addresses in {steps} steps"
+    );
+    // ECMP symmetric reply flows (which name router port keys) were there along the way.
+    assert!(
+        steps < 100 || ecmp_reply_seen > 0,
+        "no ECMP symmetric reply flow in {steps} steps"
     );
     let s = sim.nodes[0].nd.stats();
     Ok((steps, s.scoped_diffs, s.topo_patched))

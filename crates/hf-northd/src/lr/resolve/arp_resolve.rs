@@ -191,6 +191,28 @@ pub fn arp_resolve_port(topo: &Topo<'_>, r: &Rtr, p: &Rp, out: &mut Flows) {
             let lrp = &topo.ports[peer];
             other_router(out, r, p, lrp, Some(lrp.nb));
         }
+        // The routable NAT and LB addresses of the other routers on the switch (only on a
+        // gateway router or a distributed gateway port, as 23.03).
+        if r.gw_router || p.cr.is_some() {
+            for ra in &p.routable {
+                out.add(
+                    r.dp,
+                    st,
+                    100,
+                    and([
+                        outport(&p.name),
+                        crate::build::set_braced(
+                            nh_reg(false),
+                            ra.ips.iter().map(|a| ipv(IpAddr::V4(*a))),
+                        ),
+                    ]),
+                    vec![set("eth.dst", macv(ra.mac)), next()],
+                    own.clone(),
+                    format!("routable-{}", ra.mac.0),
+                    None,
+                );
+            }
+        }
         if p.cr.is_some()
             && topo.ports[p.idx]
                 .options

@@ -70,6 +70,31 @@ pub fn routing(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
             );
         }
     }
+    // Routes to the routable NAT and LB addresses of the other routers on the switches this
+    // router's ports face (`crate::lr::routable`).
+    for p in &r.ports {
+        let Some(src) = p.v4.first() else { continue };
+        for ra in &p.routable {
+            for &ip in &ra.ips {
+                let mut a = vec![dec_ttl(), set_reg(Reg::EcmpGroupId, num(0))];
+                a.extend(hop_actions(p, false, None, IpAddr::V4(src.addr())));
+                a.extend([loopback(), next()]);
+                out.add(
+                    r.dp,
+                    st,
+                    route_priority(32, false, true),
+                    eq(
+                        f("ip4.dst"),
+                        crate::build::net4_len(ipnet::Ipv4Net::from(ip)),
+                    ),
+                    a,
+                    Owner::Port(p.name.clone()),
+                    format!("routable-{ip}"),
+                    Some(p.nb),
+                );
+            }
+        }
+    }
     for g in &r.routes {
         let v6 = g.prefix.addr().is_ipv6();
         let mut m = route_terms(r, g);
