@@ -389,6 +389,8 @@ fn a_takeover_carries_the_state_and_the_sockets_to_a_new_process() {
     assert!(!alive(old), "the old datapath still runs");
     let log = std::fs::read_to_string(dir.join("hv1.log")).unwrap();
     assert!(log.contains("took over from the datapath"), "{log}");
+    // The old process is the one that held the pidfile (not the parent `--detach` left).
+    assert!(log.contains(&format!("(pid {old})")), "{log}");
     // The connection came along: the same entry, and the reply finds it.
     assert_eq!(appctl(&dir, "hv1", &["dpctl/dump-conntrack"]), ct_before);
     let cov = appctl(&dir, "hv1", &["coverage/show"]);

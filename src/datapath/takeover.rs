@@ -44,7 +44,10 @@ pub struct Takeover {
     /// Descriptors received so far, in order.
     fds: Vec<OwnedFd>,
     path: String,
-    /// The old process's pid (SO_PEERCRED).
+    /// The old process's pid: first SO_PEERCRED, which names the process that called
+    /// `listen()` (before `--detach` forked, it is a parent long gone), then the sender of
+    /// the old process's messages (`SCM_CREDENTIALS`, the kernel's word), which is the one
+    /// that holds the pidfile and must exit before this process can take it.
     pub old_pid: Option<i32>,
 }
 
@@ -65,6 +68,9 @@ impl Takeover {
             )
         })?;
         stream.set_read_timeout(Some(STEP_TIMEOUT))?;
+        // Every message from the old process then carries its sender's pid.
+        nix::sys::socket::setsockopt(&stream, nix::sys::socket::sockopt::PassCred, &true)
+            .with_context(|| format!("--takeover: SO_PASSCRED on {path}"))?;
         let old_pid =
             nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
                 .ok()
@@ -180,7 +186,7 @@ impl Takeover {
             if Instant::now() > deadline {
                 anyhow::bail!("--takeover: {} did not answer in time", self.path);
             }
-            let mut cmsg = nix::cmsg_space!([RawFd; 64]);
+            let mut cmsg = nix::cmsg_space!([RawFd; 64], nix::libc::ucred);
             let mut iov = [IoSliceMut::new(&mut buf)];
             let fd = self.stream.as_raw_fd();
             let msg = recvmsg::<()>(fd, &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)
@@ -188,11 +194,18 @@ impl Takeover {
             let n = msg.bytes;
             if let Ok(cmsgs) = msg.cmsgs() {
                 for c in cmsgs {
-                    if let ControlMessageOwned::ScmRights(fds) = c {
-                        // SAFETY: the kernel just installed these descriptors for this
-                        // process; nothing else owns them.
-                        self.fds
-                            .extend(fds.into_iter().map(|f| unsafe { OwnedFd::from_raw_fd(f) }));
+                    match c {
+                        ControlMessageOwned::ScmRights(fds) => {
+                            // SAFETY: the kernel just installed these descriptors for this
+                            // process; nothing else owns them.
+                            self.fds.extend(
+                                fds.into_iter().map(|f| unsafe { OwnedFd::from_raw_fd(f) }),
+                            );
+                        }
+                        ControlMessageOwned::ScmCredentials(c) if c.pid() > 0 => {
+                            self.old_pid = Some(c.pid());
+                        }
+                        _ => {}
                     }
                 }
             }

@@ -83,7 +83,9 @@ const FILE: usize = 2;
 /// prefixes each covers; the longest matching prefix wins, anything else is `ovsdb_server`.
 pub const MODULES: &[(&str, &[&str])] = &[
     ("acl_log", &["acl_log"]),
+    ("controller", &["holdfast::controller", "hf_controller"]),
     ("daemon_unix", &["holdfast::db::daemon"]),
+    ("datapath", &["holdfast::datapath", "hf_datapath"]),
     (
         "jsonrpc",
         &[
@@ -102,7 +104,7 @@ pub const MODULES: &[(&str, &[&str])] = &[
     ("unixctl", &["holdfast::db::unixctl"]),
     ("vlog", &["holdfast::db::vlog"]),
 ];
-const DEFAULT_MODULE: usize = 8;
+const DEFAULT_MODULE: usize = 10;
 
 fn module_of(target: &str) -> usize {
     let mut best = (DEFAULT_MODULE, 0);
@@ -469,6 +471,12 @@ mod tests {
         assert_eq!(MODULES[module_of("hf_ovsdb_net::serve")].0, "jsonrpc");
         assert_eq!(MODULES[module_of("hf_ovsdb_net::storage")].0, "ovsdb_file");
         assert_eq!(MODULES[module_of("hf_ovsdb_netx")].0, "ovsdb_server");
+        assert_eq!(MODULES[DEFAULT_MODULE].0, "ovsdb_server");
+        assert_eq!(
+            MODULES[module_of("holdfast::datapath::takeover")].0,
+            "datapath"
+        );
+        assert_eq!(MODULES[module_of("hf_controller::daemon")].0, "controller");
         assert_eq!(MODULES[module_of("acl_log")].0, "acl_log");
     }
 

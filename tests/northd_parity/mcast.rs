@@ -1,11 +1,12 @@
 //! Issue 21's learned multicast groups against real ovn-northd: seeded NBs with two snooping
 //! switches behind router `lr0` (sometimes `mcast_relay`), eight ports, sometimes a localnet
 //! port, a port with `options:mcast_flood`, a small `mcast_table_size`,
-//! `mcast_flood_unregistered`; then `IGMP_Group` rows inserted one at a time into both SBs as
+//! `mcast_flood_unregistered`, the querier's timers and addresses (`IP_Multicast`, also of
+//! `sw2`, which does not snoop); then `IGMP_Group` rows inserted one at a time into both SBs as
 //! ovn-controller writes them (address, datapath, chassis, ports by UUID): IPv4 and IPv6
 //! groups, link-local ones, the same group from several chassis, `mrouters` entries, ports
 //! that are flood ports or router ports; then rows' ports changed, a holdfast restart, and
-//! rows deleted. After every step the SB tables (`Multicast_Group` with its tunnel keys
+//! rows deleted, and the switches' snooping options changed. After every step the SB tables (`Multicast_Group` with its tunnel keys
 //! included) and every logical flow must be equal, the relaying router's included.
 
 use std::process::Command;
@@ -18,7 +19,10 @@ fn nb_steps(seed: u64) -> (Vec<Vec<String>>, bool) {
     let mut rnd = super::draw(seed);
     let n = 10 + seed % 40;
     let relay = rnd(2) == 0;
-    let mut s: Vec<Vec<String>> = vec![words("ls-add sw0 -- ls-add sw1 -- lr-add lr0")];
+    // sw2 does not snoop: its IP_Multicast row says so, with the defaults.
+    let mut s: Vec<Vec<String>> = vec![words(
+        "ls-add sw0 -- ls-add sw1 -- ls-add sw2 -- lr-add lr0",
+    )];
     for sw in 0..2 {
         s.push(words(&format!(
             "lrp-add lr0 lr0-sw{sw} 00:00:00:00:ff:0{sw} 10.{n}.{sw}.1/24 fd00:{n}:{sw}::1/64 -- lsp-add sw{sw} sw{sw}-lr0 -- lsp-set-type sw{sw}-lr0 router -- lsp-set-addresses sw{sw}-lr0 router -- lsp-set-options sw{sw}-lr0 router-port=lr0-sw{sw}"
@@ -32,6 +36,32 @@ fn nb_steps(seed: u64) -> (Vec<Vec<String>>, bool) {
         }
         if rnd(2) == 0 {
             oc.push("other_config:mcast_querier=false".into());
+        }
+        // The IP_Multicast columns: in range, clamped (idle 15..3600, query 1..3600),
+        // unparsable (the default).
+        const IDLE: [&str; 5] = ["5", "30", "4000", "abc", "300"];
+        const QUERY: [&str; 4] = ["0", "7", "5000", "x"];
+        if rnd(2) == 0 {
+            oc.push(format!(
+                "other_config:mcast_idle_timeout={}",
+                IDLE[rnd(5) as usize]
+            ));
+        }
+        if rnd(2) == 0 {
+            oc.push(format!(
+                "other_config:mcast_query_interval={}",
+                QUERY[rnd(4) as usize]
+            ));
+        }
+        if rnd(2) == 0 {
+            oc.push("other_config:mcast_query_max_response=3".into());
+        }
+        if rnd(2) == 0 {
+            oc.push(format!(
+                "other_config:mcast_eth_src=\"00:00:00:00:0{sw}:fe\""
+            ));
+            oc.push(format!("other_config:mcast_ip4_src=10.{n}.{sw}.254"));
+            oc.push(format!("other_config:mcast_ip6_src=\"fe80::{sw}fe\""));
         }
         let mut cmd = vec![
             "set".to_string(),
@@ -238,6 +268,19 @@ fn learned_multicast_groups_match_real_northd() {
         hf = holdfast_start(&b, "hf-northd-2");
         super::settle(&a, &b);
         compare(&a, &b, &format!("seed {seed} after restart"), &mut bad);
+        // Snooping configuration changes: a source address removed (23.03 keeps the last one
+        // written in IP_Multicast), the timers changed, snooping turned off.
+        for st in [
+            "remove logical_switch sw0 other_config mcast_eth_src",
+            "set logical_switch sw1 other_config:mcast_idle_timeout=60 other_config:mcast_querier=False",
+            "set logical_switch sw2 other_config:mcast_snoop=true other_config:mcast_ip4_src=192.0.2.1",
+            "remove logical_switch sw0 other_config mcast_snoop",
+        ] {
+            for env in [&a, &b] {
+                nbctl_wait(env, &words(st));
+            }
+            compare(&a, &b, &format!("seed {seed} {st}"), &mut bad);
+        }
         // Rows go (receivers time out).
         for (i, (_, ua, ub)) in written.iter().enumerate().filter(|(i, _)| i % 2 == 1) {
             sbctl(&a, &["destroy", "IGMP_Group", ua]);

@@ -53,6 +53,8 @@ const TABLES: &[(&str, &[&str])] = &[
     ("Chassis_Template_Var", &[]),
     ("Mirror", &[]),
     ("Service_Monitor", &[]),
+    // `seq_no` is the controllers' (a flush request).
+    ("IP_Multicast", &["seq_no"]),
 ];
 
 fn select(remote: &str, table: &str) -> Vec<serde_json::Map<String, Value>> {
@@ -205,6 +207,7 @@ pub fn dump(remote: &str) -> Tables {
                     r["port"],
                     render(&r["protocol"], &names)
                 ),
+                "IP_Multicast" => render(&r["datapath"], &names),
                 // DNS rows have no name: by their switches.
                 "DNS" => format!("dns{}", render(&r["datapaths"], &names)),
                 _ => s(r, "name"),

@@ -238,6 +238,7 @@ impl Datapath {
             ToDatapath::Mirrors(list) => self.set_mirrors(list),
             ToDatapath::Bfd(m) => self.set_bfd(m, now),
             ToDatapath::Garps(list) => self.send_garps(list, now),
+            ToDatapath::Mcast(list) => self.set_mcast(list, now),
             ToDatapath::TakeOver => {
                 let version = self.control.as_ref().map_or(0, |c| c.version);
                 if version < 5 {
@@ -318,5 +319,6 @@ fn name_of(m: &ToDatapath) -> &'static str {
         ToDatapath::Mirrors(_) => "Mirrors",
         ToDatapath::Bfd(_) => "Bfd",
         ToDatapath::Garps(_) => "Garps",
+        ToDatapath::Mcast(_) => "Mcast",
     }
 }

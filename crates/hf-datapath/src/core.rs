@@ -288,6 +288,8 @@ pub struct Datapath {
     stage_clock: Option<crate::stopwatch::Clock>,
     /// Service monitors (LB health checks) probed from here ([`crate::svc`]).
     pub(crate) svc: crate::svc::Prober,
+    /// Multicast snooping ([`crate::snoop`]).
+    pub(crate) snoop: crate::snoop::Snooper,
     /// Port mirroring sessions ([`crate::mirror`]).
     pub(crate) mirror: crate::mirror::Mirrors,
     /// BFD with other chassis over the tunnels ([`crate::bfd`]).
@@ -366,6 +368,7 @@ impl Datapath {
             stopwatch: crate::stopwatch::Stopwatches::new(STAGES),
             stage_clock: None,
             svc: crate::svc::Prober::default(),
+            snoop: crate::snoop::Snooper::default(),
             mirror: crate::mirror::Mirrors::default(),
             bfd: crate::bfd::Bfd::default(),
             garps: Vec::new(),
@@ -1058,6 +1061,7 @@ impl Datapath {
         let mut learned = Vec::new();
         let mut acl_logs = Vec::new();
         let mut svc = false;
+        let mut mcast = false;
         for ev in events {
             match ev {
                 Event::AclLog {
@@ -1114,6 +1118,16 @@ impl Datapath {
                     self.svc.handle_reply(&port, &frame, now);
                     svc = true;
                 }
+                Event::Igmp {
+                    datapath,
+                    port,
+                    frame,
+                } => {
+                    if let Err(e) = self.snoop.handle(&datapath, &port, &frame, now) {
+                        self.log_once(Level::Warn, format_args!("snoop:{datapath}"), || e);
+                    }
+                    mcast = true;
+                }
                 other => self.log(
                     Level::Warn,
                     format!("pipeline event not handled: {other:?}"),
@@ -1140,6 +1154,9 @@ impl Datapath {
         }
         if svc {
             self.run_svc(now);
+        }
+        if mcast {
+            self.run_mcast(now);
         }
     }
 
@@ -1354,6 +1371,7 @@ impl Datapath {
             learn,
             self.migration_deadline(),
             self.svc.poll_timeout(),
+            self.snoop.poll_timeout(),
             self.bfd.poll_timeout(),
             self.garps.iter().map(|g| g.0).min(),
         ]
@@ -1374,6 +1392,9 @@ impl Datapath {
         self.run_bfd(now);
         if self.svc.poll_timeout().is_some_and(|t| t <= now) {
             self.run_svc(now);
+        }
+        if self.snoop.poll_timeout().is_some_and(|t| t <= now) {
+            self.run_mcast(now);
         }
     }
 

@@ -21,6 +21,8 @@
 //!   the gratuitous ARPs of a gateway that takes over.
 //! - [`mirror`]: port mirroring (SB `Mirror`): GRE and ERSPAN copies of what a port sends or
 //!   is delivered, to the session's sink, as OVS sends them for ovn-controller.
+//! - [`snoop`]: multicast snooping (IGMP and MLD) for SB `IP_Multicast` switches: learned
+//!   groups to the controller (SB `IGMP_Group`), and the querier.
 //! - [`migrate`]: live migration between datapaths: the state channel, the conntrack pre-copy,
 //!   deltas and final delta, and the destination's hold of the port's traffic until then.
 //!
@@ -49,6 +51,7 @@ pub mod offload;
 pub mod port;
 pub mod program;
 pub mod proto;
+pub mod snoop;
 pub mod stopwatch;
 pub mod svc;
 

@@ -54,7 +54,15 @@ pub use crate::delta::{
 /// Version 7 added port mirroring ([`ToDatapath::Mirrors`]: SB `Mirror` sessions of the local
 /// ports, see [`crate::mirror`]), as a new last variant, sent only to a version-7 peer: an
 /// older datapath mirrors nothing, and the controller says so for every mirrored local port.
-pub const PROTOCOL_VERSION: u32 = 7;
+///
+/// Version 8 added multicast snooping ([`ToDatapath::Mcast`]: the snooping switches with
+/// local ports, [`FromDatapath::McastGroups`]: their learned groups, see [`crate::snoop`]), as
+/// new last variants, each sent only to a version-8 peer: an older datapath snoops nothing
+/// (the controller says so once), and an older controller leaves `IGMP_Group` alone.
+pub const PROTOCOL_VERSION: u32 = 8;
+
+/// The first version with multicast snooping.
+pub const MCAST_VERSION: u32 = 8;
 
 /// The first version with port mirroring.
 pub const MIRROR_VERSION: u32 = 7;
@@ -153,6 +161,12 @@ pub enum ToDatapath {
     /// active for its addresses, as pinctrl announces them). Only to a version-7 peer. (Added
     /// in version 7.)
     Garps(Vec<AnnounceMsg>),
+    /// The snooping switches (SB `IP_Multicast` with `enabled`) that have local ports, all of
+    /// them (a switch not in the list stops snooping): the datapath learns their groups from
+    /// what `igmp` punts, queries, and answers with [`FromDatapath::McastGroups`] for every
+    /// switch whose groups changed ([`crate::snoop`]). Only to a version-8 peer. (Added in
+    /// version 8.)
+    Mcast(Vec<crate::snoop::McastCfgMsg>),
 }
 
 /// [`ToDatapath::Bfd`].
@@ -369,6 +383,10 @@ pub enum FromDatapath {
     /// Every BFD session's state, after any changed ([`ToDatapath::Bfd`]). Only to a
     /// version-7 peer. (Added in version 7.)
     BfdStatus(Vec<crate::bfd::BfdStatusMsg>),
+    /// The groups of snooping switches whose groups changed (or, in answer to
+    /// [`ToDatapath::Mcast`], of every snooping switch). Only to a version-8 peer. (Added in
+    /// version 8.)
+    McastGroups(Vec<crate::snoop::McastGroupsMsg>),
 }
 
 /// One socket passed in a takeover ([`FromDatapath::HandOver`]).

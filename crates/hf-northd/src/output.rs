@@ -245,6 +245,31 @@ pub struct MeterRow {
     pub bands: BTreeSet<(String, i64, i64)>,
 }
 
+/// One `IP_Multicast` row (keyed by its switch): the snooping configuration controllers read.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct IpMcastRow {
+    /// `enabled` (`other_config:mcast_snoop`).
+    pub enabled: bool,
+    /// `querier` (`mcast_querier`, default true).
+    pub querier: bool,
+    /// `table_size` (`mcast_table_size`, default 2048).
+    pub table_size: i64,
+    /// `idle_timeout` in seconds (`mcast_idle_timeout`, default 300, clamped to 15..3600).
+    pub idle_timeout: i64,
+    /// `query_interval` in seconds (`mcast_query_interval`, default half the idle timeout,
+    /// clamped to 1..3600).
+    pub query_interval: i64,
+    /// `query_max_resp` in seconds (`mcast_query_max_response`, default 1).
+    pub query_max_resp: i64,
+    /// `eth_src`, `ip4_src`, `ip6_src` when the switch sets them (`mcast_eth_src`, ...). Like
+    /// 23.03, a value once written stays when the option goes away.
+    pub eth_src: Option<String>,
+    /// `ip4_src`.
+    pub ip4_src: Option<String>,
+    /// `ip6_src`.
+    pub ip6_src: Option<String>,
+}
+
 /// Everything northd writes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SbDesired {
@@ -270,6 +295,8 @@ pub struct SbDesired {
     pub template_vars: BTreeMap<String, BTreeMap<String, String>>,
     /// `Meter` by name: NB's meters and the ACLs' own copies of `fair` ones.
     pub meters: BTreeMap<String, MeterRow>,
+    /// `IP_Multicast` by switch (datapath name).
+    pub ip_multicast: BTreeMap<String, IpMcastRow>,
     /// `DHCP_Options` by name: the DHCPv4 option codes ovn-controller parses with.
     pub dhcp_options: BTreeMap<String, DhcpOptRow>,
     /// `DHCPv6_Options` by name.

@@ -24,6 +24,7 @@ use uuid::Uuid;
 use hf_ovsdb_net::client::OpsText;
 use serde_json::Map;
 
+mod ip_mcast;
 mod text;
 
 use crate::daemon::sbview::{LeanFlow, SbView, text_hash};
@@ -219,6 +220,7 @@ pub fn insert_ops(d: &SbDesired, chassis: &HashMap<String, Uuid>) -> Vec<Value> 
         ops.push(json!({"op": "insert", "table": "Meter",
             "row": {"name": name, "unit": m.unit, "bands": ref_set(bands)}}));
     }
+    ip_mcast::insert_ops(d, &dp_ref, &mut ops);
     for (chassis, vars) in &d.template_vars {
         ops.push(json!({"op": "insert", "table": "Chassis_Template_Var",
             "row": {"chassis": chassis, "variables": map(vars)}}));
@@ -317,6 +319,8 @@ pub struct Scope {
     pub template_vars: BTreeSet<String>,
     /// `Mirror` by name.
     pub mirrors: BTreeSet<String>,
+    /// `IP_Multicast` by switch.
+    pub ip_multicast: BTreeSet<String>,
     /// `DHCP_Options` and `DHCPv6_Options` (fixed tables: compared as a whole).
     pub dhcp: bool,
 }
@@ -363,6 +367,7 @@ impl Scope {
         changed_keys(&old.meters, &new.meters, &mut s.meters);
         changed_keys(&old.template_vars, &new.template_vars, &mut s.template_vars);
         changed_keys(&old.mirrors, &new.mirrors, &mut s.mirrors);
+        changed_keys(&old.ip_multicast, &new.ip_multicast, &mut s.ip_multicast);
         s.dhcp = old.dhcp_options != new.dhcp_options || old.dhcpv6_options != new.dhcpv6_options;
         s
     }
@@ -380,6 +385,7 @@ impl Scope {
         self.meters.extend(other.meters);
         self.template_vars.extend(other.template_vars);
         self.mirrors.extend(other.mirrors);
+        self.ip_multicast.extend(other.ip_multicast);
         self.dhcp |= other.dhcp;
     }
 
@@ -396,6 +402,7 @@ impl Scope {
             + self.meters.len()
             + self.template_vars.len()
             + self.mirrors.len()
+            + self.ip_multicast.len()
             + usize::from(self.dhcp)
     }
 
@@ -1251,6 +1258,8 @@ fn diff(
     for r in gone(&old_dns, &d.dns, scope.map(|s| &s.dns)) {
         o.delete(r);
     }
+
+    ip_mcast::diff(&mut o, sb, d, scope, &dp_uuid);
 
     // Meter by name, its bands compared as (action, rate, burst) and written anew on a change.
     let (old_meter, dup_meter) = by_key(sb.meter.values(), |r| Some(r.name.as_str()));

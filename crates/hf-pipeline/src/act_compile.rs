@@ -479,7 +479,10 @@ impl ActCompiler<'_> {
             },
             Action::Sample { .. } => self.counted_act("sample"),
             Action::TriggerEvent { .. } => self.counted_act("trigger_event"),
-            Action::Igmp { .. } => self.counted_act("igmp"),
+            Action::Igmp { .. } => CAct::Igmp {
+                dp: self.dp,
+                counter: self.count("igmp"),
+            },
             Action::HandleSvcCheck { port, .. } => CAct::SvcCheck {
                 dp: self.dp,
                 port: self.bits(port)?,

@@ -32,6 +32,7 @@ fn act_text(p: &Program, i: u32) -> String {
         | CAct::Log { counter: c, .. }
         | CAct::SetMeter { counter: c, .. }
         | CAct::SvcCheck { counter: c, .. }
+        | CAct::Igmp { counter: c, .. }
         | CAct::Count { counter: c, .. } => {
             let mut z = a.clone();
             if let CAct::PacketIn { counter, .. }
@@ -39,6 +40,7 @@ fn act_text(p: &Program, i: u32) -> String {
             | CAct::Log { counter, .. }
             | CAct::SetMeter { counter, .. }
             | CAct::SvcCheck { counter, .. }
+            | CAct::Igmp { counter, .. }
             | CAct::Count { counter, .. } = &mut z
             {
                 *counter = 0;

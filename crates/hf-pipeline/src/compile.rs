@@ -790,6 +790,7 @@ fn append_unit(prog: &mut Program, unit: Unit) -> DpCode {
             | CAct::Log { counter, .. }
             | CAct::SetMeter { counter, .. }
             | CAct::SvcCheck { counter, .. }
+            | CAct::Igmp { counter, .. }
             | CAct::Count { counter, .. } => *counter += ctr_off,
             _ => {}
         }

@@ -790,7 +790,7 @@ impl Runner<'_> {
             }
             CAct::CheckPktLarger { dst, .. } => w.derive(f(dst), dst.mask(), OPAQUE),
             // Every reply is punted with its bytes: never cached.
-            CAct::SvcCheck { .. } => w.cacheable = false,
+            CAct::SvcCheck { .. } | CAct::Igmp { .. } => w.cacheable = false,
             CAct::PacketIn { dst, .. } => {
                 w.set_const(f(dst), dst.mask());
                 if self.packet_in {
@@ -1291,6 +1291,7 @@ impl Runner<'_> {
                 | CAct::ChkLbAff { .. }
                 | CAct::BindVport { .. }
                 | CAct::SvcCheck { .. }
+                | CAct::Igmp { .. }
         ) {
             return self.exec_stateful(act);
         }

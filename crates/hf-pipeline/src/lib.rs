@@ -53,8 +53,8 @@
 //!   ([`Pipeline::set_packet_in`], the datapath) they build the DHCPv4/DHCPv6/DNS reply or the
 //!   router advertisement as ovn-controller's pinctrl does and store whether they could
 //!   ([`packet_in`]); their options are typed at compile time, an unknown one is a flow
-//!   error. `igmp` (IGMP and MLD),
-//!   `handle_dhcpv6_reply` and `handle_bfd_msg` change nothing. These and
+//!   error. `igmp` punts the frame with its inport to the chassis's multicast snooping
+//!   ([`Event::Igmp`]; not cached); `handle_dhcpv6_reply` and `handle_bfd_msg` change nothing. These and
 //!   `log`, `set_meter`, `sample`, `trigger_event`, `set_queue` count their hits per flow
 //!   ([`Pipeline::action_hits`]; traces do not count).
 //! - Meters ([`meter`], [`Pipeline::set_meters`]): `set_meter` drops what is over its rate,
@@ -100,7 +100,7 @@
 //! No I/O, no clock, no threads: `now` is an argument. No Geneve encapsulation (a
 //! [`Destination::Tunnel`] carries the keys; the datapath encapsulates with `hf_wire::geneve`).
 //! DHCP, DHCPv6, DNS and router-advertisement replies only in packet-in mode; no periodic
-//! router advertisements, no IGMP/MLD snooping, no service-monitor probes (the datapath's
+//! router advertisements, no IGMP/MLD snooping (the datapath's `snoop` module), no service-monitor probes (the datapath's
 //! `svc` module sends them) and no samples exported (only counted). `select` has no
 //! `hash_fields` form (OVN 23.03's parser has none either).
 //! The FDB does not age. VLAN, IPv6 flow label and ND
@@ -439,6 +439,16 @@ pub enum Event {
         /// The logical port it came from.
         port: String,
         /// The frame as it arrived.
+        frame: Vec<u8>,
+    },
+    /// `igmp;`: an IGMP or MLD message from logical port `port`, for the chassis's
+    /// multicast snooping (which learns the groups and writes SB `IGMP_Group`).
+    Igmp {
+        /// Datapath name (a switch).
+        datapath: String,
+        /// The logical port it came from.
+        port: String,
+        /// The frame as the action saw it.
         frame: Vec<u8>,
     },
     /// A port waiting for activation sent a RARP and is now active on this chassis.

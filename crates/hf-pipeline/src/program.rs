@@ -926,6 +926,12 @@ pub(crate) enum CAct {
         port: Bits,
         counter: u32,
     },
+    /// `igmp;`: the packet (an IGMP or MLD message) is punted to the chassis's snooping logic
+    /// as an [`crate::Event::Igmp`] with its logical inport; the flow's later actions go on.
+    Igmp {
+        dp: u32,
+        counter: u32,
+    },
     /// `fwd_group(childports=...)`: output to one child port chosen by the 5-tuple hash.
     FwdGroup {
         ports: Vec<u32>,

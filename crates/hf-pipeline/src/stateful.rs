@@ -80,6 +80,7 @@ impl Runner<'_> {
             CAct::SvcCheck { .. } => {
                 "  handle_svc_check: punted to the service monitor (not in a trace)".into()
             }
+            CAct::Igmp { .. } => "  igmp: punted to multicast snooping (not in a trace)".into(),
             _ => String::new(),
         }
     }
@@ -261,6 +262,22 @@ impl Runner<'_> {
                     && let Some(d) = self.prog.dp_by_key(*dp)
                 {
                     self.events.push(Event::SvcCheck {
+                        datapath: d.name.clone(),
+                        port: d
+                            .ports
+                            .get(&port)
+                            .map_or_else(String::new, |p| p.name.clone()),
+                        frame: self.scr.ctx.frame.to_vec(),
+                    });
+                }
+            }
+            CAct::Igmp { dp, counter } => {
+                let port = self.scr.ctx.f[crate::packet::slot::INPORT] as u32;
+                self.count(*counter);
+                if self.mode != Mode::Trace
+                    && let Some(d) = self.prog.dp_by_key(*dp)
+                {
+                    self.events.push(Event::Igmp {
                         datapath: d.name.clone(),
                         port: d
                             .ports

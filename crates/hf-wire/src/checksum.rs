@@ -30,6 +30,12 @@ pub fn checksum(data: &[u8]) -> u16 {
     !fold(sum_words(0, data))
 }
 
+/// `data` summed onto `acc` (e.g. a [`pseudo_header_sum`]) and folded, not inverted: data whose
+/// checksum verifies sums to `0xffff`; inverted, it is the checksum to store (the field zero).
+pub fn sum_with(acc: u32, data: &[u8]) -> u16 {
+    fold(sum_words(acc, data))
+}
+
 /// The one's-complement sum of the TCP/UDP/ICMPv6 pseudo-header (not inverted): add the L4 bytes
 /// as 16-bit words, fold, and invert to get the checksum.
 pub fn pseudo_header_sum(src: IpAddr, dst: IpAddr, proto: u8, l4_len: u32) -> u32 {

@@ -59,7 +59,7 @@ mod parse;
 pub mod ra;
 pub mod reply;
 
-pub use checksum::{checksum, checksum_adjust, checksums_valid, pseudo_header_sum};
+pub use checksum::{checksum, checksum_adjust, checksums_valid, pseudo_header_sum, sum_with};
 pub use key::{EthAddr, FlowKey, frag, tcp_flags};
 pub use nat::{NatRewrite, RewriteError, apply_nat};
 pub use parse::{InnerHeaders, Layout, Parsed, TcpSegment, ethertype, ip_proto, parse, parse_into};

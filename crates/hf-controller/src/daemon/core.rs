@@ -82,6 +82,8 @@ use crate::Incremental;
 // Program pushes and the datapath's answers to them.
 #[path = "ha.rs"]
 mod ha;
+#[path = "mcast.rs"]
+mod mcast;
 #[path = "meters.rs"]
 mod meters;
 #[path = "mirror.rs"]
@@ -316,6 +318,13 @@ pub struct Controller {
     mirrors_due: bool,
     /// What was left out of them, as last logged.
     mirrors_bad: Vec<String>,
+    /// The snooping switches last sent to the datapath, without seeds ([`mcast`]; `None`:
+    /// none since its hello).
+    mcast_sent: Option<Vec<hf_datapath::snoop::McastCfgMsg>>,
+    /// Their inputs changed (`IP_Multicast`, a binding, a resync, a datapath hello).
+    mcast_due: bool,
+    /// An older datapath was told about once.
+    mcast_warned: bool,
     /// ACL log lines from the datapath, for the shell to write (`acl_log` module).
     acl_logs: VecDeque<String>,
     dp_ports: BTreeMap<String, LocalPort>,
@@ -486,6 +495,7 @@ impl Controller {
             fdb: BTreeMap::new(),
             vports: BTreeMap::new(),
             svc: BTreeMap::new(),
+            igmp: BTreeMap::new(),
             activated: BTreeSet::new(),
             nb_cfg: None,
             wall_ms: tuning.wall_offset_ms + now.as_millis() as i64,
@@ -530,6 +540,9 @@ impl Controller {
             mirrors_sent: None,
             mirrors_due: true,
             mirrors_bad: Vec::new(),
+            mcast_sent: None,
+            mcast_due: true,
+            mcast_warned: false,
             meters_sent: None,
             meters_due: true,
             acl_logs: VecDeque::new(),
@@ -1026,6 +1039,8 @@ impl Controller {
                 self.meters_due = true;
                 self.mirrors_sent = None;
                 self.mirrors_due = true;
+                self.mcast_sent = None;
+                self.mcast_due = true;
                 self.bfd_sent = None;
                 self.bfd_due = true;
                 self.touched_since_running = None;
@@ -1135,6 +1150,7 @@ impl Controller {
                 }
             }
             FromDatapath::BfdStatus(v) => self.bfd_status(v),
+            FromDatapath::McastGroups(v) => self.mcast_groups(v),
             FromDatapath::SvcStatus(v) => {
                 for s in &v {
                     self.say(
@@ -1268,6 +1284,7 @@ impl Controller {
     fn local_changed(&mut self) {
         self.svc_due = true;
         self.mirrors_due = true;
+        self.mcast_due = true;
         let local = self.local_set();
         self.with_state(|st| {
             // A port that left this chassis is activated again only by a new announcement.
@@ -1311,6 +1328,7 @@ impl Controller {
             self.svc_round();
             self.sync_meters();
             self.sync_mirrors();
+            self.sync_mcast();
             self.sync_bfd();
         }
         self.retired = None;
@@ -1376,6 +1394,7 @@ impl Controller {
                 self.svc_due = true;
                 self.meters_due = true;
                 self.mirrors_due = true;
+                self.mcast_due = true;
                 self.bfd_due = true;
             }
             Event::Changes(d) => {
@@ -1384,6 +1403,9 @@ impl Controller {
                 }
                 if mirror::touches_mirrors(&d) {
                     self.mirrors_due = true;
+                }
+                if mcast::touches_mcast(&d) {
+                    self.mcast_due = true;
                 }
                 if ha::touches_bfd(&d) {
                     self.bfd_due = true;

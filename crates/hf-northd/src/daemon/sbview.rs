@@ -147,6 +147,8 @@ pub struct SbView {
     pub ha_chassis: BTreeMap<Uuid, sb::HaChassis>,
     /// `Mirror`.
     pub mirror: BTreeMap<Uuid, sb::Mirror>,
+    /// `IP_Multicast`: the switches' snooping configuration northd writes for controllers.
+    pub ip_multicast: BTreeMap<Uuid, sb::IpMulticast>,
     /// `Chassis_Template_Var`.
     pub chassis_template_var: BTreeMap<Uuid, sb::ChassisTemplateVar>,
     /// `Meter`.
@@ -222,6 +224,7 @@ const TABLES: &[(&str, Option<&[&str]>)] = &[
     ("HA_Chassis", Some(&["chassis", "priority", "external_ids"])),
     ("Chassis_Template_Var", None),
     ("Mirror", None),
+    ("IP_Multicast", None),
     ("Meter", None),
     ("Meter_Band", None),
     (
@@ -370,6 +373,7 @@ impl SbView {
             + self.meter.len()
             + self.chassis_template_var.len()
             + self.mirror.len()
+            + self.ip_multicast.len()
             + self.meter_band.len()
             + self.ha_chassis_group.len()
             + self.logical_dp_group.len()
@@ -746,6 +750,7 @@ struct AllPending {
     meter: Pending<sb::Meter>,
     chassis_template_var: Pending<sb::ChassisTemplateVar>,
     mirror: Pending<sb::Mirror>,
+    ip_multicast: Pending<sb::IpMulticast>,
     meter_band: Pending<sb::MeterBand>,
     ha_chassis_group: Pending<sb::HaChassisGroup>,
     logical_dp_group: Pending<sb::LogicalDpGroup>,
@@ -786,6 +791,7 @@ impl SbView {
             "HA_Chassis" => p.ha_chassis.extend(typed_changes(&self.ha_chassis, u)?),
             "Meter" => p.meter.extend(typed_changes(&self.meter, u)?),
             "Mirror" => p.mirror.extend(typed_changes(&self.mirror, u)?),
+            "IP_Multicast" => p.ip_multicast.extend(typed_changes(&self.ip_multicast, u)?),
             "Chassis_Template_Var" => p
                 .chassis_template_var
                 .extend(typed_changes(&self.chassis_template_var, u)?),
@@ -844,6 +850,7 @@ impl SbView {
             || !p.meter.is_empty()
             || !p.chassis_template_var.is_empty()
             || !p.mirror.is_empty()
+            || !p.ip_multicast.is_empty()
             || !p.meter_band.is_empty()
             || !p.ha_chassis_group.is_empty()
             || !p.logical_dp_group.is_empty()
@@ -865,6 +872,7 @@ impl SbView {
             c.northd_uuids.extend(ids_of(&p.meter));
             c.northd_uuids.extend(ids_of(&p.chassis_template_var));
             c.northd_uuids.extend(ids_of(&p.mirror));
+            c.northd_uuids.extend(ids_of(&p.ip_multicast));
             c.northd_uuids.extend(ids_of(&p.logical_flow));
             c.northd_uuids.extend(ids_of(&p.static_mac_binding));
         }
@@ -931,6 +939,10 @@ impl SbView {
         note("Meter", apply_pending(&mut self.meter, p.meter));
         note("Mirror", apply_pending(&mut self.mirror, p.mirror));
         note(
+            "IP_Multicast",
+            apply_pending(&mut self.ip_multicast, p.ip_multicast),
+        );
+        note(
             "Chassis_Template_Var",
             apply_pending(&mut self.chassis_template_var, p.chassis_template_var),
         );
@@ -978,6 +990,7 @@ impl SbView {
             "Meter" => k(&self.meter),
             "Chassis_Template_Var" => k(&self.chassis_template_var),
             "Mirror" => k(&self.mirror),
+            "IP_Multicast" => k(&self.ip_multicast),
             "Meter_Band" => k(&self.meter_band),
             "HA_Chassis_Group" => k(&self.ha_chassis_group),
             "Logical_DP_Group" => k(&self.logical_dp_group),

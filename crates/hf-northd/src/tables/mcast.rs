@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::flow::DpIdx;
 
-use crate::output::{McRow, SbDesired};
+use crate::output::{IpMcastRow, McRow, SbDesired};
 use crate::stage::DpKind;
 use crate::tables::opt_true;
 use crate::topo::{PortKind, Topo};
@@ -48,6 +48,42 @@ pub fn key(name: &str) -> Option<u32> {
 pub fn build(topo: &Topo<'_>, sb: &mut SbDesired) {
     for p in &topo.ports {
         add_port(topo, p, sb);
+    }
+}
+
+/// One `IP_Multicast` row per switch: the snooping configuration ovn-controller reads
+/// (`build_ip_mcast` in 23.03). Numbers parse as unsigned decimal; anything else is the
+/// default, as `smap_get_ullong` reads them.
+pub fn build_ip_multicast(topo: &Topo<'_>, sb: &mut SbDesired) {
+    let ls = topo.nb.logical_switch();
+    for d in &topo.datapaths {
+        if d.kind != DpKind::Switch {
+            continue;
+        }
+        let Some(row) = ls.get(&d.nb) else { continue };
+        let oc = &row.other_config;
+        let num = |k: &str, def: u64| oc.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(def);
+        let idle = num("mcast_idle_timeout", 300).clamp(15, 3600);
+        let query = num("mcast_query_interval", idle / 2).clamp(1, 3600);
+        let text = |k: &str| oc.get(k).cloned();
+        sb.ip_multicast.insert(
+            d.name.clone(),
+            IpMcastRow {
+                enabled: opt_true(oc, "mcast_snoop"),
+                // `smap_get_bool` with a true default: anything but "false".
+                querier: !oc
+                    .get("mcast_querier")
+                    .is_some_and(|v| v.eq_ignore_ascii_case("false")),
+                table_size: i64::try_from(num("mcast_table_size", 2048)).unwrap_or(i64::MAX),
+                idle_timeout: idle as i64,
+                query_interval: query as i64,
+                query_max_resp: i64::try_from(num("mcast_query_max_response", 1))
+                    .unwrap_or(i64::MAX),
+                eth_src: text("mcast_eth_src"),
+                ip4_src: text("mcast_ip4_src"),
+                ip6_src: text("mcast_ip6_src"),
+            },
+        );
     }
 }
 

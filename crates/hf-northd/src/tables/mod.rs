@@ -46,6 +46,7 @@ pub fn build(topo: &Topo<'_>, opts: &Options, sb: &mut SbDesired, diags: &mut Di
     datapath::check_requested_keys(topo, diags);
     port::build(topo, &opts.keys, sb, diags);
     mcast::build(topo, sb);
+    mcast::build_ip_multicast(topo, sb);
     igmp::build(topo, &opts.keys.igmp, &opts.keys.mc_keys, sb);
     dns::build(topo, sb);
     dhcp::build(sb);
