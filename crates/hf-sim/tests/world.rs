@@ -5,6 +5,8 @@
 mod failover;
 #[path = "world_only/health.rs"]
 mod health;
+#[path = "world_only/multicast.rs"]
+mod multicast;
 mod scenarios;
 
 use hf_sim::world::{NorthdMode, World, WorldConfig};

@@ -371,16 +371,6 @@ impl Rtr {
             tunnel_key: d.tunnel_key,
             dnat_force_snat: Vec::new(),
         };
-        if let Some(lr) = lr
-            && lr.options.get("mcast_relay").is_some_and(|v| v == "true")
-        {
-            diags.push(
-                "Logical_Router",
-                lr.uuid,
-                &lr.name,
-                "options:mcast_relay=true: relay flows and groups are written as ovn-northd 23.03 writes them, but relaying through holdfast chassis is not checked in the simulator",
-            );
-        }
         if let Some(lr) = lr {
             for (key, dst) in [("lb_force_snat_ip", 0), ("dnat_force_snat_ip", 1)] {
                 let Some(v) = lr.options.get(key).filter(|v| v.as_str() != "router_ip") else {

@@ -1578,3 +1578,6 @@ fn udp_payload(key: u32, seq: u32, len: usize) -> Vec<u8> {
     fill_pattern(key ^ seq, 12, &mut v[12..]);
     v
 }
+
+#[path = "host_mcast.rs"]
+mod mcast;

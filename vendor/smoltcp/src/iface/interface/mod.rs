@@ -534,9 +534,16 @@ impl Interface {
             return Some(Instant::from_millis(0));
         }
 
+        // holdfast: the IGMP and MLD report timers too (smoltcp 0.12.0 left them out, so a
+        // host woken only by `poll_at` never answered a query; vendor/README.md).
+        #[cfg(feature = "multicast")]
+        let report_at = self.inner.multicast_report_at();
+        #[cfg(not(feature = "multicast"))]
+        let report_at: Option<Instant> = None;
+
         let inner = &mut self.inner;
 
-        sockets
+        let sockets_at = sockets
             .items()
             .filter_map(move |item| {
                 let socket_poll_at = item.socket.poll_at(inner);
@@ -549,7 +556,11 @@ impl Interface {
                     PollAt::Now => Some(Instant::from_millis(0)),
                 }
             })
-            .min()
+            .min();
+        match (sockets_at, report_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Return an _advisory wait time_ for calling [poll] the next time.

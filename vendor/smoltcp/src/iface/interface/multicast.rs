@@ -389,6 +389,25 @@ impl Interface {
 }
 
 impl InterfaceInner {
+    /// holdfast: when a pending IGMP or MLD report is due (see `Interface::poll_at`).
+    pub(super) fn multicast_report_at(&self) -> Option<crate::time::Instant> {
+        let mut at: Option<crate::time::Instant> = None;
+        let mut add = |t: crate::time::Instant| at = Some(at.map_or(t, |a| a.min(t)));
+        #[cfg(feature = "proto-ipv4")]
+        match &self.multicast.igmp_report_state {
+            IgmpReportState::Inactive => {}
+            IgmpReportState::ToGeneralQuery { timeout, .. }
+            | IgmpReportState::ToSpecificQuery { timeout, .. } => add(*timeout),
+        }
+        #[cfg(feature = "proto-ipv6")]
+        match &self.multicast.mld_report_state {
+            MldReportState::Inactive => {}
+            MldReportState::ToGeneralQuery { timeout }
+            | MldReportState::ToSpecificQuery { timeout, .. } => add(*timeout),
+        }
+        at
+    }
+
     /// Host duties of the **IGMPv2** protocol.
     ///
     /// Sets up `igmp_report_state` for responding to IGMP general/specific membership queries.
