@@ -239,6 +239,7 @@ impl Datapath {
             ToDatapath::Bfd(m) => self.set_bfd(m, now),
             ToDatapath::Garps(list) => self.send_garps(list, now),
             ToDatapath::Mcast(list) => self.set_mcast(list, now),
+            ToDatapath::PeriodicRas(list) => self.set_periodic_ras(list, now),
             ToDatapath::TakeOver => {
                 let version = self.control.as_ref().map_or(0, |c| c.version);
                 if version < 5 {
@@ -320,5 +321,6 @@ fn name_of(m: &ToDatapath) -> &'static str {
         ToDatapath::Bfd(_) => "Bfd",
         ToDatapath::Garps(_) => "Garps",
         ToDatapath::Mcast(_) => "Mcast",
+        ToDatapath::PeriodicRas(_) => "PeriodicRas",
     }
 }

@@ -290,6 +290,8 @@ pub struct Datapath {
     pub(crate) svc: crate::svc::Prober,
     /// Multicast snooping ([`crate::snoop`]).
     pub(crate) snoop: crate::snoop::Snooper,
+    /// Periodic router advertisements ([`crate::ra`]).
+    pub(crate) ras: crate::ra::Announcer,
     /// Port mirroring sessions ([`crate::mirror`]).
     pub(crate) mirror: crate::mirror::Mirrors,
     /// BFD with other chassis over the tunnels ([`crate::bfd`]).
@@ -313,6 +315,11 @@ pub const STAGES: &[&str] = &[
 impl Datapath {
     /// A datapath with no ports and an empty program.
     pub fn new(cfg: DatapathConfig) -> Datapath {
+        // Each chassis its own random advertisement intervals (deterministic by name).
+        let mut ras = crate::ra::Announcer::default();
+        ras.seed(cfg.chassis.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        }));
         let opts = hf_pipeline::CompileOptions {
             threads: cfg.compile_threads.max(1),
             ..hf_pipeline::CompileOptions::default()
@@ -369,6 +376,7 @@ impl Datapath {
             stage_clock: None,
             svc: crate::svc::Prober::default(),
             snoop: crate::snoop::Snooper::default(),
+            ras,
             mirror: crate::mirror::Mirrors::default(),
             bfd: crate::bfd::Bfd::default(),
             garps: Vec::new(),
@@ -1372,6 +1380,7 @@ impl Datapath {
             self.migration_deadline(),
             self.svc.poll_timeout(),
             self.snoop.poll_timeout(),
+            self.ras.poll_timeout(),
             self.bfd.poll_timeout(),
             self.garps.iter().map(|g| g.0).min(),
         ]
@@ -1395,6 +1404,9 @@ impl Datapath {
         }
         if self.snoop.poll_timeout().is_some_and(|t| t <= now) {
             self.run_mcast(now);
+        }
+        if self.ras.poll_timeout().is_some_and(|t| t <= now) {
+            self.run_ras(now);
         }
     }
 

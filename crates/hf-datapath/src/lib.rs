@@ -23,6 +23,7 @@
 //!   is delivered, to the session's sink, as OVS sends them for ovn-controller.
 //! - [`snoop`]: multicast snooping (IGMP and MLD) for SB `IP_Multicast` switches: learned
 //!   groups to the controller (SB `IGMP_Group`), and the querier.
+//! - [`ra`]: periodic unsolicited IPv6 router advertisements out of the local ports.
 //! - [`migrate`]: live migration between datapaths: the state channel, the conntrack pre-copy,
 //!   deltas and final delta, and the destination's hold of the port's traffic until then.
 //!
@@ -51,6 +52,7 @@ pub mod offload;
 pub mod port;
 pub mod program;
 pub mod proto;
+pub mod ra;
 pub mod snoop;
 pub mod stopwatch;
 pub mod svc;

@@ -58,7 +58,9 @@ pub use crate::delta::{
 /// Version 8 added multicast snooping ([`ToDatapath::Mcast`]: the snooping switches with
 /// local ports, [`FromDatapath::McastGroups`]: their learned groups, see [`crate::snoop`]), as
 /// new last variants, each sent only to a version-8 peer: an older datapath snoops nothing
-/// (the controller says so once), and an older controller leaves `IGMP_Group` alone.
+/// (the controller says so once), and an older controller leaves `IGMP_Group` alone; and
+/// periodic router advertisements ([`ToDatapath::PeriodicRas`], see [`crate::ra`]), which an
+/// older datapath does not send (the controller says so once).
 pub const PROTOCOL_VERSION: u32 = 8;
 
 /// The first version with multicast snooping.
@@ -167,6 +169,9 @@ pub enum ToDatapath {
     /// switch whose groups changed ([`crate::snoop`]). Only to a version-8 peer. (Added in
     /// version 8.)
     Mcast(Vec<crate::snoop::McastCfgMsg>),
+    /// The periodic router advertisements of the router ports whose switches have local
+    /// ports, all of them ([`crate::ra`]). Only to a version-8 peer. (Added in version 8.)
+    PeriodicRas(Vec<crate::ra::PeriodicRaMsg>),
 }
 
 /// [`ToDatapath::Bfd`].

@@ -16,8 +16,9 @@
 //!
 //! # What it does not do
 //!
-//! No periodic (unsolicited) advertisements: ovn-controller sends those from its own timer,
-//! not from a flow. Unknown options, values of the wrong kind and strings that do not encode
+//! No periodic (unsolicited) advertisements of its own: `holdfast controller` composes those
+//! with [`RaOpts::encode`] from the router port's options and the datapath sends them on its
+//! timer (`hf_datapath::ra`). Unknown options, values of the wrong kind and strings that do not encode
 //! are a [`RaError`] naming the option.
 //!
 //! # Invariants

@@ -91,6 +91,8 @@ mod mirror;
 pub use mirror::local_mirrors;
 #[path = "push.rs"]
 mod push;
+#[path = "ra.rs"]
+mod ra;
 #[path = "write.rs"]
 mod write;
 
@@ -325,6 +327,14 @@ pub struct Controller {
     mcast_due: bool,
     /// An older datapath was told about once.
     mcast_warned: bool,
+    /// The periodic router advertisements last sent to the datapath ([`ra`]).
+    ras_sent: Option<Vec<hf_datapath::ra::PeriodicRaMsg>>,
+    /// Their inputs changed.
+    ras_due: bool,
+    /// What could not be composed, as last logged.
+    ras_bad: Vec<String>,
+    /// An older datapath was told about once.
+    ras_warned: bool,
     /// ACL log lines from the datapath, for the shell to write (`acl_log` module).
     acl_logs: VecDeque<String>,
     dp_ports: BTreeMap<String, LocalPort>,
@@ -543,6 +553,10 @@ impl Controller {
             mcast_sent: None,
             mcast_due: true,
             mcast_warned: false,
+            ras_sent: None,
+            ras_due: true,
+            ras_bad: Vec::new(),
+            ras_warned: false,
             meters_sent: None,
             meters_due: true,
             acl_logs: VecDeque::new(),
@@ -1041,6 +1055,8 @@ impl Controller {
                 self.mirrors_due = true;
                 self.mcast_sent = None;
                 self.mcast_due = true;
+                self.ras_sent = None;
+                self.ras_due = true;
                 self.bfd_sent = None;
                 self.bfd_due = true;
                 self.touched_since_running = None;
@@ -1285,6 +1301,7 @@ impl Controller {
         self.svc_due = true;
         self.mirrors_due = true;
         self.mcast_due = true;
+        self.ras_due = true;
         let local = self.local_set();
         self.with_state(|st| {
             // A port that left this chassis is activated again only by a new announcement.
@@ -1329,6 +1346,7 @@ impl Controller {
             self.sync_meters();
             self.sync_mirrors();
             self.sync_mcast();
+            self.sync_ras();
             self.sync_bfd();
         }
         self.retired = None;
@@ -1395,6 +1413,7 @@ impl Controller {
                 self.meters_due = true;
                 self.mirrors_due = true;
                 self.mcast_due = true;
+                self.ras_due = true;
                 self.bfd_due = true;
             }
             Event::Changes(d) => {
@@ -1406,6 +1425,9 @@ impl Controller {
                 }
                 if mcast::touches_mcast(&d) {
                     self.mcast_due = true;
+                }
+                if ra::touches_ras(&d) {
+                    self.ras_due = true;
                 }
                 if ha::touches_bfd(&d) {
                     self.bfd_due = true;

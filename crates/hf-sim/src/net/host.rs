@@ -429,6 +429,9 @@ impl Host {
         }
         self.rec.frames_in += 1;
         self.rec.bytes_in += frame.len() as u64;
+        if let Some(ra) = mcast::router_advert(frame, now) {
+            self.rec.router_adverts.push(ra);
+        }
         match frames::classify(frame) {
             Class::Malformed => {
                 self.rec.malformed_in += 1;

@@ -31,3 +31,61 @@ impl Host {
         self.iface.has_multicast_group(group)
     }
 }
+
+/// The router advertisement in `frame`, decoded by smoltcp (IPv6 without extension headers,
+/// checksum verified), if it is one.
+pub(super) fn router_advert(
+    frame: &[u8],
+    now: std::time::Duration,
+) -> Option<super::super::record::RouterAdvert> {
+    use smoltcp::phy::ChecksumCapabilities;
+    use smoltcp::wire::{
+        EthernetFrame, EthernetProtocol, Icmpv6Packet, Icmpv6Repr, IpProtocol, Ipv6Packet,
+        NdiscPrefixInfoFlags, NdiscRepr, NdiscRouterFlags,
+    };
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    if eth.ethertype() != EthernetProtocol::Ipv6 {
+        return None;
+    }
+    let ip = Ipv6Packet::new_checked(eth.payload()).ok()?;
+    if ip.next_header() != IpProtocol::Icmpv6 {
+        return None;
+    }
+    let icmp = Icmpv6Packet::new_checked(ip.payload()).ok()?;
+    let repr = Icmpv6Repr::parse(
+        &ip.src_addr(),
+        &ip.dst_addr(),
+        &icmp,
+        &ChecksumCapabilities::default(),
+    )
+    .ok()?;
+    let Icmpv6Repr::Ndisc(NdiscRepr::RouterAdvert {
+        router_lifetime,
+        flags,
+        prefix_info,
+        mtu,
+        ..
+    }) = repr
+    else {
+        return None;
+    };
+    let prefixes = prefix_info
+        .iter()
+        .map(|p| {
+            (
+                format!("{}/{}", p.prefix, p.prefix_len),
+                p.flags.contains(NdiscPrefixInfoFlags::ADDRCONF),
+            )
+        })
+        .collect();
+    Some(super::super::record::RouterAdvert {
+        at_ms: now.as_millis() as u64,
+        src_mac: eth.src_addr().to_string(),
+        src_ip: ip.src_addr().to_string(),
+        lifetime: router_lifetime.secs() as u16,
+        managed: flags.contains(NdiscRouterFlags::MANAGED),
+        other: flags.contains(NdiscRouterFlags::OTHER),
+        prefixes,
+        mtu,
+    })
+}

@@ -138,6 +138,26 @@ pub struct HostRecord {
     pub dhcp: Option<DhcpRecord>,
     /// ARP/RARP announcements the host sent (after a migration).
     pub announcements: u64,
+    /// IPv6 router advertisements the host received, decoded by smoltcp.
+    pub router_adverts: Vec<RouterAdvert>,
+}
+
+/// One router advertisement a host received.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RouterAdvert {
+    /// When (simulated time, ms).
+    pub at_ms: u64,
+    /// The Ethernet and IPv6 source.
+    pub src_mac: String,
+    pub src_ip: String,
+    /// Router lifetime (s), managed and other flags.
+    pub lifetime: u16,
+    pub managed: bool,
+    pub other: bool,
+    /// The prefix information options, `prefix/len`, with the autonomous flag.
+    pub prefixes: Vec<(String, bool)>,
+    /// The MTU option, if any.
+    pub mtu: Option<u32>,
 }
 
 /// One TCP connection, from one end.

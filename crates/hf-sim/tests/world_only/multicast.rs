@@ -313,3 +313,91 @@ fn the_router_relays_a_group_to_the_switches_that_joined_it() {
     only(&stream(&mut w, 20), &["vm2", "vm5"], 20);
     eprintln!("multicast relay: vm1 (sw0) → vm2 (sw0) and vm5 (sw1, through lr0)");
 }
+
+/// Periodic router advertisements: `lr0-sw0` gets fd00:1::1/64 and `ipv6_ra_configs`
+/// `address_mode=slaac send_periodic=true min_interval=3 max_interval=6`. Every host on sw0 (on
+/// both chassis) receives an advertisement from the router port every 3 to 6 s, as smoltcp
+/// decodes it: from the port's MAC and link-local address, router lifetime 65535, prefix
+/// fd00:1::/64 autonomous; sw1's hosts receive none. Switched to `dhcpv6_stateful`, the
+/// advertisements say "managed" and the prefix is not autonomous.
+#[test]
+fn router_ports_advertise_periodically_to_their_switch() {
+    let mut w = world();
+    let lrp = |cfg: &[(&str, &str)]| {
+        vec![json!({"op": "update", "table": "Logical_Router_Port",
+            "where": [["name", "==", "lr0-sw0"]],
+            "row": {"networks": ["set", ["10.0.0.1/24", "fd00:1::1/64"]],
+                "ipv6_ra_configs": ["map", cfg.iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>()]}})]
+    };
+    w.nb(lrp(&[
+        ("address_mode", "slaac"),
+        ("send_periodic", "true"),
+        ("min_interval", "3"),
+        ("max_interval", "6"),
+    ]))
+    .expect("RA config");
+    w.run_for(Duration::from_secs(1));
+    let t0 = w.now();
+    w.run_for(Duration::from_secs(60));
+    let sw0 = ["vm1", "vm2", "vm7", "vm4", "vm6"];
+    for h in sw0 {
+        let ras: Vec<_> = w
+            .host(h)
+            .expect("host")
+            .record(w.now())
+            .router_adverts
+            .into_iter()
+            .filter(|r| r.at_ms >= t0.as_millis() as u64)
+            .collect();
+        assert!(
+            (10..=21).contains(&ras.len()),
+            "{h}: {} advertisements in 60 s, want one every 3-6 s: {:?}\n{}",
+            ras.len(),
+            ras.iter().map(|r| r.at_ms).collect::<Vec<_>>(),
+            w.take_log().join("\n")
+        );
+        for p in ras.windows(2) {
+            let gap = p[1].at_ms - p[0].at_ms;
+            assert!((2_999..=6_001).contains(&gap), "{h}: {gap} ms between two");
+        }
+        let r = &ras[0];
+        assert_eq!(r.src_mac, "00-00-00-00-ff-01", "{r:?}");
+        assert_eq!(r.src_ip, "fe80::200:ff:fe00:ff01", "{r:?}");
+        assert_eq!(r.lifetime, 65535);
+        assert!(!r.managed && !r.other, "{r:?}");
+        assert_eq!(r.prefixes, vec![("fd00:1::/64".to_string(), true)]);
+    }
+    for h in ["vm3", "vm5"] {
+        let n = w
+            .host(h)
+            .expect("host")
+            .record(w.now())
+            .router_adverts
+            .len();
+        assert_eq!(n, 0, "{h} is not on sw0");
+    }
+    // DHCPv6 stateful: managed, the prefix on-link only.
+    w.nb(lrp(&[
+        ("address_mode", "dhcpv6_stateful"),
+        ("send_periodic", "true"),
+        ("min_interval", "3"),
+        ("max_interval", "6"),
+    ]))
+    .expect("RA config");
+    w.run_for(Duration::from_secs(1));
+    let t1 = w.now().as_millis() as u64;
+    w.run_for(Duration::from_secs(10));
+    let rec = w.host("vm4").expect("vm4").record(w.now());
+    let last = rec
+        .router_adverts
+        .iter()
+        .rfind(|r| r.at_ms >= t1)
+        .expect("an advertisement after the change");
+    assert!(last.managed, "{last:?}");
+    assert_eq!(last.prefixes, vec![("fd00:1::/64".to_string(), false)]);
+    eprintln!(
+        "periodic RAs: {} to vm4 in {} s",
+        rec.router_adverts.len(),
+        (w.now() - t0).as_secs()
+    );
+}
