@@ -55,6 +55,8 @@ const TABLES: &[(&str, &[&str])] = &[
     ("Service_Monitor", &[]),
     // `seq_no` is the controllers' (a flush request).
     ("IP_Multicast", &["seq_no"]),
+    // The controllers' rows: compared for the stale ones northd deletes.
+    ("IGMP_Group", &[]),
 ];
 
 fn select(remote: &str, table: &str) -> Vec<serde_json::Map<String, Value>> {
@@ -208,6 +210,12 @@ pub fn dump(remote: &str) -> Tables {
                     render(&r["protocol"], &names)
                 ),
                 "IP_Multicast" => render(&r["datapath"], &names),
+                "IGMP_Group" => format!(
+                    "{}/{}@{}",
+                    render(&r["datapath"], &names),
+                    s(r, "address"),
+                    render(&r["chassis"], &names)
+                ),
                 // DNS rows have no name: by their switches.
                 "DNS" => format!("dns{}", render(&r["datapaths"], &names)),
                 _ => s(r, "name"),

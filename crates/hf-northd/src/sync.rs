@@ -1260,6 +1260,7 @@ fn diff(
     }
 
     ip_mcast::diff(&mut o, sb, d, scope, &dp_uuid);
+    ip_mcast::purge_igmp(&mut o, sb, &dp_uuid);
 
     // Meter by name, its bands compared as (action, rate, burst) and written anew on a change.
     let (old_meter, dup_meter) = by_key(sb.meter.values(), |r| Some(r.name.as_str()));

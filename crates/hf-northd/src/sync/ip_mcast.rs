@@ -1,5 +1,7 @@
 //! `IP_Multicast` rows, one per switch, keyed by their datapath's name: inserted, updated
-//! column by column, deleted when the switch is gone (as 23.03's `build_ip_mcast` does).
+//! column by column, deleted when the switch is gone (as 23.03's `build_ip_mcast` does); and
+//! stale `IGMP_Group` rows deleted (without chassis or datapath, or of a datapath northd does
+//! not have: a controller that crashed, as 23.03's `build_mcast_groups` purges them).
 
 use std::collections::HashMap;
 
@@ -71,6 +73,20 @@ pub(super) fn diff(
     }
     for r in gone(&old, &d.ip_multicast, scope.map(|s| &s.ip_multicast)) {
         o.delete(r);
+    }
+}
+
+/// Deletes the stale `IGMP_Group` rows; `dp_uuid` holds every datapath northd keeps.
+pub(super) fn purge_igmp(o: &mut Ops<'_>, sb: &SbView, dp_uuid: &HashMap<&str, Uuid>) {
+    let live: std::collections::HashSet<Uuid> = dp_uuid.values().copied().collect();
+    let mut stale: Vec<&hf_model::sb::IgmpGroup> = sb
+        .igmp_group
+        .values()
+        .filter(|g| g.chassis.is_none() || g.datapath.is_none_or(|d| !live.contains(&d.uuid())))
+        .collect();
+    stale.sort_by_key(|g| g.uuid);
+    for g in stale {
+        o.delete(g);
     }
 }
 
