@@ -529,7 +529,8 @@ impl crate::Datapath {
         });
     }
 
-    /// [`crate::proto::ToDatapath::Garps`]: each gratuitous ARP now, 1 s and 3 s later.
+    /// [`crate::proto::ToDatapath::Garps`]: each gratuitous ARP now and 2, 6, 14 and 30 s later
+    /// (pinctrl's `send_garp_rarp`: five announcements, the gap doubling from 2 s).
     pub(crate) fn send_garps(&mut self, list: Vec<crate::proto::AnnounceMsg>, now: Duration) {
         for a in list {
             let Ok(ip) = a.ip.parse::<std::net::Ipv4Addr>() else {
@@ -540,7 +541,7 @@ impl crate::Datapath {
                 continue;
             };
             let f = crate::migrate::garp(a.mac, ip);
-            for d in [0u64, 1000, 3000] {
+            for d in GARP_AT_MS {
                 self.garps
                     .push((now + Duration::from_millis(d), f.clone(), a.via.clone()));
             }
@@ -549,9 +550,45 @@ impl crate::Datapath {
     }
 }
 
+/// When a gateway's gratuitous ARPs go out after it takes over, ms (pinctrl's backoff).
+pub const GARP_AT_MS: [u64; 5] = [0, 2000, 6000, 14000, 30000];
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A gateway's gratuitous ARPs leave by the localnet port at 0, 2, 6, 14 and 30 s (pinctrl's
+    /// five announcements), then stop.
+    #[test]
+    fn gratuitous_arps_back_off_like_pinctrl() {
+        let mut dp = crate::Datapath::new(crate::DatapathConfig::new("gw1", [192, 0, 2, 1].into()));
+        dp.add_port("ln-ext", None);
+        dp.send_garps(
+            vec![crate::proto::AnnounceMsg {
+                mac: [0, 0, 0, 0, 0x10, 1],
+                ip: "172.16.0.1".into(),
+                via: "ln-ext".into(),
+            }],
+            Duration::ZERO,
+        );
+        let mut sent = Vec::new();
+        let mut now = Duration::ZERO;
+        while now <= Duration::from_secs(60) {
+            dp.handle_timeout(now);
+            while let Some(t) = dp.poll_transmit() {
+                if let crate::Transmit::Port { port, frame } = t {
+                    assert_eq!(port, "ln-ext");
+                    // ARP request, sender = target = the address.
+                    assert_eq!(&frame[12..14], &[0x08, 0x06]);
+                    assert_eq!(&frame[28..32], &[172, 16, 0, 1]);
+                    assert_eq!(&frame[38..42], &[172, 16, 0, 1]);
+                    sent.push(now.as_millis());
+                }
+            }
+            now += Duration::from_millis(250);
+        }
+        assert_eq!(sent, vec![0, 2000, 6000, 14000, 30000]);
+    }
 
     const A: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(192, 168, 0, 1));
     const B: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(192, 168, 0, 2));

@@ -159,7 +159,7 @@ pub enum ToDatapath {
     /// [`FromDatapath::BfdStatus`] whenever a state changes. Only to a version-7 peer. (Added
     /// in version 7.)
     Bfd(BfdMsg),
-    /// Gratuitous ARPs to send now and again 1 s and 3 s later (a gateway that became
+    /// Gratuitous ARPs to send now and again 2, 6, 14 and 30 s later (a gateway that became
     /// active for its addresses, as pinctrl announces them). Only to a version-7 peer. (Added
     /// in version 7.)
     Garps(Vec<AnnounceMsg>),
