@@ -10,6 +10,8 @@ mod common;
 
 #[path = "datapath/acl_log_format.rs"]
 mod acl_log_format;
+#[path = "datapath/kernel_igmp.rs"]
+mod kernel_igmp;
 #[path = "datapath/mirror_format.rs"]
 mod mirror_format;
 #[path = "datapath/state_channel.rs"]
