@@ -85,6 +85,20 @@ impl Runner<'_> {
         }
     }
 
+    /// A frame punted to the chassis from port key `port` of datapath `dp`: (datapath name,
+    /// port name, the frame); none in a trace.
+    fn punted(&self, dp: u32, port: u32) -> Option<(String, String, Vec<u8>)> {
+        if self.mode == Mode::Trace {
+            return None;
+        }
+        let d = self.prog.dp_by_key(dp)?;
+        let name = d
+            .ports
+            .get(&port)
+            .map_or_else(String::new, |p| p.name.clone());
+        Some((d.name.clone(), name, self.scr.ctx.frame.to_vec()))
+    }
+
     fn exec_stateful_inner(&mut self, act: &CAct) {
         match act {
             CAct::Count { counter, .. } => self.count(*counter),
@@ -258,32 +272,22 @@ impl Runner<'_> {
             CAct::SvcCheck { dp, port, counter } => {
                 let port = self.scr.ctx.read(*port) as u32;
                 self.count(*counter);
-                if self.mode != Mode::Trace
-                    && let Some(d) = self.prog.dp_by_key(*dp)
-                {
+                if let Some((datapath, port, frame)) = self.punted(*dp, port) {
                     self.events.push(Event::SvcCheck {
-                        datapath: d.name.clone(),
-                        port: d
-                            .ports
-                            .get(&port)
-                            .map_or_else(String::new, |p| p.name.clone()),
-                        frame: self.scr.ctx.frame.to_vec(),
+                        datapath,
+                        port,
+                        frame,
                     });
                 }
             }
             CAct::Igmp { dp, counter } => {
-                let port = self.scr.ctx.f[crate::packet::slot::INPORT] as u32;
+                let port = self.scr.ctx.f[slot::INPORT] as u32;
                 self.count(*counter);
-                if self.mode != Mode::Trace
-                    && let Some(d) = self.prog.dp_by_key(*dp)
-                {
+                if let Some((datapath, port, frame)) = self.punted(*dp, port) {
                     self.events.push(Event::Igmp {
-                        datapath: d.name.clone(),
-                        port: d
-                            .ports
-                            .get(&port)
-                            .map_or_else(String::new, |p| p.name.clone()),
-                        frame: self.scr.ctx.frame.to_vec(),
+                        datapath,
+                        port,
+                        frame,
                     });
                 }
             }

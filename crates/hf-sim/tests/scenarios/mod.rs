@@ -30,7 +30,7 @@ pub fn ip(s: &str) -> IpAddr {
     s.parse().expect("a test address")
 }
 
-fn vm(sw: &str, name: &str, n: u8, net: &str, chassis: &'static str) -> Txn {
+pub fn vm(sw: &str, name: &str, n: u8, net: &str, chassis: &'static str) -> Txn {
     nb::port(
         sw,
         name,

@@ -24,21 +24,10 @@ use std::time::Duration;
 use hf_sim::world::{NorthdMode, World, WorldConfig, nb};
 use serde_json::json;
 
+use super::scenarios::vm;
+
 const GROUP: IpAddr = IpAddr::V4(Ipv4Addr::new(239, 1, 1, 1));
 const PORT: u16 = 5000;
-
-fn vm(sw: &str, name: &str, n: u8, net: &str, chassis: &'static str) -> nb::Txn {
-    nb::port(
-        sw,
-        name,
-        &format!("00:00:00:00:00:{n:02x} {net}.{}", n + 10),
-        nb::PortOpts {
-            port_security: true,
-            requested_chassis: Some(chassis),
-            ..nb::PortOpts::default()
-        },
-    )
-}
 
 fn snoop_options(querier: bool) -> nb::Txn {
     snoop_on("sw0", querier)
