@@ -24,6 +24,8 @@
 //!   `ip6_src` to ff02::1 (when it parses), max response `query_max_resp`, out of every local
 //!   port of the switch (pinctrl sends to `_MC_flood` with the local-only flag). The first goes
 //!   out as soon as the switch is configured.
+//! - A change of `IP_Multicast.seq_no` (`ovn-sbctl ip-multicast-flush`) flushes the switch's
+//!   groups and multicast-router ports.
 //! - The groups the controller read back from SB ([`McastCfgMsg::known`]) seed an empty
 //!   switch once (a restarted datapath keeps what its chassis had learned, each for a fresh
 //!   idle timeout) so that a restart does not withdraw every group until the next reports.
@@ -81,6 +83,9 @@ pub struct McastCfgMsg {
     pub ports: Vec<String>,
     /// This chassis's `IGMP_Group` rows of the switch (seeds, see the module doc).
     pub known: Vec<McastGroupMsg>,
+    /// `IP_Multicast.seq_no`: a change flushes the switch's groups (`ovn-sbctl
+    /// ip-multicast-flush`).
+    pub seq_no: i64,
 }
 
 /// One group of a switch and its local member ports (`address` [`MROUTERS`] for the
@@ -240,6 +245,12 @@ impl Snooper {
             sw.ip4_src = ip4_src;
             sw.ip6_src = ip6_src;
             let interval_changed = sw.cfg.query_interval != cfg.query_interval;
+            // `ip-multicast-flush`: everything learned goes (pinctrl's `needs_flush`).
+            if !fresh && sw.cfg.seq_no != cfg.seq_no {
+                sw.groups.clear();
+                sw.mrouters.clear();
+                self.dirty.insert(cfg.datapath.clone());
+            }
             sw.cfg = cfg;
             // Members of ports that left the chassis go.
             let ports: BTreeSet<&String> = sw.cfg.ports.iter().collect();

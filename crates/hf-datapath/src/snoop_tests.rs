@@ -330,3 +330,33 @@ fn untrusted_bytes_do_not_panic() {
         let _ = s.handle("sw0", "p1", &f, Duration::ZERO);
     }
 }
+
+#[test]
+fn a_new_seq_no_flushes_the_switch() {
+    let mut s = Snooper::default();
+    let mut c = cfg("sw0", &["p1", "r1"]);
+    s.set(vec![c.clone()], Duration::ZERO);
+    s.handle("sw0", "p1", &v2_report([239, 1, 1, 1]), S)
+        .unwrap();
+    s.handle("sw0", "r1", &igmp_frame(&[0x11, 10, 0, 0, 0, 0, 0, 0]), S)
+        .unwrap();
+    s.poll(S);
+    // The same configuration again: nothing changes.
+    s.set(vec![c.clone()], 2 * S);
+    assert!(s.poll(2 * S).1.is_empty());
+    assert_eq!(groups(&s, "sw0").len(), 2);
+    c.seq_no += 1;
+    s.set(vec![c], 3 * S);
+    let (_, changed) = s.poll(3 * S);
+    assert_eq!(
+        changed,
+        vec![McastGroupsMsg {
+            datapath: "sw0".into(),
+            groups: Vec::new()
+        }]
+    );
+    // Learning goes on after the flush.
+    s.handle("sw0", "p1", &v2_report([239, 1, 1, 1]), 4 * S)
+        .unwrap();
+    assert_eq!(groups(&s, "sw0"), vec![g("239.1.1.1", &["p1"])]);
+}

@@ -183,6 +183,7 @@ pub fn local_snooping(
             ip6_src: m.ip6_src.clone(),
             ports: ps.iter().cloned().collect(),
             known,
+            seq_no: m.seq_no,
         });
     }
     out.sort_by(|a, b| a.datapath.cmp(&b.datapath));

@@ -8,6 +8,8 @@
 //!   `Multicast_Group` "239.1.1.1", and a stream from vm1 reaches vm2 and vm4 only.
 //! - A minute later (three idle timeouts) the groups are still there: the datapaths' queries
 //!   were answered.
+//! - `ovn-sbctl ip-multicast-flush sw0`: both rows go, and come back with the answers to the
+//!   next query.
 //! - vm4 leaves: hv2's row goes, the stream reaches vm2 only.
 //! - hv1's datapath restarts (a new process, nothing learned): the chassis's `IGMP_Group` row
 //!   seeds it, so the stream still reaches vm2.
@@ -163,6 +165,21 @@ fn group_ports(w: &World) -> Option<Vec<String>> {
     Some(p)
 }
 
+/// `ovn-sbctl ip-multicast-flush SW`: `IP_Multicast.seq_no` one up.
+fn flush(w: &mut World, sw: &str) {
+    let sb = w.sb_snapshot().expect("SB");
+    let dp = sb
+        .datapath_binding()
+        .values()
+        .find(|d| d.external_ids.get("name").is_some_and(|n| n == sw))
+        .map(|d| d.uuid.to_string())
+        .expect("datapath");
+    w.sb(vec![json!({"op": "mutate", "table": "IP_Multicast",
+        "where": [["datapath", "==", ["uuid", dp]]],
+        "mutations": [["seq_no", "+=", 1]]})])
+        .expect("flush");
+}
+
 /// The world's log lines about multicast.
 fn log_of(w: &mut World) -> String {
     w.take_log()
@@ -216,6 +233,20 @@ fn a_multicast_stream_reaches_only_joined_receivers() {
         "multicast: joined in SB {:?} after the reports; still joined {:?} later",
         t_join,
         w.now() - t_join
+    );
+    // `ovn-sbctl ip-multicast-flush sw0` (IP_Multicast.seq_no + 1): the rows go, and come
+    // back with the answers to the next query.
+    flush(&mut w, "sw0");
+    let flushed = w.run_until(|w| igmp_rows(w).is_empty(), Duration::from_secs(2));
+    assert!(flushed, "not flushed: {:?}", igmp_rows(&w));
+    let back = w.run_until(
+        |w| group_ports(w).is_some_and(|p| p == ["vm2", "vm4"]),
+        Duration::from_secs(10),
+    );
+    assert!(
+        back,
+        "not learned again after the flush: {:?}",
+        igmp_rows(&w)
     );
     // vm4 leaves.
     w.host_mut("vm4")
