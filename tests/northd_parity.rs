@@ -33,6 +33,8 @@
 
 mod common;
 
+#[path = "northd_parity/bfd.rs"]
+mod bfd;
 #[path = "northd_parity/copp.rs"]
 mod copp;
 #[path = "northd_parity/copp_nb.rs"]

@@ -57,6 +57,8 @@ const TABLES: &[(&str, &[&str])] = &[
     ("IP_Multicast", &["seq_no"]),
     // The controllers' rows: compared for the stale ones northd deletes.
     ("IGMP_Group", &[]),
+    // `disc` is random in ovn-northd (holdfast's is checked positive by the BFD test).
+    ("BFD", &["disc"]),
 ];
 
 fn select(remote: &str, table: &str) -> Vec<serde_json::Map<String, Value>> {
@@ -210,6 +212,7 @@ pub fn dump(remote: &str) -> Tables {
                     render(&r["protocol"], &names)
                 ),
                 "IP_Multicast" => render(&r["datapath"], &names),
+                "BFD" => format!("{} {}", s(r, "logical_port"), s(r, "dst_ip")),
                 "IGMP_Group" => format!(
                     "{}/{}@{}",
                     render(&r["datapath"], &names),

@@ -164,6 +164,8 @@ pub struct Incremental {
     svc: Option<crate::svc::SvcPlan>,
     /// Whether the last update read any `IGMP_Group` row.
     igmp_any: bool,
+    /// Whether the last update had any NB or SB `BFD` row.
+    bfd_any: bool,
     /// A broken rule (tests of the oracles only).
     #[cfg(test)]
     pub(crate) broken: Option<Broken>,
@@ -304,8 +306,11 @@ impl Incremental {
         self.svc = Some(svc.clone());
         // Learned multicast groups (SB `IGMP_Group`, see [`crate::tables::igmp`]) are not
         // patched: while any exist (or the last update had some), every update is full.
-        let igmp_quiet = opts.keys.igmp.is_empty() && !self.igmp_any;
+        // BFD (NB `BFD` rows, SB `BFD` statuses: [`crate::bfd`]) likewise.
+        let bfd_now = !opts.keys.bfd.is_empty() || !nb.bfd().is_empty();
+        let igmp_quiet = opts.keys.igmp.is_empty() && !self.igmp_any && !bfd_now && !self.bfd_any;
         self.igmp_any = !opts.keys.igmp.is_empty();
+        self.bfd_any = bfd_now;
         let seeds = match deltas {
             Some(ds)
                 if svc_same
@@ -340,6 +345,7 @@ impl Incremental {
                 }
                 self.svc = Some(svc);
                 self.igmp_any = !opts.keys.igmp.is_empty();
+                self.bfd_any = bfd_now;
                 if key.features != FeatureSet::all() {
                     // Lowering reports over all datapaths: only the plain compile does that.
                     let c = crate::compile(nb, opts);

@@ -26,6 +26,7 @@
 //! the `Service_Monitor` rows and which backends a health-checked VIP lists).
 
 pub mod addr;
+pub mod bfd;
 pub mod build;
 pub mod copp;
 pub mod daemon;

@@ -297,6 +297,8 @@ pub struct SbDesired {
     pub meters: BTreeMap<String, MeterRow>,
     /// `IP_Multicast` by switch (datapath name).
     pub ip_multicast: BTreeMap<String, IpMcastRow>,
+    /// `BFD` by (logical port, dst IP) ([`crate::bfd`]).
+    pub bfd: BTreeMap<(String, String), crate::bfd::BfdRow>,
     /// `DHCP_Options` by name: the DHCPv4 option codes ovn-controller parses with.
     pub dhcp_options: BTreeMap<String, DhcpOptRow>,
     /// `DHCPv6_Options` by name.

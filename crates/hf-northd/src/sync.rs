@@ -24,6 +24,7 @@ use uuid::Uuid;
 use hf_ovsdb_net::client::OpsText;
 use serde_json::Map;
 
+mod bfd;
 mod ip_mcast;
 mod text;
 
@@ -221,6 +222,7 @@ pub fn insert_ops(d: &SbDesired, chassis: &HashMap<String, Uuid>) -> Vec<Value> 
             "row": {"name": name, "unit": m.unit, "bands": ref_set(bands)}}));
     }
     ip_mcast::insert_ops(d, &dp_ref, &mut ops);
+    bfd::insert_ops(d, &mut ops);
     for (chassis, vars) in &d.template_vars {
         ops.push(json!({"op": "insert", "table": "Chassis_Template_Var",
             "row": {"chassis": chassis, "variables": map(vars)}}));
@@ -321,6 +323,8 @@ pub struct Scope {
     pub mirrors: BTreeSet<String>,
     /// `IP_Multicast` by switch.
     pub ip_multicast: BTreeSet<String>,
+    /// `BFD` by (logical port, dst IP).
+    pub bfd: BTreeSet<(String, String)>,
     /// `DHCP_Options` and `DHCPv6_Options` (fixed tables: compared as a whole).
     pub dhcp: bool,
 }
@@ -368,6 +372,7 @@ impl Scope {
         changed_keys(&old.template_vars, &new.template_vars, &mut s.template_vars);
         changed_keys(&old.mirrors, &new.mirrors, &mut s.mirrors);
         changed_keys(&old.ip_multicast, &new.ip_multicast, &mut s.ip_multicast);
+        changed_keys(&old.bfd, &new.bfd, &mut s.bfd);
         s.dhcp = old.dhcp_options != new.dhcp_options || old.dhcpv6_options != new.dhcpv6_options;
         s
     }
@@ -386,6 +391,7 @@ impl Scope {
         self.template_vars.extend(other.template_vars);
         self.mirrors.extend(other.mirrors);
         self.ip_multicast.extend(other.ip_multicast);
+        self.bfd.extend(other.bfd);
         self.dhcp |= other.dhcp;
     }
 
@@ -403,6 +409,7 @@ impl Scope {
             + self.template_vars.len()
             + self.mirrors.len()
             + self.ip_multicast.len()
+            + self.bfd.len()
             + usize::from(self.dhcp)
     }
 
@@ -1261,6 +1268,7 @@ fn diff(
 
     ip_mcast::diff(&mut o, sb, d, scope, &dp_uuid);
     ip_mcast::purge_igmp(&mut o, sb, &dp_uuid);
+    bfd::diff(&mut o, sb, d, scope);
 
     // Meter by name, its bands compared as (action, rate, burst) and written anew on a change.
     let (old_meter, dup_meter) = by_key(sb.meter.values(), |r| Some(r.name.as_str()));

@@ -62,6 +62,8 @@ pub struct Keys {
     /// Learned `Multicast_Group` rows SB holds: (datapath name, group name) → tunnel key
     /// (kept, as ovn-northd keeps a group's key).
     pub mc_keys: BTreeMap<(String, String), u32>,
+    /// SB `BFD` rows (what [`crate::bfd::plan`] reads).
+    pub bfd: Vec<crate::bfd::BfdSeen>,
 }
 
 impl Keys {
@@ -79,6 +81,7 @@ impl Keys {
             svc: self.svc.clone(),
             igmp: self.igmp.clone(),
             mc_keys: self.mc_keys.clone(),
+            bfd: self.bfd.clone(),
         }
     }
 }
@@ -207,6 +210,8 @@ pub struct Topo<'a> {
     pub svc: std::sync::Arc<crate::svc::SvcPlan>,
     /// The controllers' `IGMP_Group` rows ([`Keys::igmp`]).
     pub igmp: std::sync::Arc<Vec<crate::tables::igmp::IgmpSeen>>,
+    /// BFD: SB rows, NB statuses, ports with BFD, routes down ([`crate::bfd`]).
+    pub bfd: std::sync::Arc<crate::bfd::BfdPlan>,
 }
 
 /// A [`Topo`] without its NB: what the incremental compiler keeps between compiles
@@ -223,6 +228,7 @@ pub(crate) struct TopoParts {
     pub(crate) ls: crate::ls::index::LsIndex,
     pub(crate) svc: std::sync::Arc<crate::svc::SvcPlan>,
     pub(crate) igmp: std::sync::Arc<Vec<crate::tables::igmp::IgmpSeen>>,
+    pub(crate) bfd: std::sync::Arc<crate::bfd::BfdPlan>,
 }
 
 impl<'a> Topo<'a> {
@@ -239,6 +245,7 @@ impl<'a> Topo<'a> {
             ls: self.ls,
             svc: self.svc,
             igmp: self.igmp,
+            bfd: self.bfd,
         }
     }
 
@@ -257,6 +264,7 @@ impl<'a> Topo<'a> {
             ls: p.ls,
             svc: p.svc,
             igmp: p.igmp,
+            bfd: p.bfd,
         }
     }
 }
@@ -287,6 +295,7 @@ impl<'a> Topo<'a> {
             ls: Default::default(),
             svc: Default::default(),
             igmp: std::sync::Arc::new(keys.igmp.clone()),
+            bfd: std::sync::Arc::new(crate::bfd::plan(nb, &keys.bfd)),
         };
         // Datapaths, by name; a second row with a name already taken is refused.
         let mut switches: Vec<&nb::LogicalSwitch> = nb.logical_switch().values().collect();
@@ -313,14 +322,6 @@ impl<'a> Topo<'a> {
                 g.uuid,
                 ".",
                 "ipsec=true: IPsec is not built by holdfast (SB_Global.ipsec is not written; tunnels between chassis stay unencrypted)",
-            );
-        }
-        for b in nb.bfd().values() {
-            diags.push(
-                "BFD",
-                b.uuid,
-                format!("{} {}", b.logical_port, b.dst_ip),
-                "BFD on logical router ports is not built by holdfast northd: no SB BFD row, no session to the next hop, NB status left as it is (BFD between chassis for gateway failover is the datapath's, without this table)",
             );
         }
         for ls in switches {

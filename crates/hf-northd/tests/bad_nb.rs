@@ -73,6 +73,7 @@ fn keys_of(c: &Compiled) -> Keys {
         svc: Default::default(),
         igmp: Default::default(),
         mc_keys: Default::default(),
+        bfd: Default::default(),
     }
 }
 
@@ -576,22 +577,43 @@ fn template_load_balancers_are_reported_not_built() {
     );
 }
 
-/// An NB `BFD` row (BFD to a router port's next hop, which holdfast northd does not build)
-/// is named, not skipped silently.
+/// An NB `BFD` row gets its SB row (the first free source port, a non-zero discriminator, NB's
+/// status), and a static route whose session is down is left out with a diagnostic naming it.
 #[test]
-fn bfd_rows_are_reported_not_built() {
+fn bfd_rows_are_built_and_a_down_session_takes_its_route_out() {
     let mut nb = Nb::new();
     generator_like(&mut nb);
-    let before = compile(&nb.snapshot(), &Options::default());
-    assert!(!before.diagnostics.iter().any(|d| d.table == "BFD"));
     let row = nb.txn(vec![json!({"op": "insert", "table": "BFD",
-        "row": {"logical_port": "lr0-public", "dst_ip": "172.16.0.254"}})]);
+        "row": {"logical_port": "lr0-public", "dst_ip": "172.16.0.254", "status": "down"}})]);
+    nb.txn(vec![
+        json!({"op": "insert", "table": "Logical_Router_Static_Route", "uuid-name": "r",
+            "row": {"ip_prefix": "198.51.100.0/24", "nexthop": "172.16.0.254",
+                "bfd": ["uuid", row.to_string()]}}),
+        json!({"op": "mutate", "table": "Logical_Router", "where": [["name", "==", "lr0"]],
+            "mutations": [["static_routes", "insert", ["set", [["named-uuid", "r"]]]]]}),
+    ]);
     let c = compile(&nb.snapshot(), &Options::default());
+    assert!(
+        !c.diagnostics.iter().any(|d| d.reason.contains("not built")),
+        "{:#?}",
+        c.diagnostics
+    );
+    let sb = &c.sb.bfd[&("lr0-public".to_string(), "172.16.0.254".to_string())];
+    assert_eq!((sb.src_port, sb.status.as_str()), (49152, "down"));
+    assert!(sb.disc > 0);
+    // The session is down: the route is left out, and says so.
     let said: Vec<&Diagnostic> = c
         .diagnostics
         .iter()
-        .filter(|d| d.table == "BFD" && d.row == row)
+        .filter(|d| d.table == "Logical_Router_Static_Route")
         .collect();
     assert_eq!(said.len(), 1, "{:#?}", c.diagnostics);
-    assert!(said[0].reason.contains("not built"), "{}", said[0]);
+    assert!(said[0].reason.contains("BFD session"), "{}", said[0]);
+    assert!(
+        !c.sb
+            .flows
+            .values()
+            .any(|f| f.match_.contains("198.51.100.0/24")),
+        "a route whose session is down has a flow"
+    );
 }

@@ -335,6 +335,8 @@ pub struct Controller {
     ras_bad: Vec<String>,
     /// An older datapath was told about once.
     ras_warned: bool,
+    /// SB `BFD` sessions (router ports to next hops) already warned about ([`ha`]).
+    lrp_bfd_warned: BTreeSet<(String, String)>,
     /// ACL log lines from the datapath, for the shell to write (`acl_log` module).
     acl_logs: VecDeque<String>,
     dp_ports: BTreeMap<String, LocalPort>,
@@ -557,6 +559,7 @@ impl Controller {
             ras_due: true,
             ras_bad: Vec::new(),
             ras_warned: false,
+            lrp_bfd_warned: BTreeSet::new(),
             meters_sent: None,
             meters_due: true,
             acl_logs: VecDeque::new(),
@@ -1348,6 +1351,7 @@ impl Controller {
             self.sync_mcast();
             self.sync_ras();
             self.sync_bfd();
+            self.warn_lrp_bfd();
         }
         self.retired = None;
     }

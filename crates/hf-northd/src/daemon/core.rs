@@ -581,6 +581,11 @@ impl Northd {
                 if c.touches("MAC_Binding") {
                     self.age_due = true;
                 }
+                // BFD: a session's status (the controllers') changes routes and NB's status.
+                if c.touches("BFD") {
+                    self.compile_due = true;
+                    self.nb_side_due = true;
+                }
                 // Health checks: a monitor's status, or its port going up or down, changes
                 // which backends the VIP lists ([`crate::svc`]).
                 if c.touches("Service_Monitor")
@@ -873,6 +878,7 @@ impl Northd {
         let (mut opts, neg) = negotiate(base, nb, sb);
         opts.keys.svc = svc_seen(sb);
         (opts.keys.igmp, opts.keys.mc_keys) = igmp_seen(sb);
+        opts.keys.bfd = bfd_seen(sb);
         opts.keys.acl_last_good = std::mem::take(&mut self.acl_last_good);
         self.features = neg.features;
         self.any_unsupported = neg.unsupported().next().is_some();
@@ -1103,10 +1109,28 @@ pub fn compile_options(sb: &SbView) -> Options {
     }
     keys.svc = svc_seen(sb);
     (keys.igmp, keys.mc_keys) = igmp_seen(sb);
+    keys.bfd = bfd_seen(sb);
     Options {
         keys,
         ..Default::default()
     }
+}
+
+/// SB `BFD` rows (see [`crate::bfd`]).
+fn bfd_seen(sb: &SbView) -> Vec<crate::bfd::BfdSeen> {
+    let mut v: Vec<crate::bfd::BfdSeen> = sb
+        .bfd
+        .values()
+        .map(|b| crate::bfd::BfdSeen {
+            logical_port: b.logical_port.clone(),
+            dst_ip: b.dst_ip.clone(),
+            src_port: b.src_port,
+            disc: b.disc,
+            status: b.status.as_str().to_string(),
+        })
+        .collect();
+    v.sort();
+    v
 }
 
 /// The controllers' `IGMP_Group` rows resolved to names (rows without chassis, datapath or a
@@ -1286,6 +1310,8 @@ pub(crate) struct NbPlan {
     pub(crate) ups: Vec<(Uuid, bool)>,
     /// The `NB_Global.external_ids` negotiation report: exactly these prefixed keys.
     report: Option<BTreeMap<String, String>>,
+    /// NB `BFD` row → the `status` to write ([`crate::bfd::BfdPlan::nb_status`]).
+    bfd_status: BTreeMap<Uuid, String>,
 }
 
 impl NbPlan {
@@ -1296,6 +1322,7 @@ impl NbPlan {
             && self.nb_cfg_seen.is_none()
             && self.ups.is_empty()
             && self.report.is_none()
+            && self.bfd_status.is_empty()
     }
 }
 
@@ -1305,6 +1332,9 @@ pub(crate) fn nb_side(nb: &NbSnapshot, sb: &SbView, dirty: Option<&BTreeSet<Stri
         plan.create_global = true;
         return plan;
     };
+    if !nb.bfd().is_empty() {
+        plan.bfd_status = crate::bfd::plan(nb, &bfd_seen(sb)).nb_status;
+    }
     let sb_cfg = sb.global().map_or(0, |s| s.nb_cfg);
     if sb_cfg != 0 && g.sb_cfg != sb_cfg {
         plan.sb_cfg = Some(sb_cfg);
@@ -1459,6 +1489,16 @@ fn plan_ops(plan: &NbPlan, nb: &NbSnapshot, wall_ms: i64) -> Vec<Value> {
         {
             ops.push(json!({"op": "update", "table": "Logical_Switch_Port",
                 "where": uuid_where(*u), "row": {"up": up}}));
+        }
+    }
+    for (u, st) in &plan.bfd_status {
+        if nb
+            .bfd()
+            .get(u)
+            .is_some_and(|b| b.status.as_ref().map(|s| s.as_str()) != Some(st.as_str()))
+        {
+            ops.push(json!({"op": "update", "table": "BFD",
+                "where": uuid_where(*u), "row": {"status": st}}));
         }
     }
     ops

@@ -149,6 +149,9 @@ pub struct SbView {
     pub mirror: BTreeMap<Uuid, sb::Mirror>,
     /// `IP_Multicast`: the switches' snooping configuration northd writes for controllers.
     pub ip_multicast: BTreeMap<Uuid, sb::IpMulticast>,
+    /// `BFD`: sessions to router ports' next hops (northd writes all but the controllers'
+    /// `status`, which it reads).
+    pub bfd: BTreeMap<Uuid, sb::Bfd>,
     /// `Chassis_Template_Var`.
     pub chassis_template_var: BTreeMap<Uuid, sb::ChassisTemplateVar>,
     /// `Meter`.
@@ -225,6 +228,7 @@ const TABLES: &[(&str, Option<&[&str]>)] = &[
     ("Chassis_Template_Var", None),
     ("Mirror", None),
     ("IP_Multicast", None),
+    ("BFD", None),
     ("Meter", None),
     ("Meter_Band", None),
     (
@@ -374,6 +378,7 @@ impl SbView {
             + self.chassis_template_var.len()
             + self.mirror.len()
             + self.ip_multicast.len()
+            + self.bfd.len()
             + self.meter_band.len()
             + self.ha_chassis_group.len()
             + self.logical_dp_group.len()
@@ -751,6 +756,7 @@ struct AllPending {
     chassis_template_var: Pending<sb::ChassisTemplateVar>,
     mirror: Pending<sb::Mirror>,
     ip_multicast: Pending<sb::IpMulticast>,
+    bfd: Pending<sb::Bfd>,
     meter_band: Pending<sb::MeterBand>,
     ha_chassis_group: Pending<sb::HaChassisGroup>,
     logical_dp_group: Pending<sb::LogicalDpGroup>,
@@ -792,6 +798,7 @@ impl SbView {
             "Meter" => p.meter.extend(typed_changes(&self.meter, u)?),
             "Mirror" => p.mirror.extend(typed_changes(&self.mirror, u)?),
             "IP_Multicast" => p.ip_multicast.extend(typed_changes(&self.ip_multicast, u)?),
+            "BFD" => p.bfd.extend(typed_changes(&self.bfd, u)?),
             "Chassis_Template_Var" => p
                 .chassis_template_var
                 .extend(typed_changes(&self.chassis_template_var, u)?),
@@ -851,6 +858,7 @@ impl SbView {
             || !p.chassis_template_var.is_empty()
             || !p.mirror.is_empty()
             || !p.ip_multicast.is_empty()
+            || !p.bfd.is_empty()
             || !p.meter_band.is_empty()
             || !p.ha_chassis_group.is_empty()
             || !p.logical_dp_group.is_empty()
@@ -873,6 +881,7 @@ impl SbView {
             c.northd_uuids.extend(ids_of(&p.chassis_template_var));
             c.northd_uuids.extend(ids_of(&p.mirror));
             c.northd_uuids.extend(ids_of(&p.ip_multicast));
+            c.northd_uuids.extend(ids_of(&p.bfd));
             c.northd_uuids.extend(ids_of(&p.logical_flow));
             c.northd_uuids.extend(ids_of(&p.static_mac_binding));
         }
@@ -942,6 +951,7 @@ impl SbView {
             "IP_Multicast",
             apply_pending(&mut self.ip_multicast, p.ip_multicast),
         );
+        note("BFD", apply_pending(&mut self.bfd, p.bfd));
         note(
             "Chassis_Template_Var",
             apply_pending(&mut self.chassis_template_var, p.chassis_template_var),
@@ -991,6 +1001,7 @@ impl SbView {
             "Chassis_Template_Var" => k(&self.chassis_template_var),
             "Mirror" => k(&self.mirror),
             "IP_Multicast" => k(&self.ip_multicast),
+            "BFD" => k(&self.bfd),
             "Meter_Band" => k(&self.meter_band),
             "HA_Chassis_Group" => k(&self.ha_chassis_group),
             "Logical_DP_Group" => k(&self.logical_dp_group),

@@ -44,6 +44,8 @@ pub struct Rp {
     /// The routable NAT and LB addresses of the other routers on the switch it faces
     /// ([`crate::lr::routable::beside`]), found once for the routes and the resolution.
     pub routable: Vec<crate::lr::routable::Routable>,
+    /// An NB `BFD` row names it ([`crate::bfd::BfdPlan::has_bfd`]).
+    pub has_bfd: bool,
 }
 
 impl Rp {
@@ -277,6 +279,9 @@ pub struct Rtr {
     pub lb_events: Vec<crate::lb_event::EventVip>,
     /// Route groups, in priority order of emission.
     pub routes: Vec<RouteGroup>,
+    /// The IPv6 next hops of static routes left out because their BFD session is down (their
+    /// `lr_in_arp_request` flows stay: ovn-northd writes them from every static route).
+    pub bfd_down_hops: Vec<(std::net::Ipv6Addr, Owner, Uuid)>,
     /// Policies.
     pub policies: Vec<Policy>,
     /// Route table name → id (1..).
@@ -360,6 +365,7 @@ impl Rtr {
             vips: Vec::new(),
             lb_events: Vec::new(),
             routes: Vec::new(),
+            bfd_down_hops: Vec::new(),
             policies: Vec::new(),
             route_tables: BTreeMap::new(),
             force_snat_router_ip: d.gateway_chassis.is_some()
@@ -452,6 +458,7 @@ impl Rtr {
                     switch_peer.map(|s| topo.ports[s].dp),
                 ),
                 peer_lrp: *peer,
+                has_bfd: topo.bfd.has_bfd.contains(&p.name),
                 route_table: p
                     .options
                     .get("route_table")
@@ -844,8 +851,17 @@ impl Rtr {
                 nexthop: rt.nexthop.clone(),
             };
             let connected = rt.options.get("origin").is_some_and(|o| o == "connected");
-            if rt.bfd.is_some() {
-                diags.push("Logical_Router_Static_Route", rt.uuid, &handle, "BFD is not run by holdfast northd; the route is used whatever its next hop's state");
+            if topo.bfd.routes_down.contains(&rt.uuid) {
+                if let Ok(std::net::IpAddr::V6(a)) = rt.nexthop.trim().parse() {
+                    self.bfd_down_hops.push((a, owner.clone(), rt.uuid));
+                }
+                diags.push(
+                    "Logical_Router_Static_Route",
+                    rt.uuid,
+                    &handle,
+                    "the BFD session to the next hop is down (NB BFD status); the route is left out until it is up",
+                );
+                continue;
             }
             let symmetric = rt
                 .options

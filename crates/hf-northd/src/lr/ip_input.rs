@@ -188,6 +188,53 @@ pub fn build(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         let mut add = |prio: u16, m: Expr, a: Vec<Action>, disc: String| {
             out.add(dp, ST, prio, m, a, own.clone(), disc, hint)
         };
+        // BFD to the port's next hops (`build_lrouter_bfd_flows`): the chassis answers what
+        // comes to the port's addresses, what it sends itself goes on.
+        if p.has_bfd {
+            let bfd = |fam: &str, own: Vec<Value>| {
+                let port = eq(f("udp.dst"), num(3784));
+                // One address is written bare, several as a set (`op_put_v4_networks`).
+                let set_of = |field: &str, mut v: Vec<Value>| {
+                    if v.len() == 1 {
+                        eq(f(field), v.remove(0))
+                    } else {
+                        set_of(field, v)
+                    }
+                };
+                [
+                    (
+                        and([set_of(&format!("{fam}.src"), own.clone()), port.clone()]),
+                        vec![next()],
+                        format!("bfd-{fam}-src"),
+                    ),
+                    (
+                        and([set_of(&format!("{fam}.dst"), own), port]),
+                        vec![Action::HandleBfdMsg {
+                            span: hf_expr::Span::default(),
+                        }],
+                        format!("bfd-{fam}-dst"),
+                    ),
+                ]
+            };
+            let mut fams = Vec::new();
+            if !p.v4.is_empty() {
+                fams.push((
+                    "ip4",
+                    p.v4.iter().map(|n| ip4(n.addr())).collect::<Vec<_>>(),
+                ));
+            }
+            if !p.v6.is_empty() {
+                fams.push((
+                    "ip6",
+                    p.v6.iter().map(|n| ip6(n.addr())).collect::<Vec<_>>(),
+                ));
+            }
+            for (fam, own) in fams {
+                for (m, a, disc) in bfd(fam, own) {
+                    add(110, m, a, disc);
+                }
+            }
+        }
         if !p.v4.is_empty() {
             let mut v: Vec<Value> = Vec::new();
             for n in &p.v4 {

@@ -47,6 +47,7 @@ pub fn build(topo: &Topo<'_>, opts: &Options, sb: &mut SbDesired, diags: &mut Di
     port::build(topo, &opts.keys, sb, diags);
     mcast::build(topo, sb);
     mcast::build_ip_multicast(topo, sb);
+    sb.bfd = topo.bfd.sb.clone();
     igmp::build(topo, &opts.keys.igmp, &opts.keys.mc_keys, sb);
     dns::build(topo, sb);
     dhcp::build(sb);

@@ -50,11 +50,15 @@ pub fn arp_request(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diag
         None,
     );
     let mut seen = BTreeSet::new();
-    for g in &r.routes {
-        for h in &g.hops {
-            let Some(IpAddr::V6(a)) = h.nexthop else {
-                continue;
-            };
+    let hops = r.routes.iter().flat_map(|g| {
+        g.hops.iter().filter_map(|h| match h.nexthop {
+            Some(IpAddr::V6(a)) => Some((a, &h.owner, h.uuid)),
+            _ => None,
+        })
+    });
+    let down = r.bfd_down_hops.iter().map(|(a, o, u)| (*a, o, *u));
+    for (a, owner, uuid) in hops.chain(down) {
+        {
             if !seen.insert(a) {
                 continue;
             }
@@ -72,9 +76,9 @@ pub fn arp_request(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diag
                         output(),
                     ],
                 )],
-                h.owner.clone(),
+                owner.clone(),
                 format!("nd-ns-{a}"),
-                Some(h.uuid),
+                Some(uuid),
             );
         }
     }

@@ -26,6 +26,37 @@ pub(super) fn route_match(r: &Rtr, g: &crate::lr::ctx::RouteGroup) -> Expr {
     and(route_terms(r, g))
 }
 
+/// The flow ovn-northd's `add_route` adds beside a route out of a port with BFD: its match
+/// and `udp.dst == 3784`, one priority up, the route's actions without `ip.ttl--` (a BFD
+/// packet to the next hop keeps its TTL 255).
+#[allow(clippy::too_many_arguments)]
+fn bfd_twin(
+    out: &mut Flows,
+    r: &Rtr,
+    p: &crate::lr::ctx::Rp,
+    prio: u16,
+    m: Expr,
+    a: &[Action],
+    owner: Owner,
+    disc: String,
+    hint: Option<uuid::Uuid>,
+) {
+    if !p.has_bfd {
+        return;
+    }
+    let a: Vec<Action> = a.iter().skip(1).cloned().collect();
+    out.add(
+        r.dp,
+        Stage::LrInIpRouting,
+        prio + 1,
+        and([m, eq(f("udp.dst"), num(3784))]),
+        a,
+        owner,
+        format!("{disc}-bfd"),
+        hint,
+    );
+}
+
 /// `lr_in_ip_routing`.
 pub fn routing(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
     let st = Stage::LrInIpRouting;
@@ -58,14 +89,27 @@ pub fn routing(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
             let mut a = vec![dec_ttl(), set_reg(Reg::EcmpGroupId, num(0))];
             a.extend(hop_actions(p, v6, None, n.addr()));
             a.extend([loopback(), next()]);
+            let prio = route_priority(n.prefix_len(), false, true);
+            let disc = format!("connected-{}", n.trunc());
+            bfd_twin(
+                out,
+                r,
+                p,
+                prio,
+                m.clone(),
+                &a,
+                Owner::Port(p.name.clone()),
+                disc.clone(),
+                Some(p.nb),
+            );
             out.add(
                 r.dp,
                 st,
-                route_priority(n.prefix_len(), false, true),
+                prio,
                 m,
                 a,
                 Owner::Port(p.name.clone()),
-                format!("connected-{}", n.trunc()),
+                disc,
                 Some(p.nb),
             );
         }
@@ -79,17 +123,31 @@ pub fn routing(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
                 let mut a = vec![dec_ttl(), set_reg(Reg::EcmpGroupId, num(0))];
                 a.extend(hop_actions(p, false, None, IpAddr::V4(src.addr())));
                 a.extend([loopback(), next()]);
+                let m = eq(
+                    f("ip4.dst"),
+                    crate::build::net4_len(ipnet::Ipv4Net::from(ip)),
+                );
+                let prio = route_priority(32, false, true);
+                let disc = format!("routable-{ip}");
+                bfd_twin(
+                    out,
+                    r,
+                    p,
+                    prio,
+                    m.clone(),
+                    &a,
+                    Owner::Port(p.name.clone()),
+                    disc.clone(),
+                    Some(p.nb),
+                );
                 out.add(
                     r.dp,
                     st,
-                    route_priority(32, false, true),
-                    eq(
-                        f("ip4.dst"),
-                        crate::build::net4_len(ipnet::Ipv4Net::from(ip)),
-                    ),
+                    prio,
+                    m,
                     a,
                     Owner::Port(p.name.clone()),
-                    format!("routable-{ip}"),
+                    disc,
                     Some(p.nb),
                 );
             }
@@ -124,6 +182,17 @@ pub fn routing(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
             let mut a = vec![dec_ttl(), set_reg(Reg::EcmpGroupId, num(0))];
             a.extend(hop_actions(p, v6, first.nexthop, first.src));
             a.extend([loopback(), next()]);
+            bfd_twin(
+                out,
+                r,
+                p,
+                prio,
+                and(m.clone()),
+                &a,
+                first.owner.clone(),
+                "route".into(),
+                Some(first.uuid),
+            );
             out.add(
                 r.dp,
                 st,
