@@ -173,7 +173,10 @@ fn a_version_3_controller_is_refused_by_name() {
     assert_eq!(
         ans,
         [FromDatapath::Error {
-            message: "controller speaks protocol version 3, this datapath speaks 4..=7".into()
+            message: format!(
+                "controller speaks protocol version 3, this datapath speaks 4..={}",
+                hf_datapath::proto::PROTOCOL_VERSION
+            )
         }]
     );
     assert!(dp.control_wants_close());
