@@ -249,6 +249,27 @@ const MAX_SLEEP: Duration = Duration::from_millis(100);
 /// suspended, the process stopped) is not caught up on, the world just resumes from there.
 const MAX_STEP: Duration = Duration::from_secs(2);
 
+/// Virtual time run between two looks at the wall clock while catching up.
+const CHUNK: Duration = Duration::from_millis(20);
+
+/// Longest the driver runs the world before it serves its connections again: a world that
+/// runs slower than the wall clock (a debug build, a loaded machine) falls behind rather than
+/// leave the databases' clients unanswered (ovn-nbctl gives up after 5 s without an echo).
+const MAX_BUSY: Duration = Duration::from_millis(250);
+
+/// Runs `world` towards `target` in [`CHUNK`]s for at most [`MAX_BUSY`] of wall time; what is
+/// left is run on the next turns of the driver.
+fn advance_bounded<W: SimHost>(world: &mut W, target: Duration) {
+    let give_up = tokio::time::Instant::now() + MAX_BUSY;
+    while world.now() < target {
+        let step = (world.now() + CHUNK).min(target);
+        world.advance_to(step);
+        if tokio::time::Instant::now() >= give_up {
+            break;
+        }
+    }
+}
+
 /// Own `world` and drive it on the wall clock for ever (until `stop` resolves), serving the
 /// connections that `events` announces.
 pub async fn drive<W: SimHost>(
@@ -271,7 +292,7 @@ pub async fn drive<W: SimHost>(
             ev = events.recv() => {
                 let Some(ev) = ev else { return };
                 let now = clock.virtual_now().max(world.now()).min(world.now() + MAX_STEP);
-                world.advance_to(now);
+                advance_bounded(world, now);
                 handle_event(world, &mut conns, ev);
                 // Take every event already queued before running the world again.
                 while let Ok(ev) = events.try_recv() {
@@ -285,7 +306,7 @@ pub async fn drive<W: SimHost>(
             clock.rebase(world.now() + MAX_STEP);
         }
         let now = clock.virtual_now().max(world.now());
-        world.advance_to(now);
+        advance_bounded(world, now);
         world.after_step();
         clock.catch_up(world.now());
         flush(world, &mut conns);
