@@ -176,6 +176,9 @@ pub struct Snooper {
     dirty: BTreeSet<String>,
     /// Messages that did not parse or verify, since start.
     pub bad: u64,
+    /// The earliest expiry or query of any switch, kept by [`Snooper::refresh_deadline`]
+    /// after every change (the datapath asks for it after every batch of packets).
+    deadline: Option<Duration>,
 }
 
 impl Snooper {
@@ -227,6 +230,8 @@ impl Snooper {
                     cfg.datapath, cfg.eth_src
                 ));
             }
+            // A switch met for the first time (a datapath that starts empty) takes the seeds.
+            let fresh = !self.switches.contains_key(&cfg.datapath);
             let sw = self
                 .switches
                 .entry(cfg.datapath.clone())
@@ -239,8 +244,6 @@ impl Snooper {
                     mrouters: BTreeMap::new(),
                     next_query: None,
                 });
-            let fresh =
-                sw.groups.is_empty() && sw.mrouters.is_empty() && sw.cfg.datapath.is_empty();
             sw.eth_src = eth_src;
             sw.ip4_src = ip4_src;
             sw.ip6_src = ip6_src;
@@ -285,6 +288,7 @@ impl Snooper {
                 self.dirty.insert(sw.cfg.datapath.clone());
             }
         }
+        self.refresh_deadline();
         warn
     }
 
@@ -308,14 +312,18 @@ impl Snooper {
                 return Err(format!("multicast snooping on {dp}, port {port}: {e}"));
             }
         };
-        let before = sw.report();
+        // Whether a (group, port) came or went: a refreshed membership changes no report.
+        let mut changed = false;
         for op in ops {
             match op {
                 Op::Query => {
-                    sw.mrouters.insert(port.to_string(), now + MROUTER_IDLE);
+                    changed |= sw
+                        .mrouters
+                        .insert(port.to_string(), now + MROUTER_IDLE)
+                        .is_none();
                     // A router port is not also a member.
                     for m in sw.groups.values_mut() {
-                        m.remove(port);
+                        changed |= m.remove(port).is_some();
                     }
                     sw.groups.retain(|_, m| !m.is_empty());
                 }
@@ -331,19 +339,22 @@ impl Snooper {
                         match lru {
                             Some(a) => {
                                 sw.groups.remove(&a);
+                                changed = true;
                             }
                             None => continue,
                         }
                     }
                     let expiry = now + sw.idle();
-                    sw.groups
+                    changed |= sw
+                        .groups
                         .entry(g)
                         .or_default()
-                        .insert(port.to_string(), expiry);
+                        .insert(port.to_string(), expiry)
+                        .is_none();
                 }
                 Op::Leave(g) => {
                     if let Some(m) = sw.groups.get_mut(&g) {
-                        m.remove(port);
+                        changed |= m.remove(port).is_some();
                         if m.is_empty() {
                             sw.groups.remove(&g);
                         }
@@ -351,18 +362,17 @@ impl Snooper {
                 }
             }
         }
-        if sw.report() != before {
+        if changed {
             self.dirty.insert(dp.to_string());
         }
+        self.refresh_deadline();
         Ok(())
     }
 
-    /// When [`Snooper::poll`] next has work (an expiry or a query).
-    pub fn poll_timeout(&self) -> Option<Duration> {
-        if !self.dirty.is_empty() {
-            return Some(Duration::ZERO);
-        }
-        self.switches
+    /// Recomputes [`Snooper::poll_timeout`]'s answer (after a change: not per packet).
+    fn refresh_deadline(&mut self) {
+        self.deadline = self
+            .switches
             .values()
             .flat_map(|s| {
                 s.groups
@@ -371,7 +381,15 @@ impl Snooper {
                     .chain(s.mrouters.values().copied())
                     .chain(s.next_query)
             })
-            .min()
+            .min();
+    }
+
+    /// When [`Snooper::poll`] next has work (an expiry or a query).
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        if !self.dirty.is_empty() {
+            return Some(Duration::ZERO);
+        }
+        self.deadline
     }
 
     /// Expires memberships, builds the queries due, and returns them with every switch whose
@@ -424,6 +442,7 @@ impl Snooper {
                 datapath: d,
             })
             .collect();
+        self.refresh_deadline();
         (queries, changed)
     }
 

@@ -337,6 +337,8 @@ pub struct Controller {
     ras_warned: bool,
     /// SB `BFD` sessions (router ports to next hops) already warned about ([`ha`]).
     lrp_bfd_warned: BTreeSet<(String, String)>,
+    /// SB `BFD` changed (or a resync) since they were last looked at.
+    lrp_bfd_due: bool,
     /// ACL log lines from the datapath, for the shell to write (`acl_log` module).
     acl_logs: VecDeque<String>,
     dp_ports: BTreeMap<String, LocalPort>,
@@ -560,6 +562,7 @@ impl Controller {
             ras_bad: Vec::new(),
             ras_warned: false,
             lrp_bfd_warned: BTreeSet::new(),
+            lrp_bfd_due: true,
             meters_sent: None,
             meters_due: true,
             acl_logs: VecDeque::new(),
@@ -994,6 +997,15 @@ impl Controller {
         self.log.push_back((l, s));
     }
 
+    /// Warns each of `now` not in `before` (what was left out of a list sent to the datapath,
+    /// as last logged); returns `now` to keep.
+    pub(super) fn warn_new(&mut self, before: &[String], now: Vec<String>) -> Vec<String> {
+        for b in now.iter().filter(|b| !before.contains(b)) {
+            self.log.push_back((Level::Warn, b.clone()));
+        }
+        now
+    }
+
     fn send_dp(&mut self, m: &ToDatapath) {
         match proto::encode(m) {
             Ok(b) => self.dp_out.push_back(b),
@@ -1371,15 +1383,8 @@ impl Controller {
         }
         let (list, bad) = super::svc::local_monitors(sb, &self.local_set());
         if bad != self.svc_bad {
-            for b in bad
-                .iter()
-                .filter(|b| !self.svc_bad.contains(b))
-                .cloned()
-                .collect::<Vec<_>>()
-            {
-                self.say(Level::Warn, b);
-            }
-            self.svc_bad = bad;
+            let before = std::mem::take(&mut self.svc_bad);
+            self.svc_bad = self.warn_new(&before, bad);
         }
         if self.svc_sent.as_ref() != Some(&list) {
             self.send_dp(&ToDatapath::SvcMonitors(list.clone()));
@@ -1418,6 +1423,7 @@ impl Controller {
                 self.mirrors_due = true;
                 self.mcast_due = true;
                 self.ras_due = true;
+                self.lrp_bfd_due = true;
                 self.bfd_due = true;
             }
             Event::Changes(d) => {
@@ -1427,11 +1433,20 @@ impl Controller {
                 if mirror::touches_mirrors(&d) {
                     self.mirrors_due = true;
                 }
-                if mcast::touches_mcast(&d) {
+                let local_pb = d.port_binding.iter().any(|r| {
+                    let (hf_model::RowDelta::Insert(p)
+                    | hf_model::RowDelta::Delete(p)
+                    | hf_model::RowDelta::Update { new: p, .. }) = r;
+                    self.dp_ports.contains_key(&p.logical_port)
+                });
+                if mcast::touches_mcast(&d, local_pb) {
                     self.mcast_due = true;
                 }
-                if ra::touches_ras(&d) {
+                if ra::touches_ras(&d, local_pb) {
                     self.ras_due = true;
+                }
+                if !d.bfd.is_empty() {
+                    self.lrp_bfd_due = true;
                 }
                 if ha::touches_bfd(&d) {
                     self.bfd_due = true;

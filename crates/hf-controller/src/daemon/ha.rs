@@ -166,6 +166,9 @@ impl Controller {
     /// ovn-northd write from NB `BFD`) are not run here: each is a warning, once, naming it
     /// (their status stays as northd wrote it, so routes that use them stay down).
     pub(super) fn warn_lrp_bfd(&mut self) {
+        if !std::mem::take(&mut self.lrp_bfd_due) {
+            return;
+        }
         let sessions: std::collections::BTreeSet<(String, String)> = self
             .sb
             .model()

@@ -104,10 +104,11 @@ impl Controller {
     }
 }
 
-/// Whether change set `d` can change [`local_snooping`]: an `IP_Multicast` row or a port
-/// binding (a local port's switch).
-pub(super) fn touches_mcast(d: &Delta) -> bool {
-    !d.ip_multicast.is_empty() || !d.port_binding.is_empty() || !d.datapath_binding.is_empty()
+/// Whether change set `d` can change [`local_snooping`]: an `IP_Multicast` or
+/// `Datapath_Binding` row, or the binding of a local port (its switch; `local_pb` says
+/// whether `d` has one). Other bindings (every remote port) cannot.
+pub(super) fn touches_mcast(d: &Delta, local_pb: bool) -> bool {
+    local_pb || !d.ip_multicast.is_empty() || !d.datapath_binding.is_empty()
 }
 
 fn our_rows<'a>(

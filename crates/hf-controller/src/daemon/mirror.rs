@@ -35,15 +35,8 @@ impl Controller {
                 ports.into_iter().collect::<Vec<_>>().join(", ")
             ));
         }
-        let new: Vec<String> = bad
-            .iter()
-            .filter(|b| !self.mirrors_bad.contains(b))
-            .cloned()
-            .collect();
-        for b in new {
-            self.say(Level::Warn, b);
-        }
-        self.mirrors_bad = bad;
+        let before = std::mem::take(&mut self.mirrors_bad);
+        self.mirrors_bad = self.warn_new(&before, bad);
         if self.dp_version < proto::MIRROR_VERSION || self.mirrors_sent.as_ref() == Some(&list) {
             return;
         }

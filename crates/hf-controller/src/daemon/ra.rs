@@ -29,15 +29,8 @@ impl Controller {
             return;
         }
         let (list, bad) = local_ras(self.sb.model(), &self.local_set());
-        let new: Vec<String> = bad
-            .iter()
-            .filter(|b| !self.ras_bad.contains(b))
-            .cloned()
-            .collect();
-        for b in new {
-            self.say(Level::Warn, b);
-        }
-        self.ras_bad = bad;
+        let before = std::mem::take(&mut self.ras_bad);
+        self.ras_bad = self.warn_new(&before, bad);
         if self.dp_version < proto::MCAST_VERSION {
             if !list.is_empty() && !self.ras_warned {
                 self.ras_warned = true;
@@ -73,10 +66,18 @@ impl Controller {
     }
 }
 
-/// Whether change set `d` can change [`local_ras`]: a port binding (the router port's
-/// options, a local port's switch).
-pub(super) fn touches_ras(d: &Delta) -> bool {
-    !d.port_binding.is_empty()
+/// Whether change set `d` can change [`local_ras`]: the binding of a local port (`local_pb`
+/// says whether `d` has one), or one that asks (or asked) for periodic advertisements.
+pub(super) fn touches_ras(d: &Delta, local_pb: bool) -> bool {
+    if local_pb {
+        return true;
+    }
+    use hf_model::RowDelta;
+    let periodic = |p: &hf_model::sb::PortBinding| p.options.get("ipv6_ra_send_periodic").is_some();
+    d.port_binding.iter().any(|r| match r {
+        RowDelta::Insert(p) | RowDelta::Delete(p) => periodic(p),
+        RowDelta::Update { old, new } => periodic(old) || periodic(new),
+    })
 }
 
 fn int(o: &BTreeMap<String, String>, k: &str, def: i64) -> i64 {
@@ -151,14 +152,6 @@ pub fn local_ras(sb: &SbSnapshot, local: &BTreeSet<String>) -> (Vec<PeriodicRaMs
     (out, bad)
 }
 
-fn mac_of(s: &str) -> Option<[u8; 6]> {
-    let v: Vec<u8> = s
-        .split(':')
-        .map(|p| u8::from_str_radix(p, 16).ok())
-        .collect::<Option<_>>()?;
-    v.try_into().ok()
-}
-
 /// The advertisement's Ethernet frame from the router port's options.
 fn compose(o: &BTreeMap<String, String>) -> Result<Vec<u8>, String> {
     let mode = o
@@ -174,7 +167,7 @@ fn compose(o: &BTreeMap<String, String>) -> Result<Vec<u8>, String> {
     }
     let eth = o
         .get("ipv6_ra_src_eth")
-        .and_then(|m| mac_of(m))
+        .and_then(|m| crate::translate::flows::parse_mac(m))
         .ok_or("ipv6_ra_src_eth is missing or not an Ethernet address")?;
     let src: Ipv6Addr = o
         .get("ipv6_ra_src_addr")
