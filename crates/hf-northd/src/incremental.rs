@@ -308,13 +308,14 @@ impl Incremental {
         // patched: while any exist (or the last update had some), every update is full.
         // BFD (NB `BFD` rows, SB `BFD` statuses: [`crate::bfd`]) likewise.
         let bfd_now = !opts.keys.bfd.is_empty() || !nb.bfd().is_empty();
-        let igmp_quiet = opts.keys.igmp.is_empty() && !self.igmp_any && !bfd_now && !self.bfd_any;
+        let unpatched_quiet =
+            opts.keys.igmp.is_empty() && !self.igmp_any && !bfd_now && !self.bfd_any;
         self.igmp_any = !opts.keys.igmp.is_empty();
         self.bfd_any = bfd_now;
         let seeds = match deltas {
             Some(ds)
                 if svc_same
-                    && igmp_quiet
+                    && unpatched_quiet
                     && self.key.as_ref() == Some(&key)
                     && key.features == FeatureSet::all()
                     && self.flows.is_some() =>

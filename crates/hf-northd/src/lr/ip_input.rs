@@ -191,48 +191,29 @@ pub fn build(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         // BFD to the port's next hops (`build_lrouter_bfd_flows`): the chassis answers what
         // comes to the port's addresses, what it sends itself goes on.
         if p.has_bfd {
-            let bfd = |fam: &str, own: Vec<Value>| {
-                let port = eq(f("udp.dst"), num(3784));
-                // One address is written bare, several as a set (`op_put_v4_networks`).
-                let set_of = |field: &str, mut v: Vec<Value>| {
-                    if v.len() == 1 {
-                        eq(f(field), v.remove(0))
-                    } else {
-                        set_of(field, v)
-                    }
-                };
-                [
-                    (
-                        and([set_of(&format!("{fam}.src"), own.clone()), port.clone()]),
-                        vec![next()],
-                        format!("bfd-{fam}-src"),
-                    ),
-                    (
-                        and([set_of(&format!("{fam}.dst"), own), port]),
-                        vec![Action::HandleBfdMsg {
-                            span: hf_expr::Span::default(),
-                        }],
-                        format!("bfd-{fam}-dst"),
-                    ),
-                ]
-            };
-            let mut fams = Vec::new();
-            if !p.v4.is_empty() {
-                fams.push((
+            let fams = [
+                (
                     "ip4",
                     p.v4.iter().map(|n| ip4(n.addr())).collect::<Vec<_>>(),
-                ));
-            }
-            if !p.v6.is_empty() {
-                fams.push((
+                ),
+                (
                     "ip6",
                     p.v6.iter().map(|n| ip6(n.addr())).collect::<Vec<_>>(),
-                ));
-            }
-            for (fam, own) in fams {
-                for (m, a, disc) in bfd(fam, own) {
-                    add(110, m, a, disc);
-                }
+                ),
+            ];
+            for (fam, own) in fams.into_iter().filter(|(_, own)| !own.is_empty()) {
+                // One address bare, several as a set (`op_put_v4_networks`).
+                let on = |dir: &str| {
+                    and([
+                        crate::build::in_set(f(&format!("{fam}.{dir}")), own.clone()),
+                        eq(f("udp.dst"), num(3784)),
+                    ])
+                };
+                add(110, on("src"), vec![next()], format!("bfd-{fam}-src"));
+                let punt = vec![Action::HandleBfdMsg {
+                    span: hf_expr::Span::default(),
+                }];
+                add(110, on("dst"), punt, format!("bfd-{fam}-dst"));
             }
         }
         if !p.v4.is_empty() {

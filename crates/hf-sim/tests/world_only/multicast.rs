@@ -150,12 +150,24 @@ fn row(ch: &str, addr: &str, ports: &[&str]) -> (String, String, Vec<String>) {
     )
 }
 
-fn group_ports(w: &World) -> Option<Vec<String>> {
+/// The SB UUID of datapath `name`, as text.
+fn dp_uuid(w: &World, name: &str) -> Option<String> {
+    w.sb_snapshot()
+        .ok()?
+        .datapath_binding()
+        .values()
+        .find(|d| d.external_ids.get("name").is_some_and(|n| n == name))
+        .map(|d| d.uuid.to_string())
+}
+
+/// The ports of datapath `dp`'s `Multicast_Group` "239.1.1.1", sorted.
+fn group_ports(w: &World, dp: &str) -> Option<Vec<String>> {
+    let dp = dp_uuid(w, dp)?;
     let sb = w.sb_snapshot().ok()?;
     let g = sb
         .multicast_group()
         .values()
-        .find(|g| g.name == "239.1.1.1")?;
+        .find(|g| g.name == "239.1.1.1" && g.datapath.uuid().to_string() == dp)?;
     let mut p: Vec<String> = g
         .ports
         .iter()
@@ -167,13 +179,7 @@ fn group_ports(w: &World) -> Option<Vec<String>> {
 
 /// `ovn-sbctl ip-multicast-flush SW`: `IP_Multicast.seq_no` one up.
 fn flush(w: &mut World, sw: &str) {
-    let sb = w.sb_snapshot().expect("SB");
-    let dp = sb
-        .datapath_binding()
-        .values()
-        .find(|d| d.external_ids.get("name").is_some_and(|n| n == sw))
-        .map(|d| d.uuid.to_string())
-        .expect("datapath");
+    let dp = dp_uuid(w, sw).expect("datapath");
     w.sb(vec![json!({"op": "mutate", "table": "IP_Multicast",
         "where": [["datapath", "==", ["uuid", dp]]],
         "mutations": [["seq_no", "+=", 1]]})])
@@ -202,7 +208,7 @@ fn a_multicast_stream_reaches_only_joined_receivers() {
             .expect("join");
     }
     let joined = w.run_until(
-        |w| group_ports(w).is_some_and(|p| p == ["vm2", "vm4"]),
+        |w| group_ports(w, "sw0").is_some_and(|p| p == ["vm2", "vm4"]),
         Duration::from_secs(10),
     );
     assert!(
@@ -223,7 +229,7 @@ fn a_multicast_stream_reaches_only_joined_receivers() {
     // Three idle timeouts later: still joined (the queries were answered).
     w.run_for(Duration::from_secs(60));
     assert_eq!(
-        group_ports(&w),
+        group_ports(&w, "sw0"),
         Some(vec!["vm2".into(), "vm4".into()]),
         "{}",
         log_of(&mut w)
@@ -240,7 +246,7 @@ fn a_multicast_stream_reaches_only_joined_receivers() {
     let flushed = w.run_until(|w| igmp_rows(w).is_empty(), Duration::from_secs(2));
     assert!(flushed, "not flushed: {:?}", igmp_rows(&w));
     let back = w.run_until(
-        |w| group_ports(w).is_some_and(|p| p == ["vm2", "vm4"]),
+        |w| group_ports(w, "sw0").is_some_and(|p| p == ["vm2", "vm4"]),
         Duration::from_secs(10),
     );
     assert!(
@@ -254,7 +260,7 @@ fn a_multicast_stream_reaches_only_joined_receivers() {
         .leave_group(GROUP)
         .expect("leave");
     let left = w.run_until(
-        |w| group_ports(w).is_some_and(|p| p == ["vm2"]),
+        |w| group_ports(w, "sw0").is_some_and(|p| p == ["vm2"]),
         Duration::from_secs(10),
     );
     assert!(left, "vm4 still in the group: {:?}", igmp_rows(&w));
@@ -277,7 +283,7 @@ fn a_multicast_stream_reaches_only_joined_receivers() {
     // No more queries: vm2's membership times out.
     w.nb(snoop_options(false)).expect("querier off");
     let t0 = w.now();
-    let gone = w.run_until(|w| group_ports(w).is_none(), Duration::from_secs(40));
+    let gone = w.run_until(|w| group_ports(w, "sw0").is_none(), Duration::from_secs(40));
     assert!(gone, "the group did not time out: {:?}", igmp_rows(&w));
     let took = w.now() - t0;
     assert!(
@@ -313,22 +319,7 @@ fn the_router_relays_a_group_to_the_switches_that_joined_it() {
             .join_group(GROUP)
             .expect("join");
     }
-    let relayed = w.run_until(
-        |w| {
-            let Ok(sb) = w.sb_snapshot() else {
-                return false;
-            };
-            let lr0 = sb
-                .datapath_binding()
-                .values()
-                .find(|d| d.external_ids.get("name").is_some_and(|n| n == "lr0"))
-                .map(|d| d.uuid);
-            sb.multicast_group()
-                .values()
-                .any(|g| g.name == "239.1.1.1" && Some(g.datapath.uuid()) == lr0)
-        },
-        Duration::from_secs(10),
-    );
+    let relayed = w.run_until(|w| group_ports(w, "lr0").is_some(), Duration::from_secs(10));
     assert!(relayed, "no relay group on lr0: {:?}", igmp_rows(&w));
     only(&stream(&mut w, 20), &["vm2", "vm5"], 20);
     eprintln!("multicast relay: vm1 (sw0) → vm2 (sw0) and vm5 (sw1, through lr0)");

@@ -26,35 +26,50 @@ pub(super) fn route_match(r: &Rtr, g: &crate::lr::ctx::RouteGroup) -> Expr {
     and(route_terms(r, g))
 }
 
-/// The flow ovn-northd's `add_route` adds beside a route out of a port with BFD: its match
-/// and `udp.dst == 3784`, one priority up, the route's actions without `ip.ttl--` (a BFD
-/// packet to the next hop keeps its TTL 255).
-#[allow(clippy::too_many_arguments)]
-fn bfd_twin(
-    out: &mut Flows,
-    r: &Rtr,
-    p: &crate::lr::ctx::Rp,
+/// One route out of one port, as ovn-northd's `add_route` writes it: `ip.ttl--`, the next hop
+/// and the port's MAC, loopback, `next;`; and, when the port has BFD, a twin one priority up
+/// for `udp.dst == 3784` without `ip.ttl--` (a BFD packet to the next hop keeps its TTL 255).
+struct RouteOut<'a> {
+    port: &'a crate::lr::ctx::Rp,
+    v6: bool,
+    nexthop: Option<IpAddr>,
+    src: IpAddr,
     prio: u16,
     m: Expr,
-    a: &[Action],
     owner: Owner,
     disc: String,
     hint: Option<uuid::Uuid>,
-) {
-    if !p.has_bfd {
-        return;
+}
+
+impl RouteOut<'_> {
+    fn add(self, out: &mut Flows, r: &Rtr) {
+        let mut a = vec![set_reg(Reg::EcmpGroupId, num(0))];
+        a.extend(hop_actions(self.port, self.v6, self.nexthop, self.src));
+        a.extend([loopback(), next()]);
+        if self.port.has_bfd {
+            out.add(
+                r.dp,
+                Stage::LrInIpRouting,
+                self.prio + 1,
+                and([self.m.clone(), eq(f("udp.dst"), num(3784))]),
+                a.clone(),
+                self.owner.clone(),
+                format!("{}-bfd", self.disc),
+                self.hint,
+            );
+        }
+        a.insert(0, dec_ttl());
+        out.add(
+            r.dp,
+            Stage::LrInIpRouting,
+            self.prio,
+            self.m,
+            a,
+            self.owner,
+            self.disc,
+            self.hint,
+        );
     }
-    let a: Vec<Action> = a.iter().skip(1).cloned().collect();
-    out.add(
-        r.dp,
-        Stage::LrInIpRouting,
-        prio + 1,
-        and([m, eq(f("udp.dst"), num(3784))]),
-        a,
-        owner,
-        format!("{disc}-bfd"),
-        hint,
-    );
 }
 
 /// `lr_in_ip_routing`.
@@ -86,32 +101,18 @@ pub fn routing(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
             } else {
                 dst
             };
-            let mut a = vec![dec_ttl(), set_reg(Reg::EcmpGroupId, num(0))];
-            a.extend(hop_actions(p, v6, None, n.addr()));
-            a.extend([loopback(), next()]);
-            let prio = route_priority(n.prefix_len(), false, true);
-            let disc = format!("connected-{}", n.trunc());
-            bfd_twin(
-                out,
-                r,
-                p,
-                prio,
-                m.clone(),
-                &a,
-                Owner::Port(p.name.clone()),
-                disc.clone(),
-                Some(p.nb),
-            );
-            out.add(
-                r.dp,
-                st,
-                prio,
+            RouteOut {
+                port: p,
+                v6,
+                nexthop: None,
+                src: n.addr(),
+                prio: route_priority(n.prefix_len(), false, true),
                 m,
-                a,
-                Owner::Port(p.name.clone()),
-                disc,
-                Some(p.nb),
-            );
+                owner: Owner::Port(p.name.clone()),
+                disc: format!("connected-{}", n.trunc()),
+                hint: Some(p.nb),
+            }
+            .add(out, r);
         }
     }
     // Routes to the routable NAT and LB addresses of the other routers on the switches this
@@ -120,36 +121,21 @@ pub fn routing(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         let Some(src) = p.v4.first() else { continue };
         for ra in &p.routable {
             for &ip in &ra.ips {
-                let mut a = vec![dec_ttl(), set_reg(Reg::EcmpGroupId, num(0))];
-                a.extend(hop_actions(p, false, None, IpAddr::V4(src.addr())));
-                a.extend([loopback(), next()]);
-                let m = eq(
-                    f("ip4.dst"),
-                    crate::build::net4_len(ipnet::Ipv4Net::from(ip)),
-                );
-                let prio = route_priority(32, false, true);
-                let disc = format!("routable-{ip}");
-                bfd_twin(
-                    out,
-                    r,
-                    p,
-                    prio,
-                    m.clone(),
-                    &a,
-                    Owner::Port(p.name.clone()),
-                    disc.clone(),
-                    Some(p.nb),
-                );
-                out.add(
-                    r.dp,
-                    st,
-                    prio,
-                    m,
-                    a,
-                    Owner::Port(p.name.clone()),
-                    disc,
-                    Some(p.nb),
-                );
+                RouteOut {
+                    port: p,
+                    v6: false,
+                    nexthop: None,
+                    src: IpAddr::V4(src.addr()),
+                    prio: route_priority(32, false, true),
+                    m: eq(
+                        f("ip4.dst"),
+                        crate::build::net4_len(ipnet::Ipv4Net::from(ip)),
+                    ),
+                    owner: Owner::Port(p.name.clone()),
+                    disc: format!("routable-{ip}"),
+                    hint: Some(p.nb),
+                }
+                .add(out, r);
             }
         }
     }
@@ -178,31 +164,18 @@ pub fn routing(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
             m.insert(0, inport(&r.ports[first.port].name));
         }
         if g.hops.len() == 1 {
-            let p = &r.ports[first.port];
-            let mut a = vec![dec_ttl(), set_reg(Reg::EcmpGroupId, num(0))];
-            a.extend(hop_actions(p, v6, first.nexthop, first.src));
-            a.extend([loopback(), next()]);
-            bfd_twin(
-                out,
-                r,
-                p,
+            RouteOut {
+                port: &r.ports[first.port],
+                v6,
+                nexthop: first.nexthop,
+                src: first.src,
                 prio,
-                and(m.clone()),
-                &a,
-                first.owner.clone(),
-                "route".into(),
-                Some(first.uuid),
-            );
-            out.add(
-                r.dp,
-                st,
-                prio,
-                and(m),
-                a,
-                first.owner.clone(),
-                "route",
-                Some(first.uuid),
-            );
+                m: and(m),
+                owner: first.owner.clone(),
+                disc: "route".into(),
+                hint: Some(first.uuid),
+            }
+            .add(out, r);
         } else {
             let a = vec![
                 dec_ttl(),
