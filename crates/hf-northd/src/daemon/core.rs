@@ -1333,7 +1333,19 @@ pub(crate) fn nb_side(nb: &NbSnapshot, sb: &SbView, dirty: Option<&BTreeSet<Stri
         return plan;
     };
     if !nb.bfd().is_empty() {
-        plan.bfd_status = crate::bfd::plan(nb, &bfd_seen(sb)).nb_status;
+        // NB's statuses follow SB's rows as this plan wants them: ovn-northd writes both from
+        // one snapshot and runs again only when both are in. Written before SB shows the plan's
+        // rows, a status (`down` for `admin_down`) would reach the next compile with SB still
+        // stale (the controller's `init`), which would copy that back to NB.
+        let seen = bfd_seen(sb);
+        let p = crate::bfd::plan(nb, &seen);
+        let sb_in = p.sb.iter().all(|((port, dst), r)| {
+            seen.iter()
+                .any(|s| s.logical_port == *port && s.dst_ip == *dst && s.status == r.status)
+        });
+        if sb_in {
+            plan.bfd_status = p.nb_status;
+        }
     }
     let sb_cfg = sb.global().map_or(0, |s| s.nb_cfg);
     if sb_cfg != 0 && g.sb_cfg != sb_cfg {
