@@ -52,6 +52,8 @@ fi
 
 # --- Rust checks ---------------------------------------------------------------------------------
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+# A one-off build gains nothing from incremental state, which would double the target dir.
+if [ "${CI:-}" = true ]; then export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"; fi
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
