@@ -1339,10 +1339,13 @@ pub(crate) fn nb_side(nb: &NbSnapshot, sb: &SbView, dirty: Option<&BTreeSet<Stri
         // stale (the controller's `init`), which would copy that back to NB.
         let seen = bfd_seen(sb);
         let p = crate::bfd::plan(nb, &seen);
-        let sb_in = p.sb.iter().all(|((port, dst), r)| {
-            seen.iter()
-                .any(|s| s.logical_port == *port && s.dst_ip == *dst && s.status == r.status)
-        });
+        let rows: BTreeSet<(&str, &str, &str)> = seen
+            .iter()
+            .map(|s| (&*s.logical_port, &*s.dst_ip, &*s.status))
+            .collect();
+        let sb_in =
+            p.sb.iter()
+                .all(|((port, dst), r)| rows.contains(&(&**port, &**dst, &*r.status)));
         if sb_in {
             plan.bfd_status = p.nb_status;
         }
