@@ -411,6 +411,13 @@ pub fn differential(data: &[u8]) -> usize {
     differential_with_coverage(data).packets
 }
 
+/// Action counters in a stable order: a program changed in place lists them in arena order,
+/// which a fresh compile does not share.
+fn sorted_hits(mut v: Vec<crate::ActionHits>) -> Vec<crate::ActionHits> {
+    v.sort_by_cached_key(|h| format!("{h:?}"));
+    v
+}
+
 /// [`differential`], saying what it exercised.
 pub fn differential_with_coverage(data: &[u8]) -> Coverage {
     let mut cov = Coverage::default();
@@ -436,6 +443,18 @@ pub fn differential_with_coverage(data: &[u8]) -> Coverage {
     let Ok((prog_b, _)) = Program::compile(&spec) else {
         return cov;
     };
+    // The program, for a failing case (`HF_DIFF_DEBUG=1`).
+    if std::env::var_os("HF_DIFF_DEBUG").is_some() {
+        for d in &spec.datapaths {
+            eprintln!("datapath {} groups {:?}", d.name, d.groups);
+            for f in &d.flows {
+                eprintln!(
+                    "  {:?} table {} priority {} match {} actions {:?}",
+                    f.pipeline, f.table, f.priority, f.matches, f.actions
+                );
+            }
+        }
+    }
     let (mut a, mut w) = (Pipeline::new(prog_a), Pipeline::new(prog_b));
     // Packet-in mode for half the inputs, chosen without consuming a byte (so committed corpora
     // keep their meaning).
@@ -513,6 +532,11 @@ pub fn differential_with_coverage(data: &[u8]) -> Coverage {
             w.learn_stats(),
             "packet {n}: learned state differs"
         );
+        assert_eq!(
+            sorted_hits(a.action_hits()),
+            sorted_hits(w.action_hits()),
+            "packet {n}: action counters differ"
+        );
         let mut tr = Outputs::default();
         let _ = a.trace(&ct_a, from, &frame, now, &mut tr);
         frames.push((from, frame.clone()));
@@ -525,14 +549,8 @@ pub fn differential_with_coverage(data: &[u8]) -> Coverage {
         ct_w.export(&Selection::everything(), now),
         "conntrack tables differ"
     );
-    // The same counts; listed in arena order, which a program changed in place does not share
-    // with a fresh compile.
-    let sorted = |mut v: Vec<crate::ActionHits>| {
-        v.sort_by_cached_key(|h| format!("{h:?}"));
-        v
-    };
-    let hits = sorted(a.action_hits());
-    assert_eq!(hits, sorted(w.action_hits()), "action counters differ");
+    let hits = sorted_hits(a.action_hits());
+    assert_eq!(hits, sorted_hits(w.action_hits()), "action counters differ");
     cov.counted = hits.iter().map(|h| h.hits).sum();
     let l = a.learn_stats();
     cov.learned += l.fdb + l.ecmp + l.lb_affinity;

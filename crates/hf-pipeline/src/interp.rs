@@ -392,6 +392,11 @@ impl Runner<'_> {
                     }
                     _ => {
                         self.exec_op(&op, rdepth);
+                        // A meter that refused the packet in a recirculation this op ran
+                        // stops the rest (another flood copy, say), as it stops the walk.
+                        if self.halted {
+                            return;
+                        }
                     }
                 }
             }
@@ -408,7 +413,13 @@ impl Runner<'_> {
         let mut w = Walk::new();
         let (dp, pipe, table) = resume_parts(resume);
         self.walk_tables(&mut w, dp, pipe, table, 0, rdepth);
-        if self.mode == Mode::Cached && w.cacheable && *self.generation == gen_at_start {
+        // A walk a meter halted (here or in a recirculation it ran) stopped short: its ops are
+        // not the segment's.
+        if self.mode == Mode::Cached
+            && w.cacheable
+            && !self.halted
+            && *self.generation == gen_at_start
+        {
             self.cache
                 .insert(resume, &w.wc, &start, &w.ops, gen_at_start, &self.prog.acts);
         }

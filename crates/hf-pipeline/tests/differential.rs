@@ -87,3 +87,19 @@ fn write_corpus() {
         std::fs::write(dir.join(format!("seed-{i:02}")), &data).expect("write seed");
     }
 }
+
+/// A case the property found: a flood whose egress logs, recirculates (`ct_next`) and meters
+/// each copy. The meter refusing the first copy stops the packet; the cached replay went on to
+/// the next copy (one ACL log line and one `set_meter` hit more than the full walk).
+#[test]
+fn set_meter_counted_once_per_packet() {
+    let data = [
+        0u8, 75, 0, 0, 1, 0, 0, 1, 238, 1, 4, 157, 1, 57, 0, 0, 0, 134, 0, 0, 0, 0, 0, 0, 0, 58,
+        71, 110, 0, 0, 196, 4, 5, 0, 0, 0, 0, 0, 0, 1, 0, 29, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 55, 0, 0, 0,
+        0, 5, 0, 0, 2, 0, 2, 0, 30, 0, 32, 0, 74, 0, 0, 0, 103, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 14,
+    ];
+    let mut data = data.to_vec();
+    data.resize(186, 0);
+    hf_pipeline::fuzzing::differential(&data);
+}
