@@ -26,6 +26,11 @@
 //! tables (`Service_Monitor` included) and flows equal after every step. `HF_HEALTH_SEEDS`
 //! (default 4) NBs from `HF_PARITY_SEED`.
 //!
+//! `load_balancer_templates_match_real_northd` (module `northd_parity/templates.rs`): template
+//! load balancers (`options:template=true`, IPv4 and IPv6, TCP and UDP) on switches, a
+//! distributed router with a gateway port and a gateway router, beside ordinary ones, with
+//! `Chassis_Template_Var` rows: SB tables and flows equal (`HF_TEMPLATE_SEEDS`, default 3).
+//!
 //! Environment as `trace_parity.rs`: `HF_PARITY_TOPOLOGIES` (default 24), `HF_PARITY_PACKETS`
 //! (default 50), `HF_PARITY_SEED` (default 9000); `HF_PARITY_HF_FEATURES=hf-1` makes SB B's
 //! chassis advertise that holdfast feature list (incident B's older formulations).
@@ -57,6 +62,8 @@ mod routable;
 #[allow(dead_code)]
 #[path = "northd_parity/tables.rs"]
 mod tables;
+#[path = "northd_parity/templates.rs"]
+mod templates;
 #[allow(dead_code)]
 #[path = "trace_parity/topo.rs"]
 mod topo;

@@ -1,6 +1,8 @@
 //! Printing: every syntax tree prints to text that parses back to an equal tree.
 
-use crate::actions::{Action, CtCommit, CtLbArgs, NextArgs, OptValue, Pipeline, ResultFn};
+use crate::actions::{
+    Action, CtCommit, CtLbArgs, LbBackend, NextArgs, OptValue, Pipeline, ResultFn, TemplatePort,
+};
 use crate::ast::{Expr, FieldRef, Rhs, Subscript, Term, Value};
 use crate::constant::Format;
 use std::fmt::{self, Display, Write};
@@ -206,10 +208,20 @@ fn write_lb(f: &mut fmt::Formatter<'_>, a: &CtLbArgs) -> fmt::Result {
         if i > 0 {
             f.write_char(',')?;
         }
-        match (b.ip.format, b.port) {
-            (Format::Ipv6, Some(p)) => write!(f, "[{}]:{p}", b.ip)?,
-            (_, Some(p)) => write!(f, "{}:{p}", b.ip)?,
-            (_, None) => write!(f, "{}", b.ip)?,
+        match b {
+            LbBackend::Addr(b) => match (b.ip.format, b.port) {
+                (Format::Ipv6, Some(p)) => write!(f, "[{}]:{p}", b.ip)?,
+                (_, Some(p)) => write!(f, "{}:{p}", b.ip)?,
+                (_, None) => write!(f, "{}", b.ip)?,
+            },
+            LbBackend::Template(t) => {
+                write!(f, "^{}", t.ip)?;
+                match &t.port {
+                    Some(TemplatePort::Num(p)) => write!(f, ":{p}")?,
+                    Some(TemplatePort::Var(p)) => write!(f, ":^{p}")?,
+                    None => {}
+                }
+            }
         }
     }
     if !a.legacy {

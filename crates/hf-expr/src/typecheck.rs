@@ -563,7 +563,11 @@ fn check_action(symtab: &SymbolTable, a: &Action, ctx: Ctx) -> Result<()> {
             span,
             ..
         } => {
-            for b in backends {
+            for b in backends.iter().filter_map(|b| match b {
+                crate::actions::LbBackend::Addr(b) => Some(b),
+                // A chassis expands templates before it parses the flow.
+                _ => None,
+            }) {
                 if !matches!(
                     b.ip.format,
                     crate::constant::Format::Ipv4 | crate::constant::Format::Ipv6

@@ -295,7 +295,7 @@ fn simple_action() -> BoxedStrategy<Action> {
                 args: args.map(|(b, legacy, hash, flag)| CtLbArgs {
                     backends: b
                         .into_iter()
-                        .map(|(ip, port)| Backend { ip, port })
+                        .map(|(ip, port)| LbBackend::Addr(Backend { ip, port }))
                         .collect(),
                     hash_fields: if legacy { None } else { hash },
                     flag: if legacy {

@@ -524,15 +524,25 @@ fn unimplemented_features_are_reported() {
     );
 }
 
-/// A template load balancer (`options:template=true`) is named (once) and builds no flow: its `^variable`s are expanded per chassis, which holdfast does not
-/// do. Without the option the same VIP is load balanced (the check can fail).
+/// Template load balancers (`options:template=true`) are built as ovn-northd 23.03 builds them
+/// (flows naming the `^variable`s), and each malformed part gets its named diagnostic, once
+/// (the load balancer is on a switch and a router), never silence: an `address-family` that is
+/// neither `ipv4` nor `ipv6` (taken as IPv6, as 23.03 does), a VIP of three parts (23.03's
+/// "Failed to initialize LB VIP"), a VIP that is neither `^variable` nor an address, and
+/// backends that are neither templates nor explicit. With a good family the family's
+/// diagnostic goes (the check can fail).
 #[test]
-fn template_load_balancers_are_reported_not_built() {
+fn template_load_balancers_are_built_and_malformed_parts_named() {
     let mut nb = Nb::new();
     generator_like(&mut nb);
     nb.lb(
         "tlb",
-        &[("10.0.0.99:80", "10.0.0.11:8080")],
+        &[
+            ("^vip:^vport", "^backends"),
+            ("^a:^b:^c", "^x"),
+            ("foo:80", "^y"),
+            ("^v2:80", "a:b:c"),
+        ],
         &["sw0"],
         &["lr0"],
     );
@@ -543,37 +553,60 @@ fn template_load_balancers_are_reported_not_built() {
         .find(|l| l.name == "tlb")
         .map(|l| l.uuid)
         .expect("tlb");
-    let vip_flows = |c: &Compiled| {
-        c.sb.flows
-            .values()
-            .filter(|f| f.match_.contains("10.0.0.99"))
+    let set_options = |nb: &mut Nb, family: &str| {
+        nb.set(
+            "Load_Balancer",
+            lb,
+            "options",
+            json!(["map", [["template", "true"], ["address-family", family]]]),
+        );
+    };
+    set_options(&mut nb, "ip6");
+    let c = compile(&nb.snapshot(), &Options::default());
+    let said = |c: &Compiled, what: &str| -> usize {
+        c.diagnostics
+            .iter()
+            .filter(|d| d.row == lb && d.reason.contains(what))
             .count()
     };
-    let plain = compile(&nb.snapshot(), &Options::default());
-    assert!(vip_flows(&plain) > 0, "the VIP's flows without the option");
-    nb.set(
-        "Load_Balancer",
-        lb,
-        "options",
-        json!(["map", [["template", "true"]]]),
-    );
-    let c = compile(&nb.snapshot(), &Options::default());
-    let said: Vec<&Diagnostic> = c
-        .diagnostics
-        .iter()
-        .filter(|d| d.row == lb && d.reason.contains("load balancer templates"))
-        .collect();
-    assert_eq!(said.len(), 1, "named once (sw0 and lr0 use it): {said:#?}");
-    let left: Vec<_> =
+    let flows = |c: &Compiled, what: &str| -> Vec<(u8, String, String)> {
         c.sb.flows
             .values()
-            .filter(|f| f.match_.contains("10.0.0.99"))
-            .map(|f| (&f.match_, &f.actions))
-            .collect();
+            .filter(|f| f.match_.contains(what) || f.actions.contains(what))
+            .map(|f| (f.table_id, f.match_.to_string(), f.actions.to_string()))
+            .collect()
+    };
+    for (what, reason) in [
+        ("family", hf_northd::lb_template::BAD_FAMILY),
+        ("three parts", "\"^a:^b:^c\""),
+        ("neither ^variable nor address", "\"foo:80\""),
+        ("bad backends", hf_northd::lb_template::BAD_BACKENDS),
+    ] {
+        assert_eq!(
+            said(&c, reason),
+            1,
+            "{what}: named once: {:#?}",
+            c.diagnostics
+        );
+    }
+    // The good VIP is built, as IPv6 (the family 23.03 takes for "ip6").
+    let good = flows(&c, "^vip");
+    assert!(
+        good.iter().any(|(_, m, a)| m.contains("ip6.dst == ^vip")
+            && m.contains("tcp.dst == ^vport")
+            && a.contains("ct_lb_mark(backends=^backends)")),
+        "the good VIP's ls_in_lb / lr_in_dnat flows: {good:#?}"
+    );
+    for bad in ["^a", "foo", "^v2"] {
+        assert_eq!(flows(&c, bad), Vec::new(), "no flow for {bad}");
+    }
+    set_options(&mut nb, "ipv6");
+    let c = compile(&nb.snapshot(), &Options::default());
     assert_eq!(
-        vip_flows(&c),
+        said(&c, hf_northd::lb_template::BAD_FAMILY),
         0,
-        "a template load balancer builds no flow: {left:#?}"
+        "ipv6 is a family: {:#?}",
+        c.diagnostics
     );
 }
 

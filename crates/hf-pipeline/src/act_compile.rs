@@ -330,17 +330,32 @@ impl ActCompiler<'_> {
                     Some("force_snat") => 8,
                     Some(other) => return Err(format!("ct_lb: unknown flag `{other}`")),
                 };
+                let mut backends = Vec::new();
+                for b in args.iter().flat_map(|a| &a.backends) {
+                    match b {
+                        hf_expr::actions::LbBackend::Addr(b) => {
+                            backends.push((const_ip(&b.ip), b.port.unwrap_or(0)))
+                        }
+                        other => {
+                            return Err(format!(
+                                "ct_lb: backend `{}` is a template variable the chassis did not expand",
+                                hf_expr::printer::actions_to_string(&[Action::CtLb {
+                                    mark: *mark,
+                                    args: Some(hf_expr::actions::CtLbArgs {
+                                        backends: vec![other.clone()],
+                                        hash_fields: None,
+                                        flag: None,
+                                        legacy: false,
+                                    }),
+                                    span: hf_expr::Span::default(),
+                                }])
+                            ));
+                        }
+                    }
+                }
                 CAct::CtLb {
                     mark: *mark,
-                    backends: args
-                        .as_ref()
-                        .map(|a| {
-                            a.backends
-                                .iter()
-                                .map(|b| (const_ip(&b.ip), b.port.unwrap_or(0)))
-                                .collect()
-                        })
-                        .unwrap_or_default(),
+                    backends: backends.into(),
                     hash: hash.into(),
                     flag,
                 }

@@ -477,9 +477,13 @@ pub(crate) fn translate_neighbours(sb: &SbSnapshot, t: &mut Translation) {
 }
 
 /// `Load_Balancer.vips` keys (`IP`, `IP:PORT`, `[IPv6]:PORT`) per datapath the balancer applies
-/// to (`datapaths` and `datapath_group`): what `ct_snat_to_vip` compares against.
-pub(crate) fn translate_lbs(sb: &SbSnapshot, t: &mut Translation) {
+/// to (`datapaths` and `datapath_group`): what `ct_snat_to_vip` compares against. A template
+/// load balancer's keys (`^vip:^port`, `[^vip]:^port`) are expanded with the chassis's
+/// `Chassis_Template_Var` first, as ovn-controller does.
+pub(crate) fn translate_lbs(sb: &SbSnapshot, chassis: Option<&str>, t: &mut Translation) {
+    let vars = template_vars(sb, chassis);
     for lb in sb.load_balancer().values() {
+        let template = lb.options.get("template").is_some_and(|v| v == "true");
         let proto = match lb.protocol.as_ref().map(|p| p.as_str()) {
             None | Some("tcp") => 6,
             Some("udp") => 17,
@@ -499,12 +503,23 @@ pub(crate) fn translate_lbs(sb: &SbSnapshot, t: &mut Translation) {
         }
         dps.sort();
         dps.dedup();
-        for vip in lb.vips.keys() {
-            let Some((ip, port)) = parse_vip(vip) else {
+        for key in lb.vips.keys() {
+            let vip = if template {
+                substitute_templates(key, &vars)
+            } else {
+                key.clone()
+            };
+            let Some((ip, port)) = parse_vip(&vip) else {
                 t.diagnostics.push(Diagnostic {
                     table: "Load_Balancer",
                     uuid: lb.uuid,
-                    reason: format!("VIP \"{vip}\" is not IP[:PORT]: left out"),
+                    reason: if template {
+                        format!(
+                            "template VIP \"{key}\" expands to \"{vip}\" on this chassis, which is not IP[:PORT]: left out"
+                        )
+                    } else {
+                        format!("VIP \"{vip}\" is not IP[:PORT]: left out")
+                    },
                 });
                 continue;
             };

@@ -657,7 +657,7 @@ impl Incremental {
         }
         if c.lb || !c.dpg.is_empty() {
             let old = std::mem::take(&mut t.spec.lb_vips);
-            flows::translate_lbs(sb, t);
+            flows::translate_lbs(sb, chassis, t);
             s.lbs = std::mem::take(&mut t.diagnostics);
             rest.lb_vips |= old != t.spec.lb_vips;
         }

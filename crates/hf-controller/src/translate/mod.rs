@@ -363,7 +363,7 @@ pub(crate) fn translate_marked(
     marks.push(t.diagnostics.len());
     flows::translate_neighbours(sb, &mut t);
     marks.push(t.diagnostics.len());
-    flows::translate_lbs(sb, &mut t);
+    flows::translate_lbs(sb, chassis, &mut t);
     marks.push(t.diagnostics.len());
     dns::translate_dns(sb, &mut t);
     marks.push(t.diagnostics.len());

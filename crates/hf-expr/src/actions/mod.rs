@@ -99,11 +99,43 @@ pub struct Backend {
     pub port: Option<u16>,
 }
 
+/// The port of a template backend: a number, or `^variable`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TemplatePort {
+    /// `:80`
+    Num(u16),
+    /// `:^port` (the variable's name, without `^`).
+    Var(String),
+}
+
+/// One backend of a load balancer template (OVN 23.03, `Load_Balancer options:template=true`):
+/// `^ip[:^port|:port]`, or `^backends` that a chassis expands to a list of `ip:port`. Each
+/// chassis substitutes its `Chassis_Template_Var` values in the flow's text before parsing
+/// it, so a template backend is never executed as such.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TemplateBackend {
+    /// The variable's name, without `^`.
+    pub ip: String,
+    /// The port, if any.
+    pub port: Option<TemplatePort>,
+}
+
+/// One backend of `ct_lb`/`ct_lb_mark`: an address, or a template.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LbBackend {
+    /// `ip[:port]`, `[ip6]:port`.
+    Addr(Backend),
+    /// `^ip[:^port|:port]`.
+    Template(TemplateBackend),
+}
+
 /// Arguments of `ct_lb`/`ct_lb_mark`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CtLbArgs {
     /// The backends.
-    pub backends: Vec<Backend>,
+    pub backends: Vec<LbBackend>,
     /// `hash_fields="..."`.
     pub hash_fields: Option<String>,
     /// `skip_snat` or `force_snat`.

@@ -1,8 +1,9 @@
 //! The action parser: text to [`Action`]s.
 
 use super::{
-    ACTION_NAMES, Action, Backend, CtCommit, CtLbArgs, LogArgs, NESTED, NO_ARG_FNS, NatKind,
-    NatTarget, NextArgs, OptValue, Pipeline, RESULT_FNS, ResultFn,
+    ACTION_NAMES, Action, Backend, CtCommit, CtLbArgs, LbBackend, LogArgs, NESTED, NO_ARG_FNS,
+    NatKind, NatTarget, NextArgs, OptValue, Pipeline, RESULT_FNS, ResultFn, TemplateBackend,
+    TemplatePort,
 };
 use crate::ast::{FieldRef, Value};
 use crate::constant::{Constant, Format};
@@ -477,7 +478,25 @@ fn port(c: &mut Cursor) -> Result<u16> {
     Ok(int_arg(c, "a port number", 65535)? as u16)
 }
 
-fn backend(c: &mut Cursor) -> Result<Backend> {
+fn backend(c: &mut Cursor) -> Result<LbBackend> {
+    if let Tok::Template(ip) = c.peek().clone() {
+        c.bump();
+        let port = if c.eat(&Tok::Colon) {
+            if let Tok::Template(p) = c.peek().clone() {
+                c.bump();
+                Some(TemplatePort::Var(p))
+            } else {
+                Some(TemplatePort::Num(port(c)?))
+            }
+        } else {
+            None
+        };
+        return Ok(LbBackend::Template(TemplateBackend { ip, port }));
+    }
+    address_backend(c).map(LbBackend::Addr)
+}
+
+fn address_backend(c: &mut Cursor) -> Result<Backend> {
     if c.eat(&Tok::LSquare) {
         let ip = ip_const(c, "an IPv6 address")?;
         c.expect(&Tok::RSquare, "`]`")?;

@@ -3,7 +3,7 @@
 use std::net::IpAddr;
 
 use hf_expr::Action;
-use hf_expr::actions::{Backend, CtLbArgs, NatKind, NatTarget, NestedKind, ResultFn};
+use hf_expr::actions::{Backend, CtLbArgs, LbBackend, NatKind, NatTarget, NestedKind, ResultFn};
 use hf_expr::ast::{Expr, FieldRef, RelOp, Rhs, Term, Value};
 use hf_expr::constant::Constant;
 use ipnet::IpNet;
@@ -141,12 +141,14 @@ pub fn ct_lb_mark(backends: &[(IpAddr, Option<u16>)], flag: Option<&str>) -> Act
         args: Some(CtLbArgs {
             backends: backends
                 .iter()
-                .map(|(ip, port)| Backend {
-                    ip: match ip {
-                        IpAddr::V4(a) => Constant::ipv4(*a),
-                        IpAddr::V6(a) => Constant::ipv6(*a),
-                    },
-                    port: *port,
+                .map(|(ip, port)| {
+                    LbBackend::Addr(Backend {
+                        ip: match ip {
+                            IpAddr::V4(a) => Constant::ipv4(*a),
+                            IpAddr::V6(a) => Constant::ipv6(*a),
+                        },
+                        port: *port,
+                    })
                 })
                 .collect(),
             hash_fields: None,

@@ -277,6 +277,8 @@ pub struct Rtr {
     pub vips: Vec<Vip>,
     /// VIPs without backends that raise events ([`crate::lb_event`]).
     pub lb_events: Vec<crate::lb_event::EventVip>,
+    /// VIPs of template load balancers ([`crate::lb_template`]).
+    pub templates: Vec<crate::lb_template::TemplateVip>,
     /// Route groups, in priority order of emission.
     pub routes: Vec<RouteGroup>,
     /// The IPv6 next hops of static routes left out because their BFD session is down (their
@@ -325,7 +327,12 @@ impl Rtr {
 
     /// The router has NAT or load balancers (OVN's NAT/LB stages come alive).
     pub fn has_nat_or_lb(&self) -> bool {
-        !self.nats.is_empty() || !self.vips.is_empty()
+        !self.nats.is_empty() || self.has_lb_vip()
+    }
+
+    /// Some load balancer of the router has a VIP (OVN's `has_lb_vip`; templates count).
+    pub fn has_lb_vip(&self) -> bool {
+        !self.vips.is_empty() || !self.templates.is_empty()
     }
 
     /// The port index (into `ports`) of a topo port.
@@ -364,6 +371,7 @@ impl Rtr {
             nats: Vec::new(),
             vips: Vec::new(),
             lb_events: Vec::new(),
+            templates: Vec::new(),
             routes: Vec::new(),
             bfd_down_hops: Vec::new(),
             policies: Vec::new(),
@@ -670,15 +678,6 @@ impl Rtr {
         lbs.sort_by(|a, b| (&a.name, a.uuid).cmp(&(&b.name, b.uuid)));
         lbs.dedup_by_key(|l| l.uuid);
         for lb in lbs {
-            if crate::lb_template::is_template(lb) {
-                diags.push(
-                    "Load_Balancer",
-                    lb.uuid,
-                    &lb.name,
-                    crate::lb_template::NOT_BUILT,
-                );
-                continue;
-            }
             let proto = match &lb.protocol {
                 None | Some(nb::LoadBalancerProtocol::Tcp) => "tcp",
                 Some(nb::LoadBalancerProtocol::Udp) => "udp",
@@ -688,6 +687,12 @@ impl Rtr {
                     continue;
                 }
             };
+            if crate::lb_template::is_template(lb) {
+                let event = crate::lb_event::enabled(topo, lb);
+                self.templates
+                    .extend(crate::lb_template::parse(lb, proto, event, diags));
+                continue;
+            }
             let skip_snat = lb.options.get("skip_snat").is_some_and(|v| v == "true");
             let responder = lb
                 .options

@@ -26,6 +26,21 @@ pub fn build(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         "default",
         None,
     );
+    let mut seen_templates = BTreeSet::new();
+    for v in &r.templates {
+        if seen_templates.insert((v.v6, v.ip.clone())) {
+            out.add(
+                r.dp,
+                st,
+                100,
+                and([pred("ip"), v.dst()]),
+                vec![ct_nat(NatKind::Dnat, None, None)],
+                crate::flow::Owner::LoadBalancer(v.name.clone()),
+                format!("vip-{}", v.key),
+                Some(v.lb),
+            );
+        }
+    }
     let mut seen = BTreeSet::new();
     for v in &r.vips {
         if seen.insert(v.ip) {

@@ -83,7 +83,7 @@ pub fn build(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         }
         out.add(r.dp, st, prio, m, a, n.owner.clone(), "dnat", Some(n.uuid));
     }
-    if r.vips.is_empty() {
+    if !r.has_lb_vip() {
         return;
     }
     crate::lr::lb_aff::dnat_flows(topo, r, out);
@@ -147,6 +147,7 @@ pub fn build(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         );
     }
     let dgp_res = r.dgp.and_then(|d| r.ports[d].resident());
+    templates(topo, r, out, dgp_res.as_ref());
     for v in &r.vips {
         let fam = ipf(v.ip.is_ipv6());
         let mut m = vec![pred("ct.new"), not(pred("ct.rel")), pred(fam), ip_dst(v.ip)];
@@ -216,6 +217,82 @@ pub fn build(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
             and(m),
             a,
             v.owner.clone(),
+            format!("vip-{}", v.key),
+            Some(v.lb),
+        );
+    }
+}
+
+/// The VIPs of template load balancers ([`crate::lb_template`]): 23.03's
+/// `build_lrouter_nat_flows_for_lb` with the variables written in (and its event flows).
+fn templates(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, dgp_res: Option<&hf_expr::ast::Expr>) {
+    let st = Stage::LrInDnat;
+    for v in &r.templates {
+        if v.event && v.backends.is_empty() && !v.reject {
+            let (m, a) = v.event_flow();
+            out.add(
+                r.dp,
+                st,
+                130,
+                m,
+                a,
+                crate::flow::Owner::LoadBalancer(v.name.clone()),
+                format!("event-{}", v.key),
+                Some(v.lb),
+            );
+        }
+        let mut m = vec![
+            pred("ct.new"),
+            not(pred("ct.rel")),
+            pred(v.family()),
+            v.dst(),
+        ];
+        let prio = if v.port.is_some() {
+            m.push(pred(v.proto));
+            m.extend(v.port_dst());
+            120
+        } else {
+            110
+        };
+        let reject = v.backends.is_empty() && v.reject;
+        let drop = v.backends.is_empty() && !v.reject;
+        if !r.gw_router && !reject {
+            m.extend(dgp_res.cloned());
+        }
+        let mut a = Vec::new();
+        let flag = if v.skip_snat {
+            a.push(set("flags.skip_snat_for_lb", num(1)));
+            Some("skip_snat")
+        } else if r.force_snat_router_ip || !r.lb_force_snat.is_empty() {
+            a.push(set("flags.force_snat_for_lb", num(1)));
+            Some("force_snat")
+        } else {
+            None
+        };
+        if reject {
+            a.push(hf_expr::Action::assign(crate::build::f("reg0"), num(0)));
+            a.push(crate::lr::act::nested(
+                hf_expr::actions::NestedKind::Reject,
+                vec![
+                    crate::lr::act::swap("outport", "inport"),
+                    hf_expr::Action::next_table(
+                        Some(hf_expr::actions::Pipeline::Egress),
+                        u32::from(Stage::LrOutSnat.table()),
+                    ),
+                ],
+            ));
+        } else if drop {
+            a.push(hf_expr::Action::drop());
+        } else {
+            a.push(v.ct_lb_mark(flag.filter(|_| topo.features.contains("ct-lb-flags"))));
+        }
+        out.add(
+            r.dp,
+            st,
+            prio,
+            and(m),
+            a,
+            crate::flow::Owner::LoadBalancer(v.name.clone()),
             format!("vip-{}", v.key),
             Some(v.lb),
         );

@@ -128,6 +128,8 @@ pub struct LbInfo {
     pub reject_empty: bool,
     /// A VIP without backends raises an event ([`crate::lb_event`]).
     pub event: bool,
+    /// The VIPs of a template load balancer ([`crate::lb_template`]; `vips` is then empty).
+    pub templates: Vec<crate::lb_template::TemplateVip>,
 }
 
 /// What a router's switch-side ports answer or forward ARP/ND for.
@@ -309,12 +311,12 @@ impl LsIndex {
             }
             let mut mine: Vec<usize> = Vec::with_capacity(rows.len());
             for (uuid, lb) in rows {
-                if !lb.vips.is_empty() && !crate::lb_template::is_template(lb) {
+                // Template load balancers count too (23.03's `lb_has_vip` looks at NB).
+                if !lb.vips.is_empty() {
                     self.switch_has_vip[dp] = true;
                 }
                 let i = *parsed.entry(uuid).or_insert_with(|| {
-                    let mut info = parse_lb(lb, diags);
-                    info.event = crate::lb_event::enabled(topo, lb);
+                    let info = parse_lb(lb, crate::lb_event::enabled(topo, lb), diags);
                     self.lbs.push(info);
                     self.lbs.len() - 1
                 });
@@ -595,7 +597,7 @@ fn broken_acl(
     }
 }
 
-fn parse_lb(lb: &nb::LoadBalancer, diags: &mut Diags) -> LbInfo {
+fn parse_lb(lb: &nb::LoadBalancer, event: bool, diags: &mut Diags) -> LbInfo {
     let proto = match &lb.protocol {
         None | Some(nb::LoadBalancerProtocol::Tcp) => "tcp",
         Some(nb::LoadBalancerProtocol::Udp) => "udp",
@@ -615,14 +617,11 @@ fn parse_lb(lb: &nb::LoadBalancer, diags: &mut Diags) -> LbInfo {
     };
     let mut vips = Vec::new();
     let template = crate::lb_template::is_template(lb);
-    if template {
-        diags.push(
-            "Load_Balancer",
-            lb.uuid,
-            &lb.name,
-            crate::lb_template::NOT_BUILT,
-        );
-    }
+    let templates = if template {
+        crate::lb_template::parse(lb, proto, event, diags)
+    } else {
+        Vec::new()
+    };
     for (k, v) in lb.vips.iter().filter(|_| !template) {
         let Some((ip, port)) = parse_ip_port(k) else {
             diags.push(
@@ -666,7 +665,7 @@ fn parse_lb(lb: &nb::LoadBalancer, diags: &mut Diags) -> LbInfo {
         }
     }
     for opt in ["affinity_timeout"] {
-        if lb.options.contains_key(opt) {
+        if lb.options.contains_key(opt) && !template {
             diags.push(
                 "Load_Balancer",
                 lb.uuid,
@@ -691,6 +690,7 @@ fn parse_lb(lb: &nb::LoadBalancer, diags: &mut Diags) -> LbInfo {
         vips,
         hash_fields,
         reject_empty: lb.options.get("reject").is_some_and(|v| v == "true"),
-        event: false,
+        event,
+        templates,
     }
 }

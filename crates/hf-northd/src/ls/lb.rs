@@ -7,7 +7,7 @@
 use std::net::IpAddr;
 
 use hf_expr::Action;
-use hf_expr::actions::{Backend, CtLbArgs, NestedKind, Pipeline as ActPipeline};
+use hf_expr::actions::{Backend, CtLbArgs, LbBackend, NestedKind, Pipeline as ActPipeline};
 use hf_expr::constant::Constant;
 
 use super::Sw;
@@ -26,10 +26,57 @@ fn constant(ip: IpAddr) -> Constant {
     }
 }
 
+/// A VIP without backends: reject (`options:reject=true`) or drop.
+fn empty_actions(reject: bool) -> Vec<Action> {
+    if reject {
+        vec![
+            Action::assign(regs::field_of(regs::REG0_ALL), num(0)),
+            Action::nested(
+                NestedKind::Reject,
+                vec![
+                    exchange("outport", "inport"),
+                    Action::next_table(
+                        Some(ActPipeline::Egress),
+                        u32::from(Stage::LsOutQosMark.table()),
+                    ),
+                ],
+            ),
+        ]
+    } else {
+        vec![Action::drop()]
+    }
+}
+
+/// A template VIP's flow ([`crate::lb_template`]): as an ordinary VIP's, variables written in.
+fn template_vip(sw: &Sw<'_, '_>, out: &mut Flows, v: &crate::lb_template::TemplateVip) {
+    let mut m = vec![pred("ct.new"), v.dst()];
+    m.extend(v.port_dst());
+    let prio = if v.port.is_some() { 120 } else { 110 };
+    let actions = if v.backends.is_empty() {
+        empty_actions(v.reject)
+    } else {
+        vec![set(Reg::CtCommit, 0), v.ct_lb_mark(None)]
+    };
+    sw.owned(
+        out,
+        Stage::LsInLb,
+        prio,
+        Owner::LoadBalancer(v.name.clone()),
+        format!("vip {}", v.key),
+        Some(v.lb),
+        and(m),
+        actions,
+        None,
+    );
+}
+
 /// Writes the stage for `sw`.
 pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, _diags: &mut Diags) {
     sw.dflt(out, Stage::LsInLb, 0, "default", always(), vec![next()]);
     for lb in &sw.lbs {
+        for v in &lb.templates {
+            template_vip(sw, out, v);
+        }
         for vip in &lb.vips {
             let mut m = vec![pred("ct.new"), vip_dst(vip.ip)];
             let mut prio = 110;
@@ -44,23 +91,7 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, _diags: &mut Diags) {
                 .active(lb.uuid, &vip.key)
                 .unwrap_or(&vip.backends);
             let actions = if backends.is_empty() {
-                if lb.reject_empty {
-                    vec![
-                        Action::assign(regs::field_of(regs::REG0_ALL), num(0)),
-                        Action::nested(
-                            NestedKind::Reject,
-                            vec![
-                                exchange("outport", "inport"),
-                                Action::next_table(
-                                    Some(ActPipeline::Egress),
-                                    u32::from(Stage::LsOutQosMark.table()),
-                                ),
-                            ],
-                        ),
-                    ]
-                } else {
-                    vec![Action::drop()]
-                }
+                empty_actions(lb.reject_empty)
             } else {
                 vec![
                     set(Reg::CtCommit, 0),
@@ -69,9 +100,11 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, _diags: &mut Diags) {
                         args: Some(CtLbArgs {
                             backends: backends
                                 .iter()
-                                .map(|(ip, port)| Backend {
-                                    ip: constant(*ip),
-                                    port: *port,
+                                .map(|(ip, port)| {
+                                    LbBackend::Addr(Backend {
+                                        ip: constant(*ip),
+                                        port: *port,
+                                    })
                                 })
                                 .collect(),
                             hash_fields: lb.hash_fields.clone(),

@@ -47,6 +47,20 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, _diags: &mut Diags) {
         }
     }
     for lb in sw.lbs.iter().filter(|l| l.event && !l.reject_empty) {
+        for v in lb.templates.iter().filter(|v| v.backends.is_empty()) {
+            let (m, a) = v.event_flow();
+            sw.owned(
+                out,
+                Stage::LsInPreLb,
+                130,
+                crate::flow::Owner::LoadBalancer(lb.name.clone()),
+                format!("event {}", v.key),
+                Some(lb.uuid),
+                m,
+                a,
+                None,
+            );
+        }
         for vip in lb.vips.iter().filter(|v| v.backends.is_empty()) {
             let (m, a) = crate::lb_event::flow(lb.uuid, vip.ip, vip.port, lb.proto);
             sw.owned(

@@ -51,6 +51,35 @@ pub fn build(sw: &Sw<'_, '_>, out: &mut Flows, _diags: &mut Diags) {
         );
     }
     for lb in &sw.lbs {
+        // Template VIPs ([`crate::lb_template`]): the same flow, variables written in.
+        for v in &lb.templates {
+            let mut actions = Vec::with_capacity(3);
+            actions.push(Action::assign(
+                if v.v6 {
+                    regs::field_of(regs::ORIG_DIP_IPV6)
+                } else {
+                    Reg::OrigDipIpv4.field()
+                },
+                v.ip.value(),
+            ));
+            let mut m = vec![is(Reg::CtNat, 1), v.dst()];
+            if let Some(p) = &v.port {
+                actions.push(Action::assign(Reg::OrigTpDport.field(), p.value()));
+            }
+            m.extend(v.port_dst());
+            actions.push(ct_lb_mark());
+            sw.owned(
+                out,
+                Stage::LsInPreStateful,
+                120,
+                Owner::LoadBalancer(v.name.clone()),
+                format!("vip {}", v.key),
+                Some(v.lb),
+                and(m),
+                actions,
+                None,
+            );
+        }
         for vip in &lb.vips {
             let mut actions = Vec::with_capacity(3);
             match vip.ip {

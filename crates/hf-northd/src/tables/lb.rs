@@ -56,11 +56,19 @@ pub fn vip_ips(lbs: &[&nb::LoadBalancer]) -> (BTreeSet<String>, BTreeSet<String>
             IpAddr::V6(a) => v6.insert(a.to_string()),
         };
     }
+    // A template VIP (`^vip`) lands among 23.03's IPv6 VIPs whatever its family (its
+    // parsed address stays all-zero, which is not IPv4-mapped).
+    for l in lbs.iter().filter(|l| crate::lb_template::is_template(l)) {
+        v6.extend(crate::lb_template::vip_texts(l));
+    }
     (v4, v6)
 }
 
-/// The VIP addresses of one load balancer.
+/// The VIP addresses of one load balancer (none for a template).
 pub fn vip_addrs(lb: &nb::LoadBalancer) -> Vec<IpAddr> {
+    if crate::lb_template::is_template(lb) {
+        return Vec::new();
+    }
     lb.vips
         .keys()
         .filter_map(|k| parse_ip_port(k).map(|(ip, _)| ip))
@@ -102,7 +110,7 @@ pub fn build(topo: &Topo<'_>, opts: &RenderOptions, sb: &mut SbDesired, diags: &
         sb.load_balancers.insert(
             l.name.clone(),
             LbRow {
-                vips: l.vips.clone().into(),
+                vips: crate::lb_template::sb_vips(l).unwrap_or_else(|| l.vips.clone().into()),
                 protocol: l.protocol.as_ref().map(|p| p.as_str().to_string()),
                 options: options.into(),
                 external_ids,

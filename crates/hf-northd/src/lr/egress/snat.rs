@@ -25,7 +25,7 @@ pub fn snat(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         "nd-ns",
         None,
     );
-    if r.vips.iter().any(|v| v.skip_snat) {
+    if r.vips.iter().any(|v| v.skip_snat) || r.templates.iter().any(|v| v.skip_snat) {
         out.add(
             r.dp,
             st,

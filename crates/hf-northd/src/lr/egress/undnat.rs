@@ -67,6 +67,31 @@ pub fn undnat(_topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
     }
     let Some(d) = r.dgp else { return };
     let p = &r.ports[d];
+    // Template VIPs ([`crate::lb_template`]), as ordinary ones below.
+    for v in r.templates.iter().filter(|v| !v.backends.is_empty()) {
+        let mut m = vec![
+            pred(v.family()),
+            crate::lb_template::backends_src(v),
+            outport(&p.name),
+        ];
+        m.extend(p.resident());
+        out.add(
+            r.dp,
+            st,
+            120,
+            and(m),
+            if v.skip_snat {
+                vec![set("flags.skip_snat_for_lb", num(1)), next()]
+            } else if r.force_snat_router_ip || !r.lb_force_snat.is_empty() {
+                vec![set("flags.force_snat_for_lb", num(1)), next()]
+            } else {
+                vec![ct_nat(NatKind::DnatInCzone, None, None)]
+            },
+            crate::flow::Owner::LoadBalancer(v.name.clone()),
+            format!("vip-{}", v.key),
+            Some(v.lb),
+        );
+    }
     for v in r.vips.iter().filter(|v| !v.backends.is_empty()) {
         let fam = ipf(v.ip.is_ipv6());
         let backs = v.backends.iter().map(|(ip, port)| {
