@@ -713,7 +713,7 @@ fn action_features(a: &Action, out: &mut Vec<Use>) {
                 legacy,
                 flag,
                 hash_fields,
-                ..
+                backends,
             }) = args
             {
                 if !legacy || hash_fields.is_some() {
@@ -721,6 +721,13 @@ fn action_features(a: &Action, out: &mut Vec<Use>) {
                 }
                 if flag.is_some() {
                     push(out, "ct-lb-flags", *span);
+                }
+                // A load balancer template's backends (`^backends`).
+                if backends
+                    .iter()
+                    .any(|b| matches!(b, crate::actions::LbBackend::Template(_)))
+                {
+                    push(out, "template-var", *span);
                 }
             }
         }
