@@ -23,7 +23,7 @@
 //!
 //! No authentication, echo mode, demand mode or poll sequences (interval changes take effect
 //! at once); one session per peer IP. BFD on logical router ports (SB `BFD`, static routes'
-//! next hops) is not run here.
+//! next hops) is [`crate::hop_bfd`].
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -207,7 +207,7 @@ pub struct BfdStatusMsg {
     pub state: BfdState,
 }
 
-fn jitter(disc: u32, n: u64) -> u64 {
+pub(crate) fn jitter(disc: u32, n: u64) -> u64 {
     // A deterministic 0..25 % (the simulator replays); RFC 5880 §6.8.7 asks for 0..25 %.
     let mut z = u64::from(disc) ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 31)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

@@ -240,6 +240,7 @@ impl Datapath {
             ToDatapath::Garps(list) => self.send_garps(list, now),
             ToDatapath::Mcast(list) => self.set_mcast(list, now),
             ToDatapath::PeriodicRas(list) => self.set_periodic_ras(list, now),
+            ToDatapath::HopBfd(list) => self.set_hop_bfd(list, now),
             ToDatapath::TakeOver => {
                 let version = self.control.as_ref().map_or(0, |c| c.version);
                 if version < 5 {
@@ -322,5 +323,6 @@ fn name_of(m: &ToDatapath) -> &'static str {
         ToDatapath::Garps(_) => "Garps",
         ToDatapath::Mcast(_) => "Mcast",
         ToDatapath::PeriodicRas(_) => "PeriodicRas",
+        ToDatapath::HopBfd(_) => "HopBfd",
     }
 }

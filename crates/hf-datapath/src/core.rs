@@ -292,6 +292,8 @@ pub struct Datapath {
     pub(crate) snoop: crate::snoop::Snooper,
     /// Periodic router advertisements ([`crate::ra`]).
     pub(crate) ras: crate::ra::Announcer,
+    /// BFD to next hops ([`crate::hop_bfd`]).
+    pub(crate) hop_bfd: crate::hop_bfd::HopBfd,
     /// Port mirroring sessions ([`crate::mirror`]).
     pub(crate) mirror: crate::mirror::Mirrors,
     /// BFD with other chassis over the tunnels ([`crate::bfd`]).
@@ -376,6 +378,7 @@ impl Datapath {
             stage_clock: None,
             svc: crate::svc::Prober::default(),
             snoop: crate::snoop::Snooper::default(),
+            hop_bfd: crate::hop_bfd::HopBfd::default(),
             ras,
             mirror: crate::mirror::Mirrors::default(),
             bfd: crate::bfd::Bfd::default(),
@@ -1070,6 +1073,7 @@ impl Datapath {
         let mut acl_logs = Vec::new();
         let mut svc = false;
         let mut mcast = false;
+        let mut hop_bfd = false;
         for ev in events {
             match ev {
                 Event::AclLog {
@@ -1136,6 +1140,10 @@ impl Datapath {
                     }
                     mcast = true;
                 }
+                Event::Bfd { port, frame, .. } => {
+                    self.hop_bfd_receive(&port, &frame, now);
+                    hop_bfd = true;
+                }
                 other => self.log(
                     Level::Warn,
                     format!("pipeline event not handled: {other:?}"),
@@ -1165,6 +1173,9 @@ impl Datapath {
         }
         if mcast {
             self.run_mcast(now);
+        }
+        if hop_bfd {
+            self.run_hop_bfd(now);
         }
     }
 
@@ -1382,6 +1393,7 @@ impl Datapath {
             self.snoop.poll_timeout(),
             self.ras.poll_timeout(),
             self.bfd.poll_timeout(),
+            self.hop_bfd.poll_timeout(),
             self.garps.iter().map(|g| g.0).min(),
         ]
         .into_iter()
@@ -1407,6 +1419,9 @@ impl Datapath {
         }
         if self.ras.poll_timeout().is_some_and(|t| t <= now) {
             self.run_ras(now);
+        }
+        if self.hop_bfd.poll_timeout().is_some_and(|t| t <= now) {
+            self.run_hop_bfd(now);
         }
     }
 

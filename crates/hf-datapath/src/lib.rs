@@ -19,6 +19,8 @@
 //! - [`dump`]: conntrack entries in `dpctl/dump-conntrack`'s style.
 //! - [`bfd`]: BFD with other chassis over the Geneve tunnels (which gateways are alive), and
 //!   the gratuitous ARPs of a gateway that takes over.
+//! - [`hop_bfd`]: BFD from logical router ports to their next hops (SB `BFD`): control
+//!   packets through the router's pipeline, states to the controller (SB `BFD.status`).
 //! - [`mirror`]: port mirroring (SB `Mirror`): GRE and ERSPAN copies of what a port sends or
 //!   is delivered, to the session's sink, as OVS sends them for ovn-controller.
 //! - [`snoop`]: multicast snooping (IGMP and MLD) for SB `IP_Multicast` switches: learned
@@ -44,6 +46,7 @@ pub mod delta;
 pub mod dump;
 #[doc(hidden)]
 pub mod example;
+pub mod hop_bfd;
 pub mod intern;
 pub mod local;
 pub mod migrate;

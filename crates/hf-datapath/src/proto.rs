@@ -61,7 +61,15 @@ pub use crate::delta::{
 /// (the controller says so once), and an older controller leaves `IGMP_Group` alone; and
 /// periodic router advertisements ([`ToDatapath::PeriodicRas`], see [`crate::ra`]), which an
 /// older datapath does not send (the controller says so once).
-pub const PROTOCOL_VERSION: u32 = 8;
+///
+/// Version 9 added BFD from logical router ports to their next hops ([`ToDatapath::HopBfd`],
+/// [`FromDatapath::HopBfdStatus`], see [`crate::hop_bfd`]), as new last variants, each sent
+/// only to a version-9 peer: an older datapath runs no such session (the controller says so
+/// once, and their SB status stays as northd wrote it).
+pub const PROTOCOL_VERSION: u32 = 9;
+
+/// The first version with BFD to next hops.
+pub const HOP_BFD_VERSION: u32 = 9;
 
 /// The first version with multicast snooping.
 pub const MCAST_VERSION: u32 = 8;
@@ -172,6 +180,11 @@ pub enum ToDatapath {
     /// The periodic router advertisements of the router ports whose switches have local
     /// ports, all of them ([`crate::ra`]). Only to a version-8 peer. (Added in version 8.)
     PeriodicRas(Vec<crate::ra::PeriodicRaMsg>),
+    /// The BFD sessions to next hops whose router ports are resident here, all of them (a
+    /// session not in the list stops): the datapath runs them ([`crate::hop_bfd`]) and answers
+    /// with [`FromDatapath::HopBfdStatus`] for every session, then for each change. Only to a
+    /// version-9 peer. (Added in version 9.)
+    HopBfd(Vec<crate::hop_bfd::HopBfdMsg>),
 }
 
 /// [`ToDatapath::Bfd`].
@@ -392,6 +405,9 @@ pub enum FromDatapath {
     /// [`ToDatapath::Mcast`], of every snooping switch). Only to a version-8 peer. (Added in
     /// version 8.)
     McastGroups(Vec<crate::snoop::McastGroupsMsg>),
+    /// BFD sessions to next hops whose state changed (or, in answer to
+    /// [`ToDatapath::HopBfd`], every session). Only to a version-9 peer. (Added in version 9.)
+    HopBfdStatus(Vec<crate::hop_bfd::HopBfdStatusMsg>),
 }
 
 /// One socket passed in a takeover ([`FromDatapath::HandOver`]).

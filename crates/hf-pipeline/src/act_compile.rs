@@ -504,7 +504,10 @@ impl ActCompiler<'_> {
                 counter: self.count("handle_svc_check"),
             },
             Action::HandleDhcpv6Reply { .. } => self.counted_act("handle_dhcpv6_reply"),
-            Action::HandleBfdMsg { .. } => self.counted_act("handle_bfd_msg"),
+            Action::HandleBfdMsg { .. } => CAct::Bfd {
+                dp: self.dp,
+                counter: self.count("handle_bfd_msg"),
+            },
             Action::CtSnatToVip { .. } => CAct::CtSnatToVip { dp: self.dp },
             Action::CommitEcmpNh { ipv6, proto, .. } => CAct::CommitEcmpNh {
                 dp: self.dp,

@@ -33,6 +33,7 @@ fn act_text(p: &Program, i: u32) -> String {
         | CAct::SetMeter { counter: c, .. }
         | CAct::SvcCheck { counter: c, .. }
         | CAct::Igmp { counter: c, .. }
+        | CAct::Bfd { counter: c, .. }
         | CAct::Count { counter: c, .. } => {
             let mut z = a.clone();
             if let CAct::PacketIn { counter, .. }
@@ -41,6 +42,7 @@ fn act_text(p: &Program, i: u32) -> String {
             | CAct::SetMeter { counter, .. }
             | CAct::SvcCheck { counter, .. }
             | CAct::Igmp { counter, .. }
+            | CAct::Bfd { counter, .. }
             | CAct::Count { counter, .. } = &mut z
             {
                 *counter = 0;

@@ -791,6 +791,7 @@ fn append_unit(prog: &mut Program, unit: Unit) -> DpCode {
             | CAct::SetMeter { counter, .. }
             | CAct::SvcCheck { counter, .. }
             | CAct::Igmp { counter, .. }
+            | CAct::Bfd { counter, .. }
             | CAct::Count { counter, .. } => *counter += ctr_off,
             _ => {}
         }

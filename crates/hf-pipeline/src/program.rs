@@ -932,6 +932,12 @@ pub(crate) enum CAct {
         dp: u32,
         counter: u32,
     },
+    /// `handle_bfd_msg();`: the packet (a BFD control packet to a router port's address) is
+    /// punted to the chassis's BFD sessions as an [`crate::Event::Bfd`]; later actions go on.
+    Bfd {
+        dp: u32,
+        counter: u32,
+    },
     /// `fwd_group(childports=...)`: output to one child port chosen by the 5-tuple hash.
     FwdGroup {
         ports: Vec<u32>,
@@ -961,9 +967,8 @@ pub(crate) enum CAct {
         halt: bool,
     },
     /// An action with no effect on forwarding whose hits are counted:
-    /// `sample`, `trigger_event`, `set_queue`, `igmp`,
-    /// `handle_dhcpv6_reply`, `handle_bfd_msg` (the last three are the controller's packet-in
-    /// handlers; ovn-trace does nothing for them either).
+    /// `sample`, `trigger_event`, `set_queue`, `handle_dhcpv6_reply` (the controller's
+    /// packet-in handler; ovn-trace does nothing for it either).
     Count {
         #[allow(dead_code)] // shown by traces through Debug
         name: &'static str,

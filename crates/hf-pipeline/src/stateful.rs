@@ -81,6 +81,7 @@ impl Runner<'_> {
                 "  handle_svc_check: punted to the service monitor (not in a trace)".into()
             }
             CAct::Igmp { .. } => "  igmp: punted to multicast snooping (not in a trace)".into(),
+            CAct::Bfd { .. } => "  handle_bfd_msg: punted to the BFD sessions (not in a trace)".into(),
             _ => String::new(),
         }
     }
@@ -285,6 +286,17 @@ impl Runner<'_> {
                 self.count(*counter);
                 if let Some((datapath, port, frame)) = self.punted(*dp, port) {
                     self.events.push(Event::Igmp {
+                        datapath,
+                        port,
+                        frame,
+                    });
+                }
+            }
+            CAct::Bfd { dp, counter } => {
+                let port = self.scr.ctx.f[slot::INPORT] as u32;
+                self.count(*counter);
+                if let Some((datapath, port, frame)) = self.punted(*dp, port) {
+                    self.events.push(Event::Bfd {
                         datapath,
                         port,
                         frame,

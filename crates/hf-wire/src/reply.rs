@@ -114,16 +114,28 @@ pub fn ip_packet(
     proto: u8,
     l4: &[u8],
 ) -> Result<usize, BuildError> {
+    ip_packet_ttl(out, (eth_src, eth_dst), (src, dst), proto, l4, 64)
+}
+
+/// [`ip_packet`] with TTL/hop limit `ttl` (255 for single-hop BFD, RFC 5881 §5).
+pub fn ip_packet_ttl(
+    out: &mut Vec<u8>,
+    (eth_src, eth_dst): (EthAddr, EthAddr),
+    (src, dst): (IpAddr, IpAddr),
+    proto: u8,
+    l4: &[u8],
+    ttl: u8,
+) -> Result<usize, BuildError> {
     let start = out.len();
     let v6 = match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             emit_eth(out, eth_dst, eth_src, ethertype::IPV4);
-            emit_ipv4(out, s, d, proto, l4.len(), 64);
+            emit_ipv4(out, s, d, proto, l4.len(), ttl);
             false
         }
         (IpAddr::V6(s), IpAddr::V6(d)) => {
             emit_eth(out, eth_dst, eth_src, ethertype::IPV6);
-            emit_ipv6(out, s, d, proto, l4.len(), 64);
+            emit_ipv6(out, s, d, proto, l4.len(), ttl);
             true
         }
         _ => return Err(BuildError::NotIp),
