@@ -342,10 +342,7 @@ fn packet(s: &Session, fin: bool) -> Option<Inject> {
     let mut frame = Vec::with_capacity(14 + 40 + udp.len());
     hf_wire::reply::ip_packet_ttl(
         &mut frame,
-        (
-            hf_wire::EthAddr(s.cfg.src_mac),
-            hf_wire::EthAddr::BROADCAST,
-        ),
+        (hf_wire::EthAddr(s.cfg.src_mac), hf_wire::EthAddr::BROADCAST),
         (s.cfg.src_ip, s.cfg.dst_ip),
         hf_wire::ip_proto::UDP,
         &udp,
@@ -422,12 +419,7 @@ impl crate::Datapath {
             for c in &changes {
                 self.log(
                     crate::Level::Info,
-                    format!(
-                        "bfd: {} to {} is {}",
-                        c.logical_port,
-                        c.dst_ip,
-                        c.status()
-                    ),
+                    format!("bfd: {} to {} is {}", c.logical_port, c.dst_ip, c.status()),
                 );
             }
             self.send_hop_bfd(changes);
@@ -440,9 +432,11 @@ impl crate::Datapath {
             Ok(x) => x,
             Err(e) => {
                 self.hop_bfd.dropped += 1;
-                self.log_once(crate::Level::Warn, format_args!("hopbfd:{port}:{e}"), || {
-                    format!("BFD packet on {port}: {e}: dropped")
-                });
+                self.log_once(
+                    crate::Level::Warn,
+                    format_args!("hopbfd:{port}:{e}"),
+                    || format!("BFD packet on {port}: {e}: dropped"),
+                );
                 return;
             }
         };

@@ -51,7 +51,11 @@ fn ms(n: u64) -> Duration {
 fn sent(i: &Inject) -> (u8, u8, u32, u32) {
     assert_eq!((i.datapath, i.port), (3, 2));
     let f = &i.frame;
-    assert_eq!(&f[0..6], &[0xff; 6], "to broadcast (the router resolves the next hop)");
+    assert_eq!(
+        &f[0..6],
+        &[0xff; 6],
+        "to broadcast (the router resolves the next hop)"
+    );
     assert_eq!(&f[6..12], &[2, 0, 0, 0, 0xee, 1]);
     assert_eq!(&f[12..14], &[0x08, 0x00]);
     assert_eq!(f[14 + 8], 255, "TTL 255 (RFC 5881 §5)");
@@ -71,7 +75,10 @@ fn sent(i: &Inject) -> (u8, u8, u32, u32) {
 }
 
 fn states(b: &mut HopBfd) -> Vec<&'static str> {
-    b.take_changes().iter().map(HopBfdStatusMsg::status).collect()
+    b.take_changes()
+        .iter()
+        .map(HopBfdStatusMsg::status)
+        .collect()
 }
 
 #[test]
@@ -82,15 +89,23 @@ fn a_session_comes_up_with_the_peers_three_way_handshake() {
     assert_eq!(out.len(), 1);
     assert_eq!(sent(&out[0]), (DOWN, 0, DISC, 0));
     // The peer has not heard from us: Your Discriminator 0, selected by its address.
-    let r = b.receive(ip(HOP), &peer(DOWN, 0, PEER, 0, 1_000_000, 1_000_000), ms(10));
+    let r = b.receive(
+        ip(HOP),
+        &peer(DOWN, 0, PEER, 0, 1_000_000, 1_000_000),
+        ms(10),
+    );
     assert_eq!(r, Ok(None));
     assert_eq!(states(&mut b), vec!["init"]);
     // A state change is sent at once, with the peer's discriminator.
     let out = b.poll(ms(10));
     assert_eq!(sent(&out[0]), (INIT, 0, DISC, PEER));
     assert!(
-        b.receive(ip(HOP), &peer(UP, 0, PEER, DISC, 1_000_000, 1_000_000), ms(20))
-            .is_ok()
+        b.receive(
+            ip(HOP),
+            &peer(UP, 0, PEER, DISC, 1_000_000, 1_000_000),
+            ms(20)
+        )
+        .is_ok()
     );
     assert_eq!(states(&mut b), vec!["up"]);
     assert_eq!(sent(&b.poll(ms(20))[0]).0, UP);
@@ -100,7 +115,11 @@ fn a_session_comes_up_with_the_peers_three_way_handshake() {
 fn up(b: &mut HopBfd) {
     b.set(vec![msg(false)], ms(0));
     b.poll(ms(0));
-    let _ = b.receive(ip(HOP), &peer(INIT, 0, PEER, DISC, 300_000, 1_000_000), ms(5));
+    let _ = b.receive(
+        ip(HOP),
+        &peer(INIT, 0, PEER, DISC, 300_000, 1_000_000),
+        ms(5),
+    );
     assert_eq!(states(b), vec!["up"]);
 }
 
@@ -125,8 +144,12 @@ fn the_peers_down_or_admin_down_takes_it_down() {
         let mut b = HopBfd::default();
         up(&mut b);
         assert!(
-            b.receive(ip(HOP), &peer(peer_state, 0, PEER, DISC, 1_000_000, 1_000_000), ms(50))
-                .is_ok()
+            b.receive(
+                ip(HOP),
+                &peer(peer_state, 0, PEER, DISC, 1_000_000, 1_000_000),
+                ms(50)
+            )
+            .is_ok()
         );
         assert_eq!(states(&mut b), vec!["down"], "peer state {peer_state}");
     }
@@ -136,7 +159,11 @@ fn the_peers_down_or_admin_down_takes_it_down() {
 fn a_poll_is_answered_with_a_final_at_once() {
     let mut b = HopBfd::default();
     up(&mut b);
-    let r = b.receive(ip(HOP), &peer(UP, 0x20, PEER, DISC, 1_000_000, 1_000_000), ms(50));
+    let r = b.receive(
+        ip(HOP),
+        &peer(UP, 0x20, PEER, DISC, 1_000_000, 1_000_000),
+        ms(50),
+    );
     let Ok(Some(f)) = r else {
         panic!("no Final: {r:?}");
     };
@@ -151,13 +178,21 @@ fn admin_down_sends_nothing_and_comes_back_down() {
     assert_eq!(b.poll_timeout(), None, "nothing to do: no busy loop");
     assert_eq!(b.statuses()[0].status(), "admin_down");
     // Packets for an AdminDown session change nothing.
-    let _ = b.receive(ip(HOP), &peer(DOWN, 0, PEER, 0, 1_000_000, 1_000_000), ms(5));
+    let _ = b.receive(
+        ip(HOP),
+        &peer(DOWN, 0, PEER, 0, 1_000_000, 1_000_000),
+        ms(5),
+    );
     assert!(states(&mut b).is_empty());
     b.set(vec![msg(false)], ms(100));
     assert!(states(&mut b).is_empty(), "not a change pinctrl reports");
     assert_eq!(sent(&b.poll(ms(100))[0]).0, DOWN);
     // And back to AdminDown from Up.
-    let _ = b.receive(ip(HOP), &peer(INIT, 0, PEER, DISC, 1_000_000, 1_000_000), ms(150));
+    let _ = b.receive(
+        ip(HOP),
+        &peer(INIT, 0, PEER, DISC, 1_000_000, 1_000_000),
+        ms(150),
+    );
     assert_eq!(states(&mut b), vec!["up"]);
     b.set(vec![msg(true)], ms(200));
     assert!(b.poll(ms(5000)).is_empty());
@@ -183,7 +218,11 @@ fn packets_go_every_negotiated_interval_less_jitter() {
     assert!(gaps.iter().all(|g| (750..=1000).contains(g)), "{gaps:?}");
     assert!(gaps.iter().any(|g| *g < 1000), "jittered: {gaps:?}");
     // The peer asks for 2 s: max(our 1 s, its 2 s).
-    let _ = b.receive(ip(HOP), &peer(DOWN, 0, PEER, 0, 1_000_000, 2_000_000), ms(t));
+    let _ = b.receive(
+        ip(HOP),
+        &peer(DOWN, 0, PEER, 0, 1_000_000, 2_000_000),
+        ms(t),
+    );
     b.poll(ms(t));
     let start = t;
     let mut next = Vec::new();

@@ -801,9 +801,7 @@ impl Runner<'_> {
             }
             CAct::CheckPktLarger { dst, .. } => w.derive(f(dst), dst.mask(), OPAQUE),
             // Every reply is punted with its bytes: never cached.
-            CAct::SvcCheck { .. } | CAct::Igmp { .. } | CAct::Bfd { .. } => {
-                w.cacheable = false
-            }
+            CAct::SvcCheck { .. } | CAct::Igmp { .. } | CAct::Bfd { .. } => w.cacheable = false,
             CAct::PacketIn { dst, .. } => {
                 w.set_const(f(dst), dst.mask());
                 if self.packet_in {

@@ -81,7 +81,9 @@ impl Runner<'_> {
                 "  handle_svc_check: punted to the service monitor (not in a trace)".into()
             }
             CAct::Igmp { .. } => "  igmp: punted to multicast snooping (not in a trace)".into(),
-            CAct::Bfd { .. } => "  handle_bfd_msg: punted to the BFD sessions (not in a trace)".into(),
+            CAct::Bfd { .. } => {
+                "  handle_bfd_msg: punted to the BFD sessions (not in a trace)".into()
+            }
             _ => String::new(),
         }
     }

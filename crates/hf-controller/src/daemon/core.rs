@@ -82,6 +82,8 @@ use crate::Incremental;
 // Program pushes and the datapath's answers to them.
 #[path = "ha.rs"]
 mod ha;
+#[path = "hop_bfd.rs"]
+mod hop_bfd;
 #[path = "mcast.rs"]
 mod mcast;
 #[path = "meters.rs"]
@@ -335,10 +337,16 @@ pub struct Controller {
     ras_bad: Vec<String>,
     /// An older datapath was told about once.
     ras_warned: bool,
-    /// SB `BFD` sessions (router ports to next hops) already warned about ([`ha`]).
-    lrp_bfd_warned: BTreeSet<(String, String)>,
-    /// SB `BFD` changed (or a resync) since they were last looked at.
-    lrp_bfd_due: bool,
+    /// The next-hop BFD sessions last sent to the datapath ([`hop_bfd`]; `None`: not yet on
+    /// this connection).
+    hop_bfd_sent: Option<Vec<hf_datapath::hop_bfd::HopBfdMsg>>,
+    /// Their inputs (SB `BFD`, bindings, the live gateways) changed since they were last
+    /// looked at.
+    hop_bfd_due: bool,
+    /// Sessions that could not be composed, as last logged.
+    hop_bfd_bad: Vec<String>,
+    /// Sessions an older datapath does not run, already warned about.
+    hop_bfd_warned: BTreeSet<(String, std::net::IpAddr)>,
     /// ACL log lines from the datapath, for the shell to write (`acl_log` module).
     acl_logs: VecDeque<String>,
     dp_ports: BTreeMap<String, LocalPort>,
@@ -509,6 +517,7 @@ impl Controller {
             fdb: BTreeMap::new(),
             vports: BTreeMap::new(),
             svc: BTreeMap::new(),
+            hop_bfd: BTreeMap::new(),
             igmp: BTreeMap::new(),
             activated: BTreeSet::new(),
             nb_cfg: None,
@@ -561,8 +570,10 @@ impl Controller {
             ras_due: true,
             ras_bad: Vec::new(),
             ras_warned: false,
-            lrp_bfd_warned: BTreeSet::new(),
-            lrp_bfd_due: true,
+            hop_bfd_sent: None,
+            hop_bfd_due: true,
+            hop_bfd_bad: Vec::new(),
+            hop_bfd_warned: BTreeSet::new(),
             meters_sent: None,
             meters_due: true,
             acl_logs: VecDeque::new(),
@@ -1017,6 +1028,7 @@ impl Controller {
         self.dp_connected = false;
         self.dp_hello = false;
         self.svc_sent = None;
+        self.hop_bfd_sent = None;
         self.dp_out.clear();
         self.inflight.clear();
         self.flushing.clear();
@@ -1074,6 +1086,8 @@ impl Controller {
                 self.ras_due = true;
                 self.bfd_sent = None;
                 self.bfd_due = true;
+                self.hop_bfd_sent = None;
+                self.hop_bfd_due = true;
                 self.touched_since_running = None;
                 self.last_build = None;
                 // The hello's program is what the datapath keeps: a delta against it applies
@@ -1181,6 +1195,7 @@ impl Controller {
                 }
             }
             FromDatapath::BfdStatus(v) => self.bfd_status(v),
+            FromDatapath::HopBfdStatus(v) => self.hop_bfd_status(v),
             FromDatapath::McastGroups(v) => self.mcast_groups(v),
             FromDatapath::SvcStatus(v) => {
                 for s in &v {
@@ -1363,7 +1378,7 @@ impl Controller {
             self.sync_mcast();
             self.sync_ras();
             self.sync_bfd();
-            self.warn_lrp_bfd();
+            self.sync_hop_bfd();
         }
         self.retired = None;
     }
@@ -1423,7 +1438,7 @@ impl Controller {
                 self.mirrors_due = true;
                 self.mcast_due = true;
                 self.ras_due = true;
-                self.lrp_bfd_due = true;
+                self.hop_bfd_due = true;
                 self.bfd_due = true;
             }
             Event::Changes(d) => {
@@ -1445,8 +1460,13 @@ impl Controller {
                 if ra::touches_ras(&d, local_pb) {
                     self.ras_due = true;
                 }
-                if !d.bfd.is_empty() {
-                    self.lrp_bfd_due = true;
+                if !d.bfd.is_empty()
+                    || (!self.sb.model().bfd().is_empty()
+                        && (!d.port_binding.is_empty()
+                            || !d.datapath_binding.is_empty()
+                            || !d.chassis.is_empty()))
+                {
+                    self.hop_bfd_due = true;
                 }
                 if ha::touches_bfd(&d) {
                     self.bfd_due = true;

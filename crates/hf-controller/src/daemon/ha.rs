@@ -162,37 +162,7 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
 
 impl Controller {
     /// Sends the datapath the BFD peers and timers when they changed (version-7 datapaths).
-    /// SB `BFD` rows (sessions from router ports to next hops, which holdfast northd and
-    /// ovn-northd write from NB `BFD`) are not run here: each is a warning, once, naming it
-    /// (their status stays as northd wrote it, so routes that use them stay down).
-    pub(super) fn warn_lrp_bfd(&mut self) {
-        if !std::mem::take(&mut self.lrp_bfd_due) {
-            return;
-        }
-        let sessions: std::collections::BTreeSet<(String, String)> = self
-            .sb
-            .model()
-            .bfd()
-            .values()
-            .map(|b| (b.logical_port.clone(), b.dst_ip.clone()))
-            .collect();
-        let new: Vec<String> = sessions
-            .iter()
-            .filter(|s| !self.lrp_bfd_warned.contains(*s))
-            .map(|(p, d)| format!("{p} to {d}"))
-            .collect();
-        if !new.is_empty() {
-            self.say(
-                Level::Warn,
-                format!(
-                    "BFD sessions from router ports to next hops are not run by holdfast controller: {} (their SB status stays as northd wrote it; static routes that use them stay down)",
-                    new.join(", ")
-                ),
-            );
-        }
-        self.lrp_bfd_warned = sessions;
-    }
-
+    /// (SB `BFD` rows, sessions from router ports to next hops, are [`super::hop_bfd`].)
     pub(super) fn sync_bfd(&mut self) {
         if !self.dp_hello
             || self.dp_version < proto::MIRROR_VERSION
@@ -254,6 +224,8 @@ impl Controller {
             ),
         );
         self.ha_up = up.clone();
+        // The gateway moved: next-hop sessions from its ports move with it.
+        self.hop_bfd_due = true;
         self.with_state(|st| st.ha_up = up);
         self.translate_due = true;
         self.write_due = true;

@@ -29,6 +29,8 @@ pub(super) struct WriteState {
     pub(super) vports: BTreeMap<String, String>,
     /// Service monitor statuses the datapath found, until the view shows them.
     pub(super) svc: super::super::svc::Pending,
+    /// Next-hop BFD states the datapath found, until the view shows them.
+    pub(super) hop_bfd: super::hop_bfd::Pending,
     /// Learned multicast groups by switch, until the view shows them as our `IGMP_Group`s.
     pub(super) igmp: super::mcast::Pending,
     /// Ports the datapath activated here (a migration's destination): written to SB as
@@ -125,6 +127,7 @@ fn write_ops(sb: &SbSnapshot, st: &WriteState) -> Vec<Value> {
     ops.extend(neigh::neighbour_ops(sb, &st.neigh, st.wall_ms));
     ops.extend(neigh::fdb_ops(sb, &st.fdb));
     ops.extend(super::super::svc::status_ops(sb, &st.svc));
+    ops.extend(super::hop_bfd::status_ops(sb, &st.hop_bfd));
     ops.extend(super::mcast::igmp_ops(sb, &st.id.name, &st.igmp));
     ops
 }
@@ -172,6 +175,7 @@ impl Controller {
             st.fdb
                 .retain(|(d, mac), p| !neigh::fdb_written(sb, d, mac, p));
             st.svc.retain(|k, s| !super::super::svc::written(sb, k, s));
+            st.hop_bfd.retain(|k, s| !super::hop_bfd::written(sb, k, s));
             let me = st.id.name.clone();
             st.igmp.retain(|d, g| !super::mcast::written(sb, &me, d, g));
             st.clone()
