@@ -34,6 +34,8 @@ command -v nft >/dev/null 2>&1 || command -v /usr/sbin/nft >/dev/null 2>&1 || ne
 command -v ping >/dev/null 2>&1 || need_pkgs+=(iputils-ping)
 # Mirror copies read back by an independent decoder (tests/datapath/mirror_format.rs).
 command -v tcpdump >/dev/null 2>&1 || command -v /usr/bin/tcpdump >/dev/null 2>&1 || need_pkgs+=(tcpdump)
+# A real BFD peer for next-hop BFD (tests/real/gateway.rs).
+command -v bird >/dev/null 2>&1 || command -v /usr/sbin/bird >/dev/null 2>&1 || need_pkgs+=(bird2)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   # Deduplicate.
   mapfile -t need_pkgs < <(printf '%s\n' "${need_pkgs[@]}" | sort -u)

@@ -182,3 +182,173 @@ fn dhcp_gives_a_namespace_its_address() {
     );
     let _ = vm1;
 }
+
+/// `ovn-nbctl --bfd` state of the session to 172.16.0.10 as holdfast northd writes it back
+/// into NB, and SB's (the datapath's finding, which the controller writes).
+fn bfd_status(net: &GatewayNet) -> (String, String) {
+    let nb = net
+        .central
+        .nbctl(&[
+            "--bare",
+            "--columns=status",
+            "find",
+            "BFD",
+            "dst_ip=172.16.0.10",
+        ])
+        .unwrap_or_default();
+    let sb = hf_testkit::cmd::run(
+        std::process::Command::new("ovn-sbctl")
+            .arg(format!("--db={}", net.central.sb))
+            .args([
+                "--bare",
+                "--columns=status",
+                "find",
+                "BFD",
+                "dst_ip=172.16.0.10",
+            ]),
+        Duration::from_secs(30),
+    )
+    .unwrap_or_default();
+    (nb.trim().to_string(), sb.trim().to_string())
+}
+
+/// BIRD 2 in the external namespace, one BFD session to the router's gateway port.
+fn start_bird(lab: &Lab, net: &GatewayNet) -> hf_testkit::Proc {
+    let dir = lab.dir();
+    let conf = dir.join("bird.conf");
+    std::fs::write(
+        &conf,
+        "router id 172.16.0.10;\n\
+         protocol device { }\n\
+         protocol bfd {\n\
+         \tinterface \"eth0\" { interval 300 ms; multiplier 3; };\n\
+         \tneighbor 172.16.0.1 dev \"eth0\" local 172.16.0.10;\n\
+         }\n",
+    )
+    .unwrap();
+    let sock = dir.join("bird.ctl");
+    net.ext
+        .spawn(
+            "bird",
+            &[
+                "bird",
+                "-f",
+                "-c",
+                conf.to_str().unwrap_or_default(),
+                "-s",
+                sock.to_str().unwrap_or_default(),
+            ],
+        )
+        .unwrap()
+}
+
+/// What BIRD says of its session to 172.16.0.1 (`birdc show bfd sessions`).
+fn bird_session(lab: &Lab, net: &GatewayNet) -> String {
+    let sock = lab.dir().join("bird.ctl");
+    net.ext
+        .run(&[
+            "birdc",
+            "-s",
+            sock.to_str().unwrap_or_default(),
+            "show",
+            "bfd",
+            "sessions",
+        ])
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.contains("172.16.0.1 "))
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// BFD from a router port to its next hop, with a real peer: a static route with `--bfd` to
+/// 198.51.100.0/24 via 172.16.0.10, where BIRD 2 runs BFD. The gateway chassis's datapath
+/// brings the session up with BIRD (both ends say Up; SB and NB `BFD.status` are `up`) and vm1
+/// reaches 198.51.100.1 through the route; BIRD killed, the session goes down within its
+/// detection time, northd takes the route out and the address is unreachable; BIRD started
+/// again, the session comes back up and so does the route.
+#[test]
+fn next_hop_bfd_with_bird_takes_the_route_out_and_back() {
+    let test = "next_hop_bfd_with_bird_takes_the_route_out_and_back";
+    if !hf_testkit::require_root(test, "network namespaces and veth pairs")
+        || !hf_testkit::require_tools(test, &["bird", "birdc", "ovn-sbctl"])
+    {
+        return;
+    }
+    let Some((lab, net)) = net(test) else {
+        return;
+    };
+    let vm1 = vm(&lab, &net, "vm1", 0, "0a:00:00:00:00:01", "10.0.1.11");
+    net.ext.ip(&["link", "set", "lo", "up"]).unwrap();
+    net.ext
+        .ip(&["addr", "add", "198.51.100.1/32", "dev", "lo"])
+        .unwrap();
+    net.central
+        .nbctl(&[
+            "--bfd",
+            "lr-route-add",
+            "lr0",
+            "198.51.100.0/24",
+            "172.16.0.10",
+            "lr0-ext",
+        ])
+        .unwrap();
+    let reaches = |want: bool| {
+        wait(Duration::from_secs(30), || {
+            vm1.ping("198.51.100.1", 1)
+                .is_ok_and(|p| (p.received == 1) == want)
+        })
+    };
+    let up = |lab: &Lab, net: &GatewayNet| {
+        wait(Duration::from_secs(60), || {
+            bfd_status(net) == ("up".into(), "up".into()) && bird_session(lab, net).contains(" Up ")
+        })
+    };
+    // Before a peer: the session is down and so is the route.
+    assert!(
+        wait(Duration::from_secs(30), || bfd_status(&net).0 == "down"),
+        "status {:?}\n{}",
+        bfd_status(&net),
+        net.logs()
+    );
+    assert!(reaches(false), "198.51.100.1 reached with no BFD peer");
+    let mut bird = start_bird(&lab, &net);
+    assert!(
+        up(&lab, &net),
+        "status {:?}, BIRD: {:?}\n{}\n{}",
+        bfd_status(&net),
+        bird_session(&lab, &net),
+        bird.log(),
+        net.logs()
+    );
+    assert!(
+        reaches(true),
+        "no route to 198.51.100.1 with BFD up\n{}",
+        net.logs()
+    );
+    // BIRD dies without a word: the detection time runs out.
+    bird.kill();
+    let killed = std::time::Instant::now();
+    assert!(
+        wait(Duration::from_secs(30), || bfd_status(&net)
+            == ("down".into(), "down".into())),
+        "status {:?} after BIRD died\n{}",
+        bfd_status(&net),
+        net.logs()
+    );
+    eprintln!(
+        "next-hop BFD: down in SB {:?} after BIRD died (detection time 3 x 1 s)",
+        killed.elapsed()
+    );
+    assert!(reaches(false), "the route stayed with its BFD session down");
+    let bird2 = start_bird(&lab, &net);
+    assert!(
+        up(&lab, &net),
+        "status {:?}, BIRD: {:?} after BIRD came back\n{}\n{}",
+        bfd_status(&net),
+        bird_session(&lab, &net),
+        bird2.log(),
+        net.logs()
+    );
+    assert!(reaches(true), "the route did not come back\n{}", net.logs());
+}

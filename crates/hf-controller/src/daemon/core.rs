@@ -11,6 +11,8 @@
 //!   are built from the view when it is sent, so nothing is written twice.
 //! - LB health checks ([`super::svc`]): sends a version-6 datapath the `Service_Monitor`s of
 //!   the local ports (whenever they change) and writes the statuses it reports.
+//! - BFD to router ports' next hops ([`hop_bfd`]): sends a version-9 datapath the SB `BFD`
+//!   rows whose port is resident here and writes the states it reports into `BFD.status`.
 //! - Keeps the monitor conditions at what the view says this chassis needs
 //!   ([`super::monitor`]).
 //! - Translates incrementally ([`crate::Incremental`], fed the replica's change sets; only
