@@ -24,7 +24,11 @@
 //! stateful ACLs (allow-related, drop, reject: ICMP unreachable for UDP, TCP RST), SNAT out
 //! and the replies back in, DNAT and floating IPs in, load-balancer VIPs with one backend,
 //! traffic from outside straight to a VIF (and a to-lport TCP reject there, the RST crossing
-//! the router and its SNAT), TTL 1, pings of router addresses and ARP for them. A server
+//! the router and its SNAT), TTL 1, pings of router addresses and ARP for them; in topologies
+//! with IPv6 the same over IPv6 (`*-v6` classes): L2 and L3 flows, out through the default
+//! route `::/0` and back, the IPv6 floating IP in, outside straight to a VIF, the to-lport
+//! drop of `pg_web`, hop limit 1 (the router's ICMPv6 time exceeded) and ICMPv6 echo to the
+//! router's addresses. A server
 //! answers from the interface where the client's packet came out, with a packet built from
 //! that packet (so after SNAT it replies to the translated address and port). A flow stops at
 //! its first difference, or when its packet does not come out at exactly one other interface.
@@ -35,7 +39,7 @@
 //!
 //! # What it does not compare
 //!
-//! IPv6 (the topologies have it, no flow sends it yet), ECMP routes and load balancers with
+//! Neighbour discovery (next hops are resolved statically, as for ARP), ECMP routes and load balancers with
 //! two backends (the choice is a hash in each: not comparable byte for byte), several
 //! chassis and tunnels, DHCP/DNS/RA, timing (conntrack expiry), and gratuitous ARPs, which
 //! ovn-controller sends by itself for ports on switches with a localnet port (left out on

@@ -4,19 +4,23 @@
 //! address and port seen on the wire, after DNAT or a load balancer it comes from the backend),
 //! and it answers from the interface where that frame came out.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::topo::{EXT_GW_IP4, EXT_GW_MAC, EXT_HOST_IP4, EXT_HOST_MAC, Rng, Topology};
+use crate::topo::{
+    EXT_GW_IP4, EXT_GW_IP6, EXT_GW_MAC, EXT_HOST_IP4, EXT_HOST_IP6, EXT_HOST_MAC, Rng, Topology,
+};
 use crate::wire::{
-    Arp, Body, Frame, Ip4, L4, Mac, TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN, parse_mac,
+    Arp, Body, Frame, Ip4, Ip6, L4, Mac, TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN, parse_mac,
 };
 
-/// A host: its interface (= its logical port), MAC and IPv4 address.
+/// A host: its interface (= its logical port), MAC, IPv4 address and IPv6 address (in a
+/// topology with IPv6).
 #[derive(Debug, Clone)]
 pub struct Host {
     pub port: String,
     pub mac: Mac,
     pub ip: Ipv4Addr,
+    pub ip6: Option<Ipv6Addr>,
 }
 
 /// How a TCP flow ends.
@@ -48,7 +52,9 @@ pub struct Flow {
     pub class: &'static str,
     pub client: Host,
     pub dst_mac: Mac,
-    pub dst_ip: Ipv4Addr,
+    /// IPv4 or IPv6: the client sends from its address of the same family.
+    pub dst_ip: IpAddr,
+    /// TTL or hop limit.
     pub ttl: u8,
     pub kind: Kind,
 }
@@ -91,7 +97,7 @@ impl Flow {
             "[{}] {} ({}) -> {} via {} ttl {}: {:?}",
             self.class,
             self.client.port,
-            self.client.ip,
+            self.src_ip(),
             self.dst_ip,
             crate::wire::fmt_mac(&self.dst_mac),
             self.ttl,
@@ -99,9 +105,21 @@ impl Flow {
         )
     }
 
-    /// The client's packet at step `k` (`id`: its IP ID).
+    /// The client's address in the destination's family.
+    fn src_ip(&self) -> IpAddr {
+        match self.dst_ip {
+            IpAddr::V4(_) => self.client.ip.into(),
+            IpAddr::V6(_) => self
+                .client
+                .ip6
+                .expect("an IPv6 flow's client has an IPv6 address")
+                .into(),
+        }
+    }
+
+    /// The client's packet at step `k` (`id`: its IP ID; unused in IPv6).
     pub fn client_frame(&self, k: usize, id: u16) -> Frame {
-        if let Kind::Arp = self.kind {
+        if let (Kind::Arp, IpAddr::V4(tpa)) = (&self.kind, self.dst_ip) {
             return Frame {
                 dst: [0xff; 6],
                 src: self.client.mac,
@@ -110,7 +128,7 @@ impl Flow {
                     sha: self.client.mac,
                     spa: self.client.ip,
                     tha: [0; 6],
-                    tpa: self.dst_ip,
+                    tpa,
                 }),
             };
         }
@@ -147,34 +165,26 @@ impl Flow {
                 rest[..2].copy_from_slice(&icmp_id.to_be_bytes());
                 rest[2..].copy_from_slice(&seq.to_be_bytes());
                 L4::Icmp {
-                    ty: 8,
+                    ty: if self.dst_ip.is_ipv6() { 128 } else { 8 },
                     code: 0,
                     rest,
                     payload: DATA.to_vec(),
                 }
             }
-            Kind::Arp => unreachable!("handled above"),
+            Kind::Arp => unreachable!("an ARP flow is to an IPv4 address"),
         };
         Frame {
             dst: self.dst_mac,
             src: self.client.mac,
-            body: Body::Ip4(Ip4 {
-                src: self.client.ip,
-                dst: self.dst_ip,
-                ttl: self.ttl,
-                id,
-                tos: 0,
-                df: false,
-                l4,
-            }),
+            body: ip_body(self.src_ip(), self.dst_ip, self.ttl, id, l4),
         }
     }
 
     /// The server's packet at step `k`, answering `arrived` (the last client packet as it
     /// came out at the server); `None` when that is not a packet of this flow's protocol.
     pub fn server_frame(&self, k: usize, arrived: &Frame, id: u16) -> Option<Frame> {
-        let ip = arrived.ip4()?;
-        let l4 = match (&self.kind, &ip.l4) {
+        let (src, dst, l4) = arrived.ip()?;
+        let l4 = match (&self.kind, l4) {
             (Kind::Tcp { end, .. }, L4::Tcp { sport, dport, .. }) => {
                 let d = DATA.len() as u32;
                 let (seq, ack, flags, payload) = match (k, end) {
@@ -196,8 +206,15 @@ impl Flow {
                 dport: *sport,
                 payload: DATA.to_vec(),
             },
-            (Kind::Icmp { .. }, L4::Icmp { ty: 8, rest, .. }) => L4::Icmp {
-                ty: 0,
+            (
+                Kind::Icmp { .. },
+                L4::Icmp {
+                    ty: ty @ (8 | 128),
+                    rest,
+                    ..
+                },
+            ) => L4::Icmp {
+                ty: if *ty == 8 { 0 } else { 129 },
                 code: 0,
                 rest: *rest,
                 payload: DATA.to_vec(),
@@ -207,21 +224,41 @@ impl Flow {
         Some(Frame {
             dst: arrived.src,
             src: arrived.dst,
-            body: Body::Ip4(Ip4 {
-                src: ip.dst,
-                dst: ip.src,
-                ttl: 64,
-                id,
-                tos: 0,
-                df: false,
-                l4,
-            }),
+            body: ip_body(dst, src, 64, id, l4),
         })
+    }
+}
+
+/// An IPv4 or IPv6 packet from `src` to `dst` (one family) with TTL or hop limit `ttl`.
+fn ip_body(src: IpAddr, dst: IpAddr, ttl: u8, id: u16, l4: L4) -> Body {
+    match (src, dst) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) => Body::Ip4(Ip4 {
+            src,
+            dst,
+            ttl,
+            id,
+            tos: 0,
+            df: false,
+            l4,
+        }),
+        (IpAddr::V6(src), IpAddr::V6(dst)) => Body::Ip6(Ip6 {
+            src,
+            dst,
+            hlim: ttl,
+            tc: 0,
+            flow_label: 0,
+            l4,
+        }),
+        _ => unreachable!("one family per packet"),
     }
 }
 
 fn ip(s: &str) -> Ipv4Addr {
     s.parse().expect("generated IPv4")
+}
+
+fn ip6(s: &str) -> Ipv6Addr {
+    s.parse().expect("generated IPv6")
 }
 
 /// The hosts of a topology: its VIFs, and the external gateway and host (VIFs on the
@@ -234,16 +271,18 @@ pub fn hosts(t: &Topology) -> Vec<Host> {
             port: v.name.clone(),
             mac: parse_mac(&v.mac),
             ip: ip(&v.ip4),
+            ip6: v.ip6.as_deref().map(ip6),
         })
         .collect();
-    for (p, mac, a) in [
-        ("ext-gw", EXT_GW_MAC, EXT_GW_IP4),
-        ("ext-host", EXT_HOST_MAC, EXT_HOST_IP4),
+    for (p, mac, a, a6) in [
+        ("ext-gw", EXT_GW_MAC, EXT_GW_IP4, EXT_GW_IP6),
+        ("ext-host", EXT_HOST_MAC, EXT_HOST_IP4, EXT_HOST_IP6),
     ] {
         v.push(Host {
             port: p.into(),
             mac: parse_mac(mac),
             ip: ip(a),
+            ip6: t.v6.then(|| ip6(a6)),
         });
     }
     v
@@ -266,6 +305,16 @@ const CLASSES: &[&str] = &[
     "ttl1",
     "ping-router",
     "arp-router",
+    // IPv6 (topologies with IPv6 only).
+    "l2-v6",
+    "l3-v6",
+    "l3-v6",
+    "out-v6",
+    "fip-in-v6",
+    "ext-direct-v6",
+    "acl-to-web-v6",
+    "hlim1-v6",
+    "ping-router-v6",
 ];
 
 /// Reject flows per topology, at most.
@@ -327,14 +376,74 @@ pub fn make_flows(t: &Topology, seed: u64, n: usize) -> Vec<Flow> {
             ttl: 64,
             kind,
         };
+        if class.ends_with("-v6") && !t.v6 {
+            continue;
+        }
+        let v6_of = |h: &Host| IpAddr::from(h.ip6.expect("an IPv6 topology's host"));
         let f = match class {
+            "l2-v6" | "l3-v6" | "hlim1-v6" => {
+                let d = r.range(0, nv - 1);
+                let same = t.vifs[d].switch == t.vifs[ci].switch;
+                if d == ci || same != (class == "l2-v6") {
+                    continue;
+                }
+                let mut f = flow(c, towards(ci, d), v6_of(&hosts[d]), kind);
+                if class == "hlim1-v6" {
+                    f.ttl = 1;
+                }
+                f
+            }
+            "out-v6" => {
+                let dst = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, r.range(1, 0xfffe) as u16);
+                flow(c, lrp_mac(ci), dst.into(), kind)
+            }
+            "fip-in-v6" => {
+                let Some(n) = t.nats.iter().find(|n| n.external_ip.contains(':')) else {
+                    continue;
+                };
+                let dst = IpAddr::from(ip6(&n.external_ip));
+                flow(ext_host.clone(), ext_mac, dst, kind)
+            }
+            "ext-direct-v6" => {
+                let d = r.range(0, nv - 1);
+                flow(ext_host.clone(), ext_mac, v6_of(&hosts[d]), kind)
+            }
+            "acl-to-web-v6" => {
+                if t.pg_web.is_empty() {
+                    continue;
+                }
+                let d = *r.pick(&t.pg_web);
+                if d == ci {
+                    continue;
+                }
+                flow(c, towards(ci, d), v6_of(&hosts[d]), kind)
+            }
+            "ping-router-v6" => {
+                let own = t.lrps[t.vifs[ci].switch].ip6.as_deref().map(ip6);
+                let target = if r.chance(50) {
+                    own
+                } else {
+                    t.ext_lrp.ip6.as_deref().map(ip6)
+                };
+                let Some(target) = target else {
+                    continue;
+                };
+                flow(
+                    c,
+                    lrp_mac(ci),
+                    target.into(),
+                    Kind::Ping {
+                        id: r.range(1, 65000) as u16,
+                    },
+                )
+            }
             "l2" | "l3" => {
                 let d = r.range(0, nv - 1);
                 let same = t.vifs[d].switch == t.vifs[ci].switch;
                 if d == ci || same != (class == "l2") {
                     continue;
                 }
-                flow(c, towards(ci, d), hosts[d].ip, kind)
+                flow(c, towards(ci, d), hosts[d].ip.into(), kind)
             }
             "acl-to-web" | "reject-tcp" => {
                 if t.pg_web.is_empty() {
@@ -352,7 +461,7 @@ pub fn make_flows(t: &Topology, seed: u64, n: usize) -> Vec<Flow> {
                     },
                     _ => kind,
                 };
-                flow(c, towards(ci, d), hosts[d].ip, kind)
+                flow(c, towards(ci, d), hosts[d].ip.into(), kind)
             }
             "acl-from-web" => {
                 if t.pg_web.is_empty() {
@@ -371,11 +480,11 @@ pub fn make_flows(t: &Topology, seed: u64, n: usize) -> Vec<Flow> {
                 } else {
                     kind
                 };
-                flow(hosts[s].clone(), towards(s, d), hosts[d].ip, kind)
+                flow(hosts[s].clone(), towards(s, d), hosts[d].ip.into(), kind)
             }
             "snat-out" => {
                 let dst = Ipv4Addr::new(198, 18, r.range(0, 255) as u8, r.range(1, 254) as u8);
-                flow(c, lrp_mac(ci), dst, kind)
+                flow(c, lrp_mac(ci), dst.into(), kind)
             }
             "fip-in" => {
                 let nats: Vec<_> = t
@@ -391,7 +500,7 @@ pub fn make_flows(t: &Topology, seed: u64, n: usize) -> Vec<Flow> {
                     .distributed
                     .as_ref()
                     .map_or(ext_mac, |(_, m)| parse_mac(m));
-                flow(ext_host.clone(), mac, ip(&n.external_ip), kind)
+                flow(ext_host.clone(), mac, ip(&n.external_ip).into(), kind)
             }
             "lb-vip" => {
                 let lbs: Vec<_> = t.lbs.iter().filter(|l| l.backends.len() == 1).collect();
@@ -420,11 +529,11 @@ pub fn make_flows(t: &Topology, seed: u64, n: usize) -> Vec<Flow> {
                         flow(
                             hosts[ci].clone(),
                             parse_mac(&t.lrps[k].mac),
-                            ip(&lb.vip),
+                            ip(&lb.vip).into(),
                             kind,
                         )
                     }
-                    None => flow(ext_host.clone(), ext_mac, ip(&lb.vip), kind),
+                    None => flow(ext_host.clone(), ext_mac, ip(&lb.vip).into(), kind),
                 }
             }
             "ext-direct" | "reject-in" => {
@@ -445,14 +554,14 @@ pub fn make_flows(t: &Topology, seed: u64, n: usize) -> Vec<Flow> {
                 } else {
                     kind
                 };
-                flow(ext_host.clone(), ext_mac, hosts[d].ip, kind)
+                flow(ext_host.clone(), ext_mac, hosts[d].ip.into(), kind)
             }
             "ttl1" => {
                 let d = r.range(0, nv - 1);
                 if t.vifs[d].switch == t.vifs[ci].switch {
                     continue;
                 }
-                let mut f = flow(c, lrp_mac(ci), hosts[d].ip, kind);
+                let mut f = flow(c, lrp_mac(ci), hosts[d].ip.into(), kind);
                 f.ttl = 1;
                 f
             }
@@ -466,7 +575,7 @@ pub fn make_flows(t: &Topology, seed: u64, n: usize) -> Vec<Flow> {
                 flow(
                     c,
                     lrp_mac(ci),
-                    target,
+                    target.into(),
                     Kind::Ping {
                         id: r.range(1, 65000) as u16,
                     },
@@ -474,7 +583,7 @@ pub fn make_flows(t: &Topology, seed: u64, n: usize) -> Vec<Flow> {
             }
             "arp-router" => {
                 let lrp = &t.lrps[t.vifs[ci].switch];
-                flow(c, [0xff; 6], ip(&lrp.ip4), Kind::Arp)
+                flow(c, [0xff; 6], ip(&lrp.ip4).into(), Kind::Arp)
             }
             _ => continue,
         };
