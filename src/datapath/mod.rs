@@ -463,9 +463,14 @@ fn take_over(dp: &mut Datapath, control: &Path, chassis: &str) -> anyhow::Result
         })?;
     }
     let (handed, old_pid) = t.finish()?;
-    // From here the old process forwards nothing: whatever fails, this one serves.
-    if let Err(e) = dp.import_state(handed.state, Duration::ZERO) {
+    // From here the old process forwards nothing: whatever fails, this one serves. On the
+    // core's clock (the serve loop's), so that the sessions' deadlines keep their meaning.
+    let now = stage_clock();
+    if let Err(e) = dp.import_state(handed.state, now) {
         tracing::error!("--takeover: the state does not import ({e}); serving without it");
+    }
+    if let Some(s) = handed.sessions {
+        dp.import_sessions(s, now);
     }
     let (mut udp, mut ctl, mut st) = (None, None, None);
     let mut ports = Vec::new();

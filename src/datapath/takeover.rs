@@ -5,8 +5,9 @@
 //! 1. The new process connects to the old one's control socket and says hello with protocol
 //!    version 5; the answer carries the running program, the zone map and the ports, which
 //!    the new process compiles while the old one still forwards.
-//! 2. It asks [`ToDatapath::TakeOver`]: the old process exports its whole state (program,
-//!    zone map, conntrack, activations) and stops forwarding, then its shell sends
+//! 2. It asks [`ToDatapath::TakeOver`] (a version-10 datapath: [`ToDatapath::TakeOverSessions`],
+//!    which hands over the BFD sessions too, so that no peer sees one go down): the old process
+//!    exports its whole state (program, zone map, conntrack, activations) and stops forwarding, then its shell sends
 //!    [`FromDatapath::HandOver`] with its sockets (the ports' AF_PACKET sockets, the Geneve
 //!    socket, the control listener, the state-channel listener) as `SCM_RIGHTS`, and exits.
 //!    Frames that arrive meanwhile wait in those sockets' queues: nothing is dropped.
@@ -24,7 +25,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use hf_datapath::proto::{
-    Decoder, FromDatapath, HandleMsg, LocalPort, ProgramMsg, StateExport, ToDatapath, encode,
+    Decoder, FromDatapath, HandleMsg, LocalPort, ProgramMsg, SessionsExport, StateExport,
+    ToDatapath, encode,
 };
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 
@@ -36,6 +38,9 @@ pub struct Running {
     pub ports: Vec<LocalPort>,
     pub program: Option<ProgramMsg>,
 }
+
+/// The old process's protocol version (from its hello), kept for step 2.
+struct OldVersion(u32);
 
 /// A takeover in progress: the session with the old process.
 pub struct Takeover {
@@ -49,11 +54,14 @@ pub struct Takeover {
     /// the old process's messages (`SCM_CREDENTIALS`, the kernel's word), which is the one
     /// that holds the pidfile and must exit before this process can take it.
     pub old_pid: Option<i32>,
+    old_version: OldVersion,
 }
 
 /// What the old process handed over.
 pub struct Handed {
     pub state: StateExport,
+    /// The BFD sessions (from a version-10 datapath).
+    pub sessions: Option<SessionsExport>,
     pub sockets: Vec<(HandleMsg, OwnedFd)>,
 }
 
@@ -81,6 +89,7 @@ impl Takeover {
             fds: Vec::new(),
             path,
             old_pid,
+            old_version: OldVersion(0),
         };
         // The takeover's version, not this build's: the running datapath may be older.
         t.send(&ToDatapath::Hello {
@@ -104,6 +113,7 @@ impl Takeover {
                             t.path
                         );
                     }
+                    t.old_version = OldVersion(version);
                     if theirs != chassis {
                         anyhow::bail!(
                             "--takeover: the datapath at {} is chassis \"{theirs}\", not \"{chassis}\"",
@@ -129,10 +139,17 @@ impl Takeover {
 
     /// Step 2: asks for the state and the sockets.
     pub fn finish(mut self) -> anyhow::Result<(Handed, Option<i32>)> {
-        self.send(&ToDatapath::TakeOver)?;
-        let mut state = None;
+        // The BFD sessions too, from a datapath that hands them over.
+        let with_sessions = self.old_version.0 >= hf_datapath::proto::SESSIONS_TAKEOVER_VERSION;
+        self.send(&if with_sessions {
+            ToDatapath::TakeOverSessions
+        } else {
+            ToDatapath::TakeOver
+        })?;
+        let (mut state, mut sessions) = (None, None);
         loop {
             match self.next()? {
+                FromDatapath::ExportedSessions(s) => sessions = Some(*s),
                 FromDatapath::Exported(s) => state = Some(*s),
                 FromDatapath::HandOver { handles } => {
                     let Some(state) = state else {
@@ -151,7 +168,14 @@ impl Takeover {
                         );
                     }
                     let sockets = handles.into_iter().zip(self.fds.drain(..)).collect();
-                    return Ok((Handed { state, sockets }, self.old_pid));
+                    return Ok((
+                        Handed {
+                            state,
+                            sessions,
+                            sockets,
+                        },
+                        self.old_pid,
+                    ));
                 }
                 FromDatapath::Error { message } => {
                     anyhow::bail!(

@@ -167,7 +167,7 @@ impl Control {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Session {
     name: String,
     ip: IpAddr,
@@ -196,6 +196,28 @@ pub struct Bfd {
     changed: bool,
 }
 
+/// The sessions of a datapath as a takeover hands them to the new process
+/// ([`crate::proto::FromDatapath::ExportedSessions`]): times are offsets from the export
+/// (the two processes' clocks do not share an origin).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BfdExport {
+    timers: BfdTimers,
+    next_disc: u32,
+    sessions: Vec<Session>,
+}
+
+impl BfdExport {
+    /// How many sessions it holds.
+    pub fn len(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty()
+    }
+}
+
 /// One session's state, for the controller.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BfdStatusMsg {
@@ -215,6 +237,46 @@ pub(crate) fn jitter(disc: u32, n: u64) -> u64 {
 }
 
 impl Bfd {
+    /// The sessions as they are at `now`, for a new process ([`Bfd::import`]).
+    pub fn export(&self, now: Duration) -> BfdExport {
+        BfdExport {
+            timers: self.timers,
+            next_disc: self.next_disc,
+            sessions: self
+                .sessions
+                .values()
+                .map(|s| Session {
+                    next_tx: s.next_tx.saturating_sub(now),
+                    detect_at: s.detect_at.map(|d| d.saturating_sub(now)),
+                    ..s.clone()
+                })
+                .collect(),
+        }
+    }
+
+    /// Takes over exported sessions at `now` (this process's clock): each goes on in the
+    /// state it had, with its discriminators, source port and timers, so that the peers see
+    /// nothing change. Replaces every session this one ran.
+    pub fn import(&mut self, e: BfdExport, now: Duration) {
+        self.timers = e.timers;
+        self.next_disc = e.next_disc;
+        self.sessions = e
+            .sessions
+            .into_iter()
+            .map(|s| {
+                (
+                    s.ip,
+                    Session {
+                        next_tx: now + s.next_tx,
+                        detect_at: s.detect_at.map(|d| now + d),
+                        ..s
+                    },
+                )
+            })
+            .collect();
+        self.changed = true;
+    }
+
     /// Whether no session runs.
     pub fn is_empty(&self) -> bool {
         self.sessions.is_empty()

@@ -241,12 +241,25 @@ impl Datapath {
             ToDatapath::Mcast(list) => self.set_mcast(list, now),
             ToDatapath::PeriodicRas(list) => self.set_periodic_ras(list, now),
             ToDatapath::HopBfd(list) => self.set_hop_bfd(list, now),
-            ToDatapath::TakeOver => {
+            ToDatapath::TakeOver | ToDatapath::TakeOverSessions => {
+                let with_sessions = matches!(msg, ToDatapath::TakeOverSessions);
                 let version = self.control.as_ref().map_or(0, |c| c.version);
                 if version < 5 {
                     return self.refuse(format!(
                         "a takeover needs protocol version 5, the peer said {version}"
                     ));
+                }
+                if with_sessions {
+                    let e = self.export_sessions(now);
+                    self.log(
+                        Level::Info,
+                        format!(
+                            "takeover: handing over {} BFD session(s) with chassis and {} to next hops",
+                            e.tunnel.len(),
+                            e.hop.len()
+                        ),
+                    );
+                    self.send(&FromDatapath::ExportedSessions(Box::new(e)));
                 }
                 let s = self.export_state(now);
                 self.log(
@@ -324,5 +337,6 @@ fn name_of(m: &ToDatapath) -> &'static str {
         ToDatapath::Mcast(_) => "Mcast",
         ToDatapath::PeriodicRas(_) => "PeriodicRas",
         ToDatapath::HopBfd(_) => "HopBfd",
+        ToDatapath::TakeOverSessions => "TakeOverSessions",
     }
 }

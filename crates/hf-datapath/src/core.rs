@@ -1506,6 +1506,31 @@ impl Datapath {
         }
     }
 
+    /// The BFD sessions for a takeover ([`crate::proto::ToDatapath::TakeOverSessions`]).
+    pub fn export_sessions(&self, now: Duration) -> crate::proto::SessionsExport {
+        crate::proto::SessionsExport {
+            tunnel: self.bfd.export(now),
+            hop: self.hop_bfd.export(now),
+        }
+    }
+
+    /// Runs on the BFD sessions a taken-over process ran (after [`Datapath::import_state`]:
+    /// next-hop sessions send through the program's routers). The controller that connects
+    /// next is told their states, and its lists keep them as they are.
+    pub fn import_sessions(&mut self, e: crate::proto::SessionsExport, now: Duration) {
+        self.clock = self.clock.max(now);
+        self.log(
+            Level::Info,
+            format!(
+                "takeover: running on {} BFD session(s) with chassis and {} to next hops",
+                e.tunnel.len(),
+                e.hop.len()
+            ),
+        );
+        self.bfd.import(e.tunnel, now);
+        self.hop_bfd.import(e.hop, now);
+    }
+
     /// Takes over an exported state: installs its program (against this datapath's ports),
     /// adopts its zone map and imports its connections. Everything is decoded and checked
     /// first (the conntrack blob, its version, every connection, the zone map, the program's

@@ -117,7 +117,7 @@ pub struct Inject {
     pub frame: Vec<u8>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Session {
     cfg: HopBfdMsg,
     state: BfdState,
@@ -141,6 +141,26 @@ impl Session {
     }
 }
 
+/// The sessions of a datapath as a takeover hands them to the new process
+/// ([`crate::proto::FromDatapath::ExportedSessions`]): `next_tx` is an offset from the
+/// export, `last_rx` how long before it (the two processes' clocks do not share an origin).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HopBfdExport {
+    sessions: Vec<Session>,
+}
+
+impl HopBfdExport {
+    /// How many sessions it holds.
+    pub fn len(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty()
+    }
+}
+
 /// The sessions of a datapath.
 #[derive(Debug, Default)]
 pub struct HopBfd {
@@ -152,6 +172,42 @@ pub struct HopBfd {
 }
 
 impl HopBfd {
+    /// The sessions as they are at `now`, for a new process ([`HopBfd::import`]).
+    pub fn export(&self, now: Duration) -> HopBfdExport {
+        HopBfdExport {
+            sessions: self
+                .sessions
+                .values()
+                .map(|s| Session {
+                    next_tx: s.next_tx.saturating_sub(now),
+                    last_rx: now.saturating_sub(s.last_rx),
+                    ..s.clone()
+                })
+                .collect(),
+        }
+    }
+
+    /// Takes over exported sessions at `now` (this process's clock), each in the state it
+    /// had with its discriminators and timers: the next hops see nothing change. Replaces
+    /// every session this one ran; the controller's next list is applied to them as usual.
+    pub fn import(&mut self, e: HopBfdExport, now: Duration) {
+        self.sessions = e
+            .sessions
+            .into_iter()
+            .map(|s| {
+                (
+                    (s.cfg.dst_ip, s.cfg.src_port),
+                    Session {
+                        next_tx: now + s.next_tx,
+                        last_rx: now.saturating_sub(s.last_rx),
+                        ..s
+                    },
+                )
+            })
+            .collect();
+        self.changed = self.sessions.keys().copied().collect();
+    }
+
     /// Whether no session runs.
     pub fn is_empty(&self) -> bool {
         self.sessions.is_empty()

@@ -66,7 +66,15 @@ pub use crate::delta::{
 /// [`FromDatapath::HopBfdStatus`], see [`crate::hop_bfd`]), as new last variants, each sent
 /// only to a version-9 peer: an older datapath runs no such session (the controller says so
 /// once, and their SB status stays as northd wrote it).
-pub const PROTOCOL_VERSION: u32 = 9;
+///
+/// Version 10 added the BFD sessions to a takeover ([`ToDatapath::TakeOverSessions`],
+/// [`FromDatapath::ExportedSessions`]), as new last variants: a new process asks for them
+/// only from a version-10 datapath (an older one hands over without them, and its sessions
+/// start again `Down` in the new process).
+pub const PROTOCOL_VERSION: u32 = 10;
+
+/// The first version whose takeover hands over the BFD sessions.
+pub const SESSIONS_TAKEOVER_VERSION: u32 = 10;
 
 /// The first version with BFD to next hops.
 pub const HOP_BFD_VERSION: u32 = 9;
@@ -185,6 +193,12 @@ pub enum ToDatapath {
     /// with [`FromDatapath::HopBfdStatus`] for every session, then for each change. Only to a
     /// version-9 peer. (Added in version 9.)
     HopBfd(Vec<crate::hop_bfd::HopBfdMsg>),
+    /// [`ToDatapath::TakeOver`], with the BFD sessions handed over too
+    /// ([`FromDatapath::ExportedSessions`] first): the new process runs them on, so neither
+    /// the other chassis nor the next hops see a session go down (which would move gateways
+    /// away and take routes out). Only to a version-10 datapath (its hello says so).
+    /// (Added in version 10.)
+    TakeOverSessions,
 }
 
 /// [`ToDatapath::Bfd`].
@@ -408,6 +422,20 @@ pub enum FromDatapath {
     /// BFD sessions to next hops whose state changed (or, in answer to
     /// [`ToDatapath::HopBfd`], every session). Only to a version-9 peer. (Added in version 9.)
     HopBfdStatus(Vec<crate::hop_bfd::HopBfdStatusMsg>),
+    /// The BFD sessions, in answer to [`ToDatapath::TakeOverSessions`], before
+    /// [`FromDatapath::Exported`]. (Added in version 10.)
+    ExportedSessions(Box<SessionsExport>),
+}
+
+/// The BFD sessions a takeover hands to the new process, which runs them on without a
+/// state change the peers could see ([`crate::bfd::Bfd::import`],
+/// [`crate::hop_bfd::HopBfd::import`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionsExport {
+    /// Between chassis over the tunnels.
+    pub tunnel: crate::bfd::BfdExport,
+    /// From router ports to next hops.
+    pub hop: crate::hop_bfd::HopBfdExport,
 }
 
 /// One socket passed in a takeover ([`FromDatapath::HandOver`]).

@@ -1302,10 +1302,10 @@ impl Controller {
                 }
             }
             // Only a takeover (datapath to datapath) carries sockets; a controller never asks.
-            FromDatapath::HandOver { .. } => {
+            FromDatapath::HandOver { .. } | FromDatapath::ExportedSessions(_) => {
                 self.say(
                     Level::Warn,
-                    "datapath: an unrequested HandOver message: ignored".into(),
+                    "datapath: an unrequested takeover message (HandOver or ExportedSessions): ignored".into(),
                 );
             }
         }

@@ -8,7 +8,8 @@
 //!   and parses, and the naive "no last good versions" test hook) apply to every controller
 //!   it starts from then on ([`Chassis::set_tuning`]): a rolling upgrade is a restart after
 //!   a new level is set.
-//! - [`Chassis::restart_datapath`]: a handoff: `export_state` → a new datapath (with the
+//! - [`Chassis::restart_datapath`]: a handoff: `export_state` (and the BFD sessions,
+//!   `export_sessions`) → a new datapath (with the
 //!   mirrored zone map) → `import_state`, the same local ports re-added, the controller
 //!   reconnected to it.
 //! - The world watches the pipe: every frame the controller sends is decoded (with
@@ -361,6 +362,8 @@ impl Chassis {
         let mut dp = Datapath::new(datapath_cfg(&self.name, self.encap_ip, BTreeMap::new()));
         dp.import_state(state, now)
             .map_err(|e| format!("{}: import_state: {e}", self.name))?;
+        // The BFD sessions go on as they were (a version-10 takeover).
+        dp.import_sessions(self.datapath.export_sessions(now), now);
         for (p, mac) in &self.ports {
             dp.add_port(p, *mac);
         }

@@ -171,3 +171,53 @@ fn a_killed_gateway_is_replaced_by_the_standby() {
         up_after.resets_received
     );
 }
+
+/// The active gateway's datapath restarted (a hitless takeover, as an upgrade does it) while a
+/// download runs through its SNAT: its BFD sessions go on in the new process, so no chassis
+/// sees it go down: `cr-lr0-ext` stays on gw1 at every step, no chassis changes its live set,
+/// and the download goes on without a reset. (Started again `Down`, gw1's sessions would tell
+/// gw2 and the hypervisors it is down: gw2 would take the port for a second and back.)
+#[test]
+fn a_gateway_datapath_restart_moves_no_gateway() {
+    let mut w = world();
+    let up = w.run_until(
+        |w| holder(w).as_deref() == Some("gw1"),
+        Duration::from_secs(10),
+    );
+    assert!(up, "gw1 never held cr-lr0-ext: {:?}", holder(&w));
+    w.run_for(Duration::from_secs(3));
+    w.tcp_listen(EXT, 80).expect("listen");
+    w.ping(VM, IpAddr::V4(EXT_IP), 2, Duration::from_millis(20))
+        .expect("ping");
+    w.run_for(Duration::from_millis(1500));
+    let name = download(&mut w, 100_000_000);
+    w.run_for(Duration::from_secs(3));
+    let before = w.tcp_record(VM, &name).expect("record");
+    let _ = w.take_log();
+    w.restart_datapath("gw1").expect("handoff");
+    let mut holders = Vec::new();
+    for _ in 0..80 {
+        w.run_for(Duration::from_millis(100));
+        holders.push(holder(&w));
+    }
+    let log = w.take_log();
+    let moved: Vec<&String> = log
+        .iter()
+        .filter(|l| l.contains("live gateways now") || l.contains("gratuitous ARP"))
+        .collect();
+    assert!(
+        holders.iter().all(|h| h.as_deref() == Some("gw1")) && moved.is_empty(),
+        "the gateway moved: holders {holders:?}; {moved:?}"
+    );
+    let after = w.tcp_record(VM, &name).expect("record");
+    assert!(
+        after.bytes_received > before.bytes_received + 1_000_000 && after.resets_received == 0,
+        "the download through the restarted gateway: {before:?} -> {after:?}"
+    );
+    eprintln!(
+        "gateway datapath restart: cr-lr0-ext stayed on gw1; the download went on ({} → {} bytes, longest stall {} ms)",
+        before.bytes_received,
+        after.bytes_received,
+        after.stall_max_us / 1000
+    );
+}
