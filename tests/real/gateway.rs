@@ -275,7 +275,7 @@ fn next_hop_bfd_with_bird_takes_the_route_out_and_back() {
     {
         return;
     }
-    let Some((lab, net)) = net(test) else {
+    let Some((lab, mut net)) = net(test) else {
         return;
     };
     let vm1 = vm(&lab, &net, "vm1", 0, "0a:00:00:00:00:01", "10.0.1.11");
@@ -324,6 +324,39 @@ fn next_hop_bfd_with_bird_takes_the_route_out_and_back() {
     assert!(
         reaches(true),
         "no route to 198.51.100.1 with BFD up\n{}",
+        net.logs()
+    );
+    // A hitless takeover of gw1's datapath while the session is up: the new process runs it
+    // on (protocol 10), so BIRD never sees it change (state and "since" as they were) and SB
+    // stays `up`.
+    let state_since = |lab: &Lab, net: &GatewayNet| -> Vec<String> {
+        bird_session(lab, net)
+            .split_whitespace()
+            .skip(2)
+            .take(2)
+            .map(str::to_string)
+            .collect()
+    };
+    let before = state_since(&lab, &net);
+    assert_eq!(before.first().map(String::as_str), Some("Up"), "{before:?}");
+    let old = net.chassis[2].take_over_datapath().unwrap();
+    if let Some(mut old) = old {
+        old.wait(Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("the old datapath did not exit: {e}\n{}", net.logs()));
+    }
+    for _ in 0..25 {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = state_since(&lab, &net);
+        assert_eq!(
+            (now.clone(), bfd_status(&net)),
+            (before.clone(), ("up".into(), "up".into())),
+            "the session moved during gw1's datapath takeover\n{}",
+            net.logs()
+        );
+    }
+    assert!(
+        reaches(true),
+        "no route after gw1's datapath takeover\n{}",
         net.logs()
     );
     // BIRD dies without a word: the detection time runs out.

@@ -29,12 +29,13 @@
 //!   RX); 30 s until the first packet. A Poll is answered with a Final at once; a state change
 //!   sends at once too (pinctrl waits for the next interval; the handshake is faster so).
 //! - Status changes are reported at once (pinctrl batches them: ten changes or 5 s).
+//! - A takeover hands the sessions to the new process ([`HopBfd::export`],
+//!   [`HopBfd::import`]), which runs them on as they were: the next hops see nothing.
 //!
 //! # What it does not do
 //!
 //! No authentication, echo mode or demand mode of our own (a peer's demand mode stops our
-//! packets, as in pinctrl); interval changes take effect without a poll sequence. Sessions are
-//! not carried across a datapath takeover (the new process starts them `Down`).
+//! packets, as in pinctrl); interval changes take effect without a poll sequence.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
