@@ -1074,6 +1074,7 @@ impl Datapath {
         let mut svc = false;
         let mut mcast = false;
         let mut hop_bfd = false;
+        let mut forwards = Vec::new();
         for ev in events {
             match ev {
                 Event::AclLog {
@@ -1133,10 +1134,26 @@ impl Datapath {
                 Event::Igmp {
                     datapath,
                     port,
+                    keys: (dp, inport),
                     frame,
                 } => {
-                    if let Err(e) = self.snoop.handle(&datapath, &port, &frame, now) {
-                        self.log_once(Level::Warn, format_args!("snoop:{datapath}"), || e);
+                    match self.snoop.handle(&datapath, &port, &frame, now) {
+                        Ok(f) => {
+                            // Sent on as pinctrl does (`igmp` consumed it): reports to the
+                            // multicast routers, queries to the L2 domain.
+                            if let Some(g) = f.group().and_then(|g| self.pipeline.group_key(dp, g))
+                            {
+                                let from = hf_pipeline::Ingress::Output {
+                                    datapath: dp,
+                                    inport,
+                                    outport: g,
+                                };
+                                forwards.push((from, frame));
+                            }
+                        }
+                        Err(e) => {
+                            self.log_once(Level::Warn, format_args!("snoop:{datapath}"), || e)
+                        }
                     }
                     mcast = true;
                 }
@@ -1176,6 +1193,9 @@ impl Datapath {
         }
         if hop_bfd {
             self.run_hop_bfd(now);
+        }
+        for (from, frame) in forwards {
+            self.run(from, &frame, now, false);
         }
     }
 

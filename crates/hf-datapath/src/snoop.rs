@@ -124,6 +124,31 @@ enum Op {
     Query,
 }
 
+/// Where pinctrl sends an IGMP/MLD message on after snooping it (the `igmp` action consumes
+/// the packet): a report or leave to the switch's multicast routers (`_MC_mrouter_flood`:
+/// ports facing relay routers and `mcast_flood_reports` ports), a query to the whole L2
+/// domain (`_MC_flood_l2`), so that hosts behind the switch hear an outside querier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forward {
+    /// Nowhere (the switch does not snoop here).
+    Nowhere,
+    /// A report or leave: to `_MC_mrouter_flood`.
+    Mrouters,
+    /// A query: to `_MC_flood_l2`.
+    FloodL2,
+}
+
+impl Forward {
+    /// The multicast group it goes to.
+    pub fn group(self) -> Option<&'static str> {
+        match self {
+            Forward::Nowhere => None,
+            Forward::Mrouters => Some("_MC_mrouter_flood"),
+            Forward::FloodL2 => Some("_MC_flood_l2"),
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Switch {
     cfg: McastCfgMsg,
@@ -299,11 +324,11 @@ impl Snooper {
         port: &str,
         frame: &[u8],
         now: Duration,
-    ) -> Result<(), String> {
+    ) -> Result<Forward, String> {
         let Some(sw) = self.switches.get_mut(dp) else {
             // Not snooping here (IP_Multicast says disabled, or no local port): as pinctrl,
             // ignored.
-            return Ok(());
+            return Ok(Forward::Nowhere);
         };
         let ops = match parse(frame) {
             Ok(o) => o,
@@ -311,6 +336,11 @@ impl Snooper {
                 self.bad += 1;
                 return Err(format!("multicast snooping on {dp}, port {port}: {e}"));
             }
+        };
+        let forward = if ops.iter().any(|o| matches!(o, Op::Query)) {
+            Forward::FloodL2
+        } else {
+            Forward::Mrouters
         };
         // Whether a (group, port) came or went: a refreshed membership changes no report.
         let mut changed = false;
@@ -366,7 +396,7 @@ impl Snooper {
             self.dirty.insert(dp.to_string());
         }
         self.refresh_deadline();
-        Ok(())
+        Ok(forward)
     }
 
     /// Recomputes [`Snooper::poll_timeout`]'s answer (after a change: not per packet).

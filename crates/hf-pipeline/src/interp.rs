@@ -932,6 +932,14 @@ impl Runner<'_> {
         }
     }
 
+    /// [`crate::Ingress::Output`]: the output stage at once, with the context's ports (not
+    /// cached: the chassis's own forwards are rare).
+    pub(crate) fn output_now(&mut self, dp: u32) {
+        self.segments += 1;
+        let mut w = Walk::new();
+        self.output(&mut w, dp, INGRESS, 0, 0);
+    }
+
     fn output(&mut self, w: &mut Walk, dp: u32, pipe: u8, depth: u32, rdepth: u32) {
         let prog = self.prog;
         let Some(d) = prog.dps.get(dp as usize) else {

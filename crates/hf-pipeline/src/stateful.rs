@@ -286,10 +286,11 @@ impl Runner<'_> {
             CAct::Igmp { dp, counter } => {
                 let port = self.scr.ctx.f[slot::INPORT] as u32;
                 self.count(*counter);
-                if let Some((datapath, port, frame)) = self.punted(*dp, port) {
+                if let Some((datapath, name, frame)) = self.punted(*dp, port) {
                     self.events.push(Event::Igmp {
                         datapath,
-                        port,
+                        port: name,
+                        keys: (*dp, port),
                         frame,
                     });
                 }

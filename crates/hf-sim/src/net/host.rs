@@ -432,6 +432,9 @@ impl Host {
         if let Some(ra) = mcast::router_advert(frame, now) {
             self.rec.router_adverts.push(ra);
         }
+        if let Some(m) = mcast::igmp_message(frame) {
+            self.rec.igmp_in.push(m);
+        }
         match frames::classify(frame) {
             Class::Malformed => {
                 self.rec.malformed_in += 1;

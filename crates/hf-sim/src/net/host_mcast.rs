@@ -30,6 +30,69 @@ impl Host {
     pub fn in_group(&self, group: IpAddr) -> bool {
         self.iface.has_multicast_group(group)
     }
+
+    /// Sends an IGMPv2 general query (to 224.0.0.1, TTL 1), as a multicast router outside
+    /// OVN does; false when the host has no IPv4 address. Built with smoltcp's IGMP emitter.
+    pub fn send_igmp_query(&mut self) -> bool {
+        use smoltcp::wire::{
+            EthernetAddress, EthernetFrame, EthernetProtocol, EthernetRepr, IgmpPacket, IgmpRepr,
+            IgmpVersion, IpProtocol, Ipv4Address, Ipv4Packet, Ipv4Repr,
+        };
+        let Some(src) = self.iface.ipv4_addr() else {
+            return false;
+        };
+        let igmp = IgmpRepr::MembershipQuery {
+            max_resp_time: smoltcp::time::Duration::from_secs(10),
+            group_addr: Ipv4Address::UNSPECIFIED,
+            version: IgmpVersion::Version2,
+        };
+        let dst = Ipv4Address::new(224, 0, 0, 1);
+        let ip = Ipv4Repr {
+            src_addr: src,
+            dst_addr: dst,
+            next_header: IpProtocol::Igmp,
+            payload_len: igmp.buffer_len(),
+            hop_limit: 1,
+        };
+        let eth = EthernetRepr {
+            src_addr: EthernetAddress(self.cfg.mac),
+            dst_addr: EthernetAddress([0x01, 0x00, 0x5e, 0, 0, 1]),
+            ethertype: EthernetProtocol::Ipv4,
+        };
+        let mut buf = vec![0u8; eth.buffer_len() + ip.buffer_len() + igmp.buffer_len()];
+        let mut f = EthernetFrame::new_unchecked(&mut buf[..]);
+        eth.emit(&mut f);
+        let mut p = Ipv4Packet::new_unchecked(f.payload_mut());
+        ip.emit(&mut p, &smoltcp::phy::ChecksumCapabilities::default());
+        igmp.emit(&mut IgmpPacket::new_unchecked(p.payload_mut()));
+        self.emit(buf);
+        true
+    }
+}
+
+/// The IGMP message in `frame`, decoded by smoltcp (checksum verified), if it is one.
+pub(super) fn igmp_message(frame: &[u8]) -> Option<super::super::record::IgmpSeen> {
+    use smoltcp::wire::{
+        EthernetFrame, EthernetProtocol, IgmpPacket, IgmpRepr, IpProtocol, Ipv4Packet,
+    };
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    if eth.ethertype() != EthernetProtocol::Ipv4 {
+        return None;
+    }
+    let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
+    if ip.next_header() != IpProtocol::Igmp {
+        return None;
+    }
+    let p = IgmpPacket::new_checked(ip.payload()).ok()?;
+    let kind = match IgmpRepr::parse(&p).ok()? {
+        IgmpRepr::MembershipQuery { .. } => "query",
+        IgmpRepr::MembershipReport { .. } => "report",
+        IgmpRepr::LeaveGroup { .. } => "leave",
+    };
+    Some(super::super::record::IgmpSeen {
+        kind,
+        src: ip.src_addr().to_string(),
+    })
 }
 
 /// The router advertisement in `frame`, decoded by smoltcp (IPv6 without extension headers,

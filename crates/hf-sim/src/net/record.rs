@@ -140,6 +140,17 @@ pub struct HostRecord {
     pub announcements: u64,
     /// IPv6 router advertisements the host received, decoded by smoltcp.
     pub router_adverts: Vec<RouterAdvert>,
+    /// IGMP messages the host received, decoded by smoltcp.
+    pub igmp_in: Vec<IgmpSeen>,
+}
+
+/// One IGMP message a host received.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct IgmpSeen {
+    /// `query`, `report` or `leave`.
+    pub kind: &'static str,
+    /// The IPv4 source.
+    pub src: String,
 }
 
 /// One router advertisement a host received.

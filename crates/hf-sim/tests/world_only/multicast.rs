@@ -325,6 +325,80 @@ fn the_router_relays_a_group_to_the_switches_that_joined_it() {
     eprintln!("multicast relay: vm1 (sw0) → vm2 (sw0) and vm5 (sw1, through lr0)");
 }
 
+/// The IGMP messages host `h` received from `src`, by kind (smoltcp decodes them).
+fn igmp_from(w: &World, h: &str, src: &str) -> Vec<&'static str> {
+    w.host(h)
+        .map(|x| x.record(w.now()).igmp_in)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|m| m.src == src)
+        .map(|m| m.kind)
+        .collect()
+}
+
+/// What pinctrl does with what `igmp` consumes: vm6 (hv2) faces a multicast router
+/// (`options:mcast_flood_reports=true`, so in `_MC_mrouter_flood`): vm2's (hv1) report on
+/// joining reaches it across the tunnel and no other host of sw0 (snooping: reports go to
+/// multicast routers only). vm6 then sends a query, as an outside querier: it reaches every
+/// other host of sw0 on both chassis (`_MC_flood_l2`) and none of sw1's, and vm2's answer
+/// reaches vm6.
+#[test]
+fn reports_reach_multicast_routers_and_queries_every_host() {
+    let mut w = world();
+    w.nb_all(vec![vec![
+        json!({"op": "mutate", "table": "Logical_Switch_Port", "where": [["name", "==", "vm6"]],
+        "mutations": [["options", "insert", ["map", [["mcast_flood_reports", "true"]]]]]}),
+    ]])
+    .expect("mrouter port");
+    w.run_for(Duration::from_secs(2));
+    w.host_mut("vm2")
+        .expect("host")
+        .join_group(GROUP)
+        .expect("join");
+    let (vm2, vm6) = ("10.0.0.12", "10.0.0.16");
+    // smoltcp's report on joining, or its answer to the querier's next query.
+    let seen = w.run_until(
+        |w| igmp_from(w, "vm6", vm2).contains(&"report"),
+        Duration::from_secs(10),
+    );
+    assert!(
+        seen,
+        "vm2's report did not reach the multicast router port vm6: {:?} (all: {:?})\n{}",
+        igmp_from(&w, "vm6", vm2),
+        w.host("vm6").map(|x| x.record(w.now()).igmp_in),
+        log_of(&mut w)
+    );
+    for h in ["vm1", "vm4", "vm7", "vm3", "vm5"] {
+        assert_eq!(
+            igmp_from(&w, h, vm2),
+            Vec::<&str>::new(),
+            "{h} saw vm2's report"
+        );
+    }
+    let reports_before = igmp_from(&w, "vm6", vm2).len();
+    assert!(w.host_mut("vm6").expect("host").send_igmp_query());
+    w.run_for(Duration::from_secs(12));
+    for h in ["vm1", "vm2", "vm4", "vm7"] {
+        assert_eq!(
+            igmp_from(&w, h, vm6),
+            ["query"],
+            "{h}: vm6's query\n{}",
+            log_of(&mut w)
+        );
+    }
+    for h in ["vm3", "vm5"] {
+        assert_eq!(igmp_from(&w, h, vm6), Vec::<&str>::new(), "{h} is on sw1");
+    }
+    assert!(
+        igmp_from(&w, "vm6", vm2).len() > reports_before,
+        "vm2 did not answer vm6's query: {:?}",
+        igmp_from(&w, "vm6", vm2)
+    );
+    eprintln!(
+        "multicast routers: vm2's report reached vm6 only; vm6's query reached vm1, vm2, vm4, vm7 and vm2 answered it"
+    );
+}
+
 /// Periodic router advertisements: `lr0-sw0` gets fd00:1::1/64 and `ipv6_ra_configs`
 /// `address_mode=slaac send_periodic=true min_interval=3 max_interval=6`. Every host on sw0 (on
 /// both chassis) receives an advertisement from the router port every 3 to 6 s, as smoltcp
