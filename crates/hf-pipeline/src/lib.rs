@@ -979,24 +979,19 @@ impl Pipeline {
                 }
                 (dp, program::INGRESS, key, 0)
             }
-            Ingress::Injected { datapath, inport } => {
-                let &dp = self
-                    .prog
-                    .by_key
-                    .get(&datapath)
-                    .ok_or(ProcessError::UnknownDatapath(datapath))?;
-                (dp, program::INGRESS, inport, 0)
-            }
-            Ingress::Output {
-                datapath,
-                inport,
-                outport,
+            Ingress::Injected { datapath, inport }
+            | Ingress::Output {
+                datapath, inport, ..
             } => {
                 let &dp = self
                     .prog
                     .by_key
                     .get(&datapath)
                     .ok_or(ProcessError::UnknownDatapath(datapath))?;
+                let outport = match from {
+                    Ingress::Output { outport, .. } => outport,
+                    _ => 0,
+                };
                 (dp, program::INGRESS, inport, outport)
             }
             Ingress::Tunnel {

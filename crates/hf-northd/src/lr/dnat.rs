@@ -177,15 +177,7 @@ pub fn build(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
             m.extend(dgp_res.clone());
         }
         let mut a = Vec::new();
-        let flag = if v.skip_snat {
-            a.push(set("flags.skip_snat_for_lb", num(1)));
-            Some("skip_snat")
-        } else if r.force_snat_router_ip || !r.lb_force_snat.is_empty() {
-            a.push(set("flags.force_snat_for_lb", num(1)));
-            Some("force_snat")
-        } else {
-            None
-        };
+        let flag = lb_snat_flag(v.skip_snat, r, &mut a);
         let flag = flag.filter(|_| topo.features.contains("ct-lb-flags"));
         if reject {
             a = vec![
@@ -225,6 +217,25 @@ pub fn build(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
 
 /// The VIPs of template load balancers ([`crate::lb_template`]): 23.03's
 /// `build_lrouter_nat_flows_for_lb` with the variables written in (and its event flows).
+/// The LB's SNAT flag set before `ct_lb_mark` (`skip_snat` for a VIP that skips it,
+/// `force_snat` on a router that forces it), pushed onto `a`; its name for the `ct_lb_mark`
+/// argument.
+fn lb_snat_flag(
+    skip_snat: bool,
+    r: &Rtr,
+    a: &mut Vec<hf_expr::Action>,
+) -> Option<&'static str> {
+    if skip_snat {
+        a.push(set("flags.skip_snat_for_lb", num(1)));
+        Some("skip_snat")
+    } else if r.force_snat_router_ip || !r.lb_force_snat.is_empty() {
+        a.push(set("flags.force_snat_for_lb", num(1)));
+        Some("force_snat")
+    } else {
+        None
+    }
+}
+
 fn templates(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, dgp_res: Option<&hf_expr::ast::Expr>) {
     let st = Stage::LrInDnat;
     for v in &r.templates {
@@ -260,15 +271,7 @@ fn templates(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, dgp_res: Option<&hf_expr
             m.extend(dgp_res.cloned());
         }
         let mut a = Vec::new();
-        let flag = if v.skip_snat {
-            a.push(set("flags.skip_snat_for_lb", num(1)));
-            Some("skip_snat")
-        } else if r.force_snat_router_ip || !r.lb_force_snat.is_empty() {
-            a.push(set("flags.force_snat_for_lb", num(1)));
-            Some("force_snat")
-        } else {
-            None
-        };
+        let flag = lb_snat_flag(v.skip_snat, r, &mut a);
         if reject {
             a.push(hf_expr::Action::assign(crate::build::f("reg0"), num(0)));
             a.push(crate::lr::act::nested(

@@ -60,6 +60,23 @@ fn world() -> World {
     w
 }
 
+/// The world once gw1 holds `cr-lr0-ext` (BFD up: 1 s packets while down), with the external
+/// host listening on port 80 and `VM` having reached it.
+fn gw1_active() -> World {
+    let mut w = world();
+    let up = w.run_until(
+        |w| holder(w).as_deref() == Some("gw1"),
+        Duration::from_secs(10),
+    );
+    assert!(up, "gw1 never held cr-lr0-ext: {:?}", holder(&w));
+    w.run_for(Duration::from_secs(3));
+    w.tcp_listen(EXT, 80).expect("listen");
+    w.ping(VM, IpAddr::V4(EXT_IP), 2, Duration::from_millis(20))
+        .expect("ping");
+    w.run_for(Duration::from_millis(1500));
+    w
+}
+
 fn download(w: &mut World, bytes: u64) -> String {
     transfer(w, bytes, Direction::Download)
 }
@@ -80,18 +97,7 @@ fn transfer(w: &mut World, bytes: u64, direction: Direction) -> String {
 
 #[test]
 fn a_killed_gateway_is_replaced_by_the_standby() {
-    let mut w = world();
-    // BFD comes up (1 s packets while down), gw1 claims.
-    let up = w.run_until(
-        |w| holder(w).as_deref() == Some("gw1"),
-        Duration::from_secs(10),
-    );
-    assert!(up, "gw1 never held cr-lr0-ext: {:?}", holder(&w));
-    w.run_for(Duration::from_secs(3));
-    w.tcp_listen(EXT, 80).expect("listen");
-    w.ping(VM, IpAddr::V4(EXT_IP), 2, Duration::from_millis(20))
-        .expect("ping");
-    w.run_for(Duration::from_millis(1500));
+    let mut w = gw1_active();
     let name = download(&mut w, 100_000_000);
     let up_name = transfer(&mut w, 100_000_000, Direction::Upload);
     w.run_for(Duration::from_secs(3));
@@ -179,17 +185,7 @@ fn a_killed_gateway_is_replaced_by_the_standby() {
 /// gw2 and the hypervisors it is down: gw2 would take the port for a second and back.)
 #[test]
 fn a_gateway_datapath_restart_moves_no_gateway() {
-    let mut w = world();
-    let up = w.run_until(
-        |w| holder(w).as_deref() == Some("gw1"),
-        Duration::from_secs(10),
-    );
-    assert!(up, "gw1 never held cr-lr0-ext: {:?}", holder(&w));
-    w.run_for(Duration::from_secs(3));
-    w.tcp_listen(EXT, 80).expect("listen");
-    w.ping(VM, IpAddr::V4(EXT_IP), 2, Duration::from_millis(20))
-        .expect("ping");
-    w.run_for(Duration::from_millis(1500));
+    let mut w = gw1_active();
     let name = download(&mut w, 100_000_000);
     w.run_for(Duration::from_secs(3));
     let before = w.tcp_record(VM, &name).expect("record");
