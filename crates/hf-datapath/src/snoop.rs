@@ -502,15 +502,25 @@ impl crate::Datapath {
         );
         // Every switch's groups below: the changed ones among them.
         let (queries, _) = self.snoop.poll(now);
-        self.queue_queries(queries);
+        self.queue_queries(queries, now);
         let all = self.snoop.groups();
         self.send_mcast(all);
     }
 
-    fn queue_queries(&mut self, queries: Vec<Query>) {
+    /// Each query out of its local port through the port's egress pipeline, as pinctrl's
+    /// packet-out into the output tables (no inport): to-lport ACLs and port security apply.
+    fn queue_queries(&mut self, queries: Vec<Query>, now: Duration) {
         for q in queries {
-            if let Some(id) = self.ports.get(&q.port).map(|p| p.id) {
-                self.queue_port_frame(id, &q.frame);
+            let Some(id) = self.ports.get(&q.port).map(|p| p.id) else {
+                continue;
+            };
+            if let Some((datapath, port)) = self.pipeline.local_port(id) {
+                let from = hf_pipeline::Ingress::Output {
+                    datapath,
+                    inport: 0,
+                    outport: port,
+                };
+                self.run(from, &q.frame, now, false);
             }
         }
     }
@@ -518,7 +528,7 @@ impl crate::Datapath {
     /// Expiries and queries; changed groups to the controller.
     pub(crate) fn run_mcast(&mut self, now: Duration) {
         let (queries, changed) = self.snoop.poll(now);
-        self.queue_queries(queries);
+        self.queue_queries(queries, now);
         if !changed.is_empty() {
             for c in &changed {
                 self.log(

@@ -767,6 +767,13 @@ impl Pipeline {
         self.state.expire(now);
     }
 
+    /// The datapath's tunnel key and the logical port's key of local port `id`, if the program
+    /// places it.
+    pub fn local_port(&self, id: u32) -> Option<(u32, u32)> {
+        let &(dp, key) = self.prog.local.get(&id)?;
+        Some((self.prog.dps.get(dp as usize)?.key, key))
+    }
+
     /// The key of multicast group `name` (`_MC_flood_l2`, ...) of the datapath with
     /// `tunnel_key`, if it has one.
     pub fn group_key(&self, tunnel_key: u32, name: &str) -> Option<u32> {

@@ -220,11 +220,7 @@ pub fn build(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
 /// The LB's SNAT flag set before `ct_lb_mark` (`skip_snat` for a VIP that skips it,
 /// `force_snat` on a router that forces it), pushed onto `a`; its name for the `ct_lb_mark`
 /// argument.
-fn lb_snat_flag(
-    skip_snat: bool,
-    r: &Rtr,
-    a: &mut Vec<hf_expr::Action>,
-) -> Option<&'static str> {
+fn lb_snat_flag(skip_snat: bool, r: &Rtr, a: &mut Vec<hf_expr::Action>) -> Option<&'static str> {
     if skip_snat {
         a.push(set("flags.skip_snat_for_lb", num(1)));
         Some("skip_snat")

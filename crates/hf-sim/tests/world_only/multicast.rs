@@ -399,6 +399,37 @@ fn reports_reach_multicast_routers_and_queries_every_host() {
     );
 }
 
+/// The querier's queries go out through each port's egress pipeline, as pinctrl's do: a
+/// to-lport ACL dropping IGMP to vm7 keeps them from vm7 (hv1) while vm1 (hv1) and vm4 (hv2)
+/// still get them.
+#[test]
+fn querier_queries_cross_the_egress_pipeline() {
+    let mut w = world();
+    w.nb_all(vec![nb::acl(
+        "sw0",
+        "to-lport",
+        1001,
+        "outport == \"vm7\" && igmp",
+        "drop",
+    )])
+    .expect("ACL");
+    w.run_for(Duration::from_secs(2));
+    let querier = "10.0.0.254";
+    let before: Vec<usize> = ["vm1", "vm4", "vm7"]
+        .iter()
+        .map(|h| igmp_from(&w, h, querier).len())
+        .collect();
+    w.run_for(Duration::from_secs(11));
+    let after: Vec<usize> = ["vm1", "vm4", "vm7"]
+        .iter()
+        .map(|h| igmp_from(&w, h, querier).len())
+        .collect();
+    assert!(
+        after[0] >= before[0] + 2 && after[1] >= before[1] + 2 && after[2] == before[2],
+        "queries to vm1, vm4, vm7 before {before:?} after {after:?}"
+    );
+}
+
 /// Periodic router advertisements: `lr0-sw0` gets fd00:1::1/64 and `ipv6_ra_configs`
 /// `address_mode=slaac send_periodic=true min_interval=3 max_interval=6`. Every host on sw0 (on
 /// both chassis) receives an advertisement from the router port every 3 to 6 s, as smoltcp
