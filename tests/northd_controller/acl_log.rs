@@ -234,6 +234,17 @@ fn real_controller_acl_log_lines_equal_holdfast() {
         },
     )
     .unwrap();
+    // Both ports claimed by the real chassis before holdfast's translation reads SB for hv1
+    // (`--wait=hv` alone can return before the claims land on a loaded machine: vm1 then is
+    // not local to holdfast's chassis and nothing is logged).
+    for p in &vifs {
+        crate::wait_for(
+            &format!("{p} up"),
+            Duration::from_secs(60),
+            || ch.controller_log(),
+            || crate::find(&env.sb, "Port_Binding", "up", &format!("logical_port={p}")) == "true",
+        );
+    }
     nbctl(&env, &["--timeout=60", "--wait=hv", "sync"]);
     // (frame, ACL name, verdict, severity, direction): each enters vm1.
     let cases: Vec<Case<'_>> = vec![
