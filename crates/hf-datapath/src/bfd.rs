@@ -267,8 +267,8 @@ impl Bfd {
                 (
                     s.ip,
                     Session {
-                        next_tx: now + s.next_tx,
-                        detect_at: s.detect_at.map(|d| now + d),
+                        next_tx: now.saturating_add(s.next_tx),
+                        detect_at: s.detect_at.map(|d| now.saturating_add(d)),
                         ..s
                     },
                 )

@@ -138,7 +138,8 @@ impl Session {
     }
 
     fn detect_at(&self) -> Option<Duration> {
-        matches!(self.state, BfdState::Init | BfdState::Up).then_some(self.last_rx + self.detect)
+        matches!(self.state, BfdState::Init | BfdState::Up)
+            .then_some(self.last_rx.saturating_add(self.detect))
     }
 }
 
@@ -199,7 +200,7 @@ impl HopBfd {
                 (
                     (s.cfg.dst_ip, s.cfg.src_port),
                     Session {
-                        next_tx: now + s.next_tx,
+                        next_tx: now.saturating_add(s.next_tx),
                         last_rx: now.saturating_sub(s.last_rx),
                         ..s
                     },

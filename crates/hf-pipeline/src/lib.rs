@@ -990,11 +990,7 @@ impl Pipeline {
             | Ingress::Output {
                 datapath, inport, ..
             } => {
-                let &dp = self
-                    .prog
-                    .by_key
-                    .get(&datapath)
-                    .ok_or(ProcessError::UnknownDatapath(datapath))?;
+                let dp = self.dp_index(datapath)?;
                 let outport = match from {
                     Ingress::Output { outport, .. } => outport,
                     _ => 0,
@@ -1006,11 +1002,7 @@ impl Pipeline {
                 inport,
                 outport,
             } => {
-                let &dp = self
-                    .prog
-                    .by_key
-                    .get(&datapath)
-                    .ok_or(ProcessError::UnknownDatapath(datapath))?;
+                let dp = self.dp_index(datapath)?;
                 let d = &self.prog.dps[dp as usize];
                 // A multicast group from a tunnel: this chassis's own members only. (Group keys
                 // start at `MIN_GROUP_KEY`, compile checks: a port's frame skips the lookup.)
@@ -1147,6 +1139,15 @@ impl Pipeline {
         };
         self.remember_learned(events_before);
         Ok(stats)
+    }
+
+    /// The program's index of the datapath with tunnel key `key`.
+    fn dp_index(&self, key: u32) -> Result<u32, ProcessError> {
+        self.prog
+            .by_key
+            .get(&key)
+            .copied()
+            .ok_or(ProcessError::UnknownDatapath(key))
     }
 
     /// Copies the bindings learned by this run (events from `from` on) into the table that

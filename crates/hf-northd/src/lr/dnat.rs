@@ -180,19 +180,7 @@ pub fn build(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
         let flag = lb_snat_flag(v.skip_snat, r, &mut a);
         let flag = flag.filter(|_| topo.features.contains("ct-lb-flags"));
         if reject {
-            a = vec![
-                hf_expr::Action::assign(crate::build::f("reg0"), num(0)),
-                crate::lr::act::nested(
-                    hf_expr::actions::NestedKind::Reject,
-                    vec![
-                        crate::lr::act::swap("outport", "inport"),
-                        hf_expr::Action::next_table(
-                            Some(hf_expr::actions::Pipeline::Egress),
-                            u32::from(Stage::LrOutSnat.table()),
-                        ),
-                    ],
-                ),
-            ];
+            a = lb_reject().to_vec();
         } else if drop {
             a.push(hf_expr::Action::drop());
         } else {
@@ -217,6 +205,24 @@ pub fn build(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, _diags: &mut Diags) {
 
 /// The VIPs of template load balancers ([`crate::lb_template`]): 23.03's
 /// `build_lrouter_nat_flows_for_lb` with the variables written in (and its event flows).
+/// A VIP with no backend and `options:reject=true`: `reg0 = 0; reject { outport <-> inport;
+/// next(pipeline=egress, table=lr_out_snat); }`.
+fn lb_reject() -> [hf_expr::Action; 2] {
+    [
+        hf_expr::Action::assign(crate::build::f("reg0"), num(0)),
+        crate::lr::act::nested(
+            hf_expr::actions::NestedKind::Reject,
+            vec![
+                crate::lr::act::swap("outport", "inport"),
+                hf_expr::Action::next_table(
+                    Some(hf_expr::actions::Pipeline::Egress),
+                    u32::from(Stage::LrOutSnat.table()),
+                ),
+            ],
+        ),
+    ]
+}
+
 /// The LB's SNAT flag set before `ct_lb_mark` (`skip_snat` for a VIP that skips it,
 /// `force_snat` on a router that forces it), pushed onto `a`; its name for the `ct_lb_mark`
 /// argument.
@@ -269,17 +275,7 @@ fn templates(topo: &Topo<'_>, r: &Rtr, out: &mut Flows, dgp_res: Option<&hf_expr
         let mut a = Vec::new();
         let flag = lb_snat_flag(v.skip_snat, r, &mut a);
         if reject {
-            a.push(hf_expr::Action::assign(crate::build::f("reg0"), num(0)));
-            a.push(crate::lr::act::nested(
-                hf_expr::actions::NestedKind::Reject,
-                vec![
-                    crate::lr::act::swap("outport", "inport"),
-                    hf_expr::Action::next_table(
-                        Some(hf_expr::actions::Pipeline::Egress),
-                        u32::from(Stage::LrOutSnat.table()),
-                    ),
-                ],
-            ));
+            a.extend(lb_reject());
         } else if drop {
             a.push(hf_expr::Action::drop());
         } else {
